@@ -1,0 +1,23 @@
+"""kvpool.core: the paged block pool. Pure synchronous Python + numpy.
+
+Vocabulary (the seeds'): ``Block`` (PhysicalTokenBlock metadata), ``BlockTable``,
+``UncachedBlockAllocator`` / ``CachedBlockAllocator`` (per-device pools), and the
+``BlockSpaceManager`` that the scheduler asks ``can_allocate`` -> OK / LATER / NEVER.
+"""
+
+from kvpool.core.allocator import UncachedBlockAllocator
+from kvpool.core.block import AllocStatus, Block, Device, PoolStats
+from kvpool.core.block_table import BlockTable
+from kvpool.core.cached_allocator import CachedBlockAllocator
+from kvpool.core.defrag import DefragPlan, DefragResult
+from kvpool.core.eviction import EvictionPolicy, make_policy
+from kvpool.core.hashing import HASH_VERSION, BlockHasher
+from kvpool.core.manager import BlockSpaceManager, SeqAlloc
+from kvpool.core.stats import FragmentationStats, ManagerStats
+
+__all__ = [
+    "AllocStatus", "Block", "BlockHasher", "BlockSpaceManager", "BlockTable",
+    "CachedBlockAllocator", "DefragPlan", "DefragResult", "Device", "EvictionPolicy",
+    "FragmentationStats", "HASH_VERSION", "ManagerStats", "PoolStats", "SeqAlloc",
+    "UncachedBlockAllocator", "make_policy",
+]

@@ -1,0 +1,75 @@
+"""Small plain objects that cross layers: devices, admission status, block and pool snapshots.
+
+None of these hold a reference into live pool state; they are copies taken at one instant.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Device(enum.Enum):
+    """Which pool a block lives in. ``DEVICE`` is the GPU (or the CPU "device" pool on a
+    CPU-only machine); ``HOST`` is the swap pool in host memory."""
+
+    DEVICE = "device"
+    HOST = "host"
+
+
+class AllocStatus(enum.Enum):
+    """Answer of an admission check (the seeds' table).
+
+    ``OK``: allocate now. ``LATER``: not now, maybe after others finish. ``NEVER``: this
+    request cannot fit even into an empty pool (reject it, never retry forever).
+    """
+
+    OK = "ok"
+    LATER = "later"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Snapshot of one physical block's metadata (the seeds' PhysicalTokenBlock).
+
+    The KV bytes live in runtime tensors at index ``block_id`` of the pool for ``device``.
+    """
+
+    block_id: int  # index into the device's KV tensor; owned by the allocator
+    device: Device  # which pool
+    block_hash: bytes | None  # content hash when cached (prefix caching), else None
+    num_hashed_tokens: int  # tokens covered by block_hash, from the sequence start (0 if none)
+    ref_count: int  # number of block-table entries pointing here
+    last_accessed: float  # time the block was last released to the evictable set (-1 never)
+    computed: bool  # its KV bytes are written (a cached hit may skip recomputing it)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """A consistent snapshot of one pool, taken without the pool lock (seqlock read).
+
+    Invariant: ``num_free + num_evictable + num_used == num_blocks``, where ``num_used`` is a
+    counter kept by the writers, not derived from the other two, so the equation is a real
+    consistency check of the snapshot.
+    """
+
+    device: Device
+    num_blocks: int
+    num_free: int  # on the free list: no content
+    num_evictable: int  # ref 0 but cached content, reusable by a prefix hit or evictable
+    num_used: int  # ref >= 1 (includes blocks reserved by an in-flight defrag plan)
+    num_cached: int  # blocks with a registered content hash (used or evictable)
+    num_reserved: int  # destination blocks held by an in-flight defrag plan
+    version: int  # seqlock version the snapshot was read at (even)
+    evictions: int  # cached blocks evicted so far (monotonic)
+
+    @property
+    def num_allocatable(self) -> int:
+        """Blocks an allocation can use now: free plus evictable."""
+        return self.num_free + self.num_evictable
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks in use (vLLM's ``kv_cache_usage``)."""
+        return self.num_used / self.num_blocks if self.num_blocks else 0.0

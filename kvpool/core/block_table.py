@@ -1,0 +1,45 @@
+"""BlockTable: one sequence's ordered list of physical blocks, plus its hashing state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvpool.core.block import Device
+
+
+@dataclass(slots=True, eq=False)
+class BlockTable:
+    """Where a sequence's KV lives: logical block ``i`` is physical block ``blocks[i]``.
+
+    Invariant: ``len(blocks) == ceil(num_tokens / block_size)``; only ``blocks[-1]`` may be
+    partially filled; with prefix caching ``len(hashes) == num_tokens // block_size`` and
+    ``len(tail) == num_tokens % block_size``; ``num_registered <= len(hashes)``.
+
+    Token ``t`` of the sequence sits in slot ``t % block_size`` of block ``blocks[t // bs]``::
+
+        tokens   0 .. 15 | 16 .. 31 | 32 .. 37
+        blocks   [  7   ][   3    ][  12 (6 of 16 used) ]      bs = 16, num_tokens = 38
+        hashes   [ h0   ][  h1    ]                             tail = tokens 32..37
+
+    Owned by the BlockSpaceManager; callers get copies (``get_block_table``), never this.
+    """
+
+    seq_id: int  # the sequence this table belongs to
+    blocks: list[int]  # physical block ids, in the pool given by ``device``
+    num_tokens: int  # token slots in use (the last block holds num_tokens % bs, or bs)
+    device: Device = Device.DEVICE  # HOST while swapped out
+    version: int = 0  # bumped on every mutation (layer-2 version-retry for defrag)
+    hashes: list[bytes] = field(default_factory=list)  # full-block content hashes (caching)
+    tail: list[int] = field(default_factory=list)  # token ids of the partial last block
+    num_registered: int = 0  # leading full blocks indexed in the prefix cache
+    root: bytes = b""  # parent hash of block 0 (salt, model, block size)
+    extra: bytes = b""  # encoded extra keys mixed into every block hash
+    tokens: list[int] | None = None  # all token ids, kept only when verify_hits is on
+
+    def last_block_fill(self, block_size: int) -> int:
+        """Token slots used in the last block (``block_size`` when it is full)."""
+        r = self.num_tokens % block_size
+        return r if r else (block_size if self.num_tokens else 0)
+
+    def block_fill(self, index: int, block_size: int) -> int:
+        return min(block_size, self.num_tokens - index * block_size)

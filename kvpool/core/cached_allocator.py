@@ -1,0 +1,223 @@
+"""The prefix-caching allocator: content hashes, sharing by ref count, lazy eviction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvpool.core.allocator import UncachedBlockAllocator
+from kvpool.core.block import Device
+from kvpool.core.eviction import EvictionPolicy, make_policy
+from kvpool.errors import InvalidBlockError, InvariantError
+
+
+class CachedBlockAllocator(UncachedBlockAllocator):
+    """A device pool whose full, computed blocks are indexed by content hash.
+
+    Invariant (beyond the uncached pool's): ``_cached[h] == b`` iff ``_hash[b] == h``; every
+    block with ref 0 is either on the free list (no hash) or in ``policy`` (hash, "evictable");
+    a cached block is ``computed``. Evictable blocks count as allocatable: a block is only
+    evicted (its hash dropped) when an allocation finds the free list empty (lazy eviction).
+
+    Block states and transitions::
+
+        FREE --_alloc--> USED --ref 0, hashed--> EVICTABLE --policy.evict--> (reused) USED
+          ^               |  ^                       |
+          +--ref 0, no hash  +----prefix hit (revive)+
+    """
+
+    caching = True
+
+    def __init__(
+        self,
+        device: Device,
+        num_blocks: int,
+        block_size: int = 16,
+        policy: EvictionPolicy | str = "lru",
+        verify_hits: bool = False,
+    ) -> None:
+        super().__init__(device, num_blocks, block_size)
+        self.policy = make_policy(policy, num_blocks) if isinstance(policy, str) else policy
+        self._cached: dict[bytes, int] = {}
+        # NOTE(verify): token ids per cached block, only when hit verification is on.
+        self._tokens: dict[int, tuple[int, ...]] | None = {} if verify_hits else None
+        self.hash_mismatches = 0  # hash hits whose token ids differed (verify_hits only)
+
+    # ---------------------------------------------------------------- capacity
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free) + len(self.policy)
+
+    @property
+    def num_evictable(self) -> int:
+        return len(self.policy)
+
+    @property
+    def num_cached(self) -> int:
+        return len(self._cached)
+
+    # ---------------------------------------------------------------- overrides (lock held)
+    def _take(self, n: int) -> list[int] | None:
+        nf = len(self._free)
+        if n <= nf:
+            return super()._take(n)
+        if n > nf + len(self.policy):
+            return None
+        ids = super()._take(nf) if nf else []
+        evict = self.policy.evict
+        for _ in range(n - nf):
+            b = evict()
+            self._drop_hash(b)
+            ids.append(b)
+        self._evictions += n - nf
+        return ids
+
+    def _drop_hash(self, b: int) -> None:
+        del self._cached[self._hash[b]]
+        self._hash[b] = None
+        self._computed[b] = 0
+        if self._tokens is not None:
+            self._tokens.pop(b, None)
+
+    def _on_zero(self, b: int, now: float) -> None:
+        h = self._hash[b]
+        if h is None:
+            self._release(b)
+        else:
+            self._last[b] = now
+            self.policy.insert(b, h, self._depth[b], now)
+
+    def _unrelease(self, b: int) -> None:
+        if self._hash[b] is None:
+            self._free.remove(b)
+        else:
+            self.policy.discard(b)
+
+    # ---------------------------------------------------------------- cache primitives
+    def _lookup(self, h: bytes, tokens: Sequence[int] | None = None) -> int | None:
+        """The block caching hash ``h``, or None. With verify_hits, token ids must match."""
+        b = self._cached.get(h)
+        if b is not None and self._tokens is not None and tokens is not None:
+            if self._tokens.get(b) != tuple(tokens):
+                self.hash_mismatches += 1
+                return None
+        return b
+
+    def _acquire(self, b: int, k: int = 1) -> None:
+        """Take ``k`` references on cached block ``b`` (reviving it if evictable)."""
+        r = self._ref[b]
+        if r == 0:
+            self.policy.remove(b)
+            self._num_used += 1
+        self._ref[b] = r + k
+        self.policy.on_hit(self._hash[b])
+
+    def _register(self, b: int, h: bytes, depth: int,
+                  tokens: Sequence[int] | None = None) -> int:
+        """Index used block ``b`` (full, computed) under ``h``. If another block already caches
+        ``h`` that one is returned and ``b`` stays unhashed (a duplicate; it is freed plainly)."""
+        existing = self._cached.get(h)
+        if existing is not None:
+            return existing
+        if self._hash[b] is not None:
+            raise InvalidBlockError(f"block {b} is already cached under another hash")
+        self._cached[h] = b
+        self._hash[b] = h
+        self._depth[b] = depth
+        self._computed[b] = 1
+        if self._tokens is not None and tokens is not None:
+            self._tokens[b] = tuple(tokens)
+        return b
+
+    def _move(self, src: int, dst: int) -> None:
+        """Defrag commit: ``dst`` (reserved, ref 1) takes over ``src``'s identity. Lock held."""
+        r = self._ref
+        h = self._hash[src]
+        if r[src] == 0:  # evictable source: move it inside the policy too
+            self.policy.discard(src)
+            r[dst] = 0
+            self._num_used -= 1
+        else:
+            r[dst] = r[src]
+            r[src] = 0
+            self._num_used -= 1
+        if h is not None:
+            self._cached[h] = dst
+            self._hash[dst], self._hash[src] = h, None
+            self._depth[dst] = self._depth[src]
+            if self._tokens is not None and src in self._tokens:
+                self._tokens[dst] = self._tokens.pop(src)
+        self._computed[dst] = self._computed[src]
+        self._last[dst] = self._last[src]
+        self._release(src)
+        if r[dst] == 0:
+            self.policy.insert(dst, h, self._depth[dst], self._last[dst])
+
+    # ---------------------------------------------------------------- public, locked API
+    def lookup(self, h: bytes) -> int | None:
+        """Which block caches ``h`` (no reference taken). Lock-free dict read."""
+        return self._cached.get(h)
+
+    def prefix_hits(self, hashes: Sequence[bytes]) -> int:
+        """Length of the leading run of ``hashes`` that are cached (no reference taken)."""
+        cached = self._cached
+        n = 0
+        for h in hashes:
+            if h not in cached:
+                break
+            n += 1
+        return n
+
+    def acquire(self, h: bytes) -> int | None:
+        """A prefix hit: one reference on the block caching ``h``, or None on a miss."""
+        self._enter()
+        try:
+            b = self._lookup(h)
+            if b is not None:
+                self._acquire(b)
+            return b
+        finally:
+            self._exit()
+
+    def register(self, block_id: int, h: bytes, depth: int = 0) -> int:
+        """Make a used, computed block findable by ``h``; returns the canonical block id."""
+        self._enter()
+        try:
+            if self._ref[block_id] <= 0:
+                raise InvalidBlockError(f"block {block_id} is not in use; only used blocks "
+                                        "can be registered")
+            return self._register(block_id, h, depth)
+        finally:
+            self._exit()
+
+    def reset_prefix_cache(self) -> int:
+        """Drop every evictable cached block back to the free list; returns how many."""
+        self._enter()
+        try:
+            n = 0
+            while len(self.policy):
+                b = self.policy.evict()
+                self._drop_hash(b)
+                self._release(b)
+                n += 1
+            return n
+        finally:
+            self._exit()
+
+    def _check_cache_invariants(self, free: set[int]) -> None:
+        for h, b in self._cached.items():
+            if self._hash[b] != h:
+                raise InvariantError(f"hash map says block {b} caches a hash it does not hold")
+            if not self._computed[b]:
+                raise InvariantError(f"cached block {b} is not computed")
+        hashed = sum(1 for h in self._hash if h is not None)
+        if hashed != len(self._cached):
+            raise InvariantError(f"{hashed} blocks hold a hash but the map has "
+                                 f"{len(self._cached)}")
+        evictable = [b for b in range(self.num_blocks) if self._ref[b] == 0 and b not in free]
+        if len(evictable) != len(self.policy):
+            raise InvariantError(f"{len(evictable)} ref-0 cached blocks but the policy holds "
+                                 f"{len(self.policy)}")
+        for b in evictable:
+            if b not in self.policy or self._hash[b] is None:
+                raise InvariantError(f"ref-0 block {b} is neither free nor evictable")
+        self.policy.check_invariants()

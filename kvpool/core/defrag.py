@@ -1,0 +1,182 @@
+"""Defragmentation: compact live device blocks into the lowest block ids.
+
+Protocol (DESIGN.md layer 2, version-retry)::
+
+    plan = mgr.plan_defrag()          # under the lock: pick moves, reserve the destinations
+    copy engine: kv[dst] <- kv[src]   # outside any lock, while the tables keep using src
+    mgr.commit_defrag(plan)           # under the lock: remap what is still valid; the rest is
+                                      # dropped (dst released) and reported for a re-plan
+    mgr.abort_defrag(plan)            # the copies failed: release every destination
+
+Only immutable blocks move: full blocks (a sequence only ever writes its last, partial block)
+and evictable cached blocks. So the bytes copied stay right even while decoding goes on; a move
+is dropped at commit when its source block changed owner since the plan: its ref count or hash
+differs, or a table that referenced it was freed, swapped or remapped at that index (checked
+cheaply through the table's version first).
+
+Layout before / after, ``#`` live, ``.`` free, block ids left to right::
+
+    before   # . # # . . # . # #        holes below the live count (6): ids 1, 4, 5
+    moves    9->1  8->4  6->5
+    after    # # # # # # . . . .        one free run: external fragmentation 0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import count
+
+from kvpool.core.block import Device
+from kvpool.errors import InvalidBlockError
+
+
+@dataclass(frozen=True, slots=True)
+class _MoveCheck:
+    src: int
+    dst: int
+    ref: int  # src's ref count when planned
+    block_hash: bytes | None  # src's hash when planned
+    refs: tuple[tuple[int, int, int], ...]  # (seq_id, index, table version) pointing at src
+
+
+@dataclass(frozen=True, slots=True)
+class DefragPlan:
+    """Block moves to execute; ``moves`` are ``(src, dst)`` pairs for the copy engine."""
+
+    plan_id: int
+    moves: tuple[tuple[int, int], ...]
+    checks: tuple[_MoveCheck, ...]
+
+    def __len__(self) -> int:
+        return len(self.moves)
+
+
+@dataclass(frozen=True, slots=True)
+class DefragResult:
+    committed: list[tuple[int, int]]  # remapped: dst now holds the block, src is free
+    retried: list[tuple[int, int]]  # dropped because a table changed; plan again later
+
+
+class DefragMixin:
+    """plan_defrag / commit_defrag / abort_defrag of BlockSpaceManager."""
+
+    def _init_defrag(self) -> None:
+        self._plans: dict[int, DefragPlan] = {}
+        self._plan_ids = count(1)
+
+    def _reserved_blocks(self) -> list[int]:
+        return [dst for p in self._plans.values() for _, dst in p.moves]
+
+    def plan_defrag(self, max_moves: int | None = None) -> DefragPlan | None:
+        """Plan moves that pack live blocks into ids ``[0, live)``; None if nothing to move.
+        The destinations are reserved (never handed out) until commit or abort."""
+        pool = self.device_pool
+        pool._enter()
+        try:
+            if self._plans:
+                raise InvalidBlockError("a defrag plan is already in flight; commit or abort it")
+            n = pool.num_blocks
+            free = pool._free.tolist()
+            live = n - len(free)
+            holes = sorted(b for b in free if b < live)
+            if not holes:
+                return None
+            bs = self.block_size
+            refs: dict[int, list[tuple[int, int, int]]] = {}
+            pinned: set[int] = set()
+            for s, t in self._tables.items():
+                if t.device is not Device.DEVICE:
+                    continue
+                full = t.num_tokens // bs
+                for i, b in enumerate(t.blocks):
+                    if b >= live:
+                        if i >= full:
+                            pinned.add(b)  # NOTE(defrag): partial blocks are still written
+                        refs.setdefault(b, []).append((s, i, t.version))
+            ref, hashes = pool._ref, pool._hash
+            fs = set(free)
+            sources = [b for b in range(n - 1, live - 1, -1)
+                       if b not in fs and b not in pinned
+                       and (b in refs or (ref[b] == 0 and hashes[b] is not None))
+                       and ref[b] == len(refs.get(b, ()))]
+            k = min(len(holes), len(sources))
+            if max_moves is not None:
+                k = min(k, max_moves)
+            if k == 0:
+                return None
+            dsts = holes[:k]
+            taken = set(dsts)
+            pool._free[:] = type(pool._free)("i", [b for b in free if b not in taken])
+            for d in dsts:
+                ref[d] = 1
+            pool._num_used += k
+            pool._num_reserved += k
+            checks = tuple(_MoveCheck(src, dst, ref[src], hashes[src], tuple(refs.get(src, ())))
+                           for src, dst in zip(sources[:k], dsts))
+            plan = DefragPlan(next(self._plan_ids), tuple((c.src, c.dst) for c in checks),
+                              checks)
+            self._plans[plan.plan_id] = plan
+            return plan
+        finally:
+            pool._exit()
+
+    def _move_valid(self, c: _MoveCheck) -> bool:
+        pool = self.device_pool
+        if pool._ref[c.src] != c.ref or pool._hash[c.src] != c.block_hash:
+            return False
+        if c.ref == 0 and c.block_hash is None:
+            return False  # it went back to the free list
+        tables = self._tables
+        for s, i, ver in c.refs:
+            t = tables.get(s)
+            if t is None or t.device is not Device.DEVICE:
+                return False
+            if t.version != ver and (i >= len(t.blocks) or t.blocks[i] != c.src):
+                return False
+        return True
+
+    def commit_defrag(self, plan: DefragPlan) -> DefragResult:
+        """Remap the moves whose source is unchanged (call after the copies completed and after
+        any compute that read the old tables). Others are released for a re-plan."""
+        pool = self.device_pool
+        pool._enter()
+        try:
+            if self._plans.pop(plan.plan_id, None) is None:
+                raise InvalidBlockError(f"defrag plan {plan.plan_id} is not in flight")
+            committed, retried = [], []
+            for c in plan.checks:
+                if self._move_valid(c):
+                    pool._move(c.src, c.dst)
+                    for s, i, _ in c.refs:
+                        t = self._tables[s]
+                        t.blocks[i] = c.dst
+                        t.version += 1
+                    committed.append((c.src, c.dst))
+                else:
+                    self._unreserve(c.dst)
+                    retried.append((c.src, c.dst))
+            pool._num_reserved -= len(plan.moves)
+            self.defrag_moves += len(committed)
+            self.defrag_retries += len(retried)
+            return DefragResult(committed, retried)
+        finally:
+            pool._exit()
+
+    def abort_defrag(self, plan: DefragPlan) -> None:
+        """The copies failed or were cancelled: release every reserved destination."""
+        pool = self.device_pool
+        pool._enter()
+        try:
+            if self._plans.pop(plan.plan_id, None) is None:
+                raise InvalidBlockError(f"defrag plan {plan.plan_id} is not in flight")
+            for _, dst in plan.moves:
+                self._unreserve(dst)
+            pool._num_reserved -= len(plan.moves)
+        finally:
+            pool._exit()
+
+    def _unreserve(self, dst: int) -> None:
+        pool = self.device_pool
+        pool._ref[dst] = 0
+        pool._num_used -= 1
+        pool._release(dst)

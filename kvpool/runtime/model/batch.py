@@ -1,0 +1,203 @@
+"""Batch metadata for one paged forward: what the engine passes in, and its tensor form.
+
+The engine describes each sequence of a step by one :class:`SeqChunk` (plain ints only, so the
+model never sees core/sched objects)::
+
+    sequence tokens:  t0 t1 t2 t3 t4 t5 t6 | t7 t8 t9        block_size = 4
+                      \\___ start = 7 ___/   \\_ token_ids _/   (the query of this step)
+    block_table:      [ 12,          3,          40 ]         block ids in the pool
+    positions:        0..3 -> blk 12 | 4..7 -> blk 3 | 8..11 -> blk 40
+    slot of pos p:    block_table[p // block_size] * block_size + p % block_size
+                      (the model stores it as the pair (block, offset) because the pool is
+                       block-major: kv[block, layer, k|v, offset, kv_head, head_dim])
+
+A query token at absolute position ``p`` attends to the keys at positions ``[0, p]`` of its own
+sequence, so one forward can mix fresh prefills (``start == 0``), prefill chunks over a cached
+prefix or earlier chunks (``start > 0, len(token_ids) > 1``) and decodes (``len(token_ids) == 1``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+from typing import Sequence
+
+import torch
+
+__all__ = ["PagedBatch", "PreparedBatch", "PrefillSpan", "SeqChunk"]
+
+
+@dataclass(frozen=True, slots=True)
+class SeqChunk:
+    """One sequence's share of a forward step (owned by the engine, read-only to the model).
+
+    Invariant checked by :meth:`PreparedBatch.build`: ``len(token_ids) >= 1``, ``start >= 0`` and
+    ``len(block_table) * block_size >= start + len(token_ids)``.
+    """
+
+    token_ids: Sequence[int]  # the new tokens whose K/V this step writes (the query)
+    start: int  # tokens of this sequence already in the cache (absolute position of token_ids[0])
+    block_table: Sequence[int]  # pool block ids in sequence order; may hold spare trailing blocks
+
+    @property
+    def context_len(self) -> int:
+        """Tokens this chunk attends over once its own K/V are written."""
+        return self.start + len(self.token_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class PagedBatch:
+    """The sequences of one forward. ``forward`` returns one logits row per entry, in order."""
+
+    seqs: Sequence[SeqChunk]
+
+    @classmethod
+    def from_lists(cls, token_ids: Sequence[Sequence[int]], starts: Sequence[int],
+                   block_tables: Sequence[Sequence[int]]) -> "PagedBatch":
+        if not len(token_ids) == len(starts) == len(block_tables):
+            raise ValueError("token_ids, starts and block_tables must have one entry per sequence")
+        return cls(tuple(SeqChunk(t, s, b) for t, s, b in zip(token_ids, starts, block_tables)))
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.seqs)
+
+
+@dataclass(slots=True)
+class PrefillSpan:
+    """A multi-token query: attended by itself (one SDPA call per layer)."""
+
+    token_start: int  # first row of this chunk in the flattened token tensors
+    token_end: int  # one past its last row
+    start: int  # cached tokens before the chunk
+    context_len: int  # start + query length
+    context_blocks: torch.Tensor | None  # [ceil(context_len / block_size)] long; None if start == 0
+    mask: torch.Tensor | None  # [q_len, context_len] bool (True = visible); None means plain causal
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """Tensor form of a :class:`PagedBatch`, built once per forward and shared by every layer."""
+
+    input_ids: torch.Tensor  # [T] long, the flattened queries
+    positions: torch.Tensor  # [T] long, absolute position of each token
+    slot_blocks: torch.Tensor  # [T] long, block receiving each token's K/V
+    slot_offsets: torch.Tensor  # [T] long, offset inside that block
+    last_token_index: torch.Tensor  # [S] long, row of each sequence's last token
+    prefills: list[PrefillSpan]
+    decode_token_index: torch.Tensor | None  # [D] long rows of 1-token queries; None: all rows
+    decode_block_table: torch.Tensor | None  # [D, max_blocks] long, padded with a valid id
+    decode_key_valid: torch.Tensor | None  # [D, max_blocks * block_size] bool
+
+    @property
+    def num_decodes(self) -> int:
+        return 0 if self.decode_block_table is None else self.decode_block_table.shape[0]
+
+    @classmethod
+    def build(cls, batch: PagedBatch, *, block_size: int, num_blocks: int, vocab_size: int,
+              device: torch.device, sliding_window: int | None = None) -> "PreparedBatch":
+        """Validate ``batch`` against the pool geometry and lay it out as tensors on ``device``."""
+        seqs = batch.seqs
+        if not seqs:
+            raise ValueError("PagedBatch has no sequences")
+        positions: list[int] = []
+        slot_blocks: list[int] = []
+        slot_offsets: list[int] = []
+        last_rows: list[int] = []
+        prefills: list[PrefillSpan] = []
+        dec_rows: list[int] = []
+        dec_tables: list[list[int]] = []
+        dec_ctx: list[int] = []
+        row = 0
+        for i, seq in enumerate(seqs):
+            q_len, start = len(seq.token_ids), seq.start
+            ctx = start + q_len
+            table = seq.block_table
+            if q_len < 1:
+                raise ValueError(f"sequence {i}: token_ids is empty (every chunk needs >= 1 token)")
+            if start < 0:
+                raise ValueError(f"sequence {i}: start must be >= 0, got {start}")
+            n_blocks = -(-ctx // block_size)
+            if len(table) < n_blocks:
+                raise ValueError(
+                    f"sequence {i}: block_table has {len(table)} blocks but {ctx} tokens need "
+                    f"{n_blocks} of size {block_size}; append blocks before the forward")
+            used = table[:n_blocks]
+            if min(used) < 0 or max(used) >= num_blocks:
+                raise ValueError(f"sequence {i}: block ids must lie in [0, {num_blocks}), "
+                                 f"got {list(used)}")
+            last_rows.append(row + q_len - 1)
+            if q_len == 1:  # decode fast path: one slot, no ranges
+                positions.append(start)
+                slot_blocks.append(table[start // block_size])
+                slot_offsets.append(start % block_size)
+                dec_rows.append(row)
+                dec_tables.append(list(used))
+                dec_ctx.append(ctx)
+            else:
+                pos_range = range(start, ctx)
+                positions.extend(pos_range)
+                slot_blocks.extend(table[p // block_size] for p in pos_range)
+                slot_offsets.extend(p % block_size for p in pos_range)
+                prefills.append(_prefill_span(row, q_len, start, used, sliding_window, device))
+            row += q_len
+
+        ids_cpu = torch.tensor(list(chain.from_iterable(s.token_ids for s in seqs)), dtype=torch.long)
+        if ids_cpu.min() < 0 or ids_cpu.max() >= vocab_size:
+            raise ValueError(f"token ids must lie in [0, {vocab_size}), got min={int(ids_cpu.min())}"
+                             f" max={int(ids_cpu.max())}")
+        dec_index = dec_table = dec_valid = None
+        if dec_rows:
+            if len(dec_rows) != row:  # mixed batch: decodes are a subset of the rows
+                dec_index = torch.tensor(dec_rows, dtype=torch.long, device=device)
+            width = max(len(t) for t in dec_tables)
+            # NOTE(padding): pad with the row's first block, a real id, so the gather stays in
+            # bounds; the validity mask hides those keys (and any stale bytes past ctx).
+            dec_table = torch.tensor([t + [t[0]] * (width - len(t)) for t in dec_tables],
+                                     dtype=torch.long, device=device)
+            ctx_t = torch.tensor(dec_ctx, dtype=torch.long, device=device)[:, None]
+            key_pos = torch.arange(width * block_size, device=device)[None, :]
+            dec_valid = key_pos < ctx_t
+            if sliding_window is not None:
+                dec_valid &= key_pos > ctx_t - 1 - sliding_window
+        # One host->device transfer for the three per-token index rows.
+        pos_slots = torch.tensor((positions, slot_blocks, slot_offsets), dtype=torch.long,
+                                 device=device)
+        return cls(
+            input_ids=ids_cpu.to(device),
+            positions=pos_slots[0],
+            slot_blocks=pos_slots[1],
+            slot_offsets=pos_slots[2],
+            last_token_index=torch.tensor(last_rows, dtype=torch.long, device=device),
+            prefills=prefills,
+            decode_token_index=dec_index,
+            decode_block_table=dec_table,
+            decode_key_valid=dec_valid,
+        )
+
+
+def _prefill_span(row: int, q_len: int, start: int, blocks: Sequence[int],
+                  sliding_window: int | None, device: torch.device) -> PrefillSpan:
+    """Span of a multi-token query; its mask is relative to absolute positions.
+
+    ::
+
+        keys k:     0 ........ start-1 | start ........ ctx-1
+        query i (absolute start+i) sees  k <= start + i   (and k > start+i-window, Mistral)
+
+    With ``start == 0`` and no window that is the plain lower-triangular mask, and the kernel's
+    ``is_causal`` is used; otherwise ``is_causal`` would align the triangle to the top-left and
+    hide the cached prefix from the first queries, so an explicit mask is built.
+    """
+    ctx = start + q_len
+    mask = None
+    if start > 0 or (sliding_window is not None and ctx > sliding_window):
+        q_pos = torch.arange(start, ctx, device=device)[:, None]
+        k_pos = torch.arange(ctx, device=device)[None, :]
+        mask = k_pos <= q_pos
+        if sliding_window is not None:
+            mask &= k_pos > q_pos - sliding_window
+    context_blocks = None
+    if start > 0:
+        context_blocks = torch.tensor(list(blocks), dtype=torch.long, device=device)
+    return PrefillSpan(row, row + q_len, start, ctx, context_blocks, mask)

@@ -1,0 +1,277 @@
+"""ModelConfig: the frozen, validated subset of a Hugging Face ``config.json`` the paged model needs.
+
+Supported families: Llama (``LlamaForCausalLM``), Qwen2 (``Qwen2ForCausalLM``, bias on q/k/v) and
+Mistral (``MistralForCausalLM``, optional sliding window). RoPE parameters are read from either
+layout transformers has used:
+
+* 4.x: top-level ``rope_theta`` plus an optional ``rope_scaling`` dict (``type`` or ``rope_type``);
+* 5.x: ``rope_parameters = {"rope_type": "default", "rope_theta": ...}``.
+
+Every error is a :class:`ModelConfigError` that names the offending key and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ModelConfigError, ModelLoadError
+
+__all__ = ["ModelConfig", "ModelConfigError", "RopeScaling"]
+
+# model_type -> the transformers architecture name whose weight layout we load.
+_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "mistral": "MistralForCausalLM",
+}
+_SUPPORTED_ROPE_TYPES = ("default", "llama3")
+
+
+@dataclass(frozen=True, slots=True)
+class RopeScaling:
+    """RoPE frequency scaling. ``rope_type == "default"`` means none (other fields unused)."""
+
+    rope_type: str = "default"  # "default" | "llama3"
+    factor: float = 1.0  # llama3: divisor of the low frequencies
+    low_freq_factor: float = 1.0  # llama3: wavelengths above orig_ctx / low_freq_factor are scaled
+    high_freq_factor: float = 4.0  # llama3: wavelengths below orig_ctx / high_freq_factor are kept
+    original_max_position_embeddings: int = 8192  # llama3: the pretraining context length
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Shape and numerics of a Llama-family decoder.
+
+    Invariant (checked in ``__post_init__``): ``num_attention_heads % num_key_value_heads == 0``,
+    ``head_dim`` is even, every size is a positive int, ``rms_norm_eps > 0``, ``rope_theta > 0``.
+    """
+
+    model_type: str  # "llama" | "qwen2" | "mistral"
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int  # < num_attention_heads means grouped-query attention
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling = RopeScaling()
+    qkv_bias: bool = False  # Qwen2 always; Llama when attention_bias
+    o_bias: bool = False  # Llama when attention_bias
+    mlp_bias: bool = False  # Llama when mlp_bias
+    sliding_window: int | None = None  # Mistral: a key is visible iff q_pos - k_pos < sliding_window
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.model_type not in _ARCHITECTURES:
+            raise ModelConfigError(
+                "model_type",
+                f"unsupported {self.model_type!r}; supported: {sorted(_ARCHITECTURES)}",
+            )
+        for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ModelConfigError(key, f"must be a positive integer, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ModelConfigError(
+                "num_key_value_heads",
+                f"{self.num_key_value_heads} must divide num_attention_heads="
+                f"{self.num_attention_heads} (grouped-query attention)",
+            )
+        if self.head_dim % 2:
+            raise ModelConfigError("head_dim", f"must be even for RoPE, got {self.head_dim}")
+        if not (isinstance(self.rms_norm_eps, (int, float)) and 0 < self.rms_norm_eps < 1):
+            raise ModelConfigError("rms_norm_eps", f"must be in (0, 1), got {self.rms_norm_eps!r}")
+        if not (isinstance(self.rope_theta, (int, float)) and math.isfinite(self.rope_theta)
+                and self.rope_theta > 0):
+            raise ModelConfigError("rope_theta", f"must be a positive number, got {self.rope_theta!r}")
+        if self.sliding_window is not None and (
+                isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int)
+                or self.sliding_window <= 0):
+            raise ModelConfigError("sliding_window",
+                                   f"must be a positive integer or null, got {self.sliding_window!r}")
+        for tid in self.eos_token_ids:
+            if isinstance(tid, bool) or not isinstance(tid, int) or tid < 0:
+                raise ModelConfigError("eos_token_id", f"token ids must be ints >= 0, got {tid!r}")
+
+    # ------------------------------------------------------------------ derived sizes
+    @property
+    def architecture(self) -> str:
+        """The transformers class name whose checkpoint layout this config describes."""
+        return _ARCHITECTURES[self.model_type]
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    # ------------------------------------------------------------------ parsing
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "ModelConfig":
+        """Read ``<path>/config.json`` (or ``path`` itself when it names a file)."""
+        path = Path(path)
+        file = path if path.is_file() else path / "config.json"
+        if not file.is_file():
+            raise ModelLoadError(
+                f"{file} not found: point the model path at a local Hugging Face directory "
+                "that contains config.json (hub downloads are not supported)")
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ModelConfigError("config.json", f"{file} is not valid JSON: {exc}") from exc
+        return cls.from_hf_dict(data)
+
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
+        """Parse a config.json dict as written by transformers 4.x or 5.x."""
+        if not isinstance(d, Mapping):
+            raise ModelConfigError("config.json", "top level must be a JSON object")
+        model_type = d.get("model_type")
+        if model_type is None:
+            archs = d.get("architectures") or []
+            by_arch = {v: k for k, v in _ARCHITECTURES.items()}
+            model_type = next((by_arch[a] for a in archs if a in by_arch), None)
+            if model_type is None:
+                raise ModelConfigError(
+                    "model_type", f"missing and architectures={archs!r} names no supported class; "
+                    f"set model_type to one of {sorted(_ARCHITECTURES)}")
+        hidden_act = d.get("hidden_act", "silu")
+        if hidden_act != "silu":
+            raise ModelConfigError("hidden_act", f"only 'silu' is supported, got {hidden_act!r}")
+
+        def req(key: str) -> Any:
+            if d.get(key) is None:
+                raise ModelConfigError(key, "required key is missing")
+            return d[key]
+
+        hidden, heads = req("hidden_size"), req("num_attention_heads")
+        head_dim = d.get("head_dim")
+        if head_dim is None:
+            if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 \
+                    or hidden % heads:
+                raise ModelConfigError(
+                    "head_dim", f"absent and hidden_size={hidden!r} is not a multiple of "
+                    f"num_attention_heads={heads!r}; add head_dim")
+            head_dim = hidden // heads
+        partial = d.get("partial_rotary_factor", 1.0)
+        if partial not in (None, 1, 1.0):
+            raise ModelConfigError("partial_rotary_factor", f"only 1.0 is supported, got {partial!r}")
+
+        theta, scaling = _parse_rope(d)
+        qkv_bias = o_bias = mlp_bias = False
+        sliding = None
+        if model_type == "llama":
+            qkv_bias = o_bias = bool(d.get("attention_bias", False))
+            mlp_bias = bool(d.get("mlp_bias", False))
+        elif model_type == "qwen2":
+            qkv_bias = True
+            if d.get("use_sliding_window"):
+                raise ModelConfigError(
+                    "use_sliding_window", "Qwen2 sliding-window layers are not supported; "
+                    "set it to false (the released Qwen2/2.5 checkpoints do)")
+        else:  # mistral
+            sliding = d.get("sliding_window")
+        eos = d.get("eos_token_id")
+        eos_ids = () if eos is None else (tuple(eos) if isinstance(eos, (list, tuple)) else (eos,))
+        return cls(
+            model_type=model_type,
+            hidden_size=hidden,
+            intermediate_size=req("intermediate_size"),
+            num_hidden_layers=req("num_hidden_layers"),
+            num_attention_heads=heads,
+            num_key_value_heads=d.get("num_key_value_heads") or heads,
+            head_dim=head_dim,
+            vocab_size=req("vocab_size"),
+            rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+            max_position_embeddings=d.get("max_position_embeddings", 2048),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            rope_theta=theta,
+            rope_scaling=scaling,
+            qkv_bias=qkv_bias,
+            o_bias=o_bias,
+            mlp_bias=mlp_bias,
+            sliding_window=sliding,
+            bos_token_id=d.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+        )
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """A transformers 5.x style config.json dict (``rope_parameters``) for this config."""
+        rope: dict[str, Any] = {"rope_type": self.rope_scaling.rope_type,
+                                "rope_theta": self.rope_theta}
+        if self.rope_scaling.rope_type != "default":
+            rope.update({k: v for k, v in asdict(self.rope_scaling).items() if k != "rope_type"})
+        out: dict[str, Any] = {
+            "architectures": [self.architecture],
+            "model_type": self.model_type,
+            "hidden_act": "silu",
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "rms_norm_eps": self.rms_norm_eps,
+            "max_position_embeddings": self.max_position_embeddings,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "rope_theta": self.rope_theta,
+            "rope_parameters": rope,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": (list(self.eos_token_ids) if len(self.eos_token_ids) > 1
+                             else (self.eos_token_ids[0] if self.eos_token_ids else None)),
+            "torch_dtype": "float32",
+        }
+        if self.model_type == "llama":
+            out["attention_bias"] = self.o_bias
+            out["mlp_bias"] = self.mlp_bias
+        if self.model_type == "mistral":
+            out["sliding_window"] = self.sliding_window
+        return out
+
+
+def _parse_rope(d: Mapping[str, Any]) -> tuple[float, RopeScaling]:
+    """(rope_theta, scaling) from ``rope_parameters`` (5.x) or ``rope_theta``/``rope_scaling`` (4.x)."""
+    params = d.get("rope_parameters")
+    key = "rope_parameters"
+    if params is None:
+        params = dict(d.get("rope_scaling") or {})
+        key = "rope_scaling"
+        params.setdefault("rope_theta", d.get("rope_theta", 10000.0))
+    if not isinstance(params, Mapping):
+        raise ModelConfigError(key, f"must be an object, got {type(params).__name__}")
+    if params and all(isinstance(v, Mapping) for v in params.values()):
+        raise ModelConfigError(key, "per-layer-type RoPE parameters are not supported by "
+                                    "Llama/Qwen2/Mistral; use one flat object")
+    theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
+    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+    if rope_type not in _SUPPORTED_ROPE_TYPES:
+        raise ModelConfigError(
+            f"{key}.rope_type", f"unsupported RoPE type {rope_type!r}; supported: "
+            f"{list(_SUPPORTED_ROPE_TYPES)}")
+    if rope_type == "default":
+        return theta, RopeScaling()
+    values: dict[str, Any] = {}
+    for name in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        value = params.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ModelConfigError(f"{key}.{name}",
+                                   f"llama3 RoPE needs a positive number, got {value!r}")
+        values[name] = value
+    if values["high_freq_factor"] <= values["low_freq_factor"]:
+        raise ModelConfigError(f"{key}.high_freq_factor",
+                               "must be greater than low_freq_factor for llama3 RoPE")
+    values["original_max_position_embeddings"] = int(values["original_max_position_embeddings"])
+    return theta, RopeScaling(rope_type="llama3", **values)

@@ -1,0 +1,180 @@
+"""Per-request sampling parameters and a batched sampler over ``logits [num_seqs, vocab]``.
+
+Pipeline per row (rows with ``temperature == 0`` skip it and take the argmax)::
+
+    logits / temperature -> top-k mask -> top-p mask (on the top-k renormalized distribution)
+      -> softmax -> token = argmax(probs / E),  E ~ Exponential(1) i.i.d. per vocab entry
+
+The last step is the exponential-race form of categorical sampling: ``argmax(p_i / E_i)`` is
+distributed as ``p``. Its noise for a seeded request comes only from that request's own
+``torch.Generator`` and always consumes exactly ``vocab`` draws per step, so the same seed gives
+the same tokens whatever else shares the batch (given the same logits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+__all__ = ["Sampler", "SamplingParams", "SamplingParamsError", "make_generator"]
+
+GREEDY_TEMPERATURE = 1e-5  # below this a temperature means greedy (dividing would overflow)
+_SEED_MOD = 1 << 64
+
+
+class SamplingParamsError(ValueError):
+    """An invalid sampling field; ``param`` names it (maps to the OpenAI error's ``param``)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How one request samples and when it stops. Validated on construction.
+
+    ``stop`` accepts a string or a sequence of strings and is stored as a tuple, as is
+    ``stop_token_ids``; ``top_k`` of 0 or -1 and ``top_p`` of 1 disable those filters.
+    """
+
+    n: int = 1  # completions per prompt
+    max_tokens: int | None = 16  # None: up to the model's context limit (the engine decides)
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass kept, in [0, 1]
+    top_k: int = -1  # keep the k most likely tokens; -1 or 0 = off
+    seed: int | None = None  # per-request generator; None = the sampler's shared RNG
+    stop: tuple[str, ...] = ()  # stop strings (excluded from the output text)
+    stop_token_ids: tuple[int, ...] = ()  # extra token ids that end the sequence
+    ignore_eos: bool = False  # keep generating past EOS (benchmarks)
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.n) or self.n < 1:
+            raise SamplingParamsError("n", f"must be an integer >= 1, got {self.n!r}")
+        if self.max_tokens is not None and (not _is_int(self.max_tokens) or self.max_tokens < 1):
+            raise SamplingParamsError("max_tokens",
+                                      f"must be an integer >= 1, got {self.max_tokens!r}")
+        t = self.temperature
+        if not _is_number(t) or not math.isfinite(t) or t < 0:
+            raise SamplingParamsError("temperature", f"must be a finite number >= 0, got {t!r}")
+        p = self.top_p
+        if not _is_number(p) or not (0 <= p <= 1):  # NaN fails the comparison too
+            raise SamplingParamsError("top_p", f"must be a number in [0, 1], got {p!r}")
+        if not _is_int(self.top_k) or self.top_k < -1:
+            raise SamplingParamsError("top_k", f"must be an integer >= 1, or -1/0 to disable, "
+                                               f"got {self.top_k!r}")
+        if self.seed is not None and (not _is_int(self.seed)
+                                      or not -(1 << 63) <= self.seed < _SEED_MOD):
+            raise SamplingParamsError("seed", f"must be a 64-bit integer or null, got {self.seed!r}")
+        stop = self.stop
+        if isinstance(stop, str):
+            stop = (stop,)
+        if stop is None:
+            stop = ()
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+            raise SamplingParamsError("stop", f"must be a non-empty string or a list of non-empty "
+                                              f"strings, got {self.stop!r}")
+        object.__setattr__(self, "stop", tuple(stop))
+        ids = () if self.stop_token_ids is None else self.stop_token_ids
+        if not isinstance(ids, (list, tuple)) or not all(_is_int(i) and i >= 0 for i in ids):
+            raise SamplingParamsError("stop_token_ids", f"must be a list of integers >= 0, "
+                                                        f"got {self.stop_token_ids!r}")
+        object.__setattr__(self, "stop_token_ids", tuple(ids))
+        if not isinstance(self.ignore_eos, bool):
+            raise SamplingParamsError("ignore_eos", f"must be a boolean, got {self.ignore_eos!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_TEMPERATURE
+
+    def make_generator(self, device: torch.device | str = "cpu") -> torch.Generator | None:
+        return make_generator(self.seed, device)
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """A generator seeded with ``seed`` (None -> None). Create one per request and keep it for
+    the request's lifetime (and per completion when ``n > 1``: seed, seed+1, ...)."""
+    if seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(seed % _SEED_MOD)
+
+
+class Sampler:
+    """Batched sampling; stateless apart from the RNG used for unseeded rows."""
+
+    def __init__(self, generator: torch.Generator | None = None) -> None:
+        self.generator = generator  # for rows without their own generator (None: torch global)
+
+    def __call__(self, logits: torch.Tensor, params: Sequence[SamplingParams],
+                 generators: Sequence[torch.Generator | None] | None = None) -> torch.Tensor:
+        """Next token id per row, ``[num_seqs]`` long on ``logits.device``.
+
+        ``generators[i]`` is row i's request generator (or None); it is advanced only when that
+        row samples (temperature > 0).
+        """
+        num, vocab = logits.shape
+        if len(params) != num or (generators is not None and len(generators) != num):
+            raise ValueError(f"need one SamplingParams (and generator) per logits row ({num})")
+        logits = logits.float()
+        best = logits.argmax(dim=-1)
+        rows = [i for i, p in enumerate(params) if not p.greedy]
+        if not rows:
+            return best
+        dev = logits.device
+        x = logits if len(rows) == num else logits[rows]
+        temps = torch.tensor([params[i].temperature for i in rows], device=dev)
+        x = x / temps[:, None]
+        top_k = [params[i].top_k if params[i].top_k > 0 else vocab for i in rows]
+        top_p = [float(params[i].top_p) for i in rows]
+        if min(top_k) < vocab or min(top_p) < 1.0:
+            x = self._filter(x, top_k, top_p)
+        probs = torch.softmax(x, dim=-1)
+        noise = self._exponential_noise(probs, rows, generators)
+        chosen = (probs / noise).argmax(dim=-1)
+        if len(rows) == num:
+            return chosen
+        best[rows] = chosen
+        return best
+
+    @staticmethod
+    def _filter(x: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
+        """Set logits outside each row's top-k / top-p set to -inf (the best token always stays)."""
+        vocab = x.shape[-1]
+        sorted_x, order = x.sort(dim=-1, descending=True)
+        rank = torch.arange(vocab, device=x.device)[None, :]
+        keep = rank < torch.tensor(top_k, device=x.device)[:, None]
+        if min(top_p) < 1.0:
+            masked = sorted_x.masked_fill(~keep, float("-inf"))
+            p_sorted = torch.softmax(masked, dim=-1)
+            mass_before = p_sorted.cumsum(dim=-1) - p_sorted
+            keep &= mass_before < torch.tensor(top_p, device=x.device)[:, None]
+        keep[:, 0] = True  # top_p == 0 (or rounding) must still leave the argmax
+        sorted_x = sorted_x.masked_fill(~keep, float("-inf"))
+        return torch.empty_like(x).scatter_(-1, order, sorted_x)
+
+    def _exponential_noise(self, probs: torch.Tensor, rows: list[int],
+                           generators: Sequence[torch.Generator | None] | None) -> torch.Tensor:
+        noise = torch.empty_like(probs)
+        shared: list[int] = []
+        for j, i in enumerate(rows):
+            gen = generators[i] if generators is not None else None
+            if gen is None:
+                shared.append(j)
+            else:
+                noise[j].exponential_(generator=gen)  # exactly `vocab` draws from this request
+        if shared:
+            draws = torch.empty((len(shared), probs.shape[-1]), device=probs.device)
+            noise[shared] = draws.exponential_(generator=self.generator)
+        # NOTE(race): an exact 0 draw would turn p/0 into inf (or NaN for p = 0).
+        return noise.clamp_min_(1e-20)

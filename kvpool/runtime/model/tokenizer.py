@@ -1,0 +1,129 @@
+"""Tokenizer: a thin wrapper over a ``tokenizers.Tokenizer`` plus the ids an engine needs.
+
+The engine encodes prompts, checks ``eos_token_ids`` after each sampled token and streams text
+through :class:`IncrementalDetokenizer`, which never emits half a UTF-8 character and copes with
+decoders whose output depends on the preceding tokens (SentencePiece's leading-space rule).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import tokenizers
+
+__all__ = ["IncrementalDetokenizer", "Tokenizer"]
+
+_REPLACEMENT = "\ufffd"  # what a decoder emits for an incomplete UTF-8 byte sequence
+
+
+class Tokenizer:
+    """Encode/decode text; knows its BOS and EOS ids (EOS may be several, as in Llama 3)."""
+
+    def __init__(self, backend: tokenizers.Tokenizer, *, eos_token_ids: Iterable[int] = (),
+                 bos_token_id: int | None = None, name: str = "",
+                 split_special_tokens: bool = False) -> None:
+        """``split_special_tokens=True`` encodes text such as ``"</s>"`` as plain characters
+        (so user text can never inject a control token); False follows transformers' default
+        of matching special-token strings in the text."""
+        self.backend = backend
+        backend.encode_special_tokens = split_special_tokens
+        self.eos_token_ids: tuple[int, ...] = tuple(dict.fromkeys(int(t) for t in eos_token_ids))
+        self.bos_token_id = bos_token_id
+        self.name = name
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs) -> "Tokenizer":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: a tokenizer.json (the `tokenizers` format)"
+                                    " is required")
+        return cls(tokenizers.Tokenizer.from_file(str(path)), **kwargs)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The primary EOS id (the first of ``eos_token_ids``), or None."""
+        return self.eos_token_ids[0] if self.eos_token_ids else None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
+        return [e.ids for e in self.backend.encode_batch(list(texts),
+                                                         add_special_tokens=add_special_tokens)]
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.backend.id_to_token(token_id)
+
+    def save(self, path: str | Path) -> None:
+        """Write the backend as ``tokenizer.json``-format JSON."""
+        self.backend.save(str(path))
+
+    def detokenizer(self, prompt_ids: Sequence[int] = (),
+                    skip_special_tokens: bool = True) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self, prompt_ids, skip_special_tokens)
+
+    def __repr__(self) -> str:
+        return (f"Tokenizer(name={self.name!r}, vocab_size={self.vocab_size}, "
+                f"bos={self.bos_token_id}, eos={self.eos_token_ids})")
+
+
+class IncrementalDetokenizer:
+    """Turns generated ids into text deltas, one ``push`` per step.
+
+    Invariant: the concatenation of all returned deltas (plus :meth:`finish`) equals
+    ``decode(generated_ids)`` as it would read after the prompt.
+
+    It keeps a window ``ids[prefix:read]`` of already-emitted tokens as left context::
+
+        ids:  ... prompt ... | emitted ... | new
+                    prefix --^      read --^
+        delta = decode(ids[prefix:]) minus decode(ids[prefix:read])
+
+    and holds the delta back while it ends in U+FFFD (a character split across tokens).
+    """
+
+    _CONTEXT = 6  # prompt tokens used as left context for the first delta
+
+    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int] = (),
+                 skip_special_tokens: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.ids: list[int] = list(prompt_ids)
+        self.read = len(self.ids)  # ids before this index have been emitted (or are the prompt)
+        self.prefix = max(0, self.read - self._CONTEXT)  # left edge of the context window
+        self.text = ""  # every delta returned so far, joined
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def push(self, token_ids: int | Sequence[int]) -> str:
+        """Append generated ids; return the newly readable text (maybe empty)."""
+        self.ids.extend([token_ids] if isinstance(token_ids, int) else token_ids)
+        before = self._decode(self.ids[self.prefix:self.read])
+        after = self._decode(self.ids[self.prefix:])
+        if len(after) <= len(before) or after.endswith(_REPLACEMENT):
+            return ""
+        delta = after[len(before):]
+        self.prefix, self.read = self.read, len(self.ids)
+        self.text += delta
+        return delta
+
+    def finish(self) -> str:
+        """Flush text held back at the end (an incomplete character decodes as U+FFFD)."""
+        before = self._decode(self.ids[self.prefix:self.read])
+        after = self._decode(self.ids[self.prefix:])
+        delta = after[len(before):] if len(after) > len(before) else ""
+        self.prefix = self.read = len(self.ids)
+        self.text += delta
+        return delta

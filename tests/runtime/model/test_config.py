@@ -1,0 +1,134 @@
+"""ModelConfig parsing (transformers 4.x and 5.x layouts), validation errors, KV pool geometry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from kvpool.runtime.model import (KVCacheLayout, ModelConfig, ModelConfigError, ModelLoadError,
+                                  allocate_kv_cache, kv_bytes_per_block)
+
+BASE = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 300}
+
+
+def cfg(**over):
+    d = dict(BASE)
+    d.update(over)
+    return {k: v for k, v in d.items() if v is not ...}
+
+
+def test_defaults_and_derived_head_dim():
+    c = ModelConfig.from_hf_dict(cfg())
+    assert c.head_dim == 16 and c.rope_theta == 10000.0 and c.rope_scaling.rope_type == "default"
+    assert c.architecture == "LlamaForCausalLM" and not c.tie_word_embeddings
+    assert c.q_size == 64 and c.kv_size == 32 and c.eos_token_ids == ()
+
+
+def test_rope_theta_from_both_layouts():
+    v4 = ModelConfig.from_hf_dict(cfg(rope_theta=500000.0))
+    v5 = ModelConfig.from_hf_dict(cfg(rope_parameters={"rope_type": "default",
+                                                       "rope_theta": 500000.0}))
+    assert v4.rope_theta == v5.rope_theta == 500000.0
+    llama3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
+    old = ModelConfig.from_hf_dict(cfg(rope_theta=5e5, rope_scaling={"rope_type": "llama3", **llama3}))
+    old_type = ModelConfig.from_hf_dict(cfg(rope_theta=5e5, rope_scaling={"type": "llama3", **llama3}))
+    new = ModelConfig.from_hf_dict(cfg(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5,
+                                                        **llama3}))
+    assert old == old_type == new and new.rope_scaling.factor == 8.0
+
+
+def test_round_trip_through_hf_dict():
+    c = ModelConfig.from_hf_dict(cfg(eos_token_id=[1, 7], bos_token_id=0, attention_bias=True,
+                                     rope_parameters={"rope_type": "llama3", "rope_theta": 5e5,
+                                                      "factor": 8.0, "low_freq_factor": 1.0,
+                                                      "high_freq_factor": 4.0,
+                                                      "original_max_position_embeddings": 64}))
+    assert ModelConfig.from_hf_dict(c.to_hf_dict()) == c
+    assert c.eos_token_ids == (1, 7) and c.qkv_bias and c.o_bias
+
+
+def test_families():
+    q = ModelConfig.from_hf_dict(cfg(model_type="qwen2"))
+    assert q.qkv_bias and not q.o_bias
+    m = ModelConfig.from_hf_dict(cfg(model_type="mistral", sliding_window=4096))
+    assert m.sliding_window == 4096 and not m.qkv_bias
+    inferred = ModelConfig.from_hf_dict(cfg(model_type=..., architectures=["Qwen2ForCausalLM"]))
+    assert inferred.model_type == "qwen2"
+
+
+@pytest.mark.parametrize("over,key", [
+    ({"model_type": "gpt2"}, "model_type"),
+    ({"model_type": ..., "architectures": ["GPT2LMHeadModel"]}, "model_type"),
+    ({"hidden_size": ...}, "hidden_size"),
+    ({"vocab_size": 0}, "vocab_size"),
+    ({"num_key_value_heads": 3}, "num_key_value_heads"),
+    ({"hidden_size": 66}, "head_dim"),
+    ({"head_dim": 15}, "head_dim"),
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"rms_norm_eps": 0}, "rms_norm_eps"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_parameters.rope_type"),
+    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_scaling.rope_type"),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4}}, "rope_parameters.factor"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": -1.0}}, "rope_theta"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
+    ({"model_type": "mistral", "sliding_window": 0}, "sliding_window"),
+    ({"eos_token_id": -1}, "eos_token_id"),
+])
+def test_errors_name_the_key(over, key):
+    with pytest.raises(ModelConfigError) as err:
+        ModelConfig.from_hf_dict(cfg(**over))
+    assert err.value.key == key
+    assert key in str(err.value)
+
+
+def test_from_pretrained_errors(tmp_path):
+    with pytest.raises(ModelLoadError, match="config.json"):
+        ModelConfig.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelConfigError, match="not valid JSON"):
+        ModelConfig.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(cfg()))
+    assert ModelConfig.from_pretrained(tmp_path).hidden_size == 64
+
+
+def test_frozen():
+    c = ModelConfig.from_hf_dict(cfg())
+    with pytest.raises(AttributeError):
+        c.hidden_size = 1  # type: ignore[misc]
+
+
+def test_kv_cache_layout_and_bytes():
+    c = ModelConfig.from_hf_dict(cfg())
+    kv = allocate_kv_cache(10, c, 16, torch.bfloat16, "cpu")
+    assert kv.shape == (10, 2, 2, 16, 2, 16) and kv.dtype == torch.bfloat16
+    assert not kv.any()  # zero-filled
+    per_block = kv_bytes_per_block(c, 16, torch.bfloat16)
+    assert per_block == 2 * 2 * 16 * 2 * 16 * 2
+    # Block-major: one block is one contiguous chunk of per_block bytes.
+    assert kv[3].is_contiguous() and kv[3].numel() * kv.element_size() == per_block
+    assert kv[4].data_ptr() - kv[3].data_ptr() == per_block
+    layout = KVCacheLayout.of(kv)
+    assert layout == KVCacheLayout.for_model(c, 16, torch.bfloat16)
+    assert layout.num_blocks_for_bytes(per_block * 7 + 1) == 7
+
+
+def test_kv_cache_is_not_an_inference_tensor():
+    c = ModelConfig.from_hf_dict(cfg())
+    with torch.inference_mode():
+        kv = allocate_kv_cache(2, c, 4, torch.float32, "cpu")
+    kv[1].copy_(kv[0])  # a copy engine works outside inference mode
+
+
+@pytest.mark.parametrize("bad", [{"num_blocks": 0}, {"block_size": 0}, {"dtype": torch.int32}])
+def test_kv_cache_rejects_bad_geometry(bad):
+    c = ModelConfig.from_hf_dict(cfg())
+    args = {"num_blocks": 4, "block_size": 16, "dtype": torch.float32}
+    args.update(bad)
+    with pytest.raises(ValueError):
+        allocate_kv_cache(args["num_blocks"], c, args["block_size"], args["dtype"], "cpu")

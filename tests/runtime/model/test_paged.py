@@ -1,0 +1,144 @@
+"""Paged forward properties on the built-in tiny model: chunking, batching, cache hygiene, input
+validation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvpool.runtime.model import (PagedBatch, SeqChunk, allocate_kv_cache, build_tiny_model)
+
+ATOL = 2e-4
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg, model, tok = build_tiny_model()
+    return cfg, model
+
+
+def one_shot(model, cfg, ids, block_size=16):
+    kv = allocate_kv_cache(-(-len(ids) // block_size) + 1, cfg, block_size, torch.float32, "cpu")
+    table = list(range(kv.shape[0]))
+    return model(PagedBatch([SeqChunk(ids, 0, table)]), kv)[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_random_chunking_equals_one_shot_prefill(tiny, data):
+    cfg, model = tiny
+    n = data.draw(st.integers(2, 70), label="prompt_len")
+    ids = data.draw(st.lists(st.integers(3, 511), min_size=n, max_size=n), label="ids")
+    block_size = data.draw(st.sampled_from([1, 3, 8, 16, 64]), label="block_size")
+    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=6), label="cuts"))
+    num_blocks = -(-n // block_size) + 3
+    kv = allocate_kv_cache(num_blocks, cfg, block_size, torch.float32, "cpu")
+    table = data.draw(st.permutations(range(num_blocks)), label="table")
+    bounds = [0, *cuts, n]
+    for a, b in zip(bounds, bounds[1:]):
+        got = model(PagedBatch([SeqChunk(ids[a:b], a, table)]), kv)[0]
+        # After each chunk: the logits of a one-shot prefill of the prefix read so far.
+        torch.testing.assert_close(got, one_shot(model, cfg, ids[:b]), atol=ATOL, rtol=1e-4)
+
+
+def test_batch_composition_does_not_change_a_sequence(tiny):
+    cfg, model = tiny
+    rng = random.Random(0)
+    block_size = 4
+    kv = allocate_kv_cache(200, cfg, block_size, torch.float32, "cpu")
+    target = [rng.randrange(3, 512) for _ in range(23)]
+    alone_kv = allocate_kv_cache(10, cfg, block_size, torch.float32, "cpu")
+    alone = model(PagedBatch([SeqChunk(target[:20], 0, list(range(10)))]), alone_kv)[0]
+    alone_dec = model(PagedBatch([SeqChunk(target[20:21], 20, list(range(10)))]), alone_kv)[0]
+    # Same work inside a busy batch: other prefills, chunks and decodes around it.
+    others = [[rng.randrange(3, 512) for _ in range(rng.randrange(1, 40))] for _ in range(6)]
+    free = list(range(10, 200))
+    rng.shuffle(free)
+    tables = [[free.pop() for _ in range(12)] for _ in range(7)]
+    batch = [SeqChunk(o, 0, t) for o, t in zip(others[:3], tables)]
+    batch.insert(1, SeqChunk(target[:20], 0, tables[6]))
+    out = model(PagedBatch(batch), kv)
+    torch.testing.assert_close(out[1], alone, atol=ATOL, rtol=1e-4)
+    batch = [SeqChunk(o[-1:], len(o) - 1, t) for o, t in zip(others[:3], tables)]
+    batch.append(SeqChunk(target[20:21], 20, tables[6]))
+    batch.append(SeqChunk(others[4], 0, tables[4]))
+    out = model(PagedBatch(batch), kv)
+    torch.testing.assert_close(out[3], alone_dec, atol=ATOL, rtol=1e-4)
+
+
+def test_stale_bytes_are_never_read(tiny):
+    """Slots past a sequence's length, and padding blocks of the batched decode, hold stale K/V
+    of earlier owners (freed blocks are reused without clearing): they must not count."""
+    cfg, model = tiny
+    block_size = 8
+    clean = allocate_kv_cache(12, cfg, block_size, torch.float32, "cpu")
+    dirty = allocate_kv_cache(12, cfg, block_size, torch.float32, "cpu")
+    dirty.copy_(torch.randn(dirty.shape, generator=torch.Generator().manual_seed(0)) * 30)
+    seqs = [([5, 9, 200, 31, 7], [3, 4]), (list(range(40, 61)), [0, 6, 11, 2]),
+            ([77], [9])]
+    results = []
+    for kv in (clean, dirty):
+        outs = [model(PagedBatch([SeqChunk(ids, 0, t) for ids, t in seqs]), kv)]
+        for step in range(4):  # batched decodes of different lengths
+            outs.append(model(PagedBatch([SeqChunk([100 + step], len(ids) + step, t)
+                                          for ids, t in seqs]), kv))
+        # A prefill chunk over a cached prefix (start > 0) reads the pool as well.
+        outs.append(model(PagedBatch([SeqChunk([1, 2, 3], len(seqs[1][0]) + 4, seqs[1][1])]), kv))
+        results.append(torch.cat(outs))
+    assert torch.isfinite(results[1]).all()
+    torch.testing.assert_close(results[0], results[1], atol=0, rtol=0)
+
+
+def test_logits_rows_follow_batch_order(tiny):
+    cfg, model = tiny
+    kv = allocate_kv_cache(8, cfg, 16, torch.float32, "cpu")
+    a, b = SeqChunk([5, 6, 7], 0, [0]), SeqChunk([9], 0, [1])
+    ab = model(PagedBatch([a, b]), kv)
+    ba = model(PagedBatch([b, a]), kv)
+    torch.testing.assert_close(ab, ba.flip(0), atol=ATOL, rtol=1e-4)
+    assert ab.shape == (2, cfg.vocab_size) and ab.dtype == torch.float32
+
+
+def test_writes_land_in_the_right_slots(tiny):
+    cfg, model = tiny
+    kv = allocate_kv_cache(6, cfg, 4, torch.float32, "cpu")
+    model(PagedBatch([SeqChunk([10, 11, 12, 13, 14, 15], 0, [5, 2])]), kv)
+    used = kv.abs().sum(dim=(1, 2, 4, 5)) > 0  # [block, slot]
+    expected = torch.zeros(6, 4, dtype=torch.bool)
+    expected[5, :] = True
+    expected[2, :2] = True
+    assert torch.equal(used, expected)
+
+
+@pytest.mark.parametrize("chunk,match", [
+    (SeqChunk([], 0, [0]), "empty"),
+    (SeqChunk([1, 2], -1, [0]), "start"),
+    (SeqChunk([1] * 5, 0, [0]), "block_table has 1 blocks"),
+    (SeqChunk([1], 0, [7]), r"block ids must lie in \[0, 4\)"),
+    (SeqChunk([512], 0, [0]), r"token ids must lie in \[0, 512\)"),
+])
+def test_invalid_batches(tiny, chunk, match):
+    cfg, model = tiny
+    kv = allocate_kv_cache(4, cfg, 4, torch.float32, "cpu")
+    with pytest.raises(ValueError, match=match):
+        model(PagedBatch([chunk]), kv)
+
+
+def test_kv_cache_must_match_model(tiny):
+    cfg, model = tiny
+    with pytest.raises(ValueError, match="layout"):
+        model(PagedBatch([SeqChunk([1], 0, [0])]),
+              allocate_kv_cache(4, cfg, 4, torch.bfloat16, "cpu"))
+    with pytest.raises(ValueError, match="no sequences"):
+        model(PagedBatch([]), allocate_kv_cache(4, cfg, 4, torch.float32, "cpu"))
+
+
+def test_from_lists(tiny):
+    b = PagedBatch.from_lists([[1, 2], [3]], [0, 5], [[0], [1, 2]])
+    assert b.num_tokens == 3 and b.seqs[1].context_len == 6
+    with pytest.raises(ValueError):
+        PagedBatch.from_lists([[1]], [0, 1], [[0]])
