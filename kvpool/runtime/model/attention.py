@@ -8,7 +8,7 @@ Per layer, for the flattened new tokens of a step:
      K/V directly with ``is_causal=True``; a chunk with ``start > 0`` gathers its context blocks
      ``[0, start + q_len)`` from the pool and uses an explicit position-relative mask;
    * single-token queries (decodes) are batched: one padded gather of their block tables and
-     one SDPA call with a per-row key-validity mask.
+     one SDPA call with a per-row key-validity bias.
 
 GQA uses SDPA's ``enable_gqa``: query head ``j`` reads KV head ``j // (num_heads //
 num_kv_heads)``, the pairing of ``repeat_interleave`` (not ``repeat``), without materializing the
@@ -84,8 +84,8 @@ class PagedAttention:
 
     def _decode(self, q: torch.Tensor, kv: torch.Tensor, layer: int,
                 prep: PreparedBatch) -> torch.Tensor:
-        table, valid = prep.decode_block_table, prep.decode_key_valid
-        assert table is not None and valid is not None
+        table, bias = prep.decode_block_table, prep.decode_key_bias
+        assert table is not None and bias is not None
         num = table.shape[0]
         flat = table.reshape(-1)
         # [N, L, Hkv, D] gathered, viewed as [N, Hkv, L, D] without a copy.
@@ -96,7 +96,7 @@ class PagedAttention:
         # finite (pools are zero-filled and only ever hold real K/V), so they contribute 0.
         out = F.scaled_dot_product_attention(
             qd.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2),
-            attn_mask=valid[:, None, None, :], scale=self.scale, enable_gqa=self.group > 1)
+            attn_mask=bias, scale=self.scale, enable_gqa=self.group > 1)
         return out.squeeze(2)
 
     @staticmethod

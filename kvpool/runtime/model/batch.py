@@ -72,7 +72,7 @@ class PrefillSpan:
     start: int  # cached tokens before the chunk
     context_len: int  # start + query length
     context_blocks: torch.Tensor | None  # [ceil(context_len / block_size)] long; None if start == 0
-    mask: torch.Tensor | None  # [q_len, context_len] bool (True = visible); None means plain causal
+    mask: torch.Tensor | None  # [q_len, context_len] additive bias (0 or -inf); None: plain causal
 
 
 @dataclass(slots=True)
@@ -87,7 +87,7 @@ class PreparedBatch:
     prefills: list[PrefillSpan]
     decode_token_index: torch.Tensor | None  # [D] long rows of 1-token queries; None: all rows
     decode_block_table: torch.Tensor | None  # [D, max_blocks] long, padded with a valid id
-    decode_key_valid: torch.Tensor | None  # [D, max_blocks * block_size] bool
+    decode_key_bias: torch.Tensor | None  # [D, 1, 1, max_blocks * block_size] 0 / -inf
 
     @property
     def num_decodes(self) -> int:
@@ -95,8 +95,13 @@ class PreparedBatch:
 
     @classmethod
     def build(cls, batch: PagedBatch, *, block_size: int, num_blocks: int, vocab_size: int,
-              device: torch.device, sliding_window: int | None = None) -> "PreparedBatch":
-        """Validate ``batch`` against the pool geometry and lay it out as tensors on ``device``."""
+              device: torch.device, dtype: torch.dtype = torch.float32,
+              sliding_window: int | None = None) -> "PreparedBatch":
+        """Validate ``batch`` against the pool geometry and lay it out as tensors on ``device``.
+
+        Masks are additive biases in ``dtype`` (the model's), built once here rather than
+        converted from booleans by every layer's attention call.
+        """
         seqs = batch.seqs
         if not seqs:
             raise ValueError("PagedBatch has no sequences")
@@ -139,14 +144,16 @@ class PreparedBatch:
                 positions.extend(pos_range)
                 slot_blocks.extend(table[p // block_size] for p in pos_range)
                 slot_offsets.extend(p % block_size for p in pos_range)
-                prefills.append(_prefill_span(row, q_len, start, used, sliding_window, device))
+                prefills.append(_prefill_span(row, q_len, start, used, sliding_window, device,
+                                              dtype))
             row += q_len
 
-        ids_cpu = torch.tensor(list(chain.from_iterable(s.token_ids for s in seqs)), dtype=torch.long)
+        ids_cpu = torch.tensor(list(chain.from_iterable(s.token_ids for s in seqs)),
+                               dtype=torch.long)
         if ids_cpu.min() < 0 or ids_cpu.max() >= vocab_size:
-            raise ValueError(f"token ids must lie in [0, {vocab_size}), got min={int(ids_cpu.min())}"
-                             f" max={int(ids_cpu.max())}")
-        dec_index = dec_table = dec_valid = None
+            raise ValueError(f"token ids must lie in [0, {vocab_size}), got "
+                             f"min={int(ids_cpu.min())} max={int(ids_cpu.max())}")
+        dec_index = dec_table = dec_bias = None
         if dec_rows:
             if len(dec_rows) != row:  # mixed batch: decodes are a subset of the rows
                 dec_index = torch.tensor(dec_rows, dtype=torch.long, device=device)
@@ -157,9 +164,10 @@ class PreparedBatch:
                                      dtype=torch.long, device=device)
             ctx_t = torch.tensor(dec_ctx, dtype=torch.long, device=device)[:, None]
             key_pos = torch.arange(width * block_size, device=device)[None, :]
-            dec_valid = key_pos < ctx_t
+            visible = key_pos < ctx_t
             if sliding_window is not None:
-                dec_valid &= key_pos > ctx_t - 1 - sliding_window
+                visible &= key_pos > ctx_t - 1 - sliding_window
+            dec_bias = _bias(visible, dtype)[:, None, None, :]
         # One host->device transfer for the three per-token index rows.
         pos_slots = torch.tensor((positions, slot_blocks, slot_offsets), dtype=torch.long,
                                  device=device)
@@ -172,12 +180,13 @@ class PreparedBatch:
             prefills=prefills,
             decode_token_index=dec_index,
             decode_block_table=dec_table,
-            decode_key_valid=dec_valid,
+            decode_key_bias=dec_bias,
         )
 
 
 def _prefill_span(row: int, q_len: int, start: int, blocks: Sequence[int],
-                  sliding_window: int | None, device: torch.device) -> PrefillSpan:
+                  sliding_window: int | None, device: torch.device,
+                  dtype: torch.dtype) -> PrefillSpan:
     """Span of a multi-token query; its mask is relative to absolute positions.
 
     ::
@@ -194,10 +203,17 @@ def _prefill_span(row: int, q_len: int, start: int, blocks: Sequence[int],
     if start > 0 or (sliding_window is not None and ctx > sliding_window):
         q_pos = torch.arange(start, ctx, device=device)[:, None]
         k_pos = torch.arange(ctx, device=device)[None, :]
-        mask = k_pos <= q_pos
+        visible = k_pos <= q_pos
         if sliding_window is not None:
-            mask &= k_pos > q_pos - sliding_window
+            visible &= k_pos > q_pos - sliding_window
+        mask = _bias(visible, dtype)
     context_blocks = None
     if start > 0:
         context_blocks = torch.tensor(list(blocks), dtype=torch.long, device=device)
     return PrefillSpan(row, row + q_len, start, ctx, context_blocks, mask)
+
+
+def _bias(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Boolean visibility -> additive attention bias (0 where visible, -inf elsewhere)."""
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(
+        ~visible, float("-inf"))

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
+from tokenizers import Tokenizer as HFTokenizer
 
 from .tokenizer import Tokenizer
 

@@ -1,4 +1,4 @@
-"""ModelConfig: the frozen, validated subset of a Hugging Face ``config.json`` the paged model needs.
+"""ModelConfig: the frozen, validated part of a Hugging Face ``config.json`` the model needs.
 
 Supported families: Llama (``LlamaForCausalLM``), Qwen2 (``Qwen2ForCausalLM``, bias on q/k/v) and
 Mistral (``MistralForCausalLM``, optional sliding window). RoPE parameters are read from either
@@ -66,7 +66,7 @@ class ModelConfig:
     qkv_bias: bool = False  # Qwen2 always; Llama when attention_bias
     o_bias: bool = False  # Llama when attention_bias
     mlp_bias: bool = False  # Llama when mlp_bias
-    sliding_window: int | None = None  # Mistral: a key is visible iff q_pos - k_pos < sliding_window
+    sliding_window: int | None = None  # Mistral: key visible iff q_pos - k_pos < sliding_window
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 
@@ -93,12 +93,14 @@ class ModelConfig:
             raise ModelConfigError("rms_norm_eps", f"must be in (0, 1), got {self.rms_norm_eps!r}")
         if not (isinstance(self.rope_theta, (int, float)) and math.isfinite(self.rope_theta)
                 and self.rope_theta > 0):
-            raise ModelConfigError("rope_theta", f"must be a positive number, got {self.rope_theta!r}")
+            raise ModelConfigError("rope_theta",
+                                   f"must be a positive number, got {self.rope_theta!r}")
         if self.sliding_window is not None and (
                 isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int)
                 or self.sliding_window <= 0):
-            raise ModelConfigError("sliding_window",
-                                   f"must be a positive integer or null, got {self.sliding_window!r}")
+            raise ModelConfigError(
+                "sliding_window",
+                f"must be a positive integer or null, got {self.sliding_window!r}")
         for tid in self.eos_token_ids:
             if isinstance(tid, bool) or not isinstance(tid, int) or tid < 0:
                 raise ModelConfigError("eos_token_id", f"token ids must be ints >= 0, got {tid!r}")
@@ -167,7 +169,8 @@ class ModelConfig:
             head_dim = hidden // heads
         partial = d.get("partial_rotary_factor", 1.0)
         if partial not in (None, 1, 1.0):
-            raise ModelConfigError("partial_rotary_factor", f"only 1.0 is supported, got {partial!r}")
+            raise ModelConfigError("partial_rotary_factor",
+                                   f"only 1.0 is supported, got {partial!r}")
 
         theta, scaling = _parse_rope(d)
         qkv_bias = o_bias = mlp_bias = False
@@ -243,7 +246,7 @@ class ModelConfig:
 
 
 def _parse_rope(d: Mapping[str, Any]) -> tuple[float, RopeScaling]:
-    """(rope_theta, scaling) from ``rope_parameters`` (5.x) or ``rope_theta``/``rope_scaling`` (4.x)."""
+    """(theta, scaling) from ``rope_parameters`` (5.x) or ``rope_theta``/``rope_scaling`` (4.x)."""
     params = d.get("rope_parameters")
     key = "rope_parameters"
     if params is None:
@@ -264,7 +267,8 @@ def _parse_rope(d: Mapping[str, Any]) -> tuple[float, RopeScaling]:
     if rope_type == "default":
         return theta, RopeScaling()
     values: dict[str, Any] = {}
-    for name in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+    for name in ("factor", "low_freq_factor", "high_freq_factor",
+                 "original_max_position_embeddings"):
         value = params.get(name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ModelConfigError(f"{key}.{name}",

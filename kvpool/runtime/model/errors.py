@@ -1,21 +1,29 @@
-"""Exceptions of the model package (all are ``ValueError``s: bad input, never a bug)::
+"""Exceptions of the model package, hung under the project tree in ``kvpool.errors``.
 
-    ModelError
-     +-- ModelConfigError     config.json value missing/unsupported (``.key`` names it)
-     +-- ModelLoadError       a file of the model directory is missing or unreadable
-          +-- WeightLoadError a checkpoint tensor is missing, unexpected or mis-shaped
+All are ``ValueError``s (bad input, never a bug)::
+
+    KVPoolError
+     +-- ModelError (ValueError)
+          +-- ModelConfigError (also kvpool.errors.ConfigError)   a config.json value is
+          |                                   missing/unsupported; ``.key`` names it
+          +-- ModelLoadError                  a model directory file is missing or unreadable
+               +-- WeightLoadError            a checkpoint tensor is missing/unexpected/mis-shaped
+
+(``SamplingParamsError`` lives in ``sampling.py`` and is a ``kvpool.errors.RequestError``.)
 """
 
 from __future__ import annotations
 
+from kvpool.errors import ConfigError, KVPoolError
+
 __all__ = ["ModelConfigError", "ModelError", "ModelLoadError", "WeightLoadError"]
 
 
-class ModelError(ValueError):
+class ModelError(KVPoolError, ValueError):
     """Base class of this package's errors."""
 
 
-class ModelConfigError(ModelError):
+class ModelConfigError(ModelError, ConfigError):
     """A config.json value is missing, malformed or unsupported; the message names the key."""
 
     def __init__(self, key: str, message: str) -> None:

@@ -8,7 +8,7 @@
 
 Each block's bytes for every layer form one contiguous chunk of
 :meth:`KVCacheLayout.bytes_per_block` bytes, so swap, copy-on-write and defrag move a block with
-a single ``kv[dst].copy_(kv[src])`` (or a host<->device copy of ``kv[b]``), whatever the model depth.
+a single ``kv[dst].copy_(kv[src])`` (or a host<->device copy of ``kv[b]``), whatever the depth.
 
 NOTE(finite): pools are zero-filled, not ``torch.empty``. The batched decode gathers whole blocks
 and masks the slots past each sequence's length; a masked slot contributes exactly 0 only if its
@@ -43,7 +43,8 @@ class KVCacheLayout:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"KVCacheLayout.{name} must be a positive int, got {value!r}")
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
-            raise ValueError(f"KVCacheLayout.dtype must be a floating torch.dtype, got {self.dtype!r}")
+            raise ValueError(
+                f"KVCacheLayout.dtype must be a floating torch.dtype, got {self.dtype!r}")
 
     @classmethod
     def for_model(cls, config: ModelConfig, block_size: int, dtype: torch.dtype) -> "KVCacheLayout":

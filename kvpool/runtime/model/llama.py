@@ -47,7 +47,8 @@ class _MLP(nn.Module):
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
         super().__init__()
         self.inter = cfg.intermediate_size
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * self.inter, bias=cfg.mlp_bias, dtype=dtype)
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * self.inter, bias=cfg.mlp_bias,
+                                      dtype=dtype)
         self.down_proj = nn.Linear(self.inter, cfg.hidden_size, bias=cfg.mlp_bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -135,7 +136,7 @@ class LlamaModel(nn.Module):
             raise ValueError(f"kv_cache is on {kv_cache.device}, the model on {self.device}")
         return PreparedBatch.build(
             batch, block_size=layout.block_size, num_blocks=kv_cache.shape[0],
-            vocab_size=self.config.vocab_size, device=self.device,
+            vocab_size=self.config.vocab_size, device=self.device, dtype=self.dtype,
             sliding_window=self.config.sliding_window)
 
     @torch.inference_mode()
@@ -143,6 +144,8 @@ class LlamaModel(nn.Module):
         """Write the batch's K/V into ``kv_cache`` and return last-token logits ``[S, vocab]``.
 
         ``kv_cache`` is a pool from :func:`allocate_kv_cache` in the model's dtype and device.
+        The logits are created under ``torch.inference_mode``: read them freely, but ``clone()``
+        before editing them in place outside inference mode.
         """
         prep = batch if isinstance(batch, PreparedBatch) else self.prepare(batch, kv_cache)
         h = F.embedding(prep.input_ids, self.embed_tokens.weight)

@@ -51,7 +51,8 @@ def _model_dir(path: str | Path) -> Path:
     if not p.is_dir():
         hint = (" (looks like a hub id: download the model yourself and pass its local directory;"
                 " kvpool never downloads)" if not p.exists() and str(path).count("/") == 1 else "")
-        raise ModelLoadError(f"model directory {str(p)!r} does not exist or is not a directory{hint}")
+        raise ModelLoadError(
+            f"model directory {str(p)!r} does not exist or is not a directory{hint}")
     return p
 
 
@@ -88,9 +89,9 @@ class SafetensorsCheckpoint:
         if files:
             return files
         if any(d.glob("*.bin")) or any(d.glob("*.pt")):
-            raise ModelLoadError(f"{d} holds only PyTorch pickle weights (*.bin/*.pt); convert them "
-                                 "to safetensors (model.save_pretrained(dir, safe_serialization="
-                                 "True)): pickles are never loaded")
+            raise ModelLoadError(f"{d} holds only PyTorch pickle weights (*.bin/*.pt); convert "
+                                 "them to safetensors (transformers: model.save_pretrained(dir)):"
+                                 " pickles are never loaded")
         raise ModelLoadError(f"no *.safetensors weights in {d} (expected model.safetensors or "
                              f"{self.INDEX} with its shards)")
 

@@ -70,7 +70,8 @@ class RotaryEmbedding:
             self._inv_freq_by_device[device] = cached
         return cached
 
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def cos_sin(self, positions: torch.Tensor,
+                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos, sin`` of shape ``[tokens, 1, head_dim]`` (broadcast over heads) in ``dtype``.
 
         Computed once per forward and shared by every layer.

@@ -19,18 +19,19 @@ from typing import Any, Sequence
 
 import torch
 
+from kvpool.errors import RequestError
+
 __all__ = ["Sampler", "SamplingParams", "SamplingParamsError", "make_generator"]
 
 GREEDY_TEMPERATURE = 1e-5  # below this a temperature means greedy (dividing would overflow)
 _SEED_MOD = 1 << 64
 
 
-class SamplingParamsError(ValueError):
-    """An invalid sampling field; ``param`` names it (maps to the OpenAI error's ``param``)."""
+class SamplingParamsError(RequestError):
+    """An invalid sampling field; ``param`` names it (the OpenAI error's ``param``, HTTP 400)."""
 
     def __init__(self, param: str, message: str) -> None:
-        super().__init__(f"{param}: {message}")
-        self.param = param
+        super().__init__(f"{param}: {message}", param=param)
 
 
 def _is_int(value: Any) -> bool:
@@ -76,7 +77,8 @@ class SamplingParams:
                                                f"got {self.top_k!r}")
         if self.seed is not None and (not _is_int(self.seed)
                                       or not -(1 << 63) <= self.seed < _SEED_MOD):
-            raise SamplingParamsError("seed", f"must be a 64-bit integer or null, got {self.seed!r}")
+            raise SamplingParamsError("seed",
+                                      f"must be a 64-bit integer or null, got {self.seed!r}")
         stop = self.stop
         if isinstance(stop, str):
             stop = (stop,)

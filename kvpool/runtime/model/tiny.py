@@ -70,8 +70,9 @@ def _init_weights(model: LlamaModel, seed: int, silent: list[int]) -> None:
         model.lm_head.weight[silent] = 0
 
 
-def build_tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32,
-                     device: torch.device | str = "cpu") -> tuple[ModelConfig, LlamaModel, Tokenizer]:
+def build_tiny_model(
+        seed: int = 0, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+) -> tuple[ModelConfig, LlamaModel, Tokenizer]:
     """``(config, model, tokenizer)`` of the built-in tiny model, deterministic in ``seed``."""
     config = tiny_config()
     tokenizer = build_byte_tokenizer()

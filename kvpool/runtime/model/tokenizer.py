@@ -52,7 +52,8 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
+    def encode_batch(self, texts: Sequence[str],
+                     add_special_tokens: bool = True) -> list[list[int]]:
         return [e.ids for e in self.backend.encode_batch(list(texts),
                                                          add_special_tokens=add_special_tokens)]
 

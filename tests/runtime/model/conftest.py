@@ -39,6 +39,7 @@ def hf_dir_factory(tmp_path_factory):
     cache: dict[str, object] = {}
 
     def make(name: str):
+        pytest.importorskip("transformers")
         if name not in cache:
             kind, overrides = VARIANTS[name]
             cache[name] = save_hf_model(tmp_path_factory.mktemp(name), kind, **overrides)
@@ -50,7 +51,7 @@ def hf_dir_factory(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hf_reference(hf_dir_factory):
     """name -> (dir, hf_model, prompts, greedy outputs), computed once per session."""
-    import transformers
+    transformers = pytest.importorskip("transformers")
 
     from kvpool.runtime.model import load_tokenizer
 

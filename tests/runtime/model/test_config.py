@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from kvpool.errors import ConfigError
 from kvpool.runtime.model import (KVCacheLayout, ModelConfig, ModelConfigError, ModelLoadError,
                                   allocate_kv_cache, kv_bytes_per_block)
 
@@ -35,8 +36,10 @@ def test_rope_theta_from_both_layouts():
     assert v4.rope_theta == v5.rope_theta == 500000.0
     llama3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
               "original_max_position_embeddings": 8192}
-    old = ModelConfig.from_hf_dict(cfg(rope_theta=5e5, rope_scaling={"rope_type": "llama3", **llama3}))
-    old_type = ModelConfig.from_hf_dict(cfg(rope_theta=5e5, rope_scaling={"type": "llama3", **llama3}))
+    old = ModelConfig.from_hf_dict(cfg(rope_theta=5e5,
+                                       rope_scaling={"rope_type": "llama3", **llama3}))
+    old_type = ModelConfig.from_hf_dict(cfg(rope_theta=5e5,
+                                            rope_scaling={"type": "llama3", **llama3}))
     new = ModelConfig.from_hf_dict(cfg(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5,
                                                         **llama3}))
     assert old == old_type == new and new.rope_scaling.factor == 8.0
@@ -85,6 +88,7 @@ def test_errors_name_the_key(over, key):
         ModelConfig.from_hf_dict(cfg(**over))
     assert err.value.key == key
     assert key in str(err.value)
+    assert isinstance(err.value, ConfigError) and isinstance(err.value, ValueError)
 
 
 def test_from_pretrained_errors(tmp_path):

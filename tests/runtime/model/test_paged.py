@@ -142,3 +142,45 @@ def test_from_lists(tiny):
     assert b.num_tokens == 3 and b.seqs[1].context_len == 6
     with pytest.raises(ValueError):
         PagedBatch.from_lists([[1]], [0, 1], [[0]])
+
+
+def naive_attention(q, k, v, q_pos, group, scale):
+    """Reference: explicit repeat_interleave of KV heads and an explicit causal softmax."""
+    k = k.repeat_interleave(group, dim=1)  # [L, H, D]
+    v = v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
+    k_pos = torch.arange(k.shape[0])
+    scores = scores.masked_fill(k_pos[None, None, :] > q_pos[None, :, None], float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+
+
+def test_paged_attention_matches_naive_gqa():
+    from kvpool.runtime.model.attention import PagedAttention
+    from kvpool.runtime.model.batch import PreparedBatch
+
+    torch.manual_seed(0)
+    heads, kv_heads, dim, block_size, layers = 6, 2, 8, 4, 2
+    kernel = PagedAttention(heads, kv_heads, dim)
+    kv = torch.zeros(20, layers, 2, block_size, kv_heads, dim)
+    # Full K/V histories per sequence; the batch sends their tails as queries.
+    lengths, starts = [9, 1, 14, 6], [0, 0, 10, 5]
+    tables = [[3, 7, 1], [0], [19, 4, 11, 8], [2, 5]]
+    hist = [(torch.randn(n, kv_heads, dim), torch.randn(n, kv_heads, dim)) for n in lengths]
+    for (k, v), table in zip(hist, tables):  # pre-fill the cached prefixes
+        for p in range(k.shape[0]):
+            kv[table[p // block_size], 1, 0, p % block_size] = k[p]
+            kv[table[p // block_size], 1, 1, p % block_size] = v[p]
+    batch = PagedBatch([SeqChunk([0] * (n - s), s, t) for n, s, t in zip(lengths, starts, tables)])
+    prep = PreparedBatch.build(batch, block_size=block_size, num_blocks=20, vocab_size=1,
+                               device=torch.device("cpu"))
+    q = torch.randn(prep.input_ids.shape[0], heads, dim)
+    new_k = torch.cat([k[s:] for (k, _), s in zip(hist, starts)])
+    new_v = torch.cat([v[s:] for (_, v), s in zip(hist, starts)])
+    kernel.write(kv, 1, new_k, new_v, prep)
+    out = kernel.attend(q, new_k, new_v, kv, 1, prep)
+    row = 0
+    for (k, v), n, s in zip(hist, lengths, starts):
+        ref = naive_attention(q[row:row + n - s], k, v, torch.arange(s, n), heads // kv_heads,
+                              kernel.scale)
+        torch.testing.assert_close(out[row:row + n - s], ref, atol=1e-5, rtol=1e-5)
+        row += n - s

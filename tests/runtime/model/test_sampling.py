@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvpool.errors import RequestError
 from kvpool.runtime.model import Sampler, SamplingParams, SamplingParamsError, make_generator
 
 VOCAB = 64
@@ -35,7 +36,7 @@ def test_invalid_fields_are_named(kwargs, param):
     with pytest.raises(SamplingParamsError) as err:
         SamplingParams(**kwargs)
     assert err.value.param == param and str(err.value).startswith(param)
-    assert isinstance(err.value, ValueError)
+    assert isinstance(err.value, ValueError) and isinstance(err.value, RequestError)
 
 
 def test_valid_params_normalized():
@@ -147,3 +148,17 @@ def test_sample_respects_top_k_top_p(k, p, t, seed):
     probs[k:] = 0
     probs /= probs.sum()
     assert probs[:order.index(tok)].sum() < p + 1e-6
+
+
+def test_sampler_accepts_model_logits():
+    """Model logits are inference tensors; the sampler must not edit them in place."""
+    from kvpool.runtime.model import PagedBatch, SeqChunk, allocate_kv_cache, build_tiny_model
+
+    cfg, model, _ = build_tiny_model()
+    kv = allocate_kv_cache(4, cfg, 16)
+    logits = model(PagedBatch([SeqChunk([5, 6, 7], 0, [0]), SeqChunk([8], 0, [1])]), kv)
+    before = logits.clone()
+    params = [SamplingParams(temperature=0), SamplingParams(top_k=5, top_p=0.9, seed=3)]
+    out = Sampler()(logits, params, [None, make_generator(3)])
+    assert out.shape == (2,) and int(out[0]) == int(logits[0].argmax())
+    assert torch.equal(logits, before)
