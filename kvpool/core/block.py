@@ -49,9 +49,9 @@ class Block:
 class PoolStats:
     """A consistent snapshot of one pool, taken without the pool lock (seqlock read).
 
-    Invariant: ``num_free + num_evictable + num_used == num_blocks``, where ``num_used`` is a
-    counter kept by the writers, not derived from the other two, so the equation is a real
-    consistency check of the snapshot.
+    ``num_used = num_blocks - num_free - num_evictable`` (the pool keeps no separate counter:
+    the lock-free allocate path must not need one); ``check_invariants`` verifies it against
+    the ref counts.
     """
 
     device: Device

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
 from kvpool.core.eviction import EvictionPolicy, make_policy
-from kvpool.errors import InvalidBlockError, InvariantError
+from kvpool.errors import DoubleFreeError, InvalidBlockError, InvariantError
 
 
 class CachedBlockAllocator(UncachedBlockAllocator):
@@ -15,7 +15,7 @@ class CachedBlockAllocator(UncachedBlockAllocator):
 
     Invariant (beyond the uncached pool's): ``_cached[h] == b`` iff ``_hash[b] == h``; every
     block with ref 0 is either on the free list (no hash) or in ``policy`` (hash, "evictable");
-    a cached block is ``computed``. Evictable blocks count as allocatable: a block is only
+    a block holding a hash is ``computed`` (hashes are registered only after the write). Evictable blocks count as allocatable: a block is only
     evicted (its hash dropped) when an allocation finds the free list empty (lazy eviction).
 
     Block states and transitions::
@@ -45,7 +45,7 @@ class CachedBlockAllocator(UncachedBlockAllocator):
     # ---------------------------------------------------------------- capacity
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free) + len(self.policy)
+        return len(self._free) + len(self._fast) + len(self.policy)
 
     @property
     def num_evictable(self) -> int:
@@ -58,6 +58,9 @@ class CachedBlockAllocator(UncachedBlockAllocator):
     # ---------------------------------------------------------------- overrides (lock held)
     def _take(self, n: int) -> list[int] | None:
         nf = len(self._free)
+        if n > nf and self._fast:
+            self._drain_fast()
+            nf = len(self._free)
         if n <= nf:
             return super()._take(n)
         if n > nf + len(self.policy):
@@ -71,20 +74,47 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         self._evictions += n - nf
         return ids
 
+    def _evict_one(self) -> int | None:
+        if not len(self.policy):
+            return None
+        b = self.policy.evict()
+        self._drop_hash(b)
+        self._evictions += 1
+        return b
+
     def _drop_hash(self, b: int) -> None:
         del self._cached[self._hash[b]]
         self._hash[b] = None
-        self._computed[b] = 0
         if self._tokens is not None:
             self._tokens.pop(b, None)
 
-    def _on_zero(self, b: int, now: float) -> None:
-        h = self._hash[b]
-        if h is None:
-            self._release(b)
-        else:
-            self._last[b] = now
-            self.policy.insert(b, h, self._depth[b], now)
+    def _decref(self, block_ids: Sequence[int], now: float = 0.0) -> int:
+        if not self._cached:  # nothing is hashed: the plain free-list release applies
+            return super()._decref(block_ids, now)
+        r = self._ref
+        hashes = self._hash
+        push = self._free.append
+        insert = self.policy.insert
+        depth = self._depth
+        last = self._last
+        done = released = 0
+        for b in block_ids:
+            c = r[b] - 1
+            if c:
+                if c < 0:
+                    self._undo_decref(block_ids[:done])
+                    raise DoubleFreeError(f"block {b} on {self.device.value} freed twice")
+            else:
+                released += 1
+                h = hashes[b]
+                if h is None:
+                    push(b)
+                else:  # cached content stays findable until evicted (lazy eviction)
+                    last[b] = now
+                    insert(b, h, depth[b], now)
+            r[b] = c
+            done += 1
+        return released
 
     def _unrelease(self, b: int) -> None:
         if self._hash[b] is None:
@@ -107,7 +137,6 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         r = self._ref[b]
         if r == 0:
             self.policy.remove(b)
-            self._num_used += 1
         self._ref[b] = r + k
         self.policy.on_hit(self._hash[b])
 
@@ -123,7 +152,6 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         self._cached[h] = b
         self._hash[b] = h
         self._depth[b] = depth
-        self._computed[b] = 1
         if self._tokens is not None and tokens is not None:
             self._tokens[b] = tuple(tokens)
         return b
@@ -135,18 +163,15 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         if r[src] == 0:  # evictable source: move it inside the policy too
             self.policy.discard(src)
             r[dst] = 0
-            self._num_used -= 1
         else:
             r[dst] = r[src]
             r[src] = 0
-            self._num_used -= 1
         if h is not None:
             self._cached[h] = dst
             self._hash[dst], self._hash[src] = h, None
             self._depth[dst] = self._depth[src]
             if self._tokens is not None and src in self._tokens:
                 self._tokens[dst] = self._tokens.pop(src)
-        self._computed[dst] = self._computed[src]
         self._last[dst] = self._last[src]
         self._release(src)
         if r[dst] == 0:
@@ -169,29 +194,29 @@ class CachedBlockAllocator(UncachedBlockAllocator):
 
     def acquire(self, h: bytes) -> int | None:
         """A prefix hit: one reference on the block caching ``h``, or None on a miss."""
-        self._enter()
+        _v_self = self._enter()
         try:
             b = self._lookup(h)
             if b is not None:
                 self._acquire(b)
             return b
         finally:
-            self._exit()
+            self._exit(_v_self)
 
     def register(self, block_id: int, h: bytes, depth: int = 0) -> int:
         """Make a used, computed block findable by ``h``; returns the canonical block id."""
-        self._enter()
+        _v_self = self._enter()
         try:
             if self._ref[block_id] <= 0:
                 raise InvalidBlockError(f"block {block_id} is not in use; only used blocks "
                                         "can be registered")
             return self._register(block_id, h, depth)
         finally:
-            self._exit()
+            self._exit(_v_self)
 
     def reset_prefix_cache(self) -> int:
         """Drop every evictable cached block back to the free list; returns how many."""
-        self._enter()
+        _v_self = self._enter()
         try:
             n = 0
             while len(self.policy):
@@ -201,14 +226,12 @@ class CachedBlockAllocator(UncachedBlockAllocator):
                 n += 1
             return n
         finally:
-            self._exit()
+            self._exit(_v_self)
 
     def _check_cache_invariants(self, free: set[int]) -> None:
         for h, b in self._cached.items():
             if self._hash[b] != h:
                 raise InvariantError(f"hash map says block {b} caches a hash it does not hold")
-            if not self._computed[b]:
-                raise InvariantError(f"cached block {b} is not computed")
         hashed = sum(1 for h in self._hash if h is not None)
         if hashed != len(self._cached):
             raise InvariantError(f"{hashed} blocks hold a hash but the map has "

@@ -71,11 +71,12 @@ class DefragMixin:
         """Plan moves that pack live blocks into ids ``[0, live)``; None if nothing to move.
         The destinations are reserved (never handed out) until commit or abort."""
         pool = self.device_pool
-        pool._enter()
+        _v_pool = pool._enter()
         try:
             if self._plans:
                 raise InvalidBlockError("a defrag plan is already in flight; commit or abort it")
             n = pool.num_blocks
+            pool._drain_fast()
             free = pool._free.tolist()
             live = n - len(free)
             holes = sorted(b for b in free if b < live)
@@ -109,7 +110,6 @@ class DefragMixin:
             pool._free[:] = type(pool._free)("i", [b for b in free if b not in taken])
             for d in dsts:
                 ref[d] = 1
-            pool._num_used += k
             pool._num_reserved += k
             checks = tuple(_MoveCheck(src, dst, ref[src], hashes[src], tuple(refs.get(src, ())))
                            for src, dst in zip(sources[:k], dsts))
@@ -118,7 +118,7 @@ class DefragMixin:
             self._plans[plan.plan_id] = plan
             return plan
         finally:
-            pool._exit()
+            pool._exit(_v_pool)
 
     def _move_valid(self, c: _MoveCheck) -> bool:
         pool = self.device_pool
@@ -139,7 +139,7 @@ class DefragMixin:
         """Remap the moves whose source is unchanged (call after the copies completed and after
         any compute that read the old tables). Others are released for a re-plan."""
         pool = self.device_pool
-        pool._enter()
+        _v_pool = pool._enter()
         try:
             if self._plans.pop(plan.plan_id, None) is None:
                 raise InvalidBlockError(f"defrag plan {plan.plan_id} is not in flight")
@@ -160,12 +160,12 @@ class DefragMixin:
             self.defrag_retries += len(retried)
             return DefragResult(committed, retried)
         finally:
-            pool._exit()
+            pool._exit(_v_pool)
 
     def abort_defrag(self, plan: DefragPlan) -> None:
         """The copies failed or were cancelled: release every reserved destination."""
         pool = self.device_pool
-        pool._enter()
+        _v_pool = pool._enter()
         try:
             if self._plans.pop(plan.plan_id, None) is None:
                 raise InvalidBlockError(f"defrag plan {plan.plan_id} is not in flight")
@@ -173,10 +173,9 @@ class DefragMixin:
                 self._unreserve(dst)
             pool._num_reserved -= len(plan.moves)
         finally:
-            pool._exit()
+            pool._exit(_v_pool)
 
     def _unreserve(self, dst: int) -> None:
         pool = self.device_pool
         pool._ref[dst] = 0
-        pool._num_used -= 1
         pool._release(dst)

@@ -88,13 +88,13 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
         """Hold the pool locks across many calls: one acquisition for a whole batch (the
         asyncio front uses this). Public methods called inside nest re-entrantly."""
         d, h = self.device_pool, self.host_pool
-        d._enter()
-        h._enter()
+        _v_d = d._enter()
+        _v_h = h._enter()
         try:
             yield
         finally:
-            h._exit()
-            d._exit()
+            h._exit(_v_h)
+            d._exit(_v_d)
 
     def hash_prompt(self, token_ids: Sequence[int], cache_salt: str | None = None,
                     extra_keys: Sequence[ExtraKey] | None = None) -> list[bytes]:
@@ -168,12 +168,12 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
                 hs = self.hasher.hash_blocks(r.token_ids, r.cache_salt, r.extra_keys)
             hashed.append(hs or ())
         pool = self.device_pool
-        pool._enter()
+        _v_pool = pool._enter()
         try:
             for r, hs in zip(reqs, hashed):
                 out.append(self._allocate_locked(r, hs))
         finally:
-            pool._exit()
+            pool._exit(_v_pool)
         return out
 
     def _allocate_locked(self, r: SeqAlloc, hashes: Sequence[bytes]) -> int | None:
@@ -219,12 +219,12 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
         """The KV of the first ``num_tokens`` tokens (default: all) is written: index their full
         blocks in the prefix cache so later prompts can hit them."""
         pool = self.device_pool
-        pool._enter()
+        _v_pool = pool._enter()
         try:
             t = self._table(seq_id)
             self._register_upto(t, t.num_tokens if num_tokens is None else num_tokens)
         finally:
-            pool._exit()
+            pool._exit(_v_pool)
 
     def _register_upto(self, t: BlockTable, num_tokens: int) -> None:
         if not self.caching or t.device is not Device.DEVICE:
@@ -268,16 +268,34 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
 
         Everything already in the table counts as computed from now on. Returns the
         copy-on-write ``(src, dst)`` block pairs the runtime must copy before writing, or None
-        if the pool is short (nothing changes)."""
-        res = self.append_slots_batch(((seq_id, token_ids),))
-        return None if res is None else res[0]
+        if the pool is short (nothing changes). (Hot path of decoding: one lock acquisition.)"""
+        pool = self.device_pool
+        with pool.lock:
+            v = pool._seq
+            pool._seq = v | 1
+            try:
+                t = self._tables.get(seq_id)
+                if t is None or t.device is not Device.DEVICE:
+                    self._table(seq_id)  # raises UnknownSequenceError
+                    raise InvalidBlockError(f"sequence {seq_id} is swapped out")
+                bs = self.block_size
+                n0 = t.num_tokens
+                need = (n0 + len(token_ids) + bs - 1) // bs - len(t.blocks)
+                if n0 % bs and pool._ref[t.blocks[-1]] > 1:
+                    need += 1
+                if need > 0 and need > pool.num_free_blocks:
+                    return None
+                return self._append_locked(t, token_ids)
+            finally:
+                if not v & 1:
+                    pool._seq = v + 2
 
     def append_slots_batch(
         self, items: Sequence[tuple[int, Sequence[int]]]
     ) -> list[list[tuple[int, int]]] | None:
         """``append_slots`` for many sequences under one lock; all or nothing."""
         pool = self.device_pool
-        pool._enter()
+        _v_pool = pool._enter()
         try:
             tables = [self._table(s) for s, _ in items]
             need = 0
@@ -289,38 +307,38 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
                 return None
             return [self._append_locked(t, toks) for t, (_, toks) in zip(tables, items)]
         finally:
-            pool._exit()
+            pool._exit(_v_pool)
 
     def _append_locked(self, t: BlockTable, toks: Sequence[int]) -> list[tuple[int, int]]:
         bs = self.block_size
         pool = self.device_pool
-        ref = pool._ref
         n0 = t.num_tokens
         k = len(toks)
-        if self.caching and t.num_registered < n0 // bs:
-            self._register_upto(t, n0)
-        cow: list[tuple[int, int]] = []
         blocks = t.blocks
+        cow: list[tuple[int, int]] = []
         r0 = n0 % bs
-        if r0 and ref[blocks[-1]] > 1:
-            src = blocks[-1]
-            dst = pool._alloc(1)[0]  # type: ignore[index]
-            ref[src] -= 1
-            blocks[-1] = dst
-            cow.append((src, dst))
-            self._used_slots += r0
-            self.cow_copies += 1
-        extra = -(-(n0 + k) // bs) - len(blocks)
+        if r0:
+            if pool._ref[blocks[-1]] > 1:  # NOTE(cow): the shared partial block is copied first
+                src = blocks[-1]
+                dst = pool._alloc(1)[0]  # type: ignore[index]
+                pool._ref[src] -= 1
+                blocks[-1] = dst
+                cow.append((src, dst))
+                self._used_slots += r0
+                self.cow_copies += 1
+        if self.caching and t.num_registered < n0 // bs:
+            self._register_upto(t, n0)  # full blocks written by earlier steps become hits
+        extra = (n0 + k + bs - 1) // bs - len(blocks)
         if extra > 0:
-            blocks.extend(pool._alloc(extra))  # type: ignore[arg-type]
+            blocks += pool._alloc(extra)  # type: ignore[arg-type]
         t.num_tokens = n0 + k
         self._used_slots += k
         t.version += 1
         if self.caching:
             tail = t.tail
-            tail.extend(toks)
+            tail += toks
             if t.tokens is not None:
-                t.tokens.extend(toks)
+                t.tokens += toks
             if len(tail) >= bs:
                 hs = t.hashes
                 parent = hs[-1] if hs else t.root
@@ -335,7 +353,7 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
         """The child shares every block of the parent (ref counts +1); the shared partial last
         block is copied on the first write of either (copy-on-write)."""
         pool = self.device_pool
-        pool._enter()
+        _v_pool = pool._enter()
         try:
             p = self._table(parent_seq_id)
             if child_seq_id in self._tables:
@@ -349,7 +367,7 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
             if p.device is Device.HOST:
                 self.num_swapped_seqs += 1
         finally:
-            pool._exit()
+            pool._exit(_v_pool)
 
     def free(self, seq_id: int) -> None:
         """Release a sequence's blocks, tail first (so a prompt's head stays cached longest)."""
@@ -359,7 +377,7 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
         """Free many sequences under one lock. Unknown ids raise before anything changes."""
         pool = self.device_pool
         now = time.monotonic()
-        pool._enter()
+        _v_pool = pool._enter()
         try:
             tables = [self._table(s) for s in seq_ids]
             if len(set(seq_ids)) != len(seq_ids):
@@ -368,7 +386,7 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
                 del self._tables[t.seq_id]
                 self._release_table(t, now)
         finally:
-            pool._exit()
+            pool._exit(_v_pool)
 
     def _release_table(self, t: BlockTable, now: float) -> None:
         if t.device is Device.HOST:
@@ -404,8 +422,8 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
     def check_invariants(self) -> None:
         """Raise InvariantError if pools, tables and counters disagree."""
         pool = self.device_pool
-        pool._enter()
-        self.host_pool._enter()
+        _v_pool = pool._enter()
+        _v_host_pool = self.host_pool._enter()
         try:
             dev: Counter[int] = Counter()
             host: Counter[int] = Counter()
@@ -434,5 +452,5 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
             if used != self._used_slots:
                 raise InvariantError(f"used slots counter {self._used_slots} != {used}")
         finally:
-            self.host_pool._exit()
-            pool._exit()
+            self.host_pool._exit(_v_host_pool)
+            pool._exit(_v_pool)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,8 +124,8 @@ class StatsMixin:
             if v & 1:
                 time.sleep(0)
                 continue
-            raw = d._free.tobytes()  # one atomic C copy of the free list
-            used_blocks = d._num_used - d._num_reserved
+            raw = d._free.tobytes() + array("i", d._fast).tobytes()
+            used_blocks = d.num_used - d._num_reserved
             used_slots = self._used_slots
             if d._seq == v:
                 break

@@ -54,8 +54,8 @@ class SwapMixin:
         distinct block, or None when the host pool is short (nothing changes)."""
         d, h = self.device_pool, self.host_pool
         now = time.monotonic()
-        d._enter()
-        h._enter()
+        _v_d = d._enter()
+        _v_h = h._enter()
         try:
             tables = self._group(seq_ids, Device.DEVICE)
             refs = self._refs(tables)
@@ -76,8 +76,8 @@ class SwapMixin:
             self.swap_out_blocks += len(mapping)
             return list(mapping.items())
         finally:
-            h._exit()
-            d._exit()
+            h._exit(_v_h)
+            d._exit(_v_d)
 
     def _release_device_blocks(self, t: BlockTable, now: float) -> None:
         """Drop ``t``'s device references (tail first) and account the freed slots."""
@@ -108,8 +108,8 @@ class SwapMixin:
         when the device pool is short (nothing changes)."""
         d, h = self.device_pool, self.host_pool
         now = time.monotonic()
-        d._enter()
-        h._enter()
+        _v_d = d._enter()
+        _v_h = h._enter()
         try:
             tables = self._group(seq_ids, Device.HOST)
             refs = self._refs(tables)
@@ -155,5 +155,5 @@ class SwapMixin:
             self.swap_in_reused_blocks += len(reuse)
             return [(hb, mapping[hb]) for hb in fresh]
         finally:
-            h._exit()
-            d._exit()
+            h._exit(_v_h)
+            d._exit(_v_d)
