@@ -1,0 +1,58 @@
+"""Imports point down only: config/errors <- core <- sched <- runtime <- server (DESIGN.md).
+
+Checked with ``ast`` on every module of the package, so a violation anywhere (also inside a
+function body) fails the suite."""
+
+import ast
+from pathlib import Path
+
+import kvpool
+
+PKG = Path(kvpool.__file__).parent
+RANK = {"config": 0, "errors": 0, "core": 1, "sched": 2, "metrics": 3, "runtime": 3,
+        "server": 4, "cli": 5, "__main__": 5}
+# Third-party modules a layer must not touch: the core is pure Python + numpy.
+FORBIDDEN = {
+    "core": {"asyncio", "aiohttp", "prometheus_client", "uvloop", "torch", "cupy"},
+    "sched": {"asyncio", "aiohttp", "prometheus_client", "uvloop", "torch", "cupy"},
+}
+
+
+def layer_of(path: Path) -> str:
+    rel = path.relative_to(PKG).parts
+    return rel[0].removesuffix(".py") if rel else ""
+
+
+def imported_modules(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+def test_imports_point_down_only():
+    problems = []
+    for path in PKG.rglob("*.py"):
+        layer = layer_of(path)
+        if layer not in RANK:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for mod in imported_modules(tree):
+            top, _, rest = mod.partition(".")
+            if top == "kvpool" and rest:
+                target = rest.split(".")[0]
+                if target in RANK and RANK[target] > RANK[layer]:
+                    problems.append(f"{path.relative_to(PKG)} imports {mod}")
+            if top in FORBIDDEN.get(layer, ()):
+                problems.append(f"{path.relative_to(PKG)} imports {mod} (layer {layer})")
+    assert not problems, "\n".join(problems)
+
+
+def test_metrics_reads_plain_stats_not_runtime_internals():
+    # metrics may read stats dataclasses (core/sched); it must not reach into the server
+    for path in (PKG / "metrics").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for mod in imported_modules(tree):
+            assert not mod.startswith("kvpool.server"), f"{path} imports {mod}"
