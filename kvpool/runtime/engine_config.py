@@ -1,0 +1,81 @@
+"""EngineConfig: everything ``kvpool serve`` (and tests, benches, the stress harness) needs to
+build an AsyncEngine. Flag names follow vLLM's spelling where one exists."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from kvpool.errors import ConfigError
+
+PREEMPTION_MODES = (None, "swap", "recompute")
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Validated engine settings (errors name the flag and the fix)."""
+
+    model: str | None = None  # --model: local HF directory; None = the built-in tiny model
+    served_model_name: str | None = None  # --served-model-name (default: model dir name)
+    dtype: str = "float32"  # --dtype: float32 | bfloat16 | float16
+    device: str = "cpu"  # --device: cpu | cuda
+    block_size: int = 16  # --block-size
+    kv_cache_memory: int | str = "256MiB"  # --kv-cache-memory: KV budget on CPU
+    gpu_memory_utilization: float = 0.9  # --gpu-memory-utilization: KV budget on CUDA
+    swap_space: float | str = 0.25  # --swap-space: host swap pool, GiB (0 = no swapping)
+    num_device_blocks: int | None = None  # --num-device-blocks: override the budget (tests)
+    num_host_blocks: int | None = None  # --num-host-blocks: override --swap-space (tests)
+    enable_prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching
+    eviction_policy: str = "lru"  # --eviction-policy
+    max_num_seqs: int = 64  # --max-num-seqs
+    max_num_batched_tokens: int = 2048  # --max-num-batched-tokens
+    max_model_len: int | None = None  # --max-model-len (default: the model's context)
+    preemption_mode: str | None = None  # --preemption-mode swap|recompute (default: by cost)
+    defrag_threshold: float | None = None  # --defrag-threshold (external fragmentation)
+    seed: int = 0  # --seed: the tiny model's weights and the shared sampling RNG
+    max_queue: int = 1024  # --max-queue: waiting requests before 503 Retry-After
+    max_n: int = 16  # --max-n: completions per request, at most
+    max_tokens_limit: int = 4096  # --max-tokens-limit: max_tokens per request, at most
+    max_stop: int = 16  # --max-stop: stop strings per request, at most
+    num_threads: int | None = 1  # --num-threads: torch intra-op threads (1 suits the tiny model)
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_queue",
+                     "max_n", "max_tokens_limit", "max_stop"):
+            v = getattr(self, name)
+            _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                     f"--{name.replace('_', '-')}={v!r} is invalid: use an int >= 1")
+        _require(self.dtype in ("float32", "bfloat16", "float16"),
+                 f"--dtype={self.dtype!r} is invalid: use float32, bfloat16 or float16")
+        _require(self.device == "cpu" or self.device.startswith("cuda"),
+                 f"--device={self.device!r} is invalid: use cpu or cuda[:N]")
+        _require(isinstance(self.gpu_memory_utilization, (int, float))
+                 and 0 < self.gpu_memory_utilization <= 1,
+                 "--gpu-memory-utilization must be in (0, 1]")
+        _require(self.preemption_mode in PREEMPTION_MODES,
+                 f"--preemption-mode={self.preemption_mode!r} is invalid: use swap or recompute "
+                 "(or leave it unset to choose by cost)")
+        if self.max_model_len is not None:
+            _require(isinstance(self.max_model_len, int) and self.max_model_len >= 1,
+                     "--max-model-len must be an int >= 1")
+        if self.defrag_threshold is not None:
+            _require(isinstance(self.defrag_threshold, (int, float))
+                     and math.isfinite(self.defrag_threshold)
+                     and 0 <= self.defrag_threshold < 1,
+                     "--defrag-threshold must be in [0, 1)")
+        for name in ("num_device_blocks", "num_host_blocks"):
+            v = getattr(self, name)
+            _require(v is None or (isinstance(v, int) and v >= 0),
+                     f"--{name.replace('_', '-')} must be an int >= 0")
+        _require(self.num_device_blocks is None or self.num_device_blocks >= 1,
+                 "--num-device-blocks must be >= 1")
+
+    def replace(self, **changes) -> EngineConfig:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d.update(changes)
+        return EngineConfig(**d)

@@ -1,0 +1,38 @@
+"""What the AsyncEngine streams back to its callers (the server, the stress harness).
+
+Plain frozen objects: a ``RequestOutput`` is one update for one request; its ``outputs`` hold a
+``CompletionOutput`` per sequence (``n`` of them) with the *new* tokens and text since the
+previous update (deltas), plus cumulative counters. The last update of a request has
+``finished=True`` and every sequence's ``finish_reason`` set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FINISH_REASONS = ("stop", "length", "abort", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionOutput:
+    """One sequence's progress in one update."""
+
+    index: int  # which of the request's n sequences (0-based)
+    token_ids: tuple[int, ...]  # tokens generated since the previous update (delta)
+    text: str  # text generated since the previous update (delta; stop strings cut)
+    num_generated: int  # tokens generated so far in total
+    finish_reason: str | None = None  # None while running; else one of FINISH_REASONS
+    stop_reason: str | int | None = None  # the stop string / token id that ended it, if any
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """One update of one request."""
+
+    request_id: str
+    outputs: tuple[CompletionOutput, ...]  # sequences with news in this update
+    finished: bool  # True on the last update of the request
+    num_prompt_tokens: int
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
+    error: str | None = None  # set when the request failed (finish_reason "error")
+    metrics: dict[str, float] = field(default_factory=dict)  # ttft, queue time, e2e (seconds)
