@@ -1,0 +1,184 @@
+"""The asyncio front of the block manager: calls from many coroutines, one locked core call
+per event-loop iteration.
+
+Coroutines ``await front.allocate(...)`` / ``free(...)`` / ...; each call only queues an
+operation and a future. The first call of an iteration schedules one flush with
+``loop.call_soon``; asyncio runs callbacks scheduled during an iteration in the next one, so
+the flush sees every operation queued by the coroutines that ran in between::
+
+    iteration k     coro A: allocate(3) ─┐   coro B: free(7) ─┐   coro C: append(...) ─┐
+                                         v                    v                        v
+    iteration k+1   flush: lock once ── A, B, C applied in order ── futures resolved ── unlock
+
+The pool lock is shared with the engine's step thread, so the flush never blocks the event
+loop on it: it tries a non-blocking acquire and, when the lock is busy, hands the whole batch
+to a worker thread (one hop for the batch, not one per call). Scarcity comes back as the core
+returns it (None); misuse raises in the awaiting coroutine only, never in the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kvpool.core import BlockSpaceManager
+from kvpool.errors import QueueFullError
+
+_Op = tuple[Callable[..., Any], tuple, asyncio.Future]
+
+
+class AsyncManagerFront:
+    """Batches BlockSpaceManager calls per loop iteration.
+
+    Invariant: every queued operation is applied exactly once, in submission order, inside
+    one ``manager.batch()`` (one acquisition of the device and host pool locks) per flush,
+    and its future receives its result or its own exception.
+    """
+
+    def __init__(self, manager: BlockSpaceManager, *, max_pending: int = 100_000,
+                 executor: ThreadPoolExecutor | None = None) -> None:
+        self.manager = manager
+        self.max_pending = max_pending
+        self._pending: list[_Op] = []
+        self._scheduled = False
+        self._executor = executor
+        self.flushes = 0  # batches applied (monotonic)
+        self.ops = 0  # operations applied (monotonic)
+        self.offloaded = 0  # batches handed to a worker because the lock was busy
+
+    # ---------------------------------------------------------------- queueing
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+        pending = self._pending
+        if len(pending) >= self.max_pending:
+            raise QueueFullError(f"{len(pending)} pool operations pending; retry later")
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        pending.append((fn, args, fut))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush, loop)
+        return fut
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._scheduled = False
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        lock = self.manager.device_pool.lock
+        if lock.acquire(blocking=False):  # NOTE(loop): never block the loop on the step lock
+            try:
+                results = self._apply(batch)
+            finally:
+                lock.release()
+            self._resolve(batch, results)
+        else:
+            self.offloaded += 1
+            job = loop.run_in_executor(self._executor, self._apply, batch)
+            job.add_done_callback(lambda f: self._resolve_job(batch, f))
+
+    def _apply(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
+        """Run every operation under one manager.batch(); capture results and exceptions."""
+        out: list[tuple[bool, Any]] = []
+        with self.manager.batch():
+            for fn, args, fut in batch:
+                if fut.cancelled():
+                    out.append((False, None))
+                    continue
+                try:
+                    out.append((True, fn(*args)))
+                except Exception as e:  # noqa: BLE001 - delivered to the caller's future
+                    out.append((False, e))
+        self.flushes += 1
+        self.ops += len(batch)
+        return out
+
+    def _resolve_job(self, batch: list[_Op], job: asyncio.Future) -> None:
+        exc = job.exception()
+        if exc is not None:  # the batch itself failed (not one operation): fail them all
+            self._resolve(batch, [(False, exc)] * len(batch))
+        else:
+            self._resolve(batch, job.result())
+
+    @staticmethod
+    def _resolve(batch: list[_Op], results: list[tuple[bool, Any]]) -> None:
+        for (_, _, fut), (ok, value) in zip(batch, results):
+            if fut.done():
+                continue
+            if ok:
+                fut.set_result(value)
+            elif value is not None:
+                fut.set_exception(value)
+            else:
+                fut.cancel()
+
+    # ---------------------------------------------------------------- manager operations
+    def can_allocate(self, num_tokens: int, block_hashes: Sequence[bytes] = ()
+                     ) -> asyncio.Future:
+        return self._submit(self.manager.can_allocate, num_tokens, block_hashes)
+
+    def allocate(self, seq_ids: Sequence[int], token_ids: Sequence[int],
+                 cache_salt: str | None = None) -> asyncio.Future:
+        """Result: prefix-cached token count, or None when the pool is short."""
+        mgr = self.manager
+        return self._submit(lambda s, t, c: mgr.allocate(s, t, cache_salt=c),
+                            seq_ids, token_ids, cache_salt)
+
+    def append_slots(self, seq_id: int, token_ids: Sequence[int]) -> asyncio.Future:
+        return self._submit(self.manager.append_slots, seq_id, token_ids)
+
+    def fork(self, parent: int, child: int) -> asyncio.Future:
+        return self._submit(self.manager.fork, parent, child)
+
+    def free(self, seq_id: int) -> asyncio.Future:
+        return self._submit(self.manager.free, seq_id)
+
+    def swap_out(self, seq_ids: Sequence[int]) -> asyncio.Future:
+        return self._submit(self.manager.swap_out, seq_ids)
+
+    def swap_in(self, seq_ids: Sequence[int]) -> asyncio.Future:
+        return self._submit(self.manager.swap_in, seq_ids)
+
+    # ---------------------------------------------------------------- raw blocks
+    def allocate_blocks(self, n: int) -> asyncio.Future:
+        """``n`` device blocks with ref 1 (no table), or None: for KV transfer style users."""
+        return self._submit(self.manager.device_pool.allocate_many, n)
+
+    def free_blocks(self, block_ids: Sequence[int]) -> asyncio.Future:
+        return self._submit(self.manager.device_pool.free_many, block_ids)
+
+
+class PerCallLockFront:
+    """The baselines the benchmark compares against: every call takes the pool lock itself.
+
+    The pool lock is a thread lock shared with the engine's step thread, so a coroutine must
+    not block the event loop waiting for it. ``mode="thread"`` is the conventional answer:
+    each call runs in a worker thread (``run_in_executor``). ``mode="trylock"`` is a stronger
+    baseline: try the lock without blocking and hop to a worker only when it is busy."""
+
+    def __init__(self, manager: BlockSpaceManager, mode: str = "thread",
+                 executor: ThreadPoolExecutor | None = None) -> None:
+        if mode not in ("thread", "trylock"):
+            raise ValueError("mode must be 'thread' or 'trylock'")
+        self.manager = manager
+        self.mode = mode
+        self._executor = executor
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.mode == "trylock":
+            lock = self.manager.device_pool.lock
+            if lock.acquire(blocking=False):
+                try:
+                    return fn(*args)
+                finally:
+                    lock.release()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    async def allocate_blocks(self, n: int) -> list[int] | None:
+        return await self._call(self.manager.device_pool.allocate_many, n)
+
+    async def free_blocks(self, block_ids: Sequence[int]) -> None:
+        return await self._call(self.manager.device_pool.free_many, block_ids)
+
