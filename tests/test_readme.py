@@ -1,0 +1,28 @@
+"""The README's Quickstart holds exactly two commands, and .ci/run runs the test one verbatim."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def quickstart_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    return [line for b in blocks for line in b.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_quickstart_has_the_serve_and_test_commands():
+    cmds = quickstart_commands()
+    assert len(cmds) == 2, cmds
+    serve, test = cmds
+    assert "kvpool serve" in serve and "torch==2.13.0" in serve
+    assert "pytest" in test and "torch==2.13.0" in test
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    test_cmd = quickstart_commands()[1]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test_cmd in [line.strip() for line in ci]
