@@ -1,0 +1,221 @@
+"""bench/copy.py: the copy engine against memcpy, and its overlap with decode (../shared/BENCH.md).
+
+    python -m bench.copy [--json FILE] [--quick] [--repeats N]
+
+- ``swap``: swap-out of 256 scattered device blocks (256 KiB each: 8 layers x K|V x 16 tokens x
+  4 KV heads x 64 float32) into scattered host blocks through the CopyEngine (submit -> wait,
+  wall time), against one contiguous ``copy_`` of the same bytes (the best of 1 thread and
+  torch's default thread count, on the calling thread).
+- ``defrag``: the same for a move plan inside the device pool (scattered live blocks above the
+  compaction line into scattered holes below it), against one contiguous in-pool ``copy_``.
+- ``overlap``: decode step time of the tiny model (32 sequences of 256 cached tokens,
+  ``torch.set_num_threads(1)``) while the engine swaps other blocks of the same pools out and in
+  back to back, divided by the step time without copies (1.0 = fully hidden); again with the
+  copy worker at nice 10 (``overlap.*_nice10``). On an oversubscribed box both mostly measure
+  CPU contention: a plain C ``copy_`` loop in a thread slows the step as much as the engine.
+
+Each figure is the best of several rounds (``bench.common.best_of``); the overlap rounds alternate
+copies on / off so machine noise hits both. Never pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import threading
+import time
+
+import torch
+
+from bench.common import best_of, machine, write_json
+from kvpool.runtime.copy_engine import CopyEngine
+from kvpool.runtime.kv_storage import KVStorage
+from kvpool.runtime.model import PagedBatch, SeqChunk, build_tiny_model, tiny_config
+
+NUM_BLOCKS = 256
+BLOCK_SIZE = 16
+
+
+def big_block_config():
+    """A model shape with 256 KiB float32 blocks of 16 tokens (8 layers, 4 KV heads of 64)."""
+    return dataclasses.replace(tiny_config(), hidden_size=512, num_hidden_layers=8,
+                               num_attention_heads=8, num_key_value_heads=4, head_dim=64)
+
+
+def _memcpy_round(dst: torch.Tensor, src: torch.Tensor) -> dict:
+    """One contiguous copy_ of src into dst: the best of 1 thread and the default count."""
+    default = torch.get_num_threads()
+    best = float("inf")
+    try:
+        for threads in sorted({1, default}):
+            torch.set_num_threads(threads)
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(default)
+    return {"seconds": best}
+
+
+def bench_copy(storage: KVStorage, engine: CopyEngine, kind: str, rounds: int,
+               seed: int = 0) -> dict:
+    """Scattered engine copies (a fresh random plan each round; wall time submit -> wait) vs
+    one contiguous copy_ of the same bytes; best round of each."""
+    rng = random.Random(seed)
+    dev, host = storage.device_kv, storage.host_kv
+    nbytes = NUM_BLOCKS * storage.bytes_per_block
+    n_dev, n_host = storage.num_device_blocks, storage.num_host_blocks
+    line = n_dev // 2  # defrag: live blocks above the compaction line move into holes below
+
+    def plan() -> list[tuple[int, int]]:
+        if kind == "swap_out":
+            return list(zip(rng.sample(range(n_dev), NUM_BLOCKS),
+                            rng.sample(range(n_host), NUM_BLOCKS)))
+        return list(zip(rng.sample(range(line, n_dev), NUM_BLOCKS),
+                        rng.sample(range(line), NUM_BLOCKS)))
+
+    def engine_round() -> dict:
+        pairs = plan()
+        t0 = time.perf_counter()
+        engine.submit(kind, pairs).wait()
+        return {"seconds": time.perf_counter() - t0}
+
+    mem_dst = host[:NUM_BLOCKS] if kind == "swap_out" else dev[:NUM_BLOCKS]
+    mem_src = dev[n_dev - NUM_BLOCKS:]
+    engine_round()  # warm: view cache, worker thread settings
+    eng = best_of(rounds, engine_round)["seconds"]
+    mem = best_of(rounds, lambda: _memcpy_round(mem_dst, mem_src))["seconds"]
+    return {"gbps": nbytes / eng / 1e9, "memcpy_gbps": nbytes / mem / 1e9,
+            "ratio": mem / eng, "bytes": nbytes}
+
+
+class SwapStream:
+    """Keeps the copy engine busy: swap 128 scattered blocks out, then back in, forever, each
+    batch submitted from the previous one's completion callback (on the worker thread)."""
+
+    def __init__(self, engine: CopyEngine, device_ids: list[int], num_host: int,
+                 batch: int = 128, seed: int = 1) -> None:
+        self.engine, self.device_ids = engine, device_ids
+        self.num_host, self.batch = num_host, batch
+        self.rng = random.Random(seed)
+        self.running = False
+        self.bytes = 0
+        self.idle = threading.Event()
+        self.idle.set()
+
+    def start(self) -> None:
+        self.running, self.bytes = True, 0
+        self.idle.clear()
+        self._next("swap_out")
+
+    def stop(self) -> None:
+        self.running = False
+        self.idle.wait()
+
+    def _next(self, kind: str) -> None:
+        dev = self.rng.sample(self.device_ids, self.batch)
+        host = self.rng.sample(range(self.num_host), self.batch)
+        pairs = list(zip(dev, host)) if kind == "swap_out" else list(zip(host, dev))
+        self.engine.submit(kind, pairs).add_done_callback(self._done)
+
+    def _done(self, handle) -> None:
+        self.bytes += handle.bytes
+        if self.running:
+            self._next("swap_in" if handle.kind == "swap_out" else "swap_out")
+        else:
+            self.idle.set()
+
+
+def bench_overlap(rounds: int, steps: int, num_seqs: int = 32, context: int = 256,
+                  worker_nice: int = 0) -> dict:
+    torch.manual_seed(0)
+    config, model, _ = build_tiny_model()
+    storage = KVStorage(config, BLOCK_SIZE, kv_cache_memory="128MiB", swap_space="32MiB")
+    per_seq = context // BLOCK_SIZE
+    tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(num_seqs)]
+    kv = storage.device_kv
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(32, 127, (context - 1,), generator=gen).tolist()
+               for _ in range(num_seqs)]
+    for p, t in zip(prompts, tables):  # prefill the cache so decode attends over real K/V
+        model(PagedBatch([SeqChunk(p, 0, t)]), kv)
+    batch = PagedBatch([SeqChunk([65], context - 1, t) for t in tables])
+    free_ids = list(range(num_seqs * per_seq, storage.num_device_blocks))
+
+    def step_round() -> float:
+        model(batch, kv)  # warm
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            model(batch, kv)
+        return (time.perf_counter() - t0) / steps
+
+    with CopyEngine.for_storage(storage, worker_nice=worker_nice) as engine:
+        stream = SwapStream(engine, free_ids, storage.num_host_blocks)
+        off = on = float("inf")
+        copied = copy_seconds = 0.0
+        for _ in range(rounds):
+            off = min(off, step_round())
+            stream.start()
+            time.sleep(0.01)
+            t0 = time.perf_counter()
+            on = min(on, step_round())
+            copied += stream.bytes
+            copy_seconds += time.perf_counter() - t0
+            stream.stop()
+    return {"step_seconds": off, "step_seconds_with_swap": on, "step_slowdown": on / off,
+            "swap_gbps_during": copied / copy_seconds / 1e9,
+            "bytes_per_block": storage.bytes_per_block}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeats", type=int, default=9)
+    args = ap.parse_args()
+    rounds = 3 if args.quick else args.repeats
+    res: dict = {"machine": machine()}
+
+    storage = KVStorage(big_block_config(), BLOCK_SIZE, kv_cache_memory="256MiB",
+                        swap_space="128MiB")
+    storage.device_kv.fill_(1.0)
+    assert storage.bytes_per_block == 256 * 1024
+    with CopyEngine.for_storage(storage) as engine:
+        swap = bench_copy(storage, engine, "swap_out", rounds)
+        defrag = bench_copy(storage, engine, "defrag", rounds)
+        backend = engine.backend.name
+    del storage
+    res.update({
+        "swap.gbps": swap["gbps"], "swap.memcpy_gbps": swap["memcpy_gbps"],
+        "swap.ratio": swap["ratio"],
+        "defrag.gbps": defrag["gbps"], "defrag.memcpy_gbps": defrag["memcpy_gbps"],
+        "defrag.ratio": defrag["ratio"],
+        "copy.bytes_per_block": 256 * 1024, "copy.blocks": NUM_BLOCKS, "copy.backend": backend,
+    })
+    torch.set_num_threads(1)  # the tiny model: OpenMP fork/join costs more than it saves
+    ov_rounds, ov_steps = (3, 10) if args.quick else (5, 30)
+    ov = bench_overlap(ov_rounds, ov_steps)
+    res.update({"overlap.step_slowdown": ov["step_slowdown"],
+                "overlap.step_seconds": ov["step_seconds"],
+                "overlap.step_seconds_with_swap": ov["step_seconds_with_swap"],
+                "overlap.swap_gbps_during": ov["swap_gbps_during"]})
+    # The same with the copy worker at a lower CPU priority (CopyEngine(worker_nice=10)).
+    ov = bench_overlap(ov_rounds, ov_steps, worker_nice=10)
+    res.update({"overlap.step_slowdown_nice10": ov["step_slowdown"],
+                "overlap.swap_gbps_during_nice10": ov["swap_gbps_during"]})
+
+    print(f"\n{'key':34s} {'value':>12s}")
+    for key in ("swap.gbps", "swap.memcpy_gbps", "swap.ratio", "defrag.gbps",
+                "defrag.memcpy_gbps", "defrag.ratio", "overlap.step_slowdown",
+                "overlap.step_seconds", "overlap.step_seconds_with_swap",
+                "overlap.swap_gbps_during", "overlap.step_slowdown_nice10",
+                "overlap.swap_gbps_during_nice10"):
+        print(f"{key:34s} {res[key]:12.4f}")
+    print(f"({NUM_BLOCKS} blocks of 256 KiB = 64 MiB per batch; backend {backend}; overlap: "
+          f"tiny model, 32 decodes, {ov['bytes_per_block'] // 1024} KiB blocks)")
+    write_json(args.json, res)
+
+
+if __name__ == "__main__":
+    main()
