@@ -106,8 +106,9 @@ class CopyHandle:
         return self
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The failure (a :class:`CopyError`) or ``None``; waits like :meth:`wait`."""
-        if not self._event.wait(timeout):
+        """The failure (a :class:`CopyError`) or ``None``; waits like :meth:`wait`, except
+        inside a done callback (the outcome is already known there: no wait, no deadlock)."""
+        if self.finished_at is None and not self._event.wait(timeout):
             raise TimeoutError(f"copy {self.kind}#{self.seq} not done after {timeout} s")
         return self._error
 

@@ -1,0 +1,261 @@
+"""AsyncEngine: the asyncio face of the EngineCore.
+
+Threads and hand-offs::
+
+    event loop (uvloop)                              step thread "kvpool-step"
+    generate() -> RequestStream ─┐                   ┌─> inbox: adds / aborts (deque)
+    abort()                      ├─ per-iteration ───┤   core.step(): schedule, copies,
+                                 │  flush (one       │   forward, sample, update
+    RequestStream.__anext__ <────┘  wake-up)         └── call_soon_threadsafe(deliver, outs)
+
+The step loop never runs on the event loop, so the loop stays responsive while a forward runs.
+Requests queued by many coroutines during one loop iteration reach the step thread in one
+batch (one deque extend, one wake-up). A stream that is closed early (client gone, task
+cancelled) aborts its request, which frees its blocks in the next step-thread pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+
+from kvpool.errors import EngineError, QueueFullError, RequestError
+from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
+from kvpool.runtime.copy_engine import FaultInjector
+from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.model import SamplingParams
+from kvpool.runtime.outputs import CompletionOutput, RequestOutput
+
+log = logging.getLogger(__name__)
+_ids = itertools.count()
+
+
+class RequestStream:
+    """Async iterator over one request's updates; closing it early aborts the request."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str, prompt_ids: list[int]) -> None:
+        self.engine = engine
+        self.request_id = request_id
+        self.prompt_ids = prompt_ids
+        self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self.finished = False
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        try:
+            out = await self.queue.get()
+        except BaseException:
+            await self.aclose()
+            raise
+        if out.finished:
+            self.finished = True
+            self.engine._streams.pop(self.request_id, None)
+        return out
+
+    async def aclose(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self.engine._streams.pop(self.request_id, None)
+            self.engine.abort_nowait(self.request_id)
+
+    async def __aenter__(self) -> RequestStream:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+
+class AsyncEngine:
+    """Serve requests over the paged KV pool; see the module docstring for the threading."""
+
+    def __init__(self, config: EngineConfig | None = None, *,
+                 fault_injector: FaultInjector | None = None) -> None:
+        self.config = config or EngineConfig()
+        self.core = EngineCore(self.config, fault_injector=fault_injector)
+        self.metrics = KVPoolMetrics(self.snapshot)
+        self.core.metrics = self.core.outputs.metrics = self.metrics
+        self.model_name = self.core.model_name
+        self.tokenizer = self.core.tokenizer
+        self.max_model_len = self.core.max_model_len
+        self._streams: dict[str, RequestStream] = {}
+        self._pending: list[tuple] = []  # ops queued during this loop iteration
+        self._inbox: deque[tuple] = deque()  # ops for the step thread
+        self._wake = threading.Event()
+        self._flush_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._draining = False
+        self._error: BaseException | None = None
+        self.invariant_check_interval = 0  # steps between full invariant checks (0 = off)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="kvpool-step", daemon=True)
+        self._thread.start()
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop admitting; let in-flight requests finish, abort what is left after
+        ``timeout``; stop the step thread. Every block is back in the pool afterwards."""
+        self._draining = True
+        deadline = time.monotonic() + timeout
+        while self._streams and time.monotonic() < deadline and self._thread is not None:
+            await asyncio.sleep(0.02)
+        for rid in list(self._streams):
+            self.abort_nowait(rid)
+        while self._thread is not None and self.core.has_work() and \
+                time.monotonic() < deadline + 5:
+            await asyncio.sleep(0.02)
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 10)
+            self._thread = None
+        self.core.close()
+
+    def is_healthy(self) -> bool:
+        return self._error is None and (self._thread is None or self._thread.is_alive())
+
+    def num_free_blocks(self) -> int:
+        return self.core.manager.stats().device.num_allocatable
+
+    def snapshot(self) -> MetricsSnapshot:
+        return self.core.snapshot()
+
+    # ------------------------------------------------------------------ requests
+    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool)
+                                            for t in prompt):
+            return list(prompt)
+        raise RequestError("prompt must be a string or a list of token ids", "prompt")
+
+    def generate(self, request_id: str | None, prompt: str | list[int], params: SamplingParams,
+                 *, cache_salt: str | None = None, priority: int = 0) -> RequestStream:
+        """Queue a request and return its stream. Raises RequestError (HTTP 400) for input that
+        can never be served and QueueFullError (HTTP 503) when the engine is full."""
+        if self._error is not None:
+            raise EngineError(f"the engine failed: {self._error}")
+        if self._draining:
+            raise QueueFullError("the server is shutting down")
+        if len(self._streams) >= self.config.max_queue:
+            raise QueueFullError(f"{len(self._streams)} requests in flight (--max-queue "
+                                 f"{self.config.max_queue}); retry later")
+        ids = self.encode_prompt(prompt)
+        self.core.validate(ids, params)
+        rid = request_id or f"req-{next(_ids)}"
+        if rid in self._streams:
+            raise RequestError(f"request id {rid!r} is already in flight", "request_id")
+        stream = RequestStream(self, rid, ids)
+        self._streams[rid] = stream
+        self._queue_op(("add", rid, ids, params, cache_salt, priority, time.monotonic()))
+        return stream
+
+    async def abort(self, request_id: str) -> None:
+        self.abort_nowait(request_id)
+
+    def abort_nowait(self, request_id: str) -> None:
+        """Idempotent; applied by the step thread on its next pass."""
+        self._queue_op(("abort", request_id))
+
+    def _queue_op(self, op: tuple) -> None:
+        self._pending.append(op)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop = self._loop or asyncio.get_running_loop()
+            loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        ops, self._pending = self._pending, []
+        self._inbox.extend(ops)  # one atomic hand-off for the whole iteration
+        self._wake.set()
+
+    # ------------------------------------------------------------------ step thread
+    def _run(self) -> None:
+        core = self.core
+        try:
+            while not self._stop.is_set():
+                outs = self._take_inbox()
+                if core.has_work():
+                    outs += core.step()
+                    n = self.invariant_check_interval
+                    if n and core.steps % n == 0:
+                        core.check_invariants()
+                elif not outs:
+                    self._wake.wait(0.5)
+                    self._wake.clear()
+                if outs:
+                    self._loop.call_soon_threadsafe(self._deliver, outs)
+        except BaseException as e:  # noqa: BLE001 - surfaced to every waiting stream
+            log.exception("engine step loop failed")
+            self._error = e
+            self._loop.call_soon_threadsafe(self._fail_all, repr(e))
+
+    def _take_inbox(self) -> list[RequestOutput]:
+        outs: list[RequestOutput] = []
+        inbox = self._inbox
+        while inbox:
+            op = inbox.popleft()
+            if op[0] == "add":
+                _, rid, ids, params, salt, prio, arrival = op
+                try:
+                    self.core.add_request(rid, ids, params, cache_salt=salt, priority=prio,
+                                          arrival=arrival)
+                except Exception as e:  # noqa: BLE001 - the request fails, not the engine
+                    outs.append(_error_output(rid, ids, params, str(e)))
+            else:
+                o = self.core.abort(op[1])
+                if o is not None:
+                    outs.append(o)
+        return outs
+
+    def _deliver(self, outs: list[RequestOutput]) -> None:
+        for o in outs:
+            s = self._streams.get(o.request_id)
+            if s is not None:
+                s.queue.put_nowait(o)
+
+    def _fail_all(self, reason: str) -> None:
+        for rid, s in list(self._streams.items()):
+            s.queue.put_nowait(_error_output(rid, s.prompt_ids, None, reason))
+
+
+def _error_output(rid: str, ids: list[int], params, reason: str) -> RequestOutput:
+    n = getattr(params, "n", 1) or 1
+    return RequestOutput(rid, tuple(CompletionOutput(i, (), "", 0, "error") for i in range(n)),
+                         True, len(ids), 0, reason)
+
+
+async def collect(stream: AsyncIterator[RequestOutput]) -> RequestOutput:
+    """Drain a stream into one RequestOutput holding each sequence's whole output."""
+    toks: dict[int, list[int]] = {}
+    text: dict[int, str] = {}
+    last: dict[int, CompletionOutput] = {}
+    final = None
+    async for out in stream:
+        for c in out.outputs:
+            toks.setdefault(c.index, []).extend(c.token_ids)
+            text[c.index] = text.get(c.index, "") + c.text
+            last[c.index] = c
+        final = out
+    assert final is not None
+    outs = tuple(CompletionOutput(i, tuple(toks[i]), text[i], last[i].num_generated,
+                                  last[i].finish_reason, last[i].stop_reason)
+                 for i in sorted(last))
+    return RequestOutput(final.request_id, outs, True, final.num_prompt_tokens,
+                         final.num_cached_tokens, final.error, final.metrics)

@@ -1,0 +1,170 @@
+"""Turns sampled tokens into the deltas a request's stream sees: detokenization, stop strings,
+finish reasons and the latency histograms.
+
+Stop strings: a sequence's text is released only up to the point where no stop string can still
+start (the longest stop string minus one character is held back), so a stream never shows the
+beginning of a stop string that then matches; the matched stop string and everything after it
+are cut, as in the OpenAI API.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kvpool.runtime.model import IncrementalDetokenizer, SamplingParams, Tokenizer
+from kvpool.runtime.outputs import CompletionOutput, RequestOutput
+from kvpool.sched import FinishedRequest, SeqStatus
+
+_REASON = {SeqStatus.FINISHED_STOPPED: "stop", SeqStatus.FINISHED_LENGTH: "length",
+           SeqStatus.FINISHED_ABORTED: "abort", SeqStatus.FINISHED_IGNORED: "error"}
+
+
+@dataclass(slots=True, eq=False)
+class SeqState:
+    """Output state of one sequence of a request."""
+
+    index: int  # position among the request's n sequences
+    detok: IncrementalDetokenizer  # prompt-aware incremental decoder
+    text: str = ""  # decoded text not yet released (stop-string hold-back)
+    pending_ids: list[int] = field(default_factory=list)  # tokens not yet released
+    num_generated: int = 0  # tokens accepted so far
+    last_token_time: float | None = None  # for the inter-token latency
+    finish_reason: str | None = None  # set once finished
+    stop_reason: str | int | None = None  # matched stop string / token
+
+
+@dataclass(slots=True, eq=False)
+class RequestState:
+    """Output state of one request, owned by the engine's step thread."""
+
+    request_id: str
+    params: SamplingParams
+    prompt_ids: list[int]
+    arrival: float  # time.monotonic() at generate()
+    seqs: dict[int, SeqState]  # seq_id -> state
+    num_cached_tokens: int = 0
+    first_token: bool = False  # TTFT observed
+    hold: int = 0  # characters held back for stop strings
+
+
+class OutputProcessor:
+    """Per-request detokenization and finish bookkeeping (single-threaded: the step thread)."""
+
+    def __init__(self, tokenizer: Tokenizer, metrics=None) -> None:
+        self.tokenizer = tokenizer
+        self.metrics = metrics  # KVPoolMetrics or None
+        self.requests: dict[str, RequestState] = {}
+        self.generation_tokens = 0
+
+    def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+            seq_ids: tuple[int, ...], arrival: float) -> None:
+        tok = self.tokenizer
+        seqs = {s: SeqState(i, tok.detokenizer(prompt_ids)) for i, s in enumerate(seq_ids)}
+        hold = max((len(s) for s in params.stop), default=1) - 1
+        self.requests[request_id] = RequestState(request_id, params, prompt_ids, arrival, seqs,
+                                                 hold=hold)
+
+    def on_tokens(self, sampled: dict[int, tuple[str, int]], now: float
+                  ) -> tuple[dict[str, list[CompletionOutput]], list[tuple[str, int, str]]]:
+        """Feed accepted tokens ``{seq_id: (request_id, token)}``. Returns the deltas per
+        request and the ``(request_id, seq_id, stop_string)`` matches the caller must finish."""
+        deltas: dict[str, list[CompletionOutput]] = {}
+        stops: list[tuple[str, int, str]] = []
+        m = self.metrics
+        for seq_id, (rid, token) in sampled.items():
+            r = self.requests.get(rid)
+            if r is None:
+                continue
+            s = r.seqs.get(seq_id)
+            if s is None or s.finish_reason is not None:
+                continue
+            s.num_generated += 1
+            self.generation_tokens += 1
+            if m is not None:
+                if not r.first_token:
+                    m.ttft.observe(now - r.arrival)
+                elif s.last_token_time is not None:
+                    m.itl.observe(now - s.last_token_time)
+            r.first_token = True
+            s.last_token_time = now
+            s.pending_ids.append(token)
+            s.text += s.detok.push(token)
+            hit = self._match_stop(r, s)
+            if hit is not None:
+                stops.append((rid, seq_id, hit))
+            out = self._release(r, s, final=hit is not None)
+            if out is not None:
+                deltas.setdefault(rid, []).append(out)
+        return deltas, stops
+
+    @staticmethod
+    def _match_stop(r: RequestState, s: SeqState) -> str | None:
+        best = None
+        for stop in r.params.stop:
+            i = s.text.find(stop)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, stop)
+        if best is None:
+            return None
+        s.text = s.text[: best[0]]
+        s.finish_reason, s.stop_reason = "stop", best[1]
+        return best[1]
+
+    def _release(self, r: RequestState, s: SeqState, final: bool) -> CompletionOutput | None:
+        """Emit what can be shown: all text when final, else all but the hold-back tail."""
+        if final or r.hold <= 0:
+            text, s.text = s.text, ""
+        else:
+            cut = max(0, len(s.text) - r.hold)
+            text, s.text = s.text[:cut], s.text[cut:]
+        ids, s.pending_ids = s.pending_ids, []
+        if not ids and not text and not final:
+            return None
+        return CompletionOutput(s.index, tuple(ids), text, s.num_generated, s.finish_reason,
+                                s.stop_reason)
+
+    def finish(self, fr: FinishedRequest, now: float, error: str | None = None
+               ) -> RequestOutput | None:
+        """The request left the scheduler: flush every sequence and build its last update."""
+        r = self.requests.pop(fr.request_id, None)
+        if r is None:
+            return None
+        outs = []
+        by_id = {so.seq_id: so for so in fr.seqs}
+        for seq_id, s in r.seqs.items():
+            so = by_id.get(seq_id)
+            if s.finish_reason is None:
+                s.finish_reason = "error" if error else _REASON.get(
+                    so.status if so else fr.status, "abort")
+                if so is not None and so.finish_reason and so.finish_reason.startswith(
+                        "stop_token"):
+                    s.stop_reason = int(so.finish_reason.split()[-1])
+            if not isinstance(s.stop_reason, str):  # text after a stop string stays cut
+                s.text += s.detok.finish()
+            out = self._release(r, s, final=True)
+            outs.append(out)
+        m = self.metrics
+        if m is not None:
+            m.e2e.observe(now - r.arrival)
+            if fr.first_scheduled_time is not None:
+                m.queue.observe(max(0.0, fr.first_scheduled_time - r.arrival))
+        return RequestOutput(fr.request_id, tuple(outs), True, len(r.prompt_ids),
+                             fr.num_cached_tokens, error,
+                             {"e2e": now - r.arrival,
+                              "queue": (fr.first_scheduled_time or now) - r.arrival,
+                              "ttft": (fr.first_token_time or now) - r.arrival})
+
+    def fail(self, request_id: str, error: str, now: float | None = None) -> RequestOutput | None:
+        """A request failed before the scheduler reported it (e.g. a copy failed)."""
+        r = self.requests.pop(request_id, None)
+        if r is None:
+            return None
+        outs = []
+        for s in r.seqs.values():
+            s.finish_reason = s.finish_reason or "error"
+            outs.append(CompletionOutput(s.index, tuple(s.pending_ids), s.text,
+                                         s.num_generated, s.finish_reason))
+        return RequestOutput(request_id, tuple(outs), True, len(r.prompt_ids),
+                             r.num_cached_tokens, error,
+                             {"e2e": (now or time.monotonic()) - r.arrival})
