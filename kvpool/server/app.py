@@ -1,0 +1,103 @@
+"""``build_app``: the aiohttp application around one AsyncEngine, wired at the edge.
+
+::
+
+    request -> error_middleware (every failure -> OpenAI error JSON, see middleware.py)
+            -> auth_middleware  (only with an API key; /v1/* only)
+            -> OpenAIRoutes     (handlers.py)          -> engine.generate / metrics.render
+
+    app[ENGINE_KEY]   the engine           app[METRICS_KEY]  the injected metrics registry
+    app[ROUTES_KEY]   the handlers         cleanup_ctx       engine.start() ... engine.shutdown()
+
+NOTE(shutdown): aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown
+(we mark the app draining: /health says 503, new requests get 503) -> wait up to the runner's
+``shutdown_timeout`` for in-flight handlers, then cancel them (each cancelled handler aborts its
+request) -> cleanup_ctx exit, where ``engine.shutdown`` aborts whatever is left and every block
+returns to the pool. Serve with ``handler_cancellation=True`` (``run_server`` does; aiohttp's
+test server does too) so a client that disconnects cancels its handler and frees its blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from kvpool.metrics import KVPoolMetrics
+from kvpool.server.handlers import OpenAIRoutes
+from kvpool.server.middleware import auth_middleware, error_middleware
+from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
+
+if TYPE_CHECKING:  # the app only needs the engine's contract (the stress harness reuses it)
+    from kvpool.runtime.engine import AsyncEngine
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "METRICS_KEY", "ROUTES_KEY", "build_app"]
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
+DEFAULT_ENGINE_SHUTDOWN_TIMEOUT = 10.0
+
+ENGINE_KEY: web.AppKey[AsyncEngine] = web.AppKey("kvpool_engine")
+METRICS_KEY = web.AppKey("kvpool_metrics", KVPoolMetrics)
+ROUTES_KEY = web.AppKey("kvpool_routes", OpenAIRoutes)
+_ENGINE_SHUTDOWN_KEY = web.AppKey("kvpool_engine_shutdown_timeout", float)
+_MANAGE_ENGINE_KEY = web.AppKey("kvpool_manage_engine", bool)
+
+
+def build_app(engine: AsyncEngine, *, api_key: str | None = None,
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+              metrics: KVPoolMetrics | None = None,
+              served_model_names: tuple[str, ...] | None = None,
+              max_json_depth: int = MAX_JSON_DEPTH,
+              engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
+              manage_engine: bool = True) -> web.Application:
+    """The OpenAI-compatible app.
+
+    ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
+    ``max_body_bytes``: larger bodies get 413. ``metrics``: the registry /metrics renders
+    (default: the engine's). ``manage_engine``: start the engine with the app and shut it down
+    (waiting ``engine_shutdown_timeout`` for in-flight requests) when the app stops; False when
+    the caller owns the engine's lifetime.
+    """
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
+    middlewares: list[Any] = [error_middleware]  # NOTE(order): first listed = outermost
+    if api_key:
+        middlewares.append(auth_middleware(api_key))
+    app = web.Application(middlewares=middlewares, client_max_size=max_body_bytes)
+
+    config = engine.config
+    names = served_model_names or tuple(dict.fromkeys(
+        n for n in (engine.model_name, config.served_model_name) if n))
+    parser = RequestParser(engine.tokenizer, names, engine.max_model_len,
+                           max_n=config.max_n, max_tokens_limit=config.max_tokens_limit,
+                           max_stop=config.max_stop, max_json_depth=max_json_depth)
+    metrics = metrics if metrics is not None else engine.metrics
+    routes = OpenAIRoutes(engine, parser, metrics.render, names)
+    routes.register(app)
+
+    app[ENGINE_KEY] = engine
+    app[METRICS_KEY] = metrics
+    app[ROUTES_KEY] = routes
+    app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
+    app[_MANAGE_ENGINE_KEY] = manage_engine
+    app.on_shutdown.append(_start_draining)
+    app.cleanup_ctx.append(_engine_lifetime)
+    return app
+
+
+async def _start_draining(app: web.Application) -> None:
+    app[ROUTES_KEY].draining = True
+
+
+async def _engine_lifetime(app: web.Application) -> AsyncIterator[None]:
+    """Start the engine's step loop with the app; stop it (blocks back to the pool) after."""
+    engine = app[ENGINE_KEY]
+    if not app[_MANAGE_ENGINE_KEY]:
+        yield
+        return
+    await engine.start()
+    try:
+        yield
+    finally:
+        await engine.shutdown(timeout=app[_ENGINE_SHUTDOWN_KEY])

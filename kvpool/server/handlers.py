@@ -1,0 +1,167 @@
+"""The routes: OpenAI completions and chat (JSON or SSE), models, health and metrics.
+
+Life of a generation request::
+
+    read body (413 past client_max_size) -> RequestParser (400s) -> engine.generate(...)
+      -> first update awaited *before* any byte is sent, so the engine's own validation
+         (prompt can never fit the pool, vocabulary) and QueueFullError still become a
+         proper status -> JSON body, or SSE chunks until the last update -> [DONE]
+
+NOTE(abort): every path that leaves before the request finished -- the client disconnects
+(aiohttp cancels the handler: the runner is built with ``handler_cancellation=True``), a stream
+write fails, the server shuts down, a bug -- runs the ``finally`` that closes the engine's
+iterator and calls ``engine.abort``, so the request's blocks go back to the pool at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from kvpool.metrics import CONTENT_TYPE
+from kvpool.runtime.outputs import RequestOutput
+from kvpool.server.middleware import STREAM_STARTED, APIError
+from kvpool.server.protocol import RequestParser
+from kvpool.server.responses import SSE_DONE, ResponseBuilder, sse_event
+
+__all__ = ["OpenAIRoutes"]
+
+log = logging.getLogger("kvpool.server")
+
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+               "X-Accel-Buffering": "no"}
+
+
+class OpenAIRoutes:
+    """Request handlers bound to one engine; ``register(app)`` adds the routes."""
+
+    def __init__(self, engine: Any, parser: RequestParser, render_metrics: Callable[[], bytes],
+                 model_names: Sequence[str]) -> None:
+        self.engine = engine
+        self.parser = parser
+        self.render_metrics = render_metrics
+        self.model_names = tuple(model_names)
+        self.created = int(time.time())
+        self.draining = False  # set on shutdown: /health turns 503, new requests get 503
+
+    def register(self, app: web.Application) -> None:
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.list_models)
+        app.router.add_get("/v1/models/{model}", self.get_model)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+
+    # ---- generation ---------------------------------------------------------------------------
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        if self.draining:
+            raise APIError(503, "the server is shutting down", code="shutting_down",
+                           headers={"Retry-After": "1"})
+        body = self.parser.decode_body(await request.read())
+        req = self.parser.parse_chat(body) if chat else self.parser.parse_completion(body)
+        builder = ResponseBuilder(req)
+        updates = self.engine.generate(builder.id, req.prompt_ids, req.params,
+                                       cache_salt=req.cache_salt, priority=req.priority)
+        try:
+            first = await anext(updates)  # validation and QueueFullError surface here
+            if req.stream:
+                return await self._stream(request, builder, updates, first)
+            builder.update(first)
+            while (out := await self._next(updates, builder)) is not None:
+                builder.update(out)
+            failure = builder.failure()
+            if failure is not None:
+                raise failure
+            return web.json_response(builder.body())
+        finally:
+            await self._release(updates, builder)
+
+    @staticmethod
+    async def _next(updates: AsyncIterator[RequestOutput],
+                    builder: ResponseBuilder) -> RequestOutput | None:
+        """The next update, or None once the request finished (or the iterator ended)."""
+        if builder.finished:
+            return None
+        try:
+            return await anext(updates)
+        except StopAsyncIteration:
+            return None  # ended without finished=True: failure() reports it as aborted
+
+    async def _stream(self, request: web.Request, builder: ResponseBuilder,
+                      updates: AsyncIterator[RequestOutput],
+                      first: RequestOutput) -> web.StreamResponse:
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        await resp.prepare(request)
+        request[STREAM_STARTED] = True
+        events = [sse_event(c) for c in builder.role_chunks()]
+        events += [sse_event(c) for c in builder.update(first)]
+        await resp.write(b"".join(events))
+        try:
+            while (out := await self._next(updates, builder)) is not None:
+                chunks = builder.update(out)
+                if chunks:
+                    await resp.write(b"".join(sse_event(c) for c in chunks))
+            failure = builder.failure()
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - headers are out: report in-band
+            log.exception("stream %s failed", builder.id)
+            failure = APIError(500, f"generation failed: {type(exc).__name__}",
+                               code="generation_error")
+        tail = []
+        if failure is not None:
+            tail.append(sse_event(builder.error_event(failure)))
+        elif builder.req.include_usage:
+            tail.append(sse_event(builder.usage_chunk()))
+        tail.append(SSE_DONE)
+        await resp.write(b"".join(tail))
+        await resp.write_eof()
+        return resp
+
+    async def _release(self, updates: AsyncIterator[RequestOutput],
+                       builder: ResponseBuilder) -> None:
+        """Close the engine's iterator; abort the request unless it finished (idempotent)."""
+        try:
+            aclose = getattr(updates, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            if not builder.finished:
+                await self.engine.abort(builder.id)
+        except Exception:  # noqa: BLE001 - never mask the handler's own outcome
+            log.exception("releasing request %s failed", builder.id)
+
+    # ---- the rest -----------------------------------------------------------------------------
+    def _model_card(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": self.created, "owned_by": "kvpool",
+                "root": name, "parent": None, "max_model_len": self.parser.max_model_len}
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list",
+                                  "data": [self._model_card(n) for n in self.model_names]})
+
+    async def get_model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name not in self.model_names:
+            raise APIError(404, f"the model '{name}' does not exist", param="model",
+                           code="model_not_found")
+        return web.json_response(self._model_card(name))
+
+    async def health(self, request: web.Request) -> web.Response:
+        healthy = not self.draining and bool(self.engine.is_healthy())
+        return web.json_response({"status": "ok" if healthy else "unhealthy"},
+                                 status=200 if healthy else 503)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.render_metrics(), headers={"Content-Type": CONTENT_TYPE})
+

@@ -1,0 +1,149 @@
+"""The server's edge: one error middleware (every failure -> OpenAI's error JSON) and API-key auth.
+
+Every response that is not a success carries OpenAI's error body with the status that fits::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens",
+               "code": null}}
+
+    cause                                         status  type                   code
+    ------------------------------------------------------------------------------------------
+    APIError raised by a handler                  its own
+    RequestError / SamplingParamsError            400     invalid_request_error  (from the error)
+    RequestRejected (can never fit the pool)      400     invalid_request_error  request_rejected
+    missing / wrong API key                       401     invalid_request_error  invalid_api_key
+    unknown route                                 404     invalid_request_error  not_found
+    wrong method                                  405     invalid_request_error  method_not_allowed
+    body over client_max_size                     413     invalid_request_error  request_too_large
+    QueueFullError                                503     server_error           queue_full (+Retry-After)
+    EngineError (engine stopping or failed)       503     server_error           engine_unavailable
+    request arrives while the server drains       503     server_error           shutting_down
+    engine ended the request "error" / "abort"    500/503 server_error           generation_error /
+                                                                                 request_aborted
+    anything else                                 500     server_error           internal_error
+
+The middleware never writes after a streaming response has started (the stream handler reports
+its own late failures as an SSE error event) and lets client disconnects and cancellation pass:
+there is nobody left to answer.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
+
+__all__ = ["STREAM_STARTED", "APIError", "auth_middleware", "error_body", "error_middleware"]
+
+log = logging.getLogger("kvpool.server")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Set by a streaming handler once its headers are on the wire (no JSON error can follow).
+STREAM_STARTED = web.RequestKey("kvpool_stream_started", bool)
+RETRY_AFTER_SECONDS = "1"  # NOTE(retry): the queue drains per engine step; a second is plenty
+
+# Statuses aiohttp raises itself (routing, body size) -> our (type, code).
+_HTTP_CODES = {
+    400: "bad_request", 401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed",
+    413: "request_too_large", 415: "unsupported_media_type", 503: "service_unavailable",
+}
+
+
+class APIError(Exception):
+    """A failure with a definite HTTP status and OpenAI error fields, raised by handlers."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, type: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or error_type(status)
+        self.headers = headers or {}
+
+    def response(self) -> web.Response:
+        return web.json_response(error_body(self.message, self.type, self.param, self.code),
+                                 status=self.status, headers=self.headers)
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error ``type`` for a status: client errors are invalid requests."""
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def error_body(message: str, type: str, param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def to_api_error(exc: BaseException, request: web.Request) -> APIError:
+    """Map any exception a handler (or aiohttp's router) raised to an APIError."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, RequestError):
+        return APIError(400, str(exc), param=exc.param, code=exc.code)
+    if isinstance(exc, RequestRejected):
+        return APIError(400, str(exc), param="prompt", code="request_rejected")
+    if isinstance(exc, QueueFullError):
+        return APIError(503, f"the server is overloaded ({exc}); retry later",
+                        code="queue_full", headers={"Retry-After": RETRY_AFTER_SECONDS})
+    if isinstance(exc, EngineError):
+        return APIError(503, f"the engine cannot take this request: {exc}",
+                        code="engine_unavailable", headers={"Retry-After": RETRY_AFTER_SECONDS})
+    if isinstance(exc, web.HTTPException):
+        status = exc.status
+        headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")}
+        if status == 404:
+            message = f"unknown route: {request.method} {request.path}"
+        elif status == 405:
+            message = (f"method {request.method} is not allowed on {request.path}; "
+                       f"allowed: {headers.get('Allow', '')}")
+        elif status == 413:
+            message = f"request body too large: {exc.text or exc.reason}"
+        else:
+            message = exc.text or exc.reason
+        return APIError(status, message, code=_HTTP_CODES.get(status), headers=headers)
+    log.exception("unhandled error in %s %s", request.method, request.path, exc_info=exc)
+    return APIError(500, "internal server error", code="internal_error")
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one place failures become responses (outermost middleware)."""
+    try:
+        response = await handler(request)
+    except (ConnectionError, web.HTTPSuccessful, web.HTTPRedirection):
+        raise  # a gone client cannot read a body; 2xx/3xx exceptions are not failures
+    except Exception as exc:  # noqa: BLE001 - the edge: everything is answered in JSON
+        if request.get(STREAM_STARTED, False):
+            raise  # NOTE(sse): headers already sent; the stream handler owns late errors
+        return to_api_error(exc, request).response()
+    return response
+
+
+def auth_middleware(api_key: str, protected_prefix: str = "/v1") -> Callable:
+    """Require ``Authorization: Bearer <api_key>`` on every route under ``protected_prefix``.
+
+    The comparison runs in constant time over the full header (``hmac.compare_digest``), so the
+    time taken does not reveal how much of a guess was right. /health and /metrics stay open.
+    """
+    expected = f"Bearer {api_key}".encode()
+
+    @web.middleware
+    async def check_key(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == protected_prefix or request.path.startswith(protected_prefix + "/"):
+            got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(got, expected):
+                raise APIError(401, "invalid or missing API key: send "
+                                    "'Authorization: Bearer <key>'", code="invalid_api_key",
+                               headers={"WWW-Authenticate": "Bearer"})
+        return await handler(request)
+
+    return check_key

@@ -1,0 +1,343 @@
+"""OpenAI request bodies -> one validated :class:`ParsedRequest` (prompt ids + SamplingParams).
+
+Policy, in one place:
+
+- The body must be UTF-8 JSON (no NaN/Infinity), an object, nested at most ``max_json_depth``.
+- Unknown fields are **accepted and ignored** (clients send many optional OpenAI fields). Known
+  OpenAI features this server does not implement are **rejected** with 400 naming the field when
+  set to anything but their default (``echo``, ``logprobs``, ``best_of`` != n, ``suffix``,
+  ``logit_bias``, penalties, ``tools``, non-text ``response_format``), so a client never gets a
+  silently different result.
+- ``prompt``: a string, a list of token ids, or a list of exactly one of those. Batches of several
+  prompts are rejected (400, param ``prompt``): send one request per prompt.
+- ``null`` means "not given" for every optional field.
+- Bounds come from EngineConfig: ``n <= max_n``, ``max_tokens <= max_tokens_limit``,
+  ``len(stop) <= max_stop``; ``prompt + max_tokens <= max_model_len`` (code
+  ``context_length_exceeded``). Whether the prompt fits the *pool* is the engine's call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvpool.errors import RequestError
+from kvpool.runtime.model.sampling import SamplingParams
+
+__all__ = ["ChatTemplate", "ParsedRequest", "RequestParser"]
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+MAX_JSON_DEPTH = 32
+MAX_CACHE_SALT_CHARS = 1024
+_INT32 = 1 << 31
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+# field -> (allowed default values) for OpenAI features this server does not implement
+_UNSUPPORTED_COMPLETION = {"echo": (False,), "logprobs": (0,), "suffix": ("",),
+                           "logit_bias": ({},), "presence_penalty": (0,),
+                           "frequency_penalty": (0,)}
+_UNSUPPORTED_CHAT = {"logprobs": (False,), "top_logprobs": (0,), "logit_bias": ({},),
+                     "presence_penalty": (0,), "frequency_penalty": (0,), "tools": ([],),
+                     "functions": ([],), "response_format": ({"type": "text"},)}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """A validated request, ready for ``engine.generate``."""
+
+    kind: str  # "completion" | "chat"
+    model: str  # the served model name echoed back in responses
+    prompt_ids: list[int]  # token ids (BOS included when the tokenizer adds one)
+    params: SamplingParams  # n, max_tokens, sampling, stop
+    stream: bool  # SSE instead of one JSON body
+    include_usage: bool  # stream_options.include_usage: a final usage chunk
+    cache_salt: str | None  # prefix-cache tenant isolation, passed to generate
+    priority: int  # scheduling priority, passed to generate
+    user: str | None  # end-user id (logged, not used)
+
+
+class ChatTemplate:
+    """The built-in chat template (the tokenizer carries none)::
+
+        <|system|>\\n{content}\\n<|end|>\\n<|user|>\\n{content}\\n<|end|>\\n<|assistant|>\\n
+
+    The markers are plain text (the built-in tokenizer encodes them as bytes, so user content
+    cannot forge a control token); ``developer`` messages render as ``system``.
+    """
+
+    ROLES = ("system", "developer", "user", "assistant")
+
+    def render(self, messages: Sequence[tuple[str, str]]) -> str:
+        parts = []
+        for role, content in messages:
+            role = "system" if role == "developer" else role
+            parts.append(f"<|{role}|>\n{content}\n<|end|>\n")
+        parts.append("<|assistant|>\n")
+        return "".join(parts)
+
+
+def _bad(param: str | None, message: str, code: str | None = None) -> RequestError:
+    return RequestError(f"{param}: {message}" if param else message, param=param, code=code)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+class RequestParser:
+    """Validates OpenAI completion/chat bodies against the model and EngineConfig bounds."""
+
+    def __init__(self, tokenizer: Any, model_names: Sequence[str], max_model_len: int, *,
+                 max_n: int, max_tokens_limit: int, max_stop: int,
+                 max_json_depth: int = MAX_JSON_DEPTH,
+                 chat_template: ChatTemplate | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.model_names = tuple(dict.fromkeys(n for n in model_names if n))
+        self.max_model_len = max_model_len
+        self.max_n = max_n
+        self.max_tokens_limit = max_tokens_limit
+        self.max_stop = max_stop
+        self.max_json_depth = max_json_depth
+        self.chat_template = chat_template or ChatTemplate()
+        self.vocab_size = int(tokenizer.vocab_size)
+
+    # ---- body -------------------------------------------------------------------------------
+    def decode_body(self, raw: bytes) -> dict[str, Any]:
+        """UTF-8 JSON object, bounded depth; every failure is a 400 with param None."""
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _bad(None, f"request body is not valid UTF-8 (byte {exc.start})",
+                       "invalid_encoding") from None
+        try:
+            body = json.loads(text, parse_constant=_reject_constant)
+        except RecursionError:
+            raise _bad(None, "request body is nested too deeply", "invalid_json") from None
+        except ValueError as exc:
+            raise _bad(None, f"request body is not valid JSON: {exc}", "invalid_json") from None
+        if not isinstance(body, dict):
+            raise _bad(None, f"request body must be a JSON object, got {type(body).__name__}",
+                       "invalid_json")
+        # NOTE(fast-path): walking a 1M-id prompt costs ~0.2 s of event loop; the raw text says
+        # whether the walk can find anything (few brackets; no \uD8xx-\uDFxx escape).
+        if (text.count("{") + text.count("[") > self.max_json_depth
+                or _SURROGATE_ESCAPE.search(text)):
+            self._check_structure(body)
+        return body
+
+    def _check_structure(self, body: Any) -> None:
+        """Depth bound, and no lone UTF-16 surrogates (``"\\ud800"`` is valid JSON but not
+        text any tokenizer or hash can encode)."""
+        stack = [(body, 1)]
+        while stack:
+            node, depth = stack.pop()
+            if depth > self.max_json_depth:
+                raise _bad(None, f"request body is nested deeper than {self.max_json_depth}",
+                           "invalid_json")
+            items = list(node.items()) if isinstance(node, dict) else enumerate(node)
+            for key, child in items:
+                for text in (key, child):
+                    if isinstance(text, str) and not text.isascii():
+                        try:
+                            text.encode("utf-8")
+                        except UnicodeEncodeError:
+                            raise _bad(None, "request body holds a lone UTF-16 surrogate "
+                                       "escape (e.g. \\ud800)", "invalid_encoding") from None
+                if isinstance(child, (dict, list)):
+                    stack.append((child, depth + 1))
+
+    # ---- endpoints --------------------------------------------------------------------------
+    def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:
+        model = self._model(body.get("model"))
+        self._check_unsupported(body, _UNSUPPORTED_COMPLETION)
+        best_of = body.get("best_of")
+        if best_of is not None and best_of not in (1, body.get("n") or 1):
+            raise _bad("best_of", "is not supported (use n)", "unsupported_parameter")
+        ids, param = self._prompt_ids(body.get("prompt")), "prompt"
+        max_tokens, mt_param = self._max_tokens(body, ("max_tokens",))
+        return self._finish(body, "completion", model, ids, param, max_tokens, mt_param,
+                            DEFAULT_COMPLETION_MAX_TOKENS)
+
+    def parse_chat(self, body: dict[str, Any]) -> ParsedRequest:
+        model = self._model(body.get("model"))
+        self._check_unsupported(body, _UNSUPPORTED_CHAT)
+        messages = self._messages(body.get("messages"))
+        ids = self.tokenizer.encode(self.chat_template.render(messages))
+        # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
+        # field wins when both are sent.
+        max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
+        return self._finish(body, "chat", model, ids, "messages", max_tokens, mt_param, None)
+
+    # ---- pieces -----------------------------------------------------------------------------
+    def _finish(self, body: dict[str, Any], kind: str, model: str, ids: list[int],
+                prompt_param: str, max_tokens: int | None, mt_param: str,
+                default_max: int | None) -> ParsedRequest:
+        room = self.max_model_len - len(ids)
+        if room <= 0:
+            raise _bad(prompt_param, f"this model's maximum context length is "
+                       f"{self.max_model_len} tokens; the prompt has {len(ids)} tokens, which "
+                       "leaves no room to generate", "context_length_exceeded")
+        if max_tokens is None:
+            max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit, room)
+        elif max_tokens > room:
+            raise _bad(mt_param, f"this model's maximum context length is {self.max_model_len} "
+                       f"tokens; you requested {len(ids) + max_tokens} ({len(ids)} in the "
+                       f"prompt, {max_tokens} to generate)", "context_length_exceeded")
+        stream = self._opt(body, "stream", bool, False)
+        options = body.get("stream_options")
+        include_usage = False
+        if options is not None:
+            if not isinstance(options, dict):
+                raise _bad("stream_options", "must be an object")
+            if not stream:
+                raise _bad("stream_options", "is only allowed when stream is true")
+            include_usage = self._opt(options, "include_usage", bool, False,
+                                      param="stream_options.include_usage")
+        n = self._opt(body, "n", int, 1)
+        if not 1 <= n <= self.max_n:
+            raise _bad("n", f"must be between 1 and {self.max_n}, got {n}")
+        salt = self._opt(body, "cache_salt", str, None)
+        if salt is not None and not 0 < len(salt) <= MAX_CACHE_SALT_CHARS:
+            raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters")
+        priority = self._opt(body, "priority", int, 0)
+        if not -_INT32 <= priority < _INT32:
+            raise _bad("priority", "must fit in a 32-bit signed integer")
+        params = SamplingParams(
+            n=n, max_tokens=max_tokens,
+            temperature=self._opt(body, "temperature", float, 1.0),
+            top_p=self._opt(body, "top_p", float, 1.0),
+            top_k=self._opt(body, "top_k", int, -1),
+            seed=self._opt(body, "seed", int, None),
+            stop=self._stop(body.get("stop")),
+            stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
+            ignore_eos=self._opt(body, "ignore_eos", bool, False))
+        return ParsedRequest(kind=kind, model=model, prompt_ids=ids, params=params,
+                             stream=stream, include_usage=include_usage, cache_salt=salt,
+                             priority=priority, user=self._opt(body, "user", str, None))
+
+    def _model(self, model: Any) -> str:
+        if model is None:
+            return self.model_names[0]
+        if not isinstance(model, str):
+            raise _bad("model", f"must be a string, got {type(model).__name__}")
+        if model not in self.model_names:
+            raise _bad("model", f"the model '{model}' does not exist; this server serves "
+                       f"{', '.join(repr(m) for m in self.model_names)}", "model_not_found")
+        return model
+
+    @staticmethod
+    def _opt(body: dict[str, Any], name: str, kind: type, default: Any, *,
+             param: str | None = None) -> Any:
+        """An optional field of one JSON type (bool is never an int; an int is a float)."""
+        value = body.get(name)
+        if value is None:
+            return default
+        ok = {bool: lambda v: isinstance(v, bool), int: _is_int, float: _is_number,
+              str: lambda v: isinstance(v, str)}[kind](value)
+        if not ok:
+            names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+            raise _bad(param or name, f"must be {names[kind]}, got {json.dumps(value)[:50]}")
+        return value
+
+    def _max_tokens(self, body: dict[str, Any], names: Sequence[str]) -> tuple[int | None, str]:
+        for name in names:
+            value = self._opt(body, name, int, None)
+            if value is None:
+                continue
+            if value < 1:
+                raise _bad(name, f"must be at least 1, got {value}")
+            if value > self.max_tokens_limit:
+                raise _bad(name, f"must be at most {self.max_tokens_limit}, got {value}")
+            return value, name
+        return None, names[-1]
+
+    def _stop(self, stop: Any) -> tuple[str, ...]:
+        if stop is None:
+            return ()
+        items = [stop] if isinstance(stop, str) else stop
+        if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
+            raise _bad("stop", "must be a non-empty string or a list of non-empty strings")
+        if len(items) > self.max_stop:
+            raise _bad("stop", f"at most {self.max_stop} stop strings, got {len(items)}")
+        return tuple(items)
+
+    def _token_list(self, value: Any, param: str, allow_none: bool) -> list[int]:
+        if value is None and allow_none:
+            return []
+        if not isinstance(value, list) or not all(_is_int(t) for t in value):
+            raise _bad(param, "must be a list of integer token ids")
+        bad = next((t for t in value if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise _bad(param, f"token id {bad} is outside the vocabulary [0, {self.vocab_size})",
+                       "invalid_token_id")
+        return value
+
+    def _prompt_ids(self, prompt: Any) -> list[int]:
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            if not prompt:
+                raise _bad("prompt", "must not be empty")
+            return self.tokenizer.encode(prompt)
+        if isinstance(prompt, list):
+            if not prompt:
+                raise _bad("prompt", "must not be empty")
+            if all(isinstance(p, (str, list)) for p in prompt):
+                raise _bad("prompt", f"batches of {len(prompt)} prompts are not supported; "
+                           "send one request per prompt", "unsupported_batch")
+            return self._token_list(prompt, "prompt", False)
+        if prompt is None:
+            raise _bad("prompt", "is required")
+        raise _bad("prompt", "must be a string, a list of token ids, or a list of one of those")
+
+    def _messages(self, messages: Any) -> list[tuple[str, str]]:
+        if messages is None:
+            raise _bad("messages", "is required")
+        if not isinstance(messages, list) or not messages:
+            raise _bad("messages", "must be a non-empty list of message objects")
+        out = []
+        for i, m in enumerate(messages):
+            where = f"messages[{i}]"
+            if not isinstance(m, dict):
+                raise _bad(where, "must be an object with 'role' and 'content'")
+            role = m.get("role")
+            if role not in ChatTemplate.ROLES:
+                raise _bad(f"{where}.role", f"must be one of {', '.join(ChatTemplate.ROLES)}, "
+                           f"got {json.dumps(role)[:40]}")
+            out.append((role, self._content(m.get("content"), f"{where}.content", role)))
+        return out
+
+    @staticmethod
+    def _content(content: Any, param: str, role: str) -> str:
+        if isinstance(content, str):
+            return content
+        if content is None and role == "assistant":
+            return ""
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text" \
+                        or not isinstance(part.get("text"), str):
+                    raise _bad(param, "only text content parts ({'type': 'text', 'text': ...}) "
+                               "are supported")
+                texts.append(part["text"])
+            return "".join(texts)
+        raise _bad(param, "must be a string or a list of text parts")
+
+    @staticmethod
+    def _check_unsupported(body: dict[str, Any], fields: dict[str, tuple]) -> None:
+        for name, defaults in fields.items():
+            value = body.get(name)
+            if value is not None and value not in defaults:
+                raise _bad(name, "is not supported by this server", "unsupported_parameter")

@@ -1,0 +1,231 @@
+"""``kvpool serve``: run the OpenAI-compatible server over one AsyncEngine.
+
+::
+
+    kvpool serve --port 8000 --num-device-blocks 512 --preemption-mode swap --api-key KEY
+    python -m kvpool.server.serve ...          (the same, without the kvpool CLI)
+
+``run_server`` builds the engine and the app, serves through ``web.AppRunner`` + ``TCPSite``
+with ``handler_cancellation=True`` (a client that disconnects cancels its handler, which aborts
+its request), and shuts down gracefully on SIGTERM/SIGINT: stop listening, let in-flight
+requests finish for up to ``shutdown_timeout`` seconds, abort the rest, stop the engine (every
+block back in the pool), exit 0. The event loop is uvloop when it is installed, chosen once,
+here at the entry point.
+
+Flags follow vLLM's spelling; each EngineConfig field has one (``test_serve_args`` checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from kvpool.runtime.engine_config import EngineConfig
+from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, build_app
+
+__all__ = ["add_arguments", "add_serve_args", "config_from_args", "main", "resolve_api_key",
+           "run", "run_server", "serve"]
+
+log = logging.getLogger("kvpool.server")
+
+API_KEY_ENV = "KVPOOL_API_KEY"
+DEFAULT_SHUTDOWN_TIMEOUT = 10.0
+READY_PREFIX = "kvpool serve: listening on http://"  # tests wait for this line on stdout
+STOPPED_PREFIX = "kvpool serve: stopped; "
+
+
+def _int_or_size(text: str) -> int | str:
+    """``1073741824`` -> int; ``"1GiB"``/``"256MiB"`` stay strings (EngineConfig parses them)."""
+    return int(text) if text.isdigit() else text
+
+
+def _float_or_size(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+# EngineConfig field -> (argparse type or "bool", metavar/choices, help). One row per field.
+_ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
+    "model": (str, "DIR", "local Hugging Face model directory (default: the built-in tiny "
+                          "model); never downloads"),
+    "served_model_name": (str, "NAME", "the model name clients send (default: the model dir "
+                                       "name)"),
+    "dtype": (str, ("float32", "bfloat16", "float16"), "weights and KV dtype"),
+    "device": (str, "DEVICE", "cpu or cuda[:N]"),
+    "block_size": (int, "TOKENS", "token slots per KV block"),
+    "kv_cache_memory": (_int_or_size, "BYTES", "KV cache budget on CPU, e.g. 256MiB"),
+    "gpu_memory_utilization": (float, "FRACTION", "share of GPU memory for the KV cache"),
+    "swap_space": (_float_or_size, "GIB", "host swap pool size in GiB (0 disables swapping)"),
+    "num_device_blocks": (int, "N", "device KV blocks (overrides the memory budget)"),
+    "num_host_blocks": (int, "N", "host swap blocks (overrides --swap-space)"),
+    "enable_prefix_caching": ("bool", None, "share full prompt blocks by content hash"),
+    "eviction_policy": (str, "POLICY", "which evictable cached block goes first (lru, ...)"),
+    "max_num_seqs": (int, "N", "sequences running at once"),
+    "max_num_batched_tokens": (int, "N", "tokens per engine step"),
+    "max_model_len": (int, "TOKENS", "context length (default: the model's)"),
+    "preemption_mode": (str, ("swap", "recompute"), "how to preempt (default: by cost)"),
+    "defrag_threshold": (float, "FRACTION", "defragment above this external fragmentation"),
+    "seed": (int, "N", "tiny-model weights and the shared sampling RNG"),
+    "max_queue": (int, "N", "waiting requests before 503 + Retry-After"),
+    "max_n": (int, "N", "completions per request (n), at most"),
+    "max_tokens_limit": (int, "N", "max_tokens per request, at most"),
+    "max_stop": (int, "N", "stop strings per request, at most"),
+    "num_threads": (int, "N", "torch intra-op threads"),
+}
+
+
+def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add every ``kvpool serve`` flag to ``parser``."""
+    defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+    eng = parser.add_argument_group("engine")
+    for name, (kind, meta, text) in _ENGINE_FLAGS.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{text} (default: {defaults.get(name)})"
+        if kind == "bool":
+            eng.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
+                             default=argparse.SUPPRESS, help=help_text)
+        elif isinstance(meta, tuple):
+            eng.add_argument(flag, dest=name, type=kind, choices=meta,
+                             default=argparse.SUPPRESS, help=help_text)
+        else:
+            eng.add_argument(flag, dest=name, type=kind, metavar=meta,
+                             default=argparse.SUPPRESS, help=help_text)
+    srv = parser.add_argument_group("server")
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8000, help="port (0: any free port; default "
+                                                            "8000)")
+    srv.add_argument("--api-key", default=None,
+                     help=f"require 'Authorization: Bearer KEY' on /v1 (or env {API_KEY_ENV})")
+    srv.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT,
+                     help="seconds in-flight requests get to finish on SIGTERM/SIGINT before "
+                          "they are aborted")
+    srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                     help="request bodies larger than this get 413")
+    srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
+                     help="use uvloop (default: when installed)")
+    srv.add_argument("--log-level", default="info",
+                     choices=("debug", "info", "warning", "error"), help="logging level")
+    return parser
+
+
+add_arguments = add_serve_args  # the name kvpool.cli's command registry looks for
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """EngineConfig from the flags that were given (the others keep their defaults)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EngineConfig)
+             if hasattr(args, f.name)}
+    return EngineConfig(**given)
+
+
+def resolve_api_key(args: argparse.Namespace) -> str | None:
+    """--api-key, else $KVPOOL_API_KEY, else no auth."""
+    return args.api_key or os.environ.get(API_KEY_ENV) or None
+
+
+async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
+                api_key: str | None = None, *,
+                shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                stop: asyncio.Event | None = None,
+                on_ready: Callable[[str, int], None] | None = None,
+                handle_signals: bool = True) -> None:
+    """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
+    from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
+
+    engine = AsyncEngine(config)
+    app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
+                    engine_shutdown_timeout=shutdown_timeout)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=shutdown_timeout,
+                           access_log=log if log.isEnabledFor(logging.DEBUG) else None)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    if handle_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = port
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            bound = server.sockets[0].getsockname()[1]  # the real port when port=0
+        loop_kind = type(loop).__module__.split(".")[0]  # "uvloop" or "asyncio"
+        print(f"{READY_PREFIX}{host}:{bound} (model {engine.model_name}, {loop_kind} loop)",
+              flush=True)
+        if on_ready is not None:
+            on_ready(host, bound)
+        await stop.wait()
+        log.info("shutting down: in-flight requests get %.1fs", shutdown_timeout)
+    finally:
+        await runner.cleanup()  # stop listening, drain, abort, engine.shutdown
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    print(f"{STOPPED_PREFIX}{engine.num_free_blocks()} device blocks free", flush=True)
+
+
+def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if use_uvloop is False:
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if use_uvloop:
+            raise SystemExit("--uvloop was asked for but uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
+
+
+def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
+               api_key: str | None = None, *, shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, use_uvloop: bool | None = None,
+               on_ready: Callable[[str, int], None] | None = None) -> None:
+    """Blocking entry point: pick the event loop once (uvloop when installed) and serve."""
+    with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
+        runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
+                         max_body_bytes=max_body_bytes, on_ready=on_ready))
+
+
+def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
+    """``kvpool serve``: ``args`` from :func:`add_serve_args` (or an argv list)."""
+    if not isinstance(args, argparse.Namespace):
+        parser = add_serve_args(argparse.ArgumentParser(prog="kvpool serve"))
+        args = parser.parse_args(None if args is None else list(args))
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:  # ConfigError names the flag and the fix
+        print(f"kvpool serve: {exc}", file=sys.stderr)
+        return 2
+    api_key = resolve_api_key(args)
+    try:
+        run_server(config, args.host, args.port, api_key,
+                   shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
+                   use_uvloop=args.uvloop)
+    except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
+        print(f"kvpool serve: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+run = main  # the name kvpool.cli's command registry looks for
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

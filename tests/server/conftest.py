@@ -1,0 +1,78 @@
+"""Real servers for the server tests: the real AsyncEngine (built-in tiny model, small pools)
+behind the real app, on a real TCP socket on 127.0.0.1 with an ephemeral port.
+
+``make_server(**config_overrides)`` is an async context-manager factory; every server it starts
+is closed at the end of the test, and the teardown checks that every device block is back in
+the pool (no leak survives a test unnoticed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import torch
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from kvpool.runtime.engine_config import EngineConfig
+from kvpool.server.app import build_app
+from tests.server.helpers import Running, wait_free
+
+BASE_CONFIG = dict(block_size=16, num_device_blocks=48, num_host_blocks=32, max_model_len=256,
+                   max_num_seqs=16, max_queue=256, max_n=4, max_tokens_limit=512, max_stop=4,
+                   seed=0)
+SHUTDOWN_TIMEOUT = 5.0  # a test that wedges a handler fails in seconds, not aiohttp's 60
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """The tiny model's matmuls are faster on one thread (and the CI box has 2 cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+async def make_server():
+    """``async with make_server(api_key=..., max_body_bytes=..., **config) as srv: ...``"""
+    from kvpool.runtime.engine import AsyncEngine
+
+    started: list[Running] = []
+
+    @contextlib.asynccontextmanager
+    async def factory(*, api_key: str | None = None, max_body_bytes: int = 64 * 1024,
+                      **overrides: Any) -> AsyncIterator[Running]:
+        config = EngineConfig(**{**BASE_CONFIG, **overrides})
+        engine = AsyncEngine(config)
+        app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
+                        engine_shutdown_timeout=SHUTDOWN_TIMEOUT)
+        server = TestServer(app, host="127.0.0.1", port=0)
+        await server.start_server(shutdown_timeout=SHUTDOWN_TIMEOUT)
+        srv = Running(f"http://127.0.0.1:{server.port}", engine, app, server)
+        started.append(srv)
+        baseline = srv.free()
+        try:
+            yield srv
+        except BaseException:
+            await server.close()
+            raise
+        await wait_free(srv, baseline)
+        free_before_close = srv.free()
+        await server.close()
+        assert free_before_close == baseline, (
+            f"{baseline - free_before_close} device blocks still in use after the test")
+
+    yield factory
+    for srv in started:  # a test that failed inside the block still closes its server
+        await srv.server.close()
+
+
+@pytest.fixture
+async def srv(make_server):
+    """The default server: 48 device blocks of 16 tokens, 32 host blocks, 256-token context."""
+    async with make_server() as s:
+        yield s

@@ -1,0 +1,66 @@
+"""Helpers shared by the server tests: scraping /metrics, waiting for the pool to drain."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass
+class Running:
+    """One live server: its base URL, engine and app."""
+
+    url: str
+    engine: Any
+    app: web.Application
+    server: TestServer
+
+    @property
+    def v1(self) -> str:
+        return self.url + "/v1"
+
+    def free(self) -> int:
+        return self.engine.num_free_blocks()
+
+
+def parse_metrics(text: str) -> dict[str, dict[tuple, float]]:
+    """sample name -> {sorted label items: value}"""
+    out: dict[str, dict[tuple, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+async def scrape(srv: Running) -> dict[str, dict[tuple, float]]:
+    async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
+        assert r.status == 200
+        return parse_metrics(await r.text())
+
+
+async def generated_tokens(srv: Running) -> float:
+    return (await scrape(srv))["kvpool_generation_tokens_total"][()]
+
+
+async def wait_free(srv: Running, baseline: int, timeout: float = 10.0) -> float:
+    """Poll until the engine's free device blocks are back to ``baseline``; seconds taken."""
+    t0 = time.monotonic()
+    while srv.free() != baseline and time.monotonic() - t0 < timeout:
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
+
+
+async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.005) -> bool:
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            return False
+        await asyncio.sleep(interval)
+    return True

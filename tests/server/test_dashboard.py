@@ -1,0 +1,161 @@
+"""deploy/: the Grafana dashboard and the Prometheus config are valid, and every metric the
+dashboard queries is one the server exports (METRIC_NAMES and a live /metrics scrape)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from kvpool.metrics import METRIC_NAMES
+from tests.server.helpers import scrape
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DASHBOARD = DEPLOY / "grafana" / "kvpool.json"
+PROMETHEUS_YML = DEPLOY / "prometheus.yml"
+
+# Grafana's template variables -> values that make a plain PromQL expression
+GRAFANA_VARS = {"$__rate_interval": "30s", "$__interval": "15s", "$__range": "5m",
+                "${datasource}": "", "$job": ".*", "$instance": ".*"}
+_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
+             "or", "unless", "offset", "Inf", "NaN", "inf", "nan"}
+_HIST_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def load_dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def dashboard_exprs(dash: dict) -> list[str]:
+    """Every PromQL expression: panel targets (rows nest panels) and variable queries."""
+    out = []
+    stack = list(dash["panels"])
+    while stack:
+        panel = stack.pop()
+        stack.extend(panel.get("panels", []))
+        out.extend(t["expr"] for t in panel.get("targets", []) if t.get("expr"))
+    for var in dash.get("templating", {}).get("list", []):
+        q = var.get("query")
+        q = q.get("query") if isinstance(q, dict) else q
+        m = re.fullmatch(r"label_values\((.*),\s*\w+\)", q or "")
+        if var.get("type") == "query" and m:
+            out.append(m.group(1))  # label_values(<selector>, label): the selector is PromQL
+    return out
+
+
+def plain(expr: str) -> str:
+    for var, value in GRAFANA_VARS.items():
+        expr = expr.replace(var, value)
+    assert "$" not in expr, f"unhandled Grafana variable in {expr!r}"
+    return expr
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names in a PromQL expression (a lexer-level parse: strings, label matchers,
+    ranges and grouping label lists are removed; functions are words followed by '(')."""
+    expr = re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`', '""', expr)
+    expr = re.sub(r"\{[^}]*\}", " ", expr)
+    expr = re.sub(r"\[[^\]]*\]", " ", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r" \1 ",
+                  expr)
+    names = set()
+    for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
+        if m.start() and (expr[m.start() - 1].isdigit() or expr[m.start() - 1] == "."):
+            continue  # the exponent of 1e-9
+        after = expr[m.end():].lstrip()
+        if m.group() in _KEYWORDS or after.startswith("(") or re.match(r"(by|without)\b", after):
+            continue  # a keyword, a function call or an aggregation: sum by (le) (...)
+        names.add(m.group())
+    return names
+
+
+def family(name: str) -> str:
+    """The METRIC_NAMES entry a sample name belongs to."""
+    if name in METRIC_NAMES:
+        return name
+    for suffix in _HIST_SUFFIXES:
+        if name.endswith(suffix) and name.removesuffix(suffix) in METRIC_NAMES:
+            return name.removesuffix(suffix)
+    raise AssertionError(f"{name} is not exported by kvpool.metrics (METRIC_NAMES)")
+
+
+def test_metric_name_extraction():
+    e = ('histogram_quantile(0.99, sum by (le, tier) (rate(kvpool_x_bucket{a="b{c}"}[5m]))) '
+         '/ on(instance) group_left clamp_min(kvpool_y_total offset 5m, 1e-9) + kvpool_z')
+    assert metric_names(e) == {"kvpool_x_bucket", "kvpool_y_total", "kvpool_z"}
+
+
+def test_dashboard_shape():
+    dash = load_dashboard()
+    assert dash["schemaVersion"] >= 36 and dash["title"] and dash["uid"]
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    ds = variables["datasource"]
+    assert ds["type"] == "datasource" and ds["query"] == "prometheus"
+    panels = [p for p in dash["panels"] if p["type"] != "row"]
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in panels:
+        assert p["datasource"]["uid"] == "${datasource}", p["title"]
+        assert p["targets"], p["title"]
+        pos = p["gridPos"]
+        assert pos["x"] + pos["w"] <= 24 and pos["h"] > 0
+    titles = " | ".join(p["title"].lower() for p in panels)
+    for topic in ("usage", "free blocks", "fragmentation", "swap", "preemption", "hit rate",
+                  "requests by state", "first token", "inter-token", "end-to-end", "step time",
+                  "evictions", "invariant"):
+        assert topic in titles, f"no panel about {topic!r}"
+
+
+def test_every_exported_metric_is_on_the_dashboard_and_nothing_else():
+    used = {family(n) for e in dashboard_exprs(load_dashboard()) for n in metric_names(plain(e))}
+    missing = set(METRIC_NAMES) - used
+    assert not missing, f"metrics exported but not on the dashboard: {sorted(missing)}"
+
+
+def test_latency_panels_use_histogram_buckets():
+    exprs = [plain(e) for e in dashboard_exprs(load_dashboard())]
+    quantiles = [e for e in exprs if "histogram_quantile" in e]
+    assert len(quantiles) >= 15
+    for e in quantiles:
+        assert re.search(r"by \((?:[^)]*\b)?le\b", e), e
+        assert all(n.endswith("_bucket") for n in metric_names(e)), e
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus "
+                    "package) is not installed")
+def test_promtool_parses_every_expression(tmp_path):
+    exprs = [plain(e) for e in dashboard_exprs(load_dashboard())]
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"kvpool:dashboard_expr_{i}", "expr": e} for i, e in enumerate(exprs)]}]}
+    path = tmp_path / "rules.yml"
+    path.write_text(json.dumps(rules))  # JSON is YAML
+    out = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = subprocess.run(["promtool", "check", "config", str(PROMETHEUS_YML)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_prometheus_yml_scrapes_the_default_server():
+    yaml = pytest.importorskip("yaml")
+    cfg = yaml.safe_load(PROMETHEUS_YML.read_text())
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    job = jobs["kvpool"]
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+    assert "127.0.0.1:8000" in job["static_configs"][0]["targets"]
+
+
+async def test_dashboard_metrics_are_in_a_live_scrape(srv):
+    async with aiohttp.ClientSession() as s:
+        await (await s.post(srv.url + "/v1/completions",
+                            json={"prompt": "hello", "max_tokens": 3})).read()
+    exported = await scrape(srv)
+    for expr in dashboard_exprs(load_dashboard()):
+        for name in metric_names(plain(expr)):
+            assert name in exported, f"{name} (in {expr!r}) is not in /metrics"

@@ -1,0 +1,195 @@
+"""Every failure is OpenAI's error JSON with the right status (raw aiohttp client, real server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+
+CHAT = [{"role": "user", "content": "hi"}]
+
+
+async def call(srv, method: str, path: str, *, json=None, data=None, headers=None):
+    async with aiohttp.ClientSession() as s:
+        async with s.request(method, srv.url + path, json=json, data=data,
+                             headers=headers) as r:
+            return r.status, dict(r.headers), await r.json(content_type=None)
+
+
+def assert_error(status, body, want_status, param="any", code="any"):
+    assert status == want_status, body
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["type"] == ("server_error" if want_status >= 500 else "invalid_request_error")
+    if param != "any":
+        assert err["param"] == param, err
+    if code != "any":
+        assert err["code"] == code, err
+    return err
+
+
+MALFORMED = [
+    (b'{"prompt": "hi", ', "invalid_json"),
+    (b'{"prompt": "\xff\xfe"}', "invalid_encoding"),
+    (b'["prompt"]', "invalid_json"),
+    (b'{"prompt": "hi", "temperature": NaN}', "invalid_json"),
+    (b'{"prompt": "\\ud800"}', "invalid_encoding"),
+    (b'{"x":' * 64 + b"1" + b"}" * 64, "invalid_json"),
+]
+
+
+async def test_malformed_bodies(srv):
+    for data, code in MALFORMED:  # one server for all cases (startup dominates)
+        status, headers, body = await call(srv, "POST", "/v1/completions", data=data,
+                                           headers={"Content-Type": "application/json"})
+        assert_error(status, body, 400, None, code)
+        assert headers["Content-Type"].startswith("application/json")
+
+
+BAD_FIELDS = [
+    ("/v1/completions", {"max_tokens": "8"}, "max_tokens"),
+    ("/v1/completions", {"temperature": "warm"}, "temperature"),
+    ("/v1/completions", {"n": 1.5}, "n"),
+    ("/v1/completions", {"stream": "yes"}, "stream"),
+    ("/v1/completions", {"stop": 7}, "stop"),
+    ("/v1/completions", {"seed": "x"}, "seed"),
+    ("/v1/completions", {"prompt": {"a": 1}}, "prompt"),
+    ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
+    ("/v1/completions", {"prompt": [1, 100000]}, "prompt"),
+    ("/v1/completions", {"model": "gpt-4o"}, "model"),
+    ("/v1/completions", {"max_tokens": 0}, "max_tokens"),
+    ("/v1/completions", {"max_tokens": -5}, "max_tokens"),
+    ("/v1/completions", {"max_tokens": 10_000}, "max_tokens"),
+    ("/v1/completions", {"n": 99}, "n"),
+    ("/v1/completions", {"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ("/v1/completions", {"echo": True}, "echo"),
+    ("/v1/completions", {"stream_options": {"include_usage": True}}, "stream_options"),
+    ("/v1/chat/completions", {"messages": "hi"}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "bot", "content": "x"}]},
+     "messages[0].role"),
+    ("/v1/chat/completions", {"max_completion_tokens": 0}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"model": 3}, "model"),
+]
+
+
+async def test_bad_fields_name_the_param(srv):
+    for path, extra, param in BAD_FIELDS:
+        body = {"prompt": "hi"} if path == "/v1/completions" else {"messages": CHAT}
+        body.update(extra)
+        status, _, resp = await call(srv, "POST", path, json=body)
+        assert_error(status, resp, 400, param)
+
+
+async def test_unknown_fields_are_ignored(srv):
+    status, _, resp = await call(srv, "POST", "/v1/completions", json={
+        "prompt": "hi", "max_tokens": 2, "frobnicate": [1, {"a": None}], "logprobs": None})
+    assert status == 200 and resp["usage"]["completion_tokens"] == 2
+
+
+async def test_prompt_too_long_for_the_model(srv):
+    status, _, resp = await call(srv, "POST", "/v1/completions",
+                                 json={"prompt": [65] * 300, "max_tokens": 1})
+    assert_error(status, resp, 400, "prompt", "context_length_exceeded")
+    status, _, resp = await call(srv, "POST", "/v1/completions",
+                                 json={"prompt": [65] * 200, "max_tokens": 100})
+    assert_error(status, resp, 400, "max_tokens", "context_length_exceeded")
+
+
+async def test_prompt_that_can_never_fit_the_pool(make_server):
+    # 8 blocks x 16 tokens = 128 slots < a 200-token prompt, though the 256 context allows it
+    async with make_server(num_device_blocks=8, num_host_blocks=8) as small:
+        status, _, resp = await call(small, "POST", "/v1/completions",
+                                     json={"prompt": [65] * 200, "max_tokens": 4})
+        assert_error(status, resp, 400, "prompt")
+        status, _, resp = await call(small, "POST", "/v1/completions",
+                                     json={"prompt": [65] * 20, "max_tokens": 4})
+        assert status == 200, resp  # the pool still serves what fits
+
+
+async def test_api_key(make_server):
+    async with make_server(api_key="k3y") as srv:
+        for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "k3y"},
+                        {"Authorization": "Bearer k3y2"}, {"Authorization": "Basic k3y"}):
+            for path in ("/v1/models", "/v1/completions", "/v1/no-such-route"):
+                method = "GET" if path == "/v1/models" else "POST"
+                status, h, resp = await call(srv, method, path, headers=headers,
+                                             json={"prompt": "hi"})
+                assert_error(status, resp, 401, None, "invalid_api_key")
+                assert h.get("WWW-Authenticate") == "Bearer"
+        ok = {"Authorization": "Bearer k3y"}
+        status, _, resp = await call(srv, "POST", "/v1/completions", headers=ok,
+                                     json={"prompt": "hi", "max_tokens": 1})
+        assert status == 200, resp
+        status, _, resp = await call(srv, "GET", "/health")  # open without the key
+        assert status == 200 and resp == {"status": "ok"}
+        async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
+            assert r.status == 200 and b"kvpool_free_blocks" in await r.read()
+
+
+async def test_body_too_large(srv):
+    big = {"prompt": "x" * (70 * 1024), "max_tokens": 1}  # the fixture allows 64 KiB
+    status, _, resp = await call(srv, "POST", "/v1/completions", json=big)
+    assert_error(status, resp, 413, None, "request_too_large")
+
+
+async def test_routes_and_methods(srv):
+    status, _, resp = await call(srv, "GET", "/v1/nothing-here")
+    assert_error(status, resp, 404, None, "not_found")
+    status, _, resp = await call(srv, "POST", "/nope", json={})
+    assert_error(status, resp, 404)
+    status, headers, resp = await call(srv, "GET", "/v1/completions")
+    assert_error(status, resp, 405, None, "method_not_allowed")
+    assert headers["Allow"] == "POST"
+    status, headers, resp = await call(srv, "POST", "/health", json={})
+    assert_error(status, resp, 405)
+    status, _, resp = await call(srv, "DELETE", "/v1/chat/completions")
+    assert_error(status, resp, 405)
+
+
+async def test_queue_full_is_503_with_retry_after(make_server):
+    # one running sequence, one waiting slot: a burst of slow requests overflows the queue
+    async with make_server(max_num_seqs=1, max_queue=1) as srv:
+        body = {"prompt": "hi", "max_tokens": 120, "ignore_eos": True, "temperature": 0}
+        results = await asyncio.gather(*(call(srv, "POST", "/v1/completions", json=body)
+                                         for _ in range(8)))
+        full = [(h, r) for status, h, r in results if status == 503]
+        ok = [r for status, _, r in results if status == 200]
+        assert full and ok, [s for s, _, _ in results]
+        assert all(s in (200, 503) for s, _, _ in results)
+        for headers, resp in full:
+            assert_error(503, resp, 503, None, "queue_full")
+            assert int(headers["Retry-After"]) >= 1
+        assert all(r["usage"]["completion_tokens"] == 120 for r in ok)
+
+
+async def test_health_and_models(srv):
+    status, _, resp = await call(srv, "GET", "/health")
+    assert status == 200 and resp == {"status": "ok"}
+    status, _, resp = await call(srv, "GET", "/v1/models")
+    assert status == 200 and resp["object"] == "list"
+    card = resp["data"][0]
+    assert card["object"] == "model" and card["max_model_len"] == 256
+    status, _, resp = await call(srv, "GET", f"/v1/models/{card['id']}")
+    assert status == 200 and resp["id"] == card["id"]
+    status, _, resp = await call(srv, "GET", "/v1/models/unknown")
+    assert_error(status, resp, 404, "model", "model_not_found")
+
+
+async def test_request_that_outgrows_the_pool_fails_cleanly(make_server):
+    # admission only sees the 40-token prompt (3 blocks); at ~128 tokens the sequence alone
+    # needs more than the 8-block pool, and the engine fails it (finish_reason "error")
+    async with make_server(num_device_blocks=8, num_host_blocks=0,
+                           preemption_mode="recompute") as small:
+        body = {"prompt": [65] * 40, "max_tokens": 200, "ignore_eos": True, "temperature": 0}
+        status, _, resp = await call(small, "POST", "/v1/completions", json=body)
+        assert_error(status, resp, 500, None, "generation_error")
+        async with aiohttp.ClientSession() as s:
+            async with s.post(small.url + "/v1/completions",
+                              json={**body, "stream": True}) as r:
+                assert r.status == 200
+                events = (await r.read()).decode().strip().split("\n\n")
+        assert events[-1] == "data: [DONE]"
+        last = json.loads(events[-2].removeprefix("data: "))
+        assert last["error"]["code"] == "generation_error" and last["error"]["message"]
+        assert len(events) > 3  # tokens were streamed before the failure

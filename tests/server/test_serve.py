@@ -1,0 +1,160 @@
+"""``kvpool serve``: flags in vLLM's spelling for every EngineConfig field, and a real
+subprocess that shuts down gracefully on SIGTERM (in-flight requests finish, or are aborted
+after --shutdown-timeout; every block back in the pool; exit status 0)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from kvpool.runtime.engine_config import EngineConfig
+from kvpool.server import serve
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return serve.add_serve_args(argparse.ArgumentParser()).parse_args(list(argv))
+
+
+def test_every_engine_config_field_has_a_flag():
+    parser = serve.add_serve_args(argparse.ArgumentParser())
+    dests = {a.dest for a in parser._actions}
+    missing = [f.name for f in dataclasses.fields(EngineConfig) if f.name not in dests]
+    assert not missing, f"EngineConfig fields without a `kvpool serve` flag: {missing}"
+
+
+def test_vllm_spelling_reaches_engine_config():
+    args = parse("--model", "/models/x", "--served-model-name", "x", "--block-size", "32",
+                 "--kv-cache-memory", "1GiB", "--gpu-memory-utilization", "0.5",
+                 "--swap-space", "2", "--no-enable-prefix-caching", "--max-num-seqs", "8",
+                 "--max-num-batched-tokens", "512", "--preemption-mode", "swap",
+                 "--max-model-len", "1024", "--num-device-blocks", "100",
+                 "--num-host-blocks", "50", "--eviction-policy", "lru",
+                 "--defrag-threshold", "0.3", "--seed", "7", "--max-queue", "9", "--max-n", "2",
+                 "--max-tokens-limit", "99", "--max-stop", "3", "--dtype", "bfloat16",
+                 "--device", "cpu", "--num-threads", "2", "--host", "127.0.0.1", "--port", "0",
+                 "--api-key", "k")
+    cfg = serve.config_from_args(args)
+    assert (cfg.model, cfg.served_model_name, cfg.block_size, cfg.kv_cache_memory) == (
+        "/models/x", "x", 32, "1GiB")
+    assert (cfg.gpu_memory_utilization, cfg.swap_space, cfg.enable_prefix_caching) == (
+        0.5, 2.0, False)
+    assert (cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.preemption_mode) == (
+        8, 512, "swap")
+    assert (cfg.max_model_len, cfg.num_device_blocks, cfg.num_host_blocks) == (1024, 100, 50)
+    assert (cfg.defrag_threshold, cfg.seed, cfg.max_queue, cfg.max_n) == (0.3, 7, 9, 2)
+    assert (cfg.max_tokens_limit, cfg.max_stop, cfg.dtype, cfg.num_threads) == (
+        99, 3, "bfloat16", 2)
+    assert (args.port, args.api_key) == (0, "k")
+
+
+def test_defaults_and_api_key_env(monkeypatch):
+    args = parse()
+    assert serve.config_from_args(args) == EngineConfig()
+    assert (args.host, args.port) == ("127.0.0.1", 8000)
+    assert parse("--enable-prefix-caching").enable_prefix_caching is True
+    assert parse("--kv-cache-memory", "1048576").kv_cache_memory == 1048576
+    monkeypatch.delenv(serve.API_KEY_ENV, raising=False)
+    assert serve.resolve_api_key(args) is None
+    monkeypatch.setenv(serve.API_KEY_ENV, "from-env")
+    assert serve.resolve_api_key(args) == "from-env"
+    assert serve.resolve_api_key(parse("--api-key", "flag")) == "flag"
+
+
+def test_bad_flags_exit_with_a_message(capsys):
+    with pytest.raises(SystemExit):
+        parse("--preemption-mode", "teleport")
+    assert serve.main(["--max-queue", "0", "--port", "0"]) == 2
+    assert "--max-queue" in capsys.readouterr().err
+
+
+def serve_command() -> list[str]:
+    """``python -m kvpool serve`` once kvpool.cli registers it; the module itself until then."""
+    from kvpool import cli
+
+    if "serve" in getattr(cli, "COMMANDS", {}):
+        return [sys.executable, "-m", "kvpool", "serve"]
+    return [sys.executable, "-m", "kvpool.server.serve"]
+
+
+@contextlib.asynccontextmanager
+async def subprocess_server(*flags: str, blocks: int = 32, context: int = 512):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = await asyncio.create_subprocess_exec(
+        *serve_command(), "--port", "0", "--num-device-blocks", str(blocks),
+        "--num-host-blocks", "0", "--max-model-len", str(context),
+        "--max-tokens-limit", str(context), "--num-threads", "1",
+        "--no-enable-prefix-caching", "--log-level", "warning", *flags,
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    lines: list[str] = []
+    try:
+        while True:
+            raw = await asyncio.wait_for(proc.stdout.readline(), timeout=90)
+            assert raw, "server exited before listening:\n" + "".join(lines)
+            lines.append(raw.decode())
+            if raw.decode().startswith(serve.READY_PREFIX):
+                break
+        hostport = lines[-1].removeprefix(serve.READY_PREFIX).split()[0]
+        yield proc, f"http://{hostport}", lines
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def read_rest(proc, lines: list[str]) -> str:
+    out = await asyncio.wait_for(proc.stdout.read(), timeout=30)
+    return "".join(lines) + out.decode()
+
+
+async def test_sigterm_lets_in_flight_requests_finish():
+    async with subprocess_server("--shutdown-timeout", "20") as (proc, url, lines):
+        assert ("uvloop loop" if _has_uvloop() else "asyncio loop") in lines[-1]
+        async with aiohttp.ClientSession() as s:
+            body = {"prompt": "hello", "max_tokens": 60, "ignore_eos": True, "stream": True,
+                    "temperature": 0}
+            async with s.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                assert (await resp.content.readline()).startswith(b"data: {")
+                proc.send_signal(signal.SIGTERM)  # mid-stream
+                rest = await asyncio.wait_for(resp.read(), timeout=30)
+            assert rest.endswith(b"data: [DONE]\n\n") and b'"finish_reason":"length"' in rest
+        assert await asyncio.wait_for(proc.wait(), timeout=30) == 0
+        out = await read_rest(proc, lines)
+        assert f"{serve.STOPPED_PREFIX}32 device blocks free" in out, out
+
+
+async def test_sigterm_aborts_what_outlives_the_timeout():
+    async with subprocess_server("--shutdown-timeout", "0.5", blocks=160,
+                                 context=2048) as (proc, url, lines):
+        async with aiohttp.ClientSession() as s:
+            body = {"prompt": "hello", "max_tokens": 2000, "ignore_eos": True, "stream": True,
+                    "temperature": 0}
+            async with s.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                await resp.content.readline()
+                proc.send_signal(signal.SIGTERM)
+                with contextlib.suppress(aiohttp.ClientError):
+                    rest = await asyncio.wait_for(resp.read(), timeout=30)
+                    assert b'"finish_reason":"length"' not in rest  # cut short, not finished
+        assert await asyncio.wait_for(proc.wait(), timeout=30) == 0
+        out = await read_rest(proc, lines)
+        assert f"{serve.STOPPED_PREFIX}160 device blocks free" in out, out
+
+
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
