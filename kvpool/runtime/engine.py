@@ -121,10 +121,11 @@ class AsyncEngine:
             await asyncio.sleep(0.02)
         self._stop.set()
         self._wake.set()
+        loop = asyncio.get_running_loop()
         if self._thread is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 10)
+            await loop.run_in_executor(None, self._thread.join, 10)
             self._thread = None
-        self.core.close()
+        await loop.run_in_executor(None, self.core.close)  # joins the copy worker
 
     def is_healthy(self) -> bool:
         return self._error is None and (self._thread is None or self._thread.is_alive())
