@@ -1,0 +1,306 @@
+"""bench/policies.py: eviction-policy hit rates under trace replay (BENCH.md "Trace replay").
+
+    python -m bench.policies [--trace FILE] [--json FILE] [--capacities 1000 4000 ...]
+                             [--policies lru classlru] [--traces conversation zipf_prefix ...]
+                             [--seeds 1 11 12] [--quick]
+
+For every trace and capacity it replays the requests through each policy of
+``kvpool.core.eviction.POLICIES`` with the instant-replay semantics (``simulate``: a request
+hits the leading run of its cached hash ids, then its blocks are touched or brought in tail
+first) and prints the hit rates next to Belady's OPT, computed as
+``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an upper bound).
+It also times each policy's operations (ns per call sequence, steady state) and measures its
+memory per evictable block. Never pass/fail.
+
+Traces: the Mooncake conversation trace (``--trace``), plus generated ones (seeded, in memory,
+never written to disk), each shaped to stress a different assumption:
+
+    zipf_prefix   shared prefixes of Zipf(1) popularity, each request adds a unique tail
+    multiturn     sessions whose every turn extends the previous turn's hash ids
+    scan_mix      a small hot set of prefixes mixed with long one-off scans
+    uniform       uniformly chosen documents, a random-length prefix of each
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import gc
+import heapq
+import itertools
+import json
+import random
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.common import SHARED, machine, write_json
+from kvpool.core.eviction import POLICIES, make_policy, simulate
+
+CAPACITIES = (1000, 4000, 16000, 64000)
+DEFAULT_TRACE = SHARED / "traces" / "mooncake_conversation_trace.jsonl"
+Trace = list[list[int]]
+
+
+# ---------------------------------------------------------------- generated traces
+def zipf_prefix(seed: int = 1, requests: int = 8000, prefixes: int = 2000) -> Trace:
+    """Popular shared prefixes (4..32 blocks, Zipf(1) over 2000) plus a unique 1..16 tail."""
+    rng = random.Random(seed)
+    ids = itertools.count()
+    pre = [[next(ids) for _ in range(rng.randint(4, 32))] for _ in range(prefixes)]
+    cdf = list(itertools.accumulate(1.0 / (r + 1) for r in range(prefixes)))
+    out = []
+    for _ in range(requests):
+        p = pre[min(bisect.bisect_left(cdf, rng.random() * cdf[-1]), prefixes - 1)]
+        out.append(p + [next(ids) for _ in range(rng.randint(1, 16))])
+    return out
+
+
+def multiturn(seed: int = 2, requests: int = 10000, active: int = 300,
+              mean_turns: float = 5.0) -> Trace:
+    """300 concurrent sessions (a shared system block, then 3..30 blocks); each request is the
+    next turn of a random session: the previous turn's ids plus 1..8 new blocks. Sessions end
+    after a geometric number of turns and are replaced."""
+    rng = random.Random(seed)
+    ids = itertools.count(1)
+
+    def new() -> list:
+        turns = 1 + int(rng.expovariate(1 / (mean_turns - 1)))
+        return [[0] + [next(ids) for _ in range(rng.randint(3, 30))], turns]
+
+    sessions = [new() for _ in range(active)]
+    out = []
+    for _ in range(requests):
+        i = rng.randrange(active)
+        s = sessions[i]
+        out.append(list(s[0]))
+        s[1] -= 1
+        if s[1] <= 0:
+            sessions[i] = new()
+        else:
+            s[0] = s[0] + [next(ids) for _ in range(rng.randint(1, 8))]
+    return out
+
+
+def scan_mix(seed: int = 3, requests: int = 6000, hot: int = 300,
+             scan_frac: float = 0.3) -> Trace:
+    """70%: one of 300 hot prefixes (8..24 blocks); 30%: a one-off scan of 32..160 blocks."""
+    rng = random.Random(seed)
+    ids = itertools.count()
+    hot_p = [[next(ids) for _ in range(rng.randint(8, 24))] for _ in range(hot)]
+    out = []
+    for _ in range(requests):
+        if rng.random() < scan_frac:
+            out.append([next(ids) for _ in range(rng.randint(32, 160))])
+        else:
+            out.append(list(rng.choice(hot_p)))
+    return out
+
+
+def uniform(seed: int = 4, requests: int = 8000, docs: int = 6000) -> Trace:
+    """A uniformly chosen document (1..48 blocks), a uniformly random-length prefix of it."""
+    rng = random.Random(seed)
+    ids = itertools.count()
+    d = [[next(ids) for _ in range(rng.randint(1, 48))] for _ in range(docs)]
+    out = []
+    for _ in range(requests):
+        x = rng.choice(d)
+        out.append(x[:rng.randint(1, len(x))])
+    return out
+
+
+GENERATED: dict[str, Callable[[], Trace]] = {
+    "zipf_prefix": zipf_prefix, "multiturn": multiturn, "scan_mix": scan_mix,
+    "uniform": uniform,
+}
+
+
+def load_trace(path: Path, limit: int | None = None) -> Trace:
+    out = []
+    with open(path) as f:
+        for line in itertools.islice(f, limit):
+            out.append(json.loads(line)["hash_ids"])
+    return out
+
+
+# ---------------------------------------------------------------- reference: Belady OPT
+def opt_hit_rate(reqs: Trace, cap: int) -> float:
+    """Belady's offline optimum per block (evict the block used again farthest in the
+    future), requests' blocks in order; hits counted as the leading cached run. The same
+    procedure as trace_hits.py, so the figures are comparable with the anchor's."""
+    uses: dict[int, list[int]] = {}
+    t = 0
+    for ids in reqs:
+        for h in ids:
+            uses.setdefault(h, []).append(t)
+            t += 1
+    for v in uses.values():
+        v.reverse()  # pop() yields uses in time order
+    never = float("inf")
+    cached: dict[int, float] = {}  # hash id -> its next use
+    heap: list[tuple[float, int]] = []  # (-next use, hash id), lazily invalidated
+    hits = total = 0
+    for ids in reqs:
+        k = 0
+        while k < len(ids) and ids[k] in cached:
+            k += 1
+        hits += k
+        total += len(ids)
+        for h in ids:
+            u = uses[h]
+            u.pop()
+            nxt = u[-1] if u else never
+            cached[h] = nxt
+            heapq.heappush(heap, (-nxt, h))
+            while len(cached) > cap:
+                neg, v = heapq.heappop(heap)
+                if cached.get(v) == -neg:
+                    del cached[v]
+    return hits / total
+
+
+# ---------------------------------------------------------------- per-op cost and memory
+def op_costs(name: str, cap: int = 65536, n: int = 30000, seed: int = 0) -> dict:
+    """Steady-state ns per call on a full policy of ``cap`` blocks, each call timed in a batch
+    of ``n``: evict; insert (new content into the evicted blocks); on_hit; remove (revival
+    of random members); insert_revived (their release); and the call sequences a miss
+    (evict + insert) and a hit (on_hit + remove + insert) cost in ``simulate``."""
+    rng = random.Random(seed)
+    p = make_policy(name, cap)
+    keys = [i.to_bytes(8, "little") for i in range(cap + n)]
+    owner = list(range(cap))  # block -> index of its content key
+    for b in range(cap):
+        p.insert(b, keys[b], 0, 0.0)
+    gc.collect()
+    ns: dict[str, float] = {}
+
+    def timed(label: str, fn: Callable[[], None]) -> None:
+        t0 = time.perf_counter()
+        fn()
+        ns[label] = round((time.perf_counter() - t0) / n * 1e9)
+
+    victims: list[int] = []
+    timed("evict", lambda: victims.extend(p.evict() for _ in range(n)))
+
+    def insert_new() -> None:
+        for i, b in enumerate(victims):
+            owner[b] = cap + i
+            p.insert(b, keys[cap + i], 0, 0.0)
+
+    timed("insert", insert_new)
+    picks = rng.sample(range(cap), n)
+    hashes = [keys[owner[b]] for b in picks]
+    timed("on_hit", lambda: [p.on_hit(h) for h in hashes])
+    timed("remove", lambda: [p.remove(b) for b in picks])
+    timed("insert_revived", lambda: [p.insert(b, h, 0, 0.0) for b, h in zip(picks, hashes)])
+    p.check_invariants()
+    ns["miss"] = ns["evict"] + ns["insert"]
+    ns["hit"] = ns["on_hit"] + ns["remove"] + ns["insert_revived"]
+    return ns
+
+
+def bytes_per_block(name: str, cap: int) -> float:
+    """tracemalloc bytes of a policy holding ``cap`` evictable blocks, per block (the block
+    hashes themselves are the allocator's and are not counted)."""
+    keys = [i.to_bytes(8, "little") for i in range(cap)]
+    gc.collect()
+    tracemalloc.start()
+    p = make_policy(name, cap)
+    for b in range(cap):
+        p.insert(b, keys[b], 0, 0.0)
+    size = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del p
+    return round(size / cap, 1)
+
+
+# ---------------------------------------------------------------- driver
+def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
+               with_opt: bool) -> dict:
+    blocks = sum(map(len, reqs))
+    unique = len({h for r in reqs for h in r})
+    res: dict = {"requests": len(reqs), "blocks": blocks, "unique": unique,
+                 "hit_rate": {}, "ns_per_block": {}, "final_bonus": {}, "opt": {}}
+    print(f"\n== {name}: {len(reqs)} requests, {blocks} blocks, {unique} unique", flush=True)
+    print(f"{'capacity':12s}" + "".join(f"{c:>9d}" for c in caps) + "   ns/block")
+    for pol in policies:
+        rates, ns, bonus = {}, {}, {}
+        for c in caps:
+            p = make_policy(pol, c)
+            t0 = time.perf_counter()
+            h, b = simulate(reqs, p, c)
+            ns[c] = round((time.perf_counter() - t0) / b * 1e9)
+            rates[c] = round(h / b, 4)
+            if hasattr(p, "bonus"):
+                bonus[c] = p.bonus
+        res["hit_rate"][pol], res["ns_per_block"][pol] = rates, ns
+        if bonus:
+            res["final_bonus"][pol] = bonus
+        lru = res["hit_rate"].get("lru", rates)
+        marks = "".join("!" if rates[c] < lru[c] else " " for c in caps)
+        print(f"{pol:12s}" + "".join(f"{rates[c]:9.4f}" for c in caps)
+              + f"  {marks} {sum(ns.values()) // len(ns):>6d}", flush=True)
+    if with_opt:
+        res["opt"] = {c: round(opt_hit_rate(reqs, c), 4) for c in caps}
+        print(f"{'opt':12s}" + "".join(f"{res['opt'][c]:9.4f}" for c in caps))
+        lru = res["hit_rate"].get("lru")
+        for pol in policies:
+            if pol == "lru" or lru is None:
+                continue
+            gap = []
+            for c in caps:
+                g = res["opt"][c] - lru[c]
+                gap.append(f"{(res['hit_rate'][pol][c] - lru[c]) / g:9.0%}" if g > 1e-9
+                           else f"{'-':>9s}")
+            print(f"{pol + ' gap%':12s}" + "".join(gap) + "   (share of LRU->OPT gap closed)")
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--capacities", type=int, nargs="+", default=list(CAPACITIES))
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES))
+    ap.add_argument("--traces", nargs="+", default=["conversation", *GENERATED],
+                    help="conversation (the --trace file) and/or generated trace names")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None,
+                    help="run each generated trace with these seeds (default: its own)")
+    ap.add_argument("--limit", type=int, default=None, help="first N requests of --trace")
+    ap.add_argument("--no-opt", action="store_true", help="skip the OPT reference")
+    ap.add_argument("--quick", action="store_true", help="smaller op/memory measurements")
+    a = ap.parse_args(argv)
+    out: dict = {"machine": machine(), "capacities": a.capacities, "traces": {}, "ops": {}}
+    for name in a.traces:
+        if name == "conversation":
+            if not a.trace.is_file():
+                print(f"(trace {a.trace} not found; skipped)")
+                continue
+            reqs = load_trace(a.trace, a.limit)
+            out["traces"][name] = replay_all(name, reqs, a.capacities, a.policies, not a.no_opt)
+            continue
+        for seed in a.seeds or [None]:
+            reqs = GENERATED[name]() if seed is None else GENERATED[name](seed=seed)
+            label = name if seed is None else f"{name}@{seed}"
+            out["traces"][label] = replay_all(label, reqs, a.capacities, a.policies,
+                                              not a.no_opt)
+    cap, n, mem = (8192, 4000, 65536) if a.quick else (65536, 30000, 1 << 20)
+    cols = ("evict", "insert", "on_hit", "remove", "insert_revived", "miss", "hit")
+    print(f"\nns per call (steady state, {cap} blocks; best of 3) and memory ({mem} "
+          "evictable blocks)")
+    print(f"{'policy':12s}" + "".join(f"{c:>15s}" for c in cols) + f"{'bytes/blk':>11s}")
+    for pol in a.policies:
+        runs = [op_costs(pol, cap, n, seed) for seed in range(3)]
+        r: dict = {c: min(x[c] for x in runs) for c in cols}
+        r["bytes_per_block"] = bytes_per_block(pol, mem)
+        out["ops"][pol] = r
+        print(f"{pol:12s}" + "".join(f"{r[c]:15.0f}" for c in cols)
+              + f"{r['bytes_per_block']:11.1f}")
+    print("miss = evict + insert (new content); hit = on_hit + remove + insert_revived")
+    write_json(a.json, out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
