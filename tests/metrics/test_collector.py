@@ -73,3 +73,17 @@ def test_scrape_waits_out_a_mutation_instead_of_tearing():
         assert not scraped.wait(0.2)
     t.join(5)
     assert scraped.is_set()
+
+
+def test_lean_renderer_matches_prometheus_client_line_for_line():
+    mgr, metrics = make()
+    mgr.allocate([1], list(range(10)))
+    for v in (0.0004, 0.2, 3.0, 1e9):
+        metrics.ttft.observe(v)
+        metrics.step.observe(v)
+    ours = metrics.render().decode()
+    ref = metrics.render_reference().decode()
+    # prometheus_client also emits *_created series (vLLM turns them off too); nothing else
+    # may differ
+    assert ours.splitlines() == [line for line in ref.splitlines() if "_created" not in line]
+    assert 'le="+Inf"' in ours
