@@ -1,0 +1,54 @@
+"""The ``kvpool`` command line: a registry of subcommands, each imported only when chosen.
+
+Adding a command is one line in ``COMMANDS``: ``name: (module, help)``. The module provides
+``add_arguments(parser)`` and ``run(args) -> int`` (the exit status)::
+
+    kvpool replay TRACE.jsonl [--instant] ...      kvpool.sched.replay
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+# name -> (module with add_arguments(parser) and run(args), one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("kvpool.sched.replay",
+               "replay a request trace through the scheduler (or --instant: cache policy only)"),
+}
+
+
+def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; only ``chosen``'s module is imported to add its arguments."""
+    parser = argparse.ArgumentParser(
+        prog="kvpool", description="kvpool: a paged KV-cache block manager for LLM inference")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            mod = importlib.import_module(module)
+            mod.add_arguments(p)
+            p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in COMMANDS else None)
+    args = parser.parse_args(args_list)
+    if getattr(args, "_run", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except BrokenPipeError:  # `kvpool ... | head`: stop quietly, like a Unix tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

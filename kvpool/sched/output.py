@@ -1,0 +1,157 @@
+"""Plain objects the scheduler hands to the runtime: one step's work and finished requests.
+
+Nothing here references scheduler or manager internals; the runtime may keep them as long as
+it likes. A step is executed in this order (swap-outs free device blocks that later items of
+the same step may reuse, and defrag copies must see the KV that the step's compute writes)::
+
+    1. blocks_to_swap_out   (device -> host)
+    2. blocks_to_swap_in    (host -> device)
+    3. blocks_to_copy       (copy-on-write, device -> device)
+    4. model forward: prefills (chunks) and decodes, then sampling
+    5. defrag_moves         (device -> device), then on_step_done(...) commits the plan
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvpool.sched.config import PreemptionMode
+from kvpool.sched.sequence import SeqStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledPrefill:
+    """Compute prompt tokens ``[start, end)`` of one prefill unit this step.
+
+    The KV of ``[0, start)`` is already in the cache (earlier chunks or prefix hits); use the
+    block table of ``seq_ids[0]`` (all listed sequences share those blocks). When ``is_last``,
+    sample one token per sequence in ``seq_ids`` from the logits of position ``end - 1``.
+    """
+
+    request_id: str  # the request (sequence group)
+    seq_ids: tuple[int, ...]  # sequences sharing this computation
+    start: int  # first token position computed this step
+    end: int  # one past the last position computed this step
+    num_tokens: int  # length of the whole prompt being computed (prompt [+ recomputed output])
+    num_cached_tokens: int  # prefix-cache tokens skipped this step (first chunk only, else 0)
+    token_ids: list[int]  # the tokens [start, end)
+
+    @property
+    def is_last(self) -> bool:
+        return self.end == self.num_tokens
+
+    @property
+    def num_new_tokens(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(slots=True)  # NOTE(speed): not frozen (3x cheaper to build); treat as read-only
+class ScheduledDecode:
+    """Feed ``token_id`` at ``position`` of ``seq_id`` (its slot is reserved), sample one."""
+
+    request_id: str  # the request (sequence group)
+    seq_id: int  # the sequence (its block table in the manager)
+    token_id: int  # input token: the last sampled one
+    position: int  # its index in the sequence (num_tokens - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptedRequest:
+    """A request that gave back its device blocks this step."""
+
+    request_id: str  # the request
+    mode: PreemptionMode  # SWAP (blocks in blocks_to_swap_out) or RECOMPUTE (back to WAITING)
+    seq_ids: tuple[int, ...]  # its live sequences
+    num_blocks: int  # distinct device blocks it held
+    cause: str  # "decode" (no room to append) or "priority" (a higher priority waits)
+
+
+@dataclass(frozen=True, slots=True)
+class SeqOutput:
+    """The final state of one sequence."""
+
+    seq_id: int  # the sequence
+    output_token_ids: list[int]  # everything it generated (kept across preemptions)
+    status: SeqStatus  # one of the FINISHED_* statuses
+    finish_reason: str | None  # e.g. "eos", "stop_token 7", "max_tokens", "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRequest:
+    """A request that left the scheduler (finished, aborted or ignored); its blocks are freed."""
+
+    request_id: str  # the request
+    status: SeqStatus  # request-level outcome: ABORTED/IGNORED, else the first sequence's
+    reason: str | None  # why (IGNORED: the clear reason it can never be served)
+    seqs: tuple[SeqOutput, ...]  # per sequence
+    num_prompt_tokens: int  # user prompt length
+    num_cached_tokens: int  # prompt tokens served by the prefix cache at first admission
+    arrival_time: float  # as given to add_request
+    first_scheduled_time: float | None  # first chunk scheduled (queueing = this - arrival)
+    first_token_time: float | None  # first token sampled (TTFT = this - arrival)
+    finished_time: float | None  # last sequence finished
+    num_preemptions: int  # times preempted
+    params: object  # the caller's sampling parameters, untouched
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        """The first sequence's output (the only one when n == 1)."""
+        return self.seqs[0].output_token_ids if self.seqs else []
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """Everything the runtime does in one step. Built by ``Scheduler.schedule``; hand it back
+    to ``on_step_done`` unchanged (outputs with ``is_empty`` need not be)."""
+
+    step_id: int  # increasing per schedule() call
+    prefills: list[ScheduledPrefill] = field(default_factory=list)  # chunks to compute
+    decodes: list[ScheduledDecode] = field(default_factory=list)  # one token each
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # CoW (src, dst)
+    defrag_moves: tuple[tuple[int, int], ...] = ()  # (src, dst) device copies after compute
+    defrag_plan_id: int | None = None  # the plan to commit/abort (defrag_done)
+    preempted: list[PreemptedRequest] = field(default_factory=list)  # this step's victims
+    ignored: list[FinishedRequest] = field(default_factory=list)  # rejected (FINISHED_IGNORED)
+    num_batched_tokens: int = 0  # prefill chunk tokens + decodes
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences computed this step (decodes plus sequences of prefill chunks)."""
+        return len(self.decodes) + sum(len(p.seq_ids) for p in self.prefills)
+
+    @property
+    def has_work(self) -> bool:
+        """Whether the runtime must run a step (compute or copies) and call on_step_done."""
+        return bool(self.prefills or self.decodes or self.blocks_to_swap_in
+                    or self.blocks_to_swap_out or self.blocks_to_copy or self.defrag_moves)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.has_work
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """Counters and gauges for metrics (a snapshot; counters are monotonic)."""
+
+    step: int  # schedule() calls so far
+    num_running: int  # requests RUNNING
+    num_waiting: int  # requests WAITING
+    num_swapped: int  # requests SWAPPED
+    num_running_seqs: int  # live sequences in RUNNING requests
+    preemptions: dict[str, int]  # by mode: {"swap": n, "recompute": n}
+    swap_out_blocks: int  # blocks scheduled device -> host
+    swap_in_blocks: int  # blocks scheduled host -> device
+    cow_blocks: int  # copy-on-write copies scheduled
+    prefix_hit_tokens: int  # prompt tokens served by the prefix cache at admission
+    prompt_tokens: int  # prompt tokens computed (prefill chunks scheduled)
+    generation_tokens: int  # tokens sampled and accepted
+    finished: int  # requests finished (stopped or length)
+    aborted: int  # requests aborted
+    ignored: int  # requests rejected as never servable
+    defrag_plans: int  # defrag plans emitted
+    defrag_moves: int  # defrag moves committed
+    defrag_retried: int  # planned moves dropped at commit (a table changed)
+    defrag_aborted: int  # plans aborted (copies failed)

@@ -1,0 +1,161 @@
+"""Preemption: choosing a victim's mode by cost, and swapping or recomputing it.
+
+Mixed into ``Scheduler`` (it uses the scheduler's queues, manager and counters).
+
+Mode per victim::
+
+    forced "recompute"                       -> RECOMPUTE
+    still prefilling (nothing generated yet) -> RECOMPUTE  (its computed full blocks stay in
+                                                            the prefix cache for the retry)
+    no host room (can_swap_out false)        -> RECOMPUTE
+    forced "swap"                            -> SWAP
+    otherwise                                -> the cheaper of CostModel.swap_seconds(blocks)
+                                                and CostModel.recompute_seconds(tokens - kept)
+
+``kept`` counts the leading prompt blocks the prefix cache still holds after the victim lets go
+(``get_prefix_hits`` bounds the run; a block survives when someone else references it). Its own
+blocks become evictable and, under the pressure that caused the preemption, are assumed lost.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kvpool.core import AllocStatus
+from kvpool.sched.config import PreemptionMode
+from kvpool.sched.output import PreemptedRequest, SchedulerOutput
+from kvpool.sched.sequence import Sequence, SeqStatus, SequenceGroup
+
+
+class PreemptionMixin:
+    """_preempt / _choose_mode / _priority_preempt / update_cost_model of Scheduler."""
+
+    def update_cost_model(self, *, copy_bytes_per_s: float | None = None,
+                          prefill_tokens_per_s: float | None = None,
+                          kv_bytes_per_block: int | None = None) -> None:
+        """Feed measured figures (None keeps the current value); used by later preemptions."""
+        self.cost.update(copy_bytes_per_s=copy_bytes_per_s,
+                         prefill_tokens_per_s=prefill_tokens_per_s,
+                         kv_bytes_per_block=kv_bytes_per_block)
+
+    # ------------------------------------------------------------------ cost estimates
+    def _distinct_blocks(self, seq_ids: list[int]) -> Counter[int]:
+        refs: Counter[int] = Counter()
+        for s in seq_ids:
+            refs.update(self.manager.get_block_table(s))
+        return refs
+
+    def _kept_prompt_tokens(self, g: SequenceGroup, refs: Counter[int]) -> int:
+        """Prompt tokens still cached after the victim drops its own references."""
+        mgr = self.manager
+        hashes = g.prompt_block_hashes
+        if not hashes or not mgr.caching:
+            return 0
+        pool = mgr.device_pool
+        kept = 0
+        for h in hashes[:mgr.get_prefix_hits(hashes)]:
+            b = pool.lookup(h)
+            if b is None or pool.ref_count(b) <= refs.get(b, 0):
+                break
+            kept += 1
+        return kept * mgr.block_size
+
+    @staticmethod
+    def _units_if_recomputed(g: SequenceGroup) -> list[list[Sequence]]:
+        """Sequences grouped as a recompute would prefill them: one shared unit when the live
+        sequences' outputs agree, else one unit per sequence."""
+        live = g.live_seqs
+        if not live:
+            return []
+        first = live[0].output_token_ids
+        if all(s.output_token_ids == first for s in live[1:]):
+            return [live]
+        return [[s] for s in live]
+
+    def recompute_tokens(self, g: SequenceGroup) -> int:
+        """Tokens a recompute would prefill."""
+        return sum(u[0].num_tokens for u in self._units_if_recomputed(g))
+
+    def _choose_mode(self, g: SequenceGroup, ids: list[int],
+                     refs: Counter[int]) -> PreemptionMode:
+        forced = self.config.forced_mode
+        if forced is PreemptionMode.RECOMPUTE or g.is_prefilling:
+            return PreemptionMode.RECOMPUTE
+        if self.manager.host_pool.num_blocks == 0 or not self.manager.can_swap_out(ids):
+            return PreemptionMode.RECOMPUTE
+        if forced is PreemptionMode.SWAP or len(self._units_if_recomputed(g)) > 1:
+            # NOTE(n>1): sequences whose outputs diverged would each recompute their own copy
+            # of the prompt; swapping keeps them sharing it, so it wins whenever it is possible
+            return PreemptionMode.SWAP
+        swap_s = self.cost.swap_seconds(len(refs))
+        tokens = self.recompute_tokens(g) - self._kept_prompt_tokens(g, refs)
+        recompute_s = self.cost.recompute_seconds(tokens)
+        return PreemptionMode.SWAP if swap_s < recompute_s else PreemptionMode.RECOMPUTE
+
+    # ------------------------------------------------------------------ execution
+    def _preempt(self, g: SequenceGroup, out: SchedulerOutput, cause: str) -> PreemptedRequest:
+        """Preempt running group ``g`` (already removed from the running queue)."""
+        mgr = self.manager
+        live = g.live_seqs
+        ids = [s.seq_id for s in live]
+        refs = self._distinct_blocks(ids)
+        mode = self._choose_mode(g, ids, refs)
+        self._num_running_seqs -= len(live)
+        if mode is PreemptionMode.SWAP:
+            pairs = mgr.swap_out(ids)
+            if pairs is None:  # host ran short after all (cannot happen single-threaded)
+                mode = PreemptionMode.RECOMPUTE
+            else:
+                out.blocks_to_swap_out.extend(pairs)
+                self.swap_out_blocks += len(pairs)
+                g.set_status(SeqStatus.SWAPPED)
+                self.swapped.add(g)
+        if mode is PreemptionMode.RECOMPUTE:
+            for s in live:
+                if s.unit is None:  # NOTE(recompute): index written full blocks first so
+                    mgr.mark_computed(s.seq_id)  # the retry can hit them in the prefix cache
+                s.unit = None
+            mgr.free_batch(ids)
+            g.units = None
+            g.set_status(SeqStatus.WAITING)
+            self.waiting.add(g)
+        g.num_preemptions += 1
+        self.preemptions[mode.value] += 1
+        p = PreemptedRequest(g.request_id, mode, tuple(ids), len(refs), cause)
+        out.preempted.append(p)
+        return p
+
+    def _priority_preempt(self, out: SchedulerOutput) -> None:
+        """Priority policy: the best waiting request that cannot be admitted preempts running
+        requests of strictly lower priority (tail first), when that would make room."""
+        mgr = self.manager
+        running = self.running
+        for g in self.waiting.snapshot():
+            tail = running.tail
+            if tail is None or tail.priority <= g.priority:
+                return
+            if self._never_reason(g, None) is not None:
+                continue  # the waiting pass ignores it
+            units = self._units(g)
+            need_seqs = g.num_live
+            tokens = sum(u.num_tokens for u in units)
+            status = self._admission_status(units)
+            if status is AllocStatus.NEVER:
+                continue
+            seqs_ok = self._num_running_seqs + need_seqs <= self.config.max_num_seqs
+            if status is AllocStatus.OK and seqs_ok:
+                return  # it will be admitted in the waiting pass
+            lower = [r for r in running if r.priority > g.priority]
+            freeable = len(self._distinct_blocks([s.seq_id for r in lower for s in r.live_seqs]))
+            required = mgr.num_required_blocks(tokens)
+            if mgr.device_pool.num_free_blocks + freeable - required < mgr.watermark_blocks:
+                return  # even preempting all of them would not make room
+            if self._num_running_seqs - sum(r.num_live for r in lower) + need_seqs \
+                    > self.config.max_num_seqs:
+                return
+            while running.tail is not None and running.tail.priority > g.priority:
+                seqs_ok = self._num_running_seqs + need_seqs <= self.config.max_num_seqs
+                if seqs_ok and self._admission_status(units) is AllocStatus.OK:
+                    break
+                self._preempt(running.pop(), out, "priority")
+            return

@@ -1,0 +1,126 @@
+"""``kvpool replay TRACE.jsonl``: replay a Mooncake trace (timed, or ``--instant``).
+
+    kvpool replay TRACE --instant --policy lru --capacity-blocks 16000 --json out.json
+    kvpool replay TRACE --limit 2000 --num-blocks 32768 --json timed.json --plot timed.png
+
+``--instant``: cache-policy replay with the semantics of ``../shared/anchors/trace_hits.py``
+(see ``replay_instant``); JSON key ``hit_rate``. Otherwise a timed discrete-event replay
+through the real Scheduler (see ``replay_timed``): TTFT / queueing (p50, p99), throughput,
+prefix hit rate, preemptions by mode, swaps, peak usage.
+
+The JSON report is deterministic (same trace, options and seed give identical bytes); wall
+time and progress go to stdout / stderr only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from kvpool.sched.replay_report import ProgressBar, plot
+from kvpool.sched.replay_trace import load_trace, trace_summary
+
+HELP = "replay a request trace through the scheduler (or --instant: cache policy only)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="Mooncake JSONL trace (timestamp, input_length, "
+                                 "output_length, hash_ids)")
+    p.add_argument("--instant", action="store_true",
+                   help="pure cache-policy replay: hit rate per policy and capacity")
+    p.add_argument("--policy", default="lru", help="eviction policy (kvpool.core.eviction)")
+    p.add_argument("--capacity-blocks", type=int, default=None,
+                   help="instant: cache capacity in trace blocks (512 tokens); timed: an "
+                        "alias of --num-blocks in trace blocks")
+    p.add_argument("--num-blocks", type=int, default=None,
+                   help="timed: device pool blocks of --block-size tokens (default 32768)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per pool block")
+    p.add_argument("--num-host-blocks", type=int, default=8192,
+                   help="timed: host swap blocks (0 disables swap)")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--max-model-len", type=int, default=131072)
+    p.add_argument("--preemption-mode", choices=("swap", "recompute", "auto"), default="auto",
+                   help="force a preemption mode (auto: cheaper by the cost model)")
+    p.add_argument("--defrag-threshold", type=float, default=None,
+                   help="timed: defragment when external fragmentation exceeds this")
+    p.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
+    p.add_argument("--seed", type=int, default=0, help="token synthesis and sampling seed")
+    p.add_argument("--json", dest="json_path", default=None, help="write the report here")
+    p.add_argument("--plot", default=None, help="write a PNG plot here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _instant(args, reqs, bar) -> dict:
+    from kvpool.sched.replay_instant import InstantReplay
+
+    if args.capacity_blocks is None:
+        raise SystemExit("kvpool replay --instant needs --capacity-blocks C")
+    return InstantReplay(args.capacity_blocks, args.policy).run(reqs, progress=bar.update)
+
+
+def _timed(args, reqs, bar) -> dict:
+    from kvpool.sched.replay_timed import DEFAULT_NUM_BLOCKS, TimedOptions, TimedReplay
+
+    num_blocks = args.num_blocks
+    if num_blocks is None:
+        num_blocks = (args.capacity_blocks * (512 // args.block_size)
+                      if args.capacity_blocks is not None else DEFAULT_NUM_BLOCKS)
+    opts = TimedOptions(
+        block_size=args.block_size, num_blocks=num_blocks,
+        num_host_blocks=args.num_host_blocks, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
+        policy=args.policy,
+        preemption_mode=None if args.preemption_mode == "auto" else args.preemption_mode,
+        seed=args.seed, defrag_threshold=args.defrag_threshold)
+    return TimedReplay(opts).run(reqs, progress=bar.update)
+
+
+def _print_summary(report: dict, wall: float) -> None:
+    if report["mode"] == "instant":
+        print(f"policy={report['policy']} capacity={report['capacity_blocks']} "
+              f"requests={report['requests']} hit_rate={report['hit_rate']:.4f} "
+              f"({wall:.1f}s wall)")
+        return
+    r = report
+    print(f"requests={r['requests']} completed={r['completed']} ignored={r['ignored']} "
+          f"steps={r['steps']} makespan={r['makespan_s']:.1f}s ({wall:.1f}s wall)")
+    print(f"TTFT p50={r['ttft_s']['p50']}s p99={r['ttft_s']['p99']}s  "
+          f"queueing p50={r['queueing_s']['p50']}s p99={r['queueing_s']['p99']}s")
+    print(f"throughput {r['throughput']['output_tokens_per_s']} out tok/s  "
+          f"prefix hit rate {r['prefix_hit_rate']:.4f}  preemptions {r['preemptions']}  "
+          f"swap out/in blocks {r['swap_out_blocks']}/{r['swap_in_blocks']}  "
+          f"peak usage {r['peak_usage']:.3f}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not Path(args.trace).is_file():
+        print(f"kvpool replay: no such trace file: {args.trace}", file=sys.stderr)
+        return 2
+    if args.limit is not None and args.limit < 1:
+        print("kvpool replay: --limit must be >= 1", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    reqs = load_trace(args.trace, args.limit)
+    if not reqs:
+        print(f"kvpool replay: {args.trace} holds no request", file=sys.stderr)
+        return 2
+    bar = ProgressBar(len(reqs), enabled=not args.no_progress)
+    report = _instant(args, reqs, bar) if args.instant else _timed(args, reqs, bar)
+    bar.close()
+    report["trace"] = {"file": Path(args.trace).name, **trace_summary(reqs)}
+    report["seed"] = args.seed
+    wall = time.perf_counter() - t0
+    _print_summary(report, wall)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {args.json_path}")
+    if args.plot:
+        title = (f"{report['trace']['file']}: {report['mode']} replay, policy {args.policy}")
+        plot(report["timeline"], args.plot, title,
+             "requests replayed" if args.instant else "simulated seconds")
+        print(f"wrote {args.plot}")
+    return 0

@@ -1,0 +1,190 @@
+"""Timed replay: a deterministic discrete-event run of a trace through the real Scheduler and
+BlockSpaceManager, with a cost model standing in for the model's compute.
+
+Event loop (simulated clock ``t`` in seconds, from the first arrival)::
+
+    add every request with arrival <= t
+    nothing unfinished      -> t = next arrival
+    out = schedule(now=t)   -> nothing to run: t = next arrival (never stalls otherwise)
+    t += step_seconds(out)
+    on_step_done(out, sampled tokens, now=t)
+
+    step_seconds = step_overhead_s
+                 + prefill tokens / prefill_tokens_per_s
+                 + decodes * decode_s_per_seq
+                 + (swap + copy-on-write + defrag blocks) * kv_bytes_per_block / copy_bytes_per_s
+
+Sampled tokens come from ``random.Random(seed)`` and never stop a request (eos is ignored):
+each request generates exactly ``output_length`` tokens (at least 1). The same trace, options
+and seed give the same report, byte for byte.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from kvpool.config import CacheConfig
+from kvpool.core import BlockSpaceManager
+from kvpool.sched.config import SchedulerConfig
+from kvpool.sched.output import FinishedRequest, SchedulerOutput
+from kvpool.sched.replay_report import Timeline, dist
+from kvpool.sched.replay_trace import TokenSynth, TraceRequest
+from kvpool.sched.scheduler import Scheduler
+from kvpool.sched.sequence import RequestParams
+
+DEFAULT_NUM_BLOCKS = 32768  # device pool blocks of 16 tokens: 512k tokens, 64 GiB of KV (8B)
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """The simulated engine. Defaults: roughly an 8B Llama on one H200-class GPU."""
+
+    step_overhead_s: float = 0.004  # fixed cost of one forward (launches, sampling)
+    prefill_tokens_per_s: float = 40_000.0  # prompt tokens computed per second
+    decode_s_per_seq: float = 0.0001  # extra seconds per decoding sequence in a step
+    kv_bytes_per_block: int = 2 * 1024 * 1024  # KV bytes of one 16-token block, all layers
+    copy_bytes_per_s: float = 25e9  # host<->device and device copy bandwidth
+
+    def seconds(self, out: SchedulerOutput) -> float:
+        prefill = sum(p.end - p.start for p in out.prefills)
+        blocks = (len(out.blocks_to_swap_in) + len(out.blocks_to_swap_out)
+                  + len(out.blocks_to_copy) + len(out.defrag_moves))
+        return (self.step_overhead_s + prefill / self.prefill_tokens_per_s
+                + len(out.decodes) * self.decode_s_per_seq
+                + blocks * self.kv_bytes_per_block / self.copy_bytes_per_s)
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOptions:
+    """Pool, scheduler and replay options (the CLI flags)."""
+
+    block_size: int = 16  # tokens per pool block (must divide 512)
+    num_blocks: int = DEFAULT_NUM_BLOCKS  # device pool blocks
+    num_host_blocks: int = 8192  # host swap pool blocks (0 disables swapping)
+    max_num_seqs: int = 256  # scheduler budget
+    max_num_batched_tokens: int = 8192  # scheduler budget (chunked prefill)
+    max_model_len: int = 131072  # longer prompts are ignored (reported)
+    policy: str = "lru"  # eviction policy of the device prefix cache
+    preemption_mode: str | None = None  # None: by cost
+    watermark: float = 0.01  # admission watermark (fraction of device blocks)
+    seed: int = 0  # token synthesis and sampling
+    defrag_threshold: float | None = None  # scheduler defrag trigger
+
+
+class TimedReplay:
+    """One timed replay. Invariant: ``t`` never decreases; after ``run`` the manager holds no
+    sequence and passes ``check_invariants``."""
+
+    def __init__(self, opts: TimedOptions, cost: StepCost | None = None) -> None:
+        if 512 % opts.block_size:
+            raise ValueError(f"--block-size {opts.block_size} must divide 512 (trace blocks)")
+        self.opts = opts  # options
+        self.cost = cost if cost is not None else StepCost(
+            kv_bytes_per_block=2 * 1024 * 1024 // 16 * opts.block_size)  # engine model
+        self.manager = BlockSpaceManager(CacheConfig(
+            num_device_blocks=opts.num_blocks, block_size=opts.block_size,
+            num_host_blocks=opts.num_host_blocks, watermark=opts.watermark,
+            eviction_policy=opts.policy))
+        self.scheduler = Scheduler(self.manager, SchedulerConfig(
+            max_num_seqs=opts.max_num_seqs, max_num_batched_tokens=opts.max_num_batched_tokens,
+            max_model_len=opts.max_model_len, preemption_mode=opts.preemption_mode,
+            kv_bytes_per_block=self.cost.kv_bytes_per_block,
+            copy_bytes_per_s=self.cost.copy_bytes_per_s,
+            prefill_tokens_per_s=self.cost.prefill_tokens_per_s,
+            defrag_threshold=opts.defrag_threshold), clock=lambda: self.t)
+        self.synth = TokenSynth(seed=opts.seed)  # prompt token ids
+        self.rng = random.Random(opts.seed)  # sampled token ids
+        self.t = 0.0  # simulated seconds since the first arrival
+
+    def run(self, reqs: list[TraceRequest],
+            progress: Callable[[int, str], None] | None = None) -> dict:
+        sched, mgr = self.scheduler, self.manager
+        t0 = reqs[0].arrival_s if reqs else 0.0
+        finished: list[FinishedRequest] = []
+        tl = Timeline()
+        steps = peak_used = tokens_sched = 0
+        i, n = 0, len(reqs)
+        total_blocks = mgr.device_pool.num_blocks
+        vocab = self.synth.vocab_size
+        rand = self.rng.randrange
+        while i < n or sched.has_unfinished():
+            while i < n and reqs[i].arrival_s - t0 <= self.t:
+                r = reqs[i]
+                sched.add_request(str(r.index), self.synth.prompt(r),
+                                  RequestParams(max_tokens=max(1, r.output_length),
+                                                ignore_eos=True),
+                                  arrival_time=r.arrival_s - t0)
+                i += 1
+            if not sched.has_unfinished():
+                self.t = reqs[i].arrival_s - t0
+                continue
+            out = sched.schedule(now=self.t)
+            finished += out.ignored
+            if not out.has_work:
+                if out.preempted or out.ignored or not sched.has_unfinished():
+                    continue  # state changed (a lone request preempted itself...): again
+                if i >= n:
+                    raise RuntimeError("replay stalled: unfinished requests but nothing "
+                                       f"schedulable at t={self.t:.3f}s ({sched.num_requests()})")
+                self.t = max(self.t, reqs[i].arrival_s - t0)
+                continue
+            self.t += self.cost.seconds(out)
+            sampled = {d.seq_id: rand(vocab) for d in out.decodes}
+            for p in out.prefills:
+                if p.is_last:
+                    for s in p.seq_ids:
+                        sampled[s] = rand(vocab)
+            finished += sched.on_step_done(out, sampled, now=self.t)
+            steps += 1
+            tokens_sched += out.num_batched_tokens
+            used = mgr.device_pool.stats().num_used
+            peak_used = max(peak_used, used)
+            st = mgr.stats()
+            tl.add(self.t, st.prefix_hit_tokens / st.prefix_query_tokens
+                   if st.prefix_query_tokens else 0.0, used / total_blocks,
+                   len(sched.waiting), len(sched.running), len(sched.swapped))
+            if progress is not None:
+                progress(len(finished), f"t={self.t:8.1f}s")
+        mgr.check_invariants()
+        if mgr.seq_ids():
+            raise RuntimeError("replay leaked block tables")
+        return self._report(reqs, finished, steps, peak_used, tokens_sched, tl)
+
+    def _report(self, reqs, finished, steps, peak_used, tokens_sched, tl) -> dict:
+        done = [f for f in finished if f.first_token_time is not None]
+        ignored = [f for f in finished if f.first_token_time is None]
+        ttft = [f.first_token_time - f.arrival_time for f in done]
+        queue = [f.first_scheduled_time - f.arrival_time for f in done]
+        e2e = [f.finished_time - f.arrival_time for f in done]
+        out_tokens = sum(len(s.output_token_ids) for f in done for s in f.seqs)
+        prompt = sum(f.num_prompt_tokens for f in done)
+        cached = sum(f.num_cached_tokens for f in done)
+        ss, ms = self.scheduler.stats(), self.manager.stats()
+        makespan = self.t
+        return {
+            "mode": "timed", "options": asdict(self.opts), "cost_model": asdict(self.cost),
+            "requests": len(reqs), "completed": len(done), "ignored": len(ignored),
+            "ignored_reasons": sorted({f.reason for f in ignored}),
+            "steps": steps, "makespan_s": round(makespan, 6),
+            "ttft_s": dist(ttft), "queueing_s": dist(queue), "e2e_s": dist(e2e),
+            "throughput": {
+                "output_tokens_per_s": round(out_tokens / makespan, 3) if makespan else None,
+                "prompt_tokens_per_s": round(prompt / makespan, 3) if makespan else None,
+                "requests_per_s": round(len(done) / makespan, 6) if makespan else None,
+                "batched_tokens_per_step": round(tokens_sched / steps, 3) if steps else None},
+            "prefix_hit_rate": round(cached / prompt, 6) if prompt else 0.0,
+            "prefix_hit_rate_all_admissions": round(
+                ms.prefix_hit_tokens / ms.prefix_query_tokens, 6)
+            if ms.prefix_query_tokens else 0.0,
+            "preemptions": ss.preemptions,
+            "swap_out_blocks": ss.swap_out_blocks, "swap_in_blocks": ss.swap_in_blocks,
+            "swap_in_reused_blocks": ms.swap_in_reused_blocks, "cow_blocks": ss.cow_blocks,
+            "evictions": ms.device.evictions,
+            "peak_usage": round(peak_used / self.manager.device_pool.num_blocks, 6),
+            "peak_used_blocks": peak_used,
+            "defrag": {"plans": ss.defrag_plans, "moves": ss.defrag_moves,
+                       "retried": ss.defrag_retried},
+            "timeline": tl.downsample(),
+        }

@@ -1,0 +1,176 @@
+"""Trace replay: token synthesis keeps the prefix structure, the timed replay is
+deterministic and leak-free, instant mode equals an OrderedDict LRU written from
+trace_hits.py's semantics, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+
+from kvpool.cli import COMMANDS, main
+from kvpool.config import CacheConfig
+from kvpool.core import BlockSpaceManager
+from kvpool.sched.replay_instant import InstantReplay
+from kvpool.sched.replay_timed import TimedOptions, TimedReplay
+from kvpool.sched.replay_trace import TokenSynth, TraceRequest, load_trace
+
+TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
+    "mooncake_conversation_trace.jsonl"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def lru_hits(reqs: list[list[int]], cap: int) -> tuple[int, int]:
+    """trace_hits.py's LRU, re-derived: leading-run hits, then touch/insert tail first."""
+    c: OrderedDict[int, None] = OrderedDict()
+    hit = tot = 0
+    for ids in reqs:
+        k = 0
+        while k < len(ids) and ids[k] in c:
+            k += 1
+        hit += k
+        tot += len(ids)
+        for h in reversed(ids):
+            if h in c:
+                c.move_to_end(h)
+            else:
+                c[h] = None
+                if len(c) > cap:
+                    c.popitem(last=False)
+    return hit, tot
+
+
+def write_trace(path: Path, n: int = 40, seed: int = 1, max_out: int = 24) -> list[dict]:
+    """Conversation-like: a request often extends an earlier one's hash ids."""
+    rng = random.Random(seed)
+    rows, next_id, t = [], 0, 0
+    for _ in range(n):
+        if rows and rng.random() < 0.6:
+            ids = list(rng.choice(rows)["hash_ids"])
+        else:
+            ids = []
+        extra = rng.randint(1, 3)
+        ids += list(range(next_id, next_id + extra))
+        next_id += extra
+        ids = ids[:6]
+        length = (len(ids) - 1) * 512 + rng.randint(1, 512)
+        t += rng.randint(0, 400)
+        rows.append({"timestamp": t, "input_length": length,
+                     "output_length": rng.randint(1, max_out), "hash_ids": ids})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def test_token_synthesis_keeps_the_prefix_structure():
+    synth = TokenSynth(seed=3)
+    a = TraceRequest(0, 0.0, 3 * 512, 1, (5, 6, 7))
+    b = TraceRequest(1, 0.0, 2 * 512 + 100, 1, (5, 6, 9))
+    c = TraceRequest(2, 0.0, 2 * 512 + 100, 1, (5, 6, 9))
+    pa, pb, pc = synth.prompt(a), synth.prompt(b), synth.prompt(c)
+    assert len(pa) == 3 * 512 and len(pb) == 2 * 512 + 100
+    assert pa[:1024] == pb[:1024] and pa[1024:1124] != pb[1024:]
+    assert pb[1024:] != pc[1024:]  # partial tails are unique per request
+    assert synth.prompt(a) == pa and TokenSynth(seed=4).prompt(a) != pa
+    m = BlockSpaceManager(CacheConfig(num_device_blocks=8, block_size=16))
+    ha, hb = m.hash_prompt(pa), m.hash_prompt(pb)
+    assert ha[:64] == hb[:64] and ha[64] != hb[64]
+
+
+def test_load_trace_errors_name_the_line(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n'
+                 '{"timestamp": 1}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        load_trace(p)
+    assert len(load_trace(p, limit=1)) == 1
+
+
+def _timed(path: Path, **kw) -> dict:
+    opts = dict(block_size=16, num_blocks=260, num_host_blocks=512, max_num_seqs=8,
+                max_num_batched_tokens=1024, max_model_len=4096, seed=5)
+    opts.update(kw)
+    r = TimedReplay(TimedOptions(**opts))
+    rep = r.run(load_trace(path))
+    assert not r.scheduler.has_unfinished() and r.manager.stats().device.num_used == 0
+    return rep
+
+
+def test_timed_replay_is_deterministic_and_complete(tmp_path):
+    p = tmp_path / "t.jsonl"
+    rows = write_trace(p, max_out=300)
+    a, b = _timed(p), _timed(p)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    assert a["completed"] + a["ignored"] == len(rows)
+    assert a["prefix_hit_rate"] > 0
+    assert a["ttft_s"]["p50"] <= a["ttft_s"]["p99"]
+    assert a["preemptions"]["swap"] + a["preemptions"]["recompute"] > 0  # a tight pool
+    assert 0 < a["peak_usage"] <= 1
+    for mode in ("swap", "recompute"):
+        forced = _timed(p, preemption_mode=mode)
+        other = "recompute" if mode == "swap" else "swap"
+        assert forced["preemptions"][mode] > 0
+        if mode == "recompute":
+            assert forced["preemptions"][other] == 0
+
+
+def test_instant_equals_an_ordereddict_lru_on_a_generated_trace(tmp_path):
+    p = tmp_path / "t.jsonl"
+    rows = write_trace(p, n=300, seed=7)
+    reqs = load_trace(p)
+    for cap in (3, 20, 80):
+        rep = InstantReplay(cap, "lru").run(reqs)
+        hit, tot = lru_hits([r["hash_ids"] for r in rows], cap)
+        assert (rep["hits"], rep["blocks"]) == (hit, tot)
+
+
+@pytest.mark.skipif(not TRACE.is_file(), reason="the Mooncake trace is not in ../shared")
+def test_instant_equals_an_ordereddict_lru_on_the_real_trace():
+    reqs = load_trace(TRACE, limit=3000)
+    ids = [list(r.hash_ids) for r in reqs]
+    for cap in (500, 4000):
+        rep = InstantReplay(cap, "lru").run(reqs)
+        assert (rep["hits"], rep["blocks"]) == lru_hits(ids, cap)
+        assert rep["hit_rate"] == round(rep["hits"] / rep["blocks"], 6)
+
+
+def test_cli_instant_and_timed_in_process(tmp_path, capsys):
+    p = tmp_path / "t.jsonl"
+    rows = write_trace(p, n=60)
+    out = tmp_path / "i.json"
+    assert main(["replay", str(p), "--instant", "--capacity-blocks", "20", "--json",
+                 str(out), "--no-progress"]) == 0
+    rep = json.loads(out.read_text())
+    hit, tot = lru_hits([r["hash_ids"] for r in rows], 20)
+    assert rep["hit_rate"] == round(hit / tot, 6) and rep["policy"] == "lru"
+    tj, png = tmp_path / "t.json", tmp_path / "t.png"
+    assert main(["replay", str(p), "--limit", "30", "--num-blocks", "600", "--json", str(tj),
+                 "--plot", str(png), "--no-progress", "--seed", "2"]) == 0
+    rep = json.loads(tj.read_text())
+    assert rep["requests"] == 30 and rep["mode"] == "timed" and rep["seed"] == 2
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "TTFT" in capsys.readouterr().out
+    assert main(["replay", str(tmp_path / "missing.jsonl"), "--instant"]) == 2
+
+
+def test_cli_registry_lists_commands_without_importing_them(capsys):
+    assert "replay" in COMMANDS
+    assert main([]) == 2
+    assert "replay" in capsys.readouterr().out
+
+
+def test_python_m_kvpool_replay_instant(tmp_path):
+    p = tmp_path / "t.jsonl"
+    rows = write_trace(p, n=80, seed=3)
+    out = tmp_path / "o.json"
+    r = subprocess.run([sys.executable, "-m", "kvpool", "replay", str(p), "--instant",
+                        "--capacity-blocks", "25", "--json", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    hit, tot = lru_hits([x["hash_ids"] for x in rows], 25)
+    assert json.loads(out.read_text())["hit_rate"] == round(hit / tot, 6)
+    assert "requests" in r.stderr  # the progress bar
