@@ -3,7 +3,10 @@
 Adding a command is one line in ``COMMANDS``: ``name: (module, help)``. The module provides
 ``add_arguments(parser)`` and ``run(args) -> int`` (the exit status)::
 
+    kvpool serve [--model DIR] [--port 8000] ...   kvpool.server.serve
     kvpool replay TRACE.jsonl [--instant] ...      kvpool.sched.replay
+    kvpool stress pool|http ...                    stress.cli
+    kvpool bench pool|copy|serve|... [ARGS]        kvpool.benchcmd
 """
 
 from __future__ import annotations
@@ -16,9 +19,21 @@ from collections.abc import Sequence
 
 # name -> (module with add_arguments(parser) and run(args), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("kvpool.server.serve",
+              "serve the OpenAI-compatible API (built-in tiny model unless --model)"),
     "replay": ("kvpool.sched.replay",
                "replay a request trace through the scheduler (or --instant: cache policy only)"),
+    "stress": ("stress.cli", "stress the pool or a server (bounded, loopback only)"),
+    "bench": ("kvpool.benchcmd", "run a benchmark from bench/ (pool, copy, serve, ...)"),
 }
+# stress/ and bench/ live beside the package in a source checkout, not inside it
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _import(module: str):
+    if module.split(".")[0] in ("stress", "bench") and _CHECKOUT not in sys.path:
+        sys.path.insert(0, _CHECKOUT)
+    return importlib.import_module(module)
 
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
@@ -29,7 +44,7 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
-            mod = importlib.import_module(module)
+            mod = _import(module)
             mod.add_arguments(p)
             p.set_defaults(_run=mod.run)
     return parser

@@ -13,7 +13,8 @@ class BlockTable:
 
     Invariant: ``len(blocks) == ceil(num_tokens / block_size)``; only ``blocks[-1]`` may be
     partially filled; with prefix caching ``len(hashes) == num_tokens // block_size`` and
-    ``len(tail) == num_tokens % block_size``; ``num_registered <= len(hashes)``.
+    ``len(tail) == num_tokens % block_size``; ``num_registered <= len(hashes)``;
+    ``num_computed <= num_tokens`` (slots beyond it are reserved but not yet written).
 
     Token ``t`` of the sequence sits in slot ``t % block_size`` of block ``blocks[t // bs]``::
 
@@ -35,6 +36,7 @@ class BlockTable:
     root: bytes = b""  # parent hash of block 0 (salt, model, block size)
     extra: bytes = b""  # encoded extra keys mixed into every block hash
     tokens: list[int] | None = None  # all token ids, kept only when verify_hits is on
+    num_computed: int = 0  # leading tokens whose KV is written (mark_computed / append_slots)
 
     def last_block_fill(self, block_size: int) -> int:
         """Token slots used in the last block (``block_size`` when it is full)."""

@@ -8,8 +8,9 @@ Protocol (DESIGN.md layer 2, version-retry)::
                                       # dropped (dst released) and reported for a re-plan
     mgr.abort_defrag(plan)            # the copies failed: release every destination
 
-Only immutable blocks move: full blocks (a sequence only ever writes its last, partial block)
-and evictable cached blocks. So the bytes copied stay right even while decoding goes on; a move
+Only immutable blocks move: blocks whose every slot is computed (a sequence only ever writes
+slots past ``num_computed``: its last, partial block, or slots reserved for a step still to
+run) and evictable cached blocks. So the bytes copied stay right even while decoding goes on; a move
 is dropped at commit when its source block changed owner since the plan: its ref count or hash
 differs, or a table that referenced it was freed, swapped or remapped at that index (checked
 cheaply through the table's version first).
@@ -88,11 +89,11 @@ class DefragMixin:
             for s, t in self._tables.items():
                 if t.device is not Device.DEVICE:
                     continue
-                full = t.num_tokens // bs
+                full = t.num_computed // bs
                 for i, b in enumerate(t.blocks):
                     if b >= live:
-                        if i >= full:
-                            pinned.add(b)  # NOTE(defrag): partial blocks are still written
+                        if i >= full:  # NOTE(defrag): a block not yet fully written (partial,
+                            pinned.add(b)  # or reserved for a step still to run) never moves
                         refs.setdefault(b, []).append((s, i, t.version))
             ref, hashes = pool._ref, pool._hash
             fs = set(free)

@@ -208,7 +208,7 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
         for s in r.seq_ids:
             tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, 0, list(hs), list(tail),
                                    len(hits), root, extra,
-                                   list(r.token_ids) if verify else None)
+                                   list(r.token_ids) if verify else None, len(hits) * bs)
         cached = len(hits) * bs
         self.prefix_hit_tokens += cached
         self._used_slots += n - cached + (bs * revive)
@@ -222,7 +222,10 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
         _v_pool = pool._enter()
         try:
             t = self._table(seq_id)
-            self._register_upto(t, t.num_tokens if num_tokens is None else num_tokens)
+            n = t.num_tokens if num_tokens is None else min(num_tokens, t.num_tokens)
+            if n > t.num_computed:
+                t.num_computed = n
+            self._register_upto(t, n)
         finally:
             pool._exit(_v_pool)
 
@@ -315,6 +318,7 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
         n0 = t.num_tokens
         k = len(toks)
         blocks = t.blocks
+        t.num_computed = n0  # appending means every earlier token was computed
         cow: list[tuple[int, int]] = []
         r0 = n0 % bs
         if r0:
@@ -363,7 +367,7 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
             self._tables[child_seq_id] = BlockTable(
                 child_seq_id, list(p.blocks), p.num_tokens, p.device, 0, list(p.hashes),
                 list(p.tail), p.num_registered, p.root, p.extra,
-                list(p.tokens) if p.tokens is not None else None)
+                list(p.tokens) if p.tokens is not None else None, p.num_computed)
             if p.device is Device.HOST:
                 self.num_swapped_seqs += 1
         finally:
@@ -435,6 +439,9 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
                 if len(t.blocks) != self.num_required_blocks(t.num_tokens):
                     raise InvariantError(f"seq {s}: {len(t.blocks)} blocks for "
                                          f"{t.num_tokens} tokens")
+                if not 0 <= t.num_computed <= t.num_tokens:
+                    raise InvariantError(f"seq {s}: num_computed {t.num_computed} outside "
+                                         f"[0, {t.num_tokens}]")
                 if self.caching and (len(t.hashes) != t.num_tokens // bs
                                      or len(t.tail) != t.num_tokens % bs
                                      or t.num_registered > len(t.hashes)):

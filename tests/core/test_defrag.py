@@ -18,7 +18,10 @@ def scattered(blocks=16, caching=True):
                                       enable_prefix_caching=caching))
     for s in range(8):
         m.allocate([s], [s * 100 + i for i in range(BS)])  # one full block each
+        m.mark_computed(s)  # the prefill ran: the blocks hold KV
     m.free_batch([1, 3, 5, 7])
+    if caching:  # drop their cached copies too: ids 1, 3, 5, 7 become free holes
+        m.device_pool.reset_prefix_cache()
     return m
 
 
@@ -88,6 +91,7 @@ def test_partial_blocks_are_pinned_and_shared_blocks_move_for_all_tables():
                                       enable_prefix_caching=False))
     m.allocate([1], list(range(6 * BS)))      # blocks 0..5
     m.allocate([2], list(range(2 * BS + 1)))  # blocks 6..8, last one partial
+    m.mark_computed(2)
     m.fork(2, 3)
     m.free(1)
     plan = m.plan_defrag()
@@ -135,3 +139,18 @@ def test_nothing_to_do():
     assert m.plan_defrag() is None
     m.allocate([1], list(range(3 * BS)))
     assert m.plan_defrag() is None  # already packed at ids 0..2
+
+
+def test_blocks_reserved_but_not_yet_computed_never_move():
+    # a prompt allocated for a prefill that has not run yet: its blocks hold no KV
+    m = BlockSpaceManager(CacheConfig(num_device_blocks=8, block_size=BS, watermark=0.0,
+                                      enable_prefix_caching=False))
+    m.allocate([1], list(range(8)))
+    m.allocate([3], list(range(200, 208)))
+    m.free(1)
+    assert m.plan_defrag() is None  # seq 3's blocks 2, 3 are not computed
+    m.mark_computed(3, 4)           # the first chunk ran: block 2 is full and written
+    plan = m.plan_defrag()
+    assert plan.moves == ((2, 0),)
+    m.commit_defrag(plan)
+    m.check_invariants()
