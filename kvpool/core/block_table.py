@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvpool.core.block import Device
+from kvpool.errors import InvariantError
 
 
 @dataclass(slots=True, eq=False)
@@ -45,3 +46,17 @@ class BlockTable:
 
     def block_fill(self, index: int, block_size: int) -> int:
         return min(block_size, self.num_tokens - index * block_size)
+
+    def check_invariants(self, block_size: int, caching: bool) -> None:
+        """Raise InvariantError if the table breaks the invariant in the class docstring."""
+        n = self.num_tokens
+        if len(self.blocks) != -(-n // block_size):
+            raise InvariantError(f"seq {self.seq_id}: {len(self.blocks)} blocks for {n} tokens")
+        if not 0 <= self.num_computed <= n:
+            raise InvariantError(f"seq {self.seq_id}: num_computed {self.num_computed} outside "
+                                 f"[0, {n}]")
+        if caching and (len(self.hashes) != n // block_size or len(self.tail) != n % block_size
+                        or self.num_registered > len(self.hashes)):
+            raise InvariantError(f"seq {self.seq_id}: hashing state out of step")
+        if self.tokens is not None and len(self.tokens) != n:
+            raise InvariantError(f"seq {self.seq_id}: {len(self.tokens)} token ids kept for {n}")

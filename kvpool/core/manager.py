@@ -436,16 +436,7 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
             for s, t in self._tables.items():
                 if t.seq_id != s:
                     raise InvariantError(f"table keyed {s} says it is {t.seq_id}")
-                if len(t.blocks) != self.num_required_blocks(t.num_tokens):
-                    raise InvariantError(f"seq {s}: {len(t.blocks)} blocks for "
-                                         f"{t.num_tokens} tokens")
-                if not 0 <= t.num_computed <= t.num_tokens:
-                    raise InvariantError(f"seq {s}: num_computed {t.num_computed} outside "
-                                         f"[0, {t.num_tokens}]")
-                if self.caching and (len(t.hashes) != t.num_tokens // bs
-                                     or len(t.tail) != t.num_tokens % bs
-                                     or t.num_registered > len(t.hashes)):
-                    raise InvariantError(f"seq {s}: hashing state out of step")
+                t.check_invariants(bs, self.caching)
                 (dev if t.device is Device.DEVICE else host).update(t.blocks)
                 if t.device is Device.DEVICE:
                     for i, b in enumerate(t.blocks):
