@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -87,6 +88,9 @@ class EngineCore:
         self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
         self._failed: list[RequestOutput] = []  # failures found between steps
         self.invariant_violations = 0
+        # Test-only fault hook, off (None) by default: called with each request id a step
+        # schedules; an exception fails that request alone, as if its part of the step raised.
+        self.step_fault_hook: Callable[[str], None] | None = None
         self._prefill_rate = 0.0
         self.steps = 0
         self.prompt_tokens = 0
@@ -215,6 +219,8 @@ class EngineCore:
         dead = {rid for h, rid in jobs if h.done() and h.exception() is not None}
         if dead:
             results += self._fail_requests(dead, "KV copy failed")
+        if self.step_fault_hook is not None:
+            dead |= self._injected_step_faults(out, dead, results)
         rows = [(p.token_ids, p.start, tables[p.seq_ids[0]], p) for p in out.prefills
                 if p.request_id not in dead]
         rows += [([d.token_id], d.position, tables[d.seq_id], d) for d in out.decodes
@@ -270,6 +276,21 @@ class EngineCore:
         if self.metrics is not None:
             self.metrics.step.observe(time.monotonic() - t0)
         return results
+
+    def _injected_step_faults(self, out, dead: set, results: list) -> set:
+        """Test-only: run ``step_fault_hook`` per scheduled request; fail those it raises for
+        (the same path as a failed copy: aborted, blocks freed, an error output)."""
+        failed: set = set()
+        for rid in dict.fromkeys([p.request_id for p in out.prefills]
+                                 + [d.request_id for d in out.decodes]):
+            if rid in dead:
+                continue
+            try:
+                self.step_fault_hook(rid)
+            except Exception as e:  # noqa: BLE001 - the injected failure of one request
+                results += self._fail_requests([rid], f"engine step failed: {e}")
+                failed.add(rid)
+        return failed
 
     def _measure(self, tokens: int, seconds: float) -> None:
         """Feed the scheduler's preemption cost model with measured rates (EMA)."""

@@ -28,6 +28,7 @@ from kvpool.metrics import KVPoolMetrics
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
+from kvpool.server.quota import QuotaEngine, TenantBlockQuota
 
 if TYPE_CHECKING:  # the app only needs the engine's contract (the stress harness reuses it)
     from kvpool.runtime.engine import AsyncEngine
@@ -50,14 +51,16 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               served_model_names: tuple[str, ...] | None = None,
               max_json_depth: int = MAX_JSON_DEPTH,
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
-              manage_engine: bool = True) -> web.Application:
+              manage_engine: bool = True,
+              tenant_block_quota: int | None = None) -> web.Application:
     """The OpenAI-compatible app.
 
     ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
     ``max_body_bytes``: larger bodies get 413. ``metrics``: the registry /metrics renders
     (default: the engine's). ``manage_engine``: start the engine with the app and shut it down
     (waiting ``engine_shutdown_timeout`` for in-flight requests) when the app stops; False when
-    the caller owns the engine's lifetime.
+    the caller owns the engine's lifetime. ``tenant_block_quota``: cap the KV blocks the
+    in-flight requests of one cache_salt may hold (quota.py); None = no cap.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -73,7 +76,9 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
                            max_n=config.max_n, max_tokens_limit=config.max_tokens_limit,
                            max_stop=config.max_stop, max_json_depth=max_json_depth)
     metrics = metrics if metrics is not None else engine.metrics
-    routes = OpenAIRoutes(engine, parser, metrics.render, names)
+    gen_engine = engine if not tenant_block_quota else QuotaEngine(
+        engine, TenantBlockQuota(tenant_block_quota, config.block_size))
+    routes = OpenAIRoutes(gen_engine, parser, metrics.render, names)
     routes.register(app)
 
     app[ENGINE_KEY] = engine

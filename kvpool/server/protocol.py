@@ -217,7 +217,7 @@ class RequestParser:
             n=n, max_tokens=max_tokens,
             temperature=self._opt(body, "temperature", float, 1.0),
             top_p=self._opt(body, "top_p", float, 1.0),
-            top_k=self._opt(body, "top_k", int, -1),
+            top_k=self._top_k(body),
             seed=self._opt(body, "seed", int, None),
             stop=self._stop(body.get("stop")),
             stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
@@ -249,6 +249,14 @@ class RequestParser:
             names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
             raise _bad(param or name, f"must be {names[kind]}, got {json.dumps(value)[:50]}")
         return value
+
+    def _top_k(self, body: dict[str, Any]) -> int:
+        # NOTE(bounds): an unbounded top_k overflowed a tensor inside the engine step and took
+        # the whole engine down. Past the vocabulary it filters nothing: -1 (off).
+        top_k = self._opt(body, "top_k", int, -1)
+        if top_k >= _INT32:
+            raise _bad("top_k", f"must be below 2**31 (or -1/0 to disable), got {top_k}")
+        return -1 if top_k > self.vocab_size else top_k
 
     def _max_tokens(self, body: dict[str, Any], names: Sequence[str]) -> tuple[int | None, str]:
         for name in names:

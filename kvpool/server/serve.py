@@ -113,6 +113,12 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                           "they are aborted")
     srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                      help="request bodies larger than this get 413")
+    srv.add_argument("--tenant-block-quota", type=int, default=None, metavar="BLOCKS",
+                     help="cap the KV blocks the in-flight requests of one cache_salt may hold "
+                          "(429 beyond it; default: no cap)")
+    srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
+                     help="run the full pool/scheduler invariant check every STEPS engine "
+                          "steps; failures count in kvpool_invariant_violations_total (0: off)")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
@@ -141,13 +147,16 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                 stop: asyncio.Event | None = None,
                 on_ready: Callable[[str, int], None] | None = None,
-                handle_signals: bool = True) -> None:
+                handle_signals: bool = True, tenant_block_quota: int | None = None,
+                invariant_check_interval: int = 0) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
     engine = AsyncEngine(config)
+    engine.invariant_check_interval = invariant_check_interval
     app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
-                    engine_shutdown_timeout=shutdown_timeout)
+                    engine_shutdown_timeout=shutdown_timeout,
+                    tenant_block_quota=tenant_block_quota)
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=shutdown_timeout,
                            access_log=log if log.isEnabledFor(logging.DEBUG) else None)
     stop = stop or asyncio.Event()
@@ -195,11 +204,14 @@ def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEvent
 def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                api_key: str | None = None, *, shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, use_uvloop: bool | None = None,
-               on_ready: Callable[[str, int], None] | None = None) -> None:
+               on_ready: Callable[[str, int], None] | None = None,
+               tenant_block_quota: int | None = None, invariant_check_interval: int = 0) -> None:
     """Blocking entry point: pick the event loop once (uvloop when installed) and serve."""
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
-                         max_body_bytes=max_body_bytes, on_ready=on_ready))
+                         max_body_bytes=max_body_bytes, on_ready=on_ready,
+                         tenant_block_quota=tenant_block_quota,
+                         invariant_check_interval=invariant_check_interval))
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
@@ -218,7 +230,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     try:
         run_server(config, args.host, args.port, api_key,
                    shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
-                   use_uvloop=args.uvloop)
+                   use_uvloop=args.uvloop, tenant_block_quota=args.tenant_block_quota,
+                   invariant_check_interval=args.invariant_check_interval)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2

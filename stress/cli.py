@@ -1,0 +1,159 @@
+"""The ``kvpool stress`` / ``python -m stress`` command line.
+
+::
+
+    python -m stress pool --threads 8 --coroutines 1000 --duration 60
+    python -m stress http --clients 200 --duration 60 [--url http://127.0.0.1:8000]
+    ... --json report.json --plot report.png
+
+``add_arguments(parser)`` fills a parser (kvpool.cli's registry calls it for ``kvpool stress``);
+``main(args)`` runs the chosen mode and returns the exit status: 0 when every must-be-zero
+figure is 0 and every greedy output matched, 1 otherwise, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["add_arguments", "build_parser", "main", "run"]
+
+
+def _rate(text: str) -> float:
+    v = float(text)
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text}: use a fraction in [0, 1]")
+    return v
+
+
+def _positive(kind):
+    def parse(text: str):
+        v = kind(text)
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"{text}: must be > 0")
+        return v
+    return parse
+
+
+def _common(p: argparse.ArgumentParser, duration: float) -> None:
+    p.add_argument("--duration", type=_positive(float), default=duration,
+                   help=f"seconds of load, then drain and verdict (default {duration:g})")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    p.add_argument("--json", metavar="PATH", help="write the report as JSON ('-': stdout)")
+    p.add_argument("--plot", metavar="PATH", help="write latency and pool usage over time "
+                                                  "as a PNG")
+    p.add_argument("--quiet", action="store_true", help="no live progress line on stderr")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``pool`` and ``http`` modes and their flags to ``parser``."""
+    sub = parser.add_subparsers(dest="mode", metavar="MODE")
+    sub.required = True
+    pool = sub.add_parser("pool", help="threads + coroutines hammer one BlockSpaceManager")
+    _common(pool, 10.0)
+    pool.add_argument("--threads", type=int, default=4, help="worker threads (default 4)")
+    pool.add_argument("--coroutines", type=int, default=100,
+                      help="coroutines through AsyncManagerFront (default 100)")
+    pool.add_argument("--max-ops", type=_positive(int), default=5_000_000,
+                      help="stop after this many operations (default 5,000,000)")
+    pool.add_argument("--blocks", type=_positive(int), default=None,
+                      help="device blocks (default: max(1024, 8 per thread and coroutine); "
+                           "host: half as many)")
+    pool.add_argument("--host-blocks", type=int, default=None, help="host (swap) blocks")
+    pool.add_argument("--block-size", type=_positive(int), default=4,
+                      help="token slots per block (default 4)")
+    pool.add_argument("--check-interval", type=_positive(float), default=0.25,
+                      help="seconds between full quiescent invariant checks (default 0.25)")
+    pool.add_argument("--no-prefix-caching", action="store_true",
+                      help="run the uncached allocator")
+
+    http = sub.add_parser("http", help="K concurrent clients against kvpool serve")
+    _common(http, 30.0)
+    http.add_argument("--url", help="a running server on loopback (default: start one)")
+    http.add_argument("--clients", type=_positive(int), default=16,
+                      help="concurrent clients (default 16)")
+    http.add_argument("--max-requests", type=_positive(int), default=1_000_000,
+                      help="stop after this many requests (default 1,000,000)")
+    http.add_argument("--disconnect-rate", type=_rate, default=0.05,
+                      help="share of requests whose client leaves early (default 0.05)")
+    http.add_argument("--hostile-rate", type=_rate, default=0.05,
+                      help="share of malformed / hostile requests (default 0.05)")
+    http.add_argument("--greedy-rate", type=_rate, default=0.3,
+                      help="share of greedy probe requests checked against the reference "
+                           "(default 0.3)")
+    http.add_argument("--stream-rate", type=_rate, default=0.5, help="share that streams")
+    http.add_argument("--slow-rate", type=_rate, default=0.02,
+                      help="share of streams read slowly (default 0.02)")
+    http.add_argument("--tenants", type=_positive(int), default=4,
+                      help="cache_salt tenants (tenant 0 sends none; default 4)")
+    http.add_argument("--api-key", help="send (and start the server with) this API key")
+    http.add_argument("--tenant-block-quota", type=_positive(int), default=None,
+                      help="start the server with this per-tenant block quota")
+    http.add_argument("--faults", action="store_true",
+                      help="test only: in-process server with injected copy failures, copy "
+                           "delays and step failures")
+    http.add_argument("--num-device-blocks", type=_positive(int), default=256,
+                      help="the started server's device blocks (default 256: preemption "
+                           "and swapping under load)")
+    http.add_argument("--num-host-blocks", type=int, default=512)
+    http.add_argument("--max-num-seqs", type=_positive(int), default=64)
+    http.add_argument("--invariant-check-interval", type=int, default=4,
+                      help="the started server checks invariants every N steps (default 4)")
+    http.add_argument("--drain-timeout", type=_positive(float), default=30.0,
+                      help="seconds to wait for the server to drain (default 30)")
+    http.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
+                      help="extra `kvpool serve` flag for the started server (repeatable; "
+                           "use --server-arg=--flag)")
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return add_arguments(argparse.ArgumentParser(
+        prog="python -m stress", description="kvpool concurrency stress harness"))
+
+
+def _run_pool(args: argparse.Namespace):
+    from stress.pool_mode import PoolConfig, PoolStress
+
+    return PoolStress(PoolConfig(
+        threads=args.threads, coroutines=args.coroutines, duration=args.duration,
+        max_ops=args.max_ops, blocks=args.blocks, host_blocks=args.host_blocks,
+        block_size=args.block_size, seed=args.seed, check_interval=args.check_interval,
+        prefix_caching=not args.no_prefix_caching, progress=not args.quiet)).run()
+
+
+def _run_http(args: argparse.Namespace):
+    from stress.http_mode import HttpConfig, HttpStress
+
+    return HttpStress(HttpConfig(
+        url=args.url, clients=args.clients, duration=args.duration,
+        max_requests=args.max_requests, disconnect_rate=args.disconnect_rate,
+        hostile_rate=args.hostile_rate, greedy_rate=args.greedy_rate,
+        stream_rate=args.stream_rate, slow_rate=args.slow_rate, tenants=args.tenants,
+        seed=args.seed, api_key=args.api_key, faults=args.faults,
+        tenant_block_quota=args.tenant_block_quota, num_device_blocks=args.num_device_blocks,
+        num_host_blocks=args.num_host_blocks, max_num_seqs=args.max_num_seqs,
+        invariant_check_interval=args.invariant_check_interval,
+        server_args=tuple(args.server_arg), drain_timeout=args.drain_timeout,
+        progress=not args.quiet)).run()
+
+
+def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
+    """Run one mode; the exit status says whether every must-be-zero figure was 0."""
+    if not isinstance(args, argparse.Namespace):
+        args = build_parser().parse_args(None if args is None else list(args))
+    try:
+        report = _run_pool(args) if args.mode == "pool" else _run_http(args)
+    except ValueError as e:  # bad combinations (e.g. a non-loopback --url)
+        print(f"stress: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        report.write_json(args.json)
+    if args.plot:
+        report.plot(args.plot)
+    print(report.summary(), file=sys.stderr if args.json == "-" else sys.stdout)
+    return 0 if report.ok else 1
+
+
+run = main  # the name kvpool.cli's command registry looks for

@@ -1,0 +1,138 @@
+"""The hostile-input table: malformed or abusive requests and the answer each must get.
+
+Every case is one HTTP request with the status set it must be answered with; 4xx answers must
+carry OpenAI's error JSON (``{"error": {"message", "type", "param", "code"}}``). The server must
+keep serving afterwards: the harness and the tests send a normal request after each one.
+
+Policy notes (kvpool/server/protocol.py decides, this table checks):
+
+- Unknown fields are accepted and ignored (clients send many optional OpenAI fields), so the
+  ``unknown_fields`` case expects 200, not 4xx: the check is that they change nothing and
+  cannot hurt.
+- Numbers JSON cannot spell (NaN, Infinity) are invalid JSON; ``1e999`` parses as infinity and
+  is rejected by the field's range check; a 5000-digit integer trips Python's int-parsing
+  limit and is invalid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["HostileCase", "hostile_cases"]
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@dataclass(frozen=True, slots=True)
+class HostileCase:
+    name: str
+    path: str
+    body: Callable[[], bytes]  # built lazily (some are megabytes)
+    expect: frozenset[int]  # acceptable statuses
+    method: str = "POST"
+    headers: dict[str, str] = field(default_factory=lambda: dict(JSON_HEADERS))
+    weight: float = 1.0  # relative frequency in the load mix (huge bodies are rarer)
+
+    @property
+    def expects_error(self) -> bool:
+        return all(s >= 400 for s in self.expect)
+
+
+def _j(obj: object) -> Callable[[], bytes]:
+    return lambda: json.dumps(obj).encode()
+
+
+def _raw(data: bytes) -> Callable[[], bytes]:
+    return lambda: data
+
+
+def _completion(**extra: object) -> Callable[[], bytes]:
+    return _j({"prompt": "hello", "max_tokens": 2, **extra})
+
+
+def hostile_cases(max_body_bytes: int = 4 * 1024 * 1024) -> list[HostileCase]:
+    """The table. ``max_body_bytes``: the server's body limit (the 413 case exceeds it; the
+    other large cases stay below it, so they reach the parser)."""
+    bad = frozenset({400})
+    room = int(max_body_bytes * 0.8)
+    deep = min(100_000, room // 2)
+    chars = min(100_000, room)
+    ids = min(20_000, room // 3)
+    msgs = min(5000, room // 40)
+    cases = [
+        HostileCase("nested_json_deep", COMPLETIONS,
+                    _raw(b'{"prompt": ' + b"[" * deep + b"]" * deep + b"}"), bad),
+        HostileCase("nested_object_64", COMPLETIONS,
+                    _raw(b'{"x":' * 64 + b"1" + b"}" * 64), bad),
+        HostileCase("nested_in_messages", CHAT,
+                    _j({"messages": [{"role": "user", "content": [[[[[[[[[["x"]]]]]]]]]]}]}),
+                    bad),
+        HostileCase("body_over_limit", COMPLETIONS,
+                    lambda: b'{"prompt": "' + b"a" * (max_body_bytes + 4096) + b'"}',
+                    frozenset({413}), weight=0.1),
+        HostileCase("prompt_many_token_ids", COMPLETIONS,
+                    _j({"prompt": [7] * ids, "max_tokens": 1}), bad, weight=0.5),
+        HostileCase("prompt_many_chars", COMPLETIONS,
+                    _j({"prompt": "x" * chars, "max_tokens": 1}), bad, weight=0.5),
+        HostileCase("chat_many_messages", CHAT,
+                    _j({"messages": [{"role": "user", "content": "hi"}] * msgs}), bad,
+                    weight=0.5),
+        HostileCase("non_utf8_bytes", COMPLETIONS, _raw(b'{"prompt": "\xff\xfe\xc3\x28"}'), bad),
+        HostileCase("lone_surrogate", COMPLETIONS, _raw(b'{"prompt": "\\ud800"}'), bad),
+        HostileCase("token_id_out_of_vocab", COMPLETIONS, _completion(prompt=[1, 2, 10**9]),
+                    bad),
+        HostileCase("token_id_negative", COMPLETIONS, _completion(prompt=[5, -1]), bad),
+        HostileCase("token_id_enormous", COMPLETIONS, _completion(prompt=[10**30]), bad),
+        HostileCase("stop_token_id_out_of_vocab", COMPLETIONS,
+                    _completion(stop_token_ids=[10**12]), bad),
+        HostileCase("max_tokens_negative", COMPLETIONS, _completion(max_tokens=-1), bad),
+        HostileCase("max_tokens_enormous", COMPLETIONS, _completion(max_tokens=10**30), bad),
+        HostileCase("max_tokens_float", COMPLETIONS, _completion(max_tokens=1e300), bad),
+        HostileCase("max_tokens_5000_digits", COMPLETIONS,
+                    _raw(b'{"prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}"), bad),
+        HostileCase("n_enormous", COMPLETIONS, _completion(n=10**9), bad),
+        HostileCase("n_negative", COMPLETIONS, _completion(n=-3), bad),
+        HostileCase("n_with_stream_enormous", COMPLETIONS, _completion(n=10**6, stream=True),
+                    bad),
+        HostileCase("temperature_nan", COMPLETIONS,
+                    _raw(b'{"prompt": "hi", "max_tokens": 2, "temperature": NaN}'), bad),
+        HostileCase("temperature_infinity", COMPLETIONS,
+                    _raw(b'{"prompt": "hi", "max_tokens": 2, "temperature": Infinity}'), bad),
+        HostileCase("temperature_1e999", COMPLETIONS,
+                    _raw(b'{"prompt": "hi", "max_tokens": 2, "temperature": 1e999}'), bad),
+        HostileCase("temperature_negative", COMPLETIONS, _completion(temperature=-0.5), bad),
+        HostileCase("temperature_string_nan", COMPLETIONS, _completion(temperature="NaN"), bad),
+        HostileCase("top_p_out_of_range", COMPLETIONS, _completion(top_p=7.5), bad),
+        HostileCase("top_k_enormous", COMPLETIONS,
+                    _completion(top_k=10**40, top_p=0.5, temperature=1.0), bad),
+        HostileCase("seed_enormous", COMPLETIONS, _completion(seed=2**80), bad),
+        HostileCase("priority_enormous", COMPLETIONS, _completion(priority=2**40), bad),
+        HostileCase("thousands_of_stop_strings", COMPLETIONS,
+                    _completion(stop=[f"s{i}" for i in range(5000)]), bad),
+        HostileCase("empty_stop_string", COMPLETIONS, _completion(stop=[""]), bad),
+        HostileCase("cache_salt_too_long", COMPLETIONS, _completion(cache_salt="s" * 5000), bad),
+        HostileCase("cache_salt_not_a_string", COMPLETIONS, _completion(cache_salt=["a"]), bad),
+        HostileCase("unsupported_logprobs", COMPLETIONS, _completion(logprobs=5), bad),
+        HostileCase("prompt_batch", COMPLETIONS, _completion(prompt=["a", "b"]), bad),
+        HostileCase("prompt_object", COMPLETIONS, _completion(prompt={"$ne": 1}), bad),
+        HostileCase("unknown_model", COMPLETIONS, _completion(model="../../etc/passwd"),
+                    frozenset({400, 404})),
+        HostileCase("body_is_array", COMPLETIONS, _j([{"prompt": "hi"}]), bad),
+        HostileCase("body_is_null", COMPLETIONS, _raw(b"null"), bad),
+        HostileCase("body_empty", COMPLETIONS, _raw(b""), bad),
+        HostileCase("truncated_json", COMPLETIONS, _raw(b'{"prompt": "hi", "max_tok'), bad),
+        HostileCase("messages_not_a_list", CHAT, _j({"messages": "hi"}), bad),
+        HostileCase("message_bad_role", CHAT,
+                    _j({"messages": [{"role": "root", "content": "x"}]}), bad),
+        HostileCase("wrong_method", COMPLETIONS, _raw(b""), frozenset({405}), method="GET"),
+        HostileCase("unknown_route", "/v1/../../admin", _raw(b"{}"), frozenset({404})),
+        # Accepted by policy (see the module docstring): ignored, harmless.
+        HostileCase("unknown_fields", COMPLETIONS,
+                    _completion(zz_unknown={"a": [1, 2, 3]}, __proto__={"admin": True},
+                                constructor=1), frozenset({200})),
+    ]
+    return cases

@@ -1,0 +1,385 @@
+"""``python -m stress http``: K concurrent clients against a real ``kvpool serve`` on 127.0.0.1.
+
+Phases (each bounded in time)::
+
+    start      spawn `python -m kvpool.server.serve --port 0 --invariant-check-interval N ...`
+               (or use --url, or an in-process server for --faults); wait for /health
+    reference  every greedy probe once, alone: the outputs the load must reproduce
+    load       K clients, each one request at a time from the seeded mix, until --duration s or
+               --max-requests; a sampler scrapes /metrics twice a second (usage over time)
+    drain      clients stopped -> wait until /metrics shows no request and no used block
+    verdict    leaked blocks, invariant violations, failures, hostile answers, greedy matches
+
+Only loopback: the spawned server binds 127.0.0.1, and --url must point at 127.0.0.1 /
+localhost (refused otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from stress.http_client import Outcome, RequestRunner
+from stress.metrics import MetricsScrape, scrape, wait_drained
+from stress.report import Progress, StressReport, percentile
+from stress.workload import Workload, WorkloadConfig
+
+__all__ = ["HttpConfig", "HttpStress", "check_loopback"]
+
+
+def check_loopback(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError(f"--url {url!r}: the stress harness only talks to loopback "
+                         "(http://127.0.0.1:PORT)")
+    return url.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    url: str | None = None  # an already running server (loopback only); None: start one
+    clients: int = 16
+    duration: float = 30.0
+    max_requests: int = 1_000_000
+    disconnect_rate: float = 0.05
+    hostile_rate: float = 0.05
+    greedy_rate: float = 0.3
+    stream_rate: float = 0.5
+    slow_rate: float = 0.02
+    tenants: int = 4
+    seed: int = 0
+    api_key: str | None = None
+    faults: bool = False  # in-process server + FaultDriver (copy/step faults, delays)
+    fault_interval: float = 0.5  # seconds between injected faults
+    tenant_block_quota: int | None = None
+    num_device_blocks: int = 256
+    num_host_blocks: int = 512
+    max_num_seqs: int = 64
+    max_model_len: int = 512
+    max_body_bytes: int = 1 << 20
+    invariant_check_interval: int = 4
+    server_args: tuple[str, ...] = ()  # extra `kvpool serve` flags for the spawned server
+    drain_timeout: float = 30.0
+    request_timeout: float = 120.0
+    progress: bool = True
+
+
+class HttpStress:
+    """One HTTP-mode run; ``run()`` returns the StressReport."""
+
+    def __init__(self, config: HttpConfig) -> None:
+        if config.clients < 1:
+            raise ValueError("--clients must be >= 1")
+        if config.url is not None:
+            config = _replace(config, url=check_loopback(config.url))
+            if config.faults:
+                raise ValueError("--faults needs the in-process server: drop --url")
+        self.cfg = config
+        self.workload = Workload(WorkloadConfig(
+            seed=config.seed, tenants=config.tenants, hostile_rate=config.hostile_rate,
+            greedy_rate=config.greedy_rate, stream_rate=config.stream_rate,
+            disconnect_rate=config.disconnect_rate, slow_rate=config.slow_rate,
+            max_body_bytes=config.max_body_bytes if config.url is None else 4 * 1024 * 1024,
+            max_prompt_chars=min(400, config.max_model_len - 110)))
+        self.report = StressReport("http", asdict(config))
+        self.progress = Progress(enabled=config.progress)
+        self.outcomes: list[Outcome] = []
+        self.reference: dict[int, Outcome] = {}
+        self.server = None
+        self.faults = None
+        self.issued = 0
+        self.post_hostile = Counter()
+
+    # ---------------------------------------------------------------- server
+    def _engine_config(self):
+        from kvpool.runtime.engine_config import EngineConfig
+
+        c = self.cfg
+        return EngineConfig(num_device_blocks=c.num_device_blocks,
+                            num_host_blocks=c.num_host_blocks, max_num_seqs=c.max_num_seqs,
+                            max_model_len=c.max_model_len, seed=c.seed, max_queue=4096)
+
+    def _start_server(self) -> str:
+        from stress.servers import InProcessServer, SpawnedServer
+
+        c = self.cfg
+        if c.url is not None:
+            return c.url
+        if c.faults:
+            from kvpool.runtime.copy_engine import FaultInjector
+
+            self.server = InProcessServer(
+                self._engine_config(), api_key=c.api_key, max_body_bytes=c.max_body_bytes,
+                tenant_block_quota=c.tenant_block_quota,
+                invariant_check_interval=c.invariant_check_interval,
+                fault_injector=FaultInjector())
+            url = self.server.start()
+            from stress.faults import FaultDriver
+
+            self.faults = FaultDriver(self.server.engine, seed=c.seed)
+            return url
+        args = ["--num-device-blocks", str(c.num_device_blocks),
+                "--num-host-blocks", str(c.num_host_blocks),
+                "--max-num-seqs", str(c.max_num_seqs), "--max-model-len", str(c.max_model_len),
+                "--max-queue", "4096", "--seed", str(c.seed),
+                "--max-body-bytes", str(c.max_body_bytes),
+                "--invariant-check-interval", str(c.invariant_check_interval),
+                "--log-level", "warning"]
+        if c.tenant_block_quota:
+            args += ["--tenant-block-quota", str(c.tenant_block_quota)]
+        if c.api_key:
+            args += ["--api-key", c.api_key]
+        self.server = SpawnedServer(args + list(c.server_args))
+        return self.server.start()
+
+    def _stop_server(self) -> None:
+        from stress.servers import SpawnedServer
+
+        if self.server is None:
+            return
+        if isinstance(self.server, SpawnedServer):
+            code = self.server.stop()
+            self.report.set("server_exit_code", code, must_be_zero=True)
+        else:
+            if self.faults is not None:
+                self.faults.detach()
+            self.server.stop()
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> StressReport:
+        try:
+            url = self._start_server()
+            asyncio.run(self._main(url))
+        finally:
+            self.progress.close()
+            self._stop_server()
+        return self.report
+
+    async def _main(self, url: str) -> None:
+        c = self.cfg
+        conn = aiohttp.TCPConnector(limit=c.clients + 8, force_close=False)
+        async with aiohttp.ClientSession(connector=conn) as session:
+            await self._wait_healthy(session, url)
+            runner = RequestRunner(session, url, api_key=c.api_key, timeout=c.request_timeout,
+                                   fault_mode=c.faults)
+            await self._reference(runner)
+            m0 = await scrape(session, url)
+            t0 = time.monotonic()
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(self._sampler(session, url, t0, stop))
+            injector = asyncio.create_task(self._inject(stop)) if self.faults else None
+            rng = random.Random(c.seed + 1)
+            clients = [self._client(runner, random.Random(rng.randrange(2**32)), t0, stop)
+                       for _ in range(c.clients)]
+            await asyncio.gather(*clients)
+            load_s = time.monotonic() - t0
+            stop.set()
+            await sampler
+            if injector is not None:
+                await injector
+                self.faults.clear()
+            try:
+                m1, drain_s = await wait_drained(session, url, c.drain_timeout)
+            except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError) as e:
+                m1, drain_s = None, float("nan")  # the server died: every figure fails
+                self.report.note(f"/metrics unreachable after the load: {e!r}")
+            healthy = await self._healthy(session, url)
+            self._verdict(m0, m1, load_s, drain_s, healthy)
+
+    async def _wait_healthy(self, session: aiohttp.ClientSession, url: str,
+                            timeout: float = 60.0) -> None:
+        t0 = time.monotonic()
+        while not await self._healthy(session, url):
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"{url}/health not 200 within {timeout}s")
+            await asyncio.sleep(0.2)
+
+    @staticmethod
+    async def _healthy(session: aiohttp.ClientSession, url: str) -> bool:
+        try:
+            async with session.get(url + "/health",
+                                   timeout=aiohttp.ClientTimeout(total=5)) as r:
+                return r.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
+
+    async def _reference(self, runner: RequestRunner) -> None:
+        """Each greedy probe once, alone (nothing else in flight)."""
+        for i in range(len(self.workload.probes)):
+            self.reference[i] = await runner.execute(self.workload.probe_spec(i))
+        bad = [i for i, o in self.reference.items() if o.category != "ok"]
+        self.report.set("reference_failures", len(bad), must_be_zero=True)
+        if bad:
+            self.report.note(f"reference run failed for probes {bad}: "
+                             f"{self.reference[bad[0]].detail}")
+
+    async def _client(self, runner: RequestRunner, rng: random.Random, t0: float,
+                      stop: asyncio.Event) -> None:
+        c = self.cfg
+        after_hostile = False
+        while (not stop.is_set() and self.issued < c.max_requests
+               and time.monotonic() - t0 < c.duration):
+            self.issued += 1
+            spec = self.workload.next(rng, allow_hostile=not after_hostile,
+                                      allow_disconnect=not after_hostile)
+            out = await runner.execute(spec)
+            out.done_at -= t0
+            self.outcomes.append(out)
+            if after_hostile:  # the server must still serve after a hostile request
+                self.post_hostile["ok" if out.category in ("ok", "busy", "fault")
+                                  else "failed"] += 1
+            after_hostile = spec.kind == "hostile"
+            if out.category == "failed" and out.status is None:
+                await asyncio.sleep(0.05)  # connection refused / reset: do not spin
+
+    async def _sampler(self, session: aiohttp.ClientSession, url: str, t0: float,
+                       stop: asyncio.Event) -> None:
+        rep = self.report
+        last = 0.0
+        while not stop.is_set():
+            t = time.monotonic() - t0
+            if t - last >= 0.5:
+                last = t
+                try:
+                    m = await scrape(session, url, timeout=5)
+                    rep.sample("usage:device", t, m.usage("device"))
+                    rep.sample("usage:host", t, m.usage("host"))
+                    rep.sample("count:requests in flight", t, m.requests_in_flight())
+                except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError):
+                    pass
+            self._show_progress(t)
+            try:
+                await asyncio.wait_for(stop.wait(), 0.25)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _inject(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.cfg.fault_interval)
+            except asyncio.TimeoutError:
+                self.faults.inject_one()
+
+    def _show_progress(self, t: float) -> None:
+        cats = Counter(o.category for o in self.outcomes)
+        lat = [o.latency for o in self.outcomes[-2000:] if o.category == "ok"]
+        p99 = percentile(lat, 99)
+        usage = self.report.series.get("usage:device") or [(0, 0.0)]
+        self.progress.update(
+            f"http {t:5.1f}/{self.cfg.duration:.0f}s sent {self.issued} ok {cats['ok']} "
+            f"failed {cats['failed']} hostile {cats['hostile_ok']}/"
+            f"{cats['hostile_ok'] + cats['hostile_bad']} drop {cats['disconnected']} "
+            f"busy {cats['busy']} p99 {p99 * 1000 if p99 else 0:.0f}ms "
+            f"dev {usage[-1][1]:4.0%}")
+
+    # ---------------------------------------------------------------- verdict
+    def _greedy(self) -> tuple[int, int, list[str]]:
+        checked = mismatched = 0
+        details: list[str] = []
+        for o in self.outcomes:
+            if o.spec.probe is None or o.category != "ok":
+                continue
+            ref = self.reference.get(o.spec.probe)
+            if ref is None or ref.category != "ok":
+                continue
+            checked += 1
+            if o.texts != ref.texts or o.completion_tokens != ref.completion_tokens:
+                mismatched += 1
+                if len(details) < 5:
+                    details.append(f"probe {o.spec.probe} stream={o.spec.stream} tenant="
+                                   f"{o.spec.tenant}: {o.texts!r} != {ref.texts!r}")
+        return checked, mismatched, details
+
+    def _verdict(self, m0: MetricsScrape, m1: MetricsScrape | None, load_s: float,
+                 drain_s: float, healthy: bool) -> None:
+        rep, outs = self.report, self.outcomes
+        reachable = m1 is not None
+        rep.set("server_reachable_after", reachable, must_be_true=True)
+        m1 = m1 if m1 is not None else m0
+        cats = Counter(o.category for o in outs)
+        statuses = Counter(str(o.status) if o.status is not None else "none" for o in outs)
+        ok = [o for o in outs if o.category == "ok"]
+        lat = [o.latency for o in ok]
+        ttft = [o.ttft for o in ok if o.ttft is not None]
+        tokens = sum(o.completion_tokens for o in ok)
+        failed = [o for o in outs if o.category == "failed"]
+        unexpected_5xx = sum(1 for o in failed if o.status is not None and o.status >= 500)
+        rep.latencies.extend((o.done_at, o.latency) for o in ok)
+        rep.set("load_s", round(load_s, 2))
+        rep.set("requests", len(outs))
+        rep.set("requests_per_s", round(len(outs) / max(load_s, 1e-9), 1))
+        rep.set("ok", cats["ok"])
+        rep.set("failed", len(failed), must_be_zero=True)
+        rep.set("unexpected_5xx", unexpected_5xx, must_be_zero=True)
+        rep.set("status_counts", dict(sorted(statuses.items())))
+        rep.set("category_counts", dict(sorted(cats.items())))
+        rep.set("failure_details", sorted({o.detail for o in failed})[:8])
+        rep.set("disconnected", cats["disconnected"])
+        rep.set("busy_or_quota_rejected", cats["busy"])
+        rep.set("hostile_sent", cats["hostile_ok"] + cats["hostile_bad"])
+        rep.set("hostile_unexpected", cats["hostile_bad"], must_be_zero=True)
+        rep.set("hostile_details", sorted({o.detail for o in outs
+                                          if o.category == "hostile_bad"})[:8])
+        rep.set("post_hostile_failures", self.post_hostile["failed"], must_be_zero=True)
+        rep.set("latency_p50_s", _round(percentile(lat, 50)))
+        rep.set("latency_p99_s", _round(percentile(lat, 99)))
+        rep.set("ttft_p50_s", _round(percentile(ttft, 50)))
+        rep.set("ttft_p99_s", _round(percentile(ttft, 99)))
+        rep.set("completion_tokens", tokens)
+        rep.set("tokens_per_s", round(tokens / max(load_s, 1e-9), 1))
+        gen = m1.get("kvpool_generation_tokens_total") - m0.get("kvpool_generation_tokens_total")
+        rep.set("server_generated_tokens_per_s", round(gen / max(load_s, 1e-9), 1))
+        pre1, pre0 = m1.by_label("kvpool_preemptions_total", "mode"), \
+            m0.by_label("kvpool_preemptions_total", "mode")
+        rep.set("preemptions", {k: int(v - pre0.get(k, 0)) for k, v in pre1.items()})
+        sw1, sw0 = m1.by_label("kvpool_swap_blocks_total", "direction"), \
+            m0.by_label("kvpool_swap_blocks_total", "direction")
+        rep.set("swap_blocks", {k: int(v - sw0.get(k, 0)) for k, v in sw1.items()})
+        rep.set("prefix_cache_hit_tokens", int(m1.get("kvpool_prefix_cache_hits_total")
+                                               - m0.get("kvpool_prefix_cache_hits_total")))
+        for tier in ("device", "host"):
+            pts = rep.series.get(f"usage:{tier}", [])
+            rep.set(f"peak_{tier}_usage", max((v for _, v in pts), default=0.0))
+        rep.set("drain_s", round(drain_s, 2))
+        rep.set("pool_after_drain", m1.pool_figures())
+        # when /metrics is gone these are None, which fails their must-be-zero check
+        rep.set("leaked_device_blocks", m1.used_blocks("device") if reachable else None,
+                must_be_zero=True)
+        rep.set("leaked_host_blocks", m1.used_blocks("host") if reachable else None,
+                must_be_zero=True)
+        rep.set("requests_in_flight_after_drain",
+                m1.requests_in_flight() if reachable else None, must_be_zero=True)
+        rep.set("invariant_violations", m1.invariant_violations() if reachable else None,
+                must_be_zero=True)
+        if self.cfg.url is not None:
+            rep.note("external server: invariant checks run only if it was started with "
+                     "--invariant-check-interval N")
+        checked, mismatched, details = self._greedy()
+        rep.set("greedy_checked", checked)
+        rep.set("greedy_mismatches", mismatched, must_be_zero=True)
+        rep.set("greedy_mismatch_details", details)
+        rep.set("greedy_all_matched", mismatched == 0, must_be_true=True)
+        rep.set("server_healthy_after", healthy, must_be_true=True)
+        if self.faults is not None:
+            rep.set("fault_failed_requests", cats["fault"])
+            for k, v in self.faults.figures().items():
+                rep.set(k, v)
+            rep.set("fault_failures_over_injected",
+                    max(0, cats["fault"] - self.faults.failures_injected), must_be_zero=True)
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
+
+
+def _replace(cfg: HttpConfig, **changes) -> HttpConfig:
+    d = asdict(cfg)
+    d.update(changes)
+    d["server_args"] = tuple(d["server_args"])
+    return HttpConfig(**d)

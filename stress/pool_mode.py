@@ -1,0 +1,319 @@
+"""``python -m stress pool``: threads and coroutines hammer one BlockSpaceManager.
+
+::
+
+    N threads ──────────────── ShadowRuntime ── BlockSpaceManager (one device + one host pool)
+    M coroutines ─ AsyncManagerFront ─┘   ^ (fake KV: every op verifies what it touched)
+    checker thread: every --check-interval s, check_all() inside manager.batch() (quiescent)
+    reader thread: lock-free stats() / fragmentation() snapshots, cross-checked
+    monitor task: progress line, time series, stop after --duration s or --max-ops ops
+
+Everything stops by itself: the monitor sets the stop event, every worker finishes its current
+operation, frees what it owns, and the run ends with a final quiescent check: no sequence, no
+used block in either pool (leaks), no violation. Threads only run defragmentation (plan, copy
+outside the lock, commit or abort), so only one plan is ever in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+from kvpool.config import CacheConfig
+from kvpool.core import BlockSpaceManager
+from kvpool.runtime.async_front import AsyncManagerFront
+from stress.pool_shadow import ShadowRuntime
+from stress.pool_worker import Intent, PoolWorker
+from stress.report import Progress, StressReport
+
+__all__ = ["PoolConfig", "PoolStress"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    threads: int = 4
+    coroutines: int = 100
+    duration: float = 10.0  # seconds of load (the drain and final checks come after)
+    max_ops: int = 5_000_000  # stop earlier once this many operations ran
+    blocks: int | None = None  # device blocks; default max(1024, 8 per worker)
+    host_blocks: int | None = None  # default: blocks // 2
+    block_size: int = 4
+    seed: int = 0
+    check_interval: float = 0.25  # seconds between full quiescent checks
+    prefix_caching: bool = True
+    switch_interval: float = 1e-4  # sys.setswitchinterval during the run: more interleavings
+    progress: bool = True
+
+
+class PoolStress:
+    """One pool-mode run; ``run()`` returns the StressReport."""
+
+    def __init__(self, config: PoolConfig) -> None:
+        if config.threads < 0 or config.coroutines < 0 or config.threads + config.coroutines < 1:
+            raise ValueError("need at least one thread or coroutine")
+        self.cfg = config
+        blocks = config.blocks or max(1024, 8 * (config.threads + config.coroutines))
+        host = blocks // 2 if config.host_blocks is None else config.host_blocks
+        self.manager = BlockSpaceManager(CacheConfig(
+            num_device_blocks=blocks, num_host_blocks=host, block_size=config.block_size,
+            enable_prefix_caching=config.prefix_caching, watermark=0.01))
+        self.rt = ShadowRuntime(self.manager)
+        self.stop = threading.Event()
+        self._defrag_lock = threading.Lock()
+        self.errors = 0  # unexpected exceptions from manager operations
+        self.checks = 0
+        self.snapshots = 0
+        self.late_cancel_applied = 0
+        self._maybe: list[tuple] = []  # cancelled allocations that may have been applied
+        rng = random.Random(config.seed)
+        self.thread_workers = [PoolWorker(i, rng.randrange(2**32), config.block_size,
+                                          allow_defrag=True) for i in range(config.threads)]
+        self.coro_workers = [PoolWorker(config.threads + i, rng.randrange(2**32),
+                                        config.block_size) for i in range(config.coroutines)]
+        self.report = StressReport("pool", {**asdict(config), "blocks": blocks,
+                                            "host_blocks": host})
+        self.progress = Progress(enabled=config.progress)
+
+    # ---------------------------------------------------------------- shared
+    def _error(self, where: str, exc: BaseException) -> None:
+        self.errors += 1
+        self.rt.violation(f"{where}: {type(exc).__name__}: {exc}")
+
+    def _check_stats(self) -> None:
+        """Lock-free snapshot; cross-checks between separately kept counters."""
+        st = self.manager.stats()
+        d, h = st.device, st.host
+        bs = self.cfg.block_size
+        ok = (d.version % 2 == 0 and 0 <= d.num_used <= d.num_blocks and d.num_free >= 0
+              and d.num_free + d.num_evictable + d.num_used == d.num_blocks
+              and st.used_slots <= (d.num_used - d.num_reserved) * bs
+              and d.num_cached >= d.num_evictable
+              and st.prefix_hit_tokens <= st.prefix_query_tokens
+              and 0 <= st.num_swapped_seqs <= st.num_seqs
+              and 0 <= h.num_used <= h.num_blocks
+              and 0 <= st.internal_fragmentation < 1)
+        if not ok:
+            self.rt.violation(f"stats snapshot inconsistent: {st}")
+        f = self.manager.fragmentation()
+        if not (0 <= f.external < 1 and f.num_free <= d.num_blocks):
+            self.rt.violation(f"fragmentation snapshot inconsistent: {f}")
+        self.snapshots += 1
+
+    def _total_ops(self) -> int:
+        return sum(w.ops for w in self.thread_workers) + sum(w.ops for w in self.coro_workers)
+
+    # ---------------------------------------------------------------- threads
+    def _run_sync(self, worker: PoolWorker, intent: Intent) -> None:
+        rt, op = self.rt, intent.op
+        result = None
+        try:
+            if op == "defrag":
+                abort, pause = intent.args
+                if self._defrag_lock.acquire(blocking=False):  # one plan in flight at a time
+                    try:
+                        rt.defrag(abort=abort, copy_pause=2e-4 if pause else 0.0)
+                    finally:
+                        self._defrag_lock.release()
+            elif op == "abort":
+                rt.allocate_uncomputed(*intent.args)
+            elif op == "stats":
+                self._check_stats()
+            else:
+                result = getattr(rt, op)(*intent.args)
+        except Exception as e:  # noqa: BLE001 - a bug in the pool: count it, keep going
+            self._error(f"thread {worker.wid} {op}", e)
+            return
+        worker.done(intent, result)
+
+    def _thread_main(self, worker: PoolWorker) -> None:
+        try:
+            while not self.stop.is_set():
+                self._run_sync(worker, worker.relieve() or worker.next_intent())
+            for intent in worker.release_all():
+                self._run_sync(worker, intent)
+        except BaseException as e:  # noqa: BLE001
+            self._error(f"thread {worker.wid}", e)
+
+    def _checker_main(self) -> None:
+        while not self.stop.wait(self.cfg.check_interval):
+            self.rt.check_all()
+            self.checks += 1
+
+    def _reader_main(self) -> None:
+        while not self.stop.wait(0.002):
+            try:
+                self._check_stats()
+            except Exception as e:  # noqa: BLE001
+                self._error("stats reader", e)
+
+    # ---------------------------------------------------------------- coroutines
+    async def _run_async(self, front: AsyncManagerFront, worker: PoolWorker,
+                         intent: Intent) -> None:
+        op = intent.op
+        result = None
+        try:
+            if op == "free_batch":
+                await asyncio.gather(*(front.free(s) for s in intent.args[0]))
+            elif op == "abort":
+                await self._cancelled_alloc(front, worker, *intent.args)
+            elif op in ("stats", "defrag"):
+                pass  # threads only: a seqlock read spins while writers are inside (it would
+                # stall the event loop), and only one defrag plan may be in flight
+            else:
+                result = await getattr(front, op)(*intent.args)
+        except Exception as e:  # noqa: BLE001
+            self._error(f"coroutine {worker.wid} {op}", e)
+            return
+        worker.done(intent, result)
+
+    async def _cancelled_alloc(self, front: AsyncManagerFront, worker: PoolWorker,
+                               ids: list[int], prompt: list[int], salt: str | None) -> None:
+        """A request aborted while its allocation is queued: cancel the future before the flush
+        (never applied), or after one loop iteration (applied or not: adopt what was)."""
+        fut = front.allocate(ids, prompt, salt)
+        if worker.rng.random() < 0.5:
+            fut.cancel()
+            return
+        await asyncio.sleep(0)  # the flush runs first: inline, or handed to a worker thread
+        if fut.done() and not fut.cancelled():
+            if fut.result() is not None:
+                worker.adopt(ids, len(prompt), salt)
+            return
+        fut.cancel()
+        self._maybe.append((worker, ids, len(prompt), salt, time.monotonic()))
+
+    def _adopt_late(self) -> None:
+        """Cancelled allocations the worker thread applied anyway: their worker owns them."""
+        keep = []
+        now = time.monotonic()
+        for item in self._maybe:
+            worker, ids, n, salt, t = item
+            if self.rt.has_seq(ids[0]):
+                worker.adopt(ids, n, salt)
+                self.late_cancel_applied += 1
+            elif now - t < 2.0:
+                keep.append(item)
+        self._maybe = keep
+
+    async def _coro_main(self, front: AsyncManagerFront, worker: PoolWorker) -> None:
+        while not self.stop.is_set():
+            await self._run_async(front, worker, worker.relieve() or worker.next_intent())
+        for intent in worker.release_all():
+            await self._run_async(front, worker, intent)
+
+    # ---------------------------------------------------------------- monitor
+    async def _monitor(self, t0: float) -> None:
+        try:
+            await self._monitor_loop(t0)
+        finally:  # whatever happens here, the workers must stop
+            self.stop.set()
+
+    async def _monitor_loop(self, t0: float) -> None:
+        cfg = self.cfg
+        last_t, last_ops = t0, 0
+        while not self.stop.is_set():
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            ops = self._total_ops()
+            st = self.manager.stats()
+            t = now - t0
+            rate = (ops - last_ops) / max(now - last_t, 1e-9)
+            last_t, last_ops = now, ops
+            self.report.sample("usage:device", t, st.device.usage)
+            self.report.sample("usage:host", t, st.host.usage)
+            self.report.sample("rate:ops/s", t, rate)
+            self._adopt_late()
+            self.progress.update(
+                f"pool {t:5.1f}/{cfg.duration:.0f}s ops {ops} ({rate:,.0f}/s) seqs {st.num_seqs} "
+                f"dev {st.device.usage:4.0%} host {st.host.usage:4.0%} checks {self.checks} "
+                f"violations {self.rt.violations}")
+            if t >= cfg.duration or ops >= cfg.max_ops:
+                self.stop.set()
+
+    async def _main(self) -> None:
+        executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stress-front")
+        front = AsyncManagerFront(self.rt, executor=executor)  # type: ignore[arg-type]
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=self._thread_main, args=(w,), daemon=True,
+                                    name=f"stress-pool-{w.wid}") for w in self.thread_workers]
+        threads += [threading.Thread(target=self._checker_main, daemon=True,
+                                     name="stress-checker"),
+                    threading.Thread(target=self._reader_main, daemon=True, name="stress-reader")]
+        for t in threads:
+            t.start()
+        # the monitor sets the stop event (time or op budget); every coroutine then returns
+        await asyncio.gather(self._monitor(t0),
+                             *(self._coro_main(front, w) for w in self.coro_workers))
+        loop = asyncio.get_running_loop()
+        for t in threads:
+            await loop.run_in_executor(None, t.join, 30.0)
+            if t.is_alive():
+                self.rt.violation(f"{t.name} did not stop within 30 s")
+        await loop.run_in_executor(None, executor.shutdown, True)  # offloaded batches done
+        self.elapsed = time.monotonic() - t0
+        self.front = front
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> StressReport:
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(self.cfg.switch_interval)
+        try:
+            asyncio.run(self._main())
+        finally:
+            sys.setswitchinterval(old)
+            self.progress.close()
+        return self._finish()
+
+    def _finish(self) -> StressReport:
+        rt, mgr, rep = self.rt, self.manager, self.report
+        self._adopt_late()
+        orphans = list(rt.expected)  # cancelled allocations applied after their worker left
+        if orphans:
+            rt.free_batch(orphans)
+        rt.check_all()
+        self._check_stats()
+        st = mgr.stats()
+        ops = self._total_ops()
+        counts: dict[str, int] = {}
+        for w in self.thread_workers + self.coro_workers:
+            for k, v in w.counts.items():
+                counts[k] = counts.get(k, 0) + v
+        rep.set("duration_s", round(self.elapsed, 2))
+        rep.set("ops", ops)
+        rep.set("ops_per_s", round(ops / max(self.elapsed, 1e-9), 1))
+        rep.set("op_counts", dict(sorted(counts.items())))
+        rep.set("scarce_answers", sum(w.scarce for w in self.thread_workers + self.coro_workers))
+        rep.set("invariant_checks", self.checks + 1)
+        rep.set("stats_snapshots", self.snapshots)
+        rep.set("violations", rt.violations, must_be_zero=True)
+        rep.set("errors", self.errors, must_be_zero=True)
+        rep.set("violation_messages", rt.messages)
+        rep.set("leaked_device_blocks", st.device.num_used, must_be_zero=True)
+        rep.set("leaked_host_blocks", st.host.num_used, must_be_zero=True)
+        rep.set("leaked_sequences", st.num_seqs, must_be_zero=True)
+        rep.set("device_blocks_allocatable_after", st.device.num_allocatable)
+        rep.set("prefix_hit_tokens", st.prefix_hit_tokens)
+        rep.set("cow_copies", st.cow_copies)
+        rep.set("swap_out_blocks", st.swap_out_blocks)
+        rep.set("swap_in_blocks", st.swap_in_blocks)
+        rep.set("swap_in_reused_blocks", st.swap_in_reused_blocks)
+        rep.set("defrag_moves", rt.defrag_committed)
+        rep.set("defrag_retries", rt.defrag_retried)
+        rep.set("defrag_aborted_moves", rt.defrag_aborted)
+        rep.set("evictions", st.device.evictions)
+        rep.set("front_flushes", self.front.flushes)
+        rep.set("front_ops", self.front.ops)
+        rep.set("front_offloaded_batches", self.front.offloaded)
+        rep.set("late_cancel_applied", self.late_cancel_applied + len(orphans))
+        usage = rep.series.get("usage:device", [])
+        rep.set("peak_device_usage", max((v for _, v in usage), default=0.0))
+        if self.late_cancel_applied or orphans:
+            rep.note("AsyncManagerFront: a future cancelled while its batch ran on a worker "
+                     "thread was applied anyway and its result dropped; the harness adopts "
+                     "such allocations (callers that cancel must do the same)")
+        return rep

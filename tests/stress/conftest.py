@@ -1,0 +1,69 @@
+"""Fixtures for the stress tests: in-process servers on 127.0.0.1 (the real engine and app in a
+background thread, see stress/servers.py) whose teardown checks that nothing leaked, and an
+engine factory for the engine-level fault tests."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from kvpool.runtime.engine_config import EngineConfig
+from stress.servers import InProcessServer
+
+SMALL = dict(block_size=16, num_device_blocks=64, num_host_blocks=64, max_model_len=256,
+             max_num_seqs=16, max_queue=256, max_n=4, max_tokens_limit=64, max_stop=4, seed=0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """The tiny model is fastest on one torch thread (the CI box has 2 cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def wait_idle(engine: Any, timeout: float = 10.0) -> bool:
+    """Until the engine has no request and no used block in either pool."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        st = engine.core.manager.stats()
+        if (not engine.core.has_work() and not engine._streams and st.device.num_used == 0
+                and st.host.num_used == 0):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def assert_clean(engine: Any) -> None:
+    assert wait_idle(engine), f"blocks still in use: {engine.core.manager.stats()}"
+    assert engine.core.check_invariants()
+    assert engine.core.invariant_violations == 0
+    assert engine.is_healthy()
+
+
+@contextlib.contextmanager
+def running_server(**overrides: Any) -> Iterator[InProcessServer]:
+    app_keys = ("api_key", "max_body_bytes", "tenant_block_quota", "fault_injector",
+                "invariant_check_interval")
+    app_kw = {k: overrides.pop(k) for k in app_keys if k in overrides}
+    app_kw.setdefault("invariant_check_interval", 1)
+    app_kw.setdefault("max_body_bytes", 64 * 1024)
+    srv = InProcessServer(EngineConfig(**{**SMALL, **overrides}), shutdown_timeout=5.0, **app_kw)
+    srv.start()
+    try:
+        yield srv
+        assert_clean(srv.engine)
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def make_server():
+    """``with make_server(api_key=..., tenant_block_quota=..., **engine_config) as srv:``"""
+    return running_server

@@ -1,0 +1,124 @@
+"""Short runs of both modes as a user runs them (``python -m stress ...`` in a subprocess), the
+report's must-be-zero figures, and proof that the pool checks are not vacuous (a deliberately
+broken manager is caught)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvpool.core import BlockSpaceManager
+from stress import cli
+from stress.http_mode import check_loopback
+from stress.pool_mode import PoolConfig, PoolStress
+from stress.report import StressReport, percentile
+from stress.servers import ROOT
+
+
+def run_stress(*argv: str, timeout: float = 90) -> tuple[int, dict, str]:
+    proc = subprocess.run([sys.executable, "-m", "stress", *argv, "--json", "-", "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, report, proc.stderr
+
+
+def test_pool_mode_short_run(tmp_path):
+    png = tmp_path / "pool.png"
+    code, rep, err = run_stress("pool", "--duration", "5", "--threads", "4", "--coroutines",
+                                "100", "--blocks", "1024", "--plot", str(png))
+    assert code == 0, err[-3000:]
+    f = rep["figures"]
+    assert rep["ok"] and not rep["failures"]
+    for name in ("violations", "errors", "leaked_device_blocks", "leaked_host_blocks",
+                 "leaked_sequences"):
+        assert f[name] == 0, name
+    assert f["ops"] > 1000 and f["invariant_checks"] > 3
+    counts = f["op_counts"]
+    for op in ("allocate", "append_slots", "fork", "free_batch", "swap_out", "swap_in",
+               "defrag", "abort"):
+        assert counts.get(op, 0) > 0, f"{op} never ran"
+    assert f["prefix_hit_tokens"] > 0 and f["cow_copies"] > 0 and f["swap_out_blocks"] > 0
+    assert png.stat().st_size > 10_000
+
+
+def test_http_mode_short_run_with_its_own_server(tmp_path):
+    png = tmp_path / "http.png"
+    code, rep, err = run_stress("http", "--duration", "10", "--clients", "16",
+                                "--num-device-blocks", "96", "--plot", str(png), timeout=110)
+    assert code == 0, err[-3000:]
+    f = rep["figures"]
+    assert rep["ok"] and not rep["failures"], rep["failures"]
+    for name in ("failed", "unexpected_5xx", "hostile_unexpected", "post_hostile_failures",
+                 "leaked_device_blocks", "leaked_host_blocks", "requests_in_flight_after_drain",
+                 "invariant_violations", "greedy_mismatches", "reference_failures",
+                 "server_exit_code"):
+        assert f[name] == 0, (name, f[name])
+    assert f["greedy_all_matched"] is True and f["greedy_checked"] > 0
+    assert f["ok"] > 50 and f["hostile_sent"] > 0 and f["disconnected"] > 0
+    assert f["latency_p99_s"] > 0 and f["tokens_per_s"] > 0
+    assert sum(f["preemptions"].values()) > 0, "96 blocks under 16 clients should preempt"
+    assert f["server_healthy_after"] is True
+    assert png.stat().st_size > 10_000
+
+
+def test_broken_manager_is_caught(monkeypatch):
+    """Copy-on-write skipped: a forked sequence writes into the block its sibling reads. The
+    fake-KV content check must flag it (and the run must fail)."""
+    original = BlockSpaceManager._append_locked
+
+    def no_cow(self, t, toks):
+        pool = self.device_pool
+        last = t.blocks[-1]
+        saved = pool._ref[last]
+        pool._ref[last] = 1  # hide the sharing: the copy-on-write branch is skipped
+        try:
+            return original(self, t, toks)
+        finally:
+            pool._ref[last] = saved
+
+    monkeypatch.setattr(BlockSpaceManager, "_append_locked", no_cow)
+    rep = PoolStress(PoolConfig(threads=2, coroutines=20, duration=1.5, blocks=512,
+                                progress=False)).run()
+    assert rep.figures["violations"] > 0
+    assert not rep.ok and any("violations" in f for f in rep.failures())
+
+
+def test_url_must_be_loopback():
+    assert check_loopback("http://127.0.0.1:8000/") == "http://127.0.0.1:8000"
+    for bad in ("http://10.0.0.1:8000", "https://127.0.0.1:8000", "http://example.com"):
+        with pytest.raises(ValueError, match="loopback"):
+            check_loopback(bad)
+    assert cli.main(["http", "--url", "http://192.0.2.1:80", "--duration", "1",
+                     "--quiet"]) == 2
+
+
+def test_cli_flags():
+    args = cli.build_parser().parse_args(
+        ["pool", "--threads", "8", "--coroutines", "1000", "--duration", "60", "--max-ops",
+         "10", "--blocks", "64", "--seed", "3"])
+    assert (args.threads, args.coroutines, args.duration, args.max_ops, args.blocks,
+            args.seed) == (8, 1000, 60.0, 10, 64, 3)
+    args = cli.build_parser().parse_args(
+        ["http", "--clients", "200", "--duration", "60", "--max-requests", "5",
+         "--disconnect-rate", "0.1", "--hostile-rate", "0.2", "--tenants", "3", "--seed", "1",
+         "--url", "http://127.0.0.1:1"])
+    assert (args.clients, args.max_requests, args.disconnect_rate, args.hostile_rate,
+            args.tenants, args.url) == (200, 5, 0.1, 0.2, 3, "http://127.0.0.1:1")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["http", "--hostile-rate", "1.5"])
+    assert cli.run is cli.main and callable(cli.add_arguments)
+
+
+def test_report_verdict_and_percentiles():
+    rep = StressReport("x", {})
+    rep.set("leaks", 0, must_be_zero=True)
+    rep.set("matched", True, must_be_true=True)
+    assert rep.ok
+    rep.set("leaks", 2, must_be_zero=True)
+    rep.set("by_kind", {"a": 0, "b": 1}, must_be_zero=True)
+    assert [f.split()[0] for f in rep.failures()] == ["leaks", "by_kind"]
+    assert percentile([], 50) is None
+    assert percentile(range(1, 101), 99) == 99 and percentile([5.0], 50) == 5.0
