@@ -6,9 +6,8 @@ keep serving afterwards: the harness and the tests send a normal request after e
 
 Policy notes (kvpool/server/protocol.py decides, this table checks):
 
-- Unknown fields are accepted and ignored (clients send many optional OpenAI fields), so the
-  ``unknown_fields`` case expects 200, not 4xx: the check is that they change nothing and
-  cannot hurt.
+- Unknown fields are rejected with 400 ``unknown_parameter`` naming the field (as OpenAI's API
+  does), including prototype-pollution style keys.
 - Numbers JSON cannot spell (NaN, Infinity) are invalid JSON; ``1e999`` parses as infinity and
   is rejected by the field's range check; a 5000-digit integer trips Python's int-parsing
   limit and is invalid JSON.
@@ -130,9 +129,8 @@ def hostile_cases(max_body_bytes: int = 4 * 1024 * 1024) -> list[HostileCase]:
                     _j({"messages": [{"role": "root", "content": "x"}]}), bad),
         HostileCase("wrong_method", COMPLETIONS, _raw(b""), frozenset({405}), method="GET"),
         HostileCase("unknown_route", "/v1/../../admin", _raw(b"{}"), frozenset({404})),
-        # Accepted by policy (see the module docstring): ignored, harmless.
         HostileCase("unknown_fields", COMPLETIONS,
                     _completion(zz_unknown={"a": [1, 2, 3]}, __proto__={"admin": True},
-                                constructor=1), frozenset({200})),
+                                constructor=1), bad),
     ]
     return cases

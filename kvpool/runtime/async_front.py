@@ -26,7 +26,7 @@ from typing import Any
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import QueueFullError
 
-_Op = tuple[Callable[..., Any], tuple, asyncio.Future]
+_Op = tuple[Callable[..., Any], tuple, asyncio.Future, Callable[[Any], Any] | None]
 
 
 class AsyncManagerFront:
@@ -49,13 +49,16 @@ class AsyncManagerFront:
         self.offloaded = 0  # batches handed to a worker because the lock was busy
 
     # ---------------------------------------------------------------- queueing
-    def _submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+    def _submit(self, fn: Callable[..., Any], *args: Any,
+                undo: Callable[[Any], Any] | None = None) -> asyncio.Future:
+        """Queue ``fn(*args)``. ``undo(result)`` compensates an operation that was applied but
+        whose caller cancelled meanwhile (so nothing it created is left without an owner)."""
         pending = self._pending
         if len(pending) >= self.max_pending:
             raise QueueFullError(f"{len(pending)} pool operations pending; retry later")
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        pending.append((fn, args, fut))
+        pending.append((fn, args, fut, undo))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush, loop)
@@ -82,7 +85,7 @@ class AsyncManagerFront:
         """Run every operation under one manager.batch(); capture results and exceptions."""
         out: list[tuple[bool, Any]] = []
         with self.manager.batch():
-            for fn, args, fut in batch:
+            for fn, args, fut, _ in batch:
                 if fut.cancelled():
                     out.append((False, None))
                     continue
@@ -101,10 +104,11 @@ class AsyncManagerFront:
         else:
             self._resolve(batch, job.result())
 
-    @staticmethod
-    def _resolve(batch: list[_Op], results: list[tuple[bool, Any]]) -> None:
-        for (_, _, fut), (ok, value) in zip(batch, results):
+    def _resolve(self, batch: list[_Op], results: list[tuple[bool, Any]]) -> None:
+        for (_, _, fut, undo), (ok, value) in zip(batch, results):
             if fut.done():
+                if fut.cancelled() and ok and undo is not None:
+                    self._submit(undo, value)  # NOTE(cancel): applied, then abandoned
                 continue
             if ok:
                 fut.set_result(value)
@@ -122,14 +126,17 @@ class AsyncManagerFront:
                  cache_salt: str | None = None) -> asyncio.Future:
         """Result: prefix-cached token count, or None when the pool is short."""
         mgr = self.manager
+        ids = list(seq_ids)
         return self._submit(lambda s, t, c: mgr.allocate(s, t, cache_salt=c),
-                            seq_ids, token_ids, cache_salt)
+                            ids, token_ids, cache_salt,
+                            undo=lambda r: None if r is None else mgr.free_batch(ids))
 
     def append_slots(self, seq_id: int, token_ids: Sequence[int]) -> asyncio.Future:
         return self._submit(self.manager.append_slots, seq_id, token_ids)
 
     def fork(self, parent: int, child: int) -> asyncio.Future:
-        return self._submit(self.manager.fork, parent, child)
+        return self._submit(self.manager.fork, parent, child,
+                            undo=lambda _: self.manager.free(child))
 
     def free(self, seq_id: int) -> asyncio.Future:
         return self._submit(self.manager.free, seq_id)
@@ -143,7 +150,8 @@ class AsyncManagerFront:
     # ---------------------------------------------------------------- raw blocks
     def allocate_blocks(self, n: int) -> asyncio.Future:
         """``n`` device blocks with ref 1 (no table), or None: for KV transfer style users."""
-        return self._submit(self.manager.device_pool.allocate_many, n)
+        pool = self.manager.device_pool
+        return self._submit(pool.allocate_many, n, undo=lambda ids: ids and pool.free_many(ids))
 
     def free_blocks(self, block_ids: Sequence[int]) -> asyncio.Future:
         return self._submit(self.manager.device_pool.free_many, block_ids)

@@ -3,11 +3,12 @@
 Policy, in one place:
 
 - The body must be UTF-8 JSON (no NaN/Infinity), an object, nested at most ``max_json_depth``.
-- Unknown fields are **accepted and ignored** (clients send many optional OpenAI fields). Known
-  OpenAI features this server does not implement are **rejected** with 400 naming the field when
-  set to anything but their default (``echo``, ``logprobs``, ``best_of`` != n, ``suffix``,
-  ``logit_bias``, penalties, ``tools``, non-text ``response_format``), so a client never gets a
-  silently different result.
+- Unknown fields are **rejected** (400, code ``unknown_parameter``, param = the field), as
+  OpenAI's own API does: a typo such as ``max_token`` must not silently fall back to a default.
+  Known OpenAI features this server does not implement are **rejected** with 400 naming the
+  field when set to anything but their default (``echo``, ``logprobs``, ``best_of`` != n,
+  ``suffix``, ``logit_bias``, penalties, ``tools``, non-text ``response_format``), so a client
+  never gets a silently different result.
 - ``prompt``: a string, a list of token ids, or a list of exactly one of those. Batches of several
   prompts are rejected (400, param ``prompt``): send one request per prompt.
 - ``null`` means "not given" for every optional field.
@@ -42,6 +43,12 @@ _UNSUPPORTED_COMPLETION = {"echo": (False,), "logprobs": (0,), "suffix": ("",),
 _UNSUPPORTED_CHAT = {"logprobs": (False,), "top_logprobs": (0,), "logit_bias": ({},),
                      "presence_penalty": (0,), "frequency_penalty": (0,), "tools": ([],),
                      "functions": ([],), "response_format": ({"type": "text"},)}
+_COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
+           "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
+           "stop_token_ids"}
+_KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of"} | set(_UNSUPPORTED_COMPLETION))
+_KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tool_choice",
+                                   "parallel_tool_calls"} | set(_UNSUPPORTED_CHAT))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +166,7 @@ class RequestParser:
 
     # ---- endpoints --------------------------------------------------------------------------
     def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:
+        self._check_known(body, _KNOWN_COMPLETION)
         model = self._model(body.get("model"))
         self._check_unsupported(body, _UNSUPPORTED_COMPLETION)
         best_of = body.get("best_of")
@@ -170,6 +178,7 @@ class RequestParser:
                             DEFAULT_COMPLETION_MAX_TOKENS)
 
     def parse_chat(self, body: dict[str, Any]) -> ParsedRequest:
+        self._check_known(body, _KNOWN_CHAT)
         model = self._model(body.get("model"))
         self._check_unsupported(body, _UNSUPPORTED_CHAT)
         messages = self._messages(body.get("messages"))
@@ -342,6 +351,14 @@ class RequestParser:
                 texts.append(part["text"])
             return "".join(texts)
         raise _bad(param, "must be a string or a list of text parts")
+
+    @staticmethod
+    def _check_known(body: dict[str, Any], known: frozenset[str]) -> None:
+        unknown = sorted(k for k in body if k not in known)
+        if unknown:
+            name = unknown[0][:64]
+            raise _bad(name, f"unrecognized request argument supplied: {name}",
+                       "unknown_parameter")
 
     @staticmethod
     def _check_unsupported(body: dict[str, Any], fields: dict[str, tuple]) -> None:

@@ -134,3 +134,40 @@ def test_batched_equals_sequential(ops):
     mgr.check_invariants()
     mgr.free_batch(alive)
     assert mgr.stats().device.num_used == 0
+
+
+async def test_an_operation_cancelled_while_applied_is_undone():
+    mgr = manager()
+    front = AsyncManagerFront(mgr)
+    held, release, applied, go = (threading.Event() for _ in range(4))
+
+    def step_thread():
+        with mgr.batch():
+            held.set()
+            release.wait(5)
+
+    def pause():  # runs in the worker right after the allocations were applied
+        applied.set()
+        go.wait(5)
+
+    t = threading.Thread(target=step_thread)
+    t.start()
+    held.wait(5)
+    alloc = asyncio.ensure_future(front.allocate([7], [1, 2, 3, 4, 5]))
+    blocks = asyncio.ensure_future(front.allocate_blocks(4))
+    marker = asyncio.ensure_future(front._submit(pause))
+    await asyncio.sleep(0.02)  # the batch goes to a worker: the lock is busy
+    release.set()
+    assert await asyncio.get_running_loop().run_in_executor(None, applied.wait, 5)
+    assert mgr.has_seq(7)  # applied...
+    alloc.cancel()         # ...and abandoned by its caller before the result arrived
+    blocks.cancel()
+    go.set()
+    await marker
+    t.join()
+    for _ in range(100):  # the undo runs in a later flush
+        await asyncio.sleep(0.01)
+        if not mgr.seq_ids() and mgr.stats().device.num_used == 0:
+            break
+    assert mgr.seq_ids() == [] and mgr.stats().device.num_used == 0
+    mgr.check_invariants()

@@ -95,11 +95,18 @@ def test_engine_config_bounds(field, value):
     rejects(P.parse_completion, {"prompt": "hi", field: value}, field)
 
 
-def test_null_means_default_and_unknown_fields_are_ignored():
+def test_null_means_default():
     req = P.parse_completion({"prompt": "hi", "model": None, "n": None, "temperature": None,
-                              "stop": None, "frobnicate": {"deep": [1, 2]}, "echo": False,
+                              "stop": None, "echo": False,
                               "logprobs": None, "best_of": 1, "presence_penalty": 0})
     assert req.model == MODEL and req.params.n == 1 and req.params.temperature == 1.0
+
+
+def test_unknown_fields_are_rejected_by_name():
+    rejects(P.parse_completion, {"prompt": "hi", "max_token": 5}, "max_token",
+            "unknown_parameter")
+    rejects(P.parse_chat, {"messages": [{"role": "user", "content": "x"}],
+                           "frobnicate": {"deep": [1, 2]}}, "frobnicate", "unknown_parameter")
 
 
 def test_all_supported_fields_reach_the_request():

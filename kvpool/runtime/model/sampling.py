@@ -137,7 +137,7 @@ class Sampler:
         x = logits if len(rows) == num else logits[rows]
         temps = torch.tensor([params[i].temperature for i in rows], device=dev)
         x = x / temps[:, None]
-        top_k = [params[i].top_k if params[i].top_k > 0 else vocab for i in rows]
+        top_k = [min(params[i].top_k, vocab) if params[i].top_k > 0 else vocab for i in rows]
         top_p = [float(params[i].top_p) for i in rows]
         if min(top_k) < vocab or min(top_p) < 1.0:
             x = self._filter(x, top_k, top_p)

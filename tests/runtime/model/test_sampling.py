@@ -162,3 +162,13 @@ def test_sampler_accepts_model_logits():
     out = Sampler()(logits, params, [None, make_generator(3)])
     assert out.shape == (2,) and int(out[0]) == int(logits[0].argmax())
     assert torch.equal(logits, before)
+
+
+def test_enormous_top_k_means_off_instead_of_overflowing():
+    import torch
+
+    from kvpool.runtime.model import Sampler, SamplingParams
+    logits = torch.randn(3, 50)
+    params = [SamplingParams(temperature=0.7, top_k=10**40, top_p=0.5, seed=1)] * 3
+    out = Sampler()(logits, params)
+    assert out.shape == (3,) and int(out.max()) < 50
