@@ -271,7 +271,7 @@ class EngineCore:
                 r = self.outputs.requests.get(rid)
                 results.append(RequestOutput(rid, tuple(outs), False,
                                              len(r.prompt_ids) if r else 0,
-                                             self._cached_tokens(rid)))
+                                             self.scheduler.num_cached_tokens(rid) or 0))
         results += final.values()
         if self.metrics is not None:
             self.metrics.step.observe(time.monotonic() - t0)
@@ -307,10 +307,6 @@ class EngineCore:
                 kw["prefill_tokens_per_s"] = self._prefill_rate
             if kw:
                 self.scheduler.update_cost_model(**kw)
-
-    def _cached_tokens(self, rid: str) -> int:
-        g = self.scheduler._groups.get(rid)
-        return (g.num_cached_tokens or 0) if g is not None else 0
 
     def _sample(self, logits: torch.Tensor, rows) -> dict[int, int]:
         idx, params, gens, seqs = [], [], [], []
