@@ -74,7 +74,8 @@ def test_each_kind_copies_exactly_the_pairs(engine, pools, kind):
     if src is not dst:
         assert torch.equal(src, untouched_src)
     assert (h.kind, h.pairs, h.num_blocks, h.tag) == (kind, tuple(pairs), len(pairs), "req-1")
-    assert h.bytes == len(pairs) * 1024 and h.seconds is not None and h.seconds >= 0
+    assert h.bytes == len(pairs) * 1024
+    assert h.seconds is not None  # the batch's duration is recorded (never asserted on)
     assert h.done() and h.exception() is None and not h.cancelled()
     st_ = engine.stats()
     assert st_.blocks[kind] == len(pairs) and st_.bytes[kind] == len(pairs) * 1024
