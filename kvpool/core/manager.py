@@ -113,6 +113,14 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
         out: list[int] = []
         bs = self.block_size
         verify = pool._tokens is not None and token_ids is not None
+        if not verify:  # NOTE(speed): the common case, a plain dict walk
+            get = pool._cached.get
+            for i in range(limit):
+                b = get(hashes[i])
+                if b is None:
+                    break
+                out.append(b)
+            return out
         for i in range(limit):
             b = pool._lookup(hashes[i], token_ids[i * bs:(i + 1) * bs] if verify else None)
             if b is None:
@@ -283,8 +291,22 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
                     raise InvalidBlockError(f"sequence {seq_id} is swapped out")
                 bs = self.block_size
                 n0 = t.num_tokens
+                r0 = n0 % bs
+                if (r0 and len(token_ids) == 1 and r0 < bs - 1 and t.tokens is None
+                        and pool._ref[t.blocks[-1]] == 1
+                        and (not self.caching or t.num_registered == n0 // bs)):
+                    # NOTE(fast-path): decode's common case (15 of 16 tokens at bs 16): one
+                    # token into the sequence's own partial block, no copy, no new block, no
+                    # block completed (so no hash), nothing left to register
+                    t.num_computed = n0
+                    t.num_tokens = n0 + 1
+                    t.version += 1
+                    self._used_slots += 1
+                    if self.caching:
+                        t.tail.append(token_ids[0])
+                    return []
                 need = (n0 + len(token_ids) + bs - 1) // bs - len(t.blocks)
-                if n0 % bs and pool._ref[t.blocks[-1]] > 1:
+                if r0 and pool._ref[t.blocks[-1]] > 1:
                     need += 1
                 if need > 0 and need > pool.num_free_blocks:
                     return None
