@@ -35,7 +35,7 @@ from kvpool.runtime.outputs import CompletionOutput, RequestOutput
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
-SWITCH_INTERVAL = 0.001  # seconds; see AsyncEngine.start
+SWITCH_INTERVAL = 0.0005  # seconds; see AsyncEngine.start
 
 
 class RequestStream:
@@ -106,7 +106,7 @@ class AsyncEngine:
         if self._thread is not None:
             return
         # NOTE(latency): the step thread runs long stretches of Python (scheduling 1000s of
-        # sequences); a 1 ms GIL switch interval (default 5 ms) bounds how long the event loop
+        # sequences); a 0.5 ms GIL switch interval (default 5 ms) bounds how long the event loop
         # (HTTP, /metrics) waits for it, for a small throughput cost.
         if sys.getswitchinterval() > SWITCH_INTERVAL:
             sys.setswitchinterval(SWITCH_INTERVAL)
