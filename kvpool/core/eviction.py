@@ -14,6 +14,7 @@ Policies (``POLICIES``, ``make_policy``):
 
 - ``lru``: evict the block that became evictable longest ago.
 - ``classlru``: frequency classes with a self-tuned recency bonus (see ClassLRUPolicy).
+- ``session``: retention planned per class of chain block and session (eviction_session.py).
 
 Storage is intrusive and flat (no Python object per block): queues are doubly linked lists
 threaded through two ``array('i')`` of node ids, so LRU holds 17 bytes per block (an OrderedDict
@@ -484,7 +485,9 @@ def simulate(requests: Iterable[Sequence[int]], policy: EvictionPolicy,
     return hits, blocks
 
 
-POLICIES: dict[str, type[EvictionPolicy]] = {p.name: p for p in (LRUPolicy, ClassLRUPolicy)}
+from kvpool.core.eviction_session import SessionPolicy  # noqa: E402 (builds on the above)
+POLICIES: dict[str, type[EvictionPolicy]] = {
+    p.name: p for p in (LRUPolicy, ClassLRUPolicy, SessionPolicy)}
 
 
 def make_policy(name: str, capacity: int) -> EvictionPolicy:

@@ -1,7 +1,9 @@
-"""The adaptive machinery of ClassLRUPolicy: a frequency sketch and a shadow-cache tuner.
+"""The adaptive machinery of ClassLRUPolicy (a frequency sketch and a shadow-cache tuner) and
+of SessionPolicy (the sketch and a retention planner).
 
-Neither class knows block ids: both are keyed by content hash, so history survives block reuse
-and eviction, and both are bounded (the sketch is a fixed table; shadows hold a fixed count).
+None of them knows block ids: all are keyed by content hash, so history survives block reuse
+and eviction, and all are bounded (the sketch is a fixed table; shadows hold a fixed count; the
+planner follows a fixed sample of hashes for a bounded age).
 
 How a content hash is spread (``probe``). CRC-32 in C costs ~1/3 of one 64-bit big-int
 multiply chain in CPython, and it is deterministic (Python's ``hash()`` is salted per process)::
@@ -14,8 +16,12 @@ multiply chain in CPython, and it is deterministic (Python's ``hash()`` is salte
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections import OrderedDict
 from zlib import crc32
+
+import numpy as np
 
 from kvpool.errors import InvariantError
 
@@ -234,3 +240,249 @@ class BonusTuner:
             if s.bonus != g * s.capacity:
                 raise InvariantError("shadow bonus does not match its grid value")
             s.check_invariants()
+
+
+class RetentionPlanner:
+    """Invariant: ``open`` counts, per start-period slot, hash half and class, the followed
+    stints (releases of a followed hash) neither reused nor older than ``amax``; ``rec`` holds
+    the last release (half * nc + class, tick) of each followed hash; ``R`` has one retention
+    per class, in ticks, within ``[0, amax]``, non-decreasing in the level (class = session
+    class * levels + level) within each session class.
+
+    Chooses SessionPolicy's retentions. Statistics, per class and age bin (log spaced from 1/8
+    to 16 turnovers; ticks are the policy's operations): reuses (``ev``) and exposure
+    (stint-ticks spent at that age, ``ex``: counted for open stints too, so reuse that has not
+    come yet biases nothing), decayed with a half-life of half the history, 2 to 64 turnovers.
+    Hazard = ev / ex shrunk towards all classes' hazard by ``prior`` stints' worth of exposure;
+    survival S(a) = exp(-integrated hazard). Kept R ticks, a class costs ``rate * E[min(gap,
+    R)]`` blocks of the pool and earns ``rate * (1 - S(R))`` reuses per tick. The plan gives
+    the pool to the classes and retentions with the most reuses per block-tick (each class's
+    concave hull, filled greedily: a fractional knapsack), then pools adjacent levels that
+    would be kept in the wrong order and plans again (pool-adjacent-violators) until monotone.
+
+    How far to trust a class's own statistics is measured, not assumed: followed hashes fall in
+    two halves by a hash bit, and every CV plans each prior in PRIORS plans on one half and is
+    scored on the other (reuses within the pool's capacity). The best prior plans with both.
+    ``inf`` = one hazard for all: every class kept alike.
+    """
+
+    PRIORS = (1.0, 16.0, 256.0, float("inf"))
+    CV = 16  # plans between two choices of the prior
+    PLAN_TICKS = 2048  # at least this many ticks between plans (a plan costs ~2 ms)
+
+    def __init__(self, capacity: int, ns: int, nl: int, sample: int = 4096,
+                 period: int | None = None) -> None:
+        cap = max(capacity, 8)
+        self.cap, self.ns, self.nl = cap, ns, nl
+        self.nc = nc = ns * nl
+        self.edges = [0.0] + [cap * 2 ** (i / 2) for i in range(-6, 9)]
+        self.nbins = nb = len(self.edges) - 1
+        self.amax = self.edges[-1]
+        self.P = p = period or max(256, cap // 16)  # ticks per accounting period
+        self.G = g = int(self.amax // p) + 2  # start-period slots followed
+        self.every = max(1, self.PLAN_TICKS // p)  # periods per plan
+        frac = min(1.0, sample / cap)
+        # NOTE(sampling): 4k followed hashes (all of a smaller pool) keep the statistics
+        # faithful; a hash is followed iff (crc >> 12) < thr, its half is crc bit 11.
+        self.thr = max(1, int(frac * (1 << 20)))
+        self.budget = cap * self.thr / (1 << 20)  # the pool, in followed blocks
+        self.rec: dict[bytes, tuple[int, int]] = {}
+        self.opened: list[int] = []  # since the last period: slot * 2nc + half * nc + class
+        self.started = [0] * (2 * nc)  # ... releases, by half * nc + class
+        self.closed: list[int] = []  # ... stints reused, by start slot, half and class
+        self.reused: list[int] = []  # ... (half * nc + class) * nbins + age bin
+        self.open = np.zeros(g * 2 * nc)
+        self.ev = np.zeros((2 * nc, nb))
+        self.ex = np.zeros((2 * nc, nb))
+        self.st = np.zeros(2 * nc)
+        self.ticks = 0.0  # decayed ticks the statistics cover
+        self.period = 0
+        w = np.zeros((g, nb))  # w[m, j]: ticks of age bin j in a period at age m periods
+        for m in range(g):
+            lo, hi = max(0.0, (m - 0.5) * p), (m + 0.5) * p
+            for j in range(nb):
+                w[m, j] = max(0.0, min(hi, self.edges[j + 1]) - max(lo, self.edges[j]))
+        self.w = w
+        self.widths = np.diff(np.array(self.edges))
+        self.score = [0.0] * len(self.PRIORS)  # EWMA of each prior's held-out reuses
+        self.prior = self.PRIORS[-1]
+        self.R = [0.0] * nc  # all equal: plain LRU until there is evidence
+        self.plans = 0
+
+    def touch(self, h: bytes, k: int, t: int) -> None:
+        """Followed hash ``h`` was released at tick ``t`` into class ``k`` (+ nc: half 1)."""
+        rec = self.rec
+        r = rec.get(h)
+        if r is not None:
+            k0, t0 = r
+            gap = t - t0
+            if gap < self.amax:
+                self.reused.append(k0 * self.nbins + bisect_right(self.edges, gap) - 1)
+                self.closed.append((t0 // self.P) % self.G * 2 * self.nc + k0)
+        rec[h] = (k, t)
+        self.opened.append((t // self.P) % self.G * 2 * self.nc + k)
+        self.started[k] += 1
+
+    def tick(self) -> list[float] | None:
+        """End of a period: account exposure, age the statistics; a new plan or None."""
+        c, g, p, nc2 = self.period, self.G, self.P, 2 * self.nc
+        size = g * nc2
+        op = self.open
+        op += np.bincount(self.opened, minlength=size)[:size]
+        op -= np.bincount(self.closed, minlength=size)[:size]
+        self.st += self.started
+        self.ev += np.bincount(self.reused, minlength=nc2 * self.nbins).reshape(nc2, -1)
+        self.opened, self.closed, self.reused, self.started = [], [], [], [0] * nc2
+        self.ex += op.reshape(g, nc2)[(c - np.arange(g)) % g].T @ self.w
+        self.ticks += p
+        half = min(64.0 * self.cap, max(2.0 * self.cap, 0.5 * (c + 1) * p))
+        d = 0.5 ** (p / half)
+        self.ev *= d
+        self.ex *= d
+        self.st *= d
+        self.ticks *= d
+        self.period = c = c + 1
+        s = c % g  # the recycled slot: its stints reach amax unreused (censored)
+        op[s * nc2:(s + 1) * nc2] = 0.0
+        if c % (g // 2 + 1) == 0:  # forget hashes released amax ago (their stints are over)
+            lim = (c - g + 2) * p
+            self.rec = {h: r for h, r in self.rec.items() if r[1] >= lim}
+        if c < 4 or c % self.every or self.st.sum() <= 0:
+            return None
+        if self.plans % self.CV == 0:
+            self.choose_prior()
+        nc = self.nc
+        ev, ex, st = self.ev, self.ex, self.st
+        self.R = self.plan(ev[:nc] + ev[nc:], ex[:nc] + ex[nc:], st[:nc] + st[nc:],
+                           self.prior, self.budget)
+        self.plans += 1
+        return self.R
+
+    def choose_prior(self) -> None:
+        nc, b = self.nc, self.budget / 2
+        part = [(self.ev[x:x + nc], self.ex[x:x + nc], self.st[x:x + nc]) for x in (0, nc)]
+        for i, a in enumerate(self.PRIORS):
+            v = sum(self.value(self.plan(*part[h], a, b), *part[1 - h], b) for h in (0, 1))
+            self.score[i] += 0.5 * (v - self.score[i])
+        self.prior = self.PRIORS[max(range(len(self.PRIORS)), key=self.score.__getitem__)]
+
+    def hazard(self, ev: np.ndarray, ex: np.ndarray, prior: float) -> np.ndarray:
+        tot = ex.sum(0)
+        pool = np.divide(ev.sum(0), tot, out=np.zeros(self.nbins), where=tot > 0)
+        if prior == float("inf"):
+            return np.broadcast_to(pool, ev.shape)
+        a = prior * self.widths
+        return (ev + a * pool) / (ex + a)
+
+    def curves(self, haz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Survival and E[min(gap, a)] at the bin edges, per row of ``haz``."""
+        n = haz.shape[0]
+        hw = haz * self.widths
+        surv = np.exp(-np.concatenate([np.zeros((n, 1)), np.cumsum(hw, 1)], 1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inside = np.where(hw > 1e-12, -np.expm1(-hw) / haz, self.widths)
+        emin = np.concatenate([np.zeros((n, 1)), np.cumsum(surv[:, :-1] * inside, 1)], 1)
+        return surv, emin
+
+    def plan(self, ev: np.ndarray, ex: np.ndarray, st: np.ndarray, prior: float,
+             budget: float) -> list[float]:
+        """Retention per class: the knapsack, pooled until monotone in the level."""
+        nl = self.nl
+        pools = [[[lv] for lv in range(nl)] for _ in range(self.ns)]
+        while True:
+            groups = [[s * nl + lv for lv in grp] for s, ps in enumerate(pools) for grp in ps]
+            rg = self.solve(groups, ev, ex, st, prior, budget)
+            merged = False
+            i = 0
+            for ps in pools:
+                n = len(ps)
+                for a in range(n - 2, -1, -1):  # merge every violating pair, right to left
+                    if rg[i + a] > rg[i + a + 1]:
+                        ps[a:a + 2] = [ps[a] + ps[a + 1]]
+                        merged = True
+                i += n
+            if not merged:
+                break
+        r = [0.0] * self.nc
+        for grp, x in zip(groups, rg, strict=True):
+            for k in grp:
+                r[k] = x
+        return r
+
+    def solve(self, groups: list[list[int]], ev: np.ndarray, ex: np.ndarray, st: np.ndarray,
+              prior: float, budget: float) -> list[float]:
+        """Retention per group of classes (statistics summed) within ``budget`` blocks."""
+        n = len(groups)
+        m = np.zeros((n, self.nc))
+        for i, grp in enumerate(groups):
+            m[i, grp] = 1.0
+        surv, emin = self.curves(self.hazard(m @ ev, m @ ex, prior))
+        rate = (m @ st) / max(self.ticks, 1e-9)
+        cost = (rate[:, None] * emin).tolist()
+        gain = (rate[:, None] * (1.0 - surv)).tolist()
+        segs = []  # (reuses per block-tick, group, from edge, to edge, blocks)
+        for k in range(n):
+            cs, hs = cost[k], gain[k]
+            hull = [0]
+            for j in range(1, self.nbins + 1):
+                cj, hj = cs[j], hs[j]
+                while len(hull) >= 2:
+                    i0, i1 = hull[-2], hull[-1]
+                    if (hs[i1] - hs[i0]) * (cj - cs[i0]) > (hj - hs[i0]) * (cs[i1] - cs[i0]):
+                        break
+                    hull.pop()
+                hull.append(j)
+            for i0, i1 in zip(hull, hull[1:]):
+                dc = cs[i1] - cs[i0]
+                if dc > 0 and hs[i1] > hs[i0]:
+                    segs.append(((hs[i1] - hs[i0]) / dc, k, i0, i1, dc))
+        if sum(c[-1] for c in cost) <= budget:
+            return [self.amax] * n  # everything fits: retention is no constraint
+        segs.sort(key=lambda x: -x[0])
+        r = [0.0] * n
+        e = self.edges
+        i = 0
+        while i < len(segs):  # densest first; equal densities share a shortfall evenly
+            j = i + 1
+            while j < len(segs) and segs[j][0] >= segs[i][0] * (1 - 1e-9):
+                j += 1
+            need = sum(x[4] for x in segs[i:j])
+            f = min(1.0, budget / need)
+            for _, k, i0, i1, _ in segs[i:j]:
+                r[k] = e[i0] + f * (e[i1] - e[i0])
+            if f < 1.0:
+                break
+            budget -= need
+            i = j
+        return r  # what is left over buys no reuse: the pool keeps it anyway, evicting later
+
+    def value(self, r: list[float], ev: np.ndarray, ex: np.ndarray, st: np.ndarray,
+              budget: float) -> float:
+        """Reuses per tick that retentions ``r`` get on these statistics, scaled down by the
+        share of them that ``budget`` blocks can hold."""
+        haz = self.hazard(ev, ex, 1.0)
+        surv, emin = self.curves(haz)
+        rate = (st / max(self.ticks, 1e-9)).tolist()
+        gain = cost = 0.0
+        e = self.edges
+        for k in range(self.nc):
+            if rate[k] <= 0:
+                continue
+            j = min(bisect_right(e, r[k]) - 1, self.nbins - 1)
+            x, h, s0 = r[k] - e[j], float(haz[k, j]), float(surv[k, j])
+            s = s0 * math.exp(-h * x)
+            gain += rate[k] * (1.0 - s)
+            cost += rate[k] * (emin[k, j] + ((s0 - s) / h if h > 1e-12 else s0 * x))
+        return gain * min(1.0, budget / cost) if cost > 0 else gain
+
+    def check_invariants(self) -> None:
+        if self.open.min() < 0:
+            raise InvariantError("planner: negative open stint count")
+        r = self.R
+        if len(r) != self.nc or not all(0.0 <= x <= self.amax for x in r):
+            raise InvariantError("planner: retention out of range")
+        for s in range(self.ns):
+            if r[s * self.nl:(s + 1) * self.nl] != sorted(r[s * self.nl:(s + 1) * self.nl]):
+                raise InvariantError(f"planner: session class {s} kept out of level order")
+        if sum(self.started) != len(self.opened) or len(self.closed) != len(self.reused):
+            raise InvariantError("planner: release and reuse records out of step")

@@ -20,7 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvpool.core.eviction import (POLICIES, ClassLRUPolicy, EvictionPolicy, LRUPolicy,
                                   make_policy, simulate)
-from kvpool.core.eviction_adaptive import BonusTuner, FrequencySketch, probe
+from kvpool.core.eviction_adaptive import BonusTuner, FrequencySketch, RetentionPlanner, probe
+from kvpool.core.eviction_session import NL, PEND, SessionPolicy
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
 
 SHARED = Path(os.environ.get("KVPOOL_SHARED", Path(__file__).resolve().parents[3] / "shared"))
@@ -35,12 +36,14 @@ def small(name: str, capacity: int) -> EvictionPolicy:
     """A policy sized for tests (ClassLRU with a small sketch, so invariants stay cheap)."""
     if name == "classlru":
         return ClassLRUPolicy(capacity, sketch_min_bits=8)
+    if name == "session":
+        return SessionPolicy(capacity, sketch_min_bits=8)
     return make_policy(name, capacity)
 
 
 # ---------------------------------------------------------------- interface, registry
 def test_registry_and_make_policy():
-    assert set(POLICIES) == {"lru", "classlru"}
+    assert set(POLICIES) == {"lru", "classlru", "session"}
     for name, cls in POLICIES.items():
         p = make_policy(name, 8)
         assert type(p) is cls and p.name == name and isinstance(p, EvictionPolicy)
@@ -209,6 +212,80 @@ def test_classlru_tuner_moves_off_lru_on_a_scan_heavy_stream():
     p.check_invariants()
 
 
+# ---------------------------------------------------------------- Session behaviour
+def test_session_files_a_run_by_session_and_level():
+    p = SessionPolicy(16, sketch_min_bits=8)
+    for b, d in ((0, 3), (1, 2)):  # a request's blocks, tail first
+        p.insert(b, key(10 + b), d, 0.0)
+    assert p.queue(PEND) == [0, 1]  # the session is unknown until depth 1
+    p.insert(2, key(12), 1, 0.0)  # depth 1 names it: new (session class 0)
+    p.insert(3, key(0), 0, 0.0)
+    assert p.queue(PEND) == [] and p.queue(0) == [0] and p.queue(1) == [1, 2, 3]
+    for b in (3, 2, 1):  # the next turn: revived, a new tail block 4, released again
+        p.on_hit(p._hash[b])
+        p.remove(b)
+    for b, d in ((4, 3), (1, 2), (2, 1), (3, 0)):
+        p.insert(b, key(14) if b == 4 else p._hash[b], d, 0.0)
+    # the session came back within a turnover (class 1): tail, and blocks used twice
+    assert p.queue(NL) == [4] and p.queue(NL + 2) == [1, 2, 3] and p.queue(0) == [0]
+    p.insert(5, key(20), 5, 0.0)
+    p.insert(6, key(21), 2, 0.0)  # not depth 4: the run of block 5 ended unfinished
+    assert p.queue(PEND) == [6] and p.queue(0) == [0, 5]
+    assert [p.evict() for _ in range(7)] == [0, 4, 1, 2, 3, 5, 6]  # release order, PEND last
+    p.check_invariants()
+
+
+def test_session_is_lru_until_it_plans():
+    rng = random.Random(6)
+    reqs = [[0] + [rng.randrange(400) for _ in range(rng.randint(1, 8))] for _ in range(900)]
+    p = SessionPolicy(60, sketch_min_bits=8)
+    p._planner.tick = lambda: None
+    assert simulate(reqs, p, 60) == reference_lru(reqs, 60)
+
+
+def feed(pl: RetentionPlanner, reused: int, spare: int | None, ticks: int) -> None:
+    """Releases alternate: one of 64 hashes cycled (back every 128 ticks) into class
+    ``reused``, and a one-off hash into class ``spare`` (None: none)."""
+    for t in range(ticks):
+        if t % 2:
+            pl.touch(key(t % 128 + 10**6), reused, t)
+        elif spare is not None:
+            pl.touch(key(t), spare, t)
+        if t % pl.P == pl.P - 1:
+            pl.tick()
+
+
+def test_planner_keeps_reused_classes_and_drops_one_off_ones():
+    pl = RetentionPlanner(64, 1, 2, period=16)  # the 64 reused hashes fill the pool
+    pl.every = 1
+    feed(pl, reused=1, spare=0, ticks=6000)
+    assert pl.R[0] == 0.0 and pl.R[1] >= 128
+    pl.check_invariants()
+    pooled = RetentionPlanner(64, 1, 2, period=16)  # reuse in level 0 only: out of order
+    pooled.every = 1
+    feed(pooled, reused=0, spare=1, ticks=6000)
+    assert pooled.R[0] == pooled.R[1] > 0  # pooled: a chain never loses its head first
+    assert pooled.open.sum() <= (pooled.amax + 2 * pooled.P) / 2 + 64  # censored at amax
+
+
+def test_planner_keeps_everything_when_it_fits():
+    pl = RetentionPlanner(1024, 1, 2, period=64)
+    pl.every = 1
+    feed(pl, reused=1, spare=None, ticks=3000)
+    assert pl.R == [pl.amax, pl.amax] and pl.plans
+
+
+def test_session_beats_lru_when_one_off_sessions_flood():
+    rng = random.Random(8)
+    sess = [[0, 10**6 + s] + [rng.randrange(10**9) for _ in range(10)] for s in range(60)]
+    reqs = []
+    for r in range(5000):  # 60 returning sessions (~600 blocks) in a stream of one-offs
+        reqs.append(sess[r % 60] if r % 3 == 0 else [0] + [rng.randrange(10**9) for _ in range(12)])
+    p = SessionPolicy(400)
+    assert simulate(reqs, p, 400)[0] > 1.5 * simulate(reqs, LRUPolicy(400), 400)[0]
+    p.check_invariants()
+
+
 # ---------------------------------------------------------------- sketch and tuner parts
 def test_sketch_never_undercounts_and_halves():
     sk = FrequencySketch(16, min_bits=8)
@@ -327,10 +404,20 @@ class PolicyMachine(RuleBasedStateMachine):
         self.p.check_invariants()
 
 
+class PlanningSessionMachine(PolicyMachine):
+    """SessionPolicy planning every 2 operations: retention changes under live queues."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = SessionPolicy(8, sketch_min_bits=8, period=2)
+        self.p._planner.every = 1
+
+
 MACHINE_SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None)
 for _name in sorted(POLICIES):
     _cls = type(f"{_name.capitalize()}Machine", (PolicyMachine,), {"name": _name})
     globals()[f"Test{_name.capitalize()}Machine"] = MACHINE_SETTINGS(_cls).TestCase
+TestPlanningSessionMachine = MACHINE_SETTINGS(PlanningSessionMachine).TestCase
 
 
 def test_check_invariants_catches_corruption():
@@ -346,6 +433,12 @@ def test_check_invariants_catches_corruption():
     q._stamp[0] = 99
     with pytest.raises(AssertionError):  # InvariantError is an AssertionError
         q.check_invariants()
+    s = SessionPolicy(8, sketch_min_bits=8)
+    for b in range(3):
+        s.insert(b, key(b), 0, 0.0)
+    s._heap.clear()
+    with pytest.raises(InvariantError):
+        s.check_invariants()
 
 
 # ---------------------------------------------------------------- trace replay
@@ -392,9 +485,10 @@ def test_lru_replay_equals_reference_on_generated_prefixes():
         assert simulate(reqs, LRUPolicy(cap), cap) == reference_lru(reqs, cap)
 
 
-def test_classlru_replay_keeps_invariants():
+@pytest.mark.parametrize("cls", [ClassLRUPolicy, SessionPolicy])
+def test_adaptive_replay_keeps_invariants(cls):
     reqs = load(1500)
-    p = ClassLRUPolicy(500)
+    p = cls(500)
     hits, blocks = simulate(reqs, p, 500)
     assert 0 < hits <= blocks and len(p) == 500
     p.check_invariants()
