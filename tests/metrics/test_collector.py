@@ -87,3 +87,64 @@ def test_lean_renderer_matches_prometheus_client_line_for_line():
     # may differ
     assert ours.splitlines() == [line for line in ref.splitlines() if "_created" not in line]
     assert 'le="+Inf"' in ours
+
+
+# --- LatencyHistogram: the lean histogram against a plain model and prometheus_client ---
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from prometheus_client import CollectorRegistry, Histogram, generate_latest  # noqa: E402
+
+from kvpool.metrics.collector import LATENCY_BUCKETS, LatencyHistogram  # noqa: E402
+
+amounts = st.floats(min_value=0, max_value=1e7, allow_nan=False) | st.sampled_from(
+    [0.0, *LATENCY_BUCKETS])  # exact bounds: `le` is inclusive
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(amounts, max_size=40))
+def test_histogram_matches_a_model_and_prometheus_client(values):
+    reg = CollectorRegistry()
+    ours = LatencyHistogram("h_seconds", "doc", LATENCY_BUCKETS)
+    reg.register(ours)
+    ref_reg = CollectorRegistry()
+    ref = Histogram("h_seconds", "doc", buckets=LATENCY_BUCKETS, registry=ref_reg)
+    for v in values:
+        ours.observe(v)
+        ref.observe(v)
+    cum, total = ours.values()
+    bounds = list(LATENCY_BUCKETS) + [math.inf]
+    assert cum == [sum(1 for v in values if v <= b) for b in bounds]
+    assert total == pytest.approx(sum(values))
+    out: list[str] = []
+    ours.lines(out)
+    expected = [line for line in generate_latest(ref_reg).decode().splitlines()
+                if "_created" not in line]
+    assert "".join(out).splitlines() == expected
+    assert generate_latest(reg).decode().splitlines() == expected
+
+
+def test_histogram_counts_every_observation_from_many_threads():
+    h = LatencyHistogram("h_seconds", "doc", (0.5, 1.0))
+    per, n = 5000, 4
+
+    def work(i):
+        for k in range(per):
+            h.observe((k + i) % 3 * 0.5)  # 0.0, 0.5, 1.0: every bucket but +Inf
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cum, total = h.values()
+    assert cum[-1] == per * n and cum[1] == cum[2]
+    assert total == pytest.approx(sum((k + i) % 3 * 0.5 for i in range(n) for k in range(per)))
+
+
+def test_histogram_rejects_unsorted_buckets():
+    with pytest.raises(ValueError, match="strictly increasing"):
+        LatencyHistogram("h_seconds", "doc", (1.0, 0.5))
