@@ -7,8 +7,9 @@ Per layer, for the flattened new tokens of a step:
    * multi-token queries (prefill chunks) run one SDPA call each. A fresh prefill uses the new
      K/V directly with ``is_causal=True``; a chunk with ``start > 0`` gathers its context blocks
      ``[0, start + q_len)`` from the pool and uses an explicit position-relative mask;
-   * single-token queries (decodes) are batched: one padded gather of their block tables and
-     one SDPA call with a per-row key-validity bias.
+   * single-token queries (decodes) are batched in groups of similar context width
+     (``batch.GROUP_RATIO``): per group one padded gather of their block tables and one SDPA
+     call with a per-row key-validity bias.
 
 GQA uses SDPA's ``enable_gqa``: query head ``j`` reads KV head ``j // (num_heads //
 num_kv_heads)``, the pairing of ``repeat_interleave`` (not ``repeat``), without materializing the
@@ -22,7 +23,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .batch import PreparedBatch, PrefillSpan
+from .batch import DecodeGroup, PreparedBatch, PrefillSpan
 
 __all__ = ["PagedAttention"]
 
@@ -56,11 +57,11 @@ class PagedAttention:
         if prep.num_decodes == 0 and len(prep.prefills) == 1:
             return self._prefill(q, k, v, kv, layer, prep.prefills[0])
         out = torch.empty_like(q)
-        if prep.num_decodes:
-            dec_out = self._decode(q, kv, layer, prep)
-            if prep.decode_token_index is None:
+        for group in prep.decode_groups:
+            dec_out = self._decode(q, kv, layer, group)
+            if group.rows is None:
                 return dec_out  # every row is a decode, in order
-            out.index_copy_(0, prep.decode_token_index, dec_out)
+            out.index_copy_(0, group.rows, dec_out)
         for span in prep.prefills:
             out[span.token_start:span.token_end] = self._prefill(q, k, v, kv, layer, span)
         return out
@@ -83,15 +84,14 @@ class PagedAttention:
         return out.squeeze(0).transpose(0, 1)
 
     def _decode(self, q: torch.Tensor, kv: torch.Tensor, layer: int,
-                prep: PreparedBatch) -> torch.Tensor:
-        table, bias = prep.decode_block_table, prep.decode_key_bias
-        assert table is not None and bias is not None
+                group: DecodeGroup) -> torch.Tensor:
+        table, bias = group.block_table, group.key_bias
         num = table.shape[0]
         flat = table.reshape(-1)
         # [N, L, Hkv, D] gathered, viewed as [N, Hkv, L, D] without a copy.
         keys = self._gather(kv, layer, 0, flat).view(num, -1, self.num_kv_heads, self.head_dim)
         values = self._gather(kv, layer, 1, flat).view(num, -1, self.num_kv_heads, self.head_dim)
-        qd = q if prep.decode_token_index is None else q.index_select(0, prep.decode_token_index)
+        qd = q if group.rows is None else q.index_select(0, group.rows)
         # NOTE(padding): padded and past-the-end slots are masked out; their stale bytes are
         # finite (pools are zero-filled and only ever hold real K/V), so they contribute 0.
         out = F.scaled_dot_product_attention(

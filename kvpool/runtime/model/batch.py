@@ -24,7 +24,14 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["PagedBatch", "PreparedBatch", "PrefillSpan", "SeqChunk"]
+__all__ = ["DecodeGroup", "PagedBatch", "PreparedBatch", "PrefillSpan", "SeqChunk"]
+
+# Decodes are batched in groups of similar context width (blocks): a group holds widths in
+# (max / GROUP_RATIO, max], so padding wastes under half of a group's gather and attention
+# work (one padded batch over widths 1..48 wastes about half); a group smaller than
+# MIN_GROUP_ROWS joins the next wider one (each group costs a gather and an SDPA call per layer).
+GROUP_RATIO = 2
+MIN_GROUP_ROWS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +83,15 @@ class PrefillSpan:
 
 
 @dataclass(slots=True)
+class DecodeGroup:
+    """Single-token queries attended together: one padded gather and one SDPA call per layer."""
+
+    rows: torch.Tensor | None  # [G] long rows of the flattened tokens; None: every row, in order
+    block_table: torch.Tensor  # [G, width] long, padded with a valid id
+    key_bias: torch.Tensor  # [G, 1, 1, width * block_size] 0 / -inf
+
+
+@dataclass(slots=True)
 class PreparedBatch:
     """Tensor form of a :class:`PagedBatch`, built once per forward and shared by every layer."""
 
@@ -85,13 +101,11 @@ class PreparedBatch:
     slot_offsets: torch.Tensor  # [T] long, offset inside that block
     last_token_index: torch.Tensor  # [S] long, row of each sequence's last token
     prefills: list[PrefillSpan]
-    decode_token_index: torch.Tensor | None  # [D] long rows of 1-token queries; None: all rows
-    decode_block_table: torch.Tensor | None  # [D, max_blocks] long, padded with a valid id
-    decode_key_bias: torch.Tensor | None  # [D, 1, 1, max_blocks * block_size] 0 / -inf
+    decode_groups: list[DecodeGroup]  # the 1-token queries, grouped by context width
 
     @property
     def num_decodes(self) -> int:
-        return 0 if self.decode_block_table is None else self.decode_block_table.shape[0]
+        return sum(g.block_table.shape[0] for g in self.decode_groups)
 
     @classmethod
     def build(cls, batch: PagedBatch, *, block_size: int, num_blocks: int, vocab_size: int,
@@ -153,21 +167,8 @@ class PreparedBatch:
         if ids_cpu.min() < 0 or ids_cpu.max() >= vocab_size:
             raise ValueError(f"token ids must lie in [0, {vocab_size}), got "
                              f"min={int(ids_cpu.min())} max={int(ids_cpu.max())}")
-        dec_index = dec_table = dec_bias = None
-        if dec_rows:
-            if len(dec_rows) != row:  # mixed batch: decodes are a subset of the rows
-                dec_index = torch.tensor(dec_rows, dtype=torch.long, device=device)
-            width = max(len(t) for t in dec_tables)
-            # NOTE(padding): pad with the row's first block, a real id, so the gather stays in
-            # bounds; the validity mask hides those keys (and any stale bytes past ctx).
-            dec_table = torch.tensor([t + [t[0]] * (width - len(t)) for t in dec_tables],
-                                     dtype=torch.long, device=device)
-            ctx_t = torch.tensor(dec_ctx, dtype=torch.long, device=device)[:, None]
-            key_pos = torch.arange(width * block_size, device=device)[None, :]
-            visible = key_pos < ctx_t
-            if sliding_window is not None:
-                visible &= key_pos > ctx_t - 1 - sliding_window
-            dec_bias = _bias(visible, dtype)[:, None, None, :]
+        groups = _decode_groups(dec_rows, dec_tables, dec_ctx, row, block_size, sliding_window,
+                                device, dtype)
         # One host->device transfer for the three per-token index rows.
         pos_slots = torch.tensor((positions, slot_blocks, slot_offsets), dtype=torch.long,
                                  device=device)
@@ -178,10 +179,49 @@ class PreparedBatch:
             slot_offsets=pos_slots[2],
             last_token_index=torch.tensor(last_rows, dtype=torch.long, device=device),
             prefills=prefills,
-            decode_token_index=dec_index,
-            decode_block_table=dec_table,
-            decode_key_bias=dec_bias,
+            decode_groups=groups,
         )
+
+
+def _decode_groups(rows: list[int], tables: list[list[int]], ctx: list[int], num_rows: int,
+                   block_size: int, sliding_window: int | None, device: torch.device,
+                   dtype: torch.dtype) -> list[DecodeGroup]:
+    """Split the decodes into :class:`DecodeGroup` s of similar width (see GROUP_RATIO)."""
+    if not rows:
+        return []
+    order = sorted(range(len(rows)), key=lambda i: len(tables[i]), reverse=True)
+    parts: list[list[int]] = []
+    for i in order:  # widest first; a new part once the width drops below max / GROUP_RATIO
+        if parts and len(tables[i]) * GROUP_RATIO > len(tables[parts[-1][0]]):
+            parts[-1].append(i)
+        else:
+            parts.append([i])
+    merged: list[list[int]] = []
+    for part in parts:  # a small part joins the wider part before it
+        if merged and len(part) < MIN_GROUP_ROWS:
+            merged[-1].extend(part)
+        else:
+            merged.append(part)
+    if len(merged) == 1:
+        merged[0].sort()  # one group: keep row order (the all-decode fast path needs it)
+    groups = []
+    for part in merged:
+        part_rows = [rows[i] for i in part]
+        width = len(tables[part[0]]) if len(merged) > 1 else max(len(tables[i]) for i in part)
+        # NOTE(padding): pad with the row's first block, a real id, so the gather stays in
+        # bounds; the validity mask hides those keys (and any stale bytes past ctx).
+        table = torch.tensor([tables[i] + [tables[i][0]] * (width - len(tables[i]))
+                              for i in part], dtype=torch.long, device=device)
+        ctx_t = torch.tensor([ctx[i] for i in part], dtype=torch.long, device=device)[:, None]
+        key_pos = torch.arange(width * block_size, device=device)[None, :]
+        visible = key_pos < ctx_t
+        if sliding_window is not None:
+            visible &= key_pos > ctx_t - 1 - sliding_window
+        all_rows = len(merged) == 1 and len(part_rows) == num_rows
+        groups.append(DecodeGroup(
+            rows=None if all_rows else torch.tensor(part_rows, dtype=torch.long, device=device),
+            block_table=table, key_bias=_bias(visible, dtype)[:, None, None, :]))
+    return groups
 
 
 def _prefill_span(row: int, q_len: int, start: int, blocks: Sequence[int],

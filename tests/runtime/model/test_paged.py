@@ -184,3 +184,60 @@ def test_paged_attention_matches_naive_gqa():
                               kernel.scale)
         torch.testing.assert_close(out[row:row + n - s], ref, atol=1e-5, rtol=1e-5)
         row += n - s
+
+
+@settings(max_examples=60, deadline=None)
+@given(widths=st.lists(st.integers(1, 70), min_size=1, max_size=80),
+       prefill_rows=st.integers(0, 3))
+def test_decode_groups_partition_the_decodes(widths, prefill_rows):
+    from kvpool.runtime.model.batch import GROUP_RATIO, MIN_GROUP_ROWS, _decode_groups
+    bs = 4
+    rows = [prefill_rows + i for i in range(len(widths))]  # decodes after the prefill rows
+    tables = [list(range(w)) for w in widths]
+    ctx = [w * bs - 1 for w in widths]
+    groups = _decode_groups(rows, tables, ctx, prefill_rows + len(widths), bs, None,
+                            torch.device("cpu"), torch.float32)
+    seen = []
+    for g in groups:
+        got = list(range(len(widths))) if g.rows is None else [r - prefill_rows
+                                                               for r in g.rows.tolist()]
+        seen += got
+        width = g.block_table.shape[1]
+        assert width == max(widths[i] for i in got)  # padded exactly to the widest member
+        assert g.key_bias.shape == (len(got), 1, 1, width * bs)
+        for k, i in enumerate(got):  # each row sees exactly its own context
+            assert int((g.key_bias[k, 0, 0] == 0).sum()) == ctx[i]
+        if len(groups) > 1:  # groups are apart: nothing narrower than max / ratio unless small
+            narrow = [i for i in got if widths[i] * GROUP_RATIO <= width]
+            assert not narrow or len(got) - len(narrow) < MIN_GROUP_ROWS or len(narrow) \
+                < MIN_GROUP_ROWS
+    assert sorted(seen) == list(range(len(widths)))
+    assert (groups[0].rows is None) == (len(groups) == 1 and prefill_rows == 0)
+
+
+def test_grouped_decodes_match_each_sequence_alone(tiny):
+    """Decodes of very different lengths land in several width groups, mixed with prefills;
+    each row's logits equal that sequence's decode run alone."""
+    cfg, model = tiny
+    rng = random.Random(3)
+    bs = 4
+    lens = [60, 1, 2, 3, 5, 9, 17, 33, 61, 62, 3, 4, 30, 31, 2, 1, 8, 16, 17, 18, 40, 41,
+            58, 59, 57, 63, 56, 55, 7, 6, 3, 2]
+    seqs = [[rng.randrange(3, 512) for _ in range(n + 1)] for n in lens]
+    kv = allocate_kv_cache(400, cfg, bs, torch.float32, "cpu")
+    free = list(range(400))
+    rng.shuffle(free)
+    tables = [[free.pop() for _ in range(-(-len(s) // bs))] for s in seqs]
+    model(PagedBatch([SeqChunk(s[:-1], 0, t) for s, t in zip(seqs, tables)]), kv)  # prefill
+    prompt = [rng.randrange(3, 512) for _ in range(7)]
+    ptable = [free.pop() for _ in range(2)]
+    batch = [SeqChunk(s[-1:], len(s) - 1, t) for s, t in zip(seqs, tables)]
+    batch.insert(5, SeqChunk(prompt, 0, ptable))
+    out = model(PagedBatch(batch), kv)
+    for i, (s, t) in enumerate(zip(seqs, tables)):
+        alone_kv = allocate_kv_cache(len(t) + 1, cfg, bs, torch.float32, "cpu")
+        own = list(range(len(t)))
+        model(PagedBatch([SeqChunk(s[:-1], 0, own)]), alone_kv)
+        alone = model(PagedBatch([SeqChunk(s[-1:], len(s) - 1, own)]), alone_kv)[0]
+        torch.testing.assert_close(out[i if i < 5 else i + 1], alone, atol=ATOL, rtol=1e-4)
+    assert len(model.prepare(PagedBatch(batch), kv).decode_groups) >= 2  # the case under test
