@@ -269,6 +269,7 @@ class RetentionPlanner:
     PRIORS = (1.0, 16.0, 256.0, float("inf"))
     CV = 16  # plans between two choices of the prior
     PLAN_TICKS = 2048  # at least this many ticks between plans (a plan costs ~2 ms)
+    HALF_MAX = 64.0  # the statistics' half-life is at most this many turnovers
 
     def __init__(self, capacity: int, ns: int, nl: int, sample: int = 4096,
                  period: int | None = None) -> None:
@@ -335,7 +336,7 @@ class RetentionPlanner:
         self.opened, self.closed, self.reused, self.started = [], [], [], [0] * nc2
         self.ex += op.reshape(g, nc2)[(c - np.arange(g)) % g].T @ self.w
         self.ticks += p
-        half = min(64.0 * self.cap, max(2.0 * self.cap, 0.5 * (c + 1) * p))
+        half = min(self.HALF_MAX * self.cap, max(2.0 * self.cap, 0.5 * (c + 1) * p))
         d = 0.5 ** (p / half)
         self.ev *= d
         self.ex *= d

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from typing import ClassVar
 from zlib import crc32
 
 from kvpool.core.eviction import _CLASS, ABSENT, PENDING, LinkedQueuesPolicy
@@ -66,6 +67,10 @@ class SessionPolicy(LinkedQueuesPolicy):
 
     name = "session"
     K = _K
+    NS: ClassVar[int] = NS  # session classes (a subclass may file runs differently)
+    NL: ClassVar[int] = NL  # block levels (at most 8: ``_feat & 7``)
+    LEVEL: ClassVar[bytes] = bytes(1 + c for c in _CLASS)  # level of a non-tail block by its
+    # use count estimate (level 0 is the run's tail)
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20, sample: int = 4096,
                  period: int | None = None) -> None:
@@ -80,12 +85,13 @@ class SessionPolicy(LinkedQueuesPolicy):
         self._mask = (1 << sk.bits) - 1
         self._jshift = 32 - sk.bits
         self._hit: tuple = (None, 0, 0, 0)  # (hash, i, j, crc) of the last on_hit
-        pl = self._planner = RetentionPlanner(scale, NS, NL, sample, period)
+        pl = self._planner = RetentionPlanner(scale, self.NS, self.NL, sample, period)
         self._thr = pl.thr
         self._due = pl.P  # clock of the next planning period
         self._R = list(pl.R)
         self._heap: list[tuple[float, int]] = []
         self._rdepth = -2  # depth of the last insert (a run continues at depth - 1)
+        self._rlen = 0  # blocks of the run in progress (its first depth + 1)
         self._rsc = 0  # session class of the run in progress, once known
         bits = max(12, (scale - 1).bit_length() - 1)  # ~capacity / 2 sessions, >= 4096
         self._smask = (1 << bits) - 1
@@ -144,12 +150,14 @@ class SessionPolicy(LinkedQueuesPolicy):
         """The run is complete (session class ``sc``): move its blocks to their classes."""
         nxt, prev, feat, stamp = self._next, self._prev, self._feat, self._stamp
         where, R, heap, K = self._where, self._R, self._heap, self.K
-        base = sc * NL
-        n = nxt[PEND]
-        nxt[PEND] = PEND
-        prev[PEND] = PEND
+        pend = K - 1
+        nc = pend
+        base = sc * self.NL
+        n = nxt[pend]
+        nxt[pend] = pend
+        prev[pend] = pend
         touch = self._planner.touch
-        while n != PEND:
+        while n != pend:
             succ = nxt[n]
             b = n - K
             f = feat[b]
@@ -163,7 +171,7 @@ class SessionPolicy(LinkedQueuesPolicy):
             prev[q] = n
             where[b] = q
             if f & SAMPLED:
-                touch(self._hash[b], q + NC if f & HALF else q, stamp[b])
+                touch(self._hash[b], q + nc if f & HALF else q, stamp[b])
             n = succ
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
@@ -172,7 +180,8 @@ class SessionPolicy(LinkedQueuesPolicy):
             self._grow(block_id)
             where = self._where
         w = where[block_id]
-        if w <= PEND:
+        pend = self.K - 1
+        if w <= pend:
             raise InvalidBlockError(f"block {block_id} is already evictable")
         if self._memo is not None:
             memo = self._take_memo(block_hash)
@@ -184,7 +193,7 @@ class SessionPolicy(LinkedQueuesPolicy):
                 where[block_id] = q
                 self._hash[block_id] = block_hash
                 self._len += 1
-                if pred == q and q < PEND:  # the new head may key lower
+                if pred == q and q < pend:  # the new head may key lower
                     heapq.heappush(self._heap, (self._stamp[block_id] + self._R[q], q))
                 return
         t = self._table
@@ -220,23 +229,25 @@ class SessionPolicy(LinkedQueuesPolicy):
         if clock >= self._due:
             self._replan()
         cont = depth == self._rdepth - 1
-        if not cont and self._prev[PEND] != PEND:
-            self._file(0)  # an unfinished run: its session stays unknown
+        if not cont:
+            if self._prev[pend] != pend:
+                self._file(0)  # an unfinished run: its session stays unknown
+            self._rlen = depth + 1
         self._rdepth = depth
-        lvl = 1 + _CLASS[m] if cont or depth == 0 else 0
+        lvl = self.LEVEL[m] if cont or depth == 0 else 0
         self._feat[block_id] = (lvl | SAMPLED | (c >> 5) & HALF) if (c >> 12) < self._thr else lvl
         self._stamp[block_id] = clock
         self._hash[block_id] = block_hash
         self._len += 1
-        node = block_id + _K  # link at the tail of PEND
+        node = block_id + pend + 1  # link at the tail of PEND
         prev = self._prev
-        last = prev[PEND]
+        last = prev[pend]
         prev[node] = last
         nxt = self._next
-        nxt[node] = PEND
+        nxt[node] = pend
         nxt[last] = node
-        prev[PEND] = node
-        where[block_id] = PEND
+        prev[pend] = node
+        where[block_id] = pend
         if depth <= 1:
             if depth == 1 or not cont:
                 self._rsc = self.session_class(block_hash)
@@ -249,7 +260,7 @@ class SessionPolicy(LinkedQueuesPolicy):
         if r is not None and r != self._R:
             self._R = list(r)
             nxt, st, K = self._next, self._stamp, self.K
-            self._heap = [(st[nxt[q] - K] + r[q], q) for q in range(NC) if nxt[q] != q]
+            self._heap = [(st[nxt[q] - K] + r[q], q) for q in range(K - 1) if nxt[q] != q]
             heapq.heapify(self._heap)
 
     def remove(self, block_id: int) -> None:
@@ -281,8 +292,8 @@ class SessionPolicy(LinkedQueuesPolicy):
             else:
                 heapq.heappop(heap)
             return b
-        if nxt[PEND] != PEND:
-            return self._unlink_head(PEND)
+        if nxt[K - 1] != K - 1:
+            return self._unlink_head(K - 1)
         raise IndexError("evict from an empty SessionPolicy")
 
     def check_invariants(self) -> None:
@@ -290,12 +301,15 @@ class SessionPolicy(LinkedQueuesPolicy):
         best: dict[int, float] = {}
         for key, q in self._heap:
             best[q] = min(key, best.get(q, key))
-        for q in range(NC):
+        nl = self.NL
+        if self.K != self.NS * nl + 1 or not 1 <= nl <= 8:
+            raise InvariantError(f"K={self.K} does not fit NS={self.NS} x NL={nl} + 1")
+        for q in range(self.K - 1):
             blocks = self.queue(q)
             stamps = [self._stamp[b] for b in blocks]
             if stamps != sorted(stamps) or any(s > self._clock for s in stamps):
                 raise InvariantError(f"class {q} is not in release order")
-            if any((self._feat[b] & 7) != q % NL for b in blocks):
+            if any((self._feat[b] & 7) != q % nl for b in blocks):
                 raise InvariantError(f"class {q} holds a block of another level")
             if blocks and not best.get(q, float("inf")) <= stamps[0] + self._R[q]:
                 raise InvariantError(f"class {q} has no heap entry at or below its head key")
