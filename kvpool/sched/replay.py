@@ -2,11 +2,15 @@
 
     kvpool replay TRACE --instant --policy lru --capacity-blocks 16000 --json out.json
     kvpool replay TRACE --limit 2000 --num-blocks 32768 --json timed.json --plot timed.png
+    kvpool replay TRACE --limit 2000 --arrival-scale 2 --prefill-tokens-per-s 60000
 
 ``--instant``: cache-policy replay with the semantics of ``../shared/anchors/trace_hits.py``
 (see ``replay_instant``); JSON key ``hit_rate``. Otherwise a timed discrete-event replay
 through the real Scheduler (see ``replay_timed``): TTFT / queueing (p50, p99), throughput,
-prefix hit rate, preemptions by mode, swaps, peak usage.
+prefix hit rate, preemptions by mode, swaps, peak usage. The step-time cost model defaults to
+an 8B Llama on one H200-class GPU (``replay_timed.StepCost``); the Mooncake trace was served by
+a cluster, so at its own rate one such GPU queues: ``--arrival-scale`` stretches the arrivals
+and the cost flags describe another engine.
 
 The JSON report is deterministic (same trace, options and seed give identical bytes); wall
 time and progress go to stdout / stderr only.
@@ -22,6 +26,10 @@ from pathlib import Path
 
 from kvpool.sched.replay_report import ProgressBar, plot
 from kvpool.sched.replay_trace import load_trace, trace_summary
+
+class BadOption(Exception):
+    """An option value the replay cannot run with (exit status 2)."""
+
 
 HELP = "replay a request trace through the scheduler (or --instant: cache policy only)"
 
@@ -51,6 +59,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="token synthesis and sampling seed")
     p.add_argument("--json", dest="json_path", default=None, help="write the report here")
     p.add_argument("--plot", default=None, help="write a PNG plot here")
+    c = p.add_argument_group("timed replay cost model (defaults: an 8B Llama on one H200-class "
+                             "GPU) and load")
+    c.add_argument("--prefill-tokens-per-s", type=float, default=None,
+                   help="prompt tokens computed per second (default 40000)")
+    c.add_argument("--decode-s-per-seq", type=float, default=None,
+                   help="seconds each decoding sequence adds to a step (default 0.0001)")
+    c.add_argument("--step-overhead-s", type=float, default=None,
+                   help="fixed seconds per step (default 0.004)")
+    c.add_argument("--copy-gbps", type=float, default=None,
+                   help="swap / copy bandwidth in GB/s (default 25)")
+    c.add_argument("--kv-bytes-per-token", type=int, default=None,
+                   help="KV bytes of one token over all layers (default 131072)")
+    c.add_argument("--arrival-scale", type=float, default=1.0,
+                   help="multiply the trace's arrival times (2: half the request rate)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -60,6 +82,25 @@ def _instant(args, reqs, bar) -> dict:
     if args.capacity_blocks is None:
         raise SystemExit("kvpool replay --instant needs --capacity-blocks C")
     return InstantReplay(args.capacity_blocks, args.policy).run(reqs, progress=bar.update)
+
+
+def _cost(args):
+    """The StepCost the flags ask for (unset flags keep StepCost's defaults)."""
+    from kvpool.sched.replay_timed import StepCost
+
+    base = StepCost()
+    per_token = (args.kv_bytes_per_token if args.kv_bytes_per_token is not None
+                 else base.kv_bytes_per_block // 16)
+
+    def pick(value, default):
+        return default if value is None else value
+
+    return StepCost(
+        step_overhead_s=pick(args.step_overhead_s, base.step_overhead_s),
+        prefill_tokens_per_s=pick(args.prefill_tokens_per_s, base.prefill_tokens_per_s),
+        decode_s_per_seq=pick(args.decode_s_per_seq, base.decode_s_per_seq),
+        kv_bytes_per_block=per_token * args.block_size,
+        copy_bytes_per_s=pick(args.copy_gbps, base.copy_bytes_per_s / 1e9) * 1e9)
 
 
 def _timed(args, reqs, bar) -> dict:
@@ -75,8 +116,12 @@ def _timed(args, reqs, bar) -> dict:
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
         policy=args.policy,
         preemption_mode=None if args.preemption_mode == "auto" else args.preemption_mode,
-        seed=args.seed, defrag_threshold=args.defrag_threshold)
-    return TimedReplay(opts).run(reqs, progress=bar.update)
+        seed=args.seed, defrag_threshold=args.defrag_threshold, arrival_scale=args.arrival_scale)
+    try:
+        replay = TimedReplay(opts, _cost(args))
+    except ValueError as e:  # a bad option value: name it, no traceback
+        raise BadOption(str(e)) from None
+    return replay.run(reqs, progress=bar.update)
 
 
 def _print_summary(report: dict, wall: float) -> None:
@@ -109,7 +154,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvpool replay: {args.trace} holds no request", file=sys.stderr)
         return 2
     bar = ProgressBar(len(reqs), enabled=not args.no_progress)
-    report = _instant(args, reqs, bar) if args.instant else _timed(args, reqs, bar)
+    try:
+        report = _instant(args, reqs, bar) if args.instant else _timed(args, reqs, bar)
+    except BadOption as e:
+        bar.close()
+        print(f"kvpool replay: {e}", file=sys.stderr)
+        return 2
     bar.close()
     report["trace"] = {"file": Path(args.trace).name, **trace_summary(reqs)}
     report["seed"] = args.seed

@@ -47,6 +47,14 @@ class StepCost:
     kv_bytes_per_block: int = 2 * 1024 * 1024  # KV bytes of one 16-token block, all layers
     copy_bytes_per_s: float = 25e9  # host<->device and device copy bandwidth
 
+    def __post_init__(self) -> None:
+        for name in ("prefill_tokens_per_s", "copy_bytes_per_s", "kv_bytes_per_block"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"cost model: {name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("step_overhead_s", "decode_s_per_seq"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"cost model: {name} must be >= 0, got {getattr(self, name)!r}")
+
     def seconds(self, out: SchedulerOutput) -> float:
         prefill = sum(p.end - p.start for p in out.prefills)
         blocks = (len(out.blocks_to_swap_in) + len(out.blocks_to_swap_out)
@@ -71,6 +79,7 @@ class TimedOptions:
     watermark: float = 0.01  # admission watermark (fraction of device blocks)
     seed: int = 0  # token synthesis and sampling
     defrag_threshold: float | None = None  # scheduler defrag trigger
+    arrival_scale: float = 1.0  # multiplies the trace's arrival offsets (2: half the rate)
 
 
 class TimedReplay:
@@ -80,6 +89,8 @@ class TimedReplay:
     def __init__(self, opts: TimedOptions, cost: StepCost | None = None) -> None:
         if 512 % opts.block_size:
             raise ValueError(f"--block-size {opts.block_size} must divide 512 (trace blocks)")
+        if not opts.arrival_scale > 0:
+            raise ValueError(f"--arrival-scale must be > 0, got {opts.arrival_scale!r}")
         self.opts = opts  # options
         self.cost = cost if cost is not None else StepCost(
             kv_bytes_per_block=2 * 1024 * 1024 // 16 * opts.block_size)  # engine model
@@ -102,6 +113,8 @@ class TimedReplay:
             progress: Callable[[int, str], None] | None = None) -> dict:
         sched, mgr = self.scheduler, self.manager
         t0 = reqs[0].arrival_s if reqs else 0.0
+        scale = self.opts.arrival_scale
+        arrive = [(r.arrival_s - t0) * scale for r in reqs]  # simulated arrival offsets
         finished: list[FinishedRequest] = []
         tl = Timeline()
         steps = peak_used = tokens_sched = 0
@@ -110,15 +123,15 @@ class TimedReplay:
         vocab = self.synth.vocab_size
         rand = self.rng.randrange
         while i < n or sched.has_unfinished():
-            while i < n and reqs[i].arrival_s - t0 <= self.t:
+            while i < n and arrive[i] <= self.t:
                 r = reqs[i]
                 sched.add_request(str(r.index), self.synth.prompt(r),
                                   RequestParams(max_tokens=max(1, r.output_length),
                                                 ignore_eos=True),
-                                  arrival_time=r.arrival_s - t0)
+                                  arrival_time=arrive[i])
                 i += 1
             if not sched.has_unfinished():
-                self.t = reqs[i].arrival_s - t0
+                self.t = arrive[i]
                 continue
             out = sched.schedule(now=self.t)
             finished += out.ignored
@@ -128,7 +141,7 @@ class TimedReplay:
                 if i >= n:
                     raise RuntimeError("replay stalled: unfinished requests but nothing "
                                        f"schedulable at t={self.t:.3f}s ({sched.num_requests()})")
-                self.t = max(self.t, reqs[i].arrival_s - t0)
+                self.t = max(self.t, arrive[i])
                 continue
             self.t += self.cost.seconds(out)
             sampled = {d.seq_id: rand(vocab) for d in out.decodes}

@@ -174,3 +174,30 @@ def test_python_m_kvpool_replay_instant(tmp_path):
     hit, tot = lru_hits([x["hash_ids"] for x in rows], 25)
     assert json.loads(out.read_text())["hit_rate"] == round(hit / tot, 6)
     assert "requests" in r.stderr  # the progress bar
+
+
+def test_cli_cost_model_and_arrival_scale(tmp_path, capsys):
+    p = tmp_path / "t.jsonl"
+    write_trace(p, n=60, max_out=40)
+    base, fast, bad = tmp_path / "b.json", tmp_path / "f.json", tmp_path / "x.json"
+    common = ["replay", str(p), "--num-blocks", "2000", "--no-progress", "--json"]
+    assert main(common + [str(base), "--prefill-tokens-per-s", "2000"]) == 0
+    assert main(common + [str(fast), "--prefill-tokens-per-s", "200000", "--arrival-scale",
+                          "3", "--step-overhead-s", "0.001", "--copy-gbps", "5",
+                          "--kv-bytes-per-token", "1024", "--decode-s-per-seq", "0"]) == 0
+    b, f = json.loads(base.read_text()), json.loads(fast.read_text())
+    assert f["cost_model"] == {"step_overhead_s": 0.001, "prefill_tokens_per_s": 200000.0,
+                               "decode_s_per_seq": 0.0, "kv_bytes_per_block": 1024 * 16,
+                               "copy_bytes_per_s": 5e9}
+    assert b["cost_model"]["prefill_tokens_per_s"] == 2000.0
+    assert f["options"]["arrival_scale"] == 3.0
+    # a 100x faster prefill and a third of the request rate: requests stop queueing
+    assert f["ttft_s"]["p50"] < b["ttft_s"]["p50"] / 5
+    one = tmp_path / "one.json"  # the same fast engine at the trace's own rate
+    assert main(common + [str(one), "--prefill-tokens-per-s", "200000"]) == 0
+    assert f["makespan_s"] > 2.5 * json.loads(one.read_text())["makespan_s"]  # 3x the span
+    for flag, value in (("--copy-gbps", "0"), ("--arrival-scale", "-1"),
+                        ("--prefill-tokens-per-s", "nan"), ("--step-overhead-s", "-0.1")):
+        capsys.readouterr()
+        assert main(common + [str(bad), flag, value]) == 2
+        assert "kvpool replay:" in capsys.readouterr().err and not bad.exists()
