@@ -15,6 +15,8 @@ Policies (``POLICIES``, ``make_policy``):
 - ``lru``: evict the block that became evictable longest ago.
 - ``classlru``: frequency classes with a self-tuned recency bonus (see ClassLRUPolicy).
 - ``session``: retention planned per class of chain block and session (eviction_session.py).
+- ``guarded``: ``session`` with finer classes, used only while it beats a shadow LRU
+  (eviction_guarded.py).
 
 Storage is intrusive and flat (no Python object per block): queues are doubly linked lists
 threaded through two ``array('i')`` of node ids, so LRU holds 17 bytes per block (an OrderedDict
@@ -486,8 +488,9 @@ def simulate(requests: Iterable[Sequence[int]], policy: EvictionPolicy,
 
 
 from kvpool.core.eviction_session import SessionPolicy  # noqa: E402 (builds on the above)
+from kvpool.core.eviction_guarded import GuardedPolicy  # noqa: E402 (builds on the above)
 POLICIES: dict[str, type[EvictionPolicy]] = {
-    p.name: p for p in (LRUPolicy, ClassLRUPolicy, SessionPolicy)}
+    p.name: p for p in (LRUPolicy, ClassLRUPolicy, SessionPolicy, GuardedPolicy)}
 
 
 def make_policy(name: str, capacity: int) -> EvictionPolicy:

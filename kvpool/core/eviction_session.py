@@ -43,7 +43,7 @@ from typing import ClassVar
 from zlib import crc32
 
 from kvpool.core.eviction import _CLASS, ABSENT, PENDING, LinkedQueuesPolicy
-from kvpool.core.eviction_adaptive import GOLDEN32, FrequencySketch, RetentionPlanner
+from kvpool.core.eviction_adaptive import GOLDEN32, FrequencySketch, PlanGuard, RetentionPlanner
 from kvpool.errors import InvalidBlockError, InvariantError
 
 NS = 4  # session classes
@@ -53,6 +53,7 @@ PEND = NC  # the queue of the unfinished run
 _K = NC + 1  # queues, i.e. SessionPolicy.K
 SAMPLED = 0x80  # _feat flag: the planner follows this block's hash
 HALF = 0x40  # _feat flag: ... in its second half (see RetentionPlanner)
+GUARD = 0x20  # _feat flag: ... and a PlanGuard's shadows are fed it (a subclass's option)
 
 
 class SessionPolicy(LinkedQueuesPolicy):
@@ -89,6 +90,8 @@ class SessionPolicy(LinkedQueuesPolicy):
         self._thr = pl.thr
         self._due = pl.P  # clock of the next planning period
         self._R = list(pl.R)
+        self._guard: PlanGuard | None = None  # none here; see eviction_guarded.py
+        self._gthr = 0  # hashes with crc >> 12 below this feed the guard
         self._heap: list[tuple[float, int]] = []
         self._rdepth = -2  # depth of the last insert (a run continues at depth - 1)
         self._rlen = 0  # blocks of the run in progress (its first depth + 1)
@@ -157,6 +160,7 @@ class SessionPolicy(LinkedQueuesPolicy):
         nxt[pend] = pend
         prev[pend] = pend
         touch = self._planner.touch
+        flip = False
         while n != pend:
             succ = nxt[n]
             b = n - K
@@ -172,7 +176,11 @@ class SessionPolicy(LinkedQueuesPolicy):
             where[b] = q
             if f & SAMPLED:
                 touch(self._hash[b], q + nc if f & HALF else q, stamp[b])
+                if f & GUARD and self._guard.access(self._hash[b], q, stamp[b]):
+                    flip = True
             n = succ
+        if flip:  # the guard changed its mind: the retentions in force change
+            self._apply(self._planner.R)
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
         where = self._where
@@ -235,7 +243,11 @@ class SessionPolicy(LinkedQueuesPolicy):
             self._rlen = depth + 1
         self._rdepth = depth
         lvl = self.LEVEL[m] if cont or depth == 0 else 0
-        self._feat[block_id] = (lvl | SAMPLED | (c >> 5) & HALF) if (c >> 12) < self._thr else lvl
+        if (c >> 12) < self._thr:
+            lvl |= SAMPLED | (c >> 5) & HALF
+            if (c >> 12) < self._gthr:
+                lvl |= GUARD
+        self._feat[block_id] = lvl
         self._stamp[block_id] = clock
         self._hash[block_id] = block_hash
         self._len += 1
@@ -257,7 +269,19 @@ class SessionPolicy(LinkedQueuesPolicy):
         pl = self._planner
         self._due += pl.P
         r = pl.tick()
-        if r is not None and r != self._R:
+        if r is not None:
+            self._apply(r)
+
+    def in_force(self, plan: list[float]) -> list[float]:
+        """The retentions used for the planner's ``plan``: the plan itself, or with a guard
+        that prefers LRU, every class 0."""
+        if self._guard is None or self._guard.use_plan:
+            return plan
+        return [0.0] * len(plan)
+
+    def _apply(self, plan: list[float]) -> None:
+        r = self.in_force(plan)
+        if r != self._R:
             self._R = list(r)
             nxt, st, K = self._next, self._stamp, self.K
             self._heap = [(st[nxt[q] - K] + r[q], q) for q in range(K - 1) if nxt[q] != q]
@@ -316,8 +340,12 @@ class SessionPolicy(LinkedQueuesPolicy):
         for b, w in enumerate(self._where):
             if w == PENDING and self._hash[b] is None:
                 raise InvariantError(f"revived block {b} lost its hash")
-        if self._R != self._planner.R and self._planner.plans:
+        if self._R != self.in_force(self._planner.R) and self._planner.plans:
             raise InvariantError("retention differs from the planner's")
+        if self._guard is not None:
+            if self._gthr > self._thr:
+                raise InvariantError("the guard's sample is not within the planner's")
+            self._guard.check_invariants()
         if self._table is not self._sketch.table:
             raise InvariantError("the sketch table alias went stale")
         self._sketch.check_invariants()

@@ -20,7 +20,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvpool.core.eviction import (POLICIES, ClassLRUPolicy, EvictionPolicy, LRUPolicy,
                                   make_policy, simulate)
-from kvpool.core.eviction_adaptive import BonusTuner, FrequencySketch, RetentionPlanner, probe
+from kvpool.core.eviction_adaptive import (BonusTuner, FrequencySketch, PlanGuard,
+                                           RetentionPlanner, probe)
+from kvpool.core.eviction_guarded import GuardedPolicy
 from kvpool.core.eviction_session import NL, PEND, SessionPolicy
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
 
@@ -38,12 +40,14 @@ def small(name: str, capacity: int) -> EvictionPolicy:
         return ClassLRUPolicy(capacity, sketch_min_bits=8)
     if name == "session":
         return SessionPolicy(capacity, sketch_min_bits=8)
+    if name == "guarded":
+        return GuardedPolicy(capacity, sketch_min_bits=8)
     return make_policy(name, capacity)
 
 
 # ---------------------------------------------------------------- interface, registry
 def test_registry_and_make_policy():
-    assert set(POLICIES) == {"lru", "classlru", "session"}
+    assert set(POLICIES) == {"lru", "classlru", "session", "guarded"}
     for name, cls in POLICIES.items():
         p = make_policy(name, 8)
         assert type(p) is cls and p.name == name and isinstance(p, EvictionPolicy)
@@ -286,6 +290,96 @@ def test_session_beats_lru_when_one_off_sessions_flood():
     p.check_invariants()
 
 
+# ---------------------------------------------------------------- Guarded behaviour
+def test_guarded_files_new_sessions_by_run_length_and_returning_ones_by_gap():
+    p = GuardedPolicy(256, sketch_min_bits=16)  # no sketch collisions among these hashes
+    nl = GuardedPolicy.NL
+    blk = iter(range(200))
+    first = {}
+    for s, n in enumerate((3, 5, 20, 70)):  # new sessions: run length 1-3, 4-15, 16-63, 64+
+        ids = [next(blk) for _ in range(n)]
+        for d in range(n - 1, -1, -1):
+            p.insert(ids[d], key(1000 * s + d), d, 0.0)
+        first[s] = ids
+        assert p.queue(s * nl) == [ids[-1]]  # its tail: level 0
+        assert p.queue(s * nl + 1) == ids[-2::-1]  # the rest, used once: level 1
+    a = first[0]  # session 0 comes back at once: a new tail, then its blocks again
+    for b in a:
+        p.on_hit(p._hash[b])
+        p.remove(b)
+    tail = next(blk)
+    p.insert(tail, key(3), 3, 0.0)
+    for d in (2, 1, 0):
+        p.insert(a[d], key(d), d, 0.0)
+    assert p.queue(4 * nl) == [tail]  # back, mean gap 102 <= 1 turnover (256): class 4
+    assert p.queue(4 * nl + 2) == [a[2], a[1], a[0]]  # used twice: level 2
+    p.check_invariants()
+
+
+def test_guarded_is_lru_while_its_guard_prefers_lru():
+    rng = random.Random(9)
+    sess = [[0, 10**6 + s] + [rng.randrange(10**9) for _ in range(10)] for s in range(60)]
+    reqs = [sess[r % 60] if r % 3 == 0 else [0] + [rng.randrange(10**9) for _ in range(12)]
+            for r in range(3000)]
+    p = GuardedPolicy(400, sketch_min_bits=8)
+    p._guard.Z = float("inf")  # never convinced: the plan is made but never used
+    assert simulate(reqs, p, 400) == reference_lru(reqs, 400)
+    assert p._planner.plans > 0 and not p.uses_plan and set(p.retention) == {0.0}
+    p.check_invariants()
+
+
+def test_guarded_adopts_the_plan_when_it_wins():
+    rng = random.Random(8)
+    sess = [[0, 10**6 + s] + [rng.randrange(10**9) for _ in range(10)] for s in range(60)]
+    reqs = []
+    for r in range(5000):  # 60 returning sessions (~600 blocks) in a stream of one-offs
+        reqs.append(sess[r % 60] if r % 3 == 0 else [0] + [rng.randrange(10**9) for _ in range(12)])
+    p = GuardedPolicy(400)
+    assert not p.uses_plan  # starts as LRU
+    assert simulate(reqs, p, 400)[0] > 1.5 * simulate(reqs, LRUPolicy(400), 400)[0]
+    assert p.uses_plan and p._guard.switches >= 1 and max(p.retention) > 0
+    p.check_invariants()
+
+
+class _Plan:
+    """A stand-in planner for PlanGuard: two classes, retentions set by the test."""
+
+    def __init__(self, r: list[float]) -> None:
+        self.nc, self.R = 2, r
+
+
+def feed_guard(g: PlanGuard, steps: int, cycled: int, t0: int = 0) -> int:
+    """``cycled`` hashes in class 0, each back after 2 * cycled accesses (within LRU's reach
+    in a shadow of 100 iff cycled < 50), interleaved with one-offs in class 1."""
+    t = t0
+    for i in range(steps):
+        t += 1
+        if i % 2:
+            g.access(key(i // 2 % cycled), 0, t)
+        else:
+            g.access(key(10**6 + t), 1, t)
+    return t
+
+
+def test_plan_guard_adopts_a_better_plan_and_drops_a_worse_one():
+    good = _Plan([10.0**9, 0.0])  # keep the cycled class, drop one-offs at once
+    g = PlanGuard(400, good)  # type: ignore[arg-type]
+    assert g.size == 100 and not g.use_plan
+    t = feed_guard(g, 4000, cycled=80)  # LRU hits nothing, the plan all but the first round
+    assert g.use_plan and g.switches == 1
+    g.check_invariants()
+    good.R = [0.0, 10.0**9]  # the plan now keeps one-offs and drops the cycled hashes ...
+    feed_guard(g, 8000, cycled=40, t0=t)  # ... which LRU would hit every time
+    assert not g.use_plan and g.switches == 2
+    bad = PlanGuard(400, _Plan([0.0, 10.0**9]))  # type: ignore[arg-type]
+    feed_guard(bad, 8000, cycled=40)
+    assert not bad.use_plan and bad.switches == 0  # never convinced
+    same = PlanGuard(400, _Plan([0.0, 0.0]))  # type: ignore[arg-type]
+    feed_guard(same, 8000, cycled=80)  # the plan is LRU: no gain, no switch
+    assert not same.use_plan and same.switches == 0
+    bad.check_invariants()
+
+
 # ---------------------------------------------------------------- sketch and tuner parts
 def test_sketch_never_undercounts_and_halves():
     sk = FrequencySketch(16, min_bits=8)
@@ -413,11 +507,25 @@ class PlanningSessionMachine(PolicyMachine):
         self.p._planner.every = 1
 
 
+class FlippingGuardedMachine(PolicyMachine):
+    """GuardedPolicy planning every 2 operations with a guard that changes its mind on any
+    evidence: the retentions in force switch between the plan and LRU under live queues."""
+
+    def __init__(self):
+        super().__init__()
+        p = self.p = GuardedPolicy(8, sketch_min_bits=8, period=2)
+        p._planner.every = 1
+        g = p._guard
+        g.Z, g.MIN_PERIODS, g.period = 0.0, 1, 1
+        p._gthr = p._thr
+
+
 MACHINE_SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None)
 for _name in sorted(POLICIES):
     _cls = type(f"{_name.capitalize()}Machine", (PolicyMachine,), {"name": _name})
     globals()[f"Test{_name.capitalize()}Machine"] = MACHINE_SETTINGS(_cls).TestCase
 TestPlanningSessionMachine = MACHINE_SETTINGS(PlanningSessionMachine).TestCase
+TestFlippingGuardedMachine = MACHINE_SETTINGS(FlippingGuardedMachine).TestCase
 
 
 def test_check_invariants_catches_corruption():
@@ -439,6 +547,10 @@ def test_check_invariants_catches_corruption():
     s._heap.clear()
     with pytest.raises(InvariantError):
         s.check_invariants()
+    g = GuardedPolicy(8, sketch_min_bits=8)
+    g._guard.where[key(5)] = 0  # a hash the shadow's queues do not hold
+    with pytest.raises(InvariantError):
+        g.check_invariants()
 
 
 # ---------------------------------------------------------------- trace replay
@@ -485,7 +597,7 @@ def test_lru_replay_equals_reference_on_generated_prefixes():
         assert simulate(reqs, LRUPolicy(cap), cap) == reference_lru(reqs, cap)
 
 
-@pytest.mark.parametrize("cls", [ClassLRUPolicy, SessionPolicy])
+@pytest.mark.parametrize("cls", [ClassLRUPolicy, SessionPolicy, GuardedPolicy])
 def test_adaptive_replay_keeps_invariants(cls):
     reqs = load(1500)
     p = cls(500)
