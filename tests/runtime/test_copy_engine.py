@@ -154,6 +154,45 @@ def test_coalesced_cross_pool_copy_equals_per_block_loop(pairs):
     assert torch.equal(host, expected)
 
 
+@settings(max_examples=100, deadline=None)
+@given(pairs=pair_lists, threads=st.integers(2, 4))
+def test_split_batches_equal_the_per_block_reference(pairs, threads):
+    """Large batches are split over helper threads: same bytes, read-before-write included."""
+    dev, _ = make_pools()
+    expected = reference(dev, dev, pairs)
+    backend = TorchCopyBackend(num_threads=None, split_threads=threads, split_min_bytes=0)
+    backend.attach({"device": dev})
+    try:
+        backend.copy("device", "device", pairs)
+    finally:
+        backend.close()
+    assert torch.equal(dev, expected)
+
+
+def test_a_failing_share_fails_the_batch_after_every_share_ends():
+    dev, host = make_pools()
+    finished = []
+
+    class Flaky(TorchCopyBackend):
+        def _copy_runs(self, dsts, srcs):
+            if threading.current_thread().name.startswith("kvpool-copy-split"):
+                raise RuntimeError("share lost")
+            super()._copy_runs(dsts, srcs)
+            finished.append(len(dsts))
+
+    backend = Flaky(num_threads=None, split_threads=2, split_min_bytes=0)
+    with CopyEngine(dev, host, backend=backend) as eng:
+        handle = eng.swap_out([(i, i) for i in range(0, 16, 2)])
+        with pytest.raises(CopyError, match="share lost"):
+            handle.wait(5)
+        assert finished  # the worker's own share ran to its end before the error surfaced
+        assert eng.busy_blocks("device") == frozenset()
+        eng.cow([(0, 1)]).wait(5)  # small batch, no split: the engine keeps working
+    assert torch.equal(dev[1], dev[0])
+    with pytest.raises(ValueError, match="split_threads"):
+        TorchCopyBackend(split_threads=0)
+
+
 # ---------------------------------------------------------------- validation
 def test_submit_validates(engine):
     with pytest.raises(ValueError, match="unknown copy kind"):
