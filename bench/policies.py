@@ -221,11 +221,12 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
     blocks = sum(map(len, reqs))
     unique = len({h for r in reqs for h in r})
     res: dict = {"requests": len(reqs), "blocks": blocks, "unique": unique, "hit_rate": {},
-                 "ns_per_block": {}, "final_bonus": {}, "final_retention": {}, "opt": {}}
+                 "ns_per_block": {}, "final_bonus": {}, "final_retention": {},
+                 "final_uses_plan": {}, "opt": {}}
     print(f"\n== {name}: {len(reqs)} requests, {blocks} blocks, {unique} unique", flush=True)
     print(f"{'capacity':12s}" + "".join(f"{c:>9d}" for c in caps) + "   ns/block")
     for pol in policies:
-        rates, ns, bonus, keep = {}, {}, {}, {}
+        rates, ns, bonus, keep, planned = {}, {}, {}, {}, {}
         for c in caps:
             p = make_policy(pol, c)
             t0 = time.perf_counter()
@@ -236,11 +237,15 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
                 bonus[c] = p.bonus
             if hasattr(p, "retention"):  # per class, in pool turnovers
                 keep[c] = [round(r, 2) for r in p.retention]
+            if hasattr(p, "uses_plan"):  # guarded: the plan in force at the end (else LRU)
+                planned[c] = p.uses_plan
         res["hit_rate"][pol], res["ns_per_block"][pol] = rates, ns
         if bonus:
             res["final_bonus"][pol] = bonus
         if keep:
             res["final_retention"][pol] = keep
+        if planned:
+            res["final_uses_plan"][pol] = planned
         lru = res["hit_rate"].get("lru", rates)
         marks = "".join("!" if rates[c] < lru[c] else " " for c in caps)
         print(f"{pol:12s}" + "".join(f"{rates[c]:9.4f}" for c in caps)

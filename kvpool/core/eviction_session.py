@@ -33,6 +33,11 @@ most once per 2048. Until its first plan every class has R = 0, which is exactly
 Pending blocks (a run not finished yet) sit in queue ``PEND`` and are evicted only when no
 class holds a block. A run cut short (the next insert is not one level up) is filed as a new
 session's.
+
+For subclasses: the class layout (``NS``, ``NL``, ``LEVEL``) and ``session_class`` may be
+redefined, and a PlanGuard (``_guard``, fed the releases of hashes below ``_gthr``) decides
+whether the plan is in force (``in_force``); ``session`` itself has no guard.
+eviction_guarded.py does both.
 """
 
 from __future__ import annotations
