@@ -516,7 +516,7 @@ class FlippingGuardedMachine(PolicyMachine):
         p = self.p = GuardedPolicy(8, sketch_min_bits=8, period=2)
         p._planner.every = 1
         g = p._guard
-        g.Z, g.MIN_PERIODS, g.period = 0.0, 1, 1
+        g.Z, g.MIN_PERIODS, g.STREAK, g.period = 0.0, 1, 1, 1
         p._gthr = p._thr
 
 
@@ -609,3 +609,18 @@ def test_adaptive_replay_keeps_invariants(cls):
 def test_simulate_rejects_an_empty_pool():
     with pytest.raises(ValueError):
         simulate([[1]], LRUPolicy(0), 0)
+
+
+def test_plan_guard_needs_a_streak_of_significant_periods():
+    g = PlanGuard(400, _Plan([0.0, 0.0]))  # type: ignore[arg-type]
+    switched = []
+    for step in range(1, 12):
+        g.hits = [0, 50]  # the plan shadow hit 50 more than LRU in this period
+        if g._step():
+            switched.append(step)
+    # the test first counts at MIN_PERIODS periods of evidence, then must pass STREAK in a row
+    assert switched == [g.MIN_PERIODS + g.STREAK - 1] and g.use_plan
+    for _ in range(3 * g.STREAK):
+        g.hits = [50, 0] if _ % 2 else [0, 50]  # no consistent winner: no switch back
+        assert not g._step()
+    assert g.use_plan
