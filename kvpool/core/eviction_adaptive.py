@@ -533,8 +533,8 @@ class PlanGuard:
         self.hits = [0, 0]  # this period: LRU, plan
         self._since = 0
         self._streak = 0  # consecutive periods whose test passed
-        self._mean = [0.0, 0.0]  # per window: EWMA of (plan hits - LRU hits) per period
-        self._sq = [0.0, 0.0]  # ... and of its square
+        self._mean = [0.0] * len(self.ALPHAS)  # per window: EWMA of (plan - LRU hits) per period
+        self._sq = [0.0] * len(self.ALPHAS)  # ... and of its square
 
     def access(self, h: bytes, k: int, t: int) -> bool:
         """Hash ``h`` (sampled) was released into class ``k`` at tick ``t``; True when

@@ -69,6 +69,8 @@ class GuardedPolicy(SessionPolicy):
         return self._guard is None or self._guard.use_plan
 
     def session_class(self, key: bytes) -> int:
+        """Count a turn of the session named ``key``; its class: 0..3 by the run's length if
+        the session is new, else 4..6 by its mean gap (see the module docstring)."""
         c = crc32(key)
         i = c & self._smask
         cnt = self._s_cnt[i]
