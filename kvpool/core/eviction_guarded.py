@@ -18,7 +18,7 @@ bench.policies`` (figures in the commit messages and the module's tests):
   and every halving of the sketch moves all content down a level at once, which the planner's
   per-level statistics then have to relearn. A bigger table halves 4x less often.
 
-- A PlanGuard (eviction_adaptive.py) simulates LRU and the planned retentions on a
+- A PlanGuard (eviction_guard.py) simulates LRU and the planned retentions on a
   hash-sampled slice of the releases and lets the policy use the plan only once the plan wins
   there significantly; otherwise every retention is 0, which is exactly LRU. The guard costs
   hit rate while it waits for evidence (the conversation trace at 16000 blocks: 0.286 without
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from zlib import crc32
 
-from kvpool.core.eviction_adaptive import PlanGuard
+from kvpool.core.eviction_guard import PlanGuard
 from kvpool.core.eviction_session import SessionPolicy
 
 # Level of a non-tail block by its use count estimate: 1, 2, 3-4, 5-8, 9+ -> 1..5.

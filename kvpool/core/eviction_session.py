@@ -48,7 +48,8 @@ from typing import ClassVar
 from zlib import crc32
 
 from kvpool.core.eviction import _CLASS, ABSENT, PENDING, LinkedQueuesPolicy
-from kvpool.core.eviction_adaptive import GOLDEN32, FrequencySketch, PlanGuard, RetentionPlanner
+from kvpool.core.eviction_adaptive import GOLDEN32, FrequencySketch, RetentionPlanner
+from kvpool.core.eviction_guard import PlanGuard
 from kvpool.errors import InvalidBlockError, InvariantError
 
 NS = 4  # session classes

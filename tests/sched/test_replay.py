@@ -8,7 +8,6 @@ import json
 import random
 import subprocess
 import sys
-from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -19,30 +18,11 @@ from kvpool.core import BlockSpaceManager
 from kvpool.sched.replay_instant import InstantReplay
 from kvpool.sched.replay_timed import TimedOptions, TimedReplay
 from kvpool.sched.replay_trace import TokenSynth, TraceRequest, load_trace
+from tests.trace_reference import reference_lru as lru_hits
 
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
     "mooncake_conversation_trace.jsonl"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def lru_hits(reqs: list[list[int]], cap: int) -> tuple[int, int]:
-    """trace_hits.py's LRU, re-derived: leading-run hits, then touch/insert tail first."""
-    c: OrderedDict[int, None] = OrderedDict()
-    hit = tot = 0
-    for ids in reqs:
-        k = 0
-        while k < len(ids) and ids[k] in c:
-            k += 1
-        hit += k
-        tot += len(ids)
-        for h in reversed(ids):
-            if h in c:
-                c.move_to_end(h)
-            else:
-                c[h] = None
-                if len(c) > cap:
-                    c.popitem(last=False)
-    return hit, tot
 
 
 def write_trace(path: Path, n: int = 40, seed: int = 1, max_out: int = 24) -> list[dict]:
