@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import OrderedDict
+from collections.abc import Sequence
 from zlib import crc32
 
 import numpy as np
@@ -110,11 +111,19 @@ class ShadowCache:
         self.hits = 0  # hits since the last tuning period
         self._keyed = [(q, k * bonus) for k, q in enumerate(self.queues)]  # (queue, its bonus)
 
-    def access(self, h: bytes, k: int) -> None:
-        t = self.clock = self.clock + 1
+    def set_offsets(self, offsets: Sequence[float]) -> None:
+        """Evict by ``stamp + offsets[class]`` from now on (PlanGuard: the planned retentions)."""
+        self._keyed = list(zip(self.queues, offsets))
+
+    def access(self, h: bytes, k: int, t: int | None = None) -> bool:
+        """Hash ``h`` used with class ``k`` at time ``t`` (default: this shadow's own clock,
+        one tick per access); True when it was held (a hit)."""
+        if t is None:
+            t = self.clock = self.clock + 1
         where = self.where
         c = where.get(h)
-        if c is not None:
+        hit = c is not None
+        if hit:
             del self.queues[c][h]
             self.hits += 1
         elif len(where) >= self.capacity:
@@ -128,6 +137,7 @@ class ShadowCache:
             del where[best.popitem(last=False)[0]]
         self.queues[k][h] = t
         where[h] = k
+        return hit
 
     def check_invariants(self) -> None:
         n = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from kvpool.core.eviction_adaptive import ShadowCache
 from kvpool.errors import InvariantError
 
 if TYPE_CHECKING:
@@ -14,9 +15,8 @@ if TYPE_CHECKING:
 
 
 class PlanGuard:
-    """Invariant: ``lru`` and the class queues of the plan shadow each hold at most ``size``
-    hashes (``where`` maps every plan-shadow hash to its queue, stamps non-decreasing in each
-    queue); ``0 <= _since < period``; ``use_plan`` changes only on a significant paired test.
+    """Invariant: ``lru`` and ``plan`` (a ShadowCache) each hold at most ``size`` hashes;
+    ``0 <= _since < period``; ``use_plan`` changes only on a significant paired test.
 
     Keeps a planned policy from doing worse than LRU on a workload it models badly. Two
     miniature caches of ``size`` hashes are fed the same hash-sampled slice of the releases
@@ -49,8 +49,9 @@ class PlanGuard:
         self.planner = planner  # its ``R``: the retentions the plan shadow uses
         self.nc = nc = planner.nc
         self.lru: OrderedDict[bytes, None] = OrderedDict()
-        self.queues: list[OrderedDict[bytes, int]] = [OrderedDict() for _ in range(nc)]
-        self.where: dict[bytes, int] = {}
+        self.plan = ShadowCache(size, 0.0, nc)  # stamps are ticks, offsets the planned R
+        self._offsets = planner.R  # the R the plan shadow evicts by (replaced on each plan)
+        self.plan.set_offsets(planner.R)
         self.period = max(4, size // 4)
         self.use_plan = False
         self.steps = self.switches = 0
@@ -71,22 +72,12 @@ class PlanGuard:
             lru[h] = None
             if len(lru) > self.size:
                 lru.popitem(last=False)
-        where = self.where
-        c = where.get(h)
-        if c is not None:
-            del self.queues[c][h]
+        r = self.planner.R
+        if r is not self._offsets:
+            self._offsets = r
+            self.plan.set_offsets(r)
+        if self.plan.access(h, k, t):
             self.hits[1] += 1
-        elif len(where) >= self.size:
-            best = None
-            bkey = 0.0
-            for queue, r in zip(self.queues, self.planner.R):
-                if queue:
-                    key = queue[next(iter(queue))] + r
-                    if best is None or key < bkey:
-                        best, bkey = queue, key
-            del where[best.popitem(last=False)[0]]
-        self.queues[k][h] = t
-        where[h] = k
         self._since += 1
         if self._since < self.period:
             return False
@@ -119,15 +110,8 @@ class PlanGuard:
         return False
 
     def check_invariants(self) -> None:
-        if len(self.lru) > self.size or len(self.where) > self.size:
-            raise InvariantError("plan guard: a shadow holds more than its size")
-        n = 0
-        for q, queue in enumerate(self.queues):
-            stamps = list(queue.values())
-            if stamps != sorted(stamps) or any(self.where.get(h) != q for h in queue):
-                raise InvariantError(f"plan guard: shadow queue {q} out of order or out of sync")
-            n += len(queue)
-        if n != len(self.where):
-            raise InvariantError("plan guard: shadow map out of sync")
+        if len(self.lru) > self.size:
+            raise InvariantError("plan guard: the LRU shadow holds more than its size")
+        self.plan.check_invariants()
         if not 0 <= self._since < self.period:
             raise InvariantError("plan guard: period counter out of range")

@@ -33,8 +33,6 @@ SessionPolicy's.
 
 from __future__ import annotations
 
-from zlib import crc32
-
 from kvpool.core.eviction_guard import PlanGuard
 from kvpool.core.eviction_session import SessionPolicy
 
@@ -71,17 +69,9 @@ class GuardedPolicy(SessionPolicy):
     def session_class(self, key: bytes) -> int:
         """Count a turn of the session named ``key``; its class: 0..3 by the run's length if
         the session is new, else 4..6 by its mean gap (see the module docstring)."""
-        c = crc32(key)
-        i = c & self._smask
-        cnt = self._s_cnt[i]
-        clock = self._clock
-        if cnt and self._s_tag[i] == c:
-            self._s_cnt[i] = cnt + 1
-            mg = (clock - self._s_first[i]) / cnt
+        mg = self.session_turn(key)
+        if mg is not None:
             cap = self._scale
             return 4 if mg <= cap else (5 if mg <= 4 * cap else 6)
-        self._s_tag[i] = c  # new, or a colliding older session is forgotten
-        self._s_cnt[i] = 1
-        self._s_first[i] = clock
         n = self._rlen
         return _NEW[n if n < 128 else 127]

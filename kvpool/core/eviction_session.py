@@ -139,21 +139,28 @@ class SessionPolicy(LinkedQueuesPolicy):
             sk.halve()
         self._hit = (block_hash, i, j, c)
 
-    def session_class(self, key: bytes) -> int:
-        """Count a turn of the session named ``key``; its class (see the module docstring)."""
+    def session_turn(self, key: bytes) -> float | None:
+        """Count a turn of the session named ``key``: its mean gap between turns so far (in
+        operations), or None when the session is new (or its slot went to a colliding one)."""
         c = crc32(key)
         i = c & self._smask
         cnt = self._s_cnt[i]
         clock = self._clock
         if cnt and self._s_tag[i] == c:
             self._s_cnt[i] = cnt + 1
-            mg = (clock - self._s_first[i]) / cnt
-            cap = self._scale
-            return 1 if mg <= cap else (2 if mg <= 4 * cap else 3)
+            return (clock - self._s_first[i]) / cnt
         self._s_tag[i] = c  # new, or a colliding older session is forgotten
         self._s_cnt[i] = 1
         self._s_first[i] = clock
-        return 0
+        return None
+
+    def session_class(self, key: bytes) -> int:
+        """Count a turn of the session named ``key``; its class (see the module docstring)."""
+        mg = self.session_turn(key)
+        if mg is None:
+            return 0
+        cap = self._scale
+        return 1 if mg <= cap else (2 if mg <= 4 * cap else 3)
 
     def _file(self, sc: int) -> None:
         """The run is complete (session class ``sc``): move its blocks to their classes."""

@@ -369,7 +369,7 @@ def test_check_invariants_catches_corruption():
     with pytest.raises(InvariantError):
         s.check_invariants()
     g = GuardedPolicy(8, sketch_min_bits=8)
-    g._guard.where[key(5)] = 0  # a hash the shadow's queues do not hold
+    g._guard.plan.where[key(5)] = 0  # a hash the shadow's queues do not hold
     with pytest.raises(InvariantError):
         g.check_invariants()
 
