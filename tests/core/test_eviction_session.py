@@ -76,12 +76,16 @@ def test_planner_keeps_everything_when_it_fits():
     assert pl.R == [pl.amax, pl.amax] and pl.plans
 
 
-def test_session_beats_lru_when_one_off_sessions_flood():
+def flood_trace() -> list[list[int]]:
+    """60 returning sessions (~600 blocks) in a stream of one-off requests."""
     rng = random.Random(8)
     sess = [[0, 10**6 + s] + [rng.randrange(10**9) for _ in range(10)] for s in range(60)]
-    reqs = []
-    for r in range(5000):  # 60 returning sessions (~600 blocks) in a stream of one-offs
-        reqs.append(sess[r % 60] if r % 3 == 0 else [0] + [rng.randrange(10**9) for _ in range(12)])
+    return [sess[r % 60] if r % 3 == 0 else [0] + [rng.randrange(10**9) for _ in range(12)]
+            for r in range(5000)]
+
+
+def test_session_beats_lru_when_one_off_sessions_flood():
+    reqs = flood_trace()
     p = SessionPolicy(400)
     assert simulate(reqs, p, 400)[0] > 1.5 * simulate(reqs, LRUPolicy(400), 400)[0]
     p.check_invariants()
@@ -126,11 +130,7 @@ def test_guarded_is_lru_while_its_guard_prefers_lru():
 
 
 def test_guarded_adopts_the_plan_when_it_wins():
-    rng = random.Random(8)
-    sess = [[0, 10**6 + s] + [rng.randrange(10**9) for _ in range(10)] for s in range(60)]
-    reqs = []
-    for r in range(5000):  # 60 returning sessions (~600 blocks) in a stream of one-offs
-        reqs.append(sess[r % 60] if r % 3 == 0 else [0] + [rng.randrange(10**9) for _ in range(12)])
+    reqs = flood_trace()
     p = GuardedPolicy(400)
     assert not p.uses_plan  # starts as LRU
     assert simulate(reqs, p, 400)[0] > 1.5 * simulate(reqs, LRUPolicy(400), 400)[0]
