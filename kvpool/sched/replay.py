@@ -27,6 +27,7 @@ from pathlib import Path
 from kvpool.sched.replay_report import ProgressBar, plot
 from kvpool.sched.replay_trace import load_trace, trace_summary
 
+
 class BadOption(Exception):
     """An option value the replay cannot run with (exit status 2)."""
 
@@ -86,21 +87,19 @@ def _instant(args, reqs, bar) -> dict:
 
 def _cost(args):
     """The StepCost the flags ask for (unset flags keep StepCost's defaults)."""
+    from dataclasses import replace
+
     from kvpool.sched.replay_timed import StepCost
 
     base = StepCost()
-    per_token = (args.kv_bytes_per_token if args.kv_bytes_per_token is not None
-                 else base.kv_bytes_per_block // 16)
-
-    def pick(value, default):
-        return default if value is None else value
-
-    return StepCost(
-        step_overhead_s=pick(args.step_overhead_s, base.step_overhead_s),
-        prefill_tokens_per_s=pick(args.prefill_tokens_per_s, base.prefill_tokens_per_s),
-        decode_s_per_seq=pick(args.decode_s_per_seq, base.decode_s_per_seq),
-        kv_bytes_per_block=per_token * args.block_size,
-        copy_bytes_per_s=pick(args.copy_gbps, base.copy_bytes_per_s / 1e9) * 1e9)
+    per_token = (base.kv_bytes_per_block // 16 if args.kv_bytes_per_token is None
+                 else args.kv_bytes_per_token)
+    given = {"step_overhead_s": args.step_overhead_s,
+             "prefill_tokens_per_s": args.prefill_tokens_per_s,
+             "decode_s_per_seq": args.decode_s_per_seq,
+             "copy_bytes_per_s": None if args.copy_gbps is None else args.copy_gbps * 1e9}
+    return replace(base, kv_bytes_per_block=per_token * args.block_size,
+                   **{k: v for k, v in given.items() if v is not None})
 
 
 def _timed(args, reqs, bar) -> dict:

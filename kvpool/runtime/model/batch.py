@@ -207,7 +207,7 @@ def _decode_groups(rows: list[int], tables: list[list[int]], ctx: list[int], num
     groups = []
     for part in merged:
         part_rows = [rows[i] for i in part]
-        width = len(tables[part[0]]) if len(merged) > 1 else max(len(tables[i]) for i in part)
+        width = max(len(tables[i]) for i in part)
         # NOTE(padding): pad with the row's first block, a real id, so the gather stays in
         # bounds; the validity mask hides those keys (and any stale bytes past ctx).
         table = torch.tensor([tables[i] + [tables[i][0]] * (width - len(tables[i]))
