@@ -29,6 +29,7 @@ from kvpool.errors import InvariantError
 GOLDEN32 = 0x9E3779B1  # 2**32 / golden ratio, odd
 _HALVE = bytes(i >> 1 for i in range(256))
 SATURATE = 15  # counters stop here: "used 5+ times" is the top class anyway
+_LEGAL = bytes(range(SATURATE + 1))
 
 
 def probe(block_hash: bytes, bits: int) -> tuple[int, int, int]:
@@ -88,7 +89,9 @@ class FrequencySketch:
         return a if a < b else b
 
     def check_invariants(self) -> None:
-        if max(self.table, default=0) > SATURATE or not 0 < self.left <= self.period:
+        # NOTE(cost): translate drops the legal counter values in C; whatever remains is over
+        # SATURATE (max() over a 4 MB table cost ~100 ms per check).
+        if self.table.translate(None, _LEGAL) or not 0 < self.left <= self.period:
             raise InvariantError("frequency sketch counter or period out of range")
 
 
