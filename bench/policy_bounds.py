@@ -44,11 +44,12 @@ def returns(reqs: Trace) -> list[bool]:
     return out
 
 
-def oracle_hits(reqs: Trace, cap: int) -> tuple[int, int]:
-    """(hits, blocks) of the return oracle at ``cap`` blocks (see the module docstring)."""
+def oracle_hits(reqs: Trace, cap: int, back: list[bool] | None = None) -> tuple[int, int]:
+    """(hits, blocks) of the return oracle at ``cap`` blocks (see the module docstring);
+    ``back`` is ``returns(reqs)`` when the caller has it already."""
     if cap < 1:
         raise ValueError(f"capacity={cap}: needs at least one block")
-    back = returns(reqs)
+    back = returns(reqs) if back is None else back
     dead: OrderedDict[int, None] = OrderedDict()  # evicted first, oldest first
     live: OrderedDict[int, None] = OrderedDict()
     hits = blocks = 0
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{len(reqs)} requests; {report['returning_share']:.1%} of them come back")
     print(f"{'capacity':>9} {'oracle':>8} {'opt':>8}")
     for cap in args.capacities:
-        h, b = oracle_hits(reqs, cap)
+        h, b = oracle_hits(reqs, cap, back)
         row = {"oracle_returns": round(h / b, 6), "opt": round(opt_hit_rate(reqs, cap), 6)}
         report["capacities"][str(cap)] = row
         print(f"{cap:>9} {row['oracle_returns']:>8.4f} {row['opt']:>8.4f}", flush=True)
