@@ -1,0 +1,22 @@
+"""kvpool.remote: the shared prefix tier replicas read and write (Redis), beside ``runtime``.
+
+- ``keys``: the key spec ``kvp:1:{ns}:{hash}`` and the ``Namespace`` fingerprint.
+- ``codec``: one value = fixed header + raw block bytes; checked decode.
+- ``breaker``: the circuit breaker.
+- ``tier``: the ``RemoteTier`` protocol and ``RemoteStats``.
+- ``redis_tier``: ``RedisTier`` on redis.asyncio.
+- ``memory_tier``: ``InMemoryTier``, a dict behind the same protocol, for unit tests only.
+
+Imports: config, errors, core and sched only (tests/test_layering.py).
+"""
+
+from kvpool.remote.breaker import BreakerState, CircuitBreaker
+from kvpool.remote.codec import (CorruptValueError, DecodedValue, ForeignValueError,
+                                 RemoteValueError, ShortValueError, ValueCodec)
+from kvpool.remote.keys import Namespace
+from kvpool.remote.redis_tier import RedisTier
+from kvpool.remote.tier import RemoteStats, RemoteTier
+
+__all__ = ["BreakerState", "CircuitBreaker", "CorruptValueError", "DecodedValue",
+           "ForeignValueError", "Namespace", "RedisTier", "RemoteStats", "RemoteTier",
+           "RemoteValueError", "ShortValueError", "ValueCodec"]

@@ -1,0 +1,156 @@
+"""One Redis value = a fixed header + the raw bytes of ``blocks_per_object`` blocks.
+
+Invariant: a value :meth:`ValueCodec.decode` accepts was written by :meth:`ValueCodec.encode`
+of the same namespace, under the key of the same chain hash, and its payload bytes are exactly
+those encoded (CRC-32 checked). No lossy codec: the payload is the KV bytes as they are.
+
+Header (little-endian, 68 bytes)::
+
+    off size field
+      0    4 magic b"KVPB"
+      4    1 codec version (1)
+      5    1 prefix hash spec version      (Namespace.hash_spec)
+      6    1 layout version                (Namespace.layout)
+      7    1 dtype code                    (DTYPE_CODES)
+      8    8 namespace digest              (Namespace.digest(), the key's ns as bytes)
+     16    4 tokens in the value           (blocks * block_size)
+     20    2 blocks in the value
+     22    2 reserved, 0
+     24    8 payload length in bytes
+     32    4 CRC-32 of the payload
+     36   32 chain hash of the last block  (the key's hash; a 16-byte hash is zero-padded)
+     68    - payload: block 0 bytes || block 1 bytes || ...   (equal sizes)
+
+One key per value and all of a group's blocks in it: Redis's LRU evicts a group whole, never
+half of it (LMCache kept two keys per chunk and Redis evicted one without the other).
+
+:meth:`decode` raises a :class:`RemoteValueError` subclass naming what is wrong; the tier turns
+every one of them into a miss, deletes the key and counts ``errors_total{kind}``.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvpool.errors import KVPoolError
+from kvpool.remote.keys import DTYPES, Namespace
+
+MAGIC = b"KVPB"
+CODEC_VERSION = 1
+DTYPE_CODES = {name: i + 1 for i, name in enumerate(DTYPES)}
+_HEADER = struct.Struct("<4sBBBB8sIHHQI32s")
+HEADER_SIZE = _HEADER.size  # 68
+
+
+class RemoteValueError(KVPoolError):
+    """A value read from the remote tier is unusable; ``kind`` labels the error counter."""
+
+    kind = "invalid"
+
+
+class ShortValueError(RemoteValueError):
+    """Shorter than its header, or than the payload length the header declares."""
+
+    kind = "short"
+
+
+class CorruptValueError(RemoteValueError):
+    """Right shape, wrong bytes: CRC mismatch or trailing bytes."""
+
+    kind = "corrupt"
+
+
+class ForeignValueError(RemoteValueError):
+    """Written by something else: other magic, versions, namespace, dtype, grouping, or a
+    chain hash that is not the key's."""
+
+    kind = "foreign"
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedValue:
+    """A checked value: ``blocks`` are zero-copy views into the value's bytes."""
+
+    tokens: int  # tokens the value covers
+    chain_hash: bytes  # last block's chain hash, as given to encode
+    blocks: list[memoryview]  # one view per block, in chain order
+
+
+class ValueCodec:
+    """Encode/decode values of one namespace. Stateless apart from its constants; thread-safe,
+    so callers may run it in an executor (large payloads: the CRC releases the GIL)."""
+
+    __slots__ = ("namespace", "block_nbytes", "_ns", "_dtype", "_g")
+
+    def __init__(self, namespace: Namespace, block_nbytes: int | None = None) -> None:
+        if block_nbytes is not None and block_nbytes < 1:
+            raise ValueError("block_nbytes must be >= 1 (or None: any equal block size)")
+        self.namespace = namespace
+        self.block_nbytes = block_nbytes  # if set, decode also checks each block's size
+        self._ns = namespace.digest()
+        self._dtype = DTYPE_CODES[namespace.dtype]
+        self._g = namespace.blocks_per_object
+
+    def encode(self, chain_hash: bytes, blocks: Sequence[bytes | bytearray | memoryview]
+               ) -> bytes:
+        """Header + the blocks' bytes; ``blocks`` holds exactly ``blocks_per_object`` blocks."""
+        if len(blocks) != self._g:
+            raise ValueError(f"a value holds blocks_per_object={self._g} blocks, "
+                             f"got {len(blocks)}")
+        if not 0 < len(chain_hash) <= 32:
+            raise ValueError("chain_hash must be 1..32 bytes")
+        views = [memoryview(b).cast("B") for b in blocks]
+        size = views[0].nbytes
+        if any(v.nbytes != size for v in views) or size == 0:
+            raise ValueError("every block of a value must have the same, non-zero size")
+        if self.block_nbytes is not None and size != self.block_nbytes:
+            raise ValueError(f"block of {size} bytes, codec expects {self.block_nbytes}")
+        crc = 0
+        for v in views:
+            crc = zlib.crc32(v, crc)
+        ns = self.namespace
+        header = _HEADER.pack(MAGIC, CODEC_VERSION, ns.hash_spec, ns.layout, self._dtype,
+                              self._ns, self._g * ns.block_size, self._g, 0, size * self._g,
+                              crc, bytes(chain_hash).ljust(32, b"\0"))
+        return b"".join([header, *views])
+
+    def decode(self, value: bytes | memoryview, chain_hash: bytes) -> DecodedValue:
+        """Check ``value`` (read under ``key(chain_hash)``) and split it into block views."""
+        mv = memoryview(value).cast("B")
+        if mv.nbytes < HEADER_SIZE:
+            raise ShortValueError(f"value of {mv.nbytes} bytes is shorter than the "
+                                  f"{HEADER_SIZE}-byte header")
+        (magic, ver, spec, layout, dtype, ns, tokens, nblocks, _reserved, plen, crc,
+         h) = _HEADER.unpack_from(mv)
+        want = self.namespace
+        if magic != MAGIC or ver != CODEC_VERSION:
+            raise ForeignValueError(f"magic/version {magic!r}/{ver} is not {MAGIC!r}/"
+                                    f"{CODEC_VERSION}")
+        if (spec, layout, dtype, ns) != (want.hash_spec, want.layout, self._dtype, self._ns):
+            raise ForeignValueError("value of another namespace (hash spec, layout, dtype or "
+                                    "model fingerprint differ)")
+        if h != bytes(chain_hash).ljust(32, b"\0"):
+            raise ForeignValueError("value's chain hash is not its key's")
+        if nblocks != self._g or tokens != self._g * want.block_size:
+            raise ForeignValueError(f"value holds {nblocks} blocks / {tokens} tokens, expected "
+                                    f"{self._g} / {self._g * want.block_size}")
+        have = mv.nbytes - HEADER_SIZE
+        if have < plen:
+            raise ShortValueError(f"payload of {have} bytes, header declares {plen}")
+        if have > plen:
+            raise CorruptValueError(f"{have - plen} bytes after the declared payload")
+        if plen % nblocks or plen == 0:
+            raise CorruptValueError(f"payload of {plen} bytes does not split into {nblocks} "
+                                    "blocks")
+        size = plen // nblocks
+        if self.block_nbytes is not None and size != self.block_nbytes:
+            raise ForeignValueError(f"blocks of {size} bytes, this replica's are "
+                                    f"{self.block_nbytes}")
+        payload = mv[HEADER_SIZE:]
+        if zlib.crc32(payload) != crc:
+            raise CorruptValueError("payload CRC-32 mismatch")
+        blocks = [payload[i * size:(i + 1) * size] for i in range(nblocks)]
+        return DecodedValue(tokens=tokens, chain_hash=bytes(chain_hash), blocks=blocks)

@@ -1,0 +1,114 @@
+"""Redis key spec for the shared prefix tier (key spec version 1), stable across processes.
+
+A key names one value: ``blocks_per_object`` consecutive full blocks of a prefix chain::
+
+    key(chain_hash) = "kvp:1:" || ns || ":" || hex(chain_hash)
+    ns              = hex(SHA-256(canonical_json(namespace fields)))[:16]
+    canonical_json  = json.dumps(fields, sort_keys=True, separators=(",", ":"),
+                                 ensure_ascii=True)
+
+    fields = {"hash_spec": 1, "model_id": str, "weights": str (fingerprint), "dtype": str,
+              "block_size": int, "layers": int, "kv_heads": int, "head_dim": int,
+              "layout": int, "tp_size": int, "tp_rank": int, "blocks_per_object": int}
+
+``ns`` fingerprints everything that makes two replicas' bytes incompatible: the prefix hash
+spec version (``kvpool.core.hashing.HASH_VERSION``), the model and its weights, the KV dtype and
+geometry, the tensor layout version, the tensor-parallel shard, and the grouping (a value of 4
+blocks must never be read by a replica that expects 2). ``chain_hash`` is the full chain hash of
+the *last* block in the value (``BlockHasher.hash_blocks``), so it commits to every token before
+it and to the root, which mixes in ``cache_salt``: tenants get disjoint keys and the salt itself
+never reaches Redis.
+
+Grouping, ``blocks_per_object = 3`` (``h_i`` = chain hash of block i; a tail group shorter
+than 3 blocks is not stored)::
+
+    blocks   b0 b1 b2 | b3 b4 b5 | b6 b7
+    keys     key(h2)  | key(h5)  | (none)
+
+Test vectors (``tests/remote/test_keys.py`` checks them in subprocesses run under different
+``PYTHONHASHSEED`` values): ``Namespace(model_id="tiny", weights="seed0", dtype="float32",
+block_size=16, layers=2, kv_heads=2, head_dim=16)`` has ``ns == "29a6de07f8a04e4a"``; its key for the
+chain hash ``bytes(range(32))`` is ``"kvp:1:29a6de07f8a04e4a:000102...1f"`` (the hash in full
+hex, 64 digits).
+
+Nothing here uses Python's ``hash()`` or any process state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from kvpool.core.hashing import HASH_VERSION
+from kvpool.errors import ConfigError
+
+KEY_SPEC_VERSION = 1
+LAYOUT_VERSION = 1  # kvpool.runtime's per-block byte layout; bump when it changes
+KEY_PREFIX = f"kvp:{KEY_SPEC_VERSION}:"
+DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8")
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """Everything that decides whether two replicas may share a value. Owned by the caller."""
+
+    model_id: str  # model name/path as the replicas report it
+    weights: str  # fingerprint of the weights (e.g. a hash of the safetensors index)
+    dtype: str  # KV-cache dtype name, one of DTYPES
+    block_size: int  # tokens per block
+    layers: int  # transformer layers holding KV
+    kv_heads: int  # KV heads held by this rank
+    head_dim: int
+    layout: int = LAYOUT_VERSION  # byte layout of one block's KV
+    tp_size: int = 1
+    tp_rank: int = 0
+    blocks_per_object: int = 1  # blocks grouped into one value
+    hash_spec: int = HASH_VERSION  # prefix hash spec version of the chain hashes
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"Namespace.dtype={self.dtype!r}: use one of {', '.join(DTYPES)}")
+        for name in ("block_size", "layers", "kv_heads", "head_dim", "tp_size",
+                     "blocks_per_object"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"Namespace.{name}={v!r}: must be an integer >= 1")
+        if not 0 <= self.tp_rank < self.tp_size:
+            raise ConfigError(f"Namespace.tp_rank={self.tp_rank}: must be in [0, tp_size)")
+        if self.blocks_per_object > 0xFFFF:
+            raise ConfigError("Namespace.blocks_per_object must be <= 65535")
+
+    def canonical_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    def digest(self) -> bytes:
+        """The 8 bytes whose hex is ``ns`` (also written into every value header)."""
+        return hashlib.sha256(self.canonical_json().encode("ascii")).digest()[:8]
+
+    @property
+    def ns(self) -> str:
+        return self.digest().hex()
+
+    def key(self, chain_hash: bytes) -> str:
+        if not isinstance(chain_hash, (bytes, bytearray)) or not chain_hash:
+            raise TypeError("chain_hash must be non-empty bytes")
+        return f"{KEY_PREFIX}{self.ns}:{bytes(chain_hash).hex()}"
+
+    def group_keys(self, chain_hashes: Sequence[bytes]) -> list[str]:
+        """Keys of every complete group of ``chain_hashes`` (a prefix's block hashes, in order)."""
+        g = self.blocks_per_object
+        ns = f"{KEY_PREFIX}{self.ns}:"
+        return [ns + bytes(chain_hashes[i - 1]).hex()
+                for i in range(g, len(chain_hashes) + 1, g)]
+
+
+def hash_of_key(key: str) -> bytes:
+    """The chain hash a key names (raises ValueError on a key not of this spec)."""
+    if not key.startswith(KEY_PREFIX):
+        raise ValueError(f"not a kvpool key: {key!r}")
+    parts = key.split(":")
+    if len(parts) != 4 or len(parts[2]) != 16:
+        raise ValueError(f"not a kvpool key: {key!r}")
+    return bytes.fromhex(parts[3])

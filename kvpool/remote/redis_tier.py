@@ -1,0 +1,209 @@
+"""``RedisTier``: the shared prefix tier on a real Redis/Valkey through ``redis.asyncio``.
+
+Fault model (what the anchors got wrong, DESIGN.md "Scale-out"):
+
+- Own deadlines: connect ``connect_timeout`` (0.2 s); each call ``op_timeout`` (0.25 s) plus
+  its bytes over ``bandwidth``. redis-py's defaults wait 3-5 s with Redis down and over 30 s
+  with Redis hung (SIGSTOP); a kernel still accepts connections to a stopped process, so only
+  a per-call deadline bounds the hung case.
+- No retries: redis-py retries by default; a retry doubles the time a miss costs, and the
+  caller's answer to a failure (recompute) is already cheap.
+- A circuit breaker (``breaker.py``): once open, every call is a miss at once, no network.
+- A value that fails the codec's check is a miss, is deleted, and is counted by kind.
+
+One round trip per call: the probe is one Lua script (walk the keys, stop at the first miss),
+``get_many`` one MGET, ``put_many`` one pipeline of SET NX.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from kvpool.remote.breaker import CircuitBreaker
+from kvpool.remote.codec import ValueCodec
+from kvpool.remote.tier import RemoteStats, check_values
+
+# NOTE(probe): TOUCH both answers "exists?" and refreshes the LRU clock (EXISTS does not), so
+# one call per key walks the run and refreshes it. The script stops at the first miss: a
+# prefix is only usable up to its first hole.
+PROBE_LUA = """
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('TOUCH', KEYS[i]) == 0 then break end
+  n = i
+end
+return n
+"""
+_OFFLOOP_BYTES = 1 << 20  # check values in an executor above this many bytes per call
+_FAILED = object()  # sentinel: the call failed or was refused (already counted)
+
+Observer = Callable[[str, float], None]
+
+
+class RedisTier:
+    """A :class:`~kvpool.remote.tier.RemoteTier` on one Redis. Use from one event loop."""
+
+    def __init__(self, url: str, codec: ValueCodec, *, connect_timeout: float = 0.2,
+                 op_timeout: float = 0.25, bandwidth: float = 256 * 2**20,
+                 max_value_bytes: int = 4 * 2**20, max_connections: int = 32,
+                 breaker: CircuitBreaker | None = None, observer: Observer | None = None
+                 ) -> None:
+        if connect_timeout <= 0 or op_timeout <= 0 or bandwidth <= 0:
+            raise ValueError("connect_timeout, op_timeout and bandwidth must be > 0")
+        self.codec = codec
+        self.op_timeout = op_timeout
+        self.bandwidth = bandwidth  # bytes/s assumed when sizing a call's deadline
+        self.max_value_bytes = max_value_bytes  # a GET's deadline assumes values this big
+        self.breaker = breaker if breaker is not None else CircuitBreaker()
+        self._observer = observer
+        self._stats = RemoteStats()
+        self._blocks_per_key = codec.namespace.blocks_per_object
+        # NOTE(pool): a blocking pool waits for a free connection inside the call's deadline
+        # instead of raising "Too many connections" (which would trip the breaker under load).
+        # socket_timeout=None: the per-call asyncio deadline is the bound, sized per call.
+        self._pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=None,
+            socket_connect_timeout=connect_timeout, socket_timeout=None,
+            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, retry_on_error=[],
+            health_check_interval=0)
+        self._redis = aioredis.Redis(connection_pool=self._pool)
+        self._probe = self._redis.register_script(PROBE_LUA)
+
+    # -- the protocol ---------------------------------------------------------------------
+    async def probe(self, keys: Sequence[str]) -> int:
+        if not keys:
+            return 0
+        keys = list(keys)
+        self._stats.probes += 1
+        r = await self._call("probe", 0, lambda: self._probe(keys=keys))
+        n = 0 if r is _FAILED else int(r)
+        g = self._blocks_per_key
+        self._stats.hit_blocks += n * g
+        self._stats.miss_blocks += (len(keys) - n) * g
+        return n
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        keys = list(keys)
+        raw = await self._call("get", len(keys) * self.max_value_bytes,
+                               lambda: self._redis.mget(keys))
+        if raw is _FAILED:
+            self._stats.get_missing += len(keys)
+            return [None] * len(keys)
+        total = sum(len(v) for v in raw if v is not None)
+        if total > _OFFLOOP_BYTES:  # the CRC of MiBs would stall the loop; zlib drops the GIL
+            values, bad = await asyncio.to_thread(check_values, self.codec, keys, raw)
+        else:
+            values, bad = check_values(self.codec, keys, raw)
+        if bad:
+            for _, kind in bad:
+                self._stats.count_error(kind)
+            await self._delete([k for k, _ in bad])
+        st = self._stats
+        st.get_bytes += sum(len(v) for v in values if v is not None)
+        st.get_missing += sum(v is None for v in values)
+        return values
+
+    async def put_many(self, items: Sequence[tuple[str, bytes]]) -> int:
+        if not items:
+            return 0
+        items = list(items)
+        nbytes = sum(len(v) for _, v in items)
+
+        async def send() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for k, v in items:
+                pipe.set(k, v, nx=True)
+            return await pipe.execute(raise_on_error=False)
+
+        r = await self._call("put", nbytes, send)
+        st = self._stats
+        if r is _FAILED:
+            st.puts_dropped += len(items)
+            return 0
+        stored = 0
+        for (_, v), ok in zip(items, r):
+            if isinstance(ok, Exception):  # e.g. OOM with a noeviction policy
+                st.count_error("response")
+                st.puts_dropped += 1
+            elif ok:
+                stored += 1
+                st.put_bytes += len(v)
+            else:
+                st.puts_deduped += 1
+        st.puts += stored
+        return stored
+
+    async def touch(self, keys: Sequence[str]) -> int:
+        if not keys:
+            return 0
+        keys = list(keys)
+        r = await self._call("touch", 0, lambda: self._redis.touch(*keys))
+        return 0 if r is _FAILED else int(r)
+
+    async def health(self) -> bool:
+        return await self._call("health", 0, self._redis.ping) is not _FAILED
+
+    def stats(self) -> RemoteStats:
+        s = self._stats.copy()
+        s.breaker_state = int(self.breaker.state)
+        s.breaker_opens = self.breaker.opens
+        return s
+
+    def note_dropped(self, n: int) -> None:
+        """Count puts the write path dropped before sending (backpressure)."""
+        self._stats.note_dropped(n)
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
+        await self._pool.aclose()
+
+    # -- internals ------------------------------------------------------------------------
+    def _deadline(self, nbytes: int) -> float:
+        return self.op_timeout + nbytes / self.bandwidth
+
+    async def _delete(self, keys: list[str]) -> None:
+        r = await self._call("delete", 0, lambda: self._redis.delete(*keys))
+        if r is not _FAILED:
+            self._stats.deleted_invalid += int(r)
+
+    async def _call(self, op: str, nbytes: int, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """Run one round trip under the breaker and the deadline; _FAILED on any failure."""
+        breaker = self.breaker
+        if not breaker.allow():
+            self._stats.count_error("breaker_open")
+            return _FAILED
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(self._deadline(nbytes)):
+                result = await fn()
+        except (TimeoutError, RedisTimeoutError):
+            kind = "timeout"
+        except (RedisConnectionError, OSError):
+            kind = "connection"
+        except RedisError:
+            # Redis answered (a script or command error): it is alive, so no breaker failure.
+            breaker.record_success()
+            self._stats.count_error("response")
+            return _FAILED
+        else:
+            breaker.record_success()
+            if self._observer is not None:
+                self._observer(op, time.perf_counter() - t0)
+            return result
+        # NOTE(cancel): a CancelledError from the caller (a prefetch deadline) propagates and
+        # reports nothing: it says nothing about Redis. The breaker re-admits a trial later.
+        breaker.record_failure()
+        self._stats.count_error(kind)
+        return _FAILED

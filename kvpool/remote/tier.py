@@ -1,0 +1,103 @@
+"""The remote tier's contract, its stats, and the value check both tiers share.
+
+A remote tier is a shared key -> value store of encoded block groups (``codec.py``) under the
+keys of ``keys.py``. Every method is a coroutine that never raises for a remote failure: a
+failure is a miss (``probe`` 0, ``get_many`` None, ``put_many`` 0) and a counter. Callers
+(the read and write paths in the runtime) therefore never need a try/except around it, and a
+remote outage can only cost a recompute, never a failed request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from kvpool.remote.codec import RemoteValueError, ValueCodec
+from kvpool.remote.keys import hash_of_key
+
+ERROR_KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short",
+               "foreign")
+
+
+@runtime_checkable
+class RemoteTier(Protocol):
+    """What the runtime (and the router, later) may call. ``keys`` are ``Namespace`` keys."""
+
+    async def probe(self, keys: Sequence[str]) -> int:
+        """Length of the leading run of ``keys`` present (and refreshed in the LRU)."""
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Checked values, None for a missing or unusable one (which is deleted)."""
+
+    async def put_many(self, items: Sequence[tuple[str, bytes]]) -> int:
+        """Store encoded values where the key is absent (SET NX); the number newly stored."""
+
+    async def touch(self, keys: Sequence[str]) -> int:
+        """Refresh the keys' LRU age; the number that exist."""
+
+    async def health(self) -> bool:
+        """Is the tier reachable now (False without network while the breaker is open)?"""
+
+    def stats(self) -> RemoteStats:
+        """A copy of the counters (safe to read from another thread)."""
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(slots=True)
+class RemoteStats:
+    """Monotonic counters kept by one tier (owned and mutated by the tier on its loop);
+    ``kvpool.metrics.remote`` exports a copy. ``*_blocks`` count blocks, not keys (a key holds
+    ``blocks_per_object`` blocks)."""
+
+    probes: int = 0  # probe() calls that had keys
+    hit_blocks: int = 0  # blocks in probes' leading runs
+    miss_blocks: int = 0  # blocks probed beyond the run (all of them when the call failed)
+    get_bytes: int = 0  # bytes of checked values returned by get_many
+    get_missing: int = 0  # keys get_many returned None for (absent, unusable or failed)
+    put_bytes: int = 0  # bytes of values newly stored
+    puts: int = 0  # values newly stored
+    puts_deduped: int = 0  # SET NX found the key already there
+    puts_dropped: int = 0  # values not stored: failure, breaker open, or backpressure
+    deleted_invalid: int = 0  # unusable values deleted
+    errors: dict[str, int] = field(default_factory=dict)  # kind (ERROR_KINDS) -> count
+    breaker_state: int = 0  # BreakerState value at the time of the copy
+    breaker_opens: int = 0  # CLOSED -> OPEN transitions
+
+    def count_error(self, kind: str, n: int = 1) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + n
+
+    def note_dropped(self, n: int) -> None:
+        """Puts the caller decided not to send (write-path backpressure)."""
+        self.puts_dropped += n
+
+    def copy(self) -> RemoteStats:
+        return dataclasses.replace(self, errors=dict(self.errors))
+
+
+def check_values(codec: ValueCodec, keys: Sequence[str], values: Sequence[bytes | None]
+                 ) -> tuple[list[bytes | None], list[tuple[str, str]]]:
+    """(values with every unusable one replaced by None, [(key, error kind)] to delete).
+
+    Pure CPU work (a CRC per value) touching no shared state, so the Redis tier can run it in
+    an executor for large reads; the caller counts the kinds on its own loop."""
+    out: list[bytes | None] = []
+    bad: list[tuple[str, str]] = []
+    for key, value in zip(keys, values):
+        if value is None:
+            out.append(None)
+            continue
+        try:
+            codec.decode(value, hash_of_key(key))
+        except RemoteValueError as exc:
+            bad.append((key, exc.kind))
+            out.append(None)
+            continue
+        except ValueError:  # a key of another spec: nothing of ours lives there
+            bad.append((key, "foreign"))
+            out.append(None)
+            continue
+        out.append(value)
+    return out, bad

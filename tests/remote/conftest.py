@@ -1,0 +1,42 @@
+"""Fixtures for the remote tier: a real redis-server on loopback (one per test that asks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
+from tests.remote.redis_server import REDIS_SERVER, RedisServer
+
+NS = Namespace(model_id="tiny", weights="seed0", dtype="float32", block_size=16, layers=2,
+               kv_heads=2, head_dim=16)
+
+
+@pytest.fixture
+def redis_server():
+    """A fresh redis-server on 127.0.0.1 on a free port; stopped by pid at the end."""
+    import os
+    if not os.path.exists(REDIS_SERVER):
+        pytest.fail(f"{REDIS_SERVER} is missing: apt-get install redis-server (.ci/run does)")
+    srv = RedisServer()
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+async def make_tier(redis_server):
+    """``make_tier(namespace=NS, **kwargs)`` -> a RedisTier on the fixture's server."""
+    tiers: list[RedisTier] = []
+
+    def factory(namespace: Namespace = NS, block_nbytes: int | None = None,
+                **kwargs) -> RedisTier:
+        kwargs.setdefault("breaker", CircuitBreaker(threshold=3, reset_s=0.5))
+        t = RedisTier(redis_server.url, ValueCodec(namespace, block_nbytes), **kwargs)
+        tiers.append(t)
+        return t
+
+    yield factory
+    for t in tiers:
+        await t.aclose()
