@@ -1,4 +1,4 @@
-"""Imports point down only: config/errors <- core <- sched <- runtime <- server (DESIGN.md).
+"""Imports point down only: config/errors <- core <- sched <- runtime|remote <- server (DESIGN.md).
 
 Checked with ``ast`` on every module of the package, so a violation anywhere (also inside a
 function body) fails the suite."""
@@ -10,7 +10,10 @@ import kvpool
 
 PKG = Path(kvpool.__file__).parent
 RANK = {"config": 0, "errors": 0, "core": 1, "sched": 2, "metrics": 3, "runtime": 3,
-        "server": 4, "cli": 5, "__main__": 5}
+        "remote": 3, "server": 4, "cli": 5, "__main__": 5}
+# Same-rank siblings that must not know each other: remote sits beside runtime (the server wires
+# the two together), so neither imports the other.
+APART = {"remote": {"runtime", "metrics"}, "runtime": {"remote"}}
 # Third-party modules a layer must not touch: the core is pure Python + numpy.
 FORBIDDEN = {
     "core": {"asyncio", "aiohttp", "prometheus_client", "uvloop", "torch", "cupy"},
@@ -45,6 +48,8 @@ def test_imports_point_down_only():
                 target = rest.split(".")[0]
                 if target in RANK and RANK[target] > RANK[layer]:
                     problems.append(f"{path.relative_to(PKG)} imports {mod}")
+                if target in APART.get(layer, ()):
+                    problems.append(f"{path.relative_to(PKG)} imports {mod} (a sibling)")
             if top in FORBIDDEN.get(layer, ()):
                 problems.append(f"{path.relative_to(PKG)} imports {mod} (layer {layer})")
     assert not problems, "\n".join(problems)
