@@ -45,6 +45,7 @@ DEFAULT_KEEP_ALIVE_TIMEOUT = 15.0  # seconds an idle keep-alive connection stays
 FD_RESERVE = 64  # fds kept free for model files, logs, the listener, redis, the copy worker
 WARN_INTERVAL = 10.0  # seconds between two "connection cap reached" WARNING lines
 HEAD_END = b"\r\n\r\n"
+REJECT_LINGER = 0.5  # seconds a refused connection stays half-closed (bounded fd cost)
 
 _REJECT_BODY = json.dumps(error_body(
     "too many open connections; retry later", "server_error", None,
@@ -140,9 +141,13 @@ class GuardedRequestHandler(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if not self._guard_limiter.admit():
             # NOTE(cap): answer before aiohttp sees the socket, so it never counts or parses it
+            # and half-close, then close a moment later: closing a socket with the client's
+            # request still unread sends a TCP reset that can destroy the 503 in flight
             tr: Any = transport
             tr.write(REJECT_RESPONSE)
-            tr.close()
+            if tr.can_write_eof():
+                tr.write_eof()
+            asyncio.get_running_loop().call_later(REJECT_LINGER, tr.close)
             return
         self._guard_admitted = True
         super().connection_made(transport)
