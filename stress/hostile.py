@@ -129,6 +129,10 @@ def hostile_cases(max_body_bytes: int = 4 * 1024 * 1024) -> list[HostileCase]:
                     _j({"messages": [{"role": "root", "content": "x"}]}), bad),
         HostileCase("wrong_method", COMPLETIONS, _raw(b""), frozenset({405}), method="GET"),
         HostileCase("unknown_route", "/v1/../../admin", _raw(b"{}"), frozenset({404})),
+        # issue 12 item 8: a body that claims gzip but is not: 400, never 500 + a traceback
+        HostileCase("corrupt_gzip_body", COMPLETIONS,
+                    _raw(b"\x1f\x8b\x08\x00" + b"not really gzip" * 8), bad,
+                    headers={**JSON_HEADERS, "Content-Encoding": "gzip"}),
         HostileCase("unknown_fields", COMPLETIONS,
                     _completion(zz_unknown={"a": [1, 2, 3]}, __proto__={"admin": True},
                                 constructor=1), bad),

@@ -45,6 +45,32 @@ METRIC_NAMES = (
 _Family = tuple[str, str, str, tuple[str, ...], list[tuple[tuple[str, ...], float]]]
 
 
+def _metric_families(families: list[_Family]) -> Iterator[Metric]:
+    """Plain family tuples -> prometheus_client metric families."""
+    for name, typ, doc, labelnames, samples in families:
+        if typ == "counter":
+            fam: Metric = CounterMetricFamily(name.removesuffix("_total"), doc,
+                                              labels=list(labelnames))
+        else:
+            fam = GaugeMetricFamily(name, doc, labels=list(labelnames))
+        for values, v in samples:
+            fam.add_metric(list(values), v)
+        yield fam
+
+
+class _SourceCollector(Collector):
+    """Families from an extra source (the server's connection counters) per scrape."""
+
+    def __init__(self, families_fn: Callable[[], list[_Family]]) -> None:
+        self.families = families_fn
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        return _metric_families(self.families())
+
+
 class _SnapshotCollector(Collector):
     """Turns one snapshot per scrape into metric families.
 
@@ -59,15 +85,7 @@ class _SnapshotCollector(Collector):
         return []  # dynamic collector: no describe-time snapshot (it would run at register)
 
     def collect(self) -> Iterator[Metric]:
-        for name, typ, doc, labelnames, samples in self.families():
-            if typ == "counter":
-                fam: Metric = CounterMetricFamily(name.removesuffix("_total"), doc,
-                                                  labels=list(labelnames))
-            else:
-                fam = GaugeMetricFamily(name, doc, labels=list(labelnames))
-            for values, v in samples:
-                fam.add_metric(list(values), v)
-            yield fam
+        return _metric_families(self.families())
 
     def families(self) -> list[_Family]:
         s = self._snapshot_fn()
@@ -191,6 +209,14 @@ class KVPoolMetrics:
         self.step = hist("kvpool_step_seconds", "Engine step time (schedule, copies, forward, "
                          "sample).", STEP_BUCKETS)
         self._hists = (self.ttft, self.itl, self.e2e, self.queue, self.step)
+        self._sources: list[_SourceCollector] = []
+
+    def add_source(self, families_fn: Callable[[], list[_Family]]) -> None:
+        """Render ``families_fn()`` (``(name, type, doc, labelnames, [(values, v)])`` tuples)
+        with every scrape; for counters owned above the engine (HTTP connections)."""
+        source = _SourceCollector(families_fn)
+        self.registry.register(source)
+        self._sources.append(source)
 
     def render(self) -> bytes:
         """The Prometheus text exposition (format 0.0.4) of the registry.
@@ -200,7 +226,10 @@ class KVPoolMetrics:
         scrape cost ~1 ms on a slow core, a fifth of the 5 ms p99 budget under load."""
         out: list[str] = []
         heads, prefixes = self._heads, self._prefixes
-        for name, typ, doc, labelnames, samples in self._snapshot.families():
+        families = self._snapshot.families()
+        for source in self._sources:
+            families = families + source.families()
+        for name, typ, doc, labelnames, samples in families:
             head = heads.get((name, doc))
             if head is None:
                 head = heads[(name, doc)] = _head(name, typ, doc)

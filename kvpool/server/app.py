@@ -9,7 +9,8 @@
     app[ENGINE_KEY]   the engine           app[METRICS_KEY]  the injected metrics registry
     app[ROUTES_KEY]   the handlers         cleanup_ctx       engine.start() ... engine.shutdown()
 
-NOTE(shutdown): aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown
+NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (shutdown.py), so
+by the time aiohttp's cleanup runs there is little left. aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown
 (we mark the app draining: /health says 503, new requests get 503) -> wait up to the runner's
 ``shutdown_timeout`` for in-flight handlers, then cancel them (each cancelled handler aborts its
 request) -> cleanup_ctx exit, where ``engine.shutdown`` aborts whatever is left and every block
@@ -29,11 +30,13 @@ from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
+from kvpool.server.shutdown import DrainGate
 
 if TYPE_CHECKING:  # the app only needs the engine's contract (the stress harness reuses it)
     from kvpool.runtime.engine import AsyncEngine
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "METRICS_KEY", "ROUTES_KEY", "build_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DRAIN_KEY", "ENGINE_KEY", "METRICS_KEY", "ROUTES_KEY",
+           "build_app", "start_draining"]
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
 DEFAULT_ENGINE_SHUTDOWN_TIMEOUT = 10.0
@@ -41,6 +44,7 @@ DEFAULT_ENGINE_SHUTDOWN_TIMEOUT = 10.0
 ENGINE_KEY: web.AppKey[AsyncEngine] = web.AppKey("kvpool_engine")
 METRICS_KEY = web.AppKey("kvpool_metrics", KVPoolMetrics)
 ROUTES_KEY = web.AppKey("kvpool_routes", OpenAIRoutes)
+DRAIN_KEY = web.AppKey("kvpool_drain", DrainGate)  # live streams, for serve's shutdown
 _ENGINE_SHUTDOWN_KEY = web.AppKey("kvpool_engine_shutdown_timeout", float)
 _MANAGE_ENGINE_KEY = web.AppKey("kvpool_manage_engine", bool)
 
@@ -78,12 +82,14 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     metrics = metrics if metrics is not None else engine.metrics
     gen_engine = engine if not tenant_block_quota else QuotaEngine(
         engine, TenantBlockQuota(tenant_block_quota, config.block_size))
-    routes = OpenAIRoutes(gen_engine, parser, metrics.render, names)
+    gate = DrainGate(gen_engine)
+    routes = OpenAIRoutes(gate, parser, metrics.render, names)
     routes.register(app)
 
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = metrics
     app[ROUTES_KEY] = routes
+    app[DRAIN_KEY] = gate
     app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
     app[_MANAGE_ENGINE_KEY] = manage_engine
     app.on_shutdown.append(_start_draining)
@@ -91,8 +97,13 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     return app
 
 
-async def _start_draining(app: web.Application) -> None:
+def start_draining(app: web.Application) -> None:
+    """New requests get 503 shutting_down and /health 503 from now on."""
     app[ROUTES_KEY].draining = True
+
+
+async def _start_draining(app: web.Application) -> None:
+    start_draining(app)
 
 
 async def _engine_lifetime(app: web.Application) -> AsyncIterator[None]:

@@ -14,6 +14,7 @@ Every response that is not a success carries OpenAI's error body with the status
     unknown route                                 404     invalid_request_error  not_found
     wrong method                                  405     invalid_request_error  method_not_allowed
     body over client_max_size                     413     invalid_request_error  request_too_large
+    body unreadable (corrupt gzip, bad chunking)  400     invalid_request_error  invalid_body
     QueueFullError                                503     server_error           queue_full (+Retry-After)
     EngineError (engine stopping or failed)       503     server_error           engine_unavailable
     request arrives while the server drains       503     server_error           shutting_down
@@ -37,7 +38,8 @@ from aiohttp import web
 
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
 
-__all__ = ["STREAM_STARTED", "APIError", "auth_middleware", "error_body", "error_middleware"]
+__all__ = ["STREAM_STARTED", "APIError", "auth_middleware", "error_body", "error_middleware",
+           "error_type", "http_error_code"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -50,8 +52,14 @@ RETRY_AFTER_SECONDS = "1"  # NOTE(retry): the queue drains per engine step; a se
 # Statuses aiohttp raises itself (routing, body size) -> our (type, code).
 _HTTP_CODES = {
     400: "bad_request", 401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed",
-    413: "request_too_large", 415: "unsupported_media_type", 503: "service_unavailable",
+    413: "request_too_large", 415: "unsupported_media_type", 431: "headers_too_large",
+    503: "service_unavailable",
 }
+
+
+def http_error_code(status: int) -> str | None:
+    """The ``code`` for a status aiohttp produced itself (router, parser, body size)."""
+    return _HTTP_CODES.get(status)
 
 
 class APIError(Exception):
@@ -97,6 +105,12 @@ def to_api_error(exc: BaseException, request: web.Request) -> APIError:
     if isinstance(exc, EngineError):
         return APIError(503, f"the engine cannot take this request: {exc}",
                         code="engine_unavailable", headers={"Retry-After": RETRY_AFTER_SECONDS})
+    if isinstance(exc, web.RequestPayloadError):
+        # NOTE(gzip): aiohttp raises this from request.read() for a body it cannot decode
+        # (corrupt Content-Encoding, broken chunked framing): the client's fault, not a 500
+        detail = " ".join(str(exc).split("message:")[-1].split()) or "unreadable body"
+        return APIError(400, f"could not read the request body: {detail}", param=None,
+                        code="invalid_body")
     if isinstance(exc, web.HTTPException):
         status = exc.status
         headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")}

@@ -7,10 +7,13 @@
 
 ``run_server`` builds the engine and the app, serves through ``web.AppRunner`` + ``TCPSite``
 with ``handler_cancellation=True`` (a client that disconnects cancels its handler, which aborts
-its request), and shuts down gracefully on SIGTERM/SIGINT: stop listening, let in-flight
-requests finish for up to ``shutdown_timeout`` seconds, abort the rest, stop the engine (every
-block back in the pool), exit 0. The event loop is uvloop when it is installed, chosen once,
-here at the entry point.
+its request) on a guarded listener (connections.py: ``--max-connections``, ``--header-timeout``,
+``--keep-alive-timeout``, JSON for aiohttp's own 400s), and shuts down gracefully on
+SIGTERM/SIGINT on one deadline (shutdown.py): stop listening, answer queued requests 503, let
+running ones finish for up to ``shutdown_timeout`` seconds, abort the rest (streams get an error
+event and ``[DONE]``), stop the engine (every block back in the pool), exit 0; a second signal
+exits at once. The event loop is uvloop when it is installed, chosen once, here at the entry
+point.
 
 Flags follow vLLM's spelling; each EngineConfig field has one (``test_serve_args`` checks).
 """
@@ -25,13 +28,17 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
 from kvpool.runtime.engine_config import EngineConfig
-from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, build_app
+from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, DRAIN_KEY, METRICS_KEY, build_app, \
+    start_draining
+from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT, \
+    ConnectionLimiter, default_max_connections, start_listener
 
 __all__ = ["add_arguments", "add_serve_args", "config_from_args", "main", "resolve_api_key",
            "run", "run_server", "serve"]
@@ -42,6 +49,12 @@ API_KEY_ENV = "KVPOOL_API_KEY"
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 READY_PREFIX = "kvpool serve: listening on http://"  # tests wait for this line on stdout
 STOPPED_PREFIX = "kvpool serve: stopped; "
+FORCED_EXIT_LINE = "kvpool serve: second signal, exiting now"
+FORCED_EXIT_STATUS = 1
+# NOTE(grace): after the deadline, aborted handlers get this long to write their error event
+# and [DONE], and aiohttp/the engine get it again to close what is left: the whole shutdown
+# stays within shutdown_timeout + 4 * GRACE (< 1 s).
+SHUTDOWN_GRACE = 0.2
 
 
 def _int_or_size(text: str) -> int | str:
@@ -111,6 +124,15 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     srv.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT,
                      help="seconds in-flight requests get to finish on SIGTERM/SIGINT before "
                           "they are aborted")
+    srv.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
+                     metavar="SECONDS", help="close a new connection that has not sent a "
+                     "complete request head within SECONDS (0: off)")
+    srv.add_argument("--keep-alive-timeout", type=float, default=DEFAULT_KEEP_ALIVE_TIMEOUT,
+                     metavar="SECONDS", help="close a keep-alive connection idle (or sending "
+                     "its next request head) for SECONDS (0: never)")
+    srv.add_argument("--max-connections", type=int, default=None, metavar="N",
+                     help="open connections at most; beyond it new ones get 503 and close "
+                          "(default: the open-file limit minus a reserve)")
     srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                      help="request bodies larger than this get 413")
     srv.add_argument("--tenant-block-quota", type=int, default=None, metavar="BLOCKS",
@@ -148,33 +170,37 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 stop: asyncio.Event | None = None,
                 on_ready: Callable[[str, int], None] | None = None,
                 handle_signals: bool = True, tenant_block_quota: int | None = None,
-                invariant_check_interval: int = 0) -> None:
+                invariant_check_interval: int = 0,
+                header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+                keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
+                max_connections: int | None = None) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
+    limiter = ConnectionLimiter(max_connections or default_max_connections())
     engine = AsyncEngine(config)
     engine.invariant_check_interval = invariant_check_interval
     app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
-                    engine_shutdown_timeout=shutdown_timeout,
+                    engine_shutdown_timeout=SHUTDOWN_GRACE,
                     tenant_block_quota=tenant_block_quota)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=shutdown_timeout,
-                           access_log=log if log.isEnabledFor(logging.DEBUG) else None)
+    app[METRICS_KEY].add_source(limiter.families)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
     if handle_signals:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, _on_signal, stop)
                 installed.append(sig)
     await runner.setup()
+    listener: asyncio.AbstractServer | None = None
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = port
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            bound = server.sockets[0].getsockname()[1]  # the real port when port=0
+        listener = await start_listener(
+            runner, host, port, limiter=limiter, header_timeout=header_timeout,
+            keep_alive_timeout=keep_alive_timeout,
+            access_log=log if log.isEnabledFor(logging.DEBUG) else None)
+        bound = listener.sockets[0].getsockname()[1] if listener.sockets else port
         loop_kind = type(loop).__module__.split(".")[0]  # "uvloop" or "asyncio"
         print(f"{READY_PREFIX}{host}:{bound} (model {engine.model_name}, {loop_kind} loop)",
               flush=True)
@@ -182,11 +208,47 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
             on_ready(host, bound)
         await stop.wait()
         log.info("shutting down: in-flight requests get %.1fs", shutdown_timeout)
+        listener.close()  # stop listening first: nothing new arrives while we drain
+        await _drain(app, shutdown_timeout)
     finally:
-        await runner.cleanup()  # stop listening, drain, abort, engine.shutdown
+        if listener is not None:
+            listener.close()
+        await runner.cleanup()  # close what is left, engine.shutdown (blocks back)
         for sig in installed:
             loop.remove_signal_handler(sig)
     print(f"{STOPPED_PREFIX}{engine.num_free_blocks()} device blocks free", flush=True)
+
+
+def _on_signal(stop: asyncio.Event) -> None:
+    """First SIGTERM/SIGINT: drain. Second: the operator means it, exit now."""
+    if not stop.is_set():
+        stop.set()
+        return
+    print(FORCED_EXIT_LINE, flush=True)
+    logging.shutdown()
+    os._exit(FORCED_EXIT_STATUS)  # NOTE(exit): no cleanup; the process and its pool go away
+
+
+async def _drain(app: web.Application, timeout: float) -> None:
+    """Queued requests get 503 now, running ones until ``timeout``, then they are aborted
+    (streams: error event + [DONE]); returns within timeout + SHUTDOWN_GRACE."""
+    gate = app[DRAIN_KEY]
+    deadline = time.monotonic() + max(0.0, timeout)
+    start_draining(app)
+    shed = await gate.shed_queued()
+    if shed:
+        log.info("shutting down: %d queued request(s) answered 503", shed)
+    while gate.live and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    if gate.live:
+        log.warning("shutting down: aborting %d request(s) still running after %.1fs",
+                    await gate.abort_all(), timeout)
+        grace_end = time.monotonic() + SHUTDOWN_GRACE
+        while gate.live and time.monotonic() < grace_end:
+            await asyncio.sleep(0.01)
+    # NOTE(drain): a handler whose stream just ended still writes its tail; yield once so it
+    # does before aiohttp's cleanup starts cancelling
+    await asyncio.sleep(SHUTDOWN_GRACE / 4)
 
 
 def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -205,13 +267,15 @@ def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                api_key: str | None = None, *, shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, use_uvloop: bool | None = None,
                on_ready: Callable[[str, int], None] | None = None,
-               tenant_block_quota: int | None = None, invariant_check_interval: int = 0) -> None:
-    """Blocking entry point: pick the event loop once (uvloop when installed) and serve."""
+               tenant_block_quota: int | None = None, invariant_check_interval: int = 0,
+               **edge: Any) -> None:
+    """Blocking entry point: pick the event loop once (uvloop when installed) and serve.
+    ``edge``: header_timeout, keep_alive_timeout, max_connections (see :func:`serve`)."""
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
                          max_body_bytes=max_body_bytes, on_ready=on_ready,
                          tenant_block_quota=tenant_block_quota,
-                         invariant_check_interval=invariant_check_interval))
+                         invariant_check_interval=invariant_check_interval, **edge))
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
@@ -227,11 +291,22 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2
     api_key = resolve_api_key(args)
+    if args.max_connections is not None and args.max_connections < 1:
+        print(f"kvpool serve: --max-connections {args.max_connections}: use a positive count",
+              file=sys.stderr)
+        return 2
+    if args.header_timeout < 0 or args.keep_alive_timeout < 0:
+        print("kvpool serve: --header-timeout/--keep-alive-timeout: use seconds >= 0 "
+              "(0: off)", file=sys.stderr)
+        return 2
     try:
         run_server(config, args.host, args.port, api_key,
                    shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
                    use_uvloop=args.uvloop, tenant_block_quota=args.tenant_block_quota,
-                   invariant_check_interval=args.invariant_check_interval)
+                   invariant_check_interval=args.invariant_check_interval,
+                   header_timeout=args.header_timeout,
+                   keep_alive_timeout=args.keep_alive_timeout,
+                   max_connections=args.max_connections)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2

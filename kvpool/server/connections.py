@@ -1,0 +1,252 @@
+"""The HTTP connection edge: a cap on open connections, a header-read timeout, JSON errors.
+
+aiohttp closes idle keep-alive connections after ``keepalive_timeout`` (it arms that timer when
+a connection opens too, and it also fires while a request head is still arriving), but it has
+no cap on connections, no separate bound on how long the *first* request head may take, and it
+answers its own parser errors (oversized header or URL) in plain text with an ERROR traceback.
+This module adds those, without touching aiohttp's internals::
+
+    accept -> GuardedRequestHandler.connection_made
+                 open >= max_connections?  -> 503 JSON + close   (rejected{reason="max_connections"})
+                 else arm header timer (header_timeout)
+              data_received: first "\\r\\n\\r\\n" seen -> disarm the header timer
+              header timer fires first             -> close      (rejected{reason="header_timeout"})
+              later request heads / idle time      -> aiohttp's keepalive_timeout closes
+              handle_error: client faults -> OpenAI error JSON, one INFO line, no traceback;
+                            client gone (ConnectionError) -> nothing to answer, no log
+
+``ConnectionLimiter`` owns the counters (``kvpool_http_connections``,
+``kvpool_http_connections_rejected_total{reason}``) and the rate-limited WARNING.
+Everything here runs on the event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from kvpool.server.middleware import error_body, error_type, http_error_code
+
+__all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT", "ConnectionLimiter",
+           "GuardedRequestHandler", "default_max_connections", "start_listener"]
+
+log = logging.getLogger("kvpool.server")
+
+DEFAULT_HEADER_TIMEOUT = 10.0  # seconds for a new connection to send its first request head
+DEFAULT_KEEP_ALIVE_TIMEOUT = 15.0  # seconds an idle keep-alive connection stays open
+FD_RESERVE = 64  # fds kept free for model files, logs, the listener, redis, the copy worker
+WARN_INTERVAL = 10.0  # seconds between two "connection cap reached" WARNING lines
+HEAD_END = b"\r\n\r\n"
+REJECT_LINGER = 0.5  # seconds a refused connection stays half-closed (bounded fd cost)
+
+_REJECT_BODY = json.dumps(error_body(
+    "too many open connections; retry later", "server_error", None,
+    "too_many_connections")).encode()
+# Written straight to the transport: the connection never reaches aiohttp's parser.
+REJECT_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                   b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+                   + str(len(_REJECT_BODY)).encode() + b"\r\n\r\n" + _REJECT_BODY)
+
+
+def default_max_connections(reserve: int = FD_RESERVE) -> int:
+    """RLIMIT_NOFILE's soft limit minus ``reserve`` (at least 16): past the fd limit accept()
+    fails with EMFILE and *every* client is locked out; below it we can still answer 503."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 65536
+    return max(16, int(soft) - reserve)
+
+
+class ConnectionLimiter:
+    """Open-connection count, cap and rejection counters.
+
+    Invariant: ``0 <= open <= max_connections`` and ``open`` equals admitted minus released
+    connections; ``rejected[reason]`` only grows.
+    """
+
+    def __init__(self, max_connections: int, *, warn_interval: float = WARN_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections={max_connections!r}: use a positive count")
+        self.max_connections = max_connections
+        self.open = 0  # owned by the event loop thread
+        self.rejected: dict[str, int] = {"max_connections": 0, "header_timeout": 0}
+        self.warn_interval = warn_interval
+        self.clock = clock
+        self._last_warn: float | None = None
+        self._unlogged = 0  # rejections since the last WARNING line
+
+    def admit(self) -> bool:
+        """Count a new connection in, or count it rejected (False) when the cap is reached."""
+        if self.open >= self.max_connections:
+            self.reject("max_connections")
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        if self.open <= 0:
+            raise RuntimeError("ConnectionLimiter.release without a matching admit")
+        self.open -= 1
+
+    def reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        if reason != "max_connections":
+            return  # slow clients are counted, not logged: an attacker must not fill the log
+        self._unlogged += 1
+        now = self.clock()
+        if self._last_warn is None or now - self._last_warn >= self.warn_interval:
+            log.warning("connection cap reached: %d open (--max-connections %d); refused %d "
+                        "new connection(s) with 503 since the last report", self.open,
+                        self.max_connections, self._unlogged)
+            self._last_warn = now
+            self._unlogged = 0
+
+    def check_invariants(self) -> None:
+        assert 0 <= self.open <= self.max_connections, (self.open, self.max_connections)
+        assert all(v >= 0 for v in self.rejected.values()), self.rejected
+
+    def families(self) -> list[tuple[str, str, str, tuple[str, ...], list]]:
+        """For KVPoolMetrics.add_source."""
+        return [
+            ("kvpool_http_connections", "gauge", "Open HTTP connections.", (),
+             [((), float(self.open))]),
+            ("kvpool_http_connections_rejected_total", "counter",
+             "HTTP connections the server refused or closed early, by reason.", ("reason",),
+             [((r,), float(n)) for r, n in sorted(self.rejected.items())]),
+        ]
+
+
+class GuardedRequestHandler(RequestHandler):
+    """aiohttp's per-connection protocol with the cap, the header timeout and JSON errors."""
+
+    def __init__(self, manager: web.Server, *, limiter: ConnectionLimiter,
+                 header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard_limiter = limiter
+        self._guard_header_timeout = header_timeout
+        self._guard_admitted = False
+        self._guard_head_seen = False
+        self._guard_tail = b""  # the last bytes seen, so a head end split across reads counts
+        self._guard_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._guard_limiter.admit():
+            # NOTE(cap): answer before aiohttp sees the socket, so it never counts or parses it
+            # and half-close, then close a moment later: closing a socket with the client's
+            # request still unread sends a TCP reset that can destroy the 503 in flight
+            tr: Any = transport
+            tr.write(REJECT_RESPONSE)
+            if tr.can_write_eof():
+                tr.write_eof()
+            asyncio.get_running_loop().call_later(REJECT_LINGER, tr.close)
+            return
+        self._guard_admitted = True
+        super().connection_made(transport)
+        if self._guard_header_timeout > 0:
+            self._guard_timer = asyncio.get_running_loop().call_later(
+                self._guard_header_timeout, self._guard_head_late)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._guard_admitted:
+            return
+        if not self._guard_head_seen:
+            seen = self._guard_tail + data
+            if HEAD_END in seen:
+                self._guard_head_seen = True
+                self._guard_cancel_timer()
+            else:
+                self._guard_tail = seen[-(len(HEAD_END) - 1):]
+        super().data_received(data)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._guard_admitted:
+            return
+        self._guard_admitted = False
+        self._guard_cancel_timer()
+        self._guard_limiter.release()
+        super().connection_lost(exc)
+
+    def _guard_cancel_timer(self) -> None:
+        if self._guard_timer is not None:
+            self._guard_timer.cancel()
+            self._guard_timer = None
+
+    def _guard_head_late(self) -> None:
+        self._guard_timer = None
+        if self._guard_admitted and not self._guard_head_seen:
+            self._guard_limiter.reject("header_timeout")
+            self.force_close()
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """aiohttp's request loop logs ``Unhandled exception`` with a traceback for a client
+        gone mid-response and, after our 400, again for the unreadable body it drains."""
+        exc = kw.get("exc_info")
+        if isinstance(exc, ConnectionError):
+            log.debug("client disconnected: %s", exc)
+            return
+        if isinstance(exc, web.RequestPayloadError):
+            log.info("unreadable request body from %s: %s", self._guard_peer(),
+                     " ".join(str(exc).split()))
+            return
+        super().log_exception(*args, **kw)
+
+    def _guard_peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        """Errors that never reached the app's middleware: parser 400s, a client gone while its
+        response started. Client faults are one INFO line and OpenAI JSON; never a traceback."""
+        if isinstance(exc, ConnectionError):
+            # NOTE(reset): re-raised, aiohttp's request loop drops the connection quietly
+            raise exc
+        if status >= 500:
+            log.error("unhandled error in the HTTP layer (%s)", type(exc).__name__,
+                      exc_info=exc)
+            text = "internal server error"
+        else:
+            text = (message or (str(exc) if exc is not None else "") or "bad request").strip()
+            log.info("bad request from %s: %d %s", request.remote, status, text[:200])
+        if request.writer.output_size > 0:
+            raise ConnectionError("a response was already started; closing the connection")
+        resp = web.json_response(error_body(text, error_type(status), None,
+                                            http_error_code(status)), status=status)
+        resp.force_close()
+        return resp
+
+
+async def start_listener(runner: web.AppRunner, host: str, port: int, *,
+                         limiter: ConnectionLimiter,
+                         header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+                         keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
+                         access_log: logging.Logger | None = None,
+                         backlog: int = 1024) -> asyncio.AbstractServer:
+    """Listen on ``host:port`` with guarded handlers for ``runner``'s app (after setup).
+
+    Replaces ``web.TCPSite``: the caller closes the returned server before
+    ``runner.cleanup()``. ``keep_alive_timeout`` <= 0 keeps aiohttp's idle timer off."""
+    server = runner.server
+    if server is None:
+        raise RuntimeError("call runner.setup() before start_listener")
+    loop = asyncio.get_running_loop()
+    kwargs: dict[str, Any] = {"loop": loop, "keepalive_timeout": keep_alive_timeout}
+    if access_log is None:
+        kwargs["access_log"] = None
+    else:
+        kwargs["access_log"] = access_log
+
+    def factory() -> GuardedRequestHandler:
+        return GuardedRequestHandler(server, limiter=limiter, header_timeout=header_timeout,
+                                     **kwargs)
+
+    return await loop.create_server(factory, host, port, backlog=backlog)
