@@ -25,7 +25,7 @@ class SeqState:
     """Output state of one sequence of a request."""
 
     index: int  # position among the request's n sequences
-    detok: IncrementalDetokenizer  # prompt-aware incremental decoder
+    detok: IncrementalDetokenizer  # generated ids -> text deltas
     text: str = ""  # decoded text not yet released (stop-string hold-back)
     pending_ids: list[int] = field(default_factory=list)  # tokens not yet released
     num_generated: int = 0  # tokens accepted so far
@@ -60,7 +60,7 @@ class OutputProcessor:
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
             seq_ids: tuple[int, ...], arrival: float) -> None:
         tok = self.tokenizer
-        seqs = {s: SeqState(i, tok.detokenizer(prompt_ids)) for i, s in enumerate(seq_ids)}
+        seqs = {s: SeqState(i, tok.detokenizer()) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
         self.requests[request_id] = RequestState(request_id, params, prompt_ids, arrival, seqs,
                                                  hold=hold)
