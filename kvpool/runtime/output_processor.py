@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from kvpool.runtime.model import IncrementalDetokenizer, SamplingParams, Tokenizer
+from kvpool.runtime.model import IncrementalDetokenizer, SamplingParams, SeqHistory, Tokenizer
 from kvpool.runtime.outputs import CompletionOutput, RequestOutput
 from kvpool.sched import FinishedRequest, SeqStatus
 
@@ -28,6 +28,7 @@ class SeqState:
     detok: IncrementalDetokenizer  # generated ids -> text deltas
     text: str = ""  # decoded text not yet released (stop-string hold-back)
     pending_ids: list[int] = field(default_factory=list)  # tokens not yet released
+    output_ids: list[int] = field(default_factory=list)  # every accepted token (penalties)
     num_generated: int = 0  # tokens accepted so far
     last_token_time: float | None = None  # for the inter-token latency
     finish_reason: str | None = None  # set once finished
@@ -65,6 +66,12 @@ class OutputProcessor:
         self.requests[request_id] = RequestState(request_id, params, prompt_ids, arrival, seqs,
                                                  hold=hold)
 
+    def history(self, request_id: str, seq_id: int) -> SeqHistory:
+        """The prompt and accepted tokens of one sequence (what penalties and min_tokens read
+        before the next token is sampled)."""
+        r = self.requests[request_id]
+        return SeqHistory(r.prompt_ids, r.seqs[seq_id].output_ids)
+
     def on_tokens(self, sampled: dict[int, tuple[str, int]], now: float
                   ) -> tuple[dict[str, list[CompletionOutput]], list[tuple[str, int, str]]]:
         """Feed accepted tokens ``{seq_id: (request_id, token)}``. Returns the deltas per
@@ -89,6 +96,7 @@ class OutputProcessor:
             r.first_token = True
             s.last_token_time = now
             s.pending_ids.append(token)
+            s.output_ids.append(token)
             s.text += s.detok.push(token)
             hit = self._match_stop(r, s)
             if hit is not None:
