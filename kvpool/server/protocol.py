@@ -7,8 +7,9 @@ Policy, in one place:
   OpenAI's own API does: a typo such as ``max_token`` must not silently fall back to a default.
   Known OpenAI features this server does not implement are **rejected** with 400 naming the
   field when set to anything but their default (``echo``, ``logprobs``, ``best_of`` != n,
-  ``suffix``, ``logit_bias``, penalties, ``tools``, non-text ``response_format``), so a client
-  never gets a silently different result.
+  ``suffix``, ``tools``, non-text ``response_format``), so a client never gets a silently
+  different result. Sampling controls (penalties, ``logit_bias``, ``min_tokens``, ``min_p``):
+  sampling_fields.py.
 - ``prompt``: a string, a list of token ids, or a list of exactly one of those. Batches of several
   prompts are rejected (400, param ``prompt``): send one request per prompt.
 - ``null`` means "not given" for every optional field.
@@ -27,6 +28,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.sampling import SamplingParams
+from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls
 
 __all__ = ["ChatTemplate", "ParsedRequest", "RequestParser"]
 
@@ -37,15 +39,12 @@ _INT32 = 1 << 31
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 # field -> (allowed default values) for OpenAI features this server does not implement
-_UNSUPPORTED_COMPLETION = {"echo": (False,), "logprobs": (0,), "suffix": ("",),
-                           "logit_bias": ({},), "presence_penalty": (0,),
-                           "frequency_penalty": (0,)}
-_UNSUPPORTED_CHAT = {"logprobs": (False,), "top_logprobs": (0,), "logit_bias": ({},),
-                     "presence_penalty": (0,), "frequency_penalty": (0,), "tools": ([],),
+_UNSUPPORTED_COMPLETION = {"echo": (False,), "logprobs": (0,), "suffix": ("",)}
+_UNSUPPORTED_CHAT = {"logprobs": (False,), "top_logprobs": (0,), "tools": ([],),
                      "functions": ([],), "response_format": ({"type": "text"},)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
-           "stop_token_ids"}
+           "stop_token_ids"} | SAMPLING_FIELDS
 _KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of"} | set(_UNSUPPORTED_COMPLETION))
 _KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tool_choice",
                                    "parallel_tool_calls"} | set(_UNSUPPORTED_CHAT))
@@ -230,7 +229,8 @@ class RequestParser:
             seed=self._opt(body, "seed", int, None),
             stop=self._stop(body.get("stop")),
             stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
-            ignore_eos=self._opt(body, "ignore_eos", bool, False))
+            ignore_eos=self._opt(body, "ignore_eos", bool, False),
+            **parse_sampling_controls(body, self.vocab_size))
         return ParsedRequest(kind=kind, model=model, prompt_ids=ids, params=params,
                              stream=stream, include_usage=include_usage, cache_salt=salt,
                              priority=priority, user=self._opt(body, "user", str, None))
