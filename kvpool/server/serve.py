@@ -119,6 +119,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
                      help="run the full pool/scheduler invariant check every STEPS engine "
                           "steps; failures count in kvpool_invariant_violations_total (0: off)")
+    srv.add_argument("--chat-template", default=None, metavar="FILE",
+                     help="a Jinja chat template overriding the model directory's own "
+                          "(default: the model's, else the built-in one)")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
@@ -148,7 +151,7 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 stop: asyncio.Event | None = None,
                 on_ready: Callable[[str, int], None] | None = None,
                 handle_signals: bool = True, tenant_block_quota: int | None = None,
-                invariant_check_interval: int = 0) -> None:
+                invariant_check_interval: int = 0, chat_template: str | None = None) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
@@ -156,7 +159,7 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
     engine.invariant_check_interval = invariant_check_interval
     app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                     engine_shutdown_timeout=shutdown_timeout,
-                    tenant_block_quota=tenant_block_quota)
+                    tenant_block_quota=tenant_block_quota, chat_template=chat_template)
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=shutdown_timeout,
                            access_log=log if log.isEnabledFor(logging.DEBUG) else None)
     stop = stop or asyncio.Event()
@@ -205,13 +208,15 @@ def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                api_key: str | None = None, *, shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, use_uvloop: bool | None = None,
                on_ready: Callable[[str, int], None] | None = None,
-               tenant_block_quota: int | None = None, invariant_check_interval: int = 0) -> None:
+               tenant_block_quota: int | None = None, invariant_check_interval: int = 0,
+               chat_template: str | None = None) -> None:
     """Blocking entry point: pick the event loop once (uvloop when installed) and serve."""
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
                          max_body_bytes=max_body_bytes, on_ready=on_ready,
                          tenant_block_quota=tenant_block_quota,
-                         invariant_check_interval=invariant_check_interval))
+                         invariant_check_interval=invariant_check_interval,
+                         chat_template=chat_template))
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
@@ -231,7 +236,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         run_server(config, args.host, args.port, api_key,
                    shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
                    use_uvloop=args.uvloop, tenant_block_quota=args.tenant_block_quota,
-                   invariant_check_interval=args.invariant_check_interval)
+                   invariant_check_interval=args.invariant_check_interval,
+                   chat_template=args.chat_template)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2
