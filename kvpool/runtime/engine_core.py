@@ -82,7 +82,10 @@ class EngineCore:
             kv_bytes_per_block=self.storage.bytes_per_block,
             defrag_threshold=config.defrag_threshold))
         self.copies = CopyEngine.for_storage(self.storage, fault_injector=fault_injector)
-        self.sampler = Sampler(torch.Generator().manual_seed(config.seed))
+        # min_tokens masks what the scheduler would stop on: its eos and stop_token_ids
+        self.sampler = Sampler(torch.Generator().manual_seed(config.seed),
+                               eos_token_ids=(self.tokenizer.eos_token_id,)
+                               if self.tokenizer.eos_token_id is not None else ())
         self.outputs = OutputProcessor(self.tokenizer, metrics)
         self.metrics = metrics
         self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
@@ -309,7 +312,7 @@ class EngineCore:
                 self.scheduler.update_cost_model(**kw)
 
     def _sample(self, logits: torch.Tensor, rows) -> dict[int, int]:
-        idx, params, gens, seqs = [], [], [], []
+        idx, params, gens, seqs, rids = [], [], [], [], []
         reqs = self.outputs.requests
         for i, (_, _, _, item) in enumerate(rows):
             if hasattr(item, "seq_ids"):  # a prefill chunk: sample only after its last token
@@ -326,11 +329,15 @@ class EngineCore:
                 params.append(r.params)
                 gens.append(self._gens.get(s))
                 seqs.append(s)
+                rids.append(item.request_id)
         if not idx:
             return {}
         picked = logits[torch.tensor(idx)] if len(idx) != logits.shape[0] or idx != list(
             range(len(idx))) else logits
-        tokens = self.sampler(picked, params, gens).tolist()
+        hist = None
+        if any(p.needs_history for p in params):  # penalties / min_tokens read the tokens
+            hist = [self.outputs.history(r, s) for r, s in zip(rids, seqs)]
+        tokens = self.sampler(picked, params, gens, hist).tolist()
         return dict(zip(seqs, tokens))
 
     # ------------------------------------------------------------------ introspection

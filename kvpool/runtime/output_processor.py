@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from kvpool.runtime.model import IncrementalDetokenizer, SamplingParams, Tokenizer
+from kvpool.runtime.model import IncrementalDetokenizer, SamplingParams, SeqHistory, Tokenizer
 from kvpool.runtime.outputs import CompletionOutput, RequestOutput
 from kvpool.sched import FinishedRequest, SeqStatus
 
@@ -25,9 +25,10 @@ class SeqState:
     """Output state of one sequence of a request."""
 
     index: int  # position among the request's n sequences
-    detok: IncrementalDetokenizer  # prompt-aware incremental decoder
+    detok: IncrementalDetokenizer  # generated ids -> text deltas
     text: str = ""  # decoded text not yet released (stop-string hold-back)
     pending_ids: list[int] = field(default_factory=list)  # tokens not yet released
+    output_ids: list[int] = field(default_factory=list)  # every accepted token (penalties)
     num_generated: int = 0  # tokens accepted so far
     last_token_time: float | None = None  # for the inter-token latency
     finish_reason: str | None = None  # set once finished
@@ -60,10 +61,16 @@ class OutputProcessor:
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
             seq_ids: tuple[int, ...], arrival: float) -> None:
         tok = self.tokenizer
-        seqs = {s: SeqState(i, tok.detokenizer(prompt_ids)) for i, s in enumerate(seq_ids)}
+        seqs = {s: SeqState(i, tok.detokenizer()) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
         self.requests[request_id] = RequestState(request_id, params, prompt_ids, arrival, seqs,
                                                  hold=hold)
+
+    def history(self, request_id: str, seq_id: int) -> SeqHistory:
+        """The prompt and accepted tokens of one sequence (what penalties and min_tokens read
+        before the next token is sampled)."""
+        r = self.requests[request_id]
+        return SeqHistory(r.prompt_ids, r.seqs[seq_id].output_ids)
 
     def on_tokens(self, sampled: dict[int, tuple[str, int]], now: float
                   ) -> tuple[dict[str, list[CompletionOutput]], list[tuple[str, int, str]]]:
@@ -89,6 +96,7 @@ class OutputProcessor:
             r.first_token = True
             s.last_token_time = now
             s.pending_ids.append(token)
+            s.output_ids.append(token)
             s.text += s.detok.push(token)
             hit = self._match_stop(r, s)
             if hit is not None:

@@ -21,11 +21,13 @@ test server does too) so a client that disconnects cancels its handler and frees
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
+from kvpool.server.chat_template import load_chat_template
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
@@ -56,7 +58,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               max_json_depth: int = MAX_JSON_DEPTH,
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
               manage_engine: bool = True,
-              tenant_block_quota: int | None = None) -> web.Application:
+              tenant_block_quota: int | None = None,
+              chat_template: str | Path | None = None) -> web.Application:
     """The OpenAI-compatible app.
 
     ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
@@ -65,6 +68,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     (waiting ``engine_shutdown_timeout`` for in-flight requests) when the app stops; False when
     the caller owns the engine's lifetime. ``tenant_block_quota``: cap the KV blocks the
     in-flight requests of one cache_salt may hold (quota.py); None = no cap.
+    ``chat_template``: a Jinja file that overrides the model directory's own template
+    (chat_template.py); the built-in template only where neither exists.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -78,7 +83,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
         n for n in (engine.model_name, config.served_model_name) if n))
     parser = RequestParser(engine.tokenizer, names, engine.max_model_len,
                            max_n=config.max_n, max_tokens_limit=config.max_tokens_limit,
-                           max_stop=config.max_stop, max_json_depth=max_json_depth)
+                           max_stop=config.max_stop, max_json_depth=max_json_depth,
+                           chat_template=load_chat_template(config.model, chat_template))
     metrics = metrics if metrics is not None else engine.metrics
     gen_engine = engine if not tenant_block_quota else QuotaEngine(
         engine, TenantBlockQuota(tenant_block_quota, config.block_size))

@@ -7,8 +7,9 @@ Policy, in one place:
   OpenAI's own API does: a typo such as ``max_token`` must not silently fall back to a default.
   Known OpenAI features this server does not implement are **rejected** with 400 naming the
   field when set to anything but their default (``echo``, ``logprobs``, ``best_of`` != n,
-  ``suffix``, ``logit_bias``, penalties, ``tools``, non-text ``response_format``), so a client
-  never gets a silently different result.
+  ``suffix``, ``tools``, non-text ``response_format``), so a client never gets a silently
+  different result. Sampling controls (penalties, ``logit_bias``, ``min_tokens``, ``min_p``):
+  sampling_fields.py.
 - ``prompt``: a string, a list of token ids, or a list of exactly one of those. Batches of several
   prompts are rejected (400, param ``prompt``): send one request per prompt.
 - ``null`` means "not given" for every optional field.
@@ -27,6 +28,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.sampling import SamplingParams
+from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls
 
 __all__ = ["ChatTemplate", "ParsedRequest", "RequestParser"]
 
@@ -37,18 +39,16 @@ _INT32 = 1 << 31
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 # field -> (allowed default values) for OpenAI features this server does not implement
-_UNSUPPORTED_COMPLETION = {"echo": (False,), "logprobs": (0,), "suffix": ("",),
-                           "logit_bias": ({},), "presence_penalty": (0,),
-                           "frequency_penalty": (0,)}
-_UNSUPPORTED_CHAT = {"logprobs": (False,), "top_logprobs": (0,), "logit_bias": ({},),
-                     "presence_penalty": (0,), "frequency_penalty": (0,), "tools": ([],),
+_UNSUPPORTED_COMPLETION = {"echo": (False,), "logprobs": (0,), "suffix": ("",)}
+_UNSUPPORTED_CHAT = {"logprobs": (False,), "top_logprobs": (0,), "tools": ([],),
                      "functions": ([],), "response_format": ({"type": "text"},)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
-           "stop_token_ids"}
+           "stop_token_ids"} | SAMPLING_FIELDS
 _KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of"} | set(_UNSUPPORTED_COMPLETION))
 _KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tool_choice",
-                                   "parallel_tool_calls"} | set(_UNSUPPORTED_CHAT))
+                                   "parallel_tool_calls", "add_generation_prompt",
+                                   "continue_final_message"} | set(_UNSUPPORTED_CHAT))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +76,21 @@ class ChatTemplate:
     """
 
     ROLES = ("system", "developer", "user", "assistant")
+    add_special_tokens = True  # the markers are text: the tokenizer adds BOS
 
-    def render(self, messages: Sequence[tuple[str, str]]) -> str:
+    def render(self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool = True,
+               continue_final_message: bool = False) -> str:
         parts = []
         for role, content in messages:
             role = "system" if role == "developer" else role
             parts.append(f"<|{role}|>\n{content}\n<|end|>\n")
-        parts.append("<|assistant|>\n")
+        if continue_final_message:
+            if messages[-1][0] != "assistant":
+                raise _bad("continue_final_message", "the last message must be the "
+                           "assistant's, to be continued")
+            parts[-1] = parts[-1][: -len("\n<|end|>\n")]  # left open: the model continues it
+        elif add_generation_prompt:
+            parts.append("<|assistant|>\n")
         return "".join(parts)
 
 
@@ -108,7 +116,9 @@ class RequestParser:
     def __init__(self, tokenizer: Any, model_names: Sequence[str], max_model_len: int, *,
                  max_n: int, max_tokens_limit: int, max_stop: int,
                  max_json_depth: int = MAX_JSON_DEPTH,
-                 chat_template: ChatTemplate | None = None) -> None:
+                 chat_template: Any = None) -> None:
+        """``chat_template``: the model's (chat_template.ModelChatTemplate) or None for the
+        built-in :class:`ChatTemplate`."""
         self.tokenizer = tokenizer
         self.model_names = tuple(dict.fromkeys(n for n in model_names if n))
         self.max_model_len = max_model_len
@@ -182,7 +192,17 @@ class RequestParser:
         model = self._model(body.get("model"))
         self._check_unsupported(body, _UNSUPPORTED_CHAT)
         messages = self._messages(body.get("messages"))
-        ids = self.tokenizer.encode(self.chat_template.render(messages))
+        # vLLM's spelling and rule: continuing the last (assistant) message and opening a new
+        # assistant turn contradict each other
+        add_gen = self._opt(body, "add_generation_prompt", bool, True)
+        cont = self._opt(body, "continue_final_message", bool, False)
+        if add_gen and cont and body.get("add_generation_prompt") is not None:
+            raise _bad("continue_final_message", "cannot be true together with "
+                       "add_generation_prompt (set add_generation_prompt to false)")
+        tpl = self.chat_template
+        text = tpl.render(messages, add_generation_prompt=add_gen and not cont,
+                          continue_final_message=cont)
+        ids = self.tokenizer.encode(text, add_special_tokens=tpl.add_special_tokens)
         # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
         # field wins when both are sent.
         max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
@@ -230,7 +250,8 @@ class RequestParser:
             seed=self._opt(body, "seed", int, None),
             stop=self._stop(body.get("stop")),
             stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
-            ignore_eos=self._opt(body, "ignore_eos", bool, False))
+            ignore_eos=self._opt(body, "ignore_eos", bool, False),
+            **parse_sampling_controls(body, self.vocab_size))
         return ParsedRequest(kind=kind, model=model, prompt_ids=ids, params=params,
                              stream=stream, include_usage=include_usage, cache_salt=salt,
                              priority=priority, user=self._opt(body, "user", str, None))

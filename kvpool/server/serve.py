@@ -141,6 +141,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
                      help="run the full pool/scheduler invariant check every STEPS engine "
                           "steps; failures count in kvpool_invariant_violations_total (0: off)")
+    srv.add_argument("--chat-template", default=None, metavar="FILE",
+                     help="a Jinja chat template overriding the model directory's own "
+                          "(default: the model's, else the built-in one)")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
@@ -173,7 +176,7 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 invariant_check_interval: int = 0,
                 header_timeout: float = DEFAULT_HEADER_TIMEOUT,
                 keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
-                max_connections: int | None = None) -> None:
+                max_connections: int | None = None, chat_template: str | None = None) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
@@ -182,7 +185,7 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
     engine.invariant_check_interval = invariant_check_interval
     app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                     engine_shutdown_timeout=SHUTDOWN_GRACE,
-                    tenant_block_quota=tenant_block_quota)
+                    tenant_block_quota=tenant_block_quota, chat_template=chat_template)
     app[METRICS_KEY].add_source(limiter.families)
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
     stop = stop or asyncio.Event()
@@ -270,7 +273,8 @@ def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                tenant_block_quota: int | None = None, invariant_check_interval: int = 0,
                **edge: Any) -> None:
     """Blocking entry point: pick the event loop once (uvloop when installed) and serve.
-    ``edge``: header_timeout, keep_alive_timeout, max_connections (see :func:`serve`)."""
+    ``edge``: header_timeout, keep_alive_timeout, max_connections, chat_template (see
+    :func:`serve`)."""
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
                          max_body_bytes=max_body_bytes, on_ready=on_ready,
@@ -306,7 +310,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
                    invariant_check_interval=args.invariant_check_interval,
                    header_timeout=args.header_timeout,
                    keep_alive_timeout=args.keep_alive_timeout,
-                   max_connections=args.max_connections)
+                   max_connections=args.max_connections, chat_template=args.chat_template)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2

@@ -194,3 +194,29 @@ async def test_busy_server_is_503_for_the_client(make_server):
             assert e.value.status_code == 503 and e.value.code == "queue_full"
             assert e.value.response.headers["Retry-After"] == "1"
             assert (await long).usage.completion_tokens == 150
+
+
+async def test_sampling_controls_through_the_client(srv):
+    """presence/frequency penalties, logit_bias (as the client sends it), and vLLM's
+    repetition_penalty / min_tokens / min_p through ``extra_body``: a real forward samples."""
+    tok = srv.engine.tokenizer
+    hot = tok.encode(" cache", add_special_tokens=False)[0]
+    async with client(srv) as c:
+        model = await model_of(c)
+        r = await c.completions.create(model=model, prompt="The quick brown fox", max_tokens=4,
+                                       temperature=0, logit_bias={str(hot): 100})
+        assert r.choices[0].text == tok.decode([hot] * 4)
+        r = await c.completions.create(
+            model=model, prompt="The quick brown fox", max_tokens=4, temperature=0,
+            logit_bias={str(hot): 100}, frequency_penalty=2, presence_penalty=2,
+            extra_body={"repetition_penalty": 1.5, "min_tokens": 2, "min_p": 0.1})
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 4
+        chat = await c.chat.completions.create(
+            model=model, max_completion_tokens=3, temperature=0, logit_bias={str(hot): 100},
+            messages=[{"role": "user", "content": "Hello"}])
+        assert chat.choices[0].message.content == tok.decode([hot] * 3)
+        with pytest.raises(openai.BadRequestError) as err:
+            await c.completions.create(model=model, prompt="x", max_tokens=4,
+                                       presence_penalty=3)
+        assert err.value.status_code == 400
+        assert err.value.body["param"] == "presence_penalty"

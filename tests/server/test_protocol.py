@@ -124,8 +124,7 @@ def test_all_supported_fields_reach_the_request():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("echo", True), ("logprobs", 2), ("best_of", 3), ("suffix", "x"), ("logit_bias", {"1": 2}),
-    ("presence_penalty", 0.5), ("frequency_penalty", 1),
+    ("echo", True), ("logprobs", 2), ("best_of", 3), ("suffix", "x"),
 ])
 def test_unimplemented_openai_features_are_rejected(field, value):
     rejects(P.parse_completion, {"prompt": "hi", field: value}, field, "unsupported_parameter")
@@ -215,3 +214,33 @@ def test_any_body_is_accepted_or_a_request_error(body, chat):
         assert exc.param is None or isinstance(exc.param, str)
         return
     assert 1 <= req.params.max_tokens <= 100 and len(req.prompt_ids) + req.params.max_tokens <= 64
+
+
+def test_sampling_controls_reach_the_params():
+    for parse, body in ((P.parse_completion, {"prompt": "hi"}),
+                        (P.parse_chat, {"messages": [{"role": "user", "content": "hi"}]})):
+        p = parse({**body, "max_tokens": 8, "presence_penalty": 0.5, "frequency_penalty": -1,
+                   "repetition_penalty": 1.2, "min_p": 0.05, "min_tokens": 3,
+                   "logit_bias": {"7": -100, "300": 2.5}}).params
+        assert (p.presence_penalty, p.frequency_penalty, p.repetition_penalty, p.min_p,
+                p.min_tokens) == (0.5, -1.0, 1.2, 0.05, 3)
+        assert p.logit_bias == ((7, -100.0), (300, 2.5))
+    defaults = P.parse_completion({"prompt": "hi", "logit_bias": None, "min_p": None}).params
+    assert not defaults.adjusts_logits and defaults.min_p == 0.0
+
+
+@pytest.mark.parametrize("field, value, code", [
+    ("presence_penalty", 2.5, None), ("presence_penalty", "1", None),
+    ("frequency_penalty", -3, None), ("frequency_penalty", True, None),
+    ("repetition_penalty", 0, None), ("repetition_penalty", -1, None),
+    ("min_p", 1.5, None), ("min_p", [0.1], None),
+    ("min_tokens", -1, None), ("min_tokens", 2.5, None), ("min_tokens", 9, None),
+    ("logit_bias", {"7": 101}, None), ("logit_bias", {"7": "1"}, None),
+    ("logit_bias", {"-1": 1}, None), ("logit_bias", {"x": 1}, None),
+    ("logit_bias", {"512": 1}, "invalid_token_id"), ("logit_bias", [1, 2], None),
+    ("logit_bias", {str(i): 1 for i in range(1025)}, None),
+])
+def test_sampling_controls_bad_values_name_the_field(field, value, code):
+    rejects(P.parse_completion, {"prompt": "hi", "max_tokens": 8, field: value}, field, code)
+    rejects(P.parse_chat, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 8,
+                           field: value}, field, code)

@@ -1,8 +1,9 @@
 """Per-request sampling parameters and a batched sampler over ``logits [num_seqs, vocab]``.
 
-Pipeline per row (rows with ``temperature == 0`` skip it and take the argmax)::
+Pipeline per row (rows with ``temperature == 0`` skip the second line and take the argmax)::
 
-    logits / temperature -> top-k mask -> top-p mask (on the top-k renormalized distribution)
+    logits -> logit_bias, min_tokens, repetition/frequency/presence penalties (penalties.py)
+      / temperature -> min_p -> top-k mask -> top-p mask (on the top-k renormalized distribution)
       -> softmax -> token = argmax(probs / E),  E ~ Exponential(1) i.i.d. per vocab entry
 
 The last step is the exponential-race form of categorical sampling: ``argmax(p_i / E_i)`` is
@@ -21,10 +22,13 @@ import torch
 
 from kvpool.errors import RequestError
 
-__all__ = ["Sampler", "SamplingParams", "SamplingParamsError", "make_generator"]
+from .penalties import SeqHistory, apply_logit_adjustments, apply_min_p, needs_history
+
+__all__ = ["Sampler", "SamplingParams", "SamplingParamsError", "SeqHistory", "make_generator"]
 
 GREEDY_TEMPERATURE = 1e-5  # below this a temperature means greedy (dividing would overflow)
 _SEED_MOD = 1 << 64
+MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on one logit_bias value
 
 
 class SamplingParamsError(RequestError):
@@ -59,6 +63,12 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # stop strings (excluded from the output text)
     stop_token_ids: tuple[int, ...] = ()  # extra token ids that end the sequence
     ignore_eos: bool = False  # keep generating past EOS (benchmarks)
+    presence_penalty: float = 0.0  # OpenAI: minus this once a token was generated, [-2, 2]
+    frequency_penalty: float = 0.0  # OpenAI: minus this per time a token was generated, [-2, 2]
+    repetition_penalty: float = 1.0  # vLLM/HF: prompt+generated tokens, > 0; 1 = off
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias in [-100, 100]), by id
+    min_tokens: int = 0  # eos / stop_token_ids masked until this many were generated
+    min_p: float = 0.0  # keep tokens with prob >= min_p * top prob, [0, 1]; 0 = off
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
@@ -95,6 +105,50 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(ids))
         if not isinstance(self.ignore_eos, bool):
             raise SamplingParamsError("ignore_eos", f"must be a boolean, got {self.ignore_eos!r}")
+        self._check_adjustments()
+
+    def _check_adjustments(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            if not _is_number(v) or not -2.0 <= v <= 2.0:
+                raise SamplingParamsError(name, f"must be a number in [-2, 2], got {v!r}")
+        r = self.repetition_penalty
+        if not _is_number(r) or not math.isfinite(r) or r <= 0:
+            raise SamplingParamsError("repetition_penalty",
+                                      f"must be a finite number > 0 (1 = off), got {r!r}")
+        m = self.min_p
+        if not _is_number(m) or not 0.0 <= m <= 1.0:
+            raise SamplingParamsError("min_p", f"must be a number in [0, 1], got {m!r}")
+        mt = self.min_tokens
+        if not _is_int(mt) or mt < 0:
+            raise SamplingParamsError("min_tokens", f"must be an integer >= 0, got {mt!r}")
+        if self.max_tokens is not None and mt > self.max_tokens:
+            raise SamplingParamsError("min_tokens", f"must be at most max_tokens "
+                                                    f"({self.max_tokens}), got {mt}")
+        bias = self.logit_bias
+        items = bias.items() if isinstance(bias, dict) else (bias or ())
+        try:
+            pairs = tuple(sorted((t, b) for t, b in items))
+        except (TypeError, ValueError):
+            raise SamplingParamsError("logit_bias", "must map token ids to numbers") from None
+        for t, b in pairs:
+            if not _is_int(t) or t < 0:
+                raise SamplingParamsError("logit_bias", f"token id must be an integer >= 0, "
+                                                        f"got {t!r}")
+            if not _is_number(b) or not -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS:
+                raise SamplingParamsError("logit_bias", f"bias for token {t} must be a number "
+                                                        f"in [-100, 100], got {b!r}")
+        object.__setattr__(self, "logit_bias", tuple((t, float(b)) for t, b in pairs))
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether any of bias / min_tokens / penalties applies (the sampler's fast check)."""
+        return bool(self.logit_bias) or needs_history(self)
+
+    @property
+    def needs_history(self) -> bool:
+        """Whether the sampler needs this row's prompt and generated ids."""
+        return needs_history(self)
 
     @property
     def greedy(self) -> bool:
@@ -115,20 +169,31 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
 class Sampler:
     """Batched sampling; stateless apart from the RNG used for unseeded rows."""
 
-    def __init__(self, generator: torch.Generator | None = None) -> None:
+    def __init__(self, generator: torch.Generator | None = None,
+                 eos_token_ids: Sequence[int] = ()) -> None:
         self.generator = generator  # for rows without their own generator (None: torch global)
+        self.eos_token_ids = tuple(eos_token_ids)  # what min_tokens masks (unless ignore_eos)
 
     def __call__(self, logits: torch.Tensor, params: Sequence[SamplingParams],
-                 generators: Sequence[torch.Generator | None] | None = None) -> torch.Tensor:
+                 generators: Sequence[torch.Generator | None] | None = None,
+                 histories: Sequence[SeqHistory] | None = None) -> torch.Tensor:
         """Next token id per row, ``[num_seqs]`` long on ``logits.device``.
 
         ``generators[i]`` is row i's request generator (or None); it is advanced only when that
-        row samples (temperature > 0).
+        row samples (temperature > 0). ``histories[i]`` (prompt and generated ids) is needed
+        only when some row's ``needs_history``.
         """
         num, vocab = logits.shape
         if len(params) != num or (generators is not None and len(generators) != num):
             raise ValueError(f"need one SamplingParams (and generator) per logits row ({num})")
+        if histories is not None and len(histories) != num:
+            raise ValueError(f"need one SeqHistory per logits row ({num})")
         logits = logits.float()
+        if any(p.adjusts_logits for p in params):
+            # NOTE(copy): float() may return the caller's tensor; adjust a copy, never the logits
+            # the model handed out.
+            logits = apply_logit_adjustments(logits.clone(), params, histories,
+                                             self.eos_token_ids)
         best = logits.argmax(dim=-1)
         rows = [i for i, p in enumerate(params) if not p.greedy]
         if not rows:
@@ -137,6 +202,9 @@ class Sampler:
         x = logits if len(rows) == num else logits[rows]
         temps = torch.tensor([params[i].temperature for i in rows], device=dev)
         x = x / temps[:, None]
+        min_p = [float(params[i].min_p) for i in rows]
+        if max(min_p) > 0.0:
+            x = apply_min_p(x, min_p)
         top_k = [min(params[i].top_k, vocab) if params[i].top_k > 0 else vocab for i in rows]
         top_p = [float(params[i].top_p) for i in rows]
         if min(top_k) < vocab or min(top_p) < 1.0:

@@ -1,8 +1,8 @@
 """Tokenizer: a thin wrapper over a ``tokenizers.Tokenizer`` plus the ids an engine needs.
 
 The engine encodes prompts, checks ``eos_token_ids`` after each sampled token and streams text
-through :class:`IncrementalDetokenizer`, which never emits half a UTF-8 character and copes with
-decoders whose output depends on the preceding tokens (SentencePiece's leading-space rule).
+through :class:`IncrementalDetokenizer`, which never emits half a UTF-8 character and whose
+deltas join to exactly ``decode(generated_ids)``.
 """
 
 from __future__ import annotations
@@ -70,9 +70,8 @@ class Tokenizer:
         """Write the backend as ``tokenizer.json``-format JSON."""
         self.backend.save(str(path))
 
-    def detokenizer(self, prompt_ids: Sequence[int] = (),
-                    skip_special_tokens: bool = True) -> IncrementalDetokenizer:
-        return IncrementalDetokenizer(self, prompt_ids, skip_special_tokens)
+    def detokenizer(self, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self, skip_special_tokens)
 
     def __repr__(self) -> str:
         return (f"Tokenizer(name={self.name!r}, vocab_size={self.vocab_size}, "
@@ -83,26 +82,30 @@ class IncrementalDetokenizer:
     """Turns generated ids into text deltas, one ``push`` per step.
 
     Invariant: the concatenation of all returned deltas (plus :meth:`finish`) equals
-    ``decode(generated_ids)`` as it would read after the prompt.
+    ``tokenizer.decode(generated_ids)``, what transformers' users (and lm-eval's ``hf`` backend)
+    compute from the same ids.
 
     It keeps a window ``ids[prefix:read]`` of already-emitted tokens as left context::
 
-        ids:  ... prompt ... | emitted ... | new
-                    prefix --^      read --^
+        ids:  | emitted ... | emitted ... | new
+                   prefix --^      read --^
         delta = decode(ids[prefix:]) minus decode(ids[prefix:read])
 
     and holds the delta back while it ends in U+FFFD (a character split across tokens).
+
+    NOTE(no-prompt-context): the window never reaches into the prompt. With the prompt's tail as
+    context, a generated continuation byte completed a character the prompt had left open, and
+    ``after[len(before):]`` then dropped that byte's U+FFFD (the text read "ab" where
+    ``decode`` reads "\ufffdab"). The cost: a SentencePiece decoder strips the first generated
+    token's leading space, exactly as ``decode(generated_ids)`` does.
     """
 
-    _CONTEXT = 6  # prompt tokens used as left context for the first delta
-
-    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int] = (),
-                 skip_special_tokens: bool = True) -> None:
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
-        self.ids: list[int] = list(prompt_ids)
-        self.read = len(self.ids)  # ids before this index have been emitted (or are the prompt)
-        self.prefix = max(0, self.read - self._CONTEXT)  # left edge of the context window
+        self.ids: list[int] = []  # every generated id pushed so far
+        self.read = 0  # ids before this index have been emitted
+        self.prefix = 0  # left edge of the context window
         self.text = ""  # every delta returned so far, joined
 
     def _decode(self, ids: Sequence[int]) -> str:
