@@ -93,6 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     http.add_argument("--faults", action="store_true",
                       help="test only: in-process server with injected copy failures, copy "
                            "delays and step failures")
+    http.add_argument("--fault-device-blocks", type=_positive(int), default=24,
+                      help="with --faults: the in-process server's device blocks (default 24: "
+                           "swap preemption, prefix caching on, swap-in failures)")
     http.add_argument("--num-device-blocks", type=_positive(int), default=256,
                       help="the started server's device blocks (default 256: preemption "
                            "and swapping under load)")
@@ -132,6 +135,7 @@ def _run_http(args: argparse.Namespace):
         hostile_rate=args.hostile_rate, greedy_rate=args.greedy_rate,
         stream_rate=args.stream_rate, slow_rate=args.slow_rate, tenants=args.tenants,
         seed=args.seed, api_key=args.api_key, faults=args.faults,
+        fault_device_blocks=args.fault_device_blocks,
         tenant_block_quota=args.tenant_block_quota, num_device_blocks=args.num_device_blocks,
         num_host_blocks=args.num_host_blocks, max_num_seqs=args.max_num_seqs,
         invariant_check_interval=args.invariant_check_interval,

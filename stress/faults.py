@@ -9,6 +9,11 @@ Kinds of fault::
                    is slow; compute must wait for exactly the blocks it needs; outputs unchanged
     copy failure   FaultInjector.add(kind, fail=True, times=1): the request owning the batch
                    fails (500 / SSE error "KV copy failed"); nobody else notices
+    swap-in burst  FaultInjector.add("swap_in", fail=True, times=k): the next k swap-ins fail.
+                   With prefix caching on and a small pool this is what could poison the
+                   cache (a block hashed before its bytes were copied); a later greedy probe
+                   with the same prompt then reads wrong KV, which the harness counts as a
+                   greedy mismatch
     step failure   EngineCore.step_fault_hook raises for the next scheduled request: that
                    request fails ("engine step failed"); the engine and the others go on
 
@@ -83,6 +88,7 @@ class FaultDriver:
         self.delays_injected = 0
         self.copy_failures_injected = 0
         self.step_failures_injected = 0
+        self.swap_in_bursts = 0
 
     @property
     def failures_injected(self) -> int:
@@ -92,15 +98,21 @@ class FaultDriver:
         """One random fault; returns its description."""
         r = self.rng.random()
         kind = self.rng.choice(COPY_KINDS)
-        if r < 0.5:
+        if r < 0.4:
             delay = self.rng.uniform(0.01, 0.08)
             self.injector.add(kind, delay=delay, fail=False, times=self.rng.randint(1, 3))
             self.delays_injected += 1
             return f"delay {kind} {delay * 1000:.0f}ms"
-        if r < 0.75:
+        if r < 0.6:
             self.injector.add(kind, fail=True, times=1)
             self.copy_failures_injected += 1
             return f"fail {kind}"
+        if r < 0.8:
+            k = self.rng.randint(1, 3)
+            self.injector.add("swap_in", fail=True, times=k)
+            self.copy_failures_injected += k  # each failed batch fails one request at most
+            self.swap_in_bursts += 1
+            return f"fail swap_in x{k}"
         self.steps.arm()
         self.step_failures_injected += 1
         return "fail step"
@@ -118,4 +130,5 @@ class FaultDriver:
         return {"fault_delays_injected": self.delays_injected,
                 "fault_copy_failures_injected": self.copy_failures_injected,
                 "fault_step_failures_injected": self.step_failures_injected,
+                "fault_swap_in_bursts": self.swap_in_bursts,
                 "fault_step_failures_fired": len(self.steps.failed)}

@@ -57,6 +57,9 @@ class HttpConfig:
     api_key: str | None = None
     faults: bool = False  # in-process server + FaultDriver (copy/step faults, delays)
     fault_interval: float = 0.5  # seconds between injected faults
+    # NOTE(faults): a small device pool with swap preemption and prefix caching on, so the
+    # injected swap-in failures hit blocks whose hashes could outlive a failed copy
+    fault_device_blocks: int = 24  # device blocks of the fault-mode server
     tenant_block_quota: int | None = None
     num_device_blocks: int = 256
     num_host_blocks: int = 512
@@ -101,9 +104,15 @@ class HttpStress:
         from kvpool.runtime.engine_config import EngineConfig
 
         c = self.cfg
-        return EngineConfig(num_device_blocks=c.num_device_blocks,
-                            num_host_blocks=c.num_host_blocks, max_num_seqs=c.max_num_seqs,
-                            max_model_len=c.max_model_len, seed=c.seed, max_queue=4096)
+        extra = {}
+        if c.faults:
+            extra = dict(num_device_blocks=c.fault_device_blocks, preemption_mode="swap",
+                         enable_prefix_caching=True)
+        return EngineConfig(**{**dict(num_device_blocks=c.num_device_blocks,
+                                      num_host_blocks=c.num_host_blocks,
+                                      max_num_seqs=c.max_num_seqs,
+                                      max_model_len=c.max_model_len, seed=c.seed,
+                                      max_queue=4096), **extra})
 
     def _start_server(self) -> str:
         from stress.servers import InProcessServer, SpawnedServer

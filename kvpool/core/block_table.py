@@ -15,7 +15,8 @@ class BlockTable:
     Invariant: ``len(blocks) == ceil(num_tokens / block_size)``; only ``blocks[-1]`` may be
     partially filled; with prefix caching ``len(hashes) == num_tokens // block_size`` and
     ``len(tail) == num_tokens % block_size``; ``num_registered <= len(hashes)``;
-    ``num_computed <= num_tokens`` (slots beyond it are reserved but not yet written).
+    ``num_computed <= num_tokens`` (slots beyond it are reserved but not yet written);
+    ``copy_pending`` implies ``num_registered == 0`` (nothing is hashed before its bytes are).
 
     Token ``t`` of the sequence sits in slot ``t % block_size`` of block ``blocks[t // bs]``::
 
@@ -38,6 +39,10 @@ class BlockTable:
     extra: bytes = b""  # encoded extra keys mixed into every block hash
     tokens: list[int] | None = None  # all token ids, kept only when verify_hits is on
     num_computed: int = 0  # leading tokens whose KV is written (mark_computed / append_slots)
+    # NOTE(copy-pending): set by swap_in, cleared by mark_computed once the step that ran the
+    # swap-in copies is done. While set no block of the table is registered in the prefix
+    # cache: its bytes are still being copied (or the copy failed) and must not be a hit.
+    copy_pending: bool = False
 
     def last_block_fill(self, block_size: int) -> int:
         """Token slots used in the last block (``block_size`` when it is full)."""
@@ -58,5 +63,8 @@ class BlockTable:
         if caching and (len(self.hashes) != n // block_size or len(self.tail) != n % block_size
                         or self.num_registered > len(self.hashes)):
             raise InvariantError(f"seq {self.seq_id}: hashing state out of step")
+        if self.copy_pending and self.num_registered:
+            raise InvariantError(f"seq {self.seq_id}: {self.num_registered} blocks registered "
+                                 "while their swap-in copy is unconfirmed")
         if self.tokens is not None and len(self.tokens) != n:
             raise InvariantError(f"seq {self.seq_id}: {len(self.tokens)} token ids kept for {n}")

@@ -89,7 +89,8 @@ class DefragMixin:
             for s, t in self._tables.items():
                 if t.device is not Device.DEVICE:
                     continue
-                full = t.num_computed // bs
+                # a swap-in copy still unconfirmed: its bytes are not known written yet
+                full = 0 if t.copy_pending else t.num_computed // bs
                 for i, b in enumerate(t.blocks):
                     if b >= live:
                         if i >= full:  # NOTE(defrag): a block not yet fully written (partial,

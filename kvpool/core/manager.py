@@ -225,7 +225,11 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
     # ------------------------------------------------------------------ computed / hashes
     def mark_computed(self, seq_id: int, num_tokens: int | None = None) -> None:
         """The KV of the first ``num_tokens`` tokens (default: all) is written: index their full
-        blocks in the prefix cache so later prompts can hit them."""
+        blocks in the prefix cache so later prompts can hit them.
+
+        Also the confirmation of a swap-in: the step that ran the sequence's swap-in copies
+        completed, so its blocks hold their bytes and may be hashed from now on (until then
+        ``append_slots`` registers nothing for it)."""
         pool = self.device_pool
         _v_pool = pool._enter()
         try:
@@ -233,13 +237,15 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
             n = t.num_tokens if num_tokens is None else min(num_tokens, t.num_tokens)
             if n > t.num_computed:
                 t.num_computed = n
+            if t.device is Device.DEVICE:
+                t.copy_pending = False
             self._register_upto(t, n)
         finally:
             pool._exit(_v_pool)
 
     def _register_upto(self, t: BlockTable, num_tokens: int) -> None:
-        if not self.caching or t.device is not Device.DEVICE:
-            return
+        if not self.caching or t.device is not Device.DEVICE or t.copy_pending:
+            return  # NOTE(copy-pending): a hash only once the bytes are known written
         upto = min(num_tokens // self.block_size, len(t.hashes))
         i = t.num_registered
         if i >= upto:
@@ -389,7 +395,8 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
             self._tables[child_seq_id] = BlockTable(
                 child_seq_id, list(p.blocks), p.num_tokens, p.device, 0, list(p.hashes),
                 list(p.tail), p.num_registered, p.root, p.extra,
-                list(p.tokens) if p.tokens is not None else None, p.num_computed)
+                list(p.tokens) if p.tokens is not None else None, p.num_computed,
+                p.copy_pending)
             if p.device is Device.HOST:
                 self.num_swapped_seqs += 1
         finally:

@@ -105,7 +105,11 @@ class SwapMixin:
     def swap_in(self, seq_ids: Sequence[int]) -> list[tuple[int, int]] | None:
         """Bring a group back to the device. Returns ``(host_block, device_block)`` copies; a
         full block whose hash is still in the device prefix cache is reused, not copied. None
-        when the device pool is short (nothing changes)."""
+        when the device pool is short (nothing changes).
+
+        The copied blocks carry no hash until ``mark_computed`` confirms the copy (the step
+        that ran it is done): if it fails, the request is aborted and its blocks go back to
+        the free list unhashed, so no later prompt can hit bytes that were never written."""
         d, h = self.device_pool, self.host_pool
         now = time.monotonic()
         _v_d = d._enter()
@@ -149,6 +153,7 @@ class SwapMixin:
                 t.blocks = [mapping[b] for b in t.blocks]
                 t.device = Device.DEVICE
                 t.num_registered = 0
+                t.copy_pending = True  # hashed only after mark_computed confirms the copy
                 t.version += 1
             self.num_swapped_seqs -= len(tables)
             self.swap_in_blocks += len(fresh)

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from kvpool.core import BlockSpaceManager
-from kvpool.errors import InvariantError, RequestError
+from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
 from kvpool.runtime.copy_engine import CopyEngine, FaultInjector
 from kvpool.runtime.engine_config import EngineConfig
@@ -89,7 +89,10 @@ class EngineCore:
         self.outputs = OutputProcessor(self.tokenizer, metrics)
         self.metrics = metrics
         self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
-        self._failed: list[RequestOutput] = []  # failures found between steps
+        # NOTE(failed-deque): request ids whose background copy (swap-out) failed. The copy
+        # worker appends, the step thread pops: both are single atomic deque operations, so
+        # an append racing a drain is never lost (a list swapped out could drop one).
+        self._failed: deque[str] = deque()
         self.invariant_violations = 0
         # Test-only fault hook, off (None) by default: called with each request id a step
         # schedules; an exception fails that request alone, as if its part of the step raised.
@@ -181,7 +184,22 @@ class EngineCore:
     def _on_background_copy(self, handle) -> None:
         # worker thread: only record; the step thread acts on it (single-threaded core)
         if handle.exception() is not None and handle.tag is not None:
-            self._failed.append(handle.tag)
+            self.note_copy_failure(handle.tag)
+
+    def note_copy_failure(self, request_id: str) -> None:
+        """Record that a background copy of ``request_id`` failed (any thread); the next
+        step fails the request."""
+        self._failed.append(request_id)
+
+    def drain_failed(self) -> list[str]:
+        """Pop every recorded background-copy failure (step thread; appends may race)."""
+        failed = self._failed
+        out = []
+        while True:
+            try:
+                out.append(failed.popleft())
+            except IndexError:
+                return out
 
     def _fail_requests(self, rids, reason: str) -> list[RequestOutput]:
         outs = []
@@ -200,8 +218,7 @@ class EngineCore:
         t0 = time.monotonic()
         results: list[RequestOutput] = []
         if self._failed:  # background copies (swap-out) that failed since the last step
-            failed, self._failed = self._failed, []
-            results += self._fail_requests(failed, "KV copy failed")
+            results += self._fail_requests(self.drain_failed(), "KV copy failed")
         sched, mgr = self.scheduler, self.manager
         out = sched.schedule()
         for fr in out.ignored:
@@ -220,6 +237,10 @@ class EngineCore:
         touched = {b for t in tables.values() for b in t}
         self.copies.wait_for_blocks(touched)
         dead = {rid for h, rid in jobs if h.done() and h.exception() is not None}
+        # NOTE(late-swap-out): a swap-out that failed after the drain above may belong to a
+        # request swapped back in by this very step (its host bytes are garbage). The copies
+        # are FIFO, so having waited for this step's swap-ins, that failure is recorded now.
+        dead.update(self.drain_failed())
         if dead:
             results += self._fail_requests(dead, "KV copy failed")
         if self.step_fault_hook is not None:
@@ -347,9 +368,11 @@ class EngineCore:
             self.manager.check_invariants()
             self.scheduler.check_invariants()
             return True
-        except (InvariantError, AssertionError) as e:
+        except (InvariantError, SchedulerError, AssertionError) as e:
+            # NOTE(invariants): the scheduler reports a break as SchedulerError; counted and
+            # logged like the manager's, never raised into the step thread
             self.invariant_violations += 1
-            log.error("invariant violation: %s", e)
+            log.error("invariant violation: %s: %s", type(e).__name__, e)
             return False
 
     def snapshot(self) -> MetricsSnapshot:

@@ -11,7 +11,8 @@ with ``is_last``, except sequences aborted or finished while the step ran (those
 dropped). A sequence finishes on a stop token (eos unless ignore_eos: FINISHED_STOPPED), after
 ``max_tokens`` outputs or at ``max_model_len`` tokens (FINISHED_LENGTH), or when the runtime
 calls ``finish`` (stop strings) / ``abort``. Its blocks are freed at once; the request is
-returned when its last sequence finished.
+returned when its last sequence finished. ``on_step_done`` also says every copy of the step
+completed: abort a request whose copy failed first, or its swapped-in blocks would be hashed.
 """
 
 from __future__ import annotations
@@ -76,6 +77,13 @@ class CompletionMixin:
                     self._accept(s, sampled[s.seq_id], now, done)
                 if all(s.unit is None for s in g.seqs):
                     g.units = None
+        for i in output.swapped_in:
+            # NOTE(copy-pending): the step ran, so its swap-in copies completed (a request
+            # whose copy failed was aborted before this call): only now may those blocks
+            # carry prefix hashes
+            s = seqs.get(i)
+            if s is not None and s.status is _RUNNING and mgr.has_seq(i):
+                mgr.mark_computed(i)
         for d in output.decodes:
             s = seqs.get(d.seq_id)
             if s is not None and s.status is _RUNNING:

@@ -115,6 +115,8 @@ class SchedulerOutput:
     preempted: list[PreemptedRequest] = field(default_factory=list)  # this step's victims
     ignored: list[FinishedRequest] = field(default_factory=list)  # rejected (FINISHED_IGNORED)
     num_batched_tokens: int = 0  # prefill chunk tokens + decodes
+    # sequences swapped in this step: on_step_done confirms their copies (prefix hashes then)
+    swapped_in: list[int] = field(default_factory=list)
 
     @property
     def num_seqs(self) -> int:

@@ -296,6 +296,7 @@ class Scheduler(PreemptionMixin, CompletionMixin):
                 return
             swapped.pop(0)
             out.blocks_to_swap_in.extend(pairs)
+            out.swapped_in.extend(ids)
             self.swap_in_blocks += len(pairs)
             g.set_status(_RUNNING)
             self.running.add(g)

@@ -38,14 +38,19 @@ def greedy(n: int = 1) -> SamplingParams:
     return SamplingParams(n=n, max_tokens=NEW, temperature=0.0, ignore_eos=True)
 
 
-async def run(config: EngineConfig, prompts, *, n=1, fault=None, stagger=0.0):
+async def run(config: EngineConfig, prompts, *, n=1, fault=None, stagger=0.0,
+              max_tokens=None):
     eng = AsyncEngine(config, fault_injector=fault)
     eng.invariant_check_interval = 1
     await eng.start()
     try:
         async def one(i, p):
             await asyncio.sleep(stagger * i)
-            return await collect(eng.generate(f"r{i}", p, greedy(n)))
+            params = greedy(n)
+            if max_tokens is not None:
+                params = SamplingParams(n=n, max_tokens=max_tokens[i], temperature=0.0,
+                                        ignore_eos=True)
+            return await collect(eng.generate(f"r{i}", p, params))
         outs = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
         snap = eng.snapshot()
     finally:
@@ -115,9 +120,16 @@ async def test_n4_forks_each_match(oracle):
 
 async def test_defrag_in_the_middle_of_decoding(oracle):
     d, prompts, ref, _, _ = oracle
-    cfg = base(d, num_device_blocks=96, defrag_threshold=0.0, max_num_seqs=8)
-    outs, snap, eng = await run(cfg, prompts, stagger=0.02)
-    assert [tokens(o) for o in outs] == ref
+    # NOTE(deterministic): no sleeps. Every request fits at once (192 blocks, 32 sequences),
+    # so all are admitted within the first prefill steps; the even ones stop after 4 tokens
+    # while the odd ones decode 20 steps more. The finished requests' freed blocks are holes
+    # interleaved with the blocks still decoding, which defrag (threshold 0) must fill
+    # mid-decode without changing a token.
+    short = 4
+    mt = [short if i % 2 == 0 else NEW for i in range(len(prompts))]
+    cfg = base(d, num_device_blocks=192, defrag_threshold=0.0, max_num_seqs=32)
+    outs, snap, eng = await run(cfg, prompts, max_tokens=mt)
+    assert [tokens(o) for o in outs] == [r[:m] for r, m in zip(ref, mt)]
     assert eng.core.scheduler.defrag_moves > 0
 
 
