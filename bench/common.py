@@ -229,15 +229,20 @@ def print_table(rows: list[tuple[str, Stat | None, Stat | None, Stat | None, str
               f"{fmt_stat(ratio, '.2f'):>18s}  {name}")
 
 
-def print_stats(res: dict, keys: list[str], fmt: str = "14,.4f") -> None:
-    """A two-column table of KEY: median [KEY.min-KEY.max] for figures without a baseline."""
+def print_stats(res: dict, keys: list[str] | None = None) -> None:
+    """A table of KEY: median [KEY.min-KEY.max] for figures without a baseline column (all
+    keys that have a KEY.min when ``keys`` is None)."""
+    if keys is None:
+        keys = [k for k in res if f"{k}.min" in res]
     print(f"\n{'key':40s} {'median':>14s}  [min-max]")
     for key in keys:
         if key not in res:
             continue
+        v = res[key]
+        fmt = ",.4f" if abs(v) < 100 else ",.0f"
         lo, hi = res.get(f"{key}.min"), res.get(f"{key}.max")
-        spread = f"  [{lo:,.4g}-{hi:,.4g}]" if lo is not None and hi is not None else ""
-        print(f"{key:40s} {res[key]:{fmt}}{spread}")
+        spread = f"  [{lo:{fmt}}-{hi:{fmt}}]" if lo is not None and hi is not None else ""
+        print(f"{key:40s} {v:>14{fmt}}{spread}")
 
 
 def write_json(path: str | None, data: dict) -> None:
