@@ -23,7 +23,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -100,18 +100,42 @@ def run_for(fn: Workload, min_seconds: float) -> dict:
     once) and combine the calls: every numeric figure becomes its time-weighted mean (for a
     rate that is total work / total time), ``seconds`` the total, ``calls`` the count."""
     samples: list[dict] = []
-    total = 0.0
-    while True:
-        r = fn()
-        s = float(r["seconds"])
-        if s < 0:
-            raise ValueError(f"workload reported negative seconds: {s}")
-        samples.append(r)
-        total += s
-        if total >= min_seconds:
-            break
-        if s == 0 and min_seconds > 0:
-            raise ValueError("workload reported 0 seconds; it can never reach min_seconds")
+    while not _bound_reached(samples, min_seconds):
+        samples.append(fn())
+    return _combine(samples)
+
+
+async def arun_for(fn: Callable[[], Awaitable[dict]], min_seconds: float) -> dict:
+    """``run_for`` for a coroutine workload (one that must await the event loop)."""
+    samples: list[dict] = []
+    while not _bound_reached(samples, min_seconds):
+        samples.append(await fn())
+    return _combine(samples)
+
+
+async def ameasure(fn: Callable[[], Awaitable[dict]], timing: Timing) -> list[dict]:
+    """``measure`` for a coroutine workload."""
+    runs = []
+    for _ in range(timing.repeats):
+        gc.collect()
+        runs.append(await arun_for(fn, timing.min_seconds))
+    return runs
+
+
+def _bound_reached(samples: list[dict], min_seconds: float) -> bool:
+    if not samples:
+        return False
+    s = float(samples[-1]["seconds"])
+    if s < 0:
+        raise ValueError(f"workload reported negative seconds: {s}")
+    total = sum(float(r["seconds"]) for r in samples)
+    if total < min_seconds and s == 0:
+        raise ValueError("workload reported 0 seconds; it can never reach min_seconds")
+    return total >= min_seconds
+
+
+def _combine(samples: list[dict]) -> dict:
+    total = sum(float(r["seconds"]) for r in samples)
     out: dict = {"seconds": total, "calls": len(samples)}
     for key in samples[0]:
         if key == "seconds" or not all(_numeric(r.get(key)) for r in samples):
