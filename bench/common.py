@@ -100,16 +100,20 @@ def run_for(fn: Workload, min_seconds: float) -> dict:
     once) and combine the calls: every numeric figure becomes its time-weighted mean (for a
     rate that is total work / total time), ``seconds`` the total, ``calls`` the count."""
     samples: list[dict] = []
-    while not _bound_reached(samples, min_seconds):
+    total = 0.0
+    while not samples or total < min_seconds:
         samples.append(fn())
+        total = _add_seconds(total, samples[-1], min_seconds)
     return _combine(samples)
 
 
 async def arun_for(fn: Callable[[], Awaitable[dict]], min_seconds: float) -> dict:
     """``run_for`` for a coroutine workload (one that must await the event loop)."""
     samples: list[dict] = []
-    while not _bound_reached(samples, min_seconds):
+    total = 0.0
+    while not samples or total < min_seconds:
         samples.append(await fn())
+        total = _add_seconds(total, samples[-1], min_seconds)
     return _combine(samples)
 
 
@@ -122,16 +126,13 @@ async def ameasure(fn: Callable[[], Awaitable[dict]], timing: Timing) -> list[di
     return runs
 
 
-def _bound_reached(samples: list[dict], min_seconds: float) -> bool:
-    if not samples:
-        return False
-    s = float(samples[-1]["seconds"])
+def _add_seconds(total: float, sample: dict, min_seconds: float) -> float:
+    s = float(sample["seconds"])
     if s < 0:
         raise ValueError(f"workload reported negative seconds: {s}")
-    total = sum(float(r["seconds"]) for r in samples)
-    if total < min_seconds and s == 0:
+    if s == 0 and total + s < min_seconds:
         raise ValueError("workload reported 0 seconds; it can never reach min_seconds")
-    return total >= min_seconds
+    return total + s
 
 
 def _combine(samples: list[dict]) -> dict:
