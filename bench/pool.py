@@ -17,7 +17,7 @@ import random
 import time
 import tracemalloc
 
-from bench.common import (Stat, Timing, add_timing_args, alternate, load_anchor, machine,
+from bench.common import (Timing, add_timing_args, alternate, load_anchor, machine,
                           print_table, put, ratio_stat, repeat, stat, summary, timing_from_args,
                           timing_info, write_json)
 from kvpool.config import CacheConfig
