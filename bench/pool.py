@@ -1,6 +1,6 @@
 """bench/pool.py: the block pool under the anchors' workloads (../shared/BENCH.md).
 
-    python -m bench.pool [--json FILE] [--quick] [--no-anchors]
+    python -m bench.pool [--json FILE] [--quick] [--no-anchors] [--repeats N] [--min-seconds S]
 
 Imports ../shared/anchors/bench_vllm_blockpool.py and bench_nanovllm.py into this process (when
 their external sources exist, see ../shared/anchors/setup_vllm_src.sh) and runs each of
