@@ -2,6 +2,7 @@
 takes the pool lock per call (../shared/BENCH.md).
 
     python -m bench.async_pool [--json FILE] [--quick] [--coroutines N] [--duty F]
+                               [--repeats N] [--min-seconds S]
 
 10,000 coroutines each allocate 1..8 blocks then free them, 20 times. A "step thread" stands in
 for the engine: it holds the pool lock for a batched mutation ``duty`` of the time (default
@@ -10,7 +11,9 @@ all calls of one loop iteration under one lock acquisition (one worker-thread ho
 when the lock is busy). ``per_call_lock`` (the ratio's baseline) takes the lock per call in a
 worker thread, the conventional way to call lock-based code from asyncio without blocking
 the loop; ``per_call_trylock`` is a stronger baseline that tries the lock inline first and
-hops only when it is busy (its ratio is reported too). Never pass/fail.
+hops only when it is busy (its ratio is reported too). The three fronts alternate run by run
+(bench.common): each figure is the median of --repeats runs of at least --min-seconds, ratios
+the median of per-round ratios, with KEY.min / KEY.max in the JSON. Never pass/fail.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import random
 import threading
 import time
 
-from bench.common import machine, write_json
+from bench.common import (add_timing_args, alternate, machine, print_stats, put, put_runs,
+                          ratio_stat, timing_from_args, timing_info, write_json)
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.runtime.async_front import AsyncManagerFront, PerCallLockFront
@@ -98,30 +102,40 @@ def _run(coro):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
     ap.add_argument("--coroutines", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--duty", type=float, default=0.2)
+    add_timing_args(ap)
     args = ap.parse_args()
-    n = 2_000 if args.quick else args.coroutines
-    res = {"machine": machine(), "coroutines": n, "rounds": args.rounds, "duty": args.duty}
-    b = run_one("batched", n, args.rounds, args.duty)
-    p = run_one("per_call_thread", n, args.rounds, args.duty)
-    t = run_one("per_call_trylock", n, args.rounds, args.duty)
-    res["batched.ops_per_s"] = b["ops_per_s"]
-    res["per_call_lock.ops_per_s"] = p["ops_per_s"]
-    res["ratio"] = b["ops_per_s"] / p["ops_per_s"]
-    res["per_call_trylock.ops_per_s"] = t["ops_per_s"]
-    res["ratio_vs_trylock"] = b["ops_per_s"] / t["ops_per_s"]
-    res["batched.ops_per_flush"] = b["ops_per_flush"]
-    res["batched.offloaded_flushes"] = b["offloaded_flushes"]
-    if not args.quick:  # the same without the step thread
-        res["idle.batched.ops_per_s"] = run_one("batched", n, args.rounds, 0)["ops_per_s"]
-        res["idle.per_call_trylock.ops_per_s"] = run_one(
-            "per_call_trylock", n, args.rounds, 0)["ops_per_s"]
-    for k, v in res.items():
-        if isinstance(v, float):
-            print(f"{k:34s} {v:14,.2f}")
+    timing = timing_from_args(args)
+    n = 2_000 if timing.quick else args.coroutines
+    res = {"machine": machine(), "timing": timing_info(timing), "coroutines": n,
+           "rounds": args.rounds, "duty": args.duty}
+
+    def front(kind: str, duty: float):
+        return lambda: run_one(kind, n, args.rounds, duty)
+
+    runs = alternate({"batched": front("batched", args.duty),
+                      "per_call_lock": front("per_call_thread", args.duty),
+                      "per_call_trylock": front("per_call_trylock", args.duty)}, timing)
+    b, p, t = runs["batched"], runs["per_call_lock"], runs["per_call_trylock"]
+    put_runs(res, b, {"batched.ops_per_s": "ops_per_s",
+                      "batched.ops_per_flush": "ops_per_flush",
+                      "batched.offloaded_flushes": "offloaded_flushes"})
+    put_runs(res, p, {"per_call_lock.ops_per_s": "ops_per_s"})
+    put_runs(res, t, {"per_call_trylock.ops_per_s": "ops_per_s"})
+    put(res, "ratio", ratio_stat(b, "ops_per_s", p, "ops_per_s"))
+    put(res, "ratio_vs_trylock", ratio_stat(b, "ops_per_s", t, "ops_per_s"))
+    if not timing.quick:  # the same without the step thread
+        idle = alternate({"batched": front("batched", 0),
+                          "per_call_trylock": front("per_call_trylock", 0)}, timing)
+        put_runs(res, idle["batched"], {"idle.batched.ops_per_s": "ops_per_s"})
+        put_runs(res, idle["per_call_trylock"], {"idle.per_call_trylock.ops_per_s": "ops_per_s"})
+        put(res, "idle.ratio_vs_trylock", ratio_stat(idle["batched"], "ops_per_s",
+                                                     idle["per_call_trylock"], "ops_per_s"))
+    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, the fronts "
+          f"alternating; ratio = median of per-round ratios")
+    print_stats(res)
     write_json(args.json, res)
 
 

@@ -1,6 +1,6 @@
 """bench/copy.py: the copy engine against memcpy, and its overlap with decode (../shared/BENCH.md).
 
-    python -m bench.copy [--json FILE] [--quick] [--repeats N]
+    python -m bench.copy [--json FILE] [--quick] [--repeats N] [--min-seconds S]
 
 - ``swap``: swap-out of 256 scattered device blocks (256 KiB each: 8 layers x K|V x 16 tokens x
   4 KV heads x 64 float32) into scattered host blocks through the CopyEngine (submit -> wait,
@@ -14,8 +14,10 @@
   copy worker at nice 10 (``overlap.*_nice10``). On an oversubscribed box both mostly measure
   CPU contention: a plain C ``copy_`` loop in a thread slows the step as much as the engine.
 
-Each figure is the best of several rounds (``bench.common.best_of``); the overlap rounds alternate
-copies on / off so machine noise hits both. Never pass/fail.
+Each figure is the median of --repeats runs of at least --min-seconds (``bench.common``), the
+engine and its contiguous ``copy_`` baseline alternating run by run (and copies on / off for
+the overlap), so machine noise hits both; ratios are medians of per-round ratios, and the JSON
+carries KEY.min / KEY.max. Never pass/fail.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import time
 
 import torch
 
-from bench.common import best_of, machine, write_json
+from bench.common import (Stat, Timing, add_timing_args, alternate, machine, print_stats, put,
+                          ratio_stat, stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.copy_engine import CopyEngine
 from kvpool.runtime.kv_storage import KVStorage
 from kvpool.runtime.model import PagedBatch, SeqChunk, build_tiny_model, tiny_config
@@ -43,8 +46,8 @@ def big_block_config():
                                num_attention_heads=8, num_key_value_heads=4, head_dim=64)
 
 
-def _memcpy_round(dst: torch.Tensor, src: torch.Tensor) -> dict:
-    """One contiguous copy_ of src into dst: the best of 1 thread and the default count."""
+def _memcpy_round(dst: torch.Tensor, src: torch.Tensor, nbytes: int) -> dict:
+    """One contiguous copy_ of src into dst: the faster of 1 thread and the default count."""
     default = torch.get_num_threads()
     best = float("inf")
     try:
@@ -55,13 +58,13 @@ def _memcpy_round(dst: torch.Tensor, src: torch.Tensor) -> dict:
             best = min(best, time.perf_counter() - t0)
     finally:
         torch.set_num_threads(default)
-    return {"seconds": best}
+    return {"seconds": best, "gbps": nbytes / best / 1e9}
 
 
-def bench_copy(storage: KVStorage, engine: CopyEngine, kind: str, rounds: int,
-               seed: int = 0) -> dict:
-    """Scattered engine copies (a fresh random plan each round; wall time submit -> wait) vs
-    one contiguous copy_ of the same bytes; best round of each."""
+def bench_copy(storage: KVStorage, engine: CopyEngine, kind: str, timing: Timing,
+               seed: int = 0) -> dict[str, list[dict]]:
+    """Scattered engine copies (a fresh random plan each call; wall time submit -> wait)
+    alternating with one contiguous copy_ of the same bytes: the runs of each."""
     rng = random.Random(seed)
     dev, host = storage.device_kv, storage.host_kv
     nbytes = NUM_BLOCKS * storage.bytes_per_block
@@ -79,15 +82,14 @@ def bench_copy(storage: KVStorage, engine: CopyEngine, kind: str, rounds: int,
         pairs = plan()
         t0 = time.perf_counter()
         engine.submit(kind, pairs).wait()
-        return {"seconds": time.perf_counter() - t0}
+        dt = time.perf_counter() - t0
+        return {"seconds": dt, "gbps": nbytes / dt / 1e9}
 
     mem_dst = host[:NUM_BLOCKS] if kind == "swap_out" else dev[:NUM_BLOCKS]
     mem_src = dev[n_dev - NUM_BLOCKS:]
     engine_round()  # warm: view cache, worker thread settings
-    eng = best_of(rounds, engine_round)["seconds"]
-    mem = best_of(rounds, lambda: _memcpy_round(mem_dst, mem_src))["seconds"]
-    return {"gbps": nbytes / eng / 1e9, "memcpy_gbps": nbytes / mem / 1e9,
-            "ratio": mem / eng, "bytes": nbytes}
+    return alternate({"engine": engine_round,
+                      "memcpy": lambda: _memcpy_round(mem_dst, mem_src, nbytes)}, timing)
 
 
 class SwapStream:
@@ -127,8 +129,9 @@ class SwapStream:
             self.idle.set()
 
 
-def bench_overlap(rounds: int, steps: int, num_seqs: int = 32, context: int = 256,
+def bench_overlap(timing: Timing, steps: int, num_seqs: int = 32, context: int = 256,
                   worker_nice: int = 0) -> dict:
+    """Decode steps with the swap stream off, then on, alternating run by run."""
     torch.manual_seed(0)
     config, model, _ = build_tiny_model()
     storage = KVStorage(config, BLOCK_SIZE, kv_cache_memory="128MiB", swap_space="32MiB")
@@ -143,75 +146,76 @@ def bench_overlap(rounds: int, steps: int, num_seqs: int = 32, context: int = 25
     batch = PagedBatch([SeqChunk([65], context - 1, t) for t in tables])
     free_ids = list(range(num_seqs * per_seq, storage.num_device_blocks))
 
-    def step_round() -> float:
+    def steps_off() -> dict:
         model(batch, kv)  # warm
         t0 = time.perf_counter()
         for _ in range(steps):
             model(batch, kv)
-        return (time.perf_counter() - t0) / steps
+        dt = time.perf_counter() - t0
+        return {"seconds": dt, "steps_per_s": steps / dt}
 
     with CopyEngine.for_storage(storage, worker_nice=worker_nice) as engine:
         stream = SwapStream(engine, free_ids, storage.num_host_blocks)
-        off = on = float("inf")
-        copied = copy_seconds = 0.0
-        for _ in range(rounds):
-            off = min(off, step_round())
+
+        def steps_on() -> dict:
             stream.start()
-            time.sleep(0.01)
-            t0 = time.perf_counter()
-            on = min(on, step_round())
-            copied += stream.bytes
-            copy_seconds += time.perf_counter() - t0
-            stream.stop()
-    return {"step_seconds": off, "step_seconds_with_swap": on, "step_slowdown": on / off,
-            "swap_gbps_during": copied / copy_seconds / 1e9,
+            try:
+                time.sleep(0.01)  # the stream is copying before the first timed step
+                r = steps_off()
+                r["swap_gbps_during"] = stream.bytes / r["seconds"] / 1e9
+            finally:
+                stream.stop()
+            return r
+
+        runs = alternate({"off": steps_off, "on": steps_on}, timing)
+    off, on = runs["off"], runs["on"]
+    return {"step_seconds": Stat.of(1 / r["steps_per_s"] for r in off),
+            "step_seconds_with_swap": Stat.of(1 / r["steps_per_s"] for r in on),
+            # slowdown = time with / time without = rate without / rate with, per round
+            "step_slowdown": ratio_stat(off, "steps_per_s", on, "steps_per_s"),
+            "swap_gbps_during": stat(on, "swap_gbps_during"),
             "bytes_per_block": storage.bytes_per_block}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--repeats", type=int, default=9)
+    add_timing_args(ap)
     args = ap.parse_args()
-    rounds = 3 if args.quick else args.repeats
-    res: dict = {"machine": machine()}
+    timing = timing_from_args(args)
+    res: dict = {"machine": machine(), "timing": timing_info(timing)}
 
     storage = KVStorage(big_block_config(), BLOCK_SIZE, kv_cache_memory="256MiB",
                         swap_space="128MiB")
     storage.device_kv.fill_(1.0)
     assert storage.bytes_per_block == 256 * 1024
     with CopyEngine.for_storage(storage) as engine:
-        swap = bench_copy(storage, engine, "swap_out", rounds)
-        defrag = bench_copy(storage, engine, "defrag", rounds)
+        for name, kind in (("swap", "swap_out"), ("defrag", "defrag")):
+            runs = bench_copy(storage, engine, kind, timing)
+            put(res, f"{name}.gbps", stat(runs["engine"], "gbps"))
+            put(res, f"{name}.memcpy_gbps", stat(runs["memcpy"], "gbps"))
+            put(res, f"{name}.ratio", ratio_stat(runs["engine"], "gbps", runs["memcpy"], "gbps"))
         backend = engine.backend.name
     del storage
-    res.update({
-        "swap.gbps": swap["gbps"], "swap.memcpy_gbps": swap["memcpy_gbps"],
-        "swap.ratio": swap["ratio"],
-        "defrag.gbps": defrag["gbps"], "defrag.memcpy_gbps": defrag["memcpy_gbps"],
-        "defrag.ratio": defrag["ratio"],
-        "copy.bytes_per_block": 256 * 1024, "copy.blocks": NUM_BLOCKS, "copy.backend": backend,
-    })
+    res.update({"copy.bytes_per_block": 256 * 1024, "copy.blocks": NUM_BLOCKS,
+                "copy.backend": backend})
     torch.set_num_threads(1)  # the tiny model: OpenMP fork/join costs more than it saves
-    ov_rounds, ov_steps = (3, 10) if args.quick else (5, 30)
-    ov = bench_overlap(ov_rounds, ov_steps)
-    res.update({"overlap.step_slowdown": ov["step_slowdown"],
-                "overlap.step_seconds": ov["step_seconds"],
-                "overlap.step_seconds_with_swap": ov["step_seconds_with_swap"],
-                "overlap.swap_gbps_during": ov["swap_gbps_during"]})
+    ov_steps = 10 if timing.quick else 30
+    ov = bench_overlap(timing, ov_steps)
+    for key in ("step_slowdown", "step_seconds", "step_seconds_with_swap", "swap_gbps_during"):
+        put(res, f"overlap.{key}", ov[key])
     # The same with the copy worker at a lower CPU priority (CopyEngine(worker_nice=10)).
-    ov = bench_overlap(ov_rounds, ov_steps, worker_nice=10)
-    res.update({"overlap.step_slowdown_nice10": ov["step_slowdown"],
-                "overlap.swap_gbps_during_nice10": ov["swap_gbps_during"]})
+    ov = bench_overlap(timing, ov_steps, worker_nice=10)
+    put(res, "overlap.step_slowdown_nice10", ov["step_slowdown"])
+    put(res, "overlap.swap_gbps_during_nice10", ov["swap_gbps_during"])
 
-    print(f"\n{'key':34s} {'value':>12s}")
-    for key in ("swap.gbps", "swap.memcpy_gbps", "swap.ratio", "defrag.gbps",
-                "defrag.memcpy_gbps", "defrag.ratio", "overlap.step_slowdown",
-                "overlap.step_seconds", "overlap.step_seconds_with_swap",
-                "overlap.swap_gbps_during", "overlap.step_slowdown_nice10",
-                "overlap.swap_gbps_during_nice10"):
-        print(f"{key:34s} {res[key]:12.4f}")
+    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, engine and copy_ "
+          f"(copies on and off) alternating; ratio = median of per-round ratios")
+    print_stats(res, ["swap.gbps", "swap.memcpy_gbps", "swap.ratio", "defrag.gbps",
+                      "defrag.memcpy_gbps", "defrag.ratio", "overlap.step_slowdown",
+                      "overlap.step_seconds", "overlap.step_seconds_with_swap",
+                      "overlap.swap_gbps_during", "overlap.step_slowdown_nice10",
+                      "overlap.swap_gbps_during_nice10"])
     print(f"({NUM_BLOCKS} blocks of 256 KiB = 64 MiB per batch; backend {backend}; overlap: "
           f"tiny model, 32 decodes, {ov['bytes_per_block'] // 1024} KiB blocks)")
     write_json(args.json, res)

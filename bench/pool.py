@@ -1,19 +1,25 @@
 """bench/pool.py: the block pool under the anchors' workloads (../shared/BENCH.md).
 
-    python -m bench.pool [--json FILE] [--quick] [--no-anchors]
+    python -m bench.pool [--json FILE] [--quick] [--no-anchors] [--repeats N] [--min-seconds S]
 
-Runs kvpool's workloads, then ../shared/anchors/bench_vllm_blockpool.py and bench_nanovllm.py
-in subprocesses of the same run (when their external sources exist, see
-../shared/anchors/setup_vllm_src.sh), and prints the figures side by side. Never pass/fail.
+Imports ../shared/anchors/bench_vllm_blockpool.py and bench_nanovllm.py into this process (when
+their external sources exist, see ../shared/anchors/setup_vllm_src.sh) and runs each of
+kvpool's workloads in turn with the anchors' same workload (k1 v1 n1 k2 v2 n2 ...), every
+figure the median of --repeats runs of at least --min-seconds each (bench.common). Prints
+median [min-max] side by side, ratios as the median of per-round ratios. Never pass/fail.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import time
 import tracemalloc
 
-from bench.common import best_of, machine, print_table, run_anchor, write_json
+from bench.common import (Timing, add_timing_args, alternate, load_anchor, machine,
+                          print_table, put, ratio_stat, repeat, stat, summary, timing_from_args,
+                          timing_info, write_json)
 from kvpool.config import CacheConfig
 from kvpool.core import (BlockHasher, BlockSpaceManager, CachedBlockAllocator, Device,
                          UncachedBlockAllocator)
@@ -34,7 +40,6 @@ def bench_decode(caching: bool, batched: bool, num_seqs=256, steps=400, seed=0) 
     targets = [rng.randint(8, 64) for _ in range(num_seqs)]
     tables: list[list[int]] = [[] for _ in range(num_seqs)]
     allocs = frees = 0
-    import time
     t0 = time.perf_counter()
     if batched:
         # one extend_tables call gives every sequence its block; a calendar (step -> sequences
@@ -75,7 +80,6 @@ def bench_decode(caching: bool, batched: bool, num_seqs=256, steps=400, seed=0) 
 
 
 def bench_bulk(caching: bool, per=128, rounds=400) -> dict:
-    import time
     pool = _pool(caching, per * 64)
     live: list[list[int]] = []
     t0 = time.perf_counter()
@@ -93,7 +97,6 @@ def _prompts(seed: int, n: int, length=2048) -> list[list[int]]:
 
 
 def bench_hash(algo="sha256", reps=200) -> dict:
-    import time
     h = BlockHasher(BS, "bench-model", algo)
     prompts = _prompts(1, 8)
     t0 = time.perf_counter()
@@ -106,7 +109,6 @@ def bench_hash(algo="sha256", reps=200) -> dict:
 
 
 def bench_lookup(reps=300) -> dict:
-    import time
     m = BlockSpaceManager(CacheConfig(num_device_blocks=128 * 4, block_size=BS))
     cached, unseen = _prompts(2, 2)
     m.allocate([1], cached)
@@ -130,7 +132,6 @@ def bench_lookup(reps=300) -> dict:
 def bench_cycle(scenario: str, n_req=64, decode_steps=128) -> dict:
     """Per request: prefix lookup, admission + allocation of a 2048-token prompt, 128 decode
     steps (append one token + slot each), free. 'shared': identical prompts."""
-    import time
     caching = scenario != "nocache"
     m = BlockSpaceManager(CacheConfig(num_device_blocks=4096, block_size=BS,
                                       enable_prefix_caching=caching))
@@ -173,84 +174,168 @@ def bench_memory(num_blocks=1_000_000, fill: bool = False) -> dict:
     return out
 
 
+class Anchors:
+    """The vLLM 0.33 and nano-vllm workloads, imported from ../shared/anchors/ into this
+    process so that they alternate with kvpool's; either side is None when its anchor script
+    or its external sources (setup_vllm_src.sh) are missing."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.vllm = self.nano = None
+        self.vllm_info: dict = {}
+        if not enabled:
+            return
+        src = os.path.abspath(os.environ.get("VLLM_SRC", "/tmp/vllm_src"))
+        if not os.path.isfile(os.path.join(src, "vllm", "v1", "core", "block_pool.py")):
+            print(f"(vLLM sources not found under {src}: run ../shared/anchors/setup_vllm_src.sh;"
+                  " vLLM baseline skipped)")
+        elif (mod := load_anchor("bench_vllm_blockpool.py")) is not None:
+            self.vllm = (mod, mod.install_vllm(src))
+            self.vllm_info = {"vllm_version": mod.vllm_version(src), "src": src}
+        nsrc = os.path.abspath(os.environ.get("NANOVLLM_SRC", "/tmp/nanovllm_src"))
+        if not os.path.isfile(os.path.join(nsrc, "nanovllm", "engine", "block_manager.py")):
+            print(f"(nano-vllm sources not found under {nsrc}; nano-vllm baseline skipped)")
+        elif (mod := load_anchor("bench_nanovllm.py")) is not None:
+            self.nano = (mod, *mod.install(nsrc))
+
+    def v(self, name: str, *args, **kw):
+        """A vLLM workload as a zero-argument callable (None without the anchor)."""
+        if self.vllm is None:
+            return None
+        mod, mods = self.vllm
+        fn = getattr(mod, name)
+        return lambda: fn(mods, *args, **kw)
+
+    def n(self, name: str, *args, **kw):
+        if self.nano is None:
+            return None
+        mod, bm, seq = self.nano
+        fn = getattr(mod, name)
+        return lambda: fn(bm, seq, *args, **kw)
+
+
+def _group(timing: Timing, **workloads) -> dict[str, list[dict]]:
+    """Alternate the workloads that exist (baselines may be None)."""
+    return alternate({k: fn for k, fn in workloads.items() if fn is not None}, timing)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-anchors", action="store_true")
+    add_timing_args(ap)
     args = ap.parse_args()
-    rep = 1 if args.quick else args.repeats
-    k = 0.25 if args.quick else 1.0
-    res: dict = {"machine": machine()}
+    timing = timing_from_args(args)
+    k = 0.25 if timing.quick else 1.0
+    steps, rounds = int(400 * k), int(400 * k)
+    an = Anchors(not args.no_anchors)
+    res: dict = {"machine": machine(), "timing": timing_info(timing)}
     f = res
+    vres: dict = {}  # anchor key -> runs
+    nres: dict = {}
+    rows: list = []
+
+    def row(key, ours_runs, ours_field, base_runs, base_field, name):
+        ours = stat(ours_runs, ours_field)
+        if base_runs is None:
+            rows.append((key, ours, None, None, name))
+            return
+        rows.append((key, ours, stat(base_runs, base_field),
+                     ratio_stat(ours_runs, ours_field, base_runs, base_field), name))
+
     for caching in (True, False):
         sfx = "" if caching else ".nocache"
-        f[f"decode.per_seq_ops_per_s{sfx}"] = best_of(
-            rep, lambda: bench_decode(caching, False, steps=int(400 * k)))["ops_per_s"]
-        f[f"decode.batched_ops_per_s{sfx}"] = best_of(
-            rep, lambda: bench_decode(caching, True, steps=int(400 * k)))["ops_per_s"]
-        f[f"bulk.blocks_per_s{sfx}"] = best_of(
-            rep, lambda: bench_bulk(caching, rounds=int(400 * k)))["blocks_per_s"]
+        g = _group(timing, per_seq=lambda c=caching: bench_decode(c, False, steps=steps),
+                   batched=lambda c=caching: bench_decode(c, True, steps=steps),
+                   vllm=an.v("bench_decode", caching, steps=steps),
+                   nano=an.n("bench_decode", steps=steps) if caching else None)
+        put(f, f"decode.per_seq_ops_per_s{sfx}", stat(g["per_seq"], "ops_per_s"))
+        put(f, f"decode.batched_ops_per_s{sfx}", stat(g["batched"], "ops_per_s"))
+        vname = f"vLLM caching={caching}"
+        for kind in ("per_seq", "batched"):
+            row(f"decode.{kind}_ops_per_s{sfx}", g[kind], "ops_per_s", g.get("vllm"),
+                "ops_per_s", vname)
+        if "vllm" in g:
+            vres[f"i.decode_1blk_256seq.caching={caching}"] = g["vllm"]
+        if "nano" in g:
+            nres["i.decode_1blk_256seq"] = g["nano"]
+            row("decode.per_seq_ops_per_s", g["per_seq"], "ops_per_s", g["nano"], "ops_per_s",
+                "nano-vllm")
+        g = _group(timing, kv=lambda c=caching: bench_bulk(c, rounds=rounds),
+                   vllm=an.v("bench_bulk", caching, rounds=rounds),
+                   nano=an.n("bench_bulk", rounds=rounds) if caching else None)
+        put(f, f"bulk.blocks_per_s{sfx}", stat(g["kv"], "blocks_per_s"))
+        if "vllm" in g:
+            vres[f"i.bulk_128blk.caching={caching}"] = g["vllm"]
+        if "nano" in g:
+            nres["i.bulk_128blk(allocate)"] = g["nano"]
+        if caching:
+            row("bulk.blocks_per_s", g["kv"], "blocks_per_s", g.get("vllm"),
+                "blocks_per_s_alloc_plus_free", vname)
+
     f["hash.algo"] = "sha256"
-    f["hash.tokens_per_s"] = best_of(rep, lambda: bench_hash(reps=int(200 * k)))["tokens_per_s"]
-    lk = best_of(rep, lambda: bench_lookup(reps=int(300 * k)))
-    f["lookup.hits_per_s"], f["lookup.misses_per_s"] = lk["hits_per_s"], lk["misses_per_s"]
+    reps = int(200 * k)
+    g = _group(timing, kv=lambda: bench_hash(reps=reps),
+               vllm=an.v("bench_hash", "sha256", reps=reps), nano=an.n("bench_hash", reps=reps))
+    put(f, "hash.tokens_per_s", stat(g["kv"], "tokens_per_s"))
+    row("hash.tokens_per_s (sha256)", g["kv"], "tokens_per_s", g.get("vllm"),
+        "tokens_hashed_per_s", "vLLM sha256")
+    if "vllm" in g:
+        vres["ii.hash_2048tok.sha256"] = g["vllm"]
+    if "nano" in g:
+        nres["ii.hash_2048tok.xxh64"] = g["nano"]
+        row("hash.tokens_per_s (sha256) vs xxh64", g["kv"], "tokens_per_s", g["nano"],
+            "tokens_hashed_per_s", "nano-vllm xxh64")
+
+    reps = int(300 * k)
+    g = _group(timing, kv=lambda: bench_lookup(reps=reps), vllm=an.v("bench_lookup", reps=reps),
+               nano=an.n("bench_lookup", reps=reps))
+    put(f, "lookup.hits_per_s", stat(g["kv"], "hits_per_s"))
+    put(f, "lookup.misses_per_s", stat(g["kv"], "misses_per_s"))
+    row("lookup.hits_per_s", g["kv"], "hits_per_s", g.get("vllm"), "hit_lookups_per_s", "vLLM")
+    row("lookup.misses_per_s", g["kv"], "misses_per_s", g.get("vllm"), "miss_lookups_per_s",
+        "vLLM")
+    if "vllm" in g:
+        vres["ii.lookup_get_cached_block.sha256"] = g["vllm"]
+    if "nano" in g:
+        nres["ii.lookup"] = g["nano"]
+
+    n_req = int(64 * k)
     for sc in ("unique", "shared", "nocache"):
-        f[f"cycle.{sc}.requests_per_s"] = best_of(
-            rep, lambda: bench_cycle(sc, n_req=int(64 * k)))["requests_per_s"]
-    mem = bench_memory(fill=not args.quick)
-    f["memory.bytes_per_block"] = mem["bytes_per_block"]
-    if "bytes_per_block_all_cached" in mem:
-        f["memory.bytes_per_block_all_cached"] = mem["bytes_per_block_all_cached"]
+        g = _group(timing, kv=lambda s=sc: bench_cycle(s, n_req=n_req),
+                   vllm=an.v("bench_manager", sc, n_req=n_req),
+                   nano=an.n("bench_cycle", sc, n_req=n_req) if sc != "nocache" else None)
+        put(f, f"cycle.{sc}.requests_per_s", stat(g["kv"], "requests_per_s"))
+        row(f"cycle.{sc}.requests_per_s", g["kv"], "requests_per_s", g.get("vllm"),
+            "requests_per_s", "vLLM KVCacheManager")
+        if "vllm" in g:
+            vres[f"iii.kvcachemanager.{sc}"] = g["vllm"]
+        if "nano" in g:
+            nres[f"iii.cycle.{sc}.bs16"] = g["nano"]
+            row(f"cycle.{sc}.requests_per_s", g["kv"], "requests_per_s", g["nano"],
+                "requests_per_s", "nano-vllm")
 
-    vllm = nano = None
-    if not args.no_anchors:
-        qa = ["--quick"] if args.quick else []
-        vllm = run_anchor("bench_vllm_blockpool.py", qa)
-        nano = run_anchor("bench_nanovllm.py", qa)
-    res["baselines"] = {"vllm": vllm, "nanovllm": nano}
-    v = (vllm or {}).get("results", {})
-    nv = (nano or {}).get("results", {})
+    mem = repeat(lambda: bench_memory(fill=not timing.quick), timing.repeats)
+    put(f, "memory.bytes_per_block", stat(mem, "bytes_per_block"))
+    if "bytes_per_block_all_cached" in mem[0]:
+        put(f, "memory.bytes_per_block_all_cached", stat(mem, "bytes_per_block_all_cached"))
 
-    def g(d, key, field):
-        return (d.get(key) or {}).get(field)
-
-    rows = [
-        ("decode.per_seq_ops_per_s", f["decode.per_seq_ops_per_s"],
-         g(v, "i.decode_1blk_256seq.caching=True", "ops_per_s"), "vLLM caching=True"),
-        ("decode.batched_ops_per_s", f["decode.batched_ops_per_s"],
-         g(v, "i.decode_1blk_256seq.caching=True", "ops_per_s"), "vLLM caching=True"),
-        ("decode.per_seq_ops_per_s.nocache", f["decode.per_seq_ops_per_s.nocache"],
-         g(v, "i.decode_1blk_256seq.caching=False", "ops_per_s"), "vLLM caching=False"),
-        ("decode.batched_ops_per_s.nocache", f["decode.batched_ops_per_s.nocache"],
-         g(v, "i.decode_1blk_256seq.caching=False", "ops_per_s"), "vLLM caching=False"),
-        ("decode.per_seq_ops_per_s", f["decode.per_seq_ops_per_s"],
-         g(nv, "i.decode_1blk_256seq", "ops_per_s"), "nano-vllm"),
-        ("bulk.blocks_per_s", f["bulk.blocks_per_s"],
-         g(v, "i.bulk_128blk.caching=True", "blocks_per_s_alloc_plus_free"), "vLLM caching=True"),
-        ("hash.tokens_per_s (sha256)", f["hash.tokens_per_s"],
-         g(v, "ii.hash_2048tok.sha256", "tokens_hashed_per_s"), "vLLM sha256"),
-        ("hash.tokens_per_s (sha256) vs xxh64", f["hash.tokens_per_s"],
-         g(nv, "ii.hash_2048tok.xxh64", "tokens_hashed_per_s"), "nano-vllm xxh64"),
-        ("lookup.hits_per_s", f["lookup.hits_per_s"],
-         g(v, "ii.lookup_get_cached_block.sha256", "hit_lookups_per_s"), "vLLM"),
-        ("lookup.misses_per_s", f["lookup.misses_per_s"],
-         g(v, "ii.lookup_get_cached_block.sha256", "miss_lookups_per_s"), "vLLM"),
-    ]
-    for sc in ("unique", "shared", "nocache"):
-        rows.append((f"cycle.{sc}.requests_per_s", f[f"cycle.{sc}.requests_per_s"],
-                     g(v, f"iii.kvcachemanager.{sc}", "requests_per_s"), "vLLM KVCacheManager"))
-    for sc in ("unique", "shared"):
-        rows.append((f"cycle.{sc}.requests_per_s", f[f"cycle.{sc}.requests_per_s"],
-                     g(nv, f"iii.cycle.{sc}.bs16", "requests_per_s"), "nano-vllm"))
-    res["ratios"] = {f"{key} / {name}": ours / base for key, ours, base, name in rows
-                     if ours and base}
+    res["baselines"] = {
+        "vllm": {**an.vllm_info, "results": {key: summary(r) for key, r in vres.items()}}
+        if an.vllm else None,
+        "nanovllm": {"results": {key: summary(r) for key, r in nres.items()}}
+        if an.nano else None}
+    ratios: dict = {}
+    for key, _ours, _base, ratio, name in rows:
+        if ratio is not None:
+            put(ratios, f"{key} / {name}", ratio)
+    res["ratios"] = ratios
+    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure; kvpool and "
+          f"baselines alternate; ratio = median of per-round ratios")
     print_table(rows)
-    print(f"\nmemory.bytes_per_block (1M blocks, prefix caching on): "
-          f"{f['memory.bytes_per_block']:.1f}")
-    if "memory.bytes_per_block_all_cached" in f:
-        print(f"memory.bytes_per_block_all_cached: {f['memory.bytes_per_block_all_cached']:.1f}")
+    for key in ("memory.bytes_per_block", "memory.bytes_per_block_all_cached"):
+        if key in f:
+            print(f"{key} (1M blocks, prefix caching on): {f[key]:.1f} "
+                  f"[{f[key + '.min']:.1f}-{f[key + '.max']:.1f}]")
     write_json(args.json, res)
 
 

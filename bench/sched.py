@@ -1,6 +1,6 @@
 """bench/sched.py: scheduler overhead per scheduled sequence per step.
 
-    python -m bench.sched [--json FILE] [--quick]
+    python -m bench.sched [--json FILE] [--quick] [--repeats N] [--min-seconds S]
 
 Workloads (block size 16, prefix caching on, fake runtime sampling constant tokens):
 
@@ -13,7 +13,8 @@ mixed256    a 256-sequence target over a pool holding 30 % of their worst case (
             cost; recompute when the host is full), swap-in and admission all happen
             (`us_per_seq_step` plus the counts)
 
-Never pass/fail; compare runs on the same machine only.
+Each figure is the median of --repeats runs of at least --min-seconds (bench.common), with
+FIELD.min / FIELD.max beside it. Never pass/fail; compare runs on the same machine only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import argparse
 import random
 import time
 
-from bench.common import best_of, machine, write_json
+from bench.common import (add_timing_args, machine, measure, summary, timing_from_args,
+                          timing_info, write_json)
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.sched import RequestParams, Scheduler, SchedulerConfig
@@ -122,20 +124,24 @@ def bench_mixed(num_seqs: int, steps: int) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
-    ap.add_argument("--quick", action="store_true", help="fewer steps and repeats")
+    add_timing_args(ap)
     args = ap.parse_args(argv)
-    steps, reps = (30, 1) if args.quick else (200, 3)
-    res: dict = {"machine": machine()}
+    timing = timing_from_args(args)
+    steps = 30 if timing.quick else 200
+    res: dict = {"machine": machine(), "timing": timing_info(timing)}
     for n in (256, 1024):
-        r = best_of(reps, lambda n=n: bench_decode(n, steps))
+        r = summary(measure(lambda n=n: bench_decode(n, steps), timing))
         res[f"decode{n}"] = r
-        print(f"decode {n:5d} seqs: {r['us_per_seq_step']:6.2f} us/seq/step  "
-              f"(schedule {r['schedule_us']:.2f}, on_step_done {r['step_done_us']:.2f})")
-    r = best_of(reps, lambda: bench_mixed(256, steps))
+        print(f"decode {n:5d} seqs: {r['us_per_seq_step']:6.2f} us/seq/step "
+              f"[{r['us_per_seq_step.min']:.2f}-{r['us_per_seq_step.max']:.2f}]  (schedule "
+              f"{r['schedule_us']:.2f}, on_step_done {r['step_done_us']:.2f})")
+    r = summary(measure(lambda: bench_mixed(256, steps), timing))
     res["mixed256"] = r
-    print(f"mixed 256 seqs: {r['us_per_seq_step']:6.2f} us/seq/step  preemptions swap "
-          f"{r['preemptions_swap']} recompute {r['preemptions_recompute']}, swap out/in "
-          f"blocks {r['swap_out_blocks']}/{r['swap_in_blocks']}, finished {r['finished']}")
+    print(f"mixed 256 seqs: {r['us_per_seq_step']:6.2f} us/seq/step "
+          f"[{r['us_per_seq_step.min']:.2f}-{r['us_per_seq_step.max']:.2f}]  preemptions swap "
+          f"{r['preemptions_swap']:.0f} recompute {r['preemptions_recompute']:.0f}, swap out/in "
+          f"blocks {r['swap_out_blocks']:.0f}/{r['swap_in_blocks']:.0f}, finished "
+          f"{r['finished']:.0f}")
     write_json(args.json, res)
 
 

@@ -1,6 +1,7 @@
 """bench/serve.py: kvpool's engine against transformers ``generate`` (../shared/BENCH.md).
 
     python -m bench.serve [--json FILE] [--quick] [--hf-batch 16] [--scrape-seqs 1000]
+                          [--repeats N] [--min-seconds S]
 
 64 requests, prompts 16..512 tokens and outputs 16..256 tokens (seeded), greedy, the built-in
 tiny Llama in float32, one torch thread for both sides:
@@ -15,7 +16,10 @@ tiny Llama in float32, one torch thread for both sides:
   per running request would hold, over the same steps.
 - scrape: /metrics render time (ms, p50/p99) on the event loop while the engine runs
   ``--scrape-seqs`` live sequences.
-Never pass/fail.
+Engine and transformers runs alternate (bench.common): every figure is the median of
+--repeats runs of at least --min-seconds, the ratio the median of per-round ratios, with
+KEY.min / KEY.max in the JSON; each scrape run is 200 samples (20 with --quick). Never
+pass/fail.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import time
 
 import torch
 
-from bench.common import machine, write_json
+from bench.common import (add_timing_args, alternate, ameasure, machine, print_stats, put,
+                          put_runs, ratio_stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.engine import AsyncEngine
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
@@ -76,12 +81,17 @@ def run_engine(reqs, num_blocks: int) -> dict:
             statistics.fmean(contig), "steps": core.steps}
 
 
-def run_hf(reqs, batch: int) -> dict:
+def load_hf():
+    """The same tiny Llama as transformers loads it (loaded once, outside any timing)."""
     import transformers
     with tempfile.TemporaryDirectory() as d:
         save_tiny_model(d)
         hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     hf.generation_config.eos_token_id = None
+    return hf
+
+
+def run_hf(hf, reqs, batch: int) -> dict:
     t0 = time.perf_counter()
     useful = 0
     for i in range(0, len(reqs), batch):
@@ -101,7 +111,7 @@ def run_hf(reqs, batch: int) -> dict:
     return {"seconds": dt, "output_tokens": useful, "output_tokens_per_s": useful / dt}
 
 
-def run_scrape(num_seqs: int, samples: int = 200) -> dict:
+def run_scrape(num_seqs: int, timing, samples: int = 200) -> list[dict]:
     async def main():
         eng = AsyncEngine(EngineConfig(num_device_blocks=num_seqs * 4 + 64, num_host_blocks=0,
                                        max_num_seqs=num_seqs, max_num_batched_tokens=4096,
@@ -112,19 +122,27 @@ def run_scrape(num_seqs: int, samples: int = 200) -> dict:
         # wait until the sequences are live (admitted and decoding)
         while eng.core.scheduler.stats().num_running_seqs < num_seqs * 0.9:
             await asyncio.sleep(0.05)
-        live = eng.core.scheduler.stats().num_running_seqs
-        times = []
-        for _ in range(samples):
-            t = time.perf_counter()
-            eng.metrics.render()
-            times.append((time.perf_counter() - t) * 1e3)
-            await asyncio.sleep(0.005)
-        for s in streams:
-            await s.aclose()
-        await eng.shutdown(timeout=5)
-        times.sort()
-        return {"live_seqs": live, "p50_ms": times[len(times) // 2],
-                "p99_ms": times[int(len(times) * 0.99) - 1], "max_ms": times[-1]}
+
+        async def sample() -> dict:
+            live = eng.core.scheduler.stats().num_running_seqs
+            times = []
+            t0 = time.perf_counter()
+            for _ in range(samples):
+                t = time.perf_counter()
+                eng.metrics.render()
+                times.append((time.perf_counter() - t) * 1e3)
+                await asyncio.sleep(0.005)
+            times.sort()
+            return {"seconds": time.perf_counter() - t0, "live_seqs": live,
+                    "p50_ms": times[len(times) // 2],
+                    "p99_ms": times[max(0, int(len(times) * 0.99) - 1)], "max_ms": times[-1]}
+
+        try:
+            return await ameasure(sample, timing)
+        finally:
+            for s in streams:
+                await s.aclose()
+            await eng.shutdown(timeout=5)
 
     return asyncio.run(main())
 
@@ -132,29 +150,36 @@ def run_scrape(num_seqs: int, samples: int = 200) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--hf-batch", type=int, default=16)
     ap.add_argument("--scrape-seqs", type=int, default=1000)
+    add_timing_args(ap)
     args = ap.parse_args()
+    timing = timing_from_args(args)
     torch.set_num_threads(1)
-    n = 16 if args.quick else args.requests
-    reqs = workload(n, max_prompt=128 if args.quick else 512, max_out=64 if args.quick else 256)
-    res = {"machine": machine(), "requests": n, "hf_batch": args.hf_batch}
-    eng = run_engine(reqs, num_blocks=n * 48 + 64)
-    hf = run_hf(reqs, args.hf_batch)
-    res.update({"engine.output_tokens_per_s": eng["output_tokens_per_s"],
-                "hf.output_tokens_per_s": hf["output_tokens_per_s"],
-                "ratio": eng["output_tokens_per_s"] / hf["output_tokens_per_s"],
-                "kv.utilization": eng["kv.utilization"],
-                "kv.contiguous_utilization": eng["kv.contiguous_utilization"],
-                "engine.seconds": eng["seconds"], "hf.seconds": hf["seconds"],
-                "engine.steps": eng["steps"]})
-    sc = run_scrape(100 if args.quick else args.scrape_seqs)
-    res.update({f"scrape.{k}": v for k, v in sc.items()})
-    for k, v in res.items():
-        if isinstance(v, (int, float)):
-            print(f"{k:32s} {v:14,.3f}")
+    quick = timing.quick
+    n = 16 if quick else args.requests
+    reqs = workload(n, max_prompt=128 if quick else 512, max_out=64 if quick else 256)
+    res = {"machine": machine(), "timing": timing_info(timing), "requests": n,
+           "hf_batch": args.hf_batch}
+    hf = load_hf()
+    runs = alternate({"engine": lambda: run_engine(reqs, num_blocks=n * 48 + 64),
+                      "hf": lambda: run_hf(hf, reqs, args.hf_batch)}, timing)
+    eng, hfr = runs["engine"], runs["hf"]
+    put_runs(res, eng, {"engine.output_tokens_per_s": "output_tokens_per_s",
+                        "kv.utilization": "kv.utilization",
+                        "kv.contiguous_utilization": "kv.contiguous_utilization",
+                        "engine.steps": "steps"})
+    put_runs(res, hfr, {"hf.output_tokens_per_s": "output_tokens_per_s"})
+    put(res, "ratio", ratio_stat(eng, "output_tokens_per_s", hfr, "output_tokens_per_s"))
+    # one pass over the requests (a run may repeat it to reach --min-seconds)
+    put_runs(res, [{"s": r["seconds"] / r["calls"]} for r in eng], {"engine.seconds": "s"})
+    put_runs(res, [{"s": r["seconds"] / r["calls"]} for r in hfr], {"hf.seconds": "s"})
+    sc = run_scrape(100 if quick else args.scrape_seqs, timing, samples=20 if quick else 200)
+    put_runs(res, sc, {f"scrape.{k}": k for k in ("live_seqs", "p50_ms", "p99_ms", "max_ms")})
+    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, engine and "
+          f"transformers alternating; ratio = median of per-round ratios")
+    print_stats(res)
     write_json(args.json, res)
 
 

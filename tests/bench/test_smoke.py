@@ -1,0 +1,69 @@
+"""Every benchmark runs end to end in --quick mode and writes KEY, KEY.min and KEY.max for
+each of its figures (../shared/BENCH.md), min <= median <= max. Nothing here is timed: the
+figures are only checked for shape and order, never for speed."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+POOL = ["decode.per_seq_ops_per_s", "decode.batched_ops_per_s", "bulk.blocks_per_s",
+        "decode.per_seq_ops_per_s.nocache", "decode.batched_ops_per_s.nocache",
+        "bulk.blocks_per_s.nocache", "hash.tokens_per_s", "lookup.hits_per_s",
+        "lookup.misses_per_s", "cycle.unique.requests_per_s", "cycle.shared.requests_per_s",
+        "cycle.nocache.requests_per_s", "memory.bytes_per_block"]
+COPY = ["swap.gbps", "swap.memcpy_gbps", "swap.ratio", "defrag.gbps", "defrag.memcpy_gbps",
+        "defrag.ratio", "overlap.step_slowdown", "overlap.step_seconds",
+        "overlap.step_seconds_with_swap", "overlap.swap_gbps_during",
+        "overlap.step_slowdown_nice10"]
+SERVE = ["engine.output_tokens_per_s", "hf.output_tokens_per_s", "ratio", "kv.utilization",
+         "kv.contiguous_utilization", "scrape.p50_ms", "scrape.p99_ms"]
+ASYNC = ["batched.ops_per_s", "per_call_lock.ops_per_s", "ratio",
+         "per_call_trylock.ops_per_s", "ratio_vs_trylock"]
+
+
+def run_bench(module: str, out: Path, *extra: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", module, "--quick", "--json", str(out), *extra],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return json.loads(out.read_text()), r.stdout
+
+
+def check_keys(res: dict, keys: list[str], repeats: int) -> None:
+    assert res["timing"]["repeats"] == repeats
+    for key in keys:
+        for k in (key, f"{key}.min", f"{key}.max"):
+            assert isinstance(res.get(k), float), f"{k} missing or not a number"
+        assert res[f"{key}.min"] <= res[key] <= res[f"{key}.max"], key
+        assert res[key] > 0, key
+
+
+@pytest.mark.parametrize("module,keys", [("bench.copy", COPY), ("bench.serve", SERVE),
+                                         ("bench.async_pool", ASYNC)])
+def test_bench_quick_writes_median_min_max(tmp_path, module, keys):
+    # the --json folder does not exist yet: the bench creates it
+    res, out = run_bench(module, tmp_path / "out" / "x.json")
+    check_keys(res, keys, repeats=2)
+    assert "[" in out  # the table prints the spread
+
+
+def test_bench_pool_quick(tmp_path):
+    res, out = run_bench("bench.pool", tmp_path / "out" / "pool.json", "--no-anchors",
+                         "--repeats", "3")
+    check_keys(res, POOL, repeats=3)
+    assert res["hash.algo"] == "sha256"
+    assert res["baselines"] == {"vllm": None, "nanovllm": None}
+    assert "[" in out and "decode.batched_ops_per_s" in out
+
+
+def test_bench_sched_quick(tmp_path):
+    res, _ = run_bench("bench.sched", tmp_path / "sched.json")
+    for name in ("decode256", "decode1024", "mixed256"):
+        r = res[name]
+        assert r["us_per_seq_step.min"] <= r["us_per_seq_step"] <= r["us_per_seq_step.max"]
