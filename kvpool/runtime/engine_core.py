@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from kvpool.core import BlockSpaceManager
+from kvpool.core import AllocStatus, BlockSpaceManager
 from kvpool.errors import InvariantError, RequestError
 from kvpool.metrics import MetricsSnapshot
 from kvpool.runtime.copy_engine import CopyEngine, FaultInjector
@@ -112,13 +112,10 @@ class EngineCore:
                 f"this model's maximum context length is {self.max_model_len} tokens; the "
                 f"request has {n} prompt tokens and asks for {params.max_tokens} more",
                 "max_tokens" if n < self.max_model_len else "prompt", "context_length_exceeded")
-        mgr = self.manager
-        need = mgr.num_required_blocks(n + 1)
-        if mgr.device_pool.num_blocks - need < mgr.watermark_blocks:
-            raise RequestError(
-                f"the prompt needs {need} KV blocks but the pool can ever hold "
-                f"{mgr.device_pool.num_blocks - mgr.watermark_blocks}: shorten it or raise "
-                "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
+        adm = self.manager.admission([(n + 1, ())])  # the scheduler's own rule
+        if adm.status is AllocStatus.NEVER:
+            raise RequestError(f"the prompt (+1 token) {adm.reason}: shorten it or raise "
+                               "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, *,
                     cache_salt: str | None = None, priority: int = 0,

@@ -15,8 +15,9 @@ One ``schedule()`` (the seeds' ``_schedule_running`` / ``_schedule_swapped`` /
                    if the pool is short, preempt from the running tail (lowest priority, newest)
                    until it fits, or the sequence's own request is the tail: it is preempted
     2. chunks      running requests still prefilling get the next chunk of their prompt
-    3. swapped     only if step 1 preempted nobody: resume in order while can_swap_in is OK
-                   (blocks + one per sequence, above the watermark); LATER stops the pass
+    3. swapped     only if step 1 preempted nobody: resume in order while the manager's
+                   admission is OK (blocks + the next decode's, above the watermark); LATER
+                   stops the pass; NEVER sends the request back to waiting to be recomputed
     4. waiting     only if nothing is left swapped (priority policy: nothing swapped of equal
                    or better priority) and step 1 preempted nobody: admit in order while
                    can_allocate is OK (watermark); LATER stops (head-of-line), NEVER and prompts
@@ -33,7 +34,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterable
 
-from kvpool.core import AllocStatus, BlockSpaceManager, Device, SeqAlloc
+from kvpool.core import Admission, AllocStatus, BlockSpaceManager, Device, SeqAlloc
 from kvpool.errors import RequestError, SchedulerError
 from kvpool.sched.completion import CompletionMixin
 from kvpool.sched.config import CostModel, SchedulerConfig
@@ -281,13 +282,12 @@ class Scheduler(PreemptionMixin, CompletionMixin):
             if self._num_running_seqs + n > cfg.max_num_seqs or self._tokens_left < n:
                 return
             ids = [s.seq_id for s in live]
-            status = mgr.can_swap_in(ids)
+            status = mgr.admission(swapped=ids).status
             if status is AllocStatus.NEVER:
+                # NOTE(never): it was admitted, so it is not dropped here: recomputed, it goes
+                # through the same admission rule as a new prompt, which alone may refuse it
                 swapped.pop(0)
-                need = len(self._distinct_blocks(ids))
-                self._ignore(g, out, f"swapped request needs {need} blocks + {n} to resume "
-                             f"but the device pool has {mgr.device_pool.num_blocks} blocks and "
-                             f"keeps {mgr.watermark_blocks} free (watermark): it can never fit")
+                self._requeue_for_recompute(g)
                 continue
             if status is AllocStatus.LATER:
                 return
@@ -327,20 +327,15 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         g.units = units
         return units
 
+    def _admission(self, units: list[PrefillUnit], freeable: int = 0) -> Admission:
+        return self.manager.admission([(u.num_tokens, u.block_hashes) for u in units],
+                                      freeable=freeable)
+
     def _admission_status(self, units: list[PrefillUnit]) -> AllocStatus:
-        mgr = self.manager
-        if len(units) == 1:
-            return mgr.can_allocate(units[0].num_tokens, units[0].block_hashes)
-        need = sum(mgr.num_required_blocks(u.num_tokens) for u in units)
-        pool = mgr.device_pool
-        if pool.num_blocks - need < mgr.watermark_blocks:
-            return AllocStatus.NEVER
-        if pool.num_free_blocks - need >= mgr.watermark_blocks:
-            return AllocStatus.OK
-        return AllocStatus.LATER
+        return self._admission(units).status
 
     def _never_reason(self, g: SequenceGroup, units: list[PrefillUnit] | None) -> str | None:
-        cfg, mgr = self.config, self.manager
+        cfg = self.config
         p = len(g.prompt_token_ids)
         if p > cfg.max_model_len:
             return f"prompt has {p} tokens, more than max_model_len={cfg.max_model_len}"
@@ -349,12 +344,9 @@ class Scheduler(PreemptionMixin, CompletionMixin):
                     f"{cfg.max_num_seqs}: it could never run")
         if units is None:
             return None
-        need = sum(mgr.num_required_blocks(u.num_tokens) for u in units)
         what = "prompt" if all(not u.lead.output_token_ids for u in units) else \
             "prompt + generated tokens"
-        return (f"{what} needs {need} blocks of {mgr.block_size} tokens but the device pool "
-                f"has {mgr.device_pool.num_blocks} blocks and keeps {mgr.watermark_blocks} free "
-                "(watermark): it can never fit")
+        return f"{what} {self._admission(units).reason}"
 
     def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
         mgr, cfg, waiting = self.manager, self.config, self.waiting
