@@ -1,5 +1,6 @@
 """An admitted request is never dropped for capacity (issue "Serving never lies and never
-stalls", item 2): preempted by swap or by recompute, it comes back and finishes. Only a request
+stalls", item 2): preempted by swap or by recompute, it comes back and finishes, also with
+tenants and a per-tenant cap on running sequences (item 6). Only a request
 that admission itself refuses (NEVER at its first admission) may end FINISHED_IGNORED."""
 
 from __future__ import annotations
@@ -114,18 +115,19 @@ def scenario(draw):
             # NOTE(bias): mostly at or near full length, where preemption bites hardest
             max_tokens = max(1, top - p_len - draw(st.sampled_from([0, 0, 1, 2, top])))
         reqs.append((f"q{i}", p_len, max_tokens, n, draw(st.integers(0, 2)),
-                     draw(st.integers(0, 3))))
-    return bs, blocks, watermark, host, caching, mode, policy, chunked, reqs
+                     draw(st.integers(0, 3)), draw(st.sampled_from(["", "a", "b"]))))
+    cap = draw(st.sampled_from([None, 2, 3]))  # per-tenant running sequences (n <= 2)
+    return bs, blocks, watermark, host, caching, mode, policy, chunked, reqs, cap
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario(), st.booleans())
 @example((4, 6, 0.2, 6, False, None, "fcfs", True,  # the issue's reproduction, always tried
-          [("q0", 2, 9, 1, 0, 0), ("q1", 15, 5, 1, 0, 0)]), False)
+          [("q0", 2, 9, 1, 0, 0, ""), ("q1", 15, 5, 1, 0, 0, "")], None), False)
 def test_no_admitted_request_is_ever_ignored_and_every_request_finishes(sc, diverge):
-    bs, blocks, watermark, host, caching, mode, policy, chunked, reqs = sc
+    bs, blocks, watermark, host, caching, mode, policy, chunked, reqs, cap = sc
     s = _sched(blocks, bs, host, watermark, caching, mode, policy=policy,
-               enable_chunked_prefill=chunked)
+               enable_chunked_prefill=chunked, tenant_max_running_seqs=cap)
     # diverging outputs make n=2 requests recompute as two units (each its own prompt copy)
     rt = FakeRuntime(s, sample_fn=(lambda sid, step: 10 + sid % 3) if diverge else None)
     arrivals: dict[int, list] = {}
@@ -133,9 +135,9 @@ def test_no_admitted_request_is_ever_ignored_and_every_request_finishes(sc, dive
         arrivals.setdefault(r[5], []).append(r)
     step = 0
     while arrivals or s.has_unfinished():
-        for rid, p_len, max_tokens, n, prio, _ in arrivals.pop(step, []):
+        for rid, p_len, max_tokens, n, prio, _, tenant in arrivals.pop(step, []):
             s.add_request(rid, prompt(p_len, 100 * int(rid[1:]) % 300), params(max_tokens, n=n),
-                          priority=prio)
+                          priority=prio, tenant=tenant)
         rt.step()
         s.check_invariants()
         step += 1
@@ -143,7 +145,7 @@ def test_no_admitted_request_is_ever_ignored_and_every_request_finishes(sc, dive
     done = rt.by_id()
     assert sorted(done) == sorted(r[0] for r in reqs)
     room = blocks - int(watermark * blocks)
-    for rid, p_len, max_tokens, n, _, _ in reqs:
+    for rid, p_len, max_tokens, n, *_ in reqs:
         f = done[rid]
         if f.status is SeqStatus.FINISHED_IGNORED:
             # only what admission refuses at first sight: never an admitted request
