@@ -80,7 +80,8 @@ class EngineCore:
             max_model_len=self.max_model_len, preemption_mode=config.preemption_mode,
             eos_token_id=self.tokenizer.eos_token_id,
             kv_bytes_per_block=self.storage.bytes_per_block,
-            defrag_threshold=config.defrag_threshold))
+            defrag_threshold=config.defrag_threshold,
+            tenant_max_running_seqs=config.tenant_max_running_seqs))
         self.copies = CopyEngine.for_storage(self.storage, fault_injector=fault_injector)
         self.sampler = Sampler(torch.Generator().manual_seed(config.seed))
         self.outputs = OutputProcessor(self.tokenizer, metrics)
@@ -119,10 +120,11 @@ class EngineCore:
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, *,
                     cache_salt: str | None = None, priority: int = 0,
-                    arrival: float | None = None) -> None:
+                    arrival: float | None = None, tenant: str | None = None) -> None:
         arrival = time.monotonic() if arrival is None else arrival
         seq_ids = self.scheduler.add_request(request_id, prompt_ids, params, priority=priority,
-                                             cache_salt=cache_salt, arrival_time=arrival)
+                                             cache_salt=cache_salt, arrival_time=arrival,
+                                             tenant=tenant)
         self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
         for i, s in enumerate(seq_ids):
             self._gens[s] = make_generator(None if params.seed is None else params.seed + i)

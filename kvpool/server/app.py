@@ -29,6 +29,7 @@ from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
+from kvpool.server.tenant import TenantEngine, tenant_middleware
 
 if TYPE_CHECKING:  # the app only needs the engine's contract (the stress harness reuses it)
     from kvpool.runtime.engine import AsyncEngine
@@ -52,7 +53,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               max_json_depth: int = MAX_JSON_DEPTH,
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
               manage_engine: bool = True,
-              tenant_block_quota: int | None = None) -> web.Application:
+              tenant_block_quota: int | None = None,
+              tenant_header: str | None = None) -> web.Application:
     """The OpenAI-compatible app.
 
     ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
@@ -60,13 +62,15 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     (default: the engine's). ``manage_engine``: start the engine with the app and shut it down
     (waiting ``engine_shutdown_timeout`` for in-flight requests) when the app stops; False when
     the caller owns the engine's lifetime. ``tenant_block_quota``: cap the KV blocks the
-    in-flight requests of one cache_salt may hold (quota.py); None = no cap.
+    in-flight requests of one tenant may hold (quota.py); None = no cap. ``tenant_header``:
+    the trusted header naming the tenant (tenant.py); None = the API key, else anonymous.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
     middlewares: list[Any] = [error_middleware]  # NOTE(order): first listed = outermost
     if api_key:
         middlewares.append(auth_middleware(api_key))
+    middlewares.append(tenant_middleware(tenant_header))  # NOTE(order): after auth
     app = web.Application(middlewares=middlewares, client_max_size=max_body_bytes)
 
     config = engine.config
@@ -76,8 +80,10 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
                            max_n=config.max_n, max_tokens_limit=config.max_tokens_limit,
                            max_stop=config.max_stop, max_json_depth=max_json_depth)
     metrics = metrics if metrics is not None else engine.metrics
-    gen_engine = engine if not tenant_block_quota else QuotaEngine(
-        engine, TenantBlockQuota(tenant_block_quota, config.block_size))
+    gen_engine: Any = TenantEngine(engine)
+    if tenant_block_quota:
+        gen_engine = QuotaEngine(gen_engine, TenantBlockQuota(tenant_block_quota,
+                                                              config.block_size))
     routes = OpenAIRoutes(gen_engine, parser, metrics.render, names)
     routes.register(app)
 
