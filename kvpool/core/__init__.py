@@ -2,11 +2,11 @@
 
 Vocabulary (the seeds'): ``Block`` (PhysicalTokenBlock metadata), ``BlockTable``,
 ``UncachedBlockAllocator`` / ``CachedBlockAllocator`` (per-device pools), and the
-``BlockSpaceManager`` that the scheduler asks ``can_allocate`` -> OK / LATER / NEVER.
+``BlockSpaceManager`` that the scheduler asks ``admission`` -> OK / LATER / NEVER with its reason.
 """
 
 from kvpool.core.allocator import UncachedBlockAllocator
-from kvpool.core.block import AllocStatus, Block, Device, PoolStats
+from kvpool.core.block import Admission, AllocStatus, Block, Device, PoolStats
 from kvpool.core.block_table import BlockTable
 from kvpool.core.cached_allocator import CachedBlockAllocator
 from kvpool.core.defrag import DefragPlan, DefragResult
@@ -16,7 +16,7 @@ from kvpool.core.manager import BlockSpaceManager, SeqAlloc
 from kvpool.core.stats import FragmentationStats, ManagerStats
 
 __all__ = [
-    "AllocStatus", "Block", "BlockHasher", "BlockSpaceManager", "BlockTable",
+    "Admission", "AllocStatus", "Block", "BlockHasher", "BlockSpaceManager", "BlockTable",
     "CachedBlockAllocator", "DefragPlan", "DefragResult", "Device", "EvictionPolicy",
     "FragmentationStats", "HASH_VERSION", "ManagerStats", "PoolStats", "SeqAlloc",
     "UncachedBlockAllocator", "make_policy",

@@ -30,6 +30,22 @@ class AllocStatus(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Admission:
+    """Answer of ``BlockSpaceManager.admission``: the status, the blocks behind it, and why.
+
+    ``capacity <= total - watermark`` is what separates NEVER from the rest (judged as if the
+    pool were empty); ``need`` is what the request takes from the free set now (prefix hits on
+    blocks in use cost nothing), so ``need <= capacity`` and an empty pool answers OK to
+    everything that is not NEVER.
+    """
+
+    status: AllocStatus
+    need: int  # blocks taken from the free set if admitted now
+    capacity: int  # blocks it needs in an empty pool
+    reason: str  # why it is not OK ("" when OK), written for the client / the log
+
+
+@dataclass(frozen=True, slots=True)
 class Block:
     """Snapshot of one physical block's metadata (the seeds' PhysicalTokenBlock).
 

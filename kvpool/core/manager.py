@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from kvpool.config import CacheConfig
 from kvpool.core.allocator import UncachedBlockAllocator
-from kvpool.core.block import AllocStatus, Device
+from kvpool.core.block import Admission, AllocStatus, Device
 from kvpool.core.block_table import BlockTable
 from kvpool.core.cached_allocator import CachedBlockAllocator
 from kvpool.core.defrag import DefragMixin
@@ -129,26 +129,56 @@ class BlockSpaceManager(SwapMixin, DefragMixin, StatsMixin):
         return out
 
     # ------------------------------------------------------------------ admission
+    def admission(self, prompts: Sequence[tuple[int, Sequence[bytes]]] = (), *,
+                  swapped: Sequence[int] = (), freeable: int = 0) -> Admission:
+        """THE admission rule (the module docstring's table), for one of:
+
+        - ``prompts``: ``(num_tokens, block_hashes)`` per prefill unit of one request (a
+          recomputed ``n > 1`` request whose outputs diverged has one unit per sequence);
+        - ``swapped``: the sequence ids of a swapped group, to come back and decode once.
+
+        ``freeable`` counts blocks the caller would free first (priority preemption plans
+        with it). NOTE(never): NEVER is judged on the blocks the request needs in an empty
+        pool, the same way for both kinds, so a swapped group is NEVER exactly when
+        recomputing it would be NEVER too: it has outgrown what admission accepts.
+        """
+        if bool(prompts) == bool(swapped):
+            raise ValueError("admission takes prompts or swapped, exactly one of them")
+        pool = self.device_pool
+        if swapped:
+            capacity, need = self._swap_in_need(self._group(swapped, Device.HOST))
+            what = f"swapped request needs {capacity} blocks to resume and decode, but"
+        else:
+            capacity = need = 0
+            for num_tokens, hashes in prompts:
+                if num_tokens <= 0:
+                    raise ValueError("num_tokens must be >= 1")
+                required = self.num_required_blocks(num_tokens)
+                capacity += required
+                need += required
+                if self.caching and hashes:  # hits on blocks in use cost nothing; hits on
+                    for b in self._hits(hashes, num_tokens):  # evictable ones cost a block
+                        if pool.ref_count(b) > 0:
+                            need -= 1
+            what = f"needs {capacity} blocks of {self.block_size} tokens, but"
+        total, w = pool.num_blocks, self.watermark_blocks
+        if total - capacity < w:
+            return Admission(AllocStatus.NEVER, need, capacity,
+                             f"{what} the device pool has {total} blocks and keeps {w} free "
+                             "(watermark): it can never fit")
+        free = pool.num_free_blocks + freeable
+        if free - need >= w:
+            return Admission(AllocStatus.OK, need, capacity, "")
+        return Admission(AllocStatus.LATER, need, capacity,
+                         f"{what} {free} of {total} blocks are free and {w} stay free "
+                         "(watermark): wait for running requests to finish")
+
     def can_allocate(self, num_tokens: int, block_hashes: Sequence[bytes] = ()) -> AllocStatus:
         """OK / LATER / NEVER for a prompt of ``num_tokens`` (shared by all its sequences).
 
         Prefix hits on blocks that are in use cost nothing; hits on evictable blocks cost a
         block like a miss (they leave the allocatable set)."""
-        if num_tokens <= 0:
-            raise ValueError("num_tokens must be >= 1")
-        required = self.num_required_blocks(num_tokens)
-        pool = self.device_pool
-        if pool.num_blocks - required < self.watermark_blocks:
-            return AllocStatus.NEVER
-        active_hits = 0
-        if self.caching and block_hashes:
-            ref = pool._ref
-            for b in self._hits(block_hashes, num_tokens):
-                if ref[b] > 0:
-                    active_hits += 1
-        if pool.num_free_blocks - (required - active_hits) >= self.watermark_blocks:
-            return AllocStatus.OK
-        return AllocStatus.LATER
+        return self.admission([(num_tokens, block_hashes)]).status
 
     # ------------------------------------------------------------------ allocate
     def allocate(self, seq_ids: Sequence[int], token_ids: Sequence[int], *,

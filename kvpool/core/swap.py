@@ -5,8 +5,9 @@ runtime's copy engine moves the bytes. Swap-out releases the device blocks at on
 engine must finish a swap-out's copies before any later write (it runs copies in order, and
 compute waits for the copies of its step).
 
-Swap-in admission (the seeds): a group needs its blocks plus one block per sequence for the
-next decode, ``len(blocks) + num_swapped_seqs``, under the same watermark as admission.
+Swap-in admission goes through ``BlockSpaceManager.admission`` (one rule for prompts and swapped
+groups): a group needs its blocks plus what its next decode appends, exactly; the seeds'
+``len(blocks) + num_swapped_seqs`` is the worst case of that.
 """
 
 from __future__ import annotations
@@ -92,15 +93,37 @@ class SwapMixin:
 
     # ------------------------------------------------------------------ in
     def can_swap_in(self, seq_ids: Sequence[int]) -> AllocStatus:
-        """OK / LATER / NEVER for bringing a swapped group back (seeds' formula)."""
-        tables = self._group(seq_ids, Device.HOST)
-        need = len(self._refs(tables)) + len(tables)
+        """OK / LATER / NEVER for bringing a swapped group back (``admission(swapped=...)``)."""
+        return self.admission(swapped=seq_ids).status
+
+    def _swap_in_need(self, tables: Sequence[BlockTable]) -> tuple[int, int]:
+        """``(capacity, need)`` blocks of swapping ``tables`` in and appending one token to
+        each: its distinct blocks plus, per sequence, a new block when its last block is full
+        or a copy when a partial last block is shared (the seeds' ``+ num_seqs`` is the worst
+        case of this; counting it exactly keeps NEVER equal to what admission says for the
+        same tokens). Cached full blocks that swap_in would reuse cost nothing when in use."""
+        refs = self._refs(tables)
+        bs = self.block_size
+        append = 0
+        for t in tables:
+            n0 = t.num_tokens
+            append += -(-(n0 + 1) // bs) - len(t.blocks)
+            if n0 % bs and refs[t.blocks[-1]] > 1:
+                append += 1  # NOTE(cow): append_slots_batch counts every sharer, so do we
+        capacity = len(refs) + append
+        if not self.caching:
+            return capacity, capacity
         d = self.device_pool
-        if d.num_blocks - need < self.watermark_blocks:
-            return AllocStatus.NEVER
-        if d.num_free_blocks - need >= self.watermark_blocks:
-            return AllocStatus.OK
-        return AllocStatus.LATER
+        reused_in_use: set[int] = set()
+        seen: set[int] = set()
+        for t in tables:  # the same lookup swap_in makes
+            for i, hb in enumerate(t.blocks[: len(t.hashes)]):
+                if hb not in seen:
+                    seen.add(hb)
+                    db = d.lookup(t.hashes[i])
+                    if db is not None and d.ref_count(db) > 0:
+                        reused_in_use.add(hb)
+        return capacity, capacity - len(reused_in_use)
 
     def swap_in(self, seq_ids: Sequence[int]) -> list[tuple[int, int]] | None:
         """Bring a group back to the device. Returns ``(host_block, device_block)`` copies; a

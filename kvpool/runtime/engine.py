@@ -153,7 +153,8 @@ class AsyncEngine:
         raise RequestError("prompt must be a string or a list of token ids", "prompt")
 
     def generate(self, request_id: str | None, prompt: str | list[int], params: SamplingParams,
-                 *, cache_salt: str | None = None, priority: int = 0) -> RequestStream:
+                 *, cache_salt: str | None = None, priority: int = 0,
+                 tenant: str | None = None) -> RequestStream:
         """Queue a request and return its stream. Raises RequestError (HTTP 400) for input that
         can never be served and QueueFullError (HTTP 503) when the engine is full."""
         if self._error is not None:
@@ -170,7 +171,7 @@ class AsyncEngine:
             raise RequestError(f"request id {rid!r} is already in flight", "request_id")
         stream = RequestStream(self, rid, ids)
         self._streams[rid] = stream
-        self._queue_op(("add", rid, ids, params, cache_salt, priority, time.monotonic()))
+        self._queue_op(("add", rid, ids, params, cache_salt, priority, time.monotonic(), tenant))
         return stream
 
     async def abort(self, request_id: str) -> None:
@@ -220,10 +221,10 @@ class AsyncEngine:
         while inbox:
             op = inbox.popleft()
             if op[0] == "add":
-                _, rid, ids, params, salt, prio, arrival = op
+                _, rid, ids, params, salt, prio, arrival, tenant = op
                 try:
                     self.core.add_request(rid, ids, params, cache_salt=salt, priority=prio,
-                                          arrival=arrival)
+                                          arrival=arrival, tenant=tenant)
                 except Exception as e:  # noqa: BLE001 - the request fails, not the engine
                     outs.append(_error_output(rid, ids, params, str(e)))
             else:

@@ -33,6 +33,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching
     eviction_policy: str = "lru"  # --eviction-policy
     max_num_seqs: int = 64  # --max-num-seqs
+    tenant_max_running_seqs: int | None = None  # --tenant-max-running-seqs (None: no cap)
     max_num_batched_tokens: int = 2048  # --max-num-batched-tokens
     max_model_len: int | None = None  # --max-model-len (default: the model's context)
     preemption_mode: str | None = None  # --preemption-mode swap|recompute (default: by cost)

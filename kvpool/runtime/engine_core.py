@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from kvpool.core import BlockSpaceManager
+from kvpool.core import AllocStatus, BlockSpaceManager
 from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
 from kvpool.runtime.copy_engine import CopyEngine, FaultInjector
@@ -80,7 +80,8 @@ class EngineCore:
             max_model_len=self.max_model_len, preemption_mode=config.preemption_mode,
             eos_token_id=self.tokenizer.eos_token_id,
             kv_bytes_per_block=self.storage.bytes_per_block,
-            defrag_threshold=config.defrag_threshold))
+            defrag_threshold=config.defrag_threshold,
+            tenant_max_running_seqs=config.tenant_max_running_seqs))
         self.copies = CopyEngine.for_storage(self.storage, fault_injector=fault_injector)
         # min_tokens masks what the scheduler would stop on: its eos and stop_token_ids
         self.sampler = Sampler(torch.Generator().manual_seed(config.seed),
@@ -118,20 +119,18 @@ class EngineCore:
                 f"this model's maximum context length is {self.max_model_len} tokens; the "
                 f"request has {n} prompt tokens and asks for {params.max_tokens} more",
                 "max_tokens" if n < self.max_model_len else "prompt", "context_length_exceeded")
-        mgr = self.manager
-        need = mgr.num_required_blocks(n + 1)
-        if mgr.device_pool.num_blocks - need < mgr.watermark_blocks:
-            raise RequestError(
-                f"the prompt needs {need} KV blocks but the pool can ever hold "
-                f"{mgr.device_pool.num_blocks - mgr.watermark_blocks}: shorten it or raise "
-                "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
+        adm = self.manager.admission([(n + 1, ())])  # the scheduler's own rule
+        if adm.status is AllocStatus.NEVER:
+            raise RequestError(f"the prompt (+1 token) {adm.reason}: shorten it or raise "
+                               "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, *,
                     cache_salt: str | None = None, priority: int = 0,
-                    arrival: float | None = None) -> None:
+                    arrival: float | None = None, tenant: str | None = None) -> None:
         arrival = time.monotonic() if arrival is None else arrival
         seq_ids = self.scheduler.add_request(request_id, prompt_ids, params, priority=priority,
-                                             cache_salt=cache_salt, arrival_time=arrival)
+                                             cache_salt=cache_salt, arrival_time=arrival,
+                                             tenant=tenant)
         self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
         for i, s in enumerate(seq_ids):
             self._gens[s] = make_generator(None if params.seed is None else params.seed + i)

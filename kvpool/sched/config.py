@@ -64,6 +64,7 @@ class SchedulerConfig:
     prefill_tokens_per_s: float = 10_000.0  # prefill throughput (start value)
     defrag_threshold: float | None = None  # plan defrag when external fragmentation > this
     defrag_max_moves: int = 64  # block moves per defrag plan, at most
+    tenant_max_running_seqs: int | None = None  # live running sequences per tenant, at most
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
@@ -88,6 +89,12 @@ class SchedulerConfig:
         _require(self.eos_token_id is None or (isinstance(self.eos_token_id, int)
                                                 and self.eos_token_id >= 0),
                  f"eos_token_id={self.eos_token_id!r} is invalid: use a token id >= 0 or None")
+        _require(self.tenant_max_running_seqs is None
+                 or (isinstance(self.tenant_max_running_seqs, int)
+                     and not isinstance(self.tenant_max_running_seqs, bool)
+                     and self.tenant_max_running_seqs >= 1),
+                 f"tenant_max_running_seqs={self.tenant_max_running_seqs!r} is invalid: use an "
+                 "int >= 1, or None for no per-tenant cap")
         _positive_number("copy_bytes_per_s", self.copy_bytes_per_s)
         _positive_number("prefill_tokens_per_s", self.prefill_tokens_per_s)
         _require(self.defrag_threshold is None

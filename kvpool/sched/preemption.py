@@ -8,6 +8,7 @@ Mode per victim::
     still prefilling (nothing generated yet) -> RECOMPUTE  (its computed full blocks stay in
                                                             the prefix cache for the retry)
     no host room (can_swap_out false)        -> RECOMPUTE
+    (a swapped group whose swap-in admission says NEVER is recomputed, never dropped)
     forced "swap"                            -> SWAP
     otherwise                                -> the cheaper of CostModel.swap_seconds(blocks)
                                                 and CostModel.recompute_seconds(tokens - kept)
@@ -111,19 +112,26 @@ class PreemptionMixin:
                 g.set_status(SeqStatus.SWAPPED)
                 self.swapped.add(g)
         if mode is PreemptionMode.RECOMPUTE:
-            for s in live:
-                if s.unit is None:  # NOTE(recompute): index written full blocks first so
-                    mgr.mark_computed(s.seq_id)  # the retry can hit them in the prefix cache
-                s.unit = None
-            mgr.free_batch(ids)
-            g.units = None
-            g.set_status(SeqStatus.WAITING)
-            self.waiting.add(g)
+            self._requeue_for_recompute(g)
         g.num_preemptions += 1
         self.preemptions[mode.value] += 1
         p = PreemptedRequest(g.request_id, mode, tuple(ids), len(refs), cause)
         out.preempted.append(p)
         return p
+
+    def _requeue_for_recompute(self, g: SequenceGroup) -> None:
+        """Drop running or swapped ``g``'s blocks and queue it to prefill its prompt and
+        generated tokens again (it is already out of its queue)."""
+        mgr = self.manager
+        live = g.live_seqs
+        for s in live:
+            if s.unit is None:  # NOTE(recompute): index written full blocks first so
+                mgr.mark_computed(s.seq_id)  # the retry can hit them in the prefix cache
+            s.unit = None
+        mgr.free_batch([s.seq_id for s in live])
+        g.units = None
+        g.set_status(SeqStatus.WAITING)
+        self.waiting.add(g)
 
     def _priority_preempt(self, out: SchedulerOutput) -> None:
         """Priority policy: the best waiting request that cannot be admitted preempts running
@@ -138,7 +146,6 @@ class PreemptionMixin:
                 continue  # the waiting pass ignores it
             units = self._units(g)
             need_seqs = g.num_live
-            tokens = sum(u.num_tokens for u in units)
             status = self._admission_status(units)
             if status is AllocStatus.NEVER:
                 continue
@@ -147,8 +154,8 @@ class PreemptionMixin:
                 return  # it will be admitted in the waiting pass
             lower = [r for r in running if r.priority > g.priority]
             freeable = len(self._distinct_blocks([s.seq_id for r in lower for s in r.live_seqs]))
-            required = mgr.num_required_blocks(tokens)
-            if mgr.device_pool.num_free_blocks + freeable - required < mgr.watermark_blocks:
+            plan = mgr.admission([(u.num_tokens, ()) for u in units], freeable=freeable)
+            if plan.status is not AllocStatus.OK:
                 return  # even preempting all of them would not make room
             if self._num_running_seqs - sum(r.num_live for r in lower) + need_seqs \
                     > self.config.max_num_seqs:

@@ -15,10 +15,13 @@ One ``schedule()`` (the seeds' ``_schedule_running`` / ``_schedule_swapped`` /
                    if the pool is short, preempt from the running tail (lowest priority, newest)
                    until it fits, or the sequence's own request is the tail: it is preempted
     2. chunks      running requests still prefilling get the next chunk of their prompt
-    3. swapped     only if step 1 preempted nobody: resume in order while can_swap_in is OK
-                   (blocks + one per sequence, above the watermark); LATER stops the pass
+    3. swapped     only if step 1 preempted nobody: resume in order while the manager's
+                   admission is OK (blocks + the next decode's, above the watermark); LATER
+                   stops the pass; NEVER sends the request back to waiting to be recomputed
     4. waiting     only if nothing is left swapped (priority policy: nothing swapped of equal
-                   or better priority) and step 1 preempted nobody: admit in order while
+                   or better priority) and step 1 preempted nobody: admit (in order; with
+                   tenants, the oldest request of the tenant running fewest, under
+                   tenant_max_running_seqs, within the best priority class) while
                    can_allocate is OK (watermark); LATER stops (head-of-line), NEVER and prompts
                    longer than max_model_len are ignored with a reason
     5. defrag      if external fragmentation > defrag_threshold and no swap-out happened
@@ -31,9 +34,10 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 
-from kvpool.core import AllocStatus, BlockSpaceManager, Device, SeqAlloc
+from kvpool.core import Admission, AllocStatus, BlockSpaceManager, Device, SeqAlloc
 from kvpool.errors import RequestError, SchedulerError
 from kvpool.sched.completion import CompletionMixin
 from kvpool.sched.config import CostModel, SchedulerConfig
@@ -68,6 +72,7 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         self._defrag_plan = None  # DefragPlan emitted and not yet committed / aborted
         self._num_running_seqs = 0  # live sequences of RUNNING requests
         self._tokens_left = 0  # token budget left in the step being planned
+        self._tenanted = False  # some request named a tenant (fair admission is on)
         # counters (monotonic), read through stats()
         self.preemptions = {"swap": 0, "recompute": 0}
         self.swap_out_blocks = self.swap_in_blocks = self.cow_blocks = 0
@@ -78,7 +83,8 @@ class Scheduler(PreemptionMixin, CompletionMixin):
     # ------------------------------------------------------------------ requests
     def add_request(self, request_id: str, prompt_token_ids: Iterable[int], params=None,
                     priority: int = 0, cache_salt: str | None = None,
-                    arrival_time: float | None = None) -> tuple[int, ...]:
+                    arrival_time: float | None = None, tenant: str | None = None
+                    ) -> tuple[int, ...]:
         """Queue a request; returns its sequence ids (``params.n`` of them). Never rejects
         for size here: schedule() reports a request that can never fit in ``ignored``."""
         if request_id in self._groups:
@@ -97,12 +103,14 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         arrival = self._clock() if arrival_time is None else float(arrival_time)
         order = next(self._orders)
         g = SequenceGroup(request_id, prompt, params, limits, priority, arrival, order,
-                          make_sort_key(cfg.policy, priority, arrival, order), cache_salt)
+                          make_sort_key(cfg.policy, priority, arrival, order), cache_salt,
+                          tenant or "")
         for _ in range(limits.n):
             s = Sequence(next(self._seq_ids), g)
             g.seqs.append(s)
             self._seqs[s.seq_id] = s
         self._groups[request_id] = g
+        self._tenanted = self._tenanted or bool(tenant)
         self.waiting.add(g)
         return tuple(s.seq_id for s in g.seqs)
 
@@ -281,13 +289,12 @@ class Scheduler(PreemptionMixin, CompletionMixin):
             if self._num_running_seqs + n > cfg.max_num_seqs or self._tokens_left < n:
                 return
             ids = [s.seq_id for s in live]
-            status = mgr.can_swap_in(ids)
+            status = mgr.admission(swapped=ids).status
             if status is AllocStatus.NEVER:
+                # NOTE(never): it was admitted, so it is not dropped here: recomputed, it goes
+                # through the same admission rule as a new prompt, which alone may refuse it
                 swapped.pop(0)
-                need = len(self._distinct_blocks(ids))
-                self._ignore(g, out, f"swapped request needs {need} blocks + {n} to resume "
-                             f"but the device pool has {mgr.device_pool.num_blocks} blocks and "
-                             f"keeps {mgr.watermark_blocks} free (watermark): it can never fit")
+                self._requeue_for_recompute(g)
                 continue
             if status is AllocStatus.LATER:
                 return
@@ -328,45 +335,46 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         g.units = units
         return units
 
+    def _admission(self, units: list[PrefillUnit], freeable: int = 0) -> Admission:
+        return self.manager.admission([(u.num_tokens, u.block_hashes) for u in units],
+                                      freeable=freeable)
+
     def _admission_status(self, units: list[PrefillUnit]) -> AllocStatus:
-        mgr = self.manager
-        if len(units) == 1:
-            return mgr.can_allocate(units[0].num_tokens, units[0].block_hashes)
-        need = sum(mgr.num_required_blocks(u.num_tokens) for u in units)
-        pool = mgr.device_pool
-        if pool.num_blocks - need < mgr.watermark_blocks:
-            return AllocStatus.NEVER
-        if pool.num_free_blocks - need >= mgr.watermark_blocks:
-            return AllocStatus.OK
-        return AllocStatus.LATER
+        return self._admission(units).status
 
     def _never_reason(self, g: SequenceGroup, units: list[PrefillUnit] | None) -> str | None:
-        cfg, mgr = self.config, self.manager
+        cfg = self.config
         p = len(g.prompt_token_ids)
         if p > cfg.max_model_len:
             return f"prompt has {p} tokens, more than max_model_len={cfg.max_model_len}"
         if g.num_live > cfg.max_num_seqs:
             return (f"request has {g.num_live} sequences, more than max_num_seqs="
                     f"{cfg.max_num_seqs}: it could never run")
+        cap = cfg.tenant_max_running_seqs
+        if cap is not None and g.num_live > cap:
+            return (f"request has {g.num_live} sequences, more than tenant_max_running_seqs="
+                    f"{cap}: it could never run")
         if units is None:
             return None
-        need = sum(mgr.num_required_blocks(u.num_tokens) for u in units)
         what = "prompt" if all(not u.lead.output_token_ids for u in units) else \
             "prompt + generated tokens"
-        return (f"{what} needs {need} blocks of {mgr.block_size} tokens but the device pool "
-                f"has {mgr.device_pool.num_blocks} blocks and keeps {mgr.watermark_blocks} free "
-                "(watermark): it can never fit")
+        return f"{what} {self._admission(units).reason}"
 
     def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
         mgr, cfg, waiting = self.manager, self.config, self.waiting
         fcfs = cfg.policy == "fcfs"
+        per_tenant: Counter[str] = Counter()  # live running sequences per tenant
+        for r in self.running:
+            per_tenant[r.tenant] += r.num_live
         while waiting and self._tokens_left > 0:
-            g = waiting[0]
+            g = self._next_waiting(per_tenant)
+            if g is None:
+                return  # every tenant with waiting requests is at its cap
             if self.swapped and (fcfs or self.swapped[0].priority <= g.priority):
                 return  # swapped requests resume before new prefills
             reason = self._never_reason(g, None)
             if reason is not None:
-                waiting.pop(0)
+                waiting.remove(g)
                 self._ignore(g, out, reason)
                 continue
             n = g.num_live
@@ -375,7 +383,7 @@ class Scheduler(PreemptionMixin, CompletionMixin):
             units = self._units(g)
             status = self._admission_status(units)
             if status is AllocStatus.NEVER:
-                waiting.pop(0)
+                waiting.remove(g)
                 self._ignore(g, out, self._never_reason(g, units))
                 continue
             if status is AllocStatus.LATER:
@@ -398,10 +406,11 @@ class Scheduler(PreemptionMixin, CompletionMixin):
                 if done:
                     mgr.free_batch(done)
                 return
-            waiting.pop(0)
+            waiting.remove(g)
             g.set_status(_RUNNING)
             self.running.add(g)
             self._num_running_seqs += n
+            per_tenant[g.tenant] += n
             if g.first_scheduled_time is None:
                 g.first_scheduled_time = now
                 g.num_cached_tokens = res[0]
@@ -411,6 +420,39 @@ class Scheduler(PreemptionMixin, CompletionMixin):
                     s.unit = u
                 self.prefix_hit_tokens += cached
                 self._emit_chunk(out, g, u, cached, cfg.enable_chunked_prefill)
+
+    def _next_waiting(self, per_tenant: Counter[str]) -> SequenceGroup | None:
+        """The waiting request to admit next: within the best priority class that has one
+        (fcfs: a single class), the oldest request of the tenant running the fewest
+        sequences, skipping tenants whose next request would pass tenant_max_running_seqs.
+
+        NOTE(fair): least-running-first, not round-robin, so a tenant that already holds many
+        slots yields every freed slot to one that holds fewer; within a tenant the queue order
+        (FCFS) stands. A request too big for the cap is returned so the caller ignores it."""
+        cfg = self.config
+        cap = cfg.tenant_max_running_seqs
+        if cap is None and not self._tenanted:
+            return self.waiting[0]  # NOTE(speed): one tenant, no cap: the queue order
+        best: SequenceGroup | None = None
+        seen: set[str] = set()
+        cls = None
+        for g in self.waiting:
+            key = g.priority if cfg.policy == "priority" else 0
+            if key != cls:
+                if best is not None:
+                    return best  # the best class had an eligible request
+                cls = key
+                seen.clear()
+            if g.tenant in seen:
+                continue  # FCFS within a tenant: only its oldest request is a candidate
+            seen.add(g.tenant)
+            if cap is not None and g.num_live <= cap < per_tenant[g.tenant] + g.num_live:
+                continue
+            if best is None or per_tenant[g.tenant] < per_tenant[best.tenant]:
+                best = g
+                if not per_tenant[g.tenant]:
+                    return best  # nobody runs fewer than none; ties go to the older
+        return best
 
     def _maybe_defrag(self, out: SchedulerOutput) -> None:
         mgr = self.manager

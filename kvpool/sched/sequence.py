@@ -183,6 +183,7 @@ class SequenceGroup:
     order: int  # submission counter: the FCFS tie-break
     sort_key: tuple  # queue position: (arrival, order) or (priority, arrival, order)
     cache_salt: str | None = None  # prefix-cache isolation domain (tenant)
+    tenant: str = ""  # fairness domain: who the server says sent it ("": anonymous)
     seqs: list[Sequence] = field(default_factory=list)  # all sequences, finished included
     status: SeqStatus = SeqStatus.WAITING  # status of the live sequences
     units: list[PrefillUnit] | None = None  # admission units, built while WAITING

@@ -33,6 +33,7 @@ from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
 from kvpool.server.shutdown import DrainGate
+from kvpool.server.tenant import TenantEngine, tenant_middleware
 
 if TYPE_CHECKING:  # the app only needs the engine's contract (the stress harness reuses it)
     from kvpool.runtime.engine import AsyncEngine
@@ -59,7 +60,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
               manage_engine: bool = True,
               tenant_block_quota: int | None = None,
-              chat_template: str | Path | None = None) -> web.Application:
+              chat_template: str | Path | None = None,
+              tenant_header: str | None = None) -> web.Application:
     """The OpenAI-compatible app.
 
     ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
@@ -67,7 +69,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     (default: the engine's). ``manage_engine``: start the engine with the app and shut it down
     (waiting ``engine_shutdown_timeout`` for in-flight requests) when the app stops; False when
     the caller owns the engine's lifetime. ``tenant_block_quota``: cap the KV blocks the
-    in-flight requests of one cache_salt may hold (quota.py); None = no cap.
+    in-flight requests of one tenant may hold (quota.py); None = no cap. ``tenant_header``:
+    the trusted header naming the tenant (tenant.py); None = the API key, else anonymous.
     ``chat_template``: a Jinja file that overrides the model directory's own template
     (chat_template.py); the built-in template only where neither exists.
     """
@@ -76,6 +79,7 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     middlewares: list[Any] = [error_middleware]  # NOTE(order): first listed = outermost
     if api_key:
         middlewares.append(auth_middleware(api_key))
+    middlewares.append(tenant_middleware(tenant_header))  # NOTE(order): after auth
     app = web.Application(middlewares=middlewares, client_max_size=max_body_bytes)
 
     config = engine.config
@@ -86,8 +90,10 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
                            max_stop=config.max_stop, max_json_depth=max_json_depth,
                            chat_template=load_chat_template(config.model, chat_template))
     metrics = metrics if metrics is not None else engine.metrics
-    gen_engine = engine if not tenant_block_quota else QuotaEngine(
-        engine, TenantBlockQuota(tenant_block_quota, config.block_size))
+    gen_engine: Any = TenantEngine(engine)
+    if tenant_block_quota:
+        gen_engine = QuotaEngine(gen_engine, TenantBlockQuota(tenant_block_quota,
+                                                              config.block_size))
     gate = DrainGate(gen_engine)
     routes = OpenAIRoutes(gate, parser, metrics.render, names)
     routes.register(app)

@@ -1,6 +1,7 @@
 """Per-tenant KV block quota at the server edge (``kvpool serve --tenant-block-quota N``).
 
-A tenant is a ``cache_salt`` (requests without one form the shared tenant ``""``). The quota caps
+A tenant is the identity of ``tenant.py`` (a trusted header or the API key, never the
+client-chosen ``cache_salt``: rotating salts must not buy a fresh quota). The quota caps
 the device blocks the *in-flight* requests of one tenant may hold at once, so one tenant cannot
 fill the pool: it cannot hold more than ``N`` blocks, nor push out (evict or preempt) more than
 what ``N`` blocks of its own need at any instant.
@@ -36,6 +37,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.server.middleware import APIError
+from kvpool.server.tenant import current_tenant
 
 __all__ = ["QuotaEngine", "TenantBlockQuota"]
 
@@ -83,7 +85,7 @@ class TenantBlockQuota:
                 self._reserved.pop(tenant, None)
 
     def reserved(self, tenant: str | None = None) -> int:
-        """Blocks reserved by ``tenant`` (cache_salt; None = the shared tenant)."""
+        """Blocks reserved by ``tenant`` (its identity; None = the anonymous tenant)."""
         with self._lock:
             return self._reserved.get(tenant or "", 0)
 
@@ -140,7 +142,7 @@ class QuotaEngine:
     def generate(self, request_id: str | None, prompt: Any, params: Any, *,
                  cache_salt: str | None = None, priority: int = 0) -> AsyncIterator[Any]:
         quota = self.quota
-        tenant = cache_salt or ""
+        tenant = current_tenant()
         length = len(prompt) if isinstance(prompt, list) else len(
             self._engine.encode_prompt(prompt))
         max_tokens = params.max_tokens or self._engine.max_model_len

@@ -86,6 +86,8 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "enable_prefix_caching": ("bool", None, "share full prompt blocks by content hash"),
     "eviction_policy": (str, "POLICY", "which evictable cached block goes first (lru, ...)"),
     "max_num_seqs": (int, "N", "sequences running at once"),
+    "tenant_max_running_seqs": (int, "N", "sequences one tenant (--tenant-header, else the API "
+                                          "key) may run at once"),
     "max_num_batched_tokens": (int, "N", "tokens per engine step"),
     "max_model_len": (int, "TOKENS", "context length (default: the model's)"),
     "preemption_mode": (str, ("swap", "recompute"), "how to preempt (default: by cost)"),
@@ -136,8 +138,12 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                      help="request bodies larger than this get 413")
     srv.add_argument("--tenant-block-quota", type=int, default=None, metavar="BLOCKS",
-                     help="cap the KV blocks the in-flight requests of one cache_salt may hold "
+                     help="cap the KV blocks the in-flight requests of one tenant may hold "
                           "(429 beyond it; default: no cap)")
+    srv.add_argument("--tenant-header", default=None, metavar="NAME",
+                     help="trusted header (set by your proxy) naming the tenant for quotas and "
+                          "fair scheduling, e.g. X-Tenant-Id (default: the API key, else one "
+                          "anonymous tenant)")
     srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
                      help="run the full pool/scheduler invariant check every STEPS engine "
                           "steps; failures count in kvpool_invariant_violations_total (0: off)")
@@ -176,7 +182,8 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 invariant_check_interval: int = 0,
                 header_timeout: float = DEFAULT_HEADER_TIMEOUT,
                 keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
-                max_connections: int | None = None, chat_template: str | None = None) -> None:
+                max_connections: int | None = None, chat_template: str | None = None,
+                tenant_header: str | None = None) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
@@ -185,7 +192,8 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
     engine.invariant_check_interval = invariant_check_interval
     app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                     engine_shutdown_timeout=SHUTDOWN_GRACE,
-                    tenant_block_quota=tenant_block_quota, chat_template=chat_template)
+                    tenant_block_quota=tenant_block_quota, chat_template=chat_template,
+                    tenant_header=tenant_header)
     app[METRICS_KEY].add_source(limiter.families)
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
     stop = stop or asyncio.Event()
@@ -273,7 +281,8 @@ def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                tenant_block_quota: int | None = None, invariant_check_interval: int = 0,
                **edge: Any) -> None:
     """Blocking entry point: pick the event loop once (uvloop when installed) and serve.
-    ``edge``: header_timeout, keep_alive_timeout, max_connections, chat_template (see
+    ``edge``: header_timeout, keep_alive_timeout, max_connections, chat_template,
+    tenant_header (see
     :func:`serve`)."""
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
@@ -310,7 +319,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
                    invariant_check_interval=args.invariant_check_interval,
                    header_timeout=args.header_timeout,
                    keep_alive_timeout=args.keep_alive_timeout,
-                   max_connections=args.max_connections, chat_template=args.chat_template)
+                   max_connections=args.max_connections, chat_template=args.chat_template,
+                   tenant_header=args.tenant_header)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,85 @@
+"""Who sent a request: the tenant identity that fairness and quotas key on.
+
+The identity must be one the client cannot mint at will (``cache_salt`` is client-chosen, so
+rotating it bypassed a quota keyed on it)::
+
+    --tenant-header NAME given  -> the value of header NAME (a trusted proxy sets it; a
+                                   request without it is the anonymous tenant "")
+    else, --api-key set         -> "key:" + the first 16 hex digits of SHA-256(bearer token)
+                                   (never the secret itself: tenants show up in errors/logs)
+    else                        -> the anonymous tenant ""
+
+The middleware puts the tenant in a ContextVar for the rest of the handler's task; the engine
+wrapper reads it in ``generate``. NOTE(contextvar): this keeps the route handlers unaware of
+tenants (they call ``engine.generate`` as before); aiohttp runs middleware and handler in one
+task, so the value cannot leak between requests.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from kvpool.server.middleware import APIError
+
+__all__ = ["TenantEngine", "current_tenant", "tenant_middleware"]
+
+MAX_TENANT_CHARS = 256  # a header value longer than this is refused (400)
+
+_TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("kvpool_tenant", default="")
+
+
+def current_tenant() -> str:
+    """The tenant of the request being handled ("" outside a request: anonymous)."""
+    return _TENANT.get()
+
+
+def tenant_of(request: web.BaseRequest, header: str | None) -> str:
+    """The identity rule of the module docstring, for one request."""
+    if header:
+        value = request.headers.get(header, "")
+        if len(value) > MAX_TENANT_CHARS:
+            raise APIError(400, f"header {header} is longer than {MAX_TENANT_CHARS} "
+                                "characters", param=header)
+        return value
+    auth = request.headers.get("Authorization", "")
+    if auth.startswith("Bearer ") and len(auth) > 7:
+        return "key:" + hashlib.sha256(auth[7:].encode()).hexdigest()[:16]
+    return ""
+
+
+def tenant_middleware(header: str | None) -> Callable:
+    """Set the request's tenant (see ``tenant_of``) for the handler. Runs after auth, so an
+    API key seen here is a valid one."""
+
+    @web.middleware
+    async def middleware(request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:
+        token = _TENANT.set(tenant_of(request, header))
+        try:
+            return await handler(request)
+        finally:
+            _TENANT.reset(token)
+
+    return middleware
+
+
+class TenantEngine:
+    """The engine with ``generate`` told the current tenant; every other attribute is the
+    engine's own."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def generate(self, request_id: str | None, prompt: Any, params: Any, *,
+                 cache_salt: str | None = None, priority: int = 0) -> Any:
+        return self._engine.generate(request_id, prompt, params, cache_salt=cache_salt,
+                                     priority=priority, tenant=current_tenant())

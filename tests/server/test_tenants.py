@@ -1,0 +1,72 @@
+"""Tenants over HTTP (issue "Serving never lies", item 6): the block quota keys on a trusted
+identity (here ``--tenant-header X-Tenant-Id``), so rotating ``cache_salt`` does not buy a
+fresh quota, and another tenant's small request completes while a hog holds its limit.
+Real AsyncEngine (tiny model) behind the real app on 127.0.0.1."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from kvpool.runtime.engine_config import EngineConfig
+from kvpool.server.app import build_app
+from tests.server.conftest import BASE_CONFIG, SHUTDOWN_TIMEOUT
+from tests.server.helpers import wait_free
+
+QUOTA = 8  # blocks of 16 tokens per tenant
+
+
+def body(max_tokens: int, salt: str | None = None, stream: bool = False) -> dict:
+    b = {"model": "kvpool-tiny", "prompt": [5, 6, 7, 8], "max_tokens": max_tokens,
+         "ignore_eos": True, "stream": stream, "temperature": 0}
+    if salt is not None:
+        b["cache_salt"] = salt
+    return b
+
+
+@pytest.mark.asyncio
+async def test_rotating_cache_salt_does_not_bypass_the_tenant_quota():
+    from kvpool.runtime.engine import AsyncEngine
+
+    engine = AsyncEngine(EngineConfig(**{**BASE_CONFIG, "max_tokens_limit": 512}))
+    app = build_app(engine, engine_shutdown_timeout=SHUTDOWN_TIMEOUT,
+                    tenant_block_quota=QUOTA, tenant_header="X-Tenant-Id")
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server(shutdown_timeout=SHUTDOWN_TIMEOUT)
+    url = f"http://127.0.0.1:{server.port}/v1/completions"
+    model = engine.model_name
+    hog = {"X-Tenant-Id": "hog"}
+    try:
+        baseline = engine.num_free_blocks()
+        async with aiohttp.ClientSession() as http:
+            # 4 + 124 tokens = 8 blocks: the hog's whole quota, held while it streams
+            big = {**body(QUOTA * 16 - 4, "s0", stream=True), "model": model}
+            hold = await http.post(url, json=big, headers=hog)
+            assert hold.status == 200
+            assert (await hold.content.readline()).startswith(b"data: ")
+            for salt in ("s1", "s2", None):  # fresh salts: still the same tenant
+                async with http.post(url, json={**body(4, salt), "model": model},
+                                     headers=hog) as r:
+                    assert r.status == 429, await r.text()
+                    err = (await r.json())["error"]
+                    assert err["code"] == "tenant_quota_exceeded"
+                    assert set(err) >= {"message", "type", "param", "code"}
+            async with http.post(url, json={**body(4, "s0"), "model": model},
+                                 headers={"X-Tenant-Id": "other"}) as r:
+                assert r.status == 200, await r.text()
+                out = await r.json()
+                assert out["usage"]["completion_tokens"] == 4
+            hold.close()  # the hog gives up: its reservation and blocks come back
+        await wait_free(_Srv(engine), baseline)
+        assert engine.num_free_blocks() == baseline
+    finally:
+        await server.close()
+
+
+class _Srv:  # what wait_free reads
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def free(self) -> int:
+        return self.engine.num_free_blocks()
