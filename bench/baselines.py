@@ -319,7 +319,8 @@ class WTinyLFU(Baseline):
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
         self.win_cap = max(1, int(self.WINDOW * capacity))
-        self.main = SLRU(max(1, capacity - self.win_cap))
+        # a 1-entry cache is all window (main would have no room)
+        self.main = SLRU(capacity - self.win_cap) if capacity > self.win_cap else None
         self.win: OrderedDict[int, None] = OrderedDict()  # LRU first
         self.counts: dict[int, int] = {}
         self.left = self.SAMPLE * capacity  # accesses until the next halving
@@ -336,14 +337,16 @@ class WTinyLFU(Baseline):
         if h in self.win:
             self.win.move_to_end(h)
             return
-        if h in self.main:
-            self.main.access(h)
+        main = self.main
+        if main is not None and h in main:
+            main.access(h)
             return
         self.win[h] = None
         if len(self.win) <= self.win_cap:
             return
         cand, _ = self.win.popitem(last=False)
-        main = self.main
+        if main is None:
+            return
         if len(main) < main.capacity:
             main.access(cand)
             return
@@ -354,10 +357,10 @@ class WTinyLFU(Baseline):
             main.access(cand)
 
     def __contains__(self, h: int) -> bool:
-        return h in self.win or h in self.main
+        return h in self.win or (self.main is not None and h in self.main)
 
     def __len__(self) -> int:
-        return len(self.win) + len(self.main)
+        return len(self.win) + (len(self.main) if self.main is not None else 0)
 
 
 BASELINES: dict[str, type[Baseline]] = {
