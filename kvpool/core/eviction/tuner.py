@@ -83,9 +83,11 @@ class BonusTuner:
     # ~8 extra turnovers per class. Log spaced (x2): a bracket, not a fit to one trace.
     GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
     ALPHAS = (0.1, 0.02)  # EWMA weight of one period in the fast and the slow window
-    Z = 1.0  # a switch needs a mean paired gain > Z standard errors in every window
+    # NOTE(z): a switch needs a mean paired gain > Z standard errors in every window. The test
+    # is repeated every period, so a single pass is weak evidence: at Z = 1 noise moved the
+    # bonus off 0 on workloads where every candidate ties with LRU, and that cost hits.
+    Z = 2.0
     MIN_PERIODS = 3  # ... and this many periods of evidence (a variance from 2 is noise)
-    MIN_GAIN = 0.0  # ... and a mean gain of at least this share of the current's hits
 
     def __init__(self, capacity: int, classes: int) -> None:
         # NOTE(sampling): shadows of 2048 hashes (a quarter of the pool if smaller) are
@@ -103,7 +105,6 @@ class BonusTuner:
         # per window: EWMA of hits[i] - hits[j] per period, and of its square
         self._mean = [[[0.0] * n for _ in range(n)] for _ in self.ALPHAS]
         self._sq = [[[0.0] * n for _ in range(n)] for _ in self.ALPHAS]
-        self._level = [0.0] * n  # EWMA (fast window) of each shadow's hits per period
 
     @property
     def bonus(self) -> float:
@@ -128,10 +129,6 @@ class BonusTuner:
         n = len(hits)
         cur = self.current
         passed = [True] * n
-        a0 = self.ALPHAS[0]
-        for i in range(n):
-            self._level[i] += a0 * (hits[i] - self._level[i])
-        floor = self.MIN_GAIN * self._level[cur] / (1.0 - (1.0 - a0) ** self.steps)
         gain = [0.0] * n  # bias-corrected mean gain over ``cur``, fast window
         for w, a in enumerate(self.ALPHAS):
             mean, sq = self._mean[w], self._sq[w]
@@ -152,8 +149,6 @@ class BonusTuner:
                     passed[i] = False
                 if w == 0:
                     gain[i] = m
-                    if m <= floor:
-                        passed[i] = False
         best = cur
         for i in range(n):
             if passed[i] and (best == cur or gain[i] > gain[best]):
