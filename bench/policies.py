@@ -1,15 +1,17 @@
 """bench/policies.py: eviction-policy hit rates under trace replay (BENCH.md "Trace replay").
 
     python -m bench.policies [--trace FILE] [--json FILE] [--capacities 1000 4000 ...]
-                             [--policies lru classlru] [--traces conversation zipf_prefix ...]
-                             [--seeds 1 11 12] [--quick]
+                             [--policies lru classlru] [--baselines s3fifo arc ...]
+                             [--traces conversation zipf_prefix ...] [--seeds 1 2 3] [--quick]
 
 For every trace and capacity it replays the requests through each policy of
 ``kvpool.core.eviction.POLICIES`` with the instant-replay semantics (``simulate``: a request
 hits the leading run of its cached hash ids, then its blocks are touched or brought in tail
-first) and prints the hit rates next to Belady's OPT, computed as
-``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an upper bound).
-It also times each policy's operations (ns per call sequence, steady state) and measures its
+first), and through the classic baselines of ``bench/baselines.py`` (SIEVE, S3-FIFO, ARC,
+SLRU, W-TinyLFU) under the same semantics, and prints the hit rates next to Belady's OPT,
+computed as ``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an
+upper bound), with each one's share of the LRU-to-OPT gap, ``(p - lru) / (opt - lru)``. It
+also times each policy's operations (ns per call sequence, steady state) and measures its
 memory per evictable block. Never pass/fail.
 
 Traces: the Mooncake conversation trace (``--trace``), plus generated ones (seeded, in memory,
@@ -35,6 +37,7 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.baselines import BASELINES, replay
 from bench.common import SHARED, machine, write_json
 from kvpool.core.eviction import POLICIES, make_policy, simulate
 
@@ -217,35 +220,26 @@ def bytes_per_block(name: str, cap: int) -> float:
 
 # ---------------------------------------------------------------- driver
 def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
-               with_opt: bool) -> dict:
+               baselines: list[str], with_opt: bool) -> dict:
     blocks = sum(map(len, reqs))
     unique = len({h for r in reqs for h in r})
     res: dict = {"requests": len(reqs), "blocks": blocks, "unique": unique, "hit_rate": {},
-                 "ns_per_block": {}, "final_bonus": {}, "final_retention": {},
-                 "final_uses_plan": {}, "opt": {}}
+                 "ns_per_block": {}, "final_bonus": {}, "opt": {}, "gap_share": {}}
     print(f"\n== {name}: {len(reqs)} requests, {blocks} blocks, {unique} unique", flush=True)
     print(f"{'capacity':12s}" + "".join(f"{c:>9d}" for c in caps) + "   ns/block")
-    for pol in policies:
-        rates, ns, bonus, keep, planned = {}, {}, {}, {}, {}
+    for pol in [*policies, *baselines]:
+        rates, ns, bonus = {}, {}, {}
         for c in caps:
-            p = make_policy(pol, c)
+            p = make_policy(pol, c) if pol in policies else BASELINES[pol](c)
             t0 = time.perf_counter()
-            h, b = simulate(reqs, p, c)
+            h, b = simulate(reqs, p, c) if pol in policies else replay(reqs, p)
             ns[c] = round((time.perf_counter() - t0) / b * 1e9)
             rates[c] = round(h / b, 4)
             if hasattr(p, "bonus"):
                 bonus[c] = p.bonus
-            if hasattr(p, "retention"):  # per class, in pool turnovers
-                keep[c] = [round(r, 2) for r in p.retention]
-            if hasattr(p, "uses_plan"):  # guarded: the plan in force at the end (else LRU)
-                planned[c] = p.uses_plan
         res["hit_rate"][pol], res["ns_per_block"][pol] = rates, ns
         if bonus:
             res["final_bonus"][pol] = bonus
-        if keep:
-            res["final_retention"][pol] = keep
-        if planned:
-            res["final_uses_plan"][pol] = planned
         lru = res["hit_rate"].get("lru", rates)
         marks = "".join("!" if rates[c] < lru[c] else " " for c in caps)
         print(f"{pol:12s}" + "".join(f"{rates[c]:9.4f}" for c in caps)
@@ -254,16 +248,35 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
         res["opt"] = {c: round(opt_hit_rate(reqs, c), 4) for c in caps}
         print(f"{'opt':12s}" + "".join(f"{res['opt'][c]:9.4f}" for c in caps))
         lru = res["hit_rate"].get("lru")
-        for pol in policies:
+        print("share of the LRU->OPT gap closed, (p - lru) / (opt - lru):")
+        for pol in [*policies, *baselines]:
             if pol == "lru" or lru is None:
                 continue
-            gap = []
+            share = {}
             for c in caps:
                 g = res["opt"][c] - lru[c]
-                gap.append(f"{(res['hit_rate'][pol][c] - lru[c]) / g:9.0%}" if g > 1e-9
-                           else f"{'-':>9s}")
-            print(f"{pol + ' gap%':12s}" + "".join(gap) + "   (share of LRU->OPT gap closed)")
+                share[c] = round((res["hit_rate"][pol][c] - lru[c]) / g, 3) if g > 1e-9 else None
+            res["gap_share"][pol] = share
+            print(f"{pol + ' gap':12s}" + "".join(
+                f"{share[c]:9.0%}" if share[c] is not None else f"{'-':>9s}" for c in caps))
     return res
+
+
+def summarize(traces: dict, policies: list[str], baselines: list[str]) -> None:
+    """Per policy: the capacities where it is below LRU, and below the best baseline."""
+    print("\nbelow lru / below the best baseline (trace@capacity):")
+    for pol in policies:
+        low, short = [], []
+        for name, res in traces.items():
+            rates = res["hit_rate"]
+            for c, r in rates[pol].items():
+                if "lru" in rates and r < rates["lru"][c]:
+                    low.append(f"{name}@{c}")
+                best = max((rates[b][c] for b in baselines), default=0.0)
+                if r < best:
+                    short.append(f"{name}@{c}")
+        print(f"{pol:12s} below lru: {', '.join(low) or 'nowhere'}; "
+              f"below the best baseline: {', '.join(short) or 'nowhere'}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -271,11 +284,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--json", default=None)
     ap.add_argument("--capacities", type=int, nargs="+", default=list(CAPACITIES))
-    ap.add_argument("--policies", nargs="+", default=list(POLICIES))
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES),
+                    help="classic policies from bench/baselines.py (none: --baselines)")
     ap.add_argument("--traces", nargs="+", default=["conversation", *GENERATED],
                     help="conversation (the --trace file) and/or generated trace names")
-    ap.add_argument("--seeds", type=int, nargs="+", default=None,
-                    help="run each generated trace with these seeds (default: its own)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
+                    help="run each generated trace with each of these seeds")
     ap.add_argument("--limit", type=int, default=None, help="first N requests of --trace")
     ap.add_argument("--no-opt", action="store_true", help="skip the OPT reference")
     ap.add_argument("--quick", action="store_true", help="smaller op/memory measurements")
@@ -287,13 +302,15 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"(trace {a.trace} not found; skipped)")
                 continue
             reqs = load_trace(a.trace, a.limit)
-            out["traces"][name] = replay_all(name, reqs, a.capacities, a.policies, not a.no_opt)
-            continue
-        for seed in a.seeds or [None]:
-            reqs = GENERATED[name]() if seed is None else GENERATED[name](seed=seed)
-            label = name if seed is None else f"{name}@{seed}"
-            out["traces"][label] = replay_all(label, reqs, a.capacities, a.policies,
+            out["traces"][name] = replay_all(name, reqs, a.capacities, a.policies, a.baselines,
                                               not a.no_opt)
+            continue
+        for seed in a.seeds:
+            reqs = GENERATED[name](seed=seed)
+            label = f"{name}@{seed}"
+            out["traces"][label] = replay_all(label, reqs, a.capacities, a.policies,
+                                              a.baselines, not a.no_opt)
+    summarize(out["traces"], [p for p in a.policies if p != "lru"], a.baselines)
     cap, n, mem = (8192, 4000, 65536) if a.quick else (65536, 30000, 1 << 20)
     cols = ("evict", "insert", "on_hit", "remove", "insert_revived", "miss", "hit")
     print(f"\nns per call (steady state, {cap} blocks; best of 3) and memory ({mem} "

@@ -4,7 +4,7 @@
                                   [--json FILE]
 
 Not a policy: it looks into the future. For each request it knows one bit, whether the
-request's *conversation* (keyed by its second hash id, as SessionPolicy keys sessions) is
+request's *conversation* (keyed by its second hash id, the block after a shared first one) is
 requested again later in the trace. With that bit, eviction is two LRU queues: blocks last
 touched by a request whose conversation never returns, and each request's tail (the partial
 last block, never reused), go first; blocks of returning conversations and every request's

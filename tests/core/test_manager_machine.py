@@ -198,19 +198,9 @@ class BlockSize1Machine(ManagerMachine):
                          verify_hits=True)
 
 
-class ClassLRUMachine(ManagerMachine):  # the adaptive policies behind the real allocator
+class ClassLRUMachine(ManagerMachine):  # the adaptive policy behind the real allocator
     config = CacheConfig(num_device_blocks=20, num_host_blocks=12, block_size=2, watermark=0.05,
                          eviction_policy="classlru")
-
-
-class SessionMachine(ManagerMachine):
-    config = CacheConfig(num_device_blocks=20, num_host_blocks=12, block_size=2, watermark=0.05,
-                         eviction_policy="session")
-
-
-class GuardedMachine(ManagerMachine):
-    config = CacheConfig(num_device_blocks=20, num_host_blocks=12, block_size=1, watermark=0.05,
-                         eviction_policy="guarded", verify_hits=True)
 
 
 _settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
@@ -219,10 +209,8 @@ TestManagerMachine = ManagerMachine.TestCase
 TestNoCacheMachine = NoCacheMachine.TestCase
 TestBlockSize1Machine = BlockSize1Machine.TestCase
 TestClassLRUMachine = ClassLRUMachine.TestCase
-TestSessionMachine = SessionMachine.TestCase
-TestGuardedMachine = GuardedMachine.TestCase
 for _case in (TestManagerMachine, TestNoCacheMachine, TestBlockSize1Machine):
     _case.settings = _settings
-for _case in (TestClassLRUMachine, TestSessionMachine, TestGuardedMachine):
+for _case in (TestClassLRUMachine,):
     _case.settings = _policy_settings
 del _case  # a module-level TestCase alias would be collected and run a second time

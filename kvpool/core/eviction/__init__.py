@@ -1,0 +1,38 @@
+"""Eviction policies: which evictable cached block the prefix cache gives up first.
+
+``POLICIES`` / ``make_policy`` name the choices of ``--eviction-policy`` and ``kvpool replay
+--policy``:
+
+- ``lru`` (LRUPolicy, lru.py): the block released longest ago; vLLM's order.
+- ``classlru`` (ClassLRUPolicy, classlru.py): frequency classes with a recency bonus tuned
+  online by shadow caches (tuner.py), counting uses in one FrequencySketch (sketch.py). It
+  starts as exactly LRU and departs from it only on significant evidence.
+
+The protocol the CachedBlockAllocator drives (EvictionPolicy) and the queue storage the two
+share are in base.py; ``simulate`` (replay.py) replays a trace through one policy alone.
+"""
+
+from __future__ import annotations
+
+from kvpool.core.eviction.base import EvictionPolicy, LinkedQueuesPolicy
+from kvpool.core.eviction.classlru import ClassLRUPolicy
+from kvpool.core.eviction.lru import LRUPolicy
+from kvpool.core.eviction.replay import simulate
+from kvpool.core.eviction.sketch import FrequencySketch
+from kvpool.errors import ConfigError
+
+POLICIES: dict[str, type[EvictionPolicy]] = {p.name: p for p in (LRUPolicy, ClassLRUPolicy)}
+
+
+def make_policy(name: str, capacity: int) -> EvictionPolicy:
+    """A new policy by name for a pool of ``capacity`` blocks. ConfigError (a ValueError) names
+    the valid choices when ``name`` is unknown."""
+    cls = POLICIES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ConfigError(f"eviction policy {name!r} is unknown: use one of "
+                          f"{', '.join(sorted(POLICIES))}")
+    return cls(capacity)
+
+
+__all__ = ["POLICIES", "ClassLRUPolicy", "EvictionPolicy", "FrequencySketch",
+           "LRUPolicy", "LinkedQueuesPolicy", "make_policy", "simulate"]

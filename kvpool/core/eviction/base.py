@@ -1,0 +1,199 @@
+"""The eviction-policy protocol and the intrusive queue storage the policies share.
+
+A block is *evictable* when its ref count is 0 but its KV content is still valid and indexed by
+its content hash. The CachedBlockAllocator drives a policy with these calls::
+
+    insert(b, h, depth, now)   b became evictable (ref 1 -> 0, content h cached)
+    remove(b)                  b was revived by a prefix-cache hit (ref 0 -> 1)
+    discard(b)                 b left the set for another reason (defrag move, undo): no access
+    evict() -> b               the free list is empty: pick a victim, drop it, return its id
+    on_hit(h)                  a prefix hit on content h, whether or not its block was evictable
+
+Block ids are reused after eviction; the hash names the content and is stable across reuse.
+
+Storage is intrusive and flat (no Python object per block): queues are doubly linked lists
+threaded through two ``array('i')`` of node ids, so LRU holds 17 bytes per block where an
+OrderedDict holds ~130: the pool's 64-bytes-per-block budget decided it::
+
+    node index:  0 .. K-1          K, K+1, ...
+                 queue sentinels   block 0, block 1, ...  (node = block_id + K)
+    sentinel k:  _next[k] = head (oldest) of queue k, _prev[k] = tail (newest)
+"""
+
+from __future__ import annotations
+
+import abc
+from array import array
+from typing import ClassVar
+
+from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
+
+ABSENT = 0xFF  # _where value: not in the evictable set
+PENDING = 0xFE  # _where value: revived by remove(); its hash is kept until it is re-inserted
+
+
+class EvictionPolicy(abc.ABC):
+    """Invariant: a policy holds exactly the evictable blocks it was told about (inserted, not
+    yet removed, discarded or evicted), and ``evict`` returns one of them. The interface the
+    CachedBlockAllocator drives; see the module docstring for when each call happens."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
+        """``block_id`` became evictable; ``depth`` = index in its prefix chain (0 = first)."""
+
+    @abc.abstractmethod
+    def remove(self, block_id: int) -> None:
+        """``block_id`` was revived by a prefix hit. KeyError if it is not evictable."""
+
+    @abc.abstractmethod
+    def discard(self, block_id: int) -> None:
+        """``block_id`` left the set with no access to count. KeyError if it is not evictable."""
+
+    @abc.abstractmethod
+    def evict(self) -> int:
+        """Choose a victim, remove it and return its id. IndexError when empty."""
+
+    def on_hit(self, block_hash: bytes) -> None:  # noqa: B027 - a no-op by default
+        """A prefix hit on ``block_hash`` (its block may or may not be evictable)."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def __contains__(self, block_id: int) -> bool: ...
+
+    @abc.abstractmethod
+    def check_invariants(self) -> None:
+        """Raise InvariantError (an AssertionError) on inconsistent state."""
+
+
+class LinkedQueuesPolicy(EvictionPolicy):
+    """Invariant: ``_where[b] == k < K`` iff node ``b + K`` is linked in queue ``k``; the queues
+    are circular through their sentinels; ``_len`` counts linked blocks; ``_hash[b]`` is set for
+    every linked (or PENDING) block and None otherwise.
+
+    Storage shared by LRUPolicy and ClassLRUPolicy: ``K`` intrusive FIFO queues over block ids.
+    """
+
+    K: ClassVar[int] = 1
+
+    def __init__(self, capacity: int = 0) -> None:
+        if capacity < 0:
+            raise ConfigError(f"capacity={capacity} must be >= 0 (the pool's block count)")
+        links = array("i", range(self.K))  # an empty queue's sentinel links to itself
+        links.frombytes(bytes(4 * capacity))  # block nodes: unlinked
+        self._prev = links  # node -> previous node
+        self._next = array("i", links)  # node -> next node
+        self._where = bytearray(b"\xff") * capacity  # block -> queue index, ABSENT or PENDING
+        self._hash: list[bytes | None] = [None] * capacity  # block -> its content hash
+        self._len = 0  # linked blocks
+        # NOTE(move): defrag calls discard(src) then insert(dst, same hash); the memo lets the
+        # insert take src's place in its queue instead of counting as a fresh release.
+        self._memo: tuple[bytes, int, int, int] | None = None  # (hash, queue, pred node, src)
+
+    def _grow(self, block_id: int) -> None:
+        if block_id < 0:
+            raise InvalidBlockError(f"block id {block_id} is negative")
+        old = len(self._where)
+        new = max(block_id + 1, 2 * old, 64)
+        self._prev.frombytes(bytes(4 * (new - old)))
+        self._next.frombytes(bytes(4 * (new - old)))
+        self._where.extend(b"\xff" * (new - old))
+        self._hash.extend([None] * (new - old))
+
+    def _link_after(self, node: int, pred: int) -> None:
+        nxt = self._next
+        succ = nxt[pred]
+        self._prev[node] = pred
+        nxt[node] = succ
+        nxt[pred] = node
+        self._prev[succ] = node
+
+    def _unlink(self, block_id: int) -> int:
+        """Unlink a member; returns its queue. KeyError if it is not evictable."""
+        where = self._where
+        if not 0 <= block_id < len(where) or where[block_id] >= self.K:
+            raise KeyError(block_id)
+        node = block_id + self.K
+        p = self._prev[node]
+        n = self._next[node]
+        self._next[p] = n
+        self._prev[n] = p
+        q = where[block_id]
+        where[block_id] = ABSENT
+        self._len -= 1
+        return q
+
+    def _unlink_head(self, q: int) -> int:
+        node = self._next[q]
+        n = self._next[node]
+        self._next[q] = n
+        self._prev[n] = q
+        b = node - self.K
+        self._where[b] = ABSENT
+        self._hash[b] = None
+        self._len -= 1
+        return b
+
+    def discard(self, block_id: int) -> None:
+        pred = self._prev[block_id + self.K] if 0 <= block_id < len(self._where) else 0
+        q = self._unlink(block_id)
+        self._memo = (self._hash[block_id], q, pred, block_id)
+        self._hash[block_id] = None
+
+    def _take_memo(self, block_hash: bytes) -> tuple[bytes, int, int, int] | None:
+        """The memo if this insert completes a move (same hash as the last discard) and the
+        predecessor is still where it was; else None (a plain insert)."""
+        memo = self._memo
+        self._memo = None
+        if memo is None or memo[0] != block_hash:
+            return None
+        q, pred = memo[1], memo[2]
+        if pred == q or (pred >= self.K and self._where[pred - self.K] == q):
+            return memo
+        return None
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __contains__(self, block_id: object) -> bool:
+        where = self._where
+        return isinstance(block_id, int) and 0 <= block_id < len(where) and where[block_id] < self.K
+
+    def queue(self, q: int = 0) -> list[int]:
+        """Block ids of queue ``q``, oldest first (a copy; for tests and debugging)."""
+        out, node, nxt, k = [], self._next[q], self._next, self.K
+        while node != q:
+            out.append(node - k)
+            node = nxt[node]
+        return out
+
+    def check_invariants(self) -> None:
+        k, where, prev, nxt = self.K, self._where, self._prev, self._next
+        seen = 0
+        for q in range(k):
+            node, steps = q, 0
+            while True:
+                n = nxt[node]
+                if prev[n] != node:
+                    raise InvariantError(f"queue {q}: link {node}->{n} is not mirrored")
+                if n == q:
+                    break
+                if n < k or where[n - k] != q:
+                    raise InvariantError(f"queue {q} links node {n} whose block says "
+                                         f"{where[n - k] if n >= k else 'sentinel'}")
+                if self._hash[n - k] is None:
+                    raise InvariantError(f"evictable block {n - k} has no hash")
+                node, steps = n, steps + 1
+                if steps > len(where):
+                    raise InvariantError(f"queue {q} has a cycle")
+            seen += steps
+        members = sum(1 for w in where if w < k)
+        if seen != members or seen != self._len:
+            raise InvariantError(f"{seen} linked, {members} marked, len says {self._len}")
+        for b, w in enumerate(where):
+            if w == ABSENT and self._hash[b] is not None:
+                raise InvariantError(f"block {b} is not evictable but keeps a hash")
+

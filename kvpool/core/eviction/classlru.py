@@ -1,0 +1,161 @@
+"""ClassLRU: LRU within frequency classes, with a recency bonus for frequent content.
+
+What it does: each evictable block is filed by how often its content was used recently (a
+FrequencySketch keyed by hash, so counts survive eviction and block reuse) into one of four
+FIFO queues in release order. ``evict`` takes the queue head whose ``release stamp + class *
+bonus`` is smallest: content used more often is kept up to ``class * bonus`` pool turnovers
+longer than once-used content released at the same time. ``bonus == 0`` is exactly LRU.
+
+Why: LRU keeps everything for one equal time, so a burst of one-off content (a long document,
+a first conversation turn that never comes back) flushes prefixes that many requests share.
+How much extra time frequent content deserves depends on the workload (protecting it wins
+when popularity is stable, loses when reuse is memoryless), so the bonus is not a constant: a
+BonusTuner simulates every candidate on sampled shadow caches and moves off the current one
+only when another wins by a significant margin. It starts as LRU, so it has to earn every
+departure from LRU on the workload at hand.
+
+Why prefix chains stay intact: a block's prefix is used at least as often as the block, so
+ancestors sit in the same or a higher class and a chain is still evicted tail first.
+"""
+
+from __future__ import annotations
+
+from array import array
+from zlib import crc32
+
+from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
+from kvpool.core.eviction.sketch import FrequencySketch
+from kvpool.core.eviction.tuner import BonusTuner
+from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
+
+# Frequency class of a sketch estimate: 0-1 uses -> 0, 2 -> 1, 3-4 -> 2, 5+ -> 3.
+CLASS_OF_COUNT = bytes(0 if c <= 1 else min((c - 1).bit_length(), 3) for c in range(256))
+
+
+class ClassLRUPolicy(LinkedQueuesPolicy):
+    """Invariant: queue ``k`` holds the evictable blocks whose content's estimated recent use
+    count has class ``k`` (CLASS_OF_COUNT), each queue in release order (``_stamp``
+    non-decreasing head to tail); ``_w[k] == k * bonus * capacity``. Every operation is O(1)
+    amortized.
+
+        evict: heads   q0: [b7 b2 ...]  key = stamp
+                       q1: [b4 ...]     key = stamp + 1*bonus*capacity
+                       q2: [b9 ...]     key = stamp + 2*bonus*capacity   -> pop the smallest
+                       q3: []
+
+    Stamps count releases (an internal clock), so ``bonus`` is in pool turnovers; ``depth``
+    and ``now`` are unused. ``bonus=None`` tunes it online (see the module docstring); a number
+    fixes it.
+    """
+
+    name = "classlru"
+    K = 4
+
+    def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
+                 bonus: float | None = None) -> None:
+        super().__init__(capacity)
+        if bonus is not None and not bonus >= 0:
+            raise ConfigError(f"bonus={bonus} must be >= 0 (pool turnovers) or None (tuned)")
+        scale = capacity if capacity > 0 else 1024  # pool blocks: one "turnover" of stamps
+        self._scale = scale
+        self._stamp = array("q", bytes(8 * capacity))  # block -> clock at its release
+        self._clock = 0  # inserts so far: the stamp source
+        self._sketch = FrequencySketch(scale, sketch_min_bits)  # uses per hash, recent
+        self._tuner = BonusTuner(scale, self.K) if bonus is None else None
+        # sampled into the tuner's shadows: crc >> 12 below this (0: never)
+        self._sample = self._tuner.threshold if self._tuner is not None else 0
+        self._bonus = 0.0 if bonus is None else float(bonus)
+        self._w = [0.0] * self.K  # eviction-key bonus per queue
+        self._set_bonus(self._bonus)
+
+    def _set_bonus(self, bonus: float) -> None:
+        self._bonus = bonus
+        self._w = [k * bonus * self._scale for k in range(self.K)]
+
+    @property
+    def bonus(self) -> float:
+        """The bonus per class in use, in pool turnovers (0 = LRU)."""
+        return self._bonus
+
+    def _grow(self, block_id: int) -> None:
+        super()._grow(block_id)
+        self._stamp.frombytes(bytes(8 * (len(self._where) - len(self._stamp))))
+
+    def on_hit(self, block_hash: bytes) -> None:
+        self._sketch.add(crc32(block_hash))
+
+    def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
+        where = self._where
+        if not 0 <= block_id < len(where):
+            self._grow(block_id)
+            where = self._where
+        w = where[block_id]
+        if w < self.K:
+            raise InvalidBlockError(f"block {block_id} is already evictable")
+        if self._memo is not None:
+            memo = self._take_memo(block_hash)
+            if memo is not None:  # NOTE(move): a defrag move keeps class, stamp and place
+                _, q, pred, src = memo
+                self._link_after(block_id + self.K, pred)
+                self._stamp[block_id] = self._stamp[src]
+                where[block_id] = q
+                self._hash[block_id] = block_hash
+                self._len += 1
+                return
+        c = crc32(block_hash)
+        if w == PENDING and self._hash[block_id] == block_hash:
+            k = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted the use
+        else:
+            k = CLASS_OF_COUNT[self._sketch.add(c)]  # new content in this block: a use
+        self._clock += 1
+        node = block_id + self.K
+        prev = self._prev
+        last = prev[k]  # link at the tail of queue k (inlined: the hot path)
+        prev[node] = last
+        nxt = self._next
+        nxt[node] = k
+        nxt[last] = node
+        prev[k] = node
+        self._stamp[block_id] = self._clock
+        where[block_id] = k
+        self._hash[block_id] = block_hash
+        self._len += 1
+        if (c >> 12) < self._sample and self._tuner.access(block_hash, k):
+            self._set_bonus(self._tuner.bonus)
+
+    def remove(self, block_id: int) -> None:
+        self._unlink(block_id)
+        self._where[block_id] = PENDING  # keep the hash: a re-insert is a revival, not a use
+
+    def evict(self) -> int:
+        nxt, stamp, w, k = self._next, self._stamp, self._w, self.K
+        best = -1
+        key = 0.0
+        for q in range(k):  # the queue head with the smallest key; ties go to the lower class
+            n = nxt[q]
+            if n != q:
+                s = stamp[n - k] + w[q]
+                if best < 0 or s < key:
+                    best, key = q, s
+        if best < 0:
+            raise IndexError("evict from an empty ClassLRUPolicy")
+        return self._unlink_head(best)
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        for k in range(self.K):
+            stamps = [self._stamp[b] for b in self.queue(k)]
+            if stamps != sorted(stamps):
+                raise InvariantError(f"queue {k} is not in release order")
+            if any(s > self._clock for s in stamps):
+                raise InvariantError(f"queue {k} has a stamp from the future")
+        for b, w in enumerate(self._where):
+            if w == PENDING and self._hash[b] is None:
+                raise InvariantError(f"revived block {b} lost its hash")
+        if self._w != [k * self._bonus * self._scale for k in range(self.K)]:
+            raise InvariantError("eviction-key bonuses do not match the bonus in use")
+        if self._tuner is not None:
+            if self._bonus != self._tuner.bonus:
+                raise InvariantError("the bonus in use is not the tuner's choice")
+            self._tuner.check_invariants()
+        self._sketch.check_invariants()
