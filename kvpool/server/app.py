@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
-from kvpool.server.handlers import OpenAIRoutes
+from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
@@ -52,7 +52,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               max_json_depth: int = MAX_JSON_DEPTH,
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
               manage_engine: bool = True,
-              tenant_block_quota: int | None = None) -> web.Application:
+              tenant_block_quota: int | None = None,
+              stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> web.Application:
     """The OpenAI-compatible app.
 
     ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
@@ -61,6 +62,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     (waiting ``engine_shutdown_timeout`` for in-flight requests) when the app stops; False when
     the caller owns the engine's lifetime. ``tenant_block_quota``: cap the KV blocks the
     in-flight requests of one cache_salt may hold (quota.py); None = no cap.
+    ``stream_write_timeout``: seconds one SSE write may wait for a client that does not read
+    before its connection is closed (handlers.py, NOTE(slow-reader)).
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -78,7 +81,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     metrics = metrics if metrics is not None else engine.metrics
     gen_engine = engine if not tenant_block_quota else QuotaEngine(
         engine, TenantBlockQuota(tenant_block_quota, config.block_size))
-    routes = OpenAIRoutes(gen_engine, parser, metrics.render, names)
+    routes = OpenAIRoutes(gen_engine, parser, metrics.render, names,
+                          stream_write_timeout=stream_write_timeout)
     routes.register(app)
 
     app[ENGINE_KEY] = engine
