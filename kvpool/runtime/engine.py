@@ -151,8 +151,18 @@ class AsyncEngine:
 
     # ------------------------------------------------------------------ requests
     def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        """Token ids for a prompt; one that cannot fit max_model_len is refused before the
+        work (tokenizing, the per-id check) whose cost grows with its length."""
+        too_long = f"this model's maximum context length is {self.max_model_len} tokens"
         if isinstance(prompt, str):
+            per_token = self.tokenizer.max_chars_per_token()
+            if per_token is not None and len(prompt) > self.max_model_len * per_token:
+                raise RequestError(f"{too_long}; the prompt has {len(prompt)} characters",
+                                   "prompt", "context_length_exceeded")
             return self.tokenizer.encode(prompt)
+        if isinstance(prompt, list) and len(prompt) >= self.max_model_len:
+            raise RequestError(f"{too_long}; the prompt has {len(prompt)} tokens", "prompt",
+                               "context_length_exceeded")
         if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool)
                                             for t in prompt):
             return list(prompt)

@@ -91,12 +91,17 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
     app[_MANAGE_ENGINE_KEY] = manage_engine
     app.on_shutdown.append(_start_draining)
+    app.on_cleanup.append(_close_routes)
     app.cleanup_ctx.append(_engine_lifetime)
     return app
 
 
 async def _start_draining(app: web.Application) -> None:
     app[ROUTES_KEY].draining = True
+
+
+async def _close_routes(app: web.Application) -> None:
+    app[ROUTES_KEY].close()
 
 
 async def _engine_lifetime(app: web.Application) -> AsyncIterator[None]:

@@ -17,6 +17,12 @@ NOTE(slow-reader): a client that opens a stream and never reads fills the socket
 seconds; past it the connection is closed and the handler ends (its ``finally`` releases the
 request). The engine's --max-queue slot does not wait for this: it is freed when the engine
 finishes the request (AsyncEngine._deliver), whatever the client reads.
+
+NOTE(parse-off-loop): tokenizing a megabyte prompt takes seconds; on the event loop it froze
+every stream and /health. Bodies over ``INLINE_PARSE_BYTES`` are parsed (JSON, validation,
+tokenization) on a small dedicated thread pool (``PARSE_THREADS`` workers bound how many run at
+once; the rest wait in its queue) while the loop keeps serving. The parser refuses prompts too
+long to fit before tokenizing them (protocol.py, NOTE(bounded-work)).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -39,6 +46,8 @@ __all__ = ["OpenAIRoutes"]
 
 log = logging.getLogger("kvpool.server")
 
+INLINE_PARSE_BYTES = 8192  # smaller bodies tokenize in well under a ms: a thread hop costs more
+PARSE_THREADS = 2  # parses of large bodies running at once
 DEFAULT_STREAM_WRITE_TIMEOUT = 30.0  # seconds one SSE write may wait for a client to read
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
@@ -59,6 +68,8 @@ class OpenAIRoutes:
         self.model_names = tuple(model_names)
         self.created = int(time.time())
         self.draining = False  # set on shutdown: /health turns 503, new requests get 503
+        self.parsing = 0  # large bodies being parsed on the pool now (tests watch it)
+        self._parse_pool = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="kvpool-parse")
 
     def register(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self.completions)
@@ -79,8 +90,16 @@ class OpenAIRoutes:
         if self.draining:
             raise APIError(503, "the server is shutting down", code="shutting_down",
                            headers={"Retry-After": "1"})
-        body = self.parser.decode_body(await request.read())
-        req = self.parser.parse_chat(body) if chat else self.parser.parse_completion(body)
+        raw = await request.read()
+        if len(raw) <= INLINE_PARSE_BYTES:
+            req = self._parse(raw, chat)
+        else:
+            self.parsing += 1
+            try:
+                loop = asyncio.get_running_loop()
+                req = await loop.run_in_executor(self._parse_pool, self._parse, raw, chat)
+            finally:
+                self.parsing -= 1
         builder = ResponseBuilder(req)
         updates = self.engine.generate(builder.id, req.prompt_ids, req.params,
                                        cache_salt=req.cache_salt, priority=req.priority)
@@ -97,6 +116,14 @@ class OpenAIRoutes:
             return web.json_response(builder.body())
         finally:
             await self._release(updates, builder)
+
+    def _parse(self, raw: bytes, chat: bool) -> Any:
+        body = self.parser.decode_body(raw)
+        return self.parser.parse_chat(body) if chat else self.parser.parse_completion(body)
+
+    def close(self) -> None:
+        """Stop the parse pool (the app's cleanup); a parse still running finishes first."""
+        self._parse_pool.shutdown(wait=False, cancel_futures=True)
 
     @staticmethod
     async def _next(updates: AsyncIterator[RequestOutput],
