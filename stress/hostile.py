@@ -8,6 +8,9 @@ Policy notes (kvpool/server/protocol.py decides, this table checks):
 
 - Unknown fields are rejected with 400 ``unknown_parameter`` naming the field (as OpenAI's API
   does), including prototype-pollution style keys.
+- Issue 12 item 3: prompts that cannot fit ``max_model_len`` (a ~4 MB string, 2M token ids, a
+  ~4 MB chat message; each scaled to stay under the body limit) get 400
+  ``context_length_exceeded`` before the server tokenizes or walks them.
 - Numbers JSON cannot spell (NaN, Infinity) are invalid JSON; ``1e999`` parses as infinity and
   is rejected by the field's range check; a 5000-digit integer trips Python's int-parsing
   limit and is invalid JSON.
@@ -62,6 +65,8 @@ def hostile_cases(max_body_bytes: int = 4 * 1024 * 1024) -> list[HostileCase]:
     chars = min(100_000, room)
     ids = min(20_000, room // 3)
     msgs = min(5000, room // 40)
+    big_chars = min(4 * 1024 * 1024, room)
+    big_ids = min(2_000_000, room // 2)  # "0," per id
     cases = [
         HostileCase("nested_json_deep", COMPLETIONS,
                     _raw(b'{"prompt": ' + b"[" * deep + b"]" * deep + b"}"), bad),
@@ -77,6 +82,15 @@ def hostile_cases(max_body_bytes: int = 4 * 1024 * 1024) -> list[HostileCase]:
                     _j({"prompt": [7] * ids, "max_tokens": 1}), bad, weight=0.5),
         HostileCase("prompt_many_chars", COMPLETIONS,
                     _j({"prompt": "x" * chars, "max_tokens": 1}), bad, weight=0.5),
+        HostileCase("prompt_4mb_string", COMPLETIONS,
+                    _j({"prompt": "hello world, " * (big_chars // 13), "max_tokens": 1}), bad,
+                    weight=0.1),
+        HostileCase("prompt_2m_token_ids", COMPLETIONS,
+                    lambda: b'{"max_tokens": 1, "prompt": [' + b"0," * (big_ids - 1) + b"0]}",
+                    bad, weight=0.1),
+        HostileCase("chat_4mb_message", CHAT,
+                    _j({"messages": [{"role": "user", "content": "hi " * (big_chars // 3)}]}),
+                    bad, weight=0.1),
         HostileCase("chat_many_messages", CHAT,
                     _j({"messages": [{"role": "user", "content": "hi"}] * msgs}), bad,
                     weight=0.5),

@@ -34,6 +34,7 @@ METRIC_NAMES = (
     "kvpool_fragmentation_ratio", "kvpool_swap_blocks_total", "kvpool_swap_bytes_total",
     "kvpool_copy_blocks_total", "kvpool_preemptions_total", "kvpool_prefix_cache_queries_total",
     "kvpool_prefix_cache_hits_total", "kvpool_evictions_total", "kvpool_requests",
+    "kvpool_requests_in_flight",
     "kvpool_prompt_tokens_total", "kvpool_generation_tokens_total",
     "kvpool_invariant_violations_total", "kvpool_time_to_first_token_seconds",
     "kvpool_inter_token_latency_seconds", "kvpool_e2e_request_latency_seconds",
@@ -125,6 +126,8 @@ class _SnapshotCollector(Collector):
              [((r,), n) for r, n in sorted(reasons.items())]),
             ("kvpool_requests", g, "Requests by scheduler state.", ("state",),
              [((st,), s.requests.get(st, 0)) for st in ("running", "waiting", "swapped")]),
+            ("kvpool_requests_in_flight", g, "Requests counted against --max-queue (admitted, "
+             "not yet finished by the engine).", (), [((), s.requests_in_flight)]),
             ("kvpool_prompt_tokens_total", c, "Prompt tokens admitted.", (),
              [((), s.prompt_tokens)]),
             ("kvpool_generation_tokens_total", c, "Tokens generated.", (),

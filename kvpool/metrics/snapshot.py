@@ -28,3 +28,4 @@ class MetricsSnapshot:
     prompt_tokens: int = 0  # prompt tokens admitted (total)
     generation_tokens: int = 0  # tokens generated (total)
     invariant_violations: int = 0  # check_invariants failures seen at run time (total)
+    requests_in_flight: int = 0  # AsyncEngine: what --max-queue counts (admitted, unfinished)

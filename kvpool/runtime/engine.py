@@ -17,6 +17,7 @@ cancelled) aborts its request, which frees its blocks in the next step-thread pa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import sys
@@ -140,13 +141,28 @@ class AsyncEngine:
     def num_free_blocks(self) -> int:
         return self.core.manager.stats().device.num_allocatable
 
+    def requests_in_flight(self) -> int:
+        """Requests counted against --max-queue: admitted, not yet finished by the engine."""
+        return len(self._streams)
+
     def snapshot(self) -> MetricsSnapshot:
-        return self.core.snapshot()
+        return dataclasses.replace(self.core.snapshot(),
+                                   requests_in_flight=self.requests_in_flight())
 
     # ------------------------------------------------------------------ requests
     def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        """Token ids for a prompt; one that cannot fit max_model_len is refused before the
+        work (tokenizing, the per-id check) whose cost grows with its length."""
+        too_long = f"this model's maximum context length is {self.max_model_len} tokens"
         if isinstance(prompt, str):
+            per_token = self.tokenizer.max_chars_per_token()
+            if per_token is not None and len(prompt) > self.max_model_len * per_token:
+                raise RequestError(f"{too_long}; the prompt has {len(prompt)} characters",
+                                   "prompt", "context_length_exceeded")
             return self.tokenizer.encode(prompt)
+        if isinstance(prompt, list) and len(prompt) >= self.max_model_len:
+            raise RequestError(f"{too_long}; the prompt has {len(prompt)} tokens", "prompt",
+                               "context_length_exceeded")
         if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool)
                                             for t in prompt):
             return list(prompt)
@@ -161,7 +177,7 @@ class AsyncEngine:
             raise EngineError(f"the engine failed: {self._error}")
         if self._draining:
             raise QueueFullError("the server is shutting down")
-        if len(self._streams) >= self.config.max_queue:
+        if self.requests_in_flight() >= self.config.max_queue:
             raise QueueFullError(f"{len(self._streams)} requests in flight (--max-queue "
                                  f"{self.config.max_queue}); retry later")
         ids = self.encode_prompt(prompt)
@@ -238,6 +254,12 @@ class AsyncEngine:
             s = self._streams.get(o.request_id)
             if s is not None:
                 s.queue.put_nowait(o)
+                if o.finished:
+                    # NOTE(slot): the engine is done with the request: its --max-queue slot is
+                    # free now, not when the client has read the last chunk (a client that
+                    # never reads would hold the slot until its write times out, or forever).
+                    # The stream keeps its queue, so the handler still drains what is left.
+                    del self._streams[o.request_id]
 
     def _fail_all(self, reason: str) -> None:
         for rid, s in list(self._streams.items()):

@@ -28,7 +28,7 @@ from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
 from kvpool.server.chat_template import load_chat_template
-from kvpool.server.handlers import OpenAIRoutes
+from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
@@ -61,7 +61,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               manage_engine: bool = True,
               tenant_block_quota: int | None = None,
               chat_template: str | Path | None = None,
-              tenant_header: str | None = None) -> web.Application:
+              tenant_header: str | None = None,
+              stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> web.Application:
     """The OpenAI-compatible app.
 
     ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
@@ -73,6 +74,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     the trusted header naming the tenant (tenant.py); None = the API key, else anonymous.
     ``chat_template``: a Jinja file that overrides the model directory's own template
     (chat_template.py); the built-in template only where neither exists.
+    ``stream_write_timeout``: seconds one SSE write may wait for a client that does not read
+    before its connection is closed (handlers.py, NOTE(slow-reader)).
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -95,7 +98,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
         gen_engine = QuotaEngine(gen_engine, TenantBlockQuota(tenant_block_quota,
                                                               config.block_size))
     gate = DrainGate(gen_engine)
-    routes = OpenAIRoutes(gate, parser, metrics.render, names)
+    routes = OpenAIRoutes(gate, parser, metrics.render, names,
+                          stream_write_timeout=stream_write_timeout)
     routes.register(app)
 
     app[ENGINE_KEY] = engine
@@ -105,6 +109,7 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
     app[_MANAGE_ENGINE_KEY] = manage_engine
     app.on_shutdown.append(_start_draining)
+    app.on_cleanup.append(_close_routes)
     app.cleanup_ctx.append(_engine_lifetime)
     return app
 
@@ -116,6 +121,10 @@ def start_draining(app: web.Application) -> None:
 
 async def _start_draining(app: web.Application) -> None:
     start_draining(app)
+
+
+async def _close_routes(app: web.Application) -> None:
+    app[ROUTES_KEY].close()
 
 
 async def _engine_lifetime(app: web.Application) -> AsyncIterator[None]:

@@ -11,6 +11,18 @@ NOTE(abort): every path that leaves before the request finished -- the client di
 (aiohttp cancels the handler: the runner is built with ``handler_cancellation=True``), a stream
 write fails, the server shuts down, a bug -- runs the ``finally`` that closes the engine's
 iterator and calls ``engine.abort``, so the request's blocks go back to the pool at once.
+
+NOTE(slow-reader): a client that opens a stream and never reads fills the socket buffers, and
+``resp.write`` then waits for the transport to drain. Each write gets ``stream_write_timeout``
+seconds; past it the connection is closed and the handler ends (its ``finally`` releases the
+request). The engine's --max-queue slot does not wait for this: it is freed when the engine
+finishes the request (AsyncEngine._deliver), whatever the client reads.
+
+NOTE(parse-off-loop): tokenizing a megabyte prompt takes seconds; on the event loop it froze
+every stream and /health. Bodies over ``INLINE_PARSE_BYTES`` are parsed (JSON, validation,
+tokenization) on a small dedicated thread pool (``PARSE_THREADS`` workers bound how many run at
+once; the rest wait in its queue) while the loop keeps serving. The parser refuses prompts too
+long to fit before tokenizing them (protocol.py, NOTE(bounded-work)).
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -33,6 +46,9 @@ __all__ = ["OpenAIRoutes"]
 
 log = logging.getLogger("kvpool.server")
 
+INLINE_PARSE_BYTES = 8192  # smaller bodies tokenize in well under a ms: a thread hop costs more
+PARSE_THREADS = 2  # parses of large bodies running at once
+DEFAULT_STREAM_WRITE_TIMEOUT = 30.0  # seconds one SSE write may wait for a client to read
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
 
@@ -41,13 +57,19 @@ class OpenAIRoutes:
     """Request handlers bound to one engine; ``register(app)`` adds the routes."""
 
     def __init__(self, engine: Any, parser: RequestParser, render_metrics: Callable[[], bytes],
-                 model_names: Sequence[str]) -> None:
+                 model_names: Sequence[str], *,
+                 stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> None:
+        if not stream_write_timeout > 0:
+            raise ValueError(f"stream_write_timeout={stream_write_timeout!r}: use seconds > 0")
         self.engine = engine
+        self.stream_write_timeout = float(stream_write_timeout)
         self.parser = parser
         self.render_metrics = render_metrics
         self.model_names = tuple(model_names)
         self.created = int(time.time())
         self.draining = False  # set on shutdown: /health turns 503, new requests get 503
+        self.parsing = 0  # large bodies being parsed on the pool now (tests watch it)
+        self._parse_pool = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="kvpool-parse")
 
     def register(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self.completions)
@@ -68,8 +90,16 @@ class OpenAIRoutes:
         if self.draining:
             raise APIError(503, "the server is shutting down", code="shutting_down",
                            headers={"Retry-After": "1"})
-        body = self.parser.decode_body(await request.read())
-        req = self.parser.parse_chat(body) if chat else self.parser.parse_completion(body)
+        raw = await request.read()
+        if len(raw) <= INLINE_PARSE_BYTES:
+            req = self._parse(raw, chat)
+        else:
+            self.parsing += 1
+            try:
+                loop = asyncio.get_running_loop()
+                req = await loop.run_in_executor(self._parse_pool, self._parse, raw, chat)
+            finally:
+                self.parsing -= 1
         builder = ResponseBuilder(req)
         updates = self.engine.generate(builder.id, req.prompt_ids, req.params,
                                        cache_salt=req.cache_salt, priority=req.priority)
@@ -86,6 +116,14 @@ class OpenAIRoutes:
             return web.json_response(builder.body())
         finally:
             await self._release(updates, builder)
+
+    def _parse(self, raw: bytes, chat: bool) -> Any:
+        body = self.parser.decode_body(raw)
+        return self.parser.parse_chat(body) if chat else self.parser.parse_completion(body)
+
+    def close(self) -> None:
+        """Stop the parse pool (the app's cleanup); a parse still running finishes first."""
+        self._parse_pool.shutdown(wait=False, cancel_futures=True)
 
     @staticmethod
     async def _next(updates: AsyncIterator[RequestOutput],
@@ -106,12 +144,12 @@ class OpenAIRoutes:
         request[STREAM_STARTED] = True
         events = [sse_event(c) for c in builder.role_chunks()]
         events += [sse_event(c) for c in builder.update(first)]
-        await resp.write(b"".join(events))
+        await self._write(request, resp, b"".join(events))
         try:
             while (out := await self._next(updates, builder)) is not None:
                 chunks = builder.update(out)
                 if chunks:
-                    await resp.write(b"".join(sse_event(c) for c in chunks))
+                    await self._write(request, resp, b"".join(sse_event(c) for c in chunks))
             failure = builder.failure()
         except (ConnectionError, asyncio.CancelledError):
             raise
@@ -125,9 +163,22 @@ class OpenAIRoutes:
         elif builder.req.include_usage:
             tail.append(sse_event(builder.usage_chunk()))
         tail.append(SSE_DONE)
-        await resp.write(b"".join(tail))
+        await self._write(request, resp, b"".join(tail))
         await resp.write_eof()
         return resp
+
+    async def _write(self, request: web.Request, resp: web.StreamResponse, data: bytes) -> None:
+        """One SSE write, bounded: a client that stopped reading loses its connection."""
+        try:
+            await asyncio.wait_for(resp.write(data), self.stream_write_timeout)
+        except TimeoutError:
+            log.warning("stream client stopped reading for %.1fs; closing its connection",
+                        self.stream_write_timeout)
+            if request.transport is not None:
+                request.transport.abort()  # drop the unread buffer; a close would wait for it
+            # NOTE(exit): the exit aiohttp itself takes for a client that disconnected
+            # (handler_cancellation): no 500 attempt on a dead socket, no traceback logged.
+            raise asyncio.CancelledError("stream write timed out") from None
 
     async def _release(self, updates: AsyncIterator[RequestOutput],
                        builder: ResponseBuilder) -> None:

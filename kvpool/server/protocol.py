@@ -16,6 +16,11 @@ Policy, in one place:
 - Bounds come from EngineConfig: ``n <= max_n``, ``max_tokens <= max_tokens_limit``,
   ``len(stop) <= max_stop``; ``prompt + max_tokens <= max_model_len`` (code
   ``context_length_exceeded``). Whether the prompt fits the *pool* is the engine's call.
+- NOTE(bounded-work): a prompt that cannot fit is refused *before* the expensive step: a
+  token-id list of ``max_model_len`` ids or more before its ids are checked one by one, and a
+  text (a string prompt, or the rendered chat) longer than ``max_model_len *
+  tokenizer.max_chars_per_token()`` characters before it is tokenized (it needs more than
+  ``max_model_len`` tokens, so this bound never refuses a prompt that would fit).
 """
 
 from __future__ import annotations
@@ -128,6 +133,9 @@ class RequestParser:
         self.max_json_depth = max_json_depth
         self.chat_template = chat_template or ChatTemplate()
         self.vocab_size = int(tokenizer.vocab_size)
+        per_token = tokenizer.max_chars_per_token()
+        # longest text that might fit (NOTE(bounded-work)); None: no bound can be trusted
+        self.max_prompt_chars = None if per_token is None else max_model_len * per_token
 
     # ---- body -------------------------------------------------------------------------------
     def decode_body(self, raw: bytes) -> dict[str, Any]:
@@ -202,7 +210,7 @@ class RequestParser:
         tpl = self.chat_template
         text = tpl.render(messages, add_generation_prompt=add_gen and not cont,
                           continue_final_message=cont)
-        ids = self.tokenizer.encode(text, add_special_tokens=tpl.add_special_tokens)
+        ids = self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens)
         # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
         # field wins when both are sent.
         max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
@@ -327,17 +335,33 @@ class RequestParser:
         if isinstance(prompt, str):
             if not prompt:
                 raise _bad("prompt", "must not be empty")
-            return self.tokenizer.encode(prompt)
+            return self._encode(prompt, "prompt")
         if isinstance(prompt, list):
             if not prompt:
                 raise _bad("prompt", "must not be empty")
             if all(isinstance(p, (str, list)) for p in prompt):
                 raise _bad("prompt", f"batches of {len(prompt)} prompts are not supported; "
                            "send one request per prompt", "unsupported_batch")
+            if len(prompt) >= self.max_model_len:  # before the per-id walk
+                raise self._too_long("prompt", f"the prompt has {len(prompt)} tokens")
             return self._token_list(prompt, "prompt", False)
         if prompt is None:
             raise _bad("prompt", "is required")
         raise _bad("prompt", "must be a string, a list of token ids, or a list of one of those")
+
+    def _encode(self, text: str, param: str, add_special_tokens: bool = True) -> list[int]:
+        """Tokenize, unless the text is too long to fit (NOTE(bounded-work)). GIL-free, so a
+        caller may run the parse on a worker thread without stalling the event loop."""
+        limit = self.max_prompt_chars
+        if limit is not None and len(text) > limit:
+            raise self._too_long(param, f"the prompt has {len(text)} characters, more than "
+                                 f"{self.max_model_len} tokens can hold")
+        return self.tokenizer.encode_unlocked(text, add_special_tokens=add_special_tokens)
+
+    def _too_long(self, param: str, what: str) -> RequestError:
+        return _bad(param, f"this model's maximum context length is {self.max_model_len} "
+                    f"tokens; {what}, which leaves no room to generate",
+                    "context_length_exceeded")
 
     def _messages(self, messages: Any) -> list[tuple[str, str]]:
         if messages is None:

@@ -39,6 +39,7 @@ from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, DRAIN_KEY, METRICS_KEY, bu
     start_draining
 from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT, \
     ConnectionLimiter, default_max_connections, start_listener
+from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
 
 __all__ = ["add_arguments", "add_serve_args", "config_from_args", "main", "resolve_api_key",
            "run", "run_server", "serve"]
@@ -144,6 +145,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                      help="trusted header (set by your proxy) naming the tenant for quotas and "
                           "fair scheduling, e.g. X-Tenant-Id (default: the API key, else one "
                           "anonymous tenant)")
+    srv.add_argument("--stream-write-timeout", type=float, default=DEFAULT_STREAM_WRITE_TIMEOUT,
+                     metavar="SECONDS", help="close a stream whose client has not read for this "
+                     "long (one SSE write waiting on a full socket buffer)")
     srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
                      help="run the full pool/scheduler invariant check every STEPS engine "
                           "steps; failures count in kvpool_invariant_violations_total (0: off)")
@@ -183,7 +187,8 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 header_timeout: float = DEFAULT_HEADER_TIMEOUT,
                 keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
                 max_connections: int | None = None, chat_template: str | None = None,
-                tenant_header: str | None = None) -> None:
+                tenant_header: str | None = None,
+                stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
@@ -193,7 +198,8 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
     app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                     engine_shutdown_timeout=SHUTDOWN_GRACE,
                     tenant_block_quota=tenant_block_quota, chat_template=chat_template,
-                    tenant_header=tenant_header)
+                    tenant_header=tenant_header,
+                    stream_write_timeout=stream_write_timeout)
     app[METRICS_KEY].add_source(limiter.families)
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
     stop = stop or asyncio.Event()
@@ -282,7 +288,7 @@ def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                **edge: Any) -> None:
     """Blocking entry point: pick the event loop once (uvloop when installed) and serve.
     ``edge``: header_timeout, keep_alive_timeout, max_connections, chat_template,
-    tenant_header (see
+    tenant_header, stream_write_timeout (see
     :func:`serve`)."""
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
@@ -320,7 +326,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
                    header_timeout=args.header_timeout,
                    keep_alive_timeout=args.keep_alive_timeout,
                    max_connections=args.max_connections, chat_template=args.chat_template,
-                   tenant_header=args.tenant_header)
+                   tenant_header=args.tenant_header,
+                   stream_write_timeout=args.stream_write_timeout)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2

@@ -38,19 +38,22 @@ def _single_thread():
 
 @pytest.fixture
 async def make_server():
-    """``async with make_server(api_key=..., max_body_bytes=..., **config) as srv: ...``"""
+    """``async with make_server(api_key=..., max_body_bytes=..., app_options={build_app
+    keyword: value}, server_options={TestServer keyword: value}, **config) as srv: ...``"""
     from kvpool.runtime.engine import AsyncEngine
 
     started: list[Running] = []
 
     @contextlib.asynccontextmanager
     async def factory(*, api_key: str | None = None, max_body_bytes: int = 64 * 1024,
+                      app_options: dict[str, Any] | None = None,
+                      server_options: dict[str, Any] | None = None,
                       **overrides: Any) -> AsyncIterator[Running]:
         config = EngineConfig(**{**BASE_CONFIG, **overrides})
         engine = AsyncEngine(config)
         app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
-                        engine_shutdown_timeout=SHUTDOWN_TIMEOUT)
-        server = TestServer(app, host="127.0.0.1", port=0)
+                        engine_shutdown_timeout=SHUTDOWN_TIMEOUT, **(app_options or {}))
+        server = TestServer(app, host="127.0.0.1", port=0, **(server_options or {}))
         await server.start_server(shutdown_timeout=SHUTDOWN_TIMEOUT)
         srv = Running(f"http://127.0.0.1:{server.port}", engine, app, server)
         started.append(srv)

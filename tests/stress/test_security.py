@@ -254,3 +254,22 @@ async def test_hostile_table_each_gets_its_answer_and_the_server_keeps_serving(m
             status, resp = await post(srv.url + "/v1/completions", NORMAL)
             assert status == 200, f"normal request failed after {case.name}: {resp}"
         assert srv.engine.is_healthy()
+
+
+async def test_big_prompt_cases_are_context_length_exceeded_at_full_size(make_server):
+    """Issue 12 item 3 at its real sizes (4 MB body limit): refused before tokenizing."""
+    limit = 4 * 1024 * 1024
+    big = {"prompt_4mb_string", "prompt_2m_token_ids", "chat_4mb_message"}
+    with make_server(max_body_bytes=limit) as srv:
+        cases = [c for c in hostile_cases(limit) if c.name in big]
+        assert {c.name for c in cases} == big
+        for case in cases:
+            body = case.body()
+            assert len(body) > 3 * 1024 * 1024 and len(body) < limit, case.name
+            async with aiohttp.ClientSession() as s:
+                async with s.post(srv.url + case.path, data=body, headers=case.headers) as r:
+                    err = (await r.json())["error"]
+                    assert r.status == 400 and err["code"] == "context_length_exceeded", (
+                        case.name, err)
+        status, resp = await post(srv.url + "/v1/completions", NORMAL)
+        assert status == 200, resp

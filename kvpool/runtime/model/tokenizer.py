@@ -31,6 +31,7 @@ class Tokenizer:
         self.eos_token_ids: tuple[int, ...] = tuple(dict.fromkeys(int(t) for t in eos_token_ids))
         self.bos_token_id = bos_token_id
         self.name = name
+        self._max_chars: int | None = 0  # max_chars_per_token's answer; 0: not computed yet
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Tokenizer":
@@ -51,6 +52,35 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_unlocked(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """``encode``, releasing the GIL while the Rust side works (``tokenizers`` releases it
+        in ``encode_batch`` only): call it from a worker thread so the event loop keeps
+        running while a megabyte prompt is tokenized."""
+        return self.backend.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+    def max_chars_per_token(self) -> int | None:
+        """The most characters of input text one token can stand for, or None if no bound
+        holds. A text longer than ``n * max_chars_per_token()`` needs more than ``n`` tokens,
+        so a server can reject it without tokenizing (NOTE(char-bound))."""
+        # NOTE(char-bound): every token covers at most as many characters of the text as its
+        # vocabulary string is long: byte-level pieces are one char per byte (a text char is
+        # >= 1 byte), metaspace pieces one char per char, byte-fallback pieces (<0x41>) spell
+        # one byte in 6. A normalizer can only shrink text by composing code points (NFC/NFKC
+        # compose at most 4 into one, e.g. U+1F87): x4. An unknown-token model without byte
+        # fallback turns a word of any length into one token: no bound.
+        if self._max_chars != 0:
+            return self._max_chars
+        model = self.backend.model
+        if getattr(model, "unk_token", None) and not getattr(model, "byte_fallback", False):
+            bound = None
+        else:
+            vocab = self.backend.get_vocab(with_added_tokens=True)
+            bound = max((len(piece) for piece in vocab), default=1)
+            if self.backend.normalizer is not None:
+                bound *= 4
+        self._max_chars = bound
+        return bound
 
     def encode_batch(self, texts: Sequence[str],
                      add_special_tokens: bool = True) -> list[list[int]]:
