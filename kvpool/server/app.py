@@ -26,6 +26,7 @@ from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
 from kvpool.server.handlers import OpenAIRoutes
+from kvpool.server.lookup import LookupRoute
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
@@ -80,6 +81,7 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
         engine, TenantBlockQuota(tenant_block_quota, config.block_size))
     routes = OpenAIRoutes(gen_engine, parser, metrics.render, names)
     routes.register(app)
+    LookupRoute.register(app, engine, parser)  # POST /v1/kvpool/lookup (the router asks)
 
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = metrics

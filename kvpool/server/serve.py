@@ -32,6 +32,7 @@ from aiohttp import web
 
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, build_app
+from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
 
 __all__ = ["add_arguments", "add_serve_args", "config_from_args", "main", "resolve_api_key",
            "run", "run_server", "serve"]
@@ -119,6 +120,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
                      help="run the full pool/scheduler invariant check every STEPS engine "
                           "steps; failures count in kvpool_invariant_violations_total (0: off)")
+    srv.add_argument("--replica-id", default=None, metavar="ID",
+                     help="this replica's name in /v1/kvpool/lookup answers (the router logs "
+                          "it; default: HOSTNAME-PID)")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
@@ -148,7 +152,7 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 stop: asyncio.Event | None = None,
                 on_ready: Callable[[str, int], None] | None = None,
                 handle_signals: bool = True, tenant_block_quota: int | None = None,
-                invariant_check_interval: int = 0) -> None:
+                invariant_check_interval: int = 0, replica_id: str | None = None) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
@@ -157,6 +161,7 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
     app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                     engine_shutdown_timeout=shutdown_timeout,
                     tenant_block_quota=tenant_block_quota)
+    app[REPLICA_ID_KEY] = replica_id or default_replica_id()
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=shutdown_timeout,
                            access_log=log if log.isEnabledFor(logging.DEBUG) else None)
     stop = stop or asyncio.Event()
@@ -205,13 +210,15 @@ def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                api_key: str | None = None, *, shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, use_uvloop: bool | None = None,
                on_ready: Callable[[str, int], None] | None = None,
-               tenant_block_quota: int | None = None, invariant_check_interval: int = 0) -> None:
+               tenant_block_quota: int | None = None, invariant_check_interval: int = 0,
+               replica_id: str | None = None) -> None:
     """Blocking entry point: pick the event loop once (uvloop when installed) and serve."""
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
                          max_body_bytes=max_body_bytes, on_ready=on_ready,
                          tenant_block_quota=tenant_block_quota,
-                         invariant_check_interval=invariant_check_interval))
+                         invariant_check_interval=invariant_check_interval,
+                         replica_id=replica_id))
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
@@ -231,7 +238,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         run_server(config, args.host, args.port, api_key,
                    shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
                    use_uvloop=args.uvloop, tenant_block_quota=args.tenant_block_quota,
-                   invariant_check_interval=args.invariant_check_interval)
+                   invariant_check_interval=args.invariant_check_interval,
+                   replica_id=args.replica_id)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2
