@@ -65,6 +65,7 @@ class ReplicaSet:
         self.polls += 1
 
     async def run(self, session: aiohttp.ClientSession) -> None:
+        """Poll every ``interval`` seconds (the caller did the first poll before serving)."""
         while True:
-            await self.poll_once(session)
             await asyncio.sleep(self.interval)
+            await self.poll_once(session)
