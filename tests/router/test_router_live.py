@@ -157,8 +157,15 @@ async def test_no_replica_is_a_502_error_json(replicas):
 async def test_client_disconnect_cancels_the_upstream_request(replicas):
     body = {"prompt": prompt(uuid.uuid4().hex), "max_tokens": 250, "stream": True,
             "ignore_eos": True}
+    async def generated(s):
+        total = 0.0
+        for rep in replicas:
+            total += (await metrics(s, rep))["kvpool_generation_tokens_total"][()]
+        return total
+
     async with router(replicas) as (r, url):
         async with aiohttp.ClientSession() as s:
+            before = await generated(s)
             async with s.post(url + "/v1/completions", json=body) as resp:
                 assert resp.status == 200
                 await resp.content.readline()  # the first chunk arrived: it is running
@@ -174,3 +181,4 @@ async def test_client_disconnect_cancels_the_upstream_request(replicas):
                     break
                 await asyncio.sleep(0.05)
             assert running == 0
+            assert await generated(s) - before < 250  # aborted, not run to max_tokens
