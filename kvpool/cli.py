@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("kvpool.sched.replay",
                "replay a request trace through the scheduler (or --instant: cache policy only)"),
     "stress": ("stress.cli", "stress the pool or a server (bounded, loopback only)"),
+    "router": ("kvpool.router.cli", "KV-aware reverse proxy in front of kvpool serve replicas"),
     "bench": ("kvpool.benchcmd", "run a benchmark from bench/ (pool, copy, serve, ...)"),
 }
 # stress/ and bench/ live beside the package in a source checkout, not inside it

@@ -29,6 +29,7 @@ from aiohttp import web
 from kvpool.metrics import KVPoolMetrics
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
+from kvpool.server.lookup import LookupRoute
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
@@ -101,6 +102,7 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     routes = OpenAIRoutes(gate, parser, metrics.render, names,
                           stream_write_timeout=stream_write_timeout)
     routes.register(app)
+    LookupRoute.register(app, engine, parser)  # POST /v1/kvpool/lookup (the router asks)
 
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = metrics

@@ -40,6 +40,7 @@ from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, DRAIN_KEY, METRICS_KEY, bu
 from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT, \
     ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
 
 __all__ = ["add_arguments", "add_serve_args", "config_from_args", "main", "resolve_api_key",
            "run", "run_server", "serve"]
@@ -154,6 +155,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     srv.add_argument("--chat-template", default=None, metavar="FILE",
                      help="a Jinja chat template overriding the model directory's own "
                           "(default: the model's, else the built-in one)")
+    srv.add_argument("--replica-id", default=None, metavar="ID",
+                     help="this replica's name in /v1/kvpool/lookup answers (the router logs "
+                          "it; default: HOSTNAME-PID)")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
@@ -188,7 +192,8 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
                 max_connections: int | None = None, chat_template: str | None = None,
                 tenant_header: str | None = None,
-                stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> None:
+                stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
+                replica_id: str | None = None) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
@@ -200,6 +205,7 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                     tenant_block_quota=tenant_block_quota, chat_template=chat_template,
                     tenant_header=tenant_header,
                     stream_write_timeout=stream_write_timeout)
+    app[REPLICA_ID_KEY] = replica_id or default_replica_id()
     app[METRICS_KEY].add_source(limiter.families)
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
     stop = stop or asyncio.Event()
@@ -288,7 +294,7 @@ def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                **edge: Any) -> None:
     """Blocking entry point: pick the event loop once (uvloop when installed) and serve.
     ``edge``: header_timeout, keep_alive_timeout, max_connections, chat_template,
-    tenant_header, stream_write_timeout (see
+    tenant_header, stream_write_timeout, replica_id (see
     :func:`serve`)."""
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
@@ -327,7 +333,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
                    keep_alive_timeout=args.keep_alive_timeout,
                    max_connections=args.max_connections, chat_template=args.chat_template,
                    tenant_header=args.tenant_header,
-                   stream_write_timeout=args.stream_write_timeout)
+                   stream_write_timeout=args.stream_write_timeout,
+                   replica_id=args.replica_id)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2

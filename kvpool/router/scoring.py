@@ -1,0 +1,59 @@
+"""Where a request goes: the longest prefix hit, unless the replicas' loads are imbalanced.
+
+The rule is SGLang's cache-aware router's imbalance guard::
+
+    imbalanced = max_load - min_load > abs_threshold  and  max_load > rel_ratio * min_load
+    imbalanced           -> the least-loaded replica                     reason "load"
+    one candidate        -> it                                           reason "only"
+    no replica has a hit -> round robin over the candidates              reason "round_robin"
+    else                 -> a longest-hit replica, least loaded of those reason "prefix"
+
+``load`` is whatever the caller counts as in flight (the live router: running + waiting
+requests from each replica's lookup answer; bench/route.py: simulated in-flight requests).
+Ties break on the lower index so a decision is a pure function of its inputs (tests rely on it).
+Pure Python, no I/O: the live router and the trace simulation share this one function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_GUARD", "LoadGuard", "REASONS", "choose"]
+
+REASONS = ("prefix", "load", "round_robin", "only", "retry")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadGuard:
+    """The imbalance thresholds (both must be exceeded for the guard to trip)."""
+
+    abs_threshold: float = 8  # in-flight requests: max - min must exceed this
+    rel_ratio: float = 1.5  # and max must exceed this times min
+
+    def __post_init__(self) -> None:
+        if self.abs_threshold < 0 or self.rel_ratio < 1:
+            raise ValueError("load guard: use abs_threshold >= 0 and rel_ratio >= 1")
+
+    def imbalanced(self, loads: Sequence[float]) -> bool:
+        hi, lo = max(loads), min(loads)
+        return hi - lo > self.abs_threshold and hi > self.rel_ratio * lo
+
+
+DEFAULT_GUARD = LoadGuard()
+
+
+def choose(hits: Sequence[int], loads: Sequence[float], guard: LoadGuard = DEFAULT_GUARD,
+           rr: int = 0) -> tuple[int, str]:
+    """(index of the chosen candidate, reason). ``rr`` is the caller's round-robin counter."""
+    n = len(hits)
+    if n == 0 or n != len(loads):
+        raise ValueError(f"choose: {n} hit counts for {len(loads)} loads (need >= 1, equal)")
+    if n == 1:
+        return 0, "only"
+    if guard.imbalanced(loads):
+        return min(range(n), key=lambda i: (loads[i], i)), "load"
+    best = max(hits)
+    if best <= 0:
+        return rr % n, "round_robin"
+    return min((i for i in range(n) if hits[i] == best), key=lambda i: (loads[i], i)), "prefix"

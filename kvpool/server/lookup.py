@@ -1,0 +1,81 @@
+"""``POST /v1/kvpool/lookup``: how much of a prompt this replica holds, and how busy it is.
+
+The router (kvpool.router) asks every replica this before it places a request::
+
+    body    the request body the client sent to /v1/completions or /v1/chat/completions
+            ("prompt" | "prompt_token_ids" | "messages", optional "cache_salt"; the other
+            fields are validated as the real route validates them)
+    answer  {"replica_id", "block_size", "device_hit_tokens", "host_hit_tokens",
+             "num_running", "num_waiting", "free_device_blocks"}
+
+NOTE(agreement): the body goes through the same RequestParser (chat template, tokenizer) and the
+same BlockSpaceManager.hash_prompt (spec and salt) as a generation request, so the router never
+renders or tokenizes anything itself: replica and lookup agree by construction.
+
+The hit counts are what the next generation request would report as ``cached_tokens``: the
+leading run of the prompt's full-block hashes in the device pool, capped like admission caps it
+(at least one prompt token is left to compute, its logits are needed). ``host_hit_tokens``
+continues that run in the host pool when the host pool caches by hash (today it does not: 0).
+Reads only: the lock-free dict lookups of ``get_prefix_hits``, no pool lock, no reference taken,
+no LRU update, so a lookup never changes what it measures.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["LOOKUP_PATH", "REPLICA_ID_KEY", "LookupRoute", "default_replica_id"]
+
+LOOKUP_PATH = "/v1/kvpool/lookup"
+REPLICA_ID_KEY = web.AppKey("kvpool_replica_id", str)
+
+
+def default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class LookupRoute:
+    """The lookup handler over one engine and the app's request parser."""
+
+    def __init__(self, engine: Any, parser: Any) -> None:
+        self.engine = engine  # the AsyncEngine (its core's manager and scheduler are read)
+        self.parser = parser  # the RequestParser the generation routes use
+
+    @classmethod
+    def register(cls, app: web.Application, engine: Any, parser: Any) -> LookupRoute:
+        route = cls(engine, parser)
+        app.router.add_post(LOOKUP_PATH, route.lookup)
+        return route
+
+    def prompt_ids(self, body: dict[str, Any]) -> tuple[list[int], str | None]:
+        """(token ids, cache salt), exactly as the generation route would compute them."""
+        body = dict(body)
+        if "prompt_token_ids" in body:  # vLLM's spelling for a pre-tokenized prompt
+            body.setdefault("prompt", body.pop("prompt_token_ids"))
+        req = (self.parser.parse_chat(body) if "messages" in body
+               else self.parser.parse_completion(body))
+        return req.prompt_ids, req.cache_salt
+
+    def counts(self, ids: list[int], salt: str | None) -> dict[str, int]:
+        core = self.engine.core
+        mgr = core.manager
+        bs = mgr.block_size
+        hashes = mgr.hash_prompt(ids, salt)
+        limit = max(0, (len(ids) - 1) // bs)  # admission's cap (manager._hits)
+        dev = min(mgr.get_prefix_hits(hashes), limit)
+        host_hits = getattr(mgr.host_pool, "prefix_hits", None)
+        host = min(host_hits(hashes[dev:]), limit - dev) if host_hits and dev < limit else 0
+        st = core.scheduler.stats()
+        return {"block_size": bs, "device_hit_tokens": dev * bs, "host_hit_tokens": host * bs,
+                "num_running": st.num_running, "num_waiting": st.num_waiting,
+                "free_device_blocks": self.engine.num_free_blocks()}
+
+    async def lookup(self, request: web.Request) -> web.Response:
+        ids, salt = self.prompt_ids(self.parser.decode_body(await request.read()))
+        out = {"replica_id": request.app.get(REPLICA_ID_KEY) or default_replica_id()}
+        out.update(self.counts(ids, salt))
+        return web.json_response(out)

@@ -1,0 +1,184 @@
+"""The router on loopback in front of real ``kvpool serve`` replica processes (stopped by pid).
+
+Two replicas serve the whole module; the kill test spawns one more of its own to kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import uuid
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from kvpool.router.proxy import Router
+from kvpool.router.replicas import ReplicaSet
+from stress.servers import SpawnedServer
+from tests.server.helpers import parse_metrics
+
+REPLICA_ARGS = ["--block-size", "16", "--num-device-blocks", "64", "--num-host-blocks", "16",
+                "--max-model-len", "512", "--seed", "0", "--num-threads", "1"]
+LOOKUP_TIMEOUT = 5.0  # generous on a shared 2-core box: a late lookup would score 0 by design
+
+
+def spawn(rid: str) -> SpawnedServer:
+    srv = SpawnedServer([*REPLICA_ARGS, "--replica-id", rid], startup_timeout=120)
+    srv.start()
+    return srv
+
+
+@pytest.fixture(scope="module")
+def replicas():
+    started = []
+    try:
+        for rid in ("r0", "r1"):
+            started.append(spawn(rid))
+        yield [s.url for s in started]
+    finally:
+        for s in started:
+            s.stop(timeout=20)
+
+
+@contextlib.asynccontextmanager
+async def router(urls, **kw):
+    r = Router(ReplicaSet(urls, interval=kw.pop("interval", 1.0)),
+               lookup_timeout=LOOKUP_TIMEOUT, **kw)
+    server = TestServer(r.app(), host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        yield r, f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.close()
+
+
+def prompt(tag: str) -> str:
+    return f"{tag} " + "a long shared system prompt about paged kv caches. " * 4  # ~200 tokens
+
+
+async def complete(session, url, body):
+    async with session.post(url + "/v1/completions",
+                            json={"max_tokens": 2, "temperature": 0, **body}) as r:
+        out = await r.json()
+        assert r.status == 200, out
+        return out
+
+
+async def metrics(session, url):
+    async with session.get(url + "/metrics") as r:
+        return parse_metrics(await r.text())
+
+
+def decisions(m, reason):
+    return m["kvpool_router_decisions_total"][(("reason", reason),)]
+
+
+async def test_repeated_prompt_goes_where_its_prefix_is(replicas):
+    p = prompt(uuid.uuid4().hex)
+    async with router(replicas) as (r, url), aiohttp.ClientSession() as s:
+        first = await complete(s, url, {"prompt": p})
+        assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        before = await metrics(s, url)
+        again = await complete(s, url, {"prompt": p})
+        after = await metrics(s, url)
+    cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached > 0
+    assert decisions(after, "prefix") == decisions(before, "prefix") + 1
+    # the lookup's prediction is exactly what the replica then served from cache
+    predicted = after["kvpool_router_predicted_hit_tokens_total"][()] - \
+        before["kvpool_router_predicted_hit_tokens_total"][()]
+    actual = after["kvpool_router_cached_tokens_total"][()] - \
+        before["kvpool_router_cached_tokens_total"][()]
+    assert predicted == actual == cached
+
+
+async def test_streaming_passes_through_chunk_by_chunk(replicas):
+    body = {"prompt": prompt(uuid.uuid4().hex), "max_tokens": 6, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}
+    events = []
+    async with router(replicas) as (r, url), aiohttp.ClientSession() as s:
+        async with s.post(url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            async for line in resp.content:
+                if line.startswith(b"data: "):
+                    events.append(line[6:].strip())
+        m = await metrics(s, url)
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert sum(1 for c in chunks if c["choices"]) >= 2  # token chunks, not one blob
+    assert chunks[-1]["usage"]["completion_tokens"] == 6
+    assert m["kvpool_router_cached_tokens_total"][()] == \
+        chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+async def test_killed_replica_is_retried_elsewhere_then_skipped(replicas):
+    doomed = spawn("doomed")
+    try:
+        async with router([replicas[0], doomed.url], interval=3600) as (r, url), \
+                aiohttp.ClientSession() as s:
+            os.kill(doomed.proc.pid, signal.SIGKILL)
+            doomed.proc.wait(timeout=10)
+            # the poller has not seen it die (long interval): the router still lists it healthy
+            assert len(r.replicas.healthy()) == 2
+            for _ in range(2):  # no hits anywhere: round robin reaches the dead one once
+                await complete(s, url, {"prompt": prompt(uuid.uuid4().hex)})
+            m = await metrics(s, url)
+            assert decisions(m, "retry") == 1
+            assert [x.url for x in r.replicas.healthy()] == [replicas[0]]
+            await complete(s, url, {"prompt": prompt(uuid.uuid4().hex)})
+            assert decisions(await metrics(s, url), "only") == 1
+            async with s.get(url + "/health") as h:
+                assert (await h.json())["healthy"] == [replicas[0]]
+    finally:
+        doomed.stop(timeout=10)
+
+
+async def test_no_replica_is_a_502_error_json(replicas):
+    dead = spawn("dead")
+    os.kill(dead.proc.pid, signal.SIGKILL)
+    dead.proc.wait(timeout=10)
+    try:
+        async with router([dead.url], interval=3600) as (r, url), aiohttp.ClientSession() as s:
+            async with s.post(url + "/v1/completions", json={"prompt": "hi"}) as resp:
+                assert resp.status == 502
+                err = (await resp.json())["error"]
+                assert set(err) == {"message", "type", "param", "code"}
+            async with s.post(url + "/v1/completions", data=b"{nope") as resp:
+                assert resp.status == 400
+    finally:
+        dead.stop(timeout=10)
+
+
+async def test_client_disconnect_cancels_the_upstream_request(replicas):
+    body = {"prompt": prompt(uuid.uuid4().hex), "max_tokens": 250, "stream": True,
+            "ignore_eos": True}
+    async def generated(s):
+        total = 0.0
+        for rep in replicas:
+            total += (await metrics(s, rep))["kvpool_generation_tokens_total"][()]
+        return total
+
+    async with router(replicas) as (r, url):
+        async with aiohttp.ClientSession() as s:
+            before = await generated(s)
+            async with s.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                await resp.content.readline()  # the first chunk arrived: it is running
+        # the client is gone: every replica drops the request (bounded wait, not a timing)
+        async with aiohttp.ClientSession() as s:
+            for _ in range(200):
+                running = 0
+                for rep in replicas:
+                    async with s.post(rep + "/v1/kvpool/lookup", json={"prompt": "x"}) as lk:
+                        out = await lk.json()
+                        running += out["num_running"] + out["num_waiting"]
+                if running == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert running == 0
+            assert await generated(s) - before < 250  # aborted, not run to max_tokens

@@ -1,0 +1,71 @@
+"""POST /v1/kvpool/lookup on the real server: its counts match what the next request reports as
+cached_tokens, for text, token-id and chat prompts; the salt keeps tenants apart; bad bodies
+get OpenAI error JSON."""
+
+import aiohttp
+
+PROMPT = "the quick brown fox jumps over the lazy dog, " * 3  # ~135 byte tokens: 8 blocks
+
+
+async def post(url, body):
+    async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
+        return r.status, await r.json()
+
+
+async def lookup(srv, body):
+    status, out = await post(srv.v1 + "/kvpool/lookup", body)
+    assert status == 200, out
+    return out
+
+
+async def cached(srv, path, body):
+    status, out = await post(srv.v1 + path, {**body, "max_tokens": 1, "temperature": 0})
+    assert status == 200, out
+    return out["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+async def test_lookup_predicts_cached_tokens_for_text_prompts(srv):
+    body = {"prompt": PROMPT}
+    first = await lookup(srv, body)
+    assert first["device_hit_tokens"] == 0 and first["block_size"] == 16
+    assert first["num_running"] == 0 and first["num_waiting"] == 0
+    assert first["free_device_blocks"] == srv.free()
+    assert await cached(srv, "/completions", body) == 0
+    again = await lookup(srv, body)
+    assert again["device_hit_tokens"] > 0 and again["host_hit_tokens"] == 0
+    assert await cached(srv, "/completions", body) == again["device_hit_tokens"]
+    # another tenant's salt hashes differently: nothing to hit
+    salted = await lookup(srv, {**body, "cache_salt": "tenant-b"})
+    assert salted["device_hit_tokens"] == 0
+    assert await cached(srv, "/completions", {**body, "cache_salt": "tenant-b"}) == 0
+
+
+async def test_lookup_of_token_ids_and_chat_matches(srv):
+    ids = list(range(3, 3 + 70))
+    assert (await lookup(srv, {"prompt_token_ids": ids}))["device_hit_tokens"] == 0
+    assert await cached(srv, "/completions", {"prompt": ids}) == 0
+    hit = (await lookup(srv, {"prompt_token_ids": ids}))["device_hit_tokens"]
+    assert hit == 64  # 70 tokens: 4 full blocks, all cached, the 5th is partial
+    assert await cached(srv, "/completions", {"prompt": ids}) == hit
+    chat = {"messages": [{"role": "user", "content": PROMPT}]}
+    await cached(srv, "/chat/completions", chat)
+    hit = (await lookup(srv, chat))["device_hit_tokens"]
+    assert hit > 0 and await cached(srv, "/chat/completions", chat) == hit
+
+
+async def test_lookup_leaves_the_pool_as_it_was(srv):
+    await cached(srv, "/completions", {"prompt": PROMPT})
+    before = srv.engine.snapshot().manager.device
+    for _ in range(3):
+        await lookup(srv, {"prompt": PROMPT})
+    after = srv.engine.snapshot().manager.device
+    assert (after.num_free, after.num_cached) == (before.num_free, before.num_cached)
+
+
+async def test_lookup_bad_bodies_are_openai_errors(srv):
+    for body, param in (({"prompt": 5}, "prompt"), ({"messages": "hi"}, "messages"),
+                        ({"prompt": "x", "cache_salt": ""}, "cache_salt")):
+        status, out = await post(srv.v1 + "/kvpool/lookup", body)
+        assert status == 400, out
+        assert set(out["error"]) == {"message", "type", "param", "code"}
+        assert out["error"]["param"] == param
