@@ -28,6 +28,7 @@ import aiohttp
 from stress.http_client import Outcome, RequestRunner
 from stress.metrics import MetricsScrape, scrape, wait_drained
 from stress.report import Progress, StressReport, percentile
+from stress.slowloris import loris_limit, run_slowloris, slowloris_figures
 from stress.workload import Workload, WorkloadConfig
 
 __all__ = ["HttpConfig", "HttpStress", "check_loopback"]
@@ -68,6 +69,7 @@ class HttpConfig:
     drain_timeout: float = 30.0
     request_timeout: float = 120.0
     progress: bool = True
+    slowloris: int = 0  # raw connections that trickle a head and never finish it (slowloris.py)
 
 
 class HttpStress:
@@ -76,6 +78,8 @@ class HttpStress:
     def __init__(self, config: HttpConfig) -> None:
         if config.clients < 1:
             raise ValueError("--clients must be >= 1")
+        if config.slowloris < 0:
+            raise ValueError("--slowloris must be >= 0")
         if config.url is not None:
             config = _replace(config, url=check_loopback(config.url))
             if config.faults:
@@ -174,6 +178,9 @@ class HttpStress:
             stop = asyncio.Event()
             sampler = asyncio.create_task(self._sampler(session, url, t0, stop))
             injector = asyncio.create_task(self._inject(stop)) if self.faults else None
+            loris = (asyncio.create_task(run_slowloris(url, c.slowloris,
+                                                       limit=self._loris_limit()))
+                     if c.slowloris else None)
             rng = random.Random(c.seed + 1)
             clients = [self._client(runner, random.Random(rng.randrange(2**32)), t0, stop)
                        for _ in range(c.clients)]
@@ -184,6 +191,8 @@ class HttpStress:
             if injector is not None:
                 await injector
                 self.faults.clear()
+            if loris is not None:  # each ends by the server's close or by its limit
+                self._loris_figures(await loris)
             try:
                 m1, drain_s = await wait_drained(session, url, c.drain_timeout)
             except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError) as e:
@@ -278,6 +287,26 @@ class HttpStress:
             f"busy {cats['busy']} p99 {p99 * 1000 if p99 else 0:.0f}ms "
             f"dev {usage[-1][1]:4.0%}")
 
+    # ---------------------------------------------------------------- slowloris
+    def _loris_limit(self) -> float:
+        """The server's header / keep-alive timeouts (its defaults unless --server-arg set
+        them) plus a margin: a slowloris open longer than this fails the run."""
+        from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, \
+            DEFAULT_KEEP_ALIVE_TIMEOUT
+
+        given = _flag_values(self.cfg.server_args) if self.cfg.url is None else {}
+        return loris_limit(float(given.get("--header-timeout", DEFAULT_HEADER_TIMEOUT)),
+                           float(given.get("--keep-alive-timeout", DEFAULT_KEEP_ALIVE_TIMEOUT)))
+
+    def _loris_figures(self, results) -> None:
+        rep = self.report
+        for k, v in slowloris_figures(results, self._loris_limit()).items():
+            rep.set(k, v, must_be_zero=k in ("slowloris_open_past_limit",
+                                              "slowloris_connect_errors"))
+        if self.cfg.url is not None:
+            rep.note("external server: the slowloris limit assumes kvpool serve's default "
+                     "--header-timeout / --keep-alive-timeout")
+
     # ---------------------------------------------------------------- verdict
     def _greedy(self) -> tuple[int, int, list[str]]:
         checked = mismatched = 0
@@ -366,6 +395,11 @@ class HttpStress:
         rep.set("greedy_mismatch_details", details)
         rep.set("greedy_all_matched", mismatched == 0, must_be_true=True)
         rep.set("server_healthy_after", healthy, must_be_true=True)
+        if self.cfg.slowloris:  # what the server counted (kvpool_http_connections_rejected_total)
+            r1 = m1.by_label("kvpool_http_connections_rejected_total", "reason")
+            r0 = m0.by_label("kvpool_http_connections_rejected_total", "reason")
+            rep.set("server_connections_rejected",
+                    {k: int(v - r0.get(k, 0)) for k, v in r1.items()})
         if self.faults is not None:
             rep.set("fault_failed_requests", cats["fault"])
             for k, v in self.faults.figures().items():
@@ -376,6 +410,18 @@ class HttpStress:
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
+
+
+def _flag_values(args: tuple[str, ...]) -> dict[str, str]:
+    """``("--a", "1", "--b=2")`` -> ``{"--a": "1", "--b": "2"}`` (the last one wins)."""
+    out: dict[str, str] = {}
+    for i, a in enumerate(args):
+        if "=" in a and a.startswith("--"):
+            k, _, v = a.partition("=")
+            out[k] = v
+        elif a.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out[a] = args[i + 1]
+    return out
 
 
 def _replace(cfg: HttpConfig, **changes) -> HttpConfig:
