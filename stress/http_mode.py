@@ -28,7 +28,8 @@ import aiohttp
 from stress.http_client import Outcome, RequestRunner
 from stress.metrics import MetricsScrape, scrape, wait_drained
 from stress.report import Progress, StressReport, percentile
-from stress.slowloris import loris_limit, run_slowloris, slowloris_figures
+from stress.slowloris import SLOWLORIS_MUST_BE_ZERO, limit_for_serve_args, run_slowloris, \
+    slowloris_figures
 from stress.workload import Workload, WorkloadConfig
 
 __all__ = ["HttpConfig", "HttpStress", "check_loopback"]
@@ -289,20 +290,13 @@ class HttpStress:
 
     # ---------------------------------------------------------------- slowloris
     def _loris_limit(self) -> float:
-        """The server's header / keep-alive timeouts (its defaults unless --server-arg set
-        them) plus a margin: a slowloris open longer than this fails the run."""
-        from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, \
-            DEFAULT_KEEP_ALIVE_TIMEOUT
-
-        given = _flag_values(self.cfg.server_args) if self.cfg.url is None else {}
-        return loris_limit(float(given.get("--header-timeout", DEFAULT_HEADER_TIMEOUT)),
-                           float(given.get("--keep-alive-timeout", DEFAULT_KEEP_ALIVE_TIMEOUT)))
+        """A slowloris open longer than this fails the run (slowloris.limit_for_serve_args)."""
+        return limit_for_serve_args(self.cfg.server_args if self.cfg.url is None else ())
 
     def _loris_figures(self, results) -> None:
         rep = self.report
         for k, v in slowloris_figures(results, self._loris_limit()).items():
-            rep.set(k, v, must_be_zero=k in ("slowloris_open_past_limit",
-                                              "slowloris_connect_errors"))
+            rep.set(k, v, must_be_zero=k in SLOWLORIS_MUST_BE_ZERO)
         if self.cfg.url is not None:
             rep.note("external server: the slowloris limit assumes kvpool serve's default "
                      "--header-timeout / --keep-alive-timeout")
@@ -410,18 +404,6 @@ class HttpStress:
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
-
-
-def _flag_values(args: tuple[str, ...]) -> dict[str, str]:
-    """``("--a", "1", "--b=2")`` -> ``{"--a": "1", "--b": "2"}`` (the last one wins)."""
-    out: dict[str, str] = {}
-    for i, a in enumerate(args):
-        if "=" in a and a.startswith("--"):
-            k, _, v = a.partition("=")
-            out[k] = v
-        elif a.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out[a] = args[i + 1]
-    return out
 
 
 def _replace(cfg: HttpConfig, **changes) -> HttpConfig:

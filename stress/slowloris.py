@@ -21,9 +21,10 @@ from urllib.parse import urlsplit
 
 from stress.report import percentile
 
-__all__ = ["LorisResult", "SLOWLORIS_MARGIN", "loris_limit", "run_slowloris",
-           "slowloris_figures", "wait_closed"]
+__all__ = ["LorisResult", "SLOWLORIS_MARGIN", "SLOWLORIS_MUST_BE_ZERO", "flag_values",
+           "limit_for_serve_args", "loris_limit", "run_slowloris", "slowloris_figures", "wait_closed"]
 
+SLOWLORIS_MUST_BE_ZERO = ("slowloris_open_past_limit", "slowloris_connect_errors")
 SLOWLORIS_MARGIN = 5.0  # seconds past the server's timeout before a connection counts as open
 SLOWLORIS_INTERVAL = 1.0  # seconds between two trickled bytes
 LORIS_HEAD = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slowloris: "
@@ -44,6 +45,28 @@ def loris_limit(header_timeout: float, keep_alive_timeout: float,
     keep-alive timer also runs while a head arrives), plus ``margin``; 0 means off."""
     timers = [t for t in (header_timeout, keep_alive_timeout) if t > 0]
     return (min(timers) if timers else 0.0) + margin
+
+
+def flag_values(args: Sequence[str]) -> dict[str, str]:
+    """``("--a", "1", "--b=2")`` -> ``{"--a": "1", "--b": "2"}`` (the last one wins)."""
+    out: dict[str, str] = {}
+    for i, a in enumerate(args):
+        if a.startswith("--") and "=" in a:
+            k, _, v = a.partition("=")
+            out[k] = v
+        elif a.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out[a] = args[i + 1]
+    return out
+
+
+def limit_for_serve_args(serve_args: Sequence[str]) -> float:
+    """:func:`loris_limit` for a ``kvpool serve`` started with ``serve_args`` (its default
+    timeouts unless they name --header-timeout / --keep-alive-timeout)."""
+    from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT
+
+    given = flag_values(serve_args)
+    return loris_limit(float(given.get("--header-timeout", DEFAULT_HEADER_TIMEOUT)),
+                       float(given.get("--keep-alive-timeout", DEFAULT_KEEP_ALIVE_TIMEOUT)))
 
 
 async def wait_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

@@ -6,16 +6,15 @@ vacuous)."""
 from __future__ import annotations
 
 from stress import cli
-from stress.http_mode import _flag_values
 from stress.report import StressReport
-from stress.slowloris import SLOWLORIS_MARGIN, loris_limit, run_slowloris, slowloris_figures
+from stress.slowloris import SLOWLORIS_MARGIN, SLOWLORIS_MUST_BE_ZERO, flag_values, \
+    limit_for_serve_args, loris_limit, run_slowloris, slowloris_figures
 
 
 def verdict(figures: dict) -> StressReport:
     rep = StressReport("http", {})
     for k, v in figures.items():
-        rep.set(k, v, must_be_zero=k in ("slowloris_open_past_limit",
-                                          "slowloris_connect_errors"))
+        rep.set(k, v, must_be_zero=k in SLOWLORIS_MUST_BE_ZERO)
     return rep
 
 
@@ -47,8 +46,10 @@ def test_limit_and_flags():
     assert loris_limit(10, 15) == 10 + SLOWLORIS_MARGIN
     assert loris_limit(0, 15) == 15 + SLOWLORIS_MARGIN  # aiohttp's keep-alive timer closes it
     assert loris_limit(0, 0) == SLOWLORIS_MARGIN  # no timer: any loris outlives the limit
-    assert _flag_values(("--header-timeout", "2", "--keep-alive-timeout=4", "--no-x")) == {
+    assert flag_values(("--header-timeout", "2", "--keep-alive-timeout=4", "--no-x")) == {
         "--header-timeout": "2", "--keep-alive-timeout": "4"}
+    assert limit_for_serve_args(("--header-timeout", "2")) == 2 + SLOWLORIS_MARGIN
+    assert limit_for_serve_args(()) == 10 + SLOWLORIS_MARGIN  # kvpool serve's defaults
     args = cli.build_parser().parse_args(["http", "--slowloris", "50"])
     assert args.slowloris == 50
     assert cli.build_parser().parse_args(["http"]).slowloris == 0
