@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 from stress.report import percentile
 
 __all__ = ["LorisResult", "SLOWLORIS_MARGIN", "SLOWLORIS_MUST_BE_ZERO", "flag_values",
-           "limit_for_serve_args", "loris_limit", "run_slowloris", "slowloris_figures", "wait_closed"]
+           "limit_for_serve_args", "loris_limit", "run_slowloris", "slowloris_figures",
+           "wait_closed"]
 
 SLOWLORIS_MUST_BE_ZERO = ("slowloris_open_past_limit", "slowloris_connect_errors")
 SLOWLORIS_MARGIN = 5.0  # seconds past the server's timeout before a connection counts as open
