@@ -105,6 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                       help="the started server checks invariants every N steps (default 4)")
     http.add_argument("--drain-timeout", type=_positive(float), default=30.0,
                       help="seconds to wait for the server to drain (default 30)")
+    http.add_argument("--slowloris", type=int, default=0, metavar="N",
+                      help="also hold N connections that trickle a request head (a byte a "
+                           "second) and never finish it; the run fails if one outlives the "
+                           "server's header timeout + 5 s (default 0)")
     http.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
                       help="extra `kvpool serve` flag for the started server (repeatable; "
                            "use --server-arg=--flag)")
@@ -140,7 +144,7 @@ def _run_http(args: argparse.Namespace):
         num_host_blocks=args.num_host_blocks, max_num_seqs=args.max_num_seqs,
         invariant_check_interval=args.invariant_check_interval,
         server_args=tuple(args.server_arg), drain_timeout=args.drain_timeout,
-        progress=not args.quiet)).run()
+        progress=not args.quiet, slowloris=args.slowloris)).run()
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ __all__ = ["HostileCase", "hostile_cases"]
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
 JSON_HEADERS = {"Content-Type": "application/json"}
+OVERSIZED = 20_000  # bytes of one header value / of the URL: over aiohttp's 8190-byte limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,12 @@ def hostile_cases(max_body_bytes: int = 4 * 1024 * 1024) -> list[HostileCase]:
         HostileCase("corrupt_gzip_body", COMPLETIONS,
                     _raw(b"\x1f\x8b\x08\x00" + b"not really gzip" * 8), bad,
                     headers={**JSON_HEADERS, "Content-Encoding": "gzip"}),
+        # issue 12 item 9: aiohttp's own parser errors are OpenAI error JSON too (answered by
+        # the guarded listener, kvpool/server/connections.py), never plain text + a traceback
+        HostileCase("header_oversized", COMPLETIONS, _completion(), frozenset({400, 431}),
+                    headers={**JSON_HEADERS, "X-Oversized": "a" * OVERSIZED}, weight=0.2),
+        HostileCase("url_oversized", COMPLETIONS + "?q=" + "u" * OVERSIZED, _completion(),
+                    frozenset({400, 414}), weight=0.2),
         HostileCase("unknown_fields", COMPLETIONS,
                     _completion(zz_unknown={"a": [1, 2, 3]}, __proto__={"admin": True},
                                 constructor=1), bad),

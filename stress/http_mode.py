@@ -28,6 +28,8 @@ import aiohttp
 from stress.http_client import Outcome, RequestRunner
 from stress.metrics import MetricsScrape, scrape, wait_drained
 from stress.report import Progress, StressReport, percentile
+from stress.slowloris import SLOWLORIS_MUST_BE_ZERO, limit_for_serve_args, run_slowloris, \
+    slowloris_figures
 from stress.workload import Workload, WorkloadConfig
 
 __all__ = ["HttpConfig", "HttpStress", "check_loopback"]
@@ -71,6 +73,7 @@ class HttpConfig:
     drain_timeout: float = 30.0
     request_timeout: float = 120.0
     progress: bool = True
+    slowloris: int = 0  # raw connections that trickle a head and never finish it (slowloris.py)
 
 
 class HttpStress:
@@ -79,6 +82,8 @@ class HttpStress:
     def __init__(self, config: HttpConfig) -> None:
         if config.clients < 1:
             raise ValueError("--clients must be >= 1")
+        if config.slowloris < 0:
+            raise ValueError("--slowloris must be >= 0")
         if config.url is not None:
             config = _replace(config, url=check_loopback(config.url))
             if config.faults:
@@ -183,6 +188,9 @@ class HttpStress:
             stop = asyncio.Event()
             sampler = asyncio.create_task(self._sampler(session, url, t0, stop))
             injector = asyncio.create_task(self._inject(stop)) if self.faults else None
+            loris = (asyncio.create_task(run_slowloris(url, c.slowloris,
+                                                       limit=self._loris_limit()))
+                     if c.slowloris else None)
             rng = random.Random(c.seed + 1)
             clients = [self._client(runner, random.Random(rng.randrange(2**32)), t0, stop)
                        for _ in range(c.clients)]
@@ -193,6 +201,8 @@ class HttpStress:
             if injector is not None:
                 await injector
                 self.faults.clear()
+            if loris is not None:  # each ends by the server's close or by its limit
+                self._loris_figures(await loris)
             try:
                 m1, drain_s = await wait_drained(session, url, c.drain_timeout)
             except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError) as e:
@@ -287,6 +297,19 @@ class HttpStress:
             f"busy {cats['busy']} p99 {p99 * 1000 if p99 else 0:.0f}ms "
             f"dev {usage[-1][1]:4.0%}")
 
+    # ---------------------------------------------------------------- slowloris
+    def _loris_limit(self) -> float:
+        """A slowloris open longer than this fails the run (slowloris.limit_for_serve_args)."""
+        return limit_for_serve_args(self.cfg.server_args if self.cfg.url is None else ())
+
+    def _loris_figures(self, results) -> None:
+        rep = self.report
+        for k, v in slowloris_figures(results, self._loris_limit()).items():
+            rep.set(k, v, must_be_zero=k in SLOWLORIS_MUST_BE_ZERO)
+        if self.cfg.url is not None:
+            rep.note("external server: the slowloris limit assumes kvpool serve's default "
+                     "--header-timeout / --keep-alive-timeout")
+
     # ---------------------------------------------------------------- verdict
     def _greedy(self) -> tuple[int, int, list[str]]:
         checked = mismatched = 0
@@ -375,6 +398,11 @@ class HttpStress:
         rep.set("greedy_mismatch_details", details)
         rep.set("greedy_all_matched", mismatched == 0, must_be_true=True)
         rep.set("server_healthy_after", healthy, must_be_true=True)
+        if self.cfg.slowloris:  # what the server counted (kvpool_http_connections_rejected_total)
+            r1 = m1.by_label("kvpool_http_connections_rejected_total", "reason")
+            r0 = m0.by_label("kvpool_http_connections_rejected_total", "reason")
+            rep.set("server_connections_rejected",
+                    {k: int(v - r0.get(k, 0)) for k, v in r1.items()})
         if self.faults is not None:
             rep.set("fault_failed_requests", cats["fault"])
             for k, v in self.faults.figures().items():

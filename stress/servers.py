@@ -6,7 +6,10 @@
   killed only if it does not exit in time.
 - :class:`InProcessServer`: the real app on an aiohttp AppRunner in a background thread with its
   own event loop, for tests and fault injection (the engine object is reachable: its
-  FaultInjector, its ``step_fault_hook``, its block manager).
+  FaultInjector, its ``step_fault_hook``, its block manager). It listens through
+  ``kvpool.server.connections.start_listener``, as ``kvpool serve`` does, so the harness and
+  the hostile tables exercise the guarded edge (connection cap, header and keep-alive
+  timeouts, JSON for aiohttp's own 400s), not a bare ``web.TCPSite``.
 
 Both expose ``url`` and are context managers; every start has a timeout, every stop is bounded.
 """
@@ -26,6 +29,9 @@ from typing import Any
 from aiohttp import web
 
 from kvpool.runtime.engine_config import EngineConfig
+from kvpool.server.app import METRICS_KEY
+from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT, \
+    ConnectionLimiter, default_max_connections, start_listener
 
 __all__ = ["InProcessServer", "SpawnedServer", "ROOT"]
 
@@ -114,7 +120,10 @@ class InProcessServer:
     def __init__(self, config: EngineConfig, *, api_key: str | None = None,
                  max_body_bytes: int = 1 << 20, tenant_block_quota: int | None = None,
                  invariant_check_interval: int = 0, fault_injector: Any = None,
-                 shutdown_timeout: float = 10.0, startup_timeout: float = 90.0) -> None:
+                 shutdown_timeout: float = 10.0, startup_timeout: float = 90.0,
+                 header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+                 keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
+                 max_connections: int | None = None) -> None:
         self.config = config
         self.app_kwargs = dict(api_key=api_key, max_body_bytes=max_body_bytes,
                                tenant_block_quota=tenant_block_quota,
@@ -123,6 +132,10 @@ class InProcessServer:
         self.fault_injector = fault_injector
         self.shutdown_timeout = shutdown_timeout
         self.startup_timeout = startup_timeout
+        self.header_timeout = header_timeout
+        self.keep_alive_timeout = keep_alive_timeout
+        # counters owned by the server's loop thread: read them through run_on_loop
+        self.limiter = ConnectionLimiter(max_connections or default_max_connections())
         self.engine: Any = None
         self.app: web.Application | None = None
         self.url: str | None = None
@@ -157,17 +170,22 @@ class InProcessServer:
         self.engine = AsyncEngine(self.config, fault_injector=self.fault_injector)
         self.engine.invariant_check_interval = self.invariant_check_interval
         self.app = build_app(self.engine, **self.app_kwargs)
+        self.app[METRICS_KEY].add_source(self.limiter.families)
         runner = web.AppRunner(self.app, handler_cancellation=True,
                                shutdown_timeout=self.shutdown_timeout, access_log=None)
         await runner.setup()
+        listener: asyncio.AbstractServer | None = None
         try:
-            site = web.TCPSite(runner, LOOPBACK, 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            listener = await start_listener(
+                runner, LOOPBACK, 0, limiter=self.limiter, header_timeout=self.header_timeout,
+                keep_alive_timeout=self.keep_alive_timeout)
+            port = listener.sockets[0].getsockname()[1]
             self.url = f"http://{LOOPBACK}:{port}"
             self._ready.set()
             await self._stop.wait()
         finally:
+            if listener is not None:
+                listener.close()  # NOTE(order): start_listener's contract: before cleanup
             await runner.cleanup()  # drain, abort the rest, engine.shutdown
 
     def stop(self, timeout: float = 60.0) -> None:

@@ -138,7 +138,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception as exc:  # noqa: BLE001 - the edge: everything is answered in JSON
         if request.get(STREAM_STARTED, False):
             raise  # NOTE(sse): headers already sent; the stream handler owns late errors
-        return to_api_error(exc, request).response()
+        resp = to_api_error(exc, request).response()
+        if isinstance(exc, web.RequestPayloadError):
+            # NOTE(close): the rest of an unreadable body cannot be skipped, so aiohttp drops
+            # the connection after this answer; say so, or a keep-alive client sends its next
+            # request into a closing socket (a reset, not an answer)
+            resp.force_close()
+        return resp
     return response
 
 

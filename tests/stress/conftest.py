@@ -50,7 +50,8 @@ def assert_clean(engine: Any) -> None:
 @contextlib.contextmanager
 def running_server(**overrides: Any) -> Iterator[InProcessServer]:
     app_keys = ("api_key", "max_body_bytes", "tenant_block_quota", "fault_injector",
-                "invariant_check_interval")
+                "invariant_check_interval", "header_timeout", "keep_alive_timeout",
+                "max_connections")
     app_kw = {k: overrides.pop(k) for k in app_keys if k in overrides}
     app_kw.setdefault("invariant_check_interval", 1)
     app_kw.setdefault("max_body_bytes", 64 * 1024)

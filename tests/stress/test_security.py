@@ -240,8 +240,11 @@ async def test_bounds_enforced_at_the_limit(make_server):
 async def test_hostile_table_each_gets_its_answer_and_the_server_keeps_serving(make_server):
     limit = 64 * 1024
     with make_server(max_body_bytes=limit) as srv:
-        for case in hostile_cases(limit):
-            async with aiohttp.ClientSession() as s:
+        # one keep-alive connection for everything, as a pooled client has: an answer after
+        # which the server closes must say "Connection: close", or the next request fails
+        conn = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(connector=conn) as s:
+            for case in hostile_cases(limit):
                 async with s.request(case.method, srv.url + case.path, data=case.body(),
                                      headers=case.headers) as r:
                     raw = await r.read()
@@ -251,8 +254,9 @@ async def test_hostile_table_each_gets_its_answer_and_the_server_keeps_serving(m
                         assert err["message"] and set(err) == {"message", "type", "param",
                                                                "code"}, case.name
                         assert r.headers["Content-Type"].startswith("application/json")
-            status, resp = await post(srv.url + "/v1/completions", NORMAL)
-            assert status == 200, f"normal request failed after {case.name}: {resp}"
+                async with s.post(srv.url + "/v1/completions", json=NORMAL) as r:
+                    raw = await r.read()
+                    assert r.status == 200, f"normal request failed after {case.name}: {raw!r}"
         assert srv.engine.is_healthy()
 
 
