@@ -6,7 +6,7 @@
   killed only if it does not exit in time.
 - :class:`InProcessServer`: the real app on an aiohttp AppRunner in a background thread with its
   own event loop, for tests and fault injection (the engine object is reachable: its
-  FaultInjector, its ``step_fault_hook``, its block manager).
+  fault plan, its block manager).
 
 Both expose ``url`` and are context managers; every start has a timeout, every stop is bounded.
 """
@@ -113,14 +113,14 @@ class InProcessServer:
 
     def __init__(self, config: EngineConfig, *, api_key: str | None = None,
                  max_body_bytes: int = 1 << 20, tenant_block_quota: int | None = None,
-                 invariant_check_interval: int = 0, fault_injector: Any = None,
+                 invariant_check_interval: int = 0, faults: Any = None,
                  shutdown_timeout: float = 10.0, startup_timeout: float = 90.0) -> None:
         self.config = config
         self.app_kwargs = dict(api_key=api_key, max_body_bytes=max_body_bytes,
                                tenant_block_quota=tenant_block_quota,
                                engine_shutdown_timeout=shutdown_timeout)
         self.invariant_check_interval = invariant_check_interval
-        self.fault_injector = fault_injector
+        self.faults = faults  # a FaultPlan for the engine (None: no faults)
         self.shutdown_timeout = shutdown_timeout
         self.startup_timeout = startup_timeout
         self.engine: Any = None
@@ -154,7 +154,7 @@ class InProcessServer:
 
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self.engine = AsyncEngine(self.config, fault_injector=self.fault_injector)
+        self.engine = AsyncEngine(self.config, faults=self.faults)
         self.engine.invariant_check_interval = self.invariant_check_interval
         self.app = build_app(self.engine, **self.app_kwargs)
         runner = web.AppRunner(self.app, handler_cancellation=True,
