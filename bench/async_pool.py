@@ -26,9 +26,10 @@ import time
 
 from bench.common import (add_timing_args, alternate, machine, print_stats, put, put_runs,
                           ratio_stat, timing_from_args, timing_info, write_json)
+from bench.lock_fronts import PerCallLockFront
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
-from kvpool.runtime.async_front import AsyncManagerFront, PerCallLockFront
+from kvpool.runtime.async_front import AsyncManagerFront
 
 
 def _step_thread(mgr: BlockSpaceManager, stop: threading.Event, duty: float,

@@ -10,7 +10,7 @@ Modules::
     http_client.py  RequestRunner: one request (JSON / SSE / disconnect / slow) -> Outcome
     workload.py     Workload: the seeded request mix, tenants, greedy probes
     hostile.py      the hostile-input table and the answers it must get
-    faults.py       FaultDriver / StepFaults: copy and step fault injection (test only)
+    faults.py       InjectedFaults (a FaultPlan) / FaultDriver: copy and step faults (test only)
     servers.py      SpawnedServer (subprocess) / InProcessServer (thread), loopback only
     metrics.py      /metrics scrapes and the figures read from them
     report.py       StressReport (JSON, PNG, verdict) and the live Progress line

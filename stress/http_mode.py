@@ -126,17 +126,16 @@ class HttpStress:
         if c.url is not None:
             return c.url
         if c.faults:
-            from kvpool.runtime.copy_engine import FaultInjector
+            from stress.faults import FaultDriver, InjectedFaults
 
+            plan = InjectedFaults()
             self.server = InProcessServer(
                 self._engine_config(), api_key=c.api_key, max_body_bytes=c.max_body_bytes,
                 tenant_block_quota=c.tenant_block_quota,
                 invariant_check_interval=c.invariant_check_interval,
-                fault_injector=FaultInjector())
+                faults=plan)
             url = self.server.start()
-            from stress.faults import FaultDriver
-
-            self.faults = FaultDriver(self.server.engine, seed=c.seed)
+            self.faults = FaultDriver(plan, seed=c.seed)
             return url
         args = ["--num-device-blocks", str(c.num_device_blocks),
                 "--num-host-blocks", str(c.num_host_blocks),
@@ -162,7 +161,7 @@ class HttpStress:
             self.report.set("server_exit_code", code, must_be_zero=True)
         else:
             if self.faults is not None:
-                self.faults.detach()
+                self.faults.clear()
             self.server.stop()
 
     # ---------------------------------------------------------------- run

@@ -6,7 +6,7 @@
   killed only if it does not exit in time.
 - :class:`InProcessServer`: the real app on an aiohttp AppRunner in a background thread with its
   own event loop, for tests and fault injection (the engine object is reachable: its
-  FaultInjector, its ``step_fault_hook``, its block manager). It listens through
+  fault plan, its block manager). It listens through
   ``kvpool.server.connections.start_listener``, as ``kvpool serve`` does, so the harness and
   the hostile tables exercise the guarded edge (connection cap, header and keep-alive
   timeouts, JSON for aiohttp's own 400s), not a bare ``web.TCPSite``.
@@ -119,7 +119,7 @@ class InProcessServer:
 
     def __init__(self, config: EngineConfig, *, api_key: str | None = None,
                  max_body_bytes: int = 1 << 20, tenant_block_quota: int | None = None,
-                 invariant_check_interval: int = 0, fault_injector: Any = None,
+                 invariant_check_interval: int = 0, faults: Any = None,
                  shutdown_timeout: float = 10.0, startup_timeout: float = 90.0,
                  header_timeout: float = DEFAULT_HEADER_TIMEOUT,
                  keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
@@ -129,7 +129,7 @@ class InProcessServer:
                                tenant_block_quota=tenant_block_quota,
                                engine_shutdown_timeout=shutdown_timeout)
         self.invariant_check_interval = invariant_check_interval
-        self.fault_injector = fault_injector
+        self.faults = faults  # a FaultPlan for the engine (None: no faults)
         self.shutdown_timeout = shutdown_timeout
         self.startup_timeout = startup_timeout
         self.header_timeout = header_timeout
@@ -167,7 +167,7 @@ class InProcessServer:
 
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self.engine = AsyncEngine(self.config, fault_injector=self.fault_injector)
+        self.engine = AsyncEngine(self.config, faults=self.faults)
         self.engine.invariant_check_interval = self.invariant_check_interval
         self.app = build_app(self.engine, **self.app_kwargs)
         self.app[METRICS_KEY].add_source(self.limiter.families)

@@ -40,7 +40,6 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         self._cached: dict[bytes, int] = {}
         # NOTE(verify): token ids per cached block, only when hit verification is on.
         self._tokens: dict[int, tuple[int, ...]] | None = {} if verify_hits else None
-        self.hash_mismatches = 0  # hash hits whose token ids differed (verify_hits only)
 
     # ---------------------------------------------------------------- capacity
     @property
@@ -128,8 +127,7 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         b = self._cached.get(h)
         if b is not None and self._tokens is not None and tokens is not None:
             if self._tokens.get(b) != tuple(tokens):
-                self.hash_mismatches += 1
-                return None
+                return None  # a hash collision (or a forged hash): a miss, never wrong bytes
         return b
 
     def _acquire(self, b: int, k: int = 1) -> None:

@@ -107,8 +107,7 @@ class _SnapshotCollector(Collector):
              "evictable).", tiers, [(("device",), dev.num_cached), (("host",), host.num_cached)]),
             ("kvpool_fragmentation_ratio", g, "Internal: unused slots of used blocks; external: "
              "1 - largest free run / free blocks.", ("tier", "kind"),
-             [(("device", "internal"), frag.internal), (("device", "external"), frag.external),
-              (("host", "external"), s.host_external_fragmentation)]),
+             [(("device", "internal"), frag.internal), (("device", "external"), frag.external)]),
             ("kvpool_swap_blocks_total", c, "Blocks swapped.", ("direction",),
              [(("out",), m.swap_out_blocks), (("in",), m.swap_in_blocks)]),
             ("kvpool_swap_bytes_total", c, "Bytes swapped.", ("direction",),

@@ -19,7 +19,6 @@ class MetricsSnapshot:
 
     manager: ManagerStats  # pools, prefix-cache, swap and copy counters
     fragmentation: FragmentationStats  # device pool, internal and external
-    host_external_fragmentation: float = 0.0  # host pool free-id scatter
     requests: Mapping[str, int] = field(default_factory=dict)  # state -> count
     preemptions: Mapping[str, int] = field(default_factory=dict)  # mode -> total
     evictions: Mapping[str, int] = field(default_factory=dict)  # reason -> total (blocks)

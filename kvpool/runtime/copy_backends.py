@@ -4,8 +4,8 @@ The engine owns ordering, bookkeeping and threads; a backend only executes one b
 ``(src, dst)`` block pairs between two pools and returns when the bytes are in place. The
 protocol (:class:`CopyBackend`) is what a CUDA-stream backend will implement later (launch on its
 own stream, then synchronize an event before returning, all on the engine's worker thread).
-Also here: :data:`COPY_KINDS` (kind -> source and destination pool) and the test-only
-:class:`FaultInjector` the engine consults before each batch (both re-exported by copy_engine).
+Also here: :data:`COPY_KINDS` (kind -> source and destination pool; re-exported by
+copy_engine).
 
 Semantics of one batch, whatever the backend (:func:`plan_copies` enforces them):
 
@@ -39,16 +39,13 @@ running its share of the runs: one thread moves ~6 GB/s here while a contiguous 
 from __future__ import annotations
 
 import os
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Mapping, NamedTuple, Protocol, Sequence
 
 import torch
 
-__all__ = ["COPY_KINDS", "CopyBackend", "CopyPlan", "CopyRun", "FaultInjector", "TorchCopyBackend",
+__all__ = ["COPY_KINDS", "CopyBackend", "CopyPlan", "CopyRun", "TorchCopyBackend",
            "check_destinations", "plan_copies"]
 
 
@@ -263,54 +260,3 @@ class TorchCopyBackend:
             self._helpers = None
         self._views.clear()
         self._pools.clear()
-
-
-@dataclass(slots=True)
-class _Fault:
-    kind: str | None  # None matches every kind
-    block: int | None  # matches a batch whose pairs mention this id (src or dst); None: any
-    delay: float  # seconds to sleep before the copy (busy blocks stay busy meanwhile)
-    fail: bool  # raise instead of copying
-    times: int | None  # batches left to affect; None = forever
-
-
-@dataclass(slots=True)
-class FaultInjector:
-    """Test-only failures and delays, consulted by the worker before each batch.
-
-    Off unless passed to ``CopyEngine(fault_injector=FaultInjector())``; rules are added with
-    :meth:`add` (or :meth:`CopyEngine.inject_fault`) from any thread.
-    """
-
-    rules: list[_Fault] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, kind: str | None = None, block: int | None = None, *, delay: float = 0.0,
-            fail: bool = True, times: int | None = 1) -> None:
-        if kind is not None and kind not in COPY_KINDS:
-            raise ValueError(f"unknown copy kind {kind!r}: use one of {', '.join(COPY_KINDS)}")
-        with self.lock:
-            self.rules.append(_Fault(kind, block, float(delay), bool(fail), times))
-
-    def clear(self) -> None:
-        with self.lock:
-            self.rules.clear()
-
-    def before_copy(self, kind: str, pairs: Sequence[tuple[int, int]]) -> None:
-        delay, fail = 0.0, None
-        with self.lock:
-            for rule in self.rules:
-                if rule.kind not in (None, kind):
-                    continue
-                if rule.block is not None and not any(rule.block in p for p in pairs):
-                    continue
-                delay += rule.delay
-                if rule.fail and fail is None:
-                    fail = rule
-                if rule.times is not None:
-                    rule.times -= 1
-            self.rules = [r for r in self.rules if r.times is None or r.times > 0]
-        if delay:
-            time.sleep(delay)
-        if fail is not None:
-            raise RuntimeError(f"injected copy fault (kind={fail.kind}, block={fail.block})")

@@ -6,9 +6,9 @@ Invariants:
   a later batch never overtakes an earlier one (so a swap-out's reads of a freed device block
   finish before a later batch, or a later step, may write it).
 - **Busy blocks**: a block is busy in its pool from ``submit`` until its handle is done
-  (success, failure or cancellation). ``busy_blocks(pool)`` is exactly the union of the source
-  and destination blocks of the pending handles. Compute must not read or write a busy block:
-  call :meth:`wait_step` (the handles of this step) or :meth:`wait_for_blocks` before a forward.
+  (success, failure or cancellation): exactly the source and destination blocks of the pending
+  handles. Compute must not read or write a busy block: call :meth:`wait_for_blocks` with the
+  blocks of the forward first.
 - **Failure isolation**: an exception inside a batch fails only its handle (``wait`` re-raises a
   :class:`~kvpool.errors.CopyError` chained to the cause); the worker keeps serving later batches.
   A failed batch's destination bytes are unspecified (some runs may have been copied).
@@ -17,8 +17,8 @@ Invariants:
 Threads::
 
     submitters (any thread)        worker thread "kvpool-copy"
-    submit() -> CopyHandle   ---->  deque (FIFO) -> fault hook -> backend.copy() -> finish handle
-    wait_step / wait_for_blocks <-- handle events (after counters, pending set, callbacks)
+    submit() -> CopyHandle   ---->  deque (FIFO) -> faults.before_copy -> backend.copy() -> finish
+    wait_for_blocks / wait  <-----  handle events (after counters, pending set, callbacks)
 
 Kinds and pools: ``swap_out`` device->host, ``swap_in`` host->device, ``cow`` and ``defrag``
 device->device. Pairs are ``(src, dst)`` block ids, as the block manager returns them.
@@ -38,10 +38,10 @@ import torch
 
 from kvpool.errors import CopyError, EngineError, InvalidBlockError
 from kvpool.runtime.copy_backends import (
-    COPY_KINDS, CopyBackend, FaultInjector, TorchCopyBackend, check_destinations)
+    COPY_KINDS, CopyBackend, TorchCopyBackend, check_destinations)
+from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 
-__all__ = ["COPY_KINDS", "CopyCancelledError", "CopyEngine", "CopyHandle", "CopyStats",
-           "FaultInjector"]
+__all__ = ["COPY_KINDS", "CopyCancelledError", "CopyEngine", "CopyHandle", "CopyStats"]
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +169,14 @@ class CopyEngine:
     bandwidth EMA. ``worker_nice`` > 0 raises the worker thread's nice value by that much
     (lower CPU priority; Linux only, best effort): on an oversubscribed CPU box compute then
     keeps more of its share while copies run in the gaps (a compute thread blocked in
-    ``wait_step`` sleeps, so the copies it needs still get the CPU); bench/copy.py reports
-    both. Use as a context manager or call :meth:`close`.
+    ``wait_for_blocks`` sleeps, so the copies it needs still get the CPU); bench/copy.py reports
+    both. ``faults`` (a :class:`~kvpool.runtime.faults.FaultPlan`, no faults by default) is
+    consulted before each batch. Use as a context manager or call :meth:`close`.
     """
 
     def __init__(self, device_kv: torch.Tensor, host_kv: torch.Tensor | None = None, *,
                  backend: CopyBackend | None = None,
-                 fault_injector: FaultInjector | None = None,
+                 faults: FaultPlan | None = None,
                  bandwidth_alpha: float = 0.2, worker_nice: int = 0,
                  name: str = "kvpool-copy") -> None:
         if host_kv is not None and tuple(host_kv.shape[1:]) != tuple(device_kv.shape[1:]):
@@ -192,7 +193,7 @@ class CopyEngine:
             if device_kv.shape[0] else 0
         self.backend: CopyBackend = backend if backend is not None else TorchCopyBackend()
         self.backend.attach(self._pools)
-        self.fault_injector = fault_injector
+        self._faults = faults if faults is not None else NO_FAULTS
         self._alpha = bandwidth_alpha
         self._nice = int(worker_nice)
         self._cond = threading.Condition()
@@ -256,35 +257,7 @@ class CopyEngine:
             self._cond.notify_all()
         return handle
 
-    def swap_out(self, pairs: Iterable[tuple[int, int]], **kw: Any) -> CopyHandle:
-        return self.submit("swap_out", pairs, **kw)
-
-    def swap_in(self, pairs: Iterable[tuple[int, int]], **kw: Any) -> CopyHandle:
-        return self.submit("swap_in", pairs, **kw)
-
-    def cow(self, pairs: Iterable[tuple[int, int]], **kw: Any) -> CopyHandle:
-        return self.submit("cow", pairs, **kw)
-
-    def defrag(self, pairs: Iterable[tuple[int, int]], **kw: Any) -> CopyHandle:
-        return self.submit("defrag", pairs, **kw)
-
     # ------------------------------------------------------------------ block safety
-    def busy_blocks(self, pool: str = "device") -> frozenset[int]:
-        """Blocks of ``pool`` ("device" or "host") read or written by a pending batch."""
-        if pool not in ("device", "host"):
-            raise ValueError(f"unknown pool {pool!r}: use 'device' or 'host'")
-        # NOTE(lazy-busy): derived from the pending handles on demand rather than kept as
-        # per-block counters: cheaper per batch (measured ~0.7 ms per 256-pair batch for the
-        # counters on the dev box), and busy_blocks is a rare, small query.
-        with self._cond:
-            handles = list(self._pending.values())
-        return frozenset().union(*(h.blocks(pool) for h in handles if not h.done()))
-
-    def pending(self) -> list[CopyHandle]:
-        """Handles not yet done, in FIFO order."""
-        with self._cond:
-            return sorted(self._pending.values(), key=lambda h: h.seq)
-
     def wait_for_blocks(self, block_ids: Iterable[int], pool: str = "device",
                         timeout: float | None = None) -> list[CopyHandle]:
         """Wait until every batch submitted *before this call* that touches ``block_ids`` of
@@ -295,14 +268,6 @@ class CopyEngine:
             hit = [h for h in self._pending.values() if not wanted.isdisjoint(h.blocks(pool))]
         return self._wait_all(sorted(hit, key=lambda h: h.seq), timeout)
 
-    def wait_step(self, handles: Iterable[CopyHandle | None],
-                  timeout: float | None = None) -> list[CopyHandle]:
-        """Before a forward: wait for this step's copy handles (``None`` entries are skipped) and
-        return the failed ones (never raises a copy failure; fail those requests). Raises
-        ``TimeoutError`` after ``timeout`` seconds in all."""
-        done = self._wait_all([h for h in handles if h is not None], timeout)
-        return [h for h in done if h._error is not None]
-
     def _wait_all(self, handles: list[CopyHandle], timeout: float | None) -> list[CopyHandle]:
         deadline = None if timeout is None else time.monotonic() + timeout
         for h in handles:
@@ -311,20 +276,7 @@ class CopyEngine:
                 raise TimeoutError(f"{h!r} not done after {timeout} s")
         return handles
 
-    def drain(self, timeout: float | None = None) -> None:
-        """Wait until everything submitted so far is done."""
-        self._wait_all(self.pending(), timeout)
-
-    # ------------------------------------------------------------------ faults / stats
-    def inject_fault(self, kind: str | None = None, block: int | None = None, *,
-                     delay: float = 0.0, fail: bool = True, times: int | None = 1) -> None:
-        """Test-only: make the next ``times`` matching batches sleep ``delay`` s and then fail
-        (``fail=True``) or copy normally. Needs ``CopyEngine(fault_injector=FaultInjector())``."""
-        if self.fault_injector is None:
-            raise EngineError("fault injection is off: build the engine with "
-                              "CopyEngine(..., fault_injector=FaultInjector())")
-        self.fault_injector.add(kind, block, delay=delay, fail=fail, times=times)
-
+    # ------------------------------------------------------------------ stats
     def bandwidth(self, kind: str | None = None) -> float:
         """EMA of measured bytes/s (of ``kind``, or of all batches); 0.0 before any copy."""
         with self._cond:
@@ -374,8 +326,7 @@ class CopyEngine:
         error: BaseException | None = None
         seconds: float | None = None
         try:
-            if self.fault_injector is not None:
-                self.fault_injector.before_copy(handle.kind, handle.pairs)
+            self._faults.before_copy(handle.kind, handle.pairs, handle.tag)
             t0 = time.perf_counter()
             self.backend.copy(src_pool, dst_pool, handle.pairs)  # validated by submit()
             seconds = time.perf_counter() - t0

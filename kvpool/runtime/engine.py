@@ -28,10 +28,11 @@ from collections.abc import AsyncIterator
 
 from kvpool.errors import EngineError, QueueFullError, RequestError
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
-from kvpool.runtime.copy_engine import FaultInjector
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.faults import FaultPlan
 from kvpool.runtime.model import SamplingParams
+from kvpool.runtime.ops import AbortRequest, AddRequest, EngineOp
 from kvpool.runtime.outputs import CompletionOutput, RequestOutput
 
 log = logging.getLogger(__name__)
@@ -82,17 +83,17 @@ class AsyncEngine:
     """Serve requests over the paged KV pool; see the module docstring for the threading."""
 
     def __init__(self, config: EngineConfig | None = None, *,
-                 fault_injector: FaultInjector | None = None) -> None:
+                 faults: FaultPlan | None = None) -> None:
         self.config = config or EngineConfig()
-        self.core = EngineCore(self.config, fault_injector=fault_injector)
+        self.core = EngineCore(self.config, faults=faults)
         self.metrics = KVPoolMetrics(self.snapshot)
         self.core.metrics = self.core.outputs.metrics = self.metrics
         self.model_name = self.core.model_name
         self.tokenizer = self.core.tokenizer
         self.max_model_len = self.core.max_model_len
         self._streams: dict[str, RequestStream] = {}
-        self._pending: list[tuple] = []  # ops queued during this loop iteration
-        self._inbox: deque[tuple] = deque()  # ops for the step thread
+        self._pending: list[EngineOp] = []  # ops queued during this loop iteration
+        self._inbox: deque[EngineOp] = deque()  # ops for the step thread
         self._wake = threading.Event()
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -187,7 +188,8 @@ class AsyncEngine:
             raise RequestError(f"request id {rid!r} is already in flight", "request_id")
         stream = RequestStream(self, rid, ids)
         self._streams[rid] = stream
-        self._queue_op(("add", rid, ids, params, cache_salt, priority, time.monotonic(), tenant))
+        self._queue_op(AddRequest(rid, ids, params, cache_salt, priority, time.monotonic(),
+                                  tenant))
         return stream
 
     async def abort(self, request_id: str) -> None:
@@ -195,9 +197,9 @@ class AsyncEngine:
 
     def abort_nowait(self, request_id: str) -> None:
         """Idempotent; applied by the step thread on its next pass."""
-        self._queue_op(("abort", request_id))
+        self._queue_op(AbortRequest(request_id))
 
-    def _queue_op(self, op: tuple) -> None:
+    def _queue_op(self, op: EngineOp) -> None:
         self._pending.append(op)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -236,15 +238,15 @@ class AsyncEngine:
         inbox = self._inbox
         while inbox:
             op = inbox.popleft()
-            if op[0] == "add":
-                _, rid, ids, params, salt, prio, arrival, tenant = op
+            if isinstance(op, AddRequest):
                 try:
-                    self.core.add_request(rid, ids, params, cache_salt=salt, priority=prio,
-                                          arrival=arrival, tenant=tenant)
+                    self.core.add_request(op.request_id, op.prompt_ids, op.params,
+                                          cache_salt=op.cache_salt, priority=op.priority,
+                                          arrival=op.arrival, tenant=op.tenant)
                 except Exception as e:  # noqa: BLE001 - the request fails, not the engine
-                    outs.append(_error_output(rid, ids, params, str(e)))
+                    outs.append(_error_output(op.request_id, op.prompt_ids, op.params, str(e)))
             else:
-                o = self.core.abort(op[1])
+                o = self.core.abort(op.request_id)
                 if o is not None:
                     outs.append(o)
         return outs
@@ -274,19 +276,8 @@ def _error_output(rid: str, ids: list[int], params, reason: str) -> RequestOutpu
 
 async def collect(stream: AsyncIterator[RequestOutput]) -> RequestOutput:
     """Drain a stream into one RequestOutput holding each sequence's whole output."""
-    toks: dict[int, list[int]] = {}
-    text: dict[int, str] = {}
-    last: dict[int, CompletionOutput] = {}
-    final = None
+    merged: RequestOutput | None = None
     async for out in stream:
-        for c in out.outputs:
-            toks.setdefault(c.index, []).extend(c.token_ids)
-            text[c.index] = text.get(c.index, "") + c.text
-            last[c.index] = c
-        final = out
-    assert final is not None
-    outs = tuple(CompletionOutput(i, tuple(toks[i]), text[i], last[i].num_generated,
-                                  last[i].finish_reason, last[i].stop_reason)
-                 for i in sorted(last))
-    return RequestOutput(final.request_id, outs, True, final.num_prompt_tokens,
-                         final.num_cached_tokens, final.error, final.metrics)
+        merged = out if merged is None else merged.then(out)
+    assert merged is not None
+    return merged

@@ -4,7 +4,7 @@ build an AsyncEngine. Flag names follow vLLM's spelling where one exists."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from kvpool.errors import ConfigError
 
@@ -75,8 +75,3 @@ class EngineConfig:
                      f"--{name.replace('_', '-')} must be an int >= 0")
         _require(self.num_device_blocks is None or self.num_device_blocks >= 1,
                  "--num-device-blocks must be >= 1")
-
-    def replace(self, **changes) -> EngineConfig:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d.update(changes)
-        return EngineConfig(**d)

@@ -1,26 +1,27 @@
-"""EngineCore: one synchronous engine step — schedule, copies, forward, sample, update.
+"""EngineCore: one synchronous engine step — schedule, then three stages.
 
 Single-threaded by contract: the AsyncEngine runs it on its step thread (benchmarks and tests
 may drive it directly). One ``step()``::
 
-    out = scheduler.schedule()
-    copies   swap-out, swap-in, copy-on-write: one CopyEngine batch per (kind, request), so a
-             failed copy fails only its request
-    wait     only for the copies touching blocks this forward reads or writes; the rest of the
-             FIFO keeps running behind the compute
-    forward  prefill chunks + decodes as one PagedBatch over the device KV pool
-    sample   one token per sequence whose prompt is complete (n sequences share a prompt row)
-    defrag   the plan's moves (full, immutable blocks) while outputs are prepared; committed by
-             on_step_done once the copy is done, aborted if it failed
-    update   scheduler.on_step_done, stop strings (scheduler.finish), deltas per request
+    out = scheduler.schedule()      entries carry their block ids; copies name their request
+    _copy     swap-out, swap-in, copy-on-write: one CopyEngine batch per (kind, request), so a
+              failed copy fails only its request; wait only for the copies touching blocks the
+              forward reads or writes (the rest of the FIFO keeps running behind the compute)
+    _forward  prefill chunks + decodes as one PagedBatch over the device KV pool, then one
+              token per sequence whose prompt is complete (n sequences share a prompt row)
+    _deliver  defrag moves (full, immutable blocks; committed by on_step_done once copied,
+              aborted if the copy failed); the output processor turns samples into deltas and
+              decides stop strings; scheduler.on_step_done accepts the tokens and finishes
+              sequences (stop strings included); one update per request
+
+Faults enter only through the injected :class:`~kvpool.runtime.faults.FaultPlan`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -28,15 +29,17 @@ import torch
 from kvpool.core import AllocStatus, BlockSpaceManager
 from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
-from kvpool.runtime.copy_engine import CopyEngine, FaultInjector
+from kvpool.runtime.copy_engine import CopyEngine
 from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 from kvpool.runtime.kv_storage import KVStorage
 from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, SamplingParams,
                                   build_tiny_model, load_model, load_tokenizer, make_generator,
                                   resolve_dtype)
-from kvpool.runtime.output_processor import OutputProcessor
+from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.runtime.outputs import RequestOutput
-from kvpool.sched import FinishedRequest, PreemptionMode, Scheduler, SchedulerConfig, SeqStatus
+from kvpool.sched import (FinishedRequest, Scheduler, SchedulerConfig, SchedulerOutput,
+                          SeqStatus)
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,7 @@ def build_model(config: EngineConfig):
 class EngineCore:
     """Model + KV storage + block manager + scheduler + copy engine, stepped synchronously."""
 
-    def __init__(self, config: EngineConfig, *, fault_injector: FaultInjector | None = None,
+    def __init__(self, config: EngineConfig, *, faults: FaultPlan | None = None,
                  metrics=None) -> None:
         self.config = config
         if config.num_threads:
@@ -82,7 +85,9 @@ class EngineCore:
             kv_bytes_per_block=self.storage.bytes_per_block,
             defrag_threshold=config.defrag_threshold,
             tenant_max_running_seqs=config.tenant_max_running_seqs))
-        self.copies = CopyEngine.for_storage(self.storage, fault_injector=fault_injector)
+        # where tests and the stress harness inject failures (none by default)
+        self.faults = faults if faults is not None else NO_FAULTS
+        self.copies = CopyEngine.for_storage(self.storage, faults=self.faults)
         # min_tokens masks what the scheduler would stop on: its eos and stop_token_ids
         self.sampler = Sampler(torch.Generator().manual_seed(config.seed),
                                eos_token_ids=(self.tokenizer.eos_token_id,)
@@ -95,9 +100,6 @@ class EngineCore:
         # an append racing a drain is never lost (a list swapped out could drop one).
         self._failed: deque[str] = deque()
         self.invariant_violations = 0
-        # Test-only fault hook, off (None) by default: called with each request id a step
-        # schedules; an exception fails that request alone, as if its part of the step raised.
-        self.step_fault_hook: Callable[[str], None] | None = None
         self._prefill_rate = 0.0
         self.steps = 0
         self.prompt_tokens = 0
@@ -149,37 +151,11 @@ class EngineCore:
             error = error or fr.reason
         return self.outputs.finish(fr, time.monotonic(), error)
 
-    # ------------------------------------------------------------------ copies
-    def _submit_copies(self, out) -> list:
-        """One batch per (kind, request); returns [(handle, request_id)]."""
-        mgr = self.manager
-        jobs = []
-        owner: dict[int, str] = {}
-        for p in out.preempted:
-            if p.mode is PreemptionMode.SWAP:
-                for s in p.seq_ids:
-                    for b in mgr.get_block_table(s) if mgr.has_seq(s) else ():
-                        owner[b] = p.request_id
-        dev_owner: dict[int, str] = {}
-        for p in out.prefills:
-            for b in mgr.get_block_table(p.seq_ids[0]):
-                dev_owner[b] = p.request_id
-        for d in out.decodes:
-            for b in mgr.get_block_table(d.seq_id):
-                dev_owner[b] = d.request_id
-        for kind, pairs, own, side in (("swap_out", out.blocks_to_swap_out, owner, 1),
-                                       ("swap_in", out.blocks_to_swap_in, dev_owner, 1),
-                                       ("cow", out.blocks_to_copy, dev_owner, 1)):
-            groups: dict[str | None, list] = defaultdict(list)
-            for pair in pairs:
-                groups[own.get(pair[side])].append(pair)
-            for rid, ps in groups.items():
-                h = self.copies.submit(kind, ps, tag=rid)
-                if kind == "swap_out":  # not waited for by this step: watch it
-                    h.add_done_callback(self._on_background_copy)
-                jobs.append((h, rid))
-        return jobs
+    def _finish_all(self, frs) -> list[RequestOutput]:
+        outs = (self._finish(fr) for fr in frs)
+        return [o for o in outs if o is not None]
 
+    # ------------------------------------------------------------------ background copies
     def _on_background_copy(self, handle) -> None:
         # worker thread: only record; the step thread acts on it (single-threaded core)
         if handle.exception() is not None and handle.tag is not None:
@@ -218,102 +194,90 @@ class EngineCore:
         results: list[RequestOutput] = []
         if self._failed:  # background copies (swap-out) that failed since the last step
             results += self._fail_requests(self.drain_failed(), "KV copy failed")
-        sched, mgr = self.scheduler, self.manager
-        out = sched.schedule()
-        for fr in out.ignored:
-            o = self._finish(fr)
-            if o is not None:
-                results.append(o)
+        out = self.scheduler.schedule()
+        results += self._finish_all(out.ignored)
         if not out.has_work:
             return results
         self.steps += 1
-        jobs = self._submit_copies(out)
-        tables: dict[int, list[int]] = {}
-        for p in out.prefills:
-            tables[p.seq_ids[0]] = mgr.get_block_table(p.seq_ids[0])
-        for d in out.decodes:
-            tables[d.seq_id] = mgr.get_block_table(d.seq_id)
-        touched = {b for t in tables.values() for b in t}
-        self.copies.wait_for_blocks(touched)
-        dead = {rid for h, rid in jobs if h.done() and h.exception() is not None}
-        # NOTE(late-swap-out): a swap-out that failed after the drain above may belong to a
-        # request swapped back in by this very step (its host bytes are garbage). The copies
-        # are FIFO, so having waited for this step's swap-ins, that failure is recorded now.
-        dead.update(self.drain_failed())
-        if dead:
-            results += self._fail_requests(dead, "KV copy failed")
-        if self.step_fault_hook is not None:
-            dead |= self._injected_step_faults(out, dead, results)
-        rows = [(p.token_ids, p.start, tables[p.seq_ids[0]], p) for p in out.prefills
-                if p.request_id not in dead]
-        rows += [([d.token_id], d.position, tables[d.seq_id], d) for d in out.decodes
-                 if d.request_id not in dead]
-        sampled: dict[int, int] = {}
-        if rows:
-            batch = PagedBatch.from_lists([r[0] for r in rows], [r[1] for r in rows],
-                                          [r[2] for r in rows])
-            tf = time.perf_counter()
-            with torch.inference_mode():
-                logits = self.model(batch, self.storage.device_kv)
-            self._measure(sum(len(r[0]) for r in rows), time.perf_counter() - tf)
-            sampled = self._sample(logits, rows)
-        defrag_ok = True
-        if out.defrag_moves:
-            h = self.copies.defrag(out.defrag_moves)
-            defrag_ok = h.exception(timeout=60) is None
-        finished = sched.on_step_done(out, sampled, defrag_ok=defrag_ok)
-        now = time.monotonic()
-        self.prompt_tokens += sum(p.num_new_tokens for p in out.prefills)
-        rid_of = {s: r[3].request_id for r in rows
-                  for s in (r[3].seq_ids if hasattr(r[3], "seq_ids") else (r[3].seq_id,))}
-        deltas, stops = self.outputs.on_tokens(
-            {s: (rid_of[s], t) for s, t in sampled.items()}, now)
-        for rid, seq_id, stop in stops:
-            fr = sched.finish(rid, seq_id, SeqStatus.FINISHED_STOPPED, f"stop {stop!r}")
-            if fr is not None:
-                finished.append(fr)
-        final = {}
-        for fr in finished:
-            o = self._finish(fr)
-            if o is not None:
-                final[fr.request_id] = o
-        for rid, outs in deltas.items():
-            if rid in final:  # merge the last deltas into the final update
-                f = final[rid]
-                merged = {c.index: c for c in outs}
-                for c in f.outputs:
-                    prev = merged.get(c.index)
-                    if prev is not None:
-                        c = type(c)(c.index, prev.token_ids + c.token_ids, prev.text + c.text,
-                                    c.num_generated, c.finish_reason, c.stop_reason)
-                    merged[c.index] = c
-                final[rid] = RequestOutput(f.request_id, tuple(merged.values()), True,
-                                           f.num_prompt_tokens, f.num_cached_tokens, f.error,
-                                           f.metrics)
-            else:
-                r = self.outputs.requests.get(rid)
-                results.append(RequestOutput(rid, tuple(outs), False,
-                                             len(r.prompt_ids) if r else 0,
-                                             self.scheduler.num_cached_tokens(rid) or 0))
-        results += final.values()
+        dead = self._copy(out, results)
+        entries = self._forward_entries(out, dead, results)
+        samples = self._forward(entries)
+        results += self._deliver(out, samples)
         if self.metrics is not None:
             self.metrics.step.observe(time.monotonic() - t0)
         return results
 
-    def _injected_step_faults(self, out, dead: set, results: list) -> set:
-        """Test-only: run ``step_fault_hook`` per scheduled request; fail those it raises for
-        (the same path as a failed copy: aborted, blocks freed, an error output)."""
-        failed: set = set()
-        for rid in dict.fromkeys([p.request_id for p in out.prefills]
-                                 + [d.request_id for d in out.decodes]):
+    def _copy(self, out: SchedulerOutput, results: list) -> set[str]:
+        """Stage 1: submit the step's copies (one batch per request and kind, so a failed copy
+        fails only its request) and wait for those the forward's blocks need. Returns the
+        requests that failed (already aborted, their error outputs added to ``results``)."""
+        jobs = []
+        for c in out.copies_in_order():
+            h = self.copies.submit(c.kind, c.pairs, tag=c.request_id)
+            if c.kind == "swap_out":  # not waited for by this step: watch it
+                h.add_done_callback(self._on_background_copy)
+            else:
+                jobs.append(h)
+        touched = {b for e in out.entries for b in e.block_ids}
+        self.copies.wait_for_blocks(touched)
+        dead = {h.tag for h in jobs if h.done() and h.exception() is not None}
+        # NOTE(late-swap-out): a swap-out that failed after the drain in step() may belong to
+        # a request swapped back in by this very step (its host bytes are garbage). The copies
+        # are FIFO, so having waited for this step's swap-ins, that failure is recorded now.
+        dead.update(self.drain_failed())
+        if dead:
+            results += self._fail_requests(dead, "KV copy failed")
+        return dead
+
+    def _forward_entries(self, out: SchedulerOutput, dead: set[str], results: list) -> list:
+        """The entries to compute: those of live requests the fault plan lets through (a
+        request it raises for fails alone, like a failed copy)."""
+        for rid in dict.fromkeys(e.request_id for e in out.entries):
             if rid in dead:
                 continue
             try:
-                self.step_fault_hook(rid)
+                self.faults.on_step(rid)
             except Exception as e:  # noqa: BLE001 - the injected failure of one request
                 results += self._fail_requests([rid], f"engine step failed: {e}")
-                failed.add(rid)
-        return failed
+                dead.add(rid)
+        return [e for e in out.entries if e.request_id not in dead]
+
+    def _forward(self, entries: list) -> list[Sample]:
+        """Stage 2: prefill chunks + decodes as one PagedBatch over the device KV pool, then
+        one token per sequence whose prompt is complete."""
+        if not entries:
+            return []
+        batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
+                                      [e.block_ids for e in entries])
+        tf = time.perf_counter()
+        with torch.inference_mode():
+            logits = self.model(batch, self.storage.device_kv)
+        self._measure(sum(len(e.input_ids) for e in entries), time.perf_counter() - tf)
+        return self._sample(logits, entries)
+
+    def _deliver(self, out: SchedulerOutput, samples: list[Sample]) -> list[RequestOutput]:
+        """Stage 3: defrag copies, then the output processor (text, stop strings) and the
+        scheduler (tokens, stop conditions, frees); one update per request."""
+        defrag_ok = True
+        if out.defrag_moves:
+            h = self.copies.submit("defrag", out.defrag_moves)
+            defrag_ok = h.exception(timeout=60) is None
+        self.prompt_tokens += sum(p.num_new_tokens for p in out.prefills)
+        deltas, stops = self.outputs.on_tokens(samples, time.monotonic())
+        finished = self.scheduler.on_step_done(
+            out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok,
+            stops={i: f"stop {t!r}" for i, t in stops.items()})
+        final = {fr.request_id: o for fr in finished if (o := self._finish(fr)) is not None}
+        updates = []
+        for rid, outs in deltas.items():
+            r = self.outputs.requests.get(rid)
+            delta = RequestOutput(rid, tuple(outs), False, len(r.prompt_ids) if r else 0,
+                                  self.scheduler.num_cached_tokens(rid) or 0)
+            if rid in final:  # the last deltas travel inside the final update
+                final[rid] = delta.then(final[rid])
+            else:
+                updates.append(delta)
+        return updates + list(final.values())
 
     def _measure(self, tokens: int, seconds: float) -> None:
         """Feed the scheduler's preemption cost model with measured rates (EMA)."""
@@ -331,34 +295,28 @@ class EngineCore:
             if kw:
                 self.scheduler.update_cost_model(**kw)
 
-    def _sample(self, logits: torch.Tensor, rows) -> dict[int, int]:
-        idx, params, gens, seqs, rids = [], [], [], [], []
+    def _sample(self, logits: torch.Tensor, entries: list) -> list[Sample]:
+        idx, params, gens, samples = [], [], [], []
         reqs = self.outputs.requests
-        for i, (_, _, _, item) in enumerate(rows):
-            if hasattr(item, "seq_ids"):  # a prefill chunk: sample only after its last token
-                if not item.is_last:
-                    continue
-                targets = item.seq_ids
-            else:
-                targets = (item.seq_id,)
-            r = reqs.get(item.request_id)
+        for i, e in enumerate(entries):
+            r = reqs.get(e.request_id)
             if r is None:
                 continue
-            for s in targets:
+            for s in e.sample_seq_ids:  # a prefill chunk: none before its last token
                 idx.append(i)
                 params.append(r.params)
                 gens.append(self._gens.get(s))
-                seqs.append(s)
-                rids.append(item.request_id)
+                samples.append(Sample(s, e.request_id, 0))
         if not idx:
-            return {}
+            return []
         picked = logits[torch.tensor(idx)] if len(idx) != logits.shape[0] or idx != list(
             range(len(idx))) else logits
         hist = None
         if any(p.needs_history for p in params):  # penalties / min_tokens read the tokens
-            hist = [self.outputs.history(r, s) for r, s in zip(rids, seqs)]
-        tokens = self.sampler(picked, params, gens, hist).tolist()
-        return dict(zip(seqs, tokens))
+            hist = [self.outputs.history(s.request_id, s.seq_id) for s in samples]
+        for s, t in zip(samples, self.sampler(picked, params, gens, hist).tolist()):
+            s.token_id = t
+        return samples
 
     # ------------------------------------------------------------------ introspection
     def check_invariants(self) -> bool:
@@ -382,7 +340,7 @@ class EngineCore:
         bpb = self.storage.bytes_per_block
         copy = self.copies.stats()
         return MetricsSnapshot(
-            ms, mgr.fragmentation(), 0.0,
+            ms, mgr.fragmentation(),
             {"running": st.num_running, "waiting": st.num_waiting, "swapped": st.num_swapped},
             dict(st.preemptions), {"capacity": ms.device.evictions},
             {"out": ms.swap_out_blocks * bpb, "in": ms.swap_in_blocks * bpb},

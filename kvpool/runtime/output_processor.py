@@ -20,6 +20,16 @@ _REASON = {SeqStatus.FINISHED_STOPPED: "stop", SeqStatus.FINISHED_LENGTH: "lengt
            SeqStatus.FINISHED_ABORTED: "abort", SeqStatus.FINISHED_IGNORED: "error"}
 
 
+@dataclass(slots=True)
+class Sample:
+    """What sampling produced for one sequence in one step (add fields, e.g. logprobs, here:
+    the output processor is their one reader)."""
+
+    seq_id: int  # the sequence
+    request_id: str  # its request
+    token_id: int  # the sampled token
+
+
 @dataclass(slots=True, eq=False)
 class SeqState:
     """Output state of one sequence of a request."""
@@ -72,14 +82,16 @@ class OutputProcessor:
         r = self.requests[request_id]
         return SeqHistory(r.prompt_ids, r.seqs[seq_id].output_ids)
 
-    def on_tokens(self, sampled: dict[int, tuple[str, int]], now: float
-                  ) -> tuple[dict[str, list[CompletionOutput]], list[tuple[str, int, str]]]:
-        """Feed accepted tokens ``{seq_id: (request_id, token)}``. Returns the deltas per
-        request and the ``(request_id, seq_id, stop_string)`` matches the caller must finish."""
+    def on_tokens(self, samples: list[Sample], now: float
+                  ) -> tuple[dict[str, list[CompletionOutput]], dict[int, str]]:
+        """Feed this step's samples (before the scheduler accepts them). Returns the deltas per
+        request and ``{seq_id: stop_string}`` for the sequences a stop string ends: the one
+        place stop strings are decided (the scheduler finishes those sequences)."""
         deltas: dict[str, list[CompletionOutput]] = {}
-        stops: list[tuple[str, int, str]] = []
+        stops: dict[int, str] = {}
         m = self.metrics
-        for seq_id, (rid, token) in sampled.items():
+        for sample in samples:
+            seq_id, rid, token = sample.seq_id, sample.request_id, sample.token_id
             r = self.requests.get(rid)
             if r is None:
                 continue
@@ -100,7 +112,7 @@ class OutputProcessor:
             s.text += s.detok.push(token)
             hit = self._match_stop(r, s)
             if hit is not None:
-                stops.append((rid, seq_id, hit))
+                stops[seq_id] = hit
             out = self._release(r, s, final=hit is not None)
             if out is not None:
                 deltas.setdefault(rid, []).append(out)

@@ -36,3 +36,17 @@ class RequestOutput:
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     error: str | None = None  # set when the request failed (finish_reason "error")
     metrics: dict[str, float] = field(default_factory=dict)  # ttft, queue time, e2e (seconds)
+
+    def then(self, later: RequestOutput) -> RequestOutput:
+        """One update holding this update's deltas followed by ``later``'s, with ``later``'s
+        counters, finish reasons and request fields (the one merge of deltas)."""
+        merged = {c.index: c for c in self.outputs}
+        for c in later.outputs:
+            prev = merged.get(c.index)
+            if prev is not None:
+                c = CompletionOutput(c.index, prev.token_ids + c.token_ids, prev.text + c.text,
+                                     c.num_generated, c.finish_reason, c.stop_reason)
+            merged[c.index] = c
+        return RequestOutput(later.request_id, tuple(merged[i] for i in sorted(merged)),
+                             later.finished, later.num_prompt_tokens, later.num_cached_tokens,
+                             later.error, later.metrics)

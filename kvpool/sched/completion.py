@@ -4,13 +4,14 @@ Mixed into ``Scheduler``. The runtime's side of one step::
 
     out = sched.schedule()
     ... copies, forward, sampling, defrag copies (order in kvpool.sched.output) ...
-    finished = sched.on_step_done(out, {seq_id: token_id, ...})
+    finished = sched.on_step_done(out, {seq_id: token_id, ...}, stops={seq_id: reason})
 
 ``sampled`` must hold a token for every sequence of ``out.decodes`` and of every prefill chunk
 with ``is_last``, except sequences aborted or finished while the step ran (those tokens are
 dropped). A sequence finishes on a stop token (eos unless ignore_eos: FINISHED_STOPPED), after
-``max_tokens`` outputs or at ``max_model_len`` tokens (FINISHED_LENGTH), or when the runtime
-calls ``finish`` (stop strings) / ``abort``. Its blocks are freed at once; the request is
+``max_tokens`` outputs or at ``max_model_len`` tokens (FINISHED_LENGTH), when the runtime
+names it in ``stops`` (a stop string matched the text this token completed: FINISHED_STOPPED
+with that reason, before any other check), or when the runtime calls ``finish`` / ``abort``. Its blocks are freed at once; the request is
 returned when its last sequence finished. ``on_step_done`` also says every copy of the step
 completed: abort a request whose copy failed first, or its swapped-in blocks would be hashed.
 """
@@ -31,9 +32,11 @@ class CompletionMixin:
     """on_step_done / on_step_failed / finish / abort / defrag_done of Scheduler."""
 
     def on_step_done(self, output: SchedulerOutput, sampled: Mapping[int, int], *,
-                     now: float | None = None, defrag_ok: bool = True) -> list[FinishedRequest]:
+                     now: float | None = None, defrag_ok: bool = True,
+                     stops: Mapping[int, str] | None = None) -> list[FinishedRequest]:
         """Apply a completed step: record the computed KV (prefix cache), append the sampled
-        tokens, check stop conditions, free finished sequences, and commit the step's defrag
+        tokens, check stop conditions (``stops``: seq_id -> the runtime's stop reason, e.g. a
+        matched stop string), free finished sequences, and commit the step's defrag
         plan (or abort it when ``defrag_ok`` is false) unless ``defrag_done`` already did.
         Returns the requests that finished in this step."""
         if output is not self._inflight:
@@ -57,6 +60,7 @@ class CompletionMixin:
         now = self._clock() if now is None else now
         mgr = self.manager
         done: list[Sequence] = []
+        stops = stops or {}
         for p in output.prefills:
             unit = None
             for i in p.seq_ids:
@@ -74,7 +78,7 @@ class CompletionMixin:
                 g = live[0].group
                 for s in live:
                     s.unit = None
-                    self._accept(s, sampled[s.seq_id], now, done)
+                    self._accept(s, sampled[s.seq_id], now, done, stops.get(s.seq_id))
                 if all(s.unit is None for s in g.seqs):
                     g.units = None
         for i in output.swapped_in:
@@ -87,7 +91,7 @@ class CompletionMixin:
         for d in output.decodes:
             s = seqs.get(d.seq_id)
             if s is not None and s.status is _RUNNING:
-                self._accept(s, sampled[d.seq_id], now, done)
+                self._accept(s, sampled[d.seq_id], now, done, stops.get(d.seq_id))
         finished = self._retire(done, now)
         plan = self._defrag_plan
         if plan is not None and plan.plan_id == output.defrag_plan_id:
@@ -112,7 +116,8 @@ class CompletionMixin:
                 out.append(r)
         return out
 
-    def _accept(self, s: Sequence, token: int, now: float, done: list[Sequence]) -> None:
+    def _accept(self, s: Sequence, token: int, now: float, done: list[Sequence],
+                stop: str | None = None) -> None:
         toks = s.output_token_ids
         toks.append(token)
         self.generation_tokens += 1
@@ -120,7 +125,10 @@ class CompletionMixin:
         if g.first_token_time is None:
             g.first_token_time = now
         lim = g.limits
-        if token in lim.stop_ids:
+        if stop is not None:
+            s.status = SeqStatus.FINISHED_STOPPED
+            s.finish_reason = stop
+        elif token in lim.stop_ids:
             s.status = SeqStatus.FINISHED_STOPPED
             s.finish_reason = "eos" if token == lim.eos_token_id else f"stop_token {token}"
         elif len(toks) >= lim.max_tokens:

@@ -1,14 +1,17 @@
 """Plain objects the scheduler hands to the runtime: one step's work and finished requests.
 
 Nothing here references scheduler or manager internals; the runtime may keep them as long as
-it likes. A step is executed in this order (swap-outs free device blocks that later items of
-the same step may reuse, and defrag copies must see the KV that the step's compute writes)::
+it likes. Every scheduled entry carries what the forward needs (input tokens, first position,
+the block ids it reads and writes) and every copy names the request it serves, so the runtime
+never asks the manager again. A step is executed in this order (swap-outs free device blocks
+that later items of the same step may reuse, and defrag copies must see the KV that the step's
+compute writes)::
 
-    1. blocks_to_swap_out   (device -> host)
-    2. blocks_to_swap_in    (host -> device)
-    3. blocks_to_copy       (copy-on-write, device -> device)
+    1. copies of kind swap_out   (device -> host), one CopyBatch per request
+    2. copies of kind swap_in    (host -> device)
+    3. copies of kind cow        (copy-on-write, device -> device)
     4. model forward: prefills (chunks) and decodes, then sampling
-    5. defrag_moves         (device -> device), then on_step_done(...) commits the plan
+    5. defrag_moves              (device -> device), then on_step_done(...) commits the plan
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from kvpool.sched.sequence import SeqStatus
 class ScheduledPrefill:
     """Compute prompt tokens ``[start, end)`` of one prefill unit this step.
 
-    The KV of ``[0, start)`` is already in the cache (earlier chunks or prefix hits); use the
-    block table of ``seq_ids[0]`` (all listed sequences share those blocks). When ``is_last``,
-    sample one token per sequence in ``seq_ids`` from the logits of position ``end - 1``.
+    The KV of ``[0, start)`` is already in the cache (earlier chunks or prefix hits);
+    ``block_ids`` is the table of ``seq_ids[0]`` (all listed sequences share those blocks).
+    When ``is_last``, sample one token per sequence in ``seq_ids`` from the logits of position
+    ``end - 1`` (``sample_seq_ids``).
     """
 
     request_id: str  # the request (sequence group)
@@ -35,10 +39,21 @@ class ScheduledPrefill:
     num_tokens: int  # length of the whole prompt being computed (prompt [+ recomputed output])
     num_cached_tokens: int  # prefix-cache tokens skipped this step (first chunk only, else 0)
     token_ids: list[int]  # the tokens [start, end)
+    block_ids: list[int]  # the blocks the forward reads and writes (table of seq_ids[0])
 
     @property
     def is_last(self) -> bool:
         return self.end == self.num_tokens
+
+    @property
+    def input_ids(self) -> list[int]:
+        """The tokens this entry feeds the forward (positions ``start`` onwards)."""
+        return self.token_ids
+
+    @property
+    def sample_seq_ids(self) -> tuple[int, ...]:
+        """Sequences that get a sampled token from this entry's last position."""
+        return self.seq_ids if self.end == self.num_tokens else ()
 
     @property
     def num_new_tokens(self) -> int:
@@ -50,9 +65,40 @@ class ScheduledDecode:
     """Feed ``token_id`` at ``position`` of ``seq_id`` (its slot is reserved), sample one."""
 
     request_id: str  # the request (sequence group)
-    seq_id: int  # the sequence (its block table in the manager)
+    seq_id: int  # the sequence
     token_id: int  # input token: the last sampled one
     position: int  # its index in the sequence (num_tokens - 1)
+    block_ids: list[int]  # the sequence's block table, the new token's slot included
+
+    @property
+    def start(self) -> int:
+        return self.position
+
+    @property
+    def input_ids(self) -> list[int]:
+        return [self.token_id]
+
+    @property
+    def seq_ids(self) -> tuple[int, ...]:
+        return (self.seq_id,)
+
+    @property
+    def sample_seq_ids(self) -> tuple[int, ...]:
+        return (self.seq_id,)
+
+
+COPY_ORDER = ("swap_out", "swap_in", "cow")  # execution order of a step's copy kinds
+
+
+@dataclass(slots=True)
+class CopyBatch:
+    """Block copies one request needs before this step's forward (or, for a swap-out, before
+    its device blocks are reused). A failed batch fails ``request_id`` alone."""
+
+    kind: str  # one of COPY_ORDER
+    request_id: str  # the request whose blocks these are
+    pairs: list[tuple[int, int]]  # (src, dst): swap_out (device, host), swap_in (host,
+    #                               device), cow (device src, device dst)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,14 +148,12 @@ class FinishedRequest:
 @dataclass(slots=True)
 class SchedulerOutput:
     """Everything the runtime does in one step. Built by ``Scheduler.schedule``; hand it back
-    to ``on_step_done`` unchanged (outputs with ``is_empty`` need not be)."""
+    to ``on_step_done`` unchanged (outputs without ``has_work`` need not be)."""
 
     step_id: int  # increasing per schedule() call
     prefills: list[ScheduledPrefill] = field(default_factory=list)  # chunks to compute
     decodes: list[ScheduledDecode] = field(default_factory=list)  # one token each
-    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
-    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # CoW (src, dst)
+    copies: list[CopyBatch] = field(default_factory=list)  # per request, via add_copies
     defrag_moves: tuple[tuple[int, int], ...] = ()  # (src, dst) device copies after compute
     defrag_plan_id: int | None = None  # the plan to commit/abort (defrag_done)
     preempted: list[PreemptedRequest] = field(default_factory=list)  # this step's victims
@@ -117,6 +161,43 @@ class SchedulerOutput:
     num_batched_tokens: int = 0  # prefill chunk tokens + decodes
     # sequences swapped in this step: on_step_done confirms their copies (prefix hashes then)
     swapped_in: list[int] = field(default_factory=list)
+
+    def add_copies(self, kind: str, request_id: str, pairs: list[tuple[int, int]]) -> None:
+        """Record copies of ``request_id``; consecutive calls for one request share a batch."""
+        if not pairs:
+            return
+        last = self.copies[-1] if self.copies else None
+        if last is not None and last.kind == kind and last.request_id == request_id:
+            last.pairs.extend(pairs)
+        else:
+            self.copies.append(CopyBatch(kind, request_id, list(pairs)))
+
+    def copies_in_order(self) -> list[CopyBatch]:
+        """The copy batches in execution order (see the module docstring; stable by kind)."""
+        return sorted(self.copies, key=lambda c: COPY_ORDER.index(c.kind))
+
+    def _pairs(self, kind: str) -> list[tuple[int, int]]:
+        return [p for c in self.copies if c.kind == kind for p in c.pairs]
+
+    @property
+    def blocks_to_swap_in(self) -> list[tuple[int, int]]:
+        """Every (host, device) swap-in pair of this step (a read-only view)."""
+        return self._pairs("swap_in")
+
+    @property
+    def blocks_to_swap_out(self) -> list[tuple[int, int]]:
+        """Every (device, host) swap-out pair of this step (a read-only view)."""
+        return self._pairs("swap_out")
+
+    @property
+    def blocks_to_copy(self) -> list[tuple[int, int]]:
+        """Every copy-on-write (src, dst) pair of this step (a read-only view)."""
+        return self._pairs("cow")
+
+    @property
+    def entries(self) -> list[ScheduledPrefill | ScheduledDecode]:
+        """What the forward computes: the prefill chunks, then the decodes."""
+        return [*self.prefills, *self.decodes]
 
     @property
     def num_seqs(self) -> int:
@@ -126,12 +207,7 @@ class SchedulerOutput:
     @property
     def has_work(self) -> bool:
         """Whether the runtime must run a step (compute or copies) and call on_step_done."""
-        return bool(self.prefills or self.decodes or self.blocks_to_swap_in
-                    or self.blocks_to_swap_out or self.blocks_to_copy or self.defrag_moves)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.has_work
+        return bool(self.prefills or self.decodes or self.copies or self.defrag_moves)
 
 
 @dataclass(frozen=True, slots=True)

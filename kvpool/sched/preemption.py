@@ -107,7 +107,7 @@ class PreemptionMixin:
             if pairs is None:  # host ran short after all (cannot happen single-threaded)
                 mode = PreemptionMode.RECOMPUTE
             else:
-                out.blocks_to_swap_out.extend(pairs)
+                out.add_copies("swap_out", g.request_id, pairs)
                 self.swap_out_blocks += len(pairs)
                 g.set_status(SeqStatus.SWAPPED)
                 self.swapped.add(g)

@@ -196,15 +196,15 @@ class Scheduler(PreemptionMixin, CompletionMixin):
     def _emit_decodes(self, out: SchedulerOutput, seqs: list[Sequence],
                       pairs: list[list[tuple[int, int]]]) -> None:
         add = out.decodes.append
-        copies = out.blocks_to_copy
+        table = self.manager.get_block_table
         for s, cow in zip(seqs, pairs):
-            if cow:
-                copies.extend(cow)
-                self.cow_blocks += len(cow)
             g = s.group
+            if cow:
+                out.add_copies("cow", g.request_id, cow)
+                self.cow_blocks += len(cow)
             toks = s.output_token_ids
             add(ScheduledDecode(g.request_id, s.seq_id, toks[-1],
-                                len(g.prompt_token_ids) + len(toks) - 1))
+                                len(g.prompt_token_ids) + len(toks) - 1, table(s.seq_id)))
         self._tokens_left -= len(seqs)
 
     def _schedule_decodes(self, out: SchedulerOutput) -> None:
@@ -262,7 +262,8 @@ class Scheduler(PreemptionMixin, CompletionMixin):
             return
         out.prefills.append(ScheduledPrefill(g.request_id, ids, start, start + n,
                                              u.num_tokens, cached,
-                                             u.token_ids(start, start + n)))
+                                             u.token_ids(start, start + n),
+                                             self.manager.get_block_table(ids[0])))
         self._tokens_left = left - n
         self.prompt_tokens += n
 
@@ -302,7 +303,7 @@ class Scheduler(PreemptionMixin, CompletionMixin):
             if pairs is None:
                 return
             swapped.pop(0)
-            out.blocks_to_swap_in.extend(pairs)
+            out.add_copies("swap_in", g.request_id, pairs)
             out.swapped_in.extend(ids)
             self.swap_in_blocks += len(pairs)
             g.set_status(_RUNNING)

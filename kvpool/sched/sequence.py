@@ -133,24 +133,6 @@ class Sequence:
         """Prompt plus output tokens."""
         return len(self.group.prompt_token_ids) + len(self.output_token_ids)
 
-    @property
-    def num_computed_tokens(self) -> int:
-        """Tokens whose KV is in the cache now."""
-        if self.unit is not None:
-            return self.unit.computed
-        if self.status is SeqStatus.RUNNING or self.status is SeqStatus.SWAPPED:
-            return self.num_tokens - 1
-        return 0
-
-    @property
-    def last_token_id(self) -> int:
-        out = self.output_token_ids
-        return out[-1] if out else self.group.prompt_token_ids[-1]
-
-    @property
-    def is_live(self) -> bool:
-        return not self.status.is_finished
-
     def token_slice(self, start: int, end: int) -> list[int]:
         """Tokens ``[start, end)`` of prompt + output, without building the whole list."""
         prompt = self.group.prompt_token_ids

@@ -49,6 +49,9 @@ def test_every_metric_is_exported_with_live_values():
     assert got["kvpool_requests"][(("state", "running"),)] == 2
     assert got["kvpool_time_to_first_token_seconds_count"][()] == 1
     assert 0 < got["kvpool_cache_usage_ratio"][(("tier", "device"),)] < 1
+    # the device pool's two kinds only: nothing measures the host pool's scatter
+    assert set(got["kvpool_fragmentation_ratio"]) == {
+        (("kind", k), ("tier", "device")) for k in ("internal", "external")}
 
 
 def test_scrape_takes_no_pool_lock():

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import DuplicateSequenceError, QueueFullError, UnknownSequenceError
-from kvpool.runtime.async_front import AsyncManagerFront, PerCallLockFront
+from kvpool.runtime.async_front import AsyncManagerFront
 
 
 def manager(blocks=256, host=32):
@@ -88,16 +88,6 @@ async def test_scarcity_is_a_value_and_queue_bound_is_an_error():
         front.allocate_blocks(1)
     got = await asyncio.gather(*futs)
     assert [g is not None for g in got] == [True, False, False]
-
-
-async def test_per_call_baselines_behave_the_same():
-    for mode in ("thread", "trylock"):
-        mgr = manager()
-        front = PerCallLockFront(mgr, mode=mode)
-        ids = await asyncio.gather(*(front.allocate_blocks(2) for _ in range(10)))
-        assert len({b for i in ids for b in i}) == 20
-        await asyncio.gather(*(front.free_blocks(i) for i in ids))
-        assert mgr.stats().device.num_used == 0
 
 
 @settings(max_examples=30, deadline=None)

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from kvpool.errors import CopyError, EngineError, InvalidBlockError
 from kvpool.runtime.copy_backends import TorchCopyBackend, plan_copies
-from kvpool.runtime.copy_engine import (
-    COPY_KINDS, CopyCancelledError, CopyEngine, FaultInjector)
+from kvpool.runtime.copy_engine import COPY_KINDS, CopyCancelledError, CopyEngine
+from kvpool.runtime.faults import FaultPlan
+from stress.faults import InjectedFaults
 
 BLOCK = (2, 2, 4, 2, 8)  # layers, K|V, block_size, kv_heads, head_dim: 1 KiB float32 blocks
 N_DEV, N_HOST = 24, 16
@@ -48,11 +49,21 @@ def pools():
 
 
 @pytest.fixture
-def engine(pools):
+def faults():
+    return InjectedFaults()
+
+
+@pytest.fixture
+def engine(pools, faults):
     dev, host = pools
-    eng = CopyEngine(dev, host, fault_injector=FaultInjector())
+    eng = CopyEngine(dev, host, faults=faults)
     yield eng
     eng.close(cancel=True)
+
+
+def failed_of(handles, timeout=10):
+    """Wait for every handle (None skipped); the failed ones."""
+    return [h for h in handles if h is not None and h.exception(timeout) is not None]
 
 
 # ---------------------------------------------------------------- every kind moves the right bytes
@@ -83,13 +94,13 @@ def test_each_kind_copies_exactly_the_pairs(engine, pools, kind):
     assert engine.bandwidth(kind) > 0 and engine.bandwidth() > 0
 
 
-def test_shortcut_methods_and_empty_batch(engine, pools):
+def test_kinds_in_sequence_and_empty_batch(engine, pools):
     dev, host = pools
-    engine.swap_out([(1, 1)]).wait()
-    engine.swap_in([(1, 5)]).wait()
+    engine.submit("swap_out", [(1, 1)]).wait()
+    engine.submit("swap_in", [(1, 5)]).wait()
     assert torch.equal(dev[5], dev[1])
-    engine.cow([(5, 6)]).wait()
-    engine.defrag([(6, 7)]).wait()
+    engine.submit("cow", [(5, 6)]).wait()
+    engine.submit("defrag", [(6, 7)]).wait()
     assert torch.equal(dev[7], dev[1])
     h = engine.submit("cow", [])
     assert h.done() and h.bytes == 0
@@ -110,14 +121,14 @@ def test_plan_rejects_duplicate_destinations(engine):
         plan_copies([(1, 2), (3, 2)], same_pool=True)
     with pytest.raises(ValueError, match="destination of two copies"):
         engine.submit("defrag", [(1, 2), (3, 2)])
-    assert engine.busy_blocks("device") == frozenset()
+    assert engine.stats().pending == 0
 
 
 def test_overlapping_moves_read_before_write(engine, pools):
     dev, _ = pools
     old = dev.clone()
     # A chain (1->2->3->4) and a swap (10<->11) and a no-op (5->5) in one batch.
-    engine.defrag([(1, 2), (2, 3), (3, 4), (10, 11), (11, 10), (5, 5)]).wait()
+    engine.submit("defrag", [(1, 2), (2, 3), (3, 4), (10, 11), (11, 10), (5, 5)]).wait()
     for s, d in [(1, 2), (2, 3), (3, 4), (10, 11), (11, 10), (5, 5)]:
         assert torch.equal(dev[d], old[s])
     assert torch.equal(dev[1], old[1])
@@ -182,12 +193,12 @@ def test_a_failing_share_fails_the_batch_after_every_share_ends():
 
     backend = Flaky(num_threads=None, split_threads=2, split_min_bytes=0)
     with CopyEngine(dev, host, backend=backend) as eng:
-        handle = eng.swap_out([(i, i) for i in range(0, 16, 2)])
+        handle = eng.submit("swap_out", [(i, i) for i in range(0, 16, 2)])
         with pytest.raises(CopyError, match="share lost"):
             handle.wait(5)
         assert finished  # the worker's own share ran to its end before the error surfaced
-        assert eng.busy_blocks("device") == frozenset()
-        eng.cow([(0, 1)]).wait(5)  # small batch, no split: the engine keeps working
+        assert eng.stats().pending == 0
+        eng.submit("cow", [(0, 1)]).wait(5)  # small batch, no split: the engine keeps working
     assert torch.equal(dev[1], dev[0])
     with pytest.raises(ValueError, match="split_threads"):
         TorchCopyBackend(split_threads=0)
@@ -198,93 +209,94 @@ def test_submit_validates(engine):
     with pytest.raises(ValueError, match="unknown copy kind"):
         engine.submit("teleport", [(0, 1)])
     with pytest.raises(InvalidBlockError, match="host pool of 16"):
-        engine.swap_out([(0, N_HOST)])
+        engine.submit("swap_out", [(0, N_HOST)])
     with pytest.raises(InvalidBlockError, match="device pool"):
-        engine.cow([(-1, 3)])
+        engine.submit("cow", [(-1, 3)])
 
 
 def test_swap_without_host_pool_is_rejected():
     dev, _ = make_pools()
     with CopyEngine(dev) as eng:
         with pytest.raises(InvalidBlockError, match="host pool of 0"):
-            eng.swap_out([(0, 0)])
-        eng.cow([(0, 1)]).wait()
+            eng.submit("swap_out", [(0, 0)])
+        eng.submit("cow", [(0, 1)]).wait()
     with pytest.raises(ValueError, match="block shape"):
         CopyEngine(dev, torch.zeros(2, 1, 2, 3, 4, 5))
 
 
 # ---------------------------------------------------------------- ordering
-def test_fifo_order_and_last_writer_wins(engine, pools):
+def test_fifo_order_and_last_writer_wins(engine, faults, pools):
     dev, _ = pools
     old = dev.clone()
     order: list[int] = []
-    engine.inject_fault("cow", delay=0.05, fail=False)  # first batch is slow: a queue builds
+    faults.add("cow", delay=0.05, fail=False)  # first batch is slow: a queue builds
     handles = []
     for s in range(1, 12):
-        h = engine.cow([(s, 0)], tag=s)
+        h = engine.submit("cow", [(s, 0)], tag=s)
         h.add_done_callback(lambda h: order.append(h.tag))
         handles.append(h)
-    engine.wait_step(handles, timeout=10)
+    assert failed_of(handles) == []
     assert order == list(range(1, 12))
     assert [h.seq for h in handles] == sorted(h.seq for h in handles)
     assert torch.equal(dev[0], old[11])
     assert all(a.finished_at <= b.started_at for a, b in zip(handles, handles[1:]))
 
 
-def test_swap_out_then_reuse_of_the_freed_block(engine, pools):
+def test_swap_out_then_reuse_of_the_freed_block(engine, faults, pools):
     """A swap-out reads device block 4; a later CoW writes it. FIFO makes the host copy hold
     the old bytes."""
     dev, host = pools
     old4 = dev[4].clone()
-    engine.inject_fault("swap_out", delay=0.05, fail=False)
-    h1 = engine.swap_out([(4, 0)])
-    h2 = engine.cow([(9, 4)])
-    engine.wait_step([h1, h2], timeout=10)
+    faults.add("swap_out", delay=0.05, fail=False)
+    h1 = engine.submit("swap_out", [(4, 0)])
+    h2 = engine.submit("cow", [(9, 4)])
+    assert failed_of([h1, h2]) == []
     assert torch.equal(host[0], old4) and torch.equal(dev[4], dev[9])
 
 
 # ---------------------------------------------------------------- busy blocks
-def test_busy_blocks_and_wait_for_blocks(engine):
-    engine.inject_fault("swap_out", delay=1.0, fail=False)
-    h = engine.swap_out([(3, 5), (4, 6)])
-    assert engine.busy_blocks("device") == {3, 4}
-    assert engine.busy_blocks("host") == {5, 6}
-    assert engine.pending() == [h]
+def test_busy_blocks_and_wait_for_blocks(engine, faults):
+    faults.add("swap_out", delay=1.0, fail=False)
+    h = engine.submit("swap_out", [(3, 5), (4, 6)])
+    assert engine.stats().pending == 1
     assert engine.wait_for_blocks([7, 8]) == []  # unrelated blocks: no wait
+    assert engine.wait_for_blocks([3], pool="host") == []  # host 3 is not touched
+    with pytest.raises(TimeoutError):  # its host destination is busy
+        engine.wait_for_blocks([5], pool="host", timeout=0.01)
     assert not h.done()
     assert engine.wait_for_blocks([9, 4], timeout=10) == [h]
-    assert h.done() and engine.busy_blocks("device") == frozenset()
-    assert engine.busy_blocks("host") == frozenset()
-    with pytest.raises(ValueError):
-        engine.busy_blocks("gpu")
+    assert h.done() and engine.stats().pending == 0
+    assert engine.wait_for_blocks([3, 4]) == [] and engine.wait_for_blocks([5, 6], "host") == []
 
 
-def test_same_pool_batch_marks_sources_and_destinations_busy(engine):
-    engine.inject_fault(delay=0.3, fail=False)
-    h = engine.defrag([(20, 1), (21, 2)])
-    assert engine.busy_blocks("device") == {1, 2, 20, 21}
+def test_same_pool_batch_marks_sources_and_destinations_busy(engine, faults):
+    faults.add(delay=0.3, fail=False)
+    h = engine.submit("defrag", [(20, 1), (21, 2)])
+    for b in (1, 2, 20, 21):
+        with pytest.raises(TimeoutError):
+            engine.wait_for_blocks([b], timeout=0.001)
     assert engine.wait_for_blocks([20], pool="device", timeout=10) == [h]
 
 
-def test_wait_timeouts(engine):
-    engine.inject_fault(delay=0.5, fail=False)
-    h = engine.cow([(0, 1)])
+def test_wait_timeouts(engine, faults):
+    faults.add(delay=0.5, fail=False)
+    h = engine.submit("cow", [(0, 1)])
     with pytest.raises(TimeoutError):
         h.wait(timeout=0.01)
     with pytest.raises(TimeoutError):
-        engine.wait_step([h], timeout=0.01)
+        h.exception(timeout=0.01)
     with pytest.raises(TimeoutError):
         engine.wait_for_blocks([1], timeout=0.01)
-    assert engine.wait_step([h, None], timeout=10) == []
+    assert failed_of([h, None]) == []
 
 
 # ---------------------------------------------------------------- faults
-def test_failed_handle_reraises_and_engine_keeps_serving(engine, pools):
+def test_failed_handle_reraises_and_engine_keeps_serving(engine, faults, pools):
     dev, host = pools
-    engine.inject_fault("swap_out", block=7)
-    bad = engine.swap_out([(7, 0)], tag="victim")
-    good = engine.swap_out([(8, 1)])
-    other = engine.swap_out([(7, 2)])  # the rule fired once (times=1): this one copies
+    faults.add("swap_out", block=7)
+    bad = engine.submit("swap_out", [(7, 0)], tag="victim")
+    good = engine.submit("swap_out", [(8, 1)])
+    other = engine.submit("swap_out", [(7, 2)])  # the rule fired once (times=1): this one copies
     with pytest.raises(CopyError, match="injected copy fault") as info:
         bad.wait(timeout=10)
     assert isinstance(info.value.__cause__, RuntimeError)
@@ -292,17 +304,34 @@ def test_failed_handle_reraises_and_engine_keeps_serving(engine, pools):
     good.wait(timeout=10)
     other.wait(timeout=10)
     assert torch.equal(host[1], dev[8]) and torch.equal(host[2], dev[7])
-    assert engine.wait_step([bad, good, other]) == [bad]
+    assert failed_of([bad, good, other]) == [bad]
     s = engine.stats()
     assert s.failures["swap_out"] == 1 and s.batches["swap_out"] == 2
-    assert engine.busy_blocks("device") == frozenset()
+    assert s.pending == 0
 
 
-def test_fault_injection_is_off_by_default(pools):
+def test_the_fault_plan_sees_each_batch_and_fails_only_the_one_it_raises_for(pools):
     dev, host = pools
-    with CopyEngine(dev, host) as eng:
-        with pytest.raises(EngineError, match="fault_injector"):
-            eng.inject_fault("cow")
+
+    class Refuse(FaultPlan):
+        def __init__(self):
+            self.seen = []
+
+        def before_copy(self, kind, pairs, tag):
+            self.seen.append((kind, tuple(pairs), tag))
+            if tag == "bad":
+                raise RuntimeError("the plan refuses")
+
+    plan = Refuse()
+    with CopyEngine(dev, host, faults=plan) as eng:
+        bad = eng.submit("cow", [(0, 1)], tag="bad")
+        good = eng.submit("swap_out", [(2, 3)], tag="good")
+        assert failed_of([bad, good]) == [bad]
+        assert "the plan refuses" in str(bad.exception())
+    assert plan.seen == [("cow", ((0, 1),), "bad"), ("swap_out", ((2, 3),), "good")]
+    assert torch.equal(host[3], dev[2])
+    with CopyEngine(dev, host) as eng:  # the default plan: no faults
+        assert failed_of([eng.submit("cow", [(4, 5)], tag="bad")]) == []
 
 
 def test_backend_exception_fails_only_its_handle(pools):
@@ -315,62 +344,64 @@ def test_backend_exception_fails_only_its_handle(pools):
             return super().copy(src_pool, dst_pool, pairs)
 
     with CopyEngine(dev, host, backend=Flaky()) as eng:
-        bad = eng.swap_out([(13, 13)])
-        good = eng.swap_out([(12, 12)])
+        bad = eng.submit("swap_out", [(13, 13)])
+        good = eng.submit("swap_out", [(12, 12)])
         assert isinstance(bad.exception(timeout=10).__cause__, MemoryError)
         assert good.wait(timeout=10).exception() is None
 
 
-def test_callbacks(engine):
+def test_callbacks(engine, faults):
     seen = []
-    engine.inject_fault(delay=0.1, fail=False)
-    h = engine.cow([(0, 1)])
+    faults.add(delay=0.1, fail=False)
+    h = engine.submit("cow", [(0, 1)])
     h.add_done_callback(lambda _: 1 / 0)  # logged, does not break the worker
     h.add_done_callback(lambda hh: seen.append(("before", threading.current_thread().name)))
     h.wait(timeout=10)
     h.add_done_callback(lambda hh: seen.append(("after", threading.current_thread().name)))
     assert seen == [("before", "kvpool-copy"), ("after", threading.current_thread().name)]
-    assert engine.cow([(1, 2)]).wait(timeout=10).exception() is None
+    assert engine.submit("cow", [(1, 2)]).wait(timeout=10).exception() is None
 
 
 # ---------------------------------------------------------------- close
 def test_close_drains_pending_work(pools):
     dev, host = pools
-    eng = CopyEngine(dev, host, fault_injector=FaultInjector())
-    eng.inject_fault(delay=0.05, fail=False, times=3)
-    handles = [eng.swap_out([(i, i)]) for i in range(8)]
+    faults = InjectedFaults()
+    eng = CopyEngine(dev, host, faults=faults)
+    faults.add(delay=0.05, fail=False, times=3)
+    handles = [eng.submit("swap_out", [(i, i)]) for i in range(8)]
     eng.close()
     assert all(h.done() and h.exception() is None for h in handles)
     assert torch.equal(host[:8], dev[:8])
     with pytest.raises(EngineError, match="closed"):
-        eng.cow([(0, 1)])
+        eng.submit("cow", [(0, 1)])
     eng.close()  # idempotent
     assert eng.closed
 
 
 def test_close_cancel_fails_queued_handles(pools):
     dev, host = pools
-    eng = CopyEngine(dev, host, fault_injector=FaultInjector())
-    eng.inject_fault(delay=0.2, fail=False)
-    first = eng.swap_out([(0, 0)])
+    faults = InjectedFaults()
+    eng = CopyEngine(dev, host, faults=faults)
+    faults.add(delay=0.2, fail=False)
+    first = eng.submit("swap_out", [(0, 0)])
     deadline = time.monotonic() + 10
     while first.started_at is None and time.monotonic() < deadline:
         time.sleep(0.001)  # let the worker start the first batch
-    rest = [eng.swap_out([(i, i)]) for i in range(1, 6)]
+    rest = [eng.submit("swap_out", [(i, i)]) for i in range(1, 6)]
     eng.close(cancel=True)
     assert first.exception() is None  # the running batch completes
     for h in rest:
         assert h.cancelled() and isinstance(h.exception(), CopyCancelledError)
         with pytest.raises(CopyCancelledError):
             h.wait()
-    assert eng.busy_blocks("host") == frozenset() and eng.pending() == []
+    assert eng.stats().pending == 0 and eng.wait_for_blocks(range(N_HOST), "host") == []
     assert eng.stats().failures["swap_out"] == 5
 
 
 def test_context_manager_joins_the_worker(pools):
     dev, host = pools
     with CopyEngine(dev, host, name="cm-copy") as eng:
-        h = eng.cow([(0, 1)])
+        h = eng.submit("cow", [(0, 1)])
     assert h.done() and not any(t.name == "cm-copy" for t in threading.enumerate())
 
 
@@ -388,7 +419,7 @@ def test_many_submitting_threads():
             for i in range(per_thread):
                 j = t * per_thread + i  # disjoint destinations per thread
                 # Sources 0..63 are never written, so every copy's expected bytes are known.
-                hs = [eng.cow([(j % 64, 64 + j)]), eng.swap_out([(j % 64, j)])]
+                hs = [eng.submit("cow", [(j % 64, 64 + j)]), eng.submit("swap_out", [(j % 64, j)])]
                 if i % 10 == 0:
                     waited = eng.wait_for_blocks([64 + j], timeout=10)
                     assert waited in ([], [hs[0]]) and hs[0].done()  # [] if already done
@@ -405,10 +436,10 @@ def test_many_submitting_threads():
         for t in threads:
             t.join()
         assert not errors
-        assert eng.wait_step(handles, timeout=30) == []
+        assert failed_of(handles, timeout=30) == []
         s = eng.stats()
         assert s.blocks["cow"] == s.blocks["swap_out"] == n_threads * per_thread
-        assert s.pending == 0 and eng.busy_blocks() == frozenset()
+        assert s.pending == 0
     n = n_threads * per_thread
     assert len({h.seq for h in handles}) == 2 * n
     for j in range(n):
@@ -433,7 +464,7 @@ def test_worker_nice_lowers_only_the_worker(pools):
     dev, host = pools
     main_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     with CopyEngine(dev, host, worker_nice=3) as eng:
-        eng.cow([(0, 1)]).wait(timeout=10)  # the worker has started and set its priority
+        eng.submit("cow", [(0, 1)]).wait(timeout=10)  # the worker has started and set its priority
         worker = os.getpriority(os.PRIO_PROCESS, eng._thread.native_id)
         assert worker == min(19, main_nice + 3)
         assert torch.equal(dev[1], dev[0])
@@ -453,10 +484,10 @@ def test_swap_round_trip_keeps_model_outputs():
     model(PagedBatch([SeqChunk(prompt, 0, [0, 1, 2])]), kv)
     expected = model(PagedBatch([SeqChunk([77], 10, [0, 1, 2])]), kv.clone())
     with CopyEngine.for_storage(storage) as eng:
-        eng.swap_out([(0, 5), (1, 6), (2, 7)]).wait()
+        eng.submit("swap_out", [(0, 5), (1, 6), (2, 7)]).wait()
         kv[:3].fill_(3.0)  # the freed device blocks are reused by someone else
-        eng.swap_in([(5, 9), (6, 10), (7, 4)]).wait()
-        eng.defrag([(4, 11)]).wait()
+        eng.submit("swap_in", [(5, 9), (6, 10), (7, 4)]).wait()
+        eng.submit("defrag", [(4, 11)]).wait()
     got = model(PagedBatch([SeqChunk([77], 10, [9, 10, 11])]), kv)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
     storage.check_invariants()

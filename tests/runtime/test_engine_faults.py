@@ -19,11 +19,11 @@ import threading
 import pytest
 import torch
 
-from kvpool.runtime.copy_engine import FaultInjector
 from kvpool.runtime.engine import AsyncEngine, collect
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
+from stress.faults import InjectedFaults
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 PROMPTS = [f"request {i}: paged blocks swap to the host and back " * (2 + i % 2)
@@ -44,8 +44,8 @@ def toks(out) -> list[int]:
     return list(out.outputs[0].token_ids)
 
 
-async def started(config: EngineConfig, fault: FaultInjector | None = None) -> AsyncEngine:
-    eng = AsyncEngine(config, fault_injector=fault)
+async def started(config: EngineConfig, fault: InjectedFaults | None = None) -> AsyncEngine:
+    eng = AsyncEngine(config, faults=fault)
     eng.invariant_check_interval = 1
     await eng.start()
     return eng
@@ -75,7 +75,7 @@ async def test_failed_swap_ins_do_not_poison_the_prefix_cache():
     finally:
         await stopped(ref_eng)
 
-    fault = FaultInjector()
+    fault = InjectedFaults()
     fault.add("swap_in", fail=True, times=None)  # every swap-in copy fails
     eng = await started(EngineConfig(**cfg, enable_prefix_caching=True), fault)
     try:

@@ -10,10 +10,10 @@ import asyncio
 import pytest
 import torch
 
-from kvpool.runtime.copy_engine import FaultInjector
 from kvpool.runtime.engine import AsyncEngine, collect
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams, load_tokenizer
+from stress.faults import InjectedFaults
 from tests.runtime.model.helpers import SENTENCES, hf_greedy, save_hf_model
 
 transformers = pytest.importorskip("transformers")
@@ -40,7 +40,7 @@ def greedy(n: int = 1) -> SamplingParams:
 
 async def run(config: EngineConfig, prompts, *, n=1, fault=None, stagger=0.0,
               max_tokens=None):
-    eng = AsyncEngine(config, fault_injector=fault)
+    eng = AsyncEngine(config, faults=fault)
     eng.invariant_check_interval = 1
     await eng.start()
     try:
@@ -135,7 +135,7 @@ async def test_defrag_in_the_middle_of_decoding(oracle):
 
 async def test_a_failed_copy_fails_only_its_request(oracle):
     d, prompts, ref, _, _ = oracle
-    fault = FaultInjector()
+    fault = InjectedFaults()
     fault.add(kind="swap_in", fail=True, times=1)
     cfg = base(d, num_device_blocks=13, num_host_blocks=64, preemption_mode="swap",
                max_num_seqs=8, max_num_batched_tokens=256)

@@ -18,7 +18,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from kvpool.runtime.engine import AsyncEngine
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams, Tokenizer, build_byte_tokenizer
-from kvpool.runtime.output_processor import OutputProcessor
+from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.sched import FinishedRequest, SeqStatus
 from kvpool.sched.output import SeqOutput
 from tests.runtime.model.helpers import SENTENCES
@@ -50,9 +50,9 @@ def run_request(tok: Tokenizer, prompt: list[int], outputs: list[list[int]]) -> 
     proc.add("r", prompt, params, seq_ids, arrival=0.0)
     streamed = ["" for _ in outputs]
     for step in range(max(map(len, outputs))):
-        feed = {s: ("r", out[step]) for s, out in zip(seq_ids, outputs) if step < len(out)}
+        feed = [Sample(s, "r", out[step]) for s, out in zip(seq_ids, outputs) if step < len(out)]
         deltas, stops = proc.on_tokens(feed, now=float(step))
-        assert stops == []
+        assert stops == {}
         for c in deltas.get("r", []):
             streamed[c.index] += c.text
     fr = FinishedRequest("r", SeqStatus.FINISHED_LENGTH, None,

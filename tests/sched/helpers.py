@@ -76,6 +76,7 @@ class FakeRuntime:
             assert mgr.get_num_tokens(d.seq_id) == d.position + 1
         seen = [d.seq_id for d in out.decodes] + [s for p in out.prefills for s in p.seq_ids]
         assert len(seen) == len(set(seen)), "a sequence computed twice in one step"
+        check_entries_and_copies(self.sched, out)
 
     def step(self, now: float | None = None) -> SchedulerOutput:
         self.now = self.now + 1.0 if now is None else now
@@ -97,6 +98,23 @@ class FakeRuntime:
 
     def by_id(self) -> dict:
         return {f.request_id: f for f in self.finished}
+
+
+def check_entries_and_copies(sched: Scheduler, out: SchedulerOutput) -> None:
+    """The runtime needs nothing but the output: each entry's block ids are its sequence's
+    table right after schedule(), and each copy batch moves blocks of the request it names
+    (one batch per request and kind)."""
+    mgr = sched.manager
+    for e in out.entries:
+        assert e.block_ids == mgr.get_block_table(e.seq_ids[0]), e
+        assert len(e.input_ids) == (e.end - e.start if e in out.prefills else 1)
+    keys = [(c.kind, c.request_id) for c in out.copies]
+    assert len(keys) == len(set(keys)), keys
+    for c in out.copies:
+        assert c.pairs
+        held = {b for s in sched.seq_ids(c.request_id) if mgr.has_seq(s)
+                for b in mgr.get_block_table(s)}
+        assert {dst for _, dst in c.pairs} <= held, c  # its table points at the destinations
 
 
 def assert_empty(sched: Scheduler) -> None:

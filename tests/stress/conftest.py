@@ -49,7 +49,7 @@ def assert_clean(engine: Any) -> None:
 
 @contextlib.contextmanager
 def running_server(**overrides: Any) -> Iterator[InProcessServer]:
-    app_keys = ("api_key", "max_body_bytes", "tenant_block_quota", "fault_injector",
+    app_keys = ("api_key", "max_body_bytes", "tenant_block_quota", "faults",
                 "invariant_check_interval", "header_timeout", "keep_alive_timeout",
                 "max_connections")
     app_kw = {k: overrides.pop(k) for k in app_keys if k in overrides}

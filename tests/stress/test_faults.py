@@ -1,5 +1,6 @@
-"""Fault injection (test-only, off by default): copy failures and delays (FaultInjector), a step
-that raises for one request (EngineCore.step_fault_hook), slow clients. Each time: the engine
+"""Fault injection (test-only, off by default) through the one injected FaultPlan
+(stress.faults.InjectedFaults): copy failures and delays, a step that raises for one request,
+slow clients. Each time: the engine
 survives, the failed request gets an error, every other request's greedy output is identical
 to its reference run, and no block leaks."""
 
@@ -10,11 +11,11 @@ import json
 
 import aiohttp
 
-from kvpool.runtime.copy_engine import FaultInjector
 from kvpool.runtime.engine import AsyncEngine, collect
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams
-from stress.faults import FaultDriver, StepFaults
+from kvpool.runtime.faults import NO_FAULTS
+from stress.faults import FaultDriver, InjectedFaults
 from stress.http_mode import HttpConfig, HttpStress
 from tests.stress.conftest import SMALL, assert_clean
 
@@ -27,9 +28,9 @@ def tokens(out) -> list[tuple[int, ...]]:
     return [c.token_ids for c in out.outputs]
 
 
-async def started(**overrides) -> tuple[AsyncEngine, FaultInjector]:
-    fi = FaultInjector()
-    engine = AsyncEngine(EngineConfig(**{**SMALL, **overrides}), fault_injector=fi)
+async def started(**overrides) -> tuple[AsyncEngine, InjectedFaults]:
+    fi = InjectedFaults()
+    engine = AsyncEngine(EngineConfig(**{**SMALL, **overrides}), faults=fi)
     engine.invariant_check_interval = 1
     await engine.start()
     return engine, fi
@@ -111,14 +112,11 @@ async def test_copy_delays_change_nothing():
 
 async def test_fault_injection_is_off_by_default():
     engine = AsyncEngine(EngineConfig(**SMALL))
-    assert engine.core.step_fault_hook is None
-    assert engine.core.copies.fault_injector is None
+    assert engine.core.faults is NO_FAULTS
 
 
 async def test_step_fault_at_prefill_fails_one_request():
-    engine, _ = await started()
-    hook = StepFaults()
-    engine.core.step_fault_hook = hook
+    engine, hook = await started()
     try:
         ref = await reference(engine)
         hook.arm("run-2")
@@ -133,9 +131,7 @@ async def test_step_fault_at_prefill_fails_one_request():
 
 
 async def test_step_fault_mid_decode_fails_one_request():
-    engine, _ = await started()
-    hook = StepFaults()
-    engine.core.step_fault_hook = hook
+    engine, hook = await started()
     try:
         ref = await reference(engine)
         streams = [engine.generate(f"run-{i}", p, GREEDY) for i, p in enumerate(PROMPTS)]
@@ -195,11 +191,10 @@ def test_harness_fault_mode_short_run():
     assert f["fault_copy_failures_injected"] + f["fault_step_failures_injected"] > 0
 
 
-def test_fault_driver_needs_an_injector():
-    engine = AsyncEngine(EngineConfig(**SMALL))
+def test_fault_driver_needs_the_injected_plan():
     try:
-        FaultDriver(engine)
-    except ValueError as e:
-        assert "fault_injector" in str(e)
+        FaultDriver(NO_FAULTS)
+    except TypeError as e:
+        assert "InjectedFaults" in str(e)
     else:
-        raise AssertionError("FaultDriver accepted an engine without a FaultInjector")
+        raise AssertionError("FaultDriver accepted a plan that cannot inject")

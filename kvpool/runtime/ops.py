@@ -1,0 +1,34 @@
+"""The operations the event loop hands the AsyncEngine's step thread (through its inbox).
+
+Plain frozen objects, built on the loop and read once by the step thread; the inbox deque is
+their only shared state (one atomic extend per loop iteration, popleft on the other side).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvpool.runtime.model import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class AddRequest:
+    """Queue a request in the EngineCore (its stream already exists on the loop)."""
+
+    request_id: str
+    prompt_ids: list[int]  # validated by EngineCore.validate on the loop
+    params: SamplingParams
+    cache_salt: str | None  # tenant isolation of the prefix cache
+    priority: int  # smaller is served first under the priority policy
+    arrival: float  # time.monotonic() at generate()
+    tenant: str | None = None  # fair-scheduling identity (server/tenant.py), None: anonymous
+
+
+@dataclass(frozen=True, slots=True)
+class AbortRequest:
+    """Abort a request in any state (idempotent: an unknown id is a no-op)."""
+
+    request_id: str
+
+
+EngineOp = AddRequest | AbortRequest
