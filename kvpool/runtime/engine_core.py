@@ -34,6 +34,7 @@ from kvpool.runtime.kv_storage import KVStorage
 from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, SamplingParams,
                                   build_tiny_model, load_model, load_tokenizer, make_generator,
                                   resolve_dtype)
+from kvpool.runtime.model.grammar import GrammarMatchers
 from kvpool.runtime.output_processor import OutputProcessor
 from kvpool.runtime.outputs import RequestOutput
 from kvpool.sched import FinishedRequest, PreemptionMode, Scheduler, SchedulerConfig, SeqStatus
@@ -87,6 +88,9 @@ class EngineCore:
                                eos_token_ids=(self.tokenizer.eos_token_id,)
                                if self.tokenizer.eos_token_id is not None else ())
         self.outputs = OutputProcessor(self.tokenizer, metrics)
+        # response_format: one matcher per constrained sequence; its mask goes to the sampler
+        self.grammars = GrammarMatchers(self.tokenizer, mcfg.vocab_size)
+        self._grammar_done: list[tuple[str, int]] = []  # (request, seq) completed this step
         self.metrics = metrics
         self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
         # NOTE(failed-deque): request ids whose background copy (swap-out) failed. The copy
@@ -125,6 +129,8 @@ class EngineCore:
                 f"the prompt needs {need} KV blocks but the pool can ever hold "
                 f"{mgr.device_pool.num_blocks - mgr.watermark_blocks}: shorten it or raise "
                 "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
+        if params.response_format is not None:
+            self.grammars.validate(params.response_format)
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, *,
                     cache_salt: str | None = None, priority: int = 0,
@@ -132,6 +138,12 @@ class EngineCore:
         arrival = time.monotonic() if arrival is None else arrival
         seq_ids = self.scheduler.add_request(request_id, prompt_ids, params, priority=priority,
                                              cache_salt=cache_salt, arrival_time=arrival)
+        if params.response_format is not None:
+            try:
+                self.grammars.add(seq_ids, params.response_format)
+            except RequestError:
+                self.scheduler.abort(request_id, "invalid response_format")
+                raise
         self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
         for i, s in enumerate(seq_ids):
             self._gens[s] = make_generator(None if params.seed is None else params.seed + i)
@@ -146,6 +158,7 @@ class EngineCore:
     def _finish(self, fr: FinishedRequest, error: str | None = None) -> RequestOutput | None:
         for so in fr.seqs:
             self._gens.pop(so.seq_id, None)
+            self.grammars.remove(so.seq_id)
         if fr.status is SeqStatus.FINISHED_IGNORED:
             error = error or fr.reason
         return self.outputs.finish(fr, time.monotonic(), error)
@@ -273,6 +286,11 @@ class EngineCore:
             fr = sched.finish(rid, seq_id, SeqStatus.FINISHED_STOPPED, f"stop {stop!r}")
             if fr is not None:
                 finished.append(fr)
+        for rid, seq_id in self._grammar_done:  # the JSON is complete: nothing but EOS may follow
+            fr = sched.finish(rid, seq_id, SeqStatus.FINISHED_STOPPED, "grammar complete")
+            if fr is not None:
+                finished.append(fr)
+        self._grammar_done = []
         final = {}
         for fr in finished:
             o = self._finish(fr)
@@ -358,7 +376,11 @@ class EngineCore:
         hist = None
         if any(p.needs_history for p in params):  # penalties / min_tokens read the tokens
             hist = [self.outputs.history(r, s) for r, s in zip(rids, seqs)]
-        tokens = self.sampler(picked, params, gens, hist).tolist()
+        mask = self.grammars.token_mask(seqs)  # None unless some row has a response_format
+        tokens = self.sampler(picked, params, gens, hist, token_mask=mask).tolist()
+        if mask is not None:
+            rid_of = dict(zip(seqs, rids))
+            self._grammar_done = [(rid_of[s], s) for s in self.grammars.advance(seqs, tokens)]
         return dict(zip(seqs, tokens))
 
     # ------------------------------------------------------------------ introspection
