@@ -12,7 +12,7 @@ One token mask per step, batched::
 
 No grammar in the batch means ``token_mask`` returns None before any per-row work.
 
-Why llguidance (xgrammar and outlines-core were measured beside it; docs/structured_output.md):
+Why llguidance (xgrammar and outlines-core were measured beside it; README, Structured output):
 no Python dependencies (one abi3 wheel of ~8 MB; xgrammar requires triton, transformers and
 apache-tvm-ffi), JSON-schema compile in about a millisecond even for a 150k vocabulary
 (outlines-core builds a vocabulary-wide index per schema: 0.1-0.9 s at 150k, on the request path),
