@@ -36,6 +36,7 @@ from kvpool.runtime.kv_storage import KVStorage
 from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, SamplingParams,
                                   build_tiny_model, load_model, load_tokenizer, make_generator,
                                   resolve_dtype)
+from kvpool.runtime.model.grammar import GrammarMatchers
 from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.runtime.outputs import RequestOutput
 from kvpool.sched import (FinishedRequest, Scheduler, SchedulerConfig, SchedulerOutput,
@@ -93,6 +94,9 @@ class EngineCore:
                                eos_token_ids=(self.tokenizer.eos_token_id,)
                                if self.tokenizer.eos_token_id is not None else ())
         self.outputs = OutputProcessor(self.tokenizer, metrics)
+        # response_format: one matcher per constrained sequence; its mask goes to the sampler
+        self.grammars = GrammarMatchers(self.tokenizer, mcfg.vocab_size)
+        self._grammar_done: set[int] = set()  # sequences whose grammar completed this step
         self.metrics = metrics
         self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
         # NOTE(failed-deque): request ids whose background copy (swap-out) failed. The copy
@@ -125,6 +129,8 @@ class EngineCore:
         if adm.status is AllocStatus.NEVER:
             raise RequestError(f"the prompt (+1 token) {adm.reason}: shorten it or raise "
                                "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
+        if params.response_format is not None:
+            self.grammars.validate(params.response_format)
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, *,
                     cache_salt: str | None = None, priority: int = 0,
@@ -133,6 +139,12 @@ class EngineCore:
         seq_ids = self.scheduler.add_request(request_id, prompt_ids, params, priority=priority,
                                              cache_salt=cache_salt, arrival_time=arrival,
                                              tenant=tenant)
+        if params.response_format is not None:
+            try:
+                self.grammars.add(seq_ids, params.response_format)
+            except RequestError:
+                self.scheduler.abort(request_id, "invalid response_format")
+                raise
         self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
         for i, s in enumerate(seq_ids):
             self._gens[s] = make_generator(None if params.seed is None else params.seed + i)
@@ -147,6 +159,7 @@ class EngineCore:
     def _finish(self, fr: FinishedRequest, error: str | None = None) -> RequestOutput | None:
         for so in fr.seqs:
             self._gens.pop(so.seq_id, None)
+            self.grammars.remove(so.seq_id)
         if fr.status is SeqStatus.FINISHED_IGNORED:
             error = error or fr.reason
         return self.outputs.finish(fr, time.monotonic(), error)
@@ -266,7 +279,9 @@ class EngineCore:
         deltas, stops = self.outputs.on_tokens(samples, time.monotonic())
         finished = self.scheduler.on_step_done(
             out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok,
-            stops={i: f"stop {t!r}" for i, t in stops.items()})
+            stops={i: f"stop {t!r}" for i, t in stops.items()}
+            | dict.fromkeys(self._grammar_done, "grammar complete"))
+        self._grammar_done = set()
         final = {fr.request_id: o for fr in finished if (o := self._finish(fr)) is not None}
         updates = []
         for rid, outs in deltas.items():
@@ -314,8 +329,13 @@ class EngineCore:
         hist = None
         if any(p.needs_history for p in params):  # penalties / min_tokens read the tokens
             hist = [self.outputs.history(s.request_id, s.seq_id) for s in samples]
-        for s, t in zip(samples, self.sampler(picked, params, gens, hist).tolist()):
+        seqs = [s.seq_id for s in samples]
+        mask = self.grammars.token_mask(seqs)  # None unless some row has a response_format
+        tokens = self.sampler(picked, params, gens, hist, token_mask=mask).tolist()
+        for s, t in zip(samples, tokens):
             s.token_id = t
+        if mask is not None:  # the JSON is complete: the sequence stops (finish_reason stop)
+            self._grammar_done = set(self.grammars.advance(seqs, tokens))
         return samples
 
     # ------------------------------------------------------------------ introspection

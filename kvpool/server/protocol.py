@@ -7,8 +7,8 @@ Policy, in one place:
   OpenAI's own API does: a typo such as ``max_token`` must not silently fall back to a default.
   Known OpenAI features this server does not implement are **rejected** with 400 naming the
   field when set to anything but their default (``echo``, ``logprobs``, ``best_of`` != n,
-  ``suffix``, ``tools``, non-text ``response_format``), so a client never gets a silently
-  different result. Sampling controls (penalties, ``logit_bias``, ``min_tokens``, ``min_p``):
+  ``suffix``, ``tools``), so a client never gets a silently different result. Sampling controls
+  (penalties, ``logit_bias``, ``min_tokens``, ``min_p``) and ``response_format``:
   sampling_fields.py.
 - ``prompt``: a string, a list of token ids, or a list of exactly one of those. Batches of several
   prompts are rejected (400, param ``prompt``): send one request per prompt.
@@ -46,7 +46,7 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # field -> (allowed default values) for OpenAI features this server does not implement
 _UNSUPPORTED_COMPLETION = {"echo": (False,), "logprobs": (0,), "suffix": ("",)}
 _UNSUPPORTED_CHAT = {"logprobs": (False,), "top_logprobs": (0,), "tools": ([],),
-                     "functions": ([],), "response_format": ({"type": "text"},)}
+                     "functions": ([],)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
            "stop_token_ids"} | SAMPLING_FIELDS

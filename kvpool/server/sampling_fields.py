@@ -1,23 +1,29 @@
 """The sampling-control fields of a request body -> SamplingParams keyword arguments.
 
 ``presence_penalty``, ``frequency_penalty`` (OpenAI), ``repetition_penalty``, ``min_p``,
-``min_tokens`` (vLLM's extras) and ``logit_bias``. JSON types and token ids are checked here
-(the tokenizer's vocabulary is known here); value ranges by :class:`SamplingParams` itself, so
-both paths answer 400 naming the field.
+``min_tokens`` (vLLM's extras), ``logit_bias`` and ``response_format`` (structured output, in
+OpenAI's shapes, compiled by kvpool/runtime/model/grammar.py). JSON types and token ids are
+checked here (the tokenizer's vocabulary is known here); value ranges by :class:`SamplingParams`
+itself, so both paths answer 400 naming the field.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from kvpool.errors import RequestError
+from kvpool.runtime.model.grammar import GrammarSpec
 
 __all__ = ["MAX_LOGIT_BIAS_ENTRIES", "SAMPLING_FIELDS", "parse_sampling_controls"]
 
 MAX_LOGIT_BIAS_ENTRIES = 1024  # one request may not build an unbounded per-step index
 _NUMBERS = ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
-SAMPLING_FIELDS = frozenset(_NUMBERS + ("min_tokens", "logit_bias"))
+SAMPLING_FIELDS = frozenset(_NUMBERS + ("min_tokens", "logit_bias", "response_format"))
+_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
+_FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
+                "json_schema": {"type", "json_schema"}}
 
 
 def _bad(param: str, message: str, code: str | None = None) -> RequestError:
@@ -46,7 +52,49 @@ def parse_sampling_controls(body: dict[str, Any], vocab_size: int) -> dict[str, 
     bias = body.get("logit_bias")
     if bias is not None:
         out["logit_bias"] = _logit_bias(bias, vocab_size)
+    spec = parse_response_format(body.get("response_format"))
+    if spec is not None:
+        out["response_format"] = spec
     return out
+
+
+def parse_response_format(value: Any) -> GrammarSpec | None:
+    """OpenAI's ``response_format``: ``{"type": "text"}`` (None), ``{"type": "json_object"}``
+    or ``{"type": "json_schema", "json_schema": {"name", "description"?, "schema"?,
+    "strict"?}}``. Anything else, or a schema the compiler rejects, is a 400 naming
+    response_format. ``strict`` is accepted either way: the grammar always enforces the schema.
+    """
+    p = "response_format"
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad(p, "must be an object with a type (text, json_object or json_schema)")
+    kind = value.get("type")
+    if kind not in _FORMAT_KEYS:
+        raise _bad(p, f"type must be 'text', 'json_object' or 'json_schema', got "
+                   f"{json.dumps(kind)[:50]}")
+    extra = set(value) - _FORMAT_KEYS[kind]
+    if extra:
+        raise _bad(p, f"unknown field {sorted(extra)[0]!r} for type {kind!r}")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return GrammarSpec.json_object()
+    js = value.get("json_schema")
+    if not isinstance(js, dict):
+        raise _bad(p, "json_schema must be an object with a name and a schema")
+    extra = set(js) - {"name", "description", "schema", "strict"}
+    if extra:
+        raise _bad(p, f"unknown field json_schema.{sorted(extra)[0]}")
+    name = js.get("name")
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
+        raise _bad(p, "json_schema.name must be 1-64 characters of a-z, A-Z, 0-9, _ or -")
+    if js.get("description") is not None and not isinstance(js["description"], str):
+        raise _bad(p, "json_schema.description must be a string")
+    if js.get("strict") is not None and not isinstance(js["strict"], bool):
+        raise _bad(p, "json_schema.strict must be a boolean")
+    schema = js.get("schema")
+    return GrammarSpec.json_schema({} if schema is None else schema, name)
 
 
 def _logit_bias(bias: Any, vocab_size: int) -> dict[int, float]:

@@ -22,6 +22,7 @@ import torch
 
 from kvpool.errors import RequestError
 
+from .grammar import GrammarSpec, TokenMask, apply_token_mask
 from .penalties import SeqHistory, apply_logit_adjustments, apply_min_p, needs_history
 
 __all__ = ["Sampler", "SamplingParams", "SamplingParamsError", "SeqHistory", "make_generator"]
@@ -69,6 +70,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias in [-100, 100]), by id
     min_tokens: int = 0  # eos / stop_token_ids masked until this many were generated
     min_p: float = 0.0  # keep tokens with prob >= min_p * top prob, [0, 1]; 0 = off
+    response_format: GrammarSpec | None = None  # structured output (grammar.py); None = text
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
@@ -105,6 +107,9 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(ids))
         if not isinstance(self.ignore_eos, bool):
             raise SamplingParamsError("ignore_eos", f"must be a boolean, got {self.ignore_eos!r}")
+        if self.response_format is not None and not isinstance(self.response_format,
+                                                               GrammarSpec):
+            raise SamplingParamsError("response_format", "must be a GrammarSpec (grammar.py)")
         self._check_adjustments()
 
     def _check_adjustments(self) -> None:
@@ -176,24 +181,29 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, params: Sequence[SamplingParams],
                  generators: Sequence[torch.Generator | None] | None = None,
-                 histories: Sequence[SeqHistory] | None = None) -> torch.Tensor:
+                 histories: Sequence[SeqHistory] | None = None,
+                 token_mask: TokenMask | None = None) -> torch.Tensor:
         """Next token id per row, ``[num_seqs]`` long on ``logits.device``.
 
         ``generators[i]`` is row i's request generator (or None); it is advanced only when that
         row samples (temperature > 0). ``histories[i]`` (prompt and generated ids) is needed
-        only when some row's ``needs_history``.
+        only when some row's ``needs_history``. ``token_mask`` (grammar rows only) sets the
+        logits of disallowed tokens to -inf after the adjustments, before temperature.
         """
         num, vocab = logits.shape
         if len(params) != num or (generators is not None and len(generators) != num):
             raise ValueError(f"need one SamplingParams (and generator) per logits row ({num})")
         if histories is not None and len(histories) != num:
             raise ValueError(f"need one SeqHistory per logits row ({num})")
-        logits = logits.float()
+        logits = raw = logits.float()
         if any(p.adjusts_logits for p in params):
             # NOTE(copy): float() may return the caller's tensor; adjust a copy, never the logits
             # the model handed out.
             logits = apply_logit_adjustments(logits.clone(), params, histories,
                                              self.eos_token_ids)
+        if token_mask is not None:
+            logits = apply_token_mask(logits.clone() if logits is raw else logits, token_mask,
+                                      fallback=raw if logits is not raw else None)
         best = logits.argmax(dim=-1)
         rows = [i for i, p in enumerate(params) if not p.greedy]
         if not rows:
