@@ -197,11 +197,18 @@ def _decode_groups(rows: list[int], tables: list[list[int]], ctx: list[int], num
         else:
             parts.append([i])
     merged: list[list[int]] = []
-    for part in parts:  # a small part joins the wider part before it
-        if merged and len(part) < MIN_GROUP_ROWS:
+    absorbed: list[int] = []  # per group: narrow rows it took in from smaller parts
+    for part in parts:
+        # a small part joins the wider group before it, as long as that group's narrow rows
+        # stay fewer than MIN_GROUP_ROWS (several small parts in a row would otherwise add up
+        # to a padded crowd); else it starts a group of its own
+        if merged and len(part) < MIN_GROUP_ROWS and \
+                absorbed[-1] + len(part) < MIN_GROUP_ROWS:
             merged[-1].extend(part)
+            absorbed[-1] += len(part)
         else:
             merged.append(part)
+            absorbed.append(0)
     if len(merged) == 1:
         merged[0].sort()  # one group: keep row order (the all-decode fast path needs it)
     groups = []

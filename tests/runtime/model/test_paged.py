@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kvpool.runtime.model import (PagedBatch, SeqChunk, allocate_kv_cache, build_tiny_model)
@@ -189,6 +189,7 @@ def test_paged_attention_matches_naive_gqa():
 @settings(max_examples=60, deadline=None)
 @given(widths=st.lists(st.integers(1, 70), min_size=1, max_size=80),
        prefill_rows=st.integers(0, 3))
+@example(widths=[1] * 7 + [2] + [3] * 7 + [4, 8], prefill_rows=0)  # two small parts in a row
 def test_decode_groups_partition_the_decodes(widths, prefill_rows):
     from kvpool.runtime.model.batch import GROUP_RATIO, MIN_GROUP_ROWS, _decode_groups
     bs = 4
