@@ -253,17 +253,23 @@ async def collect(stream: AsyncIterator[RequestOutput]) -> RequestOutput:
     """Drain a stream into one RequestOutput holding each sequence's whole output."""
     toks: dict[int, list[int]] = {}
     text: dict[int, str] = {}
+    lps: dict[int, list] = {}
     last: dict[int, CompletionOutput] = {}
     final = None
+    prompt_lps = None
     async for out in stream:
         for c in out.outputs:
             toks.setdefault(c.index, []).extend(c.token_ids)
             text[c.index] = text.get(c.index, "") + c.text
+            if c.logprobs is not None:
+                lps.setdefault(c.index, []).extend(c.logprobs)
             last[c.index] = c
+        prompt_lps = out.prompt_logprobs if out.prompt_logprobs is not None else prompt_lps
         final = out
     assert final is not None
     outs = tuple(CompletionOutput(i, tuple(toks[i]), text[i], last[i].num_generated,
-                                  last[i].finish_reason, last[i].stop_reason)
+                                  last[i].finish_reason, last[i].stop_reason,
+                                  tuple(lps[i]) if i in lps else None)
                  for i in sorted(last))
     return RequestOutput(final.request_id, outs, True, final.num_prompt_tokens,
-                         final.num_cached_tokens, final.error, final.metrics)
+                         final.num_cached_tokens, final.error, final.metrics, prompt_lps)

@@ -32,8 +32,8 @@ from kvpool.runtime.copy_engine import CopyEngine, FaultInjector
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.kv_storage import KVStorage
 from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, SamplingParams,
-                                  build_tiny_model, load_model, load_tokenizer, make_generator,
-                                  resolve_dtype)
+                                  build_tiny_model, compute_logprobs, load_model, load_tokenizer,
+                                  make_generator, resolve_dtype)
 from kvpool.runtime.output_processor import OutputProcessor
 from kvpool.runtime.outputs import RequestOutput
 from kvpool.sched import FinishedRequest, PreemptionMode, Scheduler, SchedulerConfig, SeqStatus
@@ -130,6 +130,12 @@ class EngineCore:
                     cache_salt: str | None = None, priority: int = 0,
                     arrival: float | None = None) -> None:
         arrival = time.monotonic() if arrival is None else arrival
+        if params.prompt_logprobs is not None:
+            # NOTE(prompt-logprobs): a prefix-cache hit skips the forward over the hit tokens,
+            # so their logits would not exist. Such a request is prefilled under a salt of its
+            # own: it never reads the cache (every prompt logit is computed, in the forward
+            # the step runs anyway) and no other request reads its blocks.
+            cache_salt = f"{cache_salt or ''}\x00prompt_logprobs\x00{request_id}"
         seq_ids = self.scheduler.add_request(request_id, prompt_ids, params, priority=priority,
                                              cache_salt=cache_salt, arrival_time=arrival)
         self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
@@ -250,14 +256,22 @@ class EngineCore:
         rows += [([d.token_id], d.position, tables[d.seq_id], d) for d in out.decodes
                  if d.request_id not in dead]
         sampled: dict[int, int] = {}
+        logprobs: dict = {}
         if rows:
             batch = PagedBatch.from_lists([r[0] for r in rows], [r[1] for r in rows],
                                           [r[2] for r in rows])
+            full = self._prompt_logprob_rows(rows)
             tf = time.perf_counter()
             with torch.inference_mode():
-                logits = self.model(batch, self.storage.device_kv)
+                if full:
+                    logits, full_logits = self.model.forward_with_prompt_logits(
+                        batch, self.storage.device_kv, full)
+                else:
+                    logits = self.model(batch, self.storage.device_kv)
             self._measure(sum(len(r[0]) for r in rows), time.perf_counter() - tf)
-            sampled = self._sample(logits, rows)
+            if full:
+                self._prompt_logprobs(rows, full, full_logits)
+            sampled, logprobs = self._sample(logits, rows)
         defrag_ok = True
         if out.defrag_moves:
             h = self.copies.defrag(out.defrag_moves)
@@ -268,7 +282,7 @@ class EngineCore:
         rid_of = {s: r[3].request_id for r in rows
                   for s in (r[3].seq_ids if hasattr(r[3], "seq_ids") else (r[3].seq_id,))}
         deltas, stops = self.outputs.on_tokens(
-            {s: (rid_of[s], t) for s, t in sampled.items()}, now)
+            {s: (rid_of[s], t) for s, t in sampled.items()}, now, logprobs)
         for rid, seq_id, stop in stops:
             fr = sched.finish(rid, seq_id, SeqStatus.FINISHED_STOPPED, f"stop {stop!r}")
             if fr is not None:
@@ -285,17 +299,20 @@ class EngineCore:
                 for c in f.outputs:
                     prev = merged.get(c.index)
                     if prev is not None:
+                        lps = None if c.logprobs is None else (prev.logprobs or ()) + c.logprobs
                         c = type(c)(c.index, prev.token_ids + c.token_ids, prev.text + c.text,
-                                    c.num_generated, c.finish_reason, c.stop_reason)
+                                    c.num_generated, c.finish_reason, c.stop_reason, lps)
                     merged[c.index] = c
                 final[rid] = RequestOutput(f.request_id, tuple(merged.values()), True,
                                            f.num_prompt_tokens, f.num_cached_tokens, f.error,
-                                           f.metrics)
+                                           f.metrics, f.prompt_logprobs)
             else:
                 r = self.outputs.requests.get(rid)
                 results.append(RequestOutput(rid, tuple(outs), False,
                                              len(r.prompt_ids) if r else 0,
-                                             self.scheduler.num_cached_tokens(rid) or 0))
+                                             self.scheduler.num_cached_tokens(rid) or 0,
+                                             prompt_logprobs=self.outputs.take_prompt_logprobs(
+                                                 rid)))
         results += final.values()
         if self.metrics is not None:
             self.metrics.step.observe(time.monotonic() - t0)
@@ -332,7 +349,33 @@ class EngineCore:
             if kw:
                 self.scheduler.update_cost_model(**kw)
 
-    def _sample(self, logits: torch.Tensor, rows) -> dict[int, int]:
+    def _prompt_logprob_rows(self, rows) -> list[int]:
+        """Indices of the prefill rows whose request asked for prompt logprobs."""
+        reqs = self.outputs.requests
+        full = []
+        for i, (_, _, _, item) in enumerate(rows):
+            if hasattr(item, "seq_ids"):
+                r = reqs.get(item.request_id)
+                if r is not None and r.params.prompt_logprobs is not None:
+                    full.append(i)
+        return full
+
+    def _prompt_logprobs(self, rows, full: list[int], full_logits: list[torch.Tensor]) -> None:
+        """Row j of a chunk over positions [start, start + q) predicts position start + j + 1;
+        the chunk's last row predicts the next chunk's first prompt token (or the first
+        generated one, which is the sampler's business)."""
+        reqs = self.outputs.requests
+        for i, lg in zip(full, full_logits):
+            ids, start, _, item = rows[i]
+            prompt = reqs[item.request_id].prompt_ids
+            targets = prompt[start + 1: start + len(ids) + 1]
+            if not targets:
+                continue
+            k = reqs[item.request_id].params.prompt_logprobs
+            values = compute_logprobs(lg[:len(targets)], targets, [k] * len(targets))
+            self.outputs.add_prompt_logprobs(item.request_id, start + 1, values)
+
+    def _sample(self, logits: torch.Tensor, rows) -> tuple[dict[int, int], dict]:
         idx, params, gens, seqs, rids = [], [], [], [], []
         reqs = self.outputs.requests
         for i, (_, _, _, item) in enumerate(rows):
@@ -352,14 +395,22 @@ class EngineCore:
                 seqs.append(s)
                 rids.append(item.request_id)
         if not idx:
-            return {}
+            return {}, {}
         picked = logits[torch.tensor(idx)] if len(idx) != logits.shape[0] or idx != list(
             range(len(idx))) else logits
         hist = None
         if any(p.needs_history for p in params):  # penalties / min_tokens read the tokens
             hist = [self.outputs.history(r, s) for r, s in zip(rids, seqs)]
-        tokens = self.sampler(picked, params, gens, hist).tolist()
-        return dict(zip(seqs, tokens))
+        chosen = self.sampler(picked, params, gens, hist)
+        tokens = chosen.tolist()
+        want = [j for j, p in enumerate(params) if p.logprobs is not None]
+        logprobs = {}
+        if want:  # raw-model logprobs of what was sampled (model/logprobs.py NOTE(raw-logprobs))
+            sel = picked if len(want) == len(params) else picked[torch.tensor(want)]
+            ids = chosen if len(want) == len(params) else chosen[torch.tensor(want)]
+            values = compute_logprobs(sel, ids, [params[j].logprobs for j in want])
+            logprobs = {seqs[j]: v for j, v in zip(want, values)}
+        return dict(zip(seqs, tokens)), logprobs
 
     # ------------------------------------------------------------------ introspection
     def check_invariants(self) -> bool:

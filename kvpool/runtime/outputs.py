@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvpool.runtime.model.logprobs import TokenLogprob
+
 FINISH_REASONS = ("stop", "length", "abort", "error")
 
 
@@ -23,6 +25,8 @@ class CompletionOutput:
     num_generated: int  # tokens generated so far in total
     finish_reason: str | None = None  # None while running; else one of FINISH_REASONS
     stop_reason: str | int | None = None  # the stop string / token id that ended it, if any
+    # one entry per token of token_ids when the request asked for logprobs, else None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,3 +40,6 @@ class RequestOutput:
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     error: str | None = None  # set when the request failed (finish_reason "error")
     metrics: dict[str, float] = field(default_factory=dict)  # ttft, queue time, e2e (seconds)
+    # prompt_logprobs requests: one entry per prompt token (None for the first, which nothing
+    # predicts), sent once, in the first update after the prompt is computed; else None
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
