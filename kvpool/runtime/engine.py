@@ -169,6 +169,11 @@ class AsyncEngine:
             return list(prompt)
         raise RequestError("prompt must be a string or a list of token ids", "prompt")
 
+    def validate(self, prompt: str | list[int], params: SamplingParams) -> None:
+        """Raise the RequestError ``generate`` would for this input, queueing nothing (a
+        request of several prompts checks them all before it starts any)."""
+        self.core.validate(self.encode_prompt(prompt), params)
+
     def generate(self, request_id: str | None, prompt: str | list[int], params: SamplingParams,
                  *, cache_salt: str | None = None, priority: int = 0,
                  tenant: str | None = None) -> RequestStream:

@@ -22,6 +22,7 @@ class EngineConfig:
 
     model: str | None = None  # --model: local HF directory; None = the built-in tiny model
     served_model_name: str | None = None  # --served-model-name (default: model dir name)
+    tokenizer: str | None = None  # --tokenizer: a local directory (default: the model's)
     dtype: str = "float32"  # --dtype: float32 | bfloat16 | float16
     device: str = "cpu"  # --device: cpu | cuda
     block_size: int = 16  # --block-size
@@ -43,6 +44,7 @@ class EngineConfig:
     max_n: int = 16  # --max-n: completions per request, at most
     max_tokens_limit: int = 4096  # --max-tokens-limit: max_tokens per request, at most
     max_stop: int = 16  # --max-stop: stop strings per request, at most
+    max_logprobs: int = 20  # --max-logprobs: k of logprobs / top_logprobs, at most (vLLM's)
     num_threads: int | None = 1  # --num-threads: torch intra-op threads (1 suits the tiny model)
 
     def __post_init__(self) -> None:
@@ -64,6 +66,11 @@ class EngineConfig:
         if self.max_model_len is not None:
             _require(isinstance(self.max_model_len, int) and self.max_model_len >= 1,
                      "--max-model-len must be an int >= 1")
+        _require(isinstance(self.max_logprobs, int) and not isinstance(self.max_logprobs, bool)
+                 and self.max_logprobs >= 0, "--max-logprobs must be an int >= 0")
+        _require(self.tokenizer is None or self.model is not None,
+                 "--tokenizer needs a model directory (the built-in tiny model carries its own "
+                 "tokenizer)")
         if self.defrag_threshold is not None:
             _require(isinstance(self.defrag_threshold, (int, float))
                      and math.isfinite(self.defrag_threshold)

@@ -34,12 +34,13 @@ from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 from kvpool.runtime.kv_storage import KVStorage
 from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, SamplingParams,
-                                  build_tiny_model, load_model, load_tokenizer, make_generator,
-                                  resolve_dtype)
+                                  build_tiny_model, compute_logprobs, load_model, load_tokenizer,
+                                  make_generator, resolve_dtype)
 from kvpool.runtime.model.grammar import GrammarMatchers
 from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.runtime.outputs import RequestOutput
-from kvpool.sched import (FinishedRequest, Scheduler, SchedulerConfig, SchedulerOutput,
+from kvpool.sched import (FinishedRequest, ScheduledPrefill, Scheduler, SchedulerConfig,
+                          SchedulerOutput,
                           SeqStatus)
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def build_model(config: EngineConfig):
         name = TINY_MODEL_NAME
     else:
         model = load_model(config.model, dtype, config.device)
-        tok = load_tokenizer(config.model)
+        tok = load_tokenizer(config.tokenizer or config.model)
         name = Path(config.model).name
     return model, tok, config.served_model_name or name
 
@@ -136,6 +137,12 @@ class EngineCore:
                     cache_salt: str | None = None, priority: int = 0,
                     arrival: float | None = None, tenant: str | None = None) -> None:
         arrival = time.monotonic() if arrival is None else arrival
+        if params.prompt_logprobs is not None:
+            # NOTE(prompt-logprobs): a prefix-cache hit skips the forward over the hit tokens,
+            # so their logits would not exist. Such a request is prefilled under a salt of its
+            # own: it never reads the cache (every prompt logit is computed, in the forward
+            # the step runs anyway) and no other request reads its blocks.
+            cache_salt = f"{cache_salt or ''}\x00prompt_logprobs\x00{request_id}"
         seq_ids = self.scheduler.add_request(request_id, prompt_ids, params, priority=priority,
                                              cache_salt=cache_salt, arrival_time=arrival,
                                              tenant=tenant)
@@ -262,10 +269,17 @@ class EngineCore:
             return []
         batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
                                       [e.block_ids for e in entries])
+        full = self._prompt_logprob_entries(entries)
         tf = time.perf_counter()
         with torch.inference_mode():
-            logits = self.model(batch, self.storage.device_kv)
+            if full:  # NOTE(prompt-logprobs): lm_head over every position of those rows only
+                logits, full_logits = self.model.forward_with_prompt_logits(
+                    batch, self.storage.device_kv, full)
+            else:
+                logits = self.model(batch, self.storage.device_kv)
         self._measure(sum(len(e.input_ids) for e in entries), time.perf_counter() - tf)
+        if full:
+            self._prompt_logprobs(entries, full, full_logits)
         return self._sample(logits, entries)
 
     def _deliver(self, out: SchedulerOutput, samples: list[Sample]) -> list[RequestOutput]:
@@ -287,7 +301,8 @@ class EngineCore:
         for rid, outs in deltas.items():
             r = self.outputs.requests.get(rid)
             delta = RequestOutput(rid, tuple(outs), False, len(r.prompt_ids) if r else 0,
-                                  self.scheduler.num_cached_tokens(rid) or 0)
+                                  self.scheduler.num_cached_tokens(rid) or 0,
+                                  prompt_logprobs=self.outputs.take_prompt_logprobs(rid))
             if rid in final:  # the last deltas travel inside the final update
                 final[rid] = delta.then(final[rid])
             else:
@@ -310,6 +325,29 @@ class EngineCore:
             if kw:
                 self.scheduler.update_cost_model(**kw)
 
+    def _prompt_logprob_entries(self, entries: list) -> list[int]:
+        """Indices of the prefill entries whose request asked for prompt logprobs."""
+        reqs = self.outputs.requests
+        return [i for i, e in enumerate(entries) if isinstance(e, ScheduledPrefill)
+                and (r := reqs.get(e.request_id)) is not None
+                and r.params.prompt_logprobs is not None]
+
+    def _prompt_logprobs(self, entries: list, full: list[int],
+                         full_logits: list[torch.Tensor]) -> None:
+        """Row j of a chunk over positions [start, start + q) predicts position start + j + 1;
+        the chunk's last row predicts the next chunk's first prompt token (or the first
+        generated one, which is the sampler's business)."""
+        reqs = self.outputs.requests
+        for i, lg in zip(full, full_logits):
+            e = entries[i]
+            r = reqs[e.request_id]
+            targets = r.prompt_ids[e.start + 1: e.start + len(e.input_ids) + 1]
+            if not targets:
+                continue
+            k = r.params.prompt_logprobs
+            values = compute_logprobs(lg[:len(targets)], targets, [k] * len(targets))
+            self.outputs.add_prompt_logprobs(e.request_id, e.start + 1, values)
+
     def _sample(self, logits: torch.Tensor, entries: list) -> list[Sample]:
         idx, params, gens, samples = [], [], [], []
         reqs = self.outputs.requests
@@ -331,9 +369,17 @@ class EngineCore:
             hist = [self.outputs.history(s.request_id, s.seq_id) for s in samples]
         seqs = [s.seq_id for s in samples]
         mask = self.grammars.token_mask(seqs)  # None unless some row has a response_format
-        tokens = self.sampler(picked, params, gens, hist, token_mask=mask).tolist()
+        chosen = self.sampler(picked, params, gens, hist, token_mask=mask)
+        tokens = chosen.tolist()
         for s, t in zip(samples, tokens):
             s.token_id = t
+        want = [j for j, p in enumerate(params) if p.logprobs is not None]
+        if want:  # raw-model logprobs of what was sampled (model/logprobs.py NOTE(raw-logprobs))
+            sel = picked if len(want) == len(params) else picked[torch.tensor(want)]
+            ids = chosen if len(want) == len(params) else chosen[torch.tensor(want)]
+            values = compute_logprobs(sel, ids, [params[j].logprobs for j in want])
+            for j, v in zip(want, values):
+                samples[j].logprob = v
         if mask is not None:  # the JSON is complete: the sequence stops (finish_reason stop)
             self._grammar_done = set(self.grammars.advance(seqs, tokens))
         return samples

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from kvpool.runtime.model import IncrementalDetokenizer, SamplingParams, SeqHistory, Tokenizer
+from kvpool.runtime.model import (IncrementalDetokenizer, SamplingParams, SeqHistory,
+                                  TokenLogprob, Tokenizer)
 from kvpool.runtime.outputs import CompletionOutput, RequestOutput
 from kvpool.sched import FinishedRequest, SeqStatus
 
@@ -28,6 +29,7 @@ class Sample:
     seq_id: int  # the sequence
     request_id: str  # its request
     token_id: int  # the sampled token
+    logprob: TokenLogprob | None = None  # set when the request asked for logprobs
 
 
 @dataclass(slots=True, eq=False)
@@ -38,6 +40,7 @@ class SeqState:
     detok: IncrementalDetokenizer  # generated ids -> text deltas
     text: str = ""  # decoded text not yet released (stop-string hold-back)
     pending_ids: list[int] = field(default_factory=list)  # tokens not yet released
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)  # beside pending_ids
     output_ids: list[int] = field(default_factory=list)  # every accepted token (penalties)
     num_generated: int = 0  # tokens accepted so far
     last_token_time: float | None = None  # for the inter-token latency
@@ -57,6 +60,9 @@ class RequestState:
     num_cached_tokens: int = 0
     first_token: bool = False  # TTFT observed
     hold: int = 0  # characters held back for stop strings
+    # prompt_logprobs: one slot per prompt position, filled chunk by chunk (a recomputed
+    # prefill never overwrites a filled slot); None once sent or when not asked for
+    prompt_lps: list[TokenLogprob | None] | None = None
 
 
 class OutputProcessor:
@@ -73,8 +79,31 @@ class OutputProcessor:
         tok = self.tokenizer
         seqs = {s: SeqState(i, tok.detokenizer()) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
-        self.requests[request_id] = RequestState(request_id, params, prompt_ids, arrival, seqs,
-                                                 hold=hold)
+        self.requests[request_id] = RequestState(
+            request_id, params, prompt_ids, arrival, seqs, hold=hold,
+            prompt_lps=None if params.prompt_logprobs is None else [None] * len(prompt_ids))
+
+    def add_prompt_logprobs(self, request_id: str, start: int,
+                            values: list[TokenLogprob]) -> None:
+        """``values[j]`` is the logprob of prompt position ``start + j`` (a prefill chunk's
+        logits row j - 1 predicts it)."""
+        r = self.requests.get(request_id)
+        slots = r.prompt_lps if r is not None else None
+        if slots is None:
+            return
+        for j, v in enumerate(values):
+            pos = start + j
+            if 0 < pos < len(slots) and slots[pos] is None:
+                slots[pos] = v
+
+    def take_prompt_logprobs(self, request_id: str) -> tuple[TokenLogprob | None, ...] | None:
+        """The prompt logprobs once the whole prompt has them, exactly once; else None."""
+        r = self.requests.get(request_id)
+        slots = r.prompt_lps if r is not None else None
+        if slots is None or any(v is None for v in slots[1:]):
+            return None
+        r.prompt_lps = None
+        return tuple(slots)
 
     def history(self, request_id: str, seq_id: int) -> SeqHistory:
         """The prompt and accepted tokens of one sequence (what penalties and min_tokens read
@@ -109,6 +138,8 @@ class OutputProcessor:
             s.last_token_time = now
             s.pending_ids.append(token)
             s.output_ids.append(token)
+            if r.params.logprobs is not None and sample.logprob is not None:
+                s.pending_logprobs.append(sample.logprob)
             s.text += s.detok.push(token)
             hit = self._match_stop(r, s)
             if hit is not None:
@@ -139,14 +170,17 @@ class OutputProcessor:
             cut = max(0, len(s.text) - r.hold)
             text, s.text = s.text[:cut], s.text[cut:]
         ids, s.pending_ids = s.pending_ids, []
+        lps, s.pending_logprobs = s.pending_logprobs, []
         if not ids and not text and not final:
             return None
         return CompletionOutput(s.index, tuple(ids), text, s.num_generated, s.finish_reason,
-                                s.stop_reason)
+                                s.stop_reason,
+                                tuple(lps) if r.params.logprobs is not None else None)
 
     def finish(self, fr: FinishedRequest, now: float, error: str | None = None
                ) -> RequestOutput | None:
         """The request left the scheduler: flush every sequence and build its last update."""
+        prompt_lps = self.take_prompt_logprobs(fr.request_id)
         r = self.requests.pop(fr.request_id, None)
         if r is None:
             return None
@@ -173,7 +207,8 @@ class OutputProcessor:
                              fr.num_cached_tokens, error,
                              {"e2e": now - r.arrival,
                               "queue": (fr.first_scheduled_time or now) - r.arrival,
-                              "ttft": (fr.first_token_time or now) - r.arrival})
+                              "ttft": (fr.first_token_time or now) - r.arrival},
+                             prompt_lps)
 
     def fail(self, request_id: str, error: str, now: float | None = None) -> RequestOutput | None:
         """A request failed before the scheduler reported it (e.g. a copy failed)."""

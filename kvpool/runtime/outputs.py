@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvpool.runtime.model.logprobs import TokenLogprob
+
 FINISH_REASONS = ("stop", "length", "abort", "error")
 
 
@@ -23,6 +25,8 @@ class CompletionOutput:
     num_generated: int  # tokens generated so far in total
     finish_reason: str | None = None  # None while running; else one of FINISH_REASONS
     stop_reason: str | int | None = None  # the stop string / token id that ended it, if any
+    # one entry per token of token_ids when the request asked for logprobs, else None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,9 @@ class RequestOutput:
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     error: str | None = None  # set when the request failed (finish_reason "error")
     metrics: dict[str, float] = field(default_factory=dict)  # ttft, queue time, e2e (seconds)
+    # prompt_logprobs requests: one entry per prompt token (None for the first, which nothing
+    # predicts), sent once, in the first update after the prompt is computed; else None
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
     def then(self, later: RequestOutput) -> RequestOutput:
         """One update holding this update's deltas followed by ``later``'s, with ``later``'s
@@ -44,9 +51,13 @@ class RequestOutput:
         for c in later.outputs:
             prev = merged.get(c.index)
             if prev is not None:
+                lps = c.logprobs if prev.logprobs is None else \
+                    prev.logprobs + (c.logprobs or ())
                 c = CompletionOutput(c.index, prev.token_ids + c.token_ids, prev.text + c.text,
-                                     c.num_generated, c.finish_reason, c.stop_reason)
+                                     c.num_generated, c.finish_reason, c.stop_reason, lps)
             merged[c.index] = c
+        prompt_lps = later.prompt_logprobs if later.prompt_logprobs is not None else \
+            self.prompt_logprobs
         return RequestOutput(later.request_id, tuple(merged[i] for i in sorted(merged)),
                              later.finished, later.num_prompt_tokens, later.num_cached_tokens,
-                             later.error, later.metrics)
+                             later.error, later.metrics, prompt_lps)

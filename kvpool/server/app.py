@@ -92,7 +92,9 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     parser = RequestParser(engine.tokenizer, names, engine.max_model_len,
                            max_n=config.max_n, max_tokens_limit=config.max_tokens_limit,
                            max_stop=config.max_stop, max_json_depth=max_json_depth,
-                           chat_template=load_chat_template(config.model, chat_template))
+                           chat_template=load_chat_template(config.tokenizer or config.model,
+                                                            chat_template),
+                           max_logprobs=config.max_logprobs, max_prompts=config.max_queue)
     metrics = metrics if metrics is not None else engine.metrics
     gen_engine: Any = TenantEngine(engine)
     if tenant_block_quota:

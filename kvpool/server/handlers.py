@@ -1,4 +1,5 @@
-"""The routes: OpenAI completions and chat (JSON or SSE), models, health and metrics.
+"""The routes: OpenAI completions and chat (JSON or SSE), models, tokenize/detokenize (vLLM's
+shapes), version, health and metrics.
 
 Life of a generation request::
 
@@ -23,6 +24,11 @@ every stream and /health. Bodies over ``INLINE_PARSE_BYTES`` are parsed (JSON, v
 tokenization) on a small dedicated thread pool (``PARSE_THREADS`` workers bound how many run at
 once; the rest wait in its queue) while the loop keeps serving. The parser refuses prompts too
 long to fit before tokenizing them (protocol.py, NOTE(bounded-work)).
+
+Several prompts in one completions request: each is its own engine request (``<id>-<i>``;
+prefix sharing between them is the prefix cache's). All are validated before any is queued,
+every first update is awaited before a byte is sent, then their updates are interleaved as
+they arrive (prompt_merge.py); leaving early aborts every one that has not finished.
 """
 
 from __future__ import annotations
@@ -30,17 +36,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
+from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
 from kvpool.runtime.outputs import RequestOutput
+from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
+from kvpool.server.prompt_merge import PromptStreams
 from kvpool.server.protocol import RequestParser
 from kvpool.server.responses import SSE_DONE, ResponseBuilder, sse_event
+from kvpool.server.tokenize_routes import TokenizeRoutes
 
 __all__ = ["OpenAIRoutes"]
 
@@ -70,6 +80,7 @@ class OpenAIRoutes:
         self.draining = False  # set on shutdown: /health turns 503, new requests get 503
         self.parsing = 0  # large bodies being parsed on the pool now (tests watch it)
         self._parse_pool = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="kvpool-parse")
+        self.formatter = LogprobFormatter(parser.tokenizer)
 
     def register(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self.completions)
@@ -77,6 +88,8 @@ class OpenAIRoutes:
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/v1/models/{model}", self.get_model)
         app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
+        TokenizeRoutes(self.parser).register(app)
         app.router.add_get("/metrics", self.metrics)
 
     # ---- generation ---------------------------------------------------------------------------
@@ -100,22 +113,27 @@ class OpenAIRoutes:
                 req = await loop.run_in_executor(self._parse_pool, self._parse, raw, chat)
             finally:
                 self.parsing -= 1
-        builder = ResponseBuilder(req)
-        updates = self.engine.generate(builder.id, req.prompt_ids, req.params,
-                                       cache_salt=req.cache_salt, priority=req.priority)
+        builder = ResponseBuilder(req, formatter=self.formatter)
+        prompts = req.all_prompts
+        if len(prompts) > 1:  # NOTE(all-or-nothing): one bad prompt fails the whole request
+            for ids in prompts:
+                self.engine.validate(ids, req.params)
+        updates = PromptStreams(self.engine, builder, prompts, req.params,
+                                cache_salt=req.cache_salt, priority=req.priority)
         try:
-            first = await anext(updates)  # validation and QueueFullError surface here
+            await updates.start()  # validation, QueueFullError and first updates surface here
             if req.stream:
-                return await self._stream(request, builder, updates, first)
-            builder.update(first)
-            while (out := await self._next(updates, builder)) is not None:
-                builder.update(out)
+                return await self._stream(request, builder, updates)
+            for i, first in updates.firsts():
+                builder.update(first, i)
+            async for i, out in updates:
+                builder.update(out, i)
             failure = builder.failure()
             if failure is not None:
                 raise failure
             return web.json_response(builder.body())
         finally:
-            await self._release(updates, builder)
+            await updates.release()
 
     def _parse(self, raw: bytes, chat: bool) -> Any:
         body = self.parser.decode_body(raw)
@@ -125,29 +143,18 @@ class OpenAIRoutes:
         """Stop the parse pool (the app's cleanup); a parse still running finishes first."""
         self._parse_pool.shutdown(wait=False, cancel_futures=True)
 
-    @staticmethod
-    async def _next(updates: AsyncIterator[RequestOutput],
-                    builder: ResponseBuilder) -> RequestOutput | None:
-        """The next update, or None once the request finished (or the iterator ended)."""
-        if builder.finished:
-            return None
-        try:
-            return await anext(updates)
-        except StopAsyncIteration:
-            return None  # ended without finished=True: failure() reports it as aborted
-
     async def _stream(self, request: web.Request, builder: ResponseBuilder,
-                      updates: AsyncIterator[RequestOutput],
-                      first: RequestOutput) -> web.StreamResponse:
+                      updates: PromptStreams) -> web.StreamResponse:
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
         request[STREAM_STARTED] = True
         events = [sse_event(c) for c in builder.role_chunks()]
-        events += [sse_event(c) for c in builder.update(first)]
+        for i, first in updates.firsts():
+            events += [sse_event(c) for c in builder.update(first, i)]
         await self._write(request, resp, b"".join(events))
         try:
-            while (out := await self._next(updates, builder)) is not None:
-                chunks = builder.update(out)
+            async for i, out in updates:
+                chunks = builder.update(out, i)
                 if chunks:
                     await self._write(request, resp, b"".join(sse_event(c) for c in chunks))
             failure = builder.failure()
@@ -180,18 +187,6 @@ class OpenAIRoutes:
             # (handler_cancellation): no 500 attempt on a dead socket, no traceback logged.
             raise asyncio.CancelledError("stream write timed out") from None
 
-    async def _release(self, updates: AsyncIterator[RequestOutput],
-                       builder: ResponseBuilder) -> None:
-        """Close the engine's iterator; abort the request unless it finished (idempotent)."""
-        try:
-            aclose = getattr(updates, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            if not builder.finished:
-                await self.engine.abort(builder.id)
-        except Exception:  # noqa: BLE001 - never mask the handler's own outcome
-            log.exception("releasing request %s failed", builder.id)
-
     # ---- the rest -----------------------------------------------------------------------------
     def _model_card(self, name: str) -> dict[str, Any]:
         return {"id": name, "object": "model", "created": self.created, "owned_by": "kvpool",
@@ -207,6 +202,9 @@ class OpenAIRoutes:
             raise APIError(404, f"the model '{name}' does not exist", param="model",
                            code="model_not_found")
         return web.json_response(self._model_card(name))
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": __version__})
 
     async def health(self, request: web.Request) -> web.Response:
         healthy = not self.draining and bool(self.engine.is_healthy())

@@ -9,6 +9,7 @@ Every response that is not a success carries OpenAI's error body with the status
     ------------------------------------------------------------------------------------------
     APIError raised by a handler                  its own
     RequestError / SamplingParamsError            400     invalid_request_error  (from the error)
+    ModelNotFoundError (a RequestError)           404     invalid_request_error  model_not_found
     RequestRejected (can never fit the pool)      400     invalid_request_error  request_rejected
     missing / wrong API key                       401     invalid_request_error  invalid_api_key
     unknown route                                 404     invalid_request_error  not_found
@@ -96,7 +97,9 @@ def to_api_error(exc: BaseException, request: web.Request) -> APIError:
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, RequestError):
-        return APIError(400, str(exc), param=exc.param, code=exc.code)
+        # a RequestError subclass may carry its own 4xx (ModelNotFoundError: 404)
+        return APIError(getattr(exc, "http_status", 400), str(exc), param=exc.param,
+                        code=exc.code)
     if isinstance(exc, RequestRejected):
         return APIError(400, str(exc), param="prompt", code="request_rejected")
     if isinstance(exc, QueueFullError):

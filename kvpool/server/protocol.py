@@ -6,12 +6,14 @@ Policy, in one place:
 - Unknown fields are **rejected** (400, code ``unknown_parameter``, param = the field), as
   OpenAI's own API does: a typo such as ``max_token`` must not silently fall back to a default.
   Known OpenAI features this server does not implement are **rejected** with 400 naming the
-  field when set to anything but their default (``echo``, ``logprobs``, ``best_of`` != n,
-  ``suffix``, ``tools``), so a client never gets a silently different result. Sampling controls
-  (penalties, ``logit_bias``, ``min_tokens``, ``min_p``) and ``response_format``:
-  sampling_fields.py.
-- ``prompt``: a string, a list of token ids, or a list of exactly one of those. Batches of several
-  prompts are rejected (400, param ``prompt``): send one request per prompt.
+  field when set to anything but their default (``best_of`` != n, ``suffix``, ``tools``), so a
+  client never gets a silently different result. Sampling controls (penalties, ``logit_bias``,
+  ``min_tokens``, ``min_p``) and ``response_format``: sampling_fields.py;
+  ``logprobs``, ``top_logprobs``, ``echo``, ``prompt_logprobs``: logprob_fields.py.
+- ``prompt``: a string, a list of token ids, or a list of several of either kind (at most
+  ``max_prompts``; every prompt is checked before any starts: one bad prompt is a 400 for the
+  whole request, naming ``prompt`` and its index).
+- An unknown ``model`` is a 404 with code ``model_not_found`` (OpenAI and vLLM do that).
 - ``null`` means "not given" for every optional field.
 - Bounds come from EngineConfig: ``n <= max_n``, ``max_tokens <= max_tokens_limit``,
   ``len(stop) <= max_stop``; ``prompt + max_tokens <= max_model_len`` (code
@@ -33,9 +35,11 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.sampling import SamplingParams
+from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LogprobRequest,
+                                          parse_logprob_fields)
 from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls
 
-__all__ = ["ChatTemplate", "ParsedRequest", "RequestParser"]
+__all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_JSON_DEPTH = 32
@@ -44,16 +48,29 @@ _INT32 = 1 << 31
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 # field -> (allowed default values) for OpenAI features this server does not implement
-_UNSUPPORTED_COMPLETION = {"echo": (False,), "logprobs": (0,), "suffix": ("",)}
-_UNSUPPORTED_CHAT = {"logprobs": (False,), "top_logprobs": (0,), "tools": ([],),
-                     "functions": ([],)}
+_UNSUPPORTED_COMPLETION = {"suffix": ("",)}
+_UNSUPPORTED_CHAT = {"tools": ([],), "functions": ([],)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
-           "stop_token_ids"} | SAMPLING_FIELDS
-_KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of"} | set(_UNSUPPORTED_COMPLETION))
+           "stop_token_ids", "logprobs", "prompt_logprobs"} | SAMPLING_FIELDS
+_KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of", "echo"}
+                              | set(_UNSUPPORTED_COMPLETION))
 _KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tool_choice",
+                                   "top_logprobs",
                                    "parallel_tool_calls", "add_generation_prompt",
                                    "continue_final_message"} | set(_UNSUPPORTED_CHAT))
+_KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
+                             "add_generation_prompt", "continue_final_message"})
+_KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
+
+
+class ModelNotFoundError(RequestError):
+    """An unknown ``model``: 404 ``model_not_found``, as OpenAI and vLLM answer it."""
+
+    http_status = 404
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="model", code="model_not_found")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +79,20 @@ class ParsedRequest:
 
     kind: str  # "completion" | "chat"
     model: str  # the served model name echoed back in responses
-    prompt_ids: list[int]  # token ids (BOS included when the tokenizer adds one)
+    prompt_ids: list[int]  # token ids of the first prompt (BOS included when the tokenizer adds)
     params: SamplingParams  # n, max_tokens, sampling, stop
     stream: bool  # SSE instead of one JSON body
     include_usage: bool  # stream_options.include_usage: a final usage chunk
     cache_salt: str | None  # prefix-cache tenant isolation, passed to generate
     priority: int  # scheduling priority, passed to generate
     user: str | None  # end-user id (logged, not used)
+    prompts: tuple[list[int], ...] = ()  # every prompt (completions may send several)
+    prompt_texts: tuple[str | None, ...] = ()  # each prompt as sent, when it was text (echo)
+    logprob: LogprobRequest = LogprobRequest()  # logprobs / echo / prompt_logprobs asked for
+
+    @property
+    def all_prompts(self) -> tuple[list[int], ...]:
+        return self.prompts or (self.prompt_ids,)
 
 
 class ChatTemplate:
@@ -121,7 +145,8 @@ class RequestParser:
     def __init__(self, tokenizer: Any, model_names: Sequence[str], max_model_len: int, *,
                  max_n: int, max_tokens_limit: int, max_stop: int,
                  max_json_depth: int = MAX_JSON_DEPTH,
-                 chat_template: Any = None) -> None:
+                 chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
+                 max_prompts: int = 1024) -> None:
         """``chat_template``: the model's (chat_template.ModelChatTemplate) or None for the
         built-in :class:`ChatTemplate`."""
         self.tokenizer = tokenizer
@@ -132,6 +157,8 @@ class RequestParser:
         self.max_stop = max_stop
         self.max_json_depth = max_json_depth
         self.chat_template = chat_template or ChatTemplate()
+        self.max_logprobs = max_logprobs
+        self.max_prompts = max_prompts
         self.vocab_size = int(tokenizer.vocab_size)
         per_token = tokenizer.max_chars_per_token()
         # longest text that might fit (NOTE(bounded-work)); None: no bound can be trusted
@@ -190,15 +217,44 @@ class RequestParser:
         best_of = body.get("best_of")
         if best_of is not None and best_of not in (1, body.get("n") or 1):
             raise _bad("best_of", "is not supported (use n)", "unsupported_parameter")
-        ids, param = self._prompt_ids(body.get("prompt")), "prompt"
+        prompts = self._prompts(body.get("prompt"))
         max_tokens, mt_param = self._max_tokens(body, ("max_tokens",))
-        return self._finish(body, "completion", model, ids, param, max_tokens, mt_param,
+        return self._finish(body, "completion", model, prompts, "prompt", max_tokens, mt_param,
                             DEFAULT_COMPLETION_MAX_TOKENS)
 
     def parse_chat(self, body: dict[str, Any]) -> ParsedRequest:
         self._check_known(body, _KNOWN_CHAT)
         model = self._model(body.get("model"))
         self._check_unsupported(body, _UNSUPPORTED_CHAT)
+        ids = self._chat_ids(body, None)
+        # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
+        # field wins when both are sent.
+        max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
+        return self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
+                            mt_param, None)
+
+    def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
+        """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
+        ``messages`` (rendered as chat completions render them: the same ids)."""
+        self._check_known(body, _KNOWN_TOKENIZE)
+        self._model(body.get("model"))
+        prompt, messages = body.get("prompt"), body.get("messages")
+        if (prompt is None) == (messages is None):
+            raise _bad("prompt", "give exactly one of prompt or messages")
+        add = self._opt(body, "add_special_tokens", bool, None)
+        if messages is not None:
+            return self._chat_ids(body, add)
+        if not isinstance(prompt, str):
+            raise _bad("prompt", "must be a string")
+        return self.tokenizer.encode(prompt, add_special_tokens=True if add is None else add)
+
+    def parse_detokenize(self, body: dict[str, Any]) -> str:
+        """vLLM's /detokenize body: ``tokens`` (ids inside the vocabulary)."""
+        self._check_known(body, _KNOWN_DETOKENIZE)
+        self._model(body.get("model"))
+        return self.tokenizer.decode(self._token_list(body.get("tokens"), "tokens", False))
+
+    def _chat_ids(self, body: dict[str, Any], add_special: bool | None) -> list[int]:
         messages = self._messages(body.get("messages"))
         # vLLM's spelling and rule: continuing the last (assistant) message and opening a new
         # assistant turn contradict each other
@@ -210,27 +266,27 @@ class RequestParser:
         tpl = self.chat_template
         text = tpl.render(messages, add_generation_prompt=add_gen and not cont,
                           continue_final_message=cont)
-        ids = self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens)
-        # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
-        # field wins when both are sent.
-        max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
-        return self._finish(body, "chat", model, ids, "messages", max_tokens, mt_param, None)
+        return self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens
+                            if add_special is None else add_special)
 
     # ---- pieces -----------------------------------------------------------------------------
-    def _finish(self, body: dict[str, Any], kind: str, model: str, ids: list[int],
-                prompt_param: str, max_tokens: int | None, mt_param: str,
-                default_max: int | None) -> ParsedRequest:
-        room = self.max_model_len - len(ids)
+    def _finish(self, body: dict[str, Any], kind: str, model: str,
+                prompts: list[tuple[list[int], str | None]], prompt_param: str,
+                max_tokens: int | None, mt_param: str, default_max: int | None) -> ParsedRequest:
+        longest = max(len(ids) for ids, _ in prompts)
+        which = "" if len(prompts) == 1 else \
+            f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
+        room = self.max_model_len - longest
         if room <= 0:
             raise _bad(prompt_param, f"this model's maximum context length is "
-                       f"{self.max_model_len} tokens; the prompt has {len(ids)} tokens, which "
-                       "leaves no room to generate", "context_length_exceeded")
+                       f"{self.max_model_len} tokens; the prompt{which} has {longest} tokens, "
+                       "which leaves no room to generate", "context_length_exceeded")
         if max_tokens is None:
             max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit, room)
         elif max_tokens > room:
             raise _bad(mt_param, f"this model's maximum context length is {self.max_model_len} "
-                       f"tokens; you requested {len(ids) + max_tokens} ({len(ids)} in the "
-                       f"prompt, {max_tokens} to generate)", "context_length_exceeded")
+                       f"tokens; you requested {longest + max_tokens} ({longest} in the "
+                       f"prompt{which}, {max_tokens} to generate)", "context_length_exceeded")
         stream = self._opt(body, "stream", bool, False)
         options = body.get("stream_options")
         include_usage = False
@@ -250,6 +306,8 @@ class RequestParser:
         priority = self._opt(body, "priority", int, 0)
         if not -_INT32 <= priority < _INT32:
             raise _bad("priority", "must fit in a 32-bit signed integer")
+        lp = parse_logprob_fields(body, chat=kind == "chat", max_logprobs=self.max_logprobs,
+                                  stream=stream)
         params = SamplingParams(
             n=n, max_tokens=max_tokens,
             temperature=self._opt(body, "temperature", float, 1.0),
@@ -259,10 +317,13 @@ class RequestParser:
             stop=self._stop(body.get("stop")),
             stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
             ignore_eos=self._opt(body, "ignore_eos", bool, False),
+            logprobs=lp.logprobs, prompt_logprobs=lp.engine_prompt_logprobs,
             **parse_sampling_controls(body, self.vocab_size))
-        return ParsedRequest(kind=kind, model=model, prompt_ids=ids, params=params,
+        return ParsedRequest(kind=kind, model=model, prompt_ids=prompts[0][0], params=params,
                              stream=stream, include_usage=include_usage, cache_salt=salt,
-                             priority=priority, user=self._opt(body, "user", str, None))
+                             priority=priority, user=self._opt(body, "user", str, None),
+                             prompts=tuple(ids for ids, _ in prompts),
+                             prompt_texts=tuple(t for _, t in prompts), logprob=lp)
 
     def _model(self, model: Any) -> str:
         if model is None:
@@ -270,8 +331,8 @@ class RequestParser:
         if not isinstance(model, str):
             raise _bad("model", f"must be a string, got {type(model).__name__}")
         if model not in self.model_names:
-            raise _bad("model", f"the model '{model}' does not exist; this server serves "
-                       f"{', '.join(repr(m) for m in self.model_names)}", "model_not_found")
+            raise ModelNotFoundError(f"The model `{model}` does not exist; this server "
+                                     f"serves {', '.join(repr(m) for m in self.model_names)}")
         return model
 
     @staticmethod
@@ -329,25 +390,41 @@ class RequestParser:
                        "invalid_token_id")
         return value
 
-    def _prompt_ids(self, prompt: Any) -> list[int]:
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # a batch of one
+    def _prompts(self, prompt: Any) -> list[tuple[list[int], str | None]]:
+        """(ids, text or None) per prompt: a string, token ids, or a list of either kind."""
+        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list))
+                                                       for p in prompt):
+            if len(prompt) > self.max_prompts:
+                raise _bad("prompt", f"at most {self.max_prompts} prompts per request, got "
+                           f"{len(prompt)}")
+            kinds = {type(p) for p in prompt}
+            if len(kinds) > 1:
+                raise _bad("prompt", "a batch of prompts must be all strings or all lists of "
+                           "token ids")
+            out = []
+            for i, p in enumerate(prompt):
+                try:
+                    out.append(self._one_prompt(p))
+                except RequestError as exc:
+                    raise _bad("prompt", f"prompt {i}: {exc}".replace("prompt: ", "", 1),
+                               exc.code) from None
+            return out
+        return [self._one_prompt(prompt)]
+
+    def _one_prompt(self, prompt: Any) -> tuple[list[int], str | None]:
         if isinstance(prompt, str):
             if not prompt:
                 raise _bad("prompt", "must not be empty")
-            return self._encode(prompt, "prompt")
+            return self._encode(prompt, "prompt"), prompt
         if isinstance(prompt, list):
             if not prompt:
                 raise _bad("prompt", "must not be empty")
-            if all(isinstance(p, (str, list)) for p in prompt):
-                raise _bad("prompt", f"batches of {len(prompt)} prompts are not supported; "
-                           "send one request per prompt", "unsupported_batch")
             if len(prompt) >= self.max_model_len:  # before the per-id walk
                 raise self._too_long("prompt", f"the prompt has {len(prompt)} tokens")
-            return self._token_list(prompt, "prompt", False)
+            return self._token_list(prompt, "prompt", False), None
         if prompt is None:
             raise _bad("prompt", "is required")
-        raise _bad("prompt", "must be a string, a list of token ids, or a list of one of those")
+        raise _bad("prompt", "must be a string, a list of token ids, or a list of those")
 
     def _encode(self, text: str, param: str, add_special_tokens: bool = True) -> list[int]:
         """Tokenize, unless the text is too long to fit (NOTE(bounded-work)). GIL-free, so a

@@ -12,6 +12,10 @@ into chunks (``stream=true``) or, at the end, into one body::
 Shapes follow OpenAI: ``text_completion`` / ``chat.completion`` bodies, ``text_completion`` /
 ``chat.completion.chunk`` chunks; with ``stream_options.include_usage`` every chunk carries
 ``"usage": null`` and a last chunk has ``"choices": []`` and the usage.
+
+Several prompts (completions): prompt i's sequence j is choice ``i * n + j`` (OpenAI's order);
+usage sums over the prompts. Each choice carries vLLM's ``stop_reason`` (the stop string or
+stop token id that ended it, else null); logprobs per logprob_format.py.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import time
 import uuid
 from typing import Any
 
-from kvpool.runtime.outputs import RequestOutput
+from kvpool.runtime.outputs import CompletionOutput, RequestOutput
+from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.protocol import ParsedRequest
 
@@ -37,44 +42,109 @@ def sse_event(payload: dict[str, Any]) -> bytes:
 
 
 class ResponseBuilder:
-    """Accumulates one request's updates; renders chunks and the final body."""
+    """Accumulates one request's updates (all its prompts); renders chunks and the final body."""
 
-    def __init__(self, req: ParsedRequest, *, created: int | None = None) -> None:
+    def __init__(self, req: ParsedRequest, *, created: int | None = None,
+                 formatter: LogprobFormatter | None = None) -> None:
         self.req = req
         self.chat = req.kind == "chat"
         prefix = "chatcmpl-" if self.chat else "cmpl-"
         self.id = prefix + uuid.uuid4().hex
         self.created = int(time.time()) if created is None else created
-        n = req.params.n
-        self.texts: list[list[str]] = [[] for _ in range(n)]
-        self.num_generated = [0] * n
-        self.finish: list[str | None] = [None] * n
-        self.num_prompt_tokens = len(req.prompt_ids)
-        self.num_cached_tokens = 0
+        self.fmt = formatter
+        self.lp = req.logprob
+        if (self.lp.logprobs is not None or self.lp.prompt_logprobs is not None) \
+                and formatter is None:
+            raise ValueError("a request with logprobs needs a LogprobFormatter")
+        prompts = req.all_prompts
+        self.n = req.params.n
+        total = len(prompts) * self.n
+        self.texts: list[list[str]] = [[] for _ in range(total)]
+        self.num_generated = [0] * total
+        self.finish: list[str | None] = [None] * total
+        self.stop_reason: list[str | int | None] = [None] * total
+        self.offsets = [0] * total  # completions text_offset of the next token
+        self.logprobs: list[Any] = [None] * total  # per choice: merged logprobs object / list
+        self.prompt_tokens = [len(p) for p in prompts]
+        self.cached_tokens = [0] * len(prompts)
+        self.prompt_finished = [False] * len(prompts)
+        self.started = [False] * len(prompts)  # echo emitted
+        self.prompt_lps: list[Any] = [None] * len(prompts)  # vLLM prompt_logprobs per prompt
         self.error: str | None = None
-        self.finished = False
+
+    @property
+    def finished(self) -> bool:
+        return all(self.prompt_finished)
 
     # ---- accumulation -------------------------------------------------------------------------
-    def update(self, out: RequestOutput) -> list[dict[str, Any]]:
-        """Fold one engine update in; return its stream chunks (one per choice with news)."""
-        self.num_prompt_tokens = out.num_prompt_tokens or self.num_prompt_tokens
-        self.num_cached_tokens = out.num_cached_tokens
-        self.finished = self.finished or out.finished
+    def update(self, out: RequestOutput, prompt: int = 0) -> list[dict[str, Any]]:
+        """Fold one engine update of prompt ``prompt`` in; return its stream chunks (one per
+        choice with news)."""
+        self.prompt_tokens[prompt] = out.num_prompt_tokens or self.prompt_tokens[prompt]
+        self.cached_tokens[prompt] = out.num_cached_tokens
+        self.prompt_finished[prompt] = self.prompt_finished[prompt] or out.finished
         if out.error:
             self.error = out.error
         chunks = []
+        if not self.started[prompt]:
+            self.started[prompt] = True
+            chunks += self._start(prompt, out)
         for c in out.outputs:
-            if not 0 <= c.index < len(self.texts):
+            if not 0 <= c.index < self.n:
                 continue  # NOTE(index): never trust an index past n; drop rather than crash
-            self.num_generated[c.index] = max(self.num_generated[c.index], c.num_generated)
+            i = prompt * self.n + c.index
+            self.num_generated[i] = max(self.num_generated[i], c.num_generated)
             if c.text:
-                self.texts[c.index].append(c.text)
+                self.texts[i].append(c.text)
             if c.finish_reason is not None:
-                self.finish[c.index] = c.finish_reason
-            if c.text or c.finish_reason is not None:
+                self.finish[i] = c.finish_reason
+                self.stop_reason[i] = c.stop_reason
+            lp = self._fold_logprobs(i, c)
+            if c.text or c.finish_reason is not None or lp:
                 reason = c.finish_reason if c.finish_reason in OPENAI_FINISH else None
-                chunks.append(self._chunk(c.index, c.text, reason))
+                chunks.append(self._chunk(i, c.text, reason, lp))
         return chunks
+
+    def _start(self, prompt: int, out: RequestOutput) -> list[dict[str, Any]]:
+        """The prompt's first update: its prompt logprobs, and the echo (completions)."""
+        if out.prompt_logprobs is not None and self.lp.prompt_logprobs is not None:
+            self.prompt_lps[prompt] = self.fmt.prompt(out.prompt_logprobs)
+        if not self.lp.echo:
+            return []
+        ids = self.req.all_prompts[prompt]
+        text = (self.req.prompt_texts[prompt] if prompt < len(self.req.prompt_texts) else None)
+        if text is None:
+            text = self.fmt.tokenizer.decode(ids) if self.fmt else ""
+        chunks = []
+        for j in range(self.n):
+            i = prompt * self.n + j
+            self.texts[i].append(text)
+            lp = None
+            if self.lp.logprobs is not None:
+                plps = out.prompt_logprobs or (None,) * len(ids)
+                lp, self.offsets[i] = self.fmt.completion(ids, plps, self.offsets[i])
+                self._merge(i, lp)
+            chunks.append(self._chunk(i, text, None, lp))
+        return chunks
+
+    def _fold_logprobs(self, i: int, c: CompletionOutput) -> Any:
+        """This update's logprobs for choice i (also merged into the body's), or None."""
+        if self.lp.logprobs is None or not c.logprobs:
+            return None
+        if self.chat:
+            lp = {"content": self.fmt.chat(c.logprobs)}
+        else:
+            lp, self.offsets[i] = self.fmt.completion(c.token_ids, c.logprobs, self.offsets[i])
+        self._merge(i, lp)
+        return lp
+
+    def _merge(self, i: int, lp: dict[str, list]) -> None:
+        have = self.logprobs[i]
+        if have is None:
+            self.logprobs[i] = {k: list(v) for k, v in lp.items()}
+        else:
+            for k, v in lp.items():
+                have[k].extend(v)
 
     def failure(self) -> APIError | None:
         """Why the finished request did not succeed (engine error or abort), if it did not."""
@@ -93,23 +163,35 @@ class ResponseBuilder:
     def completion_tokens(self) -> int:
         return sum(self.num_generated)
 
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(self.prompt_tokens)
+
     def usage(self) -> dict[str, Any]:
         completion = self.completion_tokens
-        return {"prompt_tokens": self.num_prompt_tokens, "completion_tokens": completion,
-                "total_tokens": self.num_prompt_tokens + completion,
-                "prompt_tokens_details": {"cached_tokens": self.num_cached_tokens}}
+        prompt = self.num_prompt_tokens
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": sum(self.cached_tokens)}}
 
     def _envelope(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.req.model}
 
-    def _chunk(self, index: int, text: str, finish: str | None) -> dict[str, Any]:
+    def _stop_reason(self, i: int, finish: str | None) -> str | int | None:
+        return self.stop_reason[i] if finish == "stop" else None
+
+    def _chunk(self, index: int, text: str, finish: str | None,
+               logprobs: Any = None) -> dict[str, Any]:
         if self.chat:
             delta = {"content": text} if text else {}
-            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "delta": delta, "logprobs": logprobs,
+                      "finish_reason": finish}
             chunk = self._envelope("chat.completion.chunk")
         else:
-            choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "text": text, "logprobs": logprobs,
+                      "finish_reason": finish}
             chunk = self._envelope("text_completion")
+        choice["stop_reason"] = self._stop_reason(index, finish)
         chunk["choices"] = [choice]
         if self.req.include_usage:
             chunk["usage"] = None
@@ -143,16 +225,24 @@ class ResponseBuilder:
     def body(self) -> dict[str, Any]:
         """The non-streaming response."""
         choices = []
+        want_prompt = self.lp.prompt_logprobs is not None
         for i, parts in enumerate(self.texts):
             text = "".join(parts)
             reason = self.finish[i] if self.finish[i] in OPENAI_FINISH else "stop"
+            lp = self.logprobs[i]
             if self.chat:
-                choices.append({"index": i, "message": {"role": "assistant", "content": text},
-                                "logprobs": None, "finish_reason": reason})
+                choice = {"index": i, "message": {"role": "assistant", "content": text},
+                          "logprobs": lp if lp is not None or self.lp.logprobs is None
+                          else {"content": []}, "finish_reason": reason}
             else:
-                choices.append({"index": i, "text": text, "logprobs": None,
-                                "finish_reason": reason})
+                choice = {"index": i, "text": text, "logprobs": lp, "finish_reason": reason}
+                if want_prompt:
+                    choice["prompt_logprobs"] = self.prompt_lps[i // self.n]
+            choice["stop_reason"] = self._stop_reason(i, self.finish[i])
+            choices.append(choice)
         body = self._envelope("chat.completion" if self.chat else "text_completion")
         body["choices"] = choices
         body["usage"] = self.usage()
+        if self.chat and want_prompt:
+            body["prompt_logprobs"] = self.prompt_lps[0]
         return body

@@ -34,6 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kvpool.errors import ConfigError
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, DRAIN_KEY, METRICS_KEY, build_app, \
     start_draining
@@ -77,6 +78,8 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
                           "model); never downloads"),
     "served_model_name": (str, "NAME", "the model name clients send (default: the model dir "
                                        "name)"),
+    "tokenizer": (str, "DIR", "local directory with tokenizer.json (and the chat template) "
+                              "when it is not the model's"),
     "dtype": (str, ("float32", "bfloat16", "float16"), "weights and KV dtype"),
     "device": (str, "DEVICE", "cpu or cuda[:N]"),
     "block_size": (int, "TOKENS", "token slots per KV block"),
@@ -99,6 +102,7 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "max_n": (int, "N", "completions per request (n), at most"),
     "max_tokens_limit": (int, "N", "max_tokens per request, at most"),
     "max_stop": (int, "N", "stop strings per request, at most"),
+    "max_logprobs": (int, "K", "logprobs / top_logprobs / prompt_logprobs k, at most"),
     "num_threads": (int, "N", "torch intra-op threads"),
 }
 
@@ -106,6 +110,9 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
 def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add every ``kvpool serve`` flag to ``parser``."""
     defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+    # vLLM's spelling: `kvpool serve DIR` is `kvpool serve --model DIR`
+    parser.add_argument("model_tag", nargs="?", default=None, metavar="MODEL_DIR",
+                        help="local Hugging Face model directory (same as --model)")
     eng = parser.add_argument_group("engine")
     for name, (kind, meta, text) in _ENGINE_FLAGS.items():
         flag = "--" + name.replace("_", "-")
@@ -172,6 +179,12 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     """EngineConfig from the flags that were given (the others keep their defaults)."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EngineConfig)
              if hasattr(args, f.name)}
+    tag = getattr(args, "model_tag", None)
+    if tag is not None:
+        if given.get("model") not in (None, tag):
+            raise ConfigError(f"the model is given twice ({tag!r} and --model "
+                              f"{given['model']!r}): give one")
+        given["model"] = tag
     return EngineConfig(**given)
 
 

@@ -24,6 +24,7 @@ COPY = ["swap.gbps", "swap.memcpy_gbps", "swap.ratio", "defrag.gbps", "defrag.me
 SERVE = ["engine.output_tokens_per_s", "hf.output_tokens_per_s", "ratio", "kv.utilization",
          "kv.contiguous_utilization", "scrape.p50_ms", "scrape.p99_ms"]
 STRUCTURED = ["step_ms.free", "step_ms.json", "mask_us.v512", "mask_us.v150k"]
+LOGPROBS = ["step.ms_plain", "step.ms_logprobs", "step.ratio"]
 ASYNC = ["batched.ops_per_s", "per_call_lock.ops_per_s", "ratio",
          "per_call_trylock.ops_per_s", "ratio_vs_trylock"]
 
@@ -47,7 +48,8 @@ def check_keys(res: dict, keys: list[str], repeats: int) -> None:
 
 @pytest.mark.parametrize("module,keys", [("bench.copy", COPY), ("bench.serve", SERVE),
                                          ("bench.async_pool", ASYNC),
-                                         ("bench.structured", STRUCTURED)])
+                                         ("bench.structured", STRUCTURED),
+                                         ("bench.logprobs", LOGPROBS)])
 def test_bench_quick_writes_median_min_max(tmp_path, module, keys):
     # the --json folder does not exist yet: the bench creates it
     res, out = run_bench(module, tmp_path / "out" / "x.json")

@@ -55,15 +55,22 @@ BAD_FIELDS = [
     ("/v1/completions", {"stop": 7}, "stop"),
     ("/v1/completions", {"seed": "x"}, "seed"),
     ("/v1/completions", {"prompt": {"a": 1}}, "prompt"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
+    ("/v1/completions", {"prompt": ["a", [1]]}, "prompt"),
+    ("/v1/completions", {"prompt": ["a", ""]}, "prompt"),
     ("/v1/completions", {"prompt": [1, 100000]}, "prompt"),
-    ("/v1/completions", {"model": "gpt-4o"}, "model"),
     ("/v1/completions", {"max_tokens": 0}, "max_tokens"),
     ("/v1/completions", {"max_tokens": -5}, "max_tokens"),
     ("/v1/completions", {"max_tokens": 10_000}, "max_tokens"),
     ("/v1/completions", {"n": 99}, "n"),
     ("/v1/completions", {"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    ("/v1/completions", {"echo": True}, "echo"),
+    ("/v1/completions", {"echo": "yes"}, "echo"),
+    ("/v1/completions", {"logprobs": 21}, "logprobs"),
+    ("/v1/completions", {"logprobs": -1}, "logprobs"),
+    ("/v1/completions", {"prompt_logprobs": 21}, "prompt_logprobs"),
+    ("/v1/completions", {"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
+    ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
+    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ("/v1/chat/completions", {"logprobs": 3}, "logprobs"),
     ("/v1/completions", {"stream_options": {"include_usage": True}}, "stream_options"),
     ("/v1/chat/completions", {"messages": "hi"}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "bot", "content": "x"}]},
@@ -193,3 +200,12 @@ async def test_request_that_outgrows_the_pool_fails_cleanly(make_server):
         last = json.loads(events[-2].removeprefix("data: "))
         assert last["error"]["code"] == "generation_error" and last["error"]["message"]
         assert len(events) > 3  # tokens were streamed before the failure
+
+
+async def test_unknown_model_is_404_on_every_route(srv):
+    for path, body in (("/v1/completions", {"prompt": "hi", "model": "gpt-4o"}),
+                       ("/v1/chat/completions", {"messages": CHAT, "model": "gpt-4o"}),
+                       ("/tokenize", {"prompt": "hi", "model": "gpt-4o"}),
+                       ("/detokenize", {"tokens": [5], "model": "gpt-4o"})):
+        status, _, resp = await call(srv, "POST", path, json=body)
+        assert_error(status, resp, 404, "model", "model_not_found")

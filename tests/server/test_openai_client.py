@@ -139,8 +139,9 @@ async def test_errors_map_to_openai_exceptions(srv):
         with pytest.raises(openai.BadRequestError) as e:
             await c.completions.create(model=model, prompt="hi", max_tokens=0)
         assert e.value.status_code == 400 and e.value.param == "max_tokens"
-        with pytest.raises(openai.BadRequestError) as e:
+        with pytest.raises(openai.NotFoundError) as e:  # 404, as OpenAI and vLLM answer
             await c.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
+        assert e.value.status_code == 404
         assert e.value.param == "model" and e.value.code == "model_not_found"
         with pytest.raises(openai.BadRequestError) as e:
             await c.completions.create(model=model, prompt=[7] * 300, max_tokens=1)

@@ -67,7 +67,7 @@ def test_prompt_forms(prompt):
 
 
 @pytest.mark.parametrize("prompt, code", [
-    (["a", "b"], "unsupported_batch"), ([[1], [2]], "unsupported_batch"), ("", None), ([], None),
+    (["a", [1]], None), (["a", ""], None), ([[1], []], None), ("", None), ([], None),
     (None, None), (5, None), ({"text": "a"}, None), ([1, True], None), ([1, "a"], None),
     ([1, 512], "invalid_token_id"), ([-1], "invalid_token_id"),
 ])
@@ -124,14 +124,16 @@ def test_all_supported_fields_reach_the_request():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("echo", True), ("logprobs", 2), ("best_of", 3), ("suffix", "x"),
+    ("best_of", 3), ("suffix", "x"),
 ])
 def test_unimplemented_openai_features_are_rejected(field, value):
     rejects(P.parse_completion, {"prompt": "hi", field: value}, field, "unsupported_parameter")
 
 
 def test_unknown_model():
-    rejects(P.parse_completion, {"prompt": "hi", "model": "gpt-4"}, "model", "model_not_found")
+    e = rejects(P.parse_completion, {"prompt": "hi", "model": "gpt-4"}, "model",
+                "model_not_found")
+    assert e.http_status == 404
 
 
 def test_context_length():

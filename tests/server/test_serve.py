@@ -58,6 +58,22 @@ def test_vllm_spelling_reaches_engine_config():
     assert (args.port, args.api_key) == (0, "k")
 
 
+def test_model_positional_tokenizer_and_max_logprobs():
+    # vLLM's spellings: `kvpool serve DIR`, --tokenizer, --max-logprobs
+    cfg = serve.config_from_args(parse("/models/q", "--tokenizer", "/tok", "--max-logprobs",
+                                       "5", "--served-model-name", "q"))
+    assert (cfg.model, cfg.tokenizer, cfg.max_logprobs, cfg.served_model_name) == (
+        "/models/q", "/tok", 5, "q")
+    assert serve.config_from_args(parse("/m", "--model", "/m")).model == "/m"
+    with pytest.raises(ValueError, match="given twice"):
+        serve.config_from_args(parse("/a", "--model", "/b"))
+    with pytest.raises(ValueError, match="--tokenizer"):
+        serve.config_from_args(parse("--tokenizer", "/tok"))  # the tiny model has its own
+    with pytest.raises(ValueError, match="--max-logprobs"):
+        serve.config_from_args(parse("--max-logprobs", "-1"))
+    assert EngineConfig().max_logprobs == 20
+
+
 def test_defaults_and_api_key_env(monkeypatch):
     args = parse()
     assert serve.config_from_args(args) == EngineConfig()

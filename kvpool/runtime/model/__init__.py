@@ -16,6 +16,7 @@ from .config import ModelConfig, RopeScaling
 from .errors import ModelConfigError, ModelError, ModelLoadError, WeightLoadError
 from .kv_cache import KVCacheLayout, allocate_kv_cache, kv_bytes_per_block
 from .llama import LlamaModel
+from .logprobs import TokenLogprob, compute_logprobs
 from .loader import load_model, load_tokenizer, resolve_dtype
 from .sampling import Sampler, SamplingParams, SamplingParamsError, SeqHistory, make_generator
 from .tiny import TINY_MODEL_NAME, build_tiny_model, save_tiny_model, tiny_config
@@ -25,7 +26,7 @@ __all__ = [
     "IncrementalDetokenizer", "KVCacheLayout", "LlamaModel", "ModelConfig", "ModelConfigError",
     "ModelError", "ModelLoadError", "PagedBatch", "PreparedBatch", "RopeScaling", "Sampler",
     "SamplingParams", "SamplingParamsError", "SeqChunk", "SeqHistory", "TINY_MODEL_NAME",
-    "Tokenizer",
+    "TokenLogprob", "Tokenizer", "compute_logprobs",
     "WeightLoadError", "allocate_kv_cache", "build_byte_tokenizer", "build_tiny_model",
     "kv_bytes_per_block", "load_model", "load_tokenizer", "make_generator", "resolve_dtype",
     "save_tiny_model", "tiny_config",

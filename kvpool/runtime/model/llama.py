@@ -13,7 +13,7 @@ Parameters use transformers' names with two fusions (loaded by :meth:`LlamaModel
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -148,12 +148,44 @@ class LlamaModel(nn.Module):
         before editing them in place outside inference mode.
         """
         prep = batch if isinstance(batch, PreparedBatch) else self.prepare(batch, kv_cache)
+        h = self._hidden(prep, kv_cache)
+        if h.shape[0] != prep.last_token_index.shape[0]:
+            h = h.index_select(0, prep.last_token_index)  # norm/lm_head only where needed
+        return self._head(h)
+
+    @torch.inference_mode()
+    def forward_with_prompt_logits(self, batch: PagedBatch, kv_cache: torch.Tensor,
+                                   full: Sequence[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``forward`` plus the logits of *every* query position of the sequences ``full``
+        (indices into ``batch.seqs``): ``(last [S, vocab], [ [q_len_i, vocab] per i in full ])``.
+
+        What prompt logprobs need; only those rows pay for the extra norm/lm_head rows, in the
+        same single forward (no second pass)::
+
+            flattened rows:  | seq 0 (q=3) | seq 1 (q=1) | seq 2 (q=4)  |    full = [2]
+            head rows:       last of 0, 1, 2  ++  rows 4..7 of seq 2
+        """
+        prep = self.prepare(batch, kv_cache)
+        h = self._hidden(prep, kv_cache)
+        last = prep.last_token_index
+        spans = []
+        for i in full:
+            q = len(batch.seqs[i].token_ids)
+            end = int(last[i]) + 1
+            spans.append(torch.arange(end - q, end, device=last.device))
+        rows = torch.cat([last, *spans])
+        logits = self._head(h.index_select(0, rows))
+        s = last.shape[0]
+        return logits[:s], list(logits[s:].split([len(x) for x in spans])) if spans else []
+
+    def _hidden(self, prep: PreparedBatch, kv_cache: torch.Tensor) -> torch.Tensor:
         h = F.embedding(prep.input_ids, self.embed_tokens.weight)
         cos, sin = self.rope.cos_sin(prep.positions, h.dtype)
         for i, layer in enumerate(self.layers):
             h = layer(h, cos, sin, kv_cache, i, prep)
-        if h.shape[0] != prep.last_token_index.shape[0]:
-            h = h.index_select(0, prep.last_token_index)  # norm/lm_head only where needed
+        return h
+
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
         h = self.norm(h)
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(h, weight).float()

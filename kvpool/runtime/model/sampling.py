@@ -71,6 +71,8 @@ class SamplingParams:
     min_tokens: int = 0  # eos / stop_token_ids masked until this many were generated
     min_p: float = 0.0  # keep tokens with prob >= min_p * top prob, [0, 1]; 0 = off
     response_format: GrammarSpec | None = None  # structured output (grammar.py); None = text
+    logprobs: int | None = None  # per generated token: its logprob + this many top ones
+    prompt_logprobs: int | None = None  # per prompt token (vLLM): logprob + this many top ones
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
@@ -111,6 +113,10 @@ class SamplingParams:
                                                                GrammarSpec):
             raise SamplingParamsError("response_format", "must be a GrammarSpec (grammar.py)")
         self._check_adjustments()
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < 0):
+                raise SamplingParamsError(name, f"must be an integer >= 0 or null, got {v!r}")
 
     def _check_adjustments(self) -> None:
         for name in ("presence_penalty", "frequency_penalty"):

@@ -1,0 +1,118 @@
+"""PromptStreams: the engine streams of one HTTP request's prompts, read as one stream.
+
+::
+
+    start()     generate(<id>, prompt 0) ... generate(<id>-<P-1>, ...), then await each one's
+                first update (the engine's own errors surface before any byte is sent)
+    firsts()    [(0, first_0), ..., (P-1, first_P-1)]
+    async for   (prompt index, update) as the engine delivers them, until every prompt finished
+    release()   close every stream; abort every prompt that has not finished (idempotent)
+
+One prompt reads its stream directly (the common path adds no task). Several are pumped by one
+task each into a queue, so a slow prompt never holds back another's chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from kvpool.runtime.outputs import RequestOutput
+
+__all__ = ["PromptStreams"]
+
+log = logging.getLogger("kvpool.server")
+_END = object()  # a pump's last item: its stream ended
+
+
+class PromptStreams:
+    """Owned by one handler; not shared."""
+
+    def __init__(self, engine: Any, builder: Any, prompts: Sequence[list[int]], params: Any, *,
+                 cache_salt: str | None, priority: int) -> None:
+        self.engine = engine
+        self.prompts = list(prompts)
+        self.params = params
+        self.kwargs = {"cache_salt": cache_salt, "priority": priority}
+        one = len(self.prompts) == 1
+        self.ids = [builder.id] if one else [f"{builder.id}-{i}" for i in range(len(prompts))]
+        self.streams: list[Any] = []
+        self.done = [False] * len(self.prompts)  # saw the prompt's finished update
+        self._firsts: list[RequestOutput] = []
+        self._queue: asyncio.Queue | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._ended = 0
+
+    async def start(self) -> None:
+        for rid, ids in zip(self.ids, self.prompts):
+            self.streams.append(self.engine.generate(rid, ids, self.params, **self.kwargs))
+        for i, s in enumerate(self.streams):
+            first = await anext(s)
+            self.done[i] = first.finished
+            self._firsts.append(first)
+
+    def firsts(self) -> list[tuple[int, RequestOutput]]:
+        return list(enumerate(self._firsts))
+
+    def __aiter__(self) -> PromptStreams:
+        return self
+
+    async def __anext__(self) -> tuple[int, RequestOutput]:
+        if len(self.streams) == 1:
+            return 0, await self._read(0)
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._ended = sum(self.done)
+            self._tasks = [asyncio.create_task(self._pump(i))
+                           for i in range(len(self.streams)) if not self.done[i]]
+        while self._ended < len(self.streams):
+            i, item = await self._queue.get()
+            if item is _END:
+                self._ended += 1
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return i, item
+        raise StopAsyncIteration
+
+    async def _read(self, i: int) -> RequestOutput:
+        if self.done[i]:
+            raise StopAsyncIteration
+        try:
+            out = await anext(self.streams[i])
+        except StopAsyncIteration:
+            self.done[i] = True  # ended without finished=True: failure() reports an abort
+            raise
+        self.done[i] = out.finished
+        return out
+
+    async def _pump(self, i: int) -> None:
+        queue = self._queue
+        try:
+            while True:
+                queue.put_nowait((i, await self._read(i)))
+        except StopAsyncIteration:
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
+            queue.put_nowait((i, exc))
+        queue.put_nowait((i, _END))
+
+    async def release(self) -> None:
+        """Stop the pumps, close the streams, abort every unfinished prompt."""
+        for t in self._tasks:
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for i, s in enumerate(self.streams):
+            try:
+                aclose = getattr(s, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+                if not self.done[i]:
+                    await self.engine.abort(self.ids[i])
+            except Exception:  # noqa: BLE001 - never mask the handler's own outcome
+                log.exception("releasing request %s failed", self.ids[i])

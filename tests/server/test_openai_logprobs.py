@@ -1,0 +1,189 @@
+"""The official ``openai`` client against a real server on 127.0.0.1 for logprobs, echo,
+prompt_logprobs, several prompts in one request, stop_reason, cached_tokens, /tokenize,
+/detokenize and /version. Logprob values are checked against transformers' log_softmax on the
+same tiny float32 checkpoint (within 1e-4)."""
+
+from __future__ import annotations
+
+import aiohttp
+import openai
+import pytest
+import torch
+from openai import AsyncOpenAI
+
+from kvpool import __version__
+from tests.runtime.model.helpers import SENTENCES, hf_greedy, save_hf_model
+
+transformers = pytest.importorskip("transformers")
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    d = save_hf_model(tmp_path_factory.mktemp("hf_srv"), "llama")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    return d, hf
+
+
+def ref_logprobs(hf, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
+
+
+def client(srv) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=30)
+
+
+async def post(srv, path: str, body: dict) -> tuple[int, dict]:
+    async with aiohttp.ClientSession() as s, s.post(srv.url + path, json=body) as r:
+        return r.status, await r.json()
+
+
+async def test_completion_logprobs_and_echo_match_transformers(make_server, hf_dir):
+    d, hf = hf_dir
+    async with make_server(model=str(d)) as srv, client(srv) as c:
+        tok = srv.engine.tokenizer
+        prompt = SENTENCES[0]
+        ids = tok.encode(prompt)
+        r = await c.completions.create(model=srv.engine.model_name, prompt=prompt, max_tokens=4,
+                                       temperature=0, logprobs=3, echo=True)
+        ch = r.choices[0]
+        lp = ch.logprobs
+        n_p = len(ids)
+        assert len(lp.tokens) == n_p + 4 == len(lp.token_logprobs) == len(lp.text_offset)
+        assert ch.text.startswith(prompt) and r.usage.completion_tokens == 4
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        gen = hf_greedy(hf, [ids], 4)[0]  # greedy: the same tokens as the server's
+        assert ch.text[len(prompt):] == tok.decode(gen)
+        ref = ref_logprobs(hf, ids + gen)
+        full = ids + gen
+        for p in range(1, len(full)):
+            assert abs(lp.token_logprobs[p] - float(ref[p - 1, full[p]])) < TOL
+            # top 3 + the chosen token, keyed by text (ids decoding alike share one key)
+            assert 1 <= len(lp.top_logprobs[p]) <= 4
+            allowed = ref[p - 1].topk(3).values.tolist() + [float(ref[p - 1, full[p]])]
+            assert all(min(abs(v - a) for a in allowed) < TOL
+                       for v in lp.top_logprobs[p].values())
+            assert lp.tokens[p] == tok.decode([full[p]])
+        assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+
+        # vLLM's prompt_logprobs (an extra field): one entry per prompt token, first null
+        r2 = await c.completions.create(model=srv.engine.model_name, prompt=ids, max_tokens=1,
+                                        temperature=0, extra_body={"prompt_logprobs": 1})
+        pl = r2.choices[0].model_extra["prompt_logprobs"]
+        assert len(pl) == n_p and pl[0] is None
+        for p in range(1, n_p):
+            entry = pl[p][str(ids[p])]
+            assert abs(entry["logprob"] - float(ref[p - 1, ids[p]])) < TOL
+            assert entry["rank"] == int((ref[p - 1] > ref[p - 1, ids[p]]).sum()) + 1
+
+
+async def test_chat_logprobs(make_server, hf_dir):
+    d, hf = hf_dir
+    async with make_server(model=str(d)) as srv, client(srv) as c:
+        msgs = [{"role": "user", "content": "Hello there"}]
+        r = await c.chat.completions.create(model=srv.engine.model_name, messages=msgs,
+                                            max_completion_tokens=5, temperature=0,
+                                            logprobs=True, top_logprobs=2)
+        content = r.choices[0].logprobs.content
+        assert len(content) == r.usage.completion_tokens == 5
+        for e in content:
+            assert len(e.top_logprobs) == 2
+            assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob
+            assert abs(e.logprob - e.top_logprobs[0].logprob) < 1e-6  # greedy: the argmax
+            assert e.bytes == list(e.token.encode())
+        status, tk = await post(srv, "/tokenize", {"messages": msgs})
+        assert status == 200 and tk["count"] == r.usage.prompt_tokens == len(tk["tokens"])
+        ref = ref_logprobs(hf, tk["tokens"])
+        assert abs(content[0].logprob - float(ref[-1].max())) < TOL
+        # streamed: the same entries, chunk by chunk
+        stream = await c.chat.completions.create(model=srv.engine.model_name, messages=msgs,
+                                                 max_completion_tokens=5, temperature=0,
+                                                 logprobs=True, top_logprobs=2, stream=True)
+        got = [e async for ch in stream for c0 in ch.choices if c0.logprobs
+               for e in c0.logprobs.content]
+        assert [e.token for e in got] == [e.token for e in content]
+        assert all(abs(a.logprob - b.logprob) < 1e-6 for a, b in zip(got, content))
+
+
+async def test_several_prompts_in_one_request(srv):
+    prompts = ["The quick brown fox", "Hello, world!", "The quick brown fox jumps"]
+    async with client(srv) as c:
+        model = srv.engine.model_name
+        singles = [await c.completions.create(model=model, prompt=p, max_tokens=5,
+                                              temperature=0) for p in prompts]
+        r = await c.completions.create(model=model, prompt=prompts, max_tokens=5, n=2,
+                                       temperature=0)
+        assert [ch.index for ch in r.choices] == list(range(6))
+        for ch in r.choices:  # prompt i, sequence j -> index i * n + j
+            assert ch.text == singles[ch.index // 2].choices[0].text
+        assert r.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in singles)
+        assert r.usage.completion_tokens == 6 * 5
+        tok = srv.engine.tokenizer
+        by_ids = await c.completions.create(model=model, prompt=[tok.encode(p) for p in prompts],
+                                            max_tokens=5, temperature=0, logprobs=1)
+        assert [ch.text for ch in by_ids.choices] == [s.choices[0].text for s in singles]
+        assert all(len(ch.logprobs.tokens) == 5 for ch in by_ids.choices)
+        stream = await c.completions.create(model=model, prompt=prompts, max_tokens=5,
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+        texts: dict[int, str] = {}
+        usage = None
+        async for chunk in stream:
+            for ch in chunk.choices:
+                texts[ch.index] = texts.get(ch.index, "") + ch.text
+            usage = chunk.usage or usage
+        assert texts == {i: s.choices[0].text for i, s in enumerate(singles)}
+        assert usage.completion_tokens == 15
+        # one bad prompt: 400 for the whole request, nothing runs (the fixture checks blocks)
+        with pytest.raises(openai.BadRequestError) as e:
+            await c.completions.create(model=model, prompt=["fine", [7] * 300], max_tokens=2)
+        assert e.value.param == "prompt"
+
+
+async def test_stop_reason_cached_tokens_tokenize_version(srv):
+    async with client(srv) as c:
+        model = srv.engine.model_name
+        prompt = "The quick brown fox jumps over the lazy dog, " * 2
+        first = await c.completions.create(model=model, prompt=prompt, max_tokens=8,
+                                           temperature=0)
+        assert first.choices[0].model_extra["stop_reason"] is None  # length, no stop string
+        text = first.choices[0].text
+        stop = text[2:4]
+        r = await c.completions.create(model=model, prompt=prompt, max_tokens=8, temperature=0,
+                                       stop=[stop])
+        assert r.choices[0].finish_reason == "stop"
+        assert r.choices[0].model_extra["stop_reason"] == stop
+        assert r.usage.prompt_tokens_details.cached_tokens >= 16  # the first request's blocks
+    status, tk = await post(srv, "/tokenize", {"prompt": prompt})
+    ids = srv.engine.tokenizer.encode(prompt)
+    assert status == 200 and tk == {"count": len(ids), "max_model_len": 256, "tokens": ids}
+    status, tk2 = await post(srv, "/tokenize", {"prompt": prompt, "add_special_tokens": False})
+    assert tk2["tokens"] == srv.engine.tokenizer.encode(prompt, add_special_tokens=False)
+    status, dt = await post(srv, "/detokenize", {"tokens": ids})
+    assert status == 200 and dt == {"prompt": srv.engine.tokenizer.decode(ids)}
+    for path, body, param in (("/tokenize", {}, "prompt"),
+                              ("/tokenize", {"prompt": "a", "messages": []}, "prompt"),
+                              ("/tokenize", {"prompt": 5}, "prompt"),
+                              ("/detokenize", {"tokens": [10**9]}, "tokens"),
+                              ("/detokenize", {"tokens": "ab"}, "tokens"),
+                              ("/detokenize", {"tokens": [1], "x": 1}, "x")):
+        status, err = await post(srv, path, body)
+        assert status == 400 and err["error"]["param"] == param, (path, body, err)
+    async with aiohttp.ClientSession() as s, s.get(srv.url + "/version") as resp:
+        assert resp.status == 200 and await resp.json() == {"version": __version__}
+
+
+async def test_max_logprobs_bounds_k(make_server):
+    async with make_server(max_logprobs=2) as srv, client(srv) as c:
+        model = srv.engine.model_name
+        r = await c.completions.create(model=model, prompt="hi", max_tokens=2, logprobs=2)
+        assert all(len(t) <= 3 for t in r.choices[0].logprobs.top_logprobs)
+        with pytest.raises(openai.BadRequestError) as e:
+            await c.completions.create(model=model, prompt="hi", max_tokens=2, logprobs=3)
+        assert e.value.param == "logprobs"
+        with pytest.raises(openai.BadRequestError) as e:
+            await c.chat.completions.create(model=model, max_completion_tokens=2,
+                                            messages=[{"role": "user", "content": "x"}],
+                                            logprobs=True, top_logprobs=3)
+        assert e.value.param == "top_logprobs"
