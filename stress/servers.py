@@ -114,11 +114,14 @@ class InProcessServer:
     def __init__(self, config: EngineConfig, *, api_key: str | None = None,
                  max_body_bytes: int = 1 << 20, tenant_block_quota: int | None = None,
                  invariant_check_interval: int = 0, fault_injector: Any = None,
-                 shutdown_timeout: float = 10.0, startup_timeout: float = 90.0) -> None:
+                 shutdown_timeout: float = 10.0, startup_timeout: float = 90.0,
+                 stream_write_timeout: float | None = None) -> None:
         self.config = config
         self.app_kwargs = dict(api_key=api_key, max_body_bytes=max_body_bytes,
                                tenant_block_quota=tenant_block_quota,
                                engine_shutdown_timeout=shutdown_timeout)
+        if stream_write_timeout is not None:  # else build_app's default
+            self.app_kwargs["stream_write_timeout"] = stream_write_timeout
         self.invariant_check_interval = invariant_check_interval
         self.fault_injector = fault_injector
         self.shutdown_timeout = shutdown_timeout
