@@ -109,6 +109,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                       help="also hold N connections that trickle a request head (a byte a "
                            "second) and never finish it; the run fails if one outlives the "
                            "server's header timeout + 5 s (default 0)")
+    http.add_argument("--slow-readers", type=int, default=0, metavar="N",
+                      help="N extra clients that open streams and never read (the server's "
+                           "write timeout must close them and free their queue slots)")
+    http.add_argument("--big-prompts", type=int, default=0, metavar="N",
+                      help="N extra clients sending ~4 MB prompts, 2M-token-id prompts and "
+                           "4 MB chat messages (each must get 400 context_length_exceeded)")
+    http.add_argument("--health-p99-ms", type=_positive(float), default=50.0,
+                      help="fail the run when /health p99 (sampled every 50 ms all run long) "
+                           "is above this (default 50)")
+    http.add_argument("--stream-write-timeout", type=_positive(float), default=None,
+                      help="the started server's --stream-write-timeout (default: 3 s with "
+                           "--slow-readers, else the server's own)")
     http.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
                       help="extra `kvpool serve` flag for the started server (repeatable; "
                            "use --server-arg=--flag)")
@@ -144,6 +156,8 @@ def _run_http(args: argparse.Namespace):
         num_host_blocks=args.num_host_blocks, max_num_seqs=args.max_num_seqs,
         invariant_check_interval=args.invariant_check_interval,
         server_args=tuple(args.server_arg), drain_timeout=args.drain_timeout,
+        slow_readers=args.slow_readers, big_prompts=args.big_prompts,
+        health_p99_ms=args.health_p99_ms, stream_write_timeout=args.stream_write_timeout,
         progress=not args.quiet, slowloris=args.slowloris)).run()
 
 

@@ -25,7 +25,10 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from stress.big_prompt import BigPromptClients
+from stress.health_probe import HealthProbe
 from stress.http_client import Outcome, RequestRunner
+from stress.slow_reader import SlowReaders
 from stress.metrics import MetricsScrape, scrape, wait_drained
 from stress.report import Progress, StressReport, percentile
 from stress.slowloris import SLOWLORIS_MUST_BE_ZERO, limit_for_serve_args, run_slowloris, \
@@ -33,6 +36,9 @@ from stress.slowloris import SLOWLORIS_MUST_BE_ZERO, limit_for_serve_args, run_s
 from stress.workload import Workload, WorkloadConfig
 
 __all__ = ["HttpConfig", "HttpStress", "check_loopback"]
+
+BIG_BODY = 4 * 1024 * 1024 + 65536  # server body limit with --big-prompts: 4 MB prompts fit
+SLOW_READER_WRITE_TIMEOUT = 3.0  # seconds: short enough for several streams per reader
 
 
 def check_loopback(url: str) -> str:
@@ -74,6 +80,12 @@ class HttpConfig:
     request_timeout: float = 120.0
     progress: bool = True
     slowloris: int = 0  # raw connections that trickle a head and never finish it (slowloris.py)
+    # issue 12 items 3/4: extra client kinds beside the mix, and the /health bound
+    slow_readers: int = 0  # raw-socket streams that never read (stress/slow_reader.py)
+    big_prompts: int = 0  # clients sending 4 MB / 2M-id prompts (stress/big_prompt.py)
+    health_p99_ms: float = 50.0  # the run fails when /health p99 is above this
+    health_interval: float = 0.05  # seconds between /health samples
+    stream_write_timeout: float | None = None  # server flag; None: 3 s with slow readers
 
 
 class HttpStress:
@@ -84,10 +96,15 @@ class HttpStress:
             raise ValueError("--clients must be >= 1")
         if config.slowloris < 0:
             raise ValueError("--slowloris must be >= 0")
+        if config.slow_readers < 0 or config.big_prompts < 0:
+            raise ValueError("--slow-readers and --big-prompts count clients: use N >= 0")
         if config.url is not None:
             config = _replace(config, url=check_loopback(config.url))
             if config.faults:
                 raise ValueError("--faults needs the in-process server: drop --url")
+        if config.big_prompts and config.url is None and config.max_body_bytes < BIG_BODY:
+            # the 4 MB prompts must reach the parser, not the 413 check
+            config = _replace(config, max_body_bytes=BIG_BODY)
         self.cfg = config
         self.workload = Workload(WorkloadConfig(
             seed=config.seed, tenants=config.tenants, hostile_rate=config.hostile_rate,
@@ -103,6 +120,8 @@ class HttpStress:
         self.faults = None
         self.issued = 0
         self.post_hostile = Counter()
+        self.slow: SlowReaders | None = None
+        self.big: BigPromptClients | None = None
 
     # ---------------------------------------------------------------- server
     def _engine_config(self):
@@ -119,6 +138,14 @@ class HttpStress:
                                       max_model_len=c.max_model_len, seed=c.seed,
                                       max_queue=4096), **extra})
 
+    def _write_timeout(self) -> float | None:
+        """The server's --stream-write-timeout: short with slow readers, so each reader's
+        streams meet it several times in one run; else the server's default."""
+        c = self.cfg
+        if c.stream_write_timeout is not None:
+            return c.stream_write_timeout
+        return SLOW_READER_WRITE_TIMEOUT if c.slow_readers else None
+
     def _start_server(self) -> str:
         from stress.servers import InProcessServer, SpawnedServer
 
@@ -133,7 +160,7 @@ class HttpStress:
                 self._engine_config(), api_key=c.api_key, max_body_bytes=c.max_body_bytes,
                 tenant_block_quota=c.tenant_block_quota,
                 invariant_check_interval=c.invariant_check_interval,
-                faults=plan)
+                faults=plan, stream_write_timeout=self._write_timeout())
             url = self.server.start()
             self.faults = FaultDriver(plan, seed=c.seed)
             return url
@@ -148,6 +175,8 @@ class HttpStress:
             args += ["--tenant-block-quota", str(c.tenant_block_quota)]
         if c.api_key:
             args += ["--api-key", c.api_key]
+        if self._write_timeout() is not None:
+            args += ["--stream-write-timeout", str(self._write_timeout())]
         self.server = SpawnedServer(args + list(c.server_args))
         return self.server.start()
 
@@ -179,36 +208,72 @@ class HttpStress:
         conn = aiohttp.TCPConnector(limit=c.clients + 8, force_close=False)
         async with aiohttp.ClientSession(connector=conn) as session:
             await self._wait_healthy(session, url)
-            runner = RequestRunner(session, url, api_key=c.api_key, timeout=c.request_timeout,
-                                   fault_mode=c.faults)
-            await self._reference(runner)
-            m0 = await scrape(session, url)
-            t0 = time.monotonic()
-            stop = asyncio.Event()
-            sampler = asyncio.create_task(self._sampler(session, url, t0, stop))
-            injector = asyncio.create_task(self._inject(stop)) if self.faults else None
-            loris = (asyncio.create_task(run_slowloris(url, c.slowloris,
-                                                       limit=self._loris_limit()))
-                     if c.slowloris else None)
-            rng = random.Random(c.seed + 1)
-            clients = [self._client(runner, random.Random(rng.randrange(2**32)), t0, stop)
-                       for _ in range(c.clients)]
-            await asyncio.gather(*clients)
-            load_s = time.monotonic() - t0
-            stop.set()
-            await sampler
-            if injector is not None:
-                await injector
-                self.faults.clear()
-            if loris is not None:  # each ends by the server's close or by its limit
-                self._loris_figures(await loris)
+            probe = HealthProbe(url, interval=c.health_interval, p99_bound_ms=c.health_p99_ms)
+            probe.start()  # the whole run: reference, load and drain
             try:
-                m1, drain_s = await wait_drained(session, url, c.drain_timeout)
-            except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError) as e:
-                m1, drain_s = None, float("nan")  # the server died: every figure fails
-                self.report.note(f"/metrics unreachable after the load: {e!r}")
-            healthy = await self._healthy(session, url)
-            self._verdict(m0, m1, load_s, drain_s, healthy)
+                await self._load(session, url, probe)
+            finally:
+                probe.stop()
+
+    async def _load(self, session: aiohttp.ClientSession, url: str, probe: HealthProbe) -> None:
+        c = self.cfg
+        runner = RequestRunner(session, url, api_key=c.api_key, timeout=c.request_timeout,
+                               fault_mode=c.faults)
+        await self._reference(runner)
+        m0 = await scrape(session, url)
+        t0 = time.monotonic()
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(self._sampler(session, url, t0, stop))
+        injector = asyncio.create_task(self._inject(stop)) if self.faults else None
+        loris = (asyncio.create_task(run_slowloris(url, c.slowloris, limit=self._loris_limit()))
+                 if c.slowloris else None)
+        rng = random.Random(c.seed + 1)
+        clients = [self._client(runner, random.Random(rng.randrange(2**32)), t0, stop)
+                   for _ in range(c.clients)]
+        extra = self._extra_clients(url, stop, t0 + c.duration)
+        await asyncio.gather(*clients, *extra)
+        load_s = time.monotonic() - t0
+        stop.set()
+        await sampler
+        if injector is not None:
+            await injector
+            self.faults.clear()
+        if loris is not None:  # each ends by the server's close or by its limit
+            self._loris_figures(await loris)
+        try:
+            m1, drain_s = await wait_drained(session, url, c.drain_timeout)
+        except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError) as e:
+            m1, drain_s = None, float("nan")  # the server died: every figure fails
+            self.report.note(f"/metrics unreachable after the load: {e!r}")
+        healthy = await self._healthy(session, url)
+        probe.stop()
+        self._verdict(m0, m1, load_s, drain_s, healthy)
+        self._extra_verdict(probe)
+
+    def _extra_clients(self, url: str, stop: asyncio.Event, deadline: float) -> list:
+        """The slow readers and big-prompt clients (each kind its own module)."""
+        c = self.cfg
+        out = []
+        if c.slow_readers:
+            hold = (self._write_timeout() or 30.0) + 2.0
+            self.slow = SlowReaders(url, c.slow_readers, hold=hold, api_key=c.api_key)
+            out.append(self.slow.run(stop, deadline))
+        if c.big_prompts:
+            limit = c.max_body_bytes if c.url is None else 4 * 1024 * 1024
+            self.big = BigPromptClients(url, c.big_prompts, limit, api_key=c.api_key)
+            out.append(self.big.run(stop, deadline))
+        return out
+
+    def _extra_verdict(self, probe: HealthProbe) -> None:
+        rep = self.report
+        for k, v in probe.figures().items():
+            rep.set(k, v, must_be_zero=k == "health_p99_over_bound")
+        if self.slow is not None:
+            for k, v in self.slow.figures().items():
+                rep.set(k, v, must_be_zero=k == "slow_reader_errors")
+        if self.big is not None:
+            for k, v in self.big.figures().items():
+                rep.set(k, v, must_be_zero=k == "big_prompt_failures")
 
     async def _wait_healthy(self, session: aiohttp.ClientSession, url: str,
                             timeout: float = 60.0) -> None:
@@ -386,6 +451,8 @@ class HttpStress:
                 must_be_zero=True)
         rep.set("requests_in_flight_after_drain",
                 m1.requests_in_flight() if reachable else None, must_be_zero=True)
+        rep.set("queue_slots_after_drain", m1.queue_slots() if reachable else None,
+                must_be_zero=True)
         rep.set("invariant_violations", m1.invariant_violations() if reachable else None,
                 must_be_zero=True)
         if self.cfg.url is not None:

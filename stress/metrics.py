@@ -55,6 +55,11 @@ class MetricsScrape:
     def requests_in_flight(self) -> int:
         return int(self.total("kvpool_requests"))
 
+    def queue_slots(self) -> int:
+        """``kvpool_requests_in_flight``: what --max-queue counts (admitted, unfinished by
+        the engine) -- a stream nobody reads must not keep its slot once the engine is done."""
+        return int(self.get("kvpool_requests_in_flight"))
+
     def invariant_violations(self) -> int:
         return int(self.get("kvpool_invariant_violations_total"))
 
@@ -84,7 +89,8 @@ async def wait_drained(session: aiohttp.ClientSession, url: str,
     t0 = time.monotonic()
     while True:
         m = await scrape(session, url)
-        idle = (m.requests_in_flight() == 0 and m.used_blocks("device") == 0
+        idle = (m.requests_in_flight() == 0 and m.queue_slots() == 0
+                and m.used_blocks("device") == 0
                 and m.used_blocks("host") == 0)
         waited = time.monotonic() - t0
         if idle or waited >= timeout:

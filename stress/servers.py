@@ -123,11 +123,14 @@ class InProcessServer:
                  shutdown_timeout: float = 10.0, startup_timeout: float = 90.0,
                  header_timeout: float = DEFAULT_HEADER_TIMEOUT,
                  keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
-                 max_connections: int | None = None) -> None:
+                 max_connections: int | None = None,
+                 stream_write_timeout: float | None = None) -> None:
         self.config = config
         self.app_kwargs = dict(api_key=api_key, max_body_bytes=max_body_bytes,
                                tenant_block_quota=tenant_block_quota,
                                engine_shutdown_timeout=shutdown_timeout)
+        if stream_write_timeout is not None:  # else build_app's default
+            self.app_kwargs["stream_write_timeout"] = stream_write_timeout
         self.invariant_check_interval = invariant_check_interval
         self.faults = faults  # a FaultPlan for the engine (None: no faults)
         self.shutdown_timeout = shutdown_timeout
