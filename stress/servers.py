@@ -163,7 +163,7 @@ class InProcessServer:
         try:
             site = web.TCPSite(runner, LOOPBACK, 0)
             await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            port = runner.addresses[0][1]  # the one site, bound to an ephemeral port
             self.url = f"http://{LOOPBACK}:{port}"
             self._ready.set()
             await self._stop.wait()
