@@ -62,6 +62,8 @@ class BlockSpaceManager:
         self.counters = ManagerCounters()  # owned here, updated by the planners too
         self._swap = SwapPlanner(self.device_pool, self.host_pool, self._tables, self.counters)
         self._slots = SlotWriter(self.device_pool, self._tables, self.counters, self.hasher)
+        # NOTE(speed): decode calls append_slots once per token; skip the delegating frame
+        self.append_slots = self._slots.append  # type: ignore[method-assign]
         self._defrag = DefragPlanner(self.device_pool, self._tables, self.counters)
         self._reader = StatsReader(self.device_pool, self.host_pool, self.counters,
                                    self._tables)

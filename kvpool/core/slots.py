@@ -21,6 +21,8 @@ from kvpool.core.hashing import BlockHasher
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import InvalidBlockError
 
+_DEVICE = Device.DEVICE  # NOTE(speed): a module global, not an enum attribute per token
+
 
 class SlotWriter:
     """Appends and hash registration over the manager's tables (lent to it, owned by the
@@ -30,6 +32,10 @@ class SlotWriter:
     def __init__(self, device: UncachedBlockAllocator, tables: dict[int, BlockTable],
                  counters: ManagerCounters, hasher: BlockHasher) -> None:
         self.device_pool = device
+        # NOTE(speed): append runs once per decoded token; fetch the pool's SeqLock and
+        # ref_count once instead of per call
+        self.writing = device.writing()
+        self.ref_count = device.ref_count
         self.tables = tables
         self.counters = counters
         self.hasher = hasher
@@ -81,16 +87,15 @@ class SlotWriter:
         Everything already in the table counts as computed from now on. Returns the
         copy-on-write ``(src, dst)`` block pairs the runtime must copy before writing, or None
         if the pool is short (nothing changes). (Hot path of decoding: one lock acquisition.)"""
-        pool = self.device_pool
-        with pool.writing():
+        with self.writing:
             t = self.tables.get(seq_id)
-            if t is None or t.device is not Device.DEVICE:
+            if t is None or t.device is not _DEVICE:
                 table_of(self.tables, seq_id)  # raises UnknownSequenceError
                 raise InvalidBlockError(f"sequence {seq_id} is swapped out")
             bs = self.block_size
             n0 = t.num_tokens
             r0 = n0 % bs
-            shared = r0 and pool.ref_count(t.blocks[-1]) > 1
+            shared = r0 and self.ref_count(t.blocks[-1]) > 1
             if (r0 and len(token_ids) == 1 and r0 < bs - 1 and t.tokens is None
                     and not shared and (not self.caching or t.num_registered == n0 // bs)):
                 # NOTE(fast-path): decode's common case (15 of 16 tokens at bs 16): one
@@ -106,7 +111,7 @@ class SlotWriter:
             need = (n0 + len(token_ids) + bs - 1) // bs - len(t.blocks)
             if shared:
                 need += 1
-            if need > 0 and need > pool.num_free_blocks:
+            if need > 0 and need > self.device_pool.num_free_blocks:
                 return None
             return self._append_locked(t, token_ids)
 
@@ -115,7 +120,7 @@ class SlotWriter:
     ) -> list[list[tuple[int, int]]] | None:
         """``append_slots`` for many sequences under one lock; all or nothing."""
         pool = self.device_pool
-        with pool.writing():
+        with self.writing:
             tables = [table_of(self.tables, s) for s, _ in items]
             need = 0
             for t, (_, toks) in zip(tables, items):
