@@ -166,8 +166,9 @@ def bench_memory(num_blocks=1_000_000, fill: bool = False) -> dict:
     if fill:  # every block used and cached under a 32-byte hash (worst case for the maps)
         pool = m.device_pool
         ids = pool.allocate_many(num_blocks)
-        for b in ids:
-            pool._register(b, b.to_bytes(32, "little"), 0)
+        with pool.writing():
+            for b in ids:
+                pool.register_block(b, b.to_bytes(32, "little"), 0)
         out["bytes_per_block_all_cached"] = (tracemalloc.get_traced_memory()[0] - base) / num_blocks
     tracemalloc.stop()
     del m

@@ -91,7 +91,7 @@ def bench_mixed(num_seqs: int, steps: int) -> dict:
 
     def top_up() -> None:
         nonlocal next_id
-        while len(sched._groups) < num_seqs + num_seqs // 4:
+        while sum(sched.num_requests().values()) < num_seqs + num_seqs // 4:
             sched.add_request(str(next_id), [rng.randrange(32000)
                                              for _ in range(rng.randint(64, 512))],
                               RequestParams(max_tokens=rng.randint(32, 256)))

@@ -47,7 +47,7 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
         if name == chosen:
             mod = _import(module)
             mod.add_arguments(p)
-            p.set_defaults(_run=mod.run)
+            p.set_defaults(run_command=mod.run)
     return parser
 
 
@@ -56,11 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(chosen if chosen in COMMANDS else None)
     args = parser.parse_args(args_list)
-    if getattr(args, "_run", None) is None:
+    if getattr(args, "run_command", None) is None:
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
+        return int(args.run_command(args) or 0)
     except BrokenPipeError:  # `kvpool ... | head`: stop quietly, like a Unix tool
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

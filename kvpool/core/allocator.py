@@ -4,13 +4,28 @@ Concurrency (DESIGN.md, layers 0 and 1)::
 
     layer 0  free list: array('i') whose pop() / append() / extend() are single C calls, atomic
              under the GIL; readers (stats) never take a lock, they read under the seqlock
-             version ``_seq`` (odd while a writer is inside, bumped on entry and exit).
+             ``version`` (odd while a writer is inside; kvpool.core.seqlock).
     layer 1  ``lock``: one per pool, held for one batched mutation (allocate many, free many,
              evict), never across I/O, a copy or an await.
 
-Every public mutator takes ``lock`` once and bumps ``_seq`` around its body. Methods whose names
-start with ``_`` assume the caller already did both (the BlockSpaceManager batches many of them
-under one acquisition).
+The pool's API has two tiers:
+
+    self-locking   allocate, allocate_many, extend_tables, free, free_many, incref, stats ...:
+                   each takes the lock once and keeps the version around its body.
+    writer section ``with pool.writing():`` then any of the primitives below, which assume the
+                   caller is inside one (the BlockSpaceManager batches many under one entry):
+
+        take(n, ref)      n content-free blocks (evicting when caching) with ref ``ref``
+        take_each(refs)   len(refs) blocks, block i with ref refs[i]
+        share(ids, k)     k more references on used blocks
+        release(ids, now) one reference less per id; ref-0 blocks leave (free or evictable)
+        release_table(blocks, last_fill, now)
+                          release a table's blocks tail first; returns token slots freed
+        reserve(ids)      pull free ids out for a defrag plan (ref 1, counted as reserved)
+        unreserve(b)      give a reserved id back to the free list
+        move(src, dst)    reserved dst takes over src's refs (and hash); src is freed
+
+Nothing outside this module and cached_allocator.py touches the pool's underscore members.
 
 Metadata is struct-of-arrays, not one object per block, so a million-block pool costs ~33 bytes
 per block::
@@ -29,13 +44,13 @@ manager registers a hash only once the step that wrote the block has run.
 
 from __future__ import annotations
 
-import threading
 import time
 from array import array
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 
 from kvpool.core.block import Block, Device, PoolStats
+from kvpool.core.seqlock import SeqLock
 from kvpool.errors import DoubleFreeError, InvalidBlockError, InvariantError
 
 
@@ -58,8 +73,8 @@ class UncachedBlockAllocator:
         self.device = device
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.lock = threading.RLock()  # re-entrant so a batch() can nest public calls
-        self._seq = 0  # seqlock version: odd while a writer is mutating
+        self._writer = SeqLock()  # the layer-1 lock and the layer-0 version, together
+        self.lock = self._writer.lock  # raw lock, for try-lock callers (the asyncio front)
         self._free = array("i", range(num_blocks - 1, -1, -1))
         self._fast: deque[int] = deque()
         self._ref = [0] * num_blocks
@@ -69,19 +84,21 @@ class UncachedBlockAllocator:
         self._num_reserved = 0
         self._evictions = 0
 
-    # ---------------------------------------------------------------- locking helpers
-    def _enter(self) -> int:
-        """Take the lock and make the seqlock version odd; returns the version to hand to
-        ``_exit``. Nested (re-entrant) entries see an odd version and leave it alone."""
-        self.lock.acquire()
-        s = self._seq
-        self._seq = s | 1
-        return s
+    # ---------------------------------------------------------------- locking
+    def writing(self) -> SeqLock:
+        """``with pool.writing():`` holds the pool lock and keeps the seqlock version odd for
+        the block (nestable); the writer-section primitives must be called inside one."""
+        return self._writer
 
-    def _exit(self, s: int) -> None:
-        if not s & 1:  # the outermost writer makes the version even again
-            self._seq = s + 2
-        self.lock.release()
+    @property
+    def version(self) -> int:
+        """The seqlock version: odd while a writer is inside, +2 per completed write."""
+        return self._writer.version
+
+    @property
+    def num_reserved(self) -> int:
+        """Blocks held by an in-flight defrag plan (reserve .. move / unreserve)."""
+        return self._num_reserved
 
     # ---------------------------------------------------------------- capacity
     @property
@@ -117,12 +134,14 @@ class UncachedBlockAllocator:
         ids.reverse()  # LIFO order: lowest id first, as repeated pop() would give
         return ids.tolist()
 
-    def _release(self, block_id: int) -> None:
+    def _push_free(self, block_id: int) -> None:
         """A block whose ref reached 0 goes back to the free list. Lock held."""
         self._free.append(block_id)
 
-    # ---------------------------------------------------------------- locked primitives
-    def _alloc(self, n: int, ref: int = 1) -> list[int] | None:
+    # ---------------------------------------------------------------- writer-section primitives
+    # Each assumes the caller is inside ``with pool.writing():`` (module docstring).
+    def take(self, n: int, ref: int = 1) -> list[int] | None:
+        """``n`` blocks with ref ``ref`` each, all or nothing (None when short)."""
         ids = self._take(n)
         if ids is None:
             return None
@@ -131,14 +150,25 @@ class UncachedBlockAllocator:
             r[b] = ref
         return ids
 
-    def _incref(self, block_ids: Iterable[int], k: int = 1) -> None:
+    def take_each(self, refs: Sequence[int]) -> list[int] | None:
+        """``len(refs)`` blocks, block ``i`` with ref ``refs[i]`` (a swap's shared blocks)."""
+        ids = self._take(len(refs))
+        if ids is None:
+            return None
+        r = self._ref
+        for b, k in zip(ids, refs):
+            r[b] = k
+        return ids
+
+    def share(self, block_ids: Iterable[int], k: int = 1) -> None:
+        """``k`` more references on each used block (fork)."""
         r = self._ref
         for b in block_ids:
             if r[b] <= 0:
                 raise InvalidBlockError(f"block {b} on {self.device.value} is not in use")
             r[b] += k
 
-    def _decref(self, block_ids: Sequence[int], now: float = 0.0) -> int:
+    def release(self, block_ids: Sequence[int], now: float = 0.0) -> int:
         """Drop one reference per listed id (tail first is the caller's order); release blocks
         that reach 0. Returns how many were released. Raises DoubleFreeError, state unchanged."""
         r = self._ref
@@ -148,7 +178,7 @@ class UncachedBlockAllocator:
             c = r[b] - 1
             if c:
                 if c < 0:
-                    self._undo_decref(block_ids[:done])
+                    self._undo_release(block_ids[:done])
                     raise DoubleFreeError(f"block {b} on {self.device.value} freed twice")
             else:
                 push(b)
@@ -157,7 +187,18 @@ class UncachedBlockAllocator:
             done += 1
         return released
 
-    def _undo_decref(self, block_ids: Sequence[int]) -> None:
+    def release_table(self, blocks: Sequence[int], last_fill: int, now: float = 0.0) -> int:
+        """Release one table's ``blocks`` tail first; returns the token slots that left use
+        (a block's worth per released block, only ``last_fill`` for the last block)."""
+        released = self.release(blocks[::-1], now)
+        if not released:
+            return 0
+        slots = released * self.block_size
+        if self._ref[blocks[-1]] == 0:
+            slots -= self.block_size - last_fill
+        return slots
+
+    def _undo_release(self, block_ids: Sequence[int]) -> None:
         # NOTE(rollback): only reached on misuse; restores refs and pulls released ids back.
         for b in block_ids:
             if self._ref[b] == 0:
@@ -167,14 +208,35 @@ class UncachedBlockAllocator:
     def _unrelease(self, block_id: int) -> None:
         self._free.remove(block_id)
 
-    def _move(self, src: int, dst: int) -> None:
-        """Defrag commit: reserved ``dst`` (ref 1) takes over used ``src``. Lock held."""
+    def reserve(self, block_ids: Sequence[int]) -> None:
+        """Pull free ``block_ids`` out of the free list for a defrag plan: ref 1 each, counted
+        in ``num_reserved`` until ``move`` or ``unreserve``."""
+        self._drain_fast()
+        taken = set(block_ids)
+        kept = [b for b in self._free if b not in taken]
+        if len(kept) != len(self._free) - len(taken):
+            raise InvalidBlockError("reserve: a block id is not free")
+        self._free[:] = array("i", kept)
+        r = self._ref
+        for b in block_ids:
+            r[b] = 1
+        self._num_reserved += len(taken)
+
+    def unreserve(self, block_id: int) -> None:
+        """A reserved block goes back to the free list unused."""
+        self._ref[block_id] = 0
+        self._push_free(block_id)
+        self._num_reserved -= 1
+
+    def move(self, src: int, dst: int) -> None:
+        """Defrag commit: reserved ``dst`` takes over used ``src``; ``src`` is freed."""
         r = self._ref
         r[dst], r[src] = r[src], 0
         self._last[dst] = self._last[src]
-        self._release(src)
+        self._push_free(src)
+        self._num_reserved -= 1
 
-    # ---------------------------------------------------------------- public, locked API
+    # ---------------------------------------------------------------- self-locking API
     def allocate(self) -> int | None:
         """One block with ref 1, or None when the pool is exhausted. Lock-free unless the
         magazine is empty (then one locked refill serves the next MAGAZINE calls)."""
@@ -186,8 +248,7 @@ class UncachedBlockAllocator:
         return b
 
     def _allocate_slow(self) -> int | None:
-        v = self._enter()
-        try:
+        with self._writer:
             while True:
                 free = self._free
                 k = min(len(free), MAGAZINE)
@@ -205,8 +266,6 @@ class UncachedBlockAllocator:
                         return None
                 self._ref[b] = 1
                 return b
-        finally:
-            self._exit(v)
 
     def _evict_one(self) -> int | None:
         return None
@@ -215,25 +274,19 @@ class UncachedBlockAllocator:
         """``n`` blocks with ref 1 each, all or nothing (None when fewer are available)."""
         if n < 0:
             raise ValueError("n must be >= 0")
-        _v_self = self._enter()
-        try:
-            return self._alloc(n)
-        finally:
-            self._exit(_v_self)
+        with self._writer:
+            return self.take(n)
 
     def extend_tables(self, tables: Sequence[list[int]]) -> bool:
         """Decode's batched call: append one new block to every table in ``tables`` under one
         lock acquisition; all or nothing (False when the pool is short)."""
-        v = self._enter()
-        try:
-            ids = self._alloc(len(tables))
+        with self._writer:
+            ids = self.take(len(tables))
             if ids is None:
                 return False
             for t, b in zip(tables, ids):
                 t.append(b)
             return True
-        finally:
-            self._exit(v)
 
     def free(self, block_id: int) -> None:
         self.free_many((block_id,))
@@ -241,40 +294,20 @@ class UncachedBlockAllocator:
     def free_many(self, block_ids: Sequence[int]) -> None:
         """Drop one reference per id, in the given order (pass tail-first for LRU order)."""
         now = time.monotonic()
-        with self.lock:
-            s = self._seq
-            self._seq = s | 1
-            try:
-                self._decref(block_ids, now)
-            finally:
-                if not s & 1:
-                    self._seq = s + 2
+        with self._writer:
+            self.release(block_ids, now)
 
     def incref(self, block_id: int) -> None:
-        _v_self = self._enter()
-        try:
-            self._incref((block_id,))
-        finally:
-            self._exit(_v_self)
+        with self._writer:
+            self.share((block_id,))
 
     # ---------------------------------------------------------------- readers (no lock)
-    def _read(self, fn):
-        """Seqlock read: run ``fn`` until it saw no concurrent writer."""
-        while True:
-            v = self._seq
-            if v & 1:
-                time.sleep(0)  # a writer is inside; yield the GIL to it
-                continue
-            out = fn()
-            if self._seq == v:
-                return out, v
-
     def stats(self) -> PoolStats:
         def read():
             return (len(self._free) + len(self._fast), self.num_evictable,
                     self.num_cached, self._num_reserved, self._evictions)
 
-        (free, evictable, cached, reserved, evictions), v = self._read(read)
+        (free, evictable, cached, reserved, evictions), v = self._writer.read(read)
         return PoolStats(self.device, self.num_blocks, free, evictable,
                          self.num_blocks - free - evictable, cached, reserved, v, evictions)
 
@@ -298,9 +331,17 @@ class UncachedBlockAllocator:
                      (self._depth[block_id] + 1) * self.block_size if h is not None else 0,
                      self._ref[block_id], self._last[block_id], h is not None)
 
+    def hash_of(self, block_id: int) -> bytes | None:
+        """The content hash block ``block_id`` is cached under, or None."""
+        return self._hash[block_id]
+
     def free_ids(self) -> list[int]:
         """A copy of the free ids (bulk list and magazine)."""
         return self._free.tolist() + list(self._fast)
+
+    def free_id_bytes(self) -> bytes:
+        """The free ids as native int32 bytes (numpy reads them without a Python list)."""
+        return self._free.tobytes() + array("i", self._fast).tobytes()
 
     def check_invariants(self, table_refs: Counter | None = None) -> None:
         """Raise InvariantError on inconsistent state. ``table_refs`` (block id -> number of

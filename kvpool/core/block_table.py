@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvpool.core.block import Device
-from kvpool.errors import InvariantError
+from kvpool.core.hashing import ExtraKey
+from kvpool.errors import InvariantError, UnknownSequenceError
+
+
+@dataclass(frozen=True, slots=True)
+class SeqAlloc:
+    """One allocation in a batch: sequences ``seq_ids`` share the prompt ``token_ids``."""
+
+    seq_ids: Sequence[int]
+    token_ids: Sequence[int]
+    block_hashes: Sequence[bytes] | None = None  # precomputed prompt hashes (else hashed here)
+    cache_salt: str | None = None  # tenant isolation, mixed into the first block's hash
+    extra_keys: Sequence[ExtraKey] | None = None  # e.g. multimodal keys, mixed into each hash
 
 
 @dataclass(slots=True, eq=False)
@@ -68,3 +81,12 @@ class BlockTable:
                                  "while their swap-in copy is unconfirmed")
         if self.tokens is not None and len(self.tokens) != n:
             raise InvariantError(f"seq {self.seq_id}: {len(self.tokens)} token ids kept for {n}")
+
+
+def table_of(tables: dict[int, BlockTable], seq_id: int) -> BlockTable:
+    """``tables[seq_id]``, or UnknownSequenceError naming the likely cause."""
+    t = tables.get(seq_id)
+    if t is None:
+        raise UnknownSequenceError(f"sequence {seq_id} has no block table (never "
+                                   "allocated, or already freed)")
+    return t

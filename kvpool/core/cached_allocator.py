@@ -1,4 +1,12 @@
-"""The prefix-caching allocator: content hashes, sharing by ref count, lazy eviction."""
+"""The prefix-caching allocator: content hashes, sharing by ref count, lazy eviction.
+
+Beyond the uncached pool's API (allocator.py) it adds, inside ``with pool.writing():``::
+
+    acquire_block(b, k)                    k references on cached block b (revives evictable)
+    register_block(b, h, depth, tokens)    index used, computed block b under hash h
+
+and, lock-free: ``lookup``, ``prefix_hits``, ``leading_hits``, ``verify_hits``.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +28,7 @@ class CachedBlockAllocator(UncachedBlockAllocator):
 
     Block states and transitions::
 
-        FREE --_alloc--> USED --ref 0, hashed--> EVICTABLE --policy.evict--> (reused) USED
+        FREE --take--> USED   --ref 0, hashed--> EVICTABLE --policy.evict--> (reused) USED
           ^               |  ^                       |
           +--ref 0, no hash  +----prefix hit (revive)+
     """
@@ -87,9 +95,14 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         if self._tokens is not None:
             self._tokens.pop(b, None)
 
-    def _decref(self, block_ids: Sequence[int], now: float = 0.0) -> int:
+    @property
+    def verify_hits(self) -> bool:
+        """Whether hits are checked against the token ids kept per cached block."""
+        return self._tokens is not None
+
+    def release(self, block_ids: Sequence[int], now: float = 0.0) -> int:
         if not self._cached:  # nothing is hashed: the plain free-list release applies
-            return super()._decref(block_ids, now)
+            return super().release(block_ids, now)
         r = self._ref
         hashes = self._hash
         push = self._free.append
@@ -101,7 +114,7 @@ class CachedBlockAllocator(UncachedBlockAllocator):
             c = r[b] - 1
             if c:
                 if c < 0:
-                    self._undo_decref(block_ids[:done])
+                    self._undo_release(block_ids[:done])
                     raise DoubleFreeError(f"block {b} on {self.device.value} freed twice")
             else:
                 released += 1
@@ -122,15 +135,37 @@ class CachedBlockAllocator(UncachedBlockAllocator):
             self.policy.discard(b)
 
     # ---------------------------------------------------------------- cache primitives
-    def _lookup(self, h: bytes, tokens: Sequence[int] | None = None) -> int | None:
-        """The block caching hash ``h``, or None. With verify_hits, token ids must match."""
+    def lookup(self, h: bytes, tokens: Sequence[int] | None = None) -> int | None:
+        """Which block caches ``h`` (no reference taken), or None. Lock-free dict read. With
+        verify_hits and ``tokens`` given, the block's token ids must match too."""
         b = self._cached.get(h)
-        if b is not None and self._tokens is not None and tokens is not None:
+        if b is not None and tokens is not None and self._tokens is not None:
             if self._tokens.get(b) != tuple(tokens):
                 return None  # a hash collision (or a forged hash): a miss, never wrong bytes
         return b
 
-    def _acquire(self, b: int, k: int = 1) -> None:
+    def leading_hits(self, hashes: Sequence[bytes], limit: int,
+                     token_ids: Sequence[int] | None = None) -> list[int]:
+        """Blocks caching the leading run of ``hashes[:limit]`` (no reference taken). With
+        verify_hits and ``token_ids`` (the whole prompt), every hit is checked against them."""
+        out: list[int] = []
+        if self._tokens is None or token_ids is None:  # NOTE(speed): the common case
+            get = self._cached.get
+            for i in range(limit):
+                b = get(hashes[i])
+                if b is None:
+                    break
+                out.append(b)
+            return out
+        bs = self.block_size
+        for i in range(limit):
+            b = self.lookup(hashes[i], token_ids[i * bs:(i + 1) * bs])
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def acquire_block(self, b: int, k: int = 1) -> None:
         """Take ``k`` references on cached block ``b`` (reviving it if evictable)."""
         r = self._ref[b]
         if r == 0:
@@ -138,8 +173,8 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         self._ref[b] = r + k
         self.policy.on_hit(self._hash[b])
 
-    def _register(self, b: int, h: bytes, depth: int,
-                  tokens: Sequence[int] | None = None) -> int:
+    def register_block(self, b: int, h: bytes, depth: int,
+                       tokens: Sequence[int] | None = None) -> int:
         """Index used block ``b`` (full, computed) under ``h``. If another block already caches
         ``h`` that one is returned and ``b`` stays unhashed (a duplicate; it is freed plainly)."""
         existing = self._cached.get(h)
@@ -154,7 +189,7 @@ class CachedBlockAllocator(UncachedBlockAllocator):
             self._tokens[b] = tuple(tokens)
         return b
 
-    def _move(self, src: int, dst: int) -> None:
+    def move(self, src: int, dst: int) -> None:
         """Defrag commit: ``dst`` (reserved, ref 1) takes over ``src``'s identity. Lock held."""
         r = self._ref
         h = self._hash[src]
@@ -171,15 +206,12 @@ class CachedBlockAllocator(UncachedBlockAllocator):
             if self._tokens is not None and src in self._tokens:
                 self._tokens[dst] = self._tokens.pop(src)
         self._last[dst] = self._last[src]
-        self._release(src)
+        self._push_free(src)
+        self._num_reserved -= 1
         if r[dst] == 0:
             self.policy.insert(dst, h, self._depth[dst], self._last[dst])
 
-    # ---------------------------------------------------------------- public, locked API
-    def lookup(self, h: bytes) -> int | None:
-        """Which block caches ``h`` (no reference taken). Lock-free dict read."""
-        return self._cached.get(h)
-
+    # ---------------------------------------------------------------- self-locking API
     def prefix_hits(self, hashes: Sequence[bytes]) -> int:
         """Length of the leading run of ``hashes`` that are cached (no reference taken)."""
         cached = self._cached
@@ -192,39 +224,30 @@ class CachedBlockAllocator(UncachedBlockAllocator):
 
     def acquire(self, h: bytes) -> int | None:
         """A prefix hit: one reference on the block caching ``h``, or None on a miss."""
-        _v_self = self._enter()
-        try:
-            b = self._lookup(h)
+        with self._writer:
+            b = self.lookup(h)
             if b is not None:
-                self._acquire(b)
+                self.acquire_block(b)
             return b
-        finally:
-            self._exit(_v_self)
 
     def register(self, block_id: int, h: bytes, depth: int = 0) -> int:
         """Make a used, computed block findable by ``h``; returns the canonical block id."""
-        _v_self = self._enter()
-        try:
+        with self._writer:
             if self._ref[block_id] <= 0:
                 raise InvalidBlockError(f"block {block_id} is not in use; only used blocks "
                                         "can be registered")
-            return self._register(block_id, h, depth)
-        finally:
-            self._exit(_v_self)
+            return self.register_block(block_id, h, depth)
 
     def reset_prefix_cache(self) -> int:
         """Drop every evictable cached block back to the free list; returns how many."""
-        _v_self = self._enter()
-        try:
+        with self._writer:
             n = 0
             while len(self.policy):
                 b = self.policy.evict()
                 self._drop_hash(b)
-                self._release(b)
+                self._push_free(b)
                 n += 1
             return n
-        finally:
-            self._exit(_v_self)
 
     def _check_cache_invariants(self, free: set[int]) -> None:
         for h, b in self._cached.items():

@@ -27,12 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import count
 
+from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
+from kvpool.core.block_table import BlockTable
+from kvpool.core.stats import ManagerCounters
 from kvpool.errors import InvalidBlockError
 
 
 @dataclass(frozen=True, slots=True)
-class _MoveCheck:
+class MoveCheck:
     src: int
     dst: int
     ref: int  # src's ref count when planned
@@ -46,7 +49,7 @@ class DefragPlan:
 
     plan_id: int
     moves: tuple[tuple[int, int], ...]
-    checks: tuple[_MoveCheck, ...]
+    checks: tuple[MoveCheck, ...]
 
     def __len__(self) -> int:
         return len(self.moves)
@@ -58,35 +61,38 @@ class DefragResult:
     retried: list[tuple[int, int]]  # dropped because a table changed; plan again later
 
 
-class DefragMixin:
-    """plan_defrag / commit_defrag / abort_defrag of BlockSpaceManager."""
+class DefragPlanner:
+    """plan / commit / abort of defrag moves over the manager's tables (lent to it, owned by
+    the manager) and its device pool. Invariant: at most one plan is in flight, and its
+    destinations are exactly the pool's reserved blocks."""
 
-    def _init_defrag(self) -> None:
+    def __init__(self, device: UncachedBlockAllocator, tables: dict[int, BlockTable],
+                 counters: ManagerCounters) -> None:
+        self.device = device
+        self.tables = tables
+        self.counters = counters
         self._plans: dict[int, DefragPlan] = {}
         self._plan_ids = count(1)
 
-    def _reserved_blocks(self) -> list[int]:
+    def reserved_blocks(self) -> list[int]:
+        """Destinations held by the plan in flight (each holds one reference)."""
         return [dst for p in self._plans.values() for _, dst in p.moves]
 
-    def plan_defrag(self, max_moves: int | None = None) -> DefragPlan | None:
-        """Plan moves that pack live blocks into ids ``[0, live)``; None if nothing to move.
-        The destinations are reserved (never handed out) until commit or abort."""
-        pool = self.device_pool
-        _v_pool = pool._enter()
-        try:
+    def plan(self, max_moves: int | None = None) -> DefragPlan | None:
+        pool = self.device
+        with pool.writing():
             if self._plans:
                 raise InvalidBlockError("a defrag plan is already in flight; commit or abort it")
             n = pool.num_blocks
-            pool._drain_fast()
-            free = pool._free.tolist()
+            free = pool.free_ids()
             live = n - len(free)
             holes = sorted(b for b in free if b < live)
             if not holes:
                 return None
-            bs = self.block_size
+            bs = pool.block_size
             refs: dict[int, list[tuple[int, int, int]]] = {}
             pinned: set[int] = set()
-            for s, t in self._tables.items():
+            for s, t in self.tables.items():
                 if t.device is not Device.DEVICE:
                     continue
                 # a swap-in copy still unconfirmed: its bytes are not known written yet
@@ -96,39 +102,33 @@ class DefragMixin:
                         if i >= full:  # NOTE(defrag): a block not yet fully written (partial,
                             pinned.add(b)  # or reserved for a step still to run) never moves
                         refs.setdefault(b, []).append((s, i, t.version))
-            ref, hashes = pool._ref, pool._hash
+            ref, hash_of = pool.ref_count, pool.hash_of
             fs = set(free)
             sources = [b for b in range(n - 1, live - 1, -1)
                        if b not in fs and b not in pinned
-                       and (b in refs or (ref[b] == 0 and hashes[b] is not None))
-                       and ref[b] == len(refs.get(b, ()))]
+                       and (b in refs or (ref(b) == 0 and hash_of(b) is not None))
+                       and ref(b) == len(refs.get(b, ()))]
             k = min(len(holes), len(sources))
             if max_moves is not None:
                 k = min(k, max_moves)
             if k == 0:
                 return None
             dsts = holes[:k]
-            taken = set(dsts)
-            pool._free[:] = type(pool._free)("i", [b for b in free if b not in taken])
-            for d in dsts:
-                ref[d] = 1
-            pool._num_reserved += k
-            checks = tuple(_MoveCheck(src, dst, ref[src], hashes[src], tuple(refs.get(src, ())))
+            pool.reserve(dsts)
+            checks = tuple(MoveCheck(src, dst, ref(src), hash_of(src), tuple(refs.get(src, ())))
                            for src, dst in zip(sources[:k], dsts))
             plan = DefragPlan(next(self._plan_ids), tuple((c.src, c.dst) for c in checks),
                               checks)
             self._plans[plan.plan_id] = plan
             return plan
-        finally:
-            pool._exit(_v_pool)
 
-    def _move_valid(self, c: _MoveCheck) -> bool:
-        pool = self.device_pool
-        if pool._ref[c.src] != c.ref or pool._hash[c.src] != c.block_hash:
+    def _move_valid(self, c: MoveCheck) -> bool:
+        pool = self.device
+        if pool.ref_count(c.src) != c.ref or pool.hash_of(c.src) != c.block_hash:
             return False
         if c.ref == 0 and c.block_hash is None:
             return False  # it went back to the free list
-        tables = self._tables
+        tables = self.tables
         for s, i, ver in c.refs:
             t = tables.get(s)
             if t is None or t.device is not Device.DEVICE:
@@ -137,47 +137,31 @@ class DefragMixin:
                 return False
         return True
 
-    def commit_defrag(self, plan: DefragPlan) -> DefragResult:
-        """Remap the moves whose source is unchanged (call after the copies completed and after
-        any compute that read the old tables). Others are released for a re-plan."""
-        pool = self.device_pool
-        _v_pool = pool._enter()
-        try:
+    def commit(self, plan: DefragPlan) -> DefragResult:
+        pool = self.device
+        with pool.writing():
             if self._plans.pop(plan.plan_id, None) is None:
                 raise InvalidBlockError(f"defrag plan {plan.plan_id} is not in flight")
             committed, retried = [], []
             for c in plan.checks:
                 if self._move_valid(c):
-                    pool._move(c.src, c.dst)
+                    pool.move(c.src, c.dst)
                     for s, i, _ in c.refs:
-                        t = self._tables[s]
+                        t = self.tables[s]
                         t.blocks[i] = c.dst
                         t.version += 1
                     committed.append((c.src, c.dst))
                 else:
-                    self._unreserve(c.dst)
+                    pool.unreserve(c.dst)
                     retried.append((c.src, c.dst))
-            pool._num_reserved -= len(plan.moves)
-            self.defrag_moves += len(committed)
-            self.defrag_retries += len(retried)
+            self.counters.defrag_moves += len(committed)
+            self.counters.defrag_retries += len(retried)
             return DefragResult(committed, retried)
-        finally:
-            pool._exit(_v_pool)
 
-    def abort_defrag(self, plan: DefragPlan) -> None:
-        """The copies failed or were cancelled: release every reserved destination."""
-        pool = self.device_pool
-        _v_pool = pool._enter()
-        try:
+    def abort(self, plan: DefragPlan) -> None:
+        pool = self.device
+        with pool.writing():
             if self._plans.pop(plan.plan_id, None) is None:
                 raise InvalidBlockError(f"defrag plan {plan.plan_id} is not in flight")
             for _, dst in plan.moves:
-                self._unreserve(dst)
-            pool._num_reserved -= len(plan.moves)
-        finally:
-            pool._exit(_v_pool)
-
-    def _unreserve(self, dst: int) -> None:
-        pool = self.device_pool
-        pool._ref[dst] = 0
-        pool._release(dst)
+                pool.unreserve(dst)

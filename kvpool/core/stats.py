@@ -1,14 +1,34 @@
-"""Lock-free snapshots of the block manager: counters, usage and fragmentation."""
+"""The block manager's counters, and lock-free snapshots of them, usage and fragmentation."""
 
 from __future__ import annotations
 
 import time
-from array import array
+from collections.abc import Sized
 from dataclasses import dataclass
 
 import numpy as np
 
+from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import PoolStats
+
+
+@dataclass(slots=True)
+class ManagerCounters:
+    """The BlockSpaceManager's counters. Owned by the manager; its swap and defrag planners
+    update them inside the pool's writer section, so a seqlock read sees them consistent with
+    the pools. ``used_slots`` equals the filled token slots of the distinct used device blocks
+    (checked by ``BlockSpaceManager.check_invariants``)."""
+
+    used_slots: int = 0  # token slots holding a token (allocate / append / free / swap)
+    num_swapped_seqs: int = 0  # sequences whose table is on the host (swap, fork, free)
+    prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache (allocate)
+    prefix_hit_tokens: int = 0  # of which served from the cache (allocate)
+    cow_copies: int = 0  # copy-on-write block copies (append)
+    swap_out_blocks: int = 0  # blocks copied device -> host (swap planner)
+    swap_in_blocks: int = 0  # blocks copied host -> device (swap planner)
+    swap_in_reused_blocks: int = 0  # swap-in blocks found in the prefix cache (swap planner)
+    defrag_moves: int = 0  # defrag moves committed (defrag planner)
+    defrag_retries: int = 0  # planned moves dropped at commit (defrag planner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,66 +88,57 @@ def free_runs(free_ids: np.ndarray, num_blocks: int) -> tuple[int, int]:
     return int(lengths.max()), int(lengths.size)
 
 
-class StatsMixin:
-    """Counters and snapshots of BlockSpaceManager (mixed into it)."""
+class StatsReader:
+    """Consistent snapshots of a manager's pools and counters, read without a lock (retried
+    while a writer is inside either pool). ``fragmentation`` is memoised per pool version."""
 
-    def _init_stats(self) -> None:
-        self._used_slots = 0
-        self.prefix_query_tokens = 0
-        self.prefix_hit_tokens = 0
-        self.cow_copies = 0
-        self.swap_out_blocks = 0
-        self.swap_in_blocks = 0
-        self.swap_in_reused_blocks = 0
-        self.num_swapped_seqs = 0
-        self.defrag_moves = 0
-        self.defrag_retries = 0
+    def __init__(self, device: UncachedBlockAllocator, host: UncachedBlockAllocator,
+                 counters: ManagerCounters, tables: Sized) -> None:
+        self.device = device
+        self.host = host
+        self.counters = counters  # the manager's, read only here
+        self.tables = tables  # the manager's seq -> table map, only its length is read
         self._frag_cache: tuple[int, FragmentationStats] | None = None
 
     def _internal(self, used_blocks: int, used_slots: int) -> tuple[float, int]:
-        alloc = used_blocks * self.block_size
+        alloc = used_blocks * self.device.block_size
         return (1.0 - used_slots / alloc if alloc else 0.0), alloc
 
     def stats(self) -> ManagerStats:
-        """Counters of both pools and the manager, consistent with each other, read without
-        taking a lock (retries while a writer is inside either pool)."""
-        d, h = self.device_pool, self.host_pool
+        """Counters of both pools and the manager, consistent with each other."""
+        d, h, c = self.device, self.host, self.counters
         while True:
-            vd, vh = d._seq, h._seq
+            vd, vh = d.version, h.version
             if (vd | vh) & 1:
                 time.sleep(0)
                 continue
-            snap = (self.num_seqs_locked(), self.num_swapped_seqs, self._used_slots,
-                    self.prefix_query_tokens, self.prefix_hit_tokens, self.cow_copies,
-                    self.swap_out_blocks, self.swap_in_blocks, self.swap_in_reused_blocks,
-                    self.defrag_moves, self.defrag_retries, d._num_reserved)
+            snap = (len(self.tables), c.num_swapped_seqs, c.used_slots, c.prefix_query_tokens,
+                    c.prefix_hit_tokens, c.cow_copies, c.swap_out_blocks, c.swap_in_blocks,
+                    c.swap_in_reused_blocks, c.defrag_moves, c.defrag_retries, d.num_reserved)
             ds, hs = d.stats(), h.stats()
-            if d._seq == vd and h._seq == vh and ds.version == vd and hs.version == vh:
+            if d.version == vd and h.version == vh and ds.version == vd and hs.version == vh:
                 break
         (nseq, nswap, used_slots, pq, ph, cow, so, si, sir, dm, dr, reserved) = snap
         internal, _ = self._internal(ds.num_used - reserved, used_slots)
         return ManagerStats(ds, hs, nseq, nswap, used_slots, internal, pq, ph, cow, so, si, sir,
                             dm, dr)
 
-    def num_seqs_locked(self) -> int:
-        return len(self._tables)
-
     def fragmentation(self) -> FragmentationStats:
         """Internal and external fragmentation of the device pool (see FragmentationStats).
         O(num_blocks) numpy work, memoised per pool version; takes no lock."""
-        d = self.device_pool
+        d = self.device
         while True:
-            v = d._seq
+            v = d.version
             cached = self._frag_cache
             if cached is not None and cached[0] == v and not v & 1:
                 return cached[1]
             if v & 1:
                 time.sleep(0)
                 continue
-            raw = d._free.tobytes() + array("i", d._fast).tobytes()
-            used_blocks = d.num_used - d._num_reserved
-            used_slots = self._used_slots
-            if d._seq == v:
+            raw = d.free_id_bytes()
+            used_blocks = d.num_used - d.num_reserved
+            used_slots = self.counters.used_slots
+            if d.version == v:
                 break
         free = np.frombuffer(raw, dtype=np.int32)
         largest, runs = free_runs(free, d.num_blocks)

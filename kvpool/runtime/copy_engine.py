@@ -121,7 +121,16 @@ class CopyHandle:
                 return
         _run_callback(fn, self)
 
-    def _finish(self, error: BaseException | None, seconds: float | None) -> None:
+    def failed(self) -> bool:
+        """Done with a failure (no wait)."""
+        return self._error is not None
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Wait until done; False if ``timeout`` passed first (never raises the failure)."""
+        return self._event.wait(timeout)
+
+    def finish(self, error: BaseException | None, seconds: float | None) -> None:
+        """Complete the handle (the CopyEngine calls this once, when the batch ran)."""
         self._error = error
         self.seconds = seconds
         self.finished_at = time.monotonic()
@@ -250,7 +259,7 @@ class CopyEngine:
             self._seq += 1
             handle = CopyHandle(self._seq, kind, pairs_t, self.bytes_per_block, tag)
             if not pairs_t:
-                handle._finish(None, 0.0)
+                handle.finish(None, 0.0)
                 return handle
             self._pending[handle.seq] = handle
             self._queue.append(handle)
@@ -272,7 +281,7 @@ class CopyEngine:
         deadline = None if timeout is None else time.monotonic() + timeout
         for h in handles:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not h._event.wait(left):
+            if not h.wait_done(left):
                 raise TimeoutError(f"{h!r} not done after {timeout} s")
         return handles
 
@@ -359,7 +368,7 @@ class CopyEngine:
             self._cond.notify_all()
         # NOTE(order): the handle leaves the pending set before it turns done, so a waiter woken
         # by the handle never sees its blocks still busy.
-        handle._finish(error, seconds)
+        handle.finish(error, seconds)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self, cancel: bool = False, timeout: float | None = None) -> None:

@@ -63,13 +63,13 @@ class RequestStream:
             raise
         if out.finished:
             self.finished = True
-            self.engine._streams.pop(self.request_id, None)
+            self.engine.forget_stream(self.request_id)
         return out
 
     async def aclose(self) -> None:
         if not self.finished:
             self.finished = True
-            self.engine._streams.pop(self.request_id, None)
+            self.engine.forget_stream(self.request_id)
             self.engine.abort_nowait(self.request_id)
 
     async def __aenter__(self) -> RequestStream:
@@ -141,6 +141,10 @@ class AsyncEngine:
 
     def num_free_blocks(self) -> int:
         return self.core.manager.stats().device.num_allocatable
+
+    def forget_stream(self, request_id: str) -> None:
+        """A stream is finished or closed: it no longer counts against --max-queue."""
+        self._streams.pop(request_id, None)
 
     def requests_in_flight(self) -> int:
         """Requests counted against --max-queue: admitted, not yet finished by the engine."""

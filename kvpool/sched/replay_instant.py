@@ -10,8 +10,8 @@ capacity ``C`` blocks, block size irrelevant), for each request in file order::
                                     register b under digest(h), release b
     hit_rate = hits / total hash ids
 
-The pool's private primitives are used under one ``_enter()`` / ``_exit()`` per request, which
-is how the BlockSpaceManager itself drives them. Time is logical (the request index), so a
+The pool's writer-section primitives are used under one ``with pool.writing():`` per request,
+which is how the BlockSpaceManager itself drives them. Time is logical (the request index), so a
 replay is deterministic for time-aware policies too.
 """
 
@@ -51,27 +51,22 @@ class InstantReplay:
         pool = self.pool
         now = float(self.requests)
         keys = [digest(h) for h in hash_ids]
-        v = pool._enter()
-        try:
-            cached = pool._cached
-            k = 0
-            n = len(keys)
-            while k < n and keys[k] in cached:
-                k += 1
-            for i in range(n - 1, -1, -1):
+        lookup, acquire, take = pool.lookup, pool.acquire_block, pool.take
+        register, release = pool.register_block, pool.release
+        with pool.writing():
+            k = pool.prefix_hits(keys)
+            for i in range(len(keys) - 1, -1, -1):
                 key = keys[i]
-                b = cached.get(key)
+                b = lookup(key)
                 if b is not None:
-                    pool._acquire(b)
+                    acquire(b)
                 else:
-                    got = pool._alloc(1)
+                    got = take(1)
                     if got is None:  # every block referenced: impossible, all are released
                         raise RuntimeError("instant replay: pool exhausted")
                     b = got[0]
-                    pool._register(b, key, i)
-                pool._decref((b,), now)
-        finally:
-            pool._exit(v)
+                    register(b, key, i)
+                release((b,), now)
         self.hits += k
         self.blocks += len(keys)
         self.requests += 1

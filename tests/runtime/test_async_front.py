@@ -21,12 +21,12 @@ def manager(blocks=256, host=32):
 async def test_calls_of_one_iteration_share_one_flush():
     mgr = manager()
     front = AsyncManagerFront(mgr)
-    version_before = mgr.device_pool._seq
+    version_before = mgr.device_pool.version
     res = await asyncio.gather(*(front.allocate([i], list(range(i, i + 9))) for i in range(50)))
     assert res == [0] * 50
     assert front.flushes == 1 and front.ops == 50
     # one batch = one outer lock section: the seqlock moved by exactly one write (+2)
-    assert mgr.device_pool._seq == version_before + 2
+    assert mgr.device_pool.version == version_before + 2
     assert sorted(mgr.seq_ids()) == list(range(50))
     await asyncio.gather(*(front.free(i) for i in range(50)))
     assert front.flushes == 2

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from kvpool.core import BlockSpaceManager
+from kvpool.core.slots import SlotWriter
 from stress import cli
 from stress.http_mode import check_loopback
 from stress.pool_mode import PoolConfig, PoolStress
@@ -71,7 +71,7 @@ def test_http_mode_short_run_with_its_own_server(tmp_path):
 def test_broken_manager_is_caught(monkeypatch):
     """Copy-on-write skipped: a forked sequence writes into the block its sibling reads. The
     fake-KV content check must flag it (and the run must fail)."""
-    original = BlockSpaceManager._append_locked
+    original = SlotWriter._append_locked  # the manager's append path (kvpool/core/slots.py)
 
     def no_cow(self, t, toks):
         pool = self.device_pool
@@ -83,7 +83,7 @@ def test_broken_manager_is_caught(monkeypatch):
         finally:
             pool._ref[last] = saved
 
-    monkeypatch.setattr(BlockSpaceManager, "_append_locked", no_cow)
+    monkeypatch.setattr(SlotWriter, "_append_locked", no_cow)
     rep = PoolStress(PoolConfig(threads=2, coroutines=20, duration=1.5, blocks=512,
                                 progress=False)).run()
     assert rep.figures["violations"] > 0

@@ -1,0 +1,67 @@
+"""SeqLock: one pool's writer lock (DESIGN.md layer 1) and its reader version (layer 0).
+
+Invariant: ``version`` is odd exactly while a writer is inside the outermost ``with`` block;
+each completed outermost writer section adds 2. Writers nest (the lock is re-entrant): only
+the outermost entry and exit move the version, so a reader never sees an even version in the
+middle of a batch.
+
+Readers never take the lock::
+
+    v = seqlock.version          # odd: a writer is inside, retry
+    ... read fields ...
+    seqlock.version == v         # unchanged: the read saw all of a write or none of it
+
+One reusable object serves every ``with``: the nesting depth is kept on it, and it is only
+touched while the lock is held, so no per-entry state is needed (and no allocation per entry:
+the decode hot path enters once per token).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class SeqLock:
+    """``with seqlock:`` takes the lock and keeps the seqlock version (see module docstring)."""
+
+    __slots__ = ("lock", "version", "_depth", "_acquire", "_release")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # re-entrant so a batch can nest public calls
+        self.version = 0  # seqlock version: odd while a writer is inside
+        self._depth = 0  # nesting depth of writer sections (written only under the lock)
+        # NOTE(speed): bound methods cached once; __enter__ runs per decode token
+        self._acquire = self.lock.acquire
+        self._release = self.lock.release
+
+    def __enter__(self) -> SeqLock:
+        self._acquire()
+        d = self._depth
+        self._depth = d + 1
+        if not d:
+            self.version += 1
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        d = self._depth - 1
+        self._depth = d
+        if not d:
+            self.version += 1
+        self._release()
+
+    def read(self, fn: Callable[[], T]) -> tuple[T, int]:
+        """Run ``fn`` until it ran with no writer inside; returns its result and the (even)
+        version it saw."""
+        while True:
+            v = self.version
+            if v & 1:
+                time.sleep(0)  # a writer is inside; yield the GIL to it
+                continue
+            out = fn()
+            if self.version == v:
+                return out, v

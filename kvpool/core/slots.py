@@ -1,0 +1,174 @@
+"""SlotWriter: the decode path of BlockSpaceManager: reserve slots for the tokens the next
+step writes (with copy-on-write of a shared partial block), and register full blocks in the
+prefix cache once their bytes are known written.
+
+Token ``t`` goes to slot ``t % bs`` of logical block ``t // bs``; appending ``k`` tokens to a
+table of ``n0`` needs ``ceil((n0 + k) / bs) - len(blocks)`` new blocks, plus one copy when the
+partial last block is shared (``ref > 1``)::
+
+    n0 = 38, k = 1, bs = 16     blocks [ 7 ][ 3 ][ 12: 6 of 16 ]  -> slot 6 of block 12
+    shared 12 (a fork)          copy 12 -> new block d first, then write into d
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvpool.core.allocator import UncachedBlockAllocator
+from kvpool.core.block import Device
+from kvpool.core.block_table import BlockTable, table_of
+from kvpool.core.hashing import BlockHasher
+from kvpool.core.stats import ManagerCounters
+from kvpool.errors import InvalidBlockError
+
+_DEVICE = Device.DEVICE  # NOTE(speed): a module global, not an enum attribute per token
+
+
+class SlotWriter:
+    """Appends and hash registration over the manager's tables (lent to it, owned by the
+    manager) and its device pool. Every method runs inside the pool's writer section (the
+    public ones enter it; ``register_upto`` and ``need`` assume the caller did)."""
+
+    def __init__(self, device: UncachedBlockAllocator, tables: dict[int, BlockTable],
+                 counters: ManagerCounters, hasher: BlockHasher) -> None:
+        self.device_pool = device
+        # NOTE(speed): append runs once per decoded token; fetch the pool's SeqLock and
+        # ref_count once instead of per call
+        self.writing = device.writing()
+        self.ref_count = device.ref_count
+        self.tables = tables
+        self.counters = counters
+        self.hasher = hasher
+        self.block_size = device.block_size
+        self.caching = device.caching
+
+    def register_upto(self, t: BlockTable, num_tokens: int) -> None:
+        """Index ``t``'s full blocks among its first ``num_tokens`` tokens in the prefix cache
+        (their bytes are written). Writer section held."""
+        if not self.caching or t.device is not Device.DEVICE or t.copy_pending:
+            return  # NOTE(copy-pending): a hash only once the bytes are known written
+        upto = min(num_tokens // self.block_size, len(t.hashes))
+        i = t.num_registered
+        if i >= upto:
+            return
+        pool = self.device_pool
+        bs, blocks, hashes, toks = self.block_size, t.blocks, t.hashes, t.tokens
+        while i < upto:
+            pool.register_block(blocks[i], hashes[i], i,
+                                toks[i * bs:(i + 1) * bs] if toks is not None else None)
+            i += 1
+        t.num_registered = upto
+
+    def need(self, t: BlockTable, k: int) -> int:
+        """Blocks appending ``k`` tokens to ``t`` takes: new blocks plus a copy-on-write."""
+        bs = self.block_size
+        n0 = t.num_tokens
+        need = -(-(n0 + k) // bs) - len(t.blocks)
+        if n0 % bs and self.device_pool.ref_count(t.blocks[-1]) > 1:
+            need += 1  # NOTE(cow): the shared partial last block is copied before the write
+        return need
+
+    def can_append(self, seq_ids: Sequence[int], num_new_tokens: int = 1) -> bool:
+        """Whether every listed running sequence can take ``num_new_tokens`` more tokens.
+
+        Exact need (new blocks plus copy-on-write copies); the seeds' bound of one block per
+        sequence is its worst case for one token."""
+        need = 0
+        for s in seq_ids:
+            t = table_of(self.tables, s)
+            if t.device is not Device.DEVICE:
+                raise InvalidBlockError(f"sequence {s} is swapped out; swap it in first")
+            need += self.need(t, num_new_tokens)
+        return need <= self.device_pool.num_free_blocks
+
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple[int, int]] | None:
+        """Reserve slots for ``token_ids`` (the tokens whose KV the next step writes).
+
+        Everything already in the table counts as computed from now on. Returns the
+        copy-on-write ``(src, dst)`` block pairs the runtime must copy before writing, or None
+        if the pool is short (nothing changes). (Hot path of decoding: one lock acquisition.)"""
+        with self.writing:
+            t = self.tables.get(seq_id)
+            if t is None or t.device is not _DEVICE:
+                table_of(self.tables, seq_id)  # raises UnknownSequenceError
+                raise InvalidBlockError(f"sequence {seq_id} is swapped out")
+            bs = self.block_size
+            n0 = t.num_tokens
+            r0 = n0 % bs
+            shared = r0 and self.ref_count(t.blocks[-1]) > 1
+            if (r0 and len(token_ids) == 1 and r0 < bs - 1 and t.tokens is None
+                    and not shared and (not self.caching or t.num_registered == n0 // bs)):
+                # NOTE(fast-path): decode's common case (15 of 16 tokens at bs 16): one
+                # token into the sequence's own partial block, no copy, no new block, no
+                # block completed (so no hash), nothing left to register
+                t.num_computed = n0
+                t.num_tokens = n0 + 1
+                t.version += 1
+                self.counters.used_slots += 1
+                if self.caching:
+                    t.tail.append(token_ids[0])
+                return []
+            need = (n0 + len(token_ids) + bs - 1) // bs - len(t.blocks)
+            if shared:
+                need += 1
+            if need > 0 and need > self.device_pool.num_free_blocks:
+                return None
+            return self._append_locked(t, token_ids)
+
+    def append_batch(
+        self, items: Sequence[tuple[int, Sequence[int]]]
+    ) -> list[list[tuple[int, int]]] | None:
+        """``append_slots`` for many sequences under one lock; all or nothing."""
+        pool = self.device_pool
+        with self.writing:
+            tables = [table_of(self.tables, s) for s, _ in items]
+            need = 0
+            for t, (_, toks) in zip(tables, items):
+                if t.device is not Device.DEVICE:
+                    raise InvalidBlockError(f"sequence {t.seq_id} is swapped out")
+                need += self.need(t, len(toks))
+            if need > pool.num_free_blocks:
+                return None
+            return [self._append_locked(t, toks) for t, (_, toks) in zip(tables, items)]
+
+    def _append_locked(self, t: BlockTable, toks: Sequence[int]) -> list[tuple[int, int]]:
+        bs = self.block_size
+        pool = self.device_pool
+        n0 = t.num_tokens
+        k = len(toks)
+        blocks = t.blocks
+        t.num_computed = n0  # appending means every earlier token was computed
+        c = self.counters
+        cow: list[tuple[int, int]] = []
+        r0 = n0 % bs
+        if r0:
+            if pool.ref_count(blocks[-1]) > 1:  # NOTE(cow): the shared partial block is copied
+                src = blocks[-1]                # first; the source keeps its other sharers
+                dst = pool.take(1)[0]  # type: ignore[index]
+                pool.release((src,))
+                blocks[-1] = dst
+                cow.append((src, dst))
+                c.used_slots += r0
+                c.cow_copies += 1
+        if self.caching and t.num_registered < n0 // bs:
+            self.register_upto(t, n0)  # full blocks written by earlier steps become hits
+        extra = (n0 + k + bs - 1) // bs - len(blocks)
+        if extra > 0:
+            blocks += pool.take(extra)  # type: ignore[arg-type]
+        t.num_tokens = n0 + k
+        c.used_slots += k
+        t.version += 1
+        if self.caching:
+            tail = t.tail
+            tail += toks
+            if t.tokens is not None:
+                t.tokens += toks
+            if len(tail) >= bs:
+                hs = t.hashes
+                parent = hs[-1] if hs else t.root
+                while len(tail) >= bs:
+                    parent = self.hasher.hash_block(parent, tail[:bs], t.extra)
+                    hs.append(parent)
+                    del tail[:bs]
+        return cow
+

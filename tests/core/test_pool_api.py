@@ -1,0 +1,140 @@
+"""The pool's writer-section API (allocator.py docstring) and its SeqLock, driven by hypothesis
+against a shadow model of reference counts."""
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from kvpool.core import CachedBlockAllocator, Device
+from kvpool.core.seqlock import SeqLock
+
+N = 12
+
+
+@given(st.lists(st.booleans(), max_size=40))
+def test_seqlock_version_is_odd_exactly_inside_the_outermost_section(opens):
+    sl = SeqLock()
+    depth = completed = 0
+    for enter in opens:
+        if enter:
+            sl.__enter__()
+            depth += 1
+        elif depth:
+            sl.__exit__(None, None, None)
+            depth -= 1
+            completed += depth == 0
+        assert (sl.version & 1) == (depth > 0)
+        assert sl.version == 2 * completed + (depth > 0)
+    while depth:
+        sl.__exit__(None, None, None)
+        depth -= 1
+
+
+def test_seqlock_read_returns_the_version_it_saw():
+    sl = SeqLock()
+    with sl:
+        pass
+    assert sl.read(lambda: 7) == (7, 2)
+
+
+class PoolAPI(RuleBasedStateMachine):
+    """Refs in the shadow ``held`` (block -> references the test holds) must match the pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = CachedBlockAllocator(Device.DEVICE, N, 4)
+        self.held: Counter[int] = Counter()
+        self.reserved: list[int] = []
+        self.next_hash = 0
+
+    def _used(self):
+        return sorted(self.held)
+
+    @rule(n=st.integers(0, 4), ref=st.integers(1, 3))
+    def take(self, n, ref):
+        with self.pool.writing():
+            ids = self.pool.take(n, ref)
+        if ids is None:
+            assert n > self.pool.num_free_blocks
+            return
+        for b in ids:
+            assert b not in self.held and b not in self.reserved
+            self.held[b] = ref
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def release(self, data):
+        b = data.draw(st.sampled_from(self._used()))
+        with self.pool.writing():
+            self.pool.release((b,), 1.0)
+        self.held[b] -= 1
+        if not self.held[b]:
+            del self.held[b]
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data(), k=st.integers(1, 2))
+    def share(self, data, k):
+        b = data.draw(st.sampled_from(self._used()))
+        with self.pool.writing():
+            self.pool.share((b,), k)
+        self.held[b] += k
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def register(self, data):
+        b = data.draw(st.sampled_from(self._used()))
+        if self.pool.hash_of(b) is not None:
+            return
+        self.next_hash += 1
+        h = self.next_hash.to_bytes(4, "little")
+        with self.pool.writing():
+            assert self.pool.register_block(b, h, 0) == b
+        assert self.pool.lookup(h) == b
+
+    @rule(data=st.data())
+    def acquire_cached(self, data):
+        cached = [b for b in range(N) if self.pool.hash_of(b) is not None]
+        if not cached:
+            return
+        b = data.draw(st.sampled_from(cached))
+        with self.pool.writing():
+            self.pool.acquire_block(b)
+        self.held[b] += 1
+
+    @precondition(lambda self: not self.reserved)
+    @rule(k=st.integers(1, 3))
+    def reserve(self, k):
+        free = self.pool.free_ids()[:k]
+        with self.pool.writing():
+            self.pool.reserve(free)
+        self.reserved = list(free)
+        assert self.pool.num_reserved == len(free)
+
+    @precondition(lambda self: self.reserved)
+    @rule(data=st.data())
+    def move_or_unreserve(self, data):
+        dst = self.reserved.pop()
+        srcs = [b for b in self._used() if b not in self.reserved]
+        with self.pool.writing():
+            if srcs and data.draw(st.booleans()):
+                src = data.draw(st.sampled_from(srcs))
+                h = self.pool.hash_of(src)
+                self.pool.move(src, dst)
+                self.held[dst] = self.held.pop(src)
+                assert self.pool.hash_of(src) is None and self.pool.hash_of(dst) == h
+            else:
+                self.pool.unreserve(dst)
+
+    @invariant()
+    def pool_matches_shadow(self):
+        refs = Counter(self.held)
+        refs.update(self.reserved)
+        self.pool.check_invariants(refs)
+        assert self.pool.num_reserved == len(self.reserved)
+        assert self.pool.version % 2 == 0
+
+
+TestPoolAPI = PoolAPI.TestCase
+TestPoolAPI.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
