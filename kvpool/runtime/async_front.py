@@ -58,10 +58,16 @@ class AsyncManagerFront:
         self._scheduled = False
         self._inflight = 0  # batches handed to a worker and not yet resolved (order guard)
         self._executor = executor
+        self._lock = manager.device_pool.lock
         self.flushes = 0  # batches applied (monotonic)
-        self.ops = 0  # operations applied (monotonic)
+        self.batched_ops = 0  # operations applied in batches (monotonic)
         self.offloaded = 0  # batches handed to a worker because the lock was busy
         self.inline = 0  # calls applied at once because the lock was free (monotonic)
+
+    @property
+    def ops(self) -> int:
+        """Operations applied, inline or batched (monotonic)."""
+        return self.inline + self.batched_ops
 
     # ---------------------------------------------------------------- queueing
     def _submit(self, fn: Callable[..., Any], *args: Any,
@@ -70,19 +76,18 @@ class AsyncManagerFront:
         whose caller cancelled meanwhile (so nothing it created is left without an owner)."""
         pending = self._pending
         loop = asyncio.get_running_loop()
-        if not pending and self._inflight == 0:
-            lock = self.manager.device_pool.lock
-            if lock.acquire(blocking=False):  # NOTE(inline): free lock, nothing queued ahead
-                fut = loop.create_future()
-                try:  # the manager's calls take their own (re-entrant) writer sections
-                    fut.set_result(fn(*args))
-                except Exception as e:  # noqa: BLE001 - delivered to the caller's future
-                    fut.set_exception(e)
-                finally:
-                    lock.release()
-                self.inline += 1
-                self.ops += 1
-                return fut
+        lock = self._lock
+        if not pending and not self._inflight and lock.acquire(False):
+            # NOTE(inline): free lock and nothing queued ahead: apply now, keep the order
+            fut = loop.create_future()
+            try:  # the manager's calls take their own (re-entrant) writer sections
+                fut.set_result(fn(*args))
+            except Exception as e:  # noqa: BLE001 - delivered to the caller's future
+                fut.set_exception(e)
+            finally:
+                lock.release()
+            self.inline += 1
+            return fut
         if len(pending) >= self.max_pending:
             raise QueueFullError(f"{len(pending)} pool operations pending; retry later")
         fut = loop.create_future()
@@ -123,7 +128,7 @@ class AsyncManagerFront:
                 except Exception as e:  # noqa: BLE001 - delivered to the caller's future
                     out.append((False, e))
         self.flushes += 1
-        self.ops += len(batch)
+        self.batched_ops += len(batch)
         return out
 
     def _resolve_job(self, batch: list[_Op], job: asyncio.Future) -> None:
