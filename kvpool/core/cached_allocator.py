@@ -10,7 +10,7 @@ and, lock-free: ``lookup``, ``prefix_hits``, ``leading_hits``, ``verify_hits``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
@@ -46,6 +46,10 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         super().__init__(device, num_blocks, block_size)
         self.policy = make_policy(policy, num_blocks) if isinstance(policy, str) else policy
         self._cached: dict[bytes, int] = {}
+        # NOTE(evict-hook): called as hook(block, hash) under the lock just before an evicted
+        # block loses its hash and is handed out again: the remote write-back path snapshots
+        # the bytes there (its copy is queued before any forward can overwrite the block).
+        self.on_evict: Callable[[int, bytes], None] | None = None
         # NOTE(verify): token ids per cached block, only when hit verification is on.
         self._tokens: dict[int, tuple[int, ...]] | None = {} if verify_hits else None
 
@@ -74,8 +78,11 @@ class CachedBlockAllocator(UncachedBlockAllocator):
             return None
         ids = super()._take(nf) if nf else []
         evict = self.policy.evict
+        hook = self.on_evict
         for _ in range(n - nf):
             b = evict()
+            if hook is not None:
+                hook(b, self._hash[b])
             self._drop_hash(b)
             ids.append(b)
         self._evictions += n - nf
@@ -85,6 +92,8 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         if not len(self.policy):
             return None
         b = self.policy.evict()
+        if self.on_evict is not None:
+            self.on_evict(b, self._hash[b])
         self._drop_hash(b)
         self._evictions += 1
         return b

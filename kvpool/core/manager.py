@@ -67,6 +67,8 @@ class BlockSpaceManager:
         self._defrag = DefragPlanner(self.device_pool, self._tables, self.counters)
         self._reader = StatsReader(self.device_pool, self.host_pool, self.counters,
                                    self._tables)
+        # blocks lent out of the tables (remote prefetch / write staging), by pool
+        self._lent: dict[Device, Counter[int]] = {Device.DEVICE: Counter(), Device.HOST: Counter()}
 
     # ------------------------------------------------------------------ helpers
     def _table(self, seq_id: int) -> BlockTable:
@@ -339,11 +341,67 @@ class BlockSpaceManager:
                         if slots.setdefault(b, f) != f:
                             raise InvariantError(f"block {b} has two fills")
             dev.update(self._defrag.reserved_blocks())
+            dev.update(self._lent[Device.DEVICE])
+            host.update(self._lent[Device.HOST])
             pool.check_invariants(dev)
             self.host_pool.check_invariants(host)
             used = sum(slots.values())
             if used != self.counters.used_slots:
                 raise InvariantError(f"used slots counter {self.counters.used_slots} != {used}")
+
+    # ------------------------------------------------------------------ lent blocks
+    def lend(self, device: Device, n: int) -> list[int] | None:
+        """``n`` blocks of ``device``'s pool, ref 1, in no table (the remote tier's staging:
+        fetched bytes land in lent host blocks, stored bytes are copied out through them),
+        or None when the pool is short. Counted by ``check_invariants`` until returned."""
+        pool = self.device_pool if device is Device.DEVICE else self.host_pool
+        with pool.writing():
+            ids = pool.take(n)
+            if ids:
+                self._lent[device].update(ids)
+            return ids
+
+    def give_back(self, device: Device, block_ids: Sequence[int]) -> None:
+        """Return lent blocks (unhashed: to the free list)."""
+        pool = self.device_pool if device is Device.DEVICE else self.host_pool
+        with pool.writing():
+            lent = self._lent[device]
+            for b in block_ids:
+                if lent[b] <= 0:
+                    raise InvariantError(f"block {b} on {device.value} is not lent")
+                lent[b] -= 1
+                if not lent[b]:
+                    del lent[b]
+            pool.release(list(block_ids), time.monotonic())
+
+    def lend_host(self, n: int) -> list[int] | None:
+        return self.lend(Device.HOST, n)
+
+    def return_host(self, block_ids: Sequence[int]) -> None:
+        self.give_back(Device.HOST, block_ids)
+
+    def adopt_prefix(self, block_ids: Sequence[int], hashes: Sequence[bytes],
+                     first_depth: int) -> int:
+        """Lent device blocks whose bytes were written (the remote prefetch's copy completed)
+        join the prefix cache under ``hashes`` (chain hashes, block ``i`` at depth
+        ``first_depth + i``) as evictable blocks; a hash already cached keeps its block and
+        the duplicate goes back plainly. Returns how many became findable. NOTE(confirm):
+        called only after the copy, like a swap-in's hashes (no prompt hits unwritten bytes)."""
+        pool = self.device_pool
+        n = 0
+        with pool.writing():
+            if self.caching:
+                for i, (b, h) in enumerate(zip(block_ids, hashes)):
+                    if pool.register_block(b, h, first_depth + i) == b:  # type: ignore
+                        n += 1
+            self.give_back(Device.DEVICE, block_ids)
+        return n
+
+    def set_evict_hook(self, hook) -> None:
+        """``hook(block, hash)`` runs under the lock before an evicted cached block is reused
+        (the remote write-back path); None removes it. No-op without prefix caching."""
+        if self.caching:
+            self.device_pool.on_evict = hook  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ swap (swap.py)
     def can_swap_out(self, seq_ids: Sequence[int]) -> bool:

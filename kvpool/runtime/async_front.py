@@ -1,10 +1,23 @@
-"""The asyncio front of the block manager: calls from many coroutines, one locked core call
-per event-loop iteration.
+"""The asyncio front of the block manager: kvpool's asyncio API to the pool.
 
-Coroutines ``await front.allocate(...)`` / ``free(...)`` / ...; each call only queues an
-operation and a future. The first call of an iteration schedules one flush with
-``loop.call_soon``; asyncio runs callbacks scheduled during an iteration in the next one, so
-the flush sees every operation queued by the coroutines that ran in between::
+Use it from any coroutine (the engine's remote prefetch does, the stress harness and
+benchmarks too)::
+
+    front = AsyncManagerFront(manager)
+    hit = await front.allocate([seq], token_ids)        # None when the pool is short
+    ids = await front.allocate_host_blocks(8)           # raw host blocks, or None
+    await front.free_host_blocks(ids)
+
+Inline when free: a call first tries the pool lock without blocking. When nobody holds it
+(no step thread inside a step, no batch pending) the call is applied at once, on the caller's
+stack, and its future is already resolved: the cost of a direct call plus one future, no
+queueing, no extra loop iteration.
+
+Batched under contention: when the try fails (the step thread holds the lock) or a batch is
+already pending (so order is kept), the call only queues an operation and a future. The first
+queued call of an iteration schedules one flush with ``loop.call_soon``; asyncio runs
+callbacks scheduled during an iteration in the next one, so the flush sees every operation
+queued by the coroutines that ran in between::
 
     iteration k     coro A: allocate(3) ─┐   coro B: free(7) ─┐   coro C: append(...) ─┐
                                          v                    v                        v
@@ -43,10 +56,18 @@ class AsyncManagerFront:
         self.max_pending = max_pending
         self._pending: list[_Op] = []
         self._scheduled = False
+        self._inflight = 0  # batches handed to a worker and not yet resolved (order guard)
         self._executor = executor
+        self._lock = manager.device_pool.lock
         self.flushes = 0  # batches applied (monotonic)
-        self.ops = 0  # operations applied (monotonic)
+        self.batched_ops = 0  # operations applied in batches (monotonic)
         self.offloaded = 0  # batches handed to a worker because the lock was busy
+        self.inline = 0  # calls applied at once because the lock was free (monotonic)
+
+    @property
+    def ops(self) -> int:
+        """Operations applied, inline or batched (monotonic)."""
+        return self.inline + self.batched_ops
 
     # ---------------------------------------------------------------- queueing
     def _submit(self, fn: Callable[..., Any], *args: Any,
@@ -54,9 +75,21 @@ class AsyncManagerFront:
         """Queue ``fn(*args)``. ``undo(result)`` compensates an operation that was applied but
         whose caller cancelled meanwhile (so nothing it created is left without an owner)."""
         pending = self._pending
+        loop = asyncio.get_running_loop()
+        lock = self._lock
+        if not pending and not self._inflight and lock.acquire(False):
+            # NOTE(inline): free lock and nothing queued ahead: apply now, keep the order
+            fut = loop.create_future()
+            try:  # the manager's calls take their own (re-entrant) writer sections
+                fut.set_result(fn(*args))
+            except Exception as e:  # noqa: BLE001 - delivered to the caller's future
+                fut.set_exception(e)
+            finally:
+                lock.release()
+            self.inline += 1
+            return fut
         if len(pending) >= self.max_pending:
             raise QueueFullError(f"{len(pending)} pool operations pending; retry later")
-        loop = asyncio.get_running_loop()
         fut = loop.create_future()
         pending.append((fn, args, fut, undo))
         if not self._scheduled:
@@ -78,6 +111,7 @@ class AsyncManagerFront:
             self._resolve(batch, results)
         else:
             self.offloaded += 1
+            self._inflight += 1
             job = loop.run_in_executor(self._executor, self._apply, batch)
             job.add_done_callback(lambda f: self._resolve_job(batch, f))
 
@@ -94,10 +128,11 @@ class AsyncManagerFront:
                 except Exception as e:  # noqa: BLE001 - delivered to the caller's future
                     out.append((False, e))
         self.flushes += 1
-        self.ops += len(batch)
+        self.batched_ops += len(batch)
         return out
 
     def _resolve_job(self, batch: list[_Op], job: asyncio.Future) -> None:
+        self._inflight -= 1
         exc = job.exception()
         if exc is not None:  # the batch itself failed (not one operation): fail them all
             self._resolve(batch, [(False, exc)] * len(batch))
@@ -155,3 +190,12 @@ class AsyncManagerFront:
 
     def free_blocks(self, block_ids: Sequence[int]) -> asyncio.Future:
         return self._submit(self.manager.device_pool.free_many, block_ids)
+
+    def allocate_host_blocks(self, n: int) -> asyncio.Future:
+        """``n`` host blocks lent out of the tables (``manager.lend_host``), or None: the
+        remote prefetch lands fetched bytes in them before the step thread copies them in."""
+        mgr = self.manager
+        return self._submit(mgr.lend_host, n, undo=lambda ids: ids and mgr.return_host(ids))
+
+    def free_host_blocks(self, block_ids: Sequence[int]) -> asyncio.Future:
+        return self._submit(self.manager.return_host, block_ids)

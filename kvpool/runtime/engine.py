@@ -28,12 +28,17 @@ from collections.abc import AsyncIterator
 
 from kvpool.errors import EngineError, QueueFullError, RequestError
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
+from kvpool.runtime.async_front import AsyncManagerFront
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.faults import FaultPlan
 from kvpool.runtime.model import SamplingParams
 from kvpool.runtime.ops import AbortRequest, AddRequest, EngineOp
 from kvpool.runtime.outputs import CompletionOutput, RequestOutput
+from kvpool.runtime.remote_import import RemoteImports
+from kvpool.runtime.remote_link import RemoteLink
+from kvpool.runtime.remote_reader import RemoteReader
+from kvpool.runtime.remote_writer import RemoteWriter
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -83,7 +88,7 @@ class AsyncEngine:
     """Serve requests over the paged KV pool; see the module docstring for the threading."""
 
     def __init__(self, config: EngineConfig | None = None, *,
-                 faults: FaultPlan | None = None) -> None:
+                 faults: FaultPlan | None = None, remote: RemoteLink | None = None) -> None:
         self.config = config or EngineConfig()
         self.core = EngineCore(self.config, faults=faults)
         self.metrics = KVPoolMetrics(self.snapshot)
@@ -102,6 +107,13 @@ class AsyncEngine:
         self._draining = False
         self._error: BaseException | None = None
         self.invariant_check_interval = 0  # steps between full invariant checks (0 = off)
+        # the shared remote prefix tier (kvpool serve --remote-url): built in start()
+        self.remote_link = remote if remote is not None and self.core.manager.caching else None
+        self.front: AsyncManagerFront | None = None
+        self.reader: RemoteReader | None = None
+        self.writer: RemoteWriter | None = None
+        self.imports = RemoteImports(self.core.manager, self.core.copies, self._wake.set)
+        self._prefetches: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -113,6 +125,16 @@ class AsyncEngine:
         if sys.getswitchinterval() > SWITCH_INTERVAL:
             sys.setswitchinterval(SWITCH_INTERVAL)
         self._loop = asyncio.get_running_loop()
+        link = self.remote_link
+        if link is not None:
+            core = self.core
+            self.front = AsyncManagerFront(core.manager)
+            self.reader = RemoteReader(link, self.front, core.storage.host_kv,
+                                       core.storage.bytes_per_block, lambda: core.prefill_rate)
+            if link.write_policy != "off":
+                self.writer = RemoteWriter(link, self.front, core.copies, core.storage.host_kv,
+                                           core.storage.bytes_per_block, self._loop)
+                core.block_sink = self.writer
         self._thread = threading.Thread(target=self._run, name="kvpool-step", daemon=True)
         self._thread.start()
 
@@ -128,12 +150,18 @@ class AsyncEngine:
         while self._thread is not None and self.core.has_work() and \
                 time.monotonic() < deadline + 5:
             await asyncio.sleep(0.02)
+        for t in list(self._prefetches):
+            t.cancel()
         self._stop.set()
         self._wake.set()
         loop = asyncio.get_running_loop()
         if self._thread is not None:
             await loop.run_in_executor(None, self._thread.join, 10)
             self._thread = None
+        await loop.run_in_executor(None, self.imports.cancel_all)
+        if self.writer is not None:
+            self.core.block_sink = None
+            await self.writer.aclose()
         await loop.run_in_executor(None, self.core.close)  # joins the copy worker
 
     def is_healthy(self) -> bool:
@@ -197,9 +225,29 @@ class AsyncEngine:
             raise RequestError(f"request id {rid!r} is already in flight", "request_id")
         stream = RequestStream(self, rid, ids)
         self._streams[rid] = stream
-        self._queue_op(AddRequest(rid, ids, params, cache_salt, priority, time.monotonic(),
-                                  tenant))
+        op = AddRequest(rid, ids, params, cache_salt, priority, time.monotonic(), tenant)
+        if self.reader is not None and params.prompt_logprobs is None:
+            # NOTE(prefetch): the request waits in its own task while its prefix is fetched;
+            # the scheduler and every other request keep running meanwhile
+            t = asyncio.get_running_loop().create_task(self._prefetch_then_add(op))
+            self._prefetches.add(t)
+            t.add_done_callback(self._prefetches.discard)
+        else:
+            self._queue_op(op)
         return stream
+
+    async def _prefetch_then_add(self, op: AddRequest) -> None:
+        fetched = None
+        try:
+            fetched = await self.reader.prefetch(op.prompt_ids, op.cache_salt)
+        finally:
+            if op.request_id not in self._streams or self._draining:
+                if fetched is not None:  # aborted while fetching: nothing may stay lent
+                    await self.front.free_host_blocks(list(fetched.host_blocks))
+                if op.request_id in self._streams:
+                    self._queue_op(op)
+            else:
+                self._queue_op(dataclasses.replace(op, remote=fetched) if fetched else op)
 
     async def abort(self, request_id: str) -> None:
         self.abort_nowait(request_id)
@@ -227,6 +275,8 @@ class AsyncEngine:
         try:
             while not self._stop.is_set():
                 outs = self._take_inbox()
+                for op in self.imports.ready():  # fetched prefixes now in the device cache
+                    outs += self._add(op)
                 if core.has_work():
                     outs += core.step()
                     n = self.invariant_check_interval
@@ -248,17 +298,23 @@ class AsyncEngine:
         while inbox:
             op = inbox.popleft()
             if isinstance(op, AddRequest):
-                try:
-                    self.core.add_request(op.request_id, op.prompt_ids, op.params,
-                                          cache_salt=op.cache_salt, priority=op.priority,
-                                          arrival=op.arrival, tenant=op.tenant)
-                except Exception as e:  # noqa: BLE001 - the request fails, not the engine
-                    outs.append(_error_output(op.request_id, op.prompt_ids, op.params, str(e)))
+                if op.remote is not None and self.imports.start(op) is None:
+                    continue  # added by imports.ready() once its copy is done
+                outs += self._add(op)
             else:
                 o = self.core.abort(op.request_id)
                 if o is not None:
                     outs.append(o)
         return outs
+
+    def _add(self, op: AddRequest) -> list[RequestOutput]:
+        try:
+            self.core.add_request(op.request_id, op.prompt_ids, op.params,
+                                  cache_salt=op.cache_salt, priority=op.priority,
+                                  arrival=op.arrival, tenant=op.tenant)
+        except Exception as e:  # noqa: BLE001 - the request fails, not the engine
+            return [_error_output(op.request_id, op.prompt_ids, op.params, str(e))]
+        return []
 
     def _deliver(self, outs: list[RequestOutput]) -> None:
         for o in outs:

@@ -106,6 +106,7 @@ class EngineCore:
         self._failed: deque[str] = deque()
         self.invariant_violations = 0
         self._prefill_rate = 0.0
+        self.block_sink = None  # remote write path: .on_prefills(prefills) after each step
         self.steps = 0
         self.prompt_tokens = 0
 
@@ -296,6 +297,8 @@ class EngineCore:
             stops={i: f"stop {t!r}" for i, t in stops.items()}
             | dict.fromkeys(self._grammar_done, "grammar complete"))
         self._grammar_done = set()
+        if self.block_sink is not None and out.prefills:
+            self.block_sink.on_prefills(out.prefills)  # enqueue only (remote_writer.py)
         final = {fr.request_id: o for fr in finished if (o := self._finish(fr)) is not None}
         updates = []
         for rid, outs in deltas.items():
@@ -308,6 +311,11 @@ class EngineCore:
             else:
                 updates.append(delta)
         return updates + list(final.values())
+
+    @property
+    def prefill_rate(self) -> float:
+        """Measured prompt tokens/s (EMA; 0.0 before a prefill-dominated step)."""
+        return self._prefill_rate
 
     def _measure(self, tokens: int, seconds: float) -> None:
         """Feed the scheduler's preemption cost model with measured rates (EMA)."""

@@ -22,6 +22,7 @@ class AddRequest:
     priority: int  # smaller is served first under the priority policy
     arrival: float  # time.monotonic() at generate()
     tenant: str | None = None  # fair-scheduling identity (server/tenant.py), None: anonymous
+    remote: object | None = None  # remote_reader.FetchedPrefix: prefix fetched into host blocks
 
 
 @dataclass(frozen=True, slots=True)

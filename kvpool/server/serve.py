@@ -42,6 +42,7 @@ from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE
     ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
+from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY, add_remote_args, build_link
 
 __all__ = ["add_arguments", "add_serve_args", "config_from_args", "main", "resolve_api_key",
            "run", "run_server", "serve"]
@@ -165,6 +166,7 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     srv.add_argument("--replica-id", default=None, metavar="ID",
                      help="this replica's name in /v1/kvpool/lookup answers (the router logs "
                           "it; default: HOSTNAME-PID)")
+    add_remote_args(parser)
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
@@ -206,13 +208,22 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 max_connections: int | None = None, chat_template: str | None = None,
                 tenant_header: str | None = None,
                 stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
-                replica_id: str | None = None) -> None:
+                replica_id: str | None = None, remote_url: str | None = None,
+                remote_write_policy: str = DEFAULT_WRITE_POLICY,
+                remote_prefetch_timeout_ms: float = 500.0,
+                remote_blocks_per_object: int = 1) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
     limiter = ConnectionLimiter(max_connections or default_max_connections())
     engine = AsyncEngine(config)
     engine.invariant_check_interval = invariant_check_interval
+    link = None
+    if remote_url:
+        link = build_link(engine, remote_url, write_policy=remote_write_policy,
+                          prefetch_timeout_ms=remote_prefetch_timeout_ms,
+                          blocks_per_object=remote_blocks_per_object)
+        engine.remote_link = link  # read before engine.start() (the app's startup)
     app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                     engine_shutdown_timeout=SHUTDOWN_GRACE,
                     tenant_block_quota=tenant_block_quota, chat_template=chat_template,
@@ -250,6 +261,8 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
         if listener is not None:
             listener.close()
         await runner.cleanup()  # close what is left, engine.shutdown (blocks back)
+        if link is not None:
+            await link.tier.aclose()
         for sig in installed:
             loop.remove_signal_handler(sig)
     print(f"{STOPPED_PREFIX}{engine.num_free_blocks()} device blocks free", flush=True)
@@ -347,7 +360,10 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
                    max_connections=args.max_connections, chat_template=args.chat_template,
                    tenant_header=args.tenant_header,
                    stream_write_timeout=args.stream_write_timeout,
-                   replica_id=args.replica_id)
+                   replica_id=args.replica_id, remote_url=args.remote_url,
+                   remote_write_policy=args.remote_write_policy,
+                   remote_prefetch_timeout_ms=args.remote_prefetch_timeout_ms,
+                   remote_blocks_per_object=args.remote_blocks_per_object)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2

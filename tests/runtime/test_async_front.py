@@ -18,20 +18,70 @@ def manager(blocks=256, host=32):
                                          block_size=4))
 
 
-async def test_calls_of_one_iteration_share_one_flush():
+class HeldLock:
+    """Another thread (a stand-in for the step thread) holds the pool lock until release()."""
+
+    def __init__(self, mgr):
+        self.held, self.go = threading.Event(), threading.Event()
+        self.t = threading.Thread(target=self._run, args=(mgr,))
+        self.t.start()
+        self.held.wait(5)
+
+    def _run(self, mgr):
+        with mgr.batch():
+            self.held.set()
+            self.go.wait(5)
+
+    def release(self):
+        self.go.set()
+        self.t.join(5)
+
+
+async def test_a_free_lock_applies_each_call_inline():
     mgr = manager()
     front = AsyncManagerFront(mgr)
-    version_before = mgr.device_pool.version
-    res = await asyncio.gather(*(front.allocate([i], list(range(i, i + 9))) for i in range(50)))
-    assert res == [0] * 50
-    assert front.flushes == 1 and front.ops == 50
-    # one batch = one outer lock section: the seqlock moved by exactly one write (+2)
-    assert mgr.device_pool.version == version_before + 2
-    assert sorted(mgr.seq_ids()) == list(range(50))
+    futs = [front.allocate([i], list(range(i, i + 9))) for i in range(50)]
+    assert all(f.done() for f in futs)  # resolved before any loop iteration ran
+    assert [f.result() for f in futs] == [0] * 50
+    assert front.inline == 50 and front.flushes == 0 and front.ops == 50
     await asyncio.gather(*(front.free(i) for i in range(50)))
-    assert front.flushes == 2
     mgr.check_invariants()
     assert mgr.stats().device.num_used == 0
+
+
+async def test_calls_of_one_iteration_share_one_flush_under_contention():
+    mgr = manager()
+    front = AsyncManagerFront(mgr)
+    lock = HeldLock(mgr)
+    version_before = mgr.device_pool.version
+    futs = [front.allocate([i], list(range(i, i + 9))) for i in range(50)]
+    await asyncio.sleep(0.01)  # the flush finds the lock busy: one worker hop for all 50
+    assert not any(f.done() for f in futs)
+    lock.release()
+    res = await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert res == [0] * 50
+    assert front.flushes == 1 and front.ops == 50 and front.inline == 0
+    # read while the holder was inside (odd); its section closes (+1), one batch section (+2)
+    assert mgr.device_pool.version == version_before + 3
+    assert sorted(mgr.seq_ids()) == list(range(50))
+    await asyncio.gather(*(front.free(i) for i in range(50)))
+    mgr.check_invariants()
+    assert mgr.stats().device.num_used == 0
+
+
+async def test_a_call_behind_a_pending_batch_waits_its_turn():
+    """Order: once something is queued, later calls queue too (even if the lock is free)."""
+    mgr = manager(blocks=4)
+    front = AsyncManagerFront(mgr)
+    lock = HeldLock(mgr)
+    first = front.allocate_blocks(4)
+    await asyncio.sleep(0.01)
+    lock.release()
+    second = front.allocate_blocks(1)  # the batch with `first` is still in the worker or queue
+    a, b = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert a is not None and len(a) == 4 and b is None
+    await front.free_blocks(a)
+    mgr.check_invariants()
 
 
 async def test_errors_go_to_their_caller_only():
@@ -83,11 +133,24 @@ async def test_scarcity_is_a_value_and_queue_bound_is_an_error():
     front = AsyncManagerFront(mgr, max_pending=3)
     a, b = await asyncio.gather(front.allocate_blocks(3), front.allocate_blocks(3))
     assert a is not None and b is None
+    lock = HeldLock(mgr)  # the bound applies to calls queued under contention
     futs = [front.allocate_blocks(1) for _ in range(3)]
     with pytest.raises(QueueFullError):
         front.allocate_blocks(1)
-    got = await asyncio.gather(*futs)
+    lock.release()
+    got = await asyncio.wait_for(asyncio.gather(*futs), 5)
     assert [g is not None for g in got] == [True, False, False]
+
+
+async def test_host_blocks_are_lent_and_given_back():
+    mgr = manager(host=8)
+    front = AsyncManagerFront(mgr)
+    ids = await front.allocate_host_blocks(6)
+    assert len(ids) == 6 and await front.allocate_host_blocks(3) is None
+    mgr.check_invariants()  # lent blocks count as references
+    await front.free_host_blocks(ids)
+    assert mgr.stats().host.num_used == 0
+    mgr.check_invariants()
 
 
 @settings(max_examples=30, deadline=None)

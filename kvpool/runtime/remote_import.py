@@ -1,0 +1,86 @@
+"""The step thread's half of the read path: a fetched prefix enters the device prefix cache.
+
+A request that arrives with a :class:`~kvpool.runtime.remote_reader.FetchedPrefix` waits here,
+in its own state, while the copy engine copies its host blocks to lent device blocks (the
+engine step keeps running other requests). Once the copy is done the device blocks are
+registered under their chain hashes (``manager.adopt_prefix``: hashes are confirmed only after
+the copy, the swap-in rule) and the request is added: the scheduler's own prefix lookup then
+finds them like any cached prefix. On a failed copy, or a device pool too full to lend, the
+blocks go back and the request is added anyway: it recomputes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvpool.core import BlockSpaceManager
+from kvpool.core.block import Device
+from kvpool.runtime.copy_engine import CopyEngine, CopyHandle
+from kvpool.runtime.ops import AddRequest
+
+
+@dataclass(slots=True)
+class _Importing:
+    op: AddRequest
+    device_blocks: list[int]
+    handle: CopyHandle
+
+
+class RemoteImports:
+    """Requests whose fetched prefix is being copied in. Step thread only."""
+
+    def __init__(self, manager: BlockSpaceManager, copies: CopyEngine,
+                 wake: Callable[[], None]) -> None:
+        self.manager = manager
+        self.copies = copies
+        self._wake = wake  # the step loop's wake-up, called from the copy worker
+        self._pending: list[_Importing] = []
+        self.adopted_blocks = 0  # blocks that became findable in the device cache
+        self.failed = 0  # imports that fell back to recompute
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def start(self, op: AddRequest) -> AddRequest | None:
+        """Begin copying ``op``'s fetched prefix in; returns ``op`` when it can be added at once
+        (nothing to copy, or no device blocks to lend: recompute)."""
+        fp = op.remote
+        mgr = self.manager
+        dev = mgr.lend(Device.DEVICE, len(fp.host_blocks)) if fp.host_blocks else None
+        if dev is None:
+            if fp.host_blocks:
+                mgr.return_host(fp.host_blocks)
+                self.failed += 1
+            return op
+        h = self.copies.submit("swap_in", zip(fp.host_blocks, dev), tag=op.request_id)
+        h.add_done_callback(lambda _h: self._wake())
+        self._pending.append(_Importing(op, dev, h))
+        return None
+
+    def ready(self) -> list[AddRequest]:
+        """Requests whose copy finished (prefix adopted, or given up): add them now."""
+        if not self._pending:
+            return []
+        done, keep = [], []
+        for imp in self._pending:
+            (done if imp.handle.done() else keep).append(imp)
+        self._pending = keep
+        mgr = self.manager
+        out = []
+        for imp in done:
+            fp = imp.op.remote
+            if imp.handle.exception() is None:
+                self.adopted_blocks += mgr.adopt_prefix(imp.device_blocks, fp.hashes, fp.first)
+            else:
+                self.failed += 1
+                mgr.give_back(Device.DEVICE, imp.device_blocks)
+            mgr.return_host(fp.host_blocks)
+            out.append(imp.op)
+        return out
+
+    def cancel_all(self) -> list[AddRequest]:
+        """Shutdown: wait for the copies and release every block."""
+        for imp in self._pending:
+            imp.handle.wait_done(10)
+        return self.ready()

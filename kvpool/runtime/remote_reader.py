@@ -1,0 +1,176 @@
+"""The remote read path: before a request reaches the step thread, fetch the part of its
+prefix the local cache lacks from the shared tier into lent host blocks.
+
+Per request, on the event loop (never inside the engine step)::
+
+    hashes = manager.hash_prompt(prompt, salt)       chain hashes of the full blocks
+    local  = leading local hits (lock-free read)
+    run    = await tier.probe(keys beyond local)     one round trip (a Lua script)
+    cost model: bytes / bandwidth EMA + RTT EMA  <  new tokens / measured prefill rate ?
+    host   = await front.allocate_host_blocks(n)     through AsyncManagerFront
+    values = MGETs in <= MAX_CHUNKS parallel chunks, bounded by the prefetch deadline
+    land   = decode + copy into host_kv, in a worker thread (the loop never copies bytes)
+    keep the longest contiguous prefix that arrived; give the rest of the host blocks back
+
+The result (:class:`FetchedPrefix`) rides on the AddRequest; the step thread copies it to
+device blocks and registers their hashes only once that copy is done (``remote_import.py``).
+Failure policy: any remote failure, a short run, a declined cost or a full host pool is
+``None``, and the request is computed as if there were no tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kvpool.runtime.async_front import AsyncManagerFront
+from kvpool.runtime.remote_link import RemoteLink
+
+log = logging.getLogger(__name__)
+MAX_CHUNKS = 4  # parallel MGETs per fetch: O(1) round trips, and a partial prefix on deadline
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPrefix:
+    """Blocks ``[first, first + len(hashes))`` of a prompt, landed in lent host blocks."""
+
+    first: int  # index of the first fetched block in the prompt
+    hashes: tuple[bytes, ...]  # their chain hashes
+    host_blocks: tuple[int, ...]  # lent host blocks holding their bytes, same order
+
+
+@dataclass(slots=True)
+class ReadStats:
+    """Counters of the read path (owned by the loop)."""
+
+    considered: int = 0  # requests probed
+    declined_cost: int = 0  # the cost model said recompute
+    declined_short: int = 0  # remote run below min_fetch_blocks
+    declined_host: int = 0  # no host blocks
+    fetched_blocks: int = 0  # blocks landed and handed to the step thread
+    partial: int = 0  # fetches cut by the deadline or a missing value
+    wait_s: float = 0.0  # total seconds requests waited in prefetch
+
+
+class RemoteReader:
+    def __init__(self, link: RemoteLink, front: AsyncManagerFront, host_kv: torch.Tensor,
+                 bytes_per_block: int, prefill_rate) -> None:
+        self.link = link
+        self.front = front
+        self.manager = front.manager
+        self.host_kv = host_kv
+        self.bytes_per_block = bytes_per_block
+        self._prefill_rate = prefill_rate  # () -> measured prompt tokens/s (0: unknown)
+        self.bandwidth = 1 << 30  # bytes/s EMA of gets (an assumption until measured)
+        self.rtt = 0.0005  # seconds EMA of probes
+        self.stats = ReadStats()
+
+    def worth_fetching(self, blocks: int) -> bool:
+        """Fetch ``blocks`` blocks rather than compute their tokens? (the cost model)"""
+        rate = self._prefill_rate()
+        if rate <= 0:  # nothing measured yet: a fetch is the way to measure the tier
+            return True
+        fetch_s = blocks * self.bytes_per_block / self.bandwidth + self.rtt
+        return fetch_s < blocks * self.manager.block_size / rate
+
+    async def prefetch(self, prompt: Sequence[int], cache_salt: str | None
+                       ) -> FetchedPrefix | None:
+        t0 = time.monotonic()
+        try:
+            return await asyncio.wait_for(self._prefetch(prompt, cache_salt, t0),
+                                          self.link.prefetch_timeout_s * 2 + 1)
+        except Exception:  # noqa: BLE001 - failure policy: recompute, never fail the request
+            log.exception("remote prefetch failed; recomputing")
+            return None
+        finally:
+            self.stats.wait_s += time.monotonic() - t0
+
+    async def _prefetch(self, prompt: Sequence[int], salt: str | None, t0: float
+                        ) -> FetchedPrefix | None:
+        mgr, link, g = self.manager, self.link, self.link.blocks_per_object
+        limit = (len(prompt) - 1) // mgr.block_size  # one token is always computed
+        if limit < g:
+            return None
+        hashes = mgr.hash_prompt(prompt, salt)[:limit]
+        local = mgr.get_prefix_hits(hashes)
+        first_group = local // g
+        keys = link.group_keys(hashes)[first_group:]
+        if not keys:
+            return None
+        self.stats.considered += 1
+        tp = time.perf_counter()
+        run = await link.tier.probe(keys)
+        self.rtt = 0.8 * self.rtt + 0.2 * (time.perf_counter() - tp)
+        first = first_group * g
+        new = first + run * g - local
+        if run == 0 or new < link.min_fetch_blocks:
+            self.stats.declined_short += run > 0
+            return None
+        if not self.worth_fetching(new):
+            self.stats.declined_cost += 1
+            return None
+        host = await self.front.allocate_host_blocks(run * g)
+        if host is None:
+            self.stats.declined_host += 1
+            return None
+        kept = 0
+        try:
+            remaining = link.prefetch_timeout_s - (time.monotonic() - t0)
+            values = await self._get(keys[:run], remaining)
+            kept = await asyncio.to_thread(self._land, values, hashes, first, host)
+        finally:
+            if kept < run:
+                self.stats.partial += 1
+            if kept * g < len(host):  # NOTE(leak): every block not handed on goes back now
+                await self.front.free_host_blocks(host[kept * g:])
+        if kept == 0:
+            return None
+        n = kept * g
+        self.stats.fetched_blocks += n
+        return FetchedPrefix(first, tuple(hashes[first:first + n]), tuple(host[:n]))
+
+    async def _get(self, keys: list[str], timeout: float) -> list[bytes | None]:
+        """Values of ``keys`` in parallel chunks; a chunk not back by ``timeout`` is None."""
+        size = -(-len(keys) // MAX_CHUNKS)
+        chunks = [keys[i:i + size] for i in range(0, len(keys), size)]
+        tg = time.perf_counter()
+        tasks = [asyncio.ensure_future(self.link.tier.get_many(c)) for c in chunks]
+        done, pending = await asyncio.wait(tasks, timeout=max(0.0, timeout))
+        for t in pending:
+            t.cancel()
+        out: list[bytes | None] = []
+        for c, t in zip(chunks, tasks):
+            vals = t.result() if t in done and not t.cancelled() else [None] * len(c)
+            out += vals
+        got = sum(len(v) for v in out if v is not None)
+        dt = time.perf_counter() - tg
+        if got and not pending and dt > 0:
+            self.bandwidth = 0.8 * self.bandwidth + 0.2 * (got / dt)
+        return out
+
+    def _land(self, values: list[bytes | None], hashes: Sequence[bytes], first: int,
+              host: list[int]) -> int:
+        """Worker thread: copy the leading run of usable values into the host blocks; the
+        number of values landed (the first missing or unusable one ends the run)."""
+        g = self.link.blocks_per_object
+        flat = self.host_kv.view(self.host_kv.shape[0], -1)
+        nbytes = self.bytes_per_block
+        for i, v in enumerate(values):
+            if v is None:
+                return i
+            h = hashes[first + (i + 1) * g - 1]
+            try:
+                blocks = self.link.decode_blocks(v, h)
+            except Exception:  # noqa: BLE001 - the tier checked it; a miss all the same
+                return i
+            if len(blocks) != g or any(b.nbytes != nbytes for b in blocks):
+                return i
+            for j, b in enumerate(blocks):
+                src = torch.frombuffer(b, dtype=torch.uint8)
+                flat[host[i * g + j]].view(torch.uint8).copy_(src)
+        return len(values)

@@ -1,0 +1,164 @@
+"""The remote write path: full computed blocks go to the shared tier, off the event loop and
+off the step's critical path.
+
+Where blocks come from (``--remote-write-policy``)::
+
+    write_through            every group of full blocks a prefill chunk completed
+    write_through_selective  only groups a later request hit locally (hot prefixes)
+    write_back               a cached block as the local prefix cache evicts it (the
+                             allocator's eviction hook, before the block is handed out again)
+
+How they travel::
+
+    step thread (or the evicting caller), pool lock held:
+        over max_inflight_bytes or no host blocks to lend? -> drop, counted (no queueing)
+        lend host blocks; copy engine: device -> host        (enqueue only; FIFO, so a later
+                                                              forward that reuses the device
+                                                              block waits for this copy)
+    copy worker: done -> call_soon_threadsafe(loop)
+    event loop:  probe (dedup: skip the leading run already stored)
+                 encode + CRC in a worker thread (to_thread)
+                 give the host blocks back through AsyncManagerFront
+                 put_many: one pipeline of SET NX
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Sequence
+
+import torch
+
+from kvpool.core import BlockSpaceManager
+from kvpool.core.block import Device
+from kvpool.runtime.async_front import AsyncManagerFront
+from kvpool.runtime.copy_engine import CopyEngine, CopyHandle
+from kvpool.runtime.remote_link import RemoteLink
+
+log = logging.getLogger(__name__)
+
+_Group = tuple[bytes, list[int]]  # (chain hash of the last block, device blocks)
+
+
+class RemoteWriter:
+    def __init__(self, link: RemoteLink, front: AsyncManagerFront, copies: CopyEngine,
+                 host_kv: torch.Tensor, bytes_per_block: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.link = link
+        self.front = front
+        self.manager: BlockSpaceManager = front.manager
+        self.copies = copies
+        self.host_kv = host_kv
+        self.bytes_per_block = bytes_per_block
+        self.loop = loop
+        self._lock = threading.Lock()  # in-flight bytes: step thread, evicting caller, loop
+        self.inflight_bytes = 0
+        self.dropped = 0  # groups dropped by backpressure (also counted in the tier)
+        self.staged = 0  # groups copied out for storing
+        self._tasks: set[asyncio.Task] = set()
+        if link.write_policy == "write_back":
+            self.manager.set_evict_hook(self._on_evict)
+
+    # ------------------------------------------------------------------ sources
+    def on_prefills(self, prefills: Sequence) -> None:
+        """Step thread, after ``on_step_done`` registered the chunk's full blocks."""
+        policy = self.link.write_policy
+        if policy not in ("write_through", "write_through_selective"):
+            return
+        g, bs = self.link.blocks_per_object, self.manager.block_size
+        pool = self.manager.device_pool
+        groups: list[_Group] = []
+        for p in prefills:
+            if policy == "write_through":
+                lo, hi = p.start // bs, p.end // bs
+            else:  # selective: the blocks this request hit, i.e. the second use of a prefix
+                lo, hi = 0, p.num_cached_tokens // bs
+            for j in range(lo, min(hi, len(p.block_ids))):
+                if (j + 1) % g:
+                    continue
+                h = pool.hash_of(p.block_ids[j])
+                if h is not None:
+                    groups.append((h, list(p.block_ids[j + 1 - g:j + 1])))
+        if groups:
+            self._stage(groups)
+
+    def _on_evict(self, block: int, h: bytes) -> None:
+        """The allocator's eviction hook (pool lock held): snapshot before reuse."""
+        self._stage([(h, [block])])
+
+    # ------------------------------------------------------------------ staging (any thread)
+    def _stage(self, groups: list[_Group]) -> None:
+        n = sum(len(b) for _, b in groups)
+        nbytes = n * self.bytes_per_block
+        with self._lock:
+            over = self.inflight_bytes + nbytes > self.link.max_inflight_bytes
+            if not over:
+                self.inflight_bytes += nbytes
+        host = None if over else self.manager.lend(Device.HOST, n)
+        if host is None:  # NOTE(backpressure): drop and count, never queue
+            if not over:
+                with self._lock:
+                    self.inflight_bytes -= nbytes
+            self.dropped += len(groups)
+            self.loop.call_soon_threadsafe(self.link.tier.note_dropped, len(groups))
+            return
+        dev = [b for _, bl in groups for b in bl]
+        h = self.copies.submit("swap_out", zip(dev, host))
+        self.staged += len(groups)
+        h.add_done_callback(lambda hd: self.loop.call_soon_threadsafe(
+            self._copied, groups, host, nbytes, hd))
+
+    # ------------------------------------------------------------------ event loop
+    def _copied(self, groups: list[_Group], host: list[int], nbytes: int,
+                handle: CopyHandle) -> None:
+        t = self.loop.create_task(self._store(groups, host, nbytes, handle.exception() is None))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _store(self, groups: list[_Group], host: list[int], nbytes: int,
+                     copied: bool) -> None:
+        tier = self.link.tier
+        try:
+            if not copied:
+                return
+            keys = [self._key(h) for h, _ in groups]
+            skip = await tier.probe(keys)  # dedup: a chain's leading run already stored
+            todo = list(range(skip, len(groups)))
+            if not todo:
+                return
+            values = await asyncio.to_thread(self._encode, groups, host, todo)
+            await self.front.free_host_blocks(host)
+            host = []
+            await tier.put_many([(keys[i], v) for i, v in zip(todo, values)])
+        except Exception:  # noqa: BLE001 - a store is best effort
+            log.exception("remote store failed")
+        finally:
+            if host:
+                await self.front.free_host_blocks(host)
+            with self._lock:
+                self.inflight_bytes -= nbytes
+
+    def _key(self, h: bytes) -> str:
+        # group_keys of a g-long list of this hash names exactly key(h) (its last element)
+        return self.link.group_keys([h] * self.link.blocks_per_object)[0]
+
+    def _encode(self, groups: list[_Group], host: list[int], todo: list[int]) -> list[bytes]:
+        """Worker thread: header + CRC + bytes per group, read from the lent host blocks."""
+        flat = self.host_kv.view(self.host_kv.shape[0], -1)
+        offs = [0]
+        for _, bl in groups:
+            offs.append(offs[-1] + len(bl))
+        out = []
+        for i in todo:
+            h, _ = groups[i]
+            views = [memoryview(flat[host[k]].view(torch.uint8).numpy())
+                     for k in range(offs[i], offs[i + 1])]
+            out.append(self.link.encode(h, views))
+        return out
+
+    async def aclose(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        self.manager.set_evict_hook(None)

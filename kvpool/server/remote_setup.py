@@ -1,0 +1,48 @@
+"""``kvpool serve --remote-url``: build the Redis tier of this replica's namespace and the
+:class:`~kvpool.runtime.remote_link.RemoteLink` the engine reads and writes through.
+
+The server is where ``kvpool.remote`` (keys, codec, RedisTier) meets ``kvpool.runtime`` (the
+engine); neither imports the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kvpool.remote import Namespace, RedisTier, ValueCodec
+from kvpool.runtime.remote_link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, RemoteLink
+
+
+def add_remote_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("remote prefix tier")
+    g.add_argument("--remote-url", default=None, metavar="redis://HOST:PORT",
+                   help="share prefix blocks with other replicas through this Redis")
+    g.add_argument("--remote-write-policy", default=DEFAULT_WRITE_POLICY, choices=WRITE_POLICIES,
+                   help=f"which blocks are stored (default {DEFAULT_WRITE_POLICY}, the best of "
+                        "bench/route.py's trace simulation)")
+    g.add_argument("--remote-prefetch-timeout-ms", type=float, default=500.0, metavar="MS",
+                   help="deadline of one request's prefix fetch; what arrived is kept")
+    g.add_argument("--remote-blocks-per-object", type=int, default=1, metavar="N",
+                   help="blocks per Redis value (aim for 0.5-4 MiB values)")
+
+
+def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
+               prefetch_timeout_ms: float = 500.0, blocks_per_object: int = 1,
+               observer=None) -> RemoteLink:
+    """A RemoteLink on a RedisTier at ``url`` for ``engine``'s namespace (not connected yet:
+    redis.asyncio connects on the first call, inside the tier's own deadline)."""
+    core = engine.core
+    layout = core.storage.layout
+    cfg = core.config
+    weights = f"seed{cfg.seed}" if cfg.model is None else f"dir:{cfg.model}"
+    ns = Namespace(model_id=core.model_name, weights=weights,
+                   dtype=str(layout.dtype).removeprefix("torch."),
+                   block_size=layout.block_size, layers=layout.num_layers,
+                   kv_heads=layout.num_kv_heads, head_dim=layout.head_dim,
+                   blocks_per_object=blocks_per_object)
+    codec = ValueCodec(ns, core.storage.bytes_per_block)
+    tier = RedisTier(url, codec, observer=observer)
+    return RemoteLink(tier=tier, group_keys=ns.group_keys, encode=codec.encode,
+                      decode_blocks=lambda v, h: codec.decode(v, h).blocks,
+                      blocks_per_object=blocks_per_object, write_policy=write_policy,
+                      prefetch_timeout_s=prefetch_timeout_ms / 1000.0)

@@ -1,0 +1,147 @@
+"""Two engines on one real redis-server: the read and write paths end to end.
+
+Engine 1 computes a long prompt and stores its blocks; engine 2 (a fresh process's worth of
+state, same model and seed) serves the same prompt with most blocks fetched from Redis, and
+its greedy output is token-identical to a fresh compute. Faults (Redis killed, a corrupt
+value) cost a recompute, never a failed request or a leaked block."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kvpool.runtime.engine import AsyncEngine, collect
+from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.model import SamplingParams
+from kvpool.server.remote_setup import build_link
+
+CFG = dict(block_size=16, num_device_blocks=96, num_host_blocks=96, max_model_len=1024,
+           max_num_seqs=8, max_num_batched_tokens=256, enable_prefix_caching=True, seed=0)
+GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+PROMPT = [(i * 7 + 3) % 500 + 1 for i in range(16 * 40 + 5)]  # 40 full blocks + a tail
+
+
+async def engine(url: str | None, policy: str = "write_through", **link_kw) -> AsyncEngine:
+    eng = AsyncEngine(EngineConfig(**CFG))
+    if url is not None:
+        eng.remote_link = build_link(eng, url, write_policy=policy, **link_kw)
+    await eng.start()
+    return eng
+
+
+async def stop(eng: AsyncEngine) -> None:
+    await eng.shutdown()
+    if eng.remote_link is not None:
+        await eng.remote_link.tier.aclose()
+    eng.core.manager.check_invariants()
+    st = eng.core.manager.stats()
+    assert st.device.num_used == 0 and st.host.num_used == 0, "leaked blocks"
+
+
+async def run(eng: AsyncEngine, prompt, salt=None):
+    out = await collect(eng.generate(None, prompt, GREEDY, cache_salt=salt))
+    assert all(c.finish_reason != "error" for c in out.outputs), out
+    return out
+
+
+async def settle(eng: AsyncEngine) -> None:
+    """Wait until the writer has no store in flight (bounded)."""
+    for _ in range(200):
+        w = eng.writer
+        if w is None or (w.inflight_bytes == 0 and not w._tasks):
+            return
+        await asyncio.sleep(0.02)
+    pytest.fail("stores still in flight after 4 s")
+
+
+def tokens(out):
+    return [list(c.token_ids) for c in out.outputs]
+
+
+async def test_engine_two_serves_engine_ones_prefix_from_redis(redis_server):
+    ref = await engine(None)
+    want = tokens(await run(ref, PROMPT))
+    await stop(ref)
+
+    e1 = await engine(redis_server.url)
+    assert tokens(await run(e1, PROMPT)) == want
+    await settle(e1)
+    assert e1.remote_link.tier.stats().puts >= 39
+    await stop(e1)
+
+    e2 = await engine(redis_server.url)
+    got = await run(e2, PROMPT)
+    assert tokens(got) == want  # fetched KV gives the same greedy tokens as computing it
+    limit = (len(PROMPT) - 1) // 16
+    assert e2.reader.stats.fetched_blocks >= 0.9 * limit
+    assert e2.imports.adopted_blocks == e2.reader.stats.fetched_blocks
+    assert got.num_cached_tokens >= 0.9 * limit * 16  # the scheduler hit them locally
+    # tenant B (another cache_salt) shares nothing with tenant A's stored blocks
+    hits_before = e2.remote_link.tier.stats().hit_blocks
+    fetched_before = e2.reader.stats.fetched_blocks
+    b = await run(e2, PROMPT, salt="tenant-b")
+    assert tokens(b) == want and b.num_cached_tokens == 0
+    assert e2.remote_link.tier.stats().hit_blocks == hits_before  # 0 remote hits for B
+    assert e2.reader.stats.fetched_blocks == fetched_before
+    await stop(e2)
+
+
+async def test_redis_killed_mid_run_requests_recompute(redis_server):
+    ref = await engine(None)
+    want = tokens(await run(ref, PROMPT))
+    await stop(ref)
+    e1 = await engine(redis_server.url)
+    await run(e1, PROMPT)
+    await settle(e1)
+    await stop(e1)
+    e2 = await engine(redis_server.url)
+    redis_server.kill()
+    outs = await asyncio.gather(*(run(e2, PROMPT) for _ in range(3)),
+                                run(e2, PROMPT[:300]))
+    assert all(tokens(o) == want for o in outs[:3])
+    assert e2.reader.stats.fetched_blocks == 0
+    await settle(e2)
+    await stop(e2)
+
+
+async def test_corrupt_value_is_a_miss_and_the_output_is_right(redis_server):
+    import redis
+    ref = await engine(None)
+    want = tokens(await run(ref, PROMPT))
+    await stop(ref)
+    e1 = await engine(redis_server.url)
+    await run(e1, PROMPT)
+    await settle(e1)
+    hashes = e1.core.manager.hash_prompt(PROMPT)
+    key = e1.remote_link.group_keys(hashes)[0]  # the first block: the whole run is unusable
+    await stop(e1)
+    r = redis.Redis.from_url(redis_server.url)
+    v = bytearray(r.get(key))
+    v[-1] ^= 0xFF
+    r.set(key, bytes(v))
+    e2 = await engine(redis_server.url)
+    assert tokens(await run(e2, PROMPT)) == want
+    assert e2.remote_link.tier.stats().errors.get("corrupt", 0) == 1
+    assert e2.reader.stats.fetched_blocks == 0
+    assert r.get(key) is None or r.get(key) != bytes(v)  # deleted (or rewritten whole)
+    r.close()
+    await stop(e2)
+
+
+async def test_write_back_stores_evicted_blocks(redis_server):
+    e1 = await engine(redis_server.url, policy="write_back")
+    await run(e1, PROMPT)
+    for k in (11, 13):  # 2 x 60 blocks through a 96-block pool: every PROMPT block is evicted
+        await run(e1, [(i * k + 5) % 500 + 1 for i in range(16 * 60)])
+    await settle(e1)
+    assert e1.remote_link.tier.stats().puts > 0
+    await stop(e1)
+    e2 = await engine(redis_server.url, policy="write_back")
+    ref = await engine(None)
+    want = tokens(await run(ref, PROMPT))
+    await stop(ref)
+    assert tokens(await run(e2, PROMPT)) == want
+    assert e2.reader.stats.fetched_blocks >= 0.9 * ((len(PROMPT) - 1) // 16)
+    await settle(e2)
+    await stop(e2)
