@@ -231,6 +231,42 @@ def test_tuner_starts_as_lru_and_samples_a_fixed_fraction():
     t.check_invariants()
 
 
+def test_tuner_shadows_hold_a_small_pool_whole_and_step_often():
+    t = BonusTuner(1000, 5)
+    assert all(s.capacity == 1000 for s in t.shadows)
+    assert t.threshold == 1 << 20  # every CRC-32 >> 12 is below it: nothing is sampled out
+    assert t.period == 512  # more than one step per turnover, even at 2048 hashes
+    assert BonusTuner(1 << 20, 5).period == 512
+
+
+def test_classlru_top_class_is_nine_uses_or_more():
+    from kvpool.core.eviction.classlru import CLASS_OF_COUNT
+    assert [CLASS_OF_COUNT[c] for c in (0, 1, 2, 3, 4, 5, 8, 9, 15)] == [0, 0, 1, 2, 2, 3, 3, 4, 4]
+    assert ClassLRUPolicy.K == max(CLASS_OF_COUNT) + 1
+
+
+def _feed(t: BonusTuner, hits: list[int]) -> bool:
+    """One tuning period in which shadow i found ``hits[i]`` of the period's accesses held."""
+    changed = False
+    for n in range(t.period):
+        for s, h in zip(t.shadows, hits, strict=True):
+            s.hits = h if n == t.period - 1 else 0
+        changed = t.access(n.to_bytes(4, "little"), 0) or changed
+    return changed
+
+
+def test_tuner_moves_to_the_nearest_candidate_that_wins_not_the_largest_gain():
+    t = BonusTuner(64, 4)
+    # bonus 0.5 (index 2) and bonus 8 (index 6) both beat LRU in every period, 8 by more:
+    # the first step goes to 0.5 (a far jump on the larger gain is the noisiest choice)
+    steps = 0
+    while not _feed(t, [100, 100, 130, 100, 100, 100, 160]):
+        steps += 1
+        assert steps < 20, "the tuner never moved off LRU"
+    assert t.GRID[t.current] == 0.5
+    t.check_invariants()
+
+
 # ---------------------------------------------------------------- model-checking machine
 class PolicyMachine(RuleBasedStateMachine):
     """Any policy against the model: the set of evictable ids (plus content per block)."""
