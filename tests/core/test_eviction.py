@@ -231,12 +231,10 @@ def test_tuner_starts_as_lru_and_samples_a_fixed_fraction():
     t.check_invariants()
 
 
-def test_tuner_shadows_hold_a_small_pool_whole_and_step_often():
-    t = BonusTuner(1000, 5)
-    assert all(s.capacity == 1000 for s in t.shadows)
-    assert t.threshold == 1 << 20  # every CRC-32 >> 12 is below it: nothing is sampled out
-    assert t.period == 512  # more than one step per turnover, even at 2048 hashes
-    assert BonusTuner(1 << 20, 5).period == 512
+def test_tuner_steps_more_than_once_per_turnover_on_a_large_pool():
+    assert BonusTuner(1000, 5).period == 250  # one step per (quarter-size) shadow turnover
+    big = BonusTuner(1 << 20, 5)
+    assert all(s.capacity == 2048 for s in big.shadows) and big.period == 512
 
 
 def test_classlru_top_class_is_nine_uses_or_more():

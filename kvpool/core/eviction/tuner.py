@@ -90,11 +90,11 @@ class BonusTuner:
     MIN_PERIODS = 3  # ... and this many periods of evidence (a variance from 2 is noise)
 
     def __init__(self, capacity: int, classes: int) -> None:
-        # NOTE(sampling): shadows of 2048 hashes (the whole pool if smaller) are faithful
-        # enough; they see that fraction of hash space, so they cost 7 * 2048 / C extra
-        # accesses per access (7 on pools up to 2048 blocks) and ~2 MB in all. Quarter-size
-        # shadows on small pools were noisy enough to move the bonus off LRU where LRU won.
-        size = max(8, min(2048, capacity))
+        # NOTE(sampling): shadows of 2048 hashes (a quarter of the pool if smaller) are
+        # faithful enough; they see that fraction of hash space, so they cost 7 * 2048 / C
+        # extra accesses per access (at most 7/4 on small pools) and ~2 MB in all. Whole-pool
+        # shadows on small pools doubled the cost per block and won nothing measurable.
+        size = max(8, min(2048, capacity // 4))
         self.threshold = max(1, (size << 20) // max(capacity, 1))  # sample: crc >> 12 < this
         self.shadows = [ShadowCache(size, g * size, classes) for g in self.GRID]
         # NOTE(period): at most 512 sampled accesses per step, so a large pool still takes
