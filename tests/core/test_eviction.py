@@ -231,6 +231,40 @@ def test_tuner_starts_as_lru_and_samples_a_fixed_fraction():
     t.check_invariants()
 
 
+def test_tuner_steps_more_than_once_per_turnover_on_a_large_pool():
+    assert BonusTuner(1000, 5).period == 250  # one step per (quarter-size) shadow turnover
+    big = BonusTuner(1 << 20, 5)
+    assert all(s.capacity == 2048 for s in big.shadows) and big.period == 512
+
+
+def test_classlru_top_class_is_nine_uses_or_more():
+    from kvpool.core.eviction.classlru import CLASS_OF_COUNT
+    assert [CLASS_OF_COUNT[c] for c in (0, 1, 2, 3, 4, 5, 8, 9, 15)] == [0, 0, 1, 2, 2, 3, 3, 4, 4]
+    assert ClassLRUPolicy.K == max(CLASS_OF_COUNT) + 1
+
+
+def _feed(t: BonusTuner, hits: list[int]) -> bool:
+    """One tuning period in which shadow i found ``hits[i]`` of the period's accesses held."""
+    changed = False
+    for n in range(t.period):
+        for s, h in zip(t.shadows, hits, strict=True):
+            s.hits = h if n == t.period - 1 else 0
+        changed = t.access(n.to_bytes(4, "little"), 0) or changed
+    return changed
+
+
+def test_tuner_moves_to_the_nearest_candidate_that_wins_not_the_largest_gain():
+    t = BonusTuner(64, 4)
+    # bonus 0.5 (index 2) and bonus 8 (index 6) both beat LRU in every period, 8 by more:
+    # the first step goes to 0.5 (a far jump on the larger gain is the noisiest choice)
+    steps = 0
+    while not _feed(t, [100, 100, 130, 100, 100, 100, 160]):
+        steps += 1
+        assert steps < 20, "the tuner never moved off LRU"
+    assert t.GRID[t.current] == 0.5
+    t.check_invariants()
+
+
 # ---------------------------------------------------------------- model-checking machine
 class PolicyMachine(RuleBasedStateMachine):
     """Any policy against the model: the set of evictable ids (plus content per block)."""

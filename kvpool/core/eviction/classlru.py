@@ -1,7 +1,7 @@
 """ClassLRU: LRU within frequency classes, with a recency bonus for frequent content.
 
 What it does: each evictable block is filed by how often its content was used recently (a
-FrequencySketch keyed by hash, so counts survive eviction and block reuse) into one of four
+FrequencySketch keyed by hash, so counts survive eviction and block reuse) into one of five
 FIFO queues in release order. ``evict`` takes the queue head whose ``release stamp + class *
 bonus`` is smallest: content used more often is kept up to ``class * bonus`` pool turnovers
 longer than once-used content released at the same time. ``bonus == 0`` is exactly LRU.
@@ -28,8 +28,10 @@ from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import BonusTuner
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
 
-# Frequency class of a sketch estimate: 0-1 uses -> 0, 2 -> 1, 3-4 -> 2, 5+ -> 3.
-CLASS_OF_COUNT = bytes(0 if c <= 1 else min((c - 1).bit_length(), 3) for c in range(256))
+# Frequency class of a sketch estimate: 0-1 uses -> 0, 2 -> 1, 3-4 -> 2, 5-8 -> 3, 9+ -> 4.
+# NOTE(classes): a top class of 9+ separates the head of a popular set from its body; with the
+# top at 5+ most of a Zipf working set shared one class and fell back to plain LRU order.
+CLASS_OF_COUNT = bytes(0 if c <= 1 else min((c - 1).bit_length(), 4) for c in range(256))
 
 
 class ClassLRUPolicy(LinkedQueuesPolicy):
@@ -42,6 +44,7 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
                        q1: [b4 ...]     key = stamp + 1*bonus*capacity
                        q2: [b9 ...]     key = stamp + 2*bonus*capacity   -> pop the smallest
                        q3: []
+                       q4: [b1 ...]     key = stamp + 4*bonus*capacity
 
     Stamps count releases (an internal clock), so ``bonus`` is in pool turnovers; ``depth``
     and ``now`` are unused. ``bonus=None`` tunes it online (see the module docstring); a number
@@ -49,7 +52,7 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
     """
 
     name = "classlru"
-    K = 4
+    K = 5
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
                  bonus: float | None = None) -> None:

@@ -72,9 +72,9 @@ class BonusTuner:
     fraction of hash space as shadow capacity / pool capacity.
 
     Chooses ClassLRUPolicy's bonus by simulation: one ShadowCache per candidate in GRID, all
-    fed the same hash-sampled accesses. Once per period (one shadow turnover) it compares their
-    hits and moves to the candidate with the best recent gain over the current choice, among
-    those whose gain passes a paired one-sided test in BOTH evidence windows: a fast one (reacts
+    fed the same hash-sampled accesses. Once per period (512 sampled accesses at most) it
+    compares their hits and moves to the candidate nearest the current choice among those whose
+    gain over it passes a paired one-sided test in BOTH evidence windows: a fast one (reacts
     within ~10 periods) and a slow one (~50 periods), so a phase that merely favours another
     bonus for a while does not make it chase noise.
     """
@@ -92,11 +92,15 @@ class BonusTuner:
     def __init__(self, capacity: int, classes: int) -> None:
         # NOTE(sampling): shadows of 2048 hashes (a quarter of the pool if smaller) are
         # faithful enough; they see that fraction of hash space, so they cost 7 * 2048 / C
-        # extra accesses per access (at most 7/4 on small pools) and ~2 MB in all.
+        # extra accesses per access (at most 7/4 on small pools) and ~2 MB in all. Whole-pool
+        # shadows on small pools doubled the cost per block and won nothing measurable.
         size = max(8, min(2048, capacity // 4))
         self.threshold = max(1, (size << 20) // max(capacity, 1))  # sample: crc >> 12 < this
         self.shadows = [ShadowCache(size, g * size, classes) for g in self.GRID]
-        self.period = size  # sampled accesses per tuning step
+        # NOTE(period): at most 512 sampled accesses per step, so a large pool still takes
+        # several steps per turnover; one step per shadow turnover left 16000-block pools on
+        # LRU for most of a 200k-block trace.
+        self.period = min(size, 512)  # sampled accesses per tuning step
         self.current = 0  # index into GRID; start as plain LRU
         self.steps = 0  # tuning steps taken
         self.switches = 0  # how often the choice changed
@@ -149,9 +153,14 @@ class BonusTuner:
                     passed[i] = False
                 if w == 0:
                     gain[i] = m
+        # NOTE(step): of the candidates that pass, take the one nearest the current choice
+        # (the larger gain on a tie of distance). The largest gain is the noisiest pick, and
+        # every switch costs a transient; the pairwise evidence is kept for every pair, so a
+        # walk toward a far winner passes one period after another.
         best = cur
         for i in range(n):
-            if passed[i] and (best == cur or gain[i] > gain[best]):
+            if passed[i] and (best == cur or abs(i - cur) < abs(best - cur)
+                              or (abs(i - cur) == abs(best - cur) and gain[i] > gain[best])):
                 best = i
         if best != cur:
             self.current = best
