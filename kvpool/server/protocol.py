@@ -90,6 +90,10 @@ class ParsedRequest:
     prompts: tuple[list[int], ...] = ()  # every prompt (completions may send several)
     prompt_texts: tuple[str | None, ...] = ()  # each prompt as sent, when it was text (echo)
     logprob: LogprobRequest = LogprobRequest()  # logprobs / echo / prompt_logprobs asked for
+    # NOTE(echo-only): completions ``echo`` with ``max_tokens: 0`` (lm-eval's loglikelihood
+    # request): the prompt and its logprobs only. The engine runs one token (vLLM does the
+    # same) that the response never shows: no text, no logprobs, 0 completion tokens.
+    echo_only: bool = False
 
     @property
     def all_prompts(self) -> tuple[list[int], ...]:
@@ -229,9 +233,12 @@ class RequestParser:
         if best_of is not None and best_of not in (1, body.get("n") or 1):
             raise _bad("best_of", "is not supported (use n)", "unsupported_parameter")
         prompts = self._prompts(body.get("prompt"))
-        max_tokens, mt_param = self._max_tokens(body, ("max_tokens",))
+        echo_only = body.get("max_tokens") == 0 and body.get("echo") is True \
+            and _is_int(body.get("max_tokens"))
+        max_tokens, mt_param = (1, "max_tokens") if echo_only else \
+            self._max_tokens(body, ("max_tokens",))
         return self._finish(body, "completion", model, prompts, "prompt", max_tokens, mt_param,
-                            DEFAULT_COMPLETION_MAX_TOKENS)
+                            DEFAULT_COMPLETION_MAX_TOKENS, echo_only=echo_only)
 
     def parse_chat(self, body: dict[str, Any]) -> ParsedRequest:
         self._check_known(body, _KNOWN_CHAT)
@@ -283,7 +290,8 @@ class RequestParser:
     # ---- pieces -----------------------------------------------------------------------------
     def _finish(self, body: dict[str, Any], kind: str, model: str,
                 prompts: list[tuple[list[int], str | None]], prompt_param: str,
-                max_tokens: int | None, mt_param: str, default_max: int | None) -> ParsedRequest:
+                max_tokens: int | None, mt_param: str, default_max: int | None, *,
+                echo_only: bool = False) -> ParsedRequest:
         longest = max(len(ids) for ids, _ in prompts)
         which = "" if len(prompts) == 1 else \
             f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
@@ -334,7 +342,8 @@ class RequestParser:
                              stream=stream, include_usage=include_usage, cache_salt=salt,
                              priority=priority, user=self._opt(body, "user", str, None),
                              prompts=tuple(ids for ids, _ in prompts),
-                             prompt_texts=tuple(t for _, t in prompts), logprob=lp)
+                             prompt_texts=tuple(t for _, t in prompts), logprob=lp,
+                             echo_only=echo_only)
 
     def _model(self, model: Any) -> str:
         if model is None:
@@ -374,7 +383,9 @@ class RequestParser:
             if value is None:
                 continue
             if value < 1:
-                raise _bad(name, f"must be at least 1, got {value}")
+                hint = " (0 only with echo: the prompt's logprobs alone)" \
+                    if value == 0 and name == "max_tokens" and "echo" in body else ""
+                raise _bad(name, f"must be at least 1{hint}, got {value}")
             if value > self.max_tokens_limit:
                 raise _bad(name, f"must be at most {self.max_tokens_limit}, got {value}")
             return value, name
