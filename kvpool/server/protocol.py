@@ -2,7 +2,8 @@
 
 Policy, in one place:
 
-- The body must be UTF-8 JSON (no NaN/Infinity), an object, nested at most ``max_json_depth``.
+- The body: json_body.py (UTF-8 JSON object, bounded depth and value count); chat
+  ``messages``: chat_messages.py; the built-in chat template: builtin_template.py.
 - Unknown fields are **rejected** (400, code ``unknown_parameter``, param = the field), as
   OpenAI's own API does: a typo such as ``max_token`` must not silently fall back to a default.
   Known OpenAI features this server does not implement are **rejected** with 400 naming the
@@ -28,17 +29,21 @@ Policy, in one place:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.sampling import SamplingParams
-from kvpool.server.body_bound import structural_commas
+from kvpool.server.builtin_template import ChatTemplate
+from kvpool.server.chat_messages import parse_messages
+from kvpool.server.json_body import decode_json_body
+from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
+                                        KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
+                                        UNSUPPORTED_COMPLETION, check_known, check_unsupported)
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LogprobRequest,
                                           parse_logprob_fields)
-from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls
+from kvpool.server.sampling_fields import parse_sampling_controls
 
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
 
@@ -46,24 +51,6 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_JSON_DEPTH = 32
 MAX_CACHE_SALT_CHARS = 1024
 _INT32 = 1 << 31
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-# field -> (allowed default values) for OpenAI features this server does not implement
-_UNSUPPORTED_COMPLETION = {"suffix": ("",)}
-_UNSUPPORTED_CHAT = {"tools": ([],), "functions": ([],)}
-_COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
-           "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
-           "stop_token_ids", "logprobs", "prompt_logprobs"} | SAMPLING_FIELDS
-_KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of", "echo"}
-                              | set(_UNSUPPORTED_COMPLETION))
-_KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tool_choice",
-                                   "top_logprobs",
-                                   "parallel_tool_calls", "add_generation_prompt",
-                                   "continue_final_message"} | set(_UNSUPPORTED_CHAT))
-_KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
-                             "add_generation_prompt", "continue_final_message"})
-_KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
-
 
 class ModelNotFoundError(RequestError):
     """An unknown ``model``: 404 ``model_not_found``, as OpenAI and vLLM answer it."""
@@ -90,38 +77,14 @@ class ParsedRequest:
     prompts: tuple[list[int], ...] = ()  # every prompt (completions may send several)
     prompt_texts: tuple[str | None, ...] = ()  # each prompt as sent, when it was text (echo)
     logprob: LogprobRequest = LogprobRequest()  # logprobs / echo / prompt_logprobs asked for
+    # NOTE(echo-only): completions ``echo`` with ``max_tokens: 0`` (lm-eval's loglikelihood
+    # request): the prompt and its logprobs only. The engine runs one token (vLLM does the
+    # same) that the response never shows: no text, no logprobs, 0 completion tokens.
+    echo_only: bool = False
 
     @property
     def all_prompts(self) -> tuple[list[int], ...]:
         return self.prompts or (self.prompt_ids,)
-
-
-class ChatTemplate:
-    """The built-in chat template (the tokenizer carries none)::
-
-        <|system|>\\n{content}\\n<|end|>\\n<|user|>\\n{content}\\n<|end|>\\n<|assistant|>\\n
-
-    The markers are plain text (the built-in tokenizer encodes them as bytes, so user content
-    cannot forge a control token); ``developer`` messages render as ``system``.
-    """
-
-    ROLES = ("system", "developer", "user", "assistant")
-    add_special_tokens = True  # the markers are text: the tokenizer adds BOS
-
-    def render(self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool = True,
-               continue_final_message: bool = False) -> str:
-        parts = []
-        for role, content in messages:
-            role = "system" if role == "developer" else role
-            parts.append(f"<|{role}|>\n{content}\n<|end|>\n")
-        if continue_final_message:
-            if messages[-1][0] != "assistant":
-                raise _bad("continue_final_message", "the last message must be the "
-                           "assistant's, to be continued")
-            parts[-1] = parts[-1][: -len("\n<|end|>\n")]  # left open: the model continues it
-        elif add_generation_prompt:
-            parts.append("<|assistant|>\n")
-        return "".join(parts)
 
 
 def _bad(param: str | None, message: str, code: str | None = None) -> RequestError:
@@ -134,10 +97,6 @@ def _is_int(v: Any) -> bool:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 class RequestParser:
@@ -171,72 +130,31 @@ class RequestParser:
 
     # ---- body -------------------------------------------------------------------------------
     def decode_body(self, raw: bytes) -> dict[str, Any]:
-        """UTF-8 JSON object, bounded depth; every failure is a 400 with param None."""
-        commas = structural_commas(raw, self.max_body_commas)
-        if commas > self.max_body_commas:  # before json.loads holds the GIL (NOTE(gil))
-            raise _bad(None, f"this model's maximum context length is {self.max_model_len} "
-                       f"tokens; the request body holds {commas + 1} or more JSON values, "
-                       "more than a request that fits can hold", "context_length_exceeded")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _bad(None, f"request body is not valid UTF-8 (byte {exc.start})",
-                       "invalid_encoding") from None
-        try:
-            body = json.loads(text, parse_constant=_reject_constant)
-        except RecursionError:
-            raise _bad(None, "request body is nested too deeply", "invalid_json") from None
-        except ValueError as exc:
-            raise _bad(None, f"request body is not valid JSON: {exc}", "invalid_json") from None
-        if not isinstance(body, dict):
-            raise _bad(None, f"request body must be a JSON object, got {type(body).__name__}",
-                       "invalid_json")
-        # NOTE(fast-path): walking a 1M-id prompt costs ~0.2 s of event loop; the raw text says
-        # whether the walk can find anything (few brackets; no \uD8xx-\uDFxx escape).
-        # (counted on the bytes: ~5x faster than on the str, and all of it holds the GIL)
-        if (raw.count(b"{") + raw.count(b"[") > self.max_json_depth
-                or _SURROGATE_ESCAPE.search(text)):
-            self._check_structure(body)
-        return body
-
-    def _check_structure(self, body: Any) -> None:
-        """Depth bound, and no lone UTF-16 surrogates (``"\\ud800"`` is valid JSON but not
-        text any tokenizer or hash can encode)."""
-        stack = [(body, 1)]
-        while stack:
-            node, depth = stack.pop()
-            if depth > self.max_json_depth:
-                raise _bad(None, f"request body is nested deeper than {self.max_json_depth}",
-                           "invalid_json")
-            items = list(node.items()) if isinstance(node, dict) else enumerate(node)
-            for key, child in items:
-                for text in (key, child):
-                    if isinstance(text, str) and not text.isascii():
-                        try:
-                            text.encode("utf-8")
-                        except UnicodeEncodeError:
-                            raise _bad(None, "request body holds a lone UTF-16 surrogate "
-                                       "escape (e.g. \\ud800)", "invalid_encoding") from None
-                if isinstance(child, (dict, list)):
-                    stack.append((child, depth + 1))
+        """UTF-8 JSON object, bounded depth and value count (json_body.py)."""
+        return decode_json_body(raw, max_json_depth=self.max_json_depth,
+                                max_body_commas=self.max_body_commas,
+                                max_model_len=self.max_model_len)
 
     # ---- endpoints --------------------------------------------------------------------------
     def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:
-        self._check_known(body, _KNOWN_COMPLETION)
+        check_known(body, KNOWN_COMPLETION)
         model = self._model(body.get("model"))
-        self._check_unsupported(body, _UNSUPPORTED_COMPLETION)
+        check_unsupported(body, UNSUPPORTED_COMPLETION)
         best_of = body.get("best_of")
         if best_of is not None and best_of not in (1, body.get("n") or 1):
             raise _bad("best_of", "is not supported (use n)", "unsupported_parameter")
         prompts = self._prompts(body.get("prompt"))
-        max_tokens, mt_param = self._max_tokens(body, ("max_tokens",))
+        echo_only = body.get("max_tokens") == 0 and body.get("echo") is True \
+            and _is_int(body.get("max_tokens"))
+        max_tokens, mt_param = (1, "max_tokens") if echo_only else \
+            self._max_tokens(body, ("max_tokens",))
         return self._finish(body, "completion", model, prompts, "prompt", max_tokens, mt_param,
-                            DEFAULT_COMPLETION_MAX_TOKENS)
+                            DEFAULT_COMPLETION_MAX_TOKENS, echo_only=echo_only)
 
     def parse_chat(self, body: dict[str, Any]) -> ParsedRequest:
-        self._check_known(body, _KNOWN_CHAT)
+        check_known(body, KNOWN_CHAT)
         model = self._model(body.get("model"))
-        self._check_unsupported(body, _UNSUPPORTED_CHAT)
+        check_unsupported(body, UNSUPPORTED_CHAT)
         ids = self._chat_ids(body, None)
         # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
         # field wins when both are sent.
@@ -247,7 +165,7 @@ class RequestParser:
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
         ``messages`` (rendered as chat completions render them: the same ids)."""
-        self._check_known(body, _KNOWN_TOKENIZE)
+        check_known(body, KNOWN_TOKENIZE)
         self._model(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
         if (prompt is None) == (messages is None):
@@ -261,12 +179,12 @@ class RequestParser:
 
     def parse_detokenize(self, body: dict[str, Any]) -> str:
         """vLLM's /detokenize body: ``tokens`` (ids inside the vocabulary)."""
-        self._check_known(body, _KNOWN_DETOKENIZE)
+        check_known(body, KNOWN_DETOKENIZE)
         self._model(body.get("model"))
         return self.tokenizer.decode(self._token_list(body.get("tokens"), "tokens", False))
 
     def _chat_ids(self, body: dict[str, Any], add_special: bool | None) -> list[int]:
-        messages = self._messages(body.get("messages"))
+        messages = parse_messages(body.get("messages"))
         # vLLM's spelling and rule: continuing the last (assistant) message and opening a new
         # assistant turn contradict each other
         add_gen = self._opt(body, "add_generation_prompt", bool, True)
@@ -283,7 +201,8 @@ class RequestParser:
     # ---- pieces -----------------------------------------------------------------------------
     def _finish(self, body: dict[str, Any], kind: str, model: str,
                 prompts: list[tuple[list[int], str | None]], prompt_param: str,
-                max_tokens: int | None, mt_param: str, default_max: int | None) -> ParsedRequest:
+                max_tokens: int | None, mt_param: str, default_max: int | None, *,
+                echo_only: bool = False) -> ParsedRequest:
         longest = max(len(ids) for ids, _ in prompts)
         which = "" if len(prompts) == 1 else \
             f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
@@ -334,7 +253,8 @@ class RequestParser:
                              stream=stream, include_usage=include_usage, cache_salt=salt,
                              priority=priority, user=self._opt(body, "user", str, None),
                              prompts=tuple(ids for ids, _ in prompts),
-                             prompt_texts=tuple(t for _, t in prompts), logprob=lp)
+                             prompt_texts=tuple(t for _, t in prompts), logprob=lp,
+                             echo_only=echo_only)
 
     def _model(self, model: Any) -> str:
         if model is None:
@@ -374,7 +294,9 @@ class RequestParser:
             if value is None:
                 continue
             if value < 1:
-                raise _bad(name, f"must be at least 1, got {value}")
+                hint = " (0 only with echo: the prompt's logprobs alone)" \
+                    if value == 0 and name == "max_tokens" and "echo" in body else ""
+                raise _bad(name, f"must be at least 1{hint}, got {value}")
             if value > self.max_tokens_limit:
                 raise _bad(name, f"must be at most {self.max_tokens_limit}, got {value}")
             return value, name
@@ -450,52 +372,3 @@ class RequestParser:
         return _bad(param, f"this model's maximum context length is {self.max_model_len} "
                     f"tokens; {what}, which leaves no room to generate",
                     "context_length_exceeded")
-
-    def _messages(self, messages: Any) -> list[tuple[str, str]]:
-        if messages is None:
-            raise _bad("messages", "is required")
-        if not isinstance(messages, list) or not messages:
-            raise _bad("messages", "must be a non-empty list of message objects")
-        out = []
-        for i, m in enumerate(messages):
-            where = f"messages[{i}]"
-            if not isinstance(m, dict):
-                raise _bad(where, "must be an object with 'role' and 'content'")
-            role = m.get("role")
-            if role not in ChatTemplate.ROLES:
-                raise _bad(f"{where}.role", f"must be one of {', '.join(ChatTemplate.ROLES)}, "
-                           f"got {json.dumps(role)[:40]}")
-            out.append((role, self._content(m.get("content"), f"{where}.content", role)))
-        return out
-
-    @staticmethod
-    def _content(content: Any, param: str, role: str) -> str:
-        if isinstance(content, str):
-            return content
-        if content is None and role == "assistant":
-            return ""
-        if isinstance(content, list):
-            texts = []
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "text" \
-                        or not isinstance(part.get("text"), str):
-                    raise _bad(param, "only text content parts ({'type': 'text', 'text': ...}) "
-                               "are supported")
-                texts.append(part["text"])
-            return "".join(texts)
-        raise _bad(param, "must be a string or a list of text parts")
-
-    @staticmethod
-    def _check_known(body: dict[str, Any], known: frozenset[str]) -> None:
-        unknown = sorted(k for k in body if k not in known)
-        if unknown:
-            name = unknown[0][:64]
-            raise _bad(name, f"unrecognized request argument supplied: {name}",
-                       "unknown_parameter")
-
-    @staticmethod
-    def _check_unsupported(body: dict[str, Any], fields: dict[str, tuple]) -> None:
-        for name, defaults in fields.items():
-            value = body.get(name)
-            if value is not None and value not in defaults:
-                raise _bad(name, "is not supported by this server", "unsupported_parameter")

@@ -93,6 +93,9 @@ class ResponseBuilder:
             if not 0 <= c.index < self.n:
                 continue  # NOTE(index): never trust an index past n; drop rather than crash
             i = prompt * self.n + c.index
+            if self.req.echo_only:
+                chunks += self._echo_only_finish(i, c)
+                continue
             self.num_generated[i] = max(self.num_generated[i], c.num_generated)
             if c.text:
                 self.texts[i].append(c.text)
@@ -126,6 +129,14 @@ class ResponseBuilder:
                 self._merge(i, lp)
             chunks.append(self._chunk(i, text, None, lp))
         return chunks
+
+    def _echo_only_finish(self, i: int, c: CompletionOutput) -> list[dict[str, Any]]:
+        """NOTE(echo-only) in protocol.py: the engine's one token is not shown; the choice
+        ends with ``length`` (max_tokens 0 reached), as vLLM's does."""
+        if c.finish_reason is None or self.finish[i] is not None:
+            return []
+        self.finish[i] = c.finish_reason if c.finish_reason not in OPENAI_FINISH else "length"
+        return [self._chunk(i, "", self.finish[i])]
 
     def _fold_logprobs(self, i: int, c: CompletionOutput) -> Any:
         """This update's logprobs for choice i (also merged into the body's), or None."""
