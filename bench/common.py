@@ -163,6 +163,17 @@ def alternate(workloads: Mapping[str, Workload], timing: Timing) -> dict[str, li
     return runs
 
 
+async def aalternate(workloads: Mapping[str, Callable[[], Awaitable[dict]]], timing: Timing
+                     ) -> dict[str, list[dict]]:
+    """``alternate`` for coroutine workloads (k1 b1 k2 b2 ... on one event loop)."""
+    runs: dict[str, list[dict]] = {name: [] for name in workloads}
+    for _ in range(timing.repeats):
+        for name, fn in workloads.items():
+            gc.collect()
+            runs[name].append(await arun_for(fn, timing.min_seconds))
+    return runs
+
+
 def measure(fn: Workload, timing: Timing) -> list[dict]:
     """The runs of one workload with no baseline."""
     return alternate({"_": fn}, timing)["_"]

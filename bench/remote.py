@@ -1,37 +1,45 @@
 """bench/remote.py: the Redis prefix tier's throughput and probe latency on loopback.
 
-    python -m bench.remote [--json FILE] [--quick]
+    python -m bench.remote [--json FILE] [--quick] [--repeats N] [--min-seconds S]
 
 Starts its own ``redis-server`` on 127.0.0.1 (a free port, no persistence, allkeys-lru) and
-stops it by pid. Every figure goes through ``RedisTier`` as the runtime will use it: GETs are
-MGETs whose values are CRC-checked by the codec, PUTs are SET NX (fresh keys each round).
+stops it by pid. Each figure is measured twice, alternating in one event loop (bench.common):
+through ``RedisTier`` as the runtime uses it (GETs are MGETs whose values the codec checks:
+header, CRC-32; PUTs are SET NX) and through a bare ``redis.asyncio`` client doing the same
+commands with no check (``raw``), so the tier's own overhead is the ratio ``tier / raw``.
 
-- ``get``/``put`` MiB/s by value size (64 KiB .. 4 MiB), three ways: ``single`` (one key per
-  call, back to back), ``pipelined`` (16 keys per call: one MGET / one SET NX pipeline),
-  ``concurrent`` (8 coroutines doing single-key calls at once, 8 pooled connections).
-- ``probe``: 64-key prefix probe latency p50/p99 (the Lua script; target p50 <= 0.3 ms), next
-  to 64 pipelined EXISTS (what the script replaces).
+- ``get.SIZE.MODE`` / ``put.SIZE.MODE`` MiB/s of values of SIZE bytes, MODE one of
+  ``single`` (one key per call, back to back), ``pipelined`` (16 keys per call: one MGET /
+  one SET NX pipeline), ``concurrent`` (8 coroutines doing single-key calls, 8 connections).
+  Keys ``KEY.tier_mib_s``, ``KEY.raw_mib_s``, ``KEY.ratio`` (median of per-round ratios).
+- ``probe``: 64-key prefix probe latency p50/p99 (the Lua script; target p50 <= 0.3 ms),
+  alternating with 64 pipelined EXISTS (what the script replaces).
+- ``round_trips``: commands one ``get_many`` / ``probe`` of 64 keys sends (from ``INFO
+  commandstats``): at most ``GET_PARTS`` MGETs sent at once, one script; not one per block.
 
 Figures only, never pass/fail. (The TTFT of a remote hit against recompute needs the read
-path, which is later work.)
+path in the runtime, which is other work.)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import statistics
 import sys
 import time
 
 import redis.asyncio as aioredis
+from redis.utils import HIREDIS_AVAILABLE
 
+from bench.common import (Timing, aalternate, add_timing_args, machine, put, put_runs,
+                          ratio_stat, stat, timing_from_args, timing_info, write_json)
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
 from tests.remote.redis_server import RedisServer
 
-SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
+SIZES = (64 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20)
+QUICK_SIZES = (64 << 10, 1 << 20)
+MODES = ("single", "pipelined", "concurrent")
 PIPE = 16
 CONC = 8
 
@@ -41,126 +49,216 @@ def _ns() -> Namespace:
                      kv_heads=4, head_dim=64)
 
 
-async def _throughput(url: str, size: int, total_bytes: int) -> dict:
-    ns = _ns()
-    codec = ValueCodec(ns)
-    tier = RedisTier(url, codec, op_timeout=5.0, max_connections=CONC,
-                     breaker=CircuitBreaker(threshold=1000))
-    payload = os.urandom(size)
-    n = max(PIPE, total_bytes // size // PIPE * PIPE)
-    out: dict = {}
-    round_no = [0]
+def _hash(tag: int, i: int) -> bytes:
+    return tag.to_bytes(4, "little") + i.to_bytes(28, "little")
 
-    def items(count: int) -> list[tuple[str, bytes]]:
-        round_no[0] += 1
-        hs = [round_no[0].to_bytes(4, "little") + i.to_bytes(28, "little") for i in range(count)]
-        return [(ns.key(h), codec.encode(h, [payload])) for h in hs]
 
+async def _drive(mode: str, keys: list, call) -> float:
+    """Seconds to push every key (or item) through ``call`` in the given mode."""
+    t0 = time.perf_counter()
+    if mode == "single":
+        for k in keys:
+            await call([k])
+    elif mode == "pipelined":
+        for i in range(0, len(keys), PIPE):
+            await call(keys[i:i + PIPE])
+    else:
+        async def worker(part):
+            for k in part:
+                await call([k])
+        await asyncio.gather(*(worker(keys[i::CONC]) for i in range(CONC)))
+    return time.perf_counter() - t0
+
+
+class _Sides:
+    """The tier and the bare client on one server, plus the workloads of one value size."""
+
+    def __init__(self, url: str, size: int, nvalues: int) -> None:
+        self.ns = _ns()
+        self.codec = ValueCodec(self.ns)
+        self.tier = RedisTier(url, self.codec, op_timeout=5.0, max_connections=CONC,
+                              breaker=CircuitBreaker(threshold=1000))
+        self.raw = aioredis.Redis.from_url(url, max_connections=CONC)
+        self.size = size
+        payload = os.urandom(size)
+        hs = [_hash(0, i) for i in range(nvalues)]
+        self.items = [(self.ns.key(h), self.codec.encode(h, [payload])) for h in hs]
+        self.nbytes = sum(len(v) for _, v in self.items)
+        self._fresh = 0
+
+    async def setup(self) -> None:
+        await self.raw.flushall()
+        pipe = self.raw.pipeline(transaction=False)
+        for k, v in self.items:
+            pipe.set(k, v)
+        await pipe.execute()
+
+    async def aclose(self) -> None:
+        await self.raw.flushall()
+        await self.tier.aclose()
+        await self.raw.aclose()
+
+    def get(self, side: str, mode: str):
+        keys = [k for k, _ in self.items]
+
+        async def tier_call(ks):
+            assert None not in await self.tier.get_many(ks)
+
+        async def raw_call(ks):
+            vs = await (self.raw.get(ks[0]) if len(ks) == 1 else self.raw.mget(ks))
+            assert vs is not None and (len(ks) == 1 or None not in vs)
+
+        async def run() -> dict:
+            s = await _drive(mode, keys, tier_call if side == "tier" else raw_call)
+            return {"seconds": s, "mib_s": self.nbytes / s / 2**20}
+        return run
+
+    def put(self, side: str, mode: str):
+        async def tier_call(items):
+            assert await self.tier.put_many(items) == len(items)
+
+        async def raw_call(items):
+            pipe = self.raw.pipeline(transaction=False)
+            for k, v in items:
+                pipe.set(k, v, nx=True)
+            assert all(await pipe.execute())
+
+        async def run() -> dict:
+            # fresh keys each call (SET NX stores them all); the values' headers name other
+            # hashes, which a PUT never reads. Deleted after the timing, untimed.
+            self._fresh += 1
+            items = [(self.ns.key(_hash(self._fresh, i)), v)
+                     for i, (_, v) in enumerate(self.items)]
+            s = await _drive(mode, items, tier_call if side == "tier" else raw_call)
+            await self.raw.unlink(*(k for k, _ in items))
+            return {"seconds": s, "mib_s": self.nbytes / s / 2**20}
+        return run
+
+
+async def _throughput(url: str, size: int, total: int, timing: Timing, res: dict) -> None:
+    sides = _Sides(url, size, max(PIPE, total // size // PIPE * PIPE))
     try:
-        for mode in ("single", "pipelined", "concurrent"):
-            batch = items(n)  # encoding is not timed: the write path does it off the loop
-            keys = [k for k, _ in batch]
-            nbytes = sum(len(v) for _, v in batch)
-            t0 = time.perf_counter()
-            if mode == "single":
-                for it in batch:
-                    assert await tier.put_many([it]) == 1
-            elif mode == "pipelined":
-                for i in range(0, n, PIPE):
-                    assert await tier.put_many(batch[i:i + PIPE]) == PIPE
-            else:
-                async def worker(part):
-                    for it in part:
-                        assert await tier.put_many([it]) == 1
-                await asyncio.gather(*(worker(batch[i::CONC]) for i in range(CONC)))
-            put_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            if mode == "single":
-                for k in keys:
-                    assert (await tier.get_many([k]))[0] is not None
-            elif mode == "pipelined":
-                for i in range(0, n, PIPE):
-                    assert None not in await tier.get_many(keys[i:i + PIPE])
-            else:
-                async def reader(part):
-                    for k in part:
-                        assert (await tier.get_many([k]))[0] is not None
-                await asyncio.gather(*(reader(keys[i::CONC]) for i in range(CONC)))
-            get_s = time.perf_counter() - t0
-            out[mode] = {"put_mib_s": nbytes / put_s / 2**20, "get_mib_s": nbytes / get_s / 2**20,
-                         "values": n}
-            r = aioredis.Redis.from_url(url)  # empty the server between modes
-            await r.flushall()
-            await r.aclose()
-        assert not tier.stats().errors, tier.stats().errors
+        await sides.setup()
+        for op in ("get", "put"):
+            for mode in MODES:
+                make = getattr(sides, op)
+                runs = await aalternate({"tier": make("tier", mode), "raw": make("raw", mode)},
+                                        timing)
+                key = f"{op}.{size >> 10}k.{mode}"
+                put(res, f"{key}.tier_mib_s", stat(runs["tier"], "mib_s"))
+                put(res, f"{key}.raw_mib_s", stat(runs["raw"], "mib_s"))
+                put(res, f"{key}.ratio", ratio_stat(runs["tier"], "mib_s", runs["raw"], "mib_s"))
+        errors = sides.tier.stats().errors
+        assert not errors, errors
     finally:
-        await tier.aclose()
-    return out
+        await sides.aclose()
 
 
-async def _probe(url: str, rounds: int) -> dict:
+async def _commands(r: aioredis.Redis) -> dict[str, int]:
+    stats = await r.info("commandstats")
+    return {name: int(v["calls"]) for name, v in stats.items()}
+
+
+async def _probe_and_round_trips(url: str, rounds: int, timing: Timing, res: dict) -> None:
     ns = _ns()
     codec = ValueCodec(ns)
     tier = RedisTier(url, codec)
     hs = [b"p" + i.to_bytes(31, "little") for i in range(64)]
     keys = [ns.key(h) for h in hs]
-    await tier.put_many([(k, codec.encode(h, [b"\0" * 1024])) for k, h in zip(keys, hs)])
     r = aioredis.Redis.from_url(url)
-    lua, exists = [], []
     try:
+        assert await tier.put_many([(k, codec.encode(h, [b"\0" * 1024]))
+                                    for k, h in zip(keys, hs)]) == 64
         for _ in range(20):  # warm the connection and the script cache
-            await tier.probe(keys)
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            n = await tier.probe(keys)
-            lua.append(time.perf_counter() - t0)
-            assert n == 64
-            t0 = time.perf_counter()
-            pipe = r.pipeline(transaction=False)
-            for k in keys:
-                pipe.exists(k)
-            await pipe.execute()
-            exists.append(time.perf_counter() - t0)
+            assert await tier.probe(keys) == 64
+
+        async def lua() -> dict:
+            lat = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                await tier.probe(keys)
+                lat.append(time.perf_counter() - t0)
+            return _quantiles(lat)
+
+        async def exists() -> dict:
+            lat = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                pipe = r.pipeline(transaction=False)
+                for k in keys:
+                    pipe.exists(k)
+                await pipe.execute()
+                lat.append(time.perf_counter() - t0)
+            return _quantiles(lat)
+
+        runs = await aalternate({"lua": lua, "exists": exists}, timing)
+        put_runs(res, runs["lua"], {"probe.lua_p50_ms": "p50_ms", "probe.lua_p99_ms": "p99_ms"})
+        put_runs(res, runs["exists"], {"probe.exists_pipelined_p50_ms": "p50_ms",
+                                       "probe.exists_pipelined_p99_ms": "p99_ms"})
+        # round trips: the client commands Redis ran for one call over 64 keys (a script's
+        # inner TOUCHes are not round trips; INFO is excluded)
+        for name, call, cmds in (
+                ("get_many_64", lambda: tier.get_many(keys), ("cmdstat_mget", "cmdstat_get")),
+                ("probe_64", lambda: tier.probe(keys), ("cmdstat_evalsha", "cmdstat_eval"))):
+            before = await _commands(r)
+            await call()
+            after = await _commands(r)
+            res[f"round_trips.{name}"] = sum(after.get(c, 0) - before.get(c, 0) for c in cmds)
     finally:
         await r.aclose()
         await tier.aclose()
 
-    def q(xs, p):
-        return statistics.quantiles(xs, n=100)[p - 1] * 1e3
 
-    return {"lua_p50_ms": statistics.median(lua) * 1e3, "lua_p99_ms": q(lua, 99),
-            "exists_pipelined_p50_ms": statistics.median(exists) * 1e3,
-            "exists_pipelined_p99_ms": q(exists, 99), "rounds": rounds}
+def _quantiles(lat: list[float]) -> dict:
+    xs = sorted(lat)
+    return {"seconds": sum(xs), "p50_ms": xs[len(xs) // 2] * 1e3,
+            "p99_ms": xs[min(len(xs) - 1, int(len(xs) * 0.99))] * 1e3}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
-    ap.add_argument("--quick", action="store_true", help="fewer bytes and probe rounds")
+    add_timing_args(ap)
     args = ap.parse_args(argv)
-    total = (32 if args.quick else 128) << 20
+    timing = timing_from_args(args)
+    total = (2 if timing.quick else 16) << 20  # bytes per call of a throughput workload
+    sizes = QUICK_SIZES if timing.quick else SIZES
+    res: dict = {"timing": timing_info(timing), "machine": machine(),
+                 "load_avg": list(os.getloadavg()), "hiredis": HIREDIS_AVAILABLE}
     srv = RedisServer(maxmemory="1gb")
     srv.start()
     try:
-        result = {"throughput": {}, "probe": None}
-        for size in SIZES:
-            result["throughput"][str(size)] = asyncio.run(_throughput(srv.url, size, total))
-        result["probe"] = asyncio.run(_probe(srv.url, 300 if args.quick else 2000))
+        async def go() -> None:
+            for size in sizes:
+                await _throughput(srv.url, size, total, timing, res)
+            await _probe_and_round_trips(srv.url, 100 if timing.quick else 1000, timing, res)
+        asyncio.run(go())
     finally:
         srv.stop()
-    print(f"{'value':>8} {'mode':>11} {'PUT MiB/s':>10} {'GET MiB/s':>10}")
-    for size, modes in result["throughput"].items():
-        for mode, r in modes.items():
-            print(f"{int(size) >> 10:>6}Ki {mode:>11} {r['put_mib_s']:>10.0f} "
-                  f"{r['get_mib_s']:>10.0f}")
-    p = result["probe"]
-    print(f"64-key probe: Lua p50 {p['lua_p50_ms']:.3f} ms p99 {p['lua_p99_ms']:.3f} ms; "
-          f"64 pipelined EXISTS p50 {p['exists_pipelined_p50_ms']:.3f} ms "
-          f"p99 {p['exists_pipelined_p99_ms']:.3f} ms")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    res["load_avg_end"] = list(os.getloadavg())
+    _print(res, sizes)
+    write_json(args.json, res)
     return 0
+
+
+def _print(res: dict, sizes) -> None:
+    def cell(key: str, fmt: str = ".0f") -> str:
+        return f"{res[key]:{fmt}} [{res[key + '.min']:{fmt}}-{res[key + '.max']:{fmt}}]"
+    print(f"load average {res['load_avg'][0]:.2f} -> {res['load_avg_end'][0]:.2f}; "
+          f"hiredis {res['hiredis']}")
+    print(f"{'op':>4} {'value':>7} {'mode':>11} {'tier MiB/s':>18} {'raw MiB/s':>18} "
+          f"{'tier/raw':>16}")
+    for op in ("get", "put"):
+        for size in sizes:
+            for mode in MODES:
+                k = f"{op}.{size >> 10}k.{mode}"
+                print(f"{op:>4} {size >> 10:>6}K {mode:>11} {cell(k + '.tier_mib_s'):>18} "
+                      f"{cell(k + '.raw_mib_s'):>18} {cell(k + '.ratio', '.2f'):>16}")
+    print(f"64-key probe: Lua p50 {cell('probe.lua_p50_ms', '.3f')} ms, p99 "
+          f"{cell('probe.lua_p99_ms', '.3f')} ms; 64 pipelined EXISTS p50 "
+          f"{cell('probe.exists_pipelined_p50_ms', '.3f')} ms")
+    print(f"round trips (Redis commands) for 64 keys: get_many "
+          f"{res['round_trips.get_many_64']}, probe {res['round_trips.probe_64']}")
 
 
 if __name__ == "__main__":

@@ -71,3 +71,16 @@ def test_bench_sched_quick(tmp_path):
     for name in ("decode256", "decode1024", "mixed256"):
         r = res[name]
         assert r["us_per_seq_step.min"] <= r["us_per_seq_step"] <= r["us_per_seq_step.max"]
+
+
+def test_bench_remote_quick(tmp_path):
+    # a real redis-server on loopback; the tier and the bare redis.asyncio client alternate
+    res, out = run_bench("bench.remote", tmp_path / "remote.json")
+    keys = [f"{op}.{size}k.{mode}.{side}" for op in ("get", "put") for size in (64, 1024)
+            for mode in ("single", "pipelined", "concurrent")
+            for side in ("tier_mib_s", "raw_mib_s", "ratio")]
+    check_keys(res, keys + ["probe.lua_p50_ms", "probe.lua_p99_ms",
+                            "probe.exists_pipelined_p50_ms"], repeats=2)
+    from kvpool.remote.redis_tier import GET_PARTS
+    assert res["round_trips.get_many_64"] == GET_PARTS and res["round_trips.probe_64"] == 1
+    assert "tier/raw" in out

@@ -30,6 +30,12 @@ def test_round_trip(group, size, data):
     assert len(value) == HEADER_SIZE + group * size
     dec = codec.decode(value, h)
     assert [bytes(b) for b in dec.blocks] == blocks and dec.tokens == group * 16
+    # split: the same views without the second CRC pass (for values get_many checked)
+    assert [bytes(b) for b in codec.split(value)] == blocks
+    with pytest.raises(ShortValueError):
+        codec.split(value[:HEADER_SIZE - 1])
+    with pytest.raises(CorruptValueError):
+        codec.split(value[:-1])
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,5 +1,7 @@
 """deploy/: the Grafana dashboard and the Prometheus config are valid, and every metric the
-dashboard queries is one the server exports (METRIC_NAMES and a live /metrics scrape)."""
+dashboard queries is one kvpool exports: the server's (METRIC_NAMES, the HTTP edge's, a live
+/metrics scrape), the remote tier's (kvpool.metrics.remote) and the router's (a live router's
+/metrics in front of the live server)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,18 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
+from prometheus_client import CollectorRegistry, generate_latest
 
 from kvpool.metrics import METRIC_NAMES
-from tests.server.helpers import scrape
+from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
+from kvpool.remote import Namespace, ValueCodec
+from kvpool.remote.memory_tier import InMemoryTier
+from kvpool.router.proxy import Router
+from kvpool.server.app import METRICS_KEY
+from kvpool.server.connections import ConnectionLimiter
+from kvpool.router.replicas import ReplicaSet
+from tests.server.helpers import parse_metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "kvpool.json"
@@ -21,10 +32,40 @@ PROMETHEUS_YML = DEPLOY / "prometheus.yml"
 
 # Grafana's template variables -> values that make a plain PromQL expression
 GRAFANA_VARS = {"$__rate_interval": "30s", "$__interval": "15s", "$__range": "5m",
-                "${datasource}": "", "$job": ".*", "$instance": ".*"}
+                "${datasource}": "", "$job": ".*", "$instance": ".*", "$router_job": ".*"}
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
              "or", "unless", "offset", "Inf", "NaN", "inf", "nan"}
 _HIST_SUFFIXES = ("_bucket", "_sum", "_count")
+# The HTTP edge's series (kvpool.server.connections; in every live scrape below)
+EDGE_NAMES = ("kvpool_http_connections", "kvpool_http_connections_rejected_total")
+
+
+def registry_names(registry: CollectorRegistry) -> set[str]:
+    """Family names a registry exports, as METRIC_NAMES spells them (counters with _total)."""
+    out = set()
+    for fam in registry.collect():
+        for sample in fam.samples:
+            if sample.name.endswith("_created"):
+                continue
+            out.add(fam.name if fam.type == "histogram" else sample.name)
+    return out
+
+
+def router_names() -> set[str]:
+    return registry_names(Router(ReplicaSet(["http://127.0.0.1:9"])).metrics.registry)
+
+
+def memory_tier() -> InMemoryTier:
+    return InMemoryTier(ValueCodec(Namespace(model_id="tiny", weights="w", dtype="float32",
+                                             block_size=16, layers=2, kv_heads=2, head_dim=16)))
+
+
+def remote_names() -> set[str]:
+    return registry_names(RemoteMetrics(memory_tier().stats).registry)
+
+
+def exported() -> set[str]:
+    return set(METRIC_NAMES) | set(EDGE_NAMES) | remote_names() | router_names()
 
 
 def load_dashboard() -> dict:
@@ -74,14 +115,14 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
-def family(name: str) -> str:
-    """The METRIC_NAMES entry a sample name belongs to."""
-    if name in METRIC_NAMES:
+def family(name: str, names: set[str]) -> str:
+    """The exported family (in ``names``) a sample name belongs to."""
+    if name in names:
         return name
     for suffix in _HIST_SUFFIXES:
-        if name.endswith(suffix) and name.removesuffix(suffix) in METRIC_NAMES:
+        if name.endswith(suffix) and name.removesuffix(suffix) in names:
             return name.removesuffix(suffix)
-    raise AssertionError(f"{name} is not exported by kvpool.metrics (METRIC_NAMES)")
+    raise AssertionError(f"{name} is not exported by kvpool (server, remote tier or router)")
 
 
 def test_metric_name_extraction():
@@ -107,13 +148,23 @@ def test_dashboard_shape():
     titles = " | ".join(p["title"].lower() for p in panels)
     for topic in ("usage", "free blocks", "fragmentation", "swap", "preemption", "hit rate",
                   "requests by state", "first token", "inter-token", "end-to-end", "step time",
-                  "evictions", "invariant"):
+                  "evictions", "invariant", "remote tier", "breaker", "http connections",
+                  "router"):
         assert topic in titles, f"no panel about {topic!r}"
 
 
+def test_remote_and_router_names_are_what_their_registries_export():
+    assert remote_names() == set(REMOTE_METRIC_NAMES)
+    assert {"kvpool_router_decisions_total", "kvpool_router_predicted_hit_tokens_total",
+            "kvpool_router_cached_tokens_total", "kvpool_router_healthy_replicas"} <= \
+        router_names()
+
+
 def test_every_exported_metric_is_on_the_dashboard_and_nothing_else():
-    used = {family(n) for e in dashboard_exprs(load_dashboard()) for n in metric_names(plain(e))}
-    missing = set(METRIC_NAMES) - used
+    names = exported()
+    used = {family(n, names) for e in dashboard_exprs(load_dashboard())
+            for n in metric_names(plain(e))}
+    missing = names - used
     assert not missing, f"metrics exported but not on the dashboard: {sorted(missing)}"
 
 
@@ -152,10 +203,41 @@ def test_prometheus_yml_scrapes_the_default_server():
 
 
 async def test_dashboard_metrics_are_in_a_live_scrape(srv):
-    async with aiohttp.ClientSession() as s:
-        await (await s.post(srv.url + "/v1/completions",
-                            json={"prompt": "hello", "max_tokens": 3})).read()
-    exported = await scrape(srv)
+    """Server series in the server's /metrics; router series in the /metrics of a real router
+    on loopback in front of that server; remote-tier series in a RemoteMetrics exposition
+    (the server exports it once it runs with --remote-url)."""
+    # the HTTP edge's families, attached the way serve() attaches them (the in-process
+    # fixture server has no connection limiter of its own)
+    srv.app[METRICS_KEY].add_source(ConnectionLimiter(8).families)
+    router = Router(ReplicaSet([srv.url]))
+    rsrv = TestServer(router.app(), host="127.0.0.1", port=0)
+    await rsrv.start_server()
+    try:
+        async with aiohttp.ClientSession() as s:
+            await (await s.post(srv.url + "/v1/completions",
+                                json={"prompt": "hello", "max_tokens": 3})).read()
+            async with s.get(f"http://127.0.0.1:{rsrv.port}/metrics") as r:
+                assert r.status == 200
+                from_router = parse_metrics(await r.text())
+    finally:
+        await rsrv.close()
+    async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
+        text = await r.text()
+    from_server = parse_metrics(text)
+    # a labelled counter with no series yet (no connection rejected so far) is still
+    # declared by its # TYPE line; its family name stands for it
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()[:4]
+            if kind == "counter" and not name.endswith("_total"):
+                name += "_total"
+            from_server.setdefault(name, {})
+    remote = RemoteMetrics(memory_tier().stats)
+    for op in ("probe", "get", "put"):
+        remote.observe(op, 0.001)
+    from_remote = parse_metrics(generate_latest(remote.registry).decode())
     for expr in dashboard_exprs(load_dashboard()):
         for name in metric_names(plain(expr)):
-            assert name in exported, f"{name} (in {expr!r}) is not in /metrics"
+            where = (from_router if name.startswith("kvpool_router_") else
+                     from_remote if name.startswith("kvpool_remote_") else from_server)
+            assert name in where, f"{name} (in {expr!r}) is not exported"
