@@ -43,6 +43,7 @@ def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
     codec = ValueCodec(ns, core.storage.bytes_per_block)
     tier = RedisTier(url, codec, observer=observer)
     return RemoteLink(tier=tier, group_keys=ns.group_keys, encode=codec.encode,
-                      decode_blocks=lambda v, h: codec.decode(v, h).blocks,
+                      # get_many already checked each value (crc, chain hash): split only
+                      decode_blocks=lambda v, h: codec.split(v),
                       blocks_per_object=blocks_per_object, write_policy=write_policy,
                       prefetch_timeout_s=prefetch_timeout_ms / 1000.0)
