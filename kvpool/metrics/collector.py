@@ -43,10 +43,10 @@ METRIC_NAMES = (
 
 
 # (name, type, help, label names, [(label values, value)]); counter names end in _total
-_Family = tuple[str, str, str, tuple[str, ...], list[tuple[tuple[str, ...], float]]]
+Family = tuple[str, str, str, tuple[str, ...], list[tuple[tuple[str, ...], float]]]
 
 
-def _metric_families(families: list[_Family]) -> Iterator[Metric]:
+def metric_families(families: list[Family]) -> Iterator[Metric]:
     """Plain family tuples -> prometheus_client metric families."""
     for name, typ, doc, labelnames, samples in families:
         if typ == "counter":
@@ -62,14 +62,14 @@ def _metric_families(families: list[_Family]) -> Iterator[Metric]:
 class _SourceCollector(Collector):
     """Families from an extra source (the server's connection counters) per scrape."""
 
-    def __init__(self, families_fn: Callable[[], list[_Family]]) -> None:
+    def __init__(self, families_fn: Callable[[], list[Family]]) -> None:
         self.families = families_fn
 
     def describe(self) -> list[Metric]:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        return _metric_families(self.families())
+        return metric_families(self.families())
 
 
 class _SnapshotCollector(Collector):
@@ -86,9 +86,9 @@ class _SnapshotCollector(Collector):
         return []  # dynamic collector: no describe-time snapshot (it would run at register)
 
     def collect(self) -> Iterator[Metric]:
-        return _metric_families(self.families())
+        return metric_families(self.families())
 
-    def families(self) -> list[_Family]:
+    def families(self) -> list[Family]:
         s = self._snapshot_fn()
         m = s.manager
         dev, host = m.device, m.host
@@ -210,15 +210,20 @@ class KVPoolMetrics:
                           "schedule.")
         self.step = hist("kvpool_step_seconds", "Engine step time (schedule, copies, forward, "
                          "sample).", STEP_BUCKETS)
-        self._hists = (self.ttft, self.itl, self.e2e, self.queue, self.step)
+        self._hists = [self.ttft, self.itl, self.e2e, self.queue, self.step]
         self._sources: list[_SourceCollector] = []
 
-    def add_source(self, families_fn: Callable[[], list[_Family]]) -> None:
+    def add_source(self, families_fn: Callable[[], list[Family]]) -> None:
         """Render ``families_fn()`` (``(name, type, doc, labelnames, [(values, v)])`` tuples)
         with every scrape; for counters owned above the engine (HTTP connections)."""
         source = _SourceCollector(families_fn)
         self.registry.register(source)
         self._sources.append(source)
+
+    def add_histogram(self, hist: LatencyHistogram) -> None:
+        """Render ``hist`` with every scrape after the engine's own (the remote tier's)."""
+        self.registry.register(hist)
+        self._hists.append(hist)
 
     def render(self) -> bytes:
         """The Prometheus text exposition (format 0.0.4) of the registry.

@@ -32,6 +32,8 @@ class RemoteLink:
     prefetch_timeout_s: float = 0.5  # --remote-prefetch-timeout-ms / 1000
     max_inflight_bytes: int = 64 << 20  # write path: stores beyond this are dropped, counted
     min_fetch_blocks: int = 1  # a remote run shorter than this is recomputed
+    # (op, seconds) -> None: the read path reports "prefetch_wait" here (RemoteMetrics.observe)
+    observe: Callable[[str, float], None] | None = None
 
     def __post_init__(self) -> None:
         if self.write_policy not in WRITE_POLICIES:

@@ -88,7 +88,10 @@ class RemoteReader:
             log.exception("remote prefetch failed; recomputing")
             return None
         finally:
-            self.stats.wait_s += time.monotonic() - t0
+            waited = time.monotonic() - t0
+            self.stats.wait_s += waited
+            if self.link.observe is not None:
+                self.link.observe("prefetch_wait", waited)
 
     async def _prefetch(self, prompt: Sequence[int], salt: str | None, t0: float
                         ) -> FetchedPrefix | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from kvpool.metrics import KVPoolMetrics
+from kvpool.metrics.remote import RemoteMetrics
 from kvpool.remote import Namespace, RedisTier, ValueCodec
 from kvpool.runtime.remote_link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, RemoteLink
 
@@ -28,9 +30,13 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
 
 def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                prefetch_timeout_ms: float = 500.0, blocks_per_object: int = 1,
-               observer=None) -> RemoteLink:
+               observer=None, metrics: KVPoolMetrics | None = None) -> RemoteLink:
     """A RemoteLink on a RedisTier at ``url`` for ``engine``'s namespace (not connected yet:
-    redis.asyncio connects on the first call, inside the tier's own deadline)."""
+    redis.asyncio connects on the first call, inside the tier's own deadline).
+
+    ``metrics``: the server's registry; the ``kvpool_remote_*`` families (tier counters,
+    breaker, probe/get/put and prefetch-wait histograms) are rendered on it from then on.
+    ``observer`` (without ``metrics``) receives the tier's round-trip times instead."""
     core = engine.core
     layout = core.storage.layout
     cfg = core.config
@@ -41,9 +47,16 @@ def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                    kv_heads=layout.num_kv_heads, head_dim=layout.head_dim,
                    blocks_per_object=blocks_per_object)
     codec = ValueCodec(ns, core.storage.bytes_per_block)
+    remote_metrics = None
+    if metrics is not None:
+        remote_metrics = RemoteMetrics(lambda: tier.stats())  # late-bound: tier is next
+        observer = remote_metrics.observe
     tier = RedisTier(url, codec, observer=observer)
-    return RemoteLink(tier=tier, group_keys=ns.group_keys, encode=codec.encode,
+    link = RemoteLink(tier=tier, group_keys=ns.group_keys, encode=codec.encode,
                       # get_many already checked each value (crc, chain hash): split only
                       decode_blocks=lambda v, h: codec.split(v),
                       blocks_per_object=blocks_per_object, write_policy=write_policy,
-                      prefetch_timeout_s=prefetch_timeout_ms / 1000.0)
+                      prefetch_timeout_s=prefetch_timeout_ms / 1000.0, observe=observer)
+    if remote_metrics is not None:
+        remote_metrics.attach(metrics)
+    return link

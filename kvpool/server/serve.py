@@ -222,7 +222,8 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
     if remote_url:
         link = build_link(engine, remote_url, write_policy=remote_write_policy,
                           prefetch_timeout_ms=remote_prefetch_timeout_ms,
-                          blocks_per_object=remote_blocks_per_object)
+                          blocks_per_object=remote_blocks_per_object,
+                          metrics=engine.metrics)  # the registry build_app serves
         engine.remote_link = link  # read before engine.start() (the app's startup)
     app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                     engine_shutdown_timeout=SHUTDOWN_GRACE,

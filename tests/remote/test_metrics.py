@@ -44,3 +44,38 @@ async def test_scrape_reflects_tier_traffic(make_tier, redis_server):
     names = {n.removesuffix("_count") for n, _ in s if not n.endswith(("_bucket", "_sum",
                                                                         "_created"))}
     assert {n for n in REMOTE_METRIC_NAMES} <= names
+
+
+async def test_attached_to_server_metrics_fast_render_matches_reference(make_tier):
+    """attach(): the server's own render() carries the remote families and histograms, with
+    the same samples prometheus_client's exposition of that registry has."""
+    from kvpool.runtime.engine import AsyncEngine
+    from kvpool.runtime.engine_config import EngineConfig
+
+    eng = AsyncEngine(EngineConfig(num_device_blocks=8, num_host_blocks=8))
+    server = eng.metrics  # the registry kvpool serve's /metrics renders
+    holder = {}
+    metrics = RemoteMetrics(lambda: holder["tier"].stats())
+    tier = holder["tier"] = make_tier(observer=metrics.observe)
+    metrics.attach(server)
+    k = NS.key(b"\x07" * 32)
+    await tier.put_many([(k, tier.codec.encode(b"\x07" * 32, [b"v" * 64]))])
+    assert await tier.probe([k]) == 1
+    metrics.observe("prefetch_wait", 0.003)
+
+    def parsed(text: bytes) -> dict:
+        out = {}
+        for fam in text_string_to_metric_families(text.decode()):
+            for s in fam.samples:
+                if not s.name.endswith("_created"):
+                    out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out
+
+    fast, ref = parsed(server.render()), parsed(server.render_reference())
+    assert fast == ref
+    assert fast[("kvpool_remote_probes_total", ())] == 1
+    assert fast[("kvpool_remote_hit_blocks_total", ())] == 1
+    assert fast[("kvpool_remote_prefetch_wait_seconds_count", ())] == 1
+    assert fast[("kvpool_remote_prefetch_wait_seconds_bucket", (("le", "0.005"),))] == 1
+    assert fast[("kvpool_remote_prefetch_wait_seconds_bucket", (("le", "0.002"),))] == 0
+    assert ("kvpool_time_to_first_token_seconds_count", ()) in fast  # the engine's still there
