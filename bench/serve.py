@@ -2,9 +2,16 @@
 
     python -m bench.serve [--json FILE] [--quick] [--hf-batch 16] [--scrape-seqs 1000]
                           [--repeats N] [--min-seconds S]
+    python -m bench.serve --model DIR [--workload chat] [--dtype auto] [--threads 1]
+                          [--requests 24] [--max-prompt 384] [--max-out 96] [--ttft 8,32]
 
-64 requests, prompts 16..512 tokens and outputs 16..256 tokens (seeded), greedy, the built-in
-tiny Llama in float32, one torch thread for both sides:
+Default: 64 requests, prompts 16..512 tokens and outputs 16..256 tokens (seeded, ``uniform``),
+greedy, the built-in tiny Llama in float32, one torch thread for both sides. ``--model DIR``
+(e.g. one written by ``python -m bench.qwen_shape DIR``) serves that checkpoint on both sides
+in the dtype ``--dtype auto`` picks for this CPU, with the ``chat`` workload (shared system
+prompts, multi-turn continuations; bench/serve_workload.py) unless --workload says otherwise.
+The engine is built once (outside timing); every run salts its requests' prefix-cache hashes,
+so a run never hits blocks an earlier run left:
 
 - kvpool: every request submitted at once to the EngineCore (continuous batching, paged KV,
   chunked prefill); output tokens / wall time.
@@ -14,6 +21,8 @@ tiny Llama in float32, one torch thread for both sides:
 - kv.utilization: tokens stored / token slots allocated (paged), averaged over engine steps;
   kv.contiguous_utilization: tokens stored / slots a contiguous prompt+max_tokens reservation
   per running request would hold, over the same steps.
+- ttft (--ttft C1,C2): closed loop on the engine, C requests in flight (a finished one is
+  replaced by the next), TTFT p50/p99 in seconds (arrival to first token) and output tok/s.
 - scrape: /metrics render time (ms, p50/p99) on the event loop while the engine runs
   ``--scrape-seqs`` live sequences.
 Engine and transformers runs alternate (bench.common): every figure is the median of
@@ -26,8 +35,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
+import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -38,28 +48,40 @@ from bench.common import (add_timing_args, alternate, ameasure, machine, print_s
 from kvpool.runtime.engine import AsyncEngine
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
-from kvpool.runtime.model import SamplingParams, save_tiny_model
+from bench import serve_workload
+from kvpool.runtime.model import SamplingParams, resolve_dtype, save_tiny_model
+from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
+from kvpool.server.serve import SWITCH_INTERVAL
+
+GREEDY = dict(temperature=0.0, ignore_eos=True)
 
 
-def workload(n: int, seed: int = 0, max_prompt: int = 512, max_out: int = 256):
-    rng = random.Random(seed)
-    reqs = []
-    for _ in range(n):
-        p = rng.randint(16, max_prompt)
-        reqs.append(([rng.randrange(3, 500) for _ in range(p)], rng.randint(16, max_out)))
-    return reqs
+class Salter:
+    """A fresh prefix-cache salt per run: runs over one long-lived engine stay independent."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> str:
+        self.n += 1
+        return f"run{self.n}"
 
 
-def run_engine(reqs, num_blocks: int) -> dict:
-    core = EngineCore(EngineConfig(num_device_blocks=num_blocks, num_host_blocks=0,
-                                   max_num_seqs=len(reqs), max_num_batched_tokens=2048,
-                                   max_model_len=1024))
+def build_core(reqs, num_blocks: int, model: str | None, dtype: str,
+               budget: int) -> EngineCore:
+    return EngineCore(EngineConfig(model=model, dtype=dtype, num_device_blocks=num_blocks,
+                                   num_host_blocks=0, max_num_seqs=max(len(reqs), 1),
+                                   max_num_batched_tokens=budget, max_model_len=1024))
+
+
+def run_engine(core: EngineCore, reqs, salt: str) -> dict:
     reserve = {}
+    steps0 = core.steps
     t0 = time.perf_counter()
     for i, (p, m) in enumerate(reqs):
-        core.add_request(f"r{i}", p, SamplingParams(max_tokens=m, temperature=0.0,
-                                                    ignore_eos=True))
-        reserve[f"r{i}"] = len(p) + m
+        core.add_request(f"{salt}-{i}", p, SamplingParams(max_tokens=m, **GREEDY),
+                         cache_salt=salt)
+        reserve[f"{salt}-{i}"] = len(p) + m
     out_tokens = 0
     util, contig = [], []
     mgr, sched = core.manager, core.scheduler
@@ -75,18 +97,43 @@ def run_engine(reqs, num_blocks: int) -> dict:
             if held:
                 contig.append(st.used_slots / held)
     dt = time.perf_counter() - t0
-    core.close()
     return {"seconds": dt, "output_tokens": out_tokens, "output_tokens_per_s": out_tokens / dt,
             "kv.utilization": statistics.fmean(util), "kv.contiguous_utilization":
-            statistics.fmean(contig), "steps": core.steps}
+            statistics.fmean(contig), "steps": core.steps - steps0}
 
 
-def load_hf():
-    """The same tiny Llama as transformers loads it (loaded once, outside any timing)."""
+def run_ttft(core: EngineCore, reqs, concurrency: int, salt: str) -> dict:
+    """Closed loop: ``concurrency`` requests in flight; TTFT from each request's arrival."""
+    queue = list(enumerate(reqs))[::-1]
+    live: set[str] = set()
+    ttfts: list[float] = []
+    out_tokens = 0
+    t0 = time.perf_counter()
+    while queue or live:
+        while queue and len(live) < concurrency:
+            i, (p, m) = queue.pop()
+            rid = f"{salt}-{i}"
+            core.add_request(rid, p, SamplingParams(max_tokens=m, **GREEDY), cache_salt=salt)
+            live.add(rid)
+        for o in core.step():
+            out_tokens += sum(len(c.token_ids) for c in o.outputs)
+            if o.finished:
+                live.discard(o.request_id)
+                ttfts.append(o.metrics["ttft"])
+    dt = time.perf_counter() - t0
+    ttfts.sort()
+    return {"seconds": dt, "ttft_p50_s": ttfts[len(ttfts) // 2],
+            "ttft_p99_s": ttfts[max(0, -(-len(ttfts) * 99 // 100) - 1)],
+            "output_tokens_per_s": out_tokens / dt}
+
+
+def load_hf(model: str | None, dtype: torch.dtype):
+    """The same model as transformers loads it (loaded once, outside any timing)."""
     import transformers
+    transformers.utils.logging.disable_progress_bar()
     with tempfile.TemporaryDirectory() as d:
-        save_tiny_model(d)
-        hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+        path = model or save_tiny_model(d)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     hf.generation_config.eos_token_id = None
     return hf
 
@@ -152,18 +199,40 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--hf-batch", type=int, default=16)
-    ap.add_argument("--scrape-seqs", type=int, default=1000)
+    ap.add_argument("--scrape-seqs", type=int, default=1000, help="0: skip the scrape figures")
+    ap.add_argument("--model", help="HF model directory (default: the built-in tiny model)")
+    ap.add_argument("--workload", choices=("uniform", "chat"),
+                    help="default: uniform for the tiny model, chat with --model")
+    ap.add_argument("--dtype", default="auto", help="both sides (auto: as kvpool serve picks)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
+    ap.add_argument("--max-prompt", type=int, default=512)
+    ap.add_argument("--max-out", type=int, default=256)
+    ap.add_argument("--budget", type=int, default=2048, help="--max-num-batched-tokens")
+    ap.add_argument("--ttft", default="", help="concurrency levels for the TTFT loop, e.g. 8,32")
     add_timing_args(ap)
     args = ap.parse_args()
     timing = timing_from_args(args)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     quick = timing.quick
     n = 16 if quick else args.requests
-    reqs = workload(n, max_prompt=128 if quick else 512, max_out=64 if quick else 256)
+    kind = args.workload or ("chat" if args.model else "uniform")
+    reqs = getattr(serve_workload, kind)(n, max_prompt=128 if quick else args.max_prompt,
+                                         max_out=64 if quick else args.max_out)
+    dtype, why, _ = choose_dtype(args.dtype, "cpu", checkpoint_dtype(args.model))
     res = {"machine": machine(), "timing": timing_info(timing), "requests": n,
-           "hf_batch": args.hf_batch}
-    hf = load_hf()
-    runs = alternate({"engine": lambda: run_engine(reqs, num_blocks=n * 48 + 64),
+           "hf_batch": args.hf_batch, "model": args.model or "tiny", "workload": kind,
+           "dtype": dtype, "dtype_reason": why, "threads": args.threads,
+           "budget": args.budget, "prefix_share": serve_workload.prefix_share(reqs),
+           "prompt_tokens": sum(len(p) for p, _ in reqs),
+           "output_tokens": sum(m for _, m in reqs)}
+    print(f"{n} {kind} requests, {res['prompt_tokens']} prompt / {res['output_tokens']} output "
+          f"tokens, prefix share {res['prefix_share']:.2f}; dtype {dtype} ({why}); "
+          f"{args.threads} thread(s); load average {os.getloadavg()[0]:.2f}", flush=True)
+    hf = load_hf(args.model, resolve_dtype(dtype))
+    blocks = sum(-(-(len(p) + m) // 16) for p, m in reqs) + 64
+    core = build_core(reqs, blocks, args.model, dtype, args.budget)
+    salt = Salter()
+    runs = alternate({"engine": lambda: run_engine(core, reqs, salt()),
                       "hf": lambda: run_hf(hf, reqs, args.hf_batch)}, timing)
     eng, hfr = runs["engine"], runs["hf"]
     put_runs(res, eng, {"engine.output_tokens_per_s": "output_tokens_per_s",
@@ -175,8 +244,18 @@ def main() -> None:
     # one pass over the requests (a run may repeat it to reach --min-seconds)
     put_runs(res, [{"s": r["seconds"] / r["calls"]} for r in eng], {"engine.seconds": "s"})
     put_runs(res, [{"s": r["seconds"] / r["calls"]} for r in hfr], {"hf.seconds": "s"})
-    sc = run_scrape(100 if quick else args.scrape_seqs, timing, samples=20 if quick else 200)
-    put_runs(res, sc, {f"scrape.{k}": k for k in ("live_seqs", "p50_ms", "p99_ms", "max_ms")})
+    for c in (int(x) for x in args.ttft.split(",") if x):
+        tt = [run_ttft(core, reqs, c, salt()) for _ in range(timing.repeats)]
+        put_runs(res, tt, {f"ttft.c{c}.{k}": k for k in ("ttft_p50_s", "ttft_p99_s",
+                                                         "output_tokens_per_s")})
+    core.close()
+    if args.scrape_seqs:
+        sys.setswitchinterval(SWITCH_INTERVAL)  # as kvpool serve's entry point sets it
+        sc = run_scrape(100 if quick else args.scrape_seqs, timing,
+                        samples=20 if quick else 200)
+        put_runs(res, sc, {f"scrape.{k}": k for k in ("live_seqs", "p50_ms", "p99_ms",
+                                                      "max_ms")})
+    res["load_average"] = os.getloadavg()[0]
     print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, engine and "
           f"transformers alternating; ratio = median of per-round ratios")
     print_stats(res)

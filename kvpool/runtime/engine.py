@@ -20,7 +20,6 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-import sys
 import threading
 import time
 from collections import deque
@@ -42,7 +41,6 @@ from kvpool.runtime.remote_writer import RemoteWriter
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
-SWITCH_INTERVAL = 0.0005  # seconds; see AsyncEngine.start
 
 
 class RequestStream:
@@ -119,11 +117,6 @@ class AsyncEngine:
     async def start(self) -> None:
         if self._thread is not None:
             return
-        # NOTE(latency): the step thread runs long stretches of Python (scheduling 1000s of
-        # sequences); a 0.5 ms GIL switch interval (default 5 ms) bounds how long the event loop
-        # (HTTP, /metrics) waits for it, for a small throughput cost.
-        if sys.getswitchinterval() > SWITCH_INTERVAL:
-            sys.setswitchinterval(SWITCH_INTERVAL)
         self._loop = asyncio.get_running_loop()
         link = self.remote_link
         if link is not None:

@@ -23,7 +23,7 @@ class EngineConfig:
     model: str | None = None  # --model: local HF directory; None = the built-in tiny model
     served_model_name: str | None = None  # --served-model-name (default: model dir name)
     tokenizer: str | None = None  # --tokenizer: a local directory (default: the model's)
-    dtype: str = "float32"  # --dtype: float32 | bfloat16 | float16
+    dtype: str = "auto"  # --dtype: auto (checkpoint dtype, float32 where bf16 is slow) | ...
     device: str = "cpu"  # --device: cpu | cuda
     block_size: int = 16  # --block-size
     kv_cache_memory: int | str = "256MiB"  # --kv-cache-memory: KV budget on CPU
@@ -45,7 +45,9 @@ class EngineConfig:
     max_tokens_limit: int = 4096  # --max-tokens-limit: max_tokens per request, at most
     max_stop: int = 16  # --max-stop: stop strings per request, at most
     max_logprobs: int = 20  # --max-logprobs: k of logprobs / top_logprobs, at most (vLLM's)
-    num_threads: int | None = 1  # --num-threads: torch intra-op threads (1 suits the tiny model)
+    # --num-threads: torch intra-op threads, set by the `kvpool serve` entry point (process-wide
+    # state, never by library classes); None: leave the process setting as it is
+    num_threads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_queue",
@@ -53,8 +55,11 @@ class EngineConfig:
             v = getattr(self, name)
             _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
                      f"--{name.replace('_', '-')}={v!r} is invalid: use an int >= 1")
-        _require(self.dtype in ("float32", "bfloat16", "float16"),
-                 f"--dtype={self.dtype!r} is invalid: use float32, bfloat16 or float16")
+        _require(self.dtype in ("auto", "float32", "bfloat16", "float16"),
+                 f"--dtype={self.dtype!r} is invalid: use auto, float32, bfloat16 or float16")
+        _require(self.num_threads is None or (isinstance(self.num_threads, int)
+                                              and self.num_threads >= 1),
+                 "--num-threads must be an int >= 1")
         _require(self.device == "cpu" or self.device.startswith("cuda"),
                  f"--device={self.device!r} is invalid: use cpu or cuda[:N]")
         _require(isinstance(self.gpu_memory_utilization, (int, float))

@@ -36,6 +36,7 @@ from kvpool.runtime.kv_storage import KVStorage
 from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, SamplingParams,
                                   build_tiny_model, compute_logprobs, load_model, load_tokenizer,
                                   make_generator, resolve_dtype)
+from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
 from kvpool.runtime.model.grammar import GrammarMatchers
 from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.runtime.outputs import RequestOutput
@@ -48,7 +49,10 @@ log = logging.getLogger(__name__)
 
 def build_model(config: EngineConfig):
     """(model, tokenizer, served name) for the config: a local HF directory or the tiny model."""
-    dtype = resolve_dtype(config.dtype)
+    name, why, slow = choose_dtype(config.dtype, config.device, checkpoint_dtype(config.model))
+    (log.warning if slow else log.info)("dtype %s: %s%s", name, why,
+                                        " (slow here: consider --dtype auto)" if slow else "")
+    dtype = resolve_dtype(name)
     if config.model is None:
         _, model, tok = build_tiny_model(config.seed, dtype, config.device)
         name = TINY_MODEL_NAME
@@ -65,8 +69,6 @@ class EngineCore:
     def __init__(self, config: EngineConfig, *, faults: FaultPlan | None = None,
                  metrics=None) -> None:
         self.config = config
-        if config.num_threads:
-            torch.set_num_threads(config.num_threads)
         self.model, self.tokenizer, self.model_name = build_model(config)
         mcfg = self.model.config
         self.max_model_len = config.max_model_len or mcfg.max_position_embeddings
@@ -76,6 +78,7 @@ class EngineCore:
                                  swap_space=config.swap_space,
                                  num_device_blocks=config.num_device_blocks,
                                  num_host_blocks=config.num_host_blocks)
+        log.info("%s", self.storage.capacity_line(self.max_model_len))
         self.manager = BlockSpaceManager(self.storage.cache_config(
             enable_prefix_caching=config.enable_prefix_caching,
             eviction_policy=config.eviction_policy, model_id=self.model_name))

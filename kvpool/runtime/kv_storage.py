@@ -251,6 +251,17 @@ class KVStorage:
     def host_bytes(self) -> int:
         return self.num_host_blocks * self.bytes_per_block
 
+    def capacity_line(self, max_model_len: int) -> str:
+        """The startup summary vLLM prints: block counts, KV bytes, how many max-length
+        requests fit at once."""
+        gib = 1 << 30
+        per_req = -(-max_model_len // self.block_size)
+        return (f"# device blocks: {self.num_device_blocks}, # host blocks: "
+                f"{self.num_host_blocks}, KV cache {self.device_bytes / gib:.2f} GiB "
+                f"(+{self.host_bytes / gib:.2f} GiB host swap), {self.bytes_per_block} bytes/block"
+                f" of {self.block_size} tokens, max concurrency for {max_model_len} tokens: "
+                f"{self.num_device_blocks / per_req:.2f}x")
+
     def pool(self, name: str) -> torch.Tensor:
         """``"device"`` -> :attr:`device_kv`, ``"host"`` -> :attr:`host_kv`."""
         if name == "device":

@@ -59,6 +59,16 @@ FORCED_EXIT_STATUS = 1
 # and [DONE], and aiohttp/the engine get it again to close what is left: the whole shutdown
 # stays within shutdown_timeout + 4 * GRACE (< 1 s).
 SHUTDOWN_GRACE = 0.2
+# NOTE(threads): measured with bench.step on the Qwen2-0.5B-shaped model (bench/qwen_shape.py),
+# 2-core machine shared with other work (load average ~5), float32, batch 16 x 256 context:
+# decode 1001 ms/step with 1 thread, 6424 ms with 2 (OpenMP threads waiting on a core taken by
+# another process); a 256-token prefill 7.1 s with 1, 4.3 s with 2. Decode steps dominate
+# serving, so the default is 1; pass --num-threads N on a dedicated machine.
+DEFAULT_NUM_THREADS = 1
+# NOTE(latency): the step thread runs long stretches of Python (scheduling 1000s of sequences);
+# a 0.5 ms GIL switch interval (default 5 ms) bounds how long the event loop (HTTP, /metrics)
+# waits for it, for a small throughput cost. Process-wide, so set here and nowhere else.
+SWITCH_INTERVAL = 0.0005
 
 
 def _int_or_size(text: str) -> int | str:
@@ -81,7 +91,8 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
                                        "name)"),
     "tokenizer": (str, "DIR", "local directory with tokenizer.json (and the chat template) "
                               "when it is not the model's"),
-    "dtype": (str, ("float32", "bfloat16", "float16"), "weights and KV dtype"),
+    "dtype": (str, ("auto", "float32", "bfloat16", "float16"), "weights and KV dtype (auto: "
+              "the checkpoint's, float32 where this CPU lacks native bf16)"),
     "device": (str, "DEVICE", "cpu or cuda[:N]"),
     "block_size": (int, "TOKENS", "token slots per KV block"),
     "kv_cache_memory": (_int_or_size, "BYTES", "KV cache budget on CPU, e.g. 256MiB"),
@@ -104,7 +115,8 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "max_tokens_limit": (int, "N", "max_tokens per request, at most"),
     "max_stop": (int, "N", "stop strings per request, at most"),
     "max_logprobs": (int, "K", "logprobs / top_logprobs / prompt_logprobs k, at most"),
-    "num_threads": (int, "N", "torch intra-op threads"),
+    "num_threads": (int, "N", f"torch intra-op threads (None: {DEFAULT_NUM_THREADS}, measured by "
+                              "bench.step)"),
 }
 
 
@@ -301,6 +313,20 @@ async def _drain(app: web.Application, timeout: float) -> None:
     await asyncio.sleep(SHUTDOWN_GRACE / 4)
 
 
+def tune_process(config: EngineConfig) -> None:
+    """The process-wide settings of a server process (torch threads, GIL switch interval):
+    only the entry point owns the process, library classes never touch them."""
+    import torch
+
+    threads = config.num_threads or DEFAULT_NUM_THREADS
+    torch.set_num_threads(threads)
+    if sys.getswitchinterval() > SWITCH_INTERVAL:
+        sys.setswitchinterval(SWITCH_INTERVAL)
+    log.info("torch threads: %d (%s), GIL switch interval %.1f ms", threads,
+             "--num-threads" if config.num_threads else "default, see bench.step",
+             sys.getswitchinterval() * 1e3)
+
+
 def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEventLoop] | None:
     if use_uvloop is False:
         return None
@@ -323,6 +349,7 @@ def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
     ``edge``: header_timeout, keep_alive_timeout, max_connections, chat_template,
     tenant_header, stream_write_timeout, replica_id (see
     :func:`serve`)."""
+    tune_process(config)
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
                          max_body_bytes=max_body_bytes, on_ready=on_ready,

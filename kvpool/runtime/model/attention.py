@@ -27,6 +27,8 @@ from .batch import DecodeGroup, PreparedBatch, PrefillSpan
 
 __all__ = ["PagedAttention"]
 
+_UPCAST = (torch.bfloat16, torch.float16)
+
 
 class PagedAttention:
     """Stateless paged-attention kernel for one model geometry (shared by all its layers)."""
@@ -92,12 +94,18 @@ class PagedAttention:
         keys = self._gather(kv, layer, 0, flat).view(num, -1, self.num_kv_heads, self.head_dim)
         values = self._gather(kv, layer, 1, flat).view(num, -1, self.num_kv_heads, self.head_dim)
         qd = q if group.rows is None else q.index_select(0, group.rows)
+        dtype = qd.dtype
+        if dtype in _UPCAST and qd.device.type == "cpu":
+            # NOTE(bf16-decode): the CPU flash kernel is ~5x slower for 1-token queries in bf16
+            # than in float32 (bench.step's profile: 21% of a Qwen2-0.5B decode step); the
+            # gathered K/V are small next to the weights, so upcast them once per layer.
+            qd, keys, values, bias = qd.float(), keys.float(), values.float(), bias.float()
         # NOTE(padding): padded and past-the-end slots are masked out; their stale bytes are
         # finite (pools are zero-filled and only ever hold real K/V), so they contribute 0.
         out = F.scaled_dot_product_attention(
             qd.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2),
             attn_mask=bias, scale=self.scale, enable_gqa=self.group > 1)
-        return out.squeeze(2)
+        return out.squeeze(2).to(dtype)
 
     @staticmethod
     def _gather(kv: torch.Tensor, layer: int, which: int, blocks: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,41 @@
+"""Process-wide tuning belongs to the `kvpool serve` entry point, not to library classes."""
+
+import logging
+import sys
+
+import torch
+
+from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine_core import EngineCore
+from kvpool.server import serve
+
+
+def test_engine_core_leaves_torch_threads_alone(caplog):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with caplog.at_level(logging.INFO, logger="kvpool.runtime.engine_core"):
+            core = EngineCore(EngineConfig(num_device_blocks=64, num_host_blocks=8,
+                                           num_threads=1, max_model_len=256))
+        core.close()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    text = caplog.text
+    assert "# device blocks: 64, # host blocks: 8" in text
+    assert "max concurrency for 256 tokens: 4.00x" in text  # 64 blocks / (256 / 16)
+    assert "dtype float32: the checkpoint's dtype (float32)" in text
+
+
+def test_tune_process_sets_threads_and_switch_interval():
+    threads, interval = torch.get_num_threads(), sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        serve.tune_process(EngineConfig(num_threads=2))
+        assert torch.get_num_threads() == 2
+        assert sys.getswitchinterval() == serve.SWITCH_INTERVAL
+        serve.tune_process(EngineConfig())
+        assert torch.get_num_threads() == serve.DEFAULT_NUM_THREADS
+    finally:
+        torch.set_num_threads(threads)
+        sys.setswitchinterval(interval)
