@@ -32,6 +32,28 @@ def test_seqlock_version_is_odd_exactly_inside_the_outermost_section(opens):
         depth -= 1
 
 
+@given(st.lists(st.sampled_from(["enter", "exit", "single"]), max_size=40))
+def test_seqlock_single_store_counts_one_write_only_outside_a_section(ops):
+    sl = SeqLock()
+    depth = completed = 0
+    for op in ops:
+        if op == "enter":
+            sl.__enter__()
+            depth += 1
+        elif op == "exit" and depth:
+            sl.__exit__(None, None, None)
+            depth -= 1
+            completed += depth == 0
+        elif op == "single":
+            with sl.lock:
+                sl.single_store()
+            completed += depth == 0  # inside a section the section's exit counts it
+        assert sl.version == 2 * completed + (depth > 0)
+    while depth:
+        sl.__exit__(None, None, None)
+        depth -= 1
+
+
 def test_seqlock_read_returns_the_version_it_saw():
     sl = SeqLock()
     with sl:
