@@ -11,6 +11,7 @@ and, lock-free: ``lookup``, ``prefix_hits``, ``leading_hits``, ``verify_hits``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import length_hint
 
 from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
@@ -103,30 +104,34 @@ class CachedBlockAllocator(UncachedBlockAllocator):
     def release(self, block_ids: Sequence[int], now: float = 0.0) -> int:
         if not self._cached:  # nothing is hashed: the plain free-list release applies
             return super().release(block_ids, now)
+        if type(block_ids) is not list and type(block_ids) is not tuple:
+            block_ids = list(block_ids)  # the iterator below must know how far it got
         r = self._ref
         hashes = self._hash
-        push = self._free.append
+        free = self._free
+        push = free.append
         insert = self.policy.insert
         depth = self._depth
         last = self._last
-        done = released = 0
-        for b in block_ids:
+        n0 = len(free)  # released = free-list growth plus the blocks handed to the policy
+        kept = 0
+        it = iter(block_ids)
+        for b in it:
             c = r[b] - 1
             if c:
                 if c < 0:
-                    self._undo_release(block_ids[:done])
+                    self._undo_release(block_ids[:len(block_ids) - length_hint(it) - 1])
                     raise DoubleFreeError(f"block {b} on {self.device.value} freed twice")
             else:
-                released += 1
                 h = hashes[b]
                 if h is None:
                     push(b)
                 else:  # cached content stays findable until evicted (lazy eviction)
                     last[b] = now
                     insert(b, h, depth[b], now)
+                    kept += 1
             r[b] = c
-            done += 1
-        return released
+        return len(free) - n0 + kept
 
     def _unrelease(self, b: int) -> None:
         if self._hash[b] is None:
