@@ -329,6 +329,12 @@ class UncachedBlockAllocator:
     def ref_count(self, block_id: int) -> int:
         return self._ref[block_id]
 
+    def count_used(self, block_ids: Iterable[int]) -> int:
+        """How many of ``block_ids`` are in use (ref >= 1). NOTE(speed): C-level map/count, no
+        Python call per id (admission asks this for every prefix hit)."""
+        refs = list(map(self._ref.__getitem__, block_ids))
+        return len(refs) - refs.count(0)
+
     def block(self, block_id: int) -> Block:
         """A snapshot of one block's metadata."""
         if not 0 <= block_id < self.num_blocks:

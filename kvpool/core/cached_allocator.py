@@ -3,6 +3,7 @@
 Beyond the uncached pool's API (allocator.py) it adds, inside ``with pool.writing():``::
 
     acquire_block(b, k)                    k references on cached block b (revives evictable)
+    acquire_blocks(ids, k)                 acquire_block for each of ids, in order
     register_block(b, h, depth, tokens)    index used, computed block b under hash h
 
 and, lock-free: ``lookup``, ``prefix_hits``, ``leading_hits``, ``verify_hits``.
@@ -177,6 +178,18 @@ class CachedBlockAllocator(UncachedBlockAllocator):
             self.policy.remove(b)
         self._ref[b] = r + k
         self.policy.on_hit(self._hash[b])
+
+    def acquire_blocks(self, block_ids: Sequence[int], k: int = 1) -> None:
+        """``acquire_block(b, k)`` for each listed block (a prompt's prefix hits), in order."""
+        r = self._ref
+        hashes = self._hash
+        remove, on_hit = self.policy.remove, self.policy.on_hit
+        for b in block_ids:
+            c = r[b]
+            if c == 0:
+                remove(b)
+            r[b] = c + k
+            on_hit(hashes[b])
 
     def register_block(self, b: int, h: bytes, depth: int,
                        tokens: Sequence[int] | None = None) -> int:
