@@ -4,6 +4,7 @@ Beyond the uncached pool's API (allocator.py) it adds, inside ``with pool.writin
 
     acquire_block(b, k)                    k references on cached block b (revives evictable)
     acquire_blocks(ids, k)                 acquire_block for each of ids, in order
+    register_run(blocks, hashes, lo, hi)   register_block for a table's blocks lo..hi-1
     register_block(b, h, depth, tokens)    index used, computed block b under hash h
 
 and, lock-free: ``lookup``, ``prefix_hits``, ``leading_hits``, ``verify_hits``.
@@ -76,10 +77,19 @@ class CachedBlockAllocator(UncachedBlockAllocator):
             return None
         ids = super()._take(nf) if nf else []
         evict = self.policy.evict
-        for _ in range(n - nf):
-            b = evict()
-            self._drop_hash(b)
-            ids.append(b)
+        append = ids.append
+        if self._tokens is None:  # NOTE(speed): _drop_hash inlined, a prefill evicts ~100s
+            cached, hashes = self._cached, self._hash
+            for _ in range(n - nf):
+                b = evict()
+                del cached[hashes[b]]
+                hashes[b] = None
+                append(b)
+        else:
+            for _ in range(n - nf):
+                b = evict()
+                self._drop_hash(b)
+                append(b)
         self._evictions += n - nf
         return ids
 
@@ -206,6 +216,22 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         if self._tokens is not None and tokens is not None:
             self._tokens[b] = tuple(tokens)
         return b
+
+    def register_run(self, blocks: Sequence[int], hashes: Sequence[bytes], lo: int,
+                     hi: int) -> None:
+        """``register_block(blocks[i], hashes[i], i)`` for ``lo <= i < hi`` (a table's newly
+        computed full blocks; depth is the index in the chain), without kept token ids."""
+        cached, hash_of, depth = self._cached, self._hash, self._depth
+        for i in range(lo, hi):
+            h = hashes[i]
+            if h in cached:
+                continue  # another block caches it: this one stays unhashed (a duplicate)
+            b = blocks[i]
+            if hash_of[b] is not None:
+                raise InvalidBlockError(f"block {b} is already cached under another hash")
+            cached[h] = b
+            hash_of[b] = h
+            depth[b] = i
 
     def move(self, src: int, dst: int) -> None:
         """Defrag commit: ``dst`` (reserved, ref 1) takes over ``src``'s identity. Lock held."""

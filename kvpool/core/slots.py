@@ -54,6 +54,10 @@ class SlotWriter:
             return
         pool = self.device_pool
         bs, blocks, hashes, toks = self.block_size, t.blocks, t.hashes, t.tokens
+        if toks is None:  # NOTE(speed): one call for the run (a prefill registers ~100s)
+            pool.register_run(blocks, hashes, i, upto)  # type: ignore[attr-defined]
+            t.num_registered = upto
+            return
         while i < upto:
             pool.register_block(blocks[i], hashes[i], i,
                                 toks[i * bs:(i + 1) * bs] if toks is not None else None)
