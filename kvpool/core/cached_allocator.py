@@ -154,8 +154,10 @@ class CachedBlockAllocator(UncachedBlockAllocator):
     def lookup(self, h: bytes, tokens: Sequence[int] | None = None) -> int | None:
         """Which block caches ``h`` (no reference taken), or None. Lock-free dict read. With
         verify_hits and ``tokens`` given, the block's token ids must match too."""
+        if tokens is None:  # NOTE(speed): the common case first, one dict read
+            return self._cached.get(h)
         b = self._cached.get(h)
-        if b is not None and tokens is not None and self._tokens is not None:
+        if b is not None and self._tokens is not None:
             if self._tokens.get(b) != tuple(tokens):
                 return None  # a hash collision (or a forged hash): a miss, never wrong bytes
         return b
