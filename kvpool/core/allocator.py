@@ -47,7 +47,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import length_hint
 
 from kvpool.core.block import Block, Device, PoolStats
@@ -79,6 +79,9 @@ class UncachedBlockAllocator:
         self._free = array("i", range(num_blocks - 1, -1, -1))
         self._fast: deque[int] = deque()
         self._ref = [0] * num_blocks
+        # ref_count(block_id) -> int: the list's own C-level getter, no Python frame (decode
+        # asks it once per token); _ref is never rebound, so the bound method stays valid.
+        self.ref_count: Callable[[int], int] = self._ref.__getitem__
         self._hash: list[bytes | None] = [None] * num_blocks
         self._last = array("d", [-1.0]) * num_blocks
         self._depth = array("i", bytes(4 * num_blocks))
@@ -325,9 +328,6 @@ class UncachedBlockAllocator:
     @property
     def num_cached(self) -> int:
         return 0
-
-    def ref_count(self, block_id: int) -> int:
-        return self._ref[block_id]
 
     def count_used(self, block_ids: Iterable[int]) -> int:
         """How many of ``block_ids`` are in use (ref >= 1). NOTE(speed): C-level map/count, no

@@ -13,12 +13,16 @@ and, lock-free: ``lookup``, ``prefix_hits``, ``leading_hits``, ``verify_hits``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import length_hint
+from functools import partial
+from itertools import islice, takewhile
+from operator import is_not, length_hint
 
 from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
 from kvpool.core.eviction import EvictionPolicy, make_policy
 from kvpool.errors import DoubleFreeError, InvalidBlockError, InvariantError
+
+_NOT_NONE = partial(is_not, None)  # a C-level predicate: b is not None
 
 
 class CachedBlockAllocator(UncachedBlockAllocator):
@@ -166,15 +170,9 @@ class CachedBlockAllocator(UncachedBlockAllocator):
                      token_ids: Sequence[int] | None = None) -> list[int]:
         """Blocks caching the leading run of ``hashes[:limit]`` (no reference taken). With
         verify_hits and ``token_ids`` (the whole prompt), every hit is checked against them."""
+        if self._tokens is None or token_ids is None:  # NOTE(speed): the common case, C-level
+            return list(takewhile(_NOT_NONE, map(self._cached.get, islice(hashes, limit))))
         out: list[int] = []
-        if self._tokens is None or token_ids is None:  # NOTE(speed): the common case
-            get = self._cached.get
-            for i in range(limit):
-                b = get(hashes[i])
-                if b is None:
-                    break
-                out.append(b)
-            return out
         bs = self.block_size
         for i in range(limit):
             b = self.lookup(hashes[i], token_ids[i * bs:(i + 1) * bs])
@@ -260,13 +258,7 @@ class CachedBlockAllocator(UncachedBlockAllocator):
     # ---------------------------------------------------------------- self-locking API
     def prefix_hits(self, hashes: Sequence[bytes]) -> int:
         """Length of the leading run of ``hashes`` that are cached (no reference taken)."""
-        cached = self._cached
-        n = 0
-        for h in hashes:
-            if h not in cached:
-                break
-            n += 1
-        return n
+        return len(list(takewhile(self._cached.__contains__, hashes)))  # C-level scan
 
     def acquire(self, h: bytes) -> int | None:
         """A prefix hit: one reference on the block caching ``h``, or None on a miss."""

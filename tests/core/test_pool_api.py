@@ -205,3 +205,24 @@ def test_release_counts_or_rolls_back_exactly(refs, hashed, order, kind, caching
                      pool.num_evictable, pool.num_cached)
             assert after == before
     pool.check_invariants()
+
+
+@settings(max_examples=150, deadline=None)
+@given(cached=st.lists(st.booleans(), min_size=N, max_size=N),
+       query=st.lists(st.integers(0, N + 3), max_size=2 * N), limit=st.integers(0, 2 * N))
+def test_leading_and_prefix_hits_are_the_leading_cached_run(cached, query, limit):
+    pool = CachedBlockAllocator(Device.DEVICE, N, 4)
+    ids = pool.allocate_many(N)
+    key = {i: bytes([i]) * 32 for i in range(N + 4)}  # ids >= N are never cached
+    with pool.writing():
+        for b, c in zip(ids, cached):
+            if c:
+                pool.register_block(b, key[b], 0)
+    hashes = [key[i] for i in query]
+    run = []
+    for i in query:
+        if i >= N or not cached[i]:
+            break
+        run.append(i)
+    assert pool.prefix_hits(hashes) == len(run)
+    assert pool.leading_hits(hashes, limit) == run[:limit]
