@@ -47,7 +47,8 @@ from __future__ import annotations
 import time
 from array import array
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from operator import length_hint
 
 from kvpool.core.block import Block, Device, PoolStats
 from kvpool.core.seqlock import SeqLock
@@ -78,6 +79,9 @@ class UncachedBlockAllocator:
         self._free = array("i", range(num_blocks - 1, -1, -1))
         self._fast: deque[int] = deque()
         self._ref = [0] * num_blocks
+        # ref_count(block_id) -> int: the list's own C-level getter, no Python frame (decode
+        # asks it once per token); _ref is never rebound, so the bound method stays valid.
+        self.ref_count: Callable[[int], int] = self._ref.__getitem__
         self._hash: list[bytes | None] = [None] * num_blocks
         self._last = array("d", [-1.0]) * num_blocks
         self._depth = array("i", bytes(4 * num_blocks))
@@ -171,21 +175,25 @@ class UncachedBlockAllocator:
     def release(self, block_ids: Sequence[int], now: float = 0.0) -> int:
         """Drop one reference per listed id (tail first is the caller's order); release blocks
         that reach 0. Returns how many were released. Raises DoubleFreeError, state unchanged."""
+        if type(block_ids) is not list and type(block_ids) is not tuple:
+            block_ids = list(block_ids)  # the iterator below must know how far it got
         r = self._ref
-        push = self._free.append
-        done = released = 0
-        for b in block_ids:
+        free = self._free
+        push = free.append
+        n0 = len(free)
+        # NOTE(speed): no per-block counters: released = free-list growth, and the position
+        # of a double free comes from the iterator's remaining length (errors only)
+        it = iter(block_ids)
+        for b in it:
             c = r[b] - 1
             if c:
                 if c < 0:
-                    self._undo_release(block_ids[:done])
+                    self._undo_release(block_ids[:len(block_ids) - length_hint(it) - 1])
                     raise DoubleFreeError(f"block {b} on {self.device.value} freed twice")
             else:
                 push(b)
-                released += 1
             r[b] = c
-            done += 1
-        return released
+        return len(free) - n0
 
     def release_table(self, blocks: Sequence[int], last_fill: int, now: float = 0.0) -> int:
         """Release one table's ``blocks`` tail first; returns the token slots that left use
@@ -281,10 +289,12 @@ class UncachedBlockAllocator:
         """Decode's batched call: append one new block to every table in ``tables`` under one
         lock acquisition; all or nothing (False when the pool is short)."""
         with self._writer:
-            ids = self.take(len(tables))
+            ids = self._take(len(tables))
             if ids is None:
                 return False
-            for t, b in zip(tables, ids):
+            r = self._ref
+            for t, b in zip(tables, ids):  # NOTE(speed): one loop sets the ref and appends
+                r[b] = 1
                 t.append(b)
             return True
 
@@ -319,8 +329,11 @@ class UncachedBlockAllocator:
     def num_cached(self) -> int:
         return 0
 
-    def ref_count(self, block_id: int) -> int:
-        return self._ref[block_id]
+    def count_used(self, block_ids: Iterable[int]) -> int:
+        """How many of ``block_ids`` are in use (ref >= 1). NOTE(speed): C-level map/count, no
+        Python call per id (admission asks this for every prefix hit)."""
+        refs = list(map(self._ref.__getitem__, block_ids))
+        return len(refs) - refs.count(0)
 
     def block(self, block_id: int) -> Block:
         """A snapshot of one block's metadata."""

@@ -3,6 +3,8 @@
 Beyond the uncached pool's API (allocator.py) it adds, inside ``with pool.writing():``::
 
     acquire_block(b, k)                    k references on cached block b (revives evictable)
+    acquire_blocks(ids, k)                 acquire_block for each of ids, in order
+    register_run(blocks, hashes, lo, hi)   register_block for a table's blocks lo..hi-1
     register_block(b, h, depth, tokens)    index used, computed block b under hash h
 
 and, lock-free: ``lookup``, ``prefix_hits``, ``leading_hits``, ``verify_hits``.
@@ -11,11 +13,16 @@ and, lock-free: ``lookup``, ``prefix_hits``, ``leading_hits``, ``verify_hits``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
+from itertools import islice, takewhile
+from operator import is_not, length_hint
 
 from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
 from kvpool.core.eviction import EvictionPolicy, make_policy
 from kvpool.errors import DoubleFreeError, InvalidBlockError, InvariantError
+
+_NOT_NONE = partial(is_not, None)  # a C-level predicate: b is not None
 
 
 class CachedBlockAllocator(UncachedBlockAllocator):
@@ -78,13 +85,22 @@ class CachedBlockAllocator(UncachedBlockAllocator):
             return None
         ids = super()._take(nf) if nf else []
         evict = self.policy.evict
-        hook = self.on_evict
-        for _ in range(n - nf):
-            b = evict()
-            if hook is not None:
-                hook(b, self._hash[b])
-            self._drop_hash(b)
-            ids.append(b)
+        append = ids.append
+        hook = self.on_evict  # remote write_back: sees (block, hash) before the hash goes
+        if self._tokens is None and hook is None:  # NOTE(speed): _drop_hash inlined, a prefill
+            cached, hashes = self._cached, self._hash  # evicts ~100s of blocks
+            for _ in range(n - nf):
+                b = evict()
+                del cached[hashes[b]]
+                hashes[b] = None
+                append(b)
+        else:
+            for _ in range(n - nf):
+                b = evict()
+                if hook is not None:
+                    hook(b, self._hash[b])
+                self._drop_hash(b)
+                append(b)
         self._evictions += n - nf
         return ids
 
@@ -112,30 +128,34 @@ class CachedBlockAllocator(UncachedBlockAllocator):
     def release(self, block_ids: Sequence[int], now: float = 0.0) -> int:
         if not self._cached:  # nothing is hashed: the plain free-list release applies
             return super().release(block_ids, now)
+        if type(block_ids) is not list and type(block_ids) is not tuple:
+            block_ids = list(block_ids)  # the iterator below must know how far it got
         r = self._ref
         hashes = self._hash
-        push = self._free.append
+        free = self._free
+        push = free.append
         insert = self.policy.insert
         depth = self._depth
         last = self._last
-        done = released = 0
-        for b in block_ids:
+        n0 = len(free)  # released = free-list growth plus the blocks handed to the policy
+        kept = 0
+        it = iter(block_ids)
+        for b in it:
             c = r[b] - 1
             if c:
                 if c < 0:
-                    self._undo_release(block_ids[:done])
+                    self._undo_release(block_ids[:len(block_ids) - length_hint(it) - 1])
                     raise DoubleFreeError(f"block {b} on {self.device.value} freed twice")
             else:
-                released += 1
                 h = hashes[b]
                 if h is None:
                     push(b)
                 else:  # cached content stays findable until evicted (lazy eviction)
                     last[b] = now
                     insert(b, h, depth[b], now)
+                    kept += 1
             r[b] = c
-            done += 1
-        return released
+        return len(free) - n0 + kept
 
     def _unrelease(self, b: int) -> None:
         if self._hash[b] is None:
@@ -147,8 +167,10 @@ class CachedBlockAllocator(UncachedBlockAllocator):
     def lookup(self, h: bytes, tokens: Sequence[int] | None = None) -> int | None:
         """Which block caches ``h`` (no reference taken), or None. Lock-free dict read. With
         verify_hits and ``tokens`` given, the block's token ids must match too."""
+        if tokens is None:  # NOTE(speed): the common case first, one dict read
+            return self._cached.get(h)
         b = self._cached.get(h)
-        if b is not None and tokens is not None and self._tokens is not None:
+        if b is not None and self._tokens is not None:
             if self._tokens.get(b) != tuple(tokens):
                 return None  # a hash collision (or a forged hash): a miss, never wrong bytes
         return b
@@ -157,15 +179,9 @@ class CachedBlockAllocator(UncachedBlockAllocator):
                      token_ids: Sequence[int] | None = None) -> list[int]:
         """Blocks caching the leading run of ``hashes[:limit]`` (no reference taken). With
         verify_hits and ``token_ids`` (the whole prompt), every hit is checked against them."""
+        if self._tokens is None or token_ids is None:  # NOTE(speed): the common case, C-level
+            return list(takewhile(_NOT_NONE, map(self._cached.get, islice(hashes, limit))))
         out: list[int] = []
-        if self._tokens is None or token_ids is None:  # NOTE(speed): the common case
-            get = self._cached.get
-            for i in range(limit):
-                b = get(hashes[i])
-                if b is None:
-                    break
-                out.append(b)
-            return out
         bs = self.block_size
         for i in range(limit):
             b = self.lookup(hashes[i], token_ids[i * bs:(i + 1) * bs])
@@ -182,6 +198,18 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         self._ref[b] = r + k
         self.policy.on_hit(self._hash[b])
 
+    def acquire_blocks(self, block_ids: Sequence[int], k: int = 1) -> None:
+        """``acquire_block(b, k)`` for each listed block (a prompt's prefix hits), in order."""
+        r = self._ref
+        hashes = self._hash
+        remove, on_hit = self.policy.remove, self.policy.on_hit
+        for b in block_ids:
+            c = r[b]
+            if c == 0:
+                remove(b)
+            r[b] = c + k
+            on_hit(hashes[b])
+
     def register_block(self, b: int, h: bytes, depth: int,
                        tokens: Sequence[int] | None = None) -> int:
         """Index used block ``b`` (full, computed) under ``h``. If another block already caches
@@ -197,6 +225,22 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         if self._tokens is not None and tokens is not None:
             self._tokens[b] = tuple(tokens)
         return b
+
+    def register_run(self, blocks: Sequence[int], hashes: Sequence[bytes], lo: int,
+                     hi: int) -> None:
+        """``register_block(blocks[i], hashes[i], i)`` for ``lo <= i < hi`` (a table's newly
+        computed full blocks; depth is the index in the chain), without kept token ids."""
+        cached, hash_of, depth = self._cached, self._hash, self._depth
+        for i in range(lo, hi):
+            h = hashes[i]
+            if h in cached:
+                continue  # another block caches it: this one stays unhashed (a duplicate)
+            b = blocks[i]
+            if hash_of[b] is not None:
+                raise InvalidBlockError(f"block {b} is already cached under another hash")
+            cached[h] = b
+            hash_of[b] = h
+            depth[b] = i
 
     def move(self, src: int, dst: int) -> None:
         """Defrag commit: ``dst`` (reserved, ref 1) takes over ``src``'s identity. Lock held."""
@@ -223,13 +267,7 @@ class CachedBlockAllocator(UncachedBlockAllocator):
     # ---------------------------------------------------------------- self-locking API
     def prefix_hits(self, hashes: Sequence[bytes]) -> int:
         """Length of the leading run of ``hashes`` that are cached (no reference taken)."""
-        cached = self._cached
-        n = 0
-        for h in hashes:
-            if h not in cached:
-                break
-            n += 1
-        return n
+        return len(list(takewhile(self._cached.__contains__, hashes)))  # C-level scan
 
     def acquire(self, h: bytes) -> int | None:
         """A prefix hit: one reference on the block caching ``h``, or None on a miss."""

@@ -127,10 +127,9 @@ class BlockSpaceManager:
                 required = self.num_required_blocks(num_tokens)
                 capacity += required
                 need += required
-                if self.caching and hashes:  # hits on blocks in use cost nothing; hits on
-                    for b in self._hits(hashes, num_tokens):  # evictable ones cost a block
-                        if pool.ref_count(b) > 0:
-                            need -= 1
+                if self.caching and hashes:  # a hit on a block in use costs nothing; a hit
+                    # on an evictable block costs one, like a miss (it leaves the free set)
+                    need -= pool.count_used(self._hits(hashes, num_tokens))
             what = f"needs {capacity} blocks of {self.block_size} tokens, but"
         total, w = pool.num_blocks, self.watermark_blocks
         if total - capacity < w:
@@ -195,14 +194,13 @@ class BlockSpaceManager:
         verify = self.caching and pool.verify_hits  # type: ignore[attr-defined]
         hits = self._hits(hashes, n, r.token_ids if verify else None)
         need = self.num_required_blocks(n) - len(hits)
-        ref = pool.ref_count
-        revive = sum(1 for b in hits if ref(b) == 0)
+        revive = len(hits) - pool.count_used(hits)
         c = self.counters
         c.prefix_query_tokens += n if self.caching else 0
         if need > pool.num_free_blocks - revive:
             return None
-        for b in hits:
-            pool.acquire_block(b, nseq)  # type: ignore[attr-defined]
+        if hits:
+            pool.acquire_blocks(hits, nseq)  # type: ignore[attr-defined]
         new = pool.take(need, nseq)
         assert new is not None  # checked above
         blocks = hits + new

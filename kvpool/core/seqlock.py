@@ -12,8 +12,14 @@ Readers never take the lock::
     seqlock.version == v         # unchanged: the read saw all of a write or none of it
 
 One reusable object serves every ``with``: the nesting depth is kept on it, and it is only
-touched while the lock is held, so no per-entry state is needed (and no allocation per entry:
-the decode hot path enters once per token).
+touched while the lock is held, so no per-entry state is needed (and no allocation per entry).
+
+A write that readers can see as ONE store (atomic under the GIL, e.g. one counter) cannot be
+seen torn, so it needs the lock but not the odd phase: the writer holds ``lock`` (a C-level
+``with``, no Python frames) and calls ``single_store()`` after the store, which adds 2 (one
+completed write) unless the thread is already inside a section whose exit will count it.
+Readers then retry exactly as for a section. This is the decode hot path (one call per token),
+where the two Python-level frames of ``with seqlock:`` cost more than the work they guard.
 """
 
 from __future__ import annotations
@@ -53,6 +59,13 @@ class SeqLock:
         if not d:
             self.version += 1
         self._release()
+
+    def single_store(self) -> None:
+        """Count one completed write made of a single reader-visible store. Caller holds
+        ``lock``; inside a section (version odd, necessarily this thread's) it does nothing."""
+        v = self.version
+        if not v & 1:
+            self.version = v + 2
 
     def read(self, fn: Callable[[], T]) -> tuple[T, int]:
         """Run ``fn`` until it ran with no writer inside; returns its result and the (even)

@@ -32,9 +32,10 @@ class SlotWriter:
     def __init__(self, device: UncachedBlockAllocator, tables: dict[int, BlockTable],
                  counters: ManagerCounters, hasher: BlockHasher) -> None:
         self.device_pool = device
-        # NOTE(speed): append runs once per decoded token; fetch the pool's SeqLock and
-        # ref_count once instead of per call
+        # NOTE(speed): append runs once per decoded token; fetch the pool's SeqLock, its lock
+        # and ref_count once instead of per call
         self.writing = device.writing()
+        self.lock = self.writing.lock
         self.ref_count = device.ref_count
         self.tables = tables
         self.counters = counters
@@ -53,6 +54,10 @@ class SlotWriter:
             return
         pool = self.device_pool
         bs, blocks, hashes, toks = self.block_size, t.blocks, t.hashes, t.tokens
+        if toks is None:  # NOTE(speed): one call for the run (a prefill registers ~100s)
+            pool.register_run(blocks, hashes, i, upto)  # type: ignore[attr-defined]
+            t.num_registered = upto
+            return
         while i < upto:
             pool.register_block(blocks[i], hashes[i], i,
                                 toks[i * bs:(i + 1) * bs] if toks is not None else None)
@@ -87,7 +92,7 @@ class SlotWriter:
         Everything already in the table counts as computed from now on. Returns the
         copy-on-write ``(src, dst)`` block pairs the runtime must copy before writing, or None
         if the pool is short (nothing changes). (Hot path of decoding: one lock acquisition.)"""
-        with self.writing:
+        with self.lock:
             t = self.tables.get(seq_id)
             if t is None or t.device is not _DEVICE:
                 table_of(self.tables, seq_id)  # raises UnknownSequenceError
@@ -100,20 +105,23 @@ class SlotWriter:
                     and not shared and (not self.caching or t.num_registered == n0 // bs)):
                 # NOTE(fast-path): decode's common case (15 of 16 tokens at bs 16): one
                 # token into the sequence's own partial block, no copy, no new block, no
-                # block completed (so no hash), nothing left to register
+                # block completed (so no hash), nothing left to register. The only store
+                # lock-free readers see is used_slots: a single-store write (seqlock.py).
                 t.num_computed = n0
                 t.num_tokens = n0 + 1
                 t.version += 1
-                self.counters.used_slots += 1
                 if self.caching:
                     t.tail.append(token_ids[0])
+                self.counters.used_slots += 1
+                self.writing.single_store()
                 return []
-            need = (n0 + len(token_ids) + bs - 1) // bs - len(t.blocks)
-            if shared:
-                need += 1
-            if need > 0 and need > self.device_pool.num_free_blocks:
-                return None
-            return self._append_locked(t, token_ids)
+            with self.writing:
+                need = (n0 + len(token_ids) + bs - 1) // bs - len(t.blocks)
+                if shared:
+                    need += 1
+                if need > 0 and need > self.device_pool.num_free_blocks:
+                    return None
+                return self._append_locked(t, token_ids)
 
     def append_batch(
         self, items: Sequence[tuple[int, Sequence[int]]]

@@ -3,6 +3,7 @@ against a shadow model of reference counts."""
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -26,6 +27,28 @@ def test_seqlock_version_is_odd_exactly_inside_the_outermost_section(opens):
             depth -= 1
             completed += depth == 0
         assert (sl.version & 1) == (depth > 0)
+        assert sl.version == 2 * completed + (depth > 0)
+    while depth:
+        sl.__exit__(None, None, None)
+        depth -= 1
+
+
+@given(st.lists(st.sampled_from(["enter", "exit", "single"]), max_size=40))
+def test_seqlock_single_store_counts_one_write_only_outside_a_section(ops):
+    sl = SeqLock()
+    depth = completed = 0
+    for op in ops:
+        if op == "enter":
+            sl.__enter__()
+            depth += 1
+        elif op == "exit" and depth:
+            sl.__exit__(None, None, None)
+            depth -= 1
+            completed += depth == 0
+        elif op == "single":
+            with sl.lock:
+                sl.single_store()
+            completed += depth == 0  # inside a section the section's exit counts it
         assert sl.version == 2 * completed + (depth > 0)
     while depth:
         sl.__exit__(None, None, None)
@@ -138,3 +161,68 @@ class PoolAPI(RuleBasedStateMachine):
 
 TestPoolAPI = PoolAPI.TestCase
 TestPoolAPI.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(refs=st.lists(st.integers(0, 3), min_size=N, max_size=N),
+       hashed=st.lists(st.booleans(), min_size=N, max_size=N),
+       order=st.lists(st.integers(0, N - 1), max_size=3 * N),
+       kind=st.sampled_from(["list", "tuple", "iter"]), caching=st.booleans())
+def test_release_counts_or_rolls_back_exactly(refs, hashed, order, kind, caching):
+    """release() returns how many blocks left use; a double free anywhere in the list (also
+    of an id listed twice, also from a generator) leaves refs, free list and cache as they
+    were."""
+    from kvpool.core import UncachedBlockAllocator
+    from kvpool.errors import DoubleFreeError
+    cls = CachedBlockAllocator if caching else UncachedBlockAllocator
+    pool = cls(Device.DEVICE, N, 4)
+    ids = pool.allocate_many(N)
+    with pool.writing():
+        for b, k, h in zip(ids, refs, hashed):
+            if k > 1:
+                pool.share((b,), k - 1)
+            if caching and h:
+                pool.register_block(b, bytes([b]) * 32, 0)
+    pool.free_many([b for b, k in zip(ids, refs) if k == 0])
+    before = ([pool.ref_count(b) for b in range(N)], sorted(pool.free_ids()),
+              pool.num_evictable, pool.num_cached)
+    shadow = before[0][:]
+    ok, released = True, 0
+    for b in order:
+        shadow[b] -= 1
+        if shadow[b] < 0:
+            ok = False
+            break
+        released += shadow[b] == 0
+    arg = {"list": list, "tuple": tuple, "iter": iter}[kind](order)
+    with pool.writing():
+        if ok:
+            assert pool.release(arg) == released
+        else:
+            with pytest.raises(DoubleFreeError):
+                pool.release(arg)
+            after = ([pool.ref_count(b) for b in range(N)], sorted(pool.free_ids()),
+                     pool.num_evictable, pool.num_cached)
+            assert after == before
+    pool.check_invariants()
+
+
+@settings(max_examples=150, deadline=None)
+@given(cached=st.lists(st.booleans(), min_size=N, max_size=N),
+       query=st.lists(st.integers(0, N + 3), max_size=2 * N), limit=st.integers(0, 2 * N))
+def test_leading_and_prefix_hits_are_the_leading_cached_run(cached, query, limit):
+    pool = CachedBlockAllocator(Device.DEVICE, N, 4)
+    ids = pool.allocate_many(N)
+    key = {i: bytes([i]) * 32 for i in range(N + 4)}  # ids >= N are never cached
+    with pool.writing():
+        for b, c in zip(ids, cached):
+            if c:
+                pool.register_block(b, key[b], 0)
+    hashes = [key[i] for i in query]
+    run = []
+    for i in query:
+        if i >= N or not cached[i]:
+            break
+        run.append(i)
+    assert pool.prefix_hits(hashes) == len(run)
+    assert pool.leading_hits(hashes, limit) == run[:limit]
