@@ -100,14 +100,14 @@ def _run(coro):
         return asyncio.run(coro)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.async_pool", description=__doc__.split("\n")[0])
     ap.add_argument("--json")
     ap.add_argument("--coroutines", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--duty", type=float, default=0.2)
     add_timing_args(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     timing = timing_from_args(args)
     n = 2_000 if timing.quick else args.coroutines
     res = {"machine": machine(), "timing": timing_info(timing), "coroutines": n,

@@ -177,11 +177,11 @@ def bench_overlap(timing: Timing, steps: int, num_seqs: int = 32, context: int =
             "bytes_per_block": storage.bytes_per_block}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.copy", description=__doc__.split("\n")[0])
     ap.add_argument("--json")
     add_timing_args(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     timing = timing_from_args(args)
     res: dict = {"machine": machine(), "timing": timing_info(timing)}
 

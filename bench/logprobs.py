@@ -69,11 +69,11 @@ class DecodeLoop:
         return {"seconds": dt, "steps_per_s": steps / dt}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.logprobs", description=__doc__.split("\n")[0])
     ap.add_argument("--json")
     add_timing_args(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     timing: Timing = timing_from_args(args)
     torch.set_num_threads(1)  # the tiny model: OpenMP fork/join costs more than it saves
     steps = 5 if timing.quick else 20

@@ -280,7 +280,7 @@ def summarize(traces: dict, policies: list[str], baselines: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.policies", description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--json", default=None)
     ap.add_argument("--capacities", type=int, nargs="+", default=list(CAPACITIES))

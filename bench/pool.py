@@ -219,12 +219,12 @@ def _group(timing: Timing, **workloads) -> dict[str, list[dict]]:
     return alternate({k: fn for k, fn in workloads.items() if fn is not None}, timing)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.pool", description=__doc__.split("\n")[0])
     ap.add_argument("--json")
     ap.add_argument("--no-anchors", action="store_true")
     add_timing_args(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     timing = timing_from_args(args)
     k = 0.25 if timing.quick else 1.0
     steps, rounds = int(400 * k), int(400 * k)

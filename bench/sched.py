@@ -122,7 +122,7 @@ def bench_mixed(num_seqs: int, steps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.sched", description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
     add_timing_args(ap)
     args = ap.parse_args(argv)

@@ -147,14 +147,14 @@ def run_scrape(num_seqs: int, timing, samples: int = 200) -> list[dict]:
     return asyncio.run(main())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__.split("\n")[0])
     ap.add_argument("--json")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--hf-batch", type=int, default=16)
     ap.add_argument("--scrape-seqs", type=int, default=1000)
     add_timing_args(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     timing = timing_from_args(args)
     torch.set_num_threads(1)
     quick = timing.quick
