@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from kvpool.outfile import write_text
+
 SHARED = Path(os.environ.get("KVPOOL_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 
 DEFAULT_REPEATS = 5
@@ -272,7 +274,5 @@ def print_stats(res: dict, keys: list[str] | None = None) -> None:
 
 def write_json(path: str | None, data: dict) -> None:
     if path:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)  # --json out/x.json makes out/
-        p.write_text(json.dumps(data, indent=1, sort_keys=True))
+        write_text(path, json.dumps(data, indent=1, sort_keys=True))  # out/x.json makes out/
         print(f"wrote {path}")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -28,6 +27,7 @@ import time
 
 import redis.asyncio as aioredis
 
+from bench.common import write_json
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
 from tests.remote.redis_server import RedisServer
 
@@ -157,9 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"64-key probe: Lua p50 {p['lua_p50_ms']:.3f} ms p99 {p['lua_p99_ms']:.3f} ms; "
           f"64 pipelined EXISTS p50 {p['exists_pipelined_p50_ms']:.3f} ms "
           f"p99 {p['exists_pipelined_p99_ms']:.3f} ms")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    write_json(args.json, result)
     return 0
 
 

@@ -126,3 +126,14 @@ def test_report_verdict_and_percentiles():
     assert [f.split()[0] for f in rep.failures()] == ["leaks", "by_kind"]
     assert percentile([], 50) is None
     assert percentile(range(1, 101), 99) == 99 and percentile([5.0], 50) == 5.0
+
+
+def test_report_files_create_their_folders(tmp_path):
+    rep = StressReport("x", {"seed": 1})
+    rep.set("leaks", 0, must_be_zero=True)
+    rep.sample("usage:device", 0.0, 0.5)
+    rep.sample("usage:device", 1.0, 0.25)
+    rep.write_json(tmp_path / "out" / "deep" / "r.json")
+    assert json.loads((tmp_path / "out" / "deep" / "r.json").read_text())["ok"] is True
+    rep.plot(tmp_path / "plots" / "r.png")
+    assert (tmp_path / "plots" / "r.png").read_bytes()[:4] == b"\x89PNG"
