@@ -31,6 +31,8 @@ from types import ModuleType
 from kvpool.outfile import write_text
 
 SHARED = Path(os.environ.get("KVPOOL_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+# the Mooncake conversation trace (Apache-2.0) ships in the repo, so a fresh clone replays it
+TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
 
 DEFAULT_REPEATS = 5
 DEFAULT_MIN_SECONDS = 0.3

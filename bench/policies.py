@@ -38,11 +38,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.baselines import BASELINES, replay
-from bench.common import SHARED, machine, write_json
+from bench.common import TRACE, machine, write_json
 from kvpool.core.eviction import POLICIES, make_policy, simulate
 
 CAPACITIES = (1000, 4000, 16000, 64000)
-DEFAULT_TRACE = SHARED / "traces" / "mooncake_conversation_trace.jsonl"
+DEFAULT_TRACE = TRACE
 Trace = list[list[int]]
 
 

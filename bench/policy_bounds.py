@@ -24,7 +24,7 @@ import argparse
 from collections import OrderedDict
 from pathlib import Path
 
-from bench.common import SHARED, machine, write_json
+from bench.common import TRACE, machine, write_json
 from bench.policies import Trace, load_trace, opt_hit_rate
 
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m bench.policy_bounds", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", type=Path,
-                   default=SHARED / "traces" / "mooncake_conversation_trace.jsonl")
+                   default=TRACE)
     p.add_argument("--capacities", type=int, nargs="+", default=[1000, 4000, 16000, 64000])
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)

@@ -44,10 +44,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.common import SHARED, machine, write_json
+from bench.common import TRACE, machine, write_json
 from kvpool.router.scoring import LoadGuard, choose
 
-DEFAULT_TRACE = SHARED / "traces" / "mooncake_conversation_trace.jsonl"
+DEFAULT_TRACE = TRACE
 ROUTINGS = ("round_robin", "random", "least_loaded", "prefix_aware")
 WRITE_POLICIES = ("off", "write_through", "write_through_selective", "write_back")
 BLOCK_TOKENS = 512
