@@ -1,5 +1,5 @@
 """Fixtures for the stress tests: in-process servers on 127.0.0.1 (the real engine and app in a
-background thread, see stress/servers.py) whose teardown checks that nothing leaked, and an
+background thread, see stress/http/servers.py) whose teardown checks that nothing leaked, and an
 engine factory for the engine-level fault tests."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kvpool.runtime.engine_config import EngineConfig
-from stress.servers import InProcessServer
+from stress.http.servers import InProcessServer
 
 SMALL = dict(block_size=16, num_device_blocks=64, num_host_blocks=64, max_model_len=256,
              max_num_seqs=16, max_queue=256, max_n=4, max_tokens_limit=64, max_stop=4, seed=0)
