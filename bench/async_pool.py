@@ -18,14 +18,13 @@ the median of per-round ratios, with KEY.min / KEY.max in the JSON. Never pass/f
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import threading
 import time
 
-from bench.common import (add_timing_args, alternate, machine, print_stats, put, put_runs,
-                          ratio_stat, timing_from_args, timing_info, write_json)
+from bench.common import (alternate, bench_parser, machine, print_stats, put, put_runs, ratio_stat,
+                          timing_from_args, timing_info, write_json)
 from bench.lock_fronts import PerCallLockFront
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
@@ -101,12 +100,10 @@ def _run(coro):
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.async_pool", description=__doc__.split("\n")[0])
-    ap.add_argument("--json")
+    ap = bench_parser("async_pool", __doc__)
     ap.add_argument("--coroutines", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--duty", type=float, default=0.2)
-    add_timing_args(ap)
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
     n = 2_000 if timing.quick else args.coroutines

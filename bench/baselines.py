@@ -4,8 +4,9 @@ Each baseline is keyed by hash id (it never sees block ids) and has one call, ``
 ``h`` is used now and is cached afterwards, evicting as needed; ``h in cache`` tells whether it
 is cached. ``replay`` drives one through the product's instant-replay loop
 (``kvpool.core.eviction.replay``, the loop ``simulate`` runs): a request hits the leading run
-of its cached ids, then its ids are accessed tail first. Every id a request uses enters the cache (its block is in use, so
-an admission filter can only choose what leaves, never refuse what arrives).
+of its cached ids, then its ids are accessed tail first. Every id a request uses enters the
+cache (its block is in use, so an admission filter can only choose what leaves, never refuse
+what arrives).
 
 Written from the papers' descriptions, sized with the papers' defaults:
 

@@ -32,7 +32,8 @@ from kvpool.outfile import write_text
 
 SHARED = Path(os.environ.get("KVPOOL_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 # the Mooncake conversation trace (Apache-2.0) ships in the repo, so a fresh clone replays it
-TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+TRACE = (Path(__file__).resolve().parents[1] / "data" / "traces"
+         / "mooncake_conversation_trace.jsonl")
 
 DEFAULT_REPEATS = 5
 DEFAULT_MIN_SECONDS = 0.3
@@ -87,6 +88,18 @@ def add_timing_args(ap: argparse.ArgumentParser) -> None:
                          f"{QUICK_MIN_SECONDS} with --quick)")
     ap.add_argument("--quick", action="store_true",
                     help="smaller workloads and fewer, shorter runs (smoke test)")
+
+
+def bench_parser(name: str, doc: str | None, *, timing: bool = True) -> argparse.ArgumentParser:
+    """``python -m bench.NAME``'s parser: its docstring's first line, ``--json PATH`` (its
+    folder created) and, unless ``timing=False``, the timing flags."""
+    ap = argparse.ArgumentParser(prog=f"python -m bench.{name}",
+                                 description=(doc or "").strip().split("\n")[0])
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="write the figures here as JSON (its folder is created)")
+    if timing:
+        add_timing_args(ap)
+    return ap
 
 
 def timing_from_args(args: argparse.Namespace) -> Timing:

@@ -22,7 +22,6 @@ carries KEY.min / KEY.max. Never pass/fail.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import random
 import threading
@@ -30,7 +29,7 @@ import time
 
 import torch
 
-from bench.common import (Stat, Timing, add_timing_args, alternate, machine, print_stats, put,
+from bench.common import (Stat, Timing, alternate, bench_parser, machine, print_stats, put,
                           ratio_stat, stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.copy_engine import CopyEngine
 from kvpool.runtime.kv_storage import KVStorage
@@ -178,9 +177,7 @@ def bench_overlap(timing: Timing, steps: int, num_seqs: int = 32, context: int =
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.copy", description=__doc__.split("\n")[0])
-    ap.add_argument("--json")
-    add_timing_args(ap)
+    ap = bench_parser("copy", __doc__)
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
     res: dict = {"machine": machine(), "timing": timing_info(timing)}

@@ -17,13 +17,12 @@ tensor, a TokenLogprob per sequence) weigh more than they would beside a real mo
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 
-from bench.common import (Timing, add_timing_args, alternate, machine, print_stats, put,
-                          ratio_stat, stat, timing_from_args, timing_info, write_json)
+from bench.common import (Timing, alternate, bench_parser, machine, print_stats, put, ratio_stat,
+                          stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
@@ -70,9 +69,7 @@ class DecodeLoop:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.logprobs", description=__doc__.split("\n")[0])
-    ap.add_argument("--json")
-    add_timing_args(ap)
+    ap = bench_parser("logprobs", __doc__)
     args = ap.parse_args(argv)
     timing: Timing = timing_from_args(args)
     torch.set_num_threads(1)  # the tiny model: OpenMP fork/join costs more than it saves

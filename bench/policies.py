@@ -25,7 +25,6 @@ never written to disk), each shaped to stress a different assumption:
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import gc
 import heapq
@@ -38,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.baselines import BASELINES, replay
-from bench.common import TRACE, machine, write_json
+from bench.common import TRACE, bench_parser, machine, write_json
 from kvpool.core.eviction import POLICIES, make_policy, simulate
 
 CAPACITIES = (1000, 4000, 16000, 64000)
@@ -280,9 +279,8 @@ def summarize(traces: dict, policies: list[str], baselines: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.policies", description=__doc__.splitlines()[0])
+    ap = bench_parser("policies", __doc__, timing=False)
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    ap.add_argument("--json", default=None)
     ap.add_argument("--capacities", type=int, nargs="+", default=list(CAPACITIES))
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES),

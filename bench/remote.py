@@ -18,7 +18,6 @@ path, which is later work.)
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -27,7 +26,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from bench.common import write_json
+from bench.common import bench_parser, write_json
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
 from tests.remote.redis_server import RedisServer
 
@@ -134,8 +133,7 @@ async def _probe(url: str, rounds: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.remote", description=__doc__.splitlines()[0])
-    ap.add_argument("--json", default=None)
+    ap = bench_parser("remote", __doc__, timing=False)
     ap.add_argument("--quick", action="store_true", help="fewer bytes and probe rounds")
     args = ap.parse_args(argv)
     total = (32 if args.quick else 128) << 20

@@ -24,7 +24,6 @@ pass/fail.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import statistics
@@ -33,8 +32,8 @@ import time
 
 import torch
 
-from bench.common import (add_timing_args, alternate, ameasure, machine, print_stats, put,
-                          put_runs, ratio_stat, timing_from_args, timing_info, write_json)
+from bench.common import (alternate, ameasure, bench_parser, machine, print_stats, put, put_runs,
+                          ratio_stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.engine import AsyncEngine
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
@@ -148,12 +147,10 @@ def run_scrape(num_seqs: int, timing, samples: int = 200) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__.split("\n")[0])
-    ap.add_argument("--json")
+    ap = bench_parser("serve", __doc__)
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--hf-batch", type=int, default=16)
     ap.add_argument("--scrape-seqs", type=int, default=1000)
-    add_timing_args(ap)
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
     torch.set_num_threads(1)
