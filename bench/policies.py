@@ -39,6 +39,7 @@ from pathlib import Path
 from bench.baselines import BASELINES, replay
 from bench.common import TRACE, bench_parser, machine, write_json
 from kvpool.core.eviction import POLICIES, make_policy, simulate
+from kvpool.core.eviction.replay import leading_run
 
 CAPACITIES = (1000, 4000, 16000, 64000)
 DEFAULT_TRACE = TRACE
@@ -143,11 +144,8 @@ def opt_hit_rate(reqs: Trace, cap: int) -> float:
     cached: dict[int, float] = {}  # hash id -> its next use
     heap: list[tuple[float, int]] = []  # (-next use, hash id), lazily invalidated
     hits = total = 0
-    for ids in reqs:
-        k = 0
-        while k < len(ids) and ids[k] in cached:
-            k += 1
-        hits += k
+    for ids in reqs:  # head first, as trace_hits.py (not the replay loop's tail-first order)
+        hits += leading_run(ids, cached)
         total += len(ids)
         for h in ids:
             u = uses[h]

@@ -166,3 +166,9 @@ def test_report_files_create_their_folders(tmp_path):
     assert json.loads((tmp_path / "out" / "deep" / "r.json").read_text())["ok"] is True
     rep.plot(tmp_path / "plots" / "r.png")
     assert (tmp_path / "plots" / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_shared_fixture_runs_this_folder_on_one_torch_thread():
+    import torch  # the conftest imports tests.torch_threads.one_torch_thread (autouse)
+
+    assert torch.get_num_threads() == 1

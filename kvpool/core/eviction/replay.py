@@ -14,12 +14,12 @@ ids is touched. ``touch`` is called with ``depth == n - 1`` first for every requ
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Protocol
 
 from kvpool.core.eviction.base import EvictionPolicy
 
-__all__ = ["PolicyCache", "ReplayCache", "replay", "simulate"]
+__all__ = ["PolicyCache", "ReplayCache", "leading_run", "replay", "simulate"]
 
 
 class ReplayCache(Protocol):
@@ -28,16 +28,22 @@ class ReplayCache(Protocol):
     def touch(self, h: int, depth: int, n: int) -> None: ...
 
 
+def leading_run(ids: Sequence[int], cached: Container[int]) -> int:
+    """How many of ``ids``, from the first, are in ``cached``: a request's prefix hits."""
+    n = len(ids)
+    k = 0
+    while k < n and ids[k] in cached:
+        k += 1
+    return k
+
+
 def replay(requests: Iterable[Sequence[int]], cache: ReplayCache) -> tuple[int, int]:
     """(hits, blocks) of ``requests`` replayed through ``cache`` (see the module docstring)."""
     touch = cache.touch
     hits = blocks = 0
     for ids in requests:
         n = len(ids)
-        k = 0
-        while k < n and ids[k] in cache:
-            k += 1
-        hits += k
+        hits += leading_run(ids, cache)
         blocks += n
         for d in range(n - 1, -1, -1):
             touch(ids[d], d, n)
