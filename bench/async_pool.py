@@ -23,7 +23,7 @@ import random
 import threading
 import time
 
-from bench.common import (alternate, bench_parser, machine, print_stats, put, put_runs, ratio_stat,
+from bench.common import (alternate, bench_parser, machine, print_runs, put, put_runs, ratio_stat,
                           timing_from_args, timing_info, write_json)
 from bench.lock_fronts import PerCallLockFront
 from kvpool.config import CacheConfig
@@ -131,9 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         put_runs(res, idle["per_call_trylock"], {"idle.per_call_trylock.ops_per_s": "ops_per_s"})
         put(res, "idle.ratio_vs_trylock", ratio_stat(idle["batched"], "ops_per_s",
                                                      idle["per_call_trylock"], "ops_per_s"))
-    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, the fronts "
-          f"alternating; ratio = median of per-round ratios")
-    print_stats(res)
+    print_runs(res, timing, "the fronts")
     write_json(args.json, res)
 
 

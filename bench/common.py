@@ -271,6 +271,15 @@ def print_table(rows: list[tuple[str, Stat | None, Stat | None, Stat | None, str
               f"{fmt_stat(ratio, '.2f'):>18s}  {name}")
 
 
+def print_runs(res: dict, timing: Timing, alternating: str, keys: list[str] | None = None,
+               note: str = "ratio = median of per-round ratios") -> None:
+    """The closing table of an alternating benchmark: how many runs of how long, which sides
+    alternated, then ``print_stats(res, keys)``."""
+    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, {alternating} "
+          f"alternating; {note}")
+    print_stats(res, keys)
+
+
 def print_stats(res: dict, keys: list[str] | None = None) -> None:
     """A table of KEY: median [KEY.min-KEY.max] for figures without a baseline column (all
     keys that have a KEY.min when ``keys`` is None)."""

@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from bench.common import (Timing, alternate, bench_parser, machine, print_stats, put, ratio_stat,
+from bench.common import (Timing, alternate, bench_parser, machine, print_runs, put, ratio_stat,
                           stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
@@ -87,9 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     put(res, "step.ratio", ratio_stat(runs["plain"], "steps_per_s", runs["logprobs"],
                                       "steps_per_s"))
     res.update({"seqs": NUM_SEQS, "top_logprobs": TOP_K, "vocab": 512})
-    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, with and without "
-          f"logprobs alternating; {NUM_SEQS} decoding sequences, top_logprobs={TOP_K}")
-    print_stats(res, ["step.ms_plain", "step.ms_logprobs", "step.ratio"])
+    print_runs(res, timing, "with and without logprobs",
+               ["step.ms_plain", "step.ms_logprobs", "step.ratio"],
+               note=f"{NUM_SEQS} decoding sequences, top_logprobs={TOP_K}")
     write_json(args.json, res)
     for loop in loops.values():
         loop.core.close()

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from bench.common import (alternate, ameasure, bench_parser, machine, print_stats, put, put_runs,
+from bench.common import (alternate, ameasure, bench_parser, machine, print_runs, put, put_runs,
                           ratio_stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.engine import AsyncEngine
 from kvpool.runtime.engine_config import EngineConfig
@@ -174,9 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     put_runs(res, [{"s": r["seconds"] / r["calls"]} for r in hfr], {"hf.seconds": "s"})
     sc = run_scrape(100 if quick else args.scrape_seqs, timing, samples=20 if quick else 200)
     put_runs(res, sc, {f"scrape.{k}": k for k in ("live_seqs", "p50_ms", "p99_ms", "max_ms")})
-    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, engine and "
-          f"transformers alternating; ratio = median of per-round ratios")
-    print_stats(res)
+    print_runs(res, timing, "engine and transformers")
     write_json(args.json, res)
 
 
