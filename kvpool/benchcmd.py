@@ -10,7 +10,7 @@ import argparse
 import importlib
 
 BENCHES = ("pool", "copy", "serve", "async_pool", "sched", "policies", "policy_bounds",
-           "logprobs", "structured", "remote", "route")
+           "logprobs", "structured", "route")  # bench.remote needs tests/ (a checkout)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
