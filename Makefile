@@ -13,7 +13,6 @@ serve:
 	$(PY) -m kvpool serve
 
 bench:
-	mkdir -p out
 	$(PY) -m bench.pool --json out/pool.json
 	$(PY) -m bench.copy --json out/copy.json
 	$(PY) -m bench.serve --json out/serve.json
@@ -22,8 +21,7 @@ bench:
 	$(PY) -m bench.policies --json out/policies.json
 
 replay:
-	mkdir -p out
-	$(PY) -m kvpool replay ../shared/traces/mooncake_conversation_trace.jsonl --instant \
+	$(PY) -m kvpool replay data/traces/mooncake_conversation_trace.jsonl --instant \
 	    --policy lru --capacity-blocks 4000 --json out/replay.json
 
 stress:

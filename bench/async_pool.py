@@ -18,14 +18,13 @@ the median of per-round ratios, with KEY.min / KEY.max in the JSON. Never pass/f
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import threading
 import time
 
-from bench.common import (add_timing_args, alternate, machine, print_stats, put, put_runs,
-                          ratio_stat, timing_from_args, timing_info, write_json)
+from bench.common import (alternate, bench_parser, machine, print_runs, put, put_runs, ratio_stat,
+                          timing_from_args, timing_info, write_json)
 from bench.lock_fronts import PerCallLockFront
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
@@ -100,14 +99,12 @@ def _run(coro):
         return asyncio.run(coro)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json")
+def main(argv: list[str] | None = None) -> None:
+    ap = bench_parser("async_pool", __doc__)
     ap.add_argument("--coroutines", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--duty", type=float, default=0.2)
-    add_timing_args(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     timing = timing_from_args(args)
     n = 2_000 if timing.quick else args.coroutines
     res = {"machine": machine(), "timing": timing_info(timing), "coroutines": n,
@@ -134,9 +131,7 @@ def main() -> None:
         put_runs(res, idle["per_call_trylock"], {"idle.per_call_trylock.ops_per_s": "ops_per_s"})
         put(res, "idle.ratio_vs_trylock", ratio_stat(idle["batched"], "ops_per_s",
                                                      idle["per_call_trylock"], "ops_per_s"))
-    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, the fronts "
-          f"alternating; ratio = median of per-round ratios")
-    print_stats(res)
+    print_runs(res, timing, "the fronts")
     write_json(args.json, res)
 
 

@@ -2,10 +2,11 @@
 
 Each baseline is keyed by hash id (it never sees block ids) and has one call, ``access(h)``:
 ``h`` is used now and is cached afterwards, evicting as needed; ``h in cache`` tells whether it
-is cached. ``replay`` drives one with the instant-replay semantics of
-``kvpool.core.eviction.simulate``: a request hits the leading run of its cached ids, then its
-ids are accessed tail first. Every id a request uses enters the cache (its block is in use, so
-an admission filter can only choose what leaves, never refuse what arrives).
+is cached. ``replay`` drives one through the product's instant-replay loop
+(``kvpool.core.eviction.replay``, the loop ``simulate`` runs): a request hits the leading run
+of its cached ids, then its ids are accessed tail first. Every id a request uses enters the
+cache (its block is in use, so an admission filter can only choose what leaves, never refuse
+what arrives).
 
 Written from the papers' descriptions, sized with the papers' defaults:
 
@@ -23,6 +24,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+from kvpool.core.eviction.replay import replay as replay_loop
+
 
 class Baseline:
     """A hash-keyed cache of ``capacity`` ids (subclasses keep ``len(self) <= capacity``)."""
@@ -37,6 +40,10 @@ class Baseline:
     def access(self, h: int) -> None:
         raise NotImplementedError
 
+    def touch(self, h: int, depth: int, n: int) -> None:
+        """The replay loop's call: a baseline sees only the id (no depth, no block)."""
+        self.access(h)
+
     def __contains__(self, h: int) -> bool:
         raise NotImplementedError
 
@@ -45,19 +52,8 @@ class Baseline:
 
 
 def replay(requests: Iterable[Sequence[int]], cache: Baseline) -> tuple[int, int]:
-    """(hits, blocks) of ``requests`` through ``cache``; the semantics of ``simulate``."""
-    hits = blocks = 0
-    access = cache.access
-    for ids in requests:
-        n = len(ids)
-        k = 0
-        while k < n and ids[k] in cache:
-            k += 1
-        hits += k
-        blocks += n
-        for d in range(n - 1, -1, -1):
-            access(ids[d])
-    return hits, blocks
+    """(hits, blocks) of ``requests`` through ``cache``: the product's loop, as ``simulate``."""
+    return replay_loop(requests, cache)
 
 
 class LRU(Baseline):

@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from kvpool.outfile import write_text
+
 SHARED = Path(os.environ.get("KVPOOL_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+# the Mooncake conversation trace (Apache-2.0) ships in the repo, so a fresh clone replays it
+TRACE = (Path(__file__).resolve().parents[1] / "data" / "traces"
+         / "mooncake_conversation_trace.jsonl")
 
 DEFAULT_REPEATS = 5
 DEFAULT_MIN_SECONDS = 0.3
@@ -83,6 +88,18 @@ def add_timing_args(ap: argparse.ArgumentParser) -> None:
                          f"{QUICK_MIN_SECONDS} with --quick)")
     ap.add_argument("--quick", action="store_true",
                     help="smaller workloads and fewer, shorter runs (smoke test)")
+
+
+def bench_parser(name: str, doc: str | None, *, timing: bool = True) -> argparse.ArgumentParser:
+    """``python -m bench.NAME``'s parser: its docstring's first line, ``--json PATH`` (its
+    folder created) and, unless ``timing=False``, the timing flags."""
+    ap = argparse.ArgumentParser(prog=f"python -m bench.{name}",
+                                 description=(doc or "").strip().split("\n")[0])
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="write the figures here as JSON (its folder is created)")
+    if timing:
+        add_timing_args(ap)
+    return ap
 
 
 def timing_from_args(args: argparse.Namespace) -> Timing:
@@ -265,6 +282,15 @@ def print_table(rows: list[tuple[str, Stat | None, Stat | None, Stat | None, str
               f"{fmt_stat(ratio, '.2f'):>18s}  {name}")
 
 
+def print_runs(res: dict, timing: Timing, alternating: str, keys: list[str] | None = None,
+               note: str = "ratio = median of per-round ratios") -> None:
+    """The closing table of an alternating benchmark: how many runs of how long, which sides
+    alternated, then ``print_stats(res, keys)``."""
+    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, {alternating} "
+          f"alternating; {note}")
+    print_stats(res, keys)
+
+
 def print_stats(res: dict, keys: list[str] | None = None) -> None:
     """A table of KEY: median [KEY.min-KEY.max] for figures without a baseline column (all
     keys that have a KEY.min when ``keys`` is None)."""
@@ -283,7 +309,5 @@ def print_stats(res: dict, keys: list[str] | None = None) -> None:
 
 def write_json(path: str | None, data: dict) -> None:
     if path:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)  # --json out/x.json makes out/
-        p.write_text(json.dumps(data, indent=1, sort_keys=True))
+        write_text(path, json.dumps(data, indent=1, sort_keys=True))  # out/x.json makes out/
         print(f"wrote {path}")

@@ -22,7 +22,6 @@ carries KEY.min / KEY.max. Never pass/fail.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import random
 import threading
@@ -30,7 +29,7 @@ import time
 
 import torch
 
-from bench.common import (Stat, Timing, add_timing_args, alternate, machine, print_stats, put,
+from bench.common import (Stat, Timing, alternate, bench_parser, machine, print_runs, put,
                           ratio_stat, stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.copy_engine import CopyEngine
 from kvpool.runtime.kv_storage import KVStorage
@@ -177,11 +176,9 @@ def bench_overlap(timing: Timing, steps: int, num_seqs: int = 32, context: int =
             "bytes_per_block": storage.bytes_per_block}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json")
-    add_timing_args(ap)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    ap = bench_parser("copy", __doc__)
+    args = ap.parse_args(argv)
     timing = timing_from_args(args)
     res: dict = {"machine": machine(), "timing": timing_info(timing)}
 
@@ -209,13 +206,11 @@ def main() -> None:
     put(res, "overlap.step_slowdown_nice10", ov["step_slowdown"])
     put(res, "overlap.swap_gbps_during_nice10", ov["swap_gbps_during"])
 
-    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, engine and copy_ "
-          f"(copies on and off) alternating; ratio = median of per-round ratios")
-    print_stats(res, ["swap.gbps", "swap.memcpy_gbps", "swap.ratio", "defrag.gbps",
-                      "defrag.memcpy_gbps", "defrag.ratio", "overlap.step_slowdown",
-                      "overlap.step_seconds", "overlap.step_seconds_with_swap",
-                      "overlap.swap_gbps_during", "overlap.step_slowdown_nice10",
-                      "overlap.swap_gbps_during_nice10"])
+    print_runs(res, timing, "engine and copy_ (copies on and off)", [
+        "swap.gbps", "swap.memcpy_gbps", "swap.ratio", "defrag.gbps", "defrag.memcpy_gbps",
+        "defrag.ratio", "overlap.step_slowdown", "overlap.step_seconds",
+        "overlap.step_seconds_with_swap", "overlap.swap_gbps_during",
+        "overlap.step_slowdown_nice10", "overlap.swap_gbps_during_nice10"])
     print(f"({NUM_BLOCKS} blocks of 256 KiB = 64 MiB per batch; backend {backend}; overlap: "
           f"tiny model, 32 decodes, {ov['bytes_per_block'] // 1024} KiB blocks)")
     write_json(args.json, res)

@@ -17,13 +17,12 @@ tensor, a TokenLogprob per sequence) weigh more than they would beside a real mo
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 
-from bench.common import (Timing, add_timing_args, alternate, machine, print_stats, put,
-                          ratio_stat, stat, timing_from_args, timing_info, write_json)
+from bench.common import (Timing, alternate, bench_parser, machine, print_runs, put, ratio_stat,
+                          stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
@@ -69,11 +68,9 @@ class DecodeLoop:
         return {"seconds": dt, "steps_per_s": steps / dt}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json")
-    add_timing_args(ap)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    ap = bench_parser("logprobs", __doc__)
+    args = ap.parse_args(argv)
     timing: Timing = timing_from_args(args)
     torch.set_num_threads(1)  # the tiny model: OpenMP fork/join costs more than it saves
     steps = 5 if timing.quick else 20
@@ -90,9 +87,9 @@ def main() -> None:
     put(res, "step.ratio", ratio_stat(runs["plain"], "steps_per_s", runs["logprobs"],
                                       "steps_per_s"))
     res.update({"seqs": NUM_SEQS, "top_logprobs": TOP_K, "vocab": 512})
-    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, with and without "
-          f"logprobs alternating; {NUM_SEQS} decoding sequences, top_logprobs={TOP_K}")
-    print_stats(res, ["step.ms_plain", "step.ms_logprobs", "step.ratio"])
+    print_runs(res, timing, "with and without logprobs",
+               ["step.ms_plain", "step.ms_logprobs", "step.ratio"],
+               note=f"{NUM_SEQS} decoding sequences, top_logprobs={TOP_K}")
     write_json(args.json, res)
     for loop in loops.values():
         loop.core.close()

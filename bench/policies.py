@@ -25,7 +25,6 @@ never written to disk), each shaped to stress a different assumption:
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import gc
 import heapq
@@ -38,11 +37,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.baselines import BASELINES, replay
-from bench.common import SHARED, machine, write_json
+from bench.common import TRACE, bench_parser, machine, write_json
 from kvpool.core.eviction import POLICIES, make_policy, simulate
+from kvpool.core.eviction.replay import leading_run
 
 CAPACITIES = (1000, 4000, 16000, 64000)
-DEFAULT_TRACE = SHARED / "traces" / "mooncake_conversation_trace.jsonl"
+DEFAULT_TRACE = TRACE
 Trace = list[list[int]]
 
 
@@ -144,11 +144,8 @@ def opt_hit_rate(reqs: Trace, cap: int) -> float:
     cached: dict[int, float] = {}  # hash id -> its next use
     heap: list[tuple[float, int]] = []  # (-next use, hash id), lazily invalidated
     hits = total = 0
-    for ids in reqs:
-        k = 0
-        while k < len(ids) and ids[k] in cached:
-            k += 1
-        hits += k
+    for ids in reqs:  # head first, as trace_hits.py (not the replay loop's tail-first order)
+        hits += leading_run(ids, cached)
         total += len(ids)
         for h in ids:
             u = uses[h]
@@ -280,9 +277,8 @@ def summarize(traces: dict, policies: list[str], baselines: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = bench_parser("policies", __doc__, timing=False)
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    ap.add_argument("--json", default=None)
     ap.add_argument("--capacities", type=int, nargs="+", default=list(CAPACITIES))
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES),

@@ -24,8 +24,9 @@ import argparse
 from collections import OrderedDict
 from pathlib import Path
 
-from bench.common import SHARED, machine, write_json
+from bench.common import TRACE, machine, write_json
 from bench.policies import Trace, load_trace, opt_hit_rate
+from kvpool.core.eviction.replay import replay
 
 
 def conversation_key(ids: list[int], i: int) -> tuple[int, int]:
@@ -44,38 +45,50 @@ def returns(reqs: Trace) -> list[bool]:
     return out
 
 
+class ReturnOracle:
+    """The two-queue cache of the return oracle (module docstring), driven by the product's
+    replay loop. ``back[i]``: request i's conversation comes back. A request's first touch is
+    its tail (``depth == n - 1``), which is where the next request's bit is taken."""
+
+    def __init__(self, cap: int, back: list[bool]) -> None:
+        if cap < 1:
+            raise ValueError(f"capacity={cap}: needs at least one block")
+        self.cap = cap
+        self.back = iter(back)  # one bit per request, in replay order
+        self.comes_back = False  # the current request's bit
+        self.dead: OrderedDict[int, None] = OrderedDict()  # evicted first, oldest first
+        self.live: OrderedDict[int, None] = OrderedDict()
+
+    def __contains__(self, h: int) -> bool:
+        return h in self.live or h in self.dead
+
+    def touch(self, h: int, depth: int, n: int) -> None:
+        if depth == n - 1:
+            self.comes_back = next(self.back)
+        live, dead = self.live, self.dead
+        live.pop(h, None)
+        dead.pop(h, None)
+        keep = depth == 0 or (self.comes_back and depth < n - 1)
+        (live if keep else dead)[h] = None
+        if len(live) + len(dead) > self.cap:
+            (dead if dead else live).popitem(last=False)
+
+
 def oracle_hits(reqs: Trace, cap: int, back: list[bool] | None = None) -> tuple[int, int]:
     """(hits, blocks) of the return oracle at ``cap`` blocks (see the module docstring);
     ``back`` is ``returns(reqs)`` when the caller has it already."""
-    if cap < 1:
-        raise ValueError(f"capacity={cap}: needs at least one block")
     back = returns(reqs) if back is None else back
-    dead: OrderedDict[int, None] = OrderedDict()  # evicted first, oldest first
-    live: OrderedDict[int, None] = OrderedDict()
-    hits = blocks = 0
-    for ids, comes_back in zip(reqs, back, strict=True):
-        n = len(ids)
-        k = 0
-        while k < n and (ids[k] in live or ids[k] in dead):
-            k += 1
-        hits += k
-        blocks += n
-        for d in range(n - 1, -1, -1):
-            h = ids[d]
-            live.pop(h, None)
-            dead.pop(h, None)
-            keep = d == 0 or (comes_back and d < n - 1)
-            (live if keep else dead)[h] = None
-            if len(live) + len(dead) > cap:
-                (dead if dead else live).popitem(last=False)
-    return hits, blocks
+    if len(back) != len(reqs):
+        raise ValueError(f"{len(back)} return bits for {len(reqs)} requests")
+    # an empty request touches nothing, so its bit is never taken: drop it here
+    return replay(reqs, ReturnOracle(cap, [b for ids, b in zip(reqs, back) if ids]))
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m bench.policy_bounds", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", type=Path,
-                   default=SHARED / "traces" / "mooncake_conversation_trace.jsonl")
+                   default=TRACE)
     p.add_argument("--capacities", type=int, nargs="+", default=[1000, 4000, 16000, 64000])
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)

@@ -11,15 +11,14 @@ median [min-max] side by side, ratios as the median of per-round ratios. Never p
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import time
 import tracemalloc
 
-from bench.common import (Timing, add_timing_args, alternate, load_anchor, machine,
-                          print_table, put, ratio_stat, repeat, stat, summary, timing_from_args,
-                          timing_info, write_json)
+from bench.common import (Timing, alternate, bench_parser, load_anchor, machine, print_table, put,
+                          ratio_stat, repeat, stat, summary, timing_from_args, timing_info,
+                          write_json)
 from kvpool.config import CacheConfig
 from kvpool.core import (BlockHasher, BlockSpaceManager, CachedBlockAllocator, Device,
                          UncachedBlockAllocator)
@@ -219,12 +218,10 @@ def _group(timing: Timing, **workloads) -> dict[str, list[dict]]:
     return alternate({k: fn for k, fn in workloads.items() if fn is not None}, timing)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json")
+def main(argv: list[str] | None = None) -> None:
+    ap = bench_parser("pool", __doc__)
     ap.add_argument("--no-anchors", action="store_true")
-    add_timing_args(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     timing = timing_from_args(args)
     k = 0.25 if timing.quick else 1.0
     steps, rounds = int(400 * k), int(400 * k)

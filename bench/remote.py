@@ -23,7 +23,6 @@ path in the runtime, which is other work.)
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -32,8 +31,8 @@ import time
 import redis.asyncio as aioredis
 from redis.utils import HIREDIS_AVAILABLE
 
-from bench.common import (Timing, aalternate, add_timing_args, machine, put, put_runs,
-                          ratio_stat, stat, timing_from_args, timing_info, write_json)
+from bench.common import (Timing, aalternate, bench_parser, machine, put, put_runs, ratio_stat,
+                          stat, timing_from_args, timing_info, write_json)
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
 from tests.remote.redis_server import RedisServer
 
@@ -216,9 +215,7 @@ def _quantiles(lat: list[float]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", default=None)
-    add_timing_args(ap)
+    ap = bench_parser("remote", __doc__)
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
     total = (2 if timing.quick else 16) << 20  # bytes per call of a throughput workload

@@ -36,7 +36,6 @@ the tier, and per write policy under each routing policy. Never pass/fail.
 
 from __future__ import annotations
 
-import argparse
 import heapq
 import random
 import sys
@@ -44,10 +43,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.common import SHARED, machine, write_json
+from bench.common import TRACE, bench_parser, machine, write_json
 from kvpool.router.scoring import LoadGuard, choose
 
-DEFAULT_TRACE = SHARED / "traces" / "mooncake_conversation_trace.jsonl"
+DEFAULT_TRACE = TRACE
 ROUTINGS = ("round_robin", "random", "least_loaded", "prefix_aware")
 WRITE_POLICIES = ("off", "write_through", "write_through_selective", "write_back")
 BLOCK_TOKENS = 512
@@ -227,9 +226,8 @@ def print_table(res: dict) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench.route", description=__doc__.split("\n")[0])
+    p = bench_parser("route", __doc__, timing=False)
     p.add_argument("--trace", default=str(DEFAULT_TRACE))
-    p.add_argument("--json", default=None, help="write the figures here (folders created)")
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--local-blocks", type=int, default=2000)
     p.add_argument("--shared-blocks", type=int, default=16000)

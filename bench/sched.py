@@ -19,12 +19,11 @@ FIELD.min / FIELD.max beside it. Never pass/fail; compare runs on the same machi
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 
-from bench.common import (add_timing_args, machine, measure, summary, timing_from_args,
-                          timing_info, write_json)
+from bench.common import (bench_parser, machine, measure, summary, timing_from_args, timing_info,
+                          write_json)
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.sched import RequestParams, Scheduler, SchedulerConfig
@@ -122,9 +121,7 @@ def bench_mixed(num_seqs: int, steps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", default=None)
-    add_timing_args(ap)
+    ap = bench_parser("sched", __doc__)
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
     steps = 30 if timing.quick else 200

@@ -33,7 +33,6 @@ pass/fail.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -43,8 +42,8 @@ import time
 
 import torch
 
-from bench.common import (add_timing_args, alternate, ameasure, machine, print_stats, put,
-                          put_runs, ratio_stat, timing_from_args, timing_info, write_json)
+from bench.common import (alternate, ameasure, bench_parser, machine, print_runs, put, put_runs,
+                          ratio_stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.engine import AsyncEngine
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
@@ -194,9 +193,8 @@ def run_scrape(num_seqs: int, timing, samples: int = 200) -> list[dict]:
     return asyncio.run(main())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json")
+def main(argv: list[str] | None = None) -> None:
+    ap = bench_parser("serve", __doc__)
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--hf-batch", type=int, default=16)
     ap.add_argument("--scrape-seqs", type=int, default=1000, help="0: skip the scrape figures")
@@ -209,8 +207,7 @@ def main() -> None:
     ap.add_argument("--max-out", type=int, default=256)
     ap.add_argument("--budget", type=int, default=2048, help="--max-num-batched-tokens")
     ap.add_argument("--ttft", default="", help="concurrency levels for the TTFT loop, e.g. 8,32")
-    add_timing_args(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     timing = timing_from_args(args)
     torch.set_num_threads(args.threads)
     quick = timing.quick
@@ -256,9 +253,7 @@ def main() -> None:
         put_runs(res, sc, {f"scrape.{k}": k for k in ("live_seqs", "p50_ms", "p99_ms",
                                                       "max_ms")})
     res["load_average"] = os.getloadavg()[0]
-    print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure, engine and "
-          f"transformers alternating; ratio = median of per-round ratios")
-    print_stats(res)
+    print_runs(res, timing, "engine and transformers")
     write_json(args.json, res)
 
 

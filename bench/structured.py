@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 
@@ -102,10 +101,8 @@ def step_workload(core: EngineCore, batch: int, steps: int, constrained: bool):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.structured", description=__doc__)
-    ap.add_argument("--json", default=None)
+    ap = common.bench_parser("structured", __doc__)
     ap.add_argument("--batch", type=int, default=16)
-    common.add_timing_args(ap)
     args = ap.parse_args(argv)
     timing = common.timing_from_args(args)
     torch.set_num_threads(1)

@@ -27,14 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "router": ("kvpool.router.cli", "KV-aware reverse proxy in front of kvpool serve replicas"),
     "bench": ("kvpool.benchcmd", "run a benchmark from bench/ (pool, copy, serve, ...)"),
 }
-# stress/ and bench/ live beside the package in a source checkout, not inside it
-_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _import(module: str):
-    if module.split(".")[0] in ("stress", "bench") and _CHECKOUT not in sys.path:
-        sys.path.insert(0, _CHECKOUT)
-    return importlib.import_module(module)
+# stress/ and bench/ are top-level packages of the same distribution (pyproject's
+# packages.find includes them), so an installed kvpool imports them like any package
 
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
@@ -45,17 +39,23 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
-            mod = _import(module)
+            mod = importlib.import_module(module)
             mod.add_arguments(p)
             p.set_defaults(run_command=mod.run)
     return parser
 
 
+def _chosen(argv: Sequence[str] | None) -> str | None:
+    """The subcommand named in ``argv`` (argparse reads the process arguments when None)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("command", nargs="?")
+    known, _ = pre.parse_known_args(None if argv is None else list(argv))
+    return known.command if known.command in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    chosen = next((a for a in args_list if not a.startswith("-")), None)
-    parser = build_parser(chosen if chosen in COMMANDS else None)
-    args = parser.parse_args(args_list)
+    parser = build_parser(_chosen(argv))
+    args = parser.parse_args(None if argv is None else list(argv))
     if getattr(args, "run_command", None) is None:
         parser.print_help()
         return 2

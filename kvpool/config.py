@@ -9,14 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvpool.errors import ConfigError
+from kvpool.errors import require
 
 HASH_ALGOS = ("sha256", "blake2b", "xxh3_128")
-
-
-def _require(cond: bool, message: str) -> None:
-    if not cond:
-        raise ConfigError(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,32 +34,32 @@ class CacheConfig:
     verify_hits: bool = False  # compare token ids on a hash hit (costs memory: tokens kept)
 
     def __post_init__(self) -> None:
-        _require(
+        require(
             isinstance(self.block_size, int) and 1 <= self.block_size <= 4096,
             f"block_size={self.block_size!r} is invalid: use an int in 1..4096 (16 is typical)",
         )
-        _require(
+        require(
             isinstance(self.num_device_blocks, int) and self.num_device_blocks >= 1,
             f"num_device_blocks={self.num_device_blocks!r} is invalid: the device pool needs at "
             "least 1 block; raise --kv-cache-memory / --gpu-memory-utilization",
         )
-        _require(
+        require(
             isinstance(self.num_host_blocks, int) and self.num_host_blocks >= 0,
             f"num_host_blocks={self.num_host_blocks!r} is invalid: use 0 (no swap) or more; "
             "raise --swap-space to enable swapping",
         )
-        _require(
+        require(
             isinstance(self.watermark, (int, float))
             and math.isfinite(self.watermark)
             and 0.0 <= self.watermark < 1.0,
             f"watermark={self.watermark!r} is invalid: use a fraction in [0, 1), e.g. 0.01",
         )
-        _require(
+        require(
             self.hash_algo in HASH_ALGOS,
             f"hash_algo={self.hash_algo!r} is unknown: use one of {', '.join(HASH_ALGOS)} "
             "(sha256 is the default and the only one safe against crafted collisions)",
         )
-        _require(
+        require(
             isinstance(self.model_id, str) and self.model_id != "",
             "model_id must be a non-empty string (it keeps different models' blocks apart)",
         )

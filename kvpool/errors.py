@@ -31,6 +31,12 @@ class ConfigError(KVPoolError, ValueError):
     """An invalid configuration value. The message names the field and the fix."""
 
 
+def require(cond: bool, message: str) -> None:
+    """Raise ConfigError(message) unless ``cond``: every config class validates through this."""
+    if not cond:
+        raise ConfigError(message)
+
+
 class BlockManagerError(KVPoolError):
     """Misuse of the block pool or block manager."""
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 
-__all__ = ["add_arguments", "build_parser", "main", "run"]
+__all__ = ["add_arguments", "build_parser", "http_config", "main", "pool_config", "run"]
 
 
 def _rate(text: str) -> float:
@@ -132,33 +133,40 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m stress", description="kvpool concurrency stress harness"))
 
 
-def _run_pool(args: argparse.Namespace):
-    from stress.pool_mode import PoolConfig, PoolStress
+def _config(cls, args: argparse.Namespace, **extra):
+    """``cls`` built from the flags whose dest is one of its fields (the flags are named after
+    the fields, so a new field needs only its flag), plus ``extra``."""
+    given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+    return cls(**{**given, **extra})
 
-    return PoolStress(PoolConfig(
-        threads=args.threads, coroutines=args.coroutines, duration=args.duration,
-        max_ops=args.max_ops, blocks=args.blocks, host_blocks=args.host_blocks,
-        block_size=args.block_size, seed=args.seed, check_interval=args.check_interval,
-        prefix_caching=not args.no_prefix_caching, progress=not args.quiet)).run()
+
+def pool_config(args: argparse.Namespace):
+    """The PoolConfig that ``stress pool`` flags describe."""
+    from stress.pool.mode import PoolConfig
+
+    return _config(PoolConfig, args, prefix_caching=not args.no_prefix_caching,
+                   progress=not args.quiet)
+
+
+def http_config(args: argparse.Namespace):
+    """The HttpConfig (its WorkloadConfig nested) that ``stress http`` flags describe."""
+    from stress.http.mode import HttpConfig
+    from stress.http.workload import WorkloadConfig
+
+    return _config(HttpConfig, args, workload=_config(WorkloadConfig, args),
+                   server_args=tuple(args.server_arg), progress=not args.quiet)
+
+
+def _run_pool(args: argparse.Namespace):
+    from stress.pool.mode import PoolStress
+
+    return PoolStress(pool_config(args)).run()
 
 
 def _run_http(args: argparse.Namespace):
-    from stress.http_mode import HttpConfig, HttpStress
+    from stress.http.mode import HttpStress
 
-    return HttpStress(HttpConfig(
-        url=args.url, clients=args.clients, duration=args.duration,
-        max_requests=args.max_requests, disconnect_rate=args.disconnect_rate,
-        hostile_rate=args.hostile_rate, greedy_rate=args.greedy_rate,
-        stream_rate=args.stream_rate, slow_rate=args.slow_rate, tenants=args.tenants,
-        seed=args.seed, api_key=args.api_key, faults=args.faults,
-        fault_device_blocks=args.fault_device_blocks,
-        tenant_block_quota=args.tenant_block_quota, num_device_blocks=args.num_device_blocks,
-        num_host_blocks=args.num_host_blocks, max_num_seqs=args.max_num_seqs,
-        invariant_check_interval=args.invariant_check_interval,
-        server_args=tuple(args.server_arg), drain_timeout=args.drain_timeout,
-        slow_readers=args.slow_readers, big_prompts=args.big_prompts,
-        health_p99_ms=args.health_p99_ms, stream_write_timeout=args.stream_write_timeout,
-        progress=not args.quiet, slowloris=args.slowloris)).run()
+    return HttpStress(http_config(args)).run()
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:

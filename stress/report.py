@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from kvpool.outfile import out_path, write_text
+
 __all__ = ["Progress", "StressReport", "percentile"]
 
 
@@ -122,7 +124,7 @@ class StressReport:
         if str(path) == "-":
             sys.stdout.write(text + "\n")
         else:
-            Path(path).write_text(text + "\n")
+            write_text(path, text + "\n")
 
     def summary(self) -> str:
         """Human-readable lines: every figure, then the verdict."""
@@ -183,7 +185,7 @@ class StressReport:
                 ax3.legend(loc="upper right")
                 break
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        fig.savefig(out_path(path), dpi=100)
         plt.close(fig)
 
 

@@ -26,3 +26,18 @@ def test_ci_runs_exactly_the_readme_test_command():
     test_cmd = quickstart_commands()[1]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_cmd in [line.strip() for line in ci]
+
+
+def commands_section() -> str:
+    return (ROOT / "README.md").read_text().split("## Commands", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_commands_use_files_inside_the_repo():
+    """A fresh clone has no ../shared: every file a README command or make target names is in
+    the repository (the Mooncake trace with its licence under data/traces/)."""
+    text = commands_section() + (ROOT / "Makefile").read_text()
+    assert "../shared" not in text
+    named = set(re.findall(r"(?<![\w/.])((?:data|bench|stress|kvpool)/[\w./-]+\.\w+)", text))
+    assert "data/traces/mooncake_conversation_trace.jsonl" in named
+    assert [p for p in sorted(named) if not (ROOT / p).is_file()] == []
+    assert "Apache License" in (ROOT / "data" / "traces" / "LICENSE-APACHE").read_text()

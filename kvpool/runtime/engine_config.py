@@ -6,14 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvpool.errors import ConfigError
+from kvpool.errors import require
 
 PREEMPTION_MODES = (None, "swap", "recompute")
-
-
-def _require(cond: bool, message: str) -> None:
-    if not cond:
-        raise ConfigError(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,37 +48,37 @@ class EngineConfig:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_queue",
                      "max_n", "max_tokens_limit", "max_stop"):
             v = getattr(self, name)
-            _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
                      f"--{name.replace('_', '-')}={v!r} is invalid: use an int >= 1")
-        _require(self.dtype in ("auto", "float32", "bfloat16", "float16"),
-                 f"--dtype={self.dtype!r} is invalid: use auto, float32, bfloat16 or float16")
-        _require(self.num_threads is None or (isinstance(self.num_threads, int)
-                                              and self.num_threads >= 1),
-                 "--num-threads must be an int >= 1")
-        _require(self.device == "cpu" or self.device.startswith("cuda"),
+        require(self.dtype in ("auto", "float32", "bfloat16", "float16"),
+                f"--dtype={self.dtype!r} is invalid: use auto, float32, bfloat16 or float16")
+        require(self.num_threads is None or (isinstance(self.num_threads, int)
+                                             and self.num_threads >= 1),
+                "--num-threads must be an int >= 1")
+        require(self.device == "cpu" or self.device.startswith("cuda"),
                  f"--device={self.device!r} is invalid: use cpu or cuda[:N]")
-        _require(isinstance(self.gpu_memory_utilization, (int, float))
+        require(isinstance(self.gpu_memory_utilization, (int, float))
                  and 0 < self.gpu_memory_utilization <= 1,
                  "--gpu-memory-utilization must be in (0, 1]")
-        _require(self.preemption_mode in PREEMPTION_MODES,
+        require(self.preemption_mode in PREEMPTION_MODES,
                  f"--preemption-mode={self.preemption_mode!r} is invalid: use swap or recompute "
                  "(or leave it unset to choose by cost)")
         if self.max_model_len is not None:
-            _require(isinstance(self.max_model_len, int) and self.max_model_len >= 1,
+            require(isinstance(self.max_model_len, int) and self.max_model_len >= 1,
                      "--max-model-len must be an int >= 1")
-        _require(isinstance(self.max_logprobs, int) and not isinstance(self.max_logprobs, bool)
+        require(isinstance(self.max_logprobs, int) and not isinstance(self.max_logprobs, bool)
                  and self.max_logprobs >= 0, "--max-logprobs must be an int >= 0")
-        _require(self.tokenizer is None or self.model is not None,
+        require(self.tokenizer is None or self.model is not None,
                  "--tokenizer needs a model directory (the built-in tiny model carries its own "
                  "tokenizer)")
         if self.defrag_threshold is not None:
-            _require(isinstance(self.defrag_threshold, (int, float))
+            require(isinstance(self.defrag_threshold, (int, float))
                      and math.isfinite(self.defrag_threshold)
                      and 0 <= self.defrag_threshold < 1,
                      "--defrag-threshold must be in [0, 1)")
         for name in ("num_device_blocks", "num_host_blocks"):
             v = getattr(self, name)
-            _require(v is None or (isinstance(v, int) and v >= 0),
+            require(v is None or (isinstance(v, int) and v >= 0),
                      f"--{name.replace('_', '-')} must be an int >= 0")
-        _require(self.num_device_blocks is None or self.num_device_blocks >= 1,
+        require(self.num_device_blocks is None or self.num_device_blocks >= 1,
                  "--num-device-blocks must be >= 1")

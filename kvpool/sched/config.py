@@ -20,7 +20,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from kvpool.errors import ConfigError
+from kvpool.errors import require
 
 POLICIES = ("fcfs", "priority")
 
@@ -32,13 +32,8 @@ class PreemptionMode(enum.Enum):
     RECOMPUTE = "recompute"  # drop its blocks; back to WAITING, its tokens are recomputed
 
 
-def _require(cond: bool, message: str) -> None:
-    if not cond:
-        raise ConfigError(message)
-
-
 def _positive_number(name: str, value: object) -> None:
-    _require(isinstance(value, (int, float)) and not isinstance(value, bool)
+    require(isinstance(value, (int, float)) and not isinstance(value, bool)
              and math.isfinite(value) and value > 0,
              f"{name}={value!r} is invalid: use a finite number > 0")
 
@@ -70,26 +65,26 @@ class SchedulerConfig:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
                      "kv_bytes_per_block", "defrag_max_moves"):
             v = getattr(self, name)
-            _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
                      f"{name}={v!r} is invalid: use an int >= 1")
-        _require(self.max_num_batched_tokens >= self.max_num_seqs,
+        require(self.max_num_batched_tokens >= self.max_num_seqs,
                  f"max_num_batched_tokens={self.max_num_batched_tokens} < max_num_seqs="
                  f"{self.max_num_seqs}: every running sequence needs one token of budget per "
                  "decode step; raise max_num_batched_tokens or lower max_num_seqs")
         if not self.enable_chunked_prefill:
-            _require(self.max_num_batched_tokens >= self.max_model_len,
+            require(self.max_num_batched_tokens >= self.max_model_len,
                      f"max_num_batched_tokens={self.max_num_batched_tokens} < max_model_len="
                      f"{self.max_model_len} without chunked prefill: a long prompt could never "
                      "be scheduled; enable_chunked_prefill=True or raise the budget")
-        _require(self.policy in POLICIES,
+        require(self.policy in POLICIES,
                  f"policy={self.policy!r} is unknown: use one of {', '.join(POLICIES)}")
-        _require(self.preemption_mode in (None, "swap", "recompute"),
+        require(self.preemption_mode in (None, "swap", "recompute"),
                  f"preemption_mode={self.preemption_mode!r} is unknown: use 'swap', "
                  "'recompute' or None (choose per victim by cost)")
-        _require(self.eos_token_id is None or (isinstance(self.eos_token_id, int)
+        require(self.eos_token_id is None or (isinstance(self.eos_token_id, int)
                                                 and self.eos_token_id >= 0),
                  f"eos_token_id={self.eos_token_id!r} is invalid: use a token id >= 0 or None")
-        _require(self.tenant_max_running_seqs is None
+        require(self.tenant_max_running_seqs is None
                  or (isinstance(self.tenant_max_running_seqs, int)
                      and not isinstance(self.tenant_max_running_seqs, bool)
                      and self.tenant_max_running_seqs >= 1),
@@ -97,7 +92,7 @@ class SchedulerConfig:
                  "int >= 1, or None for no per-tenant cap")
         _positive_number("copy_bytes_per_s", self.copy_bytes_per_s)
         _positive_number("prefill_tokens_per_s", self.prefill_tokens_per_s)
-        _require(self.defrag_threshold is None
+        require(self.defrag_threshold is None
                  or (isinstance(self.defrag_threshold, (int, float))
                      and 0.0 <= self.defrag_threshold < 1.0),
                  f"defrag_threshold={self.defrag_threshold!r} is invalid: use a fraction in "
@@ -132,7 +127,7 @@ class CostModel:
             _positive_number("prefill_tokens_per_s", prefill_tokens_per_s)
             self.prefill_tokens_per_s = float(prefill_tokens_per_s)
         if kv_bytes_per_block is not None:
-            _require(isinstance(kv_bytes_per_block, int) and kv_bytes_per_block >= 1,
+            require(isinstance(kv_bytes_per_block, int) and kv_bytes_per_block >= 1,
                      f"kv_bytes_per_block={kv_bytes_per_block!r} is invalid: use an int >= 1")
             self.kv_bytes_per_block = kv_bytes_per_block
 

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from kvpool.outfile import write_text
+
 from kvpool.sched.replay_report import ProgressBar, plot
 from kvpool.sched.replay_trace import load_trace, trace_summary
 
@@ -165,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     _print_summary(report, wall)
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+        write_text(args.json_path, json.dumps(report, indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.json_path}")
     if args.plot:
         title = (f"{report['trace']['file']}: {report['mode']} replay, policy {args.policy}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvpool.core import CachedBlockAllocator, Device
+from kvpool.core.eviction.replay import replay
 from kvpool.sched.replay_report import Timeline
 from kvpool.sched.replay_trace import TraceRequest
 
@@ -47,30 +48,33 @@ class InstantReplay:
         self.requests = 0  # requests replayed so far
 
     def step(self, hash_ids: tuple[int, ...] | list[int]) -> int:
-        """Replay one request; returns its hits."""
-        pool = self.pool
-        now = float(self.requests)
-        keys = [digest(h) for h in hash_ids]
-        lookup, acquire, take = pool.lookup, pool.acquire_block, pool.take
-        register, release = pool.register_block, pool.release
-        with pool.writing():
-            k = pool.prefix_hits(keys)
-            for i in range(len(keys) - 1, -1, -1):
-                key = keys[i]
-                b = lookup(key)
-                if b is not None:
-                    acquire(b)
-                else:
-                    got = take(1)
-                    if got is None:  # every block referenced: impossible, all are released
-                        raise RuntimeError("instant replay: pool exhausted")
-                    b = got[0]
-                    register(b, key, i)
-                release((b,), now)
+        """Replay one request through the one instant-replay loop; returns its hits."""
+        with self.pool.writing():
+            k, n = replay((hash_ids,), self)
+        self.blocks += n
         self.hits += k
-        self.blocks += len(keys)
         self.requests += 1
         return k
+
+    # the ReplayCache side (kvpool.core.eviction.replay): called by ``replay`` inside step
+    def __contains__(self, h: int) -> bool:
+        return self.pool.lookup(digest(h)) is not None
+
+    def touch(self, h: int, depth: int, n: int) -> None:
+        """A cached block is acquired and released (the policy sees remove + insert); a new
+        one is taken (free list first, else the policy evicts) and registered, then released."""
+        pool = self.pool
+        key = digest(h)
+        b = pool.lookup(key)
+        if b is not None:
+            pool.acquire_block(b)
+        else:
+            got = pool.take(1)
+            if got is None:  # every block referenced: impossible, all are released
+                raise RuntimeError("instant replay: pool exhausted")
+            b = got[0]
+            pool.register_block(b, key, depth)
+        pool.release((b,), float(self.requests))
 
     @property
     def hit_rate(self) -> float:

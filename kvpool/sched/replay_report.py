@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from kvpool.outfile import out_path
+
 
 class ProgressBar:
     """``[#####-----]  45.0%  900/2000 requests`` on one stderr line, redrawn at most every
@@ -124,5 +126,5 @@ def plot(timeline: dict, path: str, title: str, xlabel: str) -> None:
     axes[2].set_xlabel(xlabel)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(out_path(path), dpi=100)
     plt.close(fig)

@@ -8,9 +8,7 @@ evicts, and checks every policy against the simplest model, a set of evictable b
 from __future__ import annotations
 
 import json
-import os
 import random
-from pathlib import Path
 from zlib import crc32
 
 import pytest
@@ -23,11 +21,10 @@ from kvpool.core.eviction import (POLICIES, ClassLRUPolicy, EvictionPolicy, LRUP
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import BonusTuner
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
+from bench.common import TRACE
 from tests.core.policy_helpers import key, small
 from tests.trace_reference import reference_lru
 
-SHARED = Path(os.environ.get("KVPOOL_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-TRACE = SHARED / "traces" / "mooncake_conversation_trace.jsonl"
 
 
 # ---------------------------------------------------------------- interface, registry
@@ -388,8 +385,6 @@ def test_check_invariants_catches_corruption():
 
 # ---------------------------------------------------------------- trace replay
 def load(n: int) -> list[list[int]]:
-    if not TRACE.is_file():
-        pytest.skip(f"{TRACE} not present")
     with open(TRACE) as f:
         return [json.loads(line)["hash_ids"] for _, line in zip(range(n), f)]
 

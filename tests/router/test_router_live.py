@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
-from stress.servers import SpawnedServer
+from stress.http.servers import SpawnedServer
 from tests.server.helpers import parse_metrics
 
 REPLICA_ARGS = ["--block-size", "16", "--num-device-blocks", "64", "--num-host-blocks", "16",

@@ -16,28 +16,18 @@ import logging
 import sys
 import threading
 
-import pytest
-import torch
-
 from kvpool.runtime.engine import AsyncEngine, collect
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
 from stress.faults import InjectedFaults
+from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 PROMPTS = [f"request {i}: paged blocks swap to the host and back " * (2 + i % 2)
            for i in range(8)]  # ~40..75 tokens: 3..5 blocks of 16 each
 SMALL = dict(block_size=16, num_device_blocks=12, num_host_blocks=64, max_model_len=256,
              max_num_seqs=8, max_num_batched_tokens=256, preemption_mode="swap", seed=0)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def toks(out) -> list[int]:

@@ -8,25 +8,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-import torch
-
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
 from kvpool.runtime.outputs import CompletionOutput, RequestOutput
+from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
 CFG = dict(block_size=16, num_device_blocks=24, num_host_blocks=16, max_model_len=256,
            max_num_seqs=4, max_num_batched_tokens=256, seed=0)
 PROMPT = "paged blocks swap to the host and back " * 2
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def run(core: EngineCore, requests: dict[str, SamplingParams]) -> dict[str, list]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.common import TRACE
 from kvpool.cli import COMMANDS, main
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
@@ -20,8 +21,6 @@ from kvpool.sched.replay_timed import TimedOptions, TimedReplay
 from kvpool.sched.replay_trace import TokenSynth, TraceRequest, load_trace
 from tests.trace_reference import reference_lru as lru_hits
 
-TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
-    "mooncake_conversation_trace.jsonl"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -108,7 +107,6 @@ def test_instant_equals_an_ordereddict_lru_on_a_generated_trace(tmp_path):
         assert (rep["hits"], rep["blocks"]) == (hit, tot)
 
 
-@pytest.mark.skipif(not TRACE.is_file(), reason="the Mooncake trace is not in ../shared")
 def test_instant_equals_an_ordereddict_lru_on_the_real_trace():
     reqs = load_trace(TRACE, limit=3000)
     ids = [list(r.hash_ids) for r in reqs]
@@ -121,13 +119,13 @@ def test_instant_equals_an_ordereddict_lru_on_the_real_trace():
 def test_cli_instant_and_timed_in_process(tmp_path, capsys):
     p = tmp_path / "t.jsonl"
     rows = write_trace(p, n=60)
-    out = tmp_path / "i.json"
+    out = tmp_path / "out" / "i.json"  # --json out/x.json creates out/
     assert main(["replay", str(p), "--instant", "--capacity-blocks", "20", "--json",
                  str(out), "--no-progress"]) == 0
     rep = json.loads(out.read_text())
     hit, tot = lru_hits([r["hash_ids"] for r in rows], 20)
     assert rep["hit_rate"] == round(hit / tot, 6) and rep["policy"] == "lru"
-    tj, png = tmp_path / "t.json", tmp_path / "t.png"
+    tj, png = tmp_path / "timed" / "t.json", tmp_path / "plots" / "t.png"
     assert main(["replay", str(p), "--limit", "30", "--num-blocks", "600", "--json", str(tj),
                  "--plot", str(png), "--no-progress", "--seed", "2"]) == 0
     rep = json.loads(tj.read_text())

@@ -13,27 +13,18 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import torch
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.app import build_app
 from tests.server.helpers import Running, wait_free
+from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
 BASE_CONFIG = dict(block_size=16, num_device_blocks=48, num_host_blocks=32, max_model_len=256,
                    max_num_seqs=16, max_queue=256, max_n=4, max_tokens_limit=512, max_stop=4,
                    seed=0)
 SHUTDOWN_TIMEOUT = 5.0  # a test that wedges a handler fails in seconds, not aiohttp's 60
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """The tiny model's matmuls are faster on one thread (and the CI box has 2 cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from stress.edge import EdgeTarget, check_openai_error, exchange, open_raw, \
+from stress.http.edge import EdgeTarget, check_openai_error, exchange, open_raw, \
     over_max_connections_503, read_response, reset_during_response_start, slowloris_closed
-from stress.slowloris import wait_closed
+from stress.http.slowloris import wait_closed
 from tests.server.helpers import parse_metrics
 from tests.server.test_serve import read_rest, subprocess_server
 
@@ -40,7 +40,7 @@ async def test_slowloris_and_idle_keep_alive_connections_are_closed():
     async with subprocess_server("--header-timeout", "1", "--keep-alive-timeout", "2",
                                  "--log-level", "info") as (proc, url, lines):
         # a slowloris never finishes its head: closed after the header timeout (the edge
-        # table's case, stress/edge.py)
+        # table's case, stress/http/edge.py)
         await slowloris_closed(EdgeTarget(url, header_timeout=1, keep_alive_timeout=2,
                                           max_connections=1))
         # an idle keep-alive connection: served once, then closed after the keep-alive timeout

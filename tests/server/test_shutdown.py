@@ -13,7 +13,7 @@ import time
 import aiohttp
 
 from kvpool.server import serve
-from stress.edge import LONG_STREAM, cut_stream_events
+from stress.http.edge import LONG_STREAM, cut_stream_events
 from tests.server.test_serve import read_rest, subprocess_server
 
 LONG = LONG_STREAM
@@ -43,7 +43,7 @@ async def test_sigterm_keeps_its_deadline_and_tells_every_client():
                     assert err["code"] == "shutting_down" and err["type"] == "server_error"
                     assert resp.headers["Retry-After"]
                 rest = await asyncio.wait_for(running.read(), timeout=30)
-            cut_stream_events(rest)  # an error event, then [DONE] (stress/edge.py)
+            cut_stream_events(rest)  # an error event, then [DONE] (stress/http/edge.py)
         assert await asyncio.wait_for(proc.wait(), timeout=30) == 0
         elapsed = time.monotonic() - t0
         assert elapsed <= timeout + 1.0, f"exited {elapsed:.2f}s after SIGTERM"

@@ -1,5 +1,5 @@
 """Fixtures for the stress tests: in-process servers on 127.0.0.1 (the real engine and app in a
-background thread, see stress/servers.py) whose teardown checks that nothing leaked, and an
+background thread, see stress/http/servers.py) whose teardown checks that nothing leaked, and an
 engine factory for the engine-level fault tests."""
 
 from __future__ import annotations
@@ -10,22 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import torch
 
 from kvpool.runtime.engine_config import EngineConfig
-from stress.servers import InProcessServer
+from stress.http.servers import InProcessServer
+from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
 SMALL = dict(block_size=16, num_device_blocks=64, num_host_blocks=64, max_model_len=256,
              max_num_seqs=16, max_queue=256, max_n=4, max_tokens_limit=64, max_stop=4, seed=0)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """The tiny model is fastest on one torch thread (the CI box has 2 cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def wait_idle(engine: Any, timeout: float = 10.0) -> bool:

@@ -1,4 +1,4 @@
-"""The connection-edge table (stress/edge.py, issue 12 items 5, 7, 9) against the in-process
+"""The connection-edge table (stress/http/edge.py, issue 12 items 5, 7, 9) against the in-process
 server the stress harness uses (it listens through the guarded listener), and its one
 real-process case: SIGTERM while a stream runs. Every case must get its answer, the server
 keeps serving after each, and no client fault logs a traceback or an ERROR line."""
@@ -11,8 +11,8 @@ import signal
 
 import aiohttp
 
-from stress.edge import EDGE_CASES, EdgeTarget, health
-from stress.servers import SpawnedServer
+from stress.http.edge import EDGE_CASES, EdgeTarget, health
+from stress.http.servers import SpawnedServer
 
 HEADER_TIMEOUT = 2.0
 KEEP_ALIVE_TIMEOUT = 3.0

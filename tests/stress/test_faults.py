@@ -16,7 +16,8 @@ from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams
 from kvpool.runtime.faults import NO_FAULTS
 from stress.faults import FaultDriver, InjectedFaults
-from stress.http_mode import HttpConfig, HttpStress
+from stress.http.mode import HttpConfig, HttpStress
+from stress.http.workload import WorkloadConfig
 from tests.stress.conftest import SMALL, assert_clean
 
 PROMPTS = [f"req {i} paged kv blocks " * (1 + i % 3) for i in range(6)]  # 21..63 tokens
@@ -183,7 +184,8 @@ def test_harness_fault_mode_short_run():
     """`python -m stress http --faults`: random copy failures/delays and step failures while 12
     clients run; only fault-failed requests fail, greedy outputs match, nothing leaks."""
     report = HttpStress(HttpConfig(clients=12, duration=5, faults=True, fault_interval=0.3,
-                                   num_device_blocks=96, hostile_rate=0.05,
+                                   num_device_blocks=96,
+                                   workload=WorkloadConfig(hostile_rate=0.05),
                                    progress=False)).run()
     assert report.ok, report.summary()
     f = report.figures

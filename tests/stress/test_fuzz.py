@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvpool.runtime.engine_config import EngineConfig
-from stress.servers import InProcessServer
+from stress.http.servers import InProcessServer
 from tests.stress.conftest import SMALL, assert_clean
 
 FUZZ_CONFIG = {**SMALL, "max_model_len": 128, "max_tokens_limit": 8, "max_n": 3,

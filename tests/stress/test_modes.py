@@ -7,15 +7,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import fields
 
 import pytest
 
 from kvpool.core.slots import SlotWriter
 from stress import cli
-from stress.http_mode import check_loopback
-from stress.pool_mode import PoolConfig, PoolStress
+from stress.http.mode import HttpConfig, check_loopback
+from stress.http.workload import WorkloadConfig
+from stress.pool.mode import PoolConfig, PoolStress
 from stress.report import StressReport, percentile
-from stress.servers import ROOT
+from stress.http.servers import ROOT
 
 
 def run_stress(*argv: str, timeout: float = 90) -> tuple[int, dict, str]:
@@ -116,6 +118,33 @@ def test_cli_flags():
     assert cli.run is cli.main and callable(cli.add_arguments)
 
 
+# flags that are not config fields: output and the two spelled as their negation / plural
+NOT_FIELDS = {"mode", "json", "plot", "quiet", "no_prefix_caching", "server_arg"}
+
+
+def test_every_flag_reaches_the_config():
+    """Each mode's flags land in its config (http: the workload's in the nested WorkloadConfig),
+    so no flag is parsed and then dropped."""
+    args = cli.build_parser().parse_args(
+        ["http", "--clients", "7", "--duration", "9", "--seed", "5", "--hostile-rate", "0.2",
+         "--greedy-rate", "0.4", "--stream-rate", "0.6", "--slow-rate", "0.1",
+         "--disconnect-rate", "0.3", "--tenants", "3", "--num-device-blocks", "77",
+         "--server-arg=--foo", "--slow-readers", "2", "--quiet"])
+    cfg = cli.http_config(args)
+    w = cfg.workload
+    assert (w.seed, w.hostile_rate, w.greedy_rate, w.stream_rate, w.slow_rate,
+            w.disconnect_rate, w.tenants) == (5, 0.2, 0.4, 0.6, 0.1, 0.3, 3)
+    assert (cfg.clients, cfg.duration, cfg.num_device_blocks, cfg.server_args,
+            cfg.slow_readers, cfg.progress, cfg.seed) == (7, 9.0, 77, ("--foo",), 2, False, 5)
+    taken = {f.name for f in fields(HttpConfig)} | {f.name for f in fields(WorkloadConfig)}
+    assert set(vars(args)) - NOT_FIELDS <= taken, set(vars(args)) - NOT_FIELDS - taken
+    args = cli.build_parser().parse_args(["pool", "--threads", "3", "--no-prefix-caching",
+                                          "--seed", "4"])
+    cfg = cli.pool_config(args)
+    assert (cfg.threads, cfg.prefix_caching, cfg.seed, cfg.progress) == (3, False, 4, True)
+    assert set(vars(args)) - NOT_FIELDS <= {f.name for f in fields(PoolConfig)}
+
+
 def test_report_verdict_and_percentiles():
     rep = StressReport("x", {})
     rep.set("leaks", 0, must_be_zero=True)
@@ -126,3 +155,20 @@ def test_report_verdict_and_percentiles():
     assert [f.split()[0] for f in rep.failures()] == ["leaks", "by_kind"]
     assert percentile([], 50) is None
     assert percentile(range(1, 101), 99) == 99 and percentile([5.0], 50) == 5.0
+
+
+def test_report_files_create_their_folders(tmp_path):
+    rep = StressReport("x", {"seed": 1})
+    rep.set("leaks", 0, must_be_zero=True)
+    rep.sample("usage:device", 0.0, 0.5)
+    rep.sample("usage:device", 1.0, 0.25)
+    rep.write_json(tmp_path / "out" / "deep" / "r.json")
+    assert json.loads((tmp_path / "out" / "deep" / "r.json").read_text())["ok"] is True
+    rep.plot(tmp_path / "plots" / "r.png")
+    assert (tmp_path / "plots" / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_shared_fixture_runs_this_folder_on_one_torch_thread():
+    import torch  # the conftest imports tests.torch_threads.one_torch_thread (autouse)
+
+    assert torch.get_num_threads() == 1

@@ -18,8 +18,8 @@ from kvpool.runtime.model import SamplingParams
 from kvpool.server import serve
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, ROUTES_KEY
 from kvpool.server.quota import TenantBlockQuota
-from stress.hostile import hostile_cases
-from stress.metrics import MetricsScrape
+from stress.http.hostile import hostile_cases
+from stress.http.metrics import MetricsScrape
 from tests.stress.conftest import SMALL, assert_clean
 
 SYSTEM = "You are a careful assistant for tenant data. " * 3  # 138 chars: 8 full blocks

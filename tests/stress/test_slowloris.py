@@ -1,4 +1,4 @@
-"""The slowloris client of ``stress http --slowloris N`` (stress/slowloris.py): against a server
+"""The slowloris client of ``stress http --slowloris N`` (stress/http/slowloris.py): against a server
 with a header timeout every connection is closed and the figures pass; against one with its
 timeouts off they stay open past the limit and the run's verdict fails (the check is not
 vacuous)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from stress import cli
 from stress.report import StressReport
-from stress.slowloris import SLOWLORIS_MARGIN, SLOWLORIS_MUST_BE_ZERO, flag_values, \
+from stress.http.slowloris import SLOWLORIS_MARGIN, SLOWLORIS_MUST_BE_ZERO, flag_values, \
     limit_for_serve_args, loris_limit, run_slowloris, slowloris_figures
 
 

@@ -1,6 +1,6 @@
 """The connection-edge table: hostile cases that are not one well-formed HTTP request.
 
-:mod:`stress.hostile` covers requests an HTTP client can send; these need raw sockets, many
+:mod:`stress.http.hostile` covers requests an HTTP client can send; these need raw sockets, many
 connections or a signal (issue 12)::
 
     slowloris_closed            item 5  a head trickled a byte at a time is closed after the
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from stress.slowloris import loris_limit, run_slowloris
+from stress.http.slowloris import loris_limit, run_slowloris
 
 __all__ = ["EDGE_CASES", "EdgeCase", "EdgeCaseFailed", "EdgeTarget", "check_openai_error",
            "cut_stream_events", "exchange", "open_raw", "read_response", "rst_close",

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.runtime.async_front import AsyncManagerFront
-from stress.pool_shadow import ShadowRuntime
-from stress.pool_worker import Intent, PoolWorker
+from stress.pool.shadow import ShadowRuntime
+from stress.pool.worker import Intent, PoolWorker
 from stress.report import Progress, StressReport
 
 __all__ = ["PoolConfig", "PoolStress"]

@@ -3,7 +3,7 @@
 whole load phase. Every one is far past any ``max_model_len``: the only right answer is 400 with
 OpenAI error JSON whose code is ``context_length_exceeded``; anything else (another status or
 code, a timeout, a reset) is a failure. What this load must not do to the others -- stall
-/health or the streams -- is measured by :mod:`stress.health_probe` and the normal clients.
+/health or the streams -- is measured by :mod:`stress.http.health_probe` and the normal clients.
 
 The three bodies are built once (each a few MB) and shared by every client; they are sized to
 stay under the server's body limit, so they reach the parser rather than the 413 check.

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from stress.hostile import COMPLETIONS, HostileCase, hostile_cases
+from stress.http.hostile import COMPLETIONS, HostileCase, hostile_cases
 
 __all__ = ["RequestSpec", "Workload", "WorkloadConfig"]
 

@@ -20,20 +20,20 @@ import asyncio
 import random
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from stress.big_prompt import BigPromptClients
-from stress.health_probe import HealthProbe
-from stress.http_client import Outcome, RequestRunner
-from stress.slow_reader import SlowReaders
-from stress.metrics import MetricsScrape, scrape, wait_drained
+from stress.http.big_prompt import BigPromptClients
+from stress.http.health_probe import HealthProbe
+from stress.http.client import Outcome, RequestRunner
+from stress.http.slow_reader import SlowReaders
+from stress.http.metrics import MetricsScrape, scrape, wait_drained
 from stress.report import Progress, StressReport, percentile
-from stress.slowloris import SLOWLORIS_MUST_BE_ZERO, limit_for_serve_args, run_slowloris, \
+from stress.http.slowloris import SLOWLORIS_MUST_BE_ZERO, limit_for_serve_args, run_slowloris, \
     slowloris_figures
-from stress.workload import Workload, WorkloadConfig
+from stress.http.workload import Workload, WorkloadConfig
 
 __all__ = ["HttpConfig", "HttpStress", "check_loopback"]
 
@@ -51,17 +51,14 @@ def check_loopback(url: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class HttpConfig:
+    """The run's server and clients; what the clients send (rates, tenants, seed) is the nested
+    ``workload``, whose server-dependent limits HttpStress fills in from this config."""
+
     url: str | None = None  # an already running server (loopback only); None: start one
     clients: int = 16
     duration: float = 30.0
     max_requests: int = 1_000_000
-    disconnect_rate: float = 0.05
-    hostile_rate: float = 0.05
-    greedy_rate: float = 0.3
-    stream_rate: float = 0.5
-    slow_rate: float = 0.02
-    tenants: int = 4
-    seed: int = 0
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)  # the mix and its seed
     api_key: str | None = None
     faults: bool = False  # in-process server + FaultDriver (copy/step faults, delays)
     fault_interval: float = 0.5  # seconds between injected faults
@@ -81,11 +78,16 @@ class HttpConfig:
     progress: bool = True
     slowloris: int = 0  # raw connections that trickle a head and never finish it (slowloris.py)
     # issue 12 items 3/4: extra client kinds beside the mix, and the /health bound
-    slow_readers: int = 0  # raw-socket streams that never read (stress/slow_reader.py)
-    big_prompts: int = 0  # clients sending 4 MB / 2M-id prompts (stress/big_prompt.py)
+    slow_readers: int = 0  # raw-socket streams that never read (stress/http/slow_reader.py)
+    big_prompts: int = 0  # clients sending 4 MB / 2M-id prompts (stress/http/big_prompt.py)
     health_p99_ms: float = 50.0  # the run fails when /health p99 is above this
     health_interval: float = 0.05  # seconds between /health samples
     stream_write_timeout: float | None = None  # server flag; None: 3 s with slow readers
+
+    @property
+    def seed(self) -> int:
+        """One seed for the run: the workload's (server, client streams, fault driver)."""
+        return self.workload.seed
 
 
 class HttpStress:
@@ -99,17 +101,16 @@ class HttpStress:
         if config.slow_readers < 0 or config.big_prompts < 0:
             raise ValueError("--slow-readers and --big-prompts count clients: use N >= 0")
         if config.url is not None:
-            config = _replace(config, url=check_loopback(config.url))
+            config = replace(config, url=check_loopback(config.url))
             if config.faults:
                 raise ValueError("--faults needs the in-process server: drop --url")
         if config.big_prompts and config.url is None and config.max_body_bytes < BIG_BODY:
             # the 4 MB prompts must reach the parser, not the 413 check
-            config = _replace(config, max_body_bytes=BIG_BODY)
+            config = replace(config, max_body_bytes=BIG_BODY)
         self.cfg = config
-        self.workload = Workload(WorkloadConfig(
-            seed=config.seed, tenants=config.tenants, hostile_rate=config.hostile_rate,
-            greedy_rate=config.greedy_rate, stream_rate=config.stream_rate,
-            disconnect_rate=config.disconnect_rate, slow_rate=config.slow_rate,
+        # the server's limits, as this run starts it (an external server: kvpool's defaults)
+        self.workload = Workload(replace(
+            config.workload,
             max_body_bytes=config.max_body_bytes if config.url is None else 4 * 1024 * 1024,
             max_prompt_chars=min(400, config.max_model_len - 110)))
         self.report = StressReport("http", asdict(config))
@@ -147,7 +148,7 @@ class HttpStress:
         return SLOW_READER_WRITE_TIMEOUT if c.slow_readers else None
 
     def _start_server(self) -> str:
-        from stress.servers import InProcessServer, SpawnedServer
+        from stress.http.servers import InProcessServer, SpawnedServer
 
         c = self.cfg
         if c.url is not None:
@@ -181,7 +182,7 @@ class HttpStress:
         return self.server.start()
 
     def _stop_server(self) -> None:
-        from stress.servers import SpawnedServer
+        from stress.http.servers import SpawnedServer
 
         if self.server is None:
             return
@@ -479,10 +480,3 @@ class HttpStress:
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
-
-
-def _replace(cfg: HttpConfig, **changes) -> HttpConfig:
-    d = asdict(cfg)
-    d.update(changes)
-    d["server_args"] = tuple(d["server_args"])
-    return HttpConfig(**d)

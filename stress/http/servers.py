@@ -35,7 +35,7 @@ from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE
 
 __all__ = ["InProcessServer", "SpawnedServer", "ROOT"]
 
-ROOT = Path(__file__).resolve().parents[1]  # the repository: the spawned server runs its code
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the spawned server runs its code
 READY_PREFIX = "kvpool serve: listening on http://"
 LOOPBACK = "127.0.0.1"
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from stress.workload import RequestSpec
+from stress.http.workload import RequestSpec
 
 __all__ = ["Outcome", "RequestRunner"]
 

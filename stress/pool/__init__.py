@@ -1,0 +1,6 @@
+"""``stress pool``: threads and coroutines (AsyncManagerFront) on one BlockSpaceManager.
+
+    mode.py    PoolStress / PoolConfig: the run, the quiescent invariant checks, the verdict
+    worker.py  PoolWorker: one simulated client's random operations (intents)
+    shadow.py  ShadowRuntime: manager + fake KV store; content and tenant verification
+"""
