@@ -44,7 +44,6 @@ from aiohttp import web
 
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
-from kvpool.runtime.outputs import RequestOutput
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
 from kvpool.server.prompt_merge import PromptStreams
