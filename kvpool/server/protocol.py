@@ -35,7 +35,8 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.sampling import SamplingParams
-from kvpool.server.body_bound import structural_commas
+from kvpool.server.body_bound import (MAX_JSON_BYTES_PER_CHAR, key_before,
+                                      longest_string_over, structural_commas)
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LogprobRequest,
                                           parse_logprob_fields)
 from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls
@@ -45,6 +46,7 @@ __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_JSON_DEPTH = 32
 MAX_CACHE_SALT_CHARS = 1024
+MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
 _INT32 = 1 << 31
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
@@ -60,6 +62,7 @@ _KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tool_ch
                                    "top_logprobs",
                                    "parallel_tool_calls", "add_generation_prompt",
                                    "continue_final_message"} | set(_UNSUPPORTED_CHAT))
+_STRING_FIELDS = frozenset({"prompt", "messages", "stop", "user"})  # named in a too-long 400
 _KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
                              "add_generation_prompt", "continue_final_message"})
 _KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
@@ -168,6 +171,13 @@ class RequestParser:
         per_token = tokenizer.max_chars_per_token()
         # longest text that might fit (NOTE(bounded-work)); None: no bound can be trusted
         self.max_prompt_chars = None if per_token is None else max_model_len * per_token
+        # NOTE(string-bound): every string of a fitting request is at most max_prompt_chars
+        # characters: a prompt or message content by NOTE(bounded-work), a stop string because
+        # longer ones could never match the generated text; ``user``, schemas and the rest
+        # get the same bound, at least MIN_STRING_BOUND bytes. A longer string in the raw
+        # body is refused before decoding (json.loads of a 4 MB string holds the GIL ~10 ms)
+        self.max_string_bytes = None if per_token is None else max(
+            MIN_STRING_BOUND, self.max_prompt_chars * MAX_JSON_BYTES_PER_CHAR)
 
     # ---- body -------------------------------------------------------------------------------
     def decode_body(self, raw: bytes) -> dict[str, Any]:
@@ -177,6 +187,14 @@ class RequestParser:
             raise _bad(None, f"this model's maximum context length is {self.max_model_len} "
                        f"tokens; the request body holds {commas + 1} or more JSON values, "
                        "more than a request that fits can hold", "context_length_exceeded")
+        if self.max_string_bytes is not None:
+            found = longest_string_over(raw, self.max_string_bytes)
+            if found is not None:  # before decoding, too (NOTE(string-bound))
+                key = key_before(raw, found[0])
+                param = "messages" if key == "content" else key if key in _STRING_FIELDS \
+                    else None
+                raise self._too_long(param, f"the request body holds a string of {found[1]} "
+                                     "bytes, more characters than that many tokens can hold")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
