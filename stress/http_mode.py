@@ -39,6 +39,9 @@ __all__ = ["HttpConfig", "HttpStress", "check_loopback"]
 
 BIG_BODY = 4 * 1024 * 1024 + 65536  # server body limit with --big-prompts: 4 MB prompts fit
 SLOW_READER_WRITE_TIMEOUT = 3.0  # seconds: short enough for several streams per reader
+# bytes of SO_SNDBUF with slow readers: with the OS's autotuning (~4 MB on loopback) a whole
+# stream fits the kernel buffers and the server's write timeout is never met
+SLOW_READER_SEND_BUFFER = 16384
 
 
 def check_loopback(url: str) -> str:
@@ -177,6 +180,8 @@ class HttpStress:
             args += ["--api-key", c.api_key]
         if self._write_timeout() is not None:
             args += ["--stream-write-timeout", str(self._write_timeout())]
+        if c.slow_readers:
+            args += ["--socket-send-buffer", str(SLOW_READER_SEND_BUFFER)]
         self.server = SpawnedServer(args + list(c.server_args))
         return self.server.start()
 

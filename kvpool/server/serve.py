@@ -39,7 +39,7 @@ from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, DRAIN_KEY, METRICS_KEY, build_app, \
     start_draining
 from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT, \
-    ConnectionLimiter, default_max_connections, start_listener
+    MIN_SEND_BUFFER, ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
 
@@ -144,6 +144,10 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     srv.add_argument("--max-connections", type=int, default=None, metavar="N",
                      help="open connections at most; beyond it new ones get 503 and close "
                           "(default: the open-file limit minus a reserve)")
+    srv.add_argument("--socket-send-buffer", type=int, default=None, metavar="BYTES",
+                     help="SO_SNDBUF of each accepted connection: bounds the kernel memory one "
+                     "client that stops reading can pin, so --stream-write-timeout meets it "
+                     "soon (default: the OS's autotuning, up to net.ipv4.tcp_wmem's max)")
     srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                      help="request bodies larger than this get 413")
     srv.add_argument("--tenant-block-quota", type=int, default=None, metavar="BLOCKS",
@@ -206,7 +210,8 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                 max_connections: int | None = None, chat_template: str | None = None,
                 tenant_header: str | None = None,
                 stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
-                replica_id: str | None = None) -> None:
+                replica_id: str | None = None,
+                socket_send_buffer: int | None = None) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
@@ -234,7 +239,7 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
     try:
         listener = await start_listener(
             runner, host, port, limiter=limiter, header_timeout=header_timeout,
-            keep_alive_timeout=keep_alive_timeout,
+            keep_alive_timeout=keep_alive_timeout, send_buffer=socket_send_buffer,
             access_log=log if log.isEnabledFor(logging.DEBUG) else None)
         bound = listener.sockets[0].getsockname()[1] if listener.sockets else port
         loop_kind = type(loop).__module__.split(".")[0]  # "uvloop" or "asyncio"
@@ -307,7 +312,7 @@ def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
                **edge: Any) -> None:
     """Blocking entry point: pick the event loop once (uvloop when installed) and serve.
     ``edge``: header_timeout, keep_alive_timeout, max_connections, chat_template,
-    tenant_header, stream_write_timeout, replica_id (see
+    tenant_header, stream_write_timeout, replica_id, socket_send_buffer (see
     :func:`serve`)."""
     with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
@@ -337,6 +342,10 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         print("kvpool serve: --header-timeout/--keep-alive-timeout: use seconds >= 0 "
               "(0: off)", file=sys.stderr)
         return 2
+    if args.socket_send_buffer is not None and args.socket_send_buffer < MIN_SEND_BUFFER:
+        print(f"kvpool serve: --socket-send-buffer {args.socket_send_buffer}: use bytes >= "
+              f"{MIN_SEND_BUFFER} (or leave it out for the OS's default)", file=sys.stderr)
+        return 2
     try:
         run_server(config, args.host, args.port, api_key,
                    shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
@@ -347,7 +356,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
                    max_connections=args.max_connections, chat_template=args.chat_template,
                    tenant_header=args.tenant_header,
                    stream_write_timeout=args.stream_write_timeout,
-                   replica_id=args.replica_id)
+                   replica_id=args.replica_id, socket_send_buffer=args.socket_send_buffer)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2
