@@ -337,8 +337,26 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         return units
 
     def _admission(self, units: list[PrefillUnit], freeable: int = 0) -> Admission:
-        return self.manager.admission([(u.num_tokens, u.block_hashes) for u in units],
-                                      freeable=freeable)
+        """NOTE(alone): an admitted request is never dropped for capacity. Its generated
+        tokens may outgrow the pool minus the watermark (the watermark only keeps room for
+        running requests to grow; appends ignore it), so a request coming back to be
+        recomputed with output tokens is NEVER only if the whole pool cannot hold it; one
+        that needs the watermark's blocks waits (LATER) until nothing else runs, and then
+        may take every block. The engine refuses prompt + max_tokens beyond the whole pool
+        up front (EngineCore.validate)."""
+        mgr = self.manager
+        prompts = [(u.num_tokens, u.block_hashes) for u in units]
+        adm = mgr.admission(prompts, freeable=freeable)
+        if adm.status is AllocStatus.OK or not any(u.lead.output_token_ids for u in units):
+            return adm
+        whole = mgr.admission(prompts, freeable=freeable, watermark=False)
+        if whole.status is AllocStatus.NEVER or not self.running:
+            return whole
+        if adm.status is AllocStatus.NEVER:
+            return Admission(AllocStatus.LATER, adm.need, adm.capacity,
+                             f"{adm.reason.removesuffix(': it can never fit')}: it waits until "
+                             "it runs alone")
+        return adm
 
     def _admission_status(self, units: list[PrefillUnit]) -> AllocStatus:
         return self._admission(units).status
