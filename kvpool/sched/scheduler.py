@@ -23,7 +23,8 @@ One ``schedule()`` (the seeds' ``_schedule_running`` / ``_schedule_swapped`` /
                    tenants, the oldest request of the tenant running fewest, under
                    tenant_max_running_seqs, within the best priority class) while
                    can_allocate is OK (watermark); LATER stops (head-of-line), NEVER and prompts
-                   longer than max_model_len are ignored with a reason
+                   longer than max_model_len are ignored with a reason (a request coming back
+                   with output tokens: NEVER only past the whole pool, NOTE(alone))
     5. defrag      if external fragmentation > defrag_threshold and no swap-out happened
 
 Budgets: ``max_num_batched_tokens`` per step (a decode is 1 token, a chunk its length) and
