@@ -126,6 +126,10 @@ class EngineCore:
                 f"this model's maximum context length is {self.max_model_len} tokens; the "
                 f"request has {n} prompt tokens and asks for {params.max_tokens} more",
                 "max_tokens" if n < self.max_model_len else "prompt", "context_length_exceeded")
+        adm = self.manager.admission([(n + 1, ())])  # the scheduler's own rule
+        if adm.status is AllocStatus.NEVER:
+            raise RequestError(f"the prompt (+1 token) {adm.reason}: shorten it or raise "
+                               "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
         if params.max_tokens:
             # NOTE(alone): an admitted request is never dropped for capacity; alone it may
             # take every block, but no more: refuse what outgrows the whole pool now (its
@@ -138,10 +142,6 @@ class EngineCore:
                     f"more than the KV cache's {total} blocks of {bs} tokens can hold; use "
                     f"max_tokens <= {total * bs - n + 1} or raise --kv-cache-memory",
                     "max_tokens", "context_length_exceeded")
-        adm = self.manager.admission([(n + 1, ())])  # the scheduler's own rule
-        if adm.status is AllocStatus.NEVER:
-            raise RequestError(f"the prompt (+1 token) {adm.reason}: shorten it or raise "
-                               "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
         if params.response_format is not None:
             self.grammars.validate(params.response_format)
 

@@ -1,5 +1,5 @@
-"""A bound on a JSON body's value count, from its raw bytes, before ``json.loads`` (issue 12
-item 3).
+"""Bounds on a JSON body's value count and string lengths, from its raw bytes, before
+``json.loads`` (issue 12 item 3; the string bound: protocol.py NOTE(string-bound)).
 
 NOTE(gil): parsing on a worker thread does not keep the event loop free while ``json.loads``
 runs: the C scanner holds the GIL for the whole call, and its cost grows with the number of
@@ -52,9 +52,9 @@ def _string_end(raw: bytes, start: int) -> int:
 
 def longest_string_over(raw: bytes, limit: int) -> tuple[int, int] | None:
     """``(opening quote index, byte length between the quotes)`` of the first JSON string in
-    ``raw`` longer than ``limit`` bytes, or None when there is none. One ``bytes.find`` per quote: a 4 MB string
-    is found in a few C calls, and a body of many short strings is Python-level work that
-    yields the GIL (the caller bounds their count first, with ``structural_commas``)."""
+    ``raw`` longer than ``limit`` bytes, or None when there is none. One ``bytes.find`` per
+    quote: a 4 MB string is found in a few C calls, and a body of many short strings is
+    Python-level work that yields the GIL (the caller bounds their count first, with ``structural_commas``)."""
     if len(raw) <= limit:
         return None
     i, n = 0, len(raw)
