@@ -101,7 +101,8 @@ class BlockSpaceManager:
 
     # ------------------------------------------------------------------ admission
     def admission(self, prompts: Sequence[tuple[int, Sequence[bytes]]] = (), *,
-                  swapped: Sequence[int] = (), freeable: int = 0) -> Admission:
+                  swapped: Sequence[int] = (), freeable: int = 0,
+                  watermark: bool = True) -> Admission:
         """THE admission rule (the module docstring's table), for one of:
 
         - ``prompts``: ``(num_tokens, block_hashes)`` per prefill unit of one request (a
@@ -112,6 +113,7 @@ class BlockSpaceManager:
         with it). NOTE(never): NEVER is judged on the blocks the request needs in an empty
         pool, the same way for both kinds, so a swapped group is NEVER exactly when
         recomputing it would be NEVER too: it has outgrown what admission accepts.
+        ``watermark=False`` judges against the whole pool (the scheduler's NOTE(alone)).
         """
         if bool(prompts) == bool(swapped):
             raise ValueError("admission takes prompts or swapped, exactly one of them")
@@ -131,7 +133,7 @@ class BlockSpaceManager:
                     # on an evictable block costs one, like a miss (it leaves the free set)
                     need -= pool.count_used(self._hits(hashes, num_tokens))
             what = f"needs {capacity} blocks of {self.block_size} tokens, but"
-        total, w = pool.num_blocks, self.watermark_blocks
+        total, w = pool.num_blocks, self.watermark_blocks if watermark else 0
         if total - capacity < w:
             return Admission(AllocStatus.NEVER, need, capacity,
                              f"{what} the device pool has {total} blocks and keeps {w} free "

@@ -134,6 +134,18 @@ class EngineCore:
         if adm.status is AllocStatus.NEVER:
             raise RequestError(f"the prompt (+1 token) {adm.reason}: shorten it or raise "
                                "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
+        if params.max_tokens:
+            # NOTE(alone): an admitted request is never dropped for capacity; alone it may
+            # take every block, but no more: refuse what outgrows the whole pool now (its
+            # table holds prompt + max_tokens - 1 tokens at most: the last is never stored)
+            total = self.storage.num_device_blocks
+            bs = self.manager.block_size
+            if self.manager.num_required_blocks(n + params.max_tokens - 1) > total:
+                raise RequestError(
+                    f"the request has {n} prompt tokens and max_tokens={params.max_tokens}: "
+                    f"more than the KV cache's {total} blocks of {bs} tokens can hold; use "
+                    f"max_tokens <= {total * bs - n + 1} or raise --kv-cache-memory",
+                    "max_tokens", "context_length_exceeded")
         if params.response_format is not None:
             self.grammars.validate(params.response_format)
 

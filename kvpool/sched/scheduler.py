@@ -23,7 +23,8 @@ One ``schedule()`` (the seeds' ``_schedule_running`` / ``_schedule_swapped`` /
                    tenants, the oldest request of the tenant running fewest, under
                    tenant_max_running_seqs, within the best priority class) while
                    can_allocate is OK (watermark); LATER stops (head-of-line), NEVER and prompts
-                   longer than max_model_len are ignored with a reason
+                   longer than max_model_len are ignored with a reason (a request coming back
+                   with output tokens: NEVER only past the whole pool, NOTE(alone))
     5. defrag      if external fragmentation > defrag_threshold and no swap-out happened
 
 Budgets: ``max_num_batched_tokens`` per step (a decode is 1 token, a chunk its length) and
@@ -337,8 +338,26 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         return units
 
     def _admission(self, units: list[PrefillUnit], freeable: int = 0) -> Admission:
-        return self.manager.admission([(u.num_tokens, u.block_hashes) for u in units],
-                                      freeable=freeable)
+        """NOTE(alone): an admitted request is never dropped for capacity. Its generated
+        tokens may outgrow the pool minus the watermark (the watermark only keeps room for
+        running requests to grow; appends ignore it), so a request coming back to be
+        recomputed with output tokens is NEVER only if the whole pool cannot hold it; one
+        that needs the watermark's blocks waits (LATER) until nothing else runs, and then
+        may take every block. The engine refuses prompt + max_tokens beyond the whole pool
+        up front (EngineCore.validate)."""
+        mgr = self.manager
+        prompts = [(u.num_tokens, u.block_hashes) for u in units]
+        adm = mgr.admission(prompts, freeable=freeable)
+        if adm.status is AllocStatus.OK or not any(u.lead.output_token_ids for u in units):
+            return adm
+        whole = mgr.admission(prompts, freeable=freeable, watermark=False)
+        if whole.status is AllocStatus.NEVER or not self.running:
+            return whole
+        if adm.status is AllocStatus.NEVER:
+            return Admission(AllocStatus.LATER, adm.need, adm.capacity,
+                             f"{adm.reason.removesuffix(': it can never fit')}: it waits until "
+                             "it runs alone")
+        return adm
 
     def _admission_status(self, units: list[PrefillUnit]) -> AllocStatus:
         return self._admission(units).status

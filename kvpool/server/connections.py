@@ -12,6 +12,7 @@ This module adds those, without touching aiohttp's internals::
               data_received: first "\\r\\n\\r\\n" seen -> disarm the header timer
               header timer fires first             -> close      (rejected{reason="header_timeout"})
               later request heads / idle time      -> aiohttp's keepalive_timeout closes
+              send_buffer set? -> SO_SNDBUF on the accepted socket (NOTE(sndbuf))
               handle_error: client faults -> OpenAI error JSON, one INFO line, no traceback;
                             client gone (ConnectionError) -> nothing to answer, no log
 
@@ -26,6 +27,7 @@ import asyncio
 import json
 import logging
 import resource
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,8 +37,9 @@ from aiohttp.web_protocol import RequestHandler
 
 from kvpool.server.middleware import error_body, error_type, http_error_code
 
-__all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT", "ConnectionLimiter",
-           "GuardedRequestHandler", "default_max_connections", "start_listener"]
+__all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT", "MIN_SEND_BUFFER",
+           "ConnectionLimiter", "GuardedRequestHandler", "default_max_connections",
+           "set_send_buffer", "start_listener"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -45,6 +48,7 @@ DEFAULT_KEEP_ALIVE_TIMEOUT = 15.0  # seconds an idle keep-alive connection stays
 FD_RESERVE = 64  # fds kept free for model files, logs, the listener, redis, the copy worker
 WARN_INTERVAL = 10.0  # seconds between two "connection cap reached" WARNING lines
 HEAD_END = b"\r\n\r\n"
+MIN_SEND_BUFFER = 4096  # bytes: below a page Linux rounds up anyway (SOCK_MIN_SNDBUF)
 REJECT_LINGER = 0.5  # seconds a refused connection stays half-closed (bounded fd cost)
 
 _REJECT_BODY = json.dumps(error_body(
@@ -129,8 +133,10 @@ class GuardedRequestHandler(RequestHandler):
     """aiohttp's per-connection protocol with the cap, the header timeout and JSON errors."""
 
     def __init__(self, manager: web.Server, *, limiter: ConnectionLimiter,
-                 header_timeout: float, **kwargs: Any) -> None:
+                 header_timeout: float, send_buffer: int | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
+        self._guard_send_buffer = send_buffer
         self._guard_limiter = limiter
         self._guard_header_timeout = header_timeout
         self._guard_admitted = False
@@ -150,6 +156,8 @@ class GuardedRequestHandler(RequestHandler):
             asyncio.get_running_loop().call_later(REJECT_LINGER, tr.close)
             return
         self._guard_admitted = True
+        if self._guard_send_buffer is not None:
+            set_send_buffer(transport, self._guard_send_buffer)
         super().connection_made(transport)
         if self._guard_header_timeout > 0:
             self._guard_timer = asyncio.get_running_loop().call_later(
@@ -225,16 +233,31 @@ class GuardedRequestHandler(RequestHandler):
         return resp
 
 
+def set_send_buffer(transport: asyncio.BaseTransport, size: int) -> None:
+    """NOTE(sndbuf): Linux autotunes a socket's send buffer up to net.ipv4.tcp_wmem's max
+    (~4 MB), kernel memory a client pins by never reading, and enough to swallow a whole SSE
+    stream, so the stream write timeout never fires. A fixed SO_SNDBUF turns the autotuning
+    off (Linux doubles the value for its bookkeeping)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+
+
 async def start_listener(runner: web.AppRunner, host: str, port: int, *,
                          limiter: ConnectionLimiter,
                          header_timeout: float = DEFAULT_HEADER_TIMEOUT,
                          keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
                          access_log: logging.Logger | None = None,
-                         backlog: int = 1024) -> asyncio.AbstractServer:
+                         backlog: int = 1024,
+                         send_buffer: int | None = None) -> asyncio.AbstractServer:
     """Listen on ``host:port`` with guarded handlers for ``runner``'s app (after setup).
 
     Replaces ``web.TCPSite``: the caller closes the returned server before
-    ``runner.cleanup()``. ``keep_alive_timeout`` <= 0 keeps aiohttp's idle timer off."""
+    ``runner.cleanup()``. ``keep_alive_timeout`` <= 0 keeps aiohttp's idle timer off.
+    ``send_buffer``: SO_SNDBUF bytes for each accepted socket (None: the OS's autotuning)."""
+    if send_buffer is not None and send_buffer < MIN_SEND_BUFFER:
+        raise ValueError(f"send_buffer={send_buffer!r}: use bytes >= {MIN_SEND_BUFFER} "
+                         "(or None for the OS's default)")
     server = runner.server
     if server is None:
         raise RuntimeError("call runner.setup() before start_listener")
@@ -247,6 +270,6 @@ async def start_listener(runner: web.AppRunner, host: str, port: int, *,
 
     def factory() -> GuardedRequestHandler:
         return GuardedRequestHandler(server, limiter=limiter, header_timeout=header_timeout,
-                                     **kwargs)
+                                     send_buffer=send_buffer, **kwargs)
 
     return await loop.create_server(factory, host, port, backlog=backlog)

@@ -3,7 +3,8 @@
 The body must be UTF-8 JSON (no NaN/Infinity), an object, nested at most ``max_json_depth``,
 without lone UTF-16 surrogate escapes, and hold no more JSON values than a request that fits
 the context can (NOTE(gil) in protocol.py: counted on the raw bytes, body_bound.py, before
-``json.loads`` holds the GIL).
+``json.loads`` holds the GIL), nor a string longer than any string of a fitting request
+(NOTE(string-bound) in protocol.py; refused before decoding too, naming its field).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import re
 from typing import Any
 
 from kvpool.errors import RequestError
-from kvpool.server.body_bound import structural_commas
+from kvpool.server.body_bound import key_before, longest_string_over, structural_commas
 
 __all__ = ["decode_json_body"]
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_STRING_FIELDS = frozenset({"prompt", "messages", "stop", "user"})  # named in a too-long 400
 
 
 def _bad(message: str, code: str) -> RequestError:
@@ -29,12 +31,22 @@ def _reject_constant(name: str) -> Any:
 
 
 def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
-                     max_model_len: int) -> dict[str, Any]:
+                     max_model_len: int, max_string_bytes: int | None = None) -> dict[str, Any]:
     commas = structural_commas(raw, max_body_commas)
     if commas > max_body_commas:
         raise _bad(f"this model's maximum context length is {max_model_len} tokens; the "
                    f"request body holds {commas + 1} or more JSON values, more than a request "
                    "that fits can hold", "context_length_exceeded")
+    if max_string_bytes is not None:
+        found = longest_string_over(raw, max_string_bytes)
+        if found is not None:  # before decoding, too (NOTE(string-bound))
+            key = key_before(raw, found[0])
+            param = "messages" if key == "content" else key if key in _STRING_FIELDS else None
+            raise RequestError(f"this model's maximum context length is {max_model_len} "
+                               f"tokens; the request body holds a string of {found[1]} bytes, "
+                               "more characters than that many tokens can hold, which leaves "
+                               "no room to generate", param=param,
+                               code="context_length_exceeded")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

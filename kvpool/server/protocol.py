@@ -41,6 +41,7 @@ from kvpool.server.json_body import decode_json_body
 from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
                                         KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
                                         UNSUPPORTED_COMPLETION, check_known, check_unsupported)
+from kvpool.server.body_bound import MAX_JSON_BYTES_PER_CHAR
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LogprobRequest,
                                           parse_logprob_fields)
 from kvpool.server.sampling_fields import parse_sampling_controls
@@ -50,6 +51,7 @@ __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_JSON_DEPTH = 32
 MAX_CACHE_SALT_CHARS = 1024
+MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
 _INT32 = 1 << 31
 
 class ModelNotFoundError(RequestError):
@@ -127,13 +129,21 @@ class RequestParser:
         per_token = tokenizer.max_chars_per_token()
         # longest text that might fit (NOTE(bounded-work)); None: no bound can be trusted
         self.max_prompt_chars = None if per_token is None else max_model_len * per_token
+        # NOTE(string-bound): every string of a fitting request is at most max_prompt_chars
+        # characters: a prompt or message content by NOTE(bounded-work), a stop string because
+        # longer ones could never match the generated text; ``user``, schemas and the rest
+        # get the same bound, at least MIN_STRING_BOUND bytes. A longer string in the raw
+        # body is refused before decoding (json.loads of a 4 MB string holds the GIL ~10 ms)
+        self.max_string_bytes = None if per_token is None else max(
+            MIN_STRING_BOUND, self.max_prompt_chars * MAX_JSON_BYTES_PER_CHAR)
 
     # ---- body -------------------------------------------------------------------------------
     def decode_body(self, raw: bytes) -> dict[str, Any]:
-        """UTF-8 JSON object, bounded depth and value count (json_body.py)."""
+        """UTF-8 JSON object, bounded depth, value count and string length (json_body.py)."""
         return decode_json_body(raw, max_json_depth=self.max_json_depth,
                                 max_body_commas=self.max_body_commas,
-                                max_model_len=self.max_model_len)
+                                max_model_len=self.max_model_len,
+                                max_string_bytes=self.max_string_bytes)
 
     # ---- endpoints --------------------------------------------------------------------------
     def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:

@@ -39,6 +39,10 @@ __all__ = ["HttpConfig", "HttpStress", "check_loopback"]
 
 BIG_BODY = 4 * 1024 * 1024 + 65536  # server body limit with --big-prompts: 4 MB prompts fit
 SLOW_READER_WRITE_TIMEOUT = 3.0  # seconds: short enough for several streams per reader
+# bytes of SO_SNDBUF with slow readers: with the OS's autotuning (~4 MB on loopback) a whole
+# stream fits the kernel buffers and the server's write timeout is never met
+SLOW_READER_SEND_BUFFER = 16384
+SLOW_READER_FILL_MARGIN = 15.0  # seconds: a reader's 4 x 400-token stream generated under load
 
 
 def check_loopback(url: str) -> str:
@@ -178,6 +182,8 @@ class HttpStress:
             args += ["--api-key", c.api_key]
         if self._write_timeout() is not None:
             args += ["--stream-write-timeout", str(self._write_timeout())]
+        if c.slow_readers:
+            args += ["--socket-send-buffer", str(SLOW_READER_SEND_BUFFER)]
         self.server = SpawnedServer(args + list(c.server_args))
         return self.server.start()
 
@@ -256,7 +262,9 @@ class HttpStress:
         c = self.cfg
         out = []
         if c.slow_readers:
-            hold = (self._write_timeout() or 30.0) + 2.0
+            # the hold outlasts generating the whole stream under load, then the write timeout:
+            # by then the server's writes have blocked and it must have closed the stream
+            hold = (self._write_timeout() or 30.0) + SLOW_READER_FILL_MARGIN
             self.slow = SlowReaders(url, c.slow_readers, hold=hold, api_key=c.api_key)
             out.append(self.slow.run(stop, deadline))
         if c.big_prompts:

@@ -64,11 +64,11 @@ def test_swap_in_admission_counts_the_next_decode_exactly():
     m.check_invariants()
 
 
-def test_swapped_group_answered_never_is_recomputed_and_refused_by_admission_only():
-    # r grows to 5 full blocks (20 tokens) in a pool that admits 5 of 6: its next token needs
-    # a 6th block. Swapped, its swap-in is NEVER: it goes back to waiting (recompute), and
-    # admission then refuses prompt + generated tokens with its own reason.
-    s = _sched(6, 4, 6, 0.2, False, "swap")
+def _outgrown(mode: str):
+    """r grows to 5 full blocks (20 tokens) in a pool that admits 5 of 6: its next token
+    needs a 6th block, and a foreign table (10_000) holds the last free one: r is preempted
+    (its own request is the only victim). Returns the scheduler, its runtime and r's seq."""
+    s = _sched(6, 4, 6, 0.2, False, mode)
     rt = FakeRuntime(s)
     s.add_request("r", prompt(16), params(max_tokens=8))
     for _ in range(4):
@@ -79,12 +79,50 @@ def test_swapped_group_answered_never_is_recomputed_and_refused_by_admission_onl
     rt.step()  # r needs no block for token 20 (its fifth block has room)
     out = rt.step()  # token 21 needs a 6th block: r is the only victim
     assert [(p.request_id, p.mode) for p in out.preempted] == [("r", s.config.forced_mode)]
+    return s, rt
+
+
+def test_admitted_request_that_outgrows_the_watermark_comes_back_and_finishes():
+    # NOTE(alone): r's prompt + max_tokens (23 tokens in its table at most) fits the whole
+    # pool but not the pool minus the watermark. It was admitted, so it is never dropped:
+    # it waits while the pool is short, then runs alone with every block (it used to end
+    # FINISHED_IGNORED: "prompt + generated tokens needs 6 blocks ... can never fit")
+    for mode in ("swap", "recompute"):
+        s, rt = _outgrown(mode)
+        out = rt.step()  # the foreign block is still held: 5 free of the 6 it needs
+        assert out.ignored == [] and s.has_unfinished(), mode
+        s.manager.free(10_000)
+        rt.drain()
+        (f,) = rt.by_id().values()
+        assert f.status is SeqStatus.FINISHED_LENGTH, (mode, f.reason)
+        assert f.output_token_ids == [7] * 8
+        assert_empty(s)
+
+
+def test_admitted_request_waits_for_running_ones_before_taking_the_watermark():
+    # r needs the watermark's block to come back; while q runs it waits (LATER, not
+    # NEVER), and when q is done it runs alone and finishes
+    s, rt = _outgrown("recompute")
     s.manager.free(10_000)
-    out = rt.step()
-    assert out.blocks_to_swap_in == []
-    (f,) = out.ignored
+    s.add_request("q", prompt(2, 5000), params(max_tokens=1))
+    rt.drain()
+    done = rt.by_id()
+    assert {k: f.status for k, f in done.items()} == {
+        "r": SeqStatus.FINISHED_LENGTH, "q": SeqStatus.FINISHED_LENGTH}
+    assert done["r"].output_token_ids == [7] * 8
+    assert_empty(s)
+
+
+def test_a_request_that_outgrows_the_whole_pool_is_refused_only_by_admission():
+    # without the engine's up-front check (prompt + max_tokens beyond the whole pool), a
+    # request growing past 6 blocks cannot come back: admission refuses it with its reason
+    s = _sched(6, 4, 6, 0.2, False, "recompute")
+    rt = FakeRuntime(s)
+    s.add_request("r", prompt(16), params(max_tokens=12))
+    rt.drain()
+    (f,) = rt.by_id().values()
     assert f.status is SeqStatus.FINISHED_IGNORED
-    assert f.reason.startswith("prompt + generated tokens needs 6 blocks")
+    assert f.reason.startswith("prompt + generated tokens needs 7 blocks"), f.reason
     assert_empty(s)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import aiohttp
 
@@ -183,23 +182,24 @@ async def test_health_and_models(srv):
     assert_error(status, resp, 404, "model", "model_not_found")
 
 
-async def test_request_that_outgrows_the_pool_fails_cleanly(make_server):
-    # admission only sees the 40-token prompt (3 blocks); at ~128 tokens the sequence alone
-    # needs more than the 8-block pool, and the engine fails it (finish_reason "error")
+async def test_request_that_would_outgrow_the_pool_is_refused_up_front(make_server):
+    # an admitted request is never dropped for capacity (NOTE(alone)): 40 prompt tokens +
+    # max_tokens 200 need more than the 8-block pool (128 slots), so it is a 400 naming
+    # max_tokens before anything runs (it used to be admitted and fail mid-stream with
+    # generation_error); the largest max_tokens that fits runs alone to the end
     async with make_server(num_device_blocks=8, num_host_blocks=0,
                            preemption_mode="recompute") as small:
         body = {"prompt": [65] * 40, "max_tokens": 200, "ignore_eos": True, "temperature": 0}
-        status, _, resp = await call(small, "POST", "/v1/completions", json=body)
-        assert_error(status, resp, 500, None, "generation_error")
-        async with aiohttp.ClientSession() as s:
-            async with s.post(small.url + "/v1/completions",
-                              json={**body, "stream": True}) as r:
-                assert r.status == 200
-                events = (await r.read()).decode().strip().split("\n\n")
-        assert events[-1] == "data: [DONE]"
-        last = json.loads(events[-2].removeprefix("data: "))
-        assert last["error"]["code"] == "generation_error" and last["error"]["message"]
-        assert len(events) > 3  # tokens were streamed before the failure
+        for stream in (False, True):
+            status, _, resp = await call(small, "POST", "/v1/completions",
+                                         json={**body, "stream": stream})
+            assert_error(status, resp, 400, "max_tokens", "context_length_exceeded")
+            assert "max_tokens <= 89" in resp["error"]["message"]
+        status, _, resp = await call(small, "POST", "/v1/completions",
+                                     json={**body, "max_tokens": 89})
+        assert status == 200, resp
+        assert resp["choices"][0]["finish_reason"] == "length"
+        assert resp["usage"]["completion_tokens"] == 89
 
 
 async def test_unknown_model_is_404_on_every_route(srv):
