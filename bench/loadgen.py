@@ -5,7 +5,7 @@
                             [--output-tokens O] [--endpoint completions|chat]
                             [--repeats R] [--quick] [--json out/loadgen.json]
 
-Starts ``python -m kvpool.server.serve`` on 127.0.0.1 (stress.servers.SpawnedServer: a free
+Starts ``python -m kvpool.server.serve`` on 127.0.0.1 (stress.http.servers.SpawnedServer: a free
 port read from the ready line, stopped by its pid with SIGTERM), sends two warm-up requests, then
 runs ``guidellm run`` ``--repeats`` times. Each run is one guidellm process with a
 ``concurrent`` profile over every ``--concurrency`` (one guidellm benchmark per concurrency, in
@@ -62,7 +62,7 @@ from typing import Any
 
 from bench.common import (DEFAULT_REPEATS, QUICK_REPEATS, Stat, Timing, machine, put,
                           timing_info, write_json)
-from stress.servers import SpawnedServer
+from stress.http.servers import SpawnedServer
 
 MODEL_NAME = "kvpool-loadgen"  # --served-model-name; guidellm sends it as `model`
 DEFAULT_GUIDELLM = "/opt/guidellm/bin/guidellm"

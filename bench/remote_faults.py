@@ -15,7 +15,7 @@ What is measured, and where from:
 - failures: the stress report through the router (HttpStress with ``url=ROUTER``), plus the
   TTFT probe's own requests. The stress harness itself is unchanged.
 - leaks: NOTE(leaks) the router's /metrics has no engine series (a missing series reads as 0 in
-  stress.metrics, so the stress report's leak figures say nothing through the router); the
+  stress.http.metrics, so the stress report's leak figures say nothing through the router); the
   bench drains and sums ``kvpool_cache_usage_ratio * kvpool_blocks`` over every replica's own
   /metrics, with its request gauges and invariant violations.
 - TTFT: a probe thread streams a fresh 4-block prompt (a remote probe miss each time) with
@@ -44,10 +44,11 @@ import urllib.request
 import aiohttp
 
 from bench.common import machine, write_json
-from stress.http_mode import HttpConfig, HttpStress
-from stress.metrics import MetricsScrape, wait_drained
+from stress.http.mode import HttpConfig, HttpStress
+from stress.http.workload import WorkloadConfig
+from stress.http.metrics import MetricsScrape, wait_drained
 from stress.report import percentile
-from stress.servers import ROOT, SpawnedServer
+from stress.http.servers import ROOT, SpawnedServer
 from tests.remote.redis_server import RedisServer
 
 ROUTER_READY = "kvpool router: listening on http://"
@@ -288,8 +289,9 @@ def run(args) -> dict:
         router_url = router.start()
         duration = args.baseline + args.stop + args.after * 2 + args.down + 1.0
         stress = HttpStress(HttpConfig(url=router_url, clients=args.clients,
-                                       duration=duration, hostile_rate=0.0,
-                                       request_timeout=60.0, progress=False, seed=args.seed))
+                                       duration=duration, request_timeout=60.0, progress=False,
+                                       workload=WorkloadConfig(hostile_rate=0.0,
+                                                               seed=args.seed)))
         watch = BreakerWatch(urls)
         probe = TtftProbe(router_url, args.probe_interval)
         marks: dict[str, float] = {}

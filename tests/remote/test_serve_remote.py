@@ -17,8 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES
-from stress.metrics import MetricsScrape, scrape, wait_drained
-from stress.servers import SpawnedServer
+from stress.http.metrics import MetricsScrape, scrape, wait_drained
+from stress.http.servers import SpawnedServer
 
 BLOCK = 16
 PROMPT = [(i * 7 + 3) % 500 + 1 for i in range(2048 + 5)]  # 128 full blocks + a tail
