@@ -1,9 +1,9 @@
 """kvpool.server: the OpenAI-compatible aiohttp app over an AsyncEngine.
 
 ``build_app(engine, api_key=...)`` gives the web.Application (routes, one error middleware,
-auth, the engine's lifetime in cleanup_ctx); ``kvpool.server.serve.run_server(config, host,
-port)`` serves it with graceful shutdown; ``kvpool serve`` is ``serve.add_serve_args`` +
-``serve.main``. (``serve`` is not imported here, so ``python -m kvpool.server.serve`` runs it
+auth, the engine's lifetime in cleanup_ctx); ``kvpool.server.serve.run_server(config,
+ServeOptions(host=..., port=...))`` serves it with graceful shutdown; ``kvpool serve`` is
+``serve.add_serve_args`` + ``serve.main``. (``serve`` is not imported here, so ``python -m kvpool.server.serve`` runs it
 as a fresh module.)
 """
 

@@ -37,21 +37,19 @@ from aiohttp import web
 
 from kvpool.errors import ConfigError
 from kvpool.runtime.engine_config import EngineConfig
-from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, DRAIN_KEY, METRICS_KEY, build_app, \
-    start_draining
-from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT, \
-    MIN_SEND_BUFFER, ConnectionLimiter, default_max_connections, start_listener
-from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.app import DRAIN_KEY, METRICS_KEY, build_app, start_draining
+from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
-from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY, add_remote_args, build_link
+from kvpool.server.remote_setup import add_remote_args, build_link
+from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
+                                         add_server_args, resolve_api_key)
 
-__all__ = ["add_arguments", "add_serve_args", "config_from_args", "main", "resolve_api_key",
-           "run", "run_server", "serve"]
+__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_arguments",
+           "add_serve_args", "config_from_args", "main", "resolve_api_key", "run", "run_server",
+           "serve"]
 
 log = logging.getLogger("kvpool.server")
 
-API_KEY_ENV = "KVPOOL_API_KEY"
-DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 READY_PREFIX = "kvpool serve: listening on http://"  # tests wait for this line on stdout
 STOPPED_PREFIX = "kvpool serve: stopped; "
 FORCED_EXIT_LINE = "kvpool serve: second signal, exiting now"
@@ -140,54 +138,8 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         else:
             eng.add_argument(flag, dest=name, type=kind, metavar=meta,
                              default=argparse.SUPPRESS, help=help_text)
-    srv = parser.add_argument_group("server")
-    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    srv.add_argument("--port", type=int, default=8000, help="port (0: any free port; default "
-                                                            "8000)")
-    srv.add_argument("--api-key", default=None,
-                     help=f"require 'Authorization: Bearer KEY' on /v1 (or env {API_KEY_ENV})")
-    srv.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT,
-                     help="seconds in-flight requests get to finish on SIGTERM/SIGINT before "
-                          "they are aborted")
-    srv.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
-                     metavar="SECONDS", help="close a new connection that has not sent a "
-                     "complete request head within SECONDS (0: off)")
-    srv.add_argument("--keep-alive-timeout", type=float, default=DEFAULT_KEEP_ALIVE_TIMEOUT,
-                     metavar="SECONDS", help="close a keep-alive connection idle (or sending "
-                     "its next request head) for SECONDS (0: never)")
-    srv.add_argument("--max-connections", type=int, default=None, metavar="N",
-                     help="open connections at most; beyond it new ones get 503 and close "
-                          "(default: the open-file limit minus a reserve)")
-    srv.add_argument("--socket-send-buffer", type=int, default=None, metavar="BYTES",
-                     help="SO_SNDBUF of each accepted connection: bounds the kernel memory one "
-                     "client that stops reading can pin, so --stream-write-timeout meets it "
-                     "soon (default: the OS's autotuning, up to net.ipv4.tcp_wmem's max)")
-    srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
-                     help="request bodies larger than this get 413")
-    srv.add_argument("--tenant-block-quota", type=int, default=None, metavar="BLOCKS",
-                     help="cap the KV blocks the in-flight requests of one tenant may hold "
-                          "(429 beyond it; default: no cap)")
-    srv.add_argument("--tenant-header", default=None, metavar="NAME",
-                     help="trusted header (set by your proxy) naming the tenant for quotas and "
-                          "fair scheduling, e.g. X-Tenant-Id (default: the API key, else one "
-                          "anonymous tenant)")
-    srv.add_argument("--stream-write-timeout", type=float, default=DEFAULT_STREAM_WRITE_TIMEOUT,
-                     metavar="SECONDS", help="close a stream whose client has not read for this "
-                     "long (one SSE write waiting on a full socket buffer)")
-    srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
-                     help="run the full pool/scheduler invariant check every STEPS engine "
-                          "steps; failures count in kvpool_invariant_violations_total (0: off)")
-    srv.add_argument("--chat-template", default=None, metavar="FILE",
-                     help="a Jinja chat template overriding the model directory's own "
-                          "(default: the model's, else the built-in one)")
-    srv.add_argument("--replica-id", default=None, metavar="ID",
-                     help="this replica's name in /v1/kvpool/lookup answers (the router logs "
-                          "it; default: HOSTNAME-PID)")
+    add_server_args(parser)
     add_remote_args(parser)
-    srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
-                     help="use uvloop (default: when installed)")
-    srv.add_argument("--log-level", default="info",
-                     choices=("debug", "info", "warning", "error"), help="logging level")
     return parser
 
 
@@ -207,11 +159,6 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(**given)
 
 
-def resolve_api_key(args: argparse.Namespace) -> str | None:
-    """--api-key, else $KVPOOL_API_KEY, else no auth."""
-    return args.api_key or os.environ.get(API_KEY_ENV) or None
-
-
 def freeze_startup_heap() -> int:
     """NOTE(gc-freeze): the model, tokenizer and app leave ~400k long-lived objects; every
     full (generation 2) collection walks them all with the GIL held, ~0.7 s on a loaded
@@ -224,43 +171,30 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
-async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
-                api_key: str | None = None, *,
-                shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
-                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
                 stop: asyncio.Event | None = None,
                 on_ready: Callable[[str, int], None] | None = None,
-                handle_signals: bool = True, tenant_block_quota: int | None = None,
-                invariant_check_interval: int = 0,
-                header_timeout: float = DEFAULT_HEADER_TIMEOUT,
-                keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
-                max_connections: int | None = None, chat_template: str | None = None,
-                tenant_header: str | None = None,
-                stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
-                replica_id: str | None = None, remote_url: str | None = None,
-                remote_write_policy: str = DEFAULT_WRITE_POLICY,
-                remote_prefetch_timeout_ms: float = 500.0,
-                remote_blocks_per_object: int = 1,
-                socket_send_buffer: int | None = None) -> None:
+                handle_signals: bool = True) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
 
-    limiter = ConnectionLimiter(max_connections or default_max_connections())
+    o = options if options is not None else ServeOptions()
+    limiter = ConnectionLimiter(o.max_connections or default_max_connections())
     engine = AsyncEngine(config)
-    engine.invariant_check_interval = invariant_check_interval
+    engine.invariant_check_interval = o.invariant_check_interval
     link = None
-    if remote_url:
-        link = build_link(engine, remote_url, write_policy=remote_write_policy,
-                          prefetch_timeout_ms=remote_prefetch_timeout_ms,
-                          blocks_per_object=remote_blocks_per_object,
+    if o.remote_url:
+        link = build_link(engine, o.remote_url, write_policy=o.remote_write_policy,
+                          prefetch_timeout_ms=o.remote_prefetch_timeout_ms,
+                          blocks_per_object=o.remote_blocks_per_object,
                           metrics=engine.metrics)  # the registry build_app serves
         engine.remote_link = link  # read before engine.start() (the app's startup)
-    app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
+    app = build_app(engine, api_key=o.api_key, max_body_bytes=o.max_body_bytes,
                     engine_shutdown_timeout=SHUTDOWN_GRACE,
-                    tenant_block_quota=tenant_block_quota, chat_template=chat_template,
-                    tenant_header=tenant_header,
-                    stream_write_timeout=stream_write_timeout)
-    app[REPLICA_ID_KEY] = replica_id or default_replica_id()
+                    tenant_block_quota=o.tenant_block_quota, chat_template=o.chat_template,
+                    tenant_header=o.tenant_header,
+                    stream_write_timeout=o.stream_write_timeout)
+    app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
     app[METRICS_KEY].add_source(limiter.families)
     freeze_startup_heap()
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
@@ -276,19 +210,19 @@ async def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
     listener: asyncio.AbstractServer | None = None
     try:
         listener = await start_listener(
-            runner, host, port, limiter=limiter, header_timeout=header_timeout,
-            keep_alive_timeout=keep_alive_timeout, send_buffer=socket_send_buffer,
+            runner, o.host, o.port, limiter=limiter, header_timeout=o.header_timeout,
+            keep_alive_timeout=o.keep_alive_timeout, send_buffer=o.socket_send_buffer,
             access_log=log if log.isEnabledFor(logging.DEBUG) else None)
-        bound = listener.sockets[0].getsockname()[1] if listener.sockets else port
+        bound = listener.sockets[0].getsockname()[1] if listener.sockets else o.port
         loop_kind = type(loop).__module__.split(".")[0]  # "uvloop" or "asyncio"
-        print(f"{READY_PREFIX}{host}:{bound} (model {engine.model_name}, {loop_kind} loop)",
+        print(f"{READY_PREFIX}{o.host}:{bound} (model {engine.model_name}, {loop_kind} loop)",
               flush=True)
         if on_ready is not None:
-            on_ready(host, bound)
+            on_ready(o.host, bound)
         await stop.wait()
-        log.info("shutting down: in-flight requests get %.1fs", shutdown_timeout)
+        log.info("shutting down: in-flight requests get %.1fs", o.shutdown_timeout)
         listener.close()  # stop listening first: nothing new arrives while we drain
-        await _drain(app, shutdown_timeout)
+        await _drain(app, o.shutdown_timeout)
     finally:
         if listener is not None:
             listener.close()
@@ -358,22 +292,14 @@ def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEvent
     return uvloop.new_event_loop
 
 
-def run_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000,
-               api_key: str | None = None, *, shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, use_uvloop: bool | None = None,
-               on_ready: Callable[[str, int], None] | None = None,
-               tenant_block_quota: int | None = None, invariant_check_interval: int = 0,
-               **edge: Any) -> None:
-    """Blocking entry point: pick the event loop once (uvloop when installed) and serve.
-    ``edge``: header_timeout, keep_alive_timeout, max_connections, chat_template,
-    tenant_header, stream_write_timeout, replica_id, socket_send_buffer (see
-    :func:`serve`)."""
+def run_server(config: EngineConfig, options: ServeOptions | None = None, *,
+               on_ready: Callable[[str, int], None] | None = None) -> None:
+    """Blocking entry point: tune the process, pick the event loop once (uvloop when
+    installed) and serve."""
+    o = options if options is not None else ServeOptions()
     tune_process(config)
-    with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
-        runner.run(serve(config, host, port, api_key, shutdown_timeout=shutdown_timeout,
-                         max_body_bytes=max_body_bytes, on_ready=on_ready,
-                         tenant_block_quota=tenant_block_quota,
-                         invariant_check_interval=invariant_check_interval, **edge))
+    with asyncio.Runner(loop_factory=_loop_factory(o.uvloop)) as runner:
+        runner.run(serve(config, o, on_ready=on_ready))
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
@@ -388,34 +314,13 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     except ValueError as exc:  # ConfigError names the flag and the fix
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2
-    api_key = resolve_api_key(args)
-    if args.max_connections is not None and args.max_connections < 1:
-        print(f"kvpool serve: --max-connections {args.max_connections}: use a positive count",
-              file=sys.stderr)
-        return 2
-    if args.header_timeout < 0 or args.keep_alive_timeout < 0:
-        print("kvpool serve: --header-timeout/--keep-alive-timeout: use seconds >= 0 "
-              "(0: off)", file=sys.stderr)
-        return 2
-    if args.socket_send_buffer is not None and args.socket_send_buffer < MIN_SEND_BUFFER:
-        print(f"kvpool serve: --socket-send-buffer {args.socket_send_buffer}: use bytes >= "
-              f"{MIN_SEND_BUFFER} (or leave it out for the OS's default)", file=sys.stderr)
+    try:
+        options = ServeOptions.from_args(args)
+    except ValueError as exc:  # ConfigError names the flag and the fix
+        print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2
     try:
-        run_server(config, args.host, args.port, api_key,
-                   shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
-                   use_uvloop=args.uvloop, tenant_block_quota=args.tenant_block_quota,
-                   invariant_check_interval=args.invariant_check_interval,
-                   header_timeout=args.header_timeout,
-                   keep_alive_timeout=args.keep_alive_timeout,
-                   max_connections=args.max_connections, chat_template=args.chat_template,
-                   tenant_header=args.tenant_header,
-                   stream_write_timeout=args.stream_write_timeout,
-                   replica_id=args.replica_id, remote_url=args.remote_url,
-                   remote_write_policy=args.remote_write_policy,
-                   remote_prefetch_timeout_ms=args.remote_prefetch_timeout_ms,
-                   remote_blocks_per_object=args.remote_blocks_per_object,
-                   socket_send_buffer=args.socket_send_buffer)
+        run_server(config, options)
     except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2

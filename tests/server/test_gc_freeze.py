@@ -10,7 +10,7 @@ import gc
 import aiohttp
 
 from kvpool.runtime.engine_config import EngineConfig
-from kvpool.server.serve import serve
+from kvpool.server.serve import ServeOptions, serve
 
 
 async def test_serve_freezes_the_startup_heap_before_listening():
@@ -27,8 +27,8 @@ async def test_serve_freezes_the_startup_heap_before_listening():
 
     config = EngineConfig(num_device_blocks=16, num_host_blocks=0, max_model_len=64,
                           num_threads=1, seed=0)
-    task = asyncio.create_task(serve(config, port=0, stop=stop, on_ready=on_ready,
-                                     handle_signals=False))
+    task = asyncio.create_task(serve(config, ServeOptions(port=0), stop=stop,
+                                     on_ready=on_ready, handle_signals=False))
     try:
         await asyncio.wait_for(ready.wait(), timeout=120)
         # everything built so far (model parameters, tokenizer, app) is in the permanent

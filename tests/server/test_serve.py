@@ -174,3 +174,30 @@ def _has_uvloop() -> bool:
     except ImportError:
         return False
     return True
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--max-connections", "0"], "--max-connections"),
+    (["--socket-send-buffer", "100"], "--socket-send-buffer"),
+    (["--header-timeout", "-1"], "--header-timeout"),
+    (["--stream-write-timeout", "0"], "--stream-write-timeout"),
+    (["--remote-blocks-per-object", "0"], "--remote-blocks-per-object"),
+    (["--port", "70000"], "--port"),
+])
+def test_a_bad_server_flag_exits_2_naming_it(flags, named, capsys):
+    """ServeOptions validates every server flag before anything is built (exit 2, one line)."""
+    assert serve.main(flags) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvpool serve: ") and named in err, err
+
+
+def test_serve_options_take_every_server_flag_by_name():
+    """A ServeOptions field is filled from the flag of the same dest (no hand-copied list)."""
+    args = serve.add_serve_args(argparse.ArgumentParser()).parse_args(
+        ["--port", "0", "--replica-id", "r1", "--socket-send-buffer", "8192",
+         "--remote-url", "redis://127.0.0.1:1", "--no-uvloop"])
+    o = serve.ServeOptions.from_args(args)
+    assert (o.port, o.replica_id, o.socket_send_buffer, o.remote_url, o.uvloop) == \
+        (0, "r1", 8192, "redis://127.0.0.1:1", False)
+    fields = {f.name for f in dataclasses.fields(serve.ServeOptions)}
+    assert fields <= set(vars(args)), fields - set(vars(args))

@@ -1,0 +1,135 @@
+"""ServeOptions: every ``kvpool serve`` setting that is not the engine's (EngineConfig's).
+
+One frozen, validated dataclass instead of a keyword argument per flag threaded through
+``main -> run_server -> serve``: a new server flag is a field here plus its ``--flag`` in
+:func:`add_server_args`, and nothing in between changes. Field names equal the flags' dests,
+so :meth:`ServeOptions.from_args` picks them up by name. A bad value raises ConfigError naming
+the flag (``kvpool serve`` turns it into exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from kvpool.errors import require
+from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
+from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
+                                       MIN_SEND_BUFFER)
+from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
+
+__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
+
+API_KEY_ENV = "KVPOOL_API_KEY"
+DEFAULT_SHUTDOWN_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """The server's settings (the engine's are EngineConfig's); defaults are kvpool serve's."""
+
+    host: str = "127.0.0.1"  # bind address: loopback unless told otherwise
+    port: int = 8000  # 0: any free port (the READY line says which)
+    api_key: str | None = None  # Bearer key required on /v1 (None: no auth)
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT  # seconds running requests get on SIGTERM
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger bodies get 413
+    tenant_block_quota: int | None = None  # KV blocks one tenant's in-flight requests may hold
+    tenant_header: str | None = None  # trusted header naming the tenant (None: the API key)
+    invariant_check_interval: int = 0  # full invariant check every N steps (0: off)
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT  # first request head within (0: off)
+    keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT  # idle keep-alive (0: never)
+    max_connections: int | None = None  # None: the open-file limit minus a reserve
+    socket_send_buffer: int | None = None  # SO_SNDBUF of accepted sockets (None: the OS's)
+    stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT  # one SSE write, at most
+    chat_template: str | None = None  # Jinja file overriding the model directory's template
+    replica_id: str | None = None  # name in /v1/kvpool/lookup answers (None: HOSTNAME-PID)
+    remote_url: str | None = None  # redis://HOST:PORT of the shared prefix tier (None: off)
+    remote_write_policy: str = DEFAULT_WRITE_POLICY
+    remote_prefetch_timeout_ms: float = 500.0
+    remote_blocks_per_object: int = 1
+    uvloop: bool | None = None  # None: uvloop when installed
+
+    def __post_init__(self) -> None:
+        require(0 <= self.port < 65536, f"--port {self.port}: use 0..65535")
+        require(self.shutdown_timeout >= 0, "--shutdown-timeout: use seconds >= 0")
+        require(self.max_body_bytes > 0, "--max-body-bytes: use a positive byte count")
+        require(self.max_connections is None or self.max_connections >= 1,
+                f"--max-connections {self.max_connections}: use a positive count")
+        require(self.header_timeout >= 0 and self.keep_alive_timeout >= 0,
+                "--header-timeout/--keep-alive-timeout: use seconds >= 0 (0: off)")
+        require(self.socket_send_buffer is None or self.socket_send_buffer >= MIN_SEND_BUFFER,
+                f"--socket-send-buffer {self.socket_send_buffer}: use bytes >= "
+                f"{MIN_SEND_BUFFER} (or leave it out for the OS's default)")
+        require(self.stream_write_timeout > 0, "--stream-write-timeout: use seconds > 0")
+        require(self.invariant_check_interval >= 0, "--invariant-check-interval: use >= 0")
+        require(self.remote_blocks_per_object >= 1, "--remote-blocks-per-object: use N >= 1")
+        require(self.remote_prefetch_timeout_ms > 0, "--remote-prefetch-timeout-ms: use > 0")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServeOptions:
+        """From parsed ``kvpool serve`` flags; the API key falls back to $KVPOOL_API_KEY."""
+        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                 if hasattr(args, f.name)}
+        given["api_key"] = resolve_api_key(args)
+        return cls(**given)
+
+
+def resolve_api_key(args: argparse.Namespace) -> str | None:
+    """--api-key, else $KVPOOL_API_KEY, else no auth."""
+    return getattr(args, "api_key", None) or os.environ.get(API_KEY_ENV) or None
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    """The ``server`` group of ``kvpool serve``'s flags: one per ServeOptions field (the remote
+    tier's are remote_setup.add_remote_args's group), plus --log-level."""
+    srv = parser.add_argument_group("server")
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8000, help="port (0: any free port; default "
+                                                            "8000)")
+    srv.add_argument("--api-key", default=None,
+                     help=f"require 'Authorization: Bearer KEY' on /v1 (or env {API_KEY_ENV})")
+    srv.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT,
+                     help="seconds in-flight requests get to finish on SIGTERM/SIGINT before "
+                          "they are aborted")
+    srv.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
+                     metavar="SECONDS", help="close a new connection that has not sent a "
+                     "complete request head within SECONDS (0: off)")
+    srv.add_argument("--keep-alive-timeout", type=float, default=DEFAULT_KEEP_ALIVE_TIMEOUT,
+                     metavar="SECONDS", help="close a keep-alive connection idle (or sending "
+                     "its next request head) for SECONDS (0: never)")
+    srv.add_argument("--max-connections", type=int, default=None, metavar="N",
+                     help="open connections at most; beyond it new ones get 503 and close "
+                          "(default: the open-file limit minus a reserve)")
+    srv.add_argument("--socket-send-buffer", type=int, default=None, metavar="BYTES",
+                     help="SO_SNDBUF of each accepted connection: bounds the kernel memory one "
+                     "client that stops reading can pin, so --stream-write-timeout meets it "
+                     "soon (default: the OS's autotuning, up to net.ipv4.tcp_wmem's max)")
+    srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                     help="request bodies larger than this get 413")
+    srv.add_argument("--tenant-block-quota", type=int, default=None, metavar="BLOCKS",
+                     help="cap the KV blocks the in-flight requests of one tenant may hold "
+                          "(429 beyond it; default: no cap)")
+    srv.add_argument("--tenant-header", default=None, metavar="NAME",
+                     help="trusted header (set by your proxy) naming the tenant for quotas and "
+                          "fair scheduling, e.g. X-Tenant-Id (default: the API key, else one "
+                          "anonymous tenant)")
+    srv.add_argument("--stream-write-timeout", type=float, default=DEFAULT_STREAM_WRITE_TIMEOUT,
+                     metavar="SECONDS", help="close a stream whose client has not read for this "
+                     "long (one SSE write waiting on a full socket buffer)")
+    srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
+                     help="run the full pool/scheduler invariant check every STEPS engine "
+                          "steps; failures count in kvpool_invariant_violations_total (0: off)")
+    srv.add_argument("--chat-template", default=None, metavar="FILE",
+                     help="a Jinja chat template overriding the model directory's own "
+                          "(default: the model's, else the built-in one)")
+    srv.add_argument("--replica-id", default=None, metavar="ID",
+                     help="this replica's name in /v1/kvpool/lookup answers (the router logs "
+                          "it; default: HOSTNAME-PID)")
+    srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
+                     help="use uvloop (default: when installed)")
+    srv.add_argument("--log-level", default="info",
+                     choices=("debug", "info", "warning", "error"), help="logging level")
+
