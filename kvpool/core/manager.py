@@ -1,8 +1,10 @@
 """BlockSpaceManager: block tables, admission, append with copy-on-write, fork and free.
 
 By composition: the manager owns the block tables and a ``ManagerCounters`` (stats.py), and
-lends both to a ``SlotWriter`` (slots.py: append / register), a ``SwapPlanner`` (swap.py), a
-``DefragPlanner`` (defrag.py) and a ``StatsReader`` (stats.py). The per-device pools
+lends both to a ``PromptAllocator`` (prompt_alloc.py: new tables with prefix hits), a
+``SlotWriter`` (slots.py: append / register), a ``SwapPlanner`` (swap.py), a
+``DefragPlanner`` (defrag.py) and a ``StatsReader`` (stats.py); a ``BlockLender``
+(lending.py) owns the blocks lent to the remote tier outside any table. The per-device pools
 (allocator.py, cached_allocator.py) are driven only through their public API.
 
 Admission (the seeds' table; ``W`` = watermark blocks, ``R`` = blocks the prompt needs)::
@@ -30,7 +32,9 @@ from kvpool.core.block_table import BlockTable, SeqAlloc, table_of
 from kvpool.core.cached_allocator import CachedBlockAllocator
 from kvpool.core.defrag import DefragPlan, DefragPlanner, DefragResult
 from kvpool.core.eviction import EvictionPolicy
-from kvpool.core.hashing import BlockHasher, ExtraKey, encode_extra_keys
+from kvpool.core.hashing import BlockHasher, ExtraKey
+from kvpool.core.lending import BlockLender
+from kvpool.core.prompt_alloc import PromptAllocator
 from kvpool.core.stats import FragmentationStats, ManagerCounters, ManagerStats, StatsReader
 from kvpool.core.slots import SlotWriter
 from kvpool.core.swap import SwapPlanner
@@ -61,6 +65,8 @@ class BlockSpaceManager:
         self._tables: dict[int, BlockTable] = {}  # owned here, lent to the planners
         self.counters = ManagerCounters()  # owned here, updated by the planners too
         self._swap = SwapPlanner(self.device_pool, self.host_pool, self._tables, self.counters)
+        self._prompts = PromptAllocator(self.device_pool, self._tables, self.counters,
+                                        self.hasher)
         self._slots = SlotWriter(self.device_pool, self._tables, self.counters, self.hasher)
         # NOTE(speed): decode calls append_slots once per token; skip the delegating frame
         self.append_slots = self._slots.append  # type: ignore[method-assign]
@@ -68,7 +74,7 @@ class BlockSpaceManager:
         self._reader = StatsReader(self.device_pool, self.host_pool, self.counters,
                                    self._tables)
         # blocks lent out of the tables (remote prefetch / write staging), by pool
-        self._lent: dict[Device, Counter[int]] = {Device.DEVICE: Counter(), Device.HOST: Counter()}
+        self._lender = BlockLender(self.device_pool, self.host_pool, self.caching)
 
     # ------------------------------------------------------------------ helpers
     def _table(self, seq_id: int) -> BlockTable:
@@ -89,15 +95,6 @@ class BlockSpaceManager:
         """Chained hashes of the prompt's full blocks (compute once, pass to can_allocate and
         allocate as ``block_hashes``)."""
         return self.hasher.hash_blocks(token_ids, cache_salt, extra_keys)
-
-    def _hits(self, hashes: Sequence[bytes], num_tokens: int,
-              token_ids: Sequence[int] | None = None) -> list[int]:
-        """Blocks of the leading cached run, capped so at least one prompt token is left to
-        compute (its logits are needed) in a block of the sequence's own. Lock held."""
-        if not self.caching or not hashes:
-            return []
-        limit = min(len(hashes), (num_tokens - 1) // self.block_size)
-        return self.device_pool.leading_hits(hashes, limit, token_ids)  # type: ignore
 
     # ------------------------------------------------------------------ admission
     def admission(self, prompts: Sequence[tuple[int, Sequence[bytes]]] = (), *,
@@ -131,7 +128,7 @@ class BlockSpaceManager:
                 need += required
                 if self.caching and hashes:  # a hit on a block in use costs nothing; a hit
                     # on an evictable block costs one, like a miss (it leaves the free set)
-                    need -= pool.count_used(self._hits(hashes, num_tokens))
+                    need -= pool.count_used(self._prompts.hits(hashes, num_tokens))
             what = f"needs {capacity} blocks of {self.block_size} tokens, but"
         total, w = pool.num_blocks, self.watermark_blocks if watermark else 0
         if total - capacity < w:
@@ -166,59 +163,7 @@ class BlockSpaceManager:
 
     def allocate_batch(self, reqs: Sequence[SeqAlloc]) -> list[int | None]:
         """Many allocations under one lock acquisition; each answers like ``allocate``."""
-        out: list[int | None] = []
-        hashed = []
-        for r in reqs:  # hash outside the lock: it is the expensive part
-            if not r.seq_ids:
-                raise ValueError("allocate needs at least one seq id")
-            if len(r.token_ids) == 0:
-                raise ValueError("cannot allocate an empty prompt")
-            hs = r.block_hashes
-            if self.caching and hs is None:
-                hs = self.hasher.hash_blocks(r.token_ids, r.cache_salt, r.extra_keys)
-            hashed.append(hs or ())
-        with self.device_pool.writing():
-            for r, hs in zip(reqs, hashed):
-                out.append(self._allocate_locked(r, hs))
-        return out
-
-    def _allocate_locked(self, r: SeqAlloc, hashes: Sequence[bytes]) -> int | None:
-        tables = self._tables
-        for s in r.seq_ids:
-            if s in tables:
-                raise DuplicateSequenceError(f"sequence {s} already has a block table")
-        if len(set(r.seq_ids)) != len(r.seq_ids):
-            raise DuplicateSequenceError("seq_ids must be distinct")
-        bs = self.block_size
-        n = len(r.token_ids)
-        nseq = len(r.seq_ids)
-        pool = self.device_pool
-        verify = self.caching and pool.verify_hits  # type: ignore[attr-defined]
-        hits = self._hits(hashes, n, r.token_ids if verify else None)
-        need = self.num_required_blocks(n) - len(hits)
-        revive = len(hits) - pool.count_used(hits)
-        c = self.counters
-        c.prefix_query_tokens += n if self.caching else 0
-        if need > pool.num_free_blocks - revive:
-            return None
-        if hits:
-            pool.acquire_blocks(hits, nseq)  # type: ignore[attr-defined]
-        new = pool.take(need, nseq)
-        assert new is not None  # checked above
-        blocks = hits + new
-        n_full = n // bs
-        root = self.hasher.root(r.cache_salt) if self.caching else b""
-        extra = encode_extra_keys(r.extra_keys) if self.caching else b""
-        tail = list(r.token_ids[n_full * bs:]) if self.caching else []
-        hs = list(hashes[:n_full]) if self.caching else []
-        for s in r.seq_ids:
-            tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, 0, list(hs), list(tail),
-                                   len(hits), root, extra,
-                                   list(r.token_ids) if verify else None, len(hits) * bs)
-        cached = len(hits) * bs
-        c.prefix_hit_tokens += cached
-        c.used_slots += n - cached + (bs * revive)
-        return cached
+        return self._prompts.allocate_batch(reqs)
 
     # ------------------------------------------------------------------ computed / hashes
     def mark_computed(self, seq_id: int, num_tokens: int | None = None) -> None:
@@ -341,67 +286,44 @@ class BlockSpaceManager:
                         if slots.setdefault(b, f) != f:
                             raise InvariantError(f"block {b} has two fills")
             dev.update(self._defrag.reserved_blocks())
-            dev.update(self._lent[Device.DEVICE])
-            host.update(self._lent[Device.HOST])
+            dev.update(self._lender.lent(Device.DEVICE))
+            host.update(self._lender.lent(Device.HOST))
             pool.check_invariants(dev)
             self.host_pool.check_invariants(host)
             used = sum(slots.values())
             if used != self.counters.used_slots:
                 raise InvariantError(f"used slots counter {self.counters.used_slots} != {used}")
 
-    # ------------------------------------------------------------------ lent blocks
+    # ------------------------------------------------------------------ lent blocks (lending.py)
     def lend(self, device: Device, n: int) -> list[int] | None:
         """``n`` blocks of ``device``'s pool, ref 1, in no table (the remote tier's staging:
         fetched bytes land in lent host blocks, stored bytes are copied out through them),
         or None when the pool is short. Counted by ``check_invariants`` until returned."""
-        pool = self.device_pool if device is Device.DEVICE else self.host_pool
-        with pool.writing():
-            ids = pool.take(n)
-            if ids:
-                self._lent[device].update(ids)
-            return ids
+        return self._lender.lend(device, n)
 
     def give_back(self, device: Device, block_ids: Sequence[int]) -> None:
         """Return lent blocks (unhashed: to the free list)."""
-        pool = self.device_pool if device is Device.DEVICE else self.host_pool
-        with pool.writing():
-            lent = self._lent[device]
-            for b in block_ids:
-                if lent[b] <= 0:
-                    raise InvariantError(f"block {b} on {device.value} is not lent")
-                lent[b] -= 1
-                if not lent[b]:
-                    del lent[b]
-            pool.release(list(block_ids), time.monotonic())
+        self._lender.give_back(device, block_ids)
 
     def lend_host(self, n: int) -> list[int] | None:
-        return self.lend(Device.HOST, n)
+        return self._lender.lend(Device.HOST, n)
 
     def return_host(self, block_ids: Sequence[int]) -> None:
-        self.give_back(Device.HOST, block_ids)
+        self._lender.give_back(Device.HOST, block_ids)
 
     def adopt_prefix(self, block_ids: Sequence[int], hashes: Sequence[bytes],
                      first_depth: int) -> int:
         """Lent device blocks whose bytes were written (the remote prefetch's copy completed)
         join the prefix cache under ``hashes`` (chain hashes, block ``i`` at depth
-        ``first_depth + i``) as evictable blocks; a hash already cached keeps its block and
-        the duplicate goes back plainly. Returns how many became findable. NOTE(confirm):
-        called only after the copy, like a swap-in's hashes (no prompt hits unwritten bytes)."""
-        pool = self.device_pool
-        n = 0
-        with pool.writing():
-            if self.caching:
-                for i, (b, h) in enumerate(zip(block_ids, hashes)):
-                    if pool.register_block(b, h, first_depth + i) == b:  # type: ignore
-                        n += 1
-            self.give_back(Device.DEVICE, block_ids)
-        return n
+        ``first_depth + i``) as evictable blocks; returns how many became findable.
+        NOTE(confirm): called only after the copy, like a swap-in's hashes (no prompt hits
+        unwritten bytes)."""
+        return self._lender.adopt_prefix(block_ids, hashes, first_depth)
 
     def set_evict_hook(self, hook) -> None:
         """``hook(block, hash)`` runs under the lock before an evicted cached block is reused
         (the remote write-back path); None removes it. No-op without prefix caching."""
-        if self.caching:
-            self.device_pool.on_evict = hook  # type: ignore[attr-defined]
+        self._lender.set_evict_hook(hook)
 
     # ------------------------------------------------------------------ swap (swap.py)
     def can_swap_out(self, seq_ids: Sequence[int]) -> bool:

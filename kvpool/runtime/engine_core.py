@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from kvpool.core import AllocStatus, BlockSpaceManager
+from kvpool.core import BlockSpaceManager
 from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
 from kvpool.runtime.copy_engine import CopyEngine
@@ -40,8 +40,9 @@ from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
 from kvpool.runtime.model.grammar import GrammarMatchers
 from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.runtime.outputs import RequestOutput
-from kvpool.sched import (FinishedRequest, ScheduledPrefill, Scheduler, SchedulerConfig,
-                          SchedulerOutput,
+from kvpool.runtime.prompt_logprobs import PromptLogprobs
+from kvpool.runtime.request_check import RequestChecker
+from kvpool.sched import (FinishedRequest, Scheduler, SchedulerConfig, SchedulerOutput,
                           SeqStatus)
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,9 @@ class EngineCore:
         self.outputs = OutputProcessor(self.tokenizer, metrics)
         # response_format: one matcher per constrained sequence; its mask goes to the sampler
         self.grammars = GrammarMatchers(self.tokenizer, mcfg.vocab_size)
+        self.prompt_logprobs = PromptLogprobs(self.outputs)  # prompt_logprobs.py
+        self.checker = RequestChecker(mcfg.vocab_size, self.max_model_len, self.manager,
+                                      self.grammars)  # validate(): request_check.py
         self._grammar_done: set[int] = set()  # sequences whose grammar completed this step
         self.metrics = metrics
         self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
@@ -115,50 +119,15 @@ class EngineCore:
 
     # ------------------------------------------------------------------ requests
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Reject what can never be served (HTTP 400 at the edge)."""
-        if not prompt_ids:
-            raise RequestError("the prompt is empty", "prompt")
-        vocab = self.model.config.vocab_size
-        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise RequestError(f"token id {bad} is outside the vocabulary [0, {vocab})",
-                               "prompt")
-        n = len(prompt_ids)
-        want = n + (params.max_tokens or 1)
-        if n >= self.max_model_len or (params.max_tokens and want > self.max_model_len):
-            raise RequestError(
-                f"this model's maximum context length is {self.max_model_len} tokens; the "
-                f"request has {n} prompt tokens and asks for {params.max_tokens} more",
-                "max_tokens" if n < self.max_model_len else "prompt", "context_length_exceeded")
-        adm = self.manager.admission([(n + 1, ())])  # the scheduler's own rule
-        if adm.status is AllocStatus.NEVER:
-            raise RequestError(f"the prompt (+1 token) {adm.reason}: shorten it or raise "
-                               "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
-        if params.max_tokens:
-            # NOTE(alone): an admitted request is never dropped for capacity; alone it may
-            # take every block, but no more: refuse what outgrows the whole pool now (its
-            # table holds prompt + max_tokens - 1 tokens at most: the last is never stored)
-            total = self.storage.num_device_blocks
-            bs = self.manager.block_size
-            if self.manager.num_required_blocks(n + params.max_tokens - 1) > total:
-                raise RequestError(
-                    f"the request has {n} prompt tokens and max_tokens={params.max_tokens}: "
-                    f"more than the KV cache's {total} blocks of {bs} tokens can hold; use "
-                    f"max_tokens <= {total * bs - n + 1} or raise --kv-cache-memory",
-                    "max_tokens", "context_length_exceeded")
-        if params.response_format is not None:
-            self.grammars.validate(params.response_format)
+        """Reject what can never be served (HTTP 400 at the edge; request_check.py)."""
+        self.checker.check(prompt_ids, params)
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, *,
                     cache_salt: str | None = None, priority: int = 0,
                     arrival: float | None = None, tenant: str | None = None) -> None:
         arrival = time.monotonic() if arrival is None else arrival
-        if params.prompt_logprobs is not None:
-            # NOTE(prompt-logprobs): a prefix-cache hit skips the forward over the hit tokens,
-            # so their logits would not exist. Such a request is prefilled under a salt of its
-            # own: it never reads the cache (every prompt logit is computed, in the forward
-            # the step runs anyway) and no other request reads its blocks.
-            cache_salt = f"{cache_salt or ''}\x00prompt_logprobs\x00{request_id}"
+        if params.prompt_logprobs is not None:  # never reads the cache: NOTE(prompt-logprobs)
+            cache_salt = self.prompt_logprobs.cache_salt(cache_salt, request_id)
         seq_ids = self.scheduler.add_request(request_id, prompt_ids, params, priority=priority,
                                              cache_salt=cache_salt, arrival_time=arrival,
                                              tenant=tenant)
@@ -285,7 +254,7 @@ class EngineCore:
             return []
         batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
                                       [e.block_ids for e in entries])
-        full = self._prompt_logprob_entries(entries)
+        full = self.prompt_logprobs.rows(entries)
         tf = time.perf_counter()
         with torch.inference_mode():
             if full:  # NOTE(prompt-logprobs): lm_head over every position of those rows only
@@ -295,7 +264,7 @@ class EngineCore:
                 logits = self.model(batch, self.storage.device_kv)
         self._measure(sum(len(e.input_ids) for e in entries), time.perf_counter() - tf)
         if full:
-            self._prompt_logprobs(entries, full, full_logits)
+            self.prompt_logprobs.record(entries, full, full_logits)
         return self._sample(logits, entries)
 
     def _deliver(self, out: SchedulerOutput, samples: list[Sample]) -> list[RequestOutput]:
@@ -347,29 +316,6 @@ class EngineCore:
                 kw["prefill_tokens_per_s"] = self._prefill_rate
             if kw:
                 self.scheduler.update_cost_model(**kw)
-
-    def _prompt_logprob_entries(self, entries: list) -> list[int]:
-        """Indices of the prefill entries whose request asked for prompt logprobs."""
-        reqs = self.outputs.requests
-        return [i for i, e in enumerate(entries) if isinstance(e, ScheduledPrefill)
-                and (r := reqs.get(e.request_id)) is not None
-                and r.params.prompt_logprobs is not None]
-
-    def _prompt_logprobs(self, entries: list, full: list[int],
-                         full_logits: list[torch.Tensor]) -> None:
-        """Row j of a chunk over positions [start, start + q) predicts position start + j + 1;
-        the chunk's last row predicts the next chunk's first prompt token (or the first
-        generated one, which is the sampler's business)."""
-        reqs = self.outputs.requests
-        for i, lg in zip(full, full_logits):
-            e = entries[i]
-            r = reqs[e.request_id]
-            targets = r.prompt_ids[e.start + 1: e.start + len(e.input_ids) + 1]
-            if not targets:
-                continue
-            k = r.params.prompt_logprobs
-            values = compute_logprobs(lg[:len(targets)], targets, [k] * len(targets))
-            self.outputs.add_prompt_logprobs(e.request_id, e.start + 1, values)
 
     def _sample(self, logits: torch.Tensor, entries: list) -> list[Sample]:
         idx, params, gens, samples = [], [], [], []

@@ -158,6 +158,11 @@ class RemoteWriter:
             out.append(self.link.encode(h, views))
         return out
 
+    def pending(self) -> int:
+        """Store tasks started on the loop and not finished (event-loop thread). With
+        ``inflight_bytes == 0`` too, no store is in flight: none is copying either."""
+        return len(self._tasks)
+
     async def aclose(self) -> None:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections import Counter
 
 from kvpool.core import AllocStatus
+from kvpool.sched.admission_gate import recompute_units
 from kvpool.sched.config import PreemptionMode
 from kvpool.sched.output import PreemptedRequest, SchedulerOutput
-from kvpool.sched.sequence import Sequence, SeqStatus, SequenceGroup
+from kvpool.sched.sequence import SeqStatus, SequenceGroup
 
 
 class PreemptionMixin:
@@ -61,21 +62,9 @@ class PreemptionMixin:
             kept += 1
         return kept * mgr.block_size
 
-    @staticmethod
-    def _units_if_recomputed(g: SequenceGroup) -> list[list[Sequence]]:
-        """Sequences grouped as a recompute would prefill them: one shared unit when the live
-        sequences' outputs agree, else one unit per sequence."""
-        live = g.live_seqs
-        if not live:
-            return []
-        first = live[0].output_token_ids
-        if all(s.output_token_ids == first for s in live[1:]):
-            return [live]
-        return [[s] for s in live]
-
     def recompute_tokens(self, g: SequenceGroup) -> int:
         """Tokens a recompute would prefill."""
-        return sum(u[0].num_tokens for u in self._units_if_recomputed(g))
+        return sum(u[0].num_tokens for u in recompute_units(g))
 
     def _choose_mode(self, g: SequenceGroup, ids: list[int],
                      refs: Counter[int]) -> PreemptionMode:
@@ -84,7 +73,7 @@ class PreemptionMixin:
             return PreemptionMode.RECOMPUTE
         if self.manager.host_pool.num_blocks == 0 or not self.manager.can_swap_out(ids):
             return PreemptionMode.RECOMPUTE
-        if forced is PreemptionMode.SWAP or len(self._units_if_recomputed(g)) > 1:
+        if forced is PreemptionMode.SWAP or len(recompute_units(g)) > 1:
             # NOTE(n>1): sequences whose outputs diverged would each recompute their own copy
             # of the prompt; swapping keeps them sharing it, so it wins whenever it is possible
             return PreemptionMode.SWAP
@@ -142,11 +131,11 @@ class PreemptionMixin:
             tail = running.tail
             if tail is None or tail.priority <= g.priority:
                 return
-            if self._never_reason(g, None) is not None:
+            if self.gate.never_reason(g, None) is not None:
                 continue  # the waiting pass ignores it
-            units = self._units(g)
+            units = self.gate.units(g)
             need_seqs = g.num_live
-            status = self._admission_status(units)
+            status = self.gate.status(units)
             if status is AllocStatus.NEVER:
                 continue
             seqs_ok = self._num_running_seqs + need_seqs <= self.config.max_num_seqs
@@ -162,7 +151,7 @@ class PreemptionMixin:
                 return
             while running.tail is not None and running.tail.priority > g.priority:
                 seqs_ok = self._num_running_seqs + need_seqs <= self.config.max_num_seqs
-                if seqs_ok and self._admission_status(units) is AllocStatus.OK:
+                if seqs_ok and self.gate.status(units) is AllocStatus.OK:
                     break
                 self._preempt(running.pop(), out, "priority")
             return

@@ -38,10 +38,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from kvpool.core import Admission, AllocStatus, BlockSpaceManager, Device, SeqAlloc
+from kvpool.core import AllocStatus, BlockSpaceManager
 from kvpool.errors import RequestError, SchedulerError
+from kvpool.sched.admission_gate import AdmissionGate
 from kvpool.sched.completion import CompletionMixin
 from kvpool.sched.config import CostModel, SchedulerConfig
+from kvpool.sched.invariants import check_scheduler
 from kvpool.sched.output import (ScheduledDecode, ScheduledPrefill, SchedulerOutput,
                                  SchedulerStats)
 from kvpool.sched.preemption import PreemptionMixin
@@ -73,7 +75,8 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         self._defrag_plan = None  # DefragPlan emitted and not yet committed / aborted
         self._num_running_seqs = 0  # live sequences of RUNNING requests
         self._tokens_left = 0  # token budget left in the step being planned
-        self._tenanted = False  # some request named a tenant (fair admission is on)
+        # units, NEVER reasons, fairness; NOTE(alone) asks whether anything runs
+        self.gate = AdmissionGate(manager, self.config, lambda: bool(self.running))
         # counters (monotonic), read through stats()
         self.preemptions = {"swap": 0, "recompute": 0}
         self.swap_out_blocks = self.swap_in_blocks = self.cow_blocks = 0
@@ -111,7 +114,7 @@ class Scheduler(PreemptionMixin, CompletionMixin):
             g.seqs.append(s)
             self._seqs[s.seq_id] = s
         self._groups[request_id] = g
-        self._tenanted = self._tenanted or bool(tenant)
+        self.gate.note_tenant(tenant)
         self.waiting.add(g)
         return tuple(s.seq_id for s in g.seqs)
 
@@ -316,70 +319,7 @@ class Scheduler(PreemptionMixin, CompletionMixin):
                 raise SchedulerError("append after swap-in failed despite its reservation")
             self._emit_decodes(out, live, res)
 
-    # ------------------------------------------------------------------ admission
-    def _units(self, g: SequenceGroup) -> list[PrefillUnit]:
-        """Admission units of waiting ``g`` (built once per stay in the waiting queue)."""
-        if g.units is not None:
-            return g.units
-        mgr = self.manager
-        caching = mgr.caching
-        if g.prompt_block_hashes is None:
-            g.prompt_block_hashes = (mgr.hash_prompt(g.prompt_token_ids, g.cache_salt)
-                                     if caching else [])
-        units = []
-        for seqs in self._units_if_recomputed(g):
-            s = seqs[0]
-            if not s.output_token_ids:
-                hashes = g.prompt_block_hashes
-            else:
-                hashes = mgr.hash_prompt(s.all_token_ids(), g.cache_salt) if caching else []
-            units.append(PrefillUnit(seqs, s.num_tokens, hashes))
-        g.units = units
-        return units
-
-    def _admission(self, units: list[PrefillUnit], freeable: int = 0) -> Admission:
-        """NOTE(alone): an admitted request is never dropped for capacity. Its generated
-        tokens may outgrow the pool minus the watermark (the watermark only keeps room for
-        running requests to grow; appends ignore it), so a request coming back to be
-        recomputed with output tokens is NEVER only if the whole pool cannot hold it; one
-        that needs the watermark's blocks waits (LATER) until nothing else runs, and then
-        may take every block. The engine refuses prompt + max_tokens beyond the whole pool
-        up front (EngineCore.validate)."""
-        mgr = self.manager
-        prompts = [(u.num_tokens, u.block_hashes) for u in units]
-        adm = mgr.admission(prompts, freeable=freeable)
-        if adm.status is AllocStatus.OK or not any(u.lead.output_token_ids for u in units):
-            return adm
-        whole = mgr.admission(prompts, freeable=freeable, watermark=False)
-        if whole.status is AllocStatus.NEVER or not self.running:
-            return whole
-        if adm.status is AllocStatus.NEVER:
-            return Admission(AllocStatus.LATER, adm.need, adm.capacity,
-                             f"{adm.reason.removesuffix(': it can never fit')}: it waits until "
-                             "it runs alone")
-        return adm
-
-    def _admission_status(self, units: list[PrefillUnit]) -> AllocStatus:
-        return self._admission(units).status
-
-    def _never_reason(self, g: SequenceGroup, units: list[PrefillUnit] | None) -> str | None:
-        cfg = self.config
-        p = len(g.prompt_token_ids)
-        if p > cfg.max_model_len:
-            return f"prompt has {p} tokens, more than max_model_len={cfg.max_model_len}"
-        if g.num_live > cfg.max_num_seqs:
-            return (f"request has {g.num_live} sequences, more than max_num_seqs="
-                    f"{cfg.max_num_seqs}: it could never run")
-        cap = cfg.tenant_max_running_seqs
-        if cap is not None and g.num_live > cap:
-            return (f"request has {g.num_live} sequences, more than tenant_max_running_seqs="
-                    f"{cap}: it could never run")
-        if units is None:
-            return None
-        what = "prompt" if all(not u.lead.output_token_ids for u in units) else \
-            "prompt + generated tokens"
-        return f"{what} {self._admission(units).reason}"
-
+    # ------------------------------------------------------------------ admission (gate)
     def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
         mgr, cfg, waiting = self.manager, self.config, self.waiting
         fcfs = cfg.policy == "fcfs"
@@ -387,12 +327,12 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         for r in self.running:
             per_tenant[r.tenant] += r.num_live
         while waiting and self._tokens_left > 0:
-            g = self._next_waiting(per_tenant)
+            g = self.gate.next_waiting(waiting, per_tenant)
             if g is None:
                 return  # every tenant with waiting requests is at its cap
             if self.swapped and (fcfs or self.swapped[0].priority <= g.priority):
                 return  # swapped requests resume before new prefills
-            reason = self._never_reason(g, None)
+            reason = self.gate.never_reason(g, None)
             if reason is not None:
                 waiting.remove(g)
                 self._ignore(g, out, reason)
@@ -400,26 +340,19 @@ class Scheduler(PreemptionMixin, CompletionMixin):
             n = g.num_live
             if self._num_running_seqs + n > cfg.max_num_seqs:
                 return
-            units = self._units(g)
-            status = self._admission_status(units)
+            units = self.gate.units(g)
+            status = self.gate.status(units)
             if status is AllocStatus.NEVER:
                 waiting.remove(g)
-                self._ignore(g, out, self._never_reason(g, units))
+                self._ignore(g, out, self.gate.never_reason(g, units))
                 continue
             if status is AllocStatus.LATER:
                 return
             if not cfg.enable_chunked_prefill:
-                bs = mgr.block_size
-                u = units[0]  # the other units of a recomputed n > 1 request may follow
-                todo = u.num_tokens - bs * min(mgr.get_prefix_hits(u.block_hashes),
-                                               (u.num_tokens - 1) // bs)
-                if todo > self._tokens_left:
+                # the other units of a recomputed n > 1 request may follow
+                if self.gate.tokens_to_compute(units[0]) > self._tokens_left:
                     return
-            allocs = [SeqAlloc([s.seq_id for s in u.seqs],
-                               g.prompt_token_ids if not u.lead.output_token_ids
-                               else u.lead.all_token_ids(),
-                               u.block_hashes if mgr.caching else None, g.cache_salt)
-                      for u in units]
+            allocs = self.gate.allocations(g, units)
             res = mgr.allocate_batch(allocs)
             if any(r is None for r in res):
                 done = [s for a, r in zip(allocs, res) if r is not None for s in a.seq_ids]
@@ -441,39 +374,6 @@ class Scheduler(PreemptionMixin, CompletionMixin):
                 self.prefix_hit_tokens += cached
                 self._emit_chunk(out, g, u, cached, cfg.enable_chunked_prefill)
 
-    def _next_waiting(self, per_tenant: Counter[str]) -> SequenceGroup | None:
-        """The waiting request to admit next: within the best priority class that has one
-        (fcfs: a single class), the oldest request of the tenant running the fewest
-        sequences, skipping tenants whose next request would pass tenant_max_running_seqs.
-
-        NOTE(fair): least-running-first, not round-robin, so a tenant that already holds many
-        slots yields every freed slot to one that holds fewer; within a tenant the queue order
-        (FCFS) stands. A request too big for the cap is returned so the caller ignores it."""
-        cfg = self.config
-        cap = cfg.tenant_max_running_seqs
-        if cap is None and not self._tenanted:
-            return self.waiting[0]  # NOTE(speed): one tenant, no cap: the queue order
-        best: SequenceGroup | None = None
-        seen: set[str] = set()
-        cls = None
-        for g in self.waiting:
-            key = g.priority if cfg.policy == "priority" else 0
-            if key != cls:
-                if best is not None:
-                    return best  # the best class had an eligible request
-                cls = key
-                seen.clear()
-            if g.tenant in seen:
-                continue  # FCFS within a tenant: only its oldest request is a candidate
-            seen.add(g.tenant)
-            if cap is not None and g.num_live <= cap < per_tenant[g.tenant] + g.num_live:
-                continue
-            if best is None or per_tenant[g.tenant] < per_tenant[best.tenant]:
-                best = g
-                if not per_tenant[g.tenant]:
-                    return best  # nobody runs fewer than none; ties go to the older
-        return best
-
     def _maybe_defrag(self, out: SchedulerOutput) -> None:
         mgr = self.manager
         frag = mgr.fragmentation()
@@ -493,46 +393,9 @@ class Scheduler(PreemptionMixin, CompletionMixin):
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:
         """Raise SchedulerError if queues, statuses, counters and block tables disagree
-        (between steps); then check the manager's own invariants."""
-        mgr = self.manager
-        seen: set[str] = set()
-        running_seqs = 0
-        for q, status in ((self.waiting, SeqStatus.WAITING), (self.running, _RUNNING),
-                          (self.swapped, SeqStatus.SWAPPED)):
-            q.check_invariants()
-            for g in q:
-                if g.request_id in seen or self._groups.get(g.request_id) is not g:
-                    raise SchedulerError(f"request {g.request_id!r} queued twice or unknown")
-                seen.add(g.request_id)
-                if g.status is not status or g.num_live == 0:
-                    raise SchedulerError(f"request {g.request_id!r} in {q.name} is {g.status}")
-                for s in g.live_seqs:
-                    self._check_seq(s, status)
-                if status is _RUNNING:
-                    running_seqs += g.num_live
-        if seen != set(self._groups):
-            raise SchedulerError("a request is registered but in no queue")
-        if running_seqs != self._num_running_seqs:
-            raise SchedulerError(f"running sequences {running_seqs} != counter "
-                                 f"{self._num_running_seqs}")
-        live = {s.seq_id for g in self._groups.values() for s in g.live_seqs}
-        if live != set(self._seqs) or set(mgr.seq_ids()) - live:
-            raise SchedulerError("sequence registry and block tables disagree")
-        mgr.check_invariants()
-
-    def _check_seq(self, s: Sequence, status: SeqStatus) -> None:
-        mgr = self.manager
-        if s.status is not status:
-            raise SchedulerError(f"sequence {s.seq_id} is {s.status}, its request {status}")
-        if status is SeqStatus.WAITING:
-            if mgr.has_seq(s.seq_id) or s.unit is not None:
-                raise SchedulerError(f"waiting sequence {s.seq_id} holds blocks or a unit")
-            return
-        want = Device.DEVICE if status is _RUNNING else Device.HOST
-        if not mgr.has_seq(s.seq_id) or mgr.get_device(s.seq_id) is not want:
-            raise SchedulerError(f"sequence {s.seq_id} ({status}) has no {want} table")
-        n = mgr.get_num_tokens(s.seq_id)
-        expect = s.unit.num_tokens if s.unit is not None else s.num_tokens - 1
-        if self._inflight is None and n != expect:
-            raise SchedulerError(f"sequence {s.seq_id}: table holds {n} tokens, expected "
-                                 f"{expect}")
+        (between steps); then check the manager's own invariants (invariants.py)."""
+        check_scheduler(self.manager, ((self.waiting, SeqStatus.WAITING),
+                                       (self.running, _RUNNING),
+                                       (self.swapped, SeqStatus.SWAPPED)),
+                        self._groups, self._seqs, self._num_running_seqs,
+                        self._inflight is None)

@@ -49,7 +49,7 @@ async def settle(eng: AsyncEngine) -> None:
     """Wait until the writer has no store in flight (bounded)."""
     for _ in range(200):
         w = eng.writer
-        if w is None or (w.inflight_bytes == 0 and not w._tasks):
+        if w is None or (w.inflight_bytes == 0 and w.pending() == 0):
             return
         await asyncio.sleep(0.02)
     pytest.fail("stores still in flight after 4 s")

@@ -1,0 +1,93 @@
+"""BlockLender: blocks lent out of the block tables, for the remote tier.
+
+The remote tier stages bytes through blocks that belong to no sequence: a prefetch lands
+fetched bytes in lent host blocks, copies them into lent device blocks and then adopts those
+into the prefix cache; a store copies device bytes out through lent host blocks. The lender
+keeps a count per block of what it lent, so the manager's ``check_invariants`` can add them
+to the table references (a lent block has ref 1 and no table)::
+
+    lend(dev, n) --> [b0 .. bn-1] ref 1, counted --+--> give_back(dev, ids)   free list
+                                                   +--> adopt_prefix(ids, hs)  evictable,
+                                                                               findable
+
+Invariant: ``lent(device)[b]`` is the number of outstanding loans of block ``b``; every lent
+block has at least that many references in its pool.
+
+Locking: each method runs inside the pool's writer section (re-entrant: a manager ``batch()``
+may hold it already).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from kvpool.core.allocator import UncachedBlockAllocator
+from kvpool.core.block import Device
+from kvpool.errors import InvariantError
+
+
+class BlockLender:
+    """Lends blocks of the manager's two pools (owned by the manager, lent to this object)
+    and owns the loan counts."""
+
+    def __init__(self, device: UncachedBlockAllocator, host: UncachedBlockAllocator,
+                 caching: bool) -> None:
+        self.device_pool = device
+        self.host_pool = host
+        self.caching = caching  # the device pool is a CachedBlockAllocator
+        self._lent: dict[Device, Counter[int]] = {Device.DEVICE: Counter(),
+                                                  Device.HOST: Counter()}
+
+    def _pool(self, device: Device) -> UncachedBlockAllocator:
+        return self.device_pool if device is Device.DEVICE else self.host_pool
+
+    def lent(self, device: Device) -> Counter[int]:
+        """A copy of the outstanding loans of ``device``'s pool: block -> count."""
+        return Counter(self._lent[device])
+
+    def lend(self, device: Device, n: int) -> list[int] | None:
+        """``n`` blocks of ``device``'s pool, ref 1, in no table, or None when the pool is
+        short (nothing changes)."""
+        pool = self._pool(device)
+        with pool.writing():
+            ids = pool.take(n)
+            if ids:
+                self._lent[device].update(ids)
+            return ids
+
+    def give_back(self, device: Device, block_ids: Sequence[int]) -> None:
+        """Return lent blocks (unhashed: to the free list); a block that is not lent raises."""
+        pool = self._pool(device)
+        with pool.writing():
+            lent = self._lent[device]
+            for b in block_ids:
+                if lent[b] <= 0:
+                    raise InvariantError(f"block {b} on {device.value} is not lent")
+                lent[b] -= 1
+                if not lent[b]:
+                    del lent[b]
+            pool.release(list(block_ids), time.monotonic())
+
+    def adopt_prefix(self, block_ids: Sequence[int], hashes: Sequence[bytes],
+                     first_depth: int) -> int:
+        """Lent device blocks whose bytes were written join the prefix cache under
+        ``hashes`` (block ``i`` at depth ``first_depth + i``) as evictable blocks; a hash
+        already cached keeps its block and the duplicate goes back plainly. Returns how many
+        became findable."""
+        pool = self.device_pool
+        n = 0
+        with pool.writing():
+            if self.caching:
+                for i, (b, h) in enumerate(zip(block_ids, hashes)):
+                    if pool.register_block(b, h, first_depth + i) == b:  # type: ignore
+                        n += 1
+            self.give_back(Device.DEVICE, block_ids)
+        return n
+
+    def set_evict_hook(self, hook: Callable[[int, bytes], None] | None) -> None:
+        """``hook(block, hash)`` runs under the lock before an evicted cached block is reused;
+        None removes it. No-op without prefix caching."""
+        if self.caching:
+            self.device_pool.on_evict = hook  # type: ignore[attr-defined]

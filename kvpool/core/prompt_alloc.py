@@ -1,0 +1,104 @@
+"""PromptAllocator: new block tables for admitted prompts, sharing their prefix-cache hits.
+
+A prompt of ``n`` tokens takes ``ceil(n / bs)`` blocks: the leading run of its full blocks
+already cached (``hits``, capped so at least one token is left to compute) plus fresh blocks
+for the rest. Every sequence of the request gets its own table over the same blocks::
+
+    n = 40, bs = 16, 2 of 2 full blocks cached     hits [ 7 ][ 3 ]   new [ 12: 8 of 16 ]
+    but the cap (n - 1) // bs = 2 keeps both       tables s0, s1 -> [7, 3, 12], ref 2 each
+
+A hit on an evictable block (ref 0) revives it: it leaves the free set like a fresh block,
+so it costs one free block and its filled slots count as used again.
+
+Locking: ``allocate_batch`` hashes outside the device pool's writer section (the expensive
+part) and allocates inside it; ``hits`` assumes the caller holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvpool.core.allocator import UncachedBlockAllocator
+from kvpool.core.block import Device
+from kvpool.core.block_table import BlockTable, SeqAlloc
+from kvpool.core.hashing import BlockHasher, encode_extra_keys
+from kvpool.core.stats import ManagerCounters
+from kvpool.errors import DuplicateSequenceError
+
+
+class PromptAllocator:
+    """Allocation over the manager's tables (lent to it, owned by the manager) and its
+    device pool; counts prefix queries, hits and used slots into the manager's counters."""
+
+    def __init__(self, device: UncachedBlockAllocator, tables: dict[int, BlockTable],
+                 counters: ManagerCounters, hasher: BlockHasher) -> None:
+        self.device_pool = device
+        self.tables = tables
+        self.counters = counters
+        self.hasher = hasher
+        self.block_size = device.block_size
+        self.caching = device.caching
+
+    def hits(self, hashes: Sequence[bytes], num_tokens: int,
+             token_ids: Sequence[int] | None = None) -> list[int]:
+        """Blocks of the leading cached run, capped so at least one prompt token is left to
+        compute (its logits are needed) in a block of the sequence's own. Lock held."""
+        if not self.caching or not hashes:
+            return []
+        limit = min(len(hashes), (num_tokens - 1) // self.block_size)
+        return self.device_pool.leading_hits(hashes, limit, token_ids)  # type: ignore
+
+    def allocate_batch(self, reqs: Sequence[SeqAlloc]) -> list[int | None]:
+        """Per request: the prompt tokens served from the prefix cache, or None when the
+        pool cannot hold it now (nothing changes for it). Misuse raises."""
+        hashed = []
+        for r in reqs:  # hash outside the lock: it is the expensive part
+            if not r.seq_ids:
+                raise ValueError("allocate needs at least one seq id")
+            if len(r.token_ids) == 0:
+                raise ValueError("cannot allocate an empty prompt")
+            hs = r.block_hashes
+            if self.caching and hs is None:
+                hs = self.hasher.hash_blocks(r.token_ids, r.cache_salt, r.extra_keys)
+            hashed.append(hs or ())
+        with self.device_pool.writing():
+            return [self._allocate_locked(r, hs) for r, hs in zip(reqs, hashed)]
+
+    def _allocate_locked(self, r: SeqAlloc, hashes: Sequence[bytes]) -> int | None:
+        tables = self.tables
+        for s in r.seq_ids:
+            if s in tables:
+                raise DuplicateSequenceError(f"sequence {s} already has a block table")
+        if len(set(r.seq_ids)) != len(r.seq_ids):
+            raise DuplicateSequenceError("seq_ids must be distinct")
+        bs = self.block_size
+        n = len(r.token_ids)
+        nseq = len(r.seq_ids)
+        pool = self.device_pool
+        caching = self.caching
+        verify = caching and pool.verify_hits  # type: ignore[attr-defined]
+        hits = self.hits(hashes, n, r.token_ids if verify else None)
+        need = -(-n // bs) - len(hits)
+        revive = len(hits) - pool.count_used(hits)
+        c = self.counters
+        c.prefix_query_tokens += n if caching else 0
+        if need > pool.num_free_blocks - revive:
+            return None
+        if hits:
+            pool.acquire_blocks(hits, nseq)  # type: ignore[attr-defined]
+        new = pool.take(need, nseq)
+        assert new is not None  # checked above
+        blocks = hits + new
+        n_full = n // bs
+        root = self.hasher.root(r.cache_salt) if caching else b""
+        extra = encode_extra_keys(r.extra_keys) if caching else b""
+        tail = list(r.token_ids[n_full * bs:]) if caching else []
+        hs = list(hashes[:n_full]) if caching else []
+        for s in r.seq_ids:
+            tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, 0, list(hs), list(tail),
+                                   len(hits), root, extra,
+                                   list(r.token_ids) if verify else None, len(hits) * bs)
+        cached = len(hits) * bs
+        c.prefix_hit_tokens += cached
+        c.used_slots += n - cached + (bs * revive)
+        return cached

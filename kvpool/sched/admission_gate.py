@@ -1,0 +1,169 @@
+"""AdmissionGate: the scheduler's questions about a waiting request, answered in one place.
+
+- ``units``: how the request would be prefilled (one unit per distinct token list: a new or
+  agreeing request shares one, a recomputed ``n > 1`` request whose outputs diverged has one
+  per sequence), with the block hashes of each unit, built once per stay in the queue;
+- ``tokens_to_compute`` / ``allocations``: what admitting a unit costs the step's token
+  budget, and the manager's allocation requests for it;
+- ``admission`` / ``status``: the manager's one admission rule (OK / LATER / NEVER with its
+  reason) over those units; the gate adds no rule of its own;
+- ``never_reason``: why the request can never run (context, ``max_num_seqs``, the tenant cap,
+  or the pool), None if it may;
+- ``next_waiting``: which waiting request is next under tenant fairness.
+
+The gate reads the scheduler's queues and the manager; it changes nothing but a request's
+cached ``units`` / ``prompt_block_hashes``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from kvpool.core import Admission, AllocStatus, BlockSpaceManager, SeqAlloc
+from kvpool.sched.config import SchedulerConfig
+from kvpool.sched.queue import RequestQueue
+from kvpool.sched.sequence import PrefillUnit, Sequence, SequenceGroup
+
+
+def recompute_units(g: SequenceGroup) -> list[list[Sequence]]:
+    """Sequences grouped as a recompute would prefill them: one shared unit when the live
+    sequences' outputs agree, else one unit per sequence."""
+    live = g.live_seqs
+    if not live:
+        return []
+    first = live[0].output_token_ids
+    if all(s.output_token_ids == first for s in live[1:]):
+        return [live]
+    return [[s] for s in live]
+
+
+class AdmissionGate:
+    """Admission questions over the scheduler's manager and config (both lent to it)."""
+
+    def __init__(self, manager: BlockSpaceManager, config: SchedulerConfig,
+                 anything_running: Callable[[], bool] = lambda: False) -> None:
+        self.manager = manager
+        self.config = config
+        self.anything_running = anything_running  # the scheduler's: NOTE(alone)
+        self.tenanted = False  # some request named a tenant (fair admission is on)
+
+    def note_tenant(self, tenant: str | None) -> None:
+        """A request of ``tenant`` was queued (None / "": the default tenant)."""
+        self.tenanted = self.tenanted or bool(tenant)
+
+    def units(self, g: SequenceGroup) -> list[PrefillUnit]:
+        """Admission units of waiting ``g`` (built once per stay in the waiting queue)."""
+        if g.units is not None:
+            return g.units
+        mgr = self.manager
+        caching = mgr.caching
+        if g.prompt_block_hashes is None:
+            g.prompt_block_hashes = (mgr.hash_prompt(g.prompt_token_ids, g.cache_salt)
+                                     if caching else [])
+        units = []
+        for seqs in recompute_units(g):
+            s = seqs[0]
+            if not s.output_token_ids:
+                hashes = g.prompt_block_hashes
+            else:
+                hashes = mgr.hash_prompt(s.all_token_ids(), g.cache_salt) if caching else []
+            units.append(PrefillUnit(seqs, s.num_tokens, hashes))
+        g.units = units
+        return units
+
+    def tokens_to_compute(self, u: PrefillUnit) -> int:
+        """Tokens of ``u`` its first chunk computes: all but the prefix hits allocation
+        would take now (the same cap: at least one token is left to compute)."""
+        mgr = self.manager
+        bs = mgr.block_size
+        return u.num_tokens - bs * min(mgr.get_prefix_hits(u.block_hashes),
+                                       (u.num_tokens - 1) // bs)
+
+    def allocations(self, g: SequenceGroup, units: list[PrefillUnit]) -> list[SeqAlloc]:
+        """The manager's allocation requests for ``g``'s units (one block table per live
+        sequence, shared prompt blocks per unit)."""
+        caching = self.manager.caching
+        return [SeqAlloc([s.seq_id for s in u.seqs],
+                         g.prompt_token_ids if not u.lead.output_token_ids
+                         else u.lead.all_token_ids(),
+                         u.block_hashes if caching else None, g.cache_salt)
+                for u in units]
+
+    def admission(self, units: list[PrefillUnit], freeable: int = 0) -> Admission:
+        """NOTE(alone): an admitted request is never dropped for capacity. Its generated
+        tokens may outgrow the pool minus the watermark (the watermark only keeps room for
+        running requests to grow; appends ignore it), so a request coming back to be
+        recomputed with output tokens is NEVER only if the whole pool cannot hold it; one
+        that needs the watermark's blocks waits (LATER) until nothing else runs, and then
+        may take every block. The engine refuses prompt + max_tokens beyond the whole pool
+        up front (runtime/request_check.py)."""
+        mgr = self.manager
+        prompts = [(u.num_tokens, u.block_hashes) for u in units]
+        adm = mgr.admission(prompts, freeable=freeable)
+        if adm.status is AllocStatus.OK or not any(u.lead.output_token_ids for u in units):
+            return adm
+        whole = mgr.admission(prompts, freeable=freeable, watermark=False)
+        if whole.status is AllocStatus.NEVER or not self.anything_running():
+            return whole
+        if adm.status is AllocStatus.NEVER:
+            return Admission(AllocStatus.LATER, adm.need, adm.capacity,
+                             f"{adm.reason.removesuffix(': it can never fit')}: it waits until "
+                             "it runs alone")
+        return adm
+
+    def status(self, units: list[PrefillUnit]) -> AllocStatus:
+        return self.admission(units).status
+
+    def never_reason(self, g: SequenceGroup, units: list[PrefillUnit] | None) -> str | None:
+        """Why ``g`` can never run, or None; without ``units`` the pool is not asked."""
+        cfg = self.config
+        p = len(g.prompt_token_ids)
+        if p > cfg.max_model_len:
+            return f"prompt has {p} tokens, more than max_model_len={cfg.max_model_len}"
+        if g.num_live > cfg.max_num_seqs:
+            return (f"request has {g.num_live} sequences, more than max_num_seqs="
+                    f"{cfg.max_num_seqs}: it could never run")
+        cap = cfg.tenant_max_running_seqs
+        if cap is not None and g.num_live > cap:
+            return (f"request has {g.num_live} sequences, more than tenant_max_running_seqs="
+                    f"{cap}: it could never run")
+        if units is None:
+            return None
+        what = "prompt" if all(not u.lead.output_token_ids for u in units) else \
+            "prompt + generated tokens"
+        return f"{what} {self.admission(units).reason}"
+
+    def next_waiting(self, waiting: RequestQueue,
+                     per_tenant: Counter[str]) -> SequenceGroup | None:
+        """The waiting request to admit next: within the best priority class that has one
+        (fcfs: a single class), the oldest request of the tenant running the fewest
+        sequences, skipping tenants whose next request would pass tenant_max_running_seqs.
+
+        NOTE(fair): least-running-first, not round-robin, so a tenant that already holds many
+        slots yields every freed slot to one that holds fewer; within a tenant the queue order
+        (FCFS) stands. A request too big for the cap is returned so the caller ignores it."""
+        cfg = self.config
+        cap = cfg.tenant_max_running_seqs
+        if cap is None and not self.tenanted:
+            return waiting[0]  # NOTE(speed): one tenant, no cap: the queue order
+        best: SequenceGroup | None = None
+        seen: set[str] = set()
+        cls = None
+        for g in waiting:
+            key = g.priority if cfg.policy == "priority" else 0
+            if key != cls:
+                if best is not None:
+                    return best  # the best class had an eligible request
+                cls = key
+                seen.clear()
+            if g.tenant in seen:
+                continue  # FCFS within a tenant: only its oldest request is a candidate
+            seen.add(g.tenant)
+            if cap is not None and g.num_live <= cap < per_tenant[g.tenant] + g.num_live:
+                continue
+            if best is None or per_tenant[g.tenant] < per_tenant[best.tenant]:
+                best = g
+                if not per_tenant[g.tenant]:
+                    return best  # nobody runs fewer than none; ties go to the older
+        return best
