@@ -75,8 +75,7 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         self._defrag_plan = None  # DefragPlan emitted and not yet committed / aborted
         self._num_running_seqs = 0  # live sequences of RUNNING requests
         self._tokens_left = 0  # token budget left in the step being planned
-        # units, NEVER reasons, fairness; NOTE(alone) asks whether anything runs
-        self.gate = AdmissionGate(manager, self.config, lambda: bool(self.running))
+        self.gate = AdmissionGate(manager, self.config, lambda: bool(self.running))  # NOTE(alone)
         # counters (monotonic), read through stats()
         self.preemptions = {"swap": 0, "recompute": 0}
         self.swap_out_blocks = self.swap_in_blocks = self.cow_blocks = 0
