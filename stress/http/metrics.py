@@ -15,7 +15,14 @@ from dataclasses import dataclass
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["MetricsScrape", "scrape", "wait_drained"]
+__all__ = ["ENGINE_SERIES", "MetricsScrape", "scrape", "wait_drained"]
+
+# NOTE(absent): the series the leak, drain and invariant verdicts read. ``get`` reads an absent
+# sample as 0, so a /metrics without them (a router, a proxy, another server) would pass every
+# must-be-zero check without saying anything: the verdict counts them missing instead.
+ENGINE_SERIES = ("kvpool_blocks", "kvpool_free_blocks", "kvpool_cache_usage_ratio",
+                 "kvpool_requests", "kvpool_requests_in_flight",
+                 "kvpool_invariant_violations_total")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +39,10 @@ class MetricsScrape:
             for s in fam.samples:
                 out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
         return cls(out, time.monotonic())
+
+    def missing(self, names: tuple[str, ...] = ENGINE_SERIES) -> list[str]:
+        """The ``names`` this scrape holds no sample of (NOTE(absent))."""
+        return [n for n in names if not self.samples.get(n)]
 
     def get(self, name: str, **labels: str) -> float:
         """One sample (0.0 when absent)."""

@@ -407,6 +407,11 @@ class HttpStress:
         reachable = m1 is not None
         rep.set("server_reachable_after", reachable, must_be_true=True)
         m1 = m1 if m1 is not None else m0
+        missing = sorted(set(m0.missing()) | set(m1.missing()))
+        rep.set("engine_series_missing", len(missing), must_be_zero=True)  # NOTE(absent)
+        if missing:
+            rep.note(f"/metrics lacks {', '.join(missing)}: the leak and drain figures below "
+                     "cannot be read from this server (a router? use each replica's /metrics)")
         cats = Counter(o.category for o in outs)
         statuses = Counter(str(o.status) if o.status is not None else "none" for o in outs)
         ok = [o for o in outs if o.category == "ok"]

@@ -182,3 +182,23 @@ async def test_client_disconnect_cancels_the_upstream_request(replicas):
                 await asyncio.sleep(0.05)
             assert running == 0
             assert await generated(s) - before < 250  # aborted, not run to max_tokens
+
+
+async def test_stress_through_the_router_says_its_leak_figures_are_unreadable(replicas):
+    """The router's /metrics has no engine series. The stress verdict used to read their
+    absence as 0 leaked blocks and pass; now it counts them missing and fails (NOTE(absent) in
+    stress/http/metrics.py), while a replica's own /metrics lacks none of them."""
+    from stress.http.metrics import MetricsScrape
+    from stress.http.mode import HttpConfig, HttpStress
+    from stress.http.workload import WorkloadConfig
+
+    async with aiohttp.ClientSession() as s, s.get(replicas[0] + "/metrics") as r:
+        assert MetricsScrape.parse(await r.text()).missing() == []
+    async with router(replicas) as (_, url):
+        cfg = HttpConfig(url=url, clients=2, duration=1.5, max_requests=6, progress=False,
+                         request_timeout=60.0, workload=WorkloadConfig(hostile_rate=0.0))
+        report = await asyncio.to_thread(HttpStress(cfg).run)
+    d = report.to_dict()
+    assert d["figures"]["engine_series_missing"] > 0
+    assert any("engine_series_missing" in f for f in d["failures"]), d["failures"]
+    assert any("lacks" in n for n in d["notes"]), d["notes"]
