@@ -172,10 +172,11 @@ class PoolStress:
 
     async def _cancelled_alloc(self, front: AsyncManagerFront, worker: PoolWorker,
                                ids: list[int], prompt: list[int], salt: str | None) -> None:
-        """A request aborted while its allocation is queued: cancel the future before the flush
-        (never applied), or after one loop iteration (maybe applied on a worker thread: the
-        front must then undo it, which the final leak check verifies)."""
-        fut = front.allocate(ids, prompt, salt)
+        """A request aborted while its allocation is queued: cancel the task before it starts
+        (never applied), or after one loop iteration (applied inline, or queued and maybe
+        applied on a worker thread: the front must then undo it, which the final leak check
+        verifies)."""
+        fut = asyncio.ensure_future(front.allocate(ids, prompt, salt))  # starts next iteration
         if worker.rng.random() < 0.5:
             fut.cancel()
             return
