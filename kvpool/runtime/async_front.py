@@ -13,16 +13,17 @@ it is awaited, or when the task wrapping it starts), and calls made in that orde
 applied in that order.
 
 Inline when free: the coroutine first tries the pool lock without blocking. When nobody
-holds it (no step thread inside a step) and nothing is queued ahead, the call is applied at
+holds it (no step thread inside a step) and no batch is in a worker, the call is applied at
 once, on the caller's stack, and the coroutine returns its value: no Future, no queueing,
-no yield to the loop. That is the cost of a direct call plus one coroutine.
+no yield to the loop. That is the cost of a direct call plus one coroutine. Calls queued
+ahead of it (below) are applied first, in the same lock hold, so it never overtakes them.
 
-Batched under contention: when the try fails (the step thread holds the lock) or earlier
-calls are still queued or in a worker (so a later call never overtakes them), the call
-queues an operation and a future and awaits it. The first queued call of an iteration
-schedules one flush with ``loop.call_soon``; asyncio runs callbacks scheduled during an
-iteration in the next one, so the flush sees every operation queued by the coroutines that
-ran in between::
+Batched under contention: when the try fails (the step thread holds the lock) or a batch is
+in a worker, the call queues an operation and a future and awaits it. The first queued call
+of an iteration schedules one flush with ``loop.call_soon``; asyncio runs callbacks
+scheduled during an iteration in the next one, so the flush sees every operation queued by
+the coroutines that ran in between (unless a call that found the lock free applied them
+sooner)::
 
     iteration k     coro A: allocate(3) ─┐   coro B: free(7) ─┐   coro C: append(...) ─┐
                                          v                    v                        v
@@ -55,8 +56,8 @@ class AsyncManagerFront:
     iteration when it is not.
 
     Invariant: every call is applied exactly once, in the order the calls were made: an
-    inline call runs only while ``_queued == 0`` (no earlier call waiting or in a worker), and
-    at most one batch is in a worker (a flush waits for it). Queued calls are applied inside
+    inline call runs only with no batch in a worker and after everything queued before it,
+    and at most one batch is in a worker (a flush waits for it). Queued calls are applied inside
     one ``manager.batch()`` (one acquisition of the device and host pool locks) per flush,
     and each future receives its result or its own exception.
     """
@@ -97,11 +98,14 @@ class AsyncManagerFront:
         """Apply ``fn(*args)`` under the pool locks, inline or batched (module docstring).
         ``undo(result, *args)`` compensates an operation that was applied after its caller
         was cancelled (so nothing it created is left without an owner)."""
-        if not self._queued and self._try_lock(False):
-            # NOTE(inline): free lock and nothing queued ahead: apply now, order kept. The
-            # manager's calls take their own (re-entrant) writer sections.
-            self.inline += 1
+        if not self._in_worker and self._try_lock(False):
+            # NOTE(inline): the lock is free and nothing is in a worker: apply what is queued
+            # ahead first (order kept, and those callers need not wait for the flush), then
+            # this call. The manager's calls take their own (re-entrant) writer sections.
             try:
+                if self._pending:
+                    self._apply_pending()
+                self.inline += 1
                 return fn(*args)
             finally:
                 self._unlock()
@@ -127,20 +131,26 @@ class AsyncManagerFront:
             # one now (the lock free) would overtake it. _resolve_job flushes when it is back.
             return
         self._scheduled = False
-        batch, self._pending = self._pending, []
-        if not batch:
+        if not self._pending:  # an inline call applied them already
             return
         if self._try_lock(False):  # NOTE(loop): never block the loop on the step lock
             try:
-                results = self._apply(batch)
+                self._apply_pending()
             finally:
                 self._unlock()
-            self._resolve(batch, results)
         else:
+            batch, self._pending = self._pending, []
             self.offloaded += 1
             self._in_worker = True
             job = loop.run_in_executor(self._executor, self._apply, batch)
             job.add_done_callback(lambda f: self._resolve_job(batch, f))
+
+    def _apply_pending(self) -> None:
+        """Apply and resolve everything queued; the caller holds the lock and no batch is in
+        a worker. Twice at most: resolving may queue undos, which go before newer calls."""
+        while self._pending:
+            batch, self._pending = self._pending, []
+            self._resolve(batch, self._apply(batch))
 
     def _apply(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
         """Run every operation under one manager.batch(); capture results and exceptions."""

@@ -294,3 +294,25 @@ async def test_cancellations_at_every_stage_leak_nothing():
     await asyncio.gather(*(front.free(i) for i in alive))
     assert mgr.stats().device.num_used == 0
     mgr.check_invariants()
+
+
+async def test_a_call_that_finds_the_lock_free_applies_the_queue_ahead_of_it_first():
+    """Queued under contention, the lock released before the flush ran: the next call applies
+    the queued ones first, in the same lock hold, then itself, without waiting an iteration."""
+    mgr = manager(blocks=4)
+    front = AsyncManagerFront(mgr)
+    lock = HeldLock(mgr)
+    first = asyncio.ensure_future(front.allocate_blocks(4))
+    await asyncio.sleep(0)  # `first` ran and queued (lock busy); its flush is the next callback
+    assert front.queued == 1 and not first.done()
+    lock.release()
+    ran = []
+    asyncio.get_running_loop().call_soon(ran.append, 1)
+    second = await front.allocate_blocks(1)
+    assert ran == [] and front.queued == 0  # applied on this stack, no loop iteration ran
+    assert front.offloaded == 0 and front.flushes == 1 and front.inline == 1
+    a = await first
+    assert len(a) == 4 and second is None  # `first` went first
+    await front.free_blocks(a)
+    mgr.check_invariants()
+    assert mgr.stats().device.num_used == 0
