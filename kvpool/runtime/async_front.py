@@ -8,16 +8,22 @@ benchmarks too)::
     ids = await front.allocate_host_blocks(8)           # raw host blocks, or None
     await front.free_host_blocks(ids)
 
-Inline when free: a call first tries the pool lock without blocking. When nobody holds it
-(no step thread inside a step, no batch pending) the call is applied at once, on the caller's
-stack, and its future is already resolved: the cost of a direct call plus one future, no
-queueing, no extra loop iteration.
+Every method is a coroutine function: the call is made when the coroutine first runs (when
+it is awaited, or when the task wrapping it starts), and calls made in that order are
+applied in that order.
+
+Inline when free: the coroutine first tries the pool lock without blocking. When nobody
+holds it (no step thread inside a step) and no batch is in a worker, the call is applied at
+once, on the caller's stack, and the coroutine returns its value: no Future, no queueing,
+no yield to the loop. That is the cost of a direct call plus one coroutine. Calls queued
+ahead of it (below) are applied first, in the same lock hold, so it never overtakes them.
 
 Batched under contention: when the try fails (the step thread holds the lock) or a batch is
-already pending (so order is kept), the call only queues an operation and a future. The first
-queued call of an iteration schedules one flush with ``loop.call_soon``; asyncio runs
-callbacks scheduled during an iteration in the next one, so the flush sees every operation
-queued by the coroutines that ran in between::
+in a worker, the call queues an operation and a future and awaits it. The first queued call
+of an iteration schedules one flush with ``loop.call_soon``; asyncio runs callbacks
+scheduled during an iteration in the next one, so the flush sees every operation queued by
+the coroutines that ran in between (unless a call that found the lock free applied them
+sooner)::
 
     iteration k     coro A: allocate(3) ─┐   coro B: free(7) ─┐   coro C: append(...) ─┐
                                          v                    v                        v
@@ -26,7 +32,9 @@ queued by the coroutines that ran in between::
 The pool lock is shared with the engine's step thread, so the flush never blocks the event
 loop on it: it tries a non-blocking acquire and, when the lock is busy, hands the whole batch
 to a worker thread (one hop for the batch, not one per call). Scarcity comes back as the core
-returns it (None); misuse raises in the awaiting coroutine only, never in the others.
+returns it (None); misuse raises in the awaiting coroutine only, never in the others. A
+coroutine cancelled while its queued operation was being applied gets it undone (the undo
+is queued like any call), so a cancellation never leaks blocks or tables.
 """
 
 from __future__ import annotations
@@ -39,26 +47,36 @@ from typing import Any
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import QueueFullError
 
-_Op = tuple[Callable[..., Any], tuple, asyncio.Future, Callable[[Any], Any] | None]
+# fn, args, future, undo(result, *args) or None
+_Op = tuple[Callable[..., Any], tuple, asyncio.Future, Callable[..., Any] | None]
 
 
 class AsyncManagerFront:
-    """Batches BlockSpaceManager calls per loop iteration.
+    """Applies BlockSpaceManager calls inline when the pool lock is free, in batches per loop
+    iteration when it is not.
 
-    Invariant: every queued operation is applied exactly once, in submission order, inside
+    Invariant: every call is applied exactly once, in the order the calls were made: an
+    inline call runs only with no batch in a worker and after everything queued before it,
+    and at most one batch is in a worker (a flush waits for it). Queued calls are applied inside
     one ``manager.batch()`` (one acquisition of the device and host pool locks) per flush,
-    and its future receives its result or its own exception.
+    and each future receives its result or its own exception.
     """
 
     def __init__(self, manager: BlockSpaceManager, *, max_pending: int = 100_000,
                  executor: ThreadPoolExecutor | None = None) -> None:
         self.manager = manager
         self.max_pending = max_pending
-        self._pending: list[_Op] = []
-        self._scheduled = False
-        self._inflight = 0  # batches handed to a worker and not yet resolved (order guard)
+        self._pending: list[_Op] = []  # queued, not yet handed to a flush
+        self._queued = 0  # calls queued or in a worker and not yet resolved (order guard)
+        self._scheduled = False  # a flush is scheduled, or due when the worker's batch is back
+        self._in_worker = False  # a batch is in a worker thread (maybe not yet applied)
         self._executor = executor
-        self._lock = manager.device_pool.lock
+        lock = manager.device_pool.lock
+        # NOTE(speed): bound methods looked up once; the inline path runs per call
+        self._try_lock = lock.acquire
+        self._unlock = lock.release
+        pool = manager.device_pool
+        self._allocate_many, self._free_many = pool.allocate_many, pool.free_many
         self.flushes = 0  # batches applied (monotonic)
         self.batched_ops = 0  # operations applied in batches (monotonic)
         self.offloaded = 0  # batches handed to a worker because the lock was busy
@@ -69,51 +87,70 @@ class AsyncManagerFront:
         """Operations applied, inline or batched (monotonic)."""
         return self.inline + self.batched_ops
 
-    # ---------------------------------------------------------------- queueing
-    def _submit(self, fn: Callable[..., Any], *args: Any,
-                undo: Callable[[Any], Any] | None = None) -> asyncio.Future:
-        """Queue ``fn(*args)``. ``undo(result)`` compensates an operation that was applied but
-        whose caller cancelled meanwhile (so nothing it created is left without an owner)."""
-        pending = self._pending
-        loop = asyncio.get_running_loop()
-        lock = self._lock
-        if not pending and not self._inflight and lock.acquire(False):
-            # NOTE(inline): free lock and nothing queued ahead: apply now, keep the order
-            fut = loop.create_future()
-            try:  # the manager's calls take their own (re-entrant) writer sections
-                fut.set_result(fn(*args))
-            except Exception as e:  # noqa: BLE001 - delivered to the caller's future
-                fut.set_exception(e)
+    @property
+    def queued(self) -> int:
+        """Calls queued or being applied in a worker, not yet resolved."""
+        return self._queued
+
+    # ---------------------------------------------------------------- the one entry
+    async def call(self, fn: Callable[..., Any], *args: Any,
+                   undo: Callable[..., Any] | None = None) -> Any:
+        """Apply ``fn(*args)`` under the pool locks, inline or batched (module docstring).
+        ``undo(result, *args)`` compensates an operation that was applied after its caller
+        was cancelled (so nothing it created is left without an owner)."""
+        if not self._in_worker and self._try_lock(False):
+            # NOTE(inline): the lock is free and nothing is in a worker: apply what is queued
+            # ahead first (order kept, and those callers need not wait for the flush), then
+            # this call. The manager's calls take their own (re-entrant) writer sections.
+            try:
+                if self._pending:
+                    self._apply_pending()
+                self.inline += 1
+                return fn(*args)
             finally:
-                lock.release()
-            self.inline += 1
-            return fut
+                self._unlock()
+        return await self._enqueue(fn, args, undo)
+
+    def _enqueue(self, fn: Callable[..., Any], args: tuple,
+                 undo: Callable[..., Any] | None) -> asyncio.Future:
+        pending = self._pending
         if len(pending) >= self.max_pending:
             raise QueueFullError(f"{len(pending)} pool operations pending; retry later")
+        loop = asyncio.get_running_loop()
         fut = loop.create_future()
         pending.append((fn, args, fut, undo))
+        self._queued += 1
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush, loop)
         return fut
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._scheduled = False
-        batch, self._pending = self._pending, []
-        if not batch:
+        if self._in_worker:
+            # NOTE(order): the worker's batch may not have taken the lock yet; applying this
+            # one now (the lock free) would overtake it. _resolve_job flushes when it is back.
             return
-        lock = self.manager.device_pool.lock
-        if lock.acquire(blocking=False):  # NOTE(loop): never block the loop on the step lock
+        self._scheduled = False
+        if not self._pending:  # an inline call applied them already
+            return
+        if self._try_lock(False):  # NOTE(loop): never block the loop on the step lock
             try:
-                results = self._apply(batch)
+                self._apply_pending()
             finally:
-                lock.release()
-            self._resolve(batch, results)
+                self._unlock()
         else:
+            batch, self._pending = self._pending, []
             self.offloaded += 1
-            self._inflight += 1
+            self._in_worker = True
             job = loop.run_in_executor(self._executor, self._apply, batch)
             job.add_done_callback(lambda f: self._resolve_job(batch, f))
+
+    def _apply_pending(self) -> None:
+        """Apply and resolve everything queued; the caller holds the lock and no batch is in
+        a worker. Twice at most: resolving may queue undos, which go before newer calls."""
+        while self._pending:
+            batch, self._pending = self._pending, []
+            self._resolve(batch, self._apply(batch))
 
     def _apply(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
         """Run every operation under one manager.batch(); capture results and exceptions."""
@@ -132,18 +169,24 @@ class AsyncManagerFront:
         return out
 
     def _resolve_job(self, batch: list[_Op], job: asyncio.Future) -> None:
-        self._inflight -= 1
+        self._in_worker = False
+        self._scheduled = False  # a flush that came meanwhile returned early (NOTE(order))
         exc = job.exception()
         if exc is not None:  # the batch itself failed (not one operation): fail them all
             self._resolve(batch, [(False, exc)] * len(batch))
         else:
             self._resolve(batch, job.result())
+        if self._pending and not self._scheduled:  # queued behind the worker's batch
+            self._scheduled = True
+            job.get_loop().call_soon(self._flush, job.get_loop())
 
     def _resolve(self, batch: list[_Op], results: list[tuple[bool, Any]]) -> None:
-        for (_, _, fut, undo), (ok, value) in zip(batch, results):
+        self._queued -= len(batch)
+        for (_, args, fut, undo), (ok, value) in zip(batch, results):
             if fut.done():
                 if fut.cancelled() and ok and undo is not None:
-                    self._submit(undo, value)  # NOTE(cancel): applied, then abandoned
+                    # NOTE(cancel): applied, then abandoned: queued, so it keeps its turn
+                    self._enqueue(undo, (value, *args), None)
                 continue
             if ok:
                 fut.set_result(value)
@@ -152,50 +195,64 @@ class AsyncManagerFront:
             else:
                 fut.cancel()
 
+    # ---------------------------------------------------------------- undo (applied, abandoned)
+    def _undo_allocate(self, hit: int | None, seq_ids: Sequence[int], *_: Any) -> None:
+        if hit is not None:
+            self.manager.free_batch(seq_ids)
+
+    def _undo_fork(self, _: Any, parent: int, child: int) -> None:
+        self.manager.free(child)
+
+    def _undo_blocks(self, ids: list[int] | None, _: int) -> None:
+        if ids:
+            self._free_many(ids)
+
+    def _undo_host(self, ids: list[int] | None, _: int) -> None:
+        if ids:
+            self.manager.return_host(ids)
+
+    def _allocate(self, seq_ids: Sequence[int], token_ids: Sequence[int],
+                  cache_salt: str | None) -> int | None:
+        return self.manager.allocate(seq_ids, token_ids, cache_salt=cache_salt)
+
     # ---------------------------------------------------------------- manager operations
-    def can_allocate(self, num_tokens: int, block_hashes: Sequence[bytes] = ()
-                     ) -> asyncio.Future:
-        return self._submit(self.manager.can_allocate, num_tokens, block_hashes)
+    # Plain functions returning call()'s coroutine: one coroutine per call, not two.
+    def can_allocate(self, num_tokens: int, block_hashes: Sequence[bytes] = ()):
+        return self.call(self.manager.can_allocate, num_tokens, block_hashes)
 
     def allocate(self, seq_ids: Sequence[int], token_ids: Sequence[int],
-                 cache_salt: str | None = None) -> asyncio.Future:
+                 cache_salt: str | None = None):
         """Result: prefix-cached token count, or None when the pool is short."""
-        mgr = self.manager
-        ids = list(seq_ids)
-        return self._submit(lambda s, t, c: mgr.allocate(s, t, cache_salt=c),
-                            ids, token_ids, cache_salt,
-                            undo=lambda r: None if r is None else mgr.free_batch(ids))
+        return self.call(self._allocate, list(seq_ids), token_ids, cache_salt,
+                         undo=self._undo_allocate)
 
-    def append_slots(self, seq_id: int, token_ids: Sequence[int]) -> asyncio.Future:
-        return self._submit(self.manager.append_slots, seq_id, token_ids)
+    def append_slots(self, seq_id: int, token_ids: Sequence[int]):
+        return self.call(self.manager.append_slots, seq_id, token_ids)
 
-    def fork(self, parent: int, child: int) -> asyncio.Future:
-        return self._submit(self.manager.fork, parent, child,
-                            undo=lambda _: self.manager.free(child))
+    def fork(self, parent: int, child: int):
+        return self.call(self.manager.fork, parent, child, undo=self._undo_fork)
 
-    def free(self, seq_id: int) -> asyncio.Future:
-        return self._submit(self.manager.free, seq_id)
+    def free(self, seq_id: int):
+        return self.call(self.manager.free, seq_id)
 
-    def swap_out(self, seq_ids: Sequence[int]) -> asyncio.Future:
-        return self._submit(self.manager.swap_out, seq_ids)
+    def swap_out(self, seq_ids: Sequence[int]):
+        return self.call(self.manager.swap_out, seq_ids)
 
-    def swap_in(self, seq_ids: Sequence[int]) -> asyncio.Future:
-        return self._submit(self.manager.swap_in, seq_ids)
+    def swap_in(self, seq_ids: Sequence[int]):
+        return self.call(self.manager.swap_in, seq_ids)
 
     # ---------------------------------------------------------------- raw blocks
-    def allocate_blocks(self, n: int) -> asyncio.Future:
+    def allocate_blocks(self, n: int):
         """``n`` device blocks with ref 1 (no table), or None: for KV transfer style users."""
-        pool = self.manager.device_pool
-        return self._submit(pool.allocate_many, n, undo=lambda ids: ids and pool.free_many(ids))
+        return self.call(self._allocate_many, n, undo=self._undo_blocks)
 
-    def free_blocks(self, block_ids: Sequence[int]) -> asyncio.Future:
-        return self._submit(self.manager.device_pool.free_many, block_ids)
+    def free_blocks(self, block_ids: Sequence[int]):
+        return self.call(self._free_many, block_ids)
 
-    def allocate_host_blocks(self, n: int) -> asyncio.Future:
+    def allocate_host_blocks(self, n: int):
         """``n`` host blocks lent out of the tables (``manager.lend_host``), or None: the
         remote prefetch lands fetched bytes in them before the step thread copies them in."""
-        mgr = self.manager
-        return self._submit(mgr.lend_host, n, undo=lambda ids: ids and mgr.return_host(ids))
+        return self.call(self.manager.lend_host, n, undo=self._undo_host)
 
-    def free_host_blocks(self, block_ids: Sequence[int]) -> asyncio.Future:
-        return self._submit(self.manager.return_host, block_ids)
+    def free_host_blocks(self, block_ids: Sequence[int]):
+        return self.call(self.manager.return_host, block_ids)

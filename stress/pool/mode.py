@@ -172,16 +172,13 @@ class PoolStress:
 
     async def _cancelled_alloc(self, front: AsyncManagerFront, worker: PoolWorker,
                                ids: list[int], prompt: list[int], salt: str | None) -> None:
-        """A request aborted while its allocation is queued: cancel the future at once (never
-        applied -- unless the front applied it inline because the pool lock was free: then
-        ``cancel()`` is False and the caller owns the result, asyncio's rule for a done
-        future), or after one loop iteration (maybe applied on a worker thread: the front must
-        then undo it, which the final leak check verifies)."""
-        fut = front.allocate(ids, prompt, salt)
+        """A request aborted while its allocation is queued: cancel the task before it starts
+        (never applied), or after one loop iteration (applied inline, or queued and maybe
+        applied on a worker thread: the front must then undo it, which the final leak check
+        verifies)."""
+        fut = asyncio.ensure_future(front.allocate(ids, prompt, salt))  # starts next iteration
         if worker.rng.random() < 0.5:
-            if not fut.cancel():  # applied inline (the pool lock was free): the caller owns it
-                if fut.exception() is None and fut.result() is not None:
-                    worker.adopt(ids, len(prompt), salt)
+            fut.cancel()
             return
         await asyncio.sleep(0)  # the flush runs first: inline, or handed to a worker thread
         if fut.done() and not fut.cancelled():

@@ -2,6 +2,7 @@
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
@@ -38,13 +39,20 @@ class HeldLock:
 
 
 async def test_a_free_lock_applies_each_call_inline():
+    """Free lock, nothing queued: the call runs on the caller's stack and the coroutine
+    returns without yielding to the loop (a callback scheduled before does not run)."""
     mgr = manager()
     front = AsyncManagerFront(mgr)
-    futs = [front.allocate([i], list(range(i, i + 9))) for i in range(50)]
-    assert all(f.done() for f in futs)  # resolved before any loop iteration ran
-    assert [f.result() for f in futs] == [0] * 50
+    ran = []
+    asyncio.get_running_loop().call_soon(ran.append, 1)
+    res = [await front.allocate([i], list(range(i, i + 9))) for i in range(50)]
+    assert ran == []  # no loop iteration ran in between
+    assert res == [0] * 50
     assert front.inline == 50 and front.flushes == 0 and front.ops == 50
-    await asyncio.gather(*(front.free(i) for i in range(50)))
+    coro = front.free(0)  # driven by hand: finished at its first step, no future awaited
+    with pytest.raises(StopIteration):
+        coro.send(None)
+    await asyncio.gather(*(front.free(i) for i in range(1, 50)))
     mgr.check_invariants()
     assert mgr.stats().device.num_used == 0
 
@@ -54,7 +62,8 @@ async def test_calls_of_one_iteration_share_one_flush_under_contention():
     front = AsyncManagerFront(mgr)
     lock = HeldLock(mgr)
     version_before = mgr.device_pool.version
-    futs = [front.allocate([i], list(range(i, i + 9))) for i in range(50)]
+    futs = [asyncio.ensure_future(front.allocate([i], list(range(i, i + 9))))
+            for i in range(50)]
     await asyncio.sleep(0.01)  # the flush finds the lock busy: one worker hop for all 50
     assert not any(f.done() for f in futs)
     lock.release()
@@ -74,11 +83,12 @@ async def test_a_call_behind_a_pending_batch_waits_its_turn():
     mgr = manager(blocks=4)
     front = AsyncManagerFront(mgr)
     lock = HeldLock(mgr)
-    first = front.allocate_blocks(4)
+    first = asyncio.ensure_future(front.allocate_blocks(4))
     await asyncio.sleep(0.01)
     lock.release()
-    second = front.allocate_blocks(1)  # the batch with `first` is still in the worker or queue
-    a, b = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert front.queued == 1  # `first` is still in the worker (its result not yet back)
+    b = await front.allocate_blocks(1)  # the lock may be free now: it still waits its turn
+    a = await asyncio.wait_for(first, 5)
     assert a is not None and len(a) == 4 and b is None
     await front.free_blocks(a)
     mgr.check_invariants()
@@ -134,9 +144,10 @@ async def test_scarcity_is_a_value_and_queue_bound_is_an_error():
     a, b = await asyncio.gather(front.allocate_blocks(3), front.allocate_blocks(3))
     assert a is not None and b is None
     lock = HeldLock(mgr)  # the bound applies to calls queued under contention
-    futs = [front.allocate_blocks(1) for _ in range(3)]
+    futs = [asyncio.ensure_future(front.allocate_blocks(1)) for _ in range(3)]
+    await asyncio.sleep(0)  # the three are queued
     with pytest.raises(QueueFullError):
-        front.allocate_blocks(1)
+        await front.allocate_blocks(1)
     lock.release()
     got = await asyncio.wait_for(asyncio.gather(*futs), 5)
     assert [g is not None for g in got] == [True, False, False]
@@ -208,7 +219,7 @@ async def test_an_operation_cancelled_while_applied_is_undone():
     held.wait(5)
     alloc = asyncio.ensure_future(front.allocate([7], [1, 2, 3, 4, 5]))
     blocks = asyncio.ensure_future(front.allocate_blocks(4))
-    marker = asyncio.ensure_future(front._submit(pause))
+    marker = asyncio.ensure_future(front.call(pause))
     await asyncio.sleep(0.02)  # the batch goes to a worker: the lock is busy
     release.set()
     assert await asyncio.get_running_loop().run_in_executor(None, applied.wait, 5)
@@ -224,3 +235,84 @@ async def test_an_operation_cancelled_while_applied_is_undone():
             break
     assert mgr.seq_ids() == [] and mgr.stats().device.num_used == 0
     mgr.check_invariants()
+
+
+async def test_a_batch_queued_behind_a_worker_batch_waits_for_it():
+    """The first batch went to a worker that has not run yet; the lock is then free. A later
+    batch must not be applied on the loop ahead of it (4 blocks: the first takes them all)."""
+    mgr = manager(blocks=4)
+    worker_busy, worker_go = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        front = AsyncManagerFront(mgr, executor=pool)
+        lock = HeldLock(mgr)
+        pool.submit(lambda: (worker_busy.set(), worker_go.wait(5)))
+        worker_busy.wait(5)
+        first = asyncio.ensure_future(front.allocate_blocks(4))
+        await asyncio.sleep(0.01)  # its flush finds the lock busy: handed to the (busy) worker
+        lock.release()             # the lock is free, the worker has not applied `first`
+        second = asyncio.ensure_future(front.allocate_blocks(1))
+        for _ in range(5):         # give `second`'s flush every chance to overtake
+            await asyncio.sleep(0.01)
+        assert not second.done()
+        worker_go.set()
+        a, b = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert a is not None and len(a) == 4 and b is None
+    assert front.offloaded == 1 and front.queued == 0
+    await front.free_blocks(a)
+    mgr.check_invariants()
+    assert mgr.stats().device.num_used == 0
+
+
+async def test_cancellations_at_every_stage_leak_nothing():
+    """Coroutines cancelled before their batch, while it is in the worker, or never: the
+    pool ends with exactly the survivors' tables, and every other block is back."""
+    mgr = manager(blocks=64)
+    front = AsyncManagerFront(mgr)
+    lock = HeldLock(mgr)
+    tasks = {i: asyncio.ensure_future(front.allocate([i], list(range(5)))) for i in range(12)}
+    raw = [asyncio.ensure_future(front.allocate_blocks(2)) for _ in range(4)]
+    await asyncio.sleep(0)           # all queued, the flush not yet run
+    for i in range(0, 12, 3):
+        tasks[i].cancel()            # cancelled before the batch is applied: never applied
+    raw[0].cancel()
+    await asyncio.sleep(0.01)        # the flush hands the batch to a worker (lock busy)
+    for i in range(1, 12, 3):
+        tasks[i].cancel()            # cancelled while the batch waits in the worker: undone
+    raw[1].cancel()
+    lock.release()
+    done = await asyncio.wait_for(asyncio.gather(*tasks.values(), *raw,
+                                                 return_exceptions=True), 5)
+    assert sum(isinstance(d, asyncio.CancelledError) for d in done) == 10
+    for _ in range(100):             # the undos are queued calls of their own
+        if front.queued == 0:
+            break
+        await asyncio.sleep(0.01)
+    alive = sorted(i for i in tasks if i % 3 == 2)
+    assert sorted(mgr.seq_ids()) == alive
+    await front.free_blocks(raw[2].result() + raw[3].result())
+    mgr.check_invariants()  # raw blocks carry no table reference: checked once they are back
+    await asyncio.gather(*(front.free(i) for i in alive))
+    assert mgr.stats().device.num_used == 0
+    mgr.check_invariants()
+
+
+async def test_a_call_that_finds_the_lock_free_applies_the_queue_ahead_of_it_first():
+    """Queued under contention, the lock released before the flush ran: the next call applies
+    the queued ones first, in the same lock hold, then itself, without waiting an iteration."""
+    mgr = manager(blocks=4)
+    front = AsyncManagerFront(mgr)
+    lock = HeldLock(mgr)
+    first = asyncio.ensure_future(front.allocate_blocks(4))
+    await asyncio.sleep(0)  # `first` ran and queued (lock busy); its flush is the next callback
+    assert front.queued == 1 and not first.done()
+    lock.release()
+    ran = []
+    asyncio.get_running_loop().call_soon(ran.append, 1)
+    second = await front.allocate_blocks(1)
+    assert ran == [] and front.queued == 0  # applied on this stack, no loop iteration ran
+    assert front.offloaded == 0 and front.flushes == 1 and front.inline == 1
+    a = await first
+    assert len(a) == 4 and second is None  # `first` went first
+    await front.free_blocks(a)
+    mgr.check_invariants()
+    assert mgr.stats().device.num_used == 0
