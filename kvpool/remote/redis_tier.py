@@ -8,7 +8,12 @@ Fault model (what the anchors got wrong, DESIGN.md "Scale-out"):
   a per-call deadline bounds the hung case.
 - No retries: redis-py retries by default; a retry doubles the time a miss costs, and the
   caller's answer to a failure (recompute) is already cheap.
-- A circuit breaker (``breaker.py``): once open, every call is a miss at once, no network.
+- A circuit breaker (``breaker.py``): a missed deadline or a refused connection opens it at
+  once (other failures after a few in a row); the calls still in flight then are cut short
+  (their deadlines fire now) and count as the same event, so one opening costs each caller at
+  most what it had already waited. Once open, every call is a miss at once, no network, and
+  the tier's own task PINGs Redis about every ``reset_s`` (connect + op deadline) until one
+  answers and closes it: no user request is ever the trial.
 - A value that fails the codec's check is a miss, is deleted, and is counted by kind.
 
 One round trip per call, whatever the number of blocks: the probe is one Lua script (walk
@@ -38,7 +43,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kvpool.remote.breaker import CircuitBreaker
+from kvpool.remote.breaker import BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
 from kvpool.remote.tier import RemoteStats, check_values
 
@@ -91,6 +96,7 @@ class RedisTier:
         if connect_timeout <= 0 or op_timeout <= 0 or bandwidth <= 0:
             raise ValueError("connect_timeout, op_timeout and bandwidth must be > 0")
         self.codec = codec
+        self.connect_timeout = connect_timeout
         self.op_timeout = op_timeout
         self.bandwidth = bandwidth  # bytes/s assumed when sizing a call's deadline
         self.max_value_bytes = max_value_bytes  # a GET's deadline assumes values this big
@@ -110,6 +116,8 @@ class RedisTier:
             health_check_interval=0)
         self._redis = aioredis.Redis(connection_pool=self._pool)
         self._probe = self._redis.register_script(PROBE_LUA)
+        self._inflight: set[asyncio.Timeout] = set()  # deadlines of the calls in flight
+        self._health_task: asyncio.Task | None = None  # the PING loop while the breaker is open
 
     # -- the protocol ---------------------------------------------------------------------
     async def probe(self, keys: Sequence[str]) -> int:
@@ -186,6 +194,8 @@ class RedisTier:
         return 0 if r is _FAILED else int(r)
 
     async def health(self) -> bool:
+        if self.breaker.state is not BreakerState.CLOSED:
+            return False  # the background check owns the network while open
         return await self._call("health", 0, self._redis.ping) is not _FAILED
 
     def stats(self) -> RemoteStats:
@@ -199,6 +209,13 @@ class RedisTier:
         self._stats.note_dropped(n)
 
     async def aclose(self) -> None:
+        task, self._health_task = self._health_task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
         await self._redis.aclose()
         await self._pool.aclose()
 
@@ -232,29 +249,83 @@ class RedisTier:
     async def _call(self, op: str, nbytes: int, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run one round trip under the breaker and the deadline; _FAILED on any failure."""
         breaker = self.breaker
-        if not breaker.allow():
+        epoch = breaker.admit()
+        if epoch is None:
             self._stats.count_error("breaker_open")
             return _FAILED
         t0 = time.perf_counter()
         try:
-            async with asyncio.timeout(self._deadline(nbytes)):
-                result = await fn()
+            async with asyncio.timeout(self._deadline(nbytes)) as deadline:
+                self._inflight.add(deadline)
+                try:
+                    result = await fn()
+                finally:
+                    self._inflight.discard(deadline)
         except (TimeoutError, RedisTimeoutError):
-            kind = "timeout"
-        except (RedisConnectionError, OSError):
+            kind = cause = "timeout"
+        except (RedisConnectionError, OSError) as exc:
             kind = "connection"
+            cause = "refused" if _refused(exc) else "connection"
         except RedisError:
             # Redis answered (a script or command error): it is alive, so no breaker failure.
-            breaker.record_success()
+            breaker.record_success(epoch)
             self._stats.count_error("response")
             return _FAILED
         else:
-            breaker.record_success()
+            breaker.record_success(epoch)
             if self._observer is not None:
                 self._observer(op, time.perf_counter() - t0)
             return result
         # NOTE(cancel): a CancelledError from the caller (a prefetch deadline) propagates and
-        # reports nothing: it says nothing about Redis. The breaker re-admits a trial later.
-        breaker.record_failure()
-        self._stats.count_error(kind)
+        # reports nothing: it says nothing about Redis.
+        opens = breaker.opens
+        self._stats.count_error(kind if breaker.record_failure(epoch, cause) else "joined")
+        if breaker.opens != opens:
+            self._opened()
         return _FAILED
+
+    def _opened(self) -> None:
+        """The breaker just opened: cut the calls still in flight (they would each wait out
+        their own deadline on a Redis already judged down) and start the health check."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for deadline in list(self._inflight):
+            if not deadline.expired():
+                deadline.reschedule(now)  # fires on the next loop turn: TimeoutError there
+        if self._health_task is None or self._health_task.done():
+            self._health_task = loop.create_task(self._health_loop(), name="redis-tier-health")
+
+    async def _health_loop(self) -> None:
+        """While the breaker is not closed: one PING whenever a trial is due."""
+        breaker, st = self.breaker, self._stats
+        while (wait := breaker.trial_wait()) is not None:
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            if not breaker.start_trial():
+                continue
+            st.health_checks += 1
+            ok = await self._ping()
+            st.health_failed += not ok
+            breaker.end_trial(ok)
+
+    async def _ping(self) -> bool:
+        try:
+            async with asyncio.timeout(self.connect_timeout + self.op_timeout):
+                await self._redis.ping()
+        except (TimeoutError, RedisError, OSError):
+            return False  # an error reply (e.g. LOADING) is not ready either
+        return True
+
+
+def _refused(exc: BaseException) -> bool:
+    """Was a connection refused somewhere in ``exc``'s chain? (redis-py raises its own
+    ConnectionError inside ``except OSError``, so the refusal is its context.)"""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, ConnectionRefusedError):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False

@@ -17,8 +17,11 @@ from typing import Protocol, runtime_checkable
 from kvpool.remote.codec import RemoteValueError, ValueCodec
 from kvpool.remote.keys import hash_of_key
 
+# "joined": a call that was in flight when the breaker opened and failed with it (cut short or
+# timed out together): one opening is one failure event, counted under its own kind, and the
+# calls that went down with it are counted here instead.
 ERROR_KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short",
-               "foreign")
+               "foreign", "joined")
 
 
 @runtime_checkable
@@ -65,6 +68,8 @@ class RemoteStats:
     errors: dict[str, int] = field(default_factory=dict)  # kind (ERROR_KINDS) -> count
     breaker_state: int = 0  # BreakerState value at the time of the copy
     breaker_opens: int = 0  # CLOSED -> OPEN transitions
+    health_checks: int = 0  # background PINGs sent while the breaker was open
+    health_failed: int = 0  # of those, the ones that failed (the breaker stayed open)
 
     def count_error(self, kind: str, n: int = 1) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + n

@@ -180,23 +180,23 @@ async def _fill_after_recovery(tier, hashes):
 
 
 async def test_redis_hung_misses_within_deadline_and_recovers(make_tier, redis_server):
-    tier = make_tier(op_timeout=0.25, breaker=CircuitBreaker(threshold=2, reset_s=1.0))
+    tier = make_tier(op_timeout=0.25, breaker=CircuitBreaker(threshold=3, reset_s=1.0))
     hashes = chain(2)
     keys = await _fill(tier, hashes, [0, 1])
     assert await tier.probe(keys) == 2
     redis_server.pause()
     try:
-        for _ in range(2):
-            t0 = time.monotonic()
-            assert await tier.probe(keys) == 0
-            # the deadline is 0.25 s; a hung call with redis-py defaults waits > 30 s
-            assert time.monotonic() - t0 < 1.0
-        assert tier.breaker.state is BreakerState.OPEN
-        assert tier.stats().errors["timeout"] == 2
+        t0 = time.monotonic()
+        assert await tier.probe(keys) == 0
+        # the deadline is 0.25 s; a hung call with redis-py defaults waits > 30 s
+        assert time.monotonic() - t0 < 1.0
+        # one missed deadline opens it (no threshold for timeouts)
+        assert tier.breaker.state is not BreakerState.CLOSED
+        assert tier.stats().errors["timeout"] == 1
         before = tier.stats().errors
         assert await tier.get_many(keys) == [None, None]
         after = tier.stats().errors  # open breaker: refused, no network call timed out
-        assert after["timeout"] == 2 and after["breaker_open"] == before.get("breaker_open", 0) + 1
+        assert after["timeout"] == 1 and after["breaker_open"] == before.get("breaker_open", 0) + 1
     finally:
         redis_server.resume()
     took = await _misses_until(tier, keys, lambda n: n == 2, 5.0)
