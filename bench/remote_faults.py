@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 
 import aiohttp
 
@@ -60,8 +61,9 @@ REPLICA_ARGS = ["--num-device-blocks", "256", "--num-host-blocks", "256", "--max
 class RouterProcess:
     """``python -m kvpool router`` on a free loopback port; stopped by pid."""
 
-    def __init__(self, replicas: list[str]) -> None:
+    def __init__(self, replicas: list[str], extra_args: Sequence[str] = ()) -> None:
         self.replicas = replicas
+        self.extra_args = list(extra_args)  # e.g. --policy round_robin (bench/route_live.py)
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
 
@@ -70,6 +72,7 @@ class RouterProcess:
                "--log-level", "warning"]
         for r in self.replicas:
             cmd += ["--replica", r]
+        cmd += self.extra_args
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1)
         ready = threading.Event()
