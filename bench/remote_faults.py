@@ -102,6 +102,18 @@ class RouterProcess:
                 self.proc.wait(10)
 
 
+def start_replicas(servers: list[SpawnedServer]) -> list[str]:
+    """Start every replica at once (one thread each: startups overlap); their URLs."""
+    threads = [threading.Thread(target=s.start) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if any(s.url is None for s in servers):
+        raise RuntimeError("a replica did not start:\n" + "\n".join(s.tail() for s in servers))
+    return [s.url for s in servers]
+
+
 def scrape_sync(url: str) -> MetricsScrape | None:
     try:
         with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
@@ -279,14 +291,7 @@ def run(args) -> dict:
     result: dict = {"bench": "remote_faults", "machine": machine(), "config": vars(args)}
     try:
         redis.start()
-        threads = [threading.Thread(target=r.start) for r in replicas]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        urls = [r.url for r in replicas]
-        if any(u is None for u in urls):
-            raise RuntimeError("a replica did not start")
+        urls = start_replicas(replicas)
         router = RouterProcess(urls)
         router_url = router.start()
         duration = args.baseline + args.stop + args.after * 2 + args.down + 1.0

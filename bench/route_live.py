@@ -2,7 +2,7 @@
 one conversation-shaped replay sent through the router per mode (issue 16, "Then beat these
 figures live").
 
-    python -m bench.route_live [--replicas 3] [--conversations 160] [--repeats 3] [--quick]
+    python -m bench.route_live [--replicas 3] [--conversations 200] [--repeats 3] [--quick]
                                [--json out/route_live.json]
 
 Workload (derived from the Mooncake conversation trace, scaled down):
@@ -37,14 +37,13 @@ import json
 import random
 import statistics
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
 import aiohttp
 
 from bench.common import machine, write_json
-from bench.remote_faults import RouterProcess, scrape_sync
+from bench.remote_faults import RouterProcess, scrape_sync, start_replicas
 from bench.route import DEFAULT_TRACE, Req, Simulation, load_reqs
 from stress.report import percentile
 from stress.servers import SpawnedServer
@@ -188,17 +187,6 @@ def run_mode(urls: list[str], policy: str, turns: list[Turn], salt: str, args) -
             if decisions is not None else None}
 
 
-def start_all(servers: list[SpawnedServer]) -> list[str]:
-    threads = [threading.Thread(target=s.start) for s in servers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if any(s.url is None for s in servers):
-        raise RuntimeError("a replica did not start:\n" + "\n".join(s.tail() for s in servers))
-    return [s.url for s in servers]
-
-
 def replica_args(args, i: int, remote_url: str | None) -> list[str]:
     out = ["--block-size", str(args.block_size), "--num-device-blocks",
            str(args.device_blocks), "--num-host-blocks", str(args.host_blocks),
@@ -245,7 +233,7 @@ def run(args) -> dict:
         for tier in sorted({t for _, t in modes}):
             fleets[tier] = [SpawnedServer(replica_args(args, i, redis.url if tier else None),
                                           startup_timeout=120) for i in range(args.replicas)]
-            urls[tier] = start_all(fleets[tier])
+            urls[tier] = start_replicas(fleets[tier])
         runs: dict[str, list[dict]] = {}
         for rep in range(args.repeats):
             for policy, tier in modes:
@@ -286,12 +274,12 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", default=str(DEFAULT_TRACE))
     p.add_argument("--replicas", type=int, default=3)
-    p.add_argument("--conversations", type=int, default=160)
+    p.add_argument("--conversations", type=int, default=200)
     p.add_argument("--max-blocks", type=int, default=60, help="trace hash ids kept per turn")
     p.add_argument("--system-prompts", type=int, default=4)
     p.add_argument("--system-blocks", type=int, default=1)
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--device-blocks", type=int, default=768, help="per replica")
+    p.add_argument("--device-blocks", type=int, default=256, help="per replica")
     p.add_argument("--host-blocks", type=int, default=64, help="per replica")
     p.add_argument("--clients", type=int, default=6, help="closed-loop clients")
     p.add_argument("--max-tokens", type=int, default=8, help="cap on the trace's output length")
