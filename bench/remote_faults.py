@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 
 import aiohttp
 
@@ -61,8 +62,9 @@ REPLICA_ARGS = ["--num-device-blocks", "256", "--num-host-blocks", "256", "--max
 class RouterProcess:
     """``python -m kvpool router`` on a free loopback port; stopped by pid."""
 
-    def __init__(self, replicas: list[str]) -> None:
+    def __init__(self, replicas: list[str], extra_args: Sequence[str] = ()) -> None:
         self.replicas = replicas
+        self.extra_args = list(extra_args)  # e.g. --policy round_robin (bench/route_live.py)
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
 
@@ -71,6 +73,7 @@ class RouterProcess:
                "--log-level", "warning"]
         for r in self.replicas:
             cmd += ["--replica", r]
+        cmd += self.extra_args
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1)
         ready = threading.Event()
@@ -98,6 +101,18 @@ class RouterProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def start_replicas(servers: list[SpawnedServer]) -> list[str]:
+    """Start every replica at once (one thread each: startups overlap); their URLs."""
+    threads = [threading.Thread(target=s.start) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if any(s.url is None for s in servers):
+        raise RuntimeError("a replica did not start:\n" + "\n".join(s.tail() for s in servers))
+    return [s.url for s in servers]
 
 
 def scrape_sync(url: str) -> MetricsScrape | None:
@@ -277,14 +292,7 @@ def run(args) -> dict:
     result: dict = {"bench": "remote_faults", "machine": machine(), "config": vars(args)}
     try:
         redis.start()
-        threads = [threading.Thread(target=r.start) for r in replicas]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        urls = [r.url for r in replicas]
-        if any(u is None for u in urls):
-            raise RuntimeError("a replica did not start")
+        urls = start_replicas(replicas)
         router = RouterProcess(urls)
         router_url = router.start()
         duration = args.baseline + args.stop + args.after * 2 + args.down + 1.0

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from kvpool.router.proxy import Router
+from kvpool.router.proxy import POLICIES, Router
 from kvpool.router.replicas import ReplicaSet
 from kvpool.router.scoring import LoadGuard
 
@@ -32,6 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--replica", action="append", required=True, metavar="URL",
                    help="a kvpool serve base URL, e.g. http://127.0.0.1:8000 (repeat per "
                         "replica)")
+    p.add_argument("--policy", choices=POLICIES, default="prefix",
+                   help="prefix: ask every replica for its prefix hit and choose with the load "
+                        "guard; round_robin: rotate over the healthy replicas without asking "
+                        "(a baseline)")
     p.add_argument("--lookup-timeout-ms", type=float, default=50.0,
                    help="a replica's lookup answer may take this long, else it scores 0 hit")
     p.add_argument("--health-interval", type=float, default=1.0,
@@ -51,7 +55,8 @@ def build_router(args: argparse.Namespace) -> Router:
             raise ValueError(f"--replica {url!r}: give a URL like http://127.0.0.1:8000")
     replicas = ReplicaSet(args.replica, interval=args.health_interval)
     guard = LoadGuard(args.balance_abs_threshold, args.balance_rel_threshold)
-    return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000)
+    return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
+                  policy=args.policy)
 
 
 async def serve(router: Router, host: str, port: int,

@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose
 
-__all__ = ["ROUTER_KEY", "Router", "error_json"]
+__all__ = ["POLICIES", "ROUTER_KEY", "Router", "error_json"]
 
 log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
@@ -44,6 +44,9 @@ GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions")
 _PASS_HEADERS = ("Content-Type", "Authorization")  # request headers forwarded upstream
 _COPY_HEADERS = ("Content-Type", "Cache-Control", "Retry-After")  # response headers copied back
 _USAGE_SCAN_BYTES = 1 << 20  # bodies are scanned for usage only up to this size
+# "prefix": lookups + choose(); "round_robin": request i -> healthy replica i mod n, no lookups
+# (the baseline bench/route_live.py measures prefix routing against)
+POLICIES = ("prefix", "round_robin")
 
 
 def error_json(status: int, message: str, code: str, param: str | None = None) -> web.Response:
@@ -75,8 +78,12 @@ class Router:
     """Routes generation requests over a ReplicaSet; ``app()`` builds the aiohttp app."""
 
     def __init__(self, replicas: ReplicaSet, *, guard: LoadGuard = DEFAULT_GUARD,
-                 lookup_timeout: float = 0.05, connect_timeout: float = 1.0) -> None:
+                 lookup_timeout: float = 0.05, connect_timeout: float = 1.0,
+                 policy: str = "prefix") -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
         self.replicas = replicas
+        self.policy = policy
         self.guard = guard
         self.lookup_timeout = lookup_timeout  # seconds a lookup answer may take
         self.connect_timeout = connect_timeout
@@ -129,6 +136,10 @@ class Router:
         cands = self.replicas.healthy()
         if not cands:
             return [], 0, "only"
+        if self.policy == "round_robin":
+            idx = self.rr % len(cands)
+            self.rr += 1
+            return cands[idx:] + cands[:idx], 0, "round_robin"
         answers = await asyncio.gather(*(self._lookup(r, raw, headers) for r in cands))
         hits = [int(a["device_hit_tokens"]) + int(a["host_hit_tokens"]) if a else 0
                 for a in answers]

@@ -96,6 +96,26 @@ async def test_repeated_prompt_goes_where_its_prefix_is(replicas):
     assert predicted == actual == cached
 
 
+async def test_round_robin_policy_rotates_and_ignores_the_prefix(replicas):
+    """--policy round_robin: the same prompt alternates replicas, so its second send misses."""
+    p = prompt(uuid.uuid4().hex)
+    async with router(replicas, policy="round_robin") as (r, url), \
+            aiohttp.ClientSession() as s:
+        before = await metrics(s, url)
+        outs = [await complete(s, url, {"prompt": p}) for _ in range(3)]
+        after = await metrics(s, url)
+    cached = [o["usage"]["prompt_tokens_details"]["cached_tokens"] for o in outs]
+    assert cached[0] == 0 and cached[1] == 0  # the other replica never saw it
+    assert cached[2] > 0  # back on the first replica, which kept it
+    assert decisions(after, "round_robin") == decisions(before, "round_robin") + 3
+    assert decisions(after, "prefix") == decisions(before, "prefix")
+
+
+def test_unknown_policy_is_refused():
+    with pytest.raises(ValueError, match="policy"):
+        Router(ReplicaSet(["http://127.0.0.1:1"]), policy="random")
+
+
 async def test_streaming_passes_through_chunk_by_chunk(replicas):
     body = {"prompt": prompt(uuid.uuid4().hex), "max_tokens": 6, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}

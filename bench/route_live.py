@@ -1,0 +1,306 @@
+"""Routing live, end to end: N ``kvpool serve`` replicas behind ``kvpool router`` on 127.0.0.1,
+one conversation-shaped replay sent through the router per mode (issue 16, "Then beat these
+figures live").
+
+    python -m bench.route_live [--replicas 3] [--conversations 200] [--repeats 3] [--quick]
+                               [--json out/route_live.json]
+
+Workload (derived from the Mooncake conversation trace, scaled down):
+
+- A conversation is the trace's requests sharing ``hash_ids[1]`` (a later turn repeats the earlier
+  turn's full blocks, then diverges: the trace's own structure). ``--conversations`` of them are
+  sampled (seeded) and replayed in trace order, each turn cut to ``--max-blocks`` hash ids.
+- Every trace request starts with hash id 0, one system prompt. Here each conversation draws one
+  of ``--system-prompts`` shared system prompts of ``--system-blocks`` blocks instead.
+- A hash id becomes one model block (``--block-size`` tokens) of seeded pseudo-random token ids;
+  each request adds a half-block tail of its own (the new user message, never cached). A run's
+  token ids are salted per (repeat, mode), so no run hits another run's blocks and every mode
+  starts from the same cold-for-it cache (old runs' blocks are least recent: they go first).
+
+Modes: ``round_robin`` and ``prefix`` (``kvpool router --policy``) on replicas without a remote
+tier; with ``--tier`` also both again on replicas started with ``--remote-url`` (one Redis from
+tests/remote/redis_server.py) and ``--remote-write-policy write_back``.
+Per mode: prefix hit tokens / prompt tokens from usage.cached_tokens (local + remote: a fetched
+block is served from the host pool), the replicas' kvpool_prefix_cache_hits_total /
+queries_total deltas, remote hit blocks, TTFT p50/p99 (stream, first content chunk), output
+tok/s (completion tokens over the replay's wall time), routing decisions by reason; medians over
+``--repeats``. The same workload also runs through bench/route.py's Simulation (block = one
+model block, the replicas' device pool as the LRU) so the live and simulated figures sit side
+by side. Everything started here is stopped by pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from bench.common import machine, write_json
+from bench.remote_faults import RouterProcess, scrape_sync, start_replicas
+from bench.route import DEFAULT_TRACE, Req, Simulation, load_reqs
+from stress.report import percentile
+from stress.servers import SpawnedServer
+from tests.remote.redis_server import RedisServer
+
+TOKEN_LO, TOKEN_HI = 10, 250  # inside the tiny model's byte vocabulary, clear of specials
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One request of the replay: its blocks (system prompt ids < 0, trace hash ids >= 1)."""
+
+    index: int
+    output_length: int
+    blocks: tuple[int, ...]
+
+
+def build_workload(reqs: list[Req], conversations: int, *, max_blocks: int = 24,
+                   system_prompts: int = 4, system_blocks: int = 1, seed: int = 0) -> list[Turn]:
+    """Sample ``conversations`` trace conversations; their turns in trace order."""
+    groups: dict[int, list[Req]] = {}
+    for r in reqs:
+        if len(r.hash_ids) > 1:  # a lone [0] is only the system prompt: no conversation key
+            groups.setdefault(r.hash_ids[1], []).append(r)
+    rng = random.Random(seed)
+    keys = sorted(groups)
+    chosen = set(rng.sample(keys, min(conversations, len(keys))))
+    system = {k: rng.randrange(system_prompts) for k in sorted(chosen)}
+    turns: list[Turn] = []
+    for r in reqs:  # trace order
+        if len(r.hash_ids) > 1 and r.hash_ids[1] in chosen:
+            s = system[r.hash_ids[1]]
+            head = tuple(-(s * system_blocks + j + 1) for j in range(system_blocks))
+            turns.append(Turn(len(turns), r.output_length, head + r.hash_ids[1:max_blocks]))
+    return turns
+
+
+def block_tokens(h: int, salt: str, block_size: int) -> list[int]:
+    rng = random.Random(f"{salt}:{h}")
+    return [rng.randrange(TOKEN_LO, TOKEN_HI) for _ in range(block_size)]
+
+
+def prompt_ids(turn: Turn, salt: str, block_size: int) -> list[int]:
+    ids = [t for h in turn.blocks for t in block_tokens(h, salt, block_size)]
+    return ids + block_tokens(10**9 + turn.index, salt, block_size // 2)  # own tail
+
+
+def simulate(turns: list[Turn], policy: str, replicas: int, local_blocks: int) -> float:
+    """bench/route.py's model on this workload (one request at a time: loads stay 0)."""
+    reqs = [Req(1e6 * t.index, t.output_length, t.blocks) for t in turns]  # each runs alone
+    routing = "prefix_aware" if policy == "prefix" else policy
+    return Simulation(routing, replicas=replicas, local_blocks=local_blocks).run(
+        reqs)["total_hit_rate"]
+
+
+async def one(session: aiohttp.ClientSession, url: str, turn: Turn, salt: str,
+              args) -> dict:
+    body = {"prompt": prompt_ids(turn, salt, args.block_size), "temperature": 0,
+            "max_tokens": max(1, min(turn.output_length, args.max_tokens)), "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.monotonic()
+    ttft, usage = None, None
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        if resp.status != 200:
+            return {"error": f"{resp.status}: {(await resp.text())[:200]}"}
+        async for line in resp.content:
+            if not line.startswith(b"data: {"):
+                continue
+            event = json.loads(line[6:])
+            if ttft is None and event.get("choices"):
+                ttft = time.monotonic() - t0
+            usage = event.get("usage") or usage
+    if ttft is None or usage is None:
+        return {"error": "stream ended without a token or usage"}
+    return {"ttft": ttft, "prompt": usage["prompt_tokens"],
+            "cached": usage["prompt_tokens_details"]["cached_tokens"],
+            "completion": usage["completion_tokens"]}
+
+
+async def replay(url: str, turns: list[Turn], salt: str, args) -> tuple[list[dict], float]:
+    """``--clients`` closed-loop clients take the turns in trace order."""
+    queue: asyncio.Queue[Turn] = asyncio.Queue()
+    for t in turns:
+        queue.put_nowait(t)
+    results: list[dict] = []
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while not queue.empty():
+            turn = queue.get_nowait()
+            try:
+                results.append(await one(session, url, turn, salt, args))
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+                results.append({"error": repr(exc)})
+
+    t0 = time.monotonic()
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await asyncio.gather(*(client(session) for _ in range(args.clients)))
+    return results, time.monotonic() - t0
+
+
+SERIES = ("kvpool_prefix_cache_hits_total", "kvpool_prefix_cache_queries_total",
+          "kvpool_remote_hit_blocks_total")
+
+
+def replica_sums(urls: list[str]) -> dict[str, float]:
+    scrapes = [scrape_sync(u) for u in urls]
+    if any(m is None for m in scrapes):
+        raise RuntimeError("a replica's /metrics did not answer")
+    return {name: sum(m.get(name) for m in scrapes) for name in SERIES}
+
+
+def run_mode(urls: list[str], policy: str, turns: list[Turn], salt: str, args) -> dict:
+    router = RouterProcess(urls, ["--policy", policy,
+                                  "--lookup-timeout-ms", str(args.lookup_timeout_ms)])
+    url = router.start()
+    try:
+        before = replica_sums(urls)
+        results, wall = asyncio.run(replay(url, turns, salt, args))
+        after = replica_sums(urls)
+        decisions = scrape_sync(url)
+    finally:
+        router.stop()
+    ok = [r for r in results if "error" not in r]
+    d = {k: after[k] - before[k] for k in SERIES}
+    prompt = sum(r["prompt"] for r in ok) or 1
+    ttfts = [r["ttft"] for r in ok]
+    return {"requests": len(results), "failed": len(results) - len(ok),
+            "errors": [r["error"] for r in results if "error" in r][:3],
+            "hit_rate": round(sum(r["cached"] for r in ok) / prompt, 4),
+            "metrics_hit_rate": round(d["kvpool_prefix_cache_hits_total"]
+                                      / (d["kvpool_prefix_cache_queries_total"] or 1), 4),
+            "remote_hit_tokens": round(d["kvpool_remote_hit_blocks_total"] * args.block_size),
+            "prompt_tokens": prompt,
+            "ttft_p50_ms": round(1000 * percentile(ttfts, 50), 2) if ttfts else None,
+            "ttft_p99_ms": round(1000 * percentile(ttfts, 99), 2) if ttfts else None,
+            "output_tok_s": round(sum(r["completion"] for r in ok) / wall, 1),
+            "wall_s": round(wall, 2),
+            "decisions": {r: decisions.get("kvpool_router_decisions_total", reason=r)
+                          for r in ("prefix", "load", "round_robin", "retry")}
+            if decisions is not None else None}
+
+
+def replica_args(args, i: int, remote_url: str | None) -> list[str]:
+    out = ["--block-size", str(args.block_size), "--num-device-blocks",
+           str(args.device_blocks), "--num-host-blocks", str(args.host_blocks),
+           "--max-model-len", "1024", "--max-num-seqs", "16", "--num-threads", "1",
+           "--enable-prefix-caching", "--replica-id", f"r{i + 1}", "--log-level", "warning"]
+    if remote_url:
+        out += ["--remote-url", remote_url, "--remote-write-policy", "write_back"]
+    return out
+
+
+MEDIAN_KEYS = ("hit_rate", "metrics_hit_rate", "remote_hit_tokens", "ttft_p50_ms",
+               "ttft_p99_ms", "output_tok_s", "wall_s")
+
+
+def summarize(runs: list[dict]) -> dict:
+    out = {k: statistics.median(r[k] for r in runs) for k in MEDIAN_KEYS
+           if all(r[k] is not None for r in runs)}
+    out["failed"] = sum(r["failed"] for r in runs)
+    out["runs"] = runs
+    return out
+
+
+def run(args) -> dict:
+    turns = build_workload(load_reqs(args.trace), args.conversations, max_blocks=args.max_blocks,
+                           system_prompts=args.system_prompts,
+                           system_blocks=args.system_blocks, seed=args.seed)
+    unique = len({h for t in turns for h in t.blocks})
+    modes = [("round_robin", False), ("prefix", False)]
+    if args.tier:
+        modes += [("round_robin", True), ("prefix", True)]
+    result: dict = {"bench": "route_live", "machine": machine(), "config": vars(args),
+                    "workload": {"turns": len(turns), "unique_blocks": unique,
+                                 "blocks": sum(len(t.blocks) for t in turns),
+                                 "device_blocks_per_replica": args.device_blocks},
+                    "simulated_hit_rate": {p: simulate(turns, p, args.replicas,
+                                                       args.device_blocks)
+                                           for p in ("round_robin", "prefix")}}
+    redis = RedisServer() if args.tier else None
+    fleets: dict[bool, list[SpawnedServer]] = {}
+    try:
+        if redis is not None:
+            redis.start()
+        urls: dict[bool, list[str]] = {}
+        for tier in sorted({t for _, t in modes}):
+            fleets[tier] = [SpawnedServer(replica_args(args, i, redis.url if tier else None),
+                                          startup_timeout=120) for i in range(args.replicas)]
+            urls[tier] = start_replicas(fleets[tier])
+        runs: dict[str, list[dict]] = {}
+        for rep in range(args.repeats):
+            for policy, tier in modes:
+                name = policy + ("+write_back" if tier else "")
+                runs.setdefault(name, []).append(
+                    run_mode(urls[tier], policy, turns, f"{args.seed}:{rep}:{name}", args))
+        result["modes"] = {name: summarize(rs) for name, rs in runs.items()}
+        m = result["modes"]
+        rr = m["round_robin"]["hit_rate"]
+        result["prefix_over_round_robin"] = round(m["prefix"]["hit_rate"] / rr, 3) if rr else None
+        result["failed_requests"] = sum(v["failed"] for v in m.values())
+        return result
+    finally:
+        for fleet in fleets.values():
+            for s in fleet:
+                s.stop(timeout=20)
+        if redis is not None:
+            redis.stop()
+
+
+def print_table(res: dict) -> None:
+    w = res["workload"]
+    print(f"workload: {w['turns']} turns, {w['blocks']} blocks ({w['unique_blocks']} unique), "
+          f"{w['device_blocks_per_replica']} device blocks per replica; simulated hit rate "
+          f"{res['simulated_hit_rate']}")
+    print(f"{'mode':<24}{'hit rate':>9}{'metrics':>9}{'remote tok':>11}{'TTFT p50':>10}"
+          f"{'p99 ms':>8}{'out tok/s':>10}{'failed':>7}")
+    for name, m in res["modes"].items():
+        print(f"{name:<24}{m['hit_rate']:>9.4f}{m['metrics_hit_rate']:>9.4f}"
+              f"{m['remote_hit_tokens']:>11.0f}{m.get('ttft_p50_ms', float('nan')):>10.2f}"
+              f"{m.get('ttft_p99_ms', float('nan')):>8.2f}{m['output_tok_s']:>10.1f}"
+              f"{m['failed']:>7}")
+    print(f"prefix / round_robin hit rate: {res['prefix_over_round_robin']}x")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.route_live", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", default=str(DEFAULT_TRACE))
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--conversations", type=int, default=200)
+    p.add_argument("--max-blocks", type=int, default=60, help="trace hash ids kept per turn")
+    p.add_argument("--system-prompts", type=int, default=4)
+    p.add_argument("--system-blocks", type=int, default=1)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--device-blocks", type=int, default=256, help="per replica")
+    p.add_argument("--host-blocks", type=int, default=64, help="per replica")
+    p.add_argument("--clients", type=int, default=6, help="closed-loop clients")
+    p.add_argument("--max-tokens", type=int, default=8, help="cap on the trace's output length")
+    p.add_argument("--lookup-timeout-ms", type=float, default=1000.0,
+                   help="router lookup deadline (generous: the box is shared)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tier", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run both policies on replicas sharing a Redis tier (write_back)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true",
+                   help="2 replicas, 6 conversations, 1 repeat, no tier (the smoke test)")
+    p.add_argument("--json", default=None, help="write the figures here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.replicas, args.conversations, args.repeats, args.tier = 2, 6, 1, False
+        args.device_blocks, args.clients = 256, 2
+    res = run(args)
+    print_table(res)
+    write_json(args.json, res)
+    return 0 if res["failed_requests"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
