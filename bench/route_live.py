@@ -46,7 +46,7 @@ from bench.common import machine, write_json
 from bench.remote_faults import RouterProcess, scrape_sync, start_replicas
 from bench.route import DEFAULT_TRACE, Req, Simulation, load_reqs
 from stress.report import percentile
-from stress.servers import SpawnedServer
+from stress.http.servers import SpawnedServer
 from tests.remote.redis_server import RedisServer
 
 TOKEN_LO, TOKEN_HI = 10, 250  # inside the tiny model's byte vocabulary, clear of specials
