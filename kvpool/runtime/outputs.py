@@ -61,3 +61,11 @@ class RequestOutput:
         return RequestOutput(later.request_id, tuple(merged[i] for i in sorted(merged)),
                              later.finished, later.num_prompt_tokens, later.num_cached_tokens,
                              later.error, later.metrics, prompt_lps)
+
+
+async def aclose_updates(updates: object) -> None:
+    """Close a stream of RequestOutput updates if it can be closed (the engine's streams and
+    the server's wrappers around them have ``aclose``; a plain iterator has nothing to close)."""
+    aclose = getattr(updates, "aclose", None)
+    if aclose is not None:
+        await aclose()

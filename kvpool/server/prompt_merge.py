@@ -19,7 +19,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from kvpool.runtime.outputs import RequestOutput
+from kvpool.runtime.outputs import RequestOutput, aclose_updates
 
 __all__ = ["PromptStreams"]
 
@@ -109,9 +109,7 @@ class PromptStreams:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         for i, s in enumerate(self.streams):
             try:
-                aclose = getattr(s, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+                await aclose_updates(s)
                 if not self.done[i]:
                     await self.engine.abort(self.ids[i])
             except Exception:  # noqa: BLE001 - never mask the handler's own outcome

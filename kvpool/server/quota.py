@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from kvpool.errors import RequestError
+from kvpool.runtime.outputs import aclose_updates
 from kvpool.server.middleware import APIError
 from kvpool.server.tenant import current_tenant
 
@@ -121,9 +122,7 @@ class _QuotaStream:
 
     async def aclose(self) -> None:
         try:
-            aclose = getattr(self._inner, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await aclose_updates(self._inner)
         finally:
             self._release()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from kvpool.runtime.outputs import aclose_updates
 from kvpool.server.middleware import APIError
 
 __all__ = ["DrainGate", "shutting_down_error"]
@@ -67,9 +68,7 @@ class _GateStream:
 
     async def aclose(self) -> None:
         try:
-            aclose = getattr(self._inner, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await aclose_updates(self._inner)
         finally:
             self._gate.forget(self._key)
 

@@ -10,19 +10,14 @@ from hypothesis import strategies as st
 
 from kvpool.config import CacheConfig
 from kvpool.core import AllocStatus, BlockSpaceManager, Device
-from kvpool.sched import Scheduler, SchedulerConfig, SeqStatus
-from tests.sched.helpers import FakeRuntime, assert_empty, params, prompt
+from kvpool.sched import Scheduler, SeqStatus
+from tests.sched.helpers import FakeRuntime, assert_empty, make, params, prompt
 
 
 def _sched(blocks: int, bs: int, host: int, watermark: float, caching: bool,
            mode: str | None = None, **kw) -> Scheduler:
-    mgr = BlockSpaceManager(CacheConfig(num_device_blocks=blocks, block_size=bs,
-                                        num_host_blocks=host, watermark=watermark,
-                                        enable_prefix_caching=caching))
-    kw.setdefault("max_num_seqs", 8)
-    kw.setdefault("max_num_batched_tokens", 64)
     kw.setdefault("max_model_len", 64)
-    return Scheduler(mgr, SchedulerConfig(preemption_mode=mode, **kw), clock=lambda: 0.0)
+    return make(blocks, host, watermark, caching, bs, preemption_mode=mode, **kw)
 
 
 def test_swapped_request_whose_seed_formula_says_never_still_finishes():
