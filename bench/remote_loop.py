@@ -1,0 +1,141 @@
+"""Event-loop stalls while a request's prefix is prefetched from Redis, against recomputing it.
+
+    python -m bench.remote_loop [--json FILE] [--repeats N] [--prompt-blocks B]
+
+Two in-process engines on one real redis-server (started on 127.0.0.1 and stopped by pid):
+engine 1 computes a long prompt and stores its blocks (write_through); then, per repeat, a
+fresh engine 2 serves the same prompt from Redis while a monitor coroutine on the same event
+loop sleeps 1 ms at a time and records how late each wake-up is. The same measurement with a
+fresh engine that has no remote tier (the prompt recomputed) is the baseline. The issue's
+target is stalls <= 5 ms while prefetching: the loop lag the prefetch itself adds (probe,
+MGET, decode and copy run off the loop or in worker threads) is what the two columns compare;
+the step thread's forward holds the GIL in both. The process is tuned as ``kvpool serve``
+tunes it (``serve.tune_process``: one torch thread, a 0.5 ms GIL switch interval), since a
+worker thread's Python loop otherwise keeps the GIL for the default 5 ms at a time. Each
+fresh engine's tier makes one call first (a replica that serves has a warm connection pool): the
+first call of a cold redis.asyncio client connects and loads the probe script on the loop,
+~7 ms here, once per process.
+
+Figures (medians over repeats, [min-max]): ``fetch|recompute.lag_max_ms``, ``.lag_p99_ms``,
+``.ttft_ms``, and ``fetch.fetched_blocks``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+
+from bench.common import bench_parser, write_json
+from kvpool.runtime.engine import AsyncEngine, collect
+from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.model import SamplingParams
+from kvpool.server.remote_setup import build_link
+from kvpool.server.serve import tune_process
+from tests.remote.redis_server import RedisServer
+
+GREEDY = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+
+
+def _config(blocks: int) -> EngineConfig:
+    return EngineConfig(block_size=16, num_device_blocks=blocks + 32, num_host_blocks=blocks + 32,
+                        max_model_len=16 * blocks + 64, max_num_seqs=8,
+                        max_num_batched_tokens=16 * blocks + 64, enable_prefix_caching=True,
+                        seed=0, num_threads=1)
+
+
+async def _engine(blocks: int, url: str | None) -> AsyncEngine:
+    eng = AsyncEngine(_config(blocks))
+    if url is not None:
+        eng.remote_link = build_link(eng, url, write_policy="write_through")
+    await eng.start()
+    return eng
+
+
+async def _stop(eng: AsyncEngine) -> None:
+    await eng.shutdown()
+    if eng.remote_link is not None:
+        await eng.remote_link.tier.aclose()
+
+
+async def _monitor(stop: asyncio.Event, lags: list[float]) -> None:
+    while not stop.is_set():
+        t = time.perf_counter()
+        await asyncio.sleep(0.001)
+        lags.append(time.perf_counter() - t - 0.001)
+
+
+async def _one(blocks: int, prompt: list[int], url: str | None) -> dict:
+    eng = await _engine(blocks, url)
+    try:
+        if eng.remote_link is not None:  # a serving replica's connection is pooled and warm
+            await eng.remote_link.tier.probe(["kvp:warm-up"])
+        lags: list[float] = []
+        stop = asyncio.Event()
+        mon = asyncio.create_task(_monitor(stop, lags))
+        t0 = time.perf_counter()
+        out = await collect(eng.generate(None, prompt, GREEDY))
+        ttft = time.perf_counter() - t0
+        stop.set()
+        await mon
+        lags.sort()
+        res = {"lag_max_ms": lags[-1] * 1e3, "lag_p99_ms": lags[int(len(lags) * 0.99)] * 1e3,
+               "ttft_ms": ttft * 1e3, "cached_tokens": out.num_cached_tokens}
+        if eng.reader is not None:
+            res["fetched_blocks"] = eng.reader.stats.fetched_blocks
+        return res
+    finally:
+        await _stop(eng)
+
+
+async def _main(args) -> dict:
+    blocks = args.prompt_blocks
+    prompt = [(i * 7 + 3) % 500 + 1 for i in range(16 * blocks + 5)]
+    redis = RedisServer()
+    redis.start()
+    try:
+        e1 = await _engine(blocks, redis.url)
+        await collect(e1.generate(None, prompt, GREEDY))
+        for _ in range(400):  # the writer's stores, bounded
+            if e1.writer.inflight_bytes == 0 and e1.writer.pending() == 0:
+                break
+            await asyncio.sleep(0.02)
+        await _stop(e1)
+        runs: dict[str, list[dict]] = {"fetch": [], "recompute": []}
+        for _ in range(args.repeats):  # interleaved: drift hits both sides
+            runs["fetch"].append(await _one(blocks, prompt, redis.url))
+            runs["recompute"].append(await _one(blocks, prompt, None))
+    finally:
+        redis.stop()
+    res: dict = {"prompt_tokens": len(prompt), "repeats": args.repeats,
+                 "load_avg": list(os.getloadavg())}
+    for side, rs in runs.items():
+        for key in rs[0]:
+            vals = [r[key] for r in rs]
+            res[f"{side}.{key}"] = statistics.median(vals)
+            res[f"{side}.{key}.min"], res[f"{side}.{key}.max"] = min(vals), max(vals)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = bench_parser("remote_loop", __doc__, timing=False)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--prompt-blocks", type=int, default=128, help="full blocks in the prompt")
+    args = ap.parse_args(argv)
+    tune_process(_config(args.prompt_blocks))  # as kvpool serve's entry point: 0.5 ms GIL switch
+    res = asyncio.run(_main(args))
+    print(f"prompt {res['prompt_tokens']} tokens, {args.repeats} interleaved repeats, load "
+          f"{res['load_avg'][0]:.2f}")
+    for side in ("fetch", "recompute"):
+        print(f"{side:>10}: " + ", ".join(
+            f"{k} {res[f'{side}.{k}']:.1f} [{res[f'{side}.{k}.min']:.1f}-"
+            f"{res[f'{side}.{k}.max']:.1f}]"
+            for k in ("lag_max_ms", "lag_p99_ms", "ttft_ms")))
+    print(f"fetched blocks: {res.get('fetch.fetched_blocks')}")
+    write_json(args.json, res)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
