@@ -18,6 +18,12 @@ first call of a cold redis.asyncio client connects and loads the probe script on
 
 Figures (medians over repeats, [min-max]): ``fetch|recompute.lag_max_ms``, ``.lag_p99_ms``,
 ``.ttft_ms``, and ``fetch.fetched_blocks``.
+
+``open_breaker.prefetch_ms.p50|p99``: what the read path adds to a request's TTFT while Redis is
+down (the issue's target: <= 1 ms while the breaker is open). The tier points at a port
+nothing listens on; its first call is refused and opens the breaker; then each request's whole
+``RemoteReader.prefetch`` (hash the prompt, local lookup, keys, the probe answered by the open
+breaker without network I/O) is timed, 500 times. Without a tier there is no such call.
 """
 
 from __future__ import annotations
@@ -118,6 +124,25 @@ async def _main(args) -> dict:
     return res
 
 
+async def _open_breaker(blocks: int, prompt: list[int], calls: int = 500) -> dict:
+    from tests.remote.redis_server import free_port
+
+    eng = await _engine(blocks, f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        await eng.reader.prefetch(prompt, None)  # refused: the breaker opens
+        lat = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            await eng.reader.prefetch(prompt, None)
+            lat.append((time.perf_counter() - t) * 1e3)
+        lat.sort()
+        return {"open_breaker.prefetch_ms.p50": lat[len(lat) // 2],
+                "open_breaker.prefetch_ms.p99": lat[int(len(lat) * 0.99)],
+                "open_breaker.breaker_state": int(eng.remote_link.tier.breaker.state)}
+    finally:
+        await _stop(eng)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = bench_parser("remote_loop", __doc__, timing=False)
     ap.add_argument("--repeats", type=int, default=5)
@@ -125,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     tune_process(_config(args.prompt_blocks))  # as kvpool serve's entry point: 0.5 ms GIL switch
     res = asyncio.run(_main(args))
+    prompt = [(i * 7 + 3) % 500 + 1 for i in range(16 * args.prompt_blocks + 5)]
+    res.update(asyncio.run(_open_breaker(args.prompt_blocks, prompt)))
     print(f"prompt {res['prompt_tokens']} tokens, {args.repeats} interleaved repeats, load "
           f"{res['load_avg'][0]:.2f}")
     for side in ("fetch", "recompute"):
@@ -133,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{res[f'{side}.{k}.max']:.1f}]"
             for k in ("lag_max_ms", "lag_p99_ms", "ttft_ms")))
     print(f"fetched blocks: {res.get('fetch.fetched_blocks')}")
+    print(f"breaker open (state {res['open_breaker.breaker_state']}): the read path adds "
+          f"p50 {res['open_breaker.prefetch_ms.p50']:.3f} ms, "
+          f"p99 {res['open_breaker.prefetch_ms.p99']:.3f} ms per request")
     write_json(args.json, res)
     return 0
 
