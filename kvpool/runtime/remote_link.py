@@ -26,7 +26,8 @@ class RemoteLink:
     tier: Any  # kvpool.remote.RemoteTier: probe / get_many / put_many / stats / note_dropped
     group_keys: Callable[[Sequence[bytes]], list[str]]  # Namespace.group_keys
     encode: Callable[[bytes, Sequence[memoryview]], bytes]  # ValueCodec.encode
-    decode_blocks: Callable[[bytes, bytes], list[memoryview]]  # (value, chain hash) -> blocks
+    # a value get_many already checked (crc, chain hash) -> its block views (ValueCodec.split)
+    split_blocks: Callable[[bytes], list[memoryview]]
     blocks_per_object: int = 1
     write_policy: str = DEFAULT_WRITE_POLICY
     prefetch_timeout_s: float = 0.5  # --remote-prefetch-timeout-ms / 1000

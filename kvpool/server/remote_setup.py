@@ -53,8 +53,7 @@ def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
         observer = remote_metrics.observe
     tier = RedisTier(url, codec, observer=observer)
     link = RemoteLink(tier=tier, group_keys=ns.group_keys, encode=codec.encode,
-                      # get_many already checked each value (crc, chain hash): split only
-                      decode_blocks=lambda v, h: codec.split(v),
+                      split_blocks=codec.split,
                       blocks_per_object=blocks_per_object, write_policy=write_policy,
                       prefetch_timeout_s=prefetch_timeout_ms / 1000.0, observe=observer)
     if remote_metrics is not None:
