@@ -55,6 +55,11 @@ class MetricsScrape:
     def by_label(self, name: str, label: str) -> dict[str, float]:
         return {dict(k).get(label, ""): v for k, v in self.samples.get(name, {}).items()}
 
+    def delta_by_label(self, earlier: MetricsScrape, name: str, label: str) -> dict[str, int]:
+        """Per value of ``label``: how much counter ``name`` grew since ``earlier``."""
+        before = earlier.by_label(name, label)
+        return {k: int(v - before.get(k, 0)) for k, v in self.by_label(name, label).items()}
+
     # ---------------------------------------------------------------- figures
     def used_blocks(self, tier: str) -> int:
         return round(self.get("kvpool_cache_usage_ratio", tier=tier)

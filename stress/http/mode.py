@@ -30,6 +30,7 @@ from stress.http.health_probe import HealthProbe
 from stress.http.client import Outcome, RequestRunner
 from stress.http.slow_reader import SlowReaders
 from stress.http.metrics import MetricsScrape, scrape, wait_drained
+from stress.http.verdict import RunFacts, fill_verdict
 from stress.report import Progress, StressReport, percentile
 from stress.http.slowloris import SLOWLORIS_MUST_BE_ZERO, limit_for_serve_args, run_slowloris, \
     slowloris_figures
@@ -384,112 +385,10 @@ class HttpStress:
                      "--header-timeout / --keep-alive-timeout")
 
     # ---------------------------------------------------------------- verdict
-    def _greedy(self) -> tuple[int, int, list[str]]:
-        checked = mismatched = 0
-        details: list[str] = []
-        for o in self.outcomes:
-            if o.spec.probe is None or o.category != "ok":
-                continue
-            ref = self.reference.get(o.spec.probe)
-            if ref is None or ref.category != "ok":
-                continue
-            checked += 1
-            if o.texts != ref.texts or o.completion_tokens != ref.completion_tokens:
-                mismatched += 1
-                if len(details) < 5:
-                    details.append(f"probe {o.spec.probe} stream={o.spec.stream} tenant="
-                                   f"{o.spec.tenant}: {o.texts!r} != {ref.texts!r}")
-        return checked, mismatched, details
-
     def _verdict(self, m0: MetricsScrape, m1: MetricsScrape | None, load_s: float,
                  drain_s: float, healthy: bool) -> None:
-        rep, outs = self.report, self.outcomes
-        reachable = m1 is not None
-        rep.set("server_reachable_after", reachable, must_be_true=True)
-        m1 = m1 if m1 is not None else m0
-        missing = sorted(set(m0.missing()) | set(m1.missing()))
-        rep.set("engine_series_missing", len(missing), must_be_zero=True)  # NOTE(absent)
-        if missing:
-            rep.note(f"/metrics lacks {', '.join(missing)}: the leak and drain figures below "
-                     "cannot be read from this server (a router? use each replica's /metrics)")
-        cats = Counter(o.category for o in outs)
-        statuses = Counter(str(o.status) if o.status is not None else "none" for o in outs)
-        ok = [o for o in outs if o.category == "ok"]
-        lat = [o.latency for o in ok]
-        ttft = [o.ttft for o in ok if o.ttft is not None]
-        tokens = sum(o.completion_tokens for o in ok)
-        failed = [o for o in outs if o.category == "failed"]
-        unexpected_5xx = sum(1 for o in failed if o.status is not None and o.status >= 500)
-        rep.latencies.extend((o.done_at, o.latency) for o in ok)
-        rep.set("load_s", round(load_s, 2))
-        rep.set("requests", len(outs))
-        rep.set("requests_per_s", round(len(outs) / max(load_s, 1e-9), 1))
-        rep.set("ok", cats["ok"])
-        rep.set("failed", len(failed), must_be_zero=True)
-        rep.set("unexpected_5xx", unexpected_5xx, must_be_zero=True)
-        rep.set("status_counts", dict(sorted(statuses.items())))
-        rep.set("category_counts", dict(sorted(cats.items())))
-        rep.set("failure_details", sorted({o.detail for o in failed})[:8])
-        rep.set("disconnected", cats["disconnected"])
-        rep.set("busy_or_quota_rejected", cats["busy"])
-        rep.set("hostile_sent", cats["hostile_ok"] + cats["hostile_bad"])
-        rep.set("hostile_unexpected", cats["hostile_bad"], must_be_zero=True)
-        rep.set("hostile_details", sorted({o.detail for o in outs
-                                          if o.category == "hostile_bad"})[:8])
-        rep.set("post_hostile_failures", self.post_hostile["failed"], must_be_zero=True)
-        rep.set("latency_p50_s", _round(percentile(lat, 50)))
-        rep.set("latency_p99_s", _round(percentile(lat, 99)))
-        rep.set("ttft_p50_s", _round(percentile(ttft, 50)))
-        rep.set("ttft_p99_s", _round(percentile(ttft, 99)))
-        rep.set("completion_tokens", tokens)
-        rep.set("tokens_per_s", round(tokens / max(load_s, 1e-9), 1))
-        gen = m1.get("kvpool_generation_tokens_total") - m0.get("kvpool_generation_tokens_total")
-        rep.set("server_generated_tokens_per_s", round(gen / max(load_s, 1e-9), 1))
-        pre1, pre0 = m1.by_label("kvpool_preemptions_total", "mode"), \
-            m0.by_label("kvpool_preemptions_total", "mode")
-        rep.set("preemptions", {k: int(v - pre0.get(k, 0)) for k, v in pre1.items()})
-        sw1, sw0 = m1.by_label("kvpool_swap_blocks_total", "direction"), \
-            m0.by_label("kvpool_swap_blocks_total", "direction")
-        rep.set("swap_blocks", {k: int(v - sw0.get(k, 0)) for k, v in sw1.items()})
-        rep.set("prefix_cache_hit_tokens", int(m1.get("kvpool_prefix_cache_hits_total")
-                                               - m0.get("kvpool_prefix_cache_hits_total")))
-        for tier in ("device", "host"):
-            pts = rep.series.get(f"usage:{tier}", [])
-            rep.set(f"peak_{tier}_usage", max((v for _, v in pts), default=0.0))
-        rep.set("drain_s", round(drain_s, 2))
-        rep.set("pool_after_drain", m1.pool_figures())
-        # when /metrics is gone these are None, which fails their must-be-zero check
-        rep.set("leaked_device_blocks", m1.used_blocks("device") if reachable else None,
-                must_be_zero=True)
-        rep.set("leaked_host_blocks", m1.used_blocks("host") if reachable else None,
-                must_be_zero=True)
-        rep.set("requests_in_flight_after_drain",
-                m1.requests_in_flight() if reachable else None, must_be_zero=True)
-        rep.set("queue_slots_after_drain", m1.queue_slots() if reachable else None,
-                must_be_zero=True)
-        rep.set("invariant_violations", m1.invariant_violations() if reachable else None,
-                must_be_zero=True)
-        if self.cfg.url is not None:
-            rep.note("external server: invariant checks run only if it was started with "
-                     "--invariant-check-interval N")
-        checked, mismatched, details = self._greedy()
-        rep.set("greedy_checked", checked)
-        rep.set("greedy_mismatches", mismatched, must_be_zero=True)
-        rep.set("greedy_mismatch_details", details)
-        rep.set("greedy_all_matched", mismatched == 0, must_be_true=True)
-        rep.set("server_healthy_after", healthy, must_be_true=True)
-        if self.cfg.slowloris:  # what the server counted (kvpool_http_connections_rejected_total)
-            r1 = m1.by_label("kvpool_http_connections_rejected_total", "reason")
-            r0 = m0.by_label("kvpool_http_connections_rejected_total", "reason")
-            rep.set("server_connections_rejected",
-                    {k: int(v - r0.get(k, 0)) for k, v in r1.items()})
-        if self.faults is not None:
-            rep.set("fault_failed_requests", cats["fault"])
-            for k, v in self.faults.figures().items():
-                rep.set(k, v)
-            rep.set("fault_failures_over_injected",
-                    max(0, cats["fault"] - self.faults.failures_injected), must_be_zero=True)
-
-
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 4)
+        fill_verdict(self.report, self.outcomes, self.reference, m0, m1,
+                     RunFacts(load_s, drain_s, healthy, self.post_hostile["failed"],
+                              external=self.cfg.url is not None,
+                              slowloris=bool(self.cfg.slowloris)),
+                     self.faults)
