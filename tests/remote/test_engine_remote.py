@@ -59,10 +59,24 @@ def tokens(out):
     return [list(c.token_ids) for c in out.outputs]
 
 
-async def test_engine_two_serves_engine_ones_prefix_from_redis(redis_server):
+async def fresh_tokens(prompt) -> list:
+    """Greedy tokens of ``prompt`` computed by an engine with no remote tier (the reference)."""
     ref = await engine(None)
-    want = tokens(await run(ref, PROMPT))
+    want = tokens(await run(ref, prompt))
     await stop(ref)
+    return want
+
+
+async def stored(url: str) -> AsyncEngine:
+    """An engine that computed PROMPT and stored its blocks in Redis (still running)."""
+    e1 = await engine(url)
+    await run(e1, PROMPT)
+    await settle(e1)
+    return e1
+
+
+async def test_engine_two_serves_engine_ones_prefix_from_redis(redis_server):
+    want = await fresh_tokens(PROMPT)
 
     e1 = await engine(redis_server.url)
     assert tokens(await run(e1, PROMPT)) == want
@@ -88,13 +102,8 @@ async def test_engine_two_serves_engine_ones_prefix_from_redis(redis_server):
 
 
 async def test_redis_killed_mid_run_requests_recompute(redis_server):
-    ref = await engine(None)
-    want = tokens(await run(ref, PROMPT))
-    await stop(ref)
-    e1 = await engine(redis_server.url)
-    await run(e1, PROMPT)
-    await settle(e1)
-    await stop(e1)
+    want = await fresh_tokens(PROMPT)
+    await stop(await stored(redis_server.url))
     e2 = await engine(redis_server.url)
     redis_server.kill()
     outs = await asyncio.gather(*(run(e2, PROMPT) for _ in range(3)),
@@ -107,12 +116,8 @@ async def test_redis_killed_mid_run_requests_recompute(redis_server):
 
 async def test_corrupt_value_is_a_miss_and_the_output_is_right(redis_server):
     import redis
-    ref = await engine(None)
-    want = tokens(await run(ref, PROMPT))
-    await stop(ref)
-    e1 = await engine(redis_server.url)
-    await run(e1, PROMPT)
-    await settle(e1)
+    want = await fresh_tokens(PROMPT)
+    e1 = await stored(redis_server.url)
     hashes = e1.core.manager.hash_prompt(PROMPT)
     key = e1.remote_link.group_keys(hashes)[0]  # the first block: the whole run is unusable
     await stop(e1)
@@ -138,9 +143,7 @@ async def test_write_back_stores_evicted_blocks(redis_server):
     assert e1.remote_link.tier.stats().puts > 0
     await stop(e1)
     e2 = await engine(redis_server.url, policy="write_back")
-    ref = await engine(None)
-    want = tokens(await run(ref, PROMPT))
-    await stop(ref)
+    want = await fresh_tokens(PROMPT)
     assert tokens(await run(e2, PROMPT)) == want
     assert e2.reader.stats.fetched_blocks >= 0.9 * ((len(PROMPT) - 1) // 16)
     await settle(e2)
