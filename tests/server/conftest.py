@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from kvpool.runtime.engine_config import EngineConfig
@@ -70,3 +69,16 @@ async def srv(make_server):
     """The default server: 48 device blocks of 16 tokens, 32 host blocks, 256-token context."""
     async with make_server() as s:
         yield s
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    """A tiny Llama directory and transformers' float32 model of it (the logprob oracle)."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from tests.runtime.model.helpers import save_hf_model
+
+    d = save_hf_model(tmp_path_factory.mktemp("hf_llama"), "llama")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    return d, hf

@@ -6,25 +6,13 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-import torch
 from openai import AsyncOpenAI
 
-from tests.runtime.model.helpers import SENTENCES, save_hf_model
+from tests.runtime.model.helpers import SENTENCES, ref_logprobs
 
 transformers = pytest.importorskip("transformers")
 TOL = 1e-4
 
-
-@pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory):
-    d = save_hf_model(tmp_path_factory.mktemp("hf_echo"), "llama")
-    hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
-    return d, hf
-
-
-def ref_logprobs(hf, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
 
 
 async def test_echo_with_max_tokens_zero_returns_prompt_logprobs_only(make_server, hf_dir):

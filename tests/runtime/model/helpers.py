@@ -143,3 +143,9 @@ class PagedGreedyRunner:
         """The blocks of an earlier sequence that hold its first ``num_tokens`` tokens."""
         n = num_tokens // self.block_size
         return self.last_seqs[seq_index].table[:n], n * self.block_size
+
+
+def ref_logprobs(hf, ids: list[int]) -> torch.Tensor:
+    """transformers' float32 log_softmax at every position of ``ids`` (the logprob oracle)."""
+    with torch.no_grad():
+        return torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
