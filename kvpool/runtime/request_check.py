@@ -60,8 +60,9 @@ class RequestChecker:
             # take every block, but no more: refuse what outgrows the whole pool now (its
             # table holds prompt + max_tokens - 1 tokens at most: the last is never stored)
             mgr = self.manager
-            total, bs = mgr.device_pool.num_blocks, mgr.block_size
-            if mgr.num_required_blocks(n + params.max_tokens - 1) > total:
+            whole = mgr.admission([(n + params.max_tokens - 1, ())], watermark=False)
+            if whole.status is AllocStatus.NEVER:  # the same one rule, against the whole pool
+                total, bs = mgr.device_pool.num_blocks, mgr.block_size
                 raise RequestError(
                     f"the request has {n} prompt tokens and max_tokens={params.max_tokens}: "
                     f"more than the KV cache's {total} blocks of {bs} tokens can hold; use "
