@@ -226,3 +226,25 @@ def test_leading_and_prefix_hits_are_the_leading_cached_run(cached, query, limit
         run.append(i)
     assert pool.prefix_hits(hashes) == len(run)
     assert pool.leading_hits(hashes, limit) == run[:limit]
+
+
+@pytest.mark.parametrize("caching", [False, True])
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_release_of_exclusive_ids_listed_twice_rolls_back(caching, kind):
+    """release()'s fast path (every listed id has ref 1) must still see an id listed twice:
+    DoubleFreeError, refs and free list as they were; a clean list takes the fast path."""
+    from kvpool.core import UncachedBlockAllocator
+    from kvpool.errors import DoubleFreeError
+    cls = CachedBlockAllocator if caching else UncachedBlockAllocator
+    pool = cls(Device.DEVICE, N, 4)
+    ids = pool.allocate_many(N)
+    before = ([pool.ref_count(b) for b in range(N)], sorted(pool.free_ids()))
+    with pool.writing():
+        with pytest.raises(DoubleFreeError):
+            pool.release(kind([ids[3], ids[1], ids[3]]))
+    assert ([pool.ref_count(b) for b in range(N)], sorted(pool.free_ids())) == before
+    with pool.writing():
+        assert pool.release(kind([ids[3], ids[1]])) == 2
+    assert pool.free_ids()[-2:] == [ids[3], ids[1]]  # pushed in the given order (LIFO reuse)
+    assert pool.ref_count(ids[3]) == pool.ref_count(ids[1]) == 0
+    pool.check_invariants()
