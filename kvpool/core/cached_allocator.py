@@ -53,6 +53,10 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         super().__init__(device, num_blocks, block_size)
         self.policy = make_policy(policy, num_blocks) if isinstance(policy, str) else policy
         self._cached: dict[bytes, int] = {}
+        # lookup(h) -> the block caching ``h`` (no reference taken) or None: the dict's own
+        # C-level get, lock-free, no Python frame (admission asks it once per prompt block);
+        # _cached is never rebound. lookup_verified also checks the block's token ids.
+        self.lookup: Callable[[bytes], int | None] = self._cached.get
         # NOTE(evict-hook): called as hook(block, hash) under the lock just before an evicted
         # block loses its hash and is handed out again: the remote write-back path snapshots
         # the bytes there (its copy is queued before any forward can overwrite the block).
@@ -164,11 +168,8 @@ class CachedBlockAllocator(UncachedBlockAllocator):
             self.policy.discard(b)
 
     # ---------------------------------------------------------------- cache primitives
-    def lookup(self, h: bytes, tokens: Sequence[int] | None = None) -> int | None:
-        """Which block caches ``h`` (no reference taken), or None. Lock-free dict read. With
-        verify_hits and ``tokens`` given, the block's token ids must match too."""
-        if tokens is None:  # NOTE(speed): the common case first, one dict read
-            return self._cached.get(h)
+    def lookup_verified(self, h: bytes, tokens: Sequence[int]) -> int | None:
+        """``lookup(h)``, and with verify_hits the block's token ids must equal ``tokens``."""
         b = self._cached.get(h)
         if b is not None and self._tokens is not None:
             if self._tokens.get(b) != tuple(tokens):
@@ -184,7 +185,7 @@ class CachedBlockAllocator(UncachedBlockAllocator):
         out: list[int] = []
         bs = self.block_size
         for i in range(limit):
-            b = self.lookup(hashes[i], token_ids[i * bs:(i + 1) * bs])
+            b = self.lookup_verified(hashes[i], token_ids[i * bs:(i + 1) * bs])
             if b is None:
                 break
             out.append(b)
