@@ -94,6 +94,7 @@ class AsyncEngine:
         self.model_name = self.core.model_name
         self.tokenizer = self.core.tokenizer
         self.max_model_len = self.core.max_model_len
+        self.num_device_blocks = self.core.num_device_blocks
         self._streams: dict[str, RequestStream] = {}
         self._pending: list[EngineOp] = []  # ops queued during this loop iteration
         self._inbox: deque[EngineOp] = deque()  # ops for the step thread

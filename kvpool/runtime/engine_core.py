@@ -30,6 +30,7 @@ from kvpool.core import BlockSpaceManager
 from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
 from kvpool.runtime.copy_engine import CopyEngine
+from kvpool.runtime.context_fit import fit_max_model_len
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 from kvpool.runtime.kv_storage import KVStorage
@@ -72,13 +73,16 @@ class EngineCore:
         self.config = config
         self.model, self.tokenizer, self.model_name = build_model(config)
         mcfg = self.model.config
-        self.max_model_len = config.max_model_len or mcfg.max_position_embeddings
         self.storage = KVStorage(mcfg, config.block_size, self.model.dtype,
                                  device=config.device, kv_cache_memory=config.kv_cache_memory,
                                  gpu_memory_utilization=config.gpu_memory_utilization,
                                  swap_space=config.swap_space,
                                  num_device_blocks=config.num_device_blocks,
                                  num_host_blocks=config.num_host_blocks)
+        self.num_device_blocks = self.storage.num_device_blocks
+        # a derived context that outgrows the pool is capped: context_fit.py
+        self.max_model_len = fit_max_model_len(config.max_model_len, mcfg.max_position_embeddings,
+                                               self.num_device_blocks, config.block_size)
         log.info("%s", self.storage.capacity_line(self.max_model_len))
         self.manager = BlockSpaceManager(self.storage.cache_config(
             enable_prefix_caching=config.enable_prefix_caching,

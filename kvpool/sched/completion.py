@@ -29,7 +29,8 @@ _RUNNING = SeqStatus.RUNNING
 
 
 class CompletionMixin:
-    """on_step_done / on_step_failed / finish / abort / defrag_done of Scheduler."""
+    """on_step_done / on_step_failed / finish / abort of Scheduler, and the defrag plan's
+    life: _maybe_defrag starts one (schedule() step 5), defrag_done commits or aborts it."""
 
     def on_step_done(self, output: SchedulerOutput, sampled: Mapping[int, int], *,
                      now: float | None = None, defrag_ok: bool = True,
@@ -239,6 +240,22 @@ class CompletionMixin:
         """Abort a request in any state, freeing all its blocks. Returns it, or None when the
         id is unknown or already finished."""
         return self.finish(request_id, None, SeqStatus.FINISHED_ABORTED, reason, now=now)
+
+    def _maybe_defrag(self, out: SchedulerOutput) -> None:
+        mgr = self.manager
+        frag = mgr.fragmentation()
+        if frag.external <= self.config.defrag_threshold:
+            return
+        moves = min(self.config.defrag_max_moves, frag.num_free - mgr.watermark_blocks)
+        if moves < 1:
+            return
+        plan = mgr.plan_defrag(moves)
+        if plan is None:
+            return
+        self._defrag_plan = plan
+        out.defrag_moves = plan.moves
+        out.defrag_plan_id = plan.plan_id
+        self.defrag_plans += 1
 
     def defrag_done(self, plan_id: int, ok: bool = True) -> DefragResult | None:
         """The runtime finished (``ok``) or failed the copies of defrag plan ``plan_id``:

@@ -2,7 +2,7 @@
 
 Invariants (``check_invariants``): every unfinished request is in exactly one of the queues
 ``waiting`` / ``running`` / ``swapped``, matching its status, each queue sorted by the policy's
-key; the live sequences of RUNNING requests number ``_num_running_seqs <= max_num_seqs`` (forks
+key; the live sequences of RUNNING requests number ``num_running_seqs <= max_num_seqs`` (forks
 aside); a RUNNING sequence has a device block table, a SWAPPED one a host table, a WAITING one
 none; between steps a decoding sequence's table holds ``num_tokens - 1`` tokens (the last
 sampled token gets its slot when it is scheduled).
@@ -135,6 +135,11 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         return child.seq_id
 
     # ------------------------------------------------------------------ queries
+    @property
+    def num_running_seqs(self) -> int:
+        """Live sequences of RUNNING requests: the count max_num_seqs bounds (read-only)."""
+        return self._num_running_seqs
+
     def has_unfinished(self) -> bool:
         return bool(self._groups)
 
@@ -372,22 +377,6 @@ class Scheduler(PreemptionMixin, CompletionMixin):
                     s.unit = u
                 self.prefix_hit_tokens += cached
                 self._emit_chunk(out, g, u, cached, cfg.enable_chunked_prefill)
-
-    def _maybe_defrag(self, out: SchedulerOutput) -> None:
-        mgr = self.manager
-        frag = mgr.fragmentation()
-        if frag.external <= self.config.defrag_threshold:
-            return
-        moves = min(self.config.defrag_max_moves, frag.num_free - mgr.watermark_blocks)
-        if moves < 1:
-            return
-        plan = mgr.plan_defrag(moves)
-        if plan is None:
-            return
-        self._defrag_plan = plan
-        out.defrag_moves = plan.moves
-        out.defrag_plan_id = plan.plan_id
-        self.defrag_plans += 1
 
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:

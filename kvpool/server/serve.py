@@ -36,6 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from kvpool.errors import ConfigError
+from kvpool.runtime.context_fit import require_context_fits
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.app import DRAIN_KEY, METRICS_KEY, build_app, start_draining
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
@@ -181,6 +182,8 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
     o = options if options is not None else ServeOptions()
     limiter = ConnectionLimiter(o.max_connections or default_max_connections())
     engine = AsyncEngine(config)
+    # vLLM refuses to start when max_model_len outgrows the KV cache; a derived one was capped
+    require_context_fits(engine.max_model_len, engine.num_device_blocks, config.block_size)
     engine.invariant_check_interval = o.invariant_check_interval
     link = None
     if o.remote_url:

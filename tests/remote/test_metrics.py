@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
+from kvpool.remote import BreakerState, CircuitBreaker
 from tests.remote.conftest import NS
+from tests.remote.test_breaker_redis import wait_closed
 
 
 def samples(registry):
@@ -79,3 +83,29 @@ async def test_attached_to_server_metrics_fast_render_matches_reference(make_tie
     assert fast[("kvpool_remote_prefetch_wait_seconds_bucket", (("le", "0.005"),))] == 1
     assert fast[("kvpool_remote_prefetch_wait_seconds_bucket", (("le", "0.002"),))] == 0
     assert ("kvpool_time_to_first_token_seconds_count", ()) in fast  # the engine's still there
+
+
+async def test_health_check_pings_of_an_open_breaker_are_exported(make_tier, redis_server):
+    """Redis dies (the breaker opens, its background PINGs fail), comes back on the same port
+    (a PING closes it): kvpool_remote_health_checks_total counts every one of those PINGs."""
+    holder = {}
+    metrics = RemoteMetrics(lambda: holder["tier"].stats())
+    tier = holder["tier"] = make_tier(breaker=CircuitBreaker(threshold=1, reset_s=0.2))
+    key = NS.key(b"\x05" * 32)
+    assert await tier.probe([key]) == 0  # answered (empty): closed, no PING yet
+    assert samples(metrics.registry)[("kvpool_remote_health_checks_total", ())] == 0
+    redis_server.kill()
+    assert await tier.probe([key]) == 0  # refused: the breaker opens
+    assert tier.breaker.state is not BreakerState.CLOSED
+    for _ in range(250):  # bounded: the first trial PING is due 0.2 s after opening
+        if tier.stats().health_failed:
+            break
+        await asyncio.sleep(0.02)
+    assert tier.stats().health_failed >= 1
+    redis_server.start()  # the same port again
+    assert await wait_closed(tier, 5.0) is not None, tier.stats()
+    st = tier.stats()
+    s = samples(metrics.registry)
+    assert st.health_checks - st.health_failed == 1  # the one answered PING closed it
+    assert s[("kvpool_remote_health_checks_total", ())] == st.health_checks >= 2
+    assert s[("kvpool_remote_breaker_state", ())] == int(BreakerState.CLOSED)

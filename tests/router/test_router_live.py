@@ -5,6 +5,7 @@ Two replicas serve the whole module; the kill test spawns one more of its own to
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -16,13 +17,17 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from kvpool.router.cli import add_arguments, build_router
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from stress.http.servers import SpawnedServer
 from tests.server.helpers import parse_metrics
 
-REPLICA_ARGS = ["--block-size", "16", "--num-device-blocks", "64", "--num-host-blocks", "16",
-                "--max-model-len", "512", "--seed", "0", "--num-threads", "1"]
+# 160 blocks x 16 tokens: room for one HOG_TOKENS-long stream (the load guard test) next to
+# the cached prompts
+REPLICA_ARGS = ["--block-size", "16", "--num-device-blocks", "160", "--num-host-blocks", "16",
+                "--max-model-len", "2048", "--seed", "0", "--num-threads", "1"]
+HOG_TOKENS = 2000  # thousands of decode steps: still running while the router chooses
 LOOKUP_TIMEOUT = 5.0  # generous on a shared 2-core box: a late lookup would score 0 by design
 
 
@@ -54,6 +59,34 @@ async def router(urls, **kw):
         yield r, f"http://127.0.0.1:{server.port}"
     finally:
         await server.close()
+
+
+@contextlib.asynccontextmanager
+async def router_from_flags(urls, *flags: str):
+    """The router as ``kvpool router --replica U ... FLAGS`` builds it (cli.build_router)."""
+    argv = [x for u in urls for x in ("--replica", u)]
+    args = add_arguments(argparse.ArgumentParser()).parse_args(
+        [*argv, "--lookup-timeout-ms", str(LOOKUP_TIMEOUT * 1000), *flags])
+    server = TestServer(build_router(args).app(), host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.close()
+
+
+async def wait_idle(s, urls) -> int:
+    """Running + waiting requests over ``urls`` once they drain (bounded: 200 polls)."""
+    for _ in range(200):
+        busy = 0
+        for rep in urls:
+            async with s.post(rep + "/v1/kvpool/lookup", json={"prompt": "x"}) as lk:
+                out = await lk.json()
+                busy += out["num_running"] + out["num_waiting"]
+        if busy == 0:
+            break
+        await asyncio.sleep(0.05)
+    return busy
 
 
 def prompt(tag: str) -> str:
@@ -136,6 +169,33 @@ async def test_streaming_passes_through_chunk_by_chunk(replicas):
         chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
+async def test_load_guard_sends_a_prefix_hit_to_the_least_loaded_replica(replicas):
+    """r0 holds the prompt's prefix and one long stream (load 1), r1 nothing (load 0). The
+    default guard (max - min > 8) keeps the prompt on r0 for its prefix; with
+    ``--balance-abs-threshold 0`` (1 - 0 > 0 and 1 > 1.5 * 0) it trips, and the same prompt goes
+    to r1 with reason "load", where nothing of it is cached."""
+    p = prompt(uuid.uuid4().hex)
+    hog = {"prompt": "hold", "max_tokens": HOG_TOKENS, "ignore_eos": True, "stream": True,
+           "temperature": 0}
+    async with aiohttp.ClientSession() as s:
+        await complete(s, replicas[0], {"prompt": p})  # the prefix lives on r0 only
+        async with s.post(replicas[0] + "/v1/completions", json=hog) as held:
+            assert held.status == 200
+            await held.content.readline()  # its first token arrived: running on r0
+            async with router_from_flags(replicas) as url:  # the default guard
+                stays = await complete(s, url, {"prompt": p})
+                m = await metrics(s, url)
+            assert decisions(m, "prefix") == 1 and decisions(m, "load") == 0
+            assert stays["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # on r0
+            async with router_from_flags(replicas, "--balance-abs-threshold", "0") as url:
+                moved = await complete(s, url, {"prompt": p})
+                m = await metrics(s, url)
+            assert decisions(m, "load") == 1 and decisions(m, "prefix") == 0
+            assert moved["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # on r1
+        # the held stream's client is gone: r0 aborts it (the other tests start idle)
+        assert await wait_idle(s, replicas) == 0
+
+
 async def test_killed_replica_is_retried_elsewhere_then_skipped(replicas):
     doomed = spawn("doomed")
     try:
@@ -191,16 +251,7 @@ async def test_client_disconnect_cancels_the_upstream_request(replicas):
                 await resp.content.readline()  # the first chunk arrived: it is running
         # the client is gone: every replica drops the request (bounded wait, not a timing)
         async with aiohttp.ClientSession() as s:
-            for _ in range(200):
-                running = 0
-                for rep in replicas:
-                    async with s.post(rep + "/v1/kvpool/lookup", json={"prompt": "x"}) as lk:
-                        out = await lk.json()
-                        running += out["num_running"] + out["num_waiting"]
-                if running == 0:
-                    break
-                await asyncio.sleep(0.05)
-            assert running == 0
+            assert await wait_idle(s, replicas) == 0
             assert await generated(s) - before < 250  # aborted, not run to max_tokens
 
 

@@ -66,7 +66,7 @@ class FakeRuntime:
         assert out.num_batched_tokens <= cfg.max_num_batched_tokens
         assert out.num_batched_tokens == (sum(p.end - p.start for p in out.prefills)
                                           + len(out.decodes))
-        assert self.sched._num_running_seqs <= cfg.max_num_seqs
+        assert self.sched.num_running_seqs <= cfg.max_num_seqs
         for p in out.prefills:
             assert 0 <= p.start < p.end <= p.num_tokens
             assert len(p.token_ids) == p.end - p.start

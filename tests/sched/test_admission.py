@@ -79,6 +79,24 @@ def test_max_num_seqs_counts_every_sequence_of_a_request():
     assert_empty(s)
 
 
+def test_num_running_seqs_is_the_public_read_only_count_max_num_seqs_bounds():
+    s = make(blocks=64, max_num_seqs=3, max_num_batched_tokens=64)
+    assert s.num_running_seqs == 0
+    s.add_request("a", prompt(4), params(n=2, max_tokens=5))
+    s.add_request("b", prompt(4, 2000), params(n=2, max_tokens=5))
+    assert s.num_running_seqs == 0  # waiting sequences do not count
+    rt = FakeRuntime(s)
+    rt.step()
+    assert s.num_running_seqs == 2 == s.stats().num_running_seqs  # a's two; b's would be 4
+    s.fork(s.seq_ids("a")[0])
+    assert s.num_running_seqs == 3
+    with pytest.raises(AttributeError):
+        s.num_running_seqs = 0  # read-only: only the scheduler moves it
+    rt.drain()
+    assert s.num_running_seqs == 0
+    assert_empty(s)
+
+
 def test_token_budget_limits_prefills_per_step():
     s = make(blocks=64, max_num_batched_tokens=16, max_num_seqs=4,
              enable_chunked_prefill=False, max_model_len=16)

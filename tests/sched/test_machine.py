@@ -105,7 +105,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         s = self.sched
         cands = [q.seq_id for g in s.running for q in g.seqs
                  if q.status is SeqStatus.RUNNING and q.unit is None]
-        if not cands or s._num_running_seqs >= s.config.max_num_seqs:
+        if not cands or s.num_running_seqs >= s.config.max_num_seqs:
             return
         s.fork(data.draw(st.sampled_from(cands)))
 
