@@ -32,7 +32,8 @@ REMOTE_METRIC_NAMES = (
     "kvpool_remote_probes_total", "kvpool_remote_hit_blocks_total",
     "kvpool_remote_miss_blocks_total", "kvpool_remote_get_bytes_total",
     "kvpool_remote_put_bytes_total", "kvpool_remote_puts_dropped_total",
-    "kvpool_remote_health_checks_total", "kvpool_remote_errors_total",
+    "kvpool_remote_health_checks_total", "kvpool_remote_health_failed_total",
+    "kvpool_remote_breaker_opens_total", "kvpool_remote_errors_total",
     "kvpool_remote_breaker_state",
     "kvpool_remote_probe_seconds", "kvpool_remote_get_seconds", "kvpool_remote_put_seconds",
     "kvpool_remote_prefetch_wait_seconds",
@@ -53,6 +54,9 @@ _COUNTERS = (
     ("puts_dropped", "Values not stored (failure, breaker open, backpressure)."),
     ("health_checks", "Background PINGs sent while the circuit breaker was open (each a "
                       "trial that closes it when answered)."),
+    ("health_failed", "Of the background PINGs, the ones that failed (the breaker stayed "
+                      "open)."),
+    ("breaker_opens", "Circuit breaker openings (closed -> open transitions)."),
 )
 
 

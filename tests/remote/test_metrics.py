@@ -87,13 +87,17 @@ async def test_attached_to_server_metrics_fast_render_matches_reference(make_tie
 
 async def test_health_check_pings_of_an_open_breaker_are_exported(make_tier, redis_server):
     """Redis dies (the breaker opens, its background PINGs fail), comes back on the same port
-    (a PING closes it): kvpool_remote_health_checks_total counts every one of those PINGs."""
+    (a PING closes it): kvpool_remote_health_checks_total counts every one of those PINGs,
+    kvpool_remote_health_failed_total the failed ones, kvpool_remote_breaker_opens_total the
+    one opening."""
     holder = {}
     metrics = RemoteMetrics(lambda: holder["tier"].stats())
     tier = holder["tier"] = make_tier(breaker=CircuitBreaker(threshold=1, reset_s=0.2))
     key = NS.key(b"\x05" * 32)
     assert await tier.probe([key]) == 0  # answered (empty): closed, no PING yet
-    assert samples(metrics.registry)[("kvpool_remote_health_checks_total", ())] == 0
+    before = samples(metrics.registry)
+    assert before[("kvpool_remote_health_checks_total", ())] == 0
+    assert before[("kvpool_remote_breaker_opens_total", ())] == 0
     redis_server.kill()
     assert await tier.probe([key]) == 0  # refused: the breaker opens
     assert tier.breaker.state is not BreakerState.CLOSED
@@ -108,4 +112,6 @@ async def test_health_check_pings_of_an_open_breaker_are_exported(make_tier, red
     s = samples(metrics.registry)
     assert st.health_checks - st.health_failed == 1  # the one answered PING closed it
     assert s[("kvpool_remote_health_checks_total", ())] == st.health_checks >= 2
+    assert s[("kvpool_remote_health_failed_total", ())] == st.health_failed >= 1
+    assert s[("kvpool_remote_breaker_opens_total", ())] == st.breaker_opens == 1
     assert s[("kvpool_remote_breaker_state", ())] == int(BreakerState.CLOSED)
