@@ -74,6 +74,9 @@ class InMemoryTier:
                 n += 1
         return n
 
+    async def warm_up(self, gets: int = 1) -> bool:
+        return True  # nothing to open
+
     async def health(self) -> bool:
         return True
 

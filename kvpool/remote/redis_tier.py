@@ -199,6 +199,31 @@ class RedisTier:
             return False  # the background check owns the network while open
         return await self._call("health", 0, self._redis.ping) is not _FAILED
 
+    async def warm_up(self, gets: int = 1) -> bool:
+        """Open the pooled connections ``gets`` concurrent ``get_many`` calls use and load the
+        probe script, once, when the replica starts: False (counted, breaker informed) if Redis
+        is not reachable, and then the connections open lazily as before.
+
+        NOTE(warm-pool): a connection costs its socket connect and a handshake (HELLO-less
+        CLIENT SETINFO, maintenance notifications) of several writes and reads on the loop,
+        each a GIL hand-off while the step thread runs; opened inside a request's fetch (16 at
+        once for a 4-part get under the reader's 4 chunks) they stalled the loop several ms.
+        The pool keeps them (no idle timeout, health_check_interval=0), so a serving replica
+        pays this once; after a Redis restart they reconnect lazily, one request's worth."""
+        n = max(1, min(self._max_connections, gets * GET_PARTS))
+
+        async def open_all() -> None:
+            conns = []  # held until all are open, so each get opens a new one
+            try:
+                for _ in range(n):
+                    conns.append(await self._pool.get_connection())
+            finally:  # back to the pool, also on failure or a deadline
+                for c in conns:
+                    await self._pool.release(c)
+            await self._redis.script_load(PROBE_LUA)  # the first probe's EVALSHA then hits
+
+        return await self._call("warm_up", 0, open_all) is not _FAILED
+
     def stats(self) -> RemoteStats:
         s = self._stats.copy()
         s.breaker_state = int(self.breaker.state)

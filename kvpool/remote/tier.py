@@ -43,6 +43,10 @@ class RemoteTier(Protocol):
     async def health(self) -> bool:
         """Is the tier reachable now (False without network while the breaker is open)?"""
 
+    async def warm_up(self, gets: int = 1) -> bool:
+        """Once at replica start: open what ``gets`` concurrent get_many calls use, so a
+        request's fetch does not pay it on the loop; False if the tier is unreachable."""
+
     def stats(self) -> RemoteStats:
         """A copy of the counters (safe to read from another thread)."""
 

@@ -70,6 +70,10 @@ class RemoteReader:
         self.rtt = 0.0005  # seconds EMA of probes
         self.stats = ReadStats()
 
+    async def warm_up(self) -> bool:
+        """At engine start: open the tier's connections for one fetch's parallel chunks."""
+        return await self.link.tier.warm_up(MAX_CHUNKS)
+
     def worth_fetching(self, blocks: int) -> bool:
         """Fetch ``blocks`` blocks rather than compute their tokens? (the cost model)"""
         rate = self._prefill_rate()
