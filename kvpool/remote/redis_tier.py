@@ -18,7 +18,8 @@ Fault model (what the anchors got wrong, DESIGN.md "Scale-out"):
 
 One round trip per call, whatever the number of blocks: the probe is one Lua script (walk
 the keys, stop at the first miss), ``put_many`` one pipeline of SET NX, and ``get_many`` at most
-``GET_PARTS`` MGETs sent at once on pooled connections (one round trip of latency).
+``GET_PARTS`` MGETs (or the caller's ``parts``) sent at once on pooled connections (one round
+trip of latency).
 
 NOTE(get speed): a value's CRC-32 (zlib, ~1.7 GB/s here) costs about a third of what reading
 it from loopback Redis costs, so a check after one big MGET adds a third to every read. Split
@@ -133,11 +134,14 @@ class RedisTier:
         self._stats.miss_blocks += (len(keys) - n) * g
         return n
 
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+    async def get_many(self, keys: Sequence[str], parts: int | None = None
+                       ) -> list[bytes | None]:
         if not keys:
             return []
+        if parts is not None and parts < 1:
+            raise ValueError("parts must be >= 1 (or None: GET_PARTS)")
         keys = list(keys)
-        parts = _parts(keys, min(GET_PARTS, self._max_connections))
+        parts = _parts(keys, min(GET_PARTS if parts is None else parts, self._max_connections))
         r = await self._call("get", len(keys) * self.max_value_bytes,
                              lambda: self._fetch_parts(parts))
         st = self._stats
@@ -199,18 +203,18 @@ class RedisTier:
             return False  # the background check owns the network while open
         return await self._call("health", 0, self._redis.ping) is not _FAILED
 
-    async def warm_up(self, gets: int = 1) -> bool:
-        """Open the pooled connections ``gets`` concurrent ``get_many`` calls use and load the
-        probe script, once, when the replica starts: False (counted, breaker informed) if Redis
-        is not reachable, and then the connections open lazily as before.
+    async def warm_up(self, connections: int = 1) -> bool:
+        """Open ``connections`` pooled connections and load the probe script, once, when the
+        replica starts: False (counted, breaker informed) if Redis is not reachable, and then
+        the connections open lazily as before.
 
-        NOTE(warm-pool): a connection costs its socket connect and a handshake (HELLO-less
-        CLIENT SETINFO, maintenance notifications) of several writes and reads on the loop,
-        each a GIL hand-off while the step thread runs; opened inside a request's fetch (16 at
-        once for a 4-part get under the reader's 4 chunks) they stalled the loop several ms.
-        The pool keeps them (no idle timeout, health_check_interval=0), so a serving replica
-        pays this once; after a Redis restart they reconnect lazily, one request's worth."""
-        n = max(1, min(self._max_connections, gets * GET_PARTS))
+        NOTE(warm-pool): a connection costs its socket connect and a handshake (CLIENT
+        SETINFO, maintenance notifications) of several writes and reads on the loop, each a
+        GIL hand-off while other threads run; opened inside a request's fetch (one per
+        parallel MGET) they stalled the loop several ms. The pool keeps them (no idle
+        timeout, health_check_interval=0), so a serving replica pays this once; after a Redis
+        restart they reconnect lazily, one request's worth."""
+        n = max(1, min(self._max_connections, connections))
 
         async def open_all() -> None:
             conns = []  # held until all are open, so each get opens a new one

@@ -22,6 +22,7 @@ from kvpool.runtime.remote_reader import MAX_CHUNKS
 from kvpool.runtime.workers import default_workers, prestart_default_executor
 from tests.remote.conftest import NS
 from tests.remote.redis_server import free_port
+from tests.remote.test_get_parts import _mgets
 from tests.remote.test_engine_remote import PROMPT, engine, run, stop, stored, tokens
 
 
@@ -72,7 +73,7 @@ async def test_fetch_opens_no_connection_and_starts_no_thread(redis_server):
         threads = executor_threads()
         got = await run(e2, PROMPT)
         assert tokens(got) == want
-        assert e2.reader.stats.fetched_blocks >= 36  # the fetch did happen, in 16 MGETs
+        assert e2.reader.stats.fetched_blocks >= 36  # the fetch did happen
         # the start opened every connection the fetch used and started its worker threads
         assert seen() == conns
         assert executor_threads() == threads
@@ -80,6 +81,20 @@ async def test_fetch_opens_no_connection_and_starts_no_thread(redis_server):
     finally:
         await stop(e2)
         seen.close()
+
+
+async def test_fetch_sends_one_mget_per_chunk(redis_server):
+    """The reader's chunks are its parallelism; the tier does not split them again (4 x 4
+    sockets ready at once were the rest of the loop's lag)."""
+    store_in_another_loop(redis_server.url)
+    e2 = await engine(redis_server.url)
+    try:
+        before = _mgets(redis_server.url)
+        await run(e2, PROMPT)
+        assert e2.reader.stats.fetched_blocks >= 36
+        assert _mgets(redis_server.url) - before == MAX_CHUNKS
+    finally:
+        await stop(e2)
 
 
 async def test_warm_up_opens_the_pool_once_and_keeps_it_usable(make_tier, redis_server,
@@ -95,7 +110,7 @@ async def test_warm_up_opens_the_pool_once_and_keeps_it_usable(make_tier, redis_
     tier = make_tier(max_connections=MAX_CHUNKS * GET_PARTS)
     seen = ConnectionsSeen(redis_server.port)
     before = seen()
-    assert await tier.warm_up(MAX_CHUNKS)
+    assert await tier.warm_up(MAX_CHUNKS * GET_PARTS)
     assert seen() - before == MAX_CHUNKS * GET_PARTS
     assert len(lookups) <= 1, "redis-py's version looked up per connection"
     # every warmed connection went back to the pool: a full-width fetch neither blocks on the
@@ -112,7 +127,7 @@ async def test_warm_up_with_redis_down_is_false_and_opens_the_breaker():
     tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0", ValueCodec(NS),
                      breaker=CircuitBreaker(threshold=3, reset_s=0.5))
     try:
-        assert not await tier.warm_up(MAX_CHUNKS)
+        assert not await tier.warm_up(4)
         assert tier.stats().breaker_opens == 1  # a refused connect opens it at once
         assert await tier.probe(["kvp:x"]) == 0  # and requests then miss without network
     finally:
