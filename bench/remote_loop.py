@@ -11,10 +11,12 @@ target is stalls <= 5 ms while prefetching: the loop lag the prefetch itself add
 MGET, decode and copy run off the loop or in worker threads) is what the two columns compare;
 the step thread's forward holds the GIL in both. The process is tuned as ``kvpool serve``
 tunes it (``serve.tune_process``: one torch thread, a 0.5 ms GIL switch interval), since a
-worker thread's Python loop otherwise keeps the GIL for the default 5 ms at a time. Each
-fresh engine's tier makes one call first (a replica that serves has a warm connection pool): the
-first call of a cold redis.asyncio client connects and loads the probe script on the loop,
-~7 ms here, once per process.
+worker thread's Python loop otherwise keeps the GIL for the default 5 ms at a time. The bench
+adds no warm-up of its own: ``AsyncEngine.start`` does what a serving replica does once at
+start (``RemoteTier.warm_up`` opens the pooled connections a fetch uses and loads the probe
+script; ``runtime.workers`` starts the default executor's threads), so a fresh engine's first
+request pays what every later request pays. Before that, opening 16 connections and starting
+worker threads inside the fetch stalled the loop 6-10 ms here.
 
 Figures (medians over repeats, [min-max]): ``fetch|recompute.lag_max_ms``, ``.lag_p99_ms``,
 ``.ttft_ms``, and ``fetch.fetched_blocks``.
@@ -75,8 +77,6 @@ async def _monitor(stop: asyncio.Event, lags: list[float]) -> None:
 async def _one(blocks: int, prompt: list[int], url: str | None) -> dict:
     eng = await _engine(blocks, url)
     try:
-        if eng.remote_link is not None:  # a serving replica's connection is pooled and warm
-            await eng.remote_link.tier.probe(["kvp:warm-up"])
         lags: list[float] = []
         stop = asyncio.Event()
         mon = asyncio.create_task(_monitor(stop, lags))

@@ -40,7 +40,8 @@ class InMemoryTier:
         st.miss_blocks += (len(keys) - n) * self._g
         return n
 
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+    async def get_many(self, keys: Sequence[str], parts: int | None = None
+                       ) -> list[bytes | None]:
         raw = [self._data.get(k) for k in keys]
         for k, v in zip(keys, raw):
             if v is not None:
@@ -73,6 +74,9 @@ class InMemoryTier:
                 self._data.move_to_end(k)
                 n += 1
         return n
+
+    async def warm_up(self, connections: int = 1) -> bool:
+        return True  # nothing to open
 
     async def health(self) -> bool:
         return True

@@ -18,7 +18,8 @@ Fault model (what the anchors got wrong, DESIGN.md "Scale-out"):
 
 One round trip per call, whatever the number of blocks: the probe is one Lua script (walk
 the keys, stop at the first miss), ``put_many`` one pipeline of SET NX, and ``get_many`` at most
-``GET_PARTS`` MGETs sent at once on pooled connections (one round trip of latency).
+``GET_PARTS`` MGETs (or the caller's ``parts``) sent at once on pooled connections (one round
+trip of latency).
 
 NOTE(get speed): a value's CRC-32 (zlib, ~1.7 GB/s here) costs about a third of what reading
 it from loopback Redis costs, so a check after one big MGET adds a third to every read. Split
@@ -39,6 +40,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.driver_info import DriverInfo
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -113,7 +115,7 @@ class RedisTier:
             connection_class=_BufferedConnection,
             socket_connect_timeout=connect_timeout, socket_timeout=None,
             retry=Retry(NoBackoff(), 0), retry_on_timeout=False, retry_on_error=[],
-            health_check_interval=0)
+            health_check_interval=0, driver_info=_driver_info())
         self._redis = aioredis.Redis(connection_pool=self._pool)
         self._probe = self._redis.register_script(PROBE_LUA)
         self._inflight: set[asyncio.Timeout] = set()  # deadlines of the calls in flight
@@ -132,11 +134,14 @@ class RedisTier:
         self._stats.miss_blocks += (len(keys) - n) * g
         return n
 
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+    async def get_many(self, keys: Sequence[str], parts: int | None = None
+                       ) -> list[bytes | None]:
         if not keys:
             return []
+        if parts is not None and parts < 1:
+            raise ValueError("parts must be >= 1 (or None: GET_PARTS)")
         keys = list(keys)
-        parts = _parts(keys, min(GET_PARTS, self._max_connections))
+        parts = _parts(keys, min(GET_PARTS if parts is None else parts, self._max_connections))
         r = await self._call("get", len(keys) * self.max_value_bytes,
                              lambda: self._fetch_parts(parts))
         st = self._stats
@@ -197,6 +202,31 @@ class RedisTier:
         if self.breaker.state is not BreakerState.CLOSED:
             return False  # the background check owns the network while open
         return await self._call("health", 0, self._redis.ping) is not _FAILED
+
+    async def warm_up(self, connections: int = 1) -> bool:
+        """Open ``connections`` pooled connections and load the probe script, once, when the
+        replica starts: False (counted, breaker informed) if Redis is not reachable, and then
+        the connections open lazily as before.
+
+        NOTE(warm-pool): a connection costs its socket connect and a handshake (CLIENT
+        SETINFO, maintenance notifications) of several writes and reads on the loop, each a
+        GIL hand-off while other threads run; opened inside a request's fetch (one per
+        parallel MGET) they stalled the loop several ms. The pool keeps them (no idle
+        timeout, health_check_interval=0), so a serving replica pays this once; after a Redis
+        restart they reconnect lazily, one request's worth."""
+        n = max(1, min(self._max_connections, connections))
+
+        async def open_all() -> None:
+            conns = []  # held until all are open, so each get opens a new one
+            try:
+                for _ in range(n):
+                    conns.append(await self._pool.get_connection())
+            finally:  # back to the pool, also on failure or a deadline
+                for c in conns:
+                    await self._pool.release(c)
+            await self._redis.script_load(PROBE_LUA)  # the first probe's EVALSHA then hits
+
+        return await self._call("warm_up", 0, open_all) is not _FAILED
 
     def stats(self) -> RemoteStats:
         s = self._stats.copy()
@@ -316,6 +346,21 @@ class RedisTier:
         except (TimeoutError, RedisError, OSError):
             return False  # an error reply (e.g. LOADING) is not ready either
         return True
+
+
+_DRIVER_INFO: list[DriverInfo] = []
+
+
+def _driver_info() -> DriverInfo:
+    """One DriverInfo (CLIENT SETINFO's name and version) for every connection of the process.
+
+    NOTE(connect-cost): without one, redis-py builds a DriverInfo in each Connection's
+    __init__, and that looks redis's version up in the installed package metadata (a scan of
+    sys.path, 0.3-0.8 ms here) on the event loop: a fetch that opens 16 pooled connections at
+    once stalled the loop ~8 ms in one iteration. Resolved once, the lookup is paid once."""
+    if not _DRIVER_INFO:
+        _DRIVER_INFO.append(DriverInfo())
+    return _DRIVER_INFO[0]
 
 
 def _refused(exc: BaseException) -> bool:

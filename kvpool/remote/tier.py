@@ -31,8 +31,11 @@ class RemoteTier(Protocol):
     async def probe(self, keys: Sequence[str]) -> int:
         """Length of the leading run of ``keys`` present (and refreshed in the LRU)."""
 
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        """Checked values, None for a missing or unusable one (which is deleted)."""
+    async def get_many(self, keys: Sequence[str], parts: int | None = None
+                       ) -> list[bytes | None]:
+        """Checked values, None for a missing or unusable one (which is deleted). ``parts``:
+        at most this many requests sent at once (None: the tier's own choice); a caller
+        that already runs several get_many calls at once passes 1."""
 
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> int:
         """Store encoded values where the key is absent (SET NX); the number newly stored."""
@@ -42,6 +45,11 @@ class RemoteTier(Protocol):
 
     async def health(self) -> bool:
         """Is the tier reachable now (False without network while the breaker is open)?"""
+
+    async def warm_up(self, connections: int = 1) -> bool:
+        """Once at replica start: open ``connections`` connections (what the caller's
+        concurrent calls use), so a request's fetch does not pay that on the event loop;
+        False if the tier is unreachable."""
 
     def stats(self) -> RemoteStats:
         """A copy of the counters (safe to read from another thread)."""

@@ -38,6 +38,7 @@ from kvpool.runtime.remote_import import RemoteImports
 from kvpool.runtime.remote_link import RemoteLink
 from kvpool.runtime.remote_reader import RemoteReader
 from kvpool.runtime.remote_writer import RemoteWriter
+from kvpool.runtime.workers import prestart_default_executor
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -129,6 +130,10 @@ class AsyncEngine:
                 self.writer = RemoteWriter(link, self.front, core.copies, core.storage.host_kv,
                                            core.storage.bytes_per_block, self._loop)
                 core.block_sink = self.writer
+            # NOTE(warm-start): once per process, what the first fetch would otherwise do on
+            # the loop: open the tier's pooled connections, start the worker threads
+            await self.reader.warm_up()  # a failure is a miss like any other: serve anyway
+            await prestart_default_executor()
         self._thread = threading.Thread(target=self._run, name="kvpool-step", daemon=True)
         self._thread.start()
 
