@@ -3,6 +3,7 @@
     python -m bench.policies [--trace FILE] [--json FILE] [--capacities 1000 4000 ...]
                              [--policies lru classlru] [--baselines s3fifo arc ...]
                              [--traces conversation zipf_prefix ...] [--seeds 1 2 3] [--quick]
+                             [--salts N]
 
 For every trace and capacity it replays the requests through each policy of
 ``kvpool.core.eviction.POLICIES`` with the instant-replay semantics (``simulate``: a request
@@ -12,7 +13,9 @@ SLRU, W-TinyLFU) under the same semantics, and prints the hit rates next to Bela
 computed as ``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an
 upper bound), with each one's share of the LRU-to-OPT gap, ``(p - lru) / (opt - lru)``. It
 also times each policy's operations (ns per call sequence, steady state) and measures its
-memory per evictable block. Never pass/fail.
+memory per evictable block. Never pass/fail. ``--salts N`` replays each adaptive policy on N
+hash-salted copies of each trace (``salted``) and prints the spread of its hits minus LRU's:
+its own sampling noise, against which a gap of a few hundred hits can be read.
 
 Traces: the Mooncake conversation trace (``--trace``), plus generated ones (seeded, in memory,
 never written to disk), each shaped to stress a different assumption:
@@ -119,6 +122,28 @@ GENERATED: dict[str, Callable[[], Trace]] = {
 }
 
 
+def salted(reqs: Trace, salt: int) -> Trace:
+    """``reqs`` with every hash id multiplied by ``2 * salt + 1``: the same trace to any policy
+    that only compares ids (LRU's hits are unchanged), but every id's CRC-32 differs, so an
+    adaptive policy samples another slice of hash space and its sketch collides elsewhere. The
+    spread of its hits over salts is its sampling noise, the yardstick for a small gap to LRU.
+    NOTE(linear): CRC-32 is affine over XOR, so an offset in bits the ids never use would only
+    XOR every CRC with one constant (the sketch's collisions unchanged); the carries of an odd
+    multiplier mix each id's bits."""
+    if salt == 0:
+        return reqs
+    m = 2 * salt + 1
+    return [[h * m for h in r] for r in reqs]
+
+
+def salt_spread(reqs: Trace, pol: str, cap: int, salts: int, lru_hits: int) -> dict:
+    """``pol``'s hits minus LRU's at ``cap`` over ``salts`` salted copies of ``reqs``."""
+    d = [simulate(salted(reqs, s), make_policy(pol, cap), cap)[0] - lru_hits
+         for s in range(salts)]
+    return {"min": min(d), "max": max(d), "mean": round(sum(d) / len(d), 1),
+            "below": sum(x < 0 for x in d), "salts": salts}
+
+
 def load_trace(path: Path, limit: int | None = None) -> Trace:
     out = []
     with open(path) as f:
@@ -217,11 +242,13 @@ def bytes_per_block(name: str, cap: int) -> float:
 
 # ---------------------------------------------------------------- driver
 def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
-               baselines: list[str], with_opt: bool) -> dict:
+               baselines: list[str], with_opt: bool, salts: int = 1) -> dict:
     blocks = sum(map(len, reqs))
     unique = len({h for r in reqs for h in r})
     res: dict = {"requests": len(reqs), "blocks": blocks, "unique": unique, "hit_rate": {},
-                 "ns_per_block": {}, "final_bonus": {}, "opt": {}, "gap_share": {}}
+                 "ns_per_block": {}, "final_bonus": {}, "opt": {}, "gap_share": {},
+                 "salt_spread": {}}
+    lru_hits: dict[int, int] = {}
     print(f"\n== {name}: {len(reqs)} requests, {blocks} blocks, {unique} unique", flush=True)
     print(f"{'capacity':12s}" + "".join(f"{c:>9d}" for c in caps) + "   ns/block")
     for pol in [*policies, *baselines]:
@@ -232,6 +259,8 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
             h, b = simulate(reqs, p, c) if pol in policies else replay(reqs, p)
             ns[c] = round((time.perf_counter() - t0) / b * 1e9)
             rates[c] = round(h / b, 4)
+            if pol == "lru":
+                lru_hits[c] = h
             if hasattr(p, "bonus"):
                 bonus[c] = p.bonus
         res["hit_rate"][pol], res["ns_per_block"][pol] = rates, ns
@@ -241,6 +270,13 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
         marks = "".join("!" if rates[c] < lru[c] else " " for c in caps)
         print(f"{pol:12s}" + "".join(f"{rates[c]:9.4f}" for c in caps)
               + f"  {marks} {sum(ns.values()) // len(ns):>6d}", flush=True)
+        if salts > 1 and pol in policies and pol != "lru" and lru_hits:
+            sp = {c: salt_spread(reqs, pol, c, salts, lru_hits[c]) for c in caps}
+            res["salt_spread"][pol] = sp
+            print(f"{'  - lru':12s}" + "".join(f"{sp[c]['min']:+d}..{sp[c]['max']:+d}".rjust(13)
+                                                for c in caps)
+                  + f"  hits over {salts} salts; below lru in "
+                  + "/".join(str(sp[c]["below"]) for c in caps), flush=True)
     if with_opt:
         res["opt"] = {c: round(opt_hit_rate(reqs, c), 4) for c in caps}
         print(f"{'opt':12s}" + "".join(f"{res['opt'][c]:9.4f}" for c in caps))
@@ -289,6 +325,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="run each generated trace with each of these seeds")
     ap.add_argument("--limit", type=int, default=None, help="first N requests of --trace")
     ap.add_argument("--no-opt", action="store_true", help="skip the OPT reference")
+    ap.add_argument("--salts", type=int, default=1,
+                    help="also replay each adaptive policy on N hash-salted copies of each "
+                         "trace (1: off) and print its hits minus LRU's, min..max")
     ap.add_argument("--quick", action="store_true", help="smaller op/memory measurements")
     a = ap.parse_args(argv)
     out: dict = {"machine": machine(), "capacities": a.capacities, "traces": {}, "ops": {}}
@@ -299,13 +338,13 @@ def main(argv: list[str] | None = None) -> dict:
                 continue
             reqs = load_trace(a.trace, a.limit)
             out["traces"][name] = replay_all(name, reqs, a.capacities, a.policies, a.baselines,
-                                              not a.no_opt)
+                                              not a.no_opt, a.salts)
             continue
         for seed in a.seeds:
             reqs = GENERATED[name](seed=seed)
             label = f"{name}@{seed}"
             out["traces"][label] = replay_all(label, reqs, a.capacities, a.policies,
-                                              a.baselines, not a.no_opt)
+                                              a.baselines, not a.no_opt, a.salts)
     summarize(out["traces"], [p for p in a.policies if p != "lru"], a.baselines)
     cap, n, mem = (8192, 4000, 65536) if a.quick else (65536, 30000, 1 << 20)
     cols = ("evict", "insert", "on_hit", "remove", "insert_revived", "miss", "hit")
