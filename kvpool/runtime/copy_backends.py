@@ -26,6 +26,15 @@ contiguous ``copy_`` of the same bytes; 32 KiB / 256 KiB blocks):
     index_select + index_copy_                         0.44 / 0.22-0.43 (moves every byte twice)
     fancy indexing dst[idx] = src[idx]                   -  / 0.21
 
+A large CPU batch (``split_min_bytes``, 8 MiB; ``raw_large``) skips torch: one libc
+``memmove`` per run through ctypes, on raw pointers into the contiguous pools (ids were checked
+against the pools by the engine's submit). ``_foreach_copy_`` costs a dispatch and a
+TensorIterator per block (~2-4 us, 10-25 % of a 256 KiB block's copy); a memmove call costs
+~0.3 us. ctypes releases the GIL for each call, so compute threads run between blocks.
+Measured on the dev box (256 x 256 KiB scattered blocks, median of 35 rounds):
+memmove per run 21.4 GB/s, ``_foreach_copy_`` 16.5 GB/s, one contiguous ``copy_`` 19.0 GB/s
+on one thread and 21.9 on two.
+
 Runs of consecutive ids become one slice copy (fewer dispatches). Two intra-op threads per
 copy were slower than one on this shared box (OpenMP fork/join per block), so each copy runs on
 one thread (``num_threads``; the setting is per thread, compute keeps its own). A large batch
@@ -38,7 +47,9 @@ running its share of the runs: one thread moves ~6 GB/s here while a contiguous 
 
 from __future__ import annotations
 
+import ctypes
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
 from typing import Mapping, NamedTuple, Protocol, Sequence
@@ -151,7 +162,8 @@ class TorchCopyBackend:
     name = "torch"
 
     def __init__(self, num_threads: int | None = 1, cache_views: bool = True,
-                 split_threads: int | None = None, split_min_bytes: int = 8 << 20) -> None:
+                 split_threads: int | None = None, split_min_bytes: int = 8 << 20,
+                 raw_large: bool = True) -> None:
         self.num_threads = num_threads  # intra-op threads for copies on the worker thread
         self.cache_views = cache_views
         # threads sharing one large batch (the worker included); default: up to 2 cores
@@ -160,6 +172,7 @@ class TorchCopyBackend:
         if self.split_threads < 1:
             raise ValueError(f"split_threads must be >= 1, got {split_threads}")
         self.split_min_bytes = split_min_bytes
+        self.raw_large = raw_large  # large CPU batches by memmove (NOTE(memmove)), else torch
         self._pools: dict[str, torch.Tensor] = {}
         self._views: dict[str, list[torch.Tensor | None]] = {}
         self._threads_set = False
@@ -191,59 +204,80 @@ class TorchCopyBackend:
             self._threads_set = True
         src_kv, dst_kv = self._pools[src_pool], self._pools[dst_pool]
         plan = plan_copies(pairs, same_pool=src_pool == dst_pool)
+        if not plan.runs:
+            return 0
         staged = None
         if plan.stage:
             # NOTE(read-before-write): snapshot the sources that this batch also overwrites.
             index = torch.tensor(plan.stage, dtype=torch.long, device=src_kv.device)
             staged = src_kv.index_select(0, index)
+        runs = plan.runs
+        large = plan.num_blocks * dst_kv[0].nbytes >= self.split_min_bytes
+        if large and self.raw_large and src_kv.device.type == dst_kv.device.type == "cpu":
+            # NOTE(memmove): one libc memmove per run, GIL released per call (module docstring)
+            bpb = dst_kv[0].nbytes
+            d0, s0 = dst_kv.data_ptr(), src_kv.data_ptr()
+            g0 = staged.data_ptr() if staged is not None else 0
+            moves = [(d0 + d * bpb, (g0 if st else s0) + s * bpb, n * bpb)
+                     for s, d, n, st in runs]
+            self._run_shares(self._memmove_runs, moves, runs)
+            return plan.num_blocks
         dsts: list[torch.Tensor] = []
         srcs: list[torch.Tensor] = []
         block = self._block
-        for src, dst, length, from_stage in plan.runs:
+        for src, dst, length, from_stage in runs:
             if length == 1:
                 dsts.append(block(dst_pool, dst))
                 srcs.append(staged[src] if from_stage else block(src_pool, src))
             else:
                 dsts.append(dst_kv[dst:dst + length])
                 srcs.append((staged if from_stage else src_kv)[src:src + length])
-        if not dsts:
-            return 0
-        k = self.split_threads
-        if k > 1 and len(dsts) >= k and \
-                plan.num_blocks * dst_kv[0].nbytes >= self.split_min_bytes:
-            self._copy_split(dsts, srcs, [r[2] for r in plan.runs], k)
+        if large:
+            self._run_shares(lambda part: self._copy_runs(*zip(*part)), list(zip(dsts, srcs)),
+                             runs)
         else:
             self._copy_runs(dsts, srcs)
         return plan.num_blocks
 
-    def _copy_runs(self, dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
+    def _copy_runs(self, dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> None:
         if self._foreach is not None:
-            self._foreach(dsts, srcs)
+            self._foreach(list(dsts), list(srcs))
         else:  # older torch: same semantics, one dispatch per run
             for d, s in zip(dsts, srcs):
                 d.copy_(s)
 
-    def _copy_split(self, dsts: list[torch.Tensor], srcs: list[torch.Tensor],
-                    lengths: list[int], k: int) -> None:
-        """Copy the runs in k shares of about equal bytes: k - 1 on helper threads, one here.
-        Every share finishes (or fails) before this returns; the first error is raised."""
-        total = sum(lengths)
+    @staticmethod
+    def _memmove_runs(moves: Sequence[tuple[int, int, int]]) -> None:
+        mm = ctypes.memmove
+        for dst, src, n in moves:
+            mm(dst, src, n)
+
+    def _run_shares(self, run: Callable[[list], None], items: list, runs: Sequence[CopyRun]
+                    ) -> None:
+        """``run`` over ``items`` (one per run) in ``split_threads`` shares of about equal
+        bytes: all but one on helper threads, one here. Every share finishes (or fails) before
+        this returns; the first error is raised."""
+        k = self.split_threads
+        if k < 2 or len(items) < k:
+            run(items)
+            return
+        total = sum(r[2] for r in runs)
         cuts, acc, j = [0], 0, 1
-        for i, n in enumerate(lengths):
-            acc += n
+        for i, r in enumerate(runs):
+            acc += r[2]
             if j < k and acc * k >= total * j:
                 cuts.append(i + 1)
                 j += 1
-        cuts.append(len(dsts))
-        shares = [(dsts[a:b], srcs[a:b]) for a, b in zip(cuts, cuts[1:]) if b > a]
+        cuts.append(len(items))
+        shares = [items[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
         if self._helpers is None:
             self._helpers = ThreadPoolExecutor(
                 k - 1, thread_name_prefix="kvpool-copy-split",
                 initializer=torch.set_num_threads, initargs=(1,))
-        futures = [self._helpers.submit(self._copy_runs, d, s) for d, s in shares[1:]]
+        futures = [self._helpers.submit(run, part) for part in shares[1:]]
         error: BaseException | None = None
         try:
-            self._copy_runs(*shares[0])
+            run(shares[0])
         except BaseException as e:  # noqa: BLE001 (re-raised below, after the helpers)
             error = e
         for f in futures:

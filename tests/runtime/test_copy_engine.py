@@ -166,32 +166,52 @@ def test_coalesced_cross_pool_copy_equals_per_block_loop(pairs):
 
 
 @settings(max_examples=100, deadline=None)
-@given(pairs=pair_lists, threads=st.integers(2, 4))
-def test_split_batches_equal_the_per_block_reference(pairs, threads):
-    """Large batches are split over helper threads: same bytes, read-before-write included."""
-    dev, _ = make_pools()
-    expected = reference(dev, dev, pairs)
-    backend = TorchCopyBackend(num_threads=None, split_threads=threads, split_min_bytes=0)
-    backend.attach({"device": dev})
+@given(pairs=pair_lists, threads=st.integers(1, 4), raw=st.booleans(),
+       cross=st.booleans())
+def test_large_batches_equal_the_per_block_reference(pairs, threads, raw, cross):
+    """Large batches (memmove per run, or torch views) split over helper threads: the same
+    bytes as the per-block loop, read-before-write included, within a pool and across two."""
+    dev, host = make_pools(n_host=N_DEV)
+    dst = host if cross else dev
+    expected = reference(dev, dst, pairs)
+    moved = []
+
+    class Spy(TorchCopyBackend):
+        @staticmethod
+        def _memmove_runs(moves):
+            moved.append(len(moves))
+            TorchCopyBackend._memmove_runs(moves)
+
+    backend = Spy(num_threads=None, split_threads=threads, split_min_bytes=0, raw_large=raw)
+    backend.attach({"device": dev, "host": host})
     try:
-        backend.copy("device", "device", pairs)
+        backend.copy("device", "host" if cross else "device", pairs)
     finally:
         backend.close()
-    assert torch.equal(dev, expected)
+    assert torch.equal(dst, expected)
+    assert bool(moved) == (raw and (cross or any(s != d for s, d in pairs)))
 
 
-def test_a_failing_share_fails_the_batch_after_every_share_ends():
+@pytest.mark.parametrize("raw", [False, True])
+def test_a_failing_share_fails_the_batch_after_every_share_ends(raw):
     dev, host = make_pools()
     finished = []
 
+    def flaky(run, items):
+        if threading.current_thread().name.startswith("kvpool-copy-split"):
+            raise RuntimeError("share lost")
+        run(items)
+        finished.append(len(items))
+
     class Flaky(TorchCopyBackend):
         def _copy_runs(self, dsts, srcs):
-            if threading.current_thread().name.startswith("kvpool-copy-split"):
-                raise RuntimeError("share lost")
-            super()._copy_runs(dsts, srcs)
-            finished.append(len(dsts))
+            flaky(lambda _: super(Flaky, self)._copy_runs(dsts, srcs), dsts)
 
-    backend = Flaky(num_threads=None, split_threads=2, split_min_bytes=0)
+        @staticmethod
+        def _memmove_runs(moves):
+            flaky(TorchCopyBackend._memmove_runs, moves)
+
+    backend = Flaky(num_threads=None, split_threads=2, split_min_bytes=0, raw_large=raw)
     with CopyEngine(dev, host, backend=backend) as eng:
         handle = eng.submit("swap_out", [(i, i) for i in range(0, 16, 2)])
         with pytest.raises(CopyError, match="share lost"):
