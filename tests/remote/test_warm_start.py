@@ -142,4 +142,7 @@ async def test_prestart_starts_distinct_threads_that_later_jobs_reuse():
     loop = asyncio.get_running_loop()
     ran = await asyncio.gather(*(loop.run_in_executor(None, threading.get_ident)
                                  for _ in range(3)))
-    assert set(ran) <= started and executor_threads() - before == started
+    # later jobs start no thread: they run on the started ones or on idle threads this loop's
+    # executor had before (the test loop may be shared with earlier tests that used it)
+    assert executor_threads() - before == started
+    assert set(ran) <= started | before
