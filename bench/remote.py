@@ -1,6 +1,7 @@
 """bench/remote.py: the Redis prefix tier's throughput and probe latency on loopback.
 
     python -m bench.remote [--json FILE] [--quick] [--repeats N] [--min-seconds S]
+                           [--no-ttft] [--ttft-repeats N] [--ttft-blocks B,B,...]
 
 Starts its own ``redis-server`` on 127.0.0.1 (a free port, no persistence, allkeys-lru) and
 stops it by pid. Each figure is measured twice, alternating in one event loop (bench.common):
@@ -17,12 +18,19 @@ commands with no check (``raw``), so the tier's own overhead is the ratio ``tier
 - ``round_trips``: commands one ``get_many`` / ``probe`` of 64 keys sends (from ``INFO
   commandstats``): at most ``GET_PARTS`` MGETs sent at once, one script; not one per block.
 
-Figures only, never pass/fail. (The TTFT of a remote hit against recompute needs the read
-path in the runtime, which is other work.)
+- ``ttft.*``: TTFT of a remote hit against recompute by prefix length (1-128 blocks of 16
+  tokens; --quick: 1, 8, 128) with the break-even, in-process engines with the tiny model on
+  the same server: the cost model's own decision, a forced fetch and a recompute, interleaved
+  (``bench/remote_ttft.py`` says how and names the keys). ``--no-ttft`` skips it,
+  ``--ttft-repeats N`` (default 5, --quick 2), ``--ttft-blocks 1,4,16`` picks the lengths. It
+  runs last, with the process tuned as ``kvpool serve`` tunes it (``serve.tune_process``).
+
+Figures only, never pass/fail.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -31,9 +39,11 @@ import time
 import redis.asyncio as aioredis
 from redis.utils import HIREDIS_AVAILABLE
 
+from bench import remote_ttft
 from bench.common import (Timing, aalternate, bench_parser, machine, put, put_runs, ratio_stat,
                           stat, timing_from_args, timing_info, write_json)
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
+from kvpool.server.serve import tune_process
 from tests.remote.redis_server import RedisServer
 
 SIZES = (64 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20)
@@ -216,8 +226,18 @@ def _quantiles(lat: list[float]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = bench_parser("remote", __doc__)
+    ap.add_argument("--no-ttft", action="store_true", help="skip the TTFT-by-prefix section")
+    ap.add_argument("--ttft-repeats", type=int, default=None, metavar="N",
+                    help="interleaved rounds per prefix length (default 5, --quick 2)")
+    ap.add_argument("--ttft-blocks", type=_lengths, default=None, metavar="B,B,...",
+                    help="prefix lengths in blocks (default 1,2,4,...,128; --quick 1,8,128)")
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
+    lengths = args.ttft_blocks or (remote_ttft.QUICK_LENGTHS if timing.quick
+                                   else remote_ttft.LENGTHS)
+    if args.ttft_repeats is not None and args.ttft_repeats < 1:
+        ap.error("--ttft-repeats: use N >= 1")
+    ttft_repeats = args.ttft_repeats or (2 if timing.quick else 5)
     total = (2 if timing.quick else 16) << 20  # bytes per call of a throughput workload
     sizes = QUICK_SIZES if timing.quick else SIZES
     res: dict = {"timing": timing_info(timing), "machine": machine(),
@@ -230,12 +250,29 @@ def main(argv: list[str] | None = None) -> int:
                 await _throughput(srv.url, size, total, timing, res)
             await _probe_and_round_trips(srv.url, 100 if timing.quick else 1000, timing, res)
         asyncio.run(go())
+        if not args.no_ttft:
+            # as kvpool serve's entry point tunes it (one torch thread, 0.5 ms GIL switch);
+            # last, so the throughput figures above keep the defaults they always had
+            tune_process(remote_ttft.engine_config(max(lengths)))
+            res.update(asyncio.run(remote_ttft.ttft_by_prefix(srv.url, lengths, ttft_repeats)))
     finally:
         srv.stop()
     res["load_avg_end"] = list(os.getloadavg())
     _print(res, sizes)
+    if not args.no_ttft:
+        remote_ttft.print_ttft(res)
     write_json(args.json, res)
     return 0
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated block counts >= 1")
+    return out
 
 
 def _print(res: dict, sizes) -> None:

@@ -46,53 +46,86 @@ from tests.remote.redis_server import RedisServer
 GREEDY = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
 
 
-def _config(blocks: int) -> EngineConfig:
+def config(blocks: int) -> EngineConfig:
+    """An engine for prompts of up to ``blocks`` full blocks (one step prefills one)."""
     return EngineConfig(block_size=16, num_device_blocks=blocks + 32, num_host_blocks=blocks + 32,
                         max_model_len=16 * blocks + 64, max_num_seqs=8,
                         max_num_batched_tokens=16 * blocks + 64, enable_prefix_caching=True,
                         seed=0, num_threads=1)
 
 
-async def _engine(blocks: int, url: str | None) -> AsyncEngine:
-    eng = AsyncEngine(_config(blocks))
+async def engine(blocks: int, url: str | None, *, write_policy: str = "write_through",
+                 fetch_bias: float = 1.0) -> AsyncEngine:
+    """A started in-process engine; with ``url``, on the Redis tier there (bench.remote_ttft
+    reads with ``write_policy="off"`` and sets ``fetch_bias``)."""
+    eng = AsyncEngine(config(blocks))
     if url is not None:
-        eng.remote_link = build_link(eng, url, write_policy="write_through")
+        eng.remote_link = build_link(eng, url, write_policy=write_policy, fetch_bias=fetch_bias)
     await eng.start()
     return eng
 
 
-async def _stop(eng: AsyncEngine) -> None:
+async def stop(eng: AsyncEngine) -> None:
     await eng.shutdown()
     if eng.remote_link is not None:
         await eng.remote_link.tier.aclose()
 
 
-async def _monitor(stop: asyncio.Event, lags: list[float]) -> None:
-    while not stop.is_set():
+async def store_prefix(blocks: int, prompt: list[int], url: str) -> int:
+    """Engine 1: compute ``prompt`` and store its full blocks (write_through); waits for the
+    stores (bounded) and returns how many the tier took."""
+    e1 = await engine(blocks, url)
+    try:
+        await collect(e1.generate(None, prompt, GREEDY))
+        for _ in range(400):  # the writer's stores, bounded
+            if e1.writer.inflight_bytes == 0 and e1.writer.pending() == 0:
+                break
+            await asyncio.sleep(0.02)
+        return e1.remote_link.tier.stats().puts
+    finally:
+        await stop(e1)
+
+
+async def _monitor(stop_: asyncio.Event, lags: list[float]) -> None:
+    while not stop_.is_set():
         t = time.perf_counter()
         await asyncio.sleep(0.001)
         lags.append(time.perf_counter() - t - 0.001)
 
 
-async def _one(blocks: int, prompt: list[int], url: str | None) -> dict:
-    eng = await _engine(blocks, url)
+async def one(blocks: int, prompt: list[int], url: str | None, *, monitor: bool = True,
+              warm: list[int] | None = None, **engine_kw) -> dict:
+    """A fresh engine serves ``prompt`` once: its TTFT, cached tokens and, with a tier, what
+    the read path did. ``monitor``: the loop-lag monitor runs meanwhile (``lag_*_ms``).
+    ``warm``: an unrelated prompt served first, so the prefill rate the cost model reads is
+    measured (``est_*_ms``: its estimates for the prompt's blocks just before it arrives)."""
+    eng = await engine(blocks, url, **engine_kw)
     try:
+        res: dict = {}
+        if warm is not None:
+            await collect(eng.generate(None, warm, GREEDY))
+        if eng.reader is not None:
+            est = eng.reader.estimate((len(prompt) - 1) // 16)
+            res["est_fetch_ms"], res["est_recompute_ms"] = est[0] * 1e3, est[1] * 1e3
         lags: list[float] = []
-        stop = asyncio.Event()
-        mon = asyncio.create_task(_monitor(stop, lags))
+        stop_ = asyncio.Event()
+        mon = asyncio.create_task(_monitor(stop_, lags)) if monitor else None
         t0 = time.perf_counter()
         out = await collect(eng.generate(None, prompt, GREEDY))
-        ttft = time.perf_counter() - t0
-        stop.set()
-        await mon
-        lags.sort()
-        res = {"lag_max_ms": lags[-1] * 1e3, "lag_p99_ms": lags[int(len(lags) * 0.99)] * 1e3,
-               "ttft_ms": ttft * 1e3, "cached_tokens": out.num_cached_tokens}
+        res["ttft_ms"] = (time.perf_counter() - t0) * 1e3
+        res["cached_tokens"] = out.num_cached_tokens
+        if mon is not None:
+            stop_.set()
+            await mon
+            lags.sort()
+            res["lag_max_ms"] = lags[-1] * 1e3
+            res["lag_p99_ms"] = lags[int(len(lags) * 0.99)] * 1e3
         if eng.reader is not None:
             res["fetched_blocks"] = eng.reader.stats.fetched_blocks
+            res["declined_cost"] = eng.reader.stats.declined_cost
         return res
     finally:
-        await _stop(eng)
+        await stop(eng)
 
 
 async def _main(args) -> dict:
@@ -101,17 +134,11 @@ async def _main(args) -> dict:
     redis = RedisServer()
     redis.start()
     try:
-        e1 = await _engine(blocks, redis.url)
-        await collect(e1.generate(None, prompt, GREEDY))
-        for _ in range(400):  # the writer's stores, bounded
-            if e1.writer.inflight_bytes == 0 and e1.writer.pending() == 0:
-                break
-            await asyncio.sleep(0.02)
-        await _stop(e1)
+        await store_prefix(blocks, prompt, redis.url)
         runs: dict[str, list[dict]] = {"fetch": [], "recompute": []}
         for _ in range(args.repeats):  # interleaved: drift hits both sides
-            runs["fetch"].append(await _one(blocks, prompt, redis.url))
-            runs["recompute"].append(await _one(blocks, prompt, None))
+            runs["fetch"].append(await one(blocks, prompt, redis.url))
+            runs["recompute"].append(await one(blocks, prompt, None))
     finally:
         redis.stop()
     res: dict = {"prompt_tokens": len(prompt), "repeats": args.repeats,
@@ -127,7 +154,7 @@ async def _main(args) -> dict:
 async def _open_breaker(blocks: int, prompt: list[int], calls: int = 500) -> dict:
     from tests.remote.redis_server import free_port
 
-    eng = await _engine(blocks, f"redis://127.0.0.1:{free_port()}/0")
+    eng = await engine(blocks, f"redis://127.0.0.1:{free_port()}/0")
     try:
         await eng.reader.prefetch(prompt, None)  # refused: the breaker opens
         lat = []
@@ -140,7 +167,7 @@ async def _open_breaker(blocks: int, prompt: list[int], calls: int = 500) -> dic
                 "open_breaker.prefetch_ms.p99": lat[int(len(lat) * 0.99)],
                 "open_breaker.breaker_state": int(eng.remote_link.tier.breaker.state)}
     finally:
-        await _stop(eng)
+        await stop(eng)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--prompt-blocks", type=int, default=128, help="full blocks in the prompt")
     args = ap.parse_args(argv)
-    tune_process(_config(args.prompt_blocks))  # as kvpool serve's entry point: 0.5 ms GIL switch
+    tune_process(config(args.prompt_blocks))  # as kvpool serve's entry point: 0.5 ms GIL switch
     res = asyncio.run(_main(args))
     prompt = [(i * 7 + 3) % 500 + 1 for i in range(16 * args.prompt_blocks + 5)]
     res.update(asyncio.run(_open_breaker(args.prompt_blocks, prompt)))

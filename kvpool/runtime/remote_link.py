@@ -33,6 +33,10 @@ class RemoteLink:
     prefetch_timeout_s: float = 0.5  # --remote-prefetch-timeout-ms / 1000
     max_inflight_bytes: int = 64 << 20  # write path: stores beyond this are dropped, counted
     min_fetch_blocks: int = 1  # a remote run shorter than this is recomputed
+    # the cost model fetches when fetch_bias x estimated fetch s < estimated recompute s:
+    # 1.0 trusts the estimates; 0.0 fetches every run of >= min_fetch_blocks (bench.remote's
+    # forced arm measures the break-even with it); > 1 favours recompute (a busy tier)
+    fetch_bias: float = 1.0
     # (op, seconds) -> None: the read path reports "prefetch_wait" here (RemoteMetrics.observe)
     observe: Callable[[str, float], None] | None = None
 
@@ -49,3 +53,5 @@ class RemoteLink:
             raise ConfigError("--remote-prefetch-timeout-ms must be > 0")
         if self.blocks_per_object < 1:
             raise ConfigError("--remote-blocks-per-object must be >= 1")
+        if not self.fetch_bias >= 0:  # also rejects NaN
+            raise ConfigError(f"remote fetch_bias {self.fetch_bias!r}: use a number >= 0")

@@ -74,13 +74,21 @@ class RemoteReader:
         """At engine start: open the tier's connections for one fetch's parallel chunks."""
         return await self.link.tier.warm_up(MAX_CHUNKS)  # _get: one request per chunk
 
-    def worth_fetching(self, blocks: int) -> bool:
-        """Fetch ``blocks`` blocks rather than compute their tokens? (the cost model)"""
+    def estimate(self, blocks: int) -> tuple[float, float]:
+        """The cost model's (fetch seconds, recompute seconds) for ``blocks`` blocks: bytes over
+        the bandwidth EMA plus the RTT EMA, against tokens over the measured prefill rate
+        (recompute is 0.0 while no rate is measured)."""
         rate = self._prefill_rate()
-        if rate <= 0:  # nothing measured yet: a fetch is the way to measure the tier
-            return True
         fetch_s = blocks * self.bytes_per_block / self.bandwidth + self.rtt
-        return fetch_s < blocks * self.manager.block_size / rate
+        return fetch_s, (blocks * self.manager.block_size / rate if rate > 0 else 0.0)
+
+    def worth_fetching(self, blocks: int) -> bool:
+        """Fetch ``blocks`` blocks rather than compute their tokens? (the cost model, scaled
+        by ``RemoteLink.fetch_bias``: 0 fetches every run, > 1 favours recompute)"""
+        if self._prefill_rate() <= 0:  # nothing measured yet: a fetch is how to measure it
+            return True
+        fetch_s, recompute_s = self.estimate(blocks)
+        return self.link.fetch_bias * fetch_s < recompute_s
 
     async def prefetch(self, prompt: Sequence[int], cache_salt: str | None
                        ) -> FetchedPrefix | None:

@@ -30,13 +30,15 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
 
 def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                prefetch_timeout_ms: float = 500.0, blocks_per_object: int = 1,
-               observer=None, metrics: KVPoolMetrics | None = None) -> RemoteLink:
+               fetch_bias: float = 1.0, observer=None,
+               metrics: KVPoolMetrics | None = None) -> RemoteLink:
     """A RemoteLink on a RedisTier at ``url`` for ``engine``'s namespace (not connected yet:
     redis.asyncio connects on the first call, inside the tier's own deadline).
 
     ``metrics``: the server's registry; the ``kvpool_remote_*`` families (tier counters,
     breaker, probe/get/put and prefetch-wait histograms) are rendered on it from then on.
-    ``observer`` (without ``metrics``) receives the tier's round-trip times instead."""
+    ``observer`` (without ``metrics``) receives the tier's round-trip times instead.
+    ``fetch_bias``: ``RemoteLink.fetch_bias`` (bench.remote's forced-fetch arm sets 0)."""
     core = engine.core
     layout = core.storage.layout
     cfg = core.config
@@ -55,7 +57,8 @@ def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
     link = RemoteLink(tier=tier, group_keys=ns.group_keys, encode=codec.encode,
                       split_blocks=codec.split,
                       blocks_per_object=blocks_per_object, write_policy=write_policy,
-                      prefetch_timeout_s=prefetch_timeout_ms / 1000.0, observe=observer)
+                      prefetch_timeout_s=prefetch_timeout_ms / 1000.0, fetch_bias=fetch_bias,
+                      observe=observer)
     if remote_metrics is not None:
         remote_metrics.attach(metrics)
     return link

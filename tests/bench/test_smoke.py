@@ -84,3 +84,9 @@ def test_bench_remote_quick(tmp_path):
     from kvpool.remote.redis_tier import GET_PARTS
     assert res["round_trips.get_many_64"] == GET_PARTS and res["round_trips.probe_64"] == 1
     assert "tier/raw" in out
+    # the TTFT section runs by default (--quick: 1, 8, 128 blocks, 2 repeats)
+    assert res["ttft.lengths"] == [1, 8, 128] and res["ttft.repeats"] == 2
+    assert res["ttft.128.forced_fetched_blocks"] == 128  # a forced fetch took every block
+    check_keys(res, [f"ttft.{b}.{arm}_ms" for b in (1, 8, 128)
+                     for arm in ("fetch", "forced", "recompute")], repeats=2)
+    assert "break-even" in out
