@@ -31,6 +31,7 @@ breaker without network I/O) is timed, 500 times. Without a tier there is no suc
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 import os
 import statistics
 import time
@@ -94,19 +95,22 @@ async def _monitor(stop_: asyncio.Event, lags: list[float]) -> None:
 
 
 async def one(blocks: int, prompt: list[int], url: str | None, *, monitor: bool = True,
-              warm: list[int] | None = None, **engine_kw) -> dict:
+              warm: Sequence[list[int]] = (), **engine_kw) -> dict:
     """A fresh engine serves ``prompt`` once: its TTFT, cached tokens and, with a tier, what
     the read path did. ``monitor``: the loop-lag monitor runs meanwhile (``lag_*_ms``).
-    ``warm``: an unrelated prompt served first, so the prefill rate the cost model reads is
-    measured (``est_*_ms``: its estimates for the prompt's blocks just before it arrives)."""
+    ``warm``: unrelated prompts served first, so that what the cost model reads (the prefill
+    rate; a fetch's fixed cost, when one is stored) is measured (``est_*_ms``: its estimates
+    for the prompt's blocks just before it arrives)."""
     eng = await engine(blocks, url, **engine_kw)
     try:
         res: dict = {}
-        if warm is not None:
-            await collect(eng.generate(None, warm, GREEDY))
+        for w in warm or ():
+            await collect(eng.generate(None, w, GREEDY))
+        st0 = None
         if eng.reader is not None:
             est = eng.reader.estimate((len(prompt) - 1) // 16)
             res["est_fetch_ms"], res["est_recompute_ms"] = est[0] * 1e3, est[1] * 1e3
+            st0 = (eng.reader.stats.fetched_blocks, eng.reader.stats.declined_cost)
         lags: list[float] = []
         stop_ = asyncio.Event()
         mon = asyncio.create_task(_monitor(stop_, lags)) if monitor else None
@@ -120,9 +124,9 @@ async def one(blocks: int, prompt: list[int], url: str | None, *, monitor: bool 
             lags.sort()
             res["lag_max_ms"] = lags[-1] * 1e3
             res["lag_p99_ms"] = lags[int(len(lags) * 0.99)] * 1e3
-        if eng.reader is not None:
-            res["fetched_blocks"] = eng.reader.stats.fetched_blocks
-            res["declined_cost"] = eng.reader.stats.declined_cost
+        if st0 is not None:  # this prompt's, not the warm-ups'
+            res["fetched_blocks"] = eng.reader.stats.fetched_blocks - st0[0]
+            res["declined_cost"] = eng.reader.stats.declined_cost - st0[1]
         return res
     finally:
         await stop(eng)

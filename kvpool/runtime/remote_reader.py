@@ -6,7 +6,7 @@ Per request, on the event loop (never inside the engine step)::
     hashes = manager.hash_prompt(prompt, salt)       chain hashes of the full blocks
     local  = leading local hits (lock-free read)
     run    = await tier.probe(keys beyond local)     one round trip (a Lua script)
-    cost model: bytes / bandwidth EMA + RTT EMA  <  new tokens / measured prefill rate ?
+    cost model: fixed cost EMA + bytes / bandwidth EMA  <  new tokens / measured prefill rate ?
     host   = await front.allocate_host_blocks(n)     through AsyncManagerFront
     values = MGETs in <= MAX_CHUNKS parallel chunks, bounded by the prefetch deadline
     land   = decode + copy into host_kv, in a worker thread (the loop never copies bytes)
@@ -33,6 +33,7 @@ from kvpool.runtime.remote_link import RemoteLink
 
 log = logging.getLogger(__name__)
 MAX_CHUNKS = 4  # parallel MGETs per fetch: O(1) round trips, and a partial prefix on deadline
+_BANDWIDTH_MIN_BYTES = 1 << 20  # a fetch this big measures the bandwidth EMA
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +60,21 @@ class ReadStats:
 
 class RemoteReader:
     def __init__(self, link: RemoteLink, front: AsyncManagerFront, host_kv: torch.Tensor,
-                 bytes_per_block: int, prefill_rate) -> None:
+                 bytes_per_block: int, prefill_rate, import_latency=lambda: 0.0) -> None:
         self.link = link
         self.front = front
         self.manager = front.manager
         self.host_kv = host_kv
         self.bytes_per_block = bytes_per_block
         self._prefill_rate = prefill_rate  # () -> measured prompt tokens/s (0: unknown)
+        self._import_latency = import_latency  # () -> step-side import seconds EMA (0: unknown)
         self.bandwidth = 1 << 30  # bytes/s EMA of gets (an assumption until measured)
         self.rtt = 0.0005  # seconds EMA of probes
+        # NOTE(fixed): seconds a fetch costs beyond its bytes (taking host blocks, the MGETs'
+        # round trips, the worker hop that lands them), EMA of what each complete fetch took
+        # minus its bytes over the bandwidth; until measured, one probe round trip. Without it
+        # the model fetched 1-4 block runs that recompute beat (bench.remote's TTFT table).
+        self.fixed_s = 0.0
         self.stats = ReadStats()
 
     async def warm_up(self) -> bool:
@@ -75,11 +82,13 @@ class RemoteReader:
         return await self.link.tier.warm_up(MAX_CHUNKS)  # _get: one request per chunk
 
     def estimate(self, blocks: int) -> tuple[float, float]:
-        """The cost model's (fetch seconds, recompute seconds) for ``blocks`` blocks: bytes over
-        the bandwidth EMA plus the RTT EMA, against tokens over the measured prefill rate
-        (recompute is 0.0 while no rate is measured)."""
+        """The cost model's (fetch seconds, recompute seconds) for ``blocks`` blocks: the fixed
+        cost of a fetch (NOTE(fixed); the RTT EMA until measured) plus bytes over the bandwidth
+        EMA plus the step thread's import latency, against tokens over the measured prefill
+        rate (recompute is 0.0 while no rate is measured)."""
         rate = self._prefill_rate()
-        fetch_s = blocks * self.bytes_per_block / self.bandwidth + self.rtt
+        fetch_s = ((self.fixed_s or self.rtt) + blocks * self.bytes_per_block / self.bandwidth
+                   + self._import_latency())
         return fetch_s, (blocks * self.manager.block_size / rate if rate > 0 else 0.0)
 
     def worth_fetching(self, blocks: int) -> bool:
@@ -134,10 +143,15 @@ class RemoteReader:
             self.stats.declined_host += 1
             return None
         kept = 0
+        tf = time.perf_counter()
         try:
             remaining = link.prefetch_timeout_s - (time.monotonic() - t0)
             values = await self._get(keys[:run], remaining)
             kept = await asyncio.to_thread(self._land, values, host)
+            if kept == run:  # a complete fetch: what it cost beyond its bytes
+                extra = max(0.0, time.perf_counter() - tf
+                            - run * g * self.bytes_per_block / self.bandwidth)
+                self.fixed_s = extra if not self.fixed_s else 0.8 * self.fixed_s + 0.2 * extra
         finally:
             if kept < run:
                 self.stats.partial += 1
@@ -169,7 +183,8 @@ class RemoteReader:
             out += vals
         got = sum(len(v) for v in out if v is not None)
         dt = time.perf_counter() - tg
-        if got and not pending and dt > 0:
+        # NOTE(bandwidth): only reads big enough that bytes, not the round trip, set their time
+        if got >= _BANDWIDTH_MIN_BYTES and not pending and dt > 0:
             self.bandwidth = 0.8 * self.bandwidth + 0.2 * (got / dt)
         return out
 

@@ -53,3 +53,26 @@ async def test_bias_decides_between_fetch_and_recompute(redis_server):
 def test_bad_bias_is_a_config_error(bias):
     with pytest.raises(ConfigError, match="fetch_bias"):
         RemoteLink(tier=None, group_keys=list, encode=None, split_blocks=None, fetch_bias=bias)
+
+
+async def test_a_complete_fetch_measures_the_fixed_cost_and_the_import(redis_server):
+    """The cost model's fetch estimate is what fetches measured: before any fetch, the probe
+    RTT plus bytes over the assumed bandwidth; after one, the fixed cost of that fetch (beyond
+    its bytes) and the step thread's import latency replace the guess, and a fetch of at least
+    1 MiB (this one: 40 blocks of 32 KiB) updates the bandwidth EMA."""
+    await stop(await stored(redis_server.url))
+    limit = (len(PROMPT) - 1) // 16
+    e2 = await _second(redis_server.url, 0.0)
+    r = e2.reader
+    assert (r.fixed_s, e2.imports.latency_s) == (0.0, 0.0)
+    bw = r.bandwidth
+    guess = r.estimate(limit)[0]
+    assert guess == pytest.approx(r.rtt + limit * r.bytes_per_block / bw)
+    assert limit * r.bytes_per_block >= 1 << 20
+    out = await run(e2, PROMPT)
+    assert r.stats.fetched_blocks == limit and out.num_cached_tokens == limit * 16
+    assert r.fixed_s > 0 and e2.imports.latency_s > 0
+    assert r.bandwidth != bw
+    assert r.estimate(limit)[0] == pytest.approx(
+        r.fixed_s + limit * r.bytes_per_block / r.bandwidth + e2.imports.latency_s)
+    await stop(e2)

@@ -140,6 +140,10 @@ async def test_prestart_starts_distinct_threads_that_later_jobs_reuse():
     started = executor_threads() - before
     assert len(started) == 3
     loop = asyncio.get_running_loop()
+    # NOTE(race): a worker marks itself idle just after its job's result is set; a submit in
+    # between starts a new thread. An engine's first request comes long after its start; here
+    # the jobs wait that long (bounded) instead.
+    await asyncio.sleep(0.2)
     ran = await asyncio.gather(*(loop.run_in_executor(None, threading.get_ident)
                                  for _ in range(3)))
     # later jobs start no thread: they run on the started ones or on idle threads this loop's
