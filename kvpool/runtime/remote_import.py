@@ -26,7 +26,6 @@ class _Importing:
     op: AddRequest
     device_blocks: list[int]
     handle: CopyHandle
-    started: float  # time.perf_counter() at start()
 
 
 class RemoteImports:
@@ -40,8 +39,9 @@ class RemoteImports:
         self._pending: list[_Importing] = []
         self.adopted_blocks = 0  # blocks that became findable in the device cache
         self.failed = 0  # imports that fell back to recompute
-        # seconds from start() to ready() of an adopted import, EMA (0.0 until measured; read
-        # lock-free by the reader's cost model: one float store)
+        # seconds from the bytes landing in host blocks (on the loop's side) to ready() of an
+        # adopted import: the hand-over to the step thread, the copy in and the wake-up. EMA,
+        # 0.0 until measured; read lock-free by the reader's cost model (one float store)
         self.latency_s = 0.0
 
     def __len__(self) -> int:
@@ -60,7 +60,7 @@ class RemoteImports:
             return op
         h = self.copies.submit("swap_in", zip(fp.host_blocks, dev), tag=op.request_id)
         h.add_done_callback(lambda _h: self._wake())
-        self._pending.append(_Importing(op, dev, h, time.perf_counter()))
+        self._pending.append(_Importing(op, dev, h))
         return None
 
     def ready(self) -> list[AddRequest]:
@@ -77,7 +77,7 @@ class RemoteImports:
             fp = imp.op.remote
             if imp.handle.exception() is None:
                 self.adopted_blocks += mgr.adopt_prefix(imp.device_blocks, fp.hashes, fp.first)
-                dt = time.perf_counter() - imp.started
+                dt = time.perf_counter() - fp.landed_at
                 self.latency_s = dt if not self.latency_s else 0.8 * self.latency_s + 0.2 * dt
             else:
                 self.failed += 1

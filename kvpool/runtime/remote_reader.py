@@ -43,6 +43,7 @@ class FetchedPrefix:
     first: int  # index of the first fetched block in the prompt
     hashes: tuple[bytes, ...]  # their chain hashes
     host_blocks: tuple[int, ...]  # lent host blocks holding their bytes, same order
+    landed_at: float = 0.0  # time.perf_counter() when the bytes were in the host blocks
 
 
 @dataclass(slots=True)
@@ -161,7 +162,8 @@ class RemoteReader:
             return None
         n = kept * g
         self.stats.fetched_blocks += n
-        return FetchedPrefix(first, tuple(hashes[first:first + n]), tuple(host[:n]))
+        return FetchedPrefix(first, tuple(hashes[first:first + n]), tuple(host[:n]),
+                             time.perf_counter())
 
     async def _get(self, keys: list[str], timeout: float) -> list[bytes | None]:
         """Values of ``keys`` in parallel chunks; a chunk not back by ``timeout`` is None."""
