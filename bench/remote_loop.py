@@ -66,12 +66,6 @@ async def engine(blocks: int, url: str | None, *, write_policy: str = "write_thr
     return eng
 
 
-async def stop(eng: AsyncEngine) -> None:
-    await eng.shutdown()
-    if eng.remote_link is not None:
-        await eng.remote_link.tier.aclose()
-
-
 async def store_prefix(blocks: int, prompt: list[int], url: str) -> int:
     """Engine 1: compute ``prompt`` and store its full blocks (write_through); waits for the
     stores (bounded) and returns how many the tier took."""
@@ -84,7 +78,7 @@ async def store_prefix(blocks: int, prompt: list[int], url: str) -> int:
             await asyncio.sleep(0.02)
         return e1.remote_link.tier.stats().puts
     finally:
-        await stop(e1)
+        await e1.shutdown()
 
 
 async def _monitor(stop_: asyncio.Event, lags: list[float]) -> None:
@@ -129,7 +123,7 @@ async def one(blocks: int, prompt: list[int], url: str | None, *, monitor: bool 
             res["declined_cost"] = eng.reader.stats.declined_cost - st0[1]
         return res
     finally:
-        await stop(eng)
+        await eng.shutdown()
 
 
 async def _main(args) -> dict:
@@ -171,7 +165,7 @@ async def _open_breaker(blocks: int, prompt: list[int], calls: int = 500) -> dic
                 "open_breaker.prefetch_ms.p99": lat[int(len(lat) * 0.99)],
                 "open_breaker.breaker_state": int(eng.remote_link.tier.breaker.state)}
     finally:
-        await stop(eng)
+        await eng.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -163,6 +163,8 @@ class AsyncEngine:
             self.core.block_sink = None
             await self.writer.aclose()
         await loop.run_in_executor(None, self.core.close)  # joins the copy worker
+        if self.remote_link is not None:  # the engine warmed its tier at start; it closes it
+            await self.remote_link.tier.aclose()
 
     def is_healthy(self) -> bool:
         return self._error is None and (self._thread is None or self._thread.is_alive())

@@ -229,9 +229,7 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
     finally:
         if listener is not None:
             listener.close()
-        await runner.cleanup()  # close what is left, engine.shutdown (blocks back)
-        if link is not None:
-            await link.tier.aclose()
+        await runner.cleanup()  # close what is left, engine.shutdown (blocks back, tier closed)
         for sig in installed:
             loop.remove_signal_handler(sig)
     print(f"{STOPPED_PREFIX}{engine.num_free_blocks()} device blocks free", flush=True)

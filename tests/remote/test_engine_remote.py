@@ -31,9 +31,7 @@ async def engine(url: str | None, policy: str = "write_through", **link_kw) -> A
 
 
 async def stop(eng: AsyncEngine) -> None:
-    await eng.shutdown()
-    if eng.remote_link is not None:
-        await eng.remote_link.tier.aclose()
+    await eng.shutdown()  # also closes the remote tier
     eng.core.manager.check_invariants()
     st = eng.core.manager.stats()
     assert st.device.num_used == 0 and st.host.num_used == 0, "leaked blocks"
