@@ -32,6 +32,7 @@ The connections also read with a StreamReader buffer of ``READ_BUFFER`` bytes: a
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -348,9 +349,7 @@ class RedisTier:
         return True
 
 
-_DRIVER_INFO: list[DriverInfo] = []
-
-
+@functools.cache
 def _driver_info() -> DriverInfo:
     """One DriverInfo (CLIENT SETINFO's name and version) for every connection of the process.
 
@@ -358,9 +357,7 @@ def _driver_info() -> DriverInfo:
     __init__, and that looks redis's version up in the installed package metadata (a scan of
     sys.path, 0.3-0.8 ms here) on the event loop: a fetch that opens 16 pooled connections at
     once stalled the loop ~8 ms in one iteration. Resolved once, the lookup is paid once."""
-    if not _DRIVER_INFO:
-        _DRIVER_INFO.append(DriverInfo())
-    return _DRIVER_INFO[0]
+    return DriverInfo()
 
 
 def _refused(exc: BaseException) -> bool:
