@@ -42,6 +42,7 @@ from kvpool.errors import CopyError, EngineError, InvalidBlockError
 from kvpool.runtime.copy_backends import (
     COPY_KINDS, CopyBackend, TorchCopyBackend, check_destinations)
 from kvpool.runtime.copy_handle import CopyCancelledError, CopyHandle
+from kvpool.runtime.ema import ema
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 
 __all__ = ["COPY_KINDS", "CopyCancelledError", "CopyEngine", "CopyHandle", "CopyStats"]
@@ -252,11 +253,8 @@ class CopyEngine:
                 self._seconds[kind] += seconds or 0.0
                 if seconds and seconds > 0:
                     rate = handle.bytes / seconds
-                    a = self._alpha
-                    self._bw[kind] = rate if self._bw[kind] == 0.0 else \
-                        a * rate + (1 - a) * self._bw[kind]
-                    self._bw_all = rate if self._bw_all == 0.0 else \
-                        a * rate + (1 - a) * self._bw_all
+                    self._bw[kind] = ema(self._bw[kind], rate, self._alpha)
+                    self._bw_all = ema(self._bw_all, rate, self._alpha)
             else:
                 self._failures[kind] += 1
             self._cond.notify_all()

@@ -31,6 +31,7 @@ from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
 from kvpool.runtime.copy_engine import CopyEngine
 from kvpool.runtime.context_fit import fit_max_model_len
+from kvpool.runtime.ema import ema
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 from kvpool.runtime.kv_storage import KVStorage
@@ -309,8 +310,7 @@ class EngineCore:
         """Feed the scheduler's preemption cost model with measured rates (EMA)."""
         if tokens >= 32 and seconds > 0:  # prefill-dominated steps say something about it
             rate = tokens / seconds
-            self._prefill_rate = rate if not self._prefill_rate else \
-                0.8 * self._prefill_rate + 0.2 * rate
+            self._prefill_rate = ema(self._prefill_rate, rate)
         if self.steps % 32 == 0:
             bw = self.copies.bandwidth()
             kw = {}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from kvpool.core import BlockSpaceManager
 from kvpool.core.block import Device
 from kvpool.runtime.copy_engine import CopyEngine, CopyHandle
+from kvpool.runtime.ema import ema
 from kvpool.runtime.ops import AddRequest
 
 
@@ -78,7 +79,7 @@ class RemoteImports:
             if imp.handle.exception() is None:
                 self.adopted_blocks += mgr.adopt_prefix(imp.device_blocks, fp.hashes, fp.first)
                 dt = time.perf_counter() - fp.landed_at
-                self.latency_s = dt if not self.latency_s else 0.8 * self.latency_s + 0.2 * dt
+                self.latency_s = ema(self.latency_s, dt)
             else:
                 self.failed += 1
                 mgr.give_back(Device.DEVICE, imp.device_blocks)

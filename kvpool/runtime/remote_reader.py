@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from kvpool.runtime.async_front import AsyncManagerFront
+from kvpool.runtime.ema import ema
 from kvpool.runtime.remote_link import RemoteLink
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class RemoteReader:
         self.stats.considered += 1
         tp = time.perf_counter()
         run = await link.tier.probe(keys)
-        self.rtt = 0.8 * self.rtt + 0.2 * (time.perf_counter() - tp)
+        self.rtt = ema(self.rtt, time.perf_counter() - tp)
         first = first_group * g
         new = first + run * g - local
         if run == 0 or new < link.min_fetch_blocks:
@@ -152,7 +153,7 @@ class RemoteReader:
             if kept == run:  # a complete fetch: what it cost beyond its bytes
                 extra = max(0.0, time.perf_counter() - tf
                             - run * g * self.bytes_per_block / self.bandwidth)
-                self.fixed_s = extra if not self.fixed_s else 0.8 * self.fixed_s + 0.2 * extra
+                self.fixed_s = ema(self.fixed_s, extra)
         finally:
             if kept < run:
                 self.stats.partial += 1
@@ -187,7 +188,7 @@ class RemoteReader:
         dt = time.perf_counter() - tg
         # NOTE(bandwidth): only reads big enough that bytes, not the round trip, set their time
         if got >= _BANDWIDTH_MIN_BYTES and not pending and dt > 0:
-            self.bandwidth = 0.8 * self.bandwidth + 0.2 * (got / dt)
+            self.bandwidth = ema(self.bandwidth, got / dt)
         return out
 
     def _land(self, values: list[bytes | None], host: list[int]) -> int:
