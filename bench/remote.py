@@ -40,6 +40,7 @@ import redis.asyncio as aioredis
 from redis.utils import HIREDIS_AVAILABLE
 
 from bench import remote_ttft
+from bench.remote_loop import config as engine_config
 from bench.common import (Timing, aalternate, bench_parser, machine, put, put_runs, ratio_stat,
                           stat, timing_from_args, timing_info, write_json)
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_ttft:
             # as kvpool serve's entry point tunes it (one torch thread, 0.5 ms GIL switch);
             # last, so the throughput figures above keep the defaults they always had
-            tune_process(remote_ttft.engine_config(max(lengths)))
+            tune_process(engine_config(max(lengths)))
             res.update(asyncio.run(remote_ttft.ttft_by_prefix(srv.url, lengths, ttft_repeats)))
     finally:
         srv.stop()

@@ -37,7 +37,6 @@ from __future__ import annotations
 import random
 import statistics
 
-from bench.remote_loop import config as engine_config  # noqa: F401 - bench.remote tunes by it
 from bench.remote_loop import one, store_prefix
 
 LENGTHS = (1, 2, 4, 8, 16, 32, 64, 128)
