@@ -72,11 +72,12 @@ class BonusTuner:
     fraction of hash space as shadow capacity / pool capacity.
 
     Chooses ClassLRUPolicy's bonus by simulation: one ShadowCache per candidate in GRID, all
-    fed the same hash-sampled accesses. Once per period (512 sampled accesses at most) it
+    fed the same hash-sampled accesses. Once per period (256 sampled accesses at most) it
     compares their hits and moves to the candidate nearest the current choice among those whose
     gain over it passes a paired one-sided test in BOTH evidence windows: a fast one (reacts
     within ~10 periods) and a slow one (~50 periods), so a phase that merely favours another
-    bonus for a while does not make it chase noise.
+    bonus for a while does not make it chase noise. A move to a larger bonus (further from
+    LRU) must also be worth it: a slow-window gain of at least EFFECT of the sampled accesses.
     """
 
     # Candidate bonuses in pool turnovers: 0 is plain LRU, 8 keeps a block used 2+ times for
@@ -86,8 +87,15 @@ class BonusTuner:
     # NOTE(z): a switch needs a mean paired gain > Z standard errors in every window. The test
     # is repeated every period, so a single pass is weak evidence: at Z = 1 noise moved the
     # bonus off 0 on workloads where every candidate ties with LRU, and that cost hits.
-    Z = 2.0
+    Z = 2.5
     MIN_PERIODS = 3  # ... and this many periods of evidence (a variance from 2 is noise)
+    # NOTE(effect): a move to a larger bonus also needs a slow-window mean gain above this
+    # share of the period's sampled accesses (1.5 hit-rate points); a move toward LRU needs
+    # only the test. On traces where every bonus ties with LRU to a fraction of a point
+    # (memoryless session reuse, uniform documents), the test, repeated every period, still
+    # passed now and then on a burst; the departure then lost hits to LRU. Gains this large
+    # (scans, skewed popularity, the conversation trace) outlast such bursts.
+    EFFECT = 0.015
 
     def __init__(self, capacity: int, classes: int) -> None:
         # NOTE(sampling): shadows of 2048 hashes (a quarter of the pool if smaller) are
@@ -97,10 +105,10 @@ class BonusTuner:
         size = max(8, min(2048, capacity // 4))
         self.threshold = max(1, (size << 20) // max(capacity, 1))  # sample: crc >> 12 < this
         self.shadows = [ShadowCache(size, g * size, classes) for g in self.GRID]
-        # NOTE(period): at most 512 sampled accesses per step, so a large pool still takes
+        # NOTE(period): at most 256 sampled accesses per step, so a large pool still takes
         # several steps per turnover; one step per shadow turnover left 16000-block pools on
-        # LRU for most of a 200k-block trace.
-        self.period = min(size, 512)  # sampled accesses per tuning step
+        # LRU for most of a 200k-block trace, and 512 made the EFFECT bar late there.
+        self.period = min(size, 256)  # sampled accesses per tuning step
         self.current = 0  # index into GRID; start as plain LRU
         self.steps = 0  # tuning steps taken
         self.switches = 0  # how often the choice changed
@@ -133,6 +141,7 @@ class BonusTuner:
         n = len(hits)
         cur = self.current
         passed = [True] * n
+        bar = self.EFFECT * self.period  # NOTE(effect): hits per period, larger bonuses only
         gain = [0.0] * n  # bias-corrected mean gain over ``cur``, fast window
         for w, a in enumerate(self.ALPHAS):
             mean, sq = self._mean[w], self._sq[w]
@@ -150,6 +159,8 @@ class BonusTuner:
                 var = (sq[i][cur] * unbias - m * m) * bessel
                 # NOTE(floor): a difference of hit counts varies at least like a count
                 if not (bessel and m > 0 and m * m * n_eff > self.Z * self.Z * max(var, m)):
+                    passed[i] = False
+                elif w == 1 and i > cur and m <= bar:
                     passed[i] = False
                 if w == 0:
                     gain[i] = m
