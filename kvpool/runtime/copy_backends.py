@@ -38,9 +38,10 @@ on one thread and 21.9 on two.
 Runs of consecutive ids become one slice copy (fewer dispatches). Two intra-op threads per
 copy were slower than one on this shared box (OpenMP fork/join per block), so each copy runs on
 one thread (``num_threads``; the setting is per thread, compute keeps its own). A large batch
-(``split_min_bytes``, 8 MiB) is instead split by bytes over ``split_threads`` threads, each
-running its share of the runs: one thread moves ~6 GB/s here while a contiguous two-thread
-``copy_`` moves ~8.5, so a 64 MiB swap went from 0.61 to >= 0.8 of that memcpy. Small batches
+(``split_min_bytes``, 8 MiB) is instead copied by ``split_threads`` threads, each taking
+chunks of ~1 MiB of runs until none is left (NOTE(straggler)): one thread moves ~6 GB/s here
+while a contiguous two-thread ``copy_`` moves ~8.5, so a 64 MiB swap went from 0.61 to >= 0.8
+of that memcpy. Small batches
 (the usual decode-time swaps, copy-on-write) stay on the worker thread, off compute's core.
 ``_foreach_copy_`` releases the GIL for the whole batch, so Python compute keeps running.
 """
