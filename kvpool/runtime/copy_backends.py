@@ -38,9 +38,10 @@ on one thread and 21.9 on two.
 Runs of consecutive ids become one slice copy (fewer dispatches). Two intra-op threads per
 copy were slower than one on this shared box (OpenMP fork/join per block), so each copy runs on
 one thread (``num_threads``; the setting is per thread, compute keeps its own). A large batch
-(``split_min_bytes``, 8 MiB) is instead split by bytes over ``split_threads`` threads, each
-running its share of the runs: one thread moves ~6 GB/s here while a contiguous two-thread
-``copy_`` moves ~8.5, so a 64 MiB swap went from 0.61 to >= 0.8 of that memcpy. Small batches
+(``split_min_bytes``, 8 MiB) is instead copied by ``split_threads`` threads, each taking
+chunks of ~1 MiB of runs until none is left (NOTE(straggler)): one thread moves ~6 GB/s here
+while a contiguous two-thread ``copy_`` moves ~8.5, so a 64 MiB swap went from 0.61 to >= 0.8
+of that memcpy. Small batches
 (the usual decode-time swaps, copy-on-write) stay on the worker thread, off compute's core.
 ``_foreach_copy_`` releases the GIL for the whole batch, so Python compute keeps running.
 """
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
@@ -160,6 +162,8 @@ class TorchCopyBackend:
     """
 
     name = "torch"
+    CHUNK_BYTES = 1 << 20  # a split batch is taken in chunks of about this many bytes ...
+    CHUNKS_PER_THREAD = 4  # ... and at least this many chunks per thread (NOTE(straggler))
 
     def __init__(self, num_threads: int | None = 1, cache_views: bool = True,
                  split_threads: int | None = None, split_min_bytes: int = 8 << 20,
@@ -220,7 +224,7 @@ class TorchCopyBackend:
             g0 = staged.data_ptr() if staged is not None else 0
             moves = [(d0 + d * bpb, (g0 if st else s0) + s * bpb, n * bpb)
                      for s, d, n, st in runs]
-            self._run_shares(self._memmove_runs, moves, runs)
+            self._run_shares(self._memmove_runs, moves, runs, bpb)
             return plan.num_blocks
         dsts: list[torch.Tensor] = []
         srcs: list[torch.Tensor] = []
@@ -234,7 +238,7 @@ class TorchCopyBackend:
                 srcs.append((staged if from_stage else src_kv)[src:src + length])
         if large:
             self._run_shares(lambda part: self._copy_runs(*zip(*part)), list(zip(dsts, srcs)),
-                             runs)
+                             runs, dst_kv[0].nbytes)
         else:
             self._copy_runs(dsts, srcs)
         return plan.num_blocks
@@ -252,32 +256,49 @@ class TorchCopyBackend:
         for dst, src, n in moves:
             mm(dst, src, n)
 
-    def _run_shares(self, run: Callable[[list], None], items: list, runs: Sequence[CopyRun]
-                    ) -> None:
-        """``run`` over ``items`` (one per run) in ``split_threads`` shares of about equal
-        bytes: all but one on helper threads, one here. Every share finishes (or fails) before
-        this returns; the first error is raised."""
+    def _run_shares(self, run: Callable[[list], None], items: list, runs: Sequence[CopyRun],
+                    block_bytes: int) -> None:
+        """``run`` over ``items`` (one per run) on ``split_threads`` threads, the helpers and
+        this one, each taking the next chunk of about equal bytes from one shared cursor until
+        none is left. Every chunk finishes (or fails) before this returns; the first error is
+        raised.
+
+        NOTE(straggler): chunks are taken, not dealt. With fixed halves a batch took as long as
+        its slower thread, twice as long when the other core was busy; pulling chunks, the
+        thread that runs does the work."""
         k = self.split_threads
         if k < 2 or len(items) < k:
             run(items)
             return
         total = sum(r[2] for r in runs)
+        n = min(len(items), max(self.CHUNKS_PER_THREAD * k,
+                                total * block_bytes // self.CHUNK_BYTES))
         cuts, acc, j = [0], 0, 1
         for i, r in enumerate(runs):
             acc += r[2]
-            if j < k and acc * k >= total * j:
+            if j < n and acc * n >= total * j:
                 cuts.append(i + 1)
                 j += 1
         cuts.append(len(items))
-        shares = [items[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+        chunks = iter([items[a:b] for a, b in zip(cuts, cuts[1:]) if b > a])
+        take = threading.Lock()
+
+        def drain() -> None:
+            while True:
+                with take:
+                    part = next(chunks, None)
+                if part is None:
+                    return
+                run(part)
+
         if self._helpers is None:
             self._helpers = ThreadPoolExecutor(
                 k - 1, thread_name_prefix="kvpool-copy-split",
                 initializer=torch.set_num_threads, initargs=(1,))
-        futures = [self._helpers.submit(run, part) for part in shares[1:]]
+        futures = [self._helpers.submit(drain) for _ in range(k - 1)]
         error: BaseException | None = None
         try:
-            run(shares[0])
+            drain()
         except BaseException as e:  # noqa: BLE001 (re-raised below, after the helpers)
             error = e
         for f in futures:

@@ -224,6 +224,53 @@ def test_a_failing_share_fails_the_batch_after_every_share_ends(raw):
         TorchCopyBackend(split_threads=0)
 
 
+@pytest.mark.parametrize("raw", [False, True])
+def test_a_stalled_thread_holds_back_one_chunk_not_half_the_batch(raw):
+    """NOTE(straggler) in copy_backends: a helper stalls in its first chunk; the worker thread
+    copies every other chunk meanwhile (with fixed halves it did half and waited)."""
+    dev, host = make_pools(n_host=N_DEV)
+    pairs = [(i, N_DEV - 1 - i) for i in range(N_DEV)]
+    expected = reference(dev, host, pairs)
+    lock = threading.Lock()
+    seen = {"worker": 0, "stalled": None}
+    caught_up = threading.Event()
+
+    def counted(run, part):
+        helper = threading.current_thread().name.startswith("kvpool-copy-split")
+        with lock:
+            if helper and seen["stalled"] is None:
+                seen["stalled"] = len(part)
+                wait = seen["worker"] + len(part) < N_DEV
+            else:
+                wait = False
+                if not helper:
+                    seen["worker"] += len(part)
+                if seen["stalled"] is not None and seen["worker"] + seen["stalled"] >= N_DEV:
+                    caught_up.set()
+        if wait:
+            caught_up.wait(10)  # bounded: with fixed halves nobody sets it
+        run(part)
+
+    class Stalling(TorchCopyBackend):
+        def _copy_runs(self, dsts, srcs):
+            counted(lambda _: super(Stalling, self)._copy_runs(dsts, srcs), dsts)
+
+        @staticmethod
+        def _memmove_runs(moves):
+            counted(TorchCopyBackend._memmove_runs, moves)
+
+    backend = Stalling(num_threads=None, split_threads=2, split_min_bytes=0, raw_large=raw)
+    backend.attach({"device": dev, "host": host})
+    try:
+        assert backend.copy("device", "host", pairs) == N_DEV
+    finally:
+        backend.close()
+    assert torch.equal(host, expected)
+    stalled = seen["stalled"] or 0  # 0: the worker drained every chunk before the helper ran
+    assert stalled <= -(-N_DEV // (TorchCopyBackend.CHUNKS_PER_THREAD * 2))  # one chunk
+    assert seen["worker"] == N_DEV - stalled
+
+
 # ---------------------------------------------------------------- validation
 def test_submit_validates(engine):
     with pytest.raises(ValueError, match="unknown copy kind"):
