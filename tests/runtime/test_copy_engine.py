@@ -196,10 +196,15 @@ def test_large_batches_equal_the_per_block_reference(pairs, threads, raw, cross)
 def test_a_failing_share_fails_the_batch_after_every_share_ends(raw):
     dev, host = make_pools()
     finished = []
+    helper_failed = threading.Event()
 
     def flaky(run, items):
         if threading.current_thread().name.startswith("kvpool-copy-split"):
+            helper_failed.set()
             raise RuntimeError("share lost")
+        # the worker's chunks wait until a helper has taken one (bounded): chunks are pulled,
+        # so without this the worker could drain the batch before the helper thread runs
+        helper_failed.wait(10)
         run(items)
         finished.append(len(items))
 
