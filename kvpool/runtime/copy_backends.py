@@ -41,8 +41,8 @@ one thread (``num_threads``; the setting is per thread, compute keeps its own). 
 (``split_min_bytes``, 8 MiB) is instead copied by ``split_threads`` threads, each taking
 chunks of ~1 MiB of runs until none is left (NOTE(straggler)): one thread moves ~6 GB/s here
 while a contiguous two-thread ``copy_`` moves ~8.5, so a 64 MiB swap went from 0.61 to >= 0.8
-of that memcpy. Small batches
-(the usual decode-time swaps, copy-on-write) stay on the worker thread, off compute's core.
+of that memcpy. Small batches (the usual decode-time swaps, copy-on-write) stay on the worker
+thread, off compute's core.
 ``_foreach_copy_`` releases the GIL for the whole batch, so Python compute keeps running.
 """
 
@@ -216,10 +216,10 @@ class TorchCopyBackend:
             index = torch.tensor(plan.stage, dtype=torch.long, device=src_kv.device)
             staged = src_kv.index_select(0, index)
         runs = plan.runs
-        large = plan.num_blocks * dst_kv[0].nbytes >= self.split_min_bytes
+        bpb = dst_kv[0].nbytes  # bytes per block
+        large = plan.num_blocks * bpb >= self.split_min_bytes
         if large and self.raw_large and src_kv.device.type == dst_kv.device.type == "cpu":
             # NOTE(memmove): one libc memmove per run, GIL released per call (module docstring)
-            bpb = dst_kv[0].nbytes
             d0, s0 = dst_kv.data_ptr(), src_kv.data_ptr()
             g0 = staged.data_ptr() if staged is not None else 0
             moves = [(d0 + d * bpb, (g0 if st else s0) + s * bpb, n * bpb)
@@ -238,7 +238,7 @@ class TorchCopyBackend:
                 srcs.append((staged if from_stage else src_kv)[src:src + length])
         if large:
             self._run_shares(lambda part: self._copy_runs(*zip(*part)), list(zip(dsts, srcs)),
-                             runs, dst_kv[0].nbytes)
+                             runs, bpb)
         else:
             self._copy_runs(dsts, srcs)
         return plan.num_blocks
