@@ -192,6 +192,21 @@ def test_large_batches_equal_the_per_block_reference(pairs, threads, raw, cross)
     assert bool(moved) == (raw and (cross or any(s != d for s, d in pairs)))
 
 
+def hooked_backend(hook, raw):
+    """A two-thread TorchCopyBackend that splits every batch and sends each chunk, on the
+    torch path and the memmove path alike, through ``hook(run, items)``."""
+
+    class Hooked(TorchCopyBackend):
+        def _copy_runs(self, dsts, srcs):
+            hook(lambda _: super(Hooked, self)._copy_runs(dsts, srcs), dsts)
+
+        @staticmethod
+        def _memmove_runs(moves):
+            hook(TorchCopyBackend._memmove_runs, moves)
+
+    return Hooked(num_threads=None, split_threads=2, split_min_bytes=0, raw_large=raw)
+
+
 @pytest.mark.parametrize("raw", [False, True])
 def test_a_failing_share_fails_the_batch_after_every_share_ends(raw):
     dev, host = make_pools()
@@ -208,15 +223,7 @@ def test_a_failing_share_fails_the_batch_after_every_share_ends(raw):
         run(items)
         finished.append(len(items))
 
-    class Flaky(TorchCopyBackend):
-        def _copy_runs(self, dsts, srcs):
-            flaky(lambda _: super(Flaky, self)._copy_runs(dsts, srcs), dsts)
-
-        @staticmethod
-        def _memmove_runs(moves):
-            flaky(TorchCopyBackend._memmove_runs, moves)
-
-    backend = Flaky(num_threads=None, split_threads=2, split_min_bytes=0, raw_large=raw)
+    backend = hooked_backend(flaky, raw)
     with CopyEngine(dev, host, backend=backend) as eng:
         handle = eng.submit("swap_out", [(i, i) for i in range(0, 16, 2)])
         with pytest.raises(CopyError, match="share lost"):
@@ -256,15 +263,7 @@ def test_a_stalled_thread_holds_back_one_chunk_not_half_the_batch(raw):
             caught_up.wait(10)  # bounded: with fixed halves nobody sets it
         run(part)
 
-    class Stalling(TorchCopyBackend):
-        def _copy_runs(self, dsts, srcs):
-            counted(lambda _: super(Stalling, self)._copy_runs(dsts, srcs), dsts)
-
-        @staticmethod
-        def _memmove_runs(moves):
-            counted(TorchCopyBackend._memmove_runs, moves)
-
-    backend = Stalling(num_threads=None, split_threads=2, split_min_bytes=0, raw_large=raw)
+    backend = hooked_backend(counted, raw)
     backend.attach({"device": dev, "host": host})
     try:
         assert backend.copy("device", "host", pairs) == N_DEV
