@@ -75,13 +75,16 @@ class PromptAllocator:
                 out.append(res)
             return out
 
-    def _allocate_locked(self, r: SeqAlloc, hashes: Sequence[bytes]) -> int | None:
-        tables = self.tables
-        for s in r.seq_ids:
-            if s in tables:
+    def _check_new(self, seq_ids: Sequence[int]) -> None:
+        for s in seq_ids:
+            if s in self.tables:
                 raise DuplicateSequenceError(f"sequence {s} already has a block table")
-        if len(set(r.seq_ids)) != len(r.seq_ids):
+        if len(set(seq_ids)) != len(seq_ids):
             raise DuplicateSequenceError("seq_ids must be distinct")
+
+    def _allocate_locked(self, r: SeqAlloc, hashes: Sequence[bytes]) -> int | None:
+        self._check_new(r.seq_ids)
+        tables = self.tables
         bs = self.block_size
         n = len(r.token_ids)
         nseq = len(r.seq_ids)
