@@ -124,7 +124,7 @@ def scenario(draw):
     return bs, blocks, watermark, caching, chunked, mode, reqs, draw(st.booleans())
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario())
 @example((8, 8, 0.0, False, True, None, [(1, 8, 30, 0), (2, 32, 0, 0)], True))
 def test_every_request_the_up_front_check_accepts_finishes(sc):
