@@ -2,9 +2,9 @@
 
 Per POST /v1/completions or /v1/chat/completions::
 
-    body = read once within --max-body-bytes, checked to be a JSON object (body.py; else
+    body = read once within --max-body-bytes, checked to be a JSON object (relayed.py; else
         400 / 413 OpenAI error JSON)
-    headers = the client's end-to-end headers (headers.py), for the lookups and the request
+    headers = the client's end-to-end headers (relayed.py), for the lookups and the request
     fan out POST /v1/kvpool/lookup with the same body to every healthy replica, in parallel,
         each bounded by lookup_timeout (a late, failed or silent replica scores hit 0, and its
         load is the requests this router has in flight to it)
@@ -38,8 +38,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from kvpool.router.body import BodyReader
-from kvpool.router.headers import request_headers
+from kvpool.router.relayed import BodyReader, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose
 from kvpool.router.upstream import SKIP_AUTO_HEADERS, Failure, Relay

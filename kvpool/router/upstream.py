@@ -19,29 +19,34 @@ SSE answer started there is no retry: the client has seen part of it.
 NOTE(event-boundary): SSE bytes are passed on up to the last complete event (``\\n\\n``), so
 a replica lost in the middle of an event never leaves half a JSON line ahead of the error
 event; the replica writes whole events, so nothing waits in the buffer in practice.
+
+NOTE(usage): the router's ``kvpool_router_cached_tokens_total`` sums
+``usage.prompt_tokens_details.cached_tokens`` of every answer it passed on: from the final
+usage chunk of an SSE stream, or from a plain JSON body. Only the first ``SCAN_BYTES`` of an
+answer are looked at (usage comes early in a JSON body and in a short last SSE line).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from kvpool.router.headers import response_headers
+from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet
-from kvpool.router.usage import UsageScanner
 from kvpool.server.middleware import STREAM_STARTED, error_body
 
-__all__ = ["Failure", "Relay"]
+__all__ = ["Failure", "Relay", "UsageScanner"]
 
 log = logging.getLogger("kvpool.router")
 SSE_TYPE = "text/event-stream"
+SCAN_BYTES = 1 << 20  # bodies are scanned for usage only up to this size
 _EVENT_END = b"\n\n"
 _DONE = b"data: [DONE]\n\n"
 # NOTE(transparent): the replica sees the client's own User-Agent and Accept-Encoding (or none),
@@ -176,3 +181,35 @@ class Relay:
         usage.feed(body)
         if (cached := usage.cached_tokens()) is not None:
             self.on_cached(cached)
+
+
+class UsageScanner:
+    """Finds usage.prompt_tokens_details.cached_tokens in a JSON body or an SSE stream."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.seen = 0
+        self.found: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self.seen += len(chunk)
+        if self.seen > SCAN_BYTES:
+            self.buf.clear()
+            return
+        self.buf += chunk
+        while (nl := self.buf.find(b"\n")) >= 0:  # SSE: one event line at a time
+            line, self.buf = bytes(self.buf[:nl]), self.buf[nl + 1:]
+            if line.startswith(b"data: {") and b'"usage"' in line:
+                self._take(line[6:])
+
+    def cached_tokens(self) -> int | None:
+        if self.found is None and self.buf.startswith(b"{"):  # a plain JSON answer
+            self._take(bytes(self.buf))
+        return self.found
+
+    def _take(self, text: bytes) -> None:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            usage: Any = json.loads(text).get("usage") or {}
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            if isinstance(cached, int):
+                self.found = cached

@@ -18,8 +18,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from kvpool.router.body import CHECKED_VALUES
-from kvpool.router.headers import request_headers, response_headers
+from kvpool.router.relayed import CHECKED_VALUES, request_headers, response_headers
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
