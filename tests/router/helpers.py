@@ -8,8 +8,6 @@ import contextlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-from aiohttp.test_utils import TestServer
-
 from kvpool.router.cli import listen
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
@@ -32,14 +30,11 @@ def spawn(rid: str, *extra: str) -> SpawnedServer:
 
 @contextlib.asynccontextmanager
 async def router(urls, **kw):
+    """A Router over ``urls`` as ``kvpool router`` serves it; yields (router, its URL)."""
     r = Router(ReplicaSet(urls, interval=kw.pop("interval", 1.0)),
                lookup_timeout=LOOKUP_TIMEOUT, **kw)
-    server = TestServer(r.app(), host="127.0.0.1", port=0)
-    await server.start_server()
-    try:
-        yield r, f"http://127.0.0.1:{server.port}"
-    finally:
-        await server.close()
+    async with served(r) as url:
+        yield r, url
 
 
 async def wait_idle(s, urls) -> int:

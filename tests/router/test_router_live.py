@@ -15,13 +15,12 @@ import uuid
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
 from kvpool.router.cli import add_arguments, build_router
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from tests.router.helpers import (HOG_TOKENS, LOOKUP_TIMEOUT, complete, decisions, metrics,
-                                  prompt, router, spawn, wait_idle)
+                                  prompt, router, served, spawn, wait_idle)
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +41,8 @@ async def router_from_flags(urls, *flags: str):
     argv = [x for u in urls for x in ("--replica", u)]
     args = add_arguments(argparse.ArgumentParser()).parse_args(
         [*argv, "--lookup-timeout-ms", str(LOOKUP_TIMEOUT * 1000), *flags])
-    server = TestServer(build_router(args).app(), host="127.0.0.1", port=0)
-    await server.start_server()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        await server.close()
+    async with served(build_router(args)) as url:
+        yield url
 
 
 async def test_repeated_prompt_goes_where_its_prefix_is(replicas):
