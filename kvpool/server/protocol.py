@@ -37,7 +37,7 @@ from kvpool.errors import RequestError
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
-from kvpool.server.json_body import decode_json_body
+from kvpool.server.json_body import MAX_JSON_DEPTH, decode_json_body
 from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
                                         KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
                                         UNSUPPORTED_COMPLETION, check_known, check_unsupported)
@@ -49,7 +49,6 @@ from kvpool.server.sampling_fields import parse_sampling_controls
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-MAX_JSON_DEPTH = 32
 MAX_CACHE_SALT_CHARS = 1024
 MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
 _INT32 = 1 << 31
