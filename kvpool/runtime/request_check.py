@@ -9,7 +9,6 @@ into an OpenAI error with HTTP 400) and, where a fix exists, the fix. Checked in
                                              long), code context_length_exceeded
     admission NEVER for prompt + 1 token  -> prompt, code prompt_too_long_for_pool
     prompt + max_tokens > the whole pool  -> max_tokens, code context_length_exceeded
-    an unusable response_format           -> response_format (the grammar's own check)
 
 The pool check asks the manager's one admission rule, the scheduler's own, so a request
 accepted here is never ignored later for its size.
@@ -20,19 +19,17 @@ from __future__ import annotations
 from kvpool.core import AllocStatus, BlockSpaceManager
 from kvpool.errors import RequestError
 from kvpool.runtime.model import SamplingParams
-from kvpool.runtime.model.grammar import GrammarMatchers
 
 
 class RequestChecker:
-    """Validation against the model's vocabulary and context, the block pool (lent by the
-    engine: asked, never changed) and the grammar compiler."""
+    """Validation against the model's vocabulary and context and the block pool (lent by the
+    engine: asked, never changed). A response_format is checked where it is compiled, off
+    this (caller's) thread: EngineCore.compile_grammar."""
 
-    def __init__(self, vocab_size: int, max_model_len: int, manager: BlockSpaceManager,
-                 grammars: GrammarMatchers) -> None:
+    def __init__(self, vocab_size: int, max_model_len: int, manager: BlockSpaceManager) -> None:
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.manager = manager
-        self.grammars = grammars
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raise RequestError for what can never be served (see the module docstring)."""
@@ -68,5 +65,3 @@ class RequestChecker:
                     f"more than the KV cache's {total} blocks of {bs} tokens can hold; use "
                     f"max_tokens <= {total * bs - n + 1} or raise --kv-cache-memory",
                     "max_tokens", "context_length_exceeded")
-        if params.response_format is not None:
-            self.grammars.validate(params.response_format)

@@ -15,7 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvpool.runtime.model import (Sampler, SamplingParams, SeqHistory,
                                   build_byte_tokenizer)
 from kvpool.runtime.model.byte_tokenizer import byte_alphabet
-from kvpool.runtime.model.grammar import (GrammarMatchers, GrammarSpec, TokenMask,
+from kvpool.runtime.model.grammar_matchers import GrammarMatchers
+from kvpool.runtime.model.grammar import (GrammarSpec, TokenMask,
                                           apply_token_mask, unpack_bitmask)
 
 TOK = build_byte_tokenizer()
@@ -29,14 +30,14 @@ SCHEMAS = [
     {"type": "array", "items": {"type": "number"}, "maxItems": 3},
     {"type": "object"},
 ]
-SPECS = [GrammarSpec.json_schema(s) for s in SCHEMAS]
 MATCHERS = GrammarMatchers(TOK, VOCAB)
+SPECS = [MATCHERS.compiler.compile(GrammarSpec.json_schema(s)) for s in SCHEMAS]
 
 
 def test_vocabulary_bytes_are_the_byte_level_tokens():
     """llguidance's bytes for every id are what the byte-level decoder makes of it."""
     inv = {c: b for b, c in enumerate(byte_alphabet())}
-    lt = MATCHERS.lltokenizer
+    lt = MATCHERS.compiler.lltokenizer
     assert lt.vocab_size == VOCAB and lt.eos_token == TOK.eos_token_id
     for i in range(3):
         assert lt.is_special_token(i)
