@@ -260,6 +260,9 @@ class EngineCore:
         batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
                                       [e.block_ids for e in entries])
         full = self.prompt_logprobs.rows(entries)
+        reqs = self.outputs.requests  # the rows _sample will sample: NOTE(overlap)
+        self.grammars.prefetch_mask([s for e in entries if e.request_id in reqs
+                                     for s in e.sample_seq_ids])
         tf = time.perf_counter()
         with torch.inference_mode():
             if full:  # NOTE(prompt-logprobs): lm_head over every position of those rows only
@@ -391,4 +394,5 @@ class EngineCore:
 
     def close(self) -> None:
         self.copies.close(cancel=True)
+        self.grammars.close()
 

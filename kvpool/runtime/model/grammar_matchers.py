@@ -6,12 +6,19 @@ matcher allows only EOS, which used to end the request with finish_reason "stop"
 schema rejects. ``token_mask`` and ``advance`` report such sequences in ``failures``; the
 engine fails their request (finish_reason "error", the message naming response_format; over
 HTTP a 500 ``generation_error``, or an SSE error event after the chunks already sent).
+
+NOTE(overlap): a step's masks depend only on the tokens sampled by the previous step, so the
+engine starts them (``prefetch_mask``) before the model's forward and picks them up when it
+samples: a heavy grammar's mask time runs beside the forward instead of after it (on a GPU the
+forward is queued asynchronously and the host waits for the logits anyway; on CPU the mask's
+threads share the cores with torch's). Each mask step is still bounded by the fuel in LIMITS.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Sequence
 
 import llguidance
@@ -46,6 +53,8 @@ class GrammarMatchers:
         self._matchers: dict[int, llguidance.LLMatcher] = {}  # seq_id -> matcher
         # NOTE(grammar-error): seq_id -> why its matcher broke (the engine takes them)
         self.failures: dict[int, str] = {}
+        self._pool: ThreadPoolExecutor | None = None  # NOTE(overlap): one mask thread
+        self._pending: tuple[list[int], Future] | None = None  # (seq ids, their mask)
 
     def __len__(self) -> int:
         return len(self._matchers)
@@ -69,8 +78,31 @@ class GrammarMatchers:
         self._matchers.pop(seq_id, None)
         self.failures.pop(seq_id, None)
 
+    def prefetch_mask(self, seq_ids: Sequence[int]) -> None:
+        """Start ``token_mask(seq_ids)`` on a helper thread (NOTE(overlap)); the next
+        ``token_mask`` call waits for it. Nothing else may touch the matchers meanwhile."""
+        ids = list(seq_ids)
+        if not self._matchers or not any(s in self._matchers for s in ids):
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="kvpool-mask")
+        self._pending = (ids, self._pool.submit(self._compute_mask, ids))
+
     def token_mask(self, seq_ids: Sequence[int]) -> TokenMask | None:
-        """The mask for the rows (one per entry of ``seq_ids``) that have a grammar, or None."""
+        """The mask for the rows (one per entry of ``seq_ids``) that have a grammar, or None
+        (the prefetched one when it was started for these rows)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            mask = pending[1].result()  # never two mask computations over the same matchers
+            if pending[0] == list(seq_ids):
+                return mask
+        return self._compute_mask(seq_ids)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def _compute_mask(self, seq_ids: Sequence[int]) -> TokenMask | None:
         if not self._matchers:
             return None
         get = self._matchers.get
