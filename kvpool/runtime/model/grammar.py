@@ -38,7 +38,8 @@ import torch
 
 from kvpool.errors import RequestError
 
-__all__ = ["LIMITS", "OPTIONS", "PARAM", "GrammarSpec", "TokenMask", "apply_token_mask", "unpack_bitmask"]
+__all__ = ["LIMITS", "OPTIONS", "PARAM", "GrammarSpec", "TokenMask", "apply_token_mask",
+           "unpack_bitmask"]
 
 PARAM = "response_format"
 # NOTE(budget) in grammar_compile.py; llguidance's defaults: 1M, 200k, 50k, 250k

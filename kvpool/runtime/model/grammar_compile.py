@@ -7,15 +7,16 @@ Life of a grammar::
                            validate_grammar under LIMITS (a 400 naming response_format)
     compile (worker)       GrammarCompiler.compile: the matcher (llguidance builds its lexer
                            lazily, on the first masks), probed: PROBE_STEPS masks along the
-                           first allowed token, for the schema and for each ``pattern`` in it
-                           as a grammar of its own; an error -> 400 naming response_format
+                           first allowed token, for the schema and for each ``pattern`` and
+                           referenced definition in it as a grammar of its own (at most
+                           MAX_PROBES); an error -> 400 naming response_format
     step thread            GrammarMatchers.add: one deep copy of the probed matcher per
                            sequence (cheap: the lexer is shared); masks under LIMITS
 
 NOTE(budget): llguidance counts work in fuel and fails a matcher whose step runs out (it never
-returns a partial mask). LIMITS (grammar.py) is tighter than llguidance's defaults, measured on the tiny
-vocabulary and a synthetic 150k byte-level one (bench/structured.py): every schema the tests
-and benchmarks use passes on both, while ``^(abc){1000000000}$``, ``^x{100000}$`` and
+returns a partial mask). LIMITS (grammar.py) is tighter than llguidance's defaults, measured on
+the tiny vocabulary and a synthetic 150k byte-level one (bench/structured.py): every schema the
+tests and benchmarks use passes on both, while ``^(abc){1000000000}$``, ``^x{100000}$`` and
 ``((a{100}){100}){100}`` exhaust the fuel within the probe (with the defaults ``^x{100000}$``
 was accepted and cost ~50 ms per mask on a 512-token vocabulary, every step, for every
 sequence). A ``$ref`` loop allows nothing at all: its first mask is an error. Why each
