@@ -12,7 +12,6 @@ into an OpenAI error with HTTP 400) and, where a fix exists, the fix. Checked in
     n such sequences > the whole pool     -> n, code n_too_large_for_pool (the prompt's
                                              full blocks held once, each sequence's own
                                              generated blocks apart)
-    an unusable response_format           -> response_format (the grammar's own check)
 
 The pool check asks the manager's one admission rule, the scheduler's own, so a request
 accepted here is never ignored later for its size.
@@ -23,19 +22,17 @@ from __future__ import annotations
 from kvpool.core import Admission, AllocStatus, BlockSpaceManager
 from kvpool.errors import RequestError
 from kvpool.runtime.model import SamplingParams
-from kvpool.runtime.model.grammar import GrammarMatchers
 
 
 class RequestChecker:
-    """Validation against the model's vocabulary and context, the block pool (lent by the
-    engine: asked, never changed) and the grammar compiler."""
+    """Validation against the model's vocabulary and context and the block pool (lent by the
+    engine: asked, never changed). A response_format is checked where it is compiled, off
+    this (caller's) thread: EngineCore.compile_grammar."""
 
-    def __init__(self, vocab_size: int, max_model_len: int, manager: BlockSpaceManager,
-                 grammars: GrammarMatchers) -> None:
+    def __init__(self, vocab_size: int, max_model_len: int, manager: BlockSpaceManager) -> None:
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.manager = manager
-        self.grammars = grammars
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raise RequestError for what can never be served (see the module docstring)."""
@@ -55,8 +52,6 @@ class RequestChecker:
                 f"request has {n} prompt tokens and asks for {params.max_tokens} more",
                 "max_tokens" if n < limit else "prompt", "context_length_exceeded")
         self._check_pool(n, params)
-        if params.response_format is not None:
-            self.grammars.validate(params.response_format)
 
     def _check_pool(self, p: int, params: SamplingParams) -> None:
         """The pool checks: the prompt, then one sequence, then all ``n`` of them."""

@@ -34,6 +34,7 @@ they arrive (prompt_merge.py); leaving early aborts every one that has not finis
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -112,6 +113,8 @@ class OpenAIRoutes:
                 req = await loop.run_in_executor(self._parse_pool, self._parse, raw, chat)
             finally:
                 self.parsing -= 1
+        if req.params.response_format is not None:  # compiled off the loop (grammar_compile.py)
+            req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         builder = ResponseBuilder(req, formatter=self.formatter)
         prompts = req.all_prompts
         if len(prompts) > 1:  # NOTE(all-or-nothing): one bad prompt fails the whole request
