@@ -27,6 +27,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too (and exists)."""
+    for _ in range(100):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
 def ping(port: int, timeout: float = 0.2, ca: str | None = None) -> bool:
     """A raw RESP PING (no client library, so no retry or pool gets in the way); over TLS
     trusting ``ca`` when given. An error reply (NOAUTH) is an answer too."""
@@ -101,7 +116,7 @@ class RedisServer:
         os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
-        if self.proc is not None:
+        if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGCONT)
             self.proc.terminate()
             try:
@@ -109,5 +124,5 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-            self.proc = None
+        self.proc = None
         shutil.rmtree(self._dir, ignore_errors=True)
