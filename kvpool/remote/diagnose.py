@@ -46,6 +46,18 @@ _FIXES = {
 }
 
 
+# a fault kind -> its errors_total kind (the connection kinds first, then error replies)
+_ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "connection",
+                "closed": "connection", "connection": "connection", "oom": "oom",
+                "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
+                "noperm": "noperm"}
+
+
+def error_kind(fault: str) -> str:
+    """The ``errors_total`` kind a fault kind is counted under."""
+    return _ERROR_KINDS.get(fault, "response")
+
+
 def classify(exc: BaseException) -> str:
     """The fault kind of one failed call (a key of the fix table). Timeouts and the
     connection kinds (timeout, auth, tls, refused, closed, connection) mean Redis did not
@@ -109,6 +121,19 @@ class FaultLog:
         self.seen.add(key)
         log.warning("remote tier %s: %s", self.where, text)
         return True
+
+    def inspected(self, info: Mapping[str, Any]) -> str | None:
+        """Log what one ``INFO`` reply says (a refusal as an error, each warning once, else
+        that the tier is reachable); the refusal, or None when the server is usable."""
+        refusal, warnings = check_info(info)
+        if refusal is not None:
+            log.error("remote tier %s refused: %s; serving without the tier (requests "
+                      "recompute)", self.where, refusal)
+            return refusal
+        for w in warnings:
+            self.once(w, w)
+        log.info("remote tier %s is reachable: %s", self.where, describe(info))
+        return None
 
 
 def check_info(info: Mapping[str, Any]) -> tuple[str | None, list[str]]:

@@ -50,7 +50,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from kvpool.remote.breaker import BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
 from kvpool.remote.connections import pool_from_url, where
-from kvpool.remote.diagnose import FaultLog, check_info, classify, describe
+from kvpool.remote.diagnose import FaultLog, classify, error_kind
 from kvpool.remote.tier import RemoteStats, check_values
 
 log = logging.getLogger("kvpool.remote")
@@ -69,11 +69,6 @@ return n
 _OFFLOOP_BYTES = 256 << 10  # check a part's values in a worker thread above this many bytes
 GET_PARTS = 4  # MGETs one get_many sends at once (O(1) round trips, checks overlap reads)
 _FAILED = object()  # sentinel: the call failed or was refused (already counted)
-# a failure's fault kind (diagnose.classify) -> its errors_total kind; the rest are replies
-_FAILURE_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "connection",
-                  "closed": "connection", "connection": "connection"}
-_REPLY_KINDS = {"oom": "oom", "crossslot": "cluster", "moved": "cluster",
-                "clusterdown": "cluster", "noperm": "noperm"}
 
 Observer = Callable[[str, float], None]
 
@@ -322,22 +317,27 @@ class RedisTier:
             return result
         # NOTE(cancel): a CancelledError from the caller (a prefetch deadline) propagates and
         # reports nothing: it says nothing about Redis.
+        self._failed(epoch, err)
+        return _FAILED
+
+    def _failed(self, epoch: int, err: BaseException) -> None:
+        """Redis did not serve a call: tell the breaker, count and log (a new event only)."""
+        breaker = self.breaker
         fault = classify(err)
         opens = breaker.opens
         cause = fault if fault in ("timeout", "refused") else "connection"
         if breaker.record_failure(epoch, cause):  # a new event, not one that joined an opening
-            self._stats.count_error(_FAILURE_KINDS.get(fault, "connection"))
+            self._stats.count_error(error_kind(fault))
             self.faults.note(fault, err)
         else:
             self._stats.count_error("joined")
         if breaker.opens != opens:
             self._opened()
-        return _FAILED
 
     def _reply_error(self, exc: BaseException) -> None:
         """An error reply: counted by kind, logged once; an OOM pauses the puts."""
         fault = classify(exc)
-        self._stats.count_error(_REPLY_KINDS.get(fault, "response"))
+        self._stats.count_error(error_kind(fault))
         self.faults.note(fault, exc)
         if isinstance(exc, OutOfMemoryError):
             if time.monotonic() >= self._puts_paused_until:
@@ -349,20 +349,12 @@ class RedisTier:
         a server the tier must not use, warn (once) on settings that hurt, and say that the
         tier is reachable. False when refused."""
         info = await self._call("info", 0, self._redis.info)
-        where = self.faults.where
         if info is _FAILED:  # an ACL without INFO, or Redis went away again: unchecked
-            log.info("remote tier %s: INFO not readable, its settings are unchecked", where)
+            self.faults.once("no-info", "INFO not readable: the server's settings are "
+                             "unchecked")
             return self.breaker.state is BreakerState.CLOSED
-        refusal, warnings = check_info(info)
-        if refusal is not None:
-            self._refusal = refusal
-            log.error("remote tier %s refused: %s; serving without the tier (requests "
-                      "recompute)", where, refusal)
-            return False
-        for w in warnings:
-            self.faults.once(w, w)
-        log.info("remote tier %s is reachable: %s", where, describe(info))
-        return True
+        self._refusal = self.faults.inspected(info)
+        return self._refusal is None
 
     def _opened(self) -> None:
         """The breaker just opened: cut the calls still in flight (they would each wait out
