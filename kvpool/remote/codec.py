@@ -20,7 +20,7 @@ Header (little-endian, 68 bytes)::
      32    4 CRC-32 of the payload
      36   32 chain hash of the last block  (the key's hash; a 16-byte hash is zero-padded)
      68    - payload: block 0 bytes || block 1 bytes || ...   (equal sizes)
-      -   32 signed values only: the tag (``signer.py``) over key, header and payload
+      -   28 signed values only: nonce and tag (``signer.py``) over key, header, payload
 
 One key per value and all of a group's blocks in it: Redis's LRU evicts a group whole, never
 half of it (LMCache kept two keys per chunk and Redis evicted one without the other).
@@ -137,8 +137,9 @@ class ValueCodec:
                               bytes(chain_hash).ljust(32, b"\0"))
         if signer is None:
             return b"".join([header, *views])
-        tag = signer.tag(ns.key(bytes(chain_hash)).encode(), header, views)
-        return b"".join([header, *views, tag])
+        payload = views[0] if len(views) == 1 else b"".join(views)  # the MAC reads one buffer
+        trailer = signer.trailer(ns.key(bytes(chain_hash)).encode(), header, payload)
+        return b"".join([header, payload, trailer])
 
     def decode(self, value: bytes | memoryview, chain_hash: bytes) -> DecodedValue:
         """Check ``value`` (read under ``key(chain_hash)``) and split it into block views."""
@@ -196,7 +197,7 @@ class ValueCodec:
             raise UnsignedValueError("the value carries no tag and a secret is set")
         key = self.namespace.key(bytes(chain_hash)).encode()
         end = HEADER_SIZE + payload.nbytes
-        if not signer.valid(key, mv[:HEADER_SIZE], [payload], mv[end:end + TRAILER]):
+        if not signer.valid(key, mv[:HEADER_SIZE], payload, mv[end:end + TRAILER]):
             raise ForgedValueError("the value's tag is not the secret's (forged, or written "
                                    "with another secret)")
 

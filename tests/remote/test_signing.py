@@ -6,6 +6,7 @@ deleted and counted; correctly signed ones hit."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 import redis
@@ -52,6 +53,10 @@ def test_signed_values_round_trip_and_tampering_is_named():
         codec.decode(bytes(flipped), h[0])
     # a replica without the secret still reads signed values (its CRC check stands)
     assert bytes(plain.decode(v, h[0]).blocks[0]) == b"\x07" * 256
+    ns2 = dataclasses.replace(NS, blocks_per_object=2)  # a value of several blocks
+    two = ValueCodec(ns2, signer=ValueSigner(SECRET))
+    v2 = two.encode(h[1], [b"a" * 64, b"b" * 64])
+    assert [bytes(b) for b in two.decode(v2, h[1]).blocks] == [b"a" * 64, b"b" * 64]
 
 
 def test_a_short_or_unreadable_secret_is_refused(tmp_path):
@@ -61,8 +66,9 @@ def test_a_short_or_unreadable_secret_is_refused(tmp_path):
         ValueSigner.from_file(tmp_path / "missing")
     f = tmp_path / "secret"
     f.write_bytes(SECRET + b"\n")
-    assert ValueSigner.from_file(f).tag(b"k", b"h", [b"p"]) == \
-        ValueSigner(SECRET).tag(b"k", b"h", [b"p"])  # surrounding whitespace dropped
+    trailer = ValueSigner(SECRET).trailer(b"k", b"h", b"p")
+    assert ValueSigner.from_file(f).valid(b"k", b"h", b"p", trailer)  # whitespace dropped
+    assert not ValueSigner.from_file(f).valid(b"k", b"h", b"q", trailer)
     args = add_serve_args(argparse.ArgumentParser()).parse_args(
         ["--remote-url", "redis://127.0.0.1:1", "--remote-secret-file", str(f)])
     assert ServeOptions.from_args(args).remote_secret_file == str(f)
