@@ -57,12 +57,15 @@ log = logging.getLogger("kvpool.remote")
 
 # NOTE(probe): TOUCH both answers "exists?" and refreshes the LRU clock (EXISTS does not), so
 # one call per key walks the run and refreshes it. The script stops at the first miss: a
-# prefix is only usable up to its first hole.
+# prefix is only usable up to its first hole. The first ARGV[1] keys are the chain's head the
+# caller holds locally: refreshed whatever their state, not counted (NOTE(chain-lru)).
 PROBE_LUA = """
+local skip = tonumber(ARGV[1]) or 0
+for i = 1, skip do redis.call('TOUCH', KEYS[i]) end
 local n = 0
-for i = 1, #KEYS do
+for i = skip + 1, #KEYS do
   if redis.call('TOUCH', KEYS[i]) == 0 then break end
-  n = i
+  n = i - skip
 end
 return n
 """
@@ -120,12 +123,13 @@ class RedisTier:
         self._health_task: asyncio.Task | None = None  # the PING loop while the breaker is open
 
     # -- the protocol ---------------------------------------------------------------------
-    async def probe(self, keys: Sequence[str]) -> int:
+    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
         if not keys:
             return 0
         keys = list(keys)
+        every, skip = list(refresh) + keys, len(refresh)
         self._stats.probes += 1
-        r = await self._call("probe", 0, lambda: self._probe(keys=keys))
+        r = await self._call("probe", 0, lambda: self._probe(keys=every, args=[skip]))
         n = 0 if r is _FAILED else int(r)
         g = self._blocks_per_key
         self._stats.hit_blocks += n * g

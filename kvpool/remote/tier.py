@@ -33,8 +33,10 @@ ERROR_KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "
 class RemoteTier(Protocol):
     """What the runtime (and the router, later) may call. ``keys`` are ``Namespace`` keys."""
 
-    async def probe(self, keys: Sequence[str]) -> int:
-        """Length of the leading run of ``keys`` present (and refreshed in the LRU)."""
+    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
+        """Length of the leading run of ``keys`` present (and refreshed in the LRU). The
+        ``refresh`` keys (the part of the same chain the caller already holds) are refreshed
+        too, in the same round trip, present or not, and not counted."""
 
     async def get_many(self, keys: Sequence[str], parts: int | None = None
                        ) -> list[bytes | None]:

@@ -5,7 +5,8 @@ Per request, on the event loop (never inside the engine step)::
 
     hashes = manager.hash_prompt(prompt, salt)       chain hashes of the full blocks
     local  = leading local hits (lock-free read)
-    run    = await tier.probe(keys beyond local)     one round trip (a Lua script)
+    run    = await tier.probe(keys beyond local,      one round trip (a Lua script); the
+                          refresh=local keys)        local part refreshed in Redis's LRU
     cost model: fixed cost EMA + bytes / bandwidth EMA  <  new tokens / measured prefill rate ?
     host   = await front.allocate_host_blocks(n)     through AsyncManagerFront
     values = MGETs in <= MAX_CHUNKS parallel chunks, bounded by the prefetch deadline
@@ -125,12 +126,17 @@ class RemoteReader:
         hashes = mgr.hash_prompt(prompt, salt)[:limit]
         local = mgr.get_prefix_hits(hashes)
         first_group = local // g
-        keys = link.group_keys(hashes)[first_group:]
+        chain = link.group_keys(hashes)
+        keys = chain[first_group:]
         if not keys:
             return None
         self.stats.considered += 1
         tp = time.perf_counter()
-        run = await link.tier.probe(keys)
+        # NOTE(chain-lru): the chain's head this replica holds is refreshed in Redis too. Read
+        # locally on every request, it was never touched there, aged as the oldest keys of
+        # the tier (a hot system prompt first of all) and was evicted: a hole at the head
+        # makes the whole chain unusable for every other replica.
+        run = await link.tier.probe(keys, refresh=chain[:first_group])
         self.rtt = ema(self.rtt, time.perf_counter() - tp)
         first = first_group * g
         new = first + run * g - local
