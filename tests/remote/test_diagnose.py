@@ -106,8 +106,11 @@ async def test_untrusted_certificate_and_plain_url_to_a_tls_port(servers, tiers,
     plain = tiers(f"redis://127.0.0.1:{srv.port}/0")
     assert not await plain.warm_up()
     assert len(lines(caplog, "use rediss://host:port")) == 1, caplog.text
+    caplog.set_level(logging.INFO, logger="kvpool.remote")
     trusted = tiers(srv.url)
     assert await trusted.warm_up()
+    up = lines(caplog, "is reachable")
+    assert len(up) == 1 and "maxmemory 256 MiB" in up[0] and "allkeys-lru" in up[0], caplog.text
 
 
 async def test_cluster_enabled_server_is_refused_with_the_fix(servers, tiers, caplog):
