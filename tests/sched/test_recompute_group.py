@@ -99,7 +99,7 @@ MAX_LEN = 256
 
 
 def _checker(s) -> RequestChecker:
-    return RequestChecker(10_000, MAX_LEN, s.manager, None)
+    return RequestChecker(10_000, MAX_LEN, s.manager)
 
 
 def _accepted(checker: RequestChecker, p_len: int, max_tokens: int, n: int) -> bool:
