@@ -19,7 +19,7 @@ class CacheConfig:
     """Shape and policy of the paged KV cache (the block manager's view of it).
 
     ``watermark`` is a fraction of the device pool kept free at admission time so running
-    sequences can still decode (the seeds' 1 % default); ``watermark_blocks`` is the rounded
+    sequences can still decode (vLLM v0's 1 % default); ``watermark_blocks`` is the rounded
     block count the admission formulas use.
     """
 
@@ -28,7 +28,7 @@ class CacheConfig:
     num_host_blocks: int = 0  # blocks in the host swap pool (0 = swapping disabled)
     watermark: float = 0.01  # fraction of device blocks admission keeps free
     enable_prefix_caching: bool = True  # share full blocks by content hash
-    hash_algo: str = "sha256"  # prefix hash; sha256 is the safe default (see DESIGN.md)
+    hash_algo: str = "sha256"  # prefix hash; sha256 is the safe default (see docs/architecture.md#the-prefix-hash)
     model_id: str = "kvpool-tiny"  # mixed into the first block hash: models never share blocks
     eviction_policy: str = "lru"  # which evictable cached block goes first
     verify_hits: bool = False  # compare token ids on a hash hit (costs memory: tokens kept)

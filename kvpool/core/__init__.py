@@ -1,6 +1,6 @@
 """kvpool.core: the paged block pool. Pure synchronous Python + numpy.
 
-Vocabulary (the seeds'): ``Block`` (PhysicalTokenBlock metadata), ``BlockTable``,
+Vocabulary (vLLM v0's): ``Block`` (PhysicalTokenBlock metadata), ``BlockTable``,
 ``UncachedBlockAllocator`` / ``CachedBlockAllocator`` (per-device pools), and the
 ``BlockSpaceManager`` that the scheduler asks ``admission`` -> OK / LATER / NEVER with its reason.
 """

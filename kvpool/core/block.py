@@ -18,7 +18,7 @@ class Device(enum.Enum):
 
 
 class AllocStatus(enum.Enum):
-    """Answer of an admission check (the seeds' table).
+    """Answer of an admission check (vLLM v0's table).
 
     ``OK``: allocate now. ``LATER``: not now, maybe after others finish. ``NEVER``: this
     request cannot fit even into an empty pool (reject it, never retry forever).
@@ -47,7 +47,7 @@ class Admission:
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """Snapshot of one physical block's metadata (the seeds' PhysicalTokenBlock).
+    """Snapshot of one physical block's metadata (vLLM v0's PhysicalTokenBlock).
 
     The KV bytes live in runtime tensors at index ``block_id`` of the pool for ``device``.
     """

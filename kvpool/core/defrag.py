@@ -1,6 +1,6 @@
 """Defragmentation: compact live device blocks into the lowest block ids.
 
-Protocol (DESIGN.md layer 2, version-retry)::
+Protocol (docs/architecture.md#locking, layer 3, version-retry)::
 
     plan = mgr.plan_defrag()          # under the lock: pick moves, reserve the destinations
     copy engine: kv[dst] <- kv[src]   # outside any lock, while the tables keep using src

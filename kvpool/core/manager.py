@@ -7,7 +7,7 @@ lends both to a ``PromptAllocator`` (prompt_alloc.py: new tables with prefix hit
 (lending.py) owns the blocks lent to the remote tier outside any table. The per-device pools
 (allocator.py, cached_allocator.py) are driven only through their public API.
 
-Admission (the seeds' table; ``W`` = watermark blocks, ``R`` = blocks the prompt needs)::
+Admission (vLLM v0's table; ``W`` = watermark blocks, ``R`` = blocks the prompt needs)::
 
     total - R < W          -> NEVER   (cannot fit even in an empty pool)
     free  - R' >= W        -> OK      (R' = R minus prefix hits on blocks already in use)
@@ -200,7 +200,7 @@ class BlockSpaceManager:
     # ------------------------------------------------------------------ append (slots.py)
     def can_append_slots(self, seq_ids: Sequence[int], num_new_tokens: int = 1) -> bool:
         """Whether every listed running sequence can take ``num_new_tokens`` more tokens (exact:
-        new blocks plus copy-on-write copies; the seeds' one block per sequence is the worst)."""
+        new blocks plus copy-on-write copies; vLLM v0's one block per sequence is the worst)."""
         return self._slots.can_append(seq_ids, num_new_tokens)
 
     def append_slots(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple[int, int]] | None:

@@ -1,4 +1,4 @@
-"""SeqLock: one pool's writer lock (DESIGN.md layer 1) and its reader version (layer 0).
+"""SeqLock: one pool's writer lock and its reader version (docs/architecture.md#locking).
 
 Invariant: ``version`` is odd exactly while a writer is inside the outermost ``with`` block;
 each completed outermost writer section adds 2. Writers nest (the lock is re-entrant): only

@@ -76,7 +76,7 @@ class SlotWriter:
     def can_append(self, seq_ids: Sequence[int], num_new_tokens: int = 1) -> bool:
         """Whether every listed running sequence can take ``num_new_tokens`` more tokens.
 
-        Exact need (new blocks plus copy-on-write copies); the seeds' bound of one block per
+        Exact need (new blocks plus copy-on-write copies); vLLM v0's bound of one block per
         sequence is its worst case for one token."""
         need = 0
         for s in seq_ids:

@@ -7,7 +7,7 @@ compute waits for the copies of its step).
 
 Swap-in admission goes through ``BlockSpaceManager.admission`` (one rule for prompts and swapped
 groups), which asks ``need`` here: a group needs its blocks plus what its next decode appends,
-exactly; the seeds' ``len(blocks) + num_swapped_seqs`` is the worst case of that.
+exactly; vLLM v0's ``len(blocks) + num_swapped_seqs`` is the worst case of that.
 
 Locking: always the device pool's writer section first, then the host pool's.
 """
@@ -89,7 +89,7 @@ class SwapPlanner:
     def need(self, tables: Sequence[BlockTable]) -> tuple[int, int]:
         """``(capacity, need)`` blocks of swapping ``tables`` in and appending one token to
         each: its distinct blocks plus, per sequence, a new block when its last block is full
-        or a copy when a partial last block is shared (the seeds' ``+ num_seqs`` is the worst
+        or a copy when a partial last block is shared (vLLM v0's ``+ num_seqs`` is the worst
         case of this; counting it exactly keeps NEVER equal to what admission says for the
         same tokens). Cached full blocks that swap_in would reuse cost nothing when in use."""
         refs = table_refs(tables)

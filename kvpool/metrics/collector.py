@@ -2,7 +2,7 @@
 
 Gauges and monotonic counters come from a :class:`MetricsSnapshot` built at scrape time (one
 lock-free read of the pools, never the pool lock); latency histograms are observed by the
-engine as requests progress. Names are DESIGN.md's; the README maps them to vLLM's.
+engine as requests progress. Names: docs/architecture.md#metrics; the README maps them to vLLM's.
 """
 
 from __future__ import annotations

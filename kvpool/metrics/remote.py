@@ -1,4 +1,4 @@
-"""Prometheus export of one remote tier: ``kvpool_remote_*`` (DESIGN.md "Scale-out").
+"""Prometheus export of one remote tier: ``kvpool_remote_*`` (docs/architecture.md#scale-out).
 
 Counters and the breaker gauge come from the tier's ``stats()`` copy at scrape time; the
 probe/get/put latency histograms are observed by the tier itself through

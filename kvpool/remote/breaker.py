@@ -1,7 +1,7 @@
 """A circuit breaker for the remote tier: once open, every user call is refused at once (a
 miss, no network) until a background health check (a PING the tier sends itself) succeeds.
 
-Rules (issue 16, "Faults")::
+Rules::
 
     CLOSED     a "strong" failure (a missed deadline, a refused connection) opens it at once;
                any other failure kind opens it after ``threshold`` consecutive ones

@@ -1,6 +1,6 @@
 """``RedisTier``: the shared prefix tier on a real Redis/Valkey through ``redis.asyncio``.
 
-Fault model (what the anchors got wrong, DESIGN.md "Scale-out"):
+Fault model (docs/architecture.md#scale-out):
 
 - Own deadlines: connect ``connect_timeout`` (0.2 s); each call ``op_timeout`` (0.25 s) plus
   its bytes over ``bandwidth``. redis-py's defaults wait 3-5 s with Redis down and over 30 s

@@ -4,7 +4,7 @@
     kvpool replay TRACE --limit 2000 --num-blocks 32768 --json timed.json --plot timed.png
     kvpool replay TRACE --limit 2000 --arrival-scale 2 --prefill-tokens-per-s 60000
 
-``--instant``: cache-policy replay with the semantics of ``../shared/anchors/trace_hits.py``
+``--instant``: cache-policy replay with the semantics of docs/benchmarks.md "Trace replay"
 (see ``replay_instant``); JSON key ``hit_rate``. Otherwise a timed discrete-event replay
 through the real Scheduler (see ``replay_timed``): TTFT / queueing (p50, p99), throughput,
 prefix hit rate, preemptions by mode, swaps, peak usage. The step-time cost model defaults to

@@ -1,6 +1,6 @@
 """Instant replay: pure cache-policy replay of a trace through the real CachedBlockAllocator.
 
-Semantics (those of ``../shared/anchors/trace_hits.py``; one pool block per trace hash id,
+Semantics (docs/benchmarks.md "Trace replay"; one pool block per trace hash id,
 capacity ``C`` blocks, block size irrelevant), for each request in file order::
 
     hits += length of the leading run of its hash_ids currently cached

@@ -1,5 +1,5 @@
 """Bounds on a JSON body's value count and string lengths, from its raw bytes, before
-``json.loads`` (issue 12 item 3; the string bound: protocol.py NOTE(string-bound)).
+``json.loads`` (the string bound: protocol.py NOTE(string-bound)).
 
 NOTE(gil): parsing on a worker thread does not keep the event loop free while ``json.loads``
 runs: the C scanner holds the GIL for the whole call, and its cost grows with the number of

@@ -59,12 +59,6 @@ FORCED_EXIT_STATUS = 1
 # and [DONE], and aiohttp/the engine get it again to close what is left: the whole shutdown
 # stays within shutdown_timeout + 4 * GRACE (< 1 s).
 SHUTDOWN_GRACE = 0.2
-# NOTE(threads): measured with bench.step on the Qwen2-0.5B-shaped model (bench/qwen_shape.py),
-# 2-core machine shared with other work (load average ~5), float32, batch 16 x 256 context:
-# decode 1001 ms/step with 1 thread, 6424 ms with 2 (OpenMP threads waiting on a core taken by
-# another process); a 256-token prefill 7.1 s with 1, 4.3 s with 2. Decode steps dominate
-# serving, so the default is 1; pass --num-threads N on a dedicated machine.
-DEFAULT_NUM_THREADS = 1
 # NOTE(latency): the step thread runs long stretches of Python (scheduling 1000s of sequences);
 # a 0.5 ms GIL switch interval (default 5 ms) bounds how long the event loop (HTTP, /metrics)
 # waits for it, for a small throughput cost. Process-wide, so set here and nowhere else.
@@ -115,8 +109,7 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "max_tokens_limit": (int, "N", "max_tokens per request, at most"),
     "max_stop": (int, "N", "stop strings per request, at most"),
     "max_logprobs": (int, "K", "logprobs / top_logprobs / prompt_logprobs k, at most"),
-    "num_threads": (int, "N", f"torch intra-op threads (None: {DEFAULT_NUM_THREADS}, measured by "
-                              "bench.step)"),
+    "num_threads": (int, "N", "torch intra-op threads (None: the usable cores minus one)"),
 }
 
 
@@ -268,17 +261,32 @@ async def _drain(app: web.Application, timeout: float) -> None:
     await asyncio.sleep(SHUTDOWN_GRACE / 4)
 
 
+def default_num_threads() -> int:
+    """Torch intra-op threads: every core this process may run on but one.
+
+    NOTE(threads): the step thread's Python, the event loop and the copy worker need a core
+    of their own. An OpenMP team whose threads must share a core with them waits at every
+    barrier for the thread that is descheduled, so one thread too many costs far more than it
+    gains (bench.step measures a decode step per thread count: on a 2-core machine, 2 threads
+    made decode ~6x slower than 1, while a prefill gained ~1.6x; decode dominates serving).
+    """
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) - 1)
+
+
 def tune_process(config: EngineConfig) -> None:
     """The process-wide settings of a server process (torch threads, GIL switch interval):
     only the entry point owns the process, library classes never touch them."""
     import torch
 
-    threads = config.num_threads or DEFAULT_NUM_THREADS
+    threads = config.num_threads or default_num_threads()
     torch.set_num_threads(threads)
     if sys.getswitchinterval() > SWITCH_INTERVAL:
         sys.setswitchinterval(SWITCH_INTERVAL)
     log.info("torch threads: %d (%s), GIL switch interval %.1f ms", threads,
-             "--num-threads" if config.num_threads else "default, see bench.step",
+             "--num-threads" if config.num_threads else "default: usable cores - 1",
              sys.getswitchinterval() * 1e3)
 
 

@@ -1,6 +1,7 @@
 """Process-wide tuning belongs to the `kvpool serve` entry point, not to library classes."""
 
 import logging
+import os
 import sys
 
 import torch
@@ -35,7 +36,8 @@ def test_tune_process_sets_threads_and_switch_interval():
         assert torch.get_num_threads() == 2
         assert sys.getswitchinterval() == serve.SWITCH_INTERVAL
         serve.tune_process(EngineConfig())
-        assert torch.get_num_threads() == serve.DEFAULT_NUM_THREADS
+        usable = len(os.sched_getaffinity(0))
+        assert torch.get_num_threads() == max(1, usable - 1) == serve.default_num_threads()
     finally:
         torch.set_num_threads(threads)
         sys.setswitchinterval(interval)

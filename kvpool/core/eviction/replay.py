@@ -7,7 +7,7 @@ baselines and bounds) runs ``replay``; what differs is the cache it drives, any 
     cache.touch(h, depth, n)    request the block at ``depth`` of an ``n``-block request: a hit
                                 refreshes it, a miss brings it in (evicting if full)
 
-The semantics are ``../shared/anchors/trace_hits.py``'s: a request hits the leading run of its
+The semantics (docs/benchmarks.md "Trace replay"): a request hits the leading run of its
 hash ids that are cached; then, tail first (so the head ends most recently used), each of its
 ids is touched. ``touch`` is called with ``depth == n - 1`` first for every request.
 """
