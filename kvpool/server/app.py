@@ -104,7 +104,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     routes = OpenAIRoutes(gate, parser, metrics.render, names,
                           stream_write_timeout=stream_write_timeout)
     routes.register(app)
-    LookupRoute.register(app, engine, parser)  # POST /v1/kvpool/lookup (the router asks)
+    # POST /v1/kvpool/lookup (the router asks), parsed on the generation routes' pool
+    LookupRoute.register(app, engine, parser, routes.parse_pool)
 
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = metrics

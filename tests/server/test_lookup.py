@@ -1,8 +1,14 @@
 """POST /v1/kvpool/lookup on the real server: its counts match what the next request reports as
 cached_tokens, for text, token-id and chat prompts; the salt keeps tenants apart; bad bodies
-get OpenAI error JSON."""
+get OpenAI error JSON; bodies are bounded like the generation routes' and a large one is parsed
+off the event loop."""
+
+import asyncio
+import time
 
 import aiohttp
+
+from kvpool.server.app import ROUTES_KEY
 
 PROMPT = "the quick brown fox jumps over the lazy dog, " * 3  # ~135 byte tokens: 8 blocks
 
@@ -69,3 +75,49 @@ async def test_lookup_bad_bodies_are_openai_errors(srv):
         assert status == 400, out
         assert set(out["error"]) == {"message", "type", "param", "code"}
         assert out["error"]["param"] == param
+
+
+async def _post_raw(url: str, data: bytes) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as s, s.post(url, data=data, headers=headers) as r:
+        return r.status, await r.json()
+
+
+async def test_lookup_bodies_are_bounded_like_the_generation_routes(make_server):
+    async with make_server(max_body_bytes=1024 * 1024) as srv:
+        status, out = await _post_raw(srv.v1 + "/kvpool/lookup",
+                                      b'{"prompt": "' + b"x" * (1024 * 1024) + b'"}')
+        assert status == 413, out
+        assert set(out["error"]) == {"message", "type", "param", "code"}
+        assert out["error"]["code"] == "request_too_large"
+        # more values than a fitting request holds: refused from the raw bytes, unparsed
+        status, out = await _post_raw(srv.v1 + "/kvpool/lookup",
+                                      b'{"prompt": [' + b"0," * 200_000 + b"0")
+        assert status == 400 and out["error"]["code"] == "context_length_exceeded", out
+
+
+async def test_health_answers_while_a_large_lookup_body_is_tokenized(make_server):
+    """A ~1 MB prompt a long context must really tokenize (seconds of work): /health, sent
+    while the lookup's parse runs, answers before the lookup does, and soon."""
+    async with make_server(max_body_bytes=2 * 1024 * 1024, max_model_len=800_000) as srv:
+        pool = srv.app[ROUTES_KEY].parse_pool  # the generation routes' pool, shared
+        text = "hello world, " * (1024 * 1024 // 13)
+        async with aiohttp.ClientSession() as s:
+            async def big() -> tuple[int, dict]:
+                async with s.post(srv.v1 + "/kvpool/lookup", json={"prompt": text}) as r:
+                    return r.status, await r.json()
+
+            task = asyncio.create_task(big())
+            # (on the loop the server shares) wait until the parse is under way; a lookup
+            # parsed on the loop never lets this check run mid-parse
+            while not task.done() and pool.parsing == 0:
+                await asyncio.sleep(0.005)
+            t0 = time.monotonic()
+            async with s.get(srv.url + "/health") as r:
+                assert r.status == 200
+            took = time.monotonic() - t0
+            assert not task.done(), "the lookup finished before /health: the loop was blocked"
+            assert took < 0.5, f"/health took {took:.2f}s during a lookup's parse"
+            status, out = await task
+        assert status == 200, out
+        assert out["device_hit_tokens"] == 0 and pool.parsing == 0
