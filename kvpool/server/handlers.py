@@ -20,7 +20,7 @@ request). The engine's --max-queue slot does not wait for this: it is freed when
 finishes the request (AsyncEngine._deliver), whatever the client reads.
 
 NOTE(parse-off-loop): a large body is parsed (JSON, validation, tokenization) on the app's
-ParsePool, off the event loop (parse_pool.py); the lookup route shares the pool.
+ParsePool, off the event loop (parse_pool.py); /tokenize and the lookup route share the pool.
 
 Several prompts in one completions request: each is its own engine request (``<id>-<i>``;
 prefix sharing between them is the prefix cache's). All are validated before any is queued,
@@ -82,7 +82,7 @@ class OpenAIRoutes:
         app.router.add_get("/v1/models/{model}", self.get_model)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
-        TokenizeRoutes(self.parser).register(app)
+        TokenizeRoutes(self.parser, self.parse_pool).register(app)
         app.router.add_get("/metrics", self.metrics)
 
     # ---- generation ---------------------------------------------------------------------------

@@ -3,12 +3,9 @@ cached_tokens, for text, token-id and chat prompts; the salt keeps tenants apart
 get OpenAI error JSON; bodies are bounded like the generation routes' and a large one is parsed
 off the event loop."""
 
-import asyncio
-import time
-
 import aiohttp
 
-from kvpool.server.app import ROUTES_KEY
+from tests.server.helpers import health_during_parse
 
 PROMPT = "the quick brown fox jumps over the lazy dog, " * 3  # ~135 byte tokens: 8 blocks
 
@@ -100,24 +97,7 @@ async def test_health_answers_while_a_large_lookup_body_is_tokenized(make_server
     """A ~1 MB prompt a long context must really tokenize (seconds of work): /health, sent
     while the lookup's parse runs, answers before the lookup does, and soon."""
     async with make_server(max_body_bytes=2 * 1024 * 1024, max_model_len=800_000) as srv:
-        pool = srv.app[ROUTES_KEY].parse_pool  # the generation routes' pool, shared
         text = "hello world, " * (1024 * 1024 // 13)
-        async with aiohttp.ClientSession() as s:
-            async def big() -> tuple[int, dict]:
-                async with s.post(srv.v1 + "/kvpool/lookup", json={"prompt": text}) as r:
-                    return r.status, await r.json()
-
-            task = asyncio.create_task(big())
-            # (on the loop the server shares) wait until the parse is under way; a lookup
-            # parsed on the loop never lets this check run mid-parse
-            while not task.done() and pool.parsing == 0:
-                await asyncio.sleep(0.005)
-            t0 = time.monotonic()
-            async with s.get(srv.url + "/health") as r:
-                assert r.status == 200
-            took = time.monotonic() - t0
-            assert not task.done(), "the lookup finished before /health: the loop was blocked"
-            assert took < 0.5, f"/health took {took:.2f}s during a lookup's parse"
-            status, out = await task
-        assert status == 200, out
-        assert out["device_hit_tokens"] == 0 and pool.parsing == 0
+        status, out = await health_during_parse(srv, srv.v1 + "/kvpool/lookup",
+                                                {"prompt": text})
+        assert status == 200 and out["device_hit_tokens"] == 0, out
