@@ -41,8 +41,8 @@ from aiohttp import web
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
 from kvpool.server.logprob_format import LogprobFormatter
-from kvpool.server.parse_pool import ParsePool
 from kvpool.server.middleware import STREAM_STARTED, APIError
+from kvpool.server.parse_pool import ParsePool
 from kvpool.server.prompt_merge import PromptStreams
 from kvpool.server.protocol import RequestParser
 from kvpool.server.responses import SSE_DONE, ResponseBuilder, sse_event
