@@ -11,7 +11,8 @@ what arrives).
 Written from the papers' descriptions, sized with the papers' defaults:
 
     SIEVE     Zhang et al., NSDI'24: one FIFO, a visited bit, a hand that sweeps old to new
-    S3-FIFO   Yang et al., SOSP'23: small FIFO (10%), main FIFO (90%), ghost FIFO of ids
+    S3-FIFO   Yang et al., SOSP'23: small FIFO (10%), main FIFO (90%), ghost FIFO of ids;
+              two variants: move to main after 2 more uses in S (s3fifo) or after 1 (s3fifo1)
     ARC       Megiddo & Modha, FAST'03: T1/T2 resident, B1/B2 ghosts, adaptive target p
     SLRU      Karedla et al. 1994: probation (20%) and protected (80%) LRU segments
     W-TinyLFU Einziger et al., ToS'17 (Caffeine): 1% LRU window, SLRU main, frequency
@@ -199,6 +200,15 @@ class S3FIFO(Baseline):
         return len(self.freq)
 
 
+class S3FIFO1(S3FIFO):
+    """S3-FIFO with move-to-main threshold 1: an id leaving S goes to M if it was used again
+    at all while in S (the reading of "freq > 0" some implementations take); the default
+    S3FIFO above needs two further uses."""
+
+    name = "s3fifo1"
+    PROMOTE = 1
+
+
 class ARC(Baseline):
     """T1 (seen once recently) and T2 (seen at least twice) are resident LRU lists; B1 and B2
     remember the ids evicted from each. A miss found in B1 grows T1's target size p, one found
@@ -360,4 +370,4 @@ class WTinyLFU(Baseline):
 
 
 BASELINES: dict[str, type[Baseline]] = {
-    b.name: b for b in (SIEVE, S3FIFO, ARC, SLRU, WTinyLFU)}
+    b.name: b for b in (SIEVE, S3FIFO, S3FIFO1, ARC, SLRU, WTinyLFU)}

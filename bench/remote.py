@@ -1,7 +1,8 @@
 """bench/remote.py: the Redis prefix tier's throughput and probe latency on loopback.
 
     python -m bench.remote [--json FILE] [--quick] [--repeats N] [--min-seconds S]
-                           [--no-ttft] [--ttft-repeats N] [--ttft-blocks B,B,...]
+                           [--sizes KIB,KIB,...] [--no-ttft] [--ttft-repeats N]
+                           [--ttft-blocks B,B,...]
 
 Starts its own ``redis-server`` on 127.0.0.1 (a free port, no persistence, allkeys-lru) and
 stops it by pid. Each figure is measured twice, alternating in one event loop (bench.common):
@@ -13,6 +14,9 @@ commands with no check (``raw``), so the tier's own overhead is the ratio ``tier
   ``single`` (one key per call, back to back), ``pipelined`` (16 keys per call: one MGET /
   one SET NX pipeline), ``concurrent`` (8 coroutines doing single-key calls, 8 connections).
   Keys ``KEY.tier_mib_s``, ``KEY.raw_mib_s``, ``KEY.ratio`` (median of per-round ratios).
+  GETs have a third arm, ``signed``: a tier with a secret (``--remote-secret-file``) reading
+  signed values (the tag checked instead of the CRC): ``KEY.signed_mib_s`` and
+  ``KEY.signed_ratio`` (signed / tier; 0.95 is a 5% longer fetch).
 - ``probe``: 64-key prefix probe latency p50/p99 (the Lua script; target p50 <= 0.3 ms),
   alternating with 64 pipelined EXISTS (what the script replaces).
 - ``round_trips``: commands one ``get_many`` / ``probe`` of 64 keys sends (from ``INFO
@@ -43,7 +47,7 @@ from bench import remote_ttft
 from bench.remote_loop import config as engine_config
 from bench.common import (Timing, aalternate, bench_parser, machine, put, put_runs, ratio_stat,
                           stat, timing_from_args, timing_info, write_json)
-from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
+from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec, ValueSigner
 from kvpool.server.serve import tune_process
 from tests.remote.redis_server import RedisServer
 
@@ -52,6 +56,7 @@ QUICK_SIZES = (64 << 10, 1 << 20)
 MODES = ("single", "pipelined", "concurrent")
 PIPE = 16
 CONC = 8
+_SIGNED_TAG = 0xFFFFFFFF  # hash tag of the signed arm's values (fresh puts count up from 1)
 
 
 def _ns() -> Namespace:
@@ -88,38 +93,45 @@ class _Sides:
         self.codec = ValueCodec(self.ns)
         self.tier = RedisTier(url, self.codec, op_timeout=5.0, max_connections=CONC,
                               breaker=CircuitBreaker(threshold=1000))
+        signed = ValueCodec(self.ns, signer=ValueSigner(os.urandom(32)))
+        self.signed = RedisTier(url, signed, op_timeout=5.0, max_connections=CONC,
+                                breaker=CircuitBreaker(threshold=1000))
         self.raw = aioredis.Redis.from_url(url, max_connections=CONC)
         self.size = size
         payload = os.urandom(size)
         hs = [_hash(0, i) for i in range(nvalues)]
         self.items = [(self.ns.key(h), self.codec.encode(h, [payload])) for h in hs]
+        hs = [_hash(_SIGNED_TAG, i) for i in range(nvalues)]
+        self.signed_items = [(self.ns.key(h), signed.encode(h, [payload])) for h in hs]
         self.nbytes = sum(len(v) for _, v in self.items)
         self._fresh = 0
 
     async def setup(self) -> None:
         await self.raw.flushall()
         pipe = self.raw.pipeline(transaction=False)
-        for k, v in self.items:
+        for k, v in self.items + self.signed_items:
             pipe.set(k, v)
         await pipe.execute()
 
     async def aclose(self) -> None:
         await self.raw.flushall()
         await self.tier.aclose()
+        await self.signed.aclose()
         await self.raw.aclose()
 
     def get(self, side: str, mode: str):
-        keys = [k for k, _ in self.items]
+        tier = self.signed if side == "signed" else self.tier
+        keys = [k for k, _ in (self.signed_items if side == "signed" else self.items)]
 
         async def tier_call(ks):
-            assert None not in await self.tier.get_many(ks)
+            assert None not in await tier.get_many(ks)
 
         async def raw_call(ks):
             vs = await (self.raw.get(ks[0]) if len(ks) == 1 else self.raw.mget(ks))
             assert vs is not None and (len(ks) == 1 or None not in vs)
 
         async def run() -> dict:
-            s = await _drive(mode, keys, tier_call if side == "tier" else raw_call)
+            s = await _drive(mode, keys, raw_call if side == "raw" else tier_call)
             return {"seconds": s, "mib_s": self.nbytes / s / 2**20}
         return run
 
@@ -152,13 +164,17 @@ async def _throughput(url: str, size: int, total: int, timing: Timing, res: dict
         for op in ("get", "put"):
             for mode in MODES:
                 make = getattr(sides, op)
-                runs = await aalternate({"tier": make("tier", mode), "raw": make("raw", mode)},
-                                        timing)
+                arms = ("tier", "raw", "signed") if op == "get" else ("tier", "raw")
+                runs = await aalternate({a: make(a, mode) for a in arms}, timing)
                 key = f"{op}.{size >> 10}k.{mode}"
                 put(res, f"{key}.tier_mib_s", stat(runs["tier"], "mib_s"))
                 put(res, f"{key}.raw_mib_s", stat(runs["raw"], "mib_s"))
                 put(res, f"{key}.ratio", ratio_stat(runs["tier"], "mib_s", runs["raw"], "mib_s"))
-        errors = sides.tier.stats().errors
+                if "signed" in runs:
+                    put(res, f"{key}.signed_mib_s", stat(runs["signed"], "mib_s"))
+                    put(res, f"{key}.signed_ratio",
+                        ratio_stat(runs["signed"], "mib_s", runs["tier"], "mib_s"))
+        errors = {**sides.tier.stats().errors, **sides.signed.stats().errors}
         assert not errors, errors
     finally:
         await sides.aclose()
@@ -228,6 +244,8 @@ def _quantiles(lat: list[float]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = bench_parser("remote", __doc__)
     ap.add_argument("--no-ttft", action="store_true", help="skip the TTFT-by-prefix section")
+    ap.add_argument("--sizes", type=_lengths, default=None, metavar="KIB,KIB,...",
+                    help="value sizes in KiB (default 64,512,1024,2048,4096; --quick 64,1024)")
     ap.add_argument("--ttft-repeats", type=int, default=None, metavar="N",
                     help="interleaved rounds per prefix length (default 5, --quick 2)")
     ap.add_argument("--ttft-blocks", type=_lengths, default=None, metavar="B,B,...",
@@ -240,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--ttft-repeats: use N >= 1")
     ttft_repeats = args.ttft_repeats or (2 if timing.quick else 5)
     total = (2 if timing.quick else 16) << 20  # bytes per call of a throughput workload
-    sizes = QUICK_SIZES if timing.quick else SIZES
+    sizes = (tuple(k << 10 for k in args.sizes) if args.sizes else
+             QUICK_SIZES if timing.quick else SIZES)
     res: dict = {"timing": timing_info(timing), "machine": machine(),
                  "load_avg": list(os.getloadavg()), "hiredis": HIREDIS_AVAILABLE}
     srv = RedisServer(maxmemory="1gb")
@@ -289,6 +308,12 @@ def _print(res: dict, sizes) -> None:
                 k = f"{op}.{size >> 10}k.{mode}"
                 print(f"{op:>4} {size >> 10:>6}K {mode:>11} {cell(k + '.tier_mib_s'):>18} "
                       f"{cell(k + '.raw_mib_s'):>18} {cell(k + '.ratio', '.2f'):>16}")
+    print(f"{'get':>4} {'value':>7} {'mode':>11} {'signed MiB/s':>18} {'signed/tier':>18}")
+    for size in sizes:
+        for mode in MODES:
+            k = f"get.{size >> 10}k.{mode}"
+            print(f"{'get':>4} {size >> 10:>6}K {mode:>11} {cell(k + '.signed_mib_s'):>18} "
+                  f"{cell(k + '.signed_ratio', '.3f'):>18}")
     print(f"64-key probe: Lua p50 {cell('probe.lua_p50_ms', '.3f')} ms, p99 "
           f"{cell('probe.lua_p99_ms', '.3f')} ms; 64 pipelined EXISTS p50 "
           f"{cell('probe.exists_pipelined_p50_ms', '.3f')} ms")

@@ -4,6 +4,10 @@
 
 - ``step_ms.{free,json}``: one EngineCore step (tiny model, CPU) decoding ``--batch`` sequences,
   without and with a json_schema response_format (alternating runs, bench/common.py);
+- ``neighbour_ms.{alone,beside}``: how long a plain 8-token greedy request takes (add to last
+  token, stepping an EngineCore) alone and beside an n=4 request whose grammar is the heaviest
+  kind the budget admits (``HEAVY``: a 10k-long counted repeat, ~10 ms a mask per sequence
+  here); alternating rounds;
 - ``mask_us.v512`` / ``mask_us.v150k``: GrammarMatchers.token_mask + apply_token_mask for the
   same batch, per step, on the tiny model's vocabulary and on a synthetic 150k byte-level
   vocabulary (random byte strings: a real 150k BPE is not available offline).
@@ -23,13 +27,15 @@ from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams, Tokenizer, build_byte_tokenizer
 from kvpool.runtime.model.byte_tokenizer import byte_alphabet
-from kvpool.runtime.model.grammar import GrammarMatchers, GrammarSpec, apply_token_mask
+from kvpool.runtime.model.grammar import GrammarSpec, apply_token_mask
+from kvpool.runtime.model.grammar_matchers import GrammarMatchers
 
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 4}},
     "required": ["name", "age", "tags"], "additionalProperties": False}
 SPEC = GrammarSpec.json_schema(SCHEMA, "person")
+HEAVY = GrammarSpec.json_schema({"type": "string", "pattern": "^x{10000}$"}, "heavy")
 
 
 def big_tokenizer(n: int, seed: int = 0) -> Tokenizer:
@@ -49,13 +55,13 @@ def big_tokenizer(n: int, seed: int = 0) -> Tokenizer:
 
 def mask_workload(tok: Tokenizer, batch: int, steps: int):
     g = GrammarMatchers(tok, tok.vocab_size)
-    g.lltokenizer  # built once, outside the timing
+    spec = g.compiler.compile(SPEC)  # the vocabulary and the matcher, outside the timing
     gen = torch.Generator().manual_seed(0)
     eos = tok.eos_token_id
 
     def run() -> dict:
         seqs = list(range(batch))
-        g.add(seqs, SPEC)
+        g.add(seqs, spec)
         spent, n = 0.0, 0
         for _ in range(steps):
             live = [s for s in seqs if s in g]
@@ -82,11 +88,12 @@ def mask_workload(tok: Tokenizer, batch: int, steps: int):
 def step_workload(core: EngineCore, batch: int, steps: int, constrained: bool):
     tok = core.tokenizer
     counter = iter(range(10**9))
+    spec = core.grammars.compiler.compile(SPEC)  # what AsyncEngine.compile_grammar does
 
     def run() -> dict:
         tag = next(counter)
         p = SamplingParams(max_tokens=steps, temperature=1.0, seed=tag, ignore_eos=True,
-                           response_format=SPEC if constrained else None)
+                           response_format=spec if constrained else None)
         for i in range(batch):
             core.add_request(f"{tag}-{i}", tok.encode(f"person {i} as JSON"), p)
         core.step()  # the prefill, not timed
@@ -97,6 +104,31 @@ def step_workload(core: EngineCore, batch: int, steps: int, constrained: bool):
             spent += time.perf_counter() - t
             n += 1
         return {"seconds": spent, "step_ms": spent / max(n, 1) * 1e3}
+    return run
+
+
+def neighbour_workload(core: EngineCore, beside: bool):
+    """The plain request's latency, alone or beside a heavy n=4 grammar request."""
+    tok = core.tokenizer
+    heavy = SamplingParams(n=4, max_tokens=200, temperature=1.0, seed=1,
+                           response_format=core.grammars.compiler.compile(HEAVY))
+    plain = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    counter = iter(range(10**9))
+
+    def run() -> dict:
+        tag = next(counter)
+        if beside:
+            core.add_request(f"h{tag}", tok.encode("x"), heavy)
+            core.step()  # the heavy request decodes before the plain one arrives
+        t = time.perf_counter()
+        core.add_request(f"p{tag}", tok.encode("The quick brown fox"), plain)
+        while not any(o.finished and o.request_id == f"p{tag}" for o in core.step()):
+            pass
+        spent = time.perf_counter() - t
+        core.abort(f"h{tag}")
+        while core.has_work():
+            core.step()
+        return {"seconds": spent, "latency_ms": spent * 1e3}
     return run
 
 
@@ -114,10 +146,14 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         runs = common.alternate({"free": step_workload(core, args.batch, steps, False),
                                  "json": step_workload(core, args.batch, steps, True)}, timing)
+        near = common.alternate({"alone": neighbour_workload(core, False),
+                                 "beside": neighbour_workload(core, True)}, timing)
     finally:
         core.close()
     common.put_runs(res, runs["free"], {"step_ms.free": "step_ms"})
     common.put_runs(res, runs["json"], {"step_ms.json": "step_ms"})
+    for key, rs in near.items():
+        common.put_runs(res, rs, {f"neighbour_ms.{key}": "latency_ms"})
     vocabs = {"v512": build_byte_tokenizer(), "v150k": big_tokenizer(20_000 if timing.quick
                                                                      else 150_000)}
     for key, tok in vocabs.items():

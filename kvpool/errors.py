@@ -95,3 +95,10 @@ class RequestError(KVPoolError, ValueError):
         super().__init__(message)
         self.param = param
         self.code = code
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)`` for an error message, cut short: a JSON integer may have thousands of
+    digits, and a 400 answer should not echo them all."""
+    r = repr(value)
+    return r if len(r) <= limit else r[:limit - 3] + "..."

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvpool.outfile import out_path, write_text
+from kvpool.sched.replay_report import import_pyplot
 
 __all__ = ["Progress", "StressReport", "percentile"]
 
@@ -145,11 +146,7 @@ class StressReport:
 
     def plot(self, path: str | Path) -> None:
         """Two panels over time: request/op latency (top), pool usage (bottom)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = import_pyplot()
         fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
         if self.latencies:
             ts, ls = zip(*self.latencies)

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.baselines import ARC, BASELINES, LRU, S3FIFO, SIEVE, SLRU, WTinyLFU, replay
+from bench.baselines import (ARC, BASELINES, LRU, S3FIFO, S3FIFO1, SIEVE, SLRU, WTinyLFU,
+                             replay)
 from kvpool.core.eviction import LRUPolicy, simulate
 from tests.trace_reference import reference_lru
 
@@ -53,6 +54,15 @@ def test_s3fifo_promotes_twice_used_ids_and_readmits_ghosts_to_main():
     assert list(s.m) == [1, 2] and 3 not in s and 3 in s.g
     assert singles(s, [*range(12, 21), 1]) == 1  # the scan only cycles S
     assert 2 in s and len(s) == 10
+
+
+def test_s3fifo1_promotes_on_the_first_reuse_where_s3fifo_needs_two():
+    for cls, promoted in ((S3FIFO1, True), (S3FIFO, False)):
+        s = cls(10)  # small FIFO: 1 entry at eviction time
+        assert singles(s, [*range(1, 11), 1]) == 1  # 1 used once more while in S
+        singles(s, [11])  # the first eviction: 1 leaves S
+        assert (list(s.m) == [1]) is promoted and (1 in s) is promoted
+        assert (1 in s.g) is not promoted
 
 
 def test_arc_adapts_its_target_on_ghost_hits():
@@ -101,4 +111,4 @@ def test_every_baseline_is_a_cache_of_its_size(name, cap, ids):
         c.access(h)
         seen.append(h)
         assert h in c and len(c) <= cap
-        assert len(c) == min(cap, len(set(seen))) or name == "wtinylfu" or name == "s3fifo"
+        assert len(c) == min(cap, len(set(seen))) or name in ("wtinylfu", "s3fifo", "s3fifo1")

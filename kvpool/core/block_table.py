@@ -12,13 +12,20 @@ from kvpool.errors import InvariantError, UnknownSequenceError
 
 @dataclass(frozen=True, slots=True)
 class SeqAlloc:
-    """One allocation in a batch: sequences ``seq_ids`` share the prompt ``token_ids``."""
+    """One allocation in a batch: sequences ``seq_ids`` share the prompt ``token_ids``.
+
+    With ``share_with``, the new tables reuse that (device) table's first ``num_shared``
+    blocks, which hold the same tokens: the recompute of a request whose sequences diverged
+    keeps one copy of their common prefix. Those blocks' KV is whatever that table's owner
+    computes; the allocation counts it as cached only where it is a prefix-cache hit."""
 
     seq_ids: Sequence[int]
     token_ids: Sequence[int]
     block_hashes: Sequence[bytes] | None = None  # precomputed prompt hashes (else hashed here)
     cache_salt: str | None = None  # tenant isolation, mixed into the first block's hash
     extra_keys: Sequence[ExtraKey] | None = None  # e.g. multimodal keys, mixed into each hash
+    share_with: int | None = None  # a sequence whose leading blocks the new tables reuse
+    num_shared: int = 0  # how many of its leading (full) blocks
 
 
 @dataclass(slots=True, eq=False)

@@ -99,11 +99,15 @@ class BlockSpaceManager:
     # ------------------------------------------------------------------ admission
     def admission(self, prompts: Sequence[tuple[int, Sequence[bytes]]] = (), *,
                   swapped: Sequence[int] = (), freeable: int = 0,
-                  watermark: bool = True) -> Admission:
+                  watermark: bool = True, shared_blocks: int = 0) -> Admission:
         """THE admission rule (the module docstring's table), for one of:
 
         - ``prompts``: ``(num_tokens, block_hashes)`` per prefill unit of one request (a
           recomputed ``n > 1`` request whose outputs diverged has one unit per sequence);
+          every unit after the first reuses the first unit's leading ``shared_blocks``
+          blocks (their common prefix, allocated once: ``SeqAlloc.share_with``), so ``n``
+          sequences of ``T`` tokens with ``F`` shared blocks need
+          ``F + n * (ceil(T / bs) - F)`` blocks, as many as they hold while decoding;
         - ``swapped``: the sequence ids of a swapped group, to come back and decode once.
 
         ``freeable`` counts blocks the caller would free first (priority preemption plans
@@ -119,16 +123,7 @@ class BlockSpaceManager:
             capacity, need = self._swap.need(self._swap.group(swapped, Device.HOST))
             what = f"swapped request needs {capacity} blocks to resume and decode, but"
         else:
-            capacity = need = 0
-            for num_tokens, hashes in prompts:
-                if num_tokens <= 0:
-                    raise ValueError("num_tokens must be >= 1")
-                required = self.num_required_blocks(num_tokens)
-                capacity += required
-                need += required
-                if self.caching and hashes:  # a hit on a block in use costs nothing; a hit
-                    # on an evictable block costs one, like a miss (it leaves the free set)
-                    need -= pool.count_used(self._prompts.hits(hashes, num_tokens))
+            capacity, need = self._prompts_need(prompts, shared_blocks)
             what = f"needs {capacity} blocks of {self.block_size} tokens, but"
         total, w = pool.num_blocks, self.watermark_blocks if watermark else 0
         if total - capacity < w:
@@ -141,6 +136,26 @@ class BlockSpaceManager:
         return Admission(AllocStatus.LATER, need, capacity,
                          f"{what} {free} of {total} blocks are free and {w} stay free "
                          "(watermark): wait for running requests to finish")
+
+    def _prompts_need(self, prompts: Sequence[tuple[int, Sequence[bytes]]],
+                      shared_blocks: int) -> tuple[int, int]:
+        """(blocks the units take in an empty pool, blocks they take from the free set now)."""
+        pool = self.device_pool
+        capacity = need = 0
+        for i, (num_tokens, hashes) in enumerate(prompts):
+            if num_tokens <= 0:
+                raise ValueError("num_tokens must be >= 1")
+            if shared_blocks * self.block_size >= num_tokens:
+                raise ValueError(f"{shared_blocks} shared blocks leave no token of a "
+                                 f"{num_tokens}-token unit to compute")
+            reused = shared_blocks if i else 0  # in use by the first unit: free here
+            own = self.num_required_blocks(num_tokens) - reused
+            capacity += own
+            need += own
+            if self.caching and hashes:  # a hit on a block in use costs nothing; a hit
+                # on an evictable block costs one, like a miss (it leaves the free set)
+                need -= pool.count_used(self._prompts.hits(hashes, num_tokens)[reused:])
+        return capacity, need
 
     def can_allocate(self, num_tokens: int, block_hashes: Sequence[bytes] = ()) -> AllocStatus:
         """OK / LATER / NEVER for a prompt of ``num_tokens`` (shared by all its sequences).

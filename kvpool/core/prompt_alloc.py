@@ -10,6 +10,10 @@ for the rest. Every sequence of the request gets its own table over the same blo
 A hit on an evictable block (ref 0) revives it: it leaves the free set like a fresh block,
 so it costs one free block and its filled slots count as used again.
 
+``SeqAlloc.share_with`` (a recomputed request whose sequences diverged): the new tables take
+another table's leading full blocks, their common prefix, in place of hits they lack, so the
+prefix is held once; an allocation of a batch that shares with a failed one fails too.
+
 Locking: ``allocate_batch`` hashes outside the device pool's writer section (the expensive
 part) and allocates inside it; ``hits`` assumes the caller holds it.
 """
@@ -62,15 +66,25 @@ class PromptAllocator:
                 hs = self.hasher.hash_blocks(r.token_ids, r.cache_salt, r.extra_keys)
             hashed.append(hs or ())
         with self.device_pool.writing():
-            return [self._allocate_locked(r, hs) for r, hs in zip(reqs, hashed)]
+            out: list[int | None] = []
+            failed: set[int] = set()  # seq ids whose allocation failed in this batch
+            for r, hs in zip(reqs, hashed):
+                res = None if r.share_with in failed else self._allocate_locked(r, hs)
+                if res is None:
+                    failed.update(r.seq_ids)
+                out.append(res)
+            return out
+
+    def _check_new(self, seq_ids: Sequence[int]) -> None:
+        for s in seq_ids:
+            if s in self.tables:
+                raise DuplicateSequenceError(f"sequence {s} already has a block table")
+        if len(set(seq_ids)) != len(seq_ids):
+            raise DuplicateSequenceError("seq_ids must be distinct")
 
     def _allocate_locked(self, r: SeqAlloc, hashes: Sequence[bytes]) -> int | None:
+        self._check_new(r.seq_ids)
         tables = self.tables
-        for s in r.seq_ids:
-            if s in tables:
-                raise DuplicateSequenceError(f"sequence {s} already has a block table")
-        if len(set(r.seq_ids)) != len(r.seq_ids):
-            raise DuplicateSequenceError("seq_ids must be distinct")
         bs = self.block_size
         n = len(r.token_ids)
         nseq = len(r.seq_ids)
@@ -78,27 +92,56 @@ class PromptAllocator:
         caching = self.caching
         verify = caching and pool.verify_hits  # type: ignore[attr-defined]
         hits = self.hits(hashes, n, r.token_ids if verify else None)
-        need = -(-n // bs) - len(hits)
-        revive = len(hits) - pool.count_used(hits)
+        reused, num_hits = self._reused(r, hashes, hits)
+        need = -(-n // bs) - len(reused)
+        revive = len(reused) - pool.count_used(reused)
         c = self.counters
         c.prefix_query_tokens += n if caching else 0
         if need > pool.num_free_blocks - revive:
             return None
-        if hits:
-            pool.acquire_blocks(hits, nseq)  # type: ignore[attr-defined]
+        if reused is hits:
+            if hits:
+                pool.acquire_blocks(hits, nseq)  # type: ignore[attr-defined]
+        else:
+            pool.share(reused, nseq)  # in use by ``share_with``: nothing to revive
         new = pool.take(need, nseq)
         assert new is not None  # checked above
-        blocks = hits + new
+        blocks = reused + new
         n_full = n // bs
         root = self.hasher.root(r.cache_salt) if caching else b""
         extra = encode_extra_keys(r.extra_keys) if caching else b""
         tail = list(r.token_ids[n_full * bs:]) if caching else []
         hs = list(hashes[:n_full]) if caching else []
+        cached = num_hits * bs
         for s in r.seq_ids:
             tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, 0, list(hs), list(tail),
-                                   len(hits), root, extra,
-                                   list(r.token_ids) if verify else None, len(hits) * bs)
-        cached = len(hits) * bs
+                                   num_hits, root, extra,
+                                   list(r.token_ids) if verify else None, cached)
         c.prefix_hit_tokens += cached
-        c.used_slots += n - cached + (bs * revive)
+        c.used_slots += n - len(reused) * bs + (bs * revive)
         return cached
+
+    def _reused(self, r: SeqAlloc, hashes: Sequence[bytes],
+                hits: list[int]) -> tuple[list[int], int]:
+        """The leading blocks the new tables reuse, and how many of them are prefix-cache
+        hits: the hits themselves, or (``share_with``) the other table's first ``num_shared``
+        blocks when the hits do not cover them (those may still be being computed)."""
+        k = r.num_shared
+        if r.share_with is None or not k:
+            return hits, len(hits)
+        t = self.tables.get(r.share_with)
+        bs = self.block_size
+        if t is None or t.device is not Device.DEVICE or k * bs > t.num_tokens \
+                or k * bs >= len(r.token_ids):
+            raise ValueError(f"cannot share {k} blocks of sequence {r.share_with}: it needs a "
+                             "device table of as many full blocks, and a longer prompt here")
+        if self.caching and list(hashes[:k]) != t.hashes[:k]:
+            raise ValueError(f"the first {k} blocks of sequence {r.share_with} hold other "
+                             "tokens")
+        shared = t.blocks[:k]
+        if hits[:k] == shared:
+            return hits, len(hits)
+        j = 0
+        while j < len(hits) and hits[j] == shared[j]:
+            j += 1
+        return shared, j

@@ -32,6 +32,7 @@ REMOTE_METRIC_NAMES = (
     "kvpool_remote_probes_total", "kvpool_remote_hit_blocks_total",
     "kvpool_remote_miss_blocks_total", "kvpool_remote_get_bytes_total",
     "kvpool_remote_put_bytes_total", "kvpool_remote_puts_dropped_total",
+    "kvpool_remote_puts_paused_total", "kvpool_remote_oom_pauses_total",
     "kvpool_remote_health_checks_total", "kvpool_remote_health_failed_total",
     "kvpool_remote_breaker_opens_total", "kvpool_remote_errors_total",
     "kvpool_remote_breaker_state",
@@ -39,7 +40,8 @@ REMOTE_METRIC_NAMES = (
     "kvpool_remote_prefetch_wait_seconds",
 )
 # The error kinds always exported (at 0 too), so a dashboard's rate() has a series to start.
-_KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short", "foreign")
+_KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short", "foreign",
+          "auth", "tls", "oom", "cluster", "unsigned", "forged")
 _HIST_DOCS = {"probe": "Remote tier probe round trip time.",
               "get": "Remote tier get round trip time.",
               "put": "Remote tier put round trip time.",
@@ -52,6 +54,9 @@ _COUNTERS = (
     ("get_bytes", "Checked value bytes read from the remote tier."),
     ("put_bytes", "Value bytes newly stored in the remote tier."),
     ("puts_dropped", "Values not stored (failure, breaker open, backpressure)."),
+    ("puts_paused", "Of the values not stored, those not sent while puts were paused after "
+                    "an OOM reply."),
+    ("oom_pauses", "Times an OOM reply from Redis paused the puts."),
     ("health_checks", "Background PINGs sent while the circuit breaker was open (each a "
                       "trial that closes it when answered)."),
     ("health_failed", "Of the background PINGs, the ones that failed (the breaker stayed "

@@ -2,6 +2,7 @@
 
 - ``keys``: the key spec ``kvp:1:{ns}:{hash}`` and the ``Namespace`` fingerprint.
 - ``codec``: one value = fixed header + raw block bytes; checked decode.
+- ``signer``: the optional keyed MAC (a shared secret) over key, header and payload.
 - ``breaker``: the circuit breaker.
 - ``tier``: the ``RemoteTier`` protocol and ``RemoteStats``.
 - ``redis_tier``: ``RedisTier`` on redis.asyncio.
@@ -12,11 +13,14 @@ Imports: config, errors, core and sched only (tests/test_layering.py).
 
 from kvpool.remote.breaker import BreakerState, CircuitBreaker
 from kvpool.remote.codec import (CorruptValueError, DecodedValue, ForeignValueError,
-                                 RemoteValueError, ShortValueError, ValueCodec)
+                                 ForgedValueError, RemoteValueError, ShortValueError,
+                                 UnsignedValueError, ValueCodec)
 from kvpool.remote.keys import Namespace
 from kvpool.remote.redis_tier import RedisTier
+from kvpool.remote.signer import ValueSigner
 from kvpool.remote.tier import RemoteStats, RemoteTier
 
 __all__ = ["BreakerState", "CircuitBreaker", "CorruptValueError", "DecodedValue",
-           "ForeignValueError", "Namespace", "RedisTier", "RemoteStats", "RemoteTier",
-           "RemoteValueError", "ShortValueError", "ValueCodec"]
+           "ForeignValueError", "ForgedValueError", "Namespace", "RedisTier", "RemoteStats",
+           "RemoteTier", "RemoteValueError", "ShortValueError", "UnsignedValueError",
+           "ValueCodec", "ValueSigner"]

@@ -15,17 +15,20 @@ Header (little-endian, 68 bytes)::
       8    8 namespace digest              (Namespace.digest(), the key's ns as bytes)
      16    4 tokens in the value           (blocks * block_size)
      20    2 blocks in the value
-     22    2 reserved, 0
+     22    2 flags: bit 0 = signed (a signer.TRAILER-byte tag follows the payload)
      24    8 payload length in bytes
      32    4 CRC-32 of the payload
      36   32 chain hash of the last block  (the key's hash; a 16-byte hash is zero-padded)
      68    - payload: block 0 bytes || block 1 bytes || ...   (equal sizes)
+      -   28 signed values only: nonce and tag (``signer.py``) over key, header, payload
 
 One key per value and all of a group's blocks in it: Redis's LRU evicts a group whole, never
 half of it (LMCache kept two keys per chunk and Redis evicted one without the other).
 
 :meth:`decode` raises a :class:`RemoteValueError` subclass naming what is wrong; the tier turns
-every one of them into a miss, deletes the key and counts ``errors_total{kind}``.
+every one of them into a miss, deletes the key and counts ``errors_total{kind}``. With a
+``signer`` (a shared secret), a value without a valid tag is such a miss too (``unsigned``,
+``forged``), and the tag replaces the CRC check; without one, a signed value's tag is skipped.
 """
 
 from __future__ import annotations
@@ -37,12 +40,14 @@ from dataclasses import dataclass
 
 from kvpool.errors import KVPoolError
 from kvpool.remote.keys import DTYPES, Namespace
+from kvpool.remote.signer import TRAILER, ValueSigner
 
 MAGIC = b"KVPB"
 CODEC_VERSION = 1
 DTYPE_CODES = {name: i + 1 for i, name in enumerate(DTYPES)}
 _HEADER = struct.Struct("<4sBBBB8sIHHQI32s")
 HEADER_SIZE = _HEADER.size  # 68
+FLAG_SIGNED = 1
 
 
 class RemoteValueError(KVPoolError):
@@ -61,6 +66,18 @@ class CorruptValueError(RemoteValueError):
     """Right shape, wrong bytes: CRC mismatch or trailing bytes."""
 
     kind = "corrupt"
+
+
+class UnsignedValueError(RemoteValueError):
+    """A secret is set and the value carries no tag."""
+
+    kind = "unsigned"
+
+
+class ForgedValueError(RemoteValueError):
+    """A secret is set and the value's tag is not the one the secret gives."""
+
+    kind = "forged"
 
 
 class ForeignValueError(RemoteValueError):
@@ -83,13 +100,15 @@ class ValueCodec:
     """Encode/decode values of one namespace. Stateless apart from its constants; thread-safe,
     so callers may run it in an executor (large payloads: the CRC releases the GIL)."""
 
-    __slots__ = ("namespace", "block_nbytes", "_ns", "_dtype", "_g")
+    __slots__ = ("namespace", "block_nbytes", "signer", "_ns", "_dtype", "_g")
 
-    def __init__(self, namespace: Namespace, block_nbytes: int | None = None) -> None:
+    def __init__(self, namespace: Namespace, block_nbytes: int | None = None,
+                 signer: ValueSigner | None = None) -> None:
         if block_nbytes is not None and block_nbytes < 1:
             raise ValueError("block_nbytes must be >= 1 (or None: any equal block size)")
         self.namespace = namespace
         self.block_nbytes = block_nbytes  # if set, decode also checks each block's size
+        self.signer = signer  # if set, values are signed and decode requires a valid tag
         self._ns = namespace.digest()
         self._dtype = DTYPE_CODES[namespace.dtype]
         self._g = namespace.blocks_per_object
@@ -111,19 +130,46 @@ class ValueCodec:
         crc = 0
         for v in views:
             crc = zlib.crc32(v, crc)
-        ns = self.namespace
+        ns, signer = self.namespace, self.signer
         header = _HEADER.pack(MAGIC, CODEC_VERSION, ns.hash_spec, ns.layout, self._dtype,
-                              self._ns, self._g * ns.block_size, self._g, 0, size * self._g,
-                              crc, bytes(chain_hash).ljust(32, b"\0"))
-        return b"".join([header, *views])
+                              self._ns, self._g * ns.block_size, self._g,
+                              0 if signer is None else FLAG_SIGNED, size * self._g, crc,
+                              bytes(chain_hash).ljust(32, b"\0"))
+        if signer is None:
+            return b"".join([header, *views])
+        payload = views[0] if len(views) == 1 else b"".join(views)  # the MAC reads one buffer
+        trailer = signer.trailer(ns.key(bytes(chain_hash)).encode(), header, payload)
+        return b"".join([header, payload, trailer])
 
     def decode(self, value: bytes | memoryview, chain_hash: bytes) -> DecodedValue:
         """Check ``value`` (read under ``key(chain_hash)``) and split it into block views."""
         mv = memoryview(value).cast("B")
+        nblocks, plen, crc, flags = self._header(mv, chain_hash)
+        have = mv.nbytes - HEADER_SIZE - (TRAILER if flags & FLAG_SIGNED else 0)
+        if have < plen:
+            raise ShortValueError(f"payload of {have} bytes, header declares {plen}")
+        if have > plen:
+            raise CorruptValueError(f"{have - plen} bytes after the declared payload")
+        if plen % nblocks or plen == 0:
+            raise CorruptValueError(f"payload of {plen} bytes does not split into {nblocks} "
+                                    "blocks")
+        size = plen // nblocks
+        if self.block_nbytes is not None and size != self.block_nbytes:
+            raise ForeignValueError(f"blocks of {size} bytes, this replica's are "
+                                    f"{self.block_nbytes}")
+        payload = mv[HEADER_SIZE:HEADER_SIZE + plen]
+        self._check_payload(mv, payload, crc, flags, chain_hash)
+        blocks = [payload[i * size:(i + 1) * size] for i in range(nblocks)]
+        return DecodedValue(tokens=nblocks * self.namespace.block_size,
+                            chain_hash=bytes(chain_hash), blocks=blocks)
+
+    def _header(self, mv: memoryview, chain_hash: bytes) -> tuple[int, int, int, int]:
+        """(blocks, payload length, CRC, flags) of a header that is this namespace's and
+        names ``chain_hash``; raises otherwise."""
         if mv.nbytes < HEADER_SIZE:
             raise ShortValueError(f"value of {mv.nbytes} bytes is shorter than the "
                                   f"{HEADER_SIZE}-byte header")
-        (magic, ver, spec, layout, dtype, ns, tokens, nblocks, _reserved, plen, crc,
+        (magic, ver, spec, layout, dtype, ns, tokens, nblocks, flags, plen, crc,
          h) = _HEADER.unpack_from(mv)
         want = self.namespace
         if magic != MAGIC or ver != CODEC_VERSION:
@@ -137,23 +183,23 @@ class ValueCodec:
         if nblocks != self._g or tokens != self._g * want.block_size:
             raise ForeignValueError(f"value holds {nblocks} blocks / {tokens} tokens, expected "
                                     f"{self._g} / {self._g * want.block_size}")
-        have = mv.nbytes - HEADER_SIZE
-        if have < plen:
-            raise ShortValueError(f"payload of {have} bytes, header declares {plen}")
-        if have > plen:
-            raise CorruptValueError(f"{have - plen} bytes after the declared payload")
-        if plen % nblocks or plen == 0:
-            raise CorruptValueError(f"payload of {plen} bytes does not split into {nblocks} "
-                                    "blocks")
-        size = plen // nblocks
-        if self.block_nbytes is not None and size != self.block_nbytes:
-            raise ForeignValueError(f"blocks of {size} bytes, this replica's are "
-                                    f"{self.block_nbytes}")
-        payload = mv[HEADER_SIZE:]
-        if zlib.crc32(payload) != crc:
-            raise CorruptValueError("payload CRC-32 mismatch")
-        blocks = [payload[i * size:(i + 1) * size] for i in range(nblocks)]
-        return DecodedValue(tokens=tokens, chain_hash=bytes(chain_hash), blocks=blocks)
+        return nblocks, plen, crc, flags
+
+    def _check_payload(self, mv: memoryview, payload: memoryview, crc: int, flags: int,
+                       chain_hash: bytes) -> None:
+        """The CRC without a signer; with one, the tag instead (it covers the payload)."""
+        signer = self.signer
+        if signer is None:
+            if zlib.crc32(payload) != crc:
+                raise CorruptValueError("payload CRC-32 mismatch")
+            return
+        if not flags & FLAG_SIGNED:
+            raise UnsignedValueError("the value carries no tag and a secret is set")
+        key = self.namespace.key(bytes(chain_hash)).encode()
+        end = HEADER_SIZE + payload.nbytes
+        if not signer.valid(key, mv[:HEADER_SIZE], payload, mv[end:end + TRAILER]):
+            raise ForgedValueError("the value's tag is not the secret's (forged, or written "
+                                   "with another secret)")
 
     def split(self, value: bytes | memoryview) -> list[memoryview]:
         """The block views of a value ``RemoteTier.get_many`` already checked, without a
@@ -163,8 +209,9 @@ class ValueCodec:
         if mv.nbytes < HEADER_SIZE:
             raise ShortValueError(f"value of {mv.nbytes} bytes is shorter than the header")
         fields = _HEADER.unpack_from(mv)
-        nblocks, plen = fields[7], fields[9]
-        if nblocks == 0 or plen % nblocks or mv.nbytes - HEADER_SIZE != plen:
+        nblocks, flags, plen = fields[7], fields[8], fields[9]
+        trailer = TRAILER if flags & FLAG_SIGNED else 0
+        if nblocks == 0 or plen % nblocks or mv.nbytes - HEADER_SIZE - trailer != plen:
             raise CorruptValueError("value's shape does not match its header")
         size = plen // nblocks
         return [mv[HEADER_SIZE + i * size:HEADER_SIZE + (i + 1) * size] for i in range(nblocks)]

@@ -25,9 +25,12 @@ class InMemoryTier:
         self._stats = RemoteStats()
         self._g = codec.namespace.blocks_per_object
 
-    async def probe(self, keys: Sequence[str]) -> int:
+    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
         if not keys:
             return 0
+        for k in refresh:
+            if k in self._data:
+                self._data.move_to_end(k)
         n = 0
         for k in keys:
             if k not in self._data:

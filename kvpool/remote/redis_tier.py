@@ -25,55 +25,55 @@ NOTE(get speed): a value's CRC-32 (zlib, ~1.7 GB/s here) costs about a third of 
 it from loopback Redis costs, so a check after one big MGET adds a third to every read. Split
 into parts, a part's check runs in a worker thread (zlib drops the GIL) while the loop keeps
 reading the later parts' bytes, and only the last part's check is on the critical path.
-The connections also read with a StreamReader buffer of ``READ_BUFFER`` bytes: at asyncio's
-64 KiB default a 1 MiB value pauses and resumes the socket a dozen times.
+The connections (``connections.py``) read with a StreamReader buffer of ``READ_BUFFER`` bytes,
+under ``rediss://`` too.
+
+Diagnosis (``diagnose.py``): the first failure of each kind (auth, TLS, refused, timeout, OOM,
+CROSSSLOT/MOVED...) is logged once with its fix; ``warm_up`` says whether the tier is reachable
+and reads ``INFO``: a cluster node is refused (every call a miss, no network), a noeviction
+policy or no maxmemory is warned about. An OOM reply pauses puts for ``oom_pause_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.connection import Connection
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.driver_info import DriverInfo
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.breaker import BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
+from kvpool.remote.connections import pool_from_url, where
+from kvpool.remote.diagnose import FaultLog, classify, error_kind
 from kvpool.remote.tier import RemoteStats, check_values
+
+log = logging.getLogger("kvpool.remote")
 
 # NOTE(probe): TOUCH both answers "exists?" and refreshes the LRU clock (EXISTS does not), so
 # one call per key walks the run and refreshes it. The script stops at the first miss: a
-# prefix is only usable up to its first hole.
+# prefix is only usable up to its first hole. The first ARGV[1] keys are the chain's head the
+# caller holds locally: refreshed whatever their state, not counted (NOTE(chain-lru)).
 PROBE_LUA = """
+local skip = tonumber(ARGV[1]) or 0
+for i = 1, skip do redis.call('TOUCH', KEYS[i]) end
 local n = 0
-for i = 1, #KEYS do
+for i = skip + 1, #KEYS do
   if redis.call('TOUCH', KEYS[i]) == 0 then break end
-  n = i
+  n = i - skip
 end
 return n
 """
 _OFFLOOP_BYTES = 256 << 10  # check a part's values in a worker thread above this many bytes
 GET_PARTS = 4  # MGETs one get_many sends at once (O(1) round trips, checks overlap reads)
-READ_BUFFER = 4 << 20  # StreamReader limit of a connection (bytes buffered before pausing)
 _FAILED = object()  # sentinel: the call failed or was refused (already counted)
 
 Observer = Callable[[str, float], None]
-
-
-class _BufferedConnection(Connection):
-    """A redis.asyncio connection whose StreamReader buffers up to ``READ_BUFFER`` bytes."""
-
-    def _connection_arguments(self):  # redis-py's hook for asyncio.open_connection's kwargs
-        return {**super()._connection_arguments(), "limit": READ_BUFFER}
 
 
 def _parts(keys: list[str], n: int) -> list[list[str]]:
@@ -94,8 +94,8 @@ class RedisTier:
     def __init__(self, url: str, codec: ValueCodec, *, connect_timeout: float = 0.2,
                  op_timeout: float = 0.25, bandwidth: float = 256 * 2**20,
                  max_value_bytes: int = 4 * 2**20, max_connections: int = 32,
-                 breaker: CircuitBreaker | None = None, observer: Observer | None = None
-                 ) -> None:
+                 breaker: CircuitBreaker | None = None, observer: Observer | None = None,
+                 oom_pause_s: float = 5.0) -> None:
         if connect_timeout <= 0 or op_timeout <= 0 or bandwidth <= 0:
             raise ValueError("connect_timeout, op_timeout and bandwidth must be > 0")
         self.codec = codec
@@ -108,27 +108,28 @@ class RedisTier:
         self._stats = RemoteStats()
         self._blocks_per_key = codec.namespace.blocks_per_object
         self._max_connections = max_connections
-        # NOTE(pool): a blocking pool waits for a free connection inside the call's deadline
-        # instead of raising "Too many connections" (which would trip the breaker under load).
-        # socket_timeout=None: the per-call asyncio deadline is the bound, sized per call.
-        self._pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=None,
-            connection_class=_BufferedConnection,
-            socket_connect_timeout=connect_timeout, socket_timeout=None,
-            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, retry_on_error=[],
-            health_check_interval=0, driver_info=_driver_info())
+        self._pool = pool_from_url(url, max_connections=max_connections,
+                                   connect_timeout=connect_timeout)
+        self.faults = FaultLog(where(url))  # the first failure of each kind, logged once
+        # NOTE(oom-pause): with maxmemory and noeviction every SET fails once Redis is full;
+        # after an OOM reply puts are not sent for oom_pause_s (dropped, counted) instead of
+        # paying a round trip each to be refused again.
+        self.oom_pause_s = oom_pause_s
+        self._puts_paused_until = 0.0  # time.monotonic() before which put_many sends nothing
+        self._refusal: str | None = None  # set when INFO shows a server the tier must not use
         self._redis = aioredis.Redis(connection_pool=self._pool)
         self._probe = self._redis.register_script(PROBE_LUA)
         self._inflight: set[asyncio.Timeout] = set()  # deadlines of the calls in flight
         self._health_task: asyncio.Task | None = None  # the PING loop while the breaker is open
 
     # -- the protocol ---------------------------------------------------------------------
-    async def probe(self, keys: Sequence[str]) -> int:
+    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
         if not keys:
             return 0
         keys = list(keys)
+        every, skip = list(refresh) + keys, len(refresh)
         self._stats.probes += 1
-        r = await self._call("probe", 0, lambda: self._probe(keys=keys))
+        r = await self._call("probe", 0, lambda: self._probe(keys=every, args=[skip]))
         n = 0 if r is _FAILED else int(r)
         g = self._blocks_per_key
         self._stats.hit_blocks += n * g
@@ -166,6 +167,11 @@ class RedisTier:
         if not items:
             return 0
         items = list(items)
+        st = self._stats
+        if time.monotonic() < self._puts_paused_until:
+            st.puts_paused += len(items)
+            st.puts_dropped += len(items)
+            return 0
         nbytes = sum(len(v) for _, v in items)
 
         async def send() -> list[Any]:
@@ -175,14 +181,13 @@ class RedisTier:
             return await pipe.execute(raise_on_error=False)
 
         r = await self._call("put", nbytes, send)
-        st = self._stats
         if r is _FAILED:
             st.puts_dropped += len(items)
             return 0
         stored = 0
         for (_, v), ok in zip(items, r):
             if isinstance(ok, Exception):  # e.g. OOM with a noeviction policy
-                st.count_error("response")
+                self._reply_error(ok)
                 st.puts_dropped += 1
             elif ok:
                 stored += 1
@@ -200,7 +205,7 @@ class RedisTier:
         return 0 if r is _FAILED else int(r)
 
     async def health(self) -> bool:
-        if self.breaker.state is not BreakerState.CLOSED:
+        if self.breaker.state is not BreakerState.CLOSED or self._refusal is not None:
             return False  # the background check owns the network while open
         return await self._call("health", 0, self._redis.ping) is not _FAILED
 
@@ -227,13 +232,23 @@ class RedisTier:
                     await self._pool.release(c)
             await self._redis.script_load(PROBE_LUA)  # the first probe's EVALSHA then hits
 
-        return await self._call("warm_up", 0, open_all) is not _FAILED
+        if await self._call("warm_up", 0, open_all) is _FAILED:
+            log.warning("remote tier %s is not reachable at startup: serving without it "
+                        "(requests recompute); it retries about every %.1f s",
+                        self.faults.where, self.breaker.reset_s)
+            return False
+        return await self._inspect()
 
     def stats(self) -> RemoteStats:
         s = self._stats.copy()
         s.breaker_state = int(self.breaker.state)
         s.breaker_opens = self.breaker.opens
         return s
+
+    @property
+    def connection_class(self) -> type:
+        """The class the pool builds its connections with (a buffered one, TLS or not)."""
+        return self._pool.connection_class
 
     def note_dropped(self, n: int) -> None:
         """Count puts the write path dropped before sending (backpressure)."""
@@ -281,8 +296,8 @@ class RedisTier:
         """Run one round trip under the breaker and the deadline; _FAILED on any failure."""
         breaker = self.breaker
         epoch = breaker.admit()
-        if epoch is None:
-            self._stats.count_error("breaker_open")
+        if epoch is None or self._refusal is not None:
+            self._stats.count_error("breaker_open" if epoch is None else "refused_server")
             return _FAILED
         t0 = time.perf_counter()
         try:
@@ -292,15 +307,12 @@ class RedisTier:
                     result = await fn()
                 finally:
                     self._inflight.discard(deadline)
-        except (TimeoutError, RedisTimeoutError):
-            kind = cause = "timeout"
-        except (RedisConnectionError, OSError) as exc:
-            kind = "connection"
-            cause = "refused" if _refused(exc) else "connection"
-        except RedisError:
+        except (TimeoutError, RedisTimeoutError, RedisConnectionError, OSError) as exc:
+            err: BaseException = exc
+        except RedisError as exc:
             # Redis answered (a script or command error): it is alive, so no breaker failure.
             breaker.record_success(epoch)
-            self._stats.count_error("response")
+            self._reply_error(exc)
             return _FAILED
         else:
             breaker.record_success(epoch)
@@ -309,11 +321,44 @@ class RedisTier:
             return result
         # NOTE(cancel): a CancelledError from the caller (a prefetch deadline) propagates and
         # reports nothing: it says nothing about Redis.
+        self._failed(epoch, err)
+        return _FAILED
+
+    def _failed(self, epoch: int, err: BaseException) -> None:
+        """Redis did not serve a call: tell the breaker, count and log (a new event only)."""
+        breaker = self.breaker
+        fault = classify(err)
         opens = breaker.opens
-        self._stats.count_error(kind if breaker.record_failure(epoch, cause) else "joined")
+        cause = fault if fault in ("timeout", "refused") else "connection"
+        if breaker.record_failure(epoch, cause):  # a new event, not one that joined an opening
+            self._stats.count_error(error_kind(fault))
+            self.faults.note(fault, err)
+        else:
+            self._stats.count_error("joined")
         if breaker.opens != opens:
             self._opened()
-        return _FAILED
+
+    def _reply_error(self, exc: BaseException) -> None:
+        """An error reply: counted by kind, logged once; an OOM pauses the puts."""
+        fault = classify(exc)
+        self._stats.count_error(error_kind(fault))
+        self.faults.note(fault, exc)
+        if isinstance(exc, OutOfMemoryError):
+            if time.monotonic() >= self._puts_paused_until:
+                self._stats.oom_pauses += 1
+            self._puts_paused_until = time.monotonic() + self.oom_pause_s
+
+    async def _inspect(self) -> bool:
+        """Once Redis answers (at start, and when the breaker closes again): read INFO, refuse
+        a server the tier must not use, warn (once) on settings that hurt, and say that the
+        tier is reachable. False when refused."""
+        info = await self._call("info", 0, self._redis.info)
+        if info is _FAILED:  # an ACL without INFO, or Redis went away again: unchecked
+            self.faults.once("no-info", "INFO not readable: the server's settings are "
+                             "unchecked")
+            return self.breaker.state is BreakerState.CLOSED
+        self._refusal = self.faults.inspected(info)
+        return self._refusal is None
 
     def _opened(self) -> None:
         """The breaker just opened: cut the calls still in flight (they would each wait out
@@ -339,6 +384,8 @@ class RedisTier:
             ok = await self._ping()
             st.health_failed += not ok
             breaker.end_trial(ok)
+            if ok:
+                await self._inspect()  # what changed while it was down (also: reachable)
 
     async def _ping(self) -> bool:
         try:
@@ -347,27 +394,3 @@ class RedisTier:
         except (TimeoutError, RedisError, OSError):
             return False  # an error reply (e.g. LOADING) is not ready either
         return True
-
-
-@functools.cache
-def _driver_info() -> DriverInfo:
-    """One DriverInfo (CLIENT SETINFO's name and version) for every connection of the process.
-
-    NOTE(connect-cost): without one, redis-py builds a DriverInfo in each Connection's
-    __init__, and that looks redis's version up in the installed package metadata (a scan of
-    sys.path, 0.3-0.8 ms here) on the event loop: a fetch that opens 16 pooled connections at
-    once stalled the loop ~8 ms in one iteration. Resolved once, the lookup is paid once."""
-    return DriverInfo()
-
-
-def _refused(exc: BaseException) -> bool:
-    """Was a connection refused somewhere in ``exc``'s chain? (redis-py raises its own
-    ConnectionError inside ``except OSError``, so the refusal is its context.)"""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        if isinstance(e, ConnectionRefusedError):
-            return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return False

@@ -20,16 +20,23 @@ from kvpool.remote.keys import hash_of_key
 # "joined": a call that was in flight when the breaker opened and failed with it (cut short or
 # timed out together): one opening is one failure event, counted under its own kind, and the
 # calls that went down with it are counted here instead.
+# "auth", "tls": connection-level failures named apart (their fix differs); "oom",
+# "cluster", "noperm": error replies named apart; "refused_server": a call not sent because
+# INFO showed a server the tier must not use; "unsigned", "forged": values without a valid
+# MAC while a secret is set.
 ERROR_KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short",
-               "foreign", "joined")
+               "foreign", "joined", "auth", "tls", "oom", "cluster", "noperm",
+               "refused_server", "unsigned", "forged")
 
 
 @runtime_checkable
 class RemoteTier(Protocol):
     """What the runtime (and the router, later) may call. ``keys`` are ``Namespace`` keys."""
 
-    async def probe(self, keys: Sequence[str]) -> int:
-        """Length of the leading run of ``keys`` present (and refreshed in the LRU)."""
+    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
+        """Length of the leading run of ``keys`` present (and refreshed in the LRU). The
+        ``refresh`` keys (the part of the same chain the caller already holds) are refreshed
+        too, in the same round trip, present or not, and not counted."""
 
     async def get_many(self, keys: Sequence[str], parts: int | None = None
                        ) -> list[bytes | None]:
@@ -72,6 +79,8 @@ class RemoteStats:
     puts: int = 0  # values newly stored
     puts_deduped: int = 0  # SET NX found the key already there
     puts_dropped: int = 0  # values not stored: failure, breaker open, or backpressure
+    puts_paused: int = 0  # of those, the ones not sent while puts were paused after an OOM
+    oom_pauses: int = 0  # times an OOM reply paused the puts
     deleted_invalid: int = 0  # unusable values deleted
     errors: dict[str, int] = field(default_factory=dict)  # kind (ERROR_KINDS) -> count
     breaker_state: int = 0  # BreakerState value at the time of the copy

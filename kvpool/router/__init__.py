@@ -1,7 +1,9 @@
 """``kvpool router``: a KV-aware reverse proxy in front of N ``kvpool serve`` replicas.
 
 scoring.py  the pure decision (longest prefix hit with SGLang's load guard)
-replicas.py the replica set and its /health poller
-proxy.py    the aiohttp app: lookup fan-out, choice, streaming proxy with retry, /metrics
-cli.py      the ``kvpool router`` subcommand
+replicas.py the replica set and its per-replica /health heartbeat (liveness)
+relayed.py  what of a request crosses: end-to-end headers each way, the body bounded, checked
+upstream.py one attempt at one replica: JSON answers whole, SSE relayed, failures classified
+proxy.py    the aiohttp app: lookup fan-out, choice, retry over replicas, /metrics
+cli.py      the ``kvpool router`` subcommand (the replica's guarded listener)
 """

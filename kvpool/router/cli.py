@@ -1,7 +1,9 @@
 """``kvpool router --host H --port P --replica URL [--replica URL ...]``.
 
 Serves the Router app (proxy.py) with ``handler_cancellation=True`` (a client that disconnects
-cancels its handler, which closes the upstream connection) until SIGTERM/SIGINT.
+cancels its handler, which closes the upstream connection) until SIGTERM/SIGINT, on the
+replica's guarded listener (kvpool.server.connections: a connection cap, a header-read timeout,
+OpenAI error JSON for aiohttp's own parser errors such as a header too large).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from kvpool.router.proxy import POLICIES, Router
-from kvpool.router.replicas import ReplicaSet
+from kvpool.router.replicas import DEFAULT_DOWN_AFTER, DEFAULT_INTERVAL, ReplicaSet
 from kvpool.router.scoring import LoadGuard
+from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
+from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 
-__all__ = ["READY_PREFIX", "add_arguments", "main", "run", "serve"]
+__all__ = ["READY_PREFIX", "add_arguments", "listen", "main", "run", "serve"]
 
 READY_PREFIX = "kvpool router: listening on http://"
 log = logging.getLogger("kvpool.router")
@@ -38,8 +42,15 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "(a baseline)")
     p.add_argument("--lookup-timeout-ms", type=float, default=50.0,
                    help="a replica's lookup answer may take this long, else it scores 0 hit")
-    p.add_argument("--health-interval", type=float, default=1.0,
-                   help="seconds between /health polls of each replica")
+    p.add_argument("--health-interval", type=float, default=DEFAULT_INTERVAL,
+                   help="seconds between /health beats of each replica (a beat that takes "
+                        "over 0.5 s takes the replica out of new choices until one answers)")
+    p.add_argument("--down-after", type=float, default=DEFAULT_DOWN_AFTER,
+                   help="seconds without any /health answer after which a replica is silent: "
+                        "its in-flight requests end (streams with an SSE error event; ones "
+                        "not started yet are retried elsewhere)")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                   help="larger request bodies get 413 (default: the replicas' default)")
     p.add_argument("--balance-abs-threshold", type=float, default=8,
                    help="load guard: max-min in-flight requests above this ...")
     p.add_argument("--balance-rel-threshold", type=float, default=1.5,
@@ -53,29 +64,42 @@ def build_router(args: argparse.Namespace) -> Router:
     for url in args.replica:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"--replica {url!r}: give a URL like http://127.0.0.1:8000")
-    replicas = ReplicaSet(args.replica, interval=args.health_interval)
+    replicas = ReplicaSet(args.replica, interval=args.health_interval,
+                          down_after=args.down_after)
     guard = LoadGuard(args.balance_abs_threshold, args.balance_rel_threshold)
     return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
-                  policy=args.policy)
+                  policy=args.policy, max_body_bytes=args.max_body_bytes)
+
+
+async def listen(router: Router, host: str, port: int) -> tuple[web.AppRunner, asyncio.Server]:
+    """The router's app set up and listening (the caller closes the server, then cleans up
+    the runner)."""
+    runner = web.AppRunner(router.app(), handler_cancellation=True, shutdown_timeout=10)
+    await runner.setup()
+    try:
+        server = await start_listener(runner, host, port,
+                                      limiter=ConnectionLimiter(default_max_connections()))
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, server
 
 
 async def serve(router: Router, host: str, port: int,
                 stop: asyncio.Event | None = None) -> None:
-    runner = web.AppRunner(router.app(), handler_cancellation=True, shutdown_timeout=10)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
-    await runner.setup()
+    runner, server = await listen(router, host, port)
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0][1] if runner.addresses else port
+        bound = server.sockets[0].getsockname()[1] if server.sockets else port
         print(f"{READY_PREFIX}{host}:{bound} ({len(router.replicas.replicas)} replicas)",
               flush=True)
         await stop.wait()
     finally:
+        server.close()  # stop listening; the runner's cleanup ends the open connections
         await runner.cleanup()
 
 

@@ -2,15 +2,22 @@
 
 Per POST /v1/completions or /v1/chat/completions::
 
-    body = read once, checked to be a JSON object (else 400 OpenAI error JSON)
+    body = read once within --max-body-bytes, checked to be a JSON object (relayed.py; else
+        400 / 413 OpenAI error JSON)
+    headers = the client's end-to-end headers (relayed.py), for the lookups and the request
     fan out POST /v1/kvpool/lookup with the same body to every healthy replica, in parallel,
-        each bounded by lookup_timeout (a late or failed replica scores hit 0, and its load is
-        the requests this router has in flight to it)
+        each bounded by lookup_timeout (a late, failed or silent replica scores hit 0, and its
+        load is the requests this router has in flight to it)
     choose(hits, loads) (scoring.py) -> first replica; the others follow, least loaded first
-    proxy: connect error, or a 5xx status before any body byte  -> next replica (reason retry)
-           otherwise: copy status and body through chunk by chunk (SSE as it comes); after the
-           first byte there is no retry (the client has seen part of an answer)
-    no replica could take it -> 502 OpenAI error JSON
+    relay (upstream.py): an attempt that gave the client nothing (down, full, lost before
+        the answer started) -> next replica (reason retry); after an SSE answer started there
+        is no retry, a broken or silent replica ends it with an SSE error event
+    no replica could take it -> every one full or down: 503 + Retry-After (a full replica's
+        own answer when there was one); otherwise 502. OpenAI error JSON either way
+
+Every error the router itself gives is OpenAI error JSON: the replica's error middleware
+(kvpool.server.middleware) runs here too, and cli.py listens through the replica's guarded
+listener (kvpool.server.connections: JSON for aiohttp's own 400s, e.g. a header too large).
 
 NOTE(agreement): the router neither renders chat templates nor tokenizes: each replica's lookup
 parses the body with the parser its generation route uses and hashes with its own spec and salt,
@@ -24,35 +31,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from kvpool.router.relayed import BodyReader, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose
+from kvpool.router.upstream import SKIP_AUTO_HEADERS, Failure, Relay
+from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
+from kvpool.server.middleware import APIError, error_middleware
 
-__all__ = ["POLICIES", "ROUTER_KEY", "Router", "error_json"]
+__all__ = ["POLICIES", "ROUTER_KEY", "Router", "give_up"]
 
 log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
 GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions")
-_PASS_HEADERS = ("Content-Type", "Authorization")  # request headers forwarded upstream
-_COPY_HEADERS = ("Content-Type", "Cache-Control", "Retry-After")  # response headers copied back
-_USAGE_SCAN_BYTES = 1 << 20  # bodies are scanned for usage only up to this size
+RETRY_AFTER_SECONDS = "1"  # when every replica is down: about two heartbeats
 # "prefix": lookups + choose(); "round_robin": request i -> healthy replica i mod n, no lookups
 # (the baseline bench/route_live.py measures prefix routing against)
 POLICIES = ("prefix", "round_robin")
 
 
-def error_json(status: int, message: str, code: str, param: str | None = None) -> web.Response:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return web.json_response({"error": {"message": message, "type": kind, "param": param,
-                                        "code": code}}, status=status)
+def give_up(failures: Sequence[Failure]) -> web.Response:
+    """The answer when no replica took the request (module docstring)."""
+    if all(f.kind in ("full", "down") for f in failures):
+        full = [f.response for f in failures if f.response is not None]
+        if full:
+            return full[-1]  # the replica's own 503 queue_full, Retry-After kept
+        raise APIError(503, "no replica can take the request now" if failures else
+                       "no healthy replica", code="no_replica",
+                       headers={"Retry-After": RETRY_AFTER_SECONDS})
+    raise APIError(502, "no replica could answer the request", code="replica_failed")
 
 
 class _Metrics:
@@ -79,20 +92,25 @@ class Router:
 
     def __init__(self, replicas: ReplicaSet, *, guard: LoadGuard = DEFAULT_GUARD,
                  lookup_timeout: float = 0.05, connect_timeout: float = 1.0,
-                 policy: str = "prefix") -> None:
+                 policy: str = "prefix", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         if policy not in POLICIES:
             raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
+        if max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
         self.replicas = replicas
         self.policy = policy
         self.guard = guard
         self.lookup_timeout = lookup_timeout  # seconds a lookup answer may take
         self.connect_timeout = connect_timeout
+        self.max_body_bytes = max_body_bytes  # larger bodies get 413
         self.metrics = _Metrics()
         self.rr = 0  # round-robin counter for requests no replica has a hit for
+        self.bodies = BodyReader()
         self.session: aiohttp.ClientSession | None = None  # opened with the app
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(middlewares=[error_middleware],
+                              client_max_size=self.max_body_bytes)
         app[ROUTER_KEY] = self
         for path in GENERATE_PATHS:
             app.router.add_post(path, self.generate)
@@ -107,31 +125,33 @@ class Router:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
             auto_decompress=False)
         await self.replicas.poll_once(self.session)  # know who is up before the first request
-        poller = asyncio.create_task(self.replicas.run(self.session), name="router-health")
+        beats = asyncio.create_task(self.replicas.run(self.session), name="router-health")
         try:
             yield
         finally:
-            poller.cancel()
+            beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await poller
+                await beats
             await self.session.close()
+            self.bodies.close()
 
     # ---------------------------------------------------------------- decision
-    async def _lookup(self, r: Replica, raw: bytes, headers: dict) -> dict | None:
+    async def _lookup(self, r: Replica, raw: bytes, headers: list) -> dict | None:
         assert self.session is not None
         try:
-            async with self.session.post(r.url + LOOKUP_PATH, data=raw, headers=headers,
-                                         timeout=aiohttp.ClientTimeout(
-                                             total=self.lookup_timeout)) as resp:
+            async with r.lease(counted=False), self.session.post(
+                    r.url + LOOKUP_PATH, data=raw, headers=headers,
+                    skip_auto_headers=SKIP_AUTO_HEADERS,
+                    timeout=aiohttp.ClientTimeout(total=self.lookup_timeout)) as resp:
                 if resp.status != 200:
                     return None
                 out = await resp.json()
                 r.replica_id = out.get("replica_id", r.replica_id)
                 return out
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError):
-            return None  # late, down or confused: scores hit 0, the choice goes on
+            return None  # late, down, silent or confused: scores hit 0, the choice goes on
 
-    async def plan(self, raw: bytes, headers: dict) -> tuple[list[Replica], int, str]:
+    async def plan(self, raw: bytes, headers: list) -> tuple[list[Replica], int, str]:
         """(replicas in the order to try, predicted hit tokens of the first, reason)."""
         cands = self.replicas.healthy()
         if not cands:
@@ -153,72 +173,34 @@ class Router:
 
     # ---------------------------------------------------------------- routes
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            return error_json(400, f"request body is not valid JSON: {exc}", "invalid_json")
-        if not isinstance(body, dict):
-            return error_json(400, "request body must be a JSON object", "invalid_json")
-        headers = {h: request.headers[h] for h in _PASS_HEADERS if h in request.headers}
+        raw = await self.bodies.read(request)
+        headers = request_headers(request.headers)
         order, predicted, reason = await self.plan(raw, headers)
-        for attempt, replica in enumerate(order):
-            self.metrics.decisions.labels(reason if attempt == 0 else "retry").inc()
-            resp = await self._forward(request, replica, raw, headers)
-            if resp is not None:
-                if attempt == 0:
-                    self.metrics.predicted.inc(predicted)
-                return resp
-        return error_json(502, "no replica could take the request" if order else
-                          "no healthy replica", "no_replica")
-
-    async def _forward(self, request: web.Request, replica: Replica, raw: bytes,
-                       headers: dict) -> web.StreamResponse | None:
-        """Proxy to ``replica``; None when it failed before the first byte (try another)."""
-        assert self.session is not None
-        replica.in_flight += 1
-        try:
-            try:
-                upstream = await self.session.request(
-                    request.method, replica.url + request.rel_url.path_qs, data=raw,
-                    headers=headers)
-            except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError):
-                self.replicas.mark_down(replica)
-                return None
-            async with upstream:
-                if upstream.status >= 500:
-                    with contextlib.suppress(aiohttp.ClientError):
-                        await upstream.read()
-                    log.info("replica %s answered %d before the body: retrying elsewhere",
-                             replica.url, upstream.status)
-                    return None
-                resp = web.StreamResponse(status=upstream.status, headers={
-                    h: upstream.headers[h] for h in _COPY_HEADERS if h in upstream.headers})
-                await resp.prepare(request)
-                usage = _UsageScanner()
-                try:
-                    async for chunk in upstream.content.iter_any():
-                        usage.feed(chunk)
-                        await resp.write(chunk)
-                except aiohttp.ClientError as exc:  # replica died mid-answer: no retry now
-                    log.warning("replica %s broke off an answer: %s", replica.url, exc)
-                    return resp
-                await resp.write_eof()
-                if (cached := usage.cached_tokens()) is not None:
-                    self.metrics.actual.inc(cached)
-                return resp
-        finally:
-            replica.in_flight -= 1
+        return await self._relay(request, raw, headers, order, reason, predicted)
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """Every other route (/v1/models, ...): the first healthy replica answers."""
         raw = await request.read()
-        headers = {h: request.headers[h] for h in _PASS_HEADERS if h in request.headers}
-        for replica in self.replicas.healthy():
-            resp = await self._forward(request, replica, raw, headers)
-            if resp is not None:
-                return resp
-        return error_json(502, "no healthy replica", "no_replica")
+        return await self._relay(request, raw, request_headers(request.headers),
+                                 self.replicas.healthy(), None, 0)
+
+    async def _relay(self, request: web.Request, raw: bytes, headers: list,
+                     order: list[Replica], reason: str | None,
+                     predicted: int) -> web.StreamResponse:
+        assert self.session is not None
+        relay = Relay(self.session, self.replicas, request, raw, headers,
+                      self.metrics.actual.inc)
+        failures: list[Failure] = []
+        for attempt, replica in enumerate(order):
+            if reason is not None:
+                self.metrics.decisions.labels(reason if attempt == 0 else "retry").inc()
+            out = await relay.attempt(replica)
+            if not isinstance(out, Failure):
+                if attempt == 0 and reason is not None:
+                    self.metrics.predicted.inc(predicted)
+                return out
+            failures.append(out)
+        return give_up(failures)
 
     async def health(self, request: web.Request) -> web.Response:
         up = [r.url for r in self.replicas.healthy()]
@@ -229,38 +211,6 @@ class Router:
         self.metrics.healthy.set(len(self.replicas.healthy()))
         return web.Response(body=generate_latest(self.metrics.registry),
                             headers={"Content-Type": "text/plain; version=0.0.4"})
-
-
-class _UsageScanner:
-    """Finds usage.prompt_tokens_details.cached_tokens in a JSON body or an SSE stream."""
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-        self.seen = 0
-        self.found: int | None = None
-
-    def feed(self, chunk: bytes) -> None:
-        self.seen += len(chunk)
-        if self.seen > _USAGE_SCAN_BYTES:
-            self.buf.clear()
-            return
-        self.buf += chunk
-        while (nl := self.buf.find(b"\n")) >= 0:  # SSE: one event line at a time
-            line, self.buf = bytes(self.buf[:nl]), self.buf[nl + 1:]
-            if line.startswith(b"data: {") and b'"usage"' in line:
-                self._take(line[6:])
-
-    def cached_tokens(self) -> int | None:
-        if self.found is None and self.buf.startswith(b"{"):  # a plain JSON answer
-            self._take(bytes(self.buf))
-        return self.found
-
-    def _take(self, text: bytes) -> None:
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            usage: Any = json.loads(text).get("usage") or {}
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-            if isinstance(cached, int):
-                self.found = cached
 
 
 ROUTER_KEY = web.AppKey("kvpool_router", Router)

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 
 from kvpool.errors import EngineError, QueueFullError, RequestError
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
@@ -42,6 +43,7 @@ from kvpool.runtime.workers import prestart_default_executor
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
+GRAMMAR_THREADS = 2  # response_format compiles running at once; the rest wait their turn
 
 
 class RequestStream:
@@ -114,6 +116,9 @@ class AsyncEngine:
         self.writer: RemoteWriter | None = None
         self.imports = RemoteImports(self.core.manager, self.core.copies, self._wake.set)
         self._prefetches: set[asyncio.Task] = set()
+        # grammar compiles (grammar_compile.py): never on the loop or the step thread
+        self._compile_pool = ThreadPoolExecutor(GRAMMAR_THREADS,
+                                                thread_name_prefix="kvpool-grammar")
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -163,6 +168,7 @@ class AsyncEngine:
             self.core.block_sink = None
             await self.writer.aclose()
         await loop.run_in_executor(None, self.core.close)  # joins the copy worker
+        self._compile_pool.shutdown(wait=False, cancel_futures=True)
         if self.remote_link is not None:  # the engine warmed its tier at start; it closes it
             await self.remote_link.tier.aclose()
 
@@ -208,6 +214,18 @@ class AsyncEngine:
         request of several prompts checks them all before it starts any)."""
         self.core.validate(self.encode_prompt(prompt), params)
 
+    async def compile_grammar(self, params: SamplingParams) -> SamplingParams:
+        """``params`` with its response_format compiled and probed on a worker thread
+        (grammar_compile.py); RequestError (HTTP 400 naming response_format) when it is
+        invalid or over its budget. ``generate`` takes only compiled grammars."""
+        spec = params.response_format
+        if spec is None or spec.compiled is not None:
+            return params
+        compiler = self.core.grammars.compiler
+        loop = asyncio.get_running_loop()
+        spec = await loop.run_in_executor(self._compile_pool, compiler.compile, spec)
+        return dataclasses.replace(params, response_format=spec)
+
     def generate(self, request_id: str | None, prompt: str | list[int], params: SamplingParams,
                  *, cache_salt: str | None = None, priority: int = 0,
                  tenant: str | None = None) -> RequestStream:
@@ -222,6 +240,9 @@ class AsyncEngine:
                                  f"{self.config.max_queue}); retry later")
         ids = self.encode_prompt(prompt)
         self.core.validate(ids, params)
+        if params.response_format is not None and params.response_format.compiled is None:
+            raise RequestError("response_format: not compiled; await "
+                               "engine.compile_grammar(params) first", "response_format")
         rid = request_id or f"req-{next(_ids)}"
         if rid in self._streams:
             raise RequestError(f"request id {rid!r} is already in flight", "request_id")

@@ -39,7 +39,7 @@ from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, Sampling
                                   build_tiny_model, compute_logprobs, load_model, load_tokenizer,
                                   make_generator, resolve_dtype)
 from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
-from kvpool.runtime.model.grammar import GrammarMatchers
+from kvpool.runtime.model.grammar_matchers import GrammarMatchers
 from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.runtime.outputs import RequestOutput
 from kvpool.runtime.prompt_logprobs import PromptLogprobs
@@ -107,8 +107,8 @@ class EngineCore:
         # response_format: one matcher per constrained sequence; its mask goes to the sampler
         self.grammars = GrammarMatchers(self.tokenizer, mcfg.vocab_size)
         self.prompt_logprobs = PromptLogprobs(self.outputs)  # prompt_logprobs.py
-        self.checker = RequestChecker(mcfg.vocab_size, self.max_model_len, self.manager,
-                                      self.grammars)  # validate(): request_check.py
+        self.checker = RequestChecker(mcfg.vocab_size, self.max_model_len,
+                                      self.manager)  # validate(): request_check.py
         self._grammar_done: set[int] = set()  # sequences whose grammar completed this step
         self.metrics = metrics
         self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
@@ -260,6 +260,9 @@ class EngineCore:
         batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
                                       [e.block_ids for e in entries])
         full = self.prompt_logprobs.rows(entries)
+        reqs = self.outputs.requests  # the rows _sample will sample: NOTE(overlap)
+        self.grammars.prefetch_mask([s for e in entries if e.request_id in reqs
+                                     for s in e.sample_seq_ids])
         tf = time.perf_counter()
         with torch.inference_mode():
             if full:  # NOTE(prompt-logprobs): lm_head over every position of those rows only
@@ -280,6 +283,9 @@ class EngineCore:
             h = self.copies.submit("defrag", out.defrag_moves)
             defrag_ok = h.exception(timeout=60) is None
         self.prompt_tokens += sum(p.num_new_tokens for p in out.prefills)
+        failed = self.grammars.failed_requests(samples)  # NOTE(grammar-error): never a stop
+        samples = [s for s in samples if s.request_id not in failed] if failed else samples
+        broken = [o for rid, why in failed.items() for o in self._fail_requests([rid], why)]
         deltas, stops = self.outputs.on_tokens(samples, time.monotonic())
         finished = self.scheduler.on_step_done(
             out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok,
@@ -299,7 +305,7 @@ class EngineCore:
                 final[rid] = delta.then(final[rid])
             else:
                 updates.append(delta)
-        return updates + list(final.values())
+        return broken + updates + list(final.values())
 
     @property
     def prefill_rate(self) -> float:
@@ -388,4 +394,5 @@ class EngineCore:
 
     def close(self) -> None:
         self.copies.close(cancel=True)
+        self.grammars.close()
 

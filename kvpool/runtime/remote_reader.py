@@ -5,7 +5,8 @@ Per request, on the event loop (never inside the engine step)::
 
     hashes = manager.hash_prompt(prompt, salt)       chain hashes of the full blocks
     local  = leading local hits (lock-free read)
-    run    = await tier.probe(keys beyond local)     one round trip (a Lua script)
+    run    = await tier.probe(keys beyond local,      one round trip (a Lua script); the
+                          refresh=local keys)        local part refreshed in Redis's LRU
     cost model: fixed cost EMA + bytes / bandwidth EMA  <  new tokens / measured prefill rate ?
     host   = await front.allocate_host_blocks(n)     through AsyncManagerFront
     values = MGETs in <= MAX_CHUNKS parallel chunks, bounded by the prefetch deadline
@@ -124,15 +125,8 @@ class RemoteReader:
             return None
         hashes = mgr.hash_prompt(prompt, salt)[:limit]
         local = mgr.get_prefix_hits(hashes)
-        first_group = local // g
-        keys = link.group_keys(hashes)[first_group:]
-        if not keys:
-            return None
-        self.stats.considered += 1
-        tp = time.perf_counter()
-        run = await link.tier.probe(keys)
-        self.rtt = ema(self.rtt, time.perf_counter() - tp)
-        first = first_group * g
+        first = local // g * g
+        keys, run = await self._probe(hashes, local // g)
         new = first + run * g - local
         if run == 0 or new < link.min_fetch_blocks:
             self.stats.declined_short += run > 0
@@ -144,11 +138,41 @@ class RemoteReader:
         if host is None:
             self.stats.declined_host += 1
             return None
-        kept = 0
+        kept = await self._fetch(keys[:run], host, t0)
+        if kept == 0:
+            return None
+        n = kept * g
+        self.stats.fetched_blocks += n
+        return FetchedPrefix(first, tuple(hashes[first:first + n]), tuple(host[:n]),
+                             time.perf_counter())
+
+    async def _probe(self, hashes: Sequence[bytes], first_group: int) -> tuple[list[str], int]:
+        """The keys of the groups from ``first_group`` on, and the length of their leading run
+        in the tier (0 with nothing to probe).
+
+        NOTE(chain-lru): the chain's head this replica holds is refreshed in Redis too, in the
+        same script. Read locally on every request, it was never touched there, aged as the
+        oldest keys of the tier (a hot system prompt first of all) and was evicted: a hole at
+        the head makes the whole chain unusable for every other replica."""
+        chain = self.link.group_keys(hashes)
+        keys = chain[first_group:]
+        if not keys:
+            return keys, 0
+        self.stats.considered += 1
+        tp = time.perf_counter()
+        run = await self.link.tier.probe(keys, refresh=chain[:first_group])
+        self.rtt = ema(self.rtt, time.perf_counter() - tp)
+        return keys, run
+
+    async def _fetch(self, keys: list[str], host: list[int], t0: float) -> int:
+        """Fetch ``keys``' values into ``host`` blocks within the prefetch deadline: the
+        number of values landed (a leading run); every host block not landed goes back."""
+        link, g = self.link, self.link.blocks_per_object
+        run, kept = len(keys), 0
         tf = time.perf_counter()
         try:
             remaining = link.prefetch_timeout_s - (time.monotonic() - t0)
-            values = await self._get(keys[:run], remaining)
+            values = await self._get(keys, remaining)
             kept = await asyncio.to_thread(self._land, values, host)
             if kept == run:  # a complete fetch: what it cost beyond its bytes
                 extra = max(0.0, time.perf_counter() - tf
@@ -159,12 +183,7 @@ class RemoteReader:
                 self.stats.partial += 1
             if kept * g < len(host):  # NOTE(leak): every block not handed on goes back now
                 await self.front.free_host_blocks(host[kept * g:])
-        if kept == 0:
-            return None
-        n = kept * g
-        self.stats.fetched_blocks += n
-        return FetchedPrefix(first, tuple(hashes[first:first + n]), tuple(host[:n]),
-                             time.perf_counter())
+        return kept
 
     async def _get(self, keys: list[str], timeout: float) -> list[bytes | None]:
         """Values of ``keys`` in parallel chunks; a chunk not back by ``timeout`` is None."""

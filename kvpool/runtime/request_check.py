@@ -9,7 +9,9 @@ into an OpenAI error with HTTP 400) and, where a fix exists, the fix. Checked in
                                              long), code context_length_exceeded
     admission NEVER for prompt + 1 token  -> prompt, code prompt_too_long_for_pool
     prompt + max_tokens > the whole pool  -> max_tokens, code context_length_exceeded
-    an unusable response_format           -> response_format (the grammar's own check)
+    n such sequences > the whole pool     -> n, code n_too_large_for_pool (the prompt's
+                                             full blocks held once, each sequence's own
+                                             generated blocks apart)
 
 The pool check asks the manager's one admission rule, the scheduler's own, so a request
 accepted here is never ignored later for its size.
@@ -17,22 +19,20 @@ accepted here is never ignored later for its size.
 
 from __future__ import annotations
 
-from kvpool.core import AllocStatus, BlockSpaceManager
+from kvpool.core import Admission, AllocStatus, BlockSpaceManager
 from kvpool.errors import RequestError
 from kvpool.runtime.model import SamplingParams
-from kvpool.runtime.model.grammar import GrammarMatchers
 
 
 class RequestChecker:
-    """Validation against the model's vocabulary and context, the block pool (lent by the
-    engine: asked, never changed) and the grammar compiler."""
+    """Validation against the model's vocabulary and context and the block pool (lent by the
+    engine: asked, never changed). A response_format is checked where it is compiled, off
+    this (caller's) thread: EngineCore.compile_grammar."""
 
-    def __init__(self, vocab_size: int, max_model_len: int, manager: BlockSpaceManager,
-                 grammars: GrammarMatchers) -> None:
+    def __init__(self, vocab_size: int, max_model_len: int, manager: BlockSpaceManager) -> None:
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.manager = manager
-        self.grammars = grammars
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raise RequestError for what can never be served (see the module docstring)."""
@@ -51,22 +51,44 @@ class RequestChecker:
                 f"this model's maximum context length is {limit} tokens; the "
                 f"request has {n} prompt tokens and asks for {params.max_tokens} more",
                 "max_tokens" if n < limit else "prompt", "context_length_exceeded")
-        adm = self.manager.admission([(n + 1, ())])  # the scheduler's own rule
+        self._check_pool(n, params)
+
+    def _check_pool(self, p: int, params: SamplingParams) -> None:
+        """The pool checks: the prompt, then one sequence, then all ``n`` of them."""
+        mgr = self.manager
+        adm = mgr.admission([(p + 1, ())])  # the scheduler's own rule
         if adm.status is AllocStatus.NEVER:
             raise RequestError(f"the prompt (+1 token) {adm.reason}: shorten it or raise "
                                "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
-        if params.max_tokens:
-            # NOTE(alone): an admitted request is never dropped for capacity; alone it may
-            # take every block, but no more: refuse what outgrows the whole pool now (its
-            # table holds prompt + max_tokens - 1 tokens at most: the last is never stored)
-            mgr = self.manager
-            whole = mgr.admission([(n + params.max_tokens - 1, ())], watermark=False)
-            if whole.status is AllocStatus.NEVER:  # the same one rule, against the whole pool
-                total, bs = mgr.device_pool.num_blocks, mgr.block_size
-                raise RequestError(
-                    f"the request has {n} prompt tokens and max_tokens={params.max_tokens}: "
-                    f"more than the KV cache's {total} blocks of {bs} tokens can hold; use "
-                    f"max_tokens <= {total * bs - n + 1} or raise --kv-cache-memory",
-                    "max_tokens", "context_length_exceeded")
-        if params.response_format is not None:
-            self.grammars.validate(params.response_format)
+        m = params.max_tokens
+        if not m:
+            return
+        # NOTE(alone): an admitted request is never dropped for capacity; alone it may
+        # take every block, but no more: refuse what outgrows the whole pool now (its
+        # table holds prompt + max_tokens - 1 tokens at most: the last is never stored)
+        total, bs = mgr.device_pool.num_blocks, mgr.block_size
+        if self._group_need(p, m, 1).status is AllocStatus.NEVER:
+            raise RequestError(
+                f"the request has {p} prompt tokens and max_tokens={m}: more than the KV "
+                f"cache's {total} blocks of {bs} tokens can hold; use max_tokens <= "
+                f"{total * bs - p + 1} or raise --kv-cache-memory",
+                "max_tokens", "context_length_exceeded")
+        seqs = params.n
+        need = self._group_need(p, m, seqs)
+        if need.status is AllocStatus.NEVER:
+            fit = next(k for k in range(seqs - 1, 0, -1)
+                       if self._group_need(p, m, k).status is not AllocStatus.NEVER)
+            raise RequestError(
+                f"n={seqs} sequences of {p} prompt tokens (held once) + max_tokens={m} need "
+                f"{need.capacity} blocks, more than the KV cache's {total} blocks of {bs} "
+                f"tokens; use n <= {fit}, lower max_tokens, or raise --kv-cache-memory",
+                "n", "n_too_large_for_pool")
+
+    def _group_need(self, p: int, max_tokens: int, seqs: int) -> Admission:
+        """The admission rule, against the whole pool, for ``seqs`` sequences of this prompt
+        grown to max_tokens (the last token never stored) with diverged outputs: the
+        prompt's full blocks held once, as while they decode or when they are recomputed."""
+        if seqs == 1 or max_tokens == 1:  # nothing generated is stored: one shared table
+            return self.manager.admission([(p + max_tokens - 1, ())], watermark=False)
+        return self.manager.admission([(p + max_tokens - 1, ())] * seqs, watermark=False,
+                                      shared_blocks=p // self.manager.block_size)

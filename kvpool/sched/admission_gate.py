@@ -2,7 +2,8 @@
 
 - ``units``: how the request would be prefilled (one unit per distinct token list: a new or
   agreeing request shares one, a recomputed ``n > 1`` request whose outputs diverged has one
-  per sequence), with the block hashes of each unit, built once per stay in the queue;
+  per sequence, all reusing the first one's blocks of their common prefix), with the block
+  hashes of each unit, built once per stay in the queue;
 - ``tokens_to_compute`` / ``allocations``: what admitting a unit costs the step's token
   budget, and the manager's allocation requests for it;
 - ``admission`` / ``status``: the manager's one admission rule (OK / LATER / NEVER with its
@@ -69,8 +70,31 @@ class AdmissionGate:
             else:
                 hashes = mgr.hash_prompt(s.all_token_ids(), g.cache_salt) if caching else []
             units.append(PrefillUnit(seqs, s.num_tokens, hashes))
+        shared = self._common_full_tokens(units)
+        if shared:
+            for u in units[1:]:
+                u.after, u.shared_tokens = units[0], shared
         g.units = units
         return units
+
+    def _common_full_tokens(self, units: list[PrefillUnit]) -> int:
+        """Tokens in the full blocks every unit starts with (their common prefix), short of
+        any unit's last token (each computes at least one of its own): 0 for one unit."""
+        if len(units) < 2:
+            return 0
+        outs = [u.lead.output_token_ids for u in units]
+        shortest = min(len(o) for o in outs)
+        common = 0
+        while common < shortest and all(o[common] == outs[0][common] for o in outs):
+            common += 1
+        p = len(units[0].lead.group.prompt_token_ids)
+        bs = self.manager.block_size
+        return min((p + common) // bs, (p + shortest - 1) // bs) * bs
+
+    def shared_blocks(self, units: list[PrefillUnit]) -> int:
+        """Blocks each unit after the first reuses from it (``manager.admission``'s
+        ``shared_blocks``)."""
+        return units[-1].shared_tokens // self.manager.block_size if len(units) > 1 else 0
 
     def tokens_to_compute(self, u: PrefillUnit) -> int:
         """Tokens of ``u`` its first chunk computes: all but the prefix hits allocation
@@ -84,10 +108,13 @@ class AdmissionGate:
         """The manager's allocation requests for ``g``'s units (one block table per live
         sequence, shared prompt blocks per unit)."""
         caching = self.manager.caching
+        bs = self.manager.block_size
         return [SeqAlloc([s.seq_id for s in u.seqs],
                          g.prompt_token_ids if not u.lead.output_token_ids
                          else u.lead.all_token_ids(),
-                         u.block_hashes if caching else None, g.cache_salt)
+                         u.block_hashes if caching else None, g.cache_salt,
+                         share_with=None if u.after is None else u.after.lead.seq_id,
+                         num_shared=u.shared_tokens // bs)
                 for u in units]
 
     def admission(self, units: list[PrefillUnit], freeable: int = 0) -> Admission:
@@ -96,14 +123,16 @@ class AdmissionGate:
         running requests to grow; appends ignore it), so a request coming back to be
         recomputed with output tokens is NEVER only if the whole pool cannot hold it; one
         that needs the watermark's blocks waits (LATER) until nothing else runs, and then
-        may take every block. The engine refuses prompt + max_tokens beyond the whole pool
-        up front (runtime/request_check.py)."""
+        may take every block. The engine refuses up front (runtime/request_check.py) what
+        outgrows the whole pool: prompt + max_tokens, and ``n`` such sequences holding the
+        prompt's full blocks once, as their recompute units do (``shared_blocks``)."""
         mgr = self.manager
         prompts = [(u.num_tokens, u.block_hashes) for u in units]
-        adm = mgr.admission(prompts, freeable=freeable)
+        shared = self.shared_blocks(units)
+        adm = mgr.admission(prompts, freeable=freeable, shared_blocks=shared)
         if adm.status is AllocStatus.OK or not any(u.lead.output_token_ids for u in units):
             return adm
-        whole = mgr.admission(prompts, freeable=freeable, watermark=False)
+        whole = mgr.admission(prompts, freeable=freeable, watermark=False, shared_blocks=shared)
         if whole.status is AllocStatus.NEVER or not self.anything_running():
             return whole
         if adm.status is AllocStatus.NEVER:

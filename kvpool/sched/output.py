@@ -26,7 +26,8 @@ from kvpool.sched.sequence import SeqStatus
 class ScheduledPrefill:
     """Compute prompt tokens ``[start, end)`` of one prefill unit this step.
 
-    The KV of ``[0, start)`` is already in the cache (earlier chunks or prefix hits);
+    The KV of ``[0, start)`` is already in the cache (earlier chunks, prefix hits, or the
+    shared blocks another unit of the request wrote in an earlier step: sequence.py);
     ``block_ids`` is the table of ``seq_ids[0]`` (all listed sequences share those blocks).
     When ``is_last``, sample one token per sequence in ``seq_ids`` from the logits of position
     ``end - 1`` (``sample_seq_ids``).

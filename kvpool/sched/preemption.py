@@ -74,8 +74,9 @@ class PreemptionMixin:
         if self.manager.host_pool.num_blocks == 0 or not self.manager.can_swap_out(ids):
             return PreemptionMode.RECOMPUTE
         if forced is PreemptionMode.SWAP or len(recompute_units(g)) > 1:
-            # NOTE(n>1): sequences whose outputs diverged would each recompute their own copy
-            # of the prompt; swapping keeps them sharing it, so it wins whenever it is possible
+            # NOTE(n>1): sequences whose outputs diverged would each recompute their own
+            # output tokens (the prompt once, shared) one unit after another; swapping brings
+            # them back at once, so it wins whenever it is possible
             return PreemptionMode.SWAP
         swap_s = self.cost.swap_seconds(len(refs))
         tokens = self.recompute_tokens(g) - self._kept_prompt_tokens(g, refs)
@@ -143,7 +144,8 @@ class PreemptionMixin:
                 return  # it will be admitted in the waiting pass
             lower = [r for r in running if r.priority > g.priority]
             freeable = len(self._distinct_blocks([s.seq_id for r in lower for s in r.live_seqs]))
-            plan = mgr.admission([(u.num_tokens, ()) for u in units], freeable=freeable)
+            plan = mgr.admission([(u.num_tokens, ()) for u in units], freeable=freeable,
+                                 shared_blocks=self.gate.shared_blocks(units))
             if plan.status is not AllocStatus.OK:
                 return  # even preempting all of them would not make room
             if self._num_running_seqs - sum(r.num_live for r in lower) + need_seqs \

@@ -24,9 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+from kvpool.errors import ConfigError
 from kvpool.outfile import write_text
 
-from kvpool.sched.replay_report import ProgressBar, plot
+from kvpool.sched.replay_report import ProgressBar, import_pyplot, plot
 from kvpool.sched.replay_trace import load_trace, trace_summary
 
 
@@ -149,6 +150,12 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         print("kvpool replay: --limit must be >= 1", file=sys.stderr)
         return 2
+    if args.plot:  # before a long replay, not after it
+        try:
+            import_pyplot()
+        except ConfigError as e:
+            print(f"kvpool replay: {e}", file=sys.stderr)
+            return 2
     t0 = time.perf_counter()
     reqs = load_trace(args.trace, args.limit)
     if not reqs:

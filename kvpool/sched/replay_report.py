@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from kvpool.errors import ConfigError
 from kvpool.outfile import out_path
 
 
@@ -103,13 +104,21 @@ class Timeline:
                 "swapped": [self.swapped[i] for i in idx]}
 
 
-def plot(timeline: dict, path: str, title: str, xlabel: str) -> None:
-    """Hit rate, pool usage and queue lengths over time, one panel each (PNG, Agg)."""
-    import matplotlib
-
+def import_pyplot():
+    """matplotlib's pyplot on the Agg backend (no display). matplotlib is the optional ``plot``
+    extra: without it, a clear error naming the install command."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ConfigError("plots need matplotlib: pip install 'kvpool[plot]'") from e
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
 
+
+def plot(timeline: dict, path: str, title: str, xlabel: str) -> None:
+    """Hit rate, pool usage and queue lengths over time, one panel each (PNG, Agg)."""
+    plt = import_pyplot()
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     x = timeline["x"]
     axes[0].plot(x, timeline["hit_rate"], color="tab:green")

@@ -256,6 +256,8 @@ class Scheduler(PreemptionMixin, CompletionMixin):
 
     def _emit_chunk(self, out: SchedulerOutput, g: SequenceGroup, u: PrefillUnit,
                     cached: int, may_chunk: bool) -> None:
+        if u.after is not None and u.waits():
+            return  # its shared blocks are not written yet (sequence.py)
         left = self._tokens_left
         start = u.computed
         remaining = u.num_tokens - start
@@ -372,7 +374,7 @@ class Scheduler(PreemptionMixin, CompletionMixin):
                 g.first_scheduled_time = now
                 g.num_cached_tokens = res[0]
             for u, cached in zip(units, res):
-                u.computed = u.cached = cached
+                u.allocated(cached)
                 for s in u.seqs:
                     s.unit = u
                 self.prefix_hit_tokens += cached

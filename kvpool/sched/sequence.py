@@ -12,6 +12,12 @@ tokens are ``prompt + output``; its block table (in the BlockSpaceManager) holds
 A ``PrefillUnit`` is one prompt computation shared by the sequences listed in it: normally all
 ``n`` sequences of a fresh request; after a recompute preemption, sequences whose outputs
 differ each get their own unit (their "prompt for recompute" is prompt + their own output).
+Those units still hold their common prefix once: the first unit computes its full blocks, the
+others reuse them (``after`` / ``shared_tokens``) and start computing where they end::
+
+    prompt 32 tokens, bs 8, outputs [a b c] and [d e f]
+    unit 0   [p0-7][p8-15][p16-23][p24-31][a b c]      computes tokens 0..34
+    unit 1   (the same four blocks)       [d e f]      computes 32..34 once unit 0 has 32
 """
 
 from __future__ import annotations
@@ -98,10 +104,42 @@ class PrefillUnit:
     block_hashes: list[bytes]  # full-block hashes of those tokens (prefix-cache keys)
     computed: int = 0  # tokens whose KV is written (set to the prefix hits on allocation)
     cached: int = 0  # tokens served by the prefix cache at allocation
+    after: PrefillUnit | None = None  # the unit computing this one's shared blocks
+    shared_tokens: int = 0  # leading tokens (full blocks) whose blocks ``after`` holds too
 
     @property
     def lead(self) -> Sequence:
         return self.seqs[0]
+
+    def allocated(self, cached: int) -> None:
+        """Its tables exist; the prefix cache served their first ``cached`` tokens. A unit
+        reusing shared blocks starts computing after them (when they are not all hits)."""
+        self.cached = self.computed = cached
+        if self.after is not None:
+            if cached >= self.shared_tokens:
+                self.after = None
+            else:
+                self.computed = self.shared_tokens
+
+    def waits(self) -> bool:
+        """Whether this unit must not compute yet: the unit it shares blocks with has not
+        written them. When that unit's sequences all finished first, the first unit still
+        waiting on it computes the shared part itself (the others then wait on that one)."""
+        first = self.after
+        if first is None:
+            return False
+        if first.computed >= self.shared_tokens:
+            self.after = None
+            return False
+        if any(s.unit is first for s in first.seqs):
+            return True
+        waiting = [u for u in self.lead.group.units or () if u.after is first]
+        heir = waiting[0]
+        heir.after = None
+        heir.computed = max(heir.cached, min(heir.computed, first.computed))
+        for u in waiting[1:]:
+            u.after = heir
+        return self is not heir
 
     def token_ids(self, start: int, end: int) -> list[int]:
         return self.seqs[0].token_slice(start, end)

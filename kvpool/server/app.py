@@ -30,9 +30,10 @@ from kvpool.metrics import KVPoolMetrics
 from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
+from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
 from kvpool.server.middleware import auth_middleware, error_middleware
-from kvpool.server.protocol import MAX_JSON_DEPTH, RequestParser
+from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
 from kvpool.server.shutdown import DrainGate
 from kvpool.server.tenant import TenantEngine, tenant_middleware
@@ -43,7 +44,6 @@ if TYPE_CHECKING:  # the app only needs the engine's contract (the stress harnes
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DRAIN_KEY", "ENGINE_KEY", "METRICS_KEY", "ROUTES_KEY",
            "build_app", "start_draining"]
 
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
 DEFAULT_ENGINE_SHUTDOWN_TIMEOUT = 10.0
 
 ENGINE_KEY: web.AppKey[AsyncEngine] = web.AppKey("kvpool_engine")

@@ -31,6 +31,7 @@ they arrive (prompt_merge.py); leaving early aborts every one that has not finis
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -98,6 +99,8 @@ class OpenAIRoutes:
                            headers={"Retry-After": "1"})
         parse = self._parse_chat if chat else self._parse_completion
         req = await self.parse_pool.parse(await request.read(), parse)
+        if req.params.response_format is not None:  # compiled off the loop (grammar_compile.py)
+            req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         builder = ResponseBuilder(req, formatter=self.formatter)
         prompts = req.all_prompts
         if len(prompts) > 1:  # NOTE(all-or-nothing): one bad prompt fails the whole request

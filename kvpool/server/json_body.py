@@ -16,7 +16,11 @@ from typing import Any
 from kvpool.errors import RequestError
 from kvpool.server.body_bound import key_before, longest_string_over, structural_commas
 
-__all__ = ["decode_json_body"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "MAX_JSON_DEPTH", "decode_json_body"]
+
+# the server's and the router's default body bounds (the router passes bodies on unchanged)
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
+MAX_JSON_DEPTH = 32
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _STRING_FIELDS = frozenset({"prompt", "messages", "stop", "user"})  # named in a too-long 400

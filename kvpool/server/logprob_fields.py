@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kvpool.errors import RequestError
+from kvpool.errors import RequestError, shown
 
 __all__ = ["DEFAULT_MAX_LOGPROBS", "LogprobRequest", "parse_logprob_fields"]
 
@@ -51,7 +51,7 @@ def _count(body: dict[str, Any], name: str, bound: int) -> int | None:
     if not isinstance(v, int) or isinstance(v, bool):
         raise _bad(name, f"must be an integer, got {json.dumps(v)[:50]}")
     if not 0 <= v <= bound:
-        raise _bad(name, f"must be between 0 and {bound} (--max-logprobs), got {v}")
+        raise _bad(name, f"must be between 0 and {bound} (--max-logprobs), got {shown(v)}")
     return v
 
 

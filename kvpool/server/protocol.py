@@ -33,11 +33,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvpool.errors import RequestError
+from kvpool.errors import RequestError, shown
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
-from kvpool.server.json_body import decode_json_body
+from kvpool.server.json_body import MAX_JSON_DEPTH, decode_json_body
 from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
                                         KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
                                         UNSUPPORTED_COMPLETION, check_known, check_unsupported)
@@ -49,7 +49,6 @@ from kvpool.server.sampling_fields import parse_sampling_controls
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-MAX_JSON_DEPTH = 32
 MAX_CACHE_SALT_CHARS = 1024
 MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
 _INT32 = 1 << 31
@@ -239,7 +238,7 @@ class RequestParser:
                                       param="stream_options.include_usage")
         n = self._opt(body, "n", int, 1)
         if not 1 <= n <= self.max_n:
-            raise _bad("n", f"must be between 1 and {self.max_n}, got {n}")
+            raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
         salt = self._opt(body, "cache_salt", str, None)
         # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
         if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
@@ -297,7 +296,7 @@ class RequestParser:
         # the whole engine down. Past the vocabulary it filters nothing: -1 (off).
         top_k = self._opt(body, "top_k", int, -1)
         if top_k >= _INT32:
-            raise _bad("top_k", f"must be below 2**31 (or -1/0 to disable), got {top_k}")
+            raise _bad("top_k", f"must be below 2**31 (or -1/0 to disable), got {shown(top_k)}")
         return -1 if top_k > self.vocab_size else top_k
 
     def _max_tokens(self, body: dict[str, Any], names: Sequence[str]) -> tuple[int | None, str]:
@@ -308,9 +307,9 @@ class RequestParser:
             if value < 1:
                 hint = " (0 only with echo: the prompt's logprobs alone)" \
                     if value == 0 and name == "max_tokens" and "echo" in body else ""
-                raise _bad(name, f"must be at least 1{hint}, got {value}")
+                raise _bad(name, f"must be at least 1{hint}, got {shown(value)}")
             if value > self.max_tokens_limit:
-                raise _bad(name, f"must be at most {self.max_tokens_limit}, got {value}")
+                raise _bad(name, f"must be at most {self.max_tokens_limit}, got {shown(value)}")
             return value, name
         return None, names[-1]
 

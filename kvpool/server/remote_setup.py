@@ -11,7 +11,7 @@ import argparse
 
 from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.remote import RemoteMetrics
-from kvpool.remote import Namespace, RedisTier, ValueCodec
+from kvpool.remote import Namespace, RedisTier, ValueCodec, ValueSigner
 from kvpool.runtime.remote_link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, RemoteLink
 
 
@@ -26,11 +26,14 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
                    help="deadline of one request's prefix fetch; what arrived is kept")
     g.add_argument("--remote-blocks-per-object", type=int, default=1, metavar="N",
                    help="blocks per Redis value (aim for 0.5-4 MiB values)")
+    g.add_argument("--remote-secret-file", default=None, metavar="PATH",
+                   help="a secret shared by the replicas (>= 16 bytes): values are signed "
+                        "with it, and unsigned or forged ones are misses (deleted, counted)")
 
 
 def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                prefetch_timeout_ms: float = 500.0, blocks_per_object: int = 1,
-               fetch_bias: float = 1.0, observer=None,
+               fetch_bias: float = 1.0, observer=None, secret_file: str | None = None,
                metrics: KVPoolMetrics | None = None) -> RemoteLink:
     """A RemoteLink on a RedisTier at ``url`` for ``engine``'s namespace (not connected yet:
     redis.asyncio connects on the first call, inside the tier's own deadline).
@@ -38,7 +41,8 @@ def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
     ``metrics``: the server's registry; the ``kvpool_remote_*`` families (tier counters,
     breaker, probe/get/put and prefetch-wait histograms) are rendered on it from then on.
     ``observer`` (without ``metrics``) receives the tier's round-trip times instead.
-    ``fetch_bias``: ``RemoteLink.fetch_bias`` (bench.remote's forced-fetch arm sets 0)."""
+    ``fetch_bias``: ``RemoteLink.fetch_bias`` (bench.remote's forced-fetch arm sets 0).
+    ``secret_file``: sign values with the secret it holds (``--remote-secret-file``)."""
     core = engine.core
     layout = core.storage.layout
     cfg = core.config
@@ -48,7 +52,8 @@ def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                    block_size=layout.block_size, layers=layout.num_layers,
                    kv_heads=layout.num_kv_heads, head_dim=layout.head_dim,
                    blocks_per_object=blocks_per_object)
-    codec = ValueCodec(ns, core.storage.bytes_per_block)
+    signer = None if secret_file is None else ValueSigner.from_file(secret_file)
+    codec = ValueCodec(ns, core.storage.bytes_per_block, signer)
     remote_metrics = None
     if metrics is not None:
         remote_metrics = RemoteMetrics(lambda: tier.stats())  # late-bound: tier is next

@@ -43,7 +43,7 @@ def parse_sampling_controls(body: dict[str, Any], vocab_size: int) -> dict[str, 
             continue
         if not _number(v):
             raise _bad(name, f"must be a number, got {json.dumps(v)[:50]}")
-        out[name] = float(v)
+        out[name] = v  # ranges: SamplingParams (NOTE(float32) there)
     v = body.get("min_tokens")
     if v is not None:
         if not isinstance(v, int) or isinstance(v, bool):
@@ -115,5 +115,5 @@ def _logit_bias(bias: Any, vocab_size: int) -> dict[int, float]:
         if not _number(value):
             raise _bad("logit_bias", f"bias for token {tid} must be a number, got "
                        f"{json.dumps(value)[:40]}")
-        out[tid] = float(value)
+        out[tid] = value  # the range: SamplingParams
     return out

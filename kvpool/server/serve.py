@@ -190,6 +190,7 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
         link = build_link(engine, o.remote_url, write_policy=o.remote_write_policy,
                           prefetch_timeout_ms=o.remote_prefetch_timeout_ms,
                           blocks_per_object=o.remote_blocks_per_object,
+                          secret_file=o.remote_secret_file,
                           metrics=engine.metrics)  # the registry build_app serves
         engine.remote_link = link  # read before engine.start() (the app's startup)
     app = build_app(engine, api_key=o.api_key, max_body_bytes=o.max_body_bytes,

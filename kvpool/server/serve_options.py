@@ -51,6 +51,7 @@ class ServeOptions:
     remote_write_policy: str = DEFAULT_WRITE_POLICY
     remote_prefetch_timeout_ms: float = 500.0
     remote_blocks_per_object: int = 1
+    remote_secret_file: str | None = None  # shared secret signing the tier's values (None: off)
     uvloop: bool | None = None  # None: uvloop when installed
 
     def __post_init__(self) -> None:

@@ -120,6 +120,17 @@ def hostile_cases(max_body_bytes: int = 4 * 1024 * 1024) -> list[HostileCase]:
                     _raw(b'{"prompt": "hi", "max_tokens": 2, "temperature": 1e999}'), bad),
         HostileCase("temperature_negative", COMPLETIONS, _completion(temperature=-0.5), bad),
         HostileCase("temperature_string_nan", COMPLETIONS, _completion(temperature="NaN"), bad),
+        HostileCase("temperature_1e300", COMPLETIONS, _completion(temperature=1e300), bad),
+        HostileCase("repetition_penalty_1e300", COMPLETIONS,
+                    _completion(repetition_penalty=1e300), bad),
+        HostileCase("repetition_penalty_1e-300", COMPLETIONS,
+                    _completion(repetition_penalty=1e-300), bad),
+        HostileCase("grammar_huge_repeat", COMPLETIONS, _completion(response_format={
+            "type": "json_schema", "json_schema": {"name": "r", "schema": {
+                "type": "string", "pattern": "^(abc){1000000000}$"}}}), bad, weight=0.3),
+        HostileCase("grammar_ref_loop", COMPLETIONS, _completion(response_format={
+            "type": "json_schema", "json_schema": {"name": "r", "schema": {
+                "$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}}}), bad),
         HostileCase("top_p_out_of_range", COMPLETIONS, _completion(top_p=7.5), bad),
         HostileCase("top_k_enormous", COMPLETIONS,
                     _completion(top_k=10**40, top_p=0.5, temperature=1.0), bad),

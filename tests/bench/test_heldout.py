@@ -1,7 +1,9 @@
 """bench.heldout: its shapes are seeded and deterministic, each has the property it is named
 for, and main reports every policy against LRU per cell."""
 
-from bench.heldout import SHAPES, agent, cell, loop, main, tenants
+from collections import Counter
+
+from bench.heldout import SHAPES, agent, cell, loop, main, mooncake, tenants
 from kvpool.core.eviction import POLICIES
 
 
@@ -27,6 +29,18 @@ def test_tenants_share_system_prompts_and_agents_resend_their_context():
     assert len(firsts) > len(set(firsts))  # contexts come back
 
 
+def test_mooncake_mixes_shared_prompts_returning_chats_and_scans():
+    reqs = mooncake(1, 0.1)
+    firsts = Counter(r[0] for r in reqs)
+    shared = sum(n for _, n in firsts.most_common(4))  # the 4 system prompts
+    assert 0.6 * len(reqs) < shared < 0.95 * len(reqs)  # RAG + chats; the rest are scans
+    assert sum(n == 1 for n in firsts.values()) > 0.1 * len(reqs)  # one-shot scans
+    seen = {tuple(r) for r in reqs}
+    turns = [r for r in reqs
+             if any(tuple(r[:k]) in seen for k in range(max(1, len(r) - 6), len(r)))]
+    assert turns  # a chat's next turn extends a request sent before
+
+
 def test_main_reports_every_policy_against_lru(tmp_path, capsys):
     res = main(["--seeds", "1", "--capacities", "200", "--scale", "0.05",
                 "--json", str(tmp_path / "h.json")])
@@ -34,5 +48,6 @@ def test_main_reports_every_policy_against_lru(tmp_path, capsys):
     for rates in res["cells"].values():
         assert set(POLICIES) <= set(rates) and all(0.0 <= v <= 1.0 for v in rates.values())
     assert set(res["below_lru"]) == set(POLICIES) - {"lru"}
+    assert set(res["below_best_classic"]) == set(res["below_lru"])
     assert "below lru:" in capsys.readouterr().out
     assert (tmp_path / "h.json").exists()

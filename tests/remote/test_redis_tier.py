@@ -203,3 +203,14 @@ async def test_redis_hung_misses_within_deadline_and_recovers(make_tier, redis_s
     assert took is not None and took < 2.5, took  # target 2 s after SIGCONT (reset 1 s)
     assert tier.breaker.state is BreakerState.CLOSED
     assert await tier.get_many(keys[:1]) != [None]
+
+
+async def test_probe_refreshes_the_held_head_and_counts_only_the_rest(make_tier):
+    tier = make_tier()
+    hashes = chain(6)
+    keys = await _fill(tier, hashes, [0, 2, 3, 4])  # the head has a hole at 1
+    # the head (keys 0-1) is refreshed whatever its state; the run is counted from key 2
+    assert await tier.probe(keys[2:], refresh=keys[:2]) == 3
+    assert await tier.probe(keys[2:]) == 3 and await tier.probe(keys) == 1
+    st = tier.stats()
+    assert st.hit_blocks == 7 and st.miss_blocks == 1 + 1 + 5

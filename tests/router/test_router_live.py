@@ -15,26 +15,12 @@ import uuid
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
 from kvpool.router.cli import add_arguments, build_router
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
-from stress.http.servers import SpawnedServer
-from tests.server.helpers import parse_metrics
-
-# 160 blocks x 16 tokens: room for one HOG_TOKENS-long stream (the load guard test) next to
-# the cached prompts
-REPLICA_ARGS = ["--block-size", "16", "--num-device-blocks", "160", "--num-host-blocks", "16",
-                "--max-model-len", "2048", "--seed", "0", "--num-threads", "1"]
-HOG_TOKENS = 2000  # thousands of decode steps: still running while the router chooses
-LOOKUP_TIMEOUT = 5.0  # generous on a shared 2-core box: a late lookup would score 0 by design
-
-
-def spawn(rid: str) -> SpawnedServer:
-    srv = SpawnedServer([*REPLICA_ARGS, "--replica-id", rid], startup_timeout=120)
-    srv.start()
-    return srv
+from tests.router.helpers import (HOG_TOKENS, LOOKUP_TIMEOUT, complete, decisions, metrics,
+                                  prompt, router, served, spawn, wait_idle)
 
 
 @pytest.fixture(scope="module")
@@ -50,64 +36,13 @@ def replicas():
 
 
 @contextlib.asynccontextmanager
-async def router(urls, **kw):
-    r = Router(ReplicaSet(urls, interval=kw.pop("interval", 1.0)),
-               lookup_timeout=LOOKUP_TIMEOUT, **kw)
-    server = TestServer(r.app(), host="127.0.0.1", port=0)
-    await server.start_server()
-    try:
-        yield r, f"http://127.0.0.1:{server.port}"
-    finally:
-        await server.close()
-
-
-@contextlib.asynccontextmanager
 async def router_from_flags(urls, *flags: str):
     """The router as ``kvpool router --replica U ... FLAGS`` builds it (cli.build_router)."""
     argv = [x for u in urls for x in ("--replica", u)]
     args = add_arguments(argparse.ArgumentParser()).parse_args(
         [*argv, "--lookup-timeout-ms", str(LOOKUP_TIMEOUT * 1000), *flags])
-    server = TestServer(build_router(args).app(), host="127.0.0.1", port=0)
-    await server.start_server()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        await server.close()
-
-
-async def wait_idle(s, urls) -> int:
-    """Running + waiting requests over ``urls`` once they drain (bounded: 200 polls)."""
-    for _ in range(200):
-        busy = 0
-        for rep in urls:
-            async with s.post(rep + "/v1/kvpool/lookup", json={"prompt": "x"}) as lk:
-                out = await lk.json()
-                busy += out["num_running"] + out["num_waiting"]
-        if busy == 0:
-            break
-        await asyncio.sleep(0.05)
-    return busy
-
-
-def prompt(tag: str) -> str:
-    return f"{tag} " + "a long shared system prompt about paged kv caches. " * 4  # ~200 tokens
-
-
-async def complete(session, url, body):
-    async with session.post(url + "/v1/completions",
-                            json={"max_tokens": 2, "temperature": 0, **body}) as r:
-        out = await r.json()
-        assert r.status == 200, out
-        return out
-
-
-async def metrics(session, url):
-    async with session.get(url + "/metrics") as r:
-        return parse_metrics(await r.text())
-
-
-def decisions(m, reason):
-    return m["kvpool_router_decisions_total"][(("reason", reason),)]
+    async with served(build_router(args)) as url:
+        yield url
 
 
 async def test_repeated_prompt_goes_where_its_prefix_is(replicas):
@@ -218,20 +153,19 @@ async def test_killed_replica_is_retried_elsewhere_then_skipped(replicas):
         doomed.stop(timeout=10)
 
 
-async def test_no_replica_is_a_502_error_json(replicas):
-    dead = spawn("dead")
-    os.kill(dead.proc.pid, signal.SIGKILL)
-    dead.proc.wait(timeout=10)
-    try:
-        async with router([dead.url], interval=3600) as (r, url), aiohttp.ClientSession() as s:
-            async with s.post(url + "/v1/completions", json={"prompt": "hi"}) as resp:
-                assert resp.status == 502
-                err = (await resp.json())["error"]
-                assert set(err) == {"message", "type", "param", "code"}
-            async with s.post(url + "/v1/completions", data=b"{nope") as resp:
-                assert resp.status == 400
-    finally:
-        dead.stop(timeout=10)
+async def test_no_live_replica_is_a_503_with_retry_after():
+    """Every replica down is back-pressure (503 + Retry-After, OpenAI error JSON), not a 502."""
+    async with router(["http://127.0.0.1:9"], interval=3600) as (r, url), \
+            aiohttp.ClientSession() as s:  # nothing listens on port 9: refused
+        async with s.post(url + "/v1/completions", json={"prompt": "hi"}) as resp:
+            assert resp.status == 503
+            assert resp.headers["Retry-After"] == "1"
+            err = (await resp.json())["error"]
+            assert set(err) == {"message", "type", "param", "code"}
+            assert err["code"] == "no_replica"
+        async with s.post(url + "/v1/completions", data=b"{nope") as resp:
+            assert resp.status == 400
+            assert (await resp.json())["error"]["code"] == "invalid_json"
 
 
 async def test_client_disconnect_cancels_the_upstream_request(replicas):

@@ -5,6 +5,7 @@ untouched, and no block or matcher outlives its request."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -59,6 +60,13 @@ class Seq:
     finish_reason: str | None = None
 
 
+def compiled(core: EngineCore, params: SamplingParams) -> SamplingParams:
+    """What AsyncEngine.compile_grammar does on its worker thread, here on the test's."""
+    spec = params.response_format
+    return params if spec is None else dataclasses.replace(
+        params, response_format=core.grammars.compiler.compile(spec))
+
+
 def run(core: EngineCore, requests: dict[str, tuple[str, SamplingParams]]
         ) -> dict[str, list[Seq]]:
     """Every request to completion; the streamed deltas joined per sequence."""
@@ -66,6 +74,7 @@ def run(core: EngineCore, requests: dict[str, tuple[str, SamplingParams]]
     for rid, (prompt, params) in requests.items():
         ids = tok.encode(prompt)
         core.validate(ids, params)
+        params = compiled(core, params)
         core.add_request(rid, ids, params)
     seqs = {rid: [Seq() for _ in range(p.n)] for rid, (_, p) in requests.items()}
     done = set()

@@ -161,7 +161,7 @@ def test_no_admitted_request_is_ever_ignored_and_every_request_finishes(sc, dive
     bs, blocks, watermark, host, caching, mode, policy, chunked, reqs, cap = sc
     s = _sched(blocks, bs, host, watermark, caching, mode, policy=policy,
                enable_chunked_prefill=chunked, tenant_max_running_seqs=cap)
-    # diverging outputs make n=2 requests recompute as two units (each its own prompt copy)
+    # diverging outputs make n=2 requests recompute as two units (sharing the prompt blocks)
     rt = FakeRuntime(s, sample_fn=(lambda sid, step: 10 + sid % 3) if diverge else None)
     arrivals: dict[int, list] = {}
     for r in reqs:

@@ -179,3 +179,19 @@ def test_cli_cost_model_and_arrival_scale(tmp_path, capsys):
         capsys.readouterr()
         assert main(common + [str(bad), flag, value]) == 2
         assert "kvpool replay:" in capsys.readouterr().err and not bad.exists()
+
+
+def test_plot_without_matplotlib_is_a_clear_error_before_the_replay(tmp_path):
+    """matplotlib is the optional ``plot`` extra: without it ``--plot`` exits 2 at once, naming
+    the install command, and writes nothing (no replay is run first)."""
+    p = tmp_path / "t.jsonl"
+    write_trace(p, n=10)
+    out = tmp_path / "out.json"
+    code = ("import sys; sys.modules['matplotlib'] = None; from kvpool.cli import main; "
+            f"sys.exit(main(['replay', {str(p)!r}, '--instant', '--json', {str(out)!r}, "
+            f"'--plot', {str(tmp_path / 'x.png')!r}, '--no-progress']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "pip install 'kvpool[plot]'" in r.stderr
+    assert not out.exists()

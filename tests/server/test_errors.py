@@ -202,6 +202,24 @@ async def test_request_that_would_outgrow_the_pool_is_refused_up_front(make_serv
         assert resp["usage"]["completion_tokens"] == 89
 
 
+async def test_n_sequences_that_can_never_fit_the_pool_are_refused_naming_n(make_server):
+    # one sequence of 32 prompt + 40 new tokens holds 5 blocks of 16; n of them hold the
+    # prompt's 2 full blocks once and 3 of their own each: n=4 needs 14 of the 8 blocks
+    # (it used to be admitted and dropped, or never admitted); n=2 (8 blocks) runs
+    async with make_server(num_device_blocks=8, num_host_blocks=0,
+                           preemption_mode="recompute") as small:
+        body = {"prompt": [65] * 32, "max_tokens": 40, "ignore_eos": True, "temperature": 0}
+        for n, stream in ((4, False), (3, True)):
+            status, _, resp = await call(small, "POST", "/v1/completions",
+                                         json={**body, "n": n, "stream": stream})
+            err = assert_error(status, resp, 400, "n", "n_too_large_for_pool")
+            assert f"n={n}" in err["message"] and "use n <= 2" in err["message"], err
+        status, _, resp = await call(small, "POST", "/v1/completions", json={**body, "n": 2})
+        assert status == 200, resp
+        assert [c["finish_reason"] for c in resp["choices"]] == ["length", "length"]
+        assert resp["usage"]["completion_tokens"] == 80
+
+
 async def test_unknown_model_is_404_on_every_route(srv):
     for path, body in (("/v1/completions", {"prompt": "hi", "model": "gpt-4o"}),
                        ("/v1/chat/completions", {"messages": CHAT, "model": "gpt-4o"}),

@@ -1,6 +1,8 @@
 """Structured output: ``response_format`` json_object / json_schema through llguidance.
 
-One token mask per step, batched::
+A schema becomes a GrammarSpec here (parse time), a probed matcher in grammar_compile.py (a
+worker thread), one matcher per sequence in grammar_matchers.py (the step thread). One token
+mask per step, batched::
 
     engine step            GrammarMatchers                      Sampler
     ---------------------  -----------------------------------  --------------------------------
@@ -28,30 +30,27 @@ allowed by a JSON grammar) is not usable under a grammar.
 from __future__ import annotations
 
 import json
-import logging
-import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator
 
 import llguidance
-import llguidance.torch as llg_torch
 import torch
 
 from kvpool.errors import RequestError
 
-from .tokenizer import Tokenizer
-
-__all__ = ["GrammarMatchers", "GrammarSpec", "TokenMask", "apply_token_mask",
+__all__ = ["LIMITS", "OPTIONS", "PARAM", "GrammarSpec", "TokenMask", "apply_token_mask",
            "unpack_bitmask"]
 
-log = logging.getLogger(__name__)
-
 PARAM = "response_format"
+# NOTE(budget) in grammar_compile.py; llguidance's defaults: 1M, 200k, 50k, 250k
+LIMITS = dict(initial_lexer_fuel=200_000, step_lexer_fuel=100_000, step_max_items=20_000,
+              max_lexer_states=50_000)
 MAX_SCHEMA_CHARS = 64 * 1024  # one request may not hand the compiler an unbounded schema
+MAX_PROBES = 64  # sub-schemas probed per request; past that the per-step budget still holds
 # NOTE(whitespace): compact JSON (no whitespace between tokens). With flexible whitespace a
 # sampled model can emit blanks forever and never close the object before max_tokens; json.loads
 # accepts compact JSON just the same.
-_OPTIONS = {"whitespace_flexible": False}
+OPTIONS = {"whitespace_flexible": False}
 
 
 def _bad(message: str) -> RequestError:
@@ -69,6 +68,12 @@ class GrammarSpec:
     schema: str  # canonical JSON text of the schema (json_object: {"type": "object"})
     name: str | None = None  # json_schema.name (echoed nowhere; kept for logs)
     grammar: str = field(default="", compare=False, repr=False)  # compiled, from the schema
+    # what is probed alone before the request runs (grammar_compile.py, NOTE(budget)): every
+    # regex of the schema (``pattern`` values, ``patternProperties`` keys) and every local
+    # definition it references, each as a schema of its own
+    probes: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    # the probed llguidance matcher (GrammarCompiler.compile); its sequences get deep copies
+    compiled: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def json_object(cls) -> "GrammarSpec":
@@ -85,13 +90,55 @@ class GrammarSpec:
         if len(text) > MAX_SCHEMA_CHARS:
             raise _bad(f"the schema is {len(text)} characters; at most {MAX_SCHEMA_CHARS}")
         try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=_OPTIONS)
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=OPTIONS)
         except ValueError as e:
             raise _bad(f"invalid JSON schema: {e}") from None
-        err = llguidance.LLMatcher.validate_grammar(grammar)
+        err = llguidance.LLMatcher.validate_grammar(
+            grammar, limits=llguidance.LLParserLimits(**LIMITS))
         if err:
             raise _bad(f"invalid JSON schema: {err}")
-        return cls(kind, text, name, grammar)
+        return cls(kind, text, name, grammar, _probes(schema))
+
+
+def _probes(schema: Any) -> tuple[Any, ...]:
+    """Sub-schemas to probe alone: each pattern as a string schema, each ``#/$defs/x`` or
+    ``#/definitions/x`` reference as that definition (with the root's definitions)."""
+    if not isinstance(schema, dict):
+        return ()
+    out = [{"type": "string", "pattern": p} for p in dict.fromkeys(_patterns(schema))]
+    defs = {k: schema[k] for k in ("$defs", "definitions") if isinstance(schema.get(k), dict)}
+    for ref in dict.fromkeys(_refs(schema)):
+        where, _, key = ref.removeprefix("#/").partition("/")
+        if where in defs and key in defs[where] and "/" not in key:
+            out.append({"$ref": ref, **defs})
+    return tuple(out[:MAX_PROBES])
+
+
+def _refs(schema: Any) -> Iterator[str]:
+    if isinstance(schema, list):
+        for v in schema:
+            yield from _refs(v)
+    elif isinstance(schema, dict):
+        if isinstance(schema.get("$ref"), str):
+            yield schema["$ref"]
+        for v in schema.values():
+            yield from _refs(v)
+
+
+def _patterns(schema: Any) -> Iterator[str]:
+    """The regexes of a schema: ``pattern`` strings and ``patternProperties`` keys, anywhere
+    (the body's own depth bound keeps this recursion short)."""
+    if isinstance(schema, list):
+        for v in schema:
+            yield from _patterns(v)
+    elif isinstance(schema, dict):
+        if isinstance(schema.get("pattern"), str):
+            yield schema["pattern"]
+        props = schema.get("patternProperties")
+        if isinstance(props, dict):
+            yield from props
+        for v in schema.values():
+            yield from _patterns(v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,98 +176,3 @@ def apply_token_mask(logits: torch.Tensor, mask: TokenMask,
             sub = torch.where(dead[:, None], alt, sub)
     logits[rows] = sub
     return logits
-
-
-class GrammarMatchers:
-    """One llguidance matcher per constrained sequence; the step thread's only.
-
-    Invariant: every key of ``_matchers`` is a live sequence of a request with a
-    ``response_format`` (added by ``add``, dropped by ``remove`` when the request leaves), and
-    each matcher has consumed exactly that sequence's generated tokens.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int,
-                 eos_token_ids: Sequence[int] = (), num_threads: int | None = None) -> None:
-        self.tokenizer = tokenizer  # whose tokenizers JSON llguidance reads
-        self.vocab_size = vocab_size  # the model's logits width (may exceed the tokenizer's)
-        self.eos_token_ids = list(eos_token_ids) or list(tokenizer.eos_token_ids)
-        self._num_threads = num_threads or max(1, min(4, (os.cpu_count() or 2) // 2))
-        self._lltok: llguidance.LLTokenizer | None = None  # built on first use (~1 s at 150k)
-        self._executor: llguidance.LLExecutor | None = None
-        self._matchers: dict[int, llguidance.LLMatcher] = {}  # seq_id -> matcher
-
-    @property
-    def lltokenizer(self) -> llguidance.LLTokenizer:
-        if self._lltok is None:
-            eos = self.eos_token_ids[0] if len(self.eos_token_ids) == 1 else self.eos_token_ids
-            self._lltok = llguidance.LLTokenizer(self.tokenizer.backend.to_str(),
-                                                 n_vocab=self.vocab_size, eos_token=eos or None)
-        return self._lltok
-
-    def __len__(self) -> int:
-        return len(self._matchers)
-
-    def __contains__(self, seq_id: int) -> bool:
-        return seq_id in self._matchers
-
-    def new_matcher(self, spec: GrammarSpec) -> llguidance.LLMatcher:
-        m = llguidance.LLMatcher(self.lltokenizer, spec.grammar, log_level=0)
-        if m.is_error():
-            raise _bad(f"the schema cannot be used with this tokenizer: {m.get_error()}")
-        return m
-
-    def validate(self, spec: GrammarSpec) -> None:
-        """Raise RequestError (400) if ``spec`` cannot run against this vocabulary."""
-        self.new_matcher(spec)
-
-    def add(self, seq_ids: Sequence[int], spec: GrammarSpec) -> None:
-        matchers = [self.new_matcher(spec) for _ in seq_ids]  # all or none
-        self._matchers.update(zip(seq_ids, matchers))
-
-    def remove(self, seq_id: int) -> None:
-        self._matchers.pop(seq_id, None)
-
-    def token_mask(self, seq_ids: Sequence[int]) -> TokenMask | None:
-        """The mask for the rows (one per entry of ``seq_ids``) that have a grammar, or None."""
-        if not self._matchers:
-            return None
-        get = self._matchers.get
-        pairs = [(j, m) for j, s in enumerate(seq_ids) if (m := get(s)) is not None]
-        if not pairs:
-            return None
-        # NOTE(host-mask): llguidance writes into host memory; apply_token_mask moves it to
-        # the logits' device (pin_memory raises on CPU torch, so plain host memory here).
-        # NOTE(zeros): start from "nothing allowed", so a word the library leaves unwritten
-        # disallows. In one early probe over an all-ones buffer (llguidance's own
-        # allocate_token_bitmask) token 0 (<s>) came back allowed; not reproduced since.
-        bits = torch.zeros(llg_torch.get_bitmask_shape(len(pairs), self.vocab_size),
-                           dtype=torch.int32)
-        if self._executor is None:
-            self._executor = llguidance.LLExecutor(self._num_threads)
-        llg_torch.fill_next_token_bitmask_par(
-            self._executor, [(m, k) for k, (_, m) in enumerate(pairs)], bits)
-        return TokenMask(torch.tensor([j for j, _ in pairs], dtype=torch.long), bits)
-
-    def advance(self, seq_ids: Sequence[int], tokens: Sequence[int]) -> list[int]:
-        """Feed each constrained sequence its sampled token; returns the sequences whose
-        grammar is complete (nothing but EOS can follow) or broken (a token it rejects)."""
-        if not self._matchers:
-            return []
-        done = []
-        for s, t in zip(seq_ids, tokens):
-            m = self._matchers.get(s)
-            if m is None:
-                continue
-            if not m.consume_token(t):
-                # cannot happen with the mask applied; ending the sequence beats emitting
-                # text the schema rejects
-                log.error("grammar of seq %d rejected token %d: %s", s, t, m.get_error())
-                done.append(s)
-            elif m.is_stopped():
-                done.append(s)
-        return done
-
-    def check_invariants(self, live_seq_ids: set[int]) -> None:
-        stray = set(self._matchers) - live_seq_ids
-        if stray:
-            raise AssertionError(f"grammar matchers for finished sequences: {sorted(stray)}")

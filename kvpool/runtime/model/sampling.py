@@ -14,13 +14,12 @@ the same tokens whatever else shares the batch (given the same logits).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
-from kvpool.errors import RequestError
+from kvpool.errors import RequestError, shown
 
 from .grammar import GrammarSpec, TokenMask, apply_token_mask
 from .penalties import SeqHistory, apply_logit_adjustments, apply_min_p, needs_history
@@ -30,6 +29,14 @@ __all__ = ["Sampler", "SamplingParams", "SamplingParamsError", "SeqHistory", "ma
 GREEDY_TEMPERATURE = 1e-5  # below this a temperature means greedy (dividing would overflow)
 _SEED_MOD = 1 << 64
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on one logit_bias value
+# NOTE(float32): sampling runs in float32 (max ~3.4e38, smallest normal ~1.2e-38). A value
+# beyond these bounds rounds to inf or 0 there: 1e300 becomes inf and a masked logit's
+# -inf / inf is NaN, so softmax (and the grammar mask behind it) turns to garbage. Within
+# them a logit (|x| < ~1e3 after a +-100 bias) scaled by 1e4 or divided by 1e-4 or 1e-5 stays
+# below 1e8; a temperature of 1e4 already flattens any real distribution to near uniform.
+MAX_TEMPERATURE = 1e4
+MIN_REPETITION_PENALTY = 1e-4
+MAX_REPETITION_PENALTY = 1e4
 
 
 class SamplingParamsError(RequestError):
@@ -45,6 +52,16 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_range(params: Any, name: str, lo: float, hi: float) -> None:
+    """``name`` must be a number in [lo, hi]; stored as a float. Compared before any float()
+    conversion: a 400-digit JSON integer is a 400, not an OverflowError, and NaN fails every
+    comparison."""
+    v = getattr(params, name)
+    if not _is_number(v) or not lo <= v <= hi:
+        raise SamplingParamsError(name, f"must be a number in [{lo:g}, {hi:g}], got {shown(v)}")
+    object.__setattr__(params, name, float(v))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,23 +93,19 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
-            raise SamplingParamsError("n", f"must be an integer >= 1, got {self.n!r}")
+            raise SamplingParamsError("n", f"must be an integer >= 1, got {shown(self.n)}")
         if self.max_tokens is not None and (not _is_int(self.max_tokens) or self.max_tokens < 1):
             raise SamplingParamsError("max_tokens",
-                                      f"must be an integer >= 1, got {self.max_tokens!r}")
-        t = self.temperature
-        if not _is_number(t) or not math.isfinite(t) or t < 0:
-            raise SamplingParamsError("temperature", f"must be a finite number >= 0, got {t!r}")
-        p = self.top_p
-        if not _is_number(p) or not (0 <= p <= 1):  # NaN fails the comparison too
-            raise SamplingParamsError("top_p", f"must be a number in [0, 1], got {p!r}")
+                                      f"must be an integer >= 1, got {shown(self.max_tokens)}")
+        _check_range(self, "temperature", 0.0, MAX_TEMPERATURE)  # NOTE(float32)
+        _check_range(self, "top_p", 0.0, 1.0)
         if not _is_int(self.top_k) or self.top_k < -1:
             raise SamplingParamsError("top_k", f"must be an integer >= 1, or -1/0 to disable, "
-                                               f"got {self.top_k!r}")
+                                               f"got {shown(self.top_k)}")
         if self.seed is not None and (not _is_int(self.seed)
                                       or not -(1 << 63) <= self.seed < _SEED_MOD):
             raise SamplingParamsError("seed",
-                                      f"must be a 64-bit integer or null, got {self.seed!r}")
+                                      f"must be a 64-bit integer or null, got {shown(self.seed)}")
         stop = self.stop
         if isinstance(stop, str):
             stop = (stop,)
@@ -116,26 +129,20 @@ class SamplingParams:
         for name in ("logprobs", "prompt_logprobs"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 0):
-                raise SamplingParamsError(name, f"must be an integer >= 0 or null, got {v!r}")
+                raise SamplingParamsError(name, f"must be an integer >= 0 or null, got {shown(v)}")
 
     def _check_adjustments(self) -> None:
-        for name in ("presence_penalty", "frequency_penalty"):
-            v = getattr(self, name)
-            if not _is_number(v) or not -2.0 <= v <= 2.0:
-                raise SamplingParamsError(name, f"must be a number in [-2, 2], got {v!r}")
-        r = self.repetition_penalty
-        if not _is_number(r) or not math.isfinite(r) or r <= 0:
-            raise SamplingParamsError("repetition_penalty",
-                                      f"must be a finite number > 0 (1 = off), got {r!r}")
-        m = self.min_p
-        if not _is_number(m) or not 0.0 <= m <= 1.0:
-            raise SamplingParamsError("min_p", f"must be a number in [0, 1], got {m!r}")
+        _check_range(self, "presence_penalty", -2.0, 2.0)
+        _check_range(self, "frequency_penalty", -2.0, 2.0)
+        # 1 = off; NOTE(float32) for the bounds
+        _check_range(self, "repetition_penalty", MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY)
+        _check_range(self, "min_p", 0.0, 1.0)
         mt = self.min_tokens
         if not _is_int(mt) or mt < 0:
-            raise SamplingParamsError("min_tokens", f"must be an integer >= 0, got {mt!r}")
+            raise SamplingParamsError("min_tokens", f"must be an integer >= 0, got {shown(mt)}")
         if self.max_tokens is not None and mt > self.max_tokens:
             raise SamplingParamsError("min_tokens", f"must be at most max_tokens "
-                                                    f"({self.max_tokens}), got {mt}")
+                                                    f"({self.max_tokens}), got {shown(mt)}")
         bias = self.logit_bias
         items = bias.items() if isinstance(bias, dict) else (bias or ())
         try:
@@ -145,10 +152,10 @@ class SamplingParams:
         for t, b in pairs:
             if not _is_int(t) or t < 0:
                 raise SamplingParamsError("logit_bias", f"token id must be an integer >= 0, "
-                                                        f"got {t!r}")
+                                                        f"got {shown(t)}")
             if not _is_number(b) or not -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS:
                 raise SamplingParamsError("logit_bias", f"bias for token {t} must be a number "
-                                                        f"in [-100, 100], got {b!r}")
+                                                        f"in [-100, 100], got {shown(b)}")
         object.__setattr__(self, "logit_bias", tuple((t, float(b)) for t, b in pairs))
 
     @property

@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from kvpool.errors import RequestError
 from kvpool.runtime.model import (Sampler, SamplingParams, SeqHistory,
                                   build_byte_tokenizer)
 from kvpool.runtime.model.byte_tokenizer import byte_alphabet
-from kvpool.runtime.model.grammar import (GrammarMatchers, GrammarSpec, TokenMask,
-                                          apply_token_mask, unpack_bitmask)
+from kvpool.runtime.model.grammar import GrammarSpec, TokenMask, apply_token_mask, unpack_bitmask
+from kvpool.runtime.model.grammar_matchers import GrammarMatchers
 
 TOK = build_byte_tokenizer()
 VOCAB = 520  # wider than the tokenizer's 512, as a model's padded embedding can be
@@ -29,14 +30,14 @@ SCHEMAS = [
     {"type": "array", "items": {"type": "number"}, "maxItems": 3},
     {"type": "object"},
 ]
-SPECS = [GrammarSpec.json_schema(s) for s in SCHEMAS]
 MATCHERS = GrammarMatchers(TOK, VOCAB)
+SPECS = [MATCHERS.compiler.compile(GrammarSpec.json_schema(s)) for s in SCHEMAS]
 
 
 def test_vocabulary_bytes_are_the_byte_level_tokens():
     """llguidance's bytes for every id are what the byte-level decoder makes of it."""
     inv = {c: b for b, c in enumerate(byte_alphabet())}
-    lt = MATCHERS.lltokenizer
+    lt = MATCHERS.compiler.lltokenizer
     assert lt.vocab_size == VOCAB and lt.eos_token == TOK.eos_token_id
     for i in range(3):
         assert lt.is_special_token(i)
@@ -178,3 +179,23 @@ def test_spec_is_canonical(schema):
     spec = GrammarSpec.json_schema(schema, "x")
     assert json.loads(spec.schema) == schema and spec.kind == "json_schema"
     assert GrammarSpec.json_object().kind == "json_object"
+
+
+def test_a_rejected_token_is_a_failure_never_a_completion():
+    """NOTE(grammar-error): the matcher breaks on a token its grammar rejects; the sequence
+    goes to ``failures`` (the engine fails its request), not to the completed ones (a stop)."""
+    g = GrammarMatchers(TOK, VOCAB)
+    g.add([4, 5], SPECS[1])  # {"c": "red" | "green" | "blue"}
+    bad = TOK.encode("x", add_special_tokens=False)[0]  # an object never starts with x
+    good = TOK.encode("{", add_special_tokens=False)[0]
+    assert g.advance([4, 5], [bad, good]) == []
+    assert set(g.failures) == {4} and "response_format" in g.failures[4]
+    assert g.advance([4], [good]) == []  # a broken matcher is left alone
+    g.remove(4)
+    assert set(g.failures) == set() and 5 in g and 4 not in g
+
+
+def test_uncompiled_specs_never_reach_the_step_thread():
+    with pytest.raises(RequestError) as e:
+        GrammarMatchers(TOK, VOCAB).add([1], GrammarSpec.json_object())
+    assert e.value.param == "response_format"

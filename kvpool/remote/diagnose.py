@@ -1,0 +1,165 @@
+"""What went wrong with the Redis tier, said once per kind, with the fix.
+
+Every tier failure is a miss (the replica recomputes), so a misconfigured tier used to look
+like a cold one: a wrong password, an untrusted certificate or a cluster node served with no
+log line at all. :func:`classify` names a failure's kind (also its ``errors_total`` label),
+:class:`FaultLog` logs the first failure of each kind once with what to change, and
+:func:`check_info` reads ``INFO`` (needs no CONFIG permission) for what would hurt later: a
+``noeviction`` policy, no ``maxmemory``, a cluster node addressed as a standalone server.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, ClusterDownError,
+                              MovedError, NoPermissionError, OutOfMemoryError)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger("kvpool.remote")
+
+CLUSTER_FIX = ("this server is a cluster node; kvpool's tier needs a standalone server (or "
+               "Sentinel-managed master) for now: point --remote-url at one")
+_FIXES = {
+    "auth": "Redis rejected the password, or wants one ({detail}): put it in the URL as "
+            "redis://:PASSWORD@host:port (redis://USER:PASSWORD@host:port for an ACL user)",
+    "tls": "the TLS handshake failed ({detail}): for a private CA pass it as "
+           "rediss://host:port?ssl_ca_certs=/path/ca.pem",
+    "refused": "nothing accepts connections there ({detail}): start Redis or fix --remote-url",
+    "closed": "the server dropped the connection ({detail}): if that port speaks TLS, use "
+              "rediss://host:port",
+    "connection": "cannot talk to Redis ({detail}): check --remote-url and the network",
+    "timeout": "Redis did not answer within the tier's deadline ({detail}): is it hung, "
+               "overloaded or far away?",
+    "crossslot": "Redis answered CROSSSLOT ({detail}): " + CLUSTER_FIX,
+    "moved": "Redis answered MOVED ({detail}): " + CLUSTER_FIX,
+    "clusterdown": "Redis answered CLUSTERDOWN ({detail}): " + CLUSTER_FIX,
+    "oom": "Redis is out of memory ({detail}): give it maxmemory-policy allkeys-lru so it "
+           "evicts old blocks; puts pause for a while after each OOM",
+    "noperm": "the Redis user lacks a permission ({detail}): allow it GET/MGET/SET/DEL/TOUCH, "
+              "EVALSHA/SCRIPT LOAD, PING and INFO",
+    "response": "Redis answered an error ({detail})",
+}
+
+
+# a fault kind -> its errors_total kind (the connection kinds first, then error replies)
+_ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "connection",
+                "closed": "connection", "connection": "connection", "oom": "oom",
+                "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
+                "noperm": "noperm"}
+
+
+def error_kind(fault: str) -> str:
+    """The ``errors_total`` kind a fault kind is counted under."""
+    return _ERROR_KINDS.get(fault, "response")
+
+
+def classify(exc: BaseException) -> str:
+    """The fault kind of one failed call (a key of the fix table). Timeouts and the
+    connection kinds (timeout, auth, tls, refused, closed, connection) mean Redis did not
+    serve the call; the others are error replies from a live Redis."""
+    if isinstance(exc, (TimeoutError, RedisTimeoutError)):
+        return "timeout"
+    if isinstance(exc, AuthenticationError):
+        return "auth"
+    if isinstance(exc, OutOfMemoryError):
+        return "oom"
+    if isinstance(exc, ClusterCrossSlotError):
+        return "crossslot"
+    if isinstance(exc, MovedError):
+        return "moved"
+    if isinstance(exc, ClusterDownError):
+        return "clusterdown"
+    if isinstance(exc, NoPermissionError):
+        return "noperm"
+    chain = list(_chain(exc))
+    if any(isinstance(e, ssl.SSLError) for e in chain):
+        return "tls"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "refused"
+    if any(isinstance(e, ConnectionResetError) or "closed by server" in str(e) for e in chain):
+        return "closed"
+    if isinstance(exc, (OSError, RedisConnectionError)):
+        return "connection"
+    return "response"
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes/contexts (redis-py raises its own errors inside ``except``)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+class FaultLog:
+    """Logs the first failure of each kind once (a fault repeats on every call: one line says
+    it). ``seen`` holds the kinds logged so far."""
+
+    __slots__ = ("where", "seen")
+
+    def __init__(self, where: str) -> None:
+        self.where = where  # scheme://host:port, never the password
+        self.seen: set[str] = set()
+
+    def note(self, kind: str, exc: BaseException | str) -> bool:
+        """Log a failure of ``kind`` with its fix if the kind is new; True when logged."""
+        detail = (str(exc) or type(exc).__name__) if isinstance(exc, BaseException) else exc
+        fix = _FIXES.get(kind, _FIXES["response"]).format(detail=detail[:200])
+        return self.once(kind, f"{fix} (each failure is a miss: requests recompute)")
+
+    def once(self, key: str, text: str) -> bool:
+        """Log ``text`` as a warning unless ``key`` was logged before."""
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        log.warning("remote tier %s: %s", self.where, text)
+        return True
+
+    def inspected(self, info: Mapping[str, Any]) -> str | None:
+        """Log what one ``INFO`` reply says (a refusal as an error, each warning once, else
+        that the tier is reachable); the refusal, or None when the server is usable."""
+        refusal, warnings = check_info(info)
+        if refusal is not None:
+            log.error("remote tier %s refused: %s; serving without the tier (requests "
+                      "recompute)", self.where, refusal)
+            return refusal
+        for w in warnings:
+            self.once(w, w)
+        log.info("remote tier %s is reachable: %s", self.where, describe(info))
+        return None
+
+
+def check_info(info: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+    """(a refusal, warnings) from one ``INFO`` reply: the refusal when the tier must not use
+    this server at all, the warnings for settings that make it useless over time."""
+    if int(info.get("cluster_enabled", 0) or 0) == 1:
+        return CLUSTER_FIX, []
+    warnings = []
+    policy = str(info.get("maxmemory_policy", ""))
+    if policy == "noeviction":
+        warnings.append("maxmemory-policy is noeviction: once full, every put fails with OOM "
+                        "and the tier keeps its oldest blocks forever; set maxmemory-policy "
+                        "allkeys-lru")
+    elif policy and not policy.startswith("allkeys-"):
+        warnings.append(f"maxmemory-policy is {policy}: kvpool's keys have no TTL, so a "
+                        "volatile-* policy never evicts them; set maxmemory-policy "
+                        "allkeys-lru")
+    if int(info.get("maxmemory", 0) or 0) == 0:
+        warnings.append("maxmemory is 0 (unbounded): the tier grows until the host runs out "
+                        "of memory; set maxmemory (e.g. 80% of the host's RAM)")
+    return None, warnings
+
+
+def describe(info: Mapping[str, Any]) -> str:
+    """One startup line's worth of the server: version, bound and policy."""
+    mm = int(info.get("maxmemory", 0) or 0)
+    bound = f"maxmemory {mm / 2**20:.0f} MiB" if mm else "no maxmemory"
+    return (f"Redis {info.get('redis_version', '?')}, {bound}, "
+            f"policy {info.get('maxmemory_policy', '?')}")

@@ -1,0 +1,119 @@
+"""What of a request the router relays: its headers (each way) and its body, checked.
+
+Headers: a proxy forwards every end-to-end header and drops the hop-by-hop ones (RFC 9110
+section 7.6.1), so what a replica sees of a request is what the client sent::
+
+    forwarded:  everything else: Authorization, Content-Type, Accept, X-Request-Id,
+                traceparent / tracestate, the replicas' --tenant-header, ...
+    dropped:    Connection and every header it names, Keep-Alive, Proxy-*, TE, Trailer,
+                Transfer-Encoding, Upgrade; Host and Content-Length (the router's own
+                connection sets them); Expect (the router has read the body already)
+
+NOTE(identity): the tenant header (``kvpool serve --tenant-header``) must reach the replica on
+the lookup too: a replica answers a lookup within the caller's own tenant namespace, and its
+quota keys on the same identity; a router that dropped it made every client the anonymous
+tenant. The router trusts what the client sent exactly as a direct replica does; an operator
+who lets clients reach the router but wants the header set by a gateway strips it there.
+
+Responses come back the same way, minus Content-Length (the router may stream or rewrite the
+body) and the Server/Date aiohttp sets for its own connection.
+
+The body is read bounded by the app's ``client_max_size`` (``--max-body-bytes``, the server's
+default: past it 413 OpenAI error JSON, from the shared error middleware), then checked as the
+replica checks it (json_body.py, the same code)::
+
+    more than CHECKED_VALUES JSON values   -> passed on unchecked: the replica, which knows its
+                                              context length, answers it (400 when it cannot
+                                              fit); NOTE(gil) in body_bound.py
+    up to INLINE_BYTES                     -> decoded on the event loop (cheaper than a hop)
+    larger                                 -> decoded on one worker thread
+    not UTF-8 JSON, not an object, too deep -> 400 OpenAI error JSON, no replica asked
+
+NOTE(gil): ``json.loads`` holds the GIL for a whole call, on any thread, and costs per value
+(~75 ns each here): 2M values (a 4 MiB token list) stall every stream and /health for ~0.15 s.
+The router only checks what it relays, so past CHECKED_VALUES (a few ms of decoding) it leaves
+the work to the replica, whose own bound depends on its context length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from aiohttp import web
+
+from kvpool.server.body_bound import structural_commas
+from kvpool.server.json_body import MAX_JSON_DEPTH, decode_json_body
+
+__all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "request_headers", "response_headers"]
+
+# lower-case names; Proxy-* is matched by prefix
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "te", "trailer", "trailers",
+                         "transfer-encoding", "upgrade", "host", "content-length", "expect"})
+_RESPONSE_OWN = frozenset({"server", "date"})
+
+
+def _named_by_connection(headers: Mapping[str, str]) -> set[str]:
+    """Headers the sender marked hop-by-hop by listing them in Connection."""
+    names: set[str] = set()
+    for value in _all(headers, "Connection"):
+        names.update(n.strip().lower() for n in value.split(",") if n.strip())
+    return names
+
+
+def _all(headers: Mapping[str, str], name: str) -> list[str]:
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        return list(getall(name, []))
+    value = headers.get(name)
+    return [] if value is None else [value]
+
+
+def _end_to_end(headers: Mapping[str, str], also_drop: frozenset[str]) -> list[tuple[str, str]]:
+    drop = _named_by_connection(headers)
+    return [(k, v) for k, v in headers.items()
+            if (low := k.lower()) not in _HOP_BY_HOP and low not in drop
+            and low not in also_drop and not low.startswith("proxy-")]
+
+
+def request_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The client's end-to-end request headers, in order, repeats kept (for the replica)."""
+    return _end_to_end(headers, frozenset())
+
+
+def response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The replica's end-to-end response headers (for the client)."""
+    return _end_to_end(headers, _RESPONSE_OWN)
+
+CHECKED_VALUES = 65536  # values the router decodes itself (a few ms of GIL)
+INLINE_BYTES = 64 * 1024  # smaller bodies decode in well under a ms
+
+
+def check_body(raw: bytes) -> None:
+    """Raise RequestError (400 by the error middleware) unless ``raw`` is a JSON object."""
+    if structural_commas(raw, CHECKED_VALUES) > CHECKED_VALUES:
+        return  # the replica decides (module docstring)
+    # max_model_len only words the value-count error, which the line above rules out
+    decode_json_body(raw, max_json_depth=MAX_JSON_DEPTH, max_body_commas=CHECKED_VALUES,
+                     max_model_len=0)
+
+
+class BodyReader:
+    """Reads and checks generation request bodies; large ones on its own worker thread."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="router-body")
+        self.off_loop = 0  # bodies checked on the worker thread (monotonic; tests read it)
+
+    async def read(self, request: web.Request) -> bytes:
+        raw = await request.read()
+        if len(raw) <= INLINE_BYTES:
+            check_body(raw)
+        else:
+            self.off_loop += 1
+            await asyncio.get_running_loop().run_in_executor(self.pool, check_body, raw)
+        return raw
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)

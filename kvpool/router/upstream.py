@@ -1,0 +1,215 @@
+"""One request, proxied to one replica at a time: ``Relay.attempt(replica)``.
+
+What an attempt ends in::
+
+    connect refused / timed out              -> Failure("down"), the replica marked down
+    replica silent before the answer starts  -> Failure("down")   (replicas.py NOTE(liveness))
+    connection lost before the answer starts -> Failure("failed") (it took the request and died)
+    503 with Retry-After before the body     -> Failure("full", its own 503: back-pressure)
+    another 5xx before the body              -> Failure("failed")
+    a JSON (non-SSE) answer                  -> read whole, then passed on; lost midway ->
+                                                Failure("failed"): no byte reached the client
+    an SSE answer                            -> relayed event by event as it comes; lost
+                                                midway (killed, reset) or silent -> an SSE
+                                                error event, ``data: [DONE]``, the end
+
+Every Failure leaves the client untouched, so the caller may try the next replica. After an
+SSE answer started there is no retry: the client has seen part of it.
+
+NOTE(event-boundary): SSE bytes are passed on up to the last complete event (``\\n\\n``), so
+a replica lost in the middle of an event never leaves half a JSON line ahead of the error
+event; the replica writes whole events, so nothing waits in the buffer in practice.
+
+NOTE(usage): the router's ``kvpool_router_cached_tokens_total`` sums
+``usage.prompt_tokens_details.cached_tokens`` of every answer it passed on: from the final
+usage chunk of an SSE stream, or from a plain JSON body. Only the first ``SCAN_BYTES`` of an
+answer are looked at (usage comes early in a JSON body and in a short last SSE line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from kvpool.router.relayed import response_headers
+from kvpool.router.replicas import Replica, ReplicaSet
+from kvpool.server.middleware import STREAM_STARTED, error_body
+
+__all__ = ["Failure", "Relay", "UsageScanner"]
+
+log = logging.getLogger("kvpool.router")
+SSE_TYPE = "text/event-stream"
+SCAN_BYTES = 1 << 20  # bodies are scanned for usage only up to this size
+_EVENT_END = b"\n\n"
+_DONE = b"data: [DONE]\n\n"
+# NOTE(transparent): the replica sees the client's own User-Agent and Accept-Encoding (or none),
+# never aiohttp's defaults: the router relays bytes undecoded (auto_decompress=False)
+SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An attempt that gave the client nothing; ``kind``: "down" | "full" | "failed"."""
+
+    kind: str
+    response: web.Response | None = None  # a full replica's own 503, to pass on at the end
+
+
+def sse_error(message: str, code: str) -> bytes:
+    """The error event a broken stream ends with (as the replica ends its own failures)."""
+    event = json.dumps(error_body(message, "server_error", None, code), separators=(",", ":"))
+    return b"data: " + event.encode() + _EVENT_END + _DONE
+
+
+class Relay:
+    """Proxies ``request`` (body ``raw``, forwarded ``headers``) to one replica per attempt."""
+
+    def __init__(self, session: aiohttp.ClientSession, replicas: ReplicaSet,
+                 request: web.Request, raw: bytes, headers: list[tuple[str, str]],
+                 on_cached: Callable[[int], None]) -> None:
+        self.session = session
+        self.replicas = replicas
+        self.request = request
+        self.raw = raw
+        self.headers = headers
+        self.on_cached = on_cached  # called with the cached_tokens of a finished answer
+        self.resp: web.StreamResponse | None = None  # set once an SSE answer started
+
+    async def attempt(self, replica: Replica) -> web.StreamResponse | Failure:
+        deadline = None
+        try:
+            async with replica.lease() as deadline:
+                return await self._exchange(replica)
+        except TimeoutError:
+            if deadline is None or not deadline.expired():
+                raise
+            if self.resp is None:
+                return Failure("down")
+            log.warning("replica %s went silent mid-stream: ended it with an error event",
+                        replica.url)
+            await self._end(sse_error(f"replica {replica.url} stopped answering mid-stream",
+                                      "replica_unresponsive"))
+            return self.resp
+
+    async def _exchange(self, replica: Replica) -> web.StreamResponse | Failure:
+        try:
+            upstream = await self.session.request(
+                self.request.method, replica.url + self.request.rel_url.path_qs, data=self.raw,
+                headers=self.headers, skip_auto_headers=SKIP_AUTO_HEADERS)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+            self.replicas.mark_down(replica)
+            return Failure("down")
+        except (aiohttp.ClientError, OSError) as exc:
+            log.warning("replica %s lost a request before answering: %s", replica.url, exc)
+            return Failure("failed")
+        async with upstream:
+            if upstream.status >= 500:
+                return await self._refused(replica, upstream)
+            if upstream.headers.get("Content-Type", "").startswith(SSE_TYPE):
+                return await self._stream(replica, upstream)
+            try:
+                body = await upstream.read()
+            except (aiohttp.ClientError, OSError) as exc:
+                log.warning("replica %s broke off an answer: %s", replica.url, exc)
+                return Failure("failed")
+        self._count(body)
+        return web.Response(status=upstream.status, body=body,
+                            headers=response_headers(upstream.headers))
+
+    async def _refused(self, replica: Replica,
+                       upstream: aiohttp.ClientResponse) -> Failure:
+        body = b""
+        with contextlib.suppress(aiohttp.ClientError, OSError):
+            body = await upstream.read()
+        log.info("replica %s answered %d before the body: trying elsewhere", replica.url,
+                 upstream.status)
+        if upstream.status == 503 and "Retry-After" in upstream.headers:
+            return Failure("full", web.Response(status=503, body=body,
+                                                headers=response_headers(upstream.headers)))
+        return Failure("failed")
+
+    async def _stream(self, replica: Replica,
+                      upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+        resp = web.StreamResponse(status=upstream.status,
+                                  headers=response_headers(upstream.headers))
+        await resp.prepare(self.request)
+        self.request[STREAM_STARTED] = True  # the error middleware must not answer after this
+        self.resp = resp
+        usage = UsageScanner()
+        pending = b""
+        done = False  # the last event passed on was [DONE]
+        while True:
+            try:
+                chunk = await upstream.content.readany()
+            except aiohttp.ClientError as exc:
+                if done:  # the answer was whole; only the connection's close went wrong
+                    break
+                log.warning("replica %s broke off a stream: %s", replica.url, exc)
+                await self._end(sse_error(f"replica {replica.url} broke off the stream "
+                                          f"({type(exc).__name__})", "replica_failed"))
+                return resp
+            if not chunk:
+                break
+            pending += chunk
+            cut = pending.rfind(_EVENT_END) + len(_EVENT_END)  # NOTE(event-boundary)
+            if cut >= len(_EVENT_END):
+                out, pending = pending[:cut], pending[cut:]
+                usage.feed(out)
+                done = out.endswith(_DONE)
+                await resp.write(out)
+        await self._end(pending)
+        if (cached := usage.cached_tokens()) is not None:
+            self.on_cached(cached)
+        return resp
+
+    async def _end(self, tail: bytes) -> None:
+        assert self.resp is not None
+        with contextlib.suppress(ConnectionError):  # the client may be gone: nothing to tell
+            if tail:
+                await self.resp.write(tail)
+            await self.resp.write_eof()
+
+    def _count(self, body: bytes) -> None:
+        usage = UsageScanner()
+        usage.feed(body)
+        if (cached := usage.cached_tokens()) is not None:
+            self.on_cached(cached)
+
+
+class UsageScanner:
+    """Finds usage.prompt_tokens_details.cached_tokens in a JSON body or an SSE stream."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.seen = 0
+        self.found: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self.seen += len(chunk)
+        if self.seen > SCAN_BYTES:
+            self.buf.clear()
+            return
+        self.buf += chunk
+        while (nl := self.buf.find(b"\n")) >= 0:  # SSE: one event line at a time
+            line, self.buf = bytes(self.buf[:nl]), self.buf[nl + 1:]
+            if line.startswith(b"data: {") and b'"usage"' in line:
+                self._take(line[6:])
+
+    def cached_tokens(self) -> int | None:
+        if self.found is None and self.buf.startswith(b"{"):  # a plain JSON answer
+            self._take(bytes(self.buf))
+        return self.found
+
+    def _take(self, text: bytes) -> None:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            usage: Any = json.loads(text).get("usage") or {}
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            if isinstance(cached, int):
+                self.found = cached
