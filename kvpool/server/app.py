@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
+from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
@@ -63,6 +64,7 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               tenant_block_quota: int | None = None,
               chat_template: str | Path | None = None,
               tenant_header: str | None = None,
+              shared_prefix_cache: bool = False,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> web.Application:
     """The OpenAI-compatible app.
 
@@ -73,6 +75,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     the caller owns the engine's lifetime. ``tenant_block_quota``: cap the KV blocks the
     in-flight requests of one tenant may hold (quota.py); None = no cap. ``tenant_header``:
     the trusted header naming the tenant (tenant.py); None = the API key, else anonymous.
+    ``shared_prefix_cache``: one prefix cache for all tenants even where an API key or tenant
+    header tells them apart (default: one namespace per tenant, cache_namespace.py).
     ``chat_template``: a Jinja file that overrides the model directory's own template
     (chat_template.py); the built-in template only where neither exists.
     ``stream_write_timeout``: seconds one SSE write may wait for a client that does not read
@@ -96,7 +100,9 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
                                                             chat_template),
                            max_logprobs=config.max_logprobs, max_prompts=config.max_queue)
     metrics = metrics if metrics is not None else engine.metrics
-    gen_engine: Any = TenantEngine(engine)
+    namespace = CacheNamespace(identity=bool(api_key or tenant_header),
+                               shared=shared_prefix_cache)
+    gen_engine: Any = TenantEngine(engine, namespace)
     if tenant_block_quota:
         gen_engine = QuotaEngine(gen_engine, TenantBlockQuota(tenant_block_quota,
                                                               config.block_size))
@@ -104,7 +110,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     routes = OpenAIRoutes(gate, parser, metrics.render, names,
                           stream_write_timeout=stream_write_timeout)
     routes.register(app)
-    LookupRoute.register(app, engine, parser)  # POST /v1/kvpool/lookup (the router asks)
+    # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
+    LookupRoute.register(app, engine, parser, routes.parse_pool, namespace)
 
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = metrics

@@ -19,11 +19,8 @@ seconds; past it the connection is closed and the handler ends (its ``finally`` 
 request). The engine's --max-queue slot does not wait for this: it is freed when the engine
 finishes the request (AsyncEngine._deliver), whatever the client reads.
 
-NOTE(parse-off-loop): tokenizing a megabyte prompt takes seconds; on the event loop it froze
-every stream and /health. Bodies over ``INLINE_PARSE_BYTES`` are parsed (JSON, validation,
-tokenization) on a small dedicated thread pool (``PARSE_THREADS`` workers bound how many run at
-once; the rest wait in its queue) while the loop keeps serving. The parser refuses prompts too
-long to fit before tokenizing them (protocol.py, NOTE(bounded-work)).
+NOTE(parse-off-loop): a large body is parsed (JSON, validation, tokenization) on the app's
+ParsePool, off the event loop (parse_pool.py); /tokenize and the lookup route share the pool.
 
 Several prompts in one completions request: each is its own engine request (``<id>-<i>``;
 prefix sharing between them is the prefix cache's). All are validated before any is queued,
@@ -38,7 +35,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -47,6 +43,7 @@ from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
+from kvpool.server.parse_pool import ParsePool
 from kvpool.server.prompt_merge import PromptStreams
 from kvpool.server.protocol import RequestParser
 from kvpool.server.responses import SSE_DONE, ResponseBuilder, sse_event
@@ -56,8 +53,6 @@ __all__ = ["OpenAIRoutes"]
 
 log = logging.getLogger("kvpool.server")
 
-INLINE_PARSE_BYTES = 8192  # smaller bodies tokenize in well under a ms: a thread hop costs more
-PARSE_THREADS = 2  # parses of large bodies running at once
 DEFAULT_STREAM_WRITE_TIMEOUT = 30.0  # seconds one SSE write may wait for a client to read
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
@@ -78,8 +73,7 @@ class OpenAIRoutes:
         self.model_names = tuple(model_names)
         self.created = int(time.time())
         self.draining = False  # set on shutdown: /health turns 503, new requests get 503
-        self.parsing = 0  # large bodies being parsed on the pool now (tests watch it)
-        self._parse_pool = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="kvpool-parse")
+        self.parse_pool = ParsePool()  # every route that parses a client body shares it
         self.formatter = LogprobFormatter(parser.tokenizer)
 
     def register(self, app: web.Application) -> None:
@@ -89,7 +83,7 @@ class OpenAIRoutes:
         app.router.add_get("/v1/models/{model}", self.get_model)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
-        TokenizeRoutes(self.parser).register(app)
+        TokenizeRoutes(self.parser, self.parse_pool).register(app)
         app.router.add_get("/metrics", self.metrics)
 
     # ---- generation ---------------------------------------------------------------------------
@@ -103,16 +97,8 @@ class OpenAIRoutes:
         if self.draining:
             raise APIError(503, "the server is shutting down", code="shutting_down",
                            headers={"Retry-After": "1"})
-        raw = await request.read()
-        if len(raw) <= INLINE_PARSE_BYTES:
-            req = self._parse(raw, chat)
-        else:
-            self.parsing += 1
-            try:
-                loop = asyncio.get_running_loop()
-                req = await loop.run_in_executor(self._parse_pool, self._parse, raw, chat)
-            finally:
-                self.parsing -= 1
+        parse = self._parse_chat if chat else self._parse_completion
+        req = await self.parse_pool.parse(await request.read(), parse)
         if req.params.response_format is not None:  # compiled off the loop (grammar_compile.py)
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         builder = ResponseBuilder(req, formatter=self.formatter)
@@ -137,13 +123,15 @@ class OpenAIRoutes:
         finally:
             await updates.release()
 
-    def _parse(self, raw: bytes, chat: bool) -> Any:
-        body = self.parser.decode_body(raw)
-        return self.parser.parse_chat(body) if chat else self.parser.parse_completion(body)
+    def _parse_chat(self, raw: bytes) -> Any:
+        return self.parser.parse_chat(self.parser.decode_body(raw))
+
+    def _parse_completion(self, raw: bytes) -> Any:
+        return self.parser.parse_completion(self.parser.decode_body(raw))
 
     def close(self) -> None:
         """Stop the parse pool (the app's cleanup); a parse still running finishes first."""
-        self._parse_pool.shutdown(wait=False, cancel_futures=True)
+        self.parse_pool.close()
 
     async def _stream(self, request: web.Request, builder: ResponseBuilder,
                       updates: PromptStreams) -> web.StreamResponse:

@@ -18,6 +18,15 @@ leading run of the prompt's full-block hashes in the device pool, capped like ad
 continues that run in the host pool when the host pool caches by hash (today it does not: 0).
 Reads only: the lock-free dict lookups of ``get_prefix_hits``, no pool lock, no reference taken,
 no LRU update, so a lookup never changes what it measures.
+
+NOTE(namespace): the hashes are made under the caller's own prefix-cache namespace, by the same
+rule (CacheNamespace.salt) and the same identity (tenant.py: the router forwards the client's
+Authorization and tenant header) as the caller's generation request: with one namespace per
+tenant, a lookup never reveals another tenant's prompts.
+
+A body is bounded and parsed like a generation request's (413 past the app's body limit;
+RequestParser.decode_body's value and string bounds), large ones on the app's ParsePool, off
+the event loop (NOTE(parse-off-loop) in parse_pool.py).
 """
 
 from __future__ import annotations
@@ -27,6 +36,10 @@ import socket
 from typing import Any
 
 from aiohttp import web
+
+from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.parse_pool import ParsePool
+from kvpool.server.tenant import current_tenant
 
 __all__ = ["LOOKUP_PATH", "REPLICA_ID_KEY", "LookupRoute", "default_replica_id"]
 
@@ -39,21 +52,27 @@ def default_replica_id() -> str:
 
 
 class LookupRoute:
-    """The lookup handler over one engine and the app's request parser."""
+    """The lookup handler over one engine and the app's request parser, parse pool and
+    prefix-cache namespace rule."""
 
-    def __init__(self, engine: Any, parser: Any) -> None:
+    def __init__(self, engine: Any, parser: Any, parse_pool: ParsePool,
+                 namespace: CacheNamespace) -> None:
         self.engine = engine  # the AsyncEngine (its core's manager and scheduler are read)
         self.parser = parser  # the RequestParser the generation routes use
+        self.parse_pool = parse_pool  # the generation routes' pool
+        self.namespace = namespace  # the generation routes' rule
 
     @classmethod
-    def register(cls, app: web.Application, engine: Any, parser: Any) -> LookupRoute:
-        route = cls(engine, parser)
+    def register(cls, app: web.Application, engine: Any, parser: Any, parse_pool: ParsePool,
+                 namespace: CacheNamespace) -> LookupRoute:
+        route = cls(engine, parser, parse_pool, namespace)
         app.router.add_post(LOOKUP_PATH, route.lookup)
         return route
 
-    def prompt_ids(self, body: dict[str, Any]) -> tuple[list[int], str | None]:
-        """(token ids, cache salt), exactly as the generation route would compute them."""
-        body = dict(body)
+    def parse(self, raw: bytes) -> tuple[list[int], str | None]:
+        """The body's (token ids, client cache salt), exactly as the generation route parses
+        them; a large body's parse runs on a parse thread."""
+        body = self.parser.decode_body(raw)
         if "prompt_token_ids" in body:  # vLLM's spelling for a pre-tokenized prompt
             body.setdefault("prompt", body.pop("prompt_token_ids"))
         req = (self.parser.parse_chat(body) if "messages" in body
@@ -75,7 +94,8 @@ class LookupRoute:
                 "free_device_blocks": self.engine.num_free_blocks()}
 
     async def lookup(self, request: web.Request) -> web.Response:
-        ids, salt = self.prompt_ids(self.parser.decode_body(await request.read()))
+        ids, salt = await self.parse_pool.parse(await request.read(), self.parse)
         out = {"replica_id": request.app.get(REPLICA_ID_KEY) or default_replica_id()}
-        out.update(self.counts(ids, salt))
+        # on the loop: the tenant is the handler's context variable (NOTE(namespace))
+        out.update(self.counts(ids, self.namespace.salt(current_tenant(), salt)))
         return web.json_response(out)

@@ -240,8 +240,10 @@ class RequestParser:
         if not 1 <= n <= self.max_n:
             raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
         salt = self._opt(body, "cache_salt", str, None)
-        if salt is not None and not 0 < len(salt) <= MAX_CACHE_SALT_CHARS:
-            raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters")
+        # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
+        if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
+            raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters, none of "
+                       "them NUL")
         priority = self._opt(body, "priority", int, 0)
         if not -_INT32 <= priority < _INT32:
             raise _bad("priority", "must fit in a 32-bit signed integer")

@@ -189,7 +189,7 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
     app = build_app(engine, api_key=o.api_key, max_body_bytes=o.max_body_bytes,
                     engine_shutdown_timeout=SHUTDOWN_GRACE,
                     tenant_block_quota=o.tenant_block_quota, chat_template=o.chat_template,
-                    tenant_header=o.tenant_header,
+                    tenant_header=o.tenant_header, shared_prefix_cache=o.shared_prefix_cache,
                     stream_write_timeout=o.stream_write_timeout)
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
     app[METRICS_KEY].add_source(limiter.families)

@@ -38,6 +38,7 @@ class ServeOptions:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger bodies get 413
     tenant_block_quota: int | None = None  # KV blocks one tenant's in-flight requests may hold
     tenant_header: str | None = None  # trusted header naming the tenant (None: the API key)
+    shared_prefix_cache: bool = False  # one prefix cache across tenants (default: per tenant)
     invariant_check_interval: int = 0  # full invariant check every N steps (0: off)
     header_timeout: float = DEFAULT_HEADER_TIMEOUT  # first request head within (0: off)
     keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT  # idle keep-alive (0: never)
@@ -117,6 +118,11 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                      help="trusted header (set by your proxy) naming the tenant for quotas and "
                           "fair scheduling, e.g. X-Tenant-Id (default: the API key, else one "
                           "anonymous tenant)")
+    srv.add_argument("--shared-prefix-cache", action="store_true",
+                     help="let tenants (--api-key / --tenant-header) share one prefix cache: "
+                          "faster for common prefixes, but cached_tokens and "
+                          "/v1/kvpool/lookup then tell a tenant whether another sent a prompt "
+                          "(default: one prefix-cache namespace per tenant)")
     srv.add_argument("--stream-write-timeout", type=float, default=DEFAULT_STREAM_WRITE_TIMEOUT,
                      metavar="SECONDS", help="close a stream whose client has not read for this "
                      "long (one SSE write waiting on a full socket buffer)")

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.middleware import APIError
 
 __all__ = ["TenantEngine", "current_tenant", "tenant_middleware"]
@@ -70,16 +71,19 @@ def tenant_middleware(header: str | None) -> Callable:
 
 
 class TenantEngine:
-    """The engine with ``generate`` told the current tenant; every other attribute is the
-    engine's own."""
+    """The engine with ``generate`` told the current tenant, its prefix cache salted with the
+    tenant's namespace (cache_namespace.py); every other attribute is the engine's own."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, namespace: CacheNamespace) -> None:
         self._engine = engine
+        self._namespace = namespace
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
 
     def generate(self, request_id: str | None, prompt: Any, params: Any, *,
                  cache_salt: str | None = None, priority: int = 0) -> Any:
-        return self._engine.generate(request_id, prompt, params, cache_salt=cache_salt,
-                                     priority=priority, tenant=current_tenant())
+        tenant = current_tenant()
+        return self._engine.generate(request_id, prompt, params,
+                                     cache_salt=self._namespace.salt(tenant, cache_salt),
+                                     priority=priority, tenant=tenant)

@@ -8,33 +8,40 @@
 
 ``messages`` are rendered exactly as /v1/chat/completions renders them, so ``count`` equals that
 request's ``usage.prompt_tokens``. Bad input: 400 naming the field; an unknown model: 404.
-Bodies are bounded by the app's ``client_max_size`` like every other route.
+Bodies are bounded by the app's ``client_max_size`` like every other route, and a large one is
+parsed and tokenized on the generation routes' ParsePool, off the event loop (parse_pool.py).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from kvpool.server.parse_pool import ParsePool
 from kvpool.server.protocol import RequestParser
 
 __all__ = ["TokenizeRoutes"]
 
 
 class TokenizeRoutes:
-    def __init__(self, parser: RequestParser) -> None:
+    def __init__(self, parser: RequestParser, parse_pool: ParsePool) -> None:
         self.parser = parser
+        self.parse_pool = parse_pool
 
     def register(self, app: web.Application) -> None:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
 
+    def _tokenize(self, raw: bytes) -> list[int]:
+        return self.parser.parse_tokenize(self.parser.decode_body(raw))
+
+    def _detokenize(self, raw: bytes) -> str:
+        return self.parser.parse_detokenize(self.parser.decode_body(raw))
+
     async def tokenize(self, request: web.Request) -> web.Response:
-        p = self.parser
-        ids = p.parse_tokenize(p.decode_body(await request.read()))
-        return web.json_response({"count": len(ids), "max_model_len": p.max_model_len,
+        ids = await self.parse_pool.parse(await request.read(), self._tokenize)
+        return web.json_response({"count": len(ids), "max_model_len": self.parser.max_model_len,
                                   "tokens": ids})
 
     async def detokenize(self, request: web.Request) -> web.Response:
-        p = self.parser
-        text = p.parse_detokenize(p.decode_body(await request.read()))
+        text = await self.parse_pool.parse(await request.read(), self._detokenize)
         return web.json_response({"prompt": text})

@@ -1,4 +1,5 @@
-"""Helpers shared by the server tests: scraping /metrics, waiting for the pool to drain."""
+"""Helpers shared by the server tests: scraping /metrics, waiting for the pool to drain, /health
+during a large body's parse."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
+
+from kvpool.server.app import ROUTES_KEY
 
 
 @dataclass
@@ -64,3 +67,30 @@ async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.005) 
             return False
         await asyncio.sleep(interval)
     return True
+
+
+async def health_during_parse(srv: Running, url: str, body: dict,
+                              bound: float = 0.5) -> tuple[int, dict]:
+    """POST ``body`` (large enough for the app's ParsePool) to ``url``; once its parse is under
+    way, /health must answer before the POST does and within ``bound`` seconds (generous: a
+    liveness check). The POST's (status, JSON)."""
+    pool = srv.app[ROUTES_KEY].parse_pool
+    async with aiohttp.ClientSession() as s:
+        async def big() -> tuple[int, dict]:
+            async with s.post(url, json=body) as r:
+                return r.status, await r.json()
+
+        task = asyncio.create_task(big())
+        # (on the loop the server shares) wait until the parse is under way; a body parsed on
+        # the loop never lets this check run mid-parse
+        while not task.done() and pool.parsing == 0:
+            await asyncio.sleep(0.005)
+        t0 = time.monotonic()
+        async with s.get(srv.url + "/health") as r:
+            assert r.status == 200
+        took = time.monotonic() - t0
+        assert not task.done(), f"{url} finished before /health: the loop was blocked"
+        assert took < bound, f"/health took {took:.2f}s during the parse of a {url} body"
+        status, out = await task
+    assert pool.parsing == 0
+    return status, out

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from kvpool.runtime.model.byte_tokenizer import build_byte_tokenizer
 from kvpool.server.app import ROUTES_KEY
+from tests.server.helpers import health_during_parse
 
 TOK = build_byte_tokenizer()
 BIG_BODY = 8 * 1024 * 1024
@@ -88,7 +89,7 @@ async def test_health_answers_while_a_big_prompt_is_tokenized(make_server):
             task = asyncio.create_task(big())
             # wait (on the loop the server shares) until the tokenization is under way; a
             # server that tokenizes on the loop never lets this check run mid-parse
-            while not task.done() and getattr(routes, "parsing", 0) == 0:
+            while not task.done() and routes.parse_pool.parsing == 0:
                 await asyncio.sleep(0.005)
             async with s.get(srv.url + "/health") as r:
                 assert r.status == 200
@@ -96,3 +97,10 @@ async def test_health_answers_while_a_big_prompt_is_tokenized(make_server):
             status, out = await task
         _assert_too_long(status, out, "prompt")  # ~2M tokens: tokenized, then refused
         assert "tokens" in out["error"]["message"]
+
+
+async def test_health_answers_while_tokenize_works_on_a_big_prompt(make_server):
+    async with make_server(max_body_bytes=2 * 1024 * 1024, max_model_len=800_000) as srv:
+        text = "hello world, " * (1024 * 1024 // 13)
+        status, out = await health_during_parse(srv, srv.url + "/tokenize", {"prompt": text})
+        assert status == 200 and out["count"] == len(out["tokens"]) > 500_000, out["count"]

@@ -1,8 +1,11 @@
 """POST /v1/kvpool/lookup on the real server: its counts match what the next request reports as
 cached_tokens, for text, token-id and chat prompts; the salt keeps tenants apart; bad bodies
-get OpenAI error JSON."""
+get OpenAI error JSON; bodies are bounded like the generation routes' and a large one is parsed
+off the event loop."""
 
 import aiohttp
+
+from tests.server.helpers import health_during_parse
 
 PROMPT = "the quick brown fox jumps over the lazy dog, " * 3  # ~135 byte tokens: 8 blocks
 
@@ -69,3 +72,32 @@ async def test_lookup_bad_bodies_are_openai_errors(srv):
         assert status == 400, out
         assert set(out["error"]) == {"message", "type", "param", "code"}
         assert out["error"]["param"] == param
+
+
+async def _post_raw(url: str, data: bytes) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as s, s.post(url, data=data, headers=headers) as r:
+        return r.status, await r.json()
+
+
+async def test_lookup_bodies_are_bounded_like_the_generation_routes(make_server):
+    async with make_server(max_body_bytes=1024 * 1024) as srv:
+        status, out = await _post_raw(srv.v1 + "/kvpool/lookup",
+                                      b'{"prompt": "' + b"x" * (1024 * 1024) + b'"}')
+        assert status == 413, out
+        assert set(out["error"]) == {"message", "type", "param", "code"}
+        assert out["error"]["code"] == "request_too_large"
+        # more values than a fitting request holds: refused from the raw bytes, unparsed
+        status, out = await _post_raw(srv.v1 + "/kvpool/lookup",
+                                      b'{"prompt": [' + b"0," * 200_000 + b"0")
+        assert status == 400 and out["error"]["code"] == "context_length_exceeded", out
+
+
+async def test_health_answers_while_a_large_lookup_body_is_tokenized(make_server):
+    """A ~1 MB prompt a long context must really tokenize (seconds of work): /health, sent
+    while the lookup's parse runs, answers before the lookup does, and soon."""
+    async with make_server(max_body_bytes=2 * 1024 * 1024, max_model_len=800_000) as srv:
+        text = "hello world, " * (1024 * 1024 // 13)
+        status, out = await health_during_parse(srv, srv.v1 + "/kvpool/lookup",
+                                                {"prompt": text})
+        assert status == 200 and out["device_hit_tokens"] == 0, out

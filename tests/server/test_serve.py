@@ -195,9 +195,10 @@ def test_serve_options_take_every_server_flag_by_name():
     """A ServeOptions field is filled from the flag of the same dest (no hand-copied list)."""
     args = serve.add_serve_args(argparse.ArgumentParser()).parse_args(
         ["--port", "0", "--replica-id", "r1", "--socket-send-buffer", "8192",
-         "--remote-url", "redis://127.0.0.1:1", "--no-uvloop"])
+         "--remote-url", "redis://127.0.0.1:1", "--no-uvloop", "--shared-prefix-cache"])
     o = serve.ServeOptions.from_args(args)
     assert (o.port, o.replica_id, o.socket_send_buffer, o.remote_url, o.uvloop) == \
         (0, "r1", 8192, "redis://127.0.0.1:1", False)
+    assert o.shared_prefix_cache and not serve.ServeOptions().shared_prefix_cache
     fields = {f.name for f in dataclasses.fields(serve.ServeOptions)}
     assert fields <= set(vars(args)), fields - set(vars(args))

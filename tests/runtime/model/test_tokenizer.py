@@ -101,3 +101,13 @@ def test_incremental_with_trained_tokenizer(hf_dir_factory):
     ids = tok.encode(text)
     deltas, _ = _stream(tok, ids[3:])
     assert tok.decode(ids[:3]) + "".join(deltas) == tok.decode(ids)
+
+
+@pytest.mark.parametrize("kind", ["byte", "llama"])
+def test_encode_unlocked_gives_encode_s_ids(kind, hf_dir_factory):
+    """The worker-thread encode (the batch call without offsets, tokenizer.py NOTE(fast))
+    tokenizes exactly as ``encode``, for the built-in and a trained tokenizer."""
+    tok = build_byte_tokenizer() if kind == "byte" else load_tokenizer(hf_dir_factory(kind))
+    for text in [*TEXTS[1:], " ".join(TEXTS) * 20]:
+        for special in (True, False):
+            assert tok.encode_unlocked(text, special) == tok.encode(text, special), text
