@@ -20,15 +20,13 @@ from bench.common import (Timing, alternate, bench_parser, load_anchor, machine,
                           ratio_stat, repeat, stat, summary, timing_from_args, timing_info,
                           write_json)
 from kvpool.config import CacheConfig
-from kvpool.core import (BlockHasher, BlockSpaceManager, CachedBlockAllocator, Device,
-                         UncachedBlockAllocator)
+from kvpool.core import BlockHasher, BlockPool, BlockSpaceManager, Device
 
 BS = 16
 
 
 def _pool(caching: bool, n: int):
-    cls = CachedBlockAllocator if caching else UncachedBlockAllocator
-    return cls(Device.DEVICE, n, BS)
+    return BlockPool(Device.DEVICE, n, BS, caching=caching)
 
 
 def bench_decode(caching: bool, batched: bool, num_seqs=256, steps=400, seed=0) -> dict:
@@ -113,7 +111,7 @@ def bench_lookup(reps=300) -> dict:
     m.allocate([1], cached)
     m.mark_computed(1)
     hit_h, miss_h = m.hash_prompt(cached), m.hash_prompt(unseen)
-    lookup = m.device_pool.lookup
+    lookup = m.device_pool.index.lookup
     assert all(lookup(x) is not None for x in hit_h[:127])
     t0 = time.perf_counter()
     for _ in range(reps):
@@ -167,7 +165,7 @@ def bench_memory(num_blocks=1_000_000, fill: bool = False) -> dict:
         ids = pool.allocate_many(num_blocks)
         with pool.writing():
             for b in ids:
-                pool.register_block(b, b.to_bytes(32, "little"), 0)
+                pool.index.register_block(b, b.to_bytes(32, "little"), 0)
         out["bytes_per_block_all_cached"] = (tracemalloc.get_traced_memory()[0] - base) / num_blocks
     tracemalloc.stop()
     del m

@@ -27,11 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import count
 
-from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
 from kvpool.core.block_table import BlockTable
+from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import InvalidBlockError
+
+
+def _unhashed(block_id: int) -> bytes | None:
+    return None  # a pool without prefix caching holds no hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +70,11 @@ class DefragPlanner:
     the manager) and its device pool. Invariant: at most one plan is in flight, and its
     destinations are exactly the pool's reserved blocks."""
 
-    def __init__(self, device: UncachedBlockAllocator, tables: dict[int, BlockTable],
+    def __init__(self, device: BlockPool, tables: dict[int, BlockTable],
                  counters: ManagerCounters) -> None:
         self.device = device
+        # the content hash per block (a moved block keeps it), or None for every block
+        self.hash_of = device.index.hash_of if device.index is not None else _unhashed
         self.tables = tables
         self.counters = counters
         self._plans: dict[int, DefragPlan] = {}
@@ -102,7 +108,7 @@ class DefragPlanner:
                         if i >= full:  # NOTE(defrag): a block not yet fully written (partial,
                             pinned.add(b)  # or reserved for a step still to run) never moves
                         refs.setdefault(b, []).append((s, i, t.version))
-            ref, hash_of = pool.ref_count, pool.hash_of
+            ref, hash_of = pool.ref_count, self.hash_of
             fs = set(free)
             sources = [b for b in range(n - 1, live - 1, -1)
                        if b not in fs and b not in pinned
@@ -124,7 +130,7 @@ class DefragPlanner:
 
     def _move_valid(self, c: MoveCheck) -> bool:
         pool = self.device
-        if pool.ref_count(c.src) != c.ref or pool.hash_of(c.src) != c.block_hash:
+        if pool.ref_count(c.src) != c.ref or self.hash_of(c.src) != c.block_hash:
             return False
         if c.ref == 0 and c.block_hash is None:
             return False  # it went back to the free list

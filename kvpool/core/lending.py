@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
+from kvpool.core.pool import BlockPool
+from kvpool.core.prefix_index import EvictHook
 from kvpool.errors import InvariantError
 
 
@@ -32,15 +33,13 @@ class BlockLender:
     """Lends blocks of the manager's two pools (owned by the manager, lent to this object)
     and owns the loan counts."""
 
-    def __init__(self, device: UncachedBlockAllocator, host: UncachedBlockAllocator,
-                 caching: bool) -> None:
+    def __init__(self, device: BlockPool, host: BlockPool) -> None:
         self.device_pool = device
         self.host_pool = host
-        self.caching = caching  # the device pool is a CachedBlockAllocator
         self._lent: dict[Device, Counter[int]] = {Device.DEVICE: Counter(),
                                                   Device.HOST: Counter()}
 
-    def _pool(self, device: Device) -> UncachedBlockAllocator:
+    def _pool(self, device: Device) -> BlockPool:
         return self.device_pool if device is Device.DEVICE else self.host_pool
 
     def lent(self, device: Device) -> Counter[int]:
@@ -79,15 +78,15 @@ class BlockLender:
         pool = self.device_pool
         n = 0
         with pool.writing():
-            if self.caching:
+            if pool.index is not None:
                 for i, (b, h) in enumerate(zip(block_ids, hashes)):
-                    if pool.register_block(b, h, first_depth + i) == b:  # type: ignore
+                    if pool.index.register_block(b, h, first_depth + i) == b:
                         n += 1
             self.give_back(Device.DEVICE, block_ids)
         return n
 
-    def set_evict_hook(self, hook: Callable[[int, bytes], None] | None) -> None:
+    def set_evict_hook(self, hook: EvictHook | None) -> None:
         """``hook(block, hash)`` runs under the lock before an evicted cached block is reused;
         None removes it. No-op without prefix caching."""
-        if self.caching:
-            self.device_pool.on_evict = hook  # type: ignore[attr-defined]
+        if self.device_pool.index is not None:
+            self.device_pool.index.set_evict_hook(hook)

@@ -5,7 +5,7 @@ lends both to a ``PromptAllocator`` (prompt_alloc.py: new tables with prefix hit
 ``SlotWriter`` (slots.py: append / register), a ``SwapPlanner`` (swap.py), a
 ``DefragPlanner`` (defrag.py) and a ``StatsReader`` (stats.py); a ``BlockLender``
 (lending.py) owns the blocks lent to the remote tier outside any table. The per-device pools
-(allocator.py, cached_allocator.py) are driven only through their public API.
+(pool.py, with a prefix_index.py when caching) are driven only through their public API.
 
 Admission (vLLM v0's table; ``W`` = watermark blocks, ``R`` = blocks the prompt needs)::
 
@@ -26,14 +26,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from kvpool.config import CacheConfig
-from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Admission, AllocStatus, Device
 from kvpool.core.block_table import BlockTable, SeqAlloc, table_of
-from kvpool.core.cached_allocator import CachedBlockAllocator
 from kvpool.core.defrag import DefragPlan, DefragPlanner, DefragResult
 from kvpool.core.eviction import EvictionPolicy
 from kvpool.core.hashing import BlockHasher, ExtraKey
 from kvpool.core.lending import BlockLender
+from kvpool.core.pool import BlockPool
 from kvpool.core.prompt_alloc import PromptAllocator
 from kvpool.core.stats import FragmentationStats, ManagerCounters, ManagerStats, StatsReader
 from kvpool.core.slots import SlotWriter
@@ -52,13 +51,11 @@ class BlockSpaceManager:
     def __init__(self, config: CacheConfig, policy: EvictionPolicy | None = None) -> None:
         self.config = config
         self.block_size = bs = config.block_size
-        if config.enable_prefix_caching:
-            self.device_pool: UncachedBlockAllocator = CachedBlockAllocator(
-                Device.DEVICE, config.num_device_blocks, bs,
-                policy if policy is not None else config.eviction_policy, config.verify_hits)
-        else:
-            self.device_pool = UncachedBlockAllocator(Device.DEVICE, config.num_device_blocks, bs)
-        self.host_pool = UncachedBlockAllocator(Device.HOST, config.num_host_blocks, bs)
+        self.device_pool = BlockPool(
+            Device.DEVICE, config.num_device_blocks, bs, caching=config.enable_prefix_caching,
+            policy=policy if policy is not None else config.eviction_policy,
+            verify_hits=config.verify_hits)
+        self.host_pool = BlockPool(Device.HOST, config.num_host_blocks, bs)
         self.caching = config.enable_prefix_caching
         self.hasher = BlockHasher(bs, config.model_id, config.hash_algo)
         self.watermark_blocks = config.watermark_blocks
@@ -74,7 +71,7 @@ class BlockSpaceManager:
         self._reader = StatsReader(self.device_pool, self.host_pool, self.counters,
                                    self._tables)
         # blocks lent out of the tables (remote prefetch / write staging), by pool
-        self._lender = BlockLender(self.device_pool, self.host_pool, self.caching)
+        self._lender = BlockLender(self.device_pool, self.host_pool)
 
     # ------------------------------------------------------------------ helpers
     def _table(self, seq_id: int) -> BlockTable:
@@ -274,9 +271,8 @@ class BlockSpaceManager:
 
     def get_prefix_hits(self, block_hashes: Sequence[bytes]) -> int:
         """Leading blocks of ``block_hashes`` cached on the device now (no reference taken)."""
-        if not self.caching:
-            return 0
-        return self.device_pool.prefix_hits(block_hashes)  # type: ignore[attr-defined]
+        index = self.device_pool.index
+        return 0 if index is None else index.prefix_hits(block_hashes)
 
     def seq_ids(self) -> list[int]:
         return list(self._tables)

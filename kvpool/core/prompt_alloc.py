@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
 from kvpool.core.block_table import BlockTable, SeqAlloc
 from kvpool.core.hashing import BlockHasher, encode_extra_keys
+from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import DuplicateSequenceError
 
@@ -34,7 +34,7 @@ class PromptAllocator:
     """Allocation over the manager's tables (lent to it, owned by the manager) and its
     device pool; counts prefix queries, hits and used slots into the manager's counters."""
 
-    def __init__(self, device: UncachedBlockAllocator, tables: dict[int, BlockTable],
+    def __init__(self, device: BlockPool, tables: dict[int, BlockTable],
                  counters: ManagerCounters, hasher: BlockHasher) -> None:
         self.device_pool = device
         self.tables = tables
@@ -42,15 +42,16 @@ class PromptAllocator:
         self.hasher = hasher
         self.block_size = device.block_size
         self.caching = device.caching
+        self.index = device.index  # None without prefix caching
 
     def hits(self, hashes: Sequence[bytes], num_tokens: int,
              token_ids: Sequence[int] | None = None) -> list[int]:
         """Blocks of the leading cached run, capped so at least one prompt token is left to
         compute (its logits are needed) in a block of the sequence's own. Lock held."""
-        if not self.caching or not hashes:
+        if self.index is None or not hashes:
             return []
         limit = min(len(hashes), (num_tokens - 1) // self.block_size)
-        return self.device_pool.leading_hits(hashes, limit, token_ids)  # type: ignore
+        return self.index.leading_hits(hashes, limit, token_ids)
 
     def allocate_batch(self, reqs: Sequence[SeqAlloc]) -> list[int | None]:
         """Per request: the prompt tokens served from the prefix cache, or None when the
@@ -90,7 +91,7 @@ class PromptAllocator:
         nseq = len(r.seq_ids)
         pool = self.device_pool
         caching = self.caching
-        verify = caching and pool.verify_hits  # type: ignore[attr-defined]
+        verify = self.index is not None and self.index.verify_hits
         hits = self.hits(hashes, n, r.token_ids if verify else None)
         reused, num_hits = self._reused(r, hashes, hits)
         need = -(-n // bs) - len(reused)
@@ -101,7 +102,7 @@ class PromptAllocator:
             return None
         if reused is hits:
             if hits:
-                pool.acquire_blocks(hits, nseq)  # type: ignore[attr-defined]
+                pool.acquire_blocks(hits, nseq)
         else:
             pool.share(reused, nseq)  # in use by ``share_with``: nothing to revive
         new = pool.take(need, nseq)

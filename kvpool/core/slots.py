@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
 from kvpool.core.block_table import BlockTable, table_of
 from kvpool.core.hashing import BlockHasher
+from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import InvalidBlockError
 
@@ -29,7 +29,7 @@ class SlotWriter:
     manager) and its device pool. Every method runs inside the pool's writer section (the
     public ones enter it; ``register_upto`` and ``need`` assume the caller did)."""
 
-    def __init__(self, device: UncachedBlockAllocator, tables: dict[int, BlockTable],
+    def __init__(self, device: BlockPool, tables: dict[int, BlockTable],
                  counters: ManagerCounters, hasher: BlockHasher) -> None:
         self.device_pool = device
         # NOTE(speed): append runs once per decoded token; fetch the pool's SeqLock, its lock
@@ -42,25 +42,25 @@ class SlotWriter:
         self.hasher = hasher
         self.block_size = device.block_size
         self.caching = device.caching
+        self.index = device.index  # None without prefix caching
 
     def register_upto(self, t: BlockTable, num_tokens: int) -> None:
         """Index ``t``'s full blocks among its first ``num_tokens`` tokens in the prefix cache
         (their bytes are written). Writer section held."""
-        if not self.caching or t.device is not Device.DEVICE or t.copy_pending:
+        index = self.index
+        if index is None or t.device is not Device.DEVICE or t.copy_pending:
             return  # NOTE(copy-pending): a hash only once the bytes are known written
         upto = min(num_tokens // self.block_size, len(t.hashes))
         i = t.num_registered
         if i >= upto:
             return
-        pool = self.device_pool
         bs, blocks, hashes, toks = self.block_size, t.blocks, t.hashes, t.tokens
         if toks is None:  # NOTE(speed): one call for the run (a prefill registers ~100s)
-            pool.register_run(blocks, hashes, i, upto)  # type: ignore[attr-defined]
+            index.register_run(blocks, hashes, i, upto)
             t.num_registered = upto
             return
         while i < upto:
-            pool.register_block(blocks[i], hashes[i], i,
-                                toks[i * bs:(i + 1) * bs] if toks is not None else None)
+            index.register_block(blocks[i], hashes[i], i, toks[i * bs:(i + 1) * bs])
             i += 1
         t.num_registered = upto
 

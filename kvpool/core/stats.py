@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import PoolStats
+from kvpool.core.pool import BlockPool
 
 
 @dataclass(slots=True)
@@ -92,7 +92,7 @@ class StatsReader:
     """Consistent snapshots of a manager's pools and counters, read without a lock (retried
     while a writer is inside either pool). ``fragmentation`` is memoised per pool version."""
 
-    def __init__(self, device: UncachedBlockAllocator, host: UncachedBlockAllocator,
+    def __init__(self, device: BlockPool, host: BlockPool,
                  counters: ManagerCounters, tables: Sized) -> None:
         self.device = device
         self.host = host
@@ -136,7 +136,8 @@ class StatsReader:
                 time.sleep(0)
                 continue
             raw = d.free_id_bytes()
-            used_blocks = d.num_used - d.num_reserved
+            ds = d.stats()
+            used_blocks = ds.num_used - ds.num_reserved
             used_slots = self.counters.used_slots
             if d.version == v:
                 break

@@ -18,9 +18,9 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from kvpool.core.allocator import UncachedBlockAllocator
 from kvpool.core.block import Device
 from kvpool.core.block_table import BlockTable, table_of
+from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import InvalidBlockError
 
@@ -37,14 +37,14 @@ class SwapPlanner:
     """Swap-out / swap-in planning over the manager's tables (lent to it, owned by the
     manager) and its two pools; counts into the manager's counters."""
 
-    def __init__(self, device: UncachedBlockAllocator, host: UncachedBlockAllocator,
+    def __init__(self, device: BlockPool, host: BlockPool,
                  tables: dict[int, BlockTable], counters: ManagerCounters) -> None:
         self.device = device
         self.host = host
         self.tables = tables
         self.counters = counters
         self.block_size = device.block_size
-        self.caching = device.caching
+        self.index = device.index  # None without prefix caching: nothing to reuse
 
     def group(self, seq_ids: Sequence[int], device: Device) -> list[BlockTable]:
         """The tables of ``seq_ids``, all on ``device``; raises on misuse."""
@@ -101,16 +101,16 @@ class SwapPlanner:
             if n0 % bs and refs[t.blocks[-1]] > 1:
                 append += 1  # NOTE(cow): append_slots_batch counts every sharer, so do we
         capacity = len(refs) + append
-        if not self.caching:
+        if self.index is None:
             return capacity, capacity
-        d = self.device
+        d, lookup = self.device, self.index.lookup
         reused_in_use: set[int] = set()
         seen: set[int] = set()
         for t in tables:  # the same lookup swap_in makes
             for i, hb in enumerate(t.blocks[: len(t.hashes)]):
                 if hb not in seen:
                     seen.add(hb)
-                    db = d.lookup(t.hashes[i])  # type: ignore[attr-defined]
+                    db = lookup(t.hashes[i])
                     if db is not None and d.ref_count(db) > 0:
                         reused_in_use.add(hb)
         return capacity, capacity - len(reused_in_use)
@@ -123,11 +123,11 @@ class SwapPlanner:
             refs = table_refs(tables)
             bs = self.block_size
             reuse: dict[int, int] = {}
-            if self.caching:
+            if self.index is not None:
                 for t in tables:
                     for i, hb in enumerate(t.blocks[: len(t.hashes)]):
                         if hb not in reuse:
-                            db = d.lookup(t.hashes[i])  # type: ignore[attr-defined]
+                            db = self.index.lookup(t.hashes[i])
                             if db is not None:
                                 reuse[hb] = db
             fresh = [hb for hb in refs if hb not in reuse]
@@ -138,7 +138,7 @@ class SwapPlanner:
             for hb, db in reuse.items():  # NOTE(order): pin the hits before allocating, or
                 if d.ref_count(db) == 0:  # the allocation could evict one of them
                     c.used_slots += bs
-                d.acquire_block(db, refs[hb])  # type: ignore[attr-defined]
+                d.acquire_blocks((db,), refs[hb])
                 mapping[hb] = db
             new_ids = d.take_each([refs[hb] for hb in fresh])
             assert new_ids is not None

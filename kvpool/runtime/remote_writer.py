@@ -6,7 +6,7 @@ Where blocks come from (``--remote-write-policy``)::
     write_through            every group of full blocks a prefill chunk completed
     write_through_selective  only groups a later request hit locally (hot prefixes)
     write_back               a cached block as the local prefix cache evicts it (the
-                             allocator's eviction hook, before the block is handed out again)
+                             prefix index's eviction hook, before the block is handed out again)
 
 How they travel::
 
@@ -65,10 +65,10 @@ class RemoteWriter:
     def on_prefills(self, prefills: Sequence) -> None:
         """Step thread, after ``on_step_done`` registered the chunk's full blocks."""
         policy = self.link.write_policy
-        if policy not in ("write_through", "write_through_selective"):
-            return
+        index = self.manager.device_pool.index
+        if policy not in ("write_through", "write_through_selective") or index is None:
+            return  # nothing to write, or no hashes to name it by (prefix caching off)
         g, bs = self.link.blocks_per_object, self.manager.block_size
-        pool = self.manager.device_pool
         groups: list[_Group] = []
         for p in prefills:
             if policy == "write_through":
@@ -78,14 +78,14 @@ class RemoteWriter:
             for j in range(lo, min(hi, len(p.block_ids))):
                 if (j + 1) % g:
                     continue
-                h = pool.hash_of(p.block_ids[j])
+                h = index.hash_of(p.block_ids[j])
                 if h is not None:
                     groups.append((h, list(p.block_ids[j + 1 - g:j + 1])))
         if groups:
             self._stage(groups)
 
     def _on_evict(self, block: int, h: bytes) -> None:
-        """The allocator's eviction hook (pool lock held): snapshot before reuse."""
+        """The prefix index's eviction hook (pool lock held): snapshot before reuse."""
         self._stage([(h, [block])])
 
     # ------------------------------------------------------------------ staging (any thread)

@@ -54,9 +54,10 @@ class PreemptionMixin:
         if not hashes or not mgr.caching:
             return 0
         pool = mgr.device_pool
+        lookup = pool.index.lookup  # caching is on (checked above)
         kept = 0
         for h in hashes[:mgr.get_prefix_hits(hashes)]:
-            b = pool.lookup(h)
+            b = lookup(h)
             if b is None or pool.ref_count(b) <= refs.get(b, 0):
                 break
             kept += 1

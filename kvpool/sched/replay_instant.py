@@ -1,4 +1,4 @@
-"""Instant replay: pure cache-policy replay of a trace through the real CachedBlockAllocator.
+"""Instant replay: pure cache-policy replay of a trace through the real BlockPool.
 
 Semantics (docs/benchmarks.md "Trace replay"; one pool block per trace hash id,
 capacity ``C`` blocks, block size irrelevant), for each request in file order::
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvpool.core import CachedBlockAllocator, Device
+from kvpool.core import BlockPool, Device
 from kvpool.core.eviction.replay import replay
 from kvpool.sched.replay_report import Timeline
 from kvpool.sched.replay_trace import TraceRequest
@@ -42,7 +42,8 @@ class InstantReplay:
             raise ValueError("--capacity-blocks must be >= 1")
         self.capacity = capacity_blocks  # pool blocks (= trace blocks held)
         self.policy_name = policy  # eviction policy name (kvpool.core.eviction)
-        self.pool = CachedBlockAllocator(Device.DEVICE, capacity_blocks, 1, policy)
+        self.pool = BlockPool(Device.DEVICE, capacity_blocks, 1, caching=True, policy=policy)
+        self.index = self.pool.index  # the pool's prefix index (caching is on)
         self.hits = 0  # leading-run hits so far
         self.blocks = 0  # trace blocks seen so far
         self.requests = 0  # requests replayed so far
@@ -58,22 +59,22 @@ class InstantReplay:
 
     # the ReplayCache side (kvpool.core.eviction.replay): called by ``replay`` inside step
     def __contains__(self, h: int) -> bool:
-        return self.pool.lookup(digest(h)) is not None
+        return self.index.lookup(digest(h)) is not None
 
     def touch(self, h: int, depth: int, n: int) -> None:
         """A cached block is acquired and released (the policy sees remove + insert); a new
         one is taken (free list first, else the policy evicts) and registered, then released."""
         pool = self.pool
         key = digest(h)
-        b = pool.lookup(key)
+        b = self.index.lookup(key)
         if b is not None:
-            pool.acquire_block(b)
+            pool.acquire_blocks((b,))
         else:
             got = pool.take(1)
             if got is None:  # every block referenced: impossible, all are released
                 raise RuntimeError("instant replay: pool exhausted")
             b = got[0]
-            pool.register_block(b, key, depth)
+            self.index.register_block(b, key, depth)
         pool.release((b,), float(self.requests))
 
     @property
@@ -88,7 +89,7 @@ class InstantReplay:
         for i, r in enumerate(reqs):
             self.step(r.hash_ids)
             if (i + 1) % every == 0 or i + 1 == len(reqs):
-                tl.add(i + 1, self.hit_rate, self.pool.num_cached / self.capacity)
+                tl.add(i + 1, self.hit_rate, self.index.num_cached / self.capacity)
                 if progress is not None:
                     progress(i + 1)
         st = self.pool.stats()

@@ -115,7 +115,7 @@ def test_evictable_cached_blocks_move_with_their_hash():
     plan = m.plan_defrag()
     assert 6 in dict(plan.moves)
     m.commit_defrag(plan)
-    new = m.device_pool.lookup(h)
+    new = m.device_pool.index.lookup(h)
     assert new == dict(plan.moves)[6] and new < 6
     assert m.allocate([9], prompt) == BS  # still a prefix hit, at the new place
     m.check_invariants()

@@ -3,7 +3,7 @@
 import pytest
 
 from kvpool.config import CacheConfig
-from kvpool.core import BlockSpaceManager, CachedBlockAllocator, Device, UncachedBlockAllocator
+from kvpool.core import BlockPool, BlockSpaceManager, Device
 from kvpool.errors import (ConfigError, DoubleFreeError, DuplicateSequenceError,
                            InvalidBlockError, KVPoolError, UnknownSequenceError)
 
@@ -72,9 +72,9 @@ def test_swap_state_errors():
 
 
 def test_pool_double_free_is_typed_and_rolled_back():
-    for pool in (UncachedBlockAllocator(Device.DEVICE, 8), CachedBlockAllocator(Device.DEVICE, 8)):
+    for pool in (BlockPool(Device.DEVICE, 8), BlockPool(Device.DEVICE, 8, caching=True)):
         a = pool.allocate_many(3)
-        pool.free(a[0])
+        pool.free_many([a[0]])
         with pytest.raises(DoubleFreeError):
             pool.free_many([a[1], a[0]])  # a[1] valid, a[0] already free
         assert pool.ref_count(a[1]) == 1  # the valid part was rolled back
@@ -83,13 +83,20 @@ def test_pool_double_free_is_typed_and_rolled_back():
 
 
 def test_bad_block_ids_and_registration():
-    pool = CachedBlockAllocator(Device.DEVICE, 4)
+    pool = BlockPool(Device.DEVICE, 4, caching=True)
     with pytest.raises(InvalidBlockError):
         pool.block(9)
-    with pytest.raises(InvalidBlockError, match="not in use"):
-        pool.register(0, b"h" * 32)
-    with pytest.raises(InvalidBlockError, match="not in use"):
-        pool.incref(1)
+    a, b = pool.allocate_many(2)
+    with pool.writing():
+        pool.index.register_block(a, b"h" * 32, 0)
+        with pytest.raises(InvalidBlockError, match="already cached"):
+            pool.index.register_block(a, b"g" * 32, 0)
+        assert pool.index.register_block(b, b"h" * 32, 0) == a  # a duplicate stays unhashed
+        with pytest.raises(InvalidBlockError, match="not in use"):
+            pool.share((3,))
+    with pytest.raises(InvalidBlockError, match="no prefix cache"):
+        BlockPool(Device.HOST, 4).acquire_blocks((0,))
+    pool.check_invariants()
 
 
 def test_empty_and_invalid_requests():

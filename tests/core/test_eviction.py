@@ -1,6 +1,6 @@
 """Eviction policies: unit tests, a model-checking state machine per policy, and trace replay.
 
-The state machine plays the CachedBlockAllocator: it inserts, revives (remove + insert of the
+The state machine plays the pool's PrefixIndex: it inserts, revives (remove + insert of the
 same content), discards, moves (discard + insert of the same content into another block) and
 evicts, and checks every policy against the simplest model, a set of evictable block ids.
 """

@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from kvpool.core import CachedBlockAllocator, Device, UncachedBlockAllocator
+from kvpool.core import BlockPool, Device
 from kvpool.core.lending import BlockLender
 from kvpool.errors import InvariantError
 
@@ -20,9 +20,8 @@ DEVICES = st.sampled_from([Device.DEVICE, Device.HOST])
 
 
 def make_lender(caching=True):
-    dev = (CachedBlockAllocator(Device.DEVICE, 8, 2) if caching
-           else UncachedBlockAllocator(Device.DEVICE, 8, 2))
-    return BlockLender(dev, UncachedBlockAllocator(Device.HOST, 6, 2), caching)
+    return BlockLender(BlockPool(Device.DEVICE, 8, 2, caching=caching),
+                       BlockPool(Device.HOST, 6, 2))
 
 
 class LenderMachine(RuleBasedStateMachine):
@@ -47,7 +46,7 @@ class LenderMachine(RuleBasedStateMachine):
         assert not set(ids) & set(self.loans[device])
         self.loans[device] += ids
         for b, h in self.evicted[seen:]:  # evicted to be lent: its hash is gone
-            assert b in ids and self.pools[Device.DEVICE].lookup(h) is None
+            assert b in ids and self.pools[Device.DEVICE].index.lookup(h) is None
 
     @rule(device=DEVICES, data=st.data())
     def give_back(self, device, data):
@@ -79,14 +78,14 @@ class LenderMachine(RuleBasedStateMachine):
             hashes.append(self.next_hash.to_bytes(32, "big"))
         if dup and self.next_hash > len(blocks):  # reuse an earlier hash: maybe still cached
             hashes[0] = (self.next_hash - len(blocks)).to_bytes(32, "big")
-        before = pool.lookup(hashes[0])
+        before = pool.index.lookup(hashes[0])
         n = self.lender.adopt_prefix(blocks, hashes, 0)
         for b in blocks:
             lent.remove(b)
         assert n == len(blocks) - (before is not None)
         for i, (b, h) in enumerate(zip(blocks, hashes)):
             want = before if i == 0 and before is not None else b
-            assert pool.lookup(h) == want
+            assert pool.index.lookup(h) == want
         assert pool.num_free_blocks + len(lent) <= pool.num_blocks
 
     @invariant()

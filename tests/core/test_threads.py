@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from kvpool.config import CacheConfig
-from kvpool.core import BlockSpaceManager, CachedBlockAllocator, Device
+from kvpool.core import BlockPool, BlockSpaceManager, Device
 
 N_WORKERS = 4
 ROUNDS = 300
@@ -145,7 +145,7 @@ def test_manager_under_threads(caching):
 
 
 def test_raw_pool_allocate_free_many_threads():
-    pool = CachedBlockAllocator(Device.DEVICE, 512, 16)
+    pool = BlockPool(Device.DEVICE, 512, 16, caching=True)
     held = set()
     held_lock = threading.Lock()  # only guards the test's own bookkeeping
     done = threading.Event()

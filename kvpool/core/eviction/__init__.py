@@ -8,7 +8,7 @@
   online by shadow caches (tuner.py), counting uses in one FrequencySketch (sketch.py). It
   starts as exactly LRU and departs from it only on significant evidence.
 
-The protocol the CachedBlockAllocator drives (EvictionPolicy) and the queue storage the two
+The protocol the PrefixIndex drives (EvictionPolicy) and the queue storage the two
 share are in base.py; ``simulate`` (replay.py) replays a trace through one policy alone.
 """
 

@@ -1,7 +1,7 @@
 """The eviction-policy protocol and the intrusive queue storage the policies share.
 
 A block is *evictable* when its ref count is 0 but its KV content is still valid and indexed by
-its content hash. The CachedBlockAllocator drives a policy with these calls::
+its content hash. The pool's PrefixIndex drives a policy with these calls::
 
     insert(b, h, depth, now)   b became evictable (ref 1 -> 0, content h cached)
     remove(b)                  b was revived by a prefix-cache hit (ref 0 -> 1)
@@ -35,7 +35,7 @@ PENDING = 0xFE  # _where value: revived by remove(); its hash is kept until it i
 class EvictionPolicy(abc.ABC):
     """Invariant: a policy holds exactly the evictable blocks it was told about (inserted, not
     yet removed, discarded or evicted), and ``evict`` returns one of them. The interface the
-    CachedBlockAllocator drives; see the module docstring for when each call happens."""
+    PrefixIndex drives; see the module docstring for when each call happens."""
 
     name: ClassVar[str]
 

@@ -1,23 +1,31 @@
-"""Per-device block pools: the uncached allocator (free list pop / append).
+"""BlockPool: the blocks of one device (docs/architecture.md#the-pool-kvpoolcore).
 
-Concurrency (DESIGN.md, layers 0 and 1)::
+Without prefix caching a free list (pop / append). With it (``caching=True``) the pool owns a
+PrefixIndex (prefix_index.py: hash -> block, the evictable set, its eviction policy) and
+consults it where a block's life changes: a released hashed block is parked there instead of
+the free list, an allocation short of free blocks evicts from it, a prefix hit revives from it.
+Callers reach the index's own operations through ``pool.index`` (None without caching).
+
+Concurrency (docs/architecture.md#locking, layers 0 and 1)::
 
     layer 0  free list: array('i') whose pop() / append() / extend() are single C calls, atomic
-             under the GIL; readers (stats) never take a lock, they read under the seqlock
+             under the GIL; readers (stats) take no lock, they read under the seqlock
              ``version`` (odd while a writer is inside; kvpool.core.seqlock).
-    layer 1  ``lock``: one per pool, held for one batched mutation (allocate many, free many,
-             evict), never across I/O, a copy or an await.
+    layer 1  ``lock``: one per pool, held for one batched mutation, never across I/O or await.
 
 The pool's API has two tiers:
 
-    self-locking   allocate, allocate_many, extend_tables, free, free_many, incref, stats ...:
-                   each takes the lock once and keeps the version around its body.
+    self-locking   allocate, allocate_many, extend_tables, free_many, reset_prefix_cache,
+                   stats ...: each takes the lock once and keeps the version around its body.
     writer section ``with pool.writing():`` then any of the primitives below, which assume the
-                   caller is inside one (the BlockSpaceManager batches many under one entry):
+                   caller is inside one (the BlockSpaceManager batches many under one entry),
+                   and the index's mutators (``pool.index.register_block`` ...):
 
         take(n, ref)      n content-free blocks (evicting when caching) with ref ``ref``
         take_each(refs)   len(refs) blocks, block i with ref refs[i]
         share(ids, k)     k more references on used blocks
+        acquire_blocks(ids, k)
+                          k more references on cached blocks (prefix hits; revives evictable)
         release(ids, now) one reference less per id; ref-0 blocks leave (free or evictable)
         release_table(blocks, last_fill, now)
                           release a table's blocks tail first; returns token slots freed
@@ -25,21 +33,13 @@ The pool's API has two tiers:
         unreserve(b)      give a reserved id back to the free list
         move(src, dst)    reserved dst takes over src's refs (and hash); src is freed
 
-Nothing outside this module and cached_allocator.py touches the pool's underscore members.
-
 Metadata is struct-of-arrays, not one object per block, so a million-block pool costs ~33 bytes
-per block::
+per block (with the index's arrays)::
 
     _free      array('i')   4 B   ids with no content, LIFO (pop() yields low ids first)
     _fast      deque        -     up to MAGAZINE ids moved from _free for lock-free allocate()
     _ref       list[int]    8 B   ref counts (small ints are shared objects; a list beats
                                   array('i') ~4x on scalar stores, measured)
-    _hash      list         8 B   content hash when cached (CachedBlockAllocator), else None
-    _last      array('d')   8 B   last time released to the evictable set, -1.0 = never
-    _depth     array('i')   4 B   index in its prefix chain when hashed
-
-A block is ``computed`` (its KV bytes written and reusable) exactly when it holds a hash: the
-manager registers a hash only once the step that wrote the block has run.
 """
 
 from __future__ import annotations
@@ -51,29 +51,32 @@ from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter, length_hint
 
 from kvpool.core.block import Block, Device, PoolStats
+from kvpool.core.eviction import EvictionPolicy
+from kvpool.core.prefix_index import PrefixIndex
 from kvpool.core.seqlock import SeqLock
 from kvpool.errors import DoubleFreeError, InvalidBlockError, InvariantError
-
 
 MAGAZINE = 32  # ids moved to the lock-free magazine per refill
 
 
-class UncachedBlockAllocator:
-    """A pool of ``num_blocks`` blocks on one device, without content sharing.
+class BlockPool:
+    """``num_blocks`` blocks of one device; with ``caching``, full computed blocks are shared
+    by content hash through ``index`` (lazy eviction: evictable blocks count as allocatable).
 
-    Invariant: every id in ``[0, num_blocks)`` is exactly once either free (in ``_free`` or
-    ``_fast``, ref 0) or used (ref >= 1); ``num_used == num_blocks - free - evictable`` (outside
-    the instant between a lock-free pop and its ref store).
-    """
+    Invariant: every id in ``[0, num_blocks)`` is exactly once free (``_free`` or ``_fast``, ref
+    0, no hash), evictable (ref 0, hashed, in the index's policy) or used (ref >= 1)."""
 
-    caching = False
-
-    def __init__(self, device: Device, num_blocks: int, block_size: int = 16) -> None:
+    def __init__(self, device: Device, num_blocks: int, block_size: int = 16, *,
+                 caching: bool = False, policy: EvictionPolicy | str = "lru",
+                 verify_hits: bool = False) -> None:
         if num_blocks < 0:
             raise InvalidBlockError("num_blocks must be >= 0")
         self.device = device
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.caching = caching
+        self.index: PrefixIndex | None = (
+            PrefixIndex(num_blocks, block_size, policy, verify_hits) if caching else None)
         self._writer = SeqLock()  # the layer-1 lock and the layer-0 version, together
         self.lock = self._writer.lock  # raw lock, for try-lock callers (the asyncio front)
         self._free = array("i", range(num_blocks - 1, -1, -1))
@@ -82,9 +85,6 @@ class UncachedBlockAllocator:
         # ref_count(block_id) -> int: the list's own C-level getter, no Python frame (decode
         # asks it once per token); _ref is never rebound, so the bound method stays valid.
         self.ref_count: Callable[[int], int] = self._ref.__getitem__
-        self._hash: list[bytes | None] = [None] * num_blocks
-        self._last = array("d", [-1.0]) * num_blocks
-        self._depth = array("i", bytes(4 * num_blocks))
         self._num_reserved = 0
         self._evictions = 0
 
@@ -107,16 +107,13 @@ class UncachedBlockAllocator:
     # ---------------------------------------------------------------- capacity
     @property
     def num_free_blocks(self) -> int:
-        """Blocks an allocation can take now (free list; plus evictable when caching)."""
-        return len(self._free) + len(self._fast)
-
-    @property
-    def num_used(self) -> int:
-        return self.num_blocks - len(self._free) - len(self._fast) - self.num_evictable
+        """Blocks an allocation can take now (free list, plus evictable when caching)."""
+        idx = self.index
+        n = len(self._free) + len(self._fast)
+        return n if idx is None else n + idx.num_evictable
 
     def _drain_fast(self) -> None:
-        """Move the magazine back to the bulk list (lock held; lock-free pops may race, each
-        id is popped by exactly one of us)."""
+        """Move the magazine back to the bulk list (lock held; racing lock-free pops are fine)."""
         fast, push = self._fast, self._free.append
         while True:
             try:
@@ -125,12 +122,13 @@ class UncachedBlockAllocator:
                 return
 
     def _take(self, n: int) -> list[int] | None:
-        """Pop ``n`` content-free blocks (ref stays 0: caller sets it). Lock held."""
+        """Pop ``n`` blocks without content (ref stays 0: caller sets it), evicting cached
+        ones when the free list is short. Lock held."""
         free = self._free
         if n > len(free):
             self._drain_fast()
             if n > len(free):
-                return None
+                return self._take_evicting(n)
         if n == 1:
             return [free.pop()]
         ids = free[len(free) - n :]
@@ -138,9 +136,24 @@ class UncachedBlockAllocator:
         ids.reverse()  # LIFO order: lowest id first, as repeated pop() would give
         return ids.tolist()
 
-    def _push_free(self, block_id: int) -> None:
-        """A block whose ref reached 0 goes back to the free list. Lock held."""
-        self._free.append(block_id)
+    def _take_evicting(self, n: int) -> list[int] | None:
+        """The whole free list plus victims of the index for the rest; None when even that is
+        short. Lock held, magazine drained."""
+        idx = self.index
+        nf = len(self._free)
+        if idx is None or n > nf + idx.num_evictable:
+            return None
+        ids = self._take(nf) if nf else []
+        ids += idx.evict(n - nf)
+        self._evictions += n - nf
+        return ids
+
+    def _to_free(self, block_ids: list[int], now: float) -> None:
+        """Ref-0 blocks leave: hashed ones to the index (evictable), the rest free. Lock held."""
+        idx = self.index
+        if idx is not None and idx.num_cached:
+            block_ids = idx.park(block_ids, now)
+        self._free.fromlist(block_ids)
 
     # ---------------------------------------------------------------- writer-section primitives
     # Each assumes the caller is inside ``with pool.writing():`` (module docstring).
@@ -173,8 +186,8 @@ class UncachedBlockAllocator:
             r[b] += k
 
     def release(self, block_ids: Sequence[int], now: float = 0.0) -> int:
-        """Drop one reference per listed id (tail first is the caller's order); release blocks
-        that reach 0. Returns how many were released. Raises DoubleFreeError, state unchanged."""
+        """One reference less per id, in order (tail first is the caller's); ref-0 blocks leave
+        (free, or evictable if hashed). Returns how many left; DoubleFreeError: unchanged."""
         if type(block_ids) is not list and type(block_ids) is not tuple:
             block_ids = list(block_ids)  # the iterator below must know how far it got
         r = self._ref
@@ -190,23 +203,25 @@ class UncachedBlockAllocator:
                         r[b2] = 1
                     break
             else:
-                self._free.fromlist(block_ids if type(block_ids) is list else list(block_ids))
+                self._to_free(block_ids if type(block_ids) is list else list(block_ids), now)
                 return n
-        free = self._free
-        push = free.append
-        n0 = len(free)
-        # NOTE(speed): released = free-list growth; a double free's position from length_hint
+        left: list[int] = []
+        push = left.append
+        # NOTE(speed): a double free's position from length_hint, not a counter per block
         it = iter(block_ids)
         for b in it:
             c = r[b] - 1
             if c:
-                if c < 0:
-                    self._undo_release(block_ids[:len(block_ids) - length_hint(it) - 1])
+                if c < 0:  # misuse: restore the refs already dropped (nothing has left yet)
+                    for b2 in block_ids[:n - length_hint(it) - 1]:
+                        r[b2] += 1
                     raise DoubleFreeError(f"block {b} on {self.device.value} freed twice")
             else:
                 push(b)
             r[b] = c
-        return len(free) - n0
+        if left:
+            self._to_free(left, now)
+        return len(left)
 
     def release_table(self, blocks: Sequence[int], last_fill: int, now: float = 0.0) -> int:
         """Release one table's ``blocks`` tail first; returns the token slots that left use
@@ -219,16 +234,6 @@ class UncachedBlockAllocator:
             slots -= self.block_size - last_fill
         return slots
 
-    def _undo_release(self, block_ids: Sequence[int]) -> None:
-        # NOTE(rollback): only reached on misuse; restores refs and pulls released ids back.
-        for b in block_ids:
-            if self._ref[b] == 0:
-                self._unrelease(b)
-            self._ref[b] += 1
-
-    def _unrelease(self, block_id: int) -> None:
-        self._free.remove(block_id)
-
     def reserve(self, block_ids: Sequence[int]) -> None:
         """Pull free ``block_ids`` out of the free list for a defrag plan: ref 1 each, counted
         in ``num_reserved`` until ``move`` or ``unreserve``."""
@@ -238,24 +243,36 @@ class UncachedBlockAllocator:
         if len(kept) != len(self._free) - len(taken):
             raise InvalidBlockError("reserve: a block id is not free")
         self._free[:] = array("i", kept)
-        r = self._ref
         for b in block_ids:
-            r[b] = 1
+            self._ref[b] = 1
         self._num_reserved += len(taken)
 
     def unreserve(self, block_id: int) -> None:
         """A reserved block goes back to the free list unused."""
         self._ref[block_id] = 0
-        self._push_free(block_id)
+        self._free.append(block_id)
         self._num_reserved -= 1
 
     def move(self, src: int, dst: int) -> None:
-        """Defrag commit: reserved ``dst`` takes over used ``src``; ``src`` is freed."""
+        """Defrag commit: reserved ``dst`` takes over ``src`` (used or evictable: its refs,
+        and its hash and place in the evictable set when cached); ``src`` is freed."""
         r = self._ref
+        if self.index is not None:
+            self.index.move(src, dst, r[src] == 0)
         r[dst], r[src] = r[src], 0
-        self._last[dst] = self._last[src]
-        self._push_free(src)
+        self._free.append(src)
         self._num_reserved -= 1
+
+    def acquire_blocks(self, block_ids: Sequence[int], k: int = 1) -> None:
+        """``k`` more references on each listed cached block (a prompt's prefix hits, a
+        swap-in's reused blocks), in order; evictable ones are revived."""
+        idx = self.index
+        if idx is None:
+            raise InvalidBlockError(f"{self.device.value} pool has no prefix cache to hit")
+        r = self._ref
+        idx.hit(block_ids, [b for b in block_ids if not r[b]])  # raises before any ref moves
+        for b in block_ids:
+            r[b] += k
 
     # ---------------------------------------------------------------- self-locking API
     def allocate(self) -> int | None:
@@ -281,15 +298,13 @@ class UncachedBlockAllocator:
                         b = self._fast.pop()
                     except IndexError:  # lock-free callers drained the refill: go again
                         continue
-                else:
-                    b = self._evict_one()
-                    if b is None:
+                else:  # the free list is empty: a cached block gives way, if any
+                    ids = self._take_evicting(1)
+                    if ids is None:
                         return None
+                    b = ids[0]
                 self._ref[b] = 1
                 return b
-
-    def _evict_one(self) -> int | None:
-        return None
 
     def allocate_many(self, n: int) -> list[int] | None:
         """``n`` blocks with ref 1 each, all or nothing (None when fewer are available)."""
@@ -311,36 +326,32 @@ class UncachedBlockAllocator:
                 t.append(b)
             return True
 
-    def free(self, block_id: int) -> None:
-        self.free_many((block_id,))
-
     def free_many(self, block_ids: Sequence[int]) -> None:
         """Drop one reference per id, in the given order (pass tail-first for LRU order)."""
         now = time.monotonic()
         with self._writer:
             self.release(block_ids, now)
 
-    def incref(self, block_id: int) -> None:
+    def reset_prefix_cache(self) -> int:
+        """Drop every evictable cached block back to the free list; returns how many."""
+        if self.index is None:
+            return 0
         with self._writer:
-            self.share((block_id,))
+            ids = self.index.evict_all()
+            self._free.fromlist(ids)
+            return len(ids)
 
     # ---------------------------------------------------------------- readers (no lock)
     def stats(self) -> PoolStats:
-        def read():
-            return (len(self._free) + len(self._fast), self.num_evictable,
-                    self.num_cached, self._num_reserved, self._evictions)
+        idx = self.index
 
-        (free, evictable, cached, reserved, evictions), v = self._writer.read(read)
+        def read():
+            cached = (0, 0) if idx is None else (idx.num_evictable, idx.num_cached)
+            return len(self._free) + len(self._fast), cached, self._num_reserved, self._evictions
+
+        (free, (evictable, cached), reserved, evictions), v = self._writer.read(read)
         return PoolStats(self.device, self.num_blocks, free, evictable,
                          self.num_blocks - free - evictable, cached, reserved, v, evictions)
-
-    @property
-    def num_evictable(self) -> int:
-        return 0
-
-    @property
-    def num_cached(self) -> int:
-        return 0
 
     def count_used(self, block_ids: Iterable[int]) -> int:
         """How many of ``block_ids`` are in use (ref >= 1). NOTE(speed): C-level map/count, no
@@ -352,14 +363,11 @@ class UncachedBlockAllocator:
         """A snapshot of one block's metadata."""
         if not 0 <= block_id < self.num_blocks:
             raise InvalidBlockError(f"block id {block_id} outside pool of {self.num_blocks}")
-        h = self._hash[block_id]
+        idx = self.index
+        h, depth, last = (None, 0, -1.0) if idx is None else idx.entry(block_id)
         return Block(block_id, self.device, h,
-                     (self._depth[block_id] + 1) * self.block_size if h is not None else 0,
-                     self._ref[block_id], self._last[block_id], h is not None)
-
-    def hash_of(self, block_id: int) -> bytes | None:
-        """The content hash block ``block_id`` is cached under, or None."""
-        return self._hash[block_id]
+                     (depth + 1) * self.block_size if h is not None else 0,
+                     self._ref[block_id], last, h is not None)
 
     def free_ids(self) -> list[int]:
         """A copy of the free ids (bulk list and magazine)."""
@@ -372,29 +380,21 @@ class UncachedBlockAllocator:
     def check_invariants(self, table_refs: Counter | None = None) -> None:
         """Raise InvariantError on inconsistent state. ``table_refs`` (block id -> number of
         block-table entries) lets the caller check ref counts against its tables."""
+        name, ref = self.device.value, self._ref
         free = self.free_ids()
         fs = set(free)
         if len(fs) != len(free):
-            raise InvariantError(f"{self.device.value}: a block is on the free list twice")
-        for b in free:
-            if self._ref[b] != 0 or self._hash[b] is not None:
-                raise InvariantError(f"{self.device.value}: free block {b} has ref or hash")
-        used = sum(1 for c in self._ref if c > 0)
-        if any(c < 0 for c in self._ref):
-            raise InvariantError(f"{self.device.value}: negative ref count")
-        if len(free) + self.num_evictable + used != self.num_blocks:
-            raise InvariantError(
-                f"{self.device.value}: free {len(free)} + evictable {self.num_evictable} + "
-                f"used {used} != {self.num_blocks}")
+            raise InvariantError(f"{name}: a block is on the free list twice")
+        if any(ref[b] != 0 for b in free) or any(c < 0 for c in ref):
+            raise InvariantError(f"{name}: a free block has a ref count, or a count is < 0")
+        parked = [b for b in range(self.num_blocks) if ref[b] == 0 and b not in fs]
+        if self.index is not None:
+            self.index.check_invariants(parked, free)
+        elif parked:
+            raise InvariantError(f"{name}: ref-0 block {parked[0]} is off the free list")
         if table_refs is not None:
             for b in range(self.num_blocks):
                 expect = table_refs.get(b, 0)
-                if self._ref[b] != expect:
+                if ref[b] != expect:
                     raise InvariantError(
-                        f"{self.device.value}: block {b} ref {self._ref[b]} but {expect} "
-                        "table references")
-        self._check_cache_invariants(fs)
-
-    def _check_cache_invariants(self, free: set[int]) -> None:
-        if any(h is not None for h in self._hash):
-            raise InvariantError("uncached pool holds a content hash")
+                        f"{name}: block {b} ref {ref[b]} but {expect} table references")
