@@ -52,7 +52,7 @@ class Block:
     The KV bytes live in runtime tensors at index ``block_id`` of the pool for ``device``.
     """
 
-    block_id: int  # index into the device's KV tensor; owned by the allocator
+    block_id: int  # index into the device's KV tensor; owned by its BlockPool
     device: Device  # which pool
     block_hash: bytes | None  # content hash when cached (prefix caching), else None
     num_hashed_tokens: int  # tokens covered by block_hash, from the sequence start (0 if none)

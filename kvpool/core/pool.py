@@ -110,7 +110,7 @@ class BlockPool:
         """Blocks an allocation can take now (free list, plus evictable when caching)."""
         idx = self.index
         n = len(self._free) + len(self._fast)
-        return n if idx is None else n + idx.num_evictable
+        return n if idx is None else n + len(idx.policy)
 
     def _drain_fast(self) -> None:
         """Move the magazine back to the bulk list (lock held; racing lock-free pops are fine)."""
@@ -151,9 +151,7 @@ class BlockPool:
     def _to_free(self, block_ids: list[int], now: float) -> None:
         """Ref-0 blocks leave: hashed ones to the index (evictable), the rest free. Lock held."""
         idx = self.index
-        if idx is not None and idx.num_cached:
-            block_ids = idx.park(block_ids, now)
-        self._free.fromlist(block_ids)
+        self._free.fromlist(block_ids if idx is None else idx.park(block_ids, now))
 
     # ---------------------------------------------------------------- writer-section primitives
     # Each assumes the caller is inside ``with pool.writing():`` (module docstring).

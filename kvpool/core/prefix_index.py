@@ -152,9 +152,11 @@ class PrefixIndex:
             depth[b] = i
 
     # ---------------------------------------------------------------- the pool's calls (lock)
-    def park(self, block_ids: Sequence[int], now: float) -> list[int]:
+    def park(self, block_ids: list[int], now: float) -> list[int]:
         """Blocks whose last reference went: hashed ones become evictable (released at
         ``now``, still findable: lazy eviction); returns the unhashed ones, for the free list."""
+        if not self._cached:
+            return block_ids  # NOTE(speed): nothing is hashed (caching on, no hits yet)
         hashes, insert, depth, last = self._hash, self.policy.insert, self._depth, self._last
         free: list[int] = []
         push = free.append
@@ -191,12 +193,14 @@ class PrefixIndex:
                 hashes[b] = None
                 append(b)
             return out
-        out = [evict() for _ in range(n)]
-        for b in out:
+        out = []
+        for _ in range(n):
+            b = evict()
             h = self._hash[b]
             if hook is not None and h is not None:
                 hook(b, h)
             self._drop_hash(b)
+            out.append(b)
         return out
 
     def evict_all(self) -> list[int]:

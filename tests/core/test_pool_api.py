@@ -248,3 +248,25 @@ def test_release_of_exclusive_ids_listed_twice_rolls_back(caching, kind):
     assert pool.free_ids()[-2:] == [ids[3], ids[1]]  # pushed in the given order (LIFO reuse)
     assert pool.ref_count(ids[3]) == pool.ref_count(ids[1]) == 0
     pool.check_invariants()
+
+
+def test_take_evicts_through_the_index_whose_hook_sees_the_hash_first():
+    """A cached pool parks a released hashed block in its index (still findable, allocatable)
+    and evicts it only when the free list is short; the hook registered on the index sees the
+    victim while its hash is still there. An uncached pool has no index."""
+    pool = BlockPool(Device.DEVICE, 2, 4, caching=True)
+    h = b"a" * 32
+    seen = []
+    pool.index.set_evict_hook(lambda b, hb: seen.append((b, hb, pool.index.lookup(hb))))
+    a, b = pool.allocate_many(2)
+    with pool.writing():
+        pool.index.register_block(a, h, 0)
+        assert pool.release((a, b), 1.0) == 2
+    assert pool.stats().num_evictable == 1 and pool.num_free_blocks == 2
+    assert pool.block(a).last_accessed == 1.0 and pool.index.lookup(h) == a
+    with pool.writing():
+        assert pool.take(2) == [b, a]  # the free block first, then the victim
+    assert seen == [(a, h, a)]
+    assert pool.index.lookup(h) is None and pool.stats().evictions == 1
+    pool.check_invariants()
+    assert BlockPool(Device.HOST, 2).index is None
