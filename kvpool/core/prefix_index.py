@@ -54,6 +54,8 @@ class PrefixIndex:
                  policy: EvictionPolicy | str = "lru", verify_hits: bool = False) -> None:
         self.block_size = block_size
         self.policy = make_policy(policy, num_blocks) if isinstance(policy, str) else policy
+        # NOTE(speed): a policy that keeps the default no-op on_hit (LRU) is not called per hit
+        self._counts_hits = type(self.policy).on_hit is not EvictionPolicy.on_hit
         self._cached: dict[bytes, int] = {}
         # lookup(h) -> the block caching ``h`` (no reference taken) or None: the dict's own
         # C-level get, lock-free, no Python frame (admission asks it once per prompt block);
@@ -172,11 +174,13 @@ class PrefixIndex:
     def hit(self, block_ids: Sequence[int], revived: Sequence[int]) -> None:
         """Prefix hits on ``block_ids``; ``revived`` (those of them that were evictable) leave
         the evictable set. The policy counts one use per hit."""
-        remove, on_hit, hashes = self.policy.remove, self.policy.on_hit, self._hash
+        remove = self.policy.remove
         for b in revived:
             remove(b)
-        for b in block_ids:
-            on_hit(hashes[b])
+        if self._counts_hits:
+            on_hit, hashes = self.policy.on_hit, self._hash
+            for b in block_ids:
+                on_hit(hashes[b])
 
     def evict(self, n: int) -> list[int]:
         """``n`` victims chosen by the policy (the caller checked ``num_evictable``), their
