@@ -227,7 +227,7 @@ def op_costs(name: str, cap: int = 65536, n: int = 30000, seed: int = 0) -> dict
 
 def bytes_per_block(name: str, cap: int) -> float:
     """tracemalloc bytes of a policy holding ``cap`` evictable blocks, per block (the block
-    hashes themselves are the allocator's and are not counted)."""
+    hashes themselves are the pool's and are not counted)."""
     keys = [i.to_bytes(8, "little") for i in range(cap)]
     gc.collect()
     tracemalloc.start()

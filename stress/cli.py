@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     pool.add_argument("--check-interval", type=_positive(float), default=0.25,
                       help="seconds between full quiescent invariant checks (default 0.25)")
     pool.add_argument("--no-prefix-caching", action="store_true",
-                      help="run the uncached allocator")
+                      help="run the device pool without a prefix index")
 
     http = sub.add_parser("http", help="K concurrent clients against kvpool serve")
     _common(http, 30.0)

@@ -198,7 +198,7 @@ class BlockSize1Machine(ManagerMachine):
                          verify_hits=True)
 
 
-class ClassLRUMachine(ManagerMachine):  # the adaptive policy behind the real allocator
+class ClassLRUMachine(ManagerMachine):  # the adaptive policy behind the real BlockPool
     config = CacheConfig(num_device_blocks=20, num_host_blocks=12, block_size=2, watermark=0.05,
                          eviction_policy="classlru")
 

@@ -1,7 +1,7 @@
 """The one instant-replay loop (kvpool.core.eviction.replay) and the caches it drives.
 
 ``reference_lru`` (tests/trace_reference.py) is written independently of the loop, an
-OrderedDict LRU; the product loop through LRUPolicy, through the real allocator
+OrderedDict LRU; the product loop through LRUPolicy, through the real BlockPool
 (InstantReplay) and through bench's LRU baseline must all give its (hits, blocks).
 """
 
