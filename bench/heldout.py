@@ -21,7 +21,8 @@ product):
               per-chat think times from seconds to hours, and one-shot scans, mixed
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
-It prints, per cell, LRU, every product policy, Belady's OPT (as bench.policies computes it)
+It prints, per cell, LRU, every product policy, the research candidates of
+``bench/ghostwin.py``, Belady's OPT (as bench.policies computes it)
 and the best classic baseline, then the cells where each policy is below LRU and below the
 best classic minus SLACK. Never pass/fail.
 """
@@ -33,6 +34,7 @@ import itertools
 import random
 
 from bench.baselines import BASELINES, replay
+from bench.ghostwin import CANDIDATES
 from bench.common import bench_parser, machine, write_json
 from bench.policies import opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy, simulate
@@ -157,7 +159,7 @@ def cell(reqs: Trace, cap: int) -> dict[str, float]:
     """Hit rate of every product policy and classic baseline on ``reqs`` at ``cap`` blocks."""
     blocks = sum(map(len, reqs))
     rates = {p: simulate(reqs, make_policy(p, cap), cap)[0] / blocks for p in POLICIES}
-    for name, cls in BASELINES.items():
+    for name, cls in {**CANDIDATES, **BASELINES}.items():
         rates[name] = replay(reqs, cls(cap))[0] / blocks
     rates["opt"] = opt_hit_rate(reqs, cap)
     return rates
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--scale", type=float, default=1.0, help="requests per trace, x")
     args = ap.parse_args(argv)
     res: dict = {"machine": machine(), "cells": {}}
-    below: dict[str, list[str]] = {p: [] for p in POLICIES if p != "lru"}
+    below: dict[str, list[str]] = {p: [] for p in [*POLICIES, *CANDIDATES] if p != "lru"}
     short: dict[str, list[str]] = {p: [] for p in below}  # below the best classic - SLACK
     print(f"{'trace@seed@capacity':24s} {'lru':>7s} " + " ".join(f"{p:>9s}" for p in below)
           + f" {'opt':>7s}   best classic")
