@@ -2,6 +2,7 @@
 
     python -m bench.policies [--trace FILE] [--json FILE] [--capacities 1000 4000 ...]
                              [--policies lru classlru] [--baselines s3fifo arc ...]
+                             [--candidates ghostwin]
                              [--traces conversation zipf_prefix ...] [--seeds 1 2 3] [--quick]
                              [--salts N]
 
