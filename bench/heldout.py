@@ -1,7 +1,7 @@
 """bench/heldout.py: eviction policies on trace shapes that the tuner was never fitted to.
 
     python -m bench.heldout [--json FILE] [--seeds 1 2] [--capacities 1000 4000 16000]
-                            [--scale 1.0]
+                            [--scale 1.0] [--shapes drift loop ...]
 
 ``bench.policies`` is where the eviction targets are measured; its shapes are the ones the
 adaptive policy was chosen and tuned on. These were written after that tuning, as a check
@@ -19,9 +19,13 @@ product):
               requests in between
     mooncake  shared system prompts + popular long documents (RAG), multi-turn chats with
               per-chat think times from seconds to hours, and one-shot scans, mixed
+    rag_bursty  bursts over a changing hot set of long documents with short unique queries,
+              plus background chats (written after the research policy ``ghostwin`` was
+              frozen)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
-It prints, per cell, LRU, every product policy, Belady's OPT (as bench.policies computes it)
+It prints, per cell, LRU, every product policy, the research candidates of
+``bench/ghostwin.py``, Belady's OPT (as bench.policies computes it)
 and the best classic baseline, then the cells where each policy is below LRU and below the
 best classic minus SLACK. Never pass/fail.
 """
@@ -33,6 +37,7 @@ import itertools
 import random
 
 from bench.baselines import BASELINES, replay
+from bench.ghostwin import CANDIDATES
 from bench.common import bench_parser, machine, write_json
 from bench.policies import opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy, simulate
@@ -149,15 +154,58 @@ def mooncake(seed: int, scale: float = 1.0) -> Trace:
     return out
 
 
+def rag_bursty(seed: int, scale: float = 1.0) -> Trace:
+    """Written after ``ghostwin`` (bench/ghostwin.py) was frozen. Bursts of 150..600 requests,
+    each over a hot set of 4..16 of 800 long documents (32..128 blocks; a burst keeps about a
+    third of the previous burst's set): 55 %: a hot document (Zipf(1) within the set) + a
+    unique 1..4-block query; 10 %: any document + a query (cold lookups); 35 %: the next turn
+    of one of 60 background chats (a 4..16-block system prompt shared by all, then history
+    growing 1..5 blocks a turn, 2..25 turns)."""
+    rng = random.Random(seed)
+    ids = itertools.count()
+    docs = [[next(ids) for _ in range(rng.randint(32, 128))] for _ in range(800)]
+    system = [next(ids) for _ in range(rng.randint(4, 16))]
+
+    def chat() -> list:
+        return [system + [next(ids) for _ in range(rng.randint(2, 10))], rng.randint(2, 25)]
+
+    chats = [chat() for _ in range(60)]
+    hot: list[int] = []
+    left = 0
+    out: Trace = []
+    for _ in range(int(8000 * scale)):
+        if left <= 0:
+            size = rng.randint(4, 16)
+            keep = rng.sample(hot, min(len(hot) // 3, size))
+            hot = keep + rng.sample(range(800), size - len(keep))
+            left = rng.randint(150, 600)
+        left -= 1
+        u = rng.random()
+        if u < 0.65:
+            w = [1.0 / (r + 1) for r in range(len(hot))]
+            d = rng.choices(hot, w)[0] if u < 0.55 else rng.randrange(800)
+            out.append(docs[d] + [next(ids) for _ in range(rng.randint(1, 4))])
+            continue
+        i = rng.randrange(len(chats))
+        c = chats[i]
+        out.append(list(c[0]))
+        c[1] -= 1
+        if c[1] <= 0:
+            chats[i] = chat()
+        else:
+            c[0] = c[0] + [next(ids) for _ in range(rng.randint(1, 5))]
+    return out
+
+
 SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
-          "mooncake": mooncake}
+          "mooncake": mooncake, "rag_bursty": rag_bursty}
 
 
 def cell(reqs: Trace, cap: int) -> dict[str, float]:
     """Hit rate of every product policy and classic baseline on ``reqs`` at ``cap`` blocks."""
     blocks = sum(map(len, reqs))
     rates = {p: simulate(reqs, make_policy(p, cap), cap)[0] / blocks for p in POLICIES}
-    for name, cls in BASELINES.items():
+    for name, cls in {**CANDIDATES, **BASELINES}.items():
         rates[name] = replay(reqs, cls(cap))[0] / blocks
     rates["opt"] = opt_hit_rate(reqs, cap)
     return rates
@@ -168,13 +216,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--capacities", type=int, nargs="+", default=[1000, 4000, 16000])
     ap.add_argument("--scale", type=float, default=1.0, help="requests per trace, x")
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     args = ap.parse_args(argv)
     res: dict = {"machine": machine(), "cells": {}}
-    below: dict[str, list[str]] = {p: [] for p in POLICIES if p != "lru"}
+    below: dict[str, list[str]] = {p: [] for p in [*POLICIES, *CANDIDATES] if p != "lru"}
     short: dict[str, list[str]] = {p: [] for p in below}  # below the best classic - SLACK
     print(f"{'trace@seed@capacity':24s} {'lru':>7s} " + " ".join(f"{p:>9s}" for p in below)
           + f" {'opt':>7s}   best classic")
-    for name, gen in SHAPES.items():
+    for name in args.shapes:
+        gen = SHAPES[name]
         for seed in args.seeds:
             reqs = gen(seed, args.scale)
             for cap in args.capacities:

@@ -2,6 +2,7 @@
 
     python -m bench.policies [--trace FILE] [--json FILE] [--capacities 1000 4000 ...]
                              [--policies lru classlru] [--baselines s3fifo arc ...]
+                             [--candidates ghostwin]
                              [--traces conversation zipf_prefix ...] [--seeds 1 2 3] [--quick]
                              [--salts N]
 
@@ -9,7 +10,8 @@ For every trace and capacity it replays the requests through each policy of
 ``kvpool.core.eviction.POLICIES`` with the instant-replay semantics (``simulate``: a request
 hits the leading run of its cached hash ids, then its blocks are touched or brought in tail
 first), and through the classic baselines of ``bench/baselines.py`` (SIEVE, S3-FIFO, ARC,
-SLRU, W-TinyLFU) under the same semantics, and prints the hit rates next to Belady's OPT,
+SLRU, W-TinyLFU) and the research candidates of ``bench/ghostwin.py`` under the same
+semantics, and prints the hit rates next to Belady's OPT,
 computed as ``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an
 upper bound), with each one's share of the LRU-to-OPT gap, ``(p - lru) / (opt - lru)``. It
 also times each policy's operations (ns per call sequence, steady state) and measures its
@@ -40,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.baselines import BASELINES, replay
+from bench.ghostwin import CANDIDATES
 from bench.common import TRACE, bench_parser, machine, write_json
 from kvpool.core.eviction import POLICIES, make_policy, simulate
 from kvpool.core.eviction.replay import leading_run
@@ -242,7 +245,8 @@ def bytes_per_block(name: str, cap: int) -> float:
 
 # ---------------------------------------------------------------- driver
 def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
-               baselines: list[str], with_opt: bool, salts: int = 1) -> dict:
+               baselines: list[str], with_opt: bool, salts: int = 1,
+               candidates: tuple[str, ...] = ()) -> dict:
     blocks = sum(map(len, reqs))
     unique = len({h for r in reqs for h in r})
     res: dict = {"requests": len(reqs), "blocks": blocks, "unique": unique, "hit_rate": {},
@@ -251,10 +255,11 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
     lru_hits: dict[int, int] = {}
     print(f"\n== {name}: {len(reqs)} requests, {blocks} blocks, {unique} unique", flush=True)
     print(f"{'capacity':12s}" + "".join(f"{c:>9d}" for c in caps) + "   ns/block")
-    for pol in [*policies, *baselines]:
+    for pol in [*policies, *candidates, *baselines]:
         rates, ns, bonus = {}, {}, {}
         for c in caps:
-            p = make_policy(pol, c) if pol in policies else BASELINES[pol](c)
+            p = (make_policy(pol, c) if pol in policies
+                 else CANDIDATES[pol](c) if pol in candidates else BASELINES[pol](c))
             t0 = time.perf_counter()
             h, b = simulate(reqs, p, c) if pol in policies else replay(reqs, p)
             ns[c] = round((time.perf_counter() - t0) / b * 1e9)
@@ -282,7 +287,7 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
         print(f"{'opt':12s}" + "".join(f"{res['opt'][c]:9.4f}" for c in caps))
         lru = res["hit_rate"].get("lru")
         print("share of the LRU->OPT gap closed, (p - lru) / (opt - lru):")
-        for pol in [*policies, *baselines]:
+        for pol in [*policies, *candidates, *baselines]:
             if pol == "lru" or lru is None:
                 continue
             share = {}
@@ -319,6 +324,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES),
                     help="classic policies from bench/baselines.py (none: --baselines)")
+    ap.add_argument("--candidates", nargs="*", default=list(CANDIDATES),
+                    choices=list(CANDIDATES),
+                    help="research policies from bench/ghostwin.py (none: --candidates)")
     ap.add_argument("--traces", nargs="+", default=["conversation", *GENERATED],
                     help="conversation (the --trace file) and/or generated trace names")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
@@ -338,14 +346,16 @@ def main(argv: list[str] | None = None) -> dict:
                 continue
             reqs = load_trace(a.trace, a.limit)
             out["traces"][name] = replay_all(name, reqs, a.capacities, a.policies, a.baselines,
-                                              not a.no_opt, a.salts)
+                                              not a.no_opt, a.salts, a.candidates)
             continue
         for seed in a.seeds:
             reqs = GENERATED[name](seed=seed)
             label = f"{name}@{seed}"
             out["traces"][label] = replay_all(label, reqs, a.capacities, a.policies,
-                                              a.baselines, not a.no_opt, a.salts)
-    summarize(out["traces"], [p for p in a.policies if p != "lru"], a.baselines)
+                                              a.baselines, not a.no_opt, a.salts,
+                                              a.candidates)
+    summarize(out["traces"], [p for p in [*a.policies, *a.candidates] if p != "lru"],
+              a.baselines)
     cap, n, mem = (8192, 4000, 65536) if a.quick else (65536, 30000, 1 << 20)
     cols = ("evict", "insert", "on_hit", "remove", "insert_revived", "miss", "hit")
     print(f"\nns per call (steady state, {cap} blocks; best of 3) and memory ({mem} "

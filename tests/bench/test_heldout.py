@@ -3,7 +3,8 @@ for, and main reports every policy against LRU per cell."""
 
 from collections import Counter
 
-from bench.heldout import SHAPES, agent, cell, loop, main, mooncake, tenants
+from bench.heldout import SHAPES, agent, cell, loop, main, mooncake, rag_bursty, tenants
+from bench.ghostwin import CANDIDATES
 from kvpool.core.eviction import POLICIES
 
 
@@ -41,13 +42,32 @@ def test_mooncake_mixes_shared_prompts_returning_chats_and_scans():
     assert turns  # a chat's next turn extends a request sent before
 
 
+def test_rag_bursty_moves_its_hot_documents_and_keeps_background_chats():
+    reqs = rag_bursty(1, 0.5)
+    docs = [r for r in reqs if len(r) >= 33 and r[0] != reqs_system(reqs)]
+    quarter = len(reqs) // 4
+    early = Counter(r[0] for r in docs if reqs.index(r) < quarter)
+    late = Counter(r[0] for r in docs[len(docs) * 3 // 4:])
+    assert early.most_common(1)[0][0] != late.most_common(1)[0][0]  # the hot set moved
+    tails = [r[-1] for r in docs]
+    assert len(set(tails)) == len(tails)  # every query is unique
+    chats = [r for r in reqs if r[0] == reqs_system(reqs)]
+    assert 0.25 * len(reqs) < len(chats) < 0.45 * len(reqs)
+
+
+def reqs_system(reqs):
+    """The first id of the background chats' shared system prompt (the commonest head)."""
+    return Counter(r[0] for r in reqs).most_common(1)[0][0]
+
+
 def test_main_reports_every_policy_against_lru(tmp_path, capsys):
     res = main(["--seeds", "1", "--capacities", "200", "--scale", "0.05",
                 "--json", str(tmp_path / "h.json")])
     assert set(res["cells"]) == {f"{n}@1@200" for n in SHAPES}
     for rates in res["cells"].values():
-        assert set(POLICIES) <= set(rates) and all(0.0 <= v <= 1.0 for v in rates.values())
-    assert set(res["below_lru"]) == set(POLICIES) - {"lru"}
+        assert set(POLICIES) | set(CANDIDATES) <= set(rates)
+        assert all(0.0 <= v <= 1.0 for v in rates.values())
+    assert set(res["below_lru"]) == (set(POLICIES) | set(CANDIDATES)) - {"lru"}
     assert set(res["below_best_classic"]) == set(res["below_lru"])
     assert "below lru:" in capsys.readouterr().out
     assert (tmp_path / "h.json").exists()
