@@ -9,9 +9,11 @@ Admin API (only with ``--admin-token-file``; every call sends ``Authorization: B
     object with a URL string, or a URL that is not http(s)://host[:port] -> 400
 
 Watched file (``--replicas-file``): one base URL per line (blank lines and ``#`` comments
-skipped), re-read when its mtime, size or inode changes (polled every ``poll`` seconds, so an
-editor's atomic rename is seen too). The file owns the URLs it lists: a URL that leaves the file
-leaves the router; a missing or unreadable file changes nothing (logged once). Replicas given
+skipped), read every ``poll`` seconds and applied when its text changed (NOTE(mtime): a file's
+mtime ticks coarsely, so an edit of the same size right after a read could keep mtime and size;
+a small file read twice a second costs microseconds, and an atomic rename is seen too). The file owns the URLs it lists: a URL that leaves the file
+leaves the router; a missing or unreadable file changes nothing (logged once). Write it by
+rename: a file caught half-written lists fewer replicas until the next read. Replicas given
 with ``--replica`` or the API stay unless the file listed them and then dropped them.
 
 What joining and leaving mean for traffic is ReplicaSet's (replicas.py): a new replica takes
@@ -26,7 +28,6 @@ import contextlib
 import hmac
 import json
 import logging
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -74,7 +75,7 @@ class Membership:
         self.expected = None if admin_token is None else f"Bearer {admin_token}".encode()
         self.path = None if replicas_file is None else Path(replicas_file)
         self.poll = poll
-        self.seen: tuple | None = None  # (mtime_ns, size, inode) of the file as last read
+        self.seen: str | None = None  # the file's text as last applied
         self.from_file: set[str] = set()  # the URLs the file listed when last read
         self.missing_logged = False
 
@@ -150,22 +151,20 @@ class Membership:
             self.check_file()
 
     def check_file(self) -> None:
-        """Re-read the file if it changed since the last look, and apply what it lists."""
+        """Read the file and apply what it lists, if that changed since the last look."""
         assert self.path is not None
         try:
-            st = os.stat(self.path)
-            sig = (st.st_mtime_ns, st.st_size, st.st_ino)
-            if sig == self.seen:
-                return
             text = self.path.read_text()
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             if not self.missing_logged:
                 log.warning("--replicas-file %s cannot be read (%s): replicas unchanged; "
-                            "create it with one URL per line", self.path, exc.strerror)
+                            "write it as UTF-8 text, one URL per line", self.path, exc)
                 self.missing_logged = True
             return
-        self.seen, self.missing_logged = sig, False
-        self.apply(self.parse(text))
+        self.missing_logged = False
+        if text != self.seen:
+            self.seen = text
+            self.apply(self.parse(text))
 
     def parse(self, text: str) -> set[str]:
         urls = set()

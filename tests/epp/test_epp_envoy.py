@@ -16,6 +16,7 @@ import pytest
 
 from kvpool.epp.cli import READY_PREFIX, picking
 from kvpool.epp.picker import Picker, endpoint_of
+from kvpool.router.membership import Membership
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from stress.http.servers import ROOT
@@ -135,6 +136,28 @@ async def test_no_healthy_replica_is_a_503_from_the_cli_picker(tmp_path):
         await asyncio.to_thread(envoy.stop)
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+
+
+async def test_the_picker_follows_a_replicas_file(fleet, tmp_path):
+    """The router's membership runs inside the picker: a replica the file adds is picked."""
+    path = tmp_path / "replicas.txt"
+    path.write_text(f"{fleet[1]}\n")
+    replicas = ReplicaSet([], interval=0.5)
+    picker = Picker(Router(replicas, lookup_timeout=LOOKUP_TIMEOUT,
+                           membership=Membership(replicas, replicas_file=str(path))))
+    body = b'{"prompt": "hello", "max_tokens": 1}'
+    await picker.start()
+    try:
+        assert await picker.pick("/v1/completions", body, []) == endpoint_of(fleet[1])
+        path.write_text(f"{fleet[0]}\n")
+        for _ in range(400):  # bounded: 20 s
+            if await picker.pick("/v1/completions", body, []) == endpoint_of(fleet[0]):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the file's new replica was never picked")
+    finally:
+        await picker.close()
 
 
 def test_endpoint_of_a_replica_url():
