@@ -7,7 +7,8 @@ replicas directly and through ``kvpool router`` (the same decision, proxied in P
 One loop, ``rounds`` rounds; each round sends the same small request (its prompt cached after
 the first round, ``max_tokens`` 1, no stream) once per arm, in a rotating order so drift on the
 shared box lands on every arm alike. Per arm: latency p50/p99 and the added p50/p99 over
-direct (the arm's percentile minus direct's), in ms. Everything started here is stopped by pid.
+direct (the arm's percentile minus direct's), and the arm minus direct within each round as
+median [min-max], in ms. Everything started here is stopped by pid.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,6 +109,8 @@ def epp_overhead(urls: list[str], prompt: list[int], rounds: int, flags: list[st
     finally:
         epp.stop()
         router.stop()
+    per_round = {k: [1000 * (a - d) for a, d in zip(lat[k], lat["direct"])]
+                 for k in ("router", "epp")}  # the arm minus direct, same round
     ms = {k: sorted(1000 * x for x in v) for k, v in lat.items()}
     d50, d99 = percentile(ms["direct"], 50), percentile(ms["direct"], 99)
     res: dict = {"rounds": rounds, "direct_p50_ms": round(d50, 3),
@@ -114,5 +118,7 @@ def epp_overhead(urls: list[str], prompt: list[int], rounds: int, flags: list[st
     for k in ("router", "epp"):
         p50, p99 = percentile(ms[k], 50), percentile(ms[k], 99)
         res[k] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
-                  "added_p50_ms": round(p50 - d50, 3), "added_p99_ms": round(p99 - d99, 3)}
+                  "added_p50_ms": round(p50 - d50, 3), "added_p99_ms": round(p99 - d99, 3),
+                  "added_per_round_ms": [round(f(per_round[k]), 3)
+                                         for f in (statistics.median, min, max)]}
     return res

@@ -277,9 +277,11 @@ def print_table(res: dict) -> None:
     if "epp" in res:
         o = res["epp"]
         print(f"added latency over direct ({o['rounds']} interleaved rounds; direct p50 "
-              f"{o['direct_p50_ms']} ms):  " + "  ".join(
-                  f"{a} +{o[a]['added_p50_ms']:.3f} ms p50 +{o[a]['added_p99_ms']:.3f} ms p99"
-                  for a in ("router", "epp")))
+              f"{o['direct_p50_ms']} ms):")
+        for a in ("router", "epp"):
+            med, lo, hi = o[a]["added_per_round_ms"]
+            print(f"  {a:<8} +{o[a]['added_p50_ms']:.3f} ms p50  +{o[a]['added_p99_ms']:.3f} ms "
+                  f"p99  per round {med:.3f} [{lo:.3f}-{hi:.3f}] ms")
 
 
 def main(argv: list[str] | None = None) -> int:
