@@ -249,9 +249,7 @@ def run(args) -> dict:
         result["prefix_over_round_robin"] = round(m["prefix"]["hit_rate"] / rr, 3) if rr else None
         result["failed_requests"] = sum(v["failed"] for v in m.values())
         if args.epp:
-            ids = [t for h in range(8) for t in block_tokens(h, "epp", args.block_size)] + [11]
-            result["epp"] = epp_overhead(urls[False], ids, args.epp, [
-                "--policy", "prefix", "--lookup-timeout-ms", str(args.lookup_timeout_ms)])
+            result["epp"] = epp_arm(urls[False], args)
         return result
     finally:
         for fleet in fleets.values():
@@ -259,6 +257,13 @@ def run(args) -> dict:
                 s.stop(timeout=20)
         if redis is not None:
             redis.stop()
+
+
+def epp_arm(urls: list[str], args) -> dict:
+    """The picker path and the router against direct on one cached prompt (route_epp.py)."""
+    ids = [t for h in range(8) for t in block_tokens(h, "epp", args.block_size)] + [11]
+    return epp_overhead(urls, ids, args.epp, ["--policy", "prefix", "--lookup-timeout-ms",
+                                              str(args.lookup_timeout_ms)])
 
 
 def print_table(res: dict) -> None:
