@@ -15,8 +15,8 @@ from kvpool.router.cli import add_arguments, build_router
 from kvpool.router.membership import ADMIN_PATH, Membership, replica_url
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
-from tests.router.helpers import (LOOKUP_TIMEOUT, complete, prompt, read_events, served,
-                                  spawn_many)
+from tests.router.helpers import (LOOKUP_TIMEOUT, complete, decisions, metrics, prompt,
+                                  read_events, served, spawn_many)
 
 TOKEN = "s3cret-admin"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -33,9 +33,9 @@ def fleet():
             srv.stop(timeout=20)
 
 
-def admin_router(urls, **kw) -> Router:
+def admin_router(urls, policy: str = "prefix", **kw) -> Router:
     replicas = ReplicaSet(urls, interval=0.5)
-    return Router(replicas, lookup_timeout=LOOKUP_TIMEOUT,
+    return Router(replicas, lookup_timeout=LOOKUP_TIMEOUT, policy=policy,
                   membership=Membership(replicas, admin_token=TOKEN, **kw))
 
 
@@ -96,6 +96,26 @@ async def test_removed_replica_drains_its_stream_and_gets_nothing_new(fleet):
         async def beats_stopped() -> bool:
             return busy not in r.replicas.beats
         await until(beats_stopped)  # drained: its heartbeat ended too
+
+
+async def test_added_replica_gets_nothing_before_a_passing_beat(fleet):
+    """Joining is not being healthy: a replica that accepts connections but has not answered
+    /health yet (here: never does) is not chosen, so nothing waits on it or is retried."""
+    async def mute(reader, writer):
+        await reader.read()  # holds the connection, answers nothing, until the client goes
+        writer.close()
+    server = await asyncio.start_server(mute, "127.0.0.1", 0)
+    silent = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    r = admin_router(fleet[:1], policy="round_robin")  # no lookups: the 2nd goes to #2
+    try:
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            async with s.post(url + ADMIN_PATH, json={"url": silent}, headers=AUTH) as resp:
+                assert resp.status == 201
+            for _ in range(2):  # right after the POST: before its first beat can time out
+                await complete(s, url, {"prompt": prompt(uuid.uuid4().hex)})
+            assert decisions(await metrics(s, url), "retry") == 0
+    finally:
+        server.close()
 
 
 def write(path, text: str) -> None:
