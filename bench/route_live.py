@@ -3,7 +3,7 @@ one conversation-shaped replay sent through the router per mode (issue 16, "Then
 figures live").
 
     python -m bench.route_live [--replicas 3] [--conversations 200] [--repeats 3] [--quick]
-                               [--json out/route_live.json]
+                               [--epp ROUNDS] [--json out/route_live.json]
 
 Workload (derived from the Mooncake conversation trace, scaled down):
 
@@ -19,7 +19,9 @@ Workload (derived from the Mooncake conversation trace, scaled down):
 
 Modes: ``round_robin`` and ``prefix`` (``kvpool router --policy``) on replicas without a remote
 tier; with ``--tier`` also both again on replicas started with ``--remote-url`` (one Redis from
-tests/remote/redis_server.py) and ``--remote-write-policy write_back``.
+tests/remote/redis_server.py) and ``--remote-write-policy write_back``. ``--epp ROUNDS`` then
+measures the endpoint picker path (Envoy + ``kvpool epp``) and the router against a direct
+request, interleaved (bench/route_epp.py).
 Per mode: prefix hit tokens / prompt tokens from usage.cached_tokens (local + remote: a fetched
 block is served from the host pool), the replicas' kvpool_prefix_cache_hits_total /
 queries_total deltas, remote hit blocks, TTFT p50/p99 (stream, first content chunk), output
@@ -45,6 +47,7 @@ import aiohttp
 from bench.common import machine, write_json
 from bench.remote_faults import RouterProcess, scrape_sync, start_replicas
 from bench.route import DEFAULT_TRACE, Req, Simulation, load_reqs
+from bench.route_epp import epp_overhead
 from stress.report import percentile
 from stress.http.servers import SpawnedServer
 from tests.remote.redis_server import RedisServer
@@ -245,6 +248,8 @@ def run(args) -> dict:
         rr = m["round_robin"]["hit_rate"]
         result["prefix_over_round_robin"] = round(m["prefix"]["hit_rate"] / rr, 3) if rr else None
         result["failed_requests"] = sum(v["failed"] for v in m.values())
+        if args.epp:
+            result["epp"] = epp_arm(urls[False], args)
         return result
     finally:
         for fleet in fleets.values():
@@ -252,6 +257,13 @@ def run(args) -> dict:
                 s.stop(timeout=20)
         if redis is not None:
             redis.stop()
+
+
+def epp_arm(urls: list[str], args) -> dict:
+    """The picker path and the router against direct on one cached prompt (route_epp.py)."""
+    ids = [t for h in range(8) for t in block_tokens(h, "epp", args.block_size)] + [11]
+    return epp_overhead(urls, ids, args.epp, ["--policy", "prefix", "--lookup-timeout-ms",
+                                              str(args.lookup_timeout_ms)])
 
 
 def print_table(res: dict) -> None:
@@ -267,6 +279,14 @@ def print_table(res: dict) -> None:
               f"{m.get('ttft_p99_ms', float('nan')):>8.2f}{m['output_tok_s']:>10.1f}"
               f"{m['failed']:>7}")
     print(f"prefix / round_robin hit rate: {res['prefix_over_round_robin']}x")
+    if "epp" in res:
+        o = res["epp"]
+        print(f"added latency over direct ({o['rounds']} interleaved rounds; direct p50 "
+              f"{o['direct_p50_ms']} ms):")
+        for a in ("router", "epp"):
+            med, lo, hi = o[a]["added_per_round_ms"]
+            print(f"  {a:<8} +{o[a]['added_p50_ms']:.3f} ms p50  +{o[a]['added_p99_ms']:.3f} ms "
+                  f"p99  per round {med:.3f} [{lo:.3f}-{hi:.3f}] ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tier", action=argparse.BooleanOptionalAction, default=True,
                    help="also run both policies on replicas sharing a Redis tier (write_back)")
+    p.add_argument("--epp", type=int, default=0, metavar="ROUNDS",
+                   help="then the endpoint picker path (Envoy + kvpool epp) and the router vs "
+                        "a direct request, ROUNDS interleaved rounds (bench/route_epp.py)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
                    help="2 replicas, 6 conversations, 1 repeat, no tier (the smoke test)")

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "replay a request trace through the scheduler (or --instant: cache policy only)"),
     "stress": ("stress.cli", "stress the pool or a server (bounded, loopback only)"),
     "router": ("kvpool.router.cli", "KV-aware reverse proxy in front of kvpool serve replicas"),
+    "epp": ("kvpool.epp.cli", "Gateway API endpoint picker (Envoy ext_proc) for replicas"),
     "bench": ("kvpool.benchcmd", "run a benchmark from bench/ (pool, copy, serve, ...)"),
 }
 # stress/ and bench/ are top-level packages of the same distribution (pyproject's

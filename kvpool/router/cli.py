@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from kvpool.router.membership import Membership, read_token, replica_url
 from kvpool.router.proxy import POLICIES, Router
 from kvpool.router.replicas import DEFAULT_DOWN_AFTER, DEFAULT_INTERVAL, ReplicaSet
 from kvpool.router.scoring import LoadGuard
@@ -33,9 +34,15 @@ log = logging.getLogger("kvpool.router")
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (0: any free; default 8080)")
-    p.add_argument("--replica", action="append", required=True, metavar="URL",
+    p.add_argument("--replica", action="append", default=[], metavar="URL",
                    help="a kvpool serve base URL, e.g. http://127.0.0.1:8000 (repeat per "
                         "replica)")
+    p.add_argument("--replicas-file", metavar="PATH",
+                   help="a file of replica URLs, one per line, re-read when it changes: URLs "
+                        "that join take traffic after a passing /health, ones that leave drain")
+    p.add_argument("--admin-token-file", metavar="PATH",
+                   help="enables GET/POST/DELETE /v1/kvpool/replicas with 'Authorization: "
+                        "Bearer <the file's token>' (add and remove replicas at runtime)")
     p.add_argument("--policy", choices=POLICIES, default="prefix",
                    help="prefix: ask every replica for its prefix hit and choose with the load "
                         "guard; round_robin: rotate over the healthy replicas without asking "
@@ -61,14 +68,18 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def build_router(args: argparse.Namespace) -> Router:
-    for url in args.replica:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"--replica {url!r}: give a URL like http://127.0.0.1:8000")
-    replicas = ReplicaSet(args.replica, interval=args.health_interval,
-                          down_after=args.down_after)
+    if not args.replica and not args.replicas_file and not args.admin_token_file:
+        raise ValueError("give at least one --replica URL (or --replicas-file / "
+                         "--admin-token-file to add replicas at runtime)")
+    urls = [replica_url(u) for u in args.replica]
+    replicas = ReplicaSet(urls, interval=args.health_interval, down_after=args.down_after)
     guard = LoadGuard(args.balance_abs_threshold, args.balance_rel_threshold)
+    token = read_token(args.admin_token_file) if args.admin_token_file else None
+    membership = (Membership(replicas, admin_token=token, replicas_file=args.replicas_file)
+                  if token or args.replicas_file else None)
     return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
-                  policy=args.policy, max_body_bytes=args.max_body_bytes)
+                  policy=args.policy, max_body_bytes=args.max_body_bytes,
+                  membership=membership)
 
 
 async def listen(router: Router, host: str, port: int) -> tuple[web.AppRunner, asyncio.Server]:
@@ -111,7 +122,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         router = build_router(args)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"kvpool router: {exc}", file=sys.stderr)
         return 2
     asyncio.run(serve(router, args.host, args.port))

@@ -38,6 +38,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from kvpool.router.membership import Membership
 from kvpool.router.relayed import BodyReader, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose
@@ -92,7 +93,8 @@ class Router:
 
     def __init__(self, replicas: ReplicaSet, *, guard: LoadGuard = DEFAULT_GUARD,
                  lookup_timeout: float = 0.05, connect_timeout: float = 1.0,
-                 policy: str = "prefix", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 policy: str = "prefix", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 membership: Membership | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
         if max_body_bytes < 1:
@@ -107,6 +109,7 @@ class Router:
         self.rr = 0  # round-robin counter for requests no replica has a hit for
         self.bodies = BodyReader()
         self.session: aiohttp.ClientSession | None = None  # opened with the app
+        self.membership = membership  # the admin API and watched file, when configured
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[error_middleware],
@@ -116,6 +119,8 @@ class Router:
             app.router.add_post(path, self.generate)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.render_metrics)
+        if self.membership is not None:
+            self.membership.install(app)
         app.router.add_route("*", "/{tail:.*}", self.passthrough)
         app.cleanup_ctx.append(self._lifetime)
         return app

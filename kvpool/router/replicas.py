@@ -16,9 +16,15 @@ timeout cannot tell it from a long prefill (many seconds before the first token 
 model). The replica's own /health, answered by its event loop while the engine computes, is
 the signal: a request ends when its replica stops answering, never because it is slow.
 
-Invariant: ``healthy()`` lists, in the order given on the command line, the replicas whose last
+Invariant: ``healthy()`` lists, in the order they joined, the member replicas whose last
 beat was a 200 and that have not refused a connection since; ``mark_down`` (a refused connect
 found while proxying) takes a replica out at once, and only a beat brings it back.
+
+Membership changes at runtime (membership.py: the admin API and the watched file):
+``add`` starts a replica *not healthy* and beats it at once, so it takes traffic after its
+first passing beat (well within 2 s); ``remove`` takes it out of ``healthy()`` at once, and its
+beats go on while requests it runs are in flight (a draining replica that goes silent still has
+them ended), then stop.
 """
 
 from __future__ import annotations
@@ -77,8 +83,6 @@ class ReplicaSet:
 
     def __init__(self, urls: list[str], *, interval: float = DEFAULT_INTERVAL,
                  timeout: float = 0.5, down_after: float = DEFAULT_DOWN_AFTER) -> None:
-        if not urls:
-            raise ValueError("router: give at least one --replica URL")
         if interval <= 0 or timeout <= 0 or down_after <= 0:
             raise ValueError("router: the health interval, timeout and down-after must be > 0 "
                              "seconds")
@@ -88,9 +92,35 @@ class ReplicaSet:
         self.down_after = down_after
         self.polls = 0  # completed beats of all replicas (tests wait on it)
         self.silenced = 0  # requests ended because their replica went silent (monotonic)
+        self.session: aiohttp.ClientSession | None = None  # set by run(): add() beats with it
+        self.beats: dict[Replica, asyncio.Task] = {}  # one per replica still beaten
 
     def healthy(self) -> list[Replica]:
         return [r for r in self.replicas if r.healthy]
+
+    def find(self, url: str) -> Replica | None:
+        url = url.rstrip("/")
+        return next((r for r in self.replicas if r.url == url), None)
+
+    def add(self, url: str) -> Replica:
+        """``url`` as a member (the one already there if it is); new ones start not healthy."""
+        found = self.find(url)
+        if found is not None:
+            return found
+        r = Replica(url.rstrip("/"), healthy=False)
+        self.replicas.append(r)
+        log.info("replica %s added: takes traffic after its first passing /health", r.url)
+        if self.session is not None:
+            self._start(r, first_wait=0.0)
+        return r
+
+    def remove(self, url: str) -> Replica | None:
+        """Take ``url`` out of new choices; what it runs finishes (its beats go on till then)."""
+        r = self.find(url)
+        if r is not None:
+            self.replicas.remove(r)
+            log.info("replica %s removed: draining %d in-flight requests", r.url, r.in_flight)
+        return r
 
     def mark_down(self, replica: Replica) -> None:
         if replica.healthy:
@@ -125,12 +155,32 @@ class ReplicaSet:
         await asyncio.gather(*(self.beat(session, r) for r in self.replicas))
 
     async def run(self, session: aiohttp.ClientSession) -> None:
-        """Beat every replica every ``interval`` seconds (the caller polled once already)."""
-        async with asyncio.TaskGroup() as tg:
-            for r in self.replicas:
-                tg.create_task(self._beats(session, r), name=f"router-health {r.url}")
+        """Beat every replica every ``interval`` seconds (the caller polled once already),
+        and the ones ``add`` brings, until cancelled."""
+        self.session = session
+        for r in self.replicas:
+            self._start(r, first_wait=self.interval)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.session = None
+            tasks = list(self.beats.values())
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _beats(self, session: aiohttp.ClientSession, r: Replica) -> None:
-        while True:  # one beat in flight per replica: a silent one delays only its own beats
-            await asyncio.sleep(self.interval)
+    def _start(self, r: Replica, first_wait: float) -> None:
+        task = asyncio.create_task(self._beats(r, first_wait), name=f"router-health {r.url}")
+        self.beats[r] = task
+        task.add_done_callback(lambda _t: self.beats.pop(r, None))
+
+    async def _beats(self, r: Replica, wait: float) -> None:
+        # one beat in flight per replica: a silent one delays only its own beats; a removed
+        # one is beaten until its last request ends
+        while r in self.replicas or r.leases:
+            await asyncio.sleep(wait)
+            session = self.session
+            if session is None:
+                return
             await self.beat(session, r)
+            wait = self.interval

@@ -46,7 +46,7 @@ def test_shared_blocks_are_shared_tokens_and_tails_never_are(a, b, bs):
 
 def test_quick_live_run(tmp_path):
     out = tmp_path / "route_live.json"
-    assert route_live.main(["--quick", "--json", str(out)]) == 0
+    assert route_live.main(["--quick", "--epp", "3", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     turns = res["workload"]["turns"]
     rr, pa = res["modes"]["round_robin"], res["modes"]["prefix"]
@@ -59,3 +59,6 @@ def test_quick_live_run(tmp_path):
     assert rr["runs"][0]["decisions"]["prefix"] == 0
     assert pa["runs"][0]["decisions"]["prefix"] > 0
     assert pa["hit_rate"] > rr["hit_rate"] > 0
+    # the picker path (Envoy + kvpool epp) and the router against direct, interleaved
+    assert res["epp"]["rounds"] == 3
+    assert all(res["epp"][a]["p50_ms"] > 0 for a in ("router", "epp"))

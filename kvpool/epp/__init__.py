@@ -1,0 +1,10 @@
+"""``kvpool epp``: a Gateway API Inference Extension endpoint picker (Envoy ext_proc over gRPC).
+
+picker.py   the decision: the router's Router set up without a listener (same membership,
+            health beats and scoring as ``kvpool router``), answering host:port
+service.py  the ext_proc stream: buffered body in, destination header + dynamic metadata out,
+            ImmediateResponse 400/503 as OpenAI error JSON
+cli.py      the ``kvpool epp`` subcommand
+
+Needs the ``epp`` extra (grpcio, protobuf, xds-protos: Envoy's generated ext_proc API).
+"""

@@ -1,0 +1,87 @@
+"""``kvpool epp --host H --port P --replica URL [--replica URL ...]``: the endpoint picker.
+
+A gRPC server (grpc.aio, on the same event loop as the router's health beats and lookups)
+serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SIGINT. It takes the
+router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
+``--replicas-file`` works here too; the default port is the Inference Extension's 9002.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+
+import grpc
+
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from kvpool.epp.picker import Picker
+from kvpool.epp.service import EndpointPicker
+from kvpool.router import cli as router_cli
+
+__all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "main", "picking", "run"]
+
+READY_PREFIX = "kvpool epp: listening on grpc://"
+DEFAULT_PORT = 9002  # the Inference Extension's endpoint-picker port
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    router_cli.add_arguments(p)
+    p.set_defaults(port=DEFAULT_PORT)
+    return p
+
+
+@contextlib.asynccontextmanager
+async def picking(picker: Picker, host: str, port: int) -> AsyncIterator[int]:
+    """``picker`` started and served over gRPC on ``host:port``; yields the bound port."""
+    await picker.start()
+    server = grpc.aio.server()
+    try:
+        pb_grpc.add_ExternalProcessorServicer_to_server(EndpointPicker(picker), server)
+        bound = server.add_insecure_port(f"{host}:{port}")
+        await server.start()
+        yield bound
+    finally:
+        await server.stop(grace=5)  # streams in flight get 5 s to finish their decision
+        await picker.close()
+
+
+async def serve(picker: Picker, host: str, port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    async with picking(picker, host, port) as bound:
+        print(f"{READY_PREFIX}{host}:{bound} ({len(picker.router.replicas.replicas)} "
+              "replicas)", flush=True)
+        await stop.wait()
+
+
+def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
+    if not isinstance(args, argparse.Namespace):
+        args = add_arguments(argparse.ArgumentParser(prog="kvpool epp")).parse_args(
+            None if args is None else list(args))
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.admin_token_file:
+        print("kvpool epp: the picker serves no HTTP admin API; change its replicas with "
+              "--replicas-file", file=sys.stderr)
+        return 2
+    try:
+        router = router_cli.build_router(args)
+    except (ValueError, OSError) as exc:
+        print(f"kvpool epp: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(Picker(router), args.host, args.port))
+    return 0
+
+
+run = main  # the name kvpool.cli's command registry looks for
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Replicas that come and go while the router runs: an admin API and a watched file.
+
+Admin API (only with ``--admin-token-file``; every call sends ``Authorization: Bearer <token>``)::
+
+    GET    /v1/kvpool/replicas                  -> 200 {"replicas": [{url, healthy, in_flight}]}
+    POST   /v1/kvpool/replicas {"url": U}       -> 201 added (200: already a member)
+    DELETE /v1/kvpool/replicas {"url": U}       -> 200 removed, its streams drain (404: none)
+    no or a wrong token -> 401; the API off (no token file) -> 403; a body that is not a JSON
+    object with a URL string, or a URL that is not http(s)://host[:port] -> 400
+
+Watched file (``--replicas-file``): one base URL per line (blank lines and ``#`` comments
+skipped), read every ``poll`` seconds and applied when its text changed (NOTE(mtime): a file's
+mtime ticks coarsely, so an edit of the same size right after a read could keep mtime and size;
+a small file read twice a second costs microseconds, and an atomic rename is seen too). The file owns the URLs it lists: a URL that leaves the file
+leaves the router; a missing or unreadable file changes nothing (logged once). Write it by
+rename: a file caught half-written lists fewer replicas until the next read. Replicas given
+with ``--replica`` or the API stay unless the file listed them and then dropped them.
+
+What joining and leaving mean for traffic is ReplicaSet's (replicas.py): a new replica takes
+requests after its first passing /health beat; a removed one gets no new requests and finishes
+the ones it runs. Replicas may be any host the operator names: only the URL's shape is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from kvpool.router.replicas import ReplicaSet
+from kvpool.server.middleware import APIError
+
+__all__ = ["ADMIN_PATH", "Membership", "read_token", "replica_url"]
+
+log = logging.getLogger("kvpool.router")
+ADMIN_PATH = "/v1/kvpool/replicas"
+DEFAULT_POLL = 0.5  # seconds between two looks at the replicas file
+
+
+def replica_url(text: str) -> str:
+    """``text`` as a replica base URL (no trailing slash), or ValueError saying what is wrong."""
+    parts = urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{text!r} is not a replica URL: give http(s)://HOST[:PORT], "
+                         "e.g. http://10.0.0.7:8000")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError:
+        raise ValueError(f"{text!r}: the port is not a number in 1-65535") from None
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
+        raise ValueError(f"{text!r}: give the base URL only (no path, query or user)")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def read_token(path: str) -> str:
+    token = Path(path).read_text().strip()
+    if not token:
+        raise ValueError(f"--admin-token-file {path}: the file is empty; write a token into it")
+    return token
+
+
+class Membership:
+    """Changes a ReplicaSet's members from the admin API and the watched file."""
+
+    def __init__(self, replicas: ReplicaSet, *, admin_token: str | None = None,
+                 replicas_file: str | None = None, poll: float = DEFAULT_POLL) -> None:
+        self.replicas = replicas
+        self.expected = None if admin_token is None else f"Bearer {admin_token}".encode()
+        self.path = None if replicas_file is None else Path(replicas_file)
+        self.poll = poll
+        self.seen: str | None = None  # the file's text as last applied
+        self.from_file: set[str] = set()  # the URLs the file listed when last read
+        self.missing_logged = False
+
+    def install(self, app: web.Application) -> None:
+        """The admin route (before the router's catch-all) and the file watcher's lifetime."""
+        app.router.add_route("*", ADMIN_PATH, self.handle)
+        if self.path is not None:
+            app.cleanup_ctx.append(self._watching)
+
+    # ---------------------------------------------------------------- admin API
+    def _authorize(self, request: web.Request) -> None:
+        if self.expected is None:
+            raise APIError(403, "the replica admin API is off: start kvpool router with "
+                                "--admin-token-file PATH", code="admin_disabled")
+        got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(got, self.expected):
+            raise APIError(401, "invalid or missing admin token: send 'Authorization: Bearer "
+                                "<token>'", code="invalid_admin_token",
+                           headers={"WWW-Authenticate": "Bearer"})
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        if request.method == "GET":
+            return self.listing()
+        if request.method not in ("POST", "DELETE"):
+            raise web.HTTPMethodNotAllowed(request.method, ["GET", "POST", "DELETE"])
+        url = await self._url_of(request)
+        if request.method == "POST":
+            added = self.replicas.find(url) is None
+            self.replicas.add(url)
+            return web.json_response({"url": url, "added": added}, status=201 if added else 200)
+        gone = self.replicas.remove(url)
+        if gone is None:
+            raise APIError(404, f"{url} is not a replica of this router", param="url",
+                           code="replica_not_found")
+        return web.json_response({"url": url, "removed": True, "draining": gone.in_flight})
+
+    def listing(self) -> web.Response:
+        return web.json_response({"replicas": [
+            {"url": r.url, "healthy": r.healthy, "in_flight": r.in_flight}
+            for r in self.replicas.replicas]})
+
+    @staticmethod
+    async def _url_of(request: web.Request) -> str:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise APIError(400, 'the body must be a JSON object like {"url": '
+                                '"http://10.0.0.7:8000"}', code="invalid_json") from None
+        if not isinstance(body, dict) or not isinstance(body.get("url"), str):
+            raise APIError(400, 'give the replica as {"url": "http://HOST:PORT"}', param="url",
+                           code="invalid_url")
+        try:
+            return replica_url(body["url"])
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="url", code="invalid_url") from None
+
+    # ---------------------------------------------------------------- watched file
+    async def _watching(self, app: web.Application) -> AsyncIterator[None]:
+        self.check_file()  # the file's replicas join before the first health poll
+        task = asyncio.create_task(self._watch(), name="router-replicas-file")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll)
+            self.check_file()
+
+    def check_file(self) -> None:
+        """Read the file and apply what it lists, if that changed since the last look."""
+        assert self.path is not None
+        try:
+            text = self.path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            if not self.missing_logged:
+                log.warning("--replicas-file %s cannot be read (%s): replicas unchanged; "
+                            "write it as UTF-8 text, one URL per line", self.path, exc)
+                self.missing_logged = True
+            return
+        self.missing_logged = False
+        if text != self.seen:
+            self.seen = text
+            self.apply(self.parse(text))
+
+    def parse(self, text: str) -> set[str]:
+        urls = set()
+        for n, line in enumerate(text.splitlines(), 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            try:
+                urls.add(replica_url(line))
+            except ValueError as exc:
+                log.warning("--replicas-file %s line %d skipped: %s", self.path, n, exc)
+        return urls
+
+    def apply(self, urls: set[str]) -> None:
+        for url in sorted(urls - self.from_file):
+            self.replicas.add(url)
+        for url in sorted(self.from_file - urls):
+            self.replicas.remove(url)
+        self.from_file = urls

