@@ -28,7 +28,7 @@ from bench.common import (alternate, bench_parser, machine, print_runs, put, put
 from bench.lock_fronts import PerCallLockFront
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
-from kvpool.runtime.async_front import AsyncManagerFront
+from stress.pool.front import PoolFront
 
 
 def _step_thread(mgr: BlockSpaceManager, stop: threading.Event, duty: float,
@@ -67,7 +67,7 @@ async def _workload(front, n_coros: int, rounds: int, seed: int) -> int:
 
 def run_one(kind: str, n_coros: int, rounds: int, duty: float) -> dict:
     mgr = BlockSpaceManager(CacheConfig(num_device_blocks=n_coros * 8 + 1024, block_size=16))
-    front = (AsyncManagerFront(mgr) if kind == "batched"
+    front = (PoolFront(mgr) if kind == "batched"
              else PerCallLockFront(mgr, mode=kind.removeprefix("per_call_")))
     stop = threading.Event()
     th = _step_thread(mgr, stop, duty) if duty > 0 else None

@@ -1,4 +1,4 @@
-"""The per-call lock fronts bench.async_pool compares AsyncManagerFront against.
+"""The per-call lock fronts bench.async_pool compares PoolFront against.
 
 Bench-only baselines (nothing in the library calls them): each call takes the pool lock itself
 instead of batching the calls of one loop iteration under one acquisition.

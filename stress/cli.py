@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _common(pool, 10.0)
     pool.add_argument("--threads", type=int, default=4, help="worker threads (default 4)")
     pool.add_argument("--coroutines", type=int, default=100,
-                      help="coroutines through AsyncManagerFront (default 100)")
+                      help="coroutines through PoolFront (default 100)")
     pool.add_argument("--max-ops", type=_positive(int), default=5_000_000,
                       help="stop after this many operations (default 5,000,000)")
     pool.add_argument("--blocks", type=_positive(int), default=None,

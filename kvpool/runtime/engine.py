@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kvpool.errors import EngineError, QueueFullError, RequestError
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
-from kvpool.runtime.async_front import AsyncManagerFront
+from kvpool.runtime.host_front import HostBlockFront
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.faults import FaultPlan
@@ -111,7 +111,7 @@ class AsyncEngine:
         self.invariant_check_interval = 0  # steps between full invariant checks (0 = off)
         # the shared remote prefix tier (kvpool serve --remote-url): built in start()
         self.remote_link = remote if remote is not None and self.core.manager.caching else None
-        self.front: AsyncManagerFront | None = None
+        self.front: HostBlockFront | None = None
         self.reader: RemoteReader | None = None
         self.writer: RemoteWriter | None = None
         self.imports = RemoteImports(self.core.manager, self.core.copies, self._wake.set)
@@ -128,7 +128,7 @@ class AsyncEngine:
         link = self.remote_link
         if link is not None:
             core = self.core
-            self.front = AsyncManagerFront(core.manager)
+            self.front = HostBlockFront(core.manager)
             self.reader = RemoteReader(link, self.front, core.storage.host_kv,
                                        core.storage.bytes_per_block, lambda: core.prefill_rate,
                                        lambda: self.imports.latency_s)

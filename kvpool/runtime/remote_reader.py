@@ -8,7 +8,7 @@ Per request, on the event loop (never inside the engine step)::
     run    = await tier.probe(keys beyond local,      one round trip (a Lua script); the
                           refresh=local keys)        local part refreshed in Redis's LRU
     cost model: fixed cost EMA + bytes / bandwidth EMA  <  new tokens / measured prefill rate ?
-    host   = await front.allocate_host_blocks(n)     through AsyncManagerFront
+    host   = await front.allocate_host_blocks(n)     through HostBlockFront
     values = MGETs in <= MAX_CHUNKS parallel chunks, bounded by the prefetch deadline
     land   = decode + copy into host_kv, in a worker thread (the loop never copies bytes)
     keep the longest contiguous prefix that arrived; give the rest of the host blocks back
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvpool.runtime.async_front import AsyncManagerFront
+from kvpool.runtime.host_front import HostBlockFront
 from kvpool.runtime.ema import ema
 from kvpool.runtime.remote_link import RemoteLink
 
@@ -62,7 +62,7 @@ class ReadStats:
 
 
 class RemoteReader:
-    def __init__(self, link: RemoteLink, front: AsyncManagerFront, host_kv: torch.Tensor,
+    def __init__(self, link: RemoteLink, front: HostBlockFront, host_kv: torch.Tensor,
                  bytes_per_block: int, prefill_rate, import_latency=lambda: 0.0) -> None:
         self.link = link
         self.front = front

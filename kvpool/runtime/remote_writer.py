@@ -18,7 +18,7 @@ How they travel::
     copy worker: done -> call_soon_threadsafe(loop)
     event loop:  probe (dedup: skip the leading run already stored)
                  encode + CRC in a worker thread (to_thread)
-                 give the host blocks back through AsyncManagerFront
+                 give the host blocks back through HostBlockFront
                  put_many: one pipeline of SET NX
 """
 
@@ -33,7 +33,7 @@ import torch
 
 from kvpool.core import BlockSpaceManager
 from kvpool.core.block import Device
-from kvpool.runtime.async_front import AsyncManagerFront
+from kvpool.runtime.host_front import HostBlockFront
 from kvpool.runtime.copy_engine import CopyEngine, CopyHandle
 from kvpool.runtime.remote_link import RemoteLink
 
@@ -43,7 +43,7 @@ _Group = tuple[bytes, list[int]]  # (chain hash of the last block, device blocks
 
 
 class RemoteWriter:
-    def __init__(self, link: RemoteLink, front: AsyncManagerFront, copies: CopyEngine,
+    def __init__(self, link: RemoteLink, front: HostBlockFront, copies: CopyEngine,
                  host_kv: torch.Tensor, bytes_per_block: int,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.link = link

@@ -1,4 +1,4 @@
-"""``stress pool``: threads and coroutines (AsyncManagerFront) on one BlockSpaceManager.
+"""``stress pool``: threads and coroutines (PoolFront) on one BlockSpaceManager.
 
     mode.py    PoolStress / PoolConfig: the run, the quiescent invariant checks, the verdict
     worker.py  PoolWorker: one simulated client's random operations (intents)

@@ -2,8 +2,8 @@
 
 ::
 
-    N threads ──────────────── ShadowRuntime ── BlockSpaceManager (one device + one host pool)
-    M coroutines ─ AsyncManagerFront ─┘   ^ (fake KV: every op verifies what it touched)
+    N threads ──────── ShadowRuntime ── BlockSpaceManager (one device + one host pool)
+    M coroutines ─ PoolFront ─┘   ^ (fake KV: every op verifies what it touched)
     checker thread: every --check-interval s, check_all() inside manager.batch() (quiescent)
     reader thread: lock-free stats() / fragmentation() snapshots, cross-checked
     monitor task: progress line, time series, stop after --duration s or --max-ops ops
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
-from kvpool.runtime.async_front import AsyncManagerFront
+from stress.pool.front import PoolFront
 from stress.pool.shadow import ShadowRuntime
 from stress.pool.worker import Intent, PoolWorker
 from stress.report import Progress, StressReport
@@ -151,7 +151,7 @@ class PoolStress:
                 self._error("stats reader", e)
 
     # ---------------------------------------------------------------- coroutines
-    async def _run_async(self, front: AsyncManagerFront, worker: PoolWorker,
+    async def _run_async(self, front: PoolFront, worker: PoolWorker,
                          intent: Intent) -> None:
         op = intent.op
         result = None
@@ -170,7 +170,7 @@ class PoolStress:
             return
         worker.done(intent, result)
 
-    async def _cancelled_alloc(self, front: AsyncManagerFront, worker: PoolWorker,
+    async def _cancelled_alloc(self, front: PoolFront, worker: PoolWorker,
                                ids: list[int], prompt: list[int], salt: str | None) -> None:
         """A request aborted while its allocation is queued: cancel the task before it starts
         (never applied), or after one loop iteration (applied inline, or queued and maybe
@@ -188,7 +188,7 @@ class PoolStress:
         fut.cancel()
         self.cancelled_in_flight += 1
 
-    async def _coro_main(self, front: AsyncManagerFront, worker: PoolWorker) -> None:
+    async def _coro_main(self, front: PoolFront, worker: PoolWorker) -> None:
         while not self.stop.is_set():
             await self._run_async(front, worker, worker.relieve() or worker.next_intent())
         for intent in worker.release_all():
@@ -224,7 +224,7 @@ class PoolStress:
 
     async def _main(self) -> None:
         executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stress-front")
-        front = AsyncManagerFront(self.rt, executor=executor)  # type: ignore[arg-type]
+        front = PoolFront(self.rt, executor=executor)  # type: ignore[arg-type]
         t0 = time.monotonic()
         threads = [threading.Thread(target=self._thread_main, args=(w,), daemon=True,
                                     name=f"stress-pool-{w.wid}") for w in self.thread_workers]

@@ -18,7 +18,7 @@ Where the copies happen (why this is not a harness artifact)::
                                              other workers keep going -> commit (locked): the
                                              version-retry path the design relies on
 
-The object quacks like a BlockSpaceManager for AsyncManagerFront (``batch``, ``device_pool``
+The object quacks like a BlockSpaceManager for PoolFront (``batch``, ``device_pool``
 and the operation methods), so the coroutines' batched calls go through the same checks.
 Failures are recorded (``violations``), never raised into the workers.
 """

@@ -4,7 +4,7 @@ A worker owns the sequence groups it allocated (ids from its own range, so no tw
 touch the same sequence) and picks its next operation at random. It does not call the manager:
 ``next_intent`` returns an :class:`Intent` (operation name + arguments + what to do with the
 result), and the driver runs it, directly on the ShadowRuntime (threads) or through the
-AsyncManagerFront (coroutines). One decision logic, two concurrency styles::
+PoolFront (coroutines). One decision logic, two concurrency styles::
 
     intent = worker.next_intent()            # e.g. Intent("append_slots", (17, [3, 1]), ...)
     result = getattr(target, intent.op)(*intent.args)     # thread driver
@@ -30,7 +30,7 @@ ID_STRIDE = 10_000_000  # sequence ids of worker w live in [w * stride, (w + 1) 
 
 @dataclass(slots=True)
 class Intent:
-    op: str  # ShadowRuntime / AsyncManagerFront method name, or a pseudo-op (see drivers)
+    op: str  # ShadowRuntime / PoolFront method name, or a pseudo-op (see drivers)
     args: tuple  # positional arguments
     on_result: Callable[[Any], None] | None = None  # bookkeeping once it returned
 

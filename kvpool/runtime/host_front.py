@@ -1,12 +1,15 @@
-"""The asyncio front of the block manager: kvpool's asyncio API to the pool.
+"""The asyncio front of the host pool: the remote prefetch's host blocks, taken from the loop.
 
-Use it from any coroutine (the engine's remote prefetch does, the stress harness and
-benchmarks too)::
+The remote reader lends host blocks to land fetched bytes in, and the reader and writer give
+them back, from coroutines, while the engine's step thread holds the pool lock for whole
+steps::
 
-    front = AsyncManagerFront(manager)
-    hit = await front.allocate([seq], token_ids)        # None when the pool is short
-    ids = await front.allocate_host_blocks(8)           # raw host blocks, or None
+    front = HostBlockFront(manager)
+    ids = await front.allocate_host_blocks(8)           # lent host blocks, or None
     await front.free_host_blocks(ids)
+
+``call(fn, *args, undo=)`` applies any manager callable the same way; the stress harness's
+front (stress/pool/front.py) builds the manager's other calls on it.
 
 Every method is a coroutine function: the call is made when the coroutine first runs (when
 it is awaited, or when the task wrapping it starts), and calls made in that order are
@@ -51,7 +54,7 @@ from kvpool.errors import QueueFullError
 _Op = tuple[Callable[..., Any], tuple, asyncio.Future, Callable[..., Any] | None]
 
 
-class AsyncManagerFront:
+class HostBlockFront:
     """Applies BlockSpaceManager calls inline when the pool lock is free, in batches per loop
     iteration when it is not.
 
@@ -75,8 +78,6 @@ class AsyncManagerFront:
         # NOTE(speed): bound methods looked up once; the inline path runs per call
         self._try_lock = lock.acquire
         self._unlock = lock.release
-        pool = manager.device_pool
-        self._allocate_many, self._free_many = pool.allocate_many, pool.free_many
         self.flushes = 0  # batches applied (monotonic)
         self.batched_ops = 0  # operations applied in batches (monotonic)
         self.offloaded = 0  # batches handed to a worker because the lock was busy
@@ -195,63 +196,15 @@ class AsyncManagerFront:
             else:
                 fut.cancel()
 
-    # ---------------------------------------------------------------- undo (applied, abandoned)
-    def _undo_allocate(self, hit: int | None, seq_ids: Sequence[int], *_: Any) -> None:
-        if hit is not None:
-            self.manager.free_batch(seq_ids)
-
-    def _undo_fork(self, _: Any, parent: int, child: int) -> None:
-        self.manager.free(child)
-
-    def _undo_blocks(self, ids: list[int] | None, _: int) -> None:
-        if ids:
-            self._free_many(ids)
-
+    # ---------------------------------------------------------------- host blocks
     def _undo_host(self, ids: list[int] | None, _: int) -> None:
         if ids:
             self.manager.return_host(ids)
 
-    def _allocate(self, seq_ids: Sequence[int], token_ids: Sequence[int],
-                  cache_salt: str | None) -> int | None:
-        return self.manager.allocate(seq_ids, token_ids, cache_salt=cache_salt)
-
-    # ---------------------------------------------------------------- manager operations
-    # Plain functions returning call()'s coroutine: one coroutine per call, not two.
-    def can_allocate(self, num_tokens: int, block_hashes: Sequence[bytes] = ()):
-        return self.call(self.manager.can_allocate, num_tokens, block_hashes)
-
-    def allocate(self, seq_ids: Sequence[int], token_ids: Sequence[int],
-                 cache_salt: str | None = None):
-        """Result: prefix-cached token count, or None when the pool is short."""
-        return self.call(self._allocate, list(seq_ids), token_ids, cache_salt,
-                         undo=self._undo_allocate)
-
-    def append_slots(self, seq_id: int, token_ids: Sequence[int]):
-        return self.call(self.manager.append_slots, seq_id, token_ids)
-
-    def fork(self, parent: int, child: int):
-        return self.call(self.manager.fork, parent, child, undo=self._undo_fork)
-
-    def free(self, seq_id: int):
-        return self.call(self.manager.free, seq_id)
-
-    def swap_out(self, seq_ids: Sequence[int]):
-        return self.call(self.manager.swap_out, seq_ids)
-
-    def swap_in(self, seq_ids: Sequence[int]):
-        return self.call(self.manager.swap_in, seq_ids)
-
-    # ---------------------------------------------------------------- raw blocks
-    def allocate_blocks(self, n: int):
-        """``n`` device blocks with ref 1 (no table), or None: for KV transfer style users."""
-        return self.call(self._allocate_many, n, undo=self._undo_blocks)
-
-    def free_blocks(self, block_ids: Sequence[int]):
-        return self.call(self._free_many, block_ids)
-
     def allocate_host_blocks(self, n: int):
         """``n`` host blocks lent out of the tables (``manager.lend_host``), or None: the
-        remote prefetch lands fetched bytes in them before the step thread copies them in."""
+        remote prefetch lands fetched bytes in them before the step thread copies them in.
+        A plain function returning call()'s coroutine: one coroutine per call, not two."""
         return self.call(self.manager.lend_host, n, undo=self._undo_host)
 
     def free_host_blocks(self, block_ids: Sequence[int]):

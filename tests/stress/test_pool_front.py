@@ -1,4 +1,6 @@
-"""The asyncio front: one locked core call per loop iteration, results and errors per caller."""
+"""The stress front (stress/pool/front.py): the batching of kvpool/runtime/host_front.py
+driven through every manager call: one locked core call per loop iteration, results and errors
+per caller, cancellations undone."""
 
 import asyncio
 import threading
@@ -11,7 +13,8 @@ from hypothesis import strategies as st
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import DuplicateSequenceError, QueueFullError, UnknownSequenceError
-from kvpool.runtime.async_front import AsyncManagerFront
+from stress.pool.front import PoolFront
+from tests.held_lock import HeldLock
 
 
 def manager(blocks=256, host=32):
@@ -19,30 +22,11 @@ def manager(blocks=256, host=32):
                                          block_size=4))
 
 
-class HeldLock:
-    """Another thread (a stand-in for the step thread) holds the pool lock until release()."""
-
-    def __init__(self, mgr):
-        self.held, self.go = threading.Event(), threading.Event()
-        self.t = threading.Thread(target=self._run, args=(mgr,))
-        self.t.start()
-        self.held.wait(5)
-
-    def _run(self, mgr):
-        with mgr.batch():
-            self.held.set()
-            self.go.wait(5)
-
-    def release(self):
-        self.go.set()
-        self.t.join(5)
-
-
 async def test_a_free_lock_applies_each_call_inline():
     """Free lock, nothing queued: the call runs on the caller's stack and the coroutine
     returns without yielding to the loop (a callback scheduled before does not run)."""
     mgr = manager()
-    front = AsyncManagerFront(mgr)
+    front = PoolFront(mgr)
     ran = []
     asyncio.get_running_loop().call_soon(ran.append, 1)
     res = [await front.allocate([i], list(range(i, i + 9))) for i in range(50)]
@@ -59,7 +43,7 @@ async def test_a_free_lock_applies_each_call_inline():
 
 async def test_calls_of_one_iteration_share_one_flush_under_contention():
     mgr = manager()
-    front = AsyncManagerFront(mgr)
+    front = PoolFront(mgr)
     lock = HeldLock(mgr)
     version_before = mgr.device_pool.version
     futs = [asyncio.ensure_future(front.allocate([i], list(range(i, i + 9))))
@@ -81,7 +65,7 @@ async def test_calls_of_one_iteration_share_one_flush_under_contention():
 async def test_a_call_behind_a_pending_batch_waits_its_turn():
     """Order: once something is queued, later calls queue too (even if the lock is free)."""
     mgr = manager(blocks=4)
-    front = AsyncManagerFront(mgr)
+    front = PoolFront(mgr)
     lock = HeldLock(mgr)
     first = asyncio.ensure_future(front.allocate_blocks(4))
     await asyncio.sleep(0.01)
@@ -96,7 +80,7 @@ async def test_a_call_behind_a_pending_batch_waits_its_turn():
 
 async def test_errors_go_to_their_caller_only():
     mgr = manager()
-    front = AsyncManagerFront(mgr)
+    front = PoolFront(mgr)
     await front.allocate([1], [1, 2, 3])
     results = await asyncio.gather(
         front.allocate([2], [4, 5]), front.allocate([1], [6]),  # duplicate id
@@ -112,7 +96,7 @@ async def test_errors_go_to_their_caller_only():
 
 async def test_busy_lock_moves_the_batch_to_a_worker_without_blocking_the_loop():
     mgr = manager()
-    front = AsyncManagerFront(mgr)
+    front = PoolFront(mgr)
     held = threading.Event()
     release = threading.Event()
 
@@ -140,7 +124,7 @@ async def test_busy_lock_moves_the_batch_to_a_worker_without_blocking_the_loop()
 
 async def test_scarcity_is_a_value_and_queue_bound_is_an_error():
     mgr = manager(blocks=4)
-    front = AsyncManagerFront(mgr, max_pending=3)
+    front = PoolFront(mgr, max_pending=3)
     a, b = await asyncio.gather(front.allocate_blocks(3), front.allocate_blocks(3))
     assert a is not None and b is None
     lock = HeldLock(mgr)  # the bound applies to calls queued under contention
@@ -153,17 +137,6 @@ async def test_scarcity_is_a_value_and_queue_bound_is_an_error():
     assert [g is not None for g in got] == [True, False, False]
 
 
-async def test_host_blocks_are_lent_and_given_back():
-    mgr = manager(host=8)
-    front = AsyncManagerFront(mgr)
-    ids = await front.allocate_host_blocks(6)
-    assert len(ids) == 6 and await front.allocate_host_blocks(3) is None
-    mgr.check_invariants()  # lent blocks count as references
-    await front.free_host_blocks(ids)
-    assert mgr.stats().host.num_used == 0
-    mgr.check_invariants()
-
-
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["alloc", "append", "free"]),
                           st.integers(1, 9)), max_size=60))
@@ -171,7 +144,7 @@ def test_batched_equals_sequential(ops):
     """Any interleaving the loop produces ends in a state some sequential order reaches:
     each coroutine's own operations apply in its order, and the pool stays consistent."""
     mgr = manager(blocks=40)
-    front = AsyncManagerFront(mgr)
+    front = PoolFront(mgr)
     per_coro: dict[int, list] = {}
     for c, kind, n in ops:
         per_coro.setdefault(c, []).append((kind, n))
@@ -202,7 +175,7 @@ def test_batched_equals_sequential(ops):
 
 async def test_an_operation_cancelled_while_applied_is_undone():
     mgr = manager()
-    front = AsyncManagerFront(mgr)
+    front = PoolFront(mgr)
     held, release, applied, go = (threading.Event() for _ in range(4))
 
     def step_thread():
@@ -243,7 +216,7 @@ async def test_a_batch_queued_behind_a_worker_batch_waits_for_it():
     mgr = manager(blocks=4)
     worker_busy, worker_go = threading.Event(), threading.Event()
     with ThreadPoolExecutor(1) as pool:
-        front = AsyncManagerFront(mgr, executor=pool)
+        front = PoolFront(mgr, executor=pool)
         lock = HeldLock(mgr)
         pool.submit(lambda: (worker_busy.set(), worker_go.wait(5)))
         worker_busy.wait(5)
@@ -267,7 +240,7 @@ async def test_cancellations_at_every_stage_leak_nothing():
     """Coroutines cancelled before their batch, while it is in the worker, or never: the
     pool ends with exactly the survivors' tables, and every other block is back."""
     mgr = manager(blocks=64)
-    front = AsyncManagerFront(mgr)
+    front = PoolFront(mgr)
     lock = HeldLock(mgr)
     tasks = {i: asyncio.ensure_future(front.allocate([i], list(range(5)))) for i in range(12)}
     raw = [asyncio.ensure_future(front.allocate_blocks(2)) for _ in range(4)]
@@ -300,7 +273,7 @@ async def test_a_call_that_finds_the_lock_free_applies_the_queue_ahead_of_it_fir
     """Queued under contention, the lock released before the flush ran: the next call applies
     the queued ones first, in the same lock hold, then itself, without waiting an iteration."""
     mgr = manager(blocks=4)
-    front = AsyncManagerFront(mgr)
+    front = PoolFront(mgr)
     lock = HeldLock(mgr)
     first = asyncio.ensure_future(front.allocate_blocks(4))
     await asyncio.sleep(0)  # `first` ran and queued (lock busy); its flush is the next callback
