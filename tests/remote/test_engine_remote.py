@@ -12,18 +12,19 @@ import asyncio
 import pytest
 
 from kvpool.runtime.engine import AsyncEngine, collect
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams
 from kvpool.server.remote_setup import build_link
+from tests.configs import engine_config
 
-CFG = dict(block_size=16, num_device_blocks=96, num_host_blocks=96, max_model_len=1024,
-           max_num_seqs=8, max_num_batched_tokens=256, enable_prefix_caching=True, seed=0)
+# 96 device and host blocks: PROMPT's 40 blocks fit twice over
+CONFIG = engine_config("remote", max_num_seqs=8, max_num_batched_tokens=256,
+                       enable_prefix_caching=True)
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 PROMPT = [(i * 7 + 3) % 500 + 1 for i in range(16 * 40 + 5)]  # 40 full blocks + a tail
 
 
 async def engine(url: str | None, policy: str = "write_through", **link_kw) -> AsyncEngine:
-    eng = AsyncEngine(EngineConfig(**CFG))
+    eng = AsyncEngine(CONFIG)
     if url is not None:
         eng.remote_link = build_link(eng, url, write_policy=policy, **link_kw)
     await eng.start()

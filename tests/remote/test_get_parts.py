@@ -13,14 +13,7 @@ from hypothesis import strategies as st
 from kvpool.remote import BreakerState
 from kvpool.remote.redis_tier import GET_PARTS
 from tests.remote.conftest import NS
-
-
-def _mgets(url: str) -> int:
-    r = redis.Redis.from_url(url)
-    try:
-        return int(r.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))
-    finally:
-        r.close()
+from tests.remote.redis_stats import mget_calls
 
 
 def _hashes(n: int, tag: int = 0) -> list[bytes]:
@@ -35,9 +28,9 @@ async def test_mget_count_is_bounded_not_per_block(make_tier, redis_server):
     assert await tier.put_many([(k, tier.codec.encode(h, [bytes([i]) * (300 << 10)]))
                                 for i, (k, h) in enumerate(zip(keys, hs))]) == 64
     for n in (1, 3, 64):
-        before = _mgets(redis_server.url)
+        before = mget_calls(redis_server.url)
         values = await tier.get_many(keys[:n])
-        assert _mgets(redis_server.url) - before == min(n, GET_PARTS)
+        assert mget_calls(redis_server.url) - before == min(n, GET_PARTS)
         assert [bytes(tier.codec.split(v)[0][:1]) for v in values] == \
             [bytes([i]) for i in range(n)]
     assert not tier.stats().errors

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
 from kvpool.remote import BreakerState, CircuitBreaker
+from tests.configs import engine_config
 from tests.remote.conftest import NS
 from tests.remote.test_breaker_redis import wait_closed
 
@@ -54,9 +55,8 @@ async def test_attached_to_server_metrics_fast_render_matches_reference(make_tie
     """attach(): the server's own render() carries the remote families and histograms, with
     the same samples prometheus_client's exposition of that registry has."""
     from kvpool.runtime.engine import AsyncEngine
-    from kvpool.runtime.engine_config import EngineConfig
 
-    eng = AsyncEngine(EngineConfig(num_device_blocks=8, num_host_blocks=8))
+    eng = AsyncEngine(engine_config("small", num_device_blocks=8, num_host_blocks=8))
     server = eng.metrics  # the registry kvpool serve's /metrics renders
     holder = {}
     metrics = RemoteMetrics(lambda: holder["tier"].stats())

@@ -13,20 +13,19 @@ import redis.asyncio as aioredis
 from aiohttp.test_utils import TestServer
 
 from kvpool.runtime.engine import AsyncEngine
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.app import build_app
 from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.remote_setup import build_link
-from tests.remote.test_engine_remote import CFG, PROMPT, settle
+from tests.remote.test_engine_remote import CONFIG, PROMPT, settle
 
 HEADER = "X-Tenant-Id"
-BLOCK = CFG["block_size"]
+BLOCK = CONFIG.block_size
 FULL_BLOCKS = (len(PROMPT) - 1) // BLOCK  # the last token is always computed
 
 
 @contextlib.asynccontextmanager
 async def replica(url: str) -> AsyncIterator[tuple[str, AsyncEngine]]:
-    engine = AsyncEngine(EngineConfig(**CFG))
+    engine = AsyncEngine(CONFIG)
     engine.remote_link = build_link(engine, url, write_policy="write_through",
                                     prefetch_timeout_ms=5000)
     app = build_app(engine, tenant_header=HEADER, engine_shutdown_timeout=5.0)

@@ -22,7 +22,7 @@ from kvpool.runtime.remote_reader import MAX_CHUNKS
 from kvpool.runtime.workers import default_workers, prestart_default_executor
 from tests.remote.conftest import NS
 from tests.remote.redis_server import free_port
-from tests.remote.test_get_parts import _mgets
+from tests.remote.redis_stats import mget_calls
 from tests.remote.test_engine_remote import PROMPT, engine, run, stop, stored, tokens
 
 
@@ -89,10 +89,10 @@ async def test_fetch_sends_one_mget_per_chunk(redis_server):
     store_in_another_loop(redis_server.url)
     e2 = await engine(redis_server.url)
     try:
-        before = _mgets(redis_server.url)
+        before = mget_calls(redis_server.url)
         await run(e2, PROMPT)
         assert e2.reader.stats.fetched_blocks >= 36
-        assert _mgets(redis_server.url) - before == MAX_CHUNKS
+        assert mget_calls(redis_server.url) - before == MAX_CHUNKS
     finally:
         await stop(e2)
 

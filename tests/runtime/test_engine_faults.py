@@ -21,13 +21,14 @@ from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
 from stress.faults import InjectedFaults
+from tests.configs import engine_config
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 PROMPTS = [f"request {i}: paged blocks swap to the host and back " * (2 + i % 2)
            for i in range(8)]  # ~40..75 tokens: 3..5 blocks of 16 each
-SMALL = dict(block_size=16, num_device_blocks=12, num_host_blocks=64, max_model_len=256,
-             max_num_seqs=8, max_num_batched_tokens=256, preemption_mode="swap", seed=0)
+# 12 device blocks: these requests preempt, by swapping
+SWAP = dict(max_num_seqs=8, max_num_batched_tokens=256, preemption_mode="swap")
 
 
 def toks(out) -> list[int]:
@@ -56,9 +57,9 @@ async def test_failed_swap_ins_do_not_poison_the_prefix_cache():
     # copy: re-running B's prompt hit 48 cached tokens of garbage KV.
     prompts = PROMPTS[:2]
     params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in (64, 24)]
-    cfg = {**SMALL, "num_device_blocks": 8}
-    ref_eng = await started(EngineConfig(**{**cfg, "num_device_blocks": 64,
-                                            "enable_prefix_caching": False}))
+    few = {**SWAP, "num_device_blocks": 8}
+    ref_eng = await started(engine_config("scarce", **{**few, "num_device_blocks": 64,
+                                                       "enable_prefix_caching": False}))
     try:
         ref = [toks(await collect(ref_eng.generate(f"ref{i}", p, params[i])))
                for i, p in enumerate(prompts)]
@@ -67,7 +68,7 @@ async def test_failed_swap_ins_do_not_poison_the_prefix_cache():
 
     fault = InjectedFaults()
     fault.add("swap_in", fail=True, times=None)  # every swap-in copy fails
-    eng = await started(EngineConfig(**cfg, enable_prefix_caching=True), fault)
+    eng = await started(engine_config("scarce", **few, enable_prefix_caching=True), fault)
     try:
         outs = await asyncio.gather(*(collect(eng.generate(f"r{i}", p, params[i]))
                                       for i, p in enumerate(prompts)))
@@ -90,7 +91,7 @@ async def test_failed_swap_ins_do_not_poison_the_prefix_cache():
 
 
 async def test_a_scheduler_invariant_break_is_counted_and_the_engine_goes_on(caplog):
-    eng = await started(EngineConfig(**{**SMALL, "num_device_blocks": 64}))
+    eng = await started(engine_config("scarce", **SWAP, num_device_blocks=64))
     mgr = eng.core.manager
     try:
         first = await collect(eng.generate("a", PROMPTS[0], GREEDY))
@@ -113,7 +114,7 @@ async def test_a_scheduler_invariant_break_is_counted_and_the_engine_goes_on(cap
 
 
 def test_background_failures_recorded_while_draining_are_never_lost():
-    core = EngineCore(EngineConfig(**{**SMALL, "num_device_blocks": 16}))
+    core = EngineCore(engine_config("scarce", **SWAP, num_device_blocks=16))
     n = 20_000
     drained: list[str] = []
     done = threading.Event()

@@ -14,6 +14,7 @@ from kvpool.runtime.engine import AsyncEngine, collect
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams, load_tokenizer
 from stress.faults import InjectedFaults
+from tests.configs import engine_config
 from tests.runtime.model.helpers import SENTENCES, hf_greedy, save_hf_model
 
 transformers = pytest.importorskip("transformers")
@@ -62,10 +63,9 @@ async def run(config: EngineConfig, prompts, *, n=1, fault=None, stagger=0.0,
 
 
 def base(d, **kw) -> EngineConfig:
-    cfg = dict(model=str(d), num_device_blocks=512, num_host_blocks=0, max_model_len=256,
-               max_num_seqs=32, max_num_batched_tokens=512)
-    cfg.update(kw)
-    return EngineConfig(**cfg)
+    return engine_config("device_only", **{**dict(
+        model=str(d), num_device_blocks=512, max_model_len=256, max_num_seqs=32,
+        max_num_batched_tokens=512), **kw})
 
 
 def tokens(out):

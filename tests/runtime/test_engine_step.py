@@ -8,14 +8,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
 from kvpool.runtime.outputs import CompletionOutput, RequestOutput
+from tests.configs import engine_config
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
-CFG = dict(block_size=16, num_device_blocks=24, num_host_blocks=16, max_model_len=256,
-           max_num_seqs=4, max_num_batched_tokens=256, seed=0)
 PROMPT = "paged blocks swap to the host and back " * 2
 
 
@@ -40,7 +38,7 @@ def merged(updates: list[RequestOutput]) -> RequestOutput:
 
 
 def test_a_stop_string_finishes_the_sequence_in_the_step_that_matched_it():
-    core = EngineCore(EngineConfig(**CFG))
+    core = EngineCore(engine_config("small", max_num_seqs=4, max_num_batched_tokens=256))
     try:
         greedy = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
         ref = merged(run(core, {"ref": greedy})["ref"]).outputs[0]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from kvpool.runtime.engine import AsyncEngine, collect
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams, TokenLogprob, compute_logprobs, load_tokenizer
+from tests.configs import engine_config
 from tests.runtime.model.helpers import SENTENCES, save_hf_model
 
 transformers = pytest.importorskip("transformers")
@@ -43,8 +43,9 @@ def check(lp: TokenLogprob, ref_row: torch.Tensor, k: int) -> None:
 
 
 async def run(d, reqs, **cfg):
-    config = EngineConfig(**{**dict(model=str(d), num_device_blocks=128, num_host_blocks=0,
-                                    max_model_len=256, max_num_seqs=8, block_size=4), **cfg})
+    config = engine_config("device_only", **{**dict(
+        model=str(d), num_device_blocks=128, max_model_len=256, max_num_seqs=8, block_size=4),
+        **cfg})
     eng = AsyncEngine(config)
     await eng.start()
     try:

@@ -1,16 +1,16 @@
 """Under load a long prompt is prefilled in budget-sized chunks while every running decode
 keeps getting one token per step (what bounds TTFT and inter-token latency on a slow model)."""
 
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
+from tests.configs import engine_config
 
 BUDGET = 32
 
 
 def test_long_prompt_is_chunked_by_the_budget_and_decodes_are_not_starved():
-    core = EngineCore(EngineConfig(num_device_blocks=128, num_host_blocks=0, max_num_seqs=8,
-                                   max_num_batched_tokens=BUDGET, max_model_len=512))
+    core = EngineCore(engine_config("device_only", num_device_blocks=128, max_num_seqs=8,
+                                    max_num_batched_tokens=BUDGET, max_model_len=512))
     params = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
     try:
         for i in range(4):

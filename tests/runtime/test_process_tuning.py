@@ -9,6 +9,7 @@ import torch
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.server import serve
+from tests.configs import engine_config
 
 
 def test_engine_core_leaves_torch_threads_alone(caplog):
@@ -16,8 +17,8 @@ def test_engine_core_leaves_torch_threads_alone(caplog):
     torch.set_num_threads(2)
     try:
         with caplog.at_level(logging.INFO, logger="kvpool.runtime.engine_core"):
-            core = EngineCore(EngineConfig(num_device_blocks=64, num_host_blocks=8,
-                                           num_threads=1, max_model_len=256))
+            core = EngineCore(engine_config("small", num_device_blocks=64, num_host_blocks=8,
+                                            num_threads=1))
         core.close()
         assert torch.get_num_threads() == 2
     finally:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
+from tests.configs import engine_config
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
 PROMPT = [(37 * i + 11) % 500 for i in range(32)]  # 4 blocks of 8
@@ -21,10 +21,10 @@ Run = dict[str, list[list[tuple[int, float]]]]  # request -> per sequence (token
 
 
 def run(num_device_blocks: int, caching: bool) -> tuple[Run, EngineCore]:
-    core = EngineCore(EngineConfig(block_size=8, num_device_blocks=num_device_blocks,
-                                   num_host_blocks=0, max_model_len=64, max_num_seqs=4,
-                                   max_num_batched_tokens=64, seed=0,
-                                   enable_prefix_caching=caching))
+    core = EngineCore(engine_config("device_only", block_size=8,
+                                    num_device_blocks=num_device_blocks, max_model_len=64,
+                                    max_num_seqs=4, max_num_batched_tokens=64,
+                                    enable_prefix_caching=caching))
     # q (8 + 24 tokens) and r (32 + 16, n=2: 8 blocks) grow a block in the same step of an
     # 8-block pool: r, the newest, is recomputed with 9 diverged tokens per sequence
     reqs = {"q": (OTHER, SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)),

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from kvpool.errors import RequestError
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
 from kvpool.runtime.model.grammar import GrammarSpec
+from tests.configs import engine_config
 
 # Bounded schemas (strings with maxLength, arrays with maxItems, no extra properties), so the
 # grammar can complete well within max_tokens whatever a random model samples.
@@ -39,15 +39,13 @@ SCHEMAS = {
             "required": ["name", "tags"], "additionalProperties": False}},
         "required": ["id", "owner"], "additionalProperties": False},
 }
-CONFIG = dict(block_size=16, num_device_blocks=96, num_host_blocks=16, max_model_len=512,
-              max_num_seqs=16, max_num_batched_tokens=512, seed=0)
 
 
 @pytest.fixture(scope="module")
 def core():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    c = EngineCore(EngineConfig(**CONFIG))
+    c = EngineCore(engine_config("medium", max_num_seqs=16, max_num_batched_tokens=512))
     yield c
     c.close()
     torch.set_num_threads(before)

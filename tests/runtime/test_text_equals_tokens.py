@@ -16,11 +16,11 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from kvpool.runtime.engine import AsyncEngine
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams, Tokenizer, build_byte_tokenizer
 from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.sched import FinishedRequest, SeqStatus
 from kvpool.sched.output import SeqOutput
+from tests.configs import engine_config
 from tests.runtime.model.helpers import SENTENCES
 
 BYTE = build_byte_tokenizer()
@@ -98,7 +98,7 @@ def test_engine_sampled_text_equals_decode():
     """The tiny model's random weights, sampled at temperature 1.5, emit stray bytes; every
     output's joined text equals decode of its joined token ids."""
     async def go():
-        eng = AsyncEngine(EngineConfig(num_device_blocks=64, num_host_blocks=0, seed=3))
+        eng = AsyncEngine(engine_config("device_only", seed=3))
         await eng.start()
         try:
             prompt = eng.core.tokenizer.encode("The cache \u00e9")

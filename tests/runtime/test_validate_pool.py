@@ -8,12 +8,10 @@ import pytest
 import torch
 
 from kvpool.errors import RequestError
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import SamplingParams
+from tests.configs import engine_config
 
-CFG = dict(block_size=4, num_device_blocks=6, num_host_blocks=6, max_model_len=64,
-           max_num_seqs=4, max_num_batched_tokens=64, seed=0, enable_prefix_caching=False)
 PROMPT = [5 + i for i in range(16)]  # 4 blocks of 4; the pool holds 24 tokens
 
 
@@ -21,7 +19,8 @@ PROMPT = [5 + i for i in range(16)]  # 4 blocks of 4; the pool holds 24 tokens
 def core():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield EngineCore(EngineConfig(**CFG))
+    yield EngineCore(engine_config("tiny", max_num_seqs=4, max_num_batched_tokens=64,
+                                   enable_prefix_caching=False))
     torch.set_num_threads(before)
 
 

@@ -15,14 +15,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.app import build_app
+from tests.configs import SERVE_LIMITS, engine_config
 from tests.server.helpers import Running, wait_free
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
-BASE_CONFIG = dict(block_size=16, num_device_blocks=48, num_host_blocks=32, max_model_len=256,
-                   max_num_seqs=16, max_queue=256, max_n=4, max_tokens_limit=512, max_stop=4,
-                   seed=0)
 SHUTDOWN_TIMEOUT = 5.0  # a test that wedges a handler fails in seconds, not aiohttp's 60
 
 
@@ -39,7 +36,7 @@ async def make_server():
                       app_options: dict[str, Any] | None = None,
                       server_options: dict[str, Any] | None = None,
                       **overrides: Any) -> AsyncIterator[Running]:
-        config = EngineConfig(**{**BASE_CONFIG, **overrides})
+        config = engine_config("serve", **{**SERVE_LIMITS, "max_tokens_limit": 512, **overrides})
         engine = AsyncEngine(config)
         app = build_app(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                         engine_shutdown_timeout=SHUTDOWN_TIMEOUT, **(app_options or {}))

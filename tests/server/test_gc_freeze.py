@@ -9,8 +9,8 @@ import gc
 
 import aiohttp
 
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.serve import ServeOptions, serve
+from tests.configs import engine_config
 
 
 async def test_serve_freezes_the_startup_heap_before_listening():
@@ -25,8 +25,8 @@ async def test_serve_freezes_the_startup_heap_before_listening():
         seen["port"] = port
         ready.set()
 
-    config = EngineConfig(num_device_blocks=16, num_host_blocks=0, max_model_len=64,
-                          num_threads=1, seed=0)
+    config = engine_config("device_only", num_device_blocks=16, max_model_len=64,
+                           num_threads=1)
     task = asyncio.create_task(serve(config, ServeOptions(port=0), stop=stop,
                                      on_ready=on_ready, handle_signals=False))
     try:

@@ -16,7 +16,7 @@ from aiohttp import web
 from kvpool.server import serve
 from kvpool.server.connections import ConnectionLimiter, start_listener
 from tests.server.test_serve import subprocess_server
-from tests.server.test_slow_reader import MAX_TOKENS, N, _open_non_reader, _read_to_end
+from tests.server.non_reader import MAX_TOKENS, N, open_non_reader, read_to_end
 
 
 async def _accepted_sndbuf(send_buffer: int | None) -> int:
@@ -60,12 +60,12 @@ async def test_a_small_send_buffer_lets_the_write_timeout_close_a_non_reader():
     async with subprocess_server("--socket-send-buffer", "16384", "--stream-write-timeout",
                                  "0.5", blocks=150) as (proc, url, lines):
         port = int(url.rsplit(":", 1)[1])
-        sock = await asyncio.to_thread(_open_non_reader, port)
+        sock = await asyncio.to_thread(open_non_reader, port)
         try:
             # its WARNING line says the server gave up; reading earlier would unblock it
             line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
             assert b"stopped reading" in line, line
-            data = await asyncio.to_thread(_read_to_end, sock)
+            data = await asyncio.to_thread(read_to_end, sock)
         finally:
             sock.close()
         assert data.startswith(b"HTTP/1.1 200") and b"data: [DONE]" not in data

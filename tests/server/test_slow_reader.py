@@ -6,7 +6,6 @@ socket buffers really fill and its SSE writes really block."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 
@@ -14,11 +13,8 @@ import aiohttp
 from aiohttp.test_utils import get_port_socket
 
 from tests.server.helpers import parse_metrics, wait_until
+from tests.server.non_reader import MAX_TOKENS, N, open_non_reader, read_to_end
 
-# enough output (~4 x 400 SSE chunks of ~200 bytes) to fill the client's 4 KiB receive window,
-# the server's 16 KiB kernel send buffer and aiohttp's 64 KiB write buffer. (Linux autotunes an
-# unset send buffer up to tcp_wmem's 4 MiB: the same stall, only after more output.)
-N, MAX_TOKENS = 4, 400
 SLOW = dict(max_queue=1, max_model_len=512, max_tokens_limit=512, num_device_blocks=150)
 
 
@@ -29,19 +25,6 @@ def _small_send_buffer(host: str, port: int, family: socket.AddressFamily) -> so
 
 
 SMALL_BUFFERS = {"socket_factory": _small_send_buffer}
-
-
-def _open_non_reader(port: int) -> socket.socket:
-    """Send one streaming completion and never read the answer."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
-    sock.connect(("127.0.0.1", port))
-    body = json.dumps({"prompt": "hello", "max_tokens": MAX_TOKENS, "n": N, "stream": True,
-                       "ignore_eos": True, "temperature": 0}).encode()
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                 b"Content-Type: application/json\r\n"
-                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    return sock
 
 
 async def _metrics(url: str) -> dict:
@@ -59,22 +42,11 @@ async def _generation_done(srv, tokens: int) -> bool:
     return False
 
 
-def _read_to_end(sock: socket.socket) -> bytes:
-    sock.settimeout(60)  # a bound on a hang, not a timing assertion
-    data = b""
-    try:
-        while chunk := sock.recv(1 << 16):
-            data += chunk
-    except ConnectionResetError:
-        pass  # the server aborted the connection: what a stuck stream gets
-    return data
-
-
 async def test_finished_request_frees_its_queue_slot_while_the_client_is_not_reading(
         make_server):
     async with make_server(**SLOW, server_options=SMALL_BUFFERS) as srv:  # stream write timeout: the 30 s default
         port = int(srv.url.rsplit(":", 1)[1])
-        sock = await asyncio.to_thread(_open_non_reader, port)
+        sock = await asyncio.to_thread(open_non_reader, port)
         try:
             assert await _generation_done(srv, N * MAX_TOKENS)
             m = await _metrics(srv.url)
@@ -93,12 +65,12 @@ async def test_stream_write_timeout_closes_a_client_that_never_reads(make_server
     async with make_server(**SLOW, server_options=SMALL_BUFFERS,
                            app_options={"stream_write_timeout": 0.5}) as srv:
         port = int(srv.url.rsplit(":", 1)[1])
-        sock = await asyncio.to_thread(_open_non_reader, port)
+        sock = await asyncio.to_thread(open_non_reader, port)
         try:
             # reading before the server gives up would unblock its writes: wait for its word
             assert await wait_until(lambda: any("stopped reading" in r.getMessage()
                                                 for r in caplog.records), timeout=60)
-            data = await asyncio.to_thread(_read_to_end, sock)
+            data = await asyncio.to_thread(read_to_end, sock)
         finally:
             sock.close()
         assert b"data: [DONE]" not in data  # the server closed the stream, it did not end it

@@ -9,9 +9,9 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.app import build_app
-from tests.server.conftest import BASE_CONFIG, SHUTDOWN_TIMEOUT
+from tests.configs import SERVE_LIMITS, engine_config
+from tests.server.conftest import SHUTDOWN_TIMEOUT
 from tests.server.helpers import wait_free
 
 QUOTA = 8  # blocks of 16 tokens per tenant
@@ -29,7 +29,7 @@ def body(max_tokens: int, salt: str | None = None, stream: bool = False) -> dict
 async def test_rotating_cache_salt_does_not_bypass_the_tenant_quota():
     from kvpool.runtime.engine import AsyncEngine
 
-    engine = AsyncEngine(EngineConfig(**{**BASE_CONFIG, "max_tokens_limit": 512}))
+    engine = AsyncEngine(engine_config("serve", **SERVE_LIMITS, max_tokens_limit=512))
     app = build_app(engine, engine_shutdown_timeout=SHUTDOWN_TIMEOUT,
                     tenant_block_quota=QUOTA, tenant_header="X-Tenant-Id")
     server = TestServer(app, host="127.0.0.1", port=0)

@@ -11,12 +11,17 @@ from typing import Any
 
 import pytest
 
-from kvpool.runtime.engine_config import EngineConfig
 from stress.http.servers import InProcessServer
+from kvpool.runtime.engine_config import EngineConfig
+from tests.configs import SERVE_LIMITS, engine_config
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
-SMALL = dict(block_size=16, num_device_blocks=64, num_host_blocks=64, max_model_len=256,
-             max_num_seqs=16, max_queue=256, max_n=4, max_tokens_limit=64, max_stop=4, seed=0)
+
+
+def stress_config(**overrides: Any) -> EngineConfig:
+    """The stress tests' engine: the "stress" pool with the HTTP request limits and 64 tokens
+    per request at most (tests/configs.py), ``overrides`` on top."""
+    return engine_config("stress", **{**SERVE_LIMITS, "max_tokens_limit": 64, **overrides})
 
 
 def wait_idle(engine: Any, timeout: float = 10.0) -> bool:
@@ -46,7 +51,7 @@ def running_server(**overrides: Any) -> Iterator[InProcessServer]:
     app_kw = {k: overrides.pop(k) for k in app_keys if k in overrides}
     app_kw.setdefault("invariant_check_interval", 1)
     app_kw.setdefault("max_body_bytes", 64 * 1024)
-    srv = InProcessServer(EngineConfig(**{**SMALL, **overrides}), shutdown_timeout=5.0, **app_kw)
+    srv = InProcessServer(stress_config(**overrides), shutdown_timeout=5.0, **app_kw)
     srv.start()
     try:
         yield srv

@@ -12,13 +12,12 @@ import json
 import aiohttp
 
 from kvpool.runtime.engine import AsyncEngine, collect
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams
 from kvpool.runtime.faults import NO_FAULTS
 from stress.faults import FaultDriver, InjectedFaults
 from stress.http.mode import HttpConfig, HttpStress
 from stress.http.workload import WorkloadConfig
-from tests.stress.conftest import SMALL, assert_clean
+from tests.stress.conftest import assert_clean, stress_config
 
 PROMPTS = [f"req {i} paged kv blocks " * (1 + i % 3) for i in range(6)]  # 21..63 tokens
 GREEDY = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
@@ -31,7 +30,7 @@ def tokens(out) -> list[tuple[int, ...]]:
 
 async def started(**overrides) -> tuple[AsyncEngine, InjectedFaults]:
     fi = InjectedFaults()
-    engine = AsyncEngine(EngineConfig(**{**SMALL, **overrides}), faults=fi)
+    engine = AsyncEngine(stress_config(**overrides), faults=fi)
     engine.invariant_check_interval = 1
     await engine.start()
     return engine, fi
@@ -112,7 +111,7 @@ async def test_copy_delays_change_nothing():
 
 
 async def test_fault_injection_is_off_by_default():
-    engine = AsyncEngine(EngineConfig(**SMALL))
+    engine = AsyncEngine(stress_config())
     assert engine.core.faults is NO_FAULTS
 
 

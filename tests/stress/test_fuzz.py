@@ -16,12 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvpool.runtime.engine_config import EngineConfig
 from stress.http.servers import InProcessServer
-from tests.stress.conftest import SMALL, assert_clean
+from tests.stress.conftest import assert_clean, stress_config
 
-FUZZ_CONFIG = {**SMALL, "max_model_len": 128, "max_tokens_limit": 8, "max_n": 3,
-               "max_stop": 3, "num_device_blocks": 48}
+FUZZ_LIMITS = dict(max_model_len=128, max_tokens_limit=8, max_n=3, max_stop=3,
+                   num_device_blocks=48)
 
 junk = st.one_of(
     st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
@@ -95,7 +94,7 @@ def requests(draw) -> tuple[str, dict]:
 
 @pytest.fixture(scope="module")
 def server():
-    srv = InProcessServer(EngineConfig(**FUZZ_CONFIG), max_body_bytes=64 * 1024,
+    srv = InProcessServer(stress_config(**FUZZ_LIMITS), max_body_bytes=64 * 1024,
                           invariant_check_interval=1, shutdown_timeout=5.0)
     srv.start()
     try:

@@ -20,7 +20,7 @@ from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, ROUTES_KEY
 from kvpool.server.quota import TenantBlockQuota
 from stress.http.hostile import hostile_cases
 from stress.http.metrics import MetricsScrape
-from tests.stress.conftest import SMALL, assert_clean
+from tests.stress.conftest import assert_clean, stress_config
 
 SYSTEM = "You are a careful assistant for tenant data. " * 3  # 138 chars: 8 full blocks
 NORMAL = {"prompt": "hello there", "max_tokens": 4, "temperature": 0}
@@ -45,7 +45,7 @@ async def metrics(base: str) -> MetricsScrape:
 
 # ---------------------------------------------------------------- tenant isolation
 async def test_same_prompt_two_salts_share_no_block():
-    engine = AsyncEngine(EngineConfig(**SMALL))
+    engine = AsyncEngine(stress_config())
     engine.invariant_check_interval = 1
     await engine.start()
     long = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)

@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.engine_core import EngineCore
 from kvpool.runtime.model import Sampler, SamplingParams, SamplingParamsError, SeqHistory
 from kvpool.runtime.model.penalties import apply_logit_adjustments, apply_min_p
+from tests.configs import engine_config
 
 VOCAB = 40
 EOS = 1
@@ -149,7 +149,7 @@ def test_invalid_adjustments_are_named(kwargs, param):
 # ---- through the engine: the step thread hands the sampler each sequence's real history ----
 @pytest.fixture(scope="module")
 def core():
-    c = EngineCore(EngineConfig(num_device_blocks=64, num_host_blocks=0, seed=1))
+    c = EngineCore(engine_config("device_only", seed=1))
     yield c
     c.close()
 
