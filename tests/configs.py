@@ -39,14 +39,8 @@ SIZES: dict[str, dict[str, Any]] = {
 SERVE_LIMITS: dict[str, Any] = dict(max_num_seqs=16, max_queue=256, max_n=4, max_stop=4)
 
 
-def engine_settings(size: str = "small", **overrides: Any) -> dict[str, Any]:
-    """The keyword arguments of ``engine_config(size, **overrides)``, for a test that derives
-    several configurations from one."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; one of {sorted(SIZES)}")
-    return {**SIZES[size], "seed": 0, **overrides}
-
-
 def engine_config(size: str = "small", **overrides: Any) -> EngineConfig:
     """An EngineConfig of the named pool size (seed 0), with ``overrides`` on top."""
-    return EngineConfig(**engine_settings(size, **overrides))
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; one of {sorted(SIZES)}")
+    return EngineConfig(**{**SIZES[size], "seed": 0, **overrides})
