@@ -1,5 +1,5 @@
 """bench/async_pool.py: the asyncio front, batched per loop iteration, against a front that
-takes the pool lock per call (../shared/BENCH.md).
+takes the pool lock per call (docs/benchmarks.md).
 
     python -m bench.async_pool [--json FILE] [--quick] [--coroutines N] [--duty F]
                                [--repeats N] [--min-seconds S]

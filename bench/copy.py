@@ -1,4 +1,4 @@
-"""bench/copy.py: the copy engine against memcpy, and its overlap with decode (../shared/BENCH.md).
+"""bench/copy.py: the copy engine against memcpy, and its overlap with decode (docs/benchmarks.md).
 
     python -m bench.copy [--json FILE] [--quick] [--repeats N] [--min-seconds S]
 

@@ -1,4 +1,4 @@
-"""bench/logprobs.py: the cost of logprobs in a decode step (issue 15's target: <= 1.2x).
+"""bench/logprobs.py: the cost of logprobs in a decode step (target: <= 1.2x).
 
     python -m bench.logprobs [--json FILE] [--quick] [--repeats N] [--min-seconds S]
 

@@ -1,4 +1,4 @@
-"""bench/policies.py: eviction-policy hit rates under trace replay (BENCH.md "Trace replay").
+"""bench/policies.py: eviction-policy hit rates under trace replay (docs/benchmarks.md "Trace replay").
 
     python -m bench.policies [--trace FILE] [--json FILE] [--capacities 1000 4000 ...]
                              [--policies lru classlru] [--baselines s3fifo arc ...]

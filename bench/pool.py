@@ -1,4 +1,4 @@
-"""bench/pool.py: the block pool under the anchors' workloads (../shared/BENCH.md).
+"""bench/pool.py: the block pool under the anchors' workloads (docs/benchmarks.md).
 
     python -m bench.pool [--json FILE] [--quick] [--no-anchors] [--repeats N] [--min-seconds S]
 

@@ -1,4 +1,4 @@
-"""bench/serve.py: kvpool's engine against transformers ``generate`` (../shared/BENCH.md).
+"""bench/serve.py: kvpool's engine against transformers ``generate`` (docs/benchmarks.md).
 
     python -m bench.serve [--json FILE] [--quick] [--hf-batch 16] [--scrape-seqs 1000]
                           [--repeats N] [--min-seconds S]
