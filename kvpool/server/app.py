@@ -65,7 +65,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               chat_template: str | Path | None = None,
               tenant_header: str | None = None,
               shared_prefix_cache: bool = False,
-              stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> web.Application:
+              stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
+              reject_unknown_fields: bool = False) -> web.Application:
     """The OpenAI-compatible app.
 
     ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
@@ -81,6 +82,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     (chat_template.py); the built-in template only where neither exists.
     ``stream_write_timeout``: seconds one SSE write may wait for a client that does not read
     before its connection is closed (handlers.py, NOTE(slow-reader)).
+    ``reject_unknown_fields``: 400 for body fields this server does not know (default: ignored
+    and listed in a response header, as vLLM ignores them; known_fields.py).
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -98,7 +101,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
                            max_stop=config.max_stop, max_json_depth=max_json_depth,
                            chat_template=load_chat_template(config.tokenizer or config.model,
                                                             chat_template),
-                           max_logprobs=config.max_logprobs, max_prompts=config.max_queue)
+                           max_logprobs=config.max_logprobs, max_prompts=config.max_queue,
+                           reject_unknown_fields=reject_unknown_fields)
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
                                shared=shared_prefix_cache)

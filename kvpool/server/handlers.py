@@ -41,6 +41,7 @@ from aiohttp import web
 
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
+from kvpool.server.known_fields import ignored_header
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
 from kvpool.server.parse_pool import ParsePool
@@ -119,7 +120,7 @@ class OpenAIRoutes:
             failure = builder.failure()
             if failure is not None:
                 raise failure
-            return web.json_response(builder.body())
+            return web.json_response(builder.body(), headers=ignored_header(req.ignored))
         finally:
             await updates.release()
 
@@ -135,7 +136,8 @@ class OpenAIRoutes:
 
     async def _stream(self, request: web.Request, builder: ResponseBuilder,
                       updates: PromptStreams) -> web.StreamResponse:
-        resp = web.StreamResponse(headers=SSE_HEADERS)
+        resp = web.StreamResponse(headers={**SSE_HEADERS,
+                                           **ignored_header(builder.req.ignored)})
         await resp.prepare(request)
         request[STREAM_STARTED] = True
         events = [sse_event(c) for c in builder.role_chunks()]

@@ -1,19 +1,33 @@
-"""Which body fields each endpoint knows, and the two checks on them.
+"""Which body fields each endpoint knows, and the checks on them.
 
-Unknown fields are **rejected** (400, code ``unknown_parameter``, param = the field), as
-OpenAI's own API does; known OpenAI features this server does not implement are rejected
-(``unsupported_parameter``) when set to anything but their default.
+Unknown fields are **ignored** by default, as vLLM does: gateways and clients add their own
+(OpenAI's ``metadata``, ``store``, ``service_tier``; SGLang's ``no_stop_trim``), and a 400 for
+each one stopped them fronting this server. Each ignored name is logged once (a warning) and
+listed in the response's ``X-Kvpool-Ignored-Fields`` header, so a typo such as ``max_token`` is
+still visible to whoever looks. ``--reject-unknown-fields`` restores OpenAI's own strictness
+(400, code ``unknown_parameter``, param = the field). Known OpenAI features this server does
+not implement are rejected (``unsupported_parameter``) when set to anything but their default.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+from urllib.parse import quote
 
 from kvpool.errors import RequestError
 from kvpool.server.sampling_fields import SAMPLING_FIELDS
 
-__all__ = ["KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE", "KNOWN_TOKENIZE",
-           "UNSUPPORTED_CHAT", "UNSUPPORTED_COMPLETION", "check_known", "check_unsupported"]
+__all__ = ["IGNORED_FIELDS_HEADER", "KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE",
+           "KNOWN_TOKENIZE", "UNSUPPORTED_CHAT", "UNSUPPORTED_COMPLETION", "FieldPolicy",
+           "check_unsupported", "ignored_header"]
+
+log = logging.getLogger("kvpool.server")
+
+IGNORED_FIELDS_HEADER = "X-Kvpool-Ignored-Fields"
+MAX_LOGGED_NAMES = 1024  # distinct names warned about; a client inventing names grows nothing
+MAX_HEADER_NAMES = 32  # names listed in one response header
+MAX_NAME_CHARS = 64
 
 # field -> (allowed default values) for OpenAI features this server does not implement
 UNSUPPORTED_COMPLETION = {"suffix": ("",)}
@@ -36,12 +50,49 @@ def _bad(param: str, message: str, code: str) -> RequestError:
     return RequestError(f"{param}: {message}", param=param, code=code)
 
 
-def check_known(body: dict[str, Any], known: frozenset[str]) -> None:
-    unknown = sorted(k for k in body if k not in known)
-    if unknown:
-        name = unknown[0][:64]
-        raise _bad(name, f"unrecognized request argument supplied: {name}",
-                   "unknown_parameter")
+class FieldPolicy:
+    """Unknown body fields: ignored (logged once per name) or, with ``reject``, a 400."""
+
+    def __init__(self, reject: bool = False) -> None:
+        self.reject = reject
+        self._warned: set[str] = set()
+
+    def check(self, body: dict[str, Any], known: frozenset[str]) -> tuple[str, ...]:
+        """The unknown field names of ``body`` (sorted), or a 400 naming the first."""
+        unknown = [k for k in body if k not in known]
+        if not unknown:
+            return ()
+        unknown.sort()
+        if self.reject:
+            name = unknown[0][:MAX_NAME_CHARS]
+            raise _bad(name, f"unrecognized request argument supplied: {name}",
+                       "unknown_parameter")
+        for name in unknown:
+            self._warn_once(name[:MAX_NAME_CHARS])
+        return tuple(unknown)
+
+    def _warn_once(self, name: str) -> None:
+        if name in self._warned or len(self._warned) > MAX_LOGGED_NAMES:
+            return
+        self._warned.add(name)
+        if len(self._warned) > MAX_LOGGED_NAMES:
+            log.warning("more than %d distinct unknown request fields; no more are logged",
+                        MAX_LOGGED_NAMES)
+            return
+        log.warning("ignoring the unknown request field %r (logged once; the response lists "
+                    "it in %s; --reject-unknown-fields makes it a 400)", name,
+                    IGNORED_FIELDS_HEADER)
+
+
+def ignored_header(names: tuple[str, ...]) -> dict[str, str]:
+    """The response header listing ignored fields (empty when none). Names are
+    percent-encoded: a field name may hold any character, a header value may not."""
+    if not names:
+        return {}
+    shown = [quote(n[:MAX_NAME_CHARS], safe="_-.") for n in names[:MAX_HEADER_NAMES]]
+    if len(names) > MAX_HEADER_NAMES:
+        shown.append(f"...{len(names) - MAX_HEADER_NAMES}-more")
+    return {IGNORED_FIELDS_HEADER: ",".join(shown)}
 
 
 def check_unsupported(body: dict[str, Any], fields: dict[str, tuple]) -> None:

@@ -4,12 +4,13 @@ Policy, in one place:
 
 - The body: json_body.py (UTF-8 JSON object, bounded depth and value count); chat
   ``messages``: chat_messages.py; the built-in chat template: builtin_template.py.
-- Unknown fields are **rejected** (400, code ``unknown_parameter``, param = the field), as
-  OpenAI's own API does: a typo such as ``max_token`` must not silently fall back to a default.
-  Known OpenAI features this server does not implement are **rejected** with 400 naming the
-  field when set to anything but their default (``best_of`` != n, ``suffix``, ``tools``), so a
-  client never gets a silently different result. Sampling controls (penalties, ``logit_bias``,
-  ``min_tokens``, ``min_p``) and ``response_format``: sampling_fields.py;
+- Unknown fields are **ignored** as vLLM ignores them (logged once per name, listed in the
+  ``X-Kvpool-Ignored-Fields`` response header), or with ``reject_unknown_fields`` rejected
+  (400, code ``unknown_parameter``) as OpenAI's own API does: known_fields.py. Known OpenAI
+  features this server does not implement are **rejected** with 400 naming the field when
+  set to anything but their default (``suffix``, ``tools``), so a client never gets a
+  silently different result. Sampling controls (penalties, ``logit_bias``, ``min_tokens``,
+  ``min_p``) and ``response_format``: sampling_fields.py;
   ``logprobs``, ``top_logprobs``, ``echo``, ``prompt_logprobs``: logprob_fields.py.
 - ``prompt``: a string, a list of token ids, or a list of several of either kind (at most
   ``max_prompts``; every prompt is checked before any starts: one bad prompt is a 400 for the
@@ -40,7 +41,7 @@ from kvpool.server.chat_messages import parse_messages
 from kvpool.server.json_body import MAX_JSON_DEPTH, decode_json_body
 from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
                                         KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
-                                        UNSUPPORTED_COMPLETION, check_known, check_unsupported)
+                                        UNSUPPORTED_COMPLETION, FieldPolicy, check_unsupported)
 from kvpool.server.body_bound import MAX_JSON_BYTES_PER_CHAR
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LogprobRequest,
                                           parse_logprob_fields)
@@ -82,6 +83,7 @@ class ParsedRequest:
     # request): the prompt and its logprobs only. The engine runs one token (vLLM does the
     # same) that the response never shows: no text, no logprobs, 0 completion tokens.
     echo_only: bool = False
+    ignored: tuple[str, ...] = ()  # unknown body fields that were ignored (known_fields.py)
 
     @property
     def all_prompts(self) -> tuple[list[int], ...]:
@@ -107,9 +109,11 @@ class RequestParser:
                  max_n: int, max_tokens_limit: int, max_stop: int,
                  max_json_depth: int = MAX_JSON_DEPTH,
                  chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
-                 max_prompts: int = 1024) -> None:
+                 max_prompts: int = 1024, reject_unknown_fields: bool = False) -> None:
         """``chat_template``: the model's (chat_template.ModelChatTemplate) or None for the
-        built-in :class:`ChatTemplate`."""
+        built-in :class:`ChatTemplate`. ``reject_unknown_fields``: 400 for a field this
+        server does not know (default: ignored, as vLLM does)."""
+        self.fields = FieldPolicy(reject_unknown_fields)
         self.tokenizer = tokenizer
         self.model_names = tuple(dict.fromkeys(n for n in model_names if n))
         self.max_model_len = max_model_len
@@ -146,7 +150,7 @@ class RequestParser:
 
     # ---- endpoints --------------------------------------------------------------------------
     def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:
-        check_known(body, KNOWN_COMPLETION)
+        ignored = self.fields.check(body, KNOWN_COMPLETION)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         best_of = body.get("best_of")
@@ -158,10 +162,11 @@ class RequestParser:
         max_tokens, mt_param = (1, "max_tokens") if echo_only else \
             self._max_tokens(body, ("max_tokens",))
         return self._finish(body, "completion", model, prompts, "prompt", max_tokens, mt_param,
-                            DEFAULT_COMPLETION_MAX_TOKENS, echo_only=echo_only)
+                            DEFAULT_COMPLETION_MAX_TOKENS, echo_only=echo_only,
+                            ignored=ignored)
 
     def parse_chat(self, body: dict[str, Any]) -> ParsedRequest:
-        check_known(body, KNOWN_CHAT)
+        ignored = self.fields.check(body, KNOWN_CHAT)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_CHAT)
         ids = self._chat_ids(body, None)
@@ -169,12 +174,12 @@ class RequestParser:
         # field wins when both are sent.
         max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
         return self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
-                            mt_param, None)
+                            mt_param, None, ignored=ignored)
 
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
         ``messages`` (rendered as chat completions render them: the same ids)."""
-        check_known(body, KNOWN_TOKENIZE)
+        self.fields.check(body, KNOWN_TOKENIZE)
         self._model(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
         if (prompt is None) == (messages is None):
@@ -188,7 +193,7 @@ class RequestParser:
 
     def parse_detokenize(self, body: dict[str, Any]) -> str:
         """vLLM's /detokenize body: ``tokens`` (ids inside the vocabulary)."""
-        check_known(body, KNOWN_DETOKENIZE)
+        self.fields.check(body, KNOWN_DETOKENIZE)
         self._model(body.get("model"))
         return self.tokenizer.decode(self._token_list(body.get("tokens"), "tokens", False))
 
@@ -211,7 +216,7 @@ class RequestParser:
     def _finish(self, body: dict[str, Any], kind: str, model: str,
                 prompts: list[tuple[list[int], str | None]], prompt_param: str,
                 max_tokens: int | None, mt_param: str, default_max: int | None, *,
-                echo_only: bool = False) -> ParsedRequest:
+                echo_only: bool = False, ignored: tuple[str, ...] = ()) -> ParsedRequest:
         longest = max(len(ids) for ids, _ in prompts)
         which = "" if len(prompts) == 1 else \
             f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
@@ -265,7 +270,7 @@ class RequestParser:
                              priority=priority, user=self._opt(body, "user", str, None),
                              prompts=tuple(ids for ids, _ in prompts),
                              prompt_texts=tuple(t for _, t in prompts), logprob=lp,
-                             echo_only=echo_only)
+                             echo_only=echo_only, ignored=ignored)
 
     def _model(self, model: Any) -> str:
         if model is None:

@@ -190,7 +190,8 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
                     engine_shutdown_timeout=SHUTDOWN_GRACE,
                     tenant_block_quota=o.tenant_block_quota, chat_template=o.chat_template,
                     tenant_header=o.tenant_header, shared_prefix_cache=o.shared_prefix_cache,
-                    stream_write_timeout=o.stream_write_timeout)
+                    stream_write_timeout=o.stream_write_timeout,
+                    reject_unknown_fields=o.reject_unknown_fields)
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
     app[METRICS_KEY].add_source(limiter.families)
     freeze_startup_heap()

@@ -53,6 +53,7 @@ class ServeOptions:
     remote_blocks_per_object: int = 1
     remote_secret_file: str | None = None  # shared secret signing the tier's values (None: off)
     uvloop: bool | None = None  # None: uvloop when installed
+    reject_unknown_fields: bool = False  # 400 for unknown body fields (default: ignored)
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, f"--port {self.port}: use 0..65535")
@@ -135,6 +136,10 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     srv.add_argument("--replica-id", default=None, metavar="ID",
                      help="this replica's name in /v1/kvpool/lookup answers (the router logs "
                           "it; default: HOSTNAME-PID)")
+    srv.add_argument("--reject-unknown-fields", action="store_true", default=False,
+                     help="answer 400 unknown_parameter for a body field this server does not "
+                     "know, as OpenAI does (default: ignore it as vLLM does, log it once and "
+                     "list it in the X-Kvpool-Ignored-Fields response header)")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",

@@ -87,10 +87,11 @@ async def test_bad_fields_name_the_param(srv):
         assert_error(status, resp, 400, param)
 
 
-async def test_unknown_fields_are_rejected(srv):
-    status, _, resp = await call(srv, "POST", "/v1/completions", json={
-        "prompt": "hi", "max_tokens": 2, "frobnicate": [1, {"a": None}], "logprobs": None})
-    assert_error(status, resp, 400, "frobnicate", "unknown_parameter")
+async def test_unknown_fields_are_rejected_when_asked(make_server):
+    async with make_server(app_options={"reject_unknown_fields": True}) as srv:
+        status, _, resp = await call(srv, "POST", "/v1/completions", json={
+            "prompt": "hi", "max_tokens": 2, "frobnicate": [1, {"a": None}], "logprobs": None})
+        assert_error(status, resp, 400, "frobnicate", "unknown_parameter")
 
 
 async def test_prompt_too_long_for_the_model(srv):

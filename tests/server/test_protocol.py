@@ -102,11 +102,15 @@ def test_null_means_default():
     assert req.model == MODEL and req.params.n == 1 and req.params.temperature == 1.0
 
 
-def test_unknown_fields_are_rejected_by_name():
-    rejects(P.parse_completion, {"prompt": "hi", "max_token": 5}, "max_token",
+def test_unknown_fields_are_ignored_or_rejected_by_name():
+    req = P.parse_completion({"prompt": "hi", "max_token": 5, "metadata": {}})
+    assert req.ignored == ("max_token", "metadata") and req.params.max_tokens == 16
+    strict = parser(reject_unknown_fields=True)
+    rejects(strict.parse_completion, {"prompt": "hi", "max_token": 5}, "max_token",
             "unknown_parameter")
-    rejects(P.parse_chat, {"messages": [{"role": "user", "content": "x"}],
-                           "frobnicate": {"deep": [1, 2]}}, "frobnicate", "unknown_parameter")
+    rejects(strict.parse_chat, {"messages": [{"role": "user", "content": "x"}],
+                                "frobnicate": {"deep": [1, 2]}}, "frobnicate",
+            "unknown_parameter")
 
 
 def test_all_supported_fields_reach_the_request():
