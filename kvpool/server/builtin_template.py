@@ -4,6 +4,7 @@ Jinja template is chat_template.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kvpool.errors import RequestError
 
@@ -23,7 +24,8 @@ class ChatTemplate:
     add_special_tokens = True  # the markers are text: the tokenizer adds BOS
 
     def render(self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool = True,
-               continue_final_message: bool = False) -> str:
+               continue_final_message: bool = False, variables: Any = None) -> str:
+        """``variables`` (chat_template_kwargs): this template has none to read."""
         parts = []
         for role, content in messages:
             role = "system" if role == "developer" else role

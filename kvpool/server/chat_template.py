@@ -89,8 +89,10 @@ class ModelChatTemplate:
         self.special_tokens = dict(special_tokens or {})
 
     def render(self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool = True,
-               continue_final_message: bool = False) -> str:
-        """Render ``(role, content)`` messages; a template error is a 400 naming it."""
+               continue_final_message: bool = False,
+               variables: dict[str, Any] | None = None) -> str:
+        """Render ``(role, content)`` messages; a template error is a 400 naming it.
+        ``variables``: vLLM's chat_template_kwargs (reserved names refused by the caller)."""
         chat = [{"role": role, "content": content} for role, content in messages]
         if continue_final_message:
             if chat[-1]["role"] != "assistant":
@@ -100,7 +102,8 @@ class ModelChatTemplate:
             chat[-1]["content"] = final + _CONTINUE_TAG
         try:
             text = self._template.render(messages=chat, add_generation_prompt=add_generation_prompt,
-                                         tools=None, documents=None, **self.special_tokens)
+                                         tools=None, documents=None, **self.special_tokens,
+                                         **(variables or {}))
         except jinja2.TemplateError as exc:
             raise RequestError(f"messages: the model's chat template rejected the conversation: "
                                f"{exc}", "messages", "chat_template_error") from None

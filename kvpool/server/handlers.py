@@ -76,6 +76,7 @@ class OpenAIRoutes:
         self.draining = False  # set on shutdown: /health turns 503, new requests get 503
         self.parse_pool = ParsePool()  # every route that parses a client body shares it
         self.formatter = LogprobFormatter(parser.tokenizer)
+        self.id_formatter = LogprobFormatter(parser.tokenizer, as_token_ids=True)
 
     def register(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self.completions)
@@ -102,7 +103,8 @@ class OpenAIRoutes:
         req = await self.parse_pool.parse(await request.read(), parse)
         if req.params.response_format is not None:  # compiled off the loop (grammar_compile.py)
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
-        builder = ResponseBuilder(req, formatter=self.formatter)
+        builder = ResponseBuilder(req, formatter=self.id_formatter
+                                  if req.extras.tokens_as_ids else self.formatter)
         prompts = req.all_prompts
         if len(prompts) > 1:  # NOTE(all-or-nothing): one bad prompt fails the whole request
             for ids in prompts:

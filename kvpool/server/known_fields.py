@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from kvpool.errors import RequestError
 from kvpool.server.sampling_fields import SAMPLING_FIELDS
+from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 
 __all__ = ["IGNORED_FIELDS_HEADER", "KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE",
            "KNOWN_TOKENIZE", "UNSUPPORTED_CHAT", "UNSUPPORTED_COMPLETION", "FieldPolicy",
@@ -35,14 +36,16 @@ UNSUPPORTED_CHAT = {"tools": ([],), "functions": ([],)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
            "stop_token_ids", "logprobs", "prompt_logprobs"} | SAMPLING_FIELDS
-KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of", "echo"}
+KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of", "echo"} | COMPLETION_EXTRAS
                              | set(UNSUPPORTED_COMPLETION))
 KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tool_choice",
                                   "top_logprobs", "parallel_tool_calls",
                                   "add_generation_prompt", "continue_final_message"}
-                       | set(UNSUPPORTED_CHAT))
+                       | CHAT_EXTRAS | set(UNSUPPORTED_CHAT))
 KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
-                            "add_generation_prompt", "continue_final_message"})
+                            "add_generation_prompt", "continue_final_message",
+                            "return_token_strs", "chat_template", "chat_template_kwargs",
+                            "truncate_prompt_tokens"})
 KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
 
 

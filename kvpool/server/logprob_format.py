@@ -27,11 +27,15 @@ _CACHE_MAX = 65536
 class LogprobFormatter:
     """Renders logprobs with one tokenizer's token texts."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, *, as_token_ids: bool = False) -> None:
+        """``as_token_ids``: vLLM's return_tokens_as_token_ids, each token ``token_id:<id>``."""
         self.tokenizer = tokenizer
+        self.as_token_ids = as_token_ids
         self._text: dict[int, str] = {}
 
     def text(self, token_id: int) -> str:
+        if self.as_token_ids:
+            return f"token_id:{token_id}"
         t = self._text.get(token_id)
         if t is None:
             t = self.tokenizer.decode([token_id])

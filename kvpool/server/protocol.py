@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import RequestError, shown
@@ -43,9 +42,11 @@ from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETO
                                         KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
                                         UNSUPPORTED_COMPLETION, FieldPolicy, check_unsupported)
 from kvpool.server.body_bound import MAX_JSON_BYTES_PER_CHAR
-from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LogprobRequest,
-                                          parse_logprob_fields)
+from kvpool.server.logprob_fields import DEFAULT_MAX_LOGPROBS, parse_logprob_fields
+from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
 from kvpool.server.sampling_fields import parse_sampling_controls
+from kvpool.server.template_cache import TemplateCache
+from kvpool.server.vllm_fields import VllmExtras, parse_vllm_extras
 
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
 
@@ -54,44 +55,14 @@ MAX_CACHE_SALT_CHARS = 1024
 MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
 _INT32 = 1 << 31
 
-class ModelNotFoundError(RequestError):
-    """An unknown ``model``: 404 ``model_not_found``, as OpenAI and vLLM answer it."""
-
-    http_status = 404
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, param="model", code="model_not_found")
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedRequest:
-    """A validated request, ready for ``engine.generate``."""
-
-    kind: str  # "completion" | "chat"
-    model: str  # the served model name echoed back in responses
-    prompt_ids: list[int]  # token ids of the first prompt (BOS included when the tokenizer adds)
-    params: SamplingParams  # n, max_tokens, sampling, stop
-    stream: bool  # SSE instead of one JSON body
-    include_usage: bool  # stream_options.include_usage: a final usage chunk
-    cache_salt: str | None  # prefix-cache tenant isolation, passed to generate
-    priority: int  # scheduling priority, passed to generate
-    user: str | None  # end-user id (logged, not used)
-    prompts: tuple[list[int], ...] = ()  # every prompt (completions may send several)
-    prompt_texts: tuple[str | None, ...] = ()  # each prompt as sent, when it was text (echo)
-    logprob: LogprobRequest = LogprobRequest()  # logprobs / echo / prompt_logprobs asked for
-    # NOTE(echo-only): completions ``echo`` with ``max_tokens: 0`` (lm-eval's loglikelihood
-    # request): the prompt and its logprobs only. The engine runs one token (vLLM does the
-    # same) that the response never shows: no text, no logprobs, 0 completion tokens.
-    echo_only: bool = False
-    ignored: tuple[str, ...] = ()  # unknown body fields that were ignored (known_fields.py)
-
-    @property
-    def all_prompts(self) -> tuple[list[int], ...]:
-        return self.prompts or (self.prompt_ids,)
-
 
 def _bad(param: str | None, message: str, code: str | None = None) -> RequestError:
     return RequestError(f"{param}: {message}" if param else message, param=param, code=code)
+
+
+def _truncate(ids: list[int], keep: int | None) -> list[int]:
+    """vLLM's truncate_prompt_tokens: the last ``keep`` ids."""
+    return ids if keep is None or len(ids) <= keep else ids[-keep:]
 
 
 def _is_int(v: Any) -> bool:
@@ -126,6 +97,7 @@ class RequestParser:
         # past this many value separators the body cannot fit (body_bound.py)
         self.max_body_commas = 8 * max_model_len + 4 * max_stop + 16384
         self.chat_template = chat_template or ChatTemplate()
+        self.templates = TemplateCache(self.chat_template)
         self.max_logprobs = max_logprobs
         self.max_prompts = max_prompts
         self.vocab_size = int(tokenizer.vocab_size)
@@ -156,37 +128,44 @@ class RequestParser:
         best_of = body.get("best_of")
         if best_of is not None and best_of not in (1, body.get("n") or 1):
             raise _bad("best_of", "is not supported (use n)", "unsupported_parameter")
-        prompts = self._prompts(body.get("prompt"))
+        extras = parse_vllm_extras(body, chat=False, max_model_len=self.max_model_len)
+        prompts = self._prompts(body.get("prompt"), extras)
         echo_only = body.get("max_tokens") == 0 and body.get("echo") is True \
             and _is_int(body.get("max_tokens"))
         max_tokens, mt_param = (1, "max_tokens") if echo_only else \
             self._max_tokens(body, ("max_tokens",))
         return self._finish(body, "completion", model, prompts, "prompt", max_tokens, mt_param,
                             DEFAULT_COMPLETION_MAX_TOKENS, echo_only=echo_only,
-                            ignored=ignored)
+                            ignored=ignored, extras=extras)
 
     def parse_chat(self, body: dict[str, Any]) -> ParsedRequest:
         ignored = self.fields.check(body, KNOWN_CHAT)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_CHAT)
-        ids = self._chat_ids(body, None)
+        extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
+        ids, messages = self._chat_ids(body, extras)
+        # vLLM's chat echo: only a final assistant message (the one being continued) comes back
+        echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""
         # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
         # field wins when both are sent.
         max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
         return self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
-                            mt_param, None, ignored=ignored)
+                            mt_param, None, ignored=ignored, extras=extras, echo_text=echo)
 
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
-        ``messages`` (rendered as chat completions render them: the same ids)."""
+        ``messages`` (rendered as chat completions render them: the same ids, the same
+        ``chat_template`` / ``chat_template_kwargs``)."""
         self.fields.check(body, KNOWN_TOKENIZE)
         self._model(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
         if (prompt is None) == (messages is None):
             raise _bad("prompt", "give exactly one of prompt or messages")
-        add = self._opt(body, "add_special_tokens", bool, None)
+        self._opt(body, "return_token_strs", bool, False)  # the route reads it
+        extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
+        add = extras.add_special_tokens
         if messages is not None:
-            return self._chat_ids(body, add)
+            return self._chat_ids(body, extras)[0]
         if not isinstance(prompt, str):
             raise _bad("prompt", "must be a string")
         return self.tokenizer.encode(prompt, add_special_tokens=True if add is None else add)
@@ -197,7 +176,8 @@ class RequestParser:
         self._model(body.get("model"))
         return self.tokenizer.decode(self._token_list(body.get("tokens"), "tokens", False))
 
-    def _chat_ids(self, body: dict[str, Any], add_special: bool | None) -> list[int]:
+    def _chat_ids(self, body: dict[str, Any], extras: VllmExtras
+                  ) -> tuple[list[int], list[tuple[str, str]]]:
         messages = parse_messages(body.get("messages"))
         # vLLM's spelling and rule: continuing the last (assistant) message and opening a new
         # assistant turn contradict each other
@@ -206,17 +186,21 @@ class RequestParser:
         if add_gen and cont and body.get("add_generation_prompt") is not None:
             raise _bad("continue_final_message", "cannot be true together with "
                        "add_generation_prompt (set add_generation_prompt to false)")
-        tpl = self.chat_template
+        tpl = self.templates.pick(extras.chat_template)
         text = tpl.render(messages, add_generation_prompt=add_gen and not cont,
-                          continue_final_message=cont)
-        return self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens
-                            if add_special is None else add_special)
+                          continue_final_message=cont,
+                          variables=dict(extras.chat_template_kwargs))
+        add = extras.add_special_tokens
+        ids = self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens
+                           if add is None else add)
+        return _truncate(ids, extras.truncate_prompt_tokens), messages
 
     # ---- pieces -----------------------------------------------------------------------------
     def _finish(self, body: dict[str, Any], kind: str, model: str,
                 prompts: list[tuple[list[int], str | None]], prompt_param: str,
                 max_tokens: int | None, mt_param: str, default_max: int | None, *,
-                echo_only: bool = False, ignored: tuple[str, ...] = ()) -> ParsedRequest:
+                echo_only: bool = False, ignored: tuple[str, ...] = (),
+                extras: VllmExtras = VllmExtras(), echo_text: str = "") -> ParsedRequest:
         longest = max(len(ids) for ids, _ in prompts)
         which = "" if len(prompts) == 1 else \
             f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
@@ -232,15 +216,7 @@ class RequestParser:
                        f"tokens; you requested {longest + max_tokens} ({longest} in the "
                        f"prompt{which}, {max_tokens} to generate)", "context_length_exceeded")
         stream = self._opt(body, "stream", bool, False)
-        options = body.get("stream_options")
-        include_usage = False
-        if options is not None:
-            if not isinstance(options, dict):
-                raise _bad("stream_options", "must be an object")
-            if not stream:
-                raise _bad("stream_options", "is only allowed when stream is true")
-            include_usage = self._opt(options, "include_usage", bool, False,
-                                      param="stream_options.include_usage")
+        include_usage, continuous = self._stream_options(body.get("stream_options"), stream)
         n = self._opt(body, "n", int, 1)
         if not 1 <= n <= self.max_n:
             raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
@@ -270,7 +246,22 @@ class RequestParser:
                              priority=priority, user=self._opt(body, "user", str, None),
                              prompts=tuple(ids for ids, _ in prompts),
                              prompt_texts=tuple(t for _, t in prompts), logprob=lp,
-                             echo_only=echo_only, ignored=ignored)
+                             echo_only=echo_only, ignored=ignored, extras=extras,
+                             continuous_usage=continuous, echo_text=echo_text)
+
+    def _stream_options(self, options: Any, stream: bool) -> tuple[bool, bool]:
+        """(include_usage, vLLM's continuous_usage_stats: usage in every chunk)."""
+        if options is None:
+            return False, False
+        if not isinstance(options, dict):
+            raise _bad("stream_options", "must be an object")
+        if not stream:
+            raise _bad("stream_options", "is only allowed when stream is true")
+        include = self._opt(options, "include_usage", bool, False,
+                            param="stream_options.include_usage")
+        continuous = self._opt(options, "continuous_usage_stats", bool, False,
+                               param="stream_options.continuous_usage_stats")
+        return include, include and continuous
 
     def _model(self, model: Any) -> str:
         if model is None:
@@ -339,7 +330,7 @@ class RequestParser:
                        "invalid_token_id")
         return value
 
-    def _prompts(self, prompt: Any) -> list[tuple[list[int], str | None]]:
+    def _prompts(self, prompt: Any, extras: VllmExtras) -> list[tuple[list[int], str | None]]:
         """(ids, text or None) per prompt: a string, token ids, or a list of either kind."""
         if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list))
                                                        for p in prompt):
@@ -353,21 +344,26 @@ class RequestParser:
             out = []
             for i, p in enumerate(prompt):
                 try:
-                    out.append(self._one_prompt(p))
+                    out.append(self._one_prompt(p, extras))
                 except RequestError as exc:
                     raise _bad("prompt", f"prompt {i}: {exc}".replace("prompt: ", "", 1),
                                exc.code) from None
             return out
-        return [self._one_prompt(prompt)]
+        return [self._one_prompt(prompt, extras)]
 
-    def _one_prompt(self, prompt: Any) -> tuple[list[int], str | None]:
+    def _one_prompt(self, prompt: Any, extras: VllmExtras) -> tuple[list[int], str | None]:
+        keep = extras.truncate_prompt_tokens
         if isinstance(prompt, str):
             if not prompt:
                 raise _bad("prompt", "must not be empty")
-            return self._encode(prompt, "prompt"), prompt
+            add = extras.add_special_tokens
+            ids = self._encode(prompt, "prompt", True if add is None else add)
+            # a truncated prompt is no longer the text sent: echo decodes the ids kept
+            return _truncate(ids, keep), prompt if keep is None or len(ids) <= keep else None
         if isinstance(prompt, list):
             if not prompt:
                 raise _bad("prompt", "must not be empty")
+            prompt = _truncate(prompt, keep)
             if len(prompt) >= self.max_model_len:  # before the per-id walk
                 raise self._too_long("prompt", f"the prompt has {len(prompt)} tokens")
             return self._token_list(prompt, "prompt", False), None

@@ -11,7 +11,9 @@ into chunks (``stream=true``) or, at the end, into one body::
 
 Shapes follow OpenAI: ``text_completion`` / ``chat.completion`` bodies, ``text_completion`` /
 ``chat.completion.chunk`` chunks; with ``stream_options.include_usage`` every chunk carries
-``"usage": null`` and a last chunk has ``"choices": []`` and the usage.
+``"usage": null`` (with vLLM's ``continuous_usage_stats``: the usage so far) and a last chunk
+has ``"choices": []`` and the usage. Chat ``echo`` (vLLM): the final assistant message opens
+the content (the role chunk of a stream carries it).
 
 Several prompts (completions): prompt i's sequence j is choice ``i * n + j`` (OpenAI's order);
 usage sums over the prompts. Each choice carries vLLM's ``stop_reason`` (the stop string or
@@ -28,7 +30,7 @@ from typing import Any
 from kvpool.runtime.outputs import CompletionOutput, RequestOutput
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import APIError, error_body
-from kvpool.server.protocol import ParsedRequest
+from kvpool.server.parsed_request import ParsedRequest
 
 __all__ = ["SSE_DONE", "ResponseBuilder", "sse_event"]
 
@@ -205,7 +207,7 @@ class ResponseBuilder:
         choice["stop_reason"] = self._stop_reason(index, finish)
         chunk["choices"] = [choice]
         if self.req.include_usage:
-            chunk["usage"] = None
+            chunk["usage"] = self.usage() if self.req.continuous_usage else None
         return chunk
 
     def role_chunks(self) -> list[dict[str, Any]]:
@@ -215,10 +217,11 @@ class ResponseBuilder:
         out = []
         for i in range(len(self.texts)):
             chunk = self._envelope("chat.completion.chunk")
-            chunk["choices"] = [{"index": i, "delta": {"role": "assistant", "content": ""},
+            chunk["choices"] = [{"index": i, "delta": {"role": "assistant",
+                                                       "content": self.req.echo_text},
                                  "logprobs": None, "finish_reason": None}]
             if self.req.include_usage:
-                chunk["usage"] = None
+                chunk["usage"] = self.usage() if self.req.continuous_usage else None
             out.append(chunk)
         return out
 
@@ -242,7 +245,8 @@ class ResponseBuilder:
             reason = self.finish[i] if self.finish[i] in OPENAI_FINISH else "stop"
             lp = self.logprobs[i]
             if self.chat:
-                choice = {"index": i, "message": {"role": "assistant", "content": text},
+                choice = {"index": i, "message": {"role": "assistant",
+                                                  "content": self.req.echo_text + text},
                           "logprobs": lp if lp is not None or self.lp.logprobs is None
                           else {"content": []}, "finish_reason": reason}
             else:

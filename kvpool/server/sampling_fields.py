@@ -15,12 +15,14 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
+from kvpool.server.guided_fields import GUIDED_FIELDS, parse_guided
 
 __all__ = ["MAX_LOGIT_BIAS_ENTRIES", "SAMPLING_FIELDS", "parse_sampling_controls"]
 
 MAX_LOGIT_BIAS_ENTRIES = 1024  # one request may not build an unbounded per-step index
 _NUMBERS = ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
-SAMPLING_FIELDS = frozenset(_NUMBERS + ("min_tokens", "logit_bias", "response_format"))
+SAMPLING_FIELDS = frozenset(_NUMBERS + ("min_tokens", "logit_bias", "response_format")) \
+    | GUIDED_FIELDS
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
 _FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
                 "json_schema": {"type", "json_schema"}}
@@ -53,8 +55,12 @@ def parse_sampling_controls(body: dict[str, Any], vocab_size: int) -> dict[str, 
     if bias is not None:
         out["logit_bias"] = _logit_bias(bias, vocab_size)
     spec = parse_response_format(body.get("response_format"))
-    if spec is not None:
-        out["response_format"] = spec
+    guided = parse_guided(body)  # vLLM's spellings (guided_fields.py)
+    if spec is not None and guided is not None:
+        raise _bad("response_format", "give one structured-output constraint: response_format "
+                   "or vLLM's guided_* / structured_outputs, not both")
+    if spec is not None or guided is not None:
+        out["response_format"] = spec or guided
     return out
 
 

@@ -3,7 +3,8 @@
 ::
 
     /tokenize   {model?, prompt, add_special_tokens?=true}          -> {count, max_model_len,
-                {model?, messages, add_generation_prompt?, ...}        tokens}
+                {model?, messages, add_generation_prompt?, ...}        tokens, token_strs?}
+                return_token_strs?=false
     /detokenize {model?, tokens}                                    -> {prompt}
 
 ``messages`` are rendered exactly as /v1/chat/completions renders them, so ``count`` equals that
@@ -13,6 +14,8 @@ parsed and tokenized on the generation routes' ParsePool, off the event loop (pa
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from aiohttp import web
 
@@ -31,16 +34,21 @@ class TokenizeRoutes:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
 
-    def _tokenize(self, raw: bytes) -> list[int]:
-        return self.parser.parse_tokenize(self.parser.decode_body(raw))
+    def _tokenize(self, raw: bytes) -> dict[str, Any]:
+        p = self.parser
+        body = p.decode_body(raw)
+        ids = p.parse_tokenize(body)
+        out = {"count": len(ids), "max_model_len": p.max_model_len, "tokens": ids}
+        if body.get("return_token_strs") is True:  # vLLM's: each id's vocabulary entry
+            out["token_strs"] = [p.tokenizer.id_to_token(t) for t in ids]
+        return out
 
     def _detokenize(self, raw: bytes) -> str:
         return self.parser.parse_detokenize(self.parser.decode_body(raw))
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        ids = await self.parse_pool.parse(await request.read(), self._tokenize)
-        return web.json_response({"count": len(ids), "max_model_len": self.parser.max_model_len,
-                                  "tokens": ids})
+        out = await self.parse_pool.parse(await request.read(), self._tokenize)
+        return web.json_response(out)
 
     async def detokenize(self, request: web.Request) -> web.Response:
         text = await self.parse_pool.parse(await request.read(), self._detokenize)

@@ -64,8 +64,9 @@ class GrammarSpec:
     ``grammar`` is llguidance's grammar JSON (what each sequence's matcher is built from).
     """
 
-    kind: str  # "json_object" | "json_schema"
-    schema: str  # canonical JSON text of the schema (json_object: {"type": "object"})
+    kind: str  # "json_object" | "json_schema" | "regex" | "grammar" | "choice"
+    schema: str  # canonical JSON text of the schema (json_object: {"type": "object"}), or the
+    # regex / Lark source
     name: str | None = None  # json_schema.name (echoed nowhere; kept for logs)
     grammar: str = field(default="", compare=False, repr=False)  # compiled, from the schema
     # what is probed alone before the request runs (grammar_compile.py, NOTE(budget)): every
@@ -98,6 +99,36 @@ class GrammarSpec:
         if err:
             raise _bad(f"invalid JSON schema: {err}")
         return cls(kind, text, name, grammar, _probes(schema))
+
+    @classmethod
+    def regex(cls, pattern: str) -> "GrammarSpec":
+        """Output matching ``pattern`` (llguidance's regex syntax, anchored at both ends)."""
+        return cls._checked("regex", pattern, llguidance.LLMatcher.grammar_from_regex)
+
+    @classmethod
+    def lark(cls, source: str) -> "GrammarSpec":
+        """Output in the language of a Lark grammar (llguidance's dialect, ``start`` rule)."""
+        return cls._checked("grammar", source, llguidance.LLMatcher.grammar_from_lark)
+
+    @classmethod
+    def choice(cls, options: list[str]) -> "GrammarSpec":
+        """Output exactly one of ``options`` (each a Lark string literal: JSON escapes)."""
+        rule = " | ".join(json.dumps(o, ensure_ascii=False) for o in options)
+        return cls._checked("choice", f"start: {rule}\n", llguidance.LLMatcher.grammar_from_lark)
+
+    @classmethod
+    def _checked(cls, kind: str, source: str, build: Any) -> "GrammarSpec":
+        if len(source) > MAX_SCHEMA_CHARS:
+            raise _bad(f"the {kind} is {len(source)} characters; at most {MAX_SCHEMA_CHARS}")
+        try:
+            grammar = build(source)
+        except ValueError as e:
+            raise _bad(f"invalid {kind}: {e}") from None
+        err = llguidance.LLMatcher.validate_grammar(
+            grammar, limits=llguidance.LLParserLimits(**LIMITS))
+        if err:
+            raise _bad(f"invalid {kind}: {err}")
+        return cls(kind, source, None, grammar)
 
 
 def _probes(schema: Any) -> tuple[Any, ...]:

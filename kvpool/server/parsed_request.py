@@ -1,0 +1,51 @@
+"""The result of parsing one generation request, and the 404 for an unknown model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvpool.errors import RequestError
+from kvpool.runtime.model.sampling import SamplingParams
+from kvpool.server.logprob_fields import LogprobRequest
+from kvpool.server.vllm_fields import VllmExtras
+
+__all__ = ["ModelNotFoundError", "ParsedRequest"]
+
+
+class ModelNotFoundError(RequestError):
+    """An unknown ``model``: 404 ``model_not_found``, as OpenAI and vLLM answer it."""
+
+    http_status = 404
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="model", code="model_not_found")
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """A validated request, ready for ``engine.generate``."""
+
+    kind: str  # "completion" | "chat"
+    model: str  # the served model name echoed back in responses
+    prompt_ids: list[int]  # token ids of the first prompt (BOS included when the tokenizer adds)
+    params: SamplingParams  # n, max_tokens, sampling, stop
+    stream: bool  # SSE instead of one JSON body
+    include_usage: bool  # stream_options.include_usage: a final usage chunk
+    cache_salt: str | None  # prefix-cache tenant isolation, passed to generate
+    priority: int  # scheduling priority, passed to generate
+    user: str | None  # end-user id (logged, not used)
+    prompts: tuple[list[int], ...] = ()  # every prompt (completions may send several)
+    prompt_texts: tuple[str | None, ...] = ()  # each prompt as sent, when it was text (echo)
+    logprob: LogprobRequest = LogprobRequest()  # logprobs / echo / prompt_logprobs asked for
+    # NOTE(echo-only): completions ``echo`` with ``max_tokens: 0`` (lm-eval's loglikelihood
+    # request): the prompt and its logprobs only. The engine runs one token (vLLM does the
+    # same) that the response never shows: no text, no logprobs, 0 completion tokens.
+    echo_only: bool = False
+    ignored: tuple[str, ...] = ()  # unknown body fields that were ignored (known_fields.py)
+    extras: VllmExtras = VllmExtras()  # vLLM's prompt / response-shape fields (vllm_fields.py)
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
+    echo_text: str = ""  # chat echo: the final assistant message, in front of the content
+
+    @property
+    def all_prompts(self) -> tuple[list[int], ...]:
+        return self.prompts or (self.prompt_ids,)

@@ -1,0 +1,46 @@
+"""Per-request ``chat_template`` sources, compiled once and kept in a small LRU.
+
+A client that sends its own template (vLLM's ``chat_template`` field) usually sends the same
+one on every request; compiling Jinja each time would cost more than rendering. At most
+``MAX_TEMPLATES`` compiled templates are kept, so a client sending a new source every time
+holds no more memory than that. A per-request template is rendered with the model's special
+tokens (``bos_token``...) like the model's own, and carries its own BOS.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from kvpool.errors import RequestError
+from kvpool.server.chat_template import ChatTemplateError, ModelChatTemplate
+
+__all__ = ["MAX_TEMPLATES", "TemplateCache"]
+
+MAX_TEMPLATES = 16
+
+
+class TemplateCache:
+    """Compiled per-request templates, keyed by source (least recently used goes first)."""
+
+    def __init__(self, default: Any) -> None:
+        self.default = default  # the server's template (model's or built-in)
+        self._compiled: OrderedDict[str, ModelChatTemplate] = OrderedDict()
+
+    def pick(self, source: str | None) -> Any:
+        """The template a request renders with: its own ``source``, else the default."""
+        if source is None:
+            return self.default
+        hit = self._compiled.get(source)
+        if hit is not None:
+            self._compiled.move_to_end(source)
+            return hit
+        special = getattr(self.default, "special_tokens", None)
+        try:
+            tpl = ModelChatTemplate(source, special, origin="the request's chat_template")
+        except ChatTemplateError as exc:
+            raise RequestError(f"chat_template: {exc}", param="chat_template") from None
+        self._compiled[source] = tpl
+        while len(self._compiled) > MAX_TEMPLATES:
+            self._compiled.popitem(last=False)
+        return tpl

@@ -1,0 +1,100 @@
+"""vLLM's extra request fields that change how a prompt is built or a response is shaped.
+
+- ``add_special_tokens`` (completions, chat, /tokenize): whether the tokenizer adds its BOS.
+  Completions default to true; chat defaults to the template's own rule (a model's template
+  carries its BOS, so false; the built-in one is plain text, so true). lm-eval's string mode
+  sends ``false`` and scores one BOS token off without it.
+- ``truncate_prompt_tokens``: keep only the last k prompt tokens (1 <= k <= max_model_len),
+  as vLLM truncates from the left.
+- ``chat_template`` (a Jinja source for this request) and ``chat_template_kwargs`` (extra
+  variables the template sees; ``messages`` and the other names the server sets are refused).
+- chat ``echo``: when the last message is the assistant's, its content comes back in front of
+  the generated content (vLLM's rule).
+- ``return_tokens_as_token_ids``: logprob tokens spelled ``token_id:<id>``, so clients that
+  cannot map a lone byte back to a token still can.
+- ``stream_options.continuous_usage_stats`` (with ``include_usage``): every chunk carries the
+  usage so far (protocol.py reads it beside ``include_usage``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kvpool.errors import RequestError
+
+__all__ = ["CHAT_EXTRAS", "COMPLETION_EXTRAS", "MAX_TEMPLATE_CHARS", "RESERVED_TEMPLATE_VARS",
+           "VllmExtras", "parse_vllm_extras"]
+
+MAX_TEMPLATE_CHARS = 64 * 1024  # one request's chat_template source, at most
+MAX_TEMPLATE_KWARGS = 64
+RESERVED_TEMPLATE_VARS = frozenset({"messages", "add_generation_prompt", "tools", "documents",
+                                    "bos_token", "eos_token", "pad_token", "unk_token"})
+COMPLETION_EXTRAS = frozenset({"add_special_tokens", "truncate_prompt_tokens",
+                               "return_tokens_as_token_ids"})
+CHAT_EXTRAS = COMPLETION_EXTRAS | {"chat_template", "chat_template_kwargs", "echo"}
+
+
+def _bad(param: str, message: str) -> RequestError:
+    return RequestError(f"{param}: {message}", param=param)
+
+
+@dataclass(frozen=True, slots=True)
+class VllmExtras:
+    """The vLLM extras of one request (``None``: not given)."""
+
+    add_special_tokens: bool | None = None
+    truncate_prompt_tokens: int | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
+    echo: bool = False  # chat: the final assistant message in front of the content
+    tokens_as_ids: bool = False  # return_tokens_as_token_ids
+
+
+def _bool(body: dict[str, Any], name: str) -> bool | None:
+    v = body.get(name)
+    if v is not None and not isinstance(v, bool):
+        raise _bad(name, f"must be a boolean, got {json.dumps(v)[:50]}")
+    return v
+
+
+def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -> VllmExtras:
+    truncate = body.get("truncate_prompt_tokens")
+    if truncate is not None:
+        if not isinstance(truncate, int) or isinstance(truncate, bool) \
+                or not 1 <= truncate <= max_model_len:
+            raise _bad("truncate_prompt_tokens", f"must be an integer in [1, {max_model_len}] "
+                       f"(the model's context), got {json.dumps(truncate)[:50]}")
+    if not chat:
+        return VllmExtras(_bool(body, "add_special_tokens"), truncate,
+                          tokens_as_ids=bool(_bool(body, "return_tokens_as_token_ids")))
+    return VllmExtras(_bool(body, "add_special_tokens"), truncate, template_source(body),
+                      template_kwargs(body), bool(_bool(body, "echo")),
+                      bool(_bool(body, "return_tokens_as_token_ids")))
+
+
+def template_source(body: dict[str, Any]) -> str | None:
+    source = body.get("chat_template")
+    if source is None:
+        return None
+    if not isinstance(source, str) or not source:
+        raise _bad("chat_template", "must be a non-empty string (a Jinja template)")
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise _bad("chat_template", f"at most {MAX_TEMPLATE_CHARS} characters, got "
+                   f"{len(source)}")
+    return source
+
+
+def template_kwargs(body: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    kw = body.get("chat_template_kwargs")
+    if kw is None:
+        return ()
+    if not isinstance(kw, dict) or len(kw) > MAX_TEMPLATE_KWARGS:
+        raise _bad("chat_template_kwargs", f"must be an object of at most "
+                   f"{MAX_TEMPLATE_KWARGS} variables")
+    reserved = sorted(set(kw) & RESERVED_TEMPLATE_VARS)
+    if reserved:
+        raise _bad("chat_template_kwargs", f"{reserved[0]!r} is set by the server and cannot "
+                   "be overridden")
+    return tuple(kw.items())

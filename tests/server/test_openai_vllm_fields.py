@@ -1,0 +1,181 @@
+"""vLLM's extra request fields through the openai client on a real server: each one changes
+what comes back the way vLLM's does."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import aiohttp
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+CHAT = [{"role": "user", "content": "Tell me a story"}]
+
+
+def client(srv) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
+
+
+async def tokenize(srv, body):
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.url + "/tokenize", json=body) as r:
+            return r.status, await r.json()
+
+
+async def test_add_special_tokens_drops_the_bos(srv):
+    m = srv.engine.model_name
+    async with client(srv) as c:
+        on = await c.completions.create(model=m, prompt="Hello there", max_tokens=1)
+        off = await c.completions.create(model=m, prompt="Hello there", max_tokens=1,
+                                         extra_body={"add_special_tokens": False})
+        assert off.usage.prompt_tokens == on.usage.prompt_tokens - 1
+        chat_on = await c.chat.completions.create(model=m, messages=CHAT, max_tokens=1)
+        chat_off = await c.chat.completions.create(model=m, messages=CHAT, max_tokens=1,
+                                                   extra_body={"add_special_tokens": False})
+        assert chat_off.usage.prompt_tokens == chat_on.usage.prompt_tokens - 1
+
+
+async def test_truncate_prompt_tokens_keeps_the_last_ones(srv):
+    m = srv.engine.model_name
+    text = "one two three four five six seven eight nine ten"
+    ids = srv.engine.tokenizer.encode(text)
+    async with client(srv) as c:
+        cut = await c.completions.create(model=m, prompt=text, max_tokens=6, temperature=0,
+                                         extra_body={"truncate_prompt_tokens": 5})
+        tail = await c.completions.create(model=m, prompt=ids[-5:], max_tokens=6, temperature=0)
+        assert cut.usage.prompt_tokens == 5 and cut.choices[0].text == tail.choices[0].text
+        chat = await c.chat.completions.create(model=m, messages=CHAT, max_tokens=1,
+                                               extra_body={"truncate_prompt_tokens": 4})
+        assert chat.usage.prompt_tokens == 4
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.completions.create(model=m, prompt=text, max_tokens=1,
+                                       extra_body={"truncate_prompt_tokens": 0})
+        assert info.value.body["param"] == "truncate_prompt_tokens"
+
+
+async def test_tokenize_return_token_strs(srv):
+    status, body = await tokenize(srv, {"prompt": "hi", "return_token_strs": True})
+    tok = srv.engine.tokenizer
+    assert status == 200 and body["token_strs"] == [tok.id_to_token(t) for t in body["tokens"]]
+    status, body = await tokenize(srv, {"prompt": "hi"})
+    assert status == 200 and "token_strs" not in body
+    status, body = await tokenize(srv, {"prompt": "hi", "return_token_strs": "yes"})
+    assert status == 400 and body["error"]["param"] == "return_token_strs"
+
+
+async def test_continuous_usage_stats_put_usage_in_every_chunk(srv):
+    async with client(srv) as c:
+        stream = await c.chat.completions.create(
+            model=srv.engine.model_name, messages=CHAT, max_tokens=6, stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True})
+        chunks = [ch async for ch in stream]
+    assert all(ch.usage is not None for ch in chunks)
+    done = [ch.usage.completion_tokens for ch in chunks]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == 6
+    assert len(set(ch.usage.prompt_tokens for ch in chunks)) == 1
+    assert all(ch.usage.total_tokens == ch.usage.prompt_tokens + ch.usage.completion_tokens
+               for ch in chunks)
+
+
+@pytest.mark.parametrize("extra, check", [
+    ({"guided_regex": "[0-9]{3}-[a-c]{2}"},
+     lambda t: re.fullmatch("[0-9]{3}-[a-c]{2}", t)),
+    ({"guided_choice": ["yes", "no", "maybe \"so\""]},
+     lambda t: t in ("yes", "no", "maybe \"so\"")),
+    ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer"}},
+                      "required": ["n"], "additionalProperties": False}},
+     lambda t: isinstance(json.loads(t)["n"], int)),
+    ({"guided_json": json.dumps({"type": "array", "items": {"type": "boolean"},
+                                 "minItems": 1, "maxItems": 3})},
+     lambda t: all(isinstance(x, bool) for x in json.loads(t))),
+    ({"guided_grammar": 'start: "(" num ("+" num)* ")"\nnum: /[1-9]/'},
+     lambda t: re.fullmatch(r"\([1-9](\+[1-9])*\)", t)),
+    ({"structured_outputs": {"regex": "ab+c"}}, lambda t: re.fullmatch("ab+c", t)),
+    ({"structured_outputs": {"choice": ["left", "right"]}}, lambda t: t in ("left", "right")),
+])
+async def test_guided_spellings_constrain_the_output(srv, extra, check):
+    async with client(srv) as c:
+        for seed in (1, 2):
+            r = await c.completions.create(model=srv.engine.model_name, prompt="x",
+                                           max_tokens=64, temperature=1.0, seed=seed,
+                                           extra_body=extra)
+            ch = r.choices[0]
+            assert ch.finish_reason == "stop" and check(ch.text), ch.text
+        chat = await c.chat.completions.create(model=srv.engine.model_name, messages=CHAT,
+                                               max_tokens=64, extra_body=extra)
+        assert check(chat.choices[0].message.content), chat.choices[0].message.content
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"guided_regex": "("}, "guided_regex"),
+    ({"guided_choice": []}, "guided_choice"),
+    ({"guided_grammar": "start: undefined_rule"}, "guided_grammar"),
+    ({"guided_regex": "a", "guided_choice": ["b"]}, "guided_regex"),
+    ({"guided_regex": "a", "response_format": {"type": "json_object"}}, "response_format"),
+    ({"structured_outputs": {"regex": "a", "foo": 1}}, "structured_outputs"),
+])
+async def test_guided_mistakes_are_400s_naming_the_field(srv, extra, param):
+    async with client(srv) as c:
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.completions.create(model=srv.engine.model_name, prompt="x", max_tokens=4,
+                                       extra_body=extra)
+        assert info.value.body["param"] == param, info.value.body
+
+
+async def test_per_request_chat_template_and_its_kwargs(srv):
+    tpl = "{% for m in messages %}{{ greeting }}{{ m.content }}|{% endfor %}"
+    extra = {"chat_template": tpl, "chat_template_kwargs": {"greeting": "Dear "}}
+    want = srv.engine.tokenizer.encode("Dear Tell me a story|", add_special_tokens=False)
+    status, body = await tokenize(srv, {"messages": CHAT, **extra})
+    assert status == 200 and body["tokens"] == want
+    async with client(srv) as c:
+        r = await c.chat.completions.create(model=srv.engine.model_name, messages=CHAT,
+                                            max_tokens=2, extra_body=extra)
+        assert r.usage.prompt_tokens == len(want)
+        for bad, param in (({"chat_template": "{% for %}"}, "chat_template"),
+                           ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs")):
+            with pytest.raises(openai.BadRequestError) as info:
+                await c.chat.completions.create(model=srv.engine.model_name, messages=CHAT,
+                                                max_tokens=2, extra_body=bad)
+            assert info.value.body["param"] == param
+
+
+async def test_chat_echo_returns_the_final_assistant_message(srv):
+    msgs = CHAT + [{"role": "assistant", "content": "Once upon a time"}]
+    extra = {"echo": True, "continue_final_message": True, "add_generation_prompt": False}
+    async with client(srv) as c:
+        r = await c.chat.completions.create(model=srv.engine.model_name, messages=msgs,
+                                            max_tokens=4, temperature=0, extra_body=extra)
+        plain = await c.chat.completions.create(
+            model=srv.engine.model_name, messages=msgs, max_tokens=4, temperature=0,
+            extra_body={k: v for k, v in extra.items() if k != "echo"})
+        text = r.choices[0].message.content
+        assert text == "Once upon a time" + plain.choices[0].message.content
+        stream = await c.chat.completions.create(model=srv.engine.model_name, messages=msgs,
+                                                 max_tokens=4, temperature=0, stream=True,
+                                                 extra_body=extra)
+        parts = [ch.choices[0].delta.content or "" async for ch in stream if ch.choices]
+        assert "".join(parts) == text
+        user_last = await c.chat.completions.create(model=srv.engine.model_name, messages=CHAT,
+                                                    max_tokens=4, temperature=0,
+                                                    extra_body={"echo": True})
+        assert not user_last.choices[0].message.content.startswith("Tell me")
+
+
+async def test_return_tokens_as_token_ids(srv):
+    async with client(srv) as c:
+        chat = await c.chat.completions.create(
+            model=srv.engine.model_name, messages=CHAT, max_tokens=4, logprobs=True,
+            top_logprobs=2, extra_body={"return_tokens_as_token_ids": True})
+        content = chat.choices[0].logprobs.content
+        assert len(content) == 4
+        assert all(re.fullmatch(r"token_id:\d+", e.token) for e in content)
+        assert all(re.fullmatch(r"token_id:\d+", t.token) for e in content
+                   for t in e.top_logprobs)
+        r = await c.completions.create(model=srv.engine.model_name, prompt="hi", max_tokens=3,
+                                       logprobs=1,
+                                       extra_body={"return_tokens_as_token_ids": True})
+        assert all(t.startswith("token_id:") for t in r.choices[0].logprobs.tokens)
+        assert r.choices[0].text and not r.choices[0].text.startswith("token_id:")
