@@ -4,7 +4,7 @@ finish reasons and the latency histograms.
 Stop strings: a sequence's text is released only up to the point where no stop string can still
 start (the longest stop string minus one character is held back), so a stream never shows the
 beginning of a stop string that then matches; the matched stop string and everything after it
-are cut, as in the OpenAI API.
+are cut, as in the OpenAI API (vLLM's ``include_stop_str_in_output`` keeps the stop string).
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ class OutputProcessor:
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
             seq_ids: tuple[int, ...], arrival: float) -> None:
         tok = self.tokenizer
-        seqs = {s: SeqState(i, tok.detokenizer()) for i, s in enumerate(seq_ids)}
+        skip = params.skip_special_tokens
+        seqs = {s: SeqState(i, tok.detokenizer(skip)) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
         self.requests[request_id] = RequestState(
             request_id, params, prompt_ids, arrival, seqs, hold=hold,
@@ -158,7 +159,8 @@ class OutputProcessor:
                 best = (i, stop)
         if best is None:
             return None
-        s.text = s.text[: best[0]]
+        # vLLM's include_stop_str_in_output keeps the stop string (what follows it is cut)
+        s.text = s.text[: best[0] + (len(best[1]) if r.params.include_stop_str_in_output else 0)]
         s.finish_reason, s.stop_reason = "stop", best[1]
         return best[1]
 

@@ -44,6 +44,7 @@ class ParsedRequest:
     ignored: tuple[str, ...] = ()  # unknown body fields that were ignored (known_fields.py)
     extras: VllmExtras = VllmExtras()  # vLLM's prompt / response-shape fields (vllm_fields.py)
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
+    return_n: int | None = None  # best_of > n: params.n = best_of run, the n best returned
     echo_text: str = ""  # chat echo: the final assistant message, in front of the content
 
     @property

@@ -125,9 +125,6 @@ class RequestParser:
         ignored = self.fields.check(body, KNOWN_COMPLETION)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
-        best_of = body.get("best_of")
-        if best_of is not None and best_of not in (1, body.get("n") or 1):
-            raise _bad("best_of", "is not supported (use n)", "unsupported_parameter")
         extras = parse_vllm_extras(body, chat=False, max_model_len=self.max_model_len)
         prompts = self._prompts(body.get("prompt"), extras)
         echo_only = body.get("max_tokens") == 0 and body.get("echo") is True \
@@ -220,6 +217,7 @@ class RequestParser:
         n = self._opt(body, "n", int, 1)
         if not 1 <= n <= self.max_n:
             raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
+        best_of = self._best_of(body, n, stream) if kind == "completion" else n
         salt = self._opt(body, "cache_salt", str, None)
         # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
         if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
@@ -230,8 +228,11 @@ class RequestParser:
             raise _bad("priority", "must fit in a 32-bit signed integer")
         lp = parse_logprob_fields(body, chat=kind == "chat", max_logprobs=self.max_logprobs,
                                   stream=stream)
+        # best_of > n: best_of run, the n of highest cumulative logprob return (vLLM v0's
+        # rule), so each sampled token's logprob is needed even when none is shown
+        engine_lps = lp.logprobs if best_of == n or lp.logprobs is not None else 0
         params = SamplingParams(
-            n=n, max_tokens=max_tokens,
+            n=best_of, max_tokens=max_tokens,
             temperature=self._opt(body, "temperature", float, 1.0),
             top_p=self._opt(body, "top_p", float, 1.0),
             top_k=self._top_k(body),
@@ -239,15 +240,26 @@ class RequestParser:
             stop=self._stop(body.get("stop")),
             stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
             ignore_eos=self._opt(body, "ignore_eos", bool, False),
-            logprobs=lp.logprobs, prompt_logprobs=lp.engine_prompt_logprobs,
-            **parse_sampling_controls(body, self.vocab_size))
+            logprobs=engine_lps, prompt_logprobs=lp.engine_prompt_logprobs,
+            **parse_sampling_controls(body, self.vocab_size, self.tokenizer))
         return ParsedRequest(kind=kind, model=model, prompt_ids=prompts[0][0], params=params,
                              stream=stream, include_usage=include_usage, cache_salt=salt,
                              priority=priority, user=self._opt(body, "user", str, None),
                              prompts=tuple(ids for ids, _ in prompts),
                              prompt_texts=tuple(t for _, t in prompts), logprob=lp,
                              echo_only=echo_only, ignored=ignored, extras=extras,
-                             continuous_usage=continuous, echo_text=echo_text)
+                             continuous_usage=continuous, echo_text=echo_text,
+                             return_n=n if best_of > n else None)
+
+    def _best_of(self, body: dict[str, Any], n: int, stream: bool) -> int:
+        best_of = self._opt(body, "best_of", int, n)
+        if not n <= best_of <= self.max_n:
+            raise _bad("best_of", f"must be between n ({n}) and {self.max_n}, got "
+                       f"{shown(best_of)}")
+        if best_of > n and stream:
+            raise _bad("best_of", "cannot be larger than n when streaming (the best ones are "
+                       "known only at the end)")
+        return best_of
 
     def _stream_options(self, options: Any, stream: bool) -> tuple[bool, bool]:
         """(include_usage, vLLM's continuous_usage_stats: usage in every chunk)."""

@@ -16,7 +16,8 @@ has ``"choices": []`` and the usage. Chat ``echo`` (vLLM): the final assistant m
 the content (the role chunk of a stream carries it).
 
 Several prompts (completions): prompt i's sequence j is choice ``i * n + j`` (OpenAI's order);
-usage sums over the prompts. Each choice carries vLLM's ``stop_reason`` (the stop string or
+usage sums over the prompts. ``best_of`` > n: each prompt's ``best_of`` sequences run and the
+n of highest cumulative logprob are its choices (vLLM v0's rule), usage counting those. Each choice carries vLLM's ``stop_reason`` (the stop string or
 stop token id that ended it, else null); logprobs per logprob_format.py.
 """
 
@@ -67,6 +68,7 @@ class ResponseBuilder:
         self.stop_reason: list[str | int | None] = [None] * total
         self.offsets = [0] * total  # completions text_offset of the next token
         self.logprobs: list[Any] = [None] * total  # per choice: merged logprobs object / list
+        self.cum_logprob = [0.0] * total  # best_of: the ranking of the choices
         self.prompt_tokens = [len(p) for p in prompts]
         self.cached_tokens = [0] * len(prompts)
         self.prompt_finished = [False] * len(prompts)
@@ -104,6 +106,8 @@ class ResponseBuilder:
             if c.finish_reason is not None:
                 self.finish[i] = c.finish_reason
                 self.stop_reason[i] = c.stop_reason
+            if c.logprobs:
+                self.cum_logprob[i] += sum(x.logprob for x in c.logprobs)
             lp = self._fold_logprobs(i, c)
             if c.text or c.finish_reason is not None or lp:
                 reason = c.finish_reason if c.finish_reason in OPENAI_FINISH else None
@@ -172,9 +176,21 @@ class ResponseBuilder:
         return None
 
     # ---- rendering ----------------------------------------------------------------------------
+    def returned(self) -> list[int]:
+        """The choices a response shows: all, or (best_of > n) each prompt's ``return_n``
+        of highest cumulative logprob, best first."""
+        keep = self.req.return_n
+        if keep is None:
+            return list(range(len(self.texts)))
+        out = []
+        for start in range(0, len(self.texts), self.n):
+            group = range(start, start + self.n)
+            out += sorted(group, key=lambda i: -self.cum_logprob[i])[:keep]
+        return out
+
     @property
     def completion_tokens(self) -> int:
-        return sum(self.num_generated)
+        return sum(self.num_generated[i] for i in self.returned())
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -240,17 +256,18 @@ class ResponseBuilder:
         """The non-streaming response."""
         choices = []
         want_prompt = self.lp.prompt_logprobs is not None
-        for i, parts in enumerate(self.texts):
-            text = "".join(parts)
+        for shown_at, i in enumerate(self.returned()):
+            text = "".join(self.texts[i])
             reason = self.finish[i] if self.finish[i] in OPENAI_FINISH else "stop"
             lp = self.logprobs[i]
             if self.chat:
-                choice = {"index": i, "message": {"role": "assistant",
+                choice = {"index": shown_at, "message": {"role": "assistant",
                                                   "content": self.req.echo_text + text},
                           "logprobs": lp if lp is not None or self.lp.logprobs is None
                           else {"content": []}, "finish_reason": reason}
             else:
-                choice = {"index": i, "text": text, "logprobs": lp, "finish_reason": reason}
+                choice = {"index": shown_at, "text": text, "logprobs": lp,
+                          "finish_reason": reason}
                 if want_prompt:
                     choice["prompt_logprobs"] = self.prompt_lps[i // self.n]
             choice["stop_reason"] = self._stop_reason(i, self.finish[i])

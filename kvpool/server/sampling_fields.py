@@ -2,7 +2,11 @@
 
 ``presence_penalty``, ``frequency_penalty`` (OpenAI), ``repetition_penalty``, ``min_p``,
 ``min_tokens`` (vLLM's extras), ``logit_bias`` and ``response_format`` (structured output, in
-OpenAI's shapes, compiled by kvpool/runtime/model/grammar.py). JSON types and token ids are
+OpenAI's shapes, compiled by kvpool/runtime/model/grammar.py; vLLM's guided_* spellings:
+guided_fields.py). vLLM's ``allowed_token_ids``, ``bad_words`` (each word tokenized as vLLM
+does: alone and after a space), ``include_stop_str_in_output``, ``skip_special_tokens`` and
+``spaces_between_special_tokens`` (checked; ``tokenizers`` decoders never put spaces between
+special tokens, so vLLM's fast detokenizer and this one read the same either way). JSON types and token ids are
 checked here (the tokenizer's vocabulary is known here); value ranges by :class:`SamplingParams`
 itself, so both paths answer 400 naming the field.
 """
@@ -20,8 +24,12 @@ from kvpool.server.guided_fields import GUIDED_FIELDS, parse_guided
 __all__ = ["MAX_LOGIT_BIAS_ENTRIES", "SAMPLING_FIELDS", "parse_sampling_controls"]
 
 MAX_LOGIT_BIAS_ENTRIES = 1024  # one request may not build an unbounded per-step index
+MAX_BAD_WORDS = 64
+MAX_BAD_WORD_TOKENS = 64
 _NUMBERS = ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
-SAMPLING_FIELDS = frozenset(_NUMBERS + ("min_tokens", "logit_bias", "response_format")) \
+_FLAGS = ("include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens")
+SAMPLING_FIELDS = frozenset(_NUMBERS + _FLAGS + ("min_tokens", "logit_bias", "response_format",
+                                                 "allowed_token_ids", "bad_words")) \
     | GUIDED_FIELDS
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
 _FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
@@ -36,9 +44,11 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def parse_sampling_controls(body: dict[str, Any], vocab_size: int) -> dict[str, Any]:
-    """Only the fields present (``null`` = not given); SamplingParams' defaults do the rest."""
-    out: dict[str, Any] = {}
+def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
+                            tokenizer: Any = None) -> dict[str, Any]:
+    """Only the fields present (``null`` = not given); SamplingParams' defaults do the rest.
+    ``tokenizer`` encodes ``bad_words`` (without one, bad_words is refused)."""
+    out: dict[str, Any] = _vllm_controls(body, vocab_size, tokenizer)
     for name in _NUMBERS:
         v = body.get(name)
         if v is None:
@@ -101,6 +111,47 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
         raise _bad(p, "json_schema.strict must be a boolean")
     schema = js.get("schema")
     return GrammarSpec.json_schema({} if schema is None else schema, name)
+
+
+def _vllm_controls(body: dict[str, Any], vocab_size: int, tokenizer: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in _FLAGS:
+        v = body.get(name)
+        if v is not None and not isinstance(v, bool):
+            raise _bad(name, f"must be a boolean, got {json.dumps(v)[:50]}")
+        if v is not None and name != "spaces_between_special_tokens":
+            out[name] = v
+    ids = body.get("allowed_token_ids")
+    if ids is not None:
+        if not isinstance(ids, list) or not ids or len(ids) > vocab_size or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size
+                for t in ids):
+            raise _bad("allowed_token_ids", f"must be a non-empty list of token ids in "
+                       f"[0, {vocab_size})", "invalid_token_id")
+        out["allowed_token_ids"] = tuple(sorted(set(ids)))
+    words = body.get("bad_words")
+    if words is not None:
+        out["bad_words_ids"] = _bad_words(words, tokenizer)
+    return out
+
+
+def _bad_words(words: Any, tokenizer: Any) -> tuple[tuple[int, ...], ...]:
+    """vLLM's rule: each word as its own token ids and as the ids of " word" (a word inside a
+    sentence usually carries its leading space), duplicates once."""
+    if not isinstance(words, list) or len(words) > MAX_BAD_WORDS \
+            or not all(isinstance(w, str) and w for w in words):
+        raise _bad("bad_words", f"must be a list of at most {MAX_BAD_WORDS} non-empty strings")
+    if tokenizer is None:
+        raise _bad("bad_words", "needs the server's tokenizer")
+    out: dict[tuple[int, ...], None] = {}
+    for w in words:
+        for text in (w, " " + w.lstrip()):
+            ids = tuple(tokenizer.encode_unlocked(text, add_special_tokens=False))
+            if len(ids) > MAX_BAD_WORD_TOKENS:
+                raise _bad("bad_words", f"a word may be at most {MAX_BAD_WORD_TOKENS} tokens")
+            if ids:
+                out[ids] = None
+    return tuple(out)
 
 
 def _logit_bias(bias: Any, vocab_size: int) -> dict[int, float]:

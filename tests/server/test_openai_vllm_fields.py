@@ -179,3 +179,78 @@ async def test_return_tokens_as_token_ids(srv):
                                        extra_body={"return_tokens_as_token_ids": True})
         assert all(t.startswith("token_id:") for t in r.choices[0].logprobs.tokens)
         assert r.choices[0].text and not r.choices[0].text.startswith("token_id:")
+
+
+async def test_include_stop_str_in_output_keeps_the_stop_string(srv):
+    m = srv.engine.model_name
+    async with client(srv) as c:
+        base = await c.completions.create(model=m, prompt="A paged cache", max_tokens=24,
+                                          temperature=0)
+        text = base.choices[0].text
+        stop = text[5:7]
+        cut = text[:text.index(stop)]
+        for stream in (False, True):
+            kw = dict(model=m, prompt="A paged cache", max_tokens=24, temperature=0,
+                      stop=[stop], extra_body={"include_stop_str_in_output": True})
+            if stream:
+                got = "".join([ch.choices[0].text async for ch in
+                               await c.completions.create(stream=True, **kw) if ch.choices])
+            else:
+                got = (await c.completions.create(**kw)).choices[0].text
+            assert got == cut + stop
+        plain = await c.completions.create(model=m, prompt="A paged cache", max_tokens=24,
+                                           temperature=0, stop=[stop])
+        assert plain.choices[0].text == cut
+
+
+async def test_skip_special_tokens_false_shows_them(srv):
+    eos = srv.engine.tokenizer.eos_token_id
+    kw = dict(model=srv.engine.model_name, prompt="hi", max_tokens=3, temperature=0,
+              logit_bias={str(eos): 100})
+    async with client(srv) as c:
+        shown = await c.completions.create(extra_body={"skip_special_tokens": False,
+                                                       "ignore_eos": True}, **kw)
+        hidden = await c.completions.create(extra_body={"ignore_eos": True}, **kw)
+    special = srv.engine.tokenizer.id_to_token(eos)
+    assert shown.choices[0].text == special * 3 and hidden.choices[0].text == ""
+
+
+async def test_allowed_token_ids_and_bad_words(srv):
+    tok = srv.engine.tokenizer
+    allowed = tok.encode("xyz", add_special_tokens=False)
+    async with client(srv) as c:
+        r = await c.completions.create(model=srv.engine.model_name, prompt="hello", n=3,
+                                       max_tokens=8, temperature=1.0, seed=5,
+                                       extra_body={"allowed_token_ids": allowed})
+        for ch in r.choices:
+            assert set(ch.text) <= set("xyz") and ch.text, ch.text
+        base = await c.completions.create(model=srv.engine.model_name, prompt="hello",
+                                          max_tokens=12, temperature=0)
+        word = base.choices[0].text[2:4]
+        banned = await c.completions.create(model=srv.engine.model_name, prompt="hello",
+                                            max_tokens=12, temperature=0,
+                                            extra_body={"bad_words": [word]})
+        assert word not in banned.choices[0].text and banned.choices[0].text
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.completions.create(model=srv.engine.model_name, prompt="x", max_tokens=2,
+                                       extra_body={"allowed_token_ids": [10**9]})
+        assert info.value.body["param"] == "allowed_token_ids"
+
+
+async def test_best_of_returns_the_n_most_likely(srv):
+    m = srv.engine.model_name
+    kw = dict(model=m, prompt="Count: 1 2", max_tokens=6, temperature=1.0, seed=11)
+    async with client(srv) as c:
+        every = await c.completions.create(n=4, logprobs=0, **kw)
+        best = await c.completions.create(n=2, extra_body={"best_of": 4}, **kw)
+    score = {ch.text: sum(ch.logprobs.token_logprobs) for ch in every.choices}
+    want = sorted(score, key=lambda t: -score[t])[:2]
+    assert [ch.text for ch in best.choices] == want
+    assert [ch.index for ch in best.choices] == [0, 1]
+    assert all(ch.logprobs is None for ch in best.choices)
+    assert best.usage.completion_tokens == sum(
+        len(ch.logprobs.tokens) for ch in every.choices if ch.text in want)
+    async with client(srv) as c:
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.completions.create(n=2, stream=True, extra_body={"best_of": 3}, **kw)
+        assert info.value.body["param"] == "best_of"

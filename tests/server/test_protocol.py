@@ -128,10 +128,17 @@ def test_all_supported_fields_reach_the_request():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("best_of", 3), ("suffix", "x"),
+    ("suffix", "x"),
 ])
 def test_unimplemented_openai_features_are_rejected(field, value):
     rejects(P.parse_completion, {"prompt": "hi", field: value}, field, "unsupported_parameter")
+
+
+def test_best_of_runs_more_and_returns_n():
+    req = P.parse_completion({"prompt": "hi", "n": 2, "best_of": 3})
+    assert req.params.n == 3 and req.return_n == 2 and req.params.logprobs == 0
+    rejects(P.parse_completion, {"prompt": "hi", "n": 2, "best_of": 1}, "best_of")
+    rejects(P.parse_completion, {"prompt": "hi", "best_of": 99}, "best_of")
 
 
 def test_unknown_model():

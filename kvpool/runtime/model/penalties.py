@@ -14,6 +14,9 @@ Order (vLLM v1's, so a request reads the same here as there)::
 - ``frequency_penalty`` f, ``presence_penalty`` r (OpenAI): over generated tokens,
   ``logit -= f * count + r * (count > 0)``.
 - ``min_p`` m: keep tokens whose probability (after temperature) is >= m * the top probability.
+- vLLM's ``allowed_token_ids``: every other token is masked to -inf; ``bad_words`` (as token
+  sequences): the last token of a word is masked when the sequence's generated tokens end with
+  the rest of it (a one-token word is always masked). Both after the bias, as in vLLM v1.
 
 Each step builds what it needs from the rows' histories: one ``bincount`` over the flattened
 ids of the penalised rows gives their ``[rows, vocab]`` counts; rows that use nothing cost one
@@ -42,7 +45,7 @@ class SeqHistory:
 def needs_history(p: Any) -> bool:
     """Whether a row's parameters read its token history (penalties, min_tokens)."""
     return bool(p.min_tokens or p.frequency_penalty or p.presence_penalty
-                or p.repetition_penalty != 1.0)
+                or p.repetition_penalty != 1.0 or p.bad_words_ids)
 
 
 def _counts(lists: Sequence[Sequence[int]], vocab: int, device: torch.device) -> torch.Tensor:
@@ -72,6 +75,24 @@ def _index_add(logits: torch.Tensor, rows: list[int], cols: list[int], values) -
         logits.index_put_((r, c), v, accumulate=True)
 
 
+def _banned_by_words(words: Sequence[Sequence[int]], output: Sequence[int]) -> list[int]:
+    """The last token of each bad word whose other tokens end ``output``."""
+    out = []
+    for w in words:
+        head = len(w) - 1
+        if head == 0 or (len(output) >= head and list(output[-head:]) == list(w[:-1])):
+            out.append(w[-1])
+    return out
+
+
+def _keep_only(logits: torch.Tensor, row: int, ids: Sequence[int]) -> None:
+    keep = torch.zeros(logits.shape[1], dtype=torch.bool, device=logits.device)
+    cols = torch.tensor([t for t in ids if t < logits.shape[1]], dtype=torch.long,
+                        device=logits.device)
+    keep[cols] = True
+    logits[row].masked_fill_(~keep, float("-inf"))
+
+
 def apply_logit_adjustments(logits: torch.Tensor, params: Sequence[Any],
                             histories: Sequence[SeqHistory] | None,
                             eos_token_ids: Sequence[int]) -> torch.Tensor:
@@ -93,10 +114,16 @@ def apply_logit_adjustments(logits: torch.Tensor, params: Sequence[Any],
             stops = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_token_ids))
             mask_rows += [i] * len(stops)
             mask_cols += sorted(stops)
+        banned = _banned_by_words(p.bad_words_ids, histories[i].output_ids)
+        mask_rows += [i] * len(banned)
+        mask_cols += banned
         if p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0:
             pen.append(i)
     if bias_rows:
         _index_add(logits, bias_rows, bias_cols, bias_vals)
+    for i, p in enumerate(params):
+        if p.allowed_token_ids:
+            _keep_only(logits, i, p.allowed_token_ids)
     if mask_rows:
         _index_add(logits, mask_rows, mask_cols, float("-inf"))
     if pen:

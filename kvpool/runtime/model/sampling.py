@@ -90,6 +90,11 @@ class SamplingParams:
     response_format: GrammarSpec | None = None  # structured output (grammar.py); None = text
     logprobs: int | None = None  # per generated token: its logprob + this many top ones
     prompt_logprobs: int | None = None  # per prompt token (vLLM): logprob + this many top ones
+    # vLLM's extras
+    allowed_token_ids: tuple[int, ...] = ()  # sample only among these (empty: all)
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()  # token sequences never completed
+    include_stop_str_in_output: bool = False  # keep the matched stop string in the text
+    skip_special_tokens: bool = True  # special tokens (</s>...) left out of the text
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
@@ -126,6 +131,7 @@ class SamplingParams:
                                                                GrammarSpec):
             raise SamplingParamsError("response_format", "must be a GrammarSpec (grammar.py)")
         self._check_adjustments()
+        self._check_vllm_extras()
         for name in ("logprobs", "prompt_logprobs"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 0):
@@ -158,10 +164,25 @@ class SamplingParams:
                                                         f"in [-100, 100], got {shown(b)}")
         object.__setattr__(self, "logit_bias", tuple((t, float(b)) for t, b in pairs))
 
+    def _check_vllm_extras(self) -> None:
+        for name in ("include_stop_str_in_output", "skip_special_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise SamplingParamsError(name, f"must be a boolean, got {shown(v)}")
+        ids = tuple(self.allowed_token_ids or ())
+        if not all(_is_int(t) and t >= 0 for t in ids):
+            raise SamplingParamsError("allowed_token_ids", "must be token ids >= 0")
+        object.__setattr__(self, "allowed_token_ids", ids)
+        words = tuple(tuple(w) for w in (self.bad_words_ids or ()))
+        if not all(w and all(_is_int(t) and t >= 0 for t in w) for w in words):
+            raise SamplingParamsError("bad_words", "must be non-empty token id sequences")
+        object.__setattr__(self, "bad_words_ids", words)
+
     @property
     def adjusts_logits(self) -> bool:
-        """Whether any of bias / min_tokens / penalties applies (the sampler's fast check)."""
-        return bool(self.logit_bias) or needs_history(self)
+        """Whether any of bias / min_tokens / penalties / allowed_token_ids / bad words applies
+        (the sampler's fast check)."""
+        return bool(self.logit_bias or self.allowed_token_ids) or needs_history(self)
 
     @property
     def needs_history(self) -> bool:
