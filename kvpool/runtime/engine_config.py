@@ -37,7 +37,9 @@ class EngineConfig:
     seed: int = 0  # --seed: the tiny model's weights and the shared sampling RNG
     max_queue: int = 1024  # --max-queue: waiting requests before 503 Retry-After
     max_n: int = 16  # --max-n: completions per request, at most
-    max_tokens_limit: int = 4096  # --max-tokens-limit: max_tokens per request, at most
+    # --max-tokens-limit: max_tokens per request, at most; None: the context length (vLLM's
+    # bound: a prompt plus its max_tokens fit max_model_len, so the context bounds the work)
+    max_tokens_limit: int | None = None
     max_stop: int = 16  # --max-stop: stop strings per request, at most
     max_logprobs: int = 20  # --max-logprobs: k of logprobs / top_logprobs, at most (vLLM's)
     # --num-threads: torch intra-op threads, set by the `kvpool serve` entry point (process-wide
@@ -48,6 +50,8 @@ class EngineConfig:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_queue",
                      "max_n", "max_tokens_limit", "max_stop"):
             v = getattr(self, name)
+            if v is None and name == "max_tokens_limit":
+                continue
             require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
                      f"--{name.replace('_', '-')}={v!r} is invalid: use an int >= 1")
         require(self.dtype in ("auto", "float32", "bfloat16", "float16"),

@@ -29,12 +29,14 @@ from aiohttp import web
 from kvpool.metrics import KVPoolMetrics
 from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.chat_template import load_chat_template
+from kvpool.server.generation_config import load_generation_defaults
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
+from kvpool.server.request_id import add_request_id
 from kvpool.server.shutdown import DrainGate
 from kvpool.server.tenant import TenantEngine, tenant_middleware
 
@@ -66,7 +68,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               tenant_header: str | None = None,
               shared_prefix_cache: bool = False,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
-              reject_unknown_fields: bool = False) -> web.Application:
+              reject_unknown_fields: bool = False,
+              generation_config: str | None = "auto") -> web.Application:
     """The OpenAI-compatible app.
 
     ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
@@ -84,6 +87,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     before its connection is closed (handlers.py, NOTE(slow-reader)).
     ``reject_unknown_fields``: 400 for body fields this server does not know (default: ignored
     and listed in a response header, as vLLM ignores them; known_fields.py).
+    ``generation_config``: where request sampling defaults come from (generation_config.py):
+    ``auto`` the model directory's generation_config.json, ``vllm`` none, or a directory.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -97,12 +102,14 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     names = served_model_names or tuple(dict.fromkeys(
         n for n in (engine.model_name, config.served_model_name) if n))
     parser = RequestParser(engine.tokenizer, names, engine.max_model_len,
-                           max_n=config.max_n, max_tokens_limit=config.max_tokens_limit,
+                           max_n=config.max_n,
+                           max_tokens_limit=config.max_tokens_limit or engine.max_model_len,
                            max_stop=config.max_stop, max_json_depth=max_json_depth,
                            chat_template=load_chat_template(config.tokenizer or config.model,
                                                             chat_template),
                            max_logprobs=config.max_logprobs, max_prompts=config.max_queue,
-                           reject_unknown_fields=reject_unknown_fields)
+                           reject_unknown_fields=reject_unknown_fields,
+                           defaults=load_generation_defaults(generation_config, config.model))
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
                                shared=shared_prefix_cache)
@@ -123,6 +130,7 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     app[DRAIN_KEY] = gate
     app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
     app[_MANAGE_ENGINE_KEY] = manage_engine
+    app.on_response_prepare.append(add_request_id)  # X-Request-Id, echoed or made up
     app.on_shutdown.append(_start_draining)
     app.on_cleanup.append(_close_routes)
     app.cleanup_ctx.append(_engine_lifetime)

@@ -29,7 +29,6 @@ Policy, in one place:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +41,7 @@ from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETO
                                         KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
                                         UNSUPPORTED_COMPLETION, FieldPolicy, check_unsupported)
 from kvpool.server.body_bound import MAX_JSON_BYTES_PER_CHAR
+from kvpool.server.body_fields import is_int, opt, stream_options, with_defaults
 from kvpool.server.logprob_fields import DEFAULT_MAX_LOGPROBS, parse_logprob_fields
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
 from kvpool.server.sampling_fields import parse_sampling_controls
@@ -65,14 +65,6 @@ def _truncate(ids: list[int], keep: int | None) -> list[int]:
     return ids if keep is None or len(ids) <= keep else ids[-keep:]
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 class RequestParser:
     """Validates OpenAI completion/chat bodies against the model and EngineConfig bounds."""
 
@@ -80,11 +72,16 @@ class RequestParser:
                  max_n: int, max_tokens_limit: int, max_stop: int,
                  max_json_depth: int = MAX_JSON_DEPTH,
                  chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
-                 max_prompts: int = 1024, reject_unknown_fields: bool = False) -> None:
+                 max_prompts: int = 1024, reject_unknown_fields: bool = False,
+                 defaults: dict[str, Any] | None = None) -> None:
         """``chat_template``: the model's (chat_template.ModelChatTemplate) or None for the
         built-in :class:`ChatTemplate`. ``reject_unknown_fields``: 400 for a field this
-        server does not know (default: ignored, as vLLM does)."""
+        server does not know (default: ignored, as vLLM does). ``defaults``: request-field
+        defaults from the model's generation_config.json (generation_config.py)."""
         self.fields = FieldPolicy(reject_unknown_fields)
+        defaults = dict(defaults or {})
+        self.default_max_tokens: int | None = defaults.pop("max_tokens", None)
+        self.defaults = defaults  # sampling fields a request leaves out take these
         self.tokenizer = tokenizer
         self.model_names = tuple(dict.fromkeys(n for n in model_names if n))
         self.max_model_len = max_model_len
@@ -123,12 +120,13 @@ class RequestParser:
     # ---- endpoints --------------------------------------------------------------------------
     def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:
         ignored = self.fields.check(body, KNOWN_COMPLETION)
+        body = with_defaults(body, self.defaults)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         extras = parse_vllm_extras(body, chat=False, max_model_len=self.max_model_len)
         prompts = self._prompts(body.get("prompt"), extras)
         echo_only = body.get("max_tokens") == 0 and body.get("echo") is True \
-            and _is_int(body.get("max_tokens"))
+            and is_int(body.get("max_tokens"))
         max_tokens, mt_param = (1, "max_tokens") if echo_only else \
             self._max_tokens(body, ("max_tokens",))
         return self._finish(body, "completion", model, prompts, "prompt", max_tokens, mt_param,
@@ -137,6 +135,7 @@ class RequestParser:
 
     def parse_chat(self, body: dict[str, Any]) -> ParsedRequest:
         ignored = self.fields.check(body, KNOWN_CHAT)
+        body = with_defaults(body, self.defaults)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_CHAT)
         extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
@@ -158,7 +157,7 @@ class RequestParser:
         prompt, messages = body.get("prompt"), body.get("messages")
         if (prompt is None) == (messages is None):
             raise _bad("prompt", "give exactly one of prompt or messages")
-        self._opt(body, "return_token_strs", bool, False)  # the route reads it
+        opt(body, "return_token_strs", bool, False)  # the route reads it
         extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
         add = extras.add_special_tokens
         if messages is not None:
@@ -178,8 +177,8 @@ class RequestParser:
         messages = parse_messages(body.get("messages"))
         # vLLM's spelling and rule: continuing the last (assistant) message and opening a new
         # assistant turn contradict each other
-        add_gen = self._opt(body, "add_generation_prompt", bool, True)
-        cont = self._opt(body, "continue_final_message", bool, False)
+        add_gen = opt(body, "add_generation_prompt", bool, True)
+        cont = opt(body, "continue_final_message", bool, False)
         if add_gen and cont and body.get("add_generation_prompt") is not None:
             raise _bad("continue_final_message", "cannot be true together with "
                        "add_generation_prompt (set add_generation_prompt to false)")
@@ -207,23 +206,24 @@ class RequestParser:
                        f"{self.max_model_len} tokens; the prompt{which} has {longest} tokens, "
                        "which leaves no room to generate", "context_length_exceeded")
         if max_tokens is None:
+            default_max = self.default_max_tokens or default_max
             max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit, room)
         elif max_tokens > room:
             raise _bad(mt_param, f"this model's maximum context length is {self.max_model_len} "
                        f"tokens; you requested {longest + max_tokens} ({longest} in the "
                        f"prompt{which}, {max_tokens} to generate)", "context_length_exceeded")
-        stream = self._opt(body, "stream", bool, False)
-        include_usage, continuous = self._stream_options(body.get("stream_options"), stream)
-        n = self._opt(body, "n", int, 1)
+        stream = opt(body, "stream", bool, False)
+        include_usage, continuous = stream_options(body.get("stream_options"), stream)
+        n = opt(body, "n", int, 1)
         if not 1 <= n <= self.max_n:
             raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
         best_of = self._best_of(body, n, stream) if kind == "completion" else n
-        salt = self._opt(body, "cache_salt", str, None)
+        salt = opt(body, "cache_salt", str, None)
         # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
         if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
             raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters, none of "
                        "them NUL")
-        priority = self._opt(body, "priority", int, 0)
+        priority = opt(body, "priority", int, 0)
         if not -_INT32 <= priority < _INT32:
             raise _bad("priority", "must fit in a 32-bit signed integer")
         lp = parse_logprob_fields(body, chat=kind == "chat", max_logprobs=self.max_logprobs,
@@ -233,18 +233,18 @@ class RequestParser:
         engine_lps = lp.logprobs if best_of == n or lp.logprobs is not None else 0
         params = SamplingParams(
             n=best_of, max_tokens=max_tokens,
-            temperature=self._opt(body, "temperature", float, 1.0),
-            top_p=self._opt(body, "top_p", float, 1.0),
+            temperature=opt(body, "temperature", float, 1.0),
+            top_p=opt(body, "top_p", float, 1.0),
             top_k=self._top_k(body),
-            seed=self._opt(body, "seed", int, None),
+            seed=opt(body, "seed", int, None),
             stop=self._stop(body.get("stop")),
             stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
-            ignore_eos=self._opt(body, "ignore_eos", bool, False),
+            ignore_eos=opt(body, "ignore_eos", bool, False),
             logprobs=engine_lps, prompt_logprobs=lp.engine_prompt_logprobs,
             **parse_sampling_controls(body, self.vocab_size, self.tokenizer))
         return ParsedRequest(kind=kind, model=model, prompt_ids=prompts[0][0], params=params,
                              stream=stream, include_usage=include_usage, cache_salt=salt,
-                             priority=priority, user=self._opt(body, "user", str, None),
+                             priority=priority, user=opt(body, "user", str, None),
                              prompts=tuple(ids for ids, _ in prompts),
                              prompt_texts=tuple(t for _, t in prompts), logprob=lp,
                              echo_only=echo_only, ignored=ignored, extras=extras,
@@ -252,7 +252,7 @@ class RequestParser:
                              return_n=n if best_of > n else None)
 
     def _best_of(self, body: dict[str, Any], n: int, stream: bool) -> int:
-        best_of = self._opt(body, "best_of", int, n)
+        best_of = opt(body, "best_of", int, n)
         if not n <= best_of <= self.max_n:
             raise _bad("best_of", f"must be between n ({n}) and {self.max_n}, got "
                        f"{shown(best_of)}")
@@ -260,20 +260,6 @@ class RequestParser:
             raise _bad("best_of", "cannot be larger than n when streaming (the best ones are "
                        "known only at the end)")
         return best_of
-
-    def _stream_options(self, options: Any, stream: bool) -> tuple[bool, bool]:
-        """(include_usage, vLLM's continuous_usage_stats: usage in every chunk)."""
-        if options is None:
-            return False, False
-        if not isinstance(options, dict):
-            raise _bad("stream_options", "must be an object")
-        if not stream:
-            raise _bad("stream_options", "is only allowed when stream is true")
-        include = self._opt(options, "include_usage", bool, False,
-                            param="stream_options.include_usage")
-        continuous = self._opt(options, "continuous_usage_stats", bool, False,
-                               param="stream_options.continuous_usage_stats")
-        return include, include and continuous
 
     def _model(self, model: Any) -> str:
         if model is None:
@@ -285,31 +271,17 @@ class RequestParser:
                                      f"serves {', '.join(repr(m) for m in self.model_names)}")
         return model
 
-    @staticmethod
-    def _opt(body: dict[str, Any], name: str, kind: type, default: Any, *,
-             param: str | None = None) -> Any:
-        """An optional field of one JSON type (bool is never an int; an int is a float)."""
-        value = body.get(name)
-        if value is None:
-            return default
-        ok = {bool: lambda v: isinstance(v, bool), int: _is_int, float: _is_number,
-              str: lambda v: isinstance(v, str)}[kind](value)
-        if not ok:
-            names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-            raise _bad(param or name, f"must be {names[kind]}, got {json.dumps(value)[:50]}")
-        return value
-
     def _top_k(self, body: dict[str, Any]) -> int:
         # NOTE(bounds): an unbounded top_k overflowed a tensor inside the engine step and took
         # the whole engine down. Past the vocabulary it filters nothing: -1 (off).
-        top_k = self._opt(body, "top_k", int, -1)
+        top_k = opt(body, "top_k", int, -1)
         if top_k >= _INT32:
             raise _bad("top_k", f"must be below 2**31 (or -1/0 to disable), got {shown(top_k)}")
         return -1 if top_k > self.vocab_size else top_k
 
     def _max_tokens(self, body: dict[str, Any], names: Sequence[str]) -> tuple[int | None, str]:
         for name in names:
-            value = self._opt(body, name, int, None)
+            value = opt(body, name, int, None)
             if value is None:
                 continue
             if value < 1:
@@ -334,7 +306,7 @@ class RequestParser:
     def _token_list(self, value: Any, param: str, allow_none: bool) -> list[int]:
         if value is None and allow_none:
             return []
-        if not isinstance(value, list) or not all(_is_int(t) for t in value):
+        if not isinstance(value, list) or not all(is_int(t) for t in value):
             raise _bad(param, "must be a list of integer token ids")
         bad = next((t for t in value if not 0 <= t < self.vocab_size), None)
         if bad is not None:

@@ -81,11 +81,13 @@ def _float_or_size(text: str) -> float | str:
 _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "model": (str, "DIR", "local Hugging Face model directory (default: the built-in tiny "
                           "model); never downloads"),
-    "served_model_name": (str, "NAME", "the model name clients send (default: the model dir "
-                                       "name)"),
+    "served_model_name": (str, "NAME", "the model name(s) clients send, vLLM's spelling: "
+                          "several are all accepted and /v1/models lists them (put the model "
+                          "dir first); the first is the engine's (default: the model dir name)"),
     "tokenizer": (str, "DIR", "local directory with tokenizer.json (and the chat template) "
                               "when it is not the model's"),
-    "dtype": (str, ("auto", "float32", "bfloat16", "float16"), "weights and KV dtype (auto: "
+    "dtype": (lambda t: DTYPE_ALIASES.get(t, t), ("auto", "float32", "bfloat16", "float16"),
+              "weights and KV dtype; vLLM's half and float mean float16 and float32 (auto: "
               "the checkpoint's, float32 where this CPU lacks native bf16)"),
     "device": (str, "DEVICE", "cpu or cuda[:N]"),
     "block_size": (int, "TOKENS", "token slots per KV block"),
@@ -113,6 +115,9 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
 }
 
 
+DTYPE_ALIASES = {"half": "float16", "float": "float32"}  # vLLM's other spellings
+
+
 def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add every ``kvpool serve`` flag to ``parser``."""
     defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
@@ -126,6 +131,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         if kind == "bool":
             eng.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
                              default=argparse.SUPPRESS, help=help_text)
+        elif name == "served_model_name":  # vLLM's nargs: every name is accepted
+            eng.add_argument(flag, dest=name, nargs="+", metavar=meta, default=None,
+                             help=help_text)
         elif isinstance(meta, tuple):
             eng.add_argument(flag, dest=name, type=kind, choices=meta,
                              default=argparse.SUPPRESS, help=help_text)
@@ -144,6 +152,8 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     """EngineConfig from the flags that were given (the others keep their defaults)."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EngineConfig)
              if hasattr(args, f.name)}
+    if isinstance(given.get("served_model_name"), list):  # the engine's name: the first
+        given["served_model_name"] = given["served_model_name"][0]
     tag = getattr(args, "model_tag", None)
     if tag is not None:
         if given.get("model") not in (None, tag):
@@ -191,7 +201,9 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
                     tenant_block_quota=o.tenant_block_quota, chat_template=o.chat_template,
                     tenant_header=o.tenant_header, shared_prefix_cache=o.shared_prefix_cache,
                     stream_write_timeout=o.stream_write_timeout,
-                    reject_unknown_fields=o.reject_unknown_fields)
+                    reject_unknown_fields=o.reject_unknown_fields,
+                    generation_config=o.generation_config,
+                    served_model_names=o.served_model_name)
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
     app[METRICS_KEY].add_source(limiter.families)
     freeze_startup_heap()

@@ -54,8 +54,18 @@ class ServeOptions:
     remote_secret_file: str | None = None  # shared secret signing the tier's values (None: off)
     uvloop: bool | None = None  # None: uvloop when installed
     reject_unknown_fields: bool = False  # 400 for unknown body fields (default: ignored)
+    generation_config: str = "auto"  # sampling defaults: auto (the model's file) | vllm | DIR
+    # every --served-model-name (clients may send any; /v1/models lists them); None: the
+    # engine's names (the model dir's)
+    served_model_name: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        names = self.served_model_name
+        if names is not None:
+            names = (names,) if isinstance(names, str) else tuple(names)
+            require(bool(names) and all(isinstance(n, str) and n for n in names),
+                    "--served-model-name: give one or more non-empty names")
+            object.__setattr__(self, "served_model_name", names)
         require(0 <= self.port < 65536, f"--port {self.port}: use 0..65535")
         require(self.shutdown_timeout >= 0, "--shutdown-timeout: use seconds >= 0")
         require(self.max_body_bytes > 0, "--max-body-bytes: use a positive byte count")
@@ -140,6 +150,11 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                      help="answer 400 unknown_parameter for a body field this server does not "
                      "know, as OpenAI does (default: ignore it as vLLM does, log it once and "
                      "list it in the X-Kvpool-Ignored-Fields response header)")
+    srv.add_argument("--generation-config", default="auto", metavar="auto|vllm|DIR",
+                     help="request sampling defaults (temperature, top_p, top_k, min_p, "
+                     "repetition_penalty, max_new_tokens): auto reads the model directory's "
+                     "generation_config.json, vllm uses none, DIR reads DIR's (vLLM's "
+                     "spelling; default: auto)")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
