@@ -35,7 +35,7 @@ METRIC_NAMES = (
     "kvpool_copy_blocks_total", "kvpool_preemptions_total", "kvpool_prefix_cache_queries_total",
     "kvpool_prefix_cache_hits_total", "kvpool_evictions_total", "kvpool_requests",
     "kvpool_requests_in_flight",
-    "kvpool_prompt_tokens_total", "kvpool_generation_tokens_total",
+    "kvpool_prompt_tokens_computed_total", "kvpool_generation_tokens_total",
     "kvpool_invariant_violations_total", "kvpool_time_to_first_token_seconds",
     "kvpool_inter_token_latency_seconds", "kvpool_e2e_request_latency_seconds",
     "kvpool_request_queue_time_seconds", "kvpool_step_seconds",
@@ -127,8 +127,9 @@ class _SnapshotCollector(Collector):
              [((st,), s.requests.get(st, 0)) for st in ("running", "waiting", "swapped")]),
             ("kvpool_requests_in_flight", g, "Requests counted against --max-queue (admitted, "
              "not yet finished by the engine).", (), [((), s.requests_in_flight)]),
-            ("kvpool_prompt_tokens_total", c, "Prompt tokens admitted.", (),
-             [((), s.prompt_tokens)]),
+            ("kvpool_prompt_tokens_computed_total", c, "Prompt tokens the engine computed "
+             "(prefix-cache hits excluded; kvpool_prompt_tokens_total counts whole prompts).",
+             (), [((), s.prompt_tokens)]),
             ("kvpool_generation_tokens_total", c, "Tokens generated.", (),
              [((), s.generation_tokens)]),
             ("kvpool_invariant_violations_total", c, "Invariant checks that failed at run time.",
@@ -145,7 +146,9 @@ class LatencyHistogram(Collector):
     Invariant: ``_counts[i]`` observations fell in (bounds[i-1], bounds[i]]; the last slot is
     +Inf; ``sum(_counts)`` is the count."""
 
-    def __init__(self, name: str, documentation: str, buckets: Sequence[float]) -> None:
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float],
+                 labels: Sequence[tuple[str, str]] = ()) -> None:
+        """``labels``: constant (name, value) pairs on every series (e.g. model_name)."""
         bounds = tuple(float(b) for b in buckets if b != math.inf)
         if not bounds or list(bounds) != sorted(set(bounds)):
             raise ValueError(f"histogram {name}: buckets must be strictly increasing")
@@ -155,7 +158,10 @@ class LatencyHistogram(Collector):
         self._sum = 0.0
         self._lock = threading.Lock()
         self._le = [floatToGoString(b) for b in bounds] + ["+Inf"]
-        self._prefixes = [f'{name}_bucket{{le="{le}"}} ' for le in self._le]
+        self._labels = tuple(labels)
+        lab = "".join(f'{k}="{_escape(v)}",' for k, v in self._labels)
+        self._prefixes = [f'{name}_bucket{{{lab}le="{le}"}} ' for le in self._le]
+        self._tail = f"{{{lab[:-1]}}}" if lab else ""
         self._head = _head(name, "histogram", documentation)
 
     def observe(self, amount: float) -> None:
@@ -171,19 +177,24 @@ class LatencyHistogram(Collector):
         return list(accumulate(counts)), total
 
     def describe(self) -> list[Metric]:
-        return [HistogramMetricFamily(self.name, self.documentation, labels=[])]
+        return [HistogramMetricFamily(self.name, self.documentation,
+                                      labels=[k for k, _ in self._labels])]
 
     def collect(self) -> Iterator[Metric]:
         cum, total = self.values()
-        fam = HistogramMetricFamily(self.name, self.documentation, labels=[])
-        fam.add_metric([], [(le, float(n)) for le, n in zip(self._le, cum)], total)
+        fam = HistogramMetricFamily(self.name, self.documentation,
+                                    labels=[k for k, _ in self._labels])
+        fam.add_metric([v for _, v in self._labels],
+                       [(le, float(n)) for le, n in zip(self._le, cum)], total)
         yield fam
 
     def lines(self, out: list[str]) -> None:
         cum, total = self.values()
         out.append(self._head)
         out.extend(f"{p}{float(n)!r}\n" for p, n in zip(self._prefixes, cum))
-        out.append(f"{self.name}_count {float(cum[-1])!r}\n{self.name}_sum {_gofloat(total)}\n")
+        t = self._tail
+        out.append(f"{self.name}_count{t} {float(cum[-1])!r}\n"
+                   f"{self.name}_sum{t} {_gofloat(total)}\n")
 
 
 class KVPoolMetrics:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
+from kvpool.metrics.request_metrics import RequestMetrics
 from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.generation_config import load_generation_defaults
@@ -119,7 +120,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
                                                               config.block_size))
     gate = DrainGate(gen_engine)
     routes = OpenAIRoutes(gate, parser, metrics.render, names,
-                          stream_write_timeout=stream_write_timeout)
+                          stream_write_timeout=stream_write_timeout,
+                          request_metrics=RequestMetrics(metrics, names[0]))
     routes.register(app)
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
     LookupRoute.register(app, engine, parser, routes.parse_pool, namespace)

@@ -41,6 +41,7 @@ from aiohttp import web
 
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
+from kvpool.metrics.request_metrics import RequestMetrics
 from kvpool.server.known_fields import ignored_header
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
@@ -64,7 +65,8 @@ class OpenAIRoutes:
 
     def __init__(self, engine: Any, parser: RequestParser, render_metrics: Callable[[], bytes],
                  model_names: Sequence[str], *,
-                 stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> None:
+                 stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
+                 request_metrics: RequestMetrics | None = None) -> None:
         if not stream_write_timeout > 0:
             raise ValueError(f"stream_write_timeout={stream_write_timeout!r}: use seconds > 0")
         self.engine = engine
@@ -75,6 +77,7 @@ class OpenAIRoutes:
         self.created = int(time.time())
         self.draining = False  # set on shutdown: /health turns 503, new requests get 503
         self.parse_pool = ParsePool()  # every route that parses a client body shares it
+        self.request_metrics = request_metrics  # vLLM-meaning request series, or None
         self.formatter = LogprobFormatter(parser.tokenizer)
         self.id_formatter = LogprobFormatter(parser.tokenizer, as_token_ids=True)
 
@@ -125,6 +128,23 @@ class OpenAIRoutes:
             return web.json_response(builder.body(), headers=ignored_header(req.ignored))
         finally:
             await updates.release()
+            self._observe(builder)
+
+    def _observe(self, builder: ResponseBuilder) -> None:
+        """Each finished prompt of the request into the request metrics."""
+        rm = self.request_metrics
+        if rm is None:
+            return
+        n, params = builder.n, builder.req.params
+        for p, done in enumerate(builder.prompt_finished):
+            if not done:
+                continue
+            choices = range(p * n, (p + 1) * n)
+            rm.observe(prompt_tokens=builder.prompt_tokens[p],
+                       generation_tokens=sum(builder.num_generated[i] for i in choices),
+                       n=params.n, max_tokens=params.max_tokens or 0,
+                       reasons=[builder.finish[i] for i in choices],
+                       timings=builder.timings.get(p, {}))
 
     def _parse_chat(self, raw: bytes) -> Any:
         return self.parser.parse_chat(self.parser.decode_body(raw))

@@ -75,6 +75,7 @@ class ResponseBuilder:
         self.started = [False] * len(prompts)  # echo emitted
         self.prompt_lps: list[Any] = [None] * len(prompts)  # vLLM prompt_logprobs per prompt
         self.error: str | None = None
+        self.timings: dict[int, dict[str, float]] = {}  # prompt -> its last update's metrics
 
     @property
     def finished(self) -> bool:
@@ -87,6 +88,8 @@ class ResponseBuilder:
         self.prompt_tokens[prompt] = out.num_prompt_tokens or self.prompt_tokens[prompt]
         self.cached_tokens[prompt] = out.num_cached_tokens
         self.prompt_finished[prompt] = self.prompt_finished[prompt] or out.finished
+        if out.finished:
+            self.timings[prompt] = out.metrics
         if out.error:
             self.error = out.error
         chunks = []

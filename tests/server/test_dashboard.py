@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from kvpool.metrics import METRIC_NAMES
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
+from kvpool.metrics.request_metrics import REQUEST_METRIC_NAMES
 from kvpool.remote import Namespace, ValueCodec
 from kvpool.remote.memory_tier import InMemoryTier
 from kvpool.router.proxy import Router
@@ -65,7 +66,8 @@ def remote_names() -> set[str]:
 
 
 def exported() -> set[str]:
-    return set(METRIC_NAMES) | set(EDGE_NAMES) | remote_names() | router_names()
+    return set(METRIC_NAMES) | set(REQUEST_METRIC_NAMES) | set(EDGE_NAMES) | remote_names() \
+        | router_names()
 
 
 def load_dashboard() -> dict:
