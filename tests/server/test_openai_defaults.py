@@ -16,6 +16,7 @@ from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server import serve
 from kvpool.server.app import ROUTES_KEY, build_app
 from kvpool.server.generation_config import load_generation_defaults
+from tests.configs import engine_config
 from tests.server.test_serve import subprocess_server
 
 CHAT = [{"role": "user", "content": "hello"}]
@@ -122,8 +123,8 @@ def test_chat_max_tokens_default_is_the_room_the_context_leaves():
     from kvpool.runtime.engine import AsyncEngine
 
     assert EngineConfig().max_tokens_limit is None
-    engine = AsyncEngine(EngineConfig(max_model_len=8192, num_device_blocks=600,
-                                      num_host_blocks=0, block_size=16))
+    # a context past the old 4096 cap (the pool need not hold it: nothing runs here)
+    engine = AsyncEngine(engine_config("device_only", max_model_len=8192))
     parser = build_app(engine)[ROUTES_KEY].parser
     req = parser.parse_chat({"messages": CHAT})
     assert req.params.max_tokens == 8192 - len(req.prompt_ids) > 4096
