@@ -26,6 +26,8 @@ from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGrou
 from kvpool.sched.state import SchedulerState
 
 _RUNNING = SeqStatus.RUNNING
+# manager.append_decode_slots' answer: copy-on-write pairs and a table copy per sequence
+_Appended = tuple[list, list[list[int]]]
 
 
 class StepPlanner:
@@ -55,27 +57,32 @@ class StepPlanner:
 
     # ------------------------------------------------------------------ decodes
     def _emit_decodes(self, out: SchedulerOutput, seqs: list[Sequence],
-                      pairs: list[list[tuple[int, int]]]) -> None:
+                      appended: _Appended) -> None:
+        """One ScheduledDecode per sequence from ``manager.append_decode_slots``' answer."""
         add = out.decodes.append
-        table = self.manager.get_block_table
-        for s, cow in zip(seqs, pairs):
+        cows, tables = appended
+        for s, table in zip(seqs, tables):
             g = s.group
-            if cow:
-                out.add_copies("cow", g.request_id, cow)
-                self.state.counters.cow_blocks += len(cow)
             toks = s.output_token_ids
             add(ScheduledDecode(g.request_id, s.seq_id, toks[-1],
-                                len(g.prompt_token_ids) + len(toks) - 1, table(s.seq_id)))
+                                len(g.prompt_token_ids) + len(toks) - 1, table))
+        if any(cows):
+            for s, cow in zip(seqs, cows):
+                if cow:
+                    out.add_copies("cow", s.group.request_id, cow)
+                    self.state.counters.cow_blocks += len(cow)
         self.state.tokens_left -= len(seqs)
+
+    def _append_decodes(self, seqs: list[Sequence]) -> _Appended | None:
+        return self.manager.append_decode_slots([s.seq_id for s in seqs],
+                                                [s.output_token_ids[-1] for s in seqs])
 
     def _schedule_decodes(self, out: SchedulerOutput) -> None:
         seqs = [s for g in self.state.running for s in g.seqs
                 if s.status is _RUNNING and s.unit is None]
         if not seqs:
             return
-        # the fast path: every slot fits, one call under one lock
-        res = self.manager.append_slots_batch([(s.seq_id, (s.output_token_ids[-1],))
-                                               for s in seqs])
+        res = self._append_decodes(seqs)  # the fast path: every slot fits, one lock
         if res is not None:
             self._emit_decodes(out, seqs, res)
         else:
@@ -83,27 +90,43 @@ class StepPlanner:
 
     def _decodes_under_pressure(self, out: SchedulerOutput) -> None:
         """Request by request from the head; when one's slots do not fit, preempt from the
-        tail until they do, or until the request itself was the tail."""
-        mgr, running = self.manager, self.state.running
+        tail until they do, or until the request itself was the tail. The requests that fit
+        before the next preemption append together (one call, the same order)."""
+        running = self.state.running
         i = 0
         while i < len(running):
-            g = running[i]
-            seqs = [s for s in g.seqs if s.status is _RUNNING and s.unit is None]
-            if not seqs:
+            decoding = [[s for s in running[k].seqs if s.status is _RUNNING and s.unit is None]
+                        for k in range(i, len(running))]
+            j = i + self.manager.decode_fit([[s.seq_id for s in d] for d in decoding])
+            if j > i:
+                self._append_and_emit(out, [s for d in decoding[:j - i] for s in d])
+                i = j
+            elif self._preempt_for(running[i], decoding[0], out):
+                self._append_and_emit(out, decoding[0])
                 i += 1
-                continue
-            ids = [s.seq_id for s in seqs]
-            while not mgr.can_append_slots(ids):
-                victim = running.pop()  # the tail: lowest priority, newest arrival
-                self.preemptor.preempt(victim, out, "decode")
-                if victim is g:
-                    return  # the request at i preempted itself: nobody after it is left
-            res = mgr.append_slots_batch([(s.seq_id, (s.output_token_ids[-1],))
-                                          for s in seqs])
-            if res is None:
-                raise SchedulerError("append_slots_batch failed after can_append_slots")
-            self._emit_decodes(out, seqs, res)
-            i += 1
+            else:
+                return  # the request at i preempted itself: nobody after it is left
+
+    def _preempt_for(self, g: SequenceGroup, seqs: list[Sequence],
+                     out: SchedulerOutput) -> bool:
+        """Preempt from the running tail until ``g``'s decodes fit; False if ``g`` itself
+        was preempted."""
+        ids = [s.seq_id for s in seqs]
+        running = self.state.running
+        while not self.manager.can_append_slots(ids):
+            victim = running.pop()  # the tail: lowest priority, newest arrival
+            self.preemptor.preempt(victim, out, "decode")
+            if victim is g:
+                return False
+        return True
+
+    def _append_and_emit(self, out: SchedulerOutput, seqs: list[Sequence]) -> None:
+        if not seqs:
+            return
+        res = self._append_decodes(seqs)
+        if res is None:
+            raise SchedulerError("append_decode_slots failed after can_append_slots")
+        self._emit_decodes(out, seqs, res)
 
     # ------------------------------------------------------------------ prefill chunks
     def _emit_chunk(self, out: SchedulerOutput, g: SequenceGroup, u: PrefillUnit,
@@ -179,7 +202,7 @@ class StepPlanner:
         g.set_status(_RUNNING)
         st.running.add(g)
         st.num_running_seqs += len(live)
-        res = mgr.append_slots_batch([(s.seq_id, (s.output_token_ids[-1],)) for s in live])
+        res = self._append_decodes(live)
         if res is None:
             raise SchedulerError("append after swap-in failed despite its reservation")
         self._emit_decodes(out, live, res)
@@ -191,8 +214,9 @@ class StepPlanner:
         OK; LATER stops the pass (head-of-line), NEVER rejects the request with its reason."""
         st = self.state
         per_tenant: Counter[str] = Counter()  # live running sequences per tenant
-        for r in st.running:
-            per_tenant[r.tenant] += r.num_live
+        if self.gate.fair:  # NOTE(speed): one tenant and no cap: the queue order, no counts
+            for r in st.running:
+                per_tenant[r.tenant] += r.num_live
         while st.waiting and st.tokens_left > 0:
             g = self.gate.next_waiting(st.waiting, per_tenant)
             if g is None:
