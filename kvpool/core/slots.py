@@ -86,20 +86,6 @@ class SlotWriter:
             need += self.need(t, num_new_tokens)
         return need <= self.device_pool.num_free_blocks
 
-    def fitting_prefix(self, id_lists: Sequence[Sequence[int]]) -> int:
-        """How many leading lists of ``id_lists`` can each append one token per sequence,
-        all of them together, with the blocks free now (``can_append`` over a growing
-        prefix, in one pass)."""
-        with self.writing:
-            free = self.device_pool.num_free_blocks
-            need = 0
-            for n, ids in enumerate(id_lists):
-                for t in self._decode_tables(ids):
-                    need += self.need(t, 1)
-                if need > free:
-                    return n
-            return len(id_lists)
-
     def append(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple[int, int]] | None:
         """Reserve slots for ``token_ids`` (the tokens whose KV the next step writes).
 
@@ -153,25 +139,24 @@ class SlotWriter:
                 return None
             return [self._append_locked(t, toks) for t, (_, toks) in zip(tables, items)]
 
-    def append_decodes(self, seq_ids: Sequence[int], token_ids: Sequence[int]
-                       ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]]] | None:
-        """One token per sequence (a decode step) under one writer section, all or nothing:
-        ``(cow pairs, block table copy)`` per sequence, or None if the pool is short. The
-        copies are read-only: a table whose blocks did not change since the last decode
-        append gets the same copy again (``BlockTable.view``).
-
-        NOTE(speed): the step's hot path. A token landing in its sequence's own partial
-        block, short of completing it (15 of 16 at bs 16), is ``append``'s fast path inlined:
-        no block, no copy, no hash; the rest go through ``need`` / ``_append_locked``."""
+    def append_decodes(self, seq_ids: Sequence[int], token_ids: Sequence[int],
+                       group_ends: Sequence[int] | None = None
+                       ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]], int]:
+        """``manager.append_decode_slots``. NOTE(speed): the step's hot path. A token landing
+        in its sequence's own partial block, short of completing it (15 of 16 at bs 16), is
+        ``append``'s fast path inlined: no block, no copy, no hash; the rest go through
+        ``need`` / ``_append_locked``. A table whose blocks did not change since its last
+        decode append hands out the same read-only copy again (``BlockTable.view``)."""
         with self.writing:
             tables = self._decode_tables(seq_ids)
-            if self._decode_need(tables) > self.device_pool.num_free_blocks:
-                return None
+            ends = (len(tables),) if group_ends is None else group_ends
+            groups = self._groups_that_fit(tables, ends)
+            n = ends[groups - 1] if groups else 0
             bs, ref, caching = self.block_size, self.ref_count, self.caching
             cows: list[Sequence[tuple[int, int]]] = []
             copies: list[list[int]] = []
             fast = 0
-            for t, tok in zip(tables, token_ids):
+            for t, tok in zip(tables[:n], token_ids):
                 n0 = t.num_tokens
                 r0 = n0 % bs
                 if (r0 and r0 < bs - 1 and t.tokens is None and ref(t.blocks[-1]) == 1
@@ -190,18 +175,23 @@ class SlotWriter:
                 t.view, t.view_version = view, t.version
                 copies.append(view)
             self.counters.used_slots += fast
-            return cows, copies
+            return cows, copies, groups
 
-    def _decode_need(self, tables: list[BlockTable]) -> int:
-        """Blocks one more token per table takes (``need``, asked only where a block may
-        be: a full or nearly full last block, or a shared one)."""
+    def _groups_that_fit(self, tables: list[BlockTable], ends: Sequence[int]) -> int:
+        """How many leading groups (``ends``) can take one more token per table together
+        with the blocks free now (``need``, asked only where a block may be needed: a full
+        last block, or a shared one)."""
         bs, ref = self.block_size, self.ref_count
-        need = 0
-        for t in tables:
-            r0 = t.num_tokens % bs
-            if not r0 or r0 == bs - 1 or ref(t.blocks[-1]) > 1:
-                need += self.need(t, 1)
-        return need
+        free = self.device_pool.num_free_blocks
+        need = start = 0
+        for g, end in enumerate(ends):
+            for t in tables[start:end]:
+                if not t.num_tokens % bs or ref(t.blocks[-1]) > 1:
+                    need += self.need(t, 1)
+            if need > free:
+                return g
+            start = end
+        return len(ends)
 
     def _decode_tables(self, seq_ids: Sequence[int]) -> list[BlockTable]:
         """The device tables of ``seq_ids`` (unknown or swapped-out sequences raise)."""

@@ -26,8 +26,6 @@ from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGrou
 from kvpool.sched.state import SchedulerState
 
 _RUNNING = SeqStatus.RUNNING
-# manager.append_decode_slots' answer: copy-on-write pairs and a table copy per sequence
-_Appended = tuple[list, list[list[int]]]
 
 
 class StepPlanner:
@@ -56,11 +54,10 @@ class StepPlanner:
                 self._schedule_waiting(out, now)
 
     # ------------------------------------------------------------------ decodes
-    def _emit_decodes(self, out: SchedulerOutput, seqs: list[Sequence],
-                      appended: _Appended) -> None:
-        """One ScheduledDecode per sequence from ``manager.append_decode_slots``' answer."""
+    def _emit_decodes(self, out: SchedulerOutput, seqs: list[Sequence], cows: list,
+                      tables: list[list[int]]) -> None:
+        """One ScheduledDecode per appended sequence (``manager.append_decode_slots``)."""
         add = out.decodes.append
-        cows, tables = appended
         for s, table in zip(seqs, tables):
             g = s.group
             toks = s.output_token_ids
@@ -71,41 +68,39 @@ class StepPlanner:
                 if cow:
                     out.add_copies("cow", s.group.request_id, cow)
                     self.state.counters.cow_blocks += len(cow)
-        self.state.tokens_left -= len(seqs)
+        self.state.tokens_left -= len(tables)
 
-    def _append_decodes(self, seqs: list[Sequence]) -> _Appended | None:
-        return self.manager.append_decode_slots([s.seq_id for s in seqs],
-                                                [s.output_token_ids[-1] for s in seqs])
+    def _append(self, out: SchedulerOutput, seqs: list[Sequence],
+                ends: list[int] | None = None) -> int:
+        """Append one slot to each of ``seqs`` for the leading groups (``ends``; None: all of
+        them as one) that fit, emit their decodes; returns how many groups were appended."""
+        cows, tables, groups = self.manager.append_decode_slots(
+            [s.seq_id for s in seqs], [s.output_token_ids[-1] for s in seqs], ends)
+        self._emit_decodes(out, seqs, cows, tables)
+        return groups
 
     def _schedule_decodes(self, out: SchedulerOutput) -> None:
-        seqs = [s for g in self.state.running for s in g.seqs
-                if s.status is _RUNNING and s.unit is None]
-        if not seqs:
-            return
-        res = self._append_decodes(seqs)  # the fast path: every slot fits, one lock
-        if res is not None:
-            self._emit_decodes(out, seqs, res)
-        else:
-            self._decodes_under_pressure(out)
-
-    def _decodes_under_pressure(self, out: SchedulerOutput) -> None:
-        """Request by request from the head; when one's slots do not fit, preempt from the
-        tail until they do, or until the request itself was the tail. The requests that fit
-        before the next preemption append together (one call, the same order)."""
+        """A slot for every decoding sequence, request by request from the head: all the
+        requests that fit in one manager call; when one does not, preempt from the tail until
+        it does, or until the request itself was the tail (nobody after it is left then)."""
         running = self.state.running
         i = 0
         while i < len(running):
-            decoding = [[s for s in running[k].seqs if s.status is _RUNNING and s.unit is None]
-                        for k in range(i, len(running))]
-            j = i + self.manager.decode_fit([[s.seq_id for s in d] for d in decoding])
-            if j > i:
-                self._append_and_emit(out, [s for d in decoding[:j - i] for s in d])
-                i = j
-            elif self._preempt_for(running[i], decoding[0], out):
-                self._append_and_emit(out, decoding[0])
-                i += 1
-            else:
+            seqs: list[Sequence] = []
+            ends: list[int] = []  # NOTE(speed): flat, no list per request (GC pressure)
+            for k in range(i, len(running)):
+                seqs += [s for s in running[k].seqs if s.status is _RUNNING and s.unit is None]
+                ends.append(len(seqs))
+            k = self._append(out, seqs, ends)
+            i += k
+            if i == len(running):
+                return
+            g, own = running[i], seqs[ends[k - 1] if k else 0:ends[k]]
+            if not self._preempt_for(g, own, out):
                 return  # the request at i preempted itself: nobody after it is left
+            if own and self._append(out, own) != 1:
+                raise SchedulerError("append_decode_slots failed after can_append_slots")
+            i += 1
 
     def _preempt_for(self, g: SequenceGroup, seqs: list[Sequence],
                      out: SchedulerOutput) -> bool:
@@ -119,14 +114,6 @@ class StepPlanner:
             if victim is g:
                 return False
         return True
-
-    def _append_and_emit(self, out: SchedulerOutput, seqs: list[Sequence]) -> None:
-        if not seqs:
-            return
-        res = self._append_decodes(seqs)
-        if res is None:
-            raise SchedulerError("append_decode_slots failed after can_append_slots")
-        self._emit_decodes(out, seqs, res)
 
     # ------------------------------------------------------------------ prefill chunks
     def _emit_chunk(self, out: SchedulerOutput, g: SequenceGroup, u: PrefillUnit,
@@ -202,10 +189,8 @@ class StepPlanner:
         g.set_status(_RUNNING)
         st.running.add(g)
         st.num_running_seqs += len(live)
-        res = self._append_decodes(live)
-        if res is None:
+        if self._append(out, live) != 1:
             raise SchedulerError("append after swap-in failed despite its reservation")
-        self._emit_decodes(out, live, res)
         return True
 
     # ------------------------------------------------------------------ waiting

@@ -1,5 +1,5 @@
-"""append_decode_slots / decode_fit: a decode step's appends in one call, and the table
-copies it hands out, which are reused only while the table's blocks are unchanged."""
+"""append_decode_slots: a decode step's appends in one call (the leading groups that fit),
+and the table copies it hands out, reused only while the table's blocks are unchanged."""
 
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
@@ -17,9 +17,8 @@ def test_copies_follow_every_block_change_and_are_reused_only_in_between():
     m.allocate([0], list(range(5)))  # 5 tokens: 2 blocks, 1 slot used in the last
     seen, contents = [], []
     for tok in range(10):  # tokens 5..14: new blocks at 8 and 12
-        res = m.append_decode_slots([0], [tok])
-        assert res is not None
-        (cow,), (table,) = res
+        (cow,), (table,), groups = m.append_decode_slots([0], [tok])
+        assert groups == 1
         assert not cow and table == m.get_block_table(0)
         seen.append(table)
         contents.append(list(table))
@@ -34,7 +33,7 @@ def test_a_fork_copies_the_shared_block_and_a_defrag_remap_gives_a_new_copy():
     m.allocate([0], list(range(6)))
     before = m.append_decode_slots([0], [9])[1][0]
     m.fork(0, 1)
-    (cow0, cow1), (t0, t1) = m.append_decode_slots([0, 1], [1, 2])
+    (cow0, cow1), (t0, t1), _ = m.append_decode_slots([0, 1], [1, 2])
     assert len(cow0) == 1 and not cow1  # 0 copies the shared partial block; 1 keeps it
     assert t0 == m.get_block_table(0) and t1 == m.get_block_table(1) and t0 is not before
     m.free(1)
@@ -43,18 +42,21 @@ def test_a_fork_copies_the_shared_block_and_a_defrag_remap_gives_a_new_copy():
     plan = m.plan_defrag(8)
     if plan is not None:
         m.commit_defrag(plan)
-    (_,), (after,) = m.append_decode_slots([0], [3])
+    (_,), (after,), _ = m.append_decode_slots([0], [3])
     assert after == m.get_block_table(0)
     m.check_invariants()
 
 
-def test_decode_fit_counts_the_earlier_groups_appends():
+def test_only_the_leading_groups_that_fit_together_are_appended():
     m = manager(blocks=6, caching=False)
     for s in range(3):  # 3 tables of 2 full blocks: 6 used, 0 free
         m.allocate([s], list(range(2 * BS)))
-    assert m.decode_fit([[0], [1], [2]]) == 0
-    m.free(2)  # 2 free: the first two groups fit one new block each, together
-    assert m.decode_fit([[0], [1]]) == 2
-    assert m.decode_fit([[0, 1], [0]]) == 1
-    assert m.append_decode_slots([0, 1], [1, 1]) is not None
-    assert m.decode_fit([[0], [1]]) == 2  # room in their new blocks: no block needed
+    assert m.append_decode_slots([0, 1, 2], [1, 1, 1], [1, 2, 3]) == ([], [], 0)
+    assert m.get_num_tokens(0) == 2 * BS  # nothing changed
+    m.free(2)  # 2 free: one new block each for 0 and 1, then 0 again fits no more
+    cows, tables, groups = m.append_decode_slots([0, 1, 0], [1, 1, 1], [2, 3])
+    assert groups == 1 and len(tables) == 2 and not any(cows)
+    assert [m.get_num_tokens(s) for s in (0, 1)] == [2 * BS + 1] * 2
+    assert m.append_decode_slots([0, 1], [1, 1]) == ([(), ()], [m.get_block_table(0),
+                                                                m.get_block_table(1)], 1)
+    m.check_invariants()
