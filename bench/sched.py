@@ -15,15 +15,28 @@ mixed256    a 256-sequence target over a pool holding 30 % of their worst case (
 
 Each figure is the median of --repeats runs of at least --min-seconds (bench.common), with
 FIELD.min / FIELD.max beside it. Never pass/fail; compare runs on the same machine only.
+
+vLLM's scheduler beside it: when ../shared/anchors/bench_vllm_scheduler.py exists, the vLLM
+sources were unpacked (``$VLLM_SRC``, default /tmp/vllm_src: setup_vllm_src.sh) and vLLM
+imports in this interpreter (a venv with the packages the anchor's docstring lists, kvpool
+installed there with ``pip install --no-deps -e .``), the anchor's workloads (vLLM v1's own
+Scheduler, KVCacheManager and BlockPool on the same loads) run in the same rounds as kvpool's,
+alternating, and each workload adds ``vllm_us_per_seq_step`` and ``vs_vllm`` (vLLM / kvpool,
+the median of the per-round ratios), with .min / .max. Without it kvpool runs alone and says
+so. The start-up heap is ``gc.freeze()``d either way (both servers do so), so that neither
+side pays collections over the imported modules.
 """
 
 from __future__ import annotations
 
+import gc
+import os
 import random
 import time
+from types import SimpleNamespace
 
-from bench.common import (bench_parser, machine, measure, summary, timing_from_args, timing_info,
-                          write_json)
+from bench.common import (Stat, Timing, alternate, bench_parser, load_anchor, machine, put,
+                          ratio_stat, stat, summary, timing_from_args, timing_info, write_json)
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.sched import RequestParams, Scheduler, SchedulerConfig
@@ -120,25 +133,79 @@ def bench_mixed(num_seqs: int, steps: int) -> dict:
             "finished": st.finished - base.finished}
 
 
+def vllm_anchor() -> SimpleNamespace | None:
+    """The anchor module and its installed vLLM classes, or None (with the reason printed)."""
+    src = os.path.abspath(os.environ.get("VLLM_SRC", "/tmp/vllm_src"))
+    if not os.path.isfile(os.path.join(src, "vllm", "v1", "core", "sched", "scheduler.py")):
+        print(f"(vLLM sources not found under {src}: vLLM's scheduler skipped)")
+        return None
+    mod = load_anchor("bench_vllm_scheduler.py")
+    if mod is None:
+        return None
+    try:
+        m = mod.install(src)
+    except Exception as e:  # noqa: BLE001  (the baseline is optional; its deps may be absent)
+        print(f"(vLLM does not import here: {e!r}; vLLM's scheduler skipped)")
+        return None
+    return SimpleNamespace(mod=mod, m=m, info={"version": m.version, "src": src,
+                                               **mod.config_info(m)})
+
+
+def run_workload(name: str, steps: int, timing: Timing, anchor: SimpleNamespace | None) -> dict:
+    """kvpool's runs of ``name`` (alternating with vLLM's when ``anchor``), summarised."""
+    n = int(name.removeprefix("decode").removeprefix("mixed"))
+    ours = bench_decode if name.startswith("decode") else bench_mixed
+    loads = {"kvpool": lambda: ours(n, steps)}
+    if anchor is not None:
+        theirs = anchor.mod.bench_decode if name.startswith("decode") else anchor.mod.bench_mixed
+        loads["vllm"] = lambda: theirs(anchor.m, n, steps)
+    runs = alternate(loads, timing)
+    r = summary(runs["kvpool"])
+    if anchor is not None:
+        put(r, "vllm_us_per_seq_step", stat(runs["vllm"], "us_per_seq_step"))
+        put(r, "vs_vllm", ratio_stat(runs["vllm"], "us_per_seq_step", runs["kvpool"],
+                                     "us_per_seq_step"))
+    return r
+
+
+def _line(name: str, r: dict) -> str:
+    k = Stat(r["us_per_seq_step"], r["us_per_seq_step.min"], r["us_per_seq_step.max"], ())
+    line = f"{name:11s} kvpool {k.median:6.2f} us/seq/step [{k.spread('.2f')}]"
+    if "schedule_us" in r:
+        line += f" (schedule {r['schedule_us']:.2f}, on_step_done {r['step_done_us']:.2f})"
+    else:
+        line += (f" preemptions swap {r['preemptions_swap']:.0f} recompute "
+                 f"{r['preemptions_recompute']:.0f}, swap out/in blocks "
+                 f"{r['swap_out_blocks']:.0f}/{r['swap_in_blocks']:.0f}, finished "
+                 f"{r['finished']:.0f}")
+    if "vs_vllm" in r:
+        line += (f" | vLLM {r['vllm_us_per_seq_step']:.2f} [{r['vllm_us_per_seq_step.min']:.2f}-"
+                 f"{r['vllm_us_per_seq_step.max']:.2f}], vLLM/kvpool {r['vs_vllm']:.2f} "
+                 f"[{r['vs_vllm.min']:.2f}-{r['vs_vllm.max']:.2f}]")
+    return line
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = bench_parser("sched", __doc__)
+    ap.add_argument("--no-vllm", action="store_true", help="kvpool alone (no anchor)")
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
     steps = 30 if timing.quick else 200
-    res: dict = {"machine": machine(), "timing": timing_info(timing)}
-    for n in (256, 1024):
-        r = summary(measure(lambda n=n: bench_decode(n, steps), timing))
-        res[f"decode{n}"] = r
-        print(f"decode {n:5d} seqs: {r['us_per_seq_step']:6.2f} us/seq/step "
-              f"[{r['us_per_seq_step.min']:.2f}-{r['us_per_seq_step.max']:.2f}]  (schedule "
-              f"{r['schedule_us']:.2f}, on_step_done {r['step_done_us']:.2f})")
-    r = summary(measure(lambda: bench_mixed(256, steps), timing))
-    res["mixed256"] = r
-    print(f"mixed 256 seqs: {r['us_per_seq_step']:6.2f} us/seq/step "
-          f"[{r['us_per_seq_step.min']:.2f}-{r['us_per_seq_step.max']:.2f}]  preemptions swap "
-          f"{r['preemptions_swap']:.0f} recompute {r['preemptions_recompute']:.0f}, swap out/in "
-          f"blocks {r['swap_out_blocks']:.0f}/{r['swap_in_blocks']:.0f}, finished "
-          f"{r['finished']:.0f}")
+    anchor = None if args.no_vllm else vllm_anchor()
+    gc.collect()
+    gc.freeze()  # the start-up heap (and vLLM's modules): see the module docstring
+    res: dict = {"machine": machine(), "timing": timing_info(timing),
+                 "load_average": list(os.getloadavg()),
+                 "vllm": None if anchor is None else anchor.info}
+    print(f"{timing.repeats} rounds of >= {timing.min_seconds} s per figure, {steps} steps per "
+          "call" + (", kvpool / vLLM alternating" if anchor else ", kvpool alone"))
+    for name in ("decode256", "decode1024", "mixed256"):
+        res[name] = run_workload(name, steps, timing, anchor)
+        print(_line(name, res[name]), flush=True)
+    res["decode1024_over_decode256"] = (res["decode1024"]["us_per_seq_step"]
+                                        / res["decode256"]["us_per_seq_step"])
+    print(f"decode1024 / decode256 per sequence: {res['decode1024_over_decode256']:.2f}; "
+          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     write_json(args.json, res)
 
 

@@ -91,7 +91,7 @@ def run_engine(core: EngineCore, reqs, salt: str) -> dict:
         used_blocks = st.device.num_used - st.device.num_reserved
         if used_blocks:
             util.append(st.used_slots / (used_blocks * mgr.block_size))
-            running = [g.request_id for g in sched.running]
+            running = [g.request_id for g in sched.state.running]
             held = sum(reserve[r] for r in running)
             if held:
                 contig.append(st.used_slots / held)

@@ -63,6 +63,12 @@ class BlockTable:
     # swap-in copies is done. While set no block of the table is registered in the prefix
     # cache: its bytes are still being copied (or the copy failed) and must not be a hit.
     copy_pending: bool = False
+    # NOTE(speed): the copy of ``blocks`` handed out by the last decode append, valid while
+    # ``version == view_version`` (every mutation bumps version). 15 of 16 decode steps leave
+    # the blocks as they were, so the step reuses it instead of allocating a list per
+    # sequence (each one a GC-tracked object the next collection would walk).
+    view: list[int] | None = None
+    view_version: int = -1
 
     def last_block_fill(self, block_size: int) -> int:
         """Token slots used in the last block (``block_size`` when it is full)."""

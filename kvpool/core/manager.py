@@ -206,6 +206,16 @@ class BlockSpaceManager:
         before writing, or None if the pool is short (nothing changes). Decode's hot path."""
         return self._slots.append(seq_id, token_ids)
 
+    def append_decode_slots(self, seq_ids: Sequence[int], token_ids: Sequence[int],
+                            group_ends: Sequence[int] | None = None
+                            ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]], int]:
+        """A decode step's appends under one lock: ``token_ids[i]`` to ``seq_ids[i]`` for the
+        leading groups (``group_ends``, each group's end index; None: one group, all or
+        nothing) whose slots fit together. Returns the copy-on-write pairs per appended
+        sequence (an empty sequence when none), a read-only copy of each one's table after
+        the append, and how many groups were appended."""
+        return self._slots.append_decodes(seq_ids, token_ids, group_ends)
+
     def append_slots_batch(
         self, items: Sequence[tuple[int, Sequence[int]]]
     ) -> list[list[tuple[int, int]]] | None:

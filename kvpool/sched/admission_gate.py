@@ -53,6 +53,11 @@ class AdmissionGate:
         """A request of ``tenant`` was queued (None / "": the default tenant)."""
         self.tenanted = self.tenanted or bool(tenant)
 
+    @property
+    def fair(self) -> bool:
+        """Whether ``next_waiting`` weighs tenants (a tenant was named, or a cap is set)."""
+        return self.tenanted or self.config.tenant_max_running_seqs is not None
+
     def units(self, g: SequenceGroup) -> list[PrefillUnit]:
         """Admission units of waiting ``g`` (built once per stay in the waiting queue)."""
         if g.units is not None:
@@ -172,10 +177,10 @@ class AdmissionGate:
         NOTE(fair): least-running-first, not round-robin, so a tenant that already holds many
         slots yields every freed slot to one that holds fewer; within a tenant the queue order
         (FCFS) stands. A request too big for the cap is returned so the caller ignores it."""
+        if not self.fair:
+            return waiting[0]  # NOTE(speed): one tenant, no cap: the queue order
         cfg = self.config
         cap = cfg.tenant_max_running_seqs
-        if cap is None and not self.tenanted:
-            return waiting[0]  # NOTE(speed): one tenant, no cap: the queue order
         best: SequenceGroup | None = None
         seen: set[str] = set()
         cls = None

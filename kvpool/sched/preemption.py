@@ -1,6 +1,6 @@
 """Preemption: choosing a victim's mode by cost, and swapping or recomputing it.
 
-Mixed into ``Scheduler`` (it uses the scheduler's queues, manager and counters).
+``Preemptor`` works on the ``SchedulerState`` and the manager it is handed.
 
 Mode per victim::
 
@@ -22,29 +22,36 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kvpool.core import AllocStatus
-from kvpool.sched.admission_gate import recompute_units
-from kvpool.sched.config import PreemptionMode
+from kvpool.core import AllocStatus, BlockSpaceManager
+from kvpool.sched.admission_gate import AdmissionGate, recompute_units
+from kvpool.sched.config import CostModel, PreemptionMode
 from kvpool.sched.output import PreemptedRequest, SchedulerOutput
-from kvpool.sched.sequence import SeqStatus, SequenceGroup
+from kvpool.sched.sequence import PrefillUnit, SeqStatus, SequenceGroup
+from kvpool.sched.state import SchedulerState
 
 
-class PreemptionMixin:
-    """_preempt / _choose_mode / _priority_preempt / update_cost_model of Scheduler."""
+def recompute_tokens(g: SequenceGroup) -> int:
+    """Tokens a recompute of ``g`` would prefill."""
+    return sum(u[0].num_tokens for u in recompute_units(g))
 
-    def update_cost_model(self, *, copy_bytes_per_s: float | None = None,
-                          prefill_tokens_per_s: float | None = None,
-                          kv_bytes_per_block: int | None = None) -> None:
-        """Feed measured figures (None keeps the current value); used by later preemptions."""
-        self.cost.update(copy_bytes_per_s=copy_bytes_per_s,
-                         prefill_tokens_per_s=prefill_tokens_per_s,
-                         kv_bytes_per_block=kv_bytes_per_block)
+
+class Preemptor:
+    """Preempts running requests of ``state``: by mode (swap / recompute, by ``cost``), on
+    decode pressure or for a better-priority waiting request (``priority_preempt``)."""
+
+    def __init__(self, state: SchedulerState, manager: BlockSpaceManager, gate: AdmissionGate,
+                 cost: CostModel) -> None:
+        self.state = state
+        self.manager = manager
+        self.gate = gate
+        self.cost = cost  # the scheduler's, updated by update_cost_model
 
     # ------------------------------------------------------------------ cost estimates
     def _distinct_blocks(self, seq_ids: list[int]) -> Counter[int]:
         refs: Counter[int] = Counter()
+        table = self.manager.get_block_table
         for s in seq_ids:
-            refs.update(self.manager.get_block_table(s))
+            refs.update(table(s))
         return refs
 
     def _kept_prompt_tokens(self, g: SequenceGroup, refs: Counter[int]) -> int:
@@ -63,13 +70,9 @@ class PreemptionMixin:
             kept += 1
         return kept * mgr.block_size
 
-    def recompute_tokens(self, g: SequenceGroup) -> int:
-        """Tokens a recompute would prefill."""
-        return sum(u[0].num_tokens for u in recompute_units(g))
-
     def _choose_mode(self, g: SequenceGroup, ids: list[int],
                      refs: Counter[int]) -> PreemptionMode:
-        forced = self.config.forced_mode
+        forced = self.state.config.forced_mode
         if forced is PreemptionMode.RECOMPUTE or g.is_prefilling:
             return PreemptionMode.RECOMPUTE
         if self.manager.host_pool.num_blocks == 0 or not self.manager.can_swap_out(ids):
@@ -80,37 +83,37 @@ class PreemptionMixin:
             # them back at once, so it wins whenever it is possible
             return PreemptionMode.SWAP
         swap_s = self.cost.swap_seconds(len(refs))
-        tokens = self.recompute_tokens(g) - self._kept_prompt_tokens(g, refs)
+        tokens = recompute_tokens(g) - self._kept_prompt_tokens(g, refs)
         recompute_s = self.cost.recompute_seconds(tokens)
         return PreemptionMode.SWAP if swap_s < recompute_s else PreemptionMode.RECOMPUTE
 
     # ------------------------------------------------------------------ execution
-    def _preempt(self, g: SequenceGroup, out: SchedulerOutput, cause: str) -> PreemptedRequest:
+    def preempt(self, g: SequenceGroup, out: SchedulerOutput, cause: str) -> PreemptedRequest:
         """Preempt running group ``g`` (already removed from the running queue)."""
-        mgr = self.manager
+        st = self.state
         live = g.live_seqs
         ids = [s.seq_id for s in live]
         refs = self._distinct_blocks(ids)
         mode = self._choose_mode(g, ids, refs)
-        self._num_running_seqs -= len(live)
+        st.num_running_seqs -= len(live)
         if mode is PreemptionMode.SWAP:
-            pairs = mgr.swap_out(ids)
+            pairs = self.manager.swap_out(ids)
             if pairs is None:  # host ran short after all (cannot happen single-threaded)
                 mode = PreemptionMode.RECOMPUTE
             else:
                 out.add_copies("swap_out", g.request_id, pairs)
-                self.swap_out_blocks += len(pairs)
+                st.counters.swap_out_blocks += len(pairs)
                 g.set_status(SeqStatus.SWAPPED)
-                self.swapped.add(g)
+                st.swapped.add(g)
         if mode is PreemptionMode.RECOMPUTE:
-            self._requeue_for_recompute(g)
+            self.requeue_for_recompute(g)
         g.num_preemptions += 1
-        self.preemptions[mode.value] += 1
+        st.counters.preemptions[mode.value] += 1
         p = PreemptedRequest(g.request_id, mode, tuple(ids), len(refs), cause)
         out.preempted.append(p)
         return p
 
-    def _requeue_for_recompute(self, g: SequenceGroup) -> None:
+    def requeue_for_recompute(self, g: SequenceGroup) -> None:
         """Drop running or swapped ``g``'s blocks and queue it to prefill its prompt and
         generated tokens again (it is already out of its queue)."""
         mgr = self.manager
@@ -122,39 +125,48 @@ class PreemptionMixin:
         mgr.free_batch([s.seq_id for s in live])
         g.units = None
         g.set_status(SeqStatus.WAITING)
-        self.waiting.add(g)
+        self.state.waiting.add(g)
 
-    def _priority_preempt(self, out: SchedulerOutput) -> None:
+    # ------------------------------------------------------------------ priority policy
+    def priority_preempt(self, out: SchedulerOutput) -> None:
         """Priority policy: the best waiting request that cannot be admitted preempts running
         requests of strictly lower priority (tail first), when that would make room."""
-        mgr = self.manager
-        running = self.running
-        for g in self.waiting.snapshot():
-            tail = running.tail
+        st, gate = self.state, self.gate
+        for g in st.waiting.snapshot():
+            tail = st.running.tail
             if tail is None or tail.priority <= g.priority:
                 return
-            if self.gate.never_reason(g, None) is not None:
+            if gate.never_reason(g, None) is not None:
                 continue  # the waiting pass ignores it
-            units = self.gate.units(g)
-            need_seqs = g.num_live
-            status = self.gate.status(units)
+            units = gate.units(g)
+            status = gate.status(units)
             if status is AllocStatus.NEVER:
                 continue
-            seqs_ok = self._num_running_seqs + need_seqs <= self.config.max_num_seqs
-            if status is AllocStatus.OK and seqs_ok:
+            if status is AllocStatus.OK and self._seqs_fit(g.num_live):
                 return  # it will be admitted in the waiting pass
-            lower = [r for r in running if r.priority > g.priority]
-            freeable = len(self._distinct_blocks([s.seq_id for r in lower for s in r.live_seqs]))
-            plan = mgr.admission([(u.num_tokens, ()) for u in units], freeable=freeable,
-                                 shared_blocks=self.gate.shared_blocks(units))
-            if plan.status is not AllocStatus.OK:
-                return  # even preempting all of them would not make room
-            if self._num_running_seqs - sum(r.num_live for r in lower) + need_seqs \
-                    > self.config.max_num_seqs:
-                return
-            while running.tail is not None and running.tail.priority > g.priority:
-                seqs_ok = self._num_running_seqs + need_seqs <= self.config.max_num_seqs
-                if seqs_ok and self.gate.status(units) is AllocStatus.OK:
-                    break
-                self._preempt(running.pop(), out, "priority")
+            if self._room_below(g, units):
+                self._preempt_below(g, units, out)
             return
+
+    def _seqs_fit(self, need: int, freed: int = 0) -> bool:
+        return self.state.num_running_seqs - freed + need <= self.state.config.max_num_seqs
+
+    def _room_below(self, g: SequenceGroup, units: list[PrefillUnit]) -> bool:
+        """Whether preempting every running request of lower priority than ``g`` would make
+        room for it (blocks and sequences)."""
+        lower = [r for r in self.state.running if r.priority > g.priority]
+        freeable = len(self._distinct_blocks([s.seq_id for r in lower for s in r.live_seqs]))
+        plan = self.manager.admission([(u.num_tokens, ()) for u in units], freeable=freeable,
+                                      shared_blocks=self.gate.shared_blocks(units))
+        if plan.status is not AllocStatus.OK:
+            return False  # even preempting all of them would not make room
+        return self._seqs_fit(g.num_live, sum(r.num_live for r in lower))
+
+    def _preempt_below(self, g: SequenceGroup, units: list[PrefillUnit],
+                       out: SchedulerOutput) -> None:
+        """Preempt lower-priority running requests, tail first, until ``g`` fits."""
+        running = self.state.running
+        while running.tail is not None and running.tail.priority > g.priority:
+            if self._seqs_fit(g.num_live) and self.gate.status(units) is AllocStatus.OK:
+                return
+            self.preempt(running.pop(), out, "priority")

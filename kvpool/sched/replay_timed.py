@@ -155,9 +155,10 @@ class TimedReplay:
             used = mgr.device_pool.stats().num_used
             peak_used = max(peak_used, used)
             st = mgr.stats()
+            q = sched.num_requests()
             tl.add(self.t, st.prefix_hit_tokens / st.prefix_query_tokens
                    if st.prefix_query_tokens else 0.0, used / total_blocks,
-                   len(sched.waiting), len(sched.running), len(sched.swapped))
+                   q["waiting"], q["running"], q["swapped"])
             if progress is not None:
                 progress(len(finished), f"t={self.t:8.1f}s")
         mgr.check_invariants()

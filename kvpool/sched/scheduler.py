@@ -7,8 +7,7 @@ aside); a RUNNING sequence has a device block table, a SWAPPED one a host table,
 none; between steps a decoding sequence's table holds ``num_tokens - 1`` tokens (the last
 sampled token gets its slot when it is scheduled).
 
-One ``schedule()`` (the seeds' ``_schedule_running`` / ``_schedule_swapped`` /
-``_schedule_prefills``, with chunked prefill)::
+One ``schedule()`` (vLLM v0's running / swapped / prefill passes, with chunked prefill)::
 
     0. priority policy: a blocked waiting request preempts lower-priority running ones
     1. decodes     every running decoding sequence gets one slot (append_slots, exact need);
@@ -29,32 +28,39 @@ One ``schedule()`` (the seeds' ``_schedule_running`` / ``_schedule_swapped`` /
 
 Budgets: ``max_num_batched_tokens`` per step (a decode is 1 token, a chunk its length) and
 ``max_num_seqs`` live sequences in running requests.
+
+The parts, each handed what it works on in its constructor (docs/architecture.md)::
+
+    SchedulerState   queues, registry, step bookkeeping, counters (state.py)
+    StepPlanner      steps 0-4 (planner.py), asking the AdmissionGate (admission_gate.py)
+    Preemptor        victims' mode by cost, swap-out / recompute (preemption.py)
+    StepCompletion   on_step_done / on_step_failed / finish (completion.py)
+    DefragDriver     step 5 and the plan's commit or abort (defrag.py)
 """
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from kvpool.core import AllocStatus, BlockSpaceManager
+from kvpool.core import BlockSpaceManager, DefragResult
 from kvpool.errors import RequestError, SchedulerError
 from kvpool.sched.admission_gate import AdmissionGate
-from kvpool.sched.completion import CompletionMixin
+from kvpool.sched.completion import StepCompletion
 from kvpool.sched.config import CostModel, SchedulerConfig
+from kvpool.sched.defrag import DefragDriver
 from kvpool.sched.invariants import check_scheduler
-from kvpool.sched.output import (ScheduledDecode, ScheduledPrefill, SchedulerOutput,
-                                 SchedulerStats)
-from kvpool.sched.preemption import PreemptionMixin
-from kvpool.sched.queue import RequestQueue, make_sort_key
-from kvpool.sched.sequence import (PrefillUnit, RequestParams, Sequence, SeqStatus,
-                                   SequenceGroup, StopLimits)
+from kvpool.sched.output import FinishedRequest, SchedulerOutput, SchedulerStats
+from kvpool.sched.planner import StepPlanner
+from kvpool.sched.preemption import Preemptor
+from kvpool.sched.queue import make_sort_key
+from kvpool.sched.sequence import RequestParams, SeqStatus, SequenceGroup, StopLimits
+from kvpool.sched.state import SchedulerState
 
 _RUNNING = SeqStatus.RUNNING
 
 
-class Scheduler(PreemptionMixin, CompletionMixin):
+class Scheduler:
     """Decides, step by step, which tokens to compute and which blocks to move."""
 
     def __init__(self, manager: BlockSpaceManager, config: SchedulerConfig | None = None, *,
@@ -62,26 +68,12 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         self.manager = manager  # the block pool (shared with nobody else for scheduling)
         self.config = config if config is not None else SchedulerConfig()
         self.cost = CostModel.from_config(self.config)  # refreshed by update_cost_model
-        self._clock = clock  # default time for arrivals and metrics (replay: simulated)
-        self.waiting = RequestQueue("waiting")  # no blocks; admission order
-        self.running = RequestQueue("running")  # device blocks; tail = preemption victim
-        self.swapped = RequestQueue("swapped")  # host blocks; resume order
-        self._groups: dict[str, SequenceGroup] = {}  # unfinished requests by id
-        self._seqs: dict[int, Sequence] = {}  # live sequences by id
-        self._seq_ids = itertools.count()  # sequence ids (the manager's keys)
-        self._orders = itertools.count()  # submission counter (FCFS tie-break)
-        self._step = 0  # schedule() calls
-        self._inflight: SchedulerOutput | None = None  # output awaiting on_step_done
-        self._defrag_plan = None  # DefragPlan emitted and not yet committed / aborted
-        self._num_running_seqs = 0  # live sequences of RUNNING requests
-        self._tokens_left = 0  # token budget left in the step being planned
-        self.gate = AdmissionGate(manager, self.config, lambda: bool(self.running))  # NOTE(alone)
-        # counters (monotonic), read through stats()
-        self.preemptions = {"swap": 0, "recompute": 0}
-        self.swap_out_blocks = self.swap_in_blocks = self.cow_blocks = 0
-        self.prefix_hit_tokens = self.prompt_tokens = self.generation_tokens = 0
-        self.num_finished = self.num_aborted = self.num_ignored = 0
-        self.defrag_plans = self.defrag_moves = self.defrag_retried = self.defrag_aborted = 0
+        self.state = st = SchedulerState(self.config, clock)
+        self.gate = AdmissionGate(manager, self.config, lambda: bool(st.running))  # NOTE(alone)
+        self.preemptor = Preemptor(st, manager, self.gate, self.cost)
+        self.defrag = DefragDriver(st, manager)
+        self.completion = StepCompletion(st, manager, self.defrag)
+        self.planner = StepPlanner(st, manager, self.gate, self.preemptor, self.completion)
 
     # ------------------------------------------------------------------ requests
     def add_request(self, request_id: str, prompt_token_ids: Iterable[int], params=None,
@@ -90,7 +82,8 @@ class Scheduler(PreemptionMixin, CompletionMixin):
                     ) -> tuple[int, ...]:
         """Queue a request; returns its sequence ids (``params.n`` of them). Never rejects
         for size here: schedule() reports a request that can never fit in ``ignored``."""
-        if request_id in self._groups:
+        st = self.state
+        if request_id in st.groups:
             raise SchedulerError(f"request {request_id!r} is already queued or running")
         prompt = list(prompt_token_ids)
         if not prompt:
@@ -103,289 +96,137 @@ class Scheduler(PreemptionMixin, CompletionMixin):
         if limits.max_tokens < 1:
             raise RequestError(f"max_tokens={limits.max_tokens} is invalid: use >= 1",
                                "max_tokens")
-        arrival = self._clock() if arrival_time is None else float(arrival_time)
-        order = next(self._orders)
+        arrival = st.clock() if arrival_time is None else float(arrival_time)
+        order = next(st.orders)
         g = SequenceGroup(request_id, prompt, params, limits, priority, arrival, order,
                           make_sort_key(cfg.policy, priority, arrival, order), cache_salt,
                           tenant or "")
         for _ in range(limits.n):
-            s = Sequence(next(self._seq_ids), g)
-            g.seqs.append(s)
-            self._seqs[s.seq_id] = s
-        self._groups[request_id] = g
+            st.new_seq(g)
+        st.groups[request_id] = g
         self.gate.note_tenant(tenant)
-        self.waiting.add(g)
+        st.waiting.add(g)
         return tuple(s.seq_id for s in g.seqs)
 
     def fork(self, seq_id: int) -> int:
         """A new sequence in the same request sharing every block of running, decoding
         ``seq_id`` (copy-on-write on the next write); returns its id. Between steps only."""
-        s = self._seqs.get(seq_id)
+        st = self.state
+        s = st.seqs.get(seq_id)
         if s is None or s.status is not _RUNNING or s.unit is not None:
             raise SchedulerError(f"sequence {seq_id} is not a running, decoding sequence")
-        if self._inflight is not None:
+        if st.inflight is not None:
             raise SchedulerError("fork between steps: a step is in flight")
-        if self._num_running_seqs >= self.config.max_num_seqs:
+        if st.num_running_seqs >= self.config.max_num_seqs:
             raise SchedulerError(f"max_num_seqs={self.config.max_num_seqs} sequences run")
-        child = Sequence(next(self._seq_ids), s.group, _RUNNING, list(s.output_token_ids))
-        self.manager.fork(seq_id, child.seq_id)
-        s.group.seqs.append(child)
-        self._seqs[child.seq_id] = child
-        self._num_running_seqs += 1
+        child_id = next(st.seq_ids)
+        self.manager.fork(seq_id, child_id)
+        child = st.new_seq(s.group, _RUNNING, list(s.output_token_ids), seq_id=child_id)
+        st.num_running_seqs += 1
         return child.seq_id
+
+    def finish(self, request_id: str, seq_id: int | None = None,
+               status: SeqStatus = SeqStatus.FINISHED_STOPPED, reason: str | None = "stop",
+               *, now: float | None = None) -> FinishedRequest | None:
+        """Finish one sequence (``seq_id``) or every live sequence of a request, in any state
+        (e.g. the runtime matched a stop string), freeing their blocks at once. Returns the
+        request when this left it with no live sequence, else None (also for unknown or
+        already finished ids). Safe while a step is in flight: its tokens are then dropped."""
+        return self.completion.finish(request_id, seq_id, status, reason, now=now)
+
+    def abort(self, request_id: str, reason: str = "aborted", *,
+              now: float | None = None) -> FinishedRequest | None:
+        """Abort a request in any state, freeing all its blocks. Returns it, or None when the
+        id is unknown or already finished."""
+        return self.completion.finish(request_id, None, SeqStatus.FINISHED_ABORTED, reason,
+                                      now=now)
 
     # ------------------------------------------------------------------ queries
     @property
     def num_running_seqs(self) -> int:
         """Live sequences of RUNNING requests: the count max_num_seqs bounds (read-only)."""
-        return self._num_running_seqs
+        return self.state.num_running_seqs
 
     def has_unfinished(self) -> bool:
-        return bool(self._groups)
+        return bool(self.state.groups)
 
     def num_requests(self) -> dict[str, int]:
         """Requests by state (for metrics)."""
-        return {"running": len(self.running), "waiting": len(self.waiting),
-                "swapped": len(self.swapped)}
+        st = self.state
+        return {"running": len(st.running), "waiting": len(st.waiting),
+                "swapped": len(st.swapped)}
 
     def request_status(self, request_id: str) -> SeqStatus | None:
-        g = self._groups.get(request_id)
+        g = self.state.groups.get(request_id)
         return None if g is None else g.status
 
     def num_cached_tokens(self, request_id: str) -> int | None:
         """Prompt tokens the prefix cache served at the request's first admission; None when
         the request is unknown or not admitted yet."""
-        g = self._groups.get(request_id)
+        g = self.state.groups.get(request_id)
         return None if g is None else g.num_cached_tokens
 
     def seq_ids(self, request_id: str) -> tuple[int, ...]:
-        g = self._groups.get(request_id)
+        g = self.state.groups.get(request_id)
         return () if g is None else tuple(s.seq_id for s in g.seqs)
 
-    def stats(self) -> SchedulerStats:
-        return SchedulerStats(
-            self._step, len(self.running), len(self.waiting), len(self.swapped),
-            self._num_running_seqs, dict(self.preemptions), self.swap_out_blocks,
-            self.swap_in_blocks, self.cow_blocks, self.prefix_hit_tokens, self.prompt_tokens,
-            self.generation_tokens, self.num_finished, self.num_aborted, self.num_ignored,
-            self.defrag_plans, self.defrag_moves, self.defrag_retried, self.defrag_aborted)
+    def request_ids(self) -> list[str]:
+        """Ids of the unfinished requests."""
+        return list(self.state.groups)
 
-    # ------------------------------------------------------------------ schedule
+    def stats(self) -> SchedulerStats:
+        return self.state.stats()
+
+    # ------------------------------------------------------------------ steps
     def schedule(self, now: float | None = None) -> SchedulerOutput:
         """Plan one step (see the module docstring). When the output ``has_work`` the runtime
         must execute it and call ``on_step_done`` before the next schedule()."""
-        if self._inflight is not None:
-            raise SchedulerError(f"step {self._inflight.step_id} is still in flight: call "
+        st = self.state
+        if st.inflight is not None:
+            raise SchedulerError(f"step {st.inflight.step_id} is still in flight: call "
                                  "on_step_done (or on_step_failed) with its output first")
         cfg = self.config
-        now = self._clock() if now is None else now
-        out = SchedulerOutput(self._step)
-        self._step += 1
-        self._tokens_left = cfg.max_num_batched_tokens
-        if cfg.policy == "priority" and self.waiting and self.running:
-            self._priority_preempt(out)
-        before = len(out.preempted)
-        if self.running:
-            self._schedule_decodes(out)
-            self._schedule_chunks(out)
-        if len(out.preempted) == before:
-            if self.swapped:
-                self._schedule_swapped(out)
-            if self.waiting:
-                self._schedule_waiting(out, now)
-        if cfg.defrag_threshold is not None and not out.blocks_to_swap_out \
-                and self._defrag_plan is None:
-            self._maybe_defrag(out)
-        out.num_batched_tokens = cfg.max_num_batched_tokens - self._tokens_left
+        now = st.clock() if now is None else now
+        out = SchedulerOutput(st.step)
+        st.step += 1
+        st.tokens_left = cfg.max_num_batched_tokens
+        self.planner.plan(out, now)
+        self.defrag.maybe_start(out)
+        out.num_batched_tokens = cfg.max_num_batched_tokens - st.tokens_left
         if out.has_work:
-            self._inflight = out
+            st.inflight = out
         return out
 
-    def _emit_decodes(self, out: SchedulerOutput, seqs: list[Sequence],
-                      pairs: list[list[tuple[int, int]]]) -> None:
-        add = out.decodes.append
-        table = self.manager.get_block_table
-        for s, cow in zip(seqs, pairs):
-            g = s.group
-            if cow:
-                out.add_copies("cow", g.request_id, cow)
-                self.cow_blocks += len(cow)
-            toks = s.output_token_ids
-            add(ScheduledDecode(g.request_id, s.seq_id, toks[-1],
-                                len(g.prompt_token_ids) + len(toks) - 1, table(s.seq_id)))
-        self._tokens_left -= len(seqs)
+    def on_step_done(self, output: SchedulerOutput, sampled: Mapping[int, int], *,
+                     now: float | None = None, defrag_ok: bool = True,
+                     stops: Mapping[int, str] | None = None) -> list[FinishedRequest]:
+        """Apply a completed step (StepCompletion.on_step_done); returns the requests that
+        finished in it."""
+        return self.completion.on_step_done(output, sampled, now=now, defrag_ok=defrag_ok,
+                                            stops=stops)
 
-    def _schedule_decodes(self, out: SchedulerOutput) -> None:
-        items: list[tuple[int, tuple[int]]] = []
-        seqs: list[Sequence] = []
-        for g in self.running:
-            for s in g.seqs:
-                if s.status is _RUNNING and s.unit is None:
-                    items.append((s.seq_id, (s.output_token_ids[-1],)))
-                    seqs.append(s)
-        if not items:
-            return
-        res = self.manager.append_slots_batch(items)  # fast path: all fit, one lock
-        if res is not None:
-            self._emit_decodes(out, seqs, res)
-            return
-        mgr = self.manager
-        running = self.running
-        i = 0
-        while i < len(running):
-            g = running[i]
-            seqs = [s for s in g.seqs if s.status is _RUNNING and s.unit is None]
-            if not seqs:
-                i += 1
-                continue
-            ids = [s.seq_id for s in seqs]
-            while not mgr.can_append_slots(ids):
-                victim = running.pop()  # the tail: lowest priority, newest arrival
-                self._preempt(victim, out, "decode")
-                if victim is g:
-                    break
-            else:
-                res = mgr.append_slots_batch([(s.seq_id, (s.output_token_ids[-1],))
-                                              for s in seqs])
-                if res is None:
-                    raise SchedulerError("append_slots_batch failed after can_append_slots")
-                self._emit_decodes(out, seqs, res)
-                i += 1
-                continue
-            break  # the request at i preempted itself: nobody after it is left
+    def on_step_failed(self, output: SchedulerOutput, reason: str = "step failed",
+                       now: float | None = None) -> list[FinishedRequest]:
+        """The step could not run: abort every request in it and its defrag plan."""
+        return self.completion.on_step_failed(output, reason, now)
 
-    def _emit_chunk(self, out: SchedulerOutput, g: SequenceGroup, u: PrefillUnit,
-                    cached: int, may_chunk: bool) -> None:
-        if u.after is not None and u.waits():
-            return  # its shared blocks are not written yet (sequence.py)
-        left = self._tokens_left
-        start = u.computed
-        remaining = u.num_tokens - start
-        if remaining <= left:
-            n = remaining
-        elif may_chunk and left > 0:
-            n = left
-        else:
-            return
-        ids = tuple(s.seq_id for s in u.seqs if s.status is _RUNNING)
-        if not ids:
-            return
-        out.prefills.append(ScheduledPrefill(g.request_id, ids, start, start + n,
-                                             u.num_tokens, cached,
-                                             u.token_ids(start, start + n),
-                                             self.manager.get_block_table(ids[0])))
-        self._tokens_left = left - n
-        self.prompt_tokens += n
+    def defrag_done(self, plan_id: int, ok: bool = True) -> DefragResult | None:
+        """The runtime finished (``ok``) or failed the copies of defrag plan ``plan_id``."""
+        return self.defrag.done(plan_id, ok)
 
-    def _schedule_chunks(self, out: SchedulerOutput) -> None:
-        for g in self.running:
-            if self._tokens_left <= 0:
-                return
-            if g.units is not None:
-                for u in g.units:
-                    if u.computed < u.num_tokens:
-                        # NOTE(no-chunking): even without chunked prefill an admitted unit
-                        # that waited a step is chunked, or decodes could starve it forever
-                        self._emit_chunk(out, g, u, 0, True)
+    def update_cost_model(self, *, copy_bytes_per_s: float | None = None,
+                          prefill_tokens_per_s: float | None = None,
+                          kv_bytes_per_block: int | None = None) -> None:
+        """Feed measured figures (None keeps the current value); used by later preemptions."""
+        self.cost.update(copy_bytes_per_s=copy_bytes_per_s,
+                         prefill_tokens_per_s=prefill_tokens_per_s,
+                         kv_bytes_per_block=kv_bytes_per_block)
 
-    def _schedule_swapped(self, out: SchedulerOutput) -> None:
-        mgr, cfg, swapped = self.manager, self.config, self.swapped
-        while swapped:
-            g = swapped[0]
-            if cfg.policy == "priority" and self.waiting \
-                    and self.waiting[0].priority < g.priority:
-                return  # a better-priority waiting request goes first
-            live = g.live_seqs
-            n = len(live)
-            if self._num_running_seqs + n > cfg.max_num_seqs or self._tokens_left < n:
-                return
-            ids = [s.seq_id for s in live]
-            status = mgr.admission(swapped=ids).status
-            if status is AllocStatus.NEVER:
-                # NOTE(never): it was admitted, so it is not dropped here: recomputed, it goes
-                # through the same admission rule as a new prompt, which alone may refuse it
-                swapped.pop(0)
-                self._requeue_for_recompute(g)
-                continue
-            if status is AllocStatus.LATER:
-                return
-            pairs = mgr.swap_in(ids)
-            if pairs is None:
-                return
-            swapped.pop(0)
-            out.add_copies("swap_in", g.request_id, pairs)
-            out.swapped_in.extend(ids)
-            self.swap_in_blocks += len(pairs)
-            g.set_status(_RUNNING)
-            self.running.add(g)
-            self._num_running_seqs += n
-            res = mgr.append_slots_batch([(s.seq_id, (s.output_token_ids[-1],))
-                                          for s in live])
-            if res is None:
-                raise SchedulerError("append after swap-in failed despite its reservation")
-            self._emit_decodes(out, live, res)
-
-    # ------------------------------------------------------------------ admission (gate)
-    def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
-        mgr, cfg, waiting = self.manager, self.config, self.waiting
-        fcfs = cfg.policy == "fcfs"
-        per_tenant: Counter[str] = Counter()  # live running sequences per tenant
-        for r in self.running:
-            per_tenant[r.tenant] += r.num_live
-        while waiting and self._tokens_left > 0:
-            g = self.gate.next_waiting(waiting, per_tenant)
-            if g is None:
-                return  # every tenant with waiting requests is at its cap
-            if self.swapped and (fcfs or self.swapped[0].priority <= g.priority):
-                return  # swapped requests resume before new prefills
-            reason = self.gate.never_reason(g, None)
-            if reason is not None:
-                waiting.remove(g)
-                self._ignore(g, out, reason)
-                continue
-            n = g.num_live
-            if self._num_running_seqs + n > cfg.max_num_seqs:
-                return
-            units = self.gate.units(g)
-            status = self.gate.status(units)
-            if status is AllocStatus.NEVER:
-                waiting.remove(g)
-                self._ignore(g, out, self.gate.never_reason(g, units))
-                continue
-            if status is AllocStatus.LATER:
-                return
-            if not cfg.enable_chunked_prefill:
-                # the other units of a recomputed n > 1 request may follow
-                if self.gate.tokens_to_compute(units[0]) > self._tokens_left:
-                    return
-            allocs = self.gate.allocations(g, units)
-            res = mgr.allocate_batch(allocs)
-            if any(r is None for r in res):
-                done = [s for a, r in zip(allocs, res) if r is not None for s in a.seq_ids]
-                if done:
-                    mgr.free_batch(done)
-                return
-            waiting.remove(g)
-            g.set_status(_RUNNING)
-            self.running.add(g)
-            self._num_running_seqs += n
-            per_tenant[g.tenant] += n
-            if g.first_scheduled_time is None:
-                g.first_scheduled_time = now
-                g.num_cached_tokens = res[0]
-            for u, cached in zip(units, res):
-                u.allocated(cached)
-                for s in u.seqs:
-                    s.unit = u
-                self.prefix_hit_tokens += cached
-                self._emit_chunk(out, g, u, cached, cfg.enable_chunked_prefill)
-
-    # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:
         """Raise SchedulerError if queues, statuses, counters and block tables disagree
         (between steps); then check the manager's own invariants (invariants.py)."""
-        check_scheduler(self.manager, ((self.waiting, SeqStatus.WAITING),
-                                       (self.running, _RUNNING),
-                                       (self.swapped, SeqStatus.SWAPPED)),
-                        self._groups, self._seqs, self._num_running_seqs,
-                        self._inflight is None)
+        st = self.state
+        check_scheduler(self.manager, ((st.waiting, SeqStatus.WAITING),
+                                       (st.running, _RUNNING),
+                                       (st.swapped, SeqStatus.SWAPPED)),
+                        st.groups, st.seqs, st.num_running_seqs, st.inflight is None)

@@ -69,7 +69,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         out = s.schedule()
         self._collect(out.ignored)
         if s.has_unfinished():
-            f = s.abort(data.draw(st.sampled_from(sorted(s._groups))))
+            f = s.abort(data.draw(st.sampled_from(sorted(s.request_ids()))))
             self._collect([f])
         if not out.has_work:
             return
@@ -85,7 +85,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     @precondition(lambda self: self.sched.has_unfinished())
     def abort(self, data):
-        rid = data.draw(st.sampled_from(sorted(self.sched._groups)))
+        rid = data.draw(st.sampled_from(sorted(self.sched.request_ids())))
         f = self.sched.abort(rid)
         assert f is not None and f.status is SeqStatus.FINISHED_ABORTED
         self._collect([f])
@@ -93,7 +93,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     @precondition(lambda self: self.sched.has_unfinished())
     def finish_one_seq(self, data):
-        rid = data.draw(st.sampled_from(sorted(self.sched._groups)))
+        rid = data.draw(st.sampled_from(sorted(self.sched.request_ids())))
         seqs = self.sched.seq_ids(rid)
         sid = data.draw(st.sampled_from(seqs))
         f = self.sched.finish(rid, sid, SeqStatus.FINISHED_STOPPED, "stop string")
@@ -103,7 +103,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def fork(self, data):
         s = self.sched
-        cands = [q.seq_id for g in s.running for q in g.seqs
+        cands = [q.seq_id for g in s.state.running for q in g.seqs
                  if q.status is SeqStatus.RUNNING and q.unit is None]
         if not cands or s.num_running_seqs >= s.config.max_num_seqs:
             return
@@ -119,7 +119,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             return
         s = self.sched
         # no starvation: with arrivals stopped everything ends within a bound on steps
-        bound = 50 + 10 * sum(self.added[r] for r in s._groups)
+        bound = 50 + 10 * sum(self.added[r] for r in s.request_ids())
         before = len(self.rt.finished)
         steps = self.rt.drain(max_steps=bound)
         assert steps <= bound

@@ -5,6 +5,7 @@ import pytest
 
 from kvpool.core import AllocStatus
 from kvpool.sched import PreemptionMode, SeqStatus
+from kvpool.sched.preemption import recompute_tokens
 from tests.sched.helpers import BS, FakeRuntime, assert_empty, make, params, prompt
 
 
@@ -155,8 +156,8 @@ def test_mode_by_cost_swap_when_recompute_is_dearer():
 
 def test_mode_by_cost_counts_prefix_blocks_that_stay_cached():
     s, rt = cost_scenario(shared=True)
-    g = s._groups["b"]
-    assert s.recompute_tokens(g) == 3 * BS + 1
+    g = s.state.groups["b"]
+    assert recompute_tokens(g) == 3 * BS + 1
     out = rt.step()  # 13 tokens, 12 still cached (a holds them): 1 s < swap 6 s
     assert [(p.request_id, p.mode) for p in out.preempted] == [("b", PreemptionMode.RECOMPUTE)]
     out = rt.step()

@@ -1,0 +1,62 @@
+"""append_decode_slots: a decode step's appends in one call (the leading groups that fit),
+and the table copies it hands out, reused only while the table's blocks are unchanged."""
+
+from kvpool.config import CacheConfig
+from kvpool.core import BlockSpaceManager
+
+BS = 4
+
+
+def manager(blocks: int = 16, caching: bool = True) -> BlockSpaceManager:
+    return BlockSpaceManager(CacheConfig(num_device_blocks=blocks, block_size=BS,
+                                         watermark=0.0, enable_prefix_caching=caching))
+
+
+def test_copies_follow_every_block_change_and_are_reused_only_in_between():
+    m = manager()
+    m.allocate([0], list(range(5)))  # 5 tokens: 2 blocks, 1 slot used in the last
+    seen, contents = [], []
+    for tok in range(10):  # tokens 5..14: new blocks at 8 and 12
+        (cow,), (table,), groups = m.append_decode_slots([0], [tok])
+        assert groups == 1
+        assert not cow and table == m.get_block_table(0)
+        seen.append(table)
+        contents.append(list(table))
+    assert seen[0] is seen[1]  # slots 1 and 2 of the last block: nothing changed, reused
+    assert [len(t) for t in seen] == [2, 2, 2, 3, 3, 3, 3, 4, 4, 4]
+    assert [list(t) for t in seen] == contents  # a copy handed out is never changed
+    m.check_invariants()
+
+
+def test_a_fork_copies_the_shared_block_and_a_defrag_remap_gives_a_new_copy():
+    m = manager(blocks=32)
+    m.allocate([0], list(range(6)))
+    before = m.append_decode_slots([0], [9])[1][0]
+    m.fork(0, 1)
+    (cow0, cow1), (t0, t1), _ = m.append_decode_slots([0, 1], [1, 2])
+    assert len(cow0) == 1 and not cow1  # 0 copies the shared partial block; 1 keeps it
+    assert t0 == m.get_block_table(0) and t1 == m.get_block_table(1) and t0 is not before
+    m.free(1)
+    m.allocate([2], list(range(100, 140)))  # fill, then free, to leave holes before 0's
+    m.free(2)
+    plan = m.plan_defrag(8)
+    if plan is not None:
+        m.commit_defrag(plan)
+    (_,), (after,), _ = m.append_decode_slots([0], [3])
+    assert after == m.get_block_table(0)
+    m.check_invariants()
+
+
+def test_only_the_leading_groups_that_fit_together_are_appended():
+    m = manager(blocks=6, caching=False)
+    for s in range(3):  # 3 tables of 2 full blocks: 6 used, 0 free
+        m.allocate([s], list(range(2 * BS)))
+    assert m.append_decode_slots([0, 1, 2], [1, 1, 1], [1, 2, 3]) == ([], [], 0)
+    assert m.get_num_tokens(0) == 2 * BS  # nothing changed
+    m.free(2)  # 2 free: one new block each for 0 and 1, then 0 again fits no more
+    cows, tables, groups = m.append_decode_slots([0, 1, 0], [1, 1, 1], [2, 3])
+    assert groups == 1 and len(tables) == 2 and not any(cows)
+    assert [m.get_num_tokens(s) for s in (0, 1)] == [2 * BS + 1] * 2
+    assert m.append_decode_slots([0, 1], [1, 1]) == ([(), ()], [m.get_block_table(0),
+                                                                m.get_block_table(1)], 1)
+    m.check_invariants()
