@@ -11,7 +11,7 @@ request per prompt (the router's ``--kv-events`` asks it once per replica)::
     {"enabled": true, "replica_id", "endpoint": "tcp://0.0.0.0:5557", "replay_endpoint",
      "topic", "block_size", "hash": {"spec": "kvpool/prefix/v1", "algo": "sha256",
      "model_id"}, "tokenizer": MODEL_DIR | null (the built-in model), "chat_template",
-     "max_model_len", "tenant_namespaced": false}
+     "max_model_len", "tenant_namespaced": false, "model_names": [...]}
 
 ``endpoint`` is what the socket bound (a wildcard host means: this replica's own address).
 Block hashes on the stream are ``BlockHasher(block_size, model_id, algo)`` chains with the
@@ -64,7 +64,9 @@ class KVEventsRoute:
                 "hash": {"spec": f"kvpool/prefix/v{HASH_VERSION}", "algo": mgr.hasher.algo,
                          "model_id": mgr.hasher.model_id},
                 "tokenizer": cfg.tokenizer or cfg.model, "chat_template": chat_template,
-                "max_model_len": engine.max_model_len, "tenant_namespaced": False}
+                "max_model_len": engine.max_model_len, "tenant_namespaced": False,
+                "model_names": list(dict.fromkeys(
+                    n for n in (engine.model_name, cfg.served_model_name) if n))}
             app.on_cleanup.append(self._close)
         app.router.add_get(KV_EVENTS_PATH, self.describe)
 

@@ -1,0 +1,99 @@
+"""EventRouting: ``kvpool router --kv-events``, prefix hits from the replicas' KV events.
+
+Instead of a lookup round trip to every replica per request, the router follows each
+replica's event stream (kv_feed.py: one BlockIndex per replica) and scores a request itself::
+
+    keys = PromptKeys(the replicas' hash spec).keys(body)   tokenize + hash, once (kv_prompt.py)
+    hits[i] = min(leading run of keys in replica i's index, admission cap) * block_size
+    loads[i] = requests this router has in flight to replica i
+
+then the same ``choose`` (scoring.py) the lookup policy uses. A request whose keys the router
+cannot compute (kv_prompt.py NOTE(agreement)) goes the lookup way; a replica whose feed is not
+caught up (just connected, events off, another hash spec) scores 0 hits.
+
+Every ``refresh_interval`` seconds each replica's GET /v1/kvpool/kv_events is asked again, so
+a replica restarted on new ports is followed (its index starts over); one on the same ports
+is caught by its sequence numbers starting again at 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+import aiohttp
+import zmq.asyncio
+
+from kvpool.router.kv_feed import ReplicaFeed
+from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
+from kvpool.router.kv_prompt import PromptKeys
+from kvpool.router.replicas import Replica, ReplicaSet
+
+__all__ = ["EventRouting"]
+
+log = logging.getLogger("kvpool.router")
+DEFAULT_REFRESH = 2.0  # seconds between two asks of a replica's kv_events route
+
+
+class EventRouting:
+    """The feeds of a ReplicaSet and the per-request scoring over their indexes."""
+
+    def __init__(self, replicas: ReplicaSet, *, max_blocks: int = DEFAULT_MAX_BLOCKS,
+                 refresh_interval: float = DEFAULT_REFRESH) -> None:
+        self.ctx = zmq.asyncio.Context()
+        self.feeds = {r.url: ReplicaFeed(r, self.ctx, max_blocks) for r in replicas.replicas}
+        self.refresh_interval = refresh_interval
+        self.keys: PromptKeys | None = None  # from the first replica that publishes events
+        self.fallbacks = 0  # requests placed by lookups instead (monotonic)
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self, session: aiohttp.ClientSession) -> None:
+        await self.refresh(session)
+        self._tasks.append(asyncio.create_task(self._refreshing(session),
+                                               name="router-kv-events"))
+
+    async def refresh(self, session: aiohttp.ClientSession) -> None:
+        await asyncio.gather(*(f.refresh(session) for f in self.feeds.values()))
+        if self.keys is None:
+            info = next((f.info for f in self.feeds.values() if f.info.get("enabled")), None)
+            if info is not None:
+                self.keys = PromptKeys(info)
+                # NOTE(startup): the tokenizer (and torch with it) loads off the loop; until
+                # it is there, text prompts are placed by lookups
+                self._tasks.append(asyncio.create_task(asyncio.to_thread(
+                    self.keys.load_parser), name="router-tokenizer"))
+
+    async def _refreshing(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_interval)
+            await self.refresh(session)
+
+    def hits(self, raw: bytes, cands: Sequence[Replica]) -> list[int] | None:
+        """Hit tokens per candidate, or None when this request needs the lookups."""
+        keys = self.keys
+        got = keys.keys(raw) if keys is not None else None
+        if got is None:
+            self.fallbacks += 1
+            return None
+        hashes, limit = got
+        out = []
+        for r in cands:
+            feed = self.feeds.get(r.url)
+            if feed is None or not feed.live or feed.info.get("hash") != keys.info["hash"] \
+                    or feed.info.get("block_size") != keys.block_size:
+                out.append(0)
+            else:
+                out.append(min(feed.index.hits(hashes), limit) * keys.block_size)
+        return out
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for f in self.feeds.values():
+            f.close()
+        self.ctx.destroy(linger=0)
