@@ -35,6 +35,7 @@ __all__ = ["EventRouting"]
 
 log = logging.getLogger("kvpool.router")
 DEFAULT_REFRESH = 2.0  # seconds between two asks of a replica's kv_events route
+CATCH_UP_WAIT = 3.0  # seconds the router's start waits for the feeds' first replay
 
 
 class EventRouting:
@@ -50,7 +51,14 @@ class EventRouting:
         self._tasks: list[asyncio.Task] = []
 
     async def start(self, session: aiohttp.ClientSession) -> None:
+        """Follow every replica that publishes; wait (bounded) until their feeds caught up,
+        so the first requests are scored on what the replicas already cache."""
         await self.refresh(session)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + CATCH_UP_WAIT
+        while loop.time() < end and not all(
+                f.live for f in self.feeds.values() if f.info.get("enabled")):
+            await asyncio.sleep(0.01)
         self._tasks.append(asyncio.create_task(self._refreshing(session),
                                                name="router-kv-events"))
 
