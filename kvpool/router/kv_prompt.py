@@ -45,6 +45,7 @@ class PromptKeys:
         self.hasher = BlockHasher(self.block_size, h["model_id"], h["algo"])
         self.namespaced = bool(info.get("tenant_namespaced"))
         self.parser: Any = None  # built by load_parser (slow: the tokenizer and torch import)
+        self.wants_parser = False  # a text or chat prompt came while there was no parser
         self.info = info
 
     def load_parser(self) -> None:
@@ -80,6 +81,7 @@ class PromptKeys:
         if "messages" not in body and _is_ids(p):
             return p, salt
         if self.parser is None:
+            self.wants_parser = True
             return None
         try:
             req = (self.parser.parse_chat(body) if "messages" in body

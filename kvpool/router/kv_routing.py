@@ -49,6 +49,7 @@ class EventRouting:
         self.keys: PromptKeys | None = None  # from the first replica that publishes events
         self.fallbacks = 0  # requests placed by lookups instead (monotonic)
         self._tasks: list[asyncio.Task] = []
+        self._loading = False  # the tokenizer load started (NOTE(lazy-tokenizer))
 
     async def start(self, session: aiohttp.ClientSession) -> None:
         """Follow every replica that publishes; wait (bounded) until their feeds caught up,
@@ -68,10 +69,6 @@ class EventRouting:
             info = next((f.info for f in self.feeds.values() if f.info.get("enabled")), None)
             if info is not None:
                 self.keys = PromptKeys(info)
-                # NOTE(startup): the tokenizer (and torch with it) loads off the loop; until
-                # it is there, text prompts are placed by lookups
-                self._tasks.append(asyncio.create_task(asyncio.to_thread(
-                    self.keys.load_parser), name="router-tokenizer"))
 
     async def _refreshing(self, session: aiohttp.ClientSession) -> None:
         while True:
@@ -84,6 +81,13 @@ class EventRouting:
         got = keys.keys(raw) if keys is not None else None
         if got is None:
             self.fallbacks += 1
+            if keys is not None and keys.wants_parser and not self._loading:
+                # NOTE(lazy-tokenizer): the tokenizer (and the torch import its package
+                # brings, seconds of CPU) loads off the loop on the first text or chat prompt,
+                # never when every prompt comes as token ids; until then, lookups place them
+                self._loading = True
+                self._tasks.append(asyncio.create_task(asyncio.to_thread(keys.load_parser),
+                                                       name="router-tokenizer"))
             return None
         hashes, limit = got
         out = []

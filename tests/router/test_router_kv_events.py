@@ -46,6 +46,14 @@ def event_router(urls):
     return Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events), events
 
 
+async def chat_once(s, url, body):
+    async with s.post(url + "/v1/chat/completions",
+                      json={"max_tokens": 2, "temperature": 0, **body}) as r:
+        out = await r.json()
+        assert r.status == 200, out
+        return out
+
+
 def holder(events, ids):
     """URLs whose index holds the prompt's leading full block."""
     keys = events.keys
@@ -69,12 +77,20 @@ async def test_placed_by_events_without_a_lookup(fleet):
         assert decisions(m, "prefix") == 1 and m["kvpool_router_predicted_hit_tokens_total"][
             ()] == 192
         assert events.fallbacks == 0  # no request asked the replicas' lookups
-        # text prompts: the router tokenizes with the replicas' tokenizer once it loaded
-        await until(lambda: events.keys.parser is not None, "the router's tokenizer")
+        # text prompts: the first one loads the replicas' tokenizer here (placed by lookups
+        # meanwhile), the next ones are tokenized and hashed in the router
         await complete(s, url, {"prompt": prompt("kv-events")})
+        assert events.fallbacks == 1
+        await until(lambda: events.keys.parser is not None, "the router's tokenizer")
         text = await complete(s, url, {"prompt": prompt("kv-events")})
         assert text["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
-        assert events.fallbacks == 0 and where in urls
+        chat = {"messages": [{"role": "user", "content": prompt("chat")}]}
+        await chat_once(s, url, chat)
+        await until(lambda: holder(events, events.keys.ids_and_salt(
+            json.dumps(chat).encode())[0]), "the chat prompt stored")
+        again = await chat_once(s, url, chat)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        assert events.fallbacks == 1 and where in urls
 
 
 async def test_a_restarted_replica_is_followed_from_scratch():
