@@ -172,6 +172,15 @@ def router_args(policy: str, args) -> list[str]:
     return flags + ["--lookup-timeout-ms", str(args.lookup_timeout_ms)]
 
 
+def feed_counts(scrape) -> dict[str, float]:
+    """The router's KV event batches by kind, summed over its replicas."""
+    out: dict[str, float] = {}
+    for labels, v in scrape.samples.get("kvpool_router_kv_events_total", {}).items():
+        kind = dict(labels).get("kind", "")
+        out[kind] = out.get(kind, 0.0) + v
+    return out
+
+
 def run_mode(urls: list[str], policy: str, turns: list[Turn], salt: str, args) -> dict:
     router = RouterProcess(urls, router_args(policy, args))
     url = router.start()
@@ -199,7 +208,10 @@ def run_mode(urls: list[str], policy: str, turns: list[Turn], salt: str, args) -
             "wall_s": round(wall, 2),
             "decisions": {r: decisions.get("kvpool_router_decisions_total", reason=r)
                           for r in ("prefix", "load", "round_robin", "retry")}
-            if decisions is not None else None}
+            if decisions is not None else None,
+            # kv_events mode: what the router's feeds did (gaps, lost, malformed, ...)
+            "kv_feed": feed_counts(decisions)
+            if decisions is not None and policy == "kv_events" else None}
 
 
 def replica_args(args, i: int, remote_url: str | None) -> list[str]:

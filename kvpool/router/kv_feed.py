@@ -42,12 +42,14 @@ from kvpool.events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockRemo
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS, BlockIndex
 from kvpool.router.replicas import Replica
 
-__all__ = ["KV_EVENTS_PATH", "ReplicaFeed"]
+__all__ = ["FEED_COUNTS", "KV_EVENTS_PATH", "ReplicaFeed"]
 
 log = logging.getLogger("kvpool.router")
 KV_EVENTS_PATH = "/v1/kvpool/kv_events"
 REPLAY_TIMEOUT = 2.0  # seconds a replay may take before the index is cleared instead
 _WILDCARDS = ("*", "0.0.0.0", "[::]", "::")
+FEED_COUNTS = ("applied", "gaps", "replays", "lost", "restarts", "duplicates", "wrong_topic",
+               "malformed")
 
 
 def reachable(endpoint: str, replica_url: str) -> str:

@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import aiohttp
 import zmq.asyncio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from kvpool.router.kv_feed import ReplicaFeed
+from kvpool.router.kv_feed import FEED_COUNTS, ReplicaFeed
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_prompt import PromptKeys
 from kvpool.router.replicas import Replica, ReplicaSet
@@ -99,6 +100,24 @@ class EventRouting:
             else:
                 out.append(min(feed.index.hits(hashes), limit) * keys.block_size)
         return out
+
+    def collect(self) -> Iterator[Metric]:
+        """The feeds' figures for the router's /metrics (a prometheus_client collector)."""
+        events = CounterMetricFamily("kvpool_router_kv_events",
+                                     "KV event batches by what the router did with them.",
+                                     labels=["replica", "kind"])
+        blocks = GaugeMetricFamily("kvpool_router_kv_index_blocks",
+                                   "Block hashes the router knows a replica caches.",
+                                   labels=["replica"])
+        for url, f in self.feeds.items():
+            for kind in FEED_COUNTS:
+                events.add_metric([url, kind], f.counts[kind])
+            blocks.add_metric([url], len(f.index))
+        fallbacks = CounterMetricFamily("kvpool_router_lookup_fallbacks",
+                                        "Requests placed by lookups: the router could not "
+                                        "hash them itself.")
+        fallbacks.add_metric([], self.fallbacks)
+        yield from (events, blocks, fallbacks)
 
     async def close(self) -> None:
         for t in self._tasks:

@@ -119,6 +119,8 @@ class Router:
         self.session: aiohttp.ClientSession | None = None  # opened with the app
         self.membership = membership  # the admin API and watched file, when configured
         self.kv_events = kv_events
+        if kv_events is not None:
+            self.metrics.registry.register(kv_events)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[error_middleware],
