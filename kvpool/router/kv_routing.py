@@ -7,9 +7,11 @@ replica's event stream (kv_feed.py: one BlockIndex per replica) and scores a req
     hits[i] = min(leading run of keys in replica i's index, admission cap) * block_size
     loads[i] = requests this router has in flight to replica i
 
-then the same ``choose`` (scoring.py) the lookup policy uses. A request whose keys the router
-cannot compute (kv_prompt.py NOTE(agreement)) goes the lookup way; a replica whose feed is not
-caught up (just connected, events off, another hash spec) scores 0 hits.
+then the same ``choose`` (scoring.py) the lookup policy uses; the chosen replica is expected to
+hold the prompt's blocks for ``PENDING_TTL`` seconds (kv_index.py NOTE(pending)). A request
+whose keys the router cannot compute (kv_prompt.py NOTE(agreement)) goes the lookup way; a
+replica whose feed is not caught up (just connected, events off, another hash spec) scores 0
+hits.
 
 Every ``refresh_interval`` seconds each replica's GET /v1/kvpool/kv_events is asked again, so
 a replica restarted on new ports is followed (its index starts over); one on the same ports
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterator, Sequence
 
 import aiohttp
@@ -36,6 +39,7 @@ __all__ = ["EventRouting"]
 
 log = logging.getLogger("kvpool.router")
 DEFAULT_REFRESH = 2.0  # seconds between two asks of a replica's kv_events route
+PENDING_TTL = 2.0  # seconds a routed prompt's blocks count as held before an event confirms
 CATCH_UP_WAIT = 3.0  # seconds the router's start waits for the feeds' first replay
 
 
@@ -76,8 +80,9 @@ class EventRouting:
             await asyncio.sleep(self.refresh_interval)
             await self.refresh(session)
 
-    def hits(self, raw: bytes, cands: Sequence[Replica]) -> list[int] | None:
-        """Hit tokens per candidate, or None when this request needs the lookups."""
+    def score(self, raw: bytes, cands: Sequence[Replica]) -> tuple[list[int], list[bytes]] | None:
+        """(hit tokens per candidate, the prompt's block hashes), or None when this request
+        needs the lookups."""
         keys = self.keys
         got = keys.keys(raw) if keys is not None else None
         if got is None:
@@ -91,6 +96,7 @@ class EventRouting:
                                                        name="router-tokenizer"))
             return None
         hashes, limit = got
+        now = time.monotonic()
         out = []
         for r in cands:
             feed = self.feeds.get(r.url)
@@ -98,8 +104,15 @@ class EventRouting:
                     or feed.info.get("block_size") != keys.block_size:
                 out.append(0)
             else:
-                out.append(min(feed.index.hits(hashes), limit) * keys.block_size)
-        return out
+                out.append(min(feed.index.hits(hashes, now), limit) * keys.block_size)
+        return out, hashes
+
+    def routed(self, replica: Replica, hashes: Sequence[bytes]) -> None:
+        """``replica`` got a request with these block hashes: expect them there for a while
+        (kv_index.py NOTE(pending)), until its events confirm or remove them."""
+        feed = self.feeds.get(replica.url)
+        if feed is not None:
+            feed.index.expect(hashes, time.monotonic() + PENDING_TTL)
 
     def collect(self) -> Iterator[Metric]:
         """The feeds' figures for the router's /metrics (a prometheus_client collector)."""

@@ -180,8 +180,9 @@ class Router:
             idx = self.rr % len(cands)
             self.rr += 1
             return cands[idx:] + cands[:idx], 0, "round_robin"
-        hits = self.kv_events.hits(raw, cands) if self.kv_events is not None else None
-        if hits is not None:  # NOTE(kv-events): no round trip; loads are our own in-flight
+        scored = self.kv_events.score(raw, cands) if self.kv_events is not None else None
+        if scored is not None:  # NOTE(kv-events): no round trip; loads are our own in-flight
+            hits = scored[0]
             loads = [r.in_flight for r in cands]
         else:
             answers = await asyncio.gather(*(self._lookup(r, raw, headers) for r in cands))
@@ -192,6 +193,8 @@ class Router:
         idx, reason = choose(hits, loads, self.guard, self.rr)
         if reason == "round_robin":
             self.rr += 1
+        if scored is not None:
+            self.kv_events.routed(cands[idx], scored[1])  # type: ignore[union-attr]
         rest = sorted((i for i in range(len(cands)) if i != idx), key=lambda i: (loads[i], i))
         return [cands[i] for i in (idx, *rest)], hits[idx], reason
 

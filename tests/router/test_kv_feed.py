@@ -131,3 +131,16 @@ async def test_a_dropped_subscription_reconnects_and_learns_what_it_missed(pub_f
     await one_batch(pub, stored(b"missed"))
     feed.connect(info_of(pub))
     await until(lambda: b"missed" in feed.index and b"live" in feed.index, "replayed")
+
+
+def test_the_index_is_bounded_and_expected_blocks_expire():
+    from kvpool.router.kv_index import BlockIndex
+    idx = BlockIndex(max_blocks=3)
+    idx.stored([b"a", b"b", b"c", b"d"])  # the least recently stored goes first
+    assert b"a" not in idx and len(idx) == 3 and idx.forgotten == 1
+    assert idx.hits([b"b", b"c", b"x", b"d"]) == 2
+    idx.expect([b"x", b"y"], until=10.0)  # routed there, not stored yet
+    assert idx.hits([b"b", b"c", b"x", b"y", b"d"], now=5.0) == 5
+    assert idx.hits([b"b", b"c", b"x", b"y", b"d"], now=11.0) == 2  # expired
+    idx.removed([b"x"])  # an event says it is gone: no longer expected either
+    assert idx.hits([b"b", b"c", b"x"], now=5.0) == 2
