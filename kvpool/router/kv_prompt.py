@@ -8,28 +8,38 @@ tokenizer, so the router computes the very hashes the replica's events carry::
     "prompt": "text" / "messages"          the replica's RequestParser rebuilt here: its
                                            tokenizer (the model directory it reports, or the
                                            built-in model's) and chat template
-    "cache_salt"                           the chain's root salt, as the replica uses it
+    "cache_salt"                           the chain's root salt, as the replica uses it;
+                                           with ``tenant_namespaced`` the tenant folded in by
+                                           the replicas' own rule (cache_namespace.py), the
+                                           tenant from the forwarded headers by theirs
+                                           (tenant.py: ``tenant_header``, else the API key)
 
 NOTE(agreement): the text and chat paths use the replica's own parser class, tokenizer files
 and template, so the router's ids are the replica's. Where the router cannot build that
-(the model directory is not readable here) or the replica folds tenants into the salt
-(``tenant_namespaced``: the salt depends on an identity only the replica resolves),
-``keys`` answers None and the router asks the replicas' lookups for that request instead.
+(the model directory is not readable here, a body its parser refuses, a tenant header too
+long), ``keys`` answers None and the router asks the replicas' lookups for that request.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from multidict import CIMultiDict
+
 from kvpool.core.hashing import BlockHasher
+from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.middleware import APIError
+from kvpool.server.tenant import tenant_of_headers
 
 __all__ = ["PromptKeys"]
 
 log = logging.getLogger("kvpool.router")
 _GENEROUS = 1 << 30  # the parser's request limits: the replica enforces its own
+_PER_TENANT = CacheNamespace(identity=True)  # the rule of a tenant-namespaced replica
 
 
 def _is_ids(p: Any) -> bool:
@@ -44,6 +54,7 @@ class PromptKeys:
         self.block_size = int(info["block_size"])
         self.hasher = BlockHasher(self.block_size, h["model_id"], h["algo"])
         self.namespaced = bool(info.get("tenant_namespaced"))
+        self.tenant_header: str | None = info.get("tenant_header")
         self.parser: Any = None  # built by load_parser (slow: the tokenizer and torch import)
         self.wants_parser = False  # a text or chat prompt came while there was no parser
         self.info = info
@@ -90,14 +101,20 @@ class PromptKeys:
             return None
         return req.prompt_ids, req.cache_salt
 
-    def keys(self, raw: bytes) -> tuple[list[bytes], int] | None:
-        """(full-block hashes, hit cap in blocks), or None: ask the lookups (module doc)."""
-        if self.namespaced:
-            return None
+    def keys(self, raw: bytes, headers: Sequence[tuple[str, str]] = ()
+             ) -> tuple[list[bytes], int] | None:
+        """(full-block hashes, hit cap in blocks), or None: ask the lookups (module doc).
+        ``headers``: the request's, as forwarded to the replica (its tenant identity)."""
         got = self.ids_and_salt(raw)
         if got is None:
             return None
         ids, salt = got
+        if self.namespaced:
+            try:
+                tenant = tenant_of_headers(CIMultiDict(headers), self.tenant_header)
+            except APIError:  # a tenant header too long: the replica answers the 400
+                return None
+            salt = _PER_TENANT.salt(tenant, salt)
         limit = max(0, (len(ids) - 1) // self.block_size)  # admission's cap, as the lookup's
         try:
             return self.hasher.hash_blocks(ids[:limit * self.block_size], salt), limit

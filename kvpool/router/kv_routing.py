@@ -80,11 +80,12 @@ class EventRouting:
             await asyncio.sleep(self.refresh_interval)
             await self.refresh(session)
 
-    def score(self, raw: bytes, cands: Sequence[Replica]) -> tuple[list[int], list[bytes]] | None:
+    def score(self, raw: bytes, cands: Sequence[Replica], headers: list[tuple[str, str]]
+              ) -> tuple[list[int], list[bytes]] | None:
         """(hit tokens per candidate, the prompt's block hashes), or None when this request
-        needs the lookups."""
+        needs the lookups. ``headers``: the forwarded ones (the tenant, kv_prompt.py)."""
         keys = self.keys
-        got = keys.keys(raw) if keys is not None else None
+        got = keys.keys(raw, headers) if keys is not None else None
         if got is None:
             self.fallbacks += 1
             if keys is not None and keys.wants_parser and not self._loading:

@@ -180,7 +180,8 @@ class Router:
             idx = self.rr % len(cands)
             self.rr += 1
             return cands[idx:] + cands[:idx], 0, "round_robin"
-        scored = self.kv_events.score(raw, cands) if self.kv_events is not None else None
+        scored = (self.kv_events.score(raw, cands, headers) if self.kv_events is not None
+                  else None)
         if scored is not None:  # NOTE(kv-events): no round trip; loads are our own in-flight
             hits = scored[0]
             loads = [r.in_flight for r in cands]

@@ -11,13 +11,15 @@ request per prompt (the router's ``--kv-events`` asks it once per replica)::
     {"enabled": true, "replica_id", "endpoint": "tcp://0.0.0.0:5557", "replay_endpoint",
      "topic", "block_size", "hash": {"spec": "kvpool/prefix/v1", "algo": "sha256",
      "model_id"}, "tokenizer": MODEL_DIR | null (the built-in model), "chat_template",
-     "max_model_len", "tenant_namespaced": false, "model_names": [...]}
+     "max_model_len", "tenant_namespaced": false, "tenant_header": null,
+     "model_names": [...]}
 
 ``endpoint`` is what the socket bound (a wildcard host means: this replica's own address).
 Block hashes on the stream are ``BlockHasher(block_size, model_id, algo)`` chains with the
-request's ``cache_salt``; ``tenant_namespaced`` true means the replica folds the tenant into
-that salt, which a router cannot recompute from the body alone. Without the flag the route
-answers ``{"enabled": false}``.
+request's salt: its ``cache_salt``, or with ``tenant_namespaced`` the tenant folded in
+(cache_namespace.py), the tenant read from header ``tenant_header`` or, when that is null,
+from the request's API key (tenant.py). Without the flag the route answers
+``{"enabled": false}``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kvpool.core.hashing import HASH_VERSION
 from kvpool.events.config import KVEventsConfig
 from kvpool.events.publisher import EventPublisher
 from kvpool.events.recorder import KVEventRecorder
+from kvpool.server.app import NAMESPACE_KEY
 
 __all__ = ["KV_EVENTS_PATH", "KVEventsRoute"]
 
@@ -52,7 +55,7 @@ class KVEventsRoute:
         return cls(publisher, block_size)
 
     def register(self, app: web.Application, engine: Any, *, replica_id: str,
-                 chat_template: str | None) -> None:
+                 chat_template: str | None, tenant_header: str | None = None) -> None:
         """Serve the info route; close the publisher after the app (the engine stopped)."""
         if self.publisher is not None:
             cfg, mgr = engine.config, engine.core.manager
@@ -64,7 +67,9 @@ class KVEventsRoute:
                 "hash": {"spec": f"kvpool/prefix/v{HASH_VERSION}", "algo": mgr.hasher.algo,
                          "model_id": mgr.hasher.model_id},
                 "tokenizer": cfg.tokenizer or cfg.model, "chat_template": chat_template,
-                "max_model_len": engine.max_model_len, "tenant_namespaced": False,
+                "max_model_len": engine.max_model_len,
+                "tenant_namespaced": app[NAMESPACE_KEY].per_tenant,
+                "tenant_header": tenant_header,
                 "model_names": list(dict.fromkeys(
                     n for n in (engine.model_name, cfg.served_model_name) if n))}
             app.on_cleanup.append(self._close)

@@ -201,7 +201,7 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
     app[METRICS_KEY].add_source(limiter.families)
     events.register(app, engine, replica_id=app[REPLICA_ID_KEY],
-                    chat_template=o.chat_template)
+                    chat_template=o.chat_template, tenant_header=o.tenant_header)
     if events.publisher is not None:
         app[METRICS_KEY].add_source(events.publisher.families)
     freeze_startup_heap()

@@ -118,3 +118,39 @@ async def test_a_restarted_replica_is_followed_from_scratch():
             await until(lambda: holder(events, ids), "stored again")
     finally:
         srv.stop(timeout=20)
+
+
+async def test_tenant_namespaces_are_hashed_as_the_replica_does():
+    """--tenant-header replica: the router folds the tenant into the salt by the replica's
+    rule, so tenant b gets no predicted hit on a's prompt, and every prediction equals what
+    the replica then reports as cached, with no lookup."""
+    from kvpool.server.cache_namespace import CacheNamespace
+    srv = spawn("kv-tenant", *EVENTS, "--tenant-header", "X-Tenant")
+    try:
+        r, events = event_router([srv.url])
+        (feed,) = events.feeds.values()
+        ids = list(range(30, 130))
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            await until(lambda: feed.live, "caught up")
+            assert events.keys.namespaced and events.keys.tenant_header == "X-Tenant"
+
+            async def cached(tenant: str) -> int:
+                before = (await metrics(s, url))["kvpool_router_predicted_hit_tokens_total"][()]
+                async with s.post(url + "/v1/completions", headers={"X-Tenant": tenant},
+                                  json={"prompt": ids, "max_tokens": 1}) as resp:
+                    out = await resp.json()
+                    assert resp.status == 200, out
+                got = out["usage"]["prompt_tokens_details"]["cached_tokens"]
+                m = await metrics(s, url)
+                assert m["kvpool_router_predicted_hit_tokens_total"][()] - before == got
+                salt = CacheNamespace(identity=True).salt(tenant, None)
+                first = BlockHasher(16, feed.info["hash"]["model_id"]).hash_blocks(ids, salt)[0]
+                await until(lambda: first in feed.index, f"tenant {tenant}'s blocks")
+                return got
+
+            assert await cached("a") == 0
+            assert await cached("b") == 0  # a's prompt is no hit for b
+            assert await cached("a") == 96
+            assert events.fallbacks == 0
+    finally:
+        srv.stop(timeout=20)
