@@ -238,16 +238,22 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
-def run(args) -> dict:
-    turns = build_workload(load_reqs(args.trace), args.conversations, max_blocks=args.max_blocks,
-                           system_prompts=args.system_prompts,
-                           system_blocks=args.system_blocks, seed=args.seed)
-    unique = len({h for t in turns for h in t.blocks})
+def modes_of(args) -> list[tuple[str, bool]]:
+    """(router mode, replicas with the Redis tier) in the order they run each repeat."""
     modes = [("round_robin", False), ("prefix", False)]
     if args.kv_events:
         modes.append(("kv_events", False))
     if args.tier:
         modes += [("round_robin", True), ("prefix", True)]
+    return modes
+
+
+def run(args) -> dict:
+    turns = build_workload(load_reqs(args.trace), args.conversations, max_blocks=args.max_blocks,
+                           system_prompts=args.system_prompts,
+                           system_blocks=args.system_blocks, seed=args.seed)
+    unique = len({h for t in turns for h in t.blocks})
+    modes = modes_of(args)
     result: dict = {"bench": "route_live", "machine": machine(), "config": vars(args),
                     "workload": {"turns": len(turns), "unique_blocks": unique,
                                  "blocks": sum(len(t.blocks) for t in turns),

@@ -46,14 +46,6 @@ def event_router(urls):
     return Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events), events
 
 
-async def chat_once(s, url, body):
-    async with s.post(url + "/v1/chat/completions",
-                      json={"max_tokens": 2, "temperature": 0, **body}) as r:
-        out = await r.json()
-        assert r.status == 200, out
-        return out
-
-
 def holder(events, ids):
     """URLs whose index holds the prompt's leading full block."""
     keys = events.keys
@@ -88,10 +80,10 @@ async def test_placed_by_events_without_a_lookup(fleet):
         text = await complete(s, url, {"prompt": prompt("kv-events")})
         assert text["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         chat = {"messages": [{"role": "user", "content": prompt("chat")}]}
-        await chat_once(s, url, chat)
+        await complete(s, url, chat, "/v1/chat/completions")
         await until(lambda: holder(events, events.keys.ids_and_salt(
             json.dumps(chat).encode())[0]), "the chat prompt stored")
-        again = await chat_once(s, url, chat)
+        again = await complete(s, url, chat, "/v1/chat/completions")
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         assert events.fallbacks == 1 and where in urls
 
