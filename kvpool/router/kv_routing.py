@@ -13,7 +13,8 @@ whose keys the router cannot compute (kv_prompt.py NOTE(agreement)) goes the loo
 replica whose feed is not caught up (just connected, events off, another hash spec) scores 0
 hits.
 
-Every ``refresh_interval`` seconds each replica's GET /v1/kvpool/kv_events is asked again, so
+Every ``refresh_interval`` seconds the feeds follow the replica set (replicas added or removed
+at runtime get or lose theirs) and each replica's GET /v1/kvpool/kv_events is asked again, so
 a replica restarted on new ports is followed (its index starts over); one on the same ports
 is caught by its sequence numbers starting again at 0.
 """
@@ -49,7 +50,10 @@ class EventRouting:
     def __init__(self, replicas: ReplicaSet, *, max_blocks: int = DEFAULT_MAX_BLOCKS,
                  refresh_interval: float = DEFAULT_REFRESH) -> None:
         self.ctx = zmq.asyncio.Context()
-        self.feeds = {r.url: ReplicaFeed(r, self.ctx, max_blocks) for r in replicas.replicas}
+        self.replicas = replicas
+        self.max_blocks = max_blocks
+        self.feeds: dict[str, ReplicaFeed] = {}
+        self._sync()
         self.refresh_interval = refresh_interval
         self.keys: PromptKeys | None = None  # from the first replica that publishes events
         self.fallbacks = 0  # requests placed by lookups instead (monotonic)
@@ -68,7 +72,17 @@ class EventRouting:
         self._tasks.append(asyncio.create_task(self._refreshing(session),
                                                name="router-kv-events"))
 
+    def _sync(self) -> None:
+        """One feed per replica of the set now (replicas come and go: membership.py)."""
+        now = {r.url: r for r in self.replicas.replicas}
+        for url in [u for u in self.feeds if u not in now]:
+            self.feeds.pop(url).close()
+        for url, r in now.items():
+            if url not in self.feeds:
+                self.feeds[url] = ReplicaFeed(r, self.ctx, self.max_blocks)
+
     async def refresh(self, session: aiohttp.ClientSession) -> None:
+        self._sync()
         await asyncio.gather(*(f.refresh(session) for f in self.feeds.values()))
         if self.keys is None:
             info = next((f.info for f in self.feeds.values() if f.info.get("enabled")), None)

@@ -144,3 +144,21 @@ def test_the_index_is_bounded_and_expected_blocks_expire():
     assert idx.hits([b"b", b"c", b"x", b"y", b"d"], now=11.0) == 2  # expired
     idx.removed([b"x"])  # an event says it is gone: no longer expected either
     assert idx.hits([b"b", b"c", b"x"], now=5.0) == 2
+
+
+async def test_the_feeds_follow_replicas_added_and_removed_at_runtime():
+    import aiohttp
+
+    from kvpool.router.kv_routing import EventRouting
+    from kvpool.router.replicas import ReplicaSet
+    rs = ReplicaSet(["http://127.0.0.1:1"])
+    routing = EventRouting(rs)
+    try:
+        rs.add("http://127.0.0.1:2")
+        rs.remove("http://127.0.0.1:1")
+        async with aiohttp.ClientSession() as s:
+            await routing.refresh(s)  # nothing listens there: the feeds exist, not live
+        assert list(routing.feeds) == ["http://127.0.0.1:2"]
+        assert not routing.feeds["http://127.0.0.1:2"].live
+    finally:
+        await routing.close()
