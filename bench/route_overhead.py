@@ -17,7 +17,7 @@ import aiohttp
 
 from stress.report import percentile
 
-__all__ = ["measure_overhead"]
+__all__ = ["interleaved_rounds", "measure_overhead"]
 
 
 async def _one(session: aiohttp.ClientSession, url: str, body: dict) -> float:
@@ -29,7 +29,10 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict) -> float:
     return time.perf_counter() - t0
 
 
-async def _rounds(targets: dict[str, str], body: dict, n: int) -> dict[str, list[float]]:
+async def interleaved_rounds(targets: dict[str, str], body: dict, n: int
+                             ) -> dict[str, list[float]]:
+    """Seconds per request per target: 3 warm-up requests each, then ``n`` rounds of one
+    request per target in a rotating order (the module docstring)."""
     names = list(targets)
     out: dict[str, list[float]] = {k: [] for k in names}
     async with aiohttp.ClientSession() as session:
@@ -45,7 +48,7 @@ async def _rounds(targets: dict[str, str], body: dict, n: int) -> dict[str, list
 def measure_overhead(direct: str, routers: dict[str, str], prompt: list[int], n: int) -> dict:
     """``routers``: arm name -> router URL; ``direct``: the replica a cached prompt goes to."""
     body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
-    lat = asyncio.run(_rounds({"direct": direct, **routers}, body, n))
+    lat = asyncio.run(interleaved_rounds({"direct": direct, **routers}, body, n))
     ms = {k: sorted(1000 * x for x in v) for k, v in lat.items()}
     d50, d99 = percentile(ms["direct"], 50), percentile(ms["direct"], 99)
     res = {"rounds": n, "direct_p50_ms": round(d50, 3), "direct_p99_ms": round(d99, 3)}
