@@ -21,12 +21,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
-import aiohttp
-
 from bench.remote_faults import RouterProcess
+from bench.route_overhead import interleaved_rounds
 from kvpool.epp.cli import READY_PREFIX
 from stress.http.servers import ROOT
 from stress.report import percentile
@@ -76,28 +74,6 @@ class EppFront:
         self.dir.cleanup()
 
 
-async def _one(session: aiohttp.ClientSession, url: str, body: dict) -> float:
-    t0 = time.perf_counter()
-    async with session.post(url + "/v1/completions", json=body) as resp:
-        await resp.read()
-        if resp.status != 200:
-            raise RuntimeError(f"{url}: {resp.status}")
-    return time.perf_counter() - t0
-
-
-async def _rounds(arms: dict[str, str], body: dict, rounds: int) -> dict[str, list[float]]:
-    names = list(arms)
-    out: dict[str, list[float]] = {k: [] for k in names}
-    async with aiohttp.ClientSession() as session:
-        for k in names:  # warm: connections open, the prompt cached where the arms send it
-            for _ in range(3):
-                await _one(session, arms[k], body)
-        for i in range(rounds):
-            for k in names[i % len(names):] + names[:i % len(names)]:
-                out[k].append(await _one(session, arms[k], body))
-    return out
-
-
 def epp_overhead(urls: list[str], prompt: list[int], rounds: int, flags: list[str]) -> dict:
     """Added latency of the picker path (and the router, for reference) over ``urls[0]``
     direct; ``flags``: the router's and the picker's decision flags."""
@@ -105,7 +81,7 @@ def epp_overhead(urls: list[str], prompt: list[int], rounds: int, flags: list[st
     router, epp = RouterProcess(urls, flags), EppFront(urls, flags)
     try:
         arms = {"direct": urls[0], "router": router.start(), "epp": epp.start()}
-        lat = asyncio.run(_rounds(arms, body, rounds))
+        lat = asyncio.run(interleaved_rounds(arms, body, rounds))
     finally:
         epp.stop()
         router.stop()

@@ -3,7 +3,8 @@ one conversation-shaped replay sent through the router per mode (issue 16, "Then
 figures live").
 
     python -m bench.route_live [--replicas 3] [--conversations 200] [--repeats 3] [--quick]
-                               [--epp ROUNDS] [--json out/route_live.json]
+                               [--no-kv-events] [--overhead ROUNDS] [--epp ROUNDS]
+                               [--json out/route_live.json]
 
 Workload (derived from the Mooncake conversation trace, scaled down):
 
@@ -17,11 +18,13 @@ Workload (derived from the Mooncake conversation trace, scaled down):
   token ids are salted per (repeat, mode), so no run hits another run's blocks and every mode
   starts from the same cold-for-it cache (old runs' blocks are least recent: they go first).
 
-Modes: ``round_robin`` and ``prefix`` (``kvpool router --policy``) on replicas without a remote
-tier; with ``--tier`` also both again on replicas started with ``--remote-url`` (one Redis from
-tests/remote/redis_server.py) and ``--remote-write-policy write_back``. ``--epp ROUNDS`` then
-measures the endpoint picker path (Envoy + ``kvpool epp``) and the router against a direct
-request, interleaved (bench/route_epp.py).
+Modes: ``round_robin`` and ``prefix`` (``kvpool router --policy``) and ``kv_events`` (the prefix
+policy fed by the replicas' KV events, ``kvpool router --kv-events``: no lookup per request) on
+replicas without a remote tier; with ``--tier`` also round_robin and prefix again on replicas
+started with ``--remote-url`` (one Redis from tests/remote/redis_server.py) and
+``--remote-write-policy write_back``. ``--overhead ROUNDS`` then measures each router arm
+against a direct request, interleaved (bench/route_overhead.py); ``--epp ROUNDS`` the endpoint
+picker path (Envoy + ``kvpool epp``) and the router (bench/route_epp.py).
 Per mode: prefix hit tokens / prompt tokens from usage.cached_tokens (local + remote: a fetched
 block is served from the host pool), the replicas' kvpool_prefix_cache_hits_total /
 queries_total deltas, remote hit blocks, TTFT p50/p99 (stream, first content chunk), output
@@ -48,10 +51,13 @@ from bench.common import machine, write_json
 from bench.remote_faults import RouterProcess, scrape_sync, start_replicas
 from bench.route import DEFAULT_TRACE, Req, Simulation, load_reqs
 from bench.route_epp import epp_overhead
+from bench.route_overhead import measure_overhead
 from stress.report import percentile
 from stress.http.servers import SpawnedServer
 from tests.remote.redis_server import RedisServer
 
+KV_EVENTS = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                        "endpoint": "tcp://127.0.0.1:0", "replay_endpoint": "tcp://127.0.0.1:0"})
 TOKEN_LO, TOKEN_HI = 10, 250  # inside the tiny model's byte vocabulary, clear of specials
 
 
@@ -159,9 +165,24 @@ def replica_sums(urls: list[str]) -> dict[str, float]:
     return {name: sum(m.get(name) for m in scrapes) for name in SERIES}
 
 
+def router_args(policy: str, args) -> list[str]:
+    """``kvpool router`` flags of a mode: kv_events is the prefix policy fed by KV events."""
+    flags = ["--policy", "prefix", "--kv-events"] if policy == "kv_events" else [
+        "--policy", policy]
+    return flags + ["--lookup-timeout-ms", str(args.lookup_timeout_ms)]
+
+
+def feed_counts(scrape) -> dict[str, float]:
+    """The router's KV event batches by kind, summed over its replicas."""
+    out: dict[str, float] = {}
+    for labels, v in scrape.samples.get("kvpool_router_kv_events_total", {}).items():
+        kind = dict(labels).get("kind", "")
+        out[kind] = out.get(kind, 0.0) + v
+    return out
+
+
 def run_mode(urls: list[str], policy: str, turns: list[Turn], salt: str, args) -> dict:
-    router = RouterProcess(urls, ["--policy", policy,
-                                  "--lookup-timeout-ms", str(args.lookup_timeout_ms)])
+    router = RouterProcess(urls, router_args(policy, args))
     url = router.start()
     try:
         before = replica_sums(urls)
@@ -187,7 +208,10 @@ def run_mode(urls: list[str], policy: str, turns: list[Turn], salt: str, args) -
             "wall_s": round(wall, 2),
             "decisions": {r: decisions.get("kvpool_router_decisions_total", reason=r)
                           for r in ("prefix", "load", "round_robin", "retry")}
-            if decisions is not None else None}
+            if decisions is not None else None,
+            # kv_events mode: what the router's feeds did (gaps, lost, malformed, ...)
+            "kv_feed": feed_counts(decisions)
+            if decisions is not None and policy == "kv_events" else None}
 
 
 def replica_args(args, i: int, remote_url: str | None) -> list[str]:
@@ -197,6 +221,8 @@ def replica_args(args, i: int, remote_url: str | None) -> list[str]:
            "--enable-prefix-caching", "--replica-id", f"r{i + 1}", "--log-level", "warning"]
     if remote_url:
         out += ["--remote-url", remote_url, "--remote-write-policy", "write_back"]
+    if args.kv_events:
+        out += ["--kv-events-config", KV_EVENTS]
     return out
 
 
@@ -212,14 +238,22 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
+def modes_of(args) -> list[tuple[str, bool]]:
+    """(router mode, replicas with the Redis tier) in the order they run each repeat."""
+    modes = [("round_robin", False), ("prefix", False)]
+    if args.kv_events:
+        modes.append(("kv_events", False))
+    if args.tier:
+        modes += [("round_robin", True), ("prefix", True)]
+    return modes
+
+
 def run(args) -> dict:
     turns = build_workload(load_reqs(args.trace), args.conversations, max_blocks=args.max_blocks,
                            system_prompts=args.system_prompts,
                            system_blocks=args.system_blocks, seed=args.seed)
     unique = len({h for t in turns for h in t.blocks})
-    modes = [("round_robin", False), ("prefix", False)]
-    if args.tier:
-        modes += [("round_robin", True), ("prefix", True)]
+    modes = modes_of(args)
     result: dict = {"bench": "route_live", "machine": machine(), "config": vars(args),
                     "workload": {"turns": len(turns), "unique_blocks": unique,
                                  "blocks": sum(len(t.blocks) for t in turns),
@@ -250,6 +284,8 @@ def run(args) -> dict:
         result["failed_requests"] = sum(v["failed"] for v in m.values())
         if args.epp:
             result["epp"] = epp_arm(urls[False], args)
+        if args.overhead:
+            result["overhead"] = overhead(urls[False], args)
         return result
     finally:
         for fleet in fleets.values():
@@ -264,6 +300,19 @@ def epp_arm(urls: list[str], args) -> dict:
     ids = [t for h in range(8) for t in block_tokens(h, "epp", args.block_size)] + [11]
     return epp_overhead(urls, ids, args.epp, ["--policy", "prefix", "--lookup-timeout-ms",
                                               str(args.lookup_timeout_ms)])
+
+
+def overhead(urls: list[str], args) -> dict:
+    """Added latency of each router arm over a direct request (bench/route_overhead.py)."""
+    arms = ["round_robin", "prefix"] + (["kv_events"] if args.kv_events else [])
+    routers = {a: RouterProcess(urls, router_args(a, args)) for a in arms}
+    try:
+        started = {a: r.start() for a, r in routers.items()}
+        ids = [t for h in range(8) for t in block_tokens(h, "overhead", args.block_size)] + [11]
+        return measure_overhead(urls[0], started, ids, args.overhead)
+    finally:
+        for r in routers.values():
+            r.stop()
 
 
 def print_table(res: dict) -> None:
@@ -287,6 +336,14 @@ def print_table(res: dict) -> None:
             med, lo, hi = o[a]["added_per_round_ms"]
             print(f"  {a:<8} +{o[a]['added_p50_ms']:.3f} ms p50  +{o[a]['added_p99_ms']:.3f} ms "
                   f"p99  per round {med:.3f} [{lo:.3f}-{hi:.3f}] ms")
+    if "overhead" in res:
+        o = res["overhead"]
+        print(f"added latency over direct ({o['rounds']} interleaved rounds; direct p50 "
+              f"{o['direct_p50_ms']} ms, p99 {o['direct_p99_ms']} ms):")
+        for arm, v in o.items():
+            if isinstance(v, dict):
+                print(f"  {arm:<12} +{v['added_p50_ms']:.3f} ms p50  +{v['added_p99_ms']:.3f} "
+                      f"ms p99")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,6 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epp", type=int, default=0, metavar="ROUNDS",
                    help="then the endpoint picker path (Envoy + kvpool epp) and the router vs "
                         "a direct request, ROUNDS interleaved rounds (bench/route_epp.py)")
+    p.add_argument("--kv-events", action=argparse.BooleanOptionalAction, default=True,
+                   help="replicas publish KV events and a kv_events mode runs "
+                        "(kvpool router --kv-events: no lookup per request)")
+    p.add_argument("--overhead", type=int, default=0, metavar="ROUNDS",
+                   help="then measure each router's added latency over a direct request, "
+                        "ROUNDS interleaved rounds (bench/route_overhead.py)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
                    help="2 replicas, 6 conversations, 1 repeat, no tier (the smoke test)")

@@ -1,4 +1,5 @@
-"""Small plain objects that cross layers: devices, admission status, block and pool snapshots.
+"""Small plain objects that cross layers: devices, admission status, block and pool snapshots,
+and the pools' observer protocol.
 
 None of these hold a reference into live pool state; they are copies taken at one instant.
 """
@@ -6,7 +7,9 @@ None of these hold a reference into live pool state; they are copies taken at on
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 
 class Device(enum.Enum):
@@ -89,3 +92,19 @@ class PoolStats:
     def usage(self) -> float:
         """Fraction of blocks in use (vLLM's ``kv_cache_usage``)."""
         return self.num_used / self.num_blocks if self.num_blocks else 0.0
+
+
+class PoolObserver(Protocol):
+    """Told what becomes findable by content hash and what stops being so (kvpool.events'
+    recorder publishes it). Called under the pool's lock, so it must only queue, never wait.
+
+    ``stored``: ``hashes`` became findable in order, a chain continuing ``parent`` (None at a
+    prompt's start); ``tokens`` their token ids where the pool keeps them. ``removed``: they
+    are no longer findable. ``cleared``: nothing is cached on ``device`` any more."""
+
+    def stored(self, device: Device, hashes: Sequence[bytes], parent: bytes | None,
+               tokens: Sequence[int] | None = None) -> None: ...
+
+    def removed(self, device: Device, hashes: Sequence[bytes]) -> None: ...
+
+    def cleared(self, device: Device) -> None: ...

@@ -80,7 +80,8 @@ class BlockLender:
         with pool.writing():
             if pool.index is not None:
                 for i, (b, h) in enumerate(zip(block_ids, hashes)):
-                    if pool.index.register_block(b, h, first_depth + i) == b:
+                    parent = hashes[i - 1] if i else None  # a fetched run's first: unknown
+                    if pool.index.register_block(b, h, first_depth + i, None, parent) == b:
                         n += 1
             self.give_back(Device.DEVICE, block_ids)
         return n

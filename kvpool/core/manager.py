@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from kvpool.config import CacheConfig
-from kvpool.core.block import Admission, AllocStatus, Device
+from kvpool.core.block import Admission, AllocStatus, Device, PoolObserver
 from kvpool.core.block_table import BlockTable, SeqAlloc, table_of
 from kvpool.core.defrag import DefragPlan, DefragPlanner, DefragResult
 from kvpool.core.eviction import EvictionPolicy
@@ -48,20 +48,24 @@ class BlockSpaceManager:
     slots of the distinct used device blocks; every table satisfies BlockTable's invariant.
     """
 
-    def __init__(self, config: CacheConfig, policy: EvictionPolicy | None = None) -> None:
+    def __init__(self, config: CacheConfig, policy: EvictionPolicy | None = None, *,
+                 observer: PoolObserver | None = None) -> None:
+        """``observer`` hears every hash that becomes findable or stops being so, on the
+        device pool and on the host pool (swapped sequences' blocks); kvpool.events."""
         self.config = config
         self.block_size = bs = config.block_size
         self.device_pool = BlockPool(
             Device.DEVICE, config.num_device_blocks, bs, caching=config.enable_prefix_caching,
             policy=policy if policy is not None else config.eviction_policy,
-            verify_hits=config.verify_hits)
+            verify_hits=config.verify_hits, observer=observer)
         self.host_pool = BlockPool(Device.HOST, config.num_host_blocks, bs)
         self.caching = config.enable_prefix_caching
         self.hasher = BlockHasher(bs, config.model_id, config.hash_algo)
         self.watermark_blocks = config.watermark_blocks
         self._tables: dict[int, BlockTable] = {}  # owned here, lent to the planners
         self.counters = ManagerCounters()  # owned here, updated by the planners too
-        self._swap = SwapPlanner(self.device_pool, self.host_pool, self._tables, self.counters)
+        self._swap = SwapPlanner(self.device_pool, self.host_pool, self._tables, self.counters,
+                                 observer if self.caching else None)
         self._prompts = PromptAllocator(self.device_pool, self._tables, self.counters,
                                         self.hasher)
         self._slots = SlotWriter(self.device_pool, self._tables, self.counters, self.hasher)
@@ -259,6 +263,7 @@ class BlockSpaceManager:
         c = self.counters
         if t.device is Device.HOST:
             self.host_pool.release(t.blocks[::-1], now)
+            self._swap.host_released([t])
             c.num_swapped_seqs -= 1
         else:
             c.used_slots -= self.device_pool.release_table(t.blocks,

@@ -50,7 +50,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter, length_hint
 
-from kvpool.core.block import Block, Device, PoolStats
+from kvpool.core.block import Block, Device, PoolObserver, PoolStats
 from kvpool.core.eviction import EvictionPolicy
 from kvpool.core.prefix_index import PrefixIndex
 from kvpool.core.seqlock import SeqLock
@@ -68,7 +68,7 @@ class BlockPool:
 
     def __init__(self, device: Device, num_blocks: int, block_size: int = 16, *,
                  caching: bool = False, policy: EvictionPolicy | str = "lru",
-                 verify_hits: bool = False) -> None:
+                 verify_hits: bool = False, observer: PoolObserver | None = None) -> None:
         if num_blocks < 0:
             raise InvalidBlockError("num_blocks must be >= 0")
         self.device = device
@@ -76,7 +76,8 @@ class BlockPool:
         self.block_size = block_size
         self.caching = caching
         self.index: PrefixIndex | None = (
-            PrefixIndex(num_blocks, block_size, policy, verify_hits) if caching else None)
+            PrefixIndex(num_blocks, block_size, policy, verify_hits, observer=observer,
+                        device=device) if caching else None)
         self._writer = SeqLock()  # the layer-1 lock and the layer-0 version, together
         self.lock = self._writer.lock  # raw lock, for try-lock callers (the asyncio front)
         self._free = array("i", range(num_blocks - 1, -1, -1))

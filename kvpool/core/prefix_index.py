@@ -29,6 +29,7 @@ from functools import partial
 from itertools import islice, takewhile
 from operator import is_not
 
+from kvpool.core.block import Device, PoolObserver
 from kvpool.core.eviction import EvictionPolicy, make_policy
 from kvpool.errors import InvalidBlockError, InvariantError
 
@@ -51,8 +52,13 @@ class PrefixIndex:
     """
 
     def __init__(self, num_blocks: int, block_size: int,
-                 policy: EvictionPolicy | str = "lru", verify_hits: bool = False) -> None:
+                 policy: EvictionPolicy | str = "lru", verify_hits: bool = False, *,
+                 observer: PoolObserver | None = None, device: Device = Device.DEVICE) -> None:
+        """``observer`` hears every hash registered, evicted or reset on ``device``'s pool
+        (kvpool.events publishes it): under the pool lock, so it only queues."""
         self.block_size = block_size
+        self._observer = observer
+        self._device = device
         self.policy = make_policy(policy, num_blocks) if isinstance(policy, str) else policy
         # NOTE(speed): a policy that keeps the default no-op on_hit (LRU) is not called per hit
         self._counts_hits = type(self.policy).on_hit is not EvictionPolicy.on_hit
@@ -122,9 +128,10 @@ class PrefixIndex:
 
     # ---------------------------------------------------------------- registration (pool lock)
     def register_block(self, b: int, h: bytes, depth: int,
-                       tokens: Sequence[int] | None = None) -> int:
-        """Index used block ``b`` (full, computed) under ``h``. If another block already caches
-        ``h`` that one is returned and ``b`` stays unhashed (a duplicate; it is freed plainly)."""
+                       tokens: Sequence[int] | None = None, parent: bytes | None = None) -> int:
+        """Index used block ``b`` (full, computed) under ``h`` (``parent``: the chain's hash
+        before it, for the observer). If another block already caches ``h`` that one is
+        returned and ``b`` stays unhashed (a duplicate; it is freed plainly)."""
         existing = self._cached.get(h)
         if existing is not None:
             return existing
@@ -135,6 +142,8 @@ class PrefixIndex:
         self._depth[b] = depth
         if self._tokens is not None and tokens is not None:
             self._tokens[b] = tuple(tokens)
+        if self._observer is not None:
+            self._observer.stored(self._device, [h], parent, tokens)
         return b
 
     def register_run(self, blocks: Sequence[int], hashes: Sequence[bytes], lo: int,
@@ -142,9 +151,13 @@ class PrefixIndex:
         """``register_block(blocks[i], hashes[i], i)`` for ``lo <= i < hi`` (a table's newly
         computed full blocks; depth is the index in the chain), without kept token ids."""
         cached, hash_of, depth = self._cached, self._hash, self._depth
+        run = lo  # the observer hears each unbroken run of new hashes as one chain
         for i in range(lo, hi):
             h = hashes[i]
             if h in cached:
+                if self._observer is not None:
+                    self._tell_run(hashes, run, i)
+                run = i + 1
                 continue  # another block caches it: this one stays unhashed (a duplicate)
             b = blocks[i]
             if hash_of[b] is not None:
@@ -152,6 +165,13 @@ class PrefixIndex:
             cached[h] = b
             hash_of[b] = h
             depth[b] = i
+        if self._observer is not None:
+            self._tell_run(hashes, run, hi)
+
+    def _tell_run(self, hashes: Sequence[bytes], lo: int, hi: int) -> None:
+        if lo < hi:
+            self._observer.stored(self._device, hashes[lo:hi],  # type: ignore[union-attr]
+                                  hashes[lo - 1] if lo else None)
 
     # ---------------------------------------------------------------- the pool's calls (lock)
     def park(self, block_ids: list[int], now: float) -> list[int]:
@@ -187,8 +207,9 @@ class PrefixIndex:
         hashes dropped after the evict hook saw them; for the pool to hand out again."""
         evict = self.policy.evict
         hook = self._on_evict
-        if self._tokens is None and hook is None:  # NOTE(speed): _drop_hash inlined, a prefill
-            cached, hashes = self._cached, self._hash  # evicts ~100s of blocks
+        if self._tokens is None and hook is None and self._observer is None:
+            # NOTE(speed): _drop_hash inlined, a prefill evicts ~100s of blocks
+            cached, hashes = self._cached, self._hash
             out = []
             append = out.append
             for _ in range(n):
@@ -197,23 +218,33 @@ class PrefixIndex:
                 hashes[b] = None
                 append(b)
             return out
-        out = []
+        out, gone = [], []
         for _ in range(n):
             b = evict()
             h = self._hash[b]
             if hook is not None and h is not None:
                 hook(b, h)
+            gone.append(h)
             self._drop_hash(b)
             out.append(b)
+        if self._observer is not None:
+            self._observer.removed(self._device, gone)
         return out
 
     def evict_all(self) -> list[int]:
-        """Every evictable block, hashes dropped without the hook (a cache reset)."""
-        out = []
+        """Every evictable block, hashes dropped without the hook (a cache reset); the observer
+        hears them removed, or the whole cache cleared when nothing stays hashed."""
+        out, gone = [], []
         while len(self.policy):
             b = self.policy.evict()
+            gone.append(self._hash[b])
             self._drop_hash(b)
             out.append(b)
+        if self._observer is not None:
+            if self._cached:
+                self._observer.removed(self._device, gone)
+            else:
+                self._observer.cleared(self._device)
         return out
 
     def _drop_hash(self, b: int) -> None:

@@ -60,7 +60,8 @@ class SlotWriter:
             t.num_registered = upto
             return
         while i < upto:
-            index.register_block(blocks[i], hashes[i], i, toks[i * bs:(i + 1) * bs])
+            index.register_block(blocks[i], hashes[i], i, toks[i * bs:(i + 1) * bs],
+                                 hashes[i - 1] if i else None)
             i += 1
         t.num_registered = upto
 

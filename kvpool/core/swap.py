@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from kvpool.core.block import Device
+from kvpool.core.block import Device, PoolObserver
 from kvpool.core.block_table import BlockTable, table_of
 from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
@@ -38,13 +38,19 @@ class SwapPlanner:
     manager) and its two pools; counts into the manager's counters."""
 
     def __init__(self, device: BlockPool, host: BlockPool,
-                 tables: dict[int, BlockTable], counters: ManagerCounters) -> None:
+                 tables: dict[int, BlockTable], counters: ManagerCounters,
+                 observer: PoolObserver | None = None) -> None:
         self.device = device
         self.host = host
         self.tables = tables
         self.counters = counters
         self.block_size = device.block_size
         self.index = device.index  # None without prefix caching: nothing to reuse
+        # NOTE(host-hashes): the host pool holds no hash index; swapped tables keep their
+        # hashes. With an observer, the tables holding each hash on the host are counted
+        # here, so it hears a hash arrive (first holder) and leave (last one) exactly once.
+        self._observer = observer
+        self._host_refs: Counter[bytes] = Counter()
 
     def group(self, seq_ids: Sequence[int], device: Device) -> list[BlockTable]:
         """The tables of ``seq_ids``, all on ``device``; raises on misuse."""
@@ -83,6 +89,8 @@ class SwapPlanner:
                 t.version += 1
             c.num_swapped_seqs += len(tables)
             c.swap_out_blocks += len(mapping)
+            if self._observer is not None:
+                self._host_arrived(tables)
             return list(mapping.items())
 
     # ------------------------------------------------------------------ in
@@ -149,6 +157,7 @@ class SwapPlanner:
                     if hb not in reuse:
                         fills[hb] = t.block_fill(i, bs)
             c.used_slots += sum(fills.values())
+            self.host_released(tables)
             for t in tables:
                 h.release(t.blocks[::-1], now)
                 t.blocks = [mapping[b] for b in t.blocks]
@@ -160,3 +169,30 @@ class SwapPlanner:
             c.swap_in_blocks += len(fresh)
             c.swap_in_reused_blocks += len(reuse)
             return [(hb, mapping[hb]) for hb in fresh]
+
+    # ------------------------------------------------------------------ host hashes
+    def _host_arrived(self, tables: Sequence[BlockTable]) -> None:
+        refs, obs = self._host_refs, self._observer
+        assert obs is not None
+        for t in tables:
+            new = [i for i, h in enumerate(t.hashes) if not refs[h]]
+            refs.update(t.hashes)
+            if new:
+                obs.stored(Device.HOST, [t.hashes[i] for i in new],
+                           t.hashes[new[0] - 1] if new[0] else None)
+
+    def host_released(self, tables: Sequence[BlockTable]) -> None:
+        """``tables`` left the host pool (swapped in or freed): the observer hears the hashes
+        no other swapped table holds (NOTE(host-hashes)). Lock held."""
+        if self._observer is None:
+            return
+        refs = self._host_refs
+        gone = []
+        for t in tables:
+            for h in t.hashes:
+                refs[h] -= 1
+                if refs[h] <= 0:
+                    del refs[h]
+                    gone.append(h)
+        if gone:
+            self._observer.removed(Device.HOST, gone)

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
+from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, read_token, replica_url
 from kvpool.router.proxy import POLICIES, Router
 from kvpool.router.replicas import DEFAULT_DOWN_AFTER, DEFAULT_INTERVAL, ReplicaSet
@@ -47,6 +49,13 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="prefix: ask every replica for its prefix hit and choose with the load "
                         "guard; round_robin: rotate over the healthy replicas without asking "
                         "(a baseline)")
+    p.add_argument("--kv-events", action="store_true",
+                   help="prefix policy without a lookup per request: follow each replica's KV "
+                        "events (replicas started with --kv-events-config; the endpoints come "
+                        "from their GET /v1/kvpool/kv_events) and hash prompts here")
+    p.add_argument("--kv-index-blocks", type=int, default=DEFAULT_MAX_BLOCKS, metavar="N",
+                   help="block hashes remembered per replica with --kv-events (least recently "
+                        "stored forgotten first)")
     p.add_argument("--lookup-timeout-ms", type=float, default=50.0,
                    help="a replica's lookup answer may take this long, else it scores 0 hit")
     p.add_argument("--health-interval", type=float, default=DEFAULT_INTERVAL,
@@ -77,9 +86,11 @@ def build_router(args: argparse.Namespace) -> Router:
     token = read_token(args.admin_token_file) if args.admin_token_file else None
     membership = (Membership(replicas, admin_token=token, replicas_file=args.replicas_file)
                   if token or args.replicas_file else None)
+    events = (EventRouting(replicas, max_blocks=args.kv_index_blocks)
+              if args.kv_events and args.policy == "prefix" else None)
     return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
                   policy=args.policy, max_body_bytes=args.max_body_bytes,
-                  membership=membership)
+                  membership=membership, kv_events=events)
 
 
 async def listen(router: Router, host: str, port: int) -> tuple[web.AppRunner, asyncio.Server]:

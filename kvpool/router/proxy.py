@@ -19,9 +19,13 @@ Every error the router itself gives is OpenAI error JSON: the replica's error mi
 (kvpool.server.middleware) runs here too, and cli.py listens through the replica's guarded
 listener (kvpool.server.connections: JSON for aiohttp's own 400s, e.g. a header too large).
 
-NOTE(agreement): the router neither renders chat templates nor tokenizes: each replica's lookup
-parses the body with the parser its generation route uses and hashes with its own spec and salt,
-so predicted and served prefixes agree by construction.
+With ``kv_events`` (``kvpool router --kv-events``, kv_routing.py) the fan-out is replaced by the
+replicas' KV event streams: the router hashes the prompt once and scores its own per-replica
+indexes; only a request it cannot hash (kv_prompt.py) still asks the lookups.
+
+NOTE(agreement): with lookups the router neither renders chat templates nor tokenizes: each
+replica's lookup parses the body with the parser its generation route uses and hashes with its
+own spec and salt, so predicted and served prefixes agree by construction.
 NOTE(cancel): served with handler_cancellation, a client that disconnects cancels the handler;
 leaving the upstream ``async with`` closes that connection, which cancels the replica's handler,
 which aborts the request there (its blocks go back to its pool).
@@ -38,6 +42,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership
 from kvpool.router.relayed import BodyReader, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet
@@ -94,7 +99,10 @@ class Router:
     def __init__(self, replicas: ReplicaSet, *, guard: LoadGuard = DEFAULT_GUARD,
                  lookup_timeout: float = 0.05, connect_timeout: float = 1.0,
                  policy: str = "prefix", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 membership: Membership | None = None) -> None:
+                 membership: Membership | None = None,
+                 kv_events: EventRouting | None = None) -> None:
+        """``kv_events``: score prefix hits from the replicas' KV events (kv_routing.py),
+        lookups only for requests it cannot score."""
         if policy not in POLICIES:
             raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
         if max_body_bytes < 1:
@@ -110,6 +118,9 @@ class Router:
         self.bodies = BodyReader()
         self.session: aiohttp.ClientSession | None = None  # opened with the app
         self.membership = membership  # the admin API and watched file, when configured
+        self.kv_events = kv_events
+        if kv_events is not None:
+            self.metrics.registry.register(kv_events)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[error_middleware],
@@ -131,9 +142,13 @@ class Router:
             auto_decompress=False)
         await self.replicas.poll_once(self.session)  # know who is up before the first request
         beats = asyncio.create_task(self.replicas.run(self.session), name="router-health")
+        if self.kv_events is not None:
+            await self.kv_events.start(self.session)
         try:
             yield
         finally:
+            if self.kv_events is not None:
+                await self.kv_events.close()
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
@@ -165,14 +180,22 @@ class Router:
             idx = self.rr % len(cands)
             self.rr += 1
             return cands[idx:] + cands[:idx], 0, "round_robin"
-        answers = await asyncio.gather(*(self._lookup(r, raw, headers) for r in cands))
-        hits = [int(a["device_hit_tokens"]) + int(a["host_hit_tokens"]) if a else 0
-                for a in answers]
-        loads = [int(a["num_running"]) + int(a["num_waiting"]) if a else r.in_flight
-                 for a, r in zip(answers, cands)]
+        scored = (self.kv_events.score(raw, cands, headers) if self.kv_events is not None
+                  else None)
+        if scored is not None:  # NOTE(kv-events): no round trip; loads are our own in-flight
+            hits = scored[0]
+            loads = [r.in_flight for r in cands]
+        else:
+            answers = await asyncio.gather(*(self._lookup(r, raw, headers) for r in cands))
+            hits = [int(a["device_hit_tokens"]) + int(a["host_hit_tokens"]) if a else 0
+                    for a in answers]
+            loads = [int(a["num_running"]) + int(a["num_waiting"]) if a else r.in_flight
+                     for a, r in zip(answers, cands)]
         idx, reason = choose(hits, loads, self.guard, self.rr)
         if reason == "round_robin":
             self.rr += 1
+        if scored is not None:
+            self.kv_events.routed(cands[idx], scored[1])  # type: ignore[union-attr]
         rest = sorted((i for i in range(len(cands)) if i != idx), key=lambda i: (loads[i], i))
         return [cands[i] for i in (idx, *rest)], hits[idx], reason
 

@@ -89,9 +89,10 @@ class AsyncEngine:
     """Serve requests over the paged KV pool; see the module docstring for the threading."""
 
     def __init__(self, config: EngineConfig | None = None, *,
-                 faults: FaultPlan | None = None, remote: RemoteLink | None = None) -> None:
+                 faults: FaultPlan | None = None, remote: RemoteLink | None = None,
+                 pool_observer=None) -> None:
         self.config = config or EngineConfig()
-        self.core = EngineCore(self.config, faults=faults)
+        self.core = EngineCore(self.config, faults=faults, pool_observer=pool_observer)
         self.metrics = KVPoolMetrics(self.snapshot)
         self.core.metrics = self.core.outputs.metrics = self.metrics
         self.model_name = self.core.model_name

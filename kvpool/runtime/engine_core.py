@@ -70,7 +70,9 @@ class EngineCore:
     """Model + KV storage + block manager + scheduler + copy engine, stepped synchronously."""
 
     def __init__(self, config: EngineConfig, *, faults: FaultPlan | None = None,
-                 metrics=None) -> None:
+                 metrics=None, pool_observer=None) -> None:
+        """``pool_observer``: the block manager's (kvpool.core.block.PoolObserver; the KV
+        event recorder of ``kvpool serve --kv-events-config``)."""
         self.config = config
         self.model, self.tokenizer, self.model_name = build_model(config)
         mcfg = self.model.config
@@ -87,7 +89,8 @@ class EngineCore:
         log.info("%s", self.storage.capacity_line(self.max_model_len))
         self.manager = BlockSpaceManager(self.storage.cache_config(
             enable_prefix_caching=config.enable_prefix_caching,
-            eviction_policy=config.eviction_policy, model_id=self.model_name))
+            eviction_policy=config.eviction_policy, model_id=self.model_name),
+            observer=pool_observer)
         self.scheduler = Scheduler(self.manager, SchedulerConfig(
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=max(config.max_num_batched_tokens, config.max_num_seqs),

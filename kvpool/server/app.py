@@ -53,6 +53,7 @@ ENGINE_KEY: web.AppKey[AsyncEngine] = web.AppKey("kvpool_engine")
 METRICS_KEY = web.AppKey("kvpool_metrics", KVPoolMetrics)
 ROUTES_KEY = web.AppKey("kvpool_routes", OpenAIRoutes)
 DRAIN_KEY = web.AppKey("kvpool_drain", DrainGate)  # live streams, for serve's shutdown
+NAMESPACE_KEY = web.AppKey("kvpool_cache_namespace", CacheNamespace)  # the salts' rule
 _ENGINE_SHUTDOWN_KEY = web.AppKey("kvpool_engine_shutdown_timeout", float)
 _MANAGE_ENGINE_KEY = web.AppKey("kvpool_manage_engine", bool)
 
@@ -130,6 +131,7 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     app[METRICS_KEY] = metrics
     app[ROUTES_KEY] = routes
     app[DRAIN_KEY] = gate
+    app[NAMESPACE_KEY] = namespace
     app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
     app[_MANAGE_ENGINE_KEY] = manage_engine
     app.on_response_prepare.append(add_request_id)  # X-Request-Id, echoed or made up

@@ -40,6 +40,7 @@ from kvpool.runtime.context_fit import require_context_fits
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.server.app import DRAIN_KEY, METRICS_KEY, build_app, start_draining
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
+from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
 from kvpool.server.remote_setup import add_remote_args, build_link
 from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
@@ -184,7 +185,13 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
 
     o = options if options is not None else ServeOptions()
     limiter = ConnectionLimiter(o.max_connections or default_max_connections())
-    engine = AsyncEngine(config)
+    events = KVEventsRoute.start(o.kv_events_config, config.block_size)
+    try:
+        engine = AsyncEngine(config, pool_observer=events.recorder)
+    except BaseException:
+        if events.publisher is not None:
+            events.publisher.close()
+        raise
     # vLLM refuses to start when max_model_len outgrows the KV cache; a derived one was capped
     require_context_fits(engine.max_model_len, engine.num_device_blocks, config.block_size)
     engine.invariant_check_interval = o.invariant_check_interval
@@ -206,6 +213,10 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
                     served_model_names=o.served_model_name)
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
     app[METRICS_KEY].add_source(limiter.families)
+    events.register(app, engine, replica_id=app[REPLICA_ID_KEY],
+                    chat_template=o.chat_template, tenant_header=o.tenant_header)
+    if events.publisher is not None:
+        app[METRICS_KEY].add_source(events.publisher.families)
     freeze_startup_heap()
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
     stop = stop or asyncio.Event()

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from kvpool.errors import require
+from kvpool.events.config import KVEventsConfig
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
                                        MIN_SEND_BUFFER)
@@ -58,6 +59,7 @@ class ServeOptions:
     # every --served-model-name (clients may send any; /v1/models lists them); None: the
     # engine's names (the model dir's)
     served_model_name: tuple[str, ...] | None = None
+    kv_events_config: str | None = None  # vLLM's KVEventsConfig as JSON (None: no events)
 
     def __post_init__(self) -> None:
         names = self.served_model_name
@@ -80,6 +82,8 @@ class ServeOptions:
         require(self.invariant_check_interval >= 0, "--invariant-check-interval: use >= 0")
         require(self.remote_blocks_per_object >= 1, "--remote-blocks-per-object: use N >= 1")
         require(self.remote_prefetch_timeout_ms > 0, "--remote-prefetch-timeout-ms: use > 0")
+        if self.kv_events_config is not None:
+            KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
@@ -155,6 +159,11 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                      "repetition_penalty, max_new_tokens): auto reads the model directory's "
                      "generation_config.json, vllm uses none, DIR reads DIR's (vLLM's "
                      "spelling; default: auto)")
+    srv.add_argument("--kv-events-config", default=None, metavar="JSON",
+                     help="publish KV cache events in vLLM's format (ZMQ PUB, msgpack): "
+                     "vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": "
+                     "\"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
+                     "\"tcp://*:5558\"}'; GET /v1/kvpool/kv_events tells subscribers where")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +27,7 @@ from aiohttp import web
 from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.middleware import APIError
 
-__all__ = ["TenantEngine", "current_tenant", "tenant_middleware"]
+__all__ = ["TenantEngine", "current_tenant", "tenant_middleware", "tenant_of_headers"]
 
 MAX_TENANT_CHARS = 256  # a header value longer than this is refused (400)
 
@@ -41,13 +41,19 @@ def current_tenant() -> str:
 
 def tenant_of(request: web.BaseRequest, header: str | None) -> str:
     """The identity rule of the module docstring, for one request."""
+    return tenant_of_headers(request.headers, header)
+
+
+def tenant_of_headers(headers: Mapping[str, str], header: str | None) -> str:
+    """``tenant_of`` from the request's headers alone (the router's --kv-events computes the
+    replicas' salts with it)."""
     if header:
-        value = request.headers.get(header, "")
+        value = headers.get(header, "")
         if len(value) > MAX_TENANT_CHARS:
             raise APIError(400, f"header {header} is longer than {MAX_TENANT_CHARS} "
                                 "characters", param=header)
         return value
-    auth = request.headers.get("Authorization", "")
+    auth = headers.get("Authorization", "")
     if auth.startswith("Bearer ") and len(auth) > 7:
         return "key:" + hashlib.sha256(auth[7:].encode()).hexdigest()[:16]
     return ""

@@ -46,7 +46,7 @@ def test_shared_blocks_are_shared_tokens_and_tails_never_are(a, b, bs):
 
 def test_quick_live_run(tmp_path):
     out = tmp_path / "route_live.json"
-    assert route_live.main(["--quick", "--epp", "3", "--json", str(out)]) == 0
+    assert route_live.main(["--quick", "--overhead", "4", "--epp", "3", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     turns = res["workload"]["turns"]
     rr, pa = res["modes"]["round_robin"], res["modes"]["prefix"]
@@ -62,3 +62,9 @@ def test_quick_live_run(tmp_path):
     # the picker path (Envoy + kvpool epp) and the router against direct, interleaved
     assert res["epp"]["rounds"] == 3
     assert all(res["epp"][a]["p50_ms"] > 0 for a in ("router", "epp"))
+    ev = res["modes"]["kv_events"]  # the prefix policy fed by KV events: no lookups
+    assert ev["runs"][0]["failed"] == 0 and ev["runs"][0]["decisions"]["prefix"] > 0
+    assert ev["hit_rate"] > rr["hit_rate"]
+    o = res["overhead"]
+    assert o["rounds"] == 4 and {"round_robin", "prefix", "kv_events"} <= set(o)
+    assert all(o[a]["p50_ms"] > 0 for a in ("round_robin", "prefix", "kv_events"))

@@ -55,8 +55,8 @@ def prompt(tag: str) -> str:
     return f"{tag} " + "a long shared system prompt about paged kv caches. " * 4  # ~200 tokens
 
 
-async def complete(session, url, body):
-    async with session.post(url + "/v1/completions",
+async def complete(session, url, body, path="/v1/completions"):
+    async with session.post(url + path,
                             json={"max_tokens": 2, "temperature": 0, **body}) as r:
         out = await r.json()
         assert r.status == 200, out

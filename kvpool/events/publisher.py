@@ -1,0 +1,172 @@
+"""EventPublisher: KV events out of the process on ZMQ, never blocking who emits them.
+
+    step thread (pool lock held)          publisher thread
+    submit(event): queue.put_nowait  -->  get, then drain what else waits (one batch)
+      queue full -> dropped += 1            batch -> msgpack -> PUB [topic, seq, payload]
+                                            keep (seq, payload) in a ring of buffer_steps
+                                            between batches: answer replay requests (ROUTER)
+
+The queue is bounded (``max_queue_size`` events) and ``submit`` never waits: a publisher that
+falls behind loses events (``dropped``), never the step its time. ZMQ's PUB socket drops for a
+subscriber past ``hwm`` queued messages; the sequence numbers let it see the gap and ask the
+replay socket for what it missed (wire.py has the framing).
+
+The first batch (seq 0) is one AllBlocksCleared: this publisher knows nothing cached yet, so a
+subscriber that sees seq 0 again knows the replica restarted and drops what it knew.
+
+The sockets belong to the publisher thread once it runs (bound here first, so a port in use
+fails ``kvpool serve`` at start with the endpoint named).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+
+import zmq
+
+from kvpool.errors import ConfigError
+from kvpool.events.config import KVEventsConfig
+from kvpool.events.wire import END_SEQ, AllBlocksCleared, KVEventBatch, encode_seq, new_encoder
+
+__all__ = ["EventPublisher"]
+
+log = logging.getLogger("kvpool.events")
+MAX_BATCH = 4096  # events per batch at most (a prefill that evicts thousands spans a few)
+_WAIT = 0.02  # seconds the publisher thread waits for an event before polling the replay socket
+
+
+def _bind(sock: zmq.Socket, endpoint: str, what: str) -> str:
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        sock.close(linger=0)
+        raise ConfigError(f"--kv-events-config: cannot bind {what} {endpoint!r} ({exc}); pick "
+                          "a free port, or port 0 for any") from exc
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+class EventPublisher:
+    """PUB + optional ROUTER replay over a bounded queue, one publisher thread."""
+
+    def __init__(self, config: KVEventsConfig, data_parallel_rank: int = 0) -> None:
+        self.config = config
+        self.topic = config.topic.encode()
+        self.rank = data_parallel_rank
+        self._queue: queue.Queue = queue.Queue(maxsize=config.max_queue_size)
+        self._ring: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
+        self.published = 0  # events sent (publisher thread)
+        self.dropped = 0  # events refused by a full queue (emitting threads, pool lock held)
+        self.bad_replays = 0  # malformed replay requests ignored
+        self.next_seq = 0
+        self._ctx = zmq.Context()
+        self._pub = self._ctx.socket(zmq.PUB)
+        self._pub.setsockopt(zmq.SNDHWM, config.hwm)
+        self._pub.setsockopt(zmq.LINGER, 0)
+        self.endpoint = _bind(self._pub, config.endpoint, "endpoint")
+        self._replay: zmq.Socket | None = None
+        self.replay_endpoint: str | None = None
+        if config.replay_endpoint:
+            self._replay = self._ctx.socket(zmq.ROUTER)
+            # a whole replay plus its end marker fits without blocking (NOTE in _replay_one)
+            self._replay.setsockopt(zmq.SNDHWM, 2 * (config.buffer_steps + 1))
+            self._replay.setsockopt(zmq.LINGER, 0)
+            try:
+                self.replay_endpoint = _bind(self._replay, config.replay_endpoint,
+                                             "replay_endpoint")
+            except ConfigError:
+                self._pub.close(linger=0)
+                raise
+        self._stop = threading.Event()
+        self.submit(AllBlocksCleared())
+        self._thread = threading.Thread(target=self._run, name="kvpool-kv-events", daemon=True)
+        self._thread.start()
+
+    def submit(self, event: object) -> None:
+        """Queue one event for the next batch; a full queue drops it (counted)."""
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self.dropped += 1
+
+    def families(self) -> list[tuple[str, str, str, tuple[str, ...], list]]:
+        """For KVPoolMetrics.add_source."""
+        return [
+            ("kvpool_kv_events_published_total", "counter",
+             "KV cache events sent on the ZMQ PUB socket.", (), [((), float(self.published))]),
+            ("kvpool_kv_events_dropped_total", "counter",
+             "KV cache events dropped because the publisher's queue was full.", (),
+             [((), float(self.dropped))]),
+        ]
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Publish what is queued (within ``timeout``), stop the thread, close the sockets."""
+        self._stop.set()
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._pub.close(linger=0)
+            if self._replay is not None:
+                self._replay.close(linger=0)
+            self._ctx.term()
+
+    # ---------------------------------------------------------------- publisher thread
+    def _run(self) -> None:
+        encoder = new_encoder()
+        while True:
+            if self._replay is not None:
+                self._serve_replays()
+            events = self._take_batch()
+            if events:
+                self._send(encoder, events)
+            elif self._stop.is_set():
+                return
+
+    def _take_batch(self) -> list:
+        try:
+            events = [self._queue.get(timeout=_WAIT)]
+        except queue.Empty:
+            return []
+        get = self._queue.get_nowait
+        try:
+            while len(events) < MAX_BATCH:
+                events.append(get())
+        except queue.Empty:
+            pass
+        return events
+
+    def _send(self, encoder, events: list) -> None:
+        seq = self.next_seq
+        payload = encoder.encode(KVEventBatch(time.time(), events, self.rank))
+        try:
+            self._pub.send_multipart((self.topic, encode_seq(seq), payload), zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # PUB does not block; kept for replay below either way
+        self._ring.append((seq, payload))
+        self.next_seq = seq + 1
+        self.published += len(events)
+
+    def _serve_replays(self) -> None:
+        assert self._replay is not None
+        while self._replay.poll(0):
+            frames = self._replay.recv_multipart(zmq.NOBLOCK)
+            if len(frames) != 3 or frames[1] != b"" or len(frames[2]) != 8:
+                self.bad_replays += 1
+                log.warning("kv events: ignored a malformed replay request (%d frames); send "
+                            "[b'', 8-byte big-endian seq] from a DEALER", len(frames))
+                continue
+            self._replay_one(frames[0], int.from_bytes(frames[2], "big"))
+
+    def _replay_one(self, client: bytes, start: int) -> None:
+        # NOTE(replay-hwm): SNDHWM holds a whole ring plus the marker, so NOBLOCK sends only
+        # fail for a client that stopped reading an earlier replay: it loses the rest of this one
+        try:
+            for seq, payload in list(self._ring):
+                if seq >= start:
+                    self._replay.send_multipart(
+                        (client, b"", self.topic, encode_seq(seq), payload), zmq.NOBLOCK)
+            self._replay.send_multipart((client, b"", b"", END_SEQ, b""), zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("kv events: a replay client is not reading: its replay was cut short")

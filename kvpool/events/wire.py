@@ -1,0 +1,105 @@
+"""The KV event messages and their framing, as vLLM publishes them (docs/kv_events.md).
+
+One message on the PUB socket is three ZMQ frames::
+
+    topic      utf-8 bytes (the config's ``topic``, "" by default; SUB filters by prefix)
+    seq        8-byte big-endian unsigned sequence number, 0, 1, 2, ... per publisher start
+    payload    msgpack of KVEventBatch
+
+KVEventBatch is a msgpack *array* ``[ts, events, data_parallel_rank]`` (array-like struct;
+``data_parallel_rank`` omitted when None). Each event is a msgpack *map* tagged by its class
+name under ``"type"``; fields with a default are left out when they hold it::
+
+    {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": h | None,
+     "token_ids": [...], "block_size": n, "lora_id": None, "medium": "GPU", "lora_name": None}
+    {"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU"}
+    {"type": "AllBlocksCleared"}
+
+Block hashes are kvpool's own prefix hashes (kvpool.core.hashing, 32-byte digests), sent as
+msgpack bin (vLLM sends bytes too unless VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES asks for ints);
+the decoder accepts either.
+
+Replay (ROUTER socket): a subscriber sends ``[b"", seq]`` from a DEALER (a REQ socket adds the
+empty frame itself) with ``seq`` 8-byte big-endian; the publisher answers
+``[b"", topic, seq_i, payload_i]`` for every buffered batch with ``seq_i >= seq``, oldest first,
+then the end marker ``[b"", b"", END_SEQ, b""]`` (END_SEQ is -1 as a signed 8-byte integer).
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+__all__ = ["END_SEQ", "MEDIUM_CPU", "MEDIUM_GPU", "AllBlocksCleared", "BlockRemoved",
+           "BlockStored", "KVEventBatch", "decode_batch", "decode_seq", "encode_seq",
+           "new_encoder"]
+
+# NOTE(medium): vLLM names the engine's own KV pool "GPU" and the host-memory tier "CPU", and
+# routers key on those names; kvpool's device pool is "GPU" whatever torch device holds it (a
+# CPU-only replica too), its host (swap) pool is "CPU".
+MEDIUM_GPU = "GPU"
+MEDIUM_CPU = "CPU"
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+BlockHash = Union[bytes, int]
+
+
+class BlockStored(msgspec.Struct, tag="BlockStored", tag_field="type", omit_defaults=True,
+                  gc=False):
+    """Blocks that became findable by hash, a chain in order (``parent_block_hash`` is the
+    hash before the first one, None at a prompt's start)."""
+
+    block_hashes: list[BlockHash]
+    parent_block_hash: BlockHash | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+
+
+class BlockRemoved(msgspec.Struct, tag="BlockRemoved", tag_field="type", omit_defaults=True,
+                   gc=False):
+    """Blocks no longer findable by hash (evicted, or dropped by a cache reset)."""
+
+    block_hashes: list[BlockHash]
+    medium: str | None
+
+
+class AllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", tag_field="type",
+                       omit_defaults=True, gc=False):
+    """Nothing is cached any more (a fresh start or a whole-cache reset): drop what you know."""
+
+
+Event = Union[BlockStored, BlockRemoved, AllBlocksCleared]
+
+
+class KVEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list[Event]
+    data_parallel_rank: int | None = None
+
+
+def new_encoder() -> msgspec.msgpack.Encoder:
+    """An encoder for KVEventBatch (one per thread: encoders keep a buffer)."""
+    return msgspec.msgpack.Encoder()
+
+
+_DECODER = msgspec.msgpack.Decoder(KVEventBatch)
+
+
+def decode_batch(payload: bytes) -> KVEventBatch:
+    """The batch in ``payload``; raises msgspec.DecodeError / ValidationError on bad input."""
+    return _DECODER.decode(payload)
+
+
+def encode_seq(seq: int) -> bytes:
+    return seq.to_bytes(8, "big")
+
+
+def decode_seq(frame: bytes) -> int:
+    """The sequence number of an 8-byte frame; ValueError for any other length."""
+    if len(frame) != 8:
+        raise ValueError(f"a sequence frame is 8 bytes, got {len(frame)}")
+    return int.from_bytes(frame, "big", signed=True)

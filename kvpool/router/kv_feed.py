@@ -1,0 +1,236 @@
+"""ReplicaFeed: one replica's KV event stream (kvpool.events.wire) kept in a BlockIndex.
+
+Where from: ``GET /v1/kvpool/kv_events`` on the replica (``refresh``, every few seconds: a
+replica that restarts on new ports is followed); a wildcard bind host (``*``, ``0.0.0.0``)
+means the replica URL's host. A SUB socket takes the stream, a DEALER asks the replay socket.
+
+What a message does (``seq`` is the publisher's, ``expected`` the next one wanted)::
+
+    first message after connecting   replay from 0 first (learn what is cached already)
+    seq == expected                  apply, expected + 1
+    seq >  expected (a gap: ZMQ      replay from expected; if the oldest batch replayed is
+      dropped for us, or we were       past it the replica's ring lost what we missed: clear
+      disconnected)                    the index (a forgotten block costs a hit, a stale one
+                                       would send requests to a replica that lost it)
+    seq == 0 <  expected             the publisher restarted (its seq 0 is AllBlocksCleared):
+                                       clear, apply
+    other seq < expected             a batch the replay already gave us: skipped
+    wrong topic (SUB filters by      skipped, counted
+      prefix only)
+    malformed frames or payload      counted, logged once, the index cleared (what the batch
+                                       changed is unknown), expected moves past it
+
+Only medium "GPU" (the replica's device pool, what lookups count) enters the index: "CPU"
+blocks belong to swapped-out sequences, which no new request can hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import msgspec
+import zmq
+import zmq.asyncio
+
+from kvpool.events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockRemoved,
+                                BlockStored, KVEventBatch, decode_batch, decode_seq, encode_seq)
+from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS, BlockIndex
+from kvpool.router.replicas import Replica
+
+__all__ = ["FEED_COUNTS", "KV_EVENTS_PATH", "ReplicaFeed"]
+
+log = logging.getLogger("kvpool.router")
+KV_EVENTS_PATH = "/v1/kvpool/kv_events"
+REPLAY_TIMEOUT = 2.0  # seconds a replay may take before the index is cleared instead
+_WILDCARDS = ("*", "0.0.0.0", "[::]", "::")
+FEED_COUNTS = ("applied", "gaps", "replays", "lost", "restarts", "duplicates", "wrong_topic",
+               "malformed")
+
+
+def reachable(endpoint: str, replica_url: str) -> str:
+    """``tcp://*:5557`` as seen from here: the wildcard host becomes the replica's host."""
+    host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
+    if host in _WILDCARDS:
+        host = urlsplit(replica_url).hostname or "127.0.0.1"
+    return f"tcp://{host}:{port}"
+
+
+class ReplicaFeed:
+    """The subscription to one replica and the index it feeds."""
+
+    def __init__(self, replica: Replica, ctx: zmq.asyncio.Context,
+                 max_blocks: int = DEFAULT_MAX_BLOCKS) -> None:
+        self.replica = replica
+        self.ctx = ctx
+        self.index = BlockIndex(max_blocks)
+        self.info: dict[str, Any] = {"enabled": False}
+        self.expected: int | None = None  # None: connected, not caught up yet
+        self.counts: Counter[str] = Counter()  # applied, gaps, lost, restarts, malformed, ...
+        self._topic = b""
+        self._sub: zmq.asyncio.Socket | None = None
+        self._dealer: zmq.asyncio.Socket | None = None
+        self._reader: asyncio.Task | None = None
+        self._warned: set[str] = set()
+
+    @property
+    def live(self) -> bool:
+        """Subscribed and caught up: its index may be scored."""
+        return self._sub is not None and self.expected is not None
+
+    # ---------------------------------------------------------------- where from
+    async def refresh(self, session: aiohttp.ClientSession) -> None:
+        """Ask the replica where its events are; (re)connect when that changed."""
+        try:
+            async with session.get(self.replica.url + KV_EVENTS_PATH,
+                                   timeout=aiohttp.ClientTimeout(total=2.0)) as resp:
+                info = await resp.json() if resp.status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+            return  # down or busy: keep what we have, the next refresh asks again
+        if not isinstance(info, dict) or not info.get("enabled"):
+            self._warn_once("off", "replica %s publishes no KV events: it scores no prefix "
+                            "hits (start it with --kv-events-config '{\"enable_kv_cache_"
+                            "events\": true, \"publisher\": \"zmq\", \"endpoint\": "
+                            "\"tcp://*:5557\", \"replay_endpoint\": \"tcp://*:5558\"}')")
+            return
+        if (info.get("endpoint"), info.get("replay_endpoint"), info.get("topic")) != (
+                self.info.get("endpoint"), self.info.get("replay_endpoint"),
+                self.info.get("topic")) or self._sub is None:
+            self.connect(info)
+        self.info = info
+
+    def connect(self, info: dict[str, Any], *, read: bool = True) -> None:
+        """Subscribe to ``info``'s endpoints from scratch (the index starts empty); ``read``
+        False leaves the SUB socket to the caller, who hands messages to ``on_message``."""
+        self.close()
+        self.info = info
+        self._topic = str(info.get("topic") or "").encode()
+        self._sub = self.ctx.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.setsockopt(zmq.SUBSCRIBE, self._topic)
+        self._sub.connect(reachable(info["endpoint"], self.replica.url))
+        if info.get("replay_endpoint"):
+            self._dealer = self.ctx.socket(zmq.DEALER)
+            self._dealer.setsockopt(zmq.LINGER, 0)
+            self._dealer.connect(reachable(info["replay_endpoint"], self.replica.url))
+        self.index.clear()
+        self.expected = None
+        if read:
+            self._reader = asyncio.create_task(self._read(),
+                                               name=f"kv-events {self.replica.url}")
+        log.info("router: following KV events of %s at %s", self.replica.url, info["endpoint"])
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            self._reader = None
+        for sock in (self._sub, self._dealer):
+            if sock is not None:
+                sock.close(linger=0)
+        self._sub = self._dealer = None
+        self.expected = None
+
+    # ---------------------------------------------------------------- the stream
+    async def _read(self) -> None:
+        assert self._sub is not None
+        await self._catch_up(0)
+        while True:
+            frames = await self._sub.recv_multipart()
+            await self.on_message(frames)
+
+    async def on_message(self, frames: list[bytes]) -> None:
+        if len(frames) != 3 or len(frames[1]) != 8:
+            return self._malformed(f"{len(frames)} frames", None)
+        if frames[0] != self._topic:
+            self.counts["wrong_topic"] += 1
+            return None
+        seq = decode_seq(frames[1])
+        expected = self.expected if self.expected is not None else 0
+        if seq > expected:
+            self.counts["gaps"] += 1
+            await self._catch_up(expected)
+            expected = self.expected if self.expected is not None else seq
+        if seq < expected:
+            if seq != 0:
+                self.counts["duplicates"] += 1
+                return None
+            self.counts["restarts"] += 1
+            self.index.clear()
+        self._apply(seq, frames[2])
+        return None
+
+    def _apply(self, seq: int, payload: bytes) -> None:
+        self.expected = seq + 1
+        try:
+            batch: KVEventBatch = decode_batch(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return self._malformed(str(exc), seq)
+        index = self.index
+        for ev in batch.events:
+            if type(ev) is BlockStored:
+                if ev.medium in (MEDIUM_GPU, None):
+                    index.stored(ev.block_hashes)
+            elif type(ev) is BlockRemoved:
+                if ev.medium in (MEDIUM_GPU, None):
+                    index.removed(ev.block_hashes)
+            elif type(ev) is AllBlocksCleared:
+                index.clear()
+        self.counts["applied"] += 1
+        return None
+
+    def _malformed(self, why: str, seq: int | None) -> None:
+        self.counts["malformed"] += 1
+        self.index.clear()  # what it changed is unknown: forget rather than misroute
+        self._warn_once("malformed", "replica %s sent a malformed KV event message (%s): "
+                        "its index was cleared", why)
+
+    async def _catch_up(self, start: int) -> None:
+        """Replay from ``start``; on any shortfall the index is cleared (module docstring)."""
+        self.counts["replays"] += 1
+        got = await self._replay(start) if self._dealer is not None else None
+        if not got or got[0][0] > start:
+            self.counts["lost"] += 1
+            self.index.clear()
+        for seq, payload in got or ():
+            self._apply(seq, payload)
+        if self.expected is None:
+            self.expected = start
+
+    async def _replay(self, start: int) -> list[tuple[int, bytes]] | None:
+        """Batches ``>= start`` from the replay socket, or None when it does not answer."""
+        assert self._dealer is not None
+        out: list[tuple[int, bytes]] = []
+        try:
+            async with asyncio.timeout(REPLAY_TIMEOUT):
+                await self._dealer.send_multipart((b"", encode_seq(start)))
+                while True:
+                    frames = await self._dealer.recv_multipart()
+                    if len(frames) != 4 or frames[2] == END_SEQ:
+                        return out
+                    if frames[1] == self._topic and len(frames[2]) == 8:
+                        seq = decode_seq(frames[2])
+                        if seq >= start:
+                            out.append((seq, frames[3]))
+        except TimeoutError:
+            self._warn_once("replay", "replica %s did not answer a KV event replay in time: "
+                            "its index was cleared")
+            self._reset_dealer()
+            return None
+
+    def _reset_dealer(self) -> None:
+        """A fresh DEALER: a late answer to an abandoned replay must not look like a new one."""
+        if self._dealer is not None and self.info.get("replay_endpoint"):
+            self._dealer.close(linger=0)
+            self._dealer = self.ctx.socket(zmq.DEALER)
+            self._dealer.setsockopt(zmq.LINGER, 0)
+            self._dealer.connect(reachable(self.info["replay_endpoint"], self.replica.url))
+
+    def _warn_once(self, key: str, msg: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg, self.replica.url, *args)
+        self.counts["warnings"] += 1

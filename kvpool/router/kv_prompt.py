@@ -1,0 +1,122 @@
+"""PromptKeys: a request body's prefix-hash keys, computed in the router (once per request).
+
+The replica hashes a prompt as ``BlockHasher(block_size, model_id, algo).hash_blocks(ids,
+cache_salt)`` (kvpool.core.hashing); GET /v1/kvpool/kv_events names those three and the
+tokenizer, so the router computes the very hashes the replica's events carry::
+
+    "prompt": [ids] / "prompt_token_ids"   the ids as sent (no tokenizer needed)
+    "prompt": "text" / "messages"          the replica's RequestParser rebuilt here: its
+                                           tokenizer (the model directory it reports, or the
+                                           built-in model's) and chat template
+    "cache_salt"                           the chain's root salt, as the replica uses it;
+                                           with ``tenant_namespaced`` the tenant folded in by
+                                           the replicas' own rule (cache_namespace.py), the
+                                           tenant from the forwarded headers by theirs
+                                           (tenant.py: ``tenant_header``, else the API key)
+
+NOTE(agreement): the text and chat paths use the replica's own parser class, tokenizer files
+and template, so the router's ids are the replica's. Where the router cannot build that
+(the model directory is not readable here, a body its parser refuses, a tenant header too
+long), ``keys`` answers None and the router asks the replicas' lookups for that request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from multidict import CIMultiDict
+
+from kvpool.core.hashing import BlockHasher
+from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.middleware import APIError
+from kvpool.server.tenant import tenant_of_headers
+
+__all__ = ["PromptKeys"]
+
+log = logging.getLogger("kvpool.router")
+_GENEROUS = 1 << 30  # the parser's request limits: the replica enforces its own
+_PER_TENANT = CacheNamespace(identity=True)  # the rule of a tenant-namespaced replica
+
+
+def _is_ids(p: Any) -> bool:
+    return isinstance(p, list) and bool(p) and all(type(t) is int for t in p)
+
+
+class PromptKeys:
+    """Hashes of a body's prompt under one replica hash spec (from its kv_events info)."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        h = info["hash"]
+        self.block_size = int(info["block_size"])
+        self.hasher = BlockHasher(self.block_size, h["model_id"], h["algo"])
+        self.namespaced = bool(info.get("tenant_namespaced"))
+        self.tenant_header: str | None = info.get("tenant_header")
+        self.parser: Any = None  # built by load_parser (slow: the tokenizer and torch import)
+        self.wants_parser = False  # a text or chat prompt came while there was no parser
+        self.info = info
+
+    def load_parser(self) -> None:
+        """The replica's RequestParser, rebuilt here for text and chat prompts (blocking:
+        call it off the event loop). A directory not readable here leaves it None, logged."""
+        from kvpool.runtime.model import build_byte_tokenizer, load_tokenizer
+        from kvpool.server.chat_template import load_chat_template
+        from kvpool.server.protocol import RequestParser
+
+        tok_dir = self.info.get("tokenizer")
+        if tok_dir is not None and not Path(tok_dir).is_dir():
+            log.warning("router: the replicas' tokenizer %s is not readable here: text and chat "
+                        "prompts are placed by lookups (run the router where it can read it)",
+                        tok_dir)
+            return
+        tokenizer = build_byte_tokenizer() if tok_dir is None else load_tokenizer(tok_dir)
+        self.parser = RequestParser(
+            tokenizer, self.info.get("model_names") or (), int(self.info["max_model_len"]),
+            max_n=_GENEROUS, max_tokens_limit=_GENEROUS, max_stop=_GENEROUS,
+            chat_template=load_chat_template(tok_dir, self.info.get("chat_template")))
+
+    def ids_and_salt(self, raw: bytes) -> tuple[list[int], str | None] | None:
+        """The prompt's token ids and cache salt, or None when only a lookup can tell."""
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(body, dict):
+            return None
+        salt = body.get("cache_salt")
+        salt = salt if isinstance(salt, str) else None
+        p = body.get("prompt_token_ids", body.get("prompt"))
+        if "messages" not in body and _is_ids(p):
+            return p, salt
+        if self.parser is None:
+            self.wants_parser = True
+            return None
+        try:
+            req = (self.parser.parse_chat(body) if "messages" in body
+                   else self.parser.parse_completion(body))
+        except Exception:  # noqa: BLE001 - the replica will refuse it with the right error
+            return None
+        return req.prompt_ids, req.cache_salt
+
+    def keys(self, raw: bytes, headers: Sequence[tuple[str, str]] = ()
+             ) -> tuple[list[bytes], int] | None:
+        """(full-block hashes, hit cap in blocks), or None: ask the lookups (module doc).
+        ``headers``: the request's, as forwarded to the replica (its tenant identity)."""
+        got = self.ids_and_salt(raw)
+        if got is None:
+            return None
+        ids, salt = got
+        if self.namespaced:
+            try:
+                tenant = tenant_of_headers(CIMultiDict(headers), self.tenant_header)
+            except APIError:  # a tenant header too long: the replica answers the 400
+                return None
+            salt = _PER_TENANT.salt(tenant, salt)
+        limit = max(0, (len(ids) - 1) // self.block_size)  # admission's cap, as the lookup's
+        try:
+            return self.hasher.hash_blocks(ids[:limit * self.block_size], salt), limit
+        except (ValueError, TypeError):
+            return None  # ids out of range: the replica refuses the request itself

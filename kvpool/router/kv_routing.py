@@ -1,0 +1,158 @@
+"""EventRouting: ``kvpool router --kv-events``, prefix hits from the replicas' KV events.
+
+Instead of a lookup round trip to every replica per request, the router follows each
+replica's event stream (kv_feed.py: one BlockIndex per replica) and scores a request itself::
+
+    keys = PromptKeys(the replicas' hash spec).keys(body)   tokenize + hash, once (kv_prompt.py)
+    hits[i] = min(leading run of keys in replica i's index, admission cap) * block_size
+    loads[i] = requests this router has in flight to replica i
+
+then the same ``choose`` (scoring.py) the lookup policy uses; the chosen replica is expected to
+hold the prompt's blocks for ``PENDING_TTL`` seconds (kv_index.py NOTE(pending)). A request
+whose keys the router cannot compute (kv_prompt.py NOTE(agreement)) goes the lookup way; a
+replica whose feed is not caught up (just connected, events off, another hash spec) scores 0
+hits.
+
+Every ``refresh_interval`` seconds the feeds follow the replica set (replicas added or removed
+at runtime get or lose theirs) and each replica's GET /v1/kvpool/kv_events is asked again, so
+a replica restarted on new ports is followed (its index starts over); one on the same ports
+is caught by its sequence numbers starting again at 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Sequence
+
+import aiohttp
+import zmq.asyncio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from kvpool.router.kv_feed import FEED_COUNTS, ReplicaFeed
+from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
+from kvpool.router.kv_prompt import PromptKeys
+from kvpool.router.replicas import Replica, ReplicaSet
+
+__all__ = ["EventRouting"]
+
+log = logging.getLogger("kvpool.router")
+DEFAULT_REFRESH = 2.0  # seconds between two asks of a replica's kv_events route
+PENDING_TTL = 2.0  # seconds a routed prompt's blocks count as held before an event confirms
+CATCH_UP_WAIT = 3.0  # seconds the router's start waits for the feeds' first replay
+
+
+class EventRouting:
+    """The feeds of a ReplicaSet and the per-request scoring over their indexes."""
+
+    def __init__(self, replicas: ReplicaSet, *, max_blocks: int = DEFAULT_MAX_BLOCKS,
+                 refresh_interval: float = DEFAULT_REFRESH) -> None:
+        self.ctx = zmq.asyncio.Context()
+        self.replicas = replicas
+        self.max_blocks = max_blocks
+        self.feeds: dict[str, ReplicaFeed] = {}
+        self._sync()
+        self.refresh_interval = refresh_interval
+        self.keys: PromptKeys | None = None  # from the first replica that publishes events
+        self.fallbacks = 0  # requests placed by lookups instead (monotonic)
+        self._tasks: list[asyncio.Task] = []
+        self._loading = False  # the tokenizer load started (NOTE(lazy-tokenizer))
+
+    async def start(self, session: aiohttp.ClientSession) -> None:
+        """Follow every replica that publishes; wait (bounded) until their feeds caught up,
+        so the first requests are scored on what the replicas already cache."""
+        await self.refresh(session)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + CATCH_UP_WAIT
+        while loop.time() < end and not all(
+                f.live for f in self.feeds.values() if f.info.get("enabled")):
+            await asyncio.sleep(0.01)
+        self._tasks.append(asyncio.create_task(self._refreshing(session),
+                                               name="router-kv-events"))
+
+    def _sync(self) -> None:
+        """One feed per replica of the set now (replicas come and go: membership.py)."""
+        now = {r.url: r for r in self.replicas.replicas}
+        for url in [u for u in self.feeds if u not in now]:
+            self.feeds.pop(url).close()
+        for url, r in now.items():
+            if url not in self.feeds:
+                self.feeds[url] = ReplicaFeed(r, self.ctx, self.max_blocks)
+
+    async def refresh(self, session: aiohttp.ClientSession) -> None:
+        self._sync()
+        await asyncio.gather(*(f.refresh(session) for f in self.feeds.values()))
+        if self.keys is None:
+            info = next((f.info for f in self.feeds.values() if f.info.get("enabled")), None)
+            if info is not None:
+                self.keys = PromptKeys(info)
+
+    async def _refreshing(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_interval)
+            await self.refresh(session)
+
+    def score(self, raw: bytes, cands: Sequence[Replica], headers: list[tuple[str, str]]
+              ) -> tuple[list[int], list[bytes]] | None:
+        """(hit tokens per candidate, the prompt's block hashes), or None when this request
+        needs the lookups. ``headers``: the forwarded ones (the tenant, kv_prompt.py)."""
+        keys = self.keys
+        got = keys.keys(raw, headers) if keys is not None else None
+        if got is None:
+            self.fallbacks += 1
+            if keys is not None and keys.wants_parser and not self._loading:
+                # NOTE(lazy-tokenizer): the tokenizer (and the torch import its package
+                # brings, seconds of CPU) loads off the loop on the first text or chat prompt,
+                # never when every prompt comes as token ids; until then, lookups place them
+                self._loading = True
+                self._tasks.append(asyncio.create_task(asyncio.to_thread(keys.load_parser),
+                                                       name="router-tokenizer"))
+            return None
+        hashes, limit = got
+        now = time.monotonic()
+        out = []
+        for r in cands:
+            feed = self.feeds.get(r.url)
+            if feed is None or not feed.live or feed.info.get("hash") != keys.info["hash"] \
+                    or feed.info.get("block_size") != keys.block_size:
+                out.append(0)
+            else:
+                out.append(min(feed.index.hits(hashes, now), limit) * keys.block_size)
+        return out, hashes
+
+    def routed(self, replica: Replica, hashes: Sequence[bytes]) -> None:
+        """``replica`` got a request with these block hashes: expect them there for a while
+        (kv_index.py NOTE(pending)), until its events confirm or remove them."""
+        feed = self.feeds.get(replica.url)
+        if feed is not None:
+            feed.index.expect(hashes, time.monotonic() + PENDING_TTL)
+
+    def collect(self) -> Iterator[Metric]:
+        """The feeds' figures for the router's /metrics (a prometheus_client collector)."""
+        events = CounterMetricFamily("kvpool_router_kv_events",
+                                     "KV event batches by what the router did with them.",
+                                     labels=["replica", "kind"])
+        blocks = GaugeMetricFamily("kvpool_router_kv_index_blocks",
+                                   "Block hashes the router knows a replica caches.",
+                                   labels=["replica"])
+        for url, f in self.feeds.items():
+            for kind in FEED_COUNTS:
+                events.add_metric([url, kind], f.counts[kind])
+            blocks.add_metric([url], len(f.index))
+        fallbacks = CounterMetricFamily("kvpool_router_lookup_fallbacks",
+                                        "Requests placed by lookups: the router could not "
+                                        "hash them itself.")
+        fallbacks.add_metric([], self.fallbacks)
+        yield from (events, blocks, fallbacks)
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for f in self.feeds.values():
+            f.close()
+        self.ctx.destroy(linger=0)

@@ -1,0 +1,83 @@
+"""``kvpool serve --kv-events-config JSON``: the KV event publisher and what a subscriber asks.
+
+Startup (``KVEventsRoute.start``): parse the JSON (kvpool.events.config, vLLM's keys), bind the
+PUB and replay sockets, and hand the engine a recorder as its block manager's observer; the
+app's /metrics gains ``kvpool_kv_events_published_total`` / ``_dropped_total``; the publisher
+closes after the app (its last events go out).
+
+``GET /v1/kvpool/kv_events`` answers what a subscriber needs to follow this replica without a
+request per prompt (the router's ``--kv-events`` asks it once per replica)::
+
+    {"enabled": true, "replica_id", "endpoint": "tcp://0.0.0.0:5557", "replay_endpoint",
+     "topic", "block_size", "hash": {"spec": "kvpool/prefix/v1", "algo": "sha256",
+     "model_id"}, "tokenizer": MODEL_DIR | null (the built-in model), "chat_template",
+     "max_model_len", "tenant_namespaced": false, "tenant_header": null,
+     "model_names": [...]}
+
+``endpoint`` is what the socket bound (a wildcard host means: this replica's own address).
+Block hashes on the stream are ``BlockHasher(block_size, model_id, algo)`` chains with the
+request's salt: its ``cache_salt``, or with ``tenant_namespaced`` the tenant folded in
+(cache_namespace.py), the tenant read from header ``tenant_header`` or, when that is null,
+from the request's API key (tenant.py). Without the flag the route answers
+``{"enabled": false}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from kvpool.core.hashing import HASH_VERSION
+from kvpool.events.config import KVEventsConfig
+from kvpool.events.publisher import EventPublisher
+from kvpool.events.recorder import KVEventRecorder
+from kvpool.server.app import NAMESPACE_KEY
+
+__all__ = ["KV_EVENTS_PATH", "KVEventsRoute"]
+
+KV_EVENTS_PATH = "/v1/kvpool/kv_events"
+
+
+class KVEventsRoute:
+    """The publisher of one replica (None when events are off) and its info route."""
+
+    def __init__(self, publisher: EventPublisher | None, block_size: int) -> None:
+        self.publisher = publisher
+        self.recorder = KVEventRecorder(publisher, block_size) if publisher else None
+        self.info: dict[str, Any] = {"enabled": False}
+
+    @classmethod
+    def start(cls, config_json: str | None, block_size: int) -> KVEventsRoute:
+        """Publisher up and bound (ConfigError naming the flag if the JSON or a bind fails)."""
+        config = KVEventsConfig.from_json(config_json) if config_json else None
+        publisher = EventPublisher(config) if config is not None and config.enabled else None
+        return cls(publisher, block_size)
+
+    def register(self, app: web.Application, engine: Any, *, replica_id: str,
+                 chat_template: str | None, tenant_header: str | None = None) -> None:
+        """Serve the info route; close the publisher after the app (the engine stopped)."""
+        if self.publisher is not None:
+            cfg, mgr = engine.config, engine.core.manager
+            self.info = {
+                "enabled": True, "replica_id": replica_id,
+                "endpoint": self.publisher.endpoint,
+                "replay_endpoint": self.publisher.replay_endpoint,
+                "topic": self.publisher.config.topic, "block_size": mgr.block_size,
+                "hash": {"spec": f"kvpool/prefix/v{HASH_VERSION}", "algo": mgr.hasher.algo,
+                         "model_id": mgr.hasher.model_id},
+                "tokenizer": cfg.tokenizer or cfg.model, "chat_template": chat_template,
+                "max_model_len": engine.max_model_len,
+                "tenant_namespaced": app[NAMESPACE_KEY].per_tenant,
+                "tenant_header": tenant_header,
+                "model_names": list(dict.fromkeys(
+                    n for n in (engine.model_name, cfg.served_model_name) if n))}
+            app.on_cleanup.append(self._close)
+        app.router.add_get(KV_EVENTS_PATH, self.describe)
+
+    async def describe(self, request: web.Request) -> web.Response:
+        return web.json_response(self.info)
+
+    async def _close(self, app: web.Application) -> None:
+        assert self.publisher is not None
+        self.publisher.close()

@@ -1,0 +1,137 @@
+"""What the KV event tests share: a real SUB / DEALER on 127.0.0.1, vLLM's own event classes
+loaded from a vLLM source tree when one is present, and a decoder written from the wire spec
+alone (msgpack to plain values, no kvpool class involved)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+import time
+import types
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+
+from kvpool.events.config import KVEventsConfig
+from kvpool.events.publisher import EventPublisher
+
+VLLM_EVENTS = Path(os.environ.get("KVPOOL_VLLM_SRC", "/tmp/vllm_src")) / \
+    "vllm/distributed/kv_events.py"
+DEADLINE = 10.0  # seconds a message may take on a shared 2-core box (liveness, not timing)
+
+
+def publisher(**kw) -> EventPublisher:
+    cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:0",
+           "replay_endpoint": "tcp://127.0.0.1:0", "topic": "kv", **kw}
+    return EventPublisher(KVEventsConfig(**cfg))
+
+
+class Sub:
+    """A SUB socket on a publisher, and a DEALER on its replay socket."""
+
+    def __init__(self, pub: EventPublisher, topic: bytes = b"kv") -> None:
+        self.ctx = zmq.Context()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, topic)
+        self.sub.connect(pub.endpoint)
+        self.dealer = self.ctx.socket(zmq.DEALER)
+        if pub.replay_endpoint:
+            self.dealer.connect(pub.replay_endpoint)
+
+    def recv(self, timeout: float = DEADLINE) -> list[bytes] | None:
+        if self.sub.poll(int(timeout * 1000)):
+            return self.sub.recv_multipart()
+        return None
+
+    def until(self, pred, timeout: float = DEADLINE) -> list[list[bytes]]:
+        """Messages until ``pred(events so far)`` holds (bounded)."""
+        got: list[list[bytes]] = []
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            msg = self.recv(end - time.monotonic())
+            if msg is None:
+                break
+            got.append(msg)
+            if pred([e for m in got for e in plain(m[2])[1]]):
+                return got
+        raise AssertionError(f"condition not met in {timeout} s; got {len(got)} messages")
+
+    def replay(self, frames: list[bytes], timeout: float = DEADLINE) -> list[list[bytes]]:
+        """Send a replay request, collect the answers up to the end marker."""
+        self.dealer.send_multipart(frames)
+        out = []
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if not self.dealer.poll(int(1000 * max(0.0, end - time.monotonic()))):
+                break
+            msg = self.dealer.recv_multipart()
+            out.append(msg)
+            if msg[2] == (-1).to_bytes(8, "big", signed=True):
+                return out
+        raise AssertionError(f"no end marker in {timeout} s ({len(out)} answers)")
+
+    def close(self) -> None:
+        self.sub.close(linger=0)
+        self.dealer.close(linger=0)
+        self.ctx.term()
+
+
+def wait_subscribed(pub: EventPublisher, sub: Sub) -> None:
+    """PUB drops messages until the SUB's subscription arrived: poke until one comes."""
+    from kvpool.events.wire import AllBlocksCleared
+    end = time.monotonic() + DEADLINE
+    while time.monotonic() < end:
+        pub.submit(AllBlocksCleared())
+        if sub.recv(0.2) is not None:
+            while sub.recv(0.2) is not None:
+                pass  # drain the pokes
+            return
+    raise AssertionError("the subscription never reached the publisher")
+
+
+def plain(payload: bytes):
+    """The wire spec by hand: [ts, [ {"type": ..., ...}, ...], rank] as plain values."""
+    batch = msgspec.msgpack.decode(payload)
+    assert isinstance(batch, list) and len(batch) in (2, 3), batch
+    ts, events = batch[0], batch[1]
+    assert isinstance(ts, float) and isinstance(events, list)
+    for e in events:
+        assert isinstance(e, dict) and e["type"] in ("BlockStored", "BlockRemoved",
+                                                     "AllBlocksCleared"), e
+    return batch
+
+
+def _stub(name: str, **attrs) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__dict__.update(attrs)
+    return mod
+
+
+@pytest.fixture
+def vllm_events(monkeypatch):
+    """vLLM's own kv_events module (its imports of the rest of vLLM stubbed out)."""
+    if not VLLM_EVENTS.is_file():
+        pytest.skip(f"no vLLM sources at {VLLM_EVENTS} (set KVPOOL_VLLM_SRC to a vLLM "
+                    "checkout to decode with vLLM's own classes)")
+    stubs = {
+        "vllm": _stub("vllm"), "vllm.config": _stub("vllm.config"),
+        "vllm.config.kv_events": _stub("vllm.config.kv_events", KVEventsConfig=object),
+        "vllm.logger": _stub("vllm.logger", init_logger=logging.getLogger),
+        "vllm.utils": _stub("vllm.utils"),
+        "vllm.utils.network_utils": _stub("vllm.utils.network_utils", get_ip=None,
+                                          get_tcp_uri=None, is_valid_ipv6_address=None,
+                                          split_zmq_path=None),
+        "vllm.v1": _stub("vllm.v1"), "vllm.v1.core": _stub("vllm.v1.core"),
+        "vllm.v1.core.kv_cache_utils": _stub("vllm.v1.core.kv_cache_utils",
+                                             ExternalBlockHash=bytes | int),
+    }
+    for name, mod in stubs.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    spec = importlib.util.spec_from_file_location("vllm_kv_events_under_test", VLLM_EVENTS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -1,0 +1,148 @@
+"""``kvpool router --kv-events`` over real ``kvpool serve`` replicas publishing KV events:
+placement by the event-fed index with no lookup round trip, text prompts tokenized in the
+router, and a replica restarted on new event ports followed from scratch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+
+import aiohttp
+import pytest
+
+from kvpool.core.hashing import BlockHasher
+from kvpool.router.kv_routing import EventRouting
+from kvpool.router.proxy import Router
+from kvpool.router.replicas import ReplicaSet
+from tests.router.helpers import (LOOKUP_TIMEOUT, complete, decisions, metrics, prompt, served,
+                                  spawn, spawn_many)
+
+EVENTS = ["--kv-events-config", json.dumps({
+    "enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:0",
+    "replay_endpoint": "tcp://127.0.0.1:0"})]
+DEADLINE = 30.0  # seconds for an event to reach the router on a shared 2-core box
+
+
+async def until(pred, what):
+    end = time.monotonic() + DEADLINE
+    while not pred():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    servers = spawn_many({"e1": tuple(EVENTS), "e2": tuple(EVENTS)})
+    yield servers
+    for srv in servers.values():
+        srv.stop(timeout=20)
+
+
+def event_router(urls):
+    rs = ReplicaSet(urls, interval=0.5)
+    events = EventRouting(rs, refresh_interval=0.3)
+    return Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events), events
+
+
+def holder(events, ids):
+    """URLs whose index holds the prompt's leading full block."""
+    keys = events.keys
+    h = BlockHasher(keys.block_size, keys.info["hash"]["model_id"]).hash_blocks(ids)[0]
+    return [url for url, f in events.feeds.items() if h in f.index]
+
+
+async def test_placed_by_events_without_a_lookup(fleet):
+    urls = [s.url for s in fleet.values()]
+    r, events = event_router(urls)
+    async with served(r) as url, aiohttp.ClientSession() as s:
+        await until(lambda: all(f.live for f in events.feeds.values()), "both feeds caught up")
+        ids = [10 + (7 * i) % 200 for i in range(200)]
+        first = await complete(s, url, {"prompt": ids})
+        assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        await until(lambda: holder(events, ids), "the replica's BlockStored")
+        (where,) = holder(events, ids)
+        again = await complete(s, url, {"prompt": ids})
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 192
+        m = await metrics(s, url)
+        assert decisions(m, "prefix") == 1 and m["kvpool_router_predicted_hit_tokens_total"][
+            ()] == 192
+        assert events.fallbacks == 0  # no request asked the replicas' lookups
+        assert m["kvpool_router_lookup_fallbacks_total"][()] == 0
+        assert sum(m["kvpool_router_kv_index_blocks"].values()) >= 12
+        assert m["kvpool_router_kv_events_total"][(("kind", "applied"), ("replica", where))] > 0
+        # text prompts: the first one loads the replicas' tokenizer here (placed by lookups
+        # meanwhile), the next ones are tokenized and hashed in the router
+        await complete(s, url, {"prompt": prompt("kv-events")})
+        assert events.fallbacks == 1
+        await until(lambda: events.keys.parser is not None, "the router's tokenizer")
+        text = await complete(s, url, {"prompt": prompt("kv-events")})
+        assert text["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        chat = {"messages": [{"role": "user", "content": prompt("chat")}]}
+        await complete(s, url, chat, "/v1/chat/completions")
+        await until(lambda: holder(events, events.keys.ids_and_salt(
+            json.dumps(chat).encode())[0]), "the chat prompt stored")
+        again = await complete(s, url, chat, "/v1/chat/completions")
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        assert events.fallbacks == 1 and where in urls
+
+
+async def test_a_restarted_replica_is_followed_from_scratch():
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    srv = spawn("rs", *EVENTS, "--port", str(port))
+    try:
+        r, events = event_router([srv.url])
+        (feed,) = events.feeds.values()
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            await until(lambda: feed.live, "caught up")
+            ids = list(range(20, 120))
+            await complete(s, url, {"prompt": ids})
+            await until(lambda: holder(events, ids), "stored")
+            before = feed.info["endpoint"]
+            srv.stop(timeout=20)
+            srv = spawn("rs", *EVENTS, "--port", str(port))  # same URL, new event ports
+            await until(lambda: feed.info["endpoint"] != before and feed.live, "reconnected")
+            assert not holder(events, ids)  # the old cache is gone with the old process
+            await complete(s, url, {"prompt": ids})
+            await until(lambda: holder(events, ids), "stored again")
+    finally:
+        srv.stop(timeout=20)
+
+
+async def test_tenant_namespaces_are_hashed_as_the_replica_does():
+    """--tenant-header replica: the router folds the tenant into the salt by the replica's
+    rule, so tenant b gets no predicted hit on a's prompt, and every prediction equals what
+    the replica then reports as cached, with no lookup."""
+    from kvpool.server.cache_namespace import CacheNamespace
+    srv = spawn("kv-tenant", *EVENTS, "--tenant-header", "X-Tenant")
+    try:
+        r, events = event_router([srv.url])
+        (feed,) = events.feeds.values()
+        ids = list(range(30, 130))
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            await until(lambda: feed.live, "caught up")
+            assert events.keys.namespaced and events.keys.tenant_header == "X-Tenant"
+
+            async def cached(tenant: str) -> int:
+                before = (await metrics(s, url))["kvpool_router_predicted_hit_tokens_total"][()]
+                async with s.post(url + "/v1/completions", headers={"X-Tenant": tenant},
+                                  json={"prompt": ids, "max_tokens": 1}) as resp:
+                    out = await resp.json()
+                    assert resp.status == 200, out
+                got = out["usage"]["prompt_tokens_details"]["cached_tokens"]
+                m = await metrics(s, url)
+                assert m["kvpool_router_predicted_hit_tokens_total"][()] - before == got
+                salt = CacheNamespace(identity=True).salt(tenant, None)
+                first = BlockHasher(16, feed.info["hash"]["model_id"]).hash_blocks(ids, salt)[0]
+                await until(lambda: first in feed.index, f"tenant {tenant}'s blocks")
+                return got
+
+            assert await cached("a") == 0
+            assert await cached("b") == 0  # a's prompt is no hit for b
+            assert await cached("a") == 96
+            assert events.fallbacks == 0
+    finally:
+        srv.stop(timeout=20)
