@@ -49,7 +49,7 @@ from bench.common import (Timing, aalternate, bench_parser, machine, put, put_ru
                           stat, timing_from_args, timing_info, write_json)
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec, ValueSigner
 from kvpool.server.serve import tune_process
-from tests.remote.redis_server import RedisServer
+from bench.redis_servers import RedisServer
 
 SIZES = (64 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20)
 QUICK_SIZES = (64 << 10, 1 << 20)

@@ -50,7 +50,7 @@ from stress.http.workload import WorkloadConfig
 from stress.http.metrics import MetricsScrape, wait_drained
 from stress.report import percentile
 from stress.http.servers import ROOT, SpawnedServer
-from tests.remote.redis_server import RedisServer
+from bench.redis_servers import RedisServer
 
 ROUTER_READY = "kvpool router: listening on http://"
 REPLICA_ARGS = ["--num-device-blocks", "256", "--num-host-blocks", "256", "--max-model-len",

@@ -50,7 +50,7 @@ from bench.route import DEFAULT_TRACE, Req, Simulation, load_reqs
 from bench.route_epp import epp_overhead
 from stress.report import percentile
 from stress.http.servers import SpawnedServer
-from tests.remote.redis_server import RedisServer
+from bench.redis_servers import RedisServer
 
 TOKEN_LO, TOKEN_HI = 10, 250  # inside the tiny model's byte vocabulary, clear of specials
 

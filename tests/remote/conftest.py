@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
-from tests.remote.redis_server import REDIS_SERVER, RedisServer
+from bench.redis_servers import REDIS_SERVER, RedisServer
 
 NS = Namespace(model_id="tiny", weights="seed0", dtype="float32", block_size=16, layers=2,
                kv_heads=2, head_dim=16)

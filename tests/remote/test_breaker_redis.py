@@ -12,7 +12,7 @@ import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.conftest import NS
-from tests.remote.redis_server import RedisServer, free_port
+from bench.redis_servers import RedisServer, free_port
 from tests.remote.test_redis_tier import chain
 
 # what user calls send (the probe script's own TOUCHes are counted apart by Redis, and this
