@@ -179,9 +179,13 @@ class RedisClusterProcs:
             raise
 
     def healthy(self) -> bool:
-        """Every running node says cluster_state:ok and sees as many masters as it should."""
+        """Every running node says cluster_state:ok, and every replica is in sync with its
+        master (a replica that never synced is not eligible for a failover)."""
         live = [n for n in self.nodes if n.proc is not None]
-        return all("cluster_state:ok" in _command(n.port, "CLUSTER", "INFO") for n in live)
+        if not all("cluster_state:ok" in _command(n.port, "CLUSTER", "INFO") for n in live):
+            return False
+        roles = [_command(n.port, "INFO", "replication") for n in live]
+        return all("master_link_status:up" in r for r in roles if "role:slave" in r)
 
     def master_of(self, key: str) -> RedisServer:
         """The master serving ``key``'s slot now."""

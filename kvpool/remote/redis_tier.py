@@ -1,4 +1,5 @@
-"""``RedisTier``: the shared prefix tier on a real Redis/Valkey through ``redis.asyncio``.
+"""``RedisTier``: the shared prefix tier on a real Redis/Valkey through ``redis.asyncio``: one
+server, a cluster or a Sentinel-managed master (``clients.py`` reads the URL).
 
 Fault model (docs/architecture.md#scale-out):
 
@@ -16,10 +17,11 @@ Fault model (docs/architecture.md#scale-out):
   answers and closes it: no user request is ever the trial.
 - A value that fails the codec's check is a miss, is deleted, and is counted by kind.
 
-One round trip per call, whatever the number of blocks: the probe is one Lua script (walk
-the keys, stop at the first miss), ``put_many`` one pipeline of SET NX, and ``get_many`` at most
-``GET_PARTS`` MGETs (or the caller's ``parts``) sent at once on pooled connections (one round
-trip of latency).
+One round trip of latency per call, whatever the number of blocks: the probe is one Lua script
+per prefix segment (walk the keys, stop at the first miss; ``segments.py``), all sent at once,
+``put_many`` one pipeline of SET NX (on a cluster, one per node, at once), and ``get_many``
+about ``GET_PARTS`` MGETs (or the caller's ``parts``, cut on segment borders) sent at once on
+pooled connections. Each script and MGET stays in one cluster slot.
 
 NOTE(get speed): a value's CRC-32 (zlib, ~1.7 GB/s here) costs about a third of what reading
 it from loopback Redis costs, so a check after one big MGET adds a third to every read. Split
@@ -30,8 +32,8 @@ under ``rediss://`` too.
 
 Diagnosis (``diagnose.py``): the first failure of each kind (auth, TLS, refused, timeout, OOM,
 CROSSSLOT/MOVED...) is logged once with its fix; ``warm_up`` says whether the tier is reachable
-and reads ``INFO``: a cluster node is refused (every call a miss, no network), a noeviction
-policy or no maxmemory is warned about. An OOM reply pauses puts for ``oom_pause_s``.
+and reads ``INFO``: a cluster node behind a plain ``redis://`` URL is refused (every call a
+miss, no network), a noeviction policy or no maxmemory is warned about. An OOM reply pauses puts for ``oom_pause_s``.
 """
 
 from __future__ import annotations
@@ -42,15 +44,16 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.breaker import BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
-from kvpool.remote.connections import pool_from_url, where
+from kvpool.remote.clients import client_from_url
+from kvpool.remote.connections import where
 from kvpool.remote.diagnose import FaultLog, classify, error_kind
+from kvpool.remote.segments import leading_run, parts as split_parts, probe_plan
 from kvpool.remote.tier import RemoteStats, check_values
 
 log = logging.getLogger("kvpool.remote")
@@ -76,18 +79,6 @@ _FAILED = object()  # sentinel: the call failed or was refused (already counted)
 Observer = Callable[[str, float], None]
 
 
-def _parts(keys: list[str], n: int) -> list[list[str]]:
-    """``keys`` in at most ``n`` contiguous, near-equal parts, in order."""
-    n = max(1, min(n, len(keys)))
-    q, r = divmod(len(keys), n)
-    out, i = [], 0
-    for j in range(n):
-        k = q + (j < r)
-        out.append(keys[i:i + k])
-        i += k
-    return out
-
-
 class RedisTier:
     """A :class:`~kvpool.remote.tier.RemoteTier` on one Redis. Use from one event loop."""
 
@@ -108,8 +99,9 @@ class RedisTier:
         self._stats = RemoteStats()
         self._blocks_per_key = codec.namespace.blocks_per_object
         self._max_connections = max_connections
-        self._pool = pool_from_url(url, max_connections=max_connections,
-                                   connect_timeout=connect_timeout)
+        self._client = client_from_url(url, max_connections=max_connections,
+                                       connect_timeout=connect_timeout)
+        self.kind = self._client.kind  # "server", "cluster" or "sentinel"
         self.faults = FaultLog(where(url))  # the first failure of each kind, logged once
         # NOTE(oom-pause): with maxmemory and noeviction every SET fails once Redis is full;
         # after an OOM reply puts are not sent for oom_pause_s (dropped, counted) instead of
@@ -117,7 +109,7 @@ class RedisTier:
         self.oom_pause_s = oom_pause_s
         self._puts_paused_until = 0.0  # time.monotonic() before which put_many sends nothing
         self._refusal: str | None = None  # set when INFO shows a server the tier must not use
-        self._redis = aioredis.Redis(connection_pool=self._pool)
+        self._redis = self._client.redis
         self._probe = self._redis.register_script(PROBE_LUA)
         self._inflight: set[asyncio.Timeout] = set()  # deadlines of the calls in flight
         self._health_task: asyncio.Task | None = None  # the PING loop while the breaker is open
@@ -127,10 +119,10 @@ class RedisTier:
         if not keys:
             return 0
         keys = list(keys)
-        every, skip = list(refresh) + keys, len(refresh)
+        plan = probe_plan(refresh, keys)
         self._stats.probes += 1
-        r = await self._call("probe", 0, lambda: self._probe(keys=every, args=[skip]))
-        n = 0 if r is _FAILED else int(r)
+        r = await self._call("probe", 0, lambda: self._probe_segments(plan))
+        n = 0 if r is _FAILED else leading_run(plan, r)
         g = self._blocks_per_key
         self._stats.hit_blocks += n * g
         self._stats.miss_blocks += (len(keys) - n) * g
@@ -143,7 +135,8 @@ class RedisTier:
         if parts is not None and parts < 1:
             raise ValueError("parts must be >= 1 (or None: GET_PARTS)")
         keys = list(keys)
-        parts = _parts(keys, min(GET_PARTS if parts is None else parts, self._max_connections))
+        parts = split_parts(keys, min(GET_PARTS if parts is None else parts,
+                                      self._max_connections))
         r = await self._call("get", len(keys) * self.max_value_bytes,
                              lambda: self._fetch_parts(parts))
         st = self._stats
@@ -222,17 +215,7 @@ class RedisTier:
         restart they reconnect lazily, one request's worth."""
         n = max(1, min(self._max_connections, connections))
 
-        async def open_all() -> None:
-            conns = []  # held until all are open, so each get opens a new one
-            try:
-                for _ in range(n):
-                    conns.append(await self._pool.get_connection())
-            finally:  # back to the pool, also on failure or a deadline
-                for c in conns:
-                    await self._pool.release(c)
-            await self._redis.script_load(PROBE_LUA)  # the first probe's EVALSHA then hits
-
-        if await self._call("warm_up", 0, open_all) is _FAILED:
+        if await self._call("warm_up", 0, lambda: self._open(n)) is _FAILED:
             log.warning("remote tier %s is not reachable at startup: serving without it "
                         "(requests recompute); it retries about every %.1f s",
                         self.faults.where, self.breaker.reset_s)
@@ -248,7 +231,12 @@ class RedisTier:
     @property
     def connection_class(self) -> type:
         """The class the pool builds its connections with (a buffered one, TLS or not)."""
-        return self._pool.connection_class
+        return self._client.connection_class
+
+    @property
+    def redirects(self) -> dict[str, int]:
+        """MOVED/ASK replies the cluster client followed, by kind (a copy)."""
+        return dict(self._client.redirects)
 
     def note_dropped(self, n: int) -> None:
         """Count puts the write path dropped before sending (backpressure)."""
@@ -262,10 +250,38 @@ class RedisTier:
                 await task
             except asyncio.CancelledError:
                 pass
-        await self._redis.aclose()
-        await self._pool.aclose()
+        await self._client.aclose()
 
     # -- internals ------------------------------------------------------------------------
+    async def _open(self, n: int) -> None:
+        """Open ``n`` pooled connections (a cluster: its slot map) and load the probe script
+        (a cluster: on every master), so the first probe's EVALSHA hits."""
+        pool = self._client.pool
+        if pool is None:
+            await self._redis.initialize()
+        else:
+            conns = []  # held until all are open, so each get opens a new one
+            try:
+                for _ in range(n):
+                    conns.append(await pool.get_connection())
+            finally:  # back to the pool, also on failure or a deadline
+                for c in conns:
+                    await pool.release(c)
+        await self._redis.script_load(PROBE_LUA)
+
+    async def _probe_segments(self, plan: list[tuple[list[str], int]]) -> list[int | None]:
+        """Each segment's run, all scripts at once; one failure fails the call."""
+        if len(plan) == 1:
+            seg, lead = plan[0]
+            return [int(await self._probe(keys=seg, args=[lead]))]
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(self._probe(keys=seg, args=[lead]))
+                         for seg, lead in plan]
+        except BaseExceptionGroup as eg:  # _call classifies one exception, not a group
+            raise eg.exceptions[0] from None
+        return [int(t.result()) for t in tasks]
+
     async def _fetch_parts(self, parts: list[list[str]]) -> list[tuple[list, list]]:
         """MGET every part at once and check each part's values as soon as it arrives; one
         failure fails the whole call (the siblings are cancelled) with that exception."""
@@ -357,7 +373,7 @@ class RedisTier:
             self.faults.once("no-info", "INFO not readable: the server's settings are "
                              "unchecked")
             return self.breaker.state is BreakerState.CLOSED
-        self._refusal = self.faults.inspected(info)
+        self._refusal = self.faults.inspected(info, cluster=self.kind == "cluster")
         return self._refusal is None
 
     def _opened(self) -> None:

@@ -63,7 +63,7 @@ def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                       split_blocks=codec.split,
                       blocks_per_object=blocks_per_object, write_policy=write_policy,
                       prefetch_timeout_s=prefetch_timeout_ms / 1000.0, fetch_bias=fetch_bias,
-                      observe=observer)
+                      observe=observer, key_at=ns.key)
     if remote_metrics is not None:
         remote_metrics.attach(metrics)
     return link
