@@ -190,7 +190,7 @@ async def _probe_and_round_trips(url: str, rounds: int, timing: Timing, res: dic
     codec = ValueCodec(ns)
     tier = RedisTier(url, codec)
     hs = [b"p" + i.to_bytes(31, "little") for i in range(64)]
-    keys = [ns.key(h) for h in hs]
+    keys = ns.group_keys(hs)
     r = aioredis.Redis.from_url(url)
     try:
         assert await tier.put_many([(k, codec.encode(h, [b"\0" * 1024]))

@@ -129,8 +129,11 @@ class Namespace:
 
 
 def segment_of(key: str) -> str:
-    """The hash tag of a key (its slot's name): keys with the same one share a slot."""
-    return key[key.index("{"):key.index("}") + 1]
+    """The hash tag of a key (its slot's name): keys with the same one share a slot. A key
+    without one (not of this spec) is its own slot's name, as Redis hashes it whole."""
+    i = key.find("{")
+    j = key.find("}", i + 2) if i >= 0 else -1
+    return key if j < 0 else key[i:j + 1]
 
 
 def hash_of_key(key: str) -> bytes:

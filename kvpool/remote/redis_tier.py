@@ -102,6 +102,7 @@ class RedisTier:
         self._client = client_from_url(url, max_connections=max_connections,
                                        connect_timeout=connect_timeout)
         self.kind = self._client.kind  # "server", "cluster" or "sentinel"
+        self._by_slot = self.kind == "cluster"  # calls cut on hash-tag borders (segments.py)
         self.faults = FaultLog(where(url))  # the first failure of each kind, logged once
         # NOTE(oom-pause): with maxmemory and noeviction every SET fails once Redis is full;
         # after an OOM reply puts are not sent for oom_pause_s (dropped, counted) instead of
@@ -119,7 +120,7 @@ class RedisTier:
         if not keys:
             return 0
         keys = list(keys)
-        plan = probe_plan(refresh, keys)
+        plan = probe_plan(refresh, keys, self._by_slot)
         self._stats.probes += 1
         r = await self._call("probe", 0, lambda: self._probe_segments(plan))
         n = 0 if r is _FAILED else leading_run(plan, r)
@@ -136,7 +137,7 @@ class RedisTier:
             raise ValueError("parts must be >= 1 (or None: GET_PARTS)")
         keys = list(keys)
         parts = split_parts(keys, min(GET_PARTS if parts is None else parts,
-                                      self._max_connections))
+                                      self._max_connections), self._by_slot)
         r = await self._call("get", len(keys) * self.max_value_bytes,
                              lambda: self._fetch_parts(parts))
         st = self._stats

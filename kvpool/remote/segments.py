@@ -6,6 +6,9 @@ segment, all at once (one round trip of latency; redis-py sends each to its slot
 adds the runs up to the first segment that was not whole: a prefix is usable up to its first
 hole. A get's MGETs are split on segment borders, and a segment further when there are fewer
 segments than parts wanted (``GET_PARTS``: checks overlap reads, ``redis_tier.py``).
+
+One server (or a Sentinel-managed master) has no slots: ``by_slot=False`` keeps one script
+per probe and parts cut anywhere, as before the tags (the same keys, fewer round trips).
 """
 
 from __future__ import annotations
@@ -28,10 +31,14 @@ def segments(keys: Sequence[str]) -> list[list[str]]:
     return out
 
 
-def probe_plan(refresh: Sequence[str], keys: Sequence[str]) -> list[tuple[list[str], int]]:
+def probe_plan(refresh: Sequence[str], keys: Sequence[str], by_slot: bool = True
+               ) -> list[tuple[list[str], int]]:
     """(keys of one script, how many of them lead as refresh-only) per segment of
-    ``refresh + keys``: the probe script TOUCHes the first ones uncounted."""
+    ``refresh + keys`` (one script for them all unless ``by_slot``): the probe script
+    TOUCHes the first ones uncounted."""
     skip = len(refresh)
+    if not by_slot:
+        return [(list(refresh) + list(keys), skip)]
     plan = []
     for seg in segments(list(refresh) + list(keys)):
         lead = min(skip, len(seg))
@@ -52,14 +59,20 @@ def leading_run(plan: Sequence[tuple[list[str], int]], runs: Sequence[int | None
     return n
 
 
-def parts(keys: list[str], n: int) -> list[list[str]]:
-    """``keys`` in at least ``min(n, len(keys))`` contiguous parts, each inside one segment:
-    every segment is split into near-equal parts so the total is about ``n``."""
+def parts(keys: list[str], n: int, by_slot: bool = True) -> list[list[str]]:
+    """``keys`` in contiguous parts, each inside one segment when ``by_slot``: ``n`` of them
+    (fewer with fewer keys), shared among the segments by size; one per segment when there
+    are more than ``n`` segments (an MGET never spans two slots)."""
+    if not by_slot:
+        return _even(keys, n)
     segs = segments(keys)
-    out: list[list[str]] = []
-    for seg in segs:
-        out += _even(seg, -(-n * len(seg) // len(keys)) if keys else 1)
-    return out
+    if not segs:
+        return []
+    counts = [max(1, len(seg) * n // len(keys)) for seg in segs]
+    while sum(counts) < min(n, len(keys)):
+        i = max(range(len(segs)), key=lambda j: len(segs[j]) / counts[j])
+        counts[i] += 1
+    return [p for seg, c in zip(segs, counts) for p in _even(seg, c)]
 
 
 def _even(keys: list[str], n: int) -> list[list[str]]:

@@ -32,7 +32,7 @@ async def test_rediss_uses_the_buffered_tls_connection_and_round_trips(tls_serve
         assert tier.connection_class is BufferedTLSConnection  # before any connection opens
         assert await tier.warm_up(2)
         hashes = chain(3)
-        keys = [NS.key(h) for h in hashes]
+        keys = NS.group_keys(hashes)
         vals = [tier.codec.encode(h, [bytes([i]) * (1 << 20)]) for i, h in enumerate(hashes)]
         assert await tier.put_many(list(zip(keys, vals))) == 3
         assert await tier.get_many(keys) == vals  # 1 MiB values read back through TLS
