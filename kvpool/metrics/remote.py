@@ -97,6 +97,11 @@ class RemoteMetrics:
         kinds = sorted(set(_KINDS) | set(s.errors))
         out.append(("kvpool_remote_errors_total", "counter", "Remote tier errors by kind.",
                     ("kind",), [((k,), s.errors.get(k, 0)) for k in kinds]))
+        moved = getattr(s, "redirects", {})
+        out.append(("kvpool_remote_redirects_total", "counter", "MOVED/ASK replies the cluster "
+                    "client followed, by kind (a stale slot map: after a failover or a "
+                    "resharding).", ("kind",),
+                    [((k,), moved.get(k, 0)) for k in sorted({"moved", "ask"} | set(moved))]))
         out.append(("kvpool_remote_breaker_state", "gauge", "Circuit breaker: 0 closed, "
                     "1 half-open, 2 open.", (), [((), s.breaker_state)]))
         return out

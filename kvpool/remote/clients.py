@@ -61,8 +61,9 @@ class TierClient:
             await self.pool.aclose()
 
 
-def client_from_url(url: str, *, max_connections: int, connect_timeout: float) -> TierClient:
-    """The client for ``url`` (ConfigError naming the accepted forms on a bad one)."""
+def check_url(url: str) -> str:
+    """The kind of ``url`` ("server", "cluster", "sentinel"), or ConfigError naming the
+    accepted forms: what ``kvpool serve`` checks before it builds an engine."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     base, _, mode = scheme.partition("+")
     if base not in ("redis", "rediss", "unix") or mode not in ("", "cluster", "sentinel") or (
@@ -70,22 +71,33 @@ def client_from_url(url: str, *, max_connections: int, connect_timeout: float) -
         raise ConfigError(f"--remote-url {_shown(url)!r}: unknown scheme; use {SCHEMES}")
     if not mode:
         try:
-            pool = pool_from_url(url, max_connections=max_connections,
-                                 connect_timeout=connect_timeout)
+            parse_url(url)
         except ValueError as exc:
             raise ConfigError(f"--remote-url {_shown(url)!r}: {exc}; use {SCHEMES}") from None
-        return TierClient(Redis(connection_pool=pool), "server", pool,
-                          connection_class=pool.connection_class)
-    nodes, path, options = _split(url, base, mode)
-    options.update(socket_connect_timeout=connect_timeout, socket_timeout=None,
-                   health_check_interval=0, driver_info=driver_info())
-    if mode == "cluster":
-        return _cluster(nodes, options, max_connections)
+        return "server"
+    _, path, _ = _split(url, base, mode)
     service = path.strip("/")
-    if not service or "/" in service:
+    if mode == "sentinel" and (not service or "/" in service):
         raise ConfigError(f"--remote-url {_shown(url)!r}: name the master's service: "
                           "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE")
-    return _sentinel(nodes, service, options, max_connections, connect_timeout)
+    return mode
+
+
+def client_from_url(url: str, *, max_connections: int, connect_timeout: float) -> TierClient:
+    """The client for ``url`` (ConfigError naming the accepted forms on a bad one)."""
+    kind = check_url(url)
+    if kind == "server":
+        pool = pool_from_url(url, max_connections=max_connections,
+                             connect_timeout=connect_timeout)
+        return TierClient(Redis(connection_pool=pool), "server", pool,
+                          connection_class=pool.connection_class)
+    base = url.partition("+")[0].lower()
+    nodes, path, options = _split(url, base, kind)
+    options.update(socket_connect_timeout=connect_timeout, socket_timeout=None,
+                   health_check_interval=0, driver_info=driver_info())
+    if kind == "cluster":
+        return _cluster(nodes, options, max_connections)
+    return _sentinel(nodes, path.strip("/"), options, max_connections, connect_timeout)
 
 
 def _split(url: str, base: str, mode: str) -> tuple[list[tuple[str, int]], str, dict]:

@@ -33,7 +33,8 @@ under ``rediss://`` too.
 Diagnosis (``diagnose.py``): the first failure of each kind (auth, TLS, refused, timeout, OOM,
 CROSSSLOT/MOVED...) is logged once with its fix; ``warm_up`` says whether the tier is reachable
 and reads ``INFO``: a cluster node behind a plain ``redis://`` URL is refused (every call a
-miss, no network), a noeviction policy or no maxmemory is warned about. An OOM reply pauses puts for ``oom_pause_s``.
+miss, no network), a noeviction policy or no maxmemory is warned about. An OOM reply pauses
+puts for ``oom_pause_s``.
 """
 
 from __future__ import annotations
@@ -227,6 +228,7 @@ class RedisTier:
         s = self._stats.copy()
         s.breaker_state = int(self.breaker.state)
         s.breaker_opens = self.breaker.opens
+        s.redirects = dict(self._client.redirects)
         return s
 
     @property

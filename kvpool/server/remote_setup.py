@@ -18,7 +18,9 @@ from kvpool.runtime.remote_link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, Rem
 def add_remote_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("remote prefix tier")
     g.add_argument("--remote-url", default=None, metavar="redis://HOST:PORT",
-                   help="share prefix blocks with other replicas through this Redis")
+                   help="share prefix blocks with other replicas through this Redis (or "
+                        "redis+cluster://HOST:PORT[,HOST:PORT...] for a Redis/Valkey "
+                        "cluster, redis+sentinel://HOST:PORT[,...]/SERVICE for Sentinel)")
     g.add_argument("--remote-write-policy", default=DEFAULT_WRITE_POLICY, choices=WRITE_POLICIES,
                    help=f"which blocks are stored (default {DEFAULT_WRITE_POLICY}, the best of "
                         "bench/route.py's trace simulation)")
