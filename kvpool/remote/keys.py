@@ -23,7 +23,7 @@ never reaches Redis.
 
 The ``{tag}`` is a Redis Cluster hash tag: only it decides the key's slot. ``root`` is the chain
 hash of the prefix's first block (block 0) and ``index`` the 0-based position of the value's
-last block, so the values of one segment of ``SEGMENT_BLOCKS`` (32) blocks of one prefix share a
+last block, so the values of one segment of ``SEGMENT_BLOCKS`` (64) blocks of one prefix share a
 slot: a probe script or an MGET over one segment never gets CROSSSLOT, and a long prefix spreads
 over the cluster segment by segment. A single server uses the same keys (one spec).
 
@@ -36,7 +36,7 @@ than 3 blocks is not stored)::
 Test vectors (``tests/remote/test_keys.py`` checks them in subprocesses run under different
 ``PYTHONHASHSEED`` values): ``Namespace(model_id="tiny", weights="seed0", dtype="float32",
 block_size=16, layers=2, kv_heads=2, head_dim=16)`` has ``ns == "29a6de07f8a04e4a"``; with
-``h = bytes(range(32))`` and ``root = bytes(range(32, 64))`` its key at block index 40 is
+``h = bytes(range(32))`` and ``root = bytes(range(32, 64))`` its key at block index 100 is
 ``"kvp:2:29a6de07f8a04e4a:{2021222324252627:1}:000102...1f"`` (the hash in full hex, 64
 digits), and ``name(h)`` is ``"kvp:2:29a6de07f8a04e4a:000102...1f"``. ``key(h)`` alone is the
 key of a one-block chain (``root = h``, index 0).
@@ -58,7 +58,8 @@ from kvpool.core.hashing import HASH_VERSION
 from kvpool.errors import ConfigError
 
 KEY_SPEC_VERSION = 2
-SEGMENT_BLOCKS = 32  # blocks of one prefix whose keys share a cluster slot
+# blocks of one prefix whose keys share a cluster slot: NOTE(segment-size) in segments.py
+SEGMENT_BLOCKS = 64
 LAYOUT_VERSION = 1  # kvpool.runtime's per-block byte layout; bump when it changes
 KEY_PREFIX = f"kvp:{KEY_SPEC_VERSION}:"
 DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8")

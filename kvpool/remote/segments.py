@@ -7,6 +7,12 @@ adds the runs up to the first segment that was not whole: a prefix is usable up 
 hole. A get's MGETs are split on segment borders, and a segment further when there are fewer
 segments than parts wanted (``GET_PARTS``: checks overlap reads, ``redis_tier.py``).
 
+NOTE(segment-size): 64 blocks (1024 tokens at block size 16). The probe's cost on a cluster is
+redis-py's cluster client, on the CPU (~0.16 ms a command here), not the network: two scripts
+cost about twice one, in parallel or not. With 32-block segments a 64-key probe was 2.5x
+[1.9-3.1] the single server's p50; with 64 one script serves it (bench.remote --cluster).
+A prefix still spreads: each prompt's root picks its own slots.
+
 One server (or a Sentinel-managed master) has no slots: ``by_slot=False`` keeps one script
 per probe and parts cut anywhere, as before the tags (the same keys, fewer round trips).
 """

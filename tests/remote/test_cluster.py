@@ -52,22 +52,22 @@ async def test_a_long_prefix_is_probed_and_read_per_segment_without_crossslot(re
     try:
         assert await t.warm_up()
         assert issubclass(t.connection_class, BufferedConnection)
-        hashes = chain(100, salt="segments")
+        hashes = chain(200, salt="segments")
         its = items(t.codec, hashes)
         keys = [k for k, _ in its]
-        assert len({segment_of(k) for k in keys}) == 4  # 32 + 32 + 32 + 4 blocks
-        assert await t.put_many(its) == 100
-        assert await t.probe(keys) == 100
-        assert await t.probe(keys[40:], refresh=keys[:40]) == 60
+        assert len({segment_of(k) for k in keys}) == 4  # 64 + 64 + 64 + 8 blocks
+        assert await t.put_many(its) == 200
+        assert await t.probe(keys) == 200
+        assert await t.probe(keys[40:], refresh=keys[:40]) == 160
         assert await t.get_many(keys) == [v for _, v in its]
         # a hole in the second segment ends the run there, whatever the later segments hold
-        r = redis.Redis(port=redis_cluster.master_of(keys[45]).port)
-        r.delete(keys[45])
+        r = redis.Redis(port=redis_cluster.master_of(keys[100]).port)
+        r.delete(keys[100])
         r.close()
-        assert await t.probe(keys) == 45
+        assert await t.probe(keys) == 100
         st = t.stats()
         assert st.errors == {} and not t.faults.seen  # no CROSSSLOT, no MOVED, no failure
-        assert st.hit_blocks == 100 + 60 + 45
+        assert st.hit_blocks == 200 + 160 + 100
     finally:
         await t.aclose()
 

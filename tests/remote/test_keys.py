@@ -34,7 +34,7 @@ def test_vector():
         '"kv_heads":2,"layers":2,"layout":1,"model_id":"tiny","tp_rank":0,"tp_size":1,'
         '"weights":"seed0"}')
     h, root = bytes(range(32)), bytes(range(32, 64))
-    assert NS.key(h, root, 40) == f"kvp:2:{VECTOR_NS}:{{2021222324252627:1}}:" + h.hex()
+    assert NS.key(h, root, 100) == f"kvp:2:{VECTOR_NS}:{{2021222324252627:1}}:" + h.hex()
     assert NS.name(h) == f"kvp:2:{VECTOR_NS}:" + h.hex()
     assert NS.key(h) == NS.key(h, h, 0) == f"kvp:2:{VECTOR_NS}:{{0001020304050607:0}}:" + h.hex()
     assert hash_of_key(NS.key(b"\x07" * 32)) == b"\x07" * 32
@@ -84,11 +84,11 @@ def test_group_keys_use_the_last_block_of_each_full_group():
                                      ns.key(hashes[5], hashes[0], 5)]
 
 
-def test_a_segment_of_32_blocks_shares_one_hash_tag():
-    hashes = BlockHasher(16, "tiny").hash_blocks(list(range(16 * 70)))
+def test_a_segment_of_64_blocks_shares_one_hash_tag():
+    hashes = BlockHasher(16, "tiny").hash_blocks(list(range(16 * 140)))
     keys = NS.group_keys(hashes)
     tags = [segment_of(k) for k in keys]
-    assert tags[:32] == [tags[0]] * 32 and tags[32:64] == [tags[32]] * 32
+    assert tags[:64] == [tags[0]] * 64 and tags[64:128] == [tags[64]] * 64
     assert len(set(tags)) == 3 and tags[0] == "{" + hashes[0][:8].hex() + ":0}"
     assert [hash_of_key(k) for k in keys] == hashes
 
