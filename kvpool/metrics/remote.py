@@ -35,6 +35,7 @@ REMOTE_METRIC_NAMES = (
     "kvpool_remote_puts_paused_total", "kvpool_remote_oom_pauses_total",
     "kvpool_remote_health_checks_total", "kvpool_remote_health_failed_total",
     "kvpool_remote_breaker_opens_total", "kvpool_remote_errors_total",
+    "kvpool_remote_redirects_total",
     "kvpool_remote_breaker_state",
     "kvpool_remote_probe_seconds", "kvpool_remote_get_seconds", "kvpool_remote_put_seconds",
     "kvpool_remote_prefetch_wait_seconds",
