@@ -16,7 +16,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, ClusterDownError,
-                              MovedError, NoPermissionError, OutOfMemoryError)
+                              MovedError, NoPermissionError, OutOfMemoryError,
+                              RedisClusterException)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -38,6 +39,9 @@ _FIXES = {
     "crossslot": "Redis answered CROSSSLOT ({detail}): " + CLUSTER_FIX,
     "moved": "Redis answered MOVED ({detail}): " + CLUSTER_FIX,
     "clusterdown": "Redis answered CLUSTERDOWN ({detail}): " + CLUSTER_FIX,
+    "clusterclient": "the cluster client refused the call ({detail}): the cluster has no "
+                     "master for a slot (a failover in progress?) or the keys are not of "
+                     "this key spec",
     "oom": "Redis is out of memory ({detail}): give it maxmemory-policy allkeys-lru so it "
            "evicts old blocks; puts pause for a while after each OOM",
     "noperm": "the Redis user lacks a permission ({detail}): allow it GET/MGET/SET/DEL/TOUCH, "
@@ -50,6 +54,7 @@ _FIXES = {
 _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "connection",
                 "closed": "connection", "connection": "connection", "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
+                "clusterclient": "cluster",
                 "noperm": "noperm"}
 
 
@@ -74,6 +79,8 @@ def classify(exc: BaseException) -> str:
         return "moved"
     if isinstance(exc, ClusterDownError):
         return "clusterdown"
+    if isinstance(exc, RedisClusterException):
+        return "clusterclient"
     if isinstance(exc, NoPermissionError):
         return "noperm"
     chain = list(_chain(exc))

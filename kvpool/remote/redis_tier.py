@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.breaker import BreakerState, CircuitBreaker
@@ -328,8 +328,9 @@ class RedisTier:
                     self._inflight.discard(deadline)
         except (TimeoutError, RedisTimeoutError, RedisConnectionError, OSError) as exc:
             err: BaseException = exc
-        except RedisError as exc:
-            # Redis answered (a script or command error): it is alive, so no breaker failure.
+        except (RedisError, RedisClusterException) as exc:
+            # Redis answered (a script or command error), or the cluster client refused the
+            # call before sending it: Redis is alive, so no breaker failure.
             breaker.record_success(epoch)
             self._reply_error(exc)
             return _FAILED
