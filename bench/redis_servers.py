@@ -121,16 +121,21 @@ class RedisServer:
         os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc)
         self.proc = None
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def terminate(proc: subprocess.Popen | None) -> None:
+    """SIGTERM ``proc`` (continued first, if stopped) and reap it; SIGKILL after 10 s."""
+    if proc is not None and proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
@@ -264,13 +269,7 @@ class SentinelProcs:
         return new
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc)
         self.proc = None
         self.replica.stop()
         self.master.stop()

@@ -1,5 +1,5 @@
-"""``RedisTier``: the shared prefix tier on a real Redis/Valkey through ``redis.asyncio``: one
-server, a cluster or a Sentinel-managed master (``clients.py`` reads the URL).
+"""``RedisTier``: the shared prefix tier on Redis/Valkey through ``redis.asyncio`` (one server,
+a cluster or a Sentinel-managed master: ``clients.py``).
 
 Fault model (docs/architecture.md#scale-out):
 
@@ -27,8 +27,7 @@ NOTE(get speed): a value's CRC-32 (zlib, ~1.7 GB/s here) costs about a third of 
 it from loopback Redis costs, so a check after one big MGET adds a third to every read. Split
 into parts, a part's check runs in a worker thread (zlib drops the GIL) while the loop keeps
 reading the later parts' bytes, and only the last part's check is on the critical path.
-The connections (``connections.py``) read with a StreamReader buffer of ``READ_BUFFER`` bytes,
-under ``rediss://`` too.
+The connections (``connections.py``) read with a ``READ_BUFFER`` StreamReader buffer, TLS too.
 
 Diagnosis (``diagnose.py``): the first failure of each kind (auth, TLS, refused, timeout, OOM,
 CROSSSLOT/MOVED...) is logged once with its fix; ``warm_up`` says whether the tier is reachable
@@ -54,34 +53,25 @@ from kvpool.remote.codec import ValueCodec
 from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import where
 from kvpool.remote.diagnose import FaultLog, classify, error_kind
-from kvpool.remote.segments import leading_run, parts as split_parts, probe_plan
+from kvpool.remote.segments import (PROBE_LUA, all_at_once, leading_run, parts as split_parts,
+                                    probe_plan)
 from kvpool.remote.tier import RemoteStats, check_values
 
 log = logging.getLogger("kvpool.remote")
 
-# NOTE(probe): TOUCH both answers "exists?" and refreshes the LRU clock (EXISTS does not), so
-# one call per key walks the run and refreshes it. The script stops at the first miss: a
-# prefix is only usable up to its first hole. The first ARGV[1] keys are the chain's head the
-# caller holds locally: refreshed whatever their state, not counted (NOTE(chain-lru)).
-PROBE_LUA = """
-local skip = tonumber(ARGV[1]) or 0
-for i = 1, skip do redis.call('TOUCH', KEYS[i]) end
-local n = 0
-for i = skip + 1, #KEYS do
-  if redis.call('TOUCH', KEYS[i]) == 0 then break end
-  n = i - skip
-end
-return n
-"""
 _OFFLOOP_BYTES = 256 << 10  # check a part's values in a worker thread above this many bytes
 GET_PARTS = 4  # MGETs one get_many sends at once (O(1) round trips, checks overlap reads)
+# NOTE(setup): the bound of work no request waits on: the warm-up and a cluster's slot map
+# refresh in the health check (CLUSTER SLOTS and the COMMAND table redis-py parses: ~0.1 s of
+# CPU, past the op deadline on a loaded host)
+SETUP_S = 2.0
 _FAILED = object()  # sentinel: the call failed or was refused (already counted)
 
 Observer = Callable[[str, float], None]
 
 
 class RedisTier:
-    """A :class:`~kvpool.remote.tier.RemoteTier` on one Redis. Use from one event loop."""
+    """A :class:`~kvpool.remote.tier.RemoteTier` on one ``--remote-url``. Use from one loop."""
 
     def __init__(self, url: str, codec: ValueCodec, *, connect_timeout: float = 0.2,
                  op_timeout: float = 0.25, bandwidth: float = 256 * 2**20,
@@ -105,9 +95,8 @@ class RedisTier:
         self.kind = self._client.kind  # "server", "cluster" or "sentinel"
         self._by_slot = self.kind == "cluster"  # calls cut on hash-tag borders (segments.py)
         self.faults = FaultLog(where(url))  # the first failure of each kind, logged once
-        # NOTE(oom-pause): with maxmemory and noeviction every SET fails once Redis is full;
-        # after an OOM reply puts are not sent for oom_pause_s (dropped, counted) instead of
-        # paying a round trip each to be refused again.
+        # NOTE(oom-pause): with noeviction every SET fails once Redis is full; after an OOM
+        # reply puts are not sent for oom_pause_s (dropped, counted), not refused one by one.
         self.oom_pause_s = oom_pause_s
         self._puts_paused_until = 0.0  # time.monotonic() before which put_many sends nothing
         self._refusal: str | None = None  # set when INFO shows a server the tier must not use
@@ -217,7 +206,7 @@ class RedisTier:
         restart they reconnect lazily, one request's worth."""
         n = max(1, min(self._max_connections, connections))
 
-        if await self._call("warm_up", 0, lambda: self._open(n)) is _FAILED:
+        if await self._call("warm_up", 0, lambda: self._open(n), SETUP_S) is _FAILED:
             log.warning("remote tier %s is not reachable at startup: serving without it "
                         "(requests recompute); it retries about every %.1f s",
                         self.faults.where, self.breaker.reset_s)
@@ -272,30 +261,16 @@ class RedisTier:
                     await pool.release(c)
         await self._redis.script_load(PROBE_LUA)
 
-    async def _probe_segments(self, plan: list[tuple[list[str], int]]) -> list[int | None]:
+    async def _probe_segments(self, plan: list[tuple[list[str], int]]) -> list[int]:
         """Each segment's run, all scripts at once; one failure fails the call."""
-        if len(plan) == 1:
-            seg, lead = plan[0]
-            return [int(await self._probe(keys=seg, args=[lead]))]
-        try:
-            async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._probe(keys=seg, args=[lead]))
-                         for seg, lead in plan]
-        except BaseExceptionGroup as eg:  # _call classifies one exception, not a group
-            raise eg.exceptions[0] from None
-        return [int(t.result()) for t in tasks]
+        runs = await all_at_once([lambda seg=seg, lead=lead: self._probe(keys=seg, args=[lead])
+                                  for seg, lead in plan])
+        return [int(r) for r in runs]
 
     async def _fetch_parts(self, parts: list[list[str]]) -> list[tuple[list, list]]:
         """MGET every part at once and check each part's values as soon as it arrives; one
         failure fails the whole call (the siblings are cancelled) with that exception."""
-        if len(parts) == 1:
-            return [await self._fetch_checked(parts[0])]
-        try:
-            async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._fetch_checked(p)) for p in parts]
-        except BaseExceptionGroup as eg:  # _call classifies one exception, not a group
-            raise eg.exceptions[0] from None
-        return [t.result() for t in tasks]
+        return await all_at_once([lambda p=p: self._fetch_checked(p) for p in parts])
 
     async def _fetch_checked(self, keys: list[str]) -> tuple[list, list]:
         raw = await self._redis.mget(keys)
@@ -311,8 +286,10 @@ class RedisTier:
         if r is not _FAILED:
             self._stats.deleted_invalid += int(r)
 
-    async def _call(self, op: str, nbytes: int, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """Run one round trip under the breaker and the deadline; _FAILED on any failure."""
+    async def _call(self, op: str, nbytes: int, fn: Callable[[], Awaitable[Any]],
+                    bound: float | None = None) -> Any:
+        """Run one round trip under the breaker and the deadline (``bound`` instead of the
+        op's, when given); _FAILED on any failure."""
         breaker = self.breaker
         epoch = breaker.admit()
         if epoch is None or self._refusal is not None:
@@ -320,7 +297,7 @@ class RedisTier:
             return _FAILED
         t0 = time.perf_counter()
         try:
-            async with asyncio.timeout(self._deadline(nbytes)) as deadline:
+            async with asyncio.timeout(bound or self._deadline(nbytes)) as deadline:
                 self._inflight.add(deadline)
                 try:
                     result = await fn()
@@ -408,8 +385,12 @@ class RedisTier:
                 await self._inspect()  # what changed while it was down (also: reachable)
 
     async def _ping(self) -> bool:
+        cluster = self._client.pool is None
         try:
-            async with asyncio.timeout(self.connect_timeout + self.op_timeout):
+            async with asyncio.timeout(SETUP_S if cluster else
+                                       self.connect_timeout + self.op_timeout):
+                if cluster:  # a new slot map, if a failure asked for one (off any request)
+                    await self._redis.initialize()
                 await self._redis.ping()
         except (TimeoutError, RedisError, OSError):
             return False  # an error reply (e.g. LOADING) is not ready either

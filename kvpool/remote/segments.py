@@ -19,9 +19,28 @@ per probe and parts cut anywhere, as before the tags (the same keys, fewer round
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from kvpool.remote.keys import segment_of
+
+T = TypeVar("T")
+
+# NOTE(probe): TOUCH both answers "exists?" and refreshes the LRU clock (EXISTS does not), so
+# one call per key walks the run and refreshes it. The script stops at the first miss: a
+# prefix is only usable up to its first hole. The first ARGV[1] keys are the chain's head the
+# caller holds locally: refreshed whatever their state, not counted (NOTE(chain-lru)).
+PROBE_LUA = """
+local skip = tonumber(ARGV[1]) or 0
+for i = 1, skip do redis.call('TOUCH', KEYS[i]) end
+local n = 0
+for i = skip + 1, #KEYS do
+  if redis.call('TOUCH', KEYS[i]) == 0 then break end
+  n = i - skip
+end
+return n
+"""
 
 
 def segments(keys: Sequence[str]) -> list[list[str]]:
@@ -91,3 +110,17 @@ def _even(keys: list[str], n: int) -> list[list[str]]:
         out.append(keys[i:i + k])
         i += k
     return out
+
+
+async def all_at_once(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Every call at once (one round trip of latency), results in order; the first failure
+    cancels the others and is raised as itself (the tier classifies one exception, not a
+    group)."""
+    if len(calls) == 1:
+        return [await calls[0]()]
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(c()) for c in calls]
+    except BaseExceptionGroup as eg:
+        raise eg.exceptions[0] from None
+    return [t.result() for t in tasks]
