@@ -19,7 +19,7 @@ Workload (derived from the Mooncake conversation trace, scaled down):
 
 Modes: ``round_robin`` and ``prefix`` (``kvpool router --policy``) on replicas without a remote
 tier; with ``--tier`` also both again on replicas started with ``--remote-url`` (one Redis from
-tests/remote/redis_server.py) and ``--remote-write-policy write_back``. ``--epp ROUNDS`` then
+bench/redis_servers.py) and ``--remote-write-policy write_back``. ``--epp ROUNDS`` then
 measures the endpoint picker path (Envoy + ``kvpool epp``) and the router against a direct
 request, interleaved (bench/route_epp.py).
 Per mode: prefix hit tokens / prompt tokens from usage.cached_tokens (local + remote: a fetched
