@@ -7,7 +7,8 @@ server, in the same run, interleaved (bench.common: medians [min-max] of the rep
 - ``cluster.get.SIZE.{single,cluster}_mib_s``: ``get_many`` of 8 values of SIZE bytes (one
   segment) through the tier; ``cluster.get.SIZE.ratio`` cluster / single (target >= 0.8).
 - ``cluster.share.*``: engine A stores a 2k-token prompt (128 blocks) through the tier, a fresh
-  engine B serves it: ``fetched_share`` (blocks from the tier / 128, target >= 0.9) and
+  engine B serves it: ``stored_share`` (A's puts / 128), ``fetched_share`` (blocks B got
+  from the tier / 128, target >= 0.9) and
   ``ttft_ms`` on the cluster and on one server, beside ``recompute_ttft_ms`` (no tier).
 
 Starts its own servers on 127.0.0.1 (free ports) and stops them by pid. Figures only.
@@ -116,15 +117,17 @@ async def _share(urls: dict[str, str], repeats: int, res: dict) -> None:
     for r in range(repeats):
         for n, url in urls.items():
             prompt = prompt_of(SHARE_BLOCKS, 5000 + 10 * r + len(n))
-            await store_prefix(SHARE_BLOCKS, prompt, url)
+            stored = await store_prefix(SHARE_BLOCKS, prompt, url)
             one_run = await one(SHARE_BLOCKS, prompt, url, write_policy="off", fetch_bias=0.0,
                                 monitor=False)
             one_run["fetched_share"] = one_run["fetched_blocks"] / SHARE_BLOCKS
+            one_run["stored_share"] = stored / SHARE_BLOCKS  # what engine A's puts took
             runs[n].append(one_run)
         runs["recompute"].append(await one(SHARE_BLOCKS, prompt_of(SHARE_BLOCKS, 9000 + r),
                                            None, monitor=False))
     for n in urls:
         put_runs(res, runs[n], {f"cluster.share.{n}_fetched_share": "fetched_share",
+                                f"cluster.share.{n}_stored_share": "stored_share",
                                 f"cluster.share.{n}_ttft_ms": "ttft_ms"})
     put_runs(res, runs["recompute"], {"cluster.share.recompute_ttft_ms": "ttft_ms"})
 
