@@ -2,7 +2,11 @@
 
     python -m bench.remote [--json FILE] [--quick] [--repeats N] [--min-seconds S]
                            [--sizes KIB,KIB,...] [--no-ttft] [--ttft-repeats N]
-                           [--ttft-blocks B,B,...]
+                           [--ttft-blocks B,B,...] [--cluster]
+
+``--cluster``: only the Redis Cluster section instead (``bench/remote_cluster.py``: a 3-master
+cluster beside one server, interleaved: probe, GET of 0.5-2 MiB values, a 2k-token prompt
+shared across two engines).
 
 Starts its own ``redis-server`` on 127.0.0.1 (a free port, no persistence, allkeys-lru) and
 stops it by pid. Each figure is measured twice, alternating in one event loop (bench.common):
@@ -43,13 +47,13 @@ import time
 import redis.asyncio as aioredis
 from redis.utils import HIREDIS_AVAILABLE
 
-from bench import remote_ttft
+from bench import remote_cluster, remote_ttft
 from bench.remote_loop import config as engine_config
 from bench.common import (Timing, aalternate, bench_parser, machine, put, put_runs, ratio_stat,
                           stat, timing_from_args, timing_info, write_json)
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec, ValueSigner
 from kvpool.server.serve import tune_process
-from tests.remote.redis_server import RedisServer
+from bench.redis_servers import RedisServer
 
 SIZES = (64 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20)
 QUICK_SIZES = (64 << 10, 1 << 20)
@@ -190,7 +194,7 @@ async def _probe_and_round_trips(url: str, rounds: int, timing: Timing, res: dic
     codec = ValueCodec(ns)
     tier = RedisTier(url, codec)
     hs = [b"p" + i.to_bytes(31, "little") for i in range(64)]
-    keys = [ns.key(h) for h in hs]
+    keys = ns.group_keys(hs)
     r = aioredis.Redis.from_url(url)
     try:
         assert await tier.put_many([(k, codec.encode(h, [b"\0" * 1024]))
@@ -250,8 +254,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="interleaved rounds per prefix length (default 5, --quick 2)")
     ap.add_argument("--ttft-blocks", type=_lengths, default=None, metavar="B,B,...",
                     help="prefix lengths in blocks (default 1,2,4,...,128; --quick 1,8,128)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="the Redis Cluster section only (bench/remote_cluster.py)")
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
+    if args.cluster:
+        res = {"timing": timing_info(timing), "machine": machine(),
+               "load_avg": list(os.getloadavg())}
+        tune_process(engine_config(remote_cluster.SHARE_BLOCKS))
+        res.update(asyncio.run(remote_cluster.cluster_vs_single(timing)))
+        res["load_avg_end"] = list(os.getloadavg())
+        remote_cluster.print_cluster(res)
+        write_json(args.json, res)
+        return 0
     lengths = args.ttft_blocks or (remote_ttft.QUICK_LENGTHS if timing.quick
                                    else remote_ttft.LENGTHS)
     if args.ttft_repeats is not None and args.ttft_repeats < 1:

@@ -42,7 +42,7 @@ from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams
 from kvpool.server.remote_setup import build_link
 from kvpool.server.serve import tune_process
-from tests.remote.redis_server import RedisServer
+from bench.redis_servers import RedisServer
 
 GREEDY = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
 
@@ -150,7 +150,7 @@ async def _main(args) -> dict:
 
 
 async def _open_breaker(blocks: int, prompt: list[int], calls: int = 500) -> dict:
-    from tests.remote.redis_server import free_port
+    from bench.redis_servers import free_port
 
     eng = await engine(blocks, f"redis://127.0.0.1:{free_port()}/0")
     try:

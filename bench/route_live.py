@@ -21,7 +21,7 @@ Workload (derived from the Mooncake conversation trace, scaled down):
 Modes: ``round_robin`` and ``prefix`` (``kvpool router --policy``) and ``kv_events`` (the prefix
 policy fed by the replicas' KV events, ``kvpool router --kv-events``: no lookup per request) on
 replicas without a remote tier; with ``--tier`` also round_robin and prefix again on replicas
-started with ``--remote-url`` (one Redis from tests/remote/redis_server.py) and
+started with ``--remote-url`` (one Redis from bench/redis_servers.py) and
 ``--remote-write-policy write_back``. ``--overhead ROUNDS`` then measures each router arm
 against a direct request, interleaved (bench/route_overhead.py); ``--epp ROUNDS`` the endpoint
 picker path (Envoy + ``kvpool epp``) and the router (bench/route_epp.py).
@@ -54,7 +54,7 @@ from bench.route_epp import epp_overhead
 from bench.route_overhead import measure_overhead
 from stress.report import percentile
 from stress.http.servers import SpawnedServer
-from tests.remote.redis_server import RedisServer
+from bench.redis_servers import RedisServer
 
 KV_EVENTS = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
                         "endpoint": "tcp://127.0.0.1:0", "replay_endpoint": "tcp://127.0.0.1:0"})

@@ -35,6 +35,7 @@ REMOTE_METRIC_NAMES = (
     "kvpool_remote_puts_paused_total", "kvpool_remote_oom_pauses_total",
     "kvpool_remote_health_checks_total", "kvpool_remote_health_failed_total",
     "kvpool_remote_breaker_opens_total", "kvpool_remote_errors_total",
+    "kvpool_remote_redirects_total",
     "kvpool_remote_breaker_state",
     "kvpool_remote_probe_seconds", "kvpool_remote_get_seconds", "kvpool_remote_put_seconds",
     "kvpool_remote_prefetch_wait_seconds",
@@ -97,6 +98,11 @@ class RemoteMetrics:
         kinds = sorted(set(_KINDS) | set(s.errors))
         out.append(("kvpool_remote_errors_total", "counter", "Remote tier errors by kind.",
                     ("kind",), [((k,), s.errors.get(k, 0)) for k in kinds]))
+        moved = getattr(s, "redirects", {})
+        out.append(("kvpool_remote_redirects_total", "counter", "MOVED/ASK replies the cluster "
+                    "client followed, by kind (a stale slot map: after a failover or a "
+                    "resharding).", ("kind",),
+                    [((k,), moved.get(k, 0)) for k in sorted({"moved", "ask"} | set(moved))]))
         out.append(("kvpool_remote_breaker_state", "gauge", "Circuit breaker: 0 closed, "
                     "1 half-open, 2 open.", (), [((), s.breaker_state)]))
         return out

@@ -138,7 +138,7 @@ class ValueCodec:
         if signer is None:
             return b"".join([header, *views])
         payload = views[0] if len(views) == 1 else b"".join(views)  # the MAC reads one buffer
-        trailer = signer.trailer(ns.key(bytes(chain_hash)).encode(), header, payload)
+        trailer = signer.trailer(ns.name(bytes(chain_hash)).encode(), header, payload)
         return b"".join([header, payload, trailer])
 
     def decode(self, value: bytes | memoryview, chain_hash: bytes) -> DecodedValue:
@@ -195,7 +195,7 @@ class ValueCodec:
             return
         if not flags & FLAG_SIGNED:
             raise UnsignedValueError("the value carries no tag and a secret is set")
-        key = self.namespace.key(bytes(chain_hash)).encode()
+        key = self.namespace.name(bytes(chain_hash)).encode()
         end = HEADER_SIZE + payload.nbytes
         if not signer.valid(key, mv[:HEADER_SIZE], payload, mv[end:end + TRAILER]):
             raise ForgedValueError("the value's tag is not the secret's (forged, or written "

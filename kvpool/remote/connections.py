@@ -54,14 +54,18 @@ def pool_from_url(url: str, *, max_connections: int, connect_timeout: float
         max_connections=max_connections, timeout=None,
         socket_connect_timeout=connect_timeout, socket_timeout=None,
         retry=Retry(NoBackoff(), 0), retry_on_timeout=False, retry_on_error=[],
-        health_check_interval=0, driver_info=_driver_info())
+        health_check_interval=0, driver_info=driver_info())
     kwargs.update(options)  # as from_url: the URL's own options win
     return aioredis.BlockingConnectionPool(connection_class=_BUFFERED.get(cls, cls), **kwargs)
 
 
 def where(url: str) -> str:
-    """``scheme://host:port`` of ``url`` for log lines: never its password or options."""
+    """``scheme://host:port`` of ``url`` for log lines (every seed node of a cluster or
+    sentinel URL, and the service): never its password or options."""
     p = urlparse(url)
+    hosts = p.netloc.rpartition("@")[2]
+    if "+" in p.scheme:
+        return f"{p.scheme}://{hosts}{p.path if 'sentinel' in p.scheme else ''}"
     try:
         port = p.port
     except ValueError:
@@ -71,7 +75,7 @@ def where(url: str) -> str:
 
 
 @functools.cache
-def _driver_info() -> DriverInfo:
+def driver_info() -> DriverInfo:
     """One DriverInfo (CLIENT SETINFO's name and version) for every connection of the process.
 
     NOTE(connect-cost): without one, redis-py builds a DriverInfo in each Connection's

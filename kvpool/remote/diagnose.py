@@ -16,14 +16,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, ClusterDownError,
-                              MovedError, NoPermissionError, OutOfMemoryError)
+                              MovedError, NoPermissionError, OutOfMemoryError,
+                              RedisClusterException)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger("kvpool.remote")
 
-CLUSTER_FIX = ("this server is a cluster node; kvpool's tier needs a standalone server (or "
-               "Sentinel-managed master) for now: point --remote-url at one")
+CLUSTER_FIX = ("this server is a cluster node: list the cluster's nodes as "
+               "--remote-url redis+cluster://HOST:PORT[,HOST:PORT...]")
 _FIXES = {
     "auth": "Redis rejected the password, or wants one ({detail}): put it in the URL as "
             "redis://:PASSWORD@host:port (redis://USER:PASSWORD@host:port for an ACL user)",
@@ -38,6 +39,9 @@ _FIXES = {
     "crossslot": "Redis answered CROSSSLOT ({detail}): " + CLUSTER_FIX,
     "moved": "Redis answered MOVED ({detail}): " + CLUSTER_FIX,
     "clusterdown": "Redis answered CLUSTERDOWN ({detail}): " + CLUSTER_FIX,
+    "clusterclient": "the cluster client refused the call ({detail}): the cluster has no "
+                     "master for a slot (a failover in progress?) or the keys are not of "
+                     "this key spec",
     "oom": "Redis is out of memory ({detail}): give it maxmemory-policy allkeys-lru so it "
            "evicts old blocks; puts pause for a while after each OOM",
     "noperm": "the Redis user lacks a permission ({detail}): allow it GET/MGET/SET/DEL/TOUCH, "
@@ -50,6 +54,7 @@ _FIXES = {
 _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "connection",
                 "closed": "connection", "connection": "connection", "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
+                "clusterclient": "cluster",
                 "noperm": "noperm"}
 
 
@@ -74,6 +79,8 @@ def classify(exc: BaseException) -> str:
         return "moved"
     if isinstance(exc, ClusterDownError):
         return "clusterdown"
+    if isinstance(exc, RedisClusterException):
+        return "clusterclient"
     if isinstance(exc, NoPermissionError):
         return "noperm"
     chain = list(_chain(exc))
@@ -122,10 +129,11 @@ class FaultLog:
         log.warning("remote tier %s: %s", self.where, text)
         return True
 
-    def inspected(self, info: Mapping[str, Any]) -> str | None:
+    def inspected(self, info: Mapping[str, Any], cluster: bool = False) -> str | None:
         """Log what one ``INFO`` reply says (a refusal as an error, each warning once, else
-        that the tier is reachable); the refusal, or None when the server is usable."""
-        refusal, warnings = check_info(info)
+        that the tier is reachable); the refusal, or None when the server is usable.
+        ``cluster``: the tier talks through the cluster client (a node is expected)."""
+        refusal, warnings = check_info(info, cluster)
         if refusal is not None:
             log.error("remote tier %s refused: %s; serving without the tier (requests "
                       "recompute)", self.where, refusal)
@@ -136,10 +144,12 @@ class FaultLog:
         return None
 
 
-def check_info(info: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+def check_info(info: Mapping[str, Any], cluster: bool = False
+               ) -> tuple[str | None, list[str]]:
     """(a refusal, warnings) from one ``INFO`` reply: the refusal when the tier must not use
-    this server at all, the warnings for settings that make it useless over time."""
-    if int(info.get("cluster_enabled", 0) or 0) == 1:
+    this server at all (a cluster node behind a plain URL), the warnings for settings that
+    make it useless over time."""
+    if int(info.get("cluster_enabled", 0) or 0) == 1 and not cluster:
         return CLUSTER_FIX, []
     warnings = []
     policy = str(info.get("maxmemory_policy", ""))

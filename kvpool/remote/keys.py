@@ -1,8 +1,10 @@
-"""Redis key spec for the shared prefix tier (key spec version 1), stable across processes.
+"""Redis key spec for the shared prefix tier (key spec version 2), stable across processes.
 
 A key names one value: ``blocks_per_object`` consecutive full blocks of a prefix chain::
 
-    key(chain_hash) = "kvp:1:" || ns || ":" || hex(chain_hash)
+    key(chain_hash, root, index) = "kvp:2:" || ns || ":{" || tag || "}:" || hex(chain_hash)
+    tag             = hex(root)[:16] || ":" || decimal(index // SEGMENT_BLOCKS)
+    name(chain_hash)= "kvp:2:" || ns || ":" || hex(chain_hash)     (the MAC's key, codec.py)
     ns              = hex(SHA-256(canonical_json(namespace fields)))[:16]
     canonical_json  = json.dumps(fields, sort_keys=True, separators=(",", ":"),
                                  ensure_ascii=True)
@@ -19,17 +21,28 @@ the *last* block in the value (``BlockHasher.hash_blocks``), so it commits to ev
 it and to the root, which mixes in ``cache_salt``: tenants get disjoint keys and the salt itself
 never reaches Redis.
 
+The ``{tag}`` is a Redis Cluster hash tag: only it decides the key's slot. ``root`` is the chain
+hash of the prefix's first block (block 0) and ``index`` the 0-based position of the value's
+last block, so the values of one segment of ``SEGMENT_BLOCKS`` (64) blocks of one prefix share a
+slot: a probe script or an MGET over one segment never gets CROSSSLOT, and a long prefix spreads
+over the cluster segment by segment. A single server uses the same keys (one spec).
+
 Grouping, ``blocks_per_object = 3`` (``h_i`` = chain hash of block i; a tail group shorter
 than 3 blocks is not stored)::
 
-    blocks   b0 b1 b2 | b3 b4 b5 | b6 b7
-    keys     key(h2)  | key(h5)  | (none)
+    blocks   b0 b1 b2     | b3 b4 b5     | b6 b7
+    keys     key(h2,h0,2) | key(h5,h0,5) | (none)
 
 Test vectors (``tests/remote/test_keys.py`` checks them in subprocesses run under different
 ``PYTHONHASHSEED`` values): ``Namespace(model_id="tiny", weights="seed0", dtype="float32",
-block_size=16, layers=2, kv_heads=2, head_dim=16)`` has ``ns == "29a6de07f8a04e4a"``; its key for the
-chain hash ``bytes(range(32))`` is ``"kvp:1:29a6de07f8a04e4a:000102...1f"`` (the hash in full
-hex, 64 digits).
+block_size=16, layers=2, kv_heads=2, head_dim=16)`` has ``ns == "29a6de07f8a04e4a"``; with
+``h = bytes(range(32))`` and ``root = bytes(range(32, 64))`` its key at block index 100 is
+``"kvp:2:29a6de07f8a04e4a:{2021222324252627:1}:000102...1f"`` (the hash in full hex, 64
+digits), and ``name(h)`` is ``"kvp:2:29a6de07f8a04e4a:000102...1f"``. ``key(h)`` alone is the
+key of a one-block chain (``root = h``, index 0).
+
+Version 1 keys (``kvp:1:ns:hash``, no tag) are never read by this version: they age out of the
+LRU.
 
 Nothing here uses Python's ``hash()`` or any process state.
 """
@@ -44,7 +57,9 @@ from dataclasses import asdict, dataclass
 from kvpool.core.hashing import HASH_VERSION
 from kvpool.errors import ConfigError
 
-KEY_SPEC_VERSION = 1
+KEY_SPEC_VERSION = 2
+# blocks of one prefix whose keys share a cluster slot: NOTE(segment-size) in segments.py
+SEGMENT_BLOCKS = 64
 LAYOUT_VERSION = 1  # kvpool.runtime's per-block byte layout; bump when it changes
 KEY_PREFIX = f"kvp:{KEY_SPEC_VERSION}:"
 DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8")
@@ -91,17 +106,35 @@ class Namespace:
     def ns(self) -> str:
         return self.digest().hex()
 
-    def key(self, chain_hash: bytes) -> str:
+    def key(self, chain_hash: bytes, root: bytes | None = None, index: int = 0) -> str:
+        """The key of the value ending at block ``index`` of the chain whose first block's
+        hash is ``root`` (default: ``chain_hash`` itself, a one-block chain)."""
         if not isinstance(chain_hash, (bytes, bytearray)) or not chain_hash:
             raise TypeError("chain_hash must be non-empty bytes")
+        root = chain_hash if root is None else root
+        return (f"{KEY_PREFIX}{self.ns}:{{{bytes(root[:8]).hex()}:{index // SEGMENT_BLOCKS}}}:"
+                f"{bytes(chain_hash).hex()}")
+
+    def name(self, chain_hash: bytes) -> str:
+        """The value's identity without its slot tag (what a signed value's MAC covers)."""
         return f"{KEY_PREFIX}{self.ns}:{bytes(chain_hash).hex()}"
 
     def group_keys(self, chain_hashes: Sequence[bytes]) -> list[str]:
         """Keys of every complete group of ``chain_hashes`` (a prefix's block hashes, in order)."""
         g = self.blocks_per_object
-        ns = f"{KEY_PREFIX}{self.ns}:"
-        return [ns + bytes(chain_hashes[i - 1]).hex()
+        if len(chain_hashes) < g:
+            return []
+        ns = f"{KEY_PREFIX}{self.ns}:{{{bytes(chain_hashes[0][:8]).hex()}:"
+        return [f"{ns}{(i - 1) // SEGMENT_BLOCKS}}}:{bytes(chain_hashes[i - 1]).hex()}"
                 for i in range(g, len(chain_hashes) + 1, g)]
+
+
+def segment_of(key: str) -> str:
+    """The hash tag of a key (its slot's name): keys with the same one share a slot. A key
+    without one (not of this spec) is its own slot's name, as Redis hashes it whole."""
+    i = key.find("{")
+    j = key.find("}", i + 2) if i >= 0 else -1
+    return key if j < 0 else key[i:j + 1]
 
 
 def hash_of_key(key: str) -> bytes:
@@ -109,6 +142,7 @@ def hash_of_key(key: str) -> bytes:
     if not key.startswith(KEY_PREFIX):
         raise ValueError(f"not a kvpool key: {key!r}")
     parts = key.split(":")
-    if len(parts) != 4 or len(parts[2]) != 16:
+    if (len(parts) != 6 or len(parts[2]) != 16 or not parts[3].startswith("{")
+            or not parts[4].endswith("}")):
         raise ValueError(f"not a kvpool key: {key!r}")
-    return bytes.fromhex(parts[3])
+    return bytes.fromhex(parts[5])

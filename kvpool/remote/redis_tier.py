@@ -1,4 +1,5 @@
-"""``RedisTier``: the shared prefix tier on a real Redis/Valkey through ``redis.asyncio``.
+"""``RedisTier``: the shared prefix tier on Redis/Valkey through ``redis.asyncio`` (one server,
+a cluster or a Sentinel-managed master: ``clients.py``).
 
 Fault model (docs/architecture.md#scale-out):
 
@@ -16,22 +17,23 @@ Fault model (docs/architecture.md#scale-out):
   answers and closes it: no user request is ever the trial.
 - A value that fails the codec's check is a miss, is deleted, and is counted by kind.
 
-One round trip per call, whatever the number of blocks: the probe is one Lua script (walk
-the keys, stop at the first miss), ``put_many`` one pipeline of SET NX, and ``get_many`` at most
-``GET_PARTS`` MGETs (or the caller's ``parts``) sent at once on pooled connections (one round
-trip of latency).
+One round trip of latency per call, whatever the number of blocks: the probe is one Lua script
+per prefix segment (walk the keys, stop at the first miss; ``segments.py``), all sent at once,
+``put_many`` one pipeline of SET NX (on a cluster, one per node, at once), and ``get_many``
+about ``GET_PARTS`` MGETs (or the caller's ``parts``, cut on segment borders) sent at once on
+pooled connections. Each script and MGET stays in one cluster slot.
 
 NOTE(get speed): a value's CRC-32 (zlib, ~1.7 GB/s here) costs about a third of what reading
 it from loopback Redis costs, so a check after one big MGET adds a third to every read. Split
 into parts, a part's check runs in a worker thread (zlib drops the GIL) while the loop keeps
 reading the later parts' bytes, and only the last part's check is on the critical path.
-The connections (``connections.py``) read with a StreamReader buffer of ``READ_BUFFER`` bytes,
-under ``rediss://`` too.
+The connections (``connections.py``) read with a ``READ_BUFFER`` StreamReader buffer, TLS too.
 
 Diagnosis (``diagnose.py``): the first failure of each kind (auth, TLS, refused, timeout, OOM,
 CROSSSLOT/MOVED...) is logged once with its fix; ``warm_up`` says whether the tier is reachable
-and reads ``INFO``: a cluster node is refused (every call a miss, no network), a noeviction
-policy or no maxmemory is warned about. An OOM reply pauses puts for ``oom_pause_s``.
+and reads ``INFO``: a cluster node behind a plain ``redis://`` URL is refused (every call a
+miss, no network), a noeviction policy or no maxmemory is warned about. An OOM reply pauses
+puts for ``oom_pause_s``.
 """
 
 from __future__ import annotations
@@ -42,54 +44,34 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.breaker import BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
-from kvpool.remote.connections import pool_from_url, where
+from kvpool.remote.clients import client_from_url
+from kvpool.remote.connections import where
 from kvpool.remote.diagnose import FaultLog, classify, error_kind
+from kvpool.remote.segments import (PROBE_LUA, all_at_once, leading_run, parts as split_parts,
+                                    probe_plan)
 from kvpool.remote.tier import RemoteStats, check_values
 
 log = logging.getLogger("kvpool.remote")
 
-# NOTE(probe): TOUCH both answers "exists?" and refreshes the LRU clock (EXISTS does not), so
-# one call per key walks the run and refreshes it. The script stops at the first miss: a
-# prefix is only usable up to its first hole. The first ARGV[1] keys are the chain's head the
-# caller holds locally: refreshed whatever their state, not counted (NOTE(chain-lru)).
-PROBE_LUA = """
-local skip = tonumber(ARGV[1]) or 0
-for i = 1, skip do redis.call('TOUCH', KEYS[i]) end
-local n = 0
-for i = skip + 1, #KEYS do
-  if redis.call('TOUCH', KEYS[i]) == 0 then break end
-  n = i - skip
-end
-return n
-"""
 _OFFLOOP_BYTES = 256 << 10  # check a part's values in a worker thread above this many bytes
 GET_PARTS = 4  # MGETs one get_many sends at once (O(1) round trips, checks overlap reads)
+# NOTE(setup): the bound of work no request waits on: the warm-up and a cluster's slot map
+# refresh in the health check (CLUSTER SLOTS and the COMMAND table redis-py parses: ~0.1 s of
+# CPU, past the op deadline on a loaded host)
+SETUP_S = 2.0
 _FAILED = object()  # sentinel: the call failed or was refused (already counted)
 
 Observer = Callable[[str, float], None]
 
 
-def _parts(keys: list[str], n: int) -> list[list[str]]:
-    """``keys`` in at most ``n`` contiguous, near-equal parts, in order."""
-    n = max(1, min(n, len(keys)))
-    q, r = divmod(len(keys), n)
-    out, i = [], 0
-    for j in range(n):
-        k = q + (j < r)
-        out.append(keys[i:i + k])
-        i += k
-    return out
-
-
 class RedisTier:
-    """A :class:`~kvpool.remote.tier.RemoteTier` on one Redis. Use from one event loop."""
+    """A :class:`~kvpool.remote.tier.RemoteTier` on one ``--remote-url``. Use from one loop."""
 
     def __init__(self, url: str, codec: ValueCodec, *, connect_timeout: float = 0.2,
                  op_timeout: float = 0.25, bandwidth: float = 256 * 2**20,
@@ -108,16 +90,17 @@ class RedisTier:
         self._stats = RemoteStats()
         self._blocks_per_key = codec.namespace.blocks_per_object
         self._max_connections = max_connections
-        self._pool = pool_from_url(url, max_connections=max_connections,
-                                   connect_timeout=connect_timeout)
+        self._client = client_from_url(url, max_connections=max_connections,
+                                       connect_timeout=connect_timeout)
+        self.kind = self._client.kind  # "server", "cluster" or "sentinel"
+        self._by_slot = self.kind == "cluster"  # calls cut on hash-tag borders (segments.py)
         self.faults = FaultLog(where(url))  # the first failure of each kind, logged once
-        # NOTE(oom-pause): with maxmemory and noeviction every SET fails once Redis is full;
-        # after an OOM reply puts are not sent for oom_pause_s (dropped, counted) instead of
-        # paying a round trip each to be refused again.
+        # NOTE(oom-pause): with noeviction every SET fails once Redis is full; after an OOM
+        # reply puts are not sent for oom_pause_s (dropped, counted), not refused one by one.
         self.oom_pause_s = oom_pause_s
         self._puts_paused_until = 0.0  # time.monotonic() before which put_many sends nothing
         self._refusal: str | None = None  # set when INFO shows a server the tier must not use
-        self._redis = aioredis.Redis(connection_pool=self._pool)
+        self._redis = self._client.redis
         self._probe = self._redis.register_script(PROBE_LUA)
         self._inflight: set[asyncio.Timeout] = set()  # deadlines of the calls in flight
         self._health_task: asyncio.Task | None = None  # the PING loop while the breaker is open
@@ -127,10 +110,10 @@ class RedisTier:
         if not keys:
             return 0
         keys = list(keys)
-        every, skip = list(refresh) + keys, len(refresh)
+        plan = probe_plan(refresh, keys, self._by_slot)
         self._stats.probes += 1
-        r = await self._call("probe", 0, lambda: self._probe(keys=every, args=[skip]))
-        n = 0 if r is _FAILED else int(r)
+        r = await self._call("probe", 0, lambda: self._probe_segments(plan))
+        n = 0 if r is _FAILED else leading_run(plan, r)
         g = self._blocks_per_key
         self._stats.hit_blocks += n * g
         self._stats.miss_blocks += (len(keys) - n) * g
@@ -143,7 +126,8 @@ class RedisTier:
         if parts is not None and parts < 1:
             raise ValueError("parts must be >= 1 (or None: GET_PARTS)")
         keys = list(keys)
-        parts = _parts(keys, min(GET_PARTS if parts is None else parts, self._max_connections))
+        parts = split_parts(keys, min(GET_PARTS if parts is None else parts,
+                                      self._max_connections), self._by_slot)
         r = await self._call("get", len(keys) * self.max_value_bytes,
                              lambda: self._fetch_parts(parts))
         st = self._stats
@@ -222,17 +206,7 @@ class RedisTier:
         restart they reconnect lazily, one request's worth."""
         n = max(1, min(self._max_connections, connections))
 
-        async def open_all() -> None:
-            conns = []  # held until all are open, so each get opens a new one
-            try:
-                for _ in range(n):
-                    conns.append(await self._pool.get_connection())
-            finally:  # back to the pool, also on failure or a deadline
-                for c in conns:
-                    await self._pool.release(c)
-            await self._redis.script_load(PROBE_LUA)  # the first probe's EVALSHA then hits
-
-        if await self._call("warm_up", 0, open_all) is _FAILED:
+        if await self._call("warm_up", 0, lambda: self._open(n), SETUP_S) is _FAILED:
             log.warning("remote tier %s is not reachable at startup: serving without it "
                         "(requests recompute); it retries about every %.1f s",
                         self.faults.where, self.breaker.reset_s)
@@ -243,12 +217,18 @@ class RedisTier:
         s = self._stats.copy()
         s.breaker_state = int(self.breaker.state)
         s.breaker_opens = self.breaker.opens
+        s.redirects = dict(self._client.redirects)
         return s
 
     @property
     def connection_class(self) -> type:
         """The class the pool builds its connections with (a buffered one, TLS or not)."""
-        return self._pool.connection_class
+        return self._client.connection_class
+
+    @property
+    def redirects(self) -> dict[str, int]:
+        """MOVED/ASK replies the cluster client followed, by kind (a copy)."""
+        return dict(self._client.redirects)
 
     def note_dropped(self, n: int) -> None:
         """Count puts the write path dropped before sending (backpressure)."""
@@ -262,21 +242,35 @@ class RedisTier:
                 await task
             except asyncio.CancelledError:
                 pass
-        await self._redis.aclose()
-        await self._pool.aclose()
+        await self._client.aclose()
 
     # -- internals ------------------------------------------------------------------------
+    async def _open(self, n: int) -> None:
+        """Open ``n`` pooled connections (a cluster: its slot map) and load the probe script
+        (a cluster: on every master), so the first probe's EVALSHA hits."""
+        pool = self._client.pool
+        if pool is None:
+            await self._redis.initialize()
+        else:
+            conns = []  # held until all are open, so each get opens a new one
+            try:
+                for _ in range(n):
+                    conns.append(await pool.get_connection())
+            finally:  # back to the pool, also on failure or a deadline
+                for c in conns:
+                    await pool.release(c)
+        await self._redis.script_load(PROBE_LUA)
+
+    async def _probe_segments(self, plan: list[tuple[list[str], int]]) -> list[int]:
+        """Each segment's run, all scripts at once; one failure fails the call."""
+        runs = await all_at_once([lambda seg=seg, lead=lead: self._probe(keys=seg, args=[lead])
+                                  for seg, lead in plan])
+        return [int(r) for r in runs]
+
     async def _fetch_parts(self, parts: list[list[str]]) -> list[tuple[list, list]]:
         """MGET every part at once and check each part's values as soon as it arrives; one
         failure fails the whole call (the siblings are cancelled) with that exception."""
-        if len(parts) == 1:
-            return [await self._fetch_checked(parts[0])]
-        try:
-            async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._fetch_checked(p)) for p in parts]
-        except BaseExceptionGroup as eg:  # _call classifies one exception, not a group
-            raise eg.exceptions[0] from None
-        return [t.result() for t in tasks]
+        return await all_at_once([lambda p=p: self._fetch_checked(p) for p in parts])
 
     async def _fetch_checked(self, keys: list[str]) -> tuple[list, list]:
         raw = await self._redis.mget(keys)
@@ -292,8 +286,10 @@ class RedisTier:
         if r is not _FAILED:
             self._stats.deleted_invalid += int(r)
 
-    async def _call(self, op: str, nbytes: int, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """Run one round trip under the breaker and the deadline; _FAILED on any failure."""
+    async def _call(self, op: str, nbytes: int, fn: Callable[[], Awaitable[Any]],
+                    bound: float | None = None) -> Any:
+        """Run one round trip under the breaker and the deadline (``bound`` instead of the
+        op's, when given); _FAILED on any failure."""
         breaker = self.breaker
         epoch = breaker.admit()
         if epoch is None or self._refusal is not None:
@@ -301,7 +297,7 @@ class RedisTier:
             return _FAILED
         t0 = time.perf_counter()
         try:
-            async with asyncio.timeout(self._deadline(nbytes)) as deadline:
+            async with asyncio.timeout(bound or self._deadline(nbytes)) as deadline:
                 self._inflight.add(deadline)
                 try:
                     result = await fn()
@@ -309,8 +305,9 @@ class RedisTier:
                     self._inflight.discard(deadline)
         except (TimeoutError, RedisTimeoutError, RedisConnectionError, OSError) as exc:
             err: BaseException = exc
-        except RedisError as exc:
-            # Redis answered (a script or command error): it is alive, so no breaker failure.
+        except (RedisError, RedisClusterException) as exc:
+            # Redis answered (a script or command error), or the cluster client refused the
+            # call before sending it: Redis is alive, so no breaker failure.
             breaker.record_success(epoch)
             self._reply_error(exc)
             return _FAILED
@@ -357,7 +354,7 @@ class RedisTier:
             self.faults.once("no-info", "INFO not readable: the server's settings are "
                              "unchecked")
             return self.breaker.state is BreakerState.CLOSED
-        self._refusal = self.faults.inspected(info)
+        self._refusal = self.faults.inspected(info, cluster=self.kind == "cluster")
         return self._refusal is None
 
     def _opened(self) -> None:
@@ -388,8 +385,12 @@ class RedisTier:
                 await self._inspect()  # what changed while it was down (also: reachable)
 
     async def _ping(self) -> bool:
+        cluster = self._client.pool is None
         try:
-            async with asyncio.timeout(self.connect_timeout + self.op_timeout):
+            async with asyncio.timeout(SETUP_S if cluster else
+                                       self.connect_timeout + self.op_timeout):
+                if cluster:  # a new slot map, if a failure asked for one (off any request)
+                    await self._redis.initialize()
                 await self._redis.ping()
         except (TimeoutError, RedisError, OSError):
             return False  # an error reply (e.g. LOADING) is not ready either

@@ -87,6 +87,7 @@ class RemoteStats:
     breaker_opens: int = 0  # CLOSED -> OPEN transitions
     health_checks: int = 0  # background PINGs sent while the breaker was open
     health_failed: int = 0  # of those, the ones that failed (the breaker stayed open)
+    redirects: dict[str, int] = field(default_factory=dict)  # moved/ask -> replies followed
 
     def count_error(self, kind: str, n: int = 1) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + n
@@ -96,7 +97,7 @@ class RemoteStats:
         self.puts_dropped += n
 
     def copy(self) -> RemoteStats:
-        return dataclasses.replace(self, errors=dict(self.errors))
+        return dataclasses.replace(self, errors=dict(self.errors), redirects=dict(self.redirects))
 
 
 def check_values(codec: ValueCodec, keys: Sequence[str], values: Sequence[bytes | None]

@@ -39,6 +39,9 @@ class RemoteLink:
     fetch_bias: float = 1.0
     # (op, seconds) -> None: the read path reports "prefetch_wait" here (RemoteMetrics.observe)
     observe: Callable[[str, float], None] | None = None
+    # (chain hash, root hash, block index) -> the value's key (Namespace.key): the write path
+    # names a value by where it sits in its prefix (the key's cluster slot tag)
+    key_at: Callable[[bytes, bytes, int], str] | None = None
 
     def __post_init__(self) -> None:
         if self.write_policy not in WRITE_POLICIES:

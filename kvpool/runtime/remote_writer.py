@@ -39,7 +39,7 @@ from kvpool.runtime.remote_link import RemoteLink
 
 log = logging.getLogger(__name__)
 
-_Group = tuple[bytes, list[int]]  # (chain hash of the last block, device blocks)
+_Group = tuple[bytes, list[int], str]  # (chain hash of the last block, device blocks, key)
 
 
 class RemoteWriter:
@@ -58,6 +58,10 @@ class RemoteWriter:
         self.dropped = 0  # groups dropped by backpressure (also counted in the tier)
         self.staged = 0  # groups copied out for storing
         self._tasks: set[asyncio.Task] = set()
+        # NOTE(write-back-where): the eviction hook knows a block and its hash only, but a
+        # key names the block's place in its prefix (root hash, index: its cluster slot), so
+        # the prefill that computed it records that here, per device block (bounded).
+        self._where: dict[int, tuple[bytes, str]] = {}  # block -> (hash, key)
         if link.write_policy == "write_back":
             self.manager.set_evict_hook(self._on_evict)
 
@@ -66,31 +70,45 @@ class RemoteWriter:
         """Step thread, after ``on_step_done`` registered the chunk's full blocks."""
         policy = self.link.write_policy
         index = self.manager.device_pool.index
-        if policy not in ("write_through", "write_through_selective") or index is None:
+        if policy == "off" or index is None:
             return  # nothing to write, or no hashes to name it by (prefix caching off)
         g, bs = self.link.blocks_per_object, self.manager.block_size
         groups: list[_Group] = []
         for p in prefills:
-            if policy == "write_through":
-                lo, hi = p.start // bs, p.end // bs
-            else:  # selective: the blocks this request hit, i.e. the second use of a prefix
+            if policy == "write_through_selective":  # the second use of a prefix
                 lo, hi = 0, p.num_cached_tokens // bs
-            for j in range(lo, min(hi, len(p.block_ids))):
-                if (j + 1) % g:
-                    continue
-                h = index.hash_of(p.block_ids[j])
-                if h is not None:
-                    groups.append((h, list(p.block_ids[j + 1 - g:j + 1])))
+            else:
+                lo, hi = p.start // bs, p.end // bs
+            for j, h, key in self._placed(index, p.block_ids, lo, hi):
+                if policy == "write_back":
+                    self._where[p.block_ids[j]] = (h, key)
+                elif (j + 1) % g == 0:
+                    groups.append((h, list(p.block_ids[j + 1 - g:j + 1]), key))
         if groups:
             self._stage(groups)
 
+    def _placed(self, index, block_ids: Sequence[int], lo: int, hi: int):
+        """(position, hash, key) of the hashed blocks ``lo <= position < hi`` of one
+        sequence (``index``: the device pool's prefix index)."""
+        root = index.hash_of(block_ids[0]) if block_ids else None
+        if root is None:
+            return
+        for j in range(lo, min(hi, len(block_ids))):
+            h = index.hash_of(block_ids[j])
+            if h is not None:
+                yield j, h, self.link.key_at(h, root, j)
+
     def _on_evict(self, block: int, h: bytes) -> None:
-        """The prefix index's eviction hook (pool lock held): snapshot before reuse."""
-        self._stage([(h, [block])])
+        """The prefix index's eviction hook (pool lock held): snapshot before reuse. A block no
+        prefill of this replica computed (one imported from the tier) has no place known
+        here and is not stored again."""
+        where = self._where.pop(block, None)
+        if where is not None and where[0] == h:
+            self._stage([(h, [block], where[1])])
 
     # ------------------------------------------------------------------ staging (any thread)
     def _stage(self, groups: list[_Group]) -> None:
-        n = sum(len(b) for _, b in groups)
+        n = sum(len(b) for _, b, _ in groups)
         nbytes = n * self.bytes_per_block
         with self._lock:
             over = self.inflight_bytes + nbytes > self.link.max_inflight_bytes
@@ -104,7 +122,7 @@ class RemoteWriter:
             self.dropped += len(groups)
             self.loop.call_soon_threadsafe(self.link.tier.note_dropped, len(groups))
             return
-        dev = [b for _, bl in groups for b in bl]
+        dev = [b for _, bl, _ in groups for b in bl]
         h = self.copies.submit("swap_out", zip(dev, host))
         self.staged += len(groups)
         h.add_done_callback(lambda hd: self.loop.call_soon_threadsafe(
@@ -123,7 +141,7 @@ class RemoteWriter:
         try:
             if not copied:
                 return
-            keys = [self._key(h) for h, _ in groups]
+            keys = [key for _, _, key in groups]
             skip = await tier.probe(keys)  # dedup: a chain's leading run already stored
             todo = list(range(skip, len(groups)))
             if not todo:
@@ -140,19 +158,15 @@ class RemoteWriter:
             with self._lock:
                 self.inflight_bytes -= nbytes
 
-    def _key(self, h: bytes) -> str:
-        # group_keys of a g-long list of this hash names exactly key(h) (its last element)
-        return self.link.group_keys([h] * self.link.blocks_per_object)[0]
-
     def _encode(self, groups: list[_Group], host: list[int], todo: list[int]) -> list[bytes]:
         """Worker thread: header + CRC + bytes per group, read from the lent host blocks."""
         flat = self.host_kv.view(self.host_kv.shape[0], -1)
         offs = [0]
-        for _, bl in groups:
+        for _, bl, _ in groups:
             offs.append(offs[-1] + len(bl))
         out = []
         for i in todo:
-            h, _ = groups[i]
+            h = groups[i][0]
             views = [memoryview(flat[host[k]].view(torch.uint8).numpy())
                      for k in range(offs[i], offs[i + 1])]
             out.append(self.link.encode(h, views))

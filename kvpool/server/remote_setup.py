@@ -18,7 +18,9 @@ from kvpool.runtime.remote_link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, Rem
 def add_remote_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("remote prefix tier")
     g.add_argument("--remote-url", default=None, metavar="redis://HOST:PORT",
-                   help="share prefix blocks with other replicas through this Redis")
+                   help="share prefix blocks with other replicas through this Redis (or "
+                        "redis+cluster://HOST:PORT[,HOST:PORT...] for a Redis/Valkey "
+                        "cluster, redis+sentinel://HOST:PORT[,...]/SERVICE for Sentinel)")
     g.add_argument("--remote-write-policy", default=DEFAULT_WRITE_POLICY, choices=WRITE_POLICIES,
                    help=f"which blocks are stored (default {DEFAULT_WRITE_POLICY}, the best of "
                         "bench/route.py's trace simulation)")
@@ -63,7 +65,7 @@ def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                       split_blocks=codec.split,
                       blocks_per_object=blocks_per_object, write_policy=write_policy,
                       prefetch_timeout_s=prefetch_timeout_ms / 1000.0, fetch_bias=fetch_bias,
-                      observe=observer)
+                      observe=observer, key_at=ns.key)
     if remote_metrics is not None:
         remote_metrics.attach(metrics)
     return link

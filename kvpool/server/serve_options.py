@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from kvpool.errors import require
 from kvpool.events.config import KVEventsConfig
+from kvpool.remote import check_url
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
                                        MIN_SEND_BUFFER)
@@ -81,6 +82,8 @@ class ServeOptions:
         require(self.stream_write_timeout > 0, "--stream-write-timeout: use seconds > 0")
         require(self.invariant_check_interval >= 0, "--invariant-check-interval: use >= 0")
         require(self.remote_blocks_per_object >= 1, "--remote-blocks-per-object: use N >= 1")
+        if self.remote_url:
+            check_url(self.remote_url)  # before an engine is built: exit 2 naming the forms
         require(self.remote_prefetch_timeout_ms > 0, "--remote-prefetch-timeout-ms: use > 0")
         if self.kv_events_config is not None:
             KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec
-from tests.remote.redis_server import REDIS_SERVER, RedisServer
+from bench.redis_servers import REDIS_SERVER, RedisServer
 
 NS = Namespace(model_id="tiny", weights="seed0", dtype="float32", block_size=16, layers=2,
                kv_heads=2, head_dim=16)
@@ -40,3 +40,16 @@ async def make_tier(redis_server):
     yield factory
     for t in tiers:
         await t.aclose()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster():
+    """A 3-master Redis Cluster on 127.0.0.1 (free ports), shared by the session: tests use
+    their own keys and never take a node down (the failover tests start their own)."""
+    from bench.redis_servers import RedisClusterProcs
+    c = RedisClusterProcs(masters=3)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -12,7 +12,7 @@ import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.conftest import NS
-from tests.remote.redis_server import RedisServer, free_port
+from bench.redis_servers import RedisServer, free_port
 from tests.remote.test_redis_tier import chain
 
 # what user calls send (the probe script's own TOUCHes are counted apart by Redis, and this
@@ -43,7 +43,7 @@ async def test_sigstop_with_8_callers_is_one_timeout_then_no_io_then_ping_closes
         make_tier, redis_server):
     tier = make_tier(op_timeout=0.25, breaker=CircuitBreaker(threshold=3, reset_s=1.0))
     hashes = chain(4)
-    keys = [NS.key(h) for h in hashes]
+    keys = NS.group_keys(hashes)
     items = [(k, tier.codec.encode(h, [bytes([i]) * 64]))
              for i, (k, h) in enumerate(zip(keys, hashes))]
     assert await tier.put_many(items) == 4

@@ -18,7 +18,7 @@ import asyncio
 import pytest
 import redis
 
-from tests.remote.redis_server import RedisServer
+from bench.redis_servers import RedisServer
 from tests.remote.test_engine_remote import engine, run, settle, stop
 
 BS = 16

@@ -23,7 +23,7 @@ def _hashes(n: int, tag: int = 0) -> list[bytes]:
 async def test_mget_count_is_bounded_not_per_block(make_tier, redis_server):
     tier = make_tier()
     hs = _hashes(64)
-    keys = [NS.key(h) for h in hs]
+    keys = NS.group_keys(hs)
     # 300 KiB values: large enough that every part is checked in a worker thread
     assert await tier.put_many([(k, tier.codec.encode(h, [bytes([i]) * (300 << 10)]))
                                 for i, (k, h) in enumerate(zip(keys, hs))]) == 64
@@ -47,7 +47,7 @@ async def test_values_stay_in_key_order_across_parts(make_tier, redis_server, pr
     try:
         r.flushall()
         hs = _hashes(len(present), tag=7)
-        keys = [NS.key(h) for h in hs]
+        keys = NS.group_keys(hs)
         values = {k: tier.codec.encode(h, [bytes([i + 1]) * 200])
                   for i, (k, h) in enumerate(zip(keys, hs)) if present[i]}
         bad = {keys[i] for i in corrupt if i < len(keys) and keys[i] in values}
@@ -63,7 +63,7 @@ async def test_values_stay_in_key_order_across_parts(make_tier, redis_server, pr
 async def test_a_failing_part_is_one_failure(make_tier, redis_server):
     tier = make_tier(op_timeout=0.1)
     hs = _hashes(8, tag=9)
-    keys = [NS.key(h) for h in hs]
+    keys = NS.group_keys(hs)
     assert await tier.put_many([(k, tier.codec.encode(h, [b"x" * 64]))
                                 for k, h in zip(keys, hs)]) == 8
     redis_server.pause()  # SIGSTOP: every part's MGET hangs until the deadline

@@ -11,7 +11,7 @@ import pytest
 
 from kvpool.core.hashing import BlockHasher
 from kvpool.errors import ConfigError
-from kvpool.remote.keys import Namespace, hash_of_key
+from kvpool.remote.keys import Namespace, hash_of_key, segment_of
 from tests.remote.conftest import NS
 
 VECTOR_NS = "29a6de07f8a04e4a"  # keys.py's docstring; changing the encoding breaks this
@@ -33,7 +33,10 @@ def test_vector():
         '{"block_size":16,"blocks_per_object":1,"dtype":"float32","hash_spec":1,"head_dim":16,'
         '"kv_heads":2,"layers":2,"layout":1,"model_id":"tiny","tp_rank":0,"tp_size":1,'
         '"weights":"seed0"}')
-    assert NS.key(bytes(range(32))) == f"kvp:1:{VECTOR_NS}:" + bytes(range(32)).hex()
+    h, root = bytes(range(32)), bytes(range(32, 64))
+    assert NS.key(h, root, 100) == f"kvp:2:{VECTOR_NS}:{{2021222324252627:1}}:" + h.hex()
+    assert NS.name(h) == f"kvp:2:{VECTOR_NS}:" + h.hex()
+    assert NS.key(h) == NS.key(h, h, 0) == f"kvp:2:{VECTOR_NS}:{{0001020304050607:0}}:" + h.hex()
     assert hash_of_key(NS.key(b"\x07" * 32)) == b"\x07" * 32
 
 
@@ -77,7 +80,17 @@ def test_group_keys_use_the_last_block_of_each_full_group():
     ns = Namespace(model_id="tiny", weights="seed0", dtype="float32", block_size=16, layers=2,
                    kv_heads=2, head_dim=16, blocks_per_object=3)
     hashes = [bytes([i]) * 32 for i in range(8)]
-    assert ns.group_keys(hashes) == [ns.key(hashes[2]), ns.key(hashes[5])]
+    assert ns.group_keys(hashes) == [ns.key(hashes[2], hashes[0], 2),
+                                     ns.key(hashes[5], hashes[0], 5)]
+
+
+def test_a_segment_of_64_blocks_shares_one_hash_tag():
+    hashes = BlockHasher(16, "tiny").hash_blocks(list(range(16 * 140)))
+    keys = NS.group_keys(hashes)
+    tags = [segment_of(k) for k in keys]
+    assert tags[:64] == [tags[0]] * 64 and tags[64:128] == [tags[64]] * 64
+    assert len(set(tags)) == 3 and tags[0] == "{" + hashes[0][:8].hex() + ":0}"
+    assert [hash_of_key(k) for k in keys] == hashes
 
 
 @pytest.mark.parametrize("bad", [dict(dtype="float64"), dict(block_size=0), dict(tp_rank=1),
@@ -89,8 +102,9 @@ def test_bad_namespace_is_a_config_error(bad):
         Namespace(**{**base, **bad})
 
 
-@pytest.mark.parametrize("key", ["kvp:2:0011223344556677:00", "kvp:1:short:00", "foo",
-                                 "kvp:1:0011223344556677:zz"])
+@pytest.mark.parametrize("key", ["kvp:1:0011223344556677:00", "kvp:2:short:{a:0}:00", "foo",
+                                 "kvp:2:0011223344556677:{a:0}:zz",
+                                 "kvp:2:0011223344556677:00"])
 def test_foreign_key_is_rejected(key):
     with pytest.raises(ValueError):
         hash_of_key(key)

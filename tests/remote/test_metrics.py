@@ -27,7 +27,7 @@ async def test_scrape_reflects_tier_traffic(make_tier, redis_server):
     metrics = RemoteMetrics(lambda: holder["tier"].stats())
     tier = holder["tier"] = make_tier(observer=metrics.observe)
     h = [bytes([i]) * 32 for i in range(3)]
-    keys = [NS.key(x) for x in h]
+    keys = NS.group_keys(h)
     vals = [tier.codec.encode(h[i], [b"k" * 100]) for i in range(2)]
     await tier.put_many(list(zip(keys, vals)))
     assert await tier.probe(keys) == 2

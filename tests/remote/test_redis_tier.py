@@ -66,7 +66,7 @@ async def test_round_trip_is_byte_exact(make_tier, dtype, shape, group):
 
 
 async def _fill(tier, hashes, which):
-    keys = [NS.key(h) for h in hashes]
+    keys = NS.group_keys(hashes)
     items = [(keys[i], tier.codec.encode(hashes[i], [bytes([i]) * 64])) for i in which]
     assert await tier.put_many(items) == len(items)
     return keys
@@ -115,7 +115,7 @@ async def test_set_nx_dedups(make_tier):
 async def test_bad_value_is_a_miss_deleted_and_counted(make_tier, redis_server, kind):
     tier = make_tier()
     hashes = chain(2)
-    keys = [NS.key(h) for h in hashes]
+    keys = NS.group_keys(hashes)
     good = tier.codec.encode(hashes[0], [b"\x01" * 256])
     value = bytearray(tier.codec.encode(hashes[1], [b"\x02" * 256]))
     if kind == "corrupt":

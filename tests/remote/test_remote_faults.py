@@ -12,7 +12,7 @@ import os
 import pytest
 
 from bench import remote_faults
-from tests.remote.redis_server import REDIS_SERVER
+from bench.redis_servers import REDIS_SERVER
 
 
 def test_redis_faults_under_load_fail_nothing_and_leak_nothing():

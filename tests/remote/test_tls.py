@@ -10,7 +10,7 @@ from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
 from kvpool.remote.connections import BufferedConnection, BufferedTLSConnection
 from redis.asyncio.connection import SSLConnection
 from tests.remote.conftest import NS
-from tests.remote.redis_server import RedisServer
+from bench.redis_servers import RedisServer
 from tests.remote.test_redis_tier import chain
 from tests.remote.tls_certs import make_tls_files
 
@@ -32,7 +32,7 @@ async def test_rediss_uses_the_buffered_tls_connection_and_round_trips(tls_serve
         assert tier.connection_class is BufferedTLSConnection  # before any connection opens
         assert await tier.warm_up(2)
         hashes = chain(3)
-        keys = [NS.key(h) for h in hashes]
+        keys = NS.group_keys(hashes)
         vals = [tier.codec.encode(h, [bytes([i]) * (1 << 20)]) for i, h in enumerate(hashes)]
         assert await tier.put_many(list(zip(keys, vals))) == 3
         assert await tier.get_many(keys) == vals  # 1 MiB values read back through TLS

@@ -21,7 +21,7 @@ from kvpool.remote.redis_tier import GET_PARTS
 from kvpool.runtime.remote_reader import MAX_CHUNKS
 from kvpool.runtime.workers import default_workers, prestart_default_executor
 from tests.remote.conftest import NS
-from tests.remote.redis_server import free_port
+from bench.redis_servers import free_port
 from tests.remote.redis_stats import mget_calls
 from tests.remote.test_engine_remote import PROMPT, engine, run, stop, stored, tokens
 

@@ -1,0 +1,276 @@
+"""Real Redis processes on 127.0.0.1 for tests and benchmarks, started and stopped by pid.
+
+Three shapes: a standalone server (``RedisServer``), a cluster (``RedisClusterProcs``: masters,
+optionally a replica each, joined by ``redis-cli --cluster create``) and a Sentinel-managed
+master with a replica (``SentinelProcs``). bench/ and tests/ both import this module (bench
+never imports tests).
+
+``RedisServer(port)`` runs ``/usr/bin/redis-server`` with no persistence and an LRU memory
+bound (the production shape). ``kill()`` (SIGKILL), ``pause()``/``resume()`` (SIGSTOP/SIGCONT)
+and ``start()`` again on the same port drive the fault tests. ``policy``, ``password``,
+``tls`` (``tls_certs.TlsFiles``: the port speaks TLS only) and ``extra_args`` shape the
+misconfigured servers of the diagnosis tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too (and exists)."""
+    for _ in range(100):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def ping(port: int, timeout: float = 0.2, ca: str | None = None) -> bool:
+    """A raw RESP PING (no client library, so no retry or pool gets in the way); over TLS
+    trusting ``ca`` when given. An error reply (NOAUTH) is an answer too."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+            s = raw if ca is None else ssl.create_default_context(cafile=ca).wrap_socket(
+                raw, server_hostname="127.0.0.1")
+            s.settimeout(timeout)
+            s.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return s.recv(16).startswith((b"+PONG", b"-NOAUTH"))
+    except OSError:
+        return False
+
+
+class RedisServer:
+    def __init__(self, port: int | None = None, maxmemory: str = "256mb",
+                 policy: str = "allkeys-lru", password: str | None = None, tls=None,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.port = port or free_port()
+        self.maxmemory = maxmemory
+        self.policy = policy
+        self.password = password
+        self.tls = tls
+        self.extra_args = tuple(extra_args)
+        auth = f":{password}@" if password else ""
+        self.url = (f"redis://{auth}127.0.0.1:{self.port}/0" if tls is None else
+                    f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={tls.ca}")
+        self.proc: subprocess.Popen | None = None
+        self._dir = tempfile.mkdtemp(prefix="kvpool-redis-")
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self, wait_s: float = 10.0) -> None:
+        assert self.proc is None, "already running"
+        self.proc = subprocess.Popen(
+            [REDIS_SERVER, "--save", "", "--appendonly", "no", "--maxmemory", self.maxmemory,
+             "--maxmemory-policy", self.policy, *self._listen_args(),
+             "--bind", "127.0.0.1", "--dir", self._dir, "--daemonize", "no",
+             "--loglevel", "warning", *self.extra_args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + wait_s
+        ca = None if self.tls is None else str(self.tls.ca)
+        while not ping(self.port, ca=ca):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server did not answer PING on port {self.port}")
+            time.sleep(0.02)
+
+    def _listen_args(self) -> list[str]:
+        out = ["--requirepass", self.password] if self.password else []
+        if self.tls is None:
+            return out + ["--port", str(self.port)]
+        t = self.tls
+        return out + ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(t.cert),
+                      "--tls-key-file", str(t.key), "--tls-ca-cert-file", str(t.ca),
+                      "--tls-auth-clients", "no"]
+
+    def kill(self) -> None:
+        """SIGKILL and reap (a crash: no shutdown, the data is gone)."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a stopped process must die too
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def pause(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        terminate(self.proc)
+        self.proc = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def terminate(proc: subprocess.Popen | None) -> None:
+    """SIGTERM ``proc`` (continued first, if stopped) and reap it; SIGKILL after 10 s."""
+    if proc is not None and proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+
+
+def _command(port: int, *args: str, timeout: float = 2.0) -> str:
+    """One command through redis-cli (plain text reply)."""
+    r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port), *args],
+                       capture_output=True, text=True, timeout=timeout)
+    return r.stdout
+
+
+def _wait(cond, wait_s: float, what: str) -> None:
+    deadline = time.monotonic() + wait_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class RedisClusterProcs:
+    """``masters`` cluster nodes (+ ``replicas`` per master) on free port pairs, joined with
+    ``redis-cli --cluster create``; ``url`` lists every master as a seed node."""
+
+    def __init__(self, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 1000) -> None:
+        args = ("--cluster-enabled", "yes", "--cluster-node-timeout", str(node_timeout_ms))
+        self.nodes = [RedisServer(free_cluster_port(), extra_args=args)
+                      for _ in range(masters * (1 + replicas))]
+        self.masters, self.replicas = masters, replicas
+        self.url = "redis+cluster://" + ",".join(
+            f"127.0.0.1:{n.port}" for n in self.nodes[:masters])
+
+    def start(self, wait_s: float = 30.0) -> None:
+        try:
+            for n in self.nodes:
+                n.start()
+            r = subprocess.run(
+                [REDIS_CLI, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                 "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                capture_output=True, text=True, timeout=wait_s)
+            if r.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed: {r.stdout}{r.stderr}")
+            _wait(self.healthy, wait_s, "cluster_state:ok on every node")
+        except BaseException:
+            self.stop()
+            raise
+
+    def healthy(self) -> bool:
+        """Every running node says cluster_state:ok, and every replica is in sync with its
+        master (a replica that never synced is not eligible for a failover)."""
+        live = [n for n in self.nodes if n.proc is not None]
+        if not all("cluster_state:ok" in _command(n.port, "CLUSTER", "INFO") for n in live):
+            return False
+        roles = [_command(n.port, "INFO", "replication") for n in live]
+        return all("master_link_status:up" in r for r in roles if "role:slave" in r)
+
+    def master_of(self, key: str) -> RedisServer:
+        """The master serving ``key``'s slot now."""
+        slot = int(_command(self.nodes[0].port, "CLUSTER", "KEYSLOT", key).strip())
+        return self._slot_owner(slot)
+
+    def _slot_owner(self, slot: int) -> RedisServer:
+        for line in _command(self.nodes[0].port, "CLUSTER", "NODES").splitlines():
+            f = line.split()
+            if "master" not in f[2] or "fail" in f[2]:
+                continue
+            for rng in f[8:]:
+                lo, _, hi = rng.partition("-")
+                if lo.isdigit() and int(lo) <= slot <= int(hi or lo):
+                    port = int(f[1].split(":")[1].split("@")[0])
+                    return next(n for n in self.nodes if n.port == port)
+        raise RuntimeError(f"no master serves slot {slot}")
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+
+class SentinelProcs:
+    """A master, a replica of it and one sentinel (quorum 1) watching them as ``service``;
+    ``url`` is the tier's ``redis+sentinel://`` URL."""
+
+    def __init__(self, service: str = "kvp", down_after_ms: int = 1000) -> None:
+        self.service = service
+        self.master = RedisServer()
+        self.replica = RedisServer(extra_args=("--replicaof", "127.0.0.1",
+                                               str(self.master.port)))
+        self.port = free_port()
+        self._dir = tempfile.mkdtemp(prefix="kvpool-sentinel-")
+        self._down_after_ms = down_after_ms
+        self.proc: subprocess.Popen | None = None
+        self.url = f"redis+sentinel://127.0.0.1:{self.port}/{service}"
+
+    def start(self, wait_s: float = 30.0) -> None:
+        try:
+            self.master.start()
+            self.replica.start()
+            conf = os.path.join(self._dir, "sentinel.conf")
+            s, m = self.service, self.master.port
+            with open(conf, "w") as f:
+                f.write(f"port {self.port}\nbind 127.0.0.1\ndir {self._dir}\n"
+                        f"sentinel monitor {s} 127.0.0.1 {m} 1\n"
+                        f"sentinel down-after-milliseconds {s} {self._down_after_ms}\n"
+                        f"sentinel failover-timeout {s} 5000\n")
+            self.proc = subprocess.Popen([REDIS_SERVER, conf, "--sentinel"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _wait(self._replica_ready, wait_s, "the sentinel to see a synced replica")
+        except BaseException:
+            self.stop()
+            raise
+
+    def master_port(self) -> int | None:
+        """The port the sentinel names as the master now."""
+        out = _command(self.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service).split()
+        return int(out[1]) if len(out) == 2 else None
+
+    def _replica_ready(self) -> bool:
+        out = _command(self.port, "SENTINEL", "REPLICAS", self.service).split()
+        return "master-link-status" in out and out[out.index("master-link-status") + 1] == "ok"
+
+    def failover(self, wait_s: float = 30.0) -> int:
+        """``SENTINEL FAILOVER`` (retried until the sentinel accepts it), then wait until the
+        other server is the master; its port."""
+        old = self.master_port()
+        new = self.replica.port if old == self.master.port else self.master.port
+        _wait(self._replica_ready, wait_s, "a synced replica")
+        _wait(lambda: _command(self.port, "SENTINEL", "FAILOVER", self.service).startswith(
+            ("OK", "INPROG")), wait_s, "the sentinel to accept FAILOVER")
+        _wait(lambda: self.master_port() == new and "role:master" in _command(
+            new, "INFO", "replication"), wait_s, "the sentinel's failover")
+        return new
+
+    def stop(self) -> None:
+        terminate(self.proc)
+        self.proc = None
+        self.replica.stop()
+        self.master.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)

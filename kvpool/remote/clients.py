@@ -1,0 +1,202 @@
+"""``--remote-url`` -> the redis.asyncio client the tier talks through: one server, a Redis
+Cluster (or Valkey cluster), or a Sentinel-managed master.
+
+    redis://[USER:PASSWORD@]HOST:PORT[/DB][?options]      one server (rediss:// TLS, unix://)
+    redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?options]     seed nodes
+    redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[?options]
+
+``rediss+cluster://`` and ``rediss+sentinel://`` speak TLS to the data nodes (options such as
+``ssl_ca_certs`` as for ``rediss://``). The user and password are the data nodes'; sentinels
+are asked without them.
+
+Slot routing, MOVED/ASK redirects, topology refresh after a failover, master discovery: all
+redis-py's (``redis.asyncio.cluster.RedisCluster``, ``redis.asyncio.sentinel.Sentinel``), a
+well-kept library rather than slot routing written here. The tier's fault settings apply to
+them as to one server (no retries, connect deadline, no socket timeout: ``connections.py``
+NOTE(pool)), and the nodes' connections are kvpool's buffered ones (``READ_BUFFER``).
+
+Redirects the client followed are counted per kind (``moved``, ``ask``) in
+:attr:`TierClient.redirects`: each one read from a node's reply by the connection class.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import Connection, SSLConnection, parse_url
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import (Sentinel, SentinelManagedConnection,
+                                    SentinelManagedSSLConnection)
+from redis.backoff import NoBackoff
+from redis.exceptions import AskError, MovedError
+
+from kvpool.errors import ConfigError
+from kvpool.remote.connections import (READ_BUFFER, BufferedConnection,
+                                       BufferedTLSConnection, driver_info, pool_from_url)
+
+SCHEMES = ("redis://HOST:PORT, rediss://HOST:PORT, unix:///PATH, "
+           "redis+cluster://HOST:PORT[,HOST:PORT...] (rediss+cluster:// for TLS) or "
+           "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE (rediss+sentinel:// for TLS)")
+_DEFAULT_PORT = {"cluster": 6379, "sentinel": 26379}
+
+
+@dataclass(slots=True)
+class TierClient:
+    """The client of one ``--remote-url`` and what the tier needs to know about it."""
+
+    redis: Any  # redis.asyncio.Redis or RedisCluster
+    kind: str  # "server", "cluster" or "sentinel"
+    pool: Any = None  # the one connection pool (server, sentinel); None for a cluster
+    redirects: Counter = field(default_factory=Counter)  # kind -> MOVED/ASK replies followed
+    connection_class: type = BufferedConnection
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+        if self.pool is not None:
+            await self.pool.aclose()
+
+
+def check_url(url: str) -> str:
+    """The kind of ``url`` ("server", "cluster", "sentinel"), or ConfigError naming the
+    accepted forms: what ``kvpool serve`` checks before it builds an engine."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    base, _, mode = scheme.partition("+")
+    if base not in ("redis", "rediss", "unix") or mode not in ("", "cluster", "sentinel") or (
+            mode and base == "unix"):
+        raise ConfigError(f"--remote-url {_shown(url)!r}: unknown scheme; use {SCHEMES}")
+    if not mode:
+        try:
+            parse_url(url)
+        except ValueError as exc:
+            raise ConfigError(f"--remote-url {_shown(url)!r}: {exc}; use {SCHEMES}") from None
+        return "server"
+    _, path, _ = _split(url, base, mode)
+    service = path.strip("/")
+    if mode == "sentinel" and (not service or "/" in service):
+        raise ConfigError(f"--remote-url {_shown(url)!r}: name the master's service: "
+                          "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE")
+    return mode
+
+
+def client_from_url(url: str, *, max_connections: int, connect_timeout: float) -> TierClient:
+    """The client for ``url`` (ConfigError naming the accepted forms on a bad one)."""
+    kind = check_url(url)
+    if kind == "server":
+        pool = pool_from_url(url, max_connections=max_connections,
+                             connect_timeout=connect_timeout)
+        return TierClient(Redis(connection_pool=pool), "server", pool,
+                          connection_class=pool.connection_class)
+    base = url.partition("+")[0].lower()
+    nodes, path, options = _split(url, base, kind)
+    options.update(socket_connect_timeout=connect_timeout, socket_timeout=None,
+                   health_check_interval=0, driver_info=driver_info())
+    if kind == "cluster":
+        return _cluster(nodes, options, max_connections)
+    return _sentinel(nodes, path.strip("/"), options, max_connections, connect_timeout)
+
+
+def _split(url: str, base: str, mode: str) -> tuple[list[tuple[str, int]], str, dict]:
+    """(seed nodes, path, connection options) of a cluster or sentinel URL."""
+    parts = urlsplit(url)
+    auth, _, hosts = parts.netloc.rpartition("@")
+    nodes = []
+    for h in filter(None, hosts.split(",")):
+        host, _, port = h.rpartition(":") if ":" in h else (h, "", "")
+        if not port.isdigit() or not host:
+            raise ConfigError(f"--remote-url {_shown(url)!r}: {h!r} is not HOST:PORT; use "
+                              f"{base}+{mode}://HOST:PORT[,HOST:PORT...]")
+        nodes.append((host, int(port)))
+    if not nodes:
+        raise ConfigError(f"--remote-url {_shown(url)!r}: no HOST:PORT; use "
+                          f"{base}+{mode}://HOST:PORT[,HOST:PORT...]")
+    # the URL's user, password and query options, parsed as redis-py parses one server's
+    one = f"{base}://{auth + '@' if auth else ''}{nodes[0][0]}:{nodes[0][1]}"
+    try:
+        options = dict(parse_url(one + (f"?{parts.query}" if parts.query else "")))
+    except ValueError as exc:
+        raise ConfigError(f"--remote-url {_shown(url)!r}: {exc}") from None
+    options.pop("db", None)
+    if options.get("username"):
+        options["username"] = unquote(options["username"])
+    return nodes, parts.path, options
+
+
+def _cluster(nodes: list[tuple[str, int]], options: dict, max_connections: int
+             ) -> TierClient:
+    """A RedisCluster on the seed ``nodes``.
+
+    NOTE(cluster-class): RedisCluster takes no connection_class; it builds every node from
+    its ``connection_kwargs`` (the seeds at once, the discovered nodes at each topology
+    refresh), so the class is set there and on the seeds before the first call."""
+    tls = options.pop("connection_class", Connection) is SSLConnection
+    redirects: Counter = Counter()
+    cls = _counting(BufferedTLSConnection if tls else BufferedConnection, redirects)
+    client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], ssl=tls,
+                          max_connections=max_connections, retry=Retry(NoBackoff(), 0),
+                          require_full_coverage=False, **options)
+    client.connection_kwargs["connection_class"] = cls
+    for node in client.startup_nodes:
+        node.connection_class = cls
+    return TierClient(client, "cluster", None, redirects, cls)
+
+
+def _sentinel(nodes: list[tuple[str, int]], service: str, options: dict,
+              max_connections: int, connect_timeout: float) -> TierClient:
+    """The master of ``service`` as the sentinels at ``nodes`` name it, now and after a
+    failover (redis-py's SentinelManagedConnection asks them on each connect, and drops a
+    connection whose server turned replica)."""
+    tls = options.pop("connection_class", Connection) is SSLConnection
+    cls = _buffered_sentinel(tls)
+    sentinel = Sentinel(nodes, sentinel_kwargs={"socket_connect_timeout": connect_timeout,
+                                                "socket_timeout": connect_timeout,
+                                                "retry": Retry(NoBackoff(), 0)},
+                        retry=Retry(NoBackoff(), 0), **options)
+    client = sentinel.master_for(service, connection_class=cls,
+                                 max_connections=max_connections)
+    return TierClient(client, "sentinel", client.connection_pool, connection_class=cls)
+
+
+def _counting(base: type, redirects: Counter) -> type:
+    """``base`` counting each MOVED/ASK reply it reads into ``redirects`` (the cluster client
+    follows them; the count says how often its slot map was stale)."""
+
+    class CountingConnection(base):
+        async def read_response(self, *args, **kwargs):
+            try:
+                return await super().read_response(*args, **kwargs)
+            except MovedError:
+                redirects["moved"] += 1
+                raise
+            except AskError:
+                redirects["ask"] += 1
+                raise
+
+    CountingConnection.__qualname__ = f"Counting{base.__name__}"
+    return CountingConnection
+
+
+class BufferedSentinelConnection(SentinelManagedConnection):
+    """A sentinel-managed connection with the tier's large read buffer."""
+
+    def _connection_arguments(self):  # redis-py's hook for asyncio.open_connection's kwargs
+        return {**super()._connection_arguments(), "limit": READ_BUFFER}
+
+
+class BufferedSentinelTLSConnection(BufferedSentinelConnection, SentinelManagedSSLConnection):
+    """The same under TLS (``rediss+sentinel://``)."""
+
+
+def _buffered_sentinel(tls: bool) -> type:
+    return BufferedSentinelTLSConnection if tls else BufferedSentinelConnection
+
+
+def _shown(url: str) -> str:
+    """``url`` without its password, for error messages."""
+    scheme, sep, rest = url.partition("://")
+    auth, at, hosts = rest.rpartition("@")
+    return f"{scheme}{sep}{auth.partition(':')[0] + ':***@' if at else ''}{hosts}"

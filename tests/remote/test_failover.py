@@ -1,0 +1,107 @@
+"""A master lost under the tier (Redis Cluster with a replica per master, and Sentinel):
+every request still succeeds with the same greedy output (the tier's failures are misses
+and a breaker event), and the tier serves hits again once a master is back for the slot,
+without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from bench.redis_servers import RedisClusterProcs, SentinelProcs
+from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
+from tests.remote.conftest import NS
+from tests.remote.test_engine_remote import PROMPT, engine, fresh_tokens, run, settle, stop, \
+    tokens
+from tests.remote.test_redis_tier import chain
+
+RECOVERY_BOUND_S = 30.0  # generous: the cluster's own failover takes ~2-3 s here
+
+
+@pytest.fixture(scope="module")
+def cluster_with_replicas():
+    c = RedisClusterProcs(masters=3, replicas=1)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def sentinel():
+    s = SentinelProcs()
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+async def stored_chain(url: str, salt: str) -> tuple[RedisTier, list[str]]:
+    t = RedisTier(url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.3))
+    assert await t.warm_up()
+    hashes = chain(40, salt=salt)
+    keys = NS.group_keys(hashes)
+    its = [(k, t.codec.encode(h, [b"k" * 256])) for k, h in zip(keys, hashes)]
+    assert await t.put_many(its) == len(its)
+    assert await t.probe(keys) == len(keys)
+    return t, keys
+
+
+async def until_hits(t: RedisTier, keys: list[str]) -> float:
+    """Seconds until a probe finds the whole chain again (each failed probe a miss)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < RECOVERY_BOUND_S:
+        n = await t.probe(keys)  # never raises: a failure is 0
+        if n == len(keys):
+            return time.monotonic() - t0
+        await asyncio.sleep(0.1)
+    pytest.fail(f"no hits {RECOVERY_BOUND_S} s after the failover: {t.stats()}")
+
+
+async def test_a_killed_cluster_master_is_misses_then_hits_again(cluster_with_replicas):
+    c = cluster_with_replicas
+    want = await fresh_tokens(PROMPT)
+    t, keys = await stored_chain(c.url, "kill")
+    e = await engine(c.url)
+    try:
+        await run(e, PROMPT)  # its blocks stored through the cluster
+        await settle(e)
+        c.master_of(keys[0]).kill()
+        assert await t.probe(keys) == 0  # the dead master's segment: a miss, not an error
+        for _ in range(3):  # requests during the outage: all succeed (run checks), same output
+            assert tokens(await run(e, PROMPT)) == want
+        await until_hits(t, keys)
+        st = t.stats()
+        assert st.breaker_opens >= 1 and st.errors.get("connection", 0) >= 1
+        assert tokens(await run(e, PROMPT)) == want
+    finally:
+        await t.aclose()
+        await stop(e)
+
+
+@pytest.mark.parametrize("how", ["sigkill", "sentinel_failover"])
+async def test_a_sentinel_failover_is_misses_then_hits_again(sentinel, how):
+    want = await fresh_tokens(PROMPT)
+    t, keys = await stored_chain(sentinel.url, how)
+    e = await engine(sentinel.url)
+    try:
+        await run(e, PROMPT)
+        await settle(e)
+        if how == "sigkill":
+            sentinel.master.kill()
+        else:
+            await asyncio.to_thread(sentinel.failover)
+        assert tokens(await run(e, PROMPT)) == want  # during the failover: succeeds
+        took = await until_hits(t, keys)
+        assert took < RECOVERY_BOUND_S
+        if how == "sigkill":
+            assert t.stats().breaker_opens >= 1
+        assert tokens(await run(e, PROMPT)) == want
+        assert sentinel.master_port() == sentinel.replica.port
+    finally:
+        await t.aclose()
+        await stop(e)
