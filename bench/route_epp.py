@@ -28,7 +28,7 @@ from bench.route_overhead import interleaved_rounds
 from kvpool.epp.cli import READY_PREFIX
 from stress.http.servers import ROOT
 from stress.report import percentile
-from tests.epp.envoy import Envoy
+from bench.envoy_proc import Envoy
 
 __all__ = ["EppFront", "epp_overhead"]
 

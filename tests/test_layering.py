@@ -62,3 +62,19 @@ def test_metrics_reads_plain_stats_not_runtime_internals():
         tree = ast.parse(path.read_text())
         for mod in imported_modules(tree):
             assert not mod.startswith("kvpool.server"), f"{path} imports {mod}"
+
+
+def test_bench_imports_nothing_from_tests():
+    """bench/ is shipped with the package; tests/ is not. What both need (the Redis and Envoy
+    starters) lives in bench/, which tests may import."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    bad = []
+    for p in sorted((root / "bench").rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{p.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
+    assert not bad, bad

@@ -20,7 +20,7 @@ from kvpool.router.membership import Membership
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from stress.http.servers import ROOT
-from tests.epp.envoy import Envoy
+from bench.envoy_proc import Envoy
 from tests.router.helpers import LOOKUP_TIMEOUT, complete, prompt, read_events, spawn_many
 
 
