@@ -312,6 +312,26 @@ class SLRU(Baseline):
         return len(self.prob) + len(self.prot)
 
 
+class AgingCounts:
+    """TinyLFU's exact access counts: every count halves once per ``period`` accesses (ids
+    that reach 0 are dropped), so the counts follow what is popular now."""
+
+    def __init__(self, period: int) -> None:
+        self.period = period
+        self.left = period  # accesses until the next halving
+        self.counts: dict[int, int] = {}
+
+    def add(self, h: int) -> None:
+        self.counts[h] = self.counts.get(h, 0) + 1
+        self.left -= 1
+        if not self.left:
+            self.left = self.period
+            self.counts = {k: v >> 1 for k, v in self.counts.items() if v > 1}
+
+    def get(self, h: int) -> int:
+        return self.counts.get(h, 0)
+
+
 class WTinyLFU(Baseline):
     """A 1% LRU window in front of an SLRU main cache (probation 20%, protected 80% of it).
     Every access counts the id; when the window overflows its LRU id (the candidate) enters
@@ -328,18 +348,10 @@ class WTinyLFU(Baseline):
         # a 1-entry cache is all window (main would have no room)
         self.main = SLRU(capacity - self.win_cap) if capacity > self.win_cap else None
         self.win: OrderedDict[int, None] = OrderedDict()  # LRU first
-        self.counts: dict[int, int] = {}
-        self.left = self.SAMPLE * capacity  # accesses until the next halving
-
-    def _count(self, h: int) -> None:
-        self.counts[h] = self.counts.get(h, 0) + 1
-        self.left -= 1
-        if not self.left:
-            self.left = self.SAMPLE * self.capacity
-            self.counts = {k: v >> 1 for k, v in self.counts.items() if v > 1}
+        self.freq = AgingCounts(self.SAMPLE * capacity)
 
     def access(self, h: int) -> None:
-        self._count(h)
+        self.freq.add(h)
         if h in self.win:
             self.win.move_to_end(h)
             return
@@ -358,7 +370,7 @@ class WTinyLFU(Baseline):
             return
         victims = main.prob or main.prot
         victim = next(iter(victims))
-        if self.counts.get(cand, 0) > self.counts.get(victim, 0):
+        if self.freq.get(cand) > self.freq.get(victim):
             del victims[victim]
             main.access(cand)
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from bench.baselines import Baseline
+from bench.baselines import AgingCounts, Baseline
 
 RESIDENT, GW, GM, NEW = 0, 1, 2, 3  # what a touched id was just before its touch
 
@@ -55,8 +55,7 @@ class GhostWindowTinyLFU(Baseline):
         self.win: OrderedDict[int, None] = OrderedDict()
         self.prob: OrderedDict[int, None] = OrderedDict()
         self.prot: OrderedDict[int, None] = OrderedDict()
-        self.counts: dict[int, int] = {}
-        self.age_left = self.AGE * capacity
+        self.freq = AgingCounts(self.AGE * capacity)
         self.target = max(1, round(self.START * capacity))  # window size
         self.ghost_cap = max(1, int(self.GHOST * capacity))
         self.run: list[int] = []  # per id of this request, tail first: RESIDENT, GW, GM, NEW
@@ -91,15 +90,8 @@ class GhostWindowTinyLFU(Baseline):
         self.target = min(float(self.capacity), max(1.0, self.target + delta))
 
     # ------------------------------------------------------------ the cache
-    def _count(self, h: int) -> None:
-        self.counts[h] = self.counts.get(h, 0) + 1
-        self.age_left -= 1
-        if not self.age_left:
-            self.age_left = self.AGE * self.capacity
-            self.counts = {k: v >> 1 for k, v in self.counts.items() if v > 1}
-
     def access(self, h: int) -> None:
-        self._count(h)
+        self.freq.add(h)
         if h in self.win:
             self.win.move_to_end(h)
             return
@@ -132,7 +124,7 @@ class GhostWindowTinyLFU(Baseline):
             cand = next(iter(self.win))
             victim = next(iter(main))
             del self.win[cand]
-            if self.counts.get(cand, 0) > self.counts.get(victim, 0):
+            if self.freq.get(cand) > self.freq.get(victim):
                 del main[victim]
                 self.prob[cand] = None
                 self._ghost(self.gm, victim)
