@@ -21,3 +21,19 @@ class HeldLock:
     def release(self):
         self.go.set()
         self.t.join(5)
+
+
+class WorkerPause:
+    """A front call (``front.call(pause)``) that blocks the front's worker right after the
+    calls queued before it were applied, until ``resume()``: a test can then cancel a caller
+    whose operation was applied but whose result has not arrived."""
+
+    def __init__(self):
+        self.applied, self.go = threading.Event(), threading.Event()
+
+    def __call__(self):
+        self.applied.set()
+        self.go.wait(5)
+
+    def resume(self):
+        self.go.set()

@@ -4,12 +4,11 @@ step thread holds it, and never leaked by a cancelled caller. The stress front's
 (tests/stress/test_pool_front.py) drive the same batching through every manager call."""
 
 import asyncio
-import threading
 
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.runtime.host_front import HostBlockFront
-from tests.held_lock import HeldLock
+from tests.held_lock import HeldLock, WorkerPause
 
 
 def manager(host=8):
@@ -47,30 +46,16 @@ async def test_under_contention_the_calls_of_one_iteration_are_one_batch_in_orde
 async def test_host_blocks_lent_to_a_cancelled_caller_are_given_back():
     mgr = manager(host=8)
     front = HostBlockFront(mgr)
-    held, release, applied, go = (threading.Event() for _ in range(4))
-
-    def step_thread():
-        with mgr.batch():
-            held.set()
-            release.wait(5)
-
-    def pause():  # runs in the worker right after the lending was applied
-        applied.set()
-        go.wait(5)
-
-    t = threading.Thread(target=step_thread)
-    t.start()
-    held.wait(5)
+    lock, pause = HeldLock(mgr), WorkerPause()
     lent = asyncio.ensure_future(front.allocate_host_blocks(5))
     marker = asyncio.ensure_future(front.call(pause))
     await asyncio.sleep(0.02)  # the batch goes to a worker: the lock is busy
-    release.set()
-    assert await asyncio.get_running_loop().run_in_executor(None, applied.wait, 5)
+    lock.release()
+    assert await asyncio.get_running_loop().run_in_executor(None, pause.applied.wait, 5)
     assert mgr.stats().host.num_used == 5  # lent...
     lent.cancel()                          # ...and abandoned before the result arrived
-    go.set()
+    pause.resume()
     await marker
-    t.join()
     for _ in range(100):  # the undo runs in a later flush
         if mgr.stats().host.num_used == 0:
             break

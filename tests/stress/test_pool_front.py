@@ -14,7 +14,7 @@ from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import DuplicateSequenceError, QueueFullError, UnknownSequenceError
 from stress.pool.front import PoolFront
-from tests.held_lock import HeldLock
+from tests.held_lock import HeldLock, WorkerPause
 
 
 def manager(blocks=256, host=32):
@@ -176,32 +176,18 @@ def test_batched_equals_sequential(ops):
 async def test_an_operation_cancelled_while_applied_is_undone():
     mgr = manager()
     front = PoolFront(mgr)
-    held, release, applied, go = (threading.Event() for _ in range(4))
-
-    def step_thread():
-        with mgr.batch():
-            held.set()
-            release.wait(5)
-
-    def pause():  # runs in the worker right after the allocations were applied
-        applied.set()
-        go.wait(5)
-
-    t = threading.Thread(target=step_thread)
-    t.start()
-    held.wait(5)
+    lock, pause = HeldLock(mgr), WorkerPause()
     alloc = asyncio.ensure_future(front.allocate([7], [1, 2, 3, 4, 5]))
     blocks = asyncio.ensure_future(front.allocate_blocks(4))
     marker = asyncio.ensure_future(front.call(pause))
     await asyncio.sleep(0.02)  # the batch goes to a worker: the lock is busy
-    release.set()
-    assert await asyncio.get_running_loop().run_in_executor(None, applied.wait, 5)
+    lock.release()
+    assert await asyncio.get_running_loop().run_in_executor(None, pause.applied.wait, 5)
     assert mgr.has_seq(7)  # applied...
     alloc.cancel()         # ...and abandoned by its caller before the result arrived
     blocks.cancel()
-    go.set()
+    pause.resume()
     await marker
-    t.join()
     for _ in range(100):  # the undo runs in a later flush
         await asyncio.sleep(0.01)
         if not mgr.seq_ids() and mgr.stats().device.num_used == 0:
