@@ -1,15 +1,18 @@
 """Redis faults under live load: N ``kvpool serve --remote-url`` replicas behind ``kvpool
 router``, a ``kvpool stress http`` run through the router, and Redis SIGSTOPped, SIGCONTed,
-killed (-9) and restarted empty on a schedule (issue 16, "Faults" target).
+killed (-9) and restarted empty on a schedule.
 
     python -m bench.remote_faults [--replicas 3] [--clients 6] [--json out/remote_faults.json]
-                                  [--cluster]
+                                  [--cluster | --sentinel]
 
 ``--cluster``: the replicas share a 3-master Redis Cluster with a replica per master instead;
 SIGSTOP hits one master (stopped past the node timeout: its replica takes over, and it
 rejoins as a replica on SIGCONT) and kill -9 another (its replica takes over; the restart
 rejoins it as a replica). Recovery then counts from the mark, the cluster's own failover
-inside it.
+inside it. ``--sentinel``: a master and its replica watched by one sentinel
+(``redis+sentinel://``); SIGSTOP hits the current master past the sentinel's down-after (the
+replica is promoted; the old master rejoins as a replica on SIGCONT), kill -9 then hits the
+master of that moment (promoted back), and the restart rejoins it as a replica.
 
 Timeline (seconds from the start of the load)::
 
@@ -57,7 +60,7 @@ from stress.http.workload import WorkloadConfig
 from stress.http.metrics import MetricsScrape, wait_drained
 from stress.report import percentile
 from stress.http.servers import ROOT, SpawnedServer
-from bench.redis_servers import RedisClusterProcs, RedisServer
+from bench.redis_faults import fault_target
 
 ROUTER_READY = "kvpool router: listening on http://"
 REPLICA_ARGS = ["--num-device-blocks", "256", "--num-host-blocks", "256", "--max-model-len",
@@ -220,37 +223,6 @@ class TtftProbe(threading.Thread):
         return [x for t, x, ok in self.samples if lo <= t < hi and ok and x is not None]
 
 
-class ClusterFaults:
-    """A cluster with ``RedisServer``'s fault verbs: pause/resume one master, kill another and
-    start it again (it rejoins as a replica)."""
-
-    def __init__(self) -> None:
-        self.cluster = RedisClusterProcs(masters=3, replicas=1)
-        self.url = self.cluster.url
-        self._stopped = self._killed = None
-
-    def start(self) -> None:
-        if self._killed is None:
-            self.cluster.start()
-        else:
-            self._killed.start()
-
-    def pause(self) -> None:
-        self._stopped = self.cluster.master_of("{a}")
-        self._stopped.pause()
-
-    def resume(self) -> None:
-        self._stopped.resume()
-
-    def kill(self) -> None:
-        self._killed = next(n for n in (self.cluster.master_of(k) for k in ("{b}", "{c}", "{d}"))
-                            if n is not self._stopped)
-        self._killed.kill()
-
-    def stop(self) -> None:
-        self.cluster.stop()
-
-
 def inject(redis, args, marks: dict[str, float]) -> None:
     """The fault schedule (its own thread): marks[name] = monotonic time of each step."""
     time.sleep(args.baseline)
@@ -322,7 +294,7 @@ def figures(marks, watch: BreakerWatch, probe: TtftProbe) -> dict:
 
 
 def run(args) -> dict:
-    redis = ClusterFaults() if getattr(args, "cluster", False) else RedisServer()
+    redis = fault_target(args)
     replicas = [SpawnedServer([*REPLICA_ARGS, "--remote-url", redis.url, "--replica-id",
                                f"r{i + 1}"]) for i in range(args.replicas)]
     router = None
@@ -385,8 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe-interval", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the figures here")
-    p.add_argument("--cluster", action="store_true",
-                   help="a 3-master cluster with a replica per master instead of one Redis")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--cluster", action="store_true",
+                      help="a 3-master cluster with a replica per master instead of one Redis")
+    kind.add_argument("--sentinel", action="store_true",
+                      help="a sentinel-managed master and replica instead of one Redis")
     args = p.parse_args(argv)
     result = run(args)
     print(json.dumps(result, indent=1, sort_keys=True))
