@@ -29,6 +29,7 @@ allowed by a JSON grammar) is not usable under a grammar.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -88,17 +89,10 @@ class GrammarSpec:
         if not isinstance(schema, (dict, bool)):
             raise _bad("json_schema.schema must be a JSON object")
         text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
-        if len(text) > MAX_SCHEMA_CHARS:
-            raise _bad(f"the schema is {len(text)} characters; at most {MAX_SCHEMA_CHARS}")
-        try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=OPTIONS)
-        except ValueError as e:
-            raise _bad(f"invalid JSON schema: {e}") from None
-        err = llguidance.LLMatcher.validate_grammar(
-            grammar, limits=llguidance.LLParserLimits(**LIMITS))
-        if err:
-            raise _bad(f"invalid JSON schema: {err}")
-        return cls(kind, text, name, grammar, _probes(schema))
+        build = functools.partial(llguidance.LLMatcher.grammar_from_json_schema,
+                                  defaults=OPTIONS)
+        return cls._checked(kind, text, build, what="JSON schema", name=name,
+                            probes=_probes(schema))
 
     @classmethod
     def regex(cls, pattern: str) -> "GrammarSpec":
@@ -117,18 +111,21 @@ class GrammarSpec:
         return cls._checked("choice", f"start: {rule}\n", llguidance.LLMatcher.grammar_from_lark)
 
     @classmethod
-    def _checked(cls, kind: str, source: str, build: Any) -> "GrammarSpec":
+    def _checked(cls, kind: str, source: str, build: Any, *, what: str | None = None,
+                 name: str | None = None, probes: tuple[Any, ...] = ()) -> "GrammarSpec":
+        """Bound, build and validate ``source`` under LIMITS (400s naming response_format)."""
+        what = what or kind
         if len(source) > MAX_SCHEMA_CHARS:
-            raise _bad(f"the {kind} is {len(source)} characters; at most {MAX_SCHEMA_CHARS}")
+            raise _bad(f"the {what} is {len(source)} characters; at most {MAX_SCHEMA_CHARS}")
         try:
             grammar = build(source)
         except ValueError as e:
-            raise _bad(f"invalid {kind}: {e}") from None
+            raise _bad(f"invalid {what}: {e}") from None
         err = llguidance.LLMatcher.validate_grammar(
             grammar, limits=llguidance.LLParserLimits(**LIMITS))
         if err:
-            raise _bad(f"invalid {kind}: {err}")
-        return cls(kind, source, None, grammar)
+            raise _bad(f"invalid {what}: {err}")
+        return cls(kind, source, name, grammar, probes)
 
 
 def _probes(schema: Any) -> tuple[Any, ...]:
