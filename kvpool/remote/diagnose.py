@@ -63,26 +63,27 @@ def error_kind(fault: str) -> str:
     return _ERROR_KINDS.get(fault, "response")
 
 
+# NOTE(order): first match wins; redis-py's cluster errors subclass RedisClusterException,
+# so the specific ones come before it.
+_KIND_BY_TYPE = (
+    ((TimeoutError, RedisTimeoutError), "timeout"),
+    (AuthenticationError, "auth"),
+    (OutOfMemoryError, "oom"),
+    (ClusterCrossSlotError, "crossslot"),
+    (MovedError, "moved"),
+    (ClusterDownError, "clusterdown"),
+    (RedisClusterException, "clusterclient"),
+    (NoPermissionError, "noperm"),
+)
+
+
 def classify(exc: BaseException) -> str:
     """The fault kind of one failed call (a key of the fix table). Timeouts and the
     connection kinds (timeout, auth, tls, refused, closed, connection) mean Redis did not
     serve the call; the others are error replies from a live Redis."""
-    if isinstance(exc, (TimeoutError, RedisTimeoutError)):
-        return "timeout"
-    if isinstance(exc, AuthenticationError):
-        return "auth"
-    if isinstance(exc, OutOfMemoryError):
-        return "oom"
-    if isinstance(exc, ClusterCrossSlotError):
-        return "crossslot"
-    if isinstance(exc, MovedError):
-        return "moved"
-    if isinstance(exc, ClusterDownError):
-        return "clusterdown"
-    if isinstance(exc, RedisClusterException):
-        return "clusterclient"
-    if isinstance(exc, NoPermissionError):
-        return "noperm"
+    kind = next((k for types, k in _KIND_BY_TYPE if isinstance(exc, types)), None)
+    if kind is not None:
+        return kind
     chain = list(_chain(exc))
     if any(isinstance(e, ssl.SSLError) for e in chain):
         return "tls"
