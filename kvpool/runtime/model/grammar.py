@@ -142,31 +142,29 @@ def _probes(schema: Any) -> tuple[Any, ...]:
     return tuple(out[:MAX_PROBES])
 
 
-def _refs(schema: Any) -> Iterator[str]:
+def _nodes(schema: Any) -> Iterator[dict]:
+    """Every object of a schema, parents before children (the body's own depth bound keeps
+    this recursion short)."""
     if isinstance(schema, list):
         for v in schema:
-            yield from _refs(v)
+            yield from _nodes(v)
     elif isinstance(schema, dict):
-        if isinstance(schema.get("$ref"), str):
-            yield schema["$ref"]
+        yield schema
         for v in schema.values():
-            yield from _refs(v)
+            yield from _nodes(v)
+
+
+def _refs(schema: Any) -> Iterator[str]:
+    return (n["$ref"] for n in _nodes(schema) if isinstance(n.get("$ref"), str))
 
 
 def _patterns(schema: Any) -> Iterator[str]:
-    """The regexes of a schema: ``pattern`` strings and ``patternProperties`` keys, anywhere
-    (the body's own depth bound keeps this recursion short)."""
-    if isinstance(schema, list):
-        for v in schema:
-            yield from _patterns(v)
-    elif isinstance(schema, dict):
-        if isinstance(schema.get("pattern"), str):
-            yield schema["pattern"]
-        props = schema.get("patternProperties")
-        if isinstance(props, dict):
-            yield from props
-        for v in schema.values():
-            yield from _patterns(v)
+    """The regexes of a schema: ``pattern`` strings and ``patternProperties`` keys, anywhere."""
+    for n in _nodes(schema):
+        if isinstance(n.get("pattern"), str):
+            yield n["pattern"]
+        if isinstance(n.get("patternProperties"), dict):
+            yield from n["patternProperties"]
 
 
 @dataclass(frozen=True, slots=True)
