@@ -48,11 +48,15 @@ def test_diverged_pair_recomputed_without_a_host_pool_finishes():
         assert_empty(s)
 
 
+def _step_until_preempted(rt, request_id: str) -> None:
+    while not any(p.request_id == request_id for o in rt.outputs for p in o.preempted):
+        rt.step()
+
+
 def test_recompute_computes_the_prompt_once_then_each_own_tail():
     s, rt = _pressured(False)
     a, b = s.seq_ids("r")
-    while not any(p.request_id == "r" for o in rt.outputs for p in o.preempted):
-        rt.step()
+    _step_until_preempted(rt, "r")
     mark = len(rt.outputs)
     rt.drain()
     again = [(p.seq_ids, p.start, p.end, p.num_tokens) for o in rt.outputs[mark:]
@@ -70,8 +74,7 @@ def test_recompute_computes_the_prompt_once_then_each_own_tail():
 def test_follower_takes_over_when_the_first_unit_is_finished_before_it_runs():
     s, rt = _pressured(False)
     a, b = s.seq_ids("r")
-    while not any(p.request_id == "r" for o in rt.outputs for p in o.preempted):
-        rt.step()
+    _step_until_preempted(rt, "r")
     while s.request_status("r") is not SeqStatus.RUNNING:
         out = s.schedule(now=rt.now)
         if any(p.request_id == "r" for p in out.prefills):
