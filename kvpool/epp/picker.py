@@ -22,7 +22,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from kvpool.router.proxy import GENERATE_PATHS, Router
-from kvpool.router.relayed import INLINE_BYTES, check_body, request_headers
+from kvpool.router.relayed import request_headers
 
 __all__ = ["Picker", "endpoint_of"]
 
@@ -52,20 +52,13 @@ class Picker:
             await self.runner.cleanup()
             self.runner = None
 
-    async def _check(self, raw: bytes) -> None:
-        """RequestError unless ``raw`` is a JSON object (the router's own check)."""
-        if len(raw) <= INLINE_BYTES:
-            check_body(raw)
-        else:  # NOTE(gil) in kvpool/router/relayed.py: large bodies off the loop
-            await asyncio.get_running_loop().run_in_executor(None, check_body, raw)
-
     async def pick(self, path: str, raw: bytes,
                    headers: Sequence[tuple[str, str]]) -> str | None:
         """The endpoint for a request to ``path`` (None: no healthy replica). Generation
         requests are checked (RequestError: not a JSON object) and planned like the router
         plans them; others go to the first healthy replica."""
         if path.split("?", 1)[0] in GENERATE_PATHS:
-            await self._check(raw)
+            await self.router.bodies.check(raw)
             order, _, _ = await self.router.plan(raw, request_headers(CIMultiDict(headers)))
         else:
             order = self.router.replicas.healthy()

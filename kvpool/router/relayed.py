@@ -37,14 +37,13 @@ the work to the replica, whose own bound depends on its context length.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from kvpool.server.body_bound import structural_commas
 from kvpool.server.json_body import MAX_JSON_DEPTH, decode_json_body
+from kvpool.server.parse_pool import ParsePool
 
 __all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "request_headers", "response_headers"]
 
@@ -100,20 +99,25 @@ def check_body(raw: bytes) -> None:
 
 
 class BodyReader:
-    """Reads and checks generation request bodies; large ones on its own worker thread."""
+    """Reads and checks generation request bodies; large ones on its own worker thread (the
+    server's ParsePool, with the router's inline bound)."""
 
     def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="router-body")
-        self.off_loop = 0  # bodies checked on the worker thread (monotonic; tests read it)
+        self._pool = ParsePool(1, inline_bytes=INLINE_BYTES, name="router-body")
+
+    @property
+    def off_loop(self) -> int:
+        """Bodies checked on the worker thread so far (tests read it)."""
+        return self._pool.offloaded
+
+    async def check(self, raw: bytes) -> None:
+        """RequestError unless ``raw`` is a JSON object the router may relay."""
+        await self._pool.parse(raw, check_body)
 
     async def read(self, request: web.Request) -> bytes:
         raw = await request.read()
-        if len(raw) <= INLINE_BYTES:
-            check_body(raw)
-        else:
-            self.off_loop += 1
-            await asyncio.get_running_loop().run_in_executor(self.pool, check_body, raw)
+        await self.check(raw)
         return raw
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()

@@ -71,8 +71,7 @@ class EngineCore:
 
     def __init__(self, config: EngineConfig, *, faults: FaultPlan | None = None,
                  metrics=None, pool_observer=None) -> None:
-        """``pool_observer``: the block manager's (kvpool.core.block.PoolObserver; the KV
-        event recorder of ``kvpool serve --kv-events-config``)."""
+        """``pool_observer``: the manager's PoolObserver (the KV event recorder, if any)."""
         self.config = config
         self.model, self.tokenizer, self.model_name = build_model(config)
         mcfg = self.model.config

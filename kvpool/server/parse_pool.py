@@ -32,14 +32,18 @@ T = TypeVar("T")
 class ParsePool:
     """Runs ``parse(raw)`` inline for a small body, on the pool's threads for a large one."""
 
-    def __init__(self, threads: int = PARSE_THREADS) -> None:
+    def __init__(self, threads: int = PARSE_THREADS, *,
+                 inline_bytes: int = INLINE_PARSE_BYTES, name: str = "kvpool-parse") -> None:
         self.parsing = 0  # large bodies being parsed on the pool now (tests watch it)
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="kvpool-parse")
+        self.offloaded = 0  # large bodies handed to the pool so far (monotonic)
+        self.inline_bytes = inline_bytes  # bodies up to this size are parsed on the caller
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
 
     async def parse(self, raw: bytes, parse: Callable[[bytes], T]) -> T:
-        if len(raw) <= INLINE_PARSE_BYTES:
+        if len(raw) <= self.inline_bytes:
             return parse(raw)
         self.parsing += 1
+        self.offloaded += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self._pool, parse, raw)
         finally:
