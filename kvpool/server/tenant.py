@@ -39,14 +39,9 @@ def current_tenant() -> str:
     return _TENANT.get()
 
 
-def tenant_of(request: web.BaseRequest, header: str | None) -> str:
-    """The identity rule of the module docstring, for one request."""
-    return tenant_of_headers(request.headers, header)
-
-
 def tenant_of_headers(headers: Mapping[str, str], header: str | None) -> str:
-    """``tenant_of`` from the request's headers alone (the router's --kv-events computes the
-    replicas' salts with it)."""
+    """The identity rule of the module docstring, from a request's headers alone (the
+    middleware's, and the router's --kv-events computing the replicas' salts)."""
     if header:
         value = headers.get(header, "")
         if len(value) > MAX_TENANT_CHARS:
@@ -60,14 +55,14 @@ def tenant_of_headers(headers: Mapping[str, str], header: str | None) -> str:
 
 
 def tenant_middleware(header: str | None) -> Callable:
-    """Set the request's tenant (see ``tenant_of``) for the handler. Runs after auth, so an
+    """Set the request's tenant (see ``tenant_of_headers``) for the handler. Runs after auth, so an
     API key seen here is a valid one."""
 
     @web.middleware
     async def middleware(request: web.Request,
                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                          ) -> web.StreamResponse:
-        token = _TENANT.set(tenant_of(request, header))
+        token = _TENANT.set(tenant_of_headers(request.headers, header))
         try:
             return await handler(request)
         finally:
