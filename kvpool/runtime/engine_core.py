@@ -262,9 +262,9 @@ class EngineCore:
         batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
                                       [e.block_ids for e in entries])
         full = self.prompt_logprobs.rows(entries)
-        reqs = self.outputs.requests  # the rows _sample will sample: NOTE(overlap)
-        self.grammars.prefetch_mask([s for e in entries if e.request_id in reqs
-                                     for s in e.sample_seq_ids])
+        if self.grammars:  # the rows _sample will sample (NOTE(overlap)); skipped without any
+            self.grammars.prefetch_mask([s for e in entries if e.request_id in
+                                         self.outputs.requests for s in e.sample_seq_ids])
         tf = time.perf_counter()
         with torch.inference_mode():
             if full:  # NOTE(prompt-logprobs): lm_head over every position of those rows only
