@@ -97,12 +97,29 @@ def assert_clean(core: EngineCore) -> None:
     assert len(core.grammars) == 0 and not core.rows.has_late
 
 
+def held_beside(core: EngineCore, plan: HeldMask, plain_prompt: str,
+                plain: SamplingParams) -> dict:
+    """The plain request to its end beside the grammar one, whose first mask is held."""
+    plan.armed = True
+    core.add_request("p", core.tokenizer.encode(plain_prompt), plain)
+    core.add_request("g", core.tokenizer.encode("a person"), grammar(core))
+    tokens: dict = {}
+    done: set[str] = set()
+    for _ in range(300):
+        done |= collect(tokens, core.step())
+        assert core.check_invariants()
+        if "p" in done:
+            break
+    assert "p" in done and len(tokens[("p", 0)][0]) == plain.max_tokens
+    return tokens
+
+
 @pytest.mark.parametrize("size, mode, plain_prompt", [
     ("small", None, "The quick brown fox"),
     # 12 device blocks: the plain request's 190 tokens grow into the block of the grammar
     # request (the newer one), which is preempted while it awaits its late token
     ("scarce", "swap", "x" * 169),
-    ("scarce", "recompute", "x" * 169)])
+    ("scarce", "recompute", "x" * 169)], ids=["beside", "swapped", "recomputed"])
 def test_a_late_grammar_mask_stalls_only_its_own_request(torch_threads, size, mode,
                                                          plain_prompt):
     plan = HeldMask()
@@ -111,17 +128,7 @@ def test_a_late_grammar_mask_stalls_only_its_own_request(torch_threads, size, mo
     try:
         want = alone(core)
         plain = dataclasses.replace(PLAIN, max_tokens=8 if mode is None else 20)
-        plan.armed = True
-        core.add_request("p", core.tokenizer.encode(plain_prompt), plain)
-        core.add_request("g", core.tokenizer.encode("a person"), grammar(core))
-        tokens: dict = {}
-        done: set[str] = set()
-        for _ in range(300):
-            done |= collect(tokens, core.step())
-            assert core.check_invariants()
-            if "p" in done:
-                break
-        assert "p" in done and len(tokens[("p", 0)][0]) == plain.max_tokens
+        tokens = held_beside(core, plan, plain_prompt, plain)
         # the plain request ran every token while the grammar's mask was held
         assert plan.held == 2 and not plan.release.is_set()
         assert ("g", 0) not in tokens and ("g", 1) not in tokens
@@ -136,4 +143,53 @@ def test_a_late_grammar_mask_stalls_only_its_own_request(torch_threads, size, mo
         assert_clean(core)
     finally:
         plan.release.set()
+        core.close()
+
+
+def test_a_mask_late_for_max_late_steps_is_waited_for(torch_threads):
+    # the hold ends on a timer here: the step that waits for the mask returns once it fires
+    plan = HeldMask()
+    core = EngineCore(engine_config("small", max_num_seqs=8), faults=plan)
+    timer = threading.Timer(3.0, plan.release.set)
+    try:
+        core.rows.max_late_steps = 3
+        plan.armed = True
+        core.add_request("p", core.tokenizer.encode("The quick brown fox"), PLAIN)
+        core.add_request("g", core.tokenizer.encode("a person"), grammar(core))
+        tokens: dict = {}
+        timer.start()
+        calls = 0
+        while ("g", 0) not in tokens:
+            calls += 1
+            assert not collect(tokens, core.step()), "p ended before g's late row was taken"
+        # deferred by the first step, late 3 steps at the start of the fifth, taken there
+        assert calls == 5 and plan.release.is_set()
+        assert len(tokens[("p", 0)][0]) == 5 and tokens[("g", 1)][0]  # and maybe its next one
+        run_to_end(core, tokens)
+        assert len(tokens[("p", 0)][0]) == 8 and tokens[("g", 0)][2] == "stop"
+        assert_clean(core)
+    finally:
+        plan.release.set()
+        timer.cancel()
+        timer.join()
+        core.close()
+
+
+def test_a_step_with_only_late_rows_left_waits_for_their_mask(torch_threads):
+    plan = HeldMask()
+    core = EngineCore(engine_config("small", max_num_seqs=8), faults=plan)
+    timer = threading.Timer(0.5, plan.release.set)
+    try:
+        tokens = held_beside(core, plan, "The quick brown fox", PLAIN)
+        assert ("g", 0) not in tokens and core.rows.has_late
+        timer.start()  # the mask is held until it fires: this one step waits for it
+        collect(tokens, core.step())
+        assert plan.release.is_set() and tokens[("g", 0)][0] and tokens[("g", 1)][0]
+        run_to_end(core, tokens)
+        assert tokens[("g", 0)][2] == "stop"
+        assert_clean(core)
+    finally:
+        plan.release.set()
+        timer.cancel()
+        timer.join()
         core.close()
