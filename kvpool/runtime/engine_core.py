@@ -122,10 +122,9 @@ class EngineCore:
                                       self.manager)  # validate(): request_check.py
 
     def _build_sampling(self, config: EngineConfig, metrics) -> None:
-        vocab = self.model.config.vocab_size
         self.outputs = OutputProcessor(self.tokenizer, metrics)
         # response_format: one matcher per constrained sequence; its mask goes to the sampler
-        self.grammars = GrammarMatchers(self.tokenizer, vocab,
+        self.grammars = GrammarMatchers(self.tokenizer, self.model.config.vocab_size,
                                         before_mask=self.faults.before_mask)
         # min_tokens masks what the scheduler would stop on: its eos and stop_token_ids
         eos = self.tokenizer.eos_token_id
