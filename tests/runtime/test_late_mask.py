@@ -9,6 +9,7 @@ or kept row outlives a request."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -146,18 +147,35 @@ def test_a_late_grammar_mask_stalls_only_its_own_request(torch_threads, size, mo
         core.close()
 
 
-def test_a_mask_late_for_max_late_steps_is_waited_for(torch_threads):
-    # the hold ends on a timer here: the step that waits for the mask returns once it fires
+@contextlib.contextmanager
+def held_core(**overrides):
+    """A small-pool engine with a HeldMask plan; the hold ends by ``release_after`` (a timer:
+    the step that waits for the mask returns once it fires) or at the end."""
     plan = HeldMask()
-    core = EngineCore(engine_config("small", max_num_seqs=8), faults=plan)
-    timer = threading.Timer(3.0, plan.release.set)
+    core = EngineCore(engine_config("small", max_num_seqs=8, **overrides), faults=plan)
+    timers: list[threading.Timer] = []
+
+    def release_after(seconds: float) -> None:
+        timers.append(threading.Timer(seconds, plan.release.set))
+        timers[-1].start()
     try:
+        yield core, plan, release_after
+    finally:
+        plan.release.set()
+        for t in timers:
+            t.cancel()
+            t.join()
+        core.close()
+
+
+def test_a_mask_late_for_max_late_steps_is_waited_for(torch_threads):
+    with held_core() as (core, plan, release_after):
         core.rows.max_late_steps = 3
         plan.armed = True
         core.add_request("p", core.tokenizer.encode("The quick brown fox"), PLAIN)
         core.add_request("g", core.tokenizer.encode("a person"), grammar(core))
         tokens: dict = {}
-        timer.start()
+        release_after(3.0)
         calls = 0
         while ("g", 0) not in tokens:
             calls += 1
@@ -168,28 +186,15 @@ def test_a_mask_late_for_max_late_steps_is_waited_for(torch_threads):
         run_to_end(core, tokens)
         assert len(tokens[("p", 0)][0]) == 8 and tokens[("g", 0)][2] == "stop"
         assert_clean(core)
-    finally:
-        plan.release.set()
-        timer.cancel()
-        timer.join()
-        core.close()
 
 
 def test_a_step_with_only_late_rows_left_waits_for_their_mask(torch_threads):
-    plan = HeldMask()
-    core = EngineCore(engine_config("small", max_num_seqs=8), faults=plan)
-    timer = threading.Timer(0.5, plan.release.set)
-    try:
+    with held_core() as (core, plan, release_after):
         tokens = held_beside(core, plan, "The quick brown fox", PLAIN)
         assert ("g", 0) not in tokens and core.rows.has_late
-        timer.start()  # the mask is held until it fires: this one step waits for it
+        release_after(0.5)  # the mask is held until then: this one step waits for it
         collect(tokens, core.step())
         assert plan.release.is_set() and tokens[("g", 0)][0] and tokens[("g", 1)][0]
         run_to_end(core, tokens)
         assert tokens[("g", 0)][2] == "stop"
         assert_clean(core)
-    finally:
-        plan.release.set()
-        timer.cancel()
-        timer.join()
-        core.close()
