@@ -210,10 +210,11 @@ class AsyncEngine:
             return list(prompt)
         raise RequestError("prompt must be a string or a list of token ids", "prompt")
 
-    def validate(self, prompt: str | list[int], params: SamplingParams) -> None:
-        """Raise the RequestError ``generate`` would for this input, queueing nothing (a
-        request of several prompts checks them all before it starts any)."""
-        self.core.validate(self.encode_prompt(prompt), params)
+    def check_pool(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raise the RequestError ``generate`` would for a prompt too big for the pool,
+        queueing nothing; for a caller that judged the input rules itself (the server's edge,
+        which checks every prompt of a request before it starts any)."""
+        self.core.checker.check_pool(len(prompt_ids), params)
 
     async def compile_grammar(self, params: SamplingParams) -> SamplingParams:
         """``params`` with its response_format compiled and probed on a worker thread
@@ -229,9 +230,11 @@ class AsyncEngine:
 
     def generate(self, request_id: str | None, prompt: str | list[int], params: SamplingParams,
                  *, cache_salt: str | None = None, priority: int = 0,
-                 tenant: str | None = None) -> RequestStream:
+                 tenant: str | None = None, checked: bool = False) -> RequestStream:
         """Queue a request and return its stream. Raises RequestError (HTTP 400) for input that
-        can never be served and QueueFullError (HTTP 503) when the engine is full."""
+        can never be served and QueueFullError (HTTP 503) when the engine is full.
+        ``checked``: the caller passes token ids it has judged and asked ``check_pool`` about
+        (the server's edge), so they are not judged again here."""
         if self._error is not None:
             raise EngineError(f"the engine failed: {self._error}")
         if self._draining:
@@ -239,8 +242,9 @@ class AsyncEngine:
         if self.requests_in_flight() >= self.config.max_queue:
             raise QueueFullError(f"{len(self._streams)} requests in flight (--max-queue "
                                  f"{self.config.max_queue}); retry later")
-        ids = self.encode_prompt(prompt)
-        self.core.validate(ids, params)
+        ids = list(prompt) if checked else self.encode_prompt(prompt)
+        if not checked:
+            self.core.validate(ids, params)
         if params.response_format is not None and params.response_format.compiled is None:
             raise RequestError("response_format: not compiled; await "
                                "engine.compile_grammar(params) first", "response_format")

@@ -197,6 +197,10 @@ class RequestParser:
                 max_tokens: int | None, mt_param: str, default_max: int | None, *,
                 echo_only: bool = False, ignored: tuple[str, ...] = (),
                 extras: VllmExtras = VllmExtras(), echo_text: str = "") -> ParsedRequest:
+        empty = next((i for i, (ids, text) in enumerate(prompts) if not ids or text == ""), None)
+        if empty is not None:  # the one empty-prompt rule (the engine trusts the edge)
+            raise _bad(prompt_param, "must not be empty" if len(prompts) == 1
+                       else f"prompt {empty}: must not be empty")
         longest = max(len(ids) for ids, _ in prompts)
         which = "" if len(prompts) == 1 else \
             f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
@@ -338,15 +342,11 @@ class RequestParser:
     def _one_prompt(self, prompt: Any, extras: VllmExtras) -> tuple[list[int], str | None]:
         keep = extras.truncate_prompt_tokens
         if isinstance(prompt, str):
-            if not prompt:
-                raise _bad("prompt", "must not be empty")
             add = extras.add_special_tokens
             ids = self._encode(prompt, "prompt", True if add is None else add)
             # a truncated prompt is no longer the text sent: echo decodes the ids kept
             return _truncate(ids, keep), prompt if keep is None or len(ids) <= keep else None
         if isinstance(prompt, list):
-            if not prompt:
-                raise _bad("prompt", "must not be empty")
             prompt = _truncate(prompt, keep)
             if len(prompt) >= self.max_model_len:  # before the per-id walk
                 raise self._too_long("prompt", f"the prompt has {len(prompt)} tokens")
