@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
-from kvpool.errors import EngineError, QueueFullError, RequestError
+from kvpool.errors import EngineError, QueueFullError, RequestError, context_length_error
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
 from kvpool.runtime.host_front import HostBlockFront
 from kvpool.runtime.engine_config import EngineConfig
@@ -195,16 +195,15 @@ class AsyncEngine:
     def encode_prompt(self, prompt: str | list[int]) -> list[int]:
         """Token ids for a prompt; one that cannot fit max_model_len is refused before the
         work (tokenizing, the per-id check) whose cost grows with its length."""
-        too_long = f"this model's maximum context length is {self.max_model_len} tokens"
         if isinstance(prompt, str):
             per_token = self.tokenizer.max_chars_per_token()
             if per_token is not None and len(prompt) > self.max_model_len * per_token:
-                raise RequestError(f"{too_long}; the prompt has {len(prompt)} characters",
-                                   "prompt", "context_length_exceeded")
+                raise context_length_error(self.max_model_len, f"the prompt has {len(prompt)} "
+                                           "characters", "prompt")
             return self.tokenizer.encode(prompt)
         if isinstance(prompt, list) and len(prompt) >= self.max_model_len:
-            raise RequestError(f"{too_long}; the prompt has {len(prompt)} tokens", "prompt",
-                               "context_length_exceeded")
+            raise context_length_error(self.max_model_len, f"the prompt has {len(prompt)} "
+                                       "tokens", "prompt")
         if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool)
                                             for t in prompt):
             return list(prompt)

@@ -24,7 +24,7 @@ A caller that has judged the input rules itself (the server's edge: protocol.py)
 from __future__ import annotations
 
 from kvpool.core import Admission, AllocStatus, BlockSpaceManager
-from kvpool.errors import RequestError
+from kvpool.errors import CONTEXT_LENGTH_CODE, RequestError, context_length_error
 from kvpool.runtime.model import SamplingParams
 
 
@@ -56,10 +56,9 @@ class RequestChecker:
         limit = self.max_model_len
         want = n + (params.max_tokens or 1)
         if n >= limit or (params.max_tokens and want > limit):
-            raise RequestError(
-                f"this model's maximum context length is {limit} tokens; the "
-                f"request has {n} prompt tokens and asks for {params.max_tokens} more",
-                "max_tokens" if n < limit else "prompt", "context_length_exceeded")
+            raise context_length_error(
+                limit, f"the request has {n} prompt tokens and asks for {params.max_tokens} "
+                "more", "max_tokens" if n < limit else "prompt")
 
     def check_pool(self, p: int, params: SamplingParams) -> None:
         """The pool checks for a prompt of ``p`` tokens: the prompt, then one sequence, then
@@ -81,7 +80,7 @@ class RequestChecker:
                 f"the request has {p} prompt tokens and max_tokens={m}: more than the KV "
                 f"cache's {total} blocks of {bs} tokens can hold; use max_tokens <= "
                 f"{total * bs - p + 1} or raise --kv-cache-memory",
-                "max_tokens", "context_length_exceeded")
+                "max_tokens", CONTEXT_LENGTH_CODE)
         seqs = params.n
         need = self._group_need(p, m, seqs)
         if need.status is AllocStatus.NEVER:

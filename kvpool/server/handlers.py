@@ -43,13 +43,13 @@ from aiohttp import web
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
 from kvpool.metrics.request_metrics import RequestMetrics
+from kvpool.server.engine_client import EngineClient
 from kvpool.server.known_fields import ignored_header
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
 from kvpool.server.parse_pool import ParsePool
-from kvpool.server.prompt_merge import PromptStreams
-from kvpool.server.engine_client import EngineClient
 from kvpool.server.parsed_request import ParsedRequest
+from kvpool.server.prompt_merge import PromptStreams
 from kvpool.server.protocol import RequestParser
 from kvpool.server.request_gate import RequestGate
 from kvpool.server.responses import SSE_DONE, ResponseBuilder, sse_event
