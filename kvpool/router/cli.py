@@ -34,6 +34,14 @@ log = logging.getLogger("kvpool.router")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    _add_replica_arguments(p)
+    _add_routing_arguments(p)
+    _add_health_arguments(p)
+    return p
+
+
+def _add_replica_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the router listens and which replicas it serves."""
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (0: any free; default 8080)")
     p.add_argument("--replica", action="append", default=[], metavar="URL",
@@ -45,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--admin-token-file", metavar="PATH",
                    help="enables GET/POST/DELETE /v1/kvpool/replicas with 'Authorization: "
                         "Bearer <the file's token>' (add and remove replicas at runtime)")
+
+
+def _add_routing_arguments(p: argparse.ArgumentParser) -> None:
+    """How a request's replica is chosen."""
     p.add_argument("--policy", choices=POLICIES, default="prefix",
                    help="prefix: ask every replica for its prefix hit and choose with the load "
                         "guard; round_robin: rotate over the healthy replicas without asking "
@@ -58,6 +70,14 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "stored forgotten first)")
     p.add_argument("--lookup-timeout-ms", type=float, default=50.0,
                    help="a replica's lookup answer may take this long, else it scores 0 hit")
+    p.add_argument("--balance-abs-threshold", type=float, default=8,
+                   help="load guard: max-min in-flight requests above this ...")
+    p.add_argument("--balance-rel-threshold", type=float, default=1.5,
+                   help="... and max above this times min: route to the least loaded")
+
+
+def _add_health_arguments(p: argparse.ArgumentParser) -> None:
+    """When a replica counts as down; the body limit and the log level."""
     p.add_argument("--health-interval", type=float, default=DEFAULT_INTERVAL,
                    help="seconds between /health beats of each replica (a beat that takes "
                         "over 0.5 s takes the replica out of new choices until one answers)")
@@ -67,13 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "not started yet are retried elsewhere)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="larger request bodies get 413 (default: the replicas' default)")
-    p.add_argument("--balance-abs-threshold", type=float, default=8,
-                   help="load guard: max-min in-flight requests above this ...")
-    p.add_argument("--balance-rel-threshold", type=float, default=1.5,
-                   help="... and max above this times min: route to the least loaded")
     p.add_argument("--log-level", default="info",
                    choices=("debug", "info", "warning", "error"))
-    return p
 
 
 def build_router(args: argparse.Namespace) -> Router:
