@@ -38,6 +38,7 @@ from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import QuotaEngine, TenantBlockQuota
 from kvpool.server.request_id import add_request_id
+from kvpool.server.responses_api import ResponsesRoute
 from kvpool.server.shutdown import DrainGate
 from kvpool.server.tenant import TenantEngine, tenant_middleware
 
@@ -124,6 +125,7 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
                           stream_write_timeout=stream_write_timeout,
                           request_metrics=RequestMetrics(metrics, names[0]))
     routes.register(app)
+    ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
     LookupRoute.register(app, engine, parser, routes.parse_pool, namespace)
 
