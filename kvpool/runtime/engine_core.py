@@ -216,7 +216,7 @@ class EngineCore:
         samples = self._forward(entries)
         results += self._deliver(out, samples)
         if self.metrics is not None:
-            self.metrics.step.observe(time.monotonic() - t0)
+            self.metrics.observe_step(time.monotonic() - t0, out.num_batched_tokens)
         return results
 
     def _copy(self, out: SchedulerOutput, results: list) -> set[str]:
