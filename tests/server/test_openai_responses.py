@@ -6,6 +6,8 @@ is bounded (least recently used out); bad input is a 400 (or 404) OpenAI error."
 
 from __future__ import annotations
 
+import subprocess
+
 import openai
 import pytest
 from openai import AsyncOpenAI
@@ -13,7 +15,7 @@ from openai import AsyncOpenAI
 from kvpool.server.responses_api import RESPONSES_KEY
 from tests.runtime.model.helpers import save_hf_model
 from tests.server.test_chat_template import CHATML, model_dir
-from tests.server.test_serve import subprocess_server
+from tests.server.test_serve import ROOT, serve_command, subprocess_server
 
 pytest.importorskip("transformers")
 
@@ -150,3 +152,16 @@ async def test_the_store_is_bounded_least_recently_used_out(srv):
         with pytest.raises(openai.NotFoundError):
             await c.responses.retrieve(unstored.id)
         assert len(srv.app[RESPONSES_KEY].store) == 2
+
+
+async def test_kvpool_serve_max_stored_responses():
+    async with subprocess_server("--max-stored-responses", "1") as (_, url, _l), \
+            client(url) as c:
+        first = await c.responses.create(input="one", max_output_tokens=2)
+        second = await c.responses.create(input="two", max_output_tokens=2)
+        with pytest.raises(openai.NotFoundError):
+            await c.responses.retrieve(first.id)
+        assert (await c.responses.retrieve(second.id)).output_text == second.output_text
+    bad = subprocess.run([*serve_command(), "--max-stored-responses", "-1"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--max-stored-responses -1: use a count >= 0" in bad.stderr
