@@ -34,7 +34,7 @@ UNSUPPORTED = {"tools": ([],), "background": (False,), "reasoning": ({},),
                "prompt": (), "top_logprobs": (0,), "tool_choice": ("auto", "none")}
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text",
-                             "parallel_tool_calls", "service_tier", "stream_options"}
+                             "parallel_tool_calls"}
                             | set(PASS_THROUGH) | set(UNSUPPORTED))
 TEXT_PARTS = ("input_text", "output_text")
 

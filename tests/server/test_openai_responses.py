@@ -12,6 +12,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
+from kvpool.server.known_fields import IGNORED_FIELDS_HEADER
 from kvpool.server.responses_api import RESPONSES_KEY
 from tests.runtime.model.helpers import save_hf_model
 from tests.server.test_chat_template import CHATML, model_dir
@@ -23,6 +24,8 @@ STREAM_EVENTS = ["response.created", "response.in_progress", "response.output_it
                  "response.content_part.added"]
 END_EVENTS = ["response.output_text.done", "response.content_part.done",
               "response.output_item.done"]
+FIRST = [{"role": "system", "content": "Be brief."},
+         {"role": "user", "content": "What do blocks store?"}]
 
 
 @pytest.fixture(scope="module")
@@ -54,54 +57,59 @@ async def test_responses_equal_chat_and_continue_on_kvpool_serve(chat_dir):
     async with subprocess_server(str(chat_dir), "--tenant-header", "X-Tenant") as (_, url, _l), \
             client(url, "a") as c:
         model = (await c.models.list()).data[0].id
-        user1 = [{"role": "system", "content": "Be brief."},
-                 {"role": "user", "content": "What do blocks store?"}]
-        want, prompt_tokens = await chat_text(c, model, user1, 6)
-        r = await c.responses.create(model=model, instructions="Be brief.", temperature=0,
-                                     input="What do blocks store?", max_output_tokens=6)
-        assert r.output_text == want and r.usage.input_tokens == prompt_tokens
-        assert (r.status, r.incomplete_details.reason) == ("incomplete", "max_output_tokens")
-        assert r.output[0].role == "assistant" and r.usage.output_tokens == 6
-
-        parts = [{"type": "message", "role": "user",
-                  "content": [{"type": "input_text", "text": "What do blocks store?"}]}]
-        events, text = await streamed(c, model=model, instructions="Be brief.", input=parts,
-                                      temperature=0, max_output_tokens=6)
-        kinds = [e.type for e in events]
-        deltas = len(kinds) - len(STREAM_EVENTS) - len(END_EVENTS) - 1
-        assert kinds == STREAM_EVENTS + ["response.output_text.delta"] * deltas + END_EVENTS \
-            + ["response.incomplete"]
-        assert [e.sequence_number for e in events] == list(range(len(events)))
-        assert text == want == events[-1].response.output_text == events[-4].text
-        assert events[0].response.status == "in_progress"
-
-        # the next turn: the previous input and output are in the prompt (not its instructions)
-        turn2 = [user1[1], {"role": "assistant", "content": want},
-                 {"role": "user", "content": "And then?"}]
-        want2, prompt2 = await chat_text(c, model, turn2, 4)
-        r2 = await c.responses.create(model=model, input="And then?", previous_response_id=r.id,
-                                      temperature=0, max_output_tokens=4)
-        assert r2.output_text == want2 and r2.usage.input_tokens == prompt2
-        assert r2.previous_response_id == r.id
-        assert (await c.responses.retrieve(r2.id)).output_text == want2
-
-        # a stop string ends it: status completed, the last event response.completed
-        stop = want2[1:3]
-        want3, _ = await chat_text(c, model, turn2, 4, extra_body={"stop": [stop]})
-        events, text = await streamed(c, model=model, input="And then?", temperature=0,
-                                      previous_response_id=r.id, max_output_tokens=4,
-                                      extra_body={"stop": [stop]})
-        assert text == want3 and events[-1].type == "response.completed"
-        assert events[-1].response.status == "completed"
-
+        first, want = await check_first_turn(c, model)
+        await check_next_turn(c, model, first, want)
         async with client(url, "b") as other:  # another tenant never sees a's responses
             with pytest.raises(openai.NotFoundError) as info:
-                await other.responses.create(model=model, input="x", previous_response_id=r.id)
+                await other.responses.create(model=model, input="x",
+                                             previous_response_id=first.id)
             assert info.value.body["param"] == "previous_response_id"
             assert info.value.body["code"] == "previous_response_not_found"
             with pytest.raises(openai.NotFoundError):
-                await other.responses.retrieve(r.id)
-        assert (await c.responses.retrieve(r.id)).output_text == want  # a still does
+                await other.responses.retrieve(first.id)
+        assert (await c.responses.retrieve(first.id)).output_text == want  # a still does
+
+
+async def check_first_turn(c: AsyncOpenAI, model: str):
+    """Text input and message input, JSON and streamed: the chat completion's greedy text."""
+    want, prompt_tokens = await chat_text(c, model, FIRST, 6)
+    r = await c.responses.create(model=model, instructions="Be brief.", temperature=0,
+                                 input="What do blocks store?", max_output_tokens=6)
+    assert r.output_text == want and r.usage.input_tokens == prompt_tokens
+    assert (r.status, r.incomplete_details.reason) == ("incomplete", "max_output_tokens")
+    assert r.output[0].role == "assistant" and r.usage.output_tokens == 6
+    parts = [{"type": "message", "role": "user",
+              "content": [{"type": "input_text", "text": "What do blocks store?"}]}]
+    events, text = await streamed(c, model=model, instructions="Be brief.", input=parts,
+                                  temperature=0, max_output_tokens=6)
+    kinds = [e.type for e in events]
+    deltas = len(kinds) - len(STREAM_EVENTS) - len(END_EVENTS) - 1
+    assert kinds == STREAM_EVENTS + ["response.output_text.delta"] * deltas + END_EVENTS \
+        + ["response.incomplete"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert text == want == events[-1].response.output_text == events[-4].text
+    assert events[0].response.status == "in_progress"
+    return r, want
+
+
+async def check_next_turn(c: AsyncOpenAI, model: str, first, want: str) -> None:
+    """previous_response_id: the previous input and output are in the prompt (not its
+    instructions); a stop string ends a stream with response.completed."""
+    turn2 = [FIRST[1], {"role": "assistant", "content": want},
+             {"role": "user", "content": "And then?"}]
+    want2, prompt2 = await chat_text(c, model, turn2, 4)
+    r2 = await c.responses.create(model=model, input="And then?", temperature=0,
+                                  previous_response_id=first.id, max_output_tokens=4)
+    assert r2.output_text == want2 and r2.usage.input_tokens == prompt2
+    assert r2.previous_response_id == first.id
+    assert (await c.responses.retrieve(r2.id)).output_text == want2
+    stop = {"stop": [want2[1:3]]}
+    want3, _ = await chat_text(c, model, turn2, 4, extra_body=stop)
+    events, text = await streamed(c, model=model, input="And then?", temperature=0,
+                                  previous_response_id=first.id, max_output_tokens=4,
+                                  extra_body=stop)
+    assert text == want3 and events[-1].type == "response.completed"
+    assert events[-1].response.status == "completed"
 
 
 @pytest.mark.parametrize("body, param", [
@@ -130,6 +138,14 @@ async def test_bad_input_is_an_openai_error(srv, body, param):
         assert info.value.status_code in (400, 404) and err["param"] == param, err
         assert err["type"] == "invalid_request_error" and err["message"]
         await c.responses.create(input="still fine", max_output_tokens=2)  # others unaffected
+
+
+async def test_fields_it_does_not_use_are_ignored_and_listed(srv):
+    async with client(srv.url) as c:
+        raw = await c.responses.with_raw_response.create(
+            input="hi", max_output_tokens=2, service_tier="auto", extra_body={"no_such": 1})
+        assert raw.headers[IGNORED_FIELDS_HEADER] == "no_such,service_tier"
+        assert raw.parse().usage.output_tokens == 2
 
 
 async def test_the_store_is_bounded_least_recently_used_out(srv):
