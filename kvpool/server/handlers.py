@@ -171,10 +171,11 @@ class OpenAIRoutes:
                                            **ignored_header(builder.req.ignored)})
         await resp.prepare(request)
         request[STREAM_STARTED] = True
+        head = view.head()  # before the first updates: its usage (if shown) counts none
         chunks = []
         for i, first in updates.firsts():
             chunks += builder.update(first, i)
-        await self._write(request, resp, view.head() + view.events(chunks))
+        await self._write(request, resp, head + view.events(chunks))
         try:
             async for i, out in updates:
                 chunks = builder.update(out, i)
