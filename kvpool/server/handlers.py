@@ -1,5 +1,6 @@
 """The routes: OpenAI completions and chat (JSON or SSE), models, tokenize/detokenize (vLLM's
-shapes), version, health and metrics.
+shapes), version, health and metrics. ``generate`` is the one engine-and-stream path; the
+Responses API (responses_api.py) runs through it with its own view of the answer.
 
 Life of a generation request::
 
@@ -94,13 +95,10 @@ class OpenAIRoutes:
 
     # ---- generation ---------------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=False)
+        return await self.generate(request, self._parse_completion)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=True)
-
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        return await self.generate(request, self._parse_chat if chat else self._parse_completion)
+        return await self.generate(request, self._parse_chat)
 
     async def generate(self, request: web.Request, parse: Callable[[bytes], ParsedRequest],
                        view: Callable[[ResponseBuilder], Any] = ChunkView
