@@ -9,8 +9,12 @@ the ``response`` object (non-streamed), or OpenAI's event sequence, each event
     response.content_part.added                     its output_text part, empty
     response.output_text.delta ...                  one per chat chunk with text
     response.output_text.done, response.content_part.done, response.output_item.done
-    response.completed                              (response.incomplete: max_output_tokens
-                                                    ended it, as OpenAI reports it)
+    response.completed                              the finished response (status incomplete
+                                                    when max_output_tokens ended it)
+
+NOTE(completed): the last event is response.completed even for an incomplete response, as
+vLLM sends it: the openai client's ``responses.stream(...).get_final_response()`` accepts
+nothing else (OpenAI's own response.incomplete makes it raise).
 
 A failure after the headers went out is an ``error`` event. The finished response goes to
 ``on_done`` (the route stores it when the request asked for ``store``).
@@ -120,9 +124,8 @@ class ResponsesView:
         body = self.body()
         item = body["output"][0]
         part = item["content"][0]
-        last = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return (self._event("response.output_text.done", text=part["text"], logprobs=[],
                             **self._at())
                 + self._event("response.content_part.done", part=part, **self._at())
                 + self._event("response.output_item.done", output_index=0, item=item)
-                + self._event(last, response=body))
+                + self._event("response.completed", response=body))

@@ -85,16 +85,21 @@ async def check_first_turn(c: AsyncOpenAI, model: str):
     kinds = [e.type for e in events]
     deltas = len(kinds) - len(STREAM_EVENTS) - len(END_EVENTS) - 1
     assert kinds == STREAM_EVENTS + ["response.output_text.delta"] * deltas + END_EVENTS \
-        + ["response.incomplete"]
+        + ["response.completed"]
+    assert events[-1].response.incomplete_details.reason == "max_output_tokens"
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert text == want == events[-1].response.output_text == events[-4].text
     assert events[0].response.status == "in_progress"
+    async with c.responses.stream(model=model, input=parts, instructions="Be brief.",
+                                  temperature=0, max_output_tokens=6) as helper:
+        final = await helper.get_final_response()  # the client's own accumulator
+    assert (final.output_text, final.status) == (want, "incomplete")
     return r, want
 
 
 async def check_next_turn(c: AsyncOpenAI, model: str, first, want: str) -> None:
     """previous_response_id: the previous input and output are in the prompt (not its
-    instructions); a stop string ends a stream with response.completed."""
+    instructions); a stop string ends the response completed."""
     turn2 = [FIRST[1], {"role": "assistant", "content": want},
              {"role": "user", "content": "And then?"}]
     want2, prompt2 = await chat_text(c, model, turn2, 4)
@@ -108,8 +113,8 @@ async def check_next_turn(c: AsyncOpenAI, model: str, first, want: str) -> None:
     events, text = await streamed(c, model=model, input="And then?", temperature=0,
                                   previous_response_id=first.id, max_output_tokens=4,
                                   extra_body=stop)
-    assert text == want3 and events[-1].type == "response.completed"
-    assert events[-1].response.status == "completed"
+    assert text == want3 and events[-1].response.status == "completed"
+    assert events[-1].response.incomplete_details is None
 
 
 @pytest.mark.parametrize("body, param", [
