@@ -15,6 +15,7 @@ store per tenant (response_store.py) for ``previous_response_id`` and GET.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from aiohttp import web
@@ -74,9 +75,8 @@ class ResponsesRoute:
             return dataclasses.replace(req, ignored=inp.ignored)
 
         def view(builder: ResponseBuilder) -> ResponsesView:
-            inp = asked[0]
-            return ResponsesView(builder, inp, lambda body, text: self._keep(tenant, inp, body,
-                                                                             text))
+            return ResponsesView(builder, asked[0], functools.partial(self._keep, tenant,
+                                                                      asked[0]))
 
         return await self.routes.generate(request, parse, view)
 
