@@ -93,7 +93,7 @@ class AsyncEngine:
                  pool_observer=None) -> None:
         self.config = config or EngineConfig()
         self.core = EngineCore(self.config, faults=faults, pool_observer=pool_observer)
-        self.metrics = KVPoolMetrics(self.snapshot)
+        self.metrics = KVPoolMetrics(self.snapshot, model_name=self.core.model_name)
         self.core.metrics = self.core.outputs.metrics = self.metrics
         self.model_name = self.core.model_name
         self.tokenizer = self.core.tokenizer

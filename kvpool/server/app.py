@@ -67,6 +67,7 @@ from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import TenantBlockQuota
 from kvpool.server.request_gate import RequestGate
 from kvpool.server.request_id import add_request_id
+from kvpool.server.responses_api import ResponsesRoute
 from kvpool.server.tenant import tenant_middleware
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "GATE_KEY", "METRICS_KEY", "ROUTES_KEY",
@@ -119,6 +120,7 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
                           stream_write_timeout=stream_write_timeout,
                           request_metrics=RequestMetrics(metrics, names[0]))
     routes.register(app)
+    ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
     LookupRoute.register(app, engine, parser, routes.parse_pool, namespace)
     _wire(app, engine, metrics, routes, gate)

@@ -1,5 +1,6 @@
 """The routes: OpenAI completions and chat (JSON or SSE), models, tokenize/detokenize (vLLM's
-shapes), version, health and metrics.
+shapes), version, health and metrics. ``generate`` is the one engine-and-stream path; the
+Responses API (responses_api.py) runs through it with its own view of the answer.
 
 Life of a generation request::
 
@@ -52,7 +53,7 @@ from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.prompt_merge import PromptStreams
 from kvpool.server.protocol import RequestParser
 from kvpool.server.request_gate import RequestGate
-from kvpool.server.responses import SSE_DONE, ResponseBuilder, sse_event
+from kvpool.server.responses import ChunkView, ResponseBuilder
 from kvpool.server.tokenize_routes import TokenizeRoutes
 
 __all__ = ["OpenAIRoutes"]
@@ -98,13 +99,17 @@ class OpenAIRoutes:
 
     # ---- generation ---------------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=False)
+        return await self.generate(request, self._parse_completion)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=True)
+        return await self.generate(request, self._parse_chat)
 
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        parse = self._parse_chat if chat else self._parse_completion
+    async def generate(self, request: web.Request, parse: Callable[[bytes], ParsedRequest],
+                       view: Callable[[ResponseBuilder], Any] = ChunkView
+                       ) -> web.StreamResponse:
+        """Parse the body with ``parse`` (on the parse pool), run it, answer through
+        ``view(builder)``: responses.py ChunkView (completions, chat), or another shape of the
+        same updates (responses_api.py)."""
         req = await self.parse_pool.parse(await request.read(), parse)
         if req.params.response_format is not None:  # compiled off the loop (grammar_compile.py)
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
@@ -116,7 +121,7 @@ class OpenAIRoutes:
         try:
             await updates.start()  # validation, QueueFullError and first updates surface here
             if req.stream:
-                return await self._stream(request, builder, updates)
+                return await self._stream(request, view(builder), updates)
             for i, first in updates.firsts():
                 builder.update(first, i)
             async for i, out in updates:
@@ -124,7 +129,7 @@ class OpenAIRoutes:
             failure = builder.failure()
             if failure is not None:
                 raise failure
-            return web.json_response(builder.body(), headers=ignored_header(req.ignored))
+            return web.json_response(view(builder).body(), headers=ignored_header(req.ignored))
         finally:
             await updates.release()
             self._observe(builder)
@@ -155,21 +160,23 @@ class OpenAIRoutes:
         """Stop the parse pool (the app's cleanup); a parse still running finishes first."""
         self.parse_pool.close()
 
-    async def _stream(self, request: web.Request, builder: ResponseBuilder,
+    async def _stream(self, request: web.Request, view: Any,
                       updates: PromptStreams) -> web.StreamResponse:
+        builder = view.builder
         resp = web.StreamResponse(headers={**SSE_HEADERS,
                                            **ignored_header(builder.req.ignored)})
         await resp.prepare(request)
         request[STREAM_STARTED] = True
-        events = [sse_event(c) for c in builder.role_chunks()]
+        head = view.head()  # before the first updates: its usage (if shown) counts none
+        chunks = []
         for i, first in updates.firsts():
-            events += [sse_event(c) for c in builder.update(first, i)]
-        await self._write(request, resp, b"".join(events))
+            chunks += builder.update(first, i)
+        await self._write(request, resp, head + view.events(chunks))
         try:
             async for i, out in updates:
                 chunks = builder.update(out, i)
                 if chunks:
-                    await self._write(request, resp, b"".join(sse_event(c) for c in chunks))
+                    await self._write(request, resp, view.events(chunks))
             failure = builder.failure()
         except (ConnectionError, asyncio.CancelledError):
             raise
@@ -177,13 +184,7 @@ class OpenAIRoutes:
             log.exception("stream %s failed", builder.id)
             failure = APIError(500, f"generation failed: {type(exc).__name__}",
                                code="generation_error")
-        tail = []
-        if failure is not None:
-            tail.append(sse_event(builder.error_event(failure)))
-        elif builder.req.include_usage:
-            tail.append(sse_event(builder.usage_chunk()))
-        tail.append(SSE_DONE)
-        await self._write(request, resp, b"".join(tail))
+        await self._write(request, resp, view.tail(failure))
         await resp.write_eof()
         return resp
 

@@ -33,7 +33,7 @@ from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
 
-__all__ = ["SSE_DONE", "ResponseBuilder", "sse_event"]
+__all__ = ["SSE_DONE", "ChunkView", "ResponseBuilder", "sse_event"]
 
 SSE_DONE = b"data: [DONE]\n\n"
 OPENAI_FINISH = ("stop", "length")  # what a successful choice may report
@@ -281,3 +281,30 @@ class ResponseBuilder:
         if self.chat and want_prompt:
             body["prompt_logprobs"] = self.prompt_lps[0]
         return body
+
+
+class ChunkView:
+    """How completions and chat answer from a builder: the body, or each chunk one ``data:``
+    event (chat opens with role chunks), then the usage chunk (when asked) and ``[DONE]``.
+    handlers.py streams through a view; responses_api.py is the Responses API's."""
+
+    def __init__(self, builder: ResponseBuilder) -> None:
+        self.builder = builder
+
+    def head(self) -> bytes:
+        return self.events(self.builder.role_chunks())
+
+    @staticmethod
+    def events(chunks: list[dict[str, Any]]) -> bytes:
+        return b"".join(sse_event(c) for c in chunks)
+
+    def tail(self, failure: APIError | None) -> bytes:
+        b = self.builder
+        if failure is not None:
+            return sse_event(b.error_event(failure)) + SSE_DONE
+        if b.req.include_usage:
+            return sse_event(b.usage_chunk()) + SSE_DONE
+        return SSE_DONE
+
+    def body(self) -> dict[str, Any]:
+        return self.builder.body()

@@ -43,6 +43,7 @@ from kvpool.server.connections import ConnectionLimiter, default_max_connections
 from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
 from kvpool.server.remote_setup import add_remote_args, build_link
+from kvpool.server.responses_api import RESPONSES_KEY
 from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
                                          add_server_args, resolve_api_key)
 
@@ -239,6 +240,7 @@ def _build(config: EngineConfig, o: ServeOptions,
                     generation_config=o.generation_config,
                     served_model_names=o.served_model_name)
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
+    app[RESPONSES_KEY].store.max_entries = o.max_stored_responses
     app[METRICS_KEY].add_source(limiter.families)
     events.register(app, engine, replica_id=app[REPLICA_ID_KEY],
                     chat_template=o.chat_template, tenant_header=o.tenant_header)

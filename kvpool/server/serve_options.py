@@ -23,6 +23,7 @@ from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIV
                                        MIN_SEND_BUFFER)
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
+from kvpool.server.response_store import DEFAULT_MAX_STORED_RESPONSES
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
 
@@ -66,6 +67,7 @@ class ServeOptions:
     # engine's names (the model dir's)
     served_model_name: tuple[str, ...] | None = None
     kv_events_config: str | None = None  # vLLM's KVEventsConfig as JSON (None: no events)
+    max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES  # Responses API store, all tenants
 
     def __post_init__(self) -> None:
         names = self.served_model_name
@@ -90,6 +92,9 @@ class ServeOptions:
         if self.remote_url:
             check_url(self.remote_url)  # before an engine is built: exit 2 naming the forms
         require(self.remote_prefetch_timeout_ms > 0, "--remote-prefetch-timeout-ms: use > 0")
+        require(self.max_stored_responses >= 0,
+                f"--max-stored-responses {self.max_stored_responses}: use a count >= 0 (0: "
+                "store none)")
         if self.kv_events_config is not None:
             KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag
 
@@ -187,6 +192,10 @@ def _add_request_args(srv: _ArgGroup) -> None:
                      "vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": "
                      "\"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
                      "\"tcp://*:5558\"}'; GET /v1/kvpool/kv_events tells subscribers where")
+    srv.add_argument("--max-stored-responses", type=int, default=DEFAULT_MAX_STORED_RESPONSES,
+                     metavar="N", help="Responses API results kept in memory for "
+                     "previous_response_id and GET /v1/responses/{id}, all tenants together, "
+                     f"least recently used out (0: none; default {DEFAULT_MAX_STORED_RESPONSES})")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
