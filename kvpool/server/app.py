@@ -40,6 +40,7 @@ from kvpool.server.quota import QuotaEngine, TenantBlockQuota
 from kvpool.server.request_id import add_request_id
 from kvpool.server.shutdown import DrainGate
 from kvpool.server.tenant import TenantEngine, tenant_middleware
+from kvpool.server.tools.parsers import tool_parser
 
 if TYPE_CHECKING:  # the app only needs the engine's contract (the stress harness reuses it)
     from kvpool.runtime.engine import AsyncEngine
@@ -71,7 +72,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               shared_prefix_cache: bool = False,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
               reject_unknown_fields: bool = False,
-              generation_config: str | None = "auto") -> web.Application:
+              generation_config: str | None = "auto",
+              tool_call_parser: str | None = None) -> web.Application:
     """The OpenAI-compatible app.
 
     ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
@@ -91,6 +93,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
     and listed in a response header, as vLLM ignores them; known_fields.py).
     ``generation_config``: where request sampling defaults come from (generation_config.py):
     ``auto`` the model directory's generation_config.json, ``vllm`` none, or a directory.
+    ``tool_call_parser``: reads ``tool_choice: auto`` output (tools/parsers.py); None: auto
+    tool choice is off (a 400), as without vLLM's --enable-auto-tool-choice.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -111,7 +115,8 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
                                                             chat_template),
                            max_logprobs=config.max_logprobs, max_prompts=config.max_queue,
                            reject_unknown_fields=reject_unknown_fields,
-                           defaults=load_generation_defaults(generation_config, config.model))
+                           defaults=load_generation_defaults(generation_config, config.model),
+                           tool_parser=tool_call_parser and tool_parser(tool_call_parser))
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
                                shared=shared_prefix_cache)

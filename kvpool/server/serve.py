@@ -210,7 +210,8 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
                     stream_write_timeout=o.stream_write_timeout,
                     reject_unknown_fields=o.reject_unknown_fields,
                     generation_config=o.generation_config,
-                    served_model_names=o.served_model_name)
+                    served_model_names=o.served_model_name,
+                    tool_call_parser=o.tool_call_parser if o.enable_auto_tool_choice else None)
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
     app[METRICS_KEY].add_source(limiter.families)
     events.register(app, engine, replica_id=app[REPLICA_ID_KEY],

@@ -22,6 +22,7 @@ from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIV
                                        MIN_SEND_BUFFER)
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
+from kvpool.server.tools.parsers import PARSERS
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
 
@@ -61,6 +62,8 @@ class ServeOptions:
     # engine's names (the model dir's)
     served_model_name: tuple[str, ...] | None = None
     kv_events_config: str | None = None  # vLLM's KVEventsConfig as JSON (None: no events)
+    enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
+    tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
 
     def __post_init__(self) -> None:
         names = self.served_model_name
@@ -85,6 +88,11 @@ class ServeOptions:
         if self.remote_url:
             check_url(self.remote_url)  # before an engine is built: exit 2 naming the forms
         require(self.remote_prefetch_timeout_ms > 0, "--remote-prefetch-timeout-ms: use > 0")
+        require(not self.enable_auto_tool_choice or self.tool_call_parser is not None,
+                "--enable-auto-tool-choice needs --tool-call-parser NAME (one of "
+                f"{', '.join(sorted(PARSERS))})")
+        require(self.tool_call_parser in (None, *PARSERS), f"--tool-call-parser "
+                f"{self.tool_call_parser}: use one of {', '.join(sorted(PARSERS))}")
         if self.kv_events_config is not None:
             KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag
 
@@ -167,6 +175,12 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                      "vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": "
                      "\"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
                      "\"tcp://*:5558\"}'; GET /v1/kvpool/kv_events tells subscribers where")
+    srv.add_argument("--enable-auto-tool-choice", action="store_true", default=False,
+                     help="let the model decide to call tools (tool_choice auto, the default "
+                     "when tools are sent), its output read by --tool-call-parser")
+    srv.add_argument("--tool-call-parser", default=None, metavar="NAME",
+                     help=f"how the model writes tool calls: {', '.join(sorted(PARSERS))} "
+                     "(vLLM's names; required and named tool_choice need none)")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",

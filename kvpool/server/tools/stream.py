@@ -1,0 +1,111 @@
+"""One choice's streamed text -> content deltas and tool-call deltas, read by an auto parser.
+
+The stream holds back what may be a call and reads calls with the same ``extract`` the
+non-streamed body uses, over the whole text so far, so the deltas join to the same calls::
+
+    content mode   text before a marker goes out as content; a tail that could be the start
+                   of a marker (``<tool_`` of ``<tool_call>``) waits for the next piece
+    tool mode      from the marker on nothing is content; each piece that may close a value
+                   re-reads the text: every new call goes out as two deltas, vLLM's order
+                   ({index, id, type, function.name}, then {index, function.arguments})
+    finish         calls not out yet go out; none read at all: the held text is content
+
+A parser with ``at_start`` (llama3_json, pythonic) reads calls only where the output opens
+with a marker; an output that opens otherwise is content from its first visible character.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvpool.server.tools.calls import ToolCall, arguments_delta
+
+__all__ = ["ParserStream", "call_deltas"]
+
+_CLOSERS = frozenset("}])>")
+
+
+def call_deltas(calls: tuple[ToolCall, ...], first: int) -> list[dict[str, Any]]:
+    """The stream deltas of ``calls`` (their indexes from ``first``)."""
+    out = []
+    for k, call in enumerate(calls, first):
+        out += [call.opening_delta(k), arguments_delta(k, call.arguments)]
+    return out
+
+
+def _partial_marker(text: str, markers: tuple[str, ...]) -> int:
+    """Length of the longest tail of ``text`` that opens some marker."""
+    best = 0
+    for m in markers:
+        for n in range(min(len(m) - 1, len(text)), best, -1):
+            if text.endswith(m[:n]):
+                best = n
+                break
+    return best
+
+
+class ParserStream:
+    """Content and tool-call deltas for one choice, read by ``parser`` as text arrives."""
+
+    def __init__(self, parser: Any, limit: int | None = None) -> None:
+        self.parser = parser
+        self.limit = limit  # parallel_tool_calls false: the first call only
+        self.text = ""
+        self.sent = 0  # characters of text already out as content
+        self.tool_at: int | None = None  # where tool mode began (None: content mode)
+        self.plain = False  # at_start parsers: the output opened with content
+        self.calls: list[ToolCall] = []
+
+    @property
+    def called(self) -> bool:
+        return bool(self.calls)
+
+    def feed(self, piece: str) -> list[dict[str, Any]]:
+        if not piece:
+            return []
+        self.text += piece
+        if self.tool_at is not None:
+            return self._read_calls() if _CLOSERS.intersection(piece) else []
+        if self.plain:
+            return self._content(len(self.text))
+        if self.parser.at_start:
+            return self._opening()
+        return self._scan()
+
+    def finish(self) -> list[dict[str, Any]]:
+        if self.tool_at is None:
+            return self._content(len(self.text))
+        out = self._read_calls()
+        if not self.calls:  # no call in it: what was held is content after all
+            out += self._content(len(self.text))
+        return out
+
+    def _content(self, upto: int) -> list[dict[str, Any]]:
+        piece, self.sent = self.text[self.sent:upto], max(self.sent, upto)
+        return [{"content": piece}] if piece else []
+
+    def _opening(self) -> list[dict[str, Any]]:
+        head = self.text.lstrip()
+        if not head:
+            return []
+        if any(head.startswith(m) for m in self.parser.markers):
+            self.tool_at = 0
+            return self._read_calls()
+        if any(m.startswith(head) for m in self.parser.markers):
+            return []  # still may become a marker
+        self.plain = True
+        return self._content(len(self.text))
+
+    def _scan(self) -> list[dict[str, Any]]:
+        found = [i for m in self.parser.markers if (i := self.text.find(m, self.sent)) >= 0]
+        if found:
+            self.tool_at = min(found)
+            return self._content(self.tool_at) + self._read_calls()
+        return self._content(len(self.text) - _partial_marker(self.text, self.parser.markers))
+
+    def _read_calls(self) -> list[dict[str, Any]]:
+        calls = self.parser.extract(self.text).calls[:self.limit]
+        new = calls[len(self.calls):]
+        first = len(self.calls)
+        self.calls += new
+        return call_deltas(new, first)
