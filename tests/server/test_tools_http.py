@@ -8,19 +8,16 @@ param; without the flag ``auto`` is vLLM's 400 and ``none`` still works."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import jsonschema
 import openai
 import pytest
 from openai import AsyncOpenAI
 
-from kvpool.server import serve
 from kvpool.server.tools.request import AUTO_NEEDS_FLAGS
 from tests.runtime.model.helpers import save_hf_model
 from tests.server.test_chat_template import hf_ids, model_dir
-from tests.server.test_serve import ROOT, serve_command
+from tests.server.helpers import ServerProcess
 from tests.server.test_tool_templates import CALLED, TOOL_CHATML, as_template_sees
 
 pytest.importorskip("transformers")
@@ -48,26 +45,12 @@ def served(tmp_path_factory):
     d = tmp_path_factory.mktemp("tool_model")
     save_hf_model(d, "qwen2", vocab_size=320)  # room for the template's special tokens
     model_dir(d, TOOL_CHATML, "<|im_start|>", "<|im_end|>")
-    proc = subprocess.Popen(
-        [*serve_command(), str(d), "--port", "0", "--num-device-blocks", "256",
-         "--num-host-blocks", "0", "--max-model-len", "2048", "--num-threads", "1",
-         "--log-level", "warning", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+    server = ServerProcess(d, "--num-device-blocks", "256", "--max-model-len", "2048",
+                           "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
     try:
-        lines = []
-        while not (lines and lines[-1].startswith(serve.READY_PREFIX)):
-            line = proc.stdout.readline()
-            assert line, "server exited before listening:\n" + "".join(lines)
-            lines.append(line)
-        yield "http://" + lines[-1].removeprefix(serve.READY_PREFIX).split()[0], d
+        yield server.url, d
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
 
 
 def client(url: str) -> AsyncOpenAI:
