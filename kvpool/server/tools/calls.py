@@ -13,6 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvpool.server.tools.scan import json_values
+
 __all__ = ["Extracted", "ToolCall", "arguments_delta", "arguments_text", "call_from_json",
            "new_call_id"]
 
@@ -68,11 +70,7 @@ def call_from_json(obj: Any) -> ToolCall | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    if not isinstance(args, dict):
-        return None
-    return ToolCall(obj["name"], arguments_text(args))
+    if isinstance(args, str):  # some models write the arguments as JSON text
+        decoded, _ = json_values(args)
+        args = decoded[0] if len(decoded) == 1 else None
+    return ToolCall(obj["name"], arguments_text(args)) if isinstance(args, dict) else None
