@@ -34,25 +34,31 @@ def call_deltas(calls: tuple[ToolCall, ...], first: int) -> list[dict[str, Any]]
 
 
 def _partial_marker(text: str, markers: tuple[str, ...]) -> int:
-    """Length of the longest tail of ``text`` that opens some marker."""
+    """Length of the longest tail of ``text`` that opens some marker (a tail always starts
+    with a marker's first character, so only those positions are tried)."""
     best = 0
     for m in markers:
-        for n in range(min(len(m) - 1, len(text)), best, -1):
-            if text.endswith(m[:n]):
-                best = n
+        i = text.find(m[0], max(len(text) - len(m) + 1, 0))
+        while i >= 0:
+            if m.startswith(text[i:]):
+                best = max(best, len(text) - i)
                 break
+            i = text.find(m[0], i + 1)
     return best
 
 
 class ParserStream:
-    """Content and tool-call deltas for one choice, read by ``parser`` as text arrives."""
+    """Content and tool-call deltas for one choice, read by ``parser`` as text arrives.
+
+    ``text`` holds only what has not gone out as content: in content mode a possible marker's
+    start, in tool mode everything from the marker on (calls are read from there; what comes
+    before a marker never changes them)."""
 
     def __init__(self, parser: Any, limit: int | None = None) -> None:
         self.parser = parser
         self.limit = limit  # parallel_tool_calls false: the first call only
         self.text = ""
-        self.sent = 0  # characters of text already out as content
-        self.tool_at: int | None = None  # where tool mode began (None: content mode)
+        self.tool_mode = False
         self.plain = False  # at_start parsers: the output opened with content
         self.calls: list[ToolCall] = []
 
@@ -63,17 +69,17 @@ class ParserStream:
     def feed(self, piece: str) -> list[dict[str, Any]]:
         if not piece:
             return []
-        self.text += piece
-        if self.tool_at is not None:
-            return self._read_calls() if _CLOSERS.intersection(piece) else []
         if self.plain:
-            return self._content(len(self.text))
+            return [{"content": piece}]
+        self.text += piece
+        if self.tool_mode:
+            return self._read_calls() if _CLOSERS.intersection(piece) else []
         if self.parser.at_start:
             return self._opening()
         return self._scan()
 
     def finish(self) -> list[dict[str, Any]]:
-        if self.tool_at is None:
+        if not self.tool_mode:
             return self._content(len(self.text))
         out = self._read_calls()
         if not self.calls:  # no call in it: what was held is content after all
@@ -81,7 +87,7 @@ class ParserStream:
         return out
 
     def _content(self, upto: int) -> list[dict[str, Any]]:
-        piece, self.sent = self.text[self.sent:upto], max(self.sent, upto)
+        piece, self.text = self.text[:upto], self.text[upto:]
         return [{"content": piece}] if piece else []
 
     def _opening(self) -> list[dict[str, Any]]:
@@ -89,7 +95,7 @@ class ParserStream:
         if not head:
             return []
         if any(head.startswith(m) for m in self.parser.markers):
-            self.tool_at = 0
+            self.tool_mode = True
             return self._read_calls()
         if any(m.startswith(head) for m in self.parser.markers):
             return []  # still may become a marker
@@ -97,11 +103,13 @@ class ParserStream:
         return self._content(len(self.text))
 
     def _scan(self) -> list[dict[str, Any]]:
-        found = [i for m in self.parser.markers if (i := self.text.find(m, self.sent)) >= 0]
-        if found:
-            self.tool_at = min(found)
-            return self._content(self.tool_at) + self._read_calls()
-        return self._content(len(self.text) - _partial_marker(self.text, self.parser.markers))
+        found = [i for m in self.parser.markers if (i := self.text.find(m)) >= 0]
+        if not found:
+            return self._content(len(self.text) - _partial_marker(self.text,
+                                                                  self.parser.markers))
+        out = self._content(min(found))
+        self.tool_mode = True
+        return out + self._read_calls()
 
     def _read_calls(self) -> list[dict[str, Any]]:
         calls = self.parser.extract(self.text).calls[:self.limit]
