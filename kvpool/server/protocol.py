@@ -46,7 +46,7 @@ from kvpool.server.logprob_fields import DEFAULT_MAX_LOGPROBS, parse_logprob_fie
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
 from kvpool.server.sampling_fields import parse_sampling_controls
 from kvpool.server.template_cache import TemplateCache
-from kvpool.server.tools.request import ToolRequest, parse_tool_request
+from kvpool.server.tools.request import ToolRequest, parse_tool_request, template_tools
 from kvpool.server.vllm_fields import VllmExtras, parse_vllm_extras
 
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
@@ -144,7 +144,7 @@ class RequestParser:
         check_unsupported(body, UNSUPPORTED_CHAT)
         extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
         tools = parse_tool_request(body, self.tool_parser)
-        ids, messages = self._chat_ids(body, extras, tools)
+        ids, messages = self._chat_ids(body, extras, tools.tools if tools else None)
         # vLLM's chat echo: only a final assistant message (the one being continued) comes back
         echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""
         # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
@@ -157,7 +157,7 @@ class RequestParser:
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
         ``messages`` (rendered as chat completions render them: the same ids, the same
-        ``chat_template`` / ``chat_template_kwargs``)."""
+        ``chat_template`` / ``chat_template_kwargs`` / ``tools``)."""
         self.fields.check(body, KNOWN_TOKENIZE)
         self._model(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
@@ -167,7 +167,7 @@ class RequestParser:
         extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
         add = extras.add_special_tokens
         if messages is not None:
-            return self._chat_ids(body, extras)[0]
+            return self._chat_ids(body, extras, template_tools(body))[0]
         if not isinstance(prompt, str):
             raise _bad("prompt", "must be a string")
         return self.tokenizer.encode(prompt, add_special_tokens=True if add is None else add)
@@ -179,7 +179,9 @@ class RequestParser:
         return self.tokenizer.decode(self._token_list(body.get("tokens"), "tokens", False))
 
     def _chat_ids(self, body: dict[str, Any], extras: VllmExtras,
-                  tools: ToolRequest | None = None) -> tuple[list[int], list[tuple]]:
+                  tools: Sequence[dict[str, Any]] | None = None
+                  ) -> tuple[list[int], list[tuple]]:
+        """``tools``: what the template renders (the request's, as sent)."""
         messages = parse_messages(body.get("messages"))
         # vLLM's spelling and rule: continuing the last (assistant) message and opening a new
         # assistant turn contradict each other
@@ -192,7 +194,7 @@ class RequestParser:
         text = tpl.render(messages, add_generation_prompt=add_gen and not cont,
                           continue_final_message=cont,
                           variables=dict(extras.chat_template_kwargs),
-                          tools=tools.tools if tools is not None else None)
+                          tools=tools)
         add = extras.add_special_tokens
         ids = self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens
                            if add is None else add)

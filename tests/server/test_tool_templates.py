@@ -80,6 +80,9 @@ def test_model_template_renders_tools_and_tool_messages_as_transformers(tmp_path
         assert '"name": "get_weather"' in text and "Weather now" in text
     assert "<tool_response>\n18 C, clear" in p.tokenizer.decode(
         p.parse_chat({"messages": CALLED, "tools": TOOLS, "tool_choice": "none"}).prompt_ids)
+    # vLLM's /tokenize takes the tools too: the same ids as the chat request renders
+    assert p.parse_tokenize({"messages": CALLED, "tools": TOOLS}) == hf_ids(
+        d, as_template_sees(CALLED), tools=TOOLS, add_generation_prompt=True)
     # no tools: the template sees tools=None, as transformers renders it
     plain = p.parse_chat({"messages": CALLED[:2], "max_tokens": 4}).prompt_ids
     assert plain == hf_ids(d, CALLED[:2], add_generation_prompt=True)

@@ -26,7 +26,7 @@ from kvpool.server.tools.calls import Extracted
 from kvpool.server.tools.forced import CallArrayStream, NamedStream
 from kvpool.server.tools.stream import ParserStream
 
-__all__ = ["MAX_TOOLS", "ToolRequest", "forced_schema", "parse_tool_request"]
+__all__ = ["MAX_TOOLS", "ToolRequest", "forced_schema", "parse_tool_request", "template_tools"]
 
 MAX_TOOLS = 128
 AUTO_NEEDS_FLAGS = ('"auto" tool choice requires --enable-auto-tool-choice and '
@@ -91,6 +91,11 @@ def parse_tool_request(body: dict[str, Any], parser: Any) -> ToolRequest | None:
     schema = forced_schema(tools, name, req.parallel)
     return ToolRequest(req.tools, choice, name, req.parallel, None,
                        _compile(schema, tools, name))
+
+
+def template_tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...] | None:
+    """vLLM's /tokenize ``tools``: validated, for the template only (nothing is generated)."""
+    return tuple(_tools(body.get("tools"))) or None
 
 
 def _tools(value: Any) -> list[dict[str, Any]]:
