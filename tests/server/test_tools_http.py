@@ -7,6 +7,7 @@ param; without the flag ``auto`` is vLLM's 400 and ``none`` still works."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import jsonschema
@@ -14,6 +15,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
+from kvpool.server import serve
 from kvpool.server.tools.request import AUTO_NEEDS_FLAGS
 from tests.runtime.model.helpers import save_hf_model
 from tests.server.test_chat_template import hf_ids, model_dir
@@ -192,3 +194,20 @@ async def test_without_the_flag_auto_is_vllms_400_and_none_works(make_server):
         r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
                                             tool_choice=NAMED, max_tokens=200, seed=3)
         assert len(check_calls(r.choices[0], ("get_weather",))) == 1
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--enable-auto-tool-choice"], "--tool-call-parser"),
+    (["--enable-auto-tool-choice", "--tool-call-parser", "nope"], "--tool-call-parser nope"),
+])
+def test_bad_tool_flags_exit_2_naming_them(flags, named, capsys):
+    assert serve.main(flags) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvpool serve: ") and named in err and "hermes" in err, err
+
+
+def test_tool_flags_reach_the_options():
+    args = serve.add_serve_args(argparse.ArgumentParser()).parse_args(
+        ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"])
+    o = serve.ServeOptions.from_args(args)
+    assert (o.enable_auto_tool_choice, o.tool_call_parser) == (True, "pythonic")

@@ -84,13 +84,11 @@ def parse_tool_request(body: dict[str, Any], parser: Any) -> ToolRequest | None:
         return None
     if choice == "auto" and parser is None:
         raise RequestError(AUTO_NEEDS_FLAGS, param="tool_choice")
-    req = ToolRequest(tuple(tools), choice, name, parallel is not False,
-                      parser if choice == "auto" else None)
-    if choice not in ("named", "required"):
-        return req
-    schema = forced_schema(tools, name, req.parallel)
-    return ToolRequest(req.tools, choice, name, req.parallel, None,
-                       _compile(schema, tools, name))
+    parallel = parallel is not False
+    grammar = _compile(forced_schema(tools, name, parallel), tools, name) \
+        if choice in ("named", "required") else None
+    return ToolRequest(tuple(tools), choice, name, parallel,
+                       parser if choice == "auto" else None, grammar)
 
 
 def template_tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...] | None:
