@@ -210,4 +210,7 @@ def test_tool_flags_reach_the_options():
     args = serve.add_serve_args(argparse.ArgumentParser()).parse_args(
         ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"])
     o = serve.ServeOptions.from_args(args)
-    assert (o.enable_auto_tool_choice, o.tool_call_parser) == (True, "pythonic")
+    assert (o.enable_auto_tool_choice, o.auto_tool_parser) == (True, "pythonic")
+    parser_only = serve.ServeOptions.from_args(serve.add_serve_args(
+        argparse.ArgumentParser()).parse_args(["--tool-call-parser", "hermes"]))
+    assert parser_only.auto_tool_parser is None  # vLLM's rule: auto needs both flags
