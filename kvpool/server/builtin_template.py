@@ -58,7 +58,8 @@ class ChatTemplate:
         parts = []
         for m in chat:
             role = "system" if m["role"] == "developer" else m["role"]
-            text = m["content"] + "".join(_call_text(c) for c in m.get("tool_calls", ()))
+            calls = m.get("tool_calls")
+            text = m["content"] + "".join(map(_call_text, calls)) if calls else m["content"]
             parts.append(f"<|{role}|>\n{text}\n<|end|>\n")
         if continue_final_message:
             if chat[-1]["role"] != "assistant":
