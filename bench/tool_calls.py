@@ -8,8 +8,9 @@ requests rotate, ``P N T P N T``, between a plain body (P), the same with two ``
 ``tool_choice: auto`` (T: the same prompt, every delta read by the hermes parser). Greedy with
 ``ignore_eos``: every request generates the same ``--max-tokens`` tokens. Reports the median
 [min-max] wall time per request of each kind, the median of the per-round ratios T/N (the
-tools reading path alone) and the parse alone (RequestParser.parse_chat, microseconds) of
-each body. Never pass/fail.
+tools reading path alone), the parse alone (RequestParser.parse_chat, microseconds) of each
+body, and the response side alone (``--max-tokens`` one-token updates through ResponseBuilder
+and sse_event, in-process, microseconds). Never pass/fail.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ from aiohttp.test_utils import TestServer
 from bench.api_fields import fmt, one_request, parse_seconds
 from kvpool.runtime.engine import AsyncEngine
 from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.outputs import CompletionOutput, RequestOutput
 from kvpool.server.app import ROUTES_KEY, build_app
+from kvpool.server.responses import ResponseBuilder, sse_event
+
+WORDS = ("The", " weather", " in", " Paris", " is", " <", "mild", " today", ".")
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -66,14 +71,33 @@ async def main(rounds: int, max_tokens: int) -> None:
         parser = app[ROUTES_KEY].parser
         parse = {k: parse_seconds(lambda raw: parser.parse_chat(parser.decode_body(raw)), v,
                                   n=500) for k, v in bodies.items()}
+        respond = {k: _response_seconds(parser.parse_chat(parser.decode_body(v)), max_tokens)
+                   for k, v in bodies.items()}
     finally:
         await server.close()
     print(f"streamed chat request, {max_tokens} tokens, {rounds} interleaved rounds")
     names = {"P": "plain", "N": "tools, none", "T": "tools, auto"}
     for k in bodies:
-        print(f"  {names[k]:<12} {fmt(times[k], 1e3, 'ms')}   parse {fmt(parse[k], 1e6, 'us')}")
+        print(f"  {names[k]:<12} {fmt(times[k], 1e3, 'ms')}   parse {fmt(parse[k], 1e6, 'us')}"
+              f"   response {fmt(respond[k], 1e6, 'us')}")
     ratios = [t / n for t, n in zip(times["T"], times["N"])]
     print(f"  ratio T/N    {fmt(ratios, 1, '')}")
+
+
+def _response_seconds(req, max_tokens: int, n: int = 500, groups: int = 5) -> list[float]:
+    """Seconds per request of the response side: role chunk, one update per token, SSE."""
+    ups = [RequestOutput("r", (CompletionOutput(0, (5,), WORDS[i % len(WORDS)], i + 1,
+                                                "length" if i == max_tokens - 1 else None),),
+                         i == max_tokens - 1, 10) for i in range(max_tokens)]
+
+    def respond(_: bytes) -> None:
+        builder = ResponseBuilder(req)
+        for c in builder.role_chunks():
+            sse_event(c)
+        for u in ups:
+            for c in builder.update(u):
+                sse_event(c)
+    return parse_seconds(respond, b"", n=n, groups=groups)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ class ParserStream:
         self.tool_mode = False
         self.plain = False  # at_start parsers: the output opened with content
         self.calls: list[ToolCall] = []
+        self.starts = frozenset(m[0] for m in parser.markers)  # what may open a marker
 
     @property
     def called(self) -> bool:
@@ -69,8 +70,9 @@ class ParserStream:
     def feed(self, piece: str) -> list[dict[str, Any]]:
         if not piece:
             return []
-        if self.plain:
-            return [{"content": piece}]
+        if self.plain or (not self.text and not self.parser.at_start
+                           and self.starts.isdisjoint(piece)):
+            return [{"content": piece}]  # nothing held, nothing that may open a marker
         self.text += piece
         if self.tool_mode:
             return self._read_calls() if _CLOSERS.intersection(piece) else []
