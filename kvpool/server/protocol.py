@@ -264,8 +264,11 @@ class RequestParser:
                              tools=tools if tools is not None and tools.extracts else None)
 
     def _controls(self, body: dict[str, Any], tools: ToolRequest | None) -> dict[str, Any]:
-        """Sampling controls; tool_choice required / named bring their own grammar."""
+        """Sampling controls; tool_choice required / named bring their own grammar, and a
+        parser whose markers are special tokens gets them in the text (vLLM's rule too)."""
         out = parse_sampling_controls(body, self.vocab_size, self.tokenizer)
+        if tools is not None and tools.parser is not None and tools.parser.keeps_special_tokens:
+            out.setdefault("skip_special_tokens", False)
         if tools is not None and tools.grammar is not None:
             if "response_format" in out:
                 raise _bad("tool_choice", f"{tools.choice!r} forces a tool call's shape: it "

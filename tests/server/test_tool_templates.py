@@ -13,6 +13,7 @@ import pytest
 from kvpool.errors import RequestError
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
+from kvpool.server.protocol import RequestParser
 from kvpool.server.tools.parsers import tool_parser
 from tests.server.test_chat_template import hf_ids, model_dir, parser_for
 
@@ -118,3 +119,18 @@ def test_bad_tool_messages_are_400s_naming_them(message, param):
     with pytest.raises(RequestError) as err:
         parse_messages([message])
     assert err.value.param == param
+
+
+def test_parsers_whose_markers_are_special_tokens_get_them_in_the_text():
+    from tests.server.test_protocol import P
+
+    def skip(parser, **kw):
+        p = RequestParser(P.tokenizer, ["m"], 1024, max_n=1, max_tokens_limit=16, max_stop=4,
+                          tool_parser=parser and tool_parser(parser))
+        body = {"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, **kw}
+        return p.parse_chat(body).params.skip_special_tokens
+
+    assert skip("hermes") is False and skip("mistral") is False  # [TOOL_CALLS] is special
+    assert skip("llama3_json") is True and skip("pythonic") is True
+    assert skip("hermes", skip_special_tokens=True) is True  # the client's word wins
+    assert skip(None, tool_choice="none") is True and skip("hermes", tool_choice="none") is True

@@ -29,6 +29,8 @@ class HermesParser:
     name = "hermes"
     markers = (OPEN,)
     at_start = False  # a call may follow any text
+    # Qwen's and Hermes' tokenizers may make the tags special tokens: they must reach the text
+    keeps_special_tokens = True
 
     def extract(self, text: str) -> Extracted:
         start = text.find(OPEN)

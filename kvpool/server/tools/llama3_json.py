@@ -23,6 +23,7 @@ class Llama3JsonParser:
     name = "llama3_json"
     markers = (TAG, "{")
     at_start = True  # calls only open the output
+    keeps_special_tokens = False  # without <|python_tag|> a call still opens with "{"
 
     def extract(self, text: str) -> Extracted:
         body = text.lstrip()

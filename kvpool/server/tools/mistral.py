@@ -51,6 +51,7 @@ class MistralParser:
     name = "mistral"
     markers = (MARKER,)
     at_start = False
+    keeps_special_tokens = True  # [TOOL_CALLS] is a special token of Mistral's tokenizers
 
     def extract(self, text: str) -> Extracted:
         start = text.find(MARKER)

@@ -42,6 +42,7 @@ class PythonicParser:
     name = "pythonic"
     markers = ("[", START)
     at_start = True
+    keeps_special_tokens = False
 
     def extract(self, text: str) -> Extracted:
         body = text.lstrip()
