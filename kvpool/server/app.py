@@ -36,6 +36,8 @@
     generation_config        where request sampling defaults come from (generation_config.py):
                              ``auto`` the model directory's generation_config.json, ``vllm``
                              none, or a directory
+    tool_call_parser         reads ``tool_choice: auto`` output (tools/parsers.py); None: auto
+                             is a 400, as without vLLM's --enable-auto-tool-choice
 
 NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (request_gate.py), so
 by the time aiohttp's cleanup runs there is little left. aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown
@@ -69,6 +71,7 @@ from kvpool.server.request_gate import RequestGate
 from kvpool.server.request_id import add_request_id
 from kvpool.server.responses_api import ResponsesRoute
 from kvpool.server.tenant import tenant_middleware
+from kvpool.server.tools.parsers import tool_parser
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "GATE_KEY", "METRICS_KEY", "ROUTES_KEY",
            "build_app", "start_draining"]
@@ -101,7 +104,8 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
               shared_prefix_cache: bool = False,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
               reject_unknown_fields: bool = False,
-              generation_config: str | None = "auto") -> web.Application:
+              generation_config: str | None = "auto",
+              tool_call_parser: str | None = None) -> web.Application:
     """The OpenAI-compatible app (each option: the module docstring's table)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -110,7 +114,7 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
     names = served_model_names or tuple(dict.fromkeys(
         n for n in (engine.model_name, engine.config.served_model_name) if n))
     parser = _parser(engine, names, max_json_depth, chat_template, reject_unknown_fields,
-                     generation_config)
+                     generation_config, tool_call_parser)
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
                                shared=shared_prefix_cache)
@@ -139,7 +143,7 @@ def _middlewares(api_key: str | None, tenant_header: str | None) -> list[Middlew
 
 def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
             chat_template: str | Path | None, reject_unknown_fields: bool,
-            generation_config: str | None) -> RequestParser:
+            generation_config: str | None, tool_call_parser: str | None) -> RequestParser:
     """The request parser, bounded by the engine's config and context."""
     config = engine.config
     return RequestParser(engine.tokenizer, names, engine.max_model_len,
@@ -150,7 +154,8 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
                                                           chat_template),
                          max_logprobs=config.max_logprobs, max_prompts=config.max_queue,
                          reject_unknown_fields=reject_unknown_fields,
-                         defaults=load_generation_defaults(generation_config, config.model))
+                         defaults=load_generation_defaults(generation_config, config.model),
+                         tool_parser=tool_call_parser and tool_parser(tool_call_parser))
 
 
 def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,

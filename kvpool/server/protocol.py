@@ -8,8 +8,8 @@ Policy, in one place:
   ``X-Kvpool-Ignored-Fields`` response header), or with ``reject_unknown_fields`` rejected
   (400, code ``unknown_parameter``) as OpenAI's own API does: known_fields.py. Known OpenAI
   features this server does not implement are **rejected** with 400 naming the field when
-  set to anything but their default (``suffix``, ``tools``), so a client never gets a
-  silently different result. Sampling controls (penalties, ``logit_bias``, ``min_tokens``,
+  set to anything but their default (``suffix``, ``functions``), so a client never gets a
+  silently different result. ``tools`` / ``tool_choice`` / ``parallel_tool_calls``: tools/. Sampling controls (penalties, ``logit_bias``, ``min_tokens``,
   ``min_p``) and ``response_format``: sampling_fields.py;
   ``logprobs``, ``top_logprobs``, ``echo``, ``prompt_logprobs``: logprob_fields.py.
 - ``prompt``: a string, a list of token ids, or a list of several of either kind (at most
@@ -46,6 +46,7 @@ from kvpool.server.logprob_fields import DEFAULT_MAX_LOGPROBS, parse_logprob_fie
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
 from kvpool.server.sampling_fields import parse_sampling_controls
 from kvpool.server.template_cache import TemplateCache
+from kvpool.server.tools.request import ToolRequest, parse_tool_request, template_tools
 from kvpool.server.vllm_fields import VllmExtras, parse_vllm_extras
 
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
@@ -73,12 +74,14 @@ class RequestParser:
                  max_json_depth: int = MAX_JSON_DEPTH,
                  chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
                  max_prompts: int = 1024, reject_unknown_fields: bool = False,
-                 defaults: dict[str, Any] | None = None) -> None:
+                 defaults: dict[str, Any] | None = None, tool_parser: Any = None) -> None:
         """``chat_template``: the model's (chat_template.ModelChatTemplate) or None for the
         built-in :class:`ChatTemplate`. ``reject_unknown_fields``: 400 for a field this
         server does not know (default: ignored, as vLLM does). ``defaults``: request-field
-        defaults from the model's generation_config.json (generation_config.py)."""
+        defaults from the model's generation_config.json (generation_config.py).
+        ``tool_parser``: reads tool_choice auto (tools/parsers.py); None: auto is a 400."""
         self.fields = FieldPolicy(reject_unknown_fields)
+        self.tool_parser = tool_parser
         defaults = dict(defaults or {})
         self.default_max_tokens: int | None = defaults.pop("max_tokens", None)
         self.defaults = defaults  # sampling fields a request leaves out take these
@@ -139,19 +142,21 @@ class RequestParser:
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_CHAT)
         extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
-        ids, messages = self._chat_ids(body, extras)
+        tools = parse_tool_request(body, self.tool_parser)
+        ids, messages = self._chat_ids(body, extras, tools.tools if tools else None)
         # vLLM's chat echo: only a final assistant message (the one being continued) comes back
         echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""
         # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
         # field wins when both are sent.
         max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
         return self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
-                            mt_param, None, ignored=ignored, extras=extras, echo_text=echo)
+                            mt_param, None, ignored=ignored, extras=extras, echo_text=echo,
+                            tools=tools)
 
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
         ``messages`` (rendered as chat completions render them: the same ids, the same
-        ``chat_template`` / ``chat_template_kwargs``)."""
+        ``chat_template`` / ``chat_template_kwargs`` / ``tools``)."""
         self.fields.check(body, KNOWN_TOKENIZE)
         self._model(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
@@ -161,7 +166,7 @@ class RequestParser:
         extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
         add = extras.add_special_tokens
         if messages is not None:
-            return self._chat_ids(body, extras)[0]
+            return self._chat_ids(body, extras, template_tools(body))[0]
         if not isinstance(prompt, str):
             raise _bad("prompt", "must be a string")
         return self.tokenizer.encode(prompt, add_special_tokens=True if add is None else add)
@@ -172,8 +177,10 @@ class RequestParser:
         self._model(body.get("model"))
         return self.tokenizer.decode(self._token_list(body.get("tokens"), "tokens", False))
 
-    def _chat_ids(self, body: dict[str, Any], extras: VllmExtras
-                  ) -> tuple[list[int], list[tuple[str, str]]]:
+    def _chat_ids(self, body: dict[str, Any], extras: VllmExtras,
+                  tools: Sequence[dict[str, Any]] | None = None
+                  ) -> tuple[list[int], list[tuple]]:
+        """``tools``: what the template renders (the request's, as sent)."""
         messages = parse_messages(body.get("messages"))
         # vLLM's spelling and rule: continuing the last (assistant) message and opening a new
         # assistant turn contradict each other
@@ -185,7 +192,8 @@ class RequestParser:
         tpl = self.templates.pick(extras.chat_template)
         text = tpl.render(messages, add_generation_prompt=add_gen and not cont,
                           continue_final_message=cont,
-                          variables=dict(extras.chat_template_kwargs))
+                          variables=dict(extras.chat_template_kwargs),
+                          tools=tools)
         add = extras.add_special_tokens
         ids = self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens
                            if add is None else add)
@@ -196,7 +204,8 @@ class RequestParser:
                 prompts: list[tuple[list[int], str | None]], prompt_param: str,
                 max_tokens: int | None, mt_param: str, default_max: int | None, *,
                 echo_only: bool = False, ignored: tuple[str, ...] = (),
-                extras: VllmExtras = VllmExtras(), echo_text: str = "") -> ParsedRequest:
+                extras: VllmExtras = VllmExtras(), echo_text: str = "",
+                tools: ToolRequest | None = None) -> ParsedRequest:
         empty = next((i for i, (ids, text) in enumerate(prompts) if not ids or text == ""), None)
         if empty is not None:  # the one empty-prompt rule (the engine trusts the edge)
             raise _bad(prompt_param, "must not be empty" if len(prompts) == 1
@@ -243,7 +252,7 @@ class RequestParser:
             stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
             ignore_eos=opt(body, "ignore_eos", bool, False),
             logprobs=engine_lps, prompt_logprobs=lp.engine_prompt_logprobs,
-            **parse_sampling_controls(body, self.vocab_size, self.tokenizer))
+            **self._controls(body, tools))
         return ParsedRequest(kind=kind, model=model, prompt_ids=prompts[0][0], params=params,
                              stream=stream, include_usage=include_usage, cache_salt=salt,
                              priority=priority, user=opt(body, "user", str, None),
@@ -251,7 +260,21 @@ class RequestParser:
                              prompt_texts=tuple(t for _, t in prompts), logprob=lp,
                              echo_only=echo_only, ignored=ignored, extras=extras,
                              continuous_usage=continuous, echo_text=echo_text,
-                             return_n=n if best_of > n else None)
+                             return_n=n if best_of > n else None,
+                             tools=tools if tools is not None and tools.extracts else None)
+
+    def _controls(self, body: dict[str, Any], tools: ToolRequest | None) -> dict[str, Any]:
+        """Sampling controls; tool_choice required / named bring their own grammar, and a
+        parser whose markers are special tokens gets them in the text (vLLM's rule too)."""
+        out = parse_sampling_controls(body, self.vocab_size, self.tokenizer)
+        if tools is not None and tools.parser is not None and tools.parser.keeps_special_tokens:
+            out.setdefault("skip_special_tokens", False)
+        if tools is not None and tools.grammar is not None:
+            if "response_format" in out:
+                raise _bad("tool_choice", f"{tools.choice!r} forces a tool call's shape: it "
+                           "cannot be combined with response_format or guided decoding")
+            out["response_format"] = tools.grammar
+        return out
 
     def _best_of(self, body: dict[str, Any], n: int, stream: bool) -> int:
         best_of = opt(body, "best_of", int, n)

@@ -237,7 +237,7 @@ def _build(config: EngineConfig, o: ServeOptions,
                     tenant_header=o.tenant_header, shared_prefix_cache=o.shared_prefix_cache,
                     stream_write_timeout=o.stream_write_timeout,
                     reject_unknown_fields=o.reject_unknown_fields,
-                    generation_config=o.generation_config,
+                    generation_config=o.generation_config, tool_call_parser=o.auto_tool_parser,
                     served_model_names=o.served_model_name)
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
     app[RESPONSES_KEY].store.max_entries = o.max_stored_responses
@@ -315,8 +315,6 @@ def default_num_threads() -> int:
     gains (bench.step measures a decode step per thread count: on a 2-core machine, 2 threads
     made decode ~6x slower than 1, while a prefill gained ~1.6x; decode dominates serving).
     """
-    import os
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (cores or 1) - 1)
 
@@ -365,18 +363,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = config_from_args(args)
-    except ValueError as exc:  # ConfigError names the flag and the fix
-        print(f"kvpool serve: {exc}", file=sys.stderr)
-        return 2
-    try:
-        options = ServeOptions.from_args(args)
-    except ValueError as exc:  # ConfigError names the flag and the fix
-        print(f"kvpool serve: {exc}", file=sys.stderr)
-        return 2
-    try:
-        run_server(config, options)
-    except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
+        run_server(config_from_args(args), ServeOptions.from_args(args))
+    except ValueError as exc:  # ConfigError naming the flag (or the model dir, the budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2
     _exit_now(0)

@@ -24,6 +24,7 @@ from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIV
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import DEFAULT_MAX_STORED_RESPONSES
+from kvpool.server.tools.parsers import PARSERS
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
 
@@ -68,6 +69,8 @@ class ServeOptions:
     served_model_name: tuple[str, ...] | None = None
     kv_events_config: str | None = None  # vLLM's KVEventsConfig as JSON (None: no events)
     max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES  # Responses API store, all tenants
+    enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
+    tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
 
     def __post_init__(self) -> None:
         names = self.served_model_name
@@ -95,8 +98,19 @@ class ServeOptions:
         require(self.max_stored_responses >= 0,
                 f"--max-stored-responses {self.max_stored_responses}: use a count >= 0 (0: "
                 "store none)")
+        require(not self.enable_auto_tool_choice or self.tool_call_parser is not None,
+                "--enable-auto-tool-choice needs --tool-call-parser NAME (one of "
+                f"{', '.join(sorted(PARSERS))})")
+        require(self.tool_call_parser in (None, *PARSERS), f"--tool-call-parser "
+                f"{self.tool_call_parser}: use one of {', '.join(sorted(PARSERS))}")
         if self.kv_events_config is not None:
             KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag
+
+    @property
+    def auto_tool_parser(self) -> str | None:
+        """The parser that reads tool_choice auto, or None where auto is off (vLLM's rule:
+        --tool-call-parser alone does not turn it on)."""
+        return self.tool_call_parser if self.enable_auto_tool_choice else None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
@@ -196,6 +210,12 @@ def _add_request_args(srv: _ArgGroup) -> None:
                      metavar="N", help="Responses API results kept in memory for "
                      "previous_response_id and GET /v1/responses/{id}, all tenants together, "
                      f"least recently used out (0: none; default {DEFAULT_MAX_STORED_RESPONSES})")
+    srv.add_argument("--enable-auto-tool-choice", action="store_true", default=False,
+                     help="let the model decide to call tools (tool_choice auto, the default "
+                     "when tools are sent), its output read by --tool-call-parser")
+    srv.add_argument("--tool-call-parser", default=None, metavar="NAME",
+                     help=f"how the model writes tool calls: {', '.join(sorted(PARSERS))} "
+                     "(vLLM's names; required and named tool_choice need none)")
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
