@@ -41,7 +41,7 @@ def _drive(ops, policies, before_evict=None):
             yield [p.evict() for p in policies]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(ops=OPS)
 def test_at_zero_biases_the_order_is_exactly_lru(ops):
     """Both biases at 0 make every key the release stamp: LRU's order, whatever the queues."""
