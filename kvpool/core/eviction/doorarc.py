@@ -26,7 +26,8 @@ ARC with a longer memory, TinyLFU's admission of what recurs.
 Why chains stay intact: a request's blocks are released tail first, so in each queue a child
 sits ahead of its parent; a child is used at most as often as its parent (every use of the
 child uses the parent), so its class is no higher, and a revival or ghost of a child implies
-one of its parent: a parent's key is never below its child's.
+one of its parent: a parent's key is not below its child's (barring sketch and ghost-slot
+collisions, which can only lift a child early).
 """
 
 from __future__ import annotations
