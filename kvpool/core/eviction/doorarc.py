@@ -27,7 +27,7 @@ Why chains stay intact: a request's blocks are released tail first, so in each q
 sits ahead of its parent; a child is used at most as often as its parent (every use of the
 child uses the parent), so its class is no higher, and a revival or ghost of a child implies
 one of its parent: a parent's key is not below its child's (barring sketch and ghost-slot
-collisions, which can only lift a child early).
+collisions, which can rank a child above its parent).
 """
 
 from __future__ import annotations
