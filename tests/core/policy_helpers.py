@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvpool.core.eviction import ClassLRUPolicy, EvictionPolicy, make_policy
+from kvpool.core.eviction import ClassLRUPolicy, DoorARCPolicy, EvictionPolicy, make_policy
 
 
 def key(i: int) -> bytes:
@@ -10,7 +10,9 @@ def key(i: int) -> bytes:
 
 
 def small(name: str, capacity: int) -> EvictionPolicy:
-    """A policy sized for tests (ClassLRU with a small sketch, so invariants stay cheap)."""
+    """A policy sized for tests (small sketches, so invariants stay cheap)."""
     if name == "classlru":
         return ClassLRUPolicy(capacity, sketch_min_bits=8)
+    if name == "doorarc":
+        return DoorARCPolicy(capacity, sketch_min_bits=8)
     return make_policy(name, capacity)

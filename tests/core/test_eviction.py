@@ -29,7 +29,7 @@ from tests.trace_reference import reference_lru
 
 # ---------------------------------------------------------------- interface, registry
 def test_registry_and_make_policy():
-    assert set(POLICIES) == {"lru", "classlru"}
+    assert set(POLICIES) == {"lru", "classlru", "doorarc"}
     for name, cls in POLICIES.items():
         p = make_policy(name, 8)
         assert type(p) is cls and p.name == name and isinstance(p, EvictionPolicy)
