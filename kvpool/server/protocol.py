@@ -41,7 +41,8 @@ from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETO
                                         KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
                                         UNSUPPORTED_COMPLETION, FieldPolicy, check_unsupported)
 from kvpool.server.body_bound import MAX_JSON_BYTES_PER_CHAR
-from kvpool.server.body_fields import is_int, opt, stream_options, with_defaults
+from kvpool.server.body_fields import (INT32, is_int, opt, salt_and_priority, stream_options,
+                                      with_defaults)
 from kvpool.server.logprob_fields import DEFAULT_MAX_LOGPROBS, parse_logprob_fields
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
 from kvpool.server.sampling_fields import parse_sampling_controls
@@ -52,9 +53,7 @@ from kvpool.server.vllm_fields import VllmExtras, parse_vllm_extras
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-MAX_CACHE_SALT_CHARS = 1024
 MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
-_INT32 = 1 << 31
 
 
 def _bad(param: str | None, message: str, code: str | None = None) -> RequestError:
@@ -101,7 +100,10 @@ class RequestParser:
         self.max_logprobs = max_logprobs
         self.max_prompts = max_prompts
         self.vocab_size = int(tokenizer.vocab_size)
-        per_token = tokenizer.max_chars_per_token()
+        self._set_string_bounds(tokenizer.max_chars_per_token(), max_model_len)
+
+    def _set_string_bounds(self, per_token: int | None, max_model_len: int) -> None:
+        """The longest prompt and string a request that fits may hold."""
         # longest text that might fit (NOTE(bounded-work)); None: no bound can be trusted
         self.max_prompt_chars = None if per_token is None else max_model_len * per_token
         # NOTE(string-bound): every string of a fitting request is at most max_prompt_chars
@@ -206,37 +208,14 @@ class RequestParser:
                 echo_only: bool = False, ignored: tuple[str, ...] = (),
                 extras: VllmExtras = VllmExtras(), echo_text: str = "",
                 tools: ToolRequest | None = None) -> ParsedRequest:
-        empty = next((i for i, (ids, text) in enumerate(prompts) if not ids or text == ""), None)
-        if empty is not None:  # the one empty-prompt rule (the engine trusts the edge)
-            raise _bad(prompt_param, "must not be empty" if len(prompts) == 1
-                       else f"prompt {empty}: must not be empty")
-        longest = max(len(ids) for ids, _ in prompts)
-        which = "" if len(prompts) == 1 else \
-            f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
-        room = self.max_model_len - longest
-        if room <= 0:
-            raise self._too_long(prompt_param, f"the prompt{which} has {longest} tokens")
-        if max_tokens is None:
-            default_max = self.default_max_tokens or default_max
-            max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit, room)
-        elif max_tokens > room:
-            raise context_length_error(self.max_model_len, f"you requested {longest + max_tokens}"
-                                       f" ({longest} in the prompt{which}, {max_tokens} to "
-                                       "generate)", mt_param, named=True)
+        max_tokens = self._budget(prompts, prompt_param, max_tokens, mt_param, default_max)
         stream = opt(body, "stream", bool, False)
         include_usage, continuous = stream_options(body.get("stream_options"), stream)
         n = opt(body, "n", int, 1)
         if not 1 <= n <= self.max_n:
             raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
         best_of = self._best_of(body, n, stream) if kind == "completion" else n
-        salt = opt(body, "cache_salt", str, None)
-        # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
-        if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
-            raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters, none of "
-                       "them NUL")
-        priority = opt(body, "priority", int, 0)
-        if not -_INT32 <= priority < _INT32:
-            raise _bad("priority", "must fit in a 32-bit signed integer")
+        salt, priority = salt_and_priority(body)
         lp = parse_logprob_fields(body, chat=kind == "chat", max_logprobs=self.max_logprobs,
                                   stream=stream)
         # best_of > n: best_of run, the n of highest cumulative logprob return (vLLM v0's
@@ -262,6 +241,29 @@ class RequestParser:
                              continuous_usage=continuous, echo_text=echo_text,
                              return_n=n if best_of > n else None,
                              tools=tools if tools is not None and tools.extracts else None)
+
+    def _budget(self, prompts: list[tuple[list[int], str | None]], prompt_param: str,
+                max_tokens: int | None, mt_param: str, default_max: int | None) -> int:
+        """The one empty-prompt and context-length rule (the engine trusts the edge): the
+        tokens to generate, the default filled in from the room the longest prompt leaves."""
+        empty = next((i for i, (ids, text) in enumerate(prompts) if not ids or text == ""), None)
+        if empty is not None:
+            raise _bad(prompt_param, "must not be empty" if len(prompts) == 1
+                       else f"prompt {empty}: must not be empty")
+        longest = max(len(ids) for ids, _ in prompts)
+        which = "" if len(prompts) == 1 else \
+            f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
+        room = self.max_model_len - longest
+        if room <= 0:
+            raise self._too_long(prompt_param, f"the prompt{which} has {longest} tokens")
+        if max_tokens is None:
+            default_max = self.default_max_tokens or default_max
+            max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit, room)
+        elif max_tokens > room:
+            raise context_length_error(self.max_model_len, f"you requested {longest + max_tokens}"
+                                       f" ({longest} in the prompt{which}, {max_tokens} to "
+                                       "generate)", mt_param, named=True)
+        return max_tokens
 
     def _controls(self, body: dict[str, Any], tools: ToolRequest | None) -> dict[str, Any]:
         """Sampling controls; tool_choice required / named bring their own grammar, and a
@@ -300,7 +302,7 @@ class RequestParser:
         # NOTE(bounds): an unbounded top_k overflowed a tensor inside the engine step and took
         # the whole engine down. Past the vocabulary it filters nothing: -1 (off).
         top_k = opt(body, "top_k", int, -1)
-        if top_k >= _INT32:
+        if top_k >= INT32:
             raise _bad("top_k", f"must be below 2**31 (or -1/0 to disable), got {shown(top_k)}")
         return -1 if top_k > self.vocab_size else top_k
 

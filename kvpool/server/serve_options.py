@@ -133,6 +133,8 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     _add_connection_args(srv)
     _add_tenant_args(srv)
     _add_request_args(srv)
+    _add_api_args(srv)
+    _add_process_args(srv)
 
 
 def _add_connection_args(srv: _ArgGroup) -> None:
@@ -206,6 +208,10 @@ def _add_request_args(srv: _ArgGroup) -> None:
                      "vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": "
                      "\"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
                      "\"tcp://*:5558\"}'; GET /v1/kvpool/kv_events tells subscribers where")
+
+
+def _add_api_args(srv: _ArgGroup) -> None:
+    """The OpenAI API features a server turns on or sizes: stored responses, tool calls."""
     srv.add_argument("--max-stored-responses", type=int, default=DEFAULT_MAX_STORED_RESPONSES,
                      metavar="N", help="Responses API results kept in memory for "
                      "previous_response_id and GET /v1/responses/{id}, all tenants together, "
@@ -216,6 +222,10 @@ def _add_request_args(srv: _ArgGroup) -> None:
     srv.add_argument("--tool-call-parser", default=None, metavar="NAME",
                      help=f"how the model writes tool calls: {', '.join(sorted(PARSERS))} "
                      "(vLLM's names; required and named tool_choice need none)")
+
+
+def _add_process_args(srv: _ArgGroup) -> None:
+    """The event loop and what the process logs."""
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",
