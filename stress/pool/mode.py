@@ -98,7 +98,7 @@ class PoolStress:
               and 0 <= st.internal_fragmentation < 1)
         if not ok:
             self.rt.violation(f"stats snapshot inconsistent: {st}")
-        f = self.manager.fragmentation()
+        f = self.manager.stats.fragmentation()
         if not (0 <= f.external < 1 and f.num_free <= d.num_blocks):
             self.rt.violation(f"fragmentation snapshot inconsistent: {f}")
         self.snapshots += 1
