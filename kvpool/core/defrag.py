@@ -92,7 +92,7 @@ class DefragPlanner:
             if self._plans:
                 raise InvalidBlockError("a defrag plan is already in flight; commit or abort it")
             n = pool.num_blocks
-            free = pool.free_ids()
+            free = pool.free_list.ids()
             live = n - len(free)
             holes = sorted(b for b in free if b < live)
             if not holes:

@@ -171,24 +171,28 @@ class BlockSpaceManager:
         before writing, or None if the pool is short (nothing changes). A whole decode step
         under one lock: ``slots.append_decodes``; all or nothing: ``slots.append_batch``."""
         with self._lock:
-            t = self._tables.get(seq_id)
+            try:  # NOTE(speed): a subscript, not a .get() call, on the hot path
+                t = self._tables[seq_id]
+            except KeyError:
+                t = None
             if t is None or t.device is not _DEVICE:
-                table_of(self._tables, seq_id)  # raises UnknownSequenceError
+                table_of(self._tables, seq_id)  # raises UnknownSequenceError when unknown
                 raise InvalidBlockError(f"sequence {seq_id} is swapped out")
             n0 = t.num_tokens
             bs = self.block_size
             r0 = n0 % bs
+            caching = self.caching
             # NOTE(fast-path): decode's common case (15 of 16 tokens at bs 16): one token
             # into the sequence's own partial block, no copy, no new block, no block completed
             # (so no hash), nothing left to register. The only store lock-free readers see is
             # used_slots: a single-store write (seqlock.py), whose version bump is inlined.
-            if (r0 and r0 < bs - 1 and len(token_ids) == 1 and t.tokens is None
+            if (0 < r0 < bs - 1 and len(token_ids) == 1 and t.tokens is None
                     and self._ref_count(t.blocks[-1]) == 1
-                    and (not self.caching or t.num_registered == n0 // bs)):
+                    and (not caching or t.num_registered == n0 // bs)):
                 t.num_computed = n0
                 t.num_tokens = n0 + 1
                 t.version += 1
-                if self.caching:
+                if caching:
                     t.tail.append(token_ids[0])
                 self.counters.used_slots += 1
                 w = self._writing

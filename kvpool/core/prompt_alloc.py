@@ -30,6 +30,13 @@ from kvpool.core.stats import ManagerCounters
 from kvpool.errors import DuplicateSequenceError
 
 
+def count_used(pool: BlockPool, block_ids: Sequence[int]) -> int:
+    """How many of ``block_ids`` are in use (ref >= 1). NOTE(speed): C-level map/count over
+    the pool's ``ref_count``, no Python call per id (admission asks this per prefix hit)."""
+    refs = list(map(pool.ref_count, block_ids))
+    return len(refs) - refs.count(0)
+
+
 class PromptAllocator:
     """Allocation over the manager's tables (lent to it, owned by the manager) and its
     device pool; counts prefix queries, hits and used slots into the manager's counters."""
@@ -72,7 +79,7 @@ class PromptAllocator:
             capacity += own
             need += own
             if self.caching and hashes:
-                need -= pool.count_used(self.hits(hashes, num_tokens)[reused:])
+                need -= count_used(pool, self.hits(hashes, num_tokens)[reused:])
         return capacity, need
 
     def prefix_hits(self, block_hashes: Sequence[bytes]) -> int:
@@ -122,7 +129,7 @@ class PromptAllocator:
         hits = self.hits(hashes, n, r.token_ids if verify else None)
         reused, num_hits = self._reused(r, hashes, hits)
         need = -(-n // bs) - len(reused)
-        revive = len(reused) - pool.count_used(reused)
+        revive = len(reused) - count_used(pool, reused)
         c = self.counters
         c.prefix_query_tokens += n if caching else 0
         if need > pool.num_free_blocks - revive:

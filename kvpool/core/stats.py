@@ -137,7 +137,7 @@ class StatsReader:
             if v & 1:
                 time.sleep(0)
                 continue
-            raw = d.free_id_bytes()
+            raw = d.free_list.id_bytes()
             ds = d.stats()
             used_blocks = ds.num_used - ds.num_reserved
             used_slots = self.counters.used_slots
