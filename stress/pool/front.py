@@ -64,12 +64,6 @@ class PoolFront(HostBlockFront):
     def free(self, seq_id: int):
         return self.call(self.manager.free, seq_id)
 
-    def swap_out(self, seq_ids: Sequence[int]):
-        return self.call(self.manager.swap.swap_out, seq_ids)
-
-    def swap_in(self, seq_ids: Sequence[int]):
-        return self.call(self.manager.swap.swap_in, seq_ids)
-
     # ---------------------------------------------------------------- raw blocks
     def allocate_blocks(self, n: int):
         """``n`` device blocks with ref 1 (no table), or None: for KV transfer style users."""

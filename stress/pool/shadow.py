@@ -187,10 +187,7 @@ class ShadowRuntime:
             self.expected[child] = (list(toks), salt)
             self._verify_locked([parent, child], "fork")
 
-    def free(self, seq_id: int) -> None:
-        self.free_batch([seq_id])
-
-    def free_batch(self, seq_ids: Sequence[int]) -> None:
+    def free(self, *seq_ids: int) -> None:
         mgr = self.manager
         with mgr.batch():
             mgr.free(*seq_ids)

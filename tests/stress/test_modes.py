@@ -39,7 +39,7 @@ def test_pool_mode_short_run(tmp_path):
         assert f[name] == 0, name
     assert f["ops"] > 1000 and f["invariant_checks"] > 3
     counts = f["op_counts"]
-    for op in ("allocate", "append_slots", "fork", "free_batch", "swap_out", "swap_in",
+    for op in ("allocate", "append_slots", "fork", "free", "swap_out", "swap_in",
                "defrag", "abort"):
         assert counts.get(op, 0) > 0, f"{op} never ran"
     assert f["prefix_hit_tokens"] > 0 and f["cow_copies"] > 0 and f["swap_out_blocks"] > 0
