@@ -59,15 +59,16 @@ class FreeList:
         self.magazine.extend(chunk)  # pop() then yields the lowest id first
         return True
 
-    def pull(self, block_ids: Sequence[int]) -> None:
-        """Take the listed ids out (a defrag plan reserves them); InvalidBlockError, and
-        nothing taken, when one of them is not free. Lock held."""
+    def pull(self, block_ids: Sequence[int]) -> int:
+        """Take the listed ids out (a defrag plan reserves them); returns how many distinct
+        ids left. InvalidBlockError, and nothing taken, when one is not free. Lock held."""
         self.drain()
         taken = set(block_ids)
         kept = [b for b in self.bulk if b not in taken]
         if len(kept) != len(self.bulk) - len(taken):
             raise InvalidBlockError("reserve: a block id is not free")
         self.bulk[:] = array("i", kept)
+        return len(taken)
 
     def ids(self) -> list[int]:
         """A copy of the free ids (bulk and magazine)."""

@@ -224,10 +224,10 @@ class BlockPool:
     def reserve(self, block_ids: Sequence[int]) -> None:
         """Pull free ``block_ids`` out of the free list for a defrag plan: ref 1 each, counted
         in ``num_reserved`` until ``move`` or ``unreserve``."""
-        self.free_list.pull(block_ids)
+        taken = self.free_list.pull(block_ids)
         for b in block_ids:
             self._ref[b] = 1
-        self.num_reserved += len(block_ids)
+        self.num_reserved += taken
 
     def unreserve(self, block_id: int) -> None:
         """A reserved block goes back to the free list unused."""
