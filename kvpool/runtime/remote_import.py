@@ -5,8 +5,8 @@ in its own state, while the copy engine copies its host blocks to lent device bl
 engine step keeps running other requests). Once the copy is done the device blocks are
 registered under their chain hashes (``manager.lender.adopt_prefix``: hashes are confirmed
 only after the copy, the swap-in rule) and the request is added: the scheduler's own prefix
-lookup then finds them like any cached prefix. On a failed copy, or a device pool too full to lend, the
-blocks go back and the request is added anyway: it recomputes.
+lookup then finds them like any cached prefix. On a failed copy, or a device pool too full to
+lend, the blocks go back and the request is added anyway: it recomputes.
 """
 
 from __future__ import annotations
