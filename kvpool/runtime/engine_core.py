@@ -386,7 +386,7 @@ class EngineCore:
         bpb = self.storage.bytes_per_block
         copy = self.copies.stats()
         return MetricsSnapshot(
-            ms, mgr.fragmentation(),
+            ms, mgr.stats.fragmentation(),
             {"running": st.num_running, "waiting": st.num_waiting, "swapped": st.num_swapped},
             dict(st.preemptions), {"capacity": ms.device.evictions},
             {"out": ms.swap_out_blocks * bpb, "in": ms.swap_in_blocks * bpb},

@@ -21,7 +21,7 @@ def parse(text: bytes) -> dict[str, dict[tuple, float]]:
 def make(model_name: str | None = None):
     mgr = BlockSpaceManager(CacheConfig(num_device_blocks=32, num_host_blocks=16, block_size=4))
     metrics = KVPoolMetrics(lambda: MetricsSnapshot(
-        mgr.stats(), mgr.fragmentation(), requests={"running": len(mgr.seq_ids())},
+        mgr.stats(), mgr.stats.fragmentation(), requests={"running": len(mgr.seq_ids())},
         preemptions={"swap": 1}, swap_bytes={"out": 4096}), model_name=model_name)
     return mgr, metrics
 
@@ -32,7 +32,7 @@ def test_every_metric_is_exported_with_live_values():
     mgr.allocate([1], prompt)
     mgr.mark_computed(1)
     mgr.allocate([2], prompt)  # 8 prefix-hit tokens
-    mgr.swap_out([2])
+    mgr.swap.swap_out([2])
     metrics.ttft.observe(0.05)
     got = parse(metrics.render())
     families = {n.removesuffix("_total") for n in got} | {

@@ -56,7 +56,7 @@ def test_token_synthesis_keeps_the_prefix_structure():
     assert pb[1024:] != pc[1024:]  # partial tails are unique per request
     assert synth.prompt(a) == pa and TokenSynth(seed=4).prompt(a) != pa
     m = BlockSpaceManager(CacheConfig(num_device_blocks=8, block_size=16))
-    ha, hb = m.hash_prompt(pa), m.hash_prompt(pb)
+    ha, hb = m.hasher.hash_blocks(pa), m.hasher.hash_blocks(pb)
     assert ha[:64] == hb[:64] and ha[64] != hb[64]
 
 
