@@ -27,8 +27,8 @@ product):
               content, one-off multi-file searches (written after ``doorarc`` was frozen)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
-It prints, per cell, LRU, every product policy, the research candidates of
-``bench/ghostwin.py``, Belady's OPT (as bench.policies computes it)
+It prints, per cell, LRU, every product policy, the research candidates
+(``bench.policies.CANDIDATES``: ghostwin, doorarc), Belady's OPT (as bench.policies computes it)
 and the best classic baseline, then the cells where each policy is below LRU and below the
 best classic minus SLACK. Never pass/fail.
 """
@@ -39,10 +39,9 @@ import bisect
 import itertools
 import random
 
-from bench.baselines import BASELINES, replay
-from bench.ghostwin import CANDIDATES
+from bench.baselines import BASELINES
 from bench.common import bench_parser, machine, write_json
-from bench.policies import opt_hit_rate
+from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy, simulate
 
 Trace = list[list[int]]
@@ -249,11 +248,12 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
 
 
 def cell(reqs: Trace, cap: int) -> dict[str, float]:
-    """Hit rate of every product policy and classic baseline on ``reqs`` at ``cap`` blocks."""
+    """Hit rate of every product policy, research candidate and classic baseline on ``reqs``
+    at ``cap`` blocks."""
     blocks = sum(map(len, reqs))
     rates = {p: simulate(reqs, make_policy(p, cap), cap)[0] / blocks for p in POLICIES}
     for name, cls in {**CANDIDATES, **BASELINES}.items():
-        rates[name] = replay(reqs, cls(cap))[0] / blocks
+        rates[name] = hits(reqs, cls(cap), cap)[0] / blocks
     rates["opt"] = opt_hit_rate(reqs, cap)
     return rates
 

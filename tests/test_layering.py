@@ -78,3 +78,14 @@ def test_bench_imports_nothing_from_tests():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             bad += [f"{p.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
     assert not bad, bad
+
+
+def test_product_imports_nothing_from_bench():
+    """Research policies and experiments live in bench/; the package never imports them
+    (``kvpool bench`` runs a bench module by name, at the user's request, not by import)."""
+    bad = []
+    for path in PKG.rglob("*.py"):
+        for mod in imported_modules(ast.parse(path.read_text(), filename=str(path))):
+            if mod == "bench" or mod.startswith("bench."):
+                bad.append(f"{path.relative_to(PKG)} imports {mod}")
+    assert not bad, "\n".join(bad)

@@ -5,7 +5,7 @@ from collections import Counter
 
 from bench.heldout import (SHAPES, agent, cell, code_edit, loop, main, mooncake, rag_bursty,
                            tenants)
-from bench.ghostwin import CANDIDATES
+from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES
 
 

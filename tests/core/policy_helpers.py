@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from kvpool.core.eviction import ClassLRUPolicy, DoorARCPolicy, EvictionPolicy, make_policy
+from bench.doorarc import DoorARCPolicy
+from kvpool.core.eviction import POLICIES, ClassLRUPolicy, EvictionPolicy, make_policy
 
 
 def key(i: int) -> bytes:
     return i.to_bytes(8, "little")
+
+
+# Every policy the protocol tests drive: the product's, and the block-protocol research one.
+DRIVEN = sorted([*POLICIES, DoorARCPolicy.name])
 
 
 def small(name: str, capacity: int) -> EvictionPolicy:

@@ -7,10 +7,9 @@
 - ``classlru`` (ClassLRUPolicy, classlru.py): frequency classes with a recency bonus tuned
   online by shadow caches (tuner.py), counting uses in one FrequencySketch (sketch.py). It
   starts as exactly LRU and departs from it only on significant evidence.
-- ``doorarc`` (DoorARCPolicy, doorarc.py): ARC's ghost-adapted split between recency and
-  frequency, kept as biases on release time (0 is exactly LRU), a TinyLFU doorkeeper for
-  content seen before, and frequency classes within the frequency side; ghosts in a
-  GhostFilter (ghosts.py). Not the default: see README for the cells it loses.
+
+Research policies (``ghostwin``, ``doorarc``) live in bench/, not here: bench.policies and
+bench.heldout compare them with these.
 
 The protocol the PrefixIndex drives (EvictionPolicy) and the queue storage the two
 share are in base.py; ``simulate`` (replay.py) replays a trace through one policy alone.
@@ -20,13 +19,12 @@ from __future__ import annotations
 
 from kvpool.core.eviction.base import EvictionPolicy, LinkedQueuesPolicy
 from kvpool.core.eviction.classlru import ClassLRUPolicy
-from kvpool.core.eviction.doorarc import DoorARCPolicy
 from kvpool.core.eviction.lru import LRUPolicy
 from kvpool.core.eviction.replay import simulate
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.errors import ConfigError
 
-POLICIES: dict[str, type[EvictionPolicy]] = {p.name: p for p in (LRUPolicy, ClassLRUPolicy, DoorARCPolicy)}
+POLICIES: dict[str, type[EvictionPolicy]] = {p.name: p for p in (LRUPolicy, ClassLRUPolicy)}
 
 
 def make_policy(name: str, capacity: int) -> EvictionPolicy:
@@ -39,5 +37,5 @@ def make_policy(name: str, capacity: int) -> EvictionPolicy:
     return cls(capacity)
 
 
-__all__ = ["POLICIES", "ClassLRUPolicy", "DoorARCPolicy", "EvictionPolicy", "FrequencySketch",
+__all__ = ["POLICIES", "ClassLRUPolicy", "EvictionPolicy", "FrequencySketch",
            "LRUPolicy", "LinkedQueuesPolicy", "make_policy", "simulate"]

@@ -1,5 +1,6 @@
-"""DoorARCPolicy and its GhostFilter: properties of the structure (the generic model-checking
-machine in test_eviction.py also drives doorarc through every PrefixIndex call)."""
+"""bench.doorarc (a research policy) and its GhostFilter: properties of the structure (the
+generic model-checking machine in tests/core/test_eviction.py also drives doorarc through
+every PrefixIndex call), and bench.policies reporting it as a candidate."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvpool.core.eviction import DoorARCPolicy, LRUPolicy, simulate
-from kvpool.core.eviction.ghosts import GhostFilter
-from kvpool.errors import InvariantError
+from bench.doorarc import DoorARCPolicy
+from bench.doorarc_ghosts import GhostFilter
+from bench.policies import CANDIDATES, main
+from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy, simulate
+from kvpool.errors import ConfigError, InvariantError
 from tests.core.policy_helpers import key
 
 # (op, block, content): 0 = release new content, 1 = revive (hit + re-release), 2 = evict
@@ -161,3 +164,20 @@ def test_doorarc_replay_keeps_invariants():
     hits, blocks = simulate(reqs, p, 30)
     assert 0 < hits <= blocks and len(p) == 30
     p.check_invariants()
+
+
+def test_doorarc_is_a_research_candidate_not_a_product_choice():
+    assert CANDIDATES["doorarc"] is DoorARCPolicy and "doorarc" not in POLICIES
+    with pytest.raises(ConfigError):  # --eviction-policy doorarc names the valid choices
+        make_policy("doorarc", 8)
+
+
+def test_bench_policies_reports_doorarc_with_its_costs(tmp_path, capsys):
+    res = main(["--traces", "scan_mix", "--seeds", "3", "--capacities", "200",
+                "--policies", "lru", "--baselines", "--candidates", "doorarc", "--no-opt",
+                "--salts", "2", "--quick", "--json", str(tmp_path / "p.json")])
+    rates = res["traces"]["scan_mix@3"]["hit_rate"]
+    assert set(rates) == {"lru", "doorarc"} and 0.0 < rates["doorarc"][200] <= 1.0
+    assert set(res["traces"]["scan_mix@3"]["salt_spread"]) == {"doorarc"}
+    assert set(res["ops"]) == {"lru", "doorarc"}  # per-call cost of the block protocol
+    assert "doorarc" in capsys.readouterr().out

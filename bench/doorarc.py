@@ -1,4 +1,8 @@
-"""DoorARC: ARC's ghost-adapted split between a recency and a frequency side, kept in time
+"""bench/doorarc.py: a research eviction policy (not in the product; it lost more held-out
+cells than classlru). bench.policies and bench.heldout report it beside ``ghostwin`` as
+``doorarc``; it keeps the product's EvictionPolicy protocol, so ``simulate`` replays it.
+
+DoorARC: ARC's ghost-adapted split between a recency and a frequency side, kept in time
 (so that its neutral point is exactly LRU), with a TinyLFU doorkeeper and frequency classes.
 
 What it does: each evictable block sits in one of six FIFO queues in release order (a release
@@ -17,7 +21,7 @@ of F raises it, by the ratio of the two ghost counts (at least 1) times STEP rel
 F, ghosts of the low classes (0-1) against those of the high ones (2+) move ``cbias`` the same
 way. Neither bias goes above the age of the oldest evictable block (anti-windup: beyond it the
 order no longer changes, and a wound-up bias would be slow to come back when the workload
-turns). Ghosts are a GhostFilter (ghosts.py): one 32-bit slot per block.
+turns). Ghosts are a GhostFilter (doorarc_ghosts.py): one 32-bit slot per block.
 
 The doorkeeper: the sketch remembers uses over many pool turnovers where the ghosts remember
 one, so new content whose count says it was used before joins F (at its class) rather than R:
@@ -35,9 +39,9 @@ from __future__ import annotations
 from array import array
 from zlib import crc32
 
+from bench.doorarc_ghosts import GhostFilter
 from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
-from kvpool.core.eviction.ghosts import GhostFilter
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.errors import InvalidBlockError, InvariantError
 

@@ -1,4 +1,6 @@
-"""GhostFilter: which content hashes were evicted recently, and from which queue, in flat tables.
+"""bench/doorarc_ghosts.py: the ghost store of the research policy doorarc (bench/doorarc.py).
+
+GhostFilter: which content hashes were evicted recently, and from which queue, in flat tables.
 
 ARC remembers the ids it evicted (its ghost lists B1 and B2, about one cache of ids) so that a
 miss on one of them says "a larger share for that queue would have made this a hit". Lists of
