@@ -58,8 +58,9 @@ class Picker:
         requests are checked (RequestError: not a JSON object) and planned like the router
         plans them; others go to the first healthy replica."""
         if path.split("?", 1)[0] in GENERATE_PATHS:
-            await self.router.bodies.check(raw)
-            order, _, _ = await self.router.plan(raw, request_headers(CIMultiDict(headers)))
+            body = await self.router.bodies.check(raw)
+            order, _, _ = await self.router.plan(raw, body,
+                                                 request_headers(CIMultiDict(headers)))
         else:
             order = self.router.replicas.healthy()
         if not order:

@@ -31,9 +31,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -49,6 +49,8 @@ SSE_TYPE = "text/event-stream"
 SCAN_BYTES = 1 << 20  # bodies are scanned for usage only up to this size
 _EVENT_END = b"\n\n"
 _DONE = b"data: [DONE]\n\n"
+_CACHED_KEY = b'"cached_tokens":'
+_INT = re.compile(rb"\s*(\d+)")
 # NOTE(transparent): the replica sees the client's own User-Agent and Accept-Encoding (or none),
 # never aiohttp's defaults: the router relays bytes undecoded (auto_decompress=False)
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding")
@@ -199,7 +201,7 @@ class UsageScanner:
         self.buf += chunk
         while (nl := self.buf.find(b"\n")) >= 0:  # SSE: one event line at a time
             line, self.buf = bytes(self.buf[:nl]), self.buf[nl + 1:]
-            if line.startswith(b"data: {") and b'"usage"' in line:
+            if line.startswith(b"data: {") and _CACHED_KEY in line:
                 self._take(line[6:])
 
     def cached_tokens(self) -> int | None:
@@ -208,8 +210,12 @@ class UsageScanner:
         return self.found
 
     def _take(self, text: bytes) -> None:
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            usage: Any = json.loads(text).get("usage") or {}
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-            if isinstance(cached, int):
-                self.found = cached
+        """cached_tokens of one JSON object's usage. NOTE(scan): found as the key's bytes, not
+        by decoding the whole answer (a relay cost per answer and per streamed line): inside
+        a JSON string a quote is escaped, so ``"cached_tokens":`` only matches the key."""
+        at = text.rfind(_CACHED_KEY)
+        if at < 0:
+            return
+        digits = _INT.match(text, at + len(_CACHED_KEY))
+        if digits is not None:
+            self.found = int(digits.group(1))
