@@ -31,7 +31,8 @@ def fleet():
 
 def event_router(urls, **kw):
     rs = ReplicaSet(urls, interval=0.3)
-    events = EventRouting(rs, refresh_interval=0.3, api_key=kw.pop("api_key", None))
+    key = {"api_key": kw.pop("api_key")} if "api_key" in kw else {}
+    events = EventRouting(rs, refresh_interval=0.3, **key)
     return Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events, **kw), events
 
 
