@@ -42,6 +42,7 @@ class Picker:
         self.router = router
         self.runner: web.AppRunner | None = None
         self.picks = 0  # requests given an endpoint (monotonic; tests and logs read it)
+        self.full_duplex = 0  # bodies Envoy streamed in full duplex (service.py; monotonic)
 
     async def start(self) -> None:
         self.runner = web.AppRunner(self.router.app())

@@ -158,6 +158,7 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         if not duplex:
             yield await self.decide(headers, raw, "request_body")
             return
+        self.picker.full_duplex += 1
         out = await self.decide(headers, raw, "request_headers")
         yield out
         if not out.HasField("immediate_response"):

@@ -74,6 +74,7 @@ async def test_same_prefix_same_replica_and_greedy_output_as_direct(fleet, tmp_p
         async with s.get(url + "/v1/models") as r:  # no body: decided on the headers
             assert r.status == 200 and (await r.json())["data"]
     assert picker.picks == 5
+    assert picker.full_duplex == 4  # the shipped config's mode: one round trip per body
 
 
 async def test_streams_through_envoy_chunk_by_chunk(fleet, tmp_path):

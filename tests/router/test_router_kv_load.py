@@ -113,3 +113,25 @@ async def test_the_replicas_api_key_opens_their_event_endpoints(caplog):
         assert events.fallbacks == 0
     finally:
         srv.stop(timeout=20)
+
+
+async def test_a_text_prompt_is_tokenized_once_in_the_router(fleet, monkeypatch):
+    """Once the replicas' tokenizer is loaded here, a text prompt is encoded once per request
+    in the router (the scoring and the expected blocks share that one result) and placed
+    without a lookup, which would tokenize it again on every replica."""
+    r, events = event_router(fleet)
+    text = "tokenize me once " * 20
+    async with served(r) as url, aiohttp.ClientSession() as s:
+        await until(lambda: all(f.live for f in events.feeds.values()), "both feeds caught up")
+        await complete(s, url, {"prompt": "load the tokenizer"})  # by lookup, loads it
+        await until(lambda: events.keys.parser is not None, "the router's tokenizer")
+        tok = events.keys.parser.tokenizer
+        calls = []
+        for name in ("encode", "encode_unlocked"):
+            real = getattr(tok, name)
+            monkeypatch.setattr(tok, name, lambda *a, _real=real, **kw: (
+                calls.append(1), _real(*a, **kw))[1])
+        await complete(s, url, {"prompt": text})
+        monkeypatch.undo()
+    assert len(calls) == 1
+    assert events.fallbacks == 1  # only the first prompt, before the tokenizer was here
