@@ -28,7 +28,8 @@ from kvpool.router.scoring import LoadGuard
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 
-__all__ = ["READY_PREFIX", "add_arguments", "event_loop_factory", "listen", "main", "run",
+__all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments", "event_loop_factory", "listen",
+           "main", "run",
            "serve"]
 
 READY_PREFIX = "kvpool router: listening on http://"
@@ -52,17 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="prefix: ask every replica for its prefix hit and choose with the load "
                         "guard; round_robin: rotate over the healthy replicas without asking "
                         "(a baseline)")
-    p.add_argument("--kv-events", action="store_true",
-                   help="prefix policy without a lookup per request: follow each replica's KV "
-                        "events (replicas started with --kv-events-config; the endpoints come "
-                        "from their GET /v1/kvpool/kv_events) and hash prompts here")
-    p.add_argument("--replica-api-key", default=None, metavar="KEY",
-                   help="the replicas' --api-key, for what the router asks them itself (where "
-                        f"their KV events are); or env {REPLICA_API_KEY_ENV}. Client requests "
-                        "go on with the client's own Authorization")
-    p.add_argument("--kv-index-blocks", type=int, default=DEFAULT_MAX_BLOCKS, metavar="N",
-                   help="block hashes remembered per replica with --kv-events (least recently "
-                        "stored forgotten first)")
+    add_kv_event_arguments(p)
     p.add_argument("--lookup-timeout-ms", type=float, default=50.0,
                    help="a replica's lookup answer may take this long, else it scores 0 hit")
     p.add_argument("--health-interval", type=float, default=DEFAULT_INTERVAL,
@@ -81,6 +72,21 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info",
                    choices=("debug", "info", "warning", "error"))
     return p
+
+
+def add_kv_event_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of placement by the replicas' KV events (kv_routing.py)."""
+    p.add_argument("--kv-events", action="store_true",
+                   help="prefix policy without a lookup per request: follow each replica's KV "
+                        "events (replicas started with --kv-events-config; the endpoints come "
+                        "from their GET /v1/kvpool/kv_events) and hash prompts here")
+    p.add_argument("--replica-api-key", default=None, metavar="KEY",
+                   help="the replicas' --api-key, for what the router asks them itself (where "
+                        f"their KV events are); or env {REPLICA_API_KEY_ENV}. Client requests "
+                        "go on with the client's own Authorization")
+    p.add_argument("--kv-index-blocks", type=int, default=DEFAULT_MAX_BLOCKS, metavar="N",
+                   help="block hashes remembered per replica with --kv-events (least recently "
+                        "stored forgotten first)")
 
 
 def build_router(args: argparse.Namespace) -> Router:
