@@ -28,9 +28,8 @@ from kvpool.router.scoring import LoadGuard
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 
-__all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments", "event_loop_factory", "listen",
-           "main", "run",
-           "serve"]
+__all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments", "event_loop_factory",
+           "listen", "main", "run", "serve"]
 
 READY_PREFIX = "kvpool router: listening on http://"
 REPLICA_API_KEY_ENV = "KVPOOL_REPLICA_API_KEY"
