@@ -8,11 +8,14 @@ may drive it directly). One ``step()``::
               failed copy fails only its request; wait only for the copies touching blocks the
               forward reads or writes (the rest of the FIFO keeps running behind the compute)
     _forward  prefill chunks + decodes as one PagedBatch over the device KV pool, then one
-              token per sequence whose prompt is complete (n sequences share a prompt row)
+              token per sequence whose prompt is complete (n sequences share a prompt row);
+              grammar rows whose mask is late are deferred (row_sampler.py NOTE(late-mask))
     _deliver  defrag moves (full, immutable blocks; committed by on_step_done once copied,
               aborted if the copy failed); the output processor turns samples into deltas and
               decides stop strings; scheduler.on_step_done accepts the tokens and finishes
               sequences (stop strings included); one update per request
+
+Before schedule(), deferred rows whose mask is ready are sampled and delivered (_deliver_late).
 
 Faults enter only through the injected :class:`~kvpool.runtime.faults.FaultPlan`.
 """
@@ -36,14 +39,14 @@ from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 from kvpool.runtime.kv_storage import KVStorage
 from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, SamplingParams,
-                                  build_tiny_model, compute_logprobs, load_model, load_tokenizer,
-                                  make_generator, resolve_dtype)
+                                  build_tiny_model, load_model, load_tokenizer, resolve_dtype)
 from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
 from kvpool.runtime.model.grammar_matchers import GrammarMatchers
 from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.runtime.outputs import RequestOutput
 from kvpool.runtime.prompt_logprobs import PromptLogprobs
 from kvpool.runtime.request_check import RequestChecker
+from kvpool.runtime.row_sampler import Drawn, RowSampler
 from kvpool.sched import (FinishedRequest, Scheduler, SchedulerConfig, SchedulerOutput,
                           SeqStatus)
 
@@ -74,8 +77,7 @@ class EngineCore:
         """``pool_observer``: the manager's PoolObserver (the KV event recorder, if any)."""
         self.config = config
         self.model, self.tokenizer, self.model_name = build_model(config)
-        mcfg = self.model.config
-        self.storage = KVStorage(mcfg, config.block_size, self.model.dtype,
+        self.storage = KVStorage(self.model.config, config.block_size, self.model.dtype,
                                  device=config.device, kv_cache_memory=config.kv_cache_memory,
                                  gpu_memory_utilization=config.gpu_memory_utilization,
                                  swap_space=config.swap_space,
@@ -83,9 +85,27 @@ class EngineCore:
                                  num_host_blocks=config.num_host_blocks)
         self.num_device_blocks = self.storage.num_device_blocks
         # a derived context that outgrows the pool is capped: context_fit.py
-        self.max_model_len = fit_max_model_len(config.max_model_len, mcfg.max_position_embeddings,
-                                               self.num_device_blocks, config.block_size)
+        self.max_model_len = fit_max_model_len(
+            config.max_model_len, self.model.config.max_position_embeddings,
+            self.num_device_blocks, config.block_size)
         log.info("%s", self.storage.capacity_line(self.max_model_len))
+        self._build_scheduler(config, pool_observer)
+        # where tests and the stress harness inject failures (none by default)
+        self.faults = faults if faults is not None else NO_FAULTS
+        self.copies = CopyEngine.for_storage(self.storage, faults=self.faults)
+        self._build_sampling(config, metrics)
+        self.metrics = metrics
+        # NOTE(failed-deque): request ids whose background copy (swap-out) failed. The copy
+        # worker appends, the step thread pops: both are single atomic deque operations, so
+        # an append racing a drain is never lost (a list swapped out could drop one).
+        self._failed: deque[str] = deque()
+        self.invariant_violations = 0
+        self._prefill_rate = 0.0
+        self.block_sink = None  # remote write path: .on_prefills(prefills) after each step
+        self.steps = 0
+        self.prompt_tokens = 0
+
+    def _build_scheduler(self, config: EngineConfig, pool_observer) -> None:
         self.manager = BlockSpaceManager(self.storage.cache_config(
             enable_prefix_caching=config.enable_prefix_caching,
             eviction_policy=config.eviction_policy, model_id=self.model_name),
@@ -98,31 +118,20 @@ class EngineCore:
             kv_bytes_per_block=self.storage.bytes_per_block,
             defrag_threshold=config.defrag_threshold,
             tenant_max_running_seqs=config.tenant_max_running_seqs))
-        # where tests and the stress harness inject failures (none by default)
-        self.faults = faults if faults is not None else NO_FAULTS
-        self.copies = CopyEngine.for_storage(self.storage, faults=self.faults)
-        # min_tokens masks what the scheduler would stop on: its eos and stop_token_ids
-        self.sampler = Sampler(torch.Generator().manual_seed(config.seed),
-                               eos_token_ids=(self.tokenizer.eos_token_id,)
-                               if self.tokenizer.eos_token_id is not None else ())
+        self.checker = RequestChecker(self.model.config.vocab_size, self.max_model_len,
+                                      self.manager)  # validate(): request_check.py
+
+    def _build_sampling(self, config: EngineConfig, metrics) -> None:
         self.outputs = OutputProcessor(self.tokenizer, metrics)
         # response_format: one matcher per constrained sequence; its mask goes to the sampler
-        self.grammars = GrammarMatchers(self.tokenizer, mcfg.vocab_size)
+        self.grammars = GrammarMatchers(self.tokenizer, self.model.config.vocab_size,
+                                        before_mask=self.faults.before_mask)
+        # min_tokens masks what the scheduler would stop on: its eos and stop_token_ids
+        eos = self.tokenizer.eos_token_id
+        self.rows = RowSampler(Sampler(torch.Generator().manual_seed(config.seed),
+                                       eos_token_ids=(eos,) if eos is not None else ()),
+                               self.outputs, self.grammars)  # NOTE(late-mask)
         self.prompt_logprobs = PromptLogprobs(self.outputs)  # prompt_logprobs.py
-        self.checker = RequestChecker(mcfg.vocab_size, self.max_model_len,
-                                      self.manager)  # validate(): request_check.py
-        self._grammar_done: set[int] = set()  # sequences whose grammar completed this step
-        self.metrics = metrics
-        self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
-        # NOTE(failed-deque): request ids whose background copy (swap-out) failed. The copy
-        # worker appends, the step thread pops: both are single atomic deque operations, so
-        # an append racing a drain is never lost (a list swapped out could drop one).
-        self._failed: deque[str] = deque()
-        self.invariant_violations = 0
-        self._prefill_rate = 0.0
-        self.block_sink = None  # remote write path: .on_prefills(prefills) after each step
-        self.steps = 0
-        self.prompt_tokens = 0
 
     # ------------------------------------------------------------------ requests
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
@@ -145,8 +154,7 @@ class EngineCore:
                 self.scheduler.abort(request_id, "invalid response_format")
                 raise
         self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
-        for i, s in enumerate(seq_ids):
-            self._gens[s] = make_generator(None if params.seed is None else params.seed + i)
+        self.rows.add(seq_ids, params.seed)
 
     def abort(self, request_id: str, reason: str = "aborted") -> RequestOutput | None:
         fr = self.scheduler.abort(request_id, reason)
@@ -157,7 +165,7 @@ class EngineCore:
 
     def _finish(self, fr: FinishedRequest, error: str | None = None) -> RequestOutput | None:
         for so in fr.seqs:
-            self._gens.pop(so.seq_id, None)
+            self.rows.remove(so.seq_id)
             self.grammars.remove(so.seq_id)
         if fr.status is SeqStatus.FINISHED_IGNORED:
             error = error or fr.reason
@@ -206,15 +214,18 @@ class EngineCore:
         results: list[RequestOutput] = []
         if self._failed:  # background copies (swap-out) that failed since the last step
             results += self._fail_requests(self.drain_failed(), "KV copy failed")
+        if self.rows.has_late:
+            results += self._deliver_late(wait=False)
         out = self.scheduler.schedule()
         results += self._finish_all(out.ignored)
         if not out.has_work:
+            if self.rows.has_late:  # nothing else can run: wait for the late masks
+                results += self._deliver_late(wait=True)
             return results
         self.steps += 1
         dead = self._copy(out, results)
         entries = self._forward_entries(out, dead, results)
-        samples = self._forward(entries)
-        results += self._deliver(out, samples)
+        results += self._deliver(out, self._forward(entries))
         if self.metrics is not None:
             self.metrics.step.observe(time.monotonic() - t0)
         return results
@@ -254,11 +265,11 @@ class EngineCore:
                 dead.add(rid)
         return [e for e in out.entries if e.request_id not in dead]
 
-    def _forward(self, entries: list) -> list[Sample]:
+    def _forward(self, entries: list) -> Drawn:
         """Stage 2: prefill chunks + decodes as one PagedBatch over the device KV pool, then
         one token per sequence whose prompt is complete."""
         if not entries:
-            return []
+            return Drawn()
         batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
                                       [e.block_ids for e in entries])
         full = self.prompt_logprobs.rows(entries)
@@ -275,9 +286,9 @@ class EngineCore:
         self._measure(sum(len(e.input_ids) for e in entries), time.perf_counter() - tf)
         if full:
             self.prompt_logprobs.record(entries, full, full_logits)
-        return self._sample(logits, entries)
+        return self.rows.sample(logits, entries, self.steps)
 
-    def _deliver(self, out: SchedulerOutput, samples: list[Sample]) -> list[RequestOutput]:
+    def _deliver(self, out: SchedulerOutput, drawn: Drawn) -> list[RequestOutput]:
         """Stage 3: defrag copies, then the output processor (text, stop strings) and the
         scheduler (tokens, stop conditions, frees); one update per request."""
         defrag_ok = True
@@ -285,17 +296,41 @@ class EngineCore:
             h = self.copies.submit("defrag", out.defrag_moves)
             defrag_ok = h.exception(timeout=60) is None
         self.prompt_tokens += sum(p.num_new_tokens for p in out.prefills)
-        failed = self.grammars.failed_requests(samples)  # NOTE(grammar-error): never a stop
-        samples = [s for s in samples if s.request_id not in failed] if failed else samples
-        broken = [o for rid, why in failed.items() for o in self._fail_requests([rid], why)]
+        broken, samples = self._drop_broken(drawn.samples)
         deltas, stops = self.outputs.on_tokens(samples, time.monotonic())
         finished = self.scheduler.on_step_done(
             out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok,
-            stops={i: f"stop {t!r}" for i, t in stops.items()}
-            | dict.fromkeys(self._grammar_done, "grammar complete"))
-        self._grammar_done = set()
+            stops=self._stops(stops, drawn.done), deferred=drawn.deferred)
         if self.block_sink is not None and out.prefills:
             self.block_sink.on_prefills(out.prefills)  # enqueue only (remote_writer.py)
+        return broken + self._updates(deltas, finished)
+
+    def _deliver_late(self, wait: bool) -> list[RequestOutput]:
+        """Between steps: the deferred rows now due (row_sampler.py NOTE(late-mask))."""
+        drawn = self.rows.take_late(self.scheduler.awaiting, self.steps, wait)
+        if not drawn.samples:
+            return []
+        broken, samples = self._drop_broken(drawn.samples)
+        deltas, stops = self.outputs.on_tokens(samples, time.monotonic())
+        finished = self.scheduler.accept_late({s.seq_id: s.token_id for s in samples},
+                                              self._stops(stops, drawn.done))
+        return broken + self._updates(deltas, finished)
+
+    def _drop_broken(self, samples: list[Sample]) -> tuple[list[RequestOutput], list[Sample]]:
+        """Fail the requests whose grammar broke (NOTE(grammar-error): never a stop)."""
+        failed = self.grammars.failed_requests(samples)
+        if not failed:
+            return [], samples
+        broken = [o for rid, why in failed.items() for o in self._fail_requests([rid], why)]
+        return broken, [s for s in samples if s.request_id not in failed]
+
+    @staticmethod
+    def _stops(stops: dict, grammar_done: list[int]) -> dict[int, str]:
+        return {i: f"stop {t!r}" for i, t in stops.items()} | dict.fromkeys(
+            grammar_done, "grammar complete")
+
+    def _updates(self, deltas: dict, finished: list[FinishedRequest]) -> list[RequestOutput]:
+        """One update per request: its deltas, inside its final output when it finished."""
         final = {fr.request_id: o for fr in finished if (o := self._finish(fr)) is not None}
         updates = []
         for rid, outs in deltas.items():
@@ -307,7 +342,7 @@ class EngineCore:
                 final[rid] = delta.then(final[rid])
             else:
                 updates.append(delta)
-        return broken + updates + list(final.values())
+        return updates + list(final.values())
 
     @property
     def prefill_rate(self) -> float:
@@ -328,42 +363,6 @@ class EngineCore:
                 kw["prefill_tokens_per_s"] = self._prefill_rate
             if kw:
                 self.scheduler.update_cost_model(**kw)
-
-    def _sample(self, logits: torch.Tensor, entries: list) -> list[Sample]:
-        idx, params, gens, samples = [], [], [], []
-        reqs = self.outputs.requests
-        for i, e in enumerate(entries):
-            r = reqs.get(e.request_id)
-            if r is None:
-                continue
-            for s in e.sample_seq_ids:  # a prefill chunk: none before its last token
-                idx.append(i)
-                params.append(r.params)
-                gens.append(self._gens.get(s))
-                samples.append(Sample(s, e.request_id, 0))
-        if not idx:
-            return []
-        picked = logits[torch.tensor(idx)] if len(idx) != logits.shape[0] or idx != list(
-            range(len(idx))) else logits
-        hist = None
-        if any(p.needs_history for p in params):  # penalties / min_tokens read the tokens
-            hist = [self.outputs.history(s.request_id, s.seq_id) for s in samples]
-        seqs = [s.seq_id for s in samples]
-        mask = self.grammars.token_mask(seqs)  # None unless some row has a response_format
-        chosen = self.sampler(picked, params, gens, hist, token_mask=mask)
-        tokens = chosen.tolist()
-        for s, t in zip(samples, tokens):
-            s.token_id = t
-        want = [j for j, p in enumerate(params) if p.logprobs is not None]
-        if want:  # raw-model logprobs of what was sampled (model/logprobs.py NOTE(raw-logprobs))
-            sel = picked if len(want) == len(params) else picked[torch.tensor(want)]
-            ids = chosen if len(want) == len(params) else chosen[torch.tensor(want)]
-            values = compute_logprobs(sel, ids, [params[j].logprobs for j in want])
-            for j, v in zip(want, values):
-                samples[j].logprob = v
-        if mask is not None:  # the JSON is complete: the sequence stops (finish_reason stop)
-            self._grammar_done = set(self.grammars.advance(seqs, tokens))
-        return samples
 
     # ------------------------------------------------------------------ introspection
     def check_invariants(self) -> bool:

@@ -9,7 +9,9 @@ step::
 
 ``sampled`` must hold a token for every sequence of ``out.decodes`` and of every prefill chunk
 with ``is_last``, except sequences aborted or finished while the step ran (those tokens are
-dropped). A sequence finishes on a stop token (eos unless ignore_eos: FINISHED_STOPPED), after
+dropped) and those in ``deferred``: the runtime computed their KV but samples them later (a
+late grammar mask). Such a sequence is ``awaiting``: no step schedules it until
+``accept_late`` (between steps) brings its token, which is then judged like any other. A sequence finishes on a stop token (eos unless ignore_eos: FINISHED_STOPPED), after
 ``max_tokens`` outputs or at ``max_model_len`` tokens (FINISHED_LENGTH), when the runtime
 names it in ``stops`` (a stop string matched the text this token completed: FINISHED_STOPPED
 with that reason, before any other check), or when the runtime calls ``finish`` / ``abort``. Its blocks are freed at once; the request is
@@ -19,7 +21,7 @@ completed: abort a request whose copy failed first, or its swapped-in blocks wou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import SchedulerError
@@ -44,36 +46,40 @@ class StepCompletion:
 
     def on_step_done(self, output: SchedulerOutput, sampled: Mapping[int, int], *,
                      now: float | None = None, defrag_ok: bool = True,
-                     stops: Mapping[int, str] | None = None) -> list[FinishedRequest]:
+                     stops: Mapping[int, str] | None = None,
+                     deferred: Collection[int] = ()) -> list[FinishedRequest]:
         """Apply a completed step: record the computed KV (prefix cache), append the sampled
         tokens, check stop conditions (``stops``: seq_id -> the runtime's stop reason, e.g. a
         matched stop string), free finished sequences, and commit the step's defrag
         plan (or abort it when ``defrag_ok`` is false) unless ``defrag_done`` already did.
+        ``deferred`` sequences get no token now: they await ``accept_late``.
         Returns the requests that finished in this step."""
         st = self.state
         if output is not st.inflight:
             if not output.has_work:
                 return []
             raise SchedulerError(f"step {output.step_id} is not the step in flight")
-        self._check_sampled(output, sampled)
+        self._check_sampled(output, sampled, deferred)
         st.inflight = None
         now = st.clock() if now is None else now
         done: list[Sequence] = []
         stops = stops or {}
         for p in output.prefills:
-            self._apply_prefill(p, sampled, now, done, stops)
+            self._apply_prefill(p, sampled, now, done, stops, deferred)
         self._confirm_swap_ins(output)
-        self._accept_decodes(output, sampled, now, done, stops)
+        self._accept_decodes(output, sampled, now, done, stops, deferred)
         finished = self._retire(done, now)
         self.defrag.settle(output, defrag_ok)
         return finished
 
-    def _check_sampled(self, output: SchedulerOutput, sampled: Mapping[int, int]) -> None:
-        """Every running sequence the step samples for has its token in ``sampled``."""
+    def _check_sampled(self, output: SchedulerOutput, sampled: Mapping[int, int],
+                       deferred: Collection[int]) -> None:
+        """Every running sequence the step samples for has its token in ``sampled``, or
+        is ``deferred``."""
         seqs = self.state.seqs
         want = [i for p in output.prefills if p.is_last for i in p.seq_ids]
         want += [d.seq_id for d in output.decodes]
-        missing = [i for i in want if i not in sampled and i in seqs
+        missing = [i for i in want if i not in sampled and i not in deferred and i in seqs
                    and seqs[i].status is _RUNNING]
         if missing:
             raise SchedulerError(f"no sampled token for running sequences {missing[:8]}: "
@@ -89,7 +95,8 @@ class StepCompletion:
         return None
 
     def _apply_prefill(self, p: ScheduledPrefill, sampled: Mapping[int, int], now: float,
-                       done: list[Sequence], stops: Mapping[int, str]) -> None:
+                       done: list[Sequence], stops: Mapping[int, str],
+                       deferred: Collection[int]) -> None:
         """Record chunk ``p``'s KV; on its last chunk the unit's sequences start decoding."""
         unit = self._unit_of(p)
         if unit is None:
@@ -101,9 +108,12 @@ class StepCompletion:
         if p.end != unit.num_tokens:
             return
         g = live[0].group
-        self.state.counters.generation_tokens += len(live)
         for s in live:
             s.unit = None
+            if s.seq_id in deferred:
+                s.awaiting = True
+                continue
+            self.state.counters.generation_tokens += 1
             self._accept(s, sampled[s.seq_id], now, done, stops.get(s.seq_id))
         if all(s.unit is None for s in g.seqs):
             g.units = None
@@ -119,7 +129,8 @@ class StepCompletion:
                 mgr.mark_computed(i)
 
     def _accept_decodes(self, output: SchedulerOutput, sampled: Mapping[int, int],
-                        now: float, done: list[Sequence], stops: Mapping[int, str]) -> None:
+                        now: float, done: list[Sequence], stops: Mapping[int, str],
+                        deferred: Collection[int]) -> None:
         """NOTE(speed): ``_accept`` inlined for the common token (no stop, no limit reached,
         not the first token); any other goes through ``_judge``."""
         seqs = self.state.seqs
@@ -129,6 +140,9 @@ class StepCompletion:
             i = d.seq_id
             s = seqs.get(i)
             if s is None or s.status is not _RUNNING:
+                continue
+            if deferred and i in deferred:
+                s.awaiting = True
                 continue
             tok = sampled[i]
             toks = s.output_token_ids
@@ -141,6 +155,25 @@ class StepCompletion:
                     or g.first_token_time is None):
                 self._judge(s, tok, now, done, stops.get(i))
         self.state.counters.generation_tokens += n
+
+    def accept_late(self, sampled: Mapping[int, int], stops: Mapping[int, str] | None = None,
+                    now: float | None = None) -> list[FinishedRequest]:
+        """Between steps: the deferred tokens of running, ``awaiting`` sequences (any other id
+        is ignored), judged like a step's; returns the requests that finished."""
+        st = self.state
+        if st.inflight is not None:
+            raise SchedulerError("accept_late between steps: a step is in flight")
+        now = st.clock() if now is None else now
+        done: list[Sequence] = []
+        stops = stops or {}
+        for i, tok in sampled.items():
+            s = st.seqs.get(i)
+            if s is None or not s.awaiting or s.status is not _RUNNING:
+                continue
+            s.awaiting = False
+            st.counters.generation_tokens += 1
+            self._accept(s, tok, now, done, stops.get(i))
+        return self._retire(done, now)
 
     def on_step_failed(self, output: SchedulerOutput, reason: str = "step failed",
                        now: float | None = None) -> list[FinishedRequest]:

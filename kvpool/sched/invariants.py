@@ -9,7 +9,8 @@ What must hold between steps (the Scheduler docstring's invariants):
   sequence that is not live;
 - a WAITING sequence has no table and no prefill unit; a RUNNING one a device table, a
   SWAPPED one a host table, holding ``unit.num_tokens`` (prefilling) or ``num_tokens - 1``
-  (decoding: the last sampled token gets its slot when it is scheduled) tokens.
+  (decoding: the last sampled token gets its slot when it is scheduled) tokens, or
+  ``num_tokens`` while it is ``awaiting`` a deferred sample.
 
 Each break raises :class:`~kvpool.errors.SchedulerError`; the manager's own check runs last.
 """
@@ -67,7 +68,7 @@ def _check_seq(mgr: BlockSpaceManager, s: Sequence, status: SeqStatus,
     if not mgr.has_seq(s.seq_id) or mgr.get_device(s.seq_id) is not want:
         raise SchedulerError(f"sequence {s.seq_id} ({status}) has no {want} table")
     n = mgr.get_num_tokens(s.seq_id)
-    expect = s.unit.num_tokens if s.unit is not None else s.num_tokens - 1
+    expect = s.unit.num_tokens if s.unit is not None else s.num_tokens - (0 if s.awaiting else 1)
     if between_steps and n != expect:
         raise SchedulerError(f"sequence {s.seq_id}: table holds {n} tokens, expected "
                              f"{expect}")

@@ -3,7 +3,8 @@
 ``plan`` runs them in order over the ``SchedulerState`` it was handed::
 
     priority   a blocked waiting request preempts lower-priority running ones (Preemptor)
-    decodes    a slot for every running decoding sequence; preempt from the tail when short
+    decodes    a slot for every running decoding sequence (not ``awaiting`` a deferred
+               sample: completion.py); preempt from the tail when short
     chunks     the next prompt chunk of every running request still prefilling
     swapped    resume swapped requests in order (only if the decodes preempted nobody)
     waiting    admit waiting requests in order (only if nothing is left swapped ahead)
@@ -89,7 +90,8 @@ class StepPlanner:
             seqs: list[Sequence] = []
             ends: list[int] = []  # NOTE(speed): flat, no list per request (GC pressure)
             for k in range(i, len(running)):
-                seqs += [s for s in running[k].seqs if s.status is _RUNNING and s.unit is None]
+                seqs += [s for s in running[k].seqs
+                         if s.status is _RUNNING and s.unit is None and not s.awaiting]
                 ends.append(len(seqs))
             k = self._append(out, seqs, ends)
             i += k
@@ -189,7 +191,8 @@ class StepPlanner:
         g.set_status(_RUNNING)
         st.running.add(g)
         st.num_running_seqs += len(live)
-        if self._append(out, live) != 1:
+        decoding = [s for s in live if not s.awaiting]  # the rest hold their slot already
+        if decoding and self._append(out, decoding) != 1:
             raise SchedulerError("append after swap-in failed despite its reservation")
         return True
 

@@ -122,6 +122,7 @@ class Preemptor:
             if s.unit is None:  # NOTE(recompute): index written full blocks first so
                 mgr.mark_computed(s.seq_id)  # the retry can hit them in the prefix cache
             s.unit = None
+            s.awaiting = False  # the recompute's last chunk samples the owed token afresh
         mgr.free_batch([s.seq_id for s in live])
         g.units = None
         g.set_status(SeqStatus.WAITING)

@@ -5,7 +5,8 @@ Invariants (``check_invariants``): every unfinished request is in exactly one of
 key; the live sequences of RUNNING requests number ``num_running_seqs <= max_num_seqs`` (forks
 aside); a RUNNING sequence has a device block table, a SWAPPED one a host table, a WAITING one
 none; between steps a decoding sequence's table holds ``num_tokens - 1`` tokens (the last
-sampled token gets its slot when it is scheduled).
+sampled token gets its slot when it is scheduled), ``num_tokens`` while it is ``awaiting`` a
+sample the runtime deferred (no step schedules it until ``accept_late``).
 
 One ``schedule()`` (vLLM v0's running / swapped / prefill passes, with chunked prefill)::
 
@@ -41,7 +42,7 @@ The parts, each handed what it works on in its constructor (docs/architecture.md
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from kvpool.core import BlockSpaceManager, DefragResult
 from kvpool.errors import RequestError, SchedulerError
@@ -113,7 +114,7 @@ class Scheduler:
         ``seq_id`` (copy-on-write on the next write); returns its id. Between steps only."""
         st = self.state
         s = st.seqs.get(seq_id)
-        if s is None or s.status is not _RUNNING or s.unit is not None:
+        if s is None or s.status is not _RUNNING or s.unit is not None or s.awaiting:
             raise SchedulerError(f"sequence {seq_id} is not a running, decoding sequence")
         if st.inflight is not None:
             raise SchedulerError("fork between steps: a step is in flight")
@@ -199,11 +200,25 @@ class Scheduler:
 
     def on_step_done(self, output: SchedulerOutput, sampled: Mapping[int, int], *,
                      now: float | None = None, defrag_ok: bool = True,
-                     stops: Mapping[int, str] | None = None) -> list[FinishedRequest]:
-        """Apply a completed step (StepCompletion.on_step_done); returns the requests that
-        finished in it."""
+                     stops: Mapping[int, str] | None = None,
+                     deferred: Collection[int] = ()) -> list[FinishedRequest]:
+        """Apply a completed step (StepCompletion.on_step_done; ``deferred``: sequences whose
+        sample comes later through ``accept_late``); returns the requests that finished in it."""
         return self.completion.on_step_done(output, sampled, now=now, defrag_ok=defrag_ok,
-                                            stops=stops)
+                                            stops=stops, deferred=deferred)
+
+    def accept_late(self, sampled: Mapping[int, int], stops: Mapping[int, str] | None = None,
+                    now: float | None = None) -> list[FinishedRequest]:
+        """Between steps: deferred tokens of running ``awaiting`` sequences (StepCompletion.
+        accept_late); returns the requests that finished."""
+        return self.completion.accept_late(sampled, stops, now)
+
+    def awaiting(self, seq_id: int) -> SeqStatus | None:
+        """The status of live ``seq_id`` while it awaits a deferred sample (RUNNING: its token
+        may be accepted now; SWAPPED: once it is back), else None (finished, or recomputed: its
+        prefill samples the token afresh)."""
+        s = self.state.seqs.get(seq_id)
+        return s.status if s is not None and s.awaiting else None
 
     def on_step_failed(self, output: SchedulerOutput, reason: str = "step failed",
                        now: float | None = None) -> list[FinishedRequest]:

@@ -8,6 +8,10 @@ tokens are ``prompt + output``; its block table (in the BlockSpaceManager) holds
     decoding                                    table = prompt + output[:-1]; the last sampled
                                                 token gets its slot when the next step is
                                                 scheduled (append_slots) and its KV then
+    awaiting                                    table = prompt + output: the step computed the
+                                                last token's KV but the runtime deferred its
+                                                sample (a late grammar mask); no step schedules
+                                                it until ``accept_late`` brings the token
 
 A ``PrefillUnit`` is one prompt computation shared by the sequences listed in it: normally all
 ``n`` sequences of a fresh request; after a recompute preemption, sequences whose outputs
@@ -157,6 +161,7 @@ class Sequence:
     output_token_ids: list[int] = field(default_factory=list)  # sampled tokens, for the user
     unit: PrefillUnit | None = None  # the prefill in progress, or None while decoding
     finish_reason: str | None = None  # why it finished (stop token, length, abort, ...)
+    awaiting: bool = False  # its sample was deferred: the runtime owes its next token
 
     @property
     def num_prompt_tokens(self) -> int:

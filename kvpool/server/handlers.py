@@ -3,10 +3,11 @@ shapes), version, health and metrics.
 
 Life of a generation request::
 
-    read body (413 past client_max_size) -> RequestParser (400s) -> engine.generate(...)
-      -> first update awaited *before* any byte is sent, so the engine's own validation
-         (prompt can never fit the pool, vocabulary) and QueueFullError still become a
-         proper status -> JSON body, or SSE chunks until the last update -> [DONE]
+    read body (413 past client_max_size) -> RequestParser (400s) -> gate.admit (503 while
+      draining, tenant quota 400/429; request_gate.py) -> every prompt's pool check (400)
+      -> ticket.open per prompt -> first update awaited *before* any byte is sent, so
+         QueueFullError still becomes a proper status -> JSON body, or SSE chunks until the
+         last update -> [DONE]
 
 NOTE(abort): every path that leaves before the request finished -- the client disconnects
 (aiohttp cancels the handler: the runner is built with ``handler_cancellation=True``), a stream
@@ -42,12 +43,15 @@ from aiohttp import web
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
 from kvpool.metrics.request_metrics import RequestMetrics
+from kvpool.server.engine_client import EngineClient
 from kvpool.server.known_fields import ignored_header
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
 from kvpool.server.parse_pool import ParsePool
+from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.prompt_merge import PromptStreams
 from kvpool.server.protocol import RequestParser
+from kvpool.server.request_gate import RequestGate
 from kvpool.server.responses import SSE_DONE, ResponseBuilder, sse_event
 from kvpool.server.tokenize_routes import TokenizeRoutes
 
@@ -61,21 +65,22 @@ SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contro
 
 
 class OpenAIRoutes:
-    """Request handlers bound to one engine; ``register(app)`` adds the routes."""
+    """Request handlers bound to one engine and its edge gate; ``register(app)`` adds the
+    routes."""
 
-    def __init__(self, engine: Any, parser: RequestParser, render_metrics: Callable[[], bytes],
-                 model_names: Sequence[str], *,
+    def __init__(self, engine: EngineClient, gate: RequestGate, parser: RequestParser,
+                 render_metrics: Callable[[], bytes], model_names: Sequence[str], *,
                  stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
                  request_metrics: RequestMetrics | None = None) -> None:
         if not stream_write_timeout > 0:
             raise ValueError(f"stream_write_timeout={stream_write_timeout!r}: use seconds > 0")
         self.engine = engine
+        self.gate = gate  # tenant, quota and drain: asked once per generation request
         self.stream_write_timeout = float(stream_write_timeout)
         self.parser = parser
         self.render_metrics = render_metrics
         self.model_names = tuple(model_names)
         self.created = int(time.time())
-        self.draining = False  # set on shutdown: /health turns 503, new requests get 503
         self.parse_pool = ParsePool()  # every route that parses a client body shares it
         self.request_metrics = request_metrics  # vLLM-meaning request series, or None
         self.formatter = LogprobFormatter(parser.tokenizer)
@@ -99,21 +104,15 @@ class OpenAIRoutes:
         return await self._generate(request, chat=True)
 
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        if self.draining:
-            raise APIError(503, "the server is shutting down", code="shutting_down",
-                           headers={"Retry-After": "1"})
         parse = self._parse_chat if chat else self._parse_completion
         req = await self.parse_pool.parse(await request.read(), parse)
         if req.params.response_format is not None:  # compiled off the loop (grammar_compile.py)
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         builder = ResponseBuilder(req, formatter=self.id_formatter
                                   if req.extras.tokens_as_ids else self.formatter)
-        prompts = req.all_prompts
-        if len(prompts) > 1:  # NOTE(all-or-nothing): one bad prompt fails the whole request
-            for ids in prompts:
-                self.engine.validate(ids, req.params)
-        updates = PromptStreams(self.engine, builder, prompts, req.params,
-                                cache_salt=req.cache_salt, priority=req.priority)
+        ticket = self.gate.admit(req.all_prompts, req.params, req.cache_salt)
+        updates = PromptStreams(self.engine, ticket, builder.id, req.all_prompts, req.params,
+                                priority=req.priority)
         try:
             await updates.start()  # validation, QueueFullError and first updates surface here
             if req.stream:
@@ -146,10 +145,10 @@ class OpenAIRoutes:
                        reasons=[builder.finish[i] for i in choices],
                        timings=builder.timings.get(p, {}))
 
-    def _parse_chat(self, raw: bytes) -> Any:
+    def _parse_chat(self, raw: bytes) -> ParsedRequest:
         return self.parser.parse_chat(self.parser.decode_body(raw))
 
-    def _parse_completion(self, raw: bytes) -> Any:
+    def _parse_completion(self, raw: bytes) -> ParsedRequest:
         return self.parser.parse_completion(self.parser.decode_body(raw))
 
     def close(self) -> None:
@@ -221,7 +220,7 @@ class OpenAIRoutes:
         return web.json_response({"version": __version__})
 
     async def health(self, request: web.Request) -> web.Response:
-        healthy = not self.draining and bool(self.engine.is_healthy())
+        healthy = not self.gate.draining and bool(self.engine.is_healthy())
         # the load too: a router or endpoint picker that sends this replica only part of its
         # traffic (kvpool router --kv-events, kvpool epp) balances on it between requests
         st = self.engine.core.scheduler.stats()

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 from aiohttp import web
 
 from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.engine_client import EngineClient
 from kvpool.server.parse_pool import ParsePool
+from kvpool.server.protocol import RequestParser
 from kvpool.server.tenant import current_tenant
 
 __all__ = ["LOOKUP_PATH", "REPLICA_ID_KEY", "LookupRoute", "default_replica_id"]
@@ -55,7 +56,7 @@ class LookupRoute:
     """The lookup handler over one engine and the app's request parser, parse pool and
     prefix-cache namespace rule."""
 
-    def __init__(self, engine: Any, parser: Any, parse_pool: ParsePool,
+    def __init__(self, engine: EngineClient, parser: RequestParser, parse_pool: ParsePool,
                  namespace: CacheNamespace) -> None:
         self.engine = engine  # the AsyncEngine (its core's manager and scheduler are read)
         self.parser = parser  # the RequestParser the generation routes use
@@ -63,8 +64,8 @@ class LookupRoute:
         self.namespace = namespace  # the generation routes' rule
 
     @classmethod
-    def register(cls, app: web.Application, engine: Any, parser: Any, parse_pool: ParsePool,
-                 namespace: CacheNamespace) -> LookupRoute:
+    def register(cls, app: web.Application, engine: EngineClient, parser: RequestParser,
+                 parse_pool: ParsePool, namespace: CacheNamespace) -> LookupRoute:
         route = cls(engine, parser, parse_pool, namespace)
         app.router.add_post(LOOKUP_PATH, route.lookup)
         return route

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvpool.errors import RequestError, shown
+from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
@@ -197,21 +197,23 @@ class RequestParser:
                 max_tokens: int | None, mt_param: str, default_max: int | None, *,
                 echo_only: bool = False, ignored: tuple[str, ...] = (),
                 extras: VllmExtras = VllmExtras(), echo_text: str = "") -> ParsedRequest:
+        empty = next((i for i, (ids, text) in enumerate(prompts) if not ids or text == ""), None)
+        if empty is not None:  # the one empty-prompt rule (the engine trusts the edge)
+            raise _bad(prompt_param, "must not be empty" if len(prompts) == 1
+                       else f"prompt {empty}: must not be empty")
         longest = max(len(ids) for ids, _ in prompts)
         which = "" if len(prompts) == 1 else \
             f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
         room = self.max_model_len - longest
         if room <= 0:
-            raise _bad(prompt_param, f"this model's maximum context length is "
-                       f"{self.max_model_len} tokens; the prompt{which} has {longest} tokens, "
-                       "which leaves no room to generate", "context_length_exceeded")
+            raise self._too_long(prompt_param, f"the prompt{which} has {longest} tokens")
         if max_tokens is None:
             default_max = self.default_max_tokens or default_max
             max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit, room)
         elif max_tokens > room:
-            raise _bad(mt_param, f"this model's maximum context length is {self.max_model_len} "
-                       f"tokens; you requested {longest + max_tokens} ({longest} in the "
-                       f"prompt{which}, {max_tokens} to generate)", "context_length_exceeded")
+            raise context_length_error(self.max_model_len, f"you requested {longest + max_tokens}"
+                                       f" ({longest} in the prompt{which}, {max_tokens} to "
+                                       "generate)", mt_param, named=True)
         stream = opt(body, "stream", bool, False)
         include_usage, continuous = stream_options(body.get("stream_options"), stream)
         n = opt(body, "n", int, 1)
@@ -338,15 +340,11 @@ class RequestParser:
     def _one_prompt(self, prompt: Any, extras: VllmExtras) -> tuple[list[int], str | None]:
         keep = extras.truncate_prompt_tokens
         if isinstance(prompt, str):
-            if not prompt:
-                raise _bad("prompt", "must not be empty")
             add = extras.add_special_tokens
             ids = self._encode(prompt, "prompt", True if add is None else add)
             # a truncated prompt is no longer the text sent: echo decodes the ids kept
             return _truncate(ids, keep), prompt if keep is None or len(ids) <= keep else None
         if isinstance(prompt, list):
-            if not prompt:
-                raise _bad("prompt", "must not be empty")
             prompt = _truncate(prompt, keep)
             if len(prompt) >= self.max_model_len:  # before the per-id walk
                 raise self._too_long("prompt", f"the prompt has {len(prompt)} tokens")
@@ -365,6 +363,5 @@ class RequestParser:
         return self.tokenizer.encode_unlocked(text, add_special_tokens=add_special_tokens)
 
     def _too_long(self, param: str, what: str) -> RequestError:
-        return _bad(param, f"this model's maximum context length is {self.max_model_len} "
-                    f"tokens; {what}, which leaves no room to generate",
-                    "context_length_exceeded")
+        return context_length_error(self.max_model_len, f"{what}, which leaves no room to "
+                                    "generate", param, named=True)

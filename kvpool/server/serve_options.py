@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from kvpool.errors import require
 from kvpool.events.config import KVEventsConfig
@@ -24,6 +25,10 @@ from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
+
+class _ArgGroup(Protocol):  # argparse's argument group (its class is private)
+    def add_argument(self, *flags: str, **options: Any) -> argparse.Action: ...
+
 
 API_KEY_ENV = "KVPOOL_API_KEY"
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
@@ -106,6 +111,13 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     """The ``server`` group of ``kvpool serve``'s flags: one per ServeOptions field (the remote
     tier's are remote_setup.add_remote_args's group), plus --log-level."""
     srv = parser.add_argument_group("server")
+    _add_connection_args(srv)
+    _add_tenant_args(srv)
+    _add_request_args(srv)
+
+
+def _add_connection_args(srv: _ArgGroup) -> None:
+    """Where to listen, who may connect, and how long connections and shutdown may take."""
     srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="port (0: any free port; default "
                                                             "8000)")
@@ -129,6 +141,10 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                      "soon (default: the OS's autotuning, up to net.ipv4.tcp_wmem's max)")
     srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                      help="request bodies larger than this get 413")
+
+
+def _add_tenant_args(srv: _ArgGroup) -> None:
+    """Who a request's tenant is, its block quota and its prefix-cache namespace."""
     srv.add_argument("--tenant-block-quota", type=int, default=None, metavar="BLOCKS",
                      help="cap the KV blocks the in-flight requests of one tenant may hold "
                           "(429 beyond it; default: no cap)")
@@ -141,6 +157,10 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                           "faster for common prefixes, but cached_tokens and "
                           "/v1/kvpool/lookup then tell a tenant whether another sent a prompt "
                           "(default: one prefix-cache namespace per tenant)")
+
+
+def _add_request_args(srv: _ArgGroup) -> None:
+    """How requests are parsed, streamed and checked, and what the process logs."""
     srv.add_argument("--stream-write-timeout", type=float, default=DEFAULT_STREAM_WRITE_TIMEOUT,
                      metavar="SECONDS", help="close a stream whose client has not read for this "
                      "long (one SSE write waiting on a full socket buffer)")

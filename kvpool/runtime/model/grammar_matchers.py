@@ -12,6 +12,11 @@ engine starts them (``prefetch_mask``) before the model's forward and picks them
 samples: a heavy grammar's mask time runs beside the forward instead of after it (on a GPU the
 forward is queued asynchronously and the host waits for the logits anyway; on CPU the mask's
 threads share the cores with torch's). Each mask step is still bounded by the fuel in LIMITS.
+Every mask runs on that one thread (prefetched or not), so no two ever touch a matcher at once.
+
+NOTE(late-mask): ``token_mask`` may be given a grace: a mask not ready within it comes back as a
+:class:`LateMask` (its computation goes on); the engine defers those rows and resolves the mask
+with ``late_mask`` once it is done (row_sampler.py).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import llguidance
 import llguidance.torch as llg_torch
@@ -31,9 +38,24 @@ from .grammar import PARAM, GrammarSpec, TokenMask
 from .grammar_compile import GrammarCompiler
 from .tokenizer import Tokenizer
 
-__all__ = ["GrammarMatchers"]
+__all__ = ["GrammarMatchers", "LateMask"]
 
 log = logging.getLogger(__name__)
+
+_Pairs = list[tuple[int, int, llguidance.LLMatcher]]  # (row, seq id, its matcher)
+
+
+@dataclass(frozen=True, eq=False)
+class LateMask:
+    """A mask still being computed after its grace (NOTE(late-mask))."""
+
+    rows: list[int]  # the rows of the token_mask call that have a grammar
+    seq_ids: list[int]  # their sequences; row k of the mask's bits is seq_ids[k]
+    pairs: _Pairs
+    future: Future
+
+    def done(self) -> bool:
+        return self.future.done()
 
 
 class GrammarMatchers:
@@ -45,7 +67,10 @@ class GrammarMatchers:
     """
 
     def __init__(self, tokenizer: Tokenizer, vocab_size: int,
-                 eos_token_ids: Sequence[int] = (), num_threads: int | None = None) -> None:
+                 eos_token_ids: Sequence[int] = (), num_threads: int | None = None,
+                 before_mask: Callable[[list[int]], None] | None = None) -> None:
+        """``before_mask(seq_ids)``: called on the mask thread before each mask (the fault
+        plan's hook, runtime/faults.py)."""
         self.vocab_size = vocab_size  # the model's logits width (may exceed the tokenizer's)
         self.compiler = GrammarCompiler(tokenizer, vocab_size, eos_token_ids)  # any thread
         self._num_threads = num_threads or max(1, min(4, (os.cpu_count() or 2) // 2))
@@ -54,7 +79,8 @@ class GrammarMatchers:
         # NOTE(grammar-error): seq_id -> why its matcher broke (the engine takes them)
         self.failures: dict[int, str] = {}
         self._pool: ThreadPoolExecutor | None = None  # NOTE(overlap): one mask thread
-        self._pending: tuple[list[int], Future] | None = None  # (seq ids, their mask)
+        self._pending: tuple[list[int], _Pairs, Future] | None = None  # (seq ids, rows, bits)
+        self._before_mask = before_mask
 
     def __len__(self) -> int:
         return len(self._matchers)
@@ -79,36 +105,55 @@ class GrammarMatchers:
         self.failures.pop(seq_id, None)
 
     def prefetch_mask(self, seq_ids: Sequence[int]) -> None:
-        """Start ``token_mask(seq_ids)`` on a helper thread (NOTE(overlap)); the next
-        ``token_mask`` call waits for it. Nothing else may touch the matchers meanwhile."""
+        """Start ``token_mask(seq_ids)`` on the mask thread (NOTE(overlap)); the next
+        ``token_mask`` call picks it up."""
         ids = list(seq_ids)
-        if not self._matchers or not any(s in self._matchers for s in ids):
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="kvpool-mask")
-        self._pending = (ids, self._pool.submit(self._compute_mask, ids))
+        pairs = self._pairs(ids)
+        if pairs:
+            self._pending = (ids, pairs, self._submit(pairs))
 
-    def token_mask(self, seq_ids: Sequence[int]) -> TokenMask | None:
+    def token_mask(self, seq_ids: Sequence[int],
+                   grace: float | None = None) -> TokenMask | LateMask | None:
         """The mask for the rows (one per entry of ``seq_ids``) that have a grammar, or None
-        (the prefetched one when it was started for these rows)."""
+        (the prefetched one when it was started for these rows). With ``grace`` (seconds), a
+        prefetched mask not ready by then is a LateMask (NOTE(late-mask))."""
         pending, self._pending = self._pending, None
-        if pending is not None:
-            mask = pending[1].result()  # never two mask computations over the same matchers
-            if pending[0] == list(seq_ids):
-                return mask
-        return self._compute_mask(seq_ids)
+        if pending is not None and pending[0] == list(seq_ids):
+            _, pairs, fut = pending
+            try:
+                return self._finish(pairs, fut.result(timeout=grace))
+            except FutureTimeout:
+                return LateMask([j for j, _, _ in pairs], [s for _, s, _ in pairs], pairs, fut)
+        pairs = self._pairs(seq_ids)
+        return self._finish(pairs, self._submit(pairs).result()) if pairs else None
+
+    def late_mask(self, late: LateMask, rows: Sequence[int]) -> TokenMask:
+        """The finished ``late`` mask for its rows ``rows`` (indices into ``late.seq_ids``),
+        as a mask over a batch of exactly those rows (waits for it if need be)."""
+        full = self._finish(late.pairs, late.future.result())
+        pick = torch.tensor(list(rows), dtype=torch.long)
+        return TokenMask(torch.arange(len(pick)), full.bits[pick])
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _compute_mask(self, seq_ids: Sequence[int]) -> TokenMask | None:
+    def _pairs(self, seq_ids: Sequence[int]) -> _Pairs:
+        """The rows of ``seq_ids`` that have a grammar, read on the step thread."""
         if not self._matchers:
-            return None
+            return []
         get = self._matchers.get
-        pairs = [(j, m) for j, s in enumerate(seq_ids) if (m := get(s)) is not None]
-        if not pairs:
-            return None
+        return [(j, s, m) for j, s in enumerate(seq_ids) if (m := get(s)) is not None]
+
+    def _submit(self, pairs: _Pairs) -> Future:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="kvpool-mask")
+        return self._pool.submit(self._fill, pairs)
+
+    def _fill(self, pairs: _Pairs) -> torch.Tensor:
+        """The mask thread: the bits of ``pairs``' rows."""
+        if self._before_mask is not None:
+            self._before_mask([s for _, s, _ in pairs])
         # NOTE(host-mask): llguidance writes into host memory; apply_token_mask moves it to
         # the logits' device (pin_memory raises on CPU torch, so plain host memory here).
         # NOTE(zeros): start from "nothing allowed", so a word the library leaves unwritten
@@ -119,11 +164,15 @@ class GrammarMatchers:
         if self._executor is None:
             self._executor = llguidance.LLExecutor(self._num_threads)
         llg_torch.fill_next_token_bitmask_par(
-            self._executor, [(m, k) for k, (_, m) in enumerate(pairs)], bits)
-        for j, m in pairs:
-            if m.is_error():  # out of fuel in this very mask: NOTE(grammar-error)
-                self._fail(seq_ids[j], m, "its token mask")
-        return TokenMask(torch.tensor([j for j, _ in pairs], dtype=torch.long), bits)
+            self._executor, [(m, k) for k, (_, _, m) in enumerate(pairs)], bits)
+        return bits
+
+    def _finish(self, pairs: _Pairs, bits: torch.Tensor) -> TokenMask:
+        """The step thread: note the matchers this mask broke, then the mask itself."""
+        for _, s, m in pairs:
+            if m.is_error() and self._matchers.get(s) is m:  # NOTE(grammar-error)
+                self._fail(s, m, "its token mask")
+        return TokenMask(torch.tensor([j for j, _, _ in pairs], dtype=torch.long), bits)
 
     def advance(self, seq_ids: Sequence[int], tokens: Sequence[int]) -> list[int]:
         """Feed each constrained sequence its sampled token; returns the sequences whose
