@@ -23,10 +23,13 @@ body mode (the first message's ``protocol_config``) sets how the picker answers:
         no healthy replica    -> ImmediateResponse 503 + Retry-After, OpenAI error JSON
     anything else (a response phase if a config sends it) -> CONTINUE, unchanged
 
-NOTE(duplex): in BUFFERED mode Envoy waits for the headers' answer before it sends the body,
-so each request costs two gRPC round trips to the picker, each a hop through grpc.aio's
-completion queue; full duplex halves that, at the price of the body going back to Envoy in
-the answer (the upstream gets what the answer carries).
+NOTE(duplex): in BUFFERED mode Envoy waits for the headers' answer before it sends the body
+(two exchanges in turn); in full duplex nothing waits on the picker before the body's end, at
+the price of the body going back to Envoy in the answer (the upstream gets what the answer
+carries). Either way the picker reads two messages and writes two, each a grpc.aio operation,
+and those dominate: bench.route_live --epp measured no latency difference between the modes
+on a loaded 2-core box. Full duplex is shipped because it is what Inference Extension
+gateways configure.
 
 NOTE(overwrite): the destination header is set with OVERWRITE_IF_EXISTS_OR_ADD, so a client
 cannot choose its own upstream by sending the header itself.
