@@ -222,7 +222,11 @@ class OpenAIRoutes:
 
     async def health(self, request: web.Request) -> web.Response:
         healthy = not self.gate.draining and bool(self.engine.is_healthy())
-        return web.json_response({"status": "ok" if healthy else "unhealthy"},
+        # the load too: a router or endpoint picker that sends this replica only part of its
+        # traffic (kvpool router --kv-events, kvpool epp) balances on it between requests
+        st = self.engine.core.scheduler.stats()
+        return web.json_response({"status": "ok" if healthy else "unhealthy",
+                                  "num_running": st.num_running, "num_waiting": st.num_waiting},
                                  status=200 if healthy else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
