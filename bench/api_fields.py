@@ -21,8 +21,8 @@ import time
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from kvpool.runtime.engine import AsyncEngine
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.async_engine import AsyncEngine
+from kvpool.runtime.engine.config import EngineConfig
 from kvpool.server.app import ROUTES_KEY, build_app
 
 FOREIGN = {"metadata": {"trace": "t1"}, "store": False, "service_tier": "auto",

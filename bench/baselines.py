@@ -3,7 +3,7 @@
 Each baseline is keyed by hash id (it never sees block ids) and has one call, ``access(h)``:
 ``h`` is used now and is cached afterwards, evicting as needed; ``h in cache`` tells whether it
 is cached. ``replay`` drives one through the product's instant-replay loop
-(``kvpool.core.eviction.replay``, the loop ``simulate`` runs): a request hits the leading run
+(``kvpool.replay.loop``, the loop ``simulate`` runs): a request hits the leading run
 of its cached ids, then its ids are accessed tail first. Every id a request uses enters the
 cache (its block is in use, so an admission filter can only choose what leaves, never refuse
 what arrives).
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from kvpool.core.eviction.replay import replay as replay_loop
+from kvpool.replay.loop import replay as replay_loop
 
 
 class Baseline:

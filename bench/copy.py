@@ -31,8 +31,8 @@ import torch
 
 from bench.common import (Stat, Timing, alternate, bench_parser, machine, print_runs, put,
                           ratio_stat, stat, timing_from_args, timing_info, write_json)
-from kvpool.runtime.copy_engine import CopyEngine
-from kvpool.runtime.kv_storage import KVStorage
+from kvpool.runtime.kv.copy_engine import CopyEngine
+from kvpool.runtime.kv.storage import KVStorage
 from kvpool.runtime.model import PagedBatch, SeqChunk, build_tiny_model, tiny_config
 
 NUM_BLOCKS = 256

@@ -42,7 +42,8 @@ import random
 from bench.baselines import BASELINES
 from bench.common import bench_parser, machine, write_json
 from bench.policies import CANDIDATES, hits, opt_hit_rate
-from kvpool.core.eviction import POLICIES, make_policy, simulate
+from kvpool.core.eviction import POLICIES, make_policy
+from kvpool.replay.loop import simulate
 
 Trace = list[list[int]]
 SLACK = 0.002  # the target: at or above the best classic baseline minus this, every cell

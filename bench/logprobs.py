@@ -23,8 +23,8 @@ import torch
 
 from bench.common import (Timing, alternate, bench_parser, machine, print_runs, put, ratio_stat,
                           stat, timing_from_args, timing_info, write_json)
-from kvpool.runtime.engine_config import EngineConfig
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.config import EngineConfig
+from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.model import SamplingParams
 
 NUM_SEQS = 32

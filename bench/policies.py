@@ -45,8 +45,8 @@ from bench.baselines import BASELINES, Baseline, replay
 from bench.doorarc import DoorARCPolicy
 from bench.ghostwin import GhostWindowTinyLFU
 from bench.common import TRACE, bench_parser, machine, write_json
-from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy, simulate
-from kvpool.core.eviction.replay import leading_run
+from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy
+from kvpool.replay.loop import simulate, leading_run
 
 CAPACITIES = (1000, 4000, 16000, 64000)
 DEFAULT_TRACE = TRACE

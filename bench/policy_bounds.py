@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench.common import TRACE, machine, write_json
 from bench.policies import Trace, load_trace, opt_hit_rate
-from kvpool.core.eviction.replay import replay
+from kvpool.replay.loop import replay
 
 
 def conversation_key(ids: list[int], i: int) -> tuple[int, int]:

@@ -37,8 +37,8 @@ import statistics
 import time
 
 from bench.common import bench_parser, write_json
-from kvpool.runtime.engine import AsyncEngine, collect
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.async_engine import AsyncEngine, collect
+from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.model import SamplingParams
 from kvpool.server.remote_setup import build_link
 from kvpool.server.serve import tune_process

@@ -6,7 +6,7 @@
 Model (block = one trace hash id, 512 tokens; capacities count blocks):
 
 - Each replica is an LRU of ``--local-blocks`` with the instant-replay semantics of
-  ``kvpool replay --instant`` (kvpool/sched/replay_instant.py): a request hits the leading run
+  ``kvpool replay --instant`` (kvpool/replay/instant.py): a request hits the leading run
   of its hash ids that is cached, then its blocks are touched or inserted tail first, so the
   head ends most recently used.
 - The shared tier (Redis under allkeys-lru) is one LRU of ``--shared-blocks``. After the local
@@ -198,7 +198,7 @@ class Simulation:
 
 
 def load_reqs(path, limit: int | None = None) -> list[Req]:
-    from kvpool.sched.replay_trace import load_trace
+    from kvpool.replay.trace import load_trace
 
     return [Req(r.arrival_s, r.output_length, r.hash_ids) for r in load_trace(path, limit)]
 

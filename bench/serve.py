@@ -44,9 +44,9 @@ import torch
 
 from bench.common import (alternate, ameasure, bench_parser, machine, print_runs, put, put_runs,
                           ratio_stat, timing_from_args, timing_info, write_json)
-from kvpool.runtime.engine import AsyncEngine
-from kvpool.runtime.engine_config import EngineConfig
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.async_engine import AsyncEngine
+from kvpool.runtime.engine.config import EngineConfig
+from kvpool.runtime.engine.core import EngineCore
 from bench import serve_workload
 from kvpool.runtime.model import SamplingParams, resolve_dtype, save_tiny_model
 from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype

@@ -23,8 +23,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models
 
 from bench import common
-from kvpool.runtime.engine_config import EngineConfig
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.config import EngineConfig
+from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.model import SamplingParams, Tokenizer, build_byte_tokenizer
 from kvpool.runtime.model.byte_tokenizer import byte_alphabet
 from kvpool.runtime.model.grammar import GrammarSpec, apply_token_mask

@@ -4,7 +4,7 @@ Adding a command is one line in ``COMMANDS``: ``name: (module, help)``. The modu
 ``add_arguments(parser)`` and ``run(args) -> int`` (the exit status)::
 
     kvpool serve [--model DIR] [--port 8000] ...   kvpool.server.serve
-    kvpool replay TRACE.jsonl [--instant] ...      kvpool.sched.replay
+    kvpool replay TRACE.jsonl [--instant] ...      kvpool.replay.cli
     kvpool stress pool|http ...                    stress.cli
     kvpool bench pool|copy|serve|... [ARGS]        kvpool.benchcmd
 """
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("kvpool.server.serve",
               "serve the OpenAI-compatible API (built-in tiny model unless --model)"),
-    "replay": ("kvpool.sched.replay",
+    "replay": ("kvpool.replay.cli",
                "replay a request trace through the scheduler (or --instant: cache policy only)"),
     "stress": ("stress.cli", "stress the pool or a server (bounded, loopback only)"),
     "router": ("kvpool.router.cli", "KV-aware reverse proxy in front of kvpool serve replicas"),

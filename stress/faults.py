@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvpool.runtime.copy_engine import COPY_KINDS as ALL_COPY_KINDS
 from kvpool.runtime.faults import FaultPlan
+from kvpool.runtime.kv.copy_engine import COPY_KINDS as ALL_COPY_KINDS
 
 __all__ = ["FaultDriver", "InjectedFaults"]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvpool.outfile import out_path, write_text
-from kvpool.sched.replay_report import import_pyplot
+from kvpool.replay.report import import_pyplot
 
 __all__ = ["Progress", "StressReport", "percentile"]
 

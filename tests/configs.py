@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.config import EngineConfig
 
 # name: block size (tokens), device blocks, host blocks, context length (tokens)
 SIZES: dict[str, dict[str, Any]] = {

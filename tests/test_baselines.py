@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from bench.baselines import (ARC, BASELINES, LRU, S3FIFO, S3FIFO1, SIEVE, SLRU, WTinyLFU,
                              replay)
-from kvpool.core.eviction import LRUPolicy, simulate
+from kvpool.core.eviction import LRUPolicy
+from kvpool.replay.loop import simulate
 from tests.trace_reference import reference_lru
 
 

@@ -1,4 +1,5 @@
-"""Imports point down only: config/errors <- core <- sched <- runtime|remote <- server (DESIGN.md).
+"""Imports point down only: config/errors <- core <- sched <- replay|runtime|remote <- server
+(DESIGN.md).
 
 Checked with ``ast`` on every module of the package, so a violation anywhere (also inside a
 function body) fails the suite."""
@@ -10,15 +11,18 @@ import kvpool
 
 PKG = Path(kvpool.__file__).parent
 RANK = {"config": 0, "errors": 0, "outfile": 0, "progress": 0, "core": 1, "sched": 2,
-        "metrics": 3, "runtime": 3, "remote": 3, "events": 3, "server": 4, "router": 4, "epp": 5, "cli": 5, "__main__": 5}
+        "metrics": 3, "runtime": 3, "remote": 3, "events": 3, "server": 4, "router": 4, "epp": 5, "cli": 5, "__main__": 5,
+        "replay": 3}
 # Same-rank siblings that must not know each other: remote sits beside runtime (the server wires
 # the two together), so neither imports the other.
 APART = {"remote": {"runtime", "metrics", "events"}, "runtime": {"remote", "events"},
-         "events": {"runtime", "remote", "metrics"}}
+         "events": {"runtime", "remote", "metrics"},
+         "replay": {"runtime", "remote", "metrics", "events"}}
 # Third-party modules a layer must not touch: the core is pure Python + numpy.
 FORBIDDEN = {
     "core": {"asyncio", "aiohttp", "prometheus_client", "uvloop", "torch", "cupy"},
     "sched": {"asyncio", "aiohttp", "prometheus_client", "uvloop", "torch", "cupy"},
+    "replay": {"asyncio", "aiohttp", "prometheus_client", "uvloop", "torch", "cupy"},
 }
 
 

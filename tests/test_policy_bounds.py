@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.policy_bounds import oracle_hits, returns
-from kvpool.core.eviction import LRUPolicy, simulate
+from kvpool.core.eviction import LRUPolicy
+from kvpool.replay.loop import simulate
 
 # Conversation 1 comes back (request 3), conversation 5 never does. Three blocks of room.
 TRACE = [[0, 1, 2], [0, 5, 6, 7], [0, 1, 9]]

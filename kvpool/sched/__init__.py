@@ -1,4 +1,4 @@
-"""kvpool.sched: sequences, the scheduler, preemption and trace replay.
+"""kvpool.sched: sequences, the scheduler, preemption (trace replay: kvpool.replay).
 
 Knows ``kvpool.core`` / ``config`` / ``errors`` and nothing above them (no runtime, server,
 aiohttp or torch). The runtime drives it::

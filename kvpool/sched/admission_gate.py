@@ -128,7 +128,7 @@ class AdmissionGate:
         running requests to grow; appends ignore it), so a request coming back to be
         recomputed with output tokens is NEVER only if the whole pool cannot hold it; one
         that needs the watermark's blocks waits (LATER) until nothing else runs, and then
-        may take every block. The engine refuses up front (runtime/request_check.py) what
+        may take every block. The engine refuses up front (runtime/engine/request_check.py) what
         outgrows the whole pool: prompt + max_tokens, and ``n`` such sequences holding the
         prompt's full blocks once, as their recompute units do (``shared_blocks``)."""
         mgr = self.manager

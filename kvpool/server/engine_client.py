@@ -3,8 +3,8 @@
 The routes, the request gate, the lookup and kv-events routes and the app's lifetime hooks
 type against this Protocol, never against ``Any``: a call the engine does not offer is a type
 error where it is written, not an AttributeError on the first request. ``AsyncEngine``
-(runtime/engine.py) satisfies it; so may a stand-in that serves the same calls (the stress
-harness runs the real one).
+(runtime/engine/async_engine.py) satisfies it; so may a stand-in that serves the same calls
+(the stress harness runs the real one).
 
 ::
 
@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # the contract names the engine's types; importing them pulls in torch
     from kvpool.metrics import KVPoolMetrics
-    from kvpool.runtime.engine_config import EngineConfig
-    from kvpool.runtime.engine_core import EngineCore
+    from kvpool.runtime.engine.config import EngineConfig
+    from kvpool.runtime.engine.core import EngineCore
+    from kvpool.runtime.engine.outputs import RequestOutput
     from kvpool.runtime.model import SamplingParams
     from kvpool.runtime.model.tokenizer import Tokenizer
-    from kvpool.runtime.outputs import RequestOutput
 
 __all__ = ["EngineClient", "UpdateStream"]
 

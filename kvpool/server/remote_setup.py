@@ -1,5 +1,5 @@
 """``kvpool serve --remote-url``: build the Redis tier of this replica's namespace and the
-:class:`~kvpool.runtime.remote_link.RemoteLink` the engine reads and writes through.
+:class:`~kvpool.runtime.remote.link.RemoteLink` the engine reads and writes through.
 
 The server is where ``kvpool.remote`` (keys, codec, RedisTier) meets ``kvpool.runtime`` (the
 engine); neither imports the other.
@@ -12,7 +12,7 @@ import argparse
 from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.remote import RemoteMetrics
 from kvpool.remote import Namespace, RedisTier, ValueCodec, ValueSigner
-from kvpool.runtime.remote_link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, RemoteLink
+from kvpool.runtime.remote.link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, RemoteLink
 from kvpool.server.engine_client import EngineClient
 
 

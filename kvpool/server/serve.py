@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kvpool.errors import ConfigError
-from kvpool.runtime.context_fit import require_context_fits
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.config import EngineConfig
+from kvpool.runtime.engine.context_fit import require_context_fits
 from kvpool.server.app import GATE_KEY, METRICS_KEY, build_app, start_draining
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.kv_events_route import KVEventsRoute
@@ -48,7 +48,7 @@ from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, 
                                          add_server_args, resolve_api_key)
 
 if TYPE_CHECKING:
-    from kvpool.runtime.engine import AsyncEngine
+    from kvpool.runtime.engine.async_engine import AsyncEngine
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_arguments",
            "add_serve_args", "config_from_args", "main", "resolve_api_key", "run", "run_server",
@@ -213,7 +213,8 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
 def _build(config: EngineConfig, o: ServeOptions,
            limiter: ConnectionLimiter) -> tuple[AsyncEngine, web.Application]:
     """The engine (its remote link and KV events wired) and the app over it."""
-    from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
+    # the heavy import, only when serving
+    from kvpool.runtime.engine.async_engine import AsyncEngine
 
     events = KVEventsRoute.start(o.kv_events_config, config.block_size)
     try:

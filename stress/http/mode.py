@@ -131,7 +131,7 @@ class HttpStress:
 
     # ---------------------------------------------------------------- server
     def _engine_config(self):
-        from kvpool.runtime.engine_config import EngineConfig
+        from kvpool.runtime.engine.config import EngineConfig
 
         c = self.cfg
         extra = {}

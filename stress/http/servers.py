@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.config import EngineConfig
 from kvpool.server.app import METRICS_KEY
 from kvpool.server.connections import DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT, \
     ConnectionLimiter, default_max_connections, start_listener
@@ -165,7 +165,7 @@ class InProcessServer:
             self._ready.set()
 
     async def _serve(self) -> None:
-        from kvpool.runtime.engine import AsyncEngine
+        from kvpool.runtime.engine.async_engine import AsyncEngine
         from kvpool.server.app import build_app
 
         self.loop = asyncio.get_running_loop()

@@ -1,6 +1,6 @@
 """The asyncio front of the whole block manager, for the stress harness and bench.async_pool.
 
-The product takes only host blocks from the loop (kvpool/runtime/host_front.py); the stress
+The product takes only host blocks from the loop (kvpool/runtime/remote/host_front.py); the stress
 harness drives every manager call from coroutines against the same batching (inline when the
 pool lock is free, one batch per loop iteration when the step thread holds it), so this front
 adds the manager's table and raw-block calls on top of it and nothing else::
@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kvpool.core import BlockSpaceManager
-from kvpool.runtime.host_front import HostBlockFront
+from kvpool.runtime.remote.host_front import HostBlockFront
 
 
 class PoolFront(HostBlockFront):

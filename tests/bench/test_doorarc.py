@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from bench.doorarc import DoorARCPolicy
 from bench.doorarc_ghosts import GhostFilter
 from bench.policies import CANDIDATES, main
-from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy, simulate
+from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy
 from kvpool.errors import ConfigError, InvariantError
+from kvpool.replay.loop import simulate
 from tests.core.policy_helpers import key
 
 # (op, block, content): 0 = release new content, 1 = revive (hit + re-release), 2 = evict

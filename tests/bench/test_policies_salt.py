@@ -5,7 +5,8 @@ from __future__ import annotations
 from zlib import crc32
 
 from bench.policies import multiturn, salt_spread, salted, uniform
-from kvpool.core.eviction import LRUPolicy, simulate
+from kvpool.core.eviction import LRUPolicy
+from kvpool.replay.loop import simulate
 
 
 def _collisions(ids: list[int], bits: int = 8) -> set[tuple[int, int]]:

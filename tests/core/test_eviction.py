@@ -16,11 +16,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvpool.core.eviction import (POLICIES, ClassLRUPolicy, EvictionPolicy, LRUPolicy,
-                                  make_policy, simulate)
+from kvpool.core.eviction import POLICIES, ClassLRUPolicy, EvictionPolicy, LRUPolicy, make_policy
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import BonusTuner
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
+from kvpool.replay.loop import simulate
 from bench.common import TRACE
 from tests.core.policy_helpers import DRIVEN, key, small
 from tests.trace_reference import reference_lru

@@ -17,8 +17,8 @@ from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
 from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import BufferedConnection
 from kvpool.remote.keys import segment_of
-from kvpool.runtime.engine import AsyncEngine
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.async_engine import AsyncEngine
+from kvpool.runtime.engine.config import EngineConfig
 from kvpool.server.remote_setup import build_link
 from tests.remote.conftest import NS
 from tests.remote.test_engine_remote import run, settle, stop, tokens

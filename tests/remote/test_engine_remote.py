@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from kvpool.runtime.engine import AsyncEngine, collect
+from kvpool.runtime.engine.async_engine import AsyncEngine, collect
 from kvpool.runtime.model import SamplingParams
 from kvpool.server.remote_setup import build_link
 from tests.configs import engine_config

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from kvpool.errors import ConfigError
-from kvpool.runtime.remote_link import RemoteLink
+from kvpool.runtime.remote.link import RemoteLink
 from tests.remote.test_engine_remote import PROMPT, engine, fresh_tokens, run, stop, stored, tokens
 
 # 8 full blocks the stored PROMPT never starts with: a prefill that measures the rate

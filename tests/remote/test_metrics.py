@@ -54,7 +54,7 @@ async def test_scrape_reflects_tier_traffic(make_tier, redis_server):
 async def test_attached_to_server_metrics_fast_render_matches_reference(make_tier):
     """attach(): the server's own render() carries the remote families and histograms, with
     the same samples prometheus_client's exposition of that registry has."""
-    from kvpool.runtime.engine import AsyncEngine
+    from kvpool.runtime.engine.async_engine import AsyncEngine
 
     eng = AsyncEngine(engine_config("small", num_device_blocks=8, num_host_blocks=8))
     server = eng.metrics  # the registry kvpool serve's /metrics renders

@@ -12,7 +12,7 @@ import aiohttp
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestServer
 
-from kvpool.runtime.engine import AsyncEngine
+from kvpool.runtime.engine.async_engine import AsyncEngine
 from kvpool.server.app import build_app
 from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.remote_setup import build_link

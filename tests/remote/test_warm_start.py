@@ -18,8 +18,8 @@ import redis.utils
 
 from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
 from kvpool.remote.redis_tier import GET_PARTS
-from kvpool.runtime.remote_reader import MAX_CHUNKS
-from kvpool.runtime.workers import default_workers, prestart_default_executor
+from kvpool.runtime.engine.workers import default_workers, prestart_default_executor
+from kvpool.runtime.remote.reader import MAX_CHUNKS
 from tests.remote.conftest import NS
 from bench.redis_servers import free_port
 from tests.remote.redis_stats import mget_calls

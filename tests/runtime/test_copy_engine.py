@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvpool.errors import CopyError, EngineError, InvalidBlockError
-from kvpool.runtime.copy_backends import TorchCopyBackend, plan_copies
-from kvpool.runtime.copy_engine import COPY_KINDS, CopyCancelledError, CopyEngine
 from kvpool.runtime.faults import FaultPlan
+from kvpool.runtime.kv.copy_backends import TorchCopyBackend, plan_copies
+from kvpool.runtime.kv.copy_engine import COPY_KINDS, CopyCancelledError, CopyEngine
 from stress.faults import InjectedFaults
 
 BLOCK = (2, 2, 4, 2, 8)  # layers, K|V, block_size, kv_heads, head_dim: 1 KiB float32 blocks
@@ -520,8 +520,8 @@ def test_many_submitting_threads():
 
 # ---------------------------------------------------------------- layering
 def test_runtime_copy_modules_do_not_import_asyncio():
-    root = Path(__file__).resolve().parents[2] / "kvpool" / "runtime"
-    for name in ("kv_storage.py", "copy_engine.py", "copy_backends.py"):
+    root = Path(__file__).resolve().parents[2] / "kvpool" / "runtime" / "kv"
+    for name in ("storage.py", "copy_engine.py", "copy_backends.py"):
         tree = ast.parse((root / name).read_text())
         imported = {a.name.split(".")[0] for node in ast.walk(tree)
                     if isinstance(node, ast.Import) for a in node.names}
@@ -545,7 +545,7 @@ def test_worker_nice_lowers_only_the_worker(pools):
 def test_swap_round_trip_keeps_model_outputs():
     """The tiny model decodes the same logits after its blocks went device -> host -> other
     device blocks (and a defrag move), with the freed blocks overwritten in between."""
-    from kvpool.runtime.kv_storage import KVStorage
+    from kvpool.runtime.kv.storage import KVStorage
     from kvpool.runtime.model import PagedBatch, SeqChunk, build_tiny_model
 
     config, model, _ = build_tiny_model()

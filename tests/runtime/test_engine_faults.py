@@ -16,9 +16,9 @@ import logging
 import sys
 import threading
 
-from kvpool.runtime.engine import AsyncEngine, collect
-from kvpool.runtime.engine_config import EngineConfig
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.async_engine import AsyncEngine, collect
+from kvpool.runtime.engine.config import EngineConfig
+from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.model import SamplingParams
 from stress.faults import InjectedFaults
 from tests.configs import engine_config
@@ -98,7 +98,7 @@ async def test_a_scheduler_invariant_break_is_counted_and_the_engine_goes_on(cap
         # a real break: a block table the scheduler does not know about (its check raises
         # SchedulerError "sequence registry and block tables disagree")
         mgr.allocate([10**6], [5, 6, 7])
-        with caplog.at_level(logging.ERROR, logger="kvpool.runtime.engine_core"):
+        with caplog.at_level(logging.ERROR, logger="kvpool.runtime.engine.core"):
             second = await collect(eng.generate("b", PROMPTS[0], GREEDY))
         assert second.error is None and toks(second) == toks(first)
         assert eng.is_healthy()

@@ -10,8 +10,8 @@ import asyncio
 import pytest
 import torch
 
-from kvpool.runtime.engine import AsyncEngine, collect
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.async_engine import AsyncEngine, collect
+from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.model import SamplingParams, load_tokenizer
 from stress.faults import InjectedFaults
 from tests.configs import engine_config

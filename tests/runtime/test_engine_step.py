@@ -8,9 +8,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.core import EngineCore
+from kvpool.runtime.engine.outputs import CompletionOutput, RequestOutput
 from kvpool.runtime.model import SamplingParams
-from kvpool.runtime.outputs import CompletionOutput, RequestOutput
 from tests.configs import engine_config
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
@@ -77,7 +77,7 @@ def test_then_concatenates_deltas_and_takes_the_later_state():
 
 def test_the_engine_step_never_asks_the_manager_for_tables():
     """Block ids and copy owners come in the SchedulerOutput (issue 14, deliverable 1)."""
-    src = (Path(__file__).resolve().parents[2] / "kvpool/runtime/engine_core.py").read_text()
+    src = (Path(__file__).resolve().parents[2] / "kvpool/runtime/engine/core.py").read_text()
     called = {n.func.attr for n in ast.walk(ast.parse(src))
               if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
     assert not called & {"get_block_table", "has_seq", "get_num_tokens"}

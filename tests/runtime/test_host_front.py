@@ -1,4 +1,4 @@
-"""The product's asyncio front (kvpool/runtime/host_front.py): the remote prefetch's host
+"""The product's asyncio front (kvpool/runtime/remote/host_front.py): the remote prefetch's host
 blocks lent and given back from coroutines, inline when the pool lock is free, batched when the
 step thread holds it, and never leaked by a cancelled caller. The stress front's tests
 (tests/stress/test_pool_front.py) drive the same batching through every manager call."""
@@ -7,7 +7,7 @@ import asyncio
 
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
-from kvpool.runtime.host_front import HostBlockFront
+from kvpool.runtime.remote.host_front import HostBlockFront
 from tests.held_lock import HeldLock, WorkerPause
 
 

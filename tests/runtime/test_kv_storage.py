@@ -7,7 +7,7 @@ import torch
 
 from kvpool.config import CacheConfig
 from kvpool.errors import ConfigError
-from kvpool.runtime.kv_storage import (
+from kvpool.runtime.kv.storage import (
     GiB, MiB, KVStorage, device_blocks_for_budget, gpu_kv_budget, parse_bytes, parse_swap_space)
 from kvpool.runtime.model import KVCacheLayout, kv_bytes_per_block, tiny_config
 

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import torch
 
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.faults import FaultPlan
 from kvpool.runtime.model import SamplingParams
 from kvpool.runtime.model.grammar import GrammarSpec

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvpool.runtime.engine import AsyncEngine, collect
+from kvpool.runtime.engine.async_engine import AsyncEngine, collect
 from kvpool.runtime.model import SamplingParams, TokenLogprob, compute_logprobs, load_tokenizer
 from tests.configs import engine_config
 from tests.runtime.model.helpers import SENTENCES, save_hf_model

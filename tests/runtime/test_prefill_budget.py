@@ -1,7 +1,7 @@
 """Under load a long prompt is prefilled in budget-sized chunks while every running decode
 keeps getting one token per step (what bounds TTFT and inter-token latency on a slow model)."""
 
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.model import SamplingParams
 from tests.configs import engine_config
 

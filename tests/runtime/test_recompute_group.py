@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.model import SamplingParams
 from tests.configs import engine_config
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kvpool.errors import RequestError
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.model import SamplingParams
 from kvpool.runtime.model.grammar import GrammarSpec
 from tests.configs import engine_config

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from kvpool.runtime.engine import AsyncEngine
+from kvpool.runtime.engine.async_engine import AsyncEngine
+from kvpool.runtime.engine.output_processor import OutputProcessor, Sample
 from kvpool.runtime.model import SamplingParams, Tokenizer, build_byte_tokenizer
-from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.sched import FinishedRequest, SeqStatus
 from kvpool.sched.output import SeqOutput
 from tests.configs import engine_config

@@ -27,7 +27,7 @@ SHUTDOWN_TIMEOUT = 5.0  # a test that wedges a handler fails in seconds, not aio
 async def make_server():
     """``async with make_server(api_key=..., max_body_bytes=..., app_options={build_app
     keyword: value}, server_options={TestServer keyword: value}, **config) as srv: ...``"""
-    from kvpool.runtime.engine import AsyncEngine
+    from kvpool.runtime.engine.async_engine import AsyncEngine
 
     started: list[Running] = []
 

@@ -22,7 +22,7 @@ SMALL_POOL = dict(num_device_blocks=4, num_host_blocks=0, max_model_len=None)  #
 
 async def test_a_derived_context_is_capped_to_the_pool_and_the_default_max_tokens_fits(
         make_server, caplog):
-    with caplog.at_level(logging.WARNING, logger="kvpool.runtime.context_fit"):
+    with caplog.at_level(logging.WARNING, logger="kvpool.runtime.engine.context_fit"):
         async with make_server(**SMALL_POOL) as srv:
             async with aiohttp.ClientSession() as s:
                 # chat's default max_tokens is all the room the context leaves
@@ -37,7 +37,7 @@ async def test_a_derived_context_is_capped_to_the_pool_and_the_default_max_token
             async with aiohttp.ClientSession() as s, s.get(srv.v1 + "/models") as r:
                 assert (await r.json())["data"][0]["max_model_len"] == 64  # not 8192
             capped = [r.getMessage() for r in caplog.records
-                      if r.name == "kvpool.runtime.context_fit"]
+                      if r.name == "kvpool.runtime.engine.context_fit"]
             assert len(capped) == 1 and "capped to 64" in capped[0] and "8192" in capped[0]
 
 

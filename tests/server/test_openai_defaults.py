@@ -12,7 +12,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from kvpool.errors import ConfigError
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.config import EngineConfig
 from kvpool.server import serve
 from kvpool.server.app import ROUTES_KEY, build_app
 from kvpool.server.generation_config import load_generation_defaults
@@ -120,7 +120,7 @@ async def test_x_request_id_is_echoed_or_made_up(srv):
 
 
 def test_chat_max_tokens_default_is_the_room_the_context_leaves():
-    from kvpool.runtime.engine import AsyncEngine
+    from kvpool.runtime.engine.async_engine import AsyncEngine
 
     assert EngineConfig().max_tokens_limit is None
     # a context past the old 4096 cap (the pool need not hold it: nothing runs here)

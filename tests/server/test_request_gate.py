@@ -20,7 +20,7 @@ from kvpool.server.engine_client import EngineClient
 
 
 def test_async_engine_offers_every_call_of_the_contract():
-    from kvpool.runtime.engine import AsyncEngine
+    from kvpool.runtime.engine.async_engine import AsyncEngine
 
     engine_fields = AsyncEngine.__init__.__code__.co_names
     for name in EngineClient.__annotations__:  # attributes: set in AsyncEngine.__init__

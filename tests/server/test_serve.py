@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.config import EngineConfig
 from kvpool.server import serve
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ def body(max_tokens: int, salt: str | None = None, stream: bool = False) -> dict
 
 @pytest.mark.asyncio
 async def test_rotating_cache_salt_does_not_bypass_the_tenant_quota():
-    from kvpool.runtime.engine import AsyncEngine
+    from kvpool.runtime.engine.async_engine import AsyncEngine
 
     engine = AsyncEngine(engine_config("serve", **SERVE_LIMITS, max_tokens_limit=512))
     app = build_app(engine, engine_shutdown_timeout=SHUTDOWN_TIMEOUT,

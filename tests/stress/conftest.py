@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from stress.http.servers import InProcessServer
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.config import EngineConfig
 from tests.configs import SERVE_LIMITS, engine_config
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 

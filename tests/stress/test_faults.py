@@ -11,9 +11,9 @@ import json
 
 import aiohttp
 
-from kvpool.runtime.engine import AsyncEngine, collect
-from kvpool.runtime.model import SamplingParams
+from kvpool.runtime.engine.async_engine import AsyncEngine, collect
 from kvpool.runtime.faults import NO_FAULTS
+from kvpool.runtime.model import SamplingParams
 from stress.faults import FaultDriver, InjectedFaults
 from stress.http.mode import HttpConfig, HttpStress
 from stress.http.workload import WorkloadConfig

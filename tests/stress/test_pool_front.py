@@ -1,4 +1,4 @@
-"""The stress front (stress/pool/front.py): the batching of kvpool/runtime/host_front.py
+"""The stress front (stress/pool/front.py): the batching of kvpool/runtime/remote/host_front.py
 driven through every manager call: one locked core call per loop iteration, results and errors
 per caller, cancellations undone."""
 

@@ -12,8 +12,8 @@ import time
 import aiohttp
 import pytest
 
-from kvpool.runtime.engine import AsyncEngine, collect
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.async_engine import AsyncEngine, collect
+from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.model import SamplingParams
 from kvpool.server import serve
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, GATE_KEY

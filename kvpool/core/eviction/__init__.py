@@ -12,7 +12,8 @@ Research policies (``ghostwin``, ``doorarc``) live in bench/, not here: bench.po
 bench.heldout compare them with these.
 
 The protocol the PrefixIndex drives (EvictionPolicy) and the queue storage the two
-share are in base.py; ``simulate`` (replay.py) replays a trace through one policy alone.
+share are in base.py; ``simulate`` (kvpool/replay/loop.py) replays a trace through one policy
+alone.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 from kvpool.core.eviction.base import EvictionPolicy, LinkedQueuesPolicy
 from kvpool.core.eviction.classlru import ClassLRUPolicy
 from kvpool.core.eviction.lru import LRUPolicy
-from kvpool.core.eviction.replay import simulate
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.errors import ConfigError
 
@@ -38,4 +38,4 @@ def make_policy(name: str, capacity: int) -> EvictionPolicy:
 
 
 __all__ = ["POLICIES", "ClassLRUPolicy", "EvictionPolicy", "FrequencySketch",
-           "LRUPolicy", "LinkedQueuesPolicy", "make_policy", "simulate"]
+           "LRUPolicy", "LinkedQueuesPolicy", "make_policy"]

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.model import Sampler, SamplingParams, SamplingParamsError, SeqHistory
 from kvpool.runtime.model.penalties import apply_logit_adjustments, apply_min_p
 from tests.configs import engine_config

@@ -29,8 +29,8 @@ from kvpool.errors import ConfigError
 from kvpool.outfile import write_text
 from kvpool.progress import Progress, add_progress_args
 
-from kvpool.sched.replay_report import import_pyplot, plot
-from kvpool.sched.replay_trace import load_trace, trace_summary
+from kvpool.replay.report import import_pyplot, plot
+from kvpool.replay.trace import load_trace, trace_summary
 
 
 class BadOption(Exception):
@@ -83,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _instant(args, reqs, bar) -> dict:
-    from kvpool.sched.replay_instant import InstantReplay
+    from kvpool.replay.instant import InstantReplay
 
     if args.capacity_blocks is None:
         raise SystemExit("kvpool replay --instant needs --capacity-blocks C")
@@ -94,7 +94,7 @@ def _cost(args):
     """The StepCost the flags ask for (unset flags keep StepCost's defaults)."""
     from dataclasses import replace
 
-    from kvpool.sched.replay_timed import StepCost
+    from kvpool.replay.timed import StepCost
 
     base = StepCost()
     per_token = (base.kv_bytes_per_block // 16 if args.kv_bytes_per_token is None
@@ -108,7 +108,7 @@ def _cost(args):
 
 
 def _timed(args, reqs, bar) -> dict:
-    from kvpool.sched.replay_timed import DEFAULT_NUM_BLOCKS, TimedOptions, TimedReplay
+    from kvpool.replay.timed import DEFAULT_NUM_BLOCKS, TimedOptions, TimedReplay
 
     num_blocks = args.num_blocks
     if num_blocks is None:

@@ -32,21 +32,21 @@ import torch
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
-from kvpool.runtime.copy_engine import CopyEngine
-from kvpool.runtime.context_fit import fit_max_model_len
 from kvpool.runtime.ema import ema
-from kvpool.runtime.engine_config import EngineConfig
+from kvpool.runtime.engine.config import EngineConfig
+from kvpool.runtime.engine.context_fit import fit_max_model_len
+from kvpool.runtime.engine.output_processor import OutputProcessor, Sample
+from kvpool.runtime.engine.outputs import RequestOutput
+from kvpool.runtime.engine.prompt_logprobs import PromptLogprobs
+from kvpool.runtime.engine.request_check import RequestChecker
+from kvpool.runtime.engine.row_sampler import Drawn, RowSampler
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
-from kvpool.runtime.kv_storage import KVStorage
+from kvpool.runtime.kv.copy_engine import CopyEngine
+from kvpool.runtime.kv.storage import KVStorage
 from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, SamplingParams,
                                   build_tiny_model, load_model, load_tokenizer, resolve_dtype)
 from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
 from kvpool.runtime.model.grammar_matchers import GrammarMatchers
-from kvpool.runtime.output_processor import OutputProcessor, Sample
-from kvpool.runtime.outputs import RequestOutput
-from kvpool.runtime.prompt_logprobs import PromptLogprobs
-from kvpool.runtime.request_check import RequestChecker
-from kvpool.runtime.row_sampler import Drawn, RowSampler
 from kvpool.sched import (FinishedRequest, Scheduler, SchedulerConfig, SchedulerOutput,
                           SeqStatus)
 
@@ -302,7 +302,7 @@ class EngineCore:
             out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok,
             stops=self._stops(stops, drawn.done), deferred=drawn.deferred)
         if self.block_sink is not None and out.prefills:
-            self.block_sink.on_prefills(out.prefills)  # enqueue only (remote_writer.py)
+            self.block_sink.on_prefills(out.prefills)  # enqueue only (runtime/remote/writer.py)
         return broken + self._updates(deltas, finished)
 
     def _deliver_late(self, wait: bool) -> list[RequestOutput]:

@@ -28,18 +28,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kvpool.errors import EngineError, QueueFullError, RequestError, context_length_error
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
-from kvpool.runtime.host_front import HostBlockFront
-from kvpool.runtime.engine_config import EngineConfig
-from kvpool.runtime.engine_core import EngineCore
+from kvpool.runtime.engine.config import EngineConfig
+from kvpool.runtime.engine.core import EngineCore
+from kvpool.runtime.engine.outputs import CompletionOutput, RequestOutput
+from kvpool.runtime.engine.workers import prestart_default_executor
 from kvpool.runtime.faults import FaultPlan
 from kvpool.runtime.model import SamplingParams
 from kvpool.runtime.ops import AbortRequest, AddRequest, EngineOp
-from kvpool.runtime.outputs import CompletionOutput, RequestOutput
-from kvpool.runtime.remote_import import RemoteImports
-from kvpool.runtime.remote_link import RemoteLink
-from kvpool.runtime.remote_reader import RemoteReader
-from kvpool.runtime.remote_writer import RemoteWriter
-from kvpool.runtime.workers import prestart_default_executor
+from kvpool.runtime.remote.host_front import HostBlockFront
+from kvpool.runtime.remote.importer import RemoteImports
+from kvpool.runtime.remote.link import RemoteLink
+from kvpool.runtime.remote.reader import RemoteReader
+from kvpool.runtime.remote.writer import RemoteWriter
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()

@@ -22,10 +22,10 @@ from typing import Callable
 
 import torch
 
+from kvpool.runtime.engine.output_processor import OutputProcessor, Sample
 from kvpool.runtime.model import Sampler, SamplingParams, compute_logprobs, make_generator
 from kvpool.runtime.model.grammar import TokenMask
 from kvpool.runtime.model.grammar_matchers import GrammarMatchers, LateMask
-from kvpool.runtime.output_processor import OutputProcessor, Sample
 from kvpool.sched import SeqStatus
 
 __all__ = ["Drawn", "RowSampler"]

@@ -14,7 +14,7 @@ Per request, on the event loop (never inside the engine step)::
     keep the longest contiguous prefix that arrived; give the rest of the host blocks back
 
 The result (:class:`FetchedPrefix`) rides on the AddRequest; the step thread copies it to
-device blocks and registers their hashes only once that copy is done (``remote_import.py``).
+device blocks and registers their hashes only once that copy is done (``importer.py``).
 Failure policy: any remote failure, a short run, a declined cost or a full host pool is
 ``None``, and the request is computed as if there were no tier.
 """
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kvpool.runtime.host_front import HostBlockFront
 from kvpool.runtime.ema import ema
-from kvpool.runtime.remote_link import RemoteLink
+from kvpool.runtime.remote.host_front import HostBlockFront
+from kvpool.runtime.remote.link import RemoteLink
 
 log = logging.getLogger(__name__)
 MAX_CHUNKS = 4  # parallel MGETs per fetch: O(1) round trips, and a partial prefix on deadline

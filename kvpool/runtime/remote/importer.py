@@ -1,6 +1,6 @@
 """The step thread's half of the read path: a fetched prefix enters the device prefix cache.
 
-A request that arrives with a :class:`~kvpool.runtime.remote_reader.FetchedPrefix` waits here,
+A request that arrives with a :class:`~kvpool.runtime.remote.reader.FetchedPrefix` waits here,
 in its own state, while the copy engine copies its host blocks to lent device blocks (the
 engine step keeps running other requests). Once the copy is done the device blocks are
 registered under their chain hashes (``manager.lender.adopt_prefix``: hashes are confirmed
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from kvpool.core import BlockSpaceManager
 from kvpool.core.block import Device
-from kvpool.runtime.copy_engine import CopyEngine, CopyHandle
 from kvpool.runtime.ema import ema
+from kvpool.runtime.kv.copy_engine import CopyEngine, CopyHandle
 from kvpool.runtime.ops import AddRequest
 
 

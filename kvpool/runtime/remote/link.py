@@ -3,7 +3,7 @@
 ``kvpool.runtime`` and ``kvpool.remote`` are siblings that never import each other
 (tests/test_layering.py): the server builds a ``RedisTier`` and its ``Namespace`` / codec and
 wraps them in a :class:`RemoteLink`, a plain bundle of callables. The engine's read path
-(``remote_reader.py``) and write path (``remote_writer.py``) only see this bundle.
+(``reader.py``) and write path (``writer.py``) only see this bundle.
 """
 
 from __future__ import annotations

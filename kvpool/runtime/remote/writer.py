@@ -33,9 +33,9 @@ import torch
 
 from kvpool.core import BlockSpaceManager
 from kvpool.core.block import Device
-from kvpool.runtime.host_front import HostBlockFront
-from kvpool.runtime.copy_engine import CopyEngine, CopyHandle
-from kvpool.runtime.remote_link import RemoteLink
+from kvpool.runtime.kv.copy_engine import CopyEngine, CopyHandle
+from kvpool.runtime.remote.host_front import HostBlockFront
+from kvpool.runtime.remote.link import RemoteLink
 
 log = logging.getLogger(__name__)
 

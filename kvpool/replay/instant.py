@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvpool.core import BlockPool, Device
-from kvpool.core.eviction.replay import replay
-from kvpool.sched.replay_report import Timeline
-from kvpool.sched.replay_trace import TraceRequest
+from kvpool.replay.loop import replay
+from kvpool.replay.report import Timeline
+from kvpool.replay.trace import TraceRequest
 
 
 def digest(hash_id: int) -> bytes:
@@ -57,7 +57,7 @@ class InstantReplay:
         self.requests += 1
         return k
 
-    # the ReplayCache side (kvpool.core.eviction.replay): called by ``replay`` inside step
+    # the ReplayCache side (kvpool.replay.loop): called by ``replay`` inside step
     def __contains__(self, h: int) -> bool:
         return self.index.lookup(digest(h)) is not None
 

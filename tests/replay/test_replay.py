@@ -16,9 +16,9 @@ from bench.common import TRACE
 from kvpool.cli import COMMANDS, main
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
-from kvpool.sched.replay_instant import InstantReplay
-from kvpool.sched.replay_timed import TimedOptions, TimedReplay
-from kvpool.sched.replay_trace import TokenSynth, TraceRequest, load_trace
+from kvpool.replay.instant import InstantReplay
+from kvpool.replay.timed import TimedOptions, TimedReplay
+from kvpool.replay.trace import TokenSynth, TraceRequest, load_trace
 from tests.trace_reference import reference_lru as lru_hits
 
 REPO = Path(__file__).resolve().parents[2]

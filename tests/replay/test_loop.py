@@ -1,4 +1,4 @@
-"""The one instant-replay loop (kvpool.core.eviction.replay) and the caches it drives.
+"""The one instant-replay loop (kvpool.replay.loop) and the caches it drives.
 
 ``reference_lru`` (tests/trace_reference.py) is written independently of the loop, an
 OrderedDict LRU; the product loop through LRUPolicy, through the real BlockPool
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from bench.baselines import LRU, replay as baseline_replay
 from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy
-from kvpool.core.eviction.replay import PolicyCache, replay, simulate
-from kvpool.sched.replay_instant import InstantReplay
+from kvpool.replay.instant import InstantReplay
+from kvpool.replay.loop import PolicyCache, replay, simulate
 from tests.trace_reference import reference_lru
 
 # requests over a small id space, so prefixes repeat and small capacities evict

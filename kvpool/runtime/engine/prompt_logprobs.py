@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import torch
 
+from kvpool.runtime.engine.output_processor import OutputProcessor
 from kvpool.runtime.model import compute_logprobs
-from kvpool.runtime.output_processor import OutputProcessor
 from kvpool.sched import ScheduledPrefill
 
 

@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
+from kvpool.replay.report import Timeline, dist
+from kvpool.replay.trace import TokenSynth, TraceRequest
 from kvpool.sched.config import SchedulerConfig
 from kvpool.sched.output import FinishedRequest, SchedulerOutput
-from kvpool.sched.replay_report import Timeline, dist
-from kvpool.sched.replay_trace import TokenSynth, TraceRequest
 from kvpool.sched.scheduler import Scheduler
 from kvpool.sched.sequence import RequestParams
 

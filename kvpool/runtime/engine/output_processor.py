@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from kvpool.runtime.engine.outputs import CompletionOutput, RequestOutput
 from kvpool.runtime.model import (IncrementalDetokenizer, SamplingParams, SeqHistory,
                                   TokenLogprob, Tokenizer)
-from kvpool.runtime.outputs import CompletionOutput, RequestOutput
 from kvpool.sched import FinishedRequest, SeqStatus
 
 _REASON = {SeqStatus.FINISHED_STOPPED: "stop", SeqStatus.FINISHED_LENGTH: "length",

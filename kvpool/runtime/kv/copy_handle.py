@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable
 
 from kvpool.errors import CopyError
-from kvpool.runtime.copy_backends import COPY_KINDS
+from kvpool.runtime.kv.copy_backends import COPY_KINDS
 
 __all__ = ["CopyCancelledError", "CopyHandle"]
 

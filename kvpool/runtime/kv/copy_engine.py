@@ -39,11 +39,11 @@ from typing import Any, Iterable
 import torch
 
 from kvpool.errors import CopyError, EngineError, InvalidBlockError
-from kvpool.runtime.copy_backends import (
-    COPY_KINDS, CopyBackend, TorchCopyBackend, check_destinations)
-from kvpool.runtime.copy_handle import CopyCancelledError, CopyHandle
 from kvpool.runtime.ema import ema
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
+from kvpool.runtime.kv.copy_backends import (
+    COPY_KINDS, CopyBackend, TorchCopyBackend, check_destinations)
+from kvpool.runtime.kv.copy_handle import CopyCancelledError, CopyHandle
 
 __all__ = ["COPY_KINDS", "CopyCancelledError", "CopyEngine", "CopyHandle", "CopyStats"]
 
@@ -119,7 +119,7 @@ class CopyEngine:
 
     @classmethod
     def for_storage(cls, storage: Any, **kwargs: Any) -> "CopyEngine":
-        """An engine over a :class:`~kvpool.runtime.kv_storage.KVStorage`'s two pools."""
+        """An engine over a :class:`~kvpool.runtime.kv.storage.KVStorage`'s two pools."""
         return cls(storage.device_kv, storage.host_kv, **kwargs)
 
     # ------------------------------------------------------------------ submit
