@@ -21,7 +21,7 @@ async def _second(url: str, bias: float):
     """Engine 2 (reads only) after one unrelated request: its prefill rate is measured."""
     e2 = await engine(url, policy="off", fetch_bias=bias)
     await run(e2, OTHER)
-    assert e2.core.prefill_rate > 0
+    assert e2.core.cost.prefill_rate > 0
     fetch_s, recompute_s = e2.reader.estimate(40)
     assert fetch_s > 0 and recompute_s > 0
     return e2

@@ -121,7 +121,7 @@ def test_background_failures_recorded_while_draining_are_never_lost():
 
     def worker() -> None:  # plays the copy worker's done callbacks
         for i in range(n):
-            core.note_copy_failure(f"r{i}")
+            core.failed_copies.note(f"r{i}")
         done.set()
 
     before = sys.getswitchinterval()
@@ -130,11 +130,11 @@ def test_background_failures_recorded_while_draining_are_never_lost():
         t = threading.Thread(target=worker)
         t.start()
         while not done.is_set():
-            drained += core.drain_failed()
+            drained += core.failed_copies.drain()
         t.join()
-        drained += core.drain_failed()
+        drained += core.failed_copies.drain()
     finally:
         sys.setswitchinterval(before)
         core.close()
     assert sorted(drained) == sorted(f"r{i}" for i in range(n))
-    assert core.drain_failed() == []
+    assert core.failed_copies.drain() == []

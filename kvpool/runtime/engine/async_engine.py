@@ -131,7 +131,7 @@ class AsyncEngine:
             core = self.core
             self.front = HostBlockFront(core.manager)
             self.reader = RemoteReader(link, self.front, core.storage.host_kv,
-                                       core.storage.bytes_per_block, lambda: core.prefill_rate,
+                                       core.storage.bytes_per_block, lambda: core.cost.prefill_rate,
                                        lambda: self.imports.latency_s)
             if link.write_policy != "off":
                 self.writer = RemoteWriter(link, self.front, core.copies, core.storage.host_kv,

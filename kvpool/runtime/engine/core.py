@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from pathlib import Path
 
 import torch
@@ -32,9 +31,10 @@ import torch
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
-from kvpool.runtime.ema import ema
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import fit_max_model_len
+from kvpool.runtime.engine.cost_meter import CostMeter
+from kvpool.runtime.engine.failed_copies import FailedCopies
 from kvpool.runtime.engine.output_processor import OutputProcessor, Sample
 from kvpool.runtime.engine.outputs import RequestOutput
 from kvpool.runtime.engine.prompt_logprobs import PromptLogprobs
@@ -93,14 +93,11 @@ class EngineCore:
         # where tests and the stress harness inject failures (none by default)
         self.faults = faults if faults is not None else NO_FAULTS
         self.copies = CopyEngine.for_storage(self.storage, faults=self.faults)
+        self.cost = CostMeter(self.copies, self.scheduler)  # the preemption cost model's rates
         self._build_sampling(config, metrics)
         self.metrics = metrics
-        # NOTE(failed-deque): request ids whose background copy (swap-out) failed. The copy
-        # worker appends, the step thread pops: both are single atomic deque operations, so
-        # an append racing a drain is never lost (a list swapped out could drop one).
-        self._failed: deque[str] = deque()
+        self.failed_copies = FailedCopies()  # background copies that failed, by request
         self.invariant_violations = 0
-        self._prefill_rate = 0.0
         self.block_sink = None  # remote write path: .on_prefills(prefills) after each step
         self.steps = 0
         self.prompt_tokens = 0
@@ -161,7 +158,7 @@ class EngineCore:
         return self._finish(fr) if fr is not None else self.outputs.fail(request_id, reason)
 
     def has_work(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self._failed)
+        return self.scheduler.has_unfinished() or bool(self.failed_copies)
 
     def _finish(self, fr: FinishedRequest, error: str | None = None) -> RequestOutput | None:
         for so in fr.seqs:
@@ -176,26 +173,6 @@ class EngineCore:
         return [o for o in outs if o is not None]
 
     # ------------------------------------------------------------------ background copies
-    def _on_background_copy(self, handle) -> None:
-        # worker thread: only record; the step thread acts on it (single-threaded core)
-        if handle.exception() is not None and handle.tag is not None:
-            self.note_copy_failure(handle.tag)
-
-    def note_copy_failure(self, request_id: str) -> None:
-        """Record that a background copy of ``request_id`` failed (any thread); the next
-        step fails the request."""
-        self._failed.append(request_id)
-
-    def drain_failed(self) -> list[str]:
-        """Pop every recorded background-copy failure (step thread; appends may race)."""
-        failed = self._failed
-        out = []
-        while True:
-            try:
-                out.append(failed.popleft())
-            except IndexError:
-                return out
-
     def _fail_requests(self, rids, reason: str) -> list[RequestOutput]:
         outs = []
         for rid in dict.fromkeys(rids):
@@ -212,8 +189,8 @@ class EngineCore:
         """Run one engine step; returns the updates to deliver (deltas and final outputs)."""
         t0 = time.monotonic()
         results: list[RequestOutput] = []
-        if self._failed:  # background copies (swap-out) that failed since the last step
-            results += self._fail_requests(self.drain_failed(), "KV copy failed")
+        if self.failed_copies:  # background copies (swap-out) that failed since the last step
+            results += self._fail_requests(self.failed_copies.drain(), "KV copy failed")
         if self.rows.has_late:
             results += self._deliver_late(wait=False)
         out = self.scheduler.schedule()
@@ -238,7 +215,7 @@ class EngineCore:
         for c in out.copies_in_order():
             h = self.copies.submit(c.kind, c.pairs, tag=c.request_id)
             if c.kind == "swap_out":  # not waited for by this step: watch it
-                h.add_done_callback(self._on_background_copy)
+                h.add_done_callback(self.failed_copies.on_copy_done)
             else:
                 jobs.append(h)
         touched = {b for e in out.entries for b in e.block_ids}
@@ -247,7 +224,7 @@ class EngineCore:
         # NOTE(late-swap-out): a swap-out that failed after the drain in step() may belong to
         # a request swapped back in by this very step (its host bytes are garbage). The copies
         # are FIFO, so having waited for this step's swap-ins, that failure is recorded now.
-        dead.update(self.drain_failed())
+        dead.update(self.failed_copies.drain())
         if dead:
             results += self._fail_requests(dead, "KV copy failed")
         return dead
@@ -283,7 +260,8 @@ class EngineCore:
                     batch, self.storage.device_kv, full)
             else:
                 logits = self.model(batch, self.storage.device_kv)
-        self._measure(sum(len(e.input_ids) for e in entries), time.perf_counter() - tf)
+        self.cost.measure(sum(len(e.input_ids) for e in entries), time.perf_counter() - tf,
+                          self.steps)
         if full:
             self.prompt_logprobs.record(entries, full, full_logits)
         return self.rows.sample(logits, entries, self.steps)
@@ -343,26 +321,6 @@ class EngineCore:
             else:
                 updates.append(delta)
         return updates + list(final.values())
-
-    @property
-    def prefill_rate(self) -> float:
-        """Measured prompt tokens/s (EMA; 0.0 before a prefill-dominated step)."""
-        return self._prefill_rate
-
-    def _measure(self, tokens: int, seconds: float) -> None:
-        """Feed the scheduler's preemption cost model with measured rates (EMA)."""
-        if tokens >= 32 and seconds > 0:  # prefill-dominated steps say something about it
-            rate = tokens / seconds
-            self._prefill_rate = ema(self._prefill_rate, rate)
-        if self.steps % 32 == 0:
-            bw = self.copies.bandwidth()
-            kw = {}
-            if bw > 0:
-                kw["copy_bytes_per_s"] = bw
-            if self._prefill_rate:
-                kw["prefill_tokens_per_s"] = self._prefill_rate
-            if kw:
-                self.scheduler.update_cost_model(**kw)
 
     # ------------------------------------------------------------------ introspection
     def check_invariants(self) -> bool:

@@ -1,0 +1,48 @@
+"""FailedCopies: background KV copies (swap-outs) that failed, handed from the copy worker to
+the step thread.
+
+The copy worker records a failure from its done callback; the step thread drains the record
+at its next step and fails those requests (the engine core stays single-threaded: the worker
+never touches the scheduler).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+__all__ = ["FailedCopies"]
+
+
+class FailedCopies:
+    """Request ids whose background copy failed, appended by any thread, drained by one.
+
+    NOTE(failed-deque): the copy worker appends, the step thread pops: both are single atomic
+    deque operations, so an append racing a drain is never lost (a list swapped out for an
+    empty one could drop one)."""
+
+    def __init__(self) -> None:
+        self._ids: deque[str] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._ids)
+
+    def on_copy_done(self, handle: Any) -> None:
+        """A copy handle's done callback (the worker thread): only record the failure."""
+        if handle.exception() is not None and handle.tag is not None:
+            self.note(handle.tag)
+
+    def note(self, request_id: str) -> None:
+        """Record that a background copy of ``request_id`` failed (any thread); the next
+        step fails the request."""
+        self._ids.append(request_id)
+
+    def drain(self) -> list[str]:
+        """Pop every recorded failure (the step thread; appends may race)."""
+        ids = self._ids
+        out = []
+        while True:
+            try:
+                out.append(ids.popleft())
+            except IndexError:
+                return out
