@@ -16,6 +16,7 @@ to the step's ``SchedulerOutput``.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import islice
 
 from kvpool.core import AllocStatus, BlockSpaceManager
 from kvpool.errors import SchedulerError
@@ -23,6 +24,7 @@ from kvpool.sched.admission_gate import AdmissionGate
 from kvpool.sched.completion import StepCompletion
 from kvpool.sched.output import ScheduledDecode, ScheduledPrefill, SchedulerOutput
 from kvpool.sched.preemption import Preemptor
+from kvpool.sched.queue import RequestQueue
 from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGroup
 from kvpool.sched.state import SchedulerState
 
@@ -63,13 +65,15 @@ class StepPlanner:
             g = s.group
             toks = s.output_token_ids
             add(ScheduledDecode(g.request_id, s.seq_id, toks[-1],
-                                len(g.prompt_token_ids) + len(toks) - 1, table))
+                                g.prompt_len + len(toks) - 1, table))
+        st = self.state
+        st.decode_seqs += seqs if len(seqs) == len(tables) else seqs[:len(tables)]
         if any(cows):
             for s, cow in zip(seqs, cows):
                 if cow:
                     out.add_copies("cow", s.group.request_id, cow)
-                    self.state.counters.cow_blocks += len(cow)
-        self.state.tokens_left -= len(tables)
+                    st.counters.cow_blocks += len(cow)
+        st.tokens_left -= len(tables)
 
     def _append(self, out: SchedulerOutput, seqs: list[Sequence],
                 ends: list[int] | None = None) -> int:
@@ -80,6 +84,33 @@ class StepPlanner:
         self._emit_decodes(out, seqs, cows, tables)
         return groups
 
+    def _append_leading(self, out: SchedulerOutput, seqs: list[Sequence],
+                        ends: list[int]) -> int:
+        """``_append`` over groups ``ends``. NOTE(speed): a token needs at most one new block
+        (a full last block, or a copy of a shared partial one), so with as many blocks free
+        as sequences all of them fit: one all-or-nothing call, which skips the manager's
+        per-group fit pass; it changes nothing when they do not fit after all."""
+        if len(seqs) <= self.manager.device_pool.num_free_blocks:
+            if self._append(out, seqs) == 1:
+                return len(ends)
+        return self._append(out, seqs, ends)
+
+    @staticmethod
+    def _decoding(running: RequestQueue, i: int) -> tuple[list[Sequence], list[int]]:
+        """The decoding sequences of running requests ``i`` onwards, flat, and the end of each
+        request's run in that list. NOTE(speed): one pass, no list per request."""
+        seqs: list[Sequence] = []
+        ends: list[int] = []
+        add, end = seqs.append, ends.append
+        n = 0
+        for g in islice(running, i, None):
+            for s in g.seqs:
+                if s.status is _RUNNING and s.unit is None and not s.awaiting:
+                    add(s)
+                    n += 1
+            end(n)
+        return seqs, ends
+
     def _schedule_decodes(self, out: SchedulerOutput) -> None:
         """A slot for every decoding sequence, request by request from the head: all the
         requests that fit in one manager call; when one does not, preempt from the tail until
@@ -87,13 +118,8 @@ class StepPlanner:
         running = self.state.running
         i = 0
         while i < len(running):
-            seqs: list[Sequence] = []
-            ends: list[int] = []  # NOTE(speed): flat, no list per request (GC pressure)
-            for k in range(i, len(running)):
-                seqs += [s for s in running[k].seqs
-                         if s.status is _RUNNING and s.unit is None and not s.awaiting]
-                ends.append(len(seqs))
-            k = self._append(out, seqs, ends)
+            seqs, ends = self._decoding(running, i)
+            k = self._append_leading(out, seqs, ends)
             i += k
             if i == len(running):
                 return
