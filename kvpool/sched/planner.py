@@ -84,21 +84,20 @@ class StepPlanner:
         self._emit_decodes(out, seqs, cows, tables)
         return groups
 
-    def _append_leading(self, out: SchedulerOutput, seqs: list[Sequence],
-                        ends: list[int]) -> int:
-        """``_append`` over groups ``ends``. NOTE(speed): a token needs at most one new block
-        (a full last block, or a copy of a shared partial one), so with as many blocks free
-        as sequences all of them fit: one all-or-nothing call, which skips the manager's
-        per-group fit pass; it changes nothing when they do not fit after all."""
-        if len(seqs) <= self.manager.device_pool.num_free_blocks:
-            if self._append(out, seqs) == 1:
-                return len(ends)
-        return self._append(out, seqs, ends)
+    def _append_all(self, out: SchedulerOutput, running: RequestQueue, i: int) -> bool:
+        """NOTE(speed): the common step: a token needs at most one new block (a full last
+        block, or a copy of a shared partial one), so with as many blocks free as decoding
+        sequences in requests ``i`` onwards, all of them fit: one all-or-nothing append, with
+        no per-request bookkeeping here or in the manager. False: nothing was appended."""
+        seqs = [s for g in islice(running, i, None) for s in g.seqs
+                if s.status is _RUNNING and s.unit is None and not s.awaiting]
+        return (len(seqs) <= self.manager.device_pool.num_free_blocks
+                and self._append(out, seqs) == 1)
 
     @staticmethod
     def _decoding(running: RequestQueue, i: int) -> tuple[list[Sequence], list[int]]:
         """The decoding sequences of running requests ``i`` onwards, flat, and the end of each
-        request's run in that list. NOTE(speed): one pass, no list per request."""
+        request's run in that list (no list per request)."""
         seqs: list[Sequence] = []
         ends: list[int] = []
         add, end = seqs.append, ends.append
@@ -118,8 +117,10 @@ class StepPlanner:
         running = self.state.running
         i = 0
         while i < len(running):
+            if self._append_all(out, running, i):
+                return
             seqs, ends = self._decoding(running, i)
-            k = self._append_leading(out, seqs, ends)
+            k = self._append(out, seqs, ends)
             i += k
             if i == len(running):
                 return
