@@ -29,12 +29,12 @@ FOREIGN = {"metadata": {"trace": "t1"}, "store": False, "service_tier": "auto",
            "modalities": ["text"], "no_stop_trim": True}
 
 
-def _fmt(xs: list[float], scale: float, unit: str) -> str:
+def fmt(xs: list[float], scale: float, unit: str) -> str:
     return (f"{statistics.median(xs) * scale:.2f} [{min(xs) * scale:.2f}-"
             f"{max(xs) * scale:.2f}] {unit}")
 
 
-async def _one(s: aiohttp.ClientSession, url: str, body: bytes) -> float:
+async def one_request(s: aiohttp.ClientSession, url: str, body: bytes) -> float:
     t0 = time.perf_counter()
     async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
         async for _ in r.content:
@@ -57,30 +57,32 @@ async def main(rounds: int, max_tokens: int) -> None:
     try:
         async with aiohttp.ClientSession() as s:
             for body in bodies.values():  # warm-up (and the one-time warning)
-                await _one(s, url, body)
+                await one_request(s, url, body)
             for _ in range(rounds):
-                a, b = await _one(s, url, bodies["A"]), await _one(s, url, bodies["B"])
+                a, b = await one_request(s, url, bodies["A"]), await one_request(s, url, bodies["B"])
                 times["A"].append(a)
                 times["B"].append(b)
                 ratios.append(b / a)
         parser = app[ROUTES_KEY].parser
-        parse = {k: _parse_seconds(parser, v) for k, v in bodies.items()}
+        parse = {k: parse_seconds(lambda raw: parser.parse_completion(parser.decode_body(raw)),
+                                  v) for k, v in bodies.items()}
     finally:
         await server.close()
     print(f"streamed request, {max_tokens} tokens, {rounds} interleaved rounds")
-    print(f"  plain body       {_fmt(times['A'], 1e3, 'ms')}")
-    print(f"  + 5 foreign      {_fmt(times['B'], 1e3, 'ms')}")
-    print(f"  ratio B/A        {_fmt(ratios, 1, '')}")
-    print(f"  parse plain      {_fmt(parse['A'], 1e6, 'us')}")
-    print(f"  parse + foreign  {_fmt(parse['B'], 1e6, 'us')}")
+    print(f"  plain body       {fmt(times['A'], 1e3, 'ms')}")
+    print(f"  + 5 foreign      {fmt(times['B'], 1e3, 'ms')}")
+    print(f"  ratio B/A        {fmt(ratios, 1, '')}")
+    print(f"  parse plain      {fmt(parse['A'], 1e6, 'us')}")
+    print(f"  parse + foreign  {fmt(parse['B'], 1e6, 'us')}")
 
 
-def _parse_seconds(parser, raw: bytes, n: int = 2000, groups: int = 5) -> list[float]:
+def parse_seconds(parse, raw: bytes, n: int = 2000, groups: int = 5) -> list[float]:
+    """Seconds per ``parse(raw)``, one figure per group of ``n`` calls."""
     out = []
     for _ in range(groups):
         t0 = time.perf_counter()
         for _ in range(n):
-            parser.parse_completion(parser.decode_body(raw))
+            parse(raw)
         out.append((time.perf_counter() - t0) / n)
     return out
 

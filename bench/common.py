@@ -169,14 +169,18 @@ def _numeric(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def alternate(workloads: Mapping[str, Workload], timing: Timing) -> dict[str, list[dict]]:
+def alternate(workloads: Mapping[str, Workload], timing: Timing,
+              after_run: Callable[[], None] | None = None) -> dict[str, list[dict]]:
     """``timing.repeats`` rounds; in each round every workload does one run, in the given
-    order (k1 b1 k2 b2 ...). Returns the runs per workload name, in round order."""
+    order (k1 b1 k2 b2 ...). Returns the runs per workload name, in round order.
+    ``after_run``: called after each run (progress), outside the timed part."""
     runs: dict[str, list[dict]] = {name: [] for name in workloads}
     for _ in range(timing.repeats):
         for name, fn in workloads.items():
             gc.collect()  # garbage of the previous run is not charged to this one
             runs[name].append(run_for(fn, timing.min_seconds))
+            if after_run is not None:
+                after_run()
     return runs
 
 

@@ -1,6 +1,6 @@
 """bench/ghostwin.py: a research eviction policy (not in the product): W-TinyLFU whose window
 is sized by ARC-style ghost feedback that respects prefix chains. bench.policies and
-bench.heldout report it beside the classics as ``ghostwin``.
+bench.heldout report it beside the classics as ``ghostwin`` (bench.policies.CANDIDATES).
 
 Why this shape: every classic wins somewhere and loses elsewhere (W-TinyLFU's frequency
 admission keeps part of a loop and the popular prefixes, but turns away the new turns of
@@ -160,5 +160,3 @@ class GhostWindowTinyLFU(Baseline):
     def __len__(self) -> int:
         return len(self.win) + len(self.prob) + len(self.prot)
 
-
-CANDIDATES: dict[str, type[Baseline]] = {GhostWindowTinyLFU.name: GhostWindowTinyLFU}

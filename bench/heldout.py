@@ -22,10 +22,13 @@ product):
     rag_bursty  bursts over a changing hot set of long documents with short unique queries,
               plus background chats (written after the research policy ``ghostwin`` was
               frozen)
+    code_edit   a code assistant: shared repository contexts and files, sessions that resend
+              their working files and history, edits that make a file's later blocks new
+              content, one-off multi-file searches (written after ``doorarc`` was frozen)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
-It prints, per cell, LRU, every product policy, the research candidates of
-``bench/ghostwin.py``, Belady's OPT (as bench.policies computes it)
+It prints, per cell, LRU, every product policy, the research candidates
+(``bench.policies.CANDIDATES``: ghostwin, doorarc), Belady's OPT (as bench.policies computes it)
 and the best classic baseline, then the cells where each policy is below LRU and below the
 best classic minus SLACK. Never pass/fail.
 """
@@ -36,10 +39,9 @@ import bisect
 import itertools
 import random
 
-from bench.baselines import BASELINES, replay
-from bench.ghostwin import CANDIDATES
+from bench.baselines import BASELINES
 from bench.common import bench_parser, machine, write_json
-from bench.policies import opt_hit_rate
+from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy, simulate
 
 Trace = list[list[int]]
@@ -197,16 +199,61 @@ def rag_bursty(seed: int, scale: float = 1.0) -> Trace:
     return out
 
 
+def code_edit(seed: int, scale: float = 1.0) -> Trace:
+    """Written after ``doorarc`` was frozen. 3000 requests of a code assistant: 12
+    repositories (Zipf(1.1)), each a 24..96-block repo context and 40 files of 8..48 blocks.
+    85 %: the next turn of one of 80 sessions, each on one repository with a working set of
+    1..4 of its files: repo context + those files + the session's history (1..4 blocks a
+    turn, 2..20 turns); after a turn, with probability 0.3, the session edits one of its
+    files at a random block, and every block from there on is new content (for everyone:
+    the edit lands in the repository). 15 %: a search over 6..12 random files of a
+    repository after its context (one-off orderings of shared files)."""
+    rng = random.Random(seed)
+    ids = itertools.count()
+    repos = [([next(ids) for _ in range(rng.randint(24, 96))],
+              [[next(ids) for _ in range(rng.randint(8, 48))] for _ in range(40)])
+             for _ in range(12)]
+    weights = [1.0 / (r + 1) ** 1.1 for r in range(12)]
+
+    def session() -> list:
+        r = rng.choices(range(12), weights)[0]
+        return [r, rng.sample(range(40), rng.randint(1, 4)), [], rng.randint(2, 20)]
+
+    sessions = [session() for _ in range(80)]
+    out: Trace = []
+    for _ in range(int(3000 * scale)):
+        if rng.random() < 0.15:
+            ctx, files = repos[rng.choices(range(12), weights)[0]]
+            picks = rng.sample(range(40), rng.randint(6, 12))
+            out.append(ctx + [h for f in picks for h in files[f]])
+            continue
+        i = rng.randrange(80)
+        r, work, hist, left = s = sessions[i]
+        ctx, files = repos[r]
+        hist.extend(next(ids) for _ in range(rng.randint(1, 4)))
+        out.append(ctx + [h for f in work for h in files[f]] + hist)
+        if rng.random() < 0.3:  # an edit: the file's content from a random block on is new
+            f = rng.choice(work)
+            cut = rng.randrange(len(files[f]))
+            files[f] = files[f][:cut] + [next(ids) for _ in range(len(files[f]) - cut)]
+        s[3] = left - 1
+        if s[3] <= 0:
+            sessions[i] = session()
+    return out
+
+
 SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
-          "mooncake": mooncake, "rag_bursty": rag_bursty}
+          "mooncake": mooncake, "rag_bursty": rag_bursty,
+          "code_edit": code_edit}
 
 
 def cell(reqs: Trace, cap: int) -> dict[str, float]:
-    """Hit rate of every product policy and classic baseline on ``reqs`` at ``cap`` blocks."""
+    """Hit rate of every product policy, research candidate and classic baseline on ``reqs``
+    at ``cap`` blocks."""
     blocks = sum(map(len, reqs))
     rates = {p: simulate(reqs, make_policy(p, cap), cap)[0] / blocks for p in POLICIES}
     for name, cls in {**CANDIDATES, **BASELINES}.items():
-        rates[name] = replay(reqs, cls(cap))[0] / blocks
+        rates[name] = hits(reqs, cls(cap), cap)[0] / blocks
     rates["opt"] = opt_hit_rate(reqs, cap)
     return rates
 

@@ -2,7 +2,7 @@
 
     python -m bench.policies [--trace FILE] [--json FILE] [--capacities 1000 4000 ...]
                              [--policies lru classlru] [--baselines s3fifo arc ...]
-                             [--candidates ghostwin]
+                             [--candidates ghostwin doorarc]
                              [--traces conversation zipf_prefix ...] [--seeds 1 2 3] [--quick]
                              [--salts N]
 
@@ -10,8 +10,8 @@ For every trace and capacity it replays the requests through each policy of
 ``kvpool.core.eviction.POLICIES`` with the instant-replay semantics (``simulate``: a request
 hits the leading run of its cached hash ids, then its blocks are touched or brought in tail
 first), and through the classic baselines of ``bench/baselines.py`` (SIEVE, S3-FIFO, ARC,
-SLRU, W-TinyLFU) and the research candidates of ``bench/ghostwin.py`` under the same
-semantics, and prints the hit rates next to Belady's OPT,
+SLRU, W-TinyLFU) and the research candidates (``CANDIDATES``: ``bench/ghostwin.py``,
+``bench/doorarc.py``) under the same semantics, and prints the hit rates next to Belady's OPT,
 computed as ``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an
 upper bound), with each one's share of the LRU-to-OPT gap, ``(p - lru) / (opt - lru)``. It
 also times each policy's operations (ns per call sequence, steady state) and measures its
@@ -41,15 +41,30 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.baselines import BASELINES, replay
-from bench.ghostwin import CANDIDATES
+from bench.baselines import BASELINES, Baseline, replay
+from bench.doorarc import DoorARCPolicy
+from bench.ghostwin import GhostWindowTinyLFU
 from bench.common import TRACE, bench_parser, machine, write_json
-from kvpool.core.eviction import POLICIES, make_policy, simulate
+from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy, simulate
 from kvpool.core.eviction.replay import leading_run
 
 CAPACITIES = (1000, 4000, 16000, 64000)
 DEFAULT_TRACE = TRACE
 Trace = list[list[int]]
+# Research policies, not in the product: ghostwin is hash-keyed like the baselines; doorarc keeps
+# the product's block protocol, so it also gets salts and per-call costs.
+CANDIDATES: dict[str, type[Baseline] | type[EvictionPolicy]] = {
+    p.name: p for p in (GhostWindowTinyLFU, DoorARCPolicy)}
+
+
+def new_policy(name: str, cap: int) -> EvictionPolicy:
+    """A product policy, or a block-protocol research candidate, by name."""
+    return CANDIDATES[name](cap) if name in CANDIDATES else make_policy(name, cap)
+
+
+def hits(reqs: Trace, p: Baseline | EvictionPolicy, cap: int) -> tuple[int, int]:
+    """(hits, blocks): ``simulate`` for a block policy, ``replay`` for a hash-keyed cache."""
+    return simulate(reqs, p, cap) if isinstance(p, EvictionPolicy) else replay(reqs, p)
 
 
 # ---------------------------------------------------------------- generated traces
@@ -141,7 +156,7 @@ def salted(reqs: Trace, salt: int) -> Trace:
 
 def salt_spread(reqs: Trace, pol: str, cap: int, salts: int, lru_hits: int) -> dict:
     """``pol``'s hits minus LRU's at ``cap`` over ``salts`` salted copies of ``reqs``."""
-    d = [simulate(salted(reqs, s), make_policy(pol, cap), cap)[0] - lru_hits
+    d = [simulate(salted(reqs, s), new_policy(pol, cap), cap)[0] - lru_hits
          for s in range(salts)]
     return {"min": min(d), "max": max(d), "mean": round(sum(d) / len(d), 1),
             "below": sum(x < 0 for x in d), "salts": salts}
@@ -195,7 +210,7 @@ def op_costs(name: str, cap: int = 65536, n: int = 30000, seed: int = 0) -> dict
     of random members); insert_revived (their release); and the call sequences a miss
     (evict + insert) and a hit (on_hit + remove + insert) cost in ``simulate``."""
     rng = random.Random(seed)
-    p = make_policy(name, cap)
+    p = new_policy(name, cap)
     keys = [i.to_bytes(8, "little") for i in range(cap + n)]
     owner = list(range(cap))  # block -> index of its content key
     for b in range(cap):
@@ -234,7 +249,7 @@ def bytes_per_block(name: str, cap: int) -> float:
     keys = [i.to_bytes(8, "little") for i in range(cap)]
     gc.collect()
     tracemalloc.start()
-    p = make_policy(name, cap)
+    p = new_policy(name, cap)
     for b in range(cap):
         p.insert(b, keys[b], 0, 0.0)
     size = tracemalloc.get_traced_memory()[0]
@@ -261,7 +276,7 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
             p = (make_policy(pol, c) if pol in policies
                  else CANDIDATES[pol](c) if pol in candidates else BASELINES[pol](c))
             t0 = time.perf_counter()
-            h, b = simulate(reqs, p, c) if pol in policies else replay(reqs, p)
+            h, b = hits(reqs, p, c)
             ns[c] = round((time.perf_counter() - t0) / b * 1e9)
             rates[c] = round(h / b, 4)
             if pol == "lru":
@@ -275,7 +290,7 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
         marks = "".join("!" if rates[c] < lru[c] else " " for c in caps)
         print(f"{pol:12s}" + "".join(f"{rates[c]:9.4f}" for c in caps)
               + f"  {marks} {sum(ns.values()) // len(ns):>6d}", flush=True)
-        if salts > 1 and pol in policies and pol != "lru" and lru_hits:
+        if salts > 1 and isinstance(p, EvictionPolicy) and pol != "lru" and lru_hits:
             sp = {c: salt_spread(reqs, pol, c, salts, lru_hits[c]) for c in caps}
             res["salt_spread"][pol] = sp
             print(f"{'  - lru':12s}" + "".join(f"{sp[c]['min']:+d}..{sp[c]['max']:+d}".rjust(13)
@@ -326,7 +341,7 @@ def main(argv: list[str] | None = None) -> dict:
                     help="classic policies from bench/baselines.py (none: --baselines)")
     ap.add_argument("--candidates", nargs="*", default=list(CANDIDATES),
                     choices=list(CANDIDATES),
-                    help="research policies from bench/ghostwin.py (none: --candidates)")
+                    help="research policies (CANDIDATES; none: --candidates)")
     ap.add_argument("--traces", nargs="+", default=["conversation", *GENERATED],
                     help="conversation (the --trace file) and/or generated trace names")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
@@ -361,7 +376,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\nns per call (steady state, {cap} blocks; best of 3) and memory ({mem} "
           "evictable blocks)")
     print(f"{'policy':12s}" + "".join(f"{c:>15s}" for c in cols) + f"{'bytes/blk':>11s}")
-    for pol in a.policies:
+    block_candidates = [c for c in a.candidates if issubclass(CANDIDATES[c], EvictionPolicy)]
+    for pol in [*a.policies, *block_candidates]:
         runs = [op_costs(pol, cap, n, seed) for seed in range(3)]
         r: dict = {c: min(x[c] for x in runs) for c in cols}
         r["bytes_per_block"] = bytes_per_block(pol, mem)

@@ -110,7 +110,7 @@ def bench_lookup(reps=300) -> dict:
     cached, unseen = _prompts(2, 2)
     m.allocate([1], cached)
     m.mark_computed(1)
-    hit_h, miss_h = m.hash_prompt(cached), m.hash_prompt(unseen)
+    hit_h, miss_h = m.hasher.hash_blocks(cached), m.hasher.hash_blocks(unseen)
     lookup = m.device_pool.index.lookup
     assert all(lookup(x) is not None for x in hit_h[:127])
     t0 = time.perf_counter()
@@ -139,10 +139,10 @@ def bench_cycle(scenario: str, n_req=64, decode_steps=128) -> dict:
     hit_tokens = 0
     t0 = time.perf_counter()
     for i, p in enumerate(prompts):
-        hashes = m.hash_prompt(p) if caching else None
+        hashes = m.hasher.hash_blocks(p) if caching else None
         if caching:
-            m.get_prefix_hits(hashes)
-        assert m.can_allocate(len(p), hashes or ()).value == "ok"
+            m.prompts.prefix_hits(hashes)
+        assert m.admission([(len(p), hashes or ())]).status.value == "ok"
         hit_tokens += m.allocate([i], p, block_hashes=hashes)
         m.mark_computed(i)
         for s in range(decode_steps):

@@ -296,10 +296,11 @@ def run(args) -> dict:
 
 
 def epp_arm(urls: list[str], args) -> dict:
-    """The picker path and the router against direct on one cached prompt (route_epp.py)."""
+    """The picker path and the router against direct on one cached prompt (route_epp.py);
+    both fed by KV events with ``--kv-events`` (the default), else asking the lookups."""
     ids = [t for h in range(8) for t in block_tokens(h, "epp", args.block_size)] + [11]
-    return epp_overhead(urls, ids, args.epp, ["--policy", "prefix", "--lookup-timeout-ms",
-                                              str(args.lookup_timeout_ms)])
+    mode = "kv_events" if args.kv_events else "prefix"
+    return {"decision": mode, **epp_overhead(urls, ids, args.epp, router_args(mode, args))}
 
 
 def overhead(urls: list[str], args) -> dict:
@@ -330,8 +331,8 @@ def print_table(res: dict) -> None:
     print(f"prefix / round_robin hit rate: {res['prefix_over_round_robin']}x")
     if "epp" in res:
         o = res["epp"]
-        print(f"added latency over direct ({o['rounds']} interleaved rounds; direct p50 "
-              f"{o['direct_p50_ms']} ms):")
+        print(f"added latency over direct ({o['rounds']} interleaved rounds, {o['decision']} "
+              f"decisions; direct p50 {o['direct_p50_ms']} ms):")
         for a in ("router", "epp"):
             med, lo, hi = o[a]["added_per_round_ms"]
             print(f"  {a:<8} +{o[a]['added_p50_ms']:.3f} ms p50  +{o[a]['added_p99_ms']:.3f} ms "
@@ -367,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run both policies on replicas sharing a Redis tier (write_back)")
     p.add_argument("--epp", type=int, default=0, metavar="ROUNDS",
                    help="then the endpoint picker path (Envoy + kvpool epp) and the router vs "
-                        "a direct request, ROUNDS interleaved rounds (bench/route_epp.py)")
+                        "a direct request, ROUNDS interleaved rounds (bench/route_epp.py); "
+                        "both on KV events unless --no-kv-events")
     p.add_argument("--kv-events", action=argparse.BooleanOptionalAction, default=True,
                    help="replicas publish KV events and a kv_events mode runs "
                         "(kvpool router --kv-events: no lookup per request)")

@@ -9,7 +9,8 @@ and dtype (the measurements behind ``kvpool serve``'s --num-threads and --dtype 
   cropped back to the context after every call); ms per step.
 - prefill: one fresh prompt of ``--prefill`` tokens; ms per step.
 Thread count 0 means os.cpu_count(). Both sides alternate (bench.common); medians of
---repeats runs. Never pass/fail.
+--repeats runs. Never pass/fail. Runs done, their rate and an estimate of the time left go to
+stderr when it is a terminal (``--progress`` forces it, ``--quiet`` silences it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 from bench.common import (add_timing_args, alternate, machine, print_stats, put, put_runs,
                           ratio_stat, timing_from_args, timing_info, write_json)
+from kvpool.progress import Progress, add_progress_args
 from kvpool.runtime.model import PagedBatch, allocate_kv_cache, load_model, resolve_dtype
 
 BLOCK = 16
@@ -83,7 +85,7 @@ def hf_prefill(hf, length: int):
     return run
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--threads", default="1,2,0")
@@ -94,41 +96,53 @@ def main() -> None:
     ap.add_argument("--no-hf", action="store_true", help="kvpool only")
     ap.add_argument("--json")
     add_timing_args(ap)
-    args = ap.parse_args()
+    add_progress_args(ap)  # --progress / --quiet: runs done, rate, eta on stderr
+    return ap.parse_args()
+
+
+def _point(res: dict, key: str, ours, theirs, timing, progress: Progress) -> None:
+    """One (dtype, threads, kind): kvpool's runs against transformers' (when loaded)."""
+    ours()  # warm-up (allocator, oneDNN primitives)
+    loads = {"kv": ours}
+    if theirs:
+        theirs()
+        loads["hf"] = theirs
+    runs = alternate(loads, timing, after_run=progress.advance)
+    ms = [{"ms": 1e3 * r["seconds"] / r["steps"]} for r in runs["kv"]]
+    put_runs(res, ms, {f"{key}.kv_ms": "ms"})
+    if theirs:
+        hms = [{"ms": 1e3 * r["seconds"] / r["steps"]} for r in runs["hf"]]
+        put_runs(res, hms, {f"{key}.hf_ms": "ms"})
+        put(res, f"{key}.hf_over_kv", ratio_stat(hms, "ms", ms, "ms"))
+    print(f"{key}: kv {res[f'{key}.kv_ms']:.1f} ms"
+          + (f", hf {res[f'{key}.hf_ms']:.1f} ms" if theirs else ""), flush=True)
+
+
+def main() -> None:
+    args = _args()
     timing = timing_from_args(args)
     import transformers
     transformers.utils.logging.disable_progress_bar()
     res = {"machine": machine(), "timing": timing_info(timing),
            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "batch": args.batch,
            "context": args.context, "prefill": args.prefill}
-    for dname in args.dtypes.split(","):
+    threads = [int(x) or os.cpu_count() for x in args.threads.split(",")]
+    dtypes = args.dtypes.split(",")
+    runs = len(dtypes) * len(threads) * 2 * timing.repeats * (1 if args.no_hf else 2)
+    progress = Progress(runs, "runs", prefix="bench.step: ", enabled=args.progress)
+    for dname in dtypes:
         dtype = resolve_dtype(dname)
         model = load_model(args.model, dtype, "cpu")
         hf = None if args.no_hf else transformers.AutoModelForCausalLM.from_pretrained(
             args.model, dtype=dtype).eval()
-        for n in (int(x) or os.cpu_count() for x in args.threads.split(",")):
+        for n in threads:
             torch.set_num_threads(n)
-            for kind, ours, theirs in (
-                    ("decode", kv_decode(model, args.batch, args.context),
-                     hf and hf_decode(hf, args.batch, args.context)),
-                    ("prefill", kv_prefill(model, args.prefill),
-                     hf and hf_prefill(hf, args.prefill))):
-                ours()  # warm-up (allocator, oneDNN primitives)
-                loads = {"kv": ours}
-                if theirs:
-                    theirs()
-                    loads["hf"] = theirs
-                runs = alternate(loads, timing)
-                key = f"{dname}.t{n}.{kind}"
-                ms = [{"ms": 1e3 * r["seconds"] / r["steps"]} for r in runs["kv"]]
-                put_runs(res, ms, {f"{key}.kv_ms": "ms"})
-                if theirs:
-                    hms = [{"ms": 1e3 * r["seconds"] / r["steps"]} for r in runs["hf"]]
-                    put_runs(res, hms, {f"{key}.hf_ms": "ms"})
-                    put(res, f"{key}.hf_over_kv", ratio_stat(hms, "ms", ms, "ms"))
-                print(f"{key}: kv {res[f'{key}.kv_ms']:.1f} ms"
-                      + (f", hf {res[f'{key}.hf_ms']:.1f} ms" if theirs else ""), flush=True)
+            _point(res, f"{dname}.t{n}.decode", kv_decode(model, args.batch, args.context),
+                   hf and hf_decode(hf, args.batch, args.context), timing, progress)
+            _point(res, f"{dname}.t{n}.prefill", kv_prefill(model, args.prefill),
+                   hf and hf_prefill(hf, args.prefill), timing, progress)
         del model, hf
+    progress.close()
     print(f"\nload average {os.getloadavg()[0]:.2f} (2 cores shared: figures are noisy)")
     print_stats(res)
     write_json(args.json, res)

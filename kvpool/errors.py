@@ -97,6 +97,18 @@ class RequestError(KVPoolError, ValueError):
         self.code = code
 
 
+CONTEXT_LENGTH_CODE = "context_length_exceeded"
+
+
+def context_length_error(max_model_len: int, detail: str, param: str | None = None, *,
+                         named: bool = False) -> RequestError:
+    """The one wording of "too long for the model's context" (OpenAI's, with its code), for
+    every bound that refuses it; ``named`` leads with ``param`` as the server's parser does."""
+    text = f"this model's maximum context length is {max_model_len} tokens; {detail}"
+    return RequestError(f"{param}: {text}" if named and param else text, param,
+                        CONTEXT_LENGTH_CODE)
+
+
 def shown(value: object, limit: int = 40) -> str:
     """``repr(value)`` for an error message, cut short: a JSON integer may have thousands of
     digits, and a 400 answer should not echo them all."""

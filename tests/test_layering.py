@@ -9,8 +9,8 @@ from pathlib import Path
 import kvpool
 
 PKG = Path(kvpool.__file__).parent
-RANK = {"config": 0, "errors": 0, "outfile": 0, "core": 1, "sched": 2, "metrics": 3, "runtime": 3,
-        "remote": 3, "events": 3, "server": 4, "router": 4, "epp": 5, "cli": 5, "__main__": 5}
+RANK = {"config": 0, "errors": 0, "outfile": 0, "progress": 0, "core": 1, "sched": 2,
+        "metrics": 3, "runtime": 3, "remote": 3, "events": 3, "server": 4, "router": 4, "epp": 5, "cli": 5, "__main__": 5}
 # Same-rank siblings that must not know each other: remote sits beside runtime (the server wires
 # the two together), so neither imports the other.
 APART = {"remote": {"runtime", "metrics", "events"}, "runtime": {"remote", "events"},
@@ -78,3 +78,14 @@ def test_bench_imports_nothing_from_tests():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             bad += [f"{p.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
     assert not bad, bad
+
+
+def test_product_imports_nothing_from_bench():
+    """Research policies and experiments live in bench/; the package never imports them
+    (``kvpool bench`` runs a bench module by name, at the user's request, not by import)."""
+    bad = []
+    for path in PKG.rglob("*.py"):
+        for mod in imported_modules(ast.parse(path.read_text(), filename=str(path))):
+            if mod == "bench" or mod.startswith("bench."):
+                bad.append(f"{path.relative_to(PKG)} imports {mod}")
+    assert not bad, "\n".join(bad)

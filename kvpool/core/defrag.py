@@ -2,11 +2,11 @@
 
 Protocol (docs/architecture.md#locking, layer 3, version-retry)::
 
-    plan = mgr.plan_defrag()          # under the lock: pick moves, reserve the destinations
+    plan = mgr.defrag.plan()          # under the lock: pick moves, reserve the destinations
     copy engine: kv[dst] <- kv[src]   # outside any lock, while the tables keep using src
-    mgr.commit_defrag(plan)           # under the lock: remap what is still valid; the rest is
+    mgr.defrag.commit(plan)           # under the lock: remap what is still valid; the rest is
                                       # dropped (dst released) and reported for a re-plan
-    mgr.abort_defrag(plan)            # the copies failed: release every destination
+    mgr.defrag.abort(plan)            # the copies failed: release every destination
 
 Only immutable blocks move: blocks whose every slot is computed (a sequence only ever writes
 slots past ``num_computed``: its last, partial block, or slots reserved for a step still to
@@ -85,29 +85,19 @@ class DefragPlanner:
         return [dst for p in self._plans.values() for _, dst in p.moves]
 
     def plan(self, max_moves: int | None = None) -> DefragPlan | None:
+        """Plan moves that pack live blocks into ids ``[0, live)``; None if nothing to move.
+        The destinations are reserved (never handed out) until commit or abort."""
         pool = self.device
         with pool.writing():
             if self._plans:
                 raise InvalidBlockError("a defrag plan is already in flight; commit or abort it")
             n = pool.num_blocks
-            free = pool.free_ids()
+            free = pool.free_list.ids()
             live = n - len(free)
             holes = sorted(b for b in free if b < live)
             if not holes:
                 return None
-            bs = pool.block_size
-            refs: dict[int, list[tuple[int, int, int]]] = {}
-            pinned: set[int] = set()
-            for s, t in self.tables.items():
-                if t.device is not Device.DEVICE:
-                    continue
-                # a swap-in copy still unconfirmed: its bytes are not known written yet
-                full = 0 if t.copy_pending else t.num_computed // bs
-                for i, b in enumerate(t.blocks):
-                    if b >= live:
-                        if i >= full:  # NOTE(defrag): a block not yet fully written (partial,
-                            pinned.add(b)  # or reserved for a step still to run) never moves
-                        refs.setdefault(b, []).append((s, i, t.version))
+            refs, pinned = self._table_refs(live)
             ref, hash_of = pool.ref_count, self.hash_of
             fs = set(free)
             sources = [b for b in range(n - 1, live - 1, -1)
@@ -128,6 +118,24 @@ class DefragPlanner:
             self._plans[plan.plan_id] = plan
             return plan
 
+    def _table_refs(self, live: int) -> tuple[dict[int, list[tuple[int, int, int]]], set[int]]:
+        """The device tables' entries on blocks at or above ``live`` (block -> ``(seq_id,
+        index, table version)``), and those of them that must not move. Lock held."""
+        bs = self.device.block_size
+        refs: dict[int, list[tuple[int, int, int]]] = {}
+        pinned: set[int] = set()
+        for s, t in self.tables.items():
+            if t.device is not Device.DEVICE:
+                continue
+            # a swap-in copy still unconfirmed: its bytes are not known written yet
+            full = 0 if t.copy_pending else t.num_computed // bs
+            for i, b in enumerate(t.blocks):
+                if b >= live:
+                    if i >= full:  # NOTE(defrag): a block not yet fully written (partial,
+                        pinned.add(b)  # or reserved for a step still to run) never moves
+                    refs.setdefault(b, []).append((s, i, t.version))
+        return refs, pinned
+
     def _move_valid(self, c: MoveCheck) -> bool:
         pool = self.device
         if pool.ref_count(c.src) != c.ref or self.hash_of(c.src) != c.block_hash:
@@ -144,6 +152,8 @@ class DefragPlanner:
         return True
 
     def commit(self, plan: DefragPlan) -> DefragResult:
+        """Remap the moves whose source is unchanged (after the copies and any compute that read
+        the old tables completed); the others are released for a re-plan."""
         pool = self.device
         with pool.writing():
             if self._plans.pop(plan.plan_id, None) is None:
@@ -165,6 +175,7 @@ class DefragPlanner:
             return DefragResult(committed, retried)
 
     def abort(self, plan: DefragPlan) -> None:
+        """The copies failed or were cancelled: release every reserved destination."""
         pool = self.device
         with pool.writing():
             if self._plans.pop(plan.plan_id, None) is None:

@@ -47,8 +47,10 @@ class BlockLender:
         return Counter(self._lent[device])
 
     def lend(self, device: Device, n: int) -> list[int] | None:
-        """``n`` blocks of ``device``'s pool, ref 1, in no table, or None when the pool is
-        short (nothing changes)."""
+        """``n`` blocks of ``device``'s pool, ref 1, in no table (the remote tier's staging:
+        fetched bytes land in lent host blocks, stored bytes are copied out through them), or
+        None when the pool is short (nothing changes). ``manager.check_invariants`` counts
+        them until given back."""
         pool = self._pool(device)
         with pool.writing():
             ids = pool.take(n)
@@ -74,7 +76,8 @@ class BlockLender:
         """Lent device blocks whose bytes were written join the prefix cache under
         ``hashes`` (block ``i`` at depth ``first_depth + i``) as evictable blocks; a hash
         already cached keeps its block and the duplicate goes back plainly. Returns how many
-        became findable."""
+        became findable. NOTE(confirm): called only after the copy completed, like a
+        swap-in's hashes (no prompt hits unwritten bytes)."""
         pool = self.device_pool
         n = 0
         with pool.writing():

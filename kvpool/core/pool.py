@@ -36,8 +36,8 @@ The pool's API has two tiers:
 Metadata is struct-of-arrays, not one object per block, so a million-block pool costs ~33 bytes
 per block (with the index's arrays)::
 
-    _free      array('i')   4 B   ids with no content, LIFO (pop() yields low ids first)
-    _fast      deque        -     up to MAGAZINE ids moved from _free for lock-free allocate()
+    free_list  FreeList     4 B   ids with no content (free_list.py: a bulk array('i') and the
+                                  lock-free magazine); ``pool.free_list.ids()`` lists them
     _ref       list[int]    8 B   ref counts (small ints are shared objects; a list beats
                                   array('i') ~4x on scalar stores, measured)
 """
@@ -45,26 +45,24 @@ per block (with the index's arrays)::
 from __future__ import annotations
 
 import time
-from array import array
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from operator import itemgetter, length_hint
+from operator import length_hint
 
 from kvpool.core.block import Block, Device, PoolObserver, PoolStats
 from kvpool.core.eviction import EvictionPolicy
+from kvpool.core.free_list import FreeList
 from kvpool.core.prefix_index import PrefixIndex
 from kvpool.core.seqlock import SeqLock
 from kvpool.errors import DoubleFreeError, InvalidBlockError, InvariantError
-
-MAGAZINE = 32  # ids moved to the lock-free magazine per refill
 
 
 class BlockPool:
     """``num_blocks`` blocks of one device; with ``caching``, full computed blocks are shared
     by content hash through ``index`` (lazy eviction: evictable blocks count as allocatable).
 
-    Invariant: every id in ``[0, num_blocks)`` is exactly once free (``_free`` or ``_fast``, ref
-    0, no hash), evictable (ref 0, hashed, in the index's policy) or used (ref >= 1)."""
+    Invariant: every id in ``[0, num_blocks)`` is exactly once free (in ``free_list``, ref 0,
+    no hash), evictable (ref 0, hashed, in the index's policy) or used (ref >= 1)."""
 
     def __init__(self, device: Device, num_blocks: int, block_size: int = 16, *,
                  caching: bool = False, policy: EvictionPolicy | str = "lru",
@@ -80,13 +78,16 @@ class BlockPool:
                         device=device) if caching else None)
         self._writer = SeqLock()  # the layer-1 lock and the layer-0 version, together
         self.lock = self._writer.lock  # raw lock, for try-lock callers (the asyncio front)
-        self._free = array("i", range(num_blocks - 1, -1, -1))
-        self._fast: deque[int] = deque()
+        self.free_list = FreeList(num_blocks)
+        # its two containers, never rebound: the hot paths below use them directly
+        self._free, self._fast = self.free_list.bulk, self.free_list.magazine
         self._ref = [0] * num_blocks
         # ref_count(block_id) -> int: the list's own C-level getter, no Python frame (decode
         # asks it once per token); _ref is never rebound, so the bound method stays valid.
         self.ref_count: Callable[[int], int] = self._ref.__getitem__
-        self._num_reserved = 0
+        # blocks held by an in-flight defrag plan (reserve .. move / unreserve); one int,
+        # written under the lock, read lock-free by stats
+        self.num_reserved = 0
         self._evictions = 0
 
     # ---------------------------------------------------------------- locking
@@ -100,11 +101,6 @@ class BlockPool:
         """The seqlock version: odd while a writer is inside, +2 per completed write."""
         return self._writer.version
 
-    @property
-    def num_reserved(self) -> int:
-        """Blocks held by an in-flight defrag plan (reserve .. move / unreserve)."""
-        return self._num_reserved
-
     # ---------------------------------------------------------------- capacity
     @property
     def num_free_blocks(self) -> int:
@@ -113,21 +109,12 @@ class BlockPool:
         n = len(self._free) + len(self._fast)
         return n if idx is None else n + len(idx.policy)
 
-    def _drain_fast(self) -> None:
-        """Move the magazine back to the bulk list (lock held; racing lock-free pops are fine)."""
-        fast, push = self._fast, self._free.append
-        while True:
-            try:
-                push(fast.pop())
-            except IndexError:
-                return
-
     def _take(self, n: int) -> list[int] | None:
         """Pop ``n`` blocks without content (ref stays 0: caller sets it), evicting cached
         ones when the free list is short. Lock held."""
         free = self._free
         if n > len(free):
-            self._drain_fast()
+            self.free_list.drain()
             if n > len(free):
                 return self._take_evicting(n)
         if n == 1:
@@ -191,19 +178,20 @@ class BlockPool:
             block_ids = list(block_ids)  # the iterator below must know how far it got
         r = self._ref
         n = len(block_ids)
-        # NOTE(speed): every id with ref 1 (a finished request's table) first: a C-level ref
-        # read, a store-only loop, one C-level push; the loop below pays an append per block
-        if n > 1 and itemgetter(*block_ids)(r).count(1) == n:
-            for b in block_ids:
-                if r[b]:
-                    r[b] = 0
-                else:  # listed twice: restore every ref (all were 1) and let the loop raise
-                    for b2 in block_ids:
-                        r[b2] = 1
-                    break
-            else:
-                self._to_free(block_ids if type(block_ids) is list else list(block_ids), now)
-                return n
+        # NOTE(speed): every id with ref 1 (a finished request's table) is one pass of
+        # compare-and-store and one C-level push; the loop below pays an append per block.
+        # An id whose ref is not 1 (shared, or listed twice) ends the pass: the refs already
+        # dropped are restored and the loop below does it all (or raises, unchanged).
+        it = iter(block_ids)
+        for b in it:
+            if r[b] != 1:
+                for b2 in block_ids[:n - length_hint(it) - 1]:
+                    r[b2] = 1
+                break
+            r[b] = 0
+        else:
+            self._to_free(block_ids if type(block_ids) is list else list(block_ids), now)
+            return n
         left: list[int] = []
         push = left.append
         # NOTE(speed): a double free's position from length_hint, not a counter per block
@@ -236,21 +224,16 @@ class BlockPool:
     def reserve(self, block_ids: Sequence[int]) -> None:
         """Pull free ``block_ids`` out of the free list for a defrag plan: ref 1 each, counted
         in ``num_reserved`` until ``move`` or ``unreserve``."""
-        self._drain_fast()
-        taken = set(block_ids)
-        kept = [b for b in self._free if b not in taken]
-        if len(kept) != len(self._free) - len(taken):
-            raise InvalidBlockError("reserve: a block id is not free")
-        self._free[:] = array("i", kept)
+        taken = self.free_list.pull(block_ids)
         for b in block_ids:
             self._ref[b] = 1
-        self._num_reserved += len(taken)
+        self.num_reserved += taken
 
     def unreserve(self, block_id: int) -> None:
         """A reserved block goes back to the free list unused."""
         self._ref[block_id] = 0
         self._free.append(block_id)
-        self._num_reserved -= 1
+        self.num_reserved -= 1
 
     def move(self, src: int, dst: int) -> None:
         """Defrag commit: reserved ``dst`` takes over ``src`` (used or evictable: its refs,
@@ -260,7 +243,7 @@ class BlockPool:
             self.index.move(src, dst, r[src] == 0)
         r[dst], r[src] = r[src], 0
         self._free.append(src)
-        self._num_reserved -= 1
+        self.num_reserved -= 1
 
     def acquire_blocks(self, block_ids: Sequence[int], k: int = 1) -> None:
         """``k`` more references on each listed cached block (a prompt's prefix hits, a
@@ -276,7 +259,7 @@ class BlockPool:
     # ---------------------------------------------------------------- self-locking API
     def allocate(self) -> int | None:
         """One block with ref 1, or None when the pool is exhausted. Lock-free unless the
-        magazine is empty (then one locked refill serves the next MAGAZINE calls)."""
+        magazine is empty (then one locked refill serves the next free_list.MAGAZINE calls)."""
         try:
             b = self._fast.pop()
         except IndexError:
@@ -287,12 +270,7 @@ class BlockPool:
     def _allocate_slow(self) -> int | None:
         with self._writer:
             while True:
-                free = self._free
-                k = min(len(free), MAGAZINE)
-                if k:
-                    chunk = free[len(free) - k :]
-                    del free[len(free) - k :]
-                    self._fast.extend(chunk)  # pop() then yields the lowest id first
+                if self.free_list.refill():
                     try:
                         b = self._fast.pop()
                     except IndexError:  # lock-free callers drained the refill: go again
@@ -346,17 +324,11 @@ class BlockPool:
 
         def read():
             cached = (0, 0) if idx is None else (idx.num_evictable, idx.num_cached)
-            return len(self._free) + len(self._fast), cached, self._num_reserved, self._evictions
+            return len(self._free) + len(self._fast), cached, self.num_reserved, self._evictions
 
         (free, (evictable, cached), reserved, evictions), v = self._writer.read(read)
         return PoolStats(self.device, self.num_blocks, free, evictable,
                          self.num_blocks - free - evictable, cached, reserved, v, evictions)
-
-    def count_used(self, block_ids: Iterable[int]) -> int:
-        """How many of ``block_ids`` are in use (ref >= 1). NOTE(speed): C-level map/count, no
-        Python call per id (admission asks this for every prefix hit)."""
-        refs = list(map(self._ref.__getitem__, block_ids))
-        return len(refs) - refs.count(0)
 
     def block(self, block_id: int) -> Block:
         """A snapshot of one block's metadata."""
@@ -368,19 +340,11 @@ class BlockPool:
                      (depth + 1) * self.block_size if h is not None else 0,
                      self._ref[block_id], last, h is not None)
 
-    def free_ids(self) -> list[int]:
-        """A copy of the free ids (bulk list and magazine)."""
-        return self._free.tolist() + list(self._fast)
-
-    def free_id_bytes(self) -> bytes:
-        """The free ids as native int32 bytes (numpy reads them without a Python list)."""
-        return self._free.tobytes() + array("i", self._fast).tobytes()
-
     def check_invariants(self, table_refs: Counter | None = None) -> None:
         """Raise InvariantError on inconsistent state. ``table_refs`` (block id -> number of
         block-table entries) lets the caller check ref counts against its tables."""
         name, ref = self.device.value, self._ref
-        free = self.free_ids()
+        free = self.free_list.ids()
         fs = set(free)
         if len(fs) != len(free):
             raise InvariantError(f"{name}: a block is on the free list twice")

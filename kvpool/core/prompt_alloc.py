@@ -30,6 +30,13 @@ from kvpool.core.stats import ManagerCounters
 from kvpool.errors import DuplicateSequenceError
 
 
+def count_used(pool: BlockPool, block_ids: Sequence[int]) -> int:
+    """How many of ``block_ids`` are in use (ref >= 1). NOTE(speed): C-level map/count over
+    the pool's ``ref_count``, no Python call per id (admission asks this per prefix hit)."""
+    refs = list(map(pool.ref_count, block_ids))
+    return len(refs) - refs.count(0)
+
+
 class PromptAllocator:
     """Allocation over the manager's tables (lent to it, owned by the manager) and its
     device pool; counts prefix queries, hits and used slots into the manager's counters."""
@@ -53,9 +60,36 @@ class PromptAllocator:
         limit = min(len(hashes), (num_tokens - 1) // self.block_size)
         return self.index.leading_hits(hashes, limit, token_ids)
 
+    def need(self, prompts: Sequence[tuple[int, Sequence[bytes]]],
+             shared_blocks: int) -> tuple[int, int]:
+        """(blocks the prefill units take in an empty pool, blocks they take from the free set
+        now) for ``manager.admission``: units after the first reuse the first one's leading
+        ``shared_blocks``; a hit on a block in use costs nothing, a hit on an evictable block
+        costs one, like a miss (it leaves the free set)."""
+        pool, bs = self.device_pool, self.block_size
+        capacity = need = 0
+        for i, (num_tokens, hashes) in enumerate(prompts):
+            if num_tokens <= 0:
+                raise ValueError("num_tokens must be >= 1")
+            if shared_blocks * bs >= num_tokens:
+                raise ValueError(f"{shared_blocks} shared blocks leave no token of a "
+                                 f"{num_tokens}-token unit to compute")
+            reused = shared_blocks if i else 0  # in use by the first unit: free here
+            own = -(-num_tokens // bs) - reused
+            capacity += own
+            need += own
+            if self.caching and hashes:
+                need -= count_used(pool, self.hits(hashes, num_tokens)[reused:])
+        return capacity, need
+
+    def prefix_hits(self, block_hashes: Sequence[bytes]) -> int:
+        """Leading blocks of ``block_hashes`` cached on the device now (no reference taken)."""
+        return 0 if self.index is None else self.index.prefix_hits(block_hashes)
+
     def allocate_batch(self, reqs: Sequence[SeqAlloc]) -> list[int | None]:
-        """Per request: the prompt tokens served from the prefix cache, or None when the
-        pool cannot hold it now (nothing changes for it). Misuse raises."""
+        """Many allocations under one lock acquisition, each like ``manager.allocate``. Per
+        request: the prompt tokens served from the prefix cache, or None when the pool cannot
+        hold it now (nothing changes for it). Misuse raises."""
         hashed = []
         for r in reqs:  # hash outside the lock: it is the expensive part
             if not r.seq_ids:
@@ -95,7 +129,7 @@ class PromptAllocator:
         hits = self.hits(hashes, n, r.token_ids if verify else None)
         reused, num_hits = self._reused(r, hashes, hits)
         need = -(-n // bs) - len(reused)
-        revive = len(reused) - pool.count_used(reused)
+        revive = len(reused) - count_used(pool, reused)
         c = self.counters
         c.prefix_query_tokens += n if caching else 0
         if need > pool.num_free_blocks - revive:

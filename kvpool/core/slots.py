@@ -26,16 +26,16 @@ _DEVICE = Device.DEVICE  # NOTE(speed): a module global, not an enum attribute p
 
 class SlotWriter:
     """Appends and hash registration over the manager's tables (lent to it, owned by the
-    manager) and its device pool. Every method runs inside the pool's writer section (the
-    public ones enter it; ``register_upto`` and ``need`` assume the caller did)."""
+    manager) and its device pool. Every mutator runs inside the pool's writer section (the
+    public ones enter it; ``register_upto``, ``need`` and ``append_locked`` assume the caller
+    did). The per-sequence append is the manager's ``append_slots``."""
 
     def __init__(self, device: BlockPool, tables: dict[int, BlockTable],
                  counters: ManagerCounters, hasher: BlockHasher) -> None:
         self.device_pool = device
-        # NOTE(speed): append runs once per decoded token; fetch the pool's SeqLock, its lock
-        # and ref_count once instead of per call
+        # NOTE(speed): append_decodes runs once per step over every running sequence; fetch
+        # the pool's SeqLock and ref_count once instead of per call
         self.writing = device.writing()
-        self.lock = self.writing.lock
         self.ref_count = device.ref_count
         self.tables = tables
         self.counters = counters
@@ -87,47 +87,10 @@ class SlotWriter:
             need += self.need(t, num_new_tokens)
         return need <= self.device_pool.num_free_blocks
 
-    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple[int, int]] | None:
-        """Reserve slots for ``token_ids`` (the tokens whose KV the next step writes).
-
-        Everything already in the table counts as computed from now on. Returns the
-        copy-on-write ``(src, dst)`` block pairs the runtime must copy before writing, or None
-        if the pool is short (nothing changes). (Hot path of decoding: one lock acquisition.)"""
-        with self.lock:
-            t = self.tables.get(seq_id)
-            if t is None or t.device is not _DEVICE:
-                table_of(self.tables, seq_id)  # raises UnknownSequenceError
-                raise InvalidBlockError(f"sequence {seq_id} is swapped out")
-            bs = self.block_size
-            n0 = t.num_tokens
-            r0 = n0 % bs
-            shared = r0 and self.ref_count(t.blocks[-1]) > 1
-            if (r0 and len(token_ids) == 1 and r0 < bs - 1 and t.tokens is None
-                    and not shared and (not self.caching or t.num_registered == n0 // bs)):
-                # NOTE(fast-path): decode's common case (15 of 16 tokens at bs 16): one
-                # token into the sequence's own partial block, no copy, no new block, no
-                # block completed (so no hash), nothing left to register. The only store
-                # lock-free readers see is used_slots: a single-store write (seqlock.py).
-                t.num_computed = n0
-                t.num_tokens = n0 + 1
-                t.version += 1
-                if self.caching:
-                    t.tail.append(token_ids[0])
-                self.counters.used_slots += 1
-                self.writing.single_store()
-                return []
-            with self.writing:
-                need = (n0 + len(token_ids) + bs - 1) // bs - len(t.blocks)
-                if shared:
-                    need += 1
-                if need > 0 and need > self.device_pool.num_free_blocks:
-                    return None
-                return self._append_locked(t, token_ids)
-
     def append_batch(
         self, items: Sequence[tuple[int, Sequence[int]]]
     ) -> list[list[tuple[int, int]]] | None:
-        """``append_slots`` for many sequences under one lock; all or nothing."""
+        """``manager.append_slots`` for many sequences under one lock; all or nothing."""
         pool = self.device_pool
         with self.writing:
             tables = [table_of(self.tables, s) for s, _ in items]
@@ -138,15 +101,17 @@ class SlotWriter:
                 need += self.need(t, len(toks))
             if need > pool.num_free_blocks:
                 return None
-            return [self._append_locked(t, toks) for t, (_, toks) in zip(tables, items)]
+            return [self.append_locked(t, toks) for t, (_, toks) in zip(tables, items)]
 
     def append_decodes(self, seq_ids: Sequence[int], token_ids: Sequence[int],
                        group_ends: Sequence[int] | None = None
                        ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]], int]:
-        """``manager.append_decode_slots``. NOTE(speed): the step's hot path. A token landing
-        in its sequence's own partial block, short of completing it (15 of 16 at bs 16), is
-        ``append``'s fast path inlined: no block, no copy, no hash; the rest go through
-        ``need`` / ``_append_locked``. A table whose blocks did not change since its last
+        """A decode step's appends under one lock: ``token_ids[i]`` to ``seq_ids[i]`` for the
+        leading groups (``group_ends``: group end indices; None: one group, all or nothing)
+        that fit together. Returns each appended sequence's copy-on-write pairs (empty when
+        none) and a read-only copy of its table, and how many groups were appended.
+        NOTE(speed): ``manager.append_slots``'s fast path inlined (no block, copy or hash),
+        the rest through ``append_locked``; a table whose blocks did not change since its last
         decode append hands out the same read-only copy again (``BlockTable.view``)."""
         with self.writing:
             tables = self._decode_tables(seq_ids)
@@ -171,7 +136,7 @@ class SlotWriter:
                     fast += 1
                     cows.append(())
                 else:
-                    cows.append(self._append_locked(t, (tok,)))
+                    cows.append(self.append_locked(t, (tok,)))
                     view = list(t.blocks)
                 t.view, t.view_version = view, t.version
                 copies.append(view)
@@ -206,9 +171,9 @@ class SlotWriter:
             out.append(t)
         return out
 
-    def _append_locked(self, t: BlockTable, toks: Sequence[int]) -> list[tuple[int, int]]:
-        bs = self.block_size
-        pool = self.device_pool
+    def append_locked(self, t: BlockTable, toks: Sequence[int]) -> list[tuple[int, int]]:
+        """Append ``toks`` to ``t`` (its ``need`` fits). Writer section held."""
+        bs, pool = self.block_size, self.device_pool
         n0 = t.num_tokens
         k = len(toks)
         blocks = t.blocks

@@ -90,7 +90,8 @@ def free_runs(free_ids: np.ndarray, num_blocks: int) -> tuple[int, int]:
 
 class StatsReader:
     """Consistent snapshots of a manager's pools and counters, read without a lock (retried
-    while a writer is inside either pool). ``fragmentation`` is memoised per pool version."""
+    while a writer is inside either pool): call it for ``ManagerStats``; ``fragmentation`` is
+    memoised per pool version."""
 
     def __init__(self, device: BlockPool, host: BlockPool,
                  counters: ManagerCounters, tables: Sized) -> None:
@@ -104,8 +105,9 @@ class StatsReader:
         alloc = used_blocks * self.device.block_size
         return (1.0 - used_slots / alloc if alloc else 0.0), alloc
 
-    def stats(self) -> ManagerStats:
-        """Counters of both pools and the manager, consistent with each other."""
+    def __call__(self) -> ManagerStats:
+        """``manager.stats()``: counters of both pools and the manager, consistent with each
+        other, lock-free (seqlock read)."""
         d, h, c = self.device, self.host, self.counters
         while True:
             vd, vh = d.version, h.version
@@ -135,7 +137,7 @@ class StatsReader:
             if v & 1:
                 time.sleep(0)
                 continue
-            raw = d.free_id_bytes()
+            raw = d.free_list.id_bytes()
             ds = d.stats()
             used_blocks = ds.num_used - ds.num_reserved
             used_slots = self.counters.used_slots

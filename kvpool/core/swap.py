@@ -67,10 +67,13 @@ class SwapPlanner:
 
     # ------------------------------------------------------------------ out
     def can_swap_out(self, seq_ids: Sequence[int]) -> bool:
+        """Whether the host pool has room for the group's distinct device blocks."""
         refs = table_refs(self.group(seq_ids, Device.DEVICE))
         return len(refs) <= self.host.num_free_blocks
 
     def swap_out(self, seq_ids: Sequence[int]) -> list[tuple[int, int]] | None:
+        """Move a group to the host pool. Returns ``(device_block, host_block)`` copies, one per
+        distinct block, or None when the host pool is short (nothing changes)."""
         d, h, c = self.device, self.host, self.counters
         now = time.monotonic()
         bs = self.block_size
@@ -107,7 +110,7 @@ class SwapPlanner:
             n0 = t.num_tokens
             append += -(-(n0 + 1) // bs) - len(t.blocks)
             if n0 % bs and refs[t.blocks[-1]] > 1:
-                append += 1  # NOTE(cow): append_slots_batch counts every sharer, so do we
+                append += 1  # NOTE(cow): slots.append_batch counts every sharer, so do we
         capacity = len(refs) + append
         if self.index is None:
             return capacity, capacity
@@ -124,20 +127,18 @@ class SwapPlanner:
         return capacity, capacity - len(reused_in_use)
 
     def swap_in(self, seq_ids: Sequence[int]) -> list[tuple[int, int]] | None:
+        """Bring a group back to the device. Returns ``(host_block, device_block)`` copies; a
+        full block still in the device prefix cache is reused, not copied. None when the
+        device pool is short (nothing changes). NOTE(copy-pending): the copied blocks carry no
+        hash until ``mark_computed`` confirms the copy, so no prompt can hit unwritten bytes.
+        Whether it fits: ``manager.admission(swapped=seq_ids)``."""
         d, h, c = self.device, self.host, self.counters
         now = time.monotonic()
         with d.writing(), h.writing():
             tables = self.group(seq_ids, Device.HOST)
             refs = table_refs(tables)
             bs = self.block_size
-            reuse: dict[int, int] = {}
-            if self.index is not None:
-                for t in tables:
-                    for i, hb in enumerate(t.blocks[: len(t.hashes)]):
-                        if hb not in reuse:
-                            db = self.index.lookup(t.hashes[i])
-                            if db is not None:
-                                reuse[hb] = db
+            reuse = self._reusable(tables)
             fresh = [hb for hb in refs if hb not in reuse]
             revive = sum(1 for db in set(reuse.values()) if d.ref_count(db) == 0)
             if len(fresh) > d.num_free_blocks - revive:
@@ -151,12 +152,8 @@ class SwapPlanner:
             new_ids = d.take_each([refs[hb] for hb in fresh])
             assert new_ids is not None
             mapping.update(zip(fresh, new_ids))
-            fills: dict[int, int] = {}
-            for t in tables:
-                for i, hb in enumerate(t.blocks):
-                    if hb not in reuse:
-                        fills[hb] = t.block_fill(i, bs)
-            c.used_slots += sum(fills.values())
+            c.used_slots += sum({hb: t.block_fill(i, bs) for t in tables
+                                 for i, hb in enumerate(t.blocks) if hb not in reuse}.values())
             self.host_released(tables)
             for t in tables:
                 h.release(t.blocks[::-1], now)
@@ -169,6 +166,20 @@ class SwapPlanner:
             c.swap_in_blocks += len(fresh)
             c.swap_in_reused_blocks += len(reuse)
             return [(hb, mapping[hb]) for hb in fresh]
+
+    def _reusable(self, tables: Sequence[BlockTable]) -> dict[int, int]:
+        """Host block -> the device block still cached under its hash (full blocks only)."""
+        reuse: dict[int, int] = {}
+        if self.index is None:
+            return reuse
+        lookup = self.index.lookup
+        for t in tables:
+            for i, hb in enumerate(t.blocks[: len(t.hashes)]):
+                if hb not in reuse:
+                    db = lookup(t.hashes[i])
+                    if db is not None:
+                        reuse[hb] = db
+        return reuse
 
     # ------------------------------------------------------------------ host hashes
     def _host_arrived(self, tables: Sequence[BlockTable]) -> None:

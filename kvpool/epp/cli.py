@@ -77,7 +77,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"kvpool epp: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(Picker(router), args.host, args.port))
+    with asyncio.Runner(loop_factory=router_cli.event_loop_factory()) as runner:
+        runner.run(serve(Picker(router), args.host, args.port))
     return 0
 
 

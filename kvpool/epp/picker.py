@@ -42,6 +42,7 @@ class Picker:
         self.router = router
         self.runner: web.AppRunner | None = None
         self.picks = 0  # requests given an endpoint (monotonic; tests and logs read it)
+        self.full_duplex = 0  # bodies Envoy streamed in full duplex (service.py; monotonic)
 
     async def start(self) -> None:
         self.runner = web.AppRunner(self.router.app())
@@ -58,8 +59,9 @@ class Picker:
         requests are checked (RequestError: not a JSON object) and planned like the router
         plans them; others go to the first healthy replica."""
         if path.split("?", 1)[0] in GENERATE_PATHS:
-            await self.router.bodies.check(raw)
-            order, _, _ = await self.router.plan(raw, request_headers(CIMultiDict(headers)))
+            body = await self.router.bodies.check(raw)
+            order, _, _ = await self.router.plan(raw, body,
+                                                 request_headers(CIMultiDict(headers)))
         else:
             order = self.router.replicas.healthy()
         if not order:

@@ -27,6 +27,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                    80.0)
 STEP_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+# vLLM's iteration_tokens_total buckets (its defaults without CUDA-graph capture sizes)
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 # Every metric family this module exports (the Grafana dashboard test checks against it).
 METRIC_NAMES = (
@@ -38,7 +40,7 @@ METRIC_NAMES = (
     "kvpool_prompt_tokens_computed_total", "kvpool_generation_tokens_total",
     "kvpool_invariant_violations_total", "kvpool_time_to_first_token_seconds",
     "kvpool_inter_token_latency_seconds", "kvpool_e2e_request_latency_seconds",
-    "kvpool_request_queue_time_seconds", "kvpool_step_seconds",
+    "kvpool_request_queue_time_seconds", "kvpool_step_seconds", "kvpool_iteration_tokens",
 )
 
 
@@ -90,51 +92,62 @@ class _SnapshotCollector(Collector):
 
     def families(self) -> list[Family]:
         s = self._snapshot_fn()
-        m = s.manager
-        dev, host = m.device, m.host
-        tiers = ("tier",)
-        frag = s.fragmentation
-        reasons = dict(s.evictions) or {"capacity": dev.evictions}
-        g, c = "gauge", "counter"
-        return [
-            ("kvpool_cache_usage_ratio", g, "Fraction of KV blocks in use.", tiers,
-             [(("device",), dev.usage), (("host",), host.usage)]),
-            ("kvpool_free_blocks", g, "Blocks with no content, ready to allocate.", tiers,
-             [(("device",), dev.num_free), (("host",), host.num_free)]),
-            ("kvpool_blocks", g, "Blocks in the pool.", tiers,
-             [(("device",), dev.num_blocks), (("host",), host.num_blocks)]),
-            ("kvpool_cached_blocks", g, "Blocks holding prefix-cached content (in use or "
-             "evictable).", tiers, [(("device",), dev.num_cached), (("host",), host.num_cached)]),
-            ("kvpool_fragmentation_ratio", g, "Internal: unused slots of used blocks; external: "
-             "1 - largest free run / free blocks.", ("tier", "kind"),
-             [(("device", "internal"), frag.internal), (("device", "external"), frag.external)]),
-            ("kvpool_swap_blocks_total", c, "Blocks swapped.", ("direction",),
-             [(("out",), m.swap_out_blocks), (("in",), m.swap_in_blocks)]),
-            ("kvpool_swap_bytes_total", c, "Bytes swapped.", ("direction",),
-             [((d,), s.swap_bytes.get(d, 0)) for d in ("in", "out")]),
-            ("kvpool_copy_blocks_total", c, "Block copies inside the device pool.", ("reason",),
-             [(("cow",), s.copy_blocks.get("cow", m.cow_copies)),
-              (("defrag",), s.copy_blocks.get("defrag", m.defrag_moves))]),
-            ("kvpool_preemptions_total", c, "Preempted requests.", ("mode",),
-             [((mode,), s.preemptions.get(mode, 0)) for mode in ("swap", "recompute")]),
-            ("kvpool_prefix_cache_queries_total", c, "Prompt tokens looked up in the prefix "
-             "cache.", (), [((), m.prefix_query_tokens)]),
-            ("kvpool_prefix_cache_hits_total", c, "Prompt tokens served by the prefix cache.",
-             (), [((), m.prefix_hit_tokens)]),
-            ("kvpool_evictions_total", c, "Cached blocks evicted.", ("reason",),
-             [((r,), n) for r, n in sorted(reasons.items())]),
-            ("kvpool_requests", g, "Requests by scheduler state.", ("state",),
-             [((st,), s.requests.get(st, 0)) for st in ("running", "waiting", "swapped")]),
-            ("kvpool_requests_in_flight", g, "Requests counted against --max-queue (admitted, "
-             "not yet finished by the engine).", (), [((), s.requests_in_flight)]),
-            ("kvpool_prompt_tokens_computed_total", c, "Prompt tokens the engine computed "
-             "(prefix-cache hits excluded; kvpool_prompt_tokens_total counts whole prompts).",
-             (), [((), s.prompt_tokens)]),
-            ("kvpool_generation_tokens_total", c, "Tokens generated.", (),
-             [((), s.generation_tokens)]),
-            ("kvpool_invariant_violations_total", c, "Invariant checks that failed at run time.",
-             (), [((), s.invariant_violations)]),
-        ]
+        return _pool_families(s) + _traffic_families(s)
+
+
+def _pool_families(s: MetricsSnapshot) -> list[Family]:
+    """What the pools hold now: usage, free / total / cached blocks, fragmentation."""
+    dev, host = s.manager.device, s.manager.host
+    tiers, g = ("tier",), "gauge"
+    frag = s.fragmentation
+    return [
+        ("kvpool_cache_usage_ratio", g, "Fraction of KV blocks in use.", tiers,
+         [(("device",), dev.usage), (("host",), host.usage)]),
+        ("kvpool_free_blocks", g, "Blocks with no content, ready to allocate.", tiers,
+         [(("device",), dev.num_free), (("host",), host.num_free)]),
+        ("kvpool_blocks", g, "Blocks in the pool.", tiers,
+         [(("device",), dev.num_blocks), (("host",), host.num_blocks)]),
+        ("kvpool_cached_blocks", g, "Blocks holding prefix-cached content (in use or "
+         "evictable).", tiers, [(("device",), dev.num_cached), (("host",), host.num_cached)]),
+        ("kvpool_fragmentation_ratio", g, "Internal: unused slots of used blocks; external: "
+         "1 - largest free run / free blocks.", ("tier", "kind"),
+         [(("device", "internal"), frag.internal), (("device", "external"), frag.external)]),
+    ]
+
+
+def _traffic_families(s: MetricsSnapshot) -> list[Family]:
+    """What moved so far (counters) and the requests by state."""
+    m = s.manager
+    reasons = dict(s.evictions) or {"capacity": m.device.evictions}
+    g, c = "gauge", "counter"
+    return [
+        ("kvpool_swap_blocks_total", c, "Blocks swapped.", ("direction",),
+         [(("out",), m.swap_out_blocks), (("in",), m.swap_in_blocks)]),
+        ("kvpool_swap_bytes_total", c, "Bytes swapped.", ("direction",),
+         [((d,), s.swap_bytes.get(d, 0)) for d in ("in", "out")]),
+        ("kvpool_copy_blocks_total", c, "Block copies inside the device pool.", ("reason",),
+         [(("cow",), s.copy_blocks.get("cow", m.cow_copies)),
+          (("defrag",), s.copy_blocks.get("defrag", m.defrag_moves))]),
+        ("kvpool_preemptions_total", c, "Preempted requests.", ("mode",),
+         [((mode,), s.preemptions.get(mode, 0)) for mode in ("swap", "recompute")]),
+        ("kvpool_prefix_cache_queries_total", c, "Prompt tokens looked up in the prefix "
+         "cache.", (), [((), m.prefix_query_tokens)]),
+        ("kvpool_prefix_cache_hits_total", c, "Prompt tokens served by the prefix cache.",
+         (), [((), m.prefix_hit_tokens)]),
+        ("kvpool_evictions_total", c, "Cached blocks evicted.", ("reason",),
+         [((r,), n) for r, n in sorted(reasons.items())]),
+        ("kvpool_requests", g, "Requests by scheduler state.", ("state",),
+         [((st,), s.requests.get(st, 0)) for st in ("running", "waiting", "swapped")]),
+        ("kvpool_requests_in_flight", g, "Requests counted against --max-queue (admitted, "
+         "not yet finished by the engine).", (), [((), s.requests_in_flight)]),
+        ("kvpool_prompt_tokens_computed_total", c, "Prompt tokens the engine computed "
+         "(prefix-cache hits excluded; kvpool_prompt_tokens_total counts whole prompts).",
+         (), [((), s.prompt_tokens)]),
+        ("kvpool_generation_tokens_total", c, "Tokens generated.", (),
+         [((), s.generation_tokens)]),
+        ("kvpool_invariant_violations_total", c, "Invariant checks that failed at run time.",
+         (), [((), s.invariant_violations)]),
+    ]
 
 
 class LatencyHistogram(Collector):
@@ -159,9 +172,10 @@ class LatencyHistogram(Collector):
         self._lock = threading.Lock()
         self._le = [floatToGoString(b) for b in bounds] + ["+Inf"]
         self._labels = tuple(labels)
-        lab = "".join(f'{k}="{_escape(v)}",' for k, v in self._labels)
-        self._prefixes = [f'{name}_bucket{{{lab}le="{le}"}} ' for le in self._le]
-        self._tail = f"{{{lab[:-1]}}}" if lab else ""
+        # labels sorted by name, ``le`` among them, as prometheus_client writes them
+        self._prefixes = [f"{name}_bucket{{{_labels(self._labels + (('le', le),))}}} "
+                          for le in self._le]
+        self._tail = f"{{{_labels(self._labels)}}}" if self._labels else ""
         self._head = _head(name, "histogram", documentation)
 
     def observe(self, amount: float) -> None:
@@ -198,18 +212,23 @@ class LatencyHistogram(Collector):
 
 
 class KVPoolMetrics:
-    """The server's metrics: one private registry, a snapshot collector, five histograms."""
+    """The server's metrics: one private registry, a snapshot collector, six histograms."""
 
     def __init__(self, snapshot_fn: Callable[[], MetricsSnapshot],
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, *,
+                 model_name: str | None = None) -> None:
+        """``model_name``: the label every histogram carries, as vLLM labels its series
+        (None: no label)."""
         self.registry = registry if registry is not None else CollectorRegistry()
         self._snapshot = _SnapshotCollector(snapshot_fn)
         self.registry.register(self._snapshot)
         self._prefixes: dict[tuple, str] = {}  # (name, labelnames, values) -> 'name{...} '
         self._heads: dict[tuple, str] = {}
+        label = (("model_name", model_name),) if model_name else ()
 
-        def hist(name: str, doc: str, buckets=LATENCY_BUCKETS) -> LatencyHistogram:
-            h = LatencyHistogram(name, doc, buckets)
+        def hist(name: str, doc: str, buckets: Sequence[float] = LATENCY_BUCKETS
+                 ) -> LatencyHistogram:
+            h = LatencyHistogram(name, doc, buckets, labels=label)
             self.registry.register(h)
             return h
 
@@ -221,8 +240,18 @@ class KVPoolMetrics:
                           "schedule.")
         self.step = hist("kvpool_step_seconds", "Engine step time (schedule, copies, forward, "
                          "sample).", STEP_BUCKETS)
-        self._hists = [self.ttft, self.itl, self.e2e, self.queue, self.step]
+        self.iteration_tokens = hist("kvpool_iteration_tokens", "Tokens computed per engine "
+                                     "step (prefill chunks + decodes).", ITERATION_TOKEN_BUCKETS)
+        self._hists = [self.ttft, self.itl, self.e2e, self.queue, self.step,
+                       self.iteration_tokens]
         self._sources: list[_SourceCollector] = []
+
+    def observe_step(self, seconds: float, tokens: int) -> None:
+        """One engine step: its time, and the tokens it computed (a step of copies alone
+        computed none, and is no iteration of vLLM's)."""
+        self.step.observe(seconds)
+        if tokens:
+            self.iteration_tokens.observe(tokens)
 
     def add_source(self, families_fn: Callable[[], list[Family]]) -> None:
         """Render ``families_fn()`` (``(name, type, doc, labelnames, [(values, v)])`` tuples)
@@ -275,8 +304,11 @@ def _head(name: str, typ: str, doc: str) -> str:
 def _prefix(name: str, labelnames: tuple[str, ...], values: tuple[str, ...]) -> str:
     if not labelnames:
         return name + " "
-    lab = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(zip(labelnames, values)))
-    return f"{name}{{{lab}}} "
+    return f"{name}{{{_labels(tuple(zip(labelnames, values)))}}} "
+
+
+def _labels(pairs: Sequence[tuple[str, str]]) -> str:
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs))
 
 
 def _escape(v: str) -> str:

@@ -12,9 +12,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
@@ -27,13 +28,23 @@ from kvpool.router.scoring import LoadGuard
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 
-__all__ = ["READY_PREFIX", "add_arguments", "listen", "main", "run", "serve"]
+__all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments", "event_loop_factory",
+           "listen", "main", "run", "serve"]
 
 READY_PREFIX = "kvpool router: listening on http://"
+REPLICA_API_KEY_ENV = "KVPOOL_REPLICA_API_KEY"
 log = logging.getLogger("kvpool.router")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    _add_replica_arguments(p)
+    _add_routing_arguments(p)
+    _add_health_arguments(p)
+    return p
+
+
+def _add_replica_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the router listens and which replicas it serves."""
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (0: any free; default 8080)")
     p.add_argument("--replica", action="append", default=[], metavar="URL",
@@ -45,19 +56,25 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--admin-token-file", metavar="PATH",
                    help="enables GET/POST/DELETE /v1/kvpool/replicas with 'Authorization: "
                         "Bearer <the file's token>' (add and remove replicas at runtime)")
+
+
+def _add_routing_arguments(p: argparse.ArgumentParser) -> None:
+    """How a request's replica is chosen."""
     p.add_argument("--policy", choices=POLICIES, default="prefix",
                    help="prefix: ask every replica for its prefix hit and choose with the load "
                         "guard; round_robin: rotate over the healthy replicas without asking "
                         "(a baseline)")
-    p.add_argument("--kv-events", action="store_true",
-                   help="prefix policy without a lookup per request: follow each replica's KV "
-                        "events (replicas started with --kv-events-config; the endpoints come "
-                        "from their GET /v1/kvpool/kv_events) and hash prompts here")
-    p.add_argument("--kv-index-blocks", type=int, default=DEFAULT_MAX_BLOCKS, metavar="N",
-                   help="block hashes remembered per replica with --kv-events (least recently "
-                        "stored forgotten first)")
+    add_kv_event_arguments(p)
     p.add_argument("--lookup-timeout-ms", type=float, default=50.0,
                    help="a replica's lookup answer may take this long, else it scores 0 hit")
+    p.add_argument("--balance-abs-threshold", type=float, default=8,
+                   help="load guard: max-min in-flight requests above this ...")
+    p.add_argument("--balance-rel-threshold", type=float, default=1.5,
+                   help="... and max above this times min: route to the least loaded")
+
+
+def _add_health_arguments(p: argparse.ArgumentParser) -> None:
+    """When a replica counts as down; the body limit and the log level."""
     p.add_argument("--health-interval", type=float, default=DEFAULT_INTERVAL,
                    help="seconds between /health beats of each replica (a beat that takes "
                         "over 0.5 s takes the replica out of new choices until one answers)")
@@ -67,13 +84,23 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "not started yet are retried elsewhere)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="larger request bodies get 413 (default: the replicas' default)")
-    p.add_argument("--balance-abs-threshold", type=float, default=8,
-                   help="load guard: max-min in-flight requests above this ...")
-    p.add_argument("--balance-rel-threshold", type=float, default=1.5,
-                   help="... and max above this times min: route to the least loaded")
     p.add_argument("--log-level", default="info",
                    choices=("debug", "info", "warning", "error"))
-    return p
+
+
+def add_kv_event_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of placement by the replicas' KV events (kv_routing.py)."""
+    p.add_argument("--kv-events", action="store_true",
+                   help="prefix policy without a lookup per request: follow each replica's KV "
+                        "events (replicas started with --kv-events-config; the endpoints come "
+                        "from their GET /v1/kvpool/kv_events) and hash prompts here")
+    p.add_argument("--replica-api-key", default=None, metavar="KEY",
+                   help="the replicas' --api-key, for what the router asks them itself (where "
+                        f"their KV events are); or env {REPLICA_API_KEY_ENV}. Client requests "
+                        "go on with the client's own Authorization")
+    p.add_argument("--kv-index-blocks", type=int, default=DEFAULT_MAX_BLOCKS, metavar="N",
+                   help="block hashes remembered per replica with --kv-events (least recently "
+                        "stored forgotten first)")
 
 
 def build_router(args: argparse.Namespace) -> Router:
@@ -86,7 +113,8 @@ def build_router(args: argparse.Namespace) -> Router:
     token = read_token(args.admin_token_file) if args.admin_token_file else None
     membership = (Membership(replicas, admin_token=token, replicas_file=args.replicas_file)
                   if token or args.replicas_file else None)
-    events = (EventRouting(replicas, max_blocks=args.kv_index_blocks)
+    key = args.replica_api_key or os.environ.get(REPLICA_API_KEY_ENV) or None
+    events = (EventRouting(replicas, max_blocks=args.kv_index_blocks, api_key=key)
               if args.kv_events and args.policy == "prefix" else None)
     return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
                   policy=args.policy, max_body_bytes=args.max_body_bytes,
@@ -136,8 +164,19 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"kvpool router: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(router, args.host, args.port))
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        runner.run(serve(router, args.host, args.port))
     return 0
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when installed (a dependency off Windows): its transports and scheduling cost
+    a fraction of asyncio's per request, and the router's own time is its added latency."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 run = main  # the name kvpool.cli's command registry looks for

@@ -83,14 +83,23 @@ class ReplicaFeed:
         return self._sub is not None and self.expected is not None
 
     # ---------------------------------------------------------------- where from
-    async def refresh(self, session: aiohttp.ClientSession) -> None:
-        """Ask the replica where its events are; (re)connect when that changed."""
+    async def refresh(self, session: aiohttp.ClientSession,
+                      headers: dict[str, str] | None = None) -> None:
+        """Ask the replica where its events are; (re)connect when that changed. ``headers``:
+        the router's own Authorization for replicas started with --api-key."""
         try:
-            async with session.get(self.replica.url + KV_EVENTS_PATH,
+            async with session.get(self.replica.url + KV_EVENTS_PATH, headers=headers,
                                    timeout=aiohttp.ClientTimeout(total=2.0)) as resp:
                 info = await resp.json() if resp.status == 200 else None
+                status = resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return  # down or busy: keep what we have, the next refresh asks again
+        if status == 401:
+            self._warn_once("auth", "replica %s wants an API key for its KV events (it runs "
+                            "with --api-key): give the router the same key with "
+                            "--replica-api-key or $KVPOOL_REPLICA_API_KEY; until then it "
+                            "scores no prefix hits")
+            return
         if not isinstance(info, dict) or not info.get("enabled"):
             self._warn_once("off", "replica %s publishes no KV events: it scores no prefix "
                             "hits (start it with --kv-events-config '{\"enable_kv_cache_"

@@ -22,7 +22,6 @@ long), ``keys`` answers None and the router asks the replicas' lookups for that 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,10 +39,13 @@ __all__ = ["PromptKeys"]
 log = logging.getLogger("kvpool.router")
 _GENEROUS = 1 << 30  # the parser's request limits: the replica enforces its own
 _PER_TENANT = CacheNamespace(identity=True)  # the rule of a tenant-namespaced replica
+_INT_ONLY = {int}
 
 
 def _is_ids(p: Any) -> bool:
-    return isinstance(p, list) and bool(p) and all(type(t) is int for t in p)
+    # the element types gathered in C (a per-id generator cost as much as the hashing);
+    # ``type(t) is int`` keeps bools out, as the replica's parser does
+    return isinstance(p, list) and bool(p) and set(map(type, p)) == _INT_ONLY
 
 
 class PromptKeys:
@@ -78,12 +80,9 @@ class PromptKeys:
             max_n=_GENEROUS, max_tokens_limit=_GENEROUS, max_stop=_GENEROUS,
             chat_template=load_chat_template(tok_dir, self.info.get("chat_template")))
 
-    def ids_and_salt(self, raw: bytes) -> tuple[list[int], str | None] | None:
-        """The prompt's token ids and cache salt, or None when only a lookup can tell."""
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return None
+    def ids_and_salt(self, body: dict | None) -> tuple[list[int], str | None] | None:
+        """The prompt's token ids and cache salt of a decoded request body, or None when only
+        a lookup can tell (``body`` None: too large for the router to decode)."""
         if not isinstance(body, dict):
             return None
         salt = body.get("cache_salt")
@@ -101,11 +100,12 @@ class PromptKeys:
             return None
         return req.prompt_ids, req.cache_salt
 
-    def keys(self, raw: bytes, headers: Sequence[tuple[str, str]] = ()
+    def keys(self, body: dict | None, headers: Sequence[tuple[str, str]] = ()
              ) -> tuple[list[bytes], int] | None:
         """(full-block hashes, hit cap in blocks), or None: ask the lookups (module doc).
-        ``headers``: the request's, as forwarded to the replica (its tenant identity)."""
-        got = self.ids_and_salt(raw)
+        ``body``: the decoded request (relayed.BodyReader, NOTE(once)); ``headers``: the
+        request's, as forwarded to the replica (its tenant identity)."""
+        got = self.ids_and_salt(body)
         if got is None:
             return None
         ids, salt = got

@@ -5,7 +5,8 @@ replica's event stream (kv_feed.py: one BlockIndex per replica) and scores a req
 
     keys = PromptKeys(the replicas' hash spec).keys(body)   tokenize + hash, once (kv_prompt.py)
     hits[i] = min(leading run of keys in replica i's index, admission cap) * block_size
-    loads[i] = requests this router has in flight to replica i
+    loads[i] = requests this router has in flight to replica i, or what the replica's last
+               /health reported when more (replicas.py NOTE(load))
 
 then the same ``choose`` (scoring.py) the lookup policy uses; the chosen replica is expected to
 hold the prompt's blocks for ``PENDING_TTL`` seconds (kv_index.py NOTE(pending)). A request
@@ -48,8 +49,10 @@ class EventRouting:
     """The feeds of a ReplicaSet and the per-request scoring over their indexes."""
 
     def __init__(self, replicas: ReplicaSet, *, max_blocks: int = DEFAULT_MAX_BLOCKS,
-                 refresh_interval: float = DEFAULT_REFRESH) -> None:
+                 refresh_interval: float = DEFAULT_REFRESH, api_key: str | None = None) -> None:
+        """``api_key``: the replicas' --api-key, sent when asking where their events are."""
         self.ctx = zmq.asyncio.Context()
+        self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self.replicas = replicas
         self.max_blocks = max_blocks
         self.feeds: dict[str, ReplicaFeed] = {}
@@ -83,7 +86,7 @@ class EventRouting:
 
     async def refresh(self, session: aiohttp.ClientSession) -> None:
         self._sync()
-        await asyncio.gather(*(f.refresh(session) for f in self.feeds.values()))
+        await asyncio.gather(*(f.refresh(session, self.auth) for f in self.feeds.values()))
         if self.keys is None:
             info = next((f.info for f in self.feeds.values() if f.info.get("enabled")), None)
             if info is not None:
@@ -94,12 +97,13 @@ class EventRouting:
             await asyncio.sleep(self.refresh_interval)
             await self.refresh(session)
 
-    def score(self, raw: bytes, cands: Sequence[Replica], headers: list[tuple[str, str]]
-              ) -> tuple[list[int], list[bytes]] | None:
+    def score(self, body: dict | None, cands: Sequence[Replica],
+              headers: list[tuple[str, str]]) -> tuple[list[int], list[bytes]] | None:
         """(hit tokens per candidate, the prompt's block hashes), or None when this request
-        needs the lookups. ``headers``: the forwarded ones (the tenant, kv_prompt.py)."""
+        needs the lookups. ``body``: the decoded request (None: too large to decode here);
+        ``headers``: the forwarded ones (the tenant, kv_prompt.py)."""
         keys = self.keys
-        got = keys.keys(raw, headers) if keys is not None else None
+        got = keys.keys(body, headers) if keys is not None else None
         if got is None:
             self.fallbacks += 1
             if keys is not None and keys.wants_parser and not self._loading:

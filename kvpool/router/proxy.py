@@ -7,7 +7,7 @@ Per POST /v1/completions or /v1/chat/completions::
     headers = the client's end-to-end headers (relayed.py), for the lookups and the request
     fan out POST /v1/kvpool/lookup with the same body to every healthy replica, in parallel,
         each bounded by lookup_timeout (a late, failed or silent replica scores hit 0, and its
-        load is the requests this router has in flight to it)
+        load is what its last /health reported or this router's requests there, the more)
     choose(hits, loads) (scoring.py) -> first replica; the others follow, least loaded first
     relay (upstream.py): an attempt that gave the client nothing (down, full, lost before
         the answer started) -> next replica (reason retry); after an SSE answer started there
@@ -48,6 +48,7 @@ from kvpool.router.relayed import BodyReader, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose
 from kvpool.router.upstream import SKIP_AUTO_HEADERS, Failure, Relay
+from kvpool.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.middleware import APIError, error_middleware
 
@@ -57,6 +58,12 @@ log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
 GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions")
 RETRY_AFTER_SECONDS = "1"  # when every replica is down: about two heartbeats
+# NOTE(session): one session, its connections kept alive to every replica (no per-request
+# connect); idle ones closed before the replicas' own 15 s keep-alive does, so a reused
+# connection is never one the replica is closing; no connection cap (a replica's own
+# --max-num-seqs and queue are the back-pressure); no cookie jar: a proxy that stored a
+# replica's Set-Cookie would send it on with every other client's requests
+UPSTREAM_KEEPALIVE = DEFAULT_KEEP_ALIVE_TIMEOUT * 2 / 3
 # "prefix": lookups + choose(); "round_robin": request i -> healthy replica i mod n, no lookups
 # (the baseline bench/route_live.py measures prefix routing against)
 POLICIES = ("prefix", "round_robin")
@@ -81,8 +88,8 @@ class _Metrics:
         self.registry = CollectorRegistry()
         self.decisions = Counter("kvpool_router_decisions", "Routing decisions by reason.",
                                  ["reason"], registry=self.registry)
-        for r in REASONS:
-            self.decisions.labels(r)
+        # NOTE(hot-path): each reason's child resolved once (labels() locks and looks up)
+        self.by_reason = {r: self.decisions.labels(r) for r in REASONS}
         self.predicted = Counter("kvpool_router_predicted_hit_tokens",
                                  "Prefix hit tokens the chosen replica's lookup reported.",
                                  registry=self.registry)
@@ -139,7 +146,8 @@ class Router:
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
         self.session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
-            auto_decompress=False)
+            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE))
         await self.replicas.poll_once(self.session)  # know who is up before the first request
         beats = asyncio.create_task(self.replicas.run(self.session), name="router-health")
         if self.kv_events is not None:
@@ -171,8 +179,10 @@ class Router:
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError):
             return None  # late, down, silent or confused: scores hit 0, the choice goes on
 
-    async def plan(self, raw: bytes, headers: list) -> tuple[list[Replica], int, str]:
-        """(replicas in the order to try, predicted hit tokens of the first, reason)."""
+    async def plan(self, raw: bytes, body: dict | None, headers: list
+                   ) -> tuple[list[Replica], int, str]:
+        """(replicas in the order to try, predicted hit tokens of the first, reason);
+        ``body``: ``raw`` decoded (relayed.BodyReader; None when too large to decode here)."""
         cands = self.replicas.healthy()
         if not cands:
             return [], 0, "only"
@@ -180,16 +190,16 @@ class Router:
             idx = self.rr % len(cands)
             self.rr += 1
             return cands[idx:] + cands[:idx], 0, "round_robin"
-        scored = (self.kv_events.score(raw, cands, headers) if self.kv_events is not None
+        scored = (self.kv_events.score(body, cands, headers) if self.kv_events is not None
                   else None)
-        if scored is not None:  # NOTE(kv-events): no round trip; loads are our own in-flight
+        if scored is not None:  # NOTE(kv-events): no round trip; loads from the beats
             hits = scored[0]
-            loads = [r.in_flight for r in cands]
+            loads = [r.busy() for r in cands]
         else:
             answers = await asyncio.gather(*(self._lookup(r, raw, headers) for r in cands))
             hits = [int(a["device_hit_tokens"]) + int(a["host_hit_tokens"]) if a else 0
                     for a in answers]
-            loads = [int(a["num_running"]) + int(a["num_waiting"]) if a else r.in_flight
+            loads = [int(a["num_running"]) + int(a["num_waiting"]) if a else r.busy()
                      for a, r in zip(answers, cands)]
         idx, reason = choose(hits, loads, self.guard, self.rr)
         if reason == "round_robin":
@@ -201,9 +211,9 @@ class Router:
 
     # ---------------------------------------------------------------- routes
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        raw = await self.bodies.read(request)
+        raw, body = await self.bodies.read(request)
         headers = request_headers(request.headers)
-        order, predicted, reason = await self.plan(raw, headers)
+        order, predicted, reason = await self.plan(raw, body, headers)
         return await self._relay(request, raw, headers, order, reason, predicted)
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
@@ -221,7 +231,7 @@ class Router:
         failures: list[Failure] = []
         for attempt, replica in enumerate(order):
             if reason is not None:
-                self.metrics.decisions.labels(reason if attempt == 0 else "retry").inc()
+                self.metrics.by_reason[reason if attempt == 0 else "retry"].inc()
             out = await relay.attempt(replica)
             if not isinstance(out, Failure):
                 if attempt == 0 and reason is not None:

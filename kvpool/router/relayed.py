@@ -89,13 +89,14 @@ CHECKED_VALUES = 65536  # values the router decodes itself (a few ms of GIL)
 INLINE_BYTES = 64 * 1024  # smaller bodies decode in well under a ms
 
 
-def check_body(raw: bytes) -> None:
-    """Raise RequestError (400 by the error middleware) unless ``raw`` is a JSON object."""
+def check_body(raw: bytes) -> dict | None:
+    """The JSON object ``raw`` holds, None when it is too large to check here; RequestError
+    (400 by the error middleware) when it is not a JSON object."""
     if structural_commas(raw, CHECKED_VALUES) > CHECKED_VALUES:
-        return  # the replica decides (module docstring)
+        return None  # the replica decides (module docstring)
     # max_model_len only words the value-count error, which the line above rules out
-    decode_json_body(raw, max_json_depth=MAX_JSON_DEPTH, max_body_commas=CHECKED_VALUES,
-                     max_model_len=0)
+    return decode_json_body(raw, max_json_depth=MAX_JSON_DEPTH,
+                            max_body_commas=CHECKED_VALUES, max_model_len=0)
 
 
 class BodyReader:
@@ -110,14 +111,16 @@ class BodyReader:
         """Bodies checked on the worker thread so far (tests read it)."""
         return self._pool.offloaded
 
-    async def check(self, raw: bytes) -> None:
-        """RequestError unless ``raw`` is a JSON object the router may relay."""
-        await self._pool.parse(raw, check_body)
+    async def check(self, raw: bytes) -> dict | None:
+        """The decoded body (None: too large to decode here); RequestError unless ``raw`` is
+        a JSON object the router may relay. NOTE(once): callers hand the object on (the
+        prompt hashing reads it), so a body is decoded once in the router."""
+        return await self._pool.parse(raw, check_body)
 
-    async def read(self, request: web.Request) -> bytes:
+    async def read(self, request: web.Request) -> tuple[bytes, dict | None]:
+        """The raw body (what is relayed) and its decoded object (``check``)."""
         raw = await request.read()
-        await self.check(raw)
-        return raw
+        return raw, await self.check(raw)
 
     def close(self) -> None:
         self._pool.close()

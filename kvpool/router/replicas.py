@@ -16,6 +16,11 @@ timeout cannot tell it from a long prefill (many seconds before the first token 
 model). The replica's own /health, answered by its event loop while the engine computes, is
 the signal: a request ends when its replica stops answering, never because it is slow.
 
+NOTE(load): a 200 /health also carries the replica's running and waiting requests: the load
+guard's input when the router does not ask lookups (``--kv-events``) or never proxies at all
+(``kvpool epp``: Envoy carries the traffic, the picker sees no request end), so a replica made
+hot by traffic this router did not send is not chosen by its prefix hits forever.
+
 Invariant: ``healthy()`` lists, in the order they joined, the member replicas whose last
 beat was a 200 and that have not refused a connection since; ``mark_down`` (a refused connect
 found while proxying) takes a replica out at once, and only a beat brings it back.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -53,6 +59,7 @@ class Replica:
     healthy: bool = True  # written by its beat and by ReplicaSet.mark_down
     in_flight: int = 0  # requests this router is proxying to it now (load when lookup is late)
     replica_id: str | None = None  # from its lookup answers, for logs
+    load: int = 0  # running + waiting requests its last /health reported (all its clients')
     heard: float = 0.0  # loop time of its last /health answer of any kind
     leases: set[asyncio.Timeout] = field(default_factory=set)  # its in-flight work
 
@@ -70,12 +77,27 @@ class Replica:
                 self.in_flight -= counted
                 self.leases.discard(deadline)
 
+    def busy(self) -> int:
+        """Its load as the router sees it without asking: this router's own requests there
+        now, or what the replica reported at its last beat when that is more (traffic from
+        other routers, pickers or direct clients; NOTE(load))."""
+        return max(self.in_flight, self.load)
+
     def end_leases(self) -> int:
         """End every request in flight here (each lease's block raises TimeoutError)."""
         now = asyncio.get_running_loop().time()
         for deadline in self.leases:
             deadline.reschedule(now)
         return len(self.leases)
+
+
+def load_of(health: bytes) -> int:
+    """num_running + num_waiting of a /health answer (0 when it reports none)."""
+    try:
+        out = json.loads(health)
+        return int(out.get("num_running", 0)) + int(out.get("num_waiting", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
 
 
 class ReplicaSet:
@@ -137,6 +159,8 @@ class ReplicaSet:
                 async with session.get(r.url + "/health", timeout=aiohttp.ClientTimeout(
                         total=self.timeout)) as resp:
                     status = resp.status
+                    if status == 200:
+                        r.load = load_of(await resp.read())
             except aiohttp.ClientConnectorError:
                 status = 0  # refused: the host answered, nobody listens
         ok = status == 200

@@ -22,8 +22,8 @@ event; the replica writes whole events, so nothing waits in the buffer in practi
 
 NOTE(usage): the router's ``kvpool_router_cached_tokens_total`` sums
 ``usage.prompt_tokens_details.cached_tokens`` of every answer it passed on: from the final
-usage chunk of an SSE stream, or from a plain JSON body. Only the first ``SCAN_BYTES`` of an
-answer are looked at (usage comes early in a JSON body and in a short last SSE line).
+usage chunk of an SSE stream, or from a plain JSON body (``cached_tokens_in``: a byte search
+per relayed chunk, no decoding, however long the answer).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -42,13 +42,14 @@ from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.server.middleware import STREAM_STARTED, error_body
 
-__all__ = ["Failure", "Relay", "UsageScanner"]
+__all__ = ["Failure", "Relay", "cached_tokens_in"]
 
 log = logging.getLogger("kvpool.router")
 SSE_TYPE = "text/event-stream"
-SCAN_BYTES = 1 << 20  # bodies are scanned for usage only up to this size
 _EVENT_END = b"\n\n"
 _DONE = b"data: [DONE]\n\n"
+_CACHED_KEY = b'"cached_tokens":'
+_INT = re.compile(rb"\s*(\d+)")
 # NOTE(transparent): the replica sees the client's own User-Agent and Accept-Encoding (or none),
 # never aiohttp's defaults: the router relays bytes undecoded (auto_decompress=False)
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding")
@@ -142,7 +143,7 @@ class Relay:
         await resp.prepare(self.request)
         self.request[STREAM_STARTED] = True  # the error middleware must not answer after this
         self.resp = resp
-        usage = UsageScanner()
+        cached = None
         pending = b""
         done = False  # the last event passed on was [DONE]
         while True:
@@ -161,11 +162,12 @@ class Relay:
             cut = pending.rfind(_EVENT_END) + len(_EVENT_END)  # NOTE(event-boundary)
             if cut >= len(_EVENT_END):
                 out, pending = pending[:cut], pending[cut:]
-                usage.feed(out)
+                if _CACHED_KEY in out:  # the usage event (the last one but [DONE])
+                    cached = cached_tokens_in(out)
                 done = out.endswith(_DONE)
                 await resp.write(out)
         await self._end(pending)
-        if (cached := usage.cached_tokens()) is not None:
+        if cached is not None:
             self.on_cached(cached)
         return resp
 
@@ -177,39 +179,16 @@ class Relay:
             await self.resp.write_eof()
 
     def _count(self, body: bytes) -> None:
-        usage = UsageScanner()
-        usage.feed(body)
-        if (cached := usage.cached_tokens()) is not None:
+        if (cached := cached_tokens_in(body)) is not None:
             self.on_cached(cached)
 
 
-class UsageScanner:
-    """Finds usage.prompt_tokens_details.cached_tokens in a JSON body or an SSE stream."""
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-        self.seen = 0
-        self.found: int | None = None
-
-    def feed(self, chunk: bytes) -> None:
-        self.seen += len(chunk)
-        if self.seen > SCAN_BYTES:
-            self.buf.clear()
-            return
-        self.buf += chunk
-        while (nl := self.buf.find(b"\n")) >= 0:  # SSE: one event line at a time
-            line, self.buf = bytes(self.buf[:nl]), self.buf[nl + 1:]
-            if line.startswith(b"data: {") and b'"usage"' in line:
-                self._take(line[6:])
-
-    def cached_tokens(self) -> int | None:
-        if self.found is None and self.buf.startswith(b"{"):  # a plain JSON answer
-            self._take(bytes(self.buf))
-        return self.found
-
-    def _take(self, text: bytes) -> None:
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            usage: Any = json.loads(text).get("usage") or {}
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-            if isinstance(cached, int):
-                self.found = cached
+def cached_tokens_in(data: bytes) -> int | None:
+    """The last ``"cached_tokens": N`` in a JSON answer or in SSE events, None when absent.
+    NOTE(scan): the key's bytes are searched (C speed), nothing is decoded: inside a JSON
+    string a quote is escaped, so ``"cached_tokens":`` only ever matches the key itself."""
+    at = data.rfind(_CACHED_KEY)
+    if at < 0:
+        return None
+    digits = _INT.match(data, at + len(_CACHED_KEY))
+    return int(digits.group(1)) if digits is not None else None

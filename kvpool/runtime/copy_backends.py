@@ -215,17 +215,33 @@ class TorchCopyBackend:
             # NOTE(read-before-write): snapshot the sources that this batch also overwrites.
             index = torch.tensor(plan.stage, dtype=torch.long, device=src_kv.device)
             staged = src_kv.index_select(0, index)
-        runs = plan.runs
         bpb = dst_kv[0].nbytes  # bytes per block
         large = plan.num_blocks * bpb >= self.split_min_bytes
         if large and self.raw_large and src_kv.device.type == dst_kv.device.type == "cpu":
-            # NOTE(memmove): one libc memmove per run, GIL released per call (module docstring)
-            d0, s0 = dst_kv.data_ptr(), src_kv.data_ptr()
-            g0 = staged.data_ptr() if staged is not None else 0
-            moves = [(d0 + d * bpb, (g0 if st else s0) + s * bpb, n * bpb)
-                     for s, d, n, st in runs]
-            self._run_shares(self._memmove_runs, moves, runs, bpb)
+            self._memmove_plan(plan.runs, src_kv, dst_kv, staged, bpb)
             return plan.num_blocks
+        dsts, srcs = self._run_views(src_pool, dst_pool, plan.runs, staged)
+        if large:
+            self._run_shares(lambda part: self._copy_runs(*zip(*part)), list(zip(dsts, srcs)),
+                             plan.runs, bpb)
+        else:
+            self._copy_runs(dsts, srcs)
+        return plan.num_blocks
+
+    def _memmove_plan(self, runs: Sequence[CopyRun], src_kv: torch.Tensor,
+                      dst_kv: torch.Tensor, staged: torch.Tensor | None, bpb: int) -> None:
+        """NOTE(memmove): one libc memmove per run, GIL released per call (module docstring)."""
+        d0, s0 = dst_kv.data_ptr(), src_kv.data_ptr()
+        g0 = staged.data_ptr() if staged is not None else 0
+        moves = [(d0 + d * bpb, (g0 if st else s0) + s * bpb, n * bpb)
+                 for s, d, n, st in runs]
+        self._run_shares(self._memmove_runs, moves, runs, bpb)
+
+    def _run_views(self, src_pool: str, dst_pool: str, runs: Sequence[CopyRun],
+                   staged: torch.Tensor | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The destination and source tensor of each run: a cached block view for one block,
+        a slice of the pool (or of the staged snapshot) for a longer run."""
+        src_kv, dst_kv = self._pools[src_pool], self._pools[dst_pool]
         dsts: list[torch.Tensor] = []
         srcs: list[torch.Tensor] = []
         block = self._block
@@ -236,12 +252,7 @@ class TorchCopyBackend:
             else:
                 dsts.append(dst_kv[dst:dst + length])
                 srcs.append((staged if from_stage else src_kv)[src:src + length])
-        if large:
-            self._run_shares(lambda part: self._copy_runs(*zip(*part)), list(zip(dsts, srcs)),
-                             runs, bpb)
-        else:
-            self._copy_runs(dsts, srcs)
-        return plan.num_blocks
+        return dsts, srcs
 
     def _copy_runs(self, dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> None:
         if self._foreach is not None:
@@ -270,17 +281,7 @@ class TorchCopyBackend:
         if k < 2 or len(items) < k:
             run(items)
             return
-        total = sum(r[2] for r in runs)
-        n = min(len(items), max(self.CHUNKS_PER_THREAD * k,
-                                total * block_bytes // self.CHUNK_BYTES))
-        cuts, acc, j = [0], 0, 1
-        for i, r in enumerate(runs):
-            acc += r[2]
-            if j < n and acc * n >= total * j:
-                cuts.append(i + 1)
-                j += 1
-        cuts.append(len(items))
-        chunks = iter([items[a:b] for a, b in zip(cuts, cuts[1:]) if b > a])
+        chunks = iter(self._chunks(items, runs, block_bytes))
         take = threading.Lock()
 
         def drain() -> None:
@@ -291,6 +292,27 @@ class TorchCopyBackend:
                     return
                 run(part)
 
+        self._drain_on_all(drain)
+
+    def _chunks(self, items: list, runs: Sequence[CopyRun], block_bytes: int) -> list[list]:
+        """``items`` cut into consecutive chunks of about equal bytes: at least
+        ``CHUNKS_PER_THREAD`` per thread, else one per ``CHUNK_BYTES``."""
+        total = sum(r[2] for r in runs)
+        n = min(len(items), max(self.CHUNKS_PER_THREAD * self.split_threads,
+                                total * block_bytes // self.CHUNK_BYTES))
+        cuts, acc, j = [0], 0, 1
+        for i, r in enumerate(runs):
+            acc += r[2]
+            if j < n and acc * n >= total * j:
+                cuts.append(i + 1)
+                j += 1
+        cuts.append(len(items))
+        return [items[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+
+    def _drain_on_all(self, drain: Callable[[], None]) -> None:
+        """``drain`` on the ``split_threads - 1`` helpers and on this thread; returns when every
+        call has returned, raising the first error."""
+        k = self.split_threads
         if self._helpers is None:
             self._helpers = ThreadPoolExecutor(
                 k - 1, thread_name_prefix="kvpool-copy-split",

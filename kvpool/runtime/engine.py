@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
-from kvpool.errors import EngineError, QueueFullError, RequestError
+from kvpool.errors import EngineError, QueueFullError, RequestError, context_length_error
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
 from kvpool.runtime.host_front import HostBlockFront
 from kvpool.runtime.engine_config import EngineConfig
@@ -93,7 +93,7 @@ class AsyncEngine:
                  pool_observer=None) -> None:
         self.config = config or EngineConfig()
         self.core = EngineCore(self.config, faults=faults, pool_observer=pool_observer)
-        self.metrics = KVPoolMetrics(self.snapshot)
+        self.metrics = KVPoolMetrics(self.snapshot, model_name=self.core.model_name)
         self.core.metrics = self.core.outputs.metrics = self.metrics
         self.model_name = self.core.model_name
         self.tokenizer = self.core.tokenizer
@@ -195,25 +195,25 @@ class AsyncEngine:
     def encode_prompt(self, prompt: str | list[int]) -> list[int]:
         """Token ids for a prompt; one that cannot fit max_model_len is refused before the
         work (tokenizing, the per-id check) whose cost grows with its length."""
-        too_long = f"this model's maximum context length is {self.max_model_len} tokens"
         if isinstance(prompt, str):
             per_token = self.tokenizer.max_chars_per_token()
             if per_token is not None and len(prompt) > self.max_model_len * per_token:
-                raise RequestError(f"{too_long}; the prompt has {len(prompt)} characters",
-                                   "prompt", "context_length_exceeded")
+                raise context_length_error(self.max_model_len, f"the prompt has {len(prompt)} "
+                                           "characters", "prompt")
             return self.tokenizer.encode(prompt)
         if isinstance(prompt, list) and len(prompt) >= self.max_model_len:
-            raise RequestError(f"{too_long}; the prompt has {len(prompt)} tokens", "prompt",
-                               "context_length_exceeded")
+            raise context_length_error(self.max_model_len, f"the prompt has {len(prompt)} "
+                                       "tokens", "prompt")
         if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool)
                                             for t in prompt):
             return list(prompt)
         raise RequestError("prompt must be a string or a list of token ids", "prompt")
 
-    def validate(self, prompt: str | list[int], params: SamplingParams) -> None:
-        """Raise the RequestError ``generate`` would for this input, queueing nothing (a
-        request of several prompts checks them all before it starts any)."""
-        self.core.validate(self.encode_prompt(prompt), params)
+    def check_pool(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raise the RequestError ``generate`` would for a prompt too big for the pool,
+        queueing nothing; for a caller that judged the input rules itself (the server's edge,
+        which checks every prompt of a request before it starts any)."""
+        self.core.checker.check_pool(len(prompt_ids), params)
 
     async def compile_grammar(self, params: SamplingParams) -> SamplingParams:
         """``params`` with its response_format compiled and probed on a worker thread
@@ -229,9 +229,11 @@ class AsyncEngine:
 
     def generate(self, request_id: str | None, prompt: str | list[int], params: SamplingParams,
                  *, cache_salt: str | None = None, priority: int = 0,
-                 tenant: str | None = None) -> RequestStream:
+                 tenant: str | None = None, checked: bool = False) -> RequestStream:
         """Queue a request and return its stream. Raises RequestError (HTTP 400) for input that
-        can never be served and QueueFullError (HTTP 503) when the engine is full."""
+        can never be served and QueueFullError (HTTP 503) when the engine is full.
+        ``checked``: the caller passes token ids it has judged and asked ``check_pool`` about
+        (the server's edge), so they are not judged again here."""
         if self._error is not None:
             raise EngineError(f"the engine failed: {self._error}")
         if self._draining:
@@ -239,8 +241,9 @@ class AsyncEngine:
         if self.requests_in_flight() >= self.config.max_queue:
             raise QueueFullError(f"{len(self._streams)} requests in flight (--max-queue "
                                  f"{self.config.max_queue}); retry later")
-        ids = self.encode_prompt(prompt)
-        self.core.validate(ids, params)
+        ids = list(prompt) if checked else self.encode_prompt(prompt)
+        if not checked:
+            self.core.validate(ids, params)
         if params.response_format is not None and params.response_format.compiled is None:
             raise RequestError("response_format: not compiled; await "
                                "engine.compile_grammar(params) first", "response_format")

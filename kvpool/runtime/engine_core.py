@@ -227,7 +227,7 @@ class EngineCore:
         entries = self._forward_entries(out, dead, results)
         results += self._deliver(out, self._forward(entries))
         if self.metrics is not None:
-            self.metrics.step.observe(time.monotonic() - t0)
+            self.metrics.observe_step(time.monotonic() - t0, out.num_batched_tokens)
         return results
 
     def _copy(self, out: SchedulerOutput, results: list) -> set[str]:
@@ -386,7 +386,7 @@ class EngineCore:
         bpb = self.storage.bytes_per_block
         copy = self.copies.stats()
         return MetricsSnapshot(
-            ms, mgr.fragmentation(),
+            ms, mgr.stats.fragmentation(),
             {"running": st.num_running, "waiting": st.num_waiting, "swapped": st.num_swapped},
             dict(st.preemptions), {"capacity": ms.device.evictions},
             {"out": ms.swap_out_blocks * bpb, "in": ms.swap_in_blocks * bpb},

@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kvpool.core import BlockSpaceManager
+from kvpool.core import BlockSpaceManager, Device
 from kvpool.errors import QueueFullError
 
 # fn, args, future, undo(result, *args) or None
@@ -197,15 +197,15 @@ class HostBlockFront:
                 fut.cancel()
 
     # ---------------------------------------------------------------- host blocks
-    def _undo_host(self, ids: list[int] | None, _: int) -> None:
+    def _undo_host(self, ids: list[int] | None, *_: Any) -> None:
         if ids:
-            self.manager.return_host(ids)
+            self.manager.lender.give_back(Device.HOST, ids)
 
     def allocate_host_blocks(self, n: int):
-        """``n`` host blocks lent out of the tables (``manager.lend_host``), or None: the
+        """``n`` host blocks lent out of the tables (``manager.lender.lend``), or None: the
         remote prefetch lands fetched bytes in them before the step thread copies them in.
         A plain function returning call()'s coroutine: one coroutine per call, not two."""
-        return self.call(self.manager.lend_host, n, undo=self._undo_host)
+        return self.call(self.manager.lender.lend, Device.HOST, n, undo=self._undo_host)
 
     def free_host_blocks(self, block_ids: Sequence[int]):
-        return self.call(self.manager.return_host, block_ids)
+        return self.call(self.manager.lender.give_back, Device.HOST, block_ids)

@@ -3,10 +3,10 @@
 A request that arrives with a :class:`~kvpool.runtime.remote_reader.FetchedPrefix` waits here,
 in its own state, while the copy engine copies its host blocks to lent device blocks (the
 engine step keeps running other requests). Once the copy is done the device blocks are
-registered under their chain hashes (``manager.adopt_prefix``: hashes are confirmed only after
-the copy, the swap-in rule) and the request is added: the scheduler's own prefix lookup then
-finds them like any cached prefix. On a failed copy, or a device pool too full to lend, the
-blocks go back and the request is added anyway: it recomputes.
+registered under their chain hashes (``manager.lender.adopt_prefix``: hashes are confirmed
+only after the copy, the swap-in rule) and the request is added: the scheduler's own prefix
+lookup then finds them like any cached prefix. On a failed copy, or a device pool too full to
+lend, the blocks go back and the request is added anyway: it recomputes.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ class RemoteImports:
         (nothing to copy, or no device blocks to lend: recompute)."""
         fp = op.remote
         mgr = self.manager
-        dev = mgr.lend(Device.DEVICE, len(fp.host_blocks)) if fp.host_blocks else None
+        dev = mgr.lender.lend(Device.DEVICE, len(fp.host_blocks)) if fp.host_blocks else None
         if dev is None:
             if fp.host_blocks:
-                mgr.return_host(fp.host_blocks)
+                mgr.lender.give_back(Device.HOST, fp.host_blocks)
                 self.failed += 1
             return op
         h = self.copies.submit("swap_in", zip(fp.host_blocks, dev), tag=op.request_id)
@@ -77,13 +77,14 @@ class RemoteImports:
         for imp in done:
             fp = imp.op.remote
             if imp.handle.exception() is None:
-                self.adopted_blocks += mgr.adopt_prefix(imp.device_blocks, fp.hashes, fp.first)
+                self.adopted_blocks += mgr.lender.adopt_prefix(imp.device_blocks, fp.hashes,
+                                                               fp.first)
                 dt = time.perf_counter() - fp.landed_at
                 self.latency_s = ema(self.latency_s, dt)
             else:
                 self.failed += 1
-                mgr.give_back(Device.DEVICE, imp.device_blocks)
-            mgr.return_host(fp.host_blocks)
+                mgr.lender.give_back(Device.DEVICE, imp.device_blocks)
+            mgr.lender.give_back(Device.HOST, fp.host_blocks)
             out.append(imp.op)
         return out
 

@@ -3,7 +3,7 @@ prefix the local cache lacks from the shared tier into lent host blocks.
 
 Per request, on the event loop (never inside the engine step)::
 
-    hashes = manager.hash_prompt(prompt, salt)       chain hashes of the full blocks
+    hashes = manager.hasher.hash_blocks(prompt, salt)       chain hashes of the full blocks
     local  = leading local hits (lock-free read)
     run    = await tier.probe(keys beyond local,      one round trip (a Lua script); the
                           refresh=local keys)        local part refreshed in Redis's LRU
@@ -123,8 +123,8 @@ class RemoteReader:
         limit = (len(prompt) - 1) // mgr.block_size  # one token is always computed
         if limit < g:
             return None
-        hashes = mgr.hash_prompt(prompt, salt)[:limit]
-        local = mgr.get_prefix_hits(hashes)
+        hashes = mgr.hasher.hash_blocks(prompt, salt)[:limit]
+        local = mgr.prompts.prefix_hits(hashes)
         first = local // g * g
         keys, run = await self._probe(hashes, local // g)
         new = first + run * g - local

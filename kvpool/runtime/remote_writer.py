@@ -63,7 +63,7 @@ class RemoteWriter:
         # the prefill that computed it records that here, per device block (bounded).
         self._where: dict[int, tuple[bytes, str]] = {}  # block -> (hash, key)
         if link.write_policy == "write_back":
-            self.manager.set_evict_hook(self._on_evict)
+            self.manager.lender.set_evict_hook(self._on_evict)
 
     # ------------------------------------------------------------------ sources
     def on_prefills(self, prefills: Sequence) -> None:
@@ -114,7 +114,7 @@ class RemoteWriter:
             over = self.inflight_bytes + nbytes > self.link.max_inflight_bytes
             if not over:
                 self.inflight_bytes += nbytes
-        host = None if over else self.manager.lend(Device.HOST, n)
+        host = None if over else self.manager.lender.lend(Device.HOST, n)
         if host is None:  # NOTE(backpressure): drop and count, never queue
             if not over:
                 with self._lock:
@@ -180,4 +180,4 @@ class RemoteWriter:
     async def aclose(self) -> None:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        self.manager.set_evict_hook(None)
+        self.manager.lender.set_evict_hook(None)

@@ -14,13 +14,17 @@ into an OpenAI error with HTTP 400) and, where a fix exists, the fix. Checked in
                                              generated blocks apart)
 
 The pool check asks the manager's one admission rule, the scheduler's own, so a request
-accepted here is never ignored later for its size.
+accepted here is never ignored later for its size. ``blocks_held`` is the same rule's count of
+the blocks a request's tables can reference at most (the server's per-tenant quota charges it).
+
+A caller that has judged the input rules itself (the server's edge: protocol.py) asks only
+``check_pool``; everyone else gets both from ``check``.
 """
 
 from __future__ import annotations
 
 from kvpool.core import Admission, AllocStatus, BlockSpaceManager
-from kvpool.errors import RequestError
+from kvpool.errors import CONTEXT_LENGTH_CODE, RequestError, context_length_error
 from kvpool.runtime.model import SamplingParams
 
 
@@ -36,6 +40,11 @@ class RequestChecker:
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raise RequestError for what can never be served (see the module docstring)."""
+        self.check_input(prompt_ids, params)
+        self.check_pool(len(prompt_ids), params)
+
+    def check_input(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """The prompt against the vocabulary and the context (not the pool)."""
         if not prompt_ids:
             raise RequestError("the prompt is empty", "prompt")
         vocab = self.vocab_size
@@ -47,14 +56,13 @@ class RequestChecker:
         limit = self.max_model_len
         want = n + (params.max_tokens or 1)
         if n >= limit or (params.max_tokens and want > limit):
-            raise RequestError(
-                f"this model's maximum context length is {limit} tokens; the "
-                f"request has {n} prompt tokens and asks for {params.max_tokens} more",
-                "max_tokens" if n < limit else "prompt", "context_length_exceeded")
-        self._check_pool(n, params)
+            raise context_length_error(
+                limit, f"the request has {n} prompt tokens and asks for {params.max_tokens} "
+                "more", "max_tokens" if n < limit else "prompt")
 
-    def _check_pool(self, p: int, params: SamplingParams) -> None:
-        """The pool checks: the prompt, then one sequence, then all ``n`` of them."""
+    def check_pool(self, p: int, params: SamplingParams) -> None:
+        """The pool checks for a prompt of ``p`` tokens: the prompt, then one sequence, then
+        all ``n`` of them."""
         mgr = self.manager
         adm = mgr.admission([(p + 1, ())])  # the scheduler's own rule
         if adm.status is AllocStatus.NEVER:
@@ -72,7 +80,7 @@ class RequestChecker:
                 f"the request has {p} prompt tokens and max_tokens={m}: more than the KV "
                 f"cache's {total} blocks of {bs} tokens can hold; use max_tokens <= "
                 f"{total * bs - p + 1} or raise --kv-cache-memory",
-                "max_tokens", "context_length_exceeded")
+                "max_tokens", CONTEXT_LENGTH_CODE)
         seqs = params.n
         need = self._group_need(p, m, seqs)
         if need.status is AllocStatus.NEVER:
@@ -83,6 +91,12 @@ class RequestChecker:
                 f"{need.capacity} blocks, more than the KV cache's {total} blocks of {bs} "
                 f"tokens; use n <= {fit}, lower max_tokens, or raise --kv-cache-memory",
                 "n", "n_too_large_for_pool")
+
+    def blocks_held(self, p: int, max_tokens: int, seqs: int) -> int:
+        """The most blocks ``seqs`` sequences of a ``p``-token prompt grown to ``max_tokens``
+        can hold at once (prefix hits and forks only share blocks; copy-on-write replaces a
+        shared block rather than adding one)."""
+        return self._group_need(p, max(1, max_tokens), seqs).capacity
 
     def _group_need(self, p: int, max_tokens: int, seqs: int) -> Admission:
         """The admission rule, against the whole pool, for ``seqs`` sequences of this prompt

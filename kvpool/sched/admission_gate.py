@@ -65,7 +65,7 @@ class AdmissionGate:
         mgr = self.manager
         caching = mgr.caching
         if g.prompt_block_hashes is None:
-            g.prompt_block_hashes = (mgr.hash_prompt(g.prompt_token_ids, g.cache_salt)
+            g.prompt_block_hashes = (mgr.hasher.hash_blocks(g.prompt_token_ids, g.cache_salt)
                                      if caching else [])
         units = []
         for seqs in recompute_units(g):
@@ -73,7 +73,7 @@ class AdmissionGate:
             if not s.output_token_ids:
                 hashes = g.prompt_block_hashes
             else:
-                hashes = mgr.hash_prompt(s.all_token_ids(), g.cache_salt) if caching else []
+                hashes = mgr.hasher.hash_blocks(s.all_token_ids(), g.cache_salt) if caching else []
             units.append(PrefillUnit(seqs, s.num_tokens, hashes))
         shared = self._common_full_tokens(units)
         if shared:
@@ -106,7 +106,7 @@ class AdmissionGate:
         would take now (the same cap: at least one token is left to compute)."""
         mgr = self.manager
         bs = mgr.block_size
-        return u.num_tokens - bs * min(mgr.get_prefix_hits(u.block_hashes),
+        return u.num_tokens - bs * min(mgr.prompts.prefix_hits(u.block_hashes),
                                        (u.num_tokens - 1) // bs)
 
     def allocations(self, g: SequenceGroup, units: list[PrefillUnit]) -> list[SeqAlloc]:

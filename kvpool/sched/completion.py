@@ -231,7 +231,7 @@ class StepCompletion:
         if not done:
             return []
         st = self.state
-        self.manager.free_batch([s.seq_id for s in done])
+        self.manager.free(*(s.seq_id for s in done))
         st.num_running_seqs -= len(done)
         finished = []
         for s in done:
@@ -272,7 +272,7 @@ class StepCompletion:
         """Reject ``g`` (already out of its queue) as never servable."""
         held = [s.seq_id for s in g.live_seqs if self.manager.has_seq(s.seq_id)]
         if held:
-            self.manager.free_batch(held)
+            self.manager.free(*held)
         for s in g.live_seqs:
             s.status = SeqStatus.FINISHED_IGNORED
             s.finish_reason = reason
@@ -311,7 +311,7 @@ class StepCompletion:
         st, mgr = self.state, self.manager
         held = [s.seq_id for s in targets if mgr.has_seq(s.seq_id)]
         if held:
-            mgr.free_batch(held)
+            mgr.free(*held)
         if g.status is _RUNNING:
             st.num_running_seqs -= len(targets)
         for s in targets:

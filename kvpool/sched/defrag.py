@@ -27,13 +27,13 @@ class DefragDriver:
         st, cfg, mgr = self.state, self.state.config, self.manager
         if cfg.defrag_threshold is None or out.blocks_to_swap_out or st.defrag_plan is not None:
             return
-        frag = mgr.fragmentation()
+        frag = mgr.stats.fragmentation()
         if frag.external <= cfg.defrag_threshold:
             return
         moves = min(cfg.defrag_max_moves, frag.num_free - mgr.watermark_blocks)
         if moves < 1:
             return
-        plan = mgr.plan_defrag(moves)
+        plan = mgr.defrag.plan(moves)
         if plan is None:
             return
         st.defrag_plan = plan
@@ -57,10 +57,10 @@ class DefragDriver:
         st.defrag_plan = None
         c = st.counters
         if not ok:
-            self.manager.abort_defrag(plan)
+            self.manager.defrag.abort(plan)
             c.defrag_aborted += 1
             return None
-        r = self.manager.commit_defrag(plan)
+        r = self.manager.defrag.commit(plan)
         c.defrag_moves += len(r.committed)
         c.defrag_retried += len(r.retried)
         return r

@@ -59,7 +59,7 @@ class StepPlanner:
     # ------------------------------------------------------------------ decodes
     def _emit_decodes(self, out: SchedulerOutput, seqs: list[Sequence], cows: list,
                       tables: list[list[int]]) -> None:
-        """One ScheduledDecode per appended sequence (``manager.append_decode_slots``)."""
+        """One ScheduledDecode per appended sequence (``manager.slots.append_decodes``)."""
         add = out.decodes.append
         for s, table in zip(seqs, tables):
             g = s.group
@@ -79,7 +79,7 @@ class StepPlanner:
                 ends: list[int] | None = None) -> int:
         """Append one slot to each of ``seqs`` for the leading groups (``ends``; None: all of
         them as one) that fit, emit their decodes; returns how many groups were appended."""
-        cows, tables, groups = self.manager.append_decode_slots(
+        cows, tables, groups = self.manager.slots.append_decodes(
             [s.seq_id for s in seqs], [s.output_token_ids[-1] for s in seqs], ends)
         self._emit_decodes(out, seqs, cows, tables)
         return groups
@@ -138,7 +138,7 @@ class StepPlanner:
             if not self._preempt_for(g, own, out):
                 return  # the request at i preempted itself: nobody after it is left
             if own and self._append(out, own) != 1:
-                raise SchedulerError("append_decode_slots failed after can_append_slots")
+                raise SchedulerError("slots.append_decodes failed after slots.can_append")
             i += 1
 
     def _preempt_for(self, g: SequenceGroup, seqs: list[Sequence],
@@ -147,7 +147,7 @@ class StepPlanner:
         was preempted."""
         ids = [s.seq_id for s in seqs]
         running = self.state.running
-        while not self.manager.can_append_slots(ids):
+        while not self.manager.slots.can_append(ids):
             victim = running.pop()  # the tail: lowest priority, newest arrival
             self.preemptor.preempt(victim, out, "decode")
             if victim is g:
@@ -218,7 +218,7 @@ class StepPlanner:
         """Swap head ``g`` in and schedule its decodes; False when the blocks ran short."""
         st, mgr = self.state, self.manager
         ids = [s.seq_id for s in live]
-        pairs = mgr.swap_in(ids)
+        pairs = mgr.swap.swap_in(ids)
         if pairs is None:
             return False
         st.swapped.pop(0)
@@ -291,12 +291,12 @@ class StepPlanner:
         """Block tables for every unit (cached tokens per unit), or None with none kept."""
         mgr = self.manager
         allocs = self.gate.allocations(g, units)
-        res = mgr.allocate_batch(allocs)
+        res = mgr.prompts.allocate_batch(allocs)
         if all(r is not None for r in res):
             return res
         done = [s for a, r in zip(allocs, res) if r is not None for s in a.seq_ids]
         if done:
-            mgr.free_batch(done)
+            mgr.free(*done)
         return None
 
     def _start(self, g: SequenceGroup, units: list[PrefillUnit], cached: list[int],

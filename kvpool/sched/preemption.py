@@ -14,7 +14,7 @@ Mode per victim::
                                                 and CostModel.recompute_seconds(tokens - kept)
 
 ``kept`` counts the leading prompt blocks the prefix cache still holds after the victim lets go
-(``get_prefix_hits`` bounds the run; a block survives when someone else references it). Its own
+(``prompts.prefix_hits`` bounds the run; a block survives when someone else references it). Its own
 blocks become evictable and, under the pressure that caused the preemption, are assumed lost.
 """
 
@@ -63,7 +63,7 @@ class Preemptor:
         pool = mgr.device_pool
         lookup = pool.index.lookup  # caching is on (checked above)
         kept = 0
-        for h in hashes[:mgr.get_prefix_hits(hashes)]:
+        for h in hashes[:mgr.prompts.prefix_hits(hashes)]:
             b = lookup(h)
             if b is None or pool.ref_count(b) <= refs.get(b, 0):
                 break
@@ -75,7 +75,7 @@ class Preemptor:
         forced = self.state.config.forced_mode
         if forced is PreemptionMode.RECOMPUTE or g.is_prefilling:
             return PreemptionMode.RECOMPUTE
-        if self.manager.host_pool.num_blocks == 0 or not self.manager.can_swap_out(ids):
+        if self.manager.host_pool.num_blocks == 0 or not self.manager.swap.can_swap_out(ids):
             return PreemptionMode.RECOMPUTE
         if forced is PreemptionMode.SWAP or len(recompute_units(g)) > 1:
             # NOTE(n>1): sequences whose outputs diverged would each recompute their own
@@ -97,7 +97,7 @@ class Preemptor:
         mode = self._choose_mode(g, ids, refs)
         st.num_running_seqs -= len(live)
         if mode is PreemptionMode.SWAP:
-            pairs = self.manager.swap_out(ids)
+            pairs = self.manager.swap.swap_out(ids)
             if pairs is None:  # host ran short after all (cannot happen single-threaded)
                 mode = PreemptionMode.RECOMPUTE
             else:
@@ -123,7 +123,7 @@ class Preemptor:
                 mgr.mark_computed(s.seq_id)  # the retry can hit them in the prefix cache
             s.unit = None
             s.awaiting = False  # the recompute's last chunk samples the owed token afresh
-        mgr.free_batch([s.seq_id for s in live])
+        mgr.free(*(s.seq_id for s in live))
         g.units = None
         g.set_status(SeqStatus.WAITING)
         self.state.waiting.add(g)

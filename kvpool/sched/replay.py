@@ -13,7 +13,8 @@ a cluster, so at its own rate one such GPU queues: ``--arrival-scale`` stretches
 and the cost flags describe another engine.
 
 The JSON report is deterministic (same trace, options and seed give identical bytes); wall
-time and progress go to stdout / stderr only.
+time goes to stdout, progress with an estimate of the time left to stderr (kvpool/progress.py:
+on when stderr is a terminal, ``--progress`` forces it, ``--quiet`` silences it).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from pathlib import Path
 
 from kvpool.errors import ConfigError
 from kvpool.outfile import write_text
+from kvpool.progress import Progress, add_progress_args
 
-from kvpool.sched.replay_report import ProgressBar, import_pyplot, plot
+from kvpool.sched.replay_report import import_pyplot, plot
 from kvpool.sched.replay_trace import load_trace, trace_summary
 
 
@@ -77,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="KV bytes of one token over all layers (default 131072)")
     c.add_argument("--arrival-scale", type=float, default=1.0,
                    help="multiply the trace's arrival times (2: half the request rate)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_progress_args(p)  # --progress / --quiet: done/total, rate, eta on stderr
 
 
 def _instant(args, reqs, bar) -> dict:
@@ -161,11 +163,10 @@ def run(args: argparse.Namespace) -> int:
     if not reqs:
         print(f"kvpool replay: {args.trace} holds no request", file=sys.stderr)
         return 2
-    bar = ProgressBar(len(reqs), enabled=not args.no_progress)
+    bar = Progress(len(reqs), prefix="kvpool replay: ", enabled=args.progress)
     try:
         report = _instant(args, reqs, bar) if args.instant else _timed(args, reqs, bar)
     except BadOption as e:
-        bar.close()
         print(f"kvpool replay: {e}", file=sys.stderr)
         return 2
     bar.close()

@@ -1,54 +1,16 @@
-"""Replay reporting: a stderr progress bar, percentiles, timelines and the PNG plot.
+"""Replay reporting: percentiles, timelines and the PNG plot.
 
-Nothing here feeds back into the replay, so reports stay deterministic: the progress bar and
-wall-clock time go to stderr / stdout only, never into the JSON report.
+Nothing here feeds back into the replay, so reports stay deterministic: progress
+(kvpool/progress.py) and wall-clock time go to stderr / stdout only, never into the JSON report.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-import time
 from dataclasses import dataclass, field
-from typing import TextIO
 
 from kvpool.errors import ConfigError
 from kvpool.outfile import out_path
-
-
-class ProgressBar:
-    """``[#####-----]  45.0%  900/2000 requests`` on one stderr line, redrawn at most every
-    ``interval`` seconds. Invariant: ``done <= total`` after each update."""
-
-    def __init__(self, total: int, label: str = "requests", *, stream: TextIO | None = None,
-                 enabled: bool = True, width: int = 30, interval: float = 0.2) -> None:
-        self.total = max(total, 1)  # units of work
-        self.label = label  # what a unit is called
-        self.stream = stream if stream is not None else sys.stderr  # where to draw
-        self.enabled = enabled  # False: draw nothing
-        self.width = width  # characters of the bar
-        self.interval = interval  # minimum seconds between redraws
-        self.done = 0  # units finished
-        self._last = 0.0
-
-    def update(self, done: int, extra: str = "") -> None:
-        self.done = min(done, self.total)
-        now = time.monotonic()
-        if not self.enabled or (now - self._last < self.interval and done < self.total):
-            return
-        self._last = now
-        frac = self.done / self.total
-        fill = int(frac * self.width)
-        bar = "#" * fill + "-" * (self.width - fill)
-        self.stream.write(f"\r[{bar}] {100 * frac:5.1f}% {self.done}/{self.total} "
-                          f"{self.label} {extra}   ")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.update(self.total)
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def percentile(values: list[float], q: float) -> float | None:

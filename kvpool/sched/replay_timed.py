@@ -119,52 +119,70 @@ class TimedReplay:
         tl = Timeline()
         steps = peak_used = tokens_sched = 0
         i, n = 0, len(reqs)
-        total_blocks = mgr.device_pool.num_blocks
-        vocab = self.synth.vocab_size
-        rand = self.rng.randrange
         while i < n or sched.has_unfinished():
-            while i < n and arrive[i] <= self.t:
-                r = reqs[i]
-                sched.add_request(str(r.index), self.synth.prompt(r),
-                                  RequestParams(max_tokens=max(1, r.output_length),
-                                                ignore_eos=True),
-                                  arrival_time=arrive[i])
-                i += 1
+            i = self._admit(reqs, arrive, i)
             if not sched.has_unfinished():
                 self.t = arrive[i]
                 continue
             out = sched.schedule(now=self.t)
             finished += out.ignored
             if not out.has_work:
-                if out.preempted or out.ignored or not sched.has_unfinished():
-                    continue  # state changed (a lone request preempted itself...): again
-                if i >= n:
-                    raise RuntimeError("replay stalled: unfinished requests but nothing "
-                                       f"schedulable at t={self.t:.3f}s ({sched.num_requests()})")
-                self.t = max(self.t, arrive[i])
+                self._idle(out, arrive, i)
                 continue
             self.t += self.cost.seconds(out)
-            sampled = {d.seq_id: rand(vocab) for d in out.decodes}
-            for p in out.prefills:
-                if p.is_last:
-                    for s in p.seq_ids:
-                        sampled[s] = rand(vocab)
-            finished += sched.on_step_done(out, sampled, now=self.t)
+            finished += sched.on_step_done(out, self._sampled(out), now=self.t)
             steps += 1
             tokens_sched += out.num_batched_tokens
-            used = mgr.device_pool.stats().num_used
-            peak_used = max(peak_used, used)
-            st = mgr.stats()
-            q = sched.num_requests()
-            tl.add(self.t, st.prefix_hit_tokens / st.prefix_query_tokens
-                   if st.prefix_query_tokens else 0.0, used / total_blocks,
-                   q["waiting"], q["running"], q["swapped"])
+            peak_used = max(peak_used, self._record(tl))
             if progress is not None:
                 progress(len(finished), f"t={self.t:8.1f}s")
         mgr.check_invariants()
         if mgr.seq_ids():
             raise RuntimeError("replay leaked block tables")
         return self._report(reqs, finished, steps, peak_used, tokens_sched, tl)
+
+    def _admit(self, reqs: list[TraceRequest], arrive: list[float], i: int) -> int:
+        """Add the requests from ``reqs[i]`` on that have arrived by ``t``; returns the index
+        of the first one still to come."""
+        while i < len(reqs) and arrive[i] <= self.t:
+            r = reqs[i]
+            self.scheduler.add_request(str(r.index), self.synth.prompt(r),
+                                       RequestParams(max_tokens=max(1, r.output_length),
+                                                     ignore_eos=True),
+                                       arrival_time=arrive[i])
+            i += 1
+        return i
+
+    def _idle(self, out: SchedulerOutput, arrive: list[float], i: int) -> None:
+        """A step with nothing to run: schedule again at once if it changed the state, else
+        wait for the next arrival (none left is a stall)."""
+        if out.preempted or out.ignored or not self.scheduler.has_unfinished():
+            return  # state changed (a lone request preempted itself...): again
+        if i >= len(arrive):
+            raise RuntimeError("replay stalled: unfinished requests but nothing schedulable "
+                               f"at t={self.t:.3f}s ({self.scheduler.num_requests()})")
+        self.t = max(self.t, arrive[i])
+
+    def _sampled(self, out: SchedulerOutput) -> dict:
+        """A random token for every decode and for every sequence whose prefill ends."""
+        vocab, rand = self.synth.vocab_size, self.rng.randrange
+        sampled = {d.seq_id: rand(vocab) for d in out.decodes}
+        for p in out.prefills:
+            if p.is_last:
+                for s in p.seq_ids:
+                    sampled[s] = rand(vocab)
+        return sampled
+
+    def _record(self, tl: Timeline) -> int:
+        """The step's point on the timeline; returns the device blocks in use."""
+        mgr = self.manager
+        used = mgr.device_pool.stats().num_used
+        st = mgr.stats()
+        q = self.scheduler.num_requests()
+        tl.add(self.t, st.prefix_hit_tokens / st.prefix_query_tokens
+               if st.prefix_query_tokens else 0.0, used / mgr.device_pool.num_blocks,
+               q["waiting"], q["running"], q["swapped"])
+        return used
 
     def _report(self, reqs, finished, steps, peak_used, tokens_sched, tl) -> dict:
         done = [f for f in finished if f.first_token_time is not None]

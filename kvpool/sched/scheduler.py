@@ -22,7 +22,7 @@ One ``schedule()`` (vLLM v0's running / swapped / prefill passes, with chunked p
                    or better priority) and step 1 preempted nobody: admit (in order; with
                    tenants, the oldest request of the tenant running fewest, under
                    tenant_max_running_seqs, within the best priority class) while
-                   can_allocate is OK (watermark); LATER stops (head-of-line), NEVER and prompts
+                   admission is OK (watermark); LATER stops (head-of-line), NEVER and prompts
                    longer than max_model_len are ignored with a reason (a request coming back
                    with output tokens: NEVER only past the whole pool, NOTE(alone))
     5. defrag      if external fragmentation > defrag_threshold and no swap-out happened

@@ -231,7 +231,7 @@ class SequenceGroup:
     seqs: list[Sequence] = field(default_factory=list)  # all sequences, finished included
     status: SeqStatus = SeqStatus.WAITING  # status of the live sequences
     units: list[PrefillUnit] | None = None  # admission units, built while WAITING
-    prompt_block_hashes: list[bytes] | None = None  # hash_prompt(prompt, salt), memoised
+    prompt_block_hashes: list[bytes] | None = None  # hasher.hash_blocks(prompt, salt), memoised
     num_cached_tokens: int | None = None  # prefix hits at first admission (None: not yet)
     first_scheduled_time: float | None = None  # when its first chunk was scheduled
     first_token_time: float | None = None  # when its first token was sampled

@@ -2,14 +2,44 @@
 
 ::
 
-    request -> error_middleware (every failure -> OpenAI error JSON, see middleware.py)
-            -> auth_middleware  (only with an API key; /v1/* only)
-            -> OpenAIRoutes     (handlers.py)          -> engine.generate / metrics.render
+    request -> error_middleware  (every failure -> OpenAI error JSON, see middleware.py)
+            -> auth_middleware   (only with an API key; /v1/* only)
+            -> tenant_middleware (who sent it: tenant.py)
+            -> OpenAIRoutes      (handlers.py) -> RequestGate.admit (request_gate.py)
+                                               -> engine.generate / metrics.render
 
-    app[ENGINE_KEY]   the engine           app[METRICS_KEY]  the injected metrics registry
-    app[ROUTES_KEY]   the handlers         cleanup_ctx       engine.start() ... engine.shutdown()
+    app[ENGINE_KEY]   the engine (EngineClient)   app[METRICS_KEY]  the metrics registry
+    app[ROUTES_KEY]   the handlers                app[GATE_KEY]     tenant, quota and drain
+    cleanup_ctx       engine.start() ... engine.shutdown()
 
-NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (shutdown.py), so
+``build_app``'s options::
+
+    api_key                  every /v1 route needs ``Authorization: Bearer <api_key>``
+    max_body_bytes           larger bodies get 413
+    metrics                  the registry /metrics renders (default: the engine's)
+    manage_engine            start the engine with the app and shut it down (waiting
+                             ``engine_shutdown_timeout`` for in-flight requests) when the app
+                             stops; False when the caller owns the engine's lifetime
+    tenant_block_quota       cap the KV blocks the in-flight requests of one tenant may hold
+                             (quota.py); None = no cap
+    tenant_header            the trusted header naming the tenant (tenant.py); None = the API
+                             key, else anonymous
+    shared_prefix_cache      one prefix cache for all tenants even where an API key or tenant
+                             header tells them apart (default: one namespace per tenant,
+                             cache_namespace.py)
+    chat_template            a Jinja file that overrides the model directory's own template
+                             (chat_template.py); the built-in template only where neither exists
+    stream_write_timeout     seconds one SSE write may wait for a client that does not read
+                             before its connection is closed (handlers.py, NOTE(slow-reader))
+    reject_unknown_fields    400 for body fields this server does not know (default: ignored
+                             and listed in a response header, as vLLM ignores them)
+    generation_config        where request sampling defaults come from (generation_config.py):
+                             ``auto`` the model directory's generation_config.json, ``vllm``
+                             none, or a directory
+    tool_call_parser         reads ``tool_choice: auto`` output (tools/parsers.py); None: auto
+                             is a 400, as without vLLM's --enable-auto-tool-choice
+
+NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (request_gate.py), so
 by the time aiohttp's cleanup runs there is little left. aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown
 (we mark the app draining: /health says 503, new requests get 503) -> wait up to the runner's
 ``shutdown_timeout`` for in-flight handlers, then cancel them (each cancelled handler aborts its
@@ -20,9 +50,8 @@ test server does too) so a client that disconnects cancels its handler and frees
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -30,35 +59,39 @@ from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.request_metrics import RequestMetrics
 from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.chat_template import load_chat_template
+from kvpool.server.engine_client import EngineClient
 from kvpool.server.generation_config import load_generation_defaults
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
 from kvpool.server.middleware import auth_middleware, error_middleware
 from kvpool.server.protocol import RequestParser
-from kvpool.server.quota import QuotaEngine, TenantBlockQuota
+from kvpool.server.quota import TenantBlockQuota
+from kvpool.server.request_gate import RequestGate
 from kvpool.server.request_id import add_request_id
-from kvpool.server.shutdown import DrainGate
-from kvpool.server.tenant import TenantEngine, tenant_middleware
+from kvpool.server.responses_api import ResponsesRoute
+from kvpool.server.tenant import tenant_middleware
+from kvpool.server.tools.parsers import tool_parser
 
-if TYPE_CHECKING:  # the app only needs the engine's contract (the stress harness reuses it)
-    from kvpool.runtime.engine import AsyncEngine
-
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DRAIN_KEY", "ENGINE_KEY", "METRICS_KEY", "ROUTES_KEY",
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "GATE_KEY", "METRICS_KEY", "ROUTES_KEY",
            "build_app", "start_draining"]
 
 DEFAULT_ENGINE_SHUTDOWN_TIMEOUT = 10.0
 
-ENGINE_KEY: web.AppKey[AsyncEngine] = web.AppKey("kvpool_engine")
+Middleware = Callable[[web.Request, Callable[[web.Request], Awaitable[web.StreamResponse]]],
+                     Awaitable[web.StreamResponse]]
+
+# the engine's contract, not the class: the stress harness reuses the app
+ENGINE_KEY: web.AppKey[EngineClient] = web.AppKey("kvpool_engine")
 METRICS_KEY = web.AppKey("kvpool_metrics", KVPoolMetrics)
 ROUTES_KEY = web.AppKey("kvpool_routes", OpenAIRoutes)
-DRAIN_KEY = web.AppKey("kvpool_drain", DrainGate)  # live streams, for serve's shutdown
+GATE_KEY = web.AppKey("kvpool_gate", RequestGate)  # the edge's rules; serve's drain reads it
 NAMESPACE_KEY = web.AppKey("kvpool_cache_namespace", CacheNamespace)  # the salts' rule
 _ENGINE_SHUTDOWN_KEY = web.AppKey("kvpool_engine_shutdown_timeout", float)
 _MANAGE_ENGINE_KEY = web.AppKey("kvpool_manage_engine", bool)
 
 
-def build_app(engine: AsyncEngine, *, api_key: str | None = None,
+def build_app(engine: EngineClient, *, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
               metrics: KVPoolMetrics | None = None,
               served_model_names: tuple[str, ...] | None = None,
@@ -71,79 +104,77 @@ def build_app(engine: AsyncEngine, *, api_key: str | None = None,
               shared_prefix_cache: bool = False,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
               reject_unknown_fields: bool = False,
-              generation_config: str | None = "auto") -> web.Application:
-    """The OpenAI-compatible app.
-
-    ``api_key``: when set, every /v1 route needs ``Authorization: Bearer <api_key>``.
-    ``max_body_bytes``: larger bodies get 413. ``metrics``: the registry /metrics renders
-    (default: the engine's). ``manage_engine``: start the engine with the app and shut it down
-    (waiting ``engine_shutdown_timeout`` for in-flight requests) when the app stops; False when
-    the caller owns the engine's lifetime. ``tenant_block_quota``: cap the KV blocks the
-    in-flight requests of one tenant may hold (quota.py); None = no cap. ``tenant_header``:
-    the trusted header naming the tenant (tenant.py); None = the API key, else anonymous.
-    ``shared_prefix_cache``: one prefix cache for all tenants even where an API key or tenant
-    header tells them apart (default: one namespace per tenant, cache_namespace.py).
-    ``chat_template``: a Jinja file that overrides the model directory's own template
-    (chat_template.py); the built-in template only where neither exists.
-    ``stream_write_timeout``: seconds one SSE write may wait for a client that does not read
-    before its connection is closed (handlers.py, NOTE(slow-reader)).
-    ``reject_unknown_fields``: 400 for body fields this server does not know (default: ignored
-    and listed in a response header, as vLLM ignores them; known_fields.py).
-    ``generation_config``: where request sampling defaults come from (generation_config.py):
-    ``auto`` the model directory's generation_config.json, ``vllm`` none, or a directory.
-    """
+              generation_config: str | None = "auto",
+              tool_call_parser: str | None = None) -> web.Application:
+    """The OpenAI-compatible app (each option: the module docstring's table)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
-    middlewares: list[Any] = [error_middleware]  # NOTE(order): first listed = outermost
-    if api_key:
-        middlewares.append(auth_middleware(api_key))
-    middlewares.append(tenant_middleware(tenant_header))  # NOTE(order): after auth
-    app = web.Application(middlewares=middlewares, client_max_size=max_body_bytes)
-
-    config = engine.config
+    app = web.Application(middlewares=_middlewares(api_key, tenant_header),
+                          client_max_size=max_body_bytes)
     names = served_model_names or tuple(dict.fromkeys(
-        n for n in (engine.model_name, config.served_model_name) if n))
-    parser = RequestParser(engine.tokenizer, names, engine.max_model_len,
-                           max_n=config.max_n,
-                           max_tokens_limit=config.max_tokens_limit or engine.max_model_len,
-                           max_stop=config.max_stop, max_json_depth=max_json_depth,
-                           chat_template=load_chat_template(config.tokenizer or config.model,
-                                                            chat_template),
-                           max_logprobs=config.max_logprobs, max_prompts=config.max_queue,
-                           reject_unknown_fields=reject_unknown_fields,
-                           defaults=load_generation_defaults(generation_config, config.model))
+        n for n in (engine.model_name, engine.config.served_model_name) if n))
+    parser = _parser(engine, names, max_json_depth, chat_template, reject_unknown_fields,
+                     generation_config, tool_call_parser)
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
                                shared=shared_prefix_cache)
-    gen_engine: Any = TenantEngine(engine, namespace)
-    if tenant_block_quota:
-        gen_engine = QuotaEngine(gen_engine, TenantBlockQuota(tenant_block_quota,
-                                                              config.block_size))
-    gate = DrainGate(gen_engine)
-    routes = OpenAIRoutes(gate, parser, metrics.render, names,
+    gate = RequestGate(engine, namespace,
+                       TenantBlockQuota(tenant_block_quota) if tenant_block_quota else None)
+    routes = OpenAIRoutes(engine, gate, parser, metrics.render, names,
                           stream_write_timeout=stream_write_timeout,
                           request_metrics=RequestMetrics(metrics, names[0]))
     routes.register(app)
+    ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
     LookupRoute.register(app, engine, parser, routes.parse_pool, namespace)
+    _wire(app, engine, metrics, routes, gate)
+    app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
+    app[_MANAGE_ENGINE_KEY] = manage_engine
+    return app
 
+
+def _middlewares(api_key: str | None, tenant_header: str | None) -> list[Middleware]:
+    middlewares: list[Middleware] = [error_middleware]  # NOTE(order): first = outermost
+    if api_key:
+        middlewares.append(auth_middleware(api_key))
+    middlewares.append(tenant_middleware(tenant_header))  # NOTE(order): after auth
+    return middlewares
+
+
+def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
+            chat_template: str | Path | None, reject_unknown_fields: bool,
+            generation_config: str | None, tool_call_parser: str | None) -> RequestParser:
+    """The request parser, bounded by the engine's config and context."""
+    config = engine.config
+    return RequestParser(engine.tokenizer, names, engine.max_model_len,
+                         max_n=config.max_n,
+                         max_tokens_limit=config.max_tokens_limit or engine.max_model_len,
+                         max_stop=config.max_stop, max_json_depth=max_json_depth,
+                         chat_template=load_chat_template(config.tokenizer or config.model,
+                                                          chat_template),
+                         max_logprobs=config.max_logprobs, max_prompts=config.max_queue,
+                         reject_unknown_fields=reject_unknown_fields,
+                         defaults=load_generation_defaults(generation_config, config.model),
+                         tool_parser=tool_call_parser and tool_parser(tool_call_parser))
+
+
+def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,
+          routes: OpenAIRoutes, gate: RequestGate) -> None:
+    """The app's keys and its lifetime hooks."""
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = metrics
     app[ROUTES_KEY] = routes
-    app[DRAIN_KEY] = gate
-    app[NAMESPACE_KEY] = namespace
-    app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
-    app[_MANAGE_ENGINE_KEY] = manage_engine
+    app[GATE_KEY] = gate
+    app[NAMESPACE_KEY] = gate.namespace
     app.on_response_prepare.append(add_request_id)  # X-Request-Id, echoed or made up
     app.on_shutdown.append(_start_draining)
     app.on_cleanup.append(_close_routes)
     app.cleanup_ctx.append(_engine_lifetime)
-    return app
 
 
 def start_draining(app: web.Application) -> None:
     """New requests get 503 shutting_down and /health 503 from now on."""
-    app[ROUTES_KEY].draining = True
+    app[GATE_KEY].draining = True
 
 
 async def _start_draining(app: web.Application) -> None:

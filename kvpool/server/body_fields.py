@@ -11,7 +11,11 @@ from typing import Any
 
 from kvpool.errors import RequestError
 
-__all__ = ["is_int", "is_number", "opt", "stream_options", "with_defaults"]
+MAX_CACHE_SALT_CHARS = 1024
+INT32 = 1 << 31
+
+__all__ = ["INT32", "MAX_CACHE_SALT_CHARS", "is_int", "is_number", "opt", "salt_and_priority",
+           "stream_options", "with_defaults"]
 
 
 def is_int(v: Any) -> bool:
@@ -65,3 +69,16 @@ def with_defaults(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
         if merged.get(name) is None:
             merged[name] = value
     return merged
+
+
+def salt_and_priority(body: dict[str, Any]) -> tuple[str | None, int]:
+    """The client's cache salt (NUL-free, bounded) and its priority (32-bit)."""
+    salt = opt(body, "cache_salt", str, None)
+    # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
+    if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
+        raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters, none of "
+                   "them NUL")
+    priority = opt(body, "priority", int, 0)
+    if not -INT32 <= priority < INT32:
+        raise _bad("priority", "must fit in a 32-bit signed integer")
+    return salt, priority

@@ -3,12 +3,30 @@ Jinja template is chat_template.py)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from kvpool.errors import RequestError
+from kvpool.server.chat_messages import ROLES, message_dict
 
 __all__ = ["ChatTemplate"]
+
+TOOLS_INTRO = ("# Tools\n\nYou may call one or more of these functions (one JSON signature a "
+               "line):\n")
+TOOLS_HOW = ('To call a function, reply with <tool_call>{"name": NAME, "arguments": '
+             '{...}}</tool_call>, once for each call.')
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    fn = call["function"]
+    return "<tool_call>" + json.dumps({"name": fn["name"], "arguments": fn["arguments"]},
+                                      ensure_ascii=False) + "</tool_call>"
+
+
+def _tools_text(tools: Sequence[dict[str, Any]]) -> str:
+    lines = [json.dumps(t.get("function", t), ensure_ascii=False) for t in tools]
+    return TOOLS_INTRO + "\n".join(lines) + "\n" + TOOLS_HOW
 
 
 class ChatTemplate:
@@ -17,21 +35,34 @@ class ChatTemplate:
         <|system|>\\n{content}\\n<|end|>\\n<|user|>\\n{content}\\n<|end|>\\n<|assistant|>\\n
 
     The markers are plain text (the built-in tokenizer encodes them as bytes, so user content
-    cannot forge a control token); ``developer`` messages render as ``system``.
+    cannot forge a control token); ``developer`` messages render as ``system``. With
+    ``tools`` the system turn (one is opened when the conversation has none) lists their
+    signatures and asks for Hermes-style ``<tool_call>{json}</tool_call>`` calls, so
+    ``--tool-call-parser hermes`` reads them; an assistant's calls render the same way and a
+    tool result is a ``<|tool|>`` turn.
     """
 
-    ROLES = ("system", "developer", "user", "assistant")
+    ROLES = ROLES
     add_special_tokens = True  # the markers are text: the tokenizer adds BOS
 
-    def render(self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool = True,
-               continue_final_message: bool = False, variables: Any = None) -> str:
+    def render(self, messages: Sequence[tuple], *, add_generation_prompt: bool = True,
+               continue_final_message: bool = False, variables: Any = None,
+               tools: Sequence[dict[str, Any]] | None = None) -> str:
         """``variables`` (chat_template_kwargs): this template has none to read."""
+        chat = [message_dict(m) for m in messages]
+        if tools:
+            if chat[0]["role"] in ("system", "developer"):
+                chat[0] = {**chat[0], "content": chat[0]["content"] + "\n\n" + _tools_text(tools)}
+            else:
+                chat.insert(0, {"role": "system", "content": _tools_text(tools)})
         parts = []
-        for role, content in messages:
-            role = "system" if role == "developer" else role
-            parts.append(f"<|{role}|>\n{content}\n<|end|>\n")
+        for m in chat:
+            role = "system" if m["role"] == "developer" else m["role"]
+            calls = m.get("tool_calls")
+            text = m["content"] + "".join(map(_call_text, calls)) if calls else m["content"]
+            parts.append(f"<|{role}|>\n{text}\n<|end|>\n")
         if continue_final_message:
-            if messages[-1][0] != "assistant":
+            if chat[-1]["role"] != "assistant":
                 raise RequestError("continue_final_message: the last message must be the "
                                    "assistant's, to be continued",
                                    param="continue_final_message")

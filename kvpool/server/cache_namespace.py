@@ -17,7 +17,7 @@ that send the same ``cache_salt`` still get different roots, and a tenant's own 
 apart. Client salts cannot contain NUL (protocol.py), so no client salt sent to a replica in
 one-namespace mode spells a tenant's salt either.
 
-Every use goes through ``salt``: the generation routes (tenant.TenantEngine) and the lookup
+Every use goes through ``salt``: the generation routes (request_gate.Ticket) and the lookup
 route, so a lookup predicts exactly what the same tenant's next request reports as cached.
 """
 

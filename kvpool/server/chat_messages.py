@@ -1,41 +1,101 @@
-"""Chat ``messages`` -> ``(role, text)`` pairs the chat templates render.
+"""Chat ``messages`` -> the :class:`ChatMessage` list the chat templates render.
 
-A message is ``{"role", "content"}``; the role one of system, developer, user, assistant;
-content a string or a list of ``{"type": "text", "text"}`` parts (joined); an assistant's
-``null`` content is empty. Anything else is a 400 naming the message (``messages[i].role``).
+A message is ``{"role", "content"}``; the role one of system, developer, user, assistant,
+tool; content a string or a list of ``{"type": "text", "text"}`` parts (joined); an
+assistant's ``null`` content is empty. Function calling (OpenAI's shapes)::
+
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}}]}
+    {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}
+
+A template sees a call's ``arguments`` as the object they spell (vLLM parses them too: the
+templates of Llama, Qwen and Mistral write ``arguments | tojson``). Anything else is a 400
+naming the message (``messages[i].role``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvpool.errors import RequestError
-from kvpool.server.builtin_template import ChatTemplate
 
-__all__ = ["parse_messages"]
+__all__ = ["ROLES", "ChatMessage", "message_dict", "parse_messages"]
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class ChatMessage(NamedTuple):
+    """One message: its role, its text, and the function-calling fields it carries (an
+    assistant's ``tool_calls``, a tool's ``tool_call_id`` / ``name``), or None."""
+
+    role: str
+    content: str
+    extra: dict[str, Any] | None = None
+
+
+def message_dict(m: tuple) -> dict[str, Any]:
+    """A message as a template reads it (a plain ``(role, content)`` pair also works)."""
+    extra = m[2] if len(m) > 2 and m[2] else {}
+    return {"role": m[0], "content": m[1], **extra}
 
 
 def _bad(param: str, message: str) -> RequestError:
     return RequestError(f"{param}: {message}", param=param)
 
 
-def parse_messages(messages: Any) -> list[tuple[str, str]]:
+def parse_messages(messages: Any) -> list[ChatMessage]:
     if messages is None:
         raise _bad("messages", "is required")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "must be a non-empty list of message objects")
-    roles = ChatTemplate.ROLES
     out = []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise _bad(where, "must be an object with 'role' and 'content'")
         role = m.get("role")
-        if role not in roles:
-            raise _bad(f"{where}.role", f"must be one of {', '.join(roles)}, "
+        if role not in ROLES:
+            raise _bad(f"{where}.role", f"must be one of {', '.join(ROLES)}, "
                        f"got {json.dumps(role)[:40]}")
-        out.append((role, _content(m.get("content"), f"{where}.content", role)))
+        calls = m.get("tool_calls") if role == "assistant" else None
+        text = _content(m.get("content"), f"{where}.content", role)
+        out.append(ChatMessage(role, text, _extra(m, role, calls, where)))
+    return out
+
+
+def _extra(m: dict[str, Any], role: str, calls: Any, where: str) -> dict[str, Any] | None:
+    if role == "tool":
+        extra = {}
+        for key in ("tool_call_id", "name"):
+            if m.get(key) is not None:
+                if not isinstance(m[key], str):
+                    raise _bad(f"{where}.{key}", "must be a string")
+                extra[key] = m[key]
+        return extra or None
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        raise _bad(f"{where}.tool_calls", "must be a list of tool calls")
+    return {"tool_calls": [_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]}
+
+
+def _call(call: Any, where: str) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise _bad(where, "must be {'id', 'type': 'function', 'function': {'name', "
+                   "'arguments'}}")
+    args = fn.get("arguments", "{}")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            raise _bad(f"{where}.function.arguments", "must be JSON text") from None
+    out = {"type": "function", "function": {"name": fn["name"], "arguments": args}}
+    if call.get("id") is not None:
+        if not isinstance(call["id"], str):
+            raise _bad(f"{where}.id", "must be a string")
+        out["id"] = call["id"]
     return out
 
 

@@ -11,8 +11,8 @@ Where the template comes from, first match wins::
 The environment mirrors transformers' ``apply_chat_template`` (a model's template was written
 for it): ``ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`` with the
 ``loopcontrols`` extension, a ``tojson`` filter that does not HTML-escape, ``raise_exception``
-and ``strftime_now``; the variables are ``messages``, ``add_generation_prompt``, ``tools=None``,
-``documents=None`` and the tokenizer's special-token strings (``bos_token``, ``eos_token``, ...).
+and ``strftime_now``; the variables are ``messages``, ``add_generation_prompt``, ``tools``
+(the request's, else None), ``documents=None`` and the tokenizer's special-token strings (``bos_token``, ``eos_token``, ...).
 A rendered template already holds its BOS, so it is encoded without adding special tokens,
 as transformers does with ``tokenize=True``.
 """
@@ -29,6 +29,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from kvpool.errors import RequestError
+from kvpool.server.chat_messages import message_dict
 
 __all__ = ["ChatTemplateError", "ModelChatTemplate", "load_chat_template"]
 
@@ -88,12 +89,15 @@ class ModelChatTemplate:
                                     f"{exc.message} (line {exc.lineno})") from exc
         self.special_tokens = dict(special_tokens or {})
 
-    def render(self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool = True,
+    def render(self, messages: Sequence[tuple], *, add_generation_prompt: bool = True,
                continue_final_message: bool = False,
-               variables: dict[str, Any] | None = None) -> str:
-        """Render ``(role, content)`` messages; a template error is a 400 naming it.
-        ``variables``: vLLM's chat_template_kwargs (reserved names refused by the caller)."""
-        chat = [{"role": role, "content": content} for role, content in messages]
+               variables: dict[str, Any] | None = None,
+               tools: Sequence[dict[str, Any]] | None = None) -> str:
+        """Render messages (chat_messages.ChatMessage, or ``(role, content)`` pairs); a
+        template error is a 400 naming it. ``variables``: vLLM's chat_template_kwargs
+        (reserved names refused by the caller). ``tools``: the request's, as sent (the
+        ``tools`` transformers' apply_chat_template hands a template; None without any)."""
+        chat = [message_dict(m) for m in messages]
         if continue_final_message:
             if chat[-1]["role"] != "assistant":
                 raise RequestError("continue_final_message: the last message must be the "
@@ -102,7 +106,8 @@ class ModelChatTemplate:
             chat[-1]["content"] = final + _CONTINUE_TAG
         try:
             text = self._template.render(messages=chat, add_generation_prompt=add_generation_prompt,
-                                         tools=None, documents=None, **self.special_tokens,
+                                         tools=list(tools) if tools else None,
+                                         documents=None, **self.special_tokens,
                                          **(variables or {}))
         except jinja2.TemplateError as exc:
             raise RequestError(f"messages: the model's chat template rejected the conversation: "

@@ -1,12 +1,14 @@
 """The routes: OpenAI completions and chat (JSON or SSE), models, tokenize/detokenize (vLLM's
-shapes), version, health and metrics.
+shapes), version, health and metrics. ``generate`` is the one engine-and-stream path; the
+Responses API (responses_api.py) runs through it with its own view of the answer.
 
 Life of a generation request::
 
-    read body (413 past client_max_size) -> RequestParser (400s) -> engine.generate(...)
-      -> first update awaited *before* any byte is sent, so the engine's own validation
-         (prompt can never fit the pool, vocabulary) and QueueFullError still become a
-         proper status -> JSON body, or SSE chunks until the last update -> [DONE]
+    read body (413 past client_max_size) -> RequestParser (400s) -> gate.admit (503 while
+      draining, tenant quota 400/429; request_gate.py) -> every prompt's pool check (400)
+      -> ticket.open per prompt -> first update awaited *before* any byte is sent, so
+         QueueFullError still becomes a proper status -> JSON body, or SSE chunks until the
+         last update -> [DONE]
 
 NOTE(abort): every path that leaves before the request finished -- the client disconnects
 (aiohttp cancels the handler: the runner is built with ``handler_cancellation=True``), a stream
@@ -42,13 +44,16 @@ from aiohttp import web
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
 from kvpool.metrics.request_metrics import RequestMetrics
+from kvpool.server.engine_client import EngineClient
 from kvpool.server.known_fields import ignored_header
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
 from kvpool.server.parse_pool import ParsePool
+from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.prompt_merge import PromptStreams
 from kvpool.server.protocol import RequestParser
-from kvpool.server.responses import SSE_DONE, ResponseBuilder, sse_event
+from kvpool.server.request_gate import RequestGate
+from kvpool.server.responses import ChunkView, ResponseBuilder
 from kvpool.server.tokenize_routes import TokenizeRoutes
 
 __all__ = ["OpenAIRoutes"]
@@ -61,21 +66,22 @@ SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contro
 
 
 class OpenAIRoutes:
-    """Request handlers bound to one engine; ``register(app)`` adds the routes."""
+    """Request handlers bound to one engine and its edge gate; ``register(app)`` adds the
+    routes."""
 
-    def __init__(self, engine: Any, parser: RequestParser, render_metrics: Callable[[], bytes],
-                 model_names: Sequence[str], *,
+    def __init__(self, engine: EngineClient, gate: RequestGate, parser: RequestParser,
+                 render_metrics: Callable[[], bytes], model_names: Sequence[str], *,
                  stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
                  request_metrics: RequestMetrics | None = None) -> None:
         if not stream_write_timeout > 0:
             raise ValueError(f"stream_write_timeout={stream_write_timeout!r}: use seconds > 0")
         self.engine = engine
+        self.gate = gate  # tenant, quota and drain: asked once per generation request
         self.stream_write_timeout = float(stream_write_timeout)
         self.parser = parser
         self.render_metrics = render_metrics
         self.model_names = tuple(model_names)
         self.created = int(time.time())
-        self.draining = False  # set on shutdown: /health turns 503, new requests get 503
         self.parse_pool = ParsePool()  # every route that parses a client body shares it
         self.request_metrics = request_metrics  # vLLM-meaning request series, or None
         self.formatter = LogprobFormatter(parser.tokenizer)
@@ -93,31 +99,29 @@ class OpenAIRoutes:
 
     # ---- generation ---------------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=False)
+        return await self.generate(request, self._parse_completion)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=True)
+        return await self.generate(request, self._parse_chat)
 
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        if self.draining:
-            raise APIError(503, "the server is shutting down", code="shutting_down",
-                           headers={"Retry-After": "1"})
-        parse = self._parse_chat if chat else self._parse_completion
+    async def generate(self, request: web.Request, parse: Callable[[bytes], ParsedRequest],
+                       view: Callable[[ResponseBuilder], Any] = ChunkView
+                       ) -> web.StreamResponse:
+        """Parse the body with ``parse`` (on the parse pool), run it, answer through
+        ``view(builder)``: responses.py ChunkView (completions, chat), or another shape of the
+        same updates (responses_api.py)."""
         req = await self.parse_pool.parse(await request.read(), parse)
         if req.params.response_format is not None:  # compiled off the loop (grammar_compile.py)
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         builder = ResponseBuilder(req, formatter=self.id_formatter
                                   if req.extras.tokens_as_ids else self.formatter)
-        prompts = req.all_prompts
-        if len(prompts) > 1:  # NOTE(all-or-nothing): one bad prompt fails the whole request
-            for ids in prompts:
-                self.engine.validate(ids, req.params)
-        updates = PromptStreams(self.engine, builder, prompts, req.params,
-                                cache_salt=req.cache_salt, priority=req.priority)
+        ticket = self.gate.admit(req.all_prompts, req.params, req.cache_salt)
+        updates = PromptStreams(self.engine, ticket, builder.id, req.all_prompts, req.params,
+                                priority=req.priority)
         try:
             await updates.start()  # validation, QueueFullError and first updates surface here
             if req.stream:
-                return await self._stream(request, builder, updates)
+                return await self._stream(request, view(builder), updates)
             for i, first in updates.firsts():
                 builder.update(first, i)
             async for i, out in updates:
@@ -125,7 +129,7 @@ class OpenAIRoutes:
             failure = builder.failure()
             if failure is not None:
                 raise failure
-            return web.json_response(builder.body(), headers=ignored_header(req.ignored))
+            return web.json_response(view(builder).body(), headers=ignored_header(req.ignored))
         finally:
             await updates.release()
             self._observe(builder)
@@ -146,31 +150,33 @@ class OpenAIRoutes:
                        reasons=[builder.finish[i] for i in choices],
                        timings=builder.timings.get(p, {}))
 
-    def _parse_chat(self, raw: bytes) -> Any:
+    def _parse_chat(self, raw: bytes) -> ParsedRequest:
         return self.parser.parse_chat(self.parser.decode_body(raw))
 
-    def _parse_completion(self, raw: bytes) -> Any:
+    def _parse_completion(self, raw: bytes) -> ParsedRequest:
         return self.parser.parse_completion(self.parser.decode_body(raw))
 
     def close(self) -> None:
         """Stop the parse pool (the app's cleanup); a parse still running finishes first."""
         self.parse_pool.close()
 
-    async def _stream(self, request: web.Request, builder: ResponseBuilder,
+    async def _stream(self, request: web.Request, view: Any,
                       updates: PromptStreams) -> web.StreamResponse:
+        builder = view.builder
         resp = web.StreamResponse(headers={**SSE_HEADERS,
                                            **ignored_header(builder.req.ignored)})
         await resp.prepare(request)
         request[STREAM_STARTED] = True
-        events = [sse_event(c) for c in builder.role_chunks()]
+        head = view.head()  # before the first updates: its usage (if shown) counts none
+        chunks = []
         for i, first in updates.firsts():
-            events += [sse_event(c) for c in builder.update(first, i)]
-        await self._write(request, resp, b"".join(events))
+            chunks += builder.update(first, i)
+        await self._write(request, resp, head + view.events(chunks))
         try:
             async for i, out in updates:
                 chunks = builder.update(out, i)
                 if chunks:
-                    await self._write(request, resp, b"".join(sse_event(c) for c in chunks))
+                    await self._write(request, resp, view.events(chunks))
             failure = builder.failure()
         except (ConnectionError, asyncio.CancelledError):
             raise
@@ -178,13 +184,7 @@ class OpenAIRoutes:
             log.exception("stream %s failed", builder.id)
             failure = APIError(500, f"generation failed: {type(exc).__name__}",
                                code="generation_error")
-        tail = []
-        if failure is not None:
-            tail.append(sse_event(builder.error_event(failure)))
-        elif builder.req.include_usage:
-            tail.append(sse_event(builder.usage_chunk()))
-        tail.append(SSE_DONE)
-        await self._write(request, resp, b"".join(tail))
+        await self._write(request, resp, view.tail(failure))
         await resp.write_eof()
         return resp
 
@@ -221,8 +221,12 @@ class OpenAIRoutes:
         return web.json_response({"version": __version__})
 
     async def health(self, request: web.Request) -> web.Response:
-        healthy = not self.draining and bool(self.engine.is_healthy())
-        return web.json_response({"status": "ok" if healthy else "unhealthy"},
+        healthy = not self.gate.draining and bool(self.engine.is_healthy())
+        # the load too: a router or endpoint picker that sends this replica only part of its
+        # traffic (kvpool router --kv-events, kvpool epp) balances on it between requests
+        st = self.engine.core.scheduler.stats()
+        return web.json_response({"status": "ok" if healthy else "unhealthy",
+                                  "num_running": st.num_running, "num_waiting": st.num_waiting},
                                  status=200 if healthy else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from kvpool.errors import RequestError
+from kvpool.errors import RequestError, context_length_error
 from kvpool.server.body_bound import key_before, longest_string_over, structural_commas
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "MAX_JSON_DEPTH", "decode_json_body"]
@@ -38,19 +38,17 @@ def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
                      max_model_len: int, max_string_bytes: int | None = None) -> dict[str, Any]:
     commas = structural_commas(raw, max_body_commas)
     if commas > max_body_commas:
-        raise _bad(f"this model's maximum context length is {max_model_len} tokens; the "
-                   f"request body holds {commas + 1} or more JSON values, more than a request "
-                   "that fits can hold", "context_length_exceeded")
+        raise context_length_error(max_model_len, f"the request body holds {commas + 1} or "
+                                   "more JSON values, more than a request that fits can hold")
     if max_string_bytes is not None:
         found = longest_string_over(raw, max_string_bytes)
         if found is not None:  # before decoding, too (NOTE(string-bound))
             key = key_before(raw, found[0])
             param = "messages" if key == "content" else key if key in _STRING_FIELDS else None
-            raise RequestError(f"this model's maximum context length is {max_model_len} "
-                               f"tokens; the request body holds a string of {found[1]} bytes, "
-                               "more characters than that many tokens can hold, which leaves "
-                               "no room to generate", param=param,
-                               code="context_length_exceeded")
+            raise context_length_error(max_model_len, f"the request body holds a string of "
+                                       f"{found[1]} bytes, more characters than that many "
+                                       "tokens can hold, which leaves no room to generate",
+                                       param)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

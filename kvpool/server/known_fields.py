@@ -32,20 +32,20 @@ MAX_NAME_CHARS = 64
 
 # field -> (allowed default values) for OpenAI features this server does not implement
 UNSUPPORTED_COMPLETION = {"suffix": ("",)}
-UNSUPPORTED_CHAT = {"tools": ([],), "functions": ([],)}
+UNSUPPORTED_CHAT = {"functions": ([],)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
            "stop_token_ids", "logprobs", "prompt_logprobs"} | SAMPLING_FIELDS
 KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of", "echo"} | COMPLETION_EXTRAS
                              | set(UNSUPPORTED_COMPLETION))
-KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tool_choice",
+KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tools", "tool_choice",
                                   "top_logprobs", "parallel_tool_calls",
                                   "add_generation_prompt", "continue_final_message"}
                        | CHAT_EXTRAS | set(UNSUPPORTED_CHAT))
 KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
                             "add_generation_prompt", "continue_final_message",
                             "return_token_strs", "chat_template", "chat_template_kwargs",
-                            "truncate_prompt_tokens"})
+                            "truncate_prompt_tokens", "tools"})
 KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
 
 

@@ -33,6 +33,7 @@ from kvpool.events.config import KVEventsConfig
 from kvpool.events.publisher import EventPublisher
 from kvpool.events.recorder import KVEventRecorder
 from kvpool.server.app import NAMESPACE_KEY
+from kvpool.server.engine_client import EngineClient
 
 __all__ = ["KV_EVENTS_PATH", "KVEventsRoute"]
 
@@ -54,7 +55,7 @@ class KVEventsRoute:
         publisher = EventPublisher(config) if config is not None and config.enabled else None
         return cls(publisher, block_size)
 
-    def register(self, app: web.Application, engine: Any, *, replica_id: str,
+    def register(self, app: web.Application, engine: EngineClient, *, replica_id: str,
                  chat_template: str | None, tenant_header: str | None = None) -> None:
         """Serve the info route; close the publisher after the app (the engine stopped)."""
         if self.publisher is not None:

@@ -9,14 +9,14 @@ The router (kvpool.router) asks every replica this before it places a request::
              "num_running", "num_waiting", "free_device_blocks"}
 
 NOTE(agreement): the body goes through the same RequestParser (chat template, tokenizer) and the
-same BlockSpaceManager.hash_prompt (spec and salt) as a generation request, so the router never
+same BlockSpaceManager.hasher (spec and salt) as a generation request, so the router never
 renders or tokenizes anything itself: replica and lookup agree by construction.
 
 The hit counts are what the next generation request would report as ``cached_tokens``: the
 leading run of the prompt's full-block hashes in the device pool, capped like admission caps it
 (at least one prompt token is left to compute, its logits are needed). ``host_hit_tokens``
 continues that run in the host pool when the host pool caches by hash (today it does not: 0).
-Reads only: the lock-free dict lookups of ``get_prefix_hits``, no pool lock, no reference taken,
+Reads only: the lock-free dict lookups of ``prompts.prefix_hits``, no pool lock, no reference taken,
 no LRU update, so a lookup never changes what it measures.
 
 NOTE(namespace): the hashes are made under the caller's own prefix-cache namespace, by the same
@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 from aiohttp import web
 
 from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.engine_client import EngineClient
 from kvpool.server.parse_pool import ParsePool
+from kvpool.server.protocol import RequestParser
 from kvpool.server.tenant import current_tenant
 
 __all__ = ["LOOKUP_PATH", "REPLICA_ID_KEY", "LookupRoute", "default_replica_id"]
@@ -55,7 +56,7 @@ class LookupRoute:
     """The lookup handler over one engine and the app's request parser, parse pool and
     prefix-cache namespace rule."""
 
-    def __init__(self, engine: Any, parser: Any, parse_pool: ParsePool,
+    def __init__(self, engine: EngineClient, parser: RequestParser, parse_pool: ParsePool,
                  namespace: CacheNamespace) -> None:
         self.engine = engine  # the AsyncEngine (its core's manager and scheduler are read)
         self.parser = parser  # the RequestParser the generation routes use
@@ -63,8 +64,8 @@ class LookupRoute:
         self.namespace = namespace  # the generation routes' rule
 
     @classmethod
-    def register(cls, app: web.Application, engine: Any, parser: Any, parse_pool: ParsePool,
-                 namespace: CacheNamespace) -> LookupRoute:
+    def register(cls, app: web.Application, engine: EngineClient, parser: RequestParser,
+                 parse_pool: ParsePool, namespace: CacheNamespace) -> LookupRoute:
         route = cls(engine, parser, parse_pool, namespace)
         app.router.add_post(LOOKUP_PATH, route.lookup)
         return route
@@ -83,9 +84,9 @@ class LookupRoute:
         core = self.engine.core
         mgr = core.manager
         bs = mgr.block_size
-        hashes = mgr.hash_prompt(ids, salt)
+        hashes = mgr.hasher.hash_blocks(ids, salt)
         limit = max(0, (len(ids) - 1) // bs)  # admission's cap (manager._hits)
-        dev = min(mgr.get_prefix_hits(hashes), limit)
+        dev = min(mgr.prompts.prefix_hits(hashes), limit)
         host_hits = getattr(mgr.host_pool, "prefix_hits", None)
         host = min(host_hits(hashes[dev:]), limit - dev) if host_hits and dev < limit else 0
         st = core.scheduler.stats()

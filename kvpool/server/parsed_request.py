@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.sampling import SamplingParams
@@ -46,6 +47,7 @@ class ParsedRequest:
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
     return_n: int | None = None  # best_of > n: params.n = best_of run, the n best returned
     echo_text: str = ""  # chat echo: the final assistant message, in front of the content
+    tools: Any = None  # tools.request.ToolRequest whose output is read for calls, or None
 
     @property
     def all_prompts(self) -> tuple[list[int], ...]:

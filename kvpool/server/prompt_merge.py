@@ -2,11 +2,14 @@
 
 ::
 
-    start()     generate(<id>, prompt 0) ... generate(<id>-<P-1>, ...), then await each one's
-                first update (the engine's own errors surface before any byte is sent)
+    start()     every prompt's pool rules asked first (NOTE(all-or-nothing): one that can
+                never fit fails the request before any is queued), then the ticket opens
+                <id>, <id>-1 ... <id>-<P-1> (request_gate.py) and each one's first update is
+                awaited (the engine's own errors surface before any byte is sent)
     firsts()    [(0, first_0), ..., (P-1, first_P-1)]
     async for   (prompt index, update) as the engine delivers them, until every prompt finished
-    release()   close every stream; abort every prompt that has not finished (idempotent)
+    release()   close every stream; abort every prompt that has not finished; close the
+                ticket (idempotent)
 
 One prompt reads its stream directly (the common path adds no task). Several are pumped by one
 task each into a queue, so a slow prompt never holds back another's chunks.
@@ -17,9 +20,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvpool.runtime.outputs import RequestOutput, aclose_updates
+from kvpool.server.engine_client import EngineClient
+from kvpool.server.request_gate import GatedStream, Ticket
+
+if TYPE_CHECKING:
+    from kvpool.runtime.model import SamplingParams
 
 __all__ = ["PromptStreams"]
 
@@ -30,15 +38,16 @@ _END = object()  # a pump's last item: its stream ended
 class PromptStreams:
     """Owned by one handler; not shared."""
 
-    def __init__(self, engine: Any, builder: Any, prompts: Sequence[list[int]], params: Any, *,
-                 cache_salt: str | None, priority: int) -> None:
+    def __init__(self, engine: EngineClient, ticket: Ticket, request_id: str,
+                 prompts: Sequence[list[int]], params: SamplingParams, *, priority: int) -> None:
         self.engine = engine
+        self.ticket = ticket  # the gate's admission of this request
         self.prompts = list(prompts)
         self.params = params
-        self.kwargs = {"cache_salt": cache_salt, "priority": priority}
+        self.priority = priority
         one = len(self.prompts) == 1
-        self.ids = [builder.id] if one else [f"{builder.id}-{i}" for i in range(len(prompts))]
-        self.streams: list[Any] = []
+        self.ids = [request_id] if one else [f"{request_id}-{i}" for i in range(len(prompts))]
+        self.streams: list[GatedStream] = []
         self.done = [False] * len(self.prompts)  # saw the prompt's finished update
         self._firsts: list[RequestOutput] = []
         self._queue: asyncio.Queue | None = None
@@ -46,8 +55,11 @@ class PromptStreams:
         self._ended = 0
 
     async def start(self) -> None:
-        for rid, ids in zip(self.ids, self.prompts):
-            self.streams.append(self.engine.generate(rid, ids, self.params, **self.kwargs))
+        for ids in self.prompts:
+            self.engine.check_pool(ids, self.params)
+        for i, (rid, ids) in enumerate(zip(self.ids, self.prompts)):
+            self.streams.append(self.ticket.open(i, rid, ids, self.params,
+                                                 priority=self.priority, checked=True))
         for i, s in enumerate(self.streams):
             first = await anext(s)
             self.done[i] = first.finished
@@ -114,3 +126,4 @@ class PromptStreams:
                     await self.engine.abort(self.ids[i])
             except Exception:  # noqa: BLE001 - never mask the handler's own outcome
                 log.exception("releasing request %s failed", self.ids[i])
+        self.ticket.close()

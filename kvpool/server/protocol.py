@@ -8,8 +8,8 @@ Policy, in one place:
   ``X-Kvpool-Ignored-Fields`` response header), or with ``reject_unknown_fields`` rejected
   (400, code ``unknown_parameter``) as OpenAI's own API does: known_fields.py. Known OpenAI
   features this server does not implement are **rejected** with 400 naming the field when
-  set to anything but their default (``suffix``, ``tools``), so a client never gets a
-  silently different result. Sampling controls (penalties, ``logit_bias``, ``min_tokens``,
+  set to anything but their default (``suffix``, ``functions``), so a client never gets a
+  silently different result. ``tools`` / ``tool_choice`` / ``parallel_tool_calls``: tools/. Sampling controls (penalties, ``logit_bias``, ``min_tokens``,
   ``min_p``) and ``response_format``: sampling_fields.py;
   ``logprobs``, ``top_logprobs``, ``echo``, ``prompt_logprobs``: logprob_fields.py.
 - ``prompt``: a string, a list of token ids, or a list of several of either kind (at most
@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvpool.errors import RequestError, shown
+from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
@@ -41,19 +41,19 @@ from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETO
                                         KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
                                         UNSUPPORTED_COMPLETION, FieldPolicy, check_unsupported)
 from kvpool.server.body_bound import MAX_JSON_BYTES_PER_CHAR
-from kvpool.server.body_fields import is_int, opt, stream_options, with_defaults
+from kvpool.server.body_fields import (INT32, is_int, opt, salt_and_priority, stream_options,
+                                      with_defaults)
 from kvpool.server.logprob_fields import DEFAULT_MAX_LOGPROBS, parse_logprob_fields
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
 from kvpool.server.sampling_fields import parse_sampling_controls
 from kvpool.server.template_cache import TemplateCache
+from kvpool.server.tools.request import ToolRequest, parse_tool_request, template_tools
 from kvpool.server.vllm_fields import VllmExtras, parse_vllm_extras
 
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-MAX_CACHE_SALT_CHARS = 1024
 MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
-_INT32 = 1 << 31
 
 
 def _bad(param: str | None, message: str, code: str | None = None) -> RequestError:
@@ -73,12 +73,14 @@ class RequestParser:
                  max_json_depth: int = MAX_JSON_DEPTH,
                  chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
                  max_prompts: int = 1024, reject_unknown_fields: bool = False,
-                 defaults: dict[str, Any] | None = None) -> None:
+                 defaults: dict[str, Any] | None = None, tool_parser: Any = None) -> None:
         """``chat_template``: the model's (chat_template.ModelChatTemplate) or None for the
         built-in :class:`ChatTemplate`. ``reject_unknown_fields``: 400 for a field this
         server does not know (default: ignored, as vLLM does). ``defaults``: request-field
-        defaults from the model's generation_config.json (generation_config.py)."""
+        defaults from the model's generation_config.json (generation_config.py).
+        ``tool_parser``: reads tool_choice auto (tools/parsers.py); None: auto is a 400."""
         self.fields = FieldPolicy(reject_unknown_fields)
+        self.tool_parser = tool_parser
         defaults = dict(defaults or {})
         self.default_max_tokens: int | None = defaults.pop("max_tokens", None)
         self.defaults = defaults  # sampling fields a request leaves out take these
@@ -98,7 +100,10 @@ class RequestParser:
         self.max_logprobs = max_logprobs
         self.max_prompts = max_prompts
         self.vocab_size = int(tokenizer.vocab_size)
-        per_token = tokenizer.max_chars_per_token()
+        self._set_string_bounds(tokenizer.max_chars_per_token(), max_model_len)
+
+    def _set_string_bounds(self, per_token: int | None, max_model_len: int) -> None:
+        """The longest prompt and string a request that fits may hold."""
         # longest text that might fit (NOTE(bounded-work)); None: no bound can be trusted
         self.max_prompt_chars = None if per_token is None else max_model_len * per_token
         # NOTE(string-bound): every string of a fitting request is at most max_prompt_chars
@@ -139,19 +144,21 @@ class RequestParser:
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_CHAT)
         extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
-        ids, messages = self._chat_ids(body, extras)
+        tools = parse_tool_request(body, self.tool_parser)
+        ids, messages = self._chat_ids(body, extras, tools.tools if tools else None)
         # vLLM's chat echo: only a final assistant message (the one being continued) comes back
         echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""
         # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
         # field wins when both are sent.
         max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
         return self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
-                            mt_param, None, ignored=ignored, extras=extras, echo_text=echo)
+                            mt_param, None, ignored=ignored, extras=extras, echo_text=echo,
+                            tools=tools)
 
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
         ``messages`` (rendered as chat completions render them: the same ids, the same
-        ``chat_template`` / ``chat_template_kwargs``)."""
+        ``chat_template`` / ``chat_template_kwargs`` / ``tools``)."""
         self.fields.check(body, KNOWN_TOKENIZE)
         self._model(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
@@ -161,7 +168,7 @@ class RequestParser:
         extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
         add = extras.add_special_tokens
         if messages is not None:
-            return self._chat_ids(body, extras)[0]
+            return self._chat_ids(body, extras, template_tools(body))[0]
         if not isinstance(prompt, str):
             raise _bad("prompt", "must be a string")
         return self.tokenizer.encode(prompt, add_special_tokens=True if add is None else add)
@@ -172,8 +179,10 @@ class RequestParser:
         self._model(body.get("model"))
         return self.tokenizer.decode(self._token_list(body.get("tokens"), "tokens", False))
 
-    def _chat_ids(self, body: dict[str, Any], extras: VllmExtras
-                  ) -> tuple[list[int], list[tuple[str, str]]]:
+    def _chat_ids(self, body: dict[str, Any], extras: VllmExtras,
+                  tools: Sequence[dict[str, Any]] | None = None
+                  ) -> tuple[list[int], list[tuple]]:
+        """``tools``: what the template renders (the request's, as sent)."""
         messages = parse_messages(body.get("messages"))
         # vLLM's spelling and rule: continuing the last (assistant) message and opening a new
         # assistant turn contradict each other
@@ -185,7 +194,8 @@ class RequestParser:
         tpl = self.templates.pick(extras.chat_template)
         text = tpl.render(messages, add_generation_prompt=add_gen and not cont,
                           continue_final_message=cont,
-                          variables=dict(extras.chat_template_kwargs))
+                          variables=dict(extras.chat_template_kwargs),
+                          tools=tools)
         add = extras.add_special_tokens
         ids = self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens
                            if add is None else add)
@@ -196,36 +206,16 @@ class RequestParser:
                 prompts: list[tuple[list[int], str | None]], prompt_param: str,
                 max_tokens: int | None, mt_param: str, default_max: int | None, *,
                 echo_only: bool = False, ignored: tuple[str, ...] = (),
-                extras: VllmExtras = VllmExtras(), echo_text: str = "") -> ParsedRequest:
-        longest = max(len(ids) for ids, _ in prompts)
-        which = "" if len(prompts) == 1 else \
-            f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
-        room = self.max_model_len - longest
-        if room <= 0:
-            raise _bad(prompt_param, f"this model's maximum context length is "
-                       f"{self.max_model_len} tokens; the prompt{which} has {longest} tokens, "
-                       "which leaves no room to generate", "context_length_exceeded")
-        if max_tokens is None:
-            default_max = self.default_max_tokens or default_max
-            max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit, room)
-        elif max_tokens > room:
-            raise _bad(mt_param, f"this model's maximum context length is {self.max_model_len} "
-                       f"tokens; you requested {longest + max_tokens} ({longest} in the "
-                       f"prompt{which}, {max_tokens} to generate)", "context_length_exceeded")
+                extras: VllmExtras = VllmExtras(), echo_text: str = "",
+                tools: ToolRequest | None = None) -> ParsedRequest:
+        max_tokens = self._budget(prompts, prompt_param, max_tokens, mt_param, default_max)
         stream = opt(body, "stream", bool, False)
         include_usage, continuous = stream_options(body.get("stream_options"), stream)
         n = opt(body, "n", int, 1)
         if not 1 <= n <= self.max_n:
             raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
         best_of = self._best_of(body, n, stream) if kind == "completion" else n
-        salt = opt(body, "cache_salt", str, None)
-        # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
-        if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
-            raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters, none of "
-                       "them NUL")
-        priority = opt(body, "priority", int, 0)
-        if not -_INT32 <= priority < _INT32:
-            raise _bad("priority", "must fit in a 32-bit signed integer")
+        salt, priority = salt_and_priority(body)
         lp = parse_logprob_fields(body, chat=kind == "chat", max_logprobs=self.max_logprobs,
                                   stream=stream)
         # best_of > n: best_of run, the n of highest cumulative logprob return (vLLM v0's
@@ -241,7 +231,7 @@ class RequestParser:
             stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
             ignore_eos=opt(body, "ignore_eos", bool, False),
             logprobs=engine_lps, prompt_logprobs=lp.engine_prompt_logprobs,
-            **parse_sampling_controls(body, self.vocab_size, self.tokenizer))
+            **self._controls(body, tools))
         return ParsedRequest(kind=kind, model=model, prompt_ids=prompts[0][0], params=params,
                              stream=stream, include_usage=include_usage, cache_salt=salt,
                              priority=priority, user=opt(body, "user", str, None),
@@ -249,7 +239,44 @@ class RequestParser:
                              prompt_texts=tuple(t for _, t in prompts), logprob=lp,
                              echo_only=echo_only, ignored=ignored, extras=extras,
                              continuous_usage=continuous, echo_text=echo_text,
-                             return_n=n if best_of > n else None)
+                             return_n=n if best_of > n else None,
+                             tools=tools if tools is not None and tools.extracts else None)
+
+    def _budget(self, prompts: list[tuple[list[int], str | None]], prompt_param: str,
+                max_tokens: int | None, mt_param: str, default_max: int | None) -> int:
+        """The one empty-prompt and context-length rule (the engine trusts the edge): the
+        tokens to generate, the default filled in from the room the longest prompt leaves."""
+        empty = next((i for i, (ids, text) in enumerate(prompts) if not ids or text == ""), None)
+        if empty is not None:
+            raise _bad(prompt_param, "must not be empty" if len(prompts) == 1
+                       else f"prompt {empty}: must not be empty")
+        longest = max(len(ids) for ids, _ in prompts)
+        which = "" if len(prompts) == 1 else \
+            f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
+        room = self.max_model_len - longest
+        if room <= 0:
+            raise self._too_long(prompt_param, f"the prompt{which} has {longest} tokens")
+        if max_tokens is None:
+            default_max = self.default_max_tokens or default_max
+            max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit, room)
+        elif max_tokens > room:
+            raise context_length_error(self.max_model_len, f"you requested {longest + max_tokens}"
+                                       f" ({longest} in the prompt{which}, {max_tokens} to "
+                                       "generate)", mt_param, named=True)
+        return max_tokens
+
+    def _controls(self, body: dict[str, Any], tools: ToolRequest | None) -> dict[str, Any]:
+        """Sampling controls; tool_choice required / named bring their own grammar, and a
+        parser whose markers are special tokens gets them in the text (vLLM's rule too)."""
+        out = parse_sampling_controls(body, self.vocab_size, self.tokenizer)
+        if tools is not None and tools.parser is not None and tools.parser.keeps_special_tokens:
+            out.setdefault("skip_special_tokens", False)
+        if tools is not None and tools.grammar is not None:
+            if "response_format" in out:
+                raise _bad("tool_choice", f"{tools.choice!r} forces a tool call's shape: it "
+                           "cannot be combined with response_format or guided decoding")
+            out["response_format"] = tools.grammar
+        return out
 
     def _best_of(self, body: dict[str, Any], n: int, stream: bool) -> int:
         best_of = opt(body, "best_of", int, n)
@@ -275,7 +302,7 @@ class RequestParser:
         # NOTE(bounds): an unbounded top_k overflowed a tensor inside the engine step and took
         # the whole engine down. Past the vocabulary it filters nothing: -1 (off).
         top_k = opt(body, "top_k", int, -1)
-        if top_k >= _INT32:
+        if top_k >= INT32:
             raise _bad("top_k", f"must be below 2**31 (or -1/0 to disable), got {shown(top_k)}")
         return -1 if top_k > self.vocab_size else top_k
 
@@ -338,15 +365,11 @@ class RequestParser:
     def _one_prompt(self, prompt: Any, extras: VllmExtras) -> tuple[list[int], str | None]:
         keep = extras.truncate_prompt_tokens
         if isinstance(prompt, str):
-            if not prompt:
-                raise _bad("prompt", "must not be empty")
             add = extras.add_special_tokens
             ids = self._encode(prompt, "prompt", True if add is None else add)
             # a truncated prompt is no longer the text sent: echo decodes the ids kept
             return _truncate(ids, keep), prompt if keep is None or len(ids) <= keep else None
         if isinstance(prompt, list):
-            if not prompt:
-                raise _bad("prompt", "must not be empty")
             prompt = _truncate(prompt, keep)
             if len(prompt) >= self.max_model_len:  # before the per-id walk
                 raise self._too_long("prompt", f"the prompt has {len(prompt)} tokens")
@@ -365,6 +388,5 @@ class RequestParser:
         return self.tokenizer.encode_unlocked(text, add_special_tokens=add_special_tokens)
 
     def _too_long(self, param: str, what: str) -> RequestError:
-        return _bad(param, f"this model's maximum context length is {self.max_model_len} "
-                    f"tokens; {what}, which leaves no room to generate",
-                    "context_length_exceeded")
+        return context_length_error(self.max_model_len, f"{what}, which leaves no room to "
+                                    "generate", param, named=True)

@@ -6,19 +6,22 @@ the device blocks the *in-flight* requests of one tenant may hold at once, so on
 fill the pool: it cannot hold more than ``N`` blocks, nor push out (evict or preempt) more than
 what ``N`` blocks of its own need at any instant.
 
-Accounting is a reservation taken before the request reaches the engine and released when its
-stream ends (finished, failed, aborted or closed)::
+Accounting is a reservation the request gate (request_gate.py) takes before the request
+reaches the engine, released per prompt when its stream ends (finished, failed, aborted or
+closed)::
 
-    need(request) = n * ceil((len(prompt) + max_tokens) / block_size)
+    need(request) = sum over its prompts of the pool's own count (request_check.py
+                    ``blocks_held``: the prompt's full blocks once, each of the ``n``
+                    sequences' other blocks apart, the last token never stored)
 
     tenant reserved + need <= N   -> admitted (reserved += need)
     need > N                      -> 400 tenant_quota_exceeded (can never be admitted)
     otherwise                     -> 429 tenant_quota_exceeded + Retry-After (try again later)
 
-``need`` is a sound upper bound on the blocks the request's block tables can reference: each of
-its ``n`` sequences holds at most ``ceil(tokens / block_size)`` blocks, prefix hits and forks
-only share blocks (fewer distinct ones), copy-on-write replaces a shared block rather than adding
-one. So the blocks held by a tenant never exceed its reservations.
+``need`` is a sound upper bound on the blocks the request's block tables can reference: it is
+the count the pool's admission rule charges an empty pool, prefix hits and forks only share
+blocks (fewer distinct ones), copy-on-write replaces a shared block rather than adding one.
+So the blocks held by a tenant never exceed its reservations.
 
 Limits (documented, by design): the bound is conservative (prefix sharing inside a tenant is not
 credited; a chat request without ``max_tokens`` reserves up to the context length); a closed
@@ -32,15 +35,8 @@ belongs to the scheduler, which knows nothing of tenants.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
-from typing import Any
 
-from kvpool.errors import RequestError
-from kvpool.runtime.outputs import aclose_updates
-from kvpool.server.middleware import APIError
-from kvpool.server.tenant import current_tenant
-
-__all__ = ["QuotaEngine", "TenantBlockQuota"]
+__all__ = ["QUOTA_CODE", "TenantBlockQuota"]
 
 QUOTA_CODE = "tenant_quota_exceeded"
 
@@ -53,18 +49,13 @@ class TenantBlockQuota:
     absent from the map.
     """
 
-    def __init__(self, limit: int, block_size: int) -> None:
+    def __init__(self, limit: int) -> None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"tenant block quota {limit!r}: use an int >= 1")
         self.limit = limit
-        self.block_size = block_size
         self._reserved: dict[str, int] = {}
         self._lock = threading.Lock()  # release may run from any thread (stream finalizers)
         self.rejected = 0  # 429s handed out (monotonic)
-
-    def need(self, prompt_len: int, n: int, max_tokens: int) -> int:
-        """Worst-case blocks of a request (see the module docstring)."""
-        return n * -(-(prompt_len + max_tokens) // self.block_size)
 
     def try_reserve(self, tenant: str, blocks: int) -> bool:
         with self._lock:
@@ -90,75 +81,3 @@ class TenantBlockQuota:
         with self._lock:
             return self._reserved.get(tenant or "", 0)
 
-
-class _QuotaStream:
-    """Wraps an engine stream; gives the reservation back exactly once when it ends."""
-
-    def __init__(self, inner: Any, quota: TenantBlockQuota, tenant: str, blocks: int) -> None:
-        self._inner = inner
-        self._quota = quota
-        self._tenant = tenant
-        self._blocks = blocks
-        self._held = True
-        self.request_id = getattr(inner, "request_id", None)
-
-    def _release(self) -> None:
-        if self._held:
-            self._held = False
-            self._quota.release(self._tenant, self._blocks)
-
-    def __aiter__(self) -> _QuotaStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            out = await self._inner.__anext__()
-        except BaseException:  # finished iterator, failure or cancellation: the request ended
-            self._release()
-            raise
-        if out.finished:
-            self._release()
-        return out
-
-    async def aclose(self) -> None:
-        try:
-            await aclose_updates(self._inner)
-        finally:
-            self._release()
-
-
-class QuotaEngine:
-    """The engine as the routes see it, with ``generate`` gated by a TenantBlockQuota; every
-    other attribute is the engine's own."""
-
-    def __init__(self, engine: Any, quota: TenantBlockQuota) -> None:
-        self._engine = engine
-        self.quota = quota
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    def generate(self, request_id: str | None, prompt: Any, params: Any, *,
-                 cache_salt: str | None = None, priority: int = 0) -> AsyncIterator[Any]:
-        quota = self.quota
-        tenant = current_tenant()
-        length = len(prompt) if isinstance(prompt, list) else len(
-            self._engine.encode_prompt(prompt))
-        max_tokens = params.max_tokens or self._engine.max_model_len
-        need = quota.need(length, params.n, max_tokens)
-        if need > quota.limit:
-            raise RequestError(
-                f"this request may need {need} KV blocks (n={params.n}, {length} prompt + "
-                f"{max_tokens} new tokens) but a tenant may hold at most {quota.limit}: lower "
-                "max_tokens or n", "max_tokens", QUOTA_CODE)
-        if not quota.try_reserve(tenant, need):
-            raise APIError(429, f"this tenant's requests already hold up to "
-                                f"{quota.reserved(tenant)} of its {quota.limit} KV blocks; retry "
-                                "later", code=QUOTA_CODE, headers={"Retry-After": "1"})
-        try:
-            inner = self._engine.generate(request_id, prompt, params, cache_salt=cache_salt,
-                                          priority=priority)
-        except BaseException:
-            quota.release(tenant, need)
-            raise
-        return _QuotaStream(inner, quota, tenant, need)

@@ -13,6 +13,7 @@ from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.remote import RemoteMetrics
 from kvpool.remote import Namespace, RedisTier, ValueCodec, ValueSigner
 from kvpool.runtime.remote_link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, RemoteLink
+from kvpool.server.engine_client import EngineClient
 
 
 def add_remote_args(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,7 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
                         "with it, and unsigned or forged ones are misses (deleted, counted)")
 
 
-def build_link(engine, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
+def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                prefetch_timeout_ms: float = 500.0, blocks_per_object: int = 1,
                fetch_bias: float = 1.0, observer=None, secret_file: str | None = None,
                metrics: KVPoolMetrics | None = None) -> RemoteLink:

@@ -33,7 +33,7 @@ from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
 
-__all__ = ["SSE_DONE", "ResponseBuilder", "sse_event"]
+__all__ = ["SSE_DONE", "ChunkView", "ResponseBuilder", "sse_event"]
 
 SSE_DONE = b"data: [DONE]\n\n"
 OPENAI_FINISH = ("stop", "length")  # what a successful choice may report
@@ -76,6 +76,9 @@ class ResponseBuilder:
         self.prompt_lps: list[Any] = [None] * len(prompts)  # vLLM prompt_logprobs per prompt
         self.error: str | None = None
         self.timings: dict[int, dict[str, float]] = {}  # prompt -> its last update's metrics
+        tools = req.tools  # read for calls (tools/): each streamed choice its own reader
+        self.tool_streams = [tools.stream() for _ in range(total)] \
+            if tools is not None and req.stream else None
 
     @property
     def finished(self) -> bool:
@@ -114,8 +117,26 @@ class ResponseBuilder:
             lp = self._fold_logprobs(i, c)
             if c.text or c.finish_reason is not None or lp:
                 reason = c.finish_reason if c.finish_reason in OPENAI_FINISH else None
-                chunks.append(self._chunk(i, c.text, reason, lp))
+                if self.tool_streams is None:
+                    chunks.append(self._chunk(i, c.text, reason, lp))
+                else:
+                    chunks += self._tool_chunks(i, c.text, reason, lp,
+                                                c.finish_reason is not None)
         return chunks
+
+    def _tool_chunks(self, i: int, text: str, reason: str | None, lp: Any,
+                     done: bool) -> list[dict[str, Any]]:
+        """Choice i's text read for tool calls: content and tool-call deltas; the last chunk
+        carries the finish (``tool_calls`` once a call went out) and the logprobs."""
+        reader = self.tool_streams[i]
+        deltas = reader.feed(text) + (reader.finish() if done else [])
+        if reason == "stop" and reader.called:
+            reason = "tool_calls"
+        if not deltas:
+            return [self._chunk(i, "", reason, lp)] if reason or lp else []
+        last = len(deltas) - 1
+        return [self._chunk(i, "", reason if k == last else None, lp if k == last else None,
+                            delta) for k, delta in enumerate(deltas)]
 
     def _start(self, prompt: int, out: RequestOutput) -> list[dict[str, Any]]:
         """The prompt's first update: its prompt logprobs, and the echo (completions)."""
@@ -213,9 +234,9 @@ class ResponseBuilder:
         return self.stop_reason[i] if finish == "stop" else None
 
     def _chunk(self, index: int, text: str, finish: str | None,
-               logprobs: Any = None) -> dict[str, Any]:
+               logprobs: Any = None, delta: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.chat:
-            delta = {"content": text} if text else {}
+            delta = delta if delta is not None else {"content": text} if text else {}
             choice = {"index": index, "delta": delta, "logprobs": logprobs,
                       "finish_reason": finish}
             chunk = self._envelope("chat.completion.chunk")
@@ -255,6 +276,13 @@ class ResponseBuilder:
         """What a stream sends when it fails after its headers went out."""
         return error_body(err.message, err.type, err.param, err.code)
 
+    def _tool_message(self, text: str, reason: str) -> tuple[dict[str, Any], str]:
+        """The assistant message of an output read for tool calls, and its finish reason."""
+        got = self.req.tools.extract(text)
+        message = {"role": "assistant", "content": got.content,
+                   "tool_calls": [c.as_dict() for c in got.calls]}
+        return message, "tool_calls" if got.calls and reason == "stop" else reason
+
     def body(self) -> dict[str, Any]:
         """The non-streaming response."""
         choices = []
@@ -264,8 +292,10 @@ class ResponseBuilder:
             reason = self.finish[i] if self.finish[i] in OPENAI_FINISH else "stop"
             lp = self.logprobs[i]
             if self.chat:
-                choice = {"index": shown_at, "message": {"role": "assistant",
-                                                  "content": self.req.echo_text + text},
+                message = {"role": "assistant", "content": self.req.echo_text + text}
+                if self.req.tools is not None:
+                    message, reason = self._tool_message(text, reason)
+                choice = {"index": shown_at, "message": message,
                           "logprobs": lp if lp is not None or self.lp.logprobs is None
                           else {"content": []}, "finish_reason": reason}
             else:
@@ -281,3 +311,30 @@ class ResponseBuilder:
         if self.chat and want_prompt:
             body["prompt_logprobs"] = self.prompt_lps[0]
         return body
+
+
+class ChunkView:
+    """How completions and chat answer from a builder: the body, or each chunk one ``data:``
+    event (chat opens with role chunks), then the usage chunk (when asked) and ``[DONE]``.
+    handlers.py streams through a view; responses_api.py is the Responses API's."""
+
+    def __init__(self, builder: ResponseBuilder) -> None:
+        self.builder = builder
+
+    def head(self) -> bytes:
+        return self.events(self.builder.role_chunks())
+
+    @staticmethod
+    def events(chunks: list[dict[str, Any]]) -> bytes:
+        return b"".join(sse_event(c) for c in chunks)
+
+    def tail(self, failure: APIError | None) -> bytes:
+        b = self.builder
+        if failure is not None:
+            return sse_event(b.error_event(failure)) + SSE_DONE
+        if b.req.include_usage:
+            return sse_event(b.usage_chunk()) + SSE_DONE
+        return SSE_DONE
+
+    def body(self) -> dict[str, Any]:
+        return self.builder.body()

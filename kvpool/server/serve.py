@@ -9,7 +9,7 @@
 with ``handler_cancellation=True`` (a client that disconnects cancels its handler, which aborts
 its request) on a guarded listener (connections.py: ``--max-connections``, ``--header-timeout``,
 ``--keep-alive-timeout``, JSON for aiohttp's own 400s), and shuts down gracefully on
-SIGTERM/SIGINT on one deadline (shutdown.py): stop listening, answer queued requests 503, let
+SIGTERM/SIGINT on one deadline (request_gate.py): stop listening, answer queued requests 503, let
 running ones finish for up to ``shutdown_timeout`` seconds, abort the rest (streams get an error
 event and ``[DONE]``), stop the engine (every block back in the pool), exit 0; a second signal
 exits at once. The event loop is uvloop when it is installed, chosen once, here at the entry
@@ -31,20 +31,24 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from kvpool.errors import ConfigError
 from kvpool.runtime.context_fit import require_context_fits
 from kvpool.runtime.engine_config import EngineConfig
-from kvpool.server.app import DRAIN_KEY, METRICS_KEY, build_app, start_draining
+from kvpool.server.app import GATE_KEY, METRICS_KEY, build_app, start_draining
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
 from kvpool.server.remote_setup import add_remote_args, build_link
+from kvpool.server.responses_api import RESPONSES_KEY
 from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
                                          add_server_args, resolve_api_key)
+
+if TYPE_CHECKING:
+    from kvpool.runtime.engine import AsyncEngine
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_arguments",
            "add_serve_args", "config_from_args", "main", "resolve_api_key", "run", "run_server",
@@ -181,65 +185,18 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
                 on_ready: Callable[[str, int], None] | None = None,
                 handle_signals: bool = True) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
-    from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
-
     o = options if options is not None else ServeOptions()
     limiter = ConnectionLimiter(o.max_connections or default_max_connections())
-    events = KVEventsRoute.start(o.kv_events_config, config.block_size)
-    try:
-        engine = AsyncEngine(config, pool_observer=events.recorder)
-    except BaseException:
-        if events.publisher is not None:
-            events.publisher.close()
-        raise
-    # vLLM refuses to start when max_model_len outgrows the KV cache; a derived one was capped
-    require_context_fits(engine.max_model_len, engine.num_device_blocks, config.block_size)
-    engine.invariant_check_interval = o.invariant_check_interval
-    link = None
-    if o.remote_url:
-        link = build_link(engine, o.remote_url, write_policy=o.remote_write_policy,
-                          prefetch_timeout_ms=o.remote_prefetch_timeout_ms,
-                          blocks_per_object=o.remote_blocks_per_object,
-                          secret_file=o.remote_secret_file,
-                          metrics=engine.metrics)  # the registry build_app serves
-        engine.remote_link = link  # read before engine.start() (the app's startup)
-    app = build_app(engine, api_key=o.api_key, max_body_bytes=o.max_body_bytes,
-                    engine_shutdown_timeout=SHUTDOWN_GRACE,
-                    tenant_block_quota=o.tenant_block_quota, chat_template=o.chat_template,
-                    tenant_header=o.tenant_header, shared_prefix_cache=o.shared_prefix_cache,
-                    stream_write_timeout=o.stream_write_timeout,
-                    reject_unknown_fields=o.reject_unknown_fields,
-                    generation_config=o.generation_config,
-                    served_model_names=o.served_model_name)
-    app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
-    app[METRICS_KEY].add_source(limiter.families)
-    events.register(app, engine, replica_id=app[REPLICA_ID_KEY],
-                    chat_template=o.chat_template, tenant_header=o.tenant_header)
-    if events.publisher is not None:
-        app[METRICS_KEY].add_source(events.publisher.families)
+    engine, app = _build(config, o, limiter)
     freeze_startup_heap()
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    installed = []
-    if handle_signals:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, _on_signal, stop)
-                installed.append(sig)
+    installed = _install_signals(loop, stop) if handle_signals else []
     await runner.setup()
     listener: asyncio.AbstractServer | None = None
     try:
-        listener = await start_listener(
-            runner, o.host, o.port, limiter=limiter, header_timeout=o.header_timeout,
-            keep_alive_timeout=o.keep_alive_timeout, send_buffer=o.socket_send_buffer,
-            access_log=log if log.isEnabledFor(logging.DEBUG) else None)
-        bound = listener.sockets[0].getsockname()[1] if listener.sockets else o.port
-        loop_kind = type(loop).__module__.split(".")[0]  # "uvloop" or "asyncio"
-        print(f"{READY_PREFIX}{o.host}:{bound} (model {engine.model_name}, {loop_kind} loop)",
-              flush=True)
-        if on_ready is not None:
-            on_ready(o.host, bound)
+        listener = await _listen(runner, o, limiter, engine.model_name, on_ready)
         await stop.wait()
         log.info("shutting down: in-flight requests get %.1fs", o.shutdown_timeout)
         listener.close()  # stop listening first: nothing new arrives while we drain
@@ -251,6 +208,70 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
         for sig in installed:
             loop.remove_signal_handler(sig)
     print(f"{STOPPED_PREFIX}{engine.num_free_blocks()} device blocks free", flush=True)
+
+
+def _build(config: EngineConfig, o: ServeOptions,
+           limiter: ConnectionLimiter) -> tuple[AsyncEngine, web.Application]:
+    """The engine (its remote link and KV events wired) and the app over it."""
+    from kvpool.runtime.engine import AsyncEngine  # the heavy import, only when serving
+
+    events = KVEventsRoute.start(o.kv_events_config, config.block_size)
+    try:
+        engine = AsyncEngine(config, pool_observer=events.recorder)
+    except BaseException:
+        if events.publisher is not None:
+            events.publisher.close()
+        raise
+    # vLLM refuses to start when max_model_len outgrows the KV cache; a derived one was capped
+    require_context_fits(engine.max_model_len, engine.num_device_blocks, config.block_size)
+    engine.invariant_check_interval = o.invariant_check_interval
+    if o.remote_url:
+        engine.remote_link = build_link(  # read before engine.start() (the app's startup)
+            engine, o.remote_url, write_policy=o.remote_write_policy,
+            prefetch_timeout_ms=o.remote_prefetch_timeout_ms,
+            blocks_per_object=o.remote_blocks_per_object, secret_file=o.remote_secret_file,
+            metrics=engine.metrics)  # the registry build_app serves
+    app = build_app(engine, api_key=o.api_key, max_body_bytes=o.max_body_bytes,
+                    engine_shutdown_timeout=SHUTDOWN_GRACE,
+                    tenant_block_quota=o.tenant_block_quota, chat_template=o.chat_template,
+                    tenant_header=o.tenant_header, shared_prefix_cache=o.shared_prefix_cache,
+                    stream_write_timeout=o.stream_write_timeout,
+                    reject_unknown_fields=o.reject_unknown_fields,
+                    generation_config=o.generation_config, tool_call_parser=o.auto_tool_parser,
+                    served_model_names=o.served_model_name)
+    app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
+    app[RESPONSES_KEY].store.max_entries = o.max_stored_responses
+    app[METRICS_KEY].add_source(limiter.families)
+    events.register(app, engine, replica_id=app[REPLICA_ID_KEY],
+                    chat_template=o.chat_template, tenant_header=o.tenant_header)
+    if events.publisher is not None:
+        app[METRICS_KEY].add_source(events.publisher.families)
+    return engine, app
+
+
+def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> list[int]:
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, _on_signal, stop)
+            installed.append(sig)
+    return installed
+
+
+async def _listen(runner: web.AppRunner, o: ServeOptions, limiter: ConnectionLimiter,
+                  model_name: str, on_ready: Callable[[str, int], None] | None
+                  ) -> asyncio.AbstractServer:
+    """The guarded listener, and the READY line once it is bound."""
+    listener = await start_listener(
+        runner, o.host, o.port, limiter=limiter, header_timeout=o.header_timeout,
+        keep_alive_timeout=o.keep_alive_timeout, send_buffer=o.socket_send_buffer,
+        access_log=log if log.isEnabledFor(logging.DEBUG) else None)
+    bound = listener.sockets[0].getsockname()[1] if listener.sockets else o.port
+    loop_kind = type(asyncio.get_running_loop()).__module__.split(".")[0]  # uvloop | asyncio
+    print(f"{READY_PREFIX}{o.host}:{bound} (model {model_name}, {loop_kind} loop)", flush=True)
+    if on_ready is not None:
+        on_ready(o.host, bound)
+    return listener
 
 
 def _on_signal(stop: asyncio.Event) -> None:
@@ -266,7 +287,7 @@ def _on_signal(stop: asyncio.Event) -> None:
 async def _drain(app: web.Application, timeout: float) -> None:
     """Queued requests get 503 now, running ones until ``timeout``, then they are aborted
     (streams: error event + [DONE]); returns within timeout + SHUTDOWN_GRACE."""
-    gate = app[DRAIN_KEY]
+    gate = app[GATE_KEY]
     deadline = time.monotonic() + max(0.0, timeout)
     start_draining(app)
     shed = await gate.shed_queued()
@@ -294,8 +315,6 @@ def default_num_threads() -> int:
     gains (bench.step measures a decode step per thread count: on a 2-core machine, 2 threads
     made decode ~6x slower than 1, while a prefill gained ~1.6x; decode dominates serving).
     """
-    import os
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (cores or 1) - 1)
 
@@ -344,18 +363,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = config_from_args(args)
-    except ValueError as exc:  # ConfigError names the flag and the fix
-        print(f"kvpool serve: {exc}", file=sys.stderr)
-        return 2
-    try:
-        options = ServeOptions.from_args(args)
-    except ValueError as exc:  # ConfigError names the flag and the fix
-        print(f"kvpool serve: {exc}", file=sys.stderr)
-        return 2
-    try:
-        run_server(config, options)
-    except ValueError as exc:  # ConfigError from building the engine (model dir, budget)
+        run_server(config_from_args(args), ServeOptions.from_args(args))
+    except ValueError as exc:  # ConfigError naming the flag (or the model dir, the budget)
         print(f"kvpool serve: {exc}", file=sys.stderr)
         return 2
     _exit_now(0)

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from kvpool.errors import require
 from kvpool.events.config import KVEventsConfig
@@ -22,8 +23,14 @@ from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIV
                                        MIN_SEND_BUFFER)
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
+from kvpool.server.response_store import DEFAULT_MAX_STORED_RESPONSES
+from kvpool.server.tools.parsers import PARSERS
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
+
+class _ArgGroup(Protocol):  # argparse's argument group (its class is private)
+    def add_argument(self, *flags: str, **options: Any) -> argparse.Action: ...
+
 
 API_KEY_ENV = "KVPOOL_API_KEY"
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
@@ -61,6 +68,9 @@ class ServeOptions:
     # engine's names (the model dir's)
     served_model_name: tuple[str, ...] | None = None
     kv_events_config: str | None = None  # vLLM's KVEventsConfig as JSON (None: no events)
+    max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES  # Responses API store, all tenants
+    enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
+    tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
 
     def __post_init__(self) -> None:
         names = self.served_model_name
@@ -85,8 +95,22 @@ class ServeOptions:
         if self.remote_url:
             check_url(self.remote_url)  # before an engine is built: exit 2 naming the forms
         require(self.remote_prefetch_timeout_ms > 0, "--remote-prefetch-timeout-ms: use > 0")
+        require(self.max_stored_responses >= 0,
+                f"--max-stored-responses {self.max_stored_responses}: use a count >= 0 (0: "
+                "store none)")
+        require(not self.enable_auto_tool_choice or self.tool_call_parser is not None,
+                "--enable-auto-tool-choice needs --tool-call-parser NAME (one of "
+                f"{', '.join(sorted(PARSERS))})")
+        require(self.tool_call_parser in (None, *PARSERS), f"--tool-call-parser "
+                f"{self.tool_call_parser}: use one of {', '.join(sorted(PARSERS))}")
         if self.kv_events_config is not None:
             KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag
+
+    @property
+    def auto_tool_parser(self) -> str | None:
+        """The parser that reads tool_choice auto, or None where auto is off (vLLM's rule:
+        --tool-call-parser alone does not turn it on)."""
+        return self.tool_call_parser if self.enable_auto_tool_choice else None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
@@ -106,6 +130,15 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     """The ``server`` group of ``kvpool serve``'s flags: one per ServeOptions field (the remote
     tier's are remote_setup.add_remote_args's group), plus --log-level."""
     srv = parser.add_argument_group("server")
+    _add_connection_args(srv)
+    _add_tenant_args(srv)
+    _add_request_args(srv)
+    _add_api_args(srv)
+    _add_process_args(srv)
+
+
+def _add_connection_args(srv: _ArgGroup) -> None:
+    """Where to listen, who may connect, and how long connections and shutdown may take."""
     srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="port (0: any free port; default "
                                                             "8000)")
@@ -129,6 +162,10 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                      "soon (default: the OS's autotuning, up to net.ipv4.tcp_wmem's max)")
     srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                      help="request bodies larger than this get 413")
+
+
+def _add_tenant_args(srv: _ArgGroup) -> None:
+    """Who a request's tenant is, its block quota and its prefix-cache namespace."""
     srv.add_argument("--tenant-block-quota", type=int, default=None, metavar="BLOCKS",
                      help="cap the KV blocks the in-flight requests of one tenant may hold "
                           "(429 beyond it; default: no cap)")
@@ -141,6 +178,10 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                           "faster for common prefixes, but cached_tokens and "
                           "/v1/kvpool/lookup then tell a tenant whether another sent a prompt "
                           "(default: one prefix-cache namespace per tenant)")
+
+
+def _add_request_args(srv: _ArgGroup) -> None:
+    """How requests are parsed, streamed and checked, and what the process logs."""
     srv.add_argument("--stream-write-timeout", type=float, default=DEFAULT_STREAM_WRITE_TIMEOUT,
                      metavar="SECONDS", help="close a stream whose client has not read for this "
                      "long (one SSE write waiting on a full socket buffer)")
@@ -167,6 +208,24 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                      "vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": "
                      "\"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
                      "\"tcp://*:5558\"}'; GET /v1/kvpool/kv_events tells subscribers where")
+
+
+def _add_api_args(srv: _ArgGroup) -> None:
+    """The OpenAI API features a server turns on or sizes: stored responses, tool calls."""
+    srv.add_argument("--max-stored-responses", type=int, default=DEFAULT_MAX_STORED_RESPONSES,
+                     metavar="N", help="Responses API results kept in memory for "
+                     "previous_response_id and GET /v1/responses/{id}, all tenants together, "
+                     f"least recently used out (0: none; default {DEFAULT_MAX_STORED_RESPONSES})")
+    srv.add_argument("--enable-auto-tool-choice", action="store_true", default=False,
+                     help="let the model decide to call tools (tool_choice auto, the default "
+                     "when tools are sent), its output read by --tool-call-parser")
+    srv.add_argument("--tool-call-parser", default=None, metavar="NAME",
+                     help=f"how the model writes tool calls: {', '.join(sorted(PARSERS))} "
+                     "(vLLM's names; required and named tool_choice need none)")
+
+
+def _add_process_args(srv: _ArgGroup) -> None:
+    """The event loop and what the process logs."""
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
     srv.add_argument("--log-level", default="info",

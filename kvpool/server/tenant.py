@@ -9,10 +9,10 @@ rotating it bypassed a quota keyed on it)::
                                    (never the secret itself: tenants show up in errors/logs)
     else                        -> the anonymous tenant ""
 
-The middleware puts the tenant in a ContextVar for the rest of the handler's task; the engine
-wrapper reads it in ``generate``. NOTE(contextvar): this keeps the route handlers unaware of
-tenants (they call ``engine.generate`` as before); aiohttp runs middleware and handler in one
-task, so the value cannot leak between requests.
+The middleware puts the tenant in a ContextVar for the rest of the handler's task; the request
+gate (request_gate.py) and the lookup route read it. NOTE(contextvar): the route handlers never
+pass tenants around; aiohttp runs middleware and handler in one task, so the value cannot leak
+between requests.
 """
 
 from __future__ import annotations
@@ -20,14 +20,12 @@ from __future__ import annotations
 import contextvars
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 from aiohttp import web
 
-from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.middleware import APIError
 
-__all__ = ["TenantEngine", "current_tenant", "tenant_middleware", "tenant_of_headers"]
+__all__ = ["current_tenant", "tenant_middleware", "tenant_of_headers"]
 
 MAX_TENANT_CHARS = 256  # a header value longer than this is refused (400)
 
@@ -70,21 +68,3 @@ def tenant_middleware(header: str | None) -> Callable:
 
     return middleware
 
-
-class TenantEngine:
-    """The engine with ``generate`` told the current tenant, its prefix cache salted with the
-    tenant's namespace (cache_namespace.py); every other attribute is the engine's own."""
-
-    def __init__(self, engine: Any, namespace: CacheNamespace) -> None:
-        self._engine = engine
-        self._namespace = namespace
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    def generate(self, request_id: str | None, prompt: Any, params: Any, *,
-                 cache_salt: str | None = None, priority: int = 0) -> Any:
-        tenant = current_tenant()
-        return self._engine.generate(request_id, prompt, params,
-                                     cache_salt=self._namespace.salt(tenant, cache_salt),
-                                     priority=priority, tenant=tenant)

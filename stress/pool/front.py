@@ -34,7 +34,7 @@ class PoolFront(HostBlockFront):
     # ---------------------------------------------------------------- undo (applied, abandoned)
     def _undo_allocate(self, hit: int | None, seq_ids: Sequence[int], *_: Any) -> None:
         if hit is not None:
-            self.manager.free_batch(seq_ids)
+            self.manager.free(*seq_ids)
 
     def _undo_fork(self, _: Any, parent: int, child: int) -> None:
         self.manager.free(child)
@@ -49,9 +49,6 @@ class PoolFront(HostBlockFront):
 
     # ---------------------------------------------------------------- manager operations
     # Plain functions returning call()'s coroutine: one coroutine per call, not two.
-    def can_allocate(self, num_tokens: int, block_hashes: Sequence[bytes] = ()):
-        return self.call(self.manager.can_allocate, num_tokens, block_hashes)
-
     def allocate(self, seq_ids: Sequence[int], token_ids: Sequence[int],
                  cache_salt: str | None = None):
         """Result: prefix-cached token count, or None when the pool is short."""
@@ -66,12 +63,6 @@ class PoolFront(HostBlockFront):
 
     def free(self, seq_id: int):
         return self.call(self.manager.free, seq_id)
-
-    def swap_out(self, seq_ids: Sequence[int]):
-        return self.call(self.manager.swap_out, seq_ids)
-
-    def swap_in(self, seq_ids: Sequence[int]):
-        return self.call(self.manager.swap_in, seq_ids)
 
     # ---------------------------------------------------------------- raw blocks
     def allocate_blocks(self, n: int):

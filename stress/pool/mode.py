@@ -98,7 +98,7 @@ class PoolStress:
               and 0 <= st.internal_fragmentation < 1)
         if not ok:
             self.rt.violation(f"stats snapshot inconsistent: {st}")
-        f = self.manager.fragmentation()
+        f = self.manager.stats.fragmentation()
         if not (0 <= f.external < 1 and f.num_free <= d.num_blocks):
             self.rt.violation(f"fragmentation snapshot inconsistent: {f}")
         self.snapshots += 1
@@ -156,13 +156,15 @@ class PoolStress:
         op = intent.op
         result = None
         try:
-            if op == "free_batch":
-                await asyncio.gather(*(front.free(s) for s in intent.args[0]))
+            if op == "free":
+                await asyncio.gather(*(front.free(s) for s in intent.args))
             elif op == "abort":
                 await self._cancelled_alloc(front, worker, *intent.args)
             elif op in ("stats", "defrag"):
                 pass  # threads only: a seqlock read spins while writers are inside (it would
                 # stall the event loop), and only one defrag plan may be in flight
+            elif op in ("swap_out", "swap_in"):  # the shadow's own checked swaps
+                result = await front.call(getattr(self.rt, op), *intent.args)
             else:
                 result = await getattr(front, op)(*intent.args)
         except Exception as e:  # noqa: BLE001
@@ -262,7 +264,7 @@ class PoolStress:
         if orphans:
             rt.violation(f"{len(orphans)} sequences left without an owner (a cancelled "
                          "allocation that was applied and not undone?)")
-            rt.free_batch(orphans)
+            rt.free(*orphans)
         rt.check_all()
         self._check_stats()
         st = mgr.stats()

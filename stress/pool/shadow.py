@@ -75,9 +75,6 @@ class ShadowRuntime:
     def has_seq(self, seq_id: int) -> bool:
         return self.manager.has_seq(seq_id)
 
-    def can_allocate(self, num_tokens: int, block_hashes: Sequence[bytes] = ()) -> AllocStatus:
-        return self.manager.can_allocate(num_tokens, block_hashes)
-
     # ---------------------------------------------------------------- recording
     def violation(self, message: str) -> None:
         with self._vlock:
@@ -158,7 +155,7 @@ class ShadowRuntime:
             cached = mgr.allocate(seq_ids, token_ids, cache_salt=cache_salt)
             if cached is None:
                 return False
-            mgr.free_batch(list(seq_ids))
+            mgr.free(*seq_ids)
             for s in seq_ids:
                 if mgr.has_seq(s):
                     self.violation(f"abort: seq {s} still has a table after free")
@@ -168,11 +165,11 @@ class ShadowRuntime:
         mgr = self.manager
         with mgr.batch():
             toks, salt = self.expected[seq_id]
-            can = mgr.can_append_slots([seq_id], len(token_ids))
+            can = mgr.slots.can_append([seq_id], len(token_ids))
             pairs = mgr.append_slots(seq_id, token_ids)
             if pairs is None:
                 if can:
-                    self.violation(f"append: seq {seq_id} refused although can_append_slots")
+                    self.violation(f"append: seq {seq_id} refused although slots.can_append")
                 return None
             self._copy(pairs, Device.DEVICE, Device.DEVICE)  # NOTE(cow): before the write
             start = len(toks)
@@ -190,21 +187,18 @@ class ShadowRuntime:
             self.expected[child] = (list(toks), salt)
             self._verify_locked([parent, child], "fork")
 
-    def free(self, seq_id: int) -> None:
-        self.free_batch([seq_id])
-
-    def free_batch(self, seq_ids: Sequence[int]) -> None:
+    def free(self, *seq_ids: int) -> None:
         mgr = self.manager
         with mgr.batch():
-            mgr.free_batch(list(seq_ids))
+            mgr.free(*seq_ids)
             for s in seq_ids:
                 self.expected.pop(s, None)
 
     def swap_out(self, seq_ids: Sequence[int]) -> list | None:
         mgr = self.manager
         with mgr.batch():
-            can = mgr.can_swap_out(seq_ids)
-            pairs = mgr.swap_out(seq_ids)
+            can = mgr.swap.can_swap_out(seq_ids)
+            pairs = mgr.swap.swap_out(seq_ids)
             if (pairs is not None) != can:
                 self.violation(f"swap_out: can_swap_out said {can}, swap_out gave {pairs!r}")
             if pairs is not None:
@@ -215,10 +209,10 @@ class ShadowRuntime:
     def swap_in(self, seq_ids: Sequence[int]) -> list | None:
         mgr = self.manager
         with mgr.batch():
-            status = mgr.can_swap_in(seq_ids)
-            pairs = mgr.swap_in(seq_ids)
+            status = mgr.admission(swapped=seq_ids).status
+            pairs = mgr.swap.swap_in(seq_ids)
             if status is AllocStatus.OK and pairs is None:
-                self.violation("swap_in: refused although can_swap_in said OK")
+                self.violation("swap_in: refused although admission said OK")
             if pairs is not None:
                 self._copy(pairs, Device.HOST, Device.DEVICE)
                 self._verify_locked(seq_ids, "swap_in")
@@ -229,7 +223,7 @@ class ShadowRuntime:
         """Plan, copy outside the lock (optionally pausing to let others interfere), then
         commit (or abort, as a failed copy would). Returns the moves committed."""
         mgr = self.manager
-        plan = mgr.plan_defrag()
+        plan = mgr.defrag.plan()
         if plan is None:
             return 0
         pool = mgr.device_pool
@@ -238,7 +232,7 @@ class ShadowRuntime:
                 self.violation(f"defrag: reserved destination {dst} has ref "
                                f"{pool.ref_count(dst)}")
         if abort:
-            mgr.abort_defrag(plan)
+            mgr.defrag.abort(plan)
             self.defrag_aborted += len(plan)
             return 0
         kv, sl = self._kv[Device.DEVICE], self._salt[Device.DEVICE]
@@ -248,7 +242,7 @@ class ShadowRuntime:
             if copy_pause:
                 time.sleep(copy_pause)
         with mgr.batch():
-            res = mgr.commit_defrag(plan)
+            res = mgr.defrag.commit(plan)
             if sorted(res.committed + res.retried) != sorted(plan.moves):
                 self.violation("defrag: commit lost or invented moves")
             self.defrag_committed += len(res.committed)

@@ -161,7 +161,7 @@ class PoolWorker:
         def done(_: Any) -> None:
             self.groups.pop(g.gid, None)
 
-        return Intent("free_batch", (seqs,), done)
+        return Intent("free", tuple(seqs), done)
 
     def _free_seq(self, g: Group, s: int) -> Intent:
         if len(g.seqs) == 1:
@@ -171,7 +171,7 @@ class PoolWorker:
             g.seqs.remove(s)
             del g.lengths[s]
 
-        return Intent("free_batch", ([s],), done)
+        return Intent("free", (s,), done)
 
     def _swap(self) -> Intent:
         g = self._pick()

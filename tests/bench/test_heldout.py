@@ -3,8 +3,9 @@ for, and main reports every policy against LRU per cell."""
 
 from collections import Counter
 
-from bench.heldout import SHAPES, agent, cell, loop, main, mooncake, rag_bursty, tenants
-from bench.ghostwin import CANDIDATES
+from bench.heldout import (SHAPES, agent, cell, code_edit, loop, main, mooncake, rag_bursty,
+                           tenants)
+from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES
 
 
@@ -53,6 +54,23 @@ def test_rag_bursty_moves_its_hot_documents_and_keeps_background_chats():
     assert len(set(tails)) == len(tails)  # every query is unique
     chats = [r for r in reqs if r[0] == reqs_system(reqs)]
     assert 0.25 * len(reqs) < len(chats) < 0.45 * len(reqs)
+
+
+def test_code_edit_shares_repo_contexts_and_edits_change_later_blocks():
+    reqs = code_edit(1, 0.2)
+    heads = Counter(r[0] for r in reqs)
+    assert len(heads) <= 12  # every request starts with one of the 12 repository contexts
+    seen: set[int] = set()
+    edited = 0
+    for prev, cur in zip(reqs, reqs[1:]):
+        seen.update(prev)
+        k = 0  # a turn that resends an earlier request's prefix, then content never seen
+        while k < min(len(prev), len(cur)) and prev[k] == cur[k]:
+            k += 1
+        if k and any(h not in seen for h in cur[k:k + 1]) and len(cur) > k + 4:
+            edited += cur[k + 1] not in seen
+    assert edited > 0  # an edit: the file's blocks from the edit on are new content
+    assert max(heads.values()) > 2 * min(heads.values())  # Zipf-popular repositories
 
 
 def reqs_system(reqs):

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from kvpool.core.eviction import ClassLRUPolicy, EvictionPolicy, make_policy
+from bench.doorarc import DoorARCPolicy
+from kvpool.core.eviction import POLICIES, ClassLRUPolicy, EvictionPolicy, make_policy
 
 
 def key(i: int) -> bytes:
     return i.to_bytes(8, "little")
 
 
+# Every policy the protocol tests drive: the product's, and the block-protocol research one.
+DRIVEN = sorted([*POLICIES, DoorARCPolicy.name])
+
+
 def small(name: str, capacity: int) -> EvictionPolicy:
-    """A policy sized for tests (ClassLRU with a small sketch, so invariants stay cheap)."""
+    """A policy sized for tests (small sketches, so invariants stay cheap)."""
     if name == "classlru":
         return ClassLRUPolicy(capacity, sketch_min_bits=8)
+    if name == "doorarc":
+        return DoorARCPolicy(capacity, sketch_min_bits=8)
     return make_policy(name, capacity)

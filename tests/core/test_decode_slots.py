@@ -1,4 +1,4 @@
-"""append_decode_slots: a decode step's appends in one call (the leading groups that fit),
+"""slots.append_decodes: a decode step's appends in one call (the leading groups that fit),
 and the table copies it hands out, reused only while the table's blocks are unchanged."""
 
 from kvpool.config import CacheConfig
@@ -17,7 +17,7 @@ def test_copies_follow_every_block_change_and_are_reused_only_in_between():
     m.allocate([0], list(range(5)))  # 5 tokens: 2 blocks, 1 slot used in the last
     seen, contents = [], []
     for tok in range(10):  # tokens 5..14: new blocks at 8 and 12
-        (cow,), (table,), groups = m.append_decode_slots([0], [tok])
+        (cow,), (table,), groups = m.slots.append_decodes([0], [tok])
         assert groups == 1
         assert not cow and table == m.get_block_table(0)
         seen.append(table)
@@ -31,18 +31,18 @@ def test_copies_follow_every_block_change_and_are_reused_only_in_between():
 def test_a_fork_copies_the_shared_block_and_a_defrag_remap_gives_a_new_copy():
     m = manager(blocks=32)
     m.allocate([0], list(range(6)))
-    before = m.append_decode_slots([0], [9])[1][0]
+    before = m.slots.append_decodes([0], [9])[1][0]
     m.fork(0, 1)
-    (cow0, cow1), (t0, t1), _ = m.append_decode_slots([0, 1], [1, 2])
+    (cow0, cow1), (t0, t1), _ = m.slots.append_decodes([0, 1], [1, 2])
     assert len(cow0) == 1 and not cow1  # 0 copies the shared partial block; 1 keeps it
     assert t0 == m.get_block_table(0) and t1 == m.get_block_table(1) and t0 is not before
     m.free(1)
     m.allocate([2], list(range(100, 140)))  # fill, then free, to leave holes before 0's
     m.free(2)
-    plan = m.plan_defrag(8)
+    plan = m.defrag.plan(8)
     if plan is not None:
-        m.commit_defrag(plan)
-    (_,), (after,), _ = m.append_decode_slots([0], [3])
+        m.defrag.commit(plan)
+    (_,), (after,), _ = m.slots.append_decodes([0], [3])
     assert after == m.get_block_table(0)
     m.check_invariants()
 
@@ -51,12 +51,12 @@ def test_only_the_leading_groups_that_fit_together_are_appended():
     m = manager(blocks=6, caching=False)
     for s in range(3):  # 3 tables of 2 full blocks: 6 used, 0 free
         m.allocate([s], list(range(2 * BS)))
-    assert m.append_decode_slots([0, 1, 2], [1, 1, 1], [1, 2, 3]) == ([], [], 0)
+    assert m.slots.append_decodes([0, 1, 2], [1, 1, 1], [1, 2, 3]) == ([], [], 0)
     assert m.get_num_tokens(0) == 2 * BS  # nothing changed
     m.free(2)  # 2 free: one new block each for 0 and 1, then 0 again fits no more
-    cows, tables, groups = m.append_decode_slots([0, 1, 0], [1, 1, 1], [2, 3])
+    cows, tables, groups = m.slots.append_decodes([0, 1, 0], [1, 1, 1], [2, 3])
     assert groups == 1 and len(tables) == 2 and not any(cows)
     assert [m.get_num_tokens(s) for s in (0, 1)] == [2 * BS + 1] * 2
-    assert m.append_decode_slots([0, 1], [1, 1]) == ([(), ()], [m.get_block_table(0),
+    assert m.slots.append_decodes([0, 1], [1, 1]) == ([(), ()], [m.get_block_table(0),
                                                                 m.get_block_table(1)], 1)
     m.check_invariants()

@@ -19,7 +19,7 @@ def scattered(blocks=16, caching=True):
     for s in range(8):
         m.allocate([s], [s * 100 + i for i in range(BS)])  # one full block each
         m.mark_computed(s)  # the prefill ran: the blocks hold KV
-    m.free_batch([1, 3, 5, 7])
+    m.free(1, 3, 5, 7)
     if caching:  # drop their cached copies too: ids 1, 3, 5, 7 become free holes
         m.device_pool.reset_prefix_cache()
     return m
@@ -33,13 +33,13 @@ def test_free_runs_helper():
 
 def test_fragmentation_definitions():
     m = scattered(caching=False)
-    f = m.fragmentation()
+    f = m.stats.fragmentation()
     # free ids: 1, 3, 5, 7, 8..15 -> runs {1},{3},{5},{7..15}: largest 9 of 12
     assert (f.num_free, f.largest_free_run, f.free_runs) == (12, 9, 4)
     assert f.external == pytest.approx(1 - 9 / 12)
     assert f.internal == 0.0  # every used block is full
     m.append_slots(0, [1])     # block 0 is full: one new block with 1 of 4 slots used
-    f = m.fragmentation()
+    f = m.stats.fragmentation()
     assert f.used_slots == 4 * BS + 1 and f.allocated_slots == 5 * BS
     assert f.internal == pytest.approx(1 - (4 * BS + 1) / (5 * BS))
     assert m.stats().internal_fragmentation == pytest.approx(f.internal)
@@ -49,7 +49,7 @@ def test_fragmentation_definitions():
 def test_plan_compacts_into_low_ids(caching):
     m = scattered(caching=caching)
     before = {s: m.get_block_table(s) for s in (0, 2, 4, 6)}
-    plan = m.plan_defrag()
+    plan = m.defrag.plan()
     assert plan is not None
     live = 4
     for src, dst in plan.moves:
@@ -61,10 +61,10 @@ def test_plan_compacts_into_low_ids(caching):
     m.allocate([50], list(range(1000, 1000 + 4 * BS)))
     assert not set(m.get_block_table(50)) & {d for _, d in plan.moves}
     m.free(50)
-    res = m.commit_defrag(plan)
+    res = m.defrag.commit(plan)
     assert res.retried == [] and sorted(res.committed) == sorted(plan.moves)
     assert sorted(b for s in (0, 2, 4, 6) for b in m.get_block_table(s)) == [0, 1, 2, 3]
-    assert m.fragmentation().external == 0.0
+    assert m.stats.fragmentation().external == 0.0
     moved = dict(plan.moves)
     for s, old in before.items():
         assert m.get_block_table(s) == [moved.get(b, b) for b in old]
@@ -74,11 +74,11 @@ def test_plan_compacts_into_low_ids(caching):
 
 def test_commit_retries_moves_whose_table_changed():
     m = scattered(caching=False)
-    plan = m.plan_defrag()
+    plan = m.defrag.plan()
     src_owner = {m.get_block_table(s)[0]: s for s in (0, 2, 4, 6)}
     src, dst = plan.moves[0]
     m.free(src_owner[src])          # the source's table went away after planning
-    res = m.commit_defrag(plan)
+    res = m.defrag.commit(plan)
     assert (src, dst) in res.retried
     assert len(res.committed) == len(plan) - 1
     assert m.device_pool.ref_count(dst) == 0  # released back
@@ -94,12 +94,12 @@ def test_partial_blocks_are_pinned_and_shared_blocks_move_for_all_tables():
     m.mark_computed(2)
     m.fork(2, 3)
     m.free(1)
-    plan = m.plan_defrag()
+    plan = m.defrag.plan()
     moved = dict(plan.moves)
     table = m.get_block_table(2)
     assert table[2] not in moved          # partial: still written by decoding
     assert table[0] in moved and table[1] in moved
-    m.commit_defrag(plan)
+    m.defrag.commit(plan)
     assert m.get_block_table(2) == m.get_block_table(3)
     assert m.get_block_table(2)[:2] == [moved[table[0]], moved[table[1]]]
     m.check_invariants()
@@ -111,10 +111,10 @@ def test_evictable_cached_blocks_move_with_their_hash():
         m.mark_computed(s)
     m.free(6)  # block 6 becomes evictable (cached, ref 0)
     prompt = [6 * 100 + i for i in range(BS)] + [1]
-    h = m.hash_prompt(prompt)[0]
-    plan = m.plan_defrag()
+    h = m.hasher.hash_blocks(prompt)[0]
+    plan = m.defrag.plan()
     assert 6 in dict(plan.moves)
-    m.commit_defrag(plan)
+    m.defrag.commit(plan)
     new = m.device_pool.index.lookup(h)
     assert new == dict(plan.moves)[6] and new < 6
     assert m.allocate([9], prompt) == BS  # still a prefix hit, at the new place
@@ -123,22 +123,22 @@ def test_evictable_cached_blocks_move_with_their_hash():
 
 def test_abort_and_single_plan_in_flight():
     m = scattered()
-    plan = m.plan_defrag()
+    plan = m.defrag.plan()
     with pytest.raises(InvalidBlockError, match="in flight"):
-        m.plan_defrag()
-    m.abort_defrag(plan)
+        m.defrag.plan()
+    m.defrag.abort(plan)
     assert m.stats().device.num_reserved == 0
     m.check_invariants()
     with pytest.raises(InvalidBlockError):
-        m.commit_defrag(plan)
-    assert m.plan_defrag(max_moves=1) is not None
+        m.defrag.commit(plan)
+    assert m.defrag.plan(max_moves=1) is not None
 
 
 def test_nothing_to_do():
     m = BlockSpaceManager(CacheConfig(num_device_blocks=8, block_size=BS))
-    assert m.plan_defrag() is None
+    assert m.defrag.plan() is None
     m.allocate([1], list(range(3 * BS)))
-    assert m.plan_defrag() is None  # already packed at ids 0..2
+    assert m.defrag.plan() is None  # already packed at ids 0..2
 
 
 def test_blocks_reserved_but_not_yet_computed_never_move():
@@ -148,9 +148,9 @@ def test_blocks_reserved_but_not_yet_computed_never_move():
     m.allocate([1], list(range(8)))
     m.allocate([3], list(range(200, 208)))
     m.free(1)
-    assert m.plan_defrag() is None  # seq 3's blocks 2, 3 are not computed
+    assert m.defrag.plan() is None  # seq 3's blocks 2, 3 are not computed
     m.mark_computed(3, 4)           # the first chunk ran: block 2 is full and written
-    plan = m.plan_defrag()
+    plan = m.defrag.plan()
     assert plan.moves == ((2, 0),)
-    m.commit_defrag(plan)
+    m.defrag.commit(plan)
     m.check_invariants()

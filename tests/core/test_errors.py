@@ -25,8 +25,8 @@ def test_double_free_of_a_sequence():
 def test_unknown_sequence_everywhere():
     m = mgr()
     for call in (lambda: m.append_slots(7, [1]), lambda: m.fork(7, 8),
-                 lambda: m.get_block_table(7), lambda: m.swap_out([7]),
-                 lambda: m.can_append_slots([7]), lambda: m.mark_computed(7)):
+                 lambda: m.get_block_table(7), lambda: m.swap.swap_out([7]),
+                 lambda: m.slots.can_append([7]), lambda: m.mark_computed(7)):
         with pytest.raises(UnknownSequenceError) as ei:
             call()
         assert isinstance(ei.value, KeyError) and isinstance(ei.value, KVPoolError)
@@ -37,10 +37,10 @@ def test_free_batch_with_an_unknown_id_changes_nothing():
     m = mgr()
     m.allocate([1], [1, 2, 3])
     with pytest.raises(UnknownSequenceError):
-        m.free_batch([1, 99])
+        m.free(1, 99)
     assert m.has_seq(1)
     with pytest.raises(UnknownSequenceError):
-        m.free_batch([1, 1])
+        m.free(1, 1)
     assert m.has_seq(1)
     m.check_invariants()
 
@@ -62,10 +62,10 @@ def test_swap_state_errors():
     m = mgr()
     m.allocate([1], [1, 2, 3, 4, 5])
     with pytest.raises(InvalidBlockError, match="on the device"):
-        m.swap_in([1])
-    m.swap_out([1])
+        m.swap.swap_in([1])
+    m.swap.swap_out([1])
     with pytest.raises(InvalidBlockError, match="swapped out"):
-        m.swap_out([1])
+        m.swap.swap_out([1])
     with pytest.raises(InvalidBlockError, match="swapped out"):
         m.append_slots(1, [1])
     m.check_invariants()
@@ -106,7 +106,7 @@ def test_empty_and_invalid_requests():
     with pytest.raises(ValueError):
         m.allocate([], [1])
     with pytest.raises(ValueError):
-        m.can_allocate(0)
+        m.admission([(0, ())]).status
     with pytest.raises(ValueError, match="2\\*\\*32"):
         m.allocate([1], [1, 2, 3, -1])
     assert m.stats().device.num_used == 0

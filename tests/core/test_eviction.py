@@ -22,14 +22,14 @@ from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import BonusTuner
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
 from bench.common import TRACE
-from tests.core.policy_helpers import key, small
+from tests.core.policy_helpers import DRIVEN, key, small
 from tests.trace_reference import reference_lru
 
 
 
 # ---------------------------------------------------------------- interface, registry
 def test_registry_and_make_policy():
-    assert set(POLICIES) == {"lru", "classlru"}
+    assert set(POLICIES) == {"lru", "classlru"}  # research policies live in bench/
     for name, cls in POLICIES.items():
         p = make_policy(name, 8)
         assert type(p) is cls and p.name == name and isinstance(p, EvictionPolicy)
@@ -52,7 +52,7 @@ def test_negative_capacity_is_rejected():
             make_policy(name, -1)
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", DRIVEN)
 def test_errors(name):
     p = small(name, 4)
     with pytest.raises(IndexError):
@@ -81,7 +81,7 @@ def test_errors(name):
     p.check_invariants()
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", DRIVEN)
 def test_ids_beyond_capacity_grow_the_tables(name):
     p = small(name, 2)
     for b in (0, 1, 500, 70):
@@ -104,7 +104,7 @@ def test_lru_order():
     p.check_invariants()
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", DRIVEN)
 def test_defrag_move_keeps_the_place(name):
     p = small(name, 8)
     for b in range(4):
@@ -399,7 +399,7 @@ class BonusClassLRUMachine(PolicyMachine):
 
 
 MACHINE_SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None)
-for _name in sorted(POLICIES):
+for _name in DRIVEN:
     _cls = type(f"{_name.capitalize()}Machine", (PolicyMachine,), {"name": _name})
     globals()[f"Test{_name.capitalize()}Machine"] = MACHINE_SETTINGS(_cls).TestCase
 TestBonusClassLRUMachine = MACHINE_SETTINGS(BonusClassLRUMachine).TestCase

@@ -58,7 +58,8 @@ class ManagerMachine(RuleBasedStateMachine):
         prompt = BASES[base][:cut] + suffix
         if not prompt:
             return
-        status = self.mgr.can_allocate(len(prompt), self.mgr.hash_prompt(prompt, salt))
+        hashes = self.mgr.hasher.hash_blocks(prompt, salt)
+        status = self.mgr.admission([(len(prompt), hashes)]).status
         seqs = [self._new_id() for _ in range(n)]
         before = self.mgr.stats()
         cached = self.mgr.allocate(seqs, prompt, cache_salt=salt)
@@ -86,7 +87,7 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         seq = data.draw(st.sampled_from(self.groups[gid]))
         new = [tok] * k
-        can = self.mgr.can_append_slots([seq], k)
+        can = self.mgr.slots.can_append([seq], k)
         pairs = self.mgr.append_slots(seq, new)
         if pairs is None:
             assert not can
@@ -112,7 +113,7 @@ class ManagerMachine(RuleBasedStateMachine):
     def free(self, data, whole):
         gid = data.draw(st.sampled_from(sorted(self.groups)))
         seqs = list(self.groups[gid]) if whole else [data.draw(st.sampled_from(self.groups[gid]))]
-        self.mgr.free_batch(seqs)
+        self.mgr.free(*seqs)
         for s in seqs:
             del self.tokens[s]
             self.groups[gid].remove(s)
@@ -125,15 +126,15 @@ class ManagerMachine(RuleBasedStateMachine):
         gid = data.draw(st.sampled_from(sorted(self.groups)))
         seqs = self.groups[gid]
         if self.where[gid] is Device.DEVICE:
-            can = self.mgr.can_swap_out(seqs)
-            pairs = self.mgr.swap_out(seqs)
+            can = self.mgr.swap.can_swap_out(seqs)
+            pairs = self.mgr.swap.swap_out(seqs)
             assert (pairs is not None) == can
             if pairs is not None:
                 self._copy(pairs, Device.DEVICE, Device.HOST)
                 self.where[gid] = Device.HOST
         else:
-            status = self.mgr.can_swap_in(seqs)
-            pairs = self.mgr.swap_in(seqs)
+            status = self.mgr.admission(swapped=seqs).status
+            pairs = self.mgr.swap.swap_in(seqs)
             if status is AllocStatus.OK:
                 assert pairs is not None
             if pairs is not None:
@@ -142,7 +143,7 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), meddle=st.sampled_from(["none", "before_copy", "after_copy"]))
     def defrag(self, data, meddle):
-        plan = self.mgr.plan_defrag()
+        plan = self.mgr.defrag.plan()
         if plan is None:
             return
         for _, dst in plan.moves:  # destinations are reserved: never handed out meanwhile
@@ -152,7 +153,7 @@ class ManagerMachine(RuleBasedStateMachine):
         self._copy(plan.moves, Device.DEVICE, Device.DEVICE)
         if meddle == "after_copy":
             self.allocate(0, 12, [], 1, None)
-        res = self.mgr.commit_defrag(plan)
+        res = self.mgr.defrag.commit(plan)
         assert sorted(res.committed + res.retried) == sorted(plan.moves)
 
     # ---------------------------------------------------------------- checks
@@ -165,7 +166,7 @@ class ManagerMachine(RuleBasedStateMachine):
         assert st_.num_seqs == len(self.tokens)
         assert st_.num_swapped_seqs == sum(
             len(ss) for g, ss in self.groups.items() if self.where[g] is Device.HOST)
-        frag = self.mgr.fragmentation()
+        frag = self.mgr.stats.fragmentation()
         assert 0.0 <= frag.internal < 1.0 and 0.0 <= frag.external < 1.0
 
     @invariant()
@@ -182,7 +183,7 @@ class ManagerMachine(RuleBasedStateMachine):
                 assert got == toks, (s, dev, table)
 
     def teardown(self):
-        self.mgr.free_batch(list(self.tokens))
+        self.mgr.free(*list(self.tokens))
         self.mgr.check_invariants()
         st_ = self.mgr.stats()
         assert st_.device.num_used == 0 and st_.host.num_used == 0

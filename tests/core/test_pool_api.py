@@ -130,7 +130,7 @@ class PoolAPI(RuleBasedStateMachine):
     @precondition(lambda self: not self.reserved)
     @rule(k=st.integers(1, 3))
     def reserve(self, k):
-        free = self.pool.free_ids()[:k]
+        free = self.pool.free_list.ids()[:k]
         with self.pool.writing():
             self.pool.reserve(free)
         self.reserved = list(free)
@@ -184,7 +184,7 @@ def test_release_counts_or_rolls_back_exactly(refs, hashed, order, kind, caching
                 pool.index.register_block(b, bytes([b]) * 32, 0)
     pool.free_many([b for b, k in zip(ids, refs) if k == 0])
     st0 = pool.stats()
-    before = ([pool.ref_count(b) for b in range(N)], sorted(pool.free_ids()),
+    before = ([pool.ref_count(b) for b in range(N)], sorted(pool.free_list.ids()),
               st0.num_evictable, st0.num_cached)
     shadow = before[0][:]
     ok, released = True, 0
@@ -203,7 +203,7 @@ def test_release_counts_or_rolls_back_exactly(refs, hashed, order, kind, caching
                 pool.release(arg)
     if not ok:
         st1 = pool.stats()  # a seqlock read: outside the writer section
-        after = ([pool.ref_count(b) for b in range(N)], sorted(pool.free_ids()),
+        after = ([pool.ref_count(b) for b in range(N)], sorted(pool.free_list.ids()),
                  st1.num_evictable, st1.num_cached)
         assert after == before
     pool.check_invariants()
@@ -238,14 +238,14 @@ def test_release_of_exclusive_ids_listed_twice_rolls_back(caching, kind):
     from kvpool.errors import DoubleFreeError
     pool = BlockPool(Device.DEVICE, N, 4, caching=caching)
     ids = pool.allocate_many(N)
-    before = ([pool.ref_count(b) for b in range(N)], sorted(pool.free_ids()))
+    before = ([pool.ref_count(b) for b in range(N)], sorted(pool.free_list.ids()))
     with pool.writing():
         with pytest.raises(DoubleFreeError):
             pool.release(kind([ids[3], ids[1], ids[3]]))
-    assert ([pool.ref_count(b) for b in range(N)], sorted(pool.free_ids())) == before
+    assert ([pool.ref_count(b) for b in range(N)], sorted(pool.free_list.ids())) == before
     with pool.writing():
         assert pool.release(kind([ids[3], ids[1]])) == 2
-    assert pool.free_ids()[-2:] == [ids[3], ids[1]]  # pushed in the given order (LIFO reuse)
+    assert pool.free_list.ids()[-2:] == [ids[3], ids[1]]  # pushed in the given order (LIFO reuse)
     assert pool.ref_count(ids[3]) == pool.ref_count(ids[1]) == 0
     pool.check_invariants()
 

@@ -77,7 +77,7 @@ def test_manager_under_threads(caching):
                     toks = [next_seq * 64 + i for i in range(rng.randint(1, 6 * bs))]
                     reqs.append((next_seq, toks))
                 from kvpool.core import SeqAlloc
-                res = mgr.allocate_batch([SeqAlloc([s], t) for s, t in reqs])
+                res = mgr.prompts.allocate_batch([SeqAlloc([s], t) for s, t in reqs])
                 for (s, _), got in zip(reqs, res):
                     if got is not None:
                         claim(s)
@@ -90,7 +90,7 @@ def test_manager_under_threads(caching):
                 if op < 0.6:  # one token each: the single-store fast path (seqlock.py)
                     for s in picks:
                         mgr.append_slots(s, [1])
-                elif mgr.append_slots_batch([(s, [1, 2]) for s in picks]) is None:
+                elif mgr.slots.append_batch([(s, [1, 2]) for s in picks]) is None:
                     pass
                 for s in picks:
                     claim(s)
@@ -104,10 +104,10 @@ def test_manager_under_threads(caching):
                 victims, live = live[:k], live[k:]
                 for s in victims:
                     unclaim(s)
-                mgr.free_batch(victims)
+                mgr.free(*victims)
         for s in live:
             unclaim(s)
-        mgr.free_batch(live)
+        mgr.free(*live)
 
     def reader():
         while not done.is_set():
@@ -122,7 +122,7 @@ def test_manager_under_threads(caching):
             assert st.prefix_hit_tokens <= st.prefix_query_tokens
             assert st.num_swapped_seqs <= st.num_seqs
             assert 0 <= st.internal_fragmentation < 1
-            f = mgr.fragmentation()
+            f = mgr.stats.fragmentation()
             assert f.num_free <= d.num_blocks
             snapshots[0] += 1
 

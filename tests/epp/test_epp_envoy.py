@@ -74,6 +74,7 @@ async def test_same_prefix_same_replica_and_greedy_output_as_direct(fleet, tmp_p
         async with s.get(url + "/v1/models") as r:  # no body: decided on the headers
             assert r.status == 200 and (await r.json())["data"]
     assert picker.picks == 5
+    assert picker.full_duplex == 4  # the shipped config's mode: one round trip per body
 
 
 async def test_streams_through_envoy_chunk_by_chunk(fleet, tmp_path):
@@ -169,3 +170,23 @@ def test_endpoint_of_a_replica_url():
 def test_the_admin_token_flag_is_refused():
     from kvpool.epp.cli import main
     assert main(["--replica", "http://127.0.0.1:9", "--admin-token-file", "/x"]) == 2
+
+
+async def test_a_body_over_the_limit_is_a_413_from_the_picker(fleet, tmp_path):
+    """Envoy streams the body to the picker (full duplex, no buffer of its own in front):
+    the picker bounds it by its --max-body-bytes, with OpenAI error JSON."""
+    picker = Picker(Router(ReplicaSet(fleet, interval=0.5), lookup_timeout=LOOKUP_TIMEOUT,
+                           max_body_bytes=2000))
+    async with picking(picker, "127.0.0.1", 0) as port, aiohttp.ClientSession() as s:
+        envoy = Envoy(port, tmp_path)
+        await asyncio.to_thread(envoy.start)
+        try:
+            async with s.post(envoy.url + "/v1/completions",
+                              json={"prompt": "x" * 3000, "max_tokens": 1}) as resp:
+                err = await error_of(resp, 413)
+            assert err["code"] == "request_too_large"
+            out, _ = await post(s, envoy.url, {"prompt": "small", "max_tokens": 1})
+            assert out["choices"]
+        finally:
+            await asyncio.to_thread(envoy.stop)
+    assert picker.picks == 1

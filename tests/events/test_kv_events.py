@@ -141,12 +141,12 @@ def test_host_blocks_are_medium_cpu(stack):
     pub, sub, mgr = stack
     ids = list(range(10, 19))  # 2 full blocks and a partial one
     prefill(mgr, 1, ids)
-    assert mgr.swap_out([1]) is not None
+    assert mgr.swap.swap_out([1]) is not None
     msgs = sub.until(lambda ev: [e for e in of_type(ev, "BlockStored") if e["medium"] == "CPU"])
     host = [e for m in msgs for e in of_type(plain(m[2])[1], "BlockStored")
             if e["medium"] == "CPU"]
     assert host[0]["block_hashes"] == BlockHasher(BS, "kvpool-tiny").hash_blocks(ids)
-    assert mgr.swap_in([1]) is not None
+    assert mgr.swap.swap_in([1]) is not None
     msgs = sub.until(lambda ev: [e for e in of_type(ev, "BlockRemoved") if e["medium"] == "CPU"])
     gone = [e for m in msgs for e in of_type(plain(m[2])[1], "BlockRemoved")
             if e["medium"] == "CPU"]

@@ -2,6 +2,7 @@
 
 import threading
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvpool.config import CacheConfig
@@ -17,11 +18,11 @@ def parse(text: bytes) -> dict[str, dict[tuple, float]]:
     return out
 
 
-def make():
+def make(model_name: str | None = None):
     mgr = BlockSpaceManager(CacheConfig(num_device_blocks=32, num_host_blocks=16, block_size=4))
     metrics = KVPoolMetrics(lambda: MetricsSnapshot(
-        mgr.stats(), mgr.fragmentation(), requests={"running": len(mgr.seq_ids())},
-        preemptions={"swap": 1}, swap_bytes={"out": 4096}))
+        mgr.stats(), mgr.stats.fragmentation(), requests={"running": len(mgr.seq_ids())},
+        preemptions={"swap": 1}, swap_bytes={"out": 4096}), model_name=model_name)
     return mgr, metrics
 
 
@@ -31,7 +32,7 @@ def test_every_metric_is_exported_with_live_values():
     mgr.allocate([1], prompt)
     mgr.mark_computed(1)
     mgr.allocate([2], prompt)  # 8 prefix-hit tokens
-    mgr.swap_out([2])
+    mgr.swap.swap_out([2])
     metrics.ttft.observe(0.05)
     got = parse(metrics.render())
     families = {n.removesuffix("_total") for n in got} | {
@@ -78,12 +79,13 @@ def test_scrape_waits_out_a_mutation_instead_of_tearing():
     assert scraped.is_set()
 
 
-def test_lean_renderer_matches_prometheus_client_line_for_line():
-    mgr, metrics = make()
+@pytest.mark.parametrize("model_name", [None, 'tiny "v1"\\x'])
+def test_lean_renderer_matches_prometheus_client_line_for_line(model_name):
+    mgr, metrics = make(model_name)
     mgr.allocate([1], list(range(10)))
     for v in (0.0004, 0.2, 3.0, 1e9):
         metrics.ttft.observe(v)
-        metrics.step.observe(v)
+        metrics.observe_step(v, int(v * 10))
     ours = metrics.render().decode()
     ref = metrics.render_reference().decode()
     # prometheus_client also emits *_created series (vLLM turns them off too); nothing else
@@ -96,7 +98,6 @@ def test_lean_renderer_matches_prometheus_client_line_for_line():
 
 import math  # noqa: E402
 
-import pytest  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from prometheus_client import CollectorRegistry, Histogram, generate_latest  # noqa: E402

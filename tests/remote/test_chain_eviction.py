@@ -51,7 +51,7 @@ async def test_a_recent_prompt_gets_its_blocks_back_though_its_head_is_only_read
         await run(a, prompt(i))
         await settle(a)
         if head_key is None:  # stored by the first prompt, read locally from then on
-            head_key = a.remote_link.group_keys(a.core.manager.hash_prompt(HEAD))[0]
+            head_key = a.remote_link.group_keys(a.core.manager.hasher.hash_blocks(HEAD))[0]
         await asyncio.sleep(PACE)
     capacity = r.dbsize()
     assert r.info()["evicted_keys"] >= capacity  # overfilled

@@ -117,7 +117,7 @@ async def test_corrupt_value_is_a_miss_and_the_output_is_right(redis_server):
     import redis
     want = await fresh_tokens(PROMPT)
     e1 = await stored(redis_server.url)
-    hashes = e1.core.manager.hash_prompt(PROMPT)
+    hashes = e1.core.manager.hasher.hash_blocks(PROMPT)
     key = e1.remote_link.group_keys(hashes)[0]  # the first block: the whole run is unusable
     await stop(e1)
     r = redis.Redis.from_url(redis_server.url)

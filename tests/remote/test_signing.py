@@ -108,7 +108,7 @@ async def test_a_forged_prefix_is_not_served_as_another_prompts_cache(redis_serv
     await run(e1, PROMPT)
     await settle(e1)
     mgr = e1.core.manager
-    src, dst = mgr.hash_prompt(PROMPT), mgr.hash_prompt(other)
+    src, dst = mgr.hasher.hash_blocks(PROMPT), mgr.hasher.hash_blocks(other)
     link = e1.remote_link
     await stop(e1)
     # the attacker re-labels PROMPT's stored bytes as `other`'s prefix (no secret: unsigned)

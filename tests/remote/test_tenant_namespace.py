@@ -50,7 +50,7 @@ async def cached(base: str, tenant: str) -> int:
 def chain_keys(engine: AsyncEngine, tenant: str) -> set[str]:
     """The Redis keys of PROMPT's chain in ``tenant``'s namespace."""
     salt = CacheNamespace(identity=True).salt(tenant, None)
-    hashes = engine.core.manager.hash_prompt(PROMPT, salt)
+    hashes = engine.core.manager.hasher.hash_blocks(PROMPT, salt)
     return set(engine.remote_link.group_keys(hashes))
 
 

@@ -81,8 +81,7 @@ async def test_placed_by_events_without_a_lookup(fleet):
         assert text["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         chat = {"messages": [{"role": "user", "content": prompt("chat")}]}
         await complete(s, url, chat, "/v1/chat/completions")
-        await until(lambda: holder(events, events.keys.ids_and_salt(
-            json.dumps(chat).encode())[0]), "the chat prompt stored")
+        await until(lambda: holder(events, events.keys.ids_and_salt(chat)[0]), "the chat prompt stored")
         again = await complete(s, url, chat, "/v1/chat/completions")
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         assert events.fallbacks == 1 and where in urls

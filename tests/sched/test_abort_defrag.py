@@ -98,7 +98,7 @@ def _fragmented(caching=False, threshold=0.0):
         s.add_request(r, prompt(n * BS, base), params(max_tokens=3))
     rt.step()
     s.abort("b")
-    assert s.manager.fragmentation().external > 0
+    assert s.manager.stats.fragmentation().external > 0
     return s, rt
 
 

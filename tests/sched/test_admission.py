@@ -25,7 +25,7 @@ def test_ok_admits_and_runs_to_completion():
 
 def test_never_is_ignored_with_a_reason_and_not_retried():
     s = make(blocks=10, watermark=0.1)  # watermark 1 block
-    assert s.manager.can_allocate(10 * BS) is AllocStatus.NEVER
+    assert s.manager.admission([(10 * BS, ())]).status is AllocStatus.NEVER
     s.add_request("big", prompt(10 * BS))
     s.add_request("small", prompt(BS))
     rt = FakeRuntime(s)
@@ -56,7 +56,7 @@ def test_later_waits_until_blocks_free_and_keeps_fcfs_order():
     rt.step()
     s.add_request("b", prompt(2 * BS))  # free 2 - 2 < watermark 1 -> LATER
     s.add_request("c", prompt(1))  # would fit, but must not overtake b (head of line)
-    assert s.manager.can_allocate(2 * BS) is AllocStatus.LATER
+    assert s.manager.admission([(2 * BS, ())]).status is AllocStatus.LATER
     out = rt.step()
     assert out.prefills == [] and s.request_status("b") is SeqStatus.WAITING
     assert s.request_status("c") is SeqStatus.WAITING

@@ -42,16 +42,16 @@ def test_swap_in_admission_counts_the_next_decode_exactly():
     m = BlockSpaceManager(CacheConfig(num_device_blocks=6, block_size=4, num_host_blocks=6,
                                       watermark=0.2, enable_prefix_caching=False))
     m.allocate([1], prompt(17))  # 5 blocks, the last holds 1 token: the next one fits in it
-    m.swap_out([1])
+    m.swap.swap_out([1])
     adm = m.admission(swapped=[1])
     assert (adm.status, adm.capacity, adm.need) == (AllocStatus.OK, 5, 5)  # 6 - 5 >= 1
-    assert m.can_swap_in([1]) is AllocStatus.OK
+    assert m.admission(swapped=[1]).status is AllocStatus.OK
     assert m.admission([(18, ())]).status is AllocStatus.OK  # recomputing it: same answer
-    assert m.swap_in([1]) is not None and m.get_device(1) is Device.DEVICE
-    assert m.append_slots_batch([(1, [5])]) is not None
+    assert m.swap.swap_in([1]) is not None and m.get_device(1) is Device.DEVICE
+    assert m.slots.append_batch([(1, [5])]) is not None
     m.free(1)
     m.allocate([2], prompt(20))  # 5 full blocks: its next token needs a 6th
-    m.swap_out([2])
+    m.swap.swap_out([2])
     adm = m.admission(swapped=[2])
     assert (adm.status, adm.capacity) == (AllocStatus.NEVER, 6)
     assert "can never fit" in adm.reason and "6 blocks" in adm.reason

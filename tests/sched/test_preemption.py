@@ -25,8 +25,8 @@ def two_full_prompts(**kw):
 def test_decode_needs_a_block_per_full_sequence_and_preempts_the_newest():
     s, rt = two_full_prompts()
     (sa,), (sb,) = s.seq_ids("a"), s.seq_ids("b")
-    assert not s.manager.can_append_slots([sa, sb])  # worst case: one block each, 1 free
-    assert s.manager.can_append_slots([sa])
+    assert not s.manager.slots.can_append([sa, sb])  # worst case: one block each, 1 free
+    assert s.manager.slots.can_append([sa])
     out = rt.step()
     assert [d.request_id for d in out.decodes] == ["a"]
     assert [(p.request_id, p.mode, p.cause) for p in out.preempted] == [
@@ -70,7 +70,7 @@ def test_forced_swap_and_swapped_resume_before_new_prefills():
     sb = s.seq_ids("b")
     # swap-in needs len(blocks) + num_seqs = 3 blocks (watermark 0); 2 are free
     assert s.manager.device_pool.num_free_blocks == 2
-    assert s.manager.can_swap_in(list(sb)) is AllocStatus.LATER
+    assert s.manager.admission(swapped=list(sb)).status is AllocStatus.LATER
     s.add_request("c", prompt(1, 300), params(max_tokens=1))  # fits, but b goes first
     out = rt.step()
     assert out.blocks_to_swap_in == [] and out.prefills == []
@@ -103,7 +103,7 @@ def test_swap_in_needs_blocks_plus_one_per_seq_above_the_watermark():
     sb = list(s.seq_ids("b"))
     need = len(m.get_block_table(sb[0])) + 1  # len(blocks) + num_swapped_seqs
     assert need == 3 and m.device_pool.num_free_blocks == 3
-    assert m.can_swap_in(sb) is AllocStatus.LATER  # 3 - 3 < watermark 1
+    assert m.admission(swapped=sb).status is AllocStatus.LATER  # 3 - 3 < watermark 1
     out = rt.step()
     assert out.blocks_to_swap_in == [] and s.request_status("b") is SeqStatus.SWAPPED
     m.free(10_001)

@@ -41,7 +41,7 @@ def swapped_b(s) -> FakeRuntime:
 
 def hits(s, token_ids) -> int:
     mgr = s.manager
-    return mgr.get_prefix_hits(mgr.hash_prompt(token_ids))
+    return mgr.prompts.prefix_hits(mgr.hasher.hash_blocks(token_ids))
 
 
 def test_swapped_in_blocks_are_no_prefix_hit_until_the_copy_is_confirmed():
@@ -84,9 +84,9 @@ def test_manager_swap_in_then_free_leaves_no_hash():
         assert mgr.allocate([1], toks) == 0
         mgr.mark_computed(1)
         assert mgr.append_slots(1, [5]) == []
-        assert mgr.swap_out([1]) is not None
+        assert mgr.swap.swap_out([1]) is not None
         mgr.device_pool.reset_prefix_cache()  # the device copies are gone: swap-in copies
-        pairs = mgr.swap_in([1])
+        pairs = mgr.swap.swap_in([1])
         assert pairs is not None and len(pairs) == 3
         assert mgr.append_slots(1, [6]) == []
         assert hits_mgr(mgr, toks) == 0
@@ -101,4 +101,4 @@ def test_manager_swap_in_then_free_leaves_no_hash():
 
 
 def hits_mgr(mgr, token_ids) -> int:
-    return mgr.get_prefix_hits(mgr.hash_prompt(token_ids))
+    return mgr.prompts.prefix_hits(mgr.hasher.hash_blocks(token_ids))

@@ -1,11 +1,16 @@
 """Helpers shared by the server tests: scraping /metrics, waiting for the pool to drain, /health
-during a large body's parse."""
+during a large body's parse, a ``kvpool serve DIR`` process."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import selectors
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -13,7 +18,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvpool.server import serve
 from kvpool.server.app import ROUTES_KEY
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -94,3 +102,44 @@ async def health_during_parse(srv: Running, url: str, body: dict,
         status, out = await task
     assert pool.parsing == 0
     return status, out
+
+
+class ServerProcess:
+    """``python -m kvpool.server.serve DIR [FLAGS]`` on 127.0.0.1:0, stopped by its pid (a
+    flag given again in ``flags`` wins over the small defaults here)."""
+
+    def __init__(self, model_dir: Path, *flags: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kvpool.server.serve", str(model_dir), "--port", "0",
+             "--num-host-blocks", "0", "--num-threads", "1", "--log-level", "warning",
+             *flags],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.url = self._wait_ready(timeout=90)
+
+    def _wait_ready(self, timeout: float) -> str:
+        lines: list[str] = []
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=1.0):
+                continue
+            raw = self.proc.stdout.readline()
+            if not raw:
+                break
+            lines.append(raw.decode())
+            if lines[-1].startswith(serve.READY_PREFIX):
+                return "http://" + lines[-1].removeprefix(serve.READY_PREFIX).split()[0]
+        self.stop()
+        raise AssertionError("server did not start:\n" + "".join(lines))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()

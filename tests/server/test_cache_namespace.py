@@ -86,7 +86,7 @@ async def test_an_api_key_is_an_identity_and_the_lookup_sees_it(make_server):
         # the key's namespace, not the anonymous one of a server without identities
         mgr = srv.engine.core.manager
         ids = srv.engine.encode_prompt(PROMPT)
-        assert mgr.get_prefix_hits(mgr.hash_prompt(ids, None)) == 0
+        assert mgr.prompts.prefix_hits(mgr.hasher.hash_blocks(ids, None)) == 0
 
 
 async def test_without_an_identity_the_namespace_is_the_client_salt_alone(srv):
@@ -95,9 +95,9 @@ async def test_without_an_identity_the_namespace_is_the_client_salt_alone(srv):
     assert await predicted_then_cached(srv, body, who("b")) > 0
     mgr = srv.engine.core.manager
     ids = srv.engine.encode_prompt(PROMPT)
-    assert mgr.get_prefix_hits(mgr.hash_prompt(ids, None)) > 0  # as before
+    assert mgr.prompts.prefix_hits(mgr.hasher.hash_blocks(ids, None)) > 0  # as before
     await cached(srv, {**body, "cache_salt": "s"}, {})
-    assert mgr.get_prefix_hits(mgr.hash_prompt(ids, "s")) > 0
+    assert mgr.prompts.prefix_hits(mgr.hasher.hash_blocks(ids, "s")) > 0
 
 
 async def test_a_client_salt_with_nul_is_refused(make_server):

@@ -12,21 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from kvpool.server import serve
 from tests.runtime.model.helpers import SENTENCES, save_hf_model
+from tests.server.helpers import ServerProcess
 
 lm_eval = pytest.importorskip("lm_eval")
 pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL_NAME = "tiny-llama"
 LL_TOL = 1e-3
 LL_TASK, GEN_TASK = "kvpool_tiny_ll", "kvpool_tiny_gen"
@@ -73,47 +68,6 @@ def write_tasks(d: Path) -> None:
         "metric_list:\n  - metric: exact_match\n")
 
 
-class ServerProcess:
-    """``python -m kvpool.server.serve DIR`` on 127.0.0.1:0, stopped by its pid."""
-
-    def __init__(self, model_dir: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kvpool.server.serve", str(model_dir), "--port", "0",
-             "--served-model-name", MODEL_NAME, "--num-device-blocks", "128",
-             "--num-host-blocks", "0", "--max-model-len", "256", "--num-threads", "1",
-             "--log-level", "warning"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.url = self._wait_ready(timeout=90)
-
-    def _wait_ready(self, timeout: float) -> str:
-        lines: list[str] = []
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=1.0):
-                continue
-            raw = self.proc.stdout.readline()
-            if not raw:
-                break
-            lines.append(raw.decode())
-            if lines[-1].startswith(serve.READY_PREFIX):
-                return "http://" + lines[-1].removeprefix(serve.READY_PREFIX).split()[0]
-        self.stop()
-        raise AssertionError("server did not start:\n" + "".join(lines))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """One model directory, one task directory, and lm-eval's results on both backends."""
@@ -135,7 +89,8 @@ def setup(tmp_path_factory):
             log_samples=True, bootstrap_iters=0, random_seed=0)
         return out["samples"]
 
-    server = ServerProcess(model_dir)
+    server = ServerProcess(model_dir, "--served-model-name", MODEL_NAME,
+                           "--num-device-blocks", "128", "--max-model-len", "256")
     try:
         api = run("local-completions", {
             "base_url": server.url + "/v1/completions", "model": MODEL_NAME,

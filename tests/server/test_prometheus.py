@@ -119,6 +119,13 @@ async def test_prometheus_scrapes_pool_gauges_and_swap_counters(make_server, tmp
                                  lambda v: v > 0, "swap preemptions")
             await wait_for_value(prom, "kvpool_e2e_request_latency_seconds_count",
                                  lambda v: v >= 4, "e2e latency observations")
+            # vLLM's labels and vllm:iteration_tokens_total: each request computes its 40
+            # prompt tokens and 69 decodes (a swap moves blocks, it recomputes none)
+            model = f'{{model_name="{srv.engine.model_name}"}}'
+            await wait_for_value(prom, f"kvpool_time_to_first_token_seconds_count{model}",
+                                 lambda v: v == 4, "TTFT observations labelled model_name")
+            await wait_for_value(prom, f"kvpool_iteration_tokens_sum{model}",
+                                 lambda v: v == 4 * (40 + 69), "tokens computed per step")
             await wait_for_value(prom, 'kvpool_free_blocks{tier="device"}',
                                  lambda v: v == 8, "device pool drained again")
             # the real PromQL parser accepts every dashboard expression, on live data

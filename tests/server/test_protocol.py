@@ -201,7 +201,8 @@ def test_chat_max_completion_tokens_wins_and_is_named():
     assert req.params.max_tokens == 5
     rejects(P.parse_chat, {"messages": m, "max_completion_tokens": 0}, "max_completion_tokens")
     rejects(P.parse_chat, {"messages": m, "max_tokens": 0}, "max_tokens")
-    rejects(P.parse_chat, {"messages": m, "tools": [{"type": "function"}]}, "tools",
+    rejects(P.parse_chat, {"messages": m, "tools": [{"type": "function"}]}, "tools[0].function")
+    rejects(P.parse_chat, {"messages": m, "functions": [{"name": "f"}]}, "functions",
             "unsupported_parameter")
 
 

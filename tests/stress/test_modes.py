@@ -39,7 +39,7 @@ def test_pool_mode_short_run(tmp_path):
         assert f[name] == 0, name
     assert f["ops"] > 1000 and f["invariant_checks"] > 3
     counts = f["op_counts"]
-    for op in ("allocate", "append_slots", "fork", "free_batch", "swap_out", "swap_in",
+    for op in ("allocate", "append_slots", "fork", "free", "swap_out", "swap_in",
                "defrag", "abort"):
         assert counts.get(op, 0) > 0, f"{op} never ran"
     assert f["prefix_hit_tokens"] > 0 and f["cow_copies"] > 0 and f["swap_out_blocks"] > 0
@@ -73,7 +73,7 @@ def test_http_mode_short_run_with_its_own_server(tmp_path):
 def test_broken_manager_is_caught(monkeypatch):
     """Copy-on-write skipped: a forked sequence writes into the block its sibling reads. The
     fake-KV content check must flag it (and the run must fail)."""
-    original = SlotWriter._append_locked  # the manager's append path (kvpool/core/slots.py)
+    original = SlotWriter.append_locked  # the manager's append path (kvpool/core/slots.py)
 
     def no_cow(self, t, toks):
         pool = self.device_pool
@@ -85,7 +85,7 @@ def test_broken_manager_is_caught(monkeypatch):
         finally:
             pool._ref[last] = saved
 
-    monkeypatch.setattr(SlotWriter, "_append_locked", no_cow)
+    monkeypatch.setattr(SlotWriter, "append_locked", no_cow)
     rep = PoolStress(PoolConfig(threads=2, coroutines=20, duration=1.5, blocks=512,
                                 progress=False)).run()
     assert rep.figures["violations"] > 0

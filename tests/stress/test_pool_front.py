@@ -169,7 +169,7 @@ def test_batched_equals_sequential(ops):
     alive = [s for s in asyncio.run(main()) if s is not None]
     assert sorted(mgr.seq_ids()) == sorted(alive)
     mgr.check_invariants()
-    mgr.free_batch(alive)
+    mgr.free(*alive)
     assert mgr.stats().device.num_used == 0
 
 

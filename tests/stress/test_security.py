@@ -16,7 +16,7 @@ from kvpool.runtime.engine import AsyncEngine, collect
 from kvpool.runtime.engine_config import EngineConfig
 from kvpool.runtime.model import SamplingParams
 from kvpool.server import serve
-from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, ROUTES_KEY
+from kvpool.server.app import DEFAULT_MAX_BODY_BYTES, GATE_KEY
 from kvpool.server.quota import TenantBlockQuota
 from stress.http.hostile import hostile_cases
 from stress.http.metrics import MetricsScrape
@@ -95,15 +95,14 @@ async def test_prefix_hit_not_observable_across_tenants(make_server):
 
 # ---------------------------------------------------------------- quota
 def test_quota_accounting_unit():
-    q = TenantBlockQuota(10, block_size=16)
-    assert q.need(prompt_len=20, n=2, max_tokens=12) == 2 * 2
+    q = TenantBlockQuota(10)
     assert q.try_reserve("a", 6) and not q.try_reserve("a", 5) and q.try_reserve("b", 10)
     q.release("a", 6)
     assert q.reserved("a") == 0 and q.reserved("b") == 10
     with pytest.raises(AssertionError):
         q.release("a", 1)
     with pytest.raises(ValueError):
-        TenantBlockQuota(0, 16)
+        TenantBlockQuota(0)
 
 
 async def test_tenant_block_quota_caps_one_tenant(make_server):
@@ -140,15 +139,14 @@ async def test_tenant_block_quota_caps_one_tenant(make_server):
         # a request that can never fit the quota is a 400, not a retry forever
         status, resp = await post(url, {**body, "max_tokens": 64, "n": 4})
         assert status == 400 and resp["error"]["code"] == "tenant_quota_exceeded"
-        routes_engine = srv.app[ROUTES_KEY].engine
         # the tenant is the identity (no API key, no header: the anonymous tenant), never
         # the client-chosen cache_salt
-        assert routes_engine.quota.reserved("") == 0
+        assert srv.app[GATE_KEY].quota.reserved("") == 0
 
 
 async def test_quota_released_when_the_client_disconnects(make_server):
     with make_server(tenant_block_quota=8) as srv:
-        q = srv.app[ROUTES_KEY].engine.quota
+        q = srv.app[GATE_KEY].quota
         body = {"prompt": "abc", "max_tokens": 60, "temperature": 0, "ignore_eos": True,
                 "stream": True, "cache_salt": "t"}
         async with aiohttp.ClientSession() as s:

@@ -164,20 +164,25 @@ class BonusTuner:
                     passed[i] = False
                 if w == 0:
                     gain[i] = m
-        # NOTE(step): of the candidates that pass, take the one nearest the current choice
-        # (the larger gain on a tie of distance). The largest gain is the noisiest pick, and
-        # every switch costs a transient; the pairwise evidence is kept for every pair, so a
-        # walk toward a far winner passes one period after another.
-        best = cur
-        for i in range(n):
-            if passed[i] and (best == cur or abs(i - cur) < abs(best - cur)
-                              or (abs(i - cur) == abs(best - cur) and gain[i] > gain[best])):
-                best = i
+        best = self._nearest(passed, gain, cur)
         if best != cur:
             self.current = best
             self.switches += 1
             return True
         return False
+
+    @staticmethod
+    def _nearest(passed: list[bool], gain: list[float], cur: int) -> int:
+        """NOTE(step): of the candidates that pass, the one nearest the current choice (the
+        larger gain on a tie of distance); ``cur`` when none does. The largest gain is the
+        noisiest pick, and every switch costs a transient; the pairwise evidence is kept for
+        every pair, so a walk toward a far winner passes one period after another."""
+        best = cur
+        for i, ok in enumerate(passed):
+            if ok and (best == cur or abs(i - cur) < abs(best - cur)
+                       or (abs(i - cur) == abs(best - cur) and gain[i] > gain[best])):
+                best = i
+        return best
 
     def check_invariants(self) -> None:
         if not 0 <= self.current < len(self.GRID):

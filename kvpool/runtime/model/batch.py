@@ -18,7 +18,7 @@ prefix or earlier chunks (``start > 0, len(token_ids) > 1``) and decodes (``len(
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Sequence
 
@@ -119,68 +119,92 @@ class PreparedBatch:
         seqs = batch.seqs
         if not seqs:
             raise ValueError("PagedBatch has no sequences")
-        positions: list[int] = []
-        slot_blocks: list[int] = []
-        slot_offsets: list[int] = []
-        last_rows: list[int] = []
-        prefills: list[PrefillSpan] = []
-        dec_rows: list[int] = []
-        dec_tables: list[list[int]] = []
-        dec_ctx: list[int] = []
-        row = 0
-        for i, seq in enumerate(seqs):
-            q_len, start = len(seq.token_ids), seq.start
-            ctx = start + q_len
-            table = seq.block_table
-            if q_len < 1:
-                raise ValueError(f"sequence {i}: token_ids is empty (every chunk needs >= 1 token)")
-            if start < 0:
-                raise ValueError(f"sequence {i}: start must be >= 0, got {start}")
-            n_blocks = -(-ctx // block_size)
-            if len(table) < n_blocks:
-                raise ValueError(
-                    f"sequence {i}: block_table has {len(table)} blocks but {ctx} tokens need "
-                    f"{n_blocks} of size {block_size}; append blocks before the forward")
-            used = table[:n_blocks]
-            if min(used) < 0 or max(used) >= num_blocks:
-                raise ValueError(f"sequence {i}: block ids must lie in [0, {num_blocks}), "
-                                 f"got {list(used)}")
-            last_rows.append(row + q_len - 1)
-            if q_len == 1:  # decode fast path: one slot, no ranges
-                positions.append(start)
-                slot_blocks.append(table[start // block_size])
-                slot_offsets.append(start % block_size)
-                dec_rows.append(row)
-                dec_tables.append(list(used))
-                dec_ctx.append(ctx)
-            else:
-                pos_range = range(start, ctx)
-                positions.extend(pos_range)
-                slot_blocks.extend(table[p // block_size] for p in pos_range)
-                slot_offsets.extend(p % block_size for p in pos_range)
-                prefills.append(_prefill_span(row, q_len, start, used, sliding_window, device,
-                                              dtype))
-            row += q_len
-
+        rows = _lay_out(seqs, block_size, num_blocks, sliding_window, device, dtype)
         ids_cpu = torch.tensor(list(chain.from_iterable(s.token_ids for s in seqs)),
                                dtype=torch.long)
         if ids_cpu.min() < 0 or ids_cpu.max() >= vocab_size:
             raise ValueError(f"token ids must lie in [0, {vocab_size}), got "
                              f"min={int(ids_cpu.min())} max={int(ids_cpu.max())}")
-        groups = _decode_groups(dec_rows, dec_tables, dec_ctx, row, block_size, sliding_window,
-                                device, dtype)
+        groups = _decode_groups(rows.dec_rows, rows.dec_tables, rows.dec_ctx, rows.num_rows,
+                                block_size, sliding_window, device, dtype)
         # One host->device transfer for the three per-token index rows.
-        pos_slots = torch.tensor((positions, slot_blocks, slot_offsets), dtype=torch.long,
-                                 device=device)
+        pos_slots = torch.tensor((rows.positions, rows.slot_blocks, rows.slot_offsets),
+                                 dtype=torch.long, device=device)
         return cls(
             input_ids=ids_cpu.to(device),
             positions=pos_slots[0],
             slot_blocks=pos_slots[1],
             slot_offsets=pos_slots[2],
-            last_token_index=torch.tensor(last_rows, dtype=torch.long, device=device),
-            prefills=prefills,
+            last_token_index=torch.tensor(rows.last_rows, dtype=torch.long, device=device),
+            prefills=rows.prefills,
             decode_groups=groups,
         )
+
+
+@dataclass(slots=True)
+class _Rows:
+    """A batch laid out in plain lists: one entry per token for the index rows, one per
+    sequence for the last rows, per prefill for the spans, per decode for the ``dec_`` lists."""
+
+    positions: list[int] = field(default_factory=list)
+    slot_blocks: list[int] = field(default_factory=list)
+    slot_offsets: list[int] = field(default_factory=list)
+    last_rows: list[int] = field(default_factory=list)
+    prefills: list[PrefillSpan] = field(default_factory=list)
+    dec_rows: list[int] = field(default_factory=list)
+    dec_tables: list[list[int]] = field(default_factory=list)
+    dec_ctx: list[int] = field(default_factory=list)
+    num_rows: int = 0
+
+
+def _lay_out(seqs: Sequence[SeqChunk], block_size: int, num_blocks: int,
+             sliding_window: int | None, device: torch.device, dtype: torch.dtype) -> _Rows:
+    """Each checked chunk's tokens appended to the rows: a decode's one slot and its table, a
+    prefill's range of slots and its span."""
+    r = _Rows()
+    positions, slot_blocks, slot_offsets = r.positions, r.slot_blocks, r.slot_offsets
+    row = 0
+    for i, seq in enumerate(seqs):
+        q_len, start, table = len(seq.token_ids), seq.start, seq.block_table
+        used = _checked_blocks(i, seq, block_size, num_blocks)
+        r.last_rows.append(row + q_len - 1)
+        if q_len == 1:  # decode fast path: one slot, no ranges
+            positions.append(start)
+            slot_blocks.append(table[start // block_size])
+            slot_offsets.append(start % block_size)
+            r.dec_rows.append(row)
+            r.dec_tables.append(list(used))
+            r.dec_ctx.append(start + 1)
+        else:
+            pos_range = range(start, start + q_len)
+            positions.extend(pos_range)
+            slot_blocks.extend(table[p // block_size] for p in pos_range)
+            slot_offsets.extend(p % block_size for p in pos_range)
+            r.prefills.append(_prefill_span(row, q_len, start, used, sliding_window, device,
+                                            dtype))
+        row += q_len
+    r.num_rows = row
+    return r
+
+
+def _checked_blocks(i: int, seq: SeqChunk, block_size: int, num_blocks: int) -> Sequence[int]:
+    """The blocks chunk ``i``'s context needs, after the checks of :class:`SeqChunk`."""
+    q_len, start, table = len(seq.token_ids), seq.start, seq.block_table
+    ctx = start + q_len
+    if q_len < 1:
+        raise ValueError(f"sequence {i}: token_ids is empty (every chunk needs >= 1 token)")
+    if start < 0:
+        raise ValueError(f"sequence {i}: start must be >= 0, got {start}")
+    n_blocks = -(-ctx // block_size)
+    if len(table) < n_blocks:
+        raise ValueError(
+            f"sequence {i}: block_table has {len(table)} blocks but {ctx} tokens need "
+            f"{n_blocks} of size {block_size}; append blocks before the forward")
+    used = table[:n_blocks]
+    if min(used) < 0 or max(used) >= num_blocks:
+        raise ValueError(f"sequence {i}: block ids must lie in [0, {num_blocks}), "
+                         f"got {list(used)}")
+    return used
 
 
 def _decode_groups(rows: list[int], tables: list[list[int]], ctx: list[int], num_rows: int,
@@ -189,26 +213,7 @@ def _decode_groups(rows: list[int], tables: list[list[int]], ctx: list[int], num
     """Split the decodes into :class:`DecodeGroup` s of similar width (see GROUP_RATIO)."""
     if not rows:
         return []
-    order = sorted(range(len(rows)), key=lambda i: len(tables[i]), reverse=True)
-    parts: list[list[int]] = []
-    for i in order:  # widest first; a new part once the width drops below max / GROUP_RATIO
-        if parts and len(tables[i]) * GROUP_RATIO > len(tables[parts[-1][0]]):
-            parts[-1].append(i)
-        else:
-            parts.append([i])
-    merged: list[list[int]] = []
-    absorbed: list[int] = []  # per group: narrow rows it took in from smaller parts
-    for part in parts:
-        # a small part joins the wider group before it, as long as that group's narrow rows
-        # stay fewer than MIN_GROUP_ROWS (several small parts in a row would otherwise add up
-        # to a padded crowd); else it starts a group of its own
-        if merged and len(part) < MIN_GROUP_ROWS and \
-                absorbed[-1] + len(part) < MIN_GROUP_ROWS:
-            merged[-1].extend(part)
-            absorbed[-1] += len(part)
-        else:
-            merged.append(part)
-            absorbed.append(0)
+    merged = _width_groups(tables)
     if len(merged) == 1:
         merged[0].sort()  # one group: keep row order (the all-decode fast path needs it)
     groups = []
@@ -229,6 +234,32 @@ def _decode_groups(rows: list[int], tables: list[list[int]], ctx: list[int], num
             rows=None if all_rows else torch.tensor(part_rows, dtype=torch.long, device=device),
             block_table=table, key_bias=_bias(visible, dtype)[:, None, None, :]))
     return groups
+
+
+def _width_groups(tables: list[list[int]]) -> list[list[int]]:
+    """The decodes' indices, widest first, cut where the width drops below the group's
+    max / GROUP_RATIO; a part under MIN_GROUP_ROWS joins the wider group before it."""
+    order = sorted(range(len(tables)), key=lambda i: len(tables[i]), reverse=True)
+    parts: list[list[int]] = []
+    for i in order:
+        if parts and len(tables[i]) * GROUP_RATIO > len(tables[parts[-1][0]]):
+            parts[-1].append(i)
+        else:
+            parts.append([i])
+    merged: list[list[int]] = []
+    absorbed: list[int] = []  # per group: narrow rows it took in from smaller parts
+    for part in parts:
+        # a small part joins the wider group before it, as long as that group's narrow rows
+        # stay fewer than MIN_GROUP_ROWS (several small parts in a row would otherwise add up
+        # to a padded crowd); else it starts a group of its own
+        if merged and len(part) < MIN_GROUP_ROWS and \
+                absorbed[-1] + len(part) < MIN_GROUP_ROWS:
+            merged[-1].extend(part)
+            absorbed[-1] += len(part)
+        else:
+            merged.append(part)
+            absorbed.append(0)
+    return merged
 
 
 def _prefill_span(row: int, q_len: int, start: int, blocks: Sequence[int],

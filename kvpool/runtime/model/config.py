@@ -140,74 +140,37 @@ class ModelConfig:
         """Parse a config.json dict as written by transformers 4.x or 5.x."""
         if not isinstance(d, Mapping):
             raise ModelConfigError("config.json", "top level must be a JSON object")
-        model_type = d.get("model_type")
-        if model_type is None:
-            archs = d.get("architectures") or []
-            by_arch = {v: k for k, v in _ARCHITECTURES.items()}
-            model_type = next((by_arch[a] for a in archs if a in by_arch), None)
-            if model_type is None:
-                raise ModelConfigError(
-                    "model_type", f"missing and architectures={archs!r} names no supported class; "
-                    f"set model_type to one of {sorted(_ARCHITECTURES)}")
+        model_type = _parse_model_type(d)
         hidden_act = d.get("hidden_act", "silu")
         if hidden_act != "silu":
             raise ModelConfigError("hidden_act", f"only 'silu' is supported, got {hidden_act!r}")
-
-        def req(key: str) -> Any:
-            if d.get(key) is None:
-                raise ModelConfigError(key, "required key is missing")
-            return d[key]
-
-        hidden, heads = req("hidden_size"), req("num_attention_heads")
-        head_dim = d.get("head_dim")
-        if head_dim is None:
-            if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 \
-                    or hidden % heads:
-                raise ModelConfigError(
-                    "head_dim", f"absent and hidden_size={hidden!r} is not a multiple of "
-                    f"num_attention_heads={heads!r}; add head_dim")
-            head_dim = hidden // heads
+        hidden, heads = _required(d, "hidden_size"), _required(d, "num_attention_heads")
+        head_dim = _parse_head_dim(d, hidden, heads)
         partial = d.get("partial_rotary_factor", 1.0)
         if partial not in (None, 1, 1.0):
             raise ModelConfigError("partial_rotary_factor",
                                    f"only 1.0 is supported, got {partial!r}")
-
         theta, scaling = _parse_rope(d)
-        qkv_bias = o_bias = mlp_bias = False
-        sliding = None
-        if model_type == "llama":
-            qkv_bias = o_bias = bool(d.get("attention_bias", False))
-            mlp_bias = bool(d.get("mlp_bias", False))
-        elif model_type == "qwen2":
-            qkv_bias = True
-            if d.get("use_sliding_window"):
-                raise ModelConfigError(
-                    "use_sliding_window", "Qwen2 sliding-window layers are not supported; "
-                    "set it to false (the released Qwen2/2.5 checkpoints do)")
-        else:  # mistral
-            sliding = d.get("sliding_window")
+        family = _parse_family(d, model_type)
         eos = d.get("eos_token_id")
         eos_ids = () if eos is None else (tuple(eos) if isinstance(eos, (list, tuple)) else (eos,))
         return cls(
             model_type=model_type,
             hidden_size=hidden,
-            intermediate_size=req("intermediate_size"),
-            num_hidden_layers=req("num_hidden_layers"),
+            intermediate_size=_required(d, "intermediate_size"),
+            num_hidden_layers=_required(d, "num_hidden_layers"),
             num_attention_heads=heads,
             num_key_value_heads=d.get("num_key_value_heads") or heads,
             head_dim=head_dim,
-            vocab_size=req("vocab_size"),
+            vocab_size=_required(d, "vocab_size"),
             rms_norm_eps=d.get("rms_norm_eps", 1e-6),
             max_position_embeddings=d.get("max_position_embeddings", 2048),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             rope_theta=theta,
             rope_scaling=scaling,
-            qkv_bias=qkv_bias,
-            o_bias=o_bias,
-            mlp_bias=mlp_bias,
-            sliding_window=sliding,
             bos_token_id=d.get("bos_token_id"),
             eos_token_ids=eos_ids,
+            **family,
         )
 
     def to_hf_dict(self) -> dict[str, Any]:
@@ -243,6 +206,58 @@ class ModelConfig:
         if self.model_type == "mistral":
             out["sliding_window"] = self.sliding_window
         return out
+
+
+def _required(d: Mapping[str, Any], key: str) -> Any:
+    if d.get(key) is None:
+        raise ModelConfigError(key, "required key is missing")
+    return d[key]
+
+
+def _parse_model_type(d: Mapping[str, Any]) -> str:
+    """``model_type``, else the one a listed architecture names."""
+    model_type = d.get("model_type")
+    if model_type is None:
+        archs = d.get("architectures") or []
+        by_arch = {v: k for k, v in _ARCHITECTURES.items()}
+        model_type = next((by_arch[a] for a in archs if a in by_arch), None)
+        if model_type is None:
+            raise ModelConfigError(
+                "model_type", f"missing and architectures={archs!r} names no supported class; "
+                f"set model_type to one of {sorted(_ARCHITECTURES)}")
+    return model_type
+
+
+def _parse_head_dim(d: Mapping[str, Any], hidden: Any, heads: Any) -> Any:
+    """``head_dim``, else ``hidden_size / num_attention_heads`` when that divides."""
+    head_dim = d.get("head_dim")
+    if head_dim is None:
+        if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 \
+                or hidden % heads:
+            raise ModelConfigError(
+                "head_dim", f"absent and hidden_size={hidden!r} is not a multiple of "
+                f"num_attention_heads={heads!r}; add head_dim")
+        head_dim = hidden // heads
+    return head_dim
+
+
+def _parse_family(d: Mapping[str, Any], model_type: str) -> dict[str, Any]:
+    """The fields one family sets its own way: biases (Llama's flags, Qwen2's fixed q/k/v
+    bias) and Mistral's sliding window."""
+    family: dict[str, Any] = {"qkv_bias": False, "o_bias": False, "mlp_bias": False,
+                              "sliding_window": None}
+    if model_type == "llama":
+        family["qkv_bias"] = family["o_bias"] = bool(d.get("attention_bias", False))
+        family["mlp_bias"] = bool(d.get("mlp_bias", False))
+    elif model_type == "qwen2":
+        family["qkv_bias"] = True
+        if d.get("use_sliding_window"):
+            raise ModelConfigError(
+                "use_sliding_window", "Qwen2 sliding-window layers are not supported; "
+                "set it to false (the released Qwen2/2.5 checkpoints do)")
+    else:  # mistral
+        family["sliding_window"] = d.get("sliding_window")
+    return family
 
 
 def _parse_rope(d: Mapping[str, Any]) -> tuple[float, RopeScaling]:

@@ -224,11 +224,27 @@ class Sampler:
         only when some row's ``needs_history``. ``token_mask`` (grammar rows only) sets the
         logits of disallowed tokens to -inf after the adjustments, before temperature.
         """
-        num, vocab = logits.shape
+        num, _ = logits.shape
         if len(params) != num or (generators is not None and len(generators) != num):
             raise ValueError(f"need one SamplingParams (and generator) per logits row ({num})")
         if histories is not None and len(histories) != num:
             raise ValueError(f"need one SeqHistory per logits row ({num})")
+        logits = self._adjusted(logits, params, histories, token_mask)
+        best = logits.argmax(dim=-1)
+        rows = [i for i, p in enumerate(params) if not p.greedy]
+        if not rows:
+            return best
+        chosen = self._sample(logits if len(rows) == num else logits[rows],
+                              [params[i] for i in rows], rows, generators)
+        if len(rows) == num:
+            return chosen
+        best[rows] = chosen
+        return best
+
+    def _adjusted(self, logits: torch.Tensor, params: Sequence[SamplingParams],
+                  histories: Sequence[SeqHistory] | None,
+                  token_mask: TokenMask | None) -> torch.Tensor:
+        """The float32 logits after the rows' adjustments and the grammar mask."""
         logits = raw = logits.float()
         if any(p.adjusts_logits for p in params):
             # NOTE(copy): float() may return the caller's tensor; adjust a copy, never the logits
@@ -238,28 +254,25 @@ class Sampler:
         if token_mask is not None:
             logits = apply_token_mask(logits.clone() if logits is raw else logits, token_mask,
                                       fallback=raw if logits is not raw else None)
-        best = logits.argmax(dim=-1)
-        rows = [i for i, p in enumerate(params) if not p.greedy]
-        if not rows:
-            return best
-        dev = logits.device
-        x = logits if len(rows) == num else logits[rows]
-        temps = torch.tensor([params[i].temperature for i in rows], device=dev)
+        return logits
+
+    def _sample(self, x: torch.Tensor, params: list[SamplingParams], rows: list[int],
+                generators: Sequence[torch.Generator | None] | None) -> torch.Tensor:
+        """One token per sampled row: ``x`` (those rows' logits, ``params`` theirs) through
+        temperature, min_p, top-k / top-p and the exponential race."""
+        vocab = x.shape[-1]
+        temps = torch.tensor([p.temperature for p in params], device=x.device)
         x = x / temps[:, None]
-        min_p = [float(params[i].min_p) for i in rows]
+        min_p = [float(p.min_p) for p in params]
         if max(min_p) > 0.0:
             x = apply_min_p(x, min_p)
-        top_k = [min(params[i].top_k, vocab) if params[i].top_k > 0 else vocab for i in rows]
-        top_p = [float(params[i].top_p) for i in rows]
+        top_k = [min(p.top_k, vocab) if p.top_k > 0 else vocab for p in params]
+        top_p = [float(p.top_p) for p in params]
         if min(top_k) < vocab or min(top_p) < 1.0:
             x = self._filter(x, top_k, top_p)
         probs = torch.softmax(x, dim=-1)
         noise = self._exponential_noise(probs, rows, generators)
-        chosen = (probs / noise).argmax(dim=-1)
-        if len(rows) == num:
-            return chosen
-        best[rows] = chosen
-        return best
+        return (probs / noise).argmax(dim=-1)
 
     @staticmethod
     def _filter(x: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:

@@ -1,0 +1,79 @@
+"""FreeList: the ids of one pool's content-free blocks (docs/architecture.md#locking, layer 0).
+
+Two containers, both of them free ids (ref 0, no hash)::
+
+    bulk      array('i')   4 B per id, LIFO: ids start in descending order, so pop() yields
+                           the lowest id first; released ids are pushed at the end
+    magazine  deque        up to MAGAZINE ids moved out of bulk at once, for the pool's
+                           lock-free single-block allocate(): deque.pop() is one C call,
+                           atomic under the GIL, so it needs no lock
+
+Only the pool's writer (lock held) moves ids between the two or out of bulk; lock-free
+callers only pop the magazine, and a racing pop during ``drain`` or ``refill`` is fine: each
+id leaves the deque exactly once. The pool keeps references to ``bulk`` and ``magazine``
+(never rebound) for its hot paths; everything that walks or rearranges them lives here.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import deque
+from collections.abc import Sequence
+
+from kvpool.errors import InvalidBlockError
+
+# NOTE(speed): ids moved to the magazine per refill. A refill is one locked section (two
+# Python frames, a slice and a deque extend); at 32 it cost about as much per allocate() as
+# the lock-free pop itself, at 256 it is an eighth of that (bench.pool decode.per_seq).
+MAGAZINE = 256
+
+
+class FreeList:
+    """The free ids of a pool of ``num_blocks`` blocks: ``bulk`` plus ``magazine``."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.bulk = array("i", range(num_blocks - 1, -1, -1))
+        self.magazine: deque[int] = deque()
+
+    def __len__(self) -> int:
+        return len(self.bulk) + len(self.magazine)
+
+    def drain(self) -> None:
+        """Move the magazine back to bulk (lock held; racing lock-free pops are fine)."""
+        fast, push = self.magazine, self.bulk.append
+        while True:
+            try:
+                push(fast.pop())
+            except IndexError:
+                return
+
+    def refill(self) -> bool:
+        """Move up to MAGAZINE ids, the lowest first, from bulk to the magazine; False when
+        bulk is empty. Lock held."""
+        bulk = self.bulk
+        k = min(len(bulk), MAGAZINE)
+        if not k:
+            return False
+        chunk = bulk[len(bulk) - k :]
+        del bulk[len(bulk) - k :]
+        self.magazine.extend(chunk)  # pop() then yields the lowest id first
+        return True
+
+    def pull(self, block_ids: Sequence[int]) -> int:
+        """Take the listed ids out (a defrag plan reserves them); returns how many distinct
+        ids left. InvalidBlockError, and nothing taken, when one is not free. Lock held."""
+        self.drain()
+        taken = set(block_ids)
+        kept = [b for b in self.bulk if b not in taken]
+        if len(kept) != len(self.bulk) - len(taken):
+            raise InvalidBlockError("reserve: a block id is not free")
+        self.bulk[:] = array("i", kept)
+        return len(taken)
+
+    def ids(self) -> list[int]:
+        """A copy of the free ids (bulk and magazine)."""
+        return self.bulk.tolist() + list(self.magazine)
+
+    def id_bytes(self) -> bytes:
+        """The free ids as native int32 bytes (numpy reads them without a Python list)."""
+        return self.bulk.tobytes() + array("i", self.magazine).tobytes()

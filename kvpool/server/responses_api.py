@@ -1,0 +1,96 @@
+"""The Responses API: ``POST /v1/responses`` and ``GET /v1/responses/{id}``, as the openai
+client's ``client.responses.create`` / ``retrieve`` send them.
+
+A Responses body becomes a chat body (responses_input.py), the chat parser renders it with
+the model's chat template, and the chat route's own engine call and streaming loop run it
+(handlers.py ``generate``); only the answer's shape is this API's (responses_view.py). So
+greedy output equals the chat completion's for the same messages, and every chat bound and
+error holds here too (a chat parameter's name is translated back: ``max_tokens`` is
+``max_output_tokens``, ``messages`` is ``input``).
+
+Finished responses with ``store`` (OpenAI's default: true) are kept in a bounded in-memory
+store per tenant (response_store.py) for ``previous_response_id`` and GET.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from aiohttp import web
+
+from kvpool.errors import RequestError
+from kvpool.server.handlers import OpenAIRoutes
+from kvpool.server.parsed_request import ParsedRequest
+from kvpool.server.response_store import ResponseStore, StoredResponse
+from kvpool.server.responses import ResponseBuilder
+from kvpool.server.responses_input import (ResponseNotFoundError, ResponsesInput,
+                                           responses_to_chat)
+from kvpool.server.responses_view import ResponsesView
+from kvpool.server.tenant import current_tenant
+
+__all__ = ["RESPONSES_KEY", "ResponsesRoute"]
+
+# chat parameter -> the Responses field a client sent it as
+_PARAM_NAMES = {"max_tokens": "max_output_tokens", "messages": "input"}
+
+
+def _renamed(exc: RequestError) -> RequestError:
+    """A chat parser error, naming the Responses field (``max_output_tokens``, ``input``)."""
+    name = _PARAM_NAMES.get(exc.param or "")
+    if name is None:
+        return exc
+    return RequestError(str(exc).replace(exc.param, name, 1), param=name, code=exc.code)
+
+
+class ResponsesRoute:
+    """The two routes over the app's chat machinery (``routes``) and a response store."""
+
+    def __init__(self, routes: OpenAIRoutes, store: ResponseStore | None = None) -> None:
+        self.routes = routes
+        self.store = store if store is not None else ResponseStore()
+
+    @classmethod
+    def register(cls, app: web.Application, routes: OpenAIRoutes) -> ResponsesRoute:
+        route = cls(routes)
+        app.router.add_post("/v1/responses", route.create)
+        app.router.add_get("/v1/responses/{response_id}", route.retrieve)
+        app[RESPONSES_KEY] = route
+        return route
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        tenant = current_tenant()  # NOTE(contextvar): read on the loop, not in the parse
+        asked: list[ResponsesInput] = []
+
+        def parse(raw: bytes) -> ParsedRequest:
+            parser = self.routes.parser
+            inp = responses_to_chat(parser.decode_body(raw), parser.fields,
+                                    lambda rid: self.store.get(tenant, rid))
+            asked.append(inp)
+            try:
+                req = parser.parse_chat(inp.chat)
+            except RequestError as exc:
+                raise _renamed(exc) from None
+            return dataclasses.replace(req, ignored=inp.ignored)
+
+        def view(builder: ResponseBuilder) -> ResponsesView:
+            return ResponsesView(builder, asked[0], functools.partial(self._keep, tenant,
+                                                                      asked[0]))
+
+        return await self.routes.generate(request, parse, view)
+
+    def _keep(self, tenant: str, inp: ResponsesInput, body: dict[str, Any], text: str) -> None:
+        if inp.store:
+            turn = {"role": "assistant", "content": text}
+            self.store.put(tenant, body["id"], StoredResponse(body, inp.conversation + (turn,)))
+
+    async def retrieve(self, request: web.Request) -> web.Response:
+        rid = request.match_info["response_id"]
+        entry = self.store.get(current_tenant(), rid)
+        if entry is None:
+            raise ResponseNotFoundError(rid, param=None)
+        return web.json_response(entry.body)
+
+
+RESPONSES_KEY = web.AppKey("kvpool_responses", ResponsesRoute)

@@ -1,0 +1,151 @@
+"""A Responses API body -> the chat body the chat parser takes, and the conversation it holds.
+
+The messages, in order: ``instructions`` as a system message; the conversation of
+``previous_response_id`` (its input and output; not its instructions: OpenAI does not carry
+them over); then ``input``: a string (one user message) or a list of messages, each
+``{"role", "content"}`` (``"type": "message"`` optional) whose content is a string or a list of
+``input_text`` / ``output_text`` parts (the output items of an earlier response can be sent
+back as they came). ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
+through. Other item kinds (function calls, files, images) and Responses features this server
+does not implement (tools, background, reasoning, non-text formats) are a 400 naming the field,
+so a client never gets a silently different result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvpool.errors import RequestError, shown
+from kvpool.server.builtin_template import ChatTemplate
+from kvpool.server.known_fields import FieldPolicy, check_unsupported
+from kvpool.server.response_store import StoredResponse
+
+__all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "responses_to_chat"]
+
+# copied into the chat body as they are (the chat parser validates them)
+PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "user",
+                "priority", "cache_salt", "stream")
+# field -> the values that mean "not used": anything else is a 400 unsupported_parameter
+UNSUPPORTED = {"tools": ([],), "background": (False,), "reasoning": ({},),
+               "truncation": ("disabled",), "include": ([],), "conversation": (),
+               "prompt": (), "top_logprobs": (0,), "tool_choice": ("auto", "none")}
+KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
+                             "previous_response_id", "metadata", "text",
+                             "parallel_tool_calls"}
+                            | set(PASS_THROUGH) | set(UNSUPPORTED))
+TEXT_PARTS = ("input_text", "output_text")
+
+
+class ResponseNotFoundError(RequestError):
+    """``previous_response_id`` (or a GET) names no stored response of this tenant: 404, as
+    OpenAI answers it."""
+
+    http_status = 404
+
+    def __init__(self, response_id: str, param: str | None = "previous_response_id") -> None:
+        super().__init__(f"Previous response with id {shown(response_id, 80)} not found."
+                         if param else f"Response with id {shown(response_id, 80)} not found.",
+                         param=param, code="previous_response_not_found" if param else
+                         "response_not_found")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesInput:
+    """What one Responses request asks, beside the chat body it became."""
+
+    chat: dict[str, Any]  # the chat completions body
+    conversation: tuple[dict[str, str], ...]  # previous turns + this input, no instructions
+    instructions: str | None
+    previous_id: str | None
+    store: bool
+    metadata: dict[str, Any]
+    max_output_tokens: int | None
+    ignored: tuple[str, ...]  # unknown fields that were ignored (known_fields.py)
+
+
+def _bad(param: str, message: str, code: str | None = None) -> RequestError:
+    return RequestError(f"{param}: {message}", param=param, code=code)
+
+
+def _opt(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _bad(name, f"must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
+                      lookup: Callable[[str], StoredResponse | None]) -> ResponsesInput:
+    """The chat request of one Responses body; ``lookup`` finds the tenant's stored
+    responses (``previous_response_id``)."""
+    ignored = fields.check(body, KNOWN_RESPONSES)
+    check_unsupported(body, UNSUPPORTED)
+    fmt = (_opt(body, "text", dict, {}).get("format") or {"type": "text"})
+    if not isinstance(fmt, dict) or fmt.get("type") != "text":
+        raise _bad("text.format", "only the text format is supported", "unsupported_parameter")
+    instructions = _opt(body, "instructions", str, None)
+    previous_id = _opt(body, "previous_response_id", str, None)
+    before: tuple[dict[str, str], ...] = ()
+    if previous_id is not None:
+        previous = lookup(previous_id)
+        if previous is None:
+            raise ResponseNotFoundError(previous_id)
+        before = previous.messages
+    conversation = before + tuple(input_messages(body.get("input")))
+    system = ({"role": "system", "content": instructions},) if instructions is not None else ()
+    chat = {k: body[k] for k in PASS_THROUGH if body.get(k) is not None}
+    chat["messages"] = [dict(m) for m in system + conversation]
+    max_output = _opt(body, "max_output_tokens", int, None)
+    if max_output is not None:
+        chat["max_tokens"] = max_output
+    return ResponsesInput(chat=chat, conversation=conversation, instructions=instructions,
+                          previous_id=previous_id, store=_opt(body, "store", bool, True),
+                          metadata=_opt(body, "metadata", dict, {}),
+                          max_output_tokens=max_output, ignored=ignored)
+
+
+def input_messages(value: Any) -> list[dict[str, str]]:
+    """``input`` -> chat messages ``{"role", "content"}`` (a 400 naming ``input[i]``)."""
+    if isinstance(value, str):
+        if not value:
+            raise _bad("input", "must not be empty")
+        return [{"role": "user", "content": value}]
+    if value is None:
+        raise _bad("input", "is required")
+    if not isinstance(value, list) or not value:
+        raise _bad("input", "must be a string or a non-empty list of input messages")
+    return [_message(item, f"input[{i}]") for i, item in enumerate(value)]
+
+
+def _message(item: Any, where: str) -> dict[str, str]:
+    if not isinstance(item, dict):
+        raise _bad(where, "must be a message object with 'role' and 'content'")
+    kind = item.get("type", "message")
+    if kind != "message":
+        raise _bad(f"{where}.type", f"only message items are supported, got "
+                   f"{json.dumps(kind)[:40]}", "unsupported_parameter")
+    role = item.get("role")
+    if role not in ChatTemplate.ROLES:
+        raise _bad(f"{where}.role", f"must be one of {', '.join(ChatTemplate.ROLES)}, got "
+                   f"{json.dumps(role)[:40]}")
+    return {"role": role, "content": _text(item.get("content"), f"{where}.content")}
+
+
+def _text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _bad(where, "must be a string or a list of input_text parts")
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS \
+                or not isinstance(part.get("text"), str):
+            raise _bad(f"{where}[{j}]", "only text parts ({'type': 'input_text', 'text': "
+                       "...}) are supported", "unsupported_parameter")
+        texts.append(part["text"])
+    return "".join(texts)

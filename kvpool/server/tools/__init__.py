@@ -1,0 +1,19 @@
+"""Function calling in vLLM's shape: ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` on
+chat completions, ``message.tool_calls`` and streamed tool-call deltas in the response.
+
+::
+
+    request.py      the fields -> a ToolRequest (400s name the param), the forcing grammar
+    forced.py       required / named: the grammar-forced output -> calls, as it streams
+    stream.py       one choice's text -> content and tool-call deltas (auto: a parser)
+    hermes.py, llama3_json.py, mistral.py, pythonic.py    one model output format each
+    parsers.py      ``--tool-call-parser NAME`` -> the parser
+    calls.py        ToolCall, the ids, the shapes the response carries
+    scan.py         the bracket scanner the parsers share
+
+``tool_choice``: ``none`` (the template still sees the tools; the output is plain content),
+``auto`` (the model decides; ``--enable-auto-tool-choice --tool-call-parser NAME`` reads its
+output), ``required`` and a named function (``{"type": "function", "function": {"name"}}``),
+both enforced by the structured-output grammar, so even a random-weight model returns a call
+whose arguments validate against the tool's ``parameters`` schema.
+"""

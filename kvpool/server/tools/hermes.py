@@ -1,0 +1,53 @@
+"""Hermes / Qwen format: each call a JSON object inside ``<tool_call>`` tags, anywhere after
+some text::
+
+    Let me check.<tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+    <tool_call>
+    {"name": "get_time", "arguments": {}}
+    </tool_call>
+
+The content is the text before the first tag. A block whose JSON is not a call is skipped
+(each block stands alone, so a streamed prefix never reads a call the whole output lacks); a
+last block left open still counts once its JSON is complete. No call read: plain content.
+"""
+
+from __future__ import annotations
+
+from kvpool.server.tools.calls import Extracted, ToolCall, call_from_json
+from kvpool.server.tools.scan import json_values
+
+__all__ = ["HermesParser"]
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+class HermesParser:
+    """``--tool-call-parser hermes``."""
+
+    name = "hermes"
+    markers = (OPEN,)
+    at_start = False  # a call may follow any text
+    # Qwen's and Hermes' tokenizers may make the tags special tokens: they must reach the text
+    keeps_special_tokens = True
+
+    def extract(self, text: str) -> Extracted:
+        start = text.find(OPEN)
+        if start < 0:
+            return Extracted.plain(text)
+        calls: list[ToolCall] = []
+        pos = start
+        while pos >= 0:
+            body = pos + len(OPEN)
+            close = text.find(CLOSE, body)
+            values, _ = json_values(text[body:close if close >= 0 else len(text)])
+            call = call_from_json(values[0]) if values else None
+            if call is not None:
+                calls.append(call)
+            if close < 0:
+                break
+            pos = text.find(OPEN, close + len(CLOSE))
+        if not calls:
+            return Extracted.plain(text)
+        return Extracted(text[:start] or None, tuple(calls))

@@ -1,0 +1,195 @@
+"""``tools``, ``tool_choice`` and ``parallel_tool_calls`` -> one validated :class:`ToolRequest`.
+
+Rules (vLLM's, OpenAI's shapes)::
+
+    tools               [{"type": "function", "function": {"name", "description"?,
+                          "parameters"? (a JSON schema object), "strict"?}}, ...]
+    tool_choice         "none" | "auto" | "required" | {"type": "function",
+                          "function": {"name": NAME}}; left out: "auto" when tools are given
+                          (vLLM's default), else "none"
+    parallel_tool_calls true (default) | false: at most one call
+
+``auto`` needs ``--enable-auto-tool-choice --tool-call-parser NAME`` (else 400, vLLM's
+message); required and named compile a grammar (forced_schema) that the structured-output
+path enforces, so they need no parser. Every 400 names the param (``tools[1].function.name``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kvpool.errors import RequestError
+from kvpool.runtime.model.grammar import GrammarSpec
+from kvpool.server.tools.calls import Extracted
+from kvpool.server.tools.forced import CallArrayStream, NamedStream
+from kvpool.server.tools.stream import ParserStream
+
+__all__ = ["MAX_TOOLS", "ToolRequest", "forced_schema", "parse_tool_request", "template_tools"]
+
+MAX_TOOLS = 128
+AUTO_NEEDS_FLAGS = ('"auto" tool choice requires --enable-auto-tool-choice and '
+                    '--tool-call-parser to be set')
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # OpenAI allows a-z, A-Z, 0-9, _ and -; vLLM dots
+_CHOICES = ("none", "auto", "required")
+_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+
+
+def _bad(param: str, message: str, code: str | None = None) -> RequestError:
+    return RequestError(f"{param}: {message}", param=param, code=code)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRequest:
+    """What a chat request asked of its tools."""
+
+    tools: tuple[dict[str, Any], ...]  # as sent: the chat template renders them
+    choice: str  # none | auto | required | named
+    name: str | None = None  # the named function
+    parallel: bool = True  # parallel_tool_calls
+    parser: Any = None  # auto: the --tool-call-parser
+    grammar: GrammarSpec | None = None  # required / named: what forces the call
+
+    @property
+    def extracts(self) -> bool:
+        """Whether the output is read for calls (``none``: plain content)."""
+        return self.choice != "none"
+
+    def stream(self) -> Any:
+        if self.choice == "named":
+            return NamedStream(self.name)
+        if self.choice == "required":
+            return CallArrayStream()
+        return ParserStream(self.parser, None if self.parallel else 1)
+
+    def extract(self, text: str) -> Extracted:
+        if self.choice == "named":
+            return NamedStream.extract(self.name, text)
+        if self.choice == "required":
+            return CallArrayStream.extract(text)
+        got = self.parser.extract(text)
+        return got if self.parallel else Extracted(got.content, got.calls[:1])
+
+
+def parse_tool_request(body: dict[str, Any], parser: Any) -> ToolRequest | None:
+    """``parser``: the auto parser, or None without --enable-auto-tool-choice. None: the
+    request has no tools."""
+    tools = _tools(body.get("tools"))
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise _bad("parallel_tool_calls", "must be a boolean")
+    choice, name = _choice(body.get("tool_choice"), tools)
+    if not tools:
+        return None
+    if choice == "auto" and parser is None:
+        raise RequestError(AUTO_NEEDS_FLAGS, param="tool_choice")
+    parallel = parallel is not False
+    grammar = _compile(forced_schema(tools, name, parallel), tools, name) \
+        if choice in ("named", "required") else None
+    return ToolRequest(tuple(tools), choice, name, parallel,
+                       parser if choice == "auto" else None, grammar)
+
+
+def template_tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...] | None:
+    """vLLM's /tokenize ``tools``: validated, for the template only (nothing is generated)."""
+    return tuple(_tools(body.get("tools"))) or None
+
+
+def _tools(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_TOOLS:
+        raise _bad("tools", f"must be a list of at most {MAX_TOOLS} tool objects")
+    seen: set[str] = set()
+    for i, tool in enumerate(value):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            raise _bad(f"{where}.type", "each tool must be {'type': 'function', "
+                       "'function': {...}}")
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise _bad(f"{where}.function", "must be an object with a name")
+        _function(fn, f"{where}.function")
+        if fn["name"] in seen:
+            raise _bad(f"{where}.function.name", f"{fn['name']!r} is given twice")
+        seen.add(fn["name"])
+    return value
+
+
+def _function(fn: dict[str, Any], where: str) -> None:
+    name = fn.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _bad(f"{where}.name", "is required: 1-64 characters of a-z, A-Z, 0-9, _, . or -")
+    if fn.get("description") is not None and not isinstance(fn["description"], str):
+        raise _bad(f"{where}.description", "must be a string")
+    if fn.get("strict") is not None and not isinstance(fn["strict"], bool):
+        raise _bad(f"{where}.strict", "must be a boolean")
+    params = fn.get("parameters")
+    if params is not None:
+        _schema_shape(params, f"{where}.parameters")
+
+
+def _schema_shape(schema: Any, param: str) -> None:
+    """The checks every mode makes (required / named compile the schema on top of this)."""
+    if not isinstance(schema, dict):
+        raise _bad(param, "must be a JSON schema object")
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if kind is not None and not all(isinstance(k, str) and k in _TYPES for k in kinds):
+        raise _bad(param, f"invalid JSON schema: unknown type {kind!r}")
+    if "properties" in schema and not isinstance(schema["properties"], dict):
+        raise _bad(param, "invalid JSON schema: properties must be an object")
+
+
+def _choice(value: Any, tools: list[dict[str, Any]]) -> tuple[str, str | None]:
+    if value is None:
+        return ("auto" if tools else "none"), None
+    if isinstance(value, str):
+        if value not in _CHOICES:
+            raise _bad("tool_choice", f"must be one of {', '.join(_CHOICES)} or "
+                       "{'type': 'function', 'function': {'name': ...}}")
+        if value == "required" and not tools:
+            raise _bad("tool_choice", "'required' needs tools")
+        return value, None
+    fn = value.get("function") if isinstance(value, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str) or value.get("type") != "function":
+        raise _bad("tool_choice", "a named tool choice is {'type': 'function', "
+                   "'function': {'name': NAME}}")
+    if name not in {t["function"]["name"] for t in tools}:
+        raise _bad("tool_choice", f"the function {name[:64]!r} is not in tools")
+    return "named", name
+
+
+def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
+    return tool["function"].get("parameters") or {"type": "object"}
+
+
+def forced_schema(tools: list[dict[str, Any]], name: str | None, parallel: bool) -> Any:
+    """named: the function's parameters; required: an array of {name, parameters} items, one
+    shape per tool (name first, so a stream reads the name before its arguments)."""
+    if name is not None:
+        return next(_parameters(t) for t in tools if t["function"]["name"] == name)
+    items = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
+                                               "parameters": _parameters(t)},
+              "required": ["name", "parameters"], "additionalProperties": False}
+             for t in tools]
+    schema = {"type": "array", "minItems": 1,
+              "items": items[0] if len(items) == 1 else {"anyOf": items}}
+    return schema if parallel else {**schema, "maxItems": 1}
+
+
+def _compile(schema: Any, tools: list[dict[str, Any]], name: str | None) -> GrammarSpec:
+    try:
+        return GrammarSpec.json_schema(schema, name or "tool_calls")
+    except RequestError as exc:
+        why = str(exc).removeprefix("response_format: ")
+    for i, tool in enumerate(tools):  # which tool's schema the compiler refused
+        if name is None or tool["function"]["name"] == name:
+            try:
+                GrammarSpec.json_schema(_parameters(tool))
+            except RequestError as exc:
+                raise _bad(f"tools[{i}].function.parameters",
+                           str(exc).removeprefix("response_format: ")) from None
+    raise _bad("tools", why)

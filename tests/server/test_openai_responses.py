@@ -1,0 +1,188 @@
+"""The Responses API through the official ``openai`` client: ``client.responses.create`` on a
+real ``kvpool serve DIR`` (a tiny model directory with its own ChatML template) answers what
+the chat completion of the same messages answers, streamed as OpenAI's event sequence;
+``previous_response_id`` continues the stored conversation of the same tenant only; the store
+is bounded (least recently used out); bad input is a 400 (or 404) OpenAI error."""
+
+from __future__ import annotations
+
+import subprocess
+
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from kvpool.server.known_fields import IGNORED_FIELDS_HEADER
+from kvpool.server.responses_api import RESPONSES_KEY
+from tests.runtime.model.helpers import save_hf_model
+from tests.server.test_chat_template import CHATML, model_dir
+from tests.server.test_serve import ROOT, serve_command, subprocess_server
+
+pytest.importorskip("transformers")
+
+STREAM_EVENTS = ["response.created", "response.in_progress", "response.output_item.added",
+                 "response.content_part.added"]
+END_EVENTS = ["response.output_text.done", "response.content_part.done",
+              "response.output_item.done"]
+FIRST = [{"role": "system", "content": "Be brief."},
+         {"role": "user", "content": "What do blocks store?"}]
+
+
+@pytest.fixture(scope="module")
+def chat_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hf_chatml")
+    save_hf_model(d, "qwen2", vocab_size=320)
+    model_dir(d, CHATML, "<|im_start|>", "<|im_end|>")
+    return d
+
+
+def client(url: str, tenant: str | None = None) -> AsyncOpenAI:
+    headers = {"X-Tenant": tenant} if tenant else None
+    return AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=60,
+                       default_headers=headers)
+
+
+async def chat_text(c: AsyncOpenAI, model: str, messages, n: int, **kw) -> tuple[str, int]:
+    r = await c.chat.completions.create(model=model, messages=messages, max_tokens=n,
+                                        temperature=0, **kw)
+    return r.choices[0].message.content, r.usage.prompt_tokens
+
+
+async def streamed(c: AsyncOpenAI, **kw) -> tuple[list, str]:
+    events = [e async for e in await c.responses.create(stream=True, **kw)]
+    return events, "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+
+async def test_responses_equal_chat_and_continue_on_kvpool_serve(chat_dir):
+    async with subprocess_server(str(chat_dir), "--tenant-header", "X-Tenant") as (_, url, _l), \
+            client(url, "a") as c:
+        model = (await c.models.list()).data[0].id
+        first, want = await check_first_turn(c, model)
+        await check_next_turn(c, model, first, want)
+        async with client(url, "b") as other:  # another tenant never sees a's responses
+            with pytest.raises(openai.NotFoundError) as info:
+                await other.responses.create(model=model, input="x",
+                                             previous_response_id=first.id)
+            assert info.value.body["param"] == "previous_response_id"
+            assert info.value.body["code"] == "previous_response_not_found"
+            with pytest.raises(openai.NotFoundError):
+                await other.responses.retrieve(first.id)
+        assert (await c.responses.retrieve(first.id)).output_text == want  # a still does
+
+
+async def check_first_turn(c: AsyncOpenAI, model: str):
+    """Text input and message input, JSON and streamed: the chat completion's greedy text."""
+    want, prompt_tokens = await chat_text(c, model, FIRST, 6)
+    r = await c.responses.create(model=model, instructions="Be brief.", temperature=0,
+                                 input="What do blocks store?", max_output_tokens=6)
+    assert r.output_text == want and r.usage.input_tokens == prompt_tokens
+    assert (r.status, r.incomplete_details.reason) == ("incomplete", "max_output_tokens")
+    assert r.output[0].role == "assistant" and r.usage.output_tokens == 6
+    parts = [{"type": "message", "role": "user",
+              "content": [{"type": "input_text", "text": "What do blocks store?"}]}]
+    events, text = await streamed(c, model=model, instructions="Be brief.", input=parts,
+                                  temperature=0, max_output_tokens=6)
+    kinds = [e.type for e in events]
+    deltas = len(kinds) - len(STREAM_EVENTS) - len(END_EVENTS) - 1
+    assert kinds == STREAM_EVENTS + ["response.output_text.delta"] * deltas + END_EVENTS \
+        + ["response.completed"]
+    assert events[-1].response.incomplete_details.reason == "max_output_tokens"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert text == want == events[-1].response.output_text == events[-4].text
+    assert events[0].response.status == "in_progress"
+    async with c.responses.stream(model=model, input=parts, instructions="Be brief.",
+                                  temperature=0, max_output_tokens=6) as helper:
+        final = await helper.get_final_response()  # the client's own accumulator
+    assert (final.output_text, final.status) == (want, "incomplete")
+    return r, want
+
+
+async def check_next_turn(c: AsyncOpenAI, model: str, first, want: str) -> None:
+    """previous_response_id: the previous input and output are in the prompt (not its
+    instructions); a stop string ends the response completed."""
+    turn2 = [FIRST[1], {"role": "assistant", "content": want},
+             {"role": "user", "content": "And then?"}]
+    want2, prompt2 = await chat_text(c, model, turn2, 4)
+    r2 = await c.responses.create(model=model, input="And then?", temperature=0,
+                                  previous_response_id=first.id, max_output_tokens=4)
+    assert r2.output_text == want2 and r2.usage.input_tokens == prompt2
+    assert r2.previous_response_id == first.id
+    assert (await c.responses.retrieve(r2.id)).output_text == want2
+    stop = {"stop": [want2[1:3]]}
+    want3, _ = await chat_text(c, model, turn2, 4, extra_body=stop)
+    events, text = await streamed(c, model=model, input="And then?", temperature=0,
+                                  previous_response_id=first.id, max_output_tokens=4,
+                                  extra_body=stop)
+    assert text == want3 and events[-1].response.status == "completed"
+    assert events[-1].response.incomplete_details is None
+
+
+@pytest.mark.parametrize("body, param", [
+    ({}, "input"),
+    ({"input": ""}, "input"),
+    ({"input": []}, "input"),
+    ({"input": 3}, "input"),
+    ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+     "input[0].content[0]"),
+    ({"input": [{"type": "function_call_output", "output": "1"}]}, "input[0].type"),
+    ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"input": "hi", "max_output_tokens": 100000}, "max_output_tokens"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools"),
+    ({"input": "hi", "text": {"format": {"type": "json_object"}}}, "text.format"),
+    ({"input": "hi", "instructions": 5}, "instructions"),
+    ({"input": "hi", "temperature": -1}, "temperature"),
+    ({"input": "hi", "model": "nope"}, "model"),
+    ({"input": "hi", "previous_response_id": "resp_unknown"}, "previous_response_id"),
+])
+async def test_bad_input_is_an_openai_error(srv, body, param):
+    async with client(srv.url) as c:
+        with pytest.raises(openai.APIStatusError) as info:
+            await c.post("/responses", body=body, cast_to=object)
+        err = info.value.body
+        assert info.value.status_code in (400, 404) and err["param"] == param, err
+        assert err["type"] == "invalid_request_error" and err["message"]
+        await c.responses.create(input="still fine", max_output_tokens=2)  # others unaffected
+
+
+async def test_fields_it_does_not_use_are_ignored_and_listed(srv):
+    async with client(srv.url) as c:
+        raw = await c.responses.with_raw_response.create(
+            input="hi", max_output_tokens=2, service_tier="auto", extra_body={"no_such": 1})
+        assert raw.headers[IGNORED_FIELDS_HEADER] == "no_such,service_tier"
+        assert raw.parse().usage.output_tokens == 2
+
+
+async def test_the_store_is_bounded_least_recently_used_out(srv):
+    srv.app[RESPONSES_KEY].store.max_entries = 2
+    async with client(srv.url) as c:
+        async def one(text: str, **kw):
+            return await c.responses.create(input=text, max_output_tokens=2, **kw)
+
+        first, second = await one("one"), await one("two")
+        await c.responses.retrieve(first.id)  # used: second is now the oldest
+        third = await one("three")
+        with pytest.raises(openai.NotFoundError):
+            await c.responses.retrieve(second.id)
+        with pytest.raises(openai.NotFoundError):
+            await one("four", previous_response_id=second.id)
+        assert (await c.responses.retrieve(first.id)).id == first.id
+        assert (await one("next", previous_response_id=third.id)).previous_response_id == \
+            third.id
+        unstored = await one("private", store=False)
+        with pytest.raises(openai.NotFoundError):
+            await c.responses.retrieve(unstored.id)
+        assert len(srv.app[RESPONSES_KEY].store) == 2
+
+
+async def test_kvpool_serve_max_stored_responses():
+    async with subprocess_server("--max-stored-responses", "1") as (_, url, _l), \
+            client(url) as c:
+        first = await c.responses.create(input="one", max_output_tokens=2)
+        second = await c.responses.create(input="two", max_output_tokens=2)
+        with pytest.raises(openai.NotFoundError):
+            await c.responses.retrieve(first.id)
+        assert (await c.responses.retrieve(second.id)).output_text == second.output_text
+    bad = subprocess.run([*serve_command(), "--max-stored-responses", "-1"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--max-stored-responses -1: use a count >= 0" in bad.stderr

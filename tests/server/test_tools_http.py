@@ -1,0 +1,216 @@
+"""Function calling through the official openai client on a real ``kvpool serve DIR
+--enable-auto-tool-choice --tool-call-parser hermes`` on 127.0.0.1 (a tiny random-weight Qwen2
+directory whose template renders tools): named and required tool choice return calls whose
+arguments validate against the tool's schema (the grammar forces them), streamed deltas join
+to the non-streamed call, tool messages reach the template, bad tools are 400s naming the
+param; without the flag ``auto`` is vLLM's 400 and ``none`` still works."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import jsonschema
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from kvpool.server import serve
+from kvpool.server.tools.request import AUTO_NEEDS_FLAGS
+from tests.runtime.model.helpers import save_hf_model
+from tests.server.test_chat_template import hf_ids, model_dir
+from tests.server.helpers import ServerProcess
+from tests.server.test_tool_templates import CALLED, TOOL_CHATML, as_template_sees
+
+pytest.importorskip("transformers")
+
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 8},
+    "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+    "required": ["city", "days"], "additionalProperties": False}
+ZONE = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET", "PST"]},
+                                         "dst": {"type": "boolean"}},
+        "required": ["zone", "dst"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "parameters": ZONE}}]
+SCHEMAS = {"get_weather": WEATHER, "get_time": ZONE}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+# auto: the model's own choice, read by the hermes parser; a regex makes the random model
+# write a Hermes call after some text
+HERMES_REGEX = ('Checking\\.<tool_call>\\{"name": "get_time", "arguments": \\{"zone": '
+                '"(UTC|CET)", "dst": (true|false)\\}\\}</tool_call>')
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tool_model")
+    save_hf_model(d, "qwen2", vocab_size=320)  # room for the template's special tokens
+    model_dir(d, TOOL_CHATML, "<|im_start|>", "<|im_end|>")
+    server = ServerProcess(d, "--num-device-blocks", "256", "--max-model-len", "2048",
+                           "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+    try:
+        yield server.url, d
+    finally:
+        server.stop()
+
+
+def client(url: str) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def check_calls(choice, names=tuple(SCHEMAS)) -> list:
+    calls = choice.message.tool_calls
+    assert choice.finish_reason == "tool_calls" and calls
+    for call in calls:
+        assert call.type == "function" and call.id.startswith("chatcmpl-tool-")
+        assert call.function.name in names
+        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    return calls
+
+
+async def test_named_and_required_calls_validate(served):
+    url, _ = served
+    async with client(url) as c:
+        model = (await c.models.list()).data[0].id
+        for seed in (1, 2):
+            r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
+                                                tool_choice=NAMED, n=3, temperature=1.0,
+                                                seed=seed, max_tokens=200)
+            for ch in r.choices:
+                assert len(check_calls(ch, ("get_weather",))) == 1
+                assert ch.message.content is None
+            r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
+                                                tool_choice="required", n=3, temperature=1.0,
+                                                seed=seed, max_tokens=200,
+                                                parallel_tool_calls=False)
+            for ch in r.choices:
+                assert len(check_calls(ch)) == 1
+        r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
+                                            tool_choice="required", temperature=0,
+                                            max_tokens=400)
+        assert check_calls(r.choices[0])
+
+
+def joined(chunks) -> tuple:
+    """(content, [(name, arguments)], finish_reason) the way a client joins stream deltas."""
+    content, calls, finish = "", {}, None
+    for chunk in chunks:
+        if not chunk.choices:
+            continue
+        delta, finish = chunk.choices[0].delta, chunk.choices[0].finish_reason or finish
+        content += delta.content or ""
+        for tc in delta.tool_calls or ():
+            if tc.id is not None:  # the opening delta: id, type and name
+                assert tc.index not in calls and tc.type == "function" and tc.function.name
+                calls[tc.index] = [tc.function.name, tc.function.arguments or ""]
+            else:
+                assert tc.function.name is None
+                calls[tc.index][1] += tc.function.arguments
+    return content or None, [tuple(calls[k]) for k in sorted(calls)], finish
+
+
+async def test_streamed_deltas_join_to_the_non_streamed_call(served):
+    url, _ = served
+    async with client(url) as c:
+        model = (await c.models.list()).data[0].id
+        for choice, extra in ((NAMED, {}), ("required", {}),
+                              ("auto", {"structured_outputs": {"regex": HERMES_REGEX}})):
+            kw = dict(model=model, messages=ASK, tools=TOOLS, tool_choice=choice,
+                      temperature=0, max_tokens=300, extra_body=extra)
+            body = (await c.chat.completions.create(**kw)).choices[0]
+            calls = check_calls(body)
+            want = (body.message.content, [(t.function.name, t.function.arguments)
+                                           for t in calls], "tool_calls")
+            chunks = [ch async for ch in await c.chat.completions.create(**kw, stream=True)]
+            assert joined(chunks) == want, choice
+            if choice == "auto":
+                assert want[0] == "Checking." and want[1][0][0] == "get_time"
+        # auto, and the model writes no call: plain content, finish "stop" or "length"
+        r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
+                                            temperature=0, max_tokens=8)
+        assert r.choices[0].message.tool_calls == [] and r.choices[0].message.content
+
+
+async def test_tool_messages_reach_the_template(served):
+    url, d = served
+    async with client(url) as c:
+        model = (await c.models.list()).data[0].id
+        r = await c.chat.completions.create(model=model, messages=CALLED, tools=TOOLS,
+                                            tool_choice="none", temperature=0, max_tokens=4)
+        want = hf_ids(d, as_template_sees(CALLED), tools=TOOLS, add_generation_prompt=True)
+        assert r.usage.prompt_tokens == len(want)
+        assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason != \
+            "tool_calls"
+
+
+@pytest.mark.parametrize("kw, param", [
+    ({"tools": {"type": "function"}}, "tools"),
+    ({"tools": [{"type": "function", "function": {"description": "x"}}]},
+     "tools[0].function.name"),
+    ({"tools": [TOOLS[0], {"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {
+            "x": {"type": "string", "pattern": "("}}}}}], "tool_choice": "required"},
+     "tools[1].function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]},
+     "tools[0].function.parameters"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "tool_choice"),
+    ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": "yes"},
+     "parallel_tool_calls"),
+    ({"tools": TOOLS, "tool_choice": "required",
+      "response_format": {"type": "json_object"}}, "tool_choice"),
+])
+async def test_bad_tools_are_400s_naming_the_param(served, kw, param):
+    url, _ = served
+    async with client(url) as c:
+        with pytest.raises(openai.BadRequestError) as err:
+            await c.chat.completions.create(model=(await c.models.list()).data[0].id,
+                                            messages=ASK, max_tokens=2,
+                                            **{k: v for k, v in kw.items()
+                                               if k in ("tools", "tool_choice")},
+                                            extra_body={k: v for k, v in kw.items()
+                                                        if k not in ("tools", "tool_choice")})
+        error = err.value.body
+        assert error["param"] == param and error["type"] == "invalid_request_error", error
+
+
+async def test_without_the_flag_auto_is_vllms_400_and_none_works(make_server):
+    async with make_server(max_model_len=1024, num_device_blocks=160) as srv, \
+            client(srv.url) as c:
+        model = srv.engine.model_name
+        for kw in ({"tool_choice": "auto"}, {}):  # tools alone: vLLM's default is auto
+            with pytest.raises(openai.BadRequestError) as err:
+                await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
+                                                max_tokens=2, **kw)
+            assert err.value.body["message"] == AUTO_NEEDS_FLAGS
+            assert err.value.body["param"] == "tool_choice"
+        r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
+                                            tool_choice="none", max_tokens=4,
+                                            extra_body={"ignore_eos": True})
+        assert isinstance(r.choices[0].message.content, str) and r.usage.completion_tokens == 4
+        # named needs no parser: the grammar forces the call (the built-in model and template)
+        r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
+                                            tool_choice=NAMED, max_tokens=200, seed=3)
+        assert len(check_calls(r.choices[0], ("get_weather",))) == 1
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--enable-auto-tool-choice"], "--tool-call-parser"),
+    (["--enable-auto-tool-choice", "--tool-call-parser", "nope"], "--tool-call-parser nope"),
+])
+def test_bad_tool_flags_exit_2_naming_them(flags, named, capsys):
+    assert serve.main(flags) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvpool serve: ") and named in err and "hermes" in err, err
+
+
+def test_tool_flags_reach_the_options():
+    args = serve.add_serve_args(argparse.ArgumentParser()).parse_args(
+        ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"])
+    o = serve.ServeOptions.from_args(args)
+    assert (o.enable_auto_tool_choice, o.auto_tool_parser) == (True, "pythonic")
+    parser_only = serve.ServeOptions.from_args(serve.add_serve_args(
+        argparse.ArgumentParser()).parse_args(["--tool-call-parser", "hermes"]))
+    assert parser_only.auto_tool_parser is None  # vLLM's rule: auto needs both flags
