@@ -79,7 +79,8 @@ class StepCompletion:
         seqs = self.state.seqs
         want = [i for p in output.prefills if p.is_last for i in p.seq_ids]
         want += [d.seq_id for d in output.decodes]
-        missing = [i for i in want if i not in sampled and i not in deferred and i in seqs
+        missing = [i for i in want if i not in sampled]  # NOTE(speed): usually none
+        missing = [i for i in missing if i not in deferred and i in seqs
                    and seqs[i].status is _RUNNING]
         if missing:
             raise SchedulerError(f"no sampled token for running sequences {missing[:8]}: "
@@ -131,16 +132,19 @@ class StepCompletion:
     def _accept_decodes(self, output: SchedulerOutput, sampled: Mapping[int, int],
                         now: float, done: list[Sequence], stops: Mapping[int, str],
                         deferred: Collection[int]) -> None:
-        """NOTE(speed): ``_accept`` inlined for the common token (no stop, no limit reached,
-        not the first token); any other goes through ``_judge``."""
-        seqs = self.state.seqs
-        max_len = self.state.config.max_model_len
+        """NOTE(speed): ``_accept`` inlined for the common token (no stop, below the
+        sequence's ``judge_at``); any other goes through ``_judge``. The step's sequences are
+        those the planner listed (``state.decode_seqs``), not looked up by id; one that
+        finished meanwhile is no longer RUNNING."""
+        st = self.state
+        seqs = st.decode_seqs
+        if len(seqs) != len(output.decodes):  # not the list of this output: look them up
+            seqs = [st.seqs.get(d.seq_id) for d in output.decodes]
         n = 0
-        for d in output.decodes:
-            i = d.seq_id
-            s = seqs.get(i)
+        for s in seqs:
             if s is None or s.status is not _RUNNING:
                 continue
+            i = s.seq_id
             if deferred and i in deferred:
                 s.awaiting = True
                 continue
@@ -148,13 +152,9 @@ class StepCompletion:
             toks = s.output_token_ids
             toks.append(tok)
             n += 1
-            g = s.group
-            lim = g.limits
-            if (stops or tok in lim.stop_ids or len(toks) >= lim.max_tokens
-                    or len(g.prompt_token_ids) + len(toks) >= max_len
-                    or g.first_token_time is None):
+            if stops or len(toks) >= s.judge_at or tok in s.stop_ids:
                 self._judge(s, tok, now, done, stops.get(i))
-        self.state.counters.generation_tokens += n
+        st.counters.generation_tokens += n
 
     def accept_late(self, sampled: Mapping[int, int], stops: Mapping[int, str] | None = None,
                     now: float | None = None) -> list[FinishedRequest]:
@@ -200,12 +200,14 @@ class StepCompletion:
     def _judge(self, s: Sequence, token: int, now: float, done: list[Sequence],
                stop: str | None) -> None:
         """After ``token`` was appended: stamp the first token's time and finish ``s`` (into
-        ``done``) on a stop, a stop token or a length limit."""
+        ``done``) on a stop, a stop token or a length limit; else note when ``s`` must be
+        judged next (``judge_at``, ``stop_ids``)."""
         toks = s.output_token_ids
         g = s.group
         if g.first_token_time is None:
             g.first_token_time = now
         lim = g.limits
+        room = self.state.config.max_model_len - g.prompt_len  # outputs that fit the model
         if stop is not None:
             s.status = SeqStatus.FINISHED_STOPPED
             s.finish_reason = stop
@@ -215,10 +217,12 @@ class StepCompletion:
         elif len(toks) >= lim.max_tokens:
             s.status = SeqStatus.FINISHED_LENGTH
             s.finish_reason = "max_tokens"
-        elif len(g.prompt_token_ids) + len(toks) >= self.state.config.max_model_len:
+        elif len(toks) >= room:
             s.status = SeqStatus.FINISHED_LENGTH
             s.finish_reason = "max_model_len"
         else:
+            s.judge_at = min(lim.max_tokens, room)
+            s.stop_ids = lim.stop_ids
             return
         done.append(s)
 

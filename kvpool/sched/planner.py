@@ -16,6 +16,7 @@ to the step's ``SchedulerOutput``.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import islice
 
 from kvpool.core import AllocStatus, BlockSpaceManager
 from kvpool.errors import SchedulerError
@@ -23,6 +24,7 @@ from kvpool.sched.admission_gate import AdmissionGate
 from kvpool.sched.completion import StepCompletion
 from kvpool.sched.output import ScheduledDecode, ScheduledPrefill, SchedulerOutput
 from kvpool.sched.preemption import Preemptor
+from kvpool.sched.queue import RequestQueue
 from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGroup
 from kvpool.sched.state import SchedulerState
 
@@ -63,13 +65,15 @@ class StepPlanner:
             g = s.group
             toks = s.output_token_ids
             add(ScheduledDecode(g.request_id, s.seq_id, toks[-1],
-                                len(g.prompt_token_ids) + len(toks) - 1, table))
+                                g.prompt_len + len(toks) - 1, table))
+        st = self.state
+        st.decode_seqs += seqs if len(seqs) == len(tables) else seqs[:len(tables)]
         if any(cows):
             for s, cow in zip(seqs, cows):
                 if cow:
                     out.add_copies("cow", s.group.request_id, cow)
-                    self.state.counters.cow_blocks += len(cow)
-        self.state.tokens_left -= len(tables)
+                    st.counters.cow_blocks += len(cow)
+        st.tokens_left -= len(tables)
 
     def _append(self, out: SchedulerOutput, seqs: list[Sequence],
                 ends: list[int] | None = None) -> int:
@@ -80,6 +84,42 @@ class StepPlanner:
         self._emit_decodes(out, seqs, cows, tables)
         return groups
 
+    def _append_all(self, out: SchedulerOutput, running: RequestQueue, i: int) -> bool:
+        """NOTE(speed): the common step: when the blocks free cover what the decoding
+        sequences of requests ``i`` onwards can need (``_blocks_bound``), one all-or-nothing
+        append, with no per-request bookkeeping here or in the manager. False: nothing was
+        appended (the bound is only a guess at what fits; the manager decides)."""
+        seqs = [s for g in islice(running, i, None) for s in g.seqs
+                if s.status is _RUNNING and s.unit is None and not s.awaiting]
+        free = self.manager.device_pool.num_free_blocks
+        if len(seqs) > free and self._blocks_bound(seqs) > free:
+            return False
+        return self._append(out, seqs) == 1
+
+    def _blocks_bound(self, seqs: list[Sequence]) -> int:
+        """The blocks one more token each is likely to take: a decoding table holds all but
+        the last token, so a new block where those fill their last block exactly, and a
+        copy where a request's sequences may share a partial one (a fork, n > 1)."""
+        bs = self.manager.block_size
+        return sum(1 for s in seqs if len(s.group.seqs) > 1
+                   or not (s.group.prompt_len + len(s.output_token_ids) - 1) % bs)
+
+    @staticmethod
+    def _decoding(running: RequestQueue, i: int) -> tuple[list[Sequence], list[int]]:
+        """The decoding sequences of running requests ``i`` onwards, flat, and the end of each
+        request's run in that list (no list per request)."""
+        seqs: list[Sequence] = []
+        ends: list[int] = []
+        add, end = seqs.append, ends.append
+        n = 0
+        for g in islice(running, i, None):
+            for s in g.seqs:
+                if s.status is _RUNNING and s.unit is None and not s.awaiting:
+                    add(s)
+                    n += 1
+            end(n)
+        return seqs, ends
+
     def _schedule_decodes(self, out: SchedulerOutput) -> None:
         """A slot for every decoding sequence, request by request from the head: all the
         requests that fit in one manager call; when one does not, preempt from the tail until
@@ -87,12 +127,9 @@ class StepPlanner:
         running = self.state.running
         i = 0
         while i < len(running):
-            seqs: list[Sequence] = []
-            ends: list[int] = []  # NOTE(speed): flat, no list per request (GC pressure)
-            for k in range(i, len(running)):
-                seqs += [s for s in running[k].seqs
-                         if s.status is _RUNNING and s.unit is None and not s.awaiting]
-                ends.append(len(seqs))
+            if self._append_all(out, running, i):
+                return
+            seqs, ends = self._decoding(running, i)
             k = self._append(out, seqs, ends)
             i += k
             if i == len(running):

@@ -191,6 +191,7 @@ class Scheduler:
         out = SchedulerOutput(st.step)
         st.step += 1
         st.tokens_left = cfg.max_num_batched_tokens
+        st.decode_seqs = []
         self.planner.plan(out, now)
         self.defrag.maybe_start(out)
         out.num_batched_tokens = cfg.max_num_batched_tokens - st.tokens_left

@@ -95,7 +95,20 @@ class StopLimits:
         if eos is not None and not getattr(params, "ignore_eos", False):
             stop.add(eos)
         n = getattr(params, "n", 1)
-        return cls(int(max_tokens), 1 if n is None else int(n), frozenset(stop), eos)
+        return cls(int(max_tokens), 1 if n is None else int(n), _shared(frozenset(stop)), eos)
+
+
+_STOP_SETS: dict[frozenset[int], frozenset[int]] = {}
+
+
+def _shared(stop: frozenset[int]) -> frozenset[int]:
+    """One object per common stop set (none, or the eos alone), so that the check every token
+    makes reads memory shared by all requests (NOTE(speed)); bounded."""
+    if len(stop) > 1:
+        return stop
+    if len(_STOP_SETS) >= 64 and stop not in _STOP_SETS:
+        return stop
+    return _STOP_SETS.setdefault(stop, stop)
 
 
 @dataclass(slots=True, eq=False)
@@ -162,6 +175,12 @@ class Sequence:
     unit: PrefillUnit | None = None  # the prefill in progress, or None while decoding
     finish_reason: str | None = None  # why it finished (stop token, length, abort, ...)
     awaiting: bool = False  # its sample was deferred: the runtime owes its next token
+    # NOTE(speed): what StepCompletion reads per token, kept here so that a decode's common
+    # token touches this object alone: a token is judged in full (StepCompletion._judge) once
+    # the outputs reach ``judge_at`` (0 before the first judgement, so the first token always
+    # is; then the length limits) or when it is in ``stop_ids`` (the request's, once judged)
+    judge_at: int = 0
+    stop_ids: frozenset[int] = frozenset()
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -219,6 +238,10 @@ class SequenceGroup:
     finished_time: float | None = None  # when its last sequence finished
     num_preemptions: int = 0  # times preempted (either mode)
     finish_reason: str | None = None  # request-level reason (abort / ignore)
+    prompt_len: int = field(default=0, init=False)  # len(prompt_token_ids), which never changes
+
+    def __post_init__(self) -> None:
+        self.prompt_len = len(self.prompt_token_ids)
 
     @property
     def live_seqs(self) -> list[Sequence]:

@@ -10,7 +10,8 @@ them keeps state of its own beyond what it was handed. The fields::
                submission counters
     step       step (schedule() calls), inflight (the output awaiting on_step_done),
                defrag_plan (emitted, not yet committed or aborted), tokens_left (token
-               budget left in the step being planned)
+               budget left in the step being planned), decode_seqs (the sequences of the
+               step's decodes, in order)
     counts     num_running_seqs (live sequences of RUNNING requests: what max_num_seqs
                bounds) and the monotonic counters read through ``stats()``
 
@@ -68,6 +69,8 @@ class SchedulerState:
     defrag_plan: DefragPlan | None = None  # emitted and not yet committed / aborted
     num_running_seqs: int = 0  # live sequences of RUNNING requests
     tokens_left: int = 0  # token budget left in the step being planned
+    # the Sequence of each of the step's decodes, in order (completion reads them directly)
+    decode_seqs: list[Sequence] = field(default_factory=list)
     counters: SchedulerCounters = field(default_factory=SchedulerCounters)
 
     def queue_of(self, status: SeqStatus) -> RequestQueue:
