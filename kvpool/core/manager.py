@@ -191,7 +191,6 @@ class BlockSpaceManager:
                     and (not caching or t.num_registered == n0 // bs)):
                 t.num_computed = n0
                 t.num_tokens = n0 + 1
-                t.version += 1
                 if caching:
                     t.tail.append(token_ids[0])
                 self.counters.used_slots += 1

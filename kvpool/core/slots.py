@@ -114,49 +114,56 @@ class SlotWriter:
         the rest through ``append_locked``; a table whose blocks did not change since its last
         decode append hands out the same read-only copy again (``BlockTable.view``)."""
         with self.writing:
-            tables = self._decode_tables(seq_ids)
+            try:  # NOTE(speed): one C-level pass; the slow one names the first bad id
+                tables = list(map(self.tables.__getitem__, seq_ids))
+            except KeyError:
+                tables = self._decode_tables(seq_ids)
             ends = (len(tables),) if group_ends is None else group_ends
             groups = self._groups_that_fit(tables, ends)
             n = ends[groups - 1] if groups else 0
             bs, ref, caching = self.block_size, self.ref_count, self.caching
-            cows: list[Sequence[tuple[int, int]]] = []
+            last = bs - 1
+            cows: list[Sequence[tuple[int, int]]] = [()] * n
             copies: list[list[int]] = []
-            fast = 0
-            for t, tok in zip(tables[:n], token_ids):
+            add = copies.append
+            for i, t, tok in zip(range(n), tables, token_ids):
                 n0 = t.num_tokens
-                r0 = n0 % bs
-                if (r0 and r0 < bs - 1 and t.tokens is None and ref(t.blocks[-1]) == 1
+                if (0 < n0 % bs < last and t.tokens is None and ref(t.blocks[-1]) == 1
                         and (not caching or t.num_registered == n0 // bs)):
                     t.num_computed = n0
                     t.num_tokens = n0 + 1
-                    view = t.view if t.view_version == t.version else list(t.blocks)
-                    t.version += 1
                     if caching:
                         t.tail.append(tok)
-                    fast += 1
-                    cows.append(())
                 else:
-                    cows.append(self.append_locked(t, (tok,)))
-                    view = list(t.blocks)
-                t.view, t.view_version = view, t.version
-                copies.append(view)
-            self.counters.used_slots += fast
+                    cows[i] = self.append_locked(t, (tok,))
+                view = t.view
+                if view is None:
+                    view = t.view = list(t.blocks)
+                add(view)
+            self.counters.used_slots += cows.count(())  # one slot per fast append (() left)
             return cows, copies, groups
 
     def _groups_that_fit(self, tables: list[BlockTable], ends: Sequence[int]) -> int:
         """How many leading groups (``ends``) can take one more token per table together
         with the blocks free now (``need``, asked only where a block may be needed: a full
-        last block, or a shared one)."""
+        last block, or a shared one). Raises, before anything changes, when a table is
+        swapped out."""
         bs, ref = self.block_size, self.ref_count
         free = self.device_pool.num_free_blocks
         need = start = 0
         for g, end in enumerate(ends):
-            for t in tables[start:end]:
+            for i in range(start, end):  # NOTE(speed): indexed, no slice per group
+                t = tables[i]
+                if t.device is not _DEVICE:
+                    raise InvalidBlockError(f"sequence {t.seq_id} is swapped out")
                 if not t.num_tokens % bs or ref(t.blocks[-1]) > 1:
                     need += self.need(t, 1)
             if need > free:
+                self._decode_tables([t.seq_id for t in tables[end:]])  # raises when swapped
                 return g
             start = end
+        if start < len(tables):
+            self._decode_tables([t.seq_id for t in tables[start:]])
         return len(ends)
 
     def _decode_tables(self, seq_ids: Sequence[int]) -> list[BlockTable]:
@@ -187,6 +194,8 @@ class SlotWriter:
                 dst = pool.take(1)[0]  # type: ignore[index]
                 pool.release((src,))
                 blocks[-1] = dst
+                t.version += 1
+                t.view = None
                 cow.append((src, dst))
                 c.used_slots += r0
                 c.cow_copies += 1
@@ -195,9 +204,10 @@ class SlotWriter:
         extra = (n0 + k + bs - 1) // bs - len(blocks)
         if extra > 0:
             blocks += pool.take(extra)  # type: ignore[arg-type]
+            t.version += 1
+            t.view = None
         t.num_tokens = n0 + k
         c.used_slots += k
-        t.version += 1
         if self.caching:
             tail = t.tail
             tail += toks

@@ -90,6 +90,7 @@ class SwapPlanner:
                 t.device = Device.HOST
                 t.num_registered = 0
                 t.version += 1
+                t.view = None
             c.num_swapped_seqs += len(tables)
             c.swap_out_blocks += len(mapping)
             if self._observer is not None:
@@ -162,6 +163,7 @@ class SwapPlanner:
                 t.num_registered = 0
                 t.copy_pending = True  # hashed only after mark_computed confirms the copy
                 t.version += 1
+                t.view = None
             c.num_swapped_seqs -= len(tables)
             c.swap_in_blocks += len(fresh)
             c.swap_in_reused_blocks += len(reuse)
