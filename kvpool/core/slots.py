@@ -110,8 +110,8 @@ class SlotWriter:
         leading groups (``group_ends``: group end indices; None: one group, all or nothing)
         that fit together. Returns each appended sequence's copy-on-write pairs (empty when
         none) and a read-only copy of its table, and how many groups were appended.
-        NOTE(speed): ``manager.append_slots``'s fast path inlined (no block, copy or hash),
-        the rest through ``append_locked``; a table whose blocks did not change since its last
+        NOTE(speed): ``manager.append_slots``'s fast path inlined (no new block, no copy;
+        a block it fills is hashed inline), the rest through ``append_locked``; a table whose blocks did not change since its last
         decode append hands out the same read-only copy again (``BlockTable.view``)."""
         with self.writing:
             try:  # NOTE(speed): one C-level pass; the slow one names the first bad id
@@ -121,27 +121,42 @@ class SlotWriter:
             ends = (len(tables),) if group_ends is None else group_ends
             groups = self._groups_that_fit(tables, ends)
             n = ends[groups - 1] if groups else 0
-            bs, ref, caching = self.block_size, self.ref_count, self.caching
-            last = bs - 1
-            cows: list[Sequence[tuple[int, int]]] = [()] * n
-            copies: list[list[int]] = []
-            add = copies.append
-            for i, t, tok in zip(range(n), tables, token_ids):
-                n0 = t.num_tokens
-                if (0 < n0 % bs < last and t.tokens is None and ref(t.blocks[-1]) == 1
-                        and (not caching or t.num_registered == n0 // bs)):
-                    t.num_computed = n0
-                    t.num_tokens = n0 + 1
-                    if caching:
-                        t.tail.append(tok)
-                else:
-                    cows[i] = self.append_locked(t, (tok,))
-                view = t.view
-                if view is None:
-                    view = t.view = list(t.blocks)
-                add(view)
+            cows, copies = self._append_each(tables, token_ids, n)
             self.counters.used_slots += cows.count(())  # one slot per fast append (() left)
             return cows, copies, groups
+
+    def _append_each(self, tables: list[BlockTable], token_ids: Sequence[int], n: int
+                     ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]]]:
+        """One token each to the first ``n`` tables (they fit); their cows and views. The
+        fast path (its cow entry stays ``()``) is one token into the table's own partial
+        block with nothing left to register; the one that fills the block hashes it here."""
+        bs, ref, caching = self.block_size, self.ref_count, self.caching
+        hash_block = self.hasher.hash_block
+        last = bs - 1
+        cows: list[Sequence[tuple[int, int]]] = [()] * n
+        copies: list[list[int]] = []
+        add = copies.append
+        for i, t, tok in zip(range(n), tables, token_ids):
+            n0 = t.num_tokens
+            r0 = n0 % bs
+            if (r0 and t.tokens is None and ref(t.blocks[-1]) == 1
+                    and (not caching or t.num_registered == n0 // bs)):
+                t.num_computed = n0
+                t.num_tokens = n0 + 1
+                if caching:
+                    tail = t.tail
+                    tail.append(tok)
+                    if r0 == last:  # the block is full: its hash (registered once written)
+                        hs = t.hashes
+                        hs.append(hash_block(hs[-1] if hs else t.root, tail, t.extra))
+                        tail.clear()
+            else:
+                cows[i] = self.append_locked(t, (tok,))
+            view = t.view
+            if view is None:
+                view = t.view = list(t.blocks)
+            add(view)
+        return cows, copies
 
     def _groups_that_fit(self, tables: list[BlockTable], ends: Sequence[int]) -> int:
         """How many leading groups (``ends``) can take one more token per table together
