@@ -165,6 +165,10 @@ class SlotWriter:
         swapped out."""
         bs, ref = self.block_size, self.ref_count
         free = self.device_pool.num_free_blocks
+        if len(tables) <= free and not self.counters.num_swapped_seqs:
+            # NOTE(speed): one token takes at most one block per table (a new one when the
+            # last is full, else a copy when it is shared), and no table is swapped out
+            return len(ends)
         need = start = 0
         for g, end in enumerate(ends):
             for i in range(start, end):  # NOTE(speed): indexed, no slice per group
