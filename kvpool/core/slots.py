@@ -160,29 +160,26 @@ class SlotWriter:
 
     def _groups_that_fit(self, tables: list[BlockTable], ends: Sequence[int]) -> int:
         """How many leading groups (``ends``) can take one more token per table together
-        with the blocks free now (``need``, asked only where a block may be needed: a full
-        last block, or a shared one). Raises, before anything changes, when a table is
-        swapped out."""
-        bs, ref = self.block_size, self.ref_count
-        free = self.device_pool.num_free_blocks
-        if len(tables) <= free and not self.counters.num_swapped_seqs:
-            # NOTE(speed): one token takes at most one block per table (a new one when the
-            # last is full, else a copy when it is shared), and no table is swapped out
-            return len(ends)
-        need = start = 0
-        for g, end in enumerate(ends):
-            for i in range(start, end):  # NOTE(speed): indexed, no slice per group
-                t = tables[i]
+        with the blocks free now. One token takes one block from a table whose last block
+        is full (a new one) or shared (its copy), none from the others. Raises, before
+        anything changes, when a table is swapped out."""
+        if self.counters.num_swapped_seqs:  # NOTE(speed): the device pass only when needed
+            for t in tables:
                 if t.device is not _DEVICE:
                     raise InvalidBlockError(f"sequence {t.seq_id} is swapped out")
+        free = self.device_pool.num_free_blocks
+        if len(tables) <= free:
+            return len(ends)  # NOTE(speed): at most one block per table
+        bs, ref = self.block_size, self.ref_count
+        need = start = 0
+        whole = len(ends) == 1 and ends[0] == len(tables)
+        for g, end in enumerate(ends):
+            for t in tables if whole else tables[start:end]:
                 if not t.num_tokens % bs or ref(t.blocks[-1]) > 1:
-                    need += self.need(t, 1)
+                    need += 1
             if need > free:
-                self._decode_tables([t.seq_id for t in tables[end:]])  # raises when swapped
                 return g
             start = end
-        if start < len(tables):
-            self._decode_tables([t.seq_id for t in tables[start:]])
         return len(ends)
 
     def _decode_tables(self, seq_ids: Sequence[int]) -> list[BlockTable]:
