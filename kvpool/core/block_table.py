@@ -70,6 +70,11 @@ class BlockTable:
     # nothing to keep it valid.
     view: list[int] | None = None
 
+    def blocks_changed(self) -> None:
+        """Called after every change of ``blocks``: a new version, no cached view."""
+        self.version += 1
+        self.view = None
+
     def last_block_fill(self, block_size: int) -> int:
         """Token slots used in the last block (``block_size`` when it is full)."""
         r = self.num_tokens % block_size

@@ -166,8 +166,7 @@ class DefragPlanner:
                     for s, i in c.refs:
                         t = self.tables[s]
                         t.blocks[i] = c.dst
-                        t.version += 1
-                        t.view = None
+                        t.blocks_changed()
                     committed.append((c.src, c.dst))
                 else:
                     pool.unreserve(c.dst)

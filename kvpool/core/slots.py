@@ -210,8 +210,7 @@ class SlotWriter:
                 dst = pool.take(1)[0]  # type: ignore[index]
                 pool.release((src,))
                 blocks[-1] = dst
-                t.version += 1
-                t.view = None
+                t.blocks_changed()
                 cow.append((src, dst))
                 c.used_slots += r0
                 c.cow_copies += 1
@@ -220,21 +219,25 @@ class SlotWriter:
         extra = (n0 + k + bs - 1) // bs - len(blocks)
         if extra > 0:
             blocks += pool.take(extra)  # type: ignore[arg-type]
-            t.version += 1
-            t.view = None
+            t.blocks_changed()
         t.num_tokens = n0 + k
         c.used_slots += k
         if self.caching:
-            tail = t.tail
-            tail += toks
-            if t.tokens is not None:
-                t.tokens += toks
-            if len(tail) >= bs:
-                hs = t.hashes
-                parent = hs[-1] if hs else t.root
-                while len(tail) >= bs:
-                    parent = self.hasher.hash_block(parent, tail[:bs], t.extra)
-                    hs.append(parent)
-                    del tail[:bs]
+            self._extend_hashes(t, toks)
         return cow
+
+    def _extend_hashes(self, t: BlockTable, toks: Sequence[int]) -> None:
+        """``toks`` joined ``t``'s tail: hash every block they filled (caching on)."""
+        bs = self.block_size
+        tail = t.tail
+        tail += toks
+        if t.tokens is not None:
+            t.tokens += toks
+        if len(tail) >= bs:
+            hs = t.hashes
+            parent = hs[-1] if hs else t.root
+            while len(tail) >= bs:
+                parent = self.hasher.hash_block(parent, tail[:bs], t.extra)
+                hs.append(parent)
+                del tail[:bs]
 
