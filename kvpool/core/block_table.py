@@ -51,7 +51,7 @@ class BlockTable:
     blocks: list[int]  # physical block ids, in the pool given by ``device``
     num_tokens: int  # token slots in use (the last block holds num_tokens % bs, or bs)
     device: Device = Device.DEVICE  # HOST while swapped out
-    version: int = 0  # bumped on every mutation (layer-2 version-retry for defrag)
+    version: int = 0  # bumped whenever ``blocks`` changes (append, copy, swap, defrag)
     hashes: list[bytes] = field(default_factory=list)  # full-block content hashes (caching)
     tail: list[int] = field(default_factory=list)  # token ids of the partial last block
     num_registered: int = 0  # leading full blocks indexed in the prefix cache
@@ -63,12 +63,17 @@ class BlockTable:
     # swap-in copies is done. While set no block of the table is registered in the prefix
     # cache: its bytes are still being copied (or the copy failed) and must not be a hit.
     copy_pending: bool = False
-    # NOTE(speed): the copy of ``blocks`` handed out by the last decode append, valid while
-    # ``version == view_version`` (every mutation bumps version). 15 of 16 decode steps leave
-    # the blocks as they were, so the step reuses it instead of allocating a list per
-    # sequence (each one a GC-tracked object the next collection would walk).
+    # NOTE(speed): the copy of ``blocks`` handed out by the last decode append; every change
+    # of ``blocks`` (append, copy-on-write, swap, defrag) clears it. 15 of 16 decode steps
+    # leave the blocks as they were, so the step reuses it instead of allocating a list per
+    # sequence (each one a GC-tracked object the next collection would walk), and stores
+    # nothing to keep it valid.
     view: list[int] | None = None
-    view_version: int = -1
+
+    def blocks_changed(self) -> None:
+        """Called after every change of ``blocks``: a new version, no cached view."""
+        self.version += 1
+        self.view = None
 
     def last_block_fill(self, block_size: int) -> int:
         """Token slots used in the last block (``block_size`` when it is full)."""

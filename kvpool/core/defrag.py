@@ -12,8 +12,9 @@ Only immutable blocks move: blocks whose every slot is computed (a sequence only
 slots past ``num_computed``: its last, partial block, or slots reserved for a step still to
 run) and evictable cached blocks. So the bytes copied stay right even while decoding goes on; a move
 is dropped at commit when its source block changed owner since the plan: its ref count or hash
-differs, or a table that referenced it was freed, swapped or remapped at that index (checked
-cheaply through the table's version first).
+differs, or a table that referenced it was freed, swapped or no longer holds it at that index
+(compared directly: a table's version moves only when its blocks do, and a freed sequence's id
+may come back as a new table).
 
 Layout before / after, ``#`` live, ``.`` free, block ids left to right::
 
@@ -44,7 +45,7 @@ class MoveCheck:
     dst: int
     ref: int  # src's ref count when planned
     block_hash: bytes | None  # src's hash when planned
-    refs: tuple[tuple[int, int, int], ...]  # (seq_id, index, table version) pointing at src
+    refs: tuple[tuple[int, int], ...]  # (seq_id, index) pointing at src
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +119,11 @@ class DefragPlanner:
             self._plans[plan.plan_id] = plan
             return plan
 
-    def _table_refs(self, live: int) -> tuple[dict[int, list[tuple[int, int, int]]], set[int]]:
+    def _table_refs(self, live: int) -> tuple[dict[int, list[tuple[int, int]]], set[int]]:
         """The device tables' entries on blocks at or above ``live`` (block -> ``(seq_id,
-        index, table version)``), and those of them that must not move. Lock held."""
+        index)``), and those of them that must not move. Lock held."""
         bs = self.device.block_size
-        refs: dict[int, list[tuple[int, int, int]]] = {}
+        refs: dict[int, list[tuple[int, int]]] = {}
         pinned: set[int] = set()
         for s, t in self.tables.items():
             if t.device is not Device.DEVICE:
@@ -133,7 +134,7 @@ class DefragPlanner:
                 if b >= live:
                     if i >= full:  # NOTE(defrag): a block not yet fully written (partial,
                         pinned.add(b)  # or reserved for a step still to run) never moves
-                    refs.setdefault(b, []).append((s, i, t.version))
+                    refs.setdefault(b, []).append((s, i))
         return refs, pinned
 
     def _move_valid(self, c: MoveCheck) -> bool:
@@ -143,11 +144,11 @@ class DefragPlanner:
         if c.ref == 0 and c.block_hash is None:
             return False  # it went back to the free list
         tables = self.tables
-        for s, i, ver in c.refs:
+        for s, i in c.refs:
             t = tables.get(s)
             if t is None or t.device is not Device.DEVICE:
                 return False
-            if t.version != ver and (i >= len(t.blocks) or t.blocks[i] != c.src):
+            if i >= len(t.blocks) or t.blocks[i] != c.src:
                 return False
         return True
 
@@ -162,10 +163,10 @@ class DefragPlanner:
             for c in plan.checks:
                 if self._move_valid(c):
                     pool.move(c.src, c.dst)
-                    for s, i, _ in c.refs:
+                    for s, i in c.refs:
                         t = self.tables[s]
                         t.blocks[i] = c.dst
-                        t.version += 1
+                        t.blocks_changed()
                     committed.append((c.src, c.dst))
                 else:
                     pool.unreserve(c.dst)

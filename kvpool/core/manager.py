@@ -191,7 +191,6 @@ class BlockSpaceManager:
                     and (not caching or t.num_registered == n0 // bs)):
                 t.num_computed = n0
                 t.num_tokens = n0 + 1
-                t.version += 1
                 if caching:
                     t.tail.append(token_ids[0])
                 self.counters.used_slots += 1
@@ -287,6 +286,10 @@ class BlockSpaceManager:
             host.update(self.lender.lent(Device.HOST))
             pool.check_invariants(dev)
             self.host_pool.check_invariants(host)
+            swapped = sum(1 for t in self._tables.values() if t.device is Device.HOST)
+            if swapped != self.counters.num_swapped_seqs:
+                raise InvariantError(f"swapped sequences counter {self.counters.num_swapped_seqs}"
+                                     f" != {swapped}")
             used = sum(slots.values())
             if used != self.counters.used_slots:
                 raise InvariantError(f"used slots counter {self.counters.used_slots} != {used}")

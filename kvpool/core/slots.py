@@ -110,50 +110,73 @@ class SlotWriter:
         leading groups (``group_ends``: group end indices; None: one group, all or nothing)
         that fit together. Returns each appended sequence's copy-on-write pairs (empty when
         none) and a read-only copy of its table, and how many groups were appended.
-        NOTE(speed): ``manager.append_slots``'s fast path inlined (no block, copy or hash),
-        the rest through ``append_locked``; a table whose blocks did not change since its last
+        NOTE(speed): ``manager.append_slots``'s fast path inlined (no new block, no copy;
+        a block it fills is hashed inline), the rest through ``append_locked``; a table whose blocks did not change since its last
         decode append hands out the same read-only copy again (``BlockTable.view``)."""
         with self.writing:
-            tables = self._decode_tables(seq_ids)
+            try:  # NOTE(speed): one C-level pass; the slow one names the first bad id
+                tables = list(map(self.tables.__getitem__, seq_ids))
+            except KeyError:
+                tables = self._decode_tables(seq_ids)
             ends = (len(tables),) if group_ends is None else group_ends
             groups = self._groups_that_fit(tables, ends)
             n = ends[groups - 1] if groups else 0
-            bs, ref, caching = self.block_size, self.ref_count, self.caching
-            cows: list[Sequence[tuple[int, int]]] = []
-            copies: list[list[int]] = []
-            fast = 0
-            for t, tok in zip(tables[:n], token_ids):
-                n0 = t.num_tokens
-                r0 = n0 % bs
-                if (r0 and r0 < bs - 1 and t.tokens is None and ref(t.blocks[-1]) == 1
-                        and (not caching or t.num_registered == n0 // bs)):
-                    t.num_computed = n0
-                    t.num_tokens = n0 + 1
-                    view = t.view if t.view_version == t.version else list(t.blocks)
-                    t.version += 1
-                    if caching:
-                        t.tail.append(tok)
-                    fast += 1
-                    cows.append(())
-                else:
-                    cows.append(self.append_locked(t, (tok,)))
-                    view = list(t.blocks)
-                t.view, t.view_version = view, t.version
-                copies.append(view)
-            self.counters.used_slots += fast
+            cows, copies = self._append_each(tables, token_ids, n)
+            self.counters.used_slots += cows.count(())  # one slot per fast append (() left)
             return cows, copies, groups
+
+    def _append_each(self, tables: list[BlockTable], token_ids: Sequence[int], n: int
+                     ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]]]:
+        """One token each to the first ``n`` tables (they fit); their cows and views. The
+        fast path (its cow entry stays ``()``) is one token into the table's own partial
+        block with nothing left to register; the one that fills the block hashes it here."""
+        bs, ref, caching = self.block_size, self.ref_count, self.caching
+        hash_block = self.hasher.hash_block
+        last = bs - 1
+        cows: list[Sequence[tuple[int, int]]] = [()] * n
+        copies: list[list[int]] = []
+        add = copies.append
+        for i, t, tok in zip(range(n), tables, token_ids):
+            n0 = t.num_tokens
+            r0 = n0 % bs
+            if (r0 and t.tokens is None and ref(t.blocks[-1]) == 1
+                    and (not caching or t.num_registered == n0 // bs)):
+                t.num_computed = n0
+                t.num_tokens = n0 + 1
+                if caching:
+                    tail = t.tail
+                    tail.append(tok)
+                    if r0 == last:  # the block is full: its hash (registered once written)
+                        hs = t.hashes
+                        hs.append(hash_block(hs[-1] if hs else t.root, tail, t.extra))
+                        tail.clear()
+            else:
+                cows[i] = self.append_locked(t, (tok,))
+            view = t.view
+            if view is None:
+                view = t.view = list(t.blocks)
+            add(view)
+        return cows, copies
 
     def _groups_that_fit(self, tables: list[BlockTable], ends: Sequence[int]) -> int:
         """How many leading groups (``ends``) can take one more token per table together
-        with the blocks free now (``need``, asked only where a block may be needed: a full
-        last block, or a shared one)."""
-        bs, ref = self.block_size, self.ref_count
+        with the blocks free now. One token takes one block from a table whose last block
+        is full (a new one) or shared (its copy), none from the others. Raises, before
+        anything changes, when a table is swapped out."""
+        if self.counters.num_swapped_seqs:  # NOTE(speed): the device pass only when needed
+            for t in tables:
+                if t.device is not _DEVICE:
+                    raise InvalidBlockError(f"sequence {t.seq_id} is swapped out")
         free = self.device_pool.num_free_blocks
+        if len(tables) <= free:
+            return len(ends)  # NOTE(speed): at most one block per table
+        bs, ref = self.block_size, self.ref_count
         need = start = 0
+        whole = len(ends) == 1 and ends[0] == len(tables)
         for g, end in enumerate(ends):
-            for t in tables[start:end]:
+            for t in tables if whole else tables[start:end]:
                 if not t.num_tokens % bs or ref(t.blocks[-1]) > 1:
-                    need += self.need(t, 1)
+                    need += 1
             if need > free:
                 return g
             start = end
@@ -187,6 +210,7 @@ class SlotWriter:
                 dst = pool.take(1)[0]  # type: ignore[index]
                 pool.release((src,))
                 blocks[-1] = dst
+                t.blocks_changed()
                 cow.append((src, dst))
                 c.used_slots += r0
                 c.cow_copies += 1
@@ -195,20 +219,25 @@ class SlotWriter:
         extra = (n0 + k + bs - 1) // bs - len(blocks)
         if extra > 0:
             blocks += pool.take(extra)  # type: ignore[arg-type]
+            t.blocks_changed()
         t.num_tokens = n0 + k
         c.used_slots += k
-        t.version += 1
         if self.caching:
-            tail = t.tail
-            tail += toks
-            if t.tokens is not None:
-                t.tokens += toks
-            if len(tail) >= bs:
-                hs = t.hashes
-                parent = hs[-1] if hs else t.root
-                while len(tail) >= bs:
-                    parent = self.hasher.hash_block(parent, tail[:bs], t.extra)
-                    hs.append(parent)
-                    del tail[:bs]
+            self._extend_hashes(t, toks)
         return cow
+
+    def _extend_hashes(self, t: BlockTable, toks: Sequence[int]) -> None:
+        """``toks`` joined ``t``'s tail: hash every block they filled (caching on)."""
+        bs = self.block_size
+        tail = t.tail
+        tail += toks
+        if t.tokens is not None:
+            t.tokens += toks
+        if len(tail) >= bs:
+            hs = t.hashes
+            parent = hs[-1] if hs else t.root
+            while len(tail) >= bs:
+                parent = self.hasher.hash_block(parent, tail[:bs], t.extra)
+                hs.append(parent)
+                del tail[:bs]
 

@@ -89,7 +89,7 @@ class SwapPlanner:
                 t.blocks = [mapping[b] for b in t.blocks]
                 t.device = Device.HOST
                 t.num_registered = 0
-                t.version += 1
+                t.blocks_changed()
             c.num_swapped_seqs += len(tables)
             c.swap_out_blocks += len(mapping)
             if self._observer is not None:
@@ -161,7 +161,7 @@ class SwapPlanner:
                 t.device = Device.DEVICE
                 t.num_registered = 0
                 t.copy_pending = True  # hashed only after mark_computed confirms the copy
-                t.version += 1
+                t.blocks_changed()
             c.num_swapped_seqs -= len(tables)
             c.swap_in_blocks += len(fresh)
             c.swap_in_reused_blocks += len(reuse)

@@ -3,6 +3,8 @@ and the table copies it hands out, reused only while the table's blocks are unch
 
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
+from kvpool.errors import InvalidBlockError
+from kvpool.errors import InvalidBlockError
 
 BS = 4
 
@@ -59,4 +61,27 @@ def test_only_the_leading_groups_that_fit_together_are_appended():
     assert [m.get_num_tokens(s) for s in (0, 1)] == [2 * BS + 1] * 2
     assert m.slots.append_decodes([0, 1], [1, 1]) == ([(), ()], [m.get_block_table(0),
                                                                 m.get_block_table(1)], 1)
+    m.check_invariants()
+
+
+def test_a_swap_round_trip_hands_out_the_new_blocks_and_a_swapped_sequence_raises_first():
+    m = BlockSpaceManager(CacheConfig(num_device_blocks=16, num_host_blocks=16, block_size=BS,
+                                      watermark=0.0))
+    m.allocate([0], list(range(6)))
+    m.allocate([1], list(range(50, 56)))
+    (_, _), (old, _), _ = m.slots.append_decodes([0, 1], [1, 1])
+    assert m.swap.swap_out([0]) is not None
+    for ends in (None, [1, 2]):  # a swapped table raises, even in a group after one that fits
+        try:
+            m.slots.append_decodes([1, 0], [1, 1], ends)
+        except InvalidBlockError:
+            pass
+        else:
+            raise AssertionError("append_decodes took a swapped-out sequence")
+    assert m.get_num_tokens(1) == 7  # nothing changed
+    m.allocate([2], list(range(100, 112)))  # the old device blocks are taken by others
+    assert m.swap.swap_in([0]) is not None
+    m.mark_computed(0)
+    (_,), (new,), _ = m.slots.append_decodes([0], [2])
+    assert new == m.get_block_table(0) and new is not old
     m.check_invariants()
