@@ -51,7 +51,6 @@ class BlockTable:
     blocks: list[int]  # physical block ids, in the pool given by ``device``
     num_tokens: int  # token slots in use (the last block holds num_tokens % bs, or bs)
     device: Device = Device.DEVICE  # HOST while swapped out
-    version: int = 0  # bumped whenever ``blocks`` changes (append, copy, swap, defrag)
     hashes: list[bytes] = field(default_factory=list)  # full-block content hashes (caching)
     tail: list[int] = field(default_factory=list)  # token ids of the partial last block
     num_registered: int = 0  # leading full blocks indexed in the prefix cache
@@ -71,8 +70,7 @@ class BlockTable:
     view: list[int] | None = None
 
     def blocks_changed(self) -> None:
-        """Called after every change of ``blocks``: a new version, no cached view."""
-        self.version += 1
+        """Called after every change of ``blocks``: the cached view is stale."""
         self.view = None
 
     def last_block_fill(self, block_size: int) -> int:

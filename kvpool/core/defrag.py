@@ -13,8 +13,7 @@ slots past ``num_computed``: its last, partial block, or slots reserved for a st
 run) and evictable cached blocks. So the bytes copied stay right even while decoding goes on; a move
 is dropped at commit when its source block changed owner since the plan: its ref count or hash
 differs, or a table that referenced it was freed, swapped or no longer holds it at that index
-(compared directly: a table's version moves only when its blocks do, and a freed sequence's id
-may come back as a new table).
+(compared directly, block by block: a freed sequence's id may come back as a new table).
 
 Layout before / after, ``#`` live, ``.`` free, block ids left to right::
 

@@ -215,7 +215,7 @@ class BlockSpaceManager:
             target = self.device_pool if p.device is Device.DEVICE else self.host_pool
             target.share(p.blocks)
             self._tables[child_seq_id] = BlockTable(
-                child_seq_id, list(p.blocks), p.num_tokens, p.device, 0, list(p.hashes),
+                child_seq_id, list(p.blocks), p.num_tokens, p.device, list(p.hashes),
                 list(p.tail), p.num_registered, p.root, p.extra,
                 list(p.tokens) if p.tokens is not None else None, p.num_computed,
                 p.copy_pending)

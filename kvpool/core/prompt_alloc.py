@@ -149,7 +149,7 @@ class PromptAllocator:
         hs = list(hashes[:n_full]) if caching else []
         cached = num_hits * bs
         for s in r.seq_ids:
-            tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, 0, list(hs), list(tail),
+            tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, list(hs), list(tail),
                                    num_hits, root, extra,
                                    list(r.token_ids) if verify else None, cached)
         c.prefix_hit_tokens += cached
