@@ -181,7 +181,7 @@ def _add_tenant_args(srv: _ArgGroup) -> None:
 
 
 def _add_request_args(srv: _ArgGroup) -> None:
-    """How requests are parsed, streamed and checked, and what the process logs."""
+    """How requests are parsed, streamed and checked."""
     srv.add_argument("--stream-write-timeout", type=float, default=DEFAULT_STREAM_WRITE_TIMEOUT,
                      metavar="SECONDS", help="close a stream whose client has not read for this "
                      "long (one SSE write waiting on a full socket buffer)")
