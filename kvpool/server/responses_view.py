@@ -22,13 +22,12 @@ A failure after the headers went out is an ``error`` event. The finished respons
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from kvpool.server.middleware import APIError
-from kvpool.server.responses import ResponseBuilder
+from kvpool.server.responses import ResponseBuilder, sse_event
 from kvpool.server.responses_input import ResponsesInput
 
 __all__ = ["ResponsesView"]
@@ -94,8 +93,7 @@ class ResponsesView:
     def _event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, **fields, "sequence_number": self.sequence}
         self.sequence += 1
-        return (f"event: {kind}\ndata: ".encode()
-                + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")
+        return f"event: {kind}\n".encode() + sse_event(payload)
 
     def _at(self) -> dict[str, Any]:
         return {"item_id": self.item_id, "output_index": 0, "content_index": 0}

@@ -59,8 +59,11 @@ class CallArrayStream:
         self.depth = 0
         self.quoted = False
         self.escaped = False
-        self.called = False
         self.ids: list[str] = []
+
+    @property
+    def called(self) -> bool:
+        return bool(self.names)
 
     def feed(self, piece: str) -> list[dict[str, Any]]:
         self.text += piece
@@ -79,7 +82,7 @@ class CallArrayStream:
         m = _HEAD.match(self.text, self.pos)
         if m is None:
             return []
-        self.pos, self.in_args, self.called = m.end(), True, True
+        self.pos, self.in_args = m.end(), True
         self.names.append(json.loads(m.group(1)))
         self.args.append([])
         call = ToolCall(self.names[-1], "")
