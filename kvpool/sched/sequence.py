@@ -187,10 +187,6 @@ class Sequence:
         return len(self.group.prompt_token_ids)
 
     @property
-    def num_output_tokens(self) -> int:
-        return len(self.output_token_ids)
-
-    @property
     def num_tokens(self) -> int:
         """Prompt plus output tokens."""
         return len(self.group.prompt_token_ids) + len(self.output_token_ids)

@@ -218,8 +218,7 @@ class EngineCore:
                 h.add_done_callback(self.failed_copies.on_copy_done)
             else:
                 jobs.append(h)
-        touched = {b for e in out.entries for b in e.block_ids}
-        self.copies.wait_for_blocks(touched)
+        self.copies.wait_for_blocks(b for e in out.entries for b in e.block_ids)
         dead = {h.tag for h in jobs if h.done() and h.exception() is not None}
         # NOTE(late-swap-out): a swap-out that failed after the drain in step() may belong to
         # a request swapped back in by this very step (its host bytes are garbage). The copies

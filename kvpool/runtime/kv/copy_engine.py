@@ -167,8 +167,10 @@ class CopyEngine:
         """Wait until every batch submitted *before this call* that touches ``block_ids`` of
         ``pool`` is done; return those handles (check ``exception()`` for failures). Batches
         submitted later are not waited for. ``TimeoutError`` after ``timeout`` seconds."""
-        wanted = frozenset(block_ids)
         with self._cond:
+            if not self._pending:  # NOTE(speed): the common step: ``block_ids`` is not read
+                return []
+            wanted = frozenset(block_ids)
             hit = [h for h in self._pending.values() if not wanted.isdisjoint(h.blocks(pool))]
         return self._wait_all(sorted(hit, key=lambda h: h.seq), timeout)
 

@@ -50,8 +50,7 @@ class LateMask:
     """A mask still being computed after its grace (NOTE(late-mask))."""
 
     rows: list[int]  # the rows of the token_mask call that have a grammar
-    seq_ids: list[int]  # their sequences; row k of the mask's bits is seq_ids[k]
-    pairs: _Pairs
+    pairs: _Pairs  # row k of the mask's bits is pairs[k] (its row, sequence and matcher)
     future: Future
 
     def done(self) -> bool:
@@ -123,12 +122,12 @@ class GrammarMatchers:
             try:
                 return self._finish(pairs, fut.result(timeout=grace))
             except FutureTimeout:
-                return LateMask([j for j, _, _ in pairs], [s for _, s, _ in pairs], pairs, fut)
+                return LateMask([j for j, _, _ in pairs], pairs, fut)
         pairs = self._pairs(seq_ids)
         return self._finish(pairs, self._submit(pairs).result()) if pairs else None
 
     def late_mask(self, late: LateMask, rows: Sequence[int]) -> TokenMask:
-        """The finished ``late`` mask for its rows ``rows`` (indices into ``late.seq_ids``),
+        """The finished ``late`` mask for its rows ``rows`` (indices into ``late.rows``),
         as a mask over a batch of exactly those rows (waits for it if need be)."""
         full = self._finish(late.pairs, late.future.result())
         pick = torch.tensor(list(rows), dtype=torch.long)
