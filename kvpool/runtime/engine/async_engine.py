@@ -302,8 +302,9 @@ class AsyncEngine:
         try:
             while not self._stop.is_set():
                 outs = self._take_inbox()
-                for op in self.imports.ready():  # fetched prefixes now in the device cache
-                    outs += self._add(op)
+                if self.imports.pending:  # fetched prefixes now in the device cache
+                    for op in self.imports.ready():
+                        outs += self._add(op)
                 if core.has_work():
                     outs += core.step()
                     n = self.invariant_check_interval

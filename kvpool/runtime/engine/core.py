@@ -33,7 +33,7 @@ from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import fit_max_model_len
-from kvpool.runtime.engine.cost_meter import CostMeter
+from kvpool.runtime.engine.cost_meter import MIN_PREFILL_TOKENS, UPDATE_EVERY, CostMeter
 from kvpool.runtime.engine.failed_copies import FailedCopies
 from kvpool.runtime.engine.output_processor import OutputProcessor, Sample
 from kvpool.runtime.engine.outputs import RequestOutput
@@ -152,6 +152,8 @@ class EngineCore:
                 raise
         self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
         self.rows.add(seq_ids, params.seed)
+        if params.prompt_logprobs is not None:
+            self.prompt_logprobs.requests.add(request_id)
 
     def abort(self, request_id: str, reason: str = "aborted") -> RequestOutput | None:
         fr = self.scheduler.abort(request_id, reason)
@@ -161,9 +163,12 @@ class EngineCore:
         return self.scheduler.has_unfinished() or bool(self.failed_copies)
 
     def _finish(self, fr: FinishedRequest, error: str | None = None) -> RequestOutput | None:
+        grammars = self.grammars.matchers  # empty unless some request has a response_format
         for so in fr.seqs:
             self.rows.remove(so.seq_id)
-            self.grammars.remove(so.seq_id)
+            if grammars:
+                self.grammars.remove(so.seq_id)
+        self.prompt_logprobs.requests.discard(fr.request_id)
         if fr.status is SeqStatus.FINISHED_IGNORED:
             error = error or fr.reason
         return self.outputs.finish(fr, time.monotonic(), error)
@@ -218,12 +223,14 @@ class EngineCore:
                 h.add_done_callback(self.failed_copies.on_copy_done)
             else:
                 jobs.append(h)
-        self.copies.wait_for_blocks(b for e in out.entries for b in e.block_ids)
+        if self.copies.pending:  # nothing in flight, nothing to wait for (copy_engine.py NOTE(speed))
+            self.copies.wait_for_blocks(b for e in out.entries for b in e.block_ids)
         dead = {h.tag for h in jobs if h.done() and h.exception() is not None}
         # NOTE(late-swap-out): a swap-out that failed after the drain in step() may belong to
         # a request swapped back in by this very step (its host bytes are garbage). The copies
         # are FIFO, so having waited for this step's swap-ins, that failure is recorded now.
-        dead.update(self.failed_copies.drain())
+        if self.failed_copies:
+            dead.update(self.failed_copies.drain())
         if dead:
             results += self._fail_requests(dead, "KV copy failed")
         return dead
@@ -231,6 +238,8 @@ class EngineCore:
     def _forward_entries(self, out: SchedulerOutput, dead: set[str], results: list) -> list:
         """The entries to compute: those of live requests the fault plan lets through (a
         request it raises for fails alone, like a failed copy)."""
+        if self.faults is NO_FAULTS:  # the default plan injects nothing
+            return [e for e in out.entries if e.request_id not in dead]
         for rid in dict.fromkeys(e.request_id for e in out.entries):
             if rid in dead:
                 continue
@@ -248,8 +257,8 @@ class EngineCore:
             return Drawn()
         batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
                                       [e.block_ids for e in entries])
-        full = self.prompt_logprobs.rows(entries)
-        if self.grammars:  # the rows _sample will sample (NOTE(overlap)); skipped without any
+        full = self.prompt_logprobs.rows(entries) if self.prompt_logprobs.requests else []
+        if self.grammars.matchers:  # the rows _sample will sample (NOTE(overlap)); skipped without any
             self.grammars.prefetch_mask([s for e in entries if e.request_id in
                                          self.outputs.requests for s in e.sample_seq_ids])
         tf = time.perf_counter()
@@ -259,8 +268,9 @@ class EngineCore:
                     batch, self.storage.device_kv, full)
             else:
                 logits = self.model(batch, self.storage.device_kv)
-        self.cost.measure(sum(len(e.input_ids) for e in entries), time.perf_counter() - tf,
-                          self.steps)
+        tokens = sum(len(e.input_ids) for e in entries)
+        if tokens >= MIN_PREFILL_TOKENS or not self.steps % UPDATE_EVERY:  # else a no-op
+            self.cost.measure(tokens, time.perf_counter() - tf, self.steps)
         if full:
             self.prompt_logprobs.record(entries, full, full_logits)
         return self.rows.sample(logits, entries, self.steps)
@@ -295,6 +305,8 @@ class EngineCore:
 
     def _drop_broken(self, samples: list[Sample]) -> tuple[list[RequestOutput], list[Sample]]:
         """Fail the requests whose grammar broke (NOTE(grammar-error): never a stop)."""
+        if not self.grammars.failures:  # NOTE(grammar-error): none broke (or none exist)
+            return [], samples
         failed = self.grammars.failed_requests(samples)
         if not failed:
             return [], samples
