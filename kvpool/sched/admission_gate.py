@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from kvpool.core import Admission, AllocStatus, BlockSpaceManager, SeqAlloc
+from kvpool.errors import exceeds_context
 from kvpool.sched.config import SchedulerConfig
 from kvpool.sched.queue import RequestQueue
 from kvpool.sched.sequence import PrefillUnit, Sequence, SequenceGroup
@@ -153,7 +154,7 @@ class AdmissionGate:
         """Why ``g`` can never run, or None; without ``units`` the pool is not asked."""
         cfg = self.config
         p = len(g.prompt_token_ids)
-        if p > cfg.max_model_len:
+        if exceeds_context(p, 0, cfg.max_model_len):  # the one rule (kvpool/errors.py)
             return f"prompt has {p} tokens, more than max_model_len={cfg.max_model_len}"
         if g.num_live > cfg.max_num_seqs:
             return (f"request has {g.num_live} sequences, more than max_num_seqs="

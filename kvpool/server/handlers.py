@@ -45,7 +45,7 @@ from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
 from kvpool.metrics.request_metrics import RequestMetrics
 from kvpool.server.engine_client import EngineClient
-from kvpool.server.known_fields import ignored_header
+from kvpool.server.body_fields import ignored_header
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
 from kvpool.server.parse_pool import ParsePool

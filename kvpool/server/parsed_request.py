@@ -42,7 +42,7 @@ class ParsedRequest:
     # request): the prompt and its logprobs only. The engine runs one token (vLLM does the
     # same) that the response never shows: no text, no logprobs, 0 completion tokens.
     echo_only: bool = False
-    ignored: tuple[str, ...] = ()  # unknown body fields that were ignored (known_fields.py)
+    ignored: tuple[str, ...] = ()  # unknown body fields that were ignored (body_fields.py)
     extras: VllmExtras = VllmExtras()  # vLLM's prompt / response-shape fields (vllm_fields.py)
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
     return_n: int | None = None  # best_of > n: params.n = best_of run, the n best returned

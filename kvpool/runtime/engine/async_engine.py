@@ -26,7 +26,8 @@ from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
-from kvpool.errors import EngineError, QueueFullError, RequestError, context_length_error
+from kvpool.errors import (EngineError, QueueFullError, RequestError, context_length_error,
+                           exceeds_context)
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.core import EngineCore
@@ -201,7 +202,7 @@ class AsyncEngine:
                 raise context_length_error(self.max_model_len, f"the prompt has {len(prompt)} "
                                            "characters", "prompt")
             return self.tokenizer.encode(prompt)
-        if isinstance(prompt, list) and len(prompt) >= self.max_model_len:
+        if isinstance(prompt, list) and exceeds_context(len(prompt), 1, self.max_model_len):
             raise context_length_error(self.max_model_len, f"the prompt has {len(prompt)} "
                                        "tokens", "prompt")
         if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool)

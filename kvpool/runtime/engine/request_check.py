@@ -24,7 +24,7 @@ A caller that has judged the input rules itself (the server's edge: protocol.py)
 from __future__ import annotations
 
 from kvpool.core import Admission, AllocStatus, BlockSpaceManager
-from kvpool.errors import CONTEXT_LENGTH_CODE, RequestError, context_length_error
+from kvpool.errors import CONTEXT_LENGTH_CODE, RequestError, context_length_error, exceeds_context
 from kvpool.runtime.model import SamplingParams
 
 
@@ -54,11 +54,11 @@ class RequestChecker:
                                "prompt")
         n = len(prompt_ids)
         limit = self.max_model_len
-        want = n + (params.max_tokens or 1)
-        if n >= limit or (params.max_tokens and want > limit):
+        alone = exceeds_context(n, 1, limit)  # the prompt leaves no room to generate
+        if alone or exceeds_context(n, params.max_tokens or 1, limit):
             raise context_length_error(
                 limit, f"the request has {n} prompt tokens and asks for {params.max_tokens} "
-                "more", "max_tokens" if n < limit else "prompt")
+                "more", "prompt" if alone else "max_tokens")
 
     def check_pool(self, p: int, params: SamplingParams) -> None:
         """The pool checks for a prompt of ``p`` tokens: the prompt, then one sequence, then
