@@ -100,15 +100,6 @@ class RequestError(KVPoolError, ValueError):
 CONTEXT_LENGTH_CODE = "context_length_exceeded"
 
 
-def exceeds_context(prompt_len: int, generate: int, max_model_len: int) -> bool:
-    """The context-length rule, judged here for every caller: a prompt of ``prompt_len``
-    tokens followed by ``generate`` generated ones does not fit ``max_model_len`` positions.
-    Each caller says how many must follow: the server's edge and the engine's checks at least
-    one (the prompt must leave room to generate) or the ``max_tokens`` asked; the scheduler
-    none, as it stops a sequence at ``max_model_len`` itself (sched/completion.py)."""
-    return prompt_len + generate > max_model_len
-
-
 def context_length_error(max_model_len: int, detail: str, param: str | None = None, *,
                          named: bool = False) -> RequestError:
     """The one wording of "too long for the model's context" (OpenAI's, with its code), for

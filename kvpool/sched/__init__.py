@@ -12,6 +12,7 @@ aiohttp or torch). The runtime drives it::
             ...
 """
 
+from kvpool.sched.admission_gate import exceeds_context
 from kvpool.sched.config import CostModel, PreemptionMode, SchedulerConfig
 from kvpool.sched.output import (FinishedRequest, PreemptedRequest, ScheduledDecode,
                                  ScheduledPrefill, SchedulerOutput, SchedulerStats, SeqOutput)
@@ -21,5 +22,5 @@ from kvpool.sched.sequence import RequestParams, SeqStatus, StopParams
 __all__ = [
     "CostModel", "FinishedRequest", "PreemptedRequest", "PreemptionMode", "RequestParams",
     "ScheduledDecode", "ScheduledPrefill", "Scheduler", "SchedulerConfig", "SchedulerOutput",
-    "SchedulerStats", "SeqOutput", "SeqStatus", "StopParams",
+    "SchedulerStats", "SeqOutput", "SeqStatus", "StopParams", "exceeds_context",
 ]

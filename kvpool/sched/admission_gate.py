@@ -9,7 +9,8 @@
 - ``admission`` / ``status``: the manager's one admission rule (OK / LATER / NEVER with its
   reason) over those units; the gate adds no rule of its own;
 - ``never_reason``: why the request can never run (context, ``max_num_seqs``, the tenant cap,
-  or the pool), None if it may;
+  or the pool), None if it may; the context rule itself is ``exceeds_context``, which the
+  server's edge and the engine's checks ask too;
 - ``next_waiting``: which waiting request is next under tenant fairness.
 
 The gate reads the scheduler's queues and the manager; it changes nothing but a request's
@@ -22,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable
 
 from kvpool.core import Admission, AllocStatus, BlockSpaceManager, SeqAlloc
-from kvpool.errors import exceeds_context
 from kvpool.sched.config import SchedulerConfig
 from kvpool.sched.queue import RequestQueue
 from kvpool.sched.sequence import PrefillUnit, Sequence, SequenceGroup
@@ -38,6 +38,16 @@ def recompute_units(g: SequenceGroup) -> list[list[Sequence]]:
     if all(s.output_token_ids == first for s in live[1:]):
         return [live]
     return [[s] for s in live]
+
+
+def exceeds_context(prompt_len: int, generate: int, max_model_len: int) -> bool:
+    """The context-length rule, judged here for every caller (this gate's ``never_reason``,
+    the server's parser, the engine's RequestChecker): a prompt of ``prompt_len`` tokens
+    followed by ``generate`` generated ones does not fit ``max_model_len`` positions. Each
+    caller says how many must follow: the server's edge and the engine's checks at least one
+    (the prompt must leave room to generate) or the ``max_tokens`` asked; the scheduler none,
+    as it stops a sequence at ``max_model_len`` itself (completion.py)."""
+    return prompt_len + generate > max_model_len
 
 
 class AdmissionGate:
@@ -154,7 +164,7 @@ class AdmissionGate:
         """Why ``g`` can never run, or None; without ``units`` the pool is not asked."""
         cfg = self.config
         p = len(g.prompt_token_ids)
-        if exceeds_context(p, 0, cfg.max_model_len):  # the one rule (kvpool/errors.py)
+        if exceeds_context(p, 0, cfg.max_model_len):
             return f"prompt has {p} tokens, more than max_model_len={cfg.max_model_len}"
         if g.num_live > cfg.max_num_seqs:
             return (f"request has {g.num_live} sequences, more than max_num_seqs="

@@ -33,8 +33,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvpool.errors import RequestError, context_length_error, exceeds_context, shown
+from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.runtime.model.sampling import SamplingParams
+from kvpool.sched import exceeds_context
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
 from kvpool.server.json_body import MAX_JSON_DEPTH, decode_json_body

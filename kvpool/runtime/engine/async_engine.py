@@ -26,8 +26,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
-from kvpool.errors import (EngineError, QueueFullError, RequestError, context_length_error,
-                           exceeds_context)
+from kvpool.errors import EngineError, QueueFullError, RequestError, context_length_error
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.core import EngineCore
@@ -41,6 +40,7 @@ from kvpool.runtime.remote.importer import RemoteImports
 from kvpool.runtime.remote.link import RemoteLink
 from kvpool.runtime.remote.reader import RemoteReader
 from kvpool.runtime.remote.writer import RemoteWriter
+from kvpool.sched import exceeds_context
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()

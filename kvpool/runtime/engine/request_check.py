@@ -24,8 +24,9 @@ A caller that has judged the input rules itself (the server's edge: protocol.py)
 from __future__ import annotations
 
 from kvpool.core import Admission, AllocStatus, BlockSpaceManager
-from kvpool.errors import CONTEXT_LENGTH_CODE, RequestError, context_length_error, exceeds_context
+from kvpool.errors import CONTEXT_LENGTH_CODE, RequestError, context_length_error
 from kvpool.runtime.model import SamplingParams
+from kvpool.sched import exceeds_context
 
 
 class RequestChecker:
