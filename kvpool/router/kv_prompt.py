@@ -10,7 +10,7 @@ tokenizer, so the router computes the very hashes the replica's events carry::
                                            built-in model's) and chat template
     "cache_salt"                           the chain's root salt, as the replica uses it;
                                            with ``tenant_namespaced`` the tenant folded in by
-                                           the replicas' own rule (cache_namespace.py), the
+                                           the replicas' own rule (tenant.py), the
                                            tenant from the forwarded headers by theirs
                                            (tenant.py: ``tenant_header``, else the API key)
 
@@ -30,7 +30,7 @@ from typing import Any
 from multidict import CIMultiDict
 
 from kvpool.core.hashing import BlockHasher
-from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.tenant import CacheNamespace
 from kvpool.server.middleware import APIError
 from kvpool.server.tenant import tenant_of_headers
 

@@ -26,7 +26,7 @@
                              key, else anonymous
     shared_prefix_cache      one prefix cache for all tenants even where an API key or tenant
                              header tells them apart (default: one namespace per tenant,
-                             cache_namespace.py)
+                             tenant.py)
     chat_template            a Jinja file that overrides the model directory's own template
                              (chat_template.py); the built-in template only where neither exists
     stream_write_timeout     seconds one SSE write may wait for a client that does not read
@@ -57,18 +57,17 @@ from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.request_metrics import RequestMetrics
-from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.tenant import CacheNamespace
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.generation_config import load_generation_defaults
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
-from kvpool.server.middleware import auth_middleware, error_middleware
+from kvpool.server.middleware import add_request_id, auth_middleware, error_middleware
 from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import TenantBlockQuota
 from kvpool.server.request_gate import RequestGate
-from kvpool.server.request_id import add_request_id
 from kvpool.server.responses_api import ResponsesRoute
 from kvpool.server.tenant import tenant_middleware
 from kvpool.server.tools.parsers import tool_parser

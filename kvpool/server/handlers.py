@@ -22,7 +22,7 @@ request). The engine's --max-queue slot does not wait for this: it is freed when
 finishes the request (AsyncEngine._deliver), whatever the client reads.
 
 NOTE(parse-off-loop): a large body is parsed (JSON, validation, tokenization) on the app's
-ParsePool, off the event loop (parse_pool.py); /tokenize and the lookup route share the pool.
+ParsePool, off the event loop (json_body.py); /tokenize and the lookup route share the pool.
 
 Several prompts in one completions request: each is its own engine request (``<id>-<i>``;
 prefix sharing between them is the prefix cache's). All are validated before any is queued,
@@ -48,7 +48,7 @@ from kvpool.server.engine_client import EngineClient
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
-from kvpool.server.parse_pool import ParsePool
+from kvpool.server.json_body import ParsePool
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.prompt_merge import PromptStreams
 from kvpool.server.protocol import RequestParser
@@ -115,8 +115,8 @@ class OpenAIRoutes:
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         builder = ResponseBuilder(req, formatter=self.id_formatter
                                   if req.extras.tokens_as_ids else self.formatter)
-        ticket = self.gate.admit(req.all_prompts, req.params, req.cache_salt)
-        updates = PromptStreams(self.engine, ticket, builder.id, req.all_prompts, req.params,
+        ticket = self.gate.admit(req.prompts, req.params, req.cache_salt)
+        updates = PromptStreams(self.engine, ticket, builder.id, req.prompts, req.params,
                                 priority=req.priority)
         try:
             await updates.start()  # validation, QueueFullError and first updates surface here

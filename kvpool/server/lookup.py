@@ -26,7 +26,7 @@ tenant, a lookup never reveals another tenant's prompts.
 
 A body is bounded and parsed like a generation request's (413 past the app's body limit;
 RequestParser.decode_body's value and string bounds), large ones on the app's ParsePool, off
-the event loop (NOTE(parse-off-loop) in parse_pool.py).
+the event loop (NOTE(parse-off-loop) in json_body.py).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import socket
 
 from aiohttp import web
 
-from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.tenant import CacheNamespace
 from kvpool.server.engine_client import EngineClient
-from kvpool.server.parse_pool import ParsePool
+from kvpool.server.json_body import ParsePool
 from kvpool.server.protocol import RequestParser
 from kvpool.server.tenant import current_tenant
 

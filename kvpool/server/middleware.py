@@ -1,4 +1,5 @@
-"""The server's edge: one error middleware (every failure -> OpenAI's error JSON) and API-key auth.
+"""The server's edge: one error middleware (every failure -> OpenAI's error JSON), API-key auth
+and the ``X-Request-Id`` header.
 
 Every response that is not a success carries OpenAI's error body with the status that fits::
 
@@ -26,12 +27,19 @@ Every response that is not a success carries OpenAI's error body with the status
 The middleware never writes after a streaming response has started (the stream handler reports
 its own late failures as an SSE error event) and lets client disconnects and cancellation pass:
 there is nobody left to answer.
+
+``X-Request-Id`` on every response, as vLLM sends it: a client (or a gateway) that sends one
+gets the same value back, so its logs and this server's line up; otherwise the server makes one
+up. A value that could not be echoed safely (over ``MAX_REQUEST_ID_CHARS``, or with characters
+outside visible ASCII) is replaced by a fresh one. Set in ``on_response_prepare``, which runs
+before the headers of any response go out, streams included.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -39,8 +47,9 @@ from aiohttp import web
 
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
 
-__all__ = ["STREAM_STARTED", "APIError", "auth_middleware", "error_body", "error_middleware",
-           "error_type", "http_error_code"]
+__all__ = ["MAX_REQUEST_ID_CHARS", "REQUEST_ID_HEADER", "STREAM_STARTED", "APIError",
+           "add_request_id", "auth_middleware", "error_body", "error_middleware", "error_type",
+           "http_error_code"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -48,6 +57,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Set by a streaming handler once its headers are on the wire (no JSON error can follow).
 STREAM_STARTED = web.RequestKey("kvpool_stream_started", bool)
+REQUEST_ID_HEADER = "X-Request-Id"
+MAX_REQUEST_ID_CHARS = 256
 RETRY_AFTER_SECONDS = "1"  # NOTE(retry): the queue drains per engine step; a second is plenty
 
 # Statuses aiohttp raises itself (routing, body size) -> our (type, code).
@@ -170,3 +181,13 @@ def auth_middleware(api_key: str, protected_prefix: str = "/v1") -> Callable:
         return await handler(request)
 
     return check_key
+
+
+def _echoable(value: str) -> bool:
+    return 0 < len(value) <= MAX_REQUEST_ID_CHARS and all(" " < c <= "~" for c in value)
+
+
+async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """aiohttp ``on_response_prepare`` hook: the ``X-Request-Id`` header."""
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    response.headers[REQUEST_ID_HEADER] = given if _echoable(given) else uuid.uuid4().hex

@@ -35,7 +35,8 @@ class ParsedRequest:
     cache_salt: str | None  # prefix-cache tenant isolation, passed to generate
     priority: int  # scheduling priority, passed to generate
     user: str | None  # end-user id (logged, not used)
-    prompts: tuple[list[int], ...] = ()  # every prompt (completions may send several)
+    # every prompt, at least one (completions may send several); the first is prompt_ids
+    prompts: tuple[list[int], ...]
     prompt_texts: tuple[str | None, ...] = ()  # each prompt as sent, when it was text (echo)
     logprob: LogprobRequest = LogprobRequest()  # logprobs / echo / prompt_logprobs asked for
     # NOTE(echo-only): completions ``echo`` with ``max_tokens: 0`` (lm-eval's loglikelihood
@@ -48,7 +49,3 @@ class ParsedRequest:
     return_n: int | None = None  # best_of > n: params.n = best_of run, the n best returned
     echo_text: str = ""  # chat echo: the final assistant message, in front of the content
     tools: Any = None  # tools.request.ToolRequest whose output is read for calls, or None
-
-    @property
-    def all_prompts(self) -> tuple[list[int], ...]:
-        return self.prompts or (self.prompt_ids,)

@@ -38,8 +38,7 @@ from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.sched import exceeds_context
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
-from kvpool.server.json_body import MAX_JSON_DEPTH, decode_json_body
-from kvpool.server.body_bound import MAX_JSON_BYTES_PER_CHAR
+from kvpool.server.json_body import MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body
 from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
                                       KNOWN_TOKENIZE, UNSUPPORTED_CHAT, UNSUPPORTED_COMPLETION,
                                       FieldPolicy, check_unsupported, is_int, opt,
@@ -97,7 +96,7 @@ class RequestParser:
         self.max_json_depth = max_json_depth
         # NOTE(gil): a request that fits holds at most max_model_len prompt ids (or messages,
         # each >= 1 token, a few fields each), <= 1024 logit_bias entries and max_stop stops;
-        # past this many value separators the body cannot fit (body_bound.py)
+        # past this many value separators the body cannot fit (json_body.py)
         self.max_body_commas = 8 * max_model_len + 4 * max_stop + 16384
         self.chat_template = chat_template or ChatTemplate()
         self.templates = TemplateCache(self.chat_template)

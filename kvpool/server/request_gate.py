@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from kvpool.errors import RequestError
 from kvpool.runtime.engine.outputs import RequestOutput, aclose_updates
-from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.tenant import CacheNamespace
 from kvpool.server.engine_client import EngineClient, UpdateStream
 from kvpool.server.middleware import APIError
 from kvpool.server.quota import QUOTA_CODE, TenantBlockQuota
