@@ -22,7 +22,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvpool.runtime.engine.outputs import RequestOutput, aclose_updates
+from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.request_gate import GatedStream, Ticket
 

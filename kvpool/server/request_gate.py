@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from kvpool.errors import RequestError
-from kvpool.runtime.engine.outputs import RequestOutput, aclose_updates
+from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
 from kvpool.server.tenant import CacheNamespace
 from kvpool.server.engine_client import EngineClient, UpdateStream
 from kvpool.server.middleware import APIError

@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any
 
-from kvpool.runtime.engine.outputs import CompletionOutput, RequestOutput
+from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest

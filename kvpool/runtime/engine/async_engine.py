@@ -30,7 +30,7 @@ from kvpool.errors import EngineError, QueueFullError, RequestError, context_len
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.core import EngineCore
-from kvpool.runtime.engine.outputs import CompletionOutput, RequestOutput
+from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.runtime.engine.workers import prestart_default_executor
 from kvpool.runtime.faults import FaultPlan
 from kvpool.runtime.model import SamplingParams

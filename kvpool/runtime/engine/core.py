@@ -35,8 +35,7 @@ from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import fit_max_model_len
 from kvpool.runtime.engine.cost_meter import MIN_PREFILL_TOKENS, UPDATE_EVERY, CostMeter
 from kvpool.runtime.engine.failed_copies import FailedCopies
-from kvpool.runtime.engine.output_processor import OutputProcessor, Sample
-from kvpool.runtime.engine.outputs import RequestOutput
+from kvpool.runtime.engine.output_processor import OutputProcessor, RequestOutput, Sample
 from kvpool.runtime.engine.prompt_logprobs import PromptLogprobs
 from kvpool.runtime.engine.request_check import RequestChecker
 from kvpool.runtime.engine.row_sampler import Drawn, RowSampler
