@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 from kvpool.core import Admission, AllocStatus, BlockSpaceManager, SeqAlloc
 from kvpool.sched.config import SchedulerConfig
-from kvpool.sched.queue import RequestQueue
 from kvpool.sched.sequence import PrefillUnit, Sequence, SequenceGroup
+from kvpool.sched.state import RequestQueue
 
 
 def recompute_units(g: SequenceGroup) -> list[list[Sequence]]:
