@@ -56,7 +56,7 @@ from pathlib import Path
 from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
-from kvpool.metrics.request_metrics import RequestMetrics
+from kvpool.metrics.collector import RequestMetrics
 from kvpool.server.tenant import CacheNamespace
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.engine_client import EngineClient

@@ -43,7 +43,7 @@ from aiohttp import web
 
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
-from kvpool.metrics.request_metrics import RequestMetrics
+from kvpool.metrics.collector import RequestMetrics
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.logprob_format import LogprobFormatter
