@@ -10,7 +10,7 @@ Accounting is a reservation the request gate (request_gate.py) takes before the 
 reaches the engine, released per prompt when its stream ends (finished, failed, aborted or
 closed)::
 
-    need(request) = sum over its prompts of the pool's own count (request_check.py
+    need(request) = sum over its prompts of the pool's own count (RequestChecker,
                     ``blocks_held``: the prompt's full blocks once, each of the ``n``
                     sequences' other blocks apart, the last token never stored)
 

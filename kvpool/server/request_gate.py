@@ -7,7 +7,7 @@ reaches the engine; the ticket it gets opens the engine streams and gives everyt
         draining                      -> 503 shutting_down + Retry-After
         tenant                        the middleware's (middleware.py), never the client's salt
         cache salt                    CacheNamespace.salt(tenant, cache_salt)
-        quota (--tenant-block-quota)  need = the pool's own block count (request_check.py
+        quota (--tenant-block-quota)  need = the pool's own block count (RequestChecker,
                                       ``blocks_held``), summed over the prompts
                                       need > N              -> 400 tenant_quota_exceeded
                                       reserved + need > N   -> 429 tenant_quota_exceeded

@@ -37,7 +37,6 @@ from kvpool.runtime.engine.cost_meter import MIN_PREFILL_TOKENS, UPDATE_EVERY, C
 from kvpool.runtime.engine.failed_copies import FailedCopies
 from kvpool.runtime.engine.output_processor import OutputProcessor, RequestOutput, Sample
 from kvpool.runtime.engine.prompt_logprobs import PromptLogprobs
-from kvpool.runtime.engine.request_check import RequestChecker
 from kvpool.runtime.engine.row_sampler import Drawn, RowSampler
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 from kvpool.runtime.kv.copy_engine import CopyEngine
@@ -46,8 +45,8 @@ from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, Sampling
                                   build_tiny_model, load_model, load_tokenizer, resolve_dtype)
 from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
 from kvpool.runtime.model.grammar_matchers import GrammarMatchers
-from kvpool.sched import (FinishedRequest, Scheduler, SchedulerConfig, SchedulerOutput,
-                          SeqStatus)
+from kvpool.sched import (FinishedRequest, RequestChecker, Scheduler, SchedulerConfig,
+                          SchedulerOutput, SeqStatus)
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +114,7 @@ class EngineCore:
             defrag_threshold=config.defrag_threshold,
             tenant_max_running_seqs=config.tenant_max_running_seqs))
         self.checker = RequestChecker(self.model.config.vocab_size, self.max_model_len,
-                                      self.manager)  # validate(): request_check.py
+                                      self.manager)  # validate(): sched/admission_gate.py
 
     def _build_sampling(self, config: EngineConfig, metrics) -> None:
         self.outputs = OutputProcessor(self.tokenizer, metrics)
@@ -131,7 +130,7 @@ class EngineCore:
 
     # ------------------------------------------------------------------ requests
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Reject what can never be served (HTTP 400 at the edge; request_check.py)."""
+        """Reject what can never be served (HTTP 400 at the edge; RequestChecker)."""
         self.checker.check(prompt_ids, params)
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, *,
