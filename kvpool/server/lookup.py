@@ -36,9 +36,9 @@ import socket
 
 from aiohttp import web
 
-from kvpool.server.middleware import CacheNamespace, current_tenant
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.json_body import ParsePool
+from kvpool.server.middleware import CacheNamespace, current_tenant
 from kvpool.server.protocol import RequestParser
 
 __all__ = ["LOOKUP_PATH", "REPLICA_ID_KEY", "LookupRoute", "default_replica_id"]

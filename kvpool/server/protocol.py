@@ -36,14 +36,14 @@ from typing import Any
 from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.sched import exceeds_context
-from kvpool.server.builtin_template import ChatTemplate
-from kvpool.server.chat_messages import parse_messages
-from kvpool.server.json_body import MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body
 from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
                                       KNOWN_TOKENIZE, UNSUPPORTED_CHAT, UNSUPPORTED_COMPLETION,
                                       FieldPolicy, check_unsupported, is_int, opt,
                                       salt_and_priority, stop_strings, stream_options,
                                       token_ids, with_defaults)
+from kvpool.server.builtin_template import ChatTemplate
+from kvpool.server.chat_messages import parse_messages
+from kvpool.server.json_body import MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
                                          LogprobRequest, parse_logprob_fields)
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING
 
 from kvpool.errors import RequestError
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
-from kvpool.server.middleware import APIError, CacheNamespace, current_tenant
 from kvpool.server.engine_client import EngineClient, UpdateStream
+from kvpool.server.middleware import APIError, CacheNamespace, current_tenant
 from kvpool.server.quota import QUOTA_CODE, TenantBlockQuota
 
 if TYPE_CHECKING:
