@@ -155,6 +155,7 @@ class EngineCore:
 
     def abort(self, request_id: str, reason: str = "aborted") -> RequestOutput | None:
         fr = self.scheduler.abort(request_id, reason)
+        self.prompt_logprobs.requests.discard(request_id)
         return self._finish(fr) if fr is not None else self.outputs.fail(request_id, reason)
 
     def has_work(self) -> bool:
@@ -182,6 +183,7 @@ class EngineCore:
             if rid is None:
                 continue
             fr = self.scheduler.abort(rid, reason)
+            self.prompt_logprobs.requests.discard(rid)
             o = self._finish(fr, reason) if fr is not None else self.outputs.fail(rid, reason)
             if o is not None:
                 outs.append(o)
