@@ -12,8 +12,8 @@ Research policies (``ghostwin``, ``doorarc``) live in bench/, not here: bench.po
 bench.heldout compare them with these.
 
 The protocol the PrefixIndex drives (EvictionPolicy) and the queue storage the two
-share are in base.py, beside LRU; ``simulate`` (kvpool/replay/loop.py) replays a trace through one policy
-alone.
+share are in base.py, beside LRU; ``simulate`` (kvpool/replay/loop.py) replays a trace
+through one policy alone.
 """
 
 from __future__ import annotations

@@ -223,7 +223,8 @@ class EngineCore:
                 h.add_done_callback(self.failed_copies.on_copy_done)
             else:
                 jobs.append(h)
-        if self.copies.pending:  # nothing in flight, nothing to wait for (copy_engine.py NOTE(speed))
+        # nothing in flight, nothing to wait for (copy_engine.py NOTE(speed))
+        if self.copies.pending:
             self.copies.wait_for_blocks(b for e in out.entries for b in e.block_ids)
         dead = {h.tag for h in jobs if h.done() and h.exception() is not None}
         # NOTE(late-swap-out): a swap-out that failed after the drain in step() may belong to
@@ -258,7 +259,7 @@ class EngineCore:
         batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
                                       [e.block_ids for e in entries])
         full = self.prompt_logprobs.rows(entries) if self.prompt_logprobs.requests else []
-        if self.grammars.matchers:  # the rows _sample will sample (NOTE(overlap)); skipped without any
+        if self.grammars.matchers:  # the rows to sample (NOTE(overlap)); skipped without any
             self.grammars.prefetch_mask([s for e in entries if e.request_id in
                                          self.outputs.requests for s in e.sample_seq_ids])
         tf = time.perf_counter()
