@@ -25,7 +25,7 @@ from aiohttp.test_utils import TestServer
 from bench.api_fields import fmt, one_request, parse_seconds
 from kvpool.runtime.engine.async_engine import AsyncEngine
 from kvpool.runtime.engine.config import EngineConfig
-from kvpool.runtime.engine.outputs import CompletionOutput, RequestOutput
+from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.server.app import ROUTES_KEY, build_app
 from kvpool.server.responses import ResponseBuilder, sse_event
 

@@ -3,6 +3,22 @@
 Gauges and monotonic counters come from a :class:`MetricsSnapshot` built at scrape time (one
 lock-free read of the pools, never the pool lock); latency histograms are observed by the
 engine as requests progress. Names: docs/architecture.md#metrics; the README maps them to vLLM's.
+
+RequestMetrics: request-level series with vLLM's meaning, observed by the server as each
+request ends. Each carries a ``model_name`` label (the first served name, as vLLM labels its
+series):
+
+    kvpool_prompt_tokens_total{model_name}                   whole prompts (vllm:prompt_tokens)
+    kvpool_request_success_total{model_name,finished_reason} finished sequences by reason
+    kvpool_request_prompt_tokens{model_name}                 histogram, per request
+    kvpool_request_generation_tokens{model_name}             histogram, per request
+    kvpool_request_params_n / _params_max_tokens{model_name} histograms of what was asked
+    kvpool_request_prefill_time_seconds{model_name}          first schedule -> first token
+    kvpool_request_decode_time_seconds{model_name}           first token -> finish
+    kvpool_request_inference_time_seconds{model_name}        first schedule -> finish
+
+The engine's own counter of the prompt tokens it computed (prefix-cache hits excluded) is
+``kvpool_prompt_tokens_computed_total``.
 """
 
 from __future__ import annotations
@@ -19,7 +35,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Hist
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from kvpool.metrics.snapshot import MetricsSnapshot
+from kvpool.metrics.snapshot import Family, MetricsSnapshot, snapshot_families
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # NOTE(scrape): every bucket is a line rendered per scrape; 14 keep quantiles usable and the
@@ -44,8 +60,6 @@ METRIC_NAMES = (
 )
 
 
-# (name, type, help, label names, [(label values, value)]); counter names end in _total
-Family = tuple[str, str, str, tuple[str, ...], list[tuple[tuple[str, ...], float]]]
 
 
 def metric_families(families: list[Family]) -> Iterator[Metric]:
@@ -92,62 +106,7 @@ class _SnapshotCollector(Collector):
 
     def families(self) -> list[Family]:
         s = self._snapshot_fn()
-        return _pool_families(s) + _traffic_families(s)
-
-
-def _pool_families(s: MetricsSnapshot) -> list[Family]:
-    """What the pools hold now: usage, free / total / cached blocks, fragmentation."""
-    dev, host = s.manager.device, s.manager.host
-    tiers, g = ("tier",), "gauge"
-    frag = s.fragmentation
-    return [
-        ("kvpool_cache_usage_ratio", g, "Fraction of KV blocks in use.", tiers,
-         [(("device",), dev.usage), (("host",), host.usage)]),
-        ("kvpool_free_blocks", g, "Blocks with no content, ready to allocate.", tiers,
-         [(("device",), dev.num_free), (("host",), host.num_free)]),
-        ("kvpool_blocks", g, "Blocks in the pool.", tiers,
-         [(("device",), dev.num_blocks), (("host",), host.num_blocks)]),
-        ("kvpool_cached_blocks", g, "Blocks holding prefix-cached content (in use or "
-         "evictable).", tiers, [(("device",), dev.num_cached), (("host",), host.num_cached)]),
-        ("kvpool_fragmentation_ratio", g, "Internal: unused slots of used blocks; external: "
-         "1 - largest free run / free blocks.", ("tier", "kind"),
-         [(("device", "internal"), frag.internal), (("device", "external"), frag.external)]),
-    ]
-
-
-def _traffic_families(s: MetricsSnapshot) -> list[Family]:
-    """What moved so far (counters) and the requests by state."""
-    m = s.manager
-    reasons = dict(s.evictions) or {"capacity": m.device.evictions}
-    g, c = "gauge", "counter"
-    return [
-        ("kvpool_swap_blocks_total", c, "Blocks swapped.", ("direction",),
-         [(("out",), m.swap_out_blocks), (("in",), m.swap_in_blocks)]),
-        ("kvpool_swap_bytes_total", c, "Bytes swapped.", ("direction",),
-         [((d,), s.swap_bytes.get(d, 0)) for d in ("in", "out")]),
-        ("kvpool_copy_blocks_total", c, "Block copies inside the device pool.", ("reason",),
-         [(("cow",), s.copy_blocks.get("cow", m.cow_copies)),
-          (("defrag",), s.copy_blocks.get("defrag", m.defrag_moves))]),
-        ("kvpool_preemptions_total", c, "Preempted requests.", ("mode",),
-         [((mode,), s.preemptions.get(mode, 0)) for mode in ("swap", "recompute")]),
-        ("kvpool_prefix_cache_queries_total", c, "Prompt tokens looked up in the prefix "
-         "cache.", (), [((), m.prefix_query_tokens)]),
-        ("kvpool_prefix_cache_hits_total", c, "Prompt tokens served by the prefix cache.",
-         (), [((), m.prefix_hit_tokens)]),
-        ("kvpool_evictions_total", c, "Cached blocks evicted.", ("reason",),
-         [((r,), n) for r, n in sorted(reasons.items())]),
-        ("kvpool_requests", g, "Requests by scheduler state.", ("state",),
-         [((st,), s.requests.get(st, 0)) for st in ("running", "waiting", "swapped")]),
-        ("kvpool_requests_in_flight", g, "Requests counted against --max-queue (admitted, "
-         "not yet finished by the engine).", (), [((), s.requests_in_flight)]),
-        ("kvpool_prompt_tokens_computed_total", c, "Prompt tokens the engine computed "
-         "(prefix-cache hits excluded; kvpool_prompt_tokens_total counts whole prompts).",
-         (), [((), s.prompt_tokens)]),
-        ("kvpool_generation_tokens_total", c, "Tokens generated.", (),
-         [((), s.generation_tokens)]),
-        ("kvpool_invariant_violations_total", c, "Invariant checks that failed at run time.",
-         (), [((), s.invariant_violations)]),
-    ]
+        return snapshot_families(s)
 
 
 class LatencyHistogram(Collector):
@@ -327,3 +286,76 @@ def _gofloat(v: float) -> str:
     if -1e6 < v < 1e6:  # the common case; Go's format only differs for large magnitudes
         return repr(float(v))
     return floatToGoString(v)
+
+
+TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000,
+                 100000)  # vLLM's 1-2-5 series, up to a long context
+N_BUCKETS = (1, 2, 5, 10, 20)
+REQUEST_METRIC_NAMES = (
+    "kvpool_prompt_tokens_total", "kvpool_request_success_total",
+    "kvpool_request_prompt_tokens", "kvpool_request_generation_tokens",
+    "kvpool_request_params_n", "kvpool_request_params_max_tokens",
+    "kvpool_request_prefill_time_seconds", "kvpool_request_decode_time_seconds",
+    "kvpool_request_inference_time_seconds")
+_REASONS = ("stop", "length", "abort", "error")
+
+
+class RequestMetrics:
+    """The series above for one served model, registered on a KVPoolMetrics."""
+
+    def __init__(self, metrics: KVPoolMetrics, model_name: str) -> None:
+        self.model_name = model_name
+        label = (("model_name", model_name),)
+
+        def hist(name: str, doc: str, buckets: Sequence[float]) -> LatencyHistogram:
+            h = LatencyHistogram(name, doc, buckets, labels=label)
+            metrics.add_histogram(h)
+            return h
+
+        self.prompt_hist = hist("kvpool_request_prompt_tokens", "Prompt tokens per request.",
+                                TOKEN_BUCKETS)
+        self.generation_hist = hist("kvpool_request_generation_tokens",
+                                    "Generated tokens per request.", TOKEN_BUCKETS)
+        self.n_hist = hist("kvpool_request_params_n", "The n requests ask for.", N_BUCKETS)
+        self.max_tokens_hist = hist("kvpool_request_params_max_tokens",
+                                    "The max_tokens requests run with.", TOKEN_BUCKETS)
+        self.prefill = hist("kvpool_request_prefill_time_seconds", "First schedule to first "
+                            "token.", LATENCY_BUCKETS)
+        self.decode = hist("kvpool_request_decode_time_seconds", "First token to finish.",
+                           LATENCY_BUCKETS)
+        self.inference = hist("kvpool_request_inference_time_seconds", "First schedule to "
+                              "finish.", LATENCY_BUCKETS)
+        self._lock = threading.Lock()
+        self._prompt_tokens = 0
+        self._success = dict.fromkeys(_REASONS, 0)
+        metrics.add_source(self.families)
+
+    def observe(self, *, prompt_tokens: int, generation_tokens: int, n: int, max_tokens: int,
+                reasons: Sequence[str | None], timings: dict[str, float]) -> None:
+        """One request (one prompt of it) that ended."""
+        with self._lock:
+            self._prompt_tokens += prompt_tokens
+            for r in reasons:
+                key = r if r in self._success else "abort"
+                self._success[key] += 1
+        self.prompt_hist.observe(prompt_tokens)
+        self.generation_hist.observe(generation_tokens)
+        self.n_hist.observe(n)
+        self.max_tokens_hist.observe(max_tokens)
+        e2e, queue, ttft = (timings.get(k) for k in ("e2e", "queue", "ttft"))
+        if e2e is not None and queue is not None and ttft is not None:
+            self.prefill.observe(max(0.0, ttft - queue))
+            self.decode.observe(max(0.0, e2e - ttft))
+            self.inference.observe(max(0.0, e2e - queue))
+
+    def families(self) -> list[Family]:
+        with self._lock:
+            prompt, success = self._prompt_tokens, dict(self._success)
+        m = self.model_name
+        return [
+            ("kvpool_prompt_tokens_total", "counter", "Prompt tokens of finished requests, "
+             "whole prompts (prefix-cache hits included; vLLM's meaning).", ("model_name",),
+             [((m,), prompt)]),
+            ("kvpool_request_success_total", "counter", "Finished sequences by finish reason.",
+             ("finished_reason", "model_name"), [((r, m), v) for r, v in success.items()]),
+        ]

@@ -24,7 +24,7 @@ replica checks it (json_body.py, the same code)::
 
     more than CHECKED_VALUES JSON values   -> passed on unchecked: the replica, which knows its
                                               context length, answers it (400 when it cannot
-                                              fit); NOTE(gil) in body_bound.py
+                                              fit); NOTE(gil) in json_body.py
     up to INLINE_BYTES                     -> decoded on the event loop (cheaper than a hop)
     larger                                 -> decoded on one worker thread
     not UTF-8 JSON, not an object, too deep -> 400 OpenAI error JSON, no replica asked
@@ -41,9 +41,8 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from kvpool.server.body_bound import structural_commas
-from kvpool.server.json_body import MAX_JSON_DEPTH, decode_json_body
-from kvpool.server.parse_pool import ParsePool
+from kvpool.server.json_body import (MAX_JSON_DEPTH, ParsePool, decode_json_body,
+                                     structural_commas)
 
 __all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "request_headers", "response_headers"]
 

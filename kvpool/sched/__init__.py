@@ -12,6 +12,7 @@ aiohttp or torch). The runtime drives it::
             ...
 """
 
+from kvpool.sched.admission_gate import RequestChecker, exceeds_context
 from kvpool.sched.config import CostModel, PreemptionMode, SchedulerConfig
 from kvpool.sched.output import (FinishedRequest, PreemptedRequest, ScheduledDecode,
                                  ScheduledPrefill, SchedulerOutput, SchedulerStats, SeqOutput)
@@ -19,7 +20,8 @@ from kvpool.sched.scheduler import Scheduler
 from kvpool.sched.sequence import RequestParams, SeqStatus, StopParams
 
 __all__ = [
-    "CostModel", "FinishedRequest", "PreemptedRequest", "PreemptionMode", "RequestParams",
+    "CostModel", "FinishedRequest", "PreemptedRequest", "PreemptionMode", "RequestChecker",
+    "RequestParams",
     "ScheduledDecode", "ScheduledPrefill", "Scheduler", "SchedulerConfig", "SchedulerOutput",
-    "SchedulerStats", "SeqOutput", "SeqStatus", "StopParams",
+    "SchedulerStats", "SeqOutput", "SeqStatus", "StopParams", "exceeds_context",
 ]

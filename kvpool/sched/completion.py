@@ -25,10 +25,9 @@ from collections.abc import Collection, Mapping
 
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import SchedulerError
-from kvpool.sched.defrag import DefragDriver
 from kvpool.sched.output import FinishedRequest, ScheduledPrefill, SchedulerOutput, SeqOutput
 from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGroup
-from kvpool.sched.state import SchedulerState
+from kvpool.sched.state import DefragDriver, SchedulerState
 
 _RUNNING = SeqStatus.RUNNING
 _FINAL = (SeqStatus.FINISHED_ABORTED, SeqStatus.FINISHED_IGNORED)  # override a group's status

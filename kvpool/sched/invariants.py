@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 
 from kvpool.core import BlockSpaceManager, Device
 from kvpool.errors import SchedulerError
-from kvpool.sched.queue import RequestQueue
 from kvpool.sched.sequence import Sequence, SeqStatus, SequenceGroup
+from kvpool.sched.state import RequestQueue
 
 
 def check_scheduler(manager: BlockSpaceManager,

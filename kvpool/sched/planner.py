@@ -24,9 +24,8 @@ from kvpool.sched.admission_gate import AdmissionGate
 from kvpool.sched.completion import StepCompletion
 from kvpool.sched.output import ScheduledDecode, ScheduledPrefill, SchedulerOutput
 from kvpool.sched.preemption import Preemptor
-from kvpool.sched.queue import RequestQueue
 from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGroup
-from kvpool.sched.state import SchedulerState
+from kvpool.sched.state import RequestQueue, SchedulerState
 
 _RUNNING = SeqStatus.RUNNING
 

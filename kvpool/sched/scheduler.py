@@ -36,7 +36,7 @@ The parts, each handed what it works on in its constructor (docs/architecture.md
     StepPlanner      steps 0-4 (planner.py), asking the AdmissionGate (admission_gate.py)
     Preemptor        victims' mode by cost, swap-out / recompute (preemption.py)
     StepCompletion   on_step_done / on_step_failed / finish (completion.py)
-    DefragDriver     step 5 and the plan's commit or abort (defrag.py)
+    DefragDriver     step 5 and the plan's commit or abort (state.py)
 """
 
 from __future__ import annotations
@@ -49,14 +49,12 @@ from kvpool.errors import RequestError, SchedulerError
 from kvpool.sched.admission_gate import AdmissionGate
 from kvpool.sched.completion import StepCompletion
 from kvpool.sched.config import CostModel, SchedulerConfig
-from kvpool.sched.defrag import DefragDriver
 from kvpool.sched.invariants import check_scheduler
 from kvpool.sched.output import FinishedRequest, SchedulerOutput, SchedulerStats
 from kvpool.sched.planner import StepPlanner
 from kvpool.sched.preemption import Preemptor
-from kvpool.sched.queue import make_sort_key
 from kvpool.sched.sequence import RequestParams, SeqStatus, SequenceGroup, StopLimits
-from kvpool.sched.state import SchedulerState
+from kvpool.sched.state import DefragDriver, SchedulerState, make_sort_key
 
 _RUNNING = SeqStatus.RUNNING
 

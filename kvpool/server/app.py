@@ -4,7 +4,7 @@
 
     request -> error_middleware  (every failure -> OpenAI error JSON, see middleware.py)
             -> auth_middleware   (only with an API key; /v1/* only)
-            -> tenant_middleware (who sent it: tenant.py)
+            -> tenant_middleware (who sent it: middleware.py)
             -> OpenAIRoutes      (handlers.py) -> RequestGate.admit (request_gate.py)
                                                -> engine.generate / metrics.render
 
@@ -22,11 +22,11 @@
                              stops; False when the caller owns the engine's lifetime
     tenant_block_quota       cap the KV blocks the in-flight requests of one tenant may hold
                              (quota.py); None = no cap
-    tenant_header            the trusted header naming the tenant (tenant.py); None = the API
+    tenant_header            the trusted header naming the tenant (middleware.py); None = the API
                              key, else anonymous
     shared_prefix_cache      one prefix cache for all tenants even where an API key or tenant
                              header tells them apart (default: one namespace per tenant,
-                             cache_namespace.py)
+                             middleware.py)
     chat_template            a Jinja file that overrides the model directory's own template
                              (chat_template.py); the built-in template only where neither exists
     stream_write_timeout     seconds one SSE write may wait for a client that does not read
@@ -56,21 +56,19 @@ from pathlib import Path
 from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
-from kvpool.metrics.request_metrics import RequestMetrics
-from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.metrics.collector import RequestMetrics
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.generation_config import load_generation_defaults
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
-from kvpool.server.middleware import auth_middleware, error_middleware
+from kvpool.server.middleware import (CacheNamespace, add_request_id, auth_middleware,
+                                      error_middleware, tenant_middleware)
 from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import TenantBlockQuota
 from kvpool.server.request_gate import RequestGate
-from kvpool.server.request_id import add_request_id
 from kvpool.server.responses_api import ResponsesRoute
-from kvpool.server.tenant import tenant_middleware
 from kvpool.server.tools.parsers import tool_parser
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "GATE_KEY", "METRICS_KEY", "ROUTES_KEY",

@@ -1,21 +1,35 @@
-"""Small, typed reads of request-body fields shared by the request parser.
+"""Request-body fields: which ones each endpoint knows, and small typed reads of them.
 
 ``null`` means "not given" everywhere; a value of the wrong JSON type is a 400 naming the
 field (bool is never an int; an int is a number).
+
+Unknown fields are **ignored** by default, as vLLM does: gateways and clients add their own
+(OpenAI's ``metadata``, ``store``, ``service_tier``; SGLang's ``no_stop_trim``), and a 400 for
+each one stopped them fronting this server. Each ignored name is logged once (a warning) and
+listed in the response's ``X-Kvpool-Ignored-Fields`` header, so a typo such as ``max_token`` is
+still visible to whoever looks. ``--reject-unknown-fields`` restores OpenAI's own strictness
+(400, code ``unknown_parameter``, param = the field). Known OpenAI features this server does
+not implement are rejected (``unsupported_parameter``) when set to anything but their default.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
+from urllib.parse import quote
 
 from kvpool.errors import RequestError
+from kvpool.server.sampling_fields import SAMPLING_FIELDS
+from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
+
+__all__ = ["IGNORED_FIELDS_HEADER", "INT32", "KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE",
+           "KNOWN_TOKENIZE", "MAX_CACHE_SALT_CHARS", "UNSUPPORTED_CHAT", "UNSUPPORTED_COMPLETION",
+           "FieldPolicy", "check_unsupported", "ignored_header", "is_int", "is_number", "opt",
+           "salt_and_priority", "stop_strings", "stream_options", "token_ids", "with_defaults"]
 
 MAX_CACHE_SALT_CHARS = 1024
 INT32 = 1 << 31
-
-__all__ = ["INT32", "MAX_CACHE_SALT_CHARS", "is_int", "is_number", "opt", "salt_and_priority",
-           "stream_options", "with_defaults"]
 
 
 def is_int(v: Any) -> bool:
@@ -31,8 +45,8 @@ _CHECKS = {bool: lambda v: isinstance(v, bool), int: is_int, float: is_number,
 _NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 
 
-def _bad(param: str, message: str) -> RequestError:
-    return RequestError(f"{param}: {message}", param=param)
+def _bad(param: str, message: str, code: str | None = None) -> RequestError:
+    return RequestError(f"{param}: {message}", param=param, code=code)
 
 
 def opt(body: dict[str, Any], name: str, kind: type, default: Any, *,
@@ -60,6 +74,31 @@ def stream_options(options: Any, stream: bool) -> tuple[bool, bool]:
     return include, include and continuous
 
 
+def stop_strings(stop: Any, max_stop: int) -> tuple[str, ...]:
+    """``stop``: one non-empty string or a list of at most ``max_stop`` of them."""
+    if stop is None:
+        return ()
+    items = [stop] if isinstance(stop, str) else stop
+    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
+        raise _bad("stop", "must be a non-empty string or a list of non-empty strings")
+    if len(items) > max_stop:
+        raise _bad("stop", f"at most {max_stop} stop strings, got {len(items)}")
+    return tuple(items)
+
+
+def token_ids(value: Any, param: str, vocab_size: int, *, allow_none: bool = False) -> list[int]:
+    """A list of token ids inside the vocabulary (``null`` is ``[]`` with ``allow_none``)."""
+    if value is None and allow_none:
+        return []
+    if not isinstance(value, list) or not all(is_int(t) for t in value):
+        raise _bad(param, "must be a list of integer token ids")
+    bad = next((t for t in value if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise _bad(param, f"token id {bad} is outside the vocabulary [0, {vocab_size})",
+                   "invalid_token_id")
+    return value
+
+
 def with_defaults(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """``body`` with ``defaults`` (generation_config.py) filling fields left out or null."""
     if not defaults:
@@ -74,7 +113,7 @@ def with_defaults(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
 def salt_and_priority(body: dict[str, Any]) -> tuple[str | None, int]:
     """The client's cache salt (NUL-free, bounded) and its priority (32-bit)."""
     salt = opt(body, "cache_salt", str, None)
-    # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
+    # NUL marks the server's own salts (middleware.py): no client salt spells one
     if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
         raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters, none of "
                    "them NUL")
@@ -82,3 +121,81 @@ def salt_and_priority(body: dict[str, Any]) -> tuple[str | None, int]:
     if not -INT32 <= priority < INT32:
         raise _bad("priority", "must fit in a 32-bit signed integer")
     return salt, priority
+
+
+log = logging.getLogger("kvpool.server")
+
+IGNORED_FIELDS_HEADER = "X-Kvpool-Ignored-Fields"
+MAX_LOGGED_NAMES = 1024  # distinct names warned about; a client inventing names grows nothing
+MAX_HEADER_NAMES = 32  # names listed in one response header
+MAX_NAME_CHARS = 64
+
+# field -> (allowed default values) for OpenAI features this server does not implement
+UNSUPPORTED_COMPLETION = {"suffix": ("",)}
+UNSUPPORTED_CHAT = {"functions": ([],)}
+_COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
+           "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
+           "stop_token_ids", "logprobs", "prompt_logprobs"} | SAMPLING_FIELDS
+KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of", "echo"} | COMPLETION_EXTRAS
+                             | set(UNSUPPORTED_COMPLETION))
+KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tools", "tool_choice",
+                                  "top_logprobs", "parallel_tool_calls",
+                                  "add_generation_prompt", "continue_final_message"}
+                       | CHAT_EXTRAS | set(UNSUPPORTED_CHAT))
+KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
+                            "add_generation_prompt", "continue_final_message",
+                            "return_token_strs", "chat_template", "chat_template_kwargs",
+                            "truncate_prompt_tokens", "tools"})
+KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
+
+
+class FieldPolicy:
+    """Unknown body fields: ignored (logged once per name) or, with ``reject``, a 400."""
+
+    def __init__(self, reject: bool = False) -> None:
+        self.reject = reject
+        self._warned: set[str] = set()
+
+    def check(self, body: dict[str, Any], known: frozenset[str]) -> tuple[str, ...]:
+        """The unknown field names of ``body`` (sorted), or a 400 naming the first."""
+        unknown = [k for k in body if k not in known]
+        if not unknown:
+            return ()
+        unknown.sort()
+        if self.reject:
+            name = unknown[0][:MAX_NAME_CHARS]
+            raise _bad(name, f"unrecognized request argument supplied: {name}",
+                       "unknown_parameter")
+        for name in unknown:
+            self._warn_once(name[:MAX_NAME_CHARS])
+        return tuple(unknown)
+
+    def _warn_once(self, name: str) -> None:
+        if name in self._warned or len(self._warned) > MAX_LOGGED_NAMES:
+            return
+        self._warned.add(name)
+        if len(self._warned) > MAX_LOGGED_NAMES:
+            log.warning("more than %d distinct unknown request fields; no more are logged",
+                        MAX_LOGGED_NAMES)
+            return
+        log.warning("ignoring the unknown request field %r (logged once; the response lists "
+                    "it in %s; --reject-unknown-fields makes it a 400)", name,
+                    IGNORED_FIELDS_HEADER)
+
+
+def ignored_header(names: tuple[str, ...]) -> dict[str, str]:
+    """The response header listing ignored fields (empty when none). Names are
+    percent-encoded: a field name may hold any character, a header value may not."""
+    if not names:
+        return {}
+    shown = [quote(n[:MAX_NAME_CHARS], safe="_-.") for n in names[:MAX_HEADER_NAMES]]
+    if len(names) > MAX_HEADER_NAMES:
+        shown.append(f"...{len(names) - MAX_HEADER_NAMES}-more")
+    return {IGNORED_FIELDS_HEADER: ",".join(shown)}
+
+
+def check_unsupported(body: dict[str, Any], fields: dict[str, tuple]) -> None:
+    for name, defaults in fields.items():
+        value = body.get(name)
+        if value is not None and value not in defaults:
+            raise _bad(name, "is not supported by this server", "unsupported_parameter")

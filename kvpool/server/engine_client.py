@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # the contract names the engine's types; importing them pulls
     from kvpool.metrics import KVPoolMetrics
     from kvpool.runtime.engine.config import EngineConfig
     from kvpool.runtime.engine.core import EngineCore
-    from kvpool.runtime.engine.outputs import RequestOutput
+    from kvpool.runtime.engine.output_processor import RequestOutput
     from kvpool.runtime.model import SamplingParams
     from kvpool.runtime.model.tokenizer import Tokenizer
 

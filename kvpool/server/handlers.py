@@ -22,12 +22,28 @@ request). The engine's --max-queue slot does not wait for this: it is freed when
 finishes the request (AsyncEngine._deliver), whatever the client reads.
 
 NOTE(parse-off-loop): a large body is parsed (JSON, validation, tokenization) on the app's
-ParsePool, off the event loop (parse_pool.py); /tokenize and the lookup route share the pool.
+ParsePool, off the event loop (json_body.py); /tokenize and the lookup route share the pool.
 
 Several prompts in one completions request: each is its own engine request (``<id>-<i>``;
 prefix sharing between them is the prefix cache's). All are validated before any is queued,
 every first update is awaited before a byte is sent, then their updates are interleaved as
-they arrive (prompt_merge.py); leaving early aborts every one that has not finished.
+they arrive (PromptStreams, below); leaving early aborts every one that has not finished.
+
+PromptStreams: the engine streams of one HTTP request's prompts, read as one stream.
+
+::
+
+    start()     every prompt's pool rules asked first (NOTE(all-or-nothing): one that can
+                never fit fails the request before any is queued), then the ticket opens
+                <id>, <id>-1 ... <id>-<P-1> (request_gate.py) and each one's first update is
+                awaited (the engine's own errors surface before any byte is sent)
+    firsts()    [(0, first_0), ..., (P-1, first_P-1)]
+    async for   (prompt index, update) as the engine delivers them, until every prompt finished
+    release()   close every stream; abort every prompt that has not finished; close the
+                ticket (idempotent)
+
+One prompt reads its stream directly (the common path adds no task). Several are pumped by one
+task each into a queue, so a slow prompt never holds back another's chunks.
 """
 
 from __future__ import annotations
@@ -37,26 +53,29 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
-from kvpool.metrics.request_metrics import RequestMetrics
+from kvpool.metrics.collector import RequestMetrics
+from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
+from kvpool.server.body_fields import ignored_header
 from kvpool.server.engine_client import EngineClient
-from kvpool.server.known_fields import ignored_header
+from kvpool.server.json_body import ParsePool
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
-from kvpool.server.parse_pool import ParsePool
 from kvpool.server.parsed_request import ParsedRequest
-from kvpool.server.prompt_merge import PromptStreams
 from kvpool.server.protocol import RequestParser
-from kvpool.server.request_gate import RequestGate
+from kvpool.server.request_gate import GatedStream, RequestGate, Ticket
 from kvpool.server.responses import ChunkView, ResponseBuilder
 from kvpool.server.tokenize_routes import TokenizeRoutes
 
-__all__ = ["OpenAIRoutes"]
+if TYPE_CHECKING:
+    from kvpool.runtime.model import SamplingParams
+
+__all__ = ["OpenAIRoutes", "PromptStreams"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -115,8 +134,8 @@ class OpenAIRoutes:
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         builder = ResponseBuilder(req, formatter=self.id_formatter
                                   if req.extras.tokens_as_ids else self.formatter)
-        ticket = self.gate.admit(req.all_prompts, req.params, req.cache_salt)
-        updates = PromptStreams(self.engine, ticket, builder.id, req.all_prompts, req.params,
+        ticket = self.gate.admit(req.prompts, req.params, req.cache_salt)
+        updates = PromptStreams(self.engine, ticket, builder.id, req.prompts, req.params,
                                 priority=req.priority)
         try:
             await updates.start()  # validation, QueueFullError and first updates surface here
@@ -232,3 +251,99 @@ class OpenAIRoutes:
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.render_metrics(), headers={"Content-Type": CONTENT_TYPE})
 
+
+_END = object()  # a pump's last item: its stream ended
+
+
+class PromptStreams:
+    """Owned by one handler; not shared."""
+
+    def __init__(self, engine: EngineClient, ticket: Ticket, request_id: str,
+                 prompts: Sequence[list[int]], params: SamplingParams, *, priority: int) -> None:
+        self.engine = engine
+        self.ticket = ticket  # the gate's admission of this request
+        self.prompts = list(prompts)
+        self.params = params
+        self.priority = priority
+        one = len(self.prompts) == 1
+        self.ids = [request_id] if one else [f"{request_id}-{i}" for i in range(len(prompts))]
+        self.streams: list[GatedStream] = []
+        self.done = [False] * len(self.prompts)  # saw the prompt's finished update
+        self._firsts: list[RequestOutput] = []
+        self._queue: asyncio.Queue | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._ended = 0
+
+    async def start(self) -> None:
+        for ids in self.prompts:
+            self.engine.check_pool(ids, self.params)
+        for i, (rid, ids) in enumerate(zip(self.ids, self.prompts)):
+            self.streams.append(self.ticket.open(i, rid, ids, self.params,
+                                                 priority=self.priority, checked=True))
+        for i, s in enumerate(self.streams):
+            first = await anext(s)
+            self.done[i] = first.finished
+            self._firsts.append(first)
+
+    def firsts(self) -> list[tuple[int, RequestOutput]]:
+        return list(enumerate(self._firsts))
+
+    def __aiter__(self) -> PromptStreams:
+        return self
+
+    async def __anext__(self) -> tuple[int, RequestOutput]:
+        if len(self.streams) == 1:
+            return 0, await self._read(0)
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._ended = sum(self.done)
+            self._tasks = [asyncio.create_task(self._pump(i))
+                           for i in range(len(self.streams)) if not self.done[i]]
+        while self._ended < len(self.streams):
+            i, item = await self._queue.get()
+            if item is _END:
+                self._ended += 1
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return i, item
+        raise StopAsyncIteration
+
+    async def _read(self, i: int) -> RequestOutput:
+        if self.done[i]:
+            raise StopAsyncIteration
+        try:
+            out = await anext(self.streams[i])
+        except StopAsyncIteration:
+            self.done[i] = True  # ended without finished=True: failure() reports an abort
+            raise
+        self.done[i] = out.finished
+        return out
+
+    async def _pump(self, i: int) -> None:
+        queue = self._queue
+        try:
+            while True:
+                queue.put_nowait((i, await self._read(i)))
+        except StopAsyncIteration:
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
+            queue.put_nowait((i, exc))
+        queue.put_nowait((i, _END))
+
+    async def release(self) -> None:
+        """Stop the pumps, close the streams, abort every unfinished prompt."""
+        for t in self._tasks:
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for i, s in enumerate(self.streams):
+            try:
+                await aclose_updates(s)
+                if not self.done[i]:
+                    await self.engine.abort(self.ids[i])
+            except Exception:  # noqa: BLE001 - never mask the handler's own outcome
+                log.exception("releasing request %s failed", self.ids[i])
+        self.ticket.close()

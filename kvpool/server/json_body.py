@@ -2,21 +2,59 @@
 
 The body must be UTF-8 JSON (no NaN/Infinity), an object, nested at most ``max_json_depth``,
 without lone UTF-16 surrogate escapes, and hold no more JSON values than a request that fits
-the context can (NOTE(gil) in protocol.py: counted on the raw bytes, body_bound.py, before
-``json.loads`` holds the GIL), nor a string longer than any string of a fitting request
-(NOTE(string-bound) in protocol.py; refused before decoding too, naming its field).
+the context can (NOTE(gil) below: counted on the raw bytes, before ``json.loads`` holds the
+GIL), nor a string longer than any string of a fitting request (NOTE(string-bound) in
+protocol.py; refused from the raw bytes before decoding too, naming its field).
+
+NOTE(gil): parsing on a worker thread does not keep the event loop free while ``json.loads``
+runs: the C scanner holds the GIL for the whole call, and its cost grows with the number of
+values, not bytes (a 4 MB string parses in ~8 ms; 2M token ids take ~0.2 s, all of it a stall
+of every stream and /health). So bodies with more values than any request that fits can hold
+are refused before the parse. The count must not itself hold the GIL long:
+
+- ``raw.count(b",")`` (one fast C call) bounds the values from above: a body under the limit
+  is parsed as before, with no further work;
+- only past it are the commas inside strings subtracted: string spans found with
+  ``bytes.find`` (quotes, commas and backslashes are ASCII, and UTF-8 never reuses those bytes
+  inside a multi-byte character), escaped quotes told apart by the run of backslashes before
+  them. This is Python-level work: it yields the GIL at every switch interval.
+
+::
+
+    {"prompt": [0,0,0], "stop": ["a,b"]}
+                 ^ ^  ^              ^ inside a string: not a value separator
+    structural commas = 4 - 1 = 3   >= values - 1 of every array and object
+
+``ParsePool``: a request body parsed off the event loop once it is large enough to matter.
+
+NOTE(parse-off-loop): tokenizing a megabyte prompt takes seconds; on the event loop it froze
+every stream and /health. Bodies over ``INLINE_PARSE_BYTES`` are parsed (JSON, validation,
+tokenization) on a small dedicated thread pool (``PARSE_THREADS`` workers bound how many run at
+once; the rest wait in its queue) while the loop keeps serving. The parser refuses prompts too
+long to fit before tokenizing them (protocol.py, NOTE(bounded-work)), and bounds a body's value
+count and string lengths before ``json.loads`` holds the GIL (NOTE(gil)).
+
+Every route that parses a client body goes through one pool (the app's), so the bound on
+parses at once holds across routes.
+
+The worker thread does not see the handler's context variables (``run_in_executor`` does not
+copy them): a parse must not read the request's tenant; the caller reads it on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from kvpool.errors import RequestError, context_length_error
-from kvpool.server.body_bound import key_before, longest_string_over, structural_commas
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "MAX_JSON_DEPTH", "decode_json_body"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES", "MAX_JSON_BYTES_PER_CHAR",
+           "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool", "decode_json_body", "key_before",
+           "longest_string_over", "structural_commas"]
 
 # the server's and the router's default body bounds (the router passes bodies on unchanged)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
@@ -24,6 +62,89 @@ MAX_JSON_DEPTH = 32
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _STRING_FIELDS = frozenset({"prompt", "messages", "stop", "user"})  # named in a too-long 400
+# NOTE(bytes-per-char): the most JSON bytes one character of a decoded string can take: a
+# code point outside the BMP written as an escaped surrogate pair (``\ud83d\ude00``) is
+# 12 bytes; raw UTF-8 is at most 4, a BMP escape 6
+MAX_JSON_BYTES_PER_CHAR = 12
+
+_QUOTE = b'"'
+_BACKSLASH = 0x5C
+INLINE_PARSE_BYTES = 8192  # smaller bodies tokenize in well under a ms: a thread hop costs more
+PARSE_THREADS = 2  # parses of large bodies running at once
+
+T = TypeVar("T")
+
+
+def _string_end(raw: bytes, start: int) -> int:
+    """Index of the quote closing the string whose content starts at ``start`` (len(raw) if
+    it never closes)."""
+    j = start
+    while True:
+        end = raw.find(_QUOTE, j)
+        if end < 0:
+            return len(raw)
+        k = end
+        while k > start and raw[k - 1] == _BACKSLASH:
+            k -= 1
+        if (end - k) % 2 == 0:  # an even run of backslashes escapes itself, not the quote
+            return end
+        j = end + 1
+
+
+def longest_string_over(raw: bytes, limit: int) -> tuple[int, int] | None:
+    """``(opening quote index, byte length between the quotes)`` of the first JSON string in
+    ``raw`` longer than ``limit`` bytes, or None when there is none. One ``bytes.find`` per
+    quote: a 4 MB string is found in a few C calls, and a body of many short strings is
+    Python-level work that yields the GIL (the caller bounds their count first, with ``structural_commas``)."""
+    if len(raw) <= limit:
+        return None
+    i, n = 0, len(raw)
+    while i < n:
+        q = raw.find(_QUOTE, i)
+        if q < 0:
+            return None
+        end = _string_end(raw, q + 1)
+        if end - q - 1 > limit:
+            return q, end - q - 1
+        i = end + 1
+    return None
+
+
+def key_before(raw: bytes, quote: int) -> str | None:
+    """The object key whose value is the string opening at ``quote`` (``"key": "..."``), or
+    None (an array element, or no plain key): only to name the field in an error."""
+    head = raw[max(0, quote - 256):quote].rstrip()
+    if not head.endswith(b":"):
+        return None
+    head = head[:-1].rstrip()
+    if not head.endswith(_QUOTE):
+        return None
+    start = head.rfind(_QUOTE, 0, len(head) - 1)
+    if start < 0:
+        return None
+    try:
+        return head[start + 1:-1].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+def structural_commas(raw: bytes, limit: int) -> int:
+    """Commas outside JSON strings, exact when the total count of commas exceeds ``limit``;
+    otherwise that total (an upper bound, already under ``limit``)."""
+    total = raw.count(b",")
+    if total <= limit:
+        return total
+    inside = 0
+    i = 0
+    n = len(raw)
+    while i < n:
+        q = raw.find(_QUOTE, i)
+        if q < 0:
+            break
+        end = _string_end(raw, q + 1)
+        inside += raw.count(b",", q + 1, end)
+        i = end + 1
+    return total - inside
 
 
 def _bad(message: str, code: str) -> RequestError:
@@ -90,3 +211,28 @@ def _check_structure(body: Any, max_json_depth: int) -> None:
                                    "\\ud800)", "invalid_encoding") from None
             if isinstance(child, (dict, list)):
                 stack.append((child, depth + 1))
+
+
+class ParsePool:
+    """Runs ``parse(raw)`` inline for a small body, on the pool's threads for a large one."""
+
+    def __init__(self, threads: int = PARSE_THREADS, *,
+                 inline_bytes: int = INLINE_PARSE_BYTES, name: str = "kvpool-parse") -> None:
+        self.parsing = 0  # large bodies being parsed on the pool now (tests watch it)
+        self.offloaded = 0  # large bodies handed to the pool so far (monotonic)
+        self.inline_bytes = inline_bytes  # bodies up to this size are parsed on the caller
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+
+    async def parse(self, raw: bytes, parse: Callable[[bytes], T]) -> T:
+        if len(raw) <= self.inline_bytes:
+            return parse(raw)
+        self.parsing += 1
+        self.offloaded += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, parse, raw)
+        finally:
+            self.parsing -= 1
+
+    def close(self) -> None:
+        """Stop the pool (the app's cleanup); a parse still running finishes first."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -17,8 +17,8 @@ request per prompt (the router's ``--kv-events`` asks it once per replica)::
 ``endpoint`` is what the socket bound (a wildcard host means: this replica's own address).
 Block hashes on the stream are ``BlockHasher(block_size, model_id, algo)`` chains with the
 request's salt: its ``cache_salt``, or with ``tenant_namespaced`` the tenant folded in
-(cache_namespace.py), the tenant read from header ``tenant_header`` or, when that is null,
-from the request's API key (tenant.py). Without the flag the route answers
+(middleware.py), the tenant read from header ``tenant_header`` or, when that is null,
+from the request's API key (middleware.py). Without the flag the route answers
 ``{"enabled": false}``.
 """
 

@@ -19,9 +19,12 @@ from typing import Any
 
 from kvpool.errors import RequestError, shown
 
-__all__ = ["DEFAULT_MAX_LOGPROBS", "LogprobRequest", "parse_logprob_fields"]
+__all__ = ["DEFAULT_MAX_LOGPROBS", "LOGPROB_FIELDS", "NO_LOGPROBS", "LogprobRequest",
+           "parse_logprob_fields"]
 
 DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (and OpenAI's top_logprobs bound)
+# every field parse_logprob_fields reads: a body with none of them asks for NO_LOGPROBS
+LOGPROB_FIELDS = frozenset({"logprobs", "top_logprobs", "echo", "prompt_logprobs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,9 @@ class LogprobRequest:
         ks = [k for k in (self.prompt_logprobs,
                           self.logprobs if self.echo else None) if k is not None]
         return max(ks) if ks else None
+
+
+NO_LOGPROBS = LogprobRequest()  # what a body without any LOGPROB_FIELDS asks for
 
 
 def _bad(param: str, message: str) -> RequestError:

@@ -20,13 +20,13 @@ Reads only: the lock-free dict lookups of ``prompts.prefix_hits``, no pool lock,
 no LRU update, so a lookup never changes what it measures.
 
 NOTE(namespace): the hashes are made under the caller's own prefix-cache namespace, by the same
-rule (CacheNamespace.salt) and the same identity (tenant.py: the router forwards the client's
+rule (CacheNamespace.salt) and the same identity (middleware.py: the router forwards the client's
 Authorization and tenant header) as the caller's generation request: with one namespace per
 tenant, a lookup never reveals another tenant's prompts.
 
 A body is bounded and parsed like a generation request's (413 past the app's body limit;
 RequestParser.decode_body's value and string bounds), large ones on the app's ParsePool, off
-the event loop (NOTE(parse-off-loop) in parse_pool.py).
+the event loop (NOTE(parse-off-loop) in json_body.py).
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ import socket
 
 from aiohttp import web
 
-from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.engine_client import EngineClient
-from kvpool.server.parse_pool import ParsePool
+from kvpool.server.json_body import ParsePool
+from kvpool.server.middleware import CacheNamespace, current_tenant
 from kvpool.server.protocol import RequestParser
-from kvpool.server.tenant import current_tenant
 
 __all__ = ["LOOKUP_PATH", "REPLICA_ID_KEY", "LookupRoute", "default_replica_id"]
 

@@ -1,4 +1,5 @@
-"""The server's edge: one error middleware (every failure -> OpenAI's error JSON) and API-key auth.
+"""The server's edge: one error middleware (every failure -> OpenAI's error JSON), API-key auth,
+the tenant identity and the ``X-Request-Id`` header.
 
 Every response that is not a success carries OpenAI's error body with the status that fits::
 
@@ -26,21 +27,73 @@ Every response that is not a success carries OpenAI's error body with the status
 The middleware never writes after a streaming response has started (the stream handler reports
 its own late failures as an SSE error event) and lets client disconnects and cancellation pass:
 there is nobody left to answer.
+
+``X-Request-Id`` on every response, as vLLM sends it: a client (or a gateway) that sends one
+gets the same value back, so its logs and this server's line up; otherwise the server makes one
+up. A value that could not be echoed safely (over ``MAX_REQUEST_ID_CHARS``, or with characters
+outside visible ASCII) is replaced by a fresh one. Set in ``on_response_prepare``, which runs
+before the headers of any response go out, streams included.
+
+The tenant: who sent a request (the identity that fairness and quotas key on), and whose
+prefix cache it reads and fills (CacheNamespace).
+
+The identity must be one the client cannot mint at will (``cache_salt`` is client-chosen, so
+rotating it bypassed a quota keyed on it)::
+
+    --tenant-header NAME given  -> the value of header NAME (a trusted proxy sets it; a
+                                   request without it is the anonymous tenant "")
+    else, --api-key set         -> "key:" + the first 16 hex digits of SHA-256(bearer token)
+                                   (never the secret itself: tenants show up in errors/logs)
+    else                        -> the anonymous tenant ""
+
+The middleware puts the tenant in a ContextVar for the rest of the handler's task; the request
+gate (request_gate.py) and the lookup route read it. NOTE(contextvar): the route handlers never
+pass tenants around; aiohttp runs middleware and handler in one task, so the value cannot leak
+between requests.
+
+CacheNamespace: whose prefix cache a request reads and fills, one namespace per tenant or one
+for all.
+
+A prefix-cache hit is observable (``usage.prompt_tokens_details.cached_tokens``, the
+``/v1/kvpool/lookup`` counts, and the latency), so a cache shared across tenants is an oracle:
+tenant B learns whether tenant A sent a prompt by asking for it. So where the server knows who
+sends (``--api-key`` or ``--tenant-header``, above), each tenant gets its own namespace by
+default; ``--shared-prefix-cache`` opts back into one namespace for all::
+
+    no identity configured            salt = cache_salt                    (one namespace)
+    identity, --shared-prefix-cache   salt = cache_salt                    (one namespace)
+    identity (the default)            salt = NS_MARK + json([tenant, cache_salt])
+
+The salt is what ``BlockHasher.root`` mixes into every chain hash (kvpool/core/hashing.py), so
+the device and host pools and the Redis tier's keys (kvpool/remote/keys.py: a key is a chain
+hash) all follow from it. The encoding is injective in ``(tenant, cache_salt)``: two tenants
+that send the same ``cache_salt`` still get different roots, and a tenant's own salts stay
+apart. Client salts cannot contain NUL (protocol.py), so no client salt sent to a replica in
+one-namespace mode spells a tenant's salt either.
+
+Every use goes through ``salt``: the generation routes (request_gate.Ticket) and the lookup
+route, so a lookup predicts exactly what the same tenant's next request reports as cached.
 """
 
 from __future__ import annotations
 
+import contextvars
+import hashlib
 import hmac
+import json
 import logging
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
 
-__all__ = ["STREAM_STARTED", "APIError", "auth_middleware", "error_body", "error_middleware",
-           "error_type", "http_error_code"]
+__all__ = ["MAX_REQUEST_ID_CHARS", "NS_MARK", "REQUEST_ID_HEADER", "STREAM_STARTED", "APIError",
+           "CacheNamespace", "add_request_id", "auth_middleware", "current_tenant", "error_body",
+           "error_middleware", "error_type", "http_error_code", "tenant_middleware",
+           "tenant_of_headers"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -48,6 +101,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Set by a streaming handler once its headers are on the wire (no JSON error can follow).
 STREAM_STARTED = web.RequestKey("kvpool_stream_started", bool)
+REQUEST_ID_HEADER = "X-Request-Id"
+MAX_REQUEST_ID_CHARS = 256
 RETRY_AFTER_SECONDS = "1"  # NOTE(retry): the queue drains per engine step; a second is plenty
 
 # Statuses aiohttp raises itself (routing, body size) -> our (type, code).
@@ -170,3 +225,76 @@ def auth_middleware(api_key: str, protected_prefix: str = "/v1") -> Callable:
         return await handler(request)
 
     return check_key
+
+
+def _echoable(value: str) -> bool:
+    return 0 < len(value) <= MAX_REQUEST_ID_CHARS and all(" " < c <= "~" for c in value)
+
+
+async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """aiohttp ``on_response_prepare`` hook: the ``X-Request-Id`` header."""
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    response.headers[REQUEST_ID_HEADER] = given if _echoable(given) else uuid.uuid4().hex
+
+
+MAX_TENANT_CHARS = 256  # a header value longer than this is refused (400)
+NS_MARK = "\x00tenant\x00"  # no client salt holds NUL: this prefix is the server's alone
+
+_TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("kvpool_tenant", default="")
+
+
+def current_tenant() -> str:
+    """The tenant of the request being handled ("" outside a request: anonymous)."""
+    return _TENANT.get()
+
+
+def tenant_of_headers(headers: Mapping[str, str], header: str | None) -> str:
+    """The identity rule of the module docstring, from a request's headers alone (the
+    middleware's, and the router's --kv-events computing the replicas' salts)."""
+    if header:
+        value = headers.get(header, "")
+        if len(value) > MAX_TENANT_CHARS:
+            raise APIError(400, f"header {header} is longer than {MAX_TENANT_CHARS} "
+                                "characters", param=header)
+        return value
+    auth = headers.get("Authorization", "")
+    if auth.startswith("Bearer ") and len(auth) > 7:
+        return "key:" + hashlib.sha256(auth[7:].encode()).hexdigest()[:16]
+    return ""
+
+
+def tenant_middleware(header: str | None) -> Callable:
+    """Set the request's tenant (see ``tenant_of_headers``) for the handler. Runs after auth, so an
+    API key seen here is a valid one."""
+
+    @web.middleware
+    async def middleware(request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:
+        token = _TENANT.set(tenant_of_headers(request.headers, header))
+        try:
+            return await handler(request)
+        finally:
+            _TENANT.reset(token)
+
+    return middleware
+
+
+class CacheNamespace:
+    """The prefix-cache salt of a request, from its tenant and its client ``cache_salt``."""
+
+    def __init__(self, *, identity: bool, shared: bool = False) -> None:
+        """``identity``: the server tells tenants apart (an API key or a tenant header is
+        configured). ``shared``: the operator's ``--shared-prefix-cache``."""
+        if shared and not identity:
+            log.warning("--shared-prefix-cache has no effect: no tenant identity is "
+                        "configured (--api-key or --tenant-header), so every request already "
+                        "shares one prefix cache; drop the flag")
+        self.per_tenant = identity and not shared
+
+    def salt(self, tenant: str, cache_salt: str | None) -> str | None:
+        """The salt the request's prefix hashes are made under."""
+        if not self.per_tenant:
+            return cache_salt
+        # ASCII escapes: a header value may hold surrogate escapes that UTF-8 cannot encode
+        return NS_MARK + json.dumps([tenant, cache_salt])

@@ -35,20 +35,17 @@ class ParsedRequest:
     cache_salt: str | None  # prefix-cache tenant isolation, passed to generate
     priority: int  # scheduling priority, passed to generate
     user: str | None  # end-user id (logged, not used)
-    prompts: tuple[list[int], ...] = ()  # every prompt (completions may send several)
+    # every prompt, at least one (completions may send several); the first is prompt_ids
+    prompts: tuple[list[int], ...]
     prompt_texts: tuple[str | None, ...] = ()  # each prompt as sent, when it was text (echo)
     logprob: LogprobRequest = LogprobRequest()  # logprobs / echo / prompt_logprobs asked for
     # NOTE(echo-only): completions ``echo`` with ``max_tokens: 0`` (lm-eval's loglikelihood
     # request): the prompt and its logprobs only. The engine runs one token (vLLM does the
     # same) that the response never shows: no text, no logprobs, 0 completion tokens.
     echo_only: bool = False
-    ignored: tuple[str, ...] = ()  # unknown body fields that were ignored (known_fields.py)
+    ignored: tuple[str, ...] = ()  # unknown body fields that were ignored (body_fields.py)
     extras: VllmExtras = VllmExtras()  # vLLM's prompt / response-shape fields (vllm_fields.py)
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
     return_n: int | None = None  # best_of > n: params.n = best_of run, the n best returned
     echo_text: str = ""  # chat echo: the final assistant message, in front of the content
     tools: Any = None  # tools.request.ToolRequest whose output is read for calls, or None
-
-    @property
-    def all_prompts(self) -> tuple[list[int], ...]:
-        return self.prompts or (self.prompt_ids,)

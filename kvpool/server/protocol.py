@@ -6,12 +6,13 @@ Policy, in one place:
   ``messages``: chat_messages.py; the built-in chat template: builtin_template.py.
 - Unknown fields are **ignored** as vLLM ignores them (logged once per name, listed in the
   ``X-Kvpool-Ignored-Fields`` response header), or with ``reject_unknown_fields`` rejected
-  (400, code ``unknown_parameter``) as OpenAI's own API does: known_fields.py. Known OpenAI
+  (400, code ``unknown_parameter``) as OpenAI's own API does: body_fields.py. Known OpenAI
   features this server does not implement are **rejected** with 400 naming the field when
   set to anything but their default (``suffix``, ``functions``), so a client never gets a
   silently different result. ``tools`` / ``tool_choice`` / ``parallel_tool_calls``: tools/. Sampling controls (penalties, ``logit_bias``, ``min_tokens``,
   ``min_p``) and ``response_format``: sampling_fields.py;
-  ``logprobs``, ``top_logprobs``, ``echo``, ``prompt_logprobs``: logprob_fields.py.
+  ``logprobs``, ``top_logprobs``, ``echo``, ``prompt_logprobs``: logprob_fields.py. A body
+  holding none of a family's fields takes its defaults without entering its module.
 - ``prompt``: a string, a list of token ids, or a list of several of either kind (at most
   ``max_prompts``; every prompt is checked before any starts: one bad prompt is a 400 for the
   whole request, naming ``prompt`` and its index).
@@ -34,21 +35,23 @@ from typing import Any
 
 from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.runtime.model.sampling import SamplingParams
+from kvpool.sched import exceeds_context
+from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
+                                      KNOWN_TOKENIZE, UNSUPPORTED_CHAT, UNSUPPORTED_COMPLETION,
+                                      FieldPolicy, check_unsupported, is_int, opt,
+                                      salt_and_priority, stop_strings, stream_options,
+                                      token_ids, with_defaults)
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
-from kvpool.server.json_body import MAX_JSON_DEPTH, decode_json_body
-from kvpool.server.known_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
-                                        KNOWN_TOKENIZE, UNSUPPORTED_CHAT,
-                                        UNSUPPORTED_COMPLETION, FieldPolicy, check_unsupported)
-from kvpool.server.body_bound import MAX_JSON_BYTES_PER_CHAR
-from kvpool.server.body_fields import (INT32, is_int, opt, salt_and_priority, stream_options,
-                                      with_defaults)
-from kvpool.server.logprob_fields import DEFAULT_MAX_LOGPROBS, parse_logprob_fields
+from kvpool.server.json_body import MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body
+from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
+                                         LogprobRequest, parse_logprob_fields)
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
-from kvpool.server.sampling_fields import parse_sampling_controls
+from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls
 from kvpool.server.template_cache import TemplateCache
 from kvpool.server.tools.request import ToolRequest, parse_tool_request, template_tools
-from kvpool.server.vllm_fields import VllmExtras, parse_vllm_extras
+from kvpool.server.vllm_fields import (CHAT_EXTRAS, COMPLETION_EXTRAS, VllmExtras,
+                                      parse_vllm_extras)
 
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
 
@@ -93,7 +96,7 @@ class RequestParser:
         self.max_json_depth = max_json_depth
         # NOTE(gil): a request that fits holds at most max_model_len prompt ids (or messages,
         # each >= 1 token, a few fields each), <= 1024 logit_bias entries and max_stop stops;
-        # past this many value separators the body cannot fit (body_bound.py)
+        # past this many value separators the body cannot fit (json_body.py)
         self.max_body_commas = 8 * max_model_len + 4 * max_stop + 16384
         self.chat_template = chat_template or ChatTemplate()
         self.templates = TemplateCache(self.chat_template)
@@ -128,7 +131,7 @@ class RequestParser:
         body = with_defaults(body, self.defaults)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
-        extras = parse_vllm_extras(body, chat=False, max_model_len=self.max_model_len)
+        extras = self._extras(body, chat=False)
         prompts = self._prompts(body.get("prompt"), extras)
         echo_only = body.get("max_tokens") == 0 and body.get("echo") is True \
             and is_int(body.get("max_tokens"))
@@ -143,7 +146,7 @@ class RequestParser:
         body = with_defaults(body, self.defaults)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_CHAT)
-        extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
+        extras = self._extras(body, chat=True)
         tools = parse_tool_request(body, self.tool_parser)
         ids, messages = self._chat_ids(body, extras, tools.tools if tools else None)
         # vLLM's chat echo: only a final assistant message (the one being continued) comes back
@@ -165,7 +168,7 @@ class RequestParser:
         if (prompt is None) == (messages is None):
             raise _bad("prompt", "give exactly one of prompt or messages")
         opt(body, "return_token_strs", bool, False)  # the route reads it
-        extras = parse_vllm_extras(body, chat=True, max_model_len=self.max_model_len)
+        extras = self._extras(body, chat=True)
         add = extras.add_special_tokens
         if messages is not None:
             return self._chat_ids(body, extras, template_tools(body))[0]
@@ -177,7 +180,7 @@ class RequestParser:
         """vLLM's /detokenize body: ``tokens`` (ids inside the vocabulary)."""
         self.fields.check(body, KNOWN_DETOKENIZE)
         self._model(body.get("model"))
-        return self.tokenizer.decode(self._token_list(body.get("tokens"), "tokens", False))
+        return self.tokenizer.decode(token_ids(body.get("tokens"), "tokens", self.vocab_size))
 
     def _chat_ids(self, body: dict[str, Any], extras: VllmExtras,
                   tools: Sequence[dict[str, Any]] | None = None
@@ -216,8 +219,7 @@ class RequestParser:
             raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
         best_of = self._best_of(body, n, stream) if kind == "completion" else n
         salt, priority = salt_and_priority(body)
-        lp = parse_logprob_fields(body, chat=kind == "chat", max_logprobs=self.max_logprobs,
-                                  stream=stream)
+        lp, prompt_lps = self._logprobs(body, kind == "chat", stream)
         # best_of > n: best_of run, the n of highest cumulative logprob return (vLLM v0's
         # rule), so each sampled token's logprob is needed even when none is shown
         engine_lps = lp.logprobs if best_of == n or lp.logprobs is not None else 0
@@ -227,10 +229,11 @@ class RequestParser:
             top_p=opt(body, "top_p", float, 1.0),
             top_k=self._top_k(body),
             seed=opt(body, "seed", int, None),
-            stop=self._stop(body.get("stop")),
-            stop_token_ids=self._token_list(body.get("stop_token_ids"), "stop_token_ids", True),
+            stop=stop_strings(body.get("stop"), self.max_stop),
+            stop_token_ids=token_ids(body.get("stop_token_ids"), "stop_token_ids",
+                                     self.vocab_size, allow_none=True),
             ignore_eos=opt(body, "ignore_eos", bool, False),
-            logprobs=engine_lps, prompt_logprobs=lp.engine_prompt_logprobs,
+            logprobs=engine_lps, prompt_logprobs=prompt_lps,
             **self._controls(body, tools))
         return ParsedRequest(kind=kind, model=model, prompt_ids=prompts[0][0], params=params,
                              stream=stream, include_usage=include_usage, cache_salt=salt,
@@ -253,22 +256,38 @@ class RequestParser:
         longest = max(len(ids) for ids, _ in prompts)
         which = "" if len(prompts) == 1 else \
             f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
-        room = self.max_model_len - longest
-        if room <= 0:
+        if exceeds_context(longest, 1, self.max_model_len):  # no room to generate one token
             raise self._too_long(prompt_param, f"the prompt{which} has {longest} tokens")
         if max_tokens is None:
             default_max = self.default_max_tokens or default_max
-            max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit, room)
-        elif max_tokens > room:
+            max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit,
+                             self.max_model_len - longest)
+        elif exceeds_context(longest, max_tokens, self.max_model_len):
             raise context_length_error(self.max_model_len, f"you requested {longest + max_tokens}"
                                        f" ({longest} in the prompt{which}, {max_tokens} to "
                                        "generate)", mt_param, named=True)
         return max_tokens
 
+    def _extras(self, body: dict[str, Any], chat: bool) -> VllmExtras:
+        """vLLM's extras (vllm_fields.py); the defaults when the body sends none of them."""
+        if (CHAT_EXTRAS if chat else COMPLETION_EXTRAS).isdisjoint(body):
+            return VllmExtras()
+        return parse_vllm_extras(body, chat=chat, max_model_len=self.max_model_len)
+
+    def _logprobs(self, body: dict[str, Any], chat: bool,
+                  stream: bool) -> tuple[LogprobRequest, int | None]:
+        """The logprob fields (logprob_fields.py) and the prompt logprobs the engine computes."""
+        if LOGPROB_FIELDS.isdisjoint(body):
+            return NO_LOGPROBS, None
+        lp = parse_logprob_fields(body, chat=chat, max_logprobs=self.max_logprobs, stream=stream)
+        return lp, lp.engine_prompt_logprobs
+
     def _controls(self, body: dict[str, Any], tools: ToolRequest | None) -> dict[str, Any]:
-        """Sampling controls; tool_choice required / named bring their own grammar, and a
-        parser whose markers are special tokens gets them in the text (vLLM's rule too)."""
-        out = parse_sampling_controls(body, self.vocab_size, self.tokenizer)
+        """Sampling controls (none sent: SamplingParams' defaults); tool_choice required /
+        named bring their own grammar, and a parser whose markers are special tokens gets them
+        in the text (vLLM's rule too)."""
+        out = {} if SAMPLING_FIELDS.isdisjoint(body) else parse_sampling_controls(
+            body, self.vocab_size, self.tokenizer)
         if tools is not None and tools.parser is not None and tools.parser.keeps_special_tokens:
             out.setdefault("skip_special_tokens", False)
         if tools is not None and tools.grammar is not None:
@@ -320,27 +339,6 @@ class RequestParser:
             return value, name
         return None, names[-1]
 
-    def _stop(self, stop: Any) -> tuple[str, ...]:
-        if stop is None:
-            return ()
-        items = [stop] if isinstance(stop, str) else stop
-        if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
-            raise _bad("stop", "must be a non-empty string or a list of non-empty strings")
-        if len(items) > self.max_stop:
-            raise _bad("stop", f"at most {self.max_stop} stop strings, got {len(items)}")
-        return tuple(items)
-
-    def _token_list(self, value: Any, param: str, allow_none: bool) -> list[int]:
-        if value is None and allow_none:
-            return []
-        if not isinstance(value, list) or not all(is_int(t) for t in value):
-            raise _bad(param, "must be a list of integer token ids")
-        bad = next((t for t in value if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            raise _bad(param, f"token id {bad} is outside the vocabulary [0, {self.vocab_size})",
-                       "invalid_token_id")
-        return value
-
     def _prompts(self, prompt: Any, extras: VllmExtras) -> list[tuple[list[int], str | None]]:
         """(ids, text or None) per prompt: a string, token ids, or a list of either kind."""
         if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list))
@@ -371,9 +369,9 @@ class RequestParser:
             return _truncate(ids, keep), prompt if keep is None or len(ids) <= keep else None
         if isinstance(prompt, list):
             prompt = _truncate(prompt, keep)
-            if len(prompt) >= self.max_model_len:  # before the per-id walk
+            if exceeds_context(len(prompt), 1, self.max_model_len):  # before the per-id walk
                 raise self._too_long("prompt", f"the prompt has {len(prompt)} tokens")
-            return self._token_list(prompt, "prompt", False), None
+            return token_ids(prompt, "prompt", self.vocab_size), None
         if prompt is None:
             raise _bad("prompt", "is required")
         raise _bad("prompt", "must be a string, a list of token ids, or a list of those")

@@ -1,6 +1,6 @@
 """Per-tenant KV block quota at the server edge (``kvpool serve --tenant-block-quota N``).
 
-A tenant is the identity of ``tenant.py`` (a trusted header or the API key, never the
+A tenant is the identity of ``middleware.py`` (a trusted header or the API key, never the
 client-chosen ``cache_salt``: rotating salts must not buy a fresh quota). The quota caps
 the device blocks the *in-flight* requests of one tenant may hold at once, so one tenant cannot
 fill the pool: it cannot hold more than ``N`` blocks, nor push out (evict or preempt) more than
@@ -10,7 +10,7 @@ Accounting is a reservation the request gate (request_gate.py) takes before the 
 reaches the engine, released per prompt when its stream ends (finished, failed, aborted or
 closed)::
 
-    need(request) = sum over its prompts of the pool's own count (request_check.py
+    need(request) = sum over its prompts of the pool's own count (RequestChecker,
                     ``blocks_held``: the prompt's full blocks once, each of the ``n``
                     sequences' other blocks apart, the last token never stored)
 

@@ -8,7 +8,7 @@ whatever clients send; a response evicted is one OpenAI's API would have kept, a
 continuation naming it gets the same 404 as an unknown id. Nothing survives a restart.
 
 The lock: lookups run where the request body is parsed, which is a worker thread for a large
-body (parse_pool.py), while results are put from the event loop.
+body (json_body.py), while results are put from the event loop.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any
 
-from kvpool.runtime.engine.outputs import CompletionOutput, RequestOutput
+from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
@@ -59,7 +59,7 @@ class ResponseBuilder:
         if (self.lp.logprobs is not None or self.lp.prompt_logprobs is not None) \
                 and formatter is None:
             raise ValueError("a request with logprobs needs a LogprobFormatter")
-        prompts = req.all_prompts
+        prompts = req.prompts
         self.n = req.params.n
         total = len(prompts) * self.n
         self.texts: list[list[str]] = [[] for _ in range(total)]
@@ -144,7 +144,7 @@ class ResponseBuilder:
             self.prompt_lps[prompt] = self.fmt.prompt(out.prompt_logprobs)
         if not self.lp.echo:
             return []
-        ids = self.req.all_prompts[prompt]
+        ids = self.req.prompts[prompt]
         text = (self.req.prompt_texts[prompt] if prompt < len(self.req.prompt_texts) else None)
         if text is None:
             text = self.fmt.tokenizer.decode(ids) if self.fmt else ""

@@ -28,7 +28,7 @@ from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_input import (ResponseNotFoundError, ResponsesInput,
                                            responses_to_chat)
 from kvpool.server.responses_view import ResponsesView
-from kvpool.server.tenant import current_tenant
+from kvpool.server.middleware import current_tenant
 
 __all__ = ["RESPONSES_KEY", "ResponsesRoute"]
 

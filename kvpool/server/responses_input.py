@@ -20,7 +20,7 @@ from typing import Any
 
 from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
-from kvpool.server.known_fields import FieldPolicy, check_unsupported
+from kvpool.server.body_fields import FieldPolicy, check_unsupported
 from kvpool.server.response_store import StoredResponse
 
 __all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "responses_to_chat"]
@@ -63,7 +63,7 @@ class ResponsesInput:
     store: bool
     metadata: dict[str, Any]
     max_output_tokens: int | None
-    ignored: tuple[str, ...]  # unknown fields that were ignored (known_fields.py)
+    ignored: tuple[str, ...]  # unknown fields that were ignored (body_fields.py)
 
 
 def _bad(param: str, message: str, code: str | None = None) -> RequestError:

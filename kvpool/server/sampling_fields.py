@@ -65,7 +65,8 @@ def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
     if bias is not None:
         out["logit_bias"] = _logit_bias(bias, vocab_size)
     spec = parse_response_format(body.get("response_format"))
-    guided = parse_guided(body)  # vLLM's spellings (guided_fields.py)
+    # vLLM's spellings (guided_fields.py), read only when the body sends one
+    guided = None if GUIDED_FIELDS.isdisjoint(body) else parse_guided(body)
     if spec is not None and guided is not None:
         raise _bad("response_format", "give one structured-output constraint: response_format "
                    "or vLLM's guided_* / structured_outputs, not both")

@@ -10,7 +10,7 @@
 ``messages`` are rendered exactly as /v1/chat/completions renders them, so ``count`` equals that
 request's ``usage.prompt_tokens``. Bad input: 400 naming the field; an unknown model: 404.
 Bodies are bounded by the app's ``client_max_size`` like every other route, and a large one is
-parsed and tokenized on the generation routes' ParsePool, off the event loop (parse_pool.py).
+parsed and tokenized on the generation routes' ParsePool, off the event loop (json_body.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kvpool.server.parse_pool import ParsePool
+from kvpool.server.json_body import ParsePool
 from kvpool.server.protocol import RequestParser
 
 __all__ = ["TokenizeRoutes"]

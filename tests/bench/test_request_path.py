@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from bench.request_path import traced_files
 
+# features a plain greedy stream does not ask for: their modules must not run for it
+NOT_ASKED = ("kvpool/runtime/faults.py", "kvpool/runtime/kv/copy_engine.py",
+             "kvpool/runtime/engine/failed_copies.py", "kvpool/runtime/engine/cost_meter.py",
+             "kvpool/runtime/engine/prompt_logprobs.py",
+             "kvpool/runtime/model/grammar_matchers.py", "kvpool/runtime/model/penalties.py",
+             "kvpool/runtime/remote/importer.py", "kvpool/server/guided_fields.py",
+             "kvpool/server/logprob_fields.py", "kvpool/server/vllm_fields.py",
+             "kvpool/server/sampling_fields.py", "kvpool/server/parsed_request.py")
+
+
+@functools.cache
+def _files() -> tuple[str, ...]:
+    return tuple(asyncio.run(traced_files()))
+
 
 def test_the_traced_path_crosses_every_layer_on_every_thread():
-    files = asyncio.run(traced_files())
+    files = _files()
     # the event loop's side (route, parser) and the step thread's (scheduler, pool, model)
     for must in ("kvpool/server/handlers.py", "kvpool/server/protocol.py",
                  "kvpool/runtime/engine/core.py", "kvpool/sched/scheduler.py",
@@ -17,3 +32,8 @@ def test_the_traced_path_crosses_every_layer_on_every_thread():
     # start-up is not on the path: the app is built before recording starts
     assert "kvpool/server/app.py" not in files
     assert all(f.startswith("kvpool/") and f.endswith(".py") for f in files)
+
+
+def test_a_plain_request_runs_no_code_of_features_it_did_not_ask_for():
+    files = _files()
+    assert not [f for f in NOT_ASKED if f in files]

@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 from kvpool.runtime.engine.core import EngineCore
-from kvpool.runtime.engine.outputs import CompletionOutput, RequestOutput
+from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.runtime.model import SamplingParams
 from tests.configs import engine_config
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)

@@ -172,3 +172,23 @@ def test_max_model_len_stops_generation():
     rt.drain()
     f = rt.by_id()["a"]
     assert f.seqs[0].finish_reason == "max_model_len" and len(f.output_token_ids) == 2
+
+
+def test_one_context_rule_for_the_scheduler_and_the_server_edge():
+    """exceeds_context judges both: the scheduler runs a prompt that fills the context (it
+    stops the sequence at max_model_len itself), the server's edge wants room for one token."""
+    from kvpool.runtime.model import build_byte_tokenizer
+    from kvpool.server.protocol import RequestParser
+
+    s = make(max_model_len=32)
+    s.add_request("full", prompt(32), params(max_tokens=5))
+    rt = FakeRuntime(s)
+    assert not rt.step().ignored
+    rt.drain()
+    assert rt.by_id()["full"].seqs[0].finish_reason == "max_model_len"
+    edge = RequestParser(build_byte_tokenizer(), ["m"], 32, max_n=1, max_tokens_limit=8,
+                         max_stop=1)
+    with pytest.raises(RequestError) as info:
+        edge.parse_completion({"prompt": [5] * 32})
+    assert info.value.code == "context_length_exceeded"
+    assert edge.parse_completion({"prompt": [5] * 31}).params.max_tokens == 1

@@ -2,14 +2,14 @@
 reuse the first unit's prompt blocks, the admission counts them once, and so a request that
 fit when it was admitted fits again and finishes (it used to be counted with a prompt copy
 per sequence and dropped FINISHED_IGNORED). Every request the engine's up-front check
-(runtime/engine/request_check.py) accepts finishes, with no host pool to swap to."""
+(RequestChecker, sched/admission_gate.py) accepts finishes, with no host pool to swap to."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kvpool.runtime.engine.request_check import RequestChecker
+from kvpool.sched import RequestChecker
 from kvpool.runtime.model import SamplingParams
 from kvpool.sched import SeqStatus
 from tests.sched.helpers import FakeRuntime, assert_empty, make, params, prompt

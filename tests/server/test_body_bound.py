@@ -1,5 +1,5 @@
 """Issue 12 item 3: bodies with more JSON values than a fitting request can hold are refused
-from their raw bytes, before ``json.loads`` holds the GIL for the whole parse (body_bound.py,
+from their raw bytes, before ``json.loads`` holds the GIL for the whole parse (json_body.py,
 NOTE(gil))."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvpool.server.app import ROUTES_KEY
-from kvpool.server.body_bound import (MAX_JSON_BYTES_PER_CHAR, key_before, longest_string_over,
+from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, key_before, longest_string_over,
                                       structural_commas)
 
 BIG_BODY = 4 * 1024 * 1024 + 65536

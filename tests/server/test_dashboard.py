@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from kvpool.metrics import METRIC_NAMES
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
-from kvpool.metrics.request_metrics import REQUEST_METRIC_NAMES
+from kvpool.metrics.collector import REQUEST_METRIC_NAMES
 from kvpool.remote import Namespace, ValueCodec
 from kvpool.remote.memory_tier import InMemoryTier
 from kvpool.router.proxy import Router

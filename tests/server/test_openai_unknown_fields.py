@@ -9,7 +9,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from kvpool.server.known_fields import IGNORED_FIELDS_HEADER, ignored_header
+from kvpool.server.body_fields import IGNORED_FIELDS_HEADER, ignored_header
 from tests.server.test_serve import read_rest, subprocess_server
 
 CHAT = [{"role": "user", "content": "hi"}]

@@ -9,7 +9,7 @@ import time
 
 from openai import AsyncOpenAI
 
-from kvpool.metrics.request_metrics import REQUEST_METRIC_NAMES
+from kvpool.metrics.collector import REQUEST_METRIC_NAMES
 from tests.server.helpers import scrape
 
 SETTLE = 10.0  # seconds the server may take to observe a finished request

@@ -3,7 +3,7 @@
 ``POLICIES`` / ``make_policy`` name the choices of ``--eviction-policy`` and ``kvpool replay
 --policy``:
 
-- ``lru`` (LRUPolicy, lru.py): the block released longest ago; vLLM's order.
+- ``lru`` (LRUPolicy, base.py): the block released longest ago; vLLM's order.
 - ``classlru`` (ClassLRUPolicy, classlru.py): frequency classes with a recency bonus tuned
   online by shadow caches (tuner.py), counting uses in one FrequencySketch (sketch.py). It
   starts as exactly LRU and departs from it only on significant evidence.
@@ -12,15 +12,14 @@ Research policies (``ghostwin``, ``doorarc``) live in bench/, not here: bench.po
 bench.heldout compare them with these.
 
 The protocol the PrefixIndex drives (EvictionPolicy) and the queue storage the two
-share are in base.py; ``simulate`` (kvpool/replay/loop.py) replays a trace through one policy
-alone.
+share are in base.py, beside LRU; ``simulate`` (kvpool/replay/loop.py) replays a trace
+through one policy alone.
 """
 
 from __future__ import annotations
 
-from kvpool.core.eviction.base import EvictionPolicy, LinkedQueuesPolicy
+from kvpool.core.eviction.base import EvictionPolicy, LinkedQueuesPolicy, LRUPolicy
 from kvpool.core.eviction.classlru import ClassLRUPolicy
-from kvpool.core.eviction.lru import LRUPolicy
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.errors import ConfigError
 

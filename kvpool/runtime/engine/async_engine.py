@@ -30,7 +30,7 @@ from kvpool.errors import EngineError, QueueFullError, RequestError, context_len
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.core import EngineCore
-from kvpool.runtime.engine.outputs import CompletionOutput, RequestOutput
+from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.runtime.engine.workers import prestart_default_executor
 from kvpool.runtime.faults import FaultPlan
 from kvpool.runtime.model import SamplingParams
@@ -40,6 +40,7 @@ from kvpool.runtime.remote.importer import RemoteImports
 from kvpool.runtime.remote.link import RemoteLink
 from kvpool.runtime.remote.reader import RemoteReader
 from kvpool.runtime.remote.writer import RemoteWriter
+from kvpool.sched import exceeds_context
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -201,7 +202,7 @@ class AsyncEngine:
                 raise context_length_error(self.max_model_len, f"the prompt has {len(prompt)} "
                                            "characters", "prompt")
             return self.tokenizer.encode(prompt)
-        if isinstance(prompt, list) and len(prompt) >= self.max_model_len:
+        if isinstance(prompt, list) and exceeds_context(len(prompt), 1, self.max_model_len):
             raise context_length_error(self.max_model_len, f"the prompt has {len(prompt)} "
                                        "tokens", "prompt")
         if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool)
@@ -302,8 +303,9 @@ class AsyncEngine:
         try:
             while not self._stop.is_set():
                 outs = self._take_inbox()
-                for op in self.imports.ready():  # fetched prefixes now in the device cache
-                    outs += self._add(op)
+                if self.imports.pending:  # fetched prefixes now in the device cache
+                    for op in self.imports.ready():
+                        outs += self._add(op)
                 if core.has_work():
                     outs += core.step()
                     n = self.invariant_check_interval

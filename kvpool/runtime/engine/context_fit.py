@@ -12,7 +12,7 @@ avoids that at startup; so does kvpool, in two ways:
                                                         (require_context_fits)
 
 The pool's tokens are ``num_device_blocks * block_size``: one sequence alone may take every
-block (request_check.py NOTE(alone)), and a sequence of max_model_len tokens stores at most
+block (sched/admission_gate.py NOTE(alone)), and a sequence of max_model_len tokens stores at most
 max_model_len - 1 of them (the last sampled token is never written), so it always fits.
 
 An embedded engine (tests, benches) may still ask for more than its pool on purpose: only the

@@ -33,12 +33,10 @@ from kvpool.errors import InvariantError, RequestError, SchedulerError
 from kvpool.metrics import MetricsSnapshot
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import fit_max_model_len
-from kvpool.runtime.engine.cost_meter import CostMeter
+from kvpool.runtime.engine.cost_meter import MIN_PREFILL_TOKENS, UPDATE_EVERY, CostMeter
 from kvpool.runtime.engine.failed_copies import FailedCopies
-from kvpool.runtime.engine.output_processor import OutputProcessor, Sample
-from kvpool.runtime.engine.outputs import RequestOutput
+from kvpool.runtime.engine.output_processor import OutputProcessor, RequestOutput, Sample
 from kvpool.runtime.engine.prompt_logprobs import PromptLogprobs
-from kvpool.runtime.engine.request_check import RequestChecker
 from kvpool.runtime.engine.row_sampler import Drawn, RowSampler
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 from kvpool.runtime.kv.copy_engine import CopyEngine
@@ -47,8 +45,8 @@ from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, Sampling
                                   build_tiny_model, load_model, load_tokenizer, resolve_dtype)
 from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
 from kvpool.runtime.model.grammar_matchers import GrammarMatchers
-from kvpool.sched import (FinishedRequest, Scheduler, SchedulerConfig, SchedulerOutput,
-                          SeqStatus)
+from kvpool.sched import (FinishedRequest, RequestChecker, Scheduler, SchedulerConfig,
+                          SchedulerOutput, SeqStatus)
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +114,7 @@ class EngineCore:
             defrag_threshold=config.defrag_threshold,
             tenant_max_running_seqs=config.tenant_max_running_seqs))
         self.checker = RequestChecker(self.model.config.vocab_size, self.max_model_len,
-                                      self.manager)  # validate(): request_check.py
+                                      self.manager)  # validate(): sched/admission_gate.py
 
     def _build_sampling(self, config: EngineConfig, metrics) -> None:
         self.outputs = OutputProcessor(self.tokenizer, metrics)
@@ -132,7 +130,7 @@ class EngineCore:
 
     # ------------------------------------------------------------------ requests
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Reject what can never be served (HTTP 400 at the edge; request_check.py)."""
+        """Reject what can never be served (HTTP 400 at the edge; RequestChecker)."""
         self.checker.check(prompt_ids, params)
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, *,
@@ -152,18 +150,24 @@ class EngineCore:
                 raise
         self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
         self.rows.add(seq_ids, params.seed)
+        if params.prompt_logprobs is not None:
+            self.prompt_logprobs.requests.add(request_id)
 
     def abort(self, request_id: str, reason: str = "aborted") -> RequestOutput | None:
         fr = self.scheduler.abort(request_id, reason)
+        self.prompt_logprobs.requests.discard(request_id)
         return self._finish(fr) if fr is not None else self.outputs.fail(request_id, reason)
 
     def has_work(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self.failed_copies)
 
     def _finish(self, fr: FinishedRequest, error: str | None = None) -> RequestOutput | None:
+        grammars = self.grammars.matchers  # empty unless some request has a response_format
         for so in fr.seqs:
             self.rows.remove(so.seq_id)
-            self.grammars.remove(so.seq_id)
+            if grammars:
+                self.grammars.remove(so.seq_id)
+        self.prompt_logprobs.requests.discard(fr.request_id)
         if fr.status is SeqStatus.FINISHED_IGNORED:
             error = error or fr.reason
         return self.outputs.finish(fr, time.monotonic(), error)
@@ -179,6 +183,7 @@ class EngineCore:
             if rid is None:
                 continue
             fr = self.scheduler.abort(rid, reason)
+            self.prompt_logprobs.requests.discard(rid)
             o = self._finish(fr, reason) if fr is not None else self.outputs.fail(rid, reason)
             if o is not None:
                 outs.append(o)
@@ -218,12 +223,15 @@ class EngineCore:
                 h.add_done_callback(self.failed_copies.on_copy_done)
             else:
                 jobs.append(h)
-        self.copies.wait_for_blocks(b for e in out.entries for b in e.block_ids)
+        # nothing in flight, nothing to wait for (copy_engine.py NOTE(speed))
+        if self.copies.pending:
+            self.copies.wait_for_blocks(b for e in out.entries for b in e.block_ids)
         dead = {h.tag for h in jobs if h.done() and h.exception() is not None}
         # NOTE(late-swap-out): a swap-out that failed after the drain in step() may belong to
         # a request swapped back in by this very step (its host bytes are garbage). The copies
         # are FIFO, so having waited for this step's swap-ins, that failure is recorded now.
-        dead.update(self.failed_copies.drain())
+        if self.failed_copies:
+            dead.update(self.failed_copies.drain())
         if dead:
             results += self._fail_requests(dead, "KV copy failed")
         return dead
@@ -231,6 +239,8 @@ class EngineCore:
     def _forward_entries(self, out: SchedulerOutput, dead: set[str], results: list) -> list:
         """The entries to compute: those of live requests the fault plan lets through (a
         request it raises for fails alone, like a failed copy)."""
+        if self.faults is NO_FAULTS:  # the default plan injects nothing
+            return [e for e in out.entries if e.request_id not in dead]
         for rid in dict.fromkeys(e.request_id for e in out.entries):
             if rid in dead:
                 continue
@@ -248,8 +258,8 @@ class EngineCore:
             return Drawn()
         batch = PagedBatch.from_lists([e.input_ids for e in entries], [e.start for e in entries],
                                       [e.block_ids for e in entries])
-        full = self.prompt_logprobs.rows(entries)
-        if self.grammars:  # the rows _sample will sample (NOTE(overlap)); skipped without any
+        full = self.prompt_logprobs.rows(entries) if self.prompt_logprobs.requests else []
+        if self.grammars.matchers:  # the rows to sample (NOTE(overlap)); skipped without any
             self.grammars.prefetch_mask([s for e in entries if e.request_id in
                                          self.outputs.requests for s in e.sample_seq_ids])
         tf = time.perf_counter()
@@ -259,8 +269,9 @@ class EngineCore:
                     batch, self.storage.device_kv, full)
             else:
                 logits = self.model(batch, self.storage.device_kv)
-        self.cost.measure(sum(len(e.input_ids) for e in entries), time.perf_counter() - tf,
-                          self.steps)
+        tokens = sum(len(e.input_ids) for e in entries)
+        if tokens >= MIN_PREFILL_TOKENS or not self.steps % UPDATE_EVERY:  # else a no-op
+            self.cost.measure(tokens, time.perf_counter() - tf, self.steps)
         if full:
             self.prompt_logprobs.record(entries, full, full_logits)
         return self.rows.sample(logits, entries, self.steps)
@@ -295,6 +306,8 @@ class EngineCore:
 
     def _drop_broken(self, samples: list[Sample]) -> tuple[list[RequestOutput], list[Sample]]:
         """Fail the requests whose grammar broke (NOTE(grammar-error): never a stop)."""
+        if not self.grammars.failures:  # NOTE(grammar-error): none broke (or none exist)
+            return [], samples
         failed = self.grammars.failed_requests(samples)
         if not failed:
             return [], samples

@@ -14,18 +14,15 @@ from typing import Any
 __all__ = ["FailedCopies"]
 
 
-class FailedCopies:
+class FailedCopies(deque):
     """Request ids whose background copy failed, appended by any thread, drained by one.
+
+    A deque itself, so the step thread's ``if failed_copies:`` is the deque's own C-level
+    truth test and runs no code of this module while nothing failed.
 
     NOTE(failed-deque): the copy worker appends, the step thread pops: both are single atomic
     deque operations, so an append racing a drain is never lost (a list swapped out for an
     empty one could drop one)."""
-
-    def __init__(self) -> None:
-        self._ids: deque[str] = deque()
-
-    def __bool__(self) -> bool:
-        return bool(self._ids)
 
     def on_copy_done(self, handle: Any) -> None:
         """A copy handle's done callback (the worker thread): only record the failure."""
@@ -35,14 +32,13 @@ class FailedCopies:
     def note(self, request_id: str) -> None:
         """Record that a background copy of ``request_id`` failed (any thread); the next
         step fails the request."""
-        self._ids.append(request_id)
+        self.append(request_id)
 
     def drain(self) -> list[str]:
         """Pop every recorded failure (the step thread; appends may race)."""
-        ids = self._ids
         out = []
         while True:
             try:
-                out.append(ids.popleft())
+                out.append(self.popleft())
             except IndexError:
                 return out

@@ -29,6 +29,9 @@ class PromptLogprobs:
 
     def __init__(self, outputs: OutputProcessor) -> None:
         self.outputs = outputs
+        # the live requests that asked (the engine adds and discards them): empty, the engine
+        # does not call ``rows``
+        self.requests: set[str] = set()
 
     @staticmethod
     def cache_salt(cache_salt: str | None, request_id: str) -> str:

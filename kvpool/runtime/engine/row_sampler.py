@@ -95,7 +95,9 @@ class RowSampler:
         picked = logits[torch.tensor(idx)] if len(idx) != logits.shape[0] or idx != list(
             range(len(idx))) else logits
         seqs = [s.seq_id for s in samples]
-        others = bool(self.grammars) and any(s not in self.grammars for s in seqs)
+        if not self.grammars.matchers:  # no grammar anywhere: no mask to wait for
+            return self._draw(picked, params, samples, None)
+        others = any(s not in self.grammars.matchers for s in seqs)
         mask = self.grammars.token_mask(seqs, GRACE_S if others else None)
         if not isinstance(mask, LateMask):
             return self._draw(picked, params, samples, mask)

@@ -102,7 +102,9 @@ class CopyEngine:
         self._nice = int(worker_nice)
         self._cond = threading.Condition()
         self._queue: deque[CopyHandle] = deque()
-        self._pending: dict[int, CopyHandle] = {}  # seq -> handle, queued or running
+        # seq -> handle, queued or running; the step thread tests it for emptiness without the
+        # lock (one dict truth test) before it asks wait_for_blocks (NOTE(speed))
+        self.pending: dict[int, CopyHandle] = {}
         self._seq = 0
         self._closing = False
         self._closed = False
@@ -156,7 +158,7 @@ class CopyEngine:
             if not pairs_t:
                 handle.finish(None, 0.0)
                 return handle
-            self._pending[handle.seq] = handle
+            self.pending[handle.seq] = handle
             self._queue.append(handle)
             self._cond.notify_all()
         return handle
@@ -168,10 +170,10 @@ class CopyEngine:
         ``pool`` is done; return those handles (check ``exception()`` for failures). Batches
         submitted later are not waited for. ``TimeoutError`` after ``timeout`` seconds."""
         with self._cond:
-            if not self._pending:  # NOTE(speed): the common step: ``block_ids`` is not read
+            if not self.pending:  # NOTE(speed): the common step: ``block_ids`` is not read
                 return []
             wanted = frozenset(block_ids)
-            hit = [h for h in self._pending.values() if not wanted.isdisjoint(h.blocks(pool))]
+            hit = [h for h in self.pending.values() if not wanted.isdisjoint(h.blocks(pool))]
         return self._wait_all(sorted(hit, key=lambda h: h.seq), timeout)
 
     def _wait_all(self, handles: list[CopyHandle], timeout: float | None) -> list[CopyHandle]:
@@ -192,7 +194,7 @@ class CopyEngine:
         with self._cond:
             return CopyStats(dict(self._blocks), dict(self._bytes), dict(self._batches),
                              dict(self._failures), dict(self._seconds), dict(self._bw),
-                             self._bw_all, len(self._pending), self.backend.name)
+                             self._bw_all, len(self.pending), self.backend.name)
 
     # ------------------------------------------------------------------ worker
     def _run(self) -> None:
@@ -247,7 +249,7 @@ class CopyEngine:
                   seconds: float | None) -> None:
         kind = handle.kind
         with self._cond:
-            self._pending.pop(handle.seq, None)
+            self.pending.pop(handle.seq, None)
             if error is None:
                 self._blocks[kind] += handle.num_blocks
                 self._bytes[kind] += handle.bytes
@@ -297,5 +299,5 @@ class CopyEngine:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"CopyEngine(backend={self.backend.name}, pending={len(self._pending)}, "
+        return (f"CopyEngine(backend={self.backend.name}, pending={len(self.pending)}, "
                 f"closed={self._closing})")

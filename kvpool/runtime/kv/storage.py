@@ -5,7 +5,7 @@ Invariants (checked by :meth:`KVStorage.check_invariants`):
 - ``device_kv.shape == layout.shape(num_device_blocks)`` with ``num_device_blocks >= 1``;
 - ``host_kv.shape == layout.shape(num_host_blocks)`` with ``num_host_blocks >= 0`` (a 0-block
   tensor when swapping is off, never ``None``, so consumers need no branch);
-- both pools are zero-filled at construction (see ``kv_cache.py`` NOTE(finite)) and share
+- both pools are zero-filled at construction (see ``attention.py`` NOTE(finite)) and share
   ``layout`` (dtype, layers, block size, heads), so ``host_kv[h].copy_(device_kv[d])`` is a swap.
 
 Sizing (one block = :attr:`bytes_per_block` bytes across all layers, K and V)::
@@ -32,7 +32,7 @@ import torch
 from kvpool.config import CacheConfig
 from kvpool.errors import ConfigError
 from kvpool.runtime.model.config import ModelConfig
-from kvpool.runtime.model.kv_cache import KVCacheLayout
+from kvpool.runtime.model.attention import KVCacheLayout
 
 __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_KV_CACHE_MEMORY", "DEFAULT_SWAP_SPACE_GIB",

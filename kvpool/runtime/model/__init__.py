@@ -10,11 +10,11 @@ Driving it from an engine::
 This package never imports kvpool.core/sched: block tables arrive as plain ints.
 """
 
+from .attention import KVCacheLayout, allocate_kv_cache, kv_bytes_per_block
 from .batch import PagedBatch, PreparedBatch, SeqChunk
 from .byte_tokenizer import build_byte_tokenizer
 from .config import ModelConfig, RopeScaling
 from .errors import ModelConfigError, ModelError, ModelLoadError, WeightLoadError
-from .kv_cache import KVCacheLayout, allocate_kv_cache, kv_bytes_per_block
 from .llama import LlamaModel
 from .logprobs import TokenLogprob, compute_logprobs
 from .loader import load_model, load_tokenizer, resolve_dtype

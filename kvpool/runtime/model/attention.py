@@ -1,4 +1,4 @@
-"""Paged attention over the block-major pool (see ``kv_cache.py`` for the layout).
+"""Paged attention over the block-major pool, the pool's layout and the rotary embedding.
 
 Per layer, for the flattened new tokens of a step:
 
@@ -14,18 +14,49 @@ Per layer, for the flattened new tokens of a step:
 GQA uses SDPA's ``enable_gqa``: query head ``j`` reads KV head ``j // (num_heads //
 num_kv_heads)``, the pairing of ``repeat_interleave`` (not ``repeat``), without materializing the
 repeated K/V.
+
+The paged KV pool tensor (``KVCacheLayout``): one tensor per pool, block-major.
+
+::
+
+    kv[num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]
+       \\_ block id  \\_ layer   \\_ 0 = K, 1 = V
+                                   \\_ slot offset inside the block
+
+Each block's bytes for every layer form one contiguous chunk of
+:meth:`KVCacheLayout.bytes_per_block` bytes, so swap, copy-on-write and defrag move a block with
+a single ``kv[dst].copy_(kv[src])`` (or a host<->device copy of ``kv[b]``), whatever the depth.
+
+NOTE(finite): pools are zero-filled, not ``torch.empty``. The batched decode gathers whole blocks
+and masks the slots past each sequence's length; a masked slot contributes exactly 0 only if its
+bytes are finite (``-inf + NaN`` and ``0 * NaN`` are NaN). Zero-filled pools that are only ever
+written with real K/V or block copies stay finite; never fill a pool with ``torch.empty``.
+
+Rotary position embedding (``RotaryEmbedding``, RoPE) with the Hugging Face Llama
+``rotate_half`` convention. A head vector ``x`` of size ``d`` is split in halves
+``x = [x1 | x2]`` (NOT interleaved pairs)::
+
+    rotate_half(x) = [-x2 | x1]
+    rope(x, pos)   = x * cos(pos * f) + rotate_half(x) * sin(pos * f)
+    f              = [inv_freq | inv_freq],   inv_freq[i] = theta ** (-2i / d),  i < d/2
+
+Positions are absolute token indices within the sequence, so a chunk that starts at position
+``start`` (a cached prefix or an earlier prefill chunk) rotates exactly as a one-shot prefill would.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .batch import DecodeGroup, PreparedBatch, PrefillSpan
+from .config import ModelConfig, RopeScaling
 
-__all__ = ["PagedAttention"]
+__all__ = ["KVCacheLayout", "PagedAttention", "RotaryEmbedding", "allocate_kv_cache",
+           "kv_bytes_per_block", "rope_inv_freq"]
 
 _UPCAST = (torch.bfloat16, torch.float16)
 
@@ -113,3 +144,140 @@ class PagedAttention:
         pool = kv[:, layer, which]  # [num_blocks, block_size, Hkv, D] strided view
         got = pool.index_select(0, blocks)
         return got.view(-1, pool.shape[-2], pool.shape[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheLayout:
+    """Geometry of one pool. Invariant: every field positive; ``dtype`` is a floating dtype."""
+
+    num_layers: int
+    block_size: int  # tokens per block
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "block_size", "num_kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"KVCacheLayout.{name} must be a positive int, got {value!r}")
+        if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
+            raise ValueError(
+                f"KVCacheLayout.dtype must be a floating torch.dtype, got {self.dtype!r}")
+
+    @classmethod
+    def for_model(cls, config: ModelConfig, block_size: int, dtype: torch.dtype) -> "KVCacheLayout":
+        return cls(config.num_hidden_layers, block_size, config.num_key_value_heads,
+                   config.head_dim, dtype)
+
+    @classmethod
+    def of(cls, kv: torch.Tensor) -> "KVCacheLayout":
+        """The layout of an existing pool tensor (raises if it is not block-major 6-D)."""
+        if kv.dim() != 6 or kv.shape[2] != 2:
+            raise ValueError("expected a pool tensor [num_blocks, num_layers, 2, block_size, "
+                             f"num_kv_heads, head_dim], got shape {tuple(kv.shape)}")
+        _, layers, _, block_size, heads, head_dim = kv.shape
+        return cls(layers, block_size, heads, head_dim, kv.dtype)
+
+    def shape(self, num_blocks: int) -> tuple[int, ...]:
+        return (num_blocks, self.num_layers, 2, self.block_size, self.num_kv_heads, self.head_dim)
+
+    @property
+    def elements_per_block(self) -> int:
+        return self.num_layers * 2 * self.block_size * self.num_kv_heads * self.head_dim
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.elements_per_block * torch.empty((), dtype=self.dtype).element_size()
+
+    def num_blocks_for_bytes(self, budget_bytes: int) -> int:
+        """How many blocks fit in ``budget_bytes`` (for sizing a pool from a memory budget)."""
+        return max(0, int(budget_bytes) // self.bytes_per_block)
+
+    def allocate(self, num_blocks: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks <= 0:
+            raise ValueError(f"num_blocks must be a positive int, got {num_blocks!r}")
+        # NOTE(inference-mode): allocate a normal tensor even when called under
+        # torch.inference_mode(), else copies made outside it (swap, defrag) would raise.
+        with torch.inference_mode(False):
+            return torch.zeros(self.shape(num_blocks), dtype=self.dtype, device=device)
+
+
+def allocate_kv_cache(num_blocks: int, model_config: ModelConfig, block_size: int,
+                      dtype: torch.dtype = torch.float32,
+                      device: torch.device | str = "cpu") -> torch.Tensor:
+    """A zeroed block-major pool ``[num_blocks, layers, 2, block_size, kv_heads, head_dim]``."""
+    return KVCacheLayout.for_model(model_config, block_size, dtype).allocate(num_blocks, device)
+
+
+def kv_bytes_per_block(model_config: ModelConfig, block_size: int,
+                       dtype: torch.dtype = torch.float32) -> int:
+    """Bytes one block holds across all layers (K and V): the unit of swap/defrag copies."""
+    return KVCacheLayout.for_model(model_config, block_size, dtype).bytes_per_block
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
+    """float32 inverse frequencies ``[head_dim // 2]``, with llama3 scaling when configured.
+
+    NOTE(oracle): computed in float32 from an int64 arange, as transformers does, so the cos/sin
+    tables match the reference bit for bit.
+    """
+    # device="cpu" explicitly: the model may be built under torch.device("meta").
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
+    inv_freq = 1.0 / (theta ** exponents)
+    if scaling.rope_type == "default":
+        return inv_freq
+    if scaling.rope_type != "llama3":  # ModelConfig already rejects this; keep the guard local
+        raise ValueError(f"unsupported rope_type {scaling.rope_type!r}")
+    # Llama 3.1: keep high frequencies, divide low ones by `factor`, blend linearly in between
+    # (in wavelength space, relative to the pretraining context length).
+    ctx = scaling.original_max_position_embeddings
+    wavelen = 2 * math.pi / inv_freq
+    long_wave = wavelen > ctx / scaling.low_freq_factor
+    short_wave = wavelen < ctx / scaling.high_freq_factor
+    scaled = torch.where(long_wave, inv_freq / scaling.factor, inv_freq)
+    blend = (ctx / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor)
+    blended = (1 - blend) * scaled / scaling.factor + blend * scaled
+    return torch.where(~short_wave & ~long_wave, blended, scaled)
+
+
+class RotaryEmbedding:
+    """Applies RoPE to query and key heads in place of a ``[tokens, heads, head_dim]`` tensor.
+
+    Not an ``nn.Module`` on purpose: its table is derived from the config, never loaded from a
+    checkpoint, so it survives ``to_empty``/meta-device construction unchanged.
+    """
+
+    def __init__(self, head_dim: int, theta: float, scaling: RopeScaling) -> None:
+        self.head_dim = head_dim
+        self._inv_freq = rope_inv_freq(head_dim, theta, scaling)  # float32, CPU master copy
+        self._inv_freq_by_device: dict[torch.device, torch.Tensor] = {}
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> "RotaryEmbedding":
+        return cls(config.head_dim, config.rope_theta, config.rope_scaling)
+
+    def _inv_freq_on(self, device: torch.device) -> torch.Tensor:
+        cached = self._inv_freq_by_device.get(device)
+        if cached is None:
+            cached = self._inv_freq.to(device)
+            self._inv_freq_by_device[device] = cached
+        return cached
+
+    def cos_sin(self, positions: torch.Tensor,
+                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin`` of shape ``[tokens, 1, head_dim]`` (broadcast over heads) in ``dtype``.
+
+        Computed once per forward and shared by every layer.
+        """
+        freqs = positions.to(torch.float32)[:, None] * self._inv_freq_on(positions.device)[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+
+    @staticmethod
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``x * cos + rotate_half(x) * sin`` for ``x`` of shape ``[tokens, heads, head_dim]``."""
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin

@@ -60,7 +60,7 @@ class LateMask:
 class GrammarMatchers:
     """One llguidance matcher per constrained sequence; the step thread's only.
 
-    Invariant: every key of ``_matchers`` is a live sequence of a request with a
+    Invariant: every key of ``matchers`` is a live sequence of a request with a
     ``response_format`` (added by ``add``, dropped by ``remove`` when the request leaves), and
     each matcher has consumed exactly that sequence's generated tokens.
     """
@@ -74,7 +74,8 @@ class GrammarMatchers:
         self.compiler = GrammarCompiler(tokenizer, vocab_size, eos_token_ids)  # any thread
         self._num_threads = num_threads or max(1, min(4, (os.cpu_count() or 2) // 2))
         self._executor: llguidance.LLExecutor | None = None
-        self._matchers: dict[int, llguidance.LLMatcher] = {}  # seq_id -> matcher
+        # seq_id -> matcher; the engine reads it (empty: no grammar) before calling in here
+        self.matchers: dict[int, llguidance.LLMatcher] = {}
         # NOTE(grammar-error): seq_id -> why its matcher broke (the engine takes them)
         self.failures: dict[int, str] = {}
         self._pool: ThreadPoolExecutor | None = None  # NOTE(overlap): one mask thread
@@ -82,10 +83,10 @@ class GrammarMatchers:
         self._before_mask = before_mask
 
     def __len__(self) -> int:
-        return len(self._matchers)
+        return len(self.matchers)
 
     def __contains__(self, seq_id: int) -> bool:
-        return seq_id in self._matchers
+        return seq_id in self.matchers
 
     @staticmethod
     def new_matcher(spec: GrammarSpec) -> llguidance.LLMatcher:
@@ -97,10 +98,10 @@ class GrammarMatchers:
 
     def add(self, seq_ids: Sequence[int], spec: GrammarSpec) -> None:
         matchers = [self.new_matcher(spec) for _ in seq_ids]  # all or none
-        self._matchers.update(zip(seq_ids, matchers))
+        self.matchers.update(zip(seq_ids, matchers))
 
     def remove(self, seq_id: int) -> None:
-        self._matchers.pop(seq_id, None)
+        self.matchers.pop(seq_id, None)
         self.failures.pop(seq_id, None)
 
     def prefetch_mask(self, seq_ids: Sequence[int]) -> None:
@@ -139,9 +140,9 @@ class GrammarMatchers:
 
     def _pairs(self, seq_ids: Sequence[int]) -> _Pairs:
         """The rows of ``seq_ids`` that have a grammar, read on the step thread."""
-        if not self._matchers:
+        if not self.matchers:
             return []
-        get = self._matchers.get
+        get = self.matchers.get
         return [(j, s, m) for j, s in enumerate(seq_ids) if (m := get(s)) is not None]
 
     def _submit(self, pairs: _Pairs) -> Future:
@@ -169,7 +170,7 @@ class GrammarMatchers:
     def _finish(self, pairs: _Pairs, bits: torch.Tensor) -> TokenMask:
         """The step thread: note the matchers this mask broke, then the mask itself."""
         for _, s, m in pairs:
-            if m.is_error() and self._matchers.get(s) is m:  # NOTE(grammar-error)
+            if m.is_error() and self.matchers.get(s) is m:  # NOTE(grammar-error)
                 self._fail(s, m, "its token mask")
         return TokenMask(torch.tensor([j for j, _, _ in pairs], dtype=torch.long), bits)
 
@@ -177,11 +178,11 @@ class GrammarMatchers:
         """Feed each constrained sequence its sampled token; returns the sequences whose
         grammar is complete (nothing but EOS can follow). A sequence whose matcher broke goes
         to ``failures`` instead (NOTE(grammar-error))."""
-        if not self._matchers:
+        if not self.matchers:
             return []
         done = []
         for s, t in zip(seq_ids, tokens):
-            m = self._matchers.get(s)
+            m = self.matchers.get(s)
             if m is None or s in self.failures:
                 continue
             if not m.consume_token(t):
@@ -204,6 +205,6 @@ class GrammarMatchers:
                                          f"(structured output budget or error: {err})")
 
     def check_invariants(self, live_seq_ids: set[int]) -> None:
-        stray = set(self._matchers) - live_seq_ids
+        stray = set(self.matchers) - live_seq_ids
         if stray:
             raise AssertionError(f"grammar matchers for finished sequences: {sorted(stray)}")

@@ -19,12 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import PagedAttention
+from .attention import KVCacheLayout, PagedAttention, RotaryEmbedding
 from .batch import PagedBatch, PreparedBatch
 from .config import ModelConfig
 from .errors import WeightLoadError
-from .kv_cache import KVCacheLayout
-from .rope import RotaryEmbedding
 
 __all__ = ["LlamaModel"]
 

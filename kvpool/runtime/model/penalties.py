@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["SeqHistory", "apply_logit_adjustments", "apply_min_p", "needs_history"]
+__all__ = ["SeqHistory", "apply_logit_adjustments", "apply_min_p"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +40,6 @@ class SeqHistory:
 
     prompt_ids: Sequence[int]  # the request's prompt (shared by its n sequences)
     output_ids: Sequence[int]  # this sequence's accepted tokens, oldest first
-
-
-def needs_history(p: Any) -> bool:
-    """Whether a row's parameters read its token history (penalties, min_tokens)."""
-    return bool(p.min_tokens or p.frequency_penalty or p.presence_penalty
-                or p.repetition_penalty != 1.0 or p.bad_words_ids)
 
 
 def _counts(lists: Sequence[Sequence[int]], vocab: int, device: torch.device) -> torch.Tensor:
@@ -106,7 +100,7 @@ def apply_logit_adjustments(logits: torch.Tensor, params: Sequence[Any],
                 bias_rows.append(i)
                 bias_cols.append(tok)
                 bias_vals.append(b)
-        if not needs_history(p):
+        if not p.needs_history:  # SamplingParams.needs_history
             continue
         if histories is None:
             raise ValueError("penalties and min_tokens need each row's token history")

@@ -22,7 +22,7 @@ import torch
 from kvpool.errors import RequestError, shown
 
 from .grammar import GrammarSpec, TokenMask, apply_token_mask
-from .penalties import SeqHistory, apply_logit_adjustments, apply_min_p, needs_history
+from .penalties import SeqHistory, apply_logit_adjustments, apply_min_p
 
 __all__ = ["Sampler", "SamplingParams", "SamplingParamsError", "SeqHistory", "make_generator"]
 
@@ -182,12 +182,14 @@ class SamplingParams:
     def adjusts_logits(self) -> bool:
         """Whether any of bias / min_tokens / penalties / allowed_token_ids / bad words applies
         (the sampler's fast check)."""
-        return bool(self.logit_bias or self.allowed_token_ids) or needs_history(self)
+        return bool(self.logit_bias or self.allowed_token_ids) or self.needs_history
 
     @property
     def needs_history(self) -> bool:
-        """Whether the sampler needs this row's prompt and generated ids."""
-        return needs_history(self)
+        """Whether the sampler needs this row's prompt and generated ids (penalties,
+        min_tokens, bad words: penalties.py reads it too)."""
+        return bool(self.min_tokens or self.frequency_penalty or self.presence_penalty
+                    or self.repetition_penalty != 1.0 or self.bad_words_ids)
 
     @property
     def greedy(self) -> bool:

@@ -37,7 +37,7 @@ class RemoteImports:
         self.manager = manager
         self.copies = copies
         self._wake = wake  # the step loop's wake-up, called from the copy worker
-        self._pending: list[_Importing] = []
+        self.pending: list[_Importing] = []  # the step loop calls ready() only when not empty
         self.adopted_blocks = 0  # blocks that became findable in the device cache
         self.failed = 0  # imports that fell back to recompute
         # seconds from the bytes landing in host blocks (on the loop's side) to ready() of an
@@ -46,7 +46,7 @@ class RemoteImports:
         self.latency_s = 0.0
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self.pending)
 
     def start(self, op: AddRequest) -> AddRequest | None:
         """Begin copying ``op``'s fetched prefix in; returns ``op`` when it can be added at once
@@ -61,17 +61,17 @@ class RemoteImports:
             return op
         h = self.copies.submit("swap_in", zip(fp.host_blocks, dev), tag=op.request_id)
         h.add_done_callback(lambda _h: self._wake())
-        self._pending.append(_Importing(op, dev, h))
+        self.pending.append(_Importing(op, dev, h))
         return None
 
     def ready(self) -> list[AddRequest]:
         """Requests whose copy finished (prefix adopted, or given up): add them now."""
-        if not self._pending:
+        if not self.pending:
             return []
         done, keep = [], []
-        for imp in self._pending:
+        for imp in self.pending:
             (done if imp.handle.done() else keep).append(imp)
-        self._pending = keep
+        self.pending = keep
         mgr = self.manager
         out = []
         for imp in done:
@@ -90,6 +90,6 @@ class RemoteImports:
 
     def cancel_all(self) -> list[AddRequest]:
         """Shutdown: wait for the copies and release every block."""
-        for imp in self._pending:
+        for imp in self.pending:
             imp.handle.wait_done(10)
         return self.ready()
