@@ -109,7 +109,7 @@ class PromptKeys:
         ids, salt = got
         if self.namespaced:
             try:
-                tenant = tenant_of_headers(CIMultiDict(headers), self.tenant_header)
+                tenant = tenant_of_headers(CIMultiDict(headers), self.tenant_header, keyed=True)
             except APIError:  # a tenant header too long: the replica answers the 400
                 return None
             salt = _PER_TENANT.salt(tenant, salt)

@@ -135,7 +135,7 @@ def _middlewares(api_key: str | None, tenant_header: str | None) -> list[Middlew
     middlewares: list[Middleware] = [error_middleware]  # NOTE(order): first = outermost
     if api_key:
         middlewares.append(auth_middleware(api_key))
-    middlewares.append(tenant_middleware(tenant_header))  # NOTE(order): after auth
+    middlewares.append(tenant_middleware(tenant_header, keyed=bool(api_key)))  # NOTE(order): after auth
     return middlewares
 
 

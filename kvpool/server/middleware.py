@@ -248,30 +248,32 @@ def current_tenant() -> str:
     return _TENANT.get()
 
 
-def tenant_of_headers(headers: Mapping[str, str], header: str | None) -> str:
+def tenant_of_headers(headers: Mapping[str, str], header: str | None, *, keyed: bool) -> str:
     """The identity rule of the module docstring, from a request's headers alone (the
-    middleware's, and the router's --kv-events computing the replicas' salts)."""
+    middleware's, and the router's --kv-events computing the replicas' salts). ``keyed``: an
+    API key is configured, so a bearer token is a checked identity; without one any client
+    could mint a fresh tenant (and a fresh quota) per request by changing its token."""
     if header:
         value = headers.get(header, "")
         if len(value) > MAX_TENANT_CHARS:
             raise APIError(400, f"header {header} is longer than {MAX_TENANT_CHARS} "
                                 "characters", param=header)
         return value
-    auth = headers.get("Authorization", "")
+    auth = headers.get("Authorization", "") if keyed else ""
     if auth.startswith("Bearer ") and len(auth) > 7:
         return "key:" + hashlib.sha256(auth[7:].encode()).hexdigest()[:16]
     return ""
 
 
-def tenant_middleware(header: str | None) -> Callable:
+def tenant_middleware(header: str | None, *, keyed: bool) -> Callable:
     """Set the request's tenant (see ``tenant_of_headers``) for the handler. Runs after auth, so an
-    API key seen here is a valid one."""
+    API key seen here is a valid one (``keyed``: an API key is configured)."""
 
     @web.middleware
     async def middleware(request: web.Request,
                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                          ) -> web.StreamResponse:
-        token = _TENANT.set(tenant_of_headers(request.headers, header))
+        token = _TENANT.set(tenant_of_headers(request.headers, header, keyed=keyed))
         try:
             return await handler(request)
         finally:

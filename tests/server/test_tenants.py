@@ -25,33 +25,47 @@ def body(max_tokens: int, salt: str | None = None, stream: bool = False) -> dict
     return b
 
 
-@pytest.mark.asyncio
-async def test_rotating_cache_salt_does_not_bypass_the_tenant_quota():
+async def _start(**options) -> tuple[TestServer, object]:
     from kvpool.runtime.engine.async_engine import AsyncEngine
 
     engine = AsyncEngine(engine_config("serve", **SERVE_LIMITS, max_tokens_limit=512))
     app = build_app(engine, engine_shutdown_timeout=SHUTDOWN_TIMEOUT,
-                    tenant_block_quota=QUOTA, tenant_header="X-Tenant-Id")
+                    tenant_block_quota=QUOTA, **options)
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server(shutdown_timeout=SHUTDOWN_TIMEOUT)
+    return server, engine
+
+
+async def _hold_quota(http: aiohttp.ClientSession, url: str, model: str, headers: dict):
+    """A streamed request of 4 + 124 tokens = 8 blocks: the whole quota, held while it streams."""
+    big = {**body(QUOTA * 16 - 4, "s0", stream=True), "model": model}
+    hold = await http.post(url, json=big, headers=headers)
+    assert hold.status == 200
+    assert (await hold.content.readline()).startswith(b"data: ")
+    return hold
+
+
+async def _assert_over_quota(http: aiohttp.ClientSession, url: str, model: str,
+                             headers: dict, salt: str | None) -> None:
+    async with http.post(url, json={**body(4, salt), "model": model}, headers=headers) as r:
+        assert r.status == 429, await r.text()
+        err = (await r.json())["error"]
+        assert err["code"] == "tenant_quota_exceeded"
+        assert set(err) >= {"message", "type", "param", "code"}
+
+
+@pytest.mark.asyncio
+async def test_rotating_cache_salt_does_not_bypass_the_tenant_quota():
+    server, engine = await _start(tenant_header="X-Tenant-Id")
     url = f"http://127.0.0.1:{server.port}/v1/completions"
     model = engine.model_name
     hog = {"X-Tenant-Id": "hog"}
     try:
         baseline = engine.num_free_blocks()
         async with aiohttp.ClientSession() as http:
-            # 4 + 124 tokens = 8 blocks: the hog's whole quota, held while it streams
-            big = {**body(QUOTA * 16 - 4, "s0", stream=True), "model": model}
-            hold = await http.post(url, json=big, headers=hog)
-            assert hold.status == 200
-            assert (await hold.content.readline()).startswith(b"data: ")
+            hold = await _hold_quota(http, url, model, hog)
             for salt in ("s1", "s2", None):  # fresh salts: still the same tenant
-                async with http.post(url, json={**body(4, salt), "model": model},
-                                     headers=hog) as r:
-                    assert r.status == 429, await r.text()
-                    err = (await r.json())["error"]
-                    assert err["code"] == "tenant_quota_exceeded"
-                    assert set(err) >= {"message", "type", "param", "code"}
+                await _assert_over_quota(http, url, model, hog, salt)
             async with http.post(url, json={**body(4, "s0"), "model": model},
                                  headers={"X-Tenant-Id": "other"}) as r:
                 assert r.status == 200, await r.text()
@@ -70,3 +84,24 @@ class _Srv:  # what wait_free reads
 
     def free(self) -> int:
         return self.engine.num_free_blocks()
+
+
+@pytest.mark.asyncio
+async def test_a_bearer_token_is_no_identity_without_an_api_key():
+    """No --api-key and no tenant header: every client is the anonymous tenant, so rotating an
+    unchecked bearer token does not mint a fresh tenant with a fresh quota."""
+    server, engine = await _start()
+    url = f"http://127.0.0.1:{server.port}/v1/completions"
+    model = engine.model_name
+    try:
+        baseline = engine.num_free_blocks()
+        async with aiohttp.ClientSession() as http:
+            hold = await _hold_quota(http, url, model, {"Authorization": "Bearer first"})
+            for token in ("second", "third"):
+                await _assert_over_quota(http, url, model,
+                                         {"Authorization": f"Bearer {token}"}, None)
+            hold.close()
+        await wait_free(_Srv(engine), baseline)
+        assert engine.num_free_blocks() == baseline
+    finally:
+        await server.close()
