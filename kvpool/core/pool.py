@@ -114,7 +114,8 @@ class BlockPool:
         ones when the free list is short. Lock held."""
         free = self._free
         if n > len(free):
-            self.free_list.drain()
+            if self._fast:  # NOTE(speed): no call when the magazine is empty (decode's case)
+                self.free_list.drain()
             if n > len(free):
                 return self._take_evicting(n)
         if n == 1:

@@ -150,6 +150,8 @@ class SlotWriter:
                         hs = t.hashes
                         hs.append(hash_block(hs[-1] if hs else t.root, tail, t.extra))
                         tail.clear()
+            elif not r0 and last and t.tokens is None:
+                self._append_new_block(t, n0, tok)
             else:
                 cows[i] = self.append_locked(t, (tok,))
             view = t.view
@@ -157,6 +159,19 @@ class SlotWriter:
                 view = t.view = list(t.blocks)
             add(view)
         return cows, copies
+
+    def _append_new_block(self, t: BlockTable, n0: int, tok: int) -> None:
+        """``append_locked(t, (tok,))`` where the last block is full (``n0 % bs == 0``,
+        ``bs > 1``, no kept token ids): register the blocks written meanwhile, then one new
+        block holds the token. Its used slot is counted by the caller (cow entry ``()``)."""
+        t.num_computed = n0
+        if self.caching:
+            if t.num_registered < n0 // self.block_size:
+                self.register_upto(t, n0)
+            t.tail.append(tok)
+        t.blocks += self.device_pool.take(1)  # type: ignore[arg-type]
+        t.view = None  # blocks_changed()
+        t.num_tokens = n0 + 1
 
     def _groups_that_fit(self, tables: list[BlockTable], ends: Sequence[int]) -> int:
         """How many leading groups (``ends``) can take one more token per table together
