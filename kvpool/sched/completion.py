@@ -260,13 +260,18 @@ class StepCompletion:
             c.num_ignored += 1
         else:
             c.num_finished += 1
-        return FinishedRequest(
+        fin = FinishedRequest(
             g.request_id, status, g.finish_reason or g.seqs[0].finish_reason,
             tuple(SeqOutput(s.seq_id, list(s.output_token_ids), s.status, s.finish_reason)
                   for s in g.seqs),
             len(g.prompt_token_ids), g.num_cached_tokens or 0, g.arrival_time,
             g.first_scheduled_time, g.first_token_time, g.finished_time, g.num_preemptions,
             g.params)
+        # NOTE(gc): the group and its sequences point at each other; cut that cycle so that
+        # reference counting frees a finished request at once, not the cyclic collector
+        # (which otherwise walks every finished request's lists in a pause mid-step)
+        g.seqs = []
+        return fin
 
     def ignore(self, g: SequenceGroup, out: SchedulerOutput, reason: str) -> None:
         """Reject ``g`` (already out of its queue) as never servable."""
