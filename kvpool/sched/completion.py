@@ -22,6 +22,7 @@ completed: abort a request whose copy failed first, or its swapped-in blocks wou
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from operator import attrgetter
 
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import SchedulerError
@@ -31,6 +32,7 @@ from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGrou
 from kvpool.sched.state import SchedulerState
 
 _RUNNING = SeqStatus.RUNNING
+_SEQ_ID = attrgetter("seq_id")
 _FINAL = (SeqStatus.FINISHED_ABORTED, SeqStatus.FINISHED_IGNORED)  # override a group's status
 
 
@@ -76,6 +78,10 @@ class StepCompletion:
                        deferred: Collection[int]) -> None:
         """Every running sequence the step samples for has its token in ``sampled``, or
         is ``deferred``."""
+        has = sampled.__contains__
+        if all(map(has, map(_SEQ_ID, output.decodes))) and all(
+                has(i) for p in output.prefills if p.is_last for i in p.seq_ids):
+            return  # NOTE(speed): the common case, the decodes checked without a Python loop
         seqs = self.state.seqs
         want = [i for p in output.prefills if p.is_last for i in p.seq_ids]
         want += [d.seq_id for d in output.decodes]
