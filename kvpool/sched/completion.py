@@ -277,6 +277,7 @@ class StepCompletion:
         # reference counting frees a finished request at once, not the cyclic collector
         # (which otherwise walks every finished request's lists in a pause mid-step)
         g.seqs = []
+        g.units = None  # its units list the sequences too (an ignored or aborted prefill)
         return fin
 
     def ignore(self, g: SequenceGroup, out: SchedulerOutput, reason: str) -> None:
