@@ -103,7 +103,9 @@ class Scheduler:
                           make_sort_key(cfg.policy, priority, arrival, order), cache_salt,
                           tenant or "")
         mgr = self.manager
-        if mgr.caching:  # NOTE(arrival-hash): on arrival, outside the steps, as vLLM's Request
+        # NOTE(arrival-hash): on arrival, outside the steps, as vLLM's Request does (not for a
+        # prompt past max_model_len: schedule() rejects it without hashing)
+        if mgr.caching and len(prompt) <= cfg.max_model_len:
             g.prompt_block_hashes = mgr.hasher.hash_blocks(prompt, cache_salt)
         for _ in range(limits.n):
             st.new_seq(g)
