@@ -129,7 +129,8 @@ class SlotWriter:
                      ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]]]:
         """One token each to the first ``n`` tables (they fit); their cows and views. The
         fast path (its cow entry stays ``()``) is one token into the table's own partial
-        block with nothing left to register; the one that fills the block hashes it here."""
+        block with nothing left to register; the one that fills the block hashes it here.
+        A token that opens a new block (``_append_new_block``) leaves ``()`` too."""
         bs, ref, caching = self.block_size, self.ref_count, self.caching
         hash_block = self.hasher.hash_block
         last = bs - 1
