@@ -114,7 +114,8 @@ class BlockPool:
         ones when the free list is short. Lock held."""
         free = self._free
         if n > len(free):
-            self.free_list.drain()
+            if self._fast:  # NOTE(speed): no call when the magazine is empty (decode's case)
+                self.free_list.drain()
             if n > len(free):
                 return self._take_evicting(n)
         if n == 1:
@@ -305,8 +306,17 @@ class BlockPool:
 
     def free_many(self, block_ids: Sequence[int]) -> None:
         """Drop one reference per id, in the given order (pass tail-first for LRU order)."""
+        w = self._writer
+        if self.index is None:
+            # NOTE(speed): without a prefix cache nothing is timed, and a release changes
+            # what readers see in one C-level store (the free list's extend; nothing when
+            # it raises): the lock and a single-store version bump, as seqlock.py allows
+            with w.lock:
+                self.release(block_ids)
+                w.single_store()
+            return
         now = time.monotonic()
-        with self._writer:
+        with w:
             self.release(block_ids, now)
 
     def reset_prefix_cache(self) -> int:

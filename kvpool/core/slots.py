@@ -129,7 +129,8 @@ class SlotWriter:
                      ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]]]:
         """One token each to the first ``n`` tables (they fit); their cows and views. The
         fast path (its cow entry stays ``()``) is one token into the table's own partial
-        block with nothing left to register; the one that fills the block hashes it here."""
+        block with nothing left to register; the one that fills the block hashes it here.
+        A token that opens a new block (``_append_new_block``) leaves ``()`` too."""
         bs, ref, caching = self.block_size, self.ref_count, self.caching
         hash_block = self.hasher.hash_block
         last = bs - 1
@@ -150,6 +151,8 @@ class SlotWriter:
                         hs = t.hashes
                         hs.append(hash_block(hs[-1] if hs else t.root, tail, t.extra))
                         tail.clear()
+            elif not r0 and last and t.tokens is None:
+                self._append_new_block(t, n0, tok)
             else:
                 cows[i] = self.append_locked(t, (tok,))
             view = t.view
@@ -157,6 +160,19 @@ class SlotWriter:
                 view = t.view = list(t.blocks)
             add(view)
         return cows, copies
+
+    def _append_new_block(self, t: BlockTable, n0: int, tok: int) -> None:
+        """``append_locked(t, (tok,))`` where the last block is full (``n0 % bs == 0``,
+        ``bs > 1``, no kept token ids): register the blocks written meanwhile, then one new
+        block holds the token. Its used slot is counted by the caller (cow entry ``()``)."""
+        t.num_computed = n0
+        if self.caching:
+            if t.num_registered < n0 // self.block_size:
+                self.register_upto(t, n0)
+            t.tail.append(tok)
+        t.blocks += self.device_pool.take(1)  # type: ignore[arg-type]
+        t.view = None  # blocks_changed()
+        t.num_tokens = n0 + 1
 
     def _groups_that_fit(self, tables: list[BlockTable], ends: Sequence[int]) -> int:
         """How many leading groups (``ends``) can take one more token per table together

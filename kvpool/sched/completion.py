@@ -22,6 +22,7 @@ completed: abort a request whose copy failed first, or its swapped-in blocks wou
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from operator import attrgetter
 
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import SchedulerError
@@ -30,6 +31,7 @@ from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGrou
 from kvpool.sched.state import DefragDriver, SchedulerState
 
 _RUNNING = SeqStatus.RUNNING
+_SEQ_ID = attrgetter("seq_id")
 _FINAL = (SeqStatus.FINISHED_ABORTED, SeqStatus.FINISHED_IGNORED)  # override a group's status
 
 
@@ -75,6 +77,10 @@ class StepCompletion:
                        deferred: Collection[int]) -> None:
         """Every running sequence the step samples for has its token in ``sampled``, or
         is ``deferred``."""
+        has = sampled.__contains__
+        if all(map(has, map(_SEQ_ID, output.decodes))) and all(
+                has(i) for p in output.prefills if p.is_last for i in p.seq_ids):
+            return  # NOTE(speed): the common case, the decodes checked without a Python loop
         seqs = self.state.seqs
         want = [i for p in output.prefills if p.is_last for i in p.seq_ids]
         want += [d.seq_id for d in output.decodes]
@@ -259,13 +265,19 @@ class StepCompletion:
             c.num_ignored += 1
         else:
             c.num_finished += 1
-        return FinishedRequest(
+        fin = FinishedRequest(
             g.request_id, status, g.finish_reason or g.seqs[0].finish_reason,
             tuple(SeqOutput(s.seq_id, list(s.output_token_ids), s.status, s.finish_reason)
                   for s in g.seqs),
             len(g.prompt_token_ids), g.num_cached_tokens or 0, g.arrival_time,
             g.first_scheduled_time, g.first_token_time, g.finished_time, g.num_preemptions,
             g.params)
+        # NOTE(gc): the group and its sequences point at each other; cut that cycle so that
+        # reference counting frees a finished request at once, not the cyclic collector
+        # (which otherwise walks every finished request's lists in a pause mid-step)
+        g.seqs = []
+        g.units = None  # its units list the sequences too (an ignored or aborted prefill)
+        return fin
 
     def ignore(self, g: SequenceGroup, out: SchedulerOutput, reason: str) -> None:
         """Reject ``g`` (already out of its queue) as never servable."""

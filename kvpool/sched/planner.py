@@ -84,24 +84,12 @@ class StepPlanner:
         return groups
 
     def _append_all(self, out: SchedulerOutput, running: RequestQueue, i: int) -> bool:
-        """NOTE(speed): the common step: when the blocks free cover what the decoding
-        sequences of requests ``i`` onwards can need (``_blocks_bound``), one all-or-nothing
-        append, with no per-request bookkeeping here or in the manager. False: nothing was
-        appended (the bound is only a guess at what fits; the manager decides)."""
+        """NOTE(speed): the common step: one all-or-nothing append for the decoding sequences
+        of requests ``i`` onwards, with no per-request bookkeeping here or in the manager
+        (which checks the fit in the same call). False: nothing was appended."""
         seqs = [s for g in islice(running, i, None) for s in g.seqs
                 if s.status is _RUNNING and s.unit is None and not s.awaiting]
-        free = self.manager.device_pool.num_free_blocks
-        if len(seqs) > free and self._blocks_bound(seqs) > free:
-            return False
         return self._append(out, seqs) == 1
-
-    def _blocks_bound(self, seqs: list[Sequence]) -> int:
-        """The blocks one more token each is likely to take: a decoding table holds all but
-        the last token, so a new block where those fill their last block exactly, and a
-        copy where a request's sequences may share a partial one (a fork, n > 1)."""
-        bs = self.manager.block_size
-        return sum(1 for s in seqs if len(s.group.seqs) > 1
-                   or not (s.group.prompt_len + len(s.output_token_ids) - 1) % bs)
 
     @staticmethod
     def _decoding(running: RequestQueue, i: int) -> tuple[list[Sequence], list[int]]:

@@ -100,6 +100,11 @@ class Scheduler:
         g = SequenceGroup(request_id, prompt, params, limits, priority, arrival, order,
                           make_sort_key(cfg.policy, priority, arrival, order), cache_salt,
                           tenant or "")
+        mgr = self.manager
+        # NOTE(arrival-hash): on arrival, outside the steps, as vLLM's Request does (not for a
+        # prompt past max_model_len: schedule() rejects it without hashing)
+        if mgr.caching and len(prompt) <= cfg.max_model_len:
+            g.prompt_block_hashes = mgr.hasher.hash_blocks(prompt, cache_salt)
         for _ in range(limits.n):
             st.new_seq(g)
         st.groups[request_id] = g
