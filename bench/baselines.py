@@ -41,7 +41,7 @@ class Baseline:
     def access(self, h: int) -> None:
         raise NotImplementedError
 
-    def _out(self, h: int) -> None:
+    def on_evict(self, h: int) -> None:
         """``h`` left the cache (an eviction). A no-op here; bench/follow.py sets it per
         instance to learn which ids an expert evicts."""
 
@@ -76,7 +76,7 @@ class LRU(Baseline):
             q.move_to_end(h)
             return
         if len(q) >= self.capacity:
-            self._out(q.popitem(last=False)[0])
+            self.on_evict(q.popitem(last=False)[0])
         q[h] = None
 
     def __contains__(self, h: int) -> bool:
@@ -134,7 +134,7 @@ class SIEVE(Baseline):
         else:
             self.older[n] = o
         del self.visited[x]
-        self._out(x)
+        self.on_evict(x)
 
     def __contains__(self, h: int) -> bool:
         return h in self.visited
@@ -186,7 +186,7 @@ class S3FIFO(Baseline):
                     self.m[h] = None
                     continue
                 del self.freq[h]
-                self._out(h)
+                self.on_evict(h)
                 self.g[h] = None
                 if len(self.g) > self.ghost_cap:
                     self.g.popitem(last=False)
@@ -197,7 +197,7 @@ class S3FIFO(Baseline):
                 self.m[h] = None
                 continue
             del self.freq[h]
-            self._out(h)
+            self.on_evict(h)
             return
 
     def __contains__(self, h: int) -> bool:
@@ -239,7 +239,7 @@ class ARC(Baseline):
         else:
             h, _ = self.t2.popitem(last=False)
             self.b2[h] = None
-        self._out(h)
+        self.on_evict(h)
 
     def access(self, h: int) -> None:
         c = self.capacity
@@ -271,7 +271,7 @@ class ARC(Baseline):
                 if full:
                     self._replace(False)
             else:
-                self._out(self.t1.popitem(last=False)[0])
+                self.on_evict(self.t1.popitem(last=False)[0])
         elif full:
             if len(self.t1) + len(self.t2) + len(self.b1) + len(self.b2) >= 2 * c:
                 self.b2.popitem(last=False)
@@ -310,7 +310,7 @@ class SLRU(Baseline):
                 self.prob[self.prot.popitem(last=False)[0]] = None
             return
         if len(self.prob) + len(self.prot) >= self.capacity:
-            self._out((self.prob or self.prot).popitem(last=False)[0])
+            self.on_evict((self.prob or self.prot).popitem(last=False)[0])
         self.prob[h] = None
 
     def __contains__(self, h: int) -> bool:
@@ -372,7 +372,7 @@ class WTinyLFU(Baseline):
             return
         cand, _ = self.win.popitem(last=False)
         if main is None:
-            self._out(cand)
+            self.on_evict(cand)
             return
         if len(main) < main.capacity:
             main.access(cand)
@@ -382,9 +382,9 @@ class WTinyLFU(Baseline):
         if self.freq.get(cand) > self.freq.get(victim):
             del victims[victim]
             main.access(cand)
-            self._out(victim)
+            self.on_evict(victim)
         else:
-            self._out(cand)
+            self.on_evict(cand)
 
     def __contains__(self, h: int) -> bool:
         return h in self.win or (self.main is not None and h in self.main)

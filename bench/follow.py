@@ -142,7 +142,7 @@ class FollowPolicy(LinkedQueuesPolicy):
         self.history: list[tuple[int, str]] = []  # (release clock, new leader) per switch
         self._expert: Baseline = (self.panel.shadows[0] if self._whole
                                   else EXPERTS[self.NAMES[0]](cap))
-        self._expert._out = self._evicted
+        self._expert.on_evict = self._evicted
 
     @property
     def leader(self) -> str:
@@ -204,8 +204,8 @@ class FollowPolicy(LinkedQueuesPolicy):
         """Follow ``expert`` from now on: re-file every evictable block by its membership, in
         release order (a fresh live copy is first fed the blocks in that order)."""
         old = self._expert
-        if "_out" in old.__dict__:
-            del old._out  # back to Baseline's no-op
+        if "on_evict" in old.__dict__:
+            del old.on_evict  # back to Baseline's no-op
         blocks = sorted(self.queue(ORPHAN) + self.queue(HELD), key=self._stamp.__getitem__)
         if not self._whole:
             for b in blocks:
@@ -215,7 +215,7 @@ class FollowPolicy(LinkedQueuesPolicy):
         self._expert = expert
         for b in blocks:
             self._link(b, HELD if self._hash[b] in expert else ORPHAN)
-        expert._out = self._evicted
+        expert.on_evict = self._evicted
         self.history.append((self._clock, self.leader))
 
     def remove(self, block_id: int) -> None:

@@ -21,7 +21,7 @@ def test_every_expert_reports_exactly_what_it_evicts():
     for name, cls in EXPERTS.items():
         e = cls(20)
         out: list[int] = []
-        e._out = out.append
+        e.on_evict = out.append
         held: set[int] = set()
         for _ in range(3000):
             h = rng.randrange(60)
