@@ -41,6 +41,10 @@ class Baseline:
     def access(self, h: int) -> None:
         raise NotImplementedError
 
+    def on_evict(self, h: int) -> None:
+        """``h`` left the cache (an eviction). A no-op here; bench/follow.py sets it per
+        instance to learn which ids an expert evicts."""
+
     def touch(self, h: int, depth: int, n: int) -> None:
         """The replay loop's call: a baseline sees only the id (no depth, no block)."""
         self.access(h)
@@ -72,7 +76,7 @@ class LRU(Baseline):
             q.move_to_end(h)
             return
         if len(q) >= self.capacity:
-            q.popitem(last=False)
+            self.on_evict(q.popitem(last=False)[0])
         q[h] = None
 
     def __contains__(self, h: int) -> bool:
@@ -130,6 +134,7 @@ class SIEVE(Baseline):
         else:
             self.older[n] = o
         del self.visited[x]
+        self.on_evict(x)
 
     def __contains__(self, h: int) -> bool:
         return h in self.visited
@@ -181,6 +186,7 @@ class S3FIFO(Baseline):
                     self.m[h] = None
                     continue
                 del self.freq[h]
+                self.on_evict(h)
                 self.g[h] = None
                 if len(self.g) > self.ghost_cap:
                     self.g.popitem(last=False)
@@ -191,6 +197,7 @@ class S3FIFO(Baseline):
                 self.m[h] = None
                 continue
             del self.freq[h]
+            self.on_evict(h)
             return
 
     def __contains__(self, h: int) -> bool:
@@ -232,6 +239,7 @@ class ARC(Baseline):
         else:
             h, _ = self.t2.popitem(last=False)
             self.b2[h] = None
+        self.on_evict(h)
 
     def access(self, h: int) -> None:
         c = self.capacity
@@ -263,7 +271,7 @@ class ARC(Baseline):
                 if full:
                     self._replace(False)
             else:
-                self.t1.popitem(last=False)
+                self.on_evict(self.t1.popitem(last=False)[0])
         elif full:
             if len(self.t1) + len(self.t2) + len(self.b1) + len(self.b2) >= 2 * c:
                 self.b2.popitem(last=False)
@@ -302,7 +310,7 @@ class SLRU(Baseline):
                 self.prob[self.prot.popitem(last=False)[0]] = None
             return
         if len(self.prob) + len(self.prot) >= self.capacity:
-            (self.prob or self.prot).popitem(last=False)
+            self.on_evict((self.prob or self.prot).popitem(last=False)[0])
         self.prob[h] = None
 
     def __contains__(self, h: int) -> bool:
@@ -364,6 +372,7 @@ class WTinyLFU(Baseline):
             return
         cand, _ = self.win.popitem(last=False)
         if main is None:
+            self.on_evict(cand)
             return
         if len(main) < main.capacity:
             main.access(cand)
@@ -373,6 +382,9 @@ class WTinyLFU(Baseline):
         if self.freq.get(cand) > self.freq.get(victim):
             del victims[victim]
             main.access(cand)
+            self.on_evict(victim)
+        else:
+            self.on_evict(cand)
 
     def __contains__(self, h: int) -> bool:
         return h in self.win or (self.main is not None and h in self.main)

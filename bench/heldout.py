@@ -25,11 +25,14 @@ product):
     code_edit   a code assistant: shared repository contexts and files, sessions that resend
               their working files and history, edits that make a file's later blocks new
               content, one-off multi-file searches (written after ``doorarc`` was frozen)
+    batch_eval  an evaluation harness: concurrent jobs walking tasks' items behind long
+              shared k-shot headers, self-consistency repeats, re-runs of earlier tasks, and
+              one-off chats (written after ``follow`` was frozen)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
-(``bench.policies.CANDIDATES``: ghostwin, doorarc), Belady's OPT (as bench.policies computes it)
-and the best classic baseline, then the cells where each policy is below LRU and below the
+(``bench.policies.CANDIDATES``: ghostwin, doorarc, follow), Belady's OPT (as bench.policies
+computes it) and the best classic baseline, then the cells where each policy is below LRU and below the
 best classic minus SLACK. Never pass/fail.
 """
 
@@ -243,9 +246,53 @@ def code_edit(seed: int, scale: float = 1.0) -> Trace:
     return out
 
 
+def batch_eval(seed: int, scale: float = 1.0) -> Trace:
+    """Written after ``follow`` was frozen. An offline evaluation harness: 30 benchmark tasks,
+    each a k-shot exemplar header of 24..96 blocks and 20..120 items (a unique 2..12-block
+    question each). 4 eval jobs run at once, each walking one task's items in order. 6000
+    requests; 75 %: header + question of the next item of a random job, sent 1..4 times
+    (self-consistency samples; a chat may come in between); a job that finishes its task
+    starts another: half the time a task never run, else a re-run (same header, same items,
+    from the first) of one run before. 25 %: a one-off chat (a 2..8-block system prompt
+    shared by all chats + a unique 4..40-block message)."""
+    rng = random.Random(seed)
+    ids = itertools.count()
+    tasks = [([next(ids) for _ in range(rng.randint(24, 96))],
+              [[next(ids) for _ in range(rng.randint(2, 12))]
+               for _ in range(rng.randint(20, 120))]) for _ in range(30)]
+    system = [next(ids) for _ in range(rng.randint(2, 8))]
+    fresh = list(range(30))
+    rng.shuffle(fresh)
+    done: list[int] = []
+
+    def start() -> list:
+        t = fresh.pop() if fresh and (not done or rng.random() < 0.5) else rng.choice(done)
+        return [t, 0]
+
+    jobs = [start() for _ in range(4)]
+    out: Trace = []
+    samples = 0  # repeats of the current item still to send
+    for _ in range(int(6000 * scale)):
+        if rng.random() < 0.25:
+            out.append(system + [next(ids) for _ in range(rng.randint(4, 40))])
+            continue
+        if not samples:
+            j = jobs[rng.randrange(4)]
+            header, items = tasks[j[0]]
+            req = header + items[j[1]]
+            samples = rng.randint(1, 4)
+            j[1] += 1
+            if j[1] == len(items):
+                done.append(j[0])
+                j[:] = start()
+        out.append(list(req))
+        samples -= 1
+    return out
+
+
 SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "mooncake": mooncake, "rag_bursty": rag_bursty,
-          "code_edit": code_edit}
+          "code_edit": code_edit, "batch_eval": batch_eval}
 
 
 def cell(reqs: Trace, cap: int) -> dict[str, float]:

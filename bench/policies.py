@@ -2,7 +2,7 @@
 
     python -m bench.policies [--trace FILE] [--json FILE] [--capacities 1000 4000 ...]
                              [--policies lru classlru] [--baselines s3fifo arc ...]
-                             [--candidates ghostwin doorarc]
+                             [--candidates ghostwin doorarc follow]
                              [--traces conversation zipf_prefix ...] [--seeds 1 2 3] [--quick]
                              [--salts N]
 
@@ -11,8 +11,8 @@ For every trace and capacity it replays the requests through each policy of
 hits the leading run of its cached hash ids, then its blocks are touched or brought in tail
 first), and through the classic baselines of ``bench/baselines.py`` (SIEVE, S3-FIFO, ARC,
 SLRU, W-TinyLFU) and the research candidates (``CANDIDATES``: ``bench/ghostwin.py``,
-``bench/doorarc.py``) under the same semantics, and prints the hit rates next to Belady's OPT,
-computed as ``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an
+``bench/doorarc.py``, ``bench/follow.py``) under the same semantics, and prints the hit rates
+next to Belady's OPT, computed as ``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an
 upper bound), with each one's share of the LRU-to-OPT gap, ``(p - lru) / (opt - lru)``. It
 also times each policy's operations (ns per call sequence, steady state) and measures its
 memory per evictable block. Never pass/fail. ``--salts N`` replays each adaptive policy on N
@@ -43,6 +43,7 @@ from pathlib import Path
 
 from bench.baselines import BASELINES, Baseline, replay
 from bench.doorarc import DoorARCPolicy
+from bench.follow import FollowPolicy
 from bench.ghostwin import GhostWindowTinyLFU
 from bench.common import TRACE, bench_parser, machine, write_json
 from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy
@@ -51,10 +52,10 @@ from kvpool.replay.loop import simulate, leading_run
 CAPACITIES = (1000, 4000, 16000, 64000)
 DEFAULT_TRACE = TRACE
 Trace = list[list[int]]
-# Research policies, not in the product: ghostwin is hash-keyed like the baselines; doorarc keeps
-# the product's block protocol, so it also gets salts and per-call costs.
+# Research policies, not in the product: ghostwin is hash-keyed like the baselines; doorarc and
+# follow keep the product's block protocol, so they also get salts and per-call costs.
 CANDIDATES: dict[str, type[Baseline] | type[EvictionPolicy]] = {
-    p.name: p for p in (GhostWindowTinyLFU, DoorARCPolicy)}
+    p.name: p for p in (GhostWindowTinyLFU, DoorARCPolicy, FollowPolicy)}
 
 
 def new_policy(name: str, cap: int) -> EvictionPolicy:

@@ -3,8 +3,8 @@ for, and main reports every policy against LRU per cell."""
 
 from collections import Counter
 
-from bench.heldout import (SHAPES, agent, cell, code_edit, loop, main, mooncake, rag_bursty,
-                           tenants)
+from bench.heldout import (SHAPES, agent, batch_eval, cell, code_edit, loop, main, mooncake,
+                           rag_bursty, tenants)
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES
 
@@ -54,6 +54,21 @@ def test_rag_bursty_moves_its_hot_documents_and_keeps_background_chats():
     assert len(set(tails)) == len(tails)  # every query is unique
     chats = [r for r in reqs if r[0] == reqs_system(reqs)]
     assert 0.25 * len(reqs) < len(chats) < 0.45 * len(reqs)
+
+
+def test_batch_eval_repeats_items_and_reruns_tasks():
+    reqs = batch_eval(1)
+    first = Counter(r[0] for r in reqs)
+    assert len(first) <= 31  # 30 task headers and the chats' shared system prompt
+    runs = Counter(tuple(r) for r in reqs)
+    assert sum(c > 1 for c in runs.values()) > 500  # self-consistency repeats and re-runs
+    gaps = []  # a re-run sends an item again long after its task's first run
+    last: dict[tuple, int] = {}
+    for i, r in enumerate(map(tuple, reqs)):
+        if r in last and i - last[r] > 500:
+            gaps.append(i - last[r])
+        last[r] = i
+    assert gaps
 
 
 def test_code_edit_shares_repo_contexts_and_edits_change_later_blocks():

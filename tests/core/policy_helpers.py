@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bench.doorarc import DoorARCPolicy
+from bench.follow import FollowPolicy
 from kvpool.core.eviction import POLICIES, ClassLRUPolicy, EvictionPolicy, make_policy
 
 
@@ -10,8 +11,8 @@ def key(i: int) -> bytes:
     return i.to_bytes(8, "little")
 
 
-# Every policy the protocol tests drive: the product's, and the block-protocol research one.
-DRIVEN = sorted([*POLICIES, DoorARCPolicy.name])
+# Every policy the protocol tests drive: the product's, and the block-protocol research ones.
+DRIVEN = sorted([*POLICIES, DoorARCPolicy.name, FollowPolicy.name])
 
 
 def small(name: str, capacity: int) -> EvictionPolicy:
@@ -20,4 +21,6 @@ def small(name: str, capacity: int) -> EvictionPolicy:
         return ClassLRUPolicy(capacity, sketch_min_bits=8)
     if name == "doorarc":
         return DoorARCPolicy(capacity, sketch_min_bits=8)
+    if name == "follow":
+        return FollowPolicy(capacity)
     return make_policy(name, capacity)

@@ -8,8 +8,8 @@
   online by shadow caches (tuner.py), counting uses in one FrequencySketch (sketch.py). It
   starts as exactly LRU and departs from it only on significant evidence.
 
-Research policies (``ghostwin``, ``doorarc``) live in bench/, not here: bench.policies and
-bench.heldout compare them with these.
+Research policies (``ghostwin``, ``doorarc``, ``follow``) live in bench/, not here:
+bench.policies and bench.heldout compare them with these.
 
 The protocol the PrefixIndex drives (EvictionPolicy) and the queue storage the two
 share are in base.py, beside LRU; ``simulate`` (kvpool/replay/loop.py) replays a trace
