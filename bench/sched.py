@@ -222,12 +222,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-vllm", action="store_true", help="without vLLM's scheduler")
     ap.add_argument("--nanovllm-src", default=os.environ.get("NANOVLLM_SRC", "/tmp/nanovllm_src"),
                     help="nano-vllm's sources (default $NANOVLLM_SRC or /tmp/nanovllm_src)")
+    ap.add_argument("--nanovllm-block-size", type=int, default=sched_nano.BLOCK,
+                    help="nano-vllm's block size (default 256, the smallest its Config accepts)")
     ap.add_argument("--no-nanovllm", action="store_true", help="without nano-vllm's scheduler")
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
     steps = 30 if timing.quick else 200
     anchor = None if args.no_vllm else vllm_anchor()
-    nano = None if args.no_nanovllm else sched_nano.load(args.nanovllm_src)
+    nano = None if args.no_nanovllm else sched_nano.load(args.nanovllm_src,
+                                                           args.nanovllm_block_size)
     gc.collect()
     gc.freeze()  # the start-up heap (and the baselines' modules): see the module docstring
     res: dict = {"machine": machine(), "timing": timing_info(timing),

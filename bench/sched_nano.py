@@ -11,7 +11,9 @@ How it is driven (docs/benchmarks.md, bench.sched): the token streams, ``max_num
 ``max_num_batched_tokens`` of kvpool's workload; ``kvcache_block_size`` 256, the smallest
 ``Config`` accepts (kvpool's workloads use 16), so ``num_kvcache_blocks`` holds kvpool's token
 capacity in 256-token blocks (per sequence for decode, rounded up; over the pool for mixed,
-rounded down). Per step ``schedule()`` then ``postprocess(seqs, [5] * n, is_prefill)``; decode
+rounded down). ``--nanovllm-block-size 16`` sets kvpool's block size past that check (on the
+Config after it is built, and on ``Sequence.block_size``): a side figure, not nano-vllm as it
+ships. Per step ``schedule()`` then ``postprocess(seqs, [5] * n, is_prefill)``; decode
 outputs never end (``ignore_eos``, ``max_tokens`` 2**20). nano-vllm has no host pool: under
 mixed256 it preempts by recompute (its only mode), counted by wrapping the instance's
 ``preempt`` (one extra call per preemption).
@@ -71,8 +73,9 @@ def _model_dir() -> str:
     return path
 
 
-def load(src: str) -> SimpleNamespace | None:
-    """nano-vllm's engine classes from ``src``, or None (with the reason printed)."""
+def load(src: str, block: int = BLOCK) -> SimpleNamespace | None:
+    """nano-vllm's engine classes from ``src`` (``block``-token blocks), or None (with the
+    reason printed)."""
     src = os.path.abspath(src)
     if not os.path.isfile(os.path.join(src, "nanovllm", "engine", "scheduler.py")):
         print(f"(nano-vllm sources not found under {src}: nano-vllm's scheduler skipped)")
@@ -87,22 +90,24 @@ def load(src: str) -> SimpleNamespace | None:
     except Exception as e:  # noqa: BLE001  (the baseline is optional; its deps may be absent)
         print(f"(nano-vllm does not import here: {e!r}; nano-vllm's scheduler skipped)")
         return None
-    seq.Sequence.block_size = BLOCK  # what nano-vllm's LLMEngine sets from its Config
+    seq.Sequence.block_size = block  # what nano-vllm's LLMEngine sets from its Config
     nv = SimpleNamespace(Config=sched.Config, Scheduler=sched.Scheduler, Sequence=seq.Sequence,
-                         SamplingParams=sp.SamplingParams, model=_model_dir())
-    nv.info = {"src": src, "kvcache_block_size": BLOCK, "preemption": "recompute"}
+                         SamplingParams=sp.SamplingParams, model=_model_dir(), block=block)
+    nv.info = {"src": src, "kvcache_block_size": block, "preemption": "recompute",
+               "past_config_check": block % BLOCK != 0}
     return nv
 
 
 def _scheduler(nv: SimpleNamespace, num_seqs: int, batched: int, blocks: int):
-    return nv.Scheduler(nv.Config(nv.model, max_num_batched_tokens=batched,
-                                  max_num_seqs=num_seqs, num_kvcache_blocks=blocks,
-                                  kvcache_block_size=BLOCK))
+    cfg = nv.Config(nv.model, max_num_batched_tokens=batched, max_num_seqs=num_seqs,
+                    num_kvcache_blocks=blocks, kvcache_block_size=BLOCK)
+    cfg.kvcache_block_size = nv.block  # BLOCK unless --nanovllm-block-size (see above)
+    return nv.Scheduler(cfg)
 
 
 def bench_decode(nv: SimpleNamespace, num_seqs: int, steps: int, kv_block: int) -> dict:
     """kvpool's bench_decode for nano-vllm: the same prompts, capacity and batch limits."""
-    per_seq = -(-(8 + steps // kv_block + 4) * kv_block // BLOCK)
+    per_seq = -(-(8 + steps // kv_block + 4) * kv_block // nv.block)
     sched = _scheduler(nv, num_seqs, max(8192, num_seqs), num_seqs * per_seq)
     rng = random.Random(0)
     endless = nv.SamplingParams(max_tokens=1 << 20, ignore_eos=True)
@@ -148,7 +153,7 @@ def _counting_preempt(sched) -> list[int]:
 def bench_mixed(nv: SimpleNamespace, num_seqs: int, steps: int, kv_device_tokens: int) -> dict:
     """kvpool's bench_mixed for nano-vllm: the same arrivals over the same device tokens."""
     rng = random.Random(1)
-    sched = _scheduler(nv, num_seqs, 4096, kv_device_tokens // BLOCK)
+    sched = _scheduler(nv, num_seqs, 4096, kv_device_tokens // nv.block)
     preemptions = _counting_preempt(sched)
     added = 0
 
