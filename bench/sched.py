@@ -25,6 +25,16 @@ alternating, and each workload adds ``vllm_us_per_seq_step`` and ``vs_vllm`` (vL
 the median of the per-round ratios), with .min / .max. Without it kvpool runs alone and says
 so. The start-up heap is ``gc.freeze()``d either way (both servers do so), so that neither
 side pays collections over the imported modules.
+
+nano-vllm's scheduler beside them: when its sources are under ``--nanovllm-src`` (default
+``$NANOVLLM_SRC`` or /tmp/nanovllm_src) and import here (numpy, xxhash, transformers), its own
+``Scheduler`` (with its ``BlockManager`` and ``Sequence``, unmodified; bench/sched_nano.py says
+what is set: 256-token blocks, the smallest its Config accepts) runs the same token streams in
+the same rounds, and each workload adds ``nanovllm_us_per_seq_step`` and ``vs_nanovllm``
+(nano-vllm / kvpool, the median of the per-round ratios) with .min / .max, and what it did:
+``nanovllm_seqs_per_step`` and ``nanovllm_short_steps`` (decode steps that left a sequence out:
+0) or ``nanovllm_preemptions_recompute`` and ``nanovllm_finished`` (mixed). Without the
+sources it says so and runs without it.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import random
 import time
 from types import SimpleNamespace
 
+from bench import sched_nano
 from bench.common import (Stat, Timing, alternate, bench_parser, load_anchor, machine, put,
                           ratio_stat, stat, summary, timing_from_args, timing_info, write_json)
 from kvpool.config import CacheConfig
@@ -151,20 +162,36 @@ def vllm_anchor() -> SimpleNamespace | None:
                                                **mod.config_info(m)})
 
 
-def run_workload(name: str, steps: int, timing: Timing, anchor: SimpleNamespace | None) -> dict:
-    """kvpool's runs of ``name`` (alternating with vLLM's when ``anchor``), summarised."""
+def _nano_load(name: str, n: int, steps: int, nano: SimpleNamespace):
+    """nano-vllm's run of ``name``: kvpool's capacity (bench_decode / bench_mixed) in tokens."""
+    if name.startswith("decode"):
+        return lambda: sched_nano.bench_decode(nano, n, steps, BS)
+    device_tokens = int(n * (512 + 256) // BS * 0.3) * BS
+    return lambda: sched_nano.bench_mixed(nano, n, steps, device_tokens)
+
+
+def run_workload(name: str, steps: int, timing: Timing, anchor: SimpleNamespace | None,
+                 nano: SimpleNamespace | None = None) -> dict:
+    """kvpool's runs of ``name`` (alternating with vLLM's when ``anchor`` and nano-vllm's
+    when ``nano``), summarised."""
     n = int(name.removeprefix("decode").removeprefix("mixed"))
     ours = bench_decode if name.startswith("decode") else bench_mixed
     loads = {"kvpool": lambda: ours(n, steps)}
     if anchor is not None:
         theirs = anchor.mod.bench_decode if name.startswith("decode") else anchor.mod.bench_mixed
         loads["vllm"] = lambda: theirs(anchor.m, n, steps)
+    if nano is not None:
+        loads["nanovllm"] = _nano_load(name, n, steps, nano)
     runs = alternate(loads, timing)
     r = summary(runs["kvpool"])
-    if anchor is not None:
-        put(r, "vllm_us_per_seq_step", stat(runs["vllm"], "us_per_seq_step"))
-        put(r, "vs_vllm", ratio_stat(runs["vllm"], "us_per_seq_step", runs["kvpool"],
-                                     "us_per_seq_step"))
+    for base in ("vllm", "nanovllm"):
+        if base in runs:
+            put(r, f"{base}_us_per_seq_step", stat(runs[base], "us_per_seq_step"))
+            put(r, f"vs_{base}", ratio_stat(runs[base], "us_per_seq_step", runs["kvpool"],
+                                            "us_per_seq_step"))
+    for key in ("seqs_per_step", "short_steps", "preemptions_recompute", "finished"):
+        if "nanovllm" in runs and key in runs["nanovllm"][0]:
+            put(r, f"nanovllm_{key}", stat(runs["nanovllm"], key))
     return r
 
 
@@ -182,25 +209,39 @@ def _line(name: str, r: dict) -> str:
         line += (f" | vLLM {r['vllm_us_per_seq_step']:.2f} [{r['vllm_us_per_seq_step.min']:.2f}-"
                  f"{r['vllm_us_per_seq_step.max']:.2f}], vLLM/kvpool {r['vs_vllm']:.2f} "
                  f"[{r['vs_vllm.min']:.2f}-{r['vs_vllm.max']:.2f}]")
+    if "vs_nanovllm" in r:
+        line += (f" | nano-vllm {r['nanovllm_us_per_seq_step']:.2f} "
+                 f"[{r['nanovllm_us_per_seq_step.min']:.2f}-"
+                 f"{r['nanovllm_us_per_seq_step.max']:.2f}], nano-vllm/kvpool "
+                 f"{r['vs_nanovllm']:.2f} [{r['vs_nanovllm.min']:.2f}-{r['vs_nanovllm.max']:.2f}]")
     return line
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = bench_parser("sched", __doc__)
-    ap.add_argument("--no-vllm", action="store_true", help="kvpool alone (no anchor)")
+    ap.add_argument("--no-vllm", action="store_true", help="without vLLM's scheduler")
+    ap.add_argument("--nanovllm-src", default=os.environ.get("NANOVLLM_SRC", "/tmp/nanovllm_src"),
+                    help="nano-vllm's sources (default $NANOVLLM_SRC or /tmp/nanovllm_src)")
+    ap.add_argument("--nanovllm-block-size", type=int, default=sched_nano.BLOCK,
+                    help="nano-vllm's block size (default 256, the smallest its Config accepts)")
+    ap.add_argument("--no-nanovllm", action="store_true", help="without nano-vllm's scheduler")
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
     steps = 30 if timing.quick else 200
     anchor = None if args.no_vllm else vllm_anchor()
+    nano = None if args.no_nanovllm else sched_nano.load(args.nanovllm_src,
+                                                           args.nanovllm_block_size)
     gc.collect()
-    gc.freeze()  # the start-up heap (and vLLM's modules): see the module docstring
+    gc.freeze()  # the start-up heap (and the baselines' modules): see the module docstring
     res: dict = {"machine": machine(), "timing": timing_info(timing),
                  "load_average": list(os.getloadavg()),
-                 "vllm": None if anchor is None else anchor.info}
+                 "vllm": None if anchor is None else anchor.info,
+                 "nanovllm": None if nano is None else nano.info}
+    arms = ["kvpool"] + ["vLLM"] * (anchor is not None) + ["nano-vllm"] * (nano is not None)
     print(f"{timing.repeats} rounds of >= {timing.min_seconds} s per figure, {steps} steps per "
-          "call" + (", kvpool / vLLM alternating" if anchor else ", kvpool alone"))
+          f"call, {' / '.join(arms)}" + (" alternating" if len(arms) > 1 else " alone"))
     for name in ("decode256", "decode1024", "mixed256"):
-        res[name] = run_workload(name, steps, timing, anchor)
+        res[name] = run_workload(name, steps, timing, anchor, nano)
         print(_line(name, res[name]), flush=True)
     res["decode1024_over_decode256"] = (res["decode1024"]["us_per_seq_step"]
                                         / res["decode256"]["us_per_seq_step"])
