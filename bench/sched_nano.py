@@ -21,11 +21,13 @@ mixed256 it preempts by recompute (its only mode), counted by wrapping the insta
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.abc
 import importlib.machinery
 import json
 import os
+import shutil
 import random
 import sys
 import tempfile
@@ -64,6 +66,7 @@ class _BareFinder(importlib.abc.MetaPathFinder):
 def _model_dir() -> str:
     """A model folder for ``Config``: a config.json only (Qwen3's shape, no weights)."""
     path = tempfile.mkdtemp(prefix="kvpool-nanovllm-")
+    atexit.register(shutil.rmtree, path, True)  # the folder lives as long as the process
     cfg = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 32000,
            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
