@@ -96,6 +96,12 @@ class RequestError(KVPoolError, ValueError):
         self.param = param
         self.code = code
 
+    @classmethod
+    def field(cls, param: str | None, message: str, code: str | None = None) -> RequestError:
+        """The error of one request field: the message leads with its name (``"n: must be
+        >= 1"``), as every parser of the server words it."""
+        return cls(f"{param}: {message}" if param else message, param=param, code=code)
+
 
 CONTEXT_LENGTH_CODE = "context_length_exceeded"
 

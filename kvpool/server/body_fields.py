@@ -23,6 +23,8 @@ from kvpool.errors import RequestError
 from kvpool.server.sampling_fields import SAMPLING_FIELDS
 from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
 __all__ = ["IGNORED_FIELDS_HEADER", "INT32", "KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE",
            "KNOWN_TOKENIZE", "MAX_CACHE_SALT_CHARS", "UNSUPPORTED_CHAT", "UNSUPPORTED_COMPLETION",
            "FieldPolicy", "check_unsupported", "ignored_header", "is_int", "is_number", "opt",
@@ -43,10 +45,6 @@ def is_number(v: Any) -> bool:
 _CHECKS = {bool: lambda v: isinstance(v, bool), int: is_int, float: is_number,
            str: lambda v: isinstance(v, str)}
 _NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-
-
-def _bad(param: str, message: str, code: str | None = None) -> RequestError:
-    return RequestError(f"{param}: {message}", param=param, code=code)
 
 
 def opt(body: dict[str, Any], name: str, kind: type, default: Any, *,

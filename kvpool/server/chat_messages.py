@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 
 from kvpool.errors import RequestError
 
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
 __all__ = ["ROLES", "ChatMessage", "message_dict", "parse_messages"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -38,10 +40,6 @@ def message_dict(m: tuple) -> dict[str, Any]:
     """A message as a template reads it (a plain ``(role, content)`` pair also works)."""
     extra = m[2] if len(m) > 2 and m[2] else {}
     return {"role": m[0], "content": m[1], **extra}
-
-
-def _bad(param: str, message: str) -> RequestError:
-    return RequestError(f"{param}: {message}", param=param)
 
 
 def parse_messages(messages: Any) -> list[ChatMessage]:

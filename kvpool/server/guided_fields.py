@@ -22,6 +22,8 @@ from typing import Any
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
 __all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "parse_guided"]
 
 GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guided_grammar",
@@ -29,10 +31,6 @@ GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guid
 MAX_CHOICES = 1024
 _OUTPUT_KEYS = {"json": "guided_json", "regex": "guided_regex", "choice": "guided_choice",
                 "grammar": "guided_grammar", "json_object": "json_object"}
-
-
-def _bad(param: str, message: str) -> RequestError:
-    return RequestError(f"{param}: {message}", param=param)
 
 
 def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:

@@ -19,6 +19,8 @@ from typing import Any
 
 from kvpool.errors import RequestError, shown
 
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
 __all__ = ["DEFAULT_MAX_LOGPROBS", "LOGPROB_FIELDS", "NO_LOGPROBS", "LogprobRequest",
            "parse_logprob_fields"]
 
@@ -44,10 +46,6 @@ class LogprobRequest:
 
 
 NO_LOGPROBS = LogprobRequest()  # what a body without any LOGPROB_FIELDS asks for
-
-
-def _bad(param: str, message: str) -> RequestError:
-    return RequestError(f"{param}: {message}", param=param)
 
 
 def _count(body: dict[str, Any], name: str, bound: int) -> int | None:

@@ -53,14 +53,12 @@ from kvpool.server.tools.request import ToolRequest, parse_tool_request, templat
 from kvpool.server.vllm_fields import (CHAT_EXTRAS, COMPLETION_EXTRAS, VllmExtras,
                                       parse_vllm_extras)
 
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
 __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser"]
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
-
-
-def _bad(param: str | None, message: str, code: str | None = None) -> RequestError:
-    return RequestError(f"{param}: {message}" if param else message, param=param, code=code)
 
 
 def _truncate(ids: list[int], keep: int | None) -> list[int]:

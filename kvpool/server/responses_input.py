@@ -23,6 +23,8 @@ from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.body_fields import FieldPolicy, check_unsupported
 from kvpool.server.response_store import StoredResponse
 
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
 __all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "responses_to_chat"]
 
 # copied into the chat body as they are (the chat parser validates them)
@@ -64,10 +66,6 @@ class ResponsesInput:
     metadata: dict[str, Any]
     max_output_tokens: int | None
     ignored: tuple[str, ...]  # unknown fields that were ignored (body_fields.py)
-
-
-def _bad(param: str, message: str, code: str | None = None) -> RequestError:
-    return RequestError(f"{param}: {message}", param=param, code=code)
 
 
 def _opt(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:

@@ -21,6 +21,8 @@ from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.server.guided_fields import GUIDED_FIELDS, parse_guided
 
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
 __all__ = ["MAX_LOGIT_BIAS_ENTRIES", "SAMPLING_FIELDS", "parse_sampling_controls"]
 
 MAX_LOGIT_BIAS_ENTRIES = 1024  # one request may not build an unbounded per-step index
@@ -34,10 +36,6 @@ SAMPLING_FIELDS = frozenset(_NUMBERS + _FLAGS + ("min_tokens", "logit_bias", "re
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
 _FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
                 "json_schema": {"type", "json_schema"}}
-
-
-def _bad(param: str, message: str, code: str | None = None) -> RequestError:
-    return RequestError(f"{param}: {message}", param=param, code=code)
 
 
 def _number(v: Any) -> bool:

@@ -24,6 +24,8 @@ from typing import Any
 
 from kvpool.errors import RequestError
 
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
 __all__ = ["CHAT_EXTRAS", "COMPLETION_EXTRAS", "MAX_TEMPLATE_CHARS", "RESERVED_TEMPLATE_VARS",
            "VllmExtras", "parse_vllm_extras"]
 
@@ -34,10 +36,6 @@ RESERVED_TEMPLATE_VARS = frozenset({"messages", "add_generation_prompt", "tools"
 COMPLETION_EXTRAS = frozenset({"add_special_tokens", "truncate_prompt_tokens",
                                "return_tokens_as_token_ids"})
 CHAT_EXTRAS = COMPLETION_EXTRAS | {"chat_template", "chat_template_kwargs", "echo"}
-
-
-def _bad(param: str, message: str) -> RequestError:
-    return RequestError(f"{param}: {message}", param=param)
 
 
 @dataclass(frozen=True, slots=True)

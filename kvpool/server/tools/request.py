@@ -26,6 +26,8 @@ from kvpool.server.tools.calls import Extracted
 from kvpool.server.tools.forced import CallArrayStream, NamedStream
 from kvpool.server.tools.stream import ParserStream
 
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
 __all__ = ["MAX_TOOLS", "ToolRequest", "forced_schema", "parse_tool_request", "template_tools"]
 
 MAX_TOOLS = 128
@@ -34,10 +36,6 @@ AUTO_NEEDS_FLAGS = ('"auto" tool choice requires --enable-auto-tool-choice and '
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # OpenAI allows a-z, A-Z, 0-9, _ and -; vLLM dots
 _CHOICES = ("none", "auto", "required")
 _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
-
-
-def _bad(param: str, message: str, code: str | None = None) -> RequestError:
-    return RequestError(f"{param}: {message}", param=param, code=code)
 
 
 @dataclass(frozen=True, slots=True)
