@@ -296,8 +296,7 @@ def run(args) -> dict:
 
 
 def epp_arm(urls: list[str], args) -> dict:
-    """The picker path and the router against direct on one cached prompt (route_epp.py);
-    both fed by KV events with ``--kv-events`` (the default), else asking the lookups."""
+    """The picker path and the router against direct (route_epp.py), on KV events or lookups."""
     ids = [t for h in range(8) for t in block_tokens(h, "epp", args.block_size)] + [11]
     mode = "kv_events" if args.kv_events else "prefix"
     return {"decision": mode, **epp_overhead(urls, ids, args.epp, router_args(mode, args),
@@ -337,18 +336,19 @@ def print_table(res: dict) -> None:
         o = res["epp"]
         print(f"added latency over direct ({o['rounds']} interleaved rounds, {o['decision']} "
               f"decisions; direct p50 {o['direct_p50_ms']} ms):")
-        for a in [k for k, v in o.items() if isinstance(v, dict)]:
-            med, lo, hi = o[a]["added_per_round_ms"]
-            print(f"  {a:<12} +{o[a]['added_p50_ms']:.3f} ms p50  +{o[a]['added_p99_ms']:.3f} ms "
-                  f"p99  per round {med:.3f} [{lo:.3f}-{hi:.3f}] ms")
+        print_added(o)
     if "overhead" in res:
         o = res["overhead"]
         print(f"added latency over direct ({o['rounds']} interleaved rounds; direct p50 "
               f"{o['direct_p50_ms']} ms, p99 {o['direct_p99_ms']} ms):")
-        for arm, v in o.items():
-            if isinstance(v, dict):
-                print(f"  {arm:<12} +{v['added_p50_ms']:.3f} ms p50  +{v['added_p99_ms']:.3f} "
-                      f"ms p99")
+        print_added(o)
+
+
+def print_added(o: dict) -> None:
+    for arm in [k for k, v in o.items() if isinstance(v, dict)]:
+        med, lo, hi = o[arm]["added_per_round_ms"]
+        print(f"  {arm:<16} +{o[arm]['added_p50_ms']:.3f} ms p50  +{o[arm]['added_p99_ms']:.3f} "
+              f"ms p99  per round {med:.3f} [{lo:.3f}-{hi:.3f}] ms")
 
 
 def main(argv: list[str] | None = None) -> int:
