@@ -1,7 +1,7 @@
 """UpstreamPool: the HTTP/1.1 client the router proxies requests with (upstream.py's Relay).
 
-One keep-alive connection pool per replica; a request is written in one write, its response
-head parsed, and its body read as it arrives::
+One keep-alive connection pool per replica; a request is written in one write, and its answer
+parsed by llhttp (httptools) as its bytes arrive, the body passed on as it comes::
 
     pool.request(base_url, method, target, headers, body) -> Upstream (status, headers)
         no connection (refused, unreachable, connect timeout, TLS refused) -> UpstreamDown
@@ -18,6 +18,12 @@ the shared 2-core box (its ClientRequest/ClientResponse machinery and a body-wri
 request on Python < 3.12) against ~15 us for the same request written on a plain asyncio
 protocol, and the router's whole CPU per request is ~800 us. What this client needs is small:
 the replicas are ``kvpool serve``, answering Content-Length or chunked bodies.
+
+NOTE(parser): the answer's status line, headers and body framing (Content-Length, chunked,
+until the close, none for HEAD / 1xx / 204 / 304) are llhttp's, the parser Node.js and uvicorn
+use, through httptools (docs/architecture.md, Router): one parser per answer, fed from
+data_received; its callbacks fill the answer in. What llhttp refuses, a switch of protocol
+(101) and a version other than HTTP/1.x are UpstreamLost; trailer fields are dropped.
 
 NOTE(transparent): only what the caller passes is sent (the client's end-to-end headers,
 relayed.py) plus Host and Content-Length: no User-Agent, Accept or Content-Type of its own.
@@ -36,13 +42,13 @@ from collections import deque
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+import httptools
 from multidict import CIMultiDict
 
 __all__ = ["Upstream", "UpstreamDown", "UpstreamLost", "UpstreamPool"]
 
-MAX_HEAD_BYTES = 64 * 1024  # a response head (or a chunk-size line) longer than this is refused
+MAX_HEAD_BYTES = 64 * 1024  # an answer whose head (or trailer) is longer is refused
 HIGH_WATER = 256 * 1024  # body bytes buffered from a replica before its socket reads pause
-_NO_BODY_STATUS = frozenset({204, 304})
 _NO_BODY_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 
 
@@ -55,34 +61,103 @@ class UpstreamLost(ConnectionError):
 
 
 class _Conn(asyncio.Protocol):
-    """One connection's bytes as they arrive; ``more`` waits for the next ones."""
+    """One connection; the answer being read on it, filled in by its parser (NOTE(parser))."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
         self.waiter: asyncio.Future | None = None
-        self.lost = False
+        self.lost = False  # the replica closed its side, or the connection ended
+        self.stray = False  # bytes came unasked or after the answer: never reused (NOTE(idle))
+        self.busy = False  # a request was written and its answer is not whole yet
         self.paused = False
         self.idle_since = 0.0
+        self.start("GET")
+        self.busy = False  # until a request is written: what comes before is unasked
+
+    def start(self, method: str) -> None:
+        """Ready for the answer to a request about to be written."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.head_only = method == "HEAD"  # its answer's head says a length, no body follows
+        self.busy = True
+        self.status, self.headers, self.keep_alive = 0, CIMultiDict(), False
+        self.head_done = self.complete = False
+        self.body: list[bytes] = []
+        self.buffered = self.head_bytes = self.fields_bytes = 0
+        self.error: UpstreamLost | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        self.buf += data
-        if len(self.buf) > HIGH_WATER and not self.paused and self.transport is not None:
+        if not self.busy or self.error is not None:
+            self.stray = True  # unasked, or past an answer already refused
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.error = UpstreamLost("the replica switched protocols")
+        except httptools.HttpParserError as exc:
+            if not self.busy:  # the answer was whole: what followed it was not asked for
+                self.stray = True
+            elif isinstance(exc.__context__, UpstreamLost):  # raised by a callback below
+                self.error = exc.__context__
+            else:
+                self.error = UpstreamLost(f"not an HTTP/1.1 answer: {exc}")
+        if not self.head_done:  # a head not whole yet: all that came is head
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES and self.error is None:
+                self.error = UpstreamLost("the answer's head is too large")
+        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
         self._wake()
 
+    def on_message_begin(self) -> None:
+        if not self.busy:
+            raise UpstreamLost("a second answer to one request")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.fields_bytes += len(name) + len(value)  # (a whole head can come in one read)
+        if self.fields_bytes > MAX_HEAD_BYTES:
+            raise UpstreamLost("the answer's head (or its trailer) is too large")
+        if not self.head_done:  # trailer fields (after a chunked body) are dropped
+            self.headers.add(name.decode("latin-1"), value.decode("latin-1").rstrip(" \t"))
+
+    def on_headers_complete(self) -> None:
+        p = self.parser
+        status = p.get_status_code()
+        if status == 101 or not p.get_http_version().startswith("1."):
+            raise UpstreamLost(f"not an HTTP/1.1 answer: HTTP/{p.get_http_version()} {status}")
+        if status < 200:  # 1xx interim answers (never asked for: no Expect is sent) skipped
+            self.headers = CIMultiDict()
+            return
+        self.status, self.keep_alive, self.head_done = status, p.should_keep_alive(), True
+        if self.head_only:
+            self.on_message_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self.complete:  # bytes after the head of an answer to HEAD
+            self.stray = True
+        else:
+            self.body.append(body)
+            self.buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        if self.head_done:  # (not the end of a 1xx interim answer)
+            self.complete, self.busy = True, False
+
     def eof_received(self) -> bool:
-        self.lost = True  # the replica closed its side: nothing more will come
-        self._wake()
+        self._ended()  # the replica closed its side: nothing more will come
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._ended()
+
+    def _ended(self) -> None:
         self.lost = True
+        if self.busy and self.head_done and _ends_at_close(self.headers):
+            self.complete, self.busy = True, False
         self._wake()
 
     def _wake(self) -> None:
@@ -91,22 +166,30 @@ class _Conn(asyncio.Protocol):
             w.set_result(None)
 
     async def more(self) -> None:
-        """Wait until bytes arrive or the connection ends (UpstreamLost if it had already)."""
+        """Wait until bytes arrive or the connection ends; UpstreamLost if it broke."""
+        if self.error is not None:
+            raise self.error
         if self.lost:
             raise UpstreamLost("the replica closed the connection")
-        if self.paused and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
         self.waiter = self.loop.create_future()
         try:
             await self.waiter
         finally:
             self.waiter = None
 
-    def take(self, n: int) -> bytes:
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
+    def take(self) -> bytes:
+        """The body bytes buffered, taken (reads resume if they were paused)."""
+        out = b"".join(self.body)
+        self.body.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
         return out
+
+    def reusable(self) -> bool:
+        return (self.complete and self.keep_alive and not self.lost and not self.stray
+                and not self.body)
 
     def close(self) -> None:
         self.lost = True
@@ -114,30 +197,30 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
 
+def _ends_at_close(headers: CIMultiDict) -> bool:
+    """Whether an answer's body is delimited by the close: neither a length nor chunked
+    (RFC 9112 section 6.3); otherwise a close before its end broke it off."""
+    return ("Content-Length" not in headers
+            and "chunked" not in headers.get("Transfer-Encoding", "").lower())
+
+
 class Upstream:
     """A replica's answer: ``status``, ``headers``, then its body (module docstring)."""
 
-    def __init__(self, pool: UpstreamPool, base: str, conn: _Conn, status: int,
-                 headers: CIMultiDict, keep_alive: bool, framing: str, left: int) -> None:
+    def __init__(self, pool: UpstreamPool, base: str, conn: _Conn) -> None:
         self.pool, self.base, self.conn = pool, base, conn
-        self.status = status
-        self.headers = headers
-        self.keep_alive = keep_alive
-        self.framing = framing  # "length", "chunked", "close" (until the end) or "none"
-        self.left = left  # body bytes left: of the whole body, or of the current chunk
-        self.done = framing == "none" or (framing == "length" and left == 0)
-        self.crlf = False  # chunked: a chunk's data ended, its CRLF comes next
-        self.trailers = False  # chunked: the last chunk came, trailer lines until a blank
+        self.status = conn.status
+        self.headers = conn.headers
+        self.keep_alive = conn.keep_alive
 
     async def __aenter__(self) -> Upstream:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        c = self.conn
-        if exc_info[0] is None and self.done and self.keep_alive and not c.lost and not c.buf:
-            self.pool.put(self.base, c)
+        if exc_info[0] is None and self.conn.reusable():
+            self.pool.put(self.base, self.conn)
         else:
-            c.close()
+            self.conn.close()
 
     async def read(self) -> bytes:
         parts = []
@@ -147,106 +230,13 @@ class Upstream:
 
     async def readany(self) -> bytes:
         """The body bytes there are now (waiting for some); b"" at the end of the body."""
-        while True:
-            out = self._decode()
-            if out or self.done:
-                return out
-            await self.conn.more()
-
-    def _decode(self) -> bytes:
         c = self.conn
-        if self.done:
-            return b""
-        if self.framing == "chunked":
-            return self._dechunk()
-        if self.framing == "close":
-            if c.lost and not c.buf:
-                self.done = True
-            return c.take(len(c.buf))
-        out = c.take(min(len(c.buf), self.left))
-        self.left -= len(out)
-        self.done = self.left == 0
-        return out
-
-    def _dechunk(self) -> bytes:
-        """What of the chunked body is buffered, de-chunked (RFC 9112 section 7.1)."""
-        c, out = self.conn, bytearray()
-        while not self.done:
-            if self.left:
-                if not c.buf:
-                    break
-                piece = c.take(min(len(c.buf), self.left))
-                out += piece
-                self.left -= len(piece)
-                self.crlf = self.left == 0
-                continue
-            line = _line(c)
-            if line is None:
-                break
-            self._chunk_line(line)
-        return bytes(out)
-
-    def _chunk_line(self, line: bytes) -> None:
-        if self.crlf:  # the CRLF that ends a chunk's data
-            if line:
-                raise UpstreamLost("a chunk's data ran past its size")
-            self.crlf = False
-        elif self.trailers:  # trailer fields (dropped) until the blank line
-            self.done = not line
-        else:
-            try:
-                size = int(line.split(b";", 1)[0], 16)
-            except ValueError:
-                raise UpstreamLost("a chunk size is not hexadecimal") from None
-            if size < 0:
-                raise UpstreamLost("a chunk size is negative")
-            self.trailers = size == 0
-            self.left = size
-
-
-def _line(c: _Conn) -> bytes | None:
-    """The next CRLF-ended line of ``c``'s buffer, taken; None while it is incomplete."""
-    at = c.buf.find(b"\r\n")
-    if at < 0:
-        if len(c.buf) > MAX_HEAD_BYTES:
-            raise UpstreamLost("a line of the answer is too long")
-        return None
-    line = c.take(at)
-    del c.buf[:2]
-    return line
-
-
-def _parse_head(head: bytes) -> tuple[str, int, CIMultiDict]:
-    """(HTTP version, status, headers) of a response head (without its blank line)."""
-    lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = lines[0].partition(" ")
-    try:
-        status = int(rest[:3])
-    except ValueError:
-        status = 0
-    if not version.startswith("HTTP/1.") or not 100 <= status <= 999:
-        raise UpstreamLost(f"not an HTTP/1.1 answer: {lines[0][:80]!r}")
-    headers: CIMultiDict = CIMultiDict()
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise UpstreamLost(f"a malformed header line: {line[:80]!r}")
-        headers.add(name, value.strip(" \t"))
-    return version, status, headers
-
-
-def _framing(method: str, status: int, headers: CIMultiDict) -> tuple[str, int]:
-    """How the body ends (Upstream.framing) and its length when it has one."""
-    if method == "HEAD" or status in _NO_BODY_STATUS:
-        return "none", 0
-    if "chunked" in headers.get("Transfer-Encoding", "").lower():
-        return "chunked", 0
-    length = headers.get("Content-Length")
-    if length is None:
-        return "close", 0
-    if not length.isdigit():
-        raise UpstreamLost(f"a malformed Content-Length: {length[:40]!r}")
-    return "length", int(length)
+        while True:
+            if c.body:
+                return c.take()
+            if c.complete:
+                return b""
+            await c.more()
 
 
 def _request_bytes(method: str, target: str, host: str, headers: Sequence[tuple[str, str]],
@@ -290,30 +280,14 @@ class UpstreamPool:
         conn = self._reuse(base) or await self._connect(host, port, tls)
         try:
             assert conn.transport is not None
+            conn.start(method)
             conn.transport.write(data)
-            version, status, got = await self._head(conn)
-            framing, left = _framing(method, status, got)
+            while not conn.head_done:
+                await conn.more()
         except BaseException:
             conn.close()  # a cancel or a timeout here ends the request on the replica too
             raise
-        keep = (version == "HTTP/1.1" and framing != "close"
-                and "close" not in got.get("Connection", "").lower())
-        return Upstream(self, base, conn, status, got, keep, framing, left)
-
-    @staticmethod
-    async def _head(conn: _Conn) -> tuple[str, int, CIMultiDict]:
-        while True:
-            at = conn.buf.find(b"\r\n\r\n")
-            if at < 0:
-                if len(conn.buf) > MAX_HEAD_BYTES:
-                    raise UpstreamLost("the answer's head is too large")
-                await conn.more()
-                continue
-            version, status, headers = _parse_head(conn.take(at))
-            del conn.buf[:4]
-            if status >= 200 or status == 101:
-                return version, status, headers
-            # 1xx interim answers (never asked for: no Expect is sent) are skipped
+        return Upstream(self, base, conn)
 
     def _reuse(self, base: str) -> _Conn | None:
         q = self.idle.get(base)
@@ -322,7 +296,7 @@ class UpstreamPool:
         now = asyncio.get_running_loop().time()
         while q:
             c = q.pop()  # the newest first (NOTE(idle))
-            if not c.lost and not c.buf and now - c.idle_since < self.keepalive:
+            if not c.lost and not c.stray and now - c.idle_since < self.keepalive:
                 return c
             c.close()
         return None

@@ -176,3 +176,63 @@ async def test_a_line_break_in_a_header_is_refused_before_sending():
         with pytest.raises(ValueError):
             await pool.request(url, "GET", "/", [("X-A", "1\r\nX-Injected: 1")], b"")
         assert script.conns == 0
+
+
+async def test_interim_answers_trailers_and_304_as_llhttp_frames_them():
+    interim = b"HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n" + LENGTH
+    not_modified = b"HTTP/1.1 304 Not Modified\r\nETag: \"e\"\r\n\r\n"
+    async with scripted([interim, CHUNKED, not_modified, LENGTH]) as (script, pool, url):
+        status, headers, body = await post(pool, url)
+        assert (status, body, "X-Interim" in headers) == (200, b"hello", False)
+        status, headers, body = await post(pool, url)
+        assert body == CHUNKED_BODY and "X-Trailer" not in headers  # trailers dropped
+        assert (await post(pool, url))[0::2] == (304, b"")
+        assert (await post(pool, url))[2] == b"hello"
+        assert script.conns == 1
+
+
+async def test_no_length_on_http_1_1_reads_to_the_close():
+    async with scripted([(b"HTTP/1.1 200 OK\r\nX-A: 1 \r\n\r\nto the end",), LENGTH]) \
+            as (script, pool, url):
+        status, headers, body = await post(pool, url)
+        assert (status, headers["X-A"], body) == (200, "1", b"to the end")
+        assert (await post(pool, url))[2] == b"hello"
+        assert script.conns == 2
+
+
+async def test_a_close_before_the_length_is_read_is_lost():
+    async with scripted([(LENGTH[:-2],)]) as (_, pool, url):
+        with pytest.raises(UpstreamLost):
+            await post(pool, url)
+        assert not pool.idle.get(url)
+
+
+async def test_bytes_after_a_whole_answer_keep_the_connection_out_of_the_pool():
+    async with scripted([LENGTH + b"HTTP/1.1 200 OK\r\n", LENGTH]) as (script, pool, url):
+        assert (await post(pool, url))[2] == b"hello"
+        assert (await post(pool, url))[2] == b"hello"
+        assert script.conns == 2
+
+
+async def test_a_large_body_is_read_whole_through_paused_reads():
+    big = bytes(range(256)) * 4096  # 1 MiB: above HIGH_WATER
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(big) + big
+    async with scripted([answer, LENGTH]) as (script, pool, url):
+        up = await pool.request(url, "GET", "/", [], b"")
+        async with up:
+            await asyncio.sleep(0.1)  # let the socket fill past HIGH_WATER before reading
+            assert await up.read() == big
+        assert (await post(pool, url))[2] == b"hello"
+        assert script.conns == 1
+
+
+@pytest.mark.parametrize("answer", [b"HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n",
+                                    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n"
+                                    b"Connection: upgrade\r\n\r\n",
+                                    b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n",
+                                    b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70000],
+                         ids=["http2", "upgrade", "big-head", "big-head-unended"])
+async def test_another_version_an_upgrade_or_an_oversized_head_is_lost(answer):
+    async with scripted([answer]) as (_, pool, url):
+        with pytest.raises(UpstreamLost):
+            await post(pool, url)
