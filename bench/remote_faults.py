@@ -43,6 +43,7 @@ import argparse
 import asyncio
 import http.client
 import json
+import os
 import random
 import signal
 import subprocess
@@ -72,9 +73,12 @@ REPLICA_ARGS = ["--num-device-blocks", "256", "--num-host-blocks", "256", "--max
 class RouterProcess:
     """``python -m kvpool router`` on a free loopback port; stopped by pid."""
 
-    def __init__(self, replicas: list[str], extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, replicas: list[str], extra_args: Sequence[str] = (),
+                 root: str | None = None) -> None:
+        """``root``: run the kvpool of another checkout (bench.route_live --baseline)."""
         self.replicas = replicas
         self.extra_args = list(extra_args)  # e.g. --policy round_robin (bench/route_live.py)
+        self.root = root
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
 
@@ -84,7 +88,8 @@ class RouterProcess:
         for r in self.replicas:
             cmd += ["--replica", r]
         cmd += self.extra_args
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+        env = None if self.root is None else {**os.environ, "PYTHONPATH": self.root}
+        self.proc = subprocess.Popen(cmd, cwd=self.root or ROOT, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1)
         ready = threading.Event()
         lines: list[str] = []

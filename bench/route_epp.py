@@ -36,7 +36,10 @@ __all__ = ["EppFront", "epp_overhead"]
 class EppFront:
     """``kvpool epp`` (a subprocess) with an Envoy in front; ``start`` gives Envoy's URL."""
 
-    def __init__(self, replicas: list[str], extra_args: list[str]) -> None:
+    def __init__(self, replicas: list[str], extra_args: list[str],
+                 root: str | None = None) -> None:
+        """``root``: run the kvpool of another checkout (bench.route_live --baseline)."""
+        self.root = str(root or ROOT)
         self.cmd = [sys.executable, "-m", "kvpool", "epp", "--host", "127.0.0.1", "--port", "0",
                     "--log-level", "warning", *extra_args]
         for r in replicas:
@@ -46,8 +49,8 @@ class EppFront:
         self.dir = tempfile.TemporaryDirectory(prefix="route_epp-")
 
     def start(self, timeout: float = 60.0) -> str:
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
+        self.proc = subprocess.Popen(self.cmd, cwd=self.root, stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONPATH": self.root})
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()),
                                   daemon=True)
@@ -74,24 +77,31 @@ class EppFront:
         self.dir.cleanup()
 
 
-def epp_overhead(urls: list[str], prompt: list[int], rounds: int, flags: list[str]) -> dict:
+def epp_overhead(urls: list[str], prompt: list[int], rounds: int, flags: list[str],
+                 baseline: str | None = None) -> dict:
     """Added latency of the picker path (and the router, for reference) over ``urls[0]``
-    direct; ``flags``: the router's and the picker's decision flags."""
+    direct; ``flags``: the router's and the picker's decision flags; ``baseline``: another
+    checkout whose router and picker run as the arms ``router@base`` and ``epp@base``."""
     body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
-    router, epp = RouterProcess(urls, flags), EppFront(urls, flags)
+    fronts: dict[str, RouterProcess | EppFront] = {"router": RouterProcess(urls, flags),
+                                                   "epp": EppFront(urls, flags)}
+    if baseline:
+        fronts["router@base"] = RouterProcess(urls, flags, root=baseline)
+        fronts["epp@base"] = EppFront(urls, flags, root=baseline)
     try:
-        arms = {"direct": urls[0], "router": router.start(), "epp": epp.start()}
+        arms = {"direct": urls[0], **{k: f.start() for k, f in fronts.items()}}
         lat = asyncio.run(interleaved_rounds(arms, body, rounds))
     finally:
-        epp.stop()
-        router.stop()
+        for f in fronts.values():
+            f.stop()
+    names = list(fronts)
     per_round = {k: [1000 * (a - d) for a, d in zip(lat[k], lat["direct"])]
-                 for k in ("router", "epp")}  # the arm minus direct, same round
+                 for k in names}  # the arm minus direct, same round
     ms = {k: sorted(1000 * x for x in v) for k, v in lat.items()}
     d50, d99 = percentile(ms["direct"], 50), percentile(ms["direct"], 99)
     res: dict = {"rounds": rounds, "direct_p50_ms": round(d50, 3),
                  "direct_p99_ms": round(d99, 3)}
-    for k in ("router", "epp"):
+    for k in names:
         p50, p99 = percentile(ms[k], 50), percentile(ms[k], 99)
         res[k] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
                   "added_p50_ms": round(p50 - d50, 3), "added_p99_ms": round(p99 - d99, 3),

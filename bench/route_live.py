@@ -4,7 +4,7 @@ figures live").
 
     python -m bench.route_live [--replicas 3] [--conversations 200] [--repeats 3] [--quick]
                                [--no-kv-events] [--overhead ROUNDS] [--epp ROUNDS]
-                               [--json out/route_live.json]
+                               [--baseline DIR] [--json out/route_live.json]
 
 Workload (derived from the Mooncake conversation trace, scaled down):
 
@@ -296,17 +296,20 @@ def run(args) -> dict:
 
 
 def epp_arm(urls: list[str], args) -> dict:
-    """The picker path and the router against direct on one cached prompt (route_epp.py);
-    both fed by KV events with ``--kv-events`` (the default), else asking the lookups."""
+    """The picker path and the router against direct (route_epp.py), on KV events or lookups."""
     ids = [t for h in range(8) for t in block_tokens(h, "epp", args.block_size)] + [11]
     mode = "kv_events" if args.kv_events else "prefix"
-    return {"decision": mode, **epp_overhead(urls, ids, args.epp, router_args(mode, args))}
+    return {"decision": mode, **epp_overhead(urls, ids, args.epp, router_args(mode, args),
+                                             args.baseline)}
 
 
 def overhead(urls: list[str], args) -> dict:
     """Added latency of each router arm over a direct request (bench/route_overhead.py)."""
     arms = ["round_robin", "prefix"] + (["kv_events"] if args.kv_events else [])
     routers = {a: RouterProcess(urls, router_args(a, args)) for a in arms}
+    if args.baseline:  # the same arms from the other checkout, in the same rounds
+        routers.update({f"{a}@base": RouterProcess(urls, router_args(a, args),
+                                                   root=args.baseline) for a in arms})
     try:
         started = {a: r.start() for a, r in routers.items()}
         ids = [t for h in range(8) for t in block_tokens(h, "overhead", args.block_size)] + [11]
@@ -333,18 +336,19 @@ def print_table(res: dict) -> None:
         o = res["epp"]
         print(f"added latency over direct ({o['rounds']} interleaved rounds, {o['decision']} "
               f"decisions; direct p50 {o['direct_p50_ms']} ms):")
-        for a in ("router", "epp"):
-            med, lo, hi = o[a]["added_per_round_ms"]
-            print(f"  {a:<8} +{o[a]['added_p50_ms']:.3f} ms p50  +{o[a]['added_p99_ms']:.3f} ms "
-                  f"p99  per round {med:.3f} [{lo:.3f}-{hi:.3f}] ms")
+        print_added(o)
     if "overhead" in res:
         o = res["overhead"]
         print(f"added latency over direct ({o['rounds']} interleaved rounds; direct p50 "
               f"{o['direct_p50_ms']} ms, p99 {o['direct_p99_ms']} ms):")
-        for arm, v in o.items():
-            if isinstance(v, dict):
-                print(f"  {arm:<12} +{v['added_p50_ms']:.3f} ms p50  +{v['added_p99_ms']:.3f} "
-                      f"ms p99")
+        print_added(o)
+
+
+def print_added(o: dict) -> None:
+    for arm in [k for k, v in o.items() if isinstance(v, dict)]:
+        med, lo, hi = o[arm]["added_per_round_ms"]
+        print(f"  {arm:<16} +{o[arm]['added_p50_ms']:.3f} ms p50  +{o[arm]['added_p99_ms']:.3f} "
+              f"ms p99  per round {med:.3f} [{lo:.3f}-{hi:.3f}] ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overhead", type=int, default=0, metavar="ROUNDS",
                    help="then measure each router's added latency over a direct request, "
                         "ROUNDS interleaved rounds (bench/route_overhead.py)")
+    p.add_argument("--baseline", default=None, metavar="DIR",
+                   help="another checkout: its router/picker as <arm>@base in the same rounds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
                    help="2 replicas, 6 conversations, 1 repeat, no tier (the smoke test)")

@@ -5,12 +5,14 @@ once through each router (``round_robin``, ``prefix`` with lookups, ``kv_events`
 rotating order so drift on the shared box lands on every arm alike. The prompt is fully cached
 after the first round (its blocks stay on the replica the prefix arms choose), ``max_tokens``
 1, no stream: what differs between arms is the router's own work and hop. Reported per arm:
-latency p50/p99 and the added p50/p99 (arm's percentile minus direct's), in ms.
+latency p50/p99 and the added p50/p99 (arm's percentile minus direct's), and the arm minus
+direct within each round as median [min-max] (``added_per_round_ms``), in ms.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 
 import aiohttp
@@ -54,6 +56,9 @@ def measure_overhead(direct: str, routers: dict[str, str], prompt: list[int], n:
     res = {"rounds": n, "direct_p50_ms": round(d50, 3), "direct_p99_ms": round(d99, 3)}
     for k in routers:
         p50, p99 = percentile(ms[k], 50), percentile(ms[k], 99)
+        paired = [1000 * (a - d) for a, d in zip(lat[k], lat["direct"])]  # same round
         res[k] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
-                  "added_p50_ms": round(p50 - d50, 3), "added_p99_ms": round(p99 - d99, 3)}
+                  "added_p50_ms": round(p50 - d50, 3), "added_p99_ms": round(p99 - d99, 3),
+                  "added_per_round_ms": [round(f(paired), 3)
+                                         for f in (statistics.median, min, max)]}
     return res

@@ -48,6 +48,7 @@ from kvpool.router.relayed import BodyReader, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose
 from kvpool.router.upstream import SKIP_AUTO_HEADERS, Failure, Relay
+from kvpool.router.wire import UpstreamPool
 from kvpool.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.middleware import APIError, error_middleware
@@ -58,7 +59,8 @@ log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
 GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions")
 RETRY_AFTER_SECONDS = "1"  # when every replica is down: about two heartbeats
-# NOTE(session): one session, its connections kept alive to every replica (no per-request
+# NOTE(session): one aiohttp session (beats, lookups, KV event info) and one UpstreamPool (the
+# proxied requests, wire.py), their connections kept alive to every replica (no per-request
 # connect); idle ones closed before the replicas' own 15 s keep-alive does, so a reused
 # connection is never one the replica is closing; no connection cap (a replica's own
 # --max-num-seqs and queue are the back-pressure); no cookie jar: a proxy that stored a
@@ -124,6 +126,7 @@ class Router:
         self.rr = 0  # round-robin counter for requests no replica has a hit for
         self.bodies = BodyReader()
         self.session: aiohttp.ClientSession | None = None  # opened with the app
+        self.pool: UpstreamPool | None = None  # the proxied requests' client (wire.py)
         self.membership = membership  # the admin API and watched file, when configured
         self.kv_events = kv_events
         if kv_events is not None:
@@ -148,6 +151,8 @@ class Router:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
             auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE))
+        self.pool = UpstreamPool(connect_timeout=self.connect_timeout,
+                                 keepalive=UPSTREAM_KEEPALIVE)
         await self.replicas.poll_once(self.session)  # know who is up before the first request
         beats = asyncio.create_task(self.replicas.run(self.session), name="router-health")
         if self.kv_events is not None:
@@ -161,6 +166,7 @@ class Router:
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
             await self.session.close()
+            self.pool.close()
             self.bodies.close()
 
     # ---------------------------------------------------------------- decision
@@ -225,8 +231,8 @@ class Router:
     async def _relay(self, request: web.Request, raw: bytes, headers: list,
                      order: list[Replica], reason: str | None,
                      predicted: int) -> web.StreamResponse:
-        assert self.session is not None
-        relay = Relay(self.session, self.replicas, request, raw, headers,
+        assert self.pool is not None
+        relay = Relay(self.pool, self.replicas, request, raw, headers,
                       self.metrics.actual.inc)
         failures: list[Failure] = []
         for attempt, replica in enumerate(order):

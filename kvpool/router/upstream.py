@@ -35,11 +35,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
 from aiohttp import web
 
 from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet
+from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
 from kvpool.server.middleware import STREAM_STARTED, error_body
 
 __all__ = ["Failure", "Relay", "cached_tokens_in"]
@@ -51,7 +51,7 @@ _DONE = b"data: [DONE]\n\n"
 _CACHED_KEY = b'"cached_tokens":'
 _INT = re.compile(rb"\s*(\d+)")
 # NOTE(transparent): the replica sees the client's own User-Agent and Accept-Encoding (or none),
-# never aiohttp's defaults: the router relays bytes undecoded (auto_decompress=False)
+# never aiohttp's defaults (the lookups; wire.py adds none): bytes are relayed undecoded
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding")
 
 
@@ -72,10 +72,10 @@ def sse_error(message: str, code: str) -> bytes:
 class Relay:
     """Proxies ``request`` (body ``raw``, forwarded ``headers``) to one replica per attempt."""
 
-    def __init__(self, session: aiohttp.ClientSession, replicas: ReplicaSet,
+    def __init__(self, pool: UpstreamPool, replicas: ReplicaSet,
                  request: web.Request, raw: bytes, headers: list[tuple[str, str]],
                  on_cached: Callable[[int], None]) -> None:
-        self.session = session
+        self.pool = pool
         self.replicas = replicas
         self.request = request
         self.raw = raw
@@ -101,13 +101,13 @@ class Relay:
 
     async def _exchange(self, replica: Replica) -> web.StreamResponse | Failure:
         try:
-            upstream = await self.session.request(
-                self.request.method, replica.url + self.request.rel_url.path_qs, data=self.raw,
-                headers=self.headers, skip_auto_headers=SKIP_AUTO_HEADERS)
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+            upstream = await self.pool.request(
+                replica.url, self.request.method, self.request.rel_url.raw_path_qs,
+                self.headers, self.raw)
+        except UpstreamDown:
             self.replicas.mark_down(replica)
             return Failure("down")
-        except (aiohttp.ClientError, OSError) as exc:
+        except OSError as exc:  # wire.UpstreamLost among them
             log.warning("replica %s lost a request before answering: %s", replica.url, exc)
             return Failure("failed")
         async with upstream:
@@ -117,17 +117,16 @@ class Relay:
                 return await self._stream(replica, upstream)
             try:
                 body = await upstream.read()
-            except (aiohttp.ClientError, OSError) as exc:
+            except OSError as exc:
                 log.warning("replica %s broke off an answer: %s", replica.url, exc)
                 return Failure("failed")
         self._count(body)
         return web.Response(status=upstream.status, body=body,
                             headers=response_headers(upstream.headers))
 
-    async def _refused(self, replica: Replica,
-                       upstream: aiohttp.ClientResponse) -> Failure:
+    async def _refused(self, replica: Replica, upstream: Upstream) -> Failure:
         body = b""
-        with contextlib.suppress(aiohttp.ClientError, OSError):
+        with contextlib.suppress(OSError):
             body = await upstream.read()
         log.info("replica %s answered %d before the body: trying elsewhere", replica.url,
                  upstream.status)
@@ -136,8 +135,7 @@ class Relay:
                                                 headers=response_headers(upstream.headers)))
         return Failure("failed")
 
-    async def _stream(self, replica: Replica,
-                      upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    async def _stream(self, replica: Replica, upstream: Upstream) -> web.StreamResponse:
         resp = web.StreamResponse(status=upstream.status,
                                   headers=response_headers(upstream.headers))
         await resp.prepare(self.request)
@@ -148,8 +146,8 @@ class Relay:
         done = False  # the last event passed on was [DONE]
         while True:
             try:
-                chunk = await upstream.content.readany()
-            except aiohttp.ClientError as exc:
+                chunk = await upstream.readany()
+            except OSError as exc:  # wire.UpstreamLost: reset, closed, malformed
                 if done:  # the answer was whole; only the connection's close went wrong
                     break
                 log.warning("replica %s broke off a stream: %s", replica.url, exc)

@@ -1,0 +1,325 @@
+"""UpstreamPool: the HTTP/1.1 client the router proxies requests with (upstream.py's Relay).
+
+One keep-alive connection pool per replica; a request is written in one write, and its answer
+parsed by llhttp (httptools) as its bytes arrive, the body passed on as it comes::
+
+    pool.request(base_url, method, target, headers, body) -> Upstream (status, headers)
+        no connection (refused, unreachable, connect timeout, TLS refused) -> UpstreamDown
+        the connection broke, or what came back is not an HTTP/1.1 head  -> UpstreamLost
+    async with upstream: await upstream.readany() / upstream.read()
+        bytes as they arrive, de-chunked; b"" at the end; UpstreamLost when it broke off
+    leaving the block: the connection goes back to the pool when the answer was read whole
+        on a keep-alive connection; otherwise (an error, a cancel, a silent replica, an answer
+        left unread) it is closed, which cancels the request on the replica
+
+NOTE(why): aiohttp's ClientSession stays the router's client for everything else (health
+beats, lookups, KV event info); on the proxied path it cost ~150 us of CPU per request on
+the shared 2-core box (its ClientRequest/ClientResponse machinery and a body-writer task per
+request on Python < 3.12) against ~15 us for the same request written on a plain asyncio
+protocol, and the router's whole CPU per request is ~800 us. What this client needs is small:
+the replicas are ``kvpool serve``, answering Content-Length or chunked bodies.
+
+NOTE(parser): the answer's status line, headers and body framing (Content-Length, chunked,
+until the close, none for HEAD / 1xx / 204 / 304) are llhttp's, the parser Node.js and uvicorn
+use, through httptools (docs/architecture.md, Router): one parser per answer, fed from
+data_received; its callbacks fill the answer in. What llhttp refuses, a switch of protocol
+(101) and a version other than HTTP/1.x are UpstreamLost; trailer fields are dropped.
+
+NOTE(transparent): only what the caller passes is sent (the client's end-to-end headers,
+relayed.py) plus Host and Content-Length: no User-Agent, Accept or Content-Type of its own.
+Body bytes are passed on undecoded (a Content-Encoding stays the replica's).
+
+NOTE(idle): a pooled connection is reused newest first, never after ``keepalive`` idle seconds
+(set below the replicas' own keep-alive, so a reused connection is not one being closed), and
+never once its replica closed it (connection_lost) or sent bytes unasked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+import httptools
+from multidict import CIMultiDict
+
+__all__ = ["Upstream", "UpstreamDown", "UpstreamLost", "UpstreamPool"]
+
+MAX_HEAD_BYTES = 64 * 1024  # an answer whose head (or trailer) is longer is refused
+HIGH_WATER = 256 * 1024  # body bytes buffered from a replica before its socket reads pause
+_NO_BODY_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
+
+
+class UpstreamDown(ConnectionError):
+    """No connection to the replica (refused, unreachable, timed out): it is down."""
+
+
+class UpstreamLost(ConnectionError):
+    """The connection broke, or the replica's answer is not HTTP/1.1 this client reads."""
+
+
+class _Conn(asyncio.Protocol):
+    """One connection; the answer being read on it, filled in by its parser (NOTE(parser))."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.waiter: asyncio.Future | None = None
+        self.lost = False  # the replica closed its side, or the connection ended
+        self.stray = False  # bytes came unasked or after the answer: never reused (NOTE(idle))
+        self.busy = False  # a request was written and its answer is not whole yet
+        self.paused = False
+        self.idle_since = 0.0
+        self.start("GET")
+        self.busy = False  # until a request is written: what comes before is unasked
+
+    def start(self, method: str) -> None:
+        """Ready for the answer to a request about to be written."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.head_only = method == "HEAD"  # its answer's head says a length, no body follows
+        self.busy = True
+        self.status, self.headers, self.keep_alive = 0, CIMultiDict(), False
+        self.head_done = self.complete = False
+        self.body: list[bytes] = []
+        self.buffered = self.head_bytes = self.fields_bytes = 0
+        self.error: UpstreamLost | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.busy or self.error is not None:
+            self.stray = True  # unasked, or past an answer already refused
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.error = UpstreamLost("the replica switched protocols")
+        except httptools.HttpParserError as exc:
+            if not self.busy:  # the answer was whole: what followed it was not asked for
+                self.stray = True
+            elif isinstance(exc.__context__, UpstreamLost):  # raised by a callback below
+                self.error = exc.__context__
+            else:
+                self.error = UpstreamLost(f"not an HTTP/1.1 answer: {exc}")
+        if not self.head_done:  # a head not whole yet: all that came is head
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES and self.error is None:
+                self.error = UpstreamLost("the answer's head is too large")
+        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_begin(self) -> None:
+        if not self.busy:
+            raise UpstreamLost("a second answer to one request")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.fields_bytes += len(name) + len(value)  # (a whole head can come in one read)
+        if self.fields_bytes > MAX_HEAD_BYTES:
+            raise UpstreamLost("the answer's head (or its trailer) is too large")
+        if not self.head_done:  # trailer fields (after a chunked body) are dropped
+            self.headers.add(name.decode("latin-1"), value.decode("latin-1").rstrip(" \t"))
+
+    def on_headers_complete(self) -> None:
+        p = self.parser
+        status = p.get_status_code()
+        if status == 101 or not p.get_http_version().startswith("1."):
+            raise UpstreamLost(f"not an HTTP/1.1 answer: HTTP/{p.get_http_version()} {status}")
+        if status < 200:  # 1xx interim answers (never asked for: no Expect is sent) skipped
+            self.headers = CIMultiDict()
+            return
+        self.status, self.keep_alive, self.head_done = status, p.should_keep_alive(), True
+        if self.head_only:
+            self.on_message_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self.complete:  # bytes after the head of an answer to HEAD
+            self.stray = True
+        else:
+            self.body.append(body)
+            self.buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        if self.head_done:  # (not the end of a 1xx interim answer)
+            self.complete, self.busy = True, False
+
+    def eof_received(self) -> bool:
+        self._ended()  # the replica closed its side: nothing more will come
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended()
+
+    def _ended(self) -> None:
+        self.lost = True
+        if self.busy and self.head_done and _ends_at_close(self.headers):
+            self.complete, self.busy = True, False
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def more(self) -> None:
+        """Wait until bytes arrive or the connection ends; UpstreamLost if it broke."""
+        if self.error is not None:
+            raise self.error
+        if self.lost:
+            raise UpstreamLost("the replica closed the connection")
+        self.waiter = self.loop.create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+
+    def take(self) -> bytes:
+        """The body bytes buffered, taken (reads resume if they were paused)."""
+        out = b"".join(self.body)
+        self.body.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return out
+
+    def reusable(self) -> bool:
+        return (self.complete and self.keep_alive and not self.lost and not self.stray
+                and not self.body)
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _ends_at_close(headers: CIMultiDict) -> bool:
+    """Whether an answer's body is delimited by the close: neither a length nor chunked
+    (RFC 9112 section 6.3); otherwise a close before its end broke it off."""
+    return ("Content-Length" not in headers
+            and "chunked" not in headers.get("Transfer-Encoding", "").lower())
+
+
+class Upstream:
+    """A replica's answer: ``status``, ``headers``, then its body (module docstring)."""
+
+    def __init__(self, pool: UpstreamPool, base: str, conn: _Conn) -> None:
+        self.pool, self.base, self.conn = pool, base, conn
+        self.status = conn.status
+        self.headers = conn.headers
+        self.keep_alive = conn.keep_alive
+
+    async def __aenter__(self) -> Upstream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if exc_info[0] is None and self.conn.reusable():
+            self.pool.put(self.base, self.conn)
+        else:
+            self.conn.close()
+
+    async def read(self) -> bytes:
+        parts = []
+        while chunk := await self.readany():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def readany(self) -> bytes:
+        """The body bytes there are now (waiting for some); b"" at the end of the body."""
+        c = self.conn
+        while True:
+            if c.body:
+                return c.take()
+            if c.complete:
+                return b""
+            await c.more()
+
+
+def _request_bytes(method: str, target: str, host: str, headers: Sequence[tuple[str, str]],
+                   body: bytes) -> bytes:
+    fields = "".join([f"{k}: {v}\r\n" for k, v in headers])
+    if fields.count("\n") != len(headers) or fields.count("\r") != len(headers) \
+            or "\r" in target or "\n" in target:  # a CR or LF inside would split a header
+        raise ValueError("a header or the request target holds a line break")
+    length = f"Content-Length: {len(body)}\r\n" if body or method not in _NO_BODY_METHODS \
+        else ""
+    head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{length}{fields}\r\n"
+    return head.encode("utf-8", "surrogateescape") + body
+
+
+class UpstreamPool:
+    """Keep-alive connections per replica base URL (module docstring)."""
+
+    def __init__(self, *, connect_timeout: float, keepalive: float) -> None:
+        self.connect_timeout = connect_timeout
+        self.keepalive = keepalive  # seconds an idle connection may be reused (NOTE(idle))
+        self.idle: dict[str, deque[_Conn]] = {}
+        self._targets: dict[str, tuple[str, int, str, bool]] = {}
+        self._tls: ssl.SSLContext | None = None
+
+    def _target(self, base: str) -> tuple[str, int, str, bool]:
+        """(host, port, Host header, TLS) of a replica base URL."""
+        found = self._targets.get(base)
+        if found is None:
+            parts = urlsplit(base)
+            tls = parts.scheme == "https"
+            host = parts.hostname or ""
+            found = (host, parts.port or (443 if tls else 80), parts.netloc.rpartition("@")[2],
+                     tls)
+            self._targets[base] = found
+        return found
+
+    async def request(self, base: str, method: str, target: str,
+                      headers: Sequence[tuple[str, str]], body: bytes) -> Upstream:
+        host, port, host_header, tls = self._target(base)
+        data = _request_bytes(method, target, host_header, headers, body)
+        conn = self._reuse(base) or await self._connect(host, port, tls)
+        try:
+            assert conn.transport is not None
+            conn.start(method)
+            conn.transport.write(data)
+            while not conn.head_done:
+                await conn.more()
+        except BaseException:
+            conn.close()  # a cancel or a timeout here ends the request on the replica too
+            raise
+        return Upstream(self, base, conn)
+
+    def _reuse(self, base: str) -> _Conn | None:
+        q = self.idle.get(base)
+        if not q:
+            return None
+        now = asyncio.get_running_loop().time()
+        while q:
+            c = q.pop()  # the newest first (NOTE(idle))
+            if not c.lost and not c.stray and now - c.idle_since < self.keepalive:
+                return c
+            c.close()
+        return None
+
+    async def _connect(self, host: str, port: int, tls: bool) -> _Conn:
+        loop = asyncio.get_running_loop()
+        if tls and self._tls is None:
+            self._tls = ssl.create_default_context()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: _Conn(loop), host, port, ssl=self._tls if tls else None,
+                    server_hostname=host if tls else None)
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamDown(f"cannot connect to {host}:{port}: {exc!r}") from exc
+        return conn
+
+    def put(self, base: str, conn: _Conn) -> None:
+        conn.idle_since = conn.loop.time()
+        self.idle.setdefault(base, deque()).append(conn)
+
+    def close(self) -> None:
+        for q in self.idle.values():
+            for c in q:
+                c.close()
+        self.idle.clear()
