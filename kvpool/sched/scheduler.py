@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 
 from kvpool.core import BlockSpaceManager, DefragResult
 from kvpool.errors import RequestError, SchedulerError
-from kvpool.sched.admission_gate import AdmissionGate
+from kvpool.sched.admission_gate import AdmissionGate, exceeds_context
 from kvpool.sched.completion import StepCompletion
 from kvpool.sched.config import CostModel, SchedulerConfig
 from kvpool.sched.invariants import check_scheduler
@@ -103,7 +103,7 @@ class Scheduler:
         mgr = self.manager
         # NOTE(arrival-hash): on arrival, outside the steps, as vLLM's Request does (not for a
         # prompt past max_model_len: schedule() rejects it without hashing)
-        if mgr.caching and len(prompt) <= cfg.max_model_len:
+        if mgr.caching and not exceeds_context(len(prompt), 0, cfg.max_model_len):
             g.prompt_block_hashes = mgr.hasher.hash_blocks(prompt, cache_salt)
         for _ in range(limits.n):
             st.new_seq(g)
