@@ -60,8 +60,6 @@ METRIC_NAMES = (
 )
 
 
-
-
 def metric_families(families: list[Family]) -> Iterator[Metric]:
     """Plain family tuples -> prometheus_client metric families."""
     for name, typ, doc, labelnames, samples in families:

@@ -211,7 +211,6 @@ class Upstream:
         self.pool, self.base, self.conn = pool, base, conn
         self.status = conn.status
         self.headers = conn.headers
-        self.keep_alive = conn.keep_alive
 
     async def __aenter__(self) -> Upstream:
         return self
