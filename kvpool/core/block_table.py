@@ -73,11 +73,6 @@ class BlockTable:
         """Called after every change of ``blocks``: the cached view is stale."""
         self.view = None
 
-    def last_block_fill(self, block_size: int) -> int:
-        """Token slots used in the last block (``block_size`` when it is full)."""
-        r = self.num_tokens % block_size
-        return r if r else (block_size if self.num_tokens else 0)
-
     def block_fill(self, index: int, block_size: int) -> int:
         return min(block_size, self.num_tokens - index * block_size)
 
@@ -99,10 +94,11 @@ class BlockTable:
             raise InvariantError(f"seq {self.seq_id}: {len(self.tokens)} token ids kept for {n}")
 
 
-def table_of(tables: dict[int, BlockTable], seq_id: int) -> BlockTable:
-    """``tables[seq_id]``, or UnknownSequenceError naming the likely cause."""
-    t = tables.get(seq_id)
-    if t is None:
+class BlockTables(dict[int, BlockTable]):
+    """The manager's tables by sequence id. ``tables[seq_id]`` of an unknown sequence raises
+    UnknownSequenceError naming the likely cause; a known one costs a plain dict lookup (the
+    hook runs only on a miss, so no Python frame is entered on a request's path)."""
+
+    def __missing__(self, seq_id: int) -> BlockTable:
         raise UnknownSequenceError(f"sequence {seq_id} has no block table (never "
                                    "allocated, or already freed)")
-    return t

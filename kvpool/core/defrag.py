@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import count
 
 from kvpool.core.block import Device
-from kvpool.core.block_table import BlockTable
+from kvpool.core.block_table import BlockTables
 from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import InvalidBlockError
@@ -70,7 +70,7 @@ class DefragPlanner:
     the manager) and its device pool. Invariant: at most one plan is in flight, and its
     destinations are exactly the pool's reserved blocks."""
 
-    def __init__(self, device: BlockPool, tables: dict[int, BlockTable],
+    def __init__(self, device: BlockPool, tables: BlockTables,
                  counters: ManagerCounters) -> None:
         self.device = device
         # the content hash per block (a moved block keeps it), or None for every block

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 
 from kvpool.config import CacheConfig
 from kvpool.core.block import Admission, AllocStatus, Device, PoolObserver
-from kvpool.core.block_table import BlockTable, SeqAlloc, table_of
+from kvpool.core.block_table import BlockTable, BlockTables, SeqAlloc
 from kvpool.core.defrag import DefragPlanner
 from kvpool.core.eviction import EvictionPolicy
 from kvpool.core.hashing import BlockHasher, ExtraKey
@@ -72,7 +72,7 @@ class BlockSpaceManager:
         self.caching = config.enable_prefix_caching
         self.hasher = BlockHasher(bs, config.model_id, config.hash_algo)
         self.watermark_blocks = config.watermark_blocks
-        self._tables: dict[int, BlockTable] = {}  # owned here, lent to the components
+        self._tables = BlockTables()  # owned here, lent to the components
         self.counters = ManagerCounters()  # owned here, updated by the components too
         self.swap = SwapPlanner(d, self.host_pool, self._tables, self.counters,
                                 observer if self.caching else None)
@@ -157,7 +157,7 @@ class BlockSpaceManager:
         completed, so its blocks hold their bytes and may be hashed from now on (until then
         ``append_slots`` registers nothing for it)."""
         with self.device_pool.writing():
-            t = table_of(self._tables, seq_id)
+            t = self._tables[seq_id]
             n = t.num_tokens if num_tokens is None else min(num_tokens, t.num_tokens)
             if n > t.num_computed:
                 t.num_computed = n
@@ -171,12 +171,8 @@ class BlockSpaceManager:
         before writing, or None if the pool is short (nothing changes). A whole decode step
         under one lock: ``slots.append_decodes``; all or nothing: ``slots.append_batch``."""
         with self._lock:
-            try:  # NOTE(speed): a subscript, not a .get() call, on the hot path
-                t = self._tables[seq_id]
-            except KeyError:
-                t = None
-            if t is None or t.device is not _DEVICE:
-                table_of(self._tables, seq_id)  # raises UnknownSequenceError when unknown
+            t = self._tables[seq_id]  # UnknownSequenceError when unknown (BlockTables)
+            if t.device is not _DEVICE:
                 raise InvalidBlockError(f"sequence {seq_id} is swapped out")
             n0 = t.num_tokens
             bs = self.block_size
@@ -209,7 +205,7 @@ class BlockSpaceManager:
         """The child shares every block of the parent (ref counts +1); the shared partial last
         block is copied on the first write of either (copy-on-write)."""
         with self.device_pool.writing():
-            p = table_of(self._tables, parent_seq_id)
+            p = self._tables[parent_seq_id]
             if child_seq_id in self._tables:
                 raise DuplicateSequenceError(f"sequence {child_seq_id} already exists")
             target = self.device_pool if p.device is Device.DEVICE else self.host_pool
@@ -227,7 +223,7 @@ class BlockSpaceManager:
         head stays cached longest). Unknown or repeated ids raise before anything changes."""
         now = time.monotonic()
         with self.device_pool.writing():
-            tables = [table_of(self._tables, s) for s in seq_ids]
+            tables = [self._tables[s] for s in seq_ids]
             if len(set(seq_ids)) != len(seq_ids):
                 raise UnknownSequenceError("a sequence is listed twice in free")
             for t in tables:
@@ -241,9 +237,7 @@ class BlockSpaceManager:
             self.swap.host_released([t])
             c.num_swapped_seqs -= 1
         else:
-            c.used_slots -= self.device_pool.release_table(t.blocks,
-                                                           t.last_block_fill(self.block_size),
-                                                           now)
+            c.used_slots -= self.device_pool.release_table(t.blocks, t.num_tokens, now)
 
     # ------------------------------------------------------------------ queries
     def has_seq(self, seq_id: int) -> bool:
@@ -251,13 +245,13 @@ class BlockSpaceManager:
 
     def get_block_table(self, seq_id: int) -> list[int]:
         """A copy of the sequence's physical block ids."""
-        return list(table_of(self._tables, seq_id).blocks)
+        return list(self._tables[seq_id].blocks)
 
     def get_num_tokens(self, seq_id: int) -> int:
-        return table_of(self._tables, seq_id).num_tokens
+        return self._tables[seq_id].num_tokens
 
     def get_device(self, seq_id: int) -> Device:
-        return table_of(self._tables, seq_id).device
+        return self._tables[seq_id].device
 
     def seq_ids(self) -> list[int]:
         return list(self._tables)

@@ -27,7 +27,7 @@ The pool's API has two tiers:
         acquire_blocks(ids, k)
                           k more references on cached blocks (prefix hits; revives evictable)
         release(ids, now) one reference less per id; ref-0 blocks leave (free or evictable)
-        release_table(blocks, last_fill, now)
+        release_table(blocks, num_tokens, now)
                           release a table's blocks tail first; returns token slots freed
         reserve(ids)      pull free ids out for a defrag plan (ref 1, counted as reserved)
         unreserve(b)      give a reserved id back to the free list
@@ -211,15 +211,16 @@ class BlockPool:
             self._to_free(left, now)
         return len(left)
 
-    def release_table(self, blocks: Sequence[int], last_fill: int, now: float = 0.0) -> int:
-        """Release one table's ``blocks`` tail first; returns the token slots that left use
-        (a block's worth per released block, only ``last_fill`` for the last block)."""
+    def release_table(self, blocks: Sequence[int], num_tokens: int, now: float = 0.0) -> int:
+        """Release the ``blocks`` of a table holding ``num_tokens`` tokens, tail first; returns
+        the token slots that left use (a block's worth per released block, only the used
+        slots of a partly filled last block)."""
         released = self.release(blocks[::-1], now)
         if not released:
             return 0
         slots = released * self.block_size
         if self._ref[blocks[-1]] == 0:
-            slots -= self.block_size - last_fill
+            slots -= -num_tokens % self.block_size  # the last block's unused slots
         return slots
 
     def reserve(self, block_ids: Sequence[int]) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvpool.core.block import Device
-from kvpool.core.block_table import BlockTable, SeqAlloc
+from kvpool.core.block_table import BlockTable, BlockTables, SeqAlloc
 from kvpool.core.hashing import BlockHasher, encode_extra_keys
 from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
@@ -41,7 +41,7 @@ class PromptAllocator:
     """Allocation over the manager's tables (lent to it, owned by the manager) and its
     device pool; counts prefix queries, hits and used slots into the manager's counters."""
 
-    def __init__(self, device: BlockPool, tables: dict[int, BlockTable],
+    def __init__(self, device: BlockPool, tables: BlockTables,
                  counters: ManagerCounters, hasher: BlockHasher) -> None:
         self.device_pool = device
         self.tables = tables

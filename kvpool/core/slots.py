@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvpool.core.block import Device
-from kvpool.core.block_table import BlockTable, table_of
+from kvpool.core.block_table import BlockTable, BlockTables
 from kvpool.core.hashing import BlockHasher
 from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
@@ -30,7 +30,7 @@ class SlotWriter:
     public ones enter it; ``register_upto``, ``need`` and ``append_locked`` assume the caller
     did). The per-sequence append is the manager's ``append_slots``."""
 
-    def __init__(self, device: BlockPool, tables: dict[int, BlockTable],
+    def __init__(self, device: BlockPool, tables: BlockTables,
                  counters: ManagerCounters, hasher: BlockHasher) -> None:
         self.device_pool = device
         # NOTE(speed): append_decodes runs once per step over every running sequence; fetch
@@ -81,7 +81,7 @@ class SlotWriter:
         sequence is its worst case for one token."""
         need = 0
         for s in seq_ids:
-            t = table_of(self.tables, s)
+            t = self.tables[s]
             if t.device is not Device.DEVICE:
                 raise InvalidBlockError(f"sequence {s} is swapped out; swap it in first")
             need += self.need(t, num_new_tokens)
@@ -93,7 +93,7 @@ class SlotWriter:
         """``manager.append_slots`` for many sequences under one lock; all or nothing."""
         pool = self.device_pool
         with self.writing:
-            tables = [table_of(self.tables, s) for s, _ in items]
+            tables = [self.tables[s] for s, _ in items]
             need = 0
             for t, (_, toks) in zip(tables, items):
                 if t.device is not Device.DEVICE:
@@ -203,9 +203,8 @@ class SlotWriter:
         tables = self.tables
         out = []
         for s in seq_ids:
-            t = tables.get(s)
-            if t is None or t.device is not _DEVICE:
-                t = table_of(tables, s)  # raises UnknownSequenceError when unknown
+            t = tables[s]  # UnknownSequenceError when unknown (BlockTables)
+            if t.device is not _DEVICE:
                 raise InvalidBlockError(f"sequence {s} is swapped out")
             out.append(t)
         return out

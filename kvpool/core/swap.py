@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from kvpool.core.block import Device, PoolObserver
-from kvpool.core.block_table import BlockTable, table_of
+from kvpool.core.block_table import BlockTable, BlockTables
 from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import InvalidBlockError
@@ -38,7 +38,7 @@ class SwapPlanner:
     manager) and its two pools; counts into the manager's counters."""
 
     def __init__(self, device: BlockPool, host: BlockPool,
-                 tables: dict[int, BlockTable], counters: ManagerCounters,
+                 tables: BlockTables, counters: ManagerCounters,
                  observer: PoolObserver | None = None) -> None:
         self.device = device
         self.host = host
@@ -58,7 +58,7 @@ class SwapPlanner:
             raise ValueError("a swap needs at least one sequence")
         if len(set(seq_ids)) != len(seq_ids):
             raise ValueError("seq_ids must be distinct")
-        tables = [table_of(self.tables, s) for s in seq_ids]
+        tables = [self.tables[s] for s in seq_ids]
         for t in tables:
             if t.device is not device:
                 where = "swapped out" if t.device is Device.HOST else "on the device"
@@ -76,7 +76,6 @@ class SwapPlanner:
         distinct block, or None when the host pool is short (nothing changes)."""
         d, h, c = self.device, self.host, self.counters
         now = time.monotonic()
-        bs = self.block_size
         with d.writing(), h.writing():
             tables = self.group(seq_ids, Device.DEVICE)
             refs = table_refs(tables)
@@ -85,7 +84,7 @@ class SwapPlanner:
                 return None
             mapping = dict(zip(refs, host_ids))
             for t in tables:
-                c.used_slots -= d.release_table(t.blocks, t.last_block_fill(bs), now)
+                c.used_slots -= d.release_table(t.blocks, t.num_tokens, now)
                 t.blocks = [mapping[b] for b in t.blocks]
                 t.device = Device.HOST
                 t.num_registered = 0

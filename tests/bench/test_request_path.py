@@ -37,3 +37,9 @@ def test_the_traced_path_crosses_every_layer_on_every_thread():
 def test_a_plain_request_runs_no_code_of_features_it_did_not_ask_for():
     files = _files()
     assert not [f for f in NOT_ASKED if f in files]
+
+
+def test_block_tables_are_looked_up_and_released_without_a_python_call():
+    # a known sequence's table is a dict lookup (BlockTables' hook runs only on a miss) and
+    # the pool computes a released table's slots itself: block_table.py holds data only
+    assert "kvpool/core/block_table.py" not in _files()

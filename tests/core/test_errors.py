@@ -26,8 +26,9 @@ def test_unknown_sequence_everywhere():
     m = mgr()
     for call in (lambda: m.append_slots(7, [1]), lambda: m.fork(7, 8),
                  lambda: m.get_block_table(7), lambda: m.swap.swap_out([7]),
-                 lambda: m.slots.can_append([7]), lambda: m.mark_computed(7)):
-        with pytest.raises(UnknownSequenceError) as ei:
+                 lambda: m.slots.can_append([7]), lambda: m.mark_computed(7),
+                 lambda: m.slots.append_decodes([7], [1]), lambda: m.get_num_tokens(7)):
+        with pytest.raises(UnknownSequenceError, match="never allocated, or already freed") as ei:
             call()
         assert isinstance(ei.value, KeyError) and isinstance(ei.value, KVPoolError)
     assert m.stats().device.num_used == 0

@@ -13,6 +13,7 @@ vocabulary does not depend on a trainer's implementation.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
@@ -20,7 +21,8 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from .tokenizer import Tokenizer
 
-__all__ = ["BOS", "EOS", "PAD", "ByteLevelBPEBuilder", "build_byte_tokenizer", "byte_alphabet"]
+__all__ = ["BOS", "EOS", "PAD", "ByteLevelBPEBuilder", "build_byte_tokenizer", "byte_alphabet",
+           "learned_merges"]
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 SPECIALS = (BOS, EOS, PAD)
@@ -62,6 +64,41 @@ def byte_alphabet() -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def learned_merges(corpus: str, num_merges: int) -> tuple[tuple[str, str], ...]:
+    """The first ``num_merges`` merges of the deterministic BPE pass over ``corpus``.
+
+    Learned once per process: every engine on the built-in model builds its tokenizer, and
+    the pass costs ~0.1 s (a test session builds hundreds of engines; a router or a server
+    builds one per start)."""
+    pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    words = Counter(piece for piece, _ in pre.pre_tokenize_str(corpus))
+    pieces = {w: list(w) for w in words}
+    merges: list[tuple[str, str]] = []
+    for _ in range(num_merges):
+        pairs: Counter[tuple[str, str]] = Counter()
+        for word, freq in words.items():
+            seq = pieces[word]
+            for pair in zip(seq, seq[1:]):
+                pairs[pair] += freq
+        if not pairs:
+            break
+        best = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        merges.append(best)
+        joined = best[0] + best[1]
+        for word, seq in pieces.items():
+            i, out = 0, []
+            while i < len(seq):
+                if i + 1 < len(seq) and seq[i] == best[0] and seq[i + 1] == best[1]:
+                    out.append(joined)
+                    i += 2
+                else:
+                    out.append(seq[i])
+                    i += 1
+            pieces[word] = out
+    return tuple(merges)
+
+
 class ByteLevelBPEBuilder:
     """Learns merges over a corpus and assembles the ``tokenizers`` pipeline.
 
@@ -72,34 +109,9 @@ class ByteLevelBPEBuilder:
     def __init__(self, corpus: str = _CORPUS, vocab_size: int = VOCAB_SIZE) -> None:
         self.corpus = corpus
         self.vocab_size = vocab_size
-        self._pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
 
     def learn_merges(self, num_merges: int) -> list[tuple[str, str]]:
-        words = Counter(piece for piece, _ in self._pre.pre_tokenize_str(self.corpus))
-        pieces = {w: list(w) for w in words}
-        merges: list[tuple[str, str]] = []
-        for _ in range(num_merges):
-            pairs: Counter[tuple[str, str]] = Counter()
-            for word, freq in words.items():
-                seq = pieces[word]
-                for pair in zip(seq, seq[1:]):
-                    pairs[pair] += freq
-            if not pairs:
-                break
-            best = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-            merges.append(best)
-            joined = best[0] + best[1]
-            for word, seq in pieces.items():
-                i, out = 0, []
-                while i < len(seq):
-                    if i + 1 < len(seq) and seq[i] == best[0] and seq[i + 1] == best[1]:
-                        out.append(joined)
-                        i += 2
-                    else:
-                        out.append(seq[i])
-                        i += 1
-                pieces[word] = out
-        return merges
+        return list(learned_merges(self.corpus, num_merges))
 
     def build(self) -> HFTokenizer:
         vocab = {tok: i for i, tok in enumerate(SPECIALS)}

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvpool.runtime.model import build_byte_tokenizer, load_tokenizer
-from kvpool.runtime.model.byte_tokenizer import byte_alphabet
+from kvpool.runtime.model.byte_tokenizer import ByteLevelBPEBuilder, byte_alphabet, learned_merges
 
 TEXTS = [
     "", "a", "Hello, world!", "héllo wörld — ünïcödé", "日本語のテキスト", "emoji 🎉🚀👩‍👩‍👧‍👦 mix",
@@ -52,6 +52,17 @@ def test_layout_and_specials(tok):
 
 def test_deterministic(tok):
     assert build_byte_tokenizer().backend.to_str() == tok.backend.to_str()
+
+
+def test_the_merges_are_learned_once_per_process_and_each_build_is_its_own_tokenizer(tok):
+    before = learned_merges.cache_info()
+    again = build_byte_tokenizer()
+    after = learned_merges.cache_info()
+    assert after.misses == before.misses and after.hits == before.hits + 1
+    assert again.backend is not tok.backend  # a fresh tokenizer per engine, same vocabulary
+    assert again.backend.to_str() == tok.backend.to_str()
+    # another corpus learns its own merges, from scratch
+    assert ByteLevelBPEBuilder("abab abab cd").learn_merges(2) == [("a", "b"), ("ab", "ab")]
 
 
 def test_saved_tokenizer_reloads(tok, tmp_path):
