@@ -131,8 +131,8 @@ def _cluster(nodes: list[tuple[str, int]], options: dict, max_connections: int
     """A RedisCluster on the seed ``nodes``.
 
     NOTE(cluster-class): RedisCluster takes no connection_class; it builds every node from
-    its ``connection_kwargs`` (the seeds at once, the discovered nodes at each topology
-    refresh), so the class is set there and on the seeds before the first call."""
+    its ``connection_kwargs`` (the startup nodes at once, the discovered nodes at each topology
+    refresh), so the class is set there and on the startup nodes before the first call."""
     tls = options.pop("connection_class", Connection) is SSLConnection
     redirects: Counter = Counter()
     cls = _counting(BufferedTLSConnection if tls else BufferedConnection, redirects)
