@@ -33,6 +33,8 @@ SIZES: dict[str, dict[str, Any]] = {
     "medium": dict(block_size=16, num_device_blocks=96, num_host_blocks=16, max_model_len=512),
     # 96 device and 96 host blocks, 1,024-token context: a 40-block prompt fetched remotely
     "remote": dict(block_size=16, num_device_blocks=96, num_host_blocks=96, max_model_len=1024),
+    # 160 device and 160 host blocks, 2,304-token context: a 2k-token prompt (128 blocks)
+    "long": dict(block_size=16, num_device_blocks=160, num_host_blocks=160, max_model_len=2304),
 }
 
 # the request limits the HTTP fixtures serve with (small, so a test can reach each bound)

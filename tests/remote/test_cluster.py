@@ -18,20 +18,19 @@ from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import BufferedConnection
 from kvpool.remote.keys import segment_of
 from kvpool.runtime.engine.async_engine import AsyncEngine
-from kvpool.runtime.engine.config import EngineConfig
 from kvpool.server.remote_setup import build_link
+from tests.configs import engine_config
 from tests.remote.conftest import NS
 from tests.remote.test_engine_remote import run, settle, stop, tokens
 from tests.remote.test_redis_tier import chain
 
-# room for a 2k-token prompt (128 full blocks) on each engine
-CFG = dict(block_size=16, num_device_blocks=160, num_host_blocks=160, max_model_len=2304,
-           max_num_seqs=4, max_num_batched_tokens=512, enable_prefix_caching=True, seed=0)
 LONG = [(i * 11 + 5) % 500 + 1 for i in range(16 * 128 + 5)]
 
 
 async def cluster_engine(url: str) -> AsyncEngine:
-    eng = AsyncEngine(EngineConfig(**CFG))
+    # room for a 2k-token prompt (128 full blocks) on each engine
+    eng = AsyncEngine(engine_config("long", max_num_seqs=4, max_num_batched_tokens=512,
+                                    enable_prefix_caching=True))
     eng.remote_link = build_link(eng, url, write_policy="write_through")
     await eng.start()
     return eng
