@@ -83,13 +83,14 @@ class Stream:
 
     def __init__(self, conn: Connection, stream_id: int, window: int) -> None:
         self.conn, self.id, self.window = conn, stream_id, window
-        self.pending = b""  # a message cut across DATA frames
+        self.pending = bytearray()  # a message cut across DATA frames
         self.messages: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.started = self.closed = False
         self.task: asyncio.Task | None = None
 
     def feed(self, data: bytes, end: bool) -> None:
-        buf, i = self.pending + data if self.pending else data, 0
+        buf, i = self.pending, 0
+        buf += data  # a bytearray: a message of many frames is not copied once per frame
         while len(buf) - i >= 5:
             size = int.from_bytes(buf[i + 1:i + 5], "big")
             if buf[i] != 0 or size > self.conn.max_message:
@@ -98,9 +99,9 @@ class Stream:
                 return
             if len(buf) - i - 5 < size:
                 break
-            self.messages.put_nowait(buf[i + 5:i + 5 + size])
+            self.messages.put_nowait(bytes(buf[i + 5:i + 5 + size]))
             i += 5 + size
-        self.pending = buf[i:]
+        del buf[:i]
         if end:
             self.messages.put_nowait(None)
 
@@ -110,15 +111,17 @@ class Stream:
         flow-control windows."""
         if self.closed:
             return
+        out: list[bytes] = []  # one write for all of it when the windows allow (one wake-up)
         if not self.started:
             self.started = True
-            self.conn.write(frame(HEADERS, END_HEADERS, self.id, RESPONSE_HEADERS))
-        for body in messages:
-            await self.conn.send_data(self, len(body).to_bytes(5, "big") + body)
+            out.append(frame(HEADERS, END_HEADERS, self.id, RESPONSE_HEADERS))
+        for body in messages:  # the envelope: flag 0 and a 4-byte length, as 5 bytes
+            await self.conn.send_data(self, len(body).to_bytes(5, "big") + body, out)
         if end and not self.closed:
             self.closed = True
-            self.conn.write(frame(HEADERS, END_HEADERS | END_STREAM, self.id,
-                                  trailers(status, detail)))
+            out.append(frame(HEADERS, END_HEADERS | END_STREAM, self.id,
+                             trailers(status, detail)))
+        self.conn.write(b"".join(out))
 
     def abort(self, status: int, detail: str) -> None:
         """End the call now with ``status`` (its handler is cancelled)."""
@@ -279,18 +282,21 @@ class Connection(asyncio.Protocol):
             self.streams[sid].window += increment
         self.opened.set()
 
-    async def send_data(self, stream: Stream, data: bytes) -> None:
-        """DATA frames of ``data`` on ``stream``, never past the peer's windows (6.9)."""
+    async def send_data(self, stream: Stream, data: bytes, out: list[bytes]) -> None:
+        """DATA frames of ``data`` on ``stream`` onto ``out``, never past the peer's windows
+        (6.9): ``out`` is written before waiting for them to open."""
         view = memoryview(data)
         while view:
             n = min(len(view), self.max_frame, self.window, stream.window)
             if n <= 0:
                 if self.transport is None or self.transport.is_closing() or stream.closed:
                     return  # nobody is left to read it
+                self.write(b"".join(out))
+                out.clear()
                 self.opened.clear()
                 await self.opened.wait()
                 continue
-            self.write(frame(DATA, 0, stream.id, bytes(view[:n])))
+            out.append(frame(DATA, 0, stream.id, bytes(view[:n])))
             self.window -= n
             stream.window -= n
             view = view[n:]
