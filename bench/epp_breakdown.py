@@ -38,6 +38,7 @@ from bench.envoy_proc import Envoy
 from bench.remote_faults import start_replicas
 from bench.route_epp import EppFront
 from bench.route_live import block_tokens, replica_args, router_args
+from kvpool.router.cli import event_loop_factory
 from stress.http.servers import SpawnedServer
 from stress.report import percentile
 
@@ -145,8 +146,9 @@ async def noop_picker(endpoint: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["noop"]:
-        asyncio.run(noop_picker(argv[1]))
+    if argv[:1] == ["noop"]:  # on kvpool epp's own loop (uvloop where installed)
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(noop_picker(argv[1]))
         return 0
     p = argparse.ArgumentParser(prog="python -m bench.epp_breakdown", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

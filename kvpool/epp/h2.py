@@ -117,7 +117,9 @@ class Stream:
             out.append(frame(HEADERS, END_HEADERS, self.id, RESPONSE_HEADERS))
         for body in messages:  # the envelope: flag 0 and a 4-byte length, as 5 bytes
             await self.conn.send_data(self, len(body).to_bytes(5, "big") + body, out)
-        if end and not self.closed:
+        if self.closed:  # reset by the peer while waiting for a window: nothing more goes out
+            return
+        if end:
             self.closed = True
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, self.id,
                              trailers(status, detail)))
@@ -286,10 +288,10 @@ class Connection(asyncio.Protocol):
         """DATA frames of ``data`` on ``stream`` onto ``out``, never past the peer's windows
         (6.9): ``out`` is written before waiting for them to open."""
         view = memoryview(data)
-        while view:
+        while view and not stream.closed:
             n = min(len(view), self.max_frame, self.window, stream.window)
             if n <= 0:
-                if self.transport is None or self.transport.is_closing() or stream.closed:
+                if self.transport is None or self.transport.is_closing():
                     return  # nobody is left to read it
                 self.write(b"".join(out))
                 out.clear()

@@ -75,6 +75,23 @@ async def test_a_cancelled_call_leaves_the_connection_serving():
         assert not any(c.streams for c in server.connections)
 
 
+async def test_a_call_reset_while_its_answer_waits_for_a_window():
+    """The client reads nothing of a 3 MB answer (its 64 KiB window fills), then cancels: the
+    server's sender stops, the stream goes, the connection serves the next call."""
+    async with served(options=[("grpc.http2.bdp_probe", 0)]) as (server, process):
+        call = process()
+        await call.write(b"w" * (3 << 20))
+        await asyncio.sleep(0.3)
+        assert [c.streams for c in server.connections] != [{}]  # its sender is waiting
+        call.cancel()
+        assert await exchange(process, [b"after"]) == [b"after"]
+        for _ in range(100):  # bounded: 1 s
+            if not any(c.streams for c in server.connections):
+                break
+            await asyncio.sleep(0.01)
+        assert not any(c.streams for c in server.connections)
+
+
 async def test_a_failing_handler_is_an_internal_status_and_the_next_call_works():
     async with served() as (_, process):
         with pytest.raises(grpc.aio.AioRpcError) as err:
