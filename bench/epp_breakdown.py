@@ -1,6 +1,6 @@
 """Where the endpoint picker path's added latency goes: one Envoy hop at a time.
 
-    python -m bench.epp_breakdown [--rounds 300] [--repeats 3] [--json out.json]
+    python -m bench.epp_breakdown [--rounds 300] [--repeats 3] [--baseline DIR] [--json F]
 
 Two ``kvpool serve`` replicas (KV events on, as bench.route_live runs them), then these arms in
 interleaved rounds of one small cached request each (bench.route_epp's request):
@@ -59,9 +59,17 @@ def without_ext_proc(envoy: Envoy) -> None:
 class NoopFront(EppFront):
     """A picker answering one fixed endpoint (``python -m bench.epp_breakdown noop``)."""
 
-    def __init__(self, endpoint: str) -> None:
-        super().__init__([], [])
+    def __init__(self, endpoint: str, root: str | None = None) -> None:
+        """``root``: another checkout's kvpool serves it (this file runs as a script there:
+        the checkout need not have it)."""
+        super().__init__([], [], root=root)
         self.cmd = [sys.executable, "-m", "bench.epp_breakdown", "noop", endpoint]
+        if root:  # run_path: the script's own folder stays off sys.path (bench/copy.py)
+            self.cmd[1:3] = ["-c", _RUN_PATH, str(Path(__file__).resolve())]
+
+
+_RUN_PATH = ("import runpy, sys; f = sys.argv[1]; sys.argv = sys.argv[1:]; "
+             "runpy.run_path(f, run_name='__main__')")
 
 
 async def _one(session, url: str, body: dict, headers: dict) -> float:
@@ -86,26 +94,30 @@ async def rounds(arms: dict[str, tuple[str, dict]], body: dict, n: int) -> dict[
     return out
 
 
-def start_arms(urls: list[str], fronts: list, workdir: str) -> dict[str, tuple[str, dict]]:
+def start_arms(urls: list[str], fronts: list, workdir: str,
+               baseline: str | None) -> dict[str, tuple[str, dict]]:
     endpoint = urls[0].split("//", 1)[1]
     hdr = Envoy(1, Path(workdir))  # the picker's cluster stays, never asked
     without_ext_proc(hdr)
     fronts.append(hdr)
     hdr.start()
-    noop, epp = NoopFront(endpoint), EppFront(urls, router_args("kv_events", Namespace(
-        lookup_timeout_ms=1000.0)))
-    fronts += [noop, epp]
+    flags = router_args("kv_events", Namespace(lookup_timeout_ms=1000.0))
+    pickers = {"envoy_noop": NoopFront(endpoint), "epp": EppFront(urls, flags)}
+    if baseline:  # the same arms on another checkout's kvpool, in the same rounds
+        pickers |= {"envoy_noop@base": NoopFront(endpoint, baseline),
+                    "epp@base": EppFront(urls, flags, root=baseline)}
+    fronts += pickers.values()
     return {"direct": (urls[0], {}), "envoy_hdr": (hdr.url, {DEST: endpoint}),
-            "envoy_noop": (noop.start(), {}), "epp": (epp.start(), {})}
+            **{k: (f.start(), {}) for k, f in pickers.items()}}
 
 
-def breakdown(urls: list[str], n: int, repeats: int) -> dict:
+def breakdown(urls: list[str], n: int, repeats: int, baseline: str | None = None) -> dict:
     ids = [t for h in range(8) for t in block_tokens(h, "epp", 16)] + [11]
     body = {"prompt": ids, "max_tokens": 1, "temperature": 0}
     fronts: list = []
     workdir = tempfile.TemporaryDirectory(prefix="epp_breakdown-")
     try:
-        arms = start_arms(urls, fronts, workdir.name)
+        arms = start_arms(urls, fronts, workdir.name, baseline)
         runs = []
         for _ in range(repeats):
             lat = asyncio.run(rounds(arms, body, n))
@@ -154,12 +166,14 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--baseline", default=None, metavar="DIR",
+                   help="another checkout: its picker as envoy_noop@base and epp@base")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     opts = Namespace(block_size=16, device_blocks=256, host_blocks=64, kv_events=True)
     fleet = [SpawnedServer(replica_args(opts, i, None), startup_timeout=120) for i in range(2)]
     try:
-        res = breakdown(start_replicas(fleet), args.rounds, args.repeats)
+        res = breakdown(start_replicas(fleet), args.rounds, args.repeats, args.baseline)
     finally:
         for s in fleet:
             s.stop(timeout=20)
