@@ -25,7 +25,10 @@ __all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "main", "picking", "
 
 READY_PREFIX = "kvpool epp: listening on grpc://"
 DEFAULT_PORT = 9002  # the Inference Extension's endpoint-picker port
-MESSAGE_SLACK = 1 << 16  # a body chunk's message: the chunk and its envelope
+# the transport's cap on one message (memory): a body chunk past --max-body-bytes is the
+# picker's 413, so the cap leaves room for any chunk Envoy sends (its buffer limits: 4 MiB in
+# deploy/envoy/envoy.yaml)
+MESSAGE_SLACK = 8 << 20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
