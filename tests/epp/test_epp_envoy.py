@@ -196,10 +196,11 @@ async def test_a_body_over_the_limit_is_a_413_from_the_picker(fleet, tmp_path):
         envoy = Envoy(port, tmp_path)
         await asyncio.to_thread(envoy.start)
         try:
-            async with s.post(envoy.url + "/v1/completions",
-                              json={"prompt": "x" * 3000, "max_tokens": 1}) as resp:
-                err = await error_of(resp, 413)
-            assert err["code"] == "request_too_large"
+            for size in (3000, 200_000):  # the larger in chunks bigger than 64 KiB each
+                async with s.post(envoy.url + "/v1/completions",
+                                  json={"prompt": "x" * size, "max_tokens": 1}) as resp:
+                    err = await error_of(resp, 413)
+                assert err["code"] == "request_too_large"
             out, _ = await post(s, envoy.url, {"prompt": "small", "max_tokens": 1})
             assert out["choices"]
         finally:
