@@ -36,7 +36,7 @@ END_HEADERS, PADDED = 0x4, 0x8
 HEADER_TABLE_SIZE, MAX_CONCURRENT, INITIAL_WINDOW, MAX_FRAME = 1, 3, 4, 5
 MAX_WINDOW = (1 << 31) - 1
 DEFAULT_WINDOW, DEFAULT_FRAME = 65535, 16384
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 3, 7, 8
+NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 7, 8
 STREAMS = 1024  # concurrent streams a connection may open (each one request in flight)
 OK, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 8, 12, 13
 _HEADER = struct.Struct(">BHBBI")
@@ -186,10 +186,10 @@ class Connection(asyncio.Protocol):
         while len(buf) - i >= 9:
             hi, lo, kind, flags, sid = _HEADER.unpack_from(buf, i)
             size = (hi << 16) | lo
+            if size > DEFAULT_FRAME:  # we never raise SETTINGS_MAX_FRAME_SIZE: not buffered
+                return self.fail(PROTOCOL_ERROR)
             if len(buf) - i - 9 < size:
                 break
-            if size > DEFAULT_FRAME:  # we never raise SETTINGS_MAX_FRAME_SIZE
-                return self.fail(PROTOCOL_ERROR)
             payload = buf[i + 9:i + 9 + size]
             i += 9 + size
             self.on_frame(kind, flags, sid & MAX_WINDOW, payload)

@@ -11,7 +11,8 @@ import contextlib
 import grpc
 import pytest
 
-from kvpool.epp.h2 import ACK, INTERNAL, PING, PREFACE, SETTINGS, WINDOW_UPDATE, Server, Stream, frame
+from kvpool.epp.h2 import (ACK, GOAWAY, INTERNAL, PING, PREFACE, SETTINGS, WINDOW_UPDATE, Server,
+                          Stream, frame)
 
 METHOD = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 
@@ -125,6 +126,25 @@ async def test_a_ping_is_answered_with_its_payload():
             assert kind in (SETTINGS, WINDOW_UPDATE), kind
         assert seen[-1] == (PING, ACK, b"kvpool:)")
         assert (SETTINGS, ACK, b"") in seen  # ours acknowledged too
+    finally:
+        writer.close()
+        await server.stop(grace=1)
+
+
+async def test_a_frame_over_the_size_limit_is_a_goaway_before_its_payload():
+    """A DATA frame header claiming 1 MiB (past the default 16 KiB the server keeps): the
+    server answers GOAWAY PROTOCOL_ERROR and closes, without waiting for the payload."""
+    server = Server(echo, 1 << 20)
+    port = await server.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(PREFACE + frame(SETTINGS, 0, 0) + (1 << 20).to_bytes(3, "big")
+                     + bytes([0, 0]) + (1).to_bytes(4, "big"))
+        seen = []
+        while await read_frame(reader, seen) != GOAWAY:
+            pass
+        assert int.from_bytes(seen[-1][2][4:8], "big") == 1  # PROTOCOL_ERROR
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed
     finally:
         writer.close()
         await server.stop(grace=1)
