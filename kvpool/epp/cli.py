@@ -1,7 +1,7 @@
 """``kvpool epp --host H --port P --replica URL [--replica URL ...]``: the endpoint picker.
 
-A gRPC server (grpc.aio, on the same event loop as the router's health beats and lookups)
-serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SIGINT. It takes the
+A gRPC server (kvpool.epp.h2: HTTP/2 on the same event loop as the router's health beats and
+lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SIGINT. It takes the
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
 ``--replicas-file`` works here too; the default port is the Inference Extension's 9002.
 """
@@ -16,9 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 
-import grpc
-
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from kvpool.epp.h2 import Server
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
 from kvpool.router import cli as router_cli
@@ -27,6 +25,10 @@ __all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "main", "picking", "
 
 READY_PREFIX = "kvpool epp: listening on grpc://"
 DEFAULT_PORT = 9002  # the Inference Extension's endpoint-picker port
+# the transport's cap on one message (memory): a body chunk past --max-body-bytes is the
+# picker's 413, so the cap leaves room for any chunk Envoy sends (its buffer limits: 4 MiB in
+# deploy/envoy/envoy.yaml)
+MESSAGE_SLACK = 8 << 20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -39,12 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 async def picking(picker: Picker, host: str, port: int) -> AsyncIterator[int]:
     """``picker`` started and served over gRPC on ``host:port``; yields the bound port."""
     await picker.start()
-    server = grpc.aio.server()
+    service = EndpointPicker(picker)
+    server = Server(service.process, max_message=picker.router.max_body_bytes + MESSAGE_SLACK)
     try:
-        pb_grpc.add_ExternalProcessorServicer_to_server(EndpointPicker(picker), server)
-        bound = server.add_insecure_port(f"{host}:{port}")
-        await server.start()
-        yield bound
+        yield await server.start(host, port)
     finally:
         await server.stop(grace=5)  # streams in flight get 5 s to finish their decision
         await picker.close()

@@ -26,10 +26,17 @@ body mode (the first message's ``protocol_config``) sets how the picker answers:
 NOTE(duplex): in BUFFERED mode Envoy waits for the headers' answer before it sends the body
 (two exchanges in turn); in full duplex nothing waits on the picker before the body's end, at
 the price of the body going back to Envoy in the answer (the upstream gets what the answer
-carries). Either way the picker reads two messages and writes two, each a grpc.aio operation,
-and those dominate: bench.route_live --epp measured no latency difference between the modes
-on a loaded 2-core box. Full duplex is shipped because it is what Inference Extension
-gateways configure.
+carries). On a loaded 2-core box, with the fixed-answer picker of bench.epp_breakdown and
+only the mode switched: no difference on grpc.aio; on kvpool.epp.h2 full duplex added +0.94
+ms p50 over a direct request against BUFFERED's +1.17 ms (5 repeats; docs/benchmarks.md).
+Inference Extension gateways configure full duplex too. In full duplex the upstream request
+is chunked: Envoy drops
+content-length in that mode whatever the answer sets (a small chunked body cost a replica
+~0.1 ms more on that box).
+
+NOTE(early-end): the call ends OK as soon as the request is decided, without waiting for
+Envoy to close its side: Envoy takes a processor's close as "nothing more to process" for the
+rest of the request and its response, which is what the skipped response phases ask anyway.
 
 NOTE(overwrite): the destination header is set with OVERWRITE_IF_EXISTS_OR_ADD, so a client
 cannot choose its own upstream by sending the header itself.
@@ -40,15 +47,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import AsyncIterator
 
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
+from kvpool.epp.h2 import Stream
 from kvpool.epp.picker import Picker
 from kvpool.errors import RequestError
 from kvpool.router.proxy import RETRY_AFTER_SECONDS
@@ -69,7 +75,7 @@ def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
 
 
 # NOTE(shared): the answers that depend only on their arguments are built once and shared by
-# every stream (grpc only serializes them; nothing here mutates an answer it yields)
+# every stream (the transport only serializes them; nothing here mutates an answer)
 @functools.lru_cache(maxsize=4096)
 def routed(endpoint: str, phase: str) -> pb.ProcessingResponse:
     """CONTINUE the ``phase`` ("request_headers" / "request_body") towards ``endpoint``."""
@@ -113,59 +119,70 @@ def body_back(raw: bytes, end: bool) -> pb.ProcessingResponse:
             body=raw, end_of_stream=end)))))
 
 
-class EndpointPicker(pb_grpc.ExternalProcessorServicer):
+class _Stream:
+    """What one stream has sent so far."""
+
+    __slots__ = ("headers", "chunks", "size", "duplex")
+
+    def __init__(self) -> None:
+        self.headers: list[tuple[str, str]] = []
+        self.chunks: list[bytes] = []
+        self.size, self.duplex = 0, False
+
+
+class EndpointPicker:
     """The ext_proc service: one decision per stream (module docstring)."""
 
     def __init__(self, picker: Picker) -> None:
         self.picker = picker
         self.max_body_bytes = picker.router.max_body_bytes  # full duplex: the picker buffers
 
-    async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],
-                      context) -> AsyncIterator[pb.ProcessingResponse]:  # noqa: N802 - gRPC name
-        headers: list[tuple[str, str]] = []
-        chunks: list[bytes] = []
-        size, duplex = 0, False
-        async for req in request_iterator:
-            phase = req.WhichOneof("request")
-            if req.HasField("protocol_config"):
-                duplex = req.protocol_config.request_body_mode == FULL_DUPLEX
-            if phase == "request_headers":
-                headers = [(h.key, h.raw_value.decode("utf-8", "replace") or h.value)
-                           for h in req.request_headers.headers.headers]
-                if req.request_headers.end_of_stream:
-                    yield await self.decide(headers, b"", "request_headers")
-                elif not duplex:
-                    yield _passed(phase)
-            elif phase == "request_body":
-                chunks.append(req.request_body.body)
-                size += len(chunks[-1])
-                if size > self.max_body_bytes:
-                    yield refused(413, f"request body over {self.max_body_bytes} bytes",
-                                  "request_too_large")
-                    return
-                if req.request_body.end_of_stream:
-                    async for out in self.answer(headers, b"".join(chunks), duplex, True):
-                        yield out
-                elif not duplex:
-                    yield _passed(phase)
-            elif phase == "request_trailers" and duplex:  # the body ended without its flag
-                async for out in self.answer(headers, b"".join(chunks), duplex, False):
-                    yield out
-                yield _passed(phase)
-            elif phase is not None:
-                yield _passed(phase)
+    async def process(self, call: Stream) -> None:
+        """One ``Process`` call (kvpool.epp.h2): each message answered as it comes; the call
+        ends OK once the request is decided (NOTE(early-end)), or when Envoy ends it."""
+        stream = _Stream()
+        while (raw := await call.messages.get()) is not None:
+            answers, decided = await self.step(stream, pb.ProcessingRequest.FromString(raw))
+            if answers or decided:
+                await call.send([a.SerializeToString() for a in answers], decided)
+            if decided:
+                return
+        await call.send([], True)
 
-    async def answer(self, headers: list[tuple[str, str]], raw: bytes, duplex: bool,
-                     end: bool) -> AsyncIterator[pb.ProcessingResponse]:
+    async def step(self, stream: _Stream, req: pb.ProcessingRequest
+                   ) -> tuple[list[pb.ProcessingResponse], bool]:
+        """The answers to one message, and whether the request is decided (the module
+        docstring's table)."""
+        phase = req.WhichOneof("request")
+        if req.HasField("protocol_config"):
+            stream.duplex = req.protocol_config.request_body_mode == FULL_DUPLEX
+        if phase == "request_headers":
+            stream.headers = [(h.key, h.raw_value.decode("utf-8", "replace") or h.value)
+                              for h in req.request_headers.headers.headers]
+            if req.request_headers.end_of_stream:
+                return [await self.decide(stream.headers, b"", "request_headers")], True
+            return ([] if stream.duplex else [_passed(phase)]), False
+        if phase == "request_body":
+            stream.chunks.append(req.request_body.body)
+            stream.size += len(req.request_body.body)
+            if stream.size > self.max_body_bytes:
+                return [refused(413, f"request body over {self.max_body_bytes} bytes",
+                                "request_too_large")], True
+            if req.request_body.end_of_stream:
+                return await self.answer(stream, True), True
+            return ([] if stream.duplex else [_passed(phase)]), False
+        if phase == "request_trailers" and stream.duplex:  # the body ended without its flag
+            return [*await self.answer(stream, False), _passed(phase)], True
+        return ([] if phase is None else [_passed(phase)]), False
+
+    async def answer(self, stream: _Stream, end: bool) -> list[pb.ProcessingResponse]:
         """The answers to a complete body: its decision, and in full duplex the body back."""
-        if not duplex:
-            yield await self.decide(headers, raw, "request_body")
-            return
+        raw = b"".join(stream.chunks)
+        if not stream.duplex:
+            return [await self.decide(stream.headers, raw, "request_body")]
         self.picker.full_duplex += 1
-        out = await self.decide(headers, raw, "request_headers")
-        yield out
-        if not out.HasField("immediate_response"):
-            yield body_back(raw, end)
+        out = await self.decide(stream.headers, raw, "request_headers")
+        return [out] if out.HasField("immediate_response") else [out, body_back(raw, end)]
 
     async def decide(self, headers: list[tuple[str, str]], raw: bytes,
                      phase: str) -> pb.ProcessingResponse:

@@ -77,6 +77,21 @@ async def test_same_prefix_same_replica_and_greedy_output_as_direct(fleet, tmp_p
     assert picker.full_duplex == 4  # the shipped config's mode: one round trip per body
 
 
+async def test_concurrent_requests_and_a_large_body_through_one_picker_connection(fleet,
+                                                                                   tmp_path):
+    """Envoy multiplexes the requests' ext_proc streams on its connection to the picker; a
+    256 KB body crosses many HTTP/2 frames each way (in to the picker, back in its answer)."""
+    endpoints = {endpoint_of(u): u for u in fleet}
+    big = {"prompt": prompt("big"), "max_tokens": 2, "user": "u" * (256 << 10)}
+    async with through_envoy(fleet, tmp_path) as (picker, url), aiohttp.ClientSession() as s:
+        outs = await asyncio.gather(*(post(s, url, {"prompt": prompt(f"c{i}"), "max_tokens": 2})
+                                      for i in range(24)), post(s, url, big))
+        assert all(h["x-kvpool-upstream"] in endpoints for _, h in outs)
+        direct = await complete(s, endpoints[outs[-1][1]["x-kvpool-upstream"]], big)
+    assert outs[-1][0]["choices"][0]["text"] == direct["choices"][0]["text"]
+    assert picker.picks == picker.full_duplex == 25
+
+
 async def test_streams_through_envoy_chunk_by_chunk(fleet, tmp_path):
     p = prompt(uuid.uuid4().hex)
     body = {"prompt": p, "max_tokens": 12, "temperature": 0, "stream": True}
@@ -181,10 +196,11 @@ async def test_a_body_over_the_limit_is_a_413_from_the_picker(fleet, tmp_path):
         envoy = Envoy(port, tmp_path)
         await asyncio.to_thread(envoy.start)
         try:
-            async with s.post(envoy.url + "/v1/completions",
-                              json={"prompt": "x" * 3000, "max_tokens": 1}) as resp:
-                err = await error_of(resp, 413)
-            assert err["code"] == "request_too_large"
+            for size in (3000, 200_000):  # the larger in chunks bigger than 64 KiB each
+                async with s.post(envoy.url + "/v1/completions",
+                                  json={"prompt": "x" * size, "max_tokens": 1}) as resp:
+                    err = await error_of(resp, 413)
+                assert err["code"] == "request_too_large"
             out, _ = await post(s, envoy.url, {"prompt": "small", "max_tokens": 1})
             assert out["choices"]
         finally:
