@@ -7,6 +7,12 @@ box those hand-offs put ~0.7 ms on every request's path before Envoy may send it
 (docs/benchmarks.md, bench.epp_breakdown). Here Envoy's frames are read, decided and answered in
 the loop's own callbacks: no thread is woken per message.
 
+NOTE(not-h2): the h2 library (python-hyper) was tried as the state machine under the same
+asyncio protocol: its per-frame work (events, HPACK decoding of every request header block,
+header validation) put +0.8 ms p50 on the picker path (bench.epp_breakdown, same rounds:
++3.16 against +2.35 ms here), more than grpc.aio cost. This side needs no header value, so it
+skips what h2 cannot: the tests drive it with grpcio's own client and a real Envoy.
+
 What it serves: every stream is a call of ``ExternalProcessor/Process`` (the port serves
 nothing else, as the Inference Extension's picker port does). Request header blocks are skipped
 unread (HPACK state lives only in a decoder, and this side never needs a header's value); the

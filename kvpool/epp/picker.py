@@ -14,7 +14,6 @@ Envoy's ORIGINAL_DST cluster connects there, so the replicas must be named by IP
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
