@@ -76,7 +76,7 @@ def test_bad_tool_messages_are_400s_naming_them(message, param):
 
 
 def test_parsers_whose_markers_are_special_tokens_get_them_in_the_text():
-    from tests.server.test_protocol import P
+    from tests.server.parsers import P
 
     def skip(parser, **kw):
         p = RequestParser(P.tokenizer, ["m"], 1024, max_n=1, max_tokens_limit=16, max_stop=4,
