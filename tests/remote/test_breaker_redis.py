@@ -13,7 +13,7 @@ import redis
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.conftest import NS
 from bench.redis_servers import RedisServer, free_port
-from tests.remote.test_redis_tier import chain
+from tests.remote.chains import chain
 
 # what user calls send (the probe script's own TOUCHes are counted apart by Redis, and this
 # test calls no tier.touch)

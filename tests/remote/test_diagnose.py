@@ -13,10 +13,10 @@ import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from kvpool.remote.diagnose import CLUSTER_FIX
+from tests.remote.chains import chain
 from tests.remote.conftest import NS
 from bench.redis_servers import RedisServer, free_cluster_port
 from tests.remote.test_breaker_redis import commandstats, wait_closed
-from tests.remote.test_redis_tier import chain
 from tests.remote.tls_certs import make_tls_files
 
 
