@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvpool.progress import Progress, eta_text
-from tests.replay.test_replay import write_trace
+from tests.replay.traces import write_trace
 
 REPO = Path(__file__).resolve().parents[1]
 LINE = re.compile(r"^(?P<prefix>[\w. ]+: )?(?P<done>\d+)/(?P<total>\d+) (?P<label>\w+) "

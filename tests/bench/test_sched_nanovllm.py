@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.test_smoke import run_bench
+from tests.bench.runs import run_bench
 
 SRC = Path(os.environ.get("NANOVLLM_SRC", "/tmp/nanovllm_src"))
 DEPS = ("numpy", "xxhash", "transformers")  # what nano-vllm's engine modules import

@@ -9,7 +9,7 @@ import torch
 from bench import serve_workload
 from bench.qwen_shape import write_qwen2_shaped
 from kvpool.runtime.model import PagedBatch, allocate_kv_cache, load_model
-from tests.bench.test_smoke import check_keys, run_bench
+from tests.bench.runs import check_keys, run_bench
 
 TINY_QWEN = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=128, vocab_size=600)

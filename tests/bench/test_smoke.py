@@ -2,15 +2,9 @@
 each of its figures (../shared/BENCH.md), min <= median <= max. Nothing here is timed: the
 figures are only checked for shape and order, never for speed."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.runs import check_keys, run_bench
 
 POOL = ["decode.per_seq_ops_per_s", "decode.batched_ops_per_s", "bulk.blocks_per_s",
         "decode.per_seq_ops_per_s.nocache", "decode.batched_ops_per_s.nocache",
@@ -27,23 +21,6 @@ STRUCTURED = ["step_ms.free", "step_ms.json", "mask_us.v512", "mask_us.v150k"]
 LOGPROBS = ["step.ms_plain", "step.ms_logprobs", "step.ratio"]
 ASYNC = ["batched.ops_per_s", "per_call_lock.ops_per_s", "ratio",
          "per_call_trylock.ops_per_s", "ratio_vs_trylock"]
-
-
-def run_bench(module: str, out: Path, *extra: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", module, "--quick", "--json", str(out), *extra],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    return json.loads(out.read_text()), r.stdout
-
-
-def check_keys(res: dict, keys: list[str], repeats: int) -> None:
-    assert res["timing"]["repeats"] == repeats
-    for key in keys:
-        for k in (key, f"{key}.min", f"{key}.max"):
-            assert isinstance(res.get(k), float), f"{k} missing or not a number"
-        assert res[f"{key}.min"] <= res[key] <= res[f"{key}.max"], key
-        assert res[key] > 0, key
 
 
 @pytest.mark.parametrize("module,keys", [("bench.copy", COPY), ("bench.serve", SERVE),

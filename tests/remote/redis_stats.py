@@ -11,3 +11,12 @@ def mget_calls(url: str) -> int:
         return int(r.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))
     finally:
         r.close()
+
+
+def commandstats(port: int) -> dict[str, int]:
+    r = redis.Redis(port=port)
+    try:
+        return {k.removeprefix("cmdstat_"): v["calls"]
+                for k, v in r.info("commandstats").items()}
+    finally:
+        r.close()

@@ -6,37 +6,17 @@ The only time bounds are the generous recovery ones the issue asks for (2 s targ
 from __future__ import annotations
 
 import asyncio
-import time
-
-import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.conftest import NS
 from bench.redis_servers import RedisServer, free_port
-from tests.remote.test_redis_tier import chain
+from tests.remote.breakers import wait_closed
+from tests.remote.chains import chain
+from tests.remote.redis_stats import commandstats
 
 # what user calls send (the probe script's own TOUCHes are counted apart by Redis, and this
 # test calls no tier.touch)
 USER_COMMANDS = ("evalsha", "eval", "mget", "set", "del")
-
-
-def commandstats(port: int) -> dict[str, int]:
-    r = redis.Redis(port=port)
-    try:
-        return {k.removeprefix("cmdstat_"): v["calls"]
-                for k, v in r.info("commandstats").items()}
-    finally:
-        r.close()
-
-
-async def wait_closed(tier: RedisTier, bound_s: float) -> float | None:
-    """Seconds until the breaker is CLOSED, touching only its state (no tier call)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < bound_s:
-        if tier.breaker.state is BreakerState.CLOSED:
-            return time.monotonic() - t0
-        await asyncio.sleep(0.02)
-    return None
 
 
 async def test_sigstop_with_8_callers_is_one_timeout_then_no_io_then_ping_closes(

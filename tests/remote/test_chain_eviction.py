@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from bench.redis_servers import RedisServer
-from tests.remote.test_engine_remote import engine, run, settle, stop
+from tests.remote.engines import engine, run, settle, stop
 
 BS = 16
 HEAD = [(i * 13 + 1) % 500 + 1 for i in range(8 * BS)]  # 8 blocks every prompt starts with

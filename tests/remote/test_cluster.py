@@ -20,9 +20,9 @@ from kvpool.remote.keys import segment_of
 from kvpool.runtime.engine.async_engine import AsyncEngine
 from kvpool.server.remote_setup import build_link
 from tests.configs import engine_config
+from tests.remote.chains import chain
 from tests.remote.conftest import NS
-from tests.remote.test_engine_remote import run, settle, stop, tokens
-from tests.remote.test_redis_tier import chain
+from tests.remote.engines import run, settle, stop, tokens
 
 LONG = [(i * 11 + 5) % 500 + 1 for i in range(16 * 128 + 5)]
 

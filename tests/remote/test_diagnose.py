@@ -13,10 +13,11 @@ import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from kvpool.remote.diagnose import CLUSTER_FIX
+from tests.remote.breakers import wait_closed
+from tests.remote.chains import chain
 from tests.remote.conftest import NS
 from bench.redis_servers import RedisServer, free_cluster_port
-from tests.remote.test_breaker_redis import commandstats, wait_closed
-from tests.remote.test_redis_tier import chain
+from tests.remote.redis_stats import commandstats
 from tests.remote.tls_certs import make_tls_files
 
 

@@ -12,10 +12,10 @@ import pytest
 
 from bench.redis_servers import RedisClusterProcs, SentinelProcs
 from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
+from tests.remote.chains import chain
 from tests.remote.conftest import NS
-from tests.remote.test_engine_remote import PROMPT, engine, fresh_tokens, run, settle, stop, \
+from tests.remote.engines import PROMPT, engine, fresh_tokens, run, settle, stop, \
     tokens
-from tests.remote.test_redis_tier import chain
 
 RECOVERY_BOUND_S = 30.0  # generous: the cluster's own failover takes ~2-3 s here
 

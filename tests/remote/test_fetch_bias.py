@@ -11,7 +11,7 @@ import pytest
 
 from kvpool.errors import ConfigError
 from kvpool.runtime.remote.link import RemoteLink
-from tests.remote.test_engine_remote import PROMPT, engine, fresh_tokens, run, stop, stored, tokens
+from tests.remote.engines import PROMPT, engine, fresh_tokens, run, stop, stored, tokens
 
 # 8 full blocks the stored PROMPT never starts with: a prefill that measures the rate
 OTHER = [(i * 11 + 5) % 500 + 1 for i in range(16 * 8 + 3)]

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
 from kvpool.remote import BreakerState, CircuitBreaker
 from tests.configs import engine_config
+from tests.remote.breakers import wait_closed
 from tests.remote.conftest import NS
-from tests.remote.test_breaker_redis import wait_closed
 
 
 def samples(registry):

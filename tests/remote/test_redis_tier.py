@@ -12,9 +12,9 @@ import pytest
 import torch
 import redis
 
-from kvpool.core.hashing import BlockHasher
 from kvpool.remote import BreakerState, CircuitBreaker, Namespace
 from kvpool.remote.codec import HEADER_SIZE
+from tests.remote.chains import chain
 from tests.remote.conftest import NS
 
 
@@ -25,11 +25,6 @@ def block_tensors(dtype: torch.dtype, shape: tuple[int, ...], n: int, seed: int 
 
 def raw(t: torch.Tensor) -> bytes:
     return t.contiguous().view(torch.uint8).numpy().tobytes()
-
-
-def chain(n_blocks: int, salt: str | None = None, block_size: int = 16) -> list[bytes]:
-    tokens = list(range(7, 7 + n_blocks * block_size))
-    return BlockHasher(block_size, "tiny").hash_blocks(tokens, cache_salt=salt)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -17,10 +17,10 @@ from kvpool.remote.codec import FLAG_SIGNED, HEADER_SIZE, ForgedValueError, Unsi
 from kvpool.remote.signer import TRAILER
 from kvpool.server.serve import add_serve_args
 from kvpool.server.serve_options import ServeOptions
+from tests.remote.chains import chain
 from tests.remote.conftest import NS
-from tests.remote.test_engine_remote import (PROMPT, engine, fresh_tokens, run, settle, stop,
-                                             tokens)
-from tests.remote.test_redis_tier import chain
+from tests.remote.engines import (PROMPT, engine, fresh_tokens, run, settle, stop,
+                                  tokens)
 
 SECRET = b"correct horse battery staple 0123456789"
 

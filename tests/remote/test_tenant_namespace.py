@@ -16,7 +16,7 @@ from kvpool.runtime.engine.async_engine import AsyncEngine
 from kvpool.server.app import build_app
 from kvpool.server.middleware import CacheNamespace
 from kvpool.server.remote_setup import build_link
-from tests.remote.test_engine_remote import CONFIG, PROMPT, settle
+from tests.remote.engines import CONFIG, PROMPT, settle
 
 HEADER = "X-Tenant-Id"
 BLOCK = CONFIG.block_size

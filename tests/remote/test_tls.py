@@ -11,7 +11,7 @@ from kvpool.remote.connections import BufferedConnection, BufferedTLSConnection
 from redis.asyncio.connection import SSLConnection
 from tests.remote.conftest import NS
 from bench.redis_servers import RedisServer
-from tests.remote.test_redis_tier import chain
+from tests.remote.chains import chain
 from tests.remote.tls_certs import make_tls_files
 
 

@@ -22,8 +22,8 @@ from kvpool.runtime.engine.workers import default_workers, prestart_default_exec
 from kvpool.runtime.remote.reader import MAX_CHUNKS
 from tests.remote.conftest import NS
 from bench.redis_servers import free_port
+from tests.remote.engines import PROMPT, engine, run, stop, stored, tokens
 from tests.remote.redis_stats import mget_calls
-from tests.remote.test_engine_remote import PROMPT, engine, run, stop, stored, tokens
 
 
 class ConnectionsSeen:

@@ -5,7 +5,6 @@ trace_hits.py's semantics, and the CLI."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -19,30 +18,10 @@ from kvpool.core import BlockSpaceManager
 from kvpool.replay.instant import InstantReplay
 from kvpool.replay.timed import TimedOptions, TimedReplay
 from kvpool.replay.trace import TokenSynth, TraceRequest, load_trace
+from tests.replay.traces import write_trace
 from tests.trace_reference import reference_lru as lru_hits
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def write_trace(path: Path, n: int = 40, seed: int = 1, max_out: int = 24) -> list[dict]:
-    """Conversation-like: a request often extends an earlier one's hash ids."""
-    rng = random.Random(seed)
-    rows, next_id, t = [], 0, 0
-    for _ in range(n):
-        if rows and rng.random() < 0.6:
-            ids = list(rng.choice(rows)["hash_ids"])
-        else:
-            ids = []
-        extra = rng.randint(1, 3)
-        ids += list(range(next_id, next_id + extra))
-        next_id += extra
-        ids = ids[:6]
-        length = (len(ids) - 1) * 512 + rng.randint(1, 512)
-        t += rng.randint(0, 400)
-        rows.append({"timestamp": t, "input_length": length,
-                     "output_length": rng.randint(1, max_out), "hash_ids": ids})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return rows
 
 
 def test_token_synthesis_keeps_the_prefix_structure():

@@ -4,10 +4,7 @@ router, and a replica restarted on new event ports followed from scratch."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import socket
-import time
 
 import aiohttp
 import pytest
@@ -18,18 +15,7 @@ from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from tests.router.helpers import (LOOKUP_TIMEOUT, complete, decisions, metrics, prompt, served,
                                   spawn, spawn_many)
-
-EVENTS = ["--kv-events-config", json.dumps({
-    "enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:0",
-    "replay_endpoint": "tcp://127.0.0.1:0"})]
-DEADLINE = 30.0  # seconds for an event to reach the router on a shared 2-core box
-
-
-async def until(pred, what):
-    end = time.monotonic() + DEADLINE
-    while not pred():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
+from tests.router.kv_events import EVENTS, holder, until
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +30,6 @@ def event_router(urls):
     rs = ReplicaSet(urls, interval=0.5)
     events = EventRouting(rs, refresh_interval=0.3)
     return Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events), events
-
-
-def holder(events, ids):
-    """URLs whose index holds the prompt's leading full block."""
-    keys = events.keys
-    h = BlockHasher(keys.block_size, keys.info["hash"]["model_id"]).hash_blocks(ids)[0]
-    return [url for url, f in events.feeds.items() if h in f.index]
 
 
 async def test_placed_by_events_without_a_lookup(fleet):

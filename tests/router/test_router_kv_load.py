@@ -15,7 +15,7 @@ from kvpool.router.replicas import ReplicaSet
 from kvpool.router.scoring import LoadGuard
 from tests.router.helpers import (HOG_TOKENS, LOOKUP_TIMEOUT, complete, decisions, metrics,
                                   served, spawn, spawn_many, wait_idle)
-from tests.router.test_router_kv_events import EVENTS, holder, until
+from tests.router.kv_events import EVENTS, holder, until
 
 HOG = {"prompt": "hold", "max_tokens": HOG_TOKENS, "ignore_eos": True, "stream": True,
        "temperature": 0}

@@ -4,22 +4,12 @@ templates, on a tokenizer trained in the test; overrides, errors and the request
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from kvpool.errors import RequestError
-from kvpool.runtime.model import load_tokenizer
 from kvpool.server.chat_template import ChatTemplateError, load_chat_template
-from kvpool.server.protocol import RequestParser
-from tests.runtime.model.helpers import train_tokenizer
+from tests.server.chat_templates import CHATML, CONVERSATION, hf_ids, model_dir, parser_for
 
-transformers = pytest.importorskip("transformers")
-
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 LLAMA3 = ("{{ bos_token }}{% for message in messages %}"
           "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
           "message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
@@ -41,42 +31,6 @@ MISTRAL = """{{ bos_token }}
         {{ ' ' + message['content'] + eos_token }}
     {% endif %}
 {% endfor %}"""
-SPECIALS = ["<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
-            "<|end_header_id|>", "<|eot_id|>", "[INST]", "[/INST]"]
-CONVERSATION = [{"role": "system", "content": "You are terse."},
-                {"role": "user", "content": "Hello, world! 🎉"},
-                {"role": "assistant", "content": "Hi. The cat sat on the mat."},
-                {"role": "user", "content": "What do blocks store?"}]
-
-
-def model_dir(tmp_path: Path, template, bos: str, eos: str, *, as_file: bool = False) -> Path:
-    from tokenizers import AddedToken, Tokenizer
-
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    train_tokenizer(tmp_path)
-    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
-    tok.save(str(tmp_path / "tokenizer.json"))
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos,
-           "add_bos_token": False}
-    if as_file:
-        (tmp_path / "chat_template.jinja").write_text(template)
-    else:
-        cfg["chat_template"] = template
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
-    return tmp_path
-
-
-def parser_for(d: Path, override=None) -> RequestParser:
-    return RequestParser(load_tokenizer(d), ["m"], 4096, max_n=1, max_tokens_limit=16,
-                         max_stop=4, chat_template=load_chat_template(d, override))
-
-
-def hf_ids(d: Path, messages, **kw) -> list[int]:
-    tok = transformers.AutoTokenizer.from_pretrained(str(d))
-    out = tok.apply_chat_template(messages, tokenize=True, **kw)
-    return list(out["input_ids"] if hasattr(out, "keys") else out)
-
 
 @pytest.mark.parametrize("name, template, bos, eos, as_file", [
     ("chatml", CHATML, "<|im_start|>", "<|im_end|>", False),

@@ -15,7 +15,7 @@ import os
 import aiohttp
 
 from kvpool.server import serve
-from tests.server.test_serve import ROOT, serve_command
+from tests.server.serve_process import ROOT, serve_command
 
 SMALL_POOL = dict(num_device_blocks=4, num_host_blocks=0, max_model_len=None)  # 64 tokens
 

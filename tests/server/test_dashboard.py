@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -25,15 +24,11 @@ from kvpool.router.proxy import Router
 from kvpool.server.app import METRICS_KEY
 from kvpool.server.connections import ConnectionLimiter
 from kvpool.router.replicas import ReplicaSet
+from tests.server.grafana import DEPLOY, dashboard_exprs, load_dashboard, plain
 from tests.server.helpers import parse_metrics
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-DASHBOARD = DEPLOY / "grafana" / "kvpool.json"
 PROMETHEUS_YML = DEPLOY / "prometheus.yml"
 
-# Grafana's template variables -> values that make a plain PromQL expression
-GRAFANA_VARS = {"$__rate_interval": "30s", "$__interval": "15s", "$__range": "5m",
-                "${datasource}": "", "$job": ".*", "$instance": ".*", "$router_job": ".*"}
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
              "or", "unless", "offset", "Inf", "NaN", "inf", "nan"}
 _HIST_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -68,34 +63,6 @@ def remote_names() -> set[str]:
 def exported() -> set[str]:
     return set(METRIC_NAMES) | set(REQUEST_METRIC_NAMES) | set(EDGE_NAMES) | remote_names() \
         | router_names()
-
-
-def load_dashboard() -> dict:
-    return json.loads(DASHBOARD.read_text())
-
-
-def dashboard_exprs(dash: dict) -> list[str]:
-    """Every PromQL expression: panel targets (rows nest panels) and variable queries."""
-    out = []
-    stack = list(dash["panels"])
-    while stack:
-        panel = stack.pop()
-        stack.extend(panel.get("panels", []))
-        out.extend(t["expr"] for t in panel.get("targets", []) if t.get("expr"))
-    for var in dash.get("templating", {}).get("list", []):
-        q = var.get("query")
-        q = q.get("query") if isinstance(q, dict) else q
-        m = re.fullmatch(r"label_values\((.*),\s*\w+\)", q or "")
-        if var.get("type") == "query" and m:
-            out.append(m.group(1))  # label_values(<selector>, label): the selector is PromQL
-    return out
-
-
-def plain(expr: str) -> str:
-    for var, value in GRAFANA_VARS.items():
-        expr = expr.replace(var, value)
-    assert "$" not in expr, f"unhandled Grafana variable in {expr!r}"
-    return expr
 
 
 def metric_names(expr: str) -> set[str]:

@@ -12,7 +12,7 @@ from stress.http.edge import EdgeTarget, check_openai_error, exchange, open_raw,
     over_max_connections_503, read_response, reset_during_response_start, slowloris_closed
 from stress.http.slowloris import wait_closed
 from tests.server.helpers import parse_metrics
-from tests.server.test_serve import read_rest, subprocess_server
+from tests.server.serve_process import read_rest, subprocess_server
 
 TRICKLE_LIMIT = 20.0  # seconds a connection may stay; the server must close it first
 

@@ -12,7 +12,7 @@ import torch
 from openai import AsyncOpenAI
 
 from tests.runtime.model.helpers import hf_greedy, save_hf_model
-from tests.server.test_chat_template import CHATML, CONVERSATION, hf_ids, model_dir
+from tests.server.chat_templates import CHATML, CONVERSATION, hf_ids, model_dir
 
 transformers = pytest.importorskip("transformers")
 

@@ -17,7 +17,7 @@ from kvpool.server import serve
 from kvpool.server.app import ROUTES_KEY, build_app
 from kvpool.server.generation_config import load_generation_defaults
 from tests.configs import engine_config
-from tests.server.test_serve import subprocess_server
+from tests.server.serve_process import subprocess_server
 
 CHAT = [{"role": "user", "content": "hello"}]
 

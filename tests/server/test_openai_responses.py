@@ -15,8 +15,8 @@ from openai import AsyncOpenAI
 from kvpool.server.body_fields import IGNORED_FIELDS_HEADER
 from kvpool.server.responses_api import RESPONSES_KEY
 from tests.runtime.model.helpers import save_hf_model
-from tests.server.test_chat_template import CHATML, model_dir
-from tests.server.test_serve import ROOT, serve_command, subprocess_server
+from tests.server.chat_templates import CHATML, model_dir
+from tests.server.serve_process import ROOT, serve_command, subprocess_server
 
 pytest.importorskip("transformers")
 

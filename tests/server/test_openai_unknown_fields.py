@@ -10,7 +10,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from kvpool.server.body_fields import IGNORED_FIELDS_HEADER, ignored_header
-from tests.server.test_serve import read_rest, subprocess_server
+from tests.server.serve_process import read_rest, subprocess_server
 
 CHAT = [{"role": "user", "content": "hi"}]
 # what gateways and newer clients add: OpenAI's own fields this server has no use for, and

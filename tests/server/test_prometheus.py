@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.server.test_dashboard import dashboard_exprs, load_dashboard, plain
+from tests.server.grafana import dashboard_exprs, load_dashboard, plain
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 pytestmark = pytest.mark.skipif(

@@ -10,17 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvpool.errors import RequestError
-from kvpool.runtime.model import build_byte_tokenizer
-from kvpool.server.protocol import ChatTemplate, RequestParser
-
-TOK = build_byte_tokenizer()
-MODEL = "kvpool-tiny"
-
-
-def parser(max_model_len: int = 64, **kw) -> RequestParser:
-    args = dict(max_n=4, max_tokens_limit=100, max_stop=3)
-    args.update(kw)
-    return RequestParser(TOK, [MODEL, "alias"], max_model_len, **args)
+from kvpool.server.protocol import ChatTemplate
+from tests.server.parsers import MODEL, P, TOK, parser
 
 
 def rejects(fn, body, param, code=None):
@@ -30,9 +21,6 @@ def rejects(fn, body, param, code=None):
     if code is not None:
         assert info.value.code == code
     return info.value
-
-
-P = parser()
 
 
 @pytest.mark.parametrize("raw, code", [

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from kvpool.server import serve
 from kvpool.server.connections import ConnectionLimiter, start_listener
-from tests.server.test_serve import subprocess_server
+from tests.server.serve_process import subprocess_server
 from tests.server.non_reader import MAX_TOKENS, N, open_non_reader, read_to_end
 
 

@@ -8,18 +8,14 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import os
 import signal
-import sys
-from pathlib import Path
 
 import aiohttp
 import pytest
 
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.server import serve
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.server.serve_process import read_rest, subprocess_server
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -92,45 +88,6 @@ def test_bad_flags_exit_with_a_message(capsys):
         parse("--preemption-mode", "teleport")
     assert serve.main(["--max-queue", "0", "--port", "0"]) == 2
     assert "--max-queue" in capsys.readouterr().err
-
-
-def serve_command() -> list[str]:
-    """``python -m kvpool serve`` once kvpool.cli registers it; the module itself until then."""
-    from kvpool import cli
-
-    if "serve" in getattr(cli, "COMMANDS", {}):
-        return [sys.executable, "-m", "kvpool", "serve"]
-    return [sys.executable, "-m", "kvpool.server.serve"]
-
-
-@contextlib.asynccontextmanager
-async def subprocess_server(*flags: str, blocks: int = 32, context: int = 512):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = await asyncio.create_subprocess_exec(
-        *serve_command(), "--port", "0", "--num-device-blocks", str(blocks),
-        "--num-host-blocks", "0", "--max-model-len", str(context),
-        "--max-tokens-limit", str(context), "--num-threads", "1",
-        "--no-enable-prefix-caching", "--log-level", "warning", *flags,
-        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    lines: list[str] = []
-    try:
-        while True:
-            raw = await asyncio.wait_for(proc.stdout.readline(), timeout=90)
-            assert raw, "server exited before listening:\n" + "".join(lines)
-            lines.append(raw.decode())
-            if raw.decode().startswith(serve.READY_PREFIX):
-                break
-        hostport = lines[-1].removeprefix(serve.READY_PREFIX).split()[0]
-        yield proc, f"http://{hostport}", lines
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
-async def read_rest(proc, lines: list[str]) -> str:
-    out = await asyncio.wait_for(proc.stdout.read(), timeout=30)
-    return "".join(lines) + out.decode()
 
 
 async def test_sigterm_lets_in_flight_requests_finish():

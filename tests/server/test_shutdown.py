@@ -14,7 +14,7 @@ import aiohttp
 
 from kvpool.server import serve
 from stress.http.edge import LONG_STREAM, cut_stream_events
-from tests.server.test_serve import read_rest, subprocess_server
+from tests.server.serve_process import read_rest, subprocess_server
 
 LONG = LONG_STREAM
 

@@ -13,7 +13,7 @@ from openai import AsyncOpenAI
 
 from kvpool.errors import RequestError
 from tests.server.helpers import wait_free
-from tests.server.test_protocol import P
+from tests.server.parsers import P
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
                                            "age": {"type": "integer"}},

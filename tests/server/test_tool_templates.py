@@ -5,7 +5,6 @@ template lists the tools and renders calls the way the hermes parser reads them.
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -15,58 +14,13 @@ from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
 from kvpool.server.protocol import RequestParser
 from kvpool.server.tools.parsers import tool_parser
-from tests.server.test_chat_template import hf_ids, model_dir, parser_for
+from tests.server.chat_templates import (CALLED, TOOL_CHATML, as_template_sees, hf_ids,
+                                         model_dir, parser_for)
 
-transformers = pytest.importorskip("transformers")
-
-# a ChatML template with tools, written for these tests in the shape of Qwen 2.5's
-TOOL_CHATML = """{%- if tools %}<|im_start|>system
-{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}
-
-{% endif %}# Tools
-<tools>
-{% for tool in tools %}{{ tool | tojson }}
-{% endfor %}</tools>
-Call a function with <tool_call>{"name": ..., "arguments": ...}</tool_call>.<|im_end|>
-{% elif messages[0]['role'] == 'system' %}<|im_start|>system
-{{ messages[0]['content'] }}<|im_end|>
-{% endif %}
-{%- for message in messages %}
-{%- if message['role'] == 'tool' %}<|im_start|>user
-<tool_response>
-{{ message['content'] }}
-</tool_response><|im_end|>
-{% elif message['role'] == 'assistant' %}<|im_start|>assistant
-{{ message['content'] or '' }}{% for tc in message['tool_calls'] or [] %}<tool_call>
-{"name": "{{ tc['function']['name'] }}", "arguments": {{ tc['function']['arguments'] | tojson }}}
-</tool_call>{% endfor %}<|im_end|>
-{% elif message['role'] != 'system' %}<|im_start|>{{ message['role'] }}
-{{ message['content'] }}<|im_end|>
-{% endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}<|im_start|>assistant
-{% endif %}"""
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
            "required": ["city"], "additionalProperties": False}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
                                            "parameters": WEATHER}}]
-CALLED = [  # as an OpenAI client sends it: arguments are JSON text
-    {"role": "system", "content": "You are terse."},
-    {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-    {"role": "tool", "tool_call_id": "call_1", "content": "18 C, clear"},
-]
-
-
-def as_template_sees(messages):
-    """What transformers is handed for the same conversation (arguments as objects)."""
-    out = copy.deepcopy(messages)
-    for m in out:
-        for tc in m.get("tool_calls") or ():
-            tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
-    return out
 
 
 def test_model_template_renders_tools_and_tool_messages_as_transformers(tmp_path):
@@ -122,7 +76,7 @@ def test_bad_tool_messages_are_400s_naming_them(message, param):
 
 
 def test_parsers_whose_markers_are_special_tokens_get_them_in_the_text():
-    from tests.server.test_protocol import P
+    from tests.server.parsers import P
 
     def skip(parser, **kw):
         p = RequestParser(P.tokenizer, ["m"], 1024, max_n=1, max_tokens_limit=16, max_stop=4,

@@ -18,9 +18,8 @@ from openai import AsyncOpenAI
 from kvpool.server import serve
 from kvpool.server.tools.request import AUTO_NEEDS_FLAGS
 from tests.runtime.model.helpers import save_hf_model
-from tests.server.test_chat_template import hf_ids, model_dir
+from tests.server.chat_templates import CALLED, TOOL_CHATML, as_template_sees, hf_ids, model_dir
 from tests.server.helpers import ServerProcess
-from tests.server.test_tool_templates import CALLED, TOOL_CHATML, as_template_sees
 
 pytest.importorskip("transformers")
 
