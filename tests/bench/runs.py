@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_bench(module: str, out: Path, *extra: str) -> dict:
+def run_bench(module: str, out: Path, *extra: str) -> tuple[dict, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-m", module, "--quick", "--json", str(out), *extra],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
