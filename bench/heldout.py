@@ -30,10 +30,12 @@ product):
               one-off chats (written after ``follow`` was frozen)
     tool_agent  agent loops over shared tool schemas (steps, retries, forks), batch bursts of
               one template, one-off requests (written after ``wintune`` was frozen)
+    doc_window  QA sessions sliding a window over long documents, over tenant bursts
+              (written after ``arctune`` was frozen); these two: bench/heldout_agents.py
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
-(``bench.policies.CANDIDATES``: ghostwin, doorarc, follow, wintune), Belady's OPT (as bench.policies
+(``bench.policies.CANDIDATES``: ghostwin, doorarc, follow, wintune, arctune), Belady's OPT (as bench.policies
 computes it) and the best classic baseline, then the cells where each policy is below LRU and below the
 best classic minus SLACK. Never pass/fail.
 """
@@ -45,6 +47,7 @@ import itertools
 import random
 
 from bench.baselines import BASELINES
+from bench.heldout_agents import doc_window, tool_agent
 from bench.common import bench_parser, machine, write_json
 from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy
@@ -292,57 +295,10 @@ def batch_eval(seed: int, scale: float = 1.0) -> Trace:
     return out
 
 
-def tool_agent(seed: int, scale: float = 1.0) -> Trace:
-    """Written after ``wintune`` was frozen. 6 agent kinds: a 40..120-block tool-schema prompt
-    each (Zipf(1)). 60 %: the next step of one of 24 agents (kind + 2..10-block task, then per
-    step 1..3 blocks of output and a 1..8-block tool result, 20..80 for a file read one in five;
-    10 % retries, 5 % forks; 4..40 steps); 25 %: batch bursts of 100..400 requests on one
-    16..48-block template + a unique 1..6-block row (every 10th burst an old template); 15 %: a
-    one-off request of 4..60 unique blocks."""
-    rng = random.Random(seed)
-    ids = itertools.count()
-    new = lambda n: [next(ids) for _ in range(n)]  # noqa: E731 - unique content
-    kinds, weights = [new(rng.randint(40, 120)) for _ in range(6)], [1, 1 / 2, 1 / 3, 1 / 4,
-                                                                      1 / 5, 1 / 6]
-
-    def agent_() -> list:
-        return [rng.choices(kinds, weights)[0] + new(rng.randint(2, 10)), rng.randint(4, 40)]
-
-    agents = [agent_() for _ in range(24)]
-    templates = [new(rng.randint(16, 48))]
-    burst = 0
-    out: Trace = []
-    for _ in range(int(8000 * scale)):
-        u = rng.random()
-        if u < 0.25:
-            if burst <= 0:
-                old = len(templates) % 10 == 0
-                templates.append(rng.choice(templates) if old else new(rng.randint(16, 48)))
-                burst = rng.randint(100, 400)
-            burst -= 1
-            out.append(templates[-1] + new(rng.randint(1, 6)))
-        elif u < 0.4:
-            out.append(new(rng.randint(4, 60)))
-        else:
-            i = rng.randrange(len(agents))
-            a = agents[i]
-            out.append(list(a[0]))
-            r = rng.random()
-            if r < 0.05:
-                agents.append([list(a[0]), rng.randint(2, 20)])
-            if r >= 0.1:  # not a retry: the step's output and tool result join the context
-                tool = rng.randint(20, 80) if rng.random() < 0.2 else rng.randint(1, 8)
-                a[0], a[1] = a[0] + new(rng.randint(1, 3)) + new(tool), a[1] - 1
-            if a[1] <= 0:
-                agents[i] = agent_()
-            if len(agents) > 24:
-                agents.pop(rng.randrange(len(agents)))
-    return out
-
-
 SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "mooncake": mooncake, "rag_bursty": rag_bursty,
-          "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent}
+          "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent,
+          "doc_window": doc_window}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
