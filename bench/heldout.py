@@ -28,10 +28,14 @@ product):
     batch_eval  an evaluation harness: concurrent jobs walking tasks' items behind long
               shared k-shot headers, self-consistency repeats, re-runs of earlier tasks, and
               one-off chats (written after ``follow`` was frozen)
+    tool_agent  agent loops over shared tool schemas (steps, retries, forks), batch bursts of
+              one template, one-off requests (written after ``wintune`` was frozen)
+    doc_window  QA sessions sliding a window over long documents, over tenant bursts
+              (written after ``arctune`` was frozen); these two: bench/heldout_agents.py
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
-(``bench.policies.CANDIDATES``: ghostwin, doorarc, follow), Belady's OPT (as bench.policies
+(``bench.policies.CANDIDATES``: ghostwin, doorarc, follow, wintune, arctune), Belady's OPT (as bench.policies
 computes it) and the best classic baseline, then the cells where each policy is below LRU and below the
 best classic minus SLACK. Never pass/fail.
 """
@@ -43,6 +47,7 @@ import itertools
 import random
 
 from bench.baselines import BASELINES
+from bench.heldout_agents import doc_window, tool_agent
 from bench.common import bench_parser, machine, write_json
 from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy
@@ -292,15 +297,17 @@ def batch_eval(seed: int, scale: float = 1.0) -> Trace:
 
 SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "mooncake": mooncake, "rag_bursty": rag_bursty,
-          "code_edit": code_edit, "batch_eval": batch_eval}
+          "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent,
+          "doc_window": doc_window}
 
 
-def cell(reqs: Trace, cap: int) -> dict[str, float]:
-    """Hit rate of every product policy, research candidate and classic baseline on ``reqs``
-    at ``cap`` blocks."""
+def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
+    """Hit rate of every product policy, research candidate (or those named) and classic
+    baseline on ``reqs`` at ``cap`` blocks."""
     blocks = sum(map(len, reqs))
     rates = {p: simulate(reqs, make_policy(p, cap), cap)[0] / blocks for p in POLICIES}
-    for name, cls in {**CANDIDATES, **BASELINES}.items():
+    cands = {c: CANDIDATES[c] for c in (CANDIDATES if candidates is None else candidates)}
+    for name, cls in {**cands, **BASELINES}.items():
         rates[name] = hits(reqs, cls(cap), cap)[0] / blocks
     rates["opt"] = opt_hit_rate(reqs, cap)
     return rates
@@ -312,9 +319,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--capacities", type=int, nargs="+", default=[1000, 4000, 16000])
     ap.add_argument("--scale", type=float, default=1.0, help="requests per trace, x")
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--candidates", nargs="*", default=list(CANDIDATES),
+                    choices=list(CANDIDATES))
     args = ap.parse_args(argv)
     res: dict = {"machine": machine(), "cells": {}}
-    below: dict[str, list[str]] = {p: [] for p in [*POLICIES, *CANDIDATES] if p != "lru"}
+    below: dict[str, list[str]] = {p: [] for p in [*POLICIES, *args.candidates] if p != "lru"}
     short: dict[str, list[str]] = {p: [] for p in below}  # below the best classic - SLACK
     print(f"{'trace@seed@capacity':24s} {'lru':>7s} " + " ".join(f"{p:>9s}" for p in below)
           + f" {'opt':>7s}   best classic")
@@ -323,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in args.seeds:
             reqs = gen(seed, args.scale)
             for cap in args.capacities:
-                rates = cell(reqs, cap)
+                rates = cell(reqs, cap, args.candidates)
                 key = f"{name}@{seed}@{cap}"
                 res["cells"][key] = {k: round(v, 5) for k, v in rates.items()}
                 best = max(BASELINES, key=rates.__getitem__)

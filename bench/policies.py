@@ -45,6 +45,8 @@ from bench.baselines import BASELINES, Baseline, replay
 from bench.doorarc import DoorARCPolicy
 from bench.follow import FollowPolicy
 from bench.ghostwin import GhostWindowTinyLFU
+from bench.wintune import WinTunePolicy
+from bench.arctune import ArcTunePolicy
 from bench.common import TRACE, bench_parser, machine, write_json
 from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy
 from kvpool.replay.loop import simulate, leading_run
@@ -55,7 +57,8 @@ Trace = list[list[int]]
 # Research policies, not in the product: ghostwin is hash-keyed like the baselines; doorarc and
 # follow keep the product's block protocol, so they also get salts and per-call costs.
 CANDIDATES: dict[str, type[Baseline] | type[EvictionPolicy]] = {
-    p.name: p for p in (GhostWindowTinyLFU, DoorARCPolicy, FollowPolicy)}
+    p.name: p for p in (GhostWindowTinyLFU, DoorARCPolicy, FollowPolicy, WinTunePolicy,
+                       ArcTunePolicy)}
 
 
 def new_policy(name: str, cap: int) -> EvictionPolicy:

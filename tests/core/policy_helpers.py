@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from bench.doorarc import DoorARCPolicy
+from bench.arctune import ArcTunePolicy
 from bench.follow import FollowPolicy
+from bench.wintune import WinTunePolicy
 from kvpool.core.eviction import POLICIES, ClassLRUPolicy, EvictionPolicy, make_policy
 
 
@@ -12,7 +14,8 @@ def key(i: int) -> bytes:
 
 
 # Every policy the protocol tests drive: the product's, and the block-protocol research ones.
-DRIVEN = sorted([*POLICIES, DoorARCPolicy.name, FollowPolicy.name])
+DRIVEN = sorted([*POLICIES, DoorARCPolicy.name, FollowPolicy.name, WinTunePolicy.name,
+                 ArcTunePolicy.name])
 
 
 def small(name: str, capacity: int) -> EvictionPolicy:
@@ -21,6 +24,10 @@ def small(name: str, capacity: int) -> EvictionPolicy:
         return ClassLRUPolicy(capacity, sketch_min_bits=8)
     if name == "doorarc":
         return DoorARCPolicy(capacity, sketch_min_bits=8)
+    if name == "arctune":
+        return ArcTunePolicy(capacity, sketch_min_bits=8)
+    if name == "wintune":
+        return WinTunePolicy(capacity, sketch_min_bits=8)
     if name == "follow":
         return FollowPolicy(capacity)
     return make_policy(name, capacity)

@@ -1,0 +1,104 @@
+"""bench/heldout_agents.py: held-out trace shapes for bench.heldout (its SHAPES), written
+after the research policies ``wintune`` (tool_agent) and ``arctune`` (doc_window) were frozen;
+see bench/heldout.py for how they are replayed and reported."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import random
+
+Trace = list[list[int]]
+
+
+def tool_agent(seed: int, scale: float = 1.0) -> Trace:
+    """Written after ``wintune`` was frozen. 6 agent kinds: a 40..120-block tool-schema prompt
+    each (Zipf(1)). 60 %: the next step of one of 24 agents (kind + 2..10-block task, then per
+    step 1..3 blocks of output and a 1..8-block tool result, 20..80 for a file read one in five;
+    10 % retries, 5 % forks; 4..40 steps); 25 %: batch bursts of 100..400 requests on one
+    16..48-block template + a unique 1..6-block row (every 10th burst an old template); 15 %: a
+    one-off request of 4..60 unique blocks."""
+    rng = random.Random(seed)
+    ids = itertools.count()
+    new = lambda n: [next(ids) for _ in range(n)]  # noqa: E731 - unique content
+    kinds, weights = [new(rng.randint(40, 120)) for _ in range(6)], [1, 1 / 2, 1 / 3, 1 / 4,
+                                                                      1 / 5, 1 / 6]
+
+    def agent_() -> list:
+        return [rng.choices(kinds, weights)[0] + new(rng.randint(2, 10)), rng.randint(4, 40)]
+
+    agents = [agent_() for _ in range(24)]
+    templates = [new(rng.randint(16, 48))]
+    burst = 0
+    out: Trace = []
+    for _ in range(int(8000 * scale)):
+        u = rng.random()
+        if u < 0.25:
+            if burst <= 0:
+                old = len(templates) % 10 == 0
+                templates.append(rng.choice(templates) if old else new(rng.randint(16, 48)))
+                burst = rng.randint(100, 400)
+            burst -= 1
+            out.append(templates[-1] + new(rng.randint(1, 6)))
+        elif u < 0.4:
+            out.append(new(rng.randint(4, 60)))
+        else:
+            i = rng.randrange(len(agents))
+            a = agents[i]
+            out.append(list(a[0]))
+            r = rng.random()
+            if r < 0.05:
+                agents.append([list(a[0]), rng.randint(2, 20)])
+            if r >= 0.1:  # not a retry: the step's output and tool result join the context
+                tool = rng.randint(20, 80) if rng.random() < 0.2 else rng.randint(1, 8)
+                a[0], a[1] = a[0] + new(rng.randint(1, 3)) + new(tool), a[1] - 1
+            if a[1] <= 0:
+                agents[i] = agent_()
+            if len(agents) > 24:
+                agents.pop(rng.randrange(len(agents)))
+    return out
+
+
+def doc_window(seed: int, scale: float = 1.0) -> Trace:
+    """Written after ``arctune`` was frozen. 300 documents of 100..600 blocks (Zipf(1), the
+    ranking rotated by one every 40 requests). 75 %: the next question of one of 12 QA
+    sessions: a 6-block system prompt + a window of 32..128 blocks of one document from a
+    start on an 8-block grid (the window's content depends on its start: blocks hashed as a
+    chain) + a unique 2..6-block question; each question moves the start 0..2 grid steps on
+    (a repeat of the same window one time in three), 3..20 questions a session. 25 %: tenant
+    bursts of 50..300 requests from one of 5 tenants (a 20..60-block system prompt + one of
+    its 30 examples of 4..16 blocks, Pareto-popular, + a unique 1..10-block query)."""
+    rng = random.Random(seed)
+    ids = itertools.count()
+    new = lambda n: [next(ids) for _ in range(n)]  # noqa: E731 - unique content
+    system, docs = new(6), [rng.randint(100, 600) for _ in range(300)]
+    cdf = list(itertools.accumulate(1.0 / (r + 1) for r in range(300)))
+    windows: dict[tuple[int, int], list[int]] = {}  # (doc, start) -> content from there
+    tenants = [(new(rng.randint(20, 60)), [new(rng.randint(4, 16)) for _ in range(30)])
+               for _ in range(5)]
+
+    def session(n: int) -> list:
+        d = (min(bisect.bisect_left(cdf, rng.random() * cdf[-1]), 299) + n // 40) % 300
+        return [d, 8 * rng.randrange(docs[d] // 16), rng.randint(32, 128), rng.randint(3, 20)]
+
+    sessions = [session(0) for _ in range(12)]
+    tenant, burst = 0, 0
+    out: Trace = []
+    for n in range(int(8000 * scale)):
+        if rng.random() < 0.25:
+            if burst <= 0:
+                tenant, burst = rng.randrange(5), rng.randint(50, 300)
+            burst -= 1
+            prompt, shots = tenants[tenant]
+            out.append(prompt + shots[min(int(rng.paretovariate(1.2)) - 1, 29)]
+                       + new(rng.randint(1, 10)))
+            continue
+        i = rng.randrange(12)
+        d, start, width, left = s = sessions[i]
+        text = windows.setdefault((d, start), new(docs[d] - start))
+        out.append(system + text[:width] + new(rng.randint(2, 6)))
+        s[1] = min(start + 8 * rng.randint(0, 2), 8 * (docs[d] // 8 - 4))
+        s[3] = left - 1
+        if s[3] <= 0:
+            sessions[i] = session(n)
+    return out

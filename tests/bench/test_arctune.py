@@ -1,0 +1,104 @@
+"""bench.arctune (a research policy): its ARC mode, ghosts and miniature, and every tuner
+configuration's invariants (the generic model-checking machine in tests/core/test_eviction.py
+also drives it, tuned, through every PrefixIndex call)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.arctune import ARC_CFG, ArcTunePolicy, ArcTuner, MiniARC, ghost_filter
+from bench.baselines import ARC
+from bench.policies import CANDIDATES
+from bench.wintune import PROTECTED, WINDOW
+from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy
+from kvpool.errors import ConfigError
+from tests.bench.test_doorarc import OPS, _drive
+from tests.core.policy_helpers import key
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS, cfg=st.sampled_from(ArcTuner.GRID))
+def test_every_configuration_evicts_members_and_keeps_invariants(ops, cfg):
+    p = ArcTunePolicy(16, sketch_min_bits=8, cfg=cfg)
+    members: set[int] = set()
+    for op, b, h in ops:
+        if op == 0 and b not in p:
+            p.insert(b, key(h), 0, 0.0)
+            members.add(b)
+        elif op == 1 and b in p:
+            p.on_hit(key(h))
+            p.remove(b)
+            p.insert(b, key(h), 0, 0.0)
+        elif op == 2 and members:
+            v = p.evict()
+            assert v in members and v not in p
+            members.discard(v)
+        assert len(p) == len(members) == sum(p._n) and p._p >= 0
+    p.check_invariants()
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=OPS)
+def test_lru_first_is_exactly_lru(ops):
+    a, lru = ArcTunePolicy(16, sketch_min_bits=8, cfg=(1.0, False)), LRUPolicy(16)
+    for got, want in _drive(ops, [a, lru]):
+        assert got == want
+    a.check_invariants()
+
+
+def test_in_arc_mode_a_ghost_returns_to_main_and_moves_the_target():
+    p = ArcTunePolicy(8, sketch_min_bits=8, cfg=ARC_CFG)
+    for b in range(8):
+        p.insert(b, key(b), 0, 0.0)
+    for h in range(100, 104):  # contents 0..3 leave the window: window ghosts
+        p.insert(p.evict(), key(h), 0, 0.0)
+    assert p._p == 0.0
+    b = p.evict()
+    p.insert(b, key(1), 0, 0.0)  # a window ghost comes back: to main, the target grows
+    assert p._where[b] == PROTECTED and p._p >= 1.0
+    raised = p._p
+    order = [p.evict() for _ in range(8)]  # the window drains first, main's block last
+    assert order[-1] == b
+    p.insert(b, key(1), 0, 0.0)  # now a ghost of main: the window's target shrinks
+    assert p._where[b] == PROTECTED and p._p < raised
+    p.check_invariants()
+
+
+def test_a_revival_from_the_window_goes_to_main_in_arc_mode_only():
+    for cfg, want in ((ARC_CFG, PROTECTED), ((1.0, False), WINDOW), ((0.05, True), WINDOW)):
+        p = ArcTunePolicy(8, sketch_min_bits=8, cfg=cfg)
+        p.insert(0, key(5), 0, 0.0)
+        p.on_hit(key(5))
+        p.remove(0)
+        p.insert(0, key(5), 0, 0.0)
+        assert p._where[0] == want, cfg
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(0, 30), max_size=300), cap=st.integers(1, 12))
+def test_the_arc_miniature_is_bench_baselines_arc(ids, cap):
+    mini, arc = MiniARC(cap), ARC(cap)
+    hits = 0
+    for h in ids:
+        hit = h in arc
+        assert mini.access(h) == hit
+        hits += hit
+        arc.access(h)
+    assert mini.hits == hits
+    mini.check_invariants()
+
+
+def test_ghosts_remember_one_pool_of_evictions_in_a_wider_table():
+    g = ghost_filter(1000)
+    assert g.horizon == 1000 and len(g.table) >= 2000 and len(g.ring) == 1000
+    g.add(7, WINDOW)
+    assert g.take(7) == WINDOW and g.take(7) == -1
+    g.check_invariants()
+
+
+def test_arctune_is_a_research_candidate_not_a_product_choice():
+    assert CANDIDATES["arctune"] is ArcTunePolicy and "arctune" not in POLICIES
+    with pytest.raises(ConfigError):
+        make_policy("arctune", 8)
