@@ -30,7 +30,7 @@ from bench.wintune import (PROBATION, PROTECTED, PROTECTED_SHARE, WINDOW, MiniWT
 from kvpool.core.eviction.base import PENDING
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import BonusTuner
-from kvpool.errors import InvalidBlockError, InvariantError
+from kvpool.errors import InvariantError
 
 ARC_CFG = (None, False)
 GHOST_SLOTS = 2  # ghost table slots per pool block: fewer collisions than one, at 4 bytes each
@@ -119,19 +119,11 @@ class ArcTunePolicy(WinTunePolicy):
             self._p = max(0.0, self._p - max(b1 / b2, 1.0))
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
-        where = self._where
-        if not 0 <= block_id < len(where):
-            self._grow(block_id)
-            where = self._where
-        w = where[block_id]
-        if w < self.K:
-            raise InvalidBlockError(f"block {block_id} is already evictable")
-        if self._memo is not None:
-            memo = self._take_memo(block_hash)
-            if memo is not None:  # a defrag move keeps segment and place
-                self._link_after(block_id + self.K, memo[2])
-                self._put(block_id, block_hash, self._crc[memo[3]], memo[1], linked=True)
-                return
+        w, memo = self._insert_start(block_id, block_hash)
+        if memo is not None:  # a defrag move keeps segment and place
+            self._link_after(block_id + self.K, memo[2])
+            self._put(block_id, block_hash, self._crc[memo[3]], memo[1], linked=True)
+            return
         if w == PENDING and self._hash[block_id] == block_hash:  # a revival: on_hit counted
             c = self._crc[block_id]
             back = self._seg[block_id] == WINDOW and not self.arc and (

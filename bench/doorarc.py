@@ -43,7 +43,7 @@ from bench.doorarc_ghosts import GhostFilter
 from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.sketch import FrequencySketch
-from kvpool.errors import InvalidBlockError, InvariantError
+from kvpool.errors import InvariantError
 
 R = 0  # queue 0; queue 1 + k is F's frequency class k
 GHOST_OF_QUEUE = bytes([0, 1, 1, 2, 2, 2])  # ghost kind per queue: R, F low (0-1), F high (2+)
@@ -86,20 +86,12 @@ class DoorARCPolicy(LinkedQueuesPolicy):
         self._sketch.add(crc32(block_hash))
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
-        where = self._where
-        if not 0 <= block_id < len(where):
-            self._grow(block_id)
-            where = self._where
-        w = where[block_id]
-        if w < self.K:
-            raise InvalidBlockError(f"block {block_id} is already evictable")
-        if self._memo is not None:
-            memo = self._take_memo(block_hash)
-            if memo is not None:  # NOTE(move): a defrag move keeps queue, stamp and place
-                self._link_after(block_id + self.K, memo[2])
-                self._stamp[block_id] = self._stamp[memo[3]]
-                self._file(block_id, block_hash, memo[1])
-                return
+        w, memo = self._insert_start(block_id, block_hash)
+        if memo is not None:  # NOTE(move): a defrag move keeps queue, stamp and place
+            self._link_after(block_id + self.K, memo[2])
+            self._stamp[block_id] = self._stamp[memo[3]]
+            self._file(block_id, block_hash, memo[1])
+            return
         if w == PENDING and self._hash[block_id] == block_hash:
             # a revival: on_hit counted the use
             q = 1 + CLASS_OF_COUNT[self._sketch.estimate(crc32(block_hash))]

@@ -41,7 +41,7 @@ from zlib import crc32
 from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import BonusTuner
-from kvpool.errors import InvalidBlockError, InvariantError
+from kvpool.errors import InvariantError
 
 WINDOW, PROBATION, PROTECTED = 0, 1, 2
 PROTECTED_SHARE = 0.8  # of the main cache (the paper's SLRU split)
@@ -183,20 +183,12 @@ class WinTunePolicy(LinkedQueuesPolicy):
         self._sketch.add(crc32(block_hash))
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
-        where = self._where
-        if not 0 <= block_id < len(where):
-            self._grow(block_id)
-            where = self._where
-        w = where[block_id]
-        if w < self.K:
-            raise InvalidBlockError(f"block {block_id} is already evictable")
-        if self._memo is not None:
-            memo = self._take_memo(block_hash)
-            if memo is not None:  # a defrag move keeps segment and place
-                q, pred, src = memo[1], memo[2], memo[3]
-                self._link_after(block_id + self.K, pred)
-                self._put(block_id, block_hash, self._crc[src], q, linked=True)
-                return
+        w, memo = self._insert_start(block_id, block_hash)
+        if memo is not None:  # a defrag move keeps segment and place
+            q, pred, src = memo[1], memo[2], memo[3]
+            self._link_after(block_id + self.K, pred)
+            self._put(block_id, block_hash, self._crc[src], q, linked=True)
+            return
         if w == PENDING and self._hash[block_id] == block_hash:  # a revival: on_hit counted
             c = self._crc[block_id]
             q = self._seg[block_id]

@@ -144,6 +144,21 @@ class LinkedQueuesPolicy(EvictionPolicy):
         self._memo = (self._hash[block_id], q, pred, block_id)
         self._hash[block_id] = None
 
+    def _insert_start(self, block_id: int, block_hash: bytes
+                      ) -> tuple[int, tuple[bytes, int, int, int] | None]:
+        """How a queue policy's insert begins: ``block_id``'s mark (ABSENT, or PENDING; the
+        arrays grown for a new id) and the memo when this insert completes a defrag move
+        (NOTE(move)), else None. InvalidBlockError when the block is already evictable.
+        (LRUPolicy.insert, on every request's path, keeps its own inlined copy.)"""
+        where = self._where
+        if not 0 <= block_id < len(where):
+            self._grow(block_id)
+            where = self._where
+        w = where[block_id]
+        if w < self.K:
+            raise InvalidBlockError(f"block {block_id} is already evictable")
+        return w, (self._take_memo(block_hash) if self._memo is not None else None)
+
     def _take_memo(self, block_hash: bytes) -> tuple[bytes, int, int, int] | None:
         """The memo if this insert completes a move (same hash as the last discard) and the
         predecessor is still where it was; else None (a plain insert)."""

@@ -26,7 +26,7 @@ from zlib import crc32
 from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import BonusTuner
-from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
+from kvpool.errors import ConfigError, InvariantError
 
 # Frequency class of a sketch estimate: 0-1 uses -> 0, 2 -> 1, 3-4 -> 2, 5-8 -> 3, 9+ -> 4.
 # NOTE(classes): a top class of 9+ separates the head of a popular set from its body; with the
@@ -88,23 +88,15 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._sketch.add(crc32(block_hash))
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
-        where = self._where
-        if not 0 <= block_id < len(where):
-            self._grow(block_id)
-            where = self._where
-        w = where[block_id]
-        if w < self.K:
-            raise InvalidBlockError(f"block {block_id} is already evictable")
-        if self._memo is not None:
-            memo = self._take_memo(block_hash)
-            if memo is not None:  # NOTE(move): a defrag move keeps class, stamp and place
-                _, q, pred, src = memo
-                self._link_after(block_id + self.K, pred)
-                self._stamp[block_id] = self._stamp[src]
-                where[block_id] = q
-                self._hash[block_id] = block_hash
-                self._len += 1
-                return
+        w, memo = self._insert_start(block_id, block_hash)
+        if memo is not None:  # NOTE(move): a defrag move keeps class, stamp and place
+            _, q, pred, src = memo
+            self._link_after(block_id + self.K, pred)
+            self._stamp[block_id] = self._stamp[src]
+            self._where[block_id] = q
+            self._hash[block_id] = block_hash
+            self._len += 1
+            return
         c = crc32(block_hash)
         if w == PENDING and self._hash[block_id] == block_hash:
             k = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted the use
@@ -120,7 +112,7 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         nxt[last] = node
         prev[k] = node
         self._stamp[block_id] = self._clock
-        where[block_id] = k
+        self._where[block_id] = k
         self._hash[block_id] = block_hash
         self._len += 1
         if (c >> 12) < self._sample and self._tuner.access(block_hash, k):
