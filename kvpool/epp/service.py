@@ -12,6 +12,7 @@ body mode (the first message's ``protocol_config``) sets how the picker answers:
         with an ImmediateResponse 413.
     BUFFERED (or any other)
         request_headers, more to come -> CONTINUE; the whole body once Envoy has it -> decided
+        (BUFFERED sends it as one message, not marked as the end when trailers follow)
 
     request_headers, end of stream -> a request without a body: decided now, on the headers
     the body complete              -> decided:
@@ -67,6 +68,7 @@ DESTINATION_HEADER = "x-gateway-destination-endpoint"
 METADATA_NAMESPACE = "envoy.lb"
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
 
 
 def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
@@ -122,12 +124,12 @@ def body_back(raw: bytes, end: bool) -> pb.ProcessingResponse:
 class _Stream:
     """What one stream has sent so far."""
 
-    __slots__ = ("headers", "chunks", "size", "duplex")
+    __slots__ = ("headers", "chunks", "size", "duplex", "buffered")
 
     def __init__(self) -> None:
         self.headers: list[tuple[str, str]] = []
         self.chunks: list[bytes] = []
-        self.size, self.duplex = 0, False
+        self.size, self.duplex, self.buffered = 0, False, False
 
 
 class EndpointPicker:
@@ -156,6 +158,7 @@ class EndpointPicker:
         phase = req.WhichOneof("request")
         if req.HasField("protocol_config"):
             stream.duplex = req.protocol_config.request_body_mode == FULL_DUPLEX
+            stream.buffered = req.protocol_config.request_body_mode == BUFFERED
         if phase == "request_headers":
             stream.headers = [(h.key, h.raw_value.decode("utf-8", "replace") or h.value)
                               for h in req.request_headers.headers.headers]
@@ -168,7 +171,8 @@ class EndpointPicker:
             if stream.size > self.max_body_bytes:
                 return [refused(413, f"request body over {self.max_body_bytes} bytes",
                                 "request_too_large")], True
-            if req.request_body.end_of_stream:
+            # BUFFERED: one message is the whole body (end_of_stream false when trailers follow)
+            if req.request_body.end_of_stream or stream.buffered:
                 return await self.answer(stream, True), True
             return ([] if stream.duplex else [_passed(phase)]), False
         if phase == "request_trailers" and stream.duplex:  # the body ended without its flag

@@ -1,0 +1,60 @@
+"""The picker's service over its real transport, driven by grpcio's client the way Envoy drives
+it in each request body mode; a Picker whose only replica never answers, so every decision
+is the 503 ImmediateResponse (a decision all the same: the call ends on it)."""
+
+from __future__ import annotations
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from kvpool.epp.cli import picking
+from kvpool.epp.picker import Picker
+from kvpool.router.proxy import Router
+from kvpool.router.replicas import ReplicaSet
+from tests.router.helpers import LOOKUP_TIMEOUT
+
+MODE = processing_mode_pb2.ProcessingMode
+BODY = b'{"model": "m", "prompt": "hi"}'
+
+
+def headers(mode: int) -> pb.ProcessingRequest:
+    hs = [base_pb2.HeaderValue(key=k, raw_value=v) for k, v in (
+        (":method", b"POST"), (":path", b"/v1/completions"),
+        ("content-type", b"application/json"))]
+    return pb.ProcessingRequest(
+        request_headers=pb.HttpHeaders(headers=base_pb2.HeaderMap(headers=hs)),
+        protocol_config=pb.ProtocolConfiguration(request_body_mode=mode))
+
+
+async def exchange(messages: list[pb.ProcessingRequest]) -> list[pb.ProcessingResponse]:
+    picker = Picker(Router(ReplicaSet(["http://127.0.0.1:9"], interval=0.5),
+                           lookup_timeout=LOOKUP_TIMEOUT))
+    async with picking(picker, "127.0.0.1", 0) as port, grpc.aio.insecure_channel(
+            f"127.0.0.1:{port}") as channel:
+        call = pb_grpc.ExternalProcessorStub(channel).Process(iter(messages))
+        return [m async for m in call]
+
+
+async def test_buffered_body_followed_by_trailers_is_decided_on_the_body():
+    """BUFFERED: Envoy sends the whole body in one message, end_of_stream false when trailers
+    follow; that message is the whole body, so the picker decides on it."""
+    answers = await exchange([
+        headers(MODE.BUFFERED),
+        pb.ProcessingRequest(request_body=pb.HttpBody(body=BODY, end_of_stream=False)),
+        pb.ProcessingRequest(request_trailers=pb.HttpTrailers())])
+    kinds = [a.WhichOneof("response") for a in answers]
+    assert kinds == ["request_headers", "immediate_response"], kinds
+    assert answers[1].immediate_response.status.code == 503
+
+
+async def test_full_duplex_body_ended_by_trailers_is_decided_on_the_trailers():
+    answers = await exchange([
+        headers(MODE.FULL_DUPLEX_STREAMED),
+        pb.ProcessingRequest(request_body=pb.HttpBody(body=BODY[:9], end_of_stream=False)),
+        pb.ProcessingRequest(request_body=pb.HttpBody(body=BODY[9:], end_of_stream=False)),
+        pb.ProcessingRequest(request_trailers=pb.HttpTrailers())])
+    kinds = [a.WhichOneof("response") for a in answers]
+    assert kinds[0] == "immediate_response" and answers[0].immediate_response.status.code == 503
