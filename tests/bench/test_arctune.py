@@ -12,40 +12,23 @@ from bench.arctune import ARC_CFG, ArcTunePolicy, ArcTuner, MiniARC, ghost_filte
 from bench.baselines import ARC
 from bench.policies import CANDIDATES
 from bench.wintune import PROTECTED, WINDOW
-from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy
+from kvpool.core.eviction import POLICIES, make_policy
 from kvpool.errors import ConfigError
-from tests.bench.test_doorarc import OPS, _drive
+from tests.bench.policy_ops import OPS, evict_members, evicts_like_lru
 from tests.core.policy_helpers import key
 
 
 @settings(max_examples=150, deadline=None)
 @given(ops=OPS, cfg=st.sampled_from(ArcTuner.GRID))
 def test_every_configuration_evicts_members_and_keeps_invariants(ops, cfg):
-    p = ArcTunePolicy(16, sketch_min_bits=8, cfg=cfg)
-    members: set[int] = set()
-    for op, b, h in ops:
-        if op == 0 and b not in p:
-            p.insert(b, key(h), 0, 0.0)
-            members.add(b)
-        elif op == 1 and b in p:
-            p.on_hit(key(h))
-            p.remove(b)
-            p.insert(b, key(h), 0, 0.0)
-        elif op == 2 and members:
-            v = p.evict()
-            assert v in members and v not in p
-            members.discard(v)
-        assert len(p) == len(members) == sum(p._n) and p._p >= 0
-    p.check_invariants()
+    evict_members(ArcTunePolicy(16, sketch_min_bits=8, cfg=cfg), ops,
+                  check=lambda p, m: len(p) == len(m) == sum(p._n) and p._p >= 0)
 
 
 @settings(max_examples=100, deadline=None)
 @given(ops=OPS)
 def test_lru_first_is_exactly_lru(ops):
-    a, lru = ArcTunePolicy(16, sketch_min_bits=8, cfg=(1.0, False)), LRUPolicy(16)
-    for got, want in _drive(ops, [a, lru]):
-        assert got == want
-    a.check_invariants()
+    evicts_like_lru(ArcTunePolicy(16, sketch_min_bits=8, cfg=(1.0, False)), ops)
 
 
 def test_in_arc_mode_a_ghost_returns_to_main_and_moves_the_target():

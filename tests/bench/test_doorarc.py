@@ -13,72 +13,30 @@ from hypothesis import strategies as st
 from bench.doorarc import DoorARCPolicy
 from bench.doorarc_ghosts import GhostFilter
 from bench.policies import CANDIDATES, main
-from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy
+from kvpool.core.eviction import POLICIES, make_policy
 from kvpool.errors import ConfigError, InvariantError
 from kvpool.replay.loop import simulate
+from tests.bench.policy_ops import OPS, evict_members, evicts_like_lru, revive_chain
 from tests.core.policy_helpers import key
-
-# (op, block, content): 0 = release new content, 1 = revive (hit + re-release), 2 = evict
-OPS = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 15), st.integers(0, 40)),
-               max_size=120)
-
-
-def _drive(ops, policies, before_evict=None):
-    """Apply ``ops`` to every policy in ``policies`` alike; yields each evict's victims."""
-    content: dict[int, bytes] = {}
-    for op, b, h in ops:
-        first = policies[0]
-        if op == 0 and b not in first:
-            if b in content:  # the block's old content was evicted: it is free again
-                content.pop(b)
-            content[b] = key(h)
-            for p in policies:
-                p.insert(b, key(h), 0, 0.0)
-        elif op == 1 and b in first:
-            for p in policies:
-                p.on_hit(content[b])
-                p.remove(b)
-                p.insert(b, content[b], 0, 0.0)
-        elif op == 2 and len(first):
-            if before_evict is not None:
-                before_evict()
-            yield [p.evict() for p in policies]
-
 
 @settings(max_examples=300, deadline=None)
 @given(ops=OPS)
 def test_at_zero_biases_the_order_is_exactly_lru(ops):
     """Both biases at 0 make every key the release stamp: LRU's order, whatever the queues."""
-    d, lru = DoorARCPolicy(16, sketch_min_bits=8), LRUPolicy(16)
+    d = DoorARCPolicy(16, sketch_min_bits=8)
 
     def neutral():
         d.bias = d.cbias = 0.0
 
-    for got, want in _drive(ops, [d, lru], neutral):
-        assert got == want
-    d.check_invariants()
-    assert len(d) == len(lru)
+    evicts_like_lru(d, ops, neutral)
 
 
 @settings(max_examples=80, deadline=None)
 @given(ops=OPS)
 def test_evict_returns_members_and_invariants_hold(ops):
-    d = DoorARCPolicy(16, sketch_min_bits=8)
-    members: set[int] = set()
-    for op, b, h in ops:
-        if op == 0 and b not in d:
-            d.insert(b, key(h), 0, 0.0)
-            members.add(b)
-        elif op == 1 and b in d:
-            d.remove(b)
-            assert b not in d and len(d) == len(members) - 1
-            d.insert(b, key(h), 0, 0.0)  # another content after the revival: a plain insert
-        elif op == 2 and members:
-            v = d.evict()
-            assert v in members
-            members.discard(v)
-        assert len(d) == len(members) and d.bias >= 0 and d.cbias >= 0
-    d.check_invariants()
+    # a revival without on_hit: another content after it, a plain insert
+    evict_members(DoorARCPolicy(16, sketch_min_bits=8), ops, hit=False, check=lambda d, m: (
+        len(d) == len(m) and d.bias >= 0 and d.cbias >= 0))
 
 
 def test_a_chain_is_evicted_child_first():
@@ -86,12 +44,7 @@ def test_a_chain_is_evicted_child_first():
     leave deepest first, so no cached block is ever orphaned of its prefix."""
     d = DoorARCPolicy(64, sketch_min_bits=8)
     chain = [0, 1, 2, 3]  # block i holds content 100 + i, depth i
-    for rnd in range(3):
-        for b in reversed(chain):
-            if rnd:
-                d.on_hit(key(100 + b))
-                d.remove(b)
-            d.insert(b, key(100 + b), b, 0.0)
+    revive_chain(d, chain)
     for b in range(10, 40):
         d.insert(b, key(b), 0, 0.0)
     order = [d.evict() for _ in range(len(d))]

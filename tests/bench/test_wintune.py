@@ -16,7 +16,7 @@ from bench.wintune import MiniWTinyLFU, WindowTuner, WinTunePolicy
 from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy
 from kvpool.errors import ConfigError
 from kvpool.replay.loop import simulate
-from tests.bench.test_doorarc import OPS, _drive
+from tests.bench.policy_ops import OPS, evict_members, evicts_like_lru, revive_chain
 from tests.core.policy_helpers import key
 
 CFGS = st.sampled_from(WindowTuner.GRID)
@@ -25,33 +25,14 @@ CFGS = st.sampled_from(WindowTuner.GRID)
 @settings(max_examples=200, deadline=None)
 @given(ops=OPS)
 def test_a_full_window_without_the_duel_is_exactly_lru(ops):
-    w, lru = WinTunePolicy(16, sketch_min_bits=8, cfg=(1.0, False)), LRUPolicy(16)
-    for got, want in _drive(ops, [w, lru]):
-        assert got == want
-    w.check_invariants()
-    assert len(w) == len(lru)
+    evicts_like_lru(WinTunePolicy(16, sketch_min_bits=8, cfg=(1.0, False)), ops)
 
 
 @settings(max_examples=150, deadline=None)
 @given(ops=OPS, cfg=CFGS)
 def test_every_configuration_evicts_members_and_keeps_invariants(ops, cfg):
-    p = WinTunePolicy(16, sketch_min_bits=8, cfg=cfg)
-    members: set[int] = set()
-    for op, b, h in ops:
-        if op == 0 and b not in p:
-            p.insert(b, key(h), 0, 0.0)
-            members.add(b)
-        elif op == 1 and b in p:
-            p.on_hit(key(h))
-            p.remove(b)
-            assert b not in p
-            p.insert(b, key(h), 0, 0.0)
-        elif op == 2 and members:
-            v = p.evict()
-            assert v in members and v not in p
-            members.discard(v)
-        assert len(p) == len(members) == sum(p._n)
-    p.check_invariants()
+    evict_members(WinTunePolicy(16, sketch_min_bits=8, cfg=cfg), ops,
+                  check=lambda p, m: len(p) == len(m) == sum(p._n))
 
 
 @pytest.mark.parametrize("cfg", WindowTuner.GRID)
@@ -60,12 +41,7 @@ def test_a_chain_is_evicted_child_first(cfg):
     blocks leave deepest first under every configuration, never orphaning a cached block."""
     p = WinTunePolicy(64, sketch_min_bits=8, cfg=cfg)
     chain = [0, 1, 2, 3]
-    for rnd in range(3):
-        for b in reversed(chain):
-            if rnd:
-                p.on_hit(key(100 + b))
-                p.remove(b)
-            p.insert(b, key(100 + b), b, 0.0)
+    revive_chain(p, chain)
     for b in range(10, 80):
         p.insert(b, key(b), 0, 0.0)
         if len(p) > 64:
