@@ -100,7 +100,7 @@ def learned_merges(corpus: str, num_merges: int) -> tuple[tuple[str, str], ...]:
 
 
 class ByteLevelBPEBuilder:
-    """Learns merges over a corpus and assembles the ``tokenizers`` pipeline.
+    """Assembles, from the merges learned over a corpus (learned_merges), the ``tokenizers`` pipeline.
 
     Invariant of the produced vocab: ids are dense ``0 .. len(vocab)-1``; every merge's two parts
     and its result are in the vocab, and a merge's result id is greater than its parts' ids.
@@ -110,14 +110,11 @@ class ByteLevelBPEBuilder:
         self.corpus = corpus
         self.vocab_size = vocab_size
 
-    def learn_merges(self, num_merges: int) -> list[tuple[str, str]]:
-        return list(learned_merges(self.corpus, num_merges))
-
     def build(self) -> HFTokenizer:
         vocab = {tok: i for i, tok in enumerate(SPECIALS)}
         for ch in byte_alphabet():
             vocab[ch] = len(vocab)
-        merges = self.learn_merges(self.vocab_size - len(vocab))
+        merges = learned_merges(self.corpus, self.vocab_size - len(vocab))
         for a, b in merges:
             vocab.setdefault(a + b, len(vocab))
         tok = HFTokenizer(models.BPE(vocab=vocab, merges=merges))
