@@ -100,7 +100,7 @@ def learned_merges(corpus: str, num_merges: int) -> tuple[tuple[str, str], ...]:
 
 
 class ByteLevelBPEBuilder:
-    """Assembles, from the merges learned over a corpus (learned_merges), the ``tokenizers`` pipeline.
+    """The ``tokenizers`` pipeline over the merges ``learned_merges`` finds in a corpus.
 
     Invariant of the produced vocab: ids are dense ``0 .. len(vocab)-1``; every merge's two parts
     and its result are in the vocab, and a merge's result id is greater than its parts' ids.
