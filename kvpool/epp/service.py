@@ -31,9 +31,8 @@ carries). On a loaded 2-core box, with the fixed-answer picker of bench.epp_brea
 only the mode switched: no difference on grpc.aio; on kvpool.epp.h2 full duplex added +0.94
 ms p50 over a direct request against BUFFERED's +1.17 ms (5 repeats; docs/benchmarks.md).
 Inference Extension gateways configure full duplex too. In full duplex the upstream request
-is chunked: Envoy drops
-content-length in that mode whatever the answer sets (a small chunked body cost a replica
-~0.1 ms more on that box).
+is chunked: Envoy drops content-length in that mode whatever the answer sets (a small chunked
+body cost a replica ~0.1 ms more on that box).
 
 NOTE(early-end): the call ends OK as soon as the request is decided, without waiting for
 Envoy to close its side: Envoy takes a processor's close as "nothing more to process" for the
@@ -69,6 +68,7 @@ METADATA_NAMESPACE = "envoy.lb"
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
+NO_BODY_MODE = processing_mode_pb2.ProcessingMode.NONE  # no protocol_config (yet)
 
 
 def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
@@ -124,12 +124,13 @@ def body_back(raw: bytes, end: bool) -> pb.ProcessingResponse:
 class _Stream:
     """What one stream has sent so far."""
 
-    __slots__ = ("headers", "chunks", "size", "duplex", "buffered")
+    __slots__ = ("headers", "chunks", "size", "mode")
 
     def __init__(self) -> None:
         self.headers: list[tuple[str, str]] = []
         self.chunks: list[bytes] = []
-        self.size, self.duplex, self.buffered = 0, False, False
+        self.size = 0
+        self.mode = NO_BODY_MODE  # the request body mode, once protocol_config says it
 
 
 class EndpointPicker:
@@ -157,14 +158,13 @@ class EndpointPicker:
         docstring's table)."""
         phase = req.WhichOneof("request")
         if req.HasField("protocol_config"):
-            stream.duplex = req.protocol_config.request_body_mode == FULL_DUPLEX
-            stream.buffered = req.protocol_config.request_body_mode == BUFFERED
+            stream.mode = req.protocol_config.request_body_mode
         if phase == "request_headers":
             stream.headers = [(h.key, h.raw_value.decode("utf-8", "replace") or h.value)
                               for h in req.request_headers.headers.headers]
             if req.request_headers.end_of_stream:
                 return [await self.decide(stream.headers, b"", "request_headers")], True
-            return ([] if stream.duplex else [_passed(phase)]), False
+            return ([] if stream.mode == FULL_DUPLEX else [_passed(phase)]), False
         if phase == "request_body":
             stream.chunks.append(req.request_body.body)
             stream.size += len(req.request_body.body)
@@ -172,17 +172,18 @@ class EndpointPicker:
                 return [refused(413, f"request body over {self.max_body_bytes} bytes",
                                 "request_too_large")], True
             # BUFFERED: one message is the whole body (end_of_stream false when trailers follow)
-            if req.request_body.end_of_stream or stream.buffered:
+            if req.request_body.end_of_stream or stream.mode == BUFFERED:
                 return await self.answer(stream, True), True
-            return ([] if stream.duplex else [_passed(phase)]), False
-        if phase == "request_trailers" and stream.duplex:  # the body ended without its flag
+            return ([] if stream.mode == FULL_DUPLEX else [_passed(phase)]), False
+        # full duplex: trailers end a body that came without its end flag
+        if phase == "request_trailers" and stream.mode == FULL_DUPLEX:
             return [*await self.answer(stream, False), _passed(phase)], True
         return ([] if phase is None else [_passed(phase)]), False
 
     async def answer(self, stream: _Stream, end: bool) -> list[pb.ProcessingResponse]:
         """The answers to a complete body: its decision, and in full duplex the body back."""
         raw = b"".join(stream.chunks)
-        if not stream.duplex:
+        if stream.mode != FULL_DUPLEX:
             return [await self.decide(stream.headers, raw, "request_body")]
         self.picker.full_duplex += 1
         out = await self.decide(stream.headers, raw, "request_headers")
