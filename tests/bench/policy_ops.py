@@ -81,3 +81,17 @@ def revive_chain(p: EvictionPolicy, chain: list[int], rounds: int = 3) -> None:
                 p.on_hit(key(100 + b))
                 p.remove(b)
             p.insert(b, key(100 + b), b, 0.0)
+
+
+def same_hits(mini, reference, ids) -> None:
+    """``mini`` (a tuner's miniature) hits exactly where ``reference`` (a bench/baselines.py
+    cache of the same capacity) would, access by access, counts the same hits, and stays
+    consistent."""
+    hits = 0
+    for h in ids:
+        hit = h in reference
+        assert mini.access(h) == hit
+        hits += hit
+        reference.access(h)
+    assert mini.hits == hits
+    mini.check_invariants()

@@ -14,7 +14,7 @@ from bench.policies import CANDIDATES
 from bench.wintune import PROTECTED, WINDOW
 from kvpool.core.eviction import POLICIES, make_policy
 from kvpool.errors import ConfigError
-from tests.bench.policy_ops import OPS, evict_members, evicts_like_lru
+from tests.bench.policy_ops import OPS, evict_members, evicts_like_lru, same_hits
 from tests.core.policy_helpers import key
 
 
@@ -62,15 +62,7 @@ def test_a_revival_from_the_window_goes_to_main_in_arc_mode_only():
 @settings(max_examples=60, deadline=None)
 @given(ids=st.lists(st.integers(0, 30), max_size=300), cap=st.integers(1, 12))
 def test_the_arc_miniature_is_bench_baselines_arc(ids, cap):
-    mini, arc = MiniARC(cap), ARC(cap)
-    hits = 0
-    for h in ids:
-        hit = h in arc
-        assert mini.access(h) == hit
-        hits += hit
-        arc.access(h)
-    assert mini.hits == hits
-    mini.check_invariants()
+    same_hits(MiniARC(cap), ARC(cap), ids)
 
 
 def test_ghosts_remember_one_pool_of_evictions_in_a_wider_table():

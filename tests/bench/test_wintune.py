@@ -16,7 +16,8 @@ from bench.wintune import MiniWTinyLFU, WindowTuner, WinTunePolicy
 from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy
 from kvpool.errors import ConfigError
 from kvpool.replay.loop import simulate
-from tests.bench.policy_ops import OPS, evict_members, evicts_like_lru, revive_chain
+from tests.bench.policy_ops import (OPS, evict_members, evicts_like_lru, revive_chain,
+                                     same_hits)
 from tests.core.policy_helpers import key
 
 CFGS = st.sampled_from(WindowTuner.GRID)
@@ -60,15 +61,7 @@ def test_the_duel_keeps_part_of_a_loop_longer_than_the_pool():
 @settings(max_examples=60, deadline=None)
 @given(ids=st.lists(st.integers(0, 30), max_size=300), cap=st.integers(2, 12))
 def test_a_full_window_miniature_is_lru(ids, cap):
-    mini, lru = MiniWTinyLFU(cap, (1.0, False), lambda c: 0), LRU(cap)
-    hits = 0
-    for h in ids:
-        hit = h in lru
-        assert mini.access(h) == hit
-        hits += hit
-        lru.access(h)
-    mini.check_invariants()
-    assert mini.hits == hits
+    same_hits(MiniWTinyLFU(cap, (1.0, False), lambda c: 0), LRU(cap), ids)
 
 
 @settings(max_examples=40, deadline=None)
