@@ -37,11 +37,11 @@ def bench_decode(caching: bool, batched: bool, num_seqs=256, steps=400, seed=0) 
     rng = random.Random(seed)
     targets = [rng.randint(8, 64) for _ in range(num_seqs)]
     tables: list[list[int]] = [[] for _ in range(num_seqs)]
+    allocs = frees = 0
     t0 = time.perf_counter()
     if batched:
-        ops = _decode_batched(pool, tables, targets, rng, steps)
+        allocs, frees = _decode_batched(pool, tables, targets, rng, steps)
     else:
-        allocs = frees = 0
         allocate, free_many = pool.allocate, pool.free_many
         for _ in range(steps):
             for i in range(num_seqs):
@@ -53,19 +53,18 @@ def bench_decode(caching: bool, batched: bool, num_seqs=256, steps=400, seed=0) 
                     frees += len(tbl)
                     tables[i] = []
                     targets[i] = rng.randint(8, 64)
-        ops = allocs + frees
     dt = time.perf_counter() - t0
     for tbl in tables:
         pool.free_many(tbl[::-1])
     assert pool.stats().num_used == 0, "block leak"
-    return {"seconds": dt, "ops_per_s": ops / dt}
+    return {"seconds": dt, "ops_per_s": (allocs + frees) / dt}
 
 
 def _decode_batched(pool: BlockPool, tables: list[list[int]], targets: list[int],
-                    rng: random.Random, steps: int) -> int:
+                    rng: random.Random, steps: int) -> tuple[int, int]:
     """bench_decode's batched arm: one extend_tables call gives every sequence its block; a
     calendar (step -> sequences reaching their target then) keeps the harness's own
-    bookkeeping O(finished). The allocations and frees done."""
+    bookkeeping O(finished). The blocks allocated and freed."""
     num_seqs = len(tables)
     allocs = frees = 0
     extend, free_many = pool.extend_tables, pool.free_many
@@ -84,7 +83,7 @@ def _decode_batched(pool: BlockPool, tables: list[list[int]], targets: list[int]
                 calendar.setdefault(step + rng.randint(8, 64), []).append(i)
             free_many(done)
             frees += len(done)
-    return allocs + frees
+    return allocs, frees
 
 
 def bench_bulk(caching: bool, per=128, rounds=400) -> dict:
