@@ -199,18 +199,18 @@ def modes_of(args) -> list[tuple[str, bool]]:
     return modes
 
 
-def workload_info(turns: list, args) -> dict:
+def workload_info(turns: list[Turn], args) -> dict:
     """The result's description of the workload, with each policy's simulated hit rate."""
-    return {"workload": {"turns": len(turns), "unique_blocks": len({h for t in turns
-                                                                     for h in t.blocks}),
+    unique = len({h for t in turns for h in t.blocks})
+    return {"workload": {"turns": len(turns), "unique_blocks": unique,
                          "blocks": sum(len(t.blocks) for t in turns),
                          "device_blocks_per_replica": args.device_blocks},
             "simulated_hit_rate": {p: simulate(turns, p, args.replicas, args.device_blocks)
                                    for p in ("round_robin", "prefix")}}
 
 
-def run_modes(urls: dict[bool, list[str]], modes: list[tuple[str, bool]], turns: list,
-              args) -> dict:
+def run_modes(urls: dict[bool, list[str]], modes: list[tuple[str, bool]],
+              turns: list[Turn], args) -> dict:
     """Every mode once per repeat, in order; each mode's summary."""
     runs: dict[str, list[dict]] = {}
     for rep in range(args.repeats):
