@@ -133,22 +133,29 @@ class SwapStream:
             self.idle.set()
 
 
-def bench_overlap(timing: Timing, steps: int, num_seqs: int = 32, context: int = 256,
-                  worker_nice: int = 0) -> dict:
-    """Decode steps with the swap stream off, then on, alternating run by run."""
+def _decode_setup(num_seqs: int, context: int):
+    """The tiny model with num_seqs prefilled sequences of context - 1 cached tokens: the
+    model, its storage, the one-token decode batch, and the device blocks no sequence holds."""
     torch.manual_seed(0)
     config, model, _ = build_tiny_model()
     storage = KVStorage(config, BLOCK_SIZE, kv_cache_memory="128MiB", swap_space="32MiB")
     per_seq = context // BLOCK_SIZE
     tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(num_seqs)]
-    kv = storage.device_kv
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(32, 127, (context - 1,), generator=gen).tolist()
                for _ in range(num_seqs)]
     for p, t in zip(prompts, tables):  # prefill the cache so decode attends over real K/V
-        model(PagedBatch([SeqChunk(p, 0, t)]), kv)
+        model(PagedBatch([SeqChunk(p, 0, t)]), storage.device_kv)
     batch = PagedBatch([SeqChunk([65], context - 1, t) for t in tables])
     free_ids = list(range(num_seqs * per_seq, storage.num_device_blocks))
+    return model, storage, batch, free_ids
+
+
+def bench_overlap(timing: Timing, steps: int, num_seqs: int = 32, context: int = 256,
+                  worker_nice: int = 0) -> dict:
+    """Decode steps with the swap stream off, then on, alternating run by run."""
+    model, storage, batch, free_ids = _decode_setup(num_seqs, context)
+    kv = storage.device_kv
 
     def steps_off() -> dict:
         model(batch, kv)  # warm
@@ -172,13 +179,17 @@ def bench_overlap(timing: Timing, steps: int, num_seqs: int = 32, context: int =
             return r
 
         runs = alternate({"off": steps_off, "on": steps_on}, timing)
-    off, on = runs["off"], runs["on"]
+    return _overlap_figures(runs["off"], runs["on"], storage.bytes_per_block)
+
+
+def _overlap_figures(off: list[dict], on: list[dict], bytes_per_block: int) -> dict:
+    """bench_overlap's figures from its runs with the swap stream off and on."""
     return {"step_seconds": Stat.of(1 / r["steps_per_s"] for r in off),
             "step_seconds_with_swap": Stat.of(1 / r["steps_per_s"] for r in on),
             # slowdown = time with / time without = rate without / rate with, per round
             "step_slowdown": ratio_stat(off, "steps_per_s", on, "steps_per_s"),
             "swap_gbps_during": stat(on, "swap_gbps_during"),
-            "bytes_per_block": storage.bytes_per_block}
+            "bytes_per_block": bytes_per_block}
 
 
 def main(argv: list[str] | None = None) -> None:

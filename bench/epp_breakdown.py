@@ -37,7 +37,8 @@ from bench.common import write_json
 from bench.envoy_proc import Envoy
 from bench.remote_faults import start_replicas
 from bench.route_epp import EppFront
-from bench.route_live import block_tokens, replica_args, router_args
+from bench.route_live import replica_args, router_args
+from bench.route_workload import block_tokens
 from kvpool.router.cli import event_loop_factory
 from stress.http.servers import SpawnedServer
 from stress.report import percentile

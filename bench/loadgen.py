@@ -233,15 +233,59 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _say_no_guidellm(path: str | None) -> None:
+    where = (f"--guidellm {path} is not an executable file" if path
+             else f"none via $KVPOOL_GUIDELLM, on PATH or at {DEFAULT_GUIDELLM}")
+    print(f"bench.loadgen: no guidellm executable ({where}). Make its own venv:\n"
+          "  python -m venv --system-site-packages /opt/guidellm && "
+          "/opt/guidellm/bin/pip install guidellm", file=sys.stderr)
+
+
+def _serve_args(model: Path, args: argparse.Namespace) -> list[str]:
+    return [str(model), "--served-model-name", MODEL_NAME, "--num-device-blocks",
+            str(args.num_device_blocks), "--num-host-blocks", "0",
+            "--max-num-seqs", str(max(64, max(args.concurrency))),
+            "--num-threads", str(args.num_threads), "--log-level", "warning"]
+
+
+def _one_run(exe: str, url: str, tokenizer: Path, out: Path, args: argparse.Namespace,
+             seed: int) -> tuple[dict, float]:
+    """One guidellm process against the server: its figures per concurrency, and the share of
+    the server's prefix-cache queries that hit during it."""
+    q0, h0 = prefix_counters(url)
+    cmd = guidellm_command(exe, url, tokenizer, out, args, seed=seed)
+    per = parse_report(run_guidellm(cmd, out.parent, args.timeout))
+    missing = set(args.concurrency) - set(per)
+    if missing:
+        raise RuntimeError(f"guidellm report lacks concurrency {sorted(missing)}")
+    q1, h1 = prefix_counters(url)
+    return per, (h1 - h0) / (q1 - q0) if q1 > q0 else 0.0
+
+
+def _guidellm_runs(exe: str, model: Path, tokenizer: Path, tmp: Path,
+                   args: argparse.Namespace) -> tuple[list[dict], list[float]]:
+    """Start the server, warm it up, run guidellm --repeats times against it: each run's
+    figures and prefix-cache hit share."""
+    runs, hit_shares = [], []
+    with SpawnedServer(_serve_args(model, args), startup_timeout=180) as server:
+        warm_up(server.url)
+        for r in range(args.repeats):
+            per, hit_share = _one_run(exe, server.url, tokenizer, tmp / f"run{r}.json", args,
+                                      seed=SEED_STRIDE * (r + 1))
+            runs.append(per)
+            hit_shares.append(hit_share)
+            print(f"run {r + 1}/{args.repeats}: " + ", ".join(
+                f"c{c} {per[c]['requests_per_s']:.2f} req/s" for c in args.concurrency),
+                flush=True)
+    print(f"server: {server.tail(1)}")  # "stopped; N device blocks free"
+    return runs, hit_shares
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     exe = find_guidellm(args.guidellm)
     if exe is None:
-        where = (f"--guidellm {args.guidellm} is not an executable file" if args.guidellm
-                 else f"none via $KVPOOL_GUIDELLM, on PATH or at {DEFAULT_GUIDELLM}")
-        print(f"bench.loadgen: no guidellm executable ({where}). Make its own venv:\n"
-              "  python -m venv --system-site-packages /opt/guidellm && "
-              "/opt/guidellm/bin/pip install guidellm", file=sys.stderr)
+        _say_no_guidellm(args.guidellm)
         return 2
     timing = Timing(args.repeats, 0.0, args.quick)
     with tempfile.TemporaryDirectory(prefix="kvpool-loadgen-") as tmp_name:
@@ -252,28 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             model = Path(args.model)
         tokenizer = Path(args.tokenizer) if args.tokenizer else model
-        serve_args = [str(model), "--served-model-name", MODEL_NAME, "--num-device-blocks",
-                      str(args.num_device_blocks), "--num-host-blocks", "0",
-                      "--max-num-seqs", str(max(64, max(args.concurrency))),
-                      "--num-threads", str(args.num_threads), "--log-level", "warning"]
-        runs, hit_shares = [], []
-        with SpawnedServer(serve_args, startup_timeout=180) as server:
-            warm_up(server.url)
-            for r in range(args.repeats):
-                q0, h0 = prefix_counters(server.url)
-                cmd = guidellm_command(exe, server.url, tokenizer, tmp / f"run{r}.json", args,
-                                       seed=SEED_STRIDE * (r + 1))
-                per = parse_report(run_guidellm(cmd, tmp, args.timeout))
-                missing = set(args.concurrency) - set(per)
-                if missing:
-                    raise RuntimeError(f"guidellm report lacks concurrency {sorted(missing)}")
-                q1, h1 = prefix_counters(server.url)
-                runs.append(per)
-                hit_shares.append((h1 - h0) / (q1 - q0) if q1 > q0 else 0.0)
-                print(f"run {r + 1}/{args.repeats}: " + ", ".join(
-                    f"c{c} {per[c]['requests_per_s']:.2f} req/s" for c in args.concurrency),
-                    flush=True)
-        print(f"server: {server.tail(1)}")  # "stopped; N device blocks free"
+        runs, hit_shares = _guidellm_runs(exe, model, tokenizer, tmp, args)
     res = summarise(runs, hit_shares, args.concurrency)
     print_table(res, args.concurrency)
     load = os.getloadavg()

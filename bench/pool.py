@@ -11,6 +11,7 @@ median [min-max] side by side, ratios as the median of per-round ratios. Never p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import time
@@ -39,24 +40,7 @@ def bench_decode(caching: bool, batched: bool, num_seqs=256, steps=400, seed=0) 
     allocs = frees = 0
     t0 = time.perf_counter()
     if batched:
-        # one extend_tables call gives every sequence its block; a calendar (step -> sequences
-        # reaching their target then) keeps the harness's own bookkeeping O(finished)
-        extend, free_many = pool.extend_tables, pool.free_many
-        calendar: dict[int, list[int]] = {}
-        for i, t in enumerate(targets):
-            calendar.setdefault(t - 1, []).append(i)
-        for step in range(steps):
-            assert extend(tables)
-            allocs += num_seqs
-            fin = calendar.pop(step, None)
-            if fin:
-                done: list[int] = []
-                for i in fin:
-                    done += tables[i][::-1]
-                    tables[i] = []
-                    calendar.setdefault(step + rng.randint(8, 64), []).append(i)
-                free_many(done)
-                frees += len(done)
+        allocs, frees = _decode_batched(pool, tables, targets, rng, steps)
     else:
         allocate, free_many = pool.allocate, pool.free_many
         for _ in range(steps):
@@ -74,6 +58,32 @@ def bench_decode(caching: bool, batched: bool, num_seqs=256, steps=400, seed=0) 
         pool.free_many(tbl[::-1])
     assert pool.stats().num_used == 0, "block leak"
     return {"seconds": dt, "ops_per_s": (allocs + frees) / dt}
+
+
+def _decode_batched(pool: BlockPool, tables: list[list[int]], targets: list[int],
+                    rng: random.Random, steps: int) -> tuple[int, int]:
+    """bench_decode's batched arm: one extend_tables call gives every sequence its block; a
+    calendar (step -> sequences reaching their target then) keeps the harness's own
+    bookkeeping O(finished). The blocks allocated and freed."""
+    num_seqs = len(tables)
+    allocs = frees = 0
+    extend, free_many = pool.extend_tables, pool.free_many
+    calendar: dict[int, list[int]] = {}
+    for i, t in enumerate(targets):
+        calendar.setdefault(t - 1, []).append(i)
+    for step in range(steps):
+        assert extend(tables)
+        allocs += num_seqs
+        fin = calendar.pop(step, None)
+        if fin:
+            done: list[int] = []
+            for i in fin:
+                done += tables[i][::-1]
+                tables[i] = []
+                calendar.setdefault(step + rng.randint(8, 64), []).append(i)
+            free_many(done)
+            frees += len(done)
+    return allocs, frees
 
 
 def bench_bulk(caching: bool, per=128, rounds=400) -> dict:
@@ -216,28 +226,29 @@ def _group(timing: Timing, **workloads) -> dict[str, list[dict]]:
     return alternate({k: fn for k, fn in workloads.items() if fn is not None}, timing)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = bench_parser("pool", __doc__)
-    ap.add_argument("--no-anchors", action="store_true")
-    args = ap.parse_args(argv)
-    timing = timing_from_args(args)
-    k = 0.25 if timing.quick else 1.0
-    steps, rounds = int(400 * k), int(400 * k)
-    an = Anchors(not args.no_anchors)
-    res: dict = {"machine": machine(), "timing": timing_info(timing)}
-    f = res
-    vres: dict = {}  # anchor key -> runs
-    nres: dict = {}
-    rows: list = []
+@dataclasses.dataclass
+class Figures:
+    """What main collects: kvpool's figures (``res``, the JSON), the anchors' runs under their
+    own keys (``vllm``, ``nano``) and the printed table's rows (key, ours, base, ratio, name)."""
 
-    def row(key, ours_runs, ours_field, base_runs, base_field, name):
+    res: dict
+    vllm: dict = dataclasses.field(default_factory=dict)
+    nano: dict = dataclasses.field(default_factory=dict)
+    rows: list = dataclasses.field(default_factory=list)
+
+    def row(self, key, ours_runs, ours_field, base_runs, base_field, name) -> None:
         ours = stat(ours_runs, ours_field)
         if base_runs is None:
-            rows.append((key, ours, None, None, name))
+            self.rows.append((key, ours, None, None, name))
             return
-        rows.append((key, ours, stat(base_runs, base_field),
-                     ratio_stat(ours_runs, ours_field, base_runs, base_field), name))
+        self.rows.append((key, ours, stat(base_runs, base_field),
+                          ratio_stat(ours_runs, ours_field, base_runs, base_field), name))
 
+
+def _decode_and_bulk(fig: Figures, timing: Timing, an: Anchors, steps: int,
+                     rounds: int) -> None:
+    """bench_decode (per sequence and batched) and bench_bulk, prefix caching on then off."""
+    f = fig.res
     for caching in (True, False):
         sfx = "" if caching else ".nocache"
         g = _group(timing, per_seq=lambda c=caching: bench_decode(c, False, steps=steps),
@@ -248,91 +259,118 @@ def main(argv: list[str] | None = None) -> None:
         put(f, f"decode.batched_ops_per_s{sfx}", stat(g["batched"], "ops_per_s"))
         vname = f"vLLM caching={caching}"
         for kind in ("per_seq", "batched"):
-            row(f"decode.{kind}_ops_per_s{sfx}", g[kind], "ops_per_s", g.get("vllm"),
-                "ops_per_s", vname)
+            fig.row(f"decode.{kind}_ops_per_s{sfx}", g[kind], "ops_per_s", g.get("vllm"),
+                    "ops_per_s", vname)
         if "vllm" in g:
-            vres[f"i.decode_1blk_256seq.caching={caching}"] = g["vllm"]
+            fig.vllm[f"i.decode_1blk_256seq.caching={caching}"] = g["vllm"]
         if "nano" in g:
-            nres["i.decode_1blk_256seq"] = g["nano"]
-            row("decode.per_seq_ops_per_s", g["per_seq"], "ops_per_s", g["nano"], "ops_per_s",
-                "nano-vllm")
+            fig.nano["i.decode_1blk_256seq"] = g["nano"]
+            fig.row("decode.per_seq_ops_per_s", g["per_seq"], "ops_per_s", g["nano"],
+                    "ops_per_s", "nano-vllm")
         g = _group(timing, kv=lambda c=caching: bench_bulk(c, rounds=rounds),
                    vllm=an.v("bench_bulk", caching, rounds=rounds),
                    nano=an.n("bench_bulk", rounds=rounds) if caching else None)
         put(f, f"bulk.blocks_per_s{sfx}", stat(g["kv"], "blocks_per_s"))
         if "vllm" in g:
-            vres[f"i.bulk_128blk.caching={caching}"] = g["vllm"]
+            fig.vllm[f"i.bulk_128blk.caching={caching}"] = g["vllm"]
         if "nano" in g:
-            nres["i.bulk_128blk(allocate)"] = g["nano"]
+            fig.nano["i.bulk_128blk(allocate)"] = g["nano"]
         if caching:
-            row("bulk.blocks_per_s", g["kv"], "blocks_per_s", g.get("vllm"),
-                "blocks_per_s_alloc_plus_free", vname)
+            fig.row("bulk.blocks_per_s", g["kv"], "blocks_per_s", g.get("vllm"),
+                    "blocks_per_s_alloc_plus_free", vname)
 
+
+def _hash_and_lookup(fig: Figures, timing: Timing, an: Anchors, k: float) -> None:
+    """bench_hash (sha256) and bench_lookup (hits, misses)."""
+    f = fig.res
     f["hash.algo"] = "sha256"
     reps = int(200 * k)
     g = _group(timing, kv=lambda: bench_hash(reps=reps),
                vllm=an.v("bench_hash", "sha256", reps=reps), nano=an.n("bench_hash", reps=reps))
     put(f, "hash.tokens_per_s", stat(g["kv"], "tokens_per_s"))
-    row("hash.tokens_per_s (sha256)", g["kv"], "tokens_per_s", g.get("vllm"),
-        "tokens_hashed_per_s", "vLLM sha256")
+    fig.row("hash.tokens_per_s (sha256)", g["kv"], "tokens_per_s", g.get("vllm"),
+            "tokens_hashed_per_s", "vLLM sha256")
     if "vllm" in g:
-        vres["ii.hash_2048tok.sha256"] = g["vllm"]
+        fig.vllm["ii.hash_2048tok.sha256"] = g["vllm"]
     if "nano" in g:
-        nres["ii.hash_2048tok.xxh64"] = g["nano"]
-        row("hash.tokens_per_s (sha256) vs xxh64", g["kv"], "tokens_per_s", g["nano"],
-            "tokens_hashed_per_s", "nano-vllm xxh64")
+        fig.nano["ii.hash_2048tok.xxh64"] = g["nano"]
+        fig.row("hash.tokens_per_s (sha256) vs xxh64", g["kv"], "tokens_per_s", g["nano"],
+                "tokens_hashed_per_s", "nano-vllm xxh64")
 
     reps = int(300 * k)
     g = _group(timing, kv=lambda: bench_lookup(reps=reps), vllm=an.v("bench_lookup", reps=reps),
                nano=an.n("bench_lookup", reps=reps))
     put(f, "lookup.hits_per_s", stat(g["kv"], "hits_per_s"))
     put(f, "lookup.misses_per_s", stat(g["kv"], "misses_per_s"))
-    row("lookup.hits_per_s", g["kv"], "hits_per_s", g.get("vllm"), "hit_lookups_per_s", "vLLM")
-    row("lookup.misses_per_s", g["kv"], "misses_per_s", g.get("vllm"), "miss_lookups_per_s",
-        "vLLM")
+    fig.row("lookup.hits_per_s", g["kv"], "hits_per_s", g.get("vllm"), "hit_lookups_per_s",
+            "vLLM")
+    fig.row("lookup.misses_per_s", g["kv"], "misses_per_s", g.get("vllm"),
+            "miss_lookups_per_s", "vLLM")
     if "vllm" in g:
-        vres["ii.lookup_get_cached_block.sha256"] = g["vllm"]
+        fig.vllm["ii.lookup_get_cached_block.sha256"] = g["vllm"]
     if "nano" in g:
-        nres["ii.lookup"] = g["nano"]
+        fig.nano["ii.lookup"] = g["nano"]
 
+
+def _cycles_and_memory(fig: Figures, timing: Timing, an: Anchors, k: float) -> None:
+    """bench_cycle per scenario (unique, shared, nocache) and bench_memory."""
+    f = fig.res
     n_req = int(64 * k)
     for sc in ("unique", "shared", "nocache"):
         g = _group(timing, kv=lambda s=sc: bench_cycle(s, n_req=n_req),
                    vllm=an.v("bench_manager", sc, n_req=n_req),
                    nano=an.n("bench_cycle", sc, n_req=n_req) if sc != "nocache" else None)
         put(f, f"cycle.{sc}.requests_per_s", stat(g["kv"], "requests_per_s"))
-        row(f"cycle.{sc}.requests_per_s", g["kv"], "requests_per_s", g.get("vllm"),
-            "requests_per_s", "vLLM KVCacheManager")
+        fig.row(f"cycle.{sc}.requests_per_s", g["kv"], "requests_per_s", g.get("vllm"),
+                "requests_per_s", "vLLM KVCacheManager")
         if "vllm" in g:
-            vres[f"iii.kvcachemanager.{sc}"] = g["vllm"]
+            fig.vllm[f"iii.kvcachemanager.{sc}"] = g["vllm"]
         if "nano" in g:
-            nres[f"iii.cycle.{sc}.bs16"] = g["nano"]
-            row(f"cycle.{sc}.requests_per_s", g["kv"], "requests_per_s", g["nano"],
-                "requests_per_s", "nano-vllm")
+            fig.nano[f"iii.cycle.{sc}.bs16"] = g["nano"]
+            fig.row(f"cycle.{sc}.requests_per_s", g["kv"], "requests_per_s", g["nano"],
+                    "requests_per_s", "nano-vllm")
 
     mem = repeat(lambda: bench_memory(fill=not timing.quick), timing.repeats)
     put(f, "memory.bytes_per_block", stat(mem, "bytes_per_block"))
     if "bytes_per_block_all_cached" in mem[0]:
         put(f, "memory.bytes_per_block_all_cached", stat(mem, "bytes_per_block_all_cached"))
 
+
+def _report(fig: Figures, timing: Timing, an: Anchors, json_path: str | None) -> None:
+    """The baselines' and ratios' JSON sections, the printed table, the JSON file."""
+    res = fig.res
     res["baselines"] = {
-        "vllm": {**an.vllm_info, "results": {key: summary(r) for key, r in vres.items()}}
+        "vllm": {**an.vllm_info, "results": {key: summary(r) for key, r in fig.vllm.items()}}
         if an.vllm else None,
-        "nanovllm": {"results": {key: summary(r) for key, r in nres.items()}}
+        "nanovllm": {"results": {key: summary(r) for key, r in fig.nano.items()}}
         if an.nano else None}
     ratios: dict = {}
-    for key, _ours, _base, ratio, name in rows:
+    for key, _ours, _base, ratio, name in fig.rows:
         if ratio is not None:
             put(ratios, f"{key} / {name}", ratio)
     res["ratios"] = ratios
     print(f"\n{timing.repeats} runs of >= {timing.min_seconds} s per figure; kvpool and "
           f"baselines alternate; ratio = median of per-round ratios")
-    print_table(rows)
+    print_table(fig.rows)
     for key in ("memory.bytes_per_block", "memory.bytes_per_block_all_cached"):
-        if key in f:
-            print(f"{key} (1M blocks, prefix caching on): {f[key]:.1f} "
-                  f"[{f[key + '.min']:.1f}-{f[key + '.max']:.1f}]")
-    write_json(args.json, res)
+        if key in res:
+            print(f"{key} (1M blocks, prefix caching on): {res[key]:.1f} "
+                  f"[{res[key + '.min']:.1f}-{res[key + '.max']:.1f}]")
+    write_json(json_path, res)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = bench_parser("pool", __doc__)
+    ap.add_argument("--no-anchors", action="store_true")
+    args = ap.parse_args(argv)
+    timing = timing_from_args(args)
+    k = 0.25 if timing.quick else 1.0
+    an = Anchors(not args.no_anchors)
+    fig = Figures({"machine": machine(), "timing": timing_info(timing)})
+    _decode_and_bulk(fig, timing, an, steps=int(400 * k), rounds=int(400 * k))
+    _hash_and_lookup(fig, timing, an, k)
+    _cycles_and_memory(fig, timing, an, k)
+    _report(fig, timing, an, args.json)
 
 
 if __name__ == "__main__":

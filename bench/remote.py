@@ -201,42 +201,44 @@ async def _probe_and_round_trips(url: str, rounds: int, timing: Timing, res: dic
                                     for k, h in zip(keys, hs)]) == 64
         for _ in range(20):  # warm the connection and the script cache
             assert await tier.probe(keys) == 64
-
-        async def lua() -> dict:
-            lat = []
-            for _ in range(rounds):
-                t0 = time.perf_counter()
-                await tier.probe(keys)
-                lat.append(time.perf_counter() - t0)
-            return _quantiles(lat)
-
-        async def exists() -> dict:
-            lat = []
-            for _ in range(rounds):
-                t0 = time.perf_counter()
-                pipe = r.pipeline(transaction=False)
-                for k in keys:
-                    pipe.exists(k)
-                await pipe.execute()
-                lat.append(time.perf_counter() - t0)
-            return _quantiles(lat)
-
-        runs = await aalternate({"lua": lua, "exists": exists}, timing)
-        put_runs(res, runs["lua"], {"probe.lua_p50_ms": "p50_ms", "probe.lua_p99_ms": "p99_ms"})
-        put_runs(res, runs["exists"], {"probe.exists_pipelined_p50_ms": "p50_ms",
-                                       "probe.exists_pipelined_p99_ms": "p99_ms"})
-        # round trips: the client commands Redis ran for one call over 64 keys (a script's
-        # inner TOUCHes are not round trips; INFO is excluded)
-        for name, call, cmds in (
-                ("get_many_64", lambda: tier.get_many(keys), ("cmdstat_mget", "cmdstat_get")),
-                ("probe_64", lambda: tier.probe(keys), ("cmdstat_evalsha", "cmdstat_eval"))):
-            before = await _commands(r)
-            await call()
-            after = await _commands(r)
-            res[f"round_trips.{name}"] = sum(after.get(c, 0) - before.get(c, 0) for c in cmds)
+        await _probe_latency(tier, r, keys, rounds, timing, res)
+        await _round_trips(tier, r, keys, res)
     finally:
         await r.aclose()
         await tier.aclose()
+
+
+async def _probe_latency(tier: RedisTier, r: aioredis.Redis, keys: list, rounds: int,
+                         timing: Timing, res: dict) -> None:
+    """The tier's probe script against 64 pipelined EXISTS, alternating: p50 / p99 ms."""
+    async def exists() -> dict:
+        lat = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            pipe = r.pipeline(transaction=False)
+            for k in keys:
+                pipe.exists(k)
+            await pipe.execute()
+            lat.append(time.perf_counter() - t0)
+        return _quantiles(lat)
+
+    runs = await aalternate({"lua": remote_cluster.probe_arm(tier, keys, rounds),
+                             "exists": exists}, timing)
+    put_runs(res, runs["lua"], {"probe.lua_p50_ms": "p50_ms", "probe.lua_p99_ms": "p99_ms"})
+    put_runs(res, runs["exists"], {"probe.exists_pipelined_p50_ms": "p50_ms",
+                                   "probe.exists_pipelined_p99_ms": "p99_ms"})
+
+
+async def _round_trips(tier: RedisTier, r: aioredis.Redis, keys: list, res: dict) -> None:
+    """The client commands Redis ran for one call over 64 keys (a script's inner TOUCHes are
+    not round trips; INFO is excluded)."""
+    for name, call, cmds in (
+            ("get_many_64", lambda: tier.get_many(keys), ("cmdstat_mget", "cmdstat_get")),
+            ("probe_64", lambda: tier.probe(keys), ("cmdstat_evalsha", "cmdstat_eval"))):
+        before = await _commands(r)
+        await call()
+        after = await _commands(r)
+        res[f"round_trips.{name}"] = sum(after.get(c, 0) - before.get(c, 0) for c in cmds)
 
 
 def _quantiles(lat: list[float]) -> dict:
@@ -245,7 +247,7 @@ def _quantiles(lat: list[float]) -> dict:
             "p99_ms": xs[min(len(xs) - 1, int(len(xs) * 0.99))] * 1e3}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = bench_parser("remote", __doc__)
     ap.add_argument("--no-ttft", action="store_true", help="skip the TTFT-by-prefix section")
     ap.add_argument("--sizes", type=_lengths, default=None, metavar="KIB,KIB,...",
@@ -257,20 +259,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cluster", action="store_true",
                     help="the Redis Cluster section only (bench/remote_cluster.py)")
     args = ap.parse_args(argv)
+    # (--cluster runs no TTFT section: its --ttft-repeats is never read)
+    if not args.cluster and args.ttft_repeats is not None and args.ttft_repeats < 1:
+        ap.error("--ttft-repeats: use N >= 1")
+    return args
+
+
+def _cluster(args: argparse.Namespace, timing: Timing) -> int:
+    """--cluster: the Redis Cluster section only."""
+    res = {"timing": timing_info(timing), "machine": machine(),
+           "load_avg": list(os.getloadavg())}
+    tune_process(engine_config(remote_cluster.SHARE_BLOCKS))
+    res.update(asyncio.run(remote_cluster.cluster_vs_single(timing)))
+    res["load_avg_end"] = list(os.getloadavg())
+    remote_cluster.print_cluster(res)
+    write_json(args.json, res)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
     timing = timing_from_args(args)
     if args.cluster:
-        res = {"timing": timing_info(timing), "machine": machine(),
-               "load_avg": list(os.getloadavg())}
-        tune_process(engine_config(remote_cluster.SHARE_BLOCKS))
-        res.update(asyncio.run(remote_cluster.cluster_vs_single(timing)))
-        res["load_avg_end"] = list(os.getloadavg())
-        remote_cluster.print_cluster(res)
-        write_json(args.json, res)
-        return 0
+        return _cluster(args, timing)
     lengths = args.ttft_blocks or (remote_ttft.QUICK_LENGTHS if timing.quick
                                    else remote_ttft.LENGTHS)
-    if args.ttft_repeats is not None and args.ttft_repeats < 1:
-        ap.error("--ttft-repeats: use N >= 1")
     ttft_repeats = args.ttft_repeats or (2 if timing.quick else 5)
     total = (2 if timing.quick else 16) << 20  # bytes per call of a throughput workload
     sizes = (tuple(k << 10 for k in args.sizes) if args.sizes else

@@ -55,7 +55,8 @@ async def _stored(url: str, tag: int, n: int, size: int) -> tuple[RedisTier, lis
     return t, keys
 
 
-def _probe_arm(t: RedisTier, keys: list[str], rounds: int):
+def probe_arm(t: RedisTier, keys: list[str], rounds: int):
+    """An arm timing ``rounds`` probes of ``keys`` one by one: p50 / p99 ms."""
     async def run() -> dict:
         lat = []
         for _ in range(rounds):
@@ -82,7 +83,7 @@ async def _probe(urls: dict[str, str], timing: Timing, res: dict) -> None:
     tiers = {name: await _stored(url, 7, 64, 1024) for name, url in urls.items()}
     rounds = 100 if timing.quick else 1000
     try:
-        runs = await aalternate({n: _probe_arm(t, k, rounds) for n, (t, k) in tiers.items()},
+        runs = await aalternate({n: probe_arm(t, k, rounds) for n, (t, k) in tiers.items()},
                                 timing)
         for n in urls:
             put_runs(res, runs[n], {f"cluster.probe.{n}_p50_ms": "p50_ms",

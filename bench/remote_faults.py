@@ -68,6 +68,10 @@ REPLICA_ARGS = ["--num-device-blocks", "256", "--num-host-blocks", "256", "--max
                 "512", "--max-num-seqs", "64", "--enable-prefix-caching",
                 "--invariant-check-interval", "4", "--remote-write-policy", "write_through",
                 "--remote-prefetch-timeout-ms", "500", "--log-level", "warning"]
+# the stress report's figures the result keeps
+STRESS_KEYS = ("requests", "ok", "failed", "unexpected_5xx", "failure_details", "disconnected",
+               "busy_or_quota_rejected", "greedy_checked", "greedy_mismatches", "ttft_p50_s",
+               "ttft_p99_s")
 
 
 class RouterProcess:
@@ -298,6 +302,30 @@ def figures(marks, watch: BreakerWatch, probe: TtftProbe) -> dict:
     return out
 
 
+def _duration(args) -> float:
+    """Seconds of load: the baseline, every fault and its aftermath, and a second to spare."""
+    return args.baseline + args.stop + args.after * 2 + args.down + 1.0
+
+
+def _stress(router_url: str, args) -> HttpStress:
+    return HttpStress(HttpConfig(url=router_url, clients=args.clients,
+                                 duration=_duration(args), request_timeout=60.0, progress=False,
+                                 workload=WorkloadConfig(hostile_rate=0.0, seed=args.seed)))
+
+
+def _fill(result: dict, report: dict, urls: list[str], marks: dict[str, float],
+          watch: BreakerWatch, probe: TtftProbe) -> dict:
+    """The result's figures from the stress report, the replicas' drain and the fault marks."""
+    figs = report.get("figures", report)
+    result["stress"] = {k: figs.get(k) for k in STRESS_KEYS}
+    result["drain"] = asyncio.run(drain_all(urls))
+    result["faults"] = figures(marks, watch, probe)
+    result["failed_requests"] = (figs.get("failed") or 0) + result["faults"]["probe_failures"]
+    result["leaked_blocks"] = (result["drain"]["leaked_device_blocks"]
+                               + result["drain"]["leaked_host_blocks"])
+    return result
+
+
 def run(args) -> dict:
     redis = fault_target(args)
     replicas = [SpawnedServer([*REPLICA_ARGS, "--remote-url", redis.url, "--replica-id",
@@ -310,11 +338,7 @@ def run(args) -> dict:
         urls = start_replicas(replicas)
         router = RouterProcess(urls)
         router_url = router.start()
-        duration = args.baseline + args.stop + args.after * 2 + args.down + 1.0
-        stress = HttpStress(HttpConfig(url=router_url, clients=args.clients,
-                                       duration=duration, request_timeout=60.0, progress=False,
-                                       workload=WorkloadConfig(hostile_rate=0.0,
-                                                               seed=args.seed)))
+        stress = _stress(router_url, args)
         watch = BreakerWatch(urls)
         probe = TtftProbe(router_url, args.probe_interval)
         marks: dict[str, float] = {}
@@ -323,22 +347,12 @@ def run(args) -> dict:
         probe.start()
         faults.start()
         report = stress.run().to_dict()
-        faults.join(duration + 30)
+        faults.join(_duration(args) + 30)
         probe.stop_evt.set()
         probe.join(60)
         watch.stop_evt.set()
         watch.join(10)
-        figs = report.get("figures", report)
-        result["stress"] = {k: figs.get(k) for k in (
-            "requests", "ok", "failed", "unexpected_5xx", "failure_details", "disconnected",
-            "busy_or_quota_rejected", "greedy_checked", "greedy_mismatches", "ttft_p50_s",
-            "ttft_p99_s")}
-        result["drain"] = asyncio.run(drain_all(urls))
-        result["faults"] = figures(marks, watch, probe)
-        result["failed_requests"] = (figs.get("failed") or 0) + result["faults"]["probe_failures"]
-        result["leaked_blocks"] = (result["drain"]["leaked_device_blocks"]
-                                   + result["drain"]["leaked_host_blocks"])
-        return result
+        return _fill(result, report, urls, marks, watch, probe)
     finally:
         for th in (probe, watch):
             if th is not None:

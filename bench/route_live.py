@@ -39,73 +39,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 
 import aiohttp
 
 from bench.common import machine, write_json
 from bench.remote_faults import RouterProcess, scrape_sync, start_replicas
-from bench.route import DEFAULT_TRACE, Req, Simulation, load_reqs
+from bench.route import DEFAULT_TRACE, load_reqs
 from bench.route_epp import epp_overhead
 from bench.route_overhead import measure_overhead
+from bench.route_workload import Turn, block_tokens, build_workload, prompt_ids, simulate
 from stress.report import percentile
 from stress.http.servers import SpawnedServer
 from bench.redis_servers import RedisServer
 
 KV_EVENTS = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
                         "endpoint": "tcp://127.0.0.1:0", "replay_endpoint": "tcp://127.0.0.1:0"})
-TOKEN_LO, TOKEN_HI = 10, 250  # inside the tiny model's byte vocabulary, clear of specials
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """One request of the replay: its blocks (system prompt ids < 0, trace hash ids >= 1)."""
-
-    index: int
-    output_length: int
-    blocks: tuple[int, ...]
-
-
-def build_workload(reqs: list[Req], conversations: int, *, max_blocks: int = 24,
-                   system_prompts: int = 4, system_blocks: int = 1, seed: int = 0) -> list[Turn]:
-    """Sample ``conversations`` trace conversations; their turns in trace order."""
-    groups: dict[int, list[Req]] = {}
-    for r in reqs:
-        if len(r.hash_ids) > 1:  # a lone [0] is only the system prompt: no conversation key
-            groups.setdefault(r.hash_ids[1], []).append(r)
-    rng = random.Random(seed)
-    keys = sorted(groups)
-    chosen = set(rng.sample(keys, min(conversations, len(keys))))
-    system = {k: rng.randrange(system_prompts) for k in sorted(chosen)}
-    turns: list[Turn] = []
-    for r in reqs:  # trace order
-        if len(r.hash_ids) > 1 and r.hash_ids[1] in chosen:
-            s = system[r.hash_ids[1]]
-            head = tuple(-(s * system_blocks + j + 1) for j in range(system_blocks))
-            turns.append(Turn(len(turns), r.output_length, head + r.hash_ids[1:max_blocks]))
-    return turns
-
-
-def block_tokens(h: int, salt: str, block_size: int) -> list[int]:
-    rng = random.Random(f"{salt}:{h}")
-    return [rng.randrange(TOKEN_LO, TOKEN_HI) for _ in range(block_size)]
-
-
-def prompt_ids(turn: Turn, salt: str, block_size: int) -> list[int]:
-    ids = [t for h in turn.blocks for t in block_tokens(h, salt, block_size)]
-    return ids + block_tokens(10**9 + turn.index, salt, block_size // 2)  # own tail
-
-
-def simulate(turns: list[Turn], policy: str, replicas: int, local_blocks: int) -> float:
-    """bench/route.py's model on this workload (one request at a time: loads stay 0)."""
-    reqs = [Req(1e6 * t.index, t.output_length, t.blocks) for t in turns]  # each runs alone
-    routing = "prefix_aware" if policy == "prefix" else policy
-    return Simulation(routing, replicas=replicas, local_blocks=local_blocks).run(
-        reqs)["total_hit_rate"]
 
 
 async def one(session: aiohttp.ClientSession, url: str, turn: Turn, salt: str,
@@ -248,19 +199,35 @@ def modes_of(args) -> list[tuple[str, bool]]:
     return modes
 
 
+def workload_info(turns: list[Turn], args) -> dict:
+    """The result's description of the workload, with each policy's simulated hit rate."""
+    unique = len({h for t in turns for h in t.blocks})
+    return {"workload": {"turns": len(turns), "unique_blocks": unique,
+                         "blocks": sum(len(t.blocks) for t in turns),
+                         "device_blocks_per_replica": args.device_blocks},
+            "simulated_hit_rate": {p: simulate(turns, p, args.replicas, args.device_blocks)
+                                   for p in ("round_robin", "prefix")}}
+
+
+def run_modes(urls: dict[bool, list[str]], modes: list[tuple[str, bool]],
+              turns: list[Turn], args) -> dict:
+    """Every mode once per repeat, in order; each mode's summary."""
+    runs: dict[str, list[dict]] = {}
+    for rep in range(args.repeats):
+        for policy, tier in modes:
+            name = policy + ("+write_back" if tier else "")
+            runs.setdefault(name, []).append(
+                run_mode(urls[tier], policy, turns, f"{args.seed}:{rep}:{name}", args))
+    return {name: summarize(rs) for name, rs in runs.items()}
+
+
 def run(args) -> dict:
     turns = build_workload(load_reqs(args.trace), args.conversations, max_blocks=args.max_blocks,
                            system_prompts=args.system_prompts,
                            system_blocks=args.system_blocks, seed=args.seed)
-    unique = len({h for t in turns for h in t.blocks})
     modes = modes_of(args)
     result: dict = {"bench": "route_live", "machine": machine(), "config": vars(args),
-                    "workload": {"turns": len(turns), "unique_blocks": unique,
-                                 "blocks": sum(len(t.blocks) for t in turns),
-                                 "device_blocks_per_replica": args.device_blocks},
-                    "simulated_hit_rate": {p: simulate(turns, p, args.replicas,
-                                                       args.device_blocks)
-                                           for p in ("round_robin", "prefix")}}
+                    **workload_info(turns, args)}
     redis = RedisServer() if args.tier else None
     fleets: dict[bool, list[SpawnedServer]] = {}
     try:
@@ -271,14 +238,7 @@ def run(args) -> dict:
             fleets[tier] = [SpawnedServer(replica_args(args, i, redis.url if tier else None),
                                           startup_timeout=120) for i in range(args.replicas)]
             urls[tier] = start_replicas(fleets[tier])
-        runs: dict[str, list[dict]] = {}
-        for rep in range(args.repeats):
-            for policy, tier in modes:
-                name = policy + ("+write_back" if tier else "")
-                runs.setdefault(name, []).append(
-                    run_mode(urls[tier], policy, turns, f"{args.seed}:{rep}:{name}", args))
-        result["modes"] = {name: summarize(rs) for name, rs in runs.items()}
-        m = result["modes"]
+        m = result["modes"] = run_modes(urls, modes, turns, args)
         rr = m["round_robin"]["hit_rate"]
         result["prefix_over_round_robin"] = round(m["prefix"]["hit_rate"] / rr, 3) if rr else None
         result["failed_requests"] = sum(v["failed"] for v in m.values())
@@ -351,7 +311,7 @@ def print_added(o: dict) -> None:
               f"ms p99  per round {med:.3f} [{lo:.3f}-{hi:.3f}] ms")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.route_live", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", default=str(DEFAULT_TRACE))
@@ -386,7 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true",
                    help="2 replicas, 6 conversations, 1 repeat, no tier (the smoke test)")
     p.add_argument("--json", default=None, help="write the figures here")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.quick:
         args.replicas, args.conversations, args.repeats, args.tier = 2, 6, 1, False
         args.device_blocks, args.clients = 256, 2

@@ -99,17 +99,23 @@ def bench_decode(num_seqs: int, steps: int) -> dict:
             "step_done_us": 1e6 * t_done / seqs}
 
 
-def bench_mixed(num_seqs: int, steps: int) -> dict:
-    """Arrivals, finishes, decode preemption (swap / recompute by cost) and swap-in."""
-    rng = random.Random(1)
+def _mixed_scheduler(num_seqs: int) -> Scheduler:
+    """bench_mixed's scheduler: a device pool of 30 % of the worst case, a host pool of 1/32
+    of that, no watermark."""
     worst = num_seqs * (512 + 256) // BS
     device = int(worst * 0.3)
     mgr = BlockSpaceManager(CacheConfig(num_device_blocks=device, block_size=BS,
                                         num_host_blocks=device // 32, watermark=0.0))
     # cost figures where swap wins on cost; recompute happens when the host pool is full
-    sched = Scheduler(mgr, SchedulerConfig(
+    return Scheduler(mgr, SchedulerConfig(
         max_num_seqs=num_seqs, max_num_batched_tokens=4096, max_model_len=4096,
         kv_bytes_per_block=1 << 20, copy_bytes_per_s=8e9, prefill_tokens_per_s=3000.0))
+
+
+def bench_mixed(num_seqs: int, steps: int) -> dict:
+    """Arrivals, finishes, decode preemption (swap / recompute by cost) and swap-in."""
+    rng = random.Random(1)
+    sched = _mixed_scheduler(num_seqs)
     next_id = 0
 
     def top_up() -> None:
@@ -134,7 +140,12 @@ def bench_mixed(num_seqs: int, steps: int) -> dict:
         sched.on_step_done(out, _sampled(out))
         elapsed += time.perf_counter() - t0
         seqs += out.num_seqs
-    st = sched.stats()
+    return _mixed_figures(elapsed, seqs, base, sched.stats())
+
+
+def _mixed_figures(elapsed: float, seqs: int, base, st) -> dict:
+    """bench_mixed's figures: the timed steps, and what the scheduler did during them (its
+    stats at the end less those at the start)."""
     return {"seconds": elapsed, "seq_steps": seqs, "us_per_seq_step": 1e6 * elapsed / seqs,
             "preemptions_swap": st.preemptions["swap"] - base.preemptions["swap"],
             "preemptions_recompute": (st.preemptions["recompute"]

@@ -33,6 +33,7 @@ pass/fail.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
@@ -42,8 +43,8 @@ import time
 
 import torch
 
-from bench.common import (alternate, ameasure, bench_parser, machine, print_runs, put, put_runs,
-                          ratio_stat, timing_from_args, timing_info, write_json)
+from bench.common import (Timing, alternate, ameasure, bench_parser, machine, print_runs, put,
+                          put_runs, ratio_stat, timing_from_args, timing_info, write_json)
 from kvpool.runtime.engine.async_engine import AsyncEngine
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.core import EngineCore
@@ -193,7 +194,7 @@ def run_scrape(num_seqs: int, timing, samples: int = 200) -> list[dict]:
     return asyncio.run(main())
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = bench_parser("serve", __doc__)
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--hf-batch", type=int, default=16)
@@ -207,15 +208,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-out", type=int, default=256)
     ap.add_argument("--budget", type=int, default=2048, help="--max-num-batched-tokens")
     ap.add_argument("--ttft", default="", help="concurrency levels for the TTFT loop, e.g. 8,32")
-    args = ap.parse_args(argv)
-    timing = timing_from_args(args)
-    torch.set_num_threads(args.threads)
-    quick = timing.quick
-    n = 16 if quick else args.requests
-    kind = args.workload or ("chat" if args.model else "uniform")
-    reqs = getattr(serve_workload, kind)(n, max_prompt=128 if quick else args.max_prompt,
-                                         max_out=64 if quick else args.max_out)
-    dtype, why, _ = choose_dtype(args.dtype, "cpu", checkpoint_dtype(args.model))
+    return ap.parse_args(argv)
+
+
+def _header(args: argparse.Namespace, timing: Timing, kind: str, reqs: list, dtype: str,
+            why: str) -> dict:
+    """The result's description of the run (printed as one line)."""
+    n = len(reqs)
     res = {"machine": machine(), "timing": timing_info(timing), "requests": n,
            "hf_batch": args.hf_batch, "model": args.model or "tiny", "workload": kind,
            "dtype": dtype, "dtype_reason": why, "threads": args.threads,
@@ -225,12 +224,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{n} {kind} requests, {res['prompt_tokens']} prompt / {res['output_tokens']} output "
           f"tokens, prefix share {res['prefix_share']:.2f}; dtype {dtype} ({why}); "
           f"{args.threads} thread(s); load average {os.getloadavg()[0]:.2f}", flush=True)
-    hf = load_hf(args.model, resolve_dtype(dtype))
-    blocks = sum(-(-(len(p) + m) // 16) for p, m in reqs) + 64
-    core = build_core(reqs, blocks, args.model, dtype, args.budget)
-    salt = Salter()
+    return res
+
+
+def _engine_vs_hf(res: dict, core: EngineCore, hf, reqs: list, hf_batch: int, timing: Timing,
+                  salt: Salter) -> None:
+    """The engine and transformers alternating on the same requests."""
     runs = alternate({"engine": lambda: run_engine(core, reqs, salt()),
-                      "hf": lambda: run_hf(hf, reqs, args.hf_batch)}, timing)
+                      "hf": lambda: run_hf(hf, reqs, hf_batch)}, timing)
     eng, hfr = runs["engine"], runs["hf"]
     put_runs(res, eng, {"engine.output_tokens_per_s": "output_tokens_per_s",
                         "kv.utilization": "kv.utilization",
@@ -241,6 +242,24 @@ def main(argv: list[str] | None = None) -> None:
     # one pass over the requests (a run may repeat it to reach --min-seconds)
     put_runs(res, [{"s": r["seconds"] / r["calls"]} for r in eng], {"engine.seconds": "s"})
     put_runs(res, [{"s": r["seconds"] / r["calls"]} for r in hfr], {"hf.seconds": "s"})
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse_args(argv)
+    timing = timing_from_args(args)
+    torch.set_num_threads(args.threads)
+    quick = timing.quick
+    n = 16 if quick else args.requests
+    kind = args.workload or ("chat" if args.model else "uniform")
+    reqs = getattr(serve_workload, kind)(n, max_prompt=128 if quick else args.max_prompt,
+                                         max_out=64 if quick else args.max_out)
+    dtype, why, _ = choose_dtype(args.dtype, "cpu", checkpoint_dtype(args.model))
+    res = _header(args, timing, kind, reqs, dtype, why)
+    hf = load_hf(args.model, resolve_dtype(dtype))
+    blocks = sum(-(-(len(p) + m) // 16) for p, m in reqs) + 64
+    core = build_core(reqs, blocks, args.model, dtype, args.budget)
+    salt = Salter()
+    _engine_vs_hf(res, core, hf, reqs, args.hf_batch, timing, salt)
     for c in (int(x) for x in args.ttft.split(",") if x):
         tt = [run_ttft(core, reqs, c, salt()) for _ in range(timing.repeats)]
         put_runs(res, tt, {f"ttft.c{c}.{k}": k for k in ("ttft_p50_s", "ttft_p99_s",

@@ -53,6 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sub.required = True
     pool = sub.add_parser("pool", help="threads + coroutines hammer one BlockSpaceManager")
     _common(pool, 10.0)
+    _pool_arguments(pool)
+    http = sub.add_parser("http", help="K concurrent clients against kvpool serve")
+    _common(http, 30.0)
+    _http_load_arguments(http)
+    _http_server_arguments(http)
+    _http_extra_client_arguments(http)
+    return parser
+
+
+def _pool_arguments(pool: argparse.ArgumentParser) -> None:
+    """``stress pool``: the workers and the pool they share."""
     pool.add_argument("--threads", type=int, default=4, help="worker threads (default 4)")
     pool.add_argument("--coroutines", type=int, default=100,
                       help="coroutines through PoolFront (default 100)")
@@ -69,8 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     pool.add_argument("--no-prefix-caching", action="store_true",
                       help="run the device pool without a prefix index")
 
-    http = sub.add_parser("http", help="K concurrent clients against kvpool serve")
-    _common(http, 30.0)
+
+def _http_load_arguments(http: argparse.ArgumentParser) -> None:
+    """``stress http``: the clients and their mix of requests."""
     http.add_argument("--url", help="a running server on loopback (default: start one)")
     http.add_argument("--clients", type=_positive(int), default=16,
                       help="concurrent clients (default 16)")
@@ -89,6 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     http.add_argument("--tenants", type=_positive(int), default=4,
                       help="cache_salt tenants (tenant 0 sends none; default 4)")
     http.add_argument("--api-key", help="send (and start the server with) this API key")
+
+
+def _http_server_arguments(http: argparse.ArgumentParser) -> None:
+    """``stress http``: the server under load (started here, or in-process with --faults)."""
     http.add_argument("--tenant-block-quota", type=_positive(int), default=None,
                       help="start the server with this per-tenant block quota")
     http.add_argument("--faults", action="store_true",
@@ -106,6 +122,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                       help="the started server checks invariants every N steps (default 4)")
     http.add_argument("--drain-timeout", type=_positive(float), default=30.0,
                       help="seconds to wait for the server to drain (default 30)")
+    http.add_argument("--stream-write-timeout", type=_positive(float), default=None,
+                      help="the started server's --stream-write-timeout (default: 3 s with "
+                           "--slow-readers, else the server's own)")
+    http.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
+                      help="extra `kvpool serve` flag for the started server (repeatable; "
+                           "use --server-arg=--flag)")
+
+
+def _http_extra_client_arguments(http: argparse.ArgumentParser) -> None:
+    """``stress http``: extra hostile clients beside the load, and the /health check."""
     http.add_argument("--slowloris", type=int, default=0, metavar="N",
                       help="also hold N connections that trickle a request head (a byte a "
                            "second) and never finish it; the run fails if one outlives the "
@@ -119,13 +145,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     http.add_argument("--health-p99-ms", type=_positive(float), default=50.0,
                       help="fail the run when /health p99 (sampled every 50 ms all run long) "
                            "is above this (default 50)")
-    http.add_argument("--stream-write-timeout", type=_positive(float), default=None,
-                      help="the started server's --stream-write-timeout (default: 3 s with "
-                           "--slow-readers, else the server's own)")
-    http.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
-                      help="extra `kvpool serve` flag for the started server (repeatable; "
-                           "use --server-arg=--flag)")
-    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:

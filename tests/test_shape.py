@@ -1,17 +1,21 @@
-"""The product's shape (the house standards): no class in kvpool/ with more than 25 methods (a
-class that big is a second copy of its parts: reach them by name instead), no function longer
-than 40 lines and no file longer than 400. Read from the sources with ast, nothing imported."""
+"""The code's shape (the house standards): no class in kvpool/ with more than 25 methods (a
+class that big is a second copy of its parts: reach them by name instead), and in kvpool/,
+bench/, stress/ and tests/ no function longer than 40 lines and no file longer than 400. Read
+from the sources with ast, nothing imported."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 MAX_METHODS = 25
 MAX_FUNCTION_LINES = 40
 MAX_FILE_LINES = 400
 PRODUCT = ROOT / "kvpool"
+FOLDERS = ("kvpool", "bench", "stress", "tests")
 
 
 def _trees(folder: Path) -> list[tuple[Path, ast.Module]]:
@@ -29,15 +33,17 @@ def test_no_product_class_has_more_than_25_methods():
     assert not big, "\n".join(big)
 
 
-def test_no_product_function_is_longer_than_40_lines():
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_no_function_is_longer_than_40_lines(folder):
     long = [f"{p.relative_to(ROOT)}:{f.lineno}: {f.name} has {f.end_lineno - f.lineno + 1} lines"
-            for p, tree in _trees(PRODUCT) for f in ast.walk(tree)
+            for p, tree in _trees(ROOT / folder) for f in ast.walk(tree)
             if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
             and f.end_lineno - f.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, "\n".join(long)
 
 
-def test_no_product_file_is_longer_than_400_lines():
-    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in sorted(PRODUCT.rglob("*.py"))
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_no_file_is_longer_than_400_lines(folder):
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in sorted((ROOT / folder).rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
     assert not long, "\n".join(long)

@@ -142,10 +142,7 @@ class RequestRunner:
             text = c["message"]["content"] if "message" in c else c["text"]
             out.texts.append(text or "")
             out.finish.append(c.get("finish_reason"))
-        usage = body.get("usage") or {}
-        out.completion_tokens = int(usage.get("completion_tokens", 0))
-        out.cached_tokens = int((usage.get("prompt_tokens_details") or {})
-                                .get("cached_tokens", 0))
+        _put_usage(body.get("usage") or {}, out)
         out.category = "ok"
 
     async def _stream(self, spec: RequestSpec, resp: aiohttp.ClientResponse, out: Outcome,
@@ -165,27 +162,9 @@ class RequestRunner:
             obj = json.loads(payload)
             events += 1
             if "error" in obj:
-                message = str(obj["error"].get("message", ""))
-                out.error_code = obj["error"].get("code")
-                out.detail = f"stream error: {message}"[:240]
-                faulty = self.fault_mode and any(m in message for m in FAULT_MARKERS)
-                out.category = "fault" if faulty else "failed"
+                self._stream_error(obj["error"], out)
                 return
-            for c in obj.get("choices", []):
-                piece = c.get("text") if "text" in c else (c.get("delta") or {}).get("content")
-                if piece:
-                    if out.ttft is None:
-                        out.ttft = time.monotonic() - t0
-                    texts.setdefault(c["index"], []).append(piece)
-                else:
-                    texts.setdefault(c["index"], [])
-                if c.get("finish_reason") is not None:
-                    finish[c["index"]] = c["finish_reason"]
-            if obj.get("usage"):
-                u = obj["usage"]
-                out.completion_tokens = int(u.get("completion_tokens", 0))
-                out.cached_tokens = int((u.get("prompt_tokens_details") or {})
-                                        .get("cached_tokens", 0))
+            _take_event(obj, out, texts, finish, t0)
             if spec.disconnect == "mid_stream" and events >= spec.disconnect_after:
                 resp.close()  # drop the connection: the server must abort and free
                 out.category = "disconnected"
@@ -199,3 +178,34 @@ class RequestRunner:
             out.texts.append("".join(texts[i]))
             out.finish.append(finish.get(i))
         out.category = "ok"
+
+    def _stream_error(self, error: dict[str, Any], out: Outcome) -> None:
+        """An error event mid-stream: an injected fault (fault mode only) or a failure."""
+        message = str(error.get("message", ""))
+        out.error_code = error.get("code")
+        out.detail = f"stream error: {message}"[:240]
+        faulty = self.fault_mode and any(m in message for m in FAULT_MARKERS)
+        out.category = "fault" if faulty else "failed"
+
+
+def _take_event(obj: dict[str, Any], out: Outcome, texts: dict[int, list[str]],
+                finish: dict[int, str | None], t0: float) -> None:
+    """One stream event: its text pieces and finish reasons per choice index (the first piece
+    sets the TTFT), and its usage when it carries one."""
+    for c in obj.get("choices", []):
+        piece = c.get("text") if "text" in c else (c.get("delta") or {}).get("content")
+        if piece:
+            if out.ttft is None:
+                out.ttft = time.monotonic() - t0
+            texts.setdefault(c["index"], []).append(piece)
+        else:
+            texts.setdefault(c["index"], [])
+        if c.get("finish_reason") is not None:
+            finish[c["index"]] = c["finish_reason"]
+    if obj.get("usage"):
+        _put_usage(obj["usage"], out)
+
+
+def _put_usage(usage: dict[str, Any], out: Outcome) -> None:
+    out.completion_tokens = int(usage.get("completion_tokens", 0))
+    out.cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))

@@ -64,29 +64,8 @@ def fill_verdict(rep: StressReport, outs: list[Outcome], reference: dict[int, Ou
         rep.note(f"/metrics lacks {', '.join(missing)}: the leak and drain figures below "
                  "cannot be read from this server (a router? use each replica's /metrics)")
     _outcome_figures(rep, outs, run)
-    load_s = max(run.load_s, 1e-9)
-    gen = m1.get("kvpool_generation_tokens_total") - m0.get("kvpool_generation_tokens_total")
-    rep.set("server_generated_tokens_per_s", round(gen / load_s, 1))
-    rep.set("preemptions", m1.delta_by_label(m0, "kvpool_preemptions_total", "mode"))
-    rep.set("swap_blocks", m1.delta_by_label(m0, "kvpool_swap_blocks_total", "direction"))
-    rep.set("prefix_cache_hit_tokens", int(m1.get("kvpool_prefix_cache_hits_total")
-                                           - m0.get("kvpool_prefix_cache_hits_total")))
-    for tier in ("device", "host"):
-        pts = rep.series.get(f"usage:{tier}", [])
-        rep.set(f"peak_{tier}_usage", max((v for _, v in pts), default=0.0))
-    rep.set("drain_s", round(run.drain_s, 2))
-    rep.set("pool_after_drain", m1.pool_figures())
-    # when /metrics is gone these are None, which fails their must-be-zero check
-    rep.set("leaked_device_blocks", m1.used_blocks("device") if reachable else None,
-            must_be_zero=True)
-    rep.set("leaked_host_blocks", m1.used_blocks("host") if reachable else None,
-            must_be_zero=True)
-    rep.set("requests_in_flight_after_drain",
-            m1.requests_in_flight() if reachable else None, must_be_zero=True)
-    rep.set("queue_slots_after_drain", m1.queue_slots() if reachable else None,
-            must_be_zero=True)
-    rep.set("invariant_violations", m1.invariant_violations() if reachable else None,
-            must_be_zero=True)
+    _engine_figures(rep, m0, m1, run)
+    _leak_figures(rep, m1 if reachable else None)
     if run.external:
         rep.note("external server: invariant checks run only if it was started with "
                  "--invariant-check-interval N")
@@ -100,12 +79,45 @@ def fill_verdict(rep: StressReport, outs: list[Outcome], reference: dict[int, Ou
         rep.set("server_connections_rejected",
                 m1.delta_by_label(m0, "kvpool_http_connections_rejected_total", "reason"))
     if faults is not None:
-        fault_failed = sum(1 for o in outs if o.category == "fault")
-        rep.set("fault_failed_requests", fault_failed)
-        for k, v in faults.figures().items():
-            rep.set(k, v)
-        rep.set("fault_failures_over_injected",
-                max(0, fault_failed - faults.failures_injected), must_be_zero=True)
+        _fault_figures(rep, outs, faults)
+
+
+def _engine_figures(rep: StressReport, m0: MetricsScrape, m1: MetricsScrape,
+                    run: RunFacts) -> None:
+    """What the engine did during the load (the two scrapes' deltas) and after the drain."""
+    load_s = max(run.load_s, 1e-9)
+    gen = m1.get("kvpool_generation_tokens_total") - m0.get("kvpool_generation_tokens_total")
+    rep.set("server_generated_tokens_per_s", round(gen / load_s, 1))
+    rep.set("preemptions", m1.delta_by_label(m0, "kvpool_preemptions_total", "mode"))
+    rep.set("swap_blocks", m1.delta_by_label(m0, "kvpool_swap_blocks_total", "direction"))
+    rep.set("prefix_cache_hit_tokens", int(m1.get("kvpool_prefix_cache_hits_total")
+                                           - m0.get("kvpool_prefix_cache_hits_total")))
+    for tier in ("device", "host"):
+        pts = rep.series.get(f"usage:{tier}", [])
+        rep.set(f"peak_{tier}_usage", max((v for _, v in pts), default=0.0))
+    rep.set("drain_s", round(run.drain_s, 2))
+    rep.set("pool_after_drain", m1.pool_figures())
+
+
+def _leak_figures(rep: StressReport, after: MetricsScrape | None) -> None:
+    """What the drained server still holds, from ``after`` (its last scrape). When /metrics
+    is gone (``after`` None) each is None, which fails its must-be-zero check."""
+    for name, read in (("leaked_device_blocks", lambda m: m.used_blocks("device")),
+                       ("leaked_host_blocks", lambda m: m.used_blocks("host")),
+                       ("requests_in_flight_after_drain", MetricsScrape.requests_in_flight),
+                       ("queue_slots_after_drain", MetricsScrape.queue_slots),
+                       ("invariant_violations", MetricsScrape.invariant_violations)):
+        rep.set(name, read(after) if after is not None else None, must_be_zero=True)
+
+
+def _fault_figures(rep: StressReport, outs: list[Outcome], faults: Any) -> None:
+    """The injected faults' counts, and failures beyond them (which must be zero)."""
+    fault_failed = sum(1 for o in outs if o.category == "fault")
+    rep.set("fault_failed_requests", fault_failed)
+    for k, v in faults.figures().items():
+        rep.set(k, v)
+    rep.set("fault_failures_over_injected",
+            max(0, fault_failed - faults.failures_injected), must_be_zero=True)
 
 
 def _outcome_figures(rep: StressReport, outs: list[Outcome], run: RunFacts) -> None:

@@ -259,7 +259,14 @@ class PoolStress:
         return self._finish()
 
     def _finish(self) -> StressReport:
-        rt, mgr, rep = self.rt, self.manager, self.report
+        self._settle()
+        self._work_figures(self.report)
+        self._pool_figures(self.report, self.manager.stats())
+        return self.report
+
+    def _settle(self) -> None:
+        """Free what no worker owns (a violation) and run the final full checks."""
+        rt = self.rt
         orphans = list(rt.expected)  # every worker released what it owns: nothing may be left
         if orphans:
             rt.violation(f"{len(orphans)} sequences left without an owner (a cancelled "
@@ -267,22 +274,29 @@ class PoolStress:
             rt.free(*orphans)
         rt.check_all()
         self._check_stats()
-        st = mgr.stats()
+
+    def _work_figures(self, rep: StressReport) -> None:
+        """What the workers did, and what the checks found."""
+        workers = self.thread_workers + self.coro_workers
         ops = self._total_ops()
         counts: dict[str, int] = {}
-        for w in self.thread_workers + self.coro_workers:
+        for w in workers:
             for k, v in w.counts.items():
                 counts[k] = counts.get(k, 0) + v
         rep.set("duration_s", round(self.elapsed, 2))
         rep.set("ops", ops)
         rep.set("ops_per_s", round(ops / max(self.elapsed, 1e-9), 1))
         rep.set("op_counts", dict(sorted(counts.items())))
-        rep.set("scarce_answers", sum(w.scarce for w in self.thread_workers + self.coro_workers))
+        rep.set("scarce_answers", sum(w.scarce for w in workers))
         rep.set("invariant_checks", self.checks + 1)
         rep.set("stats_snapshots", self.snapshots)
-        rep.set("violations", rt.violations, must_be_zero=True)
+        rep.set("violations", self.rt.violations, must_be_zero=True)
         rep.set("errors", self.errors, must_be_zero=True)
-        rep.set("violation_messages", rt.messages)
+        rep.set("violation_messages", self.rt.messages)
+
+    def _pool_figures(self, rep: StressReport, st) -> None:
+        """The manager's state after the run (``st``: its stats), and the front's counts."""
+        rt = self.rt
         rep.set("leaked_device_blocks", st.device.num_used, must_be_zero=True)
         rep.set("leaked_host_blocks", st.host.num_used, must_be_zero=True)
         rep.set("leaked_sequences", st.num_seqs, must_be_zero=True)
@@ -302,4 +316,3 @@ class PoolStress:
         rep.set("cancelled_in_flight", self.cancelled_in_flight)
         usage = rep.series.get("usage:device", [])
         rep.set("peak_device_usage", max((v for _, v in usage), default=0.0))
-        return rep

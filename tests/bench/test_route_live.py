@@ -1,4 +1,5 @@
-"""bench/route_live.py: the workload's shape, and a --quick live run (2 real replicas + router)."""
+"""bench.route_live: its workload's shape (bench/route_workload.py), and a --quick live run (2 real
+replicas + router)."""
 
 import json
 
@@ -7,7 +8,7 @@ from hypothesis import strategies as st
 
 from bench import route_live
 from bench.route import DEFAULT_TRACE, Req, load_reqs
-from bench.route_live import Turn, build_workload, prompt_ids
+from bench.route_workload import Turn, build_workload, prompt_ids
 from stress.http.servers import ROOT
 
 

@@ -31,25 +31,7 @@ async def test_sigstop_with_8_callers_is_one_timeout_then_no_io_then_ping_closes
     before = commandstats(redis_server.port)
     redis_server.pause()
     try:
-        # 8 callers in flight on a hung Redis: the first deadline opens the breaker and cuts
-        # the other 7, which count as part of that one event
-        assert await asyncio.gather(*[tier.probe(keys) for _ in range(8)]) == [0] * 8
-        st = tier.stats()
-        assert st.errors.get("timeout") == 1 and st.errors.get("joined") == 7, st.errors
-        assert st.breaker_opens == 1 and st.breaker_state != int(BreakerState.CLOSED)
-        # while open: misses at once, nothing sent, nothing waits on Redis
-        for _ in range(20):
-            assert await tier.probe(keys) == 0
-            assert await tier.get_many(keys) == [None] * 4
-            assert await tier.put_many(items[:1]) == 0
-            assert await tier.health() is False
-        for _ in range(250):  # the tier's first trial PING (due 1 s after opening) fails
-            if tier.stats().health_failed:
-                break
-            await asyncio.sleep(0.02)
-        st = tier.stats()
-        assert st.health_failed >= 1 and tier.breaker.state is not BreakerState.CLOSED
-        assert st.errors["breaker_open"] == 60 and st.errors.get("timeout") == 1
+        await _open_on_a_hung_redis(tier, keys, items)
     finally:
         redis_server.resume()
     took = await wait_closed(tier, 5.0)  # no user call: only the tier's PING can close it
@@ -63,6 +45,30 @@ async def test_sigstop_with_8_callers_is_one_timeout_then_no_io_then_ping_closes
     assert after.get("mget", 0) == before.get("mget", 0)  # no get_many ever reached it
     assert after.get("ping", 0) - before.get("ping", 0) >= 1
     assert await tier.probe(keys) == 4
+
+
+async def _open_on_a_hung_redis(tier: RedisTier, keys: list, items: list) -> None:
+    """While Redis is SIGSTOPped: 8 callers open the breaker as one timeout event, the open
+    breaker sends nothing, and the tier's trial PING fails."""
+    # 8 callers in flight on a hung Redis: the first deadline opens the breaker and cuts
+    # the other 7, which count as part of that one event
+    assert await asyncio.gather(*[tier.probe(keys) for _ in range(8)]) == [0] * 8
+    st = tier.stats()
+    assert st.errors.get("timeout") == 1 and st.errors.get("joined") == 7, st.errors
+    assert st.breaker_opens == 1 and st.breaker_state != int(BreakerState.CLOSED)
+    # while open: misses at once, nothing sent, nothing waits on Redis
+    for _ in range(20):
+        assert await tier.probe(keys) == 0
+        assert await tier.get_many(keys) == [None] * 4
+        assert await tier.put_many(items[:1]) == 0
+        assert await tier.health() is False
+    for _ in range(250):  # the tier's first trial PING (due 1 s after opening) fails
+        if tier.stats().health_failed:
+            break
+        await asyncio.sleep(0.02)
+    st = tier.stats()
+    assert st.health_failed >= 1 and tier.breaker.state is not BreakerState.CLOSED
+    assert st.errors["breaker_open"] == 60 and st.errors.get("timeout") == 1
 
 
 async def test_a_refused_connection_opens_at_once_and_a_restart_closes_it():

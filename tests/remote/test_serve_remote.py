@@ -67,6 +67,18 @@ def remote(m: MetricsScrape, name: str) -> float:
     return m.get(f"kvpool_remote_{name}")
 
 
+def check_remote_families(m: MetricsScrape) -> None:
+    """Item 1: the remote families on the server's own /metrics, after replica 2 served tenant
+    B's miss and tenant A's remote hit."""
+    names = {n.removesuffix("_count") for n in m.samples}
+    assert set(REMOTE_METRIC_NAMES) <= names, set(REMOTE_METRIC_NAMES) - names
+    assert m.get("kvpool_remote_prefetch_wait_seconds_count") == 2  # b2 and a2
+    assert m.get("kvpool_remote_probe_seconds_count") == remote(m, "probes_total")
+    assert m.get("kvpool_remote_get_bytes_total") > 0
+    assert m.get("kvpool_remote_breaker_state") == 0
+    assert m.get("kvpool_remote_errors_total", kind="timeout") == 0
+
+
 async def test_second_replica_serves_first_replicas_prefix_from_redis(redis_server):
     r1 = replica(redis_server.url, "r1", "1")
     r2 = replica(redis_server.url, "r2", "2")
@@ -94,14 +106,7 @@ async def test_second_replica_serves_first_replicas_prefix_from_redis(redis_serv
             assert output_tokens(a2) == output_tokens(a1)  # fetched bytes, same greedy path
             assert output_tokens(b2) == output_tokens(a1)  # recomputed, same again
 
-            # item 1: the remote families on the server's own /metrics
-            names = {n.removesuffix("_count") for n in m2.samples}
-            assert set(REMOTE_METRIC_NAMES) <= names, set(REMOTE_METRIC_NAMES) - names
-            assert m2.get("kvpool_remote_prefetch_wait_seconds_count") == 2  # b2 and a2
-            assert m2.get("kvpool_remote_probe_seconds_count") == remote(m2, "probes_total")
-            assert m2.get("kvpool_remote_get_bytes_total") > 0
-            assert m2.get("kvpool_remote_breaker_state") == 0
-            assert m2.get("kvpool_remote_errors_total", kind="timeout") == 0
+            check_remote_families(m2)
             for srv in (r1, r2):
                 m, _ = await wait_drained(s, srv.url, timeout=10)
                 assert m.used_blocks("device") == m.used_blocks("host") == 0, "leaked blocks"
