@@ -67,6 +67,11 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._tuner = BonusTuner(scale, self.K) if bonus is None else None
         # sampled into the tuner's shadows: crc >> 12 below this (0: never)
         self._sample = self._tuner.threshold if self._tuner is not None else 0
+        # NOTE(runs): the tuner is fed whole requests (docs/benchmarks.md "Eviction candidates
+        # and held-out shapes"): a release run is the inserts of falling depth, tail first;
+        # it is sampled by its tail's hash, and ``_run`` collects it (None: not sampled)
+        self._run: list[tuple[bytes, int]] = []
+        self._depth = 0  # depth of the last insert: a run ends at 0 or when depth rises
         self._bonus = 0.0 if bonus is None else float(bonus)
         self._w = [0.0] * self.K  # eviction-key bonus per queue
         self._set_bonus(self._bonus)
@@ -115,7 +120,27 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._where[block_id] = k
         self._hash[block_id] = block_hash
         self._len += 1
-        if (c >> 12) < self._sample and self._tuner.access(block_hash, k):
+        if self._sample:
+            self._sample_run(block_hash, c, k, depth)
+
+    def _sample_run(self, block_hash: bytes, c: int, k: int, depth: int) -> None:
+        """NOTE(runs): collect each release run's sampled blocks; a finished run goes to the
+        tuner."""
+        run = self._run
+        if depth >= self._depth:  # a new run: the last one is done
+            if run:
+                self._feed(run)
+            run = self._run = []
+        self._depth = depth
+        if (c >> 12) < self._sample:
+            run.append((block_hash, k))
+        if not depth:
+            self._run = []
+            if run:
+                self._feed(run)
+
+    def _feed(self, run: list[tuple[bytes, int]]) -> None:
+        if self._tuner.access_run(run):
             self._set_bonus(self._tuner.bonus)
 
     def remove(self, block_id: int) -> None:

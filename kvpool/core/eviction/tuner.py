@@ -31,16 +31,29 @@ class ShadowCache:
         self.hits = 0  # hits since the last tuning period
         self._keyed = [(q, k * bonus) for k, q in enumerate(self.queues)]  # (queue, its bonus)
 
-    def access(self, h: bytes, k: int) -> bool:
-        """Hash ``h`` used with class ``k`` (one tick of this shadow's clock); True when it was
-        held (a hit)."""
+    def access_run(self, run: list[tuple[bytes, int]]) -> int:
+        """One request's released blocks, ``(hash, class)`` tail first (the pool's order):
+        its hits are the leading run from the head that is held now, as the pool's lookup
+        counts them, then every block is used tail first (one clock tick each). A held block
+        behind a missing one is no hit: the pool could not reach it (docs/benchmarks.md
+        "Eviction candidates and held-out shapes"). Returns the hits."""
+        where = self.where
+        hits = 0
+        for h, _ in reversed(run):
+            if h not in where:
+                break
+            hits += 1
+        for h, k in run:
+            self._use(h, k)
+        self.hits += hits
+        return hits
+
+    def _use(self, h: bytes, k: int) -> None:
         t = self.clock = self.clock + 1
         where = self.where
         c = where.get(h)
-        hit = c is not None
-        if hit:
+        if c is not None:
             del self.queues[c][h]
-            self.hits += 1
         elif len(where) >= self.capacity:
             best = None
             bkey = 0.0
@@ -52,7 +65,6 @@ class ShadowCache:
             del where[best.popitem(last=False)[0]]
         self.queues[k][h] = t
         where[h] = k
-        return hit
 
     def check_invariants(self) -> None:
         n = 0
@@ -123,11 +135,12 @@ class BonusTuner:
         """The chosen bonus in pool turnovers."""
         return self.GRID[self.current]
 
-    def access(self, h: bytes, k: int) -> bool:
-        """Feed one sampled access (``k`` = its class); True when the chosen bonus changed."""
+    def access_run(self, run: list[tuple[bytes, int]]) -> bool:
+        """Feed one sampled request's released blocks (``(hash, class)``, tail first); True
+        when the chosen bonus changed. A step is taken every ``period`` sampled blocks."""
         for s in self.shadows:
-            s.access(h, k)
-        self._since += 1
+            s.access_run(run)
+        self._since += len(run)
         if self._since < self.period:
             return False
         self._since = 0
