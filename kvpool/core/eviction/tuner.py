@@ -31,19 +31,19 @@ class ShadowCache:
         self.hits = 0  # hits since the last tuning period
         self._keyed = [(q, k * bonus) for k, q in enumerate(self.queues)]  # (queue, its bonus)
 
-    def access_run(self, run: list[tuple[bytes, int]]) -> int:
-        """One request's released blocks, ``(hash, class)`` tail first (the pool's order):
+    def access_run(self, run: list[tuple[bytes, int, int]], miss: int) -> int:
+        """One request's released blocks, ``(hash, class, depth)`` tail first (the pool's order):
         its hits are the leading run from the head that is held now, as the pool's lookup
         counts them, then every block is used tail first (one clock tick each). A held block
         behind a missing one is no hit: the pool could not reach it (docs/benchmarks.md
         "Eviction candidates and held-out shapes"). Returns the hits."""
         where = self.where
         hits = 0
-        for h, _ in reversed(run):
-            if h not in where:
+        for h, _, d in reversed(run):
+            if d > miss or h not in where:
                 break
             hits += 1
-        for h, k in run:
+        for h, k, _ in run:
             self._use(h, k)
         self.hits += hits
         return hits
@@ -135,11 +135,11 @@ class BonusTuner:
         """The chosen bonus in pool turnovers."""
         return self.GRID[self.current]
 
-    def access_run(self, run: list[tuple[bytes, int]]) -> bool:
-        """Feed one sampled request's released blocks (``(hash, class)``, tail first); True
+    def access_run(self, run: list[tuple[bytes, int, int]], miss: int) -> bool:
+        """Feed the sampled blocks of one release run (``(hash, class, depth)``, tail first); True
         when the chosen bonus changed. A step is taken every ``period`` sampled blocks."""
         for s in self.shadows:
-            s.access_run(run)
+            s.access_run(run, miss)
         self._since += len(run)
         if self._since < self.period:
             return False
