@@ -2,7 +2,11 @@
 
 Keyed by content hash, never by block id, and bounded: each ShadowCache holds a fixed number of
 hashes, fed a fixed slice of hash space (the hashes whose CRC-32 falls below a threshold), so it
-is a scaled-down copy of the pool that sees the same workload.
+is a scaled-down copy of the pool that sees the same workload. It is fed release runs (a
+request's blocks, tail first) and scores a run's hits as the pool's lookup does, from the head
+up to the first block missing: per block, a popular block behind a prefix no cache holds looked
+like a hit, and the tuner paid for such blocks with a bonus the pool could not use (below LRU
+on bench.heldout's code_edit, docs/benchmarks.md "Eviction candidates and held-out shapes").
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ class ShadowCache:
         self._keyed = [(q, k * bonus) for k, q in enumerate(self.queues)]  # (queue, its bonus)
 
     def access_run(self, run: list[tuple[bytes, int, int]], miss: int) -> int:
-        """One request's released blocks, ``(hash, class, depth)`` tail first (the pool's order):
-        its hits are the leading run from the head that is held now, as the pool's lookup
-        counts them, then every block is used tail first (one clock tick each). A held block
-        behind a missing one is no hit: the pool could not reach it (docs/benchmarks.md
-        "Eviction candidates and held-out shapes"). Returns the hits."""
+        """The sampled blocks of one release run, ``(hash, class, depth)`` tail first (the
+        pool's order). Its hits are the blocks held now from the head up to the first one
+        missing, as the pool's lookup counts them, and none deeper than ``miss`` (a block the
+        pool saw for the first time: no cache held it). Then every block is used, tail first,
+        one clock tick each. A held block behind a missing one is no hit: no request could
+        reach it (docs/benchmarks.md "Eviction candidates and held-out shapes"). Returns
+        the hits."""
         where = self.where
         hits = 0
         for h, _, d in reversed(run):
@@ -49,6 +55,7 @@ class ShadowCache:
         return hits
 
     def _use(self, h: bytes, k: int) -> None:
+        """``h`` used with class ``k``: to the tail of its queue, evicting when full."""
         t = self.clock = self.clock + 1
         where = self.where
         c = where.get(h)
@@ -136,11 +143,16 @@ class BonusTuner:
         return self.GRID[self.current]
 
     def access_run(self, run: list[tuple[bytes, int, int]], miss: int) -> bool:
-        """Feed the sampled blocks of one release run (``(hash, class, depth)``, tail first); True
-        when the chosen bonus changed. A step is taken every ``period`` sampled blocks."""
+        """Feed the sampled blocks of one release run (``(hash, class, depth)``, tail first;
+        ``miss``: ShadowCache.access_run); True when the chosen bonus changed."""
         for s in self.shadows:
             s.access_run(run, miss)
-        self._since += len(run)
+        return self.tick(len(run))
+
+    def tick(self, n: int) -> bool:
+        """``n`` more sampled accesses were fed to every shadow; a tuning step once they make
+        a period. True when the step changed the choice."""
+        self._since += n
         if self._since < self.period:
             return False
         self._since = 0
