@@ -43,35 +43,32 @@ class ShadowCache:
         one clock tick each. A held block behind a missing one is no hit: no request could
         reach it (docs/benchmarks.md "Eviction candidates and held-out shapes"). Returns
         the hits."""
-        where = self.where
+        where, queues, keyed = self.where, self.queues, self._keyed
         hits = 0
         for h, _, d in reversed(run):
             if d > miss or h not in where:
                 break
             hits += 1
-        for h, k, _ in run:
-            self._use(h, k)
+        t = self.clock
+        for h, k, _ in run:  # each block used: to the tail of its class queue
+            t += 1
+            c = where.get(h)
+            if c is not None:
+                del queues[c][h]
+            elif len(where) >= self.capacity:  # evict the queue head with the smallest key
+                best = None
+                bkey = 0.0
+                for queue, w in keyed:
+                    if queue:
+                        key = queue[next(iter(queue))] + w
+                        if best is None or key < bkey:
+                            best, bkey = queue, key
+                del where[best.popitem(last=False)[0]]
+            queues[k][h] = t
+            where[h] = k
+        self.clock = t
         self.hits += hits
         return hits
-
-    def _use(self, h: bytes, k: int) -> None:
-        """``h`` used with class ``k``: to the tail of its queue, evicting when full."""
-        t = self.clock = self.clock + 1
-        where = self.where
-        c = where.get(h)
-        if c is not None:
-            del self.queues[c][h]
-        elif len(where) >= self.capacity:
-            best = None
-            bkey = 0.0
-            for queue, w in self._keyed:
-                if queue:
-                    key = queue[next(iter(queue))] + w
-                    if best is None or key < bkey:
-                        best, bkey = queue, key
-            del where[best.popitem(last=False)[0]]
-        self.queues[k][h] = t
-        where[h] = k
 
     def check_invariants(self) -> None:
         n = 0
