@@ -142,6 +142,12 @@ class WindowTuner(BonusTuner):
         size = self.shadows[0].capacity
         self.shadows = [MiniWTinyLFU(size, g, freq) for g in self.GRID]
 
+    def access(self, c: int, k: int = 0) -> bool:
+        """Feed one sampled access to every miniature; True when the choice changed."""
+        for s in self.shadows:
+            s.access(c, k)
+        return self.tick(1)
+
     def check_invariants(self) -> None:
         if not 0 <= self.current < len(self.GRID):
             raise InvariantError(f"tuner index {self.current} outside the grid")

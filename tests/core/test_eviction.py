@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from zlib import crc32
 
 import pytest
 from hypothesis import settings
@@ -17,8 +16,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvpool.core.eviction import POLICIES, ClassLRUPolicy, EvictionPolicy, LRUPolicy, make_policy
-from kvpool.core.eviction.sketch import FrequencySketch
-from kvpool.core.eviction.tuner import BonusTuner
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
 from kvpool.replay.loop import simulate
 from bench.common import TRACE
@@ -199,104 +196,6 @@ def test_classlru_tuner_moves_off_lru_on_a_scan_heavy_stream():
     lru_hits, _ = simulate(reqs, LRUPolicy(cap), cap)
     assert p.bonus > 0 and hits > lru_hits
     p.check_invariants()
-
-
-# ---------------------------------------------------------------- sketch and tuner parts
-def test_sketch_never_undercounts_and_halves():
-    sk = FrequencySketch(16, min_bits=8)
-    counts: dict[int, int] = {}
-    rng = random.Random(3)
-    for _ in range(sk.period - 1):
-        h = rng.randrange(30)
-        counts[h] = counts.get(h, 0) + 1
-        sk.add(crc32(key(h)))
-    for h, c in counts.items():
-        assert sk.estimate(crc32(key(h))) >= min(c, 15)
-    before = bytes(sk.table)
-    sk.add(crc32(key(0)))  # the period-th addition halves the table
-    assert sk.halvings == 1 and sk.left == sk.period
-    assert all(b <= (a + 1) // 2 + 1 for a, b in zip(before, sk.table))
-    sk.check_invariants()
-
-
-def test_tuner_starts_as_lru_and_samples_a_fixed_fraction():
-    t = BonusTuner(1 << 20, 4)
-    assert t.bonus == 0.0 and t.GRID[0] == 0.0
-    assert all(s.capacity == 2048 for s in t.shadows)
-    rate = t.threshold / (1 << 20)
-    assert rate == pytest.approx(2048 / (1 << 20))
-    t.check_invariants()
-
-
-def test_tuner_steps_more_than_once_per_turnover_on_a_large_pool():
-    assert BonusTuner(1000, 5).period == 250  # one step per (quarter-size) shadow turnover
-    big = BonusTuner(1 << 20, 5)
-    assert all(s.capacity == 2048 for s in big.shadows) and big.period == 256
-
-
-def test_classlru_top_class_is_nine_uses_or_more():
-    from kvpool.core.eviction.classlru import CLASS_OF_COUNT
-    assert [CLASS_OF_COUNT[c] for c in (0, 1, 2, 3, 4, 5, 8, 9, 15)] == [0, 0, 1, 2, 2, 3, 3, 4, 4]
-    assert ClassLRUPolicy.K == max(CLASS_OF_COUNT) + 1
-
-
-def _feed(t: BonusTuner, hits: list[int]) -> bool:
-    """One tuning period in which shadow i found ``hits[i]`` of the period's accesses held."""
-    changed = False
-    for n in range(t.period):
-        for s, h in zip(t.shadows, hits, strict=True):
-            s.hits = h if n == t.period - 1 else 0
-        changed = t.access(n.to_bytes(4, "little"), 0) or changed
-    return changed
-
-
-def test_tuner_moves_to_the_nearest_candidate_that_wins_not_the_largest_gain():
-    t = BonusTuner(64, 4)
-    # bonus 0.5 (index 2) and bonus 8 (index 6) both beat LRU in every period, 8 by more:
-    # the first step goes to 0.5 (a far jump on the larger gain is the noisiest choice)
-    steps = 0
-    while not _feed(t, [100, 100, 130, 100, 100, 100, 160]):
-        steps += 1
-        assert steps < 20, "the tuner never moved off LRU"
-    assert t.GRID[t.current] == 0.5
-    t.check_invariants()
-
-
-def test_tuner_leaves_lru_only_for_a_gain_worth_the_move():
-    """NOTE(effect): a larger bonus that wins every period, significantly but by less than
-    EFFECT of the sampled accesses, is never taken; the same margin toward LRU is enough."""
-    t = BonusTuner(1 << 20, 5)
-    small_gain = int(t.EFFECT * t.period)  # just under the bar, hits per period
-    assert 0 < small_gain < t.EFFECT * t.period
-    for _ in range(120):
-        assert not _feed(t, [100, 100 + small_gain, 100, 100, 100, 100, 100])
-    assert t.bonus == 0.0 and t.switches == 0
-    t.current = 1  # now on the larger bonus; LRU wins by the same margin
-    steps = 0
-    while not _feed(t, [100 + small_gain, 100, 100, 100, 100, 100, 100]):
-        steps += 1
-        assert steps < 60, "the tuner never went back to LRU"
-    assert t.bonus == 0.0
-    big_gain = int(3 * t.EFFECT * t.period)  # a gain worth leaving LRU for is still taken
-    steps = 0
-    while not _feed(t, [100, 100 + big_gain, 100, 100, 100, 100, 100]):
-        steps += 1
-        assert steps < 60, "the tuner never moved off LRU"
-    assert t.bonus == t.GRID[1]
-    t.check_invariants()
-
-
-@pytest.mark.parametrize("salt", [0, 1])
-def test_classlru_stays_lru_where_reuse_is_memoryless(salt):
-    """bench.policies' multiturn trace: sessions end after a geometric number of turns, so
-    past uses do not predict the next one and every bonus ties with LRU within noise. The
-    tuner stays on LRU (it left on a burst before NOTE(effect), 250-350 hits below LRU)."""
-    from bench.policies import multiturn, salted
-    reqs = salted(multiturn(seed=2), salt)
-    p = ClassLRUPolicy(1000)
-    hits, _ = simulate(reqs, p, 1000)
-    assert p.bonus == 0.0  # and it never left: exactly LRU's hits
-    assert hits == simulate(reqs, LRUPolicy(1000), 1000)[0]
 
 
 # ---------------------------------------------------------------- model-checking machine

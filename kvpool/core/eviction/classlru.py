@@ -31,6 +31,7 @@ from kvpool.errors import ConfigError, InvariantError
 # Frequency class of a sketch estimate: 0-1 uses -> 0, 2 -> 1, 3-4 -> 2, 5-8 -> 3, 9+ -> 4.
 # NOTE(classes): a top class of 9+ separates the head of a popular set from its body; with the
 # top at 5+ most of a Zipf working set shared one class and fell back to plain LRU order.
+NO_MISS = 1 << 62  # _miss when the run has no missed block
 CLASS_OF_COUNT = bytes(0 if c <= 1 else min((c - 1).bit_length(), 4) for c in range(256))
 
 
@@ -67,6 +68,13 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._tuner = BonusTuner(scale, self.K) if bonus is None else None
         # sampled into the tuner's shadows: crc >> 12 below this (0: never)
         self._sample = self._tuner.threshold if self._tuner is not None else 0
+        # NOTE(runs): the tuner is fed release runs, not single blocks: a request's blocks are
+        # released tail first (falling depth), and a miniature scores a run's hits as the
+        # pool's lookup does, the leading run from the head (docs/benchmarks.md "Eviction
+        # candidates and held-out shapes"). ``_run`` holds the sampled blocks of the current
+        # run, (hash, class, depth); it ends at depth 0 or when the depth rises.
+        self._run: list[tuple[bytes, int, int]] = []
+        self._miss = NO_MISS  # lowest depth of this run's blocks the pool missed (new content)
         self._bonus = 0.0 if bonus is None else float(bonus)
         self._w = [0.0] * self.K  # eviction-key bonus per queue
         self._set_bonus(self._bonus)
@@ -89,19 +97,17 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
         w, memo = self._insert_start(block_id, block_hash)
-        if memo is not None:  # NOTE(move): a defrag move keeps class, stamp and place
-            _, q, pred, src = memo
-            self._link_after(block_id + self.K, pred)
-            self._stamp[block_id] = self._stamp[src]
-            self._where[block_id] = q
-            self._hash[block_id] = block_hash
-            self._len += 1
+        if memo is not None:
+            self._insert_moved(block_id, block_hash, memo)
             return
         c = crc32(block_hash)
         if w == PENDING and self._hash[block_id] == block_hash:
             k = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted the use
         else:
-            k = CLASS_OF_COUNT[self._sketch.add(c)]  # new content in this block: a use
+            n = self._sketch.add(c)  # new content in this block: a use
+            k = CLASS_OF_COUNT[n]
+            if n == 1:  # NOTE(runs): first seen, so no cache held it: none reaches deeper
+                self._miss = depth
         self._clock += 1
         node = block_id + self.K
         prev = self._prev
@@ -115,7 +121,29 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._where[block_id] = k
         self._hash[block_id] = block_hash
         self._len += 1
-        if (c >> 12) < self._sample and self._tuner.access(block_hash, k):
+        if (c >> 12) < self._sample:  # NOTE(runs): a sampled block joins its release run
+            run = self._run
+            if run and depth >= run[-1][2]:  # the depth rose: a new run, the last is done
+                self._feed(run)
+                run = self._run = []
+            run.append((block_hash, k, depth))
+        if not depth:  # the head of the chain: the run is done
+            if self._run:
+                self._feed(self._run)
+                self._run = []
+            self._miss = NO_MISS
+
+    def _insert_moved(self, block_id: int, block_hash: bytes, memo: tuple) -> None:
+        """NOTE(move): a defrag move keeps class, stamp and place."""
+        _, q, pred, src = memo
+        self._link_after(block_id + self.K, pred)
+        self._stamp[block_id] = self._stamp[src]
+        self._where[block_id] = q
+        self._hash[block_id] = block_hash
+        self._len += 1
+
+    def _feed(self, run: list[tuple[bytes, int, int]]) -> None:
+        if self._tuner.access_run(run, self._miss):
             self._set_bonus(self._tuner.bonus)
 
     def remove(self, block_id: int) -> None:

@@ -2,7 +2,11 @@
 
 Keyed by content hash, never by block id, and bounded: each ShadowCache holds a fixed number of
 hashes, fed a fixed slice of hash space (the hashes whose CRC-32 falls below a threshold), so it
-is a scaled-down copy of the pool that sees the same workload.
+is a scaled-down copy of the pool that sees the same workload. It is fed release runs (a
+request's blocks, tail first) and scores a run's hits as the pool's lookup does, from the head
+up to the first block missing: per block, a popular block behind a prefix no cache holds looked
+like a hit, and the tuner paid for such blocks with a bonus the pool could not use (below LRU
+on bench.heldout's code_edit, docs/benchmarks.md "Eviction candidates and held-out shapes").
 """
 
 from __future__ import annotations
@@ -31,28 +35,40 @@ class ShadowCache:
         self.hits = 0  # hits since the last tuning period
         self._keyed = [(q, k * bonus) for k, q in enumerate(self.queues)]  # (queue, its bonus)
 
-    def access(self, h: bytes, k: int) -> bool:
-        """Hash ``h`` used with class ``k`` (one tick of this shadow's clock); True when it was
-        held (a hit)."""
-        t = self.clock = self.clock + 1
-        where = self.where
-        c = where.get(h)
-        hit = c is not None
-        if hit:
-            del self.queues[c][h]
-            self.hits += 1
-        elif len(where) >= self.capacity:
-            best = None
-            bkey = 0.0
-            for queue, w in self._keyed:
-                if queue:
-                    key = queue[next(iter(queue))] + w
-                    if best is None or key < bkey:
-                        best, bkey = queue, key
-            del where[best.popitem(last=False)[0]]
-        self.queues[k][h] = t
-        where[h] = k
-        return hit
+    def access_run(self, run: list[tuple[bytes, int, int]], miss: int) -> int:
+        """The sampled blocks of one release run, ``(hash, class, depth)`` tail first (the
+        pool's order). Its hits are the blocks held now from the head up to the first one
+        missing, as the pool's lookup counts them, and none deeper than ``miss`` (a block the
+        pool saw for the first time: no cache held it). Then every block is used, tail first,
+        one clock tick each. A held block behind a missing one is no hit: no request could
+        reach it (docs/benchmarks.md "Eviction candidates and held-out shapes"). Returns
+        the hits."""
+        where, queues, keyed = self.where, self.queues, self._keyed
+        hits = 0
+        for h, _, d in reversed(run):
+            if d > miss or h not in where:
+                break
+            hits += 1
+        t = self.clock
+        for h, k, _ in run:  # each block used: to the tail of its class queue
+            t += 1
+            c = where.get(h)
+            if c is not None:
+                del queues[c][h]
+            elif len(where) >= self.capacity:  # evict the queue head with the smallest key
+                best = None
+                bkey = 0.0
+                for queue, w in keyed:
+                    if queue:
+                        key = queue[next(iter(queue))] + w
+                        if best is None or key < bkey:
+                            best, bkey = queue, key
+                del where[best.popitem(last=False)[0]]
+            queues[k][h] = t
+            where[h] = k
+        self.clock = t
+        self.hits += hits
+        return hits
 
     def check_invariants(self) -> None:
         n = 0
@@ -123,11 +139,17 @@ class BonusTuner:
         """The chosen bonus in pool turnovers."""
         return self.GRID[self.current]
 
-    def access(self, h: bytes, k: int) -> bool:
-        """Feed one sampled access (``k`` = its class); True when the chosen bonus changed."""
+    def access_run(self, run: list[tuple[bytes, int, int]], miss: int) -> bool:
+        """Feed the sampled blocks of one release run (``(hash, class, depth)``, tail first;
+        ``miss``: ShadowCache.access_run); True when the chosen bonus changed."""
         for s in self.shadows:
-            s.access(h, k)
-        self._since += 1
+            s.access_run(run, miss)
+        return self.tick(len(run))
+
+    def tick(self, n: int) -> bool:
+        """``n`` more sampled accesses were fed to every shadow; a tuning step once they make
+        a period. True when the step changed the choice."""
+        self._since += n
         if self._since < self.period:
             return False
         self._since = 0
