@@ -47,6 +47,7 @@ from bench.follow import FollowPolicy
 from bench.ghostwin import GhostWindowTinyLFU
 from bench.wintune import WinTunePolicy
 from bench.arctune import ArcTunePolicy
+from bench.admitlru import AdmitLRUPolicy
 from bench.common import TRACE, bench_parser, machine, write_json
 from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy
 from kvpool.replay.loop import simulate, leading_run
@@ -58,7 +59,7 @@ Trace = list[list[int]]
 # follow keep the product's block protocol, so they also get salts and per-call costs.
 CANDIDATES: dict[str, type[Baseline] | type[EvictionPolicy]] = {
     p.name: p for p in (GhostWindowTinyLFU, DoorARCPolicy, FollowPolicy, WinTunePolicy,
-                       ArcTunePolicy)}
+                       ArcTunePolicy, AdmitLRUPolicy)}
 
 
 def new_policy(name: str, cap: int) -> EvictionPolicy:
