@@ -11,7 +11,7 @@ For every trace and capacity it replays the requests through each policy of
 hits the leading run of its cached hash ids, then its blocks are touched or brought in tail
 first), and through the classic baselines of ``bench/baselines.py`` (SIEVE, S3-FIFO, ARC,
 SLRU, W-TinyLFU) and the research candidates (``CANDIDATES``: ``bench/ghostwin.py``,
-``bench/doorarc.py``, ``bench/follow.py``) under the same semantics, and prints the hit rates
+``bench/doorarc.py``, ``bench/follow.py``, ``bench/admitlru.py`` ...) under the same semantics, and prints the hit rates
 next to Belady's OPT, computed as ``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an
 upper bound), with each one's share of the LRU-to-OPT gap, ``(p - lru) / (opt - lru)``. It
 also times each policy's operations (ns per call sequence, steady state) and measures its

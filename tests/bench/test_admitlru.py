@@ -116,6 +116,21 @@ def test_tuned_it_leaves_lru_for_the_duel_on_a_loop():
     p.check_invariants()
 
 
+def test_a_window_configuration_is_chosen_only_while_it_leads_every_plain_one():
+    """NOTE(lead): the duel passes against LRU, but a bonus configuration is ahead of it in
+    the fast window, so the tuner stays; once the duel leads every plain one, the duel."""
+    t = AdmitTuner(4000, lambda c: 0)
+    duel = AdmitTuner.GRID.index((0.0, 0.01, True))
+    passed = [i == duel for i in range(len(AdmitTuner.GRID))]
+    gain = [0.0] * len(passed)
+    for i in range(len(passed)):
+        t._mean[0][duel][i] = 1.0
+    t._mean[0][duel][6] = -1.0  # bonus 8 is ahead of the duel
+    assert t._nearest(passed, gain, 0) == 0
+    t._mean[0][duel][6] = 1.0
+    assert t._nearest(passed, gain, 0) == duel
+
+
 def test_admitlru_is_a_research_candidate_not_a_product_choice():
     assert CANDIDATES["admitlru"] is AdmitLRUPolicy and "admitlru" not in POLICIES
     with pytest.raises(ConfigError):
