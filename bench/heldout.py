@@ -31,13 +31,16 @@ product):
     tool_agent  agent loops over shared tool schemas (steps, retries, forks), batch bursts of
               one template, one-off requests (written after ``wintune`` was frozen)
     doc_window  QA sessions sliding a window over long documents, over tenant bursts
-              (written after ``arctune`` was frozen); these two: bench/heldout_agents.py
+              (written after ``arctune`` was frozen)
+    doc_fanout  a document pipeline (each document read by 3..8 tasks while in flight, some
+              re-run later) beside multi-turn chats and one-off uploads (written after
+              ``admitlru`` was frozen); these three: bench/heldout_agents.py
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
-(``bench.policies.CANDIDATES``: ghostwin, doorarc, follow, wintune, arctune), Belady's OPT (as bench.policies
-computes it) and the best classic baseline, then the cells where each policy is below LRU and below the
-best classic minus SLACK. Never pass/fail.
+(``bench.policies.CANDIDATES``: ghostwin, doorarc, follow, wintune, arctune, admitlru),
+Belady's OPT (as bench.policies computes it) and the best classic baseline, then the cells
+where each policy is below LRU and below the best classic minus SLACK. Never pass/fail.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import itertools
 import random
 
 from bench.baselines import BASELINES
-from bench.heldout_agents import doc_window, tool_agent
+from bench.heldout_agents import doc_fanout, doc_window, tool_agent
 from bench.common import bench_parser, machine, write_json
 from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy
@@ -298,7 +301,7 @@ def batch_eval(seed: int, scale: float = 1.0) -> Trace:
 SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "mooncake": mooncake, "rag_bursty": rag_bursty,
           "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent,
-          "doc_window": doc_window}
+          "doc_window": doc_window, "doc_fanout": doc_fanout}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:

@@ -102,3 +102,50 @@ def doc_window(seed: int, scale: float = 1.0) -> Trace:
         if s[3] <= 0:
             sessions[i] = session(n)
     return out
+
+
+def doc_fanout(seed: int, scale: float = 1.0) -> Trace:
+    """Written after ``admitlru`` was frozen. A document pipeline beside chat users, on 3 apps
+    (a 8..24-block system prompt each, Zipf(1)). 55 %: the next task of one of 6 documents
+    in flight: app prompt + the document (16..96 blocks) + a unique 1..4-block instruction;
+    3..8 tasks a document, then a new one (one in ten an earlier document, re-run). 35 %: the
+    next turn of one of 40 chats (app prompt + history, 2..12 blocks a turn, 3..30 turns).
+    10 %: a one-off upload of 32..200 unique blocks."""
+    rng = random.Random(seed)
+    ids = itertools.count()
+    new = lambda n: [next(ids) for _ in range(n)]  # noqa: E731 - unique content
+    apps = [new(rng.randint(8, 24)) for _ in range(3)]
+    app = lambda: rng.choices(apps, [1, 1 / 2, 1 / 3])[0]  # noqa: E731
+    done: list[list[int]] = []
+
+    def doc() -> list:
+        text = (rng.choice(done) if done and rng.random() < 0.1
+                else app() + new(rng.randint(16, 96)))
+        return [text, rng.randint(3, 8)]
+
+    def chat() -> list:
+        return [app(), rng.randint(3, 30)]
+
+    docs, chats = [doc() for _ in range(6)], [chat() for _ in range(40)]
+    out: Trace = []
+    for _ in range(int(8000 * scale)):
+        u = rng.random()
+        if u < 0.55:
+            i = rng.randrange(6)
+            d = docs[i]
+            out.append(d[0] + new(rng.randint(1, 4)))
+            d[1] -= 1
+            if d[1] <= 0:
+                done.append(d[0])
+                docs[i] = doc()
+        elif u < 0.9:
+            i = rng.randrange(40)
+            c = chats[i]
+            c[0] = c[0] + new(rng.randint(2, 12))
+            out.append(list(c[0]))
+            c[1] -= 1
+            if c[1] <= 0:
+                chats[i] = chat()
+        else:
+            out.append(new(rng.randint(32, 200)))
+    return out

@@ -11,7 +11,7 @@ For every trace and capacity it replays the requests through each policy of
 hits the leading run of its cached hash ids, then its blocks are touched or brought in tail
 first), and through the classic baselines of ``bench/baselines.py`` (SIEVE, S3-FIFO, ARC,
 SLRU, W-TinyLFU) and the research candidates (``CANDIDATES``: ``bench/ghostwin.py``,
-``bench/doorarc.py``, ``bench/follow.py``) under the same semantics, and prints the hit rates
+``bench/doorarc.py``, ``bench/follow.py``, ``bench/admitlru.py`` ...) under the same semantics, and prints the hit rates
 next to Belady's OPT, computed as ``../shared/anchors/trace_hits.py`` does (per block, ignoring prefix coupling: an
 upper bound), with each one's share of the LRU-to-OPT gap, ``(p - lru) / (opt - lru)``. It
 also times each policy's operations (ns per call sequence, steady state) and measures its
@@ -47,6 +47,7 @@ from bench.follow import FollowPolicy
 from bench.ghostwin import GhostWindowTinyLFU
 from bench.wintune import WinTunePolicy
 from bench.arctune import ArcTunePolicy
+from bench.admitlru import AdmitLRUPolicy
 from bench.common import TRACE, bench_parser, machine, write_json
 from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy
 from kvpool.replay.loop import simulate, leading_run
@@ -58,7 +59,7 @@ Trace = list[list[int]]
 # follow keep the product's block protocol, so they also get salts and per-call costs.
 CANDIDATES: dict[str, type[Baseline] | type[EvictionPolicy]] = {
     p.name: p for p in (GhostWindowTinyLFU, DoorARCPolicy, FollowPolicy, WinTunePolicy,
-                       ArcTunePolicy)}
+                       ArcTunePolicy, AdmitLRUPolicy)}
 
 
 def new_policy(name: str, cap: int) -> EvictionPolicy:

@@ -1,10 +1,10 @@
-"""bench/heldout_agents.py: the held-out shapes tool_agent and doc_window have the
+"""bench/heldout_agents.py: the held-out shapes tool_agent, doc_window and doc_fanout have the
 properties their docstrings name (bench.heldout replays them as SHAPES)."""
 
 from collections import Counter
 
 from bench.heldout import SHAPES
-from bench.heldout_agents import doc_window, tool_agent
+from bench.heldout_agents import doc_fanout, doc_window, tool_agent
 
 
 def _extends(reqs, lo=1):
@@ -45,3 +45,15 @@ def test_doc_windows_share_content_only_from_the_same_start():
     assert all(not by_start[a] & by_start[b] for a, b in zip(firsts, firsts[1:]))
     tails = [r[-1] for r in reqs]
     assert len(set(tails)) == len(tails)  # every question and query ends unique
+
+
+def test_doc_fanout_reads_each_document_several_times_beside_chats_and_uploads():
+    assert SHAPES["doc_fanout"] is doc_fanout
+    assert doc_fanout(1, 0.05) == doc_fanout(1, 0.05) != doc_fanout(2, 0.05)
+    reqs = doc_fanout(1, 0.3)
+    heads = Counter(r[0] for r in reqs)
+    assert 0.85 * len(reqs) < sum(c for _, c in heads.most_common(3)) < 0.95 * len(reqs)
+    bodies = Counter(tuple(r[:-4]) for r in reqs if len(r) > 40)
+    assert sum(c >= 3 for c in bodies.values()) > 50  # documents fanned out to tasks
+    assert _extends(reqs[:600], lo=2) > 0.2 * 600  # chat turns resend their history
+    assert sum(heads[r[0]] == 1 for r in reqs) > 0.05 * len(reqs)  # one-off uploads
