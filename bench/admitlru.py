@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from zlib import crc32
 
+from bench.wintune import feed
 from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.sketch import FrequencySketch
@@ -231,7 +232,7 @@ class AdmitLRUPolicy(LinkedQueuesPolicy):
         self._stamp[block_id] = self._clock
         self._nw += q == WIN
         self._put(block_id, block_hash, q)
-        if (c >> 12) < self._sample and self._tuner.access(c, k):
+        if (c >> 12) < self._sample and feed(self._tuner, c, k):
             self._set_cfg(self._tuner.bonus)
 
     def _put(self, b: int, block_hash: bytes, q: int) -> None:

@@ -26,7 +26,7 @@ from zlib import crc32
 from bench.baselines import ARC
 from bench.doorarc_ghosts import GhostFilter
 from bench.wintune import (PROBATION, PROTECTED, PROTECTED_SHARE, WINDOW, MiniWTinyLFU,
-                           WindowTuner, WinTunePolicy)
+                           WindowTuner, WinTunePolicy, feed)
 from kvpool.core.eviction.base import PENDING
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import BonusTuner
@@ -140,7 +140,7 @@ class ArcTunePolicy(WinTunePolicy):
         if q == PROTECTED and not self.arc and (
                 self._n[PROTECTED] > PROTECTED_SHARE * (self._len - self._n[0])):
             self._move_head(PROTECTED, PROBATION)  # ARC's main is one LRU list (T2)
-        if (c >> 12) < self._sample and self._tuner.access(c, 0):
+        if (c >> 12) < self._sample and feed(self._tuner, c):
             self._switch(self._tuner.bonus)
 
     def evict(self) -> int:

@@ -125,6 +125,14 @@ class MiniWTinyLFU:
             raise InvariantError("shadow segments over their capacity")
 
 
+def feed(tuner: BonusTuner, c: int, k: int = 0) -> bool:
+    """One sampled access (content CRC ``c``, class ``k``) to every miniature of a bench
+    tuner, whose miniatures score block by block; True when the tuner's choice changed."""
+    for s in tuner.shadows:
+        s.access(c, k)
+    return tuner.tick(1)
+
+
 class WindowTuner(BonusTuner):
     """Invariant: shadow ``i`` has window share ``GRID[i]``; the rest is BonusTuner's.
 
@@ -141,12 +149,6 @@ class WindowTuner(BonusTuner):
         super().__init__(capacity, 1)
         size = self.shadows[0].capacity
         self.shadows = [MiniWTinyLFU(size, g, freq) for g in self.GRID]
-
-    def access(self, c: int, k: int = 0) -> bool:
-        """Feed one sampled access to every miniature; True when the choice changed."""
-        for s in self.shadows:
-            s.access(c, k)
-        return self.tick(1)
 
     def check_invariants(self) -> None:
         if not 0 <= self.current < len(self.GRID):
@@ -206,7 +208,7 @@ class WinTunePolicy(LinkedQueuesPolicy):
         self._put(block_id, block_hash, c, q)
         if q == PROTECTED and self._n[PROTECTED] > PROTECTED_SHARE * (self._len - self._n[0]):
             self._move_head(PROTECTED, PROBATION)
-        if (c >> 12) < self._sample and self._tuner.access(c, 0):
+        if (c >> 12) < self._sample and feed(self._tuner, c):
             self.cfg = self._tuner.bonus
             self.share, self.duel = self.cfg
 
