@@ -48,6 +48,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
+from collections.abc import Iterator
 
 from bench.baselines import BASELINES
 from bench.heldout_agents import doc_fanout, doc_window, tool_agent
@@ -179,20 +180,13 @@ def rag_bursty(seed: int, scale: float = 1.0) -> Trace:
     ids = itertools.count()
     docs = [[next(ids) for _ in range(rng.randint(32, 128))] for _ in range(800)]
     system = [next(ids) for _ in range(rng.randint(4, 16))]
-
-    def chat() -> list:
-        return [system + [next(ids) for _ in range(rng.randint(2, 10))], rng.randint(2, 25)]
-
-    chats = [chat() for _ in range(60)]
+    chats = [_background_chat(rng, ids, system) for _ in range(60)]
     hot: list[int] = []
     left = 0
     out: Trace = []
     for _ in range(int(8000 * scale)):
         if left <= 0:
-            size = rng.randint(4, 16)
-            keep = rng.sample(hot, min(len(hot) // 3, size))
-            hot = keep + rng.sample(range(800), size - len(keep))
-            left = rng.randint(150, 600)
+            hot, left = _next_burst(rng, hot)
         left -= 1
         u = rng.random()
         if u < 0.65:
@@ -205,10 +199,23 @@ def rag_bursty(seed: int, scale: float = 1.0) -> Trace:
         out.append(list(c[0]))
         c[1] -= 1
         if c[1] <= 0:
-            chats[i] = chat()
+            chats[i] = _background_chat(rng, ids, system)
         else:
             c[0] = c[0] + [next(ids) for _ in range(rng.randint(1, 5))]
     return out
+
+
+def _background_chat(rng: random.Random, ids: Iterator[int], system: list[int]) -> list:
+    """rag_bursty's chat: [the shared system prompt + 2..10 new blocks, 2..25 turns left]."""
+    return [system + [next(ids) for _ in range(rng.randint(2, 10))], rng.randint(2, 25)]
+
+
+def _next_burst(rng: random.Random, hot: list[int]) -> tuple[list[int], int]:
+    """rag_bursty's next burst: a hot set of 4..16 of the 800 documents that keeps about a
+    third of ``hot``, and its length, 150..600 requests."""
+    size = rng.randint(4, 16)
+    keep = rng.sample(hot, min(len(hot) // 3, size))
+    return keep + rng.sample(range(800), size - len(keep)), rng.randint(150, 600)
 
 
 def code_edit(seed: int, scale: float = 1.0) -> Trace:
@@ -226,12 +233,7 @@ def code_edit(seed: int, scale: float = 1.0) -> Trace:
               [[next(ids) for _ in range(rng.randint(8, 48))] for _ in range(40)])
              for _ in range(12)]
     weights = [1.0 / (r + 1) ** 1.1 for r in range(12)]
-
-    def session() -> list:
-        r = rng.choices(range(12), weights)[0]
-        return [r, rng.sample(range(40), rng.randint(1, 4)), [], rng.randint(2, 20)]
-
-    sessions = [session() for _ in range(80)]
+    sessions = [_code_session(rng, weights) for _ in range(80)]
     out: Trace = []
     for _ in range(int(3000 * scale)):
         if rng.random() < 0.15:
@@ -244,14 +246,27 @@ def code_edit(seed: int, scale: float = 1.0) -> Trace:
         ctx, files = repos[r]
         hist.extend(next(ids) for _ in range(rng.randint(1, 4)))
         out.append(ctx + [h for f in work for h in files[f]] + hist)
-        if rng.random() < 0.3:  # an edit: the file's content from a random block on is new
-            f = rng.choice(work)
-            cut = rng.randrange(len(files[f]))
-            files[f] = files[f][:cut] + [next(ids) for _ in range(len(files[f]) - cut)]
+        if rng.random() < 0.3:
+            _edit(rng, ids, files, work)
         s[3] = left - 1
         if s[3] <= 0:
-            sessions[i] = session()
+            sessions[i] = _code_session(rng, weights)
     return out
+
+
+def _code_session(rng: random.Random, weights: list[float]) -> list:
+    """code_edit's session: [its repository (by ``weights``), its working set of 1..4 of the
+    repository's 40 files, its history (empty), 2..20 turns left]."""
+    r = rng.choices(range(12), weights)[0]
+    return [r, rng.sample(range(40), rng.randint(1, 4)), [], rng.randint(2, 20)]
+
+
+def _edit(rng: random.Random, ids: Iterator[int], files: list[list[int]],
+          work: list[int]) -> None:
+    """An edit to one of the ``work`` files: its content from a random block on is new."""
+    f = rng.choice(work)
+    cut = rng.randrange(len(files[f]))
+    files[f] = files[f][:cut] + [next(ids) for _ in range(len(files[f]) - cut)]
 
 
 def batch_eval(seed: int, scale: float = 1.0) -> Trace:
@@ -272,12 +287,7 @@ def batch_eval(seed: int, scale: float = 1.0) -> Trace:
     fresh = list(range(30))
     rng.shuffle(fresh)
     done: list[int] = []
-
-    def start() -> list:
-        t = fresh.pop() if fresh and (not done or rng.random() < 0.5) else rng.choice(done)
-        return [t, 0]
-
-    jobs = [start() for _ in range(4)]
+    jobs = [_start_job(rng, fresh, done) for _ in range(4)]
     out: Trace = []
     samples = 0  # repeats of the current item still to send
     for _ in range(int(6000 * scale)):
@@ -292,10 +302,18 @@ def batch_eval(seed: int, scale: float = 1.0) -> Trace:
             j[1] += 1
             if j[1] == len(items):
                 done.append(j[0])
-                j[:] = start()
+                j[:] = _start_job(rng, fresh, done)
         out.append(list(req))
         samples -= 1
     return out
+
+
+def _start_job(rng: random.Random, fresh: list[int], done: list[int]) -> list[int]:
+    """batch_eval's next job, [task, next item]: half the time a task never run (popped from
+    ``fresh``), else a re-run of one in ``done`` (only fresh ones before any is done, only
+    re-runs once none is left)."""
+    t = fresh.pop() if fresh and (not done or rng.random() < 0.5) else rng.choice(done)
+    return [t, 0]
 
 
 SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
