@@ -7,8 +7,10 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
+from collections.abc import Callable
 
 Trace = list[list[int]]
+New = Callable[[int], list[int]]  # n -> n blocks of unique content
 
 
 def tool_agent(seed: int, scale: float = 1.0) -> Trace:
@@ -21,13 +23,8 @@ def tool_agent(seed: int, scale: float = 1.0) -> Trace:
     rng = random.Random(seed)
     ids = itertools.count()
     new = lambda n: [next(ids) for _ in range(n)]  # noqa: E731 - unique content
-    kinds, weights = [new(rng.randint(40, 120)) for _ in range(6)], [1, 1 / 2, 1 / 3, 1 / 4,
-                                                                      1 / 5, 1 / 6]
-
-    def agent_() -> list:
-        return [rng.choices(kinds, weights)[0] + new(rng.randint(2, 10)), rng.randint(4, 40)]
-
-    agents = [agent_() for _ in range(24)]
+    kinds = [new(rng.randint(40, 120)) for _ in range(6)]
+    agents = [_agent(rng, new, kinds) for _ in range(24)]
     templates = [new(rng.randint(16, 48))]
     burst = 0
     out: Trace = []
@@ -35,28 +32,50 @@ def tool_agent(seed: int, scale: float = 1.0) -> Trace:
         u = rng.random()
         if u < 0.25:
             if burst <= 0:
-                old = len(templates) % 10 == 0
-                templates.append(rng.choice(templates) if old else new(rng.randint(16, 48)))
-                burst = rng.randint(100, 400)
+                burst = _next_template(rng, new, templates)
             burst -= 1
             out.append(templates[-1] + new(rng.randint(1, 6)))
         elif u < 0.4:
             out.append(new(rng.randint(4, 60)))
         else:
-            i = rng.randrange(len(agents))
-            a = agents[i]
-            out.append(list(a[0]))
-            r = rng.random()
-            if r < 0.05:
-                agents.append([list(a[0]), rng.randint(2, 20)])
-            if r >= 0.1:  # not a retry: the step's output and tool result join the context
-                tool = rng.randint(20, 80) if rng.random() < 0.2 else rng.randint(1, 8)
-                a[0], a[1] = a[0] + new(rng.randint(1, 3)) + new(tool), a[1] - 1
-            if a[1] <= 0:
-                agents[i] = agent_()
-            if len(agents) > 24:
-                agents.pop(rng.randrange(len(agents)))
+            out.append(_agent_step(rng, new, agents, kinds))
     return out
+
+
+def _agent(rng: random.Random, new: New, kinds: list[list[int]]) -> list:
+    """tool_agent's agent: [a kind's schema prompt (Zipf(1)) + a 2..10-block task, 4..40
+    steps left]."""
+    kind = rng.choices(kinds, [1, 1 / 2, 1 / 3, 1 / 4, 1 / 5, 1 / 6])[0]
+    return [kind + new(rng.randint(2, 10)), rng.randint(4, 40)]
+
+
+def _next_template(rng: random.Random, new: New, templates: list[list[int]]) -> int:
+    """A new batch burst: a 16..48-block template appended to ``templates`` (every 10th an
+    old one); returns its length, 100..400 requests."""
+    old = len(templates) % 10 == 0
+    templates.append(rng.choice(templates) if old else new(rng.randint(16, 48)))
+    return rng.randint(100, 400)
+
+
+def _agent_step(rng: random.Random, new: New, agents: list[list],
+                kinds: list[list[int]]) -> list[int]:
+    """The next step of a random one of ``agents``: its context as the request; then it may
+    fork (5 %), it retries (10 %) or its output and tool result join its context, it ends
+    (a new agent takes its place), and past 24 agents a random one leaves."""
+    i = rng.randrange(len(agents))
+    a = agents[i]
+    req = list(a[0])
+    r = rng.random()
+    if r < 0.05:
+        agents.append([list(a[0]), rng.randint(2, 20)])
+    if r >= 0.1:  # not a retry: the step's output and tool result join the context
+        tool = rng.randint(20, 80) if rng.random() < 0.2 else rng.randint(1, 8)
+        a[0], a[1] = a[0] + new(rng.randint(1, 3)) + new(tool), a[1] - 1
+    if a[1] <= 0:
+        agents[i] = _agent(rng, new, kinds)
+    if len(agents) > 24:
+        agents.pop(rng.randrange(len(agents)))
+    return req
 
 
 def doc_window(seed: int, scale: float = 1.0) -> Trace:
@@ -76,22 +95,12 @@ def doc_window(seed: int, scale: float = 1.0) -> Trace:
     windows: dict[tuple[int, int], list[int]] = {}  # (doc, start) -> content from there
     tenants = [(new(rng.randint(20, 60)), [new(rng.randint(4, 16)) for _ in range(30)])
                for _ in range(5)]
-
-    def session(n: int) -> list:
-        d = (min(bisect.bisect_left(cdf, rng.random() * cdf[-1]), 299) + n // 40) % 300
-        return [d, 8 * rng.randrange(docs[d] // 16), rng.randint(32, 128), rng.randint(3, 20)]
-
-    sessions = [session(0) for _ in range(12)]
-    tenant, burst = 0, 0
+    sessions = [_qa_session(rng, cdf, docs, 0) for _ in range(12)]
+    burst = [0, 0]  # [tenant, requests left]
     out: Trace = []
     for n in range(int(8000 * scale)):
         if rng.random() < 0.25:
-            if burst <= 0:
-                tenant, burst = rng.randrange(5), rng.randint(50, 300)
-            burst -= 1
-            prompt, shots = tenants[tenant]
-            out.append(prompt + shots[min(int(rng.paretovariate(1.2)) - 1, 29)]
-                       + new(rng.randint(1, 10)))
+            out.append(_tenant_request(rng, new, tenants, burst))
             continue
         i = rng.randrange(12)
         d, start, width, left = s = sessions[i]
@@ -100,8 +109,28 @@ def doc_window(seed: int, scale: float = 1.0) -> Trace:
         s[1] = min(start + 8 * rng.randint(0, 2), 8 * (docs[d] // 8 - 4))
         s[3] = left - 1
         if s[3] <= 0:
-            sessions[i] = session(n)
+            sessions[i] = _qa_session(rng, cdf, docs, n)
     return out
+
+
+def _qa_session(rng: random.Random, cdf: list[float], docs: list[int], n: int) -> list:
+    """doc_window's QA session at request ``n``: [a document (by ``cdf``, the ranking rotated
+    by one every 40 requests), a window start on the 8-block grid in its first half, a window
+    of 32..128 blocks, 3..20 questions left]."""
+    d = (min(bisect.bisect_left(cdf, rng.random() * cdf[-1]), 299) + n // 40) % 300
+    return [d, 8 * rng.randrange(docs[d] // 16), rng.randint(32, 128), rng.randint(3, 20)]
+
+
+def _tenant_request(rng: random.Random, new: New, tenants: list[tuple[list[int], list]],
+                    burst: list[int]) -> list[int]:
+    """A request of the tenant burst ``burst`` ([tenant, requests left]; a new one of 50..300
+    from one of 5 tenants once it ends): the tenant's prompt + one of its examples (Pareto-
+    popular) + a unique 1..10-block query."""
+    if burst[1] <= 0:
+        burst[:] = rng.randrange(5), rng.randint(50, 300)
+    burst[1] -= 1
+    prompt, shots = tenants[burst[0]]
+    return prompt + shots[min(int(rng.paretovariate(1.2)) - 1, 29)] + new(rng.randint(1, 10))
 
 
 def doc_fanout(seed: int, scale: float = 1.0) -> Trace:
@@ -115,18 +144,9 @@ def doc_fanout(seed: int, scale: float = 1.0) -> Trace:
     ids = itertools.count()
     new = lambda n: [next(ids) for _ in range(n)]  # noqa: E731 - unique content
     apps = [new(rng.randint(8, 24)) for _ in range(3)]
-    app = lambda: rng.choices(apps, [1, 1 / 2, 1 / 3])[0]  # noqa: E731
     done: list[list[int]] = []
-
-    def doc() -> list:
-        text = (rng.choice(done) if done and rng.random() < 0.1
-                else app() + new(rng.randint(16, 96)))
-        return [text, rng.randint(3, 8)]
-
-    def chat() -> list:
-        return [app(), rng.randint(3, 30)]
-
-    docs, chats = [doc() for _ in range(6)], [chat() for _ in range(40)]
+    docs = [_fanout_doc(rng, new, apps, done) for _ in range(6)]
+    chats = [_fanout_chat(rng, apps) for _ in range(40)]
     out: Trace = []
     for _ in range(int(8000 * scale)):
         u = rng.random()
@@ -137,7 +157,7 @@ def doc_fanout(seed: int, scale: float = 1.0) -> Trace:
             d[1] -= 1
             if d[1] <= 0:
                 done.append(d[0])
-                docs[i] = doc()
+                docs[i] = _fanout_doc(rng, new, apps, done)
         elif u < 0.9:
             i = rng.randrange(40)
             c = chats[i]
@@ -145,7 +165,26 @@ def doc_fanout(seed: int, scale: float = 1.0) -> Trace:
             out.append(list(c[0]))
             c[1] -= 1
             if c[1] <= 0:
-                chats[i] = chat()
+                chats[i] = _fanout_chat(rng, apps)
         else:
             out.append(new(rng.randint(32, 200)))
     return out
+
+
+def _app(rng: random.Random, apps: list[list[int]]) -> list[int]:
+    """doc_fanout's app prompt for a new document or chat: one of ``apps``, Zipf(1)."""
+    return rng.choices(apps, [1, 1 / 2, 1 / 3])[0]
+
+
+def _fanout_doc(rng: random.Random, new: New, apps: list[list[int]],
+                done: list[list[int]]) -> list:
+    """doc_fanout's next document in flight: [one in ten an earlier one of ``done`` (re-run),
+    else an app prompt + 16..96 new blocks, 3..8 tasks left]."""
+    text = (rng.choice(done) if done and rng.random() < 0.1
+            else _app(rng, apps) + new(rng.randint(16, 96)))
+    return [text, rng.randint(3, 8)]
+
+
+def _fanout_chat(rng: random.Random, apps: list[list[int]]) -> list:
+    """doc_fanout's chat: [its app prompt (the history grows from there), 3..30 turns left]."""
+    return [_app(rng, apps), rng.randint(3, 30)]
