@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from bench.baselines import replay
 from bench.follow import EXPERTS, FollowPolicy, Panel
-from bench.policies import CANDIDATES, zipf_prefix
+from bench.policies import CANDIDATES
+from bench.policy_traces import zipf_prefix
 from kvpool.replay.loop import simulate
 from tests.core.policy_helpers import key
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from zlib import crc32
 
-from bench.policies import multiturn, salt_spread, salted, uniform
+from bench.policies import salt_spread, salted
+from bench.policy_traces import multiturn, uniform
 from kvpool.core.eviction import LRUPolicy
 from kvpool.replay.loop import simulate
 

@@ -105,7 +105,8 @@ def test_classlru_stays_lru_where_reuse_is_memoryless(salt):
     """bench.policies' multiturn trace: sessions end after a geometric number of turns, so
     past uses do not predict the next one and every bonus ties with LRU within noise. The
     tuner stays on LRU (it left on a burst before NOTE(effect), 250-350 hits below LRU)."""
-    from bench.policies import multiturn, salted
+    from bench.policies import salted
+    from bench.policy_traces import multiturn
     reqs = salted(multiturn(seed=2), salt)
     p = ClassLRUPolicy(1000)
     hits, _ = simulate(reqs, p, 1000)
