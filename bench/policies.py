@@ -202,7 +202,8 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
     lru_hits: dict[int, int] = {}
     print(f"\n== {name}: {len(reqs)} requests, {blocks} blocks, {unique} unique", flush=True)
     print(f"{'capacity':12s}" + "".join(f"{c:>9d}" for c in caps) + "   ns/block")
-    for pol in [*policies, *candidates, *baselines]:
+    pols = [*policies, *candidates, *baselines]
+    for pol in pols:
         rates, ns, bonus = {}, {}, {}
         for c in caps:
             p = (make_policy(pol, c) if pol in policies
@@ -223,28 +224,43 @@ def replay_all(name: str, reqs: Trace, caps: list[int], policies: list[str],
         print(f"{pol:12s}" + "".join(f"{rates[c]:9.4f}" for c in caps)
               + f"  {marks} {sum(ns.values()) // len(ns):>6d}", flush=True)
         if salts > 1 and isinstance(p, EvictionPolicy) and pol != "lru" and lru_hits:
-            sp = {c: salt_spread(reqs, pol, c, salts, lru_hits[c]) for c in caps}
-            res["salt_spread"][pol] = sp
-            print(f"{'  - lru':12s}" + "".join(f"{sp[c]['min']:+d}..{sp[c]['max']:+d}".rjust(13)
-                                                for c in caps)
-                  + f"  hits over {salts} salts; below lru in "
-                  + "/".join(str(sp[c]["below"]) for c in caps), flush=True)
+            res["salt_spread"][pol] = _salt_row(reqs, pol, caps, salts, lru_hits)
     if with_opt:
-        res["opt"] = {c: round(opt_hit_rate(reqs, c), 4) for c in caps}
-        print(f"{'opt':12s}" + "".join(f"{res['opt'][c]:9.4f}" for c in caps))
-        lru = res["hit_rate"].get("lru")
-        print("share of the LRU->OPT gap closed, (p - lru) / (opt - lru):")
-        for pol in [*policies, *candidates, *baselines]:
-            if pol == "lru" or lru is None:
-                continue
-            share = {}
-            for c in caps:
-                g = res["opt"][c] - lru[c]
-                share[c] = round((res["hit_rate"][pol][c] - lru[c]) / g, 3) if g > 1e-9 else None
-            res["gap_share"][pol] = share
-            print(f"{pol + ' gap':12s}" + "".join(
-                f"{share[c]:9.0%}" if share[c] is not None else f"{'-':>9s}" for c in caps))
+        res["opt"], res["gap_share"] = _opt_rows(reqs, caps, pols, res["hit_rate"])
     return res
+
+
+def _salt_row(reqs: Trace, pol: str, caps: list[int], salts: int,
+             lru_hits: dict[int, int]) -> dict[int, dict]:
+    """``pol``'s ``salt_spread`` at each capacity, printed under its hit rates."""
+    sp = {c: salt_spread(reqs, pol, c, salts, lru_hits[c]) for c in caps}
+    print(f"{'  - lru':12s}" + "".join(f"{sp[c]['min']:+d}..{sp[c]['max']:+d}".rjust(13)
+                                       for c in caps)
+          + f"  hits over {salts} salts; below lru in "
+          + "/".join(str(sp[c]["below"]) for c in caps), flush=True)
+    return sp
+
+
+def _opt_rows(reqs: Trace, caps: list[int], pols: list[str],
+              rates: dict[str, dict[int, float]]) -> tuple[dict, dict]:
+    """Belady's OPT at each capacity and each of ``pols``' share of the LRU-to-OPT gap by its
+    ``rates`` (none without LRU's), printed: (opt, gap_share)."""
+    opt = {c: round(opt_hit_rate(reqs, c), 4) for c in caps}
+    print(f"{'opt':12s}" + "".join(f"{opt[c]:9.4f}" for c in caps))
+    lru = rates.get("lru")
+    print("share of the LRU->OPT gap closed, (p - lru) / (opt - lru):")
+    gap_share = {}
+    for pol in pols:
+        if pol == "lru" or lru is None:
+            continue
+        share = {}
+        for c in caps:
+            g = opt[c] - lru[c]
+            share[c] = round((rates[pol][c] - lru[c]) / g, 3) if g > 1e-9 else None
+        gap_share[pol] = share
+        print(f"{pol + ' gap':12s}" + "".join(
+            f"{share[c]:9.0%}" if share[c] is not None else f"{'-':>9s}" for c in caps))
+    return opt, gap_share
 
 
 def summarize(traces: dict, policies: list[str], baselines: list[str]) -> None:
