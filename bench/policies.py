@@ -30,6 +30,7 @@ never written to disk; bench/policy_traces.py), each shaped to stress a differen
 
 from __future__ import annotations
 
+import argparse
 import gc
 import heapq
 import itertools
@@ -280,7 +281,7 @@ def summarize(traces: dict, policies: list[str], baselines: list[str]) -> None:
               f"below the best baseline: {', '.join(short) or 'nowhere'}")
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     ap = bench_parser("policies", __doc__, timing=False)
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--capacities", type=int, nargs="+", default=list(CAPACITIES))
@@ -300,39 +301,57 @@ def main(argv: list[str] | None = None) -> dict:
                     help="also replay each adaptive policy on N hash-salted copies of each "
                          "trace (1: off) and print its hits minus LRU's, min..max")
     ap.add_argument("--quick", action="store_true", help="smaller op/memory measurements")
-    a = ap.parse_args(argv)
-    out: dict = {"machine": machine(), "capacities": a.capacities, "traces": {}, "ops": {}}
+    return ap
+
+
+def _replay_traces(a: argparse.Namespace) -> dict[str, dict]:
+    """``replay_all`` on each of ``--traces`` (a generated one once per seed), by label."""
+    traces: dict[str, dict] = {}
     for name in a.traces:
         if name == "conversation":
             if not a.trace.is_file():
                 print(f"(trace {a.trace} not found; skipped)")
                 continue
             reqs = load_trace(a.trace, a.limit)
-            out["traces"][name] = replay_all(name, reqs, a.capacities, a.policies, a.baselines,
-                                              not a.no_opt, a.salts, a.candidates)
+            traces[name] = replay_all(name, reqs, a.capacities, a.policies, a.baselines,
+                                      not a.no_opt, a.salts, a.candidates)
             continue
         for seed in a.seeds:
             reqs = GENERATED[name](seed=seed)
             label = f"{name}@{seed}"
-            out["traces"][label] = replay_all(label, reqs, a.capacities, a.policies,
-                                              a.baselines, not a.no_opt, a.salts,
-                                              a.candidates)
-    summarize(out["traces"], [p for p in [*a.policies, *a.candidates] if p != "lru"],
-              a.baselines)
+            traces[label] = replay_all(label, reqs, a.capacities, a.policies, a.baselines,
+                                       not a.no_opt, a.salts, a.candidates)
+    return traces
+
+
+def _op_table(a: argparse.Namespace) -> dict[str, dict]:
+    """Per product policy and block-protocol candidate: ``op_costs`` (best of 3 seeds) and
+    ``bytes_per_block``, printed as a table."""
     cap, n, mem = (8192, 4000, 65536) if a.quick else (65536, 30000, 1 << 20)
     cols = ("evict", "insert", "on_hit", "remove", "insert_revived", "miss", "hit")
     print(f"\nns per call (steady state, {cap} blocks; best of 3) and memory ({mem} "
           "evictable blocks)")
     print(f"{'policy':12s}" + "".join(f"{c:>15s}" for c in cols) + f"{'bytes/blk':>11s}")
     block_candidates = [c for c in a.candidates if issubclass(CANDIDATES[c], EvictionPolicy)]
+    ops: dict[str, dict] = {}
     for pol in [*a.policies, *block_candidates]:
         runs = [op_costs(pol, cap, n, seed) for seed in range(3)]
         r: dict = {c: min(x[c] for x in runs) for c in cols}
         r["bytes_per_block"] = bytes_per_block(pol, mem)
-        out["ops"][pol] = r
+        ops[pol] = r
         print(f"{pol:12s}" + "".join(f"{r[c]:15.0f}" for c in cols)
               + f"{r['bytes_per_block']:11.1f}")
     print("miss = evict + insert (new content); hit = on_hit + remove + insert_revived")
+    return ops
+
+
+def main(argv: list[str] | None = None) -> dict:
+    a = _parser().parse_args(argv)
+    out: dict = {"machine": machine(), "capacities": a.capacities, "traces": {}, "ops": {}}
+    out["traces"] = _replay_traces(a)
+    summarize(out["traces"], [p for p in [*a.policies, *a.candidates] if p != "lru"],
+              a.baselines)
+    out["ops"] = _op_table(a)
     write_json(a.json, out)
     return out
 
