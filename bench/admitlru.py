@@ -167,7 +167,7 @@ class AdmitTuner(BonusTuner):
         fast = self._mean[0]
         ok = [p and (i in self._plain or all(fast[i][j] > 0 for j in self._plain))
               for i, p in enumerate(passed)]
-        return BonusTuner._nearest(ok, gain, cur)
+        return super()._nearest(ok, gain, cur)
 
     def check_invariants(self) -> None:
         if not 0 <= self.current < len(self.GRID):
