@@ -83,6 +83,20 @@ def revive_chain(p: EvictionPolicy, chain: list[int], rounds: int = 3) -> None:
             p.insert(b, key(100 + b), b, 0.0)
 
 
+def assert_chain_leaves_deepest_first(p: EvictionPolicy, capacity: int = 64) -> None:
+    """A chain revived twice, released tail first, then new content floods ``p`` (a policy
+    of ``capacity`` blocks): the chain's blocks leave deepest first, never orphaning a cached
+    block."""
+    chain = [0, 1, 2, 3]
+    revive_chain(p, chain)
+    for b in range(10, 80):
+        p.insert(b, key(b), 0, 0.0)
+        if len(p) > capacity:
+            p.evict()
+    order = [p.evict() for _ in range(len(p))]
+    assert [b for b in order if b in chain] == [b for b in [3, 2, 1, 0] if b in order]
+
+
 def same_hits(mini, reference, ids) -> None:
     """``mini`` (a tuner's miniature) hits exactly where ``reference`` (a bench/baselines.py
     cache of the same capacity) would, access by access, counts the same hits, and stays

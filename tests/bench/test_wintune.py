@@ -16,9 +16,8 @@ from bench.wintune import MiniWTinyLFU, WindowTuner, WinTunePolicy
 from kvpool.core.eviction import POLICIES, LRUPolicy, make_policy
 from kvpool.errors import ConfigError
 from kvpool.replay.loop import simulate
-from tests.bench.policy_ops import (OPS, evict_members, evicts_like_lru, revive_chain,
-                                     same_hits)
-from tests.core.policy_helpers import key
+from tests.bench.policy_ops import (OPS, assert_chain_leaves_deepest_first, evict_members,
+                                     evicts_like_lru, same_hits)
 
 CFGS = st.sampled_from(WindowTuner.GRID)
 
@@ -40,15 +39,7 @@ def test_every_configuration_evicts_members_and_keeps_invariants(ops, cfg):
 def test_a_chain_is_evicted_child_first(cfg):
     """A chain revived twice, released tail first, then new content floods the pool: its
     blocks leave deepest first under every configuration, never orphaning a cached block."""
-    p = WinTunePolicy(64, sketch_min_bits=8, cfg=cfg)
-    chain = [0, 1, 2, 3]
-    revive_chain(p, chain)
-    for b in range(10, 80):
-        p.insert(b, key(b), 0, 0.0)
-        if len(p) > 64:
-            p.evict()
-    order = [p.evict() for _ in range(len(p))]
-    assert [b for b in order if b in chain] == [b for b in [3, 2, 1, 0] if b in order]
+    assert_chain_leaves_deepest_first(WinTunePolicy(64, sketch_min_bits=8, cfg=cfg))
 
 
 def test_the_duel_keeps_part_of_a_loop_longer_than_the_pool():
