@@ -317,6 +317,13 @@ def test_check_invariants_catches_corruption():
     q._stamp[0] = 99
     with pytest.raises(AssertionError):  # InvariantError is an AssertionError
         q.check_invariants()
+    r = ClassLRUPolicy(8, sketch_min_bits=8)  # tuned: every block is sampled at 8 blocks
+    r.insert(0, key(0), 3, 0.0)
+    r.insert(1, key(1), 2, 0.0)
+    r.check_invariants()  # one run of falling depth, still being collected
+    r._run.append((key(2), 0, 5))  # a deeper block inside the same run
+    with pytest.raises(InvariantError, match="release run"):
+        r.check_invariants()
 
 
 # ---------------------------------------------------------------- trace replay

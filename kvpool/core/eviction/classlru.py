@@ -175,6 +175,10 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         for b, w in enumerate(self._where):
             if w == PENDING and self._hash[b] is None:
                 raise InvariantError(f"revived block {b} lost its hash")
+        run = self._run
+        if any(a[2] <= b[2] for a, b in zip(run, run[1:])) or (run and not self._sample):
+            raise InvariantError("the release run being collected is not one run of falling "
+                                 "depth, or is collected with no tuner")
         if self._w != [k * self._bonus * self._scale for k in range(self.K)]:
             raise InvariantError("eviction-key bonuses do not match the bonus in use")
         if self._tuner is not None:
