@@ -78,10 +78,12 @@ async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.005) 
 
 
 async def health_during_parse(srv: Running, url: str, body: dict,
-                              bound: float = 0.5) -> tuple[int, dict]:
+                              bound: float = 5.0) -> tuple[int, dict]:
     """POST ``body`` (large enough for the app's ParsePool) to ``url``; once its parse is under
-    way, /health must answer before the POST does and within ``bound`` seconds (generous: a
-    liveness check). The POST's (status, JSON)."""
+    way, /health must answer before the POST does and within ``bound`` seconds. The ordering
+    is the property (a parse on the loop never lets /health in first); the bound is only a
+    liveness limit: the parse thread holds the GIL between switches, and on a loaded 2-core
+    box /health once took 2.1 s while still answering first. The POST's (status, JSON)."""
     pool = srv.app[ROUTES_KEY].parse_pool
     async with aiohttp.ClientSession() as s:
         async def big() -> tuple[int, dict]:
