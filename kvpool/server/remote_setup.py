@@ -27,6 +27,10 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
                         "bench/route.py's trace simulation)")
     g.add_argument("--remote-prefetch-timeout-ms", type=float, default=500.0, metavar="MS",
                    help="deadline of one request's prefix fetch; what arrived is kept")
+    g.add_argument("--remote-op-timeout-ms", type=float, default=250.0, metavar="MS",
+                   help="deadline of one Redis round trip (a probe, a put, a health check; "
+                        "a get adds its bytes over 256 MiB/s); a missed one is a miss and "
+                        "counts toward the circuit breaker")
     g.add_argument("--remote-blocks-per-object", type=int, default=1, metavar="N",
                    help="blocks per Redis value (aim for 0.5-4 MiB values)")
     g.add_argument("--remote-secret-file", default=None, metavar="PATH",
@@ -35,7 +39,8 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
-               prefetch_timeout_ms: float = 500.0, blocks_per_object: int = 1,
+               prefetch_timeout_ms: float = 500.0, op_timeout_ms: float = 250.0,
+               blocks_per_object: int = 1,
                fetch_bias: float = 1.0, observer=None, secret_file: str | None = None,
                metrics: KVPoolMetrics | None = None) -> RemoteLink:
     """A RemoteLink on a RedisTier at ``url`` for ``engine``'s namespace (not connected yet:
@@ -45,6 +50,7 @@ def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WR
     breaker, probe/get/put and prefetch-wait histograms) are rendered on it from then on.
     ``observer`` (without ``metrics``) receives the tier's round-trip times instead.
     ``fetch_bias``: ``RemoteLink.fetch_bias`` (bench.remote's forced-fetch arm sets 0).
+    ``op_timeout_ms``: the tier's deadline of one round trip (``--remote-op-timeout-ms``).
     ``secret_file``: sign values with the secret it holds (``--remote-secret-file``)."""
     core = engine.core
     layout = core.storage.layout
@@ -61,7 +67,7 @@ def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WR
     if metrics is not None:
         remote_metrics = RemoteMetrics(lambda: tier.stats())  # late-bound: tier is next
         observer = remote_metrics.observe
-    tier = RedisTier(url, codec, observer=observer)
+    tier = RedisTier(url, codec, op_timeout=op_timeout_ms / 1000.0, observer=observer)
     link = RemoteLink(tier=tier, group_keys=ns.group_keys, encode=codec.encode,
                       split_blocks=codec.split,
                       blocks_per_object=blocks_per_object, write_policy=write_policy,

@@ -230,6 +230,7 @@ def _build(config: EngineConfig, o: ServeOptions,
         engine.remote_link = build_link(  # read before engine.start() (the app's startup)
             engine, o.remote_url, write_policy=o.remote_write_policy,
             prefetch_timeout_ms=o.remote_prefetch_timeout_ms,
+            op_timeout_ms=o.remote_op_timeout_ms,
             blocks_per_object=o.remote_blocks_per_object, secret_file=o.remote_secret_file,
             metrics=engine.metrics)  # the registry build_app serves
     app = build_app(engine, api_key=o.api_key, max_body_bytes=o.max_body_bytes,

@@ -59,6 +59,7 @@ class ServeOptions:
     remote_url: str | None = None  # redis://HOST:PORT of the shared prefix tier (None: off)
     remote_write_policy: str = DEFAULT_WRITE_POLICY
     remote_prefetch_timeout_ms: float = 500.0
+    remote_op_timeout_ms: float = 250.0  # one Redis round trip's deadline
     remote_blocks_per_object: int = 1
     remote_secret_file: str | None = None  # shared secret signing the tier's values (None: off)
     uvloop: bool | None = None  # None: uvloop when installed
@@ -95,6 +96,7 @@ class ServeOptions:
         if self.remote_url:
             check_url(self.remote_url)  # before an engine is built: exit 2 naming the forms
         require(self.remote_prefetch_timeout_ms > 0, "--remote-prefetch-timeout-ms: use > 0")
+        require(self.remote_op_timeout_ms > 0, "--remote-op-timeout-ms: use > 0")
         require(self.max_stored_responses >= 0,
                 f"--max-stored-responses {self.max_stored_responses}: use a count >= 0 (0: "
                 "store none)")

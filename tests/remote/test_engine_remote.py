@@ -73,16 +73,40 @@ async def test_corrupt_value_is_a_miss_and_the_output_is_right(redis_server):
 
 
 async def test_write_back_stores_evicted_blocks(redis_server):
-    e1 = await engine(redis_server.url, policy="write_back")
+    # NOTE: this checks what is stored and fetched, not the deadlines: on a loaded 2-core CI
+    # box a 250 ms round trip or a 500 ms fetch was missed once, and nothing was fetched.
+    slow_box = dict(op_timeout_ms=5000.0, prefetch_timeout_ms=10_000.0)
+    e1 = await engine(redis_server.url, policy="write_back", **slow_box)
     await run(e1, PROMPT)
     for k in (11, 13):  # 2 x 60 blocks through a 96-block pool: every PROMPT block is evicted
         await run(e1, [(i * k + 5) % 500 + 1 for i in range(16 * 60)])
     await settle(e1)
-    assert e1.remote_link.tier.stats().puts > 0
+    wrote = (e1.remote_link.tier.stats(), e1.writer.staged, e1.writer.dropped)
+    assert wrote[0].puts > 0, wrote
     await stop(e1)
-    e2 = await engine(redis_server.url, policy="write_back")
+    e2 = await engine(redis_server.url, policy="write_back", **slow_box)
     want = await fresh_tokens(PROMPT)
     assert tokens(await run(e2, PROMPT)) == want
-    assert e2.reader.stats.fetched_blocks >= 0.9 * ((len(PROMPT) - 1) // 16)
+    assert e2.reader.stats.fetched_blocks >= 0.9 * ((len(PROMPT) - 1) // 16), (
+        e2.reader.stats, e2.remote_link.tier.stats(), wrote)
     await settle(e2)
     await stop(e2)
+
+
+async def test_the_op_timeout_is_the_tiers_round_trip_deadline(redis_server):
+    """``--remote-op-timeout-ms`` reaches the tier: with Redis stopped for 0.6 s, a 5 s
+    deadline waits it out and finds the chain, a 50 ms one is a timeout (a miss)."""
+    e1 = await stored(redis_server.url)
+    await stop(e1)
+    keys = e1.remote_link.group_keys(e1.core.manager.hasher.hash_blocks(PROMPT, None))[:40]
+    for ms, found, timeouts in ((5000.0, 40, 0), (50.0, 0, 1)):
+        e = await engine(redis_server.url, op_timeout_ms=ms)
+        tier = e.remote_link.tier
+        try:
+            redis_server.pause()
+            asyncio.get_running_loop().call_later(0.6, redis_server.resume)
+            assert await tier.probe(keys) == found
+            assert tier.stats().errors.get("timeout", 0) == timeouts, tier.stats()
+        finally:
+            redis_server.resume()
+            await stop(e)

@@ -139,6 +139,7 @@ def _has_uvloop() -> bool:
     (["--header-timeout", "-1"], "--header-timeout"),
     (["--stream-write-timeout", "0"], "--stream-write-timeout"),
     (["--remote-blocks-per-object", "0"], "--remote-blocks-per-object"),
+    (["--remote-op-timeout-ms", "0"], "--remote-op-timeout-ms"),
     (["--port", "70000"], "--port"),
 ])
 def test_a_bad_server_flag_exits_2_naming_it(flags, named, capsys):
