@@ -161,7 +161,10 @@ class RedisClusterProcs:
     ``redis-cli --cluster create``; ``url`` lists every master as a seed node."""
 
     def __init__(self, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 1000) -> None:
-        args = ("--cluster-enabled", "yes", "--cluster-node-timeout", str(node_timeout_ms))
+        args = ("--cluster-enabled", "yes", "--cluster-node-timeout", str(node_timeout_ms),
+                # a replica always stands for election, however long ago it heard its master
+                # (a loaded box can delay the link past the default 10 node timeouts)
+                "--cluster-replica-validity-factor", "0")
         self.nodes = [RedisServer(free_cluster_port(), extra_args=args)
                       for _ in range(masters * (1 + replicas))]
         self.masters, self.replicas = masters, replicas
@@ -194,11 +197,28 @@ class RedisClusterProcs:
 
     def master_of(self, key: str) -> RedisServer:
         """The master serving ``key``'s slot now."""
-        slot = int(_command(self.nodes[0].port, "CLUSTER", "KEYSLOT", key).strip())
+        live = next(n for n in self.nodes if n.proc is not None)
+        slot = int(_command(live.port, "CLUSTER", "KEYSLOT", key).strip())
         return self._slot_owner(slot)
 
+    def kill_master_of(self, key: str, wait_s: float = 30.0) -> RedisServer:
+        """SIGKILL the master serving ``key`` once the cluster is healthy and its replicas
+        acknowledged every write (WAIT), so a failover loses nothing; the killed node."""
+        _wait(self.healthy, wait_s, "a healthy cluster before the kill")
+        m = self.master_of(key)
+        _command(m.port, "WAIT", str(self.replicas), str(int(wait_s * 1000)),
+                 timeout=wait_s + 2)
+        m.kill()
+        return m
+
+    def view(self) -> str:
+        """CLUSTER NODES as a live node sees it (for a failure message)."""
+        live = next((n for n in self.nodes if n.proc is not None and ping(n.port)), None)
+        return "no live node" if live is None else _command(live.port, "CLUSTER", "NODES")
+
     def _slot_owner(self, slot: int) -> RedisServer:
-        for line in _command(self.nodes[0].port, "CLUSTER", "NODES").splitlines():
+        live = next(n for n in self.nodes if n.proc is not None)
+        for line in _command(live.port, "CLUSTER", "NODES").splitlines():
             f = line.split()
             if "master" not in f[2] or "fail" in f[2]:
                 continue
