@@ -88,6 +88,23 @@ class MiniAdmit:
         self.where[c] = k
         return q is not None
 
+    def access_run(self, run: list[tuple[int, int, int]], miss: int) -> int:
+        """One release run, ``(crc, class, depth)`` tail first, scored as the pool's lookup
+        scores it (kvpool's ShadowCache.access_run): the blocks held now from the head up to
+        the first one missing, none deeper than ``miss``; then each block is used. The
+        hits."""
+        where = self.where
+        hits = 0
+        for c, _, d in reversed(run):
+            if d > miss or c not in where:
+                break
+            hits += 1
+        before = self.hits
+        for c, k, _ in run:
+            self.access(c, k)
+        self.hits = before + hits
+        return hits
+
     def _victim(self) -> int:
         best, key = -1, 0.0
         for k in range(CLASSES):
@@ -221,10 +238,12 @@ class AdmitLRUPolicy(LinkedQueuesPolicy):
             self._put(block_id, block_hash, q)
             return
         c = crc32(block_hash)
+        n = 0  # uses counted by this insert's sketch.add (0: a revival)
         if w == PENDING and self._hash[block_id] == block_hash:
             k = q = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted it
         else:
-            k = q = CLASS_OF_COUNT[self._sketch.add(c)]
+            n = self._sketch.add(c)
+            k = q = CLASS_OF_COUNT[n]
             if self.share < 1.0 and (self.duel or k == 0):
                 q = WIN
         self._clock += 1
@@ -232,6 +251,11 @@ class AdmitLRUPolicy(LinkedQueuesPolicy):
         self._stamp[block_id] = self._clock
         self._nw += q == WIN
         self._put(block_id, block_hash, q)
+        self._sampled(c, k, depth, n)
+
+    def _sampled(self, c: int, k: int, depth: int, n: int) -> None:
+        """After every insert (content CRC ``c``, class ``k``, ``n`` uses counted, 0 on a
+        revival): a sampled block feeds the miniatures, one block at a time."""
         if (c >> 12) < self._sample and feed(self._tuner, c, k):
             self._set_cfg(self._tuner.bonus)
 
