@@ -35,6 +35,10 @@ product):
     doc_fanout  a document pipeline (each document read by 3..8 tasks while in flight, some
               re-run later) beside multi-turn chats and one-off uploads (written after
               ``admitlru`` was frozen); these three: bench/heldout_agents.py
+    rerank_rag  retrieval-augmented questions whose chunks come in re-ranked orders, so a
+              popular chunk is new content behind another first chunk, beside conversations
+              and one-off uploads (written after ``admitrun`` was frozen;
+              bench/heldout_rag.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -53,6 +57,7 @@ from collections.abc import Iterator
 
 from bench.baselines import BASELINES
 from bench.heldout_agents import doc_fanout, doc_window, tool_agent
+from bench.heldout_rag import rerank_rag
 from bench.common import bench_parser, machine, write_json
 from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy
@@ -320,7 +325,7 @@ def _start_job(rng: random.Random, fresh: list[int], done: list[int]) -> list[in
 SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "mooncake": mooncake, "rag_bursty": rag_bursty,
           "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent,
-          "doc_window": doc_window, "doc_fanout": doc_fanout}
+          "doc_window": doc_window, "doc_fanout": doc_fanout, "rerank_rag": rerank_rag}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
