@@ -43,7 +43,7 @@ from bench.wintune import feed
 from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.sketch import FrequencySketch
-from kvpool.core.eviction.tuner import BonusTuner
+from kvpool.core.eviction.tuner import BonusTuner, run_hits
 from kvpool.errors import InvariantError
 
 CLASSES = 5  # main's class queues 0..4, as classlru's
@@ -93,12 +93,7 @@ class MiniAdmit:
         scores it (kvpool's ShadowCache.access_run): the blocks held now from the head up to
         the first one missing, none deeper than ``miss``; then each block is used. The
         hits."""
-        where = self.where
-        hits = 0
-        for c, _, d in reversed(run):
-            if d > miss or c not in where:
-                break
-            hits += 1
+        hits = run_hits(run, self.where, miss)
         before = self.hits
         for c, k, _ in run:
             self.access(c, k)

@@ -12,8 +12,21 @@ on bench.heldout's code_edit, docs/benchmarks.md "Eviction candidates and held-o
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Container
 
 from kvpool.errors import InvariantError
+
+
+def run_hits(run: list[tuple], held: Container, miss: int) -> int:
+    """The hits of a release run ``(key, class, depth)``, tail first, in a miniature holding
+    ``held``: the blocks held from the head up to the first one missing, none deeper than
+    ``miss`` (a block the pool saw for the first time), as the pool's lookup counts them."""
+    hits = 0
+    for h, _, d in reversed(run):
+        if d > miss or h not in held:
+            break
+        hits += 1
+    return hits
 
 
 class ShadowCache:
@@ -44,11 +57,7 @@ class ShadowCache:
         reach it (docs/benchmarks.md "Eviction candidates and held-out shapes"). Returns
         the hits."""
         where, queues, keyed = self.where, self.queues, self._keyed
-        hits = 0
-        for h, _, d in reversed(run):
-            if d > miss or h not in where:
-                break
-            hits += 1
+        hits = run_hits(run, where, miss)
         t = self.clock
         for h, k, _ in run:  # each block used: to the tail of its class queue
             t += 1
