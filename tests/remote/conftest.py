@@ -31,7 +31,8 @@ async def make_tier(redis_server):
 
     The round-trip deadline is 5 s unless a test sets ``op_timeout``: these tests check what
     the tier stores and returns, and on a loaded 2-core box one of them (64 values of 300 KiB)
-    failed once under the product's 0.25 s. The tests of deadlines set their own."""
+    failed once with the product's 0.25 s, which a 19 MB put can miss there. The tests of
+    deadlines set their own."""
     tiers: list[RedisTier] = []
 
     def factory(namespace: Namespace = NS, block_nbytes: int | None = None,
