@@ -321,7 +321,7 @@ def test_check_invariants_catches_corruption():
     r.insert(0, key(0), 3, 0.0)
     r.insert(1, key(1), 2, 0.0)
     r.check_invariants()  # one run of falling depth, still being collected
-    r._run.append((key(2), 0, 5))  # a deeper block inside the same run
+    r._runs.run.append((key(2), 0, 5))  # a deeper block inside the same run
     with pytest.raises(InvariantError, match="release run"):
         r.check_invariants()
 

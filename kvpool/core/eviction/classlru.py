@@ -25,13 +25,12 @@ from zlib import crc32
 
 from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
 from kvpool.core.eviction.sketch import FrequencySketch
-from kvpool.core.eviction.tuner import BonusTuner
+from kvpool.core.eviction.tuner import NO_MISS, BonusTuner, ReleaseRuns
 from kvpool.errors import ConfigError, InvariantError
 
 # Frequency class of a sketch estimate: 0-1 uses -> 0, 2 -> 1, 3-4 -> 2, 5-8 -> 3, 9+ -> 4.
 # NOTE(classes): a top class of 9+ separates the head of a popular set from its body; with the
 # top at 5+ most of a Zipf working set shared one class and fell back to plain LRU order.
-NO_MISS = 1 << 62  # _miss when the run has no missed block
 CLASS_OF_COUNT = bytes(0 if c <= 1 else min((c - 1).bit_length(), 4) for c in range(256))
 
 
@@ -68,13 +67,7 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._tuner = BonusTuner(scale, self.K) if bonus is None else None
         # sampled into the tuner's shadows: crc >> 12 below this (0: never)
         self._sample = self._tuner.threshold if self._tuner is not None else 0
-        # NOTE(runs): the tuner is fed release runs, not single blocks: a request's blocks are
-        # released tail first (falling depth), and a miniature scores a run's hits as the
-        # pool's lookup does, the leading run from the head (docs/benchmarks.md "Eviction
-        # candidates and held-out shapes"). ``_run`` holds the sampled blocks of the current
-        # run, (hash, class, depth); it ends at depth 0 or when the depth rises.
-        self._run: list[tuple[bytes, int, int]] = []
-        self._miss = NO_MISS  # lowest depth of this run's blocks the pool missed (new content)
+        self._runs = ReleaseRuns(self._tuner)  # NOTE(runs): what the tuner is fed
         self._bonus = 0.0 if bonus is None else float(bonus)
         self._w = [0.0] * self.K  # eviction-key bonus per queue
         self._set_bonus(self._bonus)
@@ -107,7 +100,7 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
             n = self._sketch.add(c)  # new content in this block: a use
             k = CLASS_OF_COUNT[n]
             if n == 1:  # NOTE(runs): first seen, so no cache held it: none reaches deeper
-                self._miss = depth
+                self._runs.miss = depth
         self._clock += 1
         node = block_id + self.K
         prev = self._prev
@@ -121,17 +114,11 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._where[block_id] = k
         self._hash[block_id] = block_hash
         self._len += 1
-        if (c >> 12) < self._sample:  # NOTE(runs): a sampled block joins its release run
-            run = self._run
-            if run and depth >= run[-1][2]:  # the depth rose: a new run, the last is done
-                self._feed(run)
-                run = self._run = []
-            run.append((block_hash, k, depth))
-        if not depth:  # the head of the chain: the run is done
-            if self._run:
-                self._feed(self._run)
-                self._run = []
-            self._miss = NO_MISS
+        # NOTE(runs): a sampled block joins its release run; the chain's head ends it
+        if (c >> 12) < self._sample and self._runs.add(block_hash, k, depth):
+            self._set_bonus(self._tuner.bonus)
+        if not depth and self._runs.head():
+            self._set_bonus(self._tuner.bonus)
 
     def _insert_moved(self, block_id: int, block_hash: bytes, memo: tuple) -> None:
         """NOTE(move): a defrag move keeps class, stamp and place."""
@@ -141,10 +128,6 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._where[block_id] = q
         self._hash[block_id] = block_hash
         self._len += 1
-
-    def _feed(self, run: list[tuple[bytes, int, int]]) -> None:
-        if self._tuner.access_run(run, self._miss):
-            self._set_bonus(self._tuner.bonus)
 
     def remove(self, block_id: int) -> None:
         self._unlink(block_id)
@@ -175,10 +158,7 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         for b, w in enumerate(self._where):
             if w == PENDING and self._hash[b] is None:
                 raise InvariantError(f"revived block {b} lost its hash")
-        run = self._run
-        if any(a[2] <= b[2] for a, b in zip(run, run[1:])) or (run and not self._sample):
-            raise InvariantError("the release run being collected is not one run of falling "
-                                 "depth, or is collected with no tuner")
+        self._runs.check_invariants()
         if self._w != [k * self._bonus * self._scale for k in range(self.K)]:
             raise InvariantError("eviction-key bonuses do not match the bonus in use")
         if self._tuner is not None:

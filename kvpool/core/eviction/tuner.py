@@ -17,6 +17,9 @@ from collections.abc import Container
 from kvpool.errors import InvariantError
 
 
+NO_MISS = 1 << 62  # ReleaseRuns.miss when the run has no missed block
+
+
 def run_hits(run: list[tuple], held: Container, miss: int) -> int:
     """The hits of a release run ``(key, class, depth)``, tail first, in a miniature holding
     ``held``: the blocks held from the head up to the first one missing, none deeper than
@@ -27,6 +30,51 @@ def run_hits(run: list[tuple], held: Container, miss: int) -> int:
             break
         hits += 1
     return hits
+
+
+class ReleaseRuns:
+    """Invariant: ``run`` is one run of strictly falling depth, collected only with a tuner.
+
+    NOTE(runs): a policy's tuner is fed release runs, not single blocks. A request's blocks
+    are released tail first (falling depth), and a miniature scores a run's hits as the
+    pool's lookup does, the leading run from the head (docs/benchmarks.md "Eviction
+    candidates and held-out shapes"). ``run`` holds the current run's sampled blocks,
+    (key, class, depth); it ends at depth 0 or when the depth rises. ``miss`` is the lowest
+    depth of the run's blocks the pool saw for the first time (no cache held them), set by
+    the policy."""
+
+    __slots__ = ("tuner", "run", "miss")
+
+    def __init__(self, tuner: BonusTuner | None) -> None:
+        self.tuner = tuner
+        self.run: list[tuple] = []
+        self.miss = NO_MISS
+
+    def add(self, key, k: int, depth: int) -> bool:
+        """A sampled block released at ``depth``; True when the tuner's choice changed."""
+        run = self.run
+        changed = False
+        if run and depth >= run[-1][2]:  # the depth rose: a new run, the last is done
+            changed = self.tuner.access_run(run, self.miss)
+            run = self.run = []
+        run.append((key, k, depth))
+        return changed
+
+    def head(self) -> bool:
+        """The chain's head was released (depth 0): the run is done. True when the tuner's
+        choice changed."""
+        changed = False
+        if self.run:
+            changed = self.tuner.access_run(self.run, self.miss)
+            self.run = []
+        self.miss = NO_MISS
+        return changed
+
+    def check_invariants(self) -> None:
+        run = self.run
+        if any(a[2] <= b[2] for a, b in zip(run, run[1:])) or (run and self.tuner is None):
+            raise InvariantError("the release run being collected is not one run of falling "
+                                 "depth, or is collected with no tuner")
 
 
 class ShadowCache:
