@@ -189,7 +189,7 @@ class RedisClusterProcs:
     def healthy(self) -> bool:
         """Every running node says cluster_state:ok, and every replica is in sync with its
         master (a replica that never synced is not eligible for a failover)."""
-        live = [n for n in self.nodes if n.proc is not None]
+        live = self._live()
         if not all("cluster_state:ok" in _command(n.port, "CLUSTER", "INFO") for n in live):
             return False
         roles = [_command(n.port, "INFO", "replication") for n in live]
@@ -197,8 +197,7 @@ class RedisClusterProcs:
 
     def master_of(self, key: str) -> RedisServer:
         """The master serving ``key``'s slot now."""
-        live = next(n for n in self.nodes if n.proc is not None)
-        slot = int(_command(live.port, "CLUSTER", "KEYSLOT", key).strip())
+        slot = int(_command(self._live()[0].port, "CLUSTER", "KEYSLOT", key).strip())
         return self._slot_owner(slot)
 
     def kill_master_of(self, key: str, wait_s: float = 30.0) -> RedisServer:
@@ -213,12 +212,11 @@ class RedisClusterProcs:
 
     def view(self) -> str:
         """CLUSTER NODES as a live node sees it (for a failure message)."""
-        live = next((n for n in self.nodes if n.proc is not None and ping(n.port)), None)
+        live = next((n for n in self._live() if ping(n.port)), None)
         return "no live node" if live is None else _command(live.port, "CLUSTER", "NODES")
 
     def _slot_owner(self, slot: int) -> RedisServer:
-        live = next(n for n in self.nodes if n.proc is not None)
-        for line in _command(live.port, "CLUSTER", "NODES").splitlines():
+        for line in _command(self._live()[0].port, "CLUSTER", "NODES").splitlines():
             f = line.split()
             if "master" not in f[2] or "fail" in f[2]:
                 continue
@@ -228,6 +226,10 @@ class RedisClusterProcs:
                     port = int(f[1].split(":")[1].split("@")[0])
                     return next(n for n in self.nodes if n.port == port)
         raise RuntimeError(f"no master serves slot {slot}")
+
+    def _live(self) -> list[RedisServer]:
+        """The nodes running now (started, not killed)."""
+        return [n for n in self.nodes if n.proc is not None]
 
     def stop(self) -> None:
         for n in self.nodes:
