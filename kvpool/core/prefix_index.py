@@ -205,19 +205,16 @@ class PrefixIndex:
     def evict(self, n: int) -> list[int]:
         """``n`` victims chosen by the policy (the caller checked ``num_evictable``), their
         hashes dropped after the evict hook saw them; for the pool to hand out again."""
-        evict = self.policy.evict
         hook = self._on_evict
         if self._tokens is None and hook is None and self._observer is None:
             # NOTE(speed): _drop_hash inlined, a prefill evicts ~100s of blocks
             cached, hashes = self._cached, self._hash
-            out = []
-            append = out.append
-            for _ in range(n):
-                b = evict()
+            out = self.policy.evict_many(n)
+            for b in out:
                 del cached[hashes[b]]
                 hashes[b] = None
-                append(b)
             return out
+        evict = self.policy.evict
         out, gone = [], []
         for _ in range(n):
             b = evict()

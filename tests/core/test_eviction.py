@@ -7,6 +7,7 @@ evicts, and checks every policy against the simplest model, a set of evictable b
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 
@@ -272,6 +273,19 @@ class PolicyMachine(RuleBasedStateMachine):
         b = self.p.evict()
         assert b in self.evictable
         self.evictable.discard(b)
+
+    @rule(data=st.data())
+    def evict_many(self, data):
+        k = data.draw(st.integers(0, len(self.evictable) + 1))
+        twin = copy.deepcopy(self.p)
+        if k > len(self.evictable):
+            with pytest.raises(IndexError):
+                self.p.evict_many(k)
+            return  # nothing was evicted: the invariant below still holds
+        got = self.p.evict_many(k)
+        assert got == [twin.evict() for _ in range(k)]  # evict's order, one call
+        assert set(got) <= self.evictable and len(set(got)) == k
+        self.evictable.difference_update(got)
 
     @rule(b=st.integers(-2, 14))
     def remove_absent(self, b):

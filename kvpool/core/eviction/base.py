@@ -56,6 +56,14 @@ class EvictionPolicy(abc.ABC):
     def evict(self) -> int:
         """Choose a victim, remove it and return its id. IndexError when empty."""
 
+    def evict_many(self, n: int) -> list[int]:
+        """``n`` victims in the order ``n`` calls of ``evict`` would choose them (a prefill
+        takes ~100s at once). IndexError, with nothing evicted, when fewer are evictable."""
+        if not 0 <= n <= len(self):
+            raise IndexError(f"evict {n} from a {self.name} policy of {len(self)}")
+        evict = self.evict
+        return [evict() for _ in range(n)]
+
     def on_hit(self, block_hash: bytes) -> None:  # noqa: B027 - a no-op by default
         """A prefix hit on ``block_hash`` (its block may or may not be evictable)."""
 
@@ -251,3 +259,23 @@ class LRUPolicy(LinkedQueuesPolicy):
         if not self._len:
             raise IndexError("evict from an empty LRUPolicy")
         return self._unlink_head(0)
+
+    def evict_many(self, n: int) -> list[int]:
+        """NOTE(speed): the ``n`` oldest in one walk from the head, relinked once (a prefill
+        evicts ~100s of blocks; one ``evict`` call each cost 3x as much)."""
+        if not 0 <= n <= self._len:
+            raise IndexError(f"evict {n} from a {self.name} policy of {self._len}")
+        nxt, where, hashes = self._next, self._where, self._hash
+        out = []
+        add = out.append
+        node = nxt[0]
+        for _ in range(n):
+            b = node - 1
+            where[b] = ABSENT
+            hashes[b] = None
+            add(b)
+            node = nxt[node]
+        nxt[0] = node
+        self._prev[node] = 0
+        self._len -= n
+        return out
