@@ -26,7 +26,9 @@ from zlib import crc32
 from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import NO_MISS, BonusTuner, ReleaseRuns
-from kvpool.errors import ConfigError, InvariantError
+from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
+
+_INF = float("inf")  # evict's starting key: any head's key is below it
 
 # Frequency class of a sketch estimate: 0-1 uses -> 0, 2 -> 1, 3-4 -> 2, 5-8 -> 3, 9+ -> 4.
 # NOTE(classes): a top class of 9+ separates the head of a popular set from its body; with the
@@ -89,10 +91,17 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._sketch.add(crc32(block_hash))
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
-        w, memo = self._insert_start(block_id, block_hash)
-        if memo is not None:
-            self._insert_moved(block_id, block_hash, memo)
-            return
+        where = self._where
+        if self._memo is None and 0 <= block_id < len(where):
+            w = where[block_id]  # NOTE(speed): _insert_start's common case, inlined
+            if w < self.K:
+                raise InvalidBlockError(f"block {block_id} is already evictable")
+        else:  # a new id, or a defrag move in progress
+            w, memo = self._insert_start(block_id, block_hash)
+            if memo is not None:
+                self._insert_moved(block_id, block_hash, memo)
+                return
+            where = self._where  # grown
         c = crc32(block_hash)
         if w == PENDING and self._hash[block_id] == block_hash:
             k = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted the use
@@ -111,13 +120,15 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         nxt[last] = node
         prev[k] = node
         self._stamp[block_id] = self._clock
-        self._where[block_id] = k
+        where[block_id] = k
         self._hash[block_id] = block_hash
         self._len += 1
-        # NOTE(runs): a sampled block joins its release run; the chain's head ends it
-        if (c >> 12) < self._sample and self._runs.add(block_hash, k, depth):
+        # NOTE(runs): a sampled block joins its release run; the chain's head ends it (a
+        # call only when there is a run or a miss to end)
+        runs = self._runs
+        if (c >> 12) < self._sample and runs.add(block_hash, k, depth):
             self._set_bonus(self._tuner.bonus)
-        if not depth and self._runs.head():
+        if not depth and (runs.run or runs.miss != NO_MISS) and runs.head():
             self._set_bonus(self._tuner.bonus)
 
     def _insert_moved(self, block_id: int, block_hash: bytes, memo: tuple) -> None:
@@ -134,15 +145,17 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._where[block_id] = PENDING  # keep the hash: a re-insert is a revival, not a use
 
     def evict(self) -> int:
-        nxt, stamp, w, k = self._next, self._stamp, self._w, self.K
+        nxt, stamp, k = self._next, self._stamp, self.K
         best = -1
-        key = 0.0
-        for q in range(k):  # the queue head with the smallest key; ties go to the lower class
+        key = _INF
+        q = 0
+        for wq in self._w:  # the queue head with the smallest key; ties go to the lower class
             n = nxt[q]
             if n != q:
-                s = stamp[n - k] + w[q]
-                if best < 0 or s < key:
+                s = stamp[n - k] + wq
+                if s < key:
                     best, key = q, s
+            q += 1
         if best < 0:
             raise IndexError("evict from an empty ClassLRUPolicy")
         return self._unlink_head(best)
