@@ -9,6 +9,8 @@ policy (``discard``: no access counted) and frees their blocks, except the id be
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kvpool.core.eviction import EvictionPolicy
 from kvpool.replay.loop import PolicyCache
 
@@ -32,20 +34,29 @@ class CascadePolicyCache(PolicyCache):
         gone = self.owner[b]
         del self.where[gone]
         self.free.append(b)
-        self._drop_below(gone, h)
+        self.dropped += drop_descendants(self.children, gone, h, self._drop)
         super().touch(h, depth, n)  # takes a free block now
 
-    def _drop_below(self, gone: int, keep: int) -> None:
-        """Take ``gone``'s cached descendants out of the cache (``keep`` stays)."""
-        where, policy = self.where, self.policy
-        stack = list(self.children.get(gone, ()))
-        while stack:
-            c = stack.pop()
-            b = where.get(c)
-            if b is None or c == keep:
-                continue
-            policy.discard(b)
-            del where[c]
-            self.free.append(b)
-            self.dropped += 1
-            stack.extend(self.children.get(c, ()))
+    def _drop(self, h: int) -> bool:
+        """Take cached ``h`` out of the policy and free its block; True if it was cached."""
+        b = self.where.pop(h, None)
+        if b is None:
+            return False
+        self.policy.discard(b)
+        self.free.append(b)
+        return True
+
+
+def drop_descendants(children: dict[int, list[int]], gone: int, keep: int,
+                     drop: Callable[[int], bool]) -> int:
+    """``drop`` each descendant of evicted ``gone`` (through ``children``) that is still
+    held, except ``keep`` (the id being inserted); below a descendant that was not held
+    there is nothing left to drop. Returns how many were dropped. Both cascades' walk."""
+    dropped = 0
+    stack = list(children.get(gone, ()))
+    while stack:
+        c = stack.pop()
+        if c != keep and drop(c):
+            dropped += 1
+            stack.extend(children.get(c, ()))
+    return dropped

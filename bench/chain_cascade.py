@@ -25,17 +25,16 @@ id under another prefix (mooncake, code_edit) is skipped and says so.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Collection, Sequence
 
 from bench.baselines import S3FIFO1, Baseline, WTinyLFU
-from bench.cascade_cache import CascadePolicyCache
-from bench.common import machine, write_json
+from bench.cascade_cache import CascadePolicyCache, drop_descendants
+from bench.common import bench_parser, machine, write_json
 from bench.heldout import SHAPES
 from bench.policies import CANDIDATES, new_policy
 from bench.policy_traces import GENERATED, Trace
 from kvpool.core.eviction import POLICIES, EvictionPolicy
-from kvpool.replay.loop import PolicyCache, leading_run
+from kvpool.replay.loop import PolicyCache, replay
 
 SAMPLE_EVERY = 97  # requests between two unreachable-share samples
 
@@ -98,11 +97,7 @@ class Cascade(Baseline):
         self.inner.access(h)
 
     def _evicted(self, h: int) -> None:
-        stack = list(self.children.get(h, ()))
-        while stack:
-            c = stack.pop()
-            if c != self.current and self._drop(c):
-                stack.extend(self.children.get(c, ()))
+        drop_descendants(self.children, h, self.current, self._drop)
 
     def _drop(self, h: int) -> bool:
         """Remove ``h`` if it is held; True if it was."""
@@ -138,10 +133,9 @@ def run(reqs: Trace, cache, parent: dict[int, int], held) -> tuple[float, float]
     hits = blocks = 0
     shares = []
     for r, ids in enumerate(reqs):
-        hits += leading_run(ids, cache)
-        blocks += len(ids)
-        for d in range(len(ids) - 1, -1, -1):
-            cache.touch(ids[d], d, len(ids))
+        h, b = replay([ids], cache)  # one request through the project's replay loop
+        hits += h
+        blocks += b
         if r % SAMPLE_EVERY == 0 and r > len(reqs) // 5:
             ids_held = held()
             shares.append(unreachable(ids_held, parent) / max(1, len(ids_held)))
@@ -175,9 +169,7 @@ def cell(reqs: Trace, cap: int, policies: Sequence[str] = ("lru", "classlru")
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.chain_cascade",
-                                 description=__doc__.strip().split("\n")[0])
-    ap.add_argument("--json", default=None, metavar="PATH")
+    ap = bench_parser("chain_cascade", __doc__, timing=False)
     ap.add_argument("--capacities", type=int, nargs="+", default=[1000, 4000])
     ap.add_argument("--traces", nargs="+", default=[*GENERATED, *SHAPES],
                     choices=[*GENERATED, *SHAPES])

@@ -157,7 +157,8 @@ class LinkedQueuesPolicy(EvictionPolicy):
         """How a queue policy's insert begins: ``block_id``'s mark (ABSENT, or PENDING; the
         arrays grown for a new id) and the memo when this insert completes a defrag move
         (NOTE(move)), else None. InvalidBlockError when the block is already evictable.
-        (LRUPolicy.insert, on every request's path, keeps its own inlined copy.)"""
+        (LRUPolicy.insert and ClassLRUPolicy.insert, on every request's path, inline its
+        common case.)"""
         where = self._where
         if not 0 <= block_id < len(where):
             self._grow(block_id)
