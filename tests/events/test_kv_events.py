@@ -77,8 +77,10 @@ def test_replay_resends_from_the_asked_sequence(stack):
     pub, sub, mgr = stack
     for s in range(3):
         prefill(mgr, s, list(range(10 * s, 10 * s + 4)))
-    sub.until(lambda ev: len(of_type(ev, "BlockStored")) == 3)
-    last = pub.next_seq - 1
+    msgs = sub.until(lambda ev: len(of_type(ev, "BlockStored")) == 3)
+    # the last sequence this subscriber saw, as a client asks; pub.next_seq is the publisher
+    # thread's and moves only after the send, so reading it here raced the delivery
+    last = int.from_bytes(msgs[-1][1], "big")
     out = sub.replay([b"", (last - 1).to_bytes(8, "big")])
     assert [int.from_bytes(m[2], "big") for m in out[:-1]] == [last - 1, last]
     assert out[-1] == [b"", b"", (-1).to_bytes(8, "big", signed=True), b""]
