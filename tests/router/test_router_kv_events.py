@@ -56,7 +56,9 @@ async def test_placed_by_events_without_a_lookup(fleet):
         await complete(s, url, {"prompt": prompt("kv-events")})
         assert events.fallbacks == 1
         await until(lambda: events.keys.parser is not None, "the router's tokenizer")
-        text = await complete(s, url, {"prompt": prompt("kv-events")})
+        body = {"prompt": prompt("kv-events")}  # its BlockStored may trail the response
+        await until(lambda: holder(events, events.keys.ids_and_salt(body)[0]), "the text stored")
+        text = await complete(s, url, body)
         assert text["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         chat = {"messages": [{"role": "user", "content": prompt("chat")}]}
         await complete(s, url, chat, "/v1/chat/completions")
