@@ -68,6 +68,10 @@ class BlockTable:
     # sequence (each one a GC-tracked object the next collection would walk), and stores
     # nothing to keep it valid.
     view: list[int] | None = None
+    # NOTE(tail-sharers): created sharing its blocks with a sibling (fork, an n > 1
+    # allocation), so its partial last block may be shared; counted in
+    # ManagerCounters.tail_sharers while the table lives
+    shares_tail: bool = False
 
     def blocks_changed(self) -> None:
         """Called after every change of ``blocks``: the cached view is stale."""

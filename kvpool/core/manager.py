@@ -214,7 +214,9 @@ class BlockSpaceManager:
                 child_seq_id, list(p.blocks), p.num_tokens, p.device, list(p.hashes),
                 list(p.tail), p.num_registered, p.root, p.extra,
                 list(p.tokens) if p.tokens is not None else None, p.num_computed,
-                p.copy_pending)
+                p.copy_pending, shares_tail=True)
+            self.counters.tail_sharers += 1 + (not p.shares_tail)
+            p.shares_tail = True
             if p.device is Device.HOST:
                 self.counters.num_swapped_seqs += 1
 
@@ -232,6 +234,7 @@ class BlockSpaceManager:
 
     def _release_table(self, t: BlockTable, now: float) -> None:
         c = self.counters
+        c.tail_sharers -= t.shares_tail
         if t.device is Device.HOST:
             self.host_pool.release(t.blocks[::-1], now)
             self.swap.host_released([t])
@@ -284,6 +287,20 @@ class BlockSpaceManager:
             if swapped != self.counters.num_swapped_seqs:
                 raise InvariantError(f"swapped sequences counter {self.counters.num_swapped_seqs}"
                                      f" != {swapped}")
+            self._check_tail_sharers(bs)
             used = sum(slots.values())
             if used != self.counters.used_slots:
                 raise InvariantError(f"used slots counter {self.counters.used_slots} != {used}")
+
+    def _check_tail_sharers(self, bs: int) -> None:
+        """NOTE(tail-sharers): the counter counts the flagged tables, and only a flagged
+        table's partial last block is shared (the decode fit check relies on it)."""
+        flagged = sum(t.shares_tail for t in self._tables.values())
+        if flagged != self.counters.tail_sharers:
+            raise InvariantError(f"tail sharers counter {self.counters.tail_sharers} != "
+                                 f"{flagged}")
+        ref = self.device_pool.ref_count
+        for t in self._tables.values():
+            if (t.device is Device.DEVICE and t.num_tokens % bs and not t.shares_tail
+                    and ref(t.blocks[-1]) > 1):
+                raise InvariantError(f"seq {t.seq_id} shares its partial last block unflagged")

@@ -148,10 +148,12 @@ class PromptAllocator:
         tail = list(r.token_ids[n_full * bs:]) if caching else []
         hs = list(hashes[:n_full]) if caching else []
         cached = num_hits * bs
+        sharing = nseq > 1  # NOTE(tail-sharers)
         for s in r.seq_ids:
             tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, list(hs), list(tail),
-                                   num_hits, root, extra,
-                                   list(r.token_ids) if verify else None, cached)
+                                   num_hits, root, extra, list(r.token_ids) if verify else None,
+                                   cached, shares_tail=sharing)
+        c.tail_sharers += nseq if sharing else 0
         c.prefix_hit_tokens += cached
         c.used_slots += n - len(reused) * bs + (bs * revive)
         return cached

@@ -130,12 +130,14 @@ class SlotWriter:
         """One token each to the first ``n`` tables (they fit); their cows and views. The
         fast path (its cow entry stays ``()``) is one token into the table's own partial
         block with nothing left to register; the one that fills the block hashes it here.
-        A token that opens a new block (``_append_new_block``) leaves ``()`` too."""
+        A token that opens a new block (``_open_block``) leaves ``()`` too; those blocks
+        are taken in one call after the loop (``_give_blocks``)."""
         bs, ref, caching = self.block_size, self.ref_count, self.caching
         hash_block = self.hasher.hash_block
         last = bs - 1
         cows: list[Sequence[tuple[int, int]]] = [()] * n
         copies: list[list[int]] = []
+        opened: list[int] = []
         add = copies.append
         for i, t, tok in zip(range(n), tables, token_ids):
             n0 = t.num_tokens
@@ -152,27 +154,38 @@ class SlotWriter:
                         hs.append(hash_block(hs[-1] if hs else t.root, tail, t.extra))
                         tail.clear()
             elif not r0 and last and t.tokens is None:
-                self._append_new_block(t, n0, tok)
+                self._open_block(t, n0, tok)
+                opened.append(i)
             else:
                 cows[i] = self.append_locked(t, (tok,))
             view = t.view
             if view is None:
                 view = t.view = list(t.blocks)
             add(view)
+        if opened:
+            self._give_blocks(tables, opened, copies)
         return cows, copies
 
-    def _append_new_block(self, t: BlockTable, n0: int, tok: int) -> None:
+    def _open_block(self, t: BlockTable, n0: int, tok: int) -> None:
         """``append_locked(t, (tok,))`` where the last block is full (``n0 % bs == 0``,
-        ``bs > 1``, no kept token ids): register the blocks written meanwhile, then one new
-        block holds the token. Its used slot is counted by the caller (cow entry ``()``)."""
+        ``bs > 1``, no kept token ids), but for the new block itself (``_give_blocks``):
+        register the blocks written meanwhile, count the token. Its used slot is counted by
+        the caller (cow entry ``()``)."""
         t.num_computed = n0
         if self.caching:
             if t.num_registered < n0 // self.block_size:
                 self.register_upto(t, n0)
             t.tail.append(tok)
-        t.blocks += self.device_pool.take(1)  # type: ignore[arg-type]
-        t.view = None  # blocks_changed()
         t.num_tokens = n0 + 1
+
+    def _give_blocks(self, tables: list[BlockTable], opened: list[int],
+                     copies: list[list[int]]) -> None:
+        """One new block for each table ``opened`` names (NOTE(speed): one take, and one
+        eviction call when the pool is full, per step instead of per table), and its view."""
+        for i, b in zip(opened, self.device_pool.take(len(opened))):  # type: ignore[arg-type]
+            t = tables[i]
+            t.blocks.append(b)
+            t.view = copies[i] = list(t.blocks)  # blocks_changed(), then the new view
 
     def _groups_that_fit(self, tables: list[BlockTable], ends: Sequence[int]) -> int:
         """How many leading groups (``ends``) can take one more token per table together
@@ -189,9 +202,10 @@ class SlotWriter:
         bs, ref = self.block_size, self.ref_count
         need = start = 0
         whole = len(ends) == 1 and ends[0] == len(tables)
+        shared = self.counters.tail_sharers  # NOTE(tail-sharers): 0: no ref count to read
         for g, end in enumerate(ends):
             for t in tables if whole else tables[start:end]:
-                if not t.num_tokens % bs or ref(t.blocks[-1]) > 1:
+                if not t.num_tokens % bs or shared and ref(t.blocks[-1]) > 1:
                     need += 1
             if need > free:
                 return g

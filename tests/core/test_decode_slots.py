@@ -85,3 +85,27 @@ def test_a_swap_round_trip_hands_out_the_new_blocks_and_a_swapped_sequence_raise
     (_,), (new,), _ = m.slots.append_decodes([0], [2])
     assert new == m.get_block_table(0) and new is not old
     m.check_invariants()
+
+
+def test_a_shared_partial_tail_is_counted_in_a_full_pool():
+    """NOTE(tail-sharers): with no block free, a sequence sharing its partial last block
+    (a fork, an n > 1 allocation) needs one for its copy: the step appends nothing (no
+    half-done copy) until a block is free, and the counter follows the tables."""
+    m = manager(blocks=4, caching=False)
+    m.allocate([0], list(range(6)))  # 2 blocks, the last one partial
+    m.fork(0, 1)
+    m.allocate([2, 3], list(range(20, 26)))  # n = 2: 2 more blocks, shared: pool full
+    for ids in ([0], [1], [2, 3], [3]):
+        assert m.slots.append_decodes(ids, [7] * len(ids)) == ([], [], 0)
+    assert m.counters.tail_sharers == 4
+    assert [m.get_num_tokens(s) for s in range(4)] == [6] * 4
+    m.check_invariants()
+    m.free(1, 2, 3)  # 2 and 3 held the same 2 blocks: both free now
+    assert m.counters.tail_sharers == 1
+    m.allocate([4], list(range(40, 43)))  # one block of its own
+    assert m.counters.tail_sharers == 1
+    (cow,), _, groups = m.slots.append_decodes([0], [7])
+    assert groups == 1 and not cow  # 0's tail is its own again (1 left): no copy
+    m.free(0, 4)
+    assert m.counters.tail_sharers == 0
+    m.check_invariants()
