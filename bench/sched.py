@@ -56,7 +56,7 @@ BS = 16
 
 
 def _sampled(out) -> dict[int, int]:
-    s = {d.seq_id: 5 for d in out.decodes}
+    s = dict.fromkeys(out.decodes.seq_ids, 5)
     for p in out.prefills:
         if p.is_last:
             for i in p.seq_ids:
@@ -86,7 +86,7 @@ def bench_decode(num_seqs: int, steps: int) -> dict:
         t0 = time.perf_counter()
         out = sched.schedule()
         t1 = time.perf_counter()
-        sampled = {d.seq_id: 5 for d in out.decodes}
+        sampled = dict.fromkeys(out.decodes.seq_ids, 5)
         t2 = time.perf_counter()
         sched.on_step_done(out, sampled)
         t3 = time.perf_counter()

@@ -166,7 +166,7 @@ class TimedReplay:
     def _sampled(self, out: SchedulerOutput) -> dict:
         """A random token for every decode and for every sequence whose prefill ends."""
         vocab, rand = self.synth.vocab_size, self.rng.randrange
-        sampled = {d.seq_id: rand(vocab) for d in out.decodes}
+        sampled = {i: rand(vocab) for i in out.decodes.seq_ids}
         for p in out.prefills:
             if p.is_last:
                 for s in p.seq_ids:

@@ -22,7 +22,6 @@ completed: abort a request whose copy failed first, or its swapped-in blocks wou
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from operator import attrgetter
 
 from kvpool.core import BlockSpaceManager
 from kvpool.errors import SchedulerError
@@ -31,7 +30,6 @@ from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGrou
 from kvpool.sched.state import DefragDriver, SchedulerState
 
 _RUNNING = SeqStatus.RUNNING
-_SEQ_ID = attrgetter("seq_id")
 _FINAL = (SeqStatus.FINISHED_ABORTED, SeqStatus.FINISHED_IGNORED)  # override a group's status
 
 
@@ -78,12 +76,12 @@ class StepCompletion:
         """Every running sequence the step samples for has its token in ``sampled``, or
         is ``deferred``."""
         has = sampled.__contains__
-        if all(map(has, map(_SEQ_ID, output.decodes))) and all(
+        if all(map(has, output.decodes.seq_ids)) and all(
                 has(i) for p in output.prefills if p.is_last for i in p.seq_ids):
             return  # NOTE(speed): the common case, the decodes checked without a Python loop
         seqs = self.state.seqs
         want = [i for p in output.prefills if p.is_last for i in p.seq_ids]
-        want += [d.seq_id for d in output.decodes]
+        want += output.decodes.seq_ids
         missing = [i for i in want if i not in sampled]  # NOTE(speed): usually none
         missing = [i for i in missing if i not in deferred and i in seqs
                    and seqs[i].status is _RUNNING]
@@ -144,7 +142,7 @@ class StepCompletion:
         st = self.state
         seqs = st.decode_seqs
         if len(seqs) != len(output.decodes):  # not the list of this output: look them up
-            seqs = [st.seqs.get(d.seq_id) for d in output.decodes]
+            seqs = list(map(st.seqs.get, output.decodes.seq_ids))
         n = 0
         for s in seqs:
             if s is None or s.status is not _RUNNING:
@@ -190,7 +188,7 @@ class StepCompletion:
         st.inflight = None
         self.defrag.settle(output, False)
         rids = dict.fromkeys([p.request_id for p in output.prefills]
-                             + [d.request_id for d in output.decodes])
+                             + output.decodes.request_ids)
         out = []
         for rid in rids:
             r = self.finish(rid, None, SeqStatus.FINISHED_ABORTED, reason, now=now)

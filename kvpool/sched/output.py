@@ -16,6 +16,7 @@ compute writes)::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kvpool.sched.config import PreemptionMode
@@ -88,6 +89,55 @@ class ScheduledDecode:
         return (self.seq_id,)
 
 
+class DecodeBatch:
+    """A step's decodes, column by column: entry ``i`` is ``ScheduledDecode(request_ids[i],
+    seq_ids[i], token_ids[i], positions[i], block_ids[i])``. It reads like a list of them
+    (``len``, iteration, indexing); a runtime that builds tensors reads the columns.
+    NOTE(columns): a step allocates a few lists, not one object per sequence; objects made
+    per sequence per step, alive across the next schedule(), start a collection per step
+    once a batch outnumbers the collector's threshold (700), which made a sequence cost more
+    in a batch of 1024 than of 256 (docs/benchmarks.md, bench.sched)."""
+
+    __slots__ = ("request_ids", "seq_ids", "token_ids", "positions", "block_ids", "_items")
+
+    def __init__(self) -> None:
+        self.request_ids: list[str] = []
+        self.seq_ids: list[int] = []
+        self.token_ids: list[int] = []  # input tokens: each sequence's last sampled one
+        self.positions: list[int] = []  # their indices in the sequences (num_tokens - 1)
+        self.block_ids: list[list[int]] = []  # block tables, the new slots included
+        self._items: list[ScheduledDecode] | None = None
+
+    def extend(self, request_ids: list[str], seq_ids: list[int], token_ids: list[int],
+               positions: list[int], block_ids: list[list[int]]) -> None:
+        """Add entries (the scheduler, while it plans the step)."""
+        self.request_ids += request_ids
+        self.seq_ids += seq_ids
+        self.token_ids += token_ids
+        self.positions += positions
+        self.block_ids += block_ids
+        self._items = None
+
+    def _entries(self) -> list[ScheduledDecode]:
+        """The entries as objects, made on first use and kept."""
+        if self._items is None:
+            self._items = list(map(ScheduledDecode, self.request_ids, self.seq_ids,
+                                   self.token_ids, self.positions, self.block_ids))
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self.seq_ids)
+
+    def __iter__(self) -> Iterator[ScheduledDecode]:
+        return iter(self._entries())
+
+    def __getitem__(self, i: int) -> ScheduledDecode:
+        return self._entries()[i]
+
+    def __repr__(self) -> str:
+        return f"DecodeBatch({self._entries()!r})"
+
+
 COPY_ORDER = ("swap_out", "swap_in", "cow")  # execution order of a step's copy kinds
 
 
@@ -153,7 +203,7 @@ class SchedulerOutput:
 
     step_id: int  # increasing per schedule() call
     prefills: list[ScheduledPrefill] = field(default_factory=list)  # chunks to compute
-    decodes: list[ScheduledDecode] = field(default_factory=list)  # one token each
+    decodes: DecodeBatch = field(default_factory=DecodeBatch)  # one token each
     copies: list[CopyBatch] = field(default_factory=list)  # per request, via add_copies
     defrag_moves: tuple[tuple[int, int], ...] = ()  # (src, dst) device copies after compute
     defrag_plan_id: int | None = None  # the plan to commit/abort (defrag_done)

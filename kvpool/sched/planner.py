@@ -22,7 +22,7 @@ from kvpool.core import AllocStatus, BlockSpaceManager
 from kvpool.errors import SchedulerError
 from kvpool.sched.admission_gate import AdmissionGate
 from kvpool.sched.completion import StepCompletion
-from kvpool.sched.output import ScheduledDecode, ScheduledPrefill, SchedulerOutput
+from kvpool.sched.output import ScheduledPrefill, SchedulerOutput
 from kvpool.sched.preemption import Preemptor
 from kvpool.sched.sequence import PrefillUnit, Sequence, SeqStatus, SequenceGroup
 from kvpool.sched.state import RequestQueue, SchedulerState
@@ -56,31 +56,33 @@ class StepPlanner:
                 self._schedule_waiting(out, now)
 
     # ------------------------------------------------------------------ decodes
-    def _emit_decodes(self, out: SchedulerOutput, seqs: list[Sequence], cows: list,
-                      tables: list[list[int]]) -> None:
-        """One ScheduledDecode per appended sequence (``manager.slots.append_decodes``)."""
-        add = out.decodes.append
-        for s, table in zip(seqs, tables):
-            g = s.group
-            toks = s.output_token_ids
-            add(ScheduledDecode(g.request_id, s.seq_id, toks[-1],
-                                g.prompt_len + len(toks) - 1, table))
+    def _emit_decodes(self, out: SchedulerOutput, seqs: list[Sequence], ids: list[int],
+                      toks: list[int], cows: list, tables: list[list[int]]) -> None:
+        """The appended sequences' decodes (``manager.slots.append_decodes`` appended the
+        first ``len(tables)`` of ``seqs``), as columns (``DecodeBatch``)."""
+        n = len(tables)
+        if n != len(seqs):
+            seqs, ids, toks = seqs[:n], ids[:n], toks[:n]
+        out.decodes.extend([s.group.request_id for s in seqs], ids, toks,
+                           [s.group.prompt_len + len(s.output_token_ids) - 1 for s in seqs],
+                           tables)
         st = self.state
-        st.decode_seqs += seqs if len(seqs) == len(tables) else seqs[:len(tables)]
+        st.decode_seqs += seqs
         if any(cows):
             for s, cow in zip(seqs, cows):
                 if cow:
                     out.add_copies("cow", s.group.request_id, cow)
                     st.counters.cow_blocks += len(cow)
-        st.tokens_left -= len(tables)
+        st.tokens_left -= n
 
     def _append(self, out: SchedulerOutput, seqs: list[Sequence],
                 ends: list[int] | None = None) -> int:
         """Append one slot to each of ``seqs`` for the leading groups (``ends``; None: all of
         them as one) that fit, emit their decodes; returns how many groups were appended."""
-        cows, tables, groups = self.manager.slots.append_decodes(
-            [s.seq_id for s in seqs], [s.output_token_ids[-1] for s in seqs], ends)
-        self._emit_decodes(out, seqs, cows, tables)
+        ids = [s.seq_id for s in seqs]
+        toks = [s.output_token_ids[-1] for s in seqs]
+        cows, tables, groups = self.manager.slots.append_decodes(ids, toks, ends)
+        self._emit_decodes(out, seqs, ids, toks, cows, tables)
         return groups
 
     def _append_all(self, out: SchedulerOutput, running: RequestQueue, i: int) -> bool:
