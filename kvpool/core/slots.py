@@ -128,13 +128,13 @@ class SlotWriter:
     def _append_each(self, tables: list[BlockTable], token_ids: Sequence[int], n: int
                      ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]]]:
         """One token each to the first ``n`` tables (they fit); their cows and views. The
-        fast path (its cow entry stays ``()``) is one token into the table's own partial
-        block with nothing left to register; the one that fills the block hashes it here.
-        A token that opens a new block (``_open_block``) leaves ``()`` too; those blocks
-        are taken in one call after the loop (``_give_blocks``)."""
+        fast path (cow entry ``()``): one token into the table's own partial block (its ref
+        read only if a tail may be shared: NOTE(tail-sharers)), nothing left to register;
+        the token that fills the block hashes it. One opening a block (``_open_block``)
+        leaves ``()`` too; those blocks come in one call after the loop (``_give_blocks``)."""
         bs, ref, caching = self.block_size, self.ref_count, self.caching
-        hash_block = self.hasher.hash_block
-        last = bs - 1
+        hash_block, last = self.hasher.hash_block, bs - 1
+        shared = self.counters.tail_sharers
         cows: list[Sequence[tuple[int, int]]] = [()] * n
         copies: list[list[int]] = []
         opened: list[int] = []
@@ -142,7 +142,7 @@ class SlotWriter:
         for i, t, tok in zip(range(n), tables, token_ids):
             n0 = t.num_tokens
             r0 = n0 % bs
-            if (r0 and t.tokens is None and ref(t.blocks[-1]) == 1
+            if (r0 and t.tokens is None and (not shared or ref(t.blocks[-1]) == 1)
                     and (not caching or t.num_registered == n0 // bs)):
                 t.num_computed = n0
                 t.num_tokens = n0 + 1
