@@ -15,6 +15,9 @@ mixed256    a 256-sequence target over a pool holding 30 % of their worst case (
 
 Each figure is the median of --repeats runs of at least --min-seconds (bench.common), with
 FIELD.min / FIELD.max beside it. Never pass/fail; compare runs on the same machine only.
+decode256 and decode1024 run in the same rounds, so ``decode1024_over_decode256`` (the growth
+of the cost per sequence with the batch; ``vllm_decode1024_over_decode256`` for vLLM's) is
+the median of per-round ratios, with .min / .max.
 
 vLLM's scheduler beside it: when ../shared/anchors/bench_vllm_scheduler.py exists, the vLLM
 sources were unpacked (``$VLLM_SRC``, default /tmp/vllm_src: setup_vllm_src.sh) and vLLM
@@ -181,10 +184,10 @@ def _nano_load(name: str, n: int, steps: int, nano: SimpleNamespace):
     return lambda: sched_nano.bench_mixed(nano, n, steps, device_tokens)
 
 
-def run_workload(name: str, steps: int, timing: Timing, anchor: SimpleNamespace | None,
-                 nano: SimpleNamespace | None = None) -> dict:
-    """kvpool's runs of ``name`` (alternating with vLLM's when ``anchor`` and nano-vllm's
-    when ``nano``), summarised."""
+def _loads(name: str, steps: int, anchor: SimpleNamespace | None,
+           nano: SimpleNamespace | None) -> dict:
+    """The runs of workload ``name``: kvpool's, vLLM's when ``anchor``, nano-vllm's when
+    ``nano``."""
     n = int(name.removeprefix("decode").removeprefix("mixed"))
     ours = bench_decode if name.startswith("decode") else bench_mixed
     loads = {"kvpool": lambda: ours(n, steps)}
@@ -193,17 +196,45 @@ def run_workload(name: str, steps: int, timing: Timing, anchor: SimpleNamespace 
         loads["vllm"] = lambda: theirs(anchor.m, n, steps)
     if nano is not None:
         loads["nanovllm"] = _nano_load(name, n, steps, nano)
+    return loads
+
+
+def run_workloads(names: list[str], steps: int, timing: Timing,
+                  anchor: SimpleNamespace | None, nano: SimpleNamespace | None = None
+                  ) -> tuple[dict, dict]:
+    """Every run of ``names`` in the same alternating rounds (each workload's kvpool,
+    vLLM and nano-vllm runs, then the next workload's), summarised per workload, and the
+    raw runs by (workload, arm) for ratios across workloads."""
+    loads = {(name, arm): fn for name in names
+             for arm, fn in _loads(name, steps, anchor, nano).items()}
     runs = alternate(loads, timing)
-    r = summary(runs["kvpool"])
-    for base in ("vllm", "nanovllm"):
-        if base in runs:
-            put(r, f"{base}_us_per_seq_step", stat(runs[base], "us_per_seq_step"))
-            put(r, f"vs_{base}", ratio_stat(runs[base], "us_per_seq_step", runs["kvpool"],
-                                            "us_per_seq_step"))
-    for key in ("seqs_per_step", "short_steps", "preemptions_recompute", "finished"):
-        if "nanovllm" in runs and key in runs["nanovllm"][0]:
-            put(r, f"nanovllm_{key}", stat(runs["nanovllm"], key))
-    return r
+    out = {}
+    for name in names:
+        r = summary(runs[name, "kvpool"])
+        for base in ("vllm", "nanovllm"):
+            if (name, base) in runs:
+                put(r, f"{base}_us_per_seq_step", stat(runs[name, base], "us_per_seq_step"))
+                put(r, f"vs_{base}", ratio_stat(runs[name, base], "us_per_seq_step",
+                                                runs[name, "kvpool"], "us_per_seq_step"))
+        for key in ("seqs_per_step", "short_steps", "preemptions_recompute", "finished"):
+            if (name, "nanovllm") in runs and key in runs[name, "nanovllm"][0]:
+                put(r, f"nanovllm_{key}", stat(runs[name, "nanovllm"], key))
+        out[name] = r
+    return out, runs
+
+
+def _growth(res: dict, runs: dict) -> str:
+    """``decode1024_over_decode256`` (and vLLM's, when it ran): the median [min, max] of the
+    per-round ratios of the cost per sequence, both sizes run in the same rounds."""
+    line = "decode1024 / decode256 per sequence:"
+    for arm, key in (("kvpool", "decode1024_over_decode256"),
+                     ("vllm", "vllm_decode1024_over_decode256")):
+        if ("decode256", arm) in runs:
+            g = ratio_stat(runs["decode1024", arm], "us_per_seq_step", runs["decode256", arm],
+                           "us_per_seq_step")
+            put(res, key, g)
+            line += f" {arm} {g.median:.2f} [{g.spread('.2f')}]"
+    return line
 
 
 def _line(name: str, r: dict) -> str:
@@ -251,13 +282,15 @@ def main(argv: list[str] | None = None) -> None:
     arms = ["kvpool"] + ["vLLM"] * (anchor is not None) + ["nano-vllm"] * (nano is not None)
     print(f"{timing.repeats} rounds of >= {timing.min_seconds} s per figure, {steps} steps per "
           f"call, {' / '.join(arms)}" + (" alternating" if len(arms) > 1 else " alone"))
-    for name in ("decode256", "decode1024", "mixed256"):
-        res[name] = run_workload(name, steps, timing, anchor, nano)
-        print(_line(name, res[name]), flush=True)
-    res["decode1024_over_decode256"] = (res["decode1024"]["us_per_seq_step"]
-                                        / res["decode256"]["us_per_seq_step"])
-    print(f"decode1024 / decode256 per sequence: {res['decode1024_over_decode256']:.2f}; "
-          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    runs: dict = {}
+    for names in (["decode256", "decode1024"], ["mixed256"]):  # both sizes in the same rounds
+        got, more = run_workloads(names, steps, timing, anchor, nano)
+        runs.update(more)
+        for name in names:
+            res[name] = got[name]
+            print(_line(name, res[name]), flush=True)
+    print(f"{_growth(res, runs)}; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     write_json(args.json, res)
 
 

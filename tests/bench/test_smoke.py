@@ -48,6 +48,9 @@ def test_bench_sched_quick(tmp_path):
     for name in ("decode256", "decode1024", "mixed256"):
         r = res[name]
         assert r["us_per_seq_step.min"] <= r["us_per_seq_step"] <= r["us_per_seq_step.max"]
+    # the growth with the batch: per-round ratios of the two decode sizes' same-round runs
+    g = [res[f"decode1024_over_decode256{k}"] for k in (".min", "", ".max")]
+    assert 0 < g[0] <= g[1] <= g[2]
 
 
 def test_bench_remote_quick(tmp_path):
