@@ -134,6 +134,14 @@ class DecodeBatch:
     def __getitem__(self, i: int) -> ScheduledDecode:
         return self._entries()[i]
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to a list (or batch) of the same entries, as the list it replaced was."""
+        if isinstance(other, DecodeBatch):
+            other = list(other)
+        return self._entries() == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable while the step is planned
+
     def __repr__(self) -> str:
         return f"DecodeBatch({self._entries()!r})"
 

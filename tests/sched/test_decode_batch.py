@@ -29,6 +29,7 @@ def test_the_entries_are_the_columns_row_by_row():
     rows = list(zip(d.request_ids, d.seq_ids, d.token_ids, d.positions, d.block_ids))
     assert [(e.request_id, e.seq_id, e.token_id, e.position, e.block_ids) for e in d] == rows
     assert all(isinstance(e, ScheduledDecode) for e in d) and d[-1] is list(d)[-1]
+    assert d == list(d) and d != [] and len(d[1:3]) == 2
     for e in d:
         assert e.token_id == 7 and e.block_ids == s.manager.get_block_table(e.seq_id)
         assert e.position == s.manager.get_num_tokens(e.seq_id) - 1
