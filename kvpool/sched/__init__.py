@@ -14,13 +14,14 @@ aiohttp or torch). The runtime drives it::
 
 from kvpool.sched.admission_gate import RequestChecker, exceeds_context
 from kvpool.sched.config import CostModel, PreemptionMode, SchedulerConfig
-from kvpool.sched.output import (FinishedRequest, PreemptedRequest, ScheduledDecode,
-                                 ScheduledPrefill, SchedulerOutput, SchedulerStats, SeqOutput)
+from kvpool.sched.output import (DecodeBatch, FinishedRequest, PreemptedRequest,
+                                 ScheduledDecode, ScheduledPrefill, SchedulerOutput,
+                                 SchedulerStats, SeqOutput)
 from kvpool.sched.scheduler import Scheduler
 from kvpool.sched.sequence import RequestParams, SeqStatus, StopParams
 
 __all__ = [
-    "CostModel", "FinishedRequest", "PreemptedRequest", "PreemptionMode", "RequestChecker",
+    "CostModel", "DecodeBatch", "FinishedRequest", "PreemptedRequest", "PreemptionMode", "RequestChecker",
     "RequestParams",
     "ScheduledDecode", "ScheduledPrefill", "Scheduler", "SchedulerConfig", "SchedulerOutput",
     "SchedulerStats", "SeqOutput", "SeqStatus", "StopParams", "exceeds_context",

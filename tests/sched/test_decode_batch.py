@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 
-from kvpool.sched import RequestParams, ScheduledDecode
+from kvpool.sched import DecodeBatch, RequestParams, ScheduledDecode
 from tests.sched.helpers import make, prompt
 
 
@@ -25,7 +25,7 @@ def test_the_entries_are_the_columns_row_by_row():
     s = _decoding(6)
     out = s.schedule()
     d = out.decodes
-    assert len(d) == 6 and len(out.entries) == 6
+    assert isinstance(d, DecodeBatch) and len(d) == 6 and len(out.entries) == 6
     rows = list(zip(d.request_ids, d.seq_ids, d.token_ids, d.positions, d.block_ids))
     assert [(e.request_id, e.seq_id, e.token_id, e.position, e.block_ids) for e in d] == rows
     assert all(isinstance(e, ScheduledDecode) for e in d) and d[-1] is list(d)[-1]
