@@ -200,11 +200,16 @@ class SlotWriter:
         if len(tables) <= free:
             return len(ends)  # NOTE(speed): at most one block per table
         bs, ref = self.block_size, self.ref_count
-        need = start = 0
-        whole = len(ends) == 1 and ends[0] == len(tables)
         shared = self.counters.tail_sharers  # NOTE(tail-sharers): 0: no ref count to read
+        need = 0
+        for t in tables:  # NOTE(speed): all of them first, the groups only when short
+            if not t.num_tokens % bs or shared and ref(t.blocks[-1]) > 1:
+                need += 1
+        if need <= free:
+            return len(ends)
+        need = start = 0
         for g, end in enumerate(ends):
-            for t in tables if whole else tables[start:end]:
+            for t in tables[start:end]:
                 if not t.num_tokens % bs or shared and ref(t.blocks[-1]) > 1:
                     need += 1
             if need > free:

@@ -113,10 +113,13 @@ class StepPlanner:
         """A slot for every decoding sequence, request by request from the head: all the
         requests that fit in one manager call; when one does not, preempt from the tail until
         it does, or until the request itself was the tail (nobody after it is left then)."""
-        running = self.state.running
+        st = self.state
+        running, pool = st.running, self.manager.device_pool
         i = 0
         while i < len(running):
-            if self._append_all(out, running, i):
+            # NOTE(speed): the all-or-nothing append only when it cannot fail (a block for
+            # every running sequence is free); short of that, request by request at once
+            if st.num_running_seqs <= pool.num_free_blocks and self._append_all(out, running, i):
                 return
             seqs, ends = self._decoding(running, i)
             k = self._append(out, seqs, ends)
