@@ -278,6 +278,26 @@ class SentinelProcs:
         out = _command(self.port, "SENTINEL", "REPLICAS", self.service).split()
         return "master-link-status" in out and out[out.index("master-link-status") + 1] == "ok"
 
+    def kill_master(self, wait_s: float = 30.0) -> None:
+        """SIGKILL the master once the sentinel sees a synced replica and the replica
+        acknowledged every write (WAIT): the failover that follows loses nothing (Redis
+        replicates asynchronously, so a write it had not acknowledged could be lost)."""
+        _wait(self._replica_ready, wait_s, "a synced replica before the kill")
+        _command(self.master.port, "WAIT", "1", str(int(wait_s * 1000)), timeout=wait_s + 2)
+        self.master.kill()
+
+    def view(self) -> str:
+        """The sentinel's master, and each server's role and key count (a failure message)."""
+        lines = [f"sentinel master port: {self.master_port()}"]
+        for name, srv in (("master", self.master), ("replica", self.replica)):
+            if not ping(srv.port):
+                lines.append(f"{name} {srv.port}: down")
+                continue
+            role = (_command(srv.port, "ROLE").split() or ["?"])[0]
+            keys = _command(srv.port, "DBSIZE").strip()
+            lines.append(f"{name} {srv.port}: {role}, {keys} keys")
+        return "\n".join(lines)
+
     def failover(self, wait_s: float = 30.0) -> int:
         """``SENTINEL FAILOVER`` (retried until the sentinel accepts it), then wait until the
         other server is the master; its port."""
