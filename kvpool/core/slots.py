@@ -12,6 +12,7 @@ partial last block is shared (``ref > 1``)::
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from kvpool.core.block import Device
@@ -202,19 +203,11 @@ class SlotWriter:
         bs, ref = self.block_size, self.ref_count
         shared = self.counters.tail_sharers  # NOTE(tail-sharers): 0: no ref count to read
         need = 0
-        for t in tables:  # NOTE(speed): all of them first, the groups only when short
+        for j, t in enumerate(tables):  # one pass: the groups only at the first table short
             if not t.num_tokens % bs or shared and ref(t.blocks[-1]) > 1:
                 need += 1
-        if need <= free:
-            return len(ends)
-        need = start = 0
-        for g, end in enumerate(ends):
-            for t in tables[start:end]:
-                if not t.num_tokens % bs or shared and ref(t.blocks[-1]) > 1:
-                    need += 1
-            if need > free:
-                return g
-            start = end
+                if need > free:  # tables[:j] fit: so do the groups that end by j
+                    return bisect_right(ends, j)
         return len(ends)
 
     def _decode_tables(self, seq_ids: Sequence[int]) -> list[BlockTable]:

@@ -21,8 +21,8 @@ from kvpool.sched.scheduler import Scheduler
 from kvpool.sched.sequence import RequestParams, SeqStatus, StopParams
 
 __all__ = [
-    "CostModel", "DecodeBatch", "FinishedRequest", "PreemptedRequest", "PreemptionMode", "RequestChecker",
-    "RequestParams",
+    "CostModel", "DecodeBatch", "FinishedRequest", "PreemptedRequest", "PreemptionMode",
+    "RequestChecker", "RequestParams",
     "ScheduledDecode", "ScheduledPrefill", "Scheduler", "SchedulerConfig", "SchedulerOutput",
     "SchedulerStats", "SeqOutput", "SeqStatus", "StopParams", "exceeds_context",
 ]
