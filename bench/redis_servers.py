@@ -156,6 +156,13 @@ def _wait(cond, wait_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def _kill_once_acked(master: RedisServer, replicas: int, wait_s: float) -> None:
+    """SIGKILL ``master`` once ``replicas`` replicas acknowledged every write (WAIT): Redis
+    replicates asynchronously, so a failover after the kill loses nothing."""
+    _command(master.port, "WAIT", str(replicas), str(int(wait_s * 1000)), timeout=wait_s + 2)
+    master.kill()
+
+
 class RedisClusterProcs:
     """``masters`` cluster nodes (+ ``replicas`` per master) on free port pairs, joined with
     ``redis-cli --cluster create``; ``url`` lists every master as a seed node."""
@@ -205,9 +212,7 @@ class RedisClusterProcs:
         acknowledged every write (WAIT), so a failover loses nothing; the killed node."""
         _wait(self.healthy, wait_s, "a healthy cluster before the kill")
         m = self.master_of(key)
-        _command(m.port, "WAIT", str(self.replicas), str(int(wait_s * 1000)),
-                 timeout=wait_s + 2)
-        m.kill()
+        _kill_once_acked(m, self.replicas, wait_s)
         return m
 
     def view(self) -> str:
@@ -279,12 +284,10 @@ class SentinelProcs:
         return "master-link-status" in out and out[out.index("master-link-status") + 1] == "ok"
 
     def kill_master(self, wait_s: float = 30.0) -> None:
-        """SIGKILL the master once the sentinel sees a synced replica and the replica
-        acknowledged every write (WAIT): the failover that follows loses nothing (Redis
-        replicates asynchronously, so a write it had not acknowledged could be lost)."""
+        """SIGKILL the master once the sentinel sees a synced replica that acknowledged
+        every write (``_kill_once_acked``)."""
         _wait(self._replica_ready, wait_s, "a synced replica before the kill")
-        _command(self.master.port, "WAIT", "1", str(int(wait_s * 1000)), timeout=wait_s + 2)
-        self.master.kill()
+        _kill_once_acked(self.master, 1, wait_s)
 
     def view(self) -> str:
         """The sentinel's master, and each server's role and key count (a failure message)."""
