@@ -29,16 +29,19 @@ def redis_server():
 async def make_tier(redis_server):
     """``make_tier(namespace=NS, **kwargs)`` -> a RedisTier on the fixture's server.
 
-    The round-trip deadline is 5 s unless a test sets ``op_timeout``: these tests check what
-    the tier stores and returns, and on a loaded 2-core box one of them (64 values of 300 KiB)
-    failed once with the product's 0.25 s, which a 19 MB put can miss there. The tests of
-    deadlines set their own."""
+    The round-trip and connect deadlines are 5 s unless a test sets ``op_timeout`` or
+    ``connect_timeout``: these tests check what the tier stores and returns, and on a loaded
+    2-core box one of them (64 values of 300 KiB) failed once with the product's 0.25 s, which
+    a 19 MB put can miss there, and another once read three misses where Redis held a value
+    (a fresh tier's first MGETs open their connections under the product's 0.2 s connect
+    deadline). The tests of deadlines set their own."""
     tiers: list[RedisTier] = []
 
     def factory(namespace: Namespace = NS, block_nbytes: int | None = None,
                 **kwargs) -> RedisTier:
         kwargs.setdefault("breaker", CircuitBreaker(threshold=3, reset_s=0.5))
         kwargs.setdefault("op_timeout", 5.0)
+        kwargs.setdefault("connect_timeout", 5.0)
         t = RedisTier(redis_server.url, ValueCodec(namespace, block_nbytes), **kwargs)
         tiers.append(t)
         return t

@@ -21,7 +21,8 @@ USER_COMMANDS = ("evalsha", "eval", "mget", "set", "del")
 
 async def test_sigstop_with_8_callers_is_one_timeout_then_no_io_then_ping_closes(
         make_tier, redis_server):
-    tier = make_tier(op_timeout=0.25, breaker=CircuitBreaker(threshold=3, reset_s=1.0))
+    tier = make_tier(op_timeout=0.25, connect_timeout=0.2,
+                     breaker=CircuitBreaker(threshold=3, reset_s=1.0))
     hashes = chain(4)
     keys = NS.group_keys(hashes)
     items = [(k, tier.codec.encode(h, [bytes([i]) * 64]))

@@ -54,14 +54,15 @@ async def test_values_stay_in_key_order_across_parts(make_tier, redis_server, pr
         for k, v in values.items():  # a flipped payload byte: corrupt, a miss, deleted
             r.set(k, v[:-1] + bytes([v[-1] ^ 1]) if k in bad else v)
         got = await tier.get_many(keys)
-        assert got == [values[k] if k in values and k not in bad else None for k in keys]
+        assert got == [values[k] if k in values and k not in bad else None for k in keys], \
+            tier.stats().errors
         assert all(r.exists(k) == 0 for k in bad)
     finally:
         r.close()
 
 
 async def test_a_failing_part_is_one_failure(make_tier, redis_server):
-    tier = make_tier(op_timeout=0.1)
+    tier = make_tier(op_timeout=0.1, connect_timeout=0.2)
     hs = _hashes(8, tag=9)
     keys = NS.group_keys(hs)
     assert await tier.put_many([(k, tier.codec.encode(h, [b"x" * 64]))

@@ -175,7 +175,8 @@ async def _fill_after_recovery(tier, hashes):
 
 
 async def test_redis_hung_misses_within_deadline_and_recovers(make_tier, redis_server):
-    tier = make_tier(op_timeout=0.25, breaker=CircuitBreaker(threshold=3, reset_s=1.0))
+    tier = make_tier(op_timeout=0.25, connect_timeout=0.2,
+                     breaker=CircuitBreaker(threshold=3, reset_s=1.0))
     hashes = chain(2)
     keys = await _fill(tier, hashes, [0, 1])
     assert await tier.probe(keys) == 2
