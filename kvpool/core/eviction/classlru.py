@@ -55,6 +55,7 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
 
     name = "classlru"
     K = 5
+    TUNER = BonusTuner  # a research variant (bench/policy_ceiling.py) swaps its tuner's rules
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
                  bonus: float | None = None) -> None:
@@ -66,7 +67,7 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
         self._stamp = array("q", bytes(8 * capacity))  # block -> clock at its release
         self._clock = 0  # inserts so far: the stamp source
         self._sketch = FrequencySketch(scale, sketch_min_bits)  # uses per hash, recent
-        self._tuner = BonusTuner(scale, self.K) if bonus is None else None
+        self._tuner = self.TUNER(scale, self.K) if bonus is None else None
         # sampled into the tuner's shadows: crc >> 12 below this (0: never)
         self._sample = self._tuner.threshold if self._tuner is not None else 0
         self._runs = ReleaseRuns(self._tuner)  # NOTE(runs): what the tuner is fed

@@ -1,0 +1,60 @@
+"""bench.policy_ceiling: its tuned variant at the product's bar is the product's policy, and a
+lost cell is a tuner cell exactly when a fixed bonus of the grid reaches the target."""
+
+from bench.baselines import BASELINES
+from bench.heldout import SHAPES, SLACK, loop
+from bench.policy_ceiling import FIXED, cell_rates, jobs, summarize, tuned_at, verdict
+from kvpool.core.eviction import make_policy
+from kvpool.core.eviction.tuner import BonusTuner
+from kvpool.replay.loop import simulate
+
+
+def test_the_tuned_variant_at_the_products_bar_is_the_product():
+    reqs = SHAPES["drift"](1, 0.2)
+    cap = 300
+    assert simulate(reqs, tuned_at(BonusTuner.EFFECT)(cap), cap) == \
+        simulate(reqs, make_policy("classlru", cap), cap)
+    assert tuned_at(0.005).TUNER.EFFECT == 0.005 != BonusTuner.EFFECT  # the product's kept
+
+
+def test_a_lower_bar_is_the_tuner_the_variant_runs():
+    # tenants' shared system prompts gain a little from every larger bonus: the product's bar
+    # stops the tuner early, no bar lets it go on
+    reqs = SHAPES["tenants"](1, 0.1)
+    product, low = make_policy("classlru", 1000), tuned_at(0.0)(1000)
+    assert simulate(reqs, low, 1000)[0] > simulate(reqs, product, 1000)[0]
+    assert low.bonus > product.bonus
+
+
+def _rates(tuned: float, fixed: float, classic: float = 0.5) -> dict[str, float]:
+    r = {b: classic for b in BASELINES} | {"lru": 0.3, "tuned@0.01": tuned}
+    return r | {f"bonus@{b}": fixed for b in FIXED}
+
+
+def test_a_lost_cell_is_a_tuner_cell_only_when_a_fixed_bonus_reaches_the_target():
+    bar = 0.5 - SLACK
+    assert verdict(_rates(bar, 0.1), 0.01) == "won"
+    assert verdict(_rates(bar - 1e-4, bar), 0.01) == "tuner"
+    assert verdict(_rates(bar - 1e-4, bar - 1e-4), 0.01) == "family"
+    cells = {"a@1@10": _rates(bar, 0.1), "b@1@10": _rates(0.2, bar),
+             "c@1@10": _rates(0.2, 0.2)}
+    s = summarize(cells, [0.01])["0.01"]
+    assert (s["lost"], s["tuner"], s["family"]) == (2, ["b@1@10"], ["c@1@10"])
+    assert s["below_lru"] == ["b@1@10", "c@1@10"]
+
+
+def test_a_loop_longer_than_the_pool_is_a_family_cell():
+    # every block of a loop is used equally often, so every bonus files them in one class:
+    # LRU order, which evicts each block just before its next use
+    reqs = loop(1, 0.5)
+    cap = len({h for r in reqs for h in r}) // 2
+    r = cell_rates(reqs, cap, [BonusTuner.EFFECT])
+    assert r["lru"] == 0.0 and r["wtinylfu"] > 0.0
+    assert verdict(r, BonusTuner.EFFECT) == "family"
+
+
+def test_jobs_cover_both_benchmarks_traces():
+    held = jobs(["heldout"], [100], [0.01])
+    assert sorted((j[1], j[2]) for j in held) == sorted((n, s) for n in SHAPES for s in (1, 2))
+    pol = jobs(["policies"], [100], [0.01])
+    assert {j[0] for j in pol} == {"policies"} and len(pol) >= 12
