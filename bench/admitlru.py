@@ -197,6 +197,7 @@ class AdmitLRUPolicy(LinkedQueuesPolicy):
 
     name = "admitlru"
     K = CLASSES + 1
+    TUNER: type[AdmitTuner] = AdmitTuner  # bench/admitbig.py swaps in its pass rule
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
                  cfg: Cfg | None = None) -> None:
@@ -207,7 +208,7 @@ class AdmitLRUPolicy(LinkedQueuesPolicy):
         self._clock = 0
         self._nw = 0  # blocks in the window
         self._sketch = FrequencySketch(scale, sketch_min_bits)
-        self._tuner = AdmitTuner(scale, self._sketch.estimate) if cfg is None else None
+        self._tuner = self.TUNER(scale, self._sketch.estimate) if cfg is None else None
         self._sample = self._tuner.threshold if self._tuner is not None else 0
         self._set_cfg((0.0, 1.0, False) if cfg is None else cfg)
 

@@ -49,6 +49,7 @@ from bench.wintune import WinTunePolicy
 from bench.arctune import ArcTunePolicy
 from bench.admitlru import AdmitLRUPolicy
 from bench.admitrun import AdmitRunPolicy
+from bench.admitbig import AdmitBigPolicy
 from bench.common import TRACE, bench_parser, machine, write_json
 from bench.policy_traces import GENERATED
 from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy
@@ -61,7 +62,8 @@ Trace = list[list[int]]
 # follow keep the product's block protocol, so they also get salts and per-call costs.
 CANDIDATES: dict[str, type[Baseline] | type[EvictionPolicy]] = {
     p.name: p for p in (GhostWindowTinyLFU, DoorARCPolicy, FollowPolicy, WinTunePolicy,
-                       ArcTunePolicy, AdmitLRUPolicy, AdmitRunPolicy)}
+                       ArcTunePolicy, AdmitLRUPolicy, AdmitRunPolicy,
+                       AdmitBigPolicy)}
 
 
 def new_policy(name: str, cap: int) -> EvictionPolicy:
