@@ -2,7 +2,8 @@
 a mechanism (a diagnostic, not a policy).
 
     python -m bench.policy_ceiling [--sets heldout policies] [--capacities 1000 4000 16000]
-                                   [--effects 0.015 0.005] [--workers 2] [--json FILE]
+                                   [--effects 0.015 0.005] [--candidates admitbig ...]
+                                   [--workers 2] [--json FILE]
 
 ``classlru`` chooses one number, its recency bonus, from the tuner's grid
 (``BonusTuner.GRID``: 0 is LRU). For every cell (a trace, a seed, a capacity) of bench.heldout's
@@ -18,6 +19,10 @@ with one bonus for the whole trace (a bonus that changes over the trace could st
 better than any fixed one; that is not measured here). Family cells need a mechanism the
 class-bonus family lacks (the best classic there says which). docs/benchmarks.md
 "Tuner cells and family cells" has a run.
+
+``--candidates`` adds block-protocol research policies (``bench.policies.CANDIDATES``) to every
+cell and counts, per candidate, the cells it loses, its summed shortfall and the cells where it
+is below LRU, beside the same counts for the product (docs/benchmarks.md "admitbig").
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ from concurrent.futures import ProcessPoolExecutor
 from bench.baselines import BASELINES
 from bench.common import TRACE, bench_parser, machine, write_json
 from bench.heldout import SHAPES, SLACK
-from bench.policies import hits, load_trace
+from bench.policies import CANDIDATES, hits, load_trace
 from bench.policy_traces import GENERATED
-from kvpool.core.eviction import make_policy
+from kvpool.core.eviction import EvictionPolicy, make_policy
 from kvpool.core.eviction.classlru import ClassLRUPolicy
 from kvpool.core.eviction.tuner import BonusTuner
 from kvpool.replay.loop import simulate
@@ -45,9 +50,10 @@ def tuned_at(effect: float) -> type[ClassLRUPolicy]:
     return type(f"ClassLRU_{effect}", (ClassLRUPolicy,), {"TUNER": tuner})
 
 
-def cell_rates(reqs: Trace, cap: int, effects: list[float]) -> dict[str, float]:
-    """Hit rates at ``cap`` blocks: ``lru``, each classic baseline, ``tuned@E`` per effect
-    and ``bonus@B`` per fixed bonus of the grid."""
+def cell_rates(reqs: Trace, cap: int, effects: list[float],
+               candidates: tuple[str, ...] = ()) -> dict[str, float]:
+    """Hit rates at ``cap`` blocks: ``lru``, each classic baseline, ``tuned@E`` per effect,
+    ``bonus@B`` per fixed bonus of the grid and each research candidate by name."""
     blocks = sum(map(len, reqs))
     rates = {"lru": simulate(reqs, make_policy("lru", cap), cap)[0] / blocks}
     for name, cls in BASELINES.items():
@@ -56,6 +62,8 @@ def cell_rates(reqs: Trace, cap: int, effects: list[float]) -> dict[str, float]:
         rates[f"tuned@{e}"] = simulate(reqs, tuned_at(e)(cap), cap)[0] / blocks
     for b in FIXED:
         rates[f"bonus@{b}"] = simulate(reqs, ClassLRUPolicy(cap, bonus=b), cap)[0] / blocks
+    for name in candidates:
+        rates[name] = simulate(reqs, CANDIDATES[name](cap), cap)[0] / blocks
     return {k: round(v, 5) for k, v in rates.items()}
 
 
@@ -74,24 +82,26 @@ def _trace(set_name: str, name: str, seed: int) -> Trace:
     return load_trace(TRACE) if name == "conversation" else GENERATED[name](seed=seed)
 
 
-def _job(job: tuple[str, str, int, list[int], list[float]]) -> dict[str, dict]:
+def _job(job: tuple) -> dict[str, dict]:
     """One trace at every capacity: ``{"trace@seed@capacity": rates}``."""
-    set_name, name, seed, caps, effects = job
+    set_name, name, seed, caps, effects, cands = job
     reqs = _trace(set_name, name, seed)
     label = name if name == "conversation" else f"{name}@{seed}"
-    return {f"{label}@{cap}": cell_rates(reqs, cap, effects) for cap in caps}
+    return {f"{label}@{cap}": cell_rates(reqs, cap, effects, cands) for cap in caps}
 
 
-def jobs(sets: list[str], caps: list[int], effects: list[float]) -> list[tuple]:
+def jobs(sets: list[str], caps: list[int], effects: list[float],
+         candidates: tuple[str, ...] = ()) -> list[tuple]:
     """The traces of bench.heldout (seeds 1 2) and bench.policies (the conversation trace,
     if present, and the generated ones with seeds 1 2 3), one job each."""
     out: list[tuple] = []
     if "heldout" in sets:
-        out += [("heldout", n, s, caps, effects) for n in SHAPES for s in (1, 2)]
+        out += [("heldout", n, s, caps, effects, candidates) for n in SHAPES for s in (1, 2)]
     if "policies" in sets:
         if TRACE.is_file():
-            out.append(("policies", "conversation", 0, caps, effects))
-        out += [("policies", n, s, caps, effects) for n in GENERATED for s in (1, 2, 3)]
+            out.append(("policies", "conversation", 0, caps, effects, candidates))
+        out += [("policies", n, s, caps, effects, candidates)
+                for n in GENERATED for s in (1, 2, 3)]
     return out
 
 
@@ -111,6 +121,26 @@ def summarize(cells: dict[str, dict], effects: list[float]) -> dict[str, dict]:
     return out
 
 
+def compare(cells: dict[str, dict], candidates: list[str]) -> dict[str, dict]:
+    """Per candidate, and for the product (``tuned@`` its own bar): the cells lost, the
+    summed shortfall below the best classic, and the cells below LRU with the margin."""
+    out: dict[str, dict] = {}
+    product = f"tuned@{BonusTuner.EFFECT}"
+    for name in [product, *candidates] if product in next(iter(cells.values())) else candidates:
+        lost, short, below = [], 0.0, {}
+        for key, r in cells.items():
+            best = max(r[b] for b in BASELINES)
+            if r[name] < best - SLACK:
+                lost.append(key)
+                short += best - r[name]
+            if r[name] < r["lru"]:
+                below[key] = round(r[name] - r["lru"], 5)
+        out[name] = {"lost": lost, "shortfall": round(short, 4), "below_lru": below}
+        print(f"{name}: lost {len(lost)} of {len(cells)}, shortfall {short:.3f}, below LRU: "
+              + (", ".join(f"{k} {v:+.4f}" for k, v in below.items()) or "nowhere"))
+    return out
+
+
 def _print_cell(key: str, r: dict[str, float], effects: list[float]) -> None:
     best = max(BASELINES, key=r.__getitem__)
     top = max(FIXED, key=lambda b: r[f"bonus@{b}"])
@@ -126,10 +156,13 @@ def main(argv: list[str] | None = None) -> dict:
                     choices=["heldout", "policies"])
     ap.add_argument("--capacities", type=int, nargs="+", default=[1000, 4000, 16000])
     ap.add_argument("--effects", type=float, nargs="+", default=[BonusTuner.EFFECT])
+    ap.add_argument("--candidates", nargs="*", default=[],
+                    choices=[c for c, p in CANDIDATES.items() if issubclass(p, EvictionPolicy)],
+                    help="block-protocol research policies to replay in every cell")
     ap.add_argument("--workers", type=int, default=1, help="processes replaying traces")
     a = ap.parse_args(argv)
     cells: dict[str, dict] = {}
-    todo = jobs(a.sets, a.capacities, a.effects)
+    todo = jobs(a.sets, a.capacities, a.effects, tuple(a.candidates))
     with ProcessPoolExecutor(max(1, a.workers)) as ex:
         for part in ex.map(_job, todo):
             for key, r in part.items():
@@ -137,6 +170,8 @@ def main(argv: list[str] | None = None) -> dict:
             cells.update(part)
     res = {"machine": machine(), "slack": SLACK, "cells": cells,
            "summary": summarize(cells, a.effects)}
+    if a.candidates:
+        res["candidates"] = compare(cells, a.candidates)
     write_json(a.json, res)
     return res
 

@@ -1,9 +1,11 @@
 """bench.policy_ceiling: its tuned variant at the product's bar is the product's policy, and a
 lost cell is a tuner cell exactly when a fixed bonus of the grid reaches the target."""
 
+from bench.admitbig import AdmitBigPolicy
 from bench.baselines import BASELINES
 from bench.heldout import SHAPES, SLACK, loop
-from bench.policy_ceiling import FIXED, cell_rates, jobs, summarize, tuned_at, verdict
+from bench.policy_ceiling import (FIXED, _job, cell_rates, compare, jobs, summarize, tuned_at,
+                                  verdict)
 from kvpool.core.eviction import make_policy
 from kvpool.core.eviction.tuner import BonusTuner
 from kvpool.replay.loop import simulate
@@ -58,3 +60,23 @@ def test_jobs_cover_both_benchmarks_traces():
     assert sorted((j[1], j[2]) for j in held) == sorted((n, s) for n in SHAPES for s in (1, 2))
     pol = jobs(["policies"], [100], [0.01])
     assert {j[0] for j in pol} == {"policies"} and len(pol) >= 12
+
+
+def test_candidates_are_counted_beside_the_product():
+    bar = 0.5 - SLACK
+    product = f"tuned@{BonusTuner.EFFECT}"
+    cells = {"a@1@10": _rates(0.2, 0.1) | {product: 0.2, "cand": bar},
+             "b@1@10": _rates(0.2, 0.1) | {product: bar, "cand": 0.29}}
+    out = compare(cells, ["cand"])
+    assert out[product]["lost"] == ["a@1@10"] and out[product]["below_lru"] == {"a@1@10": -0.1}
+    assert out["cand"]["lost"] == ["b@1@10"] and out["cand"]["below_lru"] == {"b@1@10": -0.01}
+    assert out["cand"]["shortfall"] == round(0.5 - 0.29, 4)
+
+
+def test_a_candidate_is_replayed_in_every_cell_of_a_job():
+    [job] = [j for j in jobs(["heldout"], [200], [BonusTuner.EFFECT], ("admitbig",))
+             if j[1] == "loop" and j[2] == 1]
+    reqs = loop(1)
+    r = _job(job)["loop@1@200"]
+    assert r["admitbig"] == round(simulate(reqs, AdmitBigPolicy(200), 200)[0]
+                                  / sum(map(len, reqs)), 5)
