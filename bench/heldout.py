@@ -39,6 +39,11 @@ product):
               popular chunk is new content behind another first chunk, beside conversations
               and one-off uploads (written after ``admitrun`` was frozen;
               bench/heldout_rag.py)
+    prompt_rollout  a multi-product chat service whose long system prompts get new versions
+              rolled out in stages (old and new live together, then the old one is retired),
+              tool sets after the prompt, multi-turn conversations with varied think times,
+              and one-off long summaries (written after ``admitbig`` was frozen;
+              bench/heldout_rollout.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -58,6 +63,7 @@ from collections.abc import Iterator
 from bench.baselines import BASELINES
 from bench.heldout_agents import doc_fanout, doc_window, tool_agent
 from bench.heldout_rag import rerank_rag
+from bench.heldout_rollout import prompt_rollout
 from bench.common import bench_parser, machine, write_json
 from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy
@@ -325,7 +331,8 @@ def _start_job(rng: random.Random, fresh: list[int], done: list[int]) -> list[in
 SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "mooncake": mooncake, "rag_bursty": rag_bursty,
           "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent,
-          "doc_window": doc_window, "doc_fanout": doc_fanout, "rerank_rag": rerank_rag}
+          "doc_window": doc_window, "doc_fanout": doc_fanout, "rerank_rag": rerank_rag,
+          "prompt_rollout": prompt_rollout}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
