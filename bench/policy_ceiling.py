@@ -123,7 +123,8 @@ def summarize(cells: dict[str, dict], effects: list[float]) -> dict[str, dict]:
 
 def compare(cells: dict[str, dict], candidates: list[str]) -> dict[str, dict]:
     """Per candidate, and for the product (``tuned@`` its own bar): the cells lost, the
-    summed shortfall below the best classic, and the cells below LRU with the margin."""
+    summed shortfall below the target (the best classic - SLACK) and the cells below LRU
+    with the margin."""
     out: dict[str, dict] = {}
     product = f"tuned@{BonusTuner.EFFECT}"
     for name in [product, *candidates] if product in next(iter(cells.values())) else candidates:
@@ -132,7 +133,7 @@ def compare(cells: dict[str, dict], candidates: list[str]) -> dict[str, dict]:
             best = max(r[b] for b in BASELINES)
             if r[name] < best - SLACK:
                 lost.append(key)
-                short += best - r[name]
+                short += best - SLACK - r[name]
             if r[name] < r["lru"]:
                 below[key] = round(r[name] - r["lru"], 5)
         out[name] = {"lost": lost, "shortfall": round(short, 4), "below_lru": below}

@@ -70,7 +70,7 @@ def test_candidates_are_counted_beside_the_product():
     out = compare(cells, ["cand"])
     assert out[product]["lost"] == ["a@1@10"] and out[product]["below_lru"] == {"a@1@10": -0.1}
     assert out["cand"]["lost"] == ["b@1@10"] and out["cand"]["below_lru"] == {"b@1@10": -0.01}
-    assert out["cand"]["shortfall"] == round(0.5 - 0.29, 4)
+    assert out["cand"]["shortfall"] == round(bar - 0.29, 4)
 
 
 def test_a_candidate_is_replayed_in_every_cell_of_a_job():
