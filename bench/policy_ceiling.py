@@ -67,10 +67,15 @@ def cell_rates(reqs: Trace, cap: int, effects: list[float],
     return {k: round(v, 5) for k, v in rates.items()}
 
 
+def target(rates: dict[str, float]) -> float:
+    """The issue's bar for a cell: the best classic baseline's hit rate - SLACK."""
+    return max(rates[b] for b in BASELINES) - SLACK
+
+
 def verdict(rates: dict[str, float], effect: float) -> str:
     """``won`` (at or above the best classic - SLACK), else ``tuner`` (a fixed bonus of the
     grid reaches that) or ``family`` (none does)."""
-    bar = max(rates[b] for b in BASELINES) - SLACK
+    bar = target(rates)
     if rates[f"tuned@{effect}"] >= bar:
         return "won"
     return "tuner" if max(rates[f"bonus@{b}"] for b in FIXED) >= bar else "family"
@@ -127,13 +132,14 @@ def compare(cells: dict[str, dict], candidates: list[str]) -> dict[str, dict]:
     with the margin."""
     out: dict[str, dict] = {}
     product = f"tuned@{BonusTuner.EFFECT}"
-    for name in [product, *candidates] if product in next(iter(cells.values())) else candidates:
+    first = next(iter(cells.values()))
+    for name in [n for n in (product, *candidates) if n in first]:
         lost, short, below = [], 0.0, {}
         for key, r in cells.items():
-            best = max(r[b] for b in BASELINES)
-            if r[name] < best - SLACK:
+            bar = target(r)
+            if r[name] < bar:
                 lost.append(key)
-                short += best - SLACK - r[name]
+                short += bar - r[name]
             if r[name] < r["lru"]:
                 below[key] = round(r[name] - r["lru"], 5)
         out[name] = {"lost": lost, "shortfall": round(short, 4), "below_lru": below}
