@@ -240,7 +240,7 @@ class AdmitLRUPolicy(LinkedQueuesPolicy):
         else:
             n = self._sketch.add(c)
             k = q = CLASS_OF_COUNT[n]
-            if self.share < 1.0 and (self.duel or k == 0):
+            if self.share < 1.0 and self._to_window(block_hash, k):
                 q = WIN
         self._clock += 1
         self._link_after(block_id + self.K, self._prev[q])
@@ -248,6 +248,12 @@ class AdmitLRUPolicy(LinkedQueuesPolicy):
         self._nw += q == WIN
         self._put(block_id, block_hash, q)
         self._sampled(c, k, depth, n)
+
+    def _to_window(self, block_hash: bytes, k: int) -> bool:
+        """Whether new content of class ``k`` (its use counted) enters the window: all of it
+        under the duel, under the filter what the sketch has not counted before.
+        (bench/ghostbig.py asks its ghosts instead.)"""
+        return self.duel or k == 0
 
     def _sampled(self, c: int, k: int, depth: int, n: int) -> None:
         """After every insert (content CRC ``c``, class ``k``, ``n`` uses counted, 0 on a
