@@ -48,6 +48,9 @@ product):
               exemplars, best-of-n bursts) beside multi-turn chat under LoRA adapters whose
               popularity shifts (written after the policies were frozen;
               bench/heldout_fewshot.py)
+    ide_tree  team code completion (typing bursts, saved edits, working days), pruning
+              tree-of-thought searches and chat (written after ``ghostbig`` was frozen;
+              bench/heldout_ide.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -67,6 +70,7 @@ from collections.abc import Iterator
 from bench.baselines import BASELINES
 from bench.heldout_agents import doc_fanout, doc_window, tool_agent
 from bench.heldout_fewshot import fewshot_lora
+from bench.heldout_ide import ide_tree
 from bench.heldout_rag import rerank_rag
 from bench.heldout_rollout import prompt_rollout
 from bench.common import bench_parser, machine, write_json
@@ -337,7 +341,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "mooncake": mooncake, "rag_bursty": rag_bursty,
           "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent,
           "doc_window": doc_window, "doc_fanout": doc_fanout, "rerank_rag": rerank_rag,
-          "prompt_rollout": prompt_rollout, "fewshot_lora": fewshot_lora}
+          "prompt_rollout": prompt_rollout, "fewshot_lora": fewshot_lora,
+          "ide_tree": ide_tree}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
