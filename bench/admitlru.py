@@ -82,11 +82,15 @@ class MiniAdmit:
         else:
             if len(self.where) >= self.capacity:
                 self._evict()
-            if self.share < 1.0 and (self.duel or k == 0):
+            if self.share < 1.0 and self._to_window(c, k):
                 k = WIN
         self.qs[k][c] = t
         self.where[c] = k
         return q is not None
+
+    def _to_window(self, c: int, k: int) -> bool:
+        """AdmitLRUPolicy._to_window's rule for new content with CRC ``c``, class ``k``."""
+        return self.duel or k == 0
 
     def access_run(self, run: list[tuple[int, int, int]], miss: int) -> int:
         """One release run, ``(crc, class, depth)`` tail first, scored as the pool's lookup
@@ -115,7 +119,8 @@ class MiniAdmit:
         self.qs[k][c] = self.clock
         self.where[c] = k
 
-    def _evict(self) -> None:
+    def _evict(self) -> int:
+        """Evict one id (the policy's rule); returns its crc."""
         win = self.qs[WIN]
         target = self.share * len(self.where)
         for _ in range(2 if self.duel else 0):  # NOTE(fill), as the policy's
@@ -130,10 +135,11 @@ class MiniAdmit:
                 if self.freq(c) > self.freq(vc):
                     del self.qs[v][vc], self.where[vc]
                     self._to_main(c)
-                    return
+                    return vc
         else:
             c = self.qs[v].popitem(last=False)[0]
         del self.where[c]
+        return c
 
     def check_invariants(self) -> None:
         n = 0

@@ -32,8 +32,29 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from bench.admitbig import AdmitBigPolicy, BigTuner
-from bench.admitlru import WIN, Cfg, MiniAdmit
+from bench.admitlru import Cfg, MiniAdmit
 from kvpool.errors import InvariantError
+
+
+def to_window(ghost: OrderedDict, key, duel: bool) -> bool:
+    """Whether new content ``key`` enters the window: all of it under the duel; under the
+    filter, what ``ghost`` does not hold. A ghost hit is forgotten: the content is held
+    again."""
+    if duel:
+        return True
+    if key in ghost:
+        del ghost[key]
+        return False
+    return True
+
+
+def remember(ghost: OrderedDict, key, capacity: int) -> None:
+    """``key`` was just evicted: it becomes the newest ghost (again, if content cached since
+    its last eviction is evicted once more); the oldest beyond ``capacity`` are forgotten."""
+    ghost.pop(key, None)
+    ghost[key] = None
+    if len(ghost) > capacity:
+        ghost.popitem(last=False)
 
 
 class MiniGhost(MiniAdmit):
@@ -46,38 +67,15 @@ class MiniGhost(MiniAdmit):
         super().__init__(capacity, cfg, freq)
         self.ghost: OrderedDict[int, None] = OrderedDict()  # evicted crcs, oldest first
 
-    def access(self, c: int, k: int) -> bool:
-        if self.duel or self.share >= 1.0:
-            return super().access(c, k)
-        t = self.clock = self.clock + 1
-        q = self.where.get(c)
-        if q is not None:
-            del self.qs[q][c]
-            self.hits += 1
-        else:
-            if len(self.where) >= self.capacity:
-                self._evict_filter()
-            if c in self.ghost:
-                del self.ghost[c]  # seen before, recently: straight to main
-            else:
-                k = WIN
-        self.qs[k][c] = t
-        self.where[c] = k
-        return q is not None
+    def _to_window(self, c: int, k: int) -> bool:
+        return to_window(self.ghost, c, self.duel)
 
-    def _evict_filter(self) -> None:
-        """The window's oldest while it holds its share or main is empty, else main's victim;
-        the victim joins the ghost."""
-        win = self.qs[WIN]
-        v = self._victim()
-        if v < 0 or (win and len(win) >= self.share * len(self.where)):
-            c = win.popitem(last=False)[0]
-        else:
-            c = self.qs[v].popitem(last=False)[0]
-        del self.where[c]
-        self.ghost[c] = None
-        if len(self.ghost) > self.capacity:
-            self.ghost.popitem(last=False)
+    def _evict(self) -> int:
+        """MiniAdmit's eviction; under the filter the victim joins the ghost."""
+        c = super()._evict()
+        if self.share < 1.0 and not self.duel:
+            remember(self.ghost, c, self.capacity)
+        return c
 
     def check_invariants(self) -> None:
         super().check_invariants()
@@ -110,25 +108,14 @@ class GhostBigPolicy(AdmitBigPolicy):
         self._ghost_cap = max(1, capacity)
 
     def _to_window(self, block_hash: bytes, k: int) -> bool:
-        """Under the duel all new content; under the filter what the ghost does not hold (a
-        ghost hit is forgotten: the content is cached again)."""
-        if self.duel:
-            return True
-        if block_hash in self._ghost:
-            del self._ghost[block_hash]
-            return False
-        return True
+        return to_window(self._ghost, block_hash, self.duel)
 
     def _unlink_head(self, q: int) -> int:
         """Every eviction unlinks a queue head here (nothing else does): the victim's hash
         joins the ghost."""
         h = self._hash[self._next[q] - self.K]
         b = super()._unlink_head(q)
-        ghost = self._ghost
-        ghost.pop(h, None)  # content cached again since its last eviction: now the newest
-        ghost[h] = None
-        if len(ghost) > self._ghost_cap:
-            ghost.popitem(last=False)
+        remember(self._ghost, h, self._ghost_cap)
         return b
 
     def check_invariants(self) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from bench.heldout import SHAPES
 from bench.heldout_fewshot import BLOCK, CONCURRENT, MODELS, Blocks, fewshot_lora, generate
+from tests.bench.shape_sizes import check_size
 
 
 @pytest.fixture(scope="module")
@@ -157,11 +158,4 @@ def test_a_finished_task_never_comes_back(run):
 
 
 def test_size_at_scale_one_and_scaled_down():
-    full = fewshot_lora(1)
-    assert len(full) == 9000
-    blocks = sum(map(len, full))
-    distinct = len({h for r in full for h in r})
-    assert 550_000 < blocks < 950_000 and 80_000 < distinct < 260_000
-    assert 0.1 * blocks < distinct < 0.35 * blocks
-    small = fewshot_lora(1, 0.25)
-    assert len(small) == 2250 and sum(map(len, small)) < 0.4 * blocks
+    check_size(fewshot_lora, (550_000, 950_000), (80_000, 260_000), (0.1, 0.35), 0.4)

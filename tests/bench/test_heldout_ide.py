@@ -11,6 +11,7 @@ import pytest
 from bench.heldout import SHAPES
 from bench.heldout_fewshot import BLOCK
 from bench.heldout_ide import CODE, CONTEXT_HEAD, generate, ide_tree
+from tests.bench.shape_sizes import check_size
 
 
 @pytest.fixture(scope="module")
@@ -245,11 +246,4 @@ def test_bursts_are_rapid_and_teams_type_in_working_hours_only(run):
 
 
 def test_size_at_scale_one_and_scaled_down():
-    full = ide_tree(1)
-    assert len(full) == 9000
-    blocks = sum(map(len, full))
-    distinct = len({h for r in full for h in r})
-    assert 650_000 < blocks < 880_000 and 60_000 < distinct < 100_000
-    assert 0.07 * blocks < distinct < 0.15 * blocks
-    small = ide_tree(1, 0.25)
-    assert len(small) == 2250 and sum(map(len, small)) < 0.35 * blocks
+    check_size(ide_tree, (650_000, 880_000), (60_000, 100_000), (0.07, 0.15), 0.35)
