@@ -7,11 +7,13 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
 from hypothesis import given, settings
 
 from bench.admitbig import AdmitBigPolicy
 from bench.admitlru import WIN, AdmitTuner
 from bench.ghostbig import GhostBigPolicy, GhostTuner, MiniGhost
+from bench.ghostpair import GHOST_FILTER, GhostPairPolicy
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES
 from kvpool.replay.loop import simulate
@@ -21,17 +23,13 @@ from tests.core.policy_helpers import key
 FILTER = (0.0, 0.1, False)
 
 
-@settings(max_examples=60, deadline=None)
-@given(ops=OPS)
-def test_it_evicts_members_and_keeps_invariants(ops):
-    evict_members(GhostBigPolicy(16, sketch_min_bits=8), ops,
-                  check=lambda p, m: len(p) == len(m))
-
-
+@pytest.mark.parametrize("cls, cfg", [(GhostBigPolicy, None), (GhostBigPolicy, FILTER),
+                                      (GhostPairPolicy, None), (GhostPairPolicy, GHOST_FILTER)])
 @settings(max_examples=40, deadline=None)
 @given(ops=OPS)
-def test_the_filter_configuration_keeps_invariants(ops):
-    evict_members(GhostBigPolicy(16, sketch_min_bits=8, cfg=FILTER), ops,
+def test_it_evicts_members_and_keeps_invariants(cls, cfg, ops):
+    """Tuned, and fixed on the filter (ghostpair: its ghost filter, bench/ghostpair.py)."""
+    evict_members(cls(16, sketch_min_bits=8, cfg=cfg), ops,
                   check=lambda p, m: len(p) == len(m))
 
 
