@@ -44,13 +44,12 @@ product):
               tool sets after the prompt, multi-turn conversations with varied think times,
               and one-off long summaries (written after ``admitbig`` was frozen;
               bench/heldout_rollout.py)
-    fewshot_lora  an eval harness running k-shot tasks (shared instructions, fixed or sampled
-              exemplars, best-of-n bursts) beside multi-turn chat under LoRA adapters whose
-              popularity shifts (written after the policies were frozen;
-              bench/heldout_fewshot.py)
-    ide_tree  team code completion (typing bursts, saved edits, working days), pruning
-              tree-of-thought searches and chat (written after ``ghostbig`` was frozen;
-              bench/heldout_ide.py)
+    fewshot_lora  k-shot eval tasks, best-of-n bursts and chat under LoRA adapters whose
+              popularity shifts (written after the policies were frozen; heldout_fewshot.py)
+    ide_tree  team code completion (typing bursts, saved edits, working days), tree-of-thought
+              searches and chat (after ``ghostbig`` was frozen; bench/heldout_ide.py)
+    support_desk  multi-tenant support tickets over drifting knowledge chunks, handoffs,
+              reopens, nightly summaries (after ``ghostpair``; bench/heldout_support.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -73,6 +72,7 @@ from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_ide import ide_tree
 from bench.heldout_rag import rerank_rag
 from bench.heldout_rollout import prompt_rollout
+from bench.heldout_support import support_desk
 from bench.common import bench_parser, machine, write_json
 from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy
@@ -342,7 +342,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent,
           "doc_window": doc_window, "doc_fanout": doc_fanout, "rerank_rag": rerank_rag,
           "prompt_rollout": prompt_rollout, "fewshot_lora": fewshot_lora,
-          "ide_tree": ide_tree}
+          "ide_tree": ide_tree, "support_desk": support_desk}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
