@@ -70,10 +70,14 @@ class MiniGhost(MiniAdmit):
     def _to_window(self, c: int, k: int) -> bool:
         return to_window(self.ghost, c, self.duel)
 
+    def feeds_ghost(self) -> bool:
+        """Whether this miniature's configuration asks its ghost (the filter's)."""
+        return self.share < 1.0 and not self.duel
+
     def _evict(self) -> int:
-        """MiniAdmit's eviction; under the filter the victim joins the ghost."""
+        """MiniAdmit's eviction; where the configuration asks the ghost, the victim joins it."""
         c = super()._evict()
-        if self.share < 1.0 and not self.duel:
+        if self.feeds_ghost():
             remember(self.ghost, c, self.capacity)
         return c
 

@@ -22,8 +22,8 @@ the bars, the size rule, and the ghost fed by every eviction in every configurat
 
 from __future__ import annotations
 
-from bench.admitlru import AdmitTuner, Cfg, MiniAdmit
-from bench.ghostbig import GhostBigPolicy, GhostTuner, MiniGhost, remember, to_window
+from bench.admitlru import AdmitTuner, Cfg
+from bench.ghostbig import GhostBigPolicy, GhostTuner, MiniGhost, to_window
 
 GHOST_FILTER: Cfg = (0.0, 0.1, None)  # type: ignore[assignment]  # duel None: ask the ghost
 GRID = AdmitTuner.GRID[:8] + (GHOST_FILTER,) + AdmitTuner.GRID[8:]
@@ -45,11 +45,8 @@ class MiniPair(MiniGhost):
     def _to_window(self, c: int, k: int) -> bool:
         return pair_to_window(self.ghost, c, k, self.duel)
 
-    def _evict(self) -> int:
-        c = MiniAdmit._evict(self)
-        if self.share < 1.0 and self.duel is None:
-            remember(self.ghost, c, self.capacity)
-        return c
+    def feeds_ghost(self) -> bool:
+        return self.share < 1.0 and self.duel is None
 
 
 class PairTuner(GhostTuner):

@@ -203,16 +203,25 @@ def _popularity(weights: list[float], shift: tuple, f: float) -> list[float]:
     return out
 
 
-class _State:
-    """The generator's state while it walks the trace, one request per step."""
+class TraceState:
+    """What a held-out generator walks the trace with: its rng, the request count it aims
+    for, a source of unique content segments, the block-id builder, the trace so far and
+    one metadata entry per request (bench/heldout_support.py builds on it too)."""
 
-    def __init__(self, rng: random.Random, size: int, scale: float) -> None:
+    def __init__(self, rng: random.Random, size: int) -> None:
         self.rng, self.size = rng, size
         fresh = itertools.count()
         self.new = lambda tokens: (next(fresh), tokens)  # a segment of unique content
         self.blocks = Blocks()
         self.out: Trace = []
-        self.meta: list[Meta] = []
+        self.meta: list = []
+
+
+class _State(TraceState):
+    """The generator's state while it walks the trace, one request per step."""
+
+    def __init__(self, rng: random.Random, size: int, scale: float) -> None:
+        super().__init__(rng, size)
         self.copies: list[tuple[int, int, int]] = []  # heap: (due, send, copy number)
         self.prompts = [self.new(_tokens(rng, 400, 0.6, 100, 3000)) for _ in range(PRODUCTS)]
         self.weights, self.shift = _shift(rng)

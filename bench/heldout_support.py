@@ -41,13 +41,12 @@ over seeds 1..10. Events are fractions of the trace, so a scaled-down trace has 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Blocks, Segment
+from bench.heldout_fewshot import Segment, TraceState
 
 Trace = list[list[int]]
 Meta = tuple[str, int, int, int, list[Segment]]  # (kind, tenant, ticket, persona, segments)
@@ -170,16 +169,11 @@ def _weights(tenant: Tenant, n: int, size: int) -> list[float]:
     return out
 
 
-class _State:
+class _State(TraceState):
     """The generator's state while it walks the trace, one request per step."""
 
     def __init__(self, rng: random.Random, size: int) -> None:
-        self.rng, self.size = rng, size
-        fresh = itertools.count()
-        self.new = lambda tokens: (next(fresh), tokens)  # a segment of unique content
-        self.blocks = Blocks()
-        self.out: Trace = []
-        self.meta: list[Meta] = []
+        super().__init__(rng, size)
         self.tenants = [_tenant(rng, self.new, t, size) for t in range(TENANTS)]
         self.tickets: dict[int, Ticket] = {}
         self.attachments: list[tuple[int, int, Segment]] = []
