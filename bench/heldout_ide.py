@@ -64,7 +64,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from bench.heldout_fewshot import Blocks
+from bench.heldout_fewshot import Blocks, TraceState
 
 Trace = list[list[int]]
 Segment = tuple[int, int]  # (content id, tokens): the first ``tokens`` tokens of one text
@@ -193,16 +193,14 @@ def _windows(rng: random.Random, size: int) -> list[tuple[float, float]]:
     return out
 
 
-class _State:
+class _State(TraceState):
     """The generator's state while it walks the trace: a heap of events in time, each a
     developer's next completion, a search's next request or a conversation's next turn (or
     the arrival of a new one); one request per step, the earliest event first."""
 
     def __init__(self, rng: random.Random, size: int) -> None:
-        self.rng, self.size = rng, size
-        fresh = itertools.count()
-        self.new = lambda tokens: (next(fresh), tokens)  # a segment of unique content
-        self.blocks, self.out, self.meta, self.saves, self.times = Blocks(), [], [], [], []
+        super().__init__(rng, size)
+        self.saves, self.times = [], []
         self.events: list[tuple[float, int, str, int]] = []  # heap: (tick, order, kind, key)
         self.order = itertools.count()
         preambles = [self.new(_length(rng, 80, 0.6, 24, 240)) for _ in range(LANGUAGES)]
