@@ -171,10 +171,12 @@ class AdmitTuner(BonusTuner):
     # hundredths of a point below LRU; docs/benchmarks.md).
     EFFECT = 0.004
 
+    MINI: type[MiniAdmit] = MiniAdmit  # the miniature class (bench/ghostbig.py swaps it)
+
     def __init__(self, capacity: int, freq: Callable[[int], int]) -> None:
         super().__init__(capacity, CLASSES)
         size = self.shadows[0].capacity
-        self.shadows = [MiniAdmit(size, g, freq) for g in self.GRID]
+        self.shadows = [self.MINI(size, g, freq) for g in self.GRID]
         self._plain = [j for j, g in enumerate(self.GRID) if g[1] >= 1.0]  # no window
 
     def _nearest(self, passed: list[bool], gain: list[float], cur: int) -> int:

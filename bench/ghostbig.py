@@ -90,10 +90,7 @@ class MiniGhost(MiniAdmit):
 class GhostTuner(BigTuner):
     """Invariant: BigTuner's, over MiniGhost miniatures."""
 
-    def __init__(self, capacity: int, freq: Callable[[int], int]) -> None:
-        super().__init__(capacity, freq)
-        size = self.shadows[0].capacity
-        self.shadows = [MiniGhost(size, g, freq) for g in self.GRID]
+    MINI = MiniGhost
 
 
 class GhostBigPolicy(AdmitBigPolicy):

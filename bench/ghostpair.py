@@ -53,11 +53,7 @@ class PairTuner(GhostTuner):
     """Invariant: GhostTuner's, over GRID (both filters) with MiniPair miniatures."""
 
     GRID = GRID
-
-    def __init__(self, capacity: int, freq) -> None:
-        super().__init__(capacity, freq)
-        size = self.shadows[0].capacity
-        self.shadows = [MiniPair(size, g, freq) for g in self.GRID]
+    MINI = MiniPair
 
 
 class GhostPairPolicy(GhostBigPolicy):

@@ -54,7 +54,7 @@ product):
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
 (``bench.policies.CANDIDATES``: ghostwin, doorarc, follow, wintune, arctune, admitlru,
-admitrun, admitbig),
+admitrun, admitbig, the tuner diagnostics, ghostbig, ghostpair),
 Belady's OPT (as bench.policies computes it) and the best classic baseline, then the cells
 where each policy is below LRU and below the best classic minus SLACK. Never pass/fail.
 """
