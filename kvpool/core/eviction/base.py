@@ -26,7 +26,9 @@ from __future__ import annotations
 import abc
 from array import array
 from typing import ClassVar
+from zlib import crc32
 
+from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
 
 ABSENT = 0xFF  # _where value: not in the evictable set
@@ -221,6 +223,29 @@ class LinkedQueuesPolicy(EvictionPolicy):
         for b, w in enumerate(where):
             if w == ABSENT and self._hash[b] is not None:
                 raise InvariantError(f"block {b} is not evictable but keeps a hash")
+
+
+class StampedQueuesPolicy(LinkedQueuesPolicy):
+    """Invariant: LinkedQueuesPolicy's; ``_stamp`` covers every block id; no stamp exceeds
+    ``_clock``.
+
+    The storage ClassLRUPolicy and AdaptivePolicy add to the queues: a release stamp per block
+    (an internal clock of inserts, so ``_scale`` blocks of stamps are one pool turnover) and a
+    FrequencySketch of uses keyed by the CRC-32 of the content hash, fed by every hit."""
+
+    def __init__(self, capacity: int = 0, sketch_min_bits: int = 20) -> None:
+        super().__init__(capacity)
+        self._scale = capacity if capacity > 0 else 1024  # pool blocks: one "turnover"
+        self._stamp = array("q", bytes(8 * capacity))  # block -> clock at its release
+        self._clock = 0  # inserts so far: the stamp source
+        self._sketch = FrequencySketch(self._scale, sketch_min_bits)  # uses per hash, recent
+
+    def _grow(self, block_id: int) -> None:
+        super()._grow(block_id)
+        self._stamp.frombytes(bytes(8 * (len(self._where) - len(self._stamp))))
+
+    def on_hit(self, block_hash: bytes) -> None:
+        self._sketch.add(crc32(block_hash))
 
 
 class LRUPolicy(LinkedQueuesPolicy):

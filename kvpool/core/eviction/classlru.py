@@ -20,11 +20,9 @@ ancestors sit in the same or a higher class and a chain is still evicted tail fi
 
 from __future__ import annotations
 
-from array import array
 from zlib import crc32
 
-from kvpool.core.eviction.base import PENDING, LinkedQueuesPolicy
-from kvpool.core.eviction.sketch import FrequencySketch
+from kvpool.core.eviction.base import PENDING, StampedQueuesPolicy
 from kvpool.core.eviction.tuner import NO_MISS, BonusTuner, ReleaseRuns
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
 
@@ -36,7 +34,7 @@ _INF = float("inf")  # evict's starting key: any head's key is below it
 CLASS_OF_COUNT = bytes(0 if c <= 1 else min((c - 1).bit_length(), 4) for c in range(256))
 
 
-class ClassLRUPolicy(LinkedQueuesPolicy):
+class ClassLRUPolicy(StampedQueuesPolicy):
     """Invariant: queue ``k`` holds the evictable blocks whose content's estimated recent use
     count has class ``k`` (CLASS_OF_COUNT), each queue in release order (``_stamp``
     non-decreasing head to tail); ``_w[k] == k * bonus * capacity``. Every operation is O(1)
@@ -59,15 +57,10 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
                  bonus: float | None = None) -> None:
-        super().__init__(capacity)
         if bonus is not None and not bonus >= 0:
             raise ConfigError(f"bonus={bonus} must be >= 0 (pool turnovers) or None (tuned)")
-        scale = capacity if capacity > 0 else 1024  # pool blocks: one "turnover" of stamps
-        self._scale = scale
-        self._stamp = array("q", bytes(8 * capacity))  # block -> clock at its release
-        self._clock = 0  # inserts so far: the stamp source
-        self._sketch = FrequencySketch(scale, sketch_min_bits)  # uses per hash, recent
-        self._tuner = self.TUNER(scale, self.K) if bonus is None else None
+        super().__init__(capacity, sketch_min_bits)
+        self._tuner = self.TUNER(self._scale, self.K) if bonus is None else None
         # sampled into the tuner's shadows: crc >> 12 below this (0: never)
         self._sample = self._tuner.threshold if self._tuner is not None else 0
         self._runs = ReleaseRuns(self._tuner)  # NOTE(runs): what the tuner is fed
@@ -83,13 +76,6 @@ class ClassLRUPolicy(LinkedQueuesPolicy):
     def bonus(self) -> float:
         """The bonus per class in use, in pool turnovers (0 = LRU)."""
         return self._bonus
-
-    def _grow(self, block_id: int) -> None:
-        super()._grow(block_id)
-        self._stamp.frombytes(bytes(8 * (len(self._where) - len(self._stamp))))
-
-    def on_hit(self, block_hash: bytes) -> None:
-        self._sketch.add(crc32(block_hash))
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
         where = self._where

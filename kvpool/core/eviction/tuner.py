@@ -177,7 +177,7 @@ class BonusTuner:
         # shadows on small pools doubled the cost per block and won nothing measurable.
         size = max(8, min(2048, capacity // 4))
         self.threshold = max(1, (size << 20) // max(capacity, 1))  # sample: crc >> 12 < this
-        self.shadows = [ShadowCache(size, g * size, classes) for g in self.GRID]
+        self.shadows = self._miniatures(size, classes)
         # NOTE(period): at most 256 sampled accesses per step, so a large pool still takes
         # several steps per turnover; one step per shadow turnover left 16000-block pools on
         # LRU for most of a 200k-block trace, and 512 made the EFFECT bar late there.
@@ -190,6 +190,11 @@ class BonusTuner:
         # per window: EWMA of hits[i] - hits[j] per period, and of its square
         self._mean = [[[0.0] * n for _ in range(n)] for _ in self.ALPHAS]
         self._sq = [[[0.0] * n for _ in range(n)] for _ in self.ALPHAS]
+
+    def _miniatures(self, size: int, classes: int) -> list:
+        """One miniature of ``size`` hashes per GRID candidate (AdmitTuner's are
+        MiniAdmits)."""
+        return [ShadowCache(size, g * size, classes) for g in self.GRID]
 
     @property
     def bonus(self) -> float:
