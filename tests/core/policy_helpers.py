@@ -6,7 +6,8 @@ from bench.doorarc import DoorARCPolicy
 from bench.arctune import ArcTunePolicy
 from bench.follow import FollowPolicy
 from bench.wintune import WinTunePolicy
-from kvpool.core.eviction import POLICIES, ClassLRUPolicy, EvictionPolicy, make_policy
+from kvpool.core.eviction import (POLICIES, AdaptivePolicy, ClassLRUPolicy, EvictionPolicy,
+                                  make_policy)
 
 
 def key(i: int) -> bytes:
@@ -22,6 +23,8 @@ def small(name: str, capacity: int) -> EvictionPolicy:
     """A policy sized for tests (small sketches, so invariants stay cheap)."""
     if name == "classlru":
         return ClassLRUPolicy(capacity, sketch_min_bits=8)
+    if name == "adaptive":
+        return AdaptivePolicy(capacity, sketch_min_bits=8)
     if name == "doorarc":
         return DoorARCPolicy(capacity, sketch_min_bits=8)
     if name == "arctune":

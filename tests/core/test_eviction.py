@@ -14,9 +14,12 @@ import random
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
+                                 rule)
 
-from kvpool.core.eviction import POLICIES, ClassLRUPolicy, EvictionPolicy, LRUPolicy, make_policy
+from kvpool.core.eviction import (POLICIES, AdaptivePolicy, ClassLRUPolicy, EvictionPolicy,
+                                  LRUPolicy, make_policy)
+from kvpool.core.eviction.admit_tuner import AdmitTuner
 from kvpool.errors import ConfigError, InvalidBlockError, InvariantError
 from kvpool.replay.loop import simulate
 from bench.common import TRACE
@@ -27,7 +30,7 @@ from tests.trace_reference import reference_lru
 
 # ---------------------------------------------------------------- interface, registry
 def test_registry_and_make_policy():
-    assert set(POLICIES) == {"lru", "classlru"}  # research policies live in bench/
+    assert set(POLICIES) == {"lru", "classlru", "adaptive"}  # research policies: bench/
     for name, cls in POLICIES.items():
         p = make_policy(name, 8)
         assert type(p) is cls and p.name == name and isinstance(p, EvictionPolicy)
@@ -311,11 +314,22 @@ class BonusClassLRUMachine(PolicyMachine):
         self.p = ClassLRUPolicy(8, sketch_min_bits=8, bonus=0.5)
 
 
+class WindowAdaptiveMachine(PolicyMachine):
+    """AdaptivePolicy fixed on each windowed configuration in turn (the tuned one starts on
+    LRU and small tests rarely move it): window counts, the duel and the ghost under the
+    pool's protocol."""
+
+    @initialize(cfg=st.sampled_from([g for g in AdmitTuner.GRID if g[1] < 1.0]))
+    def configure(self, cfg):
+        self.p = AdaptivePolicy(8, sketch_min_bits=8, cfg=cfg)
+
+
 MACHINE_SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None)
 for _name in DRIVEN:
     _cls = type(f"{_name.capitalize()}Machine", (PolicyMachine,), {"name": _name})
     globals()[f"Test{_name.capitalize()}Machine"] = MACHINE_SETTINGS(_cls).TestCase
 TestBonusClassLRUMachine = MACHINE_SETTINGS(BonusClassLRUMachine).TestCase
+TestWindowAdaptiveMachine = MACHINE_SETTINGS(WindowAdaptiveMachine).TestCase
 
 
 def test_check_invariants_catches_corruption():

@@ -199,9 +199,14 @@ class BlockSize1Machine(ManagerMachine):
                          verify_hits=True)
 
 
-class ClassLRUMachine(ManagerMachine):  # the adaptive policy behind the real BlockPool
+class ClassLRUMachine(ManagerMachine):  # classlru behind the real BlockPool
     config = CacheConfig(num_device_blocks=20, num_host_blocks=12, block_size=2, watermark=0.05,
                          eviction_policy="classlru")
+
+
+class AdaptiveMachine(ManagerMachine):  # adaptive (window, ghost, tuner) behind the pool
+    config = CacheConfig(num_device_blocks=20, num_host_blocks=12, block_size=2, watermark=0.05,
+                         eviction_policy="adaptive")
 
 
 _settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
@@ -210,8 +215,9 @@ TestManagerMachine = ManagerMachine.TestCase
 TestNoCacheMachine = NoCacheMachine.TestCase
 TestBlockSize1Machine = BlockSize1Machine.TestCase
 TestClassLRUMachine = ClassLRUMachine.TestCase
+TestAdaptiveMachine = AdaptiveMachine.TestCase
 for _case in (TestManagerMachine, TestNoCacheMachine, TestBlockSize1Machine):
     _case.settings = _settings
-for _case in (TestClassLRUMachine,):
+for _case in (TestClassLRUMachine, TestAdaptiveMachine):
     _case.settings = _policy_settings
 del _case  # a module-level TestCase alias would be collected and run a second time

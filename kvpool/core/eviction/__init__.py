@@ -7,8 +7,13 @@
 - ``classlru`` (ClassLRUPolicy, classlru.py): frequency classes with a recency bonus tuned
   online by shadow caches (tuner.py), counting uses in one FrequencySketch (sketch.py). It
   starts as exactly LRU and departs from it only on significant evidence.
+- ``adaptive`` (AdaptivePolicy, adaptive.py): classlru's classes behind an admission window
+  whose filling rule (W-TinyLFU's duel, a sketch filter, or a ghost filter over a GhostTable,
+  ghost.py) the AdmitTuner (admit_tuner.py) chooses with classlru's statistical rule, starting
+  as LRU (docs/eviction.md).
 
-Research policies (``ghostwin``, ``doorarc``, ``follow``) live in bench/, not here:
+Research policies (``ghostwin``, ``doorarc``, ``follow``, the steps that led to ``adaptive``)
+live in bench/, not here:
 bench.policies and bench.heldout compare them with these.
 
 The protocol the PrefixIndex drives (EvictionPolicy) and the queue storage the two
@@ -18,12 +23,14 @@ through one policy alone.
 
 from __future__ import annotations
 
+from kvpool.core.eviction.adaptive import AdaptivePolicy
 from kvpool.core.eviction.base import EvictionPolicy, LinkedQueuesPolicy, LRUPolicy
 from kvpool.core.eviction.classlru import ClassLRUPolicy
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.errors import ConfigError
 
-POLICIES: dict[str, type[EvictionPolicy]] = {p.name: p for p in (LRUPolicy, ClassLRUPolicy)}
+POLICIES: dict[str, type[EvictionPolicy]] = {
+    p.name: p for p in (LRUPolicy, ClassLRUPolicy, AdaptivePolicy)}
 
 
 def make_policy(name: str, capacity: int) -> EvictionPolicy:
@@ -36,5 +43,5 @@ def make_policy(name: str, capacity: int) -> EvictionPolicy:
     return cls(capacity)
 
 
-__all__ = ["POLICIES", "ClassLRUPolicy", "EvictionPolicy", "FrequencySketch",
+__all__ = ["POLICIES", "AdaptivePolicy", "ClassLRUPolicy", "EvictionPolicy", "FrequencySketch",
            "LRUPolicy", "LinkedQueuesPolicy", "make_policy"]

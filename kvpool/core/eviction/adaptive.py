@@ -1,0 +1,196 @@
+"""AdaptivePolicy: classlru's frequency classes behind an admission window, tuned online.
+
+What it does (docs/eviction.md): main is classlru (kvpool/core/eviction/classlru.py): five FIFO
+queues by how often content was used recently, evicting the head whose ``release stamp +
+class * bonus`` is smallest. In front of main sits an optional window queue holding at most
+``share`` of the blocks; while it is over its share, ``evict`` takes the window's oldest block
+instead. Which new content enters the window is the configuration's ``duel``
+(kvpool/core/eviction/admit_tuner.py):
+
+- True (W-TinyLFU-like): all of it; the window's oldest block duels main's victim and the one
+  whose content the FrequencySketch counts more often stays (the tie keeps the incumbent,
+  which is what freezes part of a loop longer than the pool in the pool);
+- False (S3-FIFO-like filter): content the sketch has never counted; the rest goes to main;
+- None (the same filter with ARC's memory): content not evicted recently (a GhostTable of
+  about one pool's worth of evictions, fed by every eviction in every configuration, so it
+  is warm when the tuner chooses it).
+
+An AdmitTuner simulates every configuration on miniatures and moves off the current one only
+on significant evidence, starting as LRU ``(0.0, 1.0, False)``.
+
+Why: each classic wins some workloads (docs/benchmarks.md "Eviction candidates and held-out
+shapes"): frequency admission keeps part of a loop and the popular prefixes under one-off
+scans; quick demotion of one-off content wins when reuse comes within a turnover; LRU keeps
+the new turns of returning conversations. One window and a tuner span them.
+
+Why chains stay intact: a request's blocks are released tail first, so in each queue a child
+sits ahead of its parent, and the sketch counts a child at most as often as its parent.
+"""
+
+from __future__ import annotations
+
+from zlib import crc32
+
+from kvpool.core.eviction.admit_tuner import CLASSES, LRU, WIN, AdmitTuner, Cfg, to_window
+from kvpool.core.eviction.base import PENDING, StampedQueuesPolicy
+from kvpool.core.eviction.classlru import CLASS_OF_COUNT
+from kvpool.core.eviction.ghost import GhostTable
+from kvpool.core.eviction.tuner import NO_MISS, ReleaseRuns
+from kvpool.errors import InvalidBlockError, InvariantError
+
+
+class AdaptivePolicy(StampedQueuesPolicy):
+    """Invariant: queues 0..4 hold main's blocks by class, queue 5 the window, each in
+    non-decreasing stamp order; ``_nw`` counts the window; ``_w[k] == k * bonus * capacity``;
+    ``cfg`` is the tuner's choice when tuned. O(1) per call, amortized (a sampled insert also
+    feeds the miniatures)."""
+
+    name = "adaptive"
+    K = CLASSES + 1
+    TUNER: type[AdmitTuner] = AdmitTuner  # research variants (bench/) swap the grid or rules
+
+    def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
+                 cfg: Cfg | None = None) -> None:
+        super().__init__(capacity, sketch_min_bits)
+        self._nw = 0  # blocks in the window
+        self._ghost = self._new_ghost(self._scale)
+        self._tuner = self.TUNER(self._scale, self._sketch.estimate) if cfg is None else None
+        self._sample = self._tuner.threshold if self._tuner is not None else 0
+        self._runs = ReleaseRuns(self._tuner)  # NOTE(runs) in tuner.py: what it is fed
+        self._set_cfg(LRU if cfg is None else cfg)
+
+    @staticmethod
+    def _new_ghost(capacity: int) -> GhostTable:
+        """The ghost of about ``capacity`` evictions (bench/ghostpair.py keeps an exact one)."""
+        return GhostTable(capacity)
+
+    def _set_cfg(self, cfg: Cfg) -> None:
+        self.cfg = cfg
+        bonus, self.share, self.duel = cfg
+        self._w = [k * bonus * self._scale for k in range(CLASSES)]
+
+    def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
+        where = self._where
+        if self._memo is None and 0 <= block_id < len(where):
+            w = where[block_id]  # NOTE(speed): _insert_start's common case, inlined
+            if w < self.K:
+                raise InvalidBlockError(f"block {block_id} is already evictable")
+        else:  # a new id, or a defrag move in progress
+            w, memo = self._insert_start(block_id, block_hash)
+            if memo is not None:  # NOTE(move) in base.py: keeps queue, stamp and place
+                _, q, pred, src = memo
+                self._link_after(block_id + self.K, pred)
+                self._stamp[block_id] = self._stamp[src]
+                self._nw += q == WIN
+                self._put(block_id, block_hash, q)
+                return
+        c = crc32(block_hash)
+        n = 0  # uses counted by this insert's sketch.add (0: a revival)
+        if w == PENDING and self._hash[block_id] == block_hash:
+            k = q = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted it
+        else:
+            n = self._sketch.add(c)
+            k = q = CLASS_OF_COUNT[n]
+            if self.share < 1.0 and to_window(self.duel, k, self._ghost.take, c):
+                q = WIN
+                self._nw += 1
+        self._clock += 1
+        self._link_after(block_id + self.K, self._prev[q])
+        self._stamp[block_id] = self._clock
+        self._put(block_id, block_hash, q)
+        self._sampled(c, k, depth, n)
+
+    def _sampled(self, c: int, k: int, depth: int, n: int) -> None:
+        """After every insert (content CRC ``c``, class ``k``, ``n`` uses counted, 0 on a
+        revival): a sampled block joins its release run; the chain's head ends the run (a
+        call only when there is a run or a miss to end)."""
+        runs = self._runs
+        if n == 1:  # first seen: no cache held it, so no lookup reaches deeper
+            runs.miss = depth
+        if (c >> 12) < self._sample and runs.add(c, k, depth):
+            self._set_cfg(self._tuner.bonus)
+        if not depth and (runs.run or runs.miss != NO_MISS) and runs.head():
+            self._set_cfg(self._tuner.bonus)
+
+    def _put(self, b: int, block_hash: bytes, q: int) -> None:
+        self._where[b] = q
+        self._hash[b] = block_hash
+        self._len += 1
+
+    def remove(self, block_id: int) -> None:
+        self._nw -= self._unlink(block_id) == WIN
+        self._where[block_id] = PENDING  # keep the hash: a re-insert is a revival, not a use
+
+    def discard(self, block_id: int) -> None:
+        q = self._where[block_id] if 0 <= block_id < len(self._where) else PENDING
+        super().discard(block_id)
+        self._nw -= q == WIN
+
+    def _victim(self) -> int:
+        """Main's queue whose head has the smallest key (classlru's choice), or -1."""
+        nxt, stamp, w, kk = self._next, self._stamp, self._w, self.K
+        best, key = -1, 0.0
+        for q in range(CLASSES):
+            n = nxt[q]
+            if n != q:
+                s = stamp[n - kk] + w[q]
+                if best < 0 or s < key:
+                    best, key = q, s
+        return best
+
+    def _win_to_main(self) -> None:
+        """The window's oldest block moves to the tail of its class queue, restamped."""
+        kk = self.K
+        node = self._next[WIN]
+        b = node - kk
+        self._unlink(b)
+        q = CLASS_OF_COUNT[self._sketch.estimate(crc32(self._hash[b]))]
+        self._link_after(node, self._prev[q])
+        self._stamp[b] = self._clock
+        self._where[b] = q
+        self._len += 1
+        self._nw -= 1
+
+    def _pop(self, q: int) -> int:
+        """Evict queue ``q``'s head; its content becomes a ghost."""
+        h = self._hash[self._next[q] - self.K]
+        self._ghost.add(crc32(h))
+        return self._unlink_head(q)
+
+    def evict(self) -> int:
+        if not self._len:
+            raise IndexError("evict from an empty AdaptivePolicy")
+        target = self.share * self._len
+        for _ in range(2 if self.duel else 0):  # NOTE(fill): a window over its share hands
+            if self._nw <= target + 1:  # its oldest blocks to main, two per call, so main
+                break  # fills (a fresh pool, or the share just went down) without a spike
+            self._win_to_main()
+        v = self._victim()
+        if v >= 0 and (not self._nw or self._nw < target):
+            return self._pop(v)
+        if v >= 0 and self.duel:  # the window's overflow duel; the tie keeps the incumbent
+            est, kk = self._sketch.estimate, self.K
+            cand = self._hash[self._next[WIN] - kk]
+            if est(crc32(cand)) > est(crc32(self._hash[self._next[v] - kk])):
+                self._win_to_main()
+                return self._pop(v)
+        self._nw -= 1
+        return self._pop(WIN)
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        if len(self.queue(WIN)) != self._nw:
+            raise InvariantError(f"window holds {len(self.queue(WIN))}, count {self._nw}")
+        for k in range(self.K):
+            stamps = [self._stamp[b] for b in self.queue(k)]
+            if stamps != sorted(stamps) or any(s > self._clock for s in stamps):
+                raise InvariantError(f"queue {k} is out of stamp order")
+        if self._w != [k * self.cfg[0] * self._scale for k in range(CLASSES)]:
+            raise InvariantError("eviction-key bonuses do not match the configuration")
+        if self._tuner is not None:
+            if self.cfg != self._tuner.bonus:
+                raise InvariantError("the configuration in use is not the tuner's choice")
+            self._tuner.check_invariants()
+        self._runs.check_invariants()
+        self._sketch.check_invariants()
+        self._ghost.check_invariants()

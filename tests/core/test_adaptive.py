@@ -1,0 +1,147 @@
+"""AdaptivePolicy (kvpool/core/eviction/adaptive.py) and its tuner's miniature: each window
+rule, the ghost, and the tuner leaving LRU where a classic wins. The protocol and invariants
+under random operations are tests/core/test_eviction.py's (DRIVEN includes "adaptive")."""
+
+from __future__ import annotations
+
+from zlib import crc32
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvpool.core.eviction import AdaptivePolicy, ClassLRUPolicy, LRUPolicy
+from kvpool.core.eviction.admit_tuner import GHOST_FILTER, LRU, WIN, AdmitTuner, MiniAdmit
+from kvpool.errors import InvariantError
+from kvpool.replay.loop import simulate
+from tests.core.policy_helpers import key
+
+SKETCH_FILTER = (0.0, 0.1, False)
+DUEL = (0.0, 0.2, True)
+
+
+def fill(p: AdaptivePolicy, ids: range, base: int = 0) -> None:
+    for b in ids:
+        p.insert(b, key(base + b), 0, 0.0)
+
+
+def test_the_lru_configuration_evicts_as_lru():
+    ops = st.lists(st.tuples(st.sampled_from("ire"), st.integers(0, 11)), max_size=80)
+
+    @given(ops)
+    @settings(max_examples=80, deadline=None)
+    def run(seq):
+        a, b = AdaptivePolicy(12, sketch_min_bits=8, cfg=LRU), LRUPolicy(12)
+        content = 100
+        for op, blk in seq:
+            if op == "i" and blk not in a:
+                content += 1
+                a.insert(blk, key(content), 0, 0.0)
+                b.insert(blk, key(content), 0, 0.0)
+            elif op == "r" and blk in a:
+                a.remove(blk)
+                b.remove(blk)
+            elif op == "e" and len(a):
+                assert a.evict() == b.evict()
+        assert [a.evict() for _ in range(len(a))] == [b.evict() for _ in range(len(b))]
+    run()
+
+
+def test_the_ghost_filter_sends_recent_evictions_to_main():
+    p = AdaptivePolicy(100, sketch_min_bits=8, cfg=GHOST_FILTER)
+    fill(p, range(10))
+    assert p.queue(WIN) == list(range(10))  # new content: the window
+    first = p.evict()
+    assert first == 0 and crc32(key(0)) in p._ghost
+    p.insert(50, key(0), 0, 0.0)  # it comes back within the ghost's memory: main
+    assert 50 not in p.queue(WIN) and crc32(key(0)) not in p._ghost
+    p.insert(51, key(999), 0, 0.0)  # never evicted: the window
+    assert p.queue(WIN)[-1] == 51
+    p.check_invariants()
+
+
+def test_the_sketch_filter_remembers_what_the_ghost_forgot():
+    p = AdaptivePolicy(8, sketch_min_bits=8, cfg=SKETCH_FILTER)
+    fill(p, range(8))
+    for _ in range(8):
+        p.evict()
+    fill(p, range(8), base=1000)  # eight more evictions push the first ones out of the ghost
+    for _ in range(8):
+        p.evict()
+    assert crc32(key(0)) not in p._ghost
+    p.insert(3, key(0), 0, 0.0)  # counted before: main, however long ago
+    assert 3 not in p.queue(WIN)
+
+
+def test_the_ghost_is_fed_in_every_configuration():
+    for cfg in (LRU, (2.0, 1.0, False), SKETCH_FILTER, DUEL):
+        p = AdaptivePolicy(16, sketch_min_bits=8, cfg=cfg)
+        fill(p, range(16))
+        victims = [p.evict() for _ in range(4)]
+        assert all(crc32(key(v)) in p._ghost for v in victims), cfg
+
+
+def test_the_duel_keeps_the_incumbent_unless_the_candidate_is_used_more():
+    for extra_uses, evicted in ((0, 10), (3, 0)):  # 1 use against 2: the newcomer goes
+        p = AdaptivePolicy(10, sketch_min_bits=8, cfg=DUEL)
+        fill(p, range(10))
+        for b in range(10):  # every block used twice, revived into main
+            p.remove(b)
+            p.on_hit(key(b))
+            p.insert(b, key(b), 0, 0.0)
+        for _ in range(extra_uses):
+            p.on_hit(key(10))
+        fill(p, range(10, 13))  # the window (3 of 13) is over its share (0.2)
+        assert p.evict() == evicted, extra_uses
+        p.check_invariants()
+
+
+def test_the_tuner_leaves_lru_on_a_loop_longer_than_the_pool():
+    """A loop over 1.5 pools: LRU and classlru hit nothing; W-TinyLFU's duel keeps most of
+    a pool's worth of the loop (the optimum is 2/3)."""
+    cap = 64
+    reqs = [[i % 96 + 1] for i in range(96 * 60)]
+    p = AdaptivePolicy(cap)
+    hits, blocks = simulate(reqs, p, cap)
+    assert simulate(reqs, LRUPolicy(cap), cap)[0] == 0
+    assert simulate(reqs, ClassLRUPolicy(cap), cap)[0] == 0
+    assert hits / blocks > 0.5 and p.cfg[2] is True and p.cfg[1] < 1.0
+    p.check_invariants()
+
+
+def test_the_tuner_stays_lru_where_every_candidate_ties():
+    """Memoryless reuse over twice the pool: nothing beats LRU, so nothing may move it."""
+    import random
+    rng = random.Random(5)
+    reqs = [[rng.randrange(256) + 1] for _ in range(20000)]
+    p = AdaptivePolicy(128)
+    simulate(reqs, p, 128)
+    assert p.cfg[1] == 1.0 and p._tuner.switches <= 2
+
+
+@pytest.mark.parametrize("cfg", AdmitTuner.GRID)
+def test_a_miniature_holds_its_capacity_and_only_the_ghost_filter_keeps_a_ghost(cfg):
+    m = MiniAdmit(16, cfg, lambda c: 1)
+    for c in list(range(60)) + list(range(30)):
+        m.access(c, 0)
+    m.check_invariants()
+    assert len(m.where) == 16
+    assert bool(m.ghost) == (cfg == GHOST_FILTER)
+
+
+def test_miniature_check_catches_a_held_ghost():
+    m = MiniAdmit(4, GHOST_FILTER, lambda c: 1)
+    for c in range(6):
+        m.access(c, 0)
+    m.ghost[next(iter(m.where))] = None
+    with pytest.raises(InvariantError):
+        m.check_invariants()
+
+
+def test_check_invariants_catches_a_window_miscount():
+    p = AdaptivePolicy(8, sketch_min_bits=8, cfg=GHOST_FILTER)
+    fill(p, range(4))
+    p.check_invariants()
+    p._nw += 1
+    with pytest.raises(InvariantError):
+        p.check_invariants()
