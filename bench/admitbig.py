@@ -16,39 +16,26 @@ period's sampled accesses in both evidence windows, after ``MIN_BIG`` tuning ste
 
 ``BIG`` (4 points) and ``MIN_BIG`` (8 steps) were set once, before any run, as "well above the
 1.5-point EFFECT bar" and "past the first few periods of a cold pool"; they are not fitted.
+
+The size rule is now the product tuner's NOTE(big) (kvpool/core/eviction/admit_tuner.py), so
+admitbig is ``adaptive`` without the ghost filter.
 """
 
 from __future__ import annotations
 
-from bench.admitlru import AdmitTuner
-from bench.admitrun import AdmitRunPolicy
+from bench.admitlru import GRID10
+from kvpool.core.eviction.adaptive import AdaptivePolicy
+from kvpool.core.eviction.admit_tuner import AdmitTuner
 
 
 class BigTuner(AdmitTuner):
-    """Invariant: AdmitTuner's. A candidate passes when AdmitTuner's test passes it, or when
-    its unbiased mean gain over the current choice exceeds ``BIG * period`` in every window
-    after ``MIN_BIG`` steps; AdmitTuner's lead rule then applies to both."""
+    """Invariant: the product tuner's, over GRID10 (the sketch filter, no ghost filter)."""
 
-    BIG = 0.04  # share of a period's sampled accesses
-    MIN_BIG = 8  # tuning steps before a gain can pass on size alone
-    bigs = 0  # candidates passed on size alone (a diagnostic)
-
-    def _nearest(self, passed: list[bool], gain: list[float], cur: int) -> int:
-        if self.steps >= self.MIN_BIG:
-            big = [i != cur and not ok and self._large(i, cur) for i, ok in enumerate(passed)]
-            self.bigs += sum(big)
-            passed = [ok or b for ok, b in zip(passed, big, strict=True)]
-        return super()._nearest(passed, gain, cur)
-
-    def _large(self, i: int, cur: int) -> bool:
-        """Candidate ``i``'s mean gain over ``cur`` is above the bar in every window."""
-        bar = self.BIG * self.period
-        return all(self._mean[w][i][cur] / (1.0 - (1.0 - a) ** self.steps) > bar
-                   for w, a in enumerate(self.ALPHAS))
+    GRID = GRID10
 
 
-class AdmitBigPolicy(AdmitRunPolicy):
-    """Invariant: AdmitRunPolicy's, with a BigTuner."""
+class AdmitBigPolicy(AdaptivePolicy):
+    """Invariant: AdaptivePolicy's, with a BigTuner."""
 
     name = "admitbig"
     TUNER = BigTuner

@@ -12,33 +12,19 @@ bought bonuses the pool could not use (code_edit@1@4000 below LRU).
 Runs are collected by classlru's collector (kvpool's ReleaseRuns): a request's blocks are
 released tail first, so a run of sampled blocks ends at depth 0 or where the depth rises;
 ``miss`` is the depth of the run's first block the sketch had never counted (no cache held it).
+
+Since the product's ``adaptive`` policy (kvpool/core/eviction/adaptive.py) scores runs this
+way, admitrun is ``adaptive`` with admitlru's tuner: no ghost filter, no size rule.
 """
 
 from __future__ import annotations
 
-from bench.admitlru import AdmitLRUPolicy, Cfg
-from kvpool.core.eviction.tuner import ReleaseRuns
+from bench.admitlru import AdmitTuner
+from kvpool.core.eviction.adaptive import AdaptivePolicy
 
 
-class AdmitRunPolicy(AdmitLRUPolicy):
-    """Invariant: AdmitLRUPolicy's, and ReleaseRuns's for the run being collected."""
+class AdmitRunPolicy(AdaptivePolicy):
+    """Invariant: AdaptivePolicy's, with admitlru's tuner."""
 
     name = "admitrun"
-
-    def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
-                 cfg: Cfg | None = None) -> None:
-        super().__init__(capacity, sketch_min_bits, cfg)
-        self._runs = ReleaseRuns(self._tuner)  # sampled (crc, class, depth), tail first
-
-    def _sampled(self, c: int, k: int, depth: int, n: int) -> None:
-        runs = self._runs
-        if n == 1:  # first seen: no cache held it, so no lookup reaches deeper
-            runs.miss = depth
-        if (c >> 12) < self._sample and runs.add(c, k, depth):
-            self._set_cfg(self._tuner.bonus)
-        if not depth and runs.head():
-            self._set_cfg(self._tuner.bonus)
-
-    def check_invariants(self) -> None:
-        super().check_invariants()
-        self._runs.check_invariants()
+    TUNER = AdmitTuner

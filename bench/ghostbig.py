@@ -21,105 +21,65 @@ hit in the ghost sends the content to main and forgets the ghost. The tuner's fi
 miniature keeps its own ghost of its own evictions at its own size, so it simulates the same
 rule. The duel configurations and the class bonuses are admitbig's, unchanged.
 
-Memory: the live ghost is an exact OrderedDict of up to ``capacity`` hashes, about 100 bytes
-per block on top of admitbig's 36.7, so it misses the 40-byte bound. A compact ghost table is
-left for a successor (docs/benchmarks.md "ghostbig").
+Memory: the live ghost is an exact OrderedDict of up to ``capacity`` CRCs, about 100 bytes
+per block on top of admitbig's 36.7, so it misses the 40-byte bound; the product's
+``adaptive`` (kvpool/core/eviction/adaptive.py) keeps a GhostTable of three bytes per block.
+ghostbig is now ``adaptive`` with the exact ghost and the ghost filter in the sketch filter's
+place in the grid.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 
-from bench.admitbig import AdmitBigPolicy, BigTuner
-from bench.admitlru import Cfg, MiniAdmit
+from bench.admitlru import GRID10
+from kvpool.core.eviction.adaptive import AdaptivePolicy
+from kvpool.core.eviction.admit_tuner import GHOST_FILTER, AdmitTuner, remember, take
 from kvpool.errors import InvariantError
 
 
-def to_window(ghost: OrderedDict, key, duel: bool) -> bool:
-    """Whether new content ``key`` enters the window: all of it under the duel; under the
-    filter, what ``ghost`` does not hold. A ghost hit is forgotten: the content is held
-    again."""
-    if duel:
-        return True
-    if key in ghost:
-        del ghost[key]
-        return False
-    return True
+class ExactGhost:
+    """Invariant: at most ``capacity`` CRCs, the most recently evicted, oldest first.
 
+    The GhostTable protocol (kvpool/core/eviction/ghost.py) over an exact OrderedDict: ARC's
+    ghost, for the research policies that measure what the compact table gives up."""
 
-def remember(ghost: OrderedDict, key, capacity: int) -> None:
-    """``key`` was just evicted: it becomes the newest ghost (again, if content cached since
-    its last eviction is evicted once more); the oldest beyond ``capacity`` are forgotten."""
-    ghost.pop(key, None)
-    ghost[key] = None
-    if len(ghost) > capacity:
-        ghost.popitem(last=False)
+    __slots__ = ("ghost", "capacity")
 
+    def __init__(self, capacity: int) -> None:
+        self.ghost: OrderedDict[int, None] = OrderedDict()
+        self.capacity = max(1, capacity)
 
-class MiniGhost(MiniAdmit):
-    """Invariant: MiniAdmit's; under the filter (a window, no duel) ``ghost`` holds at most
-    ``capacity`` crcs, the most recently evicted, none of them held."""
+    def add(self, c: int) -> None:
+        remember(self.ghost, c, self.capacity)
 
-    __slots__ = ("ghost",)
+    def take(self, c: int) -> bool:
+        return take(self.ghost, c)
 
-    def __init__(self, capacity: int, cfg: Cfg, freq: Callable[[int], int]) -> None:
-        super().__init__(capacity, cfg, freq)
-        self.ghost: OrderedDict[int, None] = OrderedDict()  # evicted crcs, oldest first
+    def __contains__(self, c: int) -> bool:
+        return c in self.ghost
 
-    def _to_window(self, c: int, k: int) -> bool:
-        return to_window(self.ghost, c, self.duel)
-
-    def feeds_ghost(self) -> bool:
-        """Whether this miniature's configuration asks its ghost (the filter's)."""
-        return self.share < 1.0 and not self.duel
-
-    def _evict(self) -> int:
-        """MiniAdmit's eviction; where the configuration asks the ghost, the victim joins it."""
-        c = super()._evict()
-        if self.feeds_ghost():
-            remember(self.ghost, c, self.capacity)
-        return c
+    def __len__(self) -> int:
+        return len(self.ghost)
 
     def check_invariants(self) -> None:
-        super().check_invariants()
-        if len(self.ghost) > self.capacity or any(c in self.where for c in self.ghost):
-            raise InvariantError("miniature ghost over capacity or holding a held crc")
+        if len(self.ghost) > self.capacity:
+            raise InvariantError("ghost over capacity")
 
 
-class GhostTuner(BigTuner):
-    """Invariant: BigTuner's, over MiniGhost miniatures."""
+class GhostTuner(AdmitTuner):
+    """Invariant: the product tuner's, over GRID10 with the ghost filter in the sketch
+    filter's place."""
 
-    MINI = MiniGhost
+    GRID = tuple(GHOST_FILTER if g == (0.0, 0.1, False) else g for g in GRID10)
 
 
-class GhostBigPolicy(AdmitBigPolicy):
-    """Invariant: AdmitBigPolicy's; ``_ghost`` holds at most the pool's capacity of hashes,
-    the most recently evicted, in eviction order. It is fed in every configuration, so the
-    filter starts with a pool's worth of ghosts when the tuner chooses it; outside the
-    filter a ghost's content may be cached again (it is not asked then)."""
+class GhostBigPolicy(AdaptivePolicy):
+    """Invariant: AdaptivePolicy's, with a GhostTuner and an exact ghost."""
 
     name = "ghostbig"
     TUNER = GhostTuner
 
-    def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
-                 cfg: Cfg | None = None) -> None:
-        super().__init__(capacity, sketch_min_bits, cfg)
-        self._ghost: OrderedDict[bytes, None] = OrderedDict()  # evicted hashes, oldest first
-        self._ghost_cap = max(1, capacity)
-
-    def _to_window(self, block_hash: bytes, k: int) -> bool:
-        return to_window(self._ghost, block_hash, self.duel)
-
-    def _unlink_head(self, q: int) -> int:
-        """Every eviction unlinks a queue head here (nothing else does): the victim's hash
-        joins the ghost."""
-        h = self._hash[self._next[q] - self.K]
-        b = super()._unlink_head(q)
-        remember(self._ghost, h, self._ghost_cap)
-        return b
-
-    def check_invariants(self) -> None:
-        super().check_invariants()
-        if len(self._ghost) > self._ghost_cap:
-            raise InvariantError("ghost over capacity")
+    @staticmethod
+    def _new_ghost(capacity: int) -> ExactGhost:
+        return ExactGhost(capacity)

@@ -18,49 +18,23 @@ The configuration ``(0.0, 0.1, None)``, a duel field of None, is the ghost filte
 in the grid right after the sketch filter ``(0.0, 0.1, False)``, so the tuner's
 nearest-first rule sees them as neighbours. Everything else is ``ghostbig``'s: the grid,
 the bars, the size rule, and the ghost fed by every eviction in every configuration.
+
+ghostpair became the product's ``adaptive`` policy (kvpool/core/eviction/adaptive.py) with
+the exact ghost replaced by a GhostTable of three bytes per block; ghostpair is ``adaptive`` with
+the exact ghost, to measure what the compact table gives up.
 """
 
 from __future__ import annotations
 
-from bench.admitlru import AdmitTuner, Cfg
-from bench.ghostbig import GhostBigPolicy, GhostTuner, MiniGhost, to_window
-
-GHOST_FILTER: Cfg = (0.0, 0.1, None)  # type: ignore[assignment]  # duel None: ask the ghost
-GRID = AdmitTuner.GRID[:8] + (GHOST_FILTER,) + AdmitTuner.GRID[8:]
+from bench.ghostbig import ExactGhost
+from kvpool.core.eviction.adaptive import AdaptivePolicy
 
 
-def pair_to_window(ghost, key, k: int, duel: bool | None) -> bool:
-    """The window rule of the configuration's filter: the ghost's when ``duel`` is None,
-    else admitlru's (all under the duel, under the sketch filter class 0)."""
-    if duel is None:
-        return to_window(ghost, key, False)
-    return duel or k == 0
-
-
-class MiniPair(MiniGhost):
-    """Invariant: MiniGhost's; only the ghost filter's miniature feeds its ghost."""
-
-    __slots__ = ()
-
-    def _to_window(self, c: int, k: int) -> bool:
-        return pair_to_window(self.ghost, c, k, self.duel)
-
-    def feeds_ghost(self) -> bool:
-        return self.share < 1.0 and self.duel is None
-
-
-class PairTuner(GhostTuner):
-    """Invariant: GhostTuner's, over GRID (both filters) with MiniPair miniatures."""
-
-    GRID = GRID
-    MINI = MiniPair
-
-
-class GhostPairPolicy(GhostBigPolicy):
-    """Invariant: GhostBigPolicy's, with a PairTuner."""
+class GhostPairPolicy(AdaptivePolicy):
+    """Invariant: AdaptivePolicy's, with an exact ghost."""
 
     name = "ghostpair"
-    TUNER = PairTuner
 
-    def _to_window(self, block_hash: bytes, k: int) -> bool:
-        return pair_to_window(self._ghost, block_hash, k, self.duel)
+    @staticmethod
+    def _new_ghost(capacity: int) -> ExactGhost:
+        return ExactGhost(capacity)

@@ -14,6 +14,7 @@ from bench.admitlru import AdmitTuner
 from bench.admitrun import AdmitRunPolicy
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES, LRUPolicy
+from kvpool.core.eviction.admit_tuner import GHOST_FILTER
 from kvpool.replay.loop import simulate
 from tests.bench.policy_ops import OPS, evict_members
 
@@ -73,3 +74,6 @@ def test_a_burst_gain_moves_the_big_tuner_and_not_the_variance_test():
 def test_admitbig_is_a_research_candidate_not_a_product_choice():
     assert CANDIDATES["admitbig"] is AdmitBigPolicy and "admitbig" not in POLICIES
     assert AdmitBigPolicy.TUNER is BigTuner and AdmitRunPolicy.TUNER is not BigTuner
+    # the same grid (the sketch filter, no ghost filter); only admitbig's has the size rule
+    assert BigTuner.GRID == AdmitRunPolicy.TUNER.GRID and GHOST_FILTER not in BigTuner.GRID
+    assert BigTuner.MIN_BIG < AdmitRunPolicy.TUNER.MIN_BIG

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.admitlru import WIN, AdmitLRUPolicy, AdmitTuner, MiniAdmit
+from bench.admitlru import AdmitLRUPolicy, AdmitTuner
 from bench.baselines import LRU
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES, ClassLRUPolicy, LRUPolicy, make_policy
+from kvpool.core.eviction.admit_tuner import WIN, MiniAdmit
 from kvpool.errors import ConfigError
 from kvpool.replay.loop import simulate
 from tests.bench.policy_ops import (OPS, assert_chain_leaves_deepest_first, drive, evict_members,
@@ -125,5 +126,6 @@ def test_a_window_configuration_is_chosen_only_while_it_leads_every_plain_one():
 
 def test_admitlru_is_a_research_candidate_not_a_product_choice():
     assert CANDIDATES["admitlru"] is AdmitLRUPolicy and "admitlru" not in POLICIES
+    assert all(g[2] is not None for g in AdmitTuner.GRID)  # no ghost filter in its grid
     with pytest.raises(ConfigError):
         make_policy("admitlru", 8)

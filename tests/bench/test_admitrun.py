@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from bench.admitlru import AdmitLRUPolicy, AdmitTuner, MiniAdmit
+from bench.admitlru import AdmitLRUPolicy, AdmitTuner
 from bench.admitrun import AdmitRunPolicy
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES, LRUPolicy
+from kvpool.core.eviction.admit_tuner import MiniAdmit
 from kvpool.core.eviction.classlru import NO_MISS
 from kvpool.replay.loop import simulate
 from tests.bench.policy_ops import OPS, assert_chain_leaves_deepest_first, evict_members

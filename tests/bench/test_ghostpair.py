@@ -1,15 +1,19 @@
 """bench.ghostpair (a research policy): ghostbig whose tuner chooses between the sketch's
-filter and the ghost's. Each configuration's window rule, and that the tuner's grid holds both
-filters side by side (its structure under random operations: tests/bench/test_ghostbig.py)."""
+filter and the ghost's. Each configuration's window rule, that the tuner's grid (now the
+product's, kvpool/core/eviction/admit_tuner.py) holds both filters side by side, and that
+ghostpair is the product's ``adaptive`` with an exact ghost (its structure under random
+operations: tests/bench/test_ghostbig.py)."""
 
 from __future__ import annotations
 
 from bench.admitbig import AdmitBigPolicy
-from bench.admitlru import WIN, AdmitTuner
-from bench.ghostbig import GhostBigPolicy
-from bench.ghostpair import GHOST_FILTER, GhostPairPolicy, MiniPair, PairTuner
+from bench.admitlru import GRID10
+from bench.ghostbig import ExactGhost, GhostBigPolicy
+from bench.ghostpair import GhostPairPolicy
 from bench.policies import CANDIDATES
-from kvpool.core.eviction import POLICIES
+from kvpool.core.eviction import POLICIES, AdaptivePolicy
+from kvpool.core.eviction.admit_tuner import GHOST_FILTER, WIN, AdmitTuner, MiniAdmit
+from kvpool.core.eviction.ghost import GhostTable
 from tests.bench.test_ghostbig import FILTER, first_evicted_comes_back
 
 
@@ -18,7 +22,8 @@ def test_each_filter_keeps_its_own_memory_of_seen_before():
     (as ghostbig does), the sketch filter to main (as admitbig does)."""
     for cls, cfg, to_window in ((GhostPairPolicy, GHOST_FILTER, True),
                                 (GhostPairPolicy, FILTER, False),
-                                (GhostBigPolicy, FILTER, True), (AdmitBigPolicy, FILTER, False)):
+                                (GhostBigPolicy, GHOST_FILTER, True),
+                                (AdmitBigPolicy, FILTER, False)):
         p = cls(20, cfg=cfg)
         assert (first_evicted_comes_back(p, 30) in p.queue(WIN)) is to_window, (cls, cfg)
     p = GhostPairPolicy(20, cfg=GHOST_FILTER)
@@ -26,21 +31,33 @@ def test_each_filter_keeps_its_own_memory_of_seen_before():
 
 
 def test_the_grid_holds_both_filters_side_by_side():
-    grid = PairTuner.GRID
-    assert grid[:8] == AdmitTuner.GRID[:8] and grid[9:] == AdmitTuner.GRID[8:]
+    """ghostpair's tuner is the product's: admitbig's grid (GRID10) with the ghost filter
+    right after the sketch filter; one MiniAdmit per configuration, only the ghost filter's
+    keeping a ghost."""
+    grid = GhostPairPolicy.TUNER.GRID
+    assert GhostPairPolicy.TUNER is AdmitTuner
+    assert grid[:8] == GRID10[:8] and grid[9:] == GRID10[8:]
     assert grid[7] == FILTER and grid[8] == GHOST_FILTER
-    t = PairTuner(1024, lambda c: 1)
-    assert [s.cfg for s in t.shadows] == list(grid) and all(isinstance(s, MiniPair)
+    t = AdmitTuner(1024, lambda c: 1)
+    assert [s.cfg for s in t.shadows] == list(grid) and all(isinstance(s, MiniAdmit)
                                                              for s in t.shadows)
-    m = MiniPair(4, FILTER, lambda c: 1)
+    m = MiniAdmit(4, FILTER, lambda c: 1)
     for c in range(6):
         m.access(c, 0)
     assert not m.ghost  # the sketch filter's miniature keeps no ghost
-    g = MiniPair(4, GHOST_FILTER, lambda c: 1)
+    g = MiniAdmit(4, GHOST_FILTER, lambda c: 1)
     for c in range(6):
         g.access(c, 0)
     assert list(g.ghost) == [0, 1]
     t.check_invariants()
+
+
+def test_its_ghost_is_exact_where_adaptive_keeps_a_table():
+    """ghostpair measures what the product's compact GhostTable gives up: the same policy
+    and tuner, with an exact ghost."""
+    assert isinstance(GhostPairPolicy(16)._ghost, ExactGhost)
+    assert isinstance(AdaptivePolicy(16)._ghost, GhostTable)
+    assert GhostPairPolicy.TUNER is AdaptivePolicy.TUNER
 
 
 def test_ghostpair_is_a_research_candidate_not_a_product_choice():
