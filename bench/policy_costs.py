@@ -1,0 +1,87 @@
+"""bench/policy_costs.py: eviction policies' cost per call and memory, as medians of interleaved
+rounds (docs/benchmarks.md "`adaptive`: the product's policy").
+
+    python -m bench.policy_costs [--policies lru classlru adaptive ghostpair]
+                                 [--capacities 4000 65536] [--rounds 5] [--memory-blocks N]
+                                 [--json FILE]
+
+Each round runs bench.policies' ``op_costs`` (a full policy in steady state; each call kind
+timed over a batch) once per policy and capacity, in turn, with the round's seed, so a slow
+spell on a shared box hits every policy alike. Figures: ns per call, median [min-max] over the
+rounds. Memory: tracemalloc bytes per evictable block after one turnover (every block evicted
+once and refilled with new content), so ghosts and miniatures are full; bench.policies'
+``bytes_per_block`` counts a pool that has never evicted.
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+from bench.common import Stat, bench_parser, machine, put, write_json
+from bench.policies import CANDIDATES, new_policy, op_costs
+from kvpool.core.eviction import POLICIES
+
+OPS = ("evict", "insert", "on_hit", "remove", "insert_revived", "miss", "hit")
+
+
+def bytes_after_turnover(name: str, cap: int) -> float:
+    """tracemalloc bytes per block of a policy of ``cap`` evictable blocks after a turnover."""
+    keys = [i.to_bytes(8, "little") for i in range(2 * cap)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        p = new_policy(name, cap)
+        for b in range(cap):
+            p.insert(b, keys[b], 0, 0.0)
+        for i in range(cap):
+            p.insert(p.evict(), keys[cap + i], 0, 0.0)
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return round(size / cap, 1)
+
+
+def rounds(policies: list[str], caps: list[int], n: int) -> dict[str, dict[str, Stat]]:
+    """``n`` interleaved rounds of ``op_costs``; per ``policy@capacity`` a Stat per call."""
+    runs: dict[str, dict[str, list[float]]] = {}
+    for r in range(n):
+        for cap in caps:
+            for pol in policies:
+                ns = op_costs(pol, cap, min(30000, cap // 2), seed=r)
+                for op in OPS:
+                    runs.setdefault(f"{pol}@{cap}", {}).setdefault(op, []).append(ns[op])
+        print(f"round {r + 1} of {n}", flush=True)
+    return {k: {op: Stat.of(v) for op, v in d.items()} for k, d in runs.items()}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = bench_parser("policy_costs", __doc__, timing=False)
+    names = [*POLICIES, *CANDIDATES]
+    ap.add_argument("--policies", nargs="+", default=["lru", "classlru", "adaptive"],
+                    choices=names)
+    ap.add_argument("--capacities", type=int, nargs="+", default=[4000, 65536])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--memory-blocks", type=int, default=1 << 20,
+                    help="pool size for the memory figure (0: skip it)")
+    a = ap.parse_args(argv)
+    out: dict = {"machine": machine(), "rounds": a.rounds}
+    stats = rounds(a.policies, a.capacities, a.rounds)
+    print(f"\nns per call, median [min-max] of {a.rounds} interleaved rounds")
+    for key, d in stats.items():
+        print(f"{key:22s} " + "  ".join(f"{op} {s.median:.0f} [{s.spread()}]"
+                                        for op, s in d.items()))
+        for op, s in d.items():
+            put(out, f"{key}.{op}_ns", s)
+    if a.memory_blocks:
+        for pol in a.policies:
+            b = bytes_after_turnover(pol, a.memory_blocks)
+            out[f"{pol}.bytes_per_block_after_turnover"] = b
+            print(f"{pol}: {b} bytes per evictable block after a turnover "
+                  f"({a.memory_blocks} blocks)", flush=True)
+    write_json(a.json, out)
+    return out
+
+
+if __name__ == "__main__":
+    main()

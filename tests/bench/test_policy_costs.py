@@ -1,0 +1,29 @@
+"""bench.policy_costs: interleaved per-call costs and memory after a turnover (figures are
+checked for shape and order, never for speed)."""
+
+from __future__ import annotations
+
+import json
+
+from bench.policy_costs import OPS, bytes_after_turnover, main
+
+
+def test_main_reports_a_median_and_spread_per_call_and_policy(tmp_path, capsys):
+    out = tmp_path / "costs.json"
+    res = main(["--policies", "lru", "adaptive", "--capacities", "300", "--rounds", "2",
+                "--memory-blocks", "400", "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(res))
+    for pol in ("lru", "adaptive"):
+        for op in OPS:
+            k = f"{pol}@300.{op}_ns"
+            assert 0 < res[f"{k}.min"] <= res[k] <= res[f"{k}.max"], k
+        assert res[f"{pol}.bytes_per_block_after_turnover"] > 0
+    assert "round 2 of 2" in capsys.readouterr().out
+
+
+def test_the_exact_ghost_costs_more_memory_than_the_table():
+    """After a turnover the exact ghost holds a pool's worth of CRCs; the GhostTable holds
+    three bytes per block whether full or not."""
+    n = 20000
+    assert bytes_after_turnover("ghostpair", n) > bytes_after_turnover("adaptive", n) + 40
+    assert bytes_after_turnover("lru", n) < 20
