@@ -15,7 +15,9 @@ from bench.common import TRACE
 from kvpool.cli import COMMANDS, main
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
+from kvpool.core.eviction import POLICIES, make_policy
 from kvpool.replay.instant import InstantReplay
+from kvpool.replay.loop import simulate
 from kvpool.replay.timed import TimedOptions, TimedReplay
 from kvpool.replay.trace import TokenSynth, TraceRequest, load_trace
 from tests.replay.traces import write_trace
@@ -93,6 +95,16 @@ def test_instant_equals_an_ordereddict_lru_on_the_real_trace():
         rep = InstantReplay(cap, "lru").run(reqs)
         assert (rep["hits"], rep["blocks"]) == lru_hits(ids, cap)
         assert rep["hit_rate"] == round(rep["hits"] / rep["blocks"], 6)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_instant_replays_each_product_policy_as_simulate_does(name):
+    """`kvpool replay --instant --policy NAME` is the policy alone, for adaptive and classlru
+    (their tuners, windows and ghosts) as for LRU."""
+    reqs = load_trace(TRACE, limit=3000)
+    rep = InstantReplay(400, name).run(reqs)
+    hits, blocks = simulate([list(r.hash_ids) for r in reqs], make_policy(name, 400), 400)
+    assert (rep["hits"], rep["blocks"], rep["policy"]) == (hits, blocks, name)
 
 
 def test_cli_instant_and_timed_in_process(tmp_path, capsys):
