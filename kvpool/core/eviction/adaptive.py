@@ -36,7 +36,7 @@ from kvpool.core.eviction.base import PENDING, StampedQueuesPolicy
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.ghost import GhostTable
 from kvpool.core.eviction.tuner import NO_MISS, ReleaseRuns
-from kvpool.errors import InvalidBlockError, InvariantError
+from kvpool.errors import InvariantError
 
 
 class AdaptivePolicy(StampedQueuesPolicy):
@@ -70,20 +70,10 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._w = [k * bonus * self._scale for k in range(CLASSES)]
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
-        where = self._where
-        if self._memo is None and 0 <= block_id < len(where):
-            w = where[block_id]  # NOTE(speed): _insert_start's common case, inlined
-            if w < self.K:
-                raise InvalidBlockError(f"block {block_id} is already evictable")
-        else:  # a new id, or a defrag move in progress
-            w, memo = self._insert_start(block_id, block_hash)
-            if memo is not None:  # NOTE(move) in base.py: keeps queue, stamp and place
-                _, q, pred, src = memo
-                self._link_after(block_id + self.K, pred)
-                self._stamp[block_id] = self._stamp[src]
-                self._nw += q == WIN
-                self._put(block_id, block_hash, q)
-                return
+        w, memo = self._insert_start(block_id, block_hash)
+        if memo is not None:
+            self._nw += self._insert_moved(block_id, block_hash, memo) == WIN
+            return
         c = crc32(block_hash)
         n = 0  # uses counted by this insert's sketch.add (0: a revival)
         if w == PENDING and self._hash[block_id] == block_hash:
@@ -97,7 +87,9 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._clock += 1
         self._link_after(block_id + self.K, self._prev[q])
         self._stamp[block_id] = self._clock
-        self._put(block_id, block_hash, q)
+        self._where[block_id] = q
+        self._hash[block_id] = block_hash
+        self._len += 1
         self._sampled(c, k, depth, n)
 
     def _sampled(self, c: int, k: int, depth: int, n: int) -> None:
@@ -111,11 +103,6 @@ class AdaptivePolicy(StampedQueuesPolicy):
             self._set_cfg(self._tuner.bonus)
         if not depth and (runs.run or runs.miss != NO_MISS) and runs.head():
             self._set_cfg(self._tuner.bonus)
-
-    def _put(self, b: int, block_hash: bytes, q: int) -> None:
-        self._where[b] = q
-        self._hash[b] = block_hash
-        self._len += 1
 
     def remove(self, block_id: int) -> None:
         self._nw -= self._unlink(block_id) == WIN

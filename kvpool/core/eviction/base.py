@@ -247,6 +247,16 @@ class StampedQueuesPolicy(LinkedQueuesPolicy):
     def on_hit(self, block_hash: bytes) -> None:
         self._sketch.add(crc32(block_hash))
 
+    def _insert_moved(self, block_id: int, block_hash: bytes, memo: tuple) -> int:
+        """NOTE(move): a defrag move keeps queue, stamp and place; returns the queue."""
+        _, q, pred, src = memo
+        self._link_after(block_id + self.K, pred)
+        self._stamp[block_id] = self._stamp[src]
+        self._where[block_id] = q
+        self._hash[block_id] = block_hash
+        self._len += 1
+        return q
+
 
 class LRUPolicy(LinkedQueuesPolicy):
     """Invariant: one queue holds the evictable blocks in the order they became evictable (a

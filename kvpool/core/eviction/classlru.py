@@ -118,15 +118,6 @@ class ClassLRUPolicy(StampedQueuesPolicy):
         if not depth and (runs.run or runs.miss != NO_MISS) and runs.head():
             self._set_bonus(self._tuner.bonus)
 
-    def _insert_moved(self, block_id: int, block_hash: bytes, memo: tuple) -> None:
-        """NOTE(move): a defrag move keeps class, stamp and place."""
-        _, q, pred, src = memo
-        self._link_after(block_id + self.K, pred)
-        self._stamp[block_id] = self._stamp[src]
-        self._where[block_id] = q
-        self._hash[block_id] = block_hash
-        self._len += 1
-
     def remove(self, block_id: int) -> None:
         self._unlink(block_id)
         self._where[block_id] = PENDING  # keep the hash: a re-insert is a revival, not a use
