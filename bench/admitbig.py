@@ -29,9 +29,11 @@ from kvpool.core.eviction.admit_tuner import AdmitTuner
 
 
 class BigTuner(AdmitTuner):
-    """Invariant: the product tuner's, over GRID10 (the sketch filter, no ghost filter)."""
+    """Invariant: the product tuner's, over GRID10 (the sketch filter, no ghost filter), with
+    no long-window guard (LONG 0)."""
 
     GRID = GRID10
+    LONG = 0.0
 
 
 class AdmitBigPolicy(AdaptivePolicy):

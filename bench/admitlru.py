@@ -50,11 +50,12 @@ GRID10 = tuple(g for g in admit_tuner.AdmitTuner.GRID if g != admit_tuner.GHOST_
 
 
 class AdmitTuner(admit_tuner.AdmitTuner):
-    """Invariant: the product tuner's, over GRID10 and with no size rule (MIN_BIG never
-    reached)."""
+    """Invariant: the product tuner's, over GRID10, with no size rule (MIN_BIG never
+    reached) and no long-window guard (LONG 0)."""
 
     GRID = GRID10
     MIN_BIG = 1 << 62
+    LONG = 0.0
 
 
 class AdmitLRUPolicy(AdaptivePolicy):

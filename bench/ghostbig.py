@@ -72,6 +72,7 @@ class GhostTuner(AdmitTuner):
     filter's place."""
 
     GRID = tuple(GHOST_FILTER if g == (0.0, 0.1, False) else g for g in GRID10)
+    LONG = 0.0  # no long-window guard
 
 
 class GhostBigPolicy(AdaptivePolicy):

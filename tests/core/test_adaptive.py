@@ -145,3 +145,32 @@ def test_check_invariants_catches_a_window_miscount():
     p._nw += 1
     with pytest.raises(InvariantError):
         p.check_invariants()
+
+
+class Unguarded(AdmitTuner):
+    LONG = 0.0
+
+
+def phases(tuner: AdmitTuner, periods: list[tuple[int, int]]) -> list[int]:
+    """Feed ``(periods, gain)`` phases of made-up miniature hits: every configuration gets
+    100 hits a period but the sketch filter (index 7), which gets ``100 + gain``. The choice
+    after each period."""
+    chosen = []
+    for n, gain in periods:
+        for _ in range(n):
+            for i, s in enumerate(tuner.shadows):
+                s.hits = 100 + (gain if i == 7 else 0)
+            tuner.tick(tuner.period)
+            chosen.append(tuner.current)
+    return chosen
+
+
+def test_the_long_window_holds_back_a_candidate_that_leads_only_lately():
+    """NOTE(long): 400 periods behind LRU by 10 hits, then 60 ahead by 8 (below the size
+    rule's bar, above EFFECT's): the fast and slow windows pass it, the long one does not."""
+    guarded, plain = AdmitTuner(4096, lambda c: 1), Unguarded(4096, lambda c: 1)
+    trace = [(400, -10), (60, 8)]
+    assert set(phases(guarded, trace)) == {0} and guarded.held > 0
+    assert phases(plain, trace)[-1] == 7 and plain.held == 0
+    # a lead that lasts long enough to bring the long window level passes in the end
+    assert phases(guarded, [(400, 8)])[-1] == 7

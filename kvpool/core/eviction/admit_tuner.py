@@ -188,21 +188,42 @@ class AdmitTuner(BonusTuner):
     # periods"), not fitted (docs/benchmarks.md "admitbig").
     BIG = 0.04
     MIN_BIG = 8
+    # NOTE(long): a move away from LRU (up the index) also needs the candidate to be at least
+    # level with the current choice in a long window (EWMA weight LONG per period, ~250
+    # periods). Where a candidate leads in phases but loses overall, the fast and slow
+    # windows passed it in each phase and every round trip paid a transient: on
+    # support_desk@2@1000 the tuner went 7 times between bonuses and the sketch filter
+    # (0.5306, LRU 0.5361, the sketch filter fixed 0.5204; with the guard 0.5399). Added
+    # after that shape was seen; on the other 134 cells it changed two (docs/benchmarks.md
+    # "The long window"). 0 turns the guard off (the research steps in bench/).
+    LONG = 0.004
 
     def __init__(self, capacity: int, freq: Callable[[int], int]) -> None:
         self._freq = freq  # the policy's sketch estimate, for the miniatures
         super().__init__(capacity, CLASSES)
         self._plain = [j for j, g in enumerate(self.GRID) if g[1] >= 1.0]  # no window
         self.bigs = 0  # candidates passed on size alone (a diagnostic)
+        self.held = 0  # passes held back by NOTE(long) (a diagnostic)
+        self._long = [0.0] * len(self.GRID)  # EWMA of each miniature's hits per period
 
     def _miniatures(self, size: int, classes: int) -> list:
         return [MiniAdmit(size, g, self._freq) for g in self.GRID]
 
+    def _step(self) -> bool:
+        a, lg = self.LONG, self._long
+        for i, s in enumerate(self.shadows):  # read before BonusTuner's step zeroes them
+            lg[i] += a * (s.hits - lg[i])
+        return super()._step()
+
     def _nearest(self, passed: list[bool], gain: list[float], cur: int) -> int:
-        """NOTE(big), then NOTE(lead): BonusTuner's rule, but a window configuration passes
-        only while it also leads every no-window one in the fast window: early on a duel's
-        miniature could pass against LRU first and hold the choice for a hundred periods where
-        a bonus was better (the conversation trace at 1000 blocks)."""
+        """NOTE(long), NOTE(big), then NOTE(lead): BonusTuner's rule, but a window
+        configuration passes only while it also leads every no-window one in the fast window:
+        early on a duel's miniature could pass against LRU first and hold the choice for a
+        hundred periods where a bonus was better (the conversation trace at 1000 blocks)."""
+        lg = self._long
+        kept = [p and (i <= cur or lg[i] >= lg[cur]) for i, p in enumerate(passed)]
+        self.held += sum(passed) - sum(kept)
+        passed = kept
         if self.steps >= self.MIN_BIG:
             big = [i != cur and not ok and self._large(i, cur) for i, ok in enumerate(passed)]
             self.bigs += sum(big)
