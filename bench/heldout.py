@@ -50,6 +50,10 @@ product):
               searches and chat (after ``ghostbig`` was frozen; bench/heldout_ide.py)
     support_desk  multi-tenant support tickets over drifting knowledge chunks, handoffs,
               reopens, nightly summaries (after ``ghostpair``; bench/heldout_support.py)
+    compaction_chat  consumer chat whose clients compact long conversations into summaries,
+              users back after minutes to days, a nightly glossary-prefixed translation job,
+              JSON extraction over Zipf templates with retries (written after ``adaptive``
+              was frozen (at 5cf3f89); bench/heldout_compaction_chat.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -68,6 +72,7 @@ from collections.abc import Iterator
 
 from bench.baselines import BASELINES
 from bench.heldout_agents import doc_fanout, doc_window, tool_agent
+from bench.heldout_compaction_chat import compaction_chat
 from bench.heldout_eval import batch_eval
 from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_ide import ide_tree
@@ -296,7 +301,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent,
           "doc_window": doc_window, "doc_fanout": doc_fanout, "rerank_rag": rerank_rag,
           "prompt_rollout": prompt_rollout, "fewshot_lora": fewshot_lora,
-          "ide_tree": ide_tree, "support_desk": support_desk}
+          "ide_tree": ide_tree, "support_desk": support_desk,
+          "compaction_chat": compaction_chat}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
