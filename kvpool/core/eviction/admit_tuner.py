@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
-from kvpool.core.eviction.tuner import BonusTuner, run_hits
+from kvpool.core.eviction.tuner import NO_MISS, BonusTuner, run_hits
 from kvpool.errors import InvariantError
 
 CLASSES = 5  # main's class queues 0..4, as classlru's
@@ -83,32 +83,35 @@ class MiniAdmit:
         self.ghost: OrderedDict[int, None] = OrderedDict()  # evicted crcs, oldest first
 
     def access(self, c: int, k: int) -> bool:
-        """Content with CRC ``c`` used now, class ``k`` after counting the use; True on a hit."""
-        t = self.clock = self.clock + 1
-        q = self.where.get(c)
-        if q is not None:
-            del self.qs[q][c]
-            self.hits += 1
-        else:
-            if len(self.where) >= self.capacity:
-                self._evict()
-            if self.share < 1.0 and to_window(self.duel, k, self._take, c):
-                k = WIN
-        self.qs[k][c] = t
-        self.where[c] = k
-        return q is not None
+        """Content with CRC ``c`` used now, class ``k`` after counting the use; True on a hit
+        (a run of one block)."""
+        return self.access_run([(c, k, 0)], NO_MISS) > 0
 
     def _take(self, c: int) -> bool:
         return take(self.ghost, c)
 
     def access_run(self, run: list[tuple[int, int, int]], miss: int) -> int:
         """One release run, ``(crc, class, depth)`` tail first, scored as the pool's lookup
-        scores it (ShadowCache.access_run); then each block is used. The hits."""
-        hits = run_hits(run, self.where, miss)
-        before = self.hits
+        scores it (ShadowCache.access_run); then each block is used, one clock tick each. The
+        hits."""
+        where, qs = self.where, self.qs
+        hits = run_hits(run, where, miss)
+        t = self.clock
         for c, k, _ in run:
-            self.access(c, k)
-        self.hits = before + hits
+            t += 1
+            q = where.get(c)
+            if q is not None:
+                del qs[q][c]
+            else:
+                if len(where) >= self.capacity:
+                    self.clock = t  # _to_main stamps with it
+                    self._evict()
+                if self.share < 1.0 and to_window(self.duel, k, self._take, c):
+                    k = WIN
+            qs[k][c] = t
+            where[c] = k
+        self.clock = t
+        self.hits += hits
         return hits
 
     def _victim(self) -> int:
