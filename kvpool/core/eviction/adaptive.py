@@ -85,6 +85,8 @@ class AdaptivePolicy(StampedQueuesPolicy):
                 q = WIN
                 self._nw += 1
         self._clock += 1
+        if self._clock >= self.STAMP_LIMIT:  # NOTE(stamps) in base.py
+            self._rebase()
         self._link_after(block_id + self.K, self._prev[q])
         self._stamp[block_id] = self._clock
         self._where[block_id] = q

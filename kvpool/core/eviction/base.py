@@ -233,16 +233,33 @@ class StampedQueuesPolicy(LinkedQueuesPolicy):
     (an internal clock of inserts, so ``_scale`` blocks of stamps are one pool turnover) and a
     FrequencySketch of uses keyed by the CRC-32 of the content hash, fed by every hit."""
 
+    # NOTE(stamps): stamps are 4 bytes (the 40-byte budget per block, docs/eviction.md). When
+    # the clock reaches STAMP_LIMIT, every stamp moves down by the oldest evictable block's, or
+    # by ``clock - STAMP_KEEP`` when a block has been evictable longer than that: such blocks
+    # all become stamp 0, the oldest. Once per ~2**31 inserts, O(pool).
+    STAMP_LIMIT: ClassVar[int] = 1 << 31
+    STAMP_KEEP: ClassVar[int] = 1 << 30
+
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20) -> None:
         super().__init__(capacity)
         self._scale = capacity if capacity > 0 else 1024  # pool blocks: one "turnover"
-        self._stamp = array("q", bytes(8 * capacity))  # block -> clock at its release
-        self._clock = 0  # inserts so far: the stamp source
+        self._stamp = array("I", bytes(4 * capacity))  # block -> clock at its release
+        self._clock = 0  # inserts since the last rebase: the stamp source
         self._sketch = FrequencySketch(self._scale, sketch_min_bits)  # uses per hash, recent
 
     def _grow(self, block_id: int) -> None:
         super()._grow(block_id)
-        self._stamp.frombytes(bytes(8 * (len(self._where) - len(self._stamp))))
+        self._stamp.frombytes(bytes(4 * (len(self._where) - len(self._stamp))))
+
+    def _rebase(self) -> None:
+        """NOTE(stamps): move every stamp and the clock down, keeping the order."""
+        kk, nxt = self.K, self._next
+        heads = [self._stamp[nxt[q] - kk] for q in range(kk) if nxt[q] != q]
+        shift = max(min(heads, default=self._clock), self._clock - self.STAMP_KEEP)
+        st = self._stamp
+        for b, v in enumerate(st):
+            st[b] = v - shift if v > shift else 0
+        self._clock -= shift
 
     def on_hit(self, block_hash: bytes) -> None:
         self._sketch.add(crc32(block_hash))

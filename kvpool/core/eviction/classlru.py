@@ -98,11 +98,11 @@ class ClassLRUPolicy(StampedQueuesPolicy):
             if n == 1:  # NOTE(runs): first seen, so no cache held it: none reaches deeper
                 self._runs.miss = depth
         self._clock += 1
-        node = block_id + self.K
-        prev = self._prev
+        if self._clock >= self.STAMP_LIMIT:  # NOTE(stamps) in base.py
+            self._rebase()
+        node, prev, nxt = block_id + self.K, self._prev, self._next
         last = prev[k]  # link at the tail of queue k (inlined: the hot path)
         prev[node] = last
-        nxt = self._next
         nxt[node] = k
         nxt[last] = node
         prev[k] = node
@@ -110,8 +110,7 @@ class ClassLRUPolicy(StampedQueuesPolicy):
         where[block_id] = k
         self._hash[block_id] = block_hash
         self._len += 1
-        # NOTE(runs): a sampled block joins its release run; the chain's head ends it (a
-        # call only when there is a run or a miss to end)
+        # NOTE(runs): a sampled block joins its run; the chain's head ends one (if any)
         runs = self._runs
         if (c >> 12) < self._sample and runs.add(block_hash, k, depth):
             self._set_bonus(self._tuner.bonus)
