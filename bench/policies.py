@@ -183,18 +183,22 @@ def op_costs(name: str, cap: int = 65536, n: int = 30000, seed: int = 0) -> dict
     return ns
 
 
-def bytes_per_block(name: str, cap: int) -> float:
+def bytes_per_block(name: str, cap: int, turnovers: int = 0) -> float:
     """tracemalloc bytes of a policy holding ``cap`` evictable blocks, per block (the block
-    hashes themselves are the pool's and are not counted)."""
-    keys = [i.to_bytes(8, "little") for i in range(cap)]
+    hashes themselves are the pool's and are not counted); after ``turnovers`` times ``cap``
+    evictions, each refilled with new content, so ghosts and miniatures are full."""
+    keys = [i.to_bytes(8, "little") for i in range((1 + turnovers) * cap)]
     gc.collect()
     tracemalloc.start()
-    p = new_policy(name, cap)
-    for b in range(cap):
-        p.insert(b, keys[b], 0, 0.0)
-    size = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    del p
+    try:
+        p = new_policy(name, cap)
+        for b in range(cap):
+            p.insert(b, keys[b], 0, 0.0)
+        for i in range(turnovers * cap):
+            p.insert(p.evict(), keys[cap + i], 0, 0.0)
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
     return round(size / cap, 1)
 
 

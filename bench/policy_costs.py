@@ -8,38 +8,17 @@ rounds (docs/benchmarks.md "`adaptive`: the product's policy").
 Each round runs bench.policies' ``op_costs`` (a full policy in steady state; each call kind
 timed over a batch) once per policy and capacity, in turn, with the round's seed, so a slow
 spell on a shared box hits every policy alike. Figures: ns per call, median [min-max] over the
-rounds. Memory: tracemalloc bytes per evictable block after one turnover (every block evicted
-once and refilled with new content), so ghosts and miniatures are full; bench.policies'
-``bytes_per_block`` counts a pool that has never evicted.
+rounds. Memory: bench.policies' ``bytes_per_block`` after one turnover (every block evicted
+once and refilled with new content), so ghosts and miniatures are full.
 """
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
-
 from bench.common import Stat, bench_parser, machine, put, write_json
-from bench.policies import CANDIDATES, new_policy, op_costs
+from bench.policies import CANDIDATES, bytes_per_block, op_costs
 from kvpool.core.eviction import POLICIES
 
 OPS = ("evict", "insert", "on_hit", "remove", "insert_revived", "miss", "hit")
-
-
-def bytes_after_turnover(name: str, cap: int) -> float:
-    """tracemalloc bytes per block of a policy of ``cap`` evictable blocks after a turnover."""
-    keys = [i.to_bytes(8, "little") for i in range(2 * cap)]
-    gc.collect()
-    tracemalloc.start()
-    try:
-        p = new_policy(name, cap)
-        for b in range(cap):
-            p.insert(b, keys[b], 0, 0.0)
-        for i in range(cap):
-            p.insert(p.evict(), keys[cap + i], 0, 0.0)
-        size = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    return round(size / cap, 1)
 
 
 def rounds(policies: list[str], caps: list[int], n: int) -> dict[str, dict[str, Stat]]:
@@ -75,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
             put(out, f"{key}.{op}_ns", s)
     if a.memory_blocks:
         for pol in a.policies:
-            b = bytes_after_turnover(pol, a.memory_blocks)
+            b = bytes_per_block(pol, a.memory_blocks, turnovers=1)
             out[f"{pol}.bytes_per_block_after_turnover"] = b
             print(f"{pol}: {b} bytes per evictable block after a turnover "
                   f"({a.memory_blocks} blocks)", flush=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from bench.policy_costs import OPS, bytes_after_turnover, main
+from bench.policies import bytes_per_block
+from bench.policy_costs import OPS, main
 
 
 def test_main_reports_a_median_and_spread_per_call_and_policy(tmp_path, capsys):
@@ -25,5 +26,5 @@ def test_the_exact_ghost_costs_more_memory_than_the_table():
     """After a turnover the exact ghost holds a pool's worth of CRCs; the GhostTable holds
     three bytes per block whether full or not."""
     n = 20000
-    assert bytes_after_turnover("ghostpair", n) > bytes_after_turnover("adaptive", n) + 40
-    assert bytes_after_turnover("lru", n) < 20
+    assert bytes_per_block("ghostpair", n, 1) > bytes_per_block("adaptive", n, 1) + 40
+    assert bytes_per_block("lru", n, 1) < 20
