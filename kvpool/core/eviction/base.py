@@ -226,8 +226,8 @@ class LinkedQueuesPolicy(EvictionPolicy):
 
 
 class StampedQueuesPolicy(LinkedQueuesPolicy):
-    """Invariant: LinkedQueuesPolicy's; ``_stamp`` covers every block id; no stamp exceeds
-    ``_clock``.
+    """Invariant: LinkedQueuesPolicy's; ``_stamp`` covers every block id; each queue is in
+    release order (stamps non-decreasing head to tail) and no stamp exceeds ``_clock``.
 
     The storage ClassLRUPolicy and AdaptivePolicy add to the queues: a release stamp per block
     (an internal clock of inserts, so ``_scale`` blocks of stamps are one pool turnover) and a
@@ -250,6 +250,15 @@ class StampedQueuesPolicy(LinkedQueuesPolicy):
     def _grow(self, block_id: int) -> None:
         super()._grow(block_id)
         self._stamp.frombytes(bytes(4 * (len(self._where) - len(self._stamp))))
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        for k in range(self.K):
+            stamps = [self._stamp[b] for b in self.queue(k)]
+            if stamps != sorted(stamps):
+                raise InvariantError(f"queue {k} is not in release order")
+            if any(s > self._clock for s in stamps):
+                raise InvariantError(f"queue {k} has a stamp from the future")
 
     def _rebase(self) -> None:
         """NOTE(stamps): move every stamp and the clock down, keeping the order."""
