@@ -30,41 +30,10 @@ place in the grid.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from bench.admitlru import GRID10
 from kvpool.core.eviction.adaptive import AdaptivePolicy
-from kvpool.core.eviction.admit_tuner import GHOST_FILTER, AdmitTuner, remember, take
-from kvpool.errors import InvariantError
-
-
-class ExactGhost:
-    """Invariant: at most ``capacity`` CRCs, the most recently evicted, oldest first.
-
-    The GhostTable protocol (kvpool/core/eviction/ghost.py) over an exact OrderedDict: ARC's
-    ghost, for the research policies that measure what the compact table gives up."""
-
-    __slots__ = ("ghost", "capacity")
-
-    def __init__(self, capacity: int) -> None:
-        self.ghost: OrderedDict[int, None] = OrderedDict()
-        self.capacity = max(1, capacity)
-
-    def add(self, c: int) -> None:
-        remember(self.ghost, c, self.capacity)
-
-    def take(self, c: int) -> bool:
-        return take(self.ghost, c)
-
-    def __contains__(self, c: int) -> bool:
-        return c in self.ghost
-
-    def __len__(self) -> int:
-        return len(self.ghost)
-
-    def check_invariants(self) -> None:
-        if len(self.ghost) > self.capacity:
-            raise InvariantError("ghost over capacity")
+from kvpool.core.eviction.admit_tuner import GHOST_FILTER, AdmitTuner
+from kvpool.core.eviction.ghost import ExactGhost
 
 
 class GhostTuner(AdmitTuner):

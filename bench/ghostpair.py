@@ -26,8 +26,8 @@ the exact ghost, to measure what the compact table gives up.
 
 from __future__ import annotations
 
-from bench.ghostbig import ExactGhost
 from kvpool.core.eviction.adaptive import AdaptivePolicy
+from kvpool.core.eviction.ghost import ExactGhost
 
 
 class GhostPairPolicy(AdaptivePolicy):

@@ -13,11 +13,12 @@ from hypothesis import given, settings
 
 from bench.admitbig import AdmitBigPolicy
 from bench.admitlru import AdmitTuner
-from bench.ghostbig import ExactGhost, GhostBigPolicy, GhostTuner
+from bench.ghostbig import GhostBigPolicy, GhostTuner
 from bench.ghostpair import GhostPairPolicy
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES
 from kvpool.core.eviction.admit_tuner import GHOST_FILTER, WIN, MiniAdmit
+from kvpool.core.eviction.ghost import ExactGhost
 from kvpool.replay.loop import simulate
 from tests.bench.policy_ops import OPS, evict_members
 from tests.core.policy_helpers import key

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from bench.admitbig import AdmitBigPolicy
 from bench.admitlru import GRID10
-from bench.ghostbig import ExactGhost, GhostBigPolicy
+from bench.ghostbig import GhostBigPolicy
 from bench.ghostpair import GhostPairPolicy
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES, AdaptivePolicy
 from kvpool.core.eviction.admit_tuner import GHOST_FILTER, WIN, AdmitTuner, MiniAdmit
-from kvpool.core.eviction.ghost import GhostTable
+from kvpool.core.eviction.ghost import ExactGhost, GhostTable
 from tests.bench.test_ghostbig import FILTER, first_evicted_comes_back
 
 

@@ -133,7 +133,7 @@ def test_miniature_check_catches_a_held_ghost():
     m = MiniAdmit(4, GHOST_FILTER, lambda c: 1)
     for c in range(6):
         m.access(c, 0)
-    m.ghost[next(iter(m.where))] = None
+    m.ghost.add(next(iter(m.where)))
     with pytest.raises(InvariantError):
         m.check_invariants()
 

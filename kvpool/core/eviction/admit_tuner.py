@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
+from kvpool.core.eviction.ghost import ExactGhost
 from kvpool.core.eviction.tuner import NO_MISS, BonusTuner, run_hits
 from kvpool.errors import InvariantError
 
@@ -41,20 +42,6 @@ def to_window(duel: bool | None, k: int, ghost_take: Callable[[int], bool], c: i
     if duel is None:
         return not ghost_take(c)
     return duel or k == 0
-
-
-def remember(ghost: OrderedDict, c: int, capacity: int) -> None:
-    """A miniature's exact ghost: ``c`` was just evicted, so it becomes the newest ghost; the
-    oldest beyond ``capacity`` are forgotten."""
-    ghost.pop(c, None)
-    ghost[c] = None
-    if len(ghost) > capacity:
-        ghost.popitem(last=False)
-
-
-def take(ghost: OrderedDict, c: int) -> bool:
-    """Whether ``c`` is in the exact ``ghost``; if so it is forgotten."""
-    return ghost.pop(c, 0) is None
 
 
 class MiniAdmit:
@@ -80,15 +67,12 @@ class MiniAdmit:
         self.clock = 0
         self.hits = 0
         self.freq = freq
-        self.ghost: OrderedDict[int, None] = OrderedDict()  # evicted crcs, oldest first
+        self.ghost = ExactGhost(capacity)  # evicted crcs (the ghost filter's only)
 
     def access(self, c: int, k: int) -> bool:
         """Content with CRC ``c`` used now, class ``k`` after counting the use; True on a hit
         (a run of one block)."""
         return self.access_run([(c, k, 0)], NO_MISS) > 0
-
-    def _take(self, c: int) -> bool:
-        return take(self.ghost, c)
 
     def access_run(self, run: list[tuple[int, int, int]], miss: int) -> int:
         """One release run, ``(crc, class, depth)`` tail first, scored as the pool's lookup
@@ -106,7 +90,7 @@ class MiniAdmit:
                 if len(where) >= self.capacity:
                     self.clock = t  # _to_main stamps with it
                     self._evict()
-                if self.share < 1.0 and to_window(self.duel, k, self._take, c):
+                if self.share < 1.0 and to_window(self.duel, k, self.ghost.take, c):
                     k = WIN
             qs[k][c] = t
             where[c] = k
@@ -150,7 +134,7 @@ class MiniAdmit:
             c = self.qs[v].popitem(last=False)[0]
         del self.where[c]
         if self.duel is None and self.share < 1.0:
-            remember(self.ghost, c, self.capacity)
+            self.ghost.add(c)
 
     def check_invariants(self) -> None:
         n = 0
@@ -162,8 +146,9 @@ class MiniAdmit:
             n += len(qq)
         if n != len(self.where) or n > self.capacity:
             raise InvariantError("miniature over capacity or out of sync")
-        if len(self.ghost) > self.capacity or any(c in self.where for c in self.ghost):
-            raise InvariantError("miniature ghost over capacity or holding a held crc")
+        self.ghost.check_invariants()
+        if any(c in self.where for c in self.ghost):
+            raise InvariantError("miniature ghost holding a held crc")
 
 
 class AdmitTuner(BonusTuner):

@@ -28,6 +28,8 @@ ghost evicted 0.9 capacities ago survives with probability ~0.999, one evicted 1
 from __future__ import annotations
 
 from array import array
+from collections import OrderedDict
+from collections.abc import Iterator
 
 from kvpool.core.eviction.sketch import GOLDEN32
 from kvpool.errors import InvariantError
@@ -116,3 +118,44 @@ class GhostTable:
             raise InvariantError("ghost table holds far from its capacity")
         if any(r >= n for r in self.ring):
             raise InvariantError("ghost ring cursor outside its bucket")
+
+
+class ExactGhost:
+    """Invariant: at most ``capacity`` CRCs, the most recently evicted, oldest first.
+
+    GhostTable's protocol over an exact OrderedDict: ARC's ghost. The tuner's miniatures keep
+    one (at most 2048 CRCs each); research policies in bench/ keep one per pool to measure
+    what the compact table gives up."""
+
+    __slots__ = ("ghost", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        self.ghost: OrderedDict[int, None] = OrderedDict()
+        self.capacity = max(1, capacity)
+
+    def add(self, c: int) -> None:
+        """``c`` was just evicted: the newest ghost (again, if it was one); the oldest beyond
+        ``capacity`` are forgotten."""
+        ghost = self.ghost
+        ghost.pop(c, None)
+        ghost[c] = None
+        if len(ghost) > self.capacity:
+            ghost.popitem(last=False)
+
+    def take(self, c: int) -> bool:
+        """Whether ``c`` is a ghost; if so it is forgotten."""
+        return self.ghost.pop(c, 0) is None
+
+    def __contains__(self, c: int) -> bool:
+        return c in self.ghost
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ghost)
+
+    def __len__(self) -> int:
+        return len(self.ghost)
+
+    def check_invariants(self) -> None:
+        if len(self.ghost) > self.capacity:
+            raise InvariantError("ghost over capacity")
+
