@@ -40,4 +40,5 @@ class AdmitBigPolicy(AdaptivePolicy):
     """Invariant: AdaptivePolicy's, with a BigTuner."""
 
     name = "admitbig"
+    DUEL_AGE = 0  # the duel reads the classes' sketch (before NOTE(age))
     TUNER = BigTuner

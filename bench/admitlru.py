@@ -62,6 +62,7 @@ class AdmitLRUPolicy(AdaptivePolicy):
     """Invariant: AdaptivePolicy's; the tuner is fed sampled blocks one at a time."""
 
     name = "admitlru"
+    DUEL_AGE = 0  # the duel reads the classes' sketch (before NOTE(age))
     TUNER = AdmitTuner
 
     def _sampled(self, c: int, k: int, depth: int, n: int) -> None:

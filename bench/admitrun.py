@@ -27,4 +27,5 @@ class AdmitRunPolicy(AdaptivePolicy):
     """Invariant: AdaptivePolicy's, with admitlru's tuner."""
 
     name = "admitrun"
+    DUEL_AGE = 0  # the duel reads the classes' sketch (before NOTE(age))
     TUNER = AdmitTuner

@@ -48,6 +48,7 @@ class GhostBigPolicy(AdaptivePolicy):
     """Invariant: AdaptivePolicy's, with a GhostTuner and an exact ghost."""
 
     name = "ghostbig"
+    DUEL_AGE = 0  # the duel reads the classes' sketch (before NOTE(age))
     TUNER = GhostTuner
 
     @staticmethod

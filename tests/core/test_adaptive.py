@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kvpool.core.eviction import AdaptivePolicy, ClassLRUPolicy, LRUPolicy
 from kvpool.core.eviction.admit_tuner import GHOST_FILTER, LRU, WIN, AdmitTuner, MiniAdmit
 from kvpool.errors import InvariantError
-from kvpool.replay.loop import simulate
+from kvpool.replay.loop import PolicyCache, replay, simulate
 from tests.core.policy_helpers import key
 
 SKETCH_FILTER = (0.0, 0.1, False)
@@ -94,6 +94,24 @@ def test_the_duel_keeps_the_incumbent_unless_the_candidate_is_used_more():
         fill(p, range(10, 13))  # the window (3 of 13) is over its share (0.2)
         assert p.evict() == evicted, extra_uses
         p.check_invariants()
+
+
+def test_the_duel_forgets_content_unused_for_many_turnovers():
+    """NOTE(age): a main full of content used 20 times long ago must not win every duel
+    against today's working set. The classes' sketch (2**20 counters) halves only every
+    2**18 additions; with DUEL_AGE 0 the duel reads it, the old content keeps main, and the
+    working set (12 blocks in a 16-block pool) cycles through the window without a hit."""
+    old = [[i + 1] for i in range(16)] * 20
+    new = [[100 + i % 12] for i in range(12 * 200)]
+    rates = {}
+    for age in (0, 30):
+        p = type("Aged", (AdaptivePolicy,), {"DUEL_AGE": age})(16, cfg=DUEL)
+        cache = PolicyCache(p, 16)
+        replay(old + new[:12 * 100], cache)
+        hits, blocks = replay(new[12 * 100:], cache)
+        rates[age] = hits / blocks
+        p.check_invariants()
+    assert rates[0] < 0.1 and rates[30] > 0.9, rates
 
 
 def test_the_tuner_leaves_lru_on_a_loop_longer_than_the_pool():

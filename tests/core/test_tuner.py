@@ -33,6 +33,18 @@ def test_sketch_never_undercounts_and_halves():
     sk.check_invariants()
 
 
+@pytest.mark.parametrize("cap,max_period,period", [
+    (1000, 30000, 30000), (4000, 120000, 120000), (1000, 10**9, 1 << 18), (1000, 0, 1 << 18),
+    (10, 5, 5)])
+def test_a_capped_sketch_halves_by_the_cap_and_keeps_its_table(cap, max_period, period):
+    sk = FrequencySketch(cap, 20, max_period)
+    assert sk.period == period and len(sk.table) == 1 << 20
+    for i in range(period):
+        sk.add(crc32(key(i % 7)))
+    assert sk.halvings == 1
+    sk.check_invariants()
+
+
 def test_tuner_starts_as_lru_and_samples_a_fixed_fraction():
     t = BonusTuner(1 << 20, 4)
     assert t.bonus == 0.0 and t.GRID[0] == 0.0

@@ -35,6 +35,7 @@ from kvpool.core.eviction.admit_tuner import CLASSES, LRU, WIN, AdmitTuner, Cfg,
 from kvpool.core.eviction.base import PENDING, StampedQueuesPolicy
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.ghost import GhostTable
+from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import NO_MISS, ReleaseRuns
 from kvpool.errors import InvariantError
 
@@ -48,13 +49,26 @@ class AdaptivePolicy(StampedQueuesPolicy):
     name = "adaptive"
     K = CLASSES + 1
     TUNER: type[AdmitTuner] = AdmitTuner  # research variants (bench/) swap the grid or rules
+    # NOTE(age): the duel compares counts that halve at least every DUEL_AGE pool turnovers
+    # (W-TinyLFU resets its counts every 10). The classes' sketch keeps a long memory on
+    # small pools (NOTE(sizing) in sketch.py: 262 turnovers at 1000 blocks), and there a
+    # main filled by a bonus held content with old, high counts that won every duel until
+    # the next halving: code_edit@1 at 1000 blocks sat on the 1 % duel at 0.25-0.29 per
+    # segment for half the trace where the duel fixed from the start had 0.33-0.37
+    # (docs/benchmarks.md "The duel's memory"). Below that pool size (or 0: the research
+    # steps in bench/) a second, smaller sketch counts the same uses for the duel.
+    DUEL_AGE: int = 30
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
                  cfg: Cfg | None = None) -> None:
         super().__init__(capacity, sketch_min_bits)
         self._nw = 0  # blocks in the window
         self._ghost = self._new_ghost(self._scale)
-        self._tuner = self.TUNER(self._scale, self._sketch.estimate) if cfg is None else None
+        age = self.DUEL_AGE * self._scale
+        self._duel = (FrequencySketch(self._scale, sketch_min_bits, age)  # NOTE(age)
+                      if self.DUEL_AGE and self._sketch.period > age else self._sketch)
+        self._tuner = (self.TUNER(self._scale, self._sketch.estimate, self._duel.estimate)
+                       if cfg is None else None)
         self._sample = self._tuner.threshold if self._tuner is not None else 0
         self._runs = ReleaseRuns(self._tuner)  # NOTE(runs) in tuner.py: what it is fed
         self._set_cfg(LRU if cfg is None else cfg)
@@ -80,6 +94,8 @@ class AdaptivePolicy(StampedQueuesPolicy):
             k = q = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted it
         else:
             n = self._sketch.add(c)
+            if self._duel is not self._sketch:
+                self._duel.add(c)
             k = q = CLASS_OF_COUNT[n]
             if self.share < 1.0 and to_window(self.duel, k, self._ghost.take, c):
                 q = WIN
@@ -105,6 +121,12 @@ class AdaptivePolicy(StampedQueuesPolicy):
             self._set_cfg(self._tuner.bonus)
         if not depth and (runs.run or runs.miss != NO_MISS) and runs.head():
             self._set_cfg(self._tuner.bonus)
+
+    def on_hit(self, block_hash: bytes) -> None:
+        c = crc32(block_hash)
+        self._sketch.add(c)
+        if self._duel is not self._sketch:
+            self._duel.add(c)
 
     def remove(self, block_id: int) -> None:
         self._nw -= self._unlink(block_id) == WIN
@@ -158,7 +180,7 @@ class AdaptivePolicy(StampedQueuesPolicy):
         if v >= 0 and (not self._nw or self._nw < target):
             return self._pop(v)
         if v >= 0 and self.duel:  # the window's overflow duel; the tie keeps the incumbent
-            est, kk = self._sketch.estimate, self.K
+            est, kk = self._duel.estimate, self.K  # NOTE(age)
             cand = self._hash[self._next[WIN] - kk]
             if est(crc32(cand)) > est(crc32(self._hash[self._next[v] - kk])):
                 self._win_to_main()
@@ -178,4 +200,5 @@ class AdaptivePolicy(StampedQueuesPolicy):
             self._tuner.check_invariants()
         self._runs.check_invariants()
         self._sketch.check_invariants()
+        self._duel.check_invariants()
         self._ghost.check_invariants()

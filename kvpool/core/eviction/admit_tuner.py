@@ -50,14 +50,16 @@ class MiniAdmit:
     ``capacity`` crcs, none of them held.
 
     A crc-keyed miniature of AdaptivePolicy with configuration ``cfg``, sharing the policy's
-    sketch for the duel and for classes on the way to main; ``hits`` counts accesses found
+    sketches: ``freq`` for classes on the way to main, ``duel_freq`` (``freq`` if None) for
+    the duel (the policy's NOTE(age)); ``hits`` counts accesses found
     held since the tuner last read it. Only the ghost filter's miniature keeps a ghost (exact:
     a miniature holds at most 2048 crcs)."""
 
     __slots__ = ("capacity", "cfg", "bonus", "share", "duel", "qs", "where", "clock", "hits",
-                 "freq", "ghost")
+                 "freq", "duel_freq", "ghost")
 
-    def __init__(self, capacity: int, cfg: Cfg, freq: Callable[[int], int]) -> None:
+    def __init__(self, capacity: int, cfg: Cfg, freq: Callable[[int], int],
+                 duel_freq: Callable[[int], int] | None = None) -> None:
         self.capacity = capacity
         self.cfg = cfg
         b, self.share, self.duel = cfg
@@ -67,6 +69,7 @@ class MiniAdmit:
         self.clock = 0
         self.hits = 0
         self.freq = freq
+        self.duel_freq = freq if duel_freq is None else duel_freq
         self.ghost = ExactGhost(capacity)  # evicted crcs (the ghost filter's only)
 
     def access(self, c: int, k: int) -> bool:
@@ -126,7 +129,7 @@ class MiniAdmit:
             c = win.popitem(last=False)[0]
             if v >= 0 and self.duel:
                 vc = next(iter(self.qs[v]))
-                if self.freq(c) > self.freq(vc):
+                if self.duel_freq(c) > self.duel_freq(vc):
                     del self.qs[v][vc], self.where[vc]
                     self._to_main(c)
                     return
@@ -186,8 +189,10 @@ class AdmitTuner(BonusTuner):
     # "The long window"). 0 turns the guard off (the research steps in bench/).
     LONG = 0.004
 
-    def __init__(self, capacity: int, freq: Callable[[int], int]) -> None:
-        self._freq = freq  # the policy's sketch estimate, for the miniatures
+    def __init__(self, capacity: int, freq: Callable[[int], int],
+                 duel_freq: Callable[[int], int] | None = None) -> None:
+        self._freq = freq  # the policy's sketch estimates, for the miniatures
+        self._duel_freq = freq if duel_freq is None else duel_freq  # NOTE(age) in adaptive.py
         super().__init__(capacity, CLASSES)
         self._plain = [j for j, g in enumerate(self.GRID) if g[1] >= 1.0]  # no window
         self.bigs = 0  # candidates passed on size alone (a diagnostic)
@@ -195,7 +200,7 @@ class AdmitTuner(BonusTuner):
         self._long = [0.0] * len(self.GRID)  # EWMA of each miniature's hits per period
 
     def _miniatures(self, size: int, classes: int) -> list:
-        return [MiniAdmit(size, g, self._freq) for g in self.GRID]
+        return [MiniAdmit(size, g, self._freq, self._duel_freq) for g in self.GRID]
 
     def _step(self) -> bool:
         a, lg = self.LONG, self._long

@@ -21,16 +21,17 @@ _LEGAL = bytes(range(SATURATE + 1))
 
 class FrequencySketch:
     """Invariant: every counter <= SATURATE; ``0 < left <= period``; the table has ``2**bits``
-    counters and at most ``period`` = 1/4 of that many additions land between halvings.
+    counters and at most ``period`` <= 1/4 of that many additions land between halvings.
 
     A count-min sketch with two probes into one byte table and conservative update (only the
     probes at the minimum grow), halved in place every ``period`` additions so that old
     popularity fades. Between halvings an estimate never under-counts (up to SATURATE).
+    ``max_period`` > 0 caps the period.
     """
 
     __slots__ = ("table", "bits", "period", "left", "halvings", "_mask", "_shift")
 
-    def __init__(self, capacity: int, min_bits: int = 20) -> None:
+    def __init__(self, capacity: int, min_bits: int = 20, max_period: int = 0) -> None:
         if not 4 <= min_bits <= 30:
             raise ConfigError(f"sketch min_bits={min_bits} must be within 4..30")
         # NOTE(sizing): 8 counters per pool block, but at least 2**min_bits: reuse distances
@@ -38,7 +39,10 @@ class FrequencySketch:
         bits = min(30, max(min_bits, (8 * max(capacity, 1) - 1).bit_length()))
         self.table = bytearray(1 << bits)  # the counters (owned here; halved in place)
         self.bits = bits  # log2 of the table size
-        self.period = 1 << (bits - 2)  # additions between halvings: load <= 1/4
+        # additions between halvings: load <= 1/4; ``max_period`` > 0 shortens the memory
+        # (AdaptivePolicy's NOTE(age)) but keeps the table: a smaller one, loaded to 1/4,
+        # overcounted enough to break the duel's ties on a loop (docs/benchmarks.md)
+        self.period = min(1 << (bits - 2), max_period) if max_period > 0 else 1 << (bits - 2)
         self.left = self.period  # additions until the next halving
         self.halvings = 0  # how many times the table was halved
         self._mask = (1 << bits) - 1  # probe 1 = c & mask
