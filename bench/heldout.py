@@ -54,6 +54,11 @@ product):
               users back after minutes to days, a nightly glossary-prefixed translation job,
               JSON extraction over Zipf templates with retries (written after ``adaptive``
               was frozen (at 5cf3f89); bench/heldout_compaction_chat.py)
+    rl_rollout  one replica of an RL post-training fleet: GRPO groups of math, code and
+              multi-turn tool prompts coming back once an epoch, weights (part of every
+              block's key) updated every step, a periodic eval suite behind few-shot headers,
+              debug chats (written after ``adaptive`` was frozen (at fee0aae);
+              bench/heldout_rl_rollout.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -77,6 +82,7 @@ from bench.heldout_eval import batch_eval
 from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_ide import ide_tree
 from bench.heldout_rag import rerank_rag
+from bench.heldout_rl_rollout import rl_rollout
 from bench.heldout_rollout import prompt_rollout
 from bench.heldout_support import support_desk
 from bench.common import bench_parser, machine, write_json
@@ -302,7 +308,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "doc_window": doc_window, "doc_fanout": doc_fanout, "rerank_rag": rerank_rag,
           "prompt_rollout": prompt_rollout, "fewshot_lora": fewshot_lora,
           "ide_tree": ide_tree, "support_desk": support_desk,
-          "compaction_chat": compaction_chat}
+          "compaction_chat": compaction_chat, "rl_rollout": rl_rollout}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
