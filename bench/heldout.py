@@ -59,6 +59,10 @@ product):
               block's key) updated every step, a periodic eval suite behind few-shot headers,
               debug chats (written after ``adaptive`` was frozen (at fee0aae);
               bench/heldout_rl_rollout.py)
+    rl_rollout_kept  the same on an engine that keeps its cache across weight updates, so
+              prompts come back an epoch later and eval runs repeat (the helper who wrote
+              rl_rollout named the one-line change; added after rl_rollout's first run, in
+              which every policy tied LRU)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -82,7 +86,7 @@ from bench.heldout_eval import batch_eval
 from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_ide import ide_tree
 from bench.heldout_rag import rerank_rag
-from bench.heldout_rl_rollout import rl_rollout
+from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
 from bench.heldout_rollout import prompt_rollout
 from bench.heldout_support import support_desk
 from bench.common import bench_parser, machine, write_json
@@ -308,7 +312,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "doc_window": doc_window, "doc_fanout": doc_fanout, "rerank_rag": rerank_rag,
           "prompt_rollout": prompt_rollout, "fewshot_lora": fewshot_lora,
           "ide_tree": ide_tree, "support_desk": support_desk,
-          "compaction_chat": compaction_chat, "rl_rollout": rl_rollout}
+          "compaction_chat": compaction_chat, "rl_rollout": rl_rollout,
+          "rl_rollout_kept": rl_rollout_kept}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:

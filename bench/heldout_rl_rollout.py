@@ -206,9 +206,19 @@ def rl_rollout(seed: int, scale: float = 1.0) -> Trace:
     return generate(seed, scale).trace
 
 
-def generate(seed: int, scale: float = 1.0) -> Run:
-    """The trace of ``int(9000 * scale)`` requests and its metadata (see ``Run``)."""
+def rl_rollout_kept(seed: int, scale: float = 1.0) -> Trace:
+    """``rl_rollout`` on an engine that keeps its prefix cache across weight updates (stale KV
+    tolerated, as asynchronous off-policy rollouts do): the same requests, but a block's key
+    leaves the weights version out, so a prompt back an epoch later, the eval suite's next
+    run and a chat spanning an update reuse blocks computed under older weights."""
+    return generate(seed, scale, flush=False).trace
+
+
+def generate(seed: int, scale: float = 1.0, flush: bool = True) -> Run:
+    """The trace of ``int(9000 * scale)`` requests and its metadata (see ``Run``); ``flush``
+    False: block keys leave the weights version out (``rl_rollout_kept``)."""
     s = _State(random.Random(seed), int(9000 * scale), scale)
+    s.flush = flush
     while len(s.out) < s.size:
         s.now, _, name, payload = heapq.heappop(s.events)
         getattr(s, "_on_" + name)(payload)
@@ -262,6 +272,7 @@ class _State(TraceState):
         self.events: list[tuple[float, int, str, object]] = []
         self.seq = itertools.count()
         self.now, self.version, self.finish = 0.0, 0, 0.0
+        self.flush = True  # the weights version is part of every block's key
         self.steps: list[Step] = []
         self.plan: list[list[int]] = []  # this epoch's steps' prompts
         self.open = 0  # rollout samples and eval requests of this version still to send
@@ -280,7 +291,7 @@ class _State(TraceState):
 
     def _send(self, kind: str, key: int, sample: int, turn: int, segs: list[Segment]) -> None:
         """Append a request under the current weights version, and its metadata."""
-        self.out.append(self.blocks.ids(self.version, segs))
+        self.out.append(self.blocks.ids(self.version if self.flush else 0, segs))
         self.meta.append((kind, key, sample, turn, self.version, segs))
         self.times.append(self.now)
 

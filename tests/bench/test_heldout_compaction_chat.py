@@ -3,7 +3,6 @@ docstring names (bench.heldout replays it as one of SHAPES)."""
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections import Counter, defaultdict
 
@@ -13,6 +12,7 @@ from bench.heldout import SHAPES
 from bench.heldout_compaction_chat import DAYS, compaction_chat, generate
 from bench.heldout_fewshot import BLOCK
 from tests.bench.shape_sizes import check_size
+from tests.bench.trace_parts import common, shared_tokens, tokens
 
 KINDS = {"turn", "compact", "chunk", "extract", "retry"}
 
@@ -20,24 +20,6 @@ KINDS = {"turn", "compact", "chunk", "extract", "retry"}
 @pytest.fixture(scope="module")
 def run():
     return generate(1, 0.3)
-
-
-def _common(a, b):
-    return len(os.path.commonprefix([a, b]))
-
-
-def _tokens(segments):
-    return sum(t for _, t in segments)
-
-
-def _shared_tokens(a, b):
-    """Tokens of the segments that ``a`` and ``b`` both start with."""
-    out = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        out += x[1]
-    return out
 
 
 def _day(run, n):
@@ -84,11 +66,11 @@ def test_registered_deterministic_and_seeded():
 def test_block_ids_are_the_full_blocks_of_the_shared_segments(run):
     last = {}
     for i, m in enumerate(run.meta):
-        assert len(run.trace[i]) == _tokens(m[3]) // BLOCK
+        assert len(run.trace[i]) == tokens(m[3]) // BLOCK
         group = ("turn" if m[0] == "compact" else m[0], m[1])  # conversation, job, template
         for j in (i - 1, last.get(group, i - 1)):
-            shared = _shared_tokens(run.meta[j][3], m[3]) // BLOCK
-            assert _common(run.trace[j], run.trace[i]) == shared
+            shared = shared_tokens(run.meta[j][3], m[3]) // BLOCK
+            assert common(run.trace[j], run.trace[i]) == shared
             assert len(set(run.trace[j]) & set(run.trace[i])) == shared
         last[group] = i
 
@@ -122,7 +104,7 @@ def test_a_compaction_sends_the_whole_conversation_past_the_threshold(run):
         if m[0] != "compact":
             continue
         app = run.apps[run.owners[m[1]][1]]
-        assert m[3][-1] == app.compact and _tokens(m[3][:-1]) > app.limit
+        assert m[3][-1] == app.compact and tokens(m[3][:-1]) > app.limit
         idx = sends[m[1]]
         prev = idx[idx.index(c) - 1]
         assert run.meta[prev][0] == "turn"
@@ -144,11 +126,11 @@ def test_after_a_compaction_a_turn_shares_only_the_system_prompt_and_summary(run
         system = _system(run, t)
         summary = run.meta[t][3][len(system)]
         assert first[summary] == t  # the model's summary: new content
-        k = _tokens(system) // BLOCK
+        k = tokens(system) // BLOCK
         earlier = set().union(*(run.trace[i] for i in sends[m[1]] if i < t))
         assert set(run.trace[t]) & earlier <= set(run.trace[t][:k])
         if _day(run, t) == _day(run, c):
-            assert _common(run.trace[t], run.trace[c]) == k
+            assert common(run.trace[t], run.trace[c]) == k
         idx = sends[m[1]]
         for j in idx[idx.index(t) + 1:]:  # later turns build on the summary
             if run.meta[j][0] == "compact":
@@ -163,12 +145,12 @@ def test_a_dated_prompt_is_new_content_from_the_date_on_each_day(run):
         for i, j in zip(idx, idx[1:]):
             if _day(run, i) == _day(run, j):
                 continue
-            common = _common(run.trace[i], run.trace[j])
+            shared = common(run.trace[i], run.trace[j])
             if app.dated:  # only the head's full blocks
-                assert common == app.head[1] // BLOCK
+                assert shared == app.head[1] // BLOCK
                 crossed += 1
             else:  # the whole system prompt, at least
-                assert common >= _tokens(_system(run, j)) // BLOCK
+                assert shared >= tokens(_system(run, j)) // BLOCK
     assert crossed > 10
     for i, m in enumerate(run.meta):
         dates = {s for s in m[3] if s in run.dates}
@@ -191,9 +173,9 @@ def test_translation_chunks_share_the_glossary_prefix_and_carry_the_previous_tra
             assert segs[:2] == [lang.instruction, lang.glossary(i)] and segs[-1] == job.chunks[k]
             if k:  # the previous chunk's translation: model output, only in this request
                 assert len(segs) == 4 and first[segs[2]] == i and uses[segs[2]] == 1
-                prefix = _tokens(segs[:2]) // BLOCK
+                prefix = tokens(segs[:2]) // BLOCK
                 same = lang.glossary(i) == lang.glossary(idx[k - 1])
-                assert _common(run.trace[i], run.trace[idx[k - 1]]) == (
+                assert common(run.trace[i], run.trace[idx[k - 1]]) == (
                     prefix if same else lang.instruction[1] // BLOCK)
             else:
                 assert len(segs) == 3
@@ -230,7 +212,7 @@ def test_a_glossary_revision_makes_later_chunks_share_only_the_instruction():
                     sides[run.jobs[j].language][i >= start].append(i)
         for language, (before, after) in sides.items():
             k = run.languages[language].instruction[1] // BLOCK
-            assert all(_common(run.trace[i], run.trace[j]) == k for i in before for j in after)
+            assert all(common(run.trace[i], run.trace[j]) == k for i in before for j in after)
             checked += bool(before and after)
     assert checked >= 2
 
@@ -249,8 +231,8 @@ def test_extractions_share_their_templates_schema_and_forms_are_unique(run):
     assert any(t.birth for t in run.templates if counts[run.templates.index(t)])
     for i, j in [(i, j) for idx in _groups(run, ("extract",)).values()
                  for i, j in zip(idx, idx[1:])][:500]:
-        k = _tokens(run.meta[i][3][:2]) // BLOCK
-        assert _common(run.trace[i], run.trace[j]) == k
+        k = tokens(run.meta[i][3][:2]) // BLOCK
+        assert common(run.trace[i], run.trace[j]) == k
 
 
 def test_batches_send_forms_of_one_template(run):

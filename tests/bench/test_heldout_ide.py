@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter, defaultdict
 
 import pytest
@@ -12,24 +11,12 @@ from bench.heldout import SHAPES
 from bench.heldout_fewshot import BLOCK
 from bench.heldout_ide import CODE, CONTEXT_HEAD, generate, ide_tree
 from tests.bench.shape_sizes import check_size
+from tests.bench.trace_parts import by_kind, common
 
 
 @pytest.fixture(scope="module")
 def run():
     return generate(1, 0.3)
-
-
-def _common(a, b):
-    return len(os.path.commonprefix([a, b]))
-
-
-def _by(run, kind, key):
-    """key(meta) -> the indices of the requests of that kind, in order."""
-    out = defaultdict(list)
-    for i, m in enumerate(run.meta):
-        if m[0] == kind:
-            out[key(m)].append(i)
-    return out
 
 
 def _first_context(m):
@@ -51,14 +38,14 @@ def test_registered_deterministic_and_seeded():
 
 def test_a_burst_extends_its_previous_request_or_shares_it_up_to_a_deletion(run):
     forward = deleted = 0
-    for idx in _by(run, "ide", lambda m: m[2]).values():
+    for idx in by_kind(run, "ide", lambda m: m[2]).values():
         for i, j in zip(idx, idx[1:]):
             a, b = run.meta[i][4], run.meta[j][4]
             assert run.meta[i][1] == run.meta[j][1] and (a.repo, a.file) == (b.repo, b.file)
             assert [f for f, _ in a.contexts] == [f for f, _ in b.contexts]
             if a.contexts != b.contexts:
                 continue  # a teammate saved a context file in between
-            c = _common(run.trace[i], run.trace[j])
+            c = common(run.trace[i], run.trace[j])
             assert c == (run.meta[j][3] + b.keep) // BLOCK and b.keep <= a.cursor
             assert not set(run.trace[j][c:]) & set(run.trace[i])  # new content from there
             if b.keep == a.cursor:
@@ -76,7 +63,7 @@ def test_a_saved_edit_changes_a_files_ids_from_the_edit_on_only(run):
         pre = run.repos[r].preamble
         a, b = run.blocks.ids(CODE, [pre, *old]), run.blocks.ids(CODE, [pre, *new])
         c = (pre[1] + edit) // BLOCK
-        assert _common(a, b) == min(c, len(a))
+        assert common(a, b) == min(c, len(a))
         assert not set(a[c:]) & set(b[c:])
     assert len(run.saves) > 150
     assert sum(e < 0.5 * sum(t for _, t in old) for *_, old, _, e in run.saves) > 30
@@ -126,14 +113,14 @@ def test_a_context_file_changes_from_the_edit_on_after_a_save(run):
     edits = defaultdict(list)  # (repo, file) -> the edit point of each save, in order
     for _, r, f, _, _, e in run.saves:
         edits[r, f].append(e)
-    firsts = _by(run, "ide", lambda m: (m[4].repo, *(m[4].contexts or ((-1, -1),))[0]))
+    firsts = by_kind(run, "ide", lambda m: (m[4].repo, *(m[4].contexts or ((-1, -1),))[0]))
     checked = others = 0
     for (r, f, v), idx in firsts.items():
         if (r, f, v + 1) not in firsts:
             continue
         i, j = idx[-1], firsts[r, f, v + 1][0]
         start = _first_context(run.meta[i])[0]
-        c = _common(run.trace[i], run.trace[j])
+        c = common(run.trace[i], run.trace[j])
         if edits[r, f][v] < CONTEXT_HEAD - BLOCK:
             assert c == (start + edits[r, f][v]) // BLOCK
         else:  # the part of the file that is sent did not change
@@ -145,7 +132,7 @@ def test_a_context_file_changes_from_the_edit_on_after_a_save(run):
 
 def test_teammates_share_the_repositorys_context_blocks_in_orders_of_their_own(run):
     shared = set()
-    for (r, f, v), idx in _by(run, "ide", lambda m: (m[4].repo, *(
+    for (r, f, v), idx in by_kind(run, "ide", lambda m: (m[4].repo, *(
             m[4].contexts or ((-1, -1),))[0])).items():
         if f < 0:
             continue
@@ -168,7 +155,7 @@ def test_teammates_share_the_repositorys_context_blocks_in_orders_of_their_own(r
         if m[0] == "ide":
             preamble.setdefault(m[4].repo, (r, m[4].ends[0] // BLOCK))
     for a, (ra, pa) in preamble.items():  # another repository: the preamble at most
-        assert all(_common(ra, rb) <= pa for b, (rb, _) in preamble.items() if a != b)
+        assert all(common(ra, rb) <= pa for b, (rb, _) in preamble.items() if a != b)
 
 
 def test_tree_branches_share_their_parent_and_pruned_branches_never_return(run):
@@ -177,7 +164,7 @@ def test_tree_branches_share_their_parent_and_pruned_branches_never_return(run):
         for h in r:
             last[h] = i
     pruned = kept = 0
-    searches = _by(run, "tree", lambda m: m[1])
+    searches = by_kind(run, "tree", lambda m: m[1])
     for idx in searches.values():  # levels in order: no pruned branch is taken up later
         levels = [len(run.meta[i][2]) - (run.meta[i][4] == "score") for i in idx]
         assert levels == sorted(levels)
@@ -190,7 +177,7 @@ def test_tree_branches_share_their_parent_and_pruned_branches_never_return(run):
             assert p < i and run.trace[i][:head] == run.trace[p][:head]
             sibling = scores.get(path[:-1] + ((path[-1] + 1),))
             if sibling:
-                assert _common(run.trace[i], run.trace[sibling]) == head
+                assert common(run.trace[i], run.trace[sibling]) == head
             if path in node or path in answer:
                 kept += 1
                 k = run.meta[i][3] // BLOCK
@@ -213,7 +200,7 @@ def test_tree_branches_share_their_parent_and_pruned_branches_never_return(run):
 
 
 def test_a_chat_turn_resends_the_previous_request_of_its_conversation(run):
-    convs = _by(run, "chat", lambda m: m[1])
+    convs = by_kind(run, "chat", lambda m: m[1])
     for idx in convs.values():
         assert [run.meta[i][2] for i in idx] == list(range(len(idx)))
         for i, j in zip(idx, idx[1:]):
@@ -225,14 +212,14 @@ def test_a_chat_turn_resends_the_previous_request_of_its_conversation(run):
 
 
 def test_bursts_are_rapid_and_teams_type_in_working_hours_only(run):
-    bursts = _by(run, "ide", lambda m: m[2])
+    bursts = by_kind(run, "ide", lambda m: m[2])
     for idx in bursts.values():
         t = [run.times[i] for i in idx]
         assert all(1 <= b - a <= 10 for a, b in zip(t, t[1:]))  # debounced typing
         team = run.devs[run.meta[idx[0]][1]].team
         assert any(a <= t[0] < b for a, b in run.windows[team])  # starts at work
     pauses = []
-    for idx in _by(run, "ide", lambda m: m[1]).values():
+    for idx in by_kind(run, "ide", lambda m: m[1]).values():
         pauses += [run.times[j] - run.times[i] for i, j in zip(idx, idx[1:])
                    if run.meta[i][2] != run.meta[j][2]]
     assert sorted(pauses)[len(pauses) // 2] > 100  # a pause is much longer than a gap

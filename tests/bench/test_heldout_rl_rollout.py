@@ -3,7 +3,6 @@ names (bench.heldout replays it as one of SHAPES)."""
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections import Counter, defaultdict
 
@@ -12,40 +11,14 @@ import pytest
 from bench.heldout import SHAPES
 from bench.heldout_fewshot import BLOCK
 from bench.heldout_rl_rollout import (BENCHES, EPOCH, EVAL_EVERY, KINDS, MAX_CONTEXT,
-                                      generate, rl_rollout)
+                                      generate, rl_rollout, rl_rollout_kept)
 from tests.bench.shape_sizes import check_size
+from tests.bench.trace_parts import by_kind, common, shared_tokens, tokens
 
 
 @pytest.fixture(scope="module")
 def run():
     return generate(1, 0.25)
-
-
-def _common(a, b):
-    return len(os.path.commonprefix([a, b]))
-
-
-def _tokens(segments):
-    return sum(t for _, t in segments)
-
-
-def _shared_tokens(a, b):
-    """Tokens of the segments that ``a`` and ``b`` both start with."""
-    out = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        out += x[1]
-    return out
-
-
-def _groups(run, kind, key):
-    """key(meta) -> the indices of the requests of ``kind``, in order."""
-    out = defaultdict(list)
-    for i, m in enumerate(run.meta):
-        if m[0] == kind:
-            out[key(m)].append(i)
-    return out
 
 
 def _kind(run, prompt):
@@ -72,11 +45,11 @@ def test_registered_deterministic_and_seeded():
 def test_block_ids_are_the_full_blocks_of_the_segments_under_one_version(run):
     last = {}
     for i, m in enumerate(run.meta):
-        assert len(run.trace[i]) == _tokens(m[5]) // BLOCK
+        assert len(run.trace[i]) == tokens(m[5]) // BLOCK
         for j in {i - 1, last.get(m[:2], i - 1)} - {-1}:
             if run.meta[j][4] == m[4]:
-                shared = _shared_tokens(run.meta[j][5], m[5]) // BLOCK
-                assert _common(run.trace[j], run.trace[i]) == shared
+                shared = shared_tokens(run.meta[j][5], m[5]) // BLOCK
+                assert common(run.trace[j], run.trace[i]) == shared
             else:
                 assert not set(run.trace[j]) & set(run.trace[i])
         last[m[:2]] = i
@@ -104,7 +77,7 @@ def test_weights_change_every_step_in_time_order(run):
 
 
 def test_a_group_is_g_identical_first_turns_in_a_row(run):
-    groups = _groups(run, "rollout", lambda m: (m[4], m[1]))
+    groups = by_kind(run, "rollout", lambda m: (m[4], m[1]))
     for (v, p), idx in groups.items():
         assert p in run.steps[v].prompts
         if v == len(run.steps) - 1:
@@ -145,7 +118,7 @@ def test_each_prompt_comes_back_once_an_epoch(run):
 
 
 def test_a_tool_episode_resends_its_history_and_samples_diverge(run):
-    episodes = _groups(run, "rollout", lambda m: (m[4], m[1], m[2]))
+    episodes = by_kind(run, "rollout", lambda m: (m[4], m[1], m[2]))
     long_ones = 0
     for (v, p, g), idx in episodes.items():
         kind = _kind(run, p)
@@ -157,24 +130,24 @@ def test_a_tool_episode_resends_its_history_and_samples_diverge(run):
             a, b = run.meta[i][5], run.meta[j][5]
             assert b[:len(a)] == a and len(b) == len(a) + 2  # the output, the tool result
             assert run.trace[j][:len(run.trace[i])] == run.trace[i]
-            assert _tokens(b) <= MAX_CONTEXT
+            assert tokens(b) <= MAX_CONTEXT
         long_ones += len(idx) >= 5
     assert long_ones > 20
-    second = _groups(run, "rollout", lambda m: (m[4], m[1]) if m[3] == 1 else None)
+    second = by_kind(run, "rollout", lambda m: (m[4], m[1]) if m[3] == 1 else None)
     second.pop(None, None)
     pairs = 0
     for (v, p), idx in second.items():
         prompt = run.prompts[p]
-        k = _tokens([prompt.template, prompt.problem]) // BLOCK
+        k = tokens([prompt.template, prompt.problem]) // BLOCK
         for i, j in zip(idx, idx[1:]):  # two samples' second turns: only the first is shared
             assert run.meta[i][2] != run.meta[j][2]
-            assert _common(run.trace[i], run.trace[j]) == k
+            assert common(run.trace[i], run.trace[j]) == k
             pairs += 1
     assert pairs > 50
 
 
 def test_eval_runs_resend_the_same_suite_under_each_new_version(run):
-    runs = _groups(run, "eval", lambda m: m[4])
+    runs = by_kind(run, "eval", lambda m: m[4])
     order = [(i, k) for i, item in enumerate(run.suite)
              for k in range(BENCHES[item.bench].samples)]
     complete = [v for v in runs if v + 1 < len(run.steps)]
@@ -195,18 +168,18 @@ def test_eval_runs_resend_the_same_suite_under_each_new_version(run):
 
 
 def test_eval_items_share_their_benchmarks_few_shot_header(run):
-    idx = _groups(run, "eval", lambda m: m[4])[0]
+    idx = by_kind(run, "eval", lambda m: m[4])[0]
     shared = 0
     for i, j in zip(idx, idx[1:]):
         x, y = run.suite[run.meta[i][1]], run.suite[run.meta[j][1]]
         if x != y and x.header == y.header:
-            assert _common(run.trace[i], run.trace[j]) == x.header[1] // BLOCK
+            assert common(run.trace[i], run.trace[j]) == x.header[1] // BLOCK
             shared += 1
     assert shared >= 2
 
 
 def test_a_debug_chat_resends_its_history_within_a_version(run):
-    chats = _groups(run, "chat", lambda m: m[1])
+    chats = by_kind(run, "chat", lambda m: m[1])
     templates = {t for ts in run.templates for t in ts}
     crossed = 0
     for c, idx in chats.items():
@@ -239,3 +212,27 @@ def test_requests_mix_as_documented():
 
 def test_size_at_scale_one_and_scaled_down():
     check_size(rl_rollout, (400_000, 600_000), (82_000, 112_000), (0.16, 0.23), 0.35)
+
+
+def test_the_kept_variant_reuses_blocks_across_weight_updates(run):
+    """rl_rollout_kept: the same requests with the weights version out of the key, so a
+    request's ids are those of the same segments under any version, and the eval suite's
+    runs and a prompt's epochs share their blocks."""
+    assert SHAPES["rl_rollout_kept"] is rl_rollout_kept
+    kept = generate(1, 0.25, flush=False)
+    assert kept.meta == run.meta and [len(r) for r in kept.trace] == [len(r) for r in run.trace]
+    first = {}
+    for i, m in enumerate(kept.meta):
+        key = tuple(m[5])
+        assert first.setdefault(key, kept.trace[i]) == kept.trace[i]
+    runs = by_kind(kept, "eval", lambda m: m[4])
+    a, b = (runs[v] for v in sorted(runs)[:2])
+    assert [kept.trace[i] for i in a] == [kept.trace[i] for i in b]
+    firsts = [i for i, m in enumerate(kept.meta) if m[0] == "rollout" and m[2] == m[3] == 0]
+    by_prompt = by_kind(kept, "rollout", lambda m: m[1])
+    back = [p for p, idx in by_prompt.items() if len({kept.meta[i][4] for i in idx}) > 1]
+    assert back and firsts
+    for p in back:
+        idx = [i for i in by_prompt[p] if kept.meta[i][3] == 0]
+        assert len({tuple(kept.trace[i]) for i in idx}) == 1
+    assert rl_rollout_kept(1, 0.05) == generate(1, 0.05, flush=False).trace
