@@ -8,11 +8,10 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from bench.heldout import SHAPES
 from bench.heldout_compaction_chat import DAYS, compaction_chat, generate
 from bench.heldout_fewshot import BLOCK
 from tests.bench.shape_sizes import check_size
-from tests.bench.trace_parts import common, shared_tokens, tokens
+from tests.bench.trace_parts import common, registered_small_runs, shared_tokens, tokens
 
 KINDS = {"turn", "compact", "chunk", "extract", "retry"}
 
@@ -53,12 +52,7 @@ def _first_use(run):
 
 
 def test_registered_deterministic_and_seeded():
-    assert SHAPES["compaction_chat"] is compaction_chat
-    assert compaction_chat(1, 0.05) == compaction_chat(1, 0.05) != compaction_chat(2, 0.05)
-    assert generate(3, 0.05).trace == compaction_chat(3, 0.05)
-    for seed in (1, 2, 3, 4):  # tiny scales still have every part
-        small = generate(seed, 0.05)
-        assert len(small.trace) == 450 and all(small.trace)
+    for small in registered_small_runs("compaction_chat", compaction_chat, generate):
         assert {m[0] for m in small.meta} == KINDS and len(small.nights) == DAYS
         assert any(m[0] == "extract" and m[2] >= 0 for m in small.meta)  # a batch
 

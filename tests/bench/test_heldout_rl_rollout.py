@@ -13,7 +13,8 @@ from bench.heldout_fewshot import BLOCK
 from bench.heldout_rl_rollout import (BENCHES, EPOCH, EVAL_EVERY, KINDS, MAX_CONTEXT,
                                       generate, rl_rollout, rl_rollout_kept)
 from tests.bench.shape_sizes import check_size
-from tests.bench.trace_parts import by_kind, common, shared_tokens, tokens
+from tests.bench.trace_parts import (by_kind, common, registered_small_runs, shared_tokens,
+                                     tokens)
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +32,7 @@ def _complete_steps(run):
 
 
 def test_registered_deterministic_and_seeded():
-    assert SHAPES["rl_rollout"] is rl_rollout
-    assert rl_rollout(1, 0.05) == rl_rollout(1, 0.05) != rl_rollout(2, 0.05)
-    assert generate(3, 0.05).trace == rl_rollout(3, 0.05)
-    for seed in (1, 2, 3, 4):  # tiny scales still have every part
-        small = generate(seed, 0.05)
-        assert len(small.trace) == 450 and all(small.trace)
+    for small in registered_small_runs("rl_rollout", rl_rollout, generate):  # every part
         assert {m[0] for m in small.meta} == {"rollout", "eval", "chat"}
         assert {_kind(small, m[1]).name for m in small.meta if m[0] == "rollout"} == {
             k.name for k in KINDS}

@@ -8,6 +8,8 @@ import os
 from collections import defaultdict
 from collections.abc import Callable
 
+from bench.heldout import SHAPES
+
 
 def common(a: list[int], b: list[int]) -> int:
     """How many leading block ids ``a`` and ``b`` share."""
@@ -36,3 +38,15 @@ def by_kind(run, kind: str, key: Callable[[tuple], object]) -> dict[object, list
         if m[0] == kind:
             out[key(m)].append(i)
     return out
+
+
+def registered_small_runs(name: str, gen: Callable, generate: Callable) -> list:
+    """Check that shape ``name`` is registered as ``gen``, deterministic per seed, different
+    across seeds and ``generate(...).trace``; the 450-request runs of seeds 1..4 (scale 0.05),
+    every request non-empty, for the caller to check that each still has every part."""
+    assert SHAPES[name] is gen
+    assert gen(1, 0.05) == gen(1, 0.05) != gen(2, 0.05)
+    assert generate(3, 0.05).trace == gen(3, 0.05)
+    runs = [generate(seed, 0.05) for seed in (1, 2, 3, 4)]
+    assert all(len(r.trace) == 450 and all(r.trace) for r in runs)
+    return runs
