@@ -55,8 +55,9 @@ class AdaptivePolicy(StampedQueuesPolicy):
     # main filled by a bonus held content with old, high counts that won every duel until
     # the next halving: code_edit@1 at 1000 blocks sat on the 1 % duel at 0.25-0.29 per
     # segment for half the trace where the duel fixed from the start had 0.33-0.37
-    # (docs/benchmarks.md "The duel's memory"). Below that pool size (or 0: the research
-    # steps in bench/) a second, smaller sketch counts the same uses for the duel.
+    # (docs/benchmarks.md "The duel's memory"). Where the classes' sketch halves less often
+    # (pools below ~8700 blocks; 0: the research steps in bench/), a second sketch of the
+    # same table size and a shorter period counts the same uses for the duel.
     DUEL_AGE: int = 30
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
@@ -67,6 +68,8 @@ class AdaptivePolicy(StampedQueuesPolicy):
         age = self.DUEL_AGE * self._scale
         self._duel = (FrequencySketch(self._scale, sketch_min_bits, age)  # NOTE(age)
                       if self.DUEL_AGE and self._sketch.period > age else self._sketch)
+        # one use counted in every sketch there is; returns the classes' count
+        self._count = self._sketch.add if self._duel is self._sketch else self._count_both
         self._tuner = (self.TUNER(self._scale, self._sketch.estimate, self._duel.estimate)
                        if cfg is None else None)
         self._sample = self._tuner.threshold if self._tuner is not None else 0
@@ -93,9 +96,7 @@ class AdaptivePolicy(StampedQueuesPolicy):
         if w == PENDING and self._hash[block_id] == block_hash:
             k = q = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted it
         else:
-            n = self._sketch.add(c)
-            if self._duel is not self._sketch:
-                self._duel.add(c)
+            n = self._count(c)
             k = q = CLASS_OF_COUNT[n]
             if self.share < 1.0 and to_window(self.duel, k, self._ghost.take, c):
                 q = WIN
@@ -122,11 +123,13 @@ class AdaptivePolicy(StampedQueuesPolicy):
         if not depth and (runs.run or runs.miss != NO_MISS) and runs.head():
             self._set_cfg(self._tuner.bonus)
 
+    def _count_both(self, c: int) -> int:
+        """NOTE(age): a use counted in the duel's sketch too; the classes' count."""
+        self._duel.add(c)
+        return self._sketch.add(c)
+
     def on_hit(self, block_hash: bytes) -> None:
-        c = crc32(block_hash)
-        self._sketch.add(c)
-        if self._duel is not self._sketch:
-            self._duel.add(c)
+        self._count(crc32(block_hash))
 
     def remove(self, block_id: int) -> None:
         self._nw -= self._unlink(block_id) == WIN
@@ -200,5 +203,6 @@ class AdaptivePolicy(StampedQueuesPolicy):
             self._tuner.check_invariants()
         self._runs.check_invariants()
         self._sketch.check_invariants()
-        self._duel.check_invariants()
+        if self._duel is not self._sketch:
+            self._duel.check_invariants()
         self._ghost.check_invariants()

@@ -158,4 +158,3 @@ class ExactGhost:
     def check_invariants(self) -> None:
         if len(self.ghost) > self.capacity:
             raise InvariantError("ghost over capacity")
-
