@@ -114,6 +114,19 @@ def test_the_duel_forgets_content_unused_for_many_turnovers():
     assert rates[0] < 0.1 and rates[30] > 0.9, rates
 
 
+def test_a_fresh_pool_under_the_duel_admits_past_its_window():
+    """NOTE(admit): while a fresh pool fills, the window keeps its share and main takes the
+    rest. Before, the window held every block and drained two per eviction, so the duel held
+    fixed on a loop over 1.5 pools hit 0.44 where keeping a pool's worth of it gets 0.55."""
+    p = AdaptivePolicy(200, cfg=(0.0, 0.05, True))
+    fill(p, range(200))
+    assert len(p.queue(WIN)) <= 0.05 * 200 + 1
+    p.check_invariants()
+    loop = [[i + 1] for _ in range(6) for i in range(300)]
+    hits, blocks = simulate(loop, AdaptivePolicy(200, cfg=(0.0, 0.01, True)), 200)
+    assert hits / blocks > 0.5
+
+
 def test_the_tuner_leaves_lru_on_a_loop_longer_than_the_pool():
     """A loop over 1.5 pools: LRU and classlru hit nothing; W-TinyLFU's duel keeps most of
     a pool's worth of the loop (the optimum is 2/3)."""
