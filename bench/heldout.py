@@ -63,6 +63,10 @@ product):
               prompts come back an epoch later and eval runs repeat (the helper who wrote
               rl_rollout named the one-line change; added after rl_rollout's first run, in
               which every policy tied LRU)
+    vision_mix  a vision-language model shared by an image chat assistant (viral images
+              recur across users), a catalog service (skewed, drifting, nightly re-index),
+              sliding video windows and multi-page OCR (written after ``adaptive`` was frozen
+              (at 50c6f47); bench/heldout_vision.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -89,6 +93,7 @@ from bench.heldout_rag import rerank_rag
 from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
 from bench.heldout_rollout import prompt_rollout
 from bench.heldout_support import support_desk
+from bench.heldout_vision import vision_mix
 from bench.common import bench_parser, machine, write_json
 from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy
@@ -313,7 +318,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "prompt_rollout": prompt_rollout, "fewshot_lora": fewshot_lora,
           "ide_tree": ide_tree, "support_desk": support_desk,
           "compaction_chat": compaction_chat, "rl_rollout": rl_rollout,
-          "rl_rollout_kept": rl_rollout_kept}
+          "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
