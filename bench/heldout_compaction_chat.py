@@ -62,7 +62,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment, TraceState
+from bench.heldout_fewshot import Segment, TraceState, clipped_length
 
 Trace = list[list[int]]
 Meta = tuple[str, int, int, list[Segment]]  # (kind, key, detail, segments)
@@ -180,10 +180,6 @@ def generate(seed: int, scale: float = 1.0) -> Run:
                s.preamble, s.owners, sorted(s.nights), s.rpm)
 
 
-def _tokens(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
-    """A length in tokens: lognormal around ``median``, clipped to lo..hi."""
-    return max(lo, min(hi, round(rng.lognormvariate(math.log(median), sigma))))
-
 
 def _session(rng: random.Random) -> int:
     """Turns in a session: 1 (60 %), 2..4 (28 %) or 5..15 (12 %)."""
@@ -194,14 +190,14 @@ def _session(rng: random.Random) -> int:
 def _language(rng: random.Random, new) -> Language:
     """A language: instruction, ratio and its first glossary (from the start)."""
     return Language(new(rng.randint(150, 500)), rng.uniform(1.05, 1.4),
-                    [(0, new(_tokens(rng, 700, 0.5, 300, 4000)))])
+                    [(0, new(clipped_length(rng, 700, 0.5, 300, 4000)))])
 
 
 def _templates(rng: random.Random, new, size: int) -> list[Template]:
     """TEMPLATES schema prompts, Zipf(1.1) over a random ranking, 20 % born mid-trace."""
     ranks = list(range(TEMPLATES))
     rng.shuffle(ranks)
-    return [Template(new(_tokens(rng, 500, 0.6, 150, 3000)), 1 / (r + 1) ** 1.1,
+    return [Template(new(clipped_length(rng, 500, 0.6, 150, 3000)), 1 / (r + 1) ** 1.1,
                      int(rng.uniform(0.05, 0.9) * size) if rng.random() < 0.2 else 0)
             for r in ranks]
 
@@ -213,12 +209,12 @@ class _State(TraceState):
         super().__init__(rng, size)
         new = self.new
         self.rpm = size / (DAYS * 24 * 60)
-        self.apps = [App(new(rng.randint(20, 60)), new(_tokens(rng, 300, 0.6, 150, 2000)),
+        self.apps = [App(new(rng.randint(20, 60)), new(clipped_length(rng, 300, 0.6, 150, 2000)),
                          new(rng.randint(150, 400)), APP_LIMIT[a], DATED[a]) for a in range(3)]
         self.dates = [new(12) for _ in range(DAYS)]
         users = max(20, int(USERS * scale))
-        self.custom = [new(_tokens(rng, 150, 0.8, 20, 1500)) if rng.random() < CUSTOM else None
-                       for _ in range(users)]
+        self.custom = [new(clipped_length(rng, 150, 0.8, 20, 1500))
+                       if rng.random() < CUSTOM else None for _ in range(users)]
         self.activity = list(itertools.accumulate(rng.paretovariate(1.2) for _ in range(users)))
         self.convs: dict[int, Conversation] = {}
         self.owners: dict[int, tuple[int, int]] = {}
@@ -227,7 +223,7 @@ class _State(TraceState):
         self.languages = [_language(rng, new) for _ in range(LANGUAGES)]
         for lang in rng.sample(self.languages, rng.randint(1, 2)):
             noon = int((rng.randrange(DAYS - 1) + 0.5) / DAYS * size)
-            lang.glossaries.append((noon, new(_tokens(rng, 700, 0.5, 300, 4000))))
+            lang.glossaries.append((noon, new(clipped_length(rng, 700, 0.5, 300, 4000))))
         self.nights = {int((d + 1 / 24) / DAYS * size) for d in range(DAYS)}
         self.jobs: list[Job] = []
         self.queue: deque[int] = deque()
@@ -277,7 +273,7 @@ class _State(TraceState):
         rng, budget = self.rng, JOB_BUDGET * self.size / DAYS
         planned = 0
         while planned < budget:
-            tokens = _tokens(rng, 6000, 0.9, 1000, 40000)
+            tokens = clipped_length(rng, 6000, 0.9, 1000, 40000)
             count = min(math.ceil(tokens / CHUNK), max(3, int(budget)))
             sizes = [CHUNK] * (count - 1) + [tokens - CHUNK * (count - 1)]
             chunks = [self.new(min(CHUNK, max(100, t))) for t in sizes]
@@ -320,7 +316,7 @@ class _State(TraceState):
             if rng.random() < BATCH:
                 batch = n
                 self.batches.append([t, rng.randint(5, 50) - 1, n])
-        form = self.new(_tokens(rng, 300, 0.9, 50, 6000))
+        form = self.new(clipped_length(rng, 300, 0.9, 50, 6000))
         self._send(n, "extract", t, batch, [self.preamble, self.templates[t].schema, form])
         if rng.random() < RETRY:
             self._retry(n, n, 1)
@@ -359,7 +355,7 @@ class _State(TraceState):
         app = self.apps[conv.app]
         self._send(n, "compact", c, conv.app, [*self._system(n, conv), *conv.history,
                                                 app.compact])
-        conv.history = [self.new(_tokens(self.rng, 700, 0.4, 200, 2000))]
+        conv.history = [self.new(clipped_length(self.rng, 700, 0.4, 200, 2000))]
         conv.compact = False
         self.waiting = c
 
@@ -368,12 +364,12 @@ class _State(TraceState):
         pasted document); the reply joins the history; compaction is pending past the app's
         threshold."""
         rng, conv = self.rng, self.convs[c]
-        message = [self.new(_tokens(rng, 50, 1.0, 2, 2000))]
+        message = [self.new(clipped_length(rng, 50, 1.0, 2, 2000))]
         if rng.random() < PASTE:
-            message.append(self.new(_tokens(rng, 1200, 0.9, 200, 8000)))
+            message.append(self.new(clipped_length(rng, 1200, 0.9, 200, 8000)))
         system = self._system(n, conv)
         self._send(n, "turn", c, conv.app, [*system, *conv.history, *message])
-        conv.history += [*message, self.new(_tokens(rng, 160, 0.7, 10, 2000))]
+        conv.history += [*message, self.new(clipped_length(rng, 160, 0.7, 10, 2000))]
         context = sum(t for _, t in [*system, *conv.history])
         conv.compact = context > self.apps[conv.app].limit
         self._next(n, c)

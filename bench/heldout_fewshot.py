@@ -146,8 +146,9 @@ def generate(seed: int, scale: float = 1.0) -> Run:
     return Run(state.out, state.meta, state.tasks, state.prompts, state.shift)
 
 
-def _tokens(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
-    """A length in tokens: lognormal around ``median``, clipped to lo..hi."""
+def clipped_length(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
+    """A length (tokens, turns, pages): lognormal around ``median``, rounded, clipped to
+    lo..hi. The held-out shapes draw their lengths with it."""
     return max(lo, min(hi, round(rng.lognormvariate(math.log(median), sigma))))
 
 
@@ -155,10 +156,10 @@ def _task(rng: random.Random, new, scale: float) -> Task:
     """A planned task (see the module docstring): its model, instruction, exemplar pool, k,
     fixed shots or None, samples per question and question count (scaled)."""
     model = 0 if rng.random() < 0.5 else rng.randint(1, MODELS - 1)
-    instruction = new(_tokens(rng, 80, 0.8, 24, 400))
+    instruction = new(clipped_length(rng, 80, 0.8, 24, 400))
     k = rng.choices(list(SHOTS), list(SHOTS.values()))[0]
     size = max(k + 2, round(math.exp(rng.uniform(math.log(8), math.log(200)))))
-    pool = [new(_tokens(rng, 120, 0.6, 30, 600)) for _ in range(size)]
+    pool = [new(clipped_length(rng, 120, 0.6, 30, 600)) for _ in range(size)]
     mean = sum(t for _, t in pool) / size
     while k > 1 and k * mean > MAX_SHOT_TOKENS:
         k -= 1
@@ -223,7 +224,8 @@ class _State(TraceState):
     def __init__(self, rng: random.Random, size: int, scale: float) -> None:
         super().__init__(rng, size)
         self.copies: list[tuple[int, int, int]] = []  # heap: (due, send, copy number)
-        self.prompts = [self.new(_tokens(rng, 400, 0.6, 100, 3000)) for _ in range(PRODUCTS)]
+        self.prompts = [self.new(clipped_length(rng, 400, 0.6, 100, 3000))
+                        for _ in range(PRODUCTS)]
         self.weights, self.shift = _shift(rng)
         self.tasks = _plan(rng, self.new, size, scale)
         self.queue = list(range(len(self.tasks)))[::-1]  # popped from the end
@@ -264,7 +266,7 @@ class _State(TraceState):
         t = self.rng.choice(self.active)
         task = self.tasks[t]
         shots = task.fixed or tuple(self.rng.sample(range(len(task.pool)), task.k))
-        question = self.new(_tokens(self.rng, 100, 0.8, 16, 1500))
+        question = self.new(clipped_length(self.rng, 100, 0.8, 16, 1500))
         segments = [task.instruction, *(task.pool[s] for s in shots), question]
         self._send(n, "eval", t, task.model, segments, shots, task.samples)
         task.questions -= 1
@@ -292,11 +294,11 @@ class _State(TraceState):
             c = n  # a conversation is named by its first request
             self.convs[c] = self._conversation(n)
         conv = self.convs[c]
-        message = self.new(_tokens(rng, 40, 0.9, 4, 3000))
+        message = self.new(clipped_length(rng, 40, 0.9, 4, 3000))
         segments = [self.prompts[conv.product], *conv.history, message]
         copies = rng.randint(2, 4) if rng.random() < 0.05 else 1
         self._send(n, "chat", c, conv.model, segments, conv.product, copies)
-        conv.history += [message, self.new(_tokens(rng, 120, 0.6, 10, 1200))]
+        conv.history += [message, self.new(clipped_length(rng, 120, 0.6, 10, 1200))]
         conv.turns -= 1
         context = sum(t for _, t in [self.prompts[conv.product], *conv.history])
         if conv.turns and context < MAX_CONTEXT:

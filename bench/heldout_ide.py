@@ -64,7 +64,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from bench.heldout_fewshot import Blocks, TraceState
+from bench.heldout_fewshot import Blocks, TraceState, clipped_length
 
 Trace = list[list[int]]
 Segment = tuple[int, int]  # (content id, tokens): the first ``tokens`` tokens of one text
@@ -161,10 +161,6 @@ def generate(seed: int, scale: float = 1.0) -> Run:
                state.windows, state.blocks)
 
 
-def _length(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
-    """A length in tokens: lognormal around ``median``, clipped to lo..hi."""
-    return max(lo, min(hi, round(rng.lognormvariate(math.log(median), sigma))))
-
 
 def _size(segments: list[Segment]) -> int:
     return sum(t for _, t in segments)  # tokens
@@ -203,7 +199,7 @@ class _State(TraceState):
         self.saves, self.times = [], []
         self.events: list[tuple[float, int, str, int]] = []  # heap: (tick, order, kind, key)
         self.order = itertools.count()
-        preambles = [self.new(_length(rng, 80, 0.6, 24, 240)) for _ in range(LANGUAGES)]
+        preambles = [self.new(clipped_length(rng, 80, 0.6, 24, 240)) for _ in range(LANGUAGES)]
         owned = [rng.randint(1, 3) for _ in range(TEAMS)]
         self.repos = [self._repo(preambles) for _ in range(sum(owned))]
         starts = list(itertools.accumulate([0, *owned]))
@@ -228,7 +224,7 @@ class _State(TraceState):
     def _repo(self, preambles: list[Segment]) -> Repo:
         """A repository (see the module docstring)."""
         rng = self.rng
-        files = [[self.new(_length(rng, 600, 0.8, 60, MAX_FILE))]
+        files = [[self.new(clipped_length(rng, 600, 0.8, 60, MAX_FILE))]
                  for _ in range(rng.randint(20, 80))]
         ranks = rng.sample(range(len(files)), len(files))
         rules = [self.new(rng.randint(100, 600))] if rng.random() < 0.5 else []
@@ -361,13 +357,13 @@ class _State(TraceState):
         node tokens, role); see the module docstring."""
         rng, s = self.rng, next(self.ids)
         prompt, propose, score, answer = self.agents[rng.randrange(AGENTS)]
-        frontier = [((), [prompt, self.new(_length(rng, 250, 0.8, 60, 800))])]
+        frontier = [((), [prompt, self.new(clipped_length(rng, 250, 0.8, 60, 800))])]
         for _ in range(rng.randint(2, 4)):
             children = []
             for path, node in frontier:
                 yield s, node + [propose], path, _size(node), "propose"
                 for c in range(rng.randint(2, 6)):
-                    child = node + [self.new(_length(rng, 120, 0.6, 30, 400))]
+                    child = node + [self.new(clipped_length(rng, 120, 0.6, 30, 400))]
                     children.append((path + (c,), child))
                     yield s, child + [score], path + (c,), _size(child), "score"
             frontier = rng.sample(children, min(len(children), rng.randint(1, 2)))
@@ -386,10 +382,10 @@ class _State(TraceState):
                              rng.lognormvariate(math.log(50), 1.2)]
         conv = self.convs[c]
         product, history, turn, turns, think = conv
-        message = self.new(_length(rng, 40, 1.0, 4, 2000))
+        message = self.new(clipped_length(rng, 40, 1.0, 4, 2000))
         prompt = [self.prompts[product], *history, message]
         self._send(CHAT, prompt, ("chat", c, turn, 0, product))
-        history += [message, self.new(_length(rng, 100, 0.7, 8, 1500))]
+        history += [message, self.new(clipped_length(rng, 100, 0.7, 8, 1500))]
         conv[2] += 1
         if conv[2] < turns and _size([self.prompts[product], *history]) < MAX_CONTEXT:
             self._at(t + 1 + rng.expovariate(1 / think), "chat", c)

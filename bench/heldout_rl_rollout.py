@@ -65,7 +65,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment, TraceState
+from bench.heldout_fewshot import Segment, TraceState, clipped_length
 
 Trace = list[list[int]]
 Meta = tuple[str, int, int, int, int, list[Segment]]  # kind, key, sample, turn, version, segments
@@ -226,10 +226,6 @@ def generate(seed: int, scale: float = 1.0, flush: bool = True) -> Run:
                s.playground, s.chats)
 
 
-def _tokens(rng: random.Random, median: float, sigma: float, lo: float, hi: float) -> int:
-    """A length: lognormal around ``median``, clipped to lo..hi."""
-    return max(lo, min(hi, round(rng.lognormvariate(math.log(median), sigma))))
-
 
 def _seconds(rng: random.Random, median: float, sigma: float, lo: float, hi: float) -> float:
     """A duration in seconds: lognormal around ``median``, clipped to lo..hi."""
@@ -242,7 +238,7 @@ def _suite(rng: random.Random, new, scale: float) -> list[Item]:
     for b, bench in enumerate(BENCHES):
         headers = [new(rng.randint(*bench.header)) for _ in range(bench.subjects)]
         for _ in range(max(1, round(bench.items * scale / REPLICAS))):
-            out.append(Item(b, rng.choice(headers), new(_tokens(rng, *bench.question))))
+            out.append(Item(b, rng.choice(headers), new(clipped_length(rng, *bench.question))))
     return out
 
 
@@ -284,7 +280,8 @@ class _State(TraceState):
     def _prompt(self, k: int) -> Prompt:
         """A training prompt of kind ``k``: one of its templates and a problem."""
         rng = self.rng
-        return Prompt(k, rng.choice(self.templates[k]), self.new(_tokens(rng, *KINDS[k].problem)))
+        template = rng.choice(self.templates[k])  # drawn before the problem's length
+        return Prompt(k, template, self.new(clipped_length(rng, *KINDS[k].problem)))
 
     def _at(self, when: float, name: str, payload: object) -> None:
         heapq.heappush(self.events, (when, next(self.seq), name, payload))
@@ -326,7 +323,7 @@ class _State(TraceState):
         for p in prompts:
             kind = KINDS[self.prompts[p].kind]
             for g in range(kind.group):
-                calls = _tokens(self.rng, *kind.calls) if kind.calls else 0
+                calls = clipped_length(self.rng, *kind.calls) if kind.calls else 0
                 self.open += 1
                 self._at(self.now, "turn", Episode(p, g, calls))
         if s % EVAL_EVERY == 0:
@@ -345,9 +342,9 @@ class _State(TraceState):
         kind = KINDS[prompt.kind]
         segs = [prompt.template, prompt.problem, *ep.history]
         self._send("rollout", ep.prompt, ep.sample, ep.turn, segs)
-        reply = _tokens(rng, *kind.reply)
+        reply = clipped_length(rng, *kind.reply)
         if ep.turn < ep.calls:
-            result = _tokens(rng, *TOOL_RESULT)
+            result = clipped_length(rng, *TOOL_RESULT)
             if sum(t for _, t in segs) + reply + result <= MAX_CONTEXT:
                 ep.history += [self.new(reply), self.new(result)]
                 ep.turn += 1
@@ -362,7 +359,7 @@ class _State(TraceState):
         i, k = self.queue.popleft()
         item = self.suite[i]
         self._send("eval", i, k, 0, [item.header, item.question])
-        reply = _tokens(self.rng, BENCHES[item.bench].reply, 0.6, 5, 8000)
+        reply = clipped_length(self.rng, BENCHES[item.bench].reply, 0.6, 5, 8000)
         self._at(self.now + reply / RATE, "eval", None)
         self._sent(reply)
 
@@ -375,9 +372,9 @@ class _State(TraceState):
             self.chats[c] = Chat(self._debug_system(), _turns(rng))
             self._at(self.now + rng.expovariate(self.chat_rate), "chat", None)
         chat = self.chats[c]
-        message = self.new(_tokens(rng, 60, 1.0, 5, 2000))
+        message = self.new(clipped_length(rng, 60, 1.0, 5, 2000))
         self._send("chat", c, 0, chat.turn, [*chat.system, *chat.history, message])
-        reply = _tokens(rng, 300, 0.8, 20, 2000)
+        reply = clipped_length(rng, 300, 0.8, 20, 2000)
         chat.history += [message, self.new(reply)]
         chat.turn += 1
         if chat.turn < chat.turns:

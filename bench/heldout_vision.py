@@ -67,9 +67,9 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment
+from bench.heldout_fewshot import Segment, clipped_length
 from bench.heldout_vision_parts import (RATE, Doc, Job, Length, Product, Profile,
-                                        VisionState, image_tokens, length, local_hour, lognormal,
+                                        VisionState, image_tokens, local_hour, lognormal,
                                         next_arrival, pick)
 
 Trace = list[list[int]]
@@ -213,14 +213,14 @@ class _State(VisionState):
             images = [self.new(viral[1]) if rng.random() < REENCODED else viral]
         c = len(self.out)
         self.conversations[c] = Conversation(system, _turns(rng), v)
-        self._turn(c, images, length(rng, FIRST_MESSAGE))
+        self._turn(c, images, clipped_length(rng, *FIRST_MESSAGE))
 
     def _on_turn(self, c: int) -> None:
         """A later turn: a new message, with a new image NEW_IMAGE of the time; none (the
         conversation ends) if it would pass MAX_CONTEXT tokens."""
         conv = self.conversations[c]
         images = [self._upload()] if self.rng.random() < NEW_IMAGE else []
-        message = length(self.rng, FOLLOW_UP)
+        message = clipped_length(self.rng, *FOLLOW_UP)
         context = sum(t for _, t in [conv.system, *conv.history, *images]) + message
         if context <= MAX_CONTEXT:
             self._turn(c, images, message)
@@ -232,7 +232,7 @@ class _State(VisionState):
         conv.images += images
         conv.history += [*images, self.new(message)]
         self.send("chat", c, conv.turn, [conv.system, *conv.history])
-        reply = length(rng, CHAT_REPLY)
+        reply = clipped_length(rng, *CHAT_REPLY)
         conv.history.append(self.new(reply))
         conv.turn += 1
         if conv.turn < conv.turns:

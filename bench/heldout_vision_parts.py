@@ -11,7 +11,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from bench.heldout_fewshot import Segment, TraceState
+from bench.heldout_fewshot import Segment, TraceState, clipped_length
 
 Length = tuple[float, float, int, int]  # lognormal median and sigma, clipped to lo..hi
 Profile = tuple[float, ...]  # relative arrival rate for each local hour 0..23
@@ -75,11 +75,6 @@ def local_hour(t: float) -> float:
 def lognormal(rng: random.Random, median: float, sigma: float, lo: float, hi: float) -> float:
     """Lognormal around ``median``, clipped to lo..hi."""
     return max(lo, min(hi, rng.lognormvariate(math.log(median), sigma)))
-
-
-def length(rng: random.Random, spec: Length) -> int:
-    """A token count (or a count of pages or frames) drawn from ``spec``."""
-    return round(lognormal(rng, *spec))
 
 
 def next_arrival(rng: random.Random, now: float, per_day: float, profile: Profile) -> float:
@@ -180,7 +175,7 @@ class VisionState(TraceState):
         """A new product: a 1-tile or 2x2 image and its text."""
         rng = self.rng
         image = self.new(image_tokens(pick(rng, PRODUCT_TILES)))
-        return Product(image, self.new(length(rng, PRODUCT_TEXT)), born)
+        return Product(image, self.new(clipped_length(rng, *PRODUCT_TEXT)), born)
 
     def _on_shop(self, _: object) -> None:
         """A shopper asks about a product (Zipf by its current rank): QA template + the
@@ -188,7 +183,7 @@ class VisionState(TraceState):
         n = len(self.ranking)
         r = min(bisect.bisect(self.cdf, self.rng.random() * self.cdf[n - 1]), n - 1)
         p = self.catalog[self.ranking[r]]
-        q = self.new(length(self.rng, USER_Q))
+        q = self.new(clipped_length(self.rng, *USER_Q))
         self.send("shop", self.ranking[r], 0, [self.qa, p.image, p.text, q])
         self.at(self.arrival("shop"), "shop", None)
 
@@ -216,7 +211,7 @@ class VisionState(TraceState):
         product = self.catalog[p]
         self.send("ingest", p, task, [self.ingest[task], product.image, product.text])
         if task + 1 < len(INGEST):
-            reply = length(self.rng, REPLY)
+            reply = clipped_length(self.rng, *REPLY)
             self.at(self.now + reply / RATE, "ingest", (p, task + 1))
 
     def _on_reindex(self, step: int | None) -> None:
@@ -231,7 +226,7 @@ class VisionState(TraceState):
 
     def _on_video(self, _: object) -> None:
         """A clip arrives: a job sends its windows one after another."""
-        frames = tuple(self.new(FRAME) for _ in range(length(self.rng, CLIP)))
+        frames = tuple(self.new(FRAME) for _ in range(clipped_length(self.rng, *CLIP)))
         self.jobs.append(Job(frames, self.rng.choice(self.tasks), None))
         self.at(self.now, "window", (len(self.jobs) - 1, 0))
         self.at(self.arrival("video"), "video", None)
@@ -243,7 +238,7 @@ class VisionState(TraceState):
         job = self.jobs[j]
         windows = job.windows()
         self.send("video", j, w, [self.video_system, *windows[w], job.task])
-        after = self.now + length(self.rng, REPLY) / RATE
+        after = self.now + clipped_length(self.rng, *REPLY) / RATE
         if w + 1 < len(windows):
             self.at(after + self.rng.uniform(0.2, 1.0), "window", (j, w + 1))
         elif job.first is None and self.rng.random() < REANALYSE:
@@ -257,7 +252,7 @@ class VisionState(TraceState):
         parts; its extraction starts at once."""
         rng = self.rng
         u = rng.random()
-        n = 1 if u < 0.35 else 2 if u < 0.6 else length(rng, PAGES)
+        n = 1 if u < 0.35 else 2 if u < 0.6 else clipped_length(rng, *PAGES)
         tiles = A4 if rng.random() < 0.6 else RECEIPT
         pages = [self.new(image_tokens(tiles)) for _ in range(n)]
         parts = tuple(tuple(pages[i:i + MAX_PAGES]) for i in range(0, n, MAX_PAGES))
@@ -271,9 +266,9 @@ class VisionState(TraceState):
         d, p = dp
         doc = self.docs[d]
         part = doc.parts[p // MAX_PAGES]
-        q = self.new(length(self.rng, PAGE_Q))
+        q = self.new(clipped_length(self.rng, *PAGE_Q))
         self.send("ocr", d, p, [self.ocr_system, *part[:p % MAX_PAGES + 1], q])
-        after = self.now + length(self.rng, REPLY) / RATE
+        after = self.now + clipped_length(self.rng, *REPLY) / RATE
         if p + 1 < sum(map(len, doc.parts)):
             self.at(after, "page", (d, p + 1))
         elif self.rng.random() < REVIEW:
@@ -283,7 +278,7 @@ class VisionState(TraceState):
     def _on_review(self, dk: tuple[int, int]) -> None:
         """A reviewer's question about a document: OCR system + its first part + question."""
         d, k = dk
-        q = self.new(length(self.rng, USER_Q))
+        q = self.new(clipped_length(self.rng, *USER_Q))
         self.send("review", d, k, [self.ocr_system, *self.docs[d].parts[0], q])
 
 
