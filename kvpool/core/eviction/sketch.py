@@ -42,7 +42,8 @@ class FrequencySketch:
         # additions between halvings: load <= 1/4; ``max_period`` > 0 shortens the memory
         # (AdaptivePolicy's NOTE(age)) but keeps the table: a smaller one, loaded to 1/4,
         # overcounted enough to break the duel's ties on a loop (docs/benchmarks.md)
-        self.period = min(1 << (bits - 2), max_period) if max_period > 0 else 1 << (bits - 2)
+        full = 1 << (bits - 2)
+        self.period = min(full, max_period) if max_period > 0 else full
         self.left = self.period  # additions until the next halving
         self.halvings = 0  # how many times the table was halved
         self._mask = (1 << bits) - 1  # probe 1 = c & mask
