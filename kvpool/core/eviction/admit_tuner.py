@@ -192,7 +192,7 @@ class AdmitTuner(BonusTuner):
     def __init__(self, capacity: int, freq: Callable[[int], int],
                  duel_freq: Callable[[int], int] | None = None) -> None:
         self._freq = freq  # the policy's sketch estimates, for the miniatures
-        self._duel_freq = freq if duel_freq is None else duel_freq  # NOTE(age) in adaptive.py
+        self._duel_freq = duel_freq  # NOTE(age) in adaptive.py; None: MiniAdmit uses freq
         super().__init__(capacity, CLASSES)
         self._plain = [j for j, g in enumerate(self.GRID) if g[1] >= 1.0]  # no window
         self.bigs = 0  # candidates passed on size alone (a diagnostic)
