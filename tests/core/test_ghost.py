@@ -161,3 +161,23 @@ def test_no_more_ghosts_than_slots(adds, cap, max_slots):
     assert len(g) <= min(len(adds), cap + g.buckets - 1)
     assert g.buckets * g.slots >= cap
     g.check_invariants()
+
+
+@given(st.lists(st.tuples(st.integers(0, (1 << 32) - 1), st.integers(0, 30)), min_size=300, max_size=900),
+       st.integers(1, 5000), st.sampled_from([32, 64, 1024]), st.integers(1, 300))
+@settings(max_examples=80, deadline=None)
+def test_a_batch_is_written_as_one_add_at_a_time(ops, cap, max_slots, batch):
+    """NOTE(batch) in ghost.py: pending adds, written together (by numpy once SMALL or more
+    wait), leave the table as writing each at once does, and a take sees every add before
+    it. ``x == 0`` makes an op a take of its CRC; CRCs repeat so buckets fill past a ring."""
+    g, one = GhostTable(cap, max_slots, batch), GhostTable(cap, max_slots, batch=1)
+    for c, x in ops:
+        c %= 1 << (8 + x)  # small CRCs too: many share a bucket
+        if x == 0:
+            assert g.take(c) == one.take(c)
+        else:
+            g.add(c)
+            one.add(c)
+    assert len(g) == len(one)
+    assert (g.tags, g.rests, g.ring) == (one.tags, one.rests, one.ring)
+    g.check_invariants()
