@@ -29,6 +29,8 @@ sits ahead of its parent, and the sketch counts a child at most as often as its 
 
 from __future__ import annotations
 
+from functools import partial
+from math import inf
 from zlib import crc32
 
 from kvpool.core.eviction.admit_tuner import CLASSES, LRU, WIN, AdmitTuner, Cfg, to_window
@@ -37,7 +39,7 @@ from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.ghost import GhostTable
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import NO_MISS, ReleaseRuns
-from kvpool.errors import InvariantError
+from kvpool.errors import InvalidBlockError, InvariantError
 
 
 class AdaptivePolicy(StampedQueuesPolicy):
@@ -77,7 +79,8 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._duel = (FrequencySketch(self._scale, sketch_min_bits, age)  # NOTE(age)
                       if self.DUEL_AGE and self._sketch.period > age else self._sketch)
         # one use counted in every sketch there is; returns the classes' count
-        self._count = self._sketch.add if self._duel is self._sketch else self._count_both
+        self._count = (self._sketch.add if self._duel is self._sketch
+                       else partial(self._sketch.add_twin, self._duel))
         self._tuner = (self.TUNER(self._scale, self._sketch.estimate, self._duel.estimate)
                        if cfg is None else None)
         self._sample = self._tuner.threshold if self._tuner is not None else 0
@@ -95,36 +98,59 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._w = [k * bonus * self._scale for k in range(CLASSES)]
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
-        w, memo = self._insert_start(block_id, block_hash)
-        if memo is not None:
-            self._nw += self._insert_moved(block_id, block_hash, memo) == WIN
-            return
+        where = self._where
+        if self._memo is None and 0 <= block_id < len(where):
+            w = where[block_id]  # NOTE(speed): _insert_start's common case, inlined
+            if w < self.K:
+                raise InvalidBlockError(f"block {block_id} is already evictable")
+        else:  # a new id, or a defrag move in progress
+            w, memo = self._insert_start(block_id, block_hash)
+            if memo is not None:
+                self._nw += self._insert_moved(block_id, block_hash, memo) == WIN
+                return
+            where = self._where  # grown
         c = crc32(block_hash)
         n = 0  # uses counted by this insert's sketch.add (0: a revival)
         if w == PENDING and self._hash[block_id] == block_hash:
             k = q = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted it
         else:
             n = self._count(c)
-            k = q = CLASS_OF_COUNT[n]
-            if self.share < 1.0 and to_window(self.duel, k, self._ghost.take, c):
-                q = WIN
-                self._nw += 1
+            k = CLASS_OF_COUNT[n]
+            q = self._admit(c, k) if self.share < 1.0 else k
         self._clock += 1
         if self._clock >= self.STAMP_LIMIT:  # NOTE(stamps) in base.py
             self._rebase()
-        self._link_after(block_id + self.K, self._prev[q])
+        node, prev, nxt = block_id + self.K, self._prev, self._next
+        last = prev[q]  # link at the tail of queue q (inlined: the hot path)
+        prev[node] = last
+        nxt[node] = q
+        nxt[last] = node
+        prev[q] = node
         self._stamp[block_id] = self._clock
-        self._where[block_id] = q
+        where[block_id] = q
         self._hash[block_id] = block_hash
         self._len += 1
         if q == WIN and self.duel and self._nw > self.share * self._len + 1:
             self._win_to_main()  # NOTE(admit)
-        self._sampled(c, k, depth, n)
+        runs = self._runs
+        if runs.run or (c >> 12) < self._sample:
+            self._sampled(c, k, depth, n)
+        elif not depth or n == 1:  # NOTE(speed): _sampled's net effect, no run, no sample
+            runs.miss = depth or NO_MISS
+
+    def _admit(self, c: int, k: int) -> int:
+        """Where new content (CRC ``c``, class ``k``) goes while there is a window: WIN
+        (counted) or ``k``, by the configuration's ``duel`` (``to_window``)."""
+        if to_window(self.duel, k, self._ghost.take, c):
+            self._nw += 1
+            return WIN
+        return k
 
     def _sampled(self, c: int, k: int, depth: int, n: int) -> None:
-        """After every insert (content CRC ``c``, class ``k``, ``n`` uses counted, 0 on a
-        revival): a sampled block joins its release run; the chain's head ends the run (a
-        call only when there is a run or a miss to end)."""
+        """After an insert (content CRC ``c``, class ``k``, ``n`` uses counted, 0 on a
+        revival) that is sampled or finds a run collected (insert does the rest): a sampled
+        block joins its release run; the chain's head ends the run (a call only when there is
+        a run or a miss to end)."""
         runs = self._runs
         if n == 1:  # first seen: no cache held it, so no lookup reaches deeper
             runs.miss = depth
@@ -132,11 +158,6 @@ class AdaptivePolicy(StampedQueuesPolicy):
             self._set_cfg(self._tuner.bonus)
         if not depth and (runs.run or runs.miss != NO_MISS) and runs.head():
             self._set_cfg(self._tuner.bonus)
-
-    def _count_both(self, c: int) -> int:
-        """NOTE(age): a use counted in the duel's sketch too; the classes' count."""
-        self._duel.add(c)
-        return self._sketch.add(c)
 
     def on_hit(self, block_hash: bytes) -> None:
         self._count(crc32(block_hash))
@@ -152,14 +173,15 @@ class AdaptivePolicy(StampedQueuesPolicy):
 
     def _victim(self) -> int:
         """Main's queue whose head has the smallest key (classlru's choice), or -1."""
-        nxt, stamp, w, kk = self._next, self._stamp, self._w, self.K
-        best, key = -1, 0.0
-        for q in range(CLASSES):
+        nxt, stamp, kk = self._next, self._stamp, self.K
+        best, key, q = -1, inf, 0
+        for wq in self._w:  # ties go to the lower class
             n = nxt[q]
             if n != q:
-                s = stamp[n - kk] + w[q]
-                if best < 0 or s < key:
+                s = stamp[n - kk] + wq
+                if s < key:
                     best, key = q, s
+            q += 1
         return best
 
     def _win_to_main(self) -> None:
@@ -177,11 +199,12 @@ class AdaptivePolicy(StampedQueuesPolicy):
 
     def _pop(self, q: int) -> int:
         """Evict queue ``q``'s head; its content becomes a ghost."""
-        h = self._hash[self._next[q] - self.K]
-        self._ghost.add(crc32(h))
+        self._ghost.add(crc32(self._hash[self._next[q] - self.K]))
         return self._unlink_head(q)
 
     def evict(self) -> int:
+        if not self._nw and self._len:  # NOTE(speed): no window, so main's victim
+            return self._pop(self._victim())
         if not self._len:
             raise IndexError("evict from an empty AdaptivePolicy")
         target = self.share * self._len
@@ -215,4 +238,6 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._sketch.check_invariants()
         if self._duel is not self._sketch:
             self._duel.check_invariants()
+            if self._duel.bits != self._sketch.bits:  # add_twin shares the probes
+                raise InvariantError("the duel's sketch and the classes' differ in size")
         self._ghost.check_invariants()

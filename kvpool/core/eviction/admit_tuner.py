@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from math import inf
 
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.ghost import ExactGhost
@@ -56,7 +57,7 @@ class MiniAdmit:
     a miniature holds at most 2048 crcs)."""
 
     __slots__ = ("capacity", "cfg", "bonus", "share", "duel", "qs", "where", "clock", "hits",
-                 "freq", "duel_freq", "ghost")
+                 "freq", "duel_freq", "ghost", "_drop")
 
     def __init__(self, capacity: int, cfg: Cfg, freq: Callable[[int], int],
                  duel_freq: Callable[[int], int] | None = None) -> None:
@@ -71,6 +72,8 @@ class MiniAdmit:
         self.freq = freq
         self.duel_freq = freq if duel_freq is None else duel_freq
         self.ghost = ExactGhost(capacity)  # evicted crcs (the ghost filter's only)
+        # NOTE(speed): with no window, evicting is popping main's victim
+        self._drop = self._evict if self.share < 1.0 else self._evict_main
 
     def access(self, c: int, k: int) -> bool:
         """Content with CRC ``c`` used now, class ``k`` after counting the use; True on a hit
@@ -92,7 +95,7 @@ class MiniAdmit:
             else:
                 if len(where) >= self.capacity:
                     self.clock = t  # _to_main stamps with it
-                    self._evict()
+                    self._drop()
                 if self.share < 1.0 and to_window(self.duel, k, self.ghost.take, c):
                     k = WIN
             qs[k][c] = t
@@ -102,19 +105,23 @@ class MiniAdmit:
         return hits
 
     def _victim(self) -> int:
-        best, key = -1, 0.0
-        for k in range(CLASSES):
-            qk = self.qs[k]
+        best, key, k = -1, inf, 0
+        for qk, w in zip(self.qs, self.bonus):  # the class queues (bonus has CLASSES)
             if qk:
-                s = qk[next(iter(qk))] + self.bonus[k]
-                if best < 0 or s < key:
+                s = qk[next(iter(qk))] + w
+                if s < key:
                     best, key = k, s
+            k += 1
         return best
 
     def _to_main(self, c: int) -> None:
         k = CLASS_OF_COUNT[self.freq(c)]
         self.qs[k][c] = self.clock
         self.where[c] = k
+
+    def _evict_main(self) -> None:
+        """``_evict`` where there is no window (share 1.0): main's victim goes."""
+        del self.where[self.qs[self._victim()].popitem(last=False)[0]]
 
     def _evict(self) -> None:
         """Evict one crc by the policy's rule (AdaptivePolicy.evict)."""

@@ -169,13 +169,19 @@ class BonusTuner:
     # passed now and then on a burst; the departure then lost hits to LRU. Gains this large
     # (scans, skewed popularity, the conversation trace) outlast such bursts.
     EFFECT = 0.015
+    MINI_MAX = 2048  # NOTE(sampling): hashes per miniature, at most ...
+    MINI_DIV = 4  # ... and at most the pool's blocks / MINI_DIV
 
     def __init__(self, capacity: int, classes: int) -> None:
         # NOTE(sampling): shadows of 2048 hashes (a quarter of the pool if smaller) are
         # faithful enough; they see that fraction of hash space, so they cost 7 * 2048 / C
         # extra accesses per access (at most 7/4 on small pools) and ~2 MB in all. Whole-pool
         # shadows on small pools doubled the cost per block and won nothing measurable.
-        size = max(8, min(2048, capacity // 4))
+        # Smaller ones cost hits: AdaptivePolicy with an eighth / a sixteenth of the pool
+        # inserted in 7.2 / 5.7 us instead of 12.7 at 4000 blocks, but lost 36 / 39 of the
+        # 135 cells (shortfall 0.299 / 0.387, against 33 and 0.217), the loop at 4000
+        # blocks most (docs/benchmarks.md "Cost per call").
+        size = max(8, min(self.MINI_MAX, capacity // self.MINI_DIV))
         self.threshold = max(1, (size << 20) // max(capacity, 1))  # sample: crc >> 12 < this
         self.shadows = self._miniatures(size, classes)
         # NOTE(period): at most 256 sampled accesses per step, so a large pool still takes
