@@ -51,7 +51,7 @@ def test_a_capped_sketch_halves_by_the_cap_and_keeps_its_table(cap, max_period, 
 @given(st.lists(st.integers(0, 40), max_size=300), st.integers(3, 40), st.integers(3, 40))
 def test_add_twin_counts_as_two_adds(uses, p1, p2):
     """One call for the duel's and the classes' sketches (AdaptivePolicy's NOTE(age)) leaves
-    both tables, periods and halvings as two adds would, and returns the second's count."""
+    both tables, periods and halvings as two adds do, and returns the second's count."""
     one, twin = FrequencySketch(16, 8, p1), FrequencySketch(16, 8, p2)
     a, b = FrequencySketch(16, 8, p1), FrequencySketch(16, 8, p2)
     for h in uses:

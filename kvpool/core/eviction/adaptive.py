@@ -39,7 +39,7 @@ from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.ghost import GhostTable
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import NO_MISS, ReleaseRuns
-from kvpool.errors import InvalidBlockError, InvariantError
+from kvpool.errors import InvariantError
 
 
 class AdaptivePolicy(StampedQueuesPolicy):
@@ -98,17 +98,10 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._w = [k * bonus * self._scale for k in range(CLASSES)]
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
-        where = self._where
-        if self._memo is None and 0 <= block_id < len(where):
-            w = where[block_id]  # NOTE(speed): _insert_start's common case, inlined
-            if w < self.K:
-                raise InvalidBlockError(f"block {block_id} is already evictable")
-        else:  # a new id, or a defrag move in progress
-            w, memo = self._insert_start(block_id, block_hash)
-            if memo is not None:
-                self._nw += self._insert_moved(block_id, block_hash, memo) == WIN
-                return
-            where = self._where  # grown
+        w, memo = self._insert_start(block_id, block_hash)
+        if memo is not None:
+            self._nw += self._insert_moved(block_id, block_hash, memo) == WIN
+            return
         c = crc32(block_hash)
         n = 0  # uses counted by this insert's sketch.add (0: a revival)
         if w == PENDING and self._hash[block_id] == block_hash:
@@ -117,19 +110,7 @@ class AdaptivePolicy(StampedQueuesPolicy):
             n = self._count(c)
             k = CLASS_OF_COUNT[n]
             q = self._admit(c, k) if self.share < 1.0 else k
-        self._clock += 1
-        if self._clock >= self.STAMP_LIMIT:  # NOTE(stamps) in base.py
-            self._rebase()
-        node, prev, nxt = block_id + self.K, self._prev, self._next
-        last = prev[q]  # link at the tail of queue q (inlined: the hot path)
-        prev[node] = last
-        nxt[node] = q
-        nxt[last] = node
-        prev[q] = node
-        self._stamp[block_id] = self._clock
-        where[block_id] = q
-        self._hash[block_id] = block_hash
-        self._len += 1
+        self._stamp_at_tail(block_id, block_hash, q)
         if q == WIN and self.duel and self._nw > self.share * self._len + 1:
             self._win_to_main()  # NOTE(admit)
         runs = self._runs
@@ -238,6 +219,4 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._sketch.check_invariants()
         if self._duel is not self._sketch:
             self._duel.check_invariants()
-            if self._duel.bits != self._sketch.bits:  # add_twin shares the probes
-                raise InvariantError("the duel's sketch and the classes' differ in size")
         self._ghost.check_invariants()

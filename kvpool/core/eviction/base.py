@@ -273,6 +273,23 @@ class StampedQueuesPolicy(LinkedQueuesPolicy):
     def on_hit(self, block_hash: bytes) -> None:
         self._sketch.add(crc32(block_hash))
 
+    def _stamp_at_tail(self, block_id: int, block_hash: bytes, q: int) -> None:
+        """How an insert of ClassLRUPolicy and AdaptivePolicy ends: ``block_id`` (content
+        ``block_hash``) linked at the tail of queue ``q``, stamped with the next clock tick."""
+        self._clock += 1
+        if self._clock >= self.STAMP_LIMIT:  # NOTE(stamps)
+            self._rebase()
+        node, prev, nxt = block_id + self.K, self._prev, self._next
+        last = prev[q]  # link at the tail (inlined: the hot path)
+        prev[node] = last
+        nxt[node] = q
+        nxt[last] = node
+        prev[q] = node
+        self._stamp[block_id] = self._clock
+        self._where[block_id] = q
+        self._hash[block_id] = block_hash
+        self._len += 1
+
     def _insert_moved(self, block_id: int, block_hash: bytes, memo: tuple) -> int:
         """NOTE(move): a defrag move keeps queue, stamp and place; returns the queue."""
         _, q, pred, src = memo

@@ -88,7 +88,6 @@ class ClassLRUPolicy(StampedQueuesPolicy):
             if memo is not None:
                 self._insert_moved(block_id, block_hash, memo)
                 return
-            where = self._where  # grown
         c = crc32(block_hash)
         if w == PENDING and self._hash[block_id] == block_hash:
             k = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted the use
@@ -97,19 +96,7 @@ class ClassLRUPolicy(StampedQueuesPolicy):
             k = CLASS_OF_COUNT[n]
             if n == 1:  # NOTE(runs): first seen, so no cache held it: none reaches deeper
                 self._runs.miss = depth
-        self._clock += 1
-        if self._clock >= self.STAMP_LIMIT:  # NOTE(stamps) in base.py
-            self._rebase()
-        node, prev, nxt = block_id + self.K, self._prev, self._next
-        last = prev[k]  # link at the tail of queue k (inlined: the hot path)
-        prev[node] = last
-        nxt[node] = k
-        nxt[last] = node
-        prev[k] = node
-        self._stamp[block_id] = self._clock
-        where[block_id] = k
-        self._hash[block_id] = block_hash
-        self._len += 1
+        self._stamp_at_tail(block_id, block_hash, k)
         # NOTE(runs): a sampled block joins its run; the chain's head ends one (if any)
         runs = self._runs
         if (c >> 12) < self._sample and runs.add(block_hash, k, depth):

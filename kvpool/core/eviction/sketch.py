@@ -69,27 +69,10 @@ class FrequencySketch:
         return m
 
     def add_twin(self, twin: FrequencySketch, c: int) -> int:
-        """Count one use in ``twin`` and here, one call for both (NOTE(age) in adaptive.py:
-        the duel's sketch counts the classes' uses). ``twin`` has this table's size, so the
-        probes are shared. Returns this sketch's new estimate."""
-        i = c & self._mask
-        j = ((c * GOLDEN32) & 0xFFFFFFFF) >> self._shift
-        m = 0
-        for sk in (twin, self):
-            t = sk.table
-            a = t[i]
-            b = t[j]
-            m = a if a < b else b
-            if m < SATURATE:
-                m += 1
-                if a < m:
-                    t[i] = m
-                if b < m:
-                    t[j] = m
-            sk.left -= 1
-            if not sk.left:
-                sk.halve()
-        return m
+        """Count one use in ``twin`` and here (NOTE(age) in adaptive.py: the duel's sketch
+        counts the classes' uses); returns this sketch's new estimate."""
+        twin.add(c)
+        return self.add(c)
 
     def estimate(self, c: int) -> int:
         """The recent uses of the hash whose CRC-32 is ``c`` (no use is counted)."""
