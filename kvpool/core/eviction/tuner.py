@@ -178,7 +178,7 @@ class BonusTuner:
         # extra accesses per access (at most 7/4 on small pools) and ~2 MB in all. Whole-pool
         # shadows on small pools doubled the cost per block and won nothing measurable.
         # Smaller ones cost hits: AdaptivePolicy with an eighth / a sixteenth of the pool
-        # inserted in 7.2 / 5.7 us instead of 12.7 at 4000 blocks, but lost 36 / 39 of the
+        # inserted in 5.2 / 4.1 us instead of 9.9 at 4000 blocks, but lost 36 / 39 of the
         # 135 cells (shortfall 0.299 / 0.387, against 33 and 0.217), the loop at 4000
         # blocks most (docs/benchmarks.md "Cost per call").
         size = max(8, min(self.MINI_MAX, capacity // self.MINI_DIV))
