@@ -7,8 +7,6 @@ import random
 from zlib import crc32
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from kvpool.core.eviction import ClassLRUPolicy, LRUPolicy
 from kvpool.core.eviction.classlru import NO_MISS
@@ -45,22 +43,6 @@ def test_a_capped_sketch_halves_by_the_cap_and_keeps_its_table(cap, max_period, 
         sk.add(crc32(key(i % 7)))
     assert sk.halvings == 1
     sk.check_invariants()
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 40), max_size=300), st.integers(3, 40), st.integers(3, 40))
-def test_add_twin_counts_as_two_adds(uses, p1, p2):
-    """One call for the duel's and the classes' sketches (AdaptivePolicy's NOTE(age)) leaves
-    both tables, periods and halvings as two adds do, and returns the second's count."""
-    one, twin = FrequencySketch(16, 8, p1), FrequencySketch(16, 8, p2)
-    a, b = FrequencySketch(16, 8, p1), FrequencySketch(16, 8, p2)
-    for h in uses:
-        c = crc32(key(h))
-        b.add(c)
-        assert one.add_twin(twin, c) == a.add(c)
-    for x, y in ((one, a), (twin, b)):
-        assert x.table == y.table and (x.left, x.halvings) == (y.left, y.halvings)
-        x.check_invariants()
 
 
 def test_tuner_starts_as_lru_and_samples_a_fixed_fraction():

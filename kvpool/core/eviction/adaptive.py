@@ -29,7 +29,6 @@ sits ahead of its parent, and the sketch counts a child at most as often as its 
 
 from __future__ import annotations
 
-from functools import partial
 from math import inf
 from zlib import crc32
 
@@ -79,8 +78,7 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._duel = (FrequencySketch(self._scale, sketch_min_bits, age)  # NOTE(age)
                       if self.DUEL_AGE and self._sketch.period > age else self._sketch)
         # one use counted in every sketch there is; returns the classes' count
-        self._count = (self._sketch.add if self._duel is self._sketch
-                       else partial(self._sketch.add_twin, self._duel))
+        self._count = self._sketch.add if self._duel is self._sketch else self._count_both
         self._tuner = (self.TUNER(self._scale, self._sketch.estimate, self._duel.estimate)
                        if cfg is None else None)
         self._sample = self._tuner.threshold if self._tuner is not None else 0
@@ -139,6 +137,11 @@ class AdaptivePolicy(StampedQueuesPolicy):
             self._set_cfg(self._tuner.bonus)
         if not depth and (runs.run or runs.miss != NO_MISS) and runs.head():
             self._set_cfg(self._tuner.bonus)
+
+    def _count_both(self, c: int) -> int:
+        """NOTE(age): a use counted in the duel's sketch too; the classes' count."""
+        self._duel.add(c)
+        return self._sketch.add(c)
 
     def on_hit(self, block_hash: bytes) -> None:
         self._count(crc32(block_hash))

@@ -57,7 +57,7 @@ class MiniAdmit:
     a miniature holds at most 2048 crcs)."""
 
     __slots__ = ("capacity", "cfg", "bonus", "share", "duel", "qs", "where", "clock", "hits",
-                 "freq", "duel_freq", "ghost", "_drop")
+                 "freq", "duel_freq", "ghost")
 
     def __init__(self, capacity: int, cfg: Cfg, freq: Callable[[int], int],
                  duel_freq: Callable[[int], int] | None = None) -> None:
@@ -72,8 +72,6 @@ class MiniAdmit:
         self.freq = freq
         self.duel_freq = freq if duel_freq is None else duel_freq
         self.ghost = ExactGhost(capacity)  # evicted crcs (the ghost filter's only)
-        # NOTE(speed): with no window, evicting is popping main's victim
-        self._drop = self._evict if self.share < 1.0 else self._evict_main
 
     def access(self, c: int, k: int) -> bool:
         """Content with CRC ``c`` used now, class ``k`` after counting the use; True on a hit
@@ -95,7 +93,7 @@ class MiniAdmit:
             else:
                 if len(where) >= self.capacity:
                     self.clock = t  # _to_main stamps with it
-                    self._drop()
+                    self._evict()
                 if self.share < 1.0 and to_window(self.duel, k, self.ghost.take, c):
                     k = WIN
             qs[k][c] = t
@@ -119,12 +117,11 @@ class MiniAdmit:
         self.qs[k][c] = self.clock
         self.where[c] = k
 
-    def _evict_main(self) -> None:
-        """``_evict`` where there is no window (share 1.0): main's victim goes."""
-        del self.where[self.qs[self._victim()].popitem(last=False)[0]]
-
     def _evict(self) -> None:
         """Evict one crc by the policy's rule (AdaptivePolicy.evict)."""
+        if self.share >= 1.0:  # NOTE(speed): no window, so main's victim goes
+            del self.where[self.qs[self._victim()].popitem(last=False)[0]]
+            return
         win = self.qs[WIN]
         target = self.share * len(self.where)
         for _ in range(2 if self.duel else 0):  # NOTE(fill), as the policy's

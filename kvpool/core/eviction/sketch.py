@@ -68,12 +68,6 @@ class FrequencySketch:
             self.halve()
         return m
 
-    def add_twin(self, twin: FrequencySketch, c: int) -> int:
-        """Count one use in ``twin`` and here (NOTE(age) in adaptive.py: the duel's sketch
-        counts the classes' uses); returns this sketch's new estimate."""
-        twin.add(c)
-        return self.add(c)
-
     def estimate(self, c: int) -> int:
         """The recent uses of the hash whose CRC-32 is ``c`` (no use is counted)."""
         t = self.table
