@@ -67,6 +67,10 @@ product):
               recur across users), a catalog service (skewed, drifting, nightly re-index),
               sliding video windows and multi-page OCR (written after ``adaptive`` was frozen
               (at 50c6f47); bench/heldout_vision.py)
+    npc_world  a game's NPC service: dialogue behind shared lore and a world state that is
+              regenerated (every later block new), a live event moving players to a new zone,
+              raid bursts to one boss, chat moderation (a shared head only), a nightly quest
+              walk (written after ``adaptive`` was frozen (at 395a810); bench/heldout_npc.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -89,6 +93,7 @@ from bench.heldout_compaction_chat import compaction_chat
 from bench.heldout_eval import batch_eval
 from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_ide import ide_tree
+from bench.heldout_npc import npc_world
 from bench.heldout_rag import rerank_rag
 from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
 from bench.heldout_rollout import prompt_rollout
@@ -318,7 +323,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "prompt_rollout": prompt_rollout, "fewshot_lora": fewshot_lora,
           "ide_tree": ide_tree, "support_desk": support_desk,
           "compaction_chat": compaction_chat, "rl_rollout": rl_rollout,
-          "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix}
+          "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix,
+          "npc_world": npc_world}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
