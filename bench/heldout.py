@@ -71,6 +71,10 @@ product):
               regenerated (every later block new), a live event moving players to a new zone,
               raid bursts to one boss, chat moderation (a shared head only), a nightly quest
               walk (written after ``adaptive`` was frozen (at 395a810); bench/heldout_npc.py)
+    api_gateway  one replica of a hosted LLM API: 400 customers' template calls, chat apps and
+              coding agents behind their own prompts (a deploy makes later blocks new), nightly
+              batches, an eval re-run a day later, a retry storm, one-off documents (written
+              after ``adaptive`` was frozen (at 395a810); bench/heldout_gateway.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -92,6 +96,7 @@ from bench.heldout_agents import doc_fanout, doc_window, tool_agent
 from bench.heldout_compaction_chat import compaction_chat
 from bench.heldout_eval import batch_eval
 from bench.heldout_fewshot import fewshot_lora
+from bench.heldout_gateway import api_gateway
 from bench.heldout_ide import ide_tree
 from bench.heldout_npc import npc_world
 from bench.heldout_rag import rerank_rag
@@ -324,7 +329,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "ide_tree": ide_tree, "support_desk": support_desk,
           "compaction_chat": compaction_chat, "rl_rollout": rl_rollout,
           "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix,
-          "npc_world": npc_world}
+          "npc_world": npc_world, "api_gateway": api_gateway}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
