@@ -156,11 +156,39 @@ def _wait(cond, wait_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def _kill_once_acked(master: RedisServer, replicas: int, wait_s: float) -> None:
-    """SIGKILL ``master`` once ``replicas`` replicas acknowledged every write (WAIT): Redis
-    replicates asynchronously, so a failover after the kill loses nothing."""
-    _command(master.port, "WAIT", str(replicas), str(int(wait_s * 1000)), timeout=wait_s + 2)
+def kill_once_acked(master: RedisServer, replicas: int, wait_s: float) -> None:
+    """SIGKILL ``master`` once every replica attached to it (at least ``replicas``) has
+    acknowledged the master's whole replication stream: Redis replicates asynchronously, and
+    a failover may promote any of them, so a failover after the kill loses nothing.
+    RuntimeError, and no kill, when they have not within ``wait_s``.
+
+    Not WAIT: since Redis 7 WAIT waits for the calling connection's own last write, so from
+    a fresh connection it returned at once and the kill could lose the tests' writes (the
+    replica promoted without them). Replicas report their offset about once a second."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        offset, acked = replication_offsets(master.port)
+        if len(acked) >= replicas and all(a >= offset for a in acked):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"replicas of port {master.port} at offsets {acked} of {offset} "
+                               f"(want {replicas}+) after {wait_s} s: not killing it")
+        time.sleep(0.05)
     master.kill()
+
+
+def replication_offsets(port: int) -> tuple[int, list[int]]:
+    """The server's replication offset, and the offset each attached replica acknowledged
+    (INFO replication)."""
+    offset, acked = 0, []
+    for line in _command(port, "INFO", "replication").splitlines():
+        key, _, value = line.strip().partition(":")
+        if key == "master_repl_offset":
+            offset = int(value)
+        elif key.startswith("slave") and key[5:].isdigit():
+            fields = dict(f.split("=", 1) for f in value.split(",") if "=" in f)
+            acked.append(int(fields.get("offset", -1)))
+    return offset, acked
 
 
 class RedisClusterProcs:
@@ -212,7 +240,7 @@ class RedisClusterProcs:
         acknowledged every write (WAIT), so a failover loses nothing; the killed node."""
         _wait(self.healthy, wait_s, "a healthy cluster before the kill")
         m = self.master_of(key)
-        _kill_once_acked(m, self.replicas, wait_s)
+        kill_once_acked(m, self.replicas, wait_s)
         return m
 
     def view(self) -> str:
@@ -285,9 +313,9 @@ class SentinelProcs:
 
     def kill_master(self, wait_s: float = 30.0) -> None:
         """SIGKILL the master once the sentinel sees a synced replica that acknowledged
-        every write (``_kill_once_acked``)."""
+        every write (``kill_once_acked``)."""
         _wait(self._replica_ready, wait_s, "a synced replica before the kill")
-        _kill_once_acked(self.master, 1, wait_s)
+        kill_once_acked(self.master, 1, wait_s)
 
     def view(self) -> str:
         """The sentinel's master, and each server's role and key count (a failure message)."""

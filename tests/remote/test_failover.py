@@ -10,7 +10,10 @@ import time
 
 import pytest
 
-from bench.redis_servers import RedisClusterProcs, SentinelProcs
+import redis
+
+from bench.redis_servers import RedisClusterProcs, RedisServer, SentinelProcs, \
+    kill_once_acked, replication_offsets
 from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
@@ -108,3 +111,33 @@ async def test_a_sentinel_failover_is_misses_then_hits_again(sentinel, how):
     finally:
         await t.aclose()
         await stop(e)
+
+
+def test_a_master_is_killed_only_once_every_attached_replica_acked():
+    """The harness kills a master only once every attached replica acknowledged everything
+    written to it, by anyone: a failover may promote any of them, and one behind would come
+    up without the chain. WAIT from a fresh connection (the harness's redis-cli) returned at
+    once on Redis 7, however far behind a replica was. One replica paused: a clear error and
+    no kill; resumed: the kill, and both replicas hold the last write."""
+    m = RedisServer()
+    reps = [RedisServer(extra_args=("--replicaof", "127.0.0.1", str(m.port))) for _ in "ab"]
+    try:
+        for s in (m, *reps):
+            s.start()
+        r = redis.Redis(port=m.port)
+        r.set("k", "v")
+        assert r.wait(2, 10_000) == 2  # both attached and in sync
+        assert len(replication_offsets(m.port)[1]) == 2
+        reps[1].pause()
+        r.set("k", "w")  # only the running replica can acknowledge it
+        with pytest.raises(RuntimeError, match="not killing it"):
+            kill_once_acked(m, 1, 2.5)  # longer than a replica's ack period (1 s)
+        assert m.proc is not None and r.get("k") == b"w"
+        reps[1].resume()
+        kill_once_acked(m, 1, 10.0)
+        assert m.proc is None
+        assert all(redis.Redis(port=s.port).get("k") == b"w" for s in reps)
+        r.close()
+    finally:
+        for s in (m, *reps):
+            s.stop()
