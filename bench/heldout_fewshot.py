@@ -218,6 +218,30 @@ class TraceState:
         self.meta: list = []
 
 
+class EventState(TraceState):
+    """A TraceState driven by a clock (seconds) and an event heap: ``at`` schedules handler
+    ``_on_<name>(payload)``, and ``run`` calls them in time order (ties in scheduling order)
+    until the trace has its requests, each appended with its time (``times``). The
+    vision_mix, npc_world and api_gateway generators build on it."""
+
+    def __init__(self, rng: random.Random, size: int, scale: float) -> None:
+        super().__init__(rng, size)
+        self.scale, self.now = scale, 0.0
+        self.events: list[tuple[float, int, str, object]] = []
+        self.seq = itertools.count()
+        self.times: list[float] = []
+
+    def at(self, when: float, name: str, payload: object) -> None:
+        """Schedule handler ``_on_<name>(payload)`` at ``when``."""
+        heapq.heappush(self.events, (when, next(self.seq), name, payload))
+
+    def run(self) -> None:
+        """Handle events in time order until the trace holds ``size`` requests."""
+        while len(self.out) < self.size:
+            self.now, _, name, payload = heapq.heappop(self.events)
+            getattr(self, "_on_" + name)(payload)
+
+
 class _State(TraceState):
     """The generator's state while it walks the trace, one request per step."""
 

@@ -84,7 +84,6 @@ large (in blocks) as the full one.
 
 from __future__ import annotations
 
-import heapq
 import random
 from dataclasses import dataclass, field
 
@@ -178,9 +177,7 @@ def api_gateway(seed: int, scale: float = 1.0) -> Trace:
 def generate(seed: int, scale: float = 1.0) -> Run:
     """The trace of ``int(REQUESTS * scale)`` requests and its metadata (see ``Run``)."""
     s = _State(random.Random(seed), int(REQUESTS * scale), scale)
-    while len(s.out) < s.size:
-        s.now, _, name, payload = s.pop()
-        getattr(s, "_on_" + name)(payload)
+    s.run()
     return Run(s.out, s.meta, s.times, s.customers, s.conversations, s.sessions, s.batches,
                s.evals, s.storm)
 
@@ -216,10 +213,6 @@ class _State(GatewayState):
         super().__init__(rng, size, scale)
         self.conversations: list[Conversation] = []
         self.sessions: list[Session] = []
-
-    def pop(self) -> tuple[float, int, str, object]:
-        """The next event."""
-        return heapq.heappop(self.events)
 
     def _on_chat(self, _: object) -> None:
         """A new conversation with a chat app; its first turn."""

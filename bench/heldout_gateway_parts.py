@@ -5,13 +5,12 @@ the chat conversations and the agent sessions. Every handler sends at most one r
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import random
 from dataclasses import dataclass
 
-from bench.heldout_fewshot import Segment, TraceState, clipped_length
+from bench.heldout_fewshot import EventState, Segment, clipped_length
 from bench.heldout_vision_parts import Length, Profile
 
 DAY = 86400.0
@@ -122,17 +121,13 @@ class Customer:
     apps: list[float]
 
 
-class GatewayState(TraceState):
+class GatewayState(EventState):
     """The generator's clock (seconds), event heap, customers and their deploys, and the
     template calls, one-off documents, nightly batches, eval runs and retry storm;
     bench/heldout_gateway.py's state adds the chat conversations and agent sessions."""
 
     def __init__(self, rng: random.Random, size: int, scale: float) -> None:
-        super().__init__(rng, size)
-        self.scale, self.now = scale, 0.0
-        self.events: list[tuple[float, int, str, object]] = []
-        self.seq = itertools.count()
-        self.times: list[float] = []
+        super().__init__(rng, size, scale)
         self.customers = self._customers()
         self.tables = {name: self._table(name) for name in STREAMS}
         for name in STREAMS:
@@ -144,10 +139,6 @@ class GatewayState(TraceState):
         self._plan_eval()
         self.storm: dict[str, object] = {}
         self._plan_storm()
-
-    def at(self, when: float, name: str, payload: object) -> None:
-        """Schedule handler ``_on_<name>(payload)`` at ``when``."""
-        heapq.heappush(self.events, (when, next(self.seq), name, payload))
 
     def send(self, kind: str, c: int, key: int, step: int, segs: list[Segment]) -> None:
         """Append a request and its metadata; the customer is in every block's key (the

@@ -63,7 +63,6 @@ scale 0.05, 16..30 hours: the morning raid is past the end for 4 of seeds 1..40)
 
 from __future__ import annotations
 
-import heapq
 import random
 from dataclasses import dataclass, field
 
@@ -130,9 +129,7 @@ def npc_world(seed: int, scale: float = 1.0) -> Trace:
 def generate(seed: int, scale: float = 1.0) -> Run:
     """The trace of ``int(9000 * scale)`` requests and its metadata (see ``Run``)."""
     s = _State(random.Random(seed), int(9000 * scale), scale)
-    while len(s.out) < s.size:
-        s.now, _, name, payload = s.pop()
-        getattr(s, "_on_" + name)(payload)
+    s.run()
     templates = {"mod": s.mod, "quest": s.quest}
     return Run(s.out, s.meta, s.times, s.lore, s.worlds, s.regions, s.npcs, s.region_npcs,
                s.bonds, s.raids, s.event, templates, s.walk)
@@ -151,10 +148,6 @@ class _State(NpcState):
         super().__init__(rng, size, scale)
         self.bonds: list[Bond] = []
         self.at(self.arrival(TALKS_PER_DAY, self.talk_level), "talk", None)
-
-    def pop(self) -> tuple[float, int, str, object]:
-        """The next event."""
-        return heapq.heappop(self.events)
 
     def _region(self) -> int:
         """A new conversation's region: the event's zone EVENT_PULL of the time while it is

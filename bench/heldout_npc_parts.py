@@ -5,12 +5,11 @@ NPC dialogue. Every handler sends at most one request."""
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import random
 from dataclasses import dataclass
 
-from bench.heldout_fewshot import Segment, TraceState, clipped_length
+from bench.heldout_fewshot import EventState, Segment, clipped_length
 from bench.heldout_vision_parts import Length, Profile
 
 DAY = 86400.0
@@ -118,16 +117,12 @@ class Raid:
         return sum(t >= b for b in self.bounds)
 
 
-class NpcState(TraceState):
+class NpcState(EventState):
     """The generator's clock, event heap, catalog, world state, live event, raids, chat
     moderation and quest walk; bench/heldout_npc.py's state adds the NPC dialogue."""
 
     def __init__(self, rng: random.Random, size: int, scale: float) -> None:
-        super().__init__(rng, size)
-        self.scale, self.now = scale, 0.0
-        self.events: list[tuple[float, int, str, object]] = []
-        self.seq = itertools.count()
-        self.times: list[float] = []
+        super().__init__(rng, size, scale)
         new = self.new
         self.lore = new(rng.randint(*LORE))
         self.worlds: list[tuple[float, Segment, str]] = [(0.0, new(rng.randint(*WORLD)), "start")]
@@ -148,10 +143,6 @@ class NpcState(TraceState):
         self.at(rng.uniform(*WORLD_EVERY), "world", None)
         self.at(at_hour(QUEST_AT), "quest", 0)
         self.at(self.arrival(CHATS_PER_DAY, self.chat_level), "chat", None)
-
-    def at(self, when: float, name: str, payload: object) -> None:
-        """Schedule handler ``_on_<name>(payload)`` at ``when``."""
-        heapq.heappush(self.events, (when, next(self.seq), name, payload))
 
     def send(self, kind: str, key: int, step: int, segs: list[Segment]) -> None:
         """Append a request (one model, so one key space) and its metadata."""

@@ -63,7 +63,6 @@ scaled-down trace spans about as many hours and has the night's re-index and eve
 
 from __future__ import annotations
 
-import heapq
 import random
 from dataclasses import dataclass, field
 
@@ -148,9 +147,7 @@ def vision_mix(seed: int, scale: float = 1.0) -> Trace:
 def generate(seed: int, scale: float = 1.0) -> Run:
     """The trace of ``int(9000 * scale)`` requests and its metadata (see ``Run``)."""
     s = _State(random.Random(seed), int(9000 * scale), scale)
-    while len(s.out) < s.size:
-        s.now, _, name, payload = s.pop()
-        getattr(s, "_on_" + name)(payload)
+    s.run()
     templates = {"qa": s.qa, "ingest": s.ingest, "video": s.video_system, "ocr": s.ocr_system,
                  "tasks": s.tasks}
     return Run(s.out, s.meta, s.times, s.systems, s.conversations, s.virals, s.catalog,
@@ -175,10 +172,6 @@ class _State(VisionState):
             for t in viral.uploads:
                 self.at(t, "chat", v)
         self.at(self._next_chat(), "chat", None)
-
-    def pop(self) -> tuple[float, int, str, object]:
-        """The next event."""
-        return heapq.heappop(self.events)
 
     def _next_chat(self) -> float:
         return next_arrival(self.rng, self.now, CHATS_PER_DAY * self.scale, CONSUMER)

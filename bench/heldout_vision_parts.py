@@ -5,13 +5,12 @@ its parameters, and adds the consumer assistant. Every handler sends at most one
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import math
 import random
 from dataclasses import dataclass
 
-from bench.heldout_fewshot import Segment, TraceState, clipped_length
+from bench.heldout_fewshot import EventState, Segment, clipped_length
 
 Length = tuple[float, float, int, int]  # lognormal median and sigma, clipped to lo..hi
 Profile = tuple[float, ...]  # relative arrival rate for each local hour 0..23
@@ -127,16 +126,12 @@ class Doc:
     born: float
 
 
-class VisionState(TraceState):
+class VisionState(EventState):
     """The generator's clock (seconds), event heap, and the catalog, video and document
     tenants; bench/heldout_vision.py's state adds the consumer assistant."""
 
     def __init__(self, rng: random.Random, size: int, scale: float) -> None:
-        super().__init__(rng, size)
-        self.scale, self.now = scale, 0.0
-        self.events: list[tuple[float, int, str, object]] = []
-        self.seq = itertools.count()
-        self.times: list[float] = []
+        super().__init__(rng, size, scale)
         new = self.new
         self.ingest = [new(rng.randint(*r)) for r in INGEST]
         self.qa = new(rng.randint(*QA_TEMPLATE))
@@ -155,10 +150,6 @@ class VisionState(TraceState):
         self.at((REINDEX_AT - START_HOUR) % 24 * 3600.0, "reindex", None)
         for name in ARRIVALS:
             self.at(self.arrival(name), name, None)
-
-    def at(self, when: float, name: str, payload: object) -> None:
-        """Schedule handler ``_on_<name>(payload)`` at ``when``."""
-        heapq.heappush(self.events, (when, next(self.seq), name, payload))
 
     def arrival(self, name: str) -> float:
         """The next arrival of stream ``name`` (see ARRIVALS)."""
