@@ -221,7 +221,8 @@ class TraceState:
 class EventState(TraceState):
     """A TraceState driven by a clock (seconds) and an event heap: ``at`` schedules handler
     ``_on_<name>(payload)``, and ``run`` calls them in time order (ties in scheduling order)
-    until the trace has its requests, each appended with its time (``times``). The
+    until the trace has its requests, each appended with its time (``times``; ``send``
+    appends one in a single key space). The
     vision_mix, npc_world and api_gateway generators build on it."""
 
     def __init__(self, rng: random.Random, size: int, scale: float) -> None:
@@ -234,6 +235,12 @@ class EventState(TraceState):
     def at(self, when: float, name: str, payload: object) -> None:
         """Schedule handler ``_on_<name>(payload)`` at ``when``."""
         heapq.heappush(self.events, (when, next(self.seq), name, payload))
+
+    def send(self, kind: str, key: int, step: int, segs: list[Segment]) -> None:
+        """Append a request (one model, so one key space) and its metadata."""
+        self.out.append(self.blocks.ids(0, segs))
+        self.meta.append((kind, key, step, segs))
+        self.times.append(self.now)
 
     def run(self) -> None:
         """Handle events in time order until the trace holds ``size`` requests."""

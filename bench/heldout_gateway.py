@@ -229,7 +229,7 @@ class _State(GatewayState):
         prompt = self.customers[conv.customer].prompts[conv.app].at(self.now, conv.u)
         message = self.new(clipped_length(rng, *MESSAGE))
         conv.sent.append(len(self.out))
-        self.send("chat", conv.customer, k, len(conv.sent) - 1, [*prompt, *conv.history,
+        self.send_as("chat", conv.customer, k, len(conv.sent) - 1, [*prompt, *conv.history,
                                                                message])
         reply = clipped_length(rng, *REPLY)
         conv.history += [message, self.new(reply)]
@@ -258,7 +258,7 @@ class _State(GatewayState):
             self._compact(k)
             return
         s.sent.append(len(self.out))
-        self.send("agent", s.customer, k, len(s.sent) - 1, [*s.prompt, *s.context])
+        self.send_as("agent", s.customer, k, len(s.sent) - 1, [*s.prompt, *s.context])
         s.steps -= 1
         if s.steps > 0:
             call = clipped_length(rng, *CALL)
@@ -285,7 +285,7 @@ class _State(GatewayState):
         s.compactions.append(len(self.out))
         s.sent.append(len(self.out))
         ask = self.new(self.rng.randint(50, 150))
-        self.send("agent", s.customer, k, len(s.sent) - 1, [*s.prompt, *s.context, ask])
+        self.send_as("agent", s.customer, k, len(s.sent) - 1, [*s.prompt, *s.context, ask])
         summary = self.rng.randint(*SUMMARY)
         s.context = [self.new(summary)]
         self.at(self.now + summary / RATE, "step", k)

@@ -140,7 +140,7 @@ class GatewayState(EventState):
         self.storm: dict[str, object] = {}
         self._plan_storm()
 
-    def send(self, kind: str, c: int, key: int, step: int, segs: list[Segment]) -> None:
+    def send_as(self, kind: str, c: int, key: int, step: int, segs: list[Segment]) -> None:
         """Append a request and its metadata; the customer is in every block's key (the
         provider isolates each organisation's cache)."""
         self.out.append(self.blocks.ids(c, segs))
@@ -249,7 +249,7 @@ class GatewayState(EventState):
         c = self.customer("task")
         app = self.app(c)
         segs = [*self.prompt_now(c, app), self.new(clipped_length(self.rng, *INPUT))]
-        self.send("task", c, app, 0, segs)
+        self.send_as("task", c, app, 0, segs)
 
     def _on_doc(self, _: object) -> None:
         """A one-off long document: the customer's prompt + the document + an instruction."""
@@ -257,7 +257,7 @@ class GatewayState(EventState):
         c, rng = self.customer("doc"), self.rng
         doc = self.new(clipped_length(rng, *DOCUMENT))
         segs = [*self.prompt_now(c, self.app(c)), doc, self.new(clipped_length(rng, *ASK))]
-        self.send("doc", c, len(self.out), 0, segs)
+        self.send_as("doc", c, len(self.out), 0, segs)
 
     def _plan_batch(self, c: int) -> None:
         """Customer ``c``'s nightly job: a template, and a start at a whole local hour in
@@ -274,7 +274,7 @@ class GatewayState(EventState):
         """An item of a nightly job: its template + a new item; the next follows."""
         b, k, items, gap = job
         c, template, _ = self.batches[b]
-        self.send("batch", c, b, k, [template, self.new(clipped_length(self.rng, *BATCH_ITEM))])
+        self.send_as("batch", c, b, k, [template, self.new(clipped_length(self.rng, *BATCH_ITEM))])
         if k + 1 < items:
             self.at(self.now + self.rng.expovariate(1 / gap), "batch", (b, k + 1, items, gap))
 
@@ -297,7 +297,7 @@ class GatewayState(EventState):
     def _on_eval(self, rk: tuple[int, int]) -> None:
         """The eval harness's next question (the same items in the same order each run)."""
         run, k = rk
-        self.send("eval", self.evals["customer"], run, k, self.evals["items"][k])
+        self.send_as("eval", self.evals["customer"], run, k, self.evals["items"][k])
         if k + 1 < len(self.evals["items"]):
             self.at(self.now + self.rng.expovariate(1 / EVAL_GAP), "eval", (run, k + 1))
 
@@ -326,7 +326,7 @@ class GatewayState(EventState):
     def _on_retry(self, rk: tuple[int, int]) -> None:
         """Try ``k`` of storm request ``r``; the next one is due after the backoff."""
         r, k = rk
-        self.send("retry", self.storm["customer"], r, k, self.storm["requests"][r])
+        self.send_as("retry", self.storm["customer"], r, k, self.storm["requests"][r])
         if k + 1 < self.storm["tries"]:
             delay = min(BACKOFF_CAP, BACKOFF * 2 ** k) * self.rng.uniform(0.5, 1.5)
             self.at(self.now + delay, "retry", (r, k + 1))

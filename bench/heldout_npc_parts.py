@@ -144,12 +144,6 @@ class NpcState(EventState):
         self.at(at_hour(QUEST_AT), "quest", 0)
         self.at(self.arrival(CHATS_PER_DAY, self.chat_level), "chat", None)
 
-    def send(self, kind: str, key: int, step: int, segs: list[Segment]) -> None:
-        """Append a request (one model, so one key space) and its metadata."""
-        self.out.append(self.blocks.ids(0, segs))
-        self.meta.append((kind, key, step, segs))
-        self.times.append(self.now)
-
     def world(self) -> Segment:
         """The current world-state version."""
         return self.worlds[-1][1]

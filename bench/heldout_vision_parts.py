@@ -156,12 +156,6 @@ class VisionState(EventState):
         per_day, profile = ARRIVALS[name]
         return next_arrival(self.rng, self.now, max(MIN_PER_DAY, per_day * self.scale), profile)
 
-    def send(self, kind: str, key: int, step: int, segs: list[Segment]) -> None:
-        """Append a request (one model, so one key space) and its metadata."""
-        self.out.append(self.blocks.ids(0, segs))
-        self.meta.append((kind, key, step, segs))
-        self.times.append(self.now)
-
     def product(self, born: float) -> Product:
         """A new product: a 1-tile or 2x2 image and its text."""
         rng = self.rng
