@@ -237,7 +237,8 @@ class RedisClusterProcs:
 
     def kill_master_of(self, key: str, wait_s: float = 30.0) -> RedisServer:
         """SIGKILL the master serving ``key`` once the cluster is healthy and its replicas
-        acknowledged every write (WAIT), so a failover loses nothing; the killed node."""
+        acknowledged every write (``kill_once_acked``), so a failover loses nothing; the
+        killed node."""
         _wait(self.healthy, wait_s, "a healthy cluster before the kill")
         m = self.master_of(key)
         kill_once_acked(m, self.replicas, wait_s)

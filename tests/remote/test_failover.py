@@ -97,7 +97,7 @@ async def test_a_sentinel_failover_is_misses_then_hits_again(sentinel, how):
     try:
         await run(e, PROMPT)
         await settle(e)
-        if how == "sigkill":  # once the replica acknowledged the chain (WAIT)
+        if how == "sigkill":  # once the replica acknowledged the chain
             await asyncio.to_thread(sentinel.kill_master)
         else:
             await asyncio.to_thread(sentinel.failover)
