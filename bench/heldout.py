@@ -75,6 +75,12 @@ product):
               coding agents behind their own prompts (a deploy makes later blocks new), nightly
               batches, an eval re-run a day later, a retry storm, one-off documents (written
               after ``adaptive`` was frozen (at 395a810); bench/heldout_gateway.py)
+    deep_research  one replica behind an answer engine with deep research: search answers
+              over Zipf-popular and news pages (follow-ups re-send the thread), research
+              sessions fanning out to sub-agents that re-send a growing tool history, then
+              synthesis, citation checks and revisions hours later, monitors re-running saved
+              queries over changing pages (a change makes later blocks new), PDF uploads
+              (written after ``adaptive`` was frozen (at 395a810); bench/heldout_research.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -99,6 +105,7 @@ from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_gateway import api_gateway
 from bench.heldout_ide import ide_tree
 from bench.heldout_npc import npc_world
+from bench.heldout_research import deep_research
 from bench.heldout_rag import rerank_rag
 from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
 from bench.heldout_rollout import prompt_rollout
@@ -329,7 +336,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "ide_tree": ide_tree, "support_desk": support_desk,
           "compaction_chat": compaction_chat, "rl_rollout": rl_rollout,
           "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix,
-          "npc_world": npc_world, "api_gateway": api_gateway}
+          "npc_world": npc_world, "api_gateway": api_gateway,
+          "deep_research": deep_research}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
