@@ -36,6 +36,8 @@
     generation_config        where request sampling defaults come from (generation_config.py):
                              ``auto`` the model directory's generation_config.json, ``vllm``
                              none, or a directory
+    trust_request_chat_template  run a ``chat_template`` a request sends (template_cache.py
+                             NOTE(untrusted-template)); default: refused with a 400
     tool_call_parser         reads ``tool_choice: auto`` output (tools/parsers.py); None: auto
                              is a 400, as without vLLM's --enable-auto-tool-choice
 
@@ -96,14 +98,14 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
               max_json_depth: int = MAX_JSON_DEPTH,
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
               manage_engine: bool = True,
-              tenant_block_quota: int | None = None,
-              chat_template: str | Path | None = None,
+              tenant_block_quota: int | None = None, chat_template: str | Path | None = None,
               tenant_header: str | None = None,
               shared_prefix_cache: bool = False,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
               reject_unknown_fields: bool = False,
               generation_config: str | None = "auto",
-              tool_call_parser: str | None = None) -> web.Application:
+              tool_call_parser: str | None = None,
+              trust_request_chat_template: bool = False) -> web.Application:
     """The OpenAI-compatible app (each option: the module docstring's table)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -111,8 +113,8 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
                           client_max_size=max_body_bytes)
     names = served_model_names or tuple(dict.fromkeys(
         n for n in (engine.model_name, engine.config.served_model_name) if n))
-    parser = _parser(engine, names, max_json_depth, chat_template, reject_unknown_fields,
-                     generation_config, tool_call_parser)
+    parser = _parser(engine, names, max_json_depth, (chat_template, trust_request_chat_template),
+                     reject_unknown_fields, generation_config, tool_call_parser)
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
                                shared=shared_prefix_cache)
@@ -140,10 +142,12 @@ def _middlewares(api_key: str | None, tenant_header: str | None) -> list[Middlew
 
 
 def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
-            chat_template: str | Path | None, reject_unknown_fields: bool,
+            template: tuple[str | Path | None, bool], reject_unknown_fields: bool,
             generation_config: str | None, tool_call_parser: str | None) -> RequestParser:
-    """The request parser, bounded by the engine's config and context."""
+    """The request parser, bounded by the engine's config and context. ``template``: the
+    --chat-template override and whether a request's own template is trusted."""
     config = engine.config
+    chat_template, trust_request_template = template
     return RequestParser(engine.tokenizer, names, engine.max_model_len,
                          max_n=config.max_n,
                          max_tokens_limit=config.max_tokens_limit or engine.max_model_len,
@@ -153,7 +157,8 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
                          max_logprobs=config.max_logprobs, max_prompts=config.max_queue,
                          reject_unknown_fields=reject_unknown_fields,
                          defaults=load_generation_defaults(generation_config, config.model),
-                         tool_parser=tool_call_parser and tool_parser(tool_call_parser))
+                         tool_parser=tool_call_parser and tool_parser(tool_call_parser),
+                         trust_request_chat_template=trust_request_template)
 
 
 def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,

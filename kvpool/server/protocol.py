@@ -74,12 +74,15 @@ class RequestParser:
                  max_json_depth: int = MAX_JSON_DEPTH,
                  chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
                  max_prompts: int = 1024, reject_unknown_fields: bool = False,
-                 defaults: dict[str, Any] | None = None, tool_parser: Any = None) -> None:
+                 defaults: dict[str, Any] | None = None, tool_parser: Any = None,
+                 trust_request_chat_template: bool = False) -> None:
         """``chat_template``: the model's (chat_template.ModelChatTemplate) or None for the
         built-in :class:`ChatTemplate`. ``reject_unknown_fields``: 400 for a field this
         server does not know (default: ignored, as vLLM does). ``defaults``: request-field
         defaults from the model's generation_config.json (generation_config.py).
-        ``tool_parser``: reads tool_choice auto (tools/parsers.py); None: auto is a 400."""
+        ``tool_parser``: reads tool_choice auto (tools/parsers.py); None: auto is a 400.
+        ``trust_request_chat_template``: run a request's own chat_template (template_cache.py
+        NOTE(untrusted-template); default: 400)."""
         self.fields = FieldPolicy(reject_unknown_fields)
         self.tool_parser = tool_parser
         defaults = dict(defaults or {})
@@ -97,7 +100,7 @@ class RequestParser:
         # past this many value separators the body cannot fit (json_body.py)
         self.max_body_commas = 8 * max_model_len + 4 * max_stop + 16384
         self.chat_template = chat_template or ChatTemplate()
-        self.templates = TemplateCache(self.chat_template)
+        self.templates = TemplateCache(self.chat_template, trust_request_chat_template)
         self.max_logprobs = max_logprobs
         self.max_prompts = max_prompts
         self.vocab_size = int(tokenizer.vocab_size)

@@ -239,6 +239,7 @@ def _build(config: EngineConfig, o: ServeOptions,
                     tenant_header=o.tenant_header, shared_prefix_cache=o.shared_prefix_cache,
                     stream_write_timeout=o.stream_write_timeout,
                     reject_unknown_fields=o.reject_unknown_fields,
+                    trust_request_chat_template=o.trust_request_chat_template,
                     generation_config=o.generation_config, tool_call_parser=o.auto_tool_parser,
                     served_model_names=o.served_model_name)
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()

@@ -55,6 +55,7 @@ class ServeOptions:
     socket_send_buffer: int | None = None  # SO_SNDBUF of accepted sockets (None: the OS's)
     stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT  # one SSE write, at most
     chat_template: str | None = None  # Jinja file overriding the model directory's template
+    trust_request_chat_template: bool = False  # run a request's own chat_template (else 400)
     replica_id: str | None = None  # name in /v1/kvpool/lookup answers (None: HOSTNAME-PID)
     remote_url: str | None = None  # redis://HOST:PORT of the shared prefix tier (None: off)
     remote_write_policy: str = DEFAULT_WRITE_POLICY
@@ -193,6 +194,10 @@ def _add_request_args(srv: _ArgGroup) -> None:
     srv.add_argument("--chat-template", default=None, metavar="FILE",
                      help="a Jinja chat template overriding the model directory's own "
                           "(default: the model's, else the built-in one)")
+    srv.add_argument("--trust-request-chat-template", action="store_true", default=False,
+                     help="run the chat_template a request sends, as vLLM's flag of this name "
+                     "does: a template is code, and a hostile one can hold the server's CPU "
+                     "or memory; only for clients trusted like the operator (default: 400)")
     srv.add_argument("--replica-id", default=None, metavar="ID",
                      help="this replica's name in /v1/kvpool/lookup answers (the router logs "
                           "it; default: HOSTNAME-PID)")

@@ -5,6 +5,12 @@ one on every request; compiling Jinja each time would cost more than rendering. 
 ``MAX_TEMPLATES`` compiled templates are kept, so a client sending a new source every time
 holds no more memory than that. A per-request template is rendered with the model's special
 tokens (``bos_token``...) like the model's own, and carries its own BOS.
+
+NOTE(untrusted-template): a template is code the server runs. Jinja's sandbox keeps it from
+the host, not from the CPU or memory: nested loops or a repeated string can hold the event
+loop for seconds or take gigabytes. So, as vLLM does, a request's template is refused (400)
+unless the server was started with ``--trust-request-chat-template``, for deployments whose
+clients are trusted like the operator (docs/architecture.md "A request's path").
 """
 
 from __future__ import annotations
@@ -23,14 +29,20 @@ MAX_TEMPLATES = 16
 class TemplateCache:
     """Compiled per-request templates, keyed by source (least recently used goes first)."""
 
-    def __init__(self, default: Any) -> None:
+    def __init__(self, default: Any, trusted: bool = False) -> None:
         self.default = default  # the server's template (model's or built-in)
+        self.trusted = trusted  # NOTE(untrusted-template): requests may bring their own
         self._compiled: OrderedDict[str, ModelChatTemplate] = OrderedDict()
 
     def pick(self, source: str | None) -> Any:
         """The template a request renders with: its own ``source``, else the default."""
         if source is None:
             return self.default
+        if not self.trusted:
+            raise RequestError("chat_template: this server does not run templates sent with a "
+                               "request (a template is code); its operator can allow them "
+                               "with --trust-request-chat-template", param="chat_template",
+                               code="untrusted_chat_template")
         hit = self._compiled.get(source)
         if hit is not None:
             self._compiled.move_to_end(source)

@@ -124,12 +124,39 @@ async def test_guided_mistakes_are_400s_naming_the_field(srv, extra, param):
         assert info.value.body["param"] == param, info.value.body
 
 
-async def test_per_request_chat_template_and_its_kwargs(srv):
+async def test_per_request_chat_template_and_its_kwargs(make_server):
     tpl = "{% for m in messages %}{{ greeting }}{{ m.content }}|{% endfor %}"
     extra = {"chat_template": tpl, "chat_template_kwargs": {"greeting": "Dear "}}
-    want = srv.engine.tokenizer.encode("Dear Tell me a story|", add_special_tokens=False)
-    status, body = await tokenize(srv, {"messages": CHAT, **extra})
-    assert status == 200 and body["tokens"] == want
+    async with make_server(app_options={"trust_request_chat_template": True}) as srv:
+        want = srv.engine.tokenizer.encode("Dear Tell me a story|", add_special_tokens=False)
+        status, body = await tokenize(srv, {"messages": CHAT, **extra})
+        assert status == 200 and body["tokens"] == want
+        await _template_round_trip(srv, extra, want)
+
+
+# nested loops: seconds of CPU on the event loop (and `'x' * 300000000` takes 300 MB) if run
+HOSTILE = "{% for i in range(20000) %}{% for j in range(5000) %}{% endfor %}{% endfor %}"
+
+
+async def test_a_request_template_is_refused_unless_trusted(srv):
+    """NOTE(untrusted-template): the default server runs no template a request brings, on any
+    route that renders one, and its own template still serves the same request."""
+    bad = {"messages": CHAT, "chat_template": HOSTILE}
+    async with aiohttp.ClientSession() as s:
+        for url, extra in ((srv.url + "/tokenize", {}),
+                           (srv.v1 + "/chat/completions", {"max_tokens": 1}),
+                           (srv.v1 + "/kvpool/lookup", {})):
+            model = {"model": srv.engine.model_name} if "/chat" in url else {}
+            async with s.post(url, json={**bad, **extra, **model}) as r:
+                err = (await r.json())["error"]
+                assert r.status == 400 and err["param"] == "chat_template", (url, err)
+                assert err["code"] == "untrusted_chat_template"
+                assert "--trust-request-chat-template" in err["message"]
+    status, body = await tokenize(srv, {"messages": CHAT})
+    assert status == 200 and body["tokens"]
+
+
+async def _template_round_trip(srv, extra, want):
     async with client(srv) as c:
         r = await c.chat.completions.create(model=srv.engine.model_name, messages=CHAT,
                                             max_tokens=2, extra_body=extra)
