@@ -19,6 +19,7 @@ import json
 from typing import Any, NamedTuple
 
 from kvpool.errors import RequestError
+from kvpool.server.json_body import decode_json_text
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -85,10 +86,8 @@ def _call(call: Any, where: str) -> dict[str, Any]:
                    "'arguments'}}")
     args = fn.get("arguments", "{}")
     if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except ValueError:
-            raise _bad(f"{where}.function.arguments", "must be JSON text") from None
+        args = decode_json_text(args, f"{where}.function.arguments", "JSON text") \
+            if args.strip() else {}
     out = {"type": "function", "function": {"name": fn["name"], "arguments": args}}
     if call.get("id") is not None:
         if not isinstance(call["id"], str):

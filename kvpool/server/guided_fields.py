@@ -16,11 +16,11 @@ rule); every kind compiles and is probed under the same budget as a JSON schema
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
+from kvpool.server.json_body import decode_json_text
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -62,10 +62,7 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
 def _spec(key: str, value: Any, param: str) -> GrammarSpec:
     if key in ("guided_json", "json"):
         if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                raise _bad(param, "must be a JSON schema (an object or its JSON text)") from None
+            value = decode_json_text(value, param, "a JSON schema (an object or its JSON text)")
         return GrammarSpec.json_schema(value)
     if key == "json_object":
         return GrammarSpec.json_object()

@@ -192,10 +192,30 @@ def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
     return body
 
 
+def decode_json_text(text: str, param: str, what: str,
+                     max_json_depth: int = MAX_JSON_DEPTH) -> Any:
+    """JSON text inside a request field (tool-call arguments, a schema sent as a string): the
+    body's rules (no NaN, nested at most ``max_json_depth``), each failure a 400 naming
+    ``param``; ``what`` says what the field must be. A deep nest is refused, not a 500 from
+    Python's recursion limit."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+        _check_structure(value, max_json_depth)
+    except RecursionError:
+        raise RequestError.field(param, f"must be {what}; it is nested too deeply",
+                                 "invalid_json") from None
+    except RequestError as exc:  # "request body is nested deeper than 32" -> "it is ..."
+        said = str(exc).removeprefix("request body ")
+        raise RequestError.field(param, f"must be {what}; it {said}", exc.code) from None
+    except ValueError:
+        raise RequestError.field(param, f"must be {what}", "invalid_json") from None
+    return value
+
+
 def _check_structure(body: Any, max_json_depth: int) -> None:
     """Depth bound, and no lone UTF-16 surrogates (``"\\ud800"`` is valid JSON but not text any
     tokenizer or hash can encode)."""
-    stack = [(body, 1)]
+    stack = [(body, 1)] if isinstance(body, (dict, list)) else []
     while stack:
         node, depth = stack.pop()
         if depth > max_json_depth:

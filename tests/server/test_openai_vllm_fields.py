@@ -115,6 +115,9 @@ async def test_guided_spellings_constrain_the_output(srv, extra, check):
     ({"guided_regex": "a", "guided_choice": ["b"]}, "guided_regex"),
     ({"guided_regex": "a", "response_format": {"type": "json_object"}}, "response_format"),
     ({"structured_outputs": {"regex": "a", "foo": 1}}, "structured_outputs"),
+    # JSON text nested past Python's recursion limit, or past the body's depth bound
+    ({"guided_json": "[" * 5000}, "guided_json"),
+    ({"structured_outputs": {"json": "[" * 40 + "]" * 40}}, "structured_outputs.json"),
 ])
 async def test_guided_mistakes_are_400s_naming_the_field(srv, extra, param):
     async with client(srv) as c:

@@ -156,6 +156,9 @@ async def test_tool_messages_reach_the_template(served):
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
      "tool_choice"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                    "function": {"name": "f", "arguments": "[" * 5000}}]}]},
+     "messages[0].tool_calls[0].function.arguments"),  # a 500 from RecursionError before
     ({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": "yes"},
      "parallel_tool_calls"),
     ({"tools": TOOLS, "tool_choice": "required",
