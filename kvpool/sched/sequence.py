@@ -89,13 +89,20 @@ class StopLimits:
         max_tokens = getattr(params, "max_tokens", 16)
         if max_tokens is None:
             max_tokens = max(1, max_model_len - prompt_len)
+        stop, eos = cls.stop_tokens(params, default_eos)
+        n = getattr(params, "n", 1)
+        return cls(int(max_tokens), 1 if n is None else int(n), _shared(stop), eos)
+
+    @staticmethod
+    def stop_tokens(params: Any, default_eos: int | None) -> tuple[frozenset[int], int | None]:
+        """The tokens that finish a sequence (stop_token_ids, and the eos in effect unless
+        ignore_eos), and that eos: the one rule the scheduler and the detokenizer share."""
         eos = getattr(params, "eos_token_id", None)
         eos = default_eos if eos is None else eos
         stop = set(getattr(params, "stop_token_ids", None) or ())
         if eos is not None and not getattr(params, "ignore_eos", False):
             stop.add(eos)
-        n = getattr(params, "n", 1)
-        return cls(int(max_tokens), 1 if n is None else int(n), _shared(frozenset(stop)), eos)
+        return frozenset(stop), eos
 
 
 _STOP_SETS: dict[frozenset[int], frozenset[int]] = {}

@@ -233,6 +233,34 @@ async def test_include_stop_str_in_output_keeps_the_stop_string(srv):
         assert plain.choices[0].text == cut
 
 
+async def test_the_token_that_stops_a_sequence_adds_no_text(srv):
+    """NOTE(stop-token-text): the stop_token_ids token (or the eos, shown with
+    skip_special_tokens false) that ends a sequence is not in its text, as in vLLM, unless
+    include_stop_str_in_output; streamed deltas join to the same text."""
+    m, tok = srv.engine.model_name, srv.engine.tokenizer
+    kw = dict(model=m, prompt="A paged cache", max_tokens=8, temperature=0)
+    async with client(srv) as c:
+        base = await c.completions.create(logprobs=1, **kw,
+                                          extra_body={"return_tokens_as_token_ids": True})
+        ids = [int(t.split(":")[1]) for t in base.choices[0].logprobs.tokens]
+        k = next(i for i in range(1, len(ids)) if ids[i] not in ids[:i])
+        for keep in (False, True):
+            extra = {"stop_token_ids": [ids[k]], "include_stop_str_in_output": keep}
+            got = (await c.completions.create(**kw, extra_body=extra)).choices[0]
+            assert got.finish_reason == "stop" and got.text == tok.decode(ids[:k + keep])
+            parts = [ch.choices[0].text async for ch in await c.completions.create(
+                stream=True, **kw, extra_body=extra) if ch.choices]
+            assert "".join(parts) == got.text
+        eos = tok.eos_token_id
+        for keep in (False, True):
+            got = (await c.completions.create(
+                **{**kw, "max_tokens": 3}, logit_bias={str(eos): 100},
+                extra_body={"skip_special_tokens": False,
+                            "include_stop_str_in_output": keep})).choices[0]
+            assert got.finish_reason == "stop"
+            assert got.text == (tok.id_to_token(eos) if keep else ""), got.text
+
+
 async def test_skip_special_tokens_false_shows_them(srv):
     eos = srv.engine.tokenizer.eos_token_id
     kw = dict(model=srv.engine.model_name, prompt="hi", max_tokens=3, temperature=0,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from kvpool.runtime.model import (IncrementalDetokenizer, SamplingParams, SeqHistory,
                                   TokenLogprob, Tokenizer)
 from kvpool.sched import FinishedRequest, SeqStatus
+from kvpool.sched.sequence import StopLimits
 
 FINISH_REASONS = ("stop", "length", "abort", "error")
 
@@ -124,6 +125,10 @@ class RequestState:
     num_cached_tokens: int = 0
     first_token: bool = False  # TTFT observed
     hold: int = 0  # characters held back for stop strings
+    # NOTE(stop-token-text): the tokens that finish a sequence add no text (vLLM's rule:
+    # the eos or stop_token_ids token stays in token_ids, its text only with
+    # include_stop_str_in_output); empty when that flag is set
+    silent: frozenset[int] = frozenset()
     # prompt_logprobs: one slot per prompt position, filled chunk by chunk (a recomputed
     # prefill never overwrites a filled slot); None once sent or when not asked for
     prompt_lps: list[TokenLogprob | None] | None = None
@@ -144,8 +149,10 @@ class OutputProcessor:
         skip = params.skip_special_tokens
         seqs = {s: SeqState(i, tok.detokenizer(skip)) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
+        silent = frozenset() if params.include_stop_str_in_output \
+            else StopLimits.stop_tokens(params, tok.eos_token_id)[0]
         self.requests[request_id] = RequestState(
-            request_id, params, prompt_ids, arrival, seqs, hold=hold,
+            request_id, params, prompt_ids, arrival, seqs, hold=hold, silent=silent,
             prompt_lps=None if params.prompt_logprobs is None else [None] * len(prompt_ids))
 
     def add_prompt_logprobs(self, request_id: str, start: int,
@@ -205,7 +212,8 @@ class OutputProcessor:
             s.output_ids.append(token)
             if r.params.logprobs is not None and sample.logprob is not None:
                 s.pending_logprobs.append(sample.logprob)
-            s.text += s.detok.push(token)
+            if token not in r.silent:  # NOTE(stop-token-text)
+                s.text += s.detok.push(token)
             hit = self._match_stop(r, s)
             if hit is not None:
                 stops[seq_id] = hit
