@@ -131,6 +131,20 @@ async def test_streamed_deltas_join_to_the_non_streamed_call(served):
         assert r.choices[0].message.tool_calls == [] and r.choices[0].message.content
 
 
+async def test_a_forced_call_cut_before_its_name_streams_its_text_as_content(served):
+    """required, cut by max_tokens before a call's name was read: the text is content in the
+    body and in the stream alike (the stream sent nothing before)."""
+    url, _ = served
+    async with client(url) as c:
+        kw = dict(model=(await c.models.list()).data[0].id, messages=ASK, tools=TOOLS,
+                  tool_choice="required", temperature=0, max_tokens=2)
+        body = (await c.chat.completions.create(**kw)).choices[0]
+        assert body.finish_reason == "length" and body.message.tool_calls == []
+        assert body.message.content and body.message.content.startswith("[")
+        chunks = [ch async for ch in await c.chat.completions.create(**kw, stream=True)]
+        assert joined(chunks) == (body.message.content, [], "length")
+
+
 async def test_tool_messages_reach_the_template(served):
     url, d = served
     async with client(url) as c:

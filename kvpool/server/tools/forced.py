@@ -76,7 +76,9 @@ class CallArrayStream:
         return out
 
     def finish(self) -> list[dict[str, Any]]:
-        return []
+        """Cut short before any call's name was read: the text is content, as ``extract``
+        makes it in the non-streamed body (nothing of it went out yet)."""
+        return [] if self.names or not self.text else [{"content": self.text}]
 
     def _head(self) -> list[dict[str, Any]]:
         m = _HEAD.match(self.text, self.pos)
