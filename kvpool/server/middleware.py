@@ -158,7 +158,8 @@ def to_api_error(exc: BaseException, request: web.Request) -> APIError:
     if isinstance(exc, RequestRejected):
         return APIError(400, str(exc), param="prompt", code="request_rejected")
     if isinstance(exc, QueueFullError):
-        return APIError(503, f"the server is overloaded ({exc}); retry later",
+        said = str(exc)  # some queues' messages say "retry later" themselves: once is enough
+        return APIError(503, said if said.endswith("retry later") else f"{said}; retry later",
                         code="queue_full", headers={"Retry-After": RETRY_AFTER_SECONDS})
     if isinstance(exc, EngineError):
         return APIError(503, f"the engine cannot take this request: {exc}",

@@ -165,7 +165,8 @@ async def test_queue_full_is_503_with_retry_after(make_server):
         assert full and ok, [s for s, _, _ in results]
         assert all(s in (200, 503) for s, _, _ in results)
         for headers, resp in full:
-            assert_error(503, resp, 503, None, "queue_full")
+            err = assert_error(503, resp, 503, None, "queue_full")
+            assert err["message"].count("retry later") == 1, err["message"]  # said once
             assert int(headers["Retry-After"]) >= 1
         assert all(r["usage"]["completion_tokens"] == 120 for r in ok)
 
