@@ -118,7 +118,7 @@ class BodyReader:
 
     async def read(self, request: web.Request) -> tuple[bytes, dict | None]:
         """The raw body (what is relayed) and its decoded object (``check``)."""
-        raw = await request.read()
+        raw = await self._pool.read(request)  # NOTE(slow-body)
         return raw, await self.check(raw)
 
     def close(self) -> None:

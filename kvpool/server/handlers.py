@@ -129,7 +129,7 @@ class OpenAIRoutes:
         """Parse the body with ``parse`` (on the parse pool), run it, answer through
         ``view(builder)``: responses.py ChunkView (completions, chat), or another shape of the
         same updates (responses_api.py)."""
-        req = await self.parse_pool.parse(await request.read(), parse)
+        req = await self.parse_pool.read_and_parse(request, parse)
         if req.params.response_format is not None:  # compiled off the loop (grammar_compile.py)
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         builder = ResponseBuilder(req, formatter=self.id_formatter

@@ -50,6 +50,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from aiohttp import web
+
 from kvpool.errors import RequestError, context_length_error
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES", "MAX_JSON_BYTES_PER_CHAR",
@@ -71,6 +73,7 @@ _QUOTE = b'"'
 _BACKSLASH = 0x5C
 INLINE_PARSE_BYTES = 8192  # smaller bodies tokenize in well under a ms: a thread hop costs more
 PARSE_THREADS = 2  # parses of large bodies running at once
+DEFAULT_BODY_TIMEOUT = 60.0  # seconds a whole request body may take to arrive (0: no bound)
 
 T = TypeVar("T")
 
@@ -241,7 +244,26 @@ class ParsePool:
         self.parsing = 0  # large bodies being parsed on the pool now (tests watch it)
         self.offloaded = 0  # large bodies handed to the pool so far (monotonic)
         self.inline_bytes = inline_bytes  # bodies up to this size are parsed on the caller
+        self.body_timeout = DEFAULT_BODY_TIMEOUT  # NOTE(slow-body); kvpool serve --body-timeout
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+
+    async def read(self, request: web.Request) -> bytes:
+        """The whole body. NOTE(slow-body): the header timer (connections.py) bounds a request
+        head; a body trickled a byte at a time would hold its handler and connection for
+        ever, so the whole body must arrive within ``body_timeout`` or the client gets 408
+        (what was read is dropped; nothing else is touched). aiohttp then reads what still
+        comes for at most its lingering time (10 s) and closes the connection."""
+        if self.body_timeout <= 0:
+            return await request.read()
+        try:
+            return await asyncio.wait_for(request.read(), self.body_timeout)
+        except asyncio.TimeoutError:
+            raise web.HTTPRequestTimeout(text=f"the request body did not arrive within "
+                                         f"{self.body_timeout:g} s (--body-timeout)") from None
+
+    async def read_and_parse(self, request: web.Request, parse: Callable[[bytes], T]) -> T:
+        """``parse`` of the whole body (``read``, then ``parse`` below)."""
+        return await self.parse(await self.read(request), parse)
 
     async def parse(self, raw: bytes, parse: Callable[[bytes], T]) -> T:
         if len(raw) <= self.inline_bytes:

@@ -108,6 +108,7 @@ RETRY_AFTER_SECONDS = "1"  # NOTE(retry): the queue drains per engine step; a se
 # Statuses aiohttp raises itself (routing, body size) -> our (type, code).
 _HTTP_CODES = {
     400: "bad_request", 401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed",
+    408: "request_timeout",
     413: "request_too_large", 415: "unsupported_media_type", 431: "headers_too_large",
     503: "service_unavailable",
 }

@@ -38,7 +38,7 @@ from aiohttp import web
 from kvpool.errors import ConfigError
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import require_context_fits
-from kvpool.server.app import GATE_KEY, METRICS_KEY, build_app, start_draining
+from kvpool.server.app import GATE_KEY, METRICS_KEY, ROUTES_KEY, build_app, start_draining
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
@@ -242,14 +242,21 @@ def _build(config: EngineConfig, o: ServeOptions,
                     trust_request_chat_template=o.trust_request_chat_template,
                     generation_config=o.generation_config, tool_call_parser=o.auto_tool_parser,
                     served_model_names=o.served_model_name)
-    app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
-    app[RESPONSES_KEY].store.max_entries = o.max_stored_responses
-    app[METRICS_KEY].add_source(limiter.families)
+    _set_server_options(app, o, limiter)
     events.register(app, engine, replica_id=app[REPLICA_ID_KEY],
                     chat_template=o.chat_template, tenant_header=o.tenant_header)
     if events.publisher is not None:
         app[METRICS_KEY].add_source(events.publisher.families)
     return engine, app
+
+
+def _set_server_options(app: web.Application, o: ServeOptions,
+                        limiter: ConnectionLimiter) -> None:
+    """The options build_app does not take: set on what it built."""
+    app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
+    app[RESPONSES_KEY].store.max_entries = o.max_stored_responses
+    app[ROUTES_KEY].parse_pool.body_timeout = o.body_timeout  # every route's bodies
+    app[METRICS_KEY].add_source(limiter.families)
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> list[int]:

@@ -22,6 +22,7 @@ from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
                                        MIN_SEND_BUFFER)
 from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import DEFAULT_MAX_STORED_RESPONSES
 from kvpool.server.tools.parsers import PARSERS
@@ -50,6 +51,7 @@ class ServeOptions:
     shared_prefix_cache: bool = False  # one prefix cache across tenants (default: per tenant)
     invariant_check_interval: int = 0  # full invariant check every N steps (0: off)
     header_timeout: float = DEFAULT_HEADER_TIMEOUT  # first request head within (0: off)
+    body_timeout: float = DEFAULT_BODY_TIMEOUT  # a whole request body within (0: off)
     keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT  # idle keep-alive (0: never)
     max_connections: int | None = None  # None: the open-file limit minus a reserve
     socket_send_buffer: int | None = None  # SO_SNDBUF of accepted sockets (None: the OS's)
@@ -86,8 +88,9 @@ class ServeOptions:
         require(self.max_body_bytes > 0, "--max-body-bytes: use a positive byte count")
         require(self.max_connections is None or self.max_connections >= 1,
                 f"--max-connections {self.max_connections}: use a positive count")
-        require(self.header_timeout >= 0 and self.keep_alive_timeout >= 0,
-                "--header-timeout/--keep-alive-timeout: use seconds >= 0 (0: off)")
+        require(min(self.header_timeout, self.keep_alive_timeout, self.body_timeout) >= 0,
+                "--header-timeout/--keep-alive-timeout/--body-timeout: use seconds >= 0 "
+                "(0: off)")
         require(self.socket_send_buffer is None or self.socket_send_buffer >= MIN_SEND_BUFFER,
                 f"--socket-send-buffer {self.socket_send_buffer}: use bytes >= "
                 f"{MIN_SEND_BUFFER} (or leave it out for the OS's default)")
@@ -153,6 +156,10 @@ def _add_connection_args(srv: _ArgGroup) -> None:
     srv.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
                      metavar="SECONDS", help="close a new connection that has not sent a "
                      "complete request head within SECONDS (0: off)")
+    srv.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
+                     metavar="SECONDS", help="answer 408 and close a connection whose request "
+                     "body has not fully arrived within SECONDS of its handler's start "
+                     "(a client trickling it holds nothing longer; 0: off)")
     srv.add_argument("--keep-alive-timeout", type=float, default=DEFAULT_KEEP_ALIVE_TIMEOUT,
                      metavar="SECONDS", help="close a keep-alive connection idle (or sending "
                      "its next request head) for SECONDS (0: never)")

@@ -47,9 +47,9 @@ class TokenizeRoutes:
         return self.parser.parse_detokenize(self.parser.decode_body(raw))
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        out = await self.parse_pool.parse(await request.read(), self._tokenize)
+        out = await self.parse_pool.read_and_parse(request, self._tokenize)
         return web.json_response(out)
 
     async def detokenize(self, request: web.Request) -> web.Response:
-        text = await self.parse_pool.parse(await request.read(), self._detokenize)
+        text = await self.parse_pool.read_and_parse(request, self._detokenize)
         return web.json_response({"prompt": text})

@@ -36,9 +36,34 @@ async def stop_and_log(proc, lines: list[str]) -> str:
     return await read_rest(proc, lines)
 
 
+async def slow_body_gets_408(url: str) -> None:
+    """NOTE(slow-body): a head sent whole, then a body trickled a byte every 0.25 s: 408
+    OpenAI JSON after the body timeout, the connection closed; /health answers meanwhile."""
+    reader, writer = await open_raw(url)
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: 4000\r\n\r\n{\"prompt\": \"")
+
+    async def trickle() -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            writer.write(b"x")
+
+    task = asyncio.create_task(trickle())
+    try:
+        assert (await exchange(url, b"GET /health HTTP/1.1\r\nHost: t\r\n"
+                                    b"Connection: close\r\n\r\n"))[0] == 200
+        status, _, body = await read_response(reader)
+        assert check_openai_error(status, body, 408)["code"] == "request_timeout"
+        assert await asyncio.wait_for(reader.read(), TRICKLE_LIMIT) == b""  # closed
+    finally:
+        task.cancel()
+        writer.close()
+
+
 async def test_slowloris_and_idle_keep_alive_connections_are_closed():
     async with subprocess_server("--header-timeout", "1", "--keep-alive-timeout", "2",
-                                 "--log-level", "info") as (proc, url, lines):
+                                 "--body-timeout", "1", "--log-level", "info") as (proc, url,
+                                                                                   lines):
         # a slowloris never finishes its head: closed after the header timeout (the edge
         # table's case, stress/http/edge.py)
         await slowloris_closed(EdgeTarget(url, header_timeout=1, keep_alive_timeout=2,
@@ -52,6 +77,7 @@ async def test_slowloris_and_idle_keep_alive_connections_are_closed():
         # a silent connection that never sends a byte is closed too
         reader, writer = await open_raw(url)
         assert await closed_by_server(reader, writer, None, TRICKLE_LIMIT)
+        await slow_body_gets_408(url)
         m = await get_metrics(url)
         rejected = m["kvpool_http_connections_rejected_total"]
         assert rejected[(("reason", "header_timeout"),)] >= 3
