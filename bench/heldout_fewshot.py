@@ -146,6 +146,11 @@ def generate(seed: int, scale: float = 1.0) -> Run:
     return Run(state.out, state.meta, state.tasks, state.prompts, state.shift)
 
 
+def segment_tokens(segs: list[Segment]) -> int:
+    """The tokens of ``segs``."""
+    return sum(n for _, n in segs)
+
+
 def clipped_length(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
     """A length (tokens, turns, pages): lognormal around ``median``, rounded, clipped to
     lo..hi. The held-out shapes draw their lengths with it."""

@@ -87,7 +87,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment, clipped_length
+from bench.heldout_fewshot import Segment, clipped_length, segment_tokens
 from bench.heldout_gateway_parts import Customer, GatewayState
 from bench.heldout_vision_parts import Length, lognormal
 
@@ -201,11 +201,6 @@ def _steps(long: bool) -> Length:
     return LONG_STEPS if long else STEPS
 
 
-def _tokens(segs: list[Segment]) -> int:
-    """The tokens of ``segs``."""
-    return sum(n for _, n in segs)
-
-
 class _State(GatewayState):
     """GatewayState with the chat conversations and the agent sessions."""
 
@@ -233,7 +228,7 @@ class _State(GatewayState):
                                                                message])
         reply = clipped_length(rng, *REPLY)
         conv.history += [message, self.new(reply)]
-        if len(conv.sent) < conv.turns and _tokens(prompt + conv.history) < CHAT_CAP:
+        if len(conv.sent) < conv.turns and segment_tokens(prompt + conv.history) < CHAT_CAP:
             self.at(self.now + reply / RATE + _think(rng), "turn", k)
 
     def _on_agent(self, _: object) -> None:
@@ -244,7 +239,7 @@ class _State(GatewayState):
         prompt = self.customers[c].prompts[0].at(self.now, rng.random())
         task = self.new(clipped_length(rng, *AGENT_TASK))
         long = rng.random() < LONG
-        cap = max(rng.randint(*COMPACT_AT), _tokens(prompt) + ROOM)
+        cap = max(rng.randint(*COMPACT_AT), segment_tokens(prompt) + ROOM)
         self.sessions.append(Session(c, prompt, [task], clipped_length(rng, *_steps(long)),
                                      cap, long))
         self._on_step(len(self.sessions) - 1)
@@ -254,7 +249,7 @@ class _State(GatewayState):
         result join the context); a run's last call answers, and the user follows up or the
         session ends. A context over the session's cap is compacted first."""
         rng, s = self.rng, self.sessions[k]
-        if _tokens(s.prompt + s.context) > s.cap:
+        if segment_tokens(s.prompt + s.context) > s.cap:
             self._compact(k)
             return
         s.sent.append(len(self.out))

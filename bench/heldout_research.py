@@ -77,7 +77,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment, clipped_length
+from bench.heldout_fewshot import Segment, clipped_length, segment_tokens
 from bench.heldout_research_parts import (ANSWER, HOUR, QUESTION, RATE, SEARCH, WORK, Monitor,
                                           ResearchBase, Story, Upload)
 from bench.heldout_vision_parts import Length, lognormal
@@ -199,11 +199,6 @@ def generate(seed: int, scale: float = 1.0) -> Run:
                s.sessions, s.agents, s.monitors, s.uploads)
 
 
-def _tokens(segs: list[Segment]) -> int:
-    """The tokens of ``segs``."""
-    return sum(n for _, n in segs)
-
-
 class _State(ResearchBase):
     """ResearchBase with the answer threads and the research sessions."""
 
@@ -263,7 +258,7 @@ class _State(ResearchBase):
         done = self.now + answer[1] / RATE
         if rng.random() < RELATED:
             self.at(done, "related", (t, len(th.sent) - 1, question, answer))
-        if len(th.sent) < th.turns and _tokens(th.history) < THREAD_CAP:
+        if len(th.sent) < th.turns and segment_tokens(th.history) < THREAD_CAP:
             self.at(done + lognormal(rng, *FOLLOW_GAP), "turn", t)
 
     def _on_related(self, payload: tuple[int, int, Segment, Segment]) -> None:
@@ -309,7 +304,7 @@ class _State(ResearchBase):
         segs = [*self.system("agent"), plan, a.question, *a.history]
         self.send("agent", i, len(a.sent) - 1, segs)
         a.steps -= 1
-        if a.steps > 0 and _tokens(segs) < AGENT_CAP:
+        if a.steps > 0 and segment_tokens(segs) < AGENT_CAP:
             call = clipped_length(rng, *TOOL_CALL)
             fetch = rng.random() < FETCH
             result = clipped_length(rng, *(FETCHED if fetch else SEARCH_RESULTS))

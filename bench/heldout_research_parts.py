@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from bench.heldout_fewshot import EventState, Segment, clipped_length
 from bench.heldout_gateway_parts import first_tokens
-from bench.heldout_vision_parts import Length, Profile, lognormal
+from bench.heldout_vision_parts import Length, Profile, lognormal, next_arrival
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -65,18 +65,6 @@ def local_hour(t: float) -> float:
 def local_day(t: float) -> int:
     """The local calendar day at ``t`` (0 is the trace's first)."""
     return int((START_HOUR * HOUR + t) // DAY)
-
-
-def arrival(rng: random.Random, now: float, per_day: float, profile: Profile) -> float:
-    """The next arrival after ``now`` of a Poisson stream of ``per_day`` a day on average
-    whose rate follows ``profile`` by local hour (thinning)."""
-    peak, mean = max(profile), sum(profile) / len(profile)
-    top = per_day / DAY * peak / mean
-    t = now
-    while True:
-        t += rng.expovariate(top)
-        if rng.random() * peak < profile[int(local_hour(t))]:
-            return t
 
 
 @dataclass
@@ -137,7 +125,8 @@ class ResearchBase(EventState):
 
     def arrive(self, per_day: float, floor: float, profile: Profile) -> float:
         """The next arrival of a stream of ``per_day`` a day (scaled, at least ``floor``)."""
-        return arrival(self.rng, self.now, max(floor, per_day * self.scale), profile)
+        return next_arrival(self.rng, self.now, max(floor, per_day * self.scale), profile,
+                            START_HOUR)
 
     def system(self, kind: str) -> list[Segment]:
         """A system prompt as sent now: its head, then today's date line."""

@@ -66,9 +66,9 @@ def image_tokens(tiles: int) -> int:
     return TILE * (tiles + (tiles > 1)) + WRAP
 
 
-def local_hour(t: float) -> float:
-    """The local hour (0..24) at ``t`` seconds into the trace."""
-    return (START_HOUR + t / 3600.0) % 24
+def local_hour(t: float, start_hour: float = START_HOUR) -> float:
+    """The local hour (0..24) at ``t`` seconds into a trace that starts at ``start_hour``."""
+    return (start_hour + t / 3600.0) % 24
 
 
 def lognormal(rng: random.Random, median: float, sigma: float, lo: float, hi: float) -> float:
@@ -76,15 +76,17 @@ def lognormal(rng: random.Random, median: float, sigma: float, lo: float, hi: fl
     return max(lo, min(hi, rng.lognormvariate(math.log(median), sigma)))
 
 
-def next_arrival(rng: random.Random, now: float, per_day: float, profile: Profile) -> float:
+def next_arrival(rng: random.Random, now: float, per_day: float, profile: Profile,
+                 start_hour: float = START_HOUR) -> float:
     """The next arrival after ``now`` of a Poisson stream of ``per_day`` a day on average
-    whose rate follows ``profile`` by local hour (thinning)."""
+    whose rate follows ``profile`` by local hour (thinning; the trace starts at
+    ``start_hour``)."""
     peak, mean = max(profile), sum(profile) / len(profile)
     top = per_day / DAY * peak / mean
     t = now
     while True:
         t += rng.expovariate(top)
-        if rng.random() * peak < profile[int(local_hour(t))]:
+        if rng.random() * peak < profile[int(local_hour(t, start_hour))]:
             return t
 
 
