@@ -46,7 +46,7 @@ from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership
 from kvpool.router.relayed import BodyReader, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet
-from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose
+from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
 from kvpool.router.upstream import SKIP_AUTO_HEADERS, Failure, Relay
 from kvpool.router.wire import UpstreamPool
 from kvpool.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT
@@ -170,7 +170,8 @@ class Router:
             self.bodies.close()
 
     # ---------------------------------------------------------------- decision
-    async def _lookup(self, r: Replica, raw: bytes, headers: list) -> dict | None:
+    async def _lookup(self, r: Replica, raw: bytes, headers: list) -> tuple[int, int] | None:
+        """(hit tokens, load) from ``r``'s lookup answer (scoring.lookup_counts), or None."""
         assert self.session is not None
         try:
             async with r.lease(counted=False), self.session.post(
@@ -180,10 +181,12 @@ class Router:
                 if resp.status != 200:
                     return None
                 out = await resp.json()
-                r.replica_id = out.get("replica_id", r.replica_id)
-                return out
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return None  # late, down, silent or confused: scores hit 0, the choice goes on
+        counts = lookup_counts(out)
+        if counts is not None and isinstance(out.get("replica_id"), str):
+            r.replica_id = out["replica_id"][:200]  # a name for logs, not a payload
+        return counts
 
     async def plan(self, raw: bytes, body: dict | None, headers: list
                    ) -> tuple[list[Replica], int, str]:
@@ -203,10 +206,8 @@ class Router:
             loads = [r.busy() for r in cands]
         else:
             answers = await asyncio.gather(*(self._lookup(r, raw, headers) for r in cands))
-            hits = [int(a["device_hit_tokens"]) + int(a["host_hit_tokens"]) if a else 0
-                    for a in answers]
-            loads = [int(a["num_running"]) + int(a["num_waiting"]) if a else r.busy()
-                     for a, r in zip(answers, cands)]
+            hits = [a[0] if a else 0 for a in answers]
+            loads = [a[1] if a else r.busy() for a, r in zip(answers, cands)]
         idx, reason = choose(hits, loads, self.guard, self.rr)
         if reason == "round_robin":
             self.rr += 1

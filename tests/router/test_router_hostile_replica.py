@@ -1,0 +1,96 @@
+"""A replica whose /v1/kvpool/lookup answer is malformed or hostile (not an object, counts
+that are strings, negative, fractional, huge or missing) scores like a silent replica: no hit,
+and the choice goes on. Before, one such replica made every request a 500 ("picker error" in
+kvpool epp, which shares Router.plan), even with a healthy replica beside it.
+
+The two replicas are real aiohttp servers on 127.0.0.1 playing kvpool serve's three routes
+(/health, the lookup, /v1/completions), so the router's own parsing meets the hostile bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from kvpool.router.scoring import lookup_counts
+from tests.router.helpers import router
+
+GOOD = {"replica_id": "good", "block_size": 16, "device_hit_tokens": 32, "host_hit_tokens": 0,
+        "num_running": 0, "num_waiting": 0, "free_device_blocks": 10}
+HOSTILE = [[], "x", None, {"device_hit_tokens": "x", "host_hit_tokens": 0, "num_running": 0,
+                           "num_waiting": 0},
+           {**GOOD, "device_hit_tokens": -5}, {**GOOD, "num_running": 1.5},
+           {**GOOD, "host_hit_tokens": 10 ** 30}, {**GOOD, "num_waiting": True},
+           {k: v for k, v in GOOD.items() if k != "num_running"},
+           {**GOOD, "replica_id": ["not", "a", "name"]}]
+
+
+@contextlib.asynccontextmanager
+async def fake_replica(name: str, lookup_body: bytes):
+    async def health(_):
+        return web.json_response({"status": "ok", "num_running": 0, "num_waiting": 0})
+
+    async def lookup(_):
+        return web.Response(body=lookup_body, content_type="application/json")
+
+    async def complete(_):
+        return web.json_response({"id": "x", "object": "text_completion", "served_by": name})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/kvpool/lookup", lookup)
+    app.router.add_post("/v1/completions", complete)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("answer", HOSTILE[:-1])
+def test_a_malformed_answer_has_no_counts(answer):
+    assert lookup_counts(answer) is None
+
+
+def test_a_wellformed_answer_counts_hits_and_load():
+    assert lookup_counts(GOOD) == (32, 0)
+    assert lookup_counts({**GOOD, "num_waiting": 3, "host_hit_tokens": 16}) == (48, 3)
+
+
+async def test_a_hostile_replica_does_not_fail_the_requests_a_good_one_can_serve():
+    async with contextlib.AsyncExitStack() as stack:
+        good = await stack.enter_async_context(fake_replica("good", json.dumps(GOOD).encode()))
+        for answer in [*map(json.dumps, HOSTILE), "{not json", "NaN"]:
+            bad = await stack.enter_async_context(fake_replica("bad", answer.encode()))
+            async with router([bad, good], interval=0.2) as (r, url):
+                await _wait_healthy(r, 2)
+                async with aiohttp.ClientSession() as s:
+                    async with s.post(url + "/v1/completions",
+                                      json={"prompt": "hello", "max_tokens": 1}) as resp:
+                        out = await resp.json()
+                        assert resp.status == 200, (answer, out)
+                        if lookup_counts(_loads(answer)) is None:  # scored as no hit
+                            assert out["served_by"] == "good", answer
+
+
+def _loads(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+async def _wait_healthy(r, n: int) -> None:
+    for _ in range(100):
+        if len(r.replicas.healthy()) == n:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{len(r.replicas.healthy())} of {n} replicas healthy")
