@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from kvpool.router.scoring import whole_counts
+
 __all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "Replica", "ReplicaSet"]
 
 log = logging.getLogger("kvpool.router")
@@ -92,12 +94,14 @@ class Replica:
 
 
 def load_of(health: bytes) -> int:
-    """num_running + num_waiting of a /health answer (0 when it reports none)."""
+    """num_running + num_waiting of a /health answer (0 when it reports none, or counts that
+    are not whole: a string, a fraction, 1e999)."""
     try:
         out = json.loads(health)
-        return int(out.get("num_running", 0)) + int(out.get("num_waiting", 0))
-    except (ValueError, TypeError, AttributeError):
+    except ValueError:
         return 0
+    counts = whole_counts(out, ("num_running", "num_waiting"), default=0)
+    return sum(counts) if counts else 0
 
 
 class ReplicaSet:
@@ -116,6 +120,7 @@ class ReplicaSet:
         self.silenced = 0  # requests ended because their replica went silent (monotonic)
         self.session: aiohttp.ClientSession | None = None  # set by run(): add() beats with it
         self.beats: dict[Replica, asyncio.Task] = {}  # one per replica still beaten
+        self.beat_bugs: set[str] = set()  # replicas whose beat raised (logged once each)
 
     def healthy(self) -> list[Replica]:
         return [r for r in self.replicas if r.healthy]
@@ -206,5 +211,11 @@ class ReplicaSet:
             session = self.session
             if session is None:
                 return
-            await self.beat(session, r)
+            try:
+                await self.beat(session, r)
+            except Exception:  # noqa: BLE001 - NOTE(beat): a failed beat never ends the beats
+                if r.url not in self.beat_bugs:
+                    self.beat_bugs.add(r.url)
+                    log.exception("router: a /health beat of %s failed (its beats go on)",
+                                  r.url)
             wait = self.interval

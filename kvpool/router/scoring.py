@@ -19,23 +19,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_GUARD", "LoadGuard", "REASONS", "choose", "lookup_counts"]
+__all__ = ["DEFAULT_GUARD", "LoadGuard", "REASONS", "choose", "lookup_counts", "whole_counts"]
 
 REASONS = ("prefix", "load", "round_robin", "only", "retry")
 _COUNTS = ("device_hit_tokens", "host_hit_tokens", "num_running", "num_waiting")
 _MAX_COUNT = 1 << 53  # past what a JSON double holds exactly: no replica counts that far
 
 
-def lookup_counts(answer: object) -> tuple[int, int] | None:
-    """(hit tokens, load) of a replica's /v1/kvpool/lookup answer; None unless it is an object
-    whose four counts are integers in 0..2**53 (a confused or hostile replica's answer scores
-    like a silent one's: no hit, its own load, and the choice goes on for the others)."""
+def whole_counts(answer: object, keys: Sequence[str], default: int | None = None
+                 ) -> list[int] | None:
+    """``answer[k]`` for each of ``keys`` (``default`` where one is missing), or None unless
+    ``answer`` is an object and each is an integer in 0..2**53 (not a bool, not 1e999)."""
     if not isinstance(answer, dict):
         return None
-    vals = [answer.get(k) for k in _COUNTS]
-    if not all(type(v) is int and 0 <= v <= _MAX_COUNT for v in vals):
-        return None
-    return vals[0] + vals[1], vals[2] + vals[3]
+    vals = [answer.get(k, default) for k in keys]
+    return vals if all(type(v) is int and 0 <= v <= _MAX_COUNT for v in vals) else None
+
+
+def lookup_counts(answer: object) -> tuple[int, int] | None:
+    """(hit tokens, load) of a replica's /v1/kvpool/lookup answer; None unless its four counts
+    are whole (``whole_counts``): a confused or hostile replica's answer scores like a silent
+    one's (no hit, its own load), and the choice goes on for the others."""
+    vals = whole_counts(answer, _COUNTS)
+    return None if vals is None else (vals[0] + vals[1], vals[2] + vals[3])
 
 
 @dataclass(frozen=True, slots=True)

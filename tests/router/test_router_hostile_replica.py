@@ -30,10 +30,16 @@ HOSTILE = [[], "x", None, {"device_hit_tokens": "x", "host_hit_tokens": 0, "num_
            {**GOOD, "replica_id": ["not", "a", "name"]}]
 
 
+OK_HEALTH = b'{"status": "ok", "num_running": 0, "num_waiting": 0}'
+
+
 @contextlib.asynccontextmanager
-async def fake_replica(name: str, lookup_body: bytes):
+async def fake_replica(name: str, lookup_body: bytes, health_answer: list | None = None):
+    """``health_answer``: [status, body] the test may change while the replica runs."""
+    answer = health_answer if health_answer is not None else [200, OK_HEALTH]
+
     async def health(_):
-        return web.json_response({"status": "ok", "num_running": 0, "num_waiting": 0})
+        return web.Response(status=answer[0], body=answer[1], content_type="application/json")
 
     async def lookup(_):
         return web.Response(body=lookup_body, content_type="application/json")
@@ -94,3 +100,18 @@ async def _wait_healthy(r, n: int) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{len(r.replicas.healthy())} of {n} replicas healthy")
+
+
+@pytest.mark.parametrize("body", [b'{"status": "ok", "num_running": 1e999, "num_waiting": 0}',
+                                  b'{"status": "ok", "num_running": "many"}', b"[1, 2]"])
+async def test_a_health_answer_with_wild_counts_neither_stops_the_router_nor_its_beats(body):
+    """A /health count of 1e999 raised OverflowError out of the beat: at startup the router
+    failed, later that replica's beat task died and its health froze (requests hung on it
+    after it went silent). Now its load reads 0 and its beats go on."""
+    answer = [200, body]
+    async with fake_replica("wild", json.dumps(GOOD).encode(), answer) as url:
+        async with router([url], interval=0.1) as (r, _):
+            await _wait_healthy(r, 1)
+            assert r.replicas.replicas[0].load == 0
+            answer[0] = 503  # its next beats must still run and see it go unhealthy
+            await _wait_healthy(r, 0)
