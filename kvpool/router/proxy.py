@@ -225,7 +225,7 @@ class Router:
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """Every other route (/v1/models, ...): the first healthy replica answers."""
-        raw = await request.read()
+        raw = await self.bodies.raw(request)  # NOTE(slow-body): 408 like the generation routes
         return await self._relay(request, raw, request_headers(request.headers),
                                  self.replicas.healthy(), None, 0)
 

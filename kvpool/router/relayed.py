@@ -41,8 +41,8 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from kvpool.server.json_body import (MAX_JSON_DEPTH, ParsePool, decode_json_body,
-                                     structural_commas)
+from kvpool.server.json_body import (DEFAULT_BODY_TIMEOUT, MAX_JSON_DEPTH, ParsePool,
+                                     decode_json_body, structural_commas)
 
 __all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "request_headers", "response_headers"]
 
@@ -50,6 +50,9 @@ __all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "request_headers", "r
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "te", "trailer", "trailers",
                          "transfer-encoding", "upgrade", "host", "content-length", "expect"})
 _RESPONSE_OWN = frozenset({"server", "date"})
+# aiohttp hands the router a request body already decoded: forwarded with its Content-Encoding,
+# a gzip body reached the replica as plain JSON labelled gzip (a 400 there)
+_REQUEST_DECODED = frozenset({"content-encoding"})
 
 
 def _named_by_connection(headers: Mapping[str, str]) -> set[str]:
@@ -76,8 +79,9 @@ def _end_to_end(headers: Mapping[str, str], also_drop: frozenset[str]) -> list[t
 
 
 def request_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
-    """The client's end-to-end request headers, in order, repeats kept (for the replica)."""
-    return _end_to_end(headers, frozenset())
+    """The client's end-to-end request headers, in order, repeats kept (for the replica),
+    but Content-Encoding: the relayed body is the decoded one."""
+    return _end_to_end(headers, _REQUEST_DECODED)
 
 
 def response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -102,8 +106,9 @@ class BodyReader:
     """Reads and checks generation request bodies; large ones on its own worker thread (the
     server's ParsePool, with the router's inline bound)."""
 
-    def __init__(self) -> None:
+    def __init__(self, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
         self._pool = ParsePool(1, inline_bytes=INLINE_BYTES, name="router-body")
+        self._pool.body_timeout = body_timeout  # NOTE(slow-body), every route's body
 
     @property
     def off_loop(self) -> int:
@@ -116,9 +121,13 @@ class BodyReader:
         prompt hashing reads it), so a body is decoded once in the router."""
         return await self._pool.parse(raw, check_body)
 
+    async def raw(self, request: web.Request) -> bytes:
+        """The whole body, within the body timeout (408 past it: NOTE(slow-body))."""
+        return await self._pool.read(request)
+
     async def read(self, request: web.Request) -> tuple[bytes, dict | None]:
         """The raw body (what is relayed) and its decoded object (``check``)."""
-        raw = await self._pool.read(request)  # NOTE(slow-body)
+        raw = await self.raw(request)
         return raw, await self.check(raw)
 
     def close(self) -> None:

@@ -54,7 +54,7 @@ from aiohttp import web
 
 from kvpool.errors import RequestError, context_length_error
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES", "MAX_JSON_BYTES_PER_CHAR",
+__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES", "MAX_JSON_BYTES_PER_CHAR",
            "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool", "decode_json_body", "key_before",
            "longest_string_over", "structural_commas"]
 

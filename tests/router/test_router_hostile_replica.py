@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from kvpool.router.relayed import BodyReader
 from kvpool.router.scoring import lookup_counts
 from tests.router.helpers import router
+from stress.http.edge import open_raw, read_response
 
 GOOD = {"replica_id": "good", "block_size": 16, "device_hit_tokens": 32, "host_hit_tokens": 0,
         "num_running": 0, "num_waiting": 0, "free_device_blocks": 10}
@@ -44,13 +47,16 @@ async def fake_replica(name: str, lookup_body: bytes, health_answer: list | None
     async def lookup(_):
         return web.Response(body=lookup_body, content_type="application/json")
 
-    async def complete(_):
-        return web.json_response({"id": "x", "object": "text_completion", "served_by": name})
+    async def complete(request):
+        got = await request.read()  # aiohttp decodes it by its Content-Encoding, as a replica
+        return web.json_response({"id": "x", "object": "text_completion", "served_by": name,
+                                  "body": json.loads(got)})
 
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_post("/v1/kvpool/lookup", lookup)
     app.router.add_post("/v1/completions", complete)
+    app.router.add_post("/tokenize", complete)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -115,3 +121,46 @@ async def test_a_health_answer_with_wild_counts_neither_stops_the_router_nor_its
             assert r.replicas.replicas[0].load == 0
             answer[0] = 503  # its next beats must still run and see it go unhealthy
             await _wait_healthy(r, 0)
+
+
+async def test_a_gzip_body_reaches_the_replica_decoded_and_not_labelled_gzip():
+    """aiohttp decodes the client's gzip body; the router relayed it with Content-Encoding:
+    gzip still on, so the replica could not decode plain JSON (a 400 through the router,
+    a 200 direct)."""
+    body = {"prompt": "hello", "max_tokens": 1}
+    async with fake_replica("good", json.dumps(GOOD).encode()) as url:
+        async with router([url], interval=0.2) as (r, rurl):
+            await _wait_healthy(r, 1)
+            async with aiohttp.ClientSession() as s:
+                async with s.post(rurl + "/v1/completions", data=gzip.compress(
+                        json.dumps(body).encode()), headers={
+                        "Content-Encoding": "gzip", "Content-Type": "application/json"}) as resp:
+                    out = await resp.json()
+                    assert resp.status == 200 and out["body"] == body, out
+
+
+async def test_a_trickled_body_on_any_route_gets_408():
+    """NOTE(slow-body): passthrough routes (/tokenize here) read their body bare, so a body
+    trickled a byte at a time held the router's handler for ever; now 408 like the
+    generation routes."""
+    async with fake_replica("good", json.dumps(GOOD).encode()) as url:
+        async with router([url], interval=0.2) as (r, rurl):
+            r.bodies = BodyReader(body_timeout=0.5)
+            await _wait_healthy(r, 1)
+            reader, writer = await open_raw(rurl)
+            writer.write(b"POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: 100\r\n\r\n{")
+
+            async def trickle() -> None:
+                while True:
+                    await asyncio.sleep(0.25)
+                    writer.write(b" ")
+
+            task = asyncio.create_task(trickle())
+            try:
+                status, _, answer = await read_response(reader)
+                assert status == 408, answer
+                assert json.loads(answer)["error"]["code"] == "request_timeout"
+            finally:
+                task.cancel()
+                writer.close()
