@@ -176,6 +176,17 @@ class Connection(asyncio.Protocol):
         self.streams.clear()
         self.opened.set()  # senders waiting on a window see the connection gone
 
+    # NOTE(backpressure): asyncio calls these at its write buffer's high-water mark and again
+    # once it drained: a peer that sends (PINGs, SETTINGS: each one answered) but does not
+    # read its answers is not read either, so what is queued for it stays bounded
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
