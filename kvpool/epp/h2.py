@@ -44,6 +44,10 @@ MAX_WINDOW = (1 << 31) - 1
 DEFAULT_WINDOW, DEFAULT_FRAME = 65535, 16384
 NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 7, 8
 STREAMS = 1024  # concurrent streams a connection may open (each one request in flight)
+# NOTE(preface-timeout): a connection whose client preface has not come within this many
+# seconds is closed: silent connections would otherwise hold a descriptor each for ever (20k
+# of them left none for Envoy's own connections)
+PREFACE_TIMEOUT = 10.0
 OK, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 8, 12, 13
 _HEADER = struct.Struct(">BHBBI")
 
@@ -146,10 +150,12 @@ class Stream:
 class Connection(asyncio.Protocol):
     """One HTTP/2 connection from Envoy (RFC 9113 sections 3.4, 4-6)."""
 
-    def __init__(self, handler: Handler, max_message: int,
-                 connections: set[Connection]) -> None:
+    def __init__(self, handler: Handler, max_message: int, connections: set[Connection],
+                 preface_timeout: float = PREFACE_TIMEOUT) -> None:
         self.handler, self.max_message, self.connections = handler, max_message, connections
+        self.preface_timeout = preface_timeout
         self.transport: asyncio.Transport | None = None
+        self.handshake: asyncio.TimerHandle | None = None  # NOTE(preface-timeout)
         self.buf, self.preface = b"", False
         self.streams: dict[int, Stream] = {}
         self.last_id = 0  # the highest stream id the peer opened (GOAWAY names it)
@@ -163,13 +169,21 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.connections.add(self)
+        self.handshake = asyncio.get_running_loop().call_later(
+            self.preface_timeout, self.no_preface)
         settings = struct.pack(">HIHIHI", INITIAL_WINDOW, MAX_WINDOW, MAX_CONCURRENT, STREAMS,
                                HEADER_TABLE_SIZE, 0)
         self.write(frame(SETTINGS, 0, 0, settings) + frame(
             WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW)))
 
+    def no_preface(self) -> None:
+        if not self.preface and self.transport is not None:
+            self.transport.abort()  # nothing owed to a peer that never spoke HTTP/2
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
+        if self.handshake is not None:
+            self.handshake.cancel()
         for stream in list(self.streams.values()):
             if stream.task is not None:
                 stream.task.cancel()
@@ -200,6 +214,8 @@ class Connection(asyncio.Protocol):
             if not buf.startswith(PREFACE):
                 return self.fail(PROTOCOL_ERROR)
             self.preface, i = True, len(PREFACE)
+            if self.handshake is not None:
+                self.handshake.cancel()
         while len(buf) - i >= 9:
             hi, lo, kind, flags, sid = _HEADER.unpack_from(buf, i)
             size = (hi << 16) | lo
@@ -335,15 +351,18 @@ class Connection(asyncio.Protocol):
 class Server:
     """Listens on ``host:port``; each connection's streams run ``handler``."""
 
-    def __init__(self, handler: Handler, max_message: int) -> None:
+    def __init__(self, handler: Handler, max_message: int,
+                 preface_timeout: float = PREFACE_TIMEOUT) -> None:
         self.handler, self.max_message = handler, max_message
+        self.preface_timeout = preface_timeout  # NOTE(preface-timeout)
         self.connections: set[Connection] = set()
         self.server: asyncio.AbstractServer | None = None
 
     async def start(self, host: str, port: int) -> int:
         """The bound port."""
         self.server = await asyncio.get_running_loop().create_server(
-            lambda: Connection(self.handler, self.max_message, self.connections), host, port)
+            lambda: Connection(self.handler, self.max_message, self.connections,
+                               self.preface_timeout), host, port)
         return self.server.sockets[0].getsockname()[1]
 
     async def stop(self, grace: float) -> None:

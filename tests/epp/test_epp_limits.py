@@ -1,6 +1,7 @@
 """Peers that hold the picker's resources, on 127.0.0.1 against the real picker service: a peer
 that floods PINGs and never reads is no longer read either (NOTE(backpressure) in
-kvpool.epp.h2), while another connection's pick is answered."""
+kvpool.epp.h2), while another connection's pick is answered; a connection that never sends
+the HTTP/2 preface is closed (NOTE(preface-timeout))."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from kvpool.epp.h2 import PING, PREFACE, SETTINGS, Server, frame
+from kvpool.epp.h2 import ACK, PING, PREFACE, SETTINGS, Server, frame
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
 from kvpool.router.proxy import Router
@@ -95,3 +96,46 @@ async def test_a_ping_flood_that_never_reads_is_not_read_and_others_are_served()
             assert await pick(port) == 503
         finally:
             sock.close()
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bool:
+    """Read (the server's SETTINGS, then nothing) until the server ends the connection; True
+    when it did within 10 s."""
+    try:
+        while await asyncio.wait_for(reader.read(1 << 16), 10):
+            pass
+    except ConnectionResetError:
+        pass
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+async def test_a_connection_without_the_preface_is_closed_and_one_with_it_stays():
+    """A silent connection and one that sent half the preface are closed past the bound
+    (0.5 s here); one that sent the preface is still served after twice that."""
+    async with served(preface_timeout=0.5) as (_, port):
+        silent = await asyncio.open_connection("127.0.0.1", port)
+        half = await asyncio.open_connection("127.0.0.1", port)
+        good = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            half[1].write(PREFACE[:10])
+            good[1].write(PREFACE + frame(SETTINGS, 0, 0))
+            assert await closed_by_server(silent[0]), "a silent connection stayed open"
+            assert await closed_by_server(half[0]), "half a preface kept it open"
+            await asyncio.sleep(1)
+            good[1].write(frame(PING, 0, 0, b"stillopn"))
+            assert await asyncio.wait_for(pong(good[0]), 10) == b"stillopn"
+            assert await pick(port) == 503
+        finally:
+            for _, writer in (silent, half, good):
+                writer.close()
+
+
+async def pong(reader: asyncio.StreamReader) -> bytes:
+    """The payload of the first PING ACK the server sends."""
+    while True:
+        head = await reader.readexactly(9)
+        body = await reader.readexactly(int.from_bytes(head[:3], "big"))
+        if head[3] == PING and head[4] & ACK:
+            return body
