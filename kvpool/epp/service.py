@@ -11,8 +11,9 @@ body mode (the first message's ``protocol_config``) sets how the picker answers:
         go: one round trip per request (NOTE(duplex)). A body past --max-body-bytes ends it
         with an ImmediateResponse 413.
     BUFFERED (or any other)
-        request_headers, more to come -> CONTINUE; the whole body once Envoy has it -> decided
-        (BUFFERED sends it as one message, not marked as the end when trailers follow)
+        request_headers, more to come -> CONTINUE, removing the client's
+        x-gateway-destination-endpoint (NOTE(overwrite)); the whole body once Envoy has it ->
+        decided (BUFFERED sends it as one message, not marked as the end when trailers follow)
 
     request_headers, end of stream -> a request without a body: decided now, on the headers
     the body complete              -> decided:
@@ -39,7 +40,11 @@ Envoy to close its side: Envoy takes a processor's close as "nothing more to pro
 rest of the request and its response, which is what the skipped response phases ask anyway.
 
 NOTE(overwrite): the destination header is set with OVERWRITE_IF_EXISTS_OR_ADD, so a client
-cannot choose its own upstream by sending the header itself.
+cannot choose its own upstream by sending the header itself; and a headers-phase CONTINUE that
+carries no decision removes it, since in modes where Envoy sends the headers on before the body
+(STREAMED, NONE) the ORIGINAL_DST cluster would otherwise connect where the client's header
+says (such a request then has no destination: Envoy fails it). The dynamic metadata form
+(envoy.lb) is only ever set by a filter, never from a request.
 """
 
 from __future__ import annotations
@@ -114,6 +119,13 @@ def _passed(phase: str) -> pb.ProcessingResponse:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _headers_passed() -> pb.ProcessingResponse:
+    """CONTINUE the request headers without the client's destination (NOTE(overwrite))."""
+    return pb.ProcessingResponse(request_headers=pb.HeadersResponse(response=pb.CommonResponse(
+        header_mutation=pb.HeaderMutation(remove_headers=[DESTINATION_HEADER]))))
+
+
 def body_back(raw: bytes, end: bool) -> pb.ProcessingResponse:
     """A full-duplex body answer: ``raw`` is what the upstream gets (all of it, at once)."""
     return pb.ProcessingResponse(request_body=pb.BodyResponse(response=pb.CommonResponse(
@@ -164,7 +176,7 @@ class EndpointPicker:
                               for h in req.request_headers.headers.headers]
             if req.request_headers.end_of_stream:
                 return [await self.decide(stream.headers, b"", "request_headers")], True
-            return ([] if stream.mode == FULL_DUPLEX else [_passed(phase)]), False
+            return ([] if stream.mode == FULL_DUPLEX else [_headers_passed()]), False
         if phase == "request_body":
             stream.chunks.append(req.request_body.body)
             stream.size += len(req.request_body.body)
