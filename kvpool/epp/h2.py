@@ -48,7 +48,7 @@ STREAMS = 1024  # concurrent streams a connection may open (each one request in 
 # seconds is closed: silent connections would otherwise hold a descriptor each for ever (20k
 # of them left none for Envoy's own connections)
 PREFACE_TIMEOUT = 10.0
-OK, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 8, 12, 13
+OK, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 8, 12, 13
 _HEADER = struct.Struct(">BHBBI")
 
 # runs one call to its end: reads Stream.messages, answers with Stream.send

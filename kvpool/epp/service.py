@@ -39,6 +39,10 @@ NOTE(early-end): the call ends OK as soon as the request is decided, without wai
 Envoy to close its side: Envoy takes a processor's close as "nothing more to process" for the
 rest of the request and its response, which is what the skipped response phases ask anyway.
 
+NOTE(garbage): a message that is no ProcessingRequest ends its call INVALID_ARGUMENT and is
+logged as one WARNING a minute at most (the count of such calls since the last), no traceback:
+anyone who reaches the port could otherwise write a traceback to the log per call.
+
 NOTE(overwrite): the destination header is set with OVERWRITE_IF_EXISTS_OR_ADD, so a client
 cannot choose its own upstream by sending the header itself; and a headers-phase CONTINUE that
 carries no decision removes it, since in modes where Envoy sends the headers on before the body
@@ -52,14 +56,16 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
 
-from kvpool.epp.h2 import Stream
+from kvpool.epp.h2 import INVALID_ARGUMENT, Stream
 from kvpool.epp.picker import Picker
 from kvpool.errors import RequestError
 from kvpool.router.proxy import RETRY_AFTER_SECONDS
@@ -74,6 +80,7 @@ _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
 NO_BODY_MODE = processing_mode_pb2.ProcessingMode.NONE  # no protocol_config (yet)
+GARBAGE_LOG_INTERVAL = 60.0  # seconds between two warnings of undecodable messages
 
 
 def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
@@ -151,18 +158,33 @@ class EndpointPicker:
     def __init__(self, picker: Picker) -> None:
         self.picker = picker
         self.max_body_bytes = picker.router.max_body_bytes  # full duplex: the picker buffers
+        self.garbage, self.garbage_logged = 0, float("-inf")  # NOTE(garbage)
 
     async def process(self, call: Stream) -> None:
         """One ``Process`` call (kvpool.epp.h2): each message answered as it comes; the call
         ends OK once the request is decided (NOTE(early-end)), or when Envoy ends it."""
         stream = _Stream()
         while (raw := await call.messages.get()) is not None:
-            answers, decided = await self.step(stream, pb.ProcessingRequest.FromString(raw))
+            try:
+                req = pb.ProcessingRequest.FromString(raw)
+            except DecodeError:
+                self.undecodable()
+                return await call.send([], True, INVALID_ARGUMENT, "not a ProcessingRequest")
+            answers, decided = await self.step(stream, req)
             if answers or decided:
                 await call.send([a.SerializeToString() for a in answers], decided)
             if decided:
                 return
         await call.send([], True)
+
+    def undecodable(self) -> None:
+        """Count a message that is no ProcessingRequest; warn at most once an interval."""
+        self.garbage += 1
+        now = time.monotonic()
+        if now - self.garbage_logged >= GARBAGE_LOG_INTERVAL:
+            log.warning("kvpool epp: %d call(s) sent a message that is no ProcessingRequest "
+                        "(ended INVALID_ARGUMENT)", self.garbage)
+            self.garbage, self.garbage_logged = 0, now
 
     async def step(self, stream: _Stream, req: pb.ProcessingRequest
                    ) -> tuple[list[pb.ProcessingResponse], bool]:

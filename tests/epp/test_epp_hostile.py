@@ -5,8 +5,10 @@ picker keeps serving everyone else (grpcio's client, and the real picker service
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import grpc
+import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from kvpool.epp.cli import picking
@@ -82,26 +84,30 @@ async def test_data_for_a_stream_never_opened_is_dropped_and_the_connection_stay
         await server.stop(grace=1)
 
 
-async def test_a_message_that_is_no_processing_request_fails_only_its_call():
-    """Garbage where a ProcessingRequest belongs: that call ends INTERNAL; the picker's next
+async def test_a_message_that_is_no_processing_request_fails_only_its_call(caplog):
+    """Garbage where a ProcessingRequest belongs, on 5 calls: each ends INVALID_ARGUMENT, the
+    log holds one WARNING for them all and no traceback (NOTE(garbage)); the picker's next
     call (a body-less request: decided at once, 503 with no healthy replica) is answered."""
+    caplog.set_level(logging.INFO, logger="kvpool.epp")
     picker = Picker(Router(ReplicaSet(["http://127.0.0.1:9"], interval=0.5),
                            lookup_timeout=LOOKUP_TIMEOUT))
     async with picking(picker, "127.0.0.1", 0) as port, grpc.aio.insecure_channel(
             f"127.0.0.1:{port}") as channel:
         raw = channel.stream_stream(METHOD, request_serializer=bytes,
                                     response_deserializer=bytes)
-        try:
-            await asyncio.wait_for(_drain(raw(iter([b"\xff\xff\xff garbage"]))), 5)
-            raise AssertionError("garbage was answered")
-        except grpc.aio.AioRpcError as err:
-            assert err.code() == grpc.StatusCode.INTERNAL
+        for _ in range(5):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await asyncio.wait_for(_drain(raw(iter([b"\xff\xff\xff garbage"]))), 5)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         ok = channel.stream_stream(
             METHOD, request_serializer=pb.ProcessingRequest.SerializeToString,
             response_deserializer=pb.ProcessingResponse.FromString)
         headers = pb.ProcessingRequest(request_headers=pb.HttpHeaders(end_of_stream=True))
         answers = [m async for m in ok(iter([headers]))]
         assert answers[0].immediate_response.status.code == 503
+    logged = [r for r in caplog.records if r.name == "kvpool.epp" and r.levelno >= logging.WARNING]
+    assert len(logged) == 1 and "ProcessingRequest" in logged[0].getMessage(), logged
+    assert not any(r.exc_info for r in caplog.records)
 
 
 async def _drain(call) -> list[bytes]:
