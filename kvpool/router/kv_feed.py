@@ -40,6 +40,7 @@ import zmq.asyncio
 from kvpool.events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockRemoved,
                                 BlockStored, KVEventBatch, decode_batch, decode_seq, encode_seq)
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS, BlockIndex
+from kvpool.router.kv_prompt import info_problem
 from kvpool.router.replicas import Replica
 
 __all__ = ["FEED_COUNTS", "KV_EVENTS_PATH", "ReplicaFeed"]
@@ -106,10 +107,22 @@ class ReplicaFeed:
                             "events\": true, \"publisher\": \"zmq\", \"endpoint\": "
                             "\"tcp://*:5557\", \"replay_endpoint\": \"tcp://*:5558\"}')")
             return
+        problem = info_problem(info)
+        if problem is not None:
+            self._warn_once("info", "replica %s publishes KV event info the router cannot use "
+                            "(%s): it scores no prefix hits", problem)
+            return
         if (info.get("endpoint"), info.get("replay_endpoint"), info.get("topic")) != (
                 self.info.get("endpoint"), self.info.get("replay_endpoint"),
                 self.info.get("topic")) or self._sub is None:
-            self.connect(info)
+            try:
+                self.connect(info)
+            except zmq.ZMQError as exc:  # e.g. a host that does not resolve
+                self.close()
+                self.info = {}  # not followed: scored as publishing nothing
+                self._warn_once("connect", "replica %s: its KV events cannot be followed "
+                                "(%s): it scores no prefix hits", exc)
+                return
         self.info = info
 
     def connect(self, info: dict[str, Any], *, read: bool = True) -> None:

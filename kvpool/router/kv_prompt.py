@@ -32,7 +32,7 @@ from multidict import CIMultiDict
 from kvpool.core.hashing import BlockHasher
 from kvpool.server.middleware import APIError, CacheNamespace, tenant_of_headers
 
-__all__ = ["PromptKeys"]
+__all__ = ["PromptKeys", "info_problem"]
 
 log = logging.getLogger("kvpool.router")
 _GENEROUS = 1 << 30  # the parser's request limits: the replica enforces its own
@@ -44,6 +44,38 @@ def _is_ids(p: Any) -> bool:
     # the element types gathered in C (a per-id generator cost as much as the hashing);
     # ``type(t) is int`` keeps bools out, as the replica's parser does
     return isinstance(p, list) and bool(p) and set(map(type, p)) == _INT_ONLY
+
+
+_MAX_BLOCK_SIZE = 1 << 16
+_OPTIONAL_TEXT = ("replay_endpoint", "topic", "tenant_header", "tokenizer", "chat_template")
+
+
+def _text(value: Any, optional: bool = False) -> bool:
+    return isinstance(value, str) or (optional and value is None)
+
+
+def info_problem(info: dict[str, Any]) -> str | None:
+    """Why a replica's kv_events info cannot be followed or hashed by, None when it can. A
+    replica's word is checked like a client's: an endpoint that is not tcp://, a block size
+    of 0 or a hash spec that names no algorithm made the router fail (ZMQError at startup,
+    ZeroDivisionError on every token-id request)."""
+    if not _text(info.get("endpoint")) or not info["endpoint"].startswith("tcp://"):
+        return "endpoint: want tcp://HOST:PORT"
+    if not all(_text(info.get(k), True) for k in _OPTIONAL_TEXT):
+        return f"{', '.join(_OPTIONAL_TEXT)}: want strings or null"
+    bs, h = info.get("block_size"), info.get("hash")
+    if type(bs) is not int or not 1 <= bs <= _MAX_BLOCK_SIZE:
+        return f"block_size: want an integer in 1..{_MAX_BLOCK_SIZE}"
+    mml = info.get("max_model_len")
+    if mml is not None and (type(mml) is not int or mml < 1):
+        return "max_model_len: want a positive integer"
+    if not isinstance(h, dict) or not _text(h.get("model_id")) or not _text(h.get("algo")):
+        return "hash: want {\"model_id\": str, \"algo\": str}"
+    try:
+        BlockHasher(bs, h["model_id"], h["algo"])
+    except ValueError as exc:  # an unknown algorithm (ConfigError)
+        return f"hash: {exc}"
+    return None
 
 
 class PromptKeys:

@@ -93,9 +93,15 @@ class EventRouting:
                 self.keys = PromptKeys(info)
 
     async def _refreshing(self, session: aiohttp.ClientSession) -> None:
+        logged = False
         while True:
             await asyncio.sleep(self.refresh_interval)
-            await self.refresh(session)
+            try:
+                await self.refresh(session)
+            except Exception:  # noqa: BLE001 - a bug here must not stop every feed's refresh
+                if not logged:
+                    logged = True
+                    log.exception("router: refreshing the KV event feeds failed (retrying)")
 
     def score(self, body: dict | None, cands: Sequence[Replica],
               headers: list[tuple[str, str]]) -> tuple[list[int], list[bytes]] | None:

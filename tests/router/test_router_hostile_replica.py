@@ -18,9 +18,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from kvpool.router.kv_routing import EventRouting
+from kvpool.router.proxy import Router
 from kvpool.router.relayed import BodyReader
+from kvpool.router.replicas import ReplicaSet
 from kvpool.router.scoring import lookup_counts
-from tests.router.helpers import router
+from tests.router.helpers import LOOKUP_TIMEOUT, router, served
 from stress.http.edge import open_raw, read_response
 
 GOOD = {"replica_id": "good", "block_size": 16, "device_hit_tokens": 32, "host_hit_tokens": 0,
@@ -37,9 +40,14 @@ OK_HEALTH = b'{"status": "ok", "num_running": 0, "num_waiting": 0}'
 
 
 @contextlib.asynccontextmanager
-async def fake_replica(name: str, lookup_body: bytes, health_answer: list | None = None):
-    """``health_answer``: [status, body] the test may change while the replica runs."""
+async def fake_replica(name: str, lookup_body: bytes, health_answer: list | None = None,
+                       kv_info: object = None):
+    """``health_answer``: [status, body] the test may change while the replica runs;
+    ``kv_info``: its GET /v1/kvpool/kv_events answer (None: it publishes none)."""
     answer = health_answer if health_answer is not None else [200, OK_HEALTH]
+
+    async def kv_events(_):
+        return web.json_response(kv_info if kv_info is not None else {"enabled": False})
 
     async def health(_):
         return web.Response(status=answer[0], body=answer[1], content_type="application/json")
@@ -57,6 +65,7 @@ async def fake_replica(name: str, lookup_body: bytes, health_answer: list | None
     app.router.add_post("/v1/kvpool/lookup", lookup)
     app.router.add_post("/v1/completions", complete)
     app.router.add_post("/tokenize", complete)
+    app.router.add_get("/v1/kvpool/kv_events", kv_events)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -164,3 +173,31 @@ async def test_a_trickled_body_on_any_route_gets_408():
             finally:
                 task.cancel()
                 writer.close()
+
+
+INFO = {"enabled": True, "replica_id": "odd", "endpoint": "tcp://127.0.0.1:9",
+        "replay_endpoint": None, "topic": "", "block_size": 16,
+        "hash": {"spec": "kvpool/prefix/v1", "algo": "sha256", "model_id": "m"},
+        "tokenizer": None, "chat_template": None, "max_model_len": 256,
+        "tenant_namespaced": False, "tenant_header": None, "model_names": ["m"]}
+
+
+@pytest.mark.parametrize("info", [
+    {**INFO, "endpoint": "not-a-zmq-endpoint"}, {**INFO, "block_size": 0},
+    {**INFO, "hash": {"algo": "nope", "model_id": "m"}}, {**INFO, "hash": "x"},
+    {**INFO, "tenant_header": 7}, [1, 2]])
+async def test_kv_event_info_the_router_cannot_use_scores_no_hits_and_breaks_nothing(info):
+    """A replica's kv_events info with an endpoint ZMQ refuses made the --kv-events router
+    fail at startup; a block size of 0 made every token-id request a ZeroDivisionError 500.
+    Now such a replica is not followed (warned once) and requests are placed by lookups."""
+    async with fake_replica("odd", json.dumps(GOOD).encode(), kv_info=info) as url:
+        rs = ReplicaSet([url], interval=0.2)
+        events = EventRouting(rs, refresh_interval=0.1)
+        async with served(Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events)) as rurl:
+            async with aiohttp.ClientSession() as s:
+                for _ in range(3):  # across refreshes of the bad info
+                    async with s.post(rurl + "/v1/completions",
+                                      json={"prompt": list(range(40)), "max_tokens": 1}) as r:
+                        assert r.status == 200, await r.text()
+                    await asyncio.sleep(0.15)
+            assert events.keys is None  # nothing hashed with the bad spec
