@@ -49,7 +49,7 @@ from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
 from kvpool.router.upstream import SKIP_AUTO_HEADERS, Failure, Relay
 from kvpool.router.wire import UpstreamPool
-from kvpool.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT
+from kvpool.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT, DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.middleware import APIError, error_middleware
 
@@ -125,6 +125,7 @@ class Router:
         self.metrics = _Metrics()
         self.rr = 0  # round-robin counter for requests no replica has a hit for
         self.bodies = BodyReader()
+        self.stream_write_timeout = DEFAULT_STREAM_WRITE_TIMEOUT  # the replica's default
         self.session: aiohttp.ClientSession | None = None  # opened with the app
         self.pool: UpstreamPool | None = None  # the proxied requests' client (wire.py)
         self.membership = membership  # the admin API and watched file, when configured
@@ -234,7 +235,7 @@ class Router:
                      predicted: int) -> web.StreamResponse:
         assert self.pool is not None
         relay = Relay(self.pool, self.replicas, request, raw, headers,
-                      self.metrics.actual.inc)
+                      self.metrics.actual.inc, self.stream_write_timeout)
         failures: list[Failure] = []
         for attempt, replica in enumerate(order):
             if reason is not None:

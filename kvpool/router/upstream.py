@@ -28,6 +28,7 @@ per relayed chunk, no decoding, however long the answer).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -40,6 +41,7 @@ from aiohttp import web
 from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
+from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.middleware import STREAM_STARTED, error_body
 
 __all__ = ["Failure", "Relay", "cached_tokens_in"]
@@ -74,8 +76,10 @@ class Relay:
 
     def __init__(self, pool: UpstreamPool, replicas: ReplicaSet,
                  request: web.Request, raw: bytes, headers: list[tuple[str, str]],
-                 on_cached: Callable[[int], None]) -> None:
+                 on_cached: Callable[[int], None],
+                 write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> None:
         self.pool = pool
+        self.write_timeout = write_timeout  # seconds one SSE write to the client may wait
         self.replicas = replicas
         self.request = request
         self.raw = raw
@@ -142,7 +146,7 @@ class Relay:
         self.request[STREAM_STARTED] = True  # the error middleware must not answer after this
         self.resp = resp
         cached = None
-        pending = b""
+        pending = bytearray()  # NOTE(event-boundary); grown in place, not copied per chunk
         done = False  # the last event passed on was [DONE]
         while True:
             try:
@@ -156,18 +160,34 @@ class Relay:
                 return resp
             if not chunk:
                 break
+            # what was pending holds no event end: search the new bytes (and one before)
+            start = max(0, len(pending) - 1)
             pending += chunk
-            cut = pending.rfind(_EVENT_END) + len(_EVENT_END)  # NOTE(event-boundary)
+            cut = pending.rfind(_EVENT_END, start) + len(_EVENT_END)  # NOTE(event-boundary)
             if cut >= len(_EVENT_END):
-                out, pending = pending[:cut], pending[cut:]
+                out = bytes(pending[:cut])
+                del pending[:cut]
                 if _CACHED_KEY in out:  # the usage event (the last one but [DONE])
                     cached = cached_tokens_in(out)
                 done = out.endswith(_DONE)
-                await resp.write(out)
-        await self._end(pending)
+                await self._write(resp, out)
+        await self._end(bytes(pending))
         if cached is not None:
             self.on_cached(cached)
         return resp
+
+    async def _write(self, resp: web.StreamResponse, data: bytes) -> None:
+        """One relayed write, bounded like the replica's own (handlers.py NOTE(slow-reader)):
+        a client that stopped reading loses its connection, and leaving the upstream's block
+        closes the replica's, which aborts the request there."""
+        try:
+            await asyncio.wait_for(resp.write(data), self.write_timeout)
+        except TimeoutError:
+            log.warning("stream client stopped reading for %.1fs; closing its connection",
+                        self.write_timeout)
+            if self.request.transport is not None:
+                self.request.transport.abort()  # drop the unread buffer
+            raise asyncio.CancelledError("stream write timed out") from None
 
     async def _end(self, tail: bytes) -> None:
         assert self.resp is not None

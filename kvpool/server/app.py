@@ -62,7 +62,8 @@ from kvpool.metrics.collector import RequestMetrics
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.generation_config import load_generation_defaults
-from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT, OpenAIRoutes
+from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
 from kvpool.server.middleware import (CacheNamespace, add_request_id, auth_middleware,

@@ -37,7 +37,8 @@ from aiohttp.web_protocol import RequestHandler
 
 from kvpool.server.middleware import error_body, error_type, http_error_code
 
-__all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT", "MIN_SEND_BUFFER",
+__all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT",
+           "DEFAULT_STREAM_WRITE_TIMEOUT", "MIN_SEND_BUFFER",
            "ConnectionLimiter", "GuardedRequestHandler", "default_max_connections",
            "set_send_buffer", "start_listener"]
 
@@ -45,6 +46,8 @@ log = logging.getLogger("kvpool.server")
 
 DEFAULT_HEADER_TIMEOUT = 10.0  # seconds for a new connection to send its first request head
 DEFAULT_KEEP_ALIVE_TIMEOUT = 15.0  # seconds an idle keep-alive connection stays open
+# seconds one SSE write may wait for a client to read (the server's handlers and the router)
+DEFAULT_STREAM_WRITE_TIMEOUT = 30.0
 FD_RESERVE = 64  # fds kept free for model files, logs, the listener, redis, the copy worker
 WARN_INTERVAL = 10.0  # seconds between two "connection cap reached" WARNING lines
 HEAD_END = b"\r\n\r\n"

@@ -62,6 +62,7 @@ from kvpool.metrics import CONTENT_TYPE
 from kvpool.metrics.collector import RequestMetrics
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
 from kvpool.server.body_fields import ignored_header
+from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.json_body import ParsePool
 from kvpool.server.logprob_format import LogprobFormatter
@@ -79,7 +80,6 @@ __all__ = ["OpenAIRoutes", "PromptStreams"]
 
 log = logging.getLogger("kvpool.server")
 
-DEFAULT_STREAM_WRITE_TIMEOUT = 30.0  # seconds one SSE write may wait for a client to read
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
 

@@ -20,8 +20,7 @@ from kvpool.events.config import KVEventsConfig
 from kvpool.remote import check_url
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
-                                       MIN_SEND_BUFFER)
-from kvpool.server.handlers import DEFAULT_STREAM_WRITE_TIMEOUT
+                                       DEFAULT_STREAM_WRITE_TIMEOUT, MIN_SEND_BUFFER)
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import DEFAULT_MAX_STORED_RESPONSES
