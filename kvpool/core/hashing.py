@@ -118,6 +118,10 @@ def token_bytes(token_ids: Sequence[int]) -> bytes:
         return _token_bytes_checked(token_ids)  # raises the precise error
 
 
+_MEMO_ROOTS = 4096  # root hashes a hasher remembers
+_MEMO_SALT_CHARS = 256  # the longest salt remembered: at most ~4 MB of keys in all
+
+
 class BlockHasher:
     """Chained block hashes for one (model, block size, algorithm).
 
@@ -148,7 +152,10 @@ class BlockHasher:
                 raise TypeError("cache_salt must be a str or None")
             salt = b"N" if cache_salt is None else b"S" + _enc_str(cache_salt)
             r = self._new(_MAGIC + _enc_str(self.model_id) + self._bs_bytes + salt).digest()
-            if len(self._roots) < 4096:  # bound the memo: salts can be per request
+            # bound the memo: salts can be per request, and a client's may be megabytes (the
+            # router hashes before a replica refuses it): only short ones are kept
+            if len(self._roots) < _MEMO_ROOTS and (cache_salt is None
+                                                  or len(cache_salt) <= _MEMO_SALT_CHARS):
                 self._roots[cache_salt] = r
         return r
 

@@ -140,3 +140,26 @@ def test_bad_inputs():
         h.hash_blocks([1, 2, 3, 4], extra_keys=[1.5])
     with pytest.raises(ConfigError, match="sha256"):
         CacheConfig(num_device_blocks=8, hash_algo="md5")
+
+
+def test_long_salts_are_not_remembered():
+    """The router hashes a request's prompt before its replica can refuse a megabyte salt:
+    the root memo kept up to 4096 of them, whole (150 requests with 3 MiB salts: +475 MiB).
+    Only salts of at most 256 characters are remembered now; the hashes are the same."""
+    import gc
+    import tracemalloc
+
+    hasher = BlockHasher(16, "m")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(40):
+            salt = f"{i}:" + "s" * (1 << 20)  # 1 Mi characters each
+            assert hasher.root(salt) == BlockHasher(16, "m").root(salt)
+            del salt
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 4 << 20, f"{kept} bytes still held after 40 distinct 1 MiB salts"
+    assert hasher.root("short") == hasher.root("short")
