@@ -28,6 +28,7 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -44,6 +45,11 @@ ADMIN_PATH = "/v1/kvpool/replicas"
 DEFAULT_POLL = 0.5  # seconds between two looks at the replicas file
 
 
+# a DNS name, an IPv4 address or an IPv6 one (urlsplit strips its brackets): no spaces,
+# no control or other characters a URL host cannot hold
+_HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?")
+
+
 def replica_url(text: str) -> str:
     """``text`` as a replica base URL (no trailing slash), or ValueError saying what is wrong."""
     parts = urlsplit(text.strip())
@@ -51,9 +57,13 @@ def replica_url(text: str) -> str:
         raise ValueError(f"{text!r} is not a replica URL: give http(s)://HOST[:PORT], "
                          "e.g. http://10.0.0.7:8000")
     try:
-        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+        port = parts.port  # raises ValueError for a port out of range or not a number
     except ValueError:
-        raise ValueError(f"{text!r}: the port is not a number in 1-65535") from None
+        port = 0
+    if port == 0:  # urlsplit lets port 0 through: nothing listens there
+        raise ValueError(f"{text!r}: the port is not a number in 1-65535")
+    if not _HOST.fullmatch(parts.hostname):
+        raise ValueError(f"{text!r}: the host is not a name or an IP address")
     if parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
         raise ValueError(f"{text!r}: give the base URL only (no path, query or user)")
     return f"{parts.scheme}://{parts.netloc}"

@@ -188,7 +188,8 @@ async def test_admin_api_refuses_bad_tokens_and_hostile_bodies():
 def test_replica_url_checks_the_shape_only():
     assert replica_url("http://Some-Host.example:8000/") == "http://Some-Host.example:8000"
     assert replica_url("https://10.1.2.3") == "https://10.1.2.3"
+    assert replica_url("http://[::1]:8000") == "http://[::1]:8000"
     for bad in ("", "10.0.0.1:80", "file:///etc/passwd", "http://", "http://u@h:1",
-                "http://h:0x50", "http://h:1?x=1"):
+                "http://h:0x50", "http://h:1?x=1", "http://a b:80", "http://127.0.0.1:0"):
         with pytest.raises(ValueError):
             replica_url(bad)
