@@ -12,13 +12,22 @@ What a message does (``seq`` is the publisher's, ``expected`` the next one wante
       dropped for us, or we were       past it the replica's ring lost what we missed: clear
       disconnected)                    the index (a forgotten block costs a hit, a stale one
                                        would send requests to a replica that lost it)
-    seq == 0 <  expected             the publisher restarted (its seq 0 is AllBlocksCleared):
-                                       clear, apply
-    other seq < expected             a batch the replay already gave us: skipped
+    seq <  expected, the very batch  skipped: a duplicate (one SUB connection delivers in
+      a replay gave us (same bytes)    order, so only a replay's batches come twice)
+    any other seq <  expected        a new publisher (NOTE(restart)): clear, replay from 0 (seq 0
+                                       is the start itself: apply it), counted as a restart
+    seq <  0 (the high bit set)      malformed: no publisher gets there
     wrong topic (SUB filters by      skipped, counted
       prefix only)
     malformed frames or payload      counted, logged once, the index cleared (what the batch
                                        changed is unknown), expected moves past it
+
+NOTE(restart): a publisher's own stream only goes forward, so a seq below ``expected`` that is
+not a batch the last replay gave us means what we know came from another publisher: the replica
+restarted on the same ports and its seq 0 (AllBlocksCleared) went out before our SUB reconnected,
+or one wild seq (2**62, a bit flip) took ``expected`` far ahead (a jump is a gap like any other).
+Skipping such batches as duplicates kept a dead process's blocks for ever; no reorder allowance
+is needed because nothing reorders a SUB stream.
 
 Only medium "GPU" (the replica's device pool, what lookups count) enters the index: "CPU"
 blocks belong to swapped-out sequences, which no new request can hit.
@@ -77,6 +86,7 @@ class ReplicaFeed:
         self._dealer: zmq.asyncio.Socket | None = None
         self._reader: asyncio.Task | None = None
         self._warned: set[str] = set()
+        self._replayed: dict[int, int] = {}  # seq -> hash(payload) of the last replay's batches
 
     @property
     def live(self) -> bool:
@@ -155,6 +165,7 @@ class ReplicaFeed:
                 sock.close(linger=0)
         self._sub = self._dealer = None
         self.expected = None
+        self._replayed = {}
 
     # ---------------------------------------------------------------- the stream
     async def _read(self) -> None:
@@ -171,19 +182,29 @@ class ReplicaFeed:
             self.counts["wrong_topic"] += 1
             return None
         seq = decode_seq(frames[1])
+        if seq < 0:
+            return self._malformed(f"seq {seq}", None)
         expected = self.expected if self.expected is not None else 0
-        if seq > expected:
-            self.counts["gaps"] += 1
-            await self._catch_up(expected)
-            expected = self.expected if self.expected is not None else seq
         if seq < expected:
-            if seq != 0:
+            if self._replayed.get(seq) == hash(frames[2]):
                 self.counts["duplicates"] += 1
                 return None
-            self.counts["restarts"] += 1
-            self.index.clear()
-        self._apply(seq, frames[2])
+            await self._restart(seq)
+        elif seq > expected:
+            self.counts["gaps"] += 1
+            await self._catch_up(expected)
+        if self.expected is None or seq >= self.expected:
+            self._apply(seq, frames[2])
         return None
+
+    async def _restart(self, seq: int) -> None:
+        """A new publisher sent ``seq`` (NOTE(restart)): start over from its seq 0."""
+        self.counts["restarts"] += 1
+        self.index.clear()
+        self.expected = None
+        self._replayed = {}
+        if seq > 0 and self._dealer is not None:
+            await self._catch_up(0)
 
     def _apply(self, seq: int, payload: bytes) -> None:
         self.expected = seq + 1
@@ -217,7 +238,9 @@ class ReplicaFeed:
         if not got or got[0][0] > start:
             self.counts["lost"] += 1
             self.index.clear()
+        self._replayed = {}
         for seq, payload in got or ():
+            self._replayed[seq] = hash(payload)
             self._apply(seq, payload)
         if self.expected is None:
             self.expected = start

@@ -121,6 +121,40 @@ async def test_a_restarted_publisher_starts_the_index_over(pub_feed):
     assert len(feed.index) == 0  # removed; host blocks are not scored
 
 
+async def test_a_restart_whose_seq_0_we_missed_starts_over_from_the_replay(pub_feed):
+    pub, feed = pub_feed  # the restarted replica's publisher: its ring holds 0, 1, 2
+    for h in (b"new1", b"new2"):
+        await one_batch(pub, stored(h))
+    feed.connect(info_of(pub), read=False)
+    for seq in range(6):  # what the dead process sent
+        await feed.on_message(frames(seq, stored(b"old%d" % seq)))
+    await feed.on_message(frames(2, stored(b"new2")))  # its seq 0 and 1 went out before we came
+    assert feed.counts["restarts"] == 1 and feed.counts["duplicates"] == 0
+    assert not any(b"old%d" % i in feed.index for i in range(6))
+    assert b"new1" in feed.index and b"new2" in feed.index and feed.expected == 3
+    await one_batch(pub, stored(b"new3"))
+    await feed.on_message(frames(3, stored(b"new3")))
+    assert b"new3" in feed.index and feed.expected == 4
+
+
+async def test_one_wild_seq_does_not_make_the_batches_after_it_duplicates(pub_feed):
+    pub, feed = pub_feed
+    await one_batch(pub, stored(b"a"))
+    feed.connect(info_of(pub), read=False)
+    await feed.on_message(frames(0, AllBlocksCleared()))
+    await feed.on_message(frames(1, stored(b"a")))
+    await feed.on_message(frames(1 << 62, stored(b"wild")))  # a gap: nothing to replay
+    await feed.on_message([TOPIC, b"\xff" * 8, frames(0, stored(b"neg"))[2]])  # seq -1
+    assert feed.counts["gaps"] == 1 and feed.counts["malformed"] == 1
+    await one_batch(pub, stored(b"b"))
+    await feed.on_message(frames(2, stored(b"b")))  # the real stream goes on
+    assert feed.counts["restarts"] == 1 and feed.counts["duplicates"] == 0
+    assert b"a" in feed.index and b"b" in feed.index and b"wild" not in feed.index
+    await one_batch(pub, AllBlocksCleared())
+    await feed.on_message(frames(3, AllBlocksCleared()))
+    assert len(feed.index) == 0 and feed.expected == 4
+
+
 async def test_a_dropped_subscription_reconnects_and_learns_what_it_missed(pub_feed):
     pub, feed = pub_feed
     feed.connect(info_of(pub))  # the reader: replay from 0, then the live stream
