@@ -4,7 +4,8 @@
     submit(event): queue.put_nowait  -->  get, then drain what else waits (one batch)
       queue full -> dropped += 1            batch -> msgpack -> PUB [topic, seq, payload]
                                             keep (seq, payload) in a ring of buffer_steps
-                                            between batches: answer replay requests (ROUTER)
+                                            between batches: a bounded slice of replays
+                                              (ROUTER; replay.py NOTE(replay-budget))
 
 The queue is bounded (``max_queue_size`` events) and ``submit`` never waits: a publisher that
 falls behind loses events (``dropped``), never the step its time. ZMQ's PUB socket drops for a
@@ -30,7 +31,8 @@ import zmq
 
 from kvpool.errors import ConfigError
 from kvpool.events.config import KVEventsConfig
-from kvpool.events.wire import END_SEQ, AllBlocksCleared, KVEventBatch, encode_seq, new_encoder
+from kvpool.events.replay import REPLAY_HWM, ReplayServer
+from kvpool.events.wire import AllBlocksCleared, KVEventBatch, encode_seq, new_encoder
 
 __all__ = ["EventPublisher"]
 
@@ -60,7 +62,6 @@ class EventPublisher:
         self._ring: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
         self.published = 0  # events sent (publisher thread)
         self.dropped = 0  # events refused by a full queue (emitting threads, pool lock held)
-        self.bad_replays = 0  # malformed replay requests ignored
         self.next_seq = 0
         self._ctx = zmq.Context()
         self._pub = self._ctx.socket(zmq.PUB)
@@ -68,11 +69,14 @@ class EventPublisher:
         self._pub.setsockopt(zmq.LINGER, 0)
         self.endpoint = _bind(self._pub, config.endpoint, "endpoint")
         self._replay: zmq.Socket | None = None
+        self._replayer: ReplayServer | None = None
         self.replay_endpoint: str | None = None
         if config.replay_endpoint:
             self._replay = self._ctx.socket(zmq.ROUTER)
-            # a whole replay plus its end marker fits without blocking (NOTE in _replay_one)
-            self._replay.setsockopt(zmq.SNDHWM, 2 * (config.buffer_steps + 1))
+            # a client that does not read is held at REPLAY_HWM, never buffered beyond, and a
+            # send to one that left fails (replay.py NOTE(replay-budget))
+            self._replay.setsockopt(zmq.SNDHWM, REPLAY_HWM)
+            self._replay.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self._replay.setsockopt(zmq.LINGER, 0)
             try:
                 self.replay_endpoint = _bind(self._replay, config.replay_endpoint,
@@ -80,6 +84,7 @@ class EventPublisher:
             except ConfigError:
                 self._pub.close(linger=0)
                 raise
+            self._replayer = ReplayServer(self._replay, self._ring, self.topic)
         self._stop = threading.Event()
         self.submit(AllBlocksCleared())
         self._thread = threading.Thread(target=self._run, name="kvpool-kv-events", daemon=True)
@@ -92,14 +97,28 @@ class EventPublisher:
         except queue.Full:
             self.dropped += 1
 
+    @property
+    def bad_replays(self) -> int:
+        """Malformed replay requests ignored."""
+        return self._replayer.bad_requests if self._replayer is not None else 0
+
     def families(self) -> list[tuple[str, str, str, tuple[str, ...], list]]:
         """For KVPoolMetrics.add_source."""
+        rp = self._replayer
         return [
             ("kvpool_kv_events_published_total", "counter",
              "KV cache events sent on the ZMQ PUB socket.", (), [((), float(self.published))]),
             ("kvpool_kv_events_dropped_total", "counter",
              "KV cache events dropped because the publisher's queue was full.", (),
              [((), float(self.dropped))]),
+            ("kvpool_kv_events_replay_requests_ignored_total", "counter",
+             "Replay requests ignored: malformed, or sent while the same client's replay was "
+             "unfinished.", ("reason",),
+             [(("malformed",), float(rp.bad_requests if rp else 0)),
+              (("busy",), float(rp.ignored if rp else 0))]),
+            ("kvpool_kv_events_replays_cut_total", "counter",
+             "Replays stopped before their end marker: the client read nothing for a while, "
+             "left, or the replay ring moved past it.", (), [((), float(rp.cut if rp else 0))]),
         ]
 
     def close(self, timeout: float = 2.0) -> None:
@@ -116,17 +135,18 @@ class EventPublisher:
     def _run(self) -> None:
         encoder = new_encoder()
         while True:
-            if self._replay is not None:
-                self._serve_replays()
-            events = self._take_batch()
+            wait = _WAIT
+            if self._replayer is not None:
+                wait = min(max(self._replayer.serve(self.next_seq), 0.0), _WAIT)
+            events = self._take_batch(wait)
             if events:
                 self._send(encoder, events)
             elif self._stop.is_set():
                 return
 
-    def _take_batch(self) -> list:
+    def _take_batch(self, wait: float) -> list:
         try:
-            events = [self._queue.get(timeout=_WAIT)]
+            events = [self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()]
         except queue.Empty:
             return []
         get = self._queue.get_nowait
@@ -147,26 +167,3 @@ class EventPublisher:
         self._ring.append((seq, payload))
         self.next_seq = seq + 1
         self.published += len(events)
-
-    def _serve_replays(self) -> None:
-        assert self._replay is not None
-        while self._replay.poll(0):
-            frames = self._replay.recv_multipart(zmq.NOBLOCK)
-            if len(frames) != 3 or frames[1] != b"" or len(frames[2]) != 8:
-                self.bad_replays += 1
-                log.warning("kv events: ignored a malformed replay request (%d frames); send "
-                            "[b'', 8-byte big-endian seq] from a DEALER", len(frames))
-                continue
-            self._replay_one(frames[0], int.from_bytes(frames[2], "big"))
-
-    def _replay_one(self, client: bytes, start: int) -> None:
-        # NOTE(replay-hwm): SNDHWM holds a whole ring plus the marker, so NOBLOCK sends only
-        # fail for a client that stopped reading an earlier replay: it loses the rest of this one
-        try:
-            for seq, payload in list(self._ring):
-                if seq >= start:
-                    self._replay.send_multipart(
-                        (client, b"", self.topic, encode_seq(seq), payload), zmq.NOBLOCK)
-            self._replay.send_multipart((client, b"", b"", END_SEQ, b""), zmq.NOBLOCK)
-        except zmq.Again:
-            log.warning("kv events: a replay client is not reading: its replay was cut short")

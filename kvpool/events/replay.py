@@ -1,0 +1,145 @@
+"""ReplayServer: the publisher thread's ROUTER replay socket, served in small slices.
+
+A request ``["", seq]`` starts a replay for its client: every batch kept in the ring with
+``seq_i >= seq`` at the time of the request, in order, then the end marker (wire.py). What
+bounds a replay's cost (NOTE(replay-budget)):
+
+- per publisher iteration at most ``REQUESTS_PER_TURN`` requests are read and at most
+  ``SEND_BUDGET`` replayed batches are sent, round robin over the open replays (``SLICE`` each
+  per turn), so live batches go out between slices however many replays wait;
+- a client asks again before its replay ended: the request is ignored (counted), so a flood
+  of requests costs one replay per client, not one per request;
+- the socket's SNDHWM is ``REPLAY_HWM`` messages per client with ROUTER_MANDATORY: a client
+  that does not read is held there (its replay waits, retried with backoff), never buffered
+  beyond; one that read nothing for ``STALL`` seconds, or left, has its replay cut (counted,
+  no end marker, so it cannot take a partial replay for a whole one), as does one the ring
+  moved past (the batches it still needs are gone).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import zmq
+
+from kvpool.events.wire import END_SEQ, encode_seq
+
+__all__ = ["REPLAY_HWM", "ReplayServer"]
+
+log = logging.getLogger("kvpool.events")
+REPLAY_HWM = 256  # messages queued per replay client at most (the socket's SNDHWM)
+REQUESTS_PER_TURN = 256  # replay requests read per publisher iteration at most
+SEND_BUDGET = 256  # replayed batches sent per publisher iteration at most, all clients
+SLICE = 32  # batches one client gets per turn of the round robin
+STALL = 10.0  # seconds a client may read nothing before its replay is cut
+MIN_BACKOFF, MAX_BACKOFF = 0.001, 0.05  # seconds between tries to a client whose queue is full
+
+
+@dataclass(slots=True)
+class _Replay:
+    cursor: int  # next sequence number to send
+    stop: int  # the publisher's next_seq when asked: the replay ends before it
+    progress_at: float  # monotonic time of the last message the client took
+    retry_at: float = 0.0  # monotonic time before which its full queue is not tried again
+    backoff: float = 0.0
+
+
+class ReplayServer:
+    """Replay requests in, replays out, a bounded amount per ``serve`` call."""
+
+    def __init__(self, sock: zmq.Socket, ring: deque[tuple[int, bytes]], topic: bytes) -> None:
+        self.sock = sock  # the publisher's ROUTER, used by the publisher thread only
+        self.ring = ring  # the publisher's, read here between its appends (same thread)
+        self.topic = topic
+        self.bad_requests = 0  # malformed requests ignored
+        self.ignored = 0  # requests from a client whose previous replay was unfinished
+        self.cut = 0  # replays stopped before their end marker
+        self._open: dict[bytes, _Replay] = {}  # insertion order is the round robin's
+        self._logged_at = -60.0
+
+    def serve(self, next_seq: int) -> float:
+        """Read requests, send slices; the seconds the publisher may wait for events before
+        calling again (0 when work waits now)."""
+        more = self._read(next_seq)
+        now = time.monotonic()
+        sent = self._send_round(now)
+        if more or sent:
+            return 0.0
+        return min((r.retry_at for r in self._open.values()), default=now + 1.0) - now
+
+    def _read(self, next_seq: int) -> bool:
+        """At most REQUESTS_PER_TURN requests; True when more may wait."""
+        for _ in range(REQUESTS_PER_TURN):
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return False
+            if len(frames) != 3 or frames[1] != b"" or len(frames[2]) != 8:
+                self.bad_requests += 1
+                log.warning("kv events: ignored a malformed replay request (%d frames); send "
+                            "[b'', 8-byte big-endian seq] from a DEALER", len(frames))
+            elif frames[0] in self._open:
+                self.ignored += 1
+            else:
+                start = max(int.from_bytes(frames[2], "big"), next_seq - len(self.ring))
+                self._open[frames[0]] = _Replay(start, next_seq, time.monotonic())
+        return True
+
+    def _send_round(self, now: float) -> int:
+        """Slices round robin until SEND_BUDGET is spent or nobody can take more."""
+        budget, sent_total = SEND_BUDGET, 0
+        while budget > 0:
+            ready = [c for c, r in self._open.items() if r.retry_at <= now]
+            if not ready:
+                break
+            for client in ready:
+                replay = self._open.pop(client)
+                sent, keep = self._slice(client, replay, min(SLICE, budget), now)
+                if keep:
+                    self._open[client] = replay  # back of the queue
+                sent_total += sent
+                budget -= max(sent, 1)
+                if budget <= 0:
+                    break
+        return sent_total
+
+    def _slice(self, client: bytes, replay: _Replay, limit: int, now: float) -> tuple[int, bool]:
+        """Send up to ``limit`` batches (or the end marker); (sent, replay still open)."""
+        oldest = self.ring[0][0] if self.ring else replay.stop
+        if replay.cursor < oldest:
+            return 0, self._cut("the ring moved past its replay")
+        sent = 0
+        try:
+            while sent < limit:
+                if replay.cursor >= replay.stop:
+                    self.sock.send_multipart((client, b"", b"", END_SEQ, b""), zmq.NOBLOCK)
+                    return sent + 1, False
+                seq, payload = self.ring[replay.cursor - oldest]
+                self.sock.send_multipart((client, b"", self.topic, encode_seq(seq), payload),
+                                         zmq.NOBLOCK)
+                replay.cursor += 1
+                sent += 1
+        except zmq.Again:  # its queue is at REPLAY_HWM: try again later, or cut it
+            if sent == 0 and now - replay.progress_at > STALL:
+                return 0, self._cut(f"a client read nothing for {STALL:.0f} s")
+            replay.backoff = MIN_BACKOFF if sent else min(2 * replay.backoff or MIN_BACKOFF,
+                                                          MAX_BACKOFF)
+            replay.retry_at = now + replay.backoff
+        except zmq.ZMQError:  # EHOSTUNREACH (ROUTER_MANDATORY): the client left
+            return sent, self._cut("a client disconnected")
+        if sent:
+            replay.progress_at = now
+        return sent, True
+
+    def _cut(self, why: str) -> bool:
+        """Count a cut replay; logged at most once a minute (a flood must not flood the log)."""
+        self.cut += 1
+        now = time.monotonic()
+        if now - self._logged_at >= 60.0:
+            self._logged_at = now
+            log.warning("kv events: a replay was cut short (%s; %d cut so far): a client "
+                        "must keep reading its replay up to the end marker", why, self.cut)
+        return False
