@@ -29,6 +29,15 @@ or one wild seq (2**62, a bit flip) took ``expected`` far ahead (a jump is a gap
 Skipping such batches as duplicates kept a dead process's blocks for ever; no reorder allowance
 is needed because nothing reorders a SUB stream.
 
+NOTE(max-message): a real batch is one engine step's events (a prefill budget's blocks stored,
+as many evicted: kilobytes; a reset that removes the blocks still in use: 34 bytes a block, so
+16 MiB is ~490k blocks, past any real device pool and half the index's own bound). A bigger
+frame is refused by ZMQ (ZMQ_MAXMSGSIZE) before it is read into memory or decoded on the event
+loop. ZMQ then drops the connection and, for that error, never dials again: the SUB's monitor
+reports the disconnect and the reader dials again itself (a DEALER is replaced after its replay
+timed out). What was missed meanwhile is a gap, and a replay that holds the oversized batch gets
+no answer in time, so the index is cleared.
+
 Only medium "GPU" (the replica's device pool, what lookups count) enters the index: "CPU"
 blocks belong to swapped-out sequences, which no new request can hit.
 """
@@ -52,11 +61,12 @@ from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS, BlockIndex
 from kvpool.router.kv_prompt import info_problem
 from kvpool.router.replicas import Replica
 
-__all__ = ["FEED_COUNTS", "KV_EVENTS_PATH", "ReplicaFeed"]
+__all__ = ["FEED_COUNTS", "KV_EVENTS_PATH", "MAX_MESSAGE", "ReplicaFeed"]
 
 log = logging.getLogger("kvpool.router")
 KV_EVENTS_PATH = "/v1/kvpool/kv_events"
 REPLAY_TIMEOUT = 2.0  # seconds a replay may take before the index is cleared instead
+MAX_MESSAGE = 16 << 20  # bytes per frame the SUB and DEALER accept (NOTE(max-message))
 _WILDCARDS = ("*", "0.0.0.0", "[::]", "::")
 FEED_COUNTS = ("applied", "gaps", "replays", "lost", "restarts", "duplicates", "wrong_topic",
                "malformed")
@@ -84,6 +94,7 @@ class ReplicaFeed:
         self._topic = b""
         self._sub: zmq.asyncio.Socket | None = None
         self._dealer: zmq.asyncio.Socket | None = None
+        self._monitor: zmq.asyncio.Socket | None = None  # the SUB's disconnects
         self._reader: asyncio.Task | None = None
         self._warned: set[str] = set()
         self._replayed: dict[int, int] = {}  # seq -> hash(payload) of the last replay's batches
@@ -141,14 +152,10 @@ class ReplicaFeed:
         self.close()
         self.info = info
         self._topic = str(info.get("topic") or "").encode()
-        self._sub = self.ctx.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.LINGER, 0)
-        self._sub.setsockopt(zmq.SUBSCRIBE, self._topic)
-        self._sub.connect(reachable(info["endpoint"], self.replica.url))
+        self._sub = self._socket(zmq.SUB, info["endpoint"])
+        self._monitor = self._sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         if info.get("replay_endpoint"):
-            self._dealer = self.ctx.socket(zmq.DEALER)
-            self._dealer.setsockopt(zmq.LINGER, 0)
-            self._dealer.connect(reachable(info["replay_endpoint"], self.replica.url))
+            self._dealer = self._socket(zmq.DEALER, info["replay_endpoint"])
         self.index.clear()
         self.expected = None
         if read:
@@ -160,20 +167,38 @@ class ReplicaFeed:
         if self._reader is not None:
             self._reader.cancel()
             self._reader = None
-        for sock in (self._sub, self._dealer):
+        for sock in (self._sub, self._dealer, self._monitor):
             if sock is not None:
                 sock.close(linger=0)
-        self._sub = self._dealer = None
+        self._sub = self._dealer = self._monitor = None
         self.expected = None
         self._replayed = {}
 
     # ---------------------------------------------------------------- the stream
     async def _read(self) -> None:
-        assert self._sub is not None
+        sub, monitor = self._sub, self._monitor
+        assert sub is not None and monitor is not None
         await self._catch_up(0)
+        poller = zmq.asyncio.Poller()
+        poller.register(sub, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
         while True:
-            frames = await self._sub.recv_multipart()
-            await self.on_message(frames)
+            ready = dict(await poller.poll())
+            if monitor in ready:
+                await monitor.recv_multipart()
+                self._redial(sub)
+            if sub in ready:
+                await self.on_message(await sub.recv_multipart())
+
+    def _redial(self, sub: zmq.asyncio.Socket) -> None:
+        """The SUB lost its connection: dial again, since ZMQ does not after an oversized
+        frame (NOTE(max-message)); what was missed meanwhile is a gap."""
+        endpoint = reachable(self.info["endpoint"], self.replica.url)
+        try:
+            sub.disconnect(endpoint)
+        except zmq.ZMQError:
+            pass  # ZMQ let go of it already
+        sub.connect(endpoint)
 
     async def on_message(self, frames: list[bytes]) -> None:
         if len(frames) != 3 or len(frames[1]) != 8:
@@ -270,9 +295,18 @@ class ReplicaFeed:
         """A fresh DEALER: a late answer to an abandoned replay must not look like a new one."""
         if self._dealer is not None and self.info.get("replay_endpoint"):
             self._dealer.close(linger=0)
-            self._dealer = self.ctx.socket(zmq.DEALER)
-            self._dealer.setsockopt(zmq.LINGER, 0)
-            self._dealer.connect(reachable(self.info["replay_endpoint"], self.replica.url))
+            self._dealer = self._socket(zmq.DEALER, self.info["replay_endpoint"])
+
+    def _socket(self, kind: int, endpoint: str) -> zmq.asyncio.Socket:
+        """A SUB (subscribed to the topic) or DEALER on ``endpoint``, frames bounded
+        (NOTE(max-message))."""
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        if kind == zmq.SUB:
+            sock.setsockopt(zmq.SUBSCRIBE, self._topic)
+        sock.connect(reachable(endpoint, self.replica.url))
+        return sock
 
     def _warn_once(self, key: str, msg: str, *args: Any) -> None:
         if key not in self._warned:

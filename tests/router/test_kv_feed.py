@@ -167,6 +167,24 @@ async def test_a_dropped_subscription_reconnects_and_learns_what_it_missed(pub_f
     await until(lambda: b"missed" in feed.index and b"live" in feed.index, "replayed")
 
 
+async def test_an_oversized_batch_is_refused_by_zmq_and_what_follows_is_a_gap(pub_feed):
+    from kvpool.router.kv_feed import MAX_MESSAGE
+    pub, feed = pub_feed
+    feed.connect(info_of(pub))
+    await until(lambda: feed.live, "caught up")
+    huge = [i.to_bytes(32, "big") for i in range(MAX_MESSAGE // 32 + 1)]  # past the bound
+    pub.submit(stored(*huge))
+    await until(lambda: pub.next_seq >= 2, "the oversized batch sent")
+    end, k = time.monotonic() + DEADLINE, 0
+    while not any(b"after%d" % i in feed.index for i in range(k)):  # the stream goes on
+        assert time.monotonic() < end, f"no batch after the oversized one: {feed.counts}"
+        pub.submit(stored(b"after%d" % k))
+        k += 1
+        await asyncio.sleep(0.05)
+    assert huge[0] not in feed.index and huge[-1] not in feed.index
+    assert feed.counts["gaps"] >= 1
+
+
 def test_the_index_is_bounded_and_expected_blocks_expire():
     from kvpool.router.kv_index import BlockIndex
     idx = BlockIndex(max_blocks=3)
