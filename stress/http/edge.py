@@ -32,7 +32,7 @@ from stress.http.slowloris import loris_limit, run_slowloris
 
 __all__ = ["EDGE_CASES", "EdgeCase", "EdgeCaseFailed", "EdgeTarget", "check_openai_error",
            "cut_stream_events", "exchange", "open_raw", "read_response", "rst_close",
-           "sse_data"]
+           "sse_data", "trickled_answer"]
 
 IO_TIMEOUT = 30.0
 LONG_STREAM = {"prompt": "hello", "max_tokens": 4000, "ignore_eos": True, "stream": True,
@@ -89,6 +89,23 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, st
     else:
         body = await asyncio.wait_for(reader.read(), timeout=IO_TIMEOUT)
     return status, headers, body
+
+
+async def trickled_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          byte: bytes = b" ", interval: float = 0.25
+                          ) -> tuple[int, dict[str, str], bytes]:
+    """One response read while ``byte`` is written every ``interval`` s: a request body that
+    keeps coming and never completes (a slow-body client)."""
+    async def trickle() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            writer.write(byte)
+
+    task = asyncio.create_task(trickle())
+    try:
+        return await read_response(reader)
+    finally:
+        task.cancel()
 
 
 async def exchange(url: str, raw: bytes) -> tuple[int, dict[str, str], bytes]:

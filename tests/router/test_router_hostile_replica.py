@@ -24,7 +24,7 @@ from kvpool.router.relayed import BodyReader
 from kvpool.router.replicas import ReplicaSet
 from kvpool.router.scoring import lookup_counts
 from tests.router.helpers import LOOKUP_TIMEOUT, router, served
-from stress.http.edge import open_raw, read_response
+from stress.http.edge import open_raw, trickled_answer
 
 GOOD = {"replica_id": "good", "block_size": 16, "device_hit_tokens": 32, "host_hit_tokens": 0,
         "num_running": 0, "num_waiting": 0, "free_device_blocks": 10}
@@ -159,19 +159,11 @@ async def test_a_trickled_body_on_any_route_gets_408():
             reader, writer = await open_raw(rurl)
             writer.write(b"POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Type: "
                          b"application/json\r\nContent-Length: 100\r\n\r\n{")
-
-            async def trickle() -> None:
-                while True:
-                    await asyncio.sleep(0.25)
-                    writer.write(b" ")
-
-            task = asyncio.create_task(trickle())
             try:
-                status, _, answer = await read_response(reader)
+                status, _, answer = await trickled_answer(reader, writer)
                 assert status == 408, answer
                 assert json.loads(answer)["error"]["code"] == "request_timeout"
             finally:
-                task.cancel()
                 writer.close()
 
 

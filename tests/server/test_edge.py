@@ -9,7 +9,8 @@ import asyncio
 import signal
 
 from stress.http.edge import EdgeTarget, check_openai_error, exchange, open_raw, \
-    over_max_connections_503, read_response, reset_during_response_start, slowloris_closed
+    over_max_connections_503, read_response, reset_during_response_start, slowloris_closed, \
+    trickled_answer
 from stress.http.slowloris import wait_closed
 from tests.server.helpers import parse_metrics
 from tests.server.serve_process import read_rest, subprocess_server
@@ -42,21 +43,13 @@ async def slow_body_gets_408(url: str) -> None:
     reader, writer = await open_raw(url)
     writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json"
                  b"\r\nContent-Length: 4000\r\n\r\n{\"prompt\": \"")
-
-    async def trickle() -> None:
-        while True:
-            await asyncio.sleep(0.25)
-            writer.write(b"x")
-
-    task = asyncio.create_task(trickle())
     try:
         assert (await exchange(url, b"GET /health HTTP/1.1\r\nHost: t\r\n"
                                     b"Connection: close\r\n\r\n"))[0] == 200
-        status, _, body = await read_response(reader)
+        status, _, body = await trickled_answer(reader, writer, b"x")
         assert check_openai_error(status, body, 408)["code"] == "request_timeout"
         assert await asyncio.wait_for(reader.read(), TRICKLE_LIMIT) == b""  # closed
     finally:
-        task.cancel()
         writer.close()
 
 
