@@ -59,6 +59,7 @@ class ReplayServer:
         self.cut = 0  # replays stopped before their end marker
         self._open: dict[bytes, _Replay] = {}  # insertion order is the round robin's
         self._logged_at = -60.0
+        self._bad_logged_at = -60.0
 
     def serve(self, next_seq: int) -> float:
         """Read requests, send slices; the seconds the publisher may wait for events before
@@ -78,9 +79,7 @@ class ReplayServer:
             except zmq.Again:
                 return False
             if len(frames) != 3 or frames[1] != b"" or len(frames[2]) != 8:
-                self.bad_requests += 1
-                log.warning("kv events: ignored a malformed replay request (%d frames); send "
-                            "[b'', 8-byte big-endian seq] from a DEALER", len(frames))
+                self._malformed(len(frames))
             elif frames[0] in self._open:
                 self.ignored += 1
             else:
@@ -133,6 +132,16 @@ class ReplayServer:
         if sent:
             replay.progress_at = now
         return sent, True
+
+    def _malformed(self, frames: int) -> None:
+        """Count a malformed request; logged at most once a minute, like a cut replay."""
+        self.bad_requests += 1
+        now = time.monotonic()
+        if now - self._bad_logged_at >= 60.0:
+            self._bad_logged_at = now
+            log.warning("kv events: ignored a malformed replay request (%d frames; %d so far); "
+                        "send [b'', 8-byte big-endian seq] from a DEALER", frames,
+                        self.bad_requests)
 
     def _cut(self, why: str) -> bool:
         """Count a cut replay; logged at most once a minute (a flood must not flood the log)."""

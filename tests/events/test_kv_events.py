@@ -108,13 +108,17 @@ def test_replay_of_a_sequence_older_than_the_buffer_starts_at_the_oldest_kept():
         pub.close()
 
 
-def test_malformed_replay_requests_are_ignored_and_counted(stack):
+def test_malformed_replay_requests_are_ignored_and_counted(stack, caplog):
     pub, sub, mgr = stack
-    sub.dealer.send_multipart([b"", b"short"])
-    sub.dealer.send_multipart([b"x", (0).to_bytes(8, "big"), b"extra"])
-    out = sub.replay([b"", (0).to_bytes(8, "big")])  # the socket still serves
+    with caplog.at_level("WARNING", logger="kvpool.events"):
+        for _ in range(25):  # a flood of garbage: counted, logged once
+            sub.dealer.send_multipart([b"", b"short"])
+            sub.dealer.send_multipart([b"x", (0).to_bytes(8, "big"), b"extra"])
+        out = sub.replay([b"", (0).to_bytes(8, "big")])  # the socket still serves
     assert out[-1][2] == (-1).to_bytes(8, "big", signed=True)
-    assert pub.bad_replays == 2
+    assert pub.bad_replays == 50
+    said = [r for r in caplog.records if "malformed replay request" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
 
 
 def test_decodes_with_vllms_own_classes(stack, vllm_events):
