@@ -31,12 +31,20 @@ T = TypeVar("T")
 # one call per key walks the run and refreshes it. The script stops at the first miss: a
 # prefix is only usable up to its first hole. The first ARGV[1] keys are the chain's head the
 # caller holds locally: refreshed whatever their state, not counted (NOTE(chain-lru)).
+# A key of another type (a LIST where a value belongs: nothing of ours writes one) would
+# count as present here, read as nil by MGET and never be replaced (SET NX): the probe stops
+# there and deletes it, so the prefix heals on the next write.
 PROBE_LUA = """
 local skip = tonumber(ARGV[1]) or 0
 for i = 1, skip do redis.call('TOUCH', KEYS[i]) end
 local n = 0
 for i = skip + 1, #KEYS do
-  if redis.call('TOUCH', KEYS[i]) == 0 then break end
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  if kind ~= 'string' then
+    if kind ~= 'none' then redis.call('DEL', KEYS[i]) end
+    break
+  end
+  redis.call('TOUCH', KEYS[i])
   n = i - skip
 end
 return n

@@ -79,6 +79,24 @@ async def test_probe_is_the_leading_run(make_tier):
     assert (st.probes, st.hit_blocks, st.miss_blocks) == (3, 7, 5 + 0 + 5)
 
 
+async def test_a_key_of_another_type_ends_the_run_and_is_deleted(make_tier, redis_server):
+    """A LIST where a value belongs counted as present (TOUCH), then MGET read nil and SET NX
+    never replaced it: that prefix missed in the tier for good. Now the probe stops there,
+    deletes it, and the next write heals it."""
+    tier = make_tier()
+    hashes = chain(4)
+    keys = await _fill(tier, hashes, [0, 1, 3])
+    r = redis.Redis(port=redis_server.port)
+    try:
+        r.rpush(keys[2], b"not a value")
+        assert await tier.probe(keys) == 2
+        assert r.exists(keys[2]) == 0 and r.exists(keys[3]) == 1
+        await _fill(tier, hashes, [2])
+        assert await tier.probe(keys) == 4
+    finally:
+        r.close()
+
+
 async def test_probe_refreshes_lru_of_the_run_only(make_tier, redis_server):
     tier = make_tier()
     hashes = chain(4)
