@@ -58,8 +58,7 @@ class ReplayServer:
         self.ignored = 0  # requests from a client whose previous replay was unfinished
         self.cut = 0  # replays stopped before their end marker
         self._open: dict[bytes, _Replay] = {}  # insertion order is the round robin's
-        self._logged_at = -60.0
-        self._bad_logged_at = -60.0
+        self._logged_at: dict[str, float] = {}  # when each kind of WARNING was last logged
 
     def serve(self, next_seq: int) -> float:
         """Read requests, send slices; the seconds the publisher may wait for events before
@@ -133,22 +132,23 @@ class ReplayServer:
             replay.progress_at = now
         return sent, True
 
-    def _malformed(self, frames: int) -> None:
-        """Count a malformed request; logged at most once a minute, like a cut replay."""
-        self.bad_requests += 1
+    def _warn(self, kind: str, msg: str, *args: object) -> None:
+        """A WARNING of this kind at most once a minute: a flood must not flood the log."""
         now = time.monotonic()
-        if now - self._bad_logged_at >= 60.0:
-            self._bad_logged_at = now
-            log.warning("kv events: ignored a malformed replay request (%d frames; %d so far); "
-                        "send [b'', 8-byte big-endian seq] from a DEALER", frames,
-                        self.bad_requests)
+        if now - self._logged_at.get(kind, -60.0) >= 60.0:
+            self._logged_at[kind] = now
+            log.warning(msg, *args)
+
+    def _malformed(self, frames: int) -> None:
+        """Count a malformed request (logged at most once a minute)."""
+        self.bad_requests += 1
+        self._warn("malformed", "kv events: ignored a malformed replay request (%d frames; %d "
+                   "so far); send [b'', 8-byte big-endian seq] from a DEALER", frames,
+                   self.bad_requests)
 
     def _cut(self, why: str) -> bool:
-        """Count a cut replay; logged at most once a minute (a flood must not flood the log)."""
+        """Count a cut replay (logged at most once a minute)."""
         self.cut += 1
-        now = time.monotonic()
-        if now - self._logged_at >= 60.0:
-            self._logged_at = now
-            log.warning("kv events: a replay was cut short (%s; %d cut so far): a client "
-                        "must keep reading its replay up to the end marker", why, self.cut)
+        self._warn("cut", "kv events: a replay was cut short (%s; %d cut so far): a client "
+                   "must keep reading its replay up to the end marker", why, self.cut)
         return False
