@@ -40,7 +40,7 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
 
 def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                prefetch_timeout_ms: float = 500.0, op_timeout_ms: float = 250.0,
-               blocks_per_object: int = 1,
+               connect_timeout_ms: float = 200.0, blocks_per_object: int = 1,
                fetch_bias: float = 1.0, observer=None, secret_file: str | None = None,
                metrics: KVPoolMetrics | None = None) -> RemoteLink:
     """A RemoteLink on a RedisTier at ``url`` for ``engine``'s namespace (not connected yet:
@@ -50,7 +50,8 @@ def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WR
     breaker, probe/get/put and prefetch-wait histograms) are rendered on it from then on.
     ``observer`` (without ``metrics``) receives the tier's round-trip times instead.
     ``fetch_bias``: ``RemoteLink.fetch_bias`` (bench.remote's forced-fetch arm sets 0).
-    ``op_timeout_ms``: the tier's deadline of one round trip (``--remote-op-timeout-ms``).
+    ``op_timeout_ms``: the tier's deadline of one round trip (``--remote-op-timeout-ms``);
+    ``connect_timeout_ms``: of opening one connection (the tier's default, 0.2 s).
     ``secret_file``: sign values with the secret it holds (``--remote-secret-file``)."""
     core = engine.core
     layout = core.storage.layout
@@ -67,7 +68,8 @@ def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WR
     if metrics is not None:
         remote_metrics = RemoteMetrics(lambda: tier.stats())  # late-bound: tier is next
         observer = remote_metrics.observe
-    tier = RedisTier(url, codec, op_timeout=op_timeout_ms / 1000.0, observer=observer)
+    tier = RedisTier(url, codec, op_timeout=op_timeout_ms / 1000.0,
+                     connect_timeout=connect_timeout_ms / 1000.0, observer=observer)
     link = RemoteLink(tier=tier, group_keys=ns.group_keys, encode=codec.encode,
                       split_blocks=codec.split,
                       blocks_per_object=blocks_per_object, write_policy=write_policy,
