@@ -114,7 +114,7 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
                           client_max_size=max_body_bytes)
     names = served_model_names or tuple(dict.fromkeys(
         n for n in (engine.model_name, engine.config.served_model_name) if n))
-    parser = _parser(engine, names, max_json_depth, (chat_template, trust_request_chat_template),
+    parser = _parser(engine, names, max_json_depth, chat_template, trust_request_chat_template,
                      reject_unknown_fields, generation_config, tool_call_parser)
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
@@ -143,12 +143,11 @@ def _middlewares(api_key: str | None, tenant_header: str | None) -> list[Middlew
 
 
 def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
-            template: tuple[str | Path | None, bool], reject_unknown_fields: bool,
-            generation_config: str | None, tool_call_parser: str | None) -> RequestParser:
-    """The request parser, bounded by the engine's config and context. ``template``: the
-    --chat-template override and whether a request's own template is trusted."""
+            chat_template: str | Path | None, trust_request_template: bool,
+            reject_unknown_fields: bool, generation_config: str | None,
+            tool_call_parser: str | None) -> RequestParser:
+    """The request parser, bounded by the engine's config and context."""
     config = engine.config
-    chat_template, trust_request_template = template
     return RequestParser(engine.tokenizer, names, engine.max_model_len,
                          max_n=config.max_n,
                          max_tokens_limit=config.max_tokens_limit or engine.max_model_len,
