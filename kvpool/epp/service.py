@@ -56,7 +56,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import time
 
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
@@ -70,6 +69,7 @@ from kvpool.epp.picker import Picker
 from kvpool.errors import RequestError
 from kvpool.router.proxy import RETRY_AFTER_SECONDS
 from kvpool.server.middleware import error_body, error_type
+from kvpool.throttle import Throttle
 
 __all__ = ["DESTINATION_HEADER", "METADATA_NAMESPACE", "EndpointPicker"]
 
@@ -158,7 +158,8 @@ class EndpointPicker:
     def __init__(self, picker: Picker) -> None:
         self.picker = picker
         self.max_body_bytes = picker.router.max_body_bytes  # full duplex: the picker buffers
-        self.garbage, self.garbage_logged = 0, float("-inf")  # NOTE(garbage)
+        self.garbage = 0  # undecodable messages since the last warning (NOTE(garbage))
+        self._garbage_log = Throttle(GARBAGE_LOG_INTERVAL)
 
     async def process(self, call: Stream) -> None:
         """One ``Process`` call (kvpool.epp.h2): each message answered as it comes; the call
@@ -180,11 +181,10 @@ class EndpointPicker:
     def undecodable(self) -> None:
         """Count a message that is no ProcessingRequest; warn at most once an interval."""
         self.garbage += 1
-        now = time.monotonic()
-        if now - self.garbage_logged >= GARBAGE_LOG_INTERVAL:
+        if self._garbage_log.due():
             log.warning("kvpool epp: %d call(s) sent a message that is no ProcessingRequest "
                         "(ended INVALID_ARGUMENT)", self.garbage)
-            self.garbage, self.garbage_logged = 0, now
+            self.garbage = 0
 
     async def step(self, stream: _Stream, req: pb.ProcessingRequest
                    ) -> tuple[list[pb.ProcessingResponse], bool]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import zmq
 
 from kvpool.events.wire import END_SEQ, encode_seq
+from kvpool.throttle import Throttle
 
 __all__ = ["REPLAY_HWM", "ReplayServer"]
 
@@ -58,7 +59,7 @@ class ReplayServer:
         self.ignored = 0  # requests from a client whose previous replay was unfinished
         self.cut = 0  # replays stopped before their end marker
         self._open: dict[bytes, _Replay] = {}  # insertion order is the round robin's
-        self._logged_at: dict[str, float] = {}  # when each kind of WARNING was last logged
+        self._log = Throttle(60.0)  # each kind of WARNING once a minute at most
 
     def serve(self, next_seq: int) -> float:
         """Read requests, send slices; the seconds the publisher may wait for events before
@@ -134,9 +135,7 @@ class ReplayServer:
 
     def _warn(self, kind: str, msg: str, *args: object) -> None:
         """A WARNING of this kind at most once a minute: a flood must not flood the log."""
-        now = time.monotonic()
-        if now - self._logged_at.get(kind, -60.0) >= 60.0:
-            self._logged_at[kind] = now
+        if self._log.due(kind):
             log.warning(msg, *args)
 
     def _malformed(self, frames: int) -> None:

@@ -36,6 +36,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from kvpool.server.middleware import error_body, error_type, http_error_code
+from kvpool.throttle import Throttle
 
 __all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT",
            "DEFAULT_STREAM_WRITE_TIMEOUT", "MIN_SEND_BUFFER",
@@ -86,9 +87,7 @@ class ConnectionLimiter:
         self.max_connections = max_connections
         self.open = 0  # owned by the event loop thread
         self.rejected: dict[str, int] = {"max_connections": 0, "header_timeout": 0}
-        self.warn_interval = warn_interval
-        self.clock = clock
-        self._last_warn: float | None = None
+        self._warn = Throttle(warn_interval, clock)
         self._unlogged = 0  # rejections since the last WARNING line
 
     def admit(self) -> bool:
@@ -109,12 +108,10 @@ class ConnectionLimiter:
         if reason != "max_connections":
             return  # slow clients are counted, not logged: an attacker must not fill the log
         self._unlogged += 1
-        now = self.clock()
-        if self._last_warn is None or now - self._last_warn >= self.warn_interval:
+        if self._warn.due():
             log.warning("connection cap reached: %d open (--max-connections %d); refused %d "
                         "new connection(s) with 503 since the last report", self.open,
                         self.max_connections, self._unlogged)
-            self._last_warn = now
             self._unlogged = 0
 
     def check_invariants(self) -> None:
