@@ -28,7 +28,6 @@ per relayed chunk, no decoding, however long the answer).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -41,7 +40,7 @@ from aiohttp import web
 from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
-from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.middleware import STREAM_STARTED, error_body
 
 __all__ = ["Failure", "Relay", "cached_tokens_in"]
@@ -170,24 +169,13 @@ class Relay:
                 if _CACHED_KEY in out:  # the usage event (the last one but [DONE])
                     cached = cached_tokens_in(out)
                 done = out.endswith(_DONE)
-                await self._write(resp, out)
+                # bounded like the replica's own: leaving the upstream's block then closes
+                # the replica's connection, which aborts the request there
+                await bounded_write(self.request, resp, out, self.write_timeout)
         await self._end(bytes(pending))
         if cached is not None:
             self.on_cached(cached)
         return resp
-
-    async def _write(self, resp: web.StreamResponse, data: bytes) -> None:
-        """One relayed write, bounded like the replica's own (handlers.py NOTE(slow-reader)):
-        a client that stopped reading loses its connection, and leaving the upstream's block
-        closes the replica's, which aborts the request there."""
-        try:
-            await asyncio.wait_for(resp.write(data), self.write_timeout)
-        except TimeoutError:
-            log.warning("stream client stopped reading for %.1fs; closing its connection",
-                        self.write_timeout)
-            if self.request.transport is not None:
-                self.request.transport.abort()  # drop the unread buffer
-            raise asyncio.CancelledError("stream write timed out") from None
 
     async def _end(self, tail: bytes) -> None:
         assert self.resp is not None

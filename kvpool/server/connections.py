@@ -39,7 +39,7 @@ from kvpool.server.middleware import error_body, error_type, http_error_code
 from kvpool.throttle import Throttle
 
 __all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT",
-           "DEFAULT_STREAM_WRITE_TIMEOUT", "MIN_SEND_BUFFER",
+           "DEFAULT_STREAM_WRITE_TIMEOUT", "MIN_SEND_BUFFER", "bounded_write",
            "ConnectionLimiter", "GuardedRequestHandler", "default_max_connections",
            "set_send_buffer", "start_listener"]
 
@@ -72,6 +72,21 @@ def default_max_connections(reserve: int = FD_RESERVE) -> int:
         soft = 65536
     return max(16, int(soft) - reserve)
 
+
+
+async def bounded_write(request: web.Request, resp: web.StreamResponse, data: bytes,
+                        timeout: float) -> None:
+    """One stream write, bounded: a client that stopped reading for ``timeout`` seconds loses
+    its connection (the server's SSE and the router's relay: handlers.py NOTE(slow-reader))."""
+    try:
+        await asyncio.wait_for(resp.write(data), timeout)
+    except TimeoutError:
+        log.warning("stream client stopped reading for %.1fs; closing its connection", timeout)
+        if request.transport is not None:
+            request.transport.abort()  # drop the unread buffer; a close would wait for it
+        # NOTE(exit): the exit aiohttp itself takes for a client that disconnected
+        # (handler_cancellation): no 500 attempt on a dead socket, no traceback logged.
+        raise asyncio.CancelledError("stream write timed out") from None
 
 class ConnectionLimiter:
     """Open-connection count, cap and rejection counters.

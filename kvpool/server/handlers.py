@@ -62,7 +62,7 @@ from kvpool.metrics import CONTENT_TYPE
 from kvpool.metrics.collector import RequestMetrics
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
 from kvpool.server.body_fields import ignored_header
-from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.json_body import ParsePool
 from kvpool.server.logprob_format import LogprobFormatter
@@ -190,12 +190,14 @@ class OpenAIRoutes:
         chunks = []
         for i, first in updates.firsts():
             chunks += builder.update(first, i)
-        await self._write(request, resp, head + view.events(chunks))
+        await bounded_write(request, resp, head + view.events(chunks),
+                            self.stream_write_timeout)
         try:
             async for i, out in updates:
                 chunks = builder.update(out, i)
                 if chunks:
-                    await self._write(request, resp, view.events(chunks))
+                    await bounded_write(request, resp, view.events(chunks),
+                                        self.stream_write_timeout)
             failure = builder.failure()
         except (ConnectionError, asyncio.CancelledError):
             raise
@@ -203,22 +205,9 @@ class OpenAIRoutes:
             log.exception("stream %s failed", builder.id)
             failure = APIError(500, f"generation failed: {type(exc).__name__}",
                                code="generation_error")
-        await self._write(request, resp, view.tail(failure))
+        await bounded_write(request, resp, view.tail(failure), self.stream_write_timeout)
         await resp.write_eof()
         return resp
-
-    async def _write(self, request: web.Request, resp: web.StreamResponse, data: bytes) -> None:
-        """One SSE write, bounded: a client that stopped reading loses its connection."""
-        try:
-            await asyncio.wait_for(resp.write(data), self.stream_write_timeout)
-        except TimeoutError:
-            log.warning("stream client stopped reading for %.1fs; closing its connection",
-                        self.stream_write_timeout)
-            if request.transport is not None:
-                request.transport.abort()  # drop the unread buffer; a close would wait for it
-            # NOTE(exit): the exit aiohttp itself takes for a client that disconnected
-            # (handler_cancellation): no 500 attempt on a dead socket, no traceback logged.
-            raise asyncio.CancelledError("stream write timed out") from None
 
     # ---- the rest -----------------------------------------------------------------------------
     def _model_card(self, name: str) -> dict[str, Any]:
