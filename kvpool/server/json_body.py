@@ -54,9 +54,10 @@ from aiohttp import web
 
 from kvpool.errors import RequestError, context_length_error
 
-__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES", "MAX_JSON_BYTES_PER_CHAR",
-           "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool", "decode_json_body", "key_before",
-           "longest_string_over", "structural_commas"]
+__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
+           "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool",
+           "decode_json_body", "decode_json_text", "key_before", "longest_string_over",
+           "structural_commas"]
 
 # the server's and the router's default body bounds (the router passes bodies on unchanged)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
