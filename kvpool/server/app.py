@@ -3,6 +3,8 @@
 ::
 
     request -> error_middleware  (every failure -> OpenAI error JSON, see middleware.py)
+            -> CORS preflight    (OPTIONS + Origin + Access-Control-Request-Method, any path:
+                                  answered here, before the key is asked for; cors.py)
             -> auth_middleware   (only with an API key; /v1/* only)
             -> tenant_middleware (who sent it: middleware.py)
             -> OpenAIRoutes      (handlers.py) -> RequestGate.admit (request_gate.py)
@@ -40,6 +42,9 @@
                              NOTE(untrusted-template)); default: refused with a 400
     tool_call_parser         reads ``tool_choice: auto`` output (tools/parsers.py); None: auto
                              is a 400, as without vLLM's --enable-auto-tool-choice
+    cors                     the CORS policy (cors.py): preflights, and the Access-Control-*
+                             headers of every answer to a request with ``Origin``; default
+                             vLLM's (any origin, method and header; no credentials)
 
 NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (request_gate.py), so
 by the time aiohttp's cleanup runs there is little left. aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown
@@ -63,6 +68,7 @@ from kvpool.server.chat_template import load_chat_template
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.generation_config import load_generation_defaults
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.cors import CorsPolicy
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
@@ -78,6 +84,7 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "GATE_KEY", "METRICS_KEY", "R
            "build_app", "start_draining"]
 
 DEFAULT_ENGINE_SHUTDOWN_TIMEOUT = 10.0
+DEFAULT_CORS = CorsPolicy()  # vLLM's defaults: any origin, method and header, no credentials
 
 Middleware = Callable[[web.Request, Callable[[web.Request], Awaitable[web.StreamResponse]]],
                      Awaitable[web.StreamResponse]]
@@ -105,13 +112,12 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
               reject_unknown_fields: bool = False,
               generation_config: str | None = "auto",
-              tool_call_parser: str | None = None,
+              tool_call_parser: str | None = None, cors: CorsPolicy = DEFAULT_CORS,
               trust_request_chat_template: bool = False) -> web.Application:
     """The OpenAI-compatible app (each option: the module docstring's table)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
-    app = web.Application(middlewares=_middlewares(api_key, tenant_header),
-                          client_max_size=max_body_bytes)
+    app = _edge(api_key, tenant_header, cors, max_body_bytes)
     names = served_model_names or tuple(dict.fromkeys(
         n for n in (engine.model_name, engine.config.served_model_name) if n))
     parser = _parser(engine, names, max_json_depth, chat_template, trust_request_chat_template,
@@ -134,12 +140,18 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
     return app
 
 
-def _middlewares(api_key: str | None, tenant_header: str | None) -> list[Middleware]:
-    middlewares: list[Middleware] = [error_middleware]  # NOTE(order): first = outermost
+def _edge(api_key: str | None, tenant_header: str | None, cors: CorsPolicy,
+          max_body_bytes: int) -> web.Application:
+    """The app with its edge: the middlewares, and the CORS headers of every answer."""
+    # NOTE(order): first = outermost; a preflight carries no key, so it is answered before auth
+    middlewares: list[Middleware] = [error_middleware, cors.middleware()]
     if api_key:
         middlewares.append(auth_middleware(api_key))
-    middlewares.append(tenant_middleware(tenant_header, keyed=bool(api_key)))  # NOTE(order): after auth
-    return middlewares
+    # NOTE(order): after auth, so the API key it reads is a checked one
+    middlewares.append(tenant_middleware(tenant_header, keyed=bool(api_key)))
+    app = web.Application(middlewares=middlewares, client_max_size=max_body_bytes)
+    app.on_response_prepare.append(cors.on_response_prepare)
+    return app
 
 
 def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,

@@ -21,6 +21,7 @@ from kvpool.remote import check_url
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
                                        DEFAULT_STREAM_WRITE_TIMEOUT, MIN_SEND_BUFFER)
+from kvpool.server.cors import CorsPolicy, cors_list
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import DEFAULT_MAX_STORED_RESPONSES
@@ -74,6 +75,11 @@ class ServeOptions:
     max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES  # Responses API store, all tenants
     enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
     tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
+    # CORS (cors.py), vLLM's flags: JSON lists as given on the command line, or sequences
+    allowed_origins: tuple[str, ...] | str = ("*",)
+    allow_credentials: bool = False
+    allowed_methods: tuple[str, ...] | str = ("*",)
+    allowed_headers: tuple[str, ...] | str = ("*",)
 
     def __post_init__(self) -> None:
         names = self.served_model_name
@@ -110,12 +116,20 @@ class ServeOptions:
                 f"{self.tool_call_parser}: use one of {', '.join(sorted(PARSERS))}")
         if self.kv_events_config is not None:
             KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag
+        for name in ("allowed_origins", "allowed_methods", "allowed_headers"):
+            flag = "--" + name.replace("_", "-")  # a ConfigError names the flag
+            object.__setattr__(self, name, cors_list(flag, getattr(self, name)))
 
     @property
     def auto_tool_parser(self) -> str | None:
         """The parser that reads tool_choice auto, or None where auto is off (vLLM's rule:
         --tool-call-parser alone does not turn it on)."""
         return self.tool_call_parser if self.enable_auto_tool_choice else None
+
+    @property
+    def cors(self) -> CorsPolicy:
+        return CorsPolicy(self.allowed_origins, credentials=self.allow_credentials,
+                          methods=self.allowed_methods, headers=self.allowed_headers)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
@@ -136,6 +150,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     tier's are remote_setup.add_remote_args's group), plus --log-level."""
     srv = parser.add_argument_group("server")
     _add_connection_args(srv)
+    _add_cors_args(srv)
     _add_tenant_args(srv)
     _add_request_args(srv)
     _add_api_args(srv)
@@ -171,6 +186,20 @@ def _add_connection_args(srv: _ArgGroup) -> None:
                      "soon (default: the OS's autotuning, up to net.ipv4.tcp_wmem's max)")
     srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                      help="request bodies larger than this get 413")
+
+
+def _add_cors_args(srv: _ArgGroup) -> None:
+    """What browser pages on other origins may call (vLLM's flags and defaults; cors.py)."""
+    srv.add_argument("--allowed-origins", default='["*"]', metavar="JSON",
+                     help="origins whose pages may call the API, a JSON list, e.g. "
+                     "'[\"https://app.example\"]' (default: '[\"*\"]', any)")
+    srv.add_argument("--allow-credentials", action="store_true", default=False,
+                     help="send Access-Control-Allow-Credentials: true (pages may send cookies)")
+    srv.add_argument("--allowed-methods", default='["*"]', metavar="JSON",
+                     help="methods a CORS preflight may ask for, a JSON list (default: any)")
+    srv.add_argument("--allowed-headers", default='["*"]', metavar="JSON",
+                     help="request headers a CORS preflight may ask for, a JSON list "
+                     "(default: any)")
 
 
 def _add_tenant_args(srv: _ArgGroup) -> None:

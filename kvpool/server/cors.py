@@ -1,0 +1,198 @@
+"""CORS for browser clients, as vLLM's server answers them.
+
+vLLM installs starlette's CORSMiddleware (FastAPI's is the same class) with its four flags;
+``CorsPolicy`` gives the same answers from an aiohttp middleware (the preflight) and an
+``on_response_prepare`` hook (every other answer)::
+
+    flag                  default  meaning
+    --allowed-origins     ["*"]    origins a page may call from ("*": any)
+    --allow-credentials   off      Access-Control-Allow-Credentials: true
+    --allowed-methods     ["*"]    methods a preflight may ask for ("*": DELETE GET HEAD OPTIONS
+                                   PATCH POST PUT)
+    --allowed-headers     ["*"]    request headers a preflight may ask for ("*": any; else these
+                                   plus the CORS-safelisted Accept, Accept-Language,
+                                   Content-Language, Content-Type)
+
+A request without ``Origin`` is not a CORS request: nothing is added. A preflight (``OPTIONS``
+with ``Origin`` and ``Access-Control-Request-Method``) is answered here, on any path, before
+the API key is checked (browsers never send ``Authorization`` on a preflight)::
+
+    200 "OK"  Access-Control-Allow-Methods (the allowed list), Access-Control-Max-Age 600,
+              Access-Control-Allow-Headers (the requested headers when "*", else the list),
+              Access-Control-Allow-Origin: "*" when any origin is allowed and credentials are
+              not; otherwise the request's Origin, with Vary: Origin
+    400 "Disallowed CORS origin, method, headers" (those that failed); no
+              Access-Control-Allow-Origin for a disallowed origin
+
+Every other answer to a request with ``Origin`` (successes, SSE streams, and the error JSON of
+middleware.py: 401, 400, 404, 413, 5xx) gets, before its headers go out:
+``Access-Control-Allow-Origin: *`` when any origin is allowed (the Origin itself, with
+``Vary: Origin``, when the request carries a cookie), else the Origin itself with
+``Vary: Origin`` when it is in the list, else nothing; and with ``--allow-credentials``,
+``Access-Control-Allow-Credentials: true`` whatever the origin (starlette's rule).
+
+NOTE(hostile-origin): one thing differs from starlette, which echoes any Origin value. Here an
+Origin that is not one serialized origin (``null`` or ``scheme://host[:port]``, at most
+``MAX_ORIGIN_CHARS``, sent once) counts as a disallowed origin, and requested headers that
+are not a comma-separated list of header names are disallowed headers: nothing a client sends
+is echoed unless it has that shape. Browsers only ever send that shape.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+
+from aiohttp import web
+
+from kvpool.errors import ConfigError
+
+__all__ = ["ALL_METHODS", "MAX_AGE_SECONDS", "MAX_ORIGIN_CHARS", "CorsPolicy", "cors_list"]
+
+ALL_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")  # starlette's "*"
+SAFELISTED_HEADERS = ("Accept", "Accept-Language", "Content-Language", "Content-Type")
+MAX_AGE_SECONDS = 600  # how long a browser may cache a preflight answer (starlette's default)
+MAX_ORIGIN_CHARS = 320  # a DNS name is at most 253 characters; scheme and port add ~20
+MAX_REQUESTED_HEADERS_CHARS = 4096
+
+# an origin is ``null`` or scheme://host[:port]: no path, no comma, no space
+_ORIGIN = re.compile(r"null|[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9._~%!$&'()*+;=:\[\]-]+")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token: a method, a header name
+_FLAG_SHAPES = {  # flag: (what each entry must match, its name, an example value)
+    "--allowed-origins": (_ORIGIN, "an origin: scheme://host[:port], no path",
+                          '["https://app.example", "http://localhost:3000"]'),
+    "--allowed-methods": (_TOKEN, "a method name", '["GET", "POST"]'),
+    "--allowed-headers": (_TOKEN, "a header name", '["Authorization", "Content-Type"]')}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def cors_list(flag: str, value: str | Sequence[str]) -> tuple[str, ...]:
+    """One of the --allowed-* values: a JSON list of strings, as vLLM takes it (or a sequence
+    of strings already), each "*" or of the flag's shape; a ConfigError names the flag."""
+    shape, what, example = _FLAG_SHAPES[flag]
+    example = f"{flag} '{example}'"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(f"{flag} {value[:80]!r} is not JSON: give a JSON list of "
+                              f"strings, e.g. {example}") from None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{flag}: give a JSON list of strings, e.g. {example}")
+    for v in value:
+        if v != "*" and not shape.fullmatch(v):
+            raise ConfigError(f"{flag}: {v[:80]!r} is not {what} (or \"*\"), e.g. {example}")
+    return tuple(value)
+
+
+def _is_preflight(request: web.Request) -> bool:
+    return (request.method == "OPTIONS" and "Origin" in request.headers
+            and "Access-Control-Request-Method" in request.headers)
+
+
+def _origin(request: web.Request) -> str | None:
+    """The request's one Origin if it has an origin's shape (NOTE(hostile-origin)), else
+    None: treated as a disallowed origin."""
+    given = request.headers.getall("Origin", [])
+    if len(given) != 1 or len(given[0]) > MAX_ORIGIN_CHARS or not _ORIGIN.fullmatch(given[0]):
+        return None
+    return given[0]
+
+
+def _vary_origin(headers: MutableMapping[str, str]) -> None:
+    """Add Origin to ``Vary`` (a cache must keep answers to different origins apart)."""
+    existing = headers.get("Vary")
+    headers["Vary"] = f"{existing}, Origin" if existing else "Origin"
+
+
+class CorsPolicy:
+    """The four CORS flags, and the answers they give (the module docstring's rules)."""
+
+    def __init__(self, origins: str | Sequence[str] = ("*",), *, credentials: bool = False,
+                 methods: str | Sequence[str] = ("*",),
+                 headers: str | Sequence[str] = ("*",)) -> None:
+        self.origins = frozenset(cors_list("--allowed-origins", origins))
+        self.credentials = bool(credentials)
+        methods = cors_list("--allowed-methods", methods)
+        self.methods = ALL_METHODS if "*" in methods else methods
+        headers = cors_list("--allowed-headers", headers)
+        self.any_origin = "*" in self.origins
+        self.any_header = "*" in headers
+        self.headers = tuple(sorted({*SAFELISTED_HEADERS, *headers} - {"*"}))
+        self.header_names = frozenset(h.lower() for h in self.headers)
+        # the Origin itself, not "*", on preflights: a list, or credentials (never with "*")
+        self.echo_on_preflight = not self.any_origin or self.credentials
+
+    def allows(self, origin: str) -> bool:
+        return self.any_origin or origin in self.origins
+
+    def middleware(self) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+        """The aiohttp middleware that answers preflights (place it before auth)."""
+
+        @web.middleware
+        async def answer_preflight(request: web.Request,
+                                   handler: Handler) -> web.StreamResponse:
+            if _is_preflight(request):
+                return self.preflight(request)
+            return await handler(request)
+
+        return answer_preflight
+
+    def preflight(self, request: web.Request) -> web.Response:
+        """200 with what the actual request may do, or 400 naming what is not allowed."""
+        origin = _origin(request)
+        headers = {"Access-Control-Allow-Methods": ", ".join(self.methods),
+                   "Access-Control-Max-Age": str(MAX_AGE_SECONDS)}
+        failures = []
+        if origin is None or not self.allows(origin):
+            failures.append("origin")
+        elif self.echo_on_preflight:
+            headers["Access-Control-Allow-Origin"] = origin
+        else:
+            headers["Access-Control-Allow-Origin"] = "*"
+        if self.echo_on_preflight:
+            _vary_origin(headers)
+        if request.headers["Access-Control-Request-Method"] not in self.methods:
+            failures.append("method")
+        if not self._headers_allowed(request, headers):
+            failures.append("headers")
+        if self.credentials:
+            headers["Access-Control-Allow-Credentials"] = "true"
+        if failures:
+            return web.Response(status=400, text="Disallowed CORS " + ", ".join(failures),
+                                headers=headers)
+        return web.Response(text="OK", headers=headers)
+
+    def _headers_allowed(self, request: web.Request, headers: dict[str, str]) -> bool:
+        """Check Access-Control-Request-Headers and say which are allowed in ``headers``."""
+        asked = request.headers.get("Access-Control-Request-Headers")
+        if not self.any_header:
+            headers["Access-Control-Allow-Headers"] = ", ".join(self.headers)
+        if asked is None:
+            return True
+        names = [name for h in asked.split(",") if (name := h.strip(" \t"))]
+        if len(asked) > MAX_REQUESTED_HEADERS_CHARS or not all(map(_TOKEN.fullmatch, names)):
+            return False  # NOTE(hostile-origin): not a list of header names, not echoed
+        if self.any_header:
+            headers["Access-Control-Allow-Headers"] = asked
+            return True
+        return all(h.lower() in self.header_names for h in names)
+
+    async def on_response_prepare(self, request: web.Request,
+                                  response: web.StreamResponse) -> None:
+        """aiohttp ``on_response_prepare`` hook: the CORS headers of every non-preflight
+        answer, before its headers go out (streams and error answers included)."""
+        if "Origin" not in request.headers or _is_preflight(request):
+            return
+        if self.credentials:
+            response.headers["Access-Control-Allow-Credentials"] = "true"
+        origin = _origin(request)
+        if origin is None or not self.allows(origin):
+            return
+        if self.any_origin and "Cookie" not in request.headers:
+            response.headers["Access-Control-Allow-Origin"] = "*"
+            return
+        response.headers["Access-Control-Allow-Origin"] = origin
+        _vary_origin(response.headers)
