@@ -112,10 +112,11 @@ class EventPublisher:
              "KV cache events dropped because the publisher's queue was full.", (),
              [((), float(self.dropped))]),
             ("kvpool_kv_events_replay_requests_ignored_total", "counter",
-             "Replay requests ignored: malformed, or sent while the same client's replay was "
-             "unfinished.", ("reason",),
+             "Replay requests ignored: malformed, sent while the same client's replay was "
+             "unfinished (busy), or while the most replays were open (full).", ("reason",),
              [(("malformed",), float(rp.bad_requests if rp else 0)),
-              (("busy",), float(rp.ignored if rp else 0))]),
+              (("busy",), float(rp.ignored if rp else 0)),
+              (("full",), float(rp.refused if rp else 0))]),
             ("kvpool_kv_events_replays_cut_total", "counter",
              "Replays stopped before their end marker: the client read nothing for a while, "
              "left, or the replay ring moved past it.", (), [((), float(rp.cut if rp else 0))]),

@@ -13,7 +13,14 @@ bounds a replay's cost (NOTE(replay-budget)):
   that does not read is held there (its replay waits, retried with backoff), never buffered
   beyond; one that read nothing for ``STALL`` seconds, or left, has its replay cut (counted,
   no end marker, so it cannot take a partial replay for a whole one), as does one the ring
-  moved past (the batches it still needs are gone).
+  moved past (the batches it still needs are gone);
+- at most ``MAX_OPEN`` replays are open at once: a request past that is ignored (counted,
+  reason "full"), and its client's wait runs out as for a replica that does not answer.
+
+NOTE(zero-copy): a replayed batch is sent as the ring's own bytes, not a copy (the socket's
+``copy_threshold`` is 0), so what waits in a non-reader's queue costs the publisher a frame
+header per batch, not the batch: with copies, 4 clients that never read held 256 MB of
+250 KB batches (tests/events/test_replay_memory.py).
 """
 
 from __future__ import annotations
@@ -28,12 +35,13 @@ import zmq
 from kvpool.events.wire import END_SEQ, encode_seq
 from kvpool.throttle import Throttle
 
-__all__ = ["REPLAY_HWM", "ReplayServer"]
+__all__ = ["MAX_OPEN", "REPLAY_HWM", "ReplayServer"]
 
 log = logging.getLogger("kvpool.events")
 REPLAY_HWM = 256  # messages queued per replay client at most (the socket's SNDHWM)
 REQUESTS_PER_TURN = 256  # replay requests read per publisher iteration at most
 SEND_BUDGET = 256  # replayed batches sent per publisher iteration at most, all clients
+MAX_OPEN = 64  # replays open at once, all clients (a router or picker per client)
 SLICE = 32  # batches one client gets per turn of the round robin
 STALL = 10.0  # seconds a client may read nothing before its replay is cut
 MIN_BACKOFF, MAX_BACKOFF = 0.001, 0.05  # seconds between tries to a client whose queue is full
@@ -55,8 +63,10 @@ class ReplayServer:
         self.sock = sock  # the publisher's ROUTER, used by the publisher thread only
         self.ring = ring  # the publisher's, read here between its appends (same thread)
         self.topic = topic
+        sock.copy_threshold = 0  # NOTE(zero-copy): every frame sent is referenced, not copied
         self.bad_requests = 0  # malformed requests ignored
         self.ignored = 0  # requests from a client whose previous replay was unfinished
+        self.refused = 0  # requests ignored while MAX_OPEN replays were open
         self.cut = 0  # replays stopped before their end marker
         self._open: dict[bytes, _Replay] = {}  # insertion order is the round robin's
         self._log = Throttle(60.0)  # each kind of WARNING once a minute at most
@@ -82,6 +92,8 @@ class ReplayServer:
                 self._malformed(len(frames))
             elif frames[0] in self._open:
                 self.ignored += 1
+            elif len(self._open) >= MAX_OPEN:
+                self._full()
             else:
                 start = max(int.from_bytes(frames[2], "big"), next_seq - len(self.ring))
                 self._open[frames[0]] = _Replay(start, next_seq, time.monotonic())
@@ -118,7 +130,7 @@ class ReplayServer:
                     return sent + 1, False
                 seq, payload = self.ring[replay.cursor - oldest]
                 self.sock.send_multipart((client, b"", self.topic, encode_seq(seq), payload),
-                                         zmq.NOBLOCK)
+                                         zmq.NOBLOCK, copy=False)  # NOTE(zero-copy)
                 replay.cursor += 1
                 sent += 1
         except zmq.Again:  # its queue is at REPLAY_HWM: try again later, or cut it
@@ -144,6 +156,13 @@ class ReplayServer:
         self._warn("malformed", "kv events: ignored a malformed replay request (%d frames; %d "
                    "so far); send [b'', 8-byte big-endian seq] from a DEALER", frames,
                    self.bad_requests)
+
+    def _full(self) -> None:
+        """Count a request refused at MAX_OPEN open replays (logged at most once a minute)."""
+        self.refused += 1
+        self._warn("full", "kv events: ignored a replay request: %d replays are open already "
+                   "(%d refused so far); clients that connect to the replay socket and never "
+                   "read hold their places until cut", MAX_OPEN, self.refused)
 
     def _cut(self, why: str) -> bool:
         """Count a cut replay (logged at most once a minute)."""
