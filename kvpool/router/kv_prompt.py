@@ -18,6 +18,8 @@ NOTE(agreement): the text and chat paths use the replica's own parser class, tok
 and template, so the router's ids are the replica's. Where the router cannot build that
 (the model directory is not readable here, a body its parser refuses, a tenant header too
 long), ``keys`` answers None and the router asks the replicas' lookups for that request.
+A body with logprob fields takes the parser's path too: a request asking for prompt logprobs
+reads no cache on the replica, so it gets no keys (no hit anywhere), as its lookup says.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from multidict import CIMultiDict
 
 from kvpool.core.hashing import BlockHasher
 from kvpool.server.middleware import APIError, CacheNamespace, tenant_of_headers
+from kvpool.server.logprob_fields import LOGPROB_FIELDS
 
 __all__ = ["PromptKeys", "info_problem"]
 
@@ -118,7 +121,7 @@ class PromptKeys:
         salt = body.get("cache_salt")
         salt = salt if isinstance(salt, str) else None
         p = body.get("prompt_token_ids", body.get("prompt"))
-        if "messages" not in body and _is_ids(p):
+        if "messages" not in body and _is_ids(p) and LOGPROB_FIELDS.isdisjoint(body):
             return p, salt
         if self.parser is None:
             self.wants_parser = True
@@ -128,6 +131,8 @@ class PromptKeys:
                    else self.parser.parse_completion(body))
         except Exception:  # noqa: BLE001 - the replica will refuse it with the right error
             return None
+        if req.params.prompt_logprobs is not None:  # it reads no cache: no hit on any replica
+            return [], req.cache_salt  # (NOTE(prompt-logprobs) in kvpool/runtime/engine)
         return req.prompt_ids, req.cache_salt
 
     def keys(self, body: dict | None, headers: Sequence[tuple[str, str]] = ()

@@ -16,6 +16,9 @@ The hit counts are what the next generation request would report as ``cached_tok
 leading run of the prompt's full-block hashes in the device pool, capped like admission caps it
 (at least one prompt token is left to compute, its logits are needed). ``host_hit_tokens``
 continues that run in the host pool when the host pool caches by hash (today it does not: 0).
+A request that asks for prompt logprobs (``prompt_logprobs``, or completions ``echo`` with
+``logprobs``) never reads the cache (NOTE(prompt-logprobs) in
+kvpool/runtime/engine/prompt_logprobs.py), so its hit counts are 0 on every replica.
 Reads only: the lock-free dict lookups of ``prompts.prefix_hits``, no pool lock, no reference taken,
 no LRU update, so a lookup never changes what it measures.
 
@@ -71,12 +74,15 @@ class LookupRoute:
 
     def parse(self, raw: bytes) -> tuple[list[int], str | None]:
         """The body's (token ids, client cache salt), exactly as the generation route parses
-        them; a large body's parse runs on a parse thread."""
+        them (no ids when the request never reads the cache); a large body's parse runs on a
+        parse thread."""
         body = self.parser.decode_body(raw)
         if "prompt_token_ids" in body:  # vLLM's spelling for a pre-tokenized prompt
             body.setdefault("prompt", body.pop("prompt_token_ids"))
         req = (self.parser.parse_chat(body) if "messages" in body
                else self.parser.parse_completion(body))
+        if req.params.prompt_logprobs is not None:  # NOTE(prompt-logprobs): reads no cache
+            return [], req.cache_salt
         return req.prompt_ids, req.cache_salt
 
     def counts(self, ids: list[int], salt: str | None) -> dict[str, int]:

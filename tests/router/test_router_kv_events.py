@@ -68,6 +68,26 @@ async def test_placed_by_events_without_a_lookup(fleet):
         assert events.fallbacks == 1 and where in urls
 
 
+
+async def test_prompt_logprobs_requests_are_not_placed_by_a_hit_they_cannot_use(fleet):
+    """A request asking for prompt logprobs reads no cache on the replica (NOTE(prompt-logprobs)
+    in kvpool/runtime/engine): the router predicts no hit for it, ids or text alike."""
+    r, events = event_router([s.url for s in fleet.values()])
+    async with served(r) as url, aiohttp.ClientSession() as s:
+        await until(lambda: all(f.live for f in events.feeds.values()), "both feeds caught up")
+        ids = [20 + (11 * i) % 300 for i in range(160)]
+        await complete(s, url, {"prompt": ids})
+        await until(lambda: holder(events, ids), "the replica's BlockStored")
+        before = (await metrics(s, url))["kvpool_router_predicted_hit_tokens_total"][()]
+        for extra in ({"prompt_logprobs": 1}, {"echo": True, "logprobs": 1}):
+            out = await complete(s, url, {"prompt": ids, **extra})
+            assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        m = await metrics(s, url)
+        assert m["kvpool_router_predicted_hit_tokens_total"][()] == before
+        assert decisions(m, "prefix") == 0
+        again = await complete(s, url, {"prompt": ids})  # the plain request still hits
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 144
+
 async def test_a_restarted_replica_is_followed_from_scratch():
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))

@@ -56,6 +56,22 @@ async def test_lookup_of_token_ids_and_chat_matches(srv):
     assert hit > 0 and await cached(srv, "/chat/completions", chat) == hit
 
 
+
+async def test_lookup_reports_no_hit_for_requests_that_read_no_cache(srv):
+    """prompt_logprobs (and completions echo + logprobs) never read the cache
+    (NOTE(prompt-logprobs)): the lookup says 0, as the request's own cached_tokens does."""
+    ids = list(range(5, 5 + 70))
+    await cached(srv, "/completions", {"prompt": ids})
+    assert (await lookup(srv, {"prompt_token_ids": ids}))["device_hit_tokens"] == 64
+    for extra in ({"prompt_logprobs": 1}, {"echo": True, "logprobs": 1}):
+        out = await lookup(srv, {"prompt_token_ids": ids, **extra})
+        assert out["device_hit_tokens"] == 0 and out["host_hit_tokens"] == 0, extra
+        assert await cached(srv, "/completions", {"prompt": ids, **extra}) == 0
+    chat = {"messages": [{"role": "user", "content": PROMPT}]}
+    await cached(srv, "/chat/completions", chat)
+    assert (await lookup(srv, chat))["device_hit_tokens"] > 0
+    assert (await lookup(srv, {**chat, "prompt_logprobs": 2}))["device_hit_tokens"] == 0
+
 async def test_lookup_leaves_the_pool_as_it_was(srv):
     await cached(srv, "/completions", {"prompt": PROMPT})
     before = srv.engine.snapshot().manager.device
