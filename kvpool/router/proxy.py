@@ -23,6 +23,13 @@ With ``kv_events`` (``kvpool router --kv-events``, kv_routing.py) the fan-out is
 replicas' KV event streams: the router hashes the prompt once and scores its own per-replica
 indexes; only a request it cannot hash (kv_prompt.py) still asks the lookups.
 
+The Responses API (affinity.py): POST /v1/responses has no prompt a lookup reads, so it is
+placed by load alone (``choose`` with no hits: round robin unless the loads are imbalanced),
+but one naming a ``previous_response_id`` goes to the replica holding that response first;
+``/v1/responses/{id}...`` goes to that replica, else to the first healthy one. The others
+follow as retries, and their 404 is the server's own (affinity.py NOTE(tenant)). Neither kind
+is counted in ``kvpool_router_decisions_total``: that counts prefix routing.
+
 NOTE(agreement): with lookups the router neither renders chat templates nor tokenizes: each
 replica's lookup parses the body with the parser its generation route uses and hashes with its
 own spec and salt, so predicted and served prefixes agree by construction.
@@ -36,12 +43,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from kvpool.router.affinity import RESPONSES_PATH, ResponseAffinity
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership
 from kvpool.router.relayed import BodyReader, request_headers
@@ -109,9 +117,11 @@ class Router:
                  lookup_timeout: float = 0.05, connect_timeout: float = 1.0,
                  policy: str = "prefix", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  membership: Membership | None = None,
-                 kv_events: EventRouting | None = None) -> None:
+                 kv_events: EventRouting | None = None,
+                 affinity: ResponseAffinity | None = None) -> None:
         """``kv_events``: score prefix hits from the replicas' KV events (kv_routing.py),
-        lookups only for requests it cannot score."""
+        lookups only for requests it cannot score; ``affinity``: the Responses API's map
+        (affinity.py; default: ``ResponseAffinity()``, 100k ids)."""
         if policy not in POLICIES:
             raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
         if max_body_bytes < 1:
@@ -130,6 +140,8 @@ class Router:
         self.pool: UpstreamPool | None = None  # the proxied requests' client (wire.py)
         self.membership = membership  # the admin API and watched file, when configured
         self.kv_events = kv_events
+        self.affinity = affinity if affinity is not None else ResponseAffinity()
+        self.metrics.registry.register(self.affinity)
         if kv_events is not None:
             self.metrics.registry.register(kv_events)
 
@@ -139,6 +151,8 @@ class Router:
         app[ROUTER_KEY] = self
         for path in GENERATE_PATHS:
             app.router.add_post(path, self.generate)
+        app.router.add_post(RESPONSES_PATH, self.create_response)
+        app.router.add_route("*", RESPONSES_PATH + "/{response_id}{tail:.*}", self.by_response)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.render_metrics)
         if self.membership is not None:
@@ -209,13 +223,29 @@ class Router:
             answers = await asyncio.gather(*(self._lookup(r, raw, headers) for r in cands))
             hits = [a[0] if a else 0 for a in answers]
             loads = [a[1] if a else r.busy() for a, r in zip(answers, cands)]
+        order, idx, reason = self._ranked(cands, hits, loads)
+        if scored is not None:
+            self.kv_events.routed(order[0], scored[1])  # type: ignore[union-attr]
+        return order, hits[idx], reason
+
+    def _ranked(self, cands: list[Replica], hits: Sequence[int], loads: Sequence[int]
+                ) -> tuple[list[Replica], int, str]:
+        """(``cands`` in the order to try, the index of the first, reason): ``choose``'s
+        pick, then the others least loaded first."""
         idx, reason = choose(hits, loads, self.guard, self.rr)
         if reason == "round_robin":
             self.rr += 1
-        if scored is not None:
-            self.kv_events.routed(cands[idx], scored[1])  # type: ignore[union-attr]
         rest = sorted((i for i in range(len(cands)) if i != idx), key=lambda i: (loads[i], i))
-        return [cands[i] for i in (idx, *rest)], hits[idx], reason
+        return [cands[i] for i in (idx, *rest)], idx, reason
+
+    async def owner_first(self, response_id: object, order: list[Replica],
+                          headers: list) -> list[Replica]:
+        """``order`` with the replica holding ``response_id`` (affinity.py) moved first."""
+        assert self.session is not None
+        owner = await self.affinity.owner(response_id, self.replicas, self.session, headers)
+        if owner is None:
+            return order
+        return [owner, *(r for r in order if r is not owner)]
 
     # ---------------------------------------------------------------- routes
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -224,6 +254,26 @@ class Router:
         order, predicted, reason = await self.plan(raw, body, headers)
         return await self._relay(request, raw, headers, order, reason, predicted)
 
+    async def create_response(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/responses (module docstring); a body too large to decode here is placed
+        by load alone."""
+        raw, body = await self.bodies.read(request)
+        headers = request_headers(request.headers)
+        cands = self.replicas.healthy()
+        order = (self._ranked(cands, [0] * len(cands), [r.busy() for r in cands])[0]
+                 if cands else [])
+        if body is not None:  # previous_response_id as the client sent it: anything
+            order = await self.owner_first(body.get("previous_response_id"), order, headers)
+        return await self._relay(request, raw, headers, order, None, 0, self.affinity.learn)
+
+    async def by_response(self, request: web.Request) -> web.StreamResponse:
+        """GET /v1/responses/{id} and whatever else a replica serves under it."""
+        raw = await self.bodies.raw(request)  # NOTE(slow-body)
+        headers = request_headers(request.headers)
+        order = await self.owner_first(request.match_info["response_id"],
+                                       self.replicas.healthy(), headers)
+        return await self._relay(request, raw, headers, order, None, 0, self.affinity.learn)
+
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """Every other route (/v1/models, ...): the first healthy replica answers."""
         raw = await self.bodies.raw(request)  # NOTE(slow-body): 408 like the generation routes
@@ -231,11 +281,12 @@ class Router:
                                  self.replicas.healthy(), None, 0)
 
     async def _relay(self, request: web.Request, raw: bytes, headers: list,
-                     order: list[Replica], reason: str | None,
-                     predicted: int) -> web.StreamResponse:
+                     order: list[Replica], reason: str | None, predicted: int,
+                     learn: Callable[[str, Replica], None] | None = None
+                     ) -> web.StreamResponse:
         assert self.pool is not None
         relay = Relay(self.pool, self.replicas, request, raw, headers,
-                      self.metrics.actual.inc, self.stream_write_timeout)
+                      self.metrics.actual.inc, self.stream_write_timeout, learn)
         failures: list[Failure] = []
         for attempt, replica in enumerate(order):
             if reason is not None:

@@ -20,6 +20,10 @@ NOTE(event-boundary): SSE bytes are passed on up to the last complete event (``\
 a replica lost in the middle of an event never leaves half a JSON line ahead of the error
 event; the replica writes whole events, so nothing waits in the buffer in practice.
 
+NOTE(learn): given ``learn``, a 200 answer's response id (response_ids.py: the start of a JSON
+body, or the first SSE events until one carries it) is handed to it with the replica that sent
+it: the router's response affinity (affinity.py). A compressed body teaches nothing.
+
 NOTE(usage): the router's ``kvpool_router_cached_tokens_total`` sums
 ``usage.prompt_tokens_details.cached_tokens`` of every answer it passed on: from the final
 usage chunk of an SSE stream, or from a plain JSON body (``cached_tokens_in``: a byte search
@@ -32,13 +36,14 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet
+from kvpool.router.response_ids import StreamIds, response_id_in
 from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.middleware import STREAM_STARTED, error_body
@@ -76,7 +81,8 @@ class Relay:
     def __init__(self, pool: UpstreamPool, replicas: ReplicaSet,
                  request: web.Request, raw: bytes, headers: list[tuple[str, str]],
                  on_cached: Callable[[int], None],
-                 write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT) -> None:
+                 write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
+                 learn: Callable[[str, Replica], None] | None = None) -> None:
         self.pool = pool
         self.write_timeout = write_timeout  # seconds one SSE write to the client may wait
         self.replicas = replicas
@@ -85,6 +91,8 @@ class Relay:
         self.headers = headers
         self.on_cached = on_cached  # called with the cached_tokens of a finished answer
         self.resp: web.StreamResponse | None = None  # set once an SSE answer started
+        self.learn = learn  # NOTE(learn)
+        self.ids = StreamIds() if learn is not None else None  # one SSE answer per Relay
 
     async def attempt(self, replica: Replica) -> web.StreamResponse | Failure:
         deadline = None
@@ -124,6 +132,9 @@ class Relay:
                 log.warning("replica %s broke off an answer: %s", replica.url, exc)
                 return Failure("failed")
         self._count(body)
+        if self.learn is not None and upstream.status == 200 and _plain(upstream.headers):
+            if (rid := response_id_in(body)) is not None:
+                self.learn(rid, replica)
         return web.Response(status=upstream.status, body=body,
                             headers=response_headers(upstream.headers))
 
@@ -168,6 +179,7 @@ class Relay:
                 del pending[:cut]
                 if _CACHED_KEY in out:  # the usage event (the last one but [DONE])
                     cached = cached_tokens_in(out)
+                self._learn_from(replica, out)
                 done = out.endswith(_DONE)
                 # bounded like the replica's own: leaving the upstream's block then closes
                 # the replica's connection, which aborts the request there
@@ -184,9 +196,22 @@ class Relay:
                 await self.resp.write(tail)
             await self.resp.write_eof()
 
+    def _learn_from(self, replica: Replica, events: bytes) -> None:
+        """NOTE(learn) for a stream's whole ``events``, until its id is found or given up."""
+        learn, ids, resp = self.learn, self.ids, self.resp
+        if learn is None or ids is None or ids.done or resp is None or resp.status != 200:
+            return
+        if _plain(resp.headers) and (rid := ids.feed(events)) is not None:
+            learn(rid, replica)
+
     def _count(self, body: bytes) -> None:
         if (cached := cached_tokens_in(body)) is not None:
             self.on_cached(cached)
+
+
+def _plain(headers: Mapping[str, str]) -> bool:
+    """Whether an answer's body bytes are its text (no Content-Encoding but identity)."""
+    return headers.get("Content-Encoding", "identity").strip().lower() == "identity"
 
 
 def cached_tokens_in(data: bytes) -> int | None:
