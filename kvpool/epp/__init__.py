@@ -4,7 +4,10 @@ picker.py   the decision: the router's Router set up without a listener (same me
             health beats and scoring as ``kvpool router``), answering host:port
 service.py  the ext_proc stream: buffered body in, destination header + dynamic metadata out,
             ImmediateResponse 400/503 as OpenAI error JSON
-h2.py       the gRPC transport: HTTP/2 served on the event loop (no grpc.aio thread hand-offs)
+h2.py       the gRPC transport: one HTTP/2 connection served on the event loop (no grpc.aio
+            thread hand-offs)
+calls.py    one gRPC call on it: frames, messages cut from DATA, answers
+listener.py the listening socket and the limits its connections share
 cli.py      the ``kvpool epp`` subcommand
 
 Needs the ``epp`` extra (protobuf and xds-protos: Envoy's generated ext_proc API; grpcio comes

@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 
-from kvpool.epp.h2 import Server
+from kvpool.epp.listener import Server
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
 from kvpool.router import cli as router_cli

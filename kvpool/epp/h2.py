@@ -1,5 +1,6 @@
 """The picker's gRPC transport: ext_proc's one method served over HTTP/2 (RFC 9113) by an
-asyncio protocol on the picker's own event loop.
+asyncio protocol on the picker's own event loop. This module is one connection; calls.py is one
+call on it (its frames and messages), listener.py the listening socket.
 
 NOTE(why): with grpc.aio every stream start and every message read or written is a completion
 handed from grpc's threads to a poller thread and then to the event loop; on a shared 2-core
@@ -16,11 +17,9 @@ skips what h2 cannot: the tests drive it with grpcio's own client and a real Env
 What it serves: every stream is a call of ``ExternalProcessor/Process`` (the port serves
 nothing else, as the Inference Extension's picker port does). Request header blocks are skipped
 unread (HPACK state lives only in a decoder, and this side never needs a header's value); the
-answers' headers are HPACK literals that never touch Envoy's dynamic table. gRPC messages
-(1-byte flag, 4-byte length, protobuf) are cut from DATA frames; a compressed one ends the call
-UNIMPLEMENTED, one larger than ``max_message`` RESOURCE_EXHAUSTED. Flow control: this side
-opens its receive windows wide (bodies are bounded by the picker's --max-body-bytes, 413 past
-it) and sends within the peer's windows, waiting for its WINDOW_UPDATE when they run out.
+answers' headers are HPACK literals that never touch Envoy's dynamic table. Flow control: this
+side opens its receive windows wide (bodies are bounded by the picker's --max-body-bytes, 413
+past it) and sends within the peer's windows, waiting for its WINDOW_UPDATE when they run out.
 """
 
 from __future__ import annotations
@@ -28,132 +27,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["Connection", "Handler", "Server", "Stream"]
+from kvpool.epp.calls import (ACK, CANCEL, CONTINUATION, DATA, DEFAULT_FRAME, DEFAULT_WINDOW,
+                              END_HEADERS, END_STREAM, GOAWAY, HEADER_TABLE_SIZE, HEADERS,
+                              INITIAL_WINDOW, INTERNAL, MAX_CONCURRENT, MAX_FRAME, MAX_WINDOW,
+                              NO_ERROR, PADDED, PING, PREFACE, PROTOCOL_ERROR, REFUSED_STREAM,
+                              RST_STREAM, SETTINGS, WINDOW_UPDATE, Handler, Stream, frame,
+                              frame_header, goaway)
+
+if TYPE_CHECKING:
+    from kvpool.epp.listener import Server
+
+__all__ = ["STREAMS", "Connection"]
 
 log = logging.getLogger("kvpool.epp")
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    0, 1, 3, 4, 6, 7, 8, 9)
-END_STREAM = ACK = 0x1
-END_HEADERS, PADDED = 0x4, 0x8
-HEADER_TABLE_SIZE, MAX_CONCURRENT, INITIAL_WINDOW, MAX_FRAME = 1, 3, 4, 5
-MAX_WINDOW = (1 << 31) - 1
-DEFAULT_WINDOW, DEFAULT_FRAME = 65535, 16384
-NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 7, 8
 STREAMS = 1024  # concurrent streams a connection may open (each one request in flight)
-# NOTE(preface-timeout): a connection whose client preface has not come within this many
-# seconds is closed: silent connections would otherwise hold a descriptor each for ever (20k
-# of them left none for Envoy's own connections)
-PREFACE_TIMEOUT = 10.0
-OK, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 8, 12, 13
-_HEADER = struct.Struct(">BHBBI")
-
-# runs one call to its end: reads Stream.messages, answers with Stream.send
-Handler = Callable[["Stream"], Awaitable[None]]
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return _HEADER.pack(len(payload) >> 16, len(payload) & 0xFFFF, kind, flags, stream) + payload
-
-
-def _literal(name: bytes, value: bytes) -> bytes:
-    """An HPACK literal header field without indexing, new name (RFC 7541 6.2.2)."""
-    return b"\x00" + _length(name) + name + _length(value) + value
-
-
-def _length(s: bytes) -> bytes:  # an HPACK string length, 7-bit prefix, no Huffman
-    n = len(s)
-    if n < 127:
-        return bytes([n])
-    out, n = bytearray([127]), n - 127
-    while n >= 128:
-        out.append((n & 127) | 128)
-        n >>= 7
-    return bytes(out + bytes([n]))
-
-
-RESPONSE_HEADERS = b"\x88" + _literal(b"content-type", b"application/grpc")  # 0x88 :status 200
-
-
-def trailers(status: int, message: str = "") -> bytes:
-    block = _literal(b"grpc-status", str(status).encode())
-    if message:  # grpc-message is percent-encoded; these messages are plain ASCII words
-        block += _literal(b"grpc-message", message.replace(" ", "%20").encode("ascii"))
-    return block
-
-
-class Stream:
-    """One call: the gRPC messages Envoy sent on it (``messages``, None at its end) and
-    ``send`` for the answers."""
-
-    __slots__ = ("conn", "id", "pending", "messages", "started", "closed", "window", "task")
-
-    def __init__(self, conn: Connection, stream_id: int, window: int) -> None:
-        self.conn, self.id, self.window = conn, stream_id, window
-        self.pending = bytearray()  # a message cut across DATA frames
-        self.messages: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.started = self.closed = False
-        self.task: asyncio.Task | None = None
-
-    def feed(self, data: bytes, end: bool) -> None:
-        buf, i = self.pending, 0
-        buf += data  # a bytearray: a message of many frames is not copied once per frame
-        while len(buf) - i >= 5:
-            size = int.from_bytes(buf[i + 1:i + 5], "big")
-            if buf[i] != 0 or size > self.conn.max_message:
-                self.abort(UNIMPLEMENTED if buf[i] else RESOURCE_EXHAUSTED,
-                           "compressed message" if buf[i] else "message too large")
-                return
-            if len(buf) - i - 5 < size:
-                break
-            self.messages.put_nowait(bytes(buf[i + 5:i + 5 + size]))
-            i += 5 + size
-        del buf[:i]
-        if end:
-            self.messages.put_nowait(None)
-
-    async def send(self, messages: list[bytes], end: bool, status: int = OK,
-                   detail: str = "") -> None:
-        """Write ``messages`` (serialized) and, with ``end``, the trailers; within the peer's
-        flow-control windows."""
-        if self.closed:
-            return
-        out: list[bytes] = []  # one write for all of it when the windows allow (one wake-up)
-        if not self.started:
-            self.started = True
-            out.append(frame(HEADERS, END_HEADERS, self.id, RESPONSE_HEADERS))
-        for body in messages:  # the envelope: flag 0 and a 4-byte length, as 5 bytes
-            await self.conn.send_data(self, len(body).to_bytes(5, "big") + body, out)
-        if self.closed:  # reset by the peer while waiting for a window: nothing more goes out
-            return
-        if end:
-            self.closed = True
-            out.append(frame(HEADERS, END_HEADERS | END_STREAM, self.id,
-                             trailers(status, detail)))
-        self.conn.write(b"".join(out))
-
-    def abort(self, status: int, detail: str) -> None:
-        """End the call now with ``status`` (its handler is cancelled)."""
-        if self.task is not None:
-            self.task.cancel()
-        if not self.closed:
-            self.closed = True
-            head = b"" if self.started else frame(HEADERS, END_HEADERS, self.id, RESPONSE_HEADERS)
-            self.conn.write(head + frame(HEADERS, END_HEADERS | END_STREAM, self.id,
-                                         trailers(status, detail)))
-        self.conn.forget(self)
 
 
 class Connection(asyncio.Protocol):
-    """One HTTP/2 connection from Envoy (RFC 9113 sections 3.4, 4-6)."""
+    """One HTTP/2 connection from Envoy (RFC 9113 sections 3.4, 4-6), of ``server``
+    (listener.py)."""
 
-    def __init__(self, handler: Handler, max_message: int, connections: set[Connection],
-                 preface_timeout: float = PREFACE_TIMEOUT) -> None:
-        self.handler, self.max_message, self.connections = handler, max_message, connections
-        self.preface_timeout = preface_timeout
+    def __init__(self, handler: Handler, server: Server) -> None:
+        self.handler, self.server = handler, server
         self.transport: asyncio.Transport | None = None
         self.handshake: asyncio.TimerHandle | None = None  # NOTE(preface-timeout)
         self.buf, self.preface = b"", False
@@ -168,9 +66,9 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.connections.add(self)
+        self.server.connections.add(self)
         self.handshake = asyncio.get_running_loop().call_later(
-            self.preface_timeout, self.no_preface)
+            self.server.preface_timeout, self.no_preface)
         settings = struct.pack(">HIHIHI", INITIAL_WINDOW, MAX_WINDOW, MAX_CONCURRENT, STREAMS,
                                HEADER_TABLE_SIZE, 0)
         self.write(frame(SETTINGS, 0, 0, settings) + frame(
@@ -181,7 +79,7 @@ class Connection(asyncio.Protocol):
             self.transport.abort()  # nothing owed to a peer that never spoke HTTP/2
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.connections.discard(self)
+        self.server.connections.discard(self)
         if self.handshake is not None:
             self.handshake.cancel()
         for stream in list(self.streams.values()):
@@ -217,15 +115,14 @@ class Connection(asyncio.Protocol):
             if self.handshake is not None:
                 self.handshake.cancel()
         while len(buf) - i >= 9:
-            hi, lo, kind, flags, sid = _HEADER.unpack_from(buf, i)
-            size = (hi << 16) | lo
+            size, kind, flags, sid = frame_header(buf, i)
             if size > DEFAULT_FRAME:  # we never raise SETTINGS_MAX_FRAME_SIZE: not buffered
                 return self.fail(PROTOCOL_ERROR)
             if len(buf) - i - 9 < size:
                 break
             payload = buf[i + 9:i + 9 + size]
             i += 9 + size
-            self.on_frame(kind, flags, sid & MAX_WINDOW, payload)
+            self.on_frame(kind, flags, sid, payload)
             if self.transport is None or self.transport.is_closing():
                 return
         self.buf = buf[i:]
@@ -338,46 +235,11 @@ class Connection(asyncio.Protocol):
 
     def fail(self, code: int) -> None:
         """A connection error (5.4.1): GOAWAY, then the connection closes."""
-        self.write(frame(GOAWAY, 0, 0, struct.pack(">II", self.last_id, code)))
+        self.write(goaway(self.last_id, code))
         if self.transport is not None:
             self.transport.close()
 
     def go_away(self) -> None:
         """Graceful shutdown: the peer opens no new stream; open ones finish."""
         self.going_away = True
-        self.write(frame(GOAWAY, 0, 0, struct.pack(">II", self.last_id, NO_ERROR)))
-
-
-class Server:
-    """Listens on ``host:port``; each connection's streams run ``handler``."""
-
-    def __init__(self, handler: Handler, max_message: int,
-                 preface_timeout: float = PREFACE_TIMEOUT) -> None:
-        self.handler, self.max_message = handler, max_message
-        self.preface_timeout = preface_timeout  # NOTE(preface-timeout)
-        self.connections: set[Connection] = set()
-        self.server: asyncio.AbstractServer | None = None
-
-    async def start(self, host: str, port: int) -> int:
-        """The bound port."""
-        self.server = await asyncio.get_running_loop().create_server(
-            lambda: Connection(self.handler, self.max_message, self.connections,
-                               self.preface_timeout), host, port)
-        return self.server.sockets[0].getsockname()[1]
-
-    async def stop(self, grace: float) -> None:
-        """No new connection or stream; streams in flight get ``grace`` seconds to finish."""
-        if self.server is None:
-            return
-        self.server.close()
-        for conn in list(self.connections):
-            conn.go_away()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        while any(c.streams for c in self.connections) and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.close()
-        await self.server.wait_closed()
-        self.server = None
+        self.write(goaway(self.last_id, NO_ERROR))

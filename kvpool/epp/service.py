@@ -64,7 +64,7 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 
-from kvpool.epp.h2 import INVALID_ARGUMENT, Stream
+from kvpool.epp.calls import INVALID_ARGUMENT, Stream
 from kvpool.epp.picker import Picker
 from kvpool.errors import RequestError
 from kvpool.router.proxy import RETRY_AFTER_SECONDS
@@ -162,7 +162,7 @@ class EndpointPicker:
         self._garbage_log = Throttle(GARBAGE_LOG_INTERVAL)
 
     async def process(self, call: Stream) -> None:
-        """One ``Process`` call (kvpool.epp.h2): each message answered as it comes; the call
+        """One ``Process`` call (kvpool.epp.calls): each message answered as it comes; the call
         ends OK once the request is decided (NOTE(early-end)), or when Envoy ends it."""
         stream = _Stream()
         while (raw := await call.messages.get()) is not None:

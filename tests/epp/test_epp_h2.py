@@ -11,8 +11,9 @@ import contextlib
 import grpc
 import pytest
 
-from kvpool.epp.h2 import (ACK, GOAWAY, INTERNAL, PING, PREFACE, SETTINGS, WINDOW_UPDATE, Server,
-                          Stream, frame)
+from kvpool.epp.calls import (ACK, GOAWAY, INTERNAL, PING, PREFACE, SETTINGS, WINDOW_UPDATE,
+                             Stream, frame)
+from kvpool.epp.listener import Server
 
 METHOD = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 

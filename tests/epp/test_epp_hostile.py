@@ -12,8 +12,9 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from kvpool.epp.cli import picking
-from kvpool.epp.h2 import (CONTINUATION, DATA, END_HEADERS, GOAWAY, HEADERS, PREFACE, SETTINGS,
-                          Server, frame)
+from kvpool.epp.calls import (CONTINUATION, DATA, END_HEADERS, GOAWAY, HEADERS, PREFACE,
+                             SETTINGS, frame)
+from kvpool.epp.listener import Server
 from kvpool.epp.picker import Picker
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet

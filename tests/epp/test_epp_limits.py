@@ -13,7 +13,8 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from kvpool.epp.h2 import ACK, PING, PREFACE, SETTINGS, Server, frame
+from kvpool.epp.calls import ACK, PING, PREFACE, SETTINGS, frame
+from kvpool.epp.listener import Server
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
 from kvpool.router.proxy import Router
