@@ -26,7 +26,9 @@ from kvpool.router.proxy import POLICIES, Router
 from kvpool.router.replicas import DEFAULT_DOWN_AFTER, DEFAULT_INTERVAL, ReplicaSet
 from kvpool.router.scoring import LoadGuard
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
+from kvpool.server.cors import CorsPolicy
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
+from kvpool.server.serve_options import add_cors_args
 
 __all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments", "event_loop_factory",
            "listen", "main", "run", "serve"]
@@ -86,6 +88,7 @@ def _add_health_arguments(p: argparse.ArgumentParser) -> None:
                    help="larger request bodies get 413 (default: the replicas' default)")
     p.add_argument("--log-level", default="info",
                    choices=("debug", "info", "warning", "error"))
+    add_cors_args(p)  # the CORS of the router's own answers (proxy.py NOTE(cors-own))
 
 
 def add_kv_event_arguments(p: argparse.ArgumentParser) -> None:
@@ -116,9 +119,11 @@ def build_router(args: argparse.Namespace) -> Router:
     key = args.replica_api_key or os.environ.get(REPLICA_API_KEY_ENV) or None
     events = (EventRouting(replicas, max_blocks=args.kv_index_blocks, api_key=key)
               if args.kv_events and args.policy == "prefix" else None)
+    cors = CorsPolicy(args.allowed_origins, credentials=args.allow_credentials,
+                      methods=args.allowed_methods, headers=args.allowed_headers)
     return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
                   policy=args.policy, max_body_bytes=args.max_body_bytes,
-                  membership=membership, kv_events=events)
+                  membership=membership, kv_events=events, cors=cors)
 
 
 async def listen(router: Router, host: str, port: int) -> tuple[web.AppRunner, asyncio.Server]:

@@ -19,6 +19,12 @@ Every error the router itself gives is OpenAI error JSON: the replica's error mi
 (kvpool.server.middleware) runs here too, and cli.py listens through the replica's guarded
 listener (kvpool.server.connections: JSON for aiohttp's own 400s, e.g. a header too large).
 
+NOTE(cors-own): CORS preflights go to a replica like any other request, and a replica's
+answer keeps the Access-Control-* headers the replica gave it (upstream.RELAYED). The answers
+the router makes itself (its 502 / 503 / 413 / 408 / 400, /health) get them from the router's
+own policy (``cors``, the replica's four flags; kvpool.server.cors), so a page reading the
+API through the router can read those errors too.
+
 With ``kv_events`` (``kvpool router --kv-events``, kv_routing.py) the fan-out is replaced by the
 replicas' KV event streams: the router hashes the prompt once and scores its own per-replica
 indexes; only a request it cannot hash (kv_prompt.py) still asks the lookups.
@@ -55,9 +61,10 @@ from kvpool.router.membership import Membership
 from kvpool.router.relayed import BodyReader, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
-from kvpool.router.upstream import SKIP_AUTO_HEADERS, Failure, Relay
+from kvpool.router.upstream import RELAYED, SKIP_AUTO_HEADERS, Failure, Relay
 from kvpool.router.wire import UpstreamPool
 from kvpool.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT, DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.cors import CorsPolicy
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.middleware import APIError, error_middleware
 
@@ -118,10 +125,12 @@ class Router:
                  policy: str = "prefix", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  membership: Membership | None = None,
                  kv_events: EventRouting | None = None,
-                 affinity: ResponseAffinity | None = None) -> None:
+                 affinity: ResponseAffinity | None = None,
+                 cors: CorsPolicy | None = None) -> None:
         """``kv_events``: score prefix hits from the replicas' KV events (kv_routing.py),
         lookups only for requests it cannot score; ``affinity``: the Responses API's map
-        (affinity.py; default: ``ResponseAffinity()``, 100k ids)."""
+        (affinity.py; default: ``ResponseAffinity()``, 100k ids); ``cors``: the CORS policy
+        of the router's own answers (NOTE(cors-own); default: vLLM's, any origin)."""
         if policy not in POLICIES:
             raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
         if max_body_bytes < 1:
@@ -141,6 +150,7 @@ class Router:
         self.membership = membership  # the admin API and watched file, when configured
         self.kv_events = kv_events
         self.affinity = affinity if affinity is not None else ResponseAffinity()
+        self.cors = cors if cors is not None else CorsPolicy()
         self.metrics.registry.register(self.affinity)
         if kv_events is not None:
             self.metrics.registry.register(kv_events)
@@ -159,7 +169,14 @@ class Router:
             self.membership.install(app)
         app.router.add_route("*", "/{tail:.*}", self.passthrough)
         app.cleanup_ctx.append(self._lifetime)
+        app.on_response_prepare.append(self._cors_own)
         return app
+
+    async def _cors_own(self, request: web.Request, response: web.StreamResponse) -> None:
+        """NOTE(cors-own): a replica's answer keeps its own CORS headers; the router's get
+        the router's."""
+        if not response.get(RELAYED, False):
+            await self.cors.on_response_prepare(request, response)
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
         self.session = aiohttp.ClientSession(

@@ -48,7 +48,7 @@ from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.middleware import STREAM_STARTED, error_body
 
-__all__ = ["Failure", "Relay", "cached_tokens_in"]
+__all__ = ["RELAYED", "Failure", "Relay", "cached_tokens_in"]
 
 log = logging.getLogger("kvpool.router")
 SSE_TYPE = "text/event-stream"
@@ -59,6 +59,7 @@ _INT = re.compile(rb"\s*(\d+)")
 # NOTE(transparent): the replica sees the client's own User-Agent and Accept-Encoding (or none),
 # never aiohttp's defaults (the lookups; wire.py adds none): bytes are relayed undecoded
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding")
+RELAYED = web.ResponseKey("kvpool_relayed", bool)  # a replica's answer, with its own headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +136,10 @@ class Relay:
         if self.learn is not None and upstream.status == 200 and _plain(upstream.headers):
             if (rid := response_id_in(body)) is not None:
                 self.learn(rid, replica)
-        return web.Response(status=upstream.status, body=body,
+        resp = web.Response(status=upstream.status, body=body,
                             headers=response_headers(upstream.headers))
+        resp[RELAYED] = True
+        return resp
 
     async def _refused(self, replica: Replica, upstream: Upstream) -> Failure:
         body = b""
@@ -145,13 +148,15 @@ class Relay:
         log.info("replica %s answered %d before the body: trying elsewhere", replica.url,
                  upstream.status)
         if upstream.status == 503 and "Retry-After" in upstream.headers:
-            return Failure("full", web.Response(status=503, body=body,
-                                                headers=response_headers(upstream.headers)))
+            full = web.Response(status=503, body=body, headers=response_headers(upstream.headers))
+            full[RELAYED] = True
+            return Failure("full", full)
         return Failure("failed")
 
     async def _stream(self, replica: Replica, upstream: Upstream) -> web.StreamResponse:
         resp = web.StreamResponse(status=upstream.status,
                                   headers=response_headers(upstream.headers))
+        resp[RELAYED] = True
         await resp.prepare(self.request)
         self.request[STREAM_STARTED] = True  # the error middleware must not answer after this
         self.resp = resp

@@ -27,7 +27,8 @@ from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import DEFAULT_MAX_STORED_RESPONSES
 from kvpool.server.tools.parsers import PARSERS
 
-__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
+__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_cors_args",
+           "add_server_args"]
 
 class _ArgGroup(Protocol):  # argparse's argument group (its class is private)
     def add_argument(self, *flags: str, **options: Any) -> argparse.Action: ...
@@ -150,7 +151,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     tier's are remote_setup.add_remote_args's group), plus --log-level."""
     srv = parser.add_argument_group("server")
     _add_connection_args(srv)
-    _add_cors_args(srv)
+    add_cors_args(srv)
     _add_tenant_args(srv)
     _add_request_args(srv)
     _add_api_args(srv)
@@ -188,8 +189,9 @@ def _add_connection_args(srv: _ArgGroup) -> None:
                      help="request bodies larger than this get 413")
 
 
-def _add_cors_args(srv: _ArgGroup) -> None:
-    """What browser pages on other origins may call (vLLM's flags and defaults; cors.py)."""
+def add_cors_args(srv: _ArgGroup) -> None:
+    """What browser pages on other origins may call (vLLM's flags and defaults; cors.py):
+    ``kvpool serve``'s and ``kvpool router``'s."""
     srv.add_argument("--allowed-origins", default='["*"]', metavar="JSON",
                      help="origins whose pages may call the API, a JSON list, e.g. "
                      "'[\"https://app.example\"]' (default: '[\"*\"]', any)")

@@ -204,3 +204,40 @@ async def test_the_router_relays_preflights_and_cors_headers(make_server):
                 await r.read()
             status, h, _ = await fetch(base + "/v1/nowhere", headers={"Origin": A})
             assert status == 404 and h[ACAO] == "*"
+
+
+async def test_the_routers_own_answers_carry_its_cors_and_a_replicas_keep_their_own(
+        make_server):
+    """proxy.py NOTE(cors-own): a replica that allows only A answers EVIL without CORS, and the
+    router (any origin by default) adds none to that relayed answer; what the router answers
+    itself (413, and 503 with no replica up) carries the router's policy."""
+    only_a = CorsPolicy(f'["{A}"]')
+    async with make_server(app_options={"cors": only_a}) as srv, \
+            router([srv.url], interval=0.2, max_body_bytes=2048) as (_, url):
+        for origin, want in ((A, A), (EVIL, None)):
+            status, h, _ = await fetch(url + "/v1/completions", "POST", json=PROMPT,
+                                       headers={"Origin": origin})
+            assert status == 200 and h.get(ACAO) == want, (origin, h)
+        status, h, body = await fetch(url + "/v1/completions", "POST",
+                                      data=b'{"prompt": "' + b"x" * 4096 + b'"}',
+                                      headers={"Origin": EVIL,
+                                               "Content-Type": "application/json"})
+        assert status == 413 and h[ACAO] == "*", (status, h, body)  # the router's own
+    async with router(["http://127.0.0.1:1"], interval=0.2, cors=only_a) as (_, url):
+        for origin, want in ((A, A), (EVIL, None)):
+            status, h, body = await fetch(url + "/v1/completions", "POST", json=PROMPT,
+                                          headers={"Origin": origin})
+            assert status == 503 and json.loads(body)["error"]["code"] == "no_replica"
+            assert h.get(ACAO) == want, (origin, h)
+
+
+def test_the_router_takes_the_cors_flags(capsys):
+    from kvpool.router import cli
+    assert cli.main(["--replica", "http://127.0.0.1:1", "--allowed-origins", "[1]"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvpool router: --allowed-origins") and err.count("\n") == 1, err
+    args = cli.add_arguments(argparse.ArgumentParser()).parse_args(
+        ["--replica", "http://127.0.0.1:1", "--allowed-origins", f'["{A}"]',
+         "--allow-credentials"])
+    r = cli.build_router(args)
+    assert r.cors.origins == {A} and r.cors.credentials
