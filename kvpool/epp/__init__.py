@@ -5,9 +5,9 @@ picker.py   the decision: the router's Router set up without a listener (same me
 service.py  the ext_proc stream: buffered body in, destination header + dynamic metadata out,
             ImmediateResponse 400/503 as OpenAI error JSON
 h2.py       the gRPC transport: one HTTP/2 connection served on the event loop (no grpc.aio
-            thread hand-offs)
+            thread hand-offs), its buffers bounded by flow control
 calls.py    one gRPC call on it: frames, messages cut from DATA, answers
-listener.py the listening socket and the limits its connections share
+listener.py the listening socket and the limits its connections share (docs/epp.md)
 cli.py      the ``kvpool epp`` subcommand
 
 Needs the ``epp`` extra (protobuf and xds-protos: Envoy's generated ext_proc API; grpcio comes

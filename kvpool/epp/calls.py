@@ -6,6 +6,9 @@ messages (1-byte flag, 4-byte length, protobuf) cut from a call's DATA frames, a
 written within the peer's flow-control windows. A compressed message ends the call
 UNIMPLEMENTED, one announced larger than the server's ``max_message`` RESOURCE_EXHAUSTED, both
 before any of its body is kept.
+
+A call's received bytes count against its connection's buffer until the call ends (``held``,
+NOTE(buffer-cap) in kvpool/epp/h2.py): the picker keeps a request's body until it decides.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ END_HEADERS, PADDED = 0x4, 0x8
 HEADER_TABLE_SIZE, MAX_CONCURRENT, INITIAL_WINDOW, MAX_FRAME = 1, 3, 4, 5
 MAX_WINDOW = (1 << 31) - 1
 DEFAULT_WINDOW, DEFAULT_FRAME = 65535, 16384
-NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 7, 8
+NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, CANCEL, ENHANCE_YOUR_CALM = 0, 1, 7, 8, 11
 OK, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 8, 12, 13
 ENVELOPE = 5  # a gRPC message's flag byte and 4-byte length
 _HEADER = struct.Struct(">BHBBI")
@@ -81,7 +84,8 @@ class Stream:
     """One call: the gRPC messages Envoy sent on it (``messages``, None at its end) and
     ``send`` for the answers."""
 
-    __slots__ = ("conn", "id", "pending", "messages", "started", "closed", "window", "task")
+    __slots__ = ("conn", "id", "pending", "messages", "started", "closed", "window", "task",
+                 "held")
 
     def __init__(self, conn: Connection, stream_id: int, window: int) -> None:
         self.conn, self.id, self.window = conn, stream_id, window
@@ -89,6 +93,7 @@ class Stream:
         self.messages: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.started = self.closed = False
         self.task: asyncio.Task | None = None
+        self.held = 0  # DATA bytes received on this call so far (NOTE(buffer-cap))
 
     def feed(self, data: bytes, end: bool) -> None:
         buf, i = self.pending, 0
@@ -128,7 +133,7 @@ class Stream:
         self.conn.write(b"".join(out))
 
     def abort(self, status: int, detail: str) -> None:
-        """End the call now with ``status`` (its handler is cancelled)."""
+        """End the call now with ``status`` (its handler is cancelled, its bytes let go)."""
         if self.task is not None:
             self.task.cancel()
         if not self.closed:

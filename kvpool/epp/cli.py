@@ -3,7 +3,9 @@
 A gRPC server (kvpool.epp.h2: HTTP/2 on the same event loop as the router's health beats and
 lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SIGINT. It takes the
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
-``--replicas-file`` works here too; the default port is the Inference Extension's 9002.
+``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
+flag ``--max-connection-bytes`` bounds what a connection's calls hold (listener.py,
+docs/epp.md).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 
-from kvpool.epp.listener import Server
+from kvpool.epp.calls import ENVELOPE
+from kvpool.epp.listener import DEFAULT_CONNECTION_BYTES, Server
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
 from kvpool.router import cli as router_cli
 
-__all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "main", "picking", "run"]
+__all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "limits", "main", "picking", "run"]
 
 READY_PREFIX = "kvpool epp: listening on grpc://"
 DEFAULT_PORT = 9002  # the Inference Extension's endpoint-picker port
@@ -29,20 +32,40 @@ DEFAULT_PORT = 9002  # the Inference Extension's endpoint-picker port
 # picker's 413, so the cap leaves room for any chunk Envoy sends (its buffer limits: 4 MiB in
 # deploy/envoy/envoy.yaml)
 MESSAGE_SLACK = 8 << 20
+CALLS_PER_CONNECTION = 4  # largest calls the default --max-connection-bytes holds at least
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     router_cli.add_arguments(p)
     p.set_defaults(port=DEFAULT_PORT)
+    p.add_argument("--max-connection-bytes", type=int, default=None, metavar="N",
+                   help="request bytes one connection's open calls may hold (its HTTP/2 "
+                        f"window; default {DEFAULT_CONNECTION_BYTES >> 20} MiB, or "
+                        f"{CALLS_PER_CONNECTION} of the largest call when --max-body-bytes "
+                        "makes that more)")
     return p
 
 
+def limits(max_body_bytes: int, max_connection_bytes: int | None = None) -> dict[str, int]:
+    """The transport's limits (Server's keywords) for bodies of at most ``max_body_bytes``;
+    ValueError names the flag that cannot work."""
+    max_message = max_body_bytes + MESSAGE_SLACK
+    least = max_message + ENVELOPE  # one largest call (listener.py)
+    if max_connection_bytes is None:
+        max_connection_bytes = max(DEFAULT_CONNECTION_BYTES, CALLS_PER_CONNECTION * least)
+    if max_connection_bytes < least:
+        raise ValueError(f"--max-connection-bytes {max_connection_bytes}: use at least {least} "
+                         f"(--max-body-bytes plus {MESSAGE_SLACK >> 20} MiB for one call)")
+    return {"max_message": max_message, "max_connection_bytes": max_connection_bytes}
+
+
 @contextlib.asynccontextmanager
-async def picking(picker: Picker, host: str, port: int) -> AsyncIterator[int]:
+async def picking(picker: Picker, host: str, port: int,
+                  max_connection_bytes: int | None = None) -> AsyncIterator[int]:
     """``picker`` started and served over gRPC on ``host:port``; yields the bound port."""
+    server = Server(EndpointPicker(picker).process, **limits(
+        picker.router.max_body_bytes, max_connection_bytes))
     await picker.start()
-    service = EndpointPicker(picker)
-    server = Server(service.process, max_message=picker.router.max_body_bytes + MESSAGE_SLACK)
     try:
         yield await server.start(host, port)
     finally:
@@ -50,13 +73,14 @@ async def picking(picker: Picker, host: str, port: int) -> AsyncIterator[int]:
         await picker.close()
 
 
-async def serve(picker: Picker, host: str, port: int) -> None:
+async def serve(picker: Picker, args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
-    async with picking(picker, host, port) as bound:
+    host = args.host
+    async with picking(picker, host, args.port, args.max_connection_bytes) as bound:
         print(f"{READY_PREFIX}{host}:{bound} ({len(picker.router.replicas.replicas)} "
               "replicas)", flush=True)
         await stop.wait()
@@ -72,13 +96,14 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         print("kvpool epp: the picker serves no HTTP admin API; change its replicas with "
               "--replicas-file", file=sys.stderr)
         return 2
-    try:
+    try:  # the transport's flags checked before anything starts
+        limits(args.max_body_bytes, args.max_connection_bytes)
         router = router_cli.build_router(args)
     except (ValueError, OSError) as exc:
         print(f"kvpool epp: {exc}", file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=router_cli.event_loop_factory()) as runner:
-        runner.run(serve(Picker(router), args.host, args.port))
+        runner.run(serve(Picker(router), args))
     return 0
 
 

@@ -1,6 +1,6 @@
 """The picker's gRPC transport: ext_proc's one method served over HTTP/2 (RFC 9113) by an
 asyncio protocol on the picker's own event loop. This module is one connection; calls.py is one
-call on it (its frames and messages), listener.py the listening socket.
+call on it (its frames and messages), listener.py the listening socket (docs/epp.md).
 
 NOTE(why): with grpc.aio every stream start and every message read or written is a completion
 handed from grpc's threads to a poller thread and then to the event loop; on a shared 2-core
@@ -17,9 +17,18 @@ skips what h2 cannot: the tests drive it with grpcio's own client and a real Env
 What it serves: every stream is a call of ``ExternalProcessor/Process`` (the port serves
 nothing else, as the Inference Extension's picker port does). Request header blocks are skipped
 unread (HPACK state lives only in a decoder, and this side never needs a header's value); the
-answers' headers are HPACK literals that never touch Envoy's dynamic table. Flow control: this
-side opens its receive windows wide (bodies are bounded by the picker's --max-body-bytes, 413
-past it) and sends within the peer's windows, waiting for its WINDOW_UPDATE when they run out.
+answers' headers are HPACK literals that never touch Envoy's dynamic table. Answers are sent
+within the peer's windows, waiting for its WINDOW_UPDATE when they run out.
+
+NOTE(buffer-cap): what a connection's calls hold is bounded by flow control. A call's DATA
+bytes stay counted (``Stream.held``, ``Connection.buffered``) until the call ends, since the
+picker keeps a request's body until it decides. Each stream's window (SETTINGS_INITIAL_WINDOW_
+SIZE) is the largest message plus its envelope and is never opened further; the connection's
+window is ``max_connection_bytes``, opened again only by what ended calls let go. A peer that
+keeps to its windows therefore waits rather than growing the picker; one that sends past a
+stream's window has that call ended RESOURCE_EXHAUSTED, past the connection's window the
+connection ends (GOAWAY ENHANCE_YOUR_CALM). At most STREAMS calls are open per connection
+(SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM).
 """
 
 from __future__ import annotations
@@ -30,9 +39,10 @@ import struct
 from typing import TYPE_CHECKING
 
 from kvpool.epp.calls import (ACK, CANCEL, CONTINUATION, DATA, DEFAULT_FRAME, DEFAULT_WINDOW,
-                              END_HEADERS, END_STREAM, GOAWAY, HEADER_TABLE_SIZE, HEADERS,
-                              INITIAL_WINDOW, INTERNAL, MAX_CONCURRENT, MAX_FRAME, MAX_WINDOW,
-                              NO_ERROR, PADDED, PING, PREFACE, PROTOCOL_ERROR, REFUSED_STREAM,
+                              END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY,
+                              HEADER_TABLE_SIZE, HEADERS, INITIAL_WINDOW, INTERNAL,
+                              MAX_CONCURRENT, MAX_FRAME, MAX_WINDOW, NO_ERROR, PADDED, PING,
+                              PREFACE, PROTOCOL_ERROR, REFUSED_STREAM, RESOURCE_EXHAUSTED,
                               RST_STREAM, SETTINGS, WINDOW_UPDATE, Handler, Stream, frame,
                               frame_header, goaway)
 
@@ -47,8 +57,8 @@ STREAMS = 1024  # concurrent streams a connection may open (each one request in 
 
 
 class Connection(asyncio.Protocol):
-    """One HTTP/2 connection from Envoy (RFC 9113 sections 3.4, 4-6), of ``server``
-    (listener.py)."""
+    """One HTTP/2 connection from Envoy (RFC 9113 sections 3.4, 4-6); its limits are its
+    ``server``'s (listener.py)."""
 
     def __init__(self, handler: Handler, server: Server) -> None:
         self.handler, self.server = handler, server
@@ -61,7 +71,8 @@ class Connection(asyncio.Protocol):
         self.in_headers = 0  # a header block's stream while CONTINUATION frames follow
         self.peer_window, self.window, self.max_frame = DEFAULT_WINDOW, DEFAULT_WINDOW, \
             DEFAULT_FRAME
-        self.received = 0  # bytes taken from our connection window since its last update
+        self.buffered = 0  # DATA bytes the open calls hold (NOTE(buffer-cap))
+        self.owed = 0  # bytes let go and not yet given back to the peer's connection window
         self.opened = asyncio.Event()  # set when the peer's windows grow
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -69,10 +80,11 @@ class Connection(asyncio.Protocol):
         self.server.connections.add(self)
         self.handshake = asyncio.get_running_loop().call_later(
             self.server.preface_timeout, self.no_preface)
-        settings = struct.pack(">HIHIHI", INITIAL_WINDOW, MAX_WINDOW, MAX_CONCURRENT, STREAMS,
-                               HEADER_TABLE_SIZE, 0)
-        self.write(frame(SETTINGS, 0, 0, settings) + frame(
-            WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW)))
+        settings = struct.pack(">HIHIHI", INITIAL_WINDOW, self.server.stream_window,
+                               MAX_CONCURRENT, STREAMS, HEADER_TABLE_SIZE, 0)
+        grow = self.server.max_connection_bytes - DEFAULT_WINDOW  # NOTE(buffer-cap)
+        self.write(frame(SETTINGS, 0, 0, settings) + (frame(
+            WINDOW_UPDATE, 0, 0, struct.pack(">I", grow)) if grow > 0 else b""))
 
     def no_preface(self) -> None:
         if not self.preface and self.transport is not None:
@@ -82,11 +94,16 @@ class Connection(asyncio.Protocol):
         self.server.connections.discard(self)
         if self.handshake is not None:
             self.handshake.cancel()
+        self.drop_streams()
+        self.opened.set()  # senders waiting on a window see the connection gone
+
+    def drop_streams(self) -> None:
+        """Every call ends now (its handler cancelled) and lets go of what it held."""
         for stream in list(self.streams.values()):
             if stream.task is not None:
                 stream.task.cancel()
         self.streams.clear()
-        self.opened.set()  # senders waiting on a window see the connection gone
+        self.buffered = 0
 
     # NOTE(backpressure): asyncio calls these at its write buffer's high-water mark and again
     # once it drained: a peer that sends (PINGs, SETTINGS: each one answered) but does not
@@ -148,17 +165,30 @@ class Connection(asyncio.Protocol):
         # PRIORITY, PUSH_PROMISE (never sent to a server) and unknown kinds: ignored (5.5)
 
     def on_data(self, flags: int, sid: int, payload: bytes) -> None:
-        self.received += len(payload)  # padding included: it counts against the window
-        if self.received >= MAX_WINDOW // 2:
-            self.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.received)))
-            self.received = 0
-        if flags & PADDED:
-            if not payload or payload[0] >= len(payload):
-                return self.fail(PROTOCOL_ERROR)
-            payload = payload[1:len(payload) - payload[0]]
+        """DATA, counted against the windows (padding too, 6.9.1; NOTE(buffer-cap))."""
+        n = len(payload)
+        if self.buffered + self.owed + n > self.server.max_connection_bytes:
+            return self.fail(ENHANCE_YOUR_CALM)  # past the connection's window
         stream = self.streams.get(sid)
-        if stream is not None:  # else a call already ended: its late frames are dropped
-            stream.feed(payload, bool(flags & END_STREAM))
+        if stream is None:  # a call already ended: its late frames are dropped
+            return self.give_back(n)
+        stream.held += n
+        self.buffered += n
+        if stream.held > self.server.stream_window:
+            return stream.abort(RESOURCE_EXHAUSTED, "call past its flow-control window")
+        if flags & PADDED:
+            if not payload or payload[0] >= n:
+                return self.fail(PROTOCOL_ERROR)
+            payload = payload[1:n - payload[0]]
+        stream.feed(payload, bool(flags & END_STREAM))
+
+    def give_back(self, n: int) -> None:
+        """``n`` bytes let go: the peer's connection window opens again by them, in one
+        WINDOW_UPDATE per quarter of it."""
+        self.owed += n
+        if self.owed >= self.server.max_connection_bytes // 4:
+            self.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.owed)))
+            self.owed = 0
 
     def on_headers(self, kind: int, flags: int, sid: int) -> None:
         """A header block: a new stream's opening or a request's trailers, read no further
@@ -192,8 +222,12 @@ class Connection(asyncio.Protocol):
             self.forget(stream)
 
     def forget(self, stream: Stream) -> None:
+        """``stream``'s call ended: it leaves the connection with what it held."""
         if self.streams.get(stream.id) is stream:
             del self.streams[stream.id]
+            self.buffered -= stream.held
+            self.give_back(stream.held)
+            stream.held = 0
 
     def on_settings(self, payload: bytes) -> None:
         for i in range(0, len(payload) - 5, 6):
@@ -234,8 +268,10 @@ class Connection(asyncio.Protocol):
             view = view[n:]
 
     def fail(self, code: int) -> None:
-        """A connection error (5.4.1): GOAWAY, then the connection closes."""
+        """A connection error (5.4.1): GOAWAY, every call dropped, then the connection
+        closes."""
         self.write(goaway(self.last_id, code))
+        self.drop_streams()
         if self.transport is not None:
             self.transport.close()
 

@@ -187,6 +187,20 @@ def test_the_admin_token_flag_is_refused():
     assert main(["--replica", "http://127.0.0.1:9", "--admin-token-file", "/x"]) == 2
 
 
+def test_the_transport_flags_and_their_checks():
+    """--max-connection-bytes: 64 MiB, or four largest calls when --max-body-bytes makes that
+    more; less than one call exits 2 (docs/epp.md)."""
+    from kvpool.epp.cli import MESSAGE_SLACK, limits, main
+    assert limits(4 << 20) == {"max_message": (4 << 20) + MESSAGE_SLACK,
+                               "max_connection_bytes": 64 << 20}
+    big = limits(100 << 20)
+    assert big["max_connection_bytes"] == 4 * (big["max_message"] + 5)
+    with pytest.raises(ValueError, match="max-connection-bytes"):
+        limits(4 << 20, max_connection_bytes=8 << 20)
+    replica = ["--replica", "http://127.0.0.1:9"]
+    assert main([*replica, "--max-connection-bytes", "1000"]) == 2
+
+
 async def test_a_body_over_the_limit_is_a_413_from_the_picker(fleet, tmp_path):
     """Envoy streams the body to the picker (full duplex, no buffer of its own in front):
     the picker bounds it by its --max-body-bytes, with OpenAI error JSON."""

@@ -1,7 +1,8 @@
 """Peers that hold the picker's resources, on 127.0.0.1 against the real picker service: a peer
 that floods PINGs and never reads is no longer read either (NOTE(backpressure) in
 kvpool.epp.h2), while another connection's pick is answered; a connection that never sends
-the HTTP/2 preface is closed (NOTE(preface-timeout))."""
+the HTTP/2 preface is closed (NOTE(preface-timeout)); peers that fill their buffer cap or send
+past it (NOTE(buffer-cap)) neither slow nor fail another connection's picks."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from kvpool.epp.calls import ACK, PING, PREFACE, SETTINGS, frame
+from kvpool.epp.calls import (ACK, DATA, END_HEADERS, ENHANCE_YOUR_CALM, GOAWAY, HEADERS, PING,
+                             PREFACE, SETTINGS, frame)
 from kvpool.epp.listener import Server
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
@@ -140,3 +142,79 @@ async def pong(reader: asyncio.StreamReader) -> bytes:
         body = await reader.readexactly(int.from_bytes(head[:3], "big"))
         if head[3] == PING and head[4] & ACK:
             return body
+
+
+CAP = 4 << 20  # the hostile test's max_connection_bytes (the service's max_message: 1 MiB)
+
+
+async def hold_the_cap(port: int, streams: int = 200) -> asyncio.StreamWriter:
+    """A connection that keeps to its windows: on ``streams`` streams a 1 MiB message is
+    announced and its body dribbled in 4 KiB frames until the connection's window (CAP) is
+    used up; then it sends nothing more (the caller closes it)."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(PREFACE + frame(SETTINGS, 0, 0) + b"".join(
+        frame(HEADERS, END_HEADERS, 2 * i + 1, b"\x88")
+        + frame(DATA, 0, 2 * i + 1, (1 << 20).to_bytes(5, "big")) for i in range(streams)))
+    left = CAP - 5 * streams
+    while left:
+        for i in range(streams):
+            n = min(4096, left)
+            writer.write(frame(DATA, 0, 2 * i + 1, bytes(n)))
+            left -= n
+            if not left:
+                break
+        await writer.drain()
+    return writer
+
+
+async def past_the_cap(port: int, stop: asyncio.Event) -> int:
+    """Connections that ignore their windows (a 1 MiB message announced on each of 100
+    streams, 64 KiB of it each), one after another until ``stop``: how many the server ended
+    (GOAWAY ENHANCE_YOUR_CALM, or a reset: it closed with the flood unread)."""
+    ended = 0
+    flood = b"".join(frame(HEADERS, END_HEADERS, 2 * i + 1, b"\x88")
+                     + frame(DATA, 0, 2 * i + 1, (1 << 20).to_bytes(5, "big"))
+                     + frame(DATA, 0, 2 * i + 1, bytes(16384)) * 4 for i in range(100))
+    while not stop.is_set():
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(PREFACE + frame(SETTINGS, 0, 0) + flood)
+            ended += await goaway_code(reader) == ENHANCE_YOUR_CALM
+        except ConnectionError:
+            ended += 1
+        finally:
+            writer.close()
+    return ended
+
+
+async def goaway_code(reader: asyncio.StreamReader) -> int | None:
+    """The code of the GOAWAY among the server's frames until it closed (None: none came)."""
+    code = None
+    with contextlib.suppress(asyncio.IncompleteReadError):
+        while head := await asyncio.wait_for(reader.readexactly(9), 5):
+            body = await reader.readexactly(int.from_bytes(head[:3], "big"))
+            code = int.from_bytes(body[4:8], "big") if head[3] == GOAWAY else code
+    return code
+
+
+async def test_peers_at_and_past_their_buffer_cap_do_not_slow_other_picks():
+    """One connection holds its whole cap in partial messages on 200 streams, others send past
+    theirs again and again: meanwhile 20 picks, each on a connection of its own, are each
+    answered within 1 s; the holder's bytes are within its cap by the server's count."""
+    async with served(max_connection_bytes=CAP) as (server, port):
+        holder = await hold_the_cap(port)
+        stop = asyncio.Event()
+        flooding = asyncio.ensure_future(past_the_cap(port, stop))
+        try:
+            loop = asyncio.get_running_loop()
+            for _ in range(20):
+                began = loop.time()
+                assert await asyncio.wait_for(pick(port), 5) == 503
+                assert loop.time() - began < 1.0
+                assert server.buffered <= CAP * len(server.connections)
+            assert max(c.buffered for c in server.connections) == CAP  # the holder, full
+        finally:
+            stop.set()
+            ended = await asyncio.wait_for(flooding, 20)
+            holder.close()
+        assert ended >= 1

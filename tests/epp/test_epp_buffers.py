@@ -1,0 +1,157 @@
+"""What a connection's calls may hold (NOTE(buffer-cap) in kvpool/epp/h2.py), on 127.0.0.1 with
+a raw HTTP/2 peer: the windows the server advertises bound it to ``max_connection_bytes``; a
+peer that keeps to them and leaves partial messages on many streams holds at most that (the
+server's own count, ``Server.buffered``) and is not cut off, one byte past them ends its
+connection with GOAWAY ENHANCE_YOUR_CALM; one call past its own window ends RESOURCE_EXHAUSTED
+while its connection serves on; SETTINGS_MAX_CONCURRENT_STREAMS is advertised and enforced."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+
+from kvpool.epp.calls import (DATA, DEFAULT_FRAME, DEFAULT_WINDOW, END_HEADERS, END_STREAM,
+                             ENHANCE_YOUR_CALM, GOAWAY, HEADERS, INITIAL_WINDOW, MAX_CONCURRENT,
+                             PING, PREFACE, REFUSED_STREAM, RESOURCE_EXHAUSTED, RST_STREAM,
+                             SETTINGS, WINDOW_UPDATE, frame)
+from kvpool.epp.h2 import STREAMS
+from kvpool.epp.listener import Server
+
+MAX_MESSAGE = (256 << 10) - 5  # a stream's window: 256 KiB
+CAP = 1 << 20  # max_connection_bytes
+HELLO = PREFACE + frame(SETTINGS, 0, 0)
+
+
+async def tally(call) -> None:
+    """Holds every message until the call's end, then answers how many came."""
+    n = 0
+    while await call.messages.get() is not None:
+        n += 1
+    await call.send([b"%d" % n], True)
+
+
+@contextlib.asynccontextmanager
+async def peer(**kw):
+    """A ``tally`` server and a raw connection to it; yields (server, reader, writer)."""
+    server = Server(tally, kw.pop("max_message", MAX_MESSAGE), max_connection_bytes=CAP, **kw)
+    port = await server.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(HELLO)
+        yield server, reader, writer
+    finally:
+        writer.close()
+        await server.stop(grace=0.5)
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[int, int, int, bytes] | None:
+    """(kind, flags, stream id, payload) of the server's next frame; None at its close."""
+    try:
+        head = await asyncio.wait_for(reader.readexactly(9), 5)
+    except (asyncio.IncompleteReadError, ConnectionResetError):
+        return None
+    body = await reader.readexactly(int.from_bytes(head[:3], "big"))
+    return head[3], head[4], int.from_bytes(head[5:9], "big"), body
+
+
+async def windows(reader: asyncio.StreamReader) -> dict[str, int]:
+    """The server's SETTINGS (by id) and its connection window once its WINDOW_UPDATE came."""
+    seen: dict[str, int] = {}
+    while "window" not in seen:
+        kind, _, _, body = await read_frame(reader)
+        if kind == SETTINGS:
+            seen.update({str(k): v for k, v in struct.iter_unpack(">HI", body)})
+        elif kind == WINDOW_UPDATE:
+            seen["window"] = DEFAULT_WINDOW + int.from_bytes(body, "big")
+    return seen
+
+
+async def until(reader: asyncio.StreamReader, kind: int, sid: int = 0) -> tuple[int, bytes]:
+    """Read to the server's first frame of ``kind`` on ``sid``: (flags, payload)."""
+    while (got := await read_frame(reader)) is not None:
+        if got[0] == kind and got[2] == sid:
+            return got[1], got[3]
+    raise AssertionError(f"closed before a frame of kind {kind} on stream {sid}")
+
+
+def opening(sid: int) -> bytes:
+    """HEADERS of a call (the server reads no header block) and a message announced as large
+    as the server takes: it stays partial."""
+    return frame(HEADERS, END_HEADERS, sid, b"\x88") + frame(
+        DATA, 0, sid, MAX_MESSAGE.to_bytes(5, "big"))
+
+
+async def test_partial_messages_on_many_streams_hold_at_most_the_cap():
+    """The peer reads the windows, then on 40 streams announces a largest message and dribbles
+    its body in 4 KiB frames, round robin, exactly up to the connection's window: the server
+    holds CAP bytes (its own count), answers a PING (still open), and 1 byte more is GOAWAY
+    ENHANCE_YOUR_CALM, the connection closed and nothing held. Before NOTE(buffer-cap) the
+    windows were 2**31-1: such peers were held without bound."""
+    async with peer() as (server, reader, writer):
+        seen = await windows(reader)
+        assert seen[str(INITIAL_WINDOW)] == MAX_MESSAGE + 5
+        assert seen["window"] == CAP
+        assert seen[str(MAX_CONCURRENT)] == STREAMS
+        left = CAP
+        for sid in range(1, 81, 2):
+            writer.write(opening(sid))
+            left -= 5
+        while left:
+            for sid in range(1, 81, 2):
+                n = min(4096, left)
+                writer.write(frame(DATA, 0, sid, bytes(n)))
+                left -= n
+                if not left:
+                    break
+            await writer.drain()
+            await asyncio.sleep(0)  # the server reads in between
+            assert server.buffered <= CAP
+        writer.write(frame(PING, 0, 0, b"stillok!"))
+        assert (await until(reader, PING))[1] == b"stillok!"
+        assert server.buffered == CAP
+        writer.write(frame(DATA, 0, 1, b"x"))
+        _, body = await until(reader, GOAWAY)
+        assert int.from_bytes(body[4:8], "big") == ENHANCE_YOUR_CALM
+        assert await read_frame(reader) is None  # closed
+        assert server.buffered == 0
+
+
+async def test_one_call_past_its_window_ends_resource_exhausted_and_others_go_on():
+    """Stream 1 sends whole 16 KiB messages (each held by the call) past its window, ignoring
+    it: that call ends with grpc-status 8 and its bytes are let go; stream 3 on the same
+    connection is answered. Before NOTE(buffer-cap) a call's messages were held without bound."""
+    async with peer() as (server, reader, writer):
+        await windows(reader)
+        message = (DEFAULT_FRAME - 5).to_bytes(5, "big") + bytes(DEFAULT_FRAME - 5)
+        writer.write(frame(HEADERS, END_HEADERS, 1, b"\x88")
+                     + frame(DATA, 0, 1, message) * (MAX_MESSAGE // DEFAULT_FRAME + 2))
+        flags, block = await until(reader, HEADERS, 1)
+        if not flags & END_STREAM:  # the response headers; the trailers follow
+            flags, block = await until(reader, HEADERS, 1)
+        assert flags & END_STREAM and b"grpc-status\x01" + str(RESOURCE_EXHAUSTED).encode() \
+            in block, block
+        assert server.buffered == 0
+        writer.write(frame(HEADERS, END_HEADERS, 3, b"\x88")
+                     + frame(DATA, END_STREAM, 3, b"\x00\x00\x00\x00\x02hi"))
+        _, answer = await until(reader, DATA, 3)
+        assert answer == b"\x00\x00\x00\x00\x011"
+
+
+async def test_max_concurrent_streams_is_advertised_and_enforced():
+    """SETTINGS_MAX_CONCURRENT_STREAMS is STREAMS; with that many calls open (each waiting for
+    its body), the next stream is refused with RST_STREAM REFUSED_STREAM, and once one call
+    ends a new one is taken."""
+    async with peer() as (server, reader, writer):
+        assert (await windows(reader))[str(MAX_CONCURRENT)] == STREAMS
+        writer.write(b"".join(frame(HEADERS, END_HEADERS, 2 * i + 1, b"\x88")
+                              for i in range(STREAMS + 1)))
+        _, code = await until(reader, RST_STREAM, 2 * STREAMS + 1)
+        assert int.from_bytes(code, "big") == REFUSED_STREAM
+        assert sum(len(c.streams) for c in server.connections) == STREAMS
+        writer.write(frame(DATA, END_STREAM, 1, b""))  # call 1 ends: answered "0"
+        await until(reader, DATA, 1)
+        sid = 2 * STREAMS + 3
+        writer.write(frame(HEADERS, END_HEADERS | END_STREAM, sid, b"\x88"))
+        _, answer = await until(reader, DATA, sid)
+        assert answer == b"\x00\x00\x00\x00\x010"
