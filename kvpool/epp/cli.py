@@ -4,8 +4,8 @@ A gRPC server (kvpool.epp.h2: HTTP/2 on the same event loop as the router's heal
 lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SIGINT. It takes the
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
 ``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
-flag ``--max-connection-bytes`` bounds what a connection's calls hold (listener.py,
-docs/epp.md).
+flags bound the transport (listener.py, docs/epp.md): ``--max-connections`` and
+``--max-connection-bytes``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 
 from kvpool.epp.calls import ENVELOPE
-from kvpool.epp.listener import DEFAULT_CONNECTION_BYTES, Server
+from kvpool.epp.listener import DEFAULT_CONNECTION_BYTES, DEFAULT_MAX_CONNECTIONS, Server
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
 from kvpool.router import cli as router_cli
@@ -38,6 +38,9 @@ CALLS_PER_CONNECTION = 4  # largest calls the default --max-connection-bytes hol
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     router_cli.add_arguments(p)
     p.set_defaults(port=DEFAULT_PORT)
+    p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+                   help="open gRPC connections; past it a new one is closed at once (default "
+                        f"{DEFAULT_MAX_CONNECTIONS})")
     p.add_argument("--max-connection-bytes", type=int, default=None, metavar="N",
                    help="request bytes one connection's open calls may hold (its HTTP/2 "
                         f"window; default {DEFAULT_CONNECTION_BYTES >> 20} MiB, or "
@@ -46,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def limits(max_body_bytes: int, max_connection_bytes: int | None = None) -> dict[str, int]:
+def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+           max_connection_bytes: int | None = None) -> dict[str, int]:
     """The transport's limits (Server's keywords) for bodies of at most ``max_body_bytes``;
     ValueError names the flag that cannot work."""
     max_message = max_body_bytes + MESSAGE_SLACK
@@ -56,15 +60,19 @@ def limits(max_body_bytes: int, max_connection_bytes: int | None = None) -> dict
     if max_connection_bytes < least:
         raise ValueError(f"--max-connection-bytes {max_connection_bytes}: use at least {least} "
                          f"(--max-body-bytes plus {MESSAGE_SLACK >> 20} MiB for one call)")
-    return {"max_message": max_message, "max_connection_bytes": max_connection_bytes}
+    if max_connections < 1:
+        raise ValueError(f"--max-connections {max_connections}: use a positive count")
+    return {"max_message": max_message, "max_connections": max_connections,
+            "max_connection_bytes": max_connection_bytes}
 
 
 @contextlib.asynccontextmanager
 async def picking(picker: Picker, host: str, port: int,
+                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                   max_connection_bytes: int | None = None) -> AsyncIterator[int]:
     """``picker`` started and served over gRPC on ``host:port``; yields the bound port."""
     server = Server(EndpointPicker(picker).process, **limits(
-        picker.router.max_body_bytes, max_connection_bytes))
+        picker.router.max_body_bytes, max_connections, max_connection_bytes))
     await picker.start()
     try:
         yield await server.start(host, port)
@@ -80,7 +88,8 @@ async def serve(picker: Picker, args: argparse.Namespace) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
     host = args.host
-    async with picking(picker, host, args.port, args.max_connection_bytes) as bound:
+    async with picking(picker, host, args.port, args.max_connections,
+                       args.max_connection_bytes) as bound:
         print(f"{READY_PREFIX}{host}:{bound} ({len(picker.router.replicas.replicas)} "
               "replicas)", flush=True)
         await stop.wait()
@@ -97,7 +106,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
               "--replicas-file", file=sys.stderr)
         return 2
     try:  # the transport's flags checked before anything starts
-        limits(args.max_body_bytes, args.max_connection_bytes)
+        limits(args.max_body_bytes, args.max_connections, args.max_connection_bytes)
         router = router_cli.build_router(args)
     except (ValueError, OSError) as exc:
         print(f"kvpool epp: {exc}", file=sys.stderr)

@@ -77,7 +77,9 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.server.connections.add(self)
+        if not self.server.admit(self):  # over the connection cap (listener.py)
+            self.write(frame(SETTINGS, 0, 0) + goaway(0, ENHANCE_YOUR_CALM))
+            return self.transport.close()
         self.handshake = asyncio.get_running_loop().call_later(
             self.server.preface_timeout, self.no_preface)
         settings = struct.pack(">HIHIHI", INITIAL_WINDOW, self.server.stream_window,
@@ -91,7 +93,7 @@ class Connection(asyncio.Protocol):
             self.transport.abort()  # nothing owed to a peer that never spoke HTTP/2
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.connections.discard(self)
+        self.server.release(self)
         if self.handshake is not None:
             self.handshake.cancel()
         self.drop_streams()

@@ -1,5 +1,5 @@
-"""The picker's listening socket: its connections (kvpool.epp.h2) and the limits they share
-(docs/epp.md).
+"""The picker's listening socket: its connections (kvpool.epp.h2), the limits they share and a
+cap on how many are open at once (docs/epp.md).
 
 Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
 
@@ -8,7 +8,14 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
     max_connection_bytes   DATA bytes one connection's open calls may hold: its flow-control
                            window (NOTE(buffer-cap) in h2.py); each stream's window is one
                            largest message, so this is at least that
+    max_connections        open connections; past it a new one gets SETTINGS and GOAWAY
+                           ENHANCE_YOUR_CALM and is closed unread (NOTE(connection-cap))
     preface_timeout        seconds for a new connection's client preface (NOTE(preface-timeout))
+
+NOTE(connection-cap): every open connection costs a descriptor and up to its buffer cap, so
+their number is bounded too; the refusals are counted (``refused``) and logged as one WARNING
+per WARN_INTERVAL at most, with the count since the last one (kvpool.throttle), since a client
+can retry at will. Connections already open are not touched.
 
 NOTE(preface-timeout): a connection whose client preface has not come within
 ``preface_timeout`` seconds is closed: silent connections would otherwise hold a descriptor
@@ -18,14 +25,22 @@ each for ever (20k of them left none for Envoy's own connections).
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections.abc import Callable
 
 from kvpool.epp.calls import DEFAULT_WINDOW, ENVELOPE, MAX_WINDOW, Handler
 from kvpool.epp.h2 import Connection
+from kvpool.throttle import Throttle
 
-__all__ = ["DEFAULT_CONNECTION_BYTES", "PREFACE_TIMEOUT", "Server"]
+__all__ = ["DEFAULT_CONNECTION_BYTES", "DEFAULT_MAX_CONNECTIONS", "PREFACE_TIMEOUT", "Server"]
+
+log = logging.getLogger("kvpool.epp")
 
 PREFACE_TIMEOUT = 10.0  # NOTE(preface-timeout)
+DEFAULT_MAX_CONNECTIONS = 1024  # NOTE(connection-cap): Envoy needs a few per worker
 DEFAULT_CONNECTION_BYTES = 64 << 20  # NOTE(buffer-cap)
+WARN_INTERVAL = 10.0  # seconds between two "connection cap reached" WARNINGs
 
 
 class Server:
@@ -33,7 +48,9 @@ class Server:
 
     def __init__(self, handler: Handler, max_message: int, *,
                  max_connection_bytes: int = DEFAULT_CONNECTION_BYTES,
-                 preface_timeout: float = PREFACE_TIMEOUT) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 preface_timeout: float = PREFACE_TIMEOUT,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         # a stream's window: one largest message, never below HTTP/2's default (a peer may
         # send that much before it reads our SETTINGS)
         self.stream_window = max(max_message + ENVELOPE, DEFAULT_WINDOW)
@@ -41,10 +58,15 @@ class Server:
             raise ValueError(f"max_connection_bytes={max_connection_bytes}: use at least "
                              f"{self.stream_window} (a largest message of {max_message} "
                              f"bytes and its envelope) and at most {MAX_WINDOW}")
+        if max_connections < 1:
+            raise ValueError(f"max_connections={max_connections!r}: use a positive count")
         self.handler, self.max_message = handler, max_message
-        self.max_connection_bytes = max_connection_bytes
+        self.max_connection_bytes, self.max_connections = max_connection_bytes, max_connections
         self.preface_timeout = preface_timeout
         self.connections: set[Connection] = set()
+        self.refused = 0  # connections closed at once over the cap (monotonic)
+        self.unlogged = 0  # of those, since the last WARNING
+        self.warnings = Throttle(WARN_INTERVAL, clock)
         self.server: asyncio.AbstractServer | None = None
 
     @property
@@ -57,6 +79,23 @@ class Server:
         self.server = await asyncio.get_running_loop().create_server(
             lambda: Connection(self.handler, self), host, port)
         return self.server.sockets[0].getsockname()[1]
+
+    def admit(self, conn: Connection) -> bool:
+        """Count ``conn`` in, or refuse it (False) at the cap (NOTE(connection-cap))."""
+        if len(self.connections) < self.max_connections:
+            self.connections.add(conn)
+            return True
+        self.refused += 1
+        self.unlogged += 1
+        if self.warnings.due():
+            log.warning("kvpool epp: connection cap reached: %d open (--max-connections %d); "
+                        "closed %d new connection(s) since the last report",
+                        len(self.connections), self.max_connections, self.unlogged)
+            self.unlogged = 0
+        return False
+
+    def release(self, conn: Connection) -> None:
+        self.connections.discard(conn)
 
     async def stop(self, grace: float) -> None:
         """No new connection or stream; streams in flight get ``grace`` seconds to finish."""
