@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import secrets
 import threading
 import time
 from collections import deque
@@ -63,6 +64,8 @@ class EventPublisher:
         self.published = 0  # events sent (publisher thread)
         self.dropped = 0  # events refused by a full queue (emitting threads, pool lock held)
         self.next_seq = 0
+        # this publisher's stream, told apart from a restarted one's (its seqs start over)
+        self.instance = secrets.token_hex(8)
         self._ctx = zmq.Context()
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, config.hwm)

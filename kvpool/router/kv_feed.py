@@ -27,7 +27,10 @@ not a batch the last replay gave us means what we know came from another publish
 restarted on the same ports and its seq 0 (AllBlocksCleared) went out before our SUB reconnected,
 or one wild seq (2**62, a bit flip) took ``expected`` far ahead (a jump is a gap like any other).
 Skipping such batches as duplicates kept a dead process's blocks for ever; no reorder allowance
-is needed because nothing reorders a SUB stream.
+is needed because nothing reorders a SUB stream. A new publisher that got past ``expected``
+before our SUB reconnected looks like a gap instead, and a replay from ``expected`` would lay
+its batches over the dead process's blocks; the replica's info names its publisher
+(``instance``, new at every start), and ``refresh`` follows a new one from scratch.
 
 NOTE(max-message): a real batch is one engine step's events (a prefill budget's blocks stored,
 as many evicted: kilobytes; a reset that removes the blocks still in use: 34 bytes a block, so
@@ -76,6 +79,8 @@ MAX_MESSAGE = 16 << 20  # bytes per frame the SUB and DEALER accept (NOTE(max-me
 MAX_REPLAY_BYTES = 256 << 20  # payload bytes one replay may hold (NOTE(slices))
 APPLY_SLICE = 8192  # hashes applied between yields to the event loop (NOTE(slices))
 _WILDCARDS = ("*", "0.0.0.0", "[::]", "::")
+# what names one stream: when one changes, it is followed from scratch (NOTE(restart))
+_STREAM_KEYS = ("endpoint", "replay_endpoint", "topic", "instance")
 FEED_COUNTS = ("applied", "gaps", "replays", "lost", "restarts", "duplicates", "wrong_topic",
                "malformed")
 
@@ -143,9 +148,7 @@ class ReplicaFeed:
             self._warn_once("info", "replica %s publishes KV event info the router cannot use "
                             "(%s): it scores no prefix hits", problem)
             return
-        if (info.get("endpoint"), info.get("replay_endpoint"), info.get("topic")) != (
-                self.info.get("endpoint"), self.info.get("replay_endpoint"),
-                self.info.get("topic")) or self._sub is None:
+        if any(info.get(k) != self.info.get(k) for k in _STREAM_KEYS) or self._sub is None:
             try:
                 self.connect(info)
             except zmq.ZMQError as exc:  # e.g. a host that does not resolve

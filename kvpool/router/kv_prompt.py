@@ -50,7 +50,8 @@ def _is_ids(p: Any) -> bool:
 
 
 _MAX_BLOCK_SIZE = 1 << 16
-_OPTIONAL_TEXT = ("replay_endpoint", "topic", "tenant_header", "tokenizer", "chat_template")
+_OPTIONAL_TEXT = ("replay_endpoint", "topic", "tenant_header", "tokenizer", "chat_template",
+                  "instance")
 
 
 def _text(value: Any, optional: bool = False) -> bool:

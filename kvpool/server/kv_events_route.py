@@ -8,13 +8,15 @@ closes after the app (its last events go out).
 ``GET /v1/kvpool/kv_events`` answers what a subscriber needs to follow this replica without a
 request per prompt (the router's ``--kv-events`` asks it once per replica)::
 
-    {"enabled": true, "replica_id", "endpoint": "tcp://0.0.0.0:5557", "replay_endpoint",
-     "topic", "block_size", "hash": {"spec": "kvpool/prefix/v1", "algo": "sha256",
+    {"enabled": true, "replica_id", "instance": "9f2c...", "endpoint": "tcp://0.0.0.0:5557",
+     "replay_endpoint", "topic", "block_size", "hash": {"spec": "kvpool/prefix/v1", "algo": "sha256",
      "model_id"}, "tokenizer": MODEL_DIR | null (the built-in model), "chat_template",
      "max_model_len", "tenant_namespaced": false, "tenant_header": null,
      "model_names": [...]}
 
 ``endpoint`` is what the socket bound (a wildcard host means: this replica's own address).
+``instance`` is new with every publisher (every start of the replica): a subscriber that
+sees it change follows the stream from scratch, even on the same ports.
 Block hashes on the stream are ``BlockHasher(block_size, model_id, algo)`` chains with the
 request's salt: its ``cache_salt``, or with ``tenant_namespaced`` the tenant folded in
 (middleware.py), the tenant read from header ``tenant_header`` or, when that is null,
@@ -62,7 +64,7 @@ class KVEventsRoute:
             cfg, mgr = engine.config, engine.core.manager
             self.info = {
                 "enabled": True, "replica_id": replica_id,
-                "endpoint": self.publisher.endpoint,
+                "instance": self.publisher.instance, "endpoint": self.publisher.endpoint,
                 "replay_endpoint": self.publisher.replay_endpoint,
                 "topic": self.publisher.config.topic, "block_size": mgr.block_size,
                 "hash": {"spec": f"kvpool/prefix/v{HASH_VERSION}", "algo": mgr.hasher.algo,
