@@ -7,8 +7,8 @@ service.py  the ext_proc stream: buffered body in, destination header + dynamic 
 h2.py       the gRPC transport: one HTTP/2 connection served on the event loop (no grpc.aio
             thread hand-offs), its buffers bounded by flow control
 calls.py    one gRPC call on it: frames, messages cut from DATA, answers
-listener.py the listening socket: the limits (message, bytes per connection, connections)
-            (docs/epp.md)
+listener.py the listening socket: the limits (message, bytes per connection, connections) and
+            a stop bounded in time (docs/epp.md)
 cli.py      the ``kvpool epp`` subcommand
 
 Needs the ``epp`` extra (protobuf and xds-protos: Envoy's generated ext_proc API; grpcio comes

@@ -29,6 +29,10 @@ keeps to its windows therefore waits rather than growing the picker; one that se
 stream's window has that call ended RESOURCE_EXHAUSTED, past the connection's window the
 connection ends (GOAWAY ENHANCE_YOUR_CALM). At most STREAMS calls are open per connection
 (SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM).
+
+NOTE(close-timeout): a connection closed by this side (an error, a refusal, the server's stop)
+first writes what is queued (its GOAWAY); a peer that does not read it within
+``close_timeout`` seconds is cut off (abort), so no close waits on a peer for ever.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class Connection(asyncio.Protocol):
         self.handler, self.server = handler, server
         self.transport: asyncio.Transport | None = None
         self.handshake: asyncio.TimerHandle | None = None  # NOTE(preface-timeout)
+        self.closer: asyncio.TimerHandle | None = None  # NOTE(close-timeout)
         self.buf, self.preface = b"", False
         self.streams: dict[int, Stream] = {}
         self.last_id = 0  # the highest stream id the peer opened (GOAWAY names it)
@@ -79,7 +84,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         if not self.server.admit(self):  # over the connection cap (listener.py)
             self.write(frame(SETTINGS, 0, 0) + goaway(0, ENHANCE_YOUR_CALM))
-            return self.transport.close()
+            return self.close()
         self.handshake = asyncio.get_running_loop().call_later(
             self.server.preface_timeout, self.no_preface)
         settings = struct.pack(">HIHIHI", INITIAL_WINDOW, self.server.stream_window,
@@ -94,8 +99,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.release(self)
-        if self.handshake is not None:
-            self.handshake.cancel()
+        for timer in (self.handshake, self.closer):
+            if timer is not None:
+                timer.cancel()
         self.drop_streams()
         self.opened.set()  # senders waiting on a window see the connection gone
 
@@ -271,11 +277,19 @@ class Connection(asyncio.Protocol):
 
     def fail(self, code: int) -> None:
         """A connection error (5.4.1): GOAWAY, every call dropped, then the connection
-        closes."""
+        closes (NOTE(close-timeout))."""
         self.write(goaway(self.last_id, code))
         self.drop_streams()
-        if self.transport is not None:
-            self.transport.close()
+        self.close()
+
+    def close(self) -> None:
+        """Close once what is queued is written, or abort after ``close_timeout`` seconds
+        (NOTE(close-timeout))."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.close()
+        self.closer = asyncio.get_running_loop().call_later(
+            self.server.close_timeout, self.transport.abort)
 
     def go_away(self) -> None:
         """Graceful shutdown: the peer opens no new stream; open ones finish."""

@@ -1,5 +1,5 @@
-"""The picker's listening socket: its connections (kvpool.epp.h2), the limits they share and a
-cap on how many are open at once (docs/epp.md).
+"""The picker's listening socket: its connections (kvpool.epp.h2), the limits they share, a cap
+on how many are open at once and a stop that cannot wait on a peer for ever (docs/epp.md).
 
 Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
 
@@ -11,6 +11,7 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
     max_connections        open connections; past it a new one gets SETTINGS and GOAWAY
                            ENHANCE_YOUR_CALM and is closed unread (NOTE(connection-cap))
     preface_timeout        seconds for a new connection's client preface (NOTE(preface-timeout))
+    close_timeout          seconds a closing connection may take to flush (NOTE(close-timeout))
 
 NOTE(connection-cap): every open connection costs a descriptor and up to its buffer cap, so
 their number is bounded too; the refusals are counted (``refused``) and logged as one WARNING
@@ -33,11 +34,13 @@ from kvpool.epp.calls import DEFAULT_WINDOW, ENVELOPE, MAX_WINDOW, Handler
 from kvpool.epp.h2 import Connection
 from kvpool.throttle import Throttle
 
-__all__ = ["DEFAULT_CONNECTION_BYTES", "DEFAULT_MAX_CONNECTIONS", "PREFACE_TIMEOUT", "Server"]
+__all__ = ["CLOSE_TIMEOUT", "DEFAULT_CONNECTION_BYTES", "DEFAULT_MAX_CONNECTIONS",
+           "PREFACE_TIMEOUT", "Server"]
 
 log = logging.getLogger("kvpool.epp")
 
 PREFACE_TIMEOUT = 10.0  # NOTE(preface-timeout)
+CLOSE_TIMEOUT = 2.0  # NOTE(close-timeout)
 DEFAULT_MAX_CONNECTIONS = 1024  # NOTE(connection-cap): Envoy needs a few per worker
 DEFAULT_CONNECTION_BYTES = 64 << 20  # NOTE(buffer-cap)
 WARN_INTERVAL = 10.0  # seconds between two "connection cap reached" WARNINGs
@@ -49,7 +52,7 @@ class Server:
     def __init__(self, handler: Handler, max_message: int, *,
                  max_connection_bytes: int = DEFAULT_CONNECTION_BYTES,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 preface_timeout: float = PREFACE_TIMEOUT,
+                 preface_timeout: float = PREFACE_TIMEOUT, close_timeout: float = CLOSE_TIMEOUT,
                  clock: Callable[[], float] = time.monotonic) -> None:
         # a stream's window: one largest message, never below HTTP/2's default (a peer may
         # send that much before it reads our SETTINGS)
@@ -62,7 +65,7 @@ class Server:
             raise ValueError(f"max_connections={max_connections!r}: use a positive count")
         self.handler, self.max_message = handler, max_message
         self.max_connection_bytes, self.max_connections = max_connection_bytes, max_connections
-        self.preface_timeout = preface_timeout
+        self.preface_timeout, self.close_timeout = preface_timeout, close_timeout
         self.connections: set[Connection] = set()
         self.refused = 0  # connections closed at once over the cap (monotonic)
         self.unlogged = 0  # of those, since the last WARNING
@@ -98,18 +101,25 @@ class Server:
         self.connections.discard(conn)
 
     async def stop(self, grace: float) -> None:
-        """No new connection or stream; streams in flight get ``grace`` seconds to finish."""
+        """No new connection or stream; streams in flight get ``grace`` seconds to finish,
+        then every connection closes within ``close_timeout`` (NOTE(close-timeout))."""
         if self.server is None:
             return
         self.server.close()
         for conn in list(self.connections):
             conn.go_away()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        while any(c.streams for c in self.connections) and loop.time() < deadline:
-            await asyncio.sleep(0.05)
+        await self.settle(grace, lambda: any(c.streams for c in self.connections))
         for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.close()
+        # each close aborts itself at its timeout; the margin is for the loop to run that
+        await self.settle(self.close_timeout + 1, lambda: bool(self.connections))
         await self.server.wait_closed()
         self.server = None
+
+    @staticmethod
+    async def settle(limit: float, busy: Callable[[], bool]) -> None:
+        """Wait while ``busy()``, at most ``limit`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        while busy() and loop.time() < deadline:
+            await asyncio.sleep(0.05)

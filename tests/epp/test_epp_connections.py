@@ -1,17 +1,25 @@
 """The picker's listening socket on 127.0.0.1 (kvpool/epp/listener.py): past the connection cap
 a new connection is closed at once with one throttled WARNING while those open are served
-(NOTE(connection-cap))."""
+(NOTE(connection-cap)); a stop, and a connection error, close within ``close_timeout`` even
+when the peer never reads (NOTE(close-timeout))."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
-from kvpool.epp.calls import ENHANCE_YOUR_CALM, GOAWAY, PING, PREFACE, SETTINGS, frame
+from kvpool.epp.calls import (CONTINUATION, DATA, END_HEADERS, ENHANCE_YOUR_CALM, GOAWAY,
+                             HEADERS, PING, PREFACE, SETTINGS, frame)
 from kvpool.epp.listener import Server
 from tests.epp.test_epp_buffers import read_frame, tally, until
 
 HELLO = PREFACE + frame(SETTINGS, 0, 0)
+
+
+async def echo(call) -> None:
+    while (raw := await call.messages.get()) is not None:
+        await call.send([raw], False)
 
 
 async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -56,3 +64,78 @@ async def test_past_the_connection_cap_new_connections_are_closed_at_once(caplog
         for _, writer in held:
             writer.close()
         await server.stop(grace=0.5)
+
+
+async def non_reader(port: int, server: Server) -> socket.socket:
+    """A connection that floods PINGs and reads nothing until the server holds answers it
+    cannot write (its transport's buffer); the caller closes the socket."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    sock.send(HELLO)
+    pings = frame(PING, 0, 0, b"12345678") * 4096
+    for _ in range(1000):  # bounded: ~20 s
+        if any(c.transport.get_write_buffer_size() for c in server.connections):
+            return sock
+        try:
+            sock.send(pings)
+        except BlockingIOError:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0)
+    sock.close()
+    raise AssertionError("the server never held unwritten answers")
+
+
+async def test_a_stop_closes_a_connection_that_never_reads_within_the_close_timeout():
+    """The peer's answers fill every buffer and it never reads: stop() returns within grace +
+    close_timeout (+1 s) and the connection is gone (aborted). Before NOTE(close-timeout) the
+    connection stayed open after stop() returned, its close waiting on the peer for ever."""
+    server = Server(tally, 1 << 20, close_timeout=0.5)
+    port = await server.start("127.0.0.1", 0)
+    sock = await non_reader(port, server)
+    try:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await asyncio.wait_for(server.stop(grace=0.2), 10)
+        assert loop.time() - began < 0.2 + 0.5 + 1
+        assert not server.connections
+    finally:
+        sock.close()
+        await server.stop(grace=0)
+
+
+async def test_a_connection_error_closes_within_the_close_timeout_when_the_peer_never_reads():
+    """The server's socket buffer is shrunk to 4 KiB and a 40 KiB answer fills it and the
+    peer's (which never reads), leaving the rest in the transport's buffer under the
+    high-water mark, so the server still reads: a frame that is a connection error (a
+    CONTINUATION with no header block open) is answered GOAWAY, and the connection is gone
+    within close_timeout (+1 s) though the GOAWAY is never read."""
+    server = Server(echo, 1 << 20, close_timeout=0.5)
+    port = await server.start("127.0.0.1", 0)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        await asyncio.sleep(0.1)
+        (conn,) = server.connections
+        conn.transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        answer = (40 << 10).to_bytes(5, "big") + bytes(40 << 10)
+        await loop.sock_sendall(sock, HELLO + frame(HEADERS, END_HEADERS, 1, b"\x88") + b"".join(
+            frame(DATA, 0, 1, answer[i:i + 16384]) for i in range(0, len(answer), 16384)))
+        await asyncio.sleep(0.3)
+        assert 0 < conn.transport.get_write_buffer_size() < 32 << 10
+        # a CONTINUATION with no header block open: PROTOCOL_ERROR
+        await loop.sock_sendall(sock, frame(CONTINUATION, END_HEADERS, 1))
+        for _ in range(30):
+            await asyncio.sleep(0.05)
+        assert conn.transport.is_closing()
+        await asyncio.sleep(0.5 + 0.5)
+        assert not server.connections, "the close waited on a peer that never reads"
+    finally:
+        sock.close()
+        await server.stop(grace=0)
