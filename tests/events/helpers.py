@@ -80,6 +80,16 @@ class Sub:
         self.ctx.term()
 
 
+def close_all(socks: list[zmq.Socket], ctx: zmq.Context, *owned) -> None:
+    """A test's own sockets closed at once (linger 0), their context ended, then ``owned``
+    (subscribers, publishers) closed in order."""
+    for s in socks:
+        s.close(linger=0)
+    ctx.term()
+    for o in owned:
+        o.close()
+
+
 def wait_subscribed(pub: EventPublisher, sub: Sub) -> None:
     """PUB drops messages until the SUB's subscription arrived: poke until one comes."""
     from kvpool.events.wire import AllBlocksCleared

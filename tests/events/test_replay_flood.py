@@ -9,7 +9,7 @@ import time
 import zmq
 
 from kvpool.events.wire import AllBlocksCleared, BlockStored
-from tests.events.helpers import DEADLINE, Sub, plain, publisher, wait_subscribed
+from tests.events.helpers import DEADLINE, Sub, close_all, plain, publisher, wait_subscribed
 
 RING = 2000  # batches kept, and published before the flood
 FLOODERS, REQUESTS = 40, 50  # DEALERs x replay(0) requests each, none of them ever read
@@ -68,11 +68,7 @@ def test_a_replay_flood_neither_delays_live_batches_nor_spoils_a_replay():
         # the ring plus the end marker
         assert 0 < _drain(flooders[0]) <= pub.config.buffer_steps + 1
     finally:
-        for s in flooders:
-            s.close(linger=0)
-        ctx.term()
-        sub.close()
-        pub.close()
+        close_all(flooders, ctx, sub, pub)
 
 
 def _drain(sock: zmq.Socket) -> int:

@@ -10,7 +10,7 @@ import zmq
 
 from kvpool.events.replay import MAX_OPEN, REPLAY_HWM
 from kvpool.events.wire import BlockStored
-from tests.events.helpers import DEADLINE, Sub, publisher, wait_subscribed
+from tests.events.helpers import DEADLINE, Sub, close_all, publisher, wait_subscribed
 
 BATCHES = REPLAY_HWM + 44  # more than a non-reader's queue holds
 TOKENS = 50_000  # ~250 KB a batch: every token id above 2**16 takes 5 bytes in msgpack
@@ -66,10 +66,7 @@ def test_replays_to_clients_that_never_read_hold_no_copies_of_the_ring():
         assert first.poll(int(DEADLINE * 1000))
         assert int.from_bytes(first.recv_multipart()[2], "big") == 0
     finally:
-        for s in socks:
-            s.close(linger=0)
-        ctx.term()
-        pub.close()
+        close_all(socks, ctx, pub)
 
 
 def test_requests_past_the_open_replay_cap_are_ignored_and_counted():
@@ -96,8 +93,4 @@ def test_requests_past_the_open_replay_cap_are_ignored_and_counted():
                 assert time.monotonic() < end, "no replay after a place became free"
         assert len(out) >= 4 and out[-1][2] == (-1).to_bytes(8, "big", signed=True)
     finally:
-        for s in socks:
-            s.close(linger=0)
-        ctx.term()
-        sub.close()
-        pub.close()
+        close_all(socks, ctx, sub, pub)
