@@ -4,8 +4,8 @@ A gRPC server (kvpool.epp.h2: HTTP/2 on the same event loop as the router's heal
 lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SIGINT. It takes the
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
 ``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
-flags bound the transport (listener.py, docs/epp.md): ``--max-connections`` and
-``--max-connection-bytes``.
+flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
+``--max-connection-bytes`` and ``--max-held-bytes``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 
 from kvpool.epp.calls import ENVELOPE
-from kvpool.epp.listener import DEFAULT_CONNECTION_BYTES, DEFAULT_MAX_CONNECTIONS, Server
+from kvpool.epp.listener import (DEFAULT_CONNECTION_BYTES, DEFAULT_HELD_BYTES,
+                                  DEFAULT_MAX_CONNECTIONS, Server)
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
 from kvpool.router import cli as router_cli
@@ -46,11 +47,17 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         f"window; default {DEFAULT_CONNECTION_BYTES >> 20} MiB, or "
                         f"{CALLS_PER_CONNECTION} of the largest call when --max-body-bytes "
                         "makes that more)")
+    p.add_argument("--max-held-bytes", type=int, default=None, metavar="N",
+                   help="request bytes all connections' calls may hold together; past it the "
+                        "connection holding the most is closed (default "
+                        f"{DEFAULT_HELD_BYTES >> 30} GiB, or --max-connection-bytes when that "
+                        "is more)")
     return p
 
 
 def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-           max_connection_bytes: int | None = None) -> dict[str, int]:
+           max_connection_bytes: int | None = None,
+           max_held_bytes: int | None = None) -> dict[str, int]:
     """The transport's limits (Server's keywords) for bodies of at most ``max_body_bytes``;
     ValueError names the flag that cannot work."""
     max_message = max_body_bytes + MESSAGE_SLACK
@@ -62,17 +69,23 @@ def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                          f"(--max-body-bytes plus {MESSAGE_SLACK >> 20} MiB for one call)")
     if max_connections < 1:
         raise ValueError(f"--max-connections {max_connections}: use a positive count")
+    if max_held_bytes is None:  # NOTE(held-budget) in listener.py
+        max_held_bytes = max(DEFAULT_HELD_BYTES, max_connection_bytes)
+    if max_held_bytes < max_connection_bytes:
+        raise ValueError(f"--max-held-bytes {max_held_bytes}: use at least "
+                         f"--max-connection-bytes ({max_connection_bytes})")
     return {"max_message": max_message, "max_connections": max_connections,
-            "max_connection_bytes": max_connection_bytes}
+            "max_connection_bytes": max_connection_bytes, "max_held_bytes": max_held_bytes}
 
 
 @contextlib.asynccontextmanager
 async def picking(picker: Picker, host: str, port: int,
                   max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                  max_connection_bytes: int | None = None) -> AsyncIterator[int]:
+                  max_connection_bytes: int | None = None,
+                  max_held_bytes: int | None = None) -> AsyncIterator[int]:
     """``picker`` started and served over gRPC on ``host:port``; yields the bound port."""
     server = Server(EndpointPicker(picker).process, **limits(
-        picker.router.max_body_bytes, max_connections, max_connection_bytes))
+        picker.router.max_body_bytes, max_connections, max_connection_bytes, max_held_bytes))
     await picker.start()
     try:
         yield await server.start(host, port)
@@ -89,7 +102,7 @@ async def serve(picker: Picker, args: argparse.Namespace) -> None:
             loop.add_signal_handler(sig, stop.set)
     host = args.host
     async with picking(picker, host, args.port, args.max_connections,
-                       args.max_connection_bytes) as bound:
+                       args.max_connection_bytes, args.max_held_bytes) as bound:
         print(f"{READY_PREFIX}{host}:{bound} ({len(picker.router.replicas.replicas)} "
               "replicas)", flush=True)
         await stop.wait()
@@ -106,7 +119,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
               "--replicas-file", file=sys.stderr)
         return 2
     try:  # the transport's flags checked before anything starts
-        limits(args.max_body_bytes, args.max_connections, args.max_connection_bytes)
+        limits(args.max_body_bytes, args.max_connections, args.max_connection_bytes,
+               args.max_held_bytes)
         router = router_cli.build_router(args)
     except (ValueError, OSError) as exc:
         print(f"kvpool epp: {exc}", file=sys.stderr)

@@ -27,7 +27,8 @@ SIZE) is the largest message plus its envelope and is never opened further; the 
 window is ``max_connection_bytes``, opened again only by what ended calls let go. A peer that
 keeps to its windows therefore waits rather than growing the picker; one that sends past a
 stream's window has that call ended RESOURCE_EXHAUSTED, past the connection's window the
-connection ends (GOAWAY ENHANCE_YOUR_CALM). At most STREAMS calls are open per connection
+connection ends (GOAWAY ENHANCE_YOUR_CALM). What all connections hold together is bounded by
+the server (NOTE(held-budget) in listener.py). At most STREAMS calls are open per connection
 (SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM).
 
 NOTE(close-timeout): a connection closed by this side (an error, a refusal, the server's stop)
@@ -111,6 +112,7 @@ class Connection(asyncio.Protocol):
             if stream.task is not None:
                 stream.task.cancel()
         self.streams.clear()
+        self.server.let_go(self.buffered)
         self.buffered = 0
 
     # NOTE(backpressure): asyncio calls these at its write buffer's high-water mark and again
@@ -180,10 +182,13 @@ class Connection(asyncio.Protocol):
         stream = self.streams.get(sid)
         if stream is None:  # a call already ended: its late frames are dropped
             return self.give_back(n)
+        if stream.held + n > self.server.stream_window:
+            stream.abort(RESOURCE_EXHAUSTED, "call past its flow-control window")
+            return self.give_back(n)  # the call let go of what it held, and this was not kept
+        if not self.server.hold(self, n):  # past the process's budget (listener.py)
+            return  # this connection held the most: it was cut (NOTE(held-budget))
         stream.held += n
         self.buffered += n
-        if stream.held > self.server.stream_window:
-            return stream.abort(RESOURCE_EXHAUSTED, "call past its flow-control window")
         if flags & PADDED:
             if not payload or payload[0] >= n:
                 return self.fail(PROTOCOL_ERROR)
@@ -234,6 +239,7 @@ class Connection(asyncio.Protocol):
         if self.streams.get(stream.id) is stream:
             del self.streams[stream.id]
             self.buffered -= stream.held
+            self.server.let_go(stream.held)
             self.give_back(stream.held)
             stream.held = 0
 

@@ -10,6 +10,9 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
                            largest message, so this is at least that
     max_connections        open connections; past it a new one gets SETTINGS and GOAWAY
                            ENHANCE_YOUR_CALM and is closed unread (NOTE(connection-cap))
+    max_held_bytes         DATA bytes all connections' calls may hold together; past it the
+                           connection holding the most is cut (NOTE(held-budget)); at least
+                           max_connection_bytes, so no connection alone passes it
     preface_timeout        seconds for a new connection's client preface (NOTE(preface-timeout))
     close_timeout          seconds a closing connection may take to flush (NOTE(close-timeout))
 
@@ -17,6 +20,21 @@ NOTE(connection-cap): every open connection costs a descriptor and up to its buf
 their number is bounded too; the refusals are counted (``refused``) and logged as one WARNING
 per WARN_INTERVAL at most, with the count since the last one (kvpool.throttle), since a client
 can retry at will. Connections already open are not touched.
+
+NOTE(held-budget): the windows bound each connection, not their sum (max_connections x
+max_connection_bytes: 64 GiB with the defaults), so the server also counts what all calls hold
+(``buffered``, the connections' own counts summed as they change) against ``max_held_bytes``.
+A DATA frame that would take the sum past it first cuts the connection holding the most (the
+frame's sender counted with the frame): GOAWAY ENHANCE_YOUR_CALM, its calls dropped and its
+bytes let go, as when a connection passes its own window; the frame is then taken, unless its
+sender was the one cut. The largest holder, not the sender, because the sender may be a client
+keeping to its windows with one small body while another holds most of the budget: cutting the
+sender would let a hoarder, itself within its windows, refuse everyone else, and cutting the
+largest frees the most bytes for the fewest calls lost. Flow control cannot do this instead: a
+connection's window, once granted, cannot be taken back, so windows summing to the budget
+would be 1 MiB each for 1024 connections (less than one 4 MiB body), or the first connections
+would keep it all. The cuts are counted
+(``cut``) and logged as one WARNING per WARN_INTERVAL at most with the count since the last.
 
 NOTE(preface-timeout): a connection whose client preface has not come within
 ``preface_timeout`` seconds is closed: silent connections would otherwise hold a descriptor
@@ -30,12 +48,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from kvpool.epp.calls import DEFAULT_WINDOW, ENVELOPE, MAX_WINDOW, Handler
+from kvpool.epp.calls import DEFAULT_WINDOW, ENHANCE_YOUR_CALM, ENVELOPE, MAX_WINDOW, Handler
 from kvpool.epp.h2 import Connection
 from kvpool.throttle import Throttle
 
-__all__ = ["CLOSE_TIMEOUT", "DEFAULT_CONNECTION_BYTES", "DEFAULT_MAX_CONNECTIONS",
-           "PREFACE_TIMEOUT", "Server"]
+__all__ = ["CLOSE_TIMEOUT", "DEFAULT_CONNECTION_BYTES", "DEFAULT_HELD_BYTES",
+           "DEFAULT_MAX_CONNECTIONS", "PREFACE_TIMEOUT", "Server"]
 
 log = logging.getLogger("kvpool.epp")
 
@@ -43,7 +61,8 @@ PREFACE_TIMEOUT = 10.0  # NOTE(preface-timeout)
 CLOSE_TIMEOUT = 2.0  # NOTE(close-timeout)
 DEFAULT_MAX_CONNECTIONS = 1024  # NOTE(connection-cap): Envoy needs a few per worker
 DEFAULT_CONNECTION_BYTES = 64 << 20  # NOTE(buffer-cap)
-WARN_INTERVAL = 10.0  # seconds between two "connection cap reached" WARNINGs
+DEFAULT_HELD_BYTES = 1 << 30  # NOTE(held-budget): 16 connections' full default windows
+WARN_INTERVAL = 10.0  # seconds between two WARNINGs of one kind (cap reached, budget passed)
 
 
 class Server:
@@ -52,6 +71,7 @@ class Server:
     def __init__(self, handler: Handler, max_message: int, *,
                  max_connection_bytes: int = DEFAULT_CONNECTION_BYTES,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 max_held_bytes: int = DEFAULT_HELD_BYTES,
                  preface_timeout: float = PREFACE_TIMEOUT, close_timeout: float = CLOSE_TIMEOUT,
                  clock: Callable[[], float] = time.monotonic) -> None:
         # a stream's window: one largest message, never below HTTP/2's default (a peer may
@@ -63,19 +83,21 @@ class Server:
                              f"bytes and its envelope) and at most {MAX_WINDOW}")
         if max_connections < 1:
             raise ValueError(f"max_connections={max_connections!r}: use a positive count")
+        if max_held_bytes < max_connection_bytes:
+            raise ValueError(f"max_held_bytes={max_held_bytes}: use at least "
+                             f"max_connection_bytes ({max_connection_bytes})")
         self.handler, self.max_message = handler, max_message
         self.max_connection_bytes, self.max_connections = max_connection_bytes, max_connections
+        self.max_held_bytes = max_held_bytes
+        self.buffered = 0  # DATA bytes all open calls hold (NOTE(held-budget))
+        self.cut = 0  # connections cut at the budget (monotonic)
+        self.uncounted = 0  # of those, since the last WARNING
         self.preface_timeout, self.close_timeout = preface_timeout, close_timeout
         self.connections: set[Connection] = set()
         self.refused = 0  # connections closed at once over the cap (monotonic)
         self.unlogged = 0  # of those, since the last WARNING
         self.warnings = Throttle(WARN_INTERVAL, clock)
         self.server: asyncio.AbstractServer | None = None
-
-    @property
-    def buffered(self) -> int:
-        """DATA bytes all open calls hold (NOTE(buffer-cap))."""
-        return sum(c.buffered for c in self.connections)
 
     async def start(self, host: str, port: int) -> int:
         """The bound port."""
@@ -99,6 +121,35 @@ class Server:
 
     def release(self, conn: Connection) -> None:
         self.connections.discard(conn)
+
+    def hold(self, conn: Connection, n: int) -> bool:
+        """Count ``n`` more bytes held by ``conn``'s calls, cutting the largest holder first
+        while the sum would pass the budget; False when ``conn`` was cut (NOTE(held-budget))."""
+        while self.buffered + n > self.max_held_bytes:
+            largest = max(self.connections,
+                          key=lambda c: (c.buffered + n, 1) if c is conn else (c.buffered, 0))
+            self.cut_largest(largest)
+            if largest is conn:
+                return False
+        self.buffered += n
+        return True
+
+    def let_go(self, n: int) -> None:
+        """``n`` bytes a connection's calls held are let go (NOTE(held-budget))."""
+        self.buffered -= n
+
+    def cut_largest(self, conn: Connection) -> None:
+        """End ``conn``, the largest holder at the budget: counted, logged (throttled)."""
+        self.cut += 1
+        self.uncounted += 1
+        if self.warnings.due("budget"):
+            log.warning("kvpool epp: held-bytes budget reached: %d bytes held by %d "
+                        "connection(s) (--max-held-bytes %d); closed %d connection(s) holding "
+                        "the most since the last report, the latest holding %d bytes",
+                        self.buffered, len(self.connections), self.max_held_bytes,
+                        self.uncounted, conn.buffered)
+            self.uncounted = 0
+        conn.fail(ENHANCE_YOUR_CALM)
 
     async def stop(self, grace: float) -> None:
         """No new connection or stream; streams in flight get ``grace`` seconds to finish,

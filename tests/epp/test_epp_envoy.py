@@ -189,19 +189,25 @@ def test_the_admin_token_flag_is_refused():
 
 def test_the_transport_flags_and_their_checks():
     """--max-connection-bytes: 64 MiB, or four largest calls when --max-body-bytes makes that
-    more; less than one call exits 2 (docs/epp.md). --max-connections: 1024; 0 exits 2."""
+    more; less than one call exits 2 (docs/epp.md). --max-connections: 1024; 0 exits 2.
+    --max-held-bytes: 1 GiB, or --max-connection-bytes when more; less than that exits 2."""
     from kvpool.epp.cli import MESSAGE_SLACK, limits, main
     assert limits(4 << 20) == {"max_message": (4 << 20) + MESSAGE_SLACK,
-                               "max_connections": 1024, "max_connection_bytes": 64 << 20}
+                               "max_connections": 1024, "max_connection_bytes": 64 << 20,
+                               "max_held_bytes": 1 << 30}
     big = limits(100 << 20)
     assert big["max_connection_bytes"] == 4 * (big["max_message"] + 5)
+    assert limits(4 << 20, max_connection_bytes=3 << 29)["max_held_bytes"] == 3 << 29
     with pytest.raises(ValueError, match="max-connection-bytes"):
         limits(4 << 20, max_connection_bytes=8 << 20)
     with pytest.raises(ValueError, match="max-connections"):
         limits(4 << 20, max_connections=0)
+    with pytest.raises(ValueError, match="max-held-bytes"):
+        limits(4 << 20, max_held_bytes=(64 << 20) - 1)
     replica = ["--replica", "http://127.0.0.1:9"]
     assert main([*replica, "--max-connection-bytes", "1000"]) == 2
     assert main([*replica, "--max-connections", "0"]) == 2
+    assert main([*replica, "--max-held-bytes", str(1 << 20)]) == 2
 
 
 async def test_a_body_over_the_limit_is_a_413_from_the_picker(fleet, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 
 import grpc
@@ -218,3 +219,57 @@ async def test_peers_at_and_past_their_buffer_cap_do_not_slow_other_picks():
             ended = await asyncio.wait_for(flooding, 20)
             holder.close()
         assert ended >= 1
+
+
+PART = 512 << 10  # what one stream of ``holding`` keeps: part of an announced 1 MiB message
+
+
+async def holding(port: int, streams: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that keeps to its windows and leaves PART bytes of a message on each of
+    ``streams`` streams (the caller closes it)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = (1 << 20).to_bytes(5, "big") + bytes(PART - 5)
+    out = [PREFACE + frame(SETTINGS, 0, 0)]
+    for sid in range(1, 2 * streams, 2):
+        out.append(frame(HEADERS, END_HEADERS, sid, b"\x88"))
+        out += [frame(DATA, 0, sid, body[i:i + 16384]) for i in range(0, PART, 16384)]
+    writer.write(b"".join(out))
+    await writer.drain()
+    return reader, writer
+
+
+async def holds(server: Server, total: int) -> None:
+    """Wait (10 s at most) until the server's own count of held bytes is ``total``."""
+    for _ in range(200):
+        if server.buffered == total:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the server holds {server.buffered} bytes, not {total}")
+
+
+async def test_connections_within_their_windows_but_over_the_budget_cut_the_largest(caplog):
+    """Budget 6 MiB, each connection's window 4 MiB: A holds 3 MiB, B 2 MiB, then C sends
+    1.5 MiB, each within its windows. The frame of C's that would pass the budget cuts A, the
+    largest holder (GOAWAY ENHANCE_YOUR_CALM, closed, one WARNING); C's bytes are all taken, B
+    and C still answer PINGs and a pick on another connection is answered. Without
+    NOTE(held-budget) the sum was not bounded: A was never cut (its read timed out)."""
+    caplog.set_level(logging.WARNING, logger="kvpool.epp")
+    async with served(max_connection_bytes=CAP, max_held_bytes=6 << 20) as (server, port):
+        a = await holding(port, 6)
+        await holds(server, 3 << 20)
+        b = await holding(port, 4)
+        await holds(server, 5 << 20)
+        c = await holding(port, 3)
+        try:
+            assert await goaway_code(a[0]) == ENHANCE_YOUR_CALM
+            await holds(server, (2 << 20) + 3 * PART)
+            assert server.cut == 1
+            for reader, writer in (b, c):
+                writer.write(frame(PING, 0, 0, b"stillok!"))
+                assert await asyncio.wait_for(pong(reader), 5) == b"stillok!"
+            assert await pick(port) == 503
+        finally:
+            for _, writer in (a, b, c):
+                writer.close()
+    warned = [r.getMessage() for r in caplog.records if "budget" in r.getMessage()]
+    assert len(warned) == 1 and "--max-held-bytes 6291456" in warned[0], warned
