@@ -149,7 +149,7 @@ async def noop_picker(endpoint: str) -> None:
 
         async def close(self): ...
 
-        async def pick(self, path, raw, headers):
+        async def pick(self, path, raw, headers, method="POST"):
             return endpoint
 
     async with picking(Fixed(), "127.0.0.1", 0) as port:

@@ -1,7 +1,8 @@
 """``kvpool epp``: a Gateway API Inference Extension endpoint picker (Envoy ext_proc over gRPC).
 
 picker.py   the decision: the router's Router set up without a listener (same membership,
-            health beats and scoring as ``kvpool router``), answering host:port
+            health beats, scoring and Responses API affinity as ``kvpool router``), answering
+            host:port
 service.py  the ext_proc stream: buffered body in, destination header + dynamic metadata out,
             ImmediateResponse 400/503 as OpenAI error JSON
 h2.py       the gRPC transport: one HTTP/2 connection served on the event loop (no grpc.aio

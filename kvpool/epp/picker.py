@@ -10,18 +10,33 @@ decision changes here too.
 
 A pick answers ``host:port`` (the GIE protocol's ``<ip:port>``) of the chosen replica's base URL;
 Envoy's ORIGINAL_DST cluster connects there, so the replicas must be named by IP address.
+
+NOTE(responses): a replica keeps its Responses API responses in its own process, so a request
+naming one (POST /v1/responses with ``previous_response_id``, anything under
+``/v1/responses/{id}``) goes to the replica holding it, found as the router finds it: its
+``ResponseAffinity`` (kvpool/router/affinity.py) and ``Router.owner_first``, the same map and
+search (GET /v1/responses/{id} to the healthy replicas with the caller's headers). The map is
+filled by searches only: Envoy does not send the picker the replicas' answers (the response
+phases are skipped, deploy/envoy/envoy.yaml), so the ids the router learns from answers it
+relays are not seen here, and a follow-up's first pick costs one search. The map only chooses
+the endpoint; the client gets the replica's answer (its tenant check, its 404: the NOTE(tenant)
+of affinity.py holds here as in the router). A POST /v1/responses body is checked as the
+router checks it (not a JSON object: 400 from the picker); a new response (no usable
+``previous_response_id``) and every other path go to the first healthy replica, as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from aiohttp import web
 from multidict import CIMultiDict
 
+from kvpool.router.affinity import RESPONSES_PATH
 from kvpool.router.proxy import GENERATE_PATHS, Router
 from kvpool.router.relayed import request_headers
+from kvpool.router.replicas import Replica
 
 __all__ = ["Picker", "endpoint_of"]
 
@@ -52,18 +67,34 @@ class Picker:
             await self.runner.cleanup()
             self.runner = None
 
-    async def pick(self, path: str, raw: bytes,
-                   headers: Sequence[tuple[str, str]]) -> str | None:
-        """The endpoint for a request to ``path`` (None: no healthy replica). Generation
-        requests are checked (RequestError: not a JSON object) and planned like the router
-        plans them; others go to the first healthy replica."""
-        if path.split("?", 1)[0] in GENERATE_PATHS:
+    async def pick(self, path: str, raw: bytes, headers: Sequence[tuple[str, str]],
+                   method: str = "POST") -> str | None:
+        """The endpoint for a ``method`` request to ``path`` (None: no healthy replica).
+        Generation requests are checked (RequestError: not a JSON object) and planned like the
+        router plans them; Responses API follow-ups go to their response's replica
+        (NOTE(responses)); others go to the first healthy replica."""
+        route = path.split("?", 1)[0]
+        plain = request_headers(CIMultiDict(headers))
+        if route in GENERATE_PATHS:
             body = await self.router.bodies.check(raw)
-            order, _, _ = await self.router.plan(raw, body,
-                                                 request_headers(CIMultiDict(headers)))
+            order, _, _ = await self.router.plan(raw, body, plain)
         else:
-            order = self.router.replicas.healthy()
+            order = await self.by_response(route, method, raw, plain)
         if not order:
             return None
         self.picks += 1
         return endpoint_of(order[0].url)
+
+    async def by_response(self, route: str, method: str, raw: bytes,
+                          headers: list) -> list[Replica]:
+        """The healthy replicas, the one holding the response ``route`` names (if any) first
+        (NOTE(responses))."""
+        healthy = self.router.replicas.healthy()
+        if route == RESPONSES_PATH and method == "POST":
+            body = await self.router.bodies.check(raw)  # RequestError: the router's 400
+            named = None if body is None else body.get("previous_response_id")  # anything
+        elif route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
+            named = unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
+        else:
+            return healthy
+        return await self.router.owner_first(named, healthy, headers)

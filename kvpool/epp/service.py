@@ -226,9 +226,10 @@ class EndpointPicker:
     async def decide(self, headers: list[tuple[str, str]], raw: bytes,
                      phase: str) -> pb.ProcessingResponse:
         path = next((v for k, v in headers if k == ":path"), "/")
+        method = next((v for k, v in headers if k == ":method"), "GET")
         plain = [(k, v) for k, v in headers if not k.startswith(":")]
         try:
-            endpoint = await self.picker.pick(path, raw, plain)
+            endpoint = await self.picker.pick(path, raw, plain, method)
         except RequestError as exc:
             return refused(400, str(exc), exc.code or "invalid_json", exc.param)
         if endpoint is None:

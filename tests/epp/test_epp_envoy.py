@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -24,9 +25,12 @@ from bench.envoy_proc import Envoy
 from tests.router.helpers import LOOKUP_TIMEOUT, complete, prompt, read_events, spawn_many
 
 
+TENANT = "X-Tenant"  # the replicas' --tenant-header (the Responses API tests' tenants)
+
+
 @pytest.fixture(scope="module")
 def fleet():
-    started = spawn_many({"e0": (), "e1": ()})
+    started = spawn_many({"e0": ("--tenant-header", TENANT), "e1": ("--tenant-header", TENANT)})
     try:
         yield [started["e0"].url, started["e1"].url]
     finally:
@@ -229,3 +233,65 @@ async def test_a_body_over_the_limit_is_a_413_from_the_picker(fleet, tmp_path):
         finally:
             await asyncio.to_thread(envoy.stop)
     assert picker.picks == 1
+
+
+async def respond(s, url, tenant="a", **body) -> tuple[int, dict]:
+    """POST /v1/responses through ``url``: (status, JSON answer)."""
+    async with s.post(url + "/v1/responses", headers={TENANT: tenant},
+                      json={"input": "hello", "max_output_tokens": 2, **body}) as r:
+        return r.status, await r.json()
+
+
+async def retrieve(s, url, rid, tenant="a") -> tuple[int, dict]:
+    async with s.get(f"{url}/v1/responses/{rid}", headers={TENANT: tenant}) as r:
+        return r.status, await r.json()
+
+
+async def test_responses_follow_ups_reach_the_replica_holding_the_response(fleet, tmp_path):
+    """A response made on the second replica (the picker's first choice for anything but
+    generation is the first): a GET and a previous_response_id through Envoy reach its
+    replica, found by one search, then known. Without NOTE(responses) in kvpool/epp/picker.py
+    both went to the first replica: 404."""
+    async with through_envoy(fleet, tmp_path) as (picker, url), aiohttp.ClientSession() as s:
+        status, made = await respond(s, fleet[1])
+        assert status == 200, made
+        rid = made["id"]
+        assert (await retrieve(s, fleet[0], rid))[0] == 404  # it lives on the second only
+        status, got = await retrieve(s, url, rid)
+        assert (status, got.get("id")) == (200, rid), got
+        assert picker.router.affinity.owner_url(rid) == fleet[1]
+        searches = picker.router.affinity.searches
+        status, after = await respond(s, url, previous_response_id=rid)
+        assert status == 200 and after["previous_response_id"] == rid, after
+        assert picker.router.affinity.searches == searches == 1  # known now: no search
+
+
+async def test_responses_another_tenant_and_hostile_ids_get_a_replicas_answer(fleet, tmp_path,
+                                                                              caplog):
+    """Tenant b naming tenant a's response gets the owner's own 404, as for an id never
+    issued, and the picker's map, counts and logs do not move; ids no replica could hold
+    are placed without a search and answered by a replica; a body that is no JSON object is
+    the picker's 400."""
+    caplog.set_level(logging.DEBUG, logger="kvpool")
+    async with through_envoy(fleet, tmp_path) as (picker, url), aiohttp.ClientSession() as s:
+        rid = (await respond(s, fleet[1]))[1]["id"]
+        assert (await retrieve(s, url, rid))[0] == 200  # tenant a's: found and learnt
+        m = picker.router.affinity
+        before = (len(m), dict(m.learnt))
+        known = await retrieve(s, url, rid, tenant="b")
+        assert known == await retrieve(s, fleet[1], rid, tenant="b")
+        assert known[0] == 404 and known[1]["error"]["code"] == "response_not_found"
+        for prev in (rid, "resp_" + uuid.uuid4().hex):
+            status, out = await respond(s, url, tenant="b", previous_response_id=prev)
+            assert (status, out["error"]["code"]) == (404, "previous_response_not_found")
+        assert (len(m), dict(m.learnt)) == before
+        assert not [r for r in caplog.records if rid in r.getMessage()]
+        searches = m.searches
+        for prev, status in ((12345, 400), (["resp_x"], 400), ("r" * 1_000_000, 404)):
+            got = await respond(s, url, previous_response_id=prev)  # the replica's answer
+            assert got[0] == status and got[1]["error"]["param"] == "previous_response_id"
+        assert (await retrieve(s, url, "r" * 300))[0] == 404
+        assert m.searches == searches
+        async with s.post(url + "/v1/responses", data=b"{nope",
+                          headers={"Content-Type": "application/json"}) as resp:
+            assert (await error_of(resp, 400))["code"] == "invalid_json"
