@@ -21,8 +21,10 @@ phases are skipped, deploy/envoy/envoy.yaml), so the ids the router learns from 
 relays are not seen here, and a follow-up's first pick costs one search. The map only chooses
 the endpoint; the client gets the replica's answer (its tenant check, its 404: the NOTE(tenant)
 of affinity.py holds here as in the router). A POST /v1/responses body is checked as the
-router checks it (not a JSON object: 400 from the picker); a new response (no usable
-``previous_response_id``) and every other path go to the first healthy replica, as before.
+router checks it (not a JSON object: 400 from the picker). A new response (no usable
+``previous_response_id``) is placed by load as the router places it (``Router.by_load``:
+round robin unless the loads are imbalanced); every other path goes to the first healthy
+replica.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class Picker:
         if route == RESPONSES_PATH and method == "POST":
             body = await self.router.bodies.check(raw)  # RequestError: the router's 400
             named = None if body is None else body.get("previous_response_id")  # anything
+            healthy = self.router.by_load(healthy)  # a new response: placed by load
         elif route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
             named = unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
         else:

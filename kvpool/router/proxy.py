@@ -255,6 +255,14 @@ class Router:
         rest = sorted((i for i in range(len(cands)) if i != idx), key=lambda i: (loads[i], i))
         return [cands[i] for i in (idx, *rest)], idx, reason
 
+    def by_load(self, cands: list[Replica]) -> list[Replica]:
+        """``cands`` in the order to try a request no prefix lookup can score (a new response):
+        ``choose`` with no hits (round robin unless the loads are imbalanced), the others
+        least loaded first."""
+        if not cands:
+            return []
+        return self._ranked(cands, [0] * len(cands), [r.busy() for r in cands])[0]
+
     async def owner_first(self, response_id: object, order: list[Replica],
                           headers: list) -> list[Replica]:
         """``order`` with the replica holding ``response_id`` (affinity.py) moved first."""
@@ -276,9 +284,7 @@ class Router:
         by load alone."""
         raw, body = await self.bodies.read(request)
         headers = request_headers(request.headers)
-        cands = self.replicas.healthy()
-        order = (self._ranked(cands, [0] * len(cands), [r.busy() for r in cands])[0]
-                 if cands else [])
+        order = self.by_load(self.replicas.healthy())
         if body is not None:  # previous_response_id as the client sent it: anything
             order = await self.owner_first(body.get("previous_response_id"), order, headers)
         return await self._relay(request, raw, headers, order, None, 0, self.affinity.learn)
