@@ -40,8 +40,11 @@ class EppFront:
                  root: str | None = None) -> None:
         """``root``: run the kvpool of another checkout (bench.route_live --baseline)."""
         self.root = str(root or ROOT)
+        # this checkout's picker serves no metrics port (its default 9090 would collide with a
+        # baseline's); another checkout's may not know the flag
+        quiet = ["--metrics-port", "-1"] if root is None else []
         self.cmd = [sys.executable, "-m", "kvpool", "epp", "--host", "127.0.0.1", "--port", "0",
-                    "--log-level", "warning", *extra_args]
+                    "--log-level", "warning", *quiet, *extra_args]
         for r in replicas:
             self.cmd += ["--replica", r]
         self.proc: subprocess.Popen | None = None

@@ -10,6 +10,8 @@ h2.py       the gRPC transport: one HTTP/2 connection served on the event loop (
 calls.py    one gRPC call on it: frames, messages cut from DATA, answers
 listener.py the listening socket: the limits (message, bytes per connection, connections) and
             a stop bounded in time (docs/epp.md)
+metrics.py  the Prometheus port: the router's registry and the transport's figures on
+            GET /metrics, the router's GET /health (docs/epp.md)
 cli.py      the ``kvpool epp`` subcommand
 
 Needs the ``epp`` extra (protobuf and xds-protos: Envoy's generated ext_proc API; grpcio comes

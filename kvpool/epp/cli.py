@@ -5,7 +5,8 @@ lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SI
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
 ``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
 flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
-``--max-connection-bytes`` and ``--max-held-bytes``.
+``--max-connection-bytes`` and ``--max-held-bytes``; ``--metrics-port`` and ``--metrics-host``
+place its Prometheus port (metrics.py).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from collections.abc import AsyncIterator, Sequence
 from kvpool.epp.calls import ENVELOPE
 from kvpool.epp.listener import (DEFAULT_CONNECTION_BYTES, DEFAULT_HELD_BYTES,
                                   DEFAULT_MAX_CONNECTIONS, Server)
+from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
 from kvpool.router import cli as router_cli
 
-__all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "limits", "main", "picking", "run"]
+__all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "limits", "main", "metrics_port",
+           "picking", "run"]
 
 READY_PREFIX = "kvpool epp: listening on grpc://"
 DEFAULT_PORT = 9002  # the Inference Extension's endpoint-picker port
@@ -52,7 +55,24 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "connection holding the most is closed (default "
                         f"{DEFAULT_HELD_BYTES >> 30} GiB, or --max-connection-bytes when that "
                         "is more)")
+    p.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, metavar="N",
+                   help="port of GET /metrics (Prometheus) and GET /health (0: any free; -1: "
+                        f"not served; default {DEFAULT_METRICS_PORT}, as the Inference "
+                        "Extension's picker)")
+    p.add_argument("--metrics-host", default=None, metavar="H",
+                   help="address the metrics port binds (default: --host's, itself "
+                        "127.0.0.1 unless given)")
     return p
+
+
+def metrics_port(args: argparse.Namespace) -> MetricsPort | None:
+    """The metrics port the flags ask for (None: -1, not served); ValueError past the range."""
+    if not -1 <= args.metrics_port <= 65535:
+        raise ValueError(f"--metrics-port {args.metrics_port}: use 0 to 65535 (0: any free "
+                         "port), or -1 to serve no metrics")
+    if args.metrics_port < 0:
+        return None
+    return MetricsPort(args.metrics_host or args.host, args.metrics_port)
 
 
 def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
@@ -82,19 +102,27 @@ def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
 async def picking(picker: Picker, host: str, port: int,
                   max_connections: int = DEFAULT_MAX_CONNECTIONS,
                   max_connection_bytes: int | None = None,
-                  max_held_bytes: int | None = None) -> AsyncIterator[int]:
-    """``picker`` started and served over gRPC on ``host:port``; yields the bound port."""
+                  max_held_bytes: int | None = None,
+                  metrics: MetricsPort | None = None) -> AsyncIterator[int]:
+    """``picker`` started and served over gRPC on ``host:port``, and on ``metrics`` (its
+    ``port`` the bound one) when given; yields the gRPC port."""
     server = Server(EndpointPicker(picker).process, **limits(
         picker.router.max_body_bytes, max_connections, max_connection_bytes, max_held_bytes))
     await picker.start()
     try:
-        yield await server.start(host, port)
+        bound = await server.start(host, port)
+        if metrics is not None:
+            await metrics.start(picker, server)
+        yield bound
     finally:
+        if metrics is not None:
+            await metrics.stop()
         await server.stop(grace=5)  # streams in flight get 5 s to finish their decision
         await picker.close()
 
 
-async def serve(picker: Picker, args: argparse.Namespace) -> None:
+async def serve(picker: Picker, args: argparse.Namespace,
+                metrics: MetricsPort | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -102,9 +130,10 @@ async def serve(picker: Picker, args: argparse.Namespace) -> None:
             loop.add_signal_handler(sig, stop.set)
     host = args.host
     async with picking(picker, host, args.port, args.max_connections,
-                       args.max_connection_bytes, args.max_held_bytes) as bound:
+                       args.max_connection_bytes, args.max_held_bytes, metrics) as bound:
+        exposed = f", metrics on {metrics.url}" if metrics is not None else ""
         print(f"{READY_PREFIX}{host}:{bound} ({len(picker.router.replicas.replicas)} "
-              "replicas)", flush=True)
+              f"replicas){exposed}", flush=True)
         await stop.wait()
 
 
@@ -121,12 +150,17 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     try:  # the transport's flags checked before anything starts
         limits(args.max_body_bytes, args.max_connections, args.max_connection_bytes,
                args.max_held_bytes)
+        metrics = metrics_port(args)
         router = router_cli.build_router(args)
     except (ValueError, OSError) as exc:
         print(f"kvpool epp: {exc}", file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=router_cli.event_loop_factory()) as runner:
-        runner.run(serve(Picker(router), args))
+        try:
+            runner.run(serve(Picker(router), args, metrics))
+        except OSError as exc:  # a port taken or not ours to bind: said, no traceback
+            print(f"kvpool epp: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,18 +134,22 @@ async def test_bad_json_is_a_400_from_the_picker(fleet, tmp_path):
     assert picker.picks == 1
 
 
-def spawn_epp(*argv: str) -> tuple[subprocess.Popen, int]:
-    """``python -m kvpool epp ARGV --port 0``; (process, bound port from its ready line)."""
-    proc = subprocess.Popen([sys.executable, "-m", "kvpool", "epp", "--port", "0", *argv],
+def spawn_epp(*argv: str) -> tuple[subprocess.Popen, int, int | None]:
+    """``python -m kvpool epp --port 0 --metrics-port 0 ARGV``; (process, bound gRPC port,
+    bound metrics port or None) from its ready line."""
+    proc = subprocess.Popen([sys.executable, "-m", "kvpool", "epp", "--port", "0",
+                             "--metrics-port", "0", *argv],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     line = proc.stdout.readline()  # bounded by the test's timeout
     assert line.startswith(READY_PREFIX), line
-    return proc, int(line[len(READY_PREFIX):].split()[0].rsplit(":", 1)[1])
+    metrics = re.search(r"metrics on http://[^ ]+:(\d+)$", line.strip())
+    return (proc, int(line[len(READY_PREFIX):].split()[0].rsplit(":", 1)[1]),
+            int(metrics.group(1)) if metrics else None)
 
 
 async def test_no_healthy_replica_is_a_503_from_the_cli_picker(tmp_path):
-    proc, port = spawn_epp("--replica", "http://127.0.0.1:9")  # refused: never healthy
+    proc, port, _ = spawn_epp("--replica", "http://127.0.0.1:9")  # refused: never healthy
     envoy = Envoy(port, tmp_path)
     try:
         await asyncio.to_thread(envoy.start)

@@ -1,0 +1,128 @@
+"""The picker's Prometheus port: GET /metrics and GET /health over HTTP on a port of its own
+(``kvpool epp --metrics-port``, 9090 by default as the Inference Extension's own picker;
+docs/epp.md, "Metrics").
+
+/metrics is the registry of the picker's ``Router`` (``Router.metrics.registry``: its decisions,
+predicted hits, healthy replicas, Responses API ids and, with --kv-events, the KV-event
+routing's figures), served by the router's own handler, with the transport's figures added to
+that registry for as long as the port is open (``TransportCollector``). /health is the router's
+too: 200 while a replica is healthy, 503 otherwise, JSON naming the healthy replicas.
+
+NOTE(scrape-time): every kvpool_epp_* figure is a plain attribute the picker and its server keep
+anyway (``Picker.picks``, ``Server.refused``, ...), read when Prometheus scrapes; the picking
+path updates no metric object of its own.
+
+NOTE(metrics-edge): the port is served on the replica's guarded listener
+(kvpool.server.connections): at most METRICS_CONNECTIONS connections open (a scraper needs
+one, a probe one more), a request head within 10 s, aiohttp's own limits on a head (a header
+over 8190 bytes is a 400, OpenAI error JSON, one INFO line) and idle connections closed after
+15 s. So a client of this port holds a few descriptors at most and never the gRPC port's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from kvpool.server.connections import ConnectionLimiter, start_listener
+from kvpool.server.middleware import error_middleware
+
+if TYPE_CHECKING:
+    from kvpool.epp.listener import Server
+    from kvpool.epp.picker import Picker
+
+__all__ = ["DEFAULT_METRICS_PORT", "METRICS_CONNECTIONS", "MetricsPort", "TransportCollector"]
+
+DEFAULT_METRICS_PORT = 9090  # the Inference Extension's endpoint picker serves its metrics here
+METRICS_CONNECTIONS = 32  # NOTE(metrics-edge)
+SHUTDOWN_TIMEOUT = 2.0  # seconds a scrape in flight gets at the picker's stop
+
+
+class TransportCollector:
+    """The picker's and its gRPC server's counts as kvpool_epp_* families, read at each
+    collect (a prometheus_client collector; NOTE(scrape-time))."""
+
+    def __init__(self, picker: Picker, server: Server) -> None:
+        self.picker, self.server = picker, server
+
+    def collect(self) -> Iterator[Metric]:
+        picker, server = self.picker, self.server
+        count, level = CounterMetricFamily, GaugeMetricFamily  # a counter gets "_total"
+        yield count("kvpool_epp_picks", "Requests the picker gave an endpoint.",
+                    value=picker.picks)
+        yield count("kvpool_epp_full_duplex_bodies",
+                    "Request bodies Envoy streamed in full duplex (decided at their end).",
+                    value=picker.full_duplex)
+        yield level("kvpool_epp_connections", "Open gRPC connections (Envoy's and any other).",
+                    value=len(server.connections))
+        yield level("kvpool_epp_max_connections", "The open connection cap (--max-connections).",
+                    value=server.max_connections)
+        yield count("kvpool_epp_connections_refused",
+                    "Connections closed at once because the cap was reached.",
+                    value=server.refused)
+        yield count("kvpool_epp_connections_cut",
+                    "Connections closed because the held-bytes budget was reached (the "
+                    "largest holder each time).", value=server.cut)
+        yield level("kvpool_epp_held_bytes",
+                    "Request bytes the open calls hold now (bodies until their decision).",
+                    value=server.buffered)
+        yield level("kvpool_epp_max_held_bytes", "The held-bytes budget (--max-held-bytes).",
+                    value=server.max_held_bytes)
+
+    def describe(self) -> list[Metric]:
+        """The families' names, so registering twice is refused as a duplicate."""
+        return list(self.collect())
+
+
+class MetricsPort:
+    """/metrics and /health on ``host:port`` (0: any free port; ``port`` is the bound one once
+    started) for a running picker and its gRPC server."""
+
+    def __init__(self, host: str, port: int = DEFAULT_METRICS_PORT,
+                 max_connections: int = METRICS_CONNECTIONS) -> None:
+        self.host, self.port = host, port
+        self.limiter = ConnectionLimiter(max_connections)
+        self.collector: TransportCollector | None = None
+        self.registry: CollectorRegistry | None = None  # the router's, while it holds ours
+        self.runner: web.AppRunner | None = None
+        self.listener: asyncio.AbstractServer | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self, picker: Picker, server: Server) -> int:
+        """Serve ``picker``'s router registry with ``server``'s figures; the bound port."""
+        router = picker.router
+        self.collector = TransportCollector(picker, server)
+        self.registry = router.metrics.registry
+        self.registry.register(self.collector)
+        app = web.Application(middlewares=[error_middleware])
+        app.router.add_get("/metrics", router.render_metrics)
+        app.router.add_get("/health", router.health)
+        self.runner = web.AppRunner(app, handler_cancellation=True,
+                                    shutdown_timeout=SHUTDOWN_TIMEOUT)
+        await self.runner.setup()
+        self.listener = await start_listener(self.runner, self.host, self.port,
+                                             limiter=self.limiter)
+        self.port = self.listener.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        """Close the port and take the transport's figures out of the router's registry (also
+        after a start that failed midway)."""
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+        if self.registry is not None:
+            self.registry.unregister(self.collector)
+            self.registry = self.collector = None
