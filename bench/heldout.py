@@ -81,6 +81,10 @@ product):
               synthesis, citation checks and revisions hours later, monitors re-running saved
               queries over changing pages (a change makes later blocks new), PDF uploads
               (written after ``adaptive`` was frozen (at 395a810); bench/heldout_research.py)
+    tutoring  a tutoring platform for schools in four time zones: class-period bursts on a
+              teacher's activity, homework resumed before deadlines, weekly readings, exam
+              review, grading jobs, teacher tools, one-off questions (written after
+              ``adaptive`` was frozen (at 395a810); bench/heldout_tutoring.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -110,6 +114,7 @@ from bench.heldout_rag import rerank_rag
 from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
 from bench.heldout_rollout import prompt_rollout
 from bench.heldout_support import support_desk
+from bench.heldout_tutoring import tutoring
 from bench.heldout_vision import vision_mix
 from bench.common import bench_parser, machine, write_json
 from bench.policies import CANDIDATES, hits, opt_hit_rate
@@ -337,7 +342,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "compaction_chat": compaction_chat, "rl_rollout": rl_rollout,
           "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix,
           "npc_world": npc_world, "api_gateway": api_gateway,
-          "deep_research": deep_research}
+          "deep_research": deep_research, "tutoring": tutoring}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
