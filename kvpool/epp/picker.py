@@ -25,6 +25,12 @@ router checks it (not a JSON object: 400 from the picker). A new response (no us
 ``previous_response_id``) is placed by load as the router places it (``Router.by_load``:
 round robin unless the loads are imbalanced); every other path goes to the first healthy
 replica.
+
+NOTE(decisions): the router counts each generation request's choice on its registry
+(kvpool_router_decisions_total by reason, kvpool_router_predicted_hit_tokens_total: the chosen
+replica's reported hit) as it relays the request; the picker relays nothing, so ``pick`` counts
+the same two at the pick, on the same counters, whatever the replica then answers (Envoy sends
+the request and the picker never learns the outcome, so there is no "retry" here).
 """
 
 from __future__ import annotations
@@ -79,7 +85,10 @@ class Picker:
         plain = request_headers(CIMultiDict(headers))
         if route in GENERATE_PATHS:
             body = await self.router.bodies.check(raw)
-            order, _, _ = await self.router.plan(raw, body, plain)
+            order, predicted, reason = await self.router.plan(raw, body, plain)
+            if order:  # NOTE(decisions)
+                self.router.metrics.by_reason[reason].inc()
+                self.router.metrics.predicted.inc(predicted)
         else:
             order = await self.by_response(route, method, raw, plain)
         if not order:

@@ -1,7 +1,8 @@
 """The picker's Prometheus port (kvpool/epp/metrics.py, docs/epp.md "Metrics"), all on 127.0.0.1:
 ``kvpool epp``'s /metrics moves with picks made over the real gRPC path and with connections
 refused at the cap, /health follows the replicas' health, the held-bytes gauge and the cut
-counter follow the budget, and hostile requests to the metrics port leave picking alone."""
+counter follow the budget, hostile requests to the metrics port leave picking alone, and a
+generation pick counts as the router's decision."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 
 import aiohttp
 import grpc
+from aiohttp import web
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
@@ -25,7 +27,7 @@ from kvpool.epp.listener import Server
 from kvpool.epp.metrics import MetricsPort
 from kvpool.epp.picker import Picker, endpoint_of
 from kvpool.epp.service import DESTINATION_HEADER, METADATA_NAMESPACE, EndpointPicker
-from kvpool.router.proxy import Router
+from kvpool.router.proxy import LOOKUP_PATH, Router
 from kvpool.router.replicas import ReplicaSet
 from stress.http.servers import ROOT
 from tests.epp.test_epp_envoy import spawn_epp
@@ -263,3 +265,47 @@ async def test_held_bytes_and_the_connections_cut_at_the_budget_are_scraped():
         await metrics.stop()
         await server.stop(grace=1)
         await picker.close()
+
+
+@contextlib.asynccontextmanager
+async def hitting(hit: int):
+    """A replica on 127.0.0.1 that passes /health and answers every prefix lookup with ``hit``
+    device tokens and no load; yields its URL."""
+    async def lookup(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"device_hit_tokens": hit, "host_hit_tokens": 0,
+                                  "num_running": 0, "num_waiting": 0})
+
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_post(LOOKUP_PATH, lookup)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_generation_picks_are_counted_as_the_routers_decisions():
+    """Two completions picked over gRPC on a replica reporting a 7-token hit: the router's
+    kvpool_router_decisions_total{reason="only"} is 2 and its predicted hit tokens 14 on the
+    picker's /metrics; a GET /v1/models pick is a pick but no decision. Without
+    NOTE(decisions) in kvpool/epp/picker.py both stayed 0: the router counts them only as it
+    relays a request, and the picker relays none."""
+    async with hitting(7) as url, in_process([url]) as (picker, port, metrics), \
+            aiohttp.ClientSession() as s:
+        for _ in range(2):
+            assert await pick(port, *FULL_DUPLEX) == endpoint_of(url)
+        assert await pick(port, models()) == endpoint_of(url)
+        async with s.get(metrics.url + "/metrics") as r:
+            samples = parse_metrics(await r.text())
+    decisions = {dict(k)["reason"]: v for k, v in
+                 samples["kvpool_router_decisions_total"].items()}
+    assert decisions == {"prefix": 0, "load": 0, "round_robin": 0, "only": 2, "retry": 0}
+    assert samples["kvpool_router_predicted_hit_tokens_total"][()] == 14
+    assert samples["kvpool_epp_picks_total"][()] == 3 == picker.picks
