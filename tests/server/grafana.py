@@ -12,7 +12,8 @@ DASHBOARD = DEPLOY / "grafana" / "kvpool.json"
 
 # Grafana's template variables -> values that make a plain PromQL expression
 GRAFANA_VARS = {"$__rate_interval": "30s", "$__interval": "15s", "$__range": "5m",
-                "${datasource}": "", "$job": ".*", "$instance": ".*", "$router_job": ".*"}
+                "${datasource}": "", "$job": ".*", "$instance": ".*", "$router_job": ".*",
+                "$epp_job": ".*"}
 
 
 def load_dashboard() -> dict:

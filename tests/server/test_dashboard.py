@@ -1,7 +1,8 @@
 """deploy/: the Grafana dashboard and the Prometheus config are valid, and every metric the
 dashboard queries is one kvpool exports: the server's (METRIC_NAMES, the HTTP edge's, a live
-/metrics scrape), the remote tier's (kvpool.metrics.remote) and the router's (a live router's
-/metrics in front of the live server)."""
+/metrics scrape), the remote tier's (kvpool.metrics.remote), the router's (a live router's
+/metrics in front of the live server) and the endpoint picker's (a live picker's metrics port
+in front of it)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 
+from kvpool.epp.cli import picking
+from kvpool.epp.listener import Server
+from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort, TransportCollector
+from kvpool.epp.picker import Picker
 from kvpool.metrics import METRIC_NAMES
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
 from kvpool.metrics.collector import REQUEST_METRIC_NAMES
@@ -51,6 +56,14 @@ def router_names() -> set[str]:
     return registry_names(Router(ReplicaSet(["http://127.0.0.1:9"])).metrics.registry)
 
 
+def epp_names() -> set[str]:
+    """The picker's own families (its metrics port serves them beside the router's)."""
+    registry = CollectorRegistry()
+    picker = Picker(Router(ReplicaSet(["http://127.0.0.1:9"])))
+    registry.register(TransportCollector(picker, Server(picker.pick, 1 << 20)))
+    return registry_names(registry)
+
+
 def memory_tier() -> InMemoryTier:
     return InMemoryTier(ValueCodec(Namespace(model_id="tiny", weights="w", dtype="float32",
                                              block_size=16, layers=2, kv_heads=2, head_dim=16)))
@@ -62,7 +75,7 @@ def remote_names() -> set[str]:
 
 def exported() -> set[str]:
     return set(METRIC_NAMES) | set(REQUEST_METRIC_NAMES) | set(EDGE_NAMES) | remote_names() \
-        | router_names()
+        | router_names() | epp_names()
 
 
 def metric_names(expr: str) -> set[str]:
@@ -118,7 +131,7 @@ def test_dashboard_shape():
     for topic in ("usage", "free blocks", "fragmentation", "swap", "preemption", "hit rate",
                   "requests by state", "first token", "inter-token", "end-to-end", "step time",
                   "evictions", "invariant", "remote tier", "breaker", "http connections",
-                  "router"):
+                  "router", "endpoint picker"):
         assert topic in titles, f"no panel about {topic!r}"
 
 
@@ -127,6 +140,8 @@ def test_remote_and_router_names_are_what_their_registries_export():
     assert {"kvpool_router_decisions_total", "kvpool_router_predicted_hit_tokens_total",
             "kvpool_router_cached_tokens_total", "kvpool_router_healthy_replicas"} <= \
         router_names()
+    assert {"kvpool_epp_picks_total", "kvpool_epp_connections_refused_total",
+            "kvpool_epp_connections_cut_total", "kvpool_epp_held_bytes"} <= epp_names()
 
 
 def test_every_exported_metric_is_on_the_dashboard_and_nothing_else():
@@ -169,15 +184,13 @@ def test_prometheus_yml_scrapes_the_default_server():
     job = jobs["kvpool"]
     assert job.get("metrics_path", "/metrics") == "/metrics"
     assert "127.0.0.1:8000" in job["static_configs"][0]["targets"]
+    epp = jobs["kvpool-epp"]  # the picker's metrics port, at its default
+    assert epp.get("metrics_path", "/metrics") == "/metrics"
+    assert f"127.0.0.1:{DEFAULT_METRICS_PORT}" in epp["static_configs"][0]["targets"]
 
 
-async def test_dashboard_metrics_are_in_a_live_scrape(srv):
-    """Server series in the server's /metrics; router series in the /metrics of a real router
-    on loopback in front of that server; remote-tier series in a RemoteMetrics exposition
-    (the server exports it once it runs with --remote-url)."""
-    # the HTTP edge's families, attached the way serve() attaches them (the in-process
-    # fixture server has no connection limiter of its own)
-    srv.app[METRICS_KEY].add_source(ConnectionLimiter(8).families)
+async def router_scrape(srv) -> dict:
+    """The /metrics of a real router on loopback in front of ``srv``."""
     router = Router(ReplicaSet([srv.url]))
     rsrv = TestServer(router.app(), host="127.0.0.1", port=0)
     await rsrv.start_server()
@@ -187,9 +200,34 @@ async def test_dashboard_metrics_are_in_a_live_scrape(srv):
                                 json={"prompt": "hello", "max_tokens": 3})).read()
             async with s.get(f"http://127.0.0.1:{rsrv.port}/metrics") as r:
                 assert r.status == 200
-                from_router = parse_metrics(await r.text())
+                return parse_metrics(await r.text())
     finally:
         await rsrv.close()
+
+
+async def epp_scrape(srv) -> dict:
+    """The metrics port of a real picker (gRPC and metrics on loopback) over ``srv``, after
+    one pick."""
+    picker = Picker(Router(ReplicaSet([srv.url])))
+    metrics = MetricsPort("127.0.0.1", 0)
+    async with picking(picker, "127.0.0.1", 0, metrics=metrics), aiohttp.ClientSession() as s:
+        assert await picker.pick("/v1/models", b"", [], "GET") is not None
+        async with s.get(metrics.url + "/metrics") as r:
+            assert r.status == 200
+            return parse_metrics(await r.text())
+
+
+async def test_dashboard_metrics_are_in_a_live_scrape(srv):
+    """Server series in the server's /metrics; router series in the /metrics of a real router
+    on loopback in front of that server; picker series on a real picker's metrics port, which
+    serves the router's series too; remote-tier series in a RemoteMetrics exposition (the
+    server exports it once it runs with --remote-url)."""
+    # the HTTP edge's families, attached the way serve() attaches them (the in-process
+    # fixture server has no connection limiter of its own)
+    srv.app[METRICS_KEY].add_source(ConnectionLimiter(8).families)
+    from_router = await router_scrape(srv)
+    from_epp = await epp_scrape(srv)
+    assert set(from_router) <= set(from_epp)  # the picker's Router, on its metrics port
     async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
         text = await r.text()
     from_server = parse_metrics(text)
@@ -208,5 +246,6 @@ async def test_dashboard_metrics_are_in_a_live_scrape(srv):
     for expr in dashboard_exprs(load_dashboard()):
         for name in metric_names(plain(expr)):
             where = (from_router if name.startswith("kvpool_router_") else
+                     from_epp if name.startswith("kvpool_epp_") else
                      from_remote if name.startswith("kvpool_remote_") else from_server)
             assert name in where, f"{name} (in {expr!r}) is not exported"
