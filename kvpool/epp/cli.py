@@ -5,7 +5,7 @@ lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SI
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
 ``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
 flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
-``--max-connection-bytes`` and ``--max-held-bytes``; ``--metrics-port`` and ``--metrics-host``
+``--max-connection-bytes``, ``--max-held-bytes`` and ``--max-open-streams``; ``--metrics-port`` and ``--metrics-host``
 place its Prometheus port (metrics.py).
 """
 
@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from kvpool.epp.calls import ENVELOPE
 from kvpool.epp.listener import (DEFAULT_CONNECTION_BYTES, DEFAULT_HELD_BYTES,
-                                  DEFAULT_MAX_CONNECTIONS, Server)
+                                  DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_OPEN_STREAMS, Server)
 from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
@@ -55,6 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "connection holding the most is closed (default "
                         f"{DEFAULT_HELD_BYTES >> 30} GiB, or --max-connection-bytes when that "
                         "is more)")
+    p.add_argument("--max-open-streams", type=int, default=DEFAULT_MAX_OPEN_STREAMS,
+                   metavar="N", help="gRPC calls open on all connections together; past it a "
+                   "new stream is refused with RST_STREAM REFUSED_STREAM (default "
+                   f"{DEFAULT_MAX_OPEN_STREAMS})")
     p.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, metavar="N",
                    help="port of GET /metrics (Prometheus) and GET /health (0: any free; -1: "
                         f"not served; default {DEFAULT_METRICS_PORT}, as the Inference "
@@ -77,7 +81,8 @@ def metrics_port(args: argparse.Namespace) -> MetricsPort | None:
 
 def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
            max_connection_bytes: int | None = None,
-           max_held_bytes: int | None = None) -> dict[str, int]:
+           max_held_bytes: int | None = None,
+           max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS) -> dict[str, int]:
     """The transport's limits (Server's keywords) for bodies of at most ``max_body_bytes``;
     ValueError names the flag that cannot work."""
     max_message = max_body_bytes + MESSAGE_SLACK
@@ -89,13 +94,16 @@ def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                          f"(--max-body-bytes plus {MESSAGE_SLACK >> 20} MiB for one call)")
     if max_connections < 1:
         raise ValueError(f"--max-connections {max_connections}: use a positive count")
+    if max_open_streams < 1:
+        raise ValueError(f"--max-open-streams {max_open_streams}: use a positive count")
     if max_held_bytes is None:  # NOTE(held-budget) in listener.py
         max_held_bytes = max(DEFAULT_HELD_BYTES, max_connection_bytes)
     if max_held_bytes < max_connection_bytes:
         raise ValueError(f"--max-held-bytes {max_held_bytes}: use at least "
                          f"--max-connection-bytes ({max_connection_bytes})")
     return {"max_message": max_message, "max_connections": max_connections,
-            "max_connection_bytes": max_connection_bytes, "max_held_bytes": max_held_bytes}
+            "max_connection_bytes": max_connection_bytes, "max_held_bytes": max_held_bytes,
+            "max_open_streams": max_open_streams}
 
 
 @contextlib.asynccontextmanager
@@ -103,11 +111,13 @@ async def picking(picker: Picker, host: str, port: int,
                   max_connections: int = DEFAULT_MAX_CONNECTIONS,
                   max_connection_bytes: int | None = None,
                   max_held_bytes: int | None = None,
-                  metrics: MetricsPort | None = None) -> AsyncIterator[int]:
+                  metrics: MetricsPort | None = None,
+                  max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS) -> AsyncIterator[int]:
     """``picker`` started and served over gRPC on ``host:port``, and on ``metrics`` (its
     ``port`` the bound one) when given; yields the gRPC port."""
     server = Server(EndpointPicker(picker).process, **limits(
-        picker.router.max_body_bytes, max_connections, max_connection_bytes, max_held_bytes))
+        picker.router.max_body_bytes, max_connections, max_connection_bytes, max_held_bytes,
+        max_open_streams))
     await picker.start()
     try:
         bound = await server.start(host, port)
@@ -130,7 +140,8 @@ async def serve(picker: Picker, args: argparse.Namespace,
             loop.add_signal_handler(sig, stop.set)
     host = args.host
     async with picking(picker, host, args.port, args.max_connections,
-                       args.max_connection_bytes, args.max_held_bytes, metrics) as bound:
+                       args.max_connection_bytes, args.max_held_bytes, metrics,
+                       args.max_open_streams) as bound:
         exposed = f", metrics on {metrics.url}" if metrics is not None else ""
         print(f"{READY_PREFIX}{host}:{bound} ({len(picker.router.replicas.replicas)} "
               f"replicas){exposed}", flush=True)
@@ -149,7 +160,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         return 2
     try:  # the transport's flags checked before anything starts
         limits(args.max_body_bytes, args.max_connections, args.max_connection_bytes,
-               args.max_held_bytes)
+               args.max_held_bytes, args.max_open_streams)
         metrics = metrics_port(args)
         router = router_cli.build_router(args)
     except (ValueError, OSError) as exc:

@@ -29,7 +29,8 @@ keeps to its windows therefore waits rather than growing the picker; one that se
 stream's window has that call ended RESOURCE_EXHAUSTED, past the connection's window the
 connection ends (GOAWAY ENHANCE_YOUR_CALM). What all connections hold together is bounded by
 the server (NOTE(held-budget) in listener.py). At most STREAMS calls are open per connection
-(SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM).
+(SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM), and at most
+the server's ``max_open_streams`` on all connections together (NOTE(stream-cap) in listener.py).
 
 NOTE(close-timeout): a connection closed by this side (an error, a refusal, the server's stop)
 first writes what is queued (its GOAWAY); a peer that does not read it within
@@ -111,6 +112,7 @@ class Connection(asyncio.Protocol):
         for stream in list(self.streams.values()):
             if stream.task is not None:
                 stream.task.cancel()
+        self.server.close_streams(len(self.streams))
         self.streams.clear()
         self.server.let_go(self.buffered)
         self.buffered = 0
@@ -217,7 +219,7 @@ class Connection(asyncio.Protocol):
 
     def open(self, sid: int) -> None:
         self.last_id = sid
-        if self.going_away or len(self.streams) >= STREAMS:
+        if self.going_away or len(self.streams) >= STREAMS or not self.server.open_stream():
             self.write(frame(RST_STREAM, 0, sid, struct.pack(">I", REFUSED_STREAM)))
             return
         stream = self.streams[sid] = Stream(self, sid, self.peer_window)
@@ -238,6 +240,7 @@ class Connection(asyncio.Protocol):
         """``stream``'s call ended: it leaves the connection with what it held."""
         if self.streams.get(stream.id) is stream:
             del self.streams[stream.id]
+            self.server.close_streams(1)
             self.buffered -= stream.held
             self.server.let_go(stream.held)
             self.give_back(stream.held)

@@ -13,6 +13,8 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
     max_held_bytes         DATA bytes all connections' calls may hold together; past it the
                            connection holding the most is cut (NOTE(held-budget)); at least
                            max_connection_bytes, so no connection alone passes it
+    max_open_streams       calls open on all connections together; past it a new stream is
+                           refused with RST_STREAM REFUSED_STREAM (NOTE(stream-cap))
     preface_timeout        seconds for a new connection's client preface (NOTE(preface-timeout))
     close_timeout          seconds a closing connection may take to flush (NOTE(close-timeout))
 
@@ -36,6 +38,19 @@ would be 1 MiB each for 1024 connections (less than one 4 MiB body), or the firs
 would keep it all. The cuts are counted
 (``cut``) and logged as one WARNING per WARN_INTERVAL at most with the count since the last.
 
+NOTE(stream-cap): each connection may open STREAMS calls (kvpool.epp.h2; its
+SETTINGS_MAX_CONCURRENT_STREAMS), and max_connections connections may be open, so without a
+cap of its own the process would keep 1024 x 1024 calls' state (a task, a message queue, the
+service's per-call state: about 5.1 KB an idle call, measured with tracemalloc over 1023 calls
+of the real service on one connection; ~5.3 GB) for clients that send nothing more than one
+HEADERS frame each. ``max_open_streams`` bounds their sum: DEFAULT_MAX_OPEN_STREAMS (8192, about
+42 MB of such state) is eight connections full at their own cap. Envoy opens one ext_proc call
+per request in flight and the picker ends each at its decision (milliseconds), so one Envoy's
+thousands of requests in flight fit with room. A HEADERS frame that would open a call past the
+cap is answered RST_STREAM REFUSED_STREAM (RFC 9113 8.7: not processed, safe to retry); the
+connection and its other calls go on. Refusals are counted (``streams_refused``) and logged as
+one WARNING per WARN_INTERVAL at most, with the count since the last one.
+
 NOTE(preface-timeout): a connection whose client preface has not come within
 ``preface_timeout`` seconds is closed: silent connections would otherwise hold a descriptor
 each for ever (20k of them left none for Envoy's own connections).
@@ -53,7 +68,7 @@ from kvpool.epp.h2 import Connection
 from kvpool.throttle import Throttle
 
 __all__ = ["CLOSE_TIMEOUT", "DEFAULT_CONNECTION_BYTES", "DEFAULT_HELD_BYTES",
-           "DEFAULT_MAX_CONNECTIONS", "PREFACE_TIMEOUT", "Server"]
+           "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_OPEN_STREAMS", "PREFACE_TIMEOUT", "Server"]
 
 log = logging.getLogger("kvpool.epp")
 
@@ -62,6 +77,7 @@ CLOSE_TIMEOUT = 2.0  # NOTE(close-timeout)
 DEFAULT_MAX_CONNECTIONS = 1024  # NOTE(connection-cap): Envoy needs a few per worker
 DEFAULT_CONNECTION_BYTES = 64 << 20  # NOTE(buffer-cap)
 DEFAULT_HELD_BYTES = 1 << 30  # NOTE(held-budget): 16 connections' full default windows
+DEFAULT_MAX_OPEN_STREAMS = 8192  # NOTE(stream-cap): eight connections at their own cap
 WARN_INTERVAL = 10.0  # seconds between two WARNINGs of one kind (cap reached, budget passed)
 
 
@@ -72,6 +88,7 @@ class Server:
                  max_connection_bytes: int = DEFAULT_CONNECTION_BYTES,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  max_held_bytes: int = DEFAULT_HELD_BYTES,
+                 max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS,
                  preface_timeout: float = PREFACE_TIMEOUT, close_timeout: float = CLOSE_TIMEOUT,
                  clock: Callable[[], float] = time.monotonic) -> None:
         # a stream's window: one largest message, never below HTTP/2's default (a peer may
@@ -81,14 +98,18 @@ class Server:
             raise ValueError(f"max_connection_bytes={max_connection_bytes}: use at least "
                              f"{self.stream_window} (a largest message of {max_message} "
                              f"bytes and its envelope) and at most {MAX_WINDOW}")
-        if max_connections < 1:
-            raise ValueError(f"max_connections={max_connections!r}: use a positive count")
+        if max_connections < 1 or max_open_streams < 1:
+            raise ValueError(f"max_connections={max_connections!r}, max_open_streams="
+                             f"{max_open_streams!r}: use positive counts")
         if max_held_bytes < max_connection_bytes:
             raise ValueError(f"max_held_bytes={max_held_bytes}: use at least "
                              f"max_connection_bytes ({max_connection_bytes})")
         self.handler, self.max_message = handler, max_message
         self.max_connection_bytes, self.max_connections = max_connection_bytes, max_connections
-        self.max_held_bytes = max_held_bytes
+        self.max_held_bytes, self.max_open_streams = max_held_bytes, max_open_streams
+        self.open_streams = 0  # calls open on all connections (NOTE(stream-cap))
+        self.streams_refused = 0  # new streams refused at that cap (monotonic)
+        self.streams_unlogged = 0  # of those, since the last WARNING
         self.buffered = 0  # DATA bytes all open calls hold (NOTE(held-budget))
         self.cut = 0  # connections cut at the budget (monotonic)
         self.uncounted = 0  # of those, since the last WARNING
@@ -121,6 +142,25 @@ class Server:
 
     def release(self, conn: Connection) -> None:
         self.connections.discard(conn)
+
+    def open_stream(self) -> bool:
+        """Count a new call in, or refuse it (False) at the process's cap (NOTE(stream-cap))."""
+        if self.open_streams < self.max_open_streams:
+            self.open_streams += 1
+            return True
+        self.streams_refused += 1
+        self.streams_unlogged += 1
+        if self.warnings.due("streams"):
+            log.warning("kvpool epp: open stream cap reached: %d calls open on %d "
+                        "connection(s) (--max-open-streams %d); refused %d new stream(s) "
+                        "since the last report", self.open_streams, len(self.connections),
+                        self.max_open_streams, self.streams_unlogged)
+            self.streams_unlogged = 0
+        return False
+
+    def close_streams(self, n: int) -> None:
+        """``n`` calls ended (NOTE(stream-cap))."""
+        self.open_streams -= n
 
     def hold(self, conn: Connection, n: int) -> bool:
         """Count ``n`` more bytes held by ``conn``'s calls, cutting the largest holder first

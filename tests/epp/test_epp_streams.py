@@ -1,0 +1,109 @@
+"""Calls open on all of the picker's connections together (NOTE(stream-cap) in
+kvpool/epp/listener.py), on 127.0.0.1 with raw HTTP/2 peers against the real picker service:
+past ``max_open_streams`` a new stream is refused with RST_STREAM REFUSED_STREAM, counted and
+logged once, its connection and every other call going on; once a call ends a new one is
+taken. The flag is checked as the other transport flags are."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from kvpool.epp.calls import (DATA, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE,
+                             REFUSED_STREAM, RST_STREAM, SETTINGS, frame)
+from kvpool.epp.listener import DEFAULT_MAX_OPEN_STREAMS, Server
+from tests.epp.test_epp_buffers import until
+from tests.epp.test_epp_limits import pick, served
+
+
+async def opened(port: int, *sids: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that opens a call on each of ``sids`` (HEADERS only: each call waits for
+    its request) and sends nothing more; the caller closes it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(PREFACE + frame(SETTINGS, 0, 0)
+                 + b"".join(frame(HEADERS, END_HEADERS, sid, b"\x88") for sid in sids))
+    await writer.drain()
+    return reader, writer
+
+
+async def open_calls(server: Server, n: int) -> None:
+    """Wait (5 s at most) until the server's connections hold ``n`` calls open."""
+    for _ in range(100):
+        if sum(len(c.streams) for c in server.connections) == n:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{sum(len(c.streams) for c in server.connections)} calls open")
+
+
+async def refusal(reader: asyncio.StreamReader, sid: int) -> int:
+    """The error code of the server's RST_STREAM on ``sid``."""
+    _, code = await until(reader, RST_STREAM, sid)
+    return int.from_bytes(code, "big")
+
+
+async def test_streams_past_the_process_cap_are_refused_and_the_rest_go_on(caplog):
+    """Cap 4: A opens 2 calls and B 2, each within its connection's own cap (1024). B's third
+    and A's third are refused with RST_STREAM REFUSED_STREAM (counted 2, one WARNING); both
+    connections still answer a PING; once A's call 1 ends (answered), a pick on a new
+    connection is answered. Without NOTE(stream-cap) the third calls were opened: each
+    connection was bounded, the sum was not (no RST_STREAM came)."""
+    caplog.set_level(logging.WARNING, logger="kvpool.epp")
+    async with served(max_open_streams=4) as (server, port):
+        a = await opened(port, 1, 3)
+        await open_calls(server, 2)
+        b = await opened(port, 1, 3)
+        await open_calls(server, 4)
+        try:
+            b[1].write(frame(HEADERS, END_HEADERS, 5, b"\x88"))
+            assert await refusal(b[0], 5) == REFUSED_STREAM
+            a[1].write(frame(HEADERS, END_HEADERS, 5, b"\x88"))
+            assert await refusal(a[0], 5) == REFUSED_STREAM
+            assert server.streams_refused == 2 and server.open_streams == 4
+            for reader, writer in (a, b):
+                writer.write(frame(PING, 0, 0, b"stillok!"))
+                assert (await until(reader, PING))[1] == b"stillok!"
+            a[1].write(frame(DATA, END_STREAM, 1, b""))  # call 1 ends without a request
+            flags, _ = await until(a[0], HEADERS, 1)
+            if not flags & END_STREAM:  # the response headers; the trailers follow
+                await until(a[0], HEADERS, 1)
+            assert await asyncio.wait_for(pick(port), 10) == 503  # no healthy replica
+            await open_calls(server, 3)
+            assert server.open_streams == 3
+        finally:
+            for _, writer in (a, b):
+                writer.close()
+    assert server.open_streams == 0
+    warned = [r.getMessage() for r in caplog.records if "open stream cap" in r.getMessage()]
+    assert len(warned) == 1 and "--max-open-streams 4" in warned[0], warned
+
+
+async def test_a_dropped_connection_gives_its_calls_back():
+    """Cap 3: a connection holding 3 calls is closed by its peer; a new connection's 3 calls
+    are then all taken (the count follows connections that go away, not only calls that end)."""
+    async with served(max_open_streams=3) as (server, port):
+        _, writer = await opened(port, 1, 3, 5)
+        await open_calls(server, 3)
+        writer.close()
+        await open_calls(server, 0)
+        reader, writer = await opened(port, 1, 3, 5, 7)
+        try:
+            assert await refusal(reader, 7) == REFUSED_STREAM
+            assert server.open_streams == 3 and server.streams_refused == 1
+        finally:
+            writer.close()
+
+
+def test_the_open_stream_flag_and_its_check():
+    """--max-open-streams: DEFAULT_MAX_OPEN_STREAMS (8192, at least eight connections full
+    at their own cap of 1024); 0 exits 2."""
+    from kvpool.epp.cli import limits, main
+    from kvpool.epp.h2 import STREAMS
+    assert limits(4 << 20)["max_open_streams"] == DEFAULT_MAX_OPEN_STREAMS == 8 * STREAMS
+    assert limits(4 << 20, max_open_streams=10)["max_open_streams"] == 10
+    with pytest.raises(ValueError, match="max-open-streams"):
+        limits(4 << 20, max_open_streams=0)
+    with pytest.raises(ValueError, match="max_open_streams"):
+        Server(lambda call: None, 1 << 20, max_open_streams=0)
+    assert main(["--replica", "http://127.0.0.1:9", "--max-open-streams", "0"]) == 2
