@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kvpool.epp.h2 import Connection
 
-__all__ = ["Handler", "Stream", "frame", "trailers"]
+__all__ = ["STATUS_NAMES", "Handler", "Stream", "frame", "trailers"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
@@ -33,6 +33,9 @@ MAX_WINDOW = (1 << 31) - 1
 DEFAULT_WINDOW, DEFAULT_FRAME = 65535, 16384
 NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, CANCEL, ENHANCE_YOUR_CALM = 0, 1, 7, 8, 11
 OK, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 8, 12, 13
+# the gRPC statuses a call of the picker can end with besides OK (Server.failed counts them)
+STATUS_NAMES = {INVALID_ARGUMENT: "INVALID_ARGUMENT", RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
+                UNIMPLEMENTED: "UNIMPLEMENTED", INTERNAL: "INTERNAL"}
 ENVELOPE = 5  # a gRPC message's flag byte and 4-byte length
 _HEADER = struct.Struct(">BHBBI")
 
@@ -128,6 +131,7 @@ class Stream:
             return
         if end:
             self.closed = True
+            self.conn.server.ended(status)
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, self.id,
                              trailers(status, detail)))
         self.conn.write(b"".join(out))
@@ -138,6 +142,7 @@ class Stream:
             self.task.cancel()
         if not self.closed:
             self.closed = True
+            self.conn.server.ended(status)
             head = b"" if self.started else frame(HEADERS, END_HEADERS, self.id, RESPONSE_HEADERS)
             self.conn.write(head + frame(HEADERS, END_HEADERS | END_STREAM, self.id,
                                          trailers(status, detail)))

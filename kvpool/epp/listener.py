@@ -61,9 +61,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 
-from kvpool.epp.calls import DEFAULT_WINDOW, ENHANCE_YOUR_CALM, ENVELOPE, MAX_WINDOW, Handler
+from kvpool.epp.calls import (DEFAULT_WINDOW, ENHANCE_YOUR_CALM, ENVELOPE, MAX_WINDOW, OK,
+                              STATUS_NAMES, Handler)
 from kvpool.epp.h2 import Connection
 from kvpool.throttle import Throttle
 
@@ -110,6 +112,8 @@ class Server:
         self.open_streams = 0  # calls open on all connections (NOTE(stream-cap))
         self.streams_refused = 0  # new streams refused at that cap (monotonic)
         self.streams_unlogged = 0  # of those, since the last WARNING
+        # calls ended with each gRPC status but OK (monotonic; kvpool_epp_calls_failed_total)
+        self.failed: Counter[int] = Counter(dict.fromkeys(STATUS_NAMES, 0))
         self.buffered = 0  # DATA bytes all open calls hold (NOTE(held-budget))
         self.cut = 0  # connections cut at the budget (monotonic)
         self.uncounted = 0  # of those, since the last WARNING
@@ -157,6 +161,12 @@ class Server:
                         self.max_open_streams, self.streams_unlogged)
             self.streams_unlogged = 0
         return False
+
+    def ended(self, status: int) -> None:
+        """A call's trailers say ``status``: counted unless OK (NOTE(scrape-time) in
+        metrics.py)."""
+        if status != OK:
+            self.failed[status] += 1
 
     def close_streams(self, n: int) -> None:
         """``n`` calls ended (NOTE(stream-cap))."""

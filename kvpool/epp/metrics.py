@@ -29,6 +29,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kvpool.epp.calls import STATUS_NAMES
 from kvpool.server.connections import ConnectionLimiter, start_listener
 from kvpool.server.middleware import error_middleware
 
@@ -73,6 +74,32 @@ class TransportCollector:
                     value=server.buffered)
         yield level("kvpool_epp_max_held_bytes", "The held-bytes budget (--max-held-bytes).",
                     value=server.max_held_bytes)
+        yield from self.calls()
+
+    def calls(self) -> Iterator[Metric]:
+        """The calls' figures: open, refused at the cap, ended in error; the error answers."""
+        picker, server = self.picker, self.server
+        count, level = CounterMetricFamily, GaugeMetricFamily
+        yield level("kvpool_epp_open_streams", "gRPC calls open on all connections.",
+                    value=server.open_streams)
+        yield level("kvpool_epp_max_open_streams", "The open call cap (--max-open-streams).",
+                    value=server.max_open_streams)
+        yield count("kvpool_epp_streams_refused",
+                    "New streams refused (RST_STREAM REFUSED_STREAM) because the open call "
+                    "cap was reached.", value=server.streams_refused)
+        failed = count("kvpool_epp_calls_failed",
+                       "Calls ended with a gRPC status other than OK (RESOURCE_EXHAUSTED: a "
+                       "message or a call past its bound).", labels=["code"])
+        for status, n in sorted(server.failed.items()):
+            failed.add_metric([STATUS_NAMES.get(status, str(status))], n)
+        yield failed
+        errors = count("kvpool_epp_error_answers",
+                       "The picker's own error answers to Envoy (ImmediateResponse), by HTTP "
+                       "status: 400 not a JSON object, 413 body too large, 503 no healthy "
+                       "replica.", labels=["status"])
+        for status, n in sorted(picker.errors.items()):
+            errors.add_metric([str(status)], n)
+        yield errors
 
     def describe(self) -> list[Metric]:
         """The families' names, so registering twice is refused as a duplicate."""

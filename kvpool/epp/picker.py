@@ -35,6 +35,7 @@ the request and the picker never learns the outcome, so there is no "retry" here
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit
 
@@ -46,7 +47,9 @@ from kvpool.router.proxy import GENERATE_PATHS, Router
 from kvpool.router.relayed import request_headers
 from kvpool.router.replicas import Replica
 
-__all__ = ["Picker", "endpoint_of"]
+__all__ = ["ERROR_STATUSES", "Picker", "endpoint_of"]
+
+ERROR_STATUSES = (400, 413, 503)  # the statuses the picker answers Envoy with itself
 
 
 def endpoint_of(url: str) -> str:
@@ -65,6 +68,8 @@ class Picker:
         self.runner: web.AppRunner | None = None
         self.picks = 0  # requests given an endpoint (monotonic; tests and logs read it)
         self.full_duplex = 0  # bodies Envoy streamed in full duplex (service.py; monotonic)
+        # the picker's own error answers (ImmediateResponse) by HTTP status (service.py)
+        self.errors: Counter[int] = Counter(dict.fromkeys(ERROR_STATUSES, 0))
 
     async def start(self) -> None:
         self.runner = web.AppRunner(self.router.app())

@@ -203,7 +203,7 @@ class EndpointPicker:
             stream.chunks.append(req.request_body.body)
             stream.size += len(req.request_body.body)
             if stream.size > self.max_body_bytes:
-                return [refused(413, f"request body over {self.max_body_bytes} bytes",
+                return [self.refuse(413, f"request body over {self.max_body_bytes} bytes",
                                 "request_too_large")], True
             # BUFFERED: one message is the whole body (end_of_stream false when trailers follow)
             if req.request_body.end_of_stream or stream.mode == BUFFERED:
@@ -231,7 +231,13 @@ class EndpointPicker:
         try:
             endpoint = await self.picker.pick(path, raw, plain, method)
         except RequestError as exc:
-            return refused(400, str(exc), exc.code or "invalid_json", exc.param)
+            return self.refuse(400, str(exc), exc.code or "invalid_json", exc.param)
         if endpoint is None:
-            return refused(503, "no healthy replica", "no_replica")
+            return self.refuse(503, "no healthy replica", "no_replica")
         return routed(endpoint, phase)
+
+    def refuse(self, status: int, message: str, code: str,
+               param: str | None = None) -> pb.ProcessingResponse:
+        """The picker's own error answer, counted by ``status`` (Picker.errors)."""
+        self.picker.errors[status] += 1
+        return refused(status, message, code, param)

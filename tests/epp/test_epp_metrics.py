@@ -21,7 +21,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from kvpool.epp.calls import ENHANCE_YOUR_CALM
+from kvpool.epp.calls import (DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, HEADERS,
+                             PREFACE, RESOURCE_EXHAUSTED, RST_STREAM, SETTINGS, frame)
 from kvpool.epp.cli import picking
 from kvpool.epp.listener import Server
 from kvpool.epp.metrics import MetricsPort
@@ -30,6 +31,7 @@ from kvpool.epp.service import DESTINATION_HEADER, METADATA_NAMESPACE, EndpointP
 from kvpool.router.proxy import LOOKUP_PATH, Router
 from kvpool.router.replicas import ReplicaSet
 from stress.http.servers import ROOT
+from tests.epp.test_epp_buffers import until
 from tests.epp.test_epp_envoy import spawn_epp
 from tests.epp.test_epp_limits import CAP, PART, goaway_code, holding, holds
 from tests.epp.test_epp_modes import BODY, MODE, headers
@@ -309,3 +311,64 @@ async def test_generation_picks_are_counted_as_the_routers_decisions():
     assert decisions == {"prefix": 0, "load": 0, "round_robin": 0, "only": 2, "retry": 0}
     assert samples["kvpool_router_predicted_hit_tokens_total"][()] == 14
     assert samples["kvpool_epp_picks_total"][()] == 3 == picker.picks
+
+
+async def status_of(port: int, *messages: pb.ProcessingRequest) -> int:
+    """One ext_proc call over grpcio (by default a body-less request): its ImmediateResponse's
+    HTTP status."""
+    messages = messages or (pb.ProcessingRequest(request_headers=pb.HttpHeaders(
+        end_of_stream=True)),)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = pb_grpc.ExternalProcessorStub(channel).Process(iter(messages))
+        answers = await asyncio.wait_for(_drain(call), 20)
+    return answers[0].immediate_response.status.code
+
+
+async def too_large(port: int) -> bytes:
+    """A raw call announcing a message past the server's largest: its trailers' block."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, b"\x88")
+                     + frame(DATA, 0, 1, (1 << 30).to_bytes(5, "big")))
+        while True:
+            flags, block = await until(reader, HEADERS, 1)
+            if flags & END_STREAM:
+                return block
+    finally:
+        writer.close()
+
+
+async def test_failed_calls_error_answers_and_refused_streams_are_counted():
+    """A picker over a replica that is never healthy, --max-open-streams 1: a headers-only
+    pick (503), a body that is no JSON object (400), one over --max-body-bytes (413), a call
+    announcing a message past the largest (RESOURCE_EXHAUSTED) and a second stream while one
+    is open (REFUSED_STREAM) are each counted once on /metrics, by status. Without them the
+    picker counted none of these (docs/epp.md said so): the families were not exported."""
+    picker = Picker(Router(ReplicaSet(["http://127.0.0.1:9"], interval=0.5),
+                           lookup_timeout=LOOKUP_TIMEOUT, max_body_bytes=1 << 10))
+    metrics = MetricsPort("127.0.0.1", 0)
+    async with picking(picker, "127.0.0.1", 0, metrics=metrics, max_open_streams=1) as port, \
+            aiohttp.ClientSession() as s:
+        assert await status_of(port) == 503
+        assert await status_of(port, headers(MODE.FULL_DUPLEX_STREAMED), pb.ProcessingRequest(
+            request_body=pb.HttpBody(body=b"[1]", end_of_stream=True))) == 400
+        assert await status_of(port, headers(MODE.FULL_DUPLEX_STREAMED), pb.ProcessingRequest(
+            request_body=pb.HttpBody(body=bytes(2 << 10), end_of_stream=True))) == 413
+        assert b"grpc-status\x01" + str(RESOURCE_EXHAUSTED).encode() in await too_large(port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, b"\x88")
+                     + frame(HEADERS, END_HEADERS, 3, b"\x88"))
+        try:
+            await until(reader, RST_STREAM, 3)
+            async with s.get(metrics.url + "/metrics") as r:
+                samples = parse_metrics(await r.text())
+        finally:
+            writer.close()
+    assert {dict(k)["code"]: v for k, v in samples["kvpool_epp_calls_failed_total"].items()} \
+        == {"INVALID_ARGUMENT": 0, "RESOURCE_EXHAUSTED": 1, "UNIMPLEMENTED": 0, "INTERNAL": 0}
+    assert {dict(k)["status"]: v for k, v in samples["kvpool_epp_error_answers_total"].items()} \
+        == {"400": 1, "413": 1, "503": 1}
+    assert samples["kvpool_epp_streams_refused_total"][()] == 1
+    assert samples["kvpool_epp_open_streams"][()] == 1
+    assert samples["kvpool_epp_max_open_streams"][()] == 1
+    assert picker.picks == 0
