@@ -46,10 +46,15 @@ of the real service on one connection; ~5.3 GB) for clients that send nothing mo
 HEADERS frame each. ``max_open_streams`` bounds their sum: DEFAULT_MAX_OPEN_STREAMS (8192, about
 42 MB of such state) is eight connections full at their own cap. Envoy opens one ext_proc call
 per request in flight and the picker ends each at its decision (milliseconds), so one Envoy's
-thousands of requests in flight fit with room. A HEADERS frame that would open a call past the
-cap is answered RST_STREAM REFUSED_STREAM (RFC 9113 8.7: not processed, safe to retry); the
-connection and its other calls go on. Refusals are counted (``streams_refused``) and logged as
-one WARNING per WARN_INTERVAL at most, with the count since the last one.
+thousands of requests in flight fit with room. At the cap, as at the held-bytes budget, the
+connection with the most calls open (the one asking counted with its new call, and winning
+ties) goes first: another connection is cut (GOAWAY ENHANCE_YOUR_CALM, its calls dropped,
+counted in ``cut``) and the new call is opened; when the one asking holds the most, its new
+call is answered RST_STREAM REFUSED_STREAM (RFC 9113 8.7: not processed, safe to retry) and
+the connection and its other calls go on. First come, first served would have let eight
+connections of 1024 idle calls each refuse every call of Envoy's. Refusals are counted
+(``streams_refused``) and logged as one WARNING per WARN_INTERVAL at most, with the count since
+the last one.
 
 NOTE(preface-timeout): a connection whose client preface has not come within
 ``preface_timeout`` seconds is closed: silent connections would otherwise hold a descriptor
@@ -147,8 +152,15 @@ class Server:
     def release(self, conn: Connection) -> None:
         self.connections.discard(conn)
 
-    def open_stream(self) -> bool:
-        """Count a new call in, or refuse it (False) at the process's cap (NOTE(stream-cap))."""
+    def open_stream(self, conn: Connection) -> bool:
+        """Count a new call of ``conn`` in; at the process's cap cut the connection with the
+        most calls open first, or refuse the call (False) when that is ``conn``
+        (NOTE(stream-cap))."""
+        if self.open_streams >= self.max_open_streams:
+            most = max(self.connections, key=lambda c: (len(c.streams) + 1, 1) if c is conn
+                       else (len(c.streams), 0))
+            if most is not conn:
+                self.cut_largest(most, "open calls")
         if self.open_streams < self.max_open_streams:
             self.open_streams += 1
             return True
@@ -178,7 +190,7 @@ class Server:
         while self.buffered + n > self.max_held_bytes:
             largest = max(self.connections,
                           key=lambda c: (c.buffered + n, 1) if c is conn else (c.buffered, 0))
-            self.cut_largest(largest)
+            self.cut_largest(largest, "held bytes")
             if largest is conn:
                 return False
         self.buffered += n
@@ -188,16 +200,19 @@ class Server:
         """``n`` bytes a connection's calls held are let go (NOTE(held-budget))."""
         self.buffered -= n
 
-    def cut_largest(self, conn: Connection) -> None:
-        """End ``conn``, the largest holder at the budget: counted, logged (throttled)."""
+    def cut_largest(self, conn: Connection, what: str) -> None:
+        """End ``conn``, the largest holder of ``what`` ("held bytes", "open calls") at the
+        budget or the cap: counted, logged (throttled)."""
         self.cut += 1
         self.uncounted += 1
         if self.warnings.due("budget"):
-            log.warning("kvpool epp: held-bytes budget reached: %d bytes held by %d "
-                        "connection(s) (--max-held-bytes %d); closed %d connection(s) holding "
-                        "the most since the last report, the latest holding %d bytes",
-                        self.buffered, len(self.connections), self.max_held_bytes,
-                        self.uncounted, conn.buffered)
+            log.warning("kvpool epp: process-wide budget reached (%s): %d bytes held "
+                        "(--max-held-bytes %d), %d calls open (--max-open-streams %d) on %d "
+                        "connection(s); closed %d connection(s) holding the most since the "
+                        "last report, the latest holding %d bytes and %d calls", what,
+                        self.buffered, self.max_held_bytes, self.open_streams,
+                        self.max_open_streams, len(self.connections), self.uncounted,
+                        conn.buffered, len(conn.streams))
             self.uncounted = 0
         conn.fail(ENHANCE_YOUR_CALM)
 

@@ -11,8 +11,8 @@ import logging
 
 import pytest
 
-from kvpool.epp.calls import (DATA, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE,
-                             REFUSED_STREAM, RST_STREAM, SETTINGS, frame)
+from kvpool.epp.calls import (DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY, HEADERS,
+                             PING, PREFACE, REFUSED_STREAM, RST_STREAM, SETTINGS, frame)
 from kvpool.epp.listener import DEFAULT_MAX_OPEN_STREAMS, Server
 from tests.epp.test_epp_buffers import until
 from tests.epp.test_epp_limits import pick, served
@@ -107,3 +107,21 @@ def test_the_open_stream_flag_and_its_check():
     with pytest.raises(ValueError, match="max_open_streams"):
         Server(lambda call: None, 1 << 20, max_open_streams=0)
     assert main(["--replica", "http://127.0.0.1:9", "--max-open-streams", "0"]) == 2
+
+
+async def test_at_the_cap_the_connection_holding_the_most_calls_is_cut_not_the_newcomer():
+    """Cap 4: a hoarder opens 4 idle calls and fills it; another connection's call (an Envoy
+    with one request in flight) is then taken and answered: the hoarder, holding the most, is
+    cut with GOAWAY ENHANCE_YOUR_CALM. First come, first served refused the newcomer, so a few
+    hoarding connections could refuse every call of Envoy's (NOTE(stream-cap))."""
+    async with served(max_open_streams=4) as (server, port):
+        hoarder = await opened(port, 1, 3, 5, 7)
+        try:
+            await open_calls(server, 4)
+            assert await asyncio.wait_for(pick(port), 10) == 503  # answered: no healthy replica
+            _, payload = await until(hoarder[0], GOAWAY)
+            assert int.from_bytes(payload[4:8], "big") == ENHANCE_YOUR_CALM
+            assert server.cut == 1 and server.streams_refused == 0
+        finally:
+            hoarder[1].close()
+    assert server.open_streams == 0
