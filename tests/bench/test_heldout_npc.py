@@ -16,7 +16,8 @@ from bench import heldout_npc_parts as parts
 from bench.heldout_fewshot import BLOCK
 from bench.heldout_npc import KINDS, MEMORY_CAP, SUMMARY, generate, npc_world
 from tests.bench.shape_sizes import check_size
-from tests.bench.trace_parts import by_kind, common, registered_small_runs, tokens
+from tests.bench.trace_parts import (by_kind, check_full_blocks, common, registered_small_runs,
+                                     tokens)
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +65,7 @@ def test_any_seed_and_scale_share_the_lore_and_the_moderation_head(seed, scale):
 
 
 def test_block_ids_are_the_full_blocks_of_the_segments(run):
-    first = {}
-    for i, m in enumerate(run.meta):
-        assert len(run.trace[i]) == tokens(m[3]) // BLOCK
-        assert first.setdefault(tuple(m[3]), run.trace[i]) == run.trace[i]
+    check_full_blocks(run)
 
 
 def test_time_order_span_and_the_players_day(run, full):

@@ -16,8 +16,8 @@ from bench import heldout_research_parts as parts
 from bench.heldout_fewshot import BLOCK
 from bench.heldout_research import KINDS, deep_research, generate
 from tests.bench.shape_sizes import check_size
-from tests.bench.trace_parts import (by_kind, common, registered_small_runs, shared_tokens,
-                                     tokens)
+from tests.bench.trace_parts import (by_kind, check_full_blocks, common, registered_small_runs,
+                                     shared_tokens, tokens)
 
 HEAD = {"answer": "answer", "related": "related", "plan": "orchestrator", "agent": "agent",
         "synth": "orchestrator", "cite": "cite", "revise": "orchestrator",
@@ -64,10 +64,7 @@ def test_any_seed_and_scale_starts_every_prompt_with_its_head_and_the_date(seed,
 
 
 def test_block_ids_are_the_full_blocks_of_the_segments(run):
-    first = {}
-    for i, m in enumerate(run.meta):
-        assert len(run.trace[i]) == tokens(m[3]) // BLOCK
-        assert first.setdefault(tuple(m[3]), run.trace[i]) == run.trace[i]
+    check_full_blocks(run)
 
 
 def test_the_date_line_makes_later_blocks_new_at_midnight(run):

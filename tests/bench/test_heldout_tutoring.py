@@ -15,7 +15,7 @@ from bench import heldout_tutoring_parts as parts
 from bench.heldout_fewshot import BLOCK
 from bench.heldout_tutoring import KINDS, generate, tutoring
 from tests.bench.shape_sizes import check_size
-from tests.bench.trace_parts import common, registered_small_runs, tokens
+from tests.bench.trace_parts import check_full_blocks, common, registered_small_runs, tokens
 
 STUDENT = ("class", "homework", "reading", "review")
 HOUR = 3600.0
@@ -86,10 +86,7 @@ def test_any_seed_and_scale_starts_every_prompt_with_its_head(seed, scale):
 
 
 def test_block_ids_are_the_full_blocks_of_the_segments(run):
-    first = {}
-    for i, m in enumerate(run.meta):
-        assert len(run.trace[i]) == tokens(m[3]) // BLOCK
-        assert first.setdefault(tuple(m[3]), run.trace[i]) == run.trace[i]
+    check_full_blocks(run)
 
 
 def test_conversations_resend_themselves_turn_by_turn(run):

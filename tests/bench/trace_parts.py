@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from bench.heldout import SHAPES
+from bench.heldout_fewshot import BLOCK
 
 
 def common(a: list[int], b: list[int]) -> int:
@@ -19,6 +20,15 @@ def common(a: list[int], b: list[int]) -> int:
 def tokens(segments: list[tuple]) -> int:
     """The tokens of a request's segments."""
     return sum(t for _, t in segments)
+
+
+def check_full_blocks(run) -> None:
+    """Each request is the full blocks of its segments, and the same segments are always the
+    same block ids."""
+    first: dict[tuple, list[int]] = {}
+    for i, m in enumerate(run.meta):
+        assert len(run.trace[i]) == tokens(m[3]) // BLOCK
+        assert first.setdefault(tuple(m[3]), run.trace[i]) == run.trace[i]
 
 
 def shared_tokens(a: list[tuple], b: list[tuple]) -> int:
