@@ -32,6 +32,13 @@ the server (NOTE(held-budget) in listener.py). At most STREAMS calls are open pe
 (SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM), and at most
 the server's ``max_open_streams`` on all connections together (NOTE(stream-cap) in listener.py).
 
+NOTE(rapid-reset): a peer that opens calls and resets them at once (CVE-2023-44487) makes
+the picker start and cancel a call per pair of frames while never being over any cap. Each
+connection may reset RESET_BURST open calls at once and RESET_RATE a second after that; past
+it the connection is closed (GOAWAY ENHANCE_YOUR_CALM, counted with the server's cuts). Envoy
+resets an ext_proc call only when its request goes away before the picker's decision
+(milliseconds), far below that.
+
 NOTE(close-timeout): a connection closed by this side (an error, a refusal, the server's stop)
 first writes what is queued (its GOAWAY); a peer that does not read it within
 ``close_timeout`` seconds is cut off (abort), so no close waits on a peer for ever.
@@ -60,6 +67,7 @@ __all__ = ["STREAMS", "Connection"]
 log = logging.getLogger("kvpool.epp")
 
 STREAMS = 1024  # concurrent streams a connection may open (each one request in flight)
+RESET_BURST, RESET_RATE = 1000, 100.0  # open calls a peer may reset at once, then a second
 
 
 class Connection(asyncio.Protocol):
@@ -81,6 +89,8 @@ class Connection(asyncio.Protocol):
         self.buffered = 0  # DATA bytes the open calls hold (NOTE(buffer-cap))
         self.owed = 0  # bytes let go and not yet given back to the peer's connection window
         self.opened = asyncio.Event()  # set when the peer's windows grow
+        self.reset_room = float(RESET_BURST)  # resets the peer may still send (NOTE(rapid-reset))
+        self.reset_at = server.clock()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -172,6 +182,7 @@ class Connection(asyncio.Protocol):
         elif kind == RST_STREAM and sid in self.streams:
             self.streams[sid].closed = True
             self.streams[sid].abort(CANCEL, "")
+            self.on_reset()
         elif kind == GOAWAY:
             self.going_away = True
         # PRIORITY, PUSH_PROMISE (never sent to a server) and unknown kinds: ignored (5.5)
@@ -196,6 +207,17 @@ class Connection(asyncio.Protocol):
                 return self.fail(PROTOCOL_ERROR)
             payload = payload[1:n - payload[0]]
         stream.feed(payload, bool(flags & END_STREAM))
+
+    def on_reset(self) -> None:
+        """The peer reset an open call: one from its budget, or the connection closes
+        (NOTE(rapid-reset))."""
+        now = self.server.clock()
+        self.reset_room = min(float(RESET_BURST),
+                              self.reset_room + (now - self.reset_at) * RESET_RATE) - 1
+        self.reset_at = now
+        if self.reset_room < 0:
+            self.server.cut_largest(self, f"resetting calls past {RESET_BURST} at once and "
+                                    f"{RESET_RATE:g} a second")
 
     def give_back(self, n: int) -> None:
         """``n`` bytes let go: the peer's connection window opens again by them, in one

@@ -127,6 +127,7 @@ class Server:
         self.refused = 0  # connections closed at once over the cap (monotonic)
         self.unlogged = 0  # of those, since the last WARNING
         self.warnings = Throttle(WARN_INTERVAL, clock)
+        self.clock = clock  # the connections' reset budgets' (NOTE(rapid-reset) in h2.py)
         self.server: asyncio.AbstractServer | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -160,7 +161,7 @@ class Server:
             most = max(self.connections, key=lambda c: (len(c.streams) + 1, 1) if c is conn
                        else (len(c.streams), 0))
             if most is not conn:
-                self.cut_largest(most, "open calls")
+                self.cut_largest(most, "holding the most calls at --max-open-streams")
         if self.open_streams < self.max_open_streams:
             self.open_streams += 1
             return True
@@ -190,7 +191,7 @@ class Server:
         while self.buffered + n > self.max_held_bytes:
             largest = max(self.connections,
                           key=lambda c: (c.buffered + n, 1) if c is conn else (c.buffered, 0))
-            self.cut_largest(largest, "held bytes")
+            self.cut_largest(largest, "holding the most bytes at the budget")
             if largest is conn:
                 return False
         self.buffered += n
@@ -200,19 +201,19 @@ class Server:
         """``n`` bytes a connection's calls held are let go (NOTE(held-budget))."""
         self.buffered -= n
 
-    def cut_largest(self, conn: Connection, what: str) -> None:
-        """End ``conn``, the largest holder of ``what`` ("held bytes", "open calls") at the
-        budget or the cap: counted, logged (throttled)."""
+    def cut_largest(self, conn: Connection, why: str) -> None:
+        """End ``conn`` with GOAWAY ENHANCE_YOUR_CALM: the largest holder at the held-bytes
+        budget or the open-call cap, or a peer resetting calls too fast (``why``, for the log):
+        counted, logged (throttled)."""
         self.cut += 1
         self.uncounted += 1
         if self.warnings.due("budget"):
-            log.warning("kvpool epp: process-wide budget reached (%s): %d bytes held "
-                        "(--max-held-bytes %d), %d calls open (--max-open-streams %d) on %d "
-                        "connection(s); closed %d connection(s) holding the most since the "
-                        "last report, the latest holding %d bytes and %d calls", what,
-                        self.buffered, self.max_held_bytes, self.open_streams,
-                        self.max_open_streams, len(self.connections), self.uncounted,
-                        conn.buffered, len(conn.streams))
+            log.warning("kvpool epp: closed %d connection(s) since the last report, the latest "
+                        "for %s (it held %d bytes and %d calls); %d bytes held of the "
+                        "process-wide budget --max-held-bytes %d, %d calls open of "
+                        "--max-open-streams %d, on %d connection(s)", self.uncounted, why,
+                        conn.buffered, len(conn.streams), self.buffered, self.max_held_bytes,
+                        self.open_streams, self.max_open_streams, len(self.connections))
             self.uncounted = 0
         conn.fail(ENHANCE_YOUR_CALM)
 

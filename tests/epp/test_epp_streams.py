@@ -11,8 +11,9 @@ import logging
 
 import pytest
 
-from kvpool.epp.calls import (DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY, HEADERS,
-                             PING, PREFACE, REFUSED_STREAM, RST_STREAM, SETTINGS, frame)
+from kvpool.epp.calls import (CANCEL, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY,
+                             HEADERS, PING, PREFACE, REFUSED_STREAM, RST_STREAM, SETTINGS, frame)
+from kvpool.epp.h2 import RESET_BURST
 from kvpool.epp.listener import DEFAULT_MAX_OPEN_STREAMS, Server
 from tests.epp.test_epp_buffers import until
 from tests.epp.test_epp_limits import pick, served
@@ -125,3 +126,30 @@ async def test_at_the_cap_the_connection_holding_the_most_calls_is_cut_not_the_n
         finally:
             hoarder[1].close()
     assert server.open_streams == 0
+
+
+def opened_and_reset(sids) -> bytes:
+    """Calls opened and reset at once (CANCEL), a pair of frames each."""
+    return b"".join(frame(HEADERS, END_HEADERS, sid, b"\x88")
+                    + frame(RST_STREAM, 0, sid, CANCEL.to_bytes(4, "big")) for sid in sids)
+
+
+async def test_a_peer_resetting_calls_past_its_budget_is_closed_and_others_go_on():
+    """NOTE(rapid-reset) in kvpool/epp/h2.py: RESET_BURST + 50 calls opened and reset at once
+    close their connection with GOAWAY ENHANCE_YOUR_CALM; a connection that resets 50 goes on,
+    and a pick on a third connection is answered. Without the budget every pair started and
+    cancelled a call and the connection was never closed."""
+    async with served() as (server, port):
+        calm, flood = await opened(port), await opened(port)
+        try:
+            calm[1].write(opened_and_reset(range(1, 101, 2)))
+            flood[1].write(opened_and_reset(range(1, 2 * (RESET_BURST + 50), 2)))
+            _, payload = await until(flood[0], GOAWAY)
+            assert int.from_bytes(payload[4:8], "big") == ENHANCE_YOUR_CALM
+            calm[1].write(frame(PING, 0, 0, b"stillok!"))
+            assert (await until(calm[0], PING))[1] == b"stillok!"
+            assert await asyncio.wait_for(pick(port), 10) == 503  # no healthy replica
+            assert server.cut == 1
+        finally:
+            for _, writer in (calm, flood):
+                writer.close()
