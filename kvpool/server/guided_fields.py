@@ -7,6 +7,8 @@
     guided_choice: ["a", "b"]                    structured_outputs: {"choice": [...]}
     guided_grammar: "LARK"                       structured_outputs: {"grammar": "LARK"}
                                                  structured_outputs: {"json_object": true}
+                                                 structured_outputs: {"structural_tag": TAG}
+                                                 (structural_tag.py)
 
 One constraint per request: two of these, or one beside a ``response_format`` other than
 ``text``, is a 400 (vLLM refuses it too). Grammars are llguidance's Lark dialect (a ``start``
@@ -21,6 +23,7 @@ from typing import Any
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.server.json_body import decode_json_text
+from kvpool.server.structural_tag import parse_structural_tag
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -30,7 +33,8 @@ GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guid
                            "structured_outputs"})
 MAX_CHOICES = 1024
 _OUTPUT_KEYS = {"json": "guided_json", "regex": "guided_regex", "choice": "guided_choice",
-                "grammar": "guided_grammar", "json_object": "json_object"}
+                "grammar": "guided_grammar", "json_object": "json_object",
+                "structural_tag": "structural_tag"}
 
 
 def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
@@ -39,8 +43,8 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
     so = body.get("structured_outputs")
     if so is not None:
         if not isinstance(so, dict):
-            raise _bad("structured_outputs", "must be an object (json, regex, choice, grammar "
-                       "or json_object)")
+            raise _bad("structured_outputs", "must be an object (json, regex, choice, grammar, "
+                       "json_object or structural_tag)")
         unknown = sorted(set(so) - set(_OUTPUT_KEYS))
         if unknown:
             raise _bad("structured_outputs", f"unknown key {unknown[0][:40]!r}")
@@ -66,6 +70,8 @@ def _spec(key: str, value: Any, param: str) -> GrammarSpec:
         return GrammarSpec.json_schema(value)
     if key == "json_object":
         return GrammarSpec.json_object()
+    if key == "structural_tag":
+        return parse_structural_tag(value, param)
     if key in ("guided_choice", "choice"):
         if not isinstance(value, list) or not value or len(value) > MAX_CHOICES \
                 or not all(isinstance(c, str) and c for c in value):

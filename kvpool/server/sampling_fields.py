@@ -20,6 +20,7 @@ from typing import Any
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.server.guided_fields import GUIDED_FIELDS, parse_guided
+from kvpool.server.structural_tag import parse_structural_tag
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -35,7 +36,8 @@ SAMPLING_FIELDS = frozenset(_NUMBERS + _FLAGS + ("min_tokens", "logit_bias", "re
     | GUIDED_FIELDS
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
 _FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
-                "json_schema": {"type", "json_schema"}}
+                "json_schema": {"type", "json_schema"},
+                "structural_tag": {"type", "structures", "triggers", "format"}}
 
 
 def _number(v: Any) -> bool:
@@ -76,8 +78,9 @@ def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
 def parse_response_format(value: Any) -> GrammarSpec | None:
     """OpenAI's ``response_format``: ``{"type": "text"}`` (None), ``{"type": "json_object"}``
     or ``{"type": "json_schema", "json_schema": {"name", "description"?, "schema"?,
-    "strict"?}}``. Anything else, or a schema the compiler rejects, is a 400 naming
-    response_format. ``strict`` is accepted either way: the grammar always enforces the schema.
+    "strict"?}}``, and vLLM's ``{"type": "structural_tag", ...}`` (structural_tag.py).
+    Anything else, or a schema the compiler rejects, is a 400 naming response_format.
+    ``strict`` is accepted either way: the grammar always enforces the schema.
     """
     p = "response_format"
     if value is None:
@@ -86,8 +89,8 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
         raise _bad(p, "must be an object with a type (text, json_object or json_schema)")
     kind = value.get("type")
     if kind not in _FORMAT_KEYS:
-        raise _bad(p, f"type must be 'text', 'json_object' or 'json_schema', got "
-                   f"{json.dumps(kind)[:50]}")
+        raise _bad(p, f"type must be 'text', 'json_object', 'json_schema' or 'structural_tag', "
+                   f"got {json.dumps(kind)[:50]}")
     extra = set(value) - _FORMAT_KEYS[kind]
     if extra:
         raise _bad(p, f"unknown field {sorted(extra)[0]!r} for type {kind!r}")
@@ -95,6 +98,8 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
         return None
     if kind == "json_object":
         return GrammarSpec.json_object()
+    if kind == "structural_tag":  # vLLM's (structural_tag.py)
+        return parse_structural_tag(value, p)
     js = value.get("json_schema")
     if not isinstance(js, dict):
         raise _bad(p, "json_schema must be an object with a name and a schema")
