@@ -14,7 +14,7 @@ Envoy's ORIGINAL_DST cluster connects there, so the replicas must be named by IP
 NOTE(responses): a replica keeps its Responses API responses in its own process, so a request
 naming one (POST /v1/responses with ``previous_response_id``, anything under
 ``/v1/responses/{id}``) goes to the replica holding it, found as the router finds it: its
-``ResponseAffinity`` (kvpool/router/affinity.py) and ``Router.owner_first``, the same map and
+``ResponseAffinity`` (kvpool/router/affinity.py) and ``Router.response_order``, the same map and
 search (GET /v1/responses/{id} to the healthy replicas with the caller's headers). The map is
 filled by searches only: Envoy does not send the picker the replicas' answers (the response
 phases are skipped, deploy/envoy/envoy.yaml), so the ids the router learns from answers it
@@ -22,9 +22,9 @@ relays are not seen here, and a follow-up's first pick costs one search. The map
 the endpoint; the client gets the replica's answer (its tenant check, its 404: the NOTE(tenant)
 of affinity.py holds here as in the router). A POST /v1/responses body is checked as the
 router checks it (not a JSON object: 400 from the picker). A new response (no usable
-``previous_response_id``) is placed by load as the router places it (``Router.by_load``:
-round robin unless the loads are imbalanced); every other path goes to the first healthy
-replica.
+``previous_response_id``) is placed by load as the router places it (the same
+``Router.response_order``: round robin unless the loads are imbalanced); every other path goes
+to the first healthy replica.
 
 NOTE(decisions): the router counts each generation request's choice on its registry
 (kvpool_router_decisions_total by reason, kvpool_router_predicted_hit_tokens_total: the chosen
@@ -105,13 +105,11 @@ class Picker:
                           headers: list) -> list[Replica]:
         """The healthy replicas, the one holding the response ``route`` names (if any) first
         (NOTE(responses))."""
-        healthy = self.router.replicas.healthy()
         if route == RESPONSES_PATH and method == "POST":
             body = await self.router.bodies.check(raw)  # RequestError: the router's 400
             named = None if body is None else body.get("previous_response_id")  # anything
-            healthy = self.router.by_load(healthy)  # a new response: placed by load
-        elif route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
+            return await self.router.response_order(named, headers, new=True)
+        if route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
             named = unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
-        else:
-            return healthy
-        return await self.router.owner_first(named, healthy, headers)
+            return await self.router.response_order(named, headers, new=False)
+        return self.router.replicas.healthy()

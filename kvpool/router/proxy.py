@@ -255,19 +255,16 @@ class Router:
         rest = sorted((i for i in range(len(cands)) if i != idx), key=lambda i: (loads[i], i))
         return [cands[i] for i in (idx, *rest)], idx, reason
 
-    def by_load(self, cands: list[Replica]) -> list[Replica]:
-        """``cands`` in the order to try a request no prefix lookup can score (a new response):
-        ``choose`` with no hits (round robin unless the loads are imbalanced), the others
-        least loaded first."""
-        if not cands:
-            return []
-        return self._ranked(cands, [0] * len(cands), [r.busy() for r in cands])[0]
-
-    async def owner_first(self, response_id: object, order: list[Replica],
-                          headers: list) -> list[Replica]:
-        """``order`` with the replica holding ``response_id`` (affinity.py) moved first."""
+    async def response_order(self, named: object, headers: list, *,
+                             new: bool) -> list[Replica]:
+        """The healthy replicas to try for a Responses API request (module docstring), the one
+        holding response ``named`` (as the client sent it: anything) first; a ``new`` one is
+        placed by load: ``choose`` with no hits (no prefix lookup can score it)."""
         assert self.session is not None
-        owner = await self.affinity.owner(response_id, self.replicas, self.session, headers)
+        order = self.replicas.healthy()
+        if new and order:
+            order = self._ranked(order, [0] * len(order), [r.busy() for r in order])[0]
+        owner = await self.affinity.owner(named, self.replicas, self.session, headers)
         if owner is None:
             return order
         return [owner, *(r for r in order if r is not owner)]
@@ -284,17 +281,16 @@ class Router:
         by load alone."""
         raw, body = await self.bodies.read(request)
         headers = request_headers(request.headers)
-        order = self.by_load(self.replicas.healthy())
-        if body is not None:  # previous_response_id as the client sent it: anything
-            order = await self.owner_first(body.get("previous_response_id"), order, headers)
+        named = None if body is None else body.get("previous_response_id")
+        order = await self.response_order(named, headers, new=True)
         return await self._relay(request, raw, headers, order, None, 0, self.affinity.learn)
 
     async def by_response(self, request: web.Request) -> web.StreamResponse:
         """GET /v1/responses/{id} and whatever else a replica serves under it."""
         raw = await self.bodies.raw(request)  # NOTE(slow-body)
         headers = request_headers(request.headers)
-        order = await self.owner_first(request.match_info["response_id"],
-                                       self.replicas.healthy(), headers)
+        order = await self.response_order(request.match_info["response_id"], headers,
+                                          new=False)
         return await self._relay(request, raw, headers, order, None, 0, self.affinity.learn)
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
