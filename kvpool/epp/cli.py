@@ -5,8 +5,8 @@ lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SI
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
 ``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
 flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
-``--max-connection-bytes``, ``--max-held-bytes`` and ``--max-open-streams``; ``--metrics-port`` and ``--metrics-host``
-place its Prometheus port (metrics.py).
+``--max-connection-bytes``, ``--max-held-bytes`` and ``--max-open-streams``; ``--metrics-port``
+and ``--metrics-host`` place its Prometheus port (metrics.py).
 """
 
 from __future__ import annotations

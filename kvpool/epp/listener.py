@@ -120,7 +120,7 @@ class Server:
         # calls ended with each gRPC status but OK (monotonic; kvpool_epp_calls_failed_total)
         self.failed: Counter[int] = Counter(dict.fromkeys(STATUS_NAMES, 0))
         self.buffered = 0  # DATA bytes all open calls hold (NOTE(held-budget))
-        self.cut = 0  # connections cut at the budget (monotonic)
+        self.cut = 0  # connections cut: budget, open-call cap, resets (monotonic)
         self.uncounted = 0  # of those, since the last WARNING
         self.preface_timeout, self.close_timeout = preface_timeout, close_timeout
         self.connections: set[Connection] = set()

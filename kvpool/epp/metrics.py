@@ -67,8 +67,9 @@ class TransportCollector:
                     "Connections closed at once because the cap was reached.",
                     value=server.refused)
         yield count("kvpool_epp_connections_cut",
-                    "Connections closed because the held-bytes budget was reached (the "
-                    "largest holder each time).", value=server.cut)
+                    "Connections closed with GOAWAY ENHANCE_YOUR_CALM: the largest holder at the "
+                    "held-bytes budget or the open call cap, or a peer resetting calls past "
+                    "its budget.", value=server.cut)
         yield level("kvpool_epp_held_bytes",
                     "Request bytes the open calls hold now (bodies until their decision).",
                     value=server.buffered)

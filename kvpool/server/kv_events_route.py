@@ -9,9 +9,9 @@ closes after the app (its last events go out).
 request per prompt (the router's ``--kv-events`` asks it once per replica)::
 
     {"enabled": true, "replica_id", "instance": "9f2c...", "endpoint": "tcp://0.0.0.0:5557",
-     "replay_endpoint", "topic", "block_size", "hash": {"spec": "kvpool/prefix/v1", "algo": "sha256",
-     "model_id"}, "tokenizer": MODEL_DIR | null (the built-in model), "chat_template",
-     "max_model_len", "tenant_namespaced": false, "tenant_header": null,
+     "replay_endpoint", "topic", "block_size", "hash": {"spec": "kvpool/prefix/v1",
+     "algo": "sha256", "model_id"}, "tokenizer": MODEL_DIR | null (the built-in model),
+     "chat_template", "max_model_len", "tenant_namespaced": false, "tenant_header": null,
      "model_names": [...]}
 
 ``endpoint`` is what the socket bound (a wildcard host means: this replica's own address).

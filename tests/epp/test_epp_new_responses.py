@@ -1,7 +1,7 @@
 """The picker places a new Responses API request (no ``previous_response_id``) by load, as
 the router does (kvpool/epp/picker.py NOTE(responses), ``Router.response_order``), and a
-follow-up on the replica holding its response. Real aiohttp replicas on 127.0.0.1 playing kvpool serve's
-Responses routes (tests/router/test_router_responses_hostile.py)."""
+follow-up on the replica holding its response. Real aiohttp replicas on 127.0.0.1 playing
+kvpool serve's Responses routes (tests/router/test_router_responses_hostile.py)."""
 
 from __future__ import annotations
 
