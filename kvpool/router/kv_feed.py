@@ -64,8 +64,8 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from kvpool.events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockRemoved,
-                                BlockStored, KVEventBatch, decode_batch, decode_seq, encode_seq)
+from kvpool.events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockStored,
+                                KVEventBatch, decode_batch, decode_seq, encode_seq)
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS, BlockIndex
 from kvpool.router.kv_prompt import info_problem
 from kvpool.router.replicas import Replica
@@ -259,7 +259,7 @@ class ReplicaFeed:
                 continue
             if ev.medium not in (MEDIUM_GPU, None):  # type: ignore[union-attr]
                 continue
-            put = index.stored if kind is BlockStored else index.removed
+            put = index.stored if kind is BlockStored else index.removed  # BlockRemoved
             hashes = ev.block_hashes  # type: ignore[union-attr]
             for at in range(0, len(hashes), APPLY_SLICE):
                 put(hashes[at:at + APPLY_SLICE])
