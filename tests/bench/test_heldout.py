@@ -3,8 +3,9 @@ for, and main reports every policy against LRU per cell."""
 
 from collections import Counter
 
-from bench.heldout import (SHAPES, agent, batch_eval, cell, code_edit, loop, main, mooncake,
-                           rag_bursty, tenants)
+from bench.heldout import SHAPES, cell, main
+from bench.heldout_early import agent, code_edit, loop, mooncake, rag_bursty, tenants
+from bench.heldout_eval import batch_eval
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES
 

@@ -3,7 +3,8 @@ lost cell is a tuner cell exactly when a fixed bonus of the grid reaches the tar
 
 from bench.admitbig import AdmitBigPolicy
 from bench.baselines import BASELINES
-from bench.heldout import SHAPES, SLACK, loop
+from bench.heldout import SHAPES, SLACK
+from bench.heldout_early import loop
 from bench.policy_ceiling import (FIXED, _job, cell_rates, compare, jobs, summarize, tuned_at,
                                   verdict)
 from kvpool.core.eviction import make_policy
