@@ -241,7 +241,7 @@ class Connection(asyncio.Protocol):
 
     def open(self, sid: int) -> None:
         self.last_id = sid
-        if self.going_away or len(self.streams) >= STREAMS or not self.server.open_stream(self):
+        if not self.server.open_stream(self):  # going away, or a cap (listener.py)
             self.write(frame(RST_STREAM, 0, sid, struct.pack(">I", REFUSED_STREAM)))
             return
         stream = self.streams[sid] = Stream(self, sid, self.peer_window)

@@ -14,7 +14,10 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
                            connection holding the most is cut (NOTE(held-budget)); at least
                            max_connection_bytes, so no connection alone passes it
     max_open_streams       calls open on all connections together; past it a new stream is
-                           refused with RST_STREAM REFUSED_STREAM (NOTE(stream-cap))
+                           refused with RST_STREAM REFUSED_STREAM (NOTE(stream-cap)); so is
+                           a connection's stream past its own STREAMS, and any new stream
+                           on a connection going away (counted by cause in
+                           ``streams_refused``)
     preface_timeout        seconds for a new connection's client preface (NOTE(preface-timeout))
     close_timeout          seconds a closing connection may take to flush (NOTE(close-timeout))
 
@@ -71,11 +74,12 @@ from collections.abc import Callable
 
 from kvpool.epp.calls import (DEFAULT_WINDOW, ENHANCE_YOUR_CALM, ENVELOPE, MAX_WINDOW, OK,
                               STATUS_NAMES, Handler)
-from kvpool.epp.h2 import Connection
+from kvpool.epp.h2 import STREAMS, Connection
 from kvpool.throttle import Throttle
 
 __all__ = ["CLOSE_TIMEOUT", "DEFAULT_CONNECTION_BYTES", "DEFAULT_HELD_BYTES",
-           "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_OPEN_STREAMS", "PREFACE_TIMEOUT", "Server"]
+           "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_OPEN_STREAMS", "PREFACE_TIMEOUT", "REFUSALS",
+           "Server"]
 
 log = logging.getLogger("kvpool.epp")
 
@@ -85,6 +89,10 @@ DEFAULT_MAX_CONNECTIONS = 1024  # NOTE(connection-cap): Envoy needs a few per wo
 DEFAULT_CONNECTION_BYTES = 64 << 20  # NOTE(buffer-cap)
 DEFAULT_HELD_BYTES = 1 << 30  # NOTE(held-budget): 16 connections' full default windows
 DEFAULT_MAX_OPEN_STREAMS = 8192  # NOTE(stream-cap): eight connections at their own cap
+# why a new stream was refused (the label of kvpool_epp_streams_refused_total): the process's
+# open call cap (NOTE(stream-cap)), its connection's own SETTINGS_MAX_CONCURRENT_STREAMS, or
+# its connection going away (a GOAWAY sent or received: a stop)
+REFUSALS = ("max_open_streams", "max_concurrent_streams", "going_away")
 WARN_INTERVAL = 10.0  # seconds between two WARNINGs of one kind (cap reached, budget passed)
 
 
@@ -115,8 +123,9 @@ class Server:
         self.max_connection_bytes, self.max_connections = max_connection_bytes, max_connections
         self.max_held_bytes, self.max_open_streams = max_held_bytes, max_open_streams
         self.open_streams = 0  # calls open on all connections (NOTE(stream-cap))
-        self.streams_refused = 0  # new streams refused at that cap (monotonic)
-        self.streams_unlogged = 0  # of those, since the last WARNING
+        # new streams refused, by REFUSALS' cause (monotonic)
+        self.streams_refused: Counter[str] = Counter(dict.fromkeys(REFUSALS, 0))
+        self.streams_unlogged = 0  # of those at the open call cap, since the last WARNING
         # calls ended with each gRPC status but OK (monotonic; kvpool_epp_calls_failed_total)
         self.failed: Counter[int] = Counter(dict.fromkeys(STATUS_NAMES, 0))
         self.buffered = 0  # DATA bytes all open calls hold (NOTE(held-budget))
@@ -154,9 +163,14 @@ class Server:
         self.connections.discard(conn)
 
     def open_stream(self, conn: Connection) -> bool:
-        """Count a new call of ``conn`` in; at the process's cap cut the connection with the
-        most calls open first, or refuse the call (False) when that is ``conn``
+        """Count a new call of ``conn`` in, or refuse it (False, counted by cause): ``conn``
+        is going away or at its own STREAMS; at the process's cap cut the connection with
+        the most calls open first, or refuse the call when that is ``conn``
         (NOTE(stream-cap))."""
+        if conn.going_away or len(conn.streams) >= STREAMS:
+            self.streams_refused["going_away" if conn.going_away
+                                 else "max_concurrent_streams"] += 1
+            return False
         if self.open_streams >= self.max_open_streams:
             most = max(self.connections, key=lambda c: (len(c.streams) + 1, 1) if c is conn
                        else (len(c.streams), 0))
@@ -165,7 +179,7 @@ class Server:
         if self.open_streams < self.max_open_streams:
             self.open_streams += 1
             return True
-        self.streams_refused += 1
+        self.streams_refused["max_open_streams"] += 1
         self.streams_unlogged += 1
         if self.warnings.due("streams"):
             log.warning("kvpool epp: open stream cap reached: %d calls open on %d "

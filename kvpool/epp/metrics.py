@@ -85,9 +85,14 @@ class TransportCollector:
                     value=server.open_streams)
         yield level("kvpool_epp_max_open_streams", "The open call cap (--max-open-streams).",
                     value=server.max_open_streams)
-        yield count("kvpool_epp_streams_refused",
-                    "New streams refused (RST_STREAM REFUSED_STREAM) because the open call "
-                    "cap was reached.", value=server.streams_refused)
+        refused = count("kvpool_epp_streams_refused",
+                        "New streams refused (RST_STREAM REFUSED_STREAM), by reason: "
+                        "max_open_streams (the process's open call cap), "
+                        "max_concurrent_streams (the connection's own cap, 1024), going_away "
+                        "(its connection past a GOAWAY).", labels=["reason"])
+        for reason, n in sorted(server.streams_refused.items()):
+            refused.add_metric([reason], n)
+        yield refused
         failed = count("kvpool_epp_calls_failed",
                        "Calls ended with a gRPC status other than OK (RESOURCE_EXHAUSTED: a "
                        "message or a call past its bound).", labels=["code"])

@@ -140,8 +140,9 @@ async def test_one_call_past_its_window_ends_resource_exhausted_and_others_go_on
 
 async def test_max_concurrent_streams_is_advertised_and_enforced():
     """SETTINGS_MAX_CONCURRENT_STREAMS is STREAMS; with that many calls open (each waiting for
-    its body), the next stream is refused with RST_STREAM REFUSED_STREAM, and once one call
-    ends a new one is taken."""
+    its body), the next stream is refused with RST_STREAM REFUSED_STREAM, counted under
+    "max_concurrent_streams" (kvpool_epp_streams_refused_total; before, only refusals at the
+    process's cap were counted), and once one call ends a new one is taken."""
     async with peer() as (server, reader, writer):
         assert (await windows(reader))[str(MAX_CONCURRENT)] == STREAMS
         writer.write(b"".join(frame(HEADERS, END_HEADERS, 2 * i + 1, b"\x88")
@@ -149,6 +150,8 @@ async def test_max_concurrent_streams_is_advertised_and_enforced():
         _, code = await until(reader, RST_STREAM, 2 * STREAMS + 1)
         assert int.from_bytes(code, "big") == REFUSED_STREAM
         assert sum(len(c.streams) for c in server.connections) == STREAMS
+        assert server.streams_refused == {"max_open_streams": 0, "max_concurrent_streams": 1,
+                                          "going_away": 0}
         writer.write(frame(DATA, END_STREAM, 1, b""))  # call 1 ends: answered "0"
         await until(reader, DATA, 1)
         sid = 2 * STREAMS + 3

@@ -368,7 +368,8 @@ async def test_failed_calls_error_answers_and_refused_streams_are_counted():
         == {"INVALID_ARGUMENT": 0, "RESOURCE_EXHAUSTED": 1, "UNIMPLEMENTED": 0, "INTERNAL": 0}
     assert {dict(k)["status"]: v for k, v in samples["kvpool_epp_error_answers_total"].items()} \
         == {"400": 1, "413": 1, "503": 1}
-    assert samples["kvpool_epp_streams_refused_total"][()] == 1
+    assert {dict(k)["reason"]: v for k, v in samples["kvpool_epp_streams_refused_total"].items()} \
+        == {"max_open_streams": 1, "max_concurrent_streams": 0, "going_away": 0}
     assert samples["kvpool_epp_open_streams"][()] == 1
     assert samples["kvpool_epp_max_open_streams"][()] == 1
     assert picker.picks == 0
