@@ -5,7 +5,8 @@ lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SI
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
 ``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
 flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
-``--max-connection-bytes``, ``--max-held-bytes`` and ``--max-open-streams``; ``--metrics-port``
+``--max-connection-bytes``, ``--max-held-bytes``, ``--max-open-streams`` and
+``--idle-timeout``; ``--metrics-port``
 and ``--metrics-host`` place its Prometheus port (metrics.py).
 """
 
@@ -15,13 +16,15 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 
 from kvpool.epp.calls import ENVELOPE
 from kvpool.epp.listener import (DEFAULT_CONNECTION_BYTES, DEFAULT_HELD_BYTES,
-                                  DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_OPEN_STREAMS, Server)
+                                  DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_OPEN_STREAMS,
+                                  IDLE_TIMEOUT, Server)
 from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
@@ -59,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    metavar="N", help="gRPC calls open on all connections together; past it a "
                    "new stream is refused with RST_STREAM REFUSED_STREAM (default "
                    f"{DEFAULT_MAX_OPEN_STREAMS})")
+    p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="SECONDS",
+                   help="a gRPC connection with no call open this long is closed gracefully "
+                        f"(GOAWAY NO_ERROR; 0: never; default {IDLE_TIMEOUT:g})")
     p.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, metavar="N",
                    help="port of GET /metrics (Prometheus) and GET /health (0: any free; -1: "
                         f"not served; default {DEFAULT_METRICS_PORT}, as the Inference "
@@ -82,7 +88,8 @@ def metrics_port(args: argparse.Namespace) -> MetricsPort | None:
 def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
            max_connection_bytes: int | None = None,
            max_held_bytes: int | None = None,
-           max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS) -> dict[str, int]:
+           max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS,
+           idle_timeout: float = IDLE_TIMEOUT) -> dict[str, float]:
     """The transport's limits (Server's keywords) for bodies of at most ``max_body_bytes``;
     ValueError names the flag that cannot work."""
     max_message = max_body_bytes + MESSAGE_SLACK
@@ -96,6 +103,9 @@ def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
         raise ValueError(f"--max-connections {max_connections}: use a positive count")
     if max_open_streams < 1:
         raise ValueError(f"--max-open-streams {max_open_streams}: use a positive count")
+    if not (math.isfinite(idle_timeout) and idle_timeout >= 0):
+        raise ValueError(f"--idle-timeout {idle_timeout:g}: use a number of seconds, at least "
+                         "0 (0: connections are never closed for being idle)")
     if max_held_bytes is None:  # NOTE(held-budget) in listener.py
         max_held_bytes = max(DEFAULT_HELD_BYTES, max_connection_bytes)
     if max_held_bytes < max_connection_bytes:
@@ -103,7 +113,7 @@ def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                          f"--max-connection-bytes ({max_connection_bytes})")
     return {"max_message": max_message, "max_connections": max_connections,
             "max_connection_bytes": max_connection_bytes, "max_held_bytes": max_held_bytes,
-            "max_open_streams": max_open_streams}
+            "max_open_streams": max_open_streams, "idle_timeout": idle_timeout}
 
 
 @contextlib.asynccontextmanager
@@ -112,12 +122,13 @@ async def picking(picker: Picker, host: str, port: int,
                   max_connection_bytes: int | None = None,
                   max_held_bytes: int | None = None,
                   metrics: MetricsPort | None = None,
-                  max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS) -> AsyncIterator[int]:
+                  max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS,
+                  idle_timeout: float = IDLE_TIMEOUT) -> AsyncIterator[int]:
     """``picker`` started and served over gRPC on ``host:port``, and on ``metrics`` (its
     ``port`` the bound one) when given; yields the gRPC port."""
     server = Server(EndpointPicker(picker).process, **limits(
         picker.router.max_body_bytes, max_connections, max_connection_bytes, max_held_bytes,
-        max_open_streams))
+        max_open_streams, idle_timeout))
     await picker.start()
     try:
         bound = await server.start(host, port)
@@ -141,7 +152,7 @@ async def serve(picker: Picker, args: argparse.Namespace,
     host = args.host
     async with picking(picker, host, args.port, args.max_connections,
                        args.max_connection_bytes, args.max_held_bytes, metrics,
-                       args.max_open_streams) as bound:
+                       args.max_open_streams, args.idle_timeout) as bound:
         exposed = f", metrics on {metrics.url}" if metrics is not None else ""
         print(f"{READY_PREFIX}{host}:{bound} ({len(picker.router.replicas.replicas)} "
               f"replicas){exposed}", flush=True)
@@ -160,7 +171,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         return 2
     try:  # the transport's flags checked before anything starts
         limits(args.max_body_bytes, args.max_connections, args.max_connection_bytes,
-               args.max_held_bytes, args.max_open_streams)
+               args.max_held_bytes, args.max_open_streams, args.idle_timeout)
         metrics = metrics_port(args)
         router = router_cli.build_router(args)
     except (ValueError, OSError) as exc:

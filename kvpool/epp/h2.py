@@ -42,6 +42,17 @@ resets an ext_proc call only when its request goes away before the picker's deci
 NOTE(close-timeout): a connection closed by this side (an error, a refusal, the server's stop)
 first writes what is queued (its GOAWAY); a peer that does not read it within
 ``close_timeout`` seconds is cut off (abort), so no close waits on a peer for ever.
+
+NOTE(idle-timeout): a connection with no call open for the server's ``idle_timeout`` seconds
+(counted from its start or from its last call's end) is closed gracefully: GOAWAY NO_ERROR
+naming the last stream it opened, no new call taken (each refused with RST_STREAM
+REFUSED_STREAM, safe to retry), then after ``close_timeout`` seconds (an orderly peer closes
+its side first) the bounded close above. Only calls count as activity, as with gRPC's
+max_connection_idle and Go's http2 IdleTimeout: a peer that sent one PING a period would
+otherwise hold its connection slot for ever without a call. A connection with a call open is
+never closed by it, however long the call. One timer per connection, armed once per idle
+period: when it fires early (a call came and went meanwhile) it is armed again for what is
+left of the period from ``idle_since``; a call's end only stamps ``idle_since``.
 """
 
 from __future__ import annotations
@@ -79,6 +90,8 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.handshake: asyncio.TimerHandle | None = None  # NOTE(preface-timeout)
         self.closer: asyncio.TimerHandle | None = None  # NOTE(close-timeout)
+        self.idler: asyncio.TimerHandle | None = None  # NOTE(idle-timeout)
+        self.idle_since = 0.0  # the loop's time the last call ended (or the connection began)
         self.buf, self.preface = b"", False
         self.streams: dict[int, Stream] = {}
         self.last_id = 0  # the highest stream id the peer opened (GOAWAY names it)
@@ -99,6 +112,8 @@ class Connection(asyncio.Protocol):
             return self.close()
         self.handshake = asyncio.get_running_loop().call_later(
             self.server.preface_timeout, self.no_preface)
+        self.idle_since = asyncio.get_running_loop().time()
+        self.wait_idle(self.server.idle_timeout)
         settings = struct.pack(">HIHIHI", INITIAL_WINDOW, self.server.stream_window,
                                MAX_CONCURRENT, STREAMS, HEADER_TABLE_SIZE, 0)
         grow = self.server.max_connection_bytes - DEFAULT_WINDOW  # NOTE(buffer-cap)
@@ -111,7 +126,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.release(self)
-        for timer in (self.handshake, self.closer):
+        for timer in (self.handshake, self.closer, self.idler):
             if timer is not None:
                 timer.cancel()
         self.drop_streams()
@@ -267,6 +282,30 @@ class Connection(asyncio.Protocol):
             self.server.let_go(stream.held)
             self.give_back(stream.held)
             stream.held = 0
+            if not self.streams:  # NOTE(idle-timeout): the idle period starts again
+                self.idle_since = asyncio.get_running_loop().time()
+                if self.idler is None:
+                    self.wait_idle(self.server.idle_timeout)
+
+    def wait_idle(self, delay: float) -> None:
+        """Check for idleness in ``delay`` seconds; never when the idle timeout is off."""
+        if self.server.idle_timeout > 0:
+            self.idler = asyncio.get_running_loop().call_later(delay, self.on_idle)
+
+    def on_idle(self) -> None:
+        """The idle timer fired: a connection without a call for the whole idle timeout gets
+        GOAWAY NO_ERROR and is closed; with a call open the timer waits for its end
+        (NOTE(idle-timeout))."""
+        self.idler = None
+        if self.streams or self.transport is None or self.transport.is_closing():
+            return  # forget() arms it again once the last call ends
+        loop = asyncio.get_running_loop()
+        left = self.idle_since + self.server.idle_timeout - loop.time()
+        if left > 0:
+            return self.wait_idle(left)
+        self.server.closed_idle(self)
+        self.go_away()
+        self.idler = loop.call_later(self.server.close_timeout, self.close)
 
     def on_settings(self, payload: bytes) -> None:
         for i in range(0, len(payload) - 5, 6):

@@ -19,6 +19,8 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
                            on a connection going away (counted by cause in
                            ``streams_refused``)
     preface_timeout        seconds for a new connection's client preface (NOTE(preface-timeout))
+    idle_timeout           seconds a connection may stay without a call open before it is
+                           closed gracefully (0: never; NOTE(idle-timeout) in h2.py)
     close_timeout          seconds a closing connection may take to flush (NOTE(close-timeout))
 
 NOTE(connection-cap): every open connection costs a descriptor and up to its buffer cap, so
@@ -78,12 +80,13 @@ from kvpool.epp.h2 import STREAMS, Connection
 from kvpool.throttle import Throttle
 
 __all__ = ["CLOSE_TIMEOUT", "DEFAULT_CONNECTION_BYTES", "DEFAULT_HELD_BYTES",
-           "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_OPEN_STREAMS", "PREFACE_TIMEOUT", "REFUSALS",
-           "Server"]
+           "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_OPEN_STREAMS", "IDLE_TIMEOUT", "PREFACE_TIMEOUT",
+           "REFUSALS", "Server"]
 
 log = logging.getLogger("kvpool.epp")
 
 PREFACE_TIMEOUT = 10.0  # NOTE(preface-timeout)
+IDLE_TIMEOUT = 60.0  # NOTE(idle-timeout) in h2.py; docs/epp.md says why 60 s
 CLOSE_TIMEOUT = 2.0  # NOTE(close-timeout)
 DEFAULT_MAX_CONNECTIONS = 1024  # NOTE(connection-cap): Envoy needs a few per worker
 DEFAULT_CONNECTION_BYTES = 64 << 20  # NOTE(buffer-cap)
@@ -91,7 +94,7 @@ DEFAULT_HELD_BYTES = 1 << 30  # NOTE(held-budget): 16 connections' full default 
 DEFAULT_MAX_OPEN_STREAMS = 8192  # NOTE(stream-cap): eight connections at their own cap
 # why a new stream was refused (the label of kvpool_epp_streams_refused_total): the process's
 # open call cap (NOTE(stream-cap)), its connection's own SETTINGS_MAX_CONCURRENT_STREAMS, or
-# its connection going away (a GOAWAY sent or received: a stop)
+# its connection going away (a GOAWAY received, or sent: a stop, NOTE(idle-timeout) in h2.py)
 REFUSALS = ("max_open_streams", "max_concurrent_streams", "going_away")
 WARN_INTERVAL = 10.0  # seconds between two WARNINGs of one kind (cap reached, budget passed)
 
@@ -105,6 +108,7 @@ class Server:
                  max_held_bytes: int = DEFAULT_HELD_BYTES,
                  max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS,
                  preface_timeout: float = PREFACE_TIMEOUT, close_timeout: float = CLOSE_TIMEOUT,
+                 idle_timeout: float = IDLE_TIMEOUT,
                  clock: Callable[[], float] = time.monotonic) -> None:
         # a stream's window: one largest message, never below HTTP/2's default (a peer may
         # send that much before it reads our SETTINGS)
@@ -113,12 +117,8 @@ class Server:
             raise ValueError(f"max_connection_bytes={max_connection_bytes}: use at least "
                              f"{self.stream_window} (a largest message of {max_message} "
                              f"bytes and its envelope) and at most {MAX_WINDOW}")
-        if max_connections < 1 or max_open_streams < 1:
-            raise ValueError(f"max_connections={max_connections!r}, max_open_streams="
-                             f"{max_open_streams!r}: use positive counts")
-        if max_held_bytes < max_connection_bytes:
-            raise ValueError(f"max_held_bytes={max_held_bytes}: use at least "
-                             f"max_connection_bytes ({max_connection_bytes})")
+        self.check(max_connection_bytes, max_connections, max_held_bytes, max_open_streams,
+                   idle_timeout)
         self.handler, self.max_message = handler, max_message
         self.max_connection_bytes, self.max_connections = max_connection_bytes, max_connections
         self.max_held_bytes, self.max_open_streams = max_held_bytes, max_open_streams
@@ -132,12 +132,28 @@ class Server:
         self.cut = 0  # connections cut: budget, open-call cap, resets (monotonic)
         self.uncounted = 0  # of those, since the last WARNING
         self.preface_timeout, self.close_timeout = preface_timeout, close_timeout
+        self.idle_timeout = idle_timeout
+        self.idle_closed = 0  # connections closed for want of a call (monotonic)
         self.connections: set[Connection] = set()
         self.refused = 0  # connections closed at once over the cap (monotonic)
         self.unlogged = 0  # of those, since the last WARNING
         self.warnings = Throttle(WARN_INTERVAL, clock)
         self.clock = clock  # the connections' reset budgets' (NOTE(rapid-reset) in h2.py)
         self.server: asyncio.AbstractServer | None = None
+
+    @staticmethod
+    def check(max_connection_bytes: int, max_connections: int, max_held_bytes: int,
+              max_open_streams: int, idle_timeout: float) -> None:
+        """ValueError naming the first of these limits that cannot work."""
+        if max_connections < 1 or max_open_streams < 1:
+            raise ValueError(f"max_connections={max_connections!r}, max_open_streams="
+                             f"{max_open_streams!r}: use positive counts")
+        if max_held_bytes < max_connection_bytes:
+            raise ValueError(f"max_held_bytes={max_held_bytes}: use at least "
+                             f"max_connection_bytes ({max_connection_bytes})")
+        if not 0 <= idle_timeout < float("inf"):
+            raise ValueError(f"idle_timeout={idle_timeout!r}: use a finite number of seconds "
+                             "at least 0 (0: never)")
 
     async def start(self, host: str, port: int) -> int:
         """The bound port."""
@@ -161,6 +177,13 @@ class Server:
 
     def release(self, conn: Connection) -> None:
         self.connections.discard(conn)
+
+    def closed_idle(self, conn: Connection) -> None:
+        """``conn`` is closed gracefully, no call open for ``idle_timeout`` seconds: counted
+        (NOTE(idle-timeout) in h2.py)."""
+        self.idle_closed += 1
+        log.debug("kvpool epp: closing a connection idle for %gs (--idle-timeout)",
+                  self.idle_timeout)
 
     def open_stream(self, conn: Connection) -> bool:
         """Count a new call of ``conn`` in, or refuse it (False, counted by cause): ``conn``

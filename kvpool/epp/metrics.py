@@ -70,6 +70,9 @@ class TransportCollector:
                     "Connections closed with GOAWAY ENHANCE_YOUR_CALM: the largest holder at the "
                     "held-bytes budget or the open call cap, or a peer resetting calls past "
                     "its budget.", value=server.cut)
+        yield count("kvpool_epp_connections_idle_closed",
+                    "Connections closed gracefully (GOAWAY NO_ERROR) after --idle-timeout "
+                    "seconds without a call open.", value=server.idle_closed)
         yield level("kvpool_epp_held_bytes",
                     "Request bytes the open calls hold now (bodies until their decision).",
                     value=server.buffered)
