@@ -49,7 +49,7 @@ async def test_idle_connections_are_closed_gracefully_and_one_with_a_call_is_not
     refused (REFUSED_STREAM, counted "going_away"). A connection with a call open is still
     open after 1 s (a PING answered, no GOAWAY); once its call ends it gets GOAWAY NO_ERROR
     naming stream 1 and is closed. Before NOTE(idle-timeout) all three stayed open for ever."""
-    server = Server(tally, 1 << 20, idle_timeout=IDLE, close_timeout=0.3)
+    server = Server(tally, 1 << 20, idle_timeout=IDLE, close_timeout=0.6)
     port = await server.start("127.0.0.1", 0)
     silent, quitting, busy = [await connect(port) for _ in range(3)]
     try:
