@@ -304,8 +304,7 @@ class Connection(asyncio.Protocol):
         if left > 0:
             return self.wait_idle(left)
         self.server.closed_idle(self)
-        self.go_away()
-        self.idler = loop.call_later(self.server.close_timeout, self.close)
+        self.go_away(self.server.close_timeout)
 
     def on_settings(self, payload: bytes) -> None:
         for i in range(0, len(payload) - 5, 6):
@@ -361,7 +360,13 @@ class Connection(asyncio.Protocol):
         self.closer = asyncio.get_running_loop().call_later(
             self.server.close_timeout, self.transport.abort)
 
-    def go_away(self) -> None:
-        """Graceful shutdown: the peer opens no new stream; open ones finish."""
+    def go_away(self, close_after: float | None = None) -> None:
+        """Graceful shutdown: the peer opens no new stream; open ones finish. With
+        ``close_after`` (a close for want of a call, NOTE(idle-timeout)): closed that many
+        seconds later."""
         self.going_away = True
         self.write(goaway(self.last_id, NO_ERROR))
+        if close_after is not None:
+            if self.idler is not None:
+                self.idler.cancel()
+            self.idler = asyncio.get_running_loop().call_later(close_after, self.close)

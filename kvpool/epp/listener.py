@@ -26,7 +26,7 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
 NOTE(connection-cap): every open connection costs a descriptor and up to its buffer cap, so
 their number is bounded too; the refusals are counted (``refused``) and logged as one WARNING
 per WARN_INTERVAL at most, with the count since the last one (kvpool.throttle), since a client
-can retry at will. Connections already open are not touched.
+can retry at will. Before refusing, a connection without a call makes room (NOTE(make-room)).
 
 NOTE(held-budget): the windows bound each connection, not their sum (max_connections x
 max_connection_bytes: 64 GiB with the defaults), so the server also counts what all calls hold
@@ -60,6 +60,14 @@ the connection and its other calls go on. First come, first served would have le
 connections of 1024 idle calls each refuse every call of Envoy's. Refusals are counted
 (``streams_refused``) and logged as one WARNING per WARN_INTERVAL at most, with the count since
 the last one.
+
+NOTE(make-room): at the cap, before a new connection is refused, the open connection that has
+had no call open the longest (the one that never sent a preface included) retires as an idle one
+does (NOTE(idle-timeout) in h2.py: GOAWAY NO_ERROR, then the bounded close) and stops counting
+against the cap. So connections that hold slots without calls cannot keep Envoy out even
+within --idle-timeout; connections with a call open are never touched. At most
+max_connections connections retire at once (each within close_timeout), so descriptors stay
+bounded at twice the cap.
 
 NOTE(preface-timeout): a connection whose client preface has not come within
 ``preface_timeout`` seconds is closed: silent connections would otherwise hold a descriptor
@@ -135,6 +143,7 @@ class Server:
         self.idle_timeout = idle_timeout
         self.idle_closed = 0  # connections closed for want of a call (monotonic)
         self.connections: set[Connection] = set()
+        self.retiring: set[Connection] = set()  # closing for want of a call (NOTE(make-room))
         self.refused = 0  # connections closed at once over the cap (monotonic)
         self.unlogged = 0  # of those, since the last WARNING
         self.warnings = Throttle(WARN_INTERVAL, clock)
@@ -162,8 +171,11 @@ class Server:
         return self.server.sockets[0].getsockname()[1]
 
     def admit(self, conn: Connection) -> bool:
-        """Count ``conn`` in, or refuse it (False) at the cap (NOTE(connection-cap))."""
-        if len(self.connections) < self.max_connections:
+        """Count ``conn`` in, or refuse it (False) at the cap (NOTE(connection-cap)); at the
+        cap the connection longest without a call makes room first (NOTE(make-room))."""
+        if len(self.connections) - len(self.retiring) >= self.max_connections:
+            self.make_room()
+        if len(self.connections) - len(self.retiring) < self.max_connections:
             self.connections.add(conn)
             return True
         self.refused += 1
@@ -177,13 +189,29 @@ class Server:
 
     def release(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        self.retiring.discard(conn)
+
+    def make_room(self) -> None:
+        """NOTE(make-room): the open connection without a call open the longest (none
+        going away or closing) retires and leaves the count, while fewer than
+        max_connections retire."""
+        if len(self.retiring) >= self.max_connections:
+            return
+        idle = [c for c in self.connections if not (c.streams or c.going_away or c.transport
+                                                     is None or c.transport.is_closing())]
+        if idle:
+            oldest = min(idle, key=lambda c: c.idle_since)
+            self.closed_idle(oldest)
+            oldest.go_away(self.close_timeout)
 
     def closed_idle(self, conn: Connection) -> None:
-        """``conn`` is closed gracefully, no call open for ``idle_timeout`` seconds: counted
-        (NOTE(idle-timeout) in h2.py)."""
+        """``conn`` is closed gracefully, no call open for ``idle_timeout`` seconds or the
+        longest at the cap: counted, and no longer counted against the cap
+        (NOTE(idle-timeout) in h2.py, NOTE(make-room))."""
+        self.retiring.add(conn)
         self.idle_closed += 1
-        log.debug("kvpool epp: closing a connection idle for %gs (--idle-timeout)",
-                  self.idle_timeout)
+        log.debug("kvpool epp: closing a connection without a call (--idle-timeout %gs, or "
+                  "the connection cap reached)", self.idle_timeout)
 
     def open_stream(self, conn: Connection) -> bool:
         """Count a new call of ``conn`` in, or refuse it (False, counted by cause): ``conn``

@@ -71,8 +71,9 @@ class TransportCollector:
                     "held-bytes budget or the open call cap, or a peer resetting calls past "
                     "its budget.", value=server.cut)
         yield count("kvpool_epp_connections_idle_closed",
-                    "Connections closed gracefully (GOAWAY NO_ERROR) after --idle-timeout "
-                    "seconds without a call open.", value=server.idle_closed)
+                    "Connections closed gracefully (GOAWAY NO_ERROR) for want of a call: "
+                    "none open for --idle-timeout seconds, or the longest without one when a "
+                    "new connection came at --max-connections.", value=server.idle_closed)
         yield level("kvpool_epp_held_bytes",
                     "Request bytes the open calls hold now (bodies until their decision).",
                     value=server.buffered)

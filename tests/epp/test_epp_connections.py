@@ -1,6 +1,6 @@
 """The picker's listening socket on 127.0.0.1 (kvpool/epp/listener.py): past the connection cap
 a new connection is closed at once with one throttled WARNING while those open are served
-(NOTE(connection-cap)); a stop, and a connection error, close within ``close_timeout`` even
+(NOTE(connection-cap)), unless one without a call makes room (NOTE(make-room)); a stop, and a connection error, close within ``close_timeout`` even
 when the peer never reads (NOTE(close-timeout))."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import asyncio
 import logging
 import socket
 
-from kvpool.epp.calls import (CONTINUATION, DATA, END_HEADERS, ENHANCE_YOUR_CALM, GOAWAY,
-                             HEADERS, PING, PREFACE, SETTINGS, frame)
+from kvpool.epp.calls import (CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM,
+                             GOAWAY, HEADERS, PING, PREFACE, SETTINGS, frame)
 from kvpool.epp.listener import Server
 from tests.epp.test_epp_buffers import read_frame, tally, until
 
@@ -29,16 +29,19 @@ async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter
 
 
 async def test_past_the_connection_cap_new_connections_are_closed_at_once(caplog):
-    """Cap 3: three connections are served; five more each get GOAWAY ENHANCE_YOUR_CALM and
-    are closed, with one WARNING for them all; the three still answer a PING; once one
-    leaves, a new connection is served. Before NOTE(connection-cap) there was no cap."""
+    """Cap 3: three connections are served, each with a call open (so none makes room:
+    NOTE(make-room)); five more each get GOAWAY ENHANCE_YOUR_CALM and are closed, with one
+    WARNING for them all; the three still answer a PING; once one leaves, a new connection
+    is served. Before NOTE(connection-cap) there was no cap."""
     caplog.set_level(logging.WARNING, logger="kvpool.epp")
     server = Server(tally, 1 << 20, max_connections=3)
     port = await server.start("127.0.0.1", 0)
     held = [await connect(port) for _ in range(3)]
     try:
-        for reader, _ in held:
+        for reader, writer in held:
             await until(reader, SETTINGS)  # each was admitted (the server spoke first)
+            writer.write(frame(HEADERS, END_HEADERS, 1, b"\x88"))  # a call, left open
+        await wait_for(lambda: server.open_streams == 3)
         for _ in range(5):
             reader, writer = await connect(port)
             _, body = await until(reader, GOAWAY)
@@ -64,6 +67,54 @@ async def test_past_the_connection_cap_new_connections_are_closed_at_once(caplog
         for _, writer in held:
             writer.close()
         await server.stop(grace=0.5)
+
+
+async def wait_for(done, seconds: float = 5) -> None:
+    """Poll ``done()`` every 50 ms for ``seconds`` at most; fails when it never held."""
+    for _ in range(int(seconds / 0.05)):
+        if done():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the server never reached the state waited for")
+
+
+async def test_at_the_cap_the_connection_longest_without_a_call_makes_room():
+    """Cap 2, idle timeout 60 s: one connection with a call open, one silent. A third is
+    admitted (SETTINGS, no ENHANCE_YOUR_CALM) and the silent one gets GOAWAY NO_ERROR and is
+    closed; the call on the busy one still completes. A fourth makes the third (now the one
+    without a call) retire; with both slots holding calls a fifth is refused. Before
+    NOTE(make-room) the third was refused for as long as the silent one stayed quiet."""
+    server = Server(tally, 1 << 20, max_connections=2, idle_timeout=60, close_timeout=0.5)
+    port = await server.start("127.0.0.1", 0)
+    busy, silent = await connect(port), await connect(port)
+    conns = [busy, silent]
+    try:
+        for reader, _ in conns:
+            await until(reader, SETTINGS)
+        busy[1].write(frame(HEADERS, END_HEADERS, 1, b"\x88"))
+        await wait_for(lambda: server.open_streams == 1)
+        third = await connect(port)
+        conns.append(third)
+        await until(third[0], SETTINGS)
+        _, body = await until(silent[0], GOAWAY)
+        assert body[:8] == bytes(4) + bytes(4)  # last stream 0, NO_ERROR
+        assert await read_frame(silent[0]) is None  # closed after close_timeout
+        conns.append(await connect(port))
+        await until(conns[-1][0], SETTINGS)
+        _, body = await until(third[0], GOAWAY)  # the third had no call: it made room
+        conns[-1][1].write(frame(HEADERS, END_HEADERS, 1, b"\x88"))
+        await wait_for(lambda: server.open_streams == 2)
+        refused = await connect(port)
+        conns.append(refused)
+        _, body = await until(refused[0], GOAWAY)
+        assert int.from_bytes(body[4:8], "big") == ENHANCE_YOUR_CALM
+        busy[1].write(frame(DATA, END_STREAM, 1, b""))  # the busy call ends: answered "0"
+        assert (await until(busy[0], DATA, 1))[1] == b"\x00\x00\x00\x00\x010"
+        assert server.idle_closed == 2 and server.refused == 1
+    finally:
+        for _, writer in conns:
+            writer.close()
+        await server.stop(grace=0)
 
 
 async def non_reader(port: int, server: Server) -> socket.socket:
