@@ -17,13 +17,16 @@ import aiohttp
 import pytest
 
 from kvpool.epp.cli import READY_PREFIX, picking
+from kvpool.epp.metrics import MetricsPort
 from kvpool.epp.picker import Picker, endpoint_of
 from kvpool.router.membership import Membership
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from stress.http.servers import ROOT
 from bench.envoy_proc import Envoy
+from tests.epp.test_epp_limits import holding
 from tests.router.helpers import LOOKUP_TIMEOUT, complete, prompt, read_events, spawn_many
+from tests.server.helpers import parse_metrics
 
 
 TENANT = "X-Tenant"  # the replicas' --tenant-header (the Responses API tests' tenants)
@@ -132,6 +135,52 @@ async def test_bad_json_is_a_400_from_the_picker(fleet, tmp_path):
         out, _ = await post(s, url, {"prompt": "still fine", "max_tokens": 2})
         assert out["choices"]
     assert picker.picks == 1
+
+
+async def test_a_refused_call_is_retried_then_a_503_and_an_idle_close_is_harmless(fleet,
+                                                                                   tmp_path):
+    """The picker at --idle-timeout 0.3 s: Envoy's connection to it is closed (GOAWAY
+    NO_ERROR) between two requests and the second is served on a new one. At
+    --max-open-streams 1, with that call held by another client, Envoy's call is refused
+    (REFUSED_STREAM), retried three times (deploy/envoy/envoy.yaml's retry_policy: four
+    refusals counted) and answered 503 (its status_on_error); once the call is gone a request
+    is served. Before that config Envoy answered 500 at once."""
+    picker = Picker(Router(ReplicaSet(fleet, interval=0.5), lookup_timeout=LOOKUP_TIMEOUT))
+    metrics = MetricsPort("127.0.0.1", 0)
+    async with picking(picker, "127.0.0.1", 0, max_open_streams=1, idle_timeout=0.3,
+                       metrics=metrics) as port, aiohttp.ClientSession() as s:
+        envoy = Envoy(port, tmp_path)
+        await asyncio.to_thread(envoy.start)
+        try:
+            await post(s, envoy.url, {"prompt": "before", "max_tokens": 2})
+            await asyncio.sleep(1.5)  # Envoy's connection is closed as idle
+            await post(s, envoy.url, {"prompt": "after an idle close", "max_tokens": 2})
+            _, held = await holding(port, 1)
+            try:
+                await until_open(s, metrics.url)
+                async with s.post(envoy.url + "/v1/completions",
+                                  json={"prompt": "refused", "max_tokens": 2}) as r:
+                    assert r.status == 503, await r.text()
+                samples = parse_metrics(await (await s.get(metrics.url + "/metrics")).text())
+            finally:
+                held.close()
+            await asyncio.sleep(0.5)
+            await post(s, envoy.url, {"prompt": "served again", "max_tokens": 2})
+        finally:
+            await asyncio.to_thread(envoy.stop)
+    assert samples["kvpool_epp_streams_refused_total"][(("reason", "max_open_streams"),)] == 4
+    assert samples["kvpool_epp_connections_idle_closed_total"][()] >= 1
+    assert picker.picks == 3
+
+
+async def until_open(s: aiohttp.ClientSession, url: str) -> None:
+    """Wait (5 s at most) until the picker counts one call open."""
+    for _ in range(100):
+        text = await (await s.get(url + "/metrics")).text()
+        if parse_metrics(text)["kvpool_epp_open_streams"][()] == 1:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the held call never opened")
 
 
 def spawn_epp(*argv: str) -> tuple[subprocess.Popen, int, int | None]:
