@@ -98,6 +98,8 @@ class StreamIds:
         """The id, the first time whole ``events`` (ending with a blank line) show it."""
         if self.done:
             return None
+        # an event ends at a blank line, CRLF ones too (upstream.py NOTE(event-boundary))
+        events = events.replace(b"\r\n", b"\n")
         for event in events.split(_EVENT_END, MAX_EVENTS):  # no more events than are read
             if not event.strip():
                 continue

@@ -16,9 +16,14 @@ What an attempt ends in::
 Every Failure leaves the client untouched, so the caller may try the next replica. After an
 SSE answer started there is no retry: the client has seen part of it.
 
-NOTE(event-boundary): SSE bytes are passed on up to the last complete event (``\\n\\n``), so
-a replica lost in the middle of an event never leaves half a JSON line ahead of the error
-event; the replica writes whole events, so nothing waits in the buffer in practice.
+NOTE(event-boundary): SSE bytes are passed on up to the last complete event (a blank line:
+``\\n\\n``, or ``\\r\\n\\r\\n`` from a server ending its lines with CRLF, as the SSE spec
+allows), so a replica lost in the middle of an event never leaves half a JSON line ahead of the
+error event; the replica writes whole events, so nothing waits in the buffer in practice. An
+event still open past MAX_PENDING bytes is passed on as it is: one replica's endless event
+(no blank line ever) costs the router that much memory, not all it sends, and its client gets
+the bytes as they come. Before, a CRLF stream reached the client only at its end, all of it
+held in the router until then.
 
 NOTE(learn): given ``learn``, a 200 answer's response id (response_ids.py: the start of a JSON
 body, or the first SSE events until one carries it) is handed to it with the replica that sent
@@ -53,7 +58,10 @@ __all__ = ["RELAYED", "Failure", "Relay", "cached_tokens_in"]
 log = logging.getLogger("kvpool.router")
 SSE_TYPE = "text/event-stream"
 _EVENT_END = b"\n\n"
+_CRLF_END = b"\r\n\r\n"
 _DONE = b"data: [DONE]\n\n"
+_DONES = (_DONE, b"data: [DONE]\r\n\r\n")
+MAX_PENDING = 1 << 20  # bytes of one open SSE event held back (NOTE(event-boundary))
 _CACHED_KEY = b'"cached_tokens":'
 _INT = re.compile(rb"\s*(\d+)")
 # NOTE(transparent): the replica sees the client's own User-Agent and Accept-Encoding (or none),
@@ -175,17 +183,18 @@ class Relay:
                 return resp
             if not chunk:
                 break
-            # what was pending holds no event end: search the new bytes (and one before)
-            start = max(0, len(pending) - 1)
+            # what was pending holds no event end: search the new bytes (and three before)
+            start = max(0, len(pending) - 3)
             pending += chunk
-            cut = pending.rfind(_EVENT_END, start) + len(_EVENT_END)  # NOTE(event-boundary)
-            if cut >= len(_EVENT_END):
+            cut = _event_end(pending, start)
+            if cut or len(pending) > MAX_PENDING:  # NOTE(event-boundary)
+                cut = cut or len(pending)
                 out = bytes(pending[:cut])
                 del pending[:cut]
                 if _CACHED_KEY in out:  # the usage event (the last one but [DONE])
                     cached = cached_tokens_in(out)
                 self._learn_from(replica, out)
-                done = out.endswith(_DONE)
+                done = out.endswith(_DONES)
                 # bounded like the replica's own: leaving the upstream's block then closes
                 # the replica's connection, which aborts the request there
                 await bounded_write(self.request, resp, out, self.write_timeout)
@@ -212,6 +221,14 @@ class Relay:
     def _count(self, body: bytes) -> None:
         if (cached := cached_tokens_in(body)) is not None:
             self.on_cached(cached)
+
+
+def _event_end(buf: bytearray, start: int) -> int:
+    """Where the last whole SSE event in ``buf`` ends (0: none), looking from ``start``
+    (NOTE(event-boundary))."""
+    lf = buf.rfind(_EVENT_END, start)
+    crlf = buf.rfind(_CRLF_END, start)
+    return max(lf + len(_EVENT_END) if lf >= 0 else 0, crlf + len(_CRLF_END) if crlf >= 0 else 0)
 
 
 def _plain(headers: Mapping[str, str]) -> bool:
