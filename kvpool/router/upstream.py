@@ -169,7 +169,7 @@ class Relay:
         self.request[STREAM_STARTED] = True  # the error middleware must not answer after this
         self.resp = resp
         cached = None
-        pending = bytearray()  # NOTE(event-boundary); grown in place, not copied per chunk
+        events = _Events()
         done = False  # the last event passed on was [DONE]
         while True:
             try:
@@ -183,14 +183,7 @@ class Relay:
                 return resp
             if not chunk:
                 break
-            # what was pending holds no event end: search the new bytes (and three before)
-            start = max(0, len(pending) - 3)
-            pending += chunk
-            cut = _event_end(pending, start)
-            if cut or len(pending) > MAX_PENDING:  # NOTE(event-boundary)
-                cut = cut or len(pending)
-                out = bytes(pending[:cut])
-                del pending[:cut]
+            if out := events.cut(chunk):
                 if _CACHED_KEY in out:  # the usage event (the last one but [DONE])
                     cached = cached_tokens_in(out)
                 self._learn_from(replica, out)
@@ -198,7 +191,7 @@ class Relay:
                 # bounded like the replica's own: leaving the upstream's block then closes
                 # the replica's connection, which aborts the request there
                 await bounded_write(self.request, resp, out, self.write_timeout)
-        await self._end(bytes(pending))
+        await self._end(events.rest())
         if cached is not None:
             self.on_cached(cached)
         return resp
@@ -223,12 +216,30 @@ class Relay:
             self.on_cached(cached)
 
 
-def _event_end(buf: bytearray, start: int) -> int:
-    """Where the last whole SSE event in ``buf`` ends (0: none), looking from ``start``
-    (NOTE(event-boundary))."""
-    lf = buf.rfind(_EVENT_END, start)
-    crlf = buf.rfind(_CRLF_END, start)
-    return max(lf + len(_EVENT_END) if lf >= 0 else 0, crlf + len(_CRLF_END) if crlf >= 0 else 0)
+class _Events:
+    """A stream's bytes, handed on up to its last whole event (NOTE(event-boundary))."""
+
+    def __init__(self) -> None:
+        self.pending = bytearray()  # grown in place, not copied per chunk
+
+    def cut(self, chunk: bytes) -> bytes:
+        """What of the bytes so far may go to the client now (b"": nothing yet)."""
+        pending = self.pending
+        start = max(0, len(pending) - 3)  # pending holds no event end: search the new bytes
+        pending += chunk
+        lf = pending.rfind(_EVENT_END, start)
+        crlf = pending.rfind(_CRLF_END, start)
+        end = max(lf + len(_EVENT_END) if lf >= 0 else 0,
+                  crlf + len(_CRLF_END) if crlf >= 0 else 0)
+        if not end and len(pending) <= MAX_PENDING:
+            return b""
+        end = end or len(pending)
+        out = bytes(pending[:end])
+        del pending[:end]
+        return out
+
+    def rest(self) -> bytes:
+        return bytes(self.pending)
 
 
 def _plain(headers: Mapping[str, str]) -> bool:
