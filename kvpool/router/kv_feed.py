@@ -68,12 +68,13 @@ from kvpool.events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockStor
                                 KVEventBatch, decode_batch, decode_seq, encode_seq)
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS, BlockIndex
 from kvpool.router.kv_prompt import info_problem
-from kvpool.router.replicas import Replica
+from kvpool.router.replicas import Replica, read_json
 
 __all__ = ["FEED_COUNTS", "KV_EVENTS_PATH", "MAX_MESSAGE", "ReplicaFeed"]
 
 log = logging.getLogger("kvpool.router")
 KV_EVENTS_PATH = "/v1/kvpool/kv_events"
+KV_INFO_BYTES = 1 << 20  # of the kv_events info read (replicas.py NOTE(small-answers))
 REPLAY_TIMEOUT = 2.0  # seconds a replay may take before the index is cleared instead
 MAX_MESSAGE = 16 << 20  # bytes per frame the SUB and DEALER accept (NOTE(max-message))
 MAX_REPLAY_BYTES = 256 << 20  # payload bytes one replay may hold (NOTE(slices))
@@ -127,7 +128,8 @@ class ReplicaFeed:
         try:
             async with session.get(self.replica.url + KV_EVENTS_PATH, headers=headers,
                                    timeout=aiohttp.ClientTimeout(total=2.0)) as resp:
-                info = await resp.json() if resp.status == 200 else None
+                # a chat template may ride along: a larger bound (NOTE(small-answers))
+                info = await read_json(resp, KV_INFO_BYTES) if resp.status == 200 else None
                 status = resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return  # down or busy: keep what we have, the next refresh asks again

@@ -59,7 +59,7 @@ from kvpool.router.affinity import RESPONSES_PATH, ResponseAffinity
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership
 from kvpool.router.relayed import BodyReader, request_headers
-from kvpool.router.replicas import Replica, ReplicaSet
+from kvpool.router.replicas import Replica, ReplicaSet, read_json
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
 from kvpool.router.upstream import RELAYED, SKIP_AUTO_HEADERS, Failure, Relay
 from kvpool.router.wire import UpstreamPool
@@ -212,7 +212,7 @@ class Router:
                     timeout=aiohttp.ClientTimeout(total=self.lookup_timeout)) as resp:
                 if resp.status != 200:
                     return None
-                out = await resp.json()
+                out = await read_json(resp)  # replicas.py NOTE(small-answers)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return None  # late, down, silent or confused: scores hit 0, the choice goes on
         counts = lookup_counts(out)

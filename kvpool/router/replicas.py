@@ -45,12 +45,18 @@ import aiohttp
 
 from kvpool.router.scoring import whole_counts
 
-__all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "Replica", "ReplicaSet"]
+__all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "MAX_ANSWER_BYTES", "Replica",
+           "ReplicaSet", "read_json"]
 
 log = logging.getLogger("kvpool.router")
 DEFAULT_INTERVAL = 0.5  # seconds between two beats of one replica
 DEFAULT_DOWN_AFTER = 2.0  # seconds without any /health answer before in-flight requests end
 _CLIENT_ERRORS = (aiohttp.ClientError, OSError)
+# NOTE(small-answers): what the router reads of a replica's own answers to it (/health, a
+# lookup, the kv_events info) is small JSON; each is read up to a bound, never whole, so a
+# broken or hostile replica (or whatever else listens at its URL) answering without end costs
+# the router that bound per answer, not all it sends within the answer's timeout
+MAX_ANSWER_BYTES = 64 * 1024
 
 
 @dataclass(slots=True, eq=False)
@@ -93,15 +99,26 @@ class Replica:
         return len(self.leases)
 
 
-def load_of(health: bytes) -> int:
-    """num_running + num_waiting of a /health answer (0 when it reports none, or counts that
-    are not whole: a string, a fraction, 1e999)."""
-    try:
-        out = json.loads(health)
-    except ValueError:
-        return 0
-    counts = whole_counts(out, ("num_running", "num_waiting"), default=0)
+def load_of(health: object) -> int:
+    """num_running + num_waiting of a decoded /health answer (0 when it reports none, or
+    counts that are not whole: a string, a fraction, 1e999)."""
+    counts = whole_counts(health, ("num_running", "num_waiting"), default=0)
     return sum(counts) if counts else 0
+
+
+async def read_json(resp: aiohttp.ClientResponse, limit: int = MAX_ANSWER_BYTES) -> object:
+    """The JSON value of a replica's small answer (NOTE(small-answers)); None when it is not
+    JSON or is longer than ``limit`` bytes (then not read further)."""
+    body = bytearray()
+    while len(body) <= limit:
+        chunk = await resp.content.read(limit + 1 - len(body))
+        if not chunk:
+            try:
+                return json.loads(body)
+            except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
+                return None
+        body += chunk
+    return None
 
 
 class ReplicaSet:
@@ -165,7 +182,7 @@ class ReplicaSet:
                         total=self.timeout)) as resp:
                     status = resp.status
                     if status == 200:
-                        r.load = load_of(await resp.read())
+                        r.load = load_of(await read_json(resp))
             except aiohttp.ClientConnectorError:
                 status = 0  # refused: the host answered, nobody listens
         ok = status == 200
