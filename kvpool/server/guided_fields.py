@@ -60,7 +60,8 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
     try:
         return _spec(param.rpartition(".")[2], value, param)
     except RequestError as exc:  # the compiler names response_format: name this field
-        raise _bad(param, str(exc).removeprefix("response_format: ")) from None
+        message = str(exc).removeprefix("response_format: ").removeprefix(f"{param}: ")
+        raise _bad(param, message) from None
 
 
 def _spec(key: str, value: Any, param: str) -> GrammarSpec:

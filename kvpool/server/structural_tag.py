@@ -15,17 +15,27 @@ structure's ``schema`` (any JSON when it has none), then its ``end``. Compiled b
 probed like any grammar (kvpool/runtime/model/grammar.py). xgrammar's newer form
 (``{"type": "structural_tag", "format": ...}``) has no llguidance compiler, in vLLM either:
 a 400 that says so.
+
+NOTE(tag-probes): the compiled grammar is probed from its start, which is free text, so the
+structures' schemas are never reached there. So each distinct schema is also compiled alone
+(``GrammarSpec.json_schema``: a schema that cannot compile is a 400 naming its structure),
+and the probes that schema would get as a ``json_schema`` (its patterns and referenced
+definitions, at most ``MAX_PROBES`` for the whole tag) become the tag's probes: a pattern
+over the grammar budget or a ``$ref`` loop inside a structure is a 400 before the request
+runs, as it is in ``response_format: json_schema``, not a failed generation once a call
+opens.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import llguidance
 
 from kvpool.errors import RequestError
-from kvpool.runtime.model.grammar import GrammarSpec
+from kvpool.runtime.model.grammar import MAX_PROBES, GrammarSpec
 from kvpool.server.json_body import decode_json_text
 
 __all__ = ["MAX_STRUCTURES", "parse_structural_tag"]
@@ -53,13 +63,34 @@ def parse_structural_tag(value: Any, param: str) -> GrammarSpec:
     if not isinstance(structures, list) or not 1 <= len(structures) <= MAX_STRUCTURES:
         raise _bad(param, f"structures must be a list of 1..{MAX_STRUCTURES} objects")
     tags = [_tag(s, i, triggers, param) for i, s in enumerate(structures)]
+    probes = _schema_probes(structures, param)
     try:
         source = llguidance.StructTag.to_grammar(tags)
-        return GrammarSpec.lark(source)
     except (ValueError, TypeError) as exc:
         raise _bad(param, f"invalid structural tag: {str(exc)[:200]}") from None
+    try:
+        spec = GrammarSpec.lark(source)
     except RequestError as exc:  # the compiler names response_format: name this field
         raise _bad(param, str(exc).removeprefix("response_format: ")) from None
+    return dataclasses.replace(spec, probes=probes)
+
+
+def _schema_probes(structures: list[dict], param: str) -> tuple[Any, ...]:
+    """NOTE(tag-probes): each distinct schema compiled alone; the probes of them all."""
+    probes: dict[str, Any] = {}  # canonical JSON -> probe (each probed once)
+    seen: set[str] = set()
+    for i, s in enumerate(structures):
+        schema = s.get("schema")
+        if not isinstance(schema, dict) or (key := json.dumps(schema, sort_keys=True)) in seen:
+            continue
+        seen.add(key)
+        try:
+            alone = GrammarSpec.json_schema(schema)
+        except RequestError as exc:
+            raise _bad(param, f"structures[{i}].schema: "
+                       f"{str(exc).removeprefix('response_format: ')[:300]}") from None
+        probes.update((json.dumps(p, sort_keys=True), p) for p in alone.probes)
+    return tuple(probes.values())[:MAX_PROBES]
 
 
 def _texts(value: Any, param: str, name: str) -> list[str]:

@@ -13,6 +13,8 @@ import pytest
 from kvpool.runtime.model import build_byte_tokenizer
 from kvpool.runtime.model.grammar_matchers import GrammarMatchers
 from kvpool.server.structural_tag import parse_structural_tag
+from tests.server.helpers import wait_free
+from tests.server.test_grammar_budget import REJECTED
 
 TOK = build_byte_tokenizer()
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
@@ -72,3 +74,43 @@ async def test_the_server_takes_the_tag_and_names_the_field_of_a_bad_one(srv):
         assert says in out["error"]["message"], (says, out)
     status, out = await post(srv, {"structured_outputs": {"structural_tag": "{not json"}})
     assert status == 400 and out["error"]["param"] == "structured_outputs.structural_tag"
+
+
+def opens_at_once(schema: dict) -> dict:
+    """A tag whose call opens with "<": with "<" favoured by logit_bias the output enters the
+    structure's schema on its first token."""
+    return {"type": "structural_tag", "triggers": ["<"],
+            "structures": [{"begin": "<", "schema": schema, "end": ">"}]}
+
+
+LT = TOK.encode("<", add_special_tokens=False)[0]
+
+
+async def test_schemas_over_the_grammar_budget_are_400s_before_the_request_runs(srv):
+    """NOTE(tag-probes): what response_format json_schema refuses (test_grammar_budget.py
+    REJECTED) is refused inside a structure too, streamed or not, for any n; it used to be
+    accepted and fail the generation (a 500, or an error event after a 200) once a call
+    opened."""
+    free = srv.free()
+    for name, schema in REJECTED.items():
+        for where in ("response_format", "structured_outputs"):
+            tag = opens_at_once(schema)
+            field = {"response_format": tag} if where == "response_format" else \
+                {"structured_outputs": {"structural_tag": tag}}
+            for extra in ({"n": 1}, {"n": 3}, {"stream": True}):
+                status, out = await post(srv, {**field, **extra, "temperature": 1.0,
+                                               "logit_bias": {str(LT): 100}})
+                assert status == 400, (name, where, extra, out)
+                assert out["error"]["type"] == "invalid_request_error", out
+                assert out["error"]["param"] == "response_format", (name, out)
+    bad_regex = opens_at_once({"type": "string", "pattern": "(("})
+    status, out = await post(srv, {"structured_outputs": {"structural_tag": bad_regex}})
+    assert status == 400 and out["error"]["param"] == "structured_outputs.structural_tag"
+    assert out["error"]["message"].startswith(
+        "structured_outputs.structural_tag: structures[0].schema: invalid JSON schema"), out
+    ok = opens_at_once({"type": "string", "maxLength": 4})
+    status, out = await post(srv, {"response_format": ok, "logit_bias": {str(LT): 100},
+                                   "temperature": 0})
+    assert status == 200 and out["choices"][0]["message"]["content"].startswith('<"'), out
+    await wait_free(srv, free)
+    assert srv.free() == free
