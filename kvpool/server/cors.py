@@ -26,10 +26,15 @@ the API key is checked (browsers never send ``Authorization`` on a preflight)::
 
 Every other answer to a request with ``Origin`` (successes, SSE streams, and the error JSON of
 middleware.py: 401, 400, 404, 413, 5xx) gets, before its headers go out:
-``Access-Control-Allow-Origin: *`` when any origin is allowed (the Origin itself, with
-``Vary: Origin``, when the request carries a cookie), else the Origin itself with
-``Vary: Origin`` when it is in the list, else nothing; and with ``--allow-credentials``,
-``Access-Control-Allow-Credentials: true`` whatever the origin (starlette's rule).
+``Access-Control-Allow-Origin: *`` when any origin is allowed and credentials are not, else
+the Origin itself with ``Vary: Origin`` when it is allowed, else nothing; and with
+``--allow-credentials``, ``Access-Control-Allow-Credentials: true`` whatever the origin.
+
+NOTE(echo-credentials): with credentials on, any origin allowed, the answer echoes the Origin,
+never ``*``, whatever the request carries. A browser refuses ``*`` on a request sent with
+``credentials: "include"``, and a server cannot see that mode: a page sending a bearer token
+without cookies got ``*`` and could not read the answer its preflight had allowed. starlette
+decided the same (its PR #3137, after the older rule keyed on a ``Cookie`` header).
 
 NOTE(hostile-origin): one thing differs from starlette, which echoes any Origin value. Here an
 Origin that is not one serialized origin (``null`` or ``scheme://host[:port]``, at most
@@ -122,8 +127,8 @@ class CorsPolicy:
         self.any_header = "*" in headers
         self.headers = tuple(sorted({*SAFELISTED_HEADERS, *headers} - {"*"}))
         self.header_names = frozenset(h.lower() for h in self.headers)
-        # the Origin itself, not "*", on preflights: a list, or credentials (never with "*")
-        self.echo_on_preflight = not self.any_origin or self.credentials
+        # the Origin itself, not "*": a list, or credentials (NOTE(echo-credentials))
+        self.echo_origin = not self.any_origin or self.credentials
 
     def allows(self, origin: str) -> bool:
         return self.any_origin or origin in self.origins
@@ -148,11 +153,11 @@ class CorsPolicy:
         failures = []
         if origin is None or not self.allows(origin):
             failures.append("origin")
-        elif self.echo_on_preflight:
+        elif self.echo_origin:
             headers["Access-Control-Allow-Origin"] = origin
         else:
             headers["Access-Control-Allow-Origin"] = "*"
-        if self.echo_on_preflight:
+        if self.echo_origin:
             _vary_origin(headers)
         if request.headers["Access-Control-Request-Method"] not in self.methods:
             failures.append("method")
@@ -191,7 +196,7 @@ class CorsPolicy:
         origin = _origin(request)
         if origin is None or not self.allows(origin):
             return
-        if self.any_origin and "Cookie" not in request.headers:
+        if not self.echo_origin:  # NOTE(echo-credentials): "*" only without credentials
             response.headers["Access-Control-Allow-Origin"] = "*"
             return
         response.headers["Access-Control-Allow-Origin"] = origin

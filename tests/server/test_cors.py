@@ -123,8 +123,22 @@ async def test_credentials_echo_the_origin_never_a_star(make_server):
         status, h, _ = await fetch(srv.v1 + "/models", headers={"Origin": A, "Cookie": "s=1"})
         assert status == 200 and h[ACAO] == A and h["Vary"] == "Origin"
         assert h["Access-Control-Allow-Credentials"] == "true"
+        # cors.py NOTE(echo-credentials): no cookie, a bearer token or none, JSON or a stream,
+        # and the 401 below: still the Origin, never "*", which a credentialed fetch refuses
+        for path, method, kw in [("/models", "GET", {}),
+                                 ("/completions", "POST", {"json": PROMPT}),
+                                 ("/completions", "POST", {"json": {**PROMPT, "stream": True}})]:
+            for auth in ({"Authorization": "Bearer sk-test"}, {}):
+                status, h, _ = await fetch(srv.v1 + path, method,
+                                           headers={"Origin": EVIL, **auth}, **kw)
+                assert status == 200 and h[ACAO] == EVIL and h["Vary"] == "Origin", h
+                assert h["Access-Control-Allow-Credentials"] == "true"
+    async with make_server(api_key="sk-test", app_options={"cors": cors}) as srv:
         status, h, _ = await fetch(srv.v1 + "/models", headers={"Origin": A})
-        assert status == 200 and h[ACAO] == "*"  # starlette's rule: no cookie, "*"
+        assert status == 401 and h[ACAO] == A and h["Vary"] == "Origin", h
+    async with make_server() as srv:  # no credentials: "*", cookie or not
+        status, h, _ = await fetch(srv.v1 + "/models", headers={"Origin": A, "Cookie": "s=1"})
+        assert status == 200 and h[ACAO] == "*" and "Vary" not in h, h
 
 
 async def raw_exchange(url: str, head: bytes) -> tuple[int, bytes]:
