@@ -13,9 +13,10 @@ vLLM installs starlette's CORSMiddleware (FastAPI's is the same class) with its 
                                    plus the CORS-safelisted Accept, Accept-Language,
                                    Content-Language, Content-Type)
 
-A request without ``Origin`` is not a CORS request: nothing is added. A preflight (``OPTIONS``
-with ``Origin`` and ``Access-Control-Request-Method``) is answered here, on any path, before
-the API key is checked (browsers never send ``Authorization`` on a preflight)::
+A request without ``Origin`` is not a CORS request: nothing is added but ``Vary``
+(NOTE(vary-origin)). A preflight (``OPTIONS`` with ``Origin`` and
+``Access-Control-Request-Method``) is answered here, on any path, before the API key is
+checked (browsers never send ``Authorization`` on a preflight)::
 
     200 "OK"  Access-Control-Allow-Methods (the allowed list), Access-Control-Max-Age 600,
               Access-Control-Allow-Headers (the requested headers when "*", else the list),
@@ -29,6 +30,13 @@ middleware.py: 401, 400, 404, 413, 5xx) gets, before its headers go out:
 ``Access-Control-Allow-Origin: *`` when any origin is allowed and credentials are not, else
 the Origin itself with ``Vary: Origin`` when it is allowed, else nothing; and with
 ``--allow-credentials``, ``Access-Control-Allow-Credentials: true`` whatever the origin.
+
+NOTE(vary-origin): where the answer echoes the Origin (a list of origins, or credentials), it
+depends on the Origin, so every answer, preflight or not, carries ``Vary: Origin``: also the
+answers to a disallowed or malformed Origin and to a request without one (the Fetch
+standard's advice; starlette adds it only where it echoes). Otherwise a shared cache could
+keep an answer without ``Access-Control-Allow-Origin`` (made for another origin, or for no
+browser at all) and serve it to an allowed page, which the browser would then refuse.
 
 NOTE(echo-credentials): with credentials on, any origin allowed, the answer echoes the Origin,
 never ``*``, whatever the request carries. A browser refuses ``*`` on a request sent with
@@ -107,8 +115,10 @@ def _origin(request: web.Request) -> str | None:
 
 
 def _vary_origin(headers: MutableMapping[str, str]) -> None:
-    """Add Origin to ``Vary`` (a cache must keep answers to different origins apart)."""
+    """Add Origin to ``Vary`` (a cache must keep answers to different origins apart), once."""
     existing = headers.get("Vary")
+    if existing and "origin" in (v.strip().lower() for v in existing.split(",")):
+        return
     headers["Vary"] = f"{existing}, Origin" if existing else "Origin"
 
 
@@ -189,7 +199,11 @@ class CorsPolicy:
                                   response: web.StreamResponse) -> None:
         """aiohttp ``on_response_prepare`` hook: the CORS headers of every non-preflight
         answer, before its headers go out (streams and error answers included)."""
-        if "Origin" not in request.headers or _is_preflight(request):
+        if _is_preflight(request):
+            return
+        if self.echo_origin:  # NOTE(vary-origin): on every answer, whatever the Origin
+            _vary_origin(response.headers)
+        if "Origin" not in request.headers:
             return
         if self.credentials:
             response.headers["Access-Control-Allow-Credentials"] = "true"
@@ -200,4 +214,3 @@ class CorsPolicy:
             response.headers["Access-Control-Allow-Origin"] = "*"
             return
         response.headers["Access-Control-Allow-Origin"] = origin
-        _vary_origin(response.headers)

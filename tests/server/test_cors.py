@@ -58,7 +58,7 @@ async def test_preflight_on_any_path_needs_no_key_and_answers_like_starlette(mak
         assert status == 200 and h[ACAO] == "*"
         # no Origin: not a CORS request, nothing added (and OPTIONS is still no route)
         status, h, _ = await fetch(srv.url + "/health")
-        assert status == 200 and ACAO not in h
+        assert status == 200 and ACAO not in h and "Vary" not in h
         status, h, _ = await fetch(srv.url + "/health", "OPTIONS")
         assert status == 405 and ACAO not in h
 
@@ -111,6 +111,13 @@ async def test_allowed_origins_restrict_and_echo_with_vary(make_server):
         status, h, _ = await fetch(srv.v1 + "/completions", "POST", json=PROMPT,
                                    headers={"Origin": EVIL})
         assert status == 200 and ACAO not in h  # answered; the browser withholds it
+        # cors.py NOTE(vary-origin): the answers without the header vary on Origin too, so a
+        # cache never hands one of them to A: another origin, a malformed one, none, an error
+        for path, headers in [("/models", {"Origin": EVIL}), ("/models", {"Origin": "x y"}),
+                              ("/models", {}), ("/nowhere", {}), ("/nowhere", {"Origin": A})]:
+            status, h, _ = await fetch(srv.v1 + path, headers=headers)
+            assert status in (200, 404) and h["Vary"] == "Origin", (path, headers, h)
+            assert (ACAO in h) == (headers.get("Origin") == A), (path, headers, h)
 
 
 async def test_credentials_echo_the_origin_never_a_star(make_server):
