@@ -258,8 +258,9 @@ def _add_api_args(srv: _ArgGroup) -> None:
     """The OpenAI API features a server turns on or sizes: stored responses, tool calls."""
     srv.add_argument("--max-stored-responses", type=int, default=DEFAULT_MAX_STORED_RESPONSES,
                      metavar="N", help="Responses API results kept in memory for "
-                     "previous_response_id and GET /v1/responses/{id}, all tenants together, "
-                     f"least recently used out (0: none; default {DEFAULT_MAX_STORED_RESPONSES})")
+                     "previous_response_id and GET /v1/responses/{id}, all tenants together; "
+                     "when full, the least recently used of the tenant holding the most goes "
+                     f"(0: none; default {DEFAULT_MAX_STORED_RESPONSES})")
     srv.add_argument("--enable-auto-tool-choice", action="store_true", default=False,
                      help="let the model decide to call tools (tool_choice auto, the default "
                      "when tools are sent), its output read by --tool-call-parser")

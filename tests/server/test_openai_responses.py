@@ -175,6 +175,31 @@ async def test_the_store_is_bounded_least_recently_used_out(srv):
         assert len(srv.app[RESPONSES_KEY].store) == 2
 
 
+async def test_a_busy_tenant_evicts_its_own_responses_not_another_tenants(make_server):
+    """response_store.py NOTE(fair-evict): tenant b storing many responses (store is on by
+    default) leaves tenant a's conversation in the store; b loses its own oldest."""
+    async with make_server(app_options={"tenant_header": "X-Tenant"}) as srv, \
+            client(srv.url, "a") as a, client(srv.url, "b") as b:
+        store = srv.app[RESPONSES_KEY].store
+        store.max_entries = 4
+        kept = [await a.responses.create(input=f"a{i}", max_output_tokens=2) for i in range(2)]
+        flood = [await b.responses.create(input=f"b{i}", max_output_tokens=2)
+                 for i in range(6)]
+        for r in kept:  # a's responses are all still there, and continue
+            assert (await a.responses.retrieve(r.id)).output_text == r.output_text
+        with pytest.raises(openai.NotFoundError):  # b's oldest made room
+            await b.responses.retrieve(flood[0].id)
+        assert (await b.responses.retrieve(flood[-1].id)).id == flood[-1].id
+        assert (len(store), store.held("a"), store.held("b")) == (4, 2, 2)
+        nxt = await a.responses.create(input="more", max_output_tokens=2,
+                                       previous_response_id=kept[0].id)
+        assert nxt.previous_response_id == kept[0].id
+        # a now holds the most: its own least recently used (kept[1]) made room
+        assert (store.held("a"), store.held("b")) == (2, 2)
+        with pytest.raises(openai.NotFoundError):
+            await a.responses.retrieve(kept[1].id)
+
+
 async def test_kvpool_serve_max_stored_responses():
     async with subprocess_server("--max-stored-responses", "1") as (_, url, _l), \
             client(url) as c:
