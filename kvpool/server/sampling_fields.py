@@ -88,7 +88,7 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
     if not isinstance(value, dict):
         raise _bad(p, "must be an object with a type (text, json_object or json_schema)")
     kind = value.get("type")
-    if kind not in _FORMAT_KEYS:
+    if not isinstance(kind, str) or kind not in _FORMAT_KEYS:  # a list or object: unhashable
         raise _bad(p, f"type must be 'text', 'json_object', 'json_schema' or 'structural_tag', "
                    f"got {json.dumps(kind)[:50]}")
     extra = set(value) - _FORMAT_KEYS[kind]

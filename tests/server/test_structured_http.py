@@ -74,7 +74,7 @@ async def test_bad_response_format_is_a_400_naming_it(srv):
         for bad in ({"type": "json_schema", "json_schema": {"name": "x",
                                                             "schema": {"type": "nope"}}},
                     {"type": "json_schema", "json_schema": {"schema": PERSON}},
-                    {"type": "yaml"}):
+                    {"type": "yaml"}, {"type": ["structural_tag"]}, {"type": {}}):
             with pytest.raises(openai.BadRequestError) as e:
                 await c.chat.completions.create(
                     model=model, max_completion_tokens=8, response_format=bad,
