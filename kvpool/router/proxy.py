@@ -7,7 +7,9 @@ Per POST /v1/completions or /v1/chat/completions::
     headers = the client's end-to-end headers (relayed.py), for the lookups and the request
     fan out POST /v1/kvpool/lookup with the same body to every healthy replica, in parallel,
         each bounded by lookup_timeout (a late, failed or silent replica scores hit 0, and its
-        load is what its last /health reported or this router's requests there, the more)
+        load is what its last /health reported or this router's requests there, the more;
+        NOTE(own-load): an answering one's is its lookup's figure or this router's requests
+        there, the more)
     choose(hits, loads) (scoring.py) -> first replica; the others follow, least loaded first
     relay (upstream.py): an attempt that gave the client nothing (down, full, lost before
         the answer started) -> next replica (reason retry); after an SSE answer started there
@@ -35,6 +37,13 @@ but one naming a ``previous_response_id`` goes to the replica holding that respo
 ``/v1/responses/{id}...`` goes to that replica, else to the first healthy one. The others
 follow as retries, and their 404 is the server's own (affinity.py NOTE(tenant)). Neither kind
 is counted in ``kvpool_router_decisions_total``: that counts prefix routing.
+
+NOTE(own-load): what a lookup answer claims is not checked against anything but the router's
+own count: its hit tokens cannot be (only the replica holds its cache), but its load can. A
+replica that claimed a long hit for every prompt and no load (a bug, or hostile) drew every
+request while its queue grew; with the router's own in-flight requests there as the floor of
+its load, the load guard (scoring.py) sends new requests elsewhere once it holds more than
+``abs_threshold`` of this router's requests beyond the least loaded replica.
 
 NOTE(agreement): with lookups the router neither renders chat templates nor tokenizes: each
 replica's lookup parses the body with the parser its generation route uses and hashes with its
@@ -239,7 +248,8 @@ class Router:
         else:
             answers = await asyncio.gather(*(self._lookup(r, raw, headers) for r in cands))
             hits = [a[0] if a else 0 for a in answers]
-            loads = [a[1] if a else r.busy() for a, r in zip(answers, cands)]
+            # NOTE(own-load): a replica's word on its load, never below what this router sends
+            loads = [max(a[1], r.in_flight) if a else r.busy() for a, r in zip(answers, cands)]
         order, idx, reason = self._ranked(cands, hits, loads)
         if scored is not None:
             self.kv_events.routed(order[0], scored[1])  # type: ignore[union-attr]

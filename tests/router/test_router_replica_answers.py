@@ -44,7 +44,7 @@ def _endless(sent: list[int]):
 
 
 @contextlib.asynccontextmanager
-async def replica(name: str, health=None, lookup=None, kv_info=None):
+async def replica(name: str, health=None, lookup=None, kv_info=None, complete=None):
     """A replica playing kvpool serve's routes; each handler may be replaced."""
     async def ok_health(_):
         return web.Response(body=OK_HEALTH, content_type="application/json")
@@ -55,7 +55,7 @@ async def replica(name: str, health=None, lookup=None, kv_info=None):
     async def no_events(_):
         return web.json_response({"enabled": False})
 
-    async def complete(request):
+    async def served(request):
         await request.read()
         return web.json_response({"id": "x", "object": "text_completion", "served_by": name})
 
@@ -63,7 +63,7 @@ async def replica(name: str, health=None, lookup=None, kv_info=None):
     app.router.add_get("/health", health or ok_health)
     app.router.add_post("/v1/kvpool/lookup", lookup or ok_lookup)
     app.router.add_get("/v1/kvpool/kv_events", kv_info or no_events)
-    app.router.add_post("/v1/completions", complete)
+    app.router.add_post("/v1/completions", complete or served)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -157,3 +157,40 @@ async def test_kv_event_info_nested_too_deep_or_endless_scores_no_hits():
         assert r.kv_events is not None and r.kv_events.keys is None  # nobody publishes
     assert sent and max(sent) < READ_AT_MOST, sent
 
+
+
+async def test_a_replica_claiming_every_hit_and_no_load_stops_drawing_past_the_guard():
+    """NOTE(own-load) in proxy.py: the liar claims a long hit for every prompt and 0 load, and
+    holds what it is sent. Before, its word on its load was taken over the router's own count:
+    every request went there (never answered) and the good replica beside it stayed idle."""
+    held = []
+    arrived = asyncio.Condition()
+    release = asyncio.Event()
+
+    async def lie(_):
+        return web.json_response({**LOOKUP, "device_hit_tokens": 1 << 20})
+
+    async def hold(request):
+        await request.read()
+        async with arrived:
+            held.append(request)
+            arrived.notify_all()
+        await release.wait()
+        return web.json_response({"id": "x", "object": "text_completion", "served_by": "liar"})
+
+    async with replica("liar", lookup=lie, complete=hold) as liar, replica("good") as good, \
+            routed([liar, good]) as (r, url), aiohttp.ClientSession() as s:
+        await _healthy(r, 2)
+        body = {"prompt": "hello", "max_tokens": 1}
+        tasks = []
+        try:
+            for i in range(r.guard.abs_threshold + 1):  # each one placed after the last arrived
+                tasks.append(asyncio.create_task(s.post(url + "/v1/completions", json=body)))
+                async with arrived, asyncio.timeout(10):
+                    await arrived.wait_for(lambda: len(held) > i)
+            async with asyncio.timeout(10):  # bounds the hang at the liar, before the fix
+                assert await _served_by(url) == "good"  # the guard tripped: the liar is full
+        finally:
+            release.set()
+            for resp in await asyncio.gather(*tasks):
+                resp.release()
