@@ -67,7 +67,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from kvpool.router.affinity import RESPONSES_PATH, ResponseAffinity
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership
-from kvpool.router.relayed import BodyReader, request_headers
+from kvpool.router.relayed import BodyReader, asking_identity, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_json
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
 from kvpool.router.upstream import RELAYED, SKIP_AUTO_HEADERS, Failure, Relay
@@ -290,7 +290,7 @@ class Router:
         """POST /v1/responses (module docstring); a body too large to decode here is placed
         by load alone."""
         raw, body = await self.bodies.read(request)
-        headers = request_headers(request.headers)
+        headers = asking_identity(request_headers(request.headers))  # its id is read
         named = None if body is None else body.get("previous_response_id")
         order = await self.response_order(named, headers, new=True)
         return await self._relay(request, raw, headers, order, None, 0, self.affinity.learn)

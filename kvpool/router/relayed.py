@@ -15,6 +15,14 @@ quota keys on the same identity; a router that dropped it made every client the 
 tenant. The router trusts what the client sent exactly as a direct replica does; an operator
 who lets clients reach the router but wants the header set by a gateway strips it there.
 
+NOTE(identity-encoding): on POST /v1/responses the router must read the answer's start (the
+response id it learns, affinity.py), so there it asks for the answer uncompressed: the client's
+Accept-Encoding is replaced by ``identity``. Otherwise a replica that compresses (as a proxy in
+front of it may) sent a gzip body the router could not read: each follow-up naming that id
+then cost a search of every replica, and was placed by load (a 404 where it landed wrong) once
+the searches were at their cap. The client gets the answer uncompressed, which HTTP allows
+whatever it accepts.
+
 Responses come back the same way, minus Content-Length (the router may stream or rewrite the
 body) and the Server/Date aiohttp sets for its own connection.
 
@@ -44,7 +52,8 @@ from aiohttp import web
 from kvpool.server.json_body import (DEFAULT_BODY_TIMEOUT, MAX_JSON_DEPTH, ParsePool,
                                      decode_json_body, structural_commas)
 
-__all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "request_headers", "response_headers"]
+__all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "asking_identity", "request_headers",
+           "response_headers"]
 
 # lower-case names; Proxy-* is matched by prefix
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "te", "trailer", "trailers",
@@ -82,6 +91,12 @@ def request_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
     """The client's end-to-end request headers, in order, repeats kept (for the replica),
     but Content-Encoding: the relayed body is the decoded one."""
     return _end_to_end(headers, _REQUEST_DECODED)
+
+
+def asking_identity(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` asking for an uncompressed answer (NOTE(identity-encoding))."""
+    return [*((k, v) for k, v in headers if k.lower() != "accept-encoding"),
+            ("Accept-Encoding", "identity")]
 
 
 def response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -27,7 +27,8 @@ held in the router until then.
 
 NOTE(learn): given ``learn``, a 200 answer's response id (response_ids.py: the start of a JSON
 body, or the first SSE events until one carries it) is handed to it with the replica that sent
-it: the router's response affinity (affinity.py). A compressed body teaches nothing.
+it: the router's response affinity (affinity.py). The router asks for such answers
+uncompressed (relayed.py NOTE(identity-encoding)); one compressed anyway teaches nothing.
 
 NOTE(usage): the router's ``kvpool_router_cached_tokens_total`` sums
 ``usage.prompt_tokens_details.cached_tokens`` of every answer it passed on: from the final
