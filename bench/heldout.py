@@ -86,6 +86,12 @@ product):
               teacher's activity, homework resumed before deadlines, weekly readings, exam
               review, grading jobs, teacher tools, one-off questions (written after
               ``adaptive`` was frozen (at 395a810); bench/heldout_tutoring.py)
+    marketplace  one replica behind an online marketplace: product questions over pages in seven
+              storefronts whose price and stock lines change (every later block new), flash
+              sales, viral items, assistant sessions with a growing cart back minutes or days
+              later, support chats, seller listing batches, a nightly review walk in catalog
+              order, bulk pastes (written after ``adaptive`` was frozen (at 395a810);
+              bench/heldout_marketplace.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -106,6 +112,7 @@ from bench.heldout_eval import batch_eval
 from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_gateway import api_gateway
 from bench.heldout_ide import ide_tree
+from bench.heldout_marketplace import marketplace
 from bench.heldout_npc import npc_world
 from bench.heldout_research import deep_research
 from bench.heldout_rag import rerank_rag
@@ -130,7 +137,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "compaction_chat": compaction_chat, "rl_rollout": rl_rollout,
           "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix,
           "npc_world": npc_world, "api_gateway": api_gateway,
-          "deep_research": deep_research, "tutoring": tutoring}
+          "deep_research": deep_research, "tutoring": tutoring,
+          "marketplace": marketplace}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
