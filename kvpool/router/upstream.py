@@ -5,10 +5,14 @@ What an attempt ends in::
     connect refused / timed out              -> Failure("down"), the replica marked down
     replica silent before the answer starts  -> Failure("down")   (replicas.py NOTE(liveness))
     connection lost before the answer starts -> Failure("failed") (it took the request and died)
-    503 with Retry-After before the body     -> Failure("full", its own 503: back-pressure)
+    503 with Retry-After before the body     -> Failure("full", its own 503: back-pressure;
+                                                the router's own past MAX_REFUSAL bytes)
     another 5xx before the body              -> Failure("failed")
     a JSON (non-SSE) answer                  -> read whole, then passed on; lost midway ->
                                                 Failure("failed"): no byte reached the client
+    one longer than MAX_BUFFERED bytes       -> passed on as it comes (NOTE(large-answer));
+                                                lost midway or silent -> the client's
+                                                connection cut (its body ends short)
     an SSE answer                            -> relayed event by event as it comes; lost
                                                 midway (killed, reset) or silent -> an SSE
                                                 error event, ``data: [DONE]``, the end
@@ -25,6 +29,14 @@ event still open past MAX_PENDING bytes is passed on as it is: one replica's end
 the bytes as they come. Before, a CRLF stream reached the client only at its end, all of it
 held in the router until then.
 
+NOTE(large-answer): a JSON answer is held whole so that a replica lost in its middle can be
+retried elsewhere; past MAX_BUFFERED bytes it is passed on as it comes instead, each write
+bounded like a stream's. Before, every answer was held whole, and a 5xx answer's body read
+whole to be dropped: one replica answering without end (a bug, or hostile) grew the router's
+memory for as long as it sent, as did every client asking for a huge answer (a long prompt's
+prompt_logprobs, a large embeddings batch) for the time it took. A refusal's body (5xx) is
+read up to MAX_REFUSAL bytes.
+
 NOTE(learn): given ``learn``, a 200 answer's response id (response_ids.py: the start of a JSON
 body, or the first SSE events until one carries it) is handed to it with the replica that sent
 it: the router's response affinity (affinity.py). The router asks for such answers
@@ -38,11 +50,13 @@ per relayed chunk, no decoding, however long the answer).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import re
 from collections.abc import Callable, Mapping
+from typing import NoReturn
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -63,6 +77,8 @@ _CRLF_END = b"\r\n\r\n"
 _DONE = b"data: [DONE]\n\n"
 _DONES = (_DONE, b"data: [DONE]\r\n\r\n")
 MAX_PENDING = 1 << 20  # bytes of one open SSE event held back (NOTE(event-boundary))
+MAX_BUFFERED = 8 << 20  # bytes of a JSON answer held before it is passed on as it comes
+MAX_REFUSAL = 64 * 1024  # bytes of a 5xx answer read (NOTE(large-answer))
 _CACHED_KEY = b'"cached_tokens":'
 _INT = re.compile(rb"\s*(\d+)")
 # NOTE(transparent): the replica sees the client's own User-Agent and Accept-Encoding (or none),
@@ -101,6 +117,7 @@ class Relay:
         self.headers = headers
         self.on_cached = on_cached  # called with the cached_tokens of a finished answer
         self.resp: web.StreamResponse | None = None  # set once an SSE answer started
+        self.passing = False  # a large JSON answer is being passed on (NOTE(large-answer))
         self.learn = learn  # NOTE(learn)
         self.ids = StreamIds() if learn is not None else None  # one SSE answer per Relay
 
@@ -112,6 +129,8 @@ class Relay:
         except TimeoutError:
             if deadline is None or not deadline.expired():
                 raise
+            if self.passing:
+                self._cut(replica, "went silent")
             if self.resp is None:
                 return Failure("down")
             log.warning("replica %s went silent mid-stream: ended it with an error event",
@@ -137,10 +156,12 @@ class Relay:
             if upstream.headers.get("Content-Type", "").startswith(SSE_TYPE):
                 return await self._stream(replica, upstream)
             try:
-                body = await upstream.read()
+                body, whole = await _read_up_to(upstream, MAX_BUFFERED)
             except OSError as exc:
                 log.warning("replica %s broke off an answer: %s", replica.url, exc)
                 return Failure("failed")
+            if not whole:
+                return await self._pass_on(replica, upstream, body)
         self._count(body)
         if self.learn is not None and upstream.status == 200 and _plain(upstream.headers):
             if (rid := response_id_in(body)) is not None:
@@ -151,12 +172,15 @@ class Relay:
         return resp
 
     async def _refused(self, replica: Replica, upstream: Upstream) -> Failure:
-        body = b""
+        body: bytes | None = b""
         with contextlib.suppress(OSError):
-            body = await upstream.read()
+            body, whole = await _read_up_to(upstream, MAX_REFUSAL)
+            body = body if whole else None  # NOTE(large-answer): not read on, not passed on
         log.info("replica %s answered %d before the body: trying elsewhere", replica.url,
                  upstream.status)
         if upstream.status == 503 and "Retry-After" in upstream.headers:
+            if body is None:
+                return Failure("full")  # the router's own 503 then
             full = web.Response(status=503, body=body, headers=response_headers(upstream.headers))
             full[RELAYED] = True
             return Failure("full", full)
@@ -197,6 +221,43 @@ class Relay:
             self.on_cached(cached)
         return resp
 
+    async def _pass_on(self, replica: Replica, upstream: Upstream,
+                       head: bytes) -> web.StreamResponse:
+        """NOTE(large-answer): ``head`` (the answer's first bytes) and the rest as it comes."""
+        resp = web.StreamResponse(status=upstream.status,
+                                  headers=response_headers(upstream.headers))
+        resp[RELAYED] = True
+        await resp.prepare(self.request)
+        self.request[STREAM_STARTED] = True  # the error middleware must not answer after this
+        self.passing = True
+        if self.learn is not None and upstream.status == 200 and _plain(upstream.headers):
+            if (rid := response_id_in(head)) is not None:
+                self.learn(rid, replica)
+        cached, chunk = None, head
+        while chunk:
+            if (found := cached_tokens_in(chunk)) is not None:  # the usage is near the end
+                cached = found
+            await bounded_write(self.request, resp, chunk, self.write_timeout)
+            try:
+                chunk = await upstream.readany()
+            except OSError as exc:
+                self._cut(replica, f"broke off ({exc})")
+        with contextlib.suppress(ConnectionError):  # the client may be gone: nothing to tell
+            await resp.write_eof()
+        if cached is not None:
+            self.on_cached(cached)
+        return resp
+
+    def _cut(self, replica: Replica, what: str) -> NoReturn:
+        """A large answer's replica failed midway: the client's body ends short, its
+        connection cut (no more can be told in a JSON body already half sent)."""
+        log.warning("replica %s %s in the middle of a large answer: cut the client's "
+                    "connection", replica.url, what)
+        if self.request.transport is not None:
+            self.request.transport.abort()
+        # the exit aiohttp takes for a client that disconnected (connections.py NOTE(exit))
+        raise asyncio.CancelledError("the replica failed midway") from None
+
     async def _end(self, tail: bytes) -> None:
         assert self.resp is not None
         with contextlib.suppress(ConnectionError):  # the client may be gone: nothing to tell
@@ -215,6 +276,19 @@ class Relay:
     def _count(self, body: bytes) -> None:
         if (cached := cached_tokens_in(body)) is not None:
             self.on_cached(cached)
+
+
+async def _read_up_to(upstream: Upstream, limit: int) -> tuple[bytes, bool]:
+    """The answer's body up to ``limit`` bytes (or a read past it), and whether that is all."""
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = await upstream.readany()
+        if not chunk:
+            return b"".join(parts), True
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts), False
 
 
 class _Events:
