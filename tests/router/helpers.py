@@ -8,6 +8,8 @@ import contextlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+from aiohttp import web
+
 from kvpool.router.cli import listen
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
@@ -99,6 +101,23 @@ async def served(r: Router):
     finally:
         server.close()
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def apps_served(*apps: web.Application):
+    """Each of ``apps`` served on 127.0.0.1 (a port of its own, a fake replica); yields their
+    base URLs, and cleans them all up at the end."""
+    runners = []
+    try:
+        for app in apps:
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            runners.append(runner)
+        yield [f"http://127.0.0.1:{r.addresses[0][1]}" for r in runners]
+    finally:
+        for runner in runners:
+            await runner.cleanup()
 
 
 async def read_events(resp) -> list:

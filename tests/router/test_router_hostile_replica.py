@@ -23,7 +23,7 @@ from kvpool.router.proxy import Router
 from kvpool.router.relayed import BodyReader
 from kvpool.router.replicas import ReplicaSet
 from kvpool.router.scoring import lookup_counts
-from tests.router.helpers import LOOKUP_TIMEOUT, router, served
+from tests.router.helpers import LOOKUP_TIMEOUT, apps_served, router, served
 from stress.http.edge import open_raw, trickled_answer
 
 GOOD = {"replica_id": "good", "block_size": 16, "device_hit_tokens": 32, "host_hit_tokens": 0,
@@ -66,14 +66,8 @@ async def fake_replica(name: str, lookup_body: bytes, health_answer: list | None
     app.router.add_post("/v1/completions", complete)
     app.router.add_post("/tokenize", complete)
     app.router.add_get("/v1/kvpool/kv_events", kv_events)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with apps_served(app) as (url,):
+        yield url
 
 
 @pytest.mark.parametrize("answer", HOSTILE[:-1])

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.router.helpers import router
+from tests.router.helpers import apps_served, router
 
 OK_HEALTH = b'{"status": "ok", "num_running": 0, "num_waiting": 0}'
 LOOKUP = {"replica_id": "r", "block_size": 16, "device_hit_tokens": 0, "host_hit_tokens": 0,
@@ -33,21 +33,15 @@ async def replicas(*answers):
     async def lookup(_):
         return web.json_response(LOOKUP)
 
-    runners = []
-    try:
-        for answer in answers:
-            app = web.Application()
-            app.router.add_get("/health", health)
-            app.router.add_post("/v1/kvpool/lookup", lookup)
-            app.router.add_post("/v1/completions", answer)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            runners.append(runner)
-        yield [f"http://127.0.0.1:{r.addresses[0][1]}" for r in runners]
-    finally:
-        for runner in runners:
-            await runner.cleanup()
+    def app_of(answer) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/health", health)
+        app.router.add_post("/v1/kvpool/lookup", lookup)
+        app.router.add_post("/v1/completions", answer)
+        return app
+
+    async with apps_served(*map(app_of, answers)) as urls:
+        yield urls
 
 
 def large(status: int, seen: asyncio.Event | None, waited: list, *, short: bool = False,

@@ -14,7 +14,7 @@ from aiohttp import web
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
-from tests.router.helpers import served
+from tests.router.helpers import apps_served, served
 
 OK_HEALTH = b'{"status": "ok", "num_running": 0, "num_waiting": 0}'
 LOOKUP = {"replica_id": "r", "block_size": 16, "device_hit_tokens": 0, "host_hit_tokens": 0,
@@ -64,14 +64,8 @@ async def replica(name: str, health=None, lookup=None, kv_info=None, complete=No
     app.router.add_post("/v1/kvpool/lookup", lookup or ok_lookup)
     app.router.add_get("/v1/kvpool/kv_events", kv_info or no_events)
     app.router.add_post("/v1/completions", complete or served)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with apps_served(app) as (url,):
+        yield url
 
 
 @contextlib.asynccontextmanager

@@ -11,15 +11,13 @@ import contextlib
 import aiohttp
 from aiohttp import web
 
-from tests.router.helpers import router
+from tests.router.helpers import apps_served, router
 
 
 @contextlib.asynccontextmanager
 async def compressing(names: list[str], seen: list[tuple[str, str | None, object]]):
     """Replicas that compress their answers when the request accepts it; ``seen`` gets
     (replica, Accept-Encoding, previous_response_id) per POST /v1/responses."""
-    runners = []
-
     def app_of(name: str) -> web.Application:
         async def create(request):
             body = await request.json()
@@ -38,16 +36,8 @@ async def compressing(names: list[str], seen: list[tuple[str, str | None, object
         app.router.add_post("/v1/responses", create)
         return app
 
-    try:
-        for name in names:
-            runner = web.AppRunner(app_of(name))
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            runners.append(runner)
-        yield [f"http://127.0.0.1:{r.addresses[0][1]}" for r in runners]
-    finally:
-        for runner in runners:
-            await runner.cleanup()
+    async with apps_served(*map(app_of, names)) as urls:
+        yield urls
 
 
 async def test_a_compressing_replica_still_teaches_the_response_id():

@@ -13,7 +13,7 @@ import json
 import aiohttp
 from aiohttp import web
 
-from tests.router.helpers import router
+from tests.router.helpers import apps_served, router
 
 OK_HEALTH = b'{"status": "ok", "num_running": 0, "num_waiting": 0}'
 LOOKUP = {"replica_id": "r", "block_size": 16, "device_hit_tokens": 0, "host_hit_tokens": 0,
@@ -45,14 +45,8 @@ async def streaming_replica(stream):
     app.router.add_post("/v1/kvpool/lookup", lookup)
     app.router.add_post("/v1/completions", generate)
     app.router.add_post("/v1/responses", generate)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with apps_served(app) as (url,):
+        yield url
 
 
 async def _seen(gate: asyncio.Event) -> bool:
