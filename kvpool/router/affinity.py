@@ -17,6 +17,12 @@ with the caller's own headers, each bounded by ``timeout``, at most ``max_lookup
 searches at once (past that the search is skipped); the first replica in the healthy order
 that answers 200 is the owner (and learnt).
 
+NOTE(owner-proof): a 200 counts only when its body is that response: the start of the answer
+(response_ids.py's SCAN_BYTES) names the id searched for. A replica that answers 200 to any
+path (a catch-all route, an HTML page from something else behind its URL, a bug) used to win
+every search it was first in the healthy order for, and drew every follow-up it could not
+serve (each a 404 there).
+
 NOTE(tenant): the map is keyed by id alone, but only ever chooses where a request goes: what
 the client gets is the answer of a replica, which checks the caller's tenant itself. Another
 tenant's id reaches its owner and gets the owner's own 404, as an unknown id gets the 404 of
@@ -40,7 +46,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from yarl import URL
 
 from kvpool.router.replicas import Replica, ReplicaSet
-from kvpool.router.response_ids import usable_id
+from kvpool.router.response_ids import SCAN_BYTES, response_id_in, usable_id
 from kvpool.router.upstream import SKIP_AUTO_HEADERS
 
 __all__ = ["DEFAULT_MAX_RESPONSE_IDS", "RESPONSES_PATH", "ResponseAffinity"]
@@ -109,22 +115,29 @@ class ResponseAffinity:
 
     async def _search(self, rid: str, cands: list[Replica], session: aiohttp.ClientSession,
                       headers: list) -> Replica | None:
-        path = f"{RESPONSES_PATH}/{quote(rid, safe='')}"  # any id is one path segment
-        held = await asyncio.gather(*(self._holds(r, path, session, headers) for r in cands))
+        held = await asyncio.gather(*(self._holds(r, rid, session, headers) for r in cands))
         found = next((r for r, yes in zip(cands, held) if yes), None)
         if found is not None:
             self.learn(rid, found, "search")
         return found
 
-    async def _holds(self, r: Replica, path: str, session: aiohttp.ClientSession,
+    async def _holds(self, r: Replica, rid: str, session: aiohttp.ClientSession,
                      headers: list) -> bool:
-        """Whether ``r`` answers 200 to the caller's GET of the response (bounded)."""
+        """Whether ``r`` answers the caller's GET of response ``rid`` with 200 and that
+        response (NOTE(owner-proof); bounded)."""
+        path = f"{RESPONSES_PATH}/{quote(rid, safe='')}"  # any id is one path segment
         try:
             async with r.lease(counted=False), session.get(
                     URL(r.url + path, encoded=True), headers=headers,
                     skip_auto_headers=SKIP_AUTO_HEADERS,
                     timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
-                return resp.status == 200
+                if resp.status != 200:
+                    return False
+                head = b""
+                while len(head) < SCAN_BYTES and (chunk := await resp.content.read(
+                        SCAN_BYTES - len(head))):
+                    head += chunk
+                return response_id_in(head) == rid
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return False  # late, down or confused: not the owner as far as this search goes
 

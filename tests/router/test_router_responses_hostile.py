@@ -50,6 +50,7 @@ class Fake:
     answer: tuple[str, bytes] = (JSON, resp("resp_default"))
     held: set[str] = field(default_factory=set)  # ids its GET answers 200 for
     silent: bool = False  # its GET never answers
+    catch_all: bytes | None = None  # its GET answers every other id 200 with this body
     posts: int = 0
     gets: list[str] = field(default_factory=list)
 
@@ -77,6 +78,8 @@ async def _serve(st: Fake) -> web.AppRunner:
         st.gets.append(rid)
         if st.silent:
             await asyncio.sleep(30)
+        if st.catch_all is not None and rid not in st.held:
+            return web.Response(body=st.catch_all, content_type=JSON)
         return web.Response(status=200 if rid in st.held else 404, body=resp(rid),
                             content_type=JSON)
 
@@ -151,6 +154,21 @@ async def test_an_odd_id_is_searched_as_one_path_segment_and_found():
         assert (await post(s, url, previous_response_id=odd))[0] == 200
         assert a.gets == b.gets == [odd]
         assert b.posts == 1 and r.affinity.owner_url(odd) == urls[1]
+
+
+@pytest.mark.parametrize("body", [b"<html>ok</html>", resp("resp_other"), b"",
+                                  resp("resp_b")[:-30]], ids=["html", "other", "empty", "cut"])
+async def test_a_replica_answering_200_to_any_id_does_not_win_the_search(body):
+    """The first replica in the healthy order answers 200 to every GET of a response, with
+    a body that is not the response asked for; the one holding it is found and draws the
+    follow-up (NOTE(owner-proof) in kvpool/router/affinity.py). Before, the first 200 won:
+    the follow-up went to the catch-all and got its 404."""
+    a, b = Fake(catch_all=body), Fake(held={"resp_b"})
+    async with fakes(a, b) as urls, router(urls, interval=3600) as (r, url), \
+            aiohttp.ClientSession() as s:
+        assert (await post(s, url, previous_response_id="resp_b"))[0] == 200
+        assert a.gets == b.gets == ["resp_b"]
+        assert (a.posts, b.posts) == (0, 1) and r.affinity.owner_url("resp_b") == urls[1]
 
 
 async def test_a_silent_replica_holds_the_search_no_longer_than_its_timeout():
