@@ -163,9 +163,7 @@ class Relay:
             if not whole:
                 return await self._pass_on(replica, upstream, body)
         self._count(body)
-        if self.learn is not None and upstream.status == 200 and _plain(upstream.headers):
-            if (rid := response_id_in(body)) is not None:
-                self.learn(rid, replica)
+        self._learn_plain(replica, upstream, body)
         resp = web.Response(status=upstream.status, body=body,
                             headers=response_headers(upstream.headers))
         resp[RELAYED] = True
@@ -187,11 +185,7 @@ class Relay:
         return Failure("failed")
 
     async def _stream(self, replica: Replica, upstream: Upstream) -> web.StreamResponse:
-        resp = web.StreamResponse(status=upstream.status,
-                                  headers=response_headers(upstream.headers))
-        resp[RELAYED] = True
-        await resp.prepare(self.request)
-        self.request[STREAM_STARTED] = True  # the error middleware must not answer after this
+        resp = await self._start(upstream)
         self.resp = resp
         cached = None
         events = _Events()
@@ -224,15 +218,9 @@ class Relay:
     async def _pass_on(self, replica: Replica, upstream: Upstream,
                        head: bytes) -> web.StreamResponse:
         """NOTE(large-answer): ``head`` (the answer's first bytes) and the rest as it comes."""
-        resp = web.StreamResponse(status=upstream.status,
-                                  headers=response_headers(upstream.headers))
-        resp[RELAYED] = True
-        await resp.prepare(self.request)
-        self.request[STREAM_STARTED] = True  # the error middleware must not answer after this
+        resp = await self._start(upstream)
         self.passing = True
-        if self.learn is not None and upstream.status == 200 and _plain(upstream.headers):
-            if (rid := response_id_in(head)) is not None:
-                self.learn(rid, replica)
+        self._learn_plain(replica, upstream, head)
         cached, chunk = None, head
         while chunk:
             if (found := cached_tokens_in(chunk)) is not None:  # the usage is near the end
@@ -247,6 +235,22 @@ class Relay:
         if cached is not None:
             self.on_cached(cached)
         return resp
+
+    async def _start(self, upstream: Upstream) -> web.StreamResponse:
+        """The client's answer started with ``upstream``'s status and headers; from here
+        on the error middleware must not answer."""
+        resp = web.StreamResponse(status=upstream.status,
+                                  headers=response_headers(upstream.headers))
+        resp[RELAYED] = True
+        await resp.prepare(self.request)
+        self.request[STREAM_STARTED] = True
+        return resp
+
+    def _learn_plain(self, replica: Replica, upstream: Upstream, head: bytes) -> None:
+        """NOTE(learn): the response id at the start of an uncompressed 200 JSON answer."""
+        if self.learn is not None and upstream.status == 200 and _plain(upstream.headers):
+            if (rid := response_id_in(head)) is not None:
+                self.learn(rid, replica)
 
     def _cut(self, replica: Replica, what: str) -> NoReturn:
         """A large answer's replica failed midway: the client's body ends short, its
