@@ -45,7 +45,7 @@ import aiohttp
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from yarl import URL
 
-from kvpool.router.replicas import Replica, ReplicaSet
+from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import SCAN_BYTES, response_id_in, usable_id
 from kvpool.router.upstream import SKIP_AUTO_HEADERS
 
@@ -133,10 +133,7 @@ class ResponseAffinity:
                     timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
                 if resp.status != 200:
                     return False
-                head = b""
-                while len(head) < SCAN_BYTES and (chunk := await resp.content.read(
-                        SCAN_BYTES - len(head))):
-                    head += chunk
+                head, _ = await read_up_to(resp.content.readany, SCAN_BYTES)
                 return response_id_in(head) == rid
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return False  # late, down or confused: not the owner as far as this search goes

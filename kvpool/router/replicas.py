@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -46,7 +46,7 @@ import aiohttp
 from kvpool.router.scoring import whole_counts
 
 __all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "MAX_ANSWER_BYTES", "Replica",
-           "ReplicaSet", "read_json"]
+           "ReplicaSet", "read_json", "read_up_to"]
 
 log = logging.getLogger("kvpool.router")
 DEFAULT_INTERVAL = 0.5  # seconds between two beats of one replica
@@ -106,19 +106,31 @@ def load_of(health: object) -> int:
     return sum(counts) if counts else 0
 
 
+async def read_up_to(readany: Callable[[], Awaitable[bytes]],
+                     limit: int) -> tuple[bytes, bool]:
+    """An answer's body up to ``limit`` bytes (or one read past it), by ``readany`` (its
+    stream's: b"" at the end), and whether that is all of it."""
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = await readany()
+        if not chunk:
+            return b"".join(parts), True
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts), False
+
+
 async def read_json(resp: aiohttp.ClientResponse, limit: int = MAX_ANSWER_BYTES) -> object:
     """The JSON value of a replica's small answer (NOTE(small-answers)); None when it is not
     JSON or is longer than ``limit`` bytes (then not read further)."""
-    body = bytearray()
-    while len(body) <= limit:
-        chunk = await resp.content.read(limit + 1 - len(body))
-        if not chunk:
-            try:
-                return json.loads(body)
-            except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
-                return None
-        body += chunk
-    return None
+    body, whole = await read_up_to(resp.content.readany, limit)
+    if not whole:
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
+        return None
 
 
 class ReplicaSet:

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from kvpool.router.relayed import response_headers
-from kvpool.router.replicas import Replica, ReplicaSet
+from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import StreamIds, response_id_in
 from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
@@ -156,7 +156,7 @@ class Relay:
             if upstream.headers.get("Content-Type", "").startswith(SSE_TYPE):
                 return await self._stream(replica, upstream)
             try:
-                body, whole = await _read_up_to(upstream, MAX_BUFFERED)
+                body, whole = await read_up_to(upstream.readany, MAX_BUFFERED)
             except OSError as exc:
                 log.warning("replica %s broke off an answer: %s", replica.url, exc)
                 return Failure("failed")
@@ -172,7 +172,7 @@ class Relay:
     async def _refused(self, replica: Replica, upstream: Upstream) -> Failure:
         body: bytes | None = b""
         with contextlib.suppress(OSError):
-            body, whole = await _read_up_to(upstream, MAX_REFUSAL)
+            body, whole = await read_up_to(upstream.readany, MAX_REFUSAL)
             body = body if whole else None  # NOTE(large-answer): not read on, not passed on
         log.info("replica %s answered %d before the body: trying elsewhere", replica.url,
                  upstream.status)
@@ -280,19 +280,6 @@ class Relay:
     def _count(self, body: bytes) -> None:
         if (cached := cached_tokens_in(body)) is not None:
             self.on_cached(cached)
-
-
-async def _read_up_to(upstream: Upstream, limit: int) -> tuple[bytes, bool]:
-    """The answer's body up to ``limit`` bytes (or a read past it), and whether that is all."""
-    parts: list[bytes] = []
-    size = 0
-    while size <= limit:
-        chunk = await upstream.readany()
-        if not chunk:
-            return b"".join(parts), True
-        parts.append(chunk)
-        size += len(chunk)
-    return b"".join(parts), False
 
 
 class _Events:
