@@ -303,8 +303,7 @@ class Connection(asyncio.Protocol):
         left = self.idle_since + self.server.idle_timeout - loop.time()
         if left > 0:
             return self.wait_idle(left)
-        self.server.closed_idle(self)
-        self.go_away(self.server.close_timeout)
+        self.server.retire(self)
 
     def on_settings(self, payload: bytes) -> None:
         for i in range(0, len(payload) - 5, 6):

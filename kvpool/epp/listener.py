@@ -201,13 +201,14 @@ class Server:
                                                      is None or c.transport.is_closing())]
         if idle:
             oldest = min(idle, key=lambda c: c.idle_since)
-            self.closed_idle(oldest)
-            oldest.go_away(self.close_timeout)
+            self.retire(oldest)
 
-    def closed_idle(self, conn: Connection) -> None:
-        """``conn`` is closed gracefully, no call open for ``idle_timeout`` seconds or the
-        longest at the cap: counted, and no longer counted against the cap
+    def retire(self, conn: Connection) -> None:
+        """Close ``conn`` gracefully for want of a call (no call open for ``idle_timeout``
+        seconds, or the longest without one at the cap): GOAWAY NO_ERROR, closed after
+        ``close_timeout``; counted, and no longer counted against the cap
         (NOTE(idle-timeout) in h2.py, NOTE(make-room))."""
+        conn.go_away(self.close_timeout)
         self.retiring.add(conn)
         self.idle_closed += 1
         log.debug("kvpool epp: closing a connection without a call (--idle-timeout %gs, or "
