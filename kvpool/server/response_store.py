@@ -3,15 +3,28 @@
 
 Entries are keyed by (tenant, response id): a tenant never reads another tenant's response,
 even with its id in hand (the lookup misses, as for an id never issued). The store is bounded
-by count, all tenants together, so its memory is bounded whatever clients send; a response
-evicted is one OpenAI's API would have kept, and a continuation naming it gets the same 404 as
-an unknown id. Nothing survives a restart.
+by count and by bytes, all tenants together, so its memory is bounded whatever clients send; a
+response evicted is one OpenAI's API would have kept, and a continuation naming it gets the
+same 404 as an unknown id. Nothing survives a restart.
 
-NOTE(fair-evict): when full, the entry that goes is the least recently used (a lookup counts as
-a use) of the tenant holding the most entries. So a busy tenant (a batch job, where ``store``
-is OpenAI's default true) makes room from its own responses once it holds the most, and never
-evicts a tenant that holds fewer: it used to push every other tenant's conversations out
-within ``max_entries`` requests. With one tenant this is plain least-recently-used order.
+NOTE(response-bytes): each response is sized once, when it is made (``StoredResponse.nbytes``):
+the UTF-8 length of its body as JSON plus that of its messages' strings. It is an estimate of
+the memory held, not Python's own count (object headers are left out), and it counts every
+entry whole: a continuation's messages repeat its predecessor's, objects the two share in
+memory, so a conversation stored turn by turn is counted more than once and the budget errs
+on the safe side. A response larger than the whole budget is not stored at all (the request
+that made it still succeeds; a continuation naming it gets the usual 404), and evicts nothing.
+
+NOTE(fair-evict): when a bound is passed, the entry that goes is the least recently used (a
+lookup counts as a use) of the tenant holding the most of what is over: the most entries when
+the count is over, the most bytes when the bytes are. So a busy tenant (a batch job, where
+``store`` is OpenAI's default true) makes room from its own responses once it holds the most,
+and never evicts a tenant that holds less; one that sends a few huge responses loses its own
+before another's many small ones. Each bound picks by its own measure, so many tiny responses
+cannot make a tenant with a few large ones pay for the count, nor the reverse. A tenant that
+holds no more than its share of both bounds (each divided by the number of tenants holding any)
+never loses an entry: were it the largest holder, all together would be within the bound. With
+one tenant this is plain least-recently-used order.
 
 The lock: lookups run where the request body is parsed, which is a worker thread for a large
 body (json_body.py), while results are put from the event loop.
@@ -19,68 +32,131 @@ body (json_body.py), while results are put from the event loop.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_STORED_RESPONSES", "ResponseStore", "StoredResponse"]
+__all__ = ["DEFAULT_MAX_STORED_RESPONSES", "DEFAULT_MAX_STORED_RESPONSE_BYTES", "ResponseStore",
+           "StoredResponse"]
 
 DEFAULT_MAX_STORED_RESPONSES = 1024
+DEFAULT_MAX_STORED_RESPONSE_BYTES = 256 << 20  # 256 MiB
+
+
+def _utf8_len(text: str) -> int:
+    # surrogatepass: a lone surrogate (JSON's "\ud800") sizes as 3 bytes instead of raising
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
     """One finished response: its body and the conversation a continuation starts from (the
     chat messages of its input and output; not its instructions, which OpenAI does not carry
-    over)."""
+    over). ``nbytes`` is its NOTE(response-bytes) size, computed once here."""
 
     body: dict[str, Any]
     messages: tuple[dict[str, str], ...]
+    nbytes: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        size = _utf8_len(json.dumps(self.body, ensure_ascii=False))
+        size += sum(_utf8_len(k) + _utf8_len(v) for m in self.messages for k, v in m.items())
+        object.__setattr__(self, "nbytes", size)
+
+
+@dataclass(slots=True)
+class _Shelf:
+    """One tenant's responses, least recently used first, and their bytes."""
+
+    entries: OrderedDict[str, StoredResponse] = field(default_factory=OrderedDict)
+    nbytes: int = 0
 
 
 class ResponseStore:
-    """At most ``max_entries`` responses (all tenants together); NOTE(fair-evict) picks the
-    one that goes."""
+    """At most ``max_entries`` responses and ``max_bytes`` of them (all tenants together);
+    NOTE(fair-evict) picks the one that goes. Either bound 0 stores nothing."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_STORED_RESPONSES) -> None:
+    def __init__(self, max_entries: int = DEFAULT_MAX_STORED_RESPONSES,
+                 max_bytes: int = DEFAULT_MAX_STORED_RESPONSE_BYTES) -> None:
         if max_entries < 0:
             raise ValueError(f"max_entries={max_entries!r}: use 0 (store nothing) or more")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes={max_bytes!r}: use 0 (store nothing) or more")
         self.max_entries = max_entries
-        # tenant -> its responses, least recently used first
-        self._tenants: dict[str, OrderedDict[str, StoredResponse]] = {}
+        self.max_bytes = max_bytes
+        self._tenants: dict[str, _Shelf] = {}
         self._count = 0
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._count
 
+    @property
+    def nbytes(self) -> int:
+        """The NOTE(response-bytes) sizes of every response held, all tenants together."""
+        return self._bytes
+
     def held(self, tenant: str) -> int:
         """How many responses ``tenant`` has stored."""
         with self._lock:
-            return len(self._tenants.get(tenant, ()))
+            shelf = self._tenants.get(tenant)
+            return len(shelf.entries) if shelf is not None else 0
+
+    def held_bytes(self, tenant: str) -> int:
+        """The NOTE(response-bytes) size of what ``tenant`` has stored."""
+        with self._lock:
+            shelf = self._tenants.get(tenant)
+            return shelf.nbytes if shelf is not None else 0
+
+    def held_ids(self, tenant: str) -> list[str]:
+        """``tenant``'s response ids, least recently used first (not a use)."""
+        with self._lock:
+            shelf = self._tenants.get(tenant)
+            return list(shelf.entries) if shelf is not None else []
 
     def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         with self._lock:
-            entries = self._tenants.get(tenant)
-            entry = entries.get(response_id) if entries is not None else None
+            shelf = self._tenants.get(tenant)
+            entry = shelf.entries.get(response_id) if shelf is not None else None
             if entry is not None:
-                entries.move_to_end(response_id)
+                shelf.entries.move_to_end(response_id)
             return entry
 
     def put(self, tenant: str, response_id: str, entry: StoredResponse) -> None:
+        """Keep ``entry``, unless it alone is over ``max_bytes`` (NOTE(response-bytes))."""
         with self._lock:
-            entries = self._tenants.setdefault(tenant, OrderedDict())
-            self._count += response_id not in entries
-            entries[response_id] = entry
-            entries.move_to_end(response_id)
-            while self._count > self.max_entries:
+            self._remove(tenant, response_id)  # a put under a held id replaces it
+            if entry.nbytes > self.max_bytes:
+                return
+            shelf = self._tenants.setdefault(tenant, _Shelf())
+            shelf.entries[response_id] = entry
+            shelf.nbytes += entry.nbytes
+            self._count += 1
+            self._bytes += entry.nbytes
+            while self._count > self.max_entries or self._bytes > self.max_bytes:
                 self._evict_one()
 
-    def _evict_one(self) -> None:
-        """NOTE(fair-evict): the oldest entry of the largest holder (the lock is held)."""
-        tenant, entries = max(self._tenants.items(), key=lambda kv: len(kv[1]))
-        entries.popitem(last=False)
+    def _remove(self, tenant: str, response_id: str) -> None:
+        shelf = self._tenants.get(tenant)
+        if shelf is not None and response_id in shelf.entries:
+            self._forget(tenant, shelf, shelf.entries.pop(response_id))
+
+    def _forget(self, tenant: str, shelf: _Shelf, entry: StoredResponse) -> None:
+        shelf.nbytes -= entry.nbytes
         self._count -= 1
-        if not entries:
+        self._bytes -= entry.nbytes
+        if not shelf.entries:
             del self._tenants[tenant]
+
+    def _evict_one(self) -> None:
+        """NOTE(fair-evict): the oldest entry of the largest holder of what is over (the lock
+        is held)."""
+        if self._count > self.max_entries:
+            tenant = max(self._tenants, key=lambda t: len(self._tenants[t].entries))
+        else:
+            tenant = max(self._tenants, key=lambda t: self._tenants[t].nbytes)
+        shelf = self._tenants[tenant]
+        self._forget(tenant, shelf, shelf.entries.popitem(last=False)[1])
