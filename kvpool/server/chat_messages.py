@@ -1,8 +1,13 @@
 """Chat ``messages`` -> the :class:`ChatMessage` list the chat templates render.
 
-A message is ``{"role", "content"}``; the role one of system, developer, user, assistant,
-tool; content a string or a list of ``{"type": "text", "text"}`` parts (joined); an
-assistant's ``null`` content is empty. Function calling (OpenAI's shapes)::
+A message is ``{"role", "content"}``. The role is any string of 1..64 characters, as vLLM
+takes it: the template decides what it means (Llama 3.1's ``ipython``, the legacy
+``function``); a string ``name`` reaches the template for every role. Content is a string or
+a list of text parts joined with newlines, as vLLM joins them for a template that reads
+content as a string. A text part is a plain string or ``{"type": T, ...}`` with T ``text``,
+``input_text`` or ``output_text`` (its ``text``), ``refusal`` or ``thinking`` (the key of
+that name); one whose text is null is skipped, as vLLM skips it. An assistant's ``null``
+content is empty. Function calling (OpenAI's shapes)::
 
     {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}}]}
@@ -23,9 +28,13 @@ from kvpool.server.json_body import decode_json_text
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["ROLES", "ChatMessage", "message_dict", "parse_messages"]
+__all__ = ["MAX_ROLE_CHARS", "ROLES", "ChatMessage", "message_dict", "parse_messages"]
 
-ROLES = ("system", "developer", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")  # OpenAI's; any string is taken
+MAX_ROLE_CHARS = 64
+# a text part's type -> the key holding its text (vLLM's text kinds)
+_TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text",
+               "refusal": "refusal", "thinking": "thinking"}
 
 
 class ChatMessage(NamedTuple):
@@ -54,9 +63,9 @@ def parse_messages(messages: Any) -> list[ChatMessage]:
         if not isinstance(m, dict):
             raise _bad(where, "must be an object with 'role' and 'content'")
         role = m.get("role")
-        if role not in ROLES:
-            raise _bad(f"{where}.role", f"must be one of {', '.join(ROLES)}, "
-                       f"got {json.dumps(role)[:40]}")
+        if not isinstance(role, str) or not 0 < len(role) <= MAX_ROLE_CHARS:
+            raise _bad(f"{where}.role", f"must be a string of 1..{MAX_ROLE_CHARS} characters "
+                       f"(e.g. {', '.join(ROLES)}), got {json.dumps(role)[:40]}")
         calls = m.get("tool_calls") if role == "assistant" else None
         text = _content(m.get("content"), f"{where}.content", role)
         out.append(ChatMessage(role, text, _extra(m, role, calls, where)))
@@ -64,19 +73,17 @@ def parse_messages(messages: Any) -> list[ChatMessage]:
 
 
 def _extra(m: dict[str, Any], role: str, calls: Any, where: str) -> dict[str, Any] | None:
-    if role == "tool":
-        extra = {}
-        for key in ("tool_call_id", "name"):
-            if m.get(key) is not None:
-                if not isinstance(m[key], str):
-                    raise _bad(f"{where}.{key}", "must be a string")
-                extra[key] = m[key]
-        return extra or None
-    if calls is None:
-        return None
-    if not isinstance(calls, list):
-        raise _bad(f"{where}.tool_calls", "must be a list of tool calls")
-    return {"tool_calls": [_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]}
+    extra = {}
+    for key in ("tool_call_id", "name") if role == "tool" else ("name",):
+        if m.get(key) is not None:
+            if not isinstance(m[key], str):
+                raise _bad(f"{where}.{key}", "must be a string")
+            extra[key] = m[key]
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise _bad(f"{where}.tool_calls", "must be a list of tool calls")
+        extra["tool_calls"] = [_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
+    return extra or None
 
 
 def _call(call: Any, where: str) -> dict[str, Any]:
@@ -102,12 +109,18 @@ def _content(content: Any, param: str, role: str) -> str:
     if content is None and role == "assistant":
         return ""
     if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" \
-                    or not isinstance(part.get("text"), str):
-                raise _bad(param, "only text content parts ({'type': 'text', 'text': ...}) "
-                           "are supported")
-            texts.append(part["text"])
-        return "".join(texts)
+        texts = [t for t in map(_part_text, content) if t is not None]
+        if any(t is False for t in texts):
+            raise _bad(param, "only text content parts ({'type': 'text', 'text': ...}, "
+                       "input_text, output_text, refusal, thinking, or a string) are supported")
+        return "\n".join(texts)
     raise _bad(param, "must be a string or a list of text parts")
+
+
+def _part_text(part: Any) -> str | None | bool:
+    """A part's text, None for a text part without one (skipped), False for any other."""
+    if isinstance(part, str):
+        return part
+    key = _TEXT_PARTS.get(part.get("type")) if isinstance(part, dict) else None
+    text = part.get(key) if key is not None else False
+    return text if text is None or isinstance(text, str) else False

@@ -162,7 +162,7 @@ def test_chat_messages_and_template():
             {"role": "assistant", "content": None}, {"role": "developer", "content": "x"}]
     big = parser(max_model_len=1000, max_tokens_limit=2000)
     req = big.parse_chat({"model": MODEL, "messages": msgs})
-    text = ChatTemplate().render([("system", "be brief"), ("user", "hi there"),
+    text = ChatTemplate().render([("system", "be brief"), ("user", "hi \nthere"),
                                   ("assistant", ""), ("system", "x")])
     assert req.prompt_ids == TOK.encode(text) and req.kind == "chat"
     assert text.endswith("<|assistant|>\n")
@@ -174,7 +174,8 @@ def test_chat_messages_and_template():
 
 @pytest.mark.parametrize("messages, param", [
     (None, "messages"), ([], "messages"), ("hi", "messages"), ([5], "messages[0]"),
-    ([{"role": "robot", "content": "x"}], "messages[0].role"),
+    ([{"role": 7, "content": "x"}], "messages[0].role"),
+    ([{"role": "", "content": "x"}], "messages[0].role"),
     ([{"role": "user"}], "messages[0].content"),
     ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
      "messages[0].content"),

@@ -69,7 +69,8 @@ def test_builtin_template_lists_tools_and_renders_calls_for_hermes():
      "messages[0].tool_calls[0].function.arguments"),  # past the recursion limit: not a 500
     ({"role": "tool", "content": "r", "tool_call_id": 7}, "messages[0].tool_call_id"),
     ({"role": "tool"}, "messages[0].content"),
-    ({"role": "function", "content": "r"}, "messages[0].role"),
+    ({"role": ["function"], "content": "r"}, "messages[0].role"),
+    ({"role": "function", "content": "r", "name": 7}, "messages[0].name"),
 ])
 def test_bad_tool_messages_are_400s_naming_them(message, param):
     with pytest.raises(RequestError) as err:

@@ -1,0 +1,55 @@
+"""Request shapes vLLM's OpenAI server answers 200 to, sent to a real kvpool server through
+the openai client (or aiohttp where the client has no call for it): each one is a 200 here
+too, and does what vLLM does with it."""
+
+from __future__ import annotations
+
+import aiohttp
+from openai import AsyncOpenAI
+
+USER = {"role": "user", "content": "Tell me a story"}
+
+
+def client(srv) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
+
+
+async def post(srv, path: str, body: dict | None = None) -> tuple[int, dict | str]:
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.url + path, json=body) as r:
+            is_json = r.content_type == "application/json"
+            return r.status, await (r.json() if is_json else r.text())
+
+
+async def rendered(srv, messages: list[dict]) -> str:
+    status, body = await post(srv, "/tokenize", {"messages": messages})
+    assert status == 200, body
+    status, text = await post(srv, "/detokenize", {"tokens": body["tokens"]})
+    assert status == 200, text
+    return text["prompt"]
+
+
+async def test_text_parts_of_every_kind_join_with_newlines(srv):
+    parts = ["one", {"type": "text", "text": "two"}, {"type": "input_text", "text": "three"},
+             {"type": "output_text", "text": "four"}, {"type": "text", "text": None}]
+    said = [{"type": "refusal", "refusal": "no"}, {"type": "thinking", "thinking": "hmm"}]
+    messages = [{"role": "user", "content": parts}, {"role": "assistant", "content": said},
+                USER]
+    flat = [{"role": "user", "content": "one\ntwo\nthree\nfour"},
+            {"role": "assistant", "content": "no\nhmm"}, USER]
+    assert await rendered(srv, messages) == await rendered(srv, flat)
+    async with client(srv) as c:
+        out = await c.chat.completions.create(model=srv.engine.model_name, messages=messages,
+                                              max_tokens=2)
+    assert out.usage.completion_tokens == 2
+
+
+async def test_any_role_reaches_the_template(srv):
+    messages = [USER, {"role": "ipython", "content": "42", "name": "calc"},
+                {"role": "function", "name": "get", "content": "sunny"}]
+    text = await rendered(srv, messages)
+    assert "<|ipython|>\n42\n" in text and "<|function|>\nsunny\n" in text
+    async with client(srv) as c:
+        out = await c.chat.completions.create(model=srv.engine.model_name, messages=messages,
+                                              max_tokens=2)
+    assert out.usage.completion_tokens == 2
