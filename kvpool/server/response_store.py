@@ -80,16 +80,22 @@ class ResponseStore:
 
     def __init__(self, max_entries: int = DEFAULT_MAX_STORED_RESPONSES,
                  max_bytes: int = DEFAULT_MAX_STORED_RESPONSE_BYTES) -> None:
-        if max_entries < 0:
-            raise ValueError(f"max_entries={max_entries!r}: use 0 (store nothing) or more")
-        if max_bytes < 0:
-            raise ValueError(f"max_bytes={max_bytes!r}: use 0 (store nothing) or more")
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
         self._tenants: dict[str, _Shelf] = {}
         self._count = 0
         self._bytes = 0
         self._lock = threading.Lock()
+        self.set_bounds(max_entries, max_bytes)
+
+    def set_bounds(self, max_entries: int, max_bytes: int) -> None:
+        """New bounds (ValueError for a negative one); what is over them goes now."""
+        if max_entries < 0:
+            raise ValueError(f"max_entries={max_entries!r}: use 0 (store nothing) or more")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes={max_bytes!r}: use 0 (store nothing) or more")
+        with self._lock:
+            self.max_entries = max_entries
+            self.max_bytes = max_bytes
+            self._evict_to_bounds()
 
     def __len__(self) -> int:
         return self._count
@@ -136,8 +142,7 @@ class ResponseStore:
             shelf.nbytes += entry.nbytes
             self._count += 1
             self._bytes += entry.nbytes
-            while self._count > self.max_entries or self._bytes > self.max_bytes:
-                self._evict_one()
+            self._evict_to_bounds()
 
     def _remove(self, tenant: str, response_id: str) -> None:
         shelf = self._tenants.get(tenant)
@@ -151,12 +156,13 @@ class ResponseStore:
         if not shelf.entries:
             del self._tenants[tenant]
 
-    def _evict_one(self) -> None:
-        """NOTE(fair-evict): the oldest entry of the largest holder of what is over (the lock
-        is held)."""
-        if self._count > self.max_entries:
-            tenant = max(self._tenants, key=lambda t: len(self._tenants[t].entries))
-        else:
-            tenant = max(self._tenants, key=lambda t: self._tenants[t].nbytes)
-        shelf = self._tenants[tenant]
-        self._forget(tenant, shelf, shelf.entries.popitem(last=False)[1])
+    def _evict_to_bounds(self) -> None:
+        """NOTE(fair-evict): while a bound is passed, the oldest entry of the largest holder
+        of what is over goes (the lock is held)."""
+        while self._count > self.max_entries or self._bytes > self.max_bytes:
+            if self._count > self.max_entries:
+                tenant = max(self._tenants, key=lambda t: len(self._tenants[t].entries))
+            else:
+                tenant = max(self._tenants, key=lambda t: self._tenants[t].nbytes)
+            shelf = self._tenants[tenant]
+            self._forget(tenant, shelf, shelf.entries.popitem(last=False)[1])

@@ -254,7 +254,7 @@ def _set_server_options(app: web.Application, o: ServeOptions,
                         limiter: ConnectionLimiter) -> None:
     """The options build_app does not take: set on what it built."""
     app[REPLICA_ID_KEY] = o.replica_id or default_replica_id()
-    app[RESPONSES_KEY].store.max_entries = o.max_stored_responses
+    app[RESPONSES_KEY].store.set_bounds(o.max_stored_responses, o.max_stored_response_bytes)
     app[ROUTES_KEY].parse_pool.body_timeout = o.body_timeout  # every route's bodies
     app[METRICS_KEY].add_source(limiter.families)
 

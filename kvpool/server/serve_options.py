@@ -24,7 +24,8 @@ from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIV
 from kvpool.server.cors import CorsPolicy, cors_list
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
-from kvpool.server.response_store import DEFAULT_MAX_STORED_RESPONSES
+from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
+                                          DEFAULT_MAX_STORED_RESPONSES)
 from kvpool.server.tools.parsers import PARSERS
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_cors_args",
@@ -74,6 +75,7 @@ class ServeOptions:
     served_model_name: tuple[str, ...] | None = None
     kv_events_config: str | None = None  # vLLM's KVEventsConfig as JSON (None: no events)
     max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES  # Responses API store, all tenants
+    max_stored_response_bytes: int = DEFAULT_MAX_STORED_RESPONSE_BYTES  # the same store's bytes
     enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
     tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
     # CORS (cors.py), vLLM's flags: JSON lists as given on the command line, or sequences
@@ -107,19 +109,26 @@ class ServeOptions:
             check_url(self.remote_url)  # before an engine is built: exit 2 naming the forms
         require(self.remote_prefetch_timeout_ms > 0, "--remote-prefetch-timeout-ms: use > 0")
         require(self.remote_op_timeout_ms > 0, "--remote-op-timeout-ms: use > 0")
-        require(self.max_stored_responses >= 0,
-                f"--max-stored-responses {self.max_stored_responses}: use a count >= 0 (0: "
-                "store none)")
-        require(not self.enable_auto_tool_choice or self.tool_call_parser is not None,
-                "--enable-auto-tool-choice needs --tool-call-parser NAME (one of "
-                f"{', '.join(sorted(PARSERS))})")
-        require(self.tool_call_parser in (None, *PARSERS), f"--tool-call-parser "
-                f"{self.tool_call_parser}: use one of {', '.join(sorted(PARSERS))}")
+        self._check_api_options()
         if self.kv_events_config is not None:
             KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag
         for name in ("allowed_origins", "allowed_methods", "allowed_headers"):
             flag = "--" + name.replace("_", "-")  # a ConfigError names the flag
             object.__setattr__(self, name, cors_list(flag, getattr(self, name)))
+
+    def _check_api_options(self) -> None:
+        """The flags of _add_api_args: the stored responses' bounds, the tool call parser."""
+        require(self.max_stored_responses >= 0,
+                f"--max-stored-responses {self.max_stored_responses}: use a count >= 0 (0: "
+                "store none)")
+        require(self.max_stored_response_bytes >= 0,
+                f"--max-stored-response-bytes {self.max_stored_response_bytes}: use bytes >= 0 "
+                "(0: store none)")
+        require(not self.enable_auto_tool_choice or self.tool_call_parser is not None,
+                "--enable-auto-tool-choice needs --tool-call-parser NAME (one of "
+                f"{', '.join(sorted(PARSERS))})")
+        require(self.tool_call_parser in (None, *PARSERS), f"--tool-call-parser "
+                f"{self.tool_call_parser}: use one of {', '.join(sorted(PARSERS))}")
 
     @property
     def auto_tool_parser(self) -> str | None:
@@ -261,6 +270,13 @@ def _add_api_args(srv: _ArgGroup) -> None:
                      "previous_response_id and GET /v1/responses/{id}, all tenants together; "
                      "when full, the least recently used of the tenant holding the most goes "
                      f"(0: none; default {DEFAULT_MAX_STORED_RESPONSES})")
+    srv.add_argument("--max-stored-response-bytes", type=int,
+                     default=DEFAULT_MAX_STORED_RESPONSE_BYTES, metavar="BYTES",
+                     help="the same store bounded by size (a response's JSON body and "
+                     "conversation, UTF-8): when over, the least recently used of the tenant "
+                     "holding the most bytes goes; a response larger than this is not stored "
+                     "(a continuation naming it gets 404) (0: none; default "
+                     f"{DEFAULT_MAX_STORED_RESPONSE_BYTES}, 256 MiB)")
     srv.add_argument("--enable-auto-tool-choice", action="store_true", default=False,
                      help="let the model decide to call tools (tool_choice auto, the default "
                      "when tools are sent), its output read by --tool-call-parser")

@@ -67,6 +67,19 @@ def test_count_pressure_evicts_the_tenant_holding_the_most_entries():
     assert store.held_ids("a") == ["a0", "a1"] and store.held_ids("b") == ["b1", "b2", "b3"]
 
 
+def test_lowered_bounds_evict_now_by_the_same_rule():
+    store = ResponseStore(max_entries=10, max_bytes=1000)
+    for i in range(3):
+        store.put("a", f"a{i}", entry(11))
+    store.put("b", "b0", entry(91))  # a: 60 bytes in 3, b: 100 in 1
+    store.set_bounds(10, 100)
+    assert (store.held_ids("a"), store.held_ids("b")) == (["a0", "a1", "a2"], [])
+    store.set_bounds(2, 100)
+    assert store.held_ids("a") == ["a1", "a2"] and store.nbytes == 40
+    with pytest.raises(ValueError, match="max_entries=-1"):
+        store.set_bounds(-1, 100)
+
+
 def _check_put(store: ResponseStore, tenant: str, rid: str, new: StoredResponse,
                before: dict[str, list[str]], sizes: dict[tuple[str, str], int]) -> None:
     after = {t: store.held_ids(t) for t in TENANTS}

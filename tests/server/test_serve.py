@@ -141,6 +141,7 @@ def _has_uvloop() -> bool:
     (["--remote-blocks-per-object", "0"], "--remote-blocks-per-object"),
     (["--remote-op-timeout-ms", "0"], "--remote-op-timeout-ms"),
     (["--port", "70000"], "--port"),
+    (["--max-stored-response-bytes", "-1"], "--max-stored-response-bytes"),
 ])
 def test_a_bad_server_flag_exits_2_naming_it(flags, named, capsys):
     """ServeOptions validates every server flag before anything is built (exit 2, one line)."""
