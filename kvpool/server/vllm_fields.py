@@ -5,7 +5,7 @@
   carries its BOS, so false; the built-in one is plain text, so true). lm-eval's string mode
   sends ``false`` and scores one BOS token off without it.
 - ``truncate_prompt_tokens``: keep only the last k prompt tokens (1 <= k <= max_model_len),
-  as vLLM truncates from the left.
+  as vLLM truncates from the left; -1 is vLLM's "the model's context" (k = max_model_len).
 - ``chat_template`` (a Jinja source for this request) and ``chat_template_kwargs`` (extra
   variables the template sees; ``messages`` and the other names the server sets are refused).
 - chat ``echo``: when the last message is the assistant's, its content comes back in front of
@@ -59,11 +59,14 @@ def _bool(body: dict[str, Any], name: str) -> bool | None:
 
 def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -> VllmExtras:
     truncate = body.get("truncate_prompt_tokens")
+    if truncate == -1 and not isinstance(truncate, bool):
+        truncate = max_model_len
     if truncate is not None:
         if not isinstance(truncate, int) or isinstance(truncate, bool) \
                 or not 1 <= truncate <= max_model_len:
             raise _bad("truncate_prompt_tokens", f"must be an integer in [1, {max_model_len}] "
-                       f"(the model's context), got {json.dumps(truncate)[:50]}")
+                       f"(the model's context) or -1 (all of it), got "
+                       f"{json.dumps(truncate)[:50]}")
     if not chat:
         return VllmExtras(_bool(body, "add_special_tokens"), truncate,
                           tokens_as_ids=bool(_bool(body, "return_tokens_as_token_ids")))

@@ -53,3 +53,14 @@ async def test_any_role_reaches_the_template(srv):
         out = await c.chat.completions.create(model=srv.engine.model_name, messages=messages,
                                               max_tokens=2)
     assert out.usage.completion_tokens == 2
+
+
+async def test_truncate_prompt_tokens_minus_one_keeps_the_whole_context(srv):
+    m = srv.engine.model_name
+    async with client(srv) as c:
+        whole = await c.completions.create(model=m, prompt="Hello there", max_tokens=1)
+        cut = await c.completions.create(model=m, prompt="Hello there", max_tokens=1,
+                                         extra_body={"truncate_prompt_tokens": -1})
+        chat = await c.chat.completions.create(model=m, messages=[USER], max_tokens=1,
+                                               extra_body={"truncate_prompt_tokens": -1})
+    assert cut.usage.prompt_tokens == whole.usage.prompt_tokens and chat.usage.prompt_tokens
