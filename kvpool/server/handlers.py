@@ -112,6 +112,9 @@ class OpenAIRoutes:
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/v1/models/{model}", self.get_model)
         app.router.add_get("/health", self.health)
+        # vLLM's SageMaker-style liveness probe (GET and POST): /health's answer
+        app.router.add_get("/ping", self.health)
+        app.router.add_post("/ping", self.health)
         app.router.add_get("/version", self.version)
         TokenizeRoutes(self.parser, self.parse_pool).register(app)
         app.router.add_get("/metrics", self.metrics)

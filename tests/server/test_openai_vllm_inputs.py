@@ -64,3 +64,10 @@ async def test_truncate_prompt_tokens_minus_one_keeps_the_whole_context(srv):
         chat = await c.chat.completions.create(model=m, messages=[USER], max_tokens=1,
                                                extra_body={"truncate_prompt_tokens": -1})
     assert cut.usage.prompt_tokens == whole.usage.prompt_tokens and chat.usage.prompt_tokens
+
+
+async def test_ping_answers_as_health_does(srv):
+    async with aiohttp.ClientSession() as s:
+        for method in ("GET", "POST"):
+            async with s.request(method, srv.url + "/ping") as r:
+                assert r.status == 200 and (await r.json())["status"] == "ok"
