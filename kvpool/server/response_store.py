@@ -5,7 +5,8 @@ Entries are keyed by (tenant, response id): a tenant never reads another tenant'
 even with its id in hand (the lookup misses, as for an id never issued). The store is bounded
 by count and by bytes, all tenants together, so its memory is bounded whatever clients send; a
 response evicted is one OpenAI's API would have kept, and a continuation naming it gets the
-same 404 as an unknown id. Nothing survives a restart.
+same 404 as an unknown id. Nothing survives a restart. docs/architecture.md, "The Responses
+store", has the bounds as an operator sees them.
 
 NOTE(response-bytes): each response is sized once, when it is made (``StoredResponse.nbytes``):
 the UTF-8 length of its body as JSON plus that of its messages' strings. It is an estimate of
