@@ -5,14 +5,14 @@
     guided_json: SCHEMA (object or JSON text)   structured_outputs: {"json": SCHEMA}
     guided_regex: "REGEX"                        structured_outputs: {"regex": "REGEX"}
     guided_choice: ["a", "b"]                    structured_outputs: {"choice": [...]}
-    guided_grammar: "LARK"                       structured_outputs: {"grammar": "LARK"}
+    guided_grammar: "LARK" or "GBNF"             structured_outputs: {"grammar": ...}
                                                  structured_outputs: {"json_object": true}
                                                  structured_outputs: {"structural_tag": TAG}
                                                  (structural_tag.py)
 
 One constraint per request: two of these, or one beside a ``response_format`` other than
 ``text``, is a 400 (vLLM refuses it too). Grammars are llguidance's Lark dialect (a ``start``
-rule); every kind compiles and is probed under the same budget as a JSON schema
+rule) or GBNF (``root ::= ...``, converted: grammar.py NOTE(gbnf)); every kind compiles and is probed under the same budget as a JSON schema
 (kvpool/runtime/model/grammar_compile.py, NOTE(budget)).
 """
 

@@ -4,7 +4,11 @@ too, and does what vLLM does with it."""
 
 from __future__ import annotations
 
+import re
+
 import aiohttp
+import openai
+import pytest
 from openai import AsyncOpenAI
 
 USER = {"role": "user", "content": "Tell me a story"}
@@ -71,3 +75,19 @@ async def test_ping_answers_as_health_does(srv):
         for method in ("GET", "POST"):
             async with s.request(method, srv.url + "/ping") as r:
                 assert r.status == 200 and (await r.json())["status"] == "ok"
+
+
+GBNF = 'root ::= "(" num ("+" num)* ")"\nnum ::= [1-9]'
+
+
+@pytest.mark.parametrize("extra", [{"guided_grammar": GBNF},
+                                   {"structured_outputs": {"grammar": GBNF}}])
+async def test_a_gbnf_grammar_constrains_the_output(srv, extra):
+    async with client(srv) as c:
+        r = await c.completions.create(model=srv.engine.model_name, prompt="x", max_tokens=64,
+                                       seed=1, extra_body=extra)
+        assert re.fullmatch(r"\([1-9](\+[1-9])*\)", r.choices[0].text), r.choices[0].text
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.completions.create(model=srv.engine.model_name, prompt="x", max_tokens=4,
+                                       extra_body={"guided_grammar": "root ::= ("})
+    assert info.value.body["param"] == "guided_grammar"

@@ -36,6 +36,7 @@ from typing import Any, Iterator
 
 import llguidance
 import torch
+from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from kvpool.errors import RequestError
 
@@ -56,6 +57,14 @@ OPTIONS = {"whitespace_flexible": False}
 
 def _bad(message: str) -> RequestError:
     return RequestError(f"{PARAM}: {message}", param=PARAM)
+
+
+def _gbnf_to_lark(source: str) -> str:
+    """NOTE(gbnf): the Lark of a GBNF grammar; one the converter cannot read is a 400."""
+    try:
+        return gbnf_to_lark(source)
+    except Exception as e:  # noqa: BLE001 (it raises bare Exception and RecursionError too)
+        raise _bad(f"invalid grammar: neither Lark nor GBNF ({str(e)[:200]})") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +110,17 @@ class GrammarSpec:
 
     @classmethod
     def lark(cls, source: str) -> "GrammarSpec":
-        """Output in the language of a Lark grammar (llguidance's dialect, ``start`` rule)."""
-        return cls._checked("grammar", source, llguidance.LLMatcher.grammar_from_lark)
+        """Output in the language of a Lark grammar (llguidance's dialect, ``start`` rule) or,
+        NOTE(gbnf), of a GBNF one (llama.cpp's ``root ::= ...``, what vLLM's default backend
+        takes): a text that is not valid Lark but holds ``::=`` is converted by llguidance's
+        gbnf_to_lark, as vLLM's guidance backend converts it."""
+        try:
+            return cls._checked("grammar", source, llguidance.LLMatcher.grammar_from_lark)
+        except RequestError:
+            if "::=" not in source or len(source) > MAX_SCHEMA_CHARS:
+                raise
+        return cls._checked("grammar", _gbnf_to_lark(source),
+                            llguidance.LLMatcher.grammar_from_lark, what="GBNF grammar")
 
     @classmethod
     def choice(cls, options: list[str]) -> "GrammarSpec":
