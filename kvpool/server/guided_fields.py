@@ -10,6 +10,13 @@
                                                  structured_outputs: {"structural_tag": TAG}
                                                  (structural_tag.py)
 
+vLLM's option keys of ``structured_outputs`` are taken beside the constraint:
+``disable_fallback`` (one backend here: nothing to fall back to), ``disable_any_whitespace``
+and ``whitespace_pattern`` (JSON comes out compact either way: grammar.py NOTE(whitespace)),
+and ``disable_additional_properties``: every schema object with ``properties`` or
+``patternProperties`` and no ``additionalProperties`` of its own is closed (false), as vLLM's
+guidance backend closes it.
+
 One constraint per request: two of these, or one beside a ``response_format`` other than
 ``text``, is a 400 (vLLM refuses it too). Grammars are llguidance's Lark dialect (a ``start``
 rule) or GBNF (``root ::= ...``, converted: grammar.py NOTE(gbnf)); every kind compiles and is probed under the same budget as a JSON schema
@@ -32,6 +39,8 @@ __all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "parse_guided"]
 GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                            "structured_outputs"})
 MAX_CHOICES = 1024
+_OPTIONS = {"disable_fallback": bool, "disable_any_whitespace": bool,
+            "disable_additional_properties": bool, "whitespace_pattern": str}
 _OUTPUT_KEYS = {"json": "guided_json", "regex": "guided_regex", "choice": "guided_choice",
                 "grammar": "guided_grammar", "json_object": "json_object",
                 "structural_tag": "structural_tag"}
@@ -45,12 +54,14 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
         if not isinstance(so, dict):
             raise _bad("structured_outputs", "must be an object (json, regex, choice, grammar, "
                        "json_object or structural_tag)")
-        unknown = sorted(set(so) - set(_OUTPUT_KEYS))
+        unknown = sorted(set(so) - set(_OUTPUT_KEYS) - set(_OPTIONS))
         if unknown:
             raise _bad("structured_outputs", f"unknown key {unknown[0][:40]!r}")
+        closed = _options(so)
         given = [(k, v) for k, v in given if k != "structured_outputs"]
-        given += [(f"structured_outputs.{k}", v) for k, v in so.items()
-                  if v is not None and v is not False]
+        given += [(f"structured_outputs.{k}", _close_text(v) if closed and k == "json" else v)
+                  for k, v in so.items() if k in _OUTPUT_KEYS and v is not None
+                  and v is not False]
     if not given:
         return None
     if len(given) > 1:
@@ -62,6 +73,35 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
     except RequestError as exc:  # the compiler names response_format: name this field
         message = str(exc).removeprefix("response_format: ").removeprefix(f"{param}: ")
         raise _bad(param, message) from None
+
+
+def _options(so: dict[str, Any]) -> bool:
+    """Checks the option keys' types; whether objects are closed."""
+    for key, kind in _OPTIONS.items():
+        if so.get(key) is not None and not isinstance(so[key], kind):
+            raise _bad(f"structured_outputs.{key}", f"must be a {kind.__name__}")
+    return so.get("disable_additional_properties") is True
+
+
+def _close_text(schema: Any) -> Any:
+    """``schema`` (or its JSON text) with its open objects closed."""
+    if isinstance(schema, str):
+        schema = decode_json_text(schema, "structured_outputs.json",
+                                  "a JSON schema (an object or its JSON text)")
+    return _close(schema)
+
+
+def _close(schema: Any) -> Any:
+    """A copy of ``schema`` whose open objects are closed."""
+    if isinstance(schema, list):
+        return [_close(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _close(v) for k, v in schema.items()}
+    if "additionalProperties" not in out and ("properties" in out
+                                              or "patternProperties" in out):
+        out["additionalProperties"] = False
+    return out
 
 
 def _spec(key: str, value: Any, param: str) -> GrammarSpec:

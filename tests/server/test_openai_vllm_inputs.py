@@ -4,6 +4,7 @@ too, and does what vLLM does with it."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import aiohttp
@@ -91,3 +92,21 @@ async def test_a_gbnf_grammar_constrains_the_output(srv, extra):
             await c.completions.create(model=srv.engine.model_name, prompt="x", max_tokens=4,
                                        extra_body={"guided_grammar": "root ::= ("})
     assert info.value.body["param"] == "guided_grammar"
+
+
+async def test_structured_outputs_take_vllms_option_keys(srv):
+    schema = {"type": "object", "required": ["a"],
+              "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}}}
+    so = {"json": schema, "disable_any_whitespace": True, "disable_fallback": True,
+          "whitespace_pattern": None, "disable_additional_properties": True}
+    async with client(srv) as c:
+        r = await c.completions.create(model=srv.engine.model_name, prompt="x", max_tokens=48,
+                                       n=4, seed=1, temperature=1.5,
+                                       extra_body={"structured_outputs": so})
+        for ch in r.choices:  # closed: "a" and nothing else (open, the model adds keys)
+            assert ch.finish_reason == "stop" and json.loads(ch.text).keys() == {"a"}, ch.text
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.completions.create(model=srv.engine.model_name, prompt="x", max_tokens=4,
+                                       extra_body={"structured_outputs": {
+                                           "json": schema, "disable_any_whitespace": "yes"}})
+    assert info.value.body["param"] == "structured_outputs.disable_any_whitespace"
