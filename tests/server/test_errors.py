@@ -72,7 +72,7 @@ BAD_FIELDS = [
     ("/v1/chat/completions", {"logprobs": 3}, "logprobs"),
     ("/v1/completions", {"stream_options": {"include_usage": True}}, "stream_options"),
     ("/v1/chat/completions", {"messages": "hi"}, "messages"),
-    ("/v1/chat/completions", {"messages": [{"role": "bot", "content": "x"}]},
+    ("/v1/chat/completions", {"messages": [{"role": 7, "content": "x"}]},
      "messages[0].role"),
     ("/v1/chat/completions", {"max_completion_tokens": 0}, "max_completion_tokens"),
     ("/v1/chat/completions", {"model": 3}, "model"),
