@@ -1,7 +1,8 @@
 """Request-body fields: which ones each endpoint knows, and small typed reads of them.
 
 ``null`` means "not given" everywhere; a value of the wrong JSON type is a 400 naming the
-field (bool is never an int; an int is a number).
+field (bool is never an int; an int is a number, and a number without a fraction, ``3.0``, is
+an int as vLLM's pydantic models read it: json_body.json_int).
 
 Unknown fields are **ignored** by default, as vLLM does: gateways and clients add their own
 (OpenAI's ``metadata``, ``store``, ``service_tier``; SGLang's ``no_stop_trim``), and a 400 for
@@ -20,6 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from kvpool.errors import RequestError
+from kvpool.server.json_body import json_int
 from kvpool.server.sampling_fields import SAMPLING_FIELDS
 from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 
@@ -53,6 +55,8 @@ def opt(body: dict[str, Any], name: str, kind: type, default: Any, *,
     value = body.get(name)
     if value is None:
         return default
+    if kind is int and json_int(value) is not None:
+        return json_int(value)
     if not _CHECKS[kind](value):
         raise _bad(param or name, f"must be {_NAMES[kind]}, got {json.dumps(value)[:50]}")
     return value

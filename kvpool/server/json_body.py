@@ -56,8 +56,8 @@ from kvpool.errors import RequestError, context_length_error
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
            "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool",
-           "decode_json_body", "decode_json_text", "key_before", "longest_string_over",
-           "structural_commas"]
+           "decode_json_body", "decode_json_text", "json_int", "key_before",
+           "longest_string_over", "structural_commas"]
 
 # the server's and the router's default body bounds (the router passes bodies on unchanged)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
@@ -194,6 +194,17 @@ def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
     if raw.count(b"{") + raw.count(b"[") > max_json_depth or _SURROGATE_ESCAPE.search(text):
         _check_structure(body, max_json_depth)
     return body
+
+
+def json_int(value: Any) -> int | None:
+    """``value`` as an integer field reads it: an int, or a number without a fraction
+    (``3.0``: JSON Schema's integer, and what vLLM's pydantic models take); else None. A bool is
+    never one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, float) and value.is_integer() else None
 
 
 def decode_json_text(text: str, param: str, what: str,

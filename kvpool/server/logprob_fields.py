@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import RequestError, shown
+from kvpool.server.json_body import json_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -52,8 +53,9 @@ def _count(body: dict[str, Any], name: str, bound: int) -> int | None:
     v = body.get(name)
     if v is None:
         return None
-    if not isinstance(v, int) or isinstance(v, bool):
+    if json_int(v) is None:
         raise _bad(name, f"must be an integer, got {json.dumps(v)[:50]}")
+    v = json_int(v)
     if not 0 <= v <= bound:
         raise _bad(name, f"must be between 0 and {bound} (--max-logprobs), got {shown(v)}")
     return v

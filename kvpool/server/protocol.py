@@ -38,12 +38,13 @@ from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.sched import exceeds_context
 from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
                                       KNOWN_TOKENIZE, UNSUPPORTED_CHAT, UNSUPPORTED_COMPLETION,
-                                      FieldPolicy, check_unsupported, is_int, opt,
+                                      FieldPolicy, check_unsupported, opt,
                                       salt_and_priority, stop_strings, stream_options,
                                       token_ids, with_defaults)
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
-from kvpool.server.json_body import MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body
+from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body,
+                                     json_int)
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
                                          LogprobRequest, parse_logprob_fields)
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
@@ -134,8 +135,7 @@ class RequestParser:
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         extras = self._extras(body, chat=False)
         prompts = self._prompts(body.get("prompt"), extras)
-        echo_only = body.get("max_tokens") == 0 and body.get("echo") is True \
-            and is_int(body.get("max_tokens"))
+        echo_only = json_int(body.get("max_tokens")) == 0 and body.get("echo") is True
         max_tokens, mt_param = (1, "max_tokens") if echo_only else \
             self._max_tokens(body, ("max_tokens",))
         return self._finish(body, "completion", model, prompts, "prompt", max_tokens, mt_param,

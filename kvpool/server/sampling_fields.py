@@ -20,6 +20,7 @@ from typing import Any
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.server.guided_fields import GUIDED_FIELDS, parse_guided
+from kvpool.server.json_body import json_int
 from kvpool.server.structural_tag import parse_structural_tag
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
@@ -58,9 +59,9 @@ def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
         out[name] = v  # ranges: SamplingParams (NOTE(float32) there)
     v = body.get("min_tokens")
     if v is not None:
-        if not isinstance(v, int) or isinstance(v, bool):
+        if json_int(v) is None:
             raise _bad("min_tokens", f"must be an integer, got {json.dumps(v)[:50]}")
-        out["min_tokens"] = v
+        out["min_tokens"] = json_int(v)
     bias = body.get("logit_bias")
     if bias is not None:
         out["logit_bias"] = _logit_bias(bias, vocab_size)

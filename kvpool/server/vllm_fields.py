@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import RequestError
+from kvpool.server.json_body import json_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -59,14 +60,14 @@ def _bool(body: dict[str, Any], name: str) -> bool | None:
 
 def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -> VllmExtras:
     truncate = body.get("truncate_prompt_tokens")
-    if truncate == -1 and not isinstance(truncate, bool):
+    if json_int(truncate) == -1:
         truncate = max_model_len
     if truncate is not None:
-        if not isinstance(truncate, int) or isinstance(truncate, bool) \
-                or not 1 <= truncate <= max_model_len:
+        if json_int(truncate) is None or not 1 <= json_int(truncate) <= max_model_len:
             raise _bad("truncate_prompt_tokens", f"must be an integer in [1, {max_model_len}] "
                        f"(the model's context) or -1 (all of it), got "
                        f"{json.dumps(truncate)[:50]}")
+        truncate = json_int(truncate)
     if not chat:
         return VllmExtras(_bool(body, "add_special_tokens"), truncate,
                           tokens_as_ids=bool(_bool(body, "return_tokens_as_token_ids")))

@@ -110,3 +110,20 @@ async def test_structured_outputs_take_vllms_option_keys(srv):
                                        extra_body={"structured_outputs": {
                                            "json": schema, "disable_any_whitespace": "yes"}})
     assert info.value.body["param"] == "structured_outputs.disable_any_whitespace"
+
+
+async def test_a_number_without_a_fraction_is_an_integer(srv):
+    whole = {"max_tokens": 3.0, "n": 2.0, "seed": 7.0, "top_k": 5.0, "min_tokens": 1.0,
+             "logprobs": 1.0, "prompt_logprobs": 1.0, "priority": 0.0,
+             "truncate_prompt_tokens": 4.0}
+    status, body = await post(srv, "/v1/completions", {"prompt": "one two three four five",
+                                                       **whole})
+    assert status == 200, body
+    assert [c["index"] for c in body["choices"]] == [0, 1] and body["usage"]["prompt_tokens"] == 4
+    assert all(len(c["logprobs"]["tokens"]) == 3 for c in body["choices"])
+    chat = {"messages": [USER], "max_completion_tokens": 2.0, "logprobs": True,
+            "top_logprobs": 2.0}
+    status, body = await post(srv, "/v1/chat/completions", chat)
+    assert status == 200 and body["usage"]["completion_tokens"] == 2, body
+    status, body = await post(srv, "/v1/completions", {"prompt": "hi", "max_tokens": 3.5})
+    assert status == 400 and body["error"]["param"] == "max_tokens"
