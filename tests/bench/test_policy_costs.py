@@ -4,9 +4,13 @@ checked for shape and order, never for speed)."""
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
+
+import pytest
 
 from bench.policies import bytes_per_block
-from bench.policy_costs import OPS, main
+from bench.policy_costs import OPS, main, op_costs_at
 
 
 def test_main_reports_a_median_and_spread_per_call_and_policy(tmp_path, capsys):
@@ -28,3 +32,22 @@ def test_the_exact_ghost_costs_more_memory_than_the_table():
     n = 20000
     assert bytes_per_block("ghostpair", n, 1) > bytes_per_block("adaptive", n, 1) + 40
     assert bytes_per_block("lru", n, 1) < 20
+
+
+def test_baseline_runs_both_checkouts_in_fresh_interpreters_in_the_same_rounds(tmp_path):
+    """--baseline DIR: each arm runs in its own interpreter per round on its own checkout;
+    here DIR is this checkout, so both arms report every call (never compared for speed)."""
+    root = str(Path(__file__).resolve().parents[2])
+    res = main(["--policies", "lru", "--capacities", "300", "--rounds", "2",
+                "--memory-blocks", "0", "--baseline", root])
+    for arm in ("lru@300", "lru@300@base"):
+        for op in OPS:
+            k = f"{arm}.{op}_ns"
+            assert 0 < res[f"{k}.min"] <= res[k] <= res[f"{k}.max"], k
+    assert "lru.bytes_per_block_after_turnover" not in res
+
+
+def test_op_costs_at_reads_the_named_checkout(tmp_path):
+    """A checkout without bench.policies fails loudly instead of measuring this one."""
+    with pytest.raises(subprocess.CalledProcessError):
+        op_costs_at(str(tmp_path), "lru", 300, 150, 0)
