@@ -57,7 +57,8 @@ def _add_replica_arguments(p: argparse.ArgumentParser) -> None:
                         "that join take traffic after a passing /health, ones that leave drain")
     p.add_argument("--admin-token-file", metavar="PATH",
                    help="enables GET/POST/DELETE /v1/kvpool/replicas with 'Authorization: "
-                        "Bearer <the file's token>' (add and remove replicas at runtime)")
+                        "Bearer <the file's token>' (add and remove replicas at runtime); "
+                        "/health names the replicas only to that token or --replica-api-key")
 
 
 def _add_routing_arguments(p: argparse.ArgumentParser) -> None:
@@ -100,7 +101,8 @@ def add_kv_event_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replica-api-key", default=None, metavar="KEY",
                    help="the replicas' --api-key, for what the router asks them itself (where "
                         f"their KV events are); or env {REPLICA_API_KEY_ENV}. Client requests "
-                        "go on with the client's own Authorization")
+                        "go on with the client's own Authorization. Set, /health names the "
+                        "replicas only to a request bearing it (or the admin token)")
     p.add_argument("--kv-index-blocks", type=int, default=DEFAULT_MAX_BLOCKS, metavar="N",
                    help="block hashes remembered per replica with --kv-events (least recently "
                         "stored forgotten first)")
@@ -123,7 +125,8 @@ def build_router(args: argparse.Namespace) -> Router:
                       methods=args.allowed_methods, headers=args.allowed_headers)
     return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
                   policy=args.policy, max_body_bytes=args.max_body_bytes,
-                  membership=membership, kv_events=events, cors=cors)
+                  membership=membership, kv_events=events, cors=cors,
+                  health_tokens=[t for t in (token, key) if t])  # proxy.py NOTE(health-view)
 
 
 async def listen(router: Router, host: str, port: int) -> tuple[web.AppRunner, asyncio.Server]:

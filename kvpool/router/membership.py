@@ -29,7 +29,7 @@ import hmac
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -38,7 +38,7 @@ from aiohttp import web
 from kvpool.router.replicas import ReplicaSet
 from kvpool.server.middleware import APIError
 
-__all__ = ["ADMIN_PATH", "Membership", "read_token", "replica_url"]
+__all__ = ["ADMIN_PATH", "Membership", "bearer", "carries_token", "read_token", "replica_url"]
 
 log = logging.getLogger("kvpool.router")
 ADMIN_PATH = "/v1/kvpool/replicas"
@@ -69,6 +69,18 @@ def replica_url(text: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def bearer(token: str) -> bytes:
+    """The Authorization header value that carries ``token``, as carries_token compares it."""
+    return f"Bearer {token}".encode()
+
+
+def carries_token(request: web.Request, expected: Sequence[bytes]) -> bool:
+    """Whether ``request``'s Authorization is one of ``expected`` (``bearer`` values), each
+    compared in constant time."""
+    got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+    return any([hmac.compare_digest(got, want) for want in expected])
+
+
 def read_token(path: str) -> str:
     token = Path(path).read_text().strip()
     if not token:
@@ -82,7 +94,7 @@ class Membership:
     def __init__(self, replicas: ReplicaSet, *, admin_token: str | None = None,
                  replicas_file: str | None = None, poll: float = DEFAULT_POLL) -> None:
         self.replicas = replicas
-        self.expected = None if admin_token is None else f"Bearer {admin_token}".encode()
+        self.expected = None if admin_token is None else bearer(admin_token)
         self.path = None if replicas_file is None else Path(replicas_file)
         self.poll = poll
         self.seen: str | None = None  # the file's text as last applied
@@ -100,8 +112,7 @@ class Membership:
         if self.expected is None:
             raise APIError(403, "the replica admin API is off: start kvpool router with "
                                 "--admin-token-file PATH", code="admin_disabled")
-        got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-        if not hmac.compare_digest(got, self.expected):
+        if not carries_token(request, [self.expected]):
             raise APIError(401, "invalid or missing admin token: send 'Authorization: Bearer "
                                 "<token>'", code="invalid_admin_token",
                            headers={"WWW-Authenticate": "Bearer"})

@@ -45,6 +45,15 @@ request while its queue grew; with the router's own in-flight requests there as 
 its load, the load guard (scoring.py) sends new requests elsewhere once it holds more than
 ``abs_threshold`` of this router's requests beyond the least loaded replica.
 
+NOTE(health-view): GET /health answers every caller, unauthenticated (gateways and Kubernetes
+probes read its status: 200 while at least one replica is healthy, else 503), but names the
+healthy replicas' URLs (``{"status", "healthy": [URL, ...]}``) only to a request carrying the
+router's credentials, ``Authorization: Bearer <T>`` for T the --admin-token-file token or the
+--replica-api-key (``health_tokens``); anyone else gets ``{"status", "healthy_replicas": N}``,
+so the internal topology stays with those who may call the replicas or the admin API (whose
+GET lists the same URLs). A router started with neither key lists the URLs to everyone, as
+before: nothing there is guarded, so it runs on a network trusted to reach it
+(docs/architecture.md, Router).
 NOTE(agreement): with lookups the router neither renders chat templates nor tokenizes: each
 replica's lookup parses the body with the parser its generation route uses and hashes with its
 own spec and salt, so predicted and served prefixes agree by construction.
@@ -66,7 +75,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from kvpool.router.affinity import RESPONSES_PATH, ResponseAffinity
 from kvpool.router.kv_routing import EventRouting
-from kvpool.router.membership import Membership
+from kvpool.router.membership import Membership, bearer, carries_token
 from kvpool.router.relayed import BodyReader, asking_identity, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_json
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
@@ -135,11 +144,12 @@ class Router:
                  membership: Membership | None = None,
                  kv_events: EventRouting | None = None,
                  affinity: ResponseAffinity | None = None,
-                 cors: CorsPolicy | None = None) -> None:
+                 cors: CorsPolicy | None = None, health_tokens: Sequence[str] = ()) -> None:
         """``kv_events``: score prefix hits from the replicas' KV events (kv_routing.py),
         lookups only for requests it cannot score; ``affinity``: the Responses API's map
         (affinity.py; default: ``ResponseAffinity()``, 100k ids); ``cors``: the CORS policy
-        of the router's own answers (NOTE(cors-own); default: vLLM's, any origin)."""
+        of the router's own answers (NOTE(cors-own); default: vLLM's, any origin);
+        ``health_tokens``: whose bearers see the replica URLs on /health (NOTE(health-view))."""
         if policy not in POLICIES:
             raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
         if max_body_bytes < 1:
@@ -160,6 +170,7 @@ class Router:
         self.kv_events = kv_events
         self.affinity = affinity if affinity is not None else ResponseAffinity()
         self.cors = cors if cors is not None else CorsPolicy()
+        self.health_auth = [bearer(t) for t in health_tokens]  # NOTE(health-view)
         self.metrics.registry.register(self.affinity)
         if kv_events is not None:
             self.metrics.registry.register(kv_events)
@@ -329,9 +340,15 @@ class Router:
         return give_up(failures)
 
     async def health(self, request: web.Request) -> web.Response:
+        """200 while a replica is healthy, else 503, whoever asks; the replica URLs only to
+        the holders of the router's credentials when it has any (NOTE(health-view))."""
         up = [r.url for r in self.replicas.healthy()]
-        return web.json_response({"status": "ok" if up else "unavailable", "healthy": up},
-                                 status=200 if up else 503)
+        status = "ok" if up else "unavailable"
+        if self.health_auth and not carries_token(request, self.health_auth):
+            body: dict = {"status": status, "healthy_replicas": len(up)}
+        else:
+            body = {"status": status, "healthy": up}
+        return web.json_response(body, status=200 if up else 503)
 
     async def render_metrics(self, request: web.Request) -> web.Response:
         self.metrics.healthy.set(len(self.replicas.healthy()))
