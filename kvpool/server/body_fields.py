@@ -147,7 +147,7 @@ KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tools", 
 KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
                             "add_generation_prompt", "continue_final_message",
                             "return_token_strs", "chat_template", "chat_template_kwargs",
-                            "truncate_prompt_tokens", "tools"})
+                            "truncate_prompt_tokens", "truncation_side", "tools"})
 KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
 
 

@@ -62,9 +62,13 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
 
 
-def _truncate(ids: list[int], keep: int | None) -> list[int]:
-    """vLLM's truncate_prompt_tokens: the last ``keep`` ids."""
-    return ids if keep is None or len(ids) <= keep else ids[-keep:]
+def _truncate(ids: list[int], extras: VllmExtras) -> list[int]:
+    """vLLM's truncate_prompt_tokens: ``keep`` ids, the last ones or with truncation_side
+    "right" the first ones (vllm_fields.py)."""
+    keep = extras.truncate_prompt_tokens
+    if keep is None or len(ids) <= keep:
+        return ids
+    return ids[:keep] if extras.truncation_side == "right" else ids[-keep:]
 
 
 class RequestParser:
@@ -203,7 +207,7 @@ class RequestParser:
         add = extras.add_special_tokens
         ids = self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens
                            if add is None else add)
-        return _truncate(ids, extras.truncate_prompt_tokens), messages
+        return _truncate(ids, extras), messages
 
     # ---- pieces -----------------------------------------------------------------------------
     def _finish(self, body: dict[str, Any], kind: str, model: str,
@@ -367,9 +371,9 @@ class RequestParser:
             add = extras.add_special_tokens
             ids = self._encode(prompt, "prompt", True if add is None else add)
             # a truncated prompt is no longer the text sent: echo decodes the ids kept
-            return _truncate(ids, keep), prompt if keep is None or len(ids) <= keep else None
+            return _truncate(ids, extras), prompt if keep is None or len(ids) <= keep else None
         if isinstance(prompt, list):
-            prompt = _truncate(prompt, keep)
+            prompt = _truncate(prompt, extras)
             if exceeds_context(len(prompt), 1, self.max_model_len):  # before the per-id walk
                 raise self._too_long("prompt", f"the prompt has {len(prompt)} tokens")
             return token_ids(prompt, "prompt", self.vocab_size), None

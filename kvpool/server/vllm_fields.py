@@ -4,8 +4,11 @@
   Completions default to true; chat defaults to the template's own rule (a model's template
   carries its BOS, so false; the built-in one is plain text, so true). lm-eval's string mode
   sends ``false`` and scores one BOS token off without it.
-- ``truncate_prompt_tokens``: keep only the last k prompt tokens (1 <= k <= max_model_len),
-  as vLLM truncates from the left; -1 is vLLM's "the model's context" (k = max_model_len).
+- ``truncate_prompt_tokens``: keep only k prompt tokens (1 <= k <= max_model_len); -1 is
+  vLLM's "the model's context" (k = max_model_len). ``truncation_side`` picks which: "left"
+  (vLLM's default, its tokenizers' side) drops the start and keeps the last k, "right" keeps
+  the first k. As in vLLM, null is the default, any other value is a 400, and the side is
+  accepted without ``truncate_prompt_tokens`` (nothing is cut then).
 - ``chat_template`` (a Jinja source for this request) and ``chat_template_kwargs`` (extra
   variables the template sees; ``messages`` and the other names the server sets are refused).
 - chat ``echo``: when the last message is the assistant's, its content comes back in front of
@@ -28,14 +31,15 @@ from kvpool.server.json_body import json_int
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
 __all__ = ["CHAT_EXTRAS", "COMPLETION_EXTRAS", "MAX_TEMPLATE_CHARS", "RESERVED_TEMPLATE_VARS",
-           "VllmExtras", "parse_vllm_extras"]
+           "TRUNCATION_SIDES", "VllmExtras", "parse_vllm_extras", "truncation_side"]
 
 MAX_TEMPLATE_CHARS = 64 * 1024  # one request's chat_template source, at most
 MAX_TEMPLATE_KWARGS = 64
 RESERVED_TEMPLATE_VARS = frozenset({"messages", "add_generation_prompt", "tools", "documents",
                                     "bos_token", "eos_token", "pad_token", "unk_token"})
 COMPLETION_EXTRAS = frozenset({"add_special_tokens", "truncate_prompt_tokens",
-                               "return_tokens_as_token_ids"})
+                               "truncation_side", "return_tokens_as_token_ids"})
+TRUNCATION_SIDES = ("left", "right")
 CHAT_EXTRAS = COMPLETION_EXTRAS | {"chat_template", "chat_template_kwargs", "echo"}
 
 
@@ -45,6 +49,7 @@ class VllmExtras:
 
     add_special_tokens: bool | None = None
     truncate_prompt_tokens: int | None = None
+    truncation_side: str = "left"  # which end truncate_prompt_tokens cuts: "left" keeps the last
     chat_template: str | None = None
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
     echo: bool = False  # chat: the final assistant message in front of the content
@@ -68,12 +73,24 @@ def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -
                        f"(the model's context) or -1 (all of it), got "
                        f"{json.dumps(truncate)[:50]}")
         truncate = json_int(truncate)
+    side = truncation_side(body)
     if not chat:
-        return VllmExtras(_bool(body, "add_special_tokens"), truncate,
+        return VllmExtras(_bool(body, "add_special_tokens"), truncate, side,
                           tokens_as_ids=bool(_bool(body, "return_tokens_as_token_ids")))
-    return VllmExtras(_bool(body, "add_special_tokens"), truncate, template_source(body),
+    return VllmExtras(_bool(body, "add_special_tokens"), truncate, side, template_source(body),
                       template_kwargs(body), bool(_bool(body, "echo")),
                       bool(_bool(body, "return_tokens_as_token_ids")))
+
+
+def truncation_side(body: dict[str, Any]) -> str:
+    """vLLM's ``truncation_side``: "left" (also for null / absent) or "right"."""
+    side = body.get("truncation_side")
+    if side is None:
+        return "left"
+    if not isinstance(side, str) or side not in TRUNCATION_SIDES:
+        raise _bad("truncation_side", f'must be "left" or "right", got '
+                   f"{json.dumps(side)[:50]}")
+    return side
 
 
 def template_source(body: dict[str, Any]) -> str | None:

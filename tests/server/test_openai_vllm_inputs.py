@@ -127,3 +127,52 @@ async def test_a_number_without_a_fraction_is_an_integer(srv):
     assert status == 200 and body["usage"]["completion_tokens"] == 2, body
     status, body = await post(srv, "/v1/completions", {"prompt": "hi", "max_tokens": 3.5})
     assert status == 400 and body["error"]["param"] == "max_tokens"
+
+
+async def prompt_used(srv, path: str, body: dict) -> list[int]:
+    status, out = await post(srv, path, {"max_tokens": 1, "prompt_logprobs": 1, **body})
+    assert status == 200, out
+    pl = out["prompt_logprobs"] if path.endswith("chat/completions") else \
+        out["choices"][0]["prompt_logprobs"]
+    assert len(pl) == out["usage"]["prompt_tokens"] and pl[0] is None
+    return [{int(k) for k in entry} for entry in pl[1:]]
+
+
+def scored(ids: list[int], used: list[set[int]]) -> bool:
+    """Whether ``used`` (each prompt position's scored ids) has ``ids`` as the prompt."""
+    return len(used) == len(ids) - 1 and all(i in u for i, u in zip(ids[1:], used))
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+async def test_truncation_side_picks_the_end_truncate_prompt_tokens_keeps(srv, path):
+    """vLLM's truncation_side: "left" (the default, also for null) keeps the last N prompt
+    tokens, "right" the first N; given without truncate_prompt_tokens it cuts nothing."""
+    words = " ".join(f"w{i}" for i in range(40))
+    if path == "/v1/completions":
+        status, tok = await post(srv, "/tokenize", {"prompt": words})
+        body = {"prompt": tok["tokens"]}
+    else:
+        body = {"messages": [{"role": "user", "content": words}]}
+        status, tok = await post(srv, "/tokenize", body)
+    assert status == 200, tok
+    full, keep = tok["tokens"], 12
+    assert len(full) > 2 * keep
+    for side, want in (("right", full[:keep]), ("left", full[-keep:]), (None, full[-keep:])):
+        used = await prompt_used(srv, path, {**body, "truncate_prompt_tokens": keep,
+                                             "truncation_side": side})
+        assert scored(want, used), side
+        assert not scored(full[-keep:] if side == "right" else full[:keep], used)
+    assert scored(full, await prompt_used(srv, path, {**body, "truncation_side": "right"}))
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("side", ["middle", "LEFT", "", 1, True, ["left"], {"side": "left"}])
+async def test_a_truncation_side_that_is_not_left_or_right_is_a_400(srv, path, side):
+    body = {"prompt": "Hello there"} if path == "/v1/completions" else {"messages": [USER]}
+    status, out = await post(srv, path, {**body, "max_tokens": 1, "truncate_prompt_tokens": 2,
+                                         "truncation_side": side})
+    assert status == 400, out
+    assert set(out["error"]) == {"message", "type", "param", "code"}
+    assert out["error"]["param"] == "truncation_side" and out["error"]["type"]
+    status, out = await post(srv, path, {**body, "max_tokens": 1})  # the server goes on
+    assert status == 200, out
