@@ -38,7 +38,7 @@ from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.ghost import GhostTable
 from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import NO_MISS, ReleaseRuns
-from kvpool.errors import InvariantError
+from kvpool.errors import InvalidBlockError, InvariantError
 
 
 class AdaptivePolicy(StampedQueuesPolicy):
@@ -96,10 +96,16 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._w = [k * bonus * self._scale for k in range(CLASSES)]
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
-        w, memo = self._insert_start(block_id, block_hash)
-        if memo is not None:
-            self._nw += self._insert_moved(block_id, block_hash, memo) == WIN
-            return
+        where = self._where
+        if self._memo is None and 0 <= block_id < len(where):
+            w = where[block_id]  # NOTE(speed): _insert_start's common case, inlined
+            if w < self.K:
+                raise InvalidBlockError(f"block {block_id} is already evictable")
+        else:
+            w, memo = self._insert_start(block_id, block_hash)
+            if memo is not None:
+                self._nw += self._insert_moved(block_id, block_hash, memo) == WIN
+                return
         c = crc32(block_hash)
         n = 0  # uses counted by this insert's sketch.add (0: a revival)
         if w == PENDING and self._hash[block_id] == block_hash:

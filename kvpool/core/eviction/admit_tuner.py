@@ -57,7 +57,7 @@ class MiniAdmit:
     a miniature holds at most 2048 crcs)."""
 
     __slots__ = ("capacity", "cfg", "bonus", "share", "duel", "qs", "where", "clock", "hits",
-                 "freq", "duel_freq", "ghost")
+                 "freq", "duel_freq", "ghost", "_keyed")
 
     def __init__(self, capacity: int, cfg: Cfg, freq: Callable[[int], int],
                  duel_freq: Callable[[int], int] | None = None) -> None:
@@ -66,6 +66,7 @@ class MiniAdmit:
         b, self.share, self.duel = cfg
         self.bonus = [k * b * capacity for k in range(CLASSES)]
         self.qs: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(CLASSES + 1)]
+        self._keyed = list(zip(self.qs, self.bonus))  # (class queue, its bonus)
         self.where: dict[int, int] = {}  # crc -> queue
         self.clock = 0
         self.hits = 0
@@ -88,14 +89,20 @@ class MiniAdmit:
         for c, k, _ in run:
             t += 1
             q = where.get(c)
-            if q is not None:
-                del qs[q][c]
-            else:
+            if q is None:
                 if len(where) >= self.capacity:
                     self.clock = t  # _to_main stamps with it
                     self._evict()
-                if self.share < 1.0 and to_window(self.duel, k, self.ghost.take, c):
+                duel = self.duel  # to_window's answer under the duel: all new content
+                if self.share < 1.0 and (duel or to_window(duel, k, self.ghost.take, c)):
                     k = WIN
+            elif q == k:  # a hit in its own queue: to the tail, restamped
+                qk = qs[k]
+                qk.move_to_end(c)
+                qk[c] = t
+                continue
+            else:
+                del qs[q][c]
             qs[k][c] = t
             where[c] = k
         self.clock = t
@@ -104,7 +111,7 @@ class MiniAdmit:
 
     def _victim(self) -> int:
         best, key, k = -1, inf, 0
-        for qk, w in zip(self.qs, self.bonus):  # the class queues (bonus has CLASSES)
+        for qk, w in self._keyed:  # the class queues with their bonuses
             if qk:
                 s = qk[next(iter(qk))] + w
                 if s < key:
@@ -119,28 +126,31 @@ class MiniAdmit:
 
     def _evict(self) -> None:
         """Evict one crc by the policy's rule (AdaptivePolicy.evict)."""
+        qs, where = self.qs, self.where
         if self.share >= 1.0:  # NOTE(speed): no window, so main's victim goes
-            del self.where[self.qs[self._victim()].popitem(last=False)[0]]
+            del where[qs[self._victim()].popitem(last=False)[0]]
             return
-        win = self.qs[WIN]
-        target = self.share * len(self.where)
-        for _ in range(2 if self.duel else 0):  # NOTE(fill), as the policy's
-            if len(win) <= target + 1:
-                break
-            self._to_main(win.popitem(last=False)[0])
+        win, duel = qs[WIN], self.duel
+        target = self.share * len(where)
+        if duel:
+            for _ in range(2):  # NOTE(fill), as the policy's
+                if len(win) <= target + 1:
+                    break
+                self._to_main(win.popitem(last=False)[0])
         v = self._victim()
         if v < 0 or (win and len(win) >= target):
             c = win.popitem(last=False)[0]
-            if v >= 0 and self.duel:
-                vc = next(iter(self.qs[v]))
-                if self.duel_freq(c) > self.duel_freq(vc):
-                    del self.qs[v][vc], self.where[vc]
+            if v >= 0 and duel:
+                qv, est = qs[v], self.duel_freq
+                vc = next(iter(qv))
+                if est(c) > est(vc):
+                    del qv[vc], where[vc]
                     self._to_main(c)
                     return
         else:
-            c = self.qs[v].popitem(last=False)[0]
-        del self.where[c]
-        if self.duel is None and self.share < 1.0:
+            c = qs[v].popitem(last=False)[0]
+        del where[c]
+        if duel is None:
             self.ghost.add(c)
 
     def check_invariants(self) -> None:
