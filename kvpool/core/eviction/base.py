@@ -276,16 +276,17 @@ class StampedQueuesPolicy(LinkedQueuesPolicy):
     def _stamp_at_tail(self, block_id: int, block_hash: bytes, q: int) -> None:
         """How an insert of ClassLRUPolicy and AdaptivePolicy ends: ``block_id`` (content
         ``block_hash``) linked at the tail of queue ``q``, stamped with the next clock tick."""
-        self._clock += 1
-        if self._clock >= self.STAMP_LIMIT:  # NOTE(stamps)
+        clock = self._clock = self._clock + 1
+        if clock >= self.STAMP_LIMIT:  # NOTE(stamps)
             self._rebase()
+            clock = self._clock
         node, prev, nxt = block_id + self.K, self._prev, self._next
         last = prev[q]  # link at the tail (inlined: the hot path)
         prev[node] = last
         nxt[node] = q
         nxt[last] = node
         prev[q] = node
-        self._stamp[block_id] = self._clock
+        self._stamp[block_id] = clock
         self._where[block_id] = q
         self._hash[block_id] = block_hash
         self._len += 1
