@@ -4,8 +4,9 @@ The messages, in order: ``instructions`` as a system message; the conversation o
 ``previous_response_id`` (its input and output; not its instructions: OpenAI does not carry
 them over); then ``input``: a string (one user message) or a list of messages, each
 ``{"role", "content"}`` (``"type": "message"`` optional) whose content is a string or a list of
-``input_text`` / ``output_text`` parts (the output items of an earlier response can be sent
-back as they came). ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
+``input_text`` / ``output_text`` parts, joined with newlines as vLLM (and the chat route,
+chat_messages.py) joins text parts (the output items of an earlier response can be sent back
+as they came). ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
 through. Other item kinds (function calls, files, images) and Responses features this server
 does not implement (tools, background, reasoning, non-text formats) are a 400 naming the field,
 so a client never gets a silently different result.
@@ -146,4 +147,4 @@ def _text(content: Any, where: str) -> str:
             raise _bad(f"{where}[{j}]", "only text parts ({'type': 'input_text', 'text': "
                        "...}) are supported", "unsupported_parameter")
         texts.append(part["text"])
-    return "".join(texts)
+    return "\n".join(texts)
