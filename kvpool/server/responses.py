@@ -130,7 +130,7 @@ class ResponseBuilder:
         carries the finish (``tool_calls`` once a call went out) and the logprobs."""
         reader = self.tool_streams[i]
         deltas = reader.feed(text) + (reader.finish() if done else [])
-        if reason == "stop" and reader.called:
+        if reason == "stop" and reader.called and self.req.tools.call_finish:
             reason = "tool_calls"
         if not deltas:
             return [self._chunk(i, "", reason, lp)] if reason or lp else []
@@ -281,7 +281,8 @@ class ResponseBuilder:
         got = self.req.tools.extract(text)
         message = {"role": "assistant", "content": got.content,
                    "tool_calls": [c.as_dict() for c in got.calls]}
-        return message, "tool_calls" if got.calls and reason == "stop" else reason
+        called = got.calls and reason == "stop" and self.req.tools.call_finish
+        return message, "tool_calls" if called else reason
 
     def body(self) -> dict[str, Any]:
         """The non-streaming response."""

@@ -50,6 +50,12 @@ class ToolRequest:
     grammar: GrammarSpec | None = None  # required / named: what forces the call
 
     @property
+    def call_finish(self) -> bool:
+        """Whether a call read from an output that stopped makes the finish ``tool_calls``:
+        for auto and required; a named choice keeps ``stop``, as OpenAI and vLLM answer it."""
+        return self.choice != "named"
+
+    @property
     def extracts(self) -> bool:
         """Whether the output is read for calls (``none``: plain content)."""
         return self.choice != "none"
