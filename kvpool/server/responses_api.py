@@ -33,15 +33,18 @@ from kvpool.server.middleware import current_tenant
 __all__ = ["RESPONSES_KEY", "ResponsesRoute"]
 
 # chat parameter -> the Responses field a client sent it as
-_PARAM_NAMES = {"max_tokens": "max_output_tokens", "messages": "input"}
+_PARAM_NAMES = {"max_tokens": "max_output_tokens", "messages": "input",
+                "response_format": "text.format"}
 
 
 def _renamed(exc: RequestError) -> RequestError:
-    """A chat parser error, naming the Responses field (``max_output_tokens``, ``input``)."""
+    """A chat parser error, naming the Responses field (``max_output_tokens``, ``input``,
+    ``text.format``, whose json_schema keys are not nested under ``json_schema``)."""
     name = _PARAM_NAMES.get(exc.param or "")
     if name is None:
         return exc
-    return RequestError(str(exc).replace(exc.param, name, 1), param=name, code=exc.code)
+    message = str(exc).replace(exc.param, name, 1).replace(" json_schema.", " ")
+    return RequestError(message, param=name, code=exc.code)
 
 
 class ResponsesRoute:

@@ -7,9 +7,10 @@ them over); then ``input``: a string (one user message) or a list of messages, e
 ``input_text`` / ``output_text`` parts, joined with newlines as vLLM (and the chat route,
 chat_messages.py) joins text parts (the output items of an earlier response can be sent back
 as they came). ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
-through. Other item kinds (function calls, files, images) and Responses features this server
-does not implement (tools, background, reasoning, non-text formats) are a 400 naming the field,
-so a client never gets a silently different result.
+through. ``text.format`` ``json_schema`` / ``json_object`` is the chat ``response_format`` of
+the same constraint, as vLLM runs it. Other item kinds (function calls, files, images) and
+Responses features this server does not implement (tools, background, reasoning) are a 400
+naming the field, so a client never gets a silently different result.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class ResponsesInput:
     metadata: dict[str, Any]
     max_output_tokens: int | None
     ignored: tuple[str, ...]  # unknown fields that were ignored (body_fields.py)
+    text_format: dict[str, Any]  # text.format as asked: the response echoes it
 
 
 def _opt(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -84,9 +86,7 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     responses (``previous_response_id``)."""
     ignored = fields.check(body, KNOWN_RESPONSES)
     check_unsupported(body, UNSUPPORTED)
-    fmt = (_opt(body, "text", dict, {}).get("format") or {"type": "text"})
-    if not isinstance(fmt, dict) or fmt.get("type") != "text":
-        raise _bad("text.format", "only the text format is supported", "unsupported_parameter")
+    fmt = _opt(body, "text", dict, {}).get("format") or {"type": "text"}
     instructions = _opt(body, "instructions", str, None)
     previous_id = _opt(body, "previous_response_id", str, None)
     before: tuple[dict[str, str], ...] = ()
@@ -102,10 +102,31 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     max_output = _opt(body, "max_output_tokens", int, None)
     if max_output is not None:
         chat["max_tokens"] = max_output
+    constraint = response_format(fmt)
+    if constraint is not None:
+        chat["response_format"] = constraint
     return ResponsesInput(chat=chat, conversation=conversation, instructions=instructions,
                           previous_id=previous_id, store=_opt(body, "store", bool, True),
                           metadata=_opt(body, "metadata", dict, {}),
-                          max_output_tokens=max_output, ignored=ignored)
+                          max_output_tokens=max_output, ignored=ignored, text_format=fmt)
+
+
+def response_format(fmt: Any) -> dict[str, Any] | None:
+    """``text.format`` -> the chat ``response_format`` of the same constraint: OpenAI's
+    ``{"type": "json_schema", "name", "schema", "description"?, "strict"?}`` (the chat shape
+    nests all but the type under ``json_schema``) or ``{"type": "json_object"}``. The chat
+    parser checks the rest; its errors name ``text.format`` (responses_api.py)."""
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return dict(fmt)
+    if kind != "json_schema":
+        raise _bad("text.format", "must be {'type': 'text'}, {'type': 'json_object'} or "
+                   "{'type': 'json_schema', 'name': ..., 'schema': {...}}")
+    if not isinstance(fmt.get("name"), str):
+        raise _bad("text.format", "name is required for the json_schema format")
+    return {"type": kind, "json_schema": {k: v for k, v in fmt.items() if k != "type"}}
 
 
 def input_messages(value: Any) -> list[dict[str, str]]:

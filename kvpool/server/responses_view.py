@@ -62,7 +62,7 @@ class ResponsesView:
                 "output": output, "parallel_tool_calls": False,
                 "previous_response_id": inp.previous_id, "temperature": params.temperature,
                 "top_p": params.top_p, "tool_choice": "none", "tools": [],
-                "text": {"format": {"type": "text"}}, "truncation": "disabled",
+                "text": {"format": inp.text_format}, "truncation": "disabled",
                 "metadata": inp.metadata, "store": inp.store, "user": b.req.user,
                 "usage": usage}
 

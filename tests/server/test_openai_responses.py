@@ -129,7 +129,7 @@ async def check_next_turn(c: AsyncOpenAI, model: str, first, want: str) -> None:
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
     ({"input": "hi", "max_output_tokens": 100000}, "max_output_tokens"),
     ({"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools"),
-    ({"input": "hi", "text": {"format": {"type": "json_object"}}}, "text.format"),
+    ({"input": "hi", "text": {"format": {"type": "xml"}}}, "text.format"),
     ({"input": "hi", "instructions": 5}, "instructions"),
     ({"input": "hi", "temperature": -1}, "temperature"),
     ({"input": "hi", "model": "nope"}, "model"),

@@ -3,8 +3,13 @@ in-process kvpool server: each is a 200 here too and does what vLLM does with it
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
+import openai
+import pytest
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 
 
 def client(srv) -> AsyncOpenAI:
@@ -27,3 +32,50 @@ async def test_input_text_parts_join_with_newlines_as_chat_does(srv):
         r = await c.responses.create(model=srv.engine.model_name, max_output_tokens=1,
                                      input=[{"role": "user", "content": parts}])
     assert r.usage.input_tokens == joined
+
+
+FLAG = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+        "additionalProperties": False}
+
+
+class Flag(BaseModel):
+    ok: bool
+
+
+async def test_text_format_json_schema_constrains_the_output(srv):
+    fmt = {"type": "json_schema", "name": "flag", "schema": FLAG, "strict": True}
+    async with client(srv) as c:
+        r = await c.responses.create(model=srv.engine.model_name, input="Is it on?",
+                                     max_output_tokens=30, text={"format": fmt})
+        assert isinstance(json.loads(r.output_text)["ok"], bool)
+        assert r.text.format.type == "json_schema" and r.text.format.name == "flag"
+        assert (await c.responses.retrieve(r.id)).text.format.schema_ == FLAG
+        parsed = await c.responses.parse(model=srv.engine.model_name, input="Is it on?",
+                                         max_output_tokens=30, text_format=Flag)
+        assert isinstance(parsed.output_parsed, Flag)
+        events = [e async for e in await c.responses.create(
+            model=srv.engine.model_name, input="Is it on?", max_output_tokens=30,
+            text={"format": fmt}, stream=True)]
+    done = events[-1].response
+    assert done.status == "completed" and done.text.format.type == "json_schema"
+    assert isinstance(json.loads(done.output_text)["ok"], bool)
+
+
+async def test_text_format_json_object_starts_an_object(srv):
+    async with client(srv) as c:
+        r = await c.responses.create(model=srv.engine.model_name, input="Give JSON",
+                                     max_output_tokens=3, text={"format": {"type": "json_object"}})
+    assert r.output_text.startswith("{") and r.text.format.type == "json_object"
+
+
+@pytest.mark.parametrize("fmt", [{"type": "xml"}, {"type": "json_schema", "schema": FLAG},
+                                 {"type": "json_schema", "name": "a b", "schema": FLAG},
+                                 {"type": "json_schema", "name": "f", "schema": FLAG, "x": 1},
+                                 {"type": "json_schema", "name": "f", "schema": 3}, "json"])
+async def test_a_bad_text_format_is_a_400_naming_it(srv, fmt):
+    async with client(srv) as c:
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.responses.create(model=srv.engine.model_name, input="x",
+                                     max_output_tokens=2, text={"format": fmt})
+    assert info.value.body["param"] == "text.format", info.value.body
+    assert "response_format" not in info.value.body["message"]
