@@ -131,7 +131,7 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
                           stream_write_timeout=stream_write_timeout,
                           request_metrics=RequestMetrics(metrics, names[0]))
     routes.register(app)
-    ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}
+    ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}, cancel
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
     LookupRoute.register(app, engine, parser, routes.parse_pool, namespace)
     _wire(app, engine, metrics, routes, gate)

@@ -1,5 +1,6 @@
-"""The Responses API: ``POST /v1/responses`` and ``GET /v1/responses/{id}``, as the openai
-client's ``client.responses.create`` / ``retrieve`` send them.
+"""The Responses API: ``POST /v1/responses``, ``GET /v1/responses/{id}`` and ``POST
+/v1/responses/{id}/cancel``, as the openai client's ``client.responses.create`` / ``retrieve``
+/ ``cancel`` send them.
 
 A Responses body becomes a chat body (responses_input.py), the chat parser renders it with
 the model's chat template, and the chat route's own engine call and streaming loop run it
@@ -48,7 +49,7 @@ def _renamed(exc: RequestError) -> RequestError:
 
 
 class ResponsesRoute:
-    """The two routes over the app's chat machinery (``routes``) and a response store."""
+    """The routes over the app's chat machinery (``routes``) and a response store."""
 
     def __init__(self, routes: OpenAIRoutes, store: ResponseStore | None = None) -> None:
         self.routes = routes
@@ -59,6 +60,7 @@ class ResponsesRoute:
         route = cls(routes)
         app.router.add_post("/v1/responses", route.create)
         app.router.add_get("/v1/responses/{response_id}", route.retrieve)
+        app.router.add_post("/v1/responses/{response_id}/cancel", route.cancel)
         app[RESPONSES_KEY] = route
         return route
 
@@ -94,6 +96,15 @@ class ResponsesRoute:
         if entry is None:
             raise ResponseNotFoundError(rid, param=None)
         return web.json_response(entry.body)
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        """vLLM's and OpenAI's cancel: only a background response can be cancelled, and this
+        server runs none, so a stored response is a 400 (vLLM's words) and any other id the
+        404 of retrieve."""
+        await self.retrieve(request)
+        raise RequestError("Cannot cancel a synchronous response: only a background response "
+                           "can be cancelled, and this server runs none.", param="response_id",
+                           code="response_not_cancellable")
 
 
 RESPONSES_KEY = web.AppKey("kvpool_responses", ResponsesRoute)

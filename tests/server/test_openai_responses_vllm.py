@@ -79,3 +79,16 @@ async def test_a_bad_text_format_is_a_400_naming_it(srv, fmt):
                                      max_output_tokens=2, text={"format": fmt})
     assert info.value.body["param"] == "text.format", info.value.body
     assert "response_format" not in info.value.body["message"]
+
+
+async def test_cancel_answers_as_vllm_does_for_a_finished_or_unknown_response(srv):
+    async with client(srv) as c:
+        r = await c.responses.create(model=srv.engine.model_name, input="x",
+                                     max_output_tokens=1)
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.responses.cancel(r.id)
+        assert info.value.body["message"].startswith("Cannot cancel a synchronous response")
+        with pytest.raises(openai.NotFoundError) as info:
+            await c.responses.cancel("resp_unknown")
+        assert info.value.body["code"] == "response_not_found"
+        assert (await c.responses.retrieve(r.id)).status == "incomplete"  # still there
