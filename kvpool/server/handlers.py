@@ -52,6 +52,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -214,8 +215,16 @@ class OpenAIRoutes:
 
     # ---- the rest -----------------------------------------------------------------------------
     def _model_card(self, name: str) -> dict[str, Any]:
+        """vLLM's model card, with its one permission entry (the fields vLLM fills in)."""
+        permission = {"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                      "created": self.created, "allow_create_engine": False,
+                      "allow_sampling": True, "allow_logprobs": True,
+                      "allow_search_indices": False, "allow_view": True,
+                      "allow_fine_tuning": False, "organization": "*", "group": None,
+                      "is_blocking": False}
         return {"id": name, "object": "model", "created": self.created, "owned_by": "kvpool",
-                "root": name, "parent": None, "max_model_len": self.parser.max_model_len}
+                "root": name, "parent": None, "max_model_len": self.parser.max_model_len,
+                "permission": [permission]}
 
     async def list_models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list",

@@ -176,3 +176,17 @@ async def test_a_truncation_side_that_is_not_left_or_right_is_a_400(srv, path, s
     assert out["error"]["param"] == "truncation_side" and out["error"]["type"]
     status, out = await post(srv, path, {**body, "max_tokens": 1})  # the server goes on
     assert status == 200, out
+
+
+async def test_model_cards_carry_vllms_permission_list(srv):
+    async with client(srv) as c:
+        listed = (await c.models.list()).data[0].model_dump()
+        one = (await c.models.retrieve(listed["id"])).model_dump()
+    for card in (listed, one):
+        assert {"id", "object", "created", "owned_by", "root", "parent",
+                "max_model_len"} <= set(card)
+        (perm,) = card["permission"]
+        assert perm["object"] == "model_permission" and perm["id"].startswith("modelperm-")
+        assert perm["allow_sampling"] and perm["allow_logprobs"] and perm["allow_view"]
+        assert not perm["allow_fine_tuning"] and perm["organization"] == "*"
+        assert perm["group"] is None and perm["is_blocking"] is False
