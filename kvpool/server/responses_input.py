@@ -7,7 +7,8 @@ them over); then ``input``: a string (one user message) or a list of messages, e
 ``input_text`` / ``output_text`` parts, joined with newlines as vLLM (and the chat route,
 chat_messages.py) joins text parts (the output items of an earlier response can be sent back
 as they came). ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
-through. ``text.format`` ``json_schema`` / ``json_object`` is the chat ``response_format`` of
+through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``top_logprobs``
+alternatives). ``text.format`` ``json_schema`` / ``json_object`` is the chat ``response_format`` of
 the same constraint, as vLLM runs it. Other item kinds (function calls, files, images) and
 Responses features this server does not implement (tools, background, reasoning) are a 400
 naming the field, so a client never gets a silently different result.
@@ -34,12 +35,13 @@ PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignor
                 "priority", "cache_salt", "stream")
 # field -> the values that mean "not used": anything else is a 400 unsupported_parameter
 UNSUPPORTED = {"tools": ([],), "background": (False,), "reasoning": ({},),
-               "truncation": ("disabled",), "include": ([],), "conversation": (),
-               "prompt": (), "top_logprobs": (0,), "tool_choice": ("auto", "none")}
+               "truncation": ("disabled",), "conversation": (), "prompt": (),
+               "tool_choice": ("auto", "none")}
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text",
-                             "parallel_tool_calls"}
+                             "parallel_tool_calls", "include", "top_logprobs"}
                             | set(PASS_THROUGH) | set(UNSUPPORTED))
+INCLUDE_LOGPROBS = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text")
 
 
@@ -102,6 +104,7 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     max_output = _opt(body, "max_output_tokens", int, None)
     if max_output is not None:
         chat["max_tokens"] = max_output
+    _include(body, chat)
     constraint = response_format(fmt)
     if constraint is not None:
         chat["response_format"] = constraint
@@ -109,6 +112,23 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
                           previous_id=previous_id, store=_opt(body, "store", bool, True),
                           metadata=_opt(body, "metadata", dict, {}),
                           max_output_tokens=max_output, ignored=ignored, text_format=fmt)
+
+
+def _include(body: dict[str, Any], chat: dict[str, Any]) -> None:
+    """``include: ["message.output_text.logprobs"]`` asks for the output's logprobs, with
+    ``top_logprobs`` alternatives each (chat's ``logprobs`` / ``top_logprobs``), as vLLM reads
+    them; without it ``top_logprobs`` asks nothing. Other ``include`` values name output kinds
+    this server never makes (reasoning, tool calls, images), so they change nothing."""
+    include = _opt(body, "include", list, [])
+    if not all(isinstance(x, str) for x in include):
+        raise _bad("include", "must be a list of strings")
+    top = body.get("top_logprobs")
+    if INCLUDE_LOGPROBS in include:
+        chat["logprobs"] = True
+        if top is not None:
+            chat["top_logprobs"] = top
+    elif top is not None and (not isinstance(top, int) or isinstance(top, bool)):
+        raise _bad("top_logprobs", "must be an integer")
 
 
 def response_format(fmt: Any) -> dict[str, Any] | None:

@@ -33,8 +33,15 @@ from kvpool.server.responses_input import ResponsesInput
 __all__ = ["ResponsesView"]
 
 
-def _part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An output_text part; ``logprobs`` in chat's shape, which is OpenAI's Responses shape
+    too ({token, logprob, bytes, top_logprobs}), or none when not asked (include)."""
+    return {"type": "output_text", "text": text, "annotations": [],
+            "logprobs": logprobs or []}
+
+
+def _content_logprobs(lp: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return (lp or {}).get("content") or []
 
 
 class ResponsesView:
@@ -84,8 +91,8 @@ class ResponsesView:
         if self.done is None:
             text = "".join(self.builder.texts[0])
             status = "incomplete" if self.builder.finish[0] == "length" else "completed"
-            self.done = self.response(status, [self._item(status, [_part(text)])],
-                                      self.usage())
+            part = _part(text, _content_logprobs(self.builder.logprobs[0]))
+            self.done = self.response(status, [self._item(status, [part])], self.usage())
             self.on_done(self.done, text)
         return self.done
 
@@ -109,10 +116,12 @@ class ResponsesView:
     def events(self, chunks: list[dict[str, Any]]) -> bytes:
         out = []
         for chunk in chunks:
-            text = chunk["choices"][0]["delta"].get("content")
-            if text:
-                out.append(self._event("response.output_text.delta", delta=text, logprobs=[],
-                                       **self._at()))
+            choice = chunk["choices"][0]
+            text = choice["delta"].get("content")
+            lps = _content_logprobs(choice.get("logprobs"))
+            if text or lps:
+                out.append(self._event("response.output_text.delta", delta=text or "",
+                                       logprobs=lps, **self._at()))
         return b"".join(out)
 
     def tail(self, failure: APIError | None) -> bytes:
@@ -122,8 +131,8 @@ class ResponsesView:
         body = self.body()
         item = body["output"][0]
         part = item["content"][0]
-        return (self._event("response.output_text.done", text=part["text"], logprobs=[],
-                            **self._at())
+        return (self._event("response.output_text.done", text=part["text"],
+                            logprobs=part["logprobs"], **self._at())
                 + self._event("response.content_part.done", part=part, **self._at())
                 + self._event("response.output_item.done", output_index=0, item=item)
                 + self._event("response.completed", response=body))

@@ -92,3 +92,29 @@ async def test_cancel_answers_as_vllm_does_for_a_finished_or_unknown_response(sr
             await c.responses.cancel("resp_unknown")
         assert info.value.body["code"] == "response_not_found"
         assert (await c.responses.retrieve(r.id)).status == "incomplete"  # still there
+
+
+async def test_include_output_text_logprobs_as_chat_gives_them(srv):
+    m = srv.engine.model_name
+    kw = {"model": m, "input": "Tell me", "max_output_tokens": 3, "temperature": 0}
+    async with client(srv) as c:
+        chat = await c.chat.completions.create(
+            model=m, messages=[{"role": "user", "content": "Tell me"}], max_tokens=3,
+            temperature=0, logprobs=True, top_logprobs=2)
+        want = [(t.token, t.logprob, [x.token for x in t.top_logprobs])
+                for t in chat.choices[0].logprobs.content]
+        r = await c.responses.create(include=["message.output_text.logprobs"], top_logprobs=2,
+                                     **kw)
+        events = [e async for e in await c.responses.create(
+            include=["message.output_text.logprobs"], top_logprobs=2, stream=True, **kw)]
+        plain = await c.responses.create(top_logprobs=2, **kw)  # not included: none
+    got = [(t.token, t.logprob, [x.token for x in t.top_logprobs])
+           for t in r.output[0].content[0].logprobs]
+    assert [(t, top) for t, _, top in got] == [(t, top) for t, _, top in want]
+    assert [lp for _, lp, _ in got] == pytest.approx([lp for _, lp, _ in want], abs=1e-4)
+    assert len(want) == 3
+    streamed = [lp.token for e in events if e.type == "response.output_text.delta"
+                for lp in e.logprobs]
+    assert streamed == [w[0] for w in want]
+    assert events[-1].response.output[0].content[0].logprobs[0].token == want[0][0]
+    assert plain.output[0].content[0].logprobs == []
