@@ -92,6 +92,12 @@ product):
               later, support chats, seller listing batches, a nightly review walk in catalog
               order, bulk pastes (written after ``adaptive`` was frozen (at 395a810);
               bench/heldout_marketplace.py)
+    bi_copilot  an enterprise BI / text-to-SQL copilot: analysts' sessions behind their team's
+              warehouse schema (a migration makes every later block new), SQL-error retries,
+              result questions, sessions resumed the next morning, scheduled dashboard
+              narrations, a nightly report job, table docs after migrations, a metrics chat
+              bot, one-off pastes (written after ``adaptive`` was frozen at 395a810, by
+              someone who had not read the policies; bench/heldout_bi_copilot.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -105,6 +111,7 @@ from __future__ import annotations
 
 from bench.baselines import BASELINES
 from bench.heldout_agents import doc_fanout, doc_window, tool_agent
+from bench.heldout_bi_copilot import bi_copilot
 from bench.heldout_compaction_chat import compaction_chat
 from bench.heldout_early import (Trace, agent, code_edit, drift, loop, mooncake, rag_bursty,
                                  tenants)
@@ -138,7 +145,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix,
           "npc_world": npc_world, "api_gateway": api_gateway,
           "deep_research": deep_research, "tutoring": tutoring,
-          "marketplace": marketplace}
+          "marketplace": marketplace, "bi_copilot": bi_copilot}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
