@@ -160,6 +160,46 @@ async def test_tool_messages_reach_the_template(served):
             "tool_calls"
 
 
+# what pydantic (the openai SDK's pydantic_function_tool, LangChain) writes for a nested model
+NESTED = {"$defs": {"Zone": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                             "required": ["zone"], "additionalProperties": False}},
+          "type": "object", "properties": {"where": {"$ref": "#/$defs/Zone"},
+                                           "dst": {"type": "boolean"}},
+          "required": ["where", "dst"], "additionalProperties": False}
+
+
+async def test_required_reads_each_tools_defs(served):
+    """required puts every tool's parameters inside one array schema: their ``$defs`` go to its
+    root (as vLLM does), where ``#/$defs/...`` still resolves; it was a 400 ("Pointer
+    '/$defs/Zone' does not exist")."""
+    url, _ = served
+    tools = [TOOLS[0], {"type": "function", "function": {"name": "get_time",
+                                                         "parameters": NESTED}}]
+    async with client(url) as c:
+        model = (await c.models.list()).data[0].id
+        names = set()
+        for seed in (1, 2, 3, 4):
+            r = await c.chat.completions.create(model=model, messages=ASK, tools=tools,
+                                                tool_choice="required", temperature=1.0,
+                                                seed=seed, max_tokens=300,
+                                                parallel_tool_calls=False)
+            calls = r.choices[0].message.tool_calls
+            assert r.choices[0].finish_reason == "tool_calls" and calls
+            for call in calls:
+                schema = NESTED if call.function.name == "get_time" else WEATHER
+                jsonschema.validate(json.loads(call.function.arguments), schema)
+                names.add(call.function.name)
+        assert "get_time" in names  # the tool whose $ref resolves through the hoisted $defs
+        # one name defined two ways by two tools: a 400 naming the second
+        other = {**NESTED, "$defs": {"Zone": {"type": "string"}}}
+        with pytest.raises(openai.BadRequestError) as err:
+            await c.chat.completions.create(
+                model=model, messages=ASK, tool_choice="required", max_tokens=2,
+                tools=tools + [{"type": "function", "function": {"name": "f",
+                                                                 "parameters": other}}])
+        assert err.value.body["param"] == "tools[2].function.parameters", err.value.body
+
+
 @pytest.mark.parametrize("kw, param", [
     ({"tools": {"type": "function"}}, "tools"),
     ({"tools": [{"type": "function", "function": {"description": "x"}}]},

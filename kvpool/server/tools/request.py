@@ -36,6 +36,7 @@ AUTO_NEEDS_FLAGS = ('"auto" tool choice requires --enable-auto-tool-choice and '
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # OpenAI allows a-z, A-Z, 0-9, _ and -; vLLM dots
 _CHOICES = ("none", "auto", "required")
 _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+_DEFS = ("$defs", "definitions")  # NOTE(tool-defs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +176,33 @@ def forced_schema(tools: list[dict[str, Any]], name: str | None, parallel: bool)
     shape per tool (name first, so a stream reads the name before its arguments)."""
     if name is not None:
         return next(_parameters(t) for t in tools if t["function"]["name"] == name)
-    items = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
-                                               "parameters": _parameters(t)},
-              "required": ["name", "parameters"], "additionalProperties": False}
-             for t in tools]
+    defs = _hoisted_defs(tools)
+    items = [{"type": "object", "properties": {
+        "name": {"const": t["function"]["name"]},
+        "parameters": {k: v for k, v in _parameters(t).items() if k not in _DEFS}},
+        "required": ["name", "parameters"], "additionalProperties": False} for t in tools]
     schema = {"type": "array", "minItems": 1,
-              "items": items[0] if len(items) == 1 else {"anyOf": items}}
+              "items": items[0] if len(items) == 1 else {"anyOf": items}, **defs}
     return schema if parallel else {**schema, "maxItems": 1}
+
+
+def _hoisted_defs(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """NOTE(tool-defs): required nests each tool's parameters inside one array schema, where a
+    ``#/$defs/X`` reference (pydantic's nested models) would point at that array's root; so
+    every tool's ``$defs`` (and draft-7 ``definitions``) move to the root, as vLLM moves
+    them. One name defined two ways by two tools is a 400 naming the later tool."""
+    out: dict[str, dict[str, Any]] = {}
+    for i, tool in enumerate(tools):
+        for key in _DEFS:
+            defs = _parameters(tool).get(key)
+            if not isinstance(defs, dict):
+                continue
+            into = out.setdefault(key, {})
+            for def_name, schema in defs.items():
+                if into.setdefault(def_name, schema) != schema:
+                    raise _bad(f"tools[{i}].function.parameters", f"{key}.{def_name} is "
+                               "defined differently by an earlier tool")
+    return out
 
 
 def _compile(schema: Any, tools: list[dict[str, Any]], name: str | None) -> GrammarSpec:
