@@ -6,8 +6,10 @@ takes it: the template decides what it means (Llama 3.1's ``ipython``, the legac
 a list of text parts joined with newlines, as vLLM joins them for a template that reads
 content as a string. A text part is a plain string or ``{"type": T, ...}`` with T ``text``,
 ``input_text`` or ``output_text`` (its ``text``), ``refusal`` or ``thinking`` (the key of
-that name); one whose text is null is skipped, as vLLM skips it. An assistant's ``null``
-content is empty. Function calling (OpenAI's shapes)::
+that name); one whose text is null is skipped, as vLLM skips it. A ``null`` or missing
+content is empty for every role, as vLLM reads it (OpenAI requires it for a user; vLLM's
+clients, e.g. a tool message carrying only its ``tool_call_id``, may leave it out). Function
+calling (OpenAI's shapes)::
 
     {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}}]}
@@ -67,7 +69,7 @@ def parse_messages(messages: Any) -> list[ChatMessage]:
             raise _bad(f"{where}.role", f"must be a string of 1..{MAX_ROLE_CHARS} characters "
                        f"(e.g. {', '.join(ROLES)}), got {json.dumps(role)[:40]}")
         calls = m.get("tool_calls") if role == "assistant" else None
-        text = _content(m.get("content"), f"{where}.content", role)
+        text = _content(m.get("content"), f"{where}.content")
         out.append(ChatMessage(role, text, _extra(m, role, calls, where)))
     return out
 
@@ -103,10 +105,10 @@ def _call(call: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def _content(content: Any, param: str, role: str) -> str:
+def _content(content: Any, param: str) -> str:
     if isinstance(content, str):
         return content
-    if content is None and role == "assistant":
+    if content is None:  # null or missing: empty, as vLLM takes it for every role
         return ""
     if isinstance(content, list):
         texts = [t for t in map(_part_text, content) if t is not None]

@@ -176,12 +176,21 @@ def test_chat_messages_and_template():
     (None, "messages"), ([], "messages"), ("hi", "messages"), ([5], "messages[0]"),
     ([{"role": 7, "content": "x"}], "messages[0].role"),
     ([{"role": "", "content": "x"}], "messages[0].role"),
-    ([{"role": "user"}], "messages[0].content"),
+    ([{"role": "user", "content": 5}], "messages[0].content"),
     ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
      "messages[0].content"),
 ])
 def test_bad_messages(messages, param):
     rejects(P.parse_chat, {"messages": messages}, param)
+
+
+def test_null_or_missing_content_is_empty_for_every_role():
+    """vLLM reads a null or missing content as empty for any role (a 400 here before)."""
+    empty = P.parse_chat({"messages": [{"role": "system", "content": ""},
+                                       {"role": "user", "content": ""}]})
+    for messages in ([{"role": "system"}, {"role": "user", "content": None}],
+                     [{"role": "system", "content": None}, {"role": "user"}]):
+        assert P.parse_chat({"messages": messages}).prompt_ids == empty.prompt_ids
 
 
 def test_chat_max_completion_tokens_wins_and_is_named():
