@@ -9,7 +9,8 @@ same 404 as an unknown id. Nothing survives a restart. docs/architecture.md, "Th
 store", has the bounds as an operator sees them.
 
 NOTE(response-bytes): each response is sized once, when it is made (``StoredResponse.nbytes``):
-the UTF-8 length of its body as JSON plus that of its messages' strings. It is an estimate of
+the UTF-8 length of its body as JSON plus that of its messages' strings (an assistant's
+tool calls as their JSON). It is an estimate of
 the memory held, not Python's own count (object headers are left out), and it counts every
 entry whole: a continuation's messages repeat its predecessor's, objects the two share in
 memory, so a conversation stored turn by turn is counted more than once and the budget errs
@@ -58,12 +59,13 @@ class StoredResponse:
     over). ``nbytes`` is its NOTE(response-bytes) size, computed once here."""
 
     body: dict[str, Any]
-    messages: tuple[dict[str, str], ...]
+    messages: tuple[dict[str, Any], ...]
     nbytes: int = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         size = _utf8_len(json.dumps(self.body, ensure_ascii=False))
-        size += sum(_utf8_len(k) + _utf8_len(v) for m in self.messages for k, v in m.items())
+        size += sum(_utf8_len(k) + _utf8_len(v if isinstance(v, str) else json.dumps(
+            v, ensure_ascii=False)) for m in self.messages for k, v in m.items())
         object.__setattr__(self, "nbytes", size)
 
 

@@ -27,7 +27,8 @@ from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.response_store import ResponseStore, StoredResponse
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_input import (ResponseNotFoundError, ResponsesInput,
-                                           responses_to_chat)
+                                           item_messages, responses_to_chat)
+from kvpool.server.responses_tools import chat_param
 from kvpool.server.responses_view import ResponsesView
 from kvpool.server.middleware import current_tenant
 
@@ -40,7 +41,12 @@ _PARAM_NAMES = {"max_tokens": "max_output_tokens", "messages": "input",
 
 def _renamed(exc: RequestError) -> RequestError:
     """A chat parser error, naming the Responses field (``max_output_tokens``, ``input``,
-    ``text.format``, whose json_schema keys are not nested under ``json_schema``)."""
+    ``text.format``, whose json_schema keys are not nested under ``json_schema``;
+    ``tools[i].name``, a function tool's keys not nested under ``function``)."""
+    tool_param = chat_param(exc.param or "")
+    if tool_param is not None:
+        return RequestError(str(exc).replace(exc.param, tool_param, 1), param=tool_param,
+                            code=exc.code)
     name = _PARAM_NAMES.get(exc.param or "")
     if name is None:
         return exc
@@ -85,10 +91,12 @@ class ResponsesRoute:
 
         return await self.routes.generate(request, parse, view)
 
-    def _keep(self, tenant: str, inp: ResponsesInput, body: dict[str, Any], text: str) -> None:
+    def _keep(self, tenant: str, inp: ResponsesInput, body: dict[str, Any]) -> None:
+        """Store the response with its conversation: the input's, then the output items as
+        chat messages (its text, its function calls), as a client would send them back."""
         if inp.store:
-            turn = {"role": "assistant", "content": text}
-            self.store.put(tenant, body["id"], StoredResponse(body, inp.conversation + (turn,)))
+            turns = tuple(item_messages(body["output"], "output", whole=False))
+            self.store.put(tenant, body["id"], StoredResponse(body, inp.conversation + turns))
 
     async def retrieve(self, request: web.Request) -> web.Response:
         rid = request.match_info["response_id"]

@@ -6,12 +6,16 @@ them over); then ``input``: a string (one user message) or a list of messages, e
 ``{"role", "content"}`` (``"type": "message"`` optional) whose content is a string or a list of
 ``input_text`` / ``output_text`` parts, joined with newlines as vLLM (and the chat route,
 chat_messages.py) joins text parts (the output items of an earlier response can be sent back
-as they came). ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
+as they came). Function calling (responses_tools.py): ``tools``, ``tool_choice`` and
+``parallel_tool_calls`` become chat's; a ``function_call`` item is an assistant message's tool
+call (consecutive calls, and an assistant message right before them, make one message, as
+chat holds parallel calls) and a ``function_call_output`` item a ``tool`` message answering
+its ``call_id``. ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
 through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``top_logprobs``
 alternatives). ``text.format`` ``json_schema`` / ``json_object`` is the chat ``response_format`` of
-the same constraint, as vLLM runs it. Other item kinds (function calls, files, images) and
-Responses features this server does not implement (tools, background, reasoning) are a 400
-naming the field, so a client never gets a silently different result.
+the same constraint, as vLLM runs it. Other item kinds (files, images, reasoning) and
+Responses features this server does not implement (hosted tools, background, reasoning) are a
+400 naming the field, so a client never gets a silently different result.
 """
 
 from __future__ import annotations
@@ -24,21 +28,23 @@ from typing import Any
 from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.body_fields import FieldPolicy, check_unsupported
+from kvpool.server.json_body import decode_json_text
 from kvpool.server.response_store import StoredResponse
+from kvpool.server.responses_tools import ResponsesTools, tool_fields
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "responses_to_chat"]
+__all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "item_messages",
+           "responses_to_chat"]
 
 # copied into the chat body as they are (the chat parser validates them)
 PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "user",
                 "priority", "cache_salt", "stream")
 # field -> the values that mean "not used": anything else is a 400 unsupported_parameter
-UNSUPPORTED = {"tools": ([],), "background": (False,), "reasoning": ({},),
-               "truncation": ("disabled",), "conversation": (), "prompt": (),
-               "tool_choice": ("auto", "none")}
+UNSUPPORTED = {"background": (False,), "reasoning": ({},), "truncation": ("disabled",),
+               "conversation": (), "prompt": ()}
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
-                             "previous_response_id", "metadata", "text",
+                             "previous_response_id", "metadata", "text", "tools", "tool_choice",
                              "parallel_tool_calls", "include", "top_logprobs"}
                             | set(PASS_THROUGH) | set(UNSUPPORTED))
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
@@ -63,7 +69,7 @@ class ResponsesInput:
     """What one Responses request asks, beside the chat body it became."""
 
     chat: dict[str, Any]  # the chat completions body
-    conversation: tuple[dict[str, str], ...]  # previous turns + this input, no instructions
+    conversation: tuple[dict[str, Any], ...]  # previous turns + this input, no instructions
     instructions: str | None
     previous_id: str | None
     store: bool
@@ -71,6 +77,7 @@ class ResponsesInput:
     max_output_tokens: int | None
     ignored: tuple[str, ...]  # unknown fields that were ignored (body_fields.py)
     text_format: dict[str, Any]  # text.format as asked: the response echoes it
+    tools: ResponsesTools  # tools, tool_choice, parallel_tool_calls: the response echoes them
 
 
 def _opt(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -91,7 +98,7 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     fmt = _opt(body, "text", dict, {}).get("format") or {"type": "text"}
     instructions = _opt(body, "instructions", str, None)
     previous_id = _opt(body, "previous_response_id", str, None)
-    before: tuple[dict[str, str], ...] = ()
+    before: tuple[dict[str, Any], ...] = ()
     if previous_id is not None:
         previous = lookup(previous_id)
         if previous is None:
@@ -105,13 +112,15 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     if max_output is not None:
         chat["max_tokens"] = max_output
     _include(body, chat)
+    chat.update(tool_fields(body))
     constraint = response_format(fmt)
     if constraint is not None:
         chat["response_format"] = constraint
     return ResponsesInput(chat=chat, conversation=conversation, instructions=instructions,
                           previous_id=previous_id, store=_opt(body, "store", bool, True),
                           metadata=_opt(body, "metadata", dict, {}),
-                          max_output_tokens=max_output, ignored=ignored, text_format=fmt)
+                          max_output_tokens=max_output, ignored=ignored, text_format=fmt,
+                          tools=ResponsesTools(body))
 
 
 def _include(body: dict[str, Any], chat: dict[str, Any]) -> None:
@@ -149,7 +158,7 @@ def response_format(fmt: Any) -> dict[str, Any] | None:
     return {"type": kind, "json_schema": {k: v for k, v in fmt.items() if k != "type"}}
 
 
-def input_messages(value: Any) -> list[dict[str, str]]:
+def input_messages(value: Any) -> list[dict[str, Any]]:
     """``input`` -> chat messages ``{"role", "content"}`` (a 400 naming ``input[i]``)."""
     if isinstance(value, str):
         if not value:
@@ -159,16 +168,61 @@ def input_messages(value: Any) -> list[dict[str, str]]:
         raise _bad("input", "is required")
     if not isinstance(value, list) or not value:
         raise _bad("input", "must be a string or a non-empty list of input messages")
-    return [_message(item, f"input[{i}]") for i, item in enumerate(value)]
+    return item_messages(value, "input")
 
 
-def _message(item: Any, where: str) -> dict[str, str]:
-    if not isinstance(item, dict):
-        raise _bad(where, "must be a message object with 'role' and 'content'")
-    kind = item.get("type", "message")
-    if kind != "message":
-        raise _bad(f"{where}.type", f"only message items are supported, got "
-                   f"{json.dumps(kind)[:40]}", "unsupported_parameter")
+def item_messages(items: list[Any], name: str, whole: bool = True) -> list[dict[str, Any]]:
+    """Input (or output) items -> chat messages; a 400 names ``{name}[i]``. ``whole``: a
+    call's arguments must be JSON text (a stored output's call that ``max_output_tokens`` cut
+    short is kept as it came; continuing from it is then chat's 400 on its arguments)."""
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        where = f"{name}[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(where, "must be a message object with 'role' and 'content'")
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            call = _call(item, where, whole)
+            if out and out[-1]["role"] == "assistant":  # one assistant turn, its calls
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            out.append(_call_output(item, where))
+        elif kind == "message":
+            out.append(_message(item, where))
+        else:
+            raise _bad(f"{where}.type", f"only message, function_call and "
+                       f"function_call_output items are supported, got "
+                       f"{json.dumps(kind)[:40]}", "unsupported_parameter")
+    return out
+
+
+def _string(item: dict[str, Any], key: str, where: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str) or not value:
+        raise _bad(f"{where}.{key}", "is required: a non-empty string")
+    return value
+
+
+def _call(item: dict[str, Any], where: str, whole: bool) -> dict[str, Any]:
+    """A function_call item -> a chat tool call (its arguments JSON text)."""
+    args = item.get("arguments")
+    if not isinstance(args, str):
+        raise _bad(f"{where}.arguments", "is required: the call's arguments as JSON text")
+    if whole:
+        decode_json_text(args, f"{where}.arguments", "JSON text")
+    return {"id": _string(item, "call_id", where), "type": "function",
+            "function": {"name": _string(item, "name", where), "arguments": args}}
+
+
+def _call_output(item: dict[str, Any], where: str) -> dict[str, Any]:
+    """A function_call_output item -> the tool message answering its call."""
+    return {"role": "tool", "tool_call_id": _string(item, "call_id", where),
+            "content": _text(item.get("output"), f"{where}.output")}
+
+
+def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ChatTemplate.ROLES:
         raise _bad(f"{where}.role", f"must be one of {', '.join(ChatTemplate.ROLES)}, got "

@@ -12,12 +12,21 @@ the ``response`` object (non-streamed), or OpenAI's event sequence, each event
     response.completed                              the finished response (status incomplete
                                                     when max_output_tokens ended it)
 
+A request whose output is read for function calls (responses_tools.py) opens each output
+item when its first piece arrives: the message at its first text, and each call as chat's
+stream reads it (tools/), closing the item before it::
+
+    response.output_item.added                      a function_call, arguments ""
+    response.function_call_arguments.delta ...      one per piece of its arguments
+    response.function_call_arguments.done, response.output_item.done
+
 NOTE(completed): the last event is response.completed even for an incomplete response, as
 vLLM sends it: the openai client's ``responses.stream(...).get_final_response()`` accepts
 nothing else (OpenAI's own response.incomplete makes it raise).
 
 A failure after the headers went out is an ``error`` event. The finished response goes to
-``on_done`` (the route stores it when the request asked for ``store``).
+``on_done`` (the route stores it when the request asked for ``store``). A streamed response's
+output is the items as they streamed; a non-streamed one's is read from the whole text.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from typing import Any
 from kvpool.server.middleware import APIError
 from kvpool.server.responses import ResponseBuilder, sse_event
 from kvpool.server.responses_input import ResponsesInput
+from kvpool.server.responses_tools import function_call_item
 
 __all__ = ["ResponsesView"]
 
@@ -44,18 +54,41 @@ def _content_logprobs(lp: dict[str, Any] | None) -> list[dict[str, Any]]:
     return (lp or {}).get("content") or []
 
 
+def _message(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
+            "content": content}
+
+
+class _Streamed:
+    """One output item as it streams: the item, and its text (a message) or its arguments
+    (a function_call) so far."""
+
+    def __init__(self, item: dict[str, Any]) -> None:
+        self.item = item
+        self.pieces: list[str] = []
+        self.logprobs: list[dict[str, Any]] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
 class ResponsesView:
     """The Responses shape of one chat request's updates."""
 
     def __init__(self, builder: ResponseBuilder, inp: ResponsesInput,
-                 on_done: Callable[[dict[str, Any], str], None]) -> None:
+                 on_done: Callable[[dict[str, Any]], None]) -> None:
         self.builder = builder
         self.inp = inp
         self.on_done = on_done
+        self.tools = builder.req.tools  # the output is read for calls (tools/), or None
         self.id = "resp_" + uuid.uuid4().hex
         self.item_id = "msg_" + uuid.uuid4().hex
         self.sequence = 0
         self.done: dict[str, Any] | None = None
+        self.items: list[_Streamed] = []  # a stream's output items, in order
+        self.current: int | None = None  # the output index of the item still streaming
+        self.calls: dict[int, int] = {}  # a chat tool call's index -> its output index
 
     # ---- objects ------------------------------------------------------------------------------
     def response(self, status: str, output: list[dict[str, Any]],
@@ -66,16 +99,12 @@ class ResponsesView:
                 "error": None, "incomplete_details": {"reason": "max_output_tokens"}
                 if status == "incomplete" else None, "instructions": inp.instructions,
                 "max_output_tokens": inp.max_output_tokens, "model": b.req.model,
-                "output": output, "parallel_tool_calls": False,
+                "output": output, "parallel_tool_calls": inp.tools.parallel,
                 "previous_response_id": inp.previous_id, "temperature": params.temperature,
-                "top_p": params.top_p, "tool_choice": "none", "tools": [],
-                "text": {"format": inp.text_format}, "truncation": "disabled",
-                "metadata": inp.metadata, "store": inp.store, "user": b.req.user,
-                "usage": usage}
-
-    def _item(self, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"id": self.item_id, "type": "message", "role": "assistant", "status": status,
-                "content": content}
+                "top_p": params.top_p, "tool_choice": inp.tools.tool_choice,
+                "tools": inp.tools.tools, "text": {"format": inp.text_format},
+                "truncation": "disabled", "metadata": inp.metadata, "store": inp.store,
+                "user": b.req.user, "usage": usage}
 
     def usage(self) -> dict[str, Any]:
         u = self.builder.usage()
@@ -86,15 +115,32 @@ class ResponsesView:
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": u["total_tokens"]}
 
+    def _status(self) -> str:
+        return "incomplete" if self.builder.finish[0] == "length" else "completed"
+
     def body(self) -> dict[str, Any]:
         """The finished response (made once; handed to ``on_done``)."""
         if self.done is None:
-            text = "".join(self.builder.texts[0])
-            status = "incomplete" if self.builder.finish[0] == "length" else "completed"
-            part = _part(text, _content_logprobs(self.builder.logprobs[0]))
-            self.done = self.response(status, [self._item(status, [part])], self.usage())
-            self.on_done(self.done, text)
+            status = self._status()
+            output = [s.item for s in self.items] if self.builder.req.stream \
+                else self._output(status)
+            self.done = self.response(status, output, self.usage())
+            self.on_done(self.done)
         return self.done
+
+    def _output(self, status: str) -> list[dict[str, Any]]:
+        """A non-streamed response's items: the message, or the calls read from the text
+        (after the message of any text before them); the last item carries ``status``."""
+        text = "".join(self.builder.texts[0])
+        got = self.tools.extract(text) if self.tools is not None else None
+        if got is None or not got.calls:
+            part = _part(text, _content_logprobs(self.builder.logprobs[0]))
+            return [_message(self.item_id, status, [part])]
+        items = [_message(self.item_id, "completed", [_part(got.content)])] \
+            if got.content else []
+        items += [function_call_item(c.name, c.arguments, "completed") for c in got.calls]
+        items[-1]["status"] = status
+        return items
 
     # ---- events -------------------------------------------------------------------------------
     def _event(self, kind: str, **fields: Any) -> bytes:
@@ -102,37 +148,97 @@ class ResponsesView:
         self.sequence += 1
         return f"event: {kind}\n".encode() + sse_event(payload)
 
-    def _at(self) -> dict[str, Any]:
-        return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+    def _at(self, k: int) -> dict[str, Any]:
+        return {"item_id": self.items[k].item["id"], "output_index": k, "content_index": 0}
+
+    def _open(self, item: dict[str, Any]) -> bytes:
+        self.items.append(_Streamed(item))
+        self.current = k = len(self.items) - 1
+        return self._event("response.output_item.added", output_index=k, item=item)
+
+    def _open_message(self) -> bytes:
+        item_id = "msg_" + uuid.uuid4().hex if self.items else self.item_id
+        return (self._open(_message(item_id, "in_progress", []))
+                + self._event("response.content_part.added", part=_part(""),
+                              **self._at(len(self.items) - 1)))
+
+    def _close(self, status: str) -> bytes:
+        """Close the item still streaming (if any): its done events."""
+        k, self.current = self.current, None
+        if k is None:
+            return b""
+        s = self.items[k]
+        s.item["status"] = status
+        if s.item["type"] == "message":
+            part = _part(s.text, s.logprobs)
+            s.item["content"] = [part]
+            done = (self._event("response.output_text.done", text=part["text"],
+                                logprobs=part["logprobs"], **self._at(k))
+                    + self._event("response.content_part.done", part=part, **self._at(k)))
+        else:
+            s.item["arguments"] = s.text
+            done = self._event("response.function_call_arguments.done", item_id=s.item["id"],
+                               output_index=k, arguments=s.text)
+        return done + self._event("response.output_item.done", output_index=k, item=s.item)
 
     def head(self) -> bytes:
         opened = self.response("in_progress", [])
-        return (self._event("response.created", response=opened)
-                + self._event("response.in_progress", response=opened)
-                + self._event("response.output_item.added", output_index=0,
-                              item=self._item("in_progress", []))
-                + self._event("response.content_part.added", part=_part(""), **self._at()))
+        out = (self._event("response.created", response=opened)
+               + self._event("response.in_progress", response=opened))
+        return out if self.tools is not None else out + self._open_message()
 
     def events(self, chunks: list[dict[str, Any]]) -> bytes:
         out = []
         for chunk in chunks:
             choice = chunk["choices"][0]
+            calls = choice["delta"].get("tool_calls")
+            if calls:
+                out += [self._call_delta(c) for c in calls]
+                continue
             text = choice["delta"].get("content")
             lps = _content_logprobs(choice.get("logprobs"))
             if text or lps:
-                out.append(self._event("response.output_text.delta", delta=text or "",
-                                       logprobs=lps, **self._at()))
+                out.append(self._text_delta(text or "", lps))
         return b"".join(out)
+
+    def _text_delta(self, text: str, lps: list[dict[str, Any]]) -> bytes:
+        k = self.current
+        opened = b""
+        if not text and self.tools is not None and (k is None or self.items[k].item["type"]
+                                                    != "message"):
+            return b""  # the logprobs of call tokens: no message of their own
+        if k is None or self.items[k].item["type"] != "message":
+            opened = self._close("completed") + self._open_message()
+            k = self.current
+        self.items[k].pieces.append(text)
+        self.items[k].logprobs += lps
+        return opened + self._event("response.output_text.delta", delta=text, logprobs=lps,
+                                    **self._at(k))
+
+    def _call_delta(self, call: dict[str, Any]) -> bytes:
+        """A chat tool-call delta: a new call (its id and name) opens a function_call item,
+        an arguments piece is a function_call_arguments.delta of its item."""
+        fn = call.get("function") or {}
+        opened = b""
+        if call.get("id") is not None:
+            opened = self._close("completed") + self._open(
+                function_call_item(fn.get("name", ""), "", "in_progress"))
+            self.calls[call["index"]] = self.current
+        piece = fn.get("arguments")
+        k = self.calls.get(call["index"])
+        if not piece or k is None:
+            return opened
+        self.items[k].pieces.append(piece)
+        return opened + self._event("response.function_call_arguments.delta",
+                                    item_id=self.items[k].item["id"], output_index=k,
+                                    delta=piece)
 
     def tail(self, failure: APIError | None) -> bytes:
         if failure is not None:
             return self._event("error", code=failure.code, message=failure.message,
                                param=failure.param)
-        body = self.body()
-        item = body["output"][0]
-        part = item["content"][0]
-        return (self._event("response.output_text.done", text=part["text"],
-                            logprobs=part["logprobs"], **self._at())
-                + self._event("response.content_part.done", part=part, **self._at())
-                + self._event("response.output_item.done", output_index=0, item=item)
-                + self._event("response.completed", response=body))
+        status = self._status()
+        out = self._close(status)
+        if not self.items:  # nothing came at all: the empty message
+            out += self._open_message() + self._close(status)
+        return out + self._event("response.completed", response=self.body())

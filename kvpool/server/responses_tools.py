@@ -1,0 +1,101 @@
+"""Function tools in the Responses API: the request's fields in chat's shapes, and the
+``function_call`` output items.
+
+Responses tools are flat, chat's nest the function (tools/request.py checks them)::
+
+    Responses  {"type": "function", "name", "description"?, "parameters"?, "strict"?}
+    chat       {"type": "function", "function": {"name", "description"?, "parameters"?, ...}}
+    Responses  tool_choice {"type": "function", "name": NAME}
+    chat       tool_choice {"type": "function", "function": {"name": NAME}}
+
+``tool_choice`` ``"auto"`` / ``"none"`` / ``"required"`` and ``parallel_tool_calls`` pass as
+they are, so every rule of chat's holds (``auto`` needs ``--enable-auto-tool-choice``,
+``required`` and a named function are grammar-forced). Hosted tool types (web_search,
+file_search, mcp, code_interpreter, ...) run nothing here: a 400 naming ``tools[i].type``.
+A call the model makes is an output item ``{"type": "function_call", "id": "fc_...",
+"call_id": "call_...", "name", "arguments", "status"}``; the client answers it with an input
+item ``{"type": "function_call_output", "call_id", "output"}`` (responses_input.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from kvpool.errors import RequestError
+
+_bad = RequestError.field  # errors.py: "param: message", with the param named
+
+__all__ = ["ResponsesTools", "chat_param", "function_call_item", "tool_fields"]
+
+_FUNCTION_KEYS = ("name", "description", "parameters", "strict")
+_CHOICES = ("auto", "none", "required")
+_NESTED = re.compile(r"^(tools\[\d+\])\.function\b")
+
+
+class ResponsesTools:
+    """What the response echoes of the request's tools (OpenAI's defaults when left out)."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        tools = body.get("tools")
+        self.tools = tools if isinstance(tools, list) else []
+        self.tool_choice = body.get("tool_choice") or "auto"
+        self.parallel = body.get("parallel_tool_calls") is not False
+
+
+def tool_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat body's ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` of a Responses
+    body (left out when not sent: chat's defaults are OpenAI's)."""
+    out: dict[str, Any] = {}
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _bad("tools", "must be a list of function tools")
+        out["tools"] = [_function_tool(t, f"tools[{i}]") for i, t in enumerate(tools)]
+    if body.get("tool_choice") is not None:
+        out["tool_choice"] = _choice(body["tool_choice"])
+    if body.get("parallel_tool_calls") is not None:
+        out["parallel_tool_calls"] = body["parallel_tool_calls"]
+    return out
+
+
+def _function_tool(tool: Any, where: str) -> dict[str, Any]:
+    if not isinstance(tool, dict):
+        raise _bad(where, "must be a tool object {'type': 'function', 'name': ...}")
+    kind = tool.get("type")
+    if kind != "function":
+        raise _bad(f"{where}.type", f"only function tools are supported, got "
+                   f"{json.dumps(kind)[:40]} (hosted tools such as web_search, file_search "
+                   "or mcp are not run by this server)", "unsupported_parameter")
+    return {"type": "function",
+            "function": {k: tool[k] for k in _FUNCTION_KEYS if tool.get(k) is not None}}
+
+
+def _choice(value: Any) -> Any:
+    if isinstance(value, str):
+        if value not in _CHOICES:
+            raise _bad("tool_choice", f"must be one of {', '.join(_CHOICES)} or "
+                       "{'type': 'function', 'name': NAME}")
+        return value
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "function" and isinstance(value.get("name"), str):
+        return {"type": "function", "function": {"name": value["name"]}}
+    if isinstance(kind, str) and kind != "function":
+        raise _bad("tool_choice", f"only function tools are supported, got "
+                   f"{json.dumps(kind)[:40]}", "unsupported_parameter")
+    raise _bad("tool_choice", "a named tool choice is {'type': 'function', 'name': NAME}")
+
+
+def chat_param(param: str) -> str | None:
+    """The Responses name of a chat parser's tools param (``tools[1].function.name`` is
+    ``tools[1].name``), or None for any other param."""
+    return _NESTED.sub(r"\1", param) if _NESTED.match(param) else None
+
+
+def function_call_item(name: str, arguments: str, status: str) -> dict[str, Any]:
+    """A new function_call output item (its own ``fc_`` id and ``call_`` call id)."""
+    return {"type": "function_call", "id": "fc_" + uuid.uuid4().hex,
+            "call_id": "call_" + uuid.uuid4().hex, "name": name, "arguments": arguments,
+            "status": status}
