@@ -28,7 +28,7 @@ from kvpool.server.response_store import ResponseStore, StoredResponse
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_input import (ResponseNotFoundError, ResponsesInput,
                                            item_messages, responses_to_chat)
-from kvpool.server.responses_tools import chat_param
+from kvpool.server.responses_tools import chat_param, text_only_auto
 from kvpool.server.responses_view import ResponsesView
 from kvpool.server.middleware import current_tenant
 
@@ -79,6 +79,8 @@ class ResponsesRoute:
             inp = responses_to_chat(parser.decode_body(raw), parser.fields,
                                     lambda rid: self.store.get(tenant, rid))
             asked.append(inp)
+            if parser.tool_parser is None:  # NOTE(auto-text) in responses_tools.py
+                text_only_auto(inp.chat)
             try:
                 req = parser.parse_chat(inp.chat)
             except RequestError as exc:

@@ -9,8 +9,11 @@ Responses tools are flat, chat's nest the function (tools/request.py checks them
     chat       tool_choice {"type": "function", "function": {"name": NAME}}
 
 ``tool_choice`` ``"auto"`` / ``"none"`` / ``"required"`` and ``parallel_tool_calls`` pass as
-they are, so every rule of chat's holds (``auto`` needs ``--enable-auto-tool-choice``,
-``required`` and a named function are grammar-forced). Hosted tool types (web_search,
+they are, so chat's rules hold (``required`` and a named function are grammar-forced), but
+one: NOTE(auto-text) ``auto`` (also tools with no ``tool_choice``, OpenAI's default) on a
+server without ``--enable-auto-tool-choice`` answers text, as vLLM's Responses API does
+(chat's ``auto`` is a 400 there): the tools are in the prompt and nothing parses calls out
+of the output. An agent SDK sends tools without a tool_choice, and vLLM answers it. Hosted tool types (web_search,
 file_search, mcp, code_interpreter, ...) run nothing here: a 400 naming ``tools[i].type``.
 A call the model makes is an output item ``{"type": "function_call", "id": "fc_...",
 "call_id": "call_...", "name", "arguments", "status"}``; the client answers it with an input
@@ -28,7 +31,8 @@ from kvpool.errors import RequestError
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["ResponsesTools", "chat_param", "function_call_item", "tool_fields"]
+__all__ = ["ResponsesTools", "chat_param", "function_call_item", "text_only_auto",
+           "tool_fields"]
 
 _FUNCTION_KEYS = ("name", "description", "parameters", "strict")
 _CHOICES = ("auto", "none", "required")
@@ -59,6 +63,14 @@ def tool_fields(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("parallel_tool_calls") is not None:
         out["parallel_tool_calls"] = body["parallel_tool_calls"]
     return out
+
+
+def text_only_auto(chat: dict[str, Any]) -> None:
+    """NOTE(auto-text): on a server that reads no auto calls, the chat body's ``auto`` (sent,
+    or implied by tools) becomes ``none``: text, as vLLM's Responses API answers it. The
+    response still echoes the ``tool_choice`` the client sent (ResponsesTools)."""
+    if chat.get("tools") and chat.get("tool_choice", "auto") == "auto":
+        chat["tool_choice"] = "none"
 
 
 def _function_tool(tool: Any, where: str) -> dict[str, Any]:

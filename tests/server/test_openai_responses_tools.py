@@ -153,6 +153,28 @@ async def test_auto_text_is_one_message_streamed_or_not(make_server):
         == r.output_text
 
 
+async def test_auto_without_a_parser_answers_text_as_vllm_responses_does(tsrv):
+    """NOTE(auto-text): tools with tool_choice auto or none given (an agent SDK's default) on
+    a server without --enable-auto-tool-choice: text, tools in the prompt, auto echoed; chat's
+    auto stays vLLM chat's 400."""
+    async with client(tsrv) as c:
+        kw = dict(model=tsrv.engine.model_name, input=ASK, tools=TOOLS, max_output_tokens=4,
+                  temperature=0)
+        implied = await c.responses.create(**kw)
+        named = await c.responses.create(tool_choice="auto", **kw)
+        bare = await c.responses.create(**{k: v for k, v in kw.items() if k != "tools"})
+    for r in (implied, named):
+        assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+        assert [i.type for i in r.output] == ["message"] and r.output_text
+        assert r.tool_choice == "auto" and [t.name for t in r.tools] == ["get_time", "set_flag"]
+    assert implied.usage.input_tokens > bare.usage.input_tokens  # the tools are in the prompt
+    async with aiohttp.ClientSession() as s:
+        body = {"model": tsrv.engine.model_name, "messages": [{"role": "user", "content": ASK}],
+                "tools": chat_tools(), "max_tokens": 2}
+        async with s.post(tsrv.v1 + "/chat/completions", json=body) as r:
+            assert r.status == 400 and (await r.json())["error"]["param"] == "tool_choice"
+
+
 BAD = [
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"tools": [{"type": "mcp", "server_label": "x"}], "tool_choice": "none"}, "tools[0].type"),
@@ -166,7 +188,6 @@ BAD = [
     ({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": "yes"},
      "parallel_tool_calls"),
     ({"tool_choice": "required"}, "tool_choice"),
-    ({"tools": TOOLS}, "tool_choice"),  # auto without --enable-auto-tool-choice (vLLM's 400)
     ({"input": [{"type": "function_call_output", "output": "1"}]}, "input[0].call_id"),
     ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]},
      "input[0].arguments"),
