@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, ClusterDownError,
-                              MovedError, NoPermissionError, OutOfMemoryError,
+                              InvalidResponse, MovedError, NoPermissionError, OutOfMemoryError,
                               RedisClusterException)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -34,6 +34,8 @@ _FIXES = {
     "closed": "the server dropped the connection ({detail}): if that port speaks TLS, use "
               "rediss://host:port",
     "connection": "cannot talk to Redis ({detail}): check --remote-url and the network",
+    "protocol": "the server there does not speak Redis ({detail}): check --remote-url's host "
+                "and port (another service, e.g. HTTP, listens there)",
     "timeout": "Redis did not answer within the tier's deadline ({detail}): is it hung, "
                "overloaded or far away?",
     "crossslot": "Redis answered CROSSSLOT ({detail}): " + CLUSTER_FIX,
@@ -52,7 +54,8 @@ _FIXES = {
 
 # a fault kind -> its errors_total kind (the connection kinds first, then error replies)
 _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "connection",
-                "closed": "connection", "connection": "connection", "oom": "oom",
+                "closed": "connection", "connection": "connection", "protocol": "connection",
+                "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
                 "clusterclient": "cluster",
                 "noperm": "noperm"}
@@ -68,6 +71,7 @@ def error_kind(fault: str) -> str:
 _KIND_BY_TYPE = (
     ((TimeoutError, RedisTimeoutError), "timeout"),
     (AuthenticationError, "auth"),
+    (InvalidResponse, "protocol"),
     (OutOfMemoryError, "oom"),
     (ClusterCrossSlotError, "crossslot"),
     (MovedError, "moved"),
@@ -79,8 +83,8 @@ _KIND_BY_TYPE = (
 
 def classify(exc: BaseException) -> str:
     """The fault kind of one failed call (a key of the fix table). Timeouts and the
-    connection kinds (timeout, auth, tls, refused, closed, connection) mean Redis did not
-    serve the call; the others are error replies from a live Redis."""
+    connection kinds (timeout, auth, tls, refused, closed, connection, protocol) mean Redis
+    did not serve the call; the others are error replies from a live Redis."""
     kind = next((k for types, k in _KIND_BY_TYPE if isinstance(exc, types)), None)
     if kind is not None:
         return kind

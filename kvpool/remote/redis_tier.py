@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
+from redis.exceptions import InvalidResponse, OutOfMemoryError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.breaker import BreakerState, CircuitBreaker
@@ -303,7 +303,8 @@ class RedisTier:
                     result = await fn()
                 finally:
                     self._inflight.discard(deadline)
-        except (TimeoutError, RedisTimeoutError, RedisConnectionError, OSError) as exc:
+        except (TimeoutError, RedisTimeoutError, RedisConnectionError, OSError,
+                InvalidResponse) as exc:  # InvalidResponse: not Redis there, no reply
             err: BaseException = exc
         except (RedisError, RedisClusterException) as exc:
             # Redis answered (a script or command error), or the cluster client refused the

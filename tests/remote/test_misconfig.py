@@ -1,0 +1,54 @@
+"""More misconfigured tiers, each said once with its fix while the replica serves on (real
+servers on loopback): a port where something other than Redis answers, ``rediss://`` to a
+plain port, a cluster URL to one server, a sentinel URL naming no master, a read-only replica
+addressed as the primary, a user whose ACL lacks the tier's commands."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+
+from kvpool.remote import BreakerState
+from tests.remote.test_diagnose import items, lines, servers, tiers  # noqa: F401 (fixtures)
+
+
+@pytest.fixture
+async def http_port():
+    """An aiohttp server on 127.0.0.1 (what a wrong port may hold); its port."""
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text="hi")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+async def _misses(tier, rounds: int = 5) -> None:
+    """Every call a miss (none raises), ``rounds`` times."""
+    its = items(tier.codec, 4)
+    keys = [k for k, _ in its]
+    for _ in range(rounds):
+        assert await tier.put_many(its) == 0
+        assert await tier.probe(keys) == 0
+        assert await tier.get_many(keys) == [None] * 4
+
+
+async def test_a_port_that_speaks_http_is_named_once_and_opens_the_breaker(tiers, http_port,
+                                                                           caplog):
+    tier = tiers(f"redis://127.0.0.1:{http_port}/0")
+    assert not await tier.warm_up()
+    await _misses(tier)
+    said = lines(caplog, "does not speak Redis")
+    assert len(said) == 1 and "check --remote-url's host and port" in said[0], caplog.text
+    assert not lines(caplog, "Redis answered an error")
+    st = tier.stats()
+    # a protocol error is no reply from Redis: the breaker opens, calls stop reaching the port
+    assert st.breaker_state != int(BreakerState.CLOSED) and st.errors.get("breaker_open"), st
+    assert "response" not in st.errors
