@@ -30,6 +30,9 @@ _FIXES = {
             "redis://:PASSWORD@host:port (redis://USER:PASSWORD@host:port for an ACL user)",
     "tls": "the TLS handshake failed ({detail}): for a private CA pass it as "
            "rediss://host:port?ssl_ca_certs=/path/ca.pem",
+    "tlsplain": "the TLS handshake got no TLS answer ({detail}): if that port speaks plain "
+                "Redis, use redis://host:port (a TLS port is tls-port in redis.conf); else is "
+                "Redis hung or far away?",
     "refused": "nothing accepts connections there ({detail}): start Redis or fix --remote-url",
     "closed": "the server dropped the connection ({detail}): if that port speaks TLS, use "
               "rediss://host:port",
@@ -100,6 +103,14 @@ def classify(exc: BaseException) -> str:
     return "response"
 
 
+def _plain_port(kind: str, detail: str) -> bool:
+    """Under a TLS URL: does the failure look like a port that speaks plain Redis? A plain
+    Redis reads a ClientHello as an unfinished inline command and never answers (a connect
+    timeout), or answers an error that is no TLS record (wrong version number)."""
+    return (kind == "timeout" and "connecting" in detail.lower()) or (
+        kind == "tls" and "wrong version number" in detail.lower())
+
+
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     """``exc`` and its causes/contexts (redis-py raises its own errors inside ``except``)."""
     seen: set[int] = set()
@@ -123,6 +134,8 @@ class FaultLog:
     def note(self, kind: str, exc: BaseException | str) -> bool:
         """Log a failure of ``kind`` with its fix if the kind is new; True when logged."""
         detail = (str(exc) or type(exc).__name__) if isinstance(exc, BaseException) else exc
+        if self.where.startswith("rediss") and _plain_port(kind, detail):
+            kind = "tlsplain"
         fix = _FIXES.get(kind, _FIXES["response"]).format(detail=detail[:200])
         return self.once(kind, f"{fix} (each failure is a miss: requests recompute)")
 

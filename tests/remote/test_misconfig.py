@@ -52,3 +52,13 @@ async def test_a_port_that_speaks_http_is_named_once_and_opens_the_breaker(tiers
     # a protocol error is no reply from Redis: the breaker opens, calls stop reaching the port
     assert st.breaker_state != int(BreakerState.CLOSED) and st.errors.get("breaker_open"), st
     assert "response" not in st.errors
+
+
+async def test_rediss_to_a_plain_port_says_use_redis(servers, tiers, caplog):
+    srv = servers()
+    tier = tiers(f"rediss://127.0.0.1:{srv.port}/0", connect_timeout=0.5)
+    assert not await tier.warm_up()
+    await _misses(tier)
+    said = lines(caplog, "got no TLS answer")
+    assert len(said) == 1 and "use redis://host:port" in said[0], caplog.text
+    assert not lines(caplog, "is it hung, overloaded or far away")
