@@ -148,7 +148,7 @@ class PromptKeys:
         if self.namespaced:
             try:
                 tenant = tenant_of_headers(CIMultiDict(headers), self.tenant_header, keyed=True)
-            except APIError:  # a tenant header too long: the replica answers the 400
+            except APIError:  # a tenant header too long or repeated: the replica answers 400
                 return None
             salt = _PER_TENANT.salt(tenant, salt)
         limit = max(0, (len(ids) - 1) // self.block_size)  # admission's cap, as the lookup's

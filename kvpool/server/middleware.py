@@ -41,10 +41,19 @@ The identity must be one the client cannot mint at will (``cache_salt`` is clien
 rotating it bypassed a quota keyed on it)::
 
     --tenant-header NAME given  -> the value of header NAME (a trusted proxy sets it; a
-                                   request without it is the anonymous tenant "")
+                                   request without it is the anonymous tenant "", one that
+                                   carries it twice a 400: NOTE(one-identity))
     else, --api-key set         -> "key:" + the first 16 hex digits of SHA-256(bearer token)
                                    (never the secret itself: tenants show up in errors/logs)
     else                        -> the anonymous tenant ""
+
+NOTE(one-identity): a proxy that adds its header rather than replacing it (Envoy's
+``request_headers_to_add`` appends by default, HAProxy's ``add-header`` too) forwards a
+client's own copy first, and ``headers.get`` read the first one: a client that sent
+``X-Tenant-Id: a`` was tenant ``a`` (its cache hits, stored responses and quota) whatever the
+proxy said. Taking the last copy instead would trust the proxy's position in the list; the
+server cannot tell which copy is the proxy's, so a request carrying the header more than once
+is refused (400 naming it) and nobody's identity is guessed.
 
 The middleware puts the tenant in a ContextVar for the rest of the handler's task; the request
 gate (request_gate.py) and the lookup route read it. NOTE(contextvar): the route handlers never
@@ -256,7 +265,11 @@ def tenant_of_headers(headers: Mapping[str, str], header: str | None, *, keyed: 
     API key is configured, so a bearer token is a checked identity; without one any client
     could mint a fresh tenant (and a fresh quota) per request by changing its token."""
     if header:
-        value = headers.get(header, "")
+        values = _all_values(headers, header)
+        if len(values) > 1:  # NOTE(one-identity)
+            raise APIError(400, f"header {header} is sent {len(values)} times: it names the "
+                                "tenant, so a request carries it once", param=header)
+        value = values[0] if values else ""
         if len(value) > MAX_TENANT_CHARS:
             raise APIError(400, f"header {header} is longer than {MAX_TENANT_CHARS} "
                                 "characters", param=header)
@@ -265,6 +278,15 @@ def tenant_of_headers(headers: Mapping[str, str], header: str | None, *, keyed: 
     if auth.startswith("Bearer ") and len(auth) > 7:
         return "key:" + hashlib.sha256(auth[7:].encode()).hexdigest()[:16]
     return ""
+
+
+def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of header ``name`` (a plain mapping holds one at most)."""
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        return list(getall(name, []))
+    value = headers.get(name)
+    return [] if value is None else [value]
 
 
 def tenant_middleware(header: str | None, *, keyed: bool) -> Callable:
