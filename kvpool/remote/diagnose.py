@@ -44,6 +44,9 @@ _FIXES = {
     "crossslot": "Redis answered CROSSSLOT ({detail}): " + CLUSTER_FIX,
     "moved": "Redis answered MOVED ({detail}): " + CLUSTER_FIX,
     "clusterdown": "Redis answered CLUSTERDOWN ({detail}): " + CLUSTER_FIX,
+    "notcluster": "the redis+cluster:// seed nodes are no cluster nodes ({detail}): for one "
+                  "server use --remote-url redis://HOST:PORT, for a Sentinel-managed master "
+                  "redis+sentinel://HOST:PORT/SERVICE",
     "clusterclient": "the cluster client refused the call ({detail}): the cluster has no "
                      "master for a slot (a failover in progress?) or the keys are not of "
                      "this key spec",
@@ -60,7 +63,7 @@ _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "
                 "closed": "connection", "connection": "connection", "protocol": "connection",
                 "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
-                "clusterclient": "cluster",
+                "clusterclient": "cluster", "notcluster": "cluster",
                 "noperm": "noperm"}
 
 
@@ -89,9 +92,14 @@ def classify(exc: BaseException) -> str:
     connection kinds (timeout, auth, tls, refused, closed, connection, protocol) mean Redis
     did not serve the call; the others are error replies from a live Redis."""
     kind = next((k for types, k in _KIND_BY_TYPE if isinstance(exc, types)), None)
+    chain = list(_chain(exc))
+    if kind == "clusterclient":  # what a seed node answered CLUSTER SLOTS, when it did
+        if any("cluster support disabled" in str(e) for e in chain):
+            return "notcluster"
+        return next((classify(e) for e in chain[1:] if not isinstance(
+            e, RedisClusterException)), kind)
     if kind is not None:
         return kind
-    chain = list(_chain(exc))
     if any(isinstance(e, ssl.SSLError) for e in chain):
         return "tls"
     if any(isinstance(e, ConnectionRefusedError) for e in chain):

@@ -62,3 +62,14 @@ async def test_rediss_to_a_plain_port_says_use_redis(servers, tiers, caplog):
     said = lines(caplog, "got no TLS answer")
     assert len(said) == 1 and "use redis://host:port" in said[0], caplog.text
     assert not lines(caplog, "is it hung, overloaded or far away")
+
+
+async def test_a_cluster_url_to_one_server_says_use_redis(servers, tiers, caplog):
+    srv = servers()
+    tier = tiers(f"redis+cluster://127.0.0.1:{srv.port}")
+    assert not await tier.warm_up()
+    await _misses(tier)
+    said = lines(caplog, "are no cluster nodes")
+    assert len(said) == 1 and "redis://HOST:PORT" in said[0], caplog.text
+    assert not lines(caplog, "a failover in progress")
+    assert tier.stats().errors.get("cluster", 0) >= 1
