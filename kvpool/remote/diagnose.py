@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, ClusterDownError,
                               InvalidResponse, MovedError, NoPermissionError, OutOfMemoryError,
                               RedisClusterException)
@@ -44,6 +45,10 @@ _FIXES = {
     "crossslot": "Redis answered CROSSSLOT ({detail}): " + CLUSTER_FIX,
     "moved": "Redis answered MOVED ({detail}): " + CLUSTER_FIX,
     "clusterdown": "Redis answered CLUSTERDOWN ({detail}): " + CLUSTER_FIX,
+    "sentinel": "the sentinels name no master for that service ({detail}): put the name of "
+                "redis.conf's 'sentinel monitor NAME ...' (SENTINEL MASTERS lists them) in "
+                "redis+sentinel://HOST:PORT/NAME; if those ports are not sentinels (26379), "
+                "use redis://HOST:PORT",
     "notcluster": "the redis+cluster:// seed nodes are no cluster nodes ({detail}): for one "
                   "server use --remote-url redis://HOST:PORT, for a Sentinel-managed master "
                   "redis+sentinel://HOST:PORT/SERVICE",
@@ -61,6 +66,7 @@ _FIXES = {
 # a fault kind -> its errors_total kind (the connection kinds first, then error replies)
 _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "connection",
                 "closed": "connection", "connection": "connection", "protocol": "connection",
+                "sentinel": "connection",
                 "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
                 "clusterclient": "cluster", "notcluster": "cluster",
@@ -77,6 +83,7 @@ def error_kind(fault: str) -> str:
 _KIND_BY_TYPE = (
     ((TimeoutError, RedisTimeoutError), "timeout"),
     (AuthenticationError, "auth"),
+    (MasterNotFoundError, "sentinel"),
     (InvalidResponse, "protocol"),
     (OutOfMemoryError, "oom"),
     (ClusterCrossSlotError, "crossslot"),
@@ -144,6 +151,8 @@ class FaultLog:
         detail = (str(exc) or type(exc).__name__) if isinstance(exc, BaseException) else exc
         if self.where.startswith("rediss") and _plain_port(kind, detail):
             kind = "tlsplain"
+        if kind == "sentinel":  # "No master found for 'x' : <the sentinels' client repr>"
+            detail = detail.partition(" : ")[0]
         fix = _FIXES.get(kind, _FIXES["response"]).format(detail=detail[:200])
         return self.once(kind, f"{fix} (each failure is a miss: requests recompute)")
 

@@ -5,9 +5,13 @@ addressed as the primary, a user whose ACL lacks the tier's commands."""
 
 from __future__ import annotations
 
+import subprocess
+import time
+
 import pytest
 from aiohttp import web
 
+from bench.redis_servers import REDIS_SERVER, free_port, ping, terminate
 from kvpool.remote import BreakerState
 from tests.remote.test_diagnose import items, lines, servers, tiers  # noqa: F401 (fixtures)
 
@@ -73,3 +77,35 @@ async def test_a_cluster_url_to_one_server_says_use_redis(servers, tiers, caplog
     assert len(said) == 1 and "redis://HOST:PORT" in said[0], caplog.text
     assert not lines(caplog, "a failover in progress")
     assert tier.stats().errors.get("cluster", 0) >= 1
+
+
+@pytest.fixture
+def sentinel(tmp_path):
+    """A bare sentinel on 127.0.0.1 monitoring nothing (no name resolves); stopped by pid."""
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n")
+    proc = subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(250):  # bounded: a sentinel answers within a few 10 ms
+            if ping(port):
+                break
+            time.sleep(0.02)
+        yield port
+    finally:
+        terminate(proc)
+
+
+@pytest.mark.parametrize("service", ["nope", None])  # a wrong name; a server, no sentinel
+async def test_a_sentinel_url_naming_no_master_says_so(sentinel, servers, tiers, caplog,
+                                                       service):
+    url = (f"redis+sentinel://127.0.0.1:{sentinel}/{service}" if service else
+           f"redis+sentinel://127.0.0.1:{servers().port}/kvp")
+    tier = tiers(url)
+    assert not await tier.warm_up()
+    await _misses(tier)
+    said = lines(caplog, "name no master for that service")
+    assert len(said) == 1 and "redis+sentinel://HOST:PORT/NAME" in said[0], caplog.text
+    assert "<redis" not in said[0]  # no client repr in the line
+    assert tier.stats().breaker_state != int(BreakerState.CLOSED)
