@@ -42,7 +42,7 @@ REMOTE_METRIC_NAMES = (
 )
 # The error kinds always exported (at 0 too), so a dashboard's rate() has a series to start.
 _KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short", "foreign",
-          "auth", "tls", "oom", "cluster", "unsigned", "forged")
+          "auth", "tls", "oom", "cluster", "unsigned", "forged", "readonly")
 _HIST_DOCS = {"probe": "Remote tier probe round trip time.",
               "get": "Remote tier get round trip time.",
               "put": "Remote tier put round trip time.",

@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, ClusterDownError,
                               InvalidResponse, MovedError, NoPermissionError, OutOfMemoryError,
-                              RedisClusterException)
+                              ReadOnlyError, RedisClusterException)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -26,6 +26,7 @@ log = logging.getLogger("kvpool.remote")
 
 CLUSTER_FIX = ("this server is a cluster node: list the cluster's nodes as "
                "--remote-url redis+cluster://HOST:PORT[,HOST:PORT...]")
+REPLICA_WARNING = "this server is a replica of"
 _FIXES = {
     "auth": "Redis rejected the password, or wants one ({detail}): put it in the URL as "
             "redis://:PASSWORD@host:port (redis://USER:PASSWORD@host:port for an ACL user)",
@@ -57,6 +58,8 @@ _FIXES = {
                      "this key spec",
     "oom": "Redis is out of memory ({detail}): give it maxmemory-policy allkeys-lru so it "
            "evicts old blocks; puts pause for a while after each OOM",
+    "readonly": "the server is a read-only replica ({detail}): point --remote-url at the "
+                "master, or use redis+sentinel://HOST:PORT/SERVICE to follow failovers",
     "noperm": "the Redis user lacks a permission ({detail}): allow it GET/MGET/SET/DEL/TOUCH, "
               "EVALSHA/SCRIPT LOAD, PING and INFO",
     "response": "Redis answered an error ({detail})",
@@ -70,7 +73,7 @@ _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "
                 "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
                 "clusterclient": "cluster", "notcluster": "cluster",
-                "noperm": "noperm"}
+                "noperm": "noperm", "readonly": "readonly"}
 
 
 def error_kind(fault: str) -> str:
@@ -86,6 +89,7 @@ _KIND_BY_TYPE = (
     (MasterNotFoundError, "sentinel"),
     (InvalidResponse, "protocol"),
     (OutOfMemoryError, "oom"),
+    (ReadOnlyError, "readonly"),
     (ClusterCrossSlotError, "crossslot"),
     (MovedError, "moved"),
     (ClusterDownError, "clusterdown"),
@@ -173,8 +177,8 @@ class FaultLog:
             log.error("remote tier %s refused: %s; serving without the tier (requests "
                       "recompute)", self.where, refusal)
             return refusal
-        for w in warnings:
-            self.once(w, w)
+        for w in warnings:  # a replica's warning is the READONLY fix, said once for both
+            self.once("readonly" if w.startswith(REPLICA_WARNING) else w, w)
         log.info("remote tier %s is reachable: %s", self.where, describe(info))
         return None
 
@@ -187,6 +191,10 @@ def check_info(info: Mapping[str, Any], cluster: bool = False
     if int(info.get("cluster_enabled", 0) or 0) == 1 and not cluster:
         return CLUSTER_FIX, []
     warnings = []
+    if not cluster and info.get("role") == "slave":
+        warnings.append(f"{REPLICA_WARNING} {info.get('master_host', '?')}:"
+                        f"{info.get('master_port', '?')}: puts fail READONLY; point --remote-url "
+                        "at the master, or use redis+sentinel://HOST:PORT/SERVICE")
     policy = str(info.get("maxmemory_policy", ""))
     if policy == "noeviction":
         warnings.append("maxmemory-policy is noeviction: once full, every put fails with OOM "

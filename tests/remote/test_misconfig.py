@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import pytest
+import redis
 from aiohttp import web
 
 from bench.redis_servers import REDIS_SERVER, free_port, ping, terminate
@@ -109,3 +110,26 @@ async def test_a_sentinel_url_naming_no_master_says_so(sentinel, servers, tiers,
     assert len(said) == 1 and "redis+sentinel://HOST:PORT/NAME" in said[0], caplog.text
     assert "<redis" not in said[0]  # no client repr in the line
     assert tier.stats().breaker_state != int(BreakerState.CLOSED)
+
+
+async def test_a_read_only_replica_is_said_once_with_the_fix(servers, tiers, caplog):
+    primary = servers()
+    replica = servers(extra_args=("--replicaof", "127.0.0.1", str(primary.port)))
+    tier = tiers(replica.url)
+    assert await tier.warm_up()  # reachable: its reads work, its puts cannot
+    await _misses(tier)
+    said = lines(caplog, "replica")
+    assert len(said) == 1 and f"127.0.0.1:{primary.port}" in said[0], caplog.text
+    assert "point --remote-url at the master" in said[0]
+    assert tier.stats().errors.get("readonly", 0) >= 1
+    # a primary turned replica under a running tier (a failover with a plain URL): no INFO
+    # read since, so the first READONLY reply says it
+    caplog.clear()
+    other = tiers(primary.url)
+    admin = redis.Redis(port=primary.port)
+    admin.replicaof("127.0.0.1", replica.port)
+    admin.close()
+    await _misses(other)
+    said = lines(caplog, "read-only replica")
+    assert len(said) == 1 and "redis+sentinel://" in said[0], caplog.text
+    assert not lines(caplog, "Redis answered an error")
