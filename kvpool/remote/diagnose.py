@@ -60,8 +60,9 @@ _FIXES = {
            "evicts old blocks; puts pause for a while after each OOM",
     "readonly": "the server is a read-only replica ({detail}): point --remote-url at the "
                 "master, or use redis+sentinel://HOST:PORT/SERVICE to follow failovers",
-    "noperm": "the Redis user lacks a permission ({detail}): allow it GET/MGET/SET/DEL/TOUCH, "
-              "EVALSHA/SCRIPT LOAD, PING and INFO",
+    "noperm": "the Redis user lacks a permission ({detail}): give it the tier's commands "
+              "(TYPE and TOUCH run inside the probe script): ACL SETUSER USER ~kvp:* +mget "
+              "+set +del +touch +type +evalsha +script|load +ping +info",
     "response": "Redis answered an error ({detail})",
 }
 
@@ -119,6 +120,8 @@ def classify(exc: BaseException) -> str:
         return "closed"
     if isinstance(exc, (OSError, RedisConnectionError)):
         return "connection"
+    if "user executing the script can't run" in str(exc):  # a script's NOPERM is an ERR
+        return "noperm"
     return "response"
 
 

@@ -133,3 +133,23 @@ async def test_a_read_only_replica_is_said_once_with_the_fix(servers, tiers, cap
     said = lines(caplog, "read-only replica")
     assert len(said) == 1 and "redis+sentinel://" in said[0], caplog.text
     assert not lines(caplog, "Redis answered an error")
+
+
+@pytest.mark.parametrize("grant", ["+get", "+mget +set +del +touch +evalsha +script|load +ping "
+                                   "+info"])  # one command; all the old fix listed, no TYPE
+async def test_an_acl_user_without_the_tiers_commands_gets_the_acl_line(servers, tiers,
+                                                                        caplog, grant):
+    srv = servers(password="admin")
+    admin = redis.Redis(port=srv.port, password="admin")
+    admin.execute_command("ACL", "SETUSER", "u", "on", ">p", "~*", "-@all", *grant.split())
+    admin.close()
+    tier = tiers(f"redis://u:p@127.0.0.1:{srv.port}/0")
+    await tier.warm_up()
+    its = items(tier.codec, 4)
+    for _ in range(3):
+        await tier.put_many(its)
+        assert await tier.probe([k for k, _ in its]) == 0
+    said = lines(caplog, "lacks a permission")
+    assert len(said) == 1 and "+type" in said[0] and "ACL SETUSER" in said[0], caplog.text
+    assert not lines(caplog, "Redis answered an error")
+    assert tier.stats().errors.get("noperm", 0) >= 3
