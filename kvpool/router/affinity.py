@@ -8,14 +8,29 @@ answers it relays (response_ids.py: the JSON body's ``id``, or the first SSE eve
 ``response.id``) and sends such a follow-up to that replica first.
 
 The map holds ids and replica URLs only (nothing of a prompt or an answer), at most
-``max_ids`` of them, least recently used out; an id learnt again (two replicas claim it, or
-one answers it again) belongs to the latest.
+``max_ids`` of them (fair_ids.py NOTE(fair-ids): the least recently used id of the tenant
+holding the most goes); an id learnt again (two replicas claim it, or one answers it again)
+belongs to the latest. The router knows tenants when told the replicas' identity rule
+(``tenant_header``, ``keyed``: ``kvpool router --tenant-header`` / ``--replica-api-key``, the
+replicas' middleware rule, kvpool/server/middleware.py); then each tenant's ids are its own
+and a follow-up looks only among its tenant's. Told nothing, every request is tenant "" and
+the map is one least-recently-used map, as before.
 
 An id the map does not hold (the router restarted, the id was evicted, the owner is not
 healthy now) is looked for: ``GET /v1/responses/{id}`` to every healthy replica in parallel,
 with the caller's own headers, each bounded by ``timeout``, at most ``max_lookups`` such
-searches at once (past that the search is skipped); the first replica in the healthy order
-that answers 200 is the owner (and learnt).
+searches at once (NOTE(search-share)); the first replica in the healthy order that answers
+200 is the owner (and learnt).
+
+NOTE(search-share): a tenant may run at most ``max(1, max_lookups // T)`` searches at once, T
+the tenants with a follow-up searching or waiting to, so a tenant that keeps every slot busy
+leaves a slot to the next tenant that asks as soon as one of its searches ends. A follow-up
+whose search cannot start waits for a slot at most ``timeout`` (what one search may take, so
+a slot held by a search frees within it), then is placed without one as before: placed blind
+at once, it went to a replica by load and, with several replicas, most likely drew a 404 for a
+response that exists. The wait is bounded and holds no slot, so it cannot pile up searches;
+``max_lookups`` 0 still means never search. Without tenants all follow-ups share tenant "",
+whose share is every slot.
 
 NOTE(owner-proof): a 200 counts only when its body is that response: the start of the answer
 (response_ids.py's SCAN_BYTES) names the id searched for. A replica that answers 200 to any
@@ -23,31 +38,37 @@ path (a catch-all route, an HTML page from something else behind its URL, a bug)
 every search it was first in the healthy order for, and drew every follow-up it could not
 serve (each a 404 there).
 
-NOTE(tenant): the map is keyed by id alone, but only ever chooses where a request goes: what
-the client gets is the answer of a replica, which checks the caller's tenant itself. Another
-tenant's id reaches its owner and gets the owner's own 404, as an unknown id gets the 404 of
-the replica it lands on; an owner that is down or fails is tried no harder than any replica,
-and the next one's 404 is what the server says of a response it cannot reach. So the router
-never answers by its map (no 403, no 404 of its own), its logs name no id, and its metrics
-count ids learnt from 200 answers (the caller's own) and the map's size, nothing a request
-for another tenant's id moves. What is left: a known id skips the search, so it answers one
-parallel GET sooner; an id is 128 random bits, so only someone already holding it can ask.
+NOTE(tenant): the map only ever chooses where a request goes: what the client gets is the
+answer of a replica, which checks the caller's tenant itself. Told no tenants, the map is keyed
+by id alone: another tenant's id reaches its owner and gets the owner's own 404, as an unknown
+id gets the 404 of the replica it lands on. Told tenants, another tenant's id is not in the
+caller's part of the map, so it is searched for like an unknown one (with the caller's
+headers: every replica says 404, nothing is learnt). An owner that is down or fails is tried
+no harder than any replica, and the next one's 404 is what the server says of a response it
+cannot reach. So the router never answers by its map (no 403, no 404 of its own), its logs
+name no id, and its metrics count ids learnt from 200 answers (the caller's own) and the
+map's size, nothing a request for another tenant's id moves. What is left without tenants:
+a known id skips the search, so it answers one parallel GET sooner; an id is 128 random bits,
+so only someone already holding it can ask. A tenant's flood of ids or of searches costs
+other tenants nothing within their share (NOTE(fair-ids), NOTE(search-share)).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from urllib.parse import quote
 
 import aiohttp
+from multidict import CIMultiDict
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from yarl import URL
 
+from kvpool.router.fair_ids import FairIds
 from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import SCAN_BYTES, response_id_in, usable_id
 from kvpool.router.upstream import SKIP_AUTO_HEADERS
+from kvpool.server.middleware import APIError, tenant_of_headers
 
 __all__ = ["DEFAULT_MAX_RESPONSE_IDS", "RESPONSES_PATH", "ResponseAffinity"]
 
@@ -63,63 +84,123 @@ class ResponseAffinity:
 
     def __init__(self, max_ids: int = DEFAULT_MAX_RESPONSE_IDS, *,
                  timeout: float = DEFAULT_LOOKUP_TIMEOUT,
-                 max_lookups: int = DEFAULT_MAX_LOOKUPS) -> None:
+                 max_lookups: int = DEFAULT_MAX_LOOKUPS,
+                 tenant_header: str | None = None, keyed: bool = False) -> None:
+        """``tenant_header``, ``keyed``: the replicas' identity rule (module docstring;
+        neither: the router knows no tenants)."""
         if max_ids < 1 or timeout <= 0 or max_lookups < 0:
             raise ValueError("response affinity: use max_ids >= 1, timeout > 0 seconds and "
                              "max_lookups >= 0")
         self.max_ids = max_ids
         self.timeout = timeout
         self.max_lookups = max_lookups
-        self._owners: OrderedDict[str, str] = OrderedDict()
+        self.tenant_header = tenant_header or None
+        self.keyed = keyed
+        self._ids = FairIds(max_ids)  # NOTE(fair-ids)
         self.searching = 0  # searches in flight
+        self.waiting = 0  # follow-ups waiting for a search slot (NOTE(search-share))
         self.searches = 0  # searches started (not a metric: NOTE(tenant); tests read it)
         self.learnt = dict.fromkeys(SOURCES, 0)  # ids learnt, by SOURCES
+        self._flying: dict[str, int] = {}  # NOTE(search-share): searches in flight, by tenant
+        self._asking: dict[str, int] = {}  # follow-ups searching or waiting to, by tenant
+        self._freed = asyncio.Event()  # set (and replaced) whenever a search ends
 
     def __len__(self) -> int:
-        return len(self._owners)
+        return len(self._ids)
 
-    def learn(self, response_id: str, replica: Replica, source: str = "answer") -> None:
-        """``replica`` holds ``response_id`` (the latest claim wins)."""
-        self._owners[response_id] = replica.url
-        self._owners.move_to_end(response_id)
-        while len(self._owners) > self.max_ids:
-            self._owners.popitem(last=False)
+    def tenant(self, headers: Sequence[tuple[str, str]]) -> str | None:
+        """The tenant of a request with the forwarded ``headers``: "" for all when the router
+        knows none; None when the replicas refuse its identity (a tenant header repeated or
+        too long: their 400), which is neither searched for nor learnt."""
+        if self.tenant_header is None and not self.keyed:
+            return ""
+        try:
+            return tenant_of_headers(CIMultiDict(headers), self.tenant_header,
+                                     keyed=self.keyed)
+        except APIError:
+            return None
+
+    def learner(self, headers: Sequence[tuple[str, str]]) -> Callable[[str, Replica], None]:
+        """``learn`` for the answers to a request with the forwarded ``headers``."""
+        tenant = self.tenant(headers)
+        return lambda rid, replica: self.learn(rid, replica, tenant=tenant)
+
+    def learn(self, response_id: str, replica: Replica, source: str = "answer", *,
+              tenant: str | None = "") -> None:
+        """``tenant``'s ``replica`` holds ``response_id`` (the latest claim wins)."""
+        if tenant is None:
+            return
+        self._ids.put(tenant, response_id, replica.url)
         self.learnt[source] += 1
 
-    def owner_url(self, response_id: str) -> str | None:
-        """The URL the map holds for ``response_id`` (a use: it moves to the newest end)."""
-        url = self._owners.get(response_id)
-        if url is not None:
-            self._owners.move_to_end(response_id)
-        return url
+    def owner_url(self, response_id: str, tenant: str = "") -> str | None:
+        """The URL the map holds for ``tenant``'s ``response_id`` (a use: it becomes the
+        tenant's newest)."""
+        return self._ids.get(tenant, response_id)
+
+    def held(self, tenant: str = "") -> int:
+        """How many ids of ``tenant`` the map holds."""
+        return self._ids.held(tenant)
 
     async def owner(self, response_id: object, replicas: ReplicaSet,
                     session: aiohttp.ClientSession, headers: list) -> Replica | None:
         """The healthy replica to try first for a request naming ``response_id`` (what a
         client sent: anything), None when the map and the search know none."""
-        rid = usable_id(response_id)
-        if rid is None:
+        rid, tenant = usable_id(response_id), self.tenant(headers)
+        if rid is None or tenant is None:
             return None
-        url = self.owner_url(rid)
+        url = self.owner_url(rid, tenant)
         known = replicas.find(url) if url is not None else None
         if known is not None and known.healthy:
             return known
-        if self.searching >= self.max_lookups:
-            return None
-        self.searching += 1
-        self.searches += 1
+        _count(self._asking, tenant, 1)
         try:
-            return await self._search(rid, replicas.healthy(), session, headers)
+            if not await self._slot(tenant):
+                return None
+            try:
+                self.searches += 1
+                found = await self._search(rid, replicas.healthy(), session, headers)
+            finally:
+                self.searching -= 1
+                _count(self._flying, tenant, -1)
+            if found is not None:
+                self.learn(rid, found, "search", tenant=tenant)
+            return found
         finally:
-            self.searching -= 1
+            _count(self._asking, tenant, -1)
+            self._wake()  # a slot, or a larger share, for those waiting
+
+    def _wake(self) -> None:
+        self._freed.set()
+        self._freed = asyncio.Event()
+
+    async def _slot(self, tenant: str) -> bool:
+        """NOTE(search-share): a search slot taken for ``tenant``, waiting up to ``timeout``
+        for one; False when none came."""
+        if self.max_lookups == 0:
+            return False
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        self.waiting += 1
+        try:
+            while (self.searching >= self.max_lookups or self._flying.get(tenant, 0)
+                   >= max(1, self.max_lookups // len(self._asking))):
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(self._freed.wait(), left)
+                except asyncio.TimeoutError:
+                    return False
+        finally:
+            self.waiting -= 1
+        self.searching += 1
+        _count(self._flying, tenant, 1)
+        return True
 
     async def _search(self, rid: str, cands: list[Replica], session: aiohttp.ClientSession,
                       headers: list) -> Replica | None:
         held = await asyncio.gather(*(self._holds(r, rid, session, headers) for r in cands))
-        found = next((r for r, yes in zip(cands, held) if yes), None)
-        if found is not None:
-            self.learn(rid, found, "search")
-        return found
+        return next((r for r, yes in zip(cands, held) if yes), None)
 
     async def _holds(self, r: Replica, rid: str, session: aiohttp.ClientSession,
                      headers: list) -> bool:
@@ -142,7 +223,7 @@ class ResponseAffinity:
         """The map's figures for the router's /metrics (a prometheus_client collector)."""
         ids = GaugeMetricFamily("kvpool_router_response_ids",
                                 "Response ids whose replica the router knows.")
-        ids.add_metric([], len(self._owners))
+        ids.add_metric([], len(self._ids))
         learnt = CounterMetricFamily("kvpool_router_response_ids_learnt",
                                      "Response ids learnt from 200 answers, by source "
                                      "(a relayed answer, or a search of the replicas).",
@@ -150,3 +231,12 @@ class ResponseAffinity:
         for source, n in self.learnt.items():
             learnt.add_metric([source], n)
         yield from (ids, learnt)
+
+
+def _count(counts: dict[str, int], tenant: str, by: int) -> None:
+    """Add ``by`` to ``tenant``'s count, dropping a tenant at 0 (memory follows requests)."""
+    n = counts.get(tenant, 0) + by
+    if n:
+        counts[tenant] = n
+    else:
+        counts.pop(tenant, None)

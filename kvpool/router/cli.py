@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
+from kvpool.router.affinity import ResponseAffinity
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, read_token, replica_url
@@ -103,6 +104,11 @@ def add_kv_event_arguments(p: argparse.ArgumentParser) -> None:
                         f"their KV events are); or env {REPLICA_API_KEY_ENV}. Client requests "
                         "go on with the client's own Authorization. Set, /health names the "
                         "replicas only to a request bearing it (or the admin token)")
+    p.add_argument("--tenant-header", default=None, metavar="NAME",
+                   help="the replicas' --tenant-header: the Responses API affinity map and "
+                        "its searches are shared fairly between tenants (with "
+                        "--replica-api-key and no header: tenants by API key, as the "
+                        "replicas; docs/architecture.md, Router)")
     p.add_argument("--kv-index-blocks", type=int, default=DEFAULT_MAX_BLOCKS, metavar="N",
                    help="block hashes remembered per replica with --kv-events (least recently "
                         "stored forgotten first)")
@@ -126,6 +132,7 @@ def build_router(args: argparse.Namespace) -> Router:
     return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
                   policy=args.policy, max_body_bytes=args.max_body_bytes,
                   membership=membership, kv_events=events, cors=cors,
+                  affinity=ResponseAffinity(tenant_header=args.tenant_header, keyed=bool(key)),
                   health_tokens=[t for t in (token, key) if t])  # proxy.py NOTE(health-view)
 
 

@@ -304,7 +304,8 @@ class Router:
         headers = asking_identity(request_headers(request.headers))  # its id is read
         named = None if body is None else body.get("previous_response_id")
         order = await self.response_order(named, headers, new=True)
-        return await self._relay(request, raw, headers, order, None, 0, self.affinity.learn)
+        return await self._relay(request, raw, headers, order, None, 0,
+                                 self.affinity.learner(headers))
 
     async def by_response(self, request: web.Request) -> web.StreamResponse:
         """GET /v1/responses/{id} and whatever else a replica serves under it."""
@@ -312,7 +313,8 @@ class Router:
         headers = request_headers(request.headers)
         order = await self.response_order(request.match_info["response_id"], headers,
                                           new=False)
-        return await self._relay(request, raw, headers, order, None, 0, self.affinity.learn)
+        return await self._relay(request, raw, headers, order, None, 0,
+                                 self.affinity.learner(headers))
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """Every other route (/v1/models, ...): the first healthy replica answers."""
