@@ -12,6 +12,15 @@ falls behind loses events (``dropped``), never the step its time. ZMQ's PUB sock
 subscriber past ``hwm`` queued messages; the sequence numbers let it see the gap and ask the
 replay socket for what it missed (wire.py has the framing).
 
+NOTE(lost-events): vLLM's publisher never loses an event it was given (its queue put waits), so
+a subscriber written for it takes a stream without sequence gaps as complete. An event dropped
+here would leave such a subscriber wrong for good (a dropped BlockRemoved: a block it believes
+cached, requests sent where it is not). So a drop raises ``_lost`` and the next event queued
+after it (or the publisher thread, when none comes) is an AllBlocksCleared: everything before
+it is void, and what a subscriber rebuilds from the events after it is never more than is
+cached. ``_lost`` is lowered before the marker is queued, so a drop that races it raises it
+again (a spare marker costs hits, never a wrong route).
+
 The first batch (seq 0) is one AllBlocksCleared: this publisher knows nothing cached yet, so a
 subscriber that sees seq 0 again knows the replica restarted and drops what it knew.
 
@@ -63,6 +72,8 @@ class EventPublisher:
         self._ring: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
         self.published = 0  # events sent (publisher thread)
         self.dropped = 0  # events refused by a full queue (emitting threads, pool lock held)
+        self.loss_marks = 0  # AllBlocksCleared queued after drops (NOTE(lost-events))
+        self._lost = False  # a drop happened that no AllBlocksCleared follows yet
         self.next_seq = 0
         # this publisher's stream, told apart from a restarted one's (its seqs start over)
         self.instance = secrets.token_hex(8)
@@ -94,11 +105,25 @@ class EventPublisher:
         self._thread.start()
 
     def submit(self, event: object) -> None:
-        """Queue one event for the next batch; a full queue drops it (counted)."""
+        """Queue one event for the next batch; a full queue drops it (counted, and followed
+        by an AllBlocksCleared: NOTE(lost-events))."""
+        if self._lost:
+            self._mark_loss()
         try:
             self._queue.put_nowait(event)
         except queue.Full:
             self.dropped += 1
+            self._lost = True
+
+    def _mark_loss(self) -> None:
+        """Queue the AllBlocksCleared that voids what a drop left wrong (NOTE(lost-events))."""
+        self._lost = False  # first: a drop from here on raises it again
+        try:
+            self._queue.put_nowait(AllBlocksCleared())
+        except queue.Full:
+            self._lost = True
+        else:
+            self.loss_marks += 1
 
     @property
     def bad_replays(self) -> int:
@@ -145,6 +170,8 @@ class EventPublisher:
             events = self._take_batch(wait)
             if events:
                 self._send(encoder, events)
+            elif self._lost:  # nothing came after a drop: mark it now (NOTE(lost-events))
+                self._mark_loss()
             elif self._stop.is_set():
                 return
 
