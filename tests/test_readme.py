@@ -41,3 +41,14 @@ def test_readme_commands_use_files_inside_the_repo():
     assert "data/traces/mooncake_conversation_trace.jsonl" in named
     assert [p for p in sorted(named) if not (ROOT / p).is_file()] == []
     assert "Apache License" in (ROOT / "data" / "traces" / "LICENSE-APACHE").read_text()
+
+
+def test_readme_names_every_vllm_series_the_server_writes():
+    """NOTE(vllm-names): each vllm:* series /metrics writes is named in the README."""
+    from kvpool.metrics import METRIC_NAMES
+    from kvpool.metrics.collector import REQUEST_METRIC_NAMES
+
+    text = (ROOT / "README.md").read_text()
+    names = [n for n in METRIC_NAMES + REQUEST_METRIC_NAMES if n.startswith("vllm:")]
+    assert names
+    assert [n for n in names if f"`{n}`" not in text] == []

@@ -28,6 +28,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
@@ -36,6 +37,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from kvpool.metrics.snapshot import Family, MetricsSnapshot, snapshot_families
+from kvpool.metrics.vllm_series import (VLLM_HISTOGRAMS, VLLM_METRIC_NAMES, engine_families,
+                                        vllm_labels)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # NOTE(scrape): every bucket is a line rendered per scrape; 14 keep quantiles usable and the
@@ -57,7 +60,7 @@ METRIC_NAMES = (
     "kvpool_invariant_violations_total", "kvpool_time_to_first_token_seconds",
     "kvpool_inter_token_latency_seconds", "kvpool_e2e_request_latency_seconds",
     "kvpool_request_queue_time_seconds", "kvpool_step_seconds", "kvpool_iteration_tokens",
-)
+) + VLLM_METRIC_NAMES
 
 
 def metric_families(families: list[Family]) -> Iterator[Metric]:
@@ -93,8 +96,10 @@ class _SnapshotCollector(Collector):
     (counter names end in ``_total``); ``collect`` wraps them for prometheus_client and
     :meth:`KVPoolMetrics.render` formats them directly."""
 
-    def __init__(self, snapshot_fn: Callable[[], MetricsSnapshot]) -> None:
+    def __init__(self, snapshot_fn: Callable[[], MetricsSnapshot], model_name: str,
+                 cache_info: Sequence[tuple[str, str]]) -> None:
         self._snapshot_fn = snapshot_fn
+        self._vllm = (model_name, tuple(cache_info))  # NOTE(vllm-names)
 
     def describe(self) -> list[Metric]:
         return []  # dynamic collector: no describe-time snapshot (it would run at register)
@@ -104,7 +109,7 @@ class _SnapshotCollector(Collector):
 
     def families(self) -> list[Family]:
         s = self._snapshot_fn()
-        return snapshot_families(s)
+        return snapshot_families(s) + engine_families(s, *self._vllm)
 
 
 class LatencyHistogram(Collector):
@@ -128,12 +133,17 @@ class LatencyHistogram(Collector):
         self._sum = 0.0
         self._lock = threading.Lock()
         self._le = [floatToGoString(b) for b in bounds] + ["+Inf"]
-        self._labels = tuple(labels)
+        self._views: list[_View] = []
+        self.alias(name, documentation, labels)
+
+    def alias(self, name: str, documentation: str, labels: Sequence[tuple[str, str]]) -> None:
+        """Write the same counts once more under ``name`` and ``labels`` (NOTE(vllm-names))."""
+        labels = tuple(labels)
         # labels sorted by name, ``le`` among them, as prometheus_client writes them
-        self._prefixes = [f"{name}_bucket{{{_labels(self._labels + (('le', le),))}}} "
-                          for le in self._le]
-        self._tail = f"{{{_labels(self._labels)}}}" if self._labels else ""
-        self._head = _head(name, "histogram", documentation)
+        prefixes = [f"{name}_bucket{{{_labels(labels + (('le', le),))}}} " for le in self._le]
+        tail = f"{{{_labels(labels)}}}" if labels else ""
+        self._views.append(_View(name, documentation, labels, prefixes, tail,
+                                 _head(name, "histogram", documentation)))
 
     def observe(self, amount: float) -> None:
         i = bisect_left(self._bounds, amount)
@@ -148,24 +158,35 @@ class LatencyHistogram(Collector):
         return list(accumulate(counts)), total
 
     def describe(self) -> list[Metric]:
-        return [HistogramMetricFamily(self.name, self.documentation,
-                                      labels=[k for k, _ in self._labels])]
+        return [HistogramMetricFamily(v.name, v.doc, labels=[k for k, _ in v.labels])
+                for v in self._views]
 
     def collect(self) -> Iterator[Metric]:
         cum, total = self.values()
-        fam = HistogramMetricFamily(self.name, self.documentation,
-                                    labels=[k for k, _ in self._labels])
-        fam.add_metric([v for _, v in self._labels],
-                       [(le, float(n)) for le, n in zip(self._le, cum)], total)
-        yield fam
+        for v in self._views:
+            fam = HistogramMetricFamily(v.name, v.doc, labels=[k for k, _ in v.labels])
+            fam.add_metric([x for _, x in v.labels],
+                           [(le, float(n)) for le, n in zip(self._le, cum)], total)
+            yield fam
 
     def lines(self, out: list[str]) -> None:
         cum, total = self.values()
-        out.append(self._head)
-        out.extend(f"{p}{float(n)!r}\n" for p, n in zip(self._prefixes, cum))
-        t = self._tail
-        out.append(f"{self.name}_count{t} {float(cum[-1])!r}\n"
-                   f"{self.name}_sum{t} {_gofloat(total)}\n")
+        count, sum_ = float(cum[-1]), _gofloat(total)
+        for v in self._views:
+            out.append(v.head)
+            out.extend(f"{p}{float(n)!r}\n" for p, n in zip(v.prefixes, cum))
+            out.append(f"{v.name}_count{v.tail} {count!r}\n{v.name}_sum{v.tail} {sum_}\n")
+
+
+class _View(NamedTuple):
+    """One name a LatencyHistogram's counts are written under."""
+
+    name: str
+    doc: str
+    labels: tuple[tuple[str, str], ...]
+    prefixes: list[str]  # 'name_bucket{labels,le="..."} ' per bucket
+    tail: str  # '{labels}' of _count and _sum, or ''
+    head: str  # its # HELP and # TYPE lines
 
 
 class KVPoolMetrics:
@@ -173,11 +194,13 @@ class KVPoolMetrics:
 
     def __init__(self, snapshot_fn: Callable[[], MetricsSnapshot],
                  registry: CollectorRegistry | None = None, *,
-                 model_name: str | None = None) -> None:
+                 model_name: str | None = None,
+                 cache_info: Sequence[tuple[str, str]] = ()) -> None:
         """``model_name``: the label every histogram carries, as vLLM labels its series
-        (None: no label)."""
+        (None: no label on kvpool's, "" on vLLM's); ``cache_info``: static labels of
+        vllm:cache_config_info (block_size, enable_prefix_caching)."""
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._snapshot = _SnapshotCollector(snapshot_fn)
+        self._snapshot = _SnapshotCollector(snapshot_fn, model_name or "", cache_info)
         self.registry.register(self._snapshot)
         self._prefixes: dict[tuple, str] = {}  # (name, labelnames, values) -> 'name{...} '
         self._heads: dict[tuple, str] = {}
@@ -186,6 +209,8 @@ class KVPoolMetrics:
         def hist(name: str, doc: str, buckets: Sequence[float] = LATENCY_BUCKETS
                  ) -> LatencyHistogram:
             h = LatencyHistogram(name, doc, buckets, labels=label)
+            if name in VLLM_HISTOGRAMS:  # NOTE(vllm-names)
+                h.alias(*VLLM_HISTOGRAMS[name], vllm_labels(model_name or ""))
             self.registry.register(h)
             return h
 

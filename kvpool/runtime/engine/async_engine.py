@@ -94,7 +94,9 @@ class AsyncEngine:
                  pool_observer=None) -> None:
         self.config = config or EngineConfig()
         self.core = EngineCore(self.config, faults=faults, pool_observer=pool_observer)
-        self.metrics = KVPoolMetrics(self.snapshot, model_name=self.core.model_name)
+        self.metrics = KVPoolMetrics(self.snapshot, model_name=self.core.model_name, cache_info=(
+            ("block_size", str(self.config.block_size)),
+            ("enable_prefix_caching", str(bool(self.config.enable_prefix_caching)))))
         self.core.metrics = self.core.outputs.metrics = self.metrics
         self.model_name = self.core.model_name
         self.tokenizer = self.core.tokenizer

@@ -1,0 +1,90 @@
+"""vLLM's own series, under vLLM's names, beside kvpool's (README "Metrics").
+
+NOTE(vllm-names): what is built for vLLM reads ``vllm:*`` series by name: the Gateway API
+Inference Extension's endpoint picker and llm-d's scorers (``vllm:num_requests_waiting``,
+``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``, ``vllm:cache_config_info``),
+KEDA / HPA rules on the queue, and Grafana dashboards made for vLLM. A kvpool series with the
+same meaning under another name is invisible to them, so /metrics writes each of those again
+under vLLM's name, type (a counter's samples end in ``_total``), unit (seconds; usage a 0..1
+fraction) and labels (``model_name`` and ``engine``, "0" for kvpool's one engine), from the
+same numbers, read once per scrape. The histograms keep kvpool's buckets: a quantile reads the
+same, the bucket bounds differ from vLLM's.
+
+Meaning as vLLM's: waiting counts every admitted request not running, i.e. the scheduler's
+waiting and swapped queues (vLLM v1 puts a preempted request back in its waiting queue) and
+the requests admitted but not yet in the scheduler (inbox, remote-tier prefetch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvpool.metrics.snapshot import Family, MetricsSnapshot
+
+ENGINE = "0"  # vLLM's engine label: the data-parallel engine index
+LABELS = ("engine", "model_name")  # sorted, as the lean renderer and prometheus_client write
+
+# Every vllm:* family the engine's collector exports (counters with _total, as METRIC_NAMES)
+VLLM_METRIC_NAMES = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:cache_config_info", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+    "vllm:num_preemptions_total", "vllm:generation_tokens_total",
+    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+    "vllm:iteration_tokens_total",
+)
+# kvpool histogram -> (vLLM name, vLLM's help)
+VLLM_HISTOGRAMS = {
+    "kvpool_time_to_first_token_seconds": ("vllm:time_to_first_token_seconds",
+                                           "Histogram of time to first token in seconds."),
+    "kvpool_inter_token_latency_seconds": ("vllm:inter_token_latency_seconds",
+                                           "Histogram of inter-token latency in seconds."),
+    "kvpool_e2e_request_latency_seconds": ("vllm:e2e_request_latency_seconds",
+                                           "Histogram of e2e request latency in seconds."),
+    "kvpool_request_queue_time_seconds": ("vllm:request_queue_time_seconds",
+                                          "Histogram of time spent in WAITING phase for "
+                                          "request."),
+    "kvpool_iteration_tokens": ("vllm:iteration_tokens_total",
+                                "Histogram of number of tokens per engine_step."),
+}
+
+
+def vllm_labels(model_name: str) -> tuple[tuple[str, str], ...]:
+    """The labels every vLLM series carries."""
+    return (("engine", ENGINE), ("model_name", model_name))
+
+
+def waiting(s: MetricsSnapshot) -> int:
+    """vLLM's num_requests_waiting: admitted and not running (module docstring)."""
+    running = s.requests.get("running", 0)
+    queued = s.requests.get("waiting", 0) + s.requests.get("swapped", 0)
+    return max(queued, s.requests_in_flight - running)
+
+
+def engine_families(s: MetricsSnapshot, model_name: str,
+                    cache_info: Sequence[tuple[str, str]]) -> list[Family]:
+    """The snapshot's vLLM series; ``cache_info``: static cache_config_info labels."""
+    m = s.manager
+    lv = (ENGINE, model_name)
+    g, c = "gauge", "counter"
+    info = tuple(sorted((*cache_info, ("engine", ENGINE),
+                         ("num_gpu_blocks", str(m.device.num_blocks)),
+                         ("num_cpu_blocks", str(m.host.num_blocks)))))
+    return [
+        ("vllm:num_requests_running", g, "Number of requests in model execution batches.",
+         LABELS, [(lv, s.requests.get("running", 0))]),
+        ("vllm:num_requests_waiting", g, "Number of requests waiting to be processed.",
+         LABELS, [(lv, waiting(s))]),
+        ("vllm:kv_cache_usage_perc", g, "KV-cache usage. 1 means 100 percent usage.", LABELS,
+         [(lv, m.device.usage)]),
+        ("vllm:cache_config_info", g, "Information of the LLMEngine CacheConfig",
+         tuple(k for k, _ in info), [(tuple(v for _, v in info), 1)]),
+        ("vllm:prefix_cache_queries_total", c, "Prefix cache queries, in terms of number of "
+         "queried tokens.", LABELS, [(lv, m.prefix_query_tokens)]),
+        ("vllm:prefix_cache_hits_total", c, "Prefix cache hits, in terms of number of cached "
+         "tokens.", LABELS, [(lv, m.prefix_hit_tokens)]),
+        ("vllm:num_preemptions_total", c, "Cumulative number of preemption from the engine.",
+         LABELS, [(lv, sum(s.preemptions.values()))]),
+        ("vllm:generation_tokens_total", c, "Number of generation tokens processed.", LABELS,
+         [(lv, s.generation_tokens)]),
+    ]

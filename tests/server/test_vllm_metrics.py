@@ -1,0 +1,85 @@
+"""/metrics carries the vllm:* series that tools built for vLLM read by name (NOTE(vllm-names)
+in kvpool/metrics/vllm_series.py): the endpoint picker's and llm-d's queue, running and KV
+usage gauges, vllm:cache_config_info, and the counters and histograms of vLLM's dashboards,
+with vLLM's types and labels, moving with the load on a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvpool.metrics.vllm_series import VLLM_HISTOGRAMS, VLLM_METRIC_NAMES
+from tests.server.helpers import parse_metrics
+
+SETTLE = 20.0  # seconds: a bound for the load to show, never a speed assertion
+
+
+async def families(srv) -> dict:
+    """/metrics parsed by prometheus_client: family name -> family."""
+    async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
+        assert r.status == 200
+        return {f.name: f for f in text_string_to_metric_families(await r.text())}
+
+
+async def scrape_until(srv, check) -> dict:
+    deadline = time.monotonic() + SETTLE
+    while True:
+        async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
+            got = parse_metrics(await r.text())
+        if check(got):
+            return got
+        assert time.monotonic() < deadline, "the vllm:* series never showed the load"
+        await asyncio.sleep(0.005)
+
+
+async def test_vllm_series_have_vllm_names_types_and_labels(srv):
+    fams = await families(srv)
+    labels = {"model_name": srv.engine.model_name, "engine": "0"}
+    histograms = {name for name, _ in VLLM_HISTOGRAMS.values()}
+    for name in VLLM_METRIC_NAMES:
+        kind = ("histogram" if name in histograms else
+                "counter" if name.endswith("_total") else "gauge")
+        fam = fams.get(name.removesuffix("_total") if kind == "counter" else name)
+        assert fam is not None, f"{name} is not on /metrics"
+        assert fam.type == kind, (name, fam.type)
+        for sample in fam.samples:
+            if name != "vllm:cache_config_info":
+                assert {k: sample.labels[k] for k in labels} == labels, sample
+    info = fams["vllm:cache_config_info"].samples[0]
+    assert info.value == 1 and info.labels["engine"] == "0"
+    assert info.labels["block_size"] == str(srv.engine.config.block_size)
+    assert info.labels["num_gpu_blocks"] == str(srv.engine.num_device_blocks)
+
+
+async def test_vllm_gauges_follow_the_load(make_server):
+    """One sequence at a time: of three requests one runs and two wait, and the KV usage is
+    the device pool's; afterwards the counters and histograms counted all three."""
+    async with make_server(max_num_seqs=1) as srv:
+        lab = (("engine", "0"), ("model_name", srv.engine.model_name))
+        body = {"prompt": [65 + i for i in range(20)], "max_tokens": 120, "ignore_eos": True,
+                "temperature": 0}
+        async with aiohttp.ClientSession() as s:
+            async def one() -> dict:
+                async with s.post(srv.url + "/v1/completions", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    return await r.json()
+
+            tasks = [asyncio.create_task(one()) for _ in range(3)]
+            got = await scrape_until(srv, lambda g: g["vllm:num_requests_waiting"][lab] == 2)
+            assert got["vllm:num_requests_running"][lab] == 1
+            assert got["vllm:kv_cache_usage_perc"][lab] > 0
+            assert got["vllm:kv_cache_usage_perc"][lab] == \
+                got["kvpool_cache_usage_ratio"][(("tier", "device"),)]
+            await asyncio.gather(*tasks)
+        got = await scrape_until(
+            srv, lambda g: g["vllm:e2e_request_latency_seconds_count"][lab] == 3)
+        assert got["vllm:num_requests_running"][lab] == got["vllm:num_requests_waiting"][lab] == 0
+        assert got["vllm:generation_tokens_total"][lab] == 360
+        assert got["vllm:prefix_cache_queries_total"][lab] >= 60
+        assert got["vllm:prefix_cache_hits_total"][lab] >= 16  # the same prompt, twice more
+        assert got["vllm:time_to_first_token_seconds_count"][lab] == 3
+        assert got["vllm:iteration_tokens_total_sum"][lab] == \
+            got["kvpool_iteration_tokens_sum"][lab[1:]]
