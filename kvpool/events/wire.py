@@ -16,8 +16,9 @@ name under ``"type"``; fields with a default are left out when they hold it::
     {"type": "AllBlocksCleared"}
 
 Block hashes are kvpool's own prefix hashes (kvpool.core.hashing, 32-byte digests), sent as
-msgpack bin (vLLM sends bytes too unless VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES asks for ints);
-the decoder accepts either.
+msgpack bin. vLLM 0.33 sends ints by default (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1: the
+digest's last 8 bytes, big-endian) and bytes with it set to 0; its decoder, and this one,
+accept either (docs/kv_events.md "What is published").
 
 Replay (ROUTER socket): a subscriber sends ``[b"", seq]`` from a DEALER (a REQ socket adds the
 empty frame itself) with ``seq`` 8-byte big-endian; the publisher answers
