@@ -37,8 +37,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from kvpool.metrics.snapshot import Family, MetricsSnapshot, snapshot_families
-from kvpool.metrics.vllm_series import (VLLM_HISTOGRAMS, VLLM_METRIC_NAMES, engine_families,
-                                        vllm_labels)
+from kvpool.metrics.vllm_series import (VLLM_HISTOGRAMS, VLLM_METRIC_NAMES,
+                                        VLLM_REQUEST_HISTOGRAMS, VLLM_REQUEST_METRIC_NAMES,
+                                        engine_families, request_families, vllm_labels)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # NOTE(scrape): every bucket is a line rendered per scrape; 14 keep quantiles usable and the
@@ -319,7 +320,7 @@ REQUEST_METRIC_NAMES = (
     "kvpool_request_prompt_tokens", "kvpool_request_generation_tokens",
     "kvpool_request_params_n", "kvpool_request_params_max_tokens",
     "kvpool_request_prefill_time_seconds", "kvpool_request_decode_time_seconds",
-    "kvpool_request_inference_time_seconds")
+    "kvpool_request_inference_time_seconds") + VLLM_REQUEST_METRIC_NAMES
 _REASONS = ("stop", "length", "abort", "error")
 
 
@@ -332,6 +333,7 @@ class RequestMetrics:
 
         def hist(name: str, doc: str, buckets: Sequence[float]) -> LatencyHistogram:
             h = LatencyHistogram(name, doc, buckets, labels=label)
+            h.alias(*VLLM_REQUEST_HISTOGRAMS[name], vllm_labels(model_name))  # NOTE(vllm-names)
             metrics.add_histogram(h)
             return h
 
@@ -381,4 +383,4 @@ class RequestMetrics:
              [((m,), prompt)]),
             ("kvpool_request_success_total", "counter", "Finished sequences by finish reason.",
              ("finished_reason", "model_name"), [((r, m), v) for r, v in success.items()]),
-        ]
+        ] + request_families(m, prompt, success)

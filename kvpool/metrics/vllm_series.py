@@ -47,6 +47,39 @@ VLLM_HISTOGRAMS = {
     "kvpool_iteration_tokens": ("vllm:iteration_tokens_total",
                                 "Histogram of number of tokens per engine_step."),
 }
+# RequestMetrics' series (kvpool/metrics/collector.py), the same way
+VLLM_REQUEST_HISTOGRAMS = {
+    "kvpool_request_prompt_tokens": ("vllm:request_prompt_tokens",
+                                     "Number of prefill tokens processed."),
+    "kvpool_request_generation_tokens": ("vllm:request_generation_tokens",
+                                         "Number of generation tokens processed."),
+    "kvpool_request_params_n": ("vllm:request_params_n", "Histogram of the n request "
+                                "parameter."),
+    "kvpool_request_params_max_tokens": ("vllm:request_params_max_tokens", "Histogram of the "
+                                         "max_tokens request parameter."),
+    "kvpool_request_prefill_time_seconds": ("vllm:request_prefill_time_seconds", "Histogram "
+                                            "of time spent in PREFILL phase for request."),
+    "kvpool_request_decode_time_seconds": ("vllm:request_decode_time_seconds", "Histogram of "
+                                           "time spent in DECODE phase for request."),
+    "kvpool_request_inference_time_seconds": ("vllm:request_inference_time_seconds",
+                                              "Histogram of time spent in RUNNING phase for "
+                                              "request."),
+}
+VLLM_REQUEST_METRIC_NAMES = ("vllm:prompt_tokens_total", "vllm:request_success_total") + \
+    tuple(name for name, _ in VLLM_REQUEST_HISTOGRAMS.values())
+
+
+def request_families(model_name: str, prompt_tokens: int,
+                     success: dict[str, int]) -> list[Family]:
+    """vllm:prompt_tokens_total and vllm:request_success_total{finished_reason}."""
+    lv = (ENGINE, model_name)
+    return [
+        ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", LABELS,
+         [(lv, prompt_tokens)]),
+        ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+         ("engine", "finished_reason", "model_name"),
+         [((ENGINE, r, model_name), v) for r, v in success.items()]),
+    ]
 
 
 def vllm_labels(model_name: str) -> tuple[tuple[str, str], ...]:

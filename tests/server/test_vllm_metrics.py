@@ -83,3 +83,26 @@ async def test_vllm_gauges_follow_the_load(make_server):
         assert got["vllm:time_to_first_token_seconds_count"][lab] == 3
         assert got["vllm:iteration_tokens_total_sum"][lab] == \
             got["kvpool_iteration_tokens_sum"][lab[1:]]
+
+
+async def test_vllm_request_series_count_each_request(srv):
+    """vLLM dashboards' request series: prompt tokens, finish reasons and the per-request
+    histograms, labelled model_name and engine, with the kvpool series' numbers."""
+    m = srv.engine.model_name
+    lab = (("engine", "0"), ("model_name", m))
+    async with aiohttp.ClientSession() as s:
+        for n in (1, 2):
+            async with s.post(srv.url + "/v1/completions", json={
+                    "prompt": [7] * 30, "max_tokens": 5, "n": n, "ignore_eos": True}) as r:
+                assert r.status == 200, await r.text()
+    got = await scrape_until(
+        srv, lambda g: g.get("vllm:request_inference_time_seconds_count", {}).get(lab) == 2)
+    assert got["vllm:prompt_tokens_total"][lab] == 60
+    assert got["vllm:request_success_total"][(("engine", "0"), ("finished_reason", "length"),
+                                               ("model_name", m))] == 3
+    assert got["vllm:request_prompt_tokens_sum"][lab] == 60
+    assert got["vllm:request_generation_tokens_count"][lab] == 2
+    assert got["vllm:request_params_n_sum"][lab] == 3
+    assert got["vllm:request_params_max_tokens_sum"][lab] == 10
+    for phase in ("prefill", "decode"):
+        assert got[f"vllm:request_{phase}_time_seconds_count"][lab] == 2
