@@ -4,7 +4,8 @@
      "replay_endpoint": "tcp://*:5558", "buffer_steps": 10000, "hwm": 100000,
      "max_queue_size": 100000, "topic": "kv-events"}
 
-``endpoint`` / ``replay_endpoint`` are bound (kvpool always binds; a subscriber connects);
+``endpoint`` is bound when its host is a wildcard (``tcp://*:5557``) and connected to
+otherwise, vLLM's rule (publisher.py NOTE(pub-connect)); ``replay_endpoint`` is always bound;
 ``tcp://HOST:0`` binds a free port and /v1/kvpool/kv_events reports the port taken.
 ``buffer_steps``: batches kept for replay; ``hwm``: the PUB socket's send high-water mark
 (ZMQ drops beyond it for a slow subscriber); ``max_queue_size``: events waiting for the

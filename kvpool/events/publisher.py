@@ -26,6 +26,14 @@ subscriber that sees seq 0 again knows the replica restarted and drops what it k
 
 The sockets belong to the publisher thread once it runs (bound here first, so a port in use
 fails ``kvpool serve`` at start with the endpoint named).
+
+NOTE(pub-connect): the PUB socket binds or connects by vLLM 0.33's rule (its ZmqEventPublisher):
+an endpoint with a wildcard host (``*`` or ``::`` in it) is bound, any other is connected to.
+llm-d's precise prefix-cache setup names the indexer's own address (``tcp://epp-svc:5557``,
+where the indexer binds a SUB) and every replica's PUB connects out to it. kvpool adds one case:
+port 0 is always bound (a free port; nothing listens on port 0). Connecting is lazy in ZMQ, so
+start never waits for the indexer; events sent before it is up are lost to it (PUB drops).
+The replay socket is always bound, as in vLLM (docs/kv_events.md, "Bind or connect").
 """
 
 from __future__ import annotations
@@ -44,11 +52,37 @@ from kvpool.events.config import KVEventsConfig
 from kvpool.events.replay import REPLAY_HWM, ReplayServer
 from kvpool.events.wire import AllBlocksCleared, KVEventBatch, encode_seq, new_encoder
 
-__all__ = ["EventPublisher"]
+__all__ = ["EventPublisher", "binds"]
 
 log = logging.getLogger("kvpool.events")
 MAX_BATCH = 4096  # events per batch at most (a prefill that evicts thousands spans a few)
 _WAIT = 0.02  # seconds the publisher thread waits for an event before polling the replay socket
+
+
+def binds(endpoint: str) -> bool:
+    """Whether the PUB socket binds ``endpoint`` (else it connects: NOTE(pub-connect))."""
+    return "*" in endpoint or "::" in endpoint or endpoint.rpartition(":")[2] == "0"
+
+
+def _connect(sock: zmq.Socket, endpoint: str) -> str:
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as exc:
+        sock.close(linger=0)
+        raise ConfigError(f"--kv-events-config: cannot connect endpoint {endpoint!r} ({exc}); "
+                          "use tcp://HOST:PORT (a wildcard host such as tcp://*:5557 binds)"
+                          ) from exc
+    return endpoint
+
+
+def _pub_socket(ctx: zmq.Context, config: KVEventsConfig) -> tuple[zmq.Socket, str, str]:
+    """The PUB socket bound or connected (NOTE(pub-connect)), its mode and endpoint."""
+    sock = ctx.socket(zmq.PUB)
+    sock.setsockopt(zmq.SNDHWM, config.hwm)
+    sock.setsockopt(zmq.LINGER, 0)
+    if binds(config.endpoint):
+        return sock, "bind", _bind(sock, config.endpoint, "endpoint")
+    return sock, "connect", _connect(sock, config.endpoint)
 
 
 def _bind(sock: zmq.Socket, endpoint: str, what: str) -> str:
@@ -78,10 +112,9 @@ class EventPublisher:
         # this publisher's stream, told apart from a restarted one's (its seqs start over)
         self.instance = secrets.token_hex(8)
         self._ctx = zmq.Context()
-        self._pub = self._ctx.socket(zmq.PUB)
-        self._pub.setsockopt(zmq.SNDHWM, config.hwm)
-        self._pub.setsockopt(zmq.LINGER, 0)
-        self.endpoint = _bind(self._pub, config.endpoint, "endpoint")
+        # mode "bind": subscribers connect to ``endpoint``; "connect": it is an indexer's
+        # address that this PUB dials (NOTE(pub-connect))
+        self._pub, self.mode, self.endpoint = _pub_socket(self._ctx, config)
         self._replay: zmq.Socket | None = None
         self._replayer: ReplayServer | None = None
         self.replay_endpoint: str | None = None

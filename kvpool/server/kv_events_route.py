@@ -14,7 +14,11 @@ request per prompt (the router's ``--kv-events`` asks it once per replica)::
      "chat_template", "max_model_len", "tenant_namespaced": false, "tenant_header": null,
      "model_names": [...]}
 
-``endpoint`` is what the socket bound (a wildcard host means: this replica's own address).
+``endpoint`` is what the socket bound (a wildcard host means: this replica's own address);
+``endpoint_mode`` is ``"bind"``. A publisher that connects out to an indexer (an endpoint
+without a wildcard host: publisher.py NOTE(pub-connect)) has nothing to subscribe to: its
+``endpoint`` is null, ``endpoint_mode`` ``"connect"`` and ``connects_to`` the address it dials
+(the router scores such a replica by lookups). The replay socket is bound either way.
 ``instance`` is new with every publisher (every start of the replica): a subscriber that
 sees it change follows the stream from scratch, even on the same ports.
 Block hashes on the stream are ``BlockHasher(block_size, model_id, algo)`` chains with the
@@ -64,7 +68,7 @@ class KVEventsRoute:
             cfg, mgr = engine.config, engine.core.manager
             self.info = {
                 "enabled": True, "replica_id": replica_id,
-                "instance": self.publisher.instance, "endpoint": self.publisher.endpoint,
+                "instance": self.publisher.instance, **self._where(),
                 "replay_endpoint": self.publisher.replay_endpoint,
                 "topic": self.publisher.config.topic, "block_size": mgr.block_size,
                 "hash": {"spec": f"kvpool/prefix/v{HASH_VERSION}", "algo": mgr.hasher.algo,
@@ -77,6 +81,14 @@ class KVEventsRoute:
                     n for n in (engine.model_name, cfg.served_model_name) if n))}
             app.on_cleanup.append(self._close)
         app.router.add_get(KV_EVENTS_PATH, self.describe)
+
+    def _where(self) -> dict[str, Any]:
+        """Where a subscriber connects: nowhere when the PUB connects out (module docstring)."""
+        assert self.publisher is not None
+        if self.publisher.mode == "bind":
+            return {"endpoint": self.publisher.endpoint, "endpoint_mode": "bind"}
+        return {"endpoint": None, "endpoint_mode": "connect",
+                "connects_to": self.publisher.endpoint}
 
     async def describe(self, request: web.Request) -> web.Response:
         return web.json_response(self.info)

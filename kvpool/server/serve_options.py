@@ -260,7 +260,9 @@ def _add_request_args(srv: _ArgGroup) -> None:
                      help="publish KV cache events in vLLM's format (ZMQ PUB, msgpack): "
                      "vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": "
                      "\"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
-                     "\"tcp://*:5558\"}'; GET /v1/kvpool/kv_events tells subscribers where")
+                     "\"tcp://*:5558\"}'; a wildcard host or port 0 binds, any other endpoint "
+                     "is connected to (an indexer's bound SUB, vLLM's rule); "
+                     "GET /v1/kvpool/kv_events tells subscribers where")
 
 
 def _add_api_args(srv: _ArgGroup) -> None:

@@ -43,6 +43,7 @@ async def test_a_served_prompt_is_published_with_the_replicas_hashes():
             async with s.get(url + "/v1/kvpool/kv_events") as r:
                 info = await r.json()
             assert info["enabled"] and info["topic"] == "r1" and info["block_size"] == 16
+            assert info["endpoint_mode"] == "bind" and "connects_to" not in info
             assert isinstance(info["instance"], str) and len(info["instance"]) == 16
             ids = list(range(20, 70))  # 3 full blocks
             async with s.post(url + "/v1/completions", json={
