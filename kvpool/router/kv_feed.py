@@ -114,6 +114,9 @@ class ReplicaFeed:
         self._reader: asyncio.Task | None = None
         self._warned: set[str] = set()
         self._replayed: dict[int, int] = {}  # seq -> hash(payload) of the last replay's batches
+        # where the replica's PUB connects out to, when it does (NOTE(pub-connect) in
+        # kvpool/events/publisher.py): None when it binds, events are off or unknown yet
+        self.external: str | None = None
 
     @property
     def live(self) -> bool:
@@ -139,6 +142,8 @@ class ReplicaFeed:
                             "--replica-api-key or $KVPOOL_REPLICA_API_KEY; until then it "
                             "scores no prefix hits")
             return
+        if self._external(info):
+            return
         if not isinstance(info, dict) or not info.get("enabled"):
             self._warn_once("off", "replica %s publishes no KV events: it scores no prefix "
                             "hits (start it with --kv-events-config '{\"enable_kv_cache_"
@@ -150,6 +155,10 @@ class ReplicaFeed:
             self._warn_once("info", "replica %s publishes KV event info the router cannot use "
                             "(%s): it scores no prefix hits", problem)
             return
+        self._follow(info)
+
+    def _follow(self, info: dict[str, Any]) -> None:
+        """Follow ``info``'s stream: (re)connect when it names another one."""
         if any(info.get(k) != self.info.get(k) for k in _STREAM_KEYS) or self._sub is None:
             try:
                 self.connect(info)
@@ -160,6 +169,22 @@ class ReplicaFeed:
                                 "(%s): it scores no prefix hits", exc)
                 return
         self.info = info
+
+    def _external(self, info: Any) -> bool:
+        """Whether the replica's PUB connects out to an indexer (publisher.py
+        NOTE(pub-connect)): nothing to subscribe to, so it is placed by lookups
+        (kv_routing.py)."""
+        if not (isinstance(info, dict) and info.get("enabled")
+                and info.get("endpoint_mode") == "connect"):
+            self.external = None
+            return False
+        self.close()
+        self.info = {"enabled": False}
+        self.external = str(info.get("connects_to"))
+        self._warn_once("external", "replica %s publishes its KV events to an external indexer "
+                        "(its PUB connects to %s): the router cannot follow them, so requests "
+                        "it may take are placed by lookups", self.external)
+        return True
 
     def connect(self, info: dict[str, Any], *, read: bool = True) -> None:
         """Subscribe to ``info``'s endpoints from scratch (the index starts empty); ``read``

@@ -12,7 +12,9 @@ then the same ``choose`` (scoring.py) the lookup policy uses; the chosen replica
 hold the prompt's blocks for ``PENDING_TTL`` seconds (kv_index.py NOTE(pending)). A request
 whose keys the router cannot compute (kv_prompt.py NOTE(agreement)) goes the lookup way; a
 replica whose feed is not caught up (just connected, events off, another hash spec) scores 0
-hits.
+hits. A replica whose PUB connects out to an external indexer (its route says
+``"endpoint_mode": "connect"``, kvpool/events/publisher.py NOTE(pub-connect)) has no stream to
+follow: a request it may take goes the lookup way, every candidate asked.
 
 Every ``refresh_interval`` seconds the feeds follow the replica set (replicas added or removed
 at runtime get or lose theirs) and each replica's GET /v1/kvpool/kv_events is asked again, so
@@ -109,6 +111,9 @@ class EventRouting:
         needs the lookups. ``body``: the decoded request (None: too large to decode here);
         ``headers``: the forwarded ones (the tenant, kv_prompt.py)."""
         keys = self.keys
+        if any(f.external for f in map(self.feeds.get, (r.url for r in cands)) if f):
+            self.fallbacks += 1  # its events go to an external indexer: ask (NOTE(pub-connect))
+            return None
         got = keys.keys(body, headers) if keys is not None else None
         if got is None:
             self.fallbacks += 1
@@ -153,7 +158,8 @@ class EventRouting:
             blocks.add_metric([url], len(f.index))
         fallbacks = CounterMetricFamily("kvpool_router_lookup_fallbacks",
                                         "Requests placed by lookups: the router could not "
-                                        "hash them itself.")
+                                        "hash them itself, or a candidate publishes its KV "
+                                        "events to an external indexer.")
         fallbacks.add_metric([], self.fallbacks)
         yield from (events, blocks, fallbacks)
 

@@ -4,10 +4,12 @@ router, and a replica restarted on new event ports followed from scratch."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import aiohttp
 import pytest
+import zmq
 
 from kvpool.core.hashing import BlockHasher
 from kvpool.router.kv_routing import EventRouting
@@ -146,3 +148,34 @@ async def test_tenant_namespaces_are_hashed_as_the_replica_does():
             assert events.fallbacks == 0
     finally:
         srv.stop(timeout=20)
+
+
+async def test_a_replica_publishing_to_an_external_indexer_is_placed_by_lookups(fleet, caplog):
+    """A replica whose PUB connects out to an indexer (publisher.py NOTE(pub-connect)) has no
+    stream to follow: the router says so once and places its requests by lookups."""
+    ctx = zmq.Context()
+    indexer = ctx.socket(zmq.SUB)  # the external indexer binds; the replica dials it
+    port = indexer.bind_to_random_port("tcp://127.0.0.1")
+    cfg = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                      "endpoint": f"tcp://127.0.0.1:{port}"})
+    srv = spawn("ext", "--kv-events-config", cfg)
+    try:
+        r, events = event_router([fleet["e1"].url, srv.url])
+        ext = events.feeds[srv.url]
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            await until(lambda: ext.external and events.feeds[fleet["e1"].url].live, "feeds")
+            assert ext.external == f"tcp://127.0.0.1:{port}" and not ext.live
+            ids = [40 + (13 * i) % 300 for i in range(100)]
+            await complete(s, url, {"prompt": ids})
+            again = await complete(s, url, {"prompt": ids})
+            assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 96
+            m = await metrics(s, url)
+            assert events.fallbacks == 2 and m["kvpool_router_lookup_fallbacks_total"][()] == 2
+            assert decisions(m, "prefix") == 1  # the lookups found the hit
+            await events.refresh(s)
+        said = [m for m in caplog.messages if "external indexer" in m]
+        assert len(said) == 1 and srv.url in said[0], said
+    finally:
+        srv.stop(timeout=20)
+        indexer.close(linger=0)
+        ctx.term()
