@@ -22,6 +22,8 @@ from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, Cluste
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from kvpool.remote.breaker import BreakerState, CircuitBreaker
+
 log = logging.getLogger("kvpool.remote")
 
 CLUSTER_FIX = ("this server is a cluster node: list the cluster's nodes as "
@@ -65,6 +67,10 @@ _FIXES = {
               "+set +del +touch +type +evalsha +script|load +ping +info",
     "response": "Redis answered an error ({detail})",
 }
+# NOTE(startup-line): the fault kinds of an outage (Redis down or out of reach). A warm-up
+# that failed with any other kind reached a server that cannot serve the tier (a refused
+# password or command, not Redis, a TLS or URL mismatch): no retry mends that, only a fix.
+OUTAGES = frozenset({"refused", "timeout", "closed", "connection"})
 
 
 # a fault kind -> its errors_total kind (the connection kinds first, then error replies)
@@ -147,11 +153,12 @@ class FaultLog:
     """Logs the first failure of each kind once (a fault repeats on every call: one line says
     it). ``seen`` holds the kinds logged so far."""
 
-    __slots__ = ("where", "seen")
+    __slots__ = ("where", "seen", "last")
 
     def __init__(self, where: str) -> None:
         self.where = where  # scheme://host:port, never the password
         self.seen: set[str] = set()
+        self.last: str | None = None  # the kind of the latest failure noted
 
     def note(self, kind: str, exc: BaseException | str) -> bool:
         """Log a failure of ``kind`` with its fix if the kind is new; True when logged."""
@@ -160,8 +167,30 @@ class FaultLog:
             kind = "tlsplain"
         if kind == "sentinel":  # "No master found for 'x' : <the sentinels' client repr>"
             detail = detail.partition(" : ")[0]
+        self.last = kind
         fix = _FIXES.get(kind, _FIXES["response"]).format(detail=detail[:200])
         return self.once(kind, f"{fix} (each failure is a miss: requests recompute)")
+
+    def startup_failed(self, breaker: CircuitBreaker, ping_s: float) -> None:
+        """The warm-up failed with ``last`` (None: the breaker was open, nothing sent): say
+        which it was, true to what happens next (NOTE(startup-line)); ``ping_s``: the
+        deadline of the health check's PING."""
+        kind = self.last
+        if kind is not None and kind not in OUTAGES:
+            log.warning("remote tier %s answered at startup but cannot serve the tier (%s; "
+                        "the fix is logged above): serving without it (requests recompute) "
+                        "until the server's settings or --remote-url are fixed; no retry "
+                        "helps before that", self.where, kind)
+            return
+        every = max(breaker.reset_s, ping_s) if kind == "timeout" else breaker.reset_s
+        if breaker.state is not BreakerState.CLOSED:  # its health check runs (breaker.py)
+            then = (f"it retries: the tier PINGs it about every {every:.1f} s and uses it "
+                    "again once one answers")
+        else:  # a weak failure left it closed
+            then = (f"requests keep trying it; after {breaker.threshold} failures in a row "
+                    f"the tier PINGs it about every {every:.1f} s instead")
+        log.warning("remote tier %s is not reachable at startup (%s): serving without it "
+                    "(requests recompute); %s", self.where, kind or "breaker open", then)
 
     def once(self, key: str, text: str) -> bool:
         """Log ``text`` as a warning unless ``key`` was logged before."""

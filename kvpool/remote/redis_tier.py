@@ -206,10 +206,10 @@ class RedisTier:
         restart they reconnect lazily, one request's worth."""
         n = max(1, min(self._max_connections, connections))
 
+        self.faults.last = None
         if await self._call("warm_up", 0, lambda: self._open(n), SETUP_S) is _FAILED:
-            log.warning("remote tier %s is not reachable at startup: serving without it "
-                        "(requests recompute); it retries about every %.1f s",
-                        self.faults.where, self.breaker.reset_s)
+            self.faults.startup_failed(self.breaker, SETUP_S if self._client.pool is None
+                                       else self.connect_timeout + self.op_timeout)
             return False
         return await self._inspect()
 

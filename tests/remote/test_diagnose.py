@@ -74,7 +74,7 @@ async def test_missing_password_is_logged_once_and_the_breaker_recovers_when_fix
         assert await tier.probe(keys) == 0
     fix = lines(caplog, "redis://:PASSWORD@host:port")
     assert len(fix) == 1 and "rejected the password" in fix[0], caplog.text
-    assert len(lines(caplog, "not reachable at startup")) == 1
+    assert len(lines(caplog, "cannot serve the tier (auth")) == 1
     assert tier.stats().errors.get("auth", 0) >= 1
     assert tier.breaker.state is not BreakerState.CLOSED
     # the operator drops the password: the tier's own PING closes the breaker

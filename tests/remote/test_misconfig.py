@@ -153,3 +153,39 @@ async def test_an_acl_user_without_the_tiers_commands_gets_the_acl_line(servers,
     assert len(said) == 1 and "+type" in said[0] and "ACL SETUSER" in said[0], caplog.text
     assert not lines(caplog, "Redis answered an error")
     assert tier.stats().errors.get("noperm", 0) >= 3
+
+
+def _startup_line(caplog) -> str:
+    said = lines(caplog, "at startup")
+    assert len(said) == 1, caplog.text
+    return said[0]
+
+
+@pytest.mark.parametrize("fault", ["noperm", "auth"])
+async def test_a_server_that_refuses_the_tier_is_not_called_unreachable(servers, tiers,
+                                                                        caplog, fault):
+    srv = servers(password="admin")
+    if fault == "noperm":  # an ACL user that may run GET only: SCRIPT LOAD fails NOPERM
+        admin = redis.Redis(port=srv.port, password="admin")
+        admin.execute_command("ACL", "SETUSER", "u", "on", ">p", "~*", "-@all", "+get")
+        admin.close()
+    url = f"redis://u:{'p' if fault == 'noperm' else 'wrong'}@127.0.0.1:{srv.port}/0"
+    tier = tiers(url)
+    assert not await tier.warm_up()
+    line = _startup_line(caplog)
+    # Redis answered: no outage and no timed retry in the line, the kind and the fix above it
+    assert "not reachable" not in line and "retries" not in line, line
+    assert f"cannot serve the tier ({fault}; the fix is logged above)" in line
+    assert "until the server's settings or --remote-url are fixed" in line
+    assert len(lines(caplog, "lacks a permission" if fault == "noperm" else
+                     "rejected the password")) == 1
+
+
+async def test_a_closed_port_is_an_outage_that_the_health_check_retries(tiers, caplog):
+    tier = tiers(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    assert not await tier.warm_up()
+    line = _startup_line(caplog)
+    assert "not reachable at startup (refused)" in line, line
+    assert "the tier PINGs it about every 0.3 s" in line
+    assert tier.breaker.state is not BreakerState.CLOSED  # the PINGs the line promises run
+    assert len(lines(caplog, "nothing accepts connections there")) == 1
