@@ -117,6 +117,9 @@ class ReplicaFeed:
         # where the replica's PUB connects out to, when it does (NOTE(pub-connect) in
         # kvpool/events/publisher.py): None when it binds, events are off or unknown yet
         self.external: str | None = None
+        # why its kv_events info cannot be used (a check failed), when so: then, like an
+        # external one, it is placed by lookups (kv_routing.py; docs/kv_events.md)
+        self.unusable: str | None = None
 
     @property
     def live(self) -> bool:
@@ -142,20 +145,36 @@ class ReplicaFeed:
                             "--replica-api-key or $KVPOOL_REPLICA_API_KEY; until then it "
                             "scores no prefix hits")
             return
+        self._take(info if status == 200 else None, status == 200)
+
+    def _take(self, info: Any, answered: bool) -> None:
+        """Follow ``info`` when the router can; else say once why, and how it is placed.
+        ``answered``: the route answered 200 (``info`` None then: not JSON, or too long)."""
+        self.unusable = None
         if self._external(info):
             return
-        if not isinstance(info, dict) or not info.get("enabled"):
+        problem = None
+        if answered and (not isinstance(info, dict) or type(info.get("enabled")) is not bool):
+            problem = "want a JSON object with \"enabled\": true or false"
+        elif not isinstance(info, dict) or not info.get("enabled"):
             self._warn_once("off", "replica %s publishes no KV events: it scores no prefix "
                             "hits (start it with --kv-events-config '{\"enable_kv_cache_"
                             "events\": true, \"publisher\": \"zmq\", \"endpoint\": "
                             "\"tcp://*:5557\", \"replay_endpoint\": \"tcp://*:5558\"}')")
             return
-        problem = info_problem(info)
+        problem = problem or info_problem(info)
         if problem is not None:
-            self._warn_once("info", "replica %s publishes KV event info the router cannot use "
-                            "(%s): it scores no prefix hits", problem)
+            self._unusable("info", "publishes KV event info the router cannot use", problem)
             return
         self._follow(info)
+
+    def _unusable(self, key: str, what: str, why: str) -> None:
+        """Not followed (``what``, ``why``): placed by lookups like an external one."""
+        self.close()
+        self.info = {"enabled": False}
+        self.unusable = why
+        self._warn_once(key, "replica %s " + what + " (%s): the router cannot follow its "
+                        "KV events, so requests it may take are placed by lookups", why)
 
     def _follow(self, info: dict[str, Any]) -> None:
         """Follow ``info``'s stream: (re)connect when it names another one."""
@@ -163,10 +182,7 @@ class ReplicaFeed:
             try:
                 self.connect(info)
             except zmq.ZMQError as exc:  # e.g. a host that does not resolve
-                self.close()
-                self.info = {}  # not followed: scored as publishing nothing
-                self._warn_once("connect", "replica %s: its KV events cannot be followed "
-                                "(%s): it scores no prefix hits", exc)
+                self._unusable("connect", "names a KV event endpoint ZMQ refuses", str(exc))
                 return
         self.info = info
 

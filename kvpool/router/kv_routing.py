@@ -14,7 +14,8 @@ whose keys the router cannot compute (kv_prompt.py NOTE(agreement)) goes the loo
 replica whose feed is not caught up (just connected, events off, another hash spec) scores 0
 hits. A replica whose PUB connects out to an external indexer (its route says
 ``"endpoint_mode": "connect"``, kvpool/events/publisher.py NOTE(pub-connect)) has no stream to
-follow: a request it may take goes the lookup way, every candidate asked.
+follow, nor has one whose kv_events info fails the router's checks (kv_prompt.info_problem, an
+endpoint ZMQ refuses): a request it may take goes the lookup way, every candidate asked.
 
 Every ``refresh_interval`` seconds the feeds follow the replica set (replicas added or removed
 at runtime get or lose theirs) and each replica's GET /v1/kvpool/kv_events is asked again, so
@@ -111,8 +112,9 @@ class EventRouting:
         needs the lookups. ``body``: the decoded request (None: too large to decode here);
         ``headers``: the forwarded ones (the tenant, kv_prompt.py)."""
         keys = self.keys
-        if any(f.external for f in map(self.feeds.get, (r.url for r in cands)) if f):
-            self.fallbacks += 1  # its events go to an external indexer: ask (NOTE(pub-connect))
+        if any(f.external or f.unusable for f in map(self.feeds.get, (r.url for r in cands))
+               if f):  # events to an external indexer (NOTE(pub-connect)), or info unusable
+            self.fallbacks += 1
             return None
         got = keys.keys(body, headers) if keys is not None else None
         if got is None:
@@ -158,8 +160,9 @@ class EventRouting:
             blocks.add_metric([url], len(f.index))
         fallbacks = CounterMetricFamily("kvpool_router_lookup_fallbacks",
                                         "Requests placed by lookups: the router could not "
-                                        "hash them itself, or a candidate publishes its KV "
-                                        "events to an external indexer.")
+                                        "hash them itself, or a candidate's KV events "
+                                        "cannot be followed (an external indexer, info "
+                                        "the router cannot use).")
         fallbacks.add_metric([], self.fallbacks)
         yield from (events, blocks, fallbacks)
 

@@ -10,13 +10,14 @@ import socket
 import aiohttp
 import pytest
 import zmq
+from aiohttp import web
 
 from kvpool.core.hashing import BlockHasher
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
-from tests.router.helpers import (LOOKUP_TIMEOUT, complete, decisions, metrics, prompt, served,
-                                  spawn, spawn_many)
+from tests.router.helpers import (LOOKUP_TIMEOUT, apps_served, complete, decisions, metrics,
+                                  prompt, served, spawn, spawn_many)
 from tests.router.kv_events import EVENTS, holder, until
 
 
@@ -179,3 +180,51 @@ async def test_a_replica_publishing_to_an_external_indexer_is_placed_by_lookups(
         srv.stop(timeout=20)
         indexer.close(linger=0)
         ctx.term()
+
+
+def fronted(url: str, spoil) -> web.Application:
+    """A real replica at ``url`` behind a proxy whose kv_events route answers ``spoil``(the
+    replica's info): bytes, the answer as is; else that value as JSON."""
+    async def relay(req: web.Request) -> web.Response:
+        async with aiohttp.ClientSession() as s, s.request(
+                req.method, url + req.path_qs, data=await req.read(),
+                headers={"Content-Type": req.content_type}) as resp:
+            body = await resp.read()
+            if req.path == "/v1/kvpool/kv_events":
+                got = spoil(json.loads(body))
+                body = got if isinstance(got, bytes) else json.dumps(got).encode()
+            return web.Response(status=resp.status, body=body,
+                                content_type=resp.content_type)
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", relay)
+    return app
+
+
+@pytest.mark.parametrize("n, spoil, reason", [
+    (0, lambda i: {**i, "block_size": 0}, "block_size: want an integer"),
+    (1, lambda i: {**i, "hash": {**i["hash"], "algo": "nope"}}, "hash: "),
+    (2, lambda i: {**i, "endpoint": "tcp://no such host:1"}, "Invalid argument"),
+    (3, lambda i: b"<html>not json</html>", "want a JSON object")])
+async def test_a_replica_whose_kv_events_info_is_unusable_is_placed_by_lookups(
+        fleet, caplog, n, spoil, reason):
+    """docs/kv_events.md: a replica whose info fails the router's checks is not followed and
+    is placed by lookups (logged once). It scored 0 hits, so a prompt it holds went to a
+    replica that held nothing (round robin over two zeros, then the other's new blocks)."""
+    ids = [50 + n + (17 * i) % 400 for i in range(100)]
+    async with aiohttp.ClientSession() as s, apps_served(fronted(fleet["e2"].url, spoil)) as (
+            bad,):
+        await complete(s, fleet["e2"].url, {"prompt": ids})  # the prefix is on e2 only
+        r, events = event_router([fleet["e1"].url, bad])
+        async with served(r) as url:
+            await until(lambda: events.feeds[fleet["e1"].url].live
+                        and events.feeds[bad].unusable, "feeds")
+            assert reason in events.feeds[bad].unusable and not events.feeds[bad].live
+            for _ in range(2):
+                out = await complete(s, url, {"prompt": ids})
+                assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 96
+            m = await metrics(s, url)
+            assert events.fallbacks == 2 and m["kvpool_router_lookup_fallbacks_total"][()] == 2
+            assert decisions(m, "prefix") == 2  # the lookups found e2's hit
+            await events.refresh(s)
+    said = [m for m in caplog.messages if "placed by lookups" in m and bad in m]
+    assert len(said) == 1 and reason in said[0], said
