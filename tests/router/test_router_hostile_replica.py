@@ -172,7 +172,7 @@ INFO = {"enabled": True, "replica_id": "odd", "endpoint": "tcp://127.0.0.1:9",
     {**INFO, "endpoint": "not-a-zmq-endpoint"}, {**INFO, "block_size": 0},
     {**INFO, "hash": {"algo": "nope", "model_id": "m"}}, {**INFO, "hash": "x"},
     {**INFO, "tenant_header": 7}, [1, 2]])
-async def test_kv_event_info_the_router_cannot_use_scores_no_hits_and_breaks_nothing(info):
+async def test_kv_event_info_the_router_cannot_use_is_placed_by_lookups_and_breaks_nothing(info):
     """A replica's kv_events info with an endpoint ZMQ refuses made the --kv-events router
     fail at startup; a block size of 0 made every token-id request a ZeroDivisionError 500.
     Now such a replica is not followed (warned once) and requests are placed by lookups."""
