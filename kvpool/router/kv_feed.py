@@ -117,8 +117,8 @@ class ReplicaFeed:
         # where the replica's PUB connects out to, when it does (NOTE(pub-connect) in
         # kvpool/events/publisher.py): None when it binds, events are off or unknown yet
         self.external: str | None = None
-        # why its kv_events info cannot be used (a check failed), when so: then, like an
-        # external one, it is placed by lookups (kv_routing.py; docs/kv_events.md)
+        # why its KV events cannot be followed (an external indexer, a check of its info
+        # failed), when so: then it is placed by lookups (kv_routing.py; docs/kv_events.md)
         self.unusable: str | None = None
 
     @property
@@ -169,7 +169,7 @@ class ReplicaFeed:
         self._follow(info)
 
     def _unusable(self, key: str, what: str, why: str) -> None:
-        """Not followed (``what``, ``why``): placed by lookups like an external one."""
+        """Not followed (``what``, ``why``): placed by lookups (kv_routing.py)."""
         self.close()
         self.info = {"enabled": False}
         self.unusable = why
@@ -188,18 +188,14 @@ class ReplicaFeed:
 
     def _external(self, info: Any) -> bool:
         """Whether the replica's PUB connects out to an indexer (publisher.py
-        NOTE(pub-connect)): nothing to subscribe to, so it is placed by lookups
-        (kv_routing.py)."""
+        NOTE(pub-connect)): nothing to subscribe to, so it is not followed (``_unusable``)."""
         if not (isinstance(info, dict) and info.get("enabled")
                 and info.get("endpoint_mode") == "connect"):
             self.external = None
             return False
-        self.close()
-        self.info = {"enabled": False}
         self.external = str(info.get("connects_to"))
-        self._warn_once("external", "replica %s publishes its KV events to an external indexer "
-                        "(its PUB connects to %s): the router cannot follow them, so requests "
-                        "it may take are placed by lookups", self.external)
+        self._unusable("external", "publishes its KV events to an external indexer",
+                       f"its PUB connects to {self.external}")
         return True
 
     def connect(self, info: dict[str, Any], *, read: bool = True) -> None:

@@ -112,7 +112,7 @@ class EventRouting:
         needs the lookups. ``body``: the decoded request (None: too large to decode here);
         ``headers``: the forwarded ones (the tenant, kv_prompt.py)."""
         keys = self.keys
-        if any(f.external or f.unusable for f in map(self.feeds.get, (r.url for r in cands))
+        if any(f.unusable for f in map(self.feeds.get, (r.url for r in cands))
                if f):  # events to an external indexer (NOTE(pub-connect)), or info unusable
             self.fallbacks += 1
             return None
