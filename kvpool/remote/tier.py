@@ -21,9 +21,9 @@ from kvpool.remote.keys import hash_of_key
 # timed out together): one opening is one failure event, counted under its own kind, and the
 # calls that went down with it are counted here instead.
 # "auth", "tls": connection-level failures named apart (their fix differs); "oom",
-# "cluster", "noperm", "readonly": error replies named apart; "refused_server": a call not sent because
-# INFO showed a server the tier must not use; "unsigned", "forged": values without a valid
-# MAC while a secret is set.
+# "cluster", "noperm", "readonly": error replies named apart; "refused_server": a call not
+# sent because INFO showed a server the tier must not use; "unsigned", "forged": values
+# without a valid MAC while a secret is set.
 ERROR_KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short",
                "foreign", "joined", "auth", "tls", "oom", "cluster", "noperm",
                "refused_server", "unsigned", "forged", "readonly")

@@ -19,8 +19,9 @@ guidance backend closes it.
 
 One constraint per request: two of these, or one beside a ``response_format`` other than
 ``text``, is a 400 (vLLM refuses it too). Grammars are llguidance's Lark dialect (a ``start``
-rule) or GBNF (``root ::= ...``, converted: grammar.py NOTE(gbnf)); every kind compiles and is probed under the same budget as a JSON schema
-(kvpool/runtime/model/grammar_compile.py, NOTE(budget)).
+rule) or GBNF (``root ::= ...``, converted: grammar.py NOTE(gbnf)); every kind compiles and
+is probed under the same budget as a JSON schema (kvpool/runtime/model/grammar_compile.py,
+NOTE(budget)).
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ they are, so chat's rules hold (``required`` and a named function are grammar-fo
 one: NOTE(auto-text) ``auto`` (also tools with no ``tool_choice``, OpenAI's default) on a
 server without ``--enable-auto-tool-choice`` answers text, as vLLM's Responses API does
 (chat's ``auto`` is a 400 there): the tools are in the prompt and nothing parses calls out
-of the output. An agent SDK sends tools without a tool_choice, and vLLM answers it. Hosted tool types (web_search,
-file_search, mcp, code_interpreter, ...) run nothing here: a 400 naming ``tools[i].type``.
+of the output. An agent SDK sends tools without a tool_choice, and vLLM answers it. Hosted
+tool types (web_search, file_search, mcp, code_interpreter, ...) run nothing here: a 400
+naming ``tools[i].type``.
 A call the model makes is an output item ``{"type": "function_call", "id": "fc_...",
 "call_id": "call_...", "name", "arguments", "status"}``; the client answers it with an input
 item ``{"type": "function_call_output", "call_id", "output"}`` (responses_input.py).

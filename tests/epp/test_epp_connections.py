@@ -1,7 +1,8 @@
 """The picker's listening socket on 127.0.0.1 (kvpool/epp/listener.py): past the connection cap
 a new connection is closed at once with one throttled WARNING while those open are served
-(NOTE(connection-cap)), unless one without a call makes room (NOTE(make-room)); a stop, and a connection error, close within ``close_timeout`` even
-when the peer never reads (NOTE(close-timeout))."""
+(NOTE(connection-cap)), unless one without a call makes room (NOTE(make-room)); a stop, and
+a connection error, close within ``close_timeout`` even when the peer never reads
+(NOTE(close-timeout))."""
 
 from __future__ import annotations
 
