@@ -62,6 +62,7 @@ from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
 from kvpool.metrics.collector import RequestMetrics
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
+from kvpool.runtime.model import TINY_MODEL_NAME
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.engine_client import EngineClient
@@ -102,6 +103,9 @@ class OpenAIRoutes:
         self.render_metrics = render_metrics
         self.model_names = tuple(model_names)
         self.created = int(time.time())
+        # vLLM's model card ``root``: the model as given to the server (--model / the
+        # positional DIR), whatever name it is served under; the built-in model's own name
+        self.model_root = engine.config.model or TINY_MODEL_NAME
         self.parse_pool = ParsePool()  # every route that parses a client body shares it
         self.request_metrics = request_metrics  # vLLM-meaning request series, or None
         self.formatter = LogprobFormatter(parser.tokenizer)
@@ -223,7 +227,8 @@ class OpenAIRoutes:
                       "allow_fine_tuning": False, "organization": "*", "group": None,
                       "is_blocking": False}
         return {"id": name, "object": "model", "created": self.created, "owned_by": "kvpool",
-                "root": name, "parent": None, "max_model_len": self.parser.max_model_len,
+                "root": self.model_root, "parent": None,
+                "max_model_len": self.parser.max_model_len,
                 "permission": [permission]}
 
     async def list_models(self, request: web.Request) -> web.Response:

@@ -190,3 +190,16 @@ async def test_model_cards_carry_vllms_permission_list(srv):
         assert perm["allow_sampling"] and perm["allow_logprobs"] and perm["allow_view"]
         assert not perm["allow_fine_tuning"] and perm["organization"] == "*"
         assert perm["group"] is None and perm["is_blocking"] is False
+
+
+async def test_model_card_root_is_the_model_as_given_not_the_served_name(make_server, tmp_path):
+    from kvpool.runtime.model import save_tiny_model
+
+    d = str(save_tiny_model(tmp_path / "tiny"))
+    # vLLM: root is --model (the path), whatever --served-model-name says; parent null
+    async with make_server(model=d, served_model_name="alias") as srv, client(srv) as c:
+        listed = (await c.models.list()).data
+        one = (await c.models.retrieve("alias")).model_dump()
+    assert [m.id for m in listed] == ["alias"]
+    for card in (listed[0].model_dump(), one):
+        assert card["root"] == d and card["parent"] is None
