@@ -3,8 +3,9 @@ miss, no network) until a background health check (a PING the tier sends itself)
 
 Rules::
 
-    CLOSED     a "strong" failure (a missed deadline, a refused connection) opens it at once;
-               any other failure kind opens it after ``threshold`` consecutive ones
+    CLOSED     a "strong" failure (a missed deadline, a refused connection, a READONLY or
+               NOPERM reply: NOTE(pause)) opens it at once; any other failure kind opens it
+               after ``threshold`` consecutive ones
     OPEN       admit() refuses; a trial is due ``reset_s`` after it opened (or after the last
                trial started), so the tier pings about every ``reset_s``
     HALF_OPEN  the tier's trial PING is in flight; admit() still refuses. A trial that never
@@ -36,7 +37,13 @@ from enum import IntEnum
 
 from kvpool.errors import InvariantError
 
-STRONG_KINDS = frozenset({"timeout", "refused"})  # one of these opens the breaker at once
+# NOTE(pause): a READONLY reply (a replica addressed as the master) or NOPERM (an ACL user
+# without a command or key the tier needs) is no outage, but no retry of a request heals it
+# either: it opens the breaker at once, and ``cause`` tells the tier's health check to try the
+# tier's own commands, not a PING (which such a server answers), before closing it.
+PAUSE_KINDS = frozenset({"readonly", "noperm"})
+# one of these opens the breaker at once
+STRONG_KINDS = frozenset({"timeout", "refused"}) | PAUSE_KINDS
 
 
 class BreakerState(IntEnum):
@@ -49,7 +56,7 @@ class BreakerState(IntEnum):
 
 class CircuitBreaker:
     __slots__ = ("threshold", "reset_s", "_clock", "_state", "_failures", "_due_at",
-                 "_trial_at", "_epoch", "opens")
+                 "_trial_at", "_epoch", "opens", "cause")
 
     def __init__(self, threshold: int = 3, reset_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -66,6 +73,7 @@ class CircuitBreaker:
         self._trial_at: float | None = None  # HALF_OPEN: when the trial started
         self._epoch = 0  # +1 at every opening
         self.opens = 0  # times it went CLOSED -> OPEN (== epoch; a counter for stats)
+        self.cause: str | None = None  # the failure kind of the latest opening
 
     @property
     def state(self) -> BreakerState:
@@ -91,7 +99,7 @@ class CircuitBreaker:
             return False
         self._failures += 1
         if kind in STRONG_KINDS or self._failures >= self.threshold:
-            self._open(self._clock())
+            self._open(self._clock(), kind)
         return True
 
     # -- the tier's health check ---------------------------------------------------------
@@ -126,7 +134,8 @@ class CircuitBreaker:
             self._due_at = self._trial_at + self.reset_s
             self._trial_at = None
 
-    def _open(self, now: float) -> None:
+    def _open(self, now: float, kind: str) -> None:
+        self.cause = kind
         self._state = BreakerState.OPEN
         self._failures = 0
         self._due_at = now + self.reset_s

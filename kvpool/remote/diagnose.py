@@ -22,7 +22,7 @@ from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, Cluste
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kvpool.remote.breaker import BreakerState, CircuitBreaker
+from kvpool.remote.breaker import PAUSE_KINDS, BreakerState, CircuitBreaker
 
 log = logging.getLogger("kvpool.remote")
 
@@ -169,7 +169,10 @@ class FaultLog:
             detail = detail.partition(" : ")[0]
         self.last = kind
         fix = _FIXES.get(kind, _FIXES["response"]).format(detail=detail[:200])
-        return self.once(kind, f"{fix} (each failure is a miss: requests recompute)")
+        then = ("the tier pauses its calls (misses: requests recompute) and tries its "
+                "commands again periodically, resuming once they work" if kind in PAUSE_KINDS
+                else "each failure is a miss: requests recompute")
+        return self.once(kind, f"{fix} ({then})")
 
     def startup_failed(self, breaker: CircuitBreaker, ping_s: float) -> None:
         """The warm-up failed with ``last`` (None: the breaker was open, nothing sent): say

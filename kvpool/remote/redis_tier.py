@@ -11,10 +11,10 @@ Fault model (docs/architecture.md#scale-out):
   caller's answer to a failure (recompute) is already cheap.
 - A circuit breaker (``breaker.py``): a missed deadline or a refused connection opens it at
   once (other failures after a few in a row); the calls still in flight then are cut short
-  (their deadlines fire now) and count as the same event, so one opening costs each caller at
-  most what it had already waited. Once open, every call is a miss at once, no network, and
-  the tier's own task PINGs Redis about every ``reset_s`` (connect + op deadline) until one
-  answers and closes it: no user request is ever the trial.
+  (their deadlines fire now) and count as the same event. Once open, every call is a miss at
+  once, no network, and the tier's own task PINGs Redis about every ``reset_s`` until one
+  answers and closes it: no user request is ever the trial. A READONLY or NOPERM reply opens
+  it too, and then the trial is the tier's own commands (NOTE(pause), ``health.py``).
 - A value that fails the codec's check is a miss, is deleted, and is counted by kind.
 
 One round trip of latency per call, whatever the number of blocks: the probe is one Lua script
@@ -48,11 +48,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, OutOfMemoryError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kvpool.remote.breaker import BreakerState, CircuitBreaker
+from kvpool.remote.breaker import PAUSE_KINDS, STRONG_KINDS, BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
 from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import where
 from kvpool.remote.diagnose import FaultLog, classify, error_kind
+from kvpool.remote.health import pauses, paused_raised, trial
 from kvpool.remote.segments import (PROBE_LUA, all_at_once, leading_run, parts as split_parts,
                                     probe_plan)
 from kvpool.remote.tier import RemoteStats, check_values
@@ -102,6 +103,7 @@ class RedisTier:
         self._refusal: str | None = None  # set when INFO shows a server the tier must not use
         self._redis = self._client.redis
         self._probe = self._redis.register_script(PROBE_LUA)
+        self._check_key = codec.namespace.key(bytes(32))  # no block's: NOTE(pause)
         self._inflight: set[asyncio.Timeout] = set()  # deadlines of the calls in flight
         self._health_task: asyncio.Task | None = None  # the PING loop while the breaker is open
 
@@ -162,7 +164,7 @@ class RedisTier:
             pipe = self._redis.pipeline(transaction=False)
             for k, v in items:
                 pipe.set(k, v, nx=True)
-            return await pipe.execute(raise_on_error=False)
+            return paused_raised(await pipe.execute(raise_on_error=False))
 
         r = await self._call("put", nbytes, send)
         if r is _FAILED:
@@ -195,15 +197,12 @@ class RedisTier:
 
     async def warm_up(self, connections: int = 1) -> bool:
         """Open ``connections`` pooled connections and load the probe script, once, when the
-        replica starts: False (counted, breaker informed) if Redis is not reachable, and then
-        the connections open lazily as before.
+        replica starts: False (counted, breaker informed) if Redis is not reachable.
 
         NOTE(warm-pool): a connection costs its socket connect and a handshake (CLIENT
-        SETINFO, maintenance notifications) of several writes and reads on the loop, each a
-        GIL hand-off while other threads run; opened inside a request's fetch (one per
-        parallel MGET) they stalled the loop several ms. The pool keeps them (no idle
-        timeout, health_check_interval=0), so a serving replica pays this once; after a Redis
-        restart they reconnect lazily, one request's worth."""
+        SETINFO...) of several writes and reads on the loop; opened inside a request's fetch
+        they stalled the loop several ms. The pool keeps them (no idle timeout), so a serving
+        replica pays this once; after a Redis restart they reconnect lazily."""
         n = max(1, min(self._max_connections, connections))
 
         self.faults.last = None
@@ -308,10 +307,13 @@ class RedisTier:
             err: BaseException = exc
         except (RedisError, RedisClusterException) as exc:
             # Redis answered (a script or command error), or the cluster client refused the
-            # call before sending it: Redis is alive, so no breaker failure.
-            breaker.record_success(epoch)
-            self._reply_error(exc)
-            return _FAILED
+            # call before sending it: Redis is alive, so no breaker failure, unless no retry
+            # can mend it (READONLY, NOPERM: the breaker pauses the calls, NOTE(pause))
+            if not pauses(exc):
+                breaker.record_success(epoch)
+                self._reply_error(exc)
+                return _FAILED
+            err = exc
         else:
             breaker.record_success(epoch)
             if self._observer is not None:
@@ -327,7 +329,7 @@ class RedisTier:
         breaker = self.breaker
         fault = classify(err)
         opens = breaker.opens
-        cause = fault if fault in ("timeout", "refused") else "connection"
+        cause = fault if fault in STRONG_KINDS else "connection"
         if breaker.record_failure(epoch, cause):  # a new event, not one that joined an opening
             self._stats.count_error(error_kind(fault))
             self.faults.note(fault, err)
@@ -363,14 +365,14 @@ class RedisTier:
         their own deadline on a Redis already judged down) and start the health check."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        for deadline in list(self._inflight):
+        for deadline in list(self._inflight) if self.breaker.cause not in PAUSE_KINDS else ():
             if not deadline.expired():
                 deadline.reschedule(now)  # fires on the next loop turn: TimeoutError there
         if self._health_task is None or self._health_task.done():
             self._health_task = loop.create_task(self._health_loop(), name="redis-tier-health")
 
     async def _health_loop(self) -> None:
-        """While the breaker is not closed: one PING whenever a trial is due."""
+        """While the breaker is not closed: one trial (``_ping``) whenever one is due."""
         breaker, st = self.breaker, self._stats
         while (wait := breaker.trial_wait()) is not None:
             if wait > 0:
@@ -386,13 +388,13 @@ class RedisTier:
                 await self._inspect()  # what changed while it was down (also: reachable)
 
     async def _ping(self) -> bool:
+        """The health check's trial (``health.py``); False on any failure or error reply."""
         cluster = self._client.pool is None
         try:
             async with asyncio.timeout(SETUP_S if cluster else
                                        self.connect_timeout + self.op_timeout):
-                if cluster:  # a new slot map, if a failure asked for one (off any request)
-                    await self._redis.initialize()
-                await self._redis.ping()
-        except (TimeoutError, RedisError, OSError):
-            return False  # an error reply (e.g. LOADING) is not ready either
+                await trial(self._redis, cluster, self.breaker.cause, self._probe,
+                            self._check_key)
+        except (TimeoutError, RedisError, RedisClusterException, OSError):
+            return False
         return True

@@ -1,0 +1,45 @@
+"""The trial the tier's health check runs while its breaker is open (``breaker.py``): a PING
+after an outage, and the tier's own commands after a READONLY or NOPERM reply, which a PING
+would not notice (NOTE(pause)).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvpool.remote.breaker import PAUSE_KINDS
+from kvpool.remote.diagnose import classify
+
+
+async def trial(redis: Any, cluster: bool, cause: str | None, script: Any, key: str) -> None:
+    """Raise unless the server serves the tier again (the caller bounds it with a deadline).
+
+    ``cluster``: refresh the slot map first (a failure may have asked for one). After a
+    pause (``cause`` in PAUSE_KINDS) every command the tier sends runs once on ``key``, a key
+    of the tier's namespace no block has (the zero hash): the probe script (TYPE, TOUCH;
+    SCRIPT LOAD when not cached), MGET, SET XX and DEL, writes that change nothing when the
+    key is absent yet a replica refuses (READONLY) and an ACL checks (NOPERM), and TOUCH."""
+    if cluster:
+        await redis.initialize()
+    await redis.ping()
+    if cause not in PAUSE_KINDS:
+        return
+    await script(keys=[key], args=[0])
+    await redis.mget([key])
+    await redis.set(key, b"", xx=True)
+    await redis.delete(key)
+    await redis.touch(key)
+
+
+def pauses(exc: BaseException) -> bool:
+    """Is ``exc`` (an error reply, or one of a pipeline's) of a kind that pauses the tier?"""
+    return classify(exc) in PAUSE_KINDS
+
+
+def paused_raised(results: list[Any]) -> list[Any]:
+    """A pipeline's replies, or the first READONLY / NOPERM among them raised: a put whose
+    SETs a replica or an ACL refused fails as a whole and pauses the tier (NOTE(pause))."""
+    paused = next((e for e in results if isinstance(e, Exception) and pauses(e)), None)
+    if paused is not None:
+        raise paused
+    return results
