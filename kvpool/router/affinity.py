@@ -8,9 +8,9 @@ answers it relays (response_ids.py: the JSON body's ``id``, or the first SSE eve
 ``response.id``) and sends such a follow-up to that replica first.
 
 The map holds ids and replica URLs only (nothing of a prompt or an answer), at most
-``max_ids`` of them (fair_ids.py NOTE(fair-ids): the least recently used id of the tenant
-holding the most goes); an id learnt again (two replicas claim it, or one answers it again)
-belongs to the latest. The router knows tenants when told the replicas' identity rule
+``max_ids`` of them (kvpool/core/fair_lru.py NOTE(fair-lru): the least recently used id of
+the tenant holding the most goes); an id learnt again (two replicas claim it, or one answers it
+again) belongs to the latest. The router knows tenants when told the replicas' identity rule
 (``tenant_header``, ``keyed``: ``kvpool router --tenant-header`` / ``--replica-api-key``, the
 replicas' middleware rule, kvpool/server/middleware.py); then each tenant's ids are its own
 and a follow-up looks only among its tenant's. Told nothing, every request is tenant "" and
@@ -50,7 +50,7 @@ name no id, and its metrics count ids learnt from 200 answers (the caller's own)
 map's size, nothing a request for another tenant's id moves. What is left without tenants:
 a known id skips the search, so it answers one parallel GET sooner; an id is 128 random bits,
 so only someone already holding it can ask. A tenant's flood of ids or of searches costs
-other tenants nothing within their share (NOTE(fair-ids), NOTE(search-share)).
+other tenants nothing within their share (NOTE(fair-lru), NOTE(search-share)).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from multidict import CIMultiDict
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from yarl import URL
 
-from kvpool.router.fair_ids import FairIds
+from kvpool.core.fair_lru import FairLru
 from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import SCAN_BYTES, response_id_in, usable_id
 from kvpool.router.upstream import SKIP_AUTO_HEADERS
@@ -96,7 +96,7 @@ class ResponseAffinity:
         self.max_lookups = max_lookups
         self.tenant_header = tenant_header or None
         self.keyed = keyed
-        self._ids = FairIds(max_ids)  # NOTE(fair-ids)
+        self._ids: FairLru[str] = FairLru(max_ids)  # id -> URL, NOTE(fair-lru)
         self.searching = 0  # searches in flight
         self.waiting = 0  # follow-ups waiting for a search slot (NOTE(search-share))
         self.searches = 0  # searches started (not a metric: NOTE(tenant); tests read it)

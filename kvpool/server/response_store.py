@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+
+from kvpool.core.fair_lru import FairLru
 
 __all__ = ["DEFAULT_MAX_STORED_RESPONSES", "DEFAULT_MAX_STORED_RESPONSE_BYTES", "ResponseStore",
            "StoredResponse"]
@@ -69,22 +70,14 @@ class StoredResponse:
         object.__setattr__(self, "nbytes", size)
 
 
-@dataclass(slots=True)
-class _Shelf:
-    """One tenant's responses, least recently used first, and their bytes."""
-
-    entries: OrderedDict[str, StoredResponse] = field(default_factory=OrderedDict)
-    nbytes: int = 0
-
-
 class ResponseStore:
     """At most ``max_entries`` responses and ``max_bytes`` of them (all tenants together);
     NOTE(fair-evict) picks the one that goes. Either bound 0 stores nothing."""
 
     def __init__(self, max_entries: int = DEFAULT_MAX_STORED_RESPONSES,
                  max_bytes: int = DEFAULT_MAX_STORED_RESPONSE_BYTES) -> None:
-        self._tenants: dict[str, _Shelf] = {}
-        self._count = 0
+        self._entries: FairLru[StoredResponse] = FairLru(0)  # the count bound's NOTE(fair-lru)
+        self._tenant_bytes: dict[str, int] = {}  # by tenant holding any
         self._bytes = 0
         self._lock = threading.Lock()
         self.set_bounds(max_entries, max_bytes)
@@ -98,10 +91,20 @@ class ResponseStore:
         with self._lock:
             self.max_entries = max_entries
             self.max_bytes = max_bytes
-            self._evict_to_bounds()
+            self._forget(self._entries.trim())
+            self._evict_bytes()
+
+    @property
+    def max_entries(self) -> int:
+        """The count bound (the FairLru's own: a new one applies from the next put)."""
+        return self._entries.max_entries
+
+    @max_entries.setter
+    def max_entries(self, max_entries: int) -> None:
+        self._entries.max_entries = max_entries
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._entries)
 
     @property
     def nbytes(self) -> int:
@@ -111,61 +114,47 @@ class ResponseStore:
     def held(self, tenant: str) -> int:
         """How many responses ``tenant`` has stored."""
         with self._lock:
-            shelf = self._tenants.get(tenant)
-            return len(shelf.entries) if shelf is not None else 0
+            return self._entries.held(tenant)
 
     def held_bytes(self, tenant: str) -> int:
         """The NOTE(response-bytes) size of what ``tenant`` has stored."""
         with self._lock:
-            shelf = self._tenants.get(tenant)
-            return shelf.nbytes if shelf is not None else 0
+            return self._tenant_bytes.get(tenant, 0)
 
     def held_ids(self, tenant: str) -> list[str]:
         """``tenant``'s response ids, least recently used first (not a use)."""
         with self._lock:
-            shelf = self._tenants.get(tenant)
-            return list(shelf.entries) if shelf is not None else []
+            return self._entries.keys(tenant)
 
     def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         with self._lock:
-            shelf = self._tenants.get(tenant)
-            entry = shelf.entries.get(response_id) if shelf is not None else None
-            if entry is not None:
-                shelf.entries.move_to_end(response_id)
-            return entry
+            return self._entries.get(tenant, response_id)
 
     def put(self, tenant: str, response_id: str, entry: StoredResponse) -> None:
         """Keep ``entry``, unless it alone is over ``max_bytes`` (NOTE(response-bytes))."""
         with self._lock:
-            self._remove(tenant, response_id)  # a put under a held id replaces it
+            old = self._entries.pop(tenant, response_id)  # a put under a held id replaces it
+            if old is not None:
+                self._forget([(tenant, response_id, old)])
             if entry.nbytes > self.max_bytes:
                 return
-            shelf = self._tenants.setdefault(tenant, _Shelf())
-            shelf.entries[response_id] = entry
-            shelf.nbytes += entry.nbytes
-            self._count += 1
+            self._tenant_bytes[tenant] = self._tenant_bytes.get(tenant, 0) + entry.nbytes
             self._bytes += entry.nbytes
-            self._evict_to_bounds()
+            self._forget(self._entries.put(tenant, response_id, entry))
+            self._evict_bytes()
 
-    def _remove(self, tenant: str, response_id: str) -> None:
-        shelf = self._tenants.get(tenant)
-        if shelf is not None and response_id in shelf.entries:
-            self._forget(tenant, shelf, shelf.entries.pop(response_id))
+    def _forget(self, gone: list[tuple[str, str, StoredResponse]]) -> None:
+        """Take the bytes of the ``gone`` entries off (the lock is held)."""
+        for tenant, _, entry in gone:
+            self._bytes -= entry.nbytes
+            self._tenant_bytes[tenant] -= entry.nbytes
+        for tenant, _, _ in gone:  # a tenant holding none is dropped, as FairLru drops it
+            if not self._entries.held(tenant):
+                self._tenant_bytes.pop(tenant, None)
 
-    def _forget(self, tenant: str, shelf: _Shelf, entry: StoredResponse) -> None:
-        shelf.nbytes -= entry.nbytes
-        self._count -= 1
-        self._bytes -= entry.nbytes
-        if not shelf.entries:
-            del self._tenants[tenant]
-
-    def _evict_to_bounds(self) -> None:
-        """NOTE(fair-evict): while a bound is passed, the oldest entry of the largest holder
-        of what is over goes (the lock is held)."""
-        while self._count > self.max_entries or self._bytes > self.max_bytes:
-            if self._count > self.max_entries:
-                tenant = max(self._tenants, key=lambda t: len(self._tenants[t].entries))
-            else:
-                tenant = max(self._tenants, key=lambda t: self._tenants[t].nbytes)
-            shelf = self._tenants[tenant]
-            self._forget(tenant, shelf, shelf.entries.popitem(last=False)[1])
+    def _evict_bytes(self) -> None:
+        """NOTE(fair-evict): while the bytes are over, the oldest entry of the tenant holding
+        the most bytes goes (the count bound is FairLru's; the lock is held)."""
+        while self._bytes > self.max_bytes:
+            tenant = max(self._tenant_bytes, key=self._tenant_bytes.__getitem__)
+            self._forget([(tenant, *self._entries.pop_oldest(tenant))])

@@ -1,4 +1,4 @@
-"""Response affinity shared between tenants (affinity.py NOTE(fair-ids), NOTE(search-share)):
+"""Response affinity shared between tenants (affinity.py NOTE(fair-lru), NOTE(search-share)):
 a real router over two replica apps on 127.0.0.1 that play ``kvpool serve --tenant-header
 X-Tenant``'s Responses routes (each response stored for its tenant on the replica that made
 it; any other tenant or replica answers 404). Before, one least-recently-used map and one
