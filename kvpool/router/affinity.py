@@ -138,10 +138,6 @@ class ResponseAffinity:
         tenant's newest)."""
         return self._ids.get(tenant, response_id)
 
-    def held(self, tenant: str = "") -> int:
-        """How many ids of ``tenant`` the map holds."""
-        return self._ids.held(tenant)
-
     async def owner(self, response_id: object, replicas: ReplicaSet,
                     session: aiohttp.ClientSession, headers: list) -> Replica | None:
         """The healthy replica to try first for a request naming ``response_id`` (what a
