@@ -96,7 +96,9 @@ class Failure:
 
 
 def sse_error(message: str, code: str) -> bytes:
-    """The error event a broken stream ends with (as the replica ends its own failures)."""
+    """The error event a broken stream ends with (as the replica ends its own failures).
+    NOTE(no-topology): what the client reads names no replica: the URLs are internal topology
+    (proxy.py NOTE(health-view)); the router's log names it."""
     event = json.dumps(error_body(message, "server_error", None, code), separators=(",", ":"))
     return b"data: " + event.encode() + _EVENT_END + _DONE
 
@@ -135,7 +137,7 @@ class Relay:
                 return Failure("down")
             log.warning("replica %s went silent mid-stream: ended it with an error event",
                         replica.url)
-            await self._end(sse_error(f"replica {replica.url} stopped answering mid-stream",
+            await self._end(sse_error("the replica stopped answering mid-stream",
                                       "replica_unresponsive"))
             return self.resp
 
@@ -197,7 +199,7 @@ class Relay:
                 if done:  # the answer was whole; only the connection's close went wrong
                     break
                 log.warning("replica %s broke off a stream: %s", replica.url, exc)
-                await self._end(sse_error(f"replica {replica.url} broke off the stream "
+                await self._end(sse_error(f"the replica broke off the stream "
                                           f"({type(exc).__name__})", "replica_failed"))
                 return resp
             if not chunk:
