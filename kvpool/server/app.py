@@ -7,6 +7,7 @@
                                   answered here, before the key is asked for; cors.py)
             -> auth_middleware   (only with an API key; /v1/* only)
             -> tenant_middleware (who sent it: middleware.py)
+            -> count_load        (only with server_load_tracking: GET /load; server_load.py)
             -> OpenAIRoutes      (handlers.py) -> RequestGate.admit (request_gate.py)
                                                -> engine.generate / metrics.render
 
@@ -45,6 +46,8 @@
     cors                     the CORS policy (cors.py): preflights, and the Access-Control-*
                              headers of every answer to a request with ``Origin``; default
                              vLLM's (any origin, method and header; no credentials)
+    server_load_tracking     GET /load counts the requests in the generation routes (vLLM's
+                             --enable-server-load-tracking; server_load.py); default: it says 0
 
 NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (request_gate.py), so
 by the time aiohttp's cleanup runs there is little left. aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown
@@ -78,6 +81,7 @@ from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import TenantBlockQuota
 from kvpool.server.request_gate import RequestGate
 from kvpool.server.responses_api import ResponsesRoute
+from kvpool.server.server_load import ServerLoad
 from kvpool.server.tools.parsers import tool_parser
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "GATE_KEY", "METRICS_KEY", "ROUTES_KEY",
@@ -113,11 +117,12 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
               reject_unknown_fields: bool = False,
               generation_config: str | None = "auto",
               tool_call_parser: str | None = None, cors: CorsPolicy = DEFAULT_CORS,
-              trust_request_chat_template: bool = False) -> web.Application:
+              trust_request_chat_template: bool = False,
+              server_load_tracking: bool = False) -> web.Application:
     """The OpenAI-compatible app (each option: the module docstring's table)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
-    app = _edge(api_key, tenant_header, cors, max_body_bytes)
+    app = _edge(api_key, tenant_header, cors, max_body_bytes, ServerLoad(server_load_tracking))
     names = served_model_names or tuple(dict.fromkeys(
         n for n in (engine.model_name, engine.config.served_model_name) if n))
     parser = _parser(engine, names, max_json_depth, chat_template, trust_request_chat_template,
@@ -141,16 +146,19 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
 
 
 def _edge(api_key: str | None, tenant_header: str | None, cors: CorsPolicy,
-          max_body_bytes: int) -> web.Application:
-    """The app with its edge: the middlewares, and the CORS headers of every answer."""
+          max_body_bytes: int, load: ServerLoad) -> web.Application:
+    """The app with its edge: the middlewares, the CORS headers of every answer, GET /load."""
     # NOTE(order): first = outermost; a preflight carries no key, so it is answered before auth
     middlewares: list[Middleware] = [error_middleware, cors.middleware()]
     if api_key:
         middlewares.append(auth_middleware(api_key))
     # NOTE(order): after auth, so the API key it reads is a checked one
     middlewares.append(tenant_middleware(tenant_header, keyed=bool(api_key)))
+    if load.tracking:  # innermost: what reached a handler (server_load.py NOTE(server-load))
+        middlewares.append(load.middleware())
     app = web.Application(middlewares=middlewares, client_max_size=max_body_bytes)
     app.on_response_prepare.append(cors.on_response_prepare)
+    load.register(app)
     return app
 
 

@@ -215,7 +215,6 @@ def _build(config: EngineConfig, o: ServeOptions,
     """The engine (its remote link and KV events wired) and the app over it."""
     # the heavy import, only when serving
     from kvpool.runtime.engine.async_engine import AsyncEngine
-
     events = KVEventsRoute.start(o.kv_events_config, config.block_size)
     try:
         engine = AsyncEngine(config, pool_observer=events.recorder)
@@ -241,7 +240,8 @@ def _build(config: EngineConfig, o: ServeOptions,
                     reject_unknown_fields=o.reject_unknown_fields,
                     trust_request_chat_template=o.trust_request_chat_template,
                     generation_config=o.generation_config, tool_call_parser=o.auto_tool_parser,
-                    served_model_names=o.served_model_name, cors=o.cors)
+                    served_model_names=o.served_model_name, cors=o.cors,
+                    server_load_tracking=o.enable_server_load_tracking)
     _set_server_options(app, o, limiter)
     events.register(app, engine, replica_id=app[REPLICA_ID_KEY],
                     chat_template=o.chat_template, tenant_header=o.tenant_header)

@@ -78,6 +78,7 @@ class ServeOptions:
     max_stored_response_bytes: int = DEFAULT_MAX_STORED_RESPONSE_BYTES  # the same store's bytes
     enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
     tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
+    enable_server_load_tracking: bool = False  # GET /load counts generation requests (vLLM's)
     # CORS (cors.py), vLLM's flags: JSON lists as given on the command line, or sequences
     allowed_origins: tuple[str, ...] | str = ("*",)
     allow_credentials: bool = False
@@ -285,6 +286,10 @@ def _add_api_args(srv: _ArgGroup) -> None:
     srv.add_argument("--tool-call-parser", default=None, metavar="NAME",
                      help=f"how the model writes tool calls: {', '.join(sorted(PARSERS))} "
                      "(vLLM's names; required and named tool_choice need none)")
+    srv.add_argument("--enable-server-load-tracking", action="store_true", default=False,
+                     help="GET /load answers {\"server_load\": N}, N the requests in "
+                     "/v1/completions, /v1/chat/completions and /v1/responses now, as vLLM's "
+                     "flag of this name (default: off, /load says 0)")
 
 
 def _add_process_args(srv: _ArgGroup) -> None:
