@@ -30,10 +30,12 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import (Sentinel, SentinelManagedConnection,
+from redis.asyncio.sentinel import (MasterNotFoundError, Sentinel, SentinelManagedConnection,
                                     SentinelManagedSSLConnection)
 from redis.backoff import NoBackoff
 from redis.exceptions import AskError, MovedError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.errors import ConfigError
 from kvpool.remote.connections import (READ_BUFFER, BufferedConnection,
@@ -152,13 +154,68 @@ def _sentinel(nodes: list[tuple[str, int]], service: str, options: dict,
     connection whose server turned replica)."""
     tls = options.pop("connection_class", Connection) is SSLConnection
     cls = _buffered_sentinel(tls)
-    sentinel = Sentinel(nodes, sentinel_kwargs={"socket_connect_timeout": connect_timeout,
+    sentinel = _Sentinels(nodes, sentinel_kwargs={"socket_connect_timeout": connect_timeout,
                                                 "socket_timeout": connect_timeout,
                                                 "retry": Retry(NoBackoff(), 0)},
                         retry=Retry(NoBackoff(), 0), **options)
     client = sentinel.master_for(service, connection_class=cls,
                                  max_connections=max_connections)
     return TierClient(client, "sentinel", client.connection_pool, connection_class=cls)
+
+
+class SentinelsDownError(MasterNotFoundError):
+    """No sentinel of the URL answered (refused, timed out): an outage, not a wrong name."""
+
+
+class MasterDownError(MasterNotFoundError):
+    """A sentinel knows the service but says its master is down (a failover pending)."""
+
+
+class _AskedSentinel(Redis):
+    """One sentinel's client, telling its ``_Sentinels`` when it could not be reached (an
+    error reply, e.g. a plain server's unknown command, is an answer)."""
+
+    def __init__(self, owner: _Sentinels, pool: Any) -> None:
+        super().__init__(connection_pool=pool)
+        self.owner = owner
+
+    async def sentinel_masters(self):
+        try:
+            return await super().sentinel_masters()
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            self.owner.unreachable += 1
+            raise
+
+
+class _Sentinels(Sentinel):
+    """redis-py's Sentinel whose MasterNotFoundError says why no master was found
+    (NOTE(sentinel-why)): no sentinel answered, the service's master is down, or (the error
+    as before) no sentinel that answered names a master for that service."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.sentinels = [_AskedSentinel(self, s.connection_pool) for s in self.sentinels]
+        self.unreachable = 0  # sentinels not reached during the current discovery
+        self.down = False  # a sentinel knew the service and said its master is down
+
+    def check_master_state(self, state: dict, service_name: str) -> bool:
+        ok = super().check_master_state(state, service_name)
+        self.down = self.down or not ok
+        return ok
+
+    async def discover_master(self, service_name: str):
+        self.unreachable, self.down = 0, False
+        try:
+            return await super().discover_master(service_name)
+        except MasterNotFoundError:
+            if self.down:
+                raise MasterDownError(f"the sentinels know {service_name!r} but report its "
+                                      "master down") from None
+            if self.unreachable >= len(self.sentinels):
+                asked = ", ".join(f"{k.get('host')}:{k.get('port')}" for k in (
+                    c.connection_pool.connection_kwargs for c in self.sentinels))
+                raise SentinelsDownError(f"asked {asked}") from None
+            raise
 
 
 def _counting(base: type, redirects: Counter) -> type:

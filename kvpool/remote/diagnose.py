@@ -23,6 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.breaker import PAUSE_KINDS, BreakerState, CircuitBreaker
+from kvpool.remote.clients import MasterDownError, SentinelsDownError
 
 log = logging.getLogger("kvpool.remote")
 
@@ -52,6 +53,13 @@ _FIXES = {
                 "redis.conf's 'sentinel monitor NAME ...' (SENTINEL MASTERS lists them) in "
                 "redis+sentinel://HOST:PORT/NAME; if those ports are not sentinels (26379), "
                 "use redis://HOST:PORT",
+    "sentinelsdown": "no sentinel answered ({detail}): start the sentinels, or fix the "
+                     "HOST:PORT list in redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE "
+                     "(a sentinel's port is redis.conf's port under --sentinel, 26379 by "
+                     "default); the tier retries",
+    "masterdown": "no master to use ({detail}): the sentinels promote a replica once they "
+                  "agree it is down (down-after-milliseconds, quorum); with no replica, "
+                  "restart the master. The tier retries",
     "notcluster": "the redis+cluster:// seed nodes are no cluster nodes ({detail}): for one "
                   "server use --remote-url redis://HOST:PORT, for a Sentinel-managed master "
                   "redis+sentinel://HOST:PORT/SERVICE",
@@ -70,13 +78,15 @@ _FIXES = {
 # NOTE(startup-line): the fault kinds of an outage (Redis down or out of reach). A warm-up
 # that failed with any other kind reached a server that cannot serve the tier (a refused
 # password or command, not Redis, a TLS or URL mismatch): no retry mends that, only a fix.
-OUTAGES = frozenset({"refused", "timeout", "closed", "connection"})
+OUTAGES = frozenset({"refused", "timeout", "closed", "connection", "sentinelsdown",
+                     "masterdown"})
 
 
 # a fault kind -> its errors_total kind (the connection kinds first, then error replies)
 _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "connection",
                 "closed": "connection", "connection": "connection", "protocol": "connection",
-                "sentinel": "connection",
+                "sentinel": "connection", "sentinelsdown": "connection",
+                "masterdown": "connection",
                 "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
                 "clusterclient": "cluster", "notcluster": "cluster",
@@ -93,6 +103,8 @@ def error_kind(fault: str) -> str:
 _KIND_BY_TYPE = (
     ((TimeoutError, RedisTimeoutError), "timeout"),
     (AuthenticationError, "auth"),
+    (SentinelsDownError, "sentinelsdown"),
+    (MasterDownError, "masterdown"),
     (MasterNotFoundError, "sentinel"),
     (InvalidResponse, "protocol"),
     (OutOfMemoryError, "oom"),
