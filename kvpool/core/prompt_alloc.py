@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvpool.core.block import Device
-from kvpool.core.block_table import BlockTable, SeqAlloc
-from kvpool.core.hashing import encode_extra_keys
-from kvpool.core.manager_part import ManagerPart
+from kvpool.core.block_table import BlockTable, BlockTables, SeqAlloc
+from kvpool.core.hashing import BlockHasher, encode_extra_keys
 from kvpool.core.pool import BlockPool
+from kvpool.core.stats import ManagerCounters
 from kvpool.errors import DuplicateSequenceError
 
 
@@ -37,9 +37,19 @@ def count_used(pool: BlockPool, block_ids: Sequence[int]) -> int:
     return len(refs) - refs.count(0)
 
 
-class PromptAllocator(ManagerPart):
+class PromptAllocator:
     """Allocation over the manager's tables (lent to it, owned by the manager) and its
     device pool; counts prefix queries, hits and used slots into the manager's counters."""
+
+    def __init__(self, device: BlockPool, tables: BlockTables,
+                 counters: ManagerCounters, hasher: BlockHasher) -> None:
+        self.device_pool = device
+        self.tables = tables
+        self.counters = counters
+        self.hasher = hasher
+        self.block_size = device.block_size
+        self.caching = device.caching
+        self.index = device.index  # None without prefix caching
 
     def hits(self, hashes: Sequence[bytes], num_tokens: int,
              token_ids: Sequence[int] | None = None) -> list[int]:

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from kvpool.core.block import Device
 from kvpool.core.block_table import BlockTable, BlockTables
 from kvpool.core.hashing import BlockHasher
-from kvpool.core.manager_part import ManagerPart
 from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import InvalidBlockError
@@ -26,7 +25,7 @@ from kvpool.errors import InvalidBlockError
 _DEVICE = Device.DEVICE  # NOTE(speed): a module global, not an enum attribute per token
 
 
-class SlotWriter(ManagerPart):
+class SlotWriter:
     """Appends and hash registration over the manager's tables (lent to it, owned by the
     manager) and its device pool. Every mutator runs inside the pool's writer section (the
     public ones enter it; ``register_upto``, ``need`` and ``append_locked`` assume the caller
@@ -34,11 +33,17 @@ class SlotWriter(ManagerPart):
 
     def __init__(self, device: BlockPool, tables: BlockTables,
                  counters: ManagerCounters, hasher: BlockHasher) -> None:
-        super().__init__(device, tables, counters, hasher)
+        self.device_pool = device
         # NOTE(speed): append_decodes runs once per step over every running sequence; fetch
         # the pool's SeqLock and ref_count once instead of per call
         self.writing = device.writing()
         self.ref_count = device.ref_count
+        self.tables = tables
+        self.counters = counters
+        self.hasher = hasher
+        self.block_size = device.block_size
+        self.caching = device.caching
+        self.index = device.index  # None without prefix caching
 
     def register_upto(self, t: BlockTable, num_tokens: int) -> None:
         """Index ``t``'s full blocks among its first ``num_tokens`` tokens in the prefix cache
