@@ -28,9 +28,10 @@ from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
 __all__ = ["IGNORED_FIELDS_HEADER", "INT32", "KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE",
-           "KNOWN_TOKENIZE", "MAX_CACHE_SALT_CHARS", "UNSUPPORTED_CHAT", "UNSUPPORTED_COMPLETION",
-           "FieldPolicy", "check_unsupported", "ignored_header", "is_int", "is_number", "opt",
-           "salt_and_priority", "stop_strings", "stream_options", "token_ids", "with_defaults"]
+           "KNOWN_TOKENIZE", "MAX_CACHE_SALT_CHARS", "TOKENIZE_UNREAD", "UNSUPPORTED_CHAT",
+           "UNSUPPORTED_COMPLETION", "FieldPolicy", "check_unsupported", "ignored_header",
+           "is_int", "is_number", "opt", "salt_and_priority", "stop_strings", "stream_options",
+           "token_ids", "with_defaults"]
 
 MAX_CACHE_SALT_CHARS = 1024
 INT32 = 1 << 31
@@ -144,10 +145,12 @@ KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tools", 
                                   "top_logprobs", "parallel_tool_calls",
                                   "add_generation_prompt", "continue_final_message"}
                        | CHAT_EXTRAS | set(UNSUPPORTED_CHAT))
+# vLLM's /tokenize takes no truncate_prompt_tokens / truncation_side: unknown there, ignored
 KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
                             "add_generation_prompt", "continue_final_message",
                             "return_token_strs", "chat_template", "chat_template_kwargs",
-                            "truncate_prompt_tokens", "truncation_side", "tools"})
+                            "tools"})
+TOKENIZE_UNREAD = ("truncate_prompt_tokens", "truncation_side")  # chat's, not read here
 KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
 
 

@@ -203,3 +203,19 @@ async def test_model_card_root_is_the_model_as_given_not_the_served_name(make_se
     assert [m.id for m in listed] == ["alias"]
     for card in (listed[0].model_dump(), one):
         assert card["root"] == d and card["parent"] is None
+
+
+@pytest.mark.parametrize("shape", ["prompt", "messages"])
+async def test_tokenize_never_truncates_as_vllms_tokenize_request_has_no_such_field(srv, shape):
+    """vLLM's TokenizeCompletionRequest / TokenizeChatRequest have no truncate_prompt_tokens
+    or truncation_side: they are extra fields, ignored, and count is the whole prompt."""
+    words = " ".join(f"w{i}" for i in range(40))
+    body = {"prompt": words} if shape == "prompt" else \
+        {"messages": [{"role": "user", "content": words}]}
+    status, full = await post(srv, "/tokenize", body)
+    assert status == 200 and full["count"] > 12, full
+    for extra in ({"truncate_prompt_tokens": 12}, {"truncate_prompt_tokens": -1},
+                  {"truncate_prompt_tokens": 12, "truncation_side": "right"},
+                  {"truncate_prompt_tokens": 0, "truncation_side": "middle"}):
+        status, out = await post(srv, "/tokenize", {**body, **extra})
+        assert status == 200 and out == full, (extra, out)
