@@ -21,6 +21,13 @@ Every ``refresh_interval`` seconds the feeds follow the replica set (replicas ad
 at runtime get or lose theirs) and each replica's GET /v1/kvpool/kv_events is asked again, so
 a replica restarted on new ports is followed (its index starts over); one on the same ports
 is caught by its sequence numbers starting again at 0.
+
+NOTE(hash-off-loop): the keys of a body larger than relayed.INLINE_BYTES are computed on one
+worker thread, as such a body was decoded (relayed.py NOTE(gil)): a text prompt's tokenization
+or a chat's template rendering grows with the prompt (~0.2 s for 600k characters, ~0.4 s for
+20k messages on this 2-core box), and on the event loop that was a stall of every stream and
+/health the router served. On the thread the loop's longest wait was 7-8 ms for the same two
+(the GIL changes hands between them); smaller bodies (a few ms of work) stay inline.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import aiohttp
 import zmq.asyncio
@@ -38,6 +47,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from kvpool.router.kv_feed import FEED_COUNTS, ReplicaFeed
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_prompt import PromptKeys
+from kvpool.router.relayed import INLINE_BYTES
 from kvpool.router.replicas import Replica, ReplicaSet
 
 __all__ = ["EventRouting"]
@@ -65,6 +75,8 @@ class EventRouting:
         self.fallbacks = 0  # requests placed by lookups instead (monotonic)
         self._tasks: list[asyncio.Task] = []
         self._loading = False  # the tokenizer load started (NOTE(lazy-tokenizer))
+        self.off_loop = 0  # prompts hashed on the worker thread (NOTE(hash-off-loop))
+        self._hashing = ThreadPoolExecutor(1, thread_name_prefix="router-hash")
 
     async def start(self, session: aiohttp.ClientSession) -> None:
         """Follow every replica that publishes; wait (bounded) until their feeds caught up,
@@ -106,17 +118,19 @@ class EventRouting:
                     logged = True
                     log.exception("router: refreshing the KV event feeds failed (retrying)")
 
-    def score(self, body: dict | None, cands: Sequence[Replica],
-              headers: list[tuple[str, str]]) -> tuple[list[int], list[bytes]] | None:
+    async def score(self, body: dict | None, cands: Sequence[Replica],
+                    headers: list[tuple[str, str]], size: int = 0
+                    ) -> tuple[list[int], list[bytes]] | None:
         """(hit tokens per candidate, the prompt's block hashes), or None when this request
         needs the lookups. ``body``: the decoded request (None: too large to decode here);
-        ``headers``: the forwarded ones (the tenant, kv_prompt.py)."""
+        ``headers``: the forwarded ones (the tenant, kv_prompt.py); ``size``: the body's
+        bytes (NOTE(hash-off-loop))."""
         keys = self.keys
         if any(f.unusable for f in map(self.feeds.get, (r.url for r in cands))
                if f):  # events to an external indexer (NOTE(pub-connect)), or info unusable
             self.fallbacks += 1
             return None
-        got = keys.keys(body, headers) if keys is not None else None
+        got = await self._keys(keys, body, headers, size) if keys is not None else None
         if got is None:
             self.fallbacks += 1
             if keys is not None and keys.wants_parser and not self._loading:
@@ -138,6 +152,16 @@ class EventRouting:
             else:
                 out.append(min(feed.index.hits(hashes, now), limit) * keys.block_size)
         return out, hashes
+
+    async def _keys(self, keys: PromptKeys, body: dict | None,
+                    headers: list[tuple[str, str]], size: int) -> Any:
+        """``keys.keys(body, headers)``, on the worker thread for a large body
+        (NOTE(hash-off-loop))."""
+        if size <= INLINE_BYTES:
+            return keys.keys(body, headers)
+        self.off_loop += 1
+        return await asyncio.get_running_loop().run_in_executor(
+            self._hashing, keys.keys, body, headers)
 
     def routed(self, replica: Replica, hashes: Sequence[bytes]) -> None:
         """``replica`` got a request with these block hashes: expect them there for a while
@@ -175,3 +199,4 @@ class EventRouting:
         for f in self.feeds.values():
             f.close()
         self.ctx.destroy(linger=0)
+        self._hashing.shutdown(wait=False, cancel_futures=True)

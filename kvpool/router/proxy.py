@@ -251,8 +251,8 @@ class Router:
             idx = self.rr % len(cands)
             self.rr += 1
             return cands[idx:] + cands[:idx], 0, "round_robin"
-        scored = (self.kv_events.score(body, cands, headers) if self.kv_events is not None
-                  else None)
+        scored = (await self.kv_events.score(body, cands, headers, len(raw))
+                  if self.kv_events is not None else None)
         if scored is not None:  # NOTE(kv-events): no round trip; loads from the beats
             hits = scored[0]
             loads = [r.busy() for r in cands]
