@@ -16,7 +16,8 @@ calling (OpenAI's shapes)::
     {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}
 
 A template sees a call's ``arguments`` as the object they spell (vLLM parses them too: the
-templates of Llama, Qwen and Mistral write ``arguments | tojson``). Anything else is a 400
+templates of Llama, Qwen and Mistral write ``arguments | tojson``); arguments that are not a
+JSON object (a call cut short) are ``{}``, as vLLM coerces them. Anything else is a 400
 naming the message (``messages[i].role``).
 """
 
@@ -93,16 +94,25 @@ def _call(call: Any, where: str) -> dict[str, Any]:
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise _bad(where, "must be {'id', 'type': 'function', 'function': {'name', "
                    "'arguments'}}")
-    args = fn.get("arguments", "{}")
-    if isinstance(args, str):
-        args = decode_json_text(args, f"{where}.function.arguments", "JSON text") \
-            if args.strip() else {}
-    out = {"type": "function", "function": {"name": fn["name"], "arguments": args}}
+    out = {"type": "function", "function": {"name": fn["name"],
+                                            "arguments": _arguments(fn.get("arguments"), where)}}
     if call.get("id") is not None:
         if not isinstance(call["id"], str):
             raise _bad(f"{where}.id", "must be a string")
         out["id"] = call["id"]
     return out
+
+
+def _arguments(args: Any, where: str) -> dict[str, Any]:
+    """A call's arguments as the object a template reads. As vLLM takes them, arguments that
+    are not JSON (a call ``max_tokens`` cut short, sent back by an agent loop) or JSON but not
+    an object are ``{}``, so the conversation can go on."""
+    if isinstance(args, str):
+        try:
+            args = decode_json_text(args, f"{where}.function.arguments", "JSON text")
+        except RequestError:  # not JSON, too deep a nest, a lone surrogate: dropped
+            args = None
+    return args if isinstance(args, dict) else {}
 
 
 def _content(content: Any, param: str) -> str:

@@ -97,7 +97,7 @@ class ResponsesRoute:
         """Store the response with its conversation: the input's, then the output items as
         chat messages (its text, its function calls), as a client would send them back."""
         if inp.store:
-            turns = tuple(item_messages(body["output"], "output", whole=False))
+            turns = tuple(item_messages(body["output"], "output"))
             self.store.put(tenant, body["id"], StoredResponse(body, inp.conversation + turns))
 
     async def retrieve(self, request: web.Request) -> web.Response:

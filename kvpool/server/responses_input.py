@@ -28,7 +28,6 @@ from typing import Any
 from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.body_fields import FieldPolicy, check_unsupported
-from kvpool.server.json_body import decode_json_text
 from kvpool.server.response_store import StoredResponse
 from kvpool.server.responses_tools import ResponsesTools, tool_fields
 
@@ -171,10 +170,10 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
     return item_messages(value, "input")
 
 
-def item_messages(items: list[Any], name: str, whole: bool = True) -> list[dict[str, Any]]:
-    """Input (or output) items -> chat messages; a 400 names ``{name}[i]``. ``whole``: a
-    call's arguments must be JSON text (a stored output's call that ``max_output_tokens`` cut
-    short is kept as it came; continuing from it is then chat's 400 on its arguments)."""
+def item_messages(items: list[Any], name: str) -> list[dict[str, Any]]:
+    """Input (or output) items -> chat messages; a 400 names ``{name}[i]``. A call's
+    arguments go on as they came: chat takes any that are not a JSON object (one
+    ``max_output_tokens`` cut short) as ``{}``, as vLLM does (chat_messages.py)."""
     out: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         where = f"{name}[{i}]"
@@ -182,7 +181,7 @@ def item_messages(items: list[Any], name: str, whole: bool = True) -> list[dict[
             raise _bad(where, "must be a message object with 'role' and 'content'")
         kind = item.get("type", "message")
         if kind == "function_call":
-            call = _call(item, where, whole)
+            call = _call(item, where)
             if out and out[-1]["role"] == "assistant":  # one assistant turn, its calls
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
@@ -205,13 +204,11 @@ def _string(item: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _call(item: dict[str, Any], where: str, whole: bool) -> dict[str, Any]:
+def _call(item: dict[str, Any], where: str) -> dict[str, Any]:
     """A function_call item -> a chat tool call (its arguments JSON text)."""
     args = item.get("arguments")
     if not isinstance(args, str):
         raise _bad(f"{where}.arguments", "is required: the call's arguments as JSON text")
-    if whole:
-        decode_json_text(args, f"{where}.arguments", "JSON text")
     return {"id": _string(item, "call_id", where), "type": "function",
             "function": {"name": _string(item, "name", where), "arguments": args}}
 

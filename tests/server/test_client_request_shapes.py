@@ -1,0 +1,79 @@
+"""Request shapes real clients send (copied from the wire, the client packages are not
+needed): the OpenAI Agents SDK, LiteLLM and LangChain against a real server on 127.0.0.1.
+
+- An agent loop sends the model's own tool call back in the next turn, arguments as they
+  came; a call that ``max_tokens`` cut short has arguments that are not JSON. vLLM coerces
+  them (and arguments that are JSON but not an object) to ``{}`` so the conversation can go
+  on; a 400 here failed every later turn of that conversation.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get weather.", "strict": True,
+    "parameters": {"properties": {"city": {"title": "City", "type": "string"}},
+                   "required": ["city"], "title": "get_weather_args", "type": "object",
+                   "additionalProperties": False}}}]
+CALL_ID = "chatcmpl-tool-218d4eb9b95e4147a584de0ed70551b8"
+
+
+def agent_turn(arguments: str) -> list[dict]:
+    """The Agents SDK's second chat turn (OpenAIChatCompletionsModel), as it went out."""
+    return [{"content": "use tool", "role": "system"},
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": CALL_ID, "type": "function",
+                 "function": {"name": "get_weather", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": CALL_ID, "content": "sunny"}]
+
+
+@pytest.fixture
+async def tools_srv(make_server):
+    """A 1024-token context (the tools in the prompt) and ``--enable-auto-tool-choice
+    --tool-call-parser hermes``."""
+    async with make_server(max_model_len=1024, num_device_blocks=96,
+                           app_options={"tool_call_parser": "hermes"}) as s:
+        yield s
+
+
+async def post(url: str, body: dict) -> tuple[int, dict]:
+    async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
+        return r.status, await r.json()
+
+
+@pytest.mark.parametrize("arguments", ['{"c', '{"city":"Par', "[1, 2]", "42", "[" * 5000],
+                         ids=["cut", "cut-string", "list", "number", "deep"])
+async def test_a_tool_call_whose_arguments_are_not_an_object_is_taken_as_empty(tools_srv,
+                                                                               arguments):
+    srv = tools_srv
+    status, out = await post(srv.v1 + "/chat/completions", {
+        "model": "kvpool-tiny", "messages": agent_turn(arguments), "max_tokens": 2,
+        "tools": TOOLS})
+    assert status == 200, out
+    assert out["choices"][0]["finish_reason"] == "length"
+    # the template saw {} for them: the prompt is the one of a call with empty arguments
+    status, empty = await post(srv.v1 + "/chat/completions", {
+        "model": "kvpool-tiny", "messages": agent_turn("{}"), "max_tokens": 2,
+        "tools": TOOLS})
+    assert status == 200, empty
+    assert out["usage"]["prompt_tokens"] == empty["usage"]["prompt_tokens"]
+
+
+async def test_a_responses_function_call_item_cut_short_continues(tools_srv):
+    """The Agents SDK's Responses turn after a call that max_output_tokens cut short."""
+    srv = tools_srv
+    body = {"model": "kvpool-tiny", "instructions": "use tool", "max_output_tokens": 2,
+            "tools": [{"type": "function", "name": "get_weather", "strict": True,
+                       "parameters": TOOLS[0]["function"]["parameters"]}],
+            "input": [{"content": "weather?", "role": "user"},
+                      {"arguments": '{"city":"Par', "call_id": "call_1",
+                       "name": "get_weather", "type": "function_call", "id": "fc_1",
+                       "status": "incomplete"},
+                      {"call_id": "call_1", "output": "sunny",
+                       "type": "function_call_output"}]}
+    status, out = await post(srv.v1 + "/responses", body)
+    assert status == 200, out
+    assert out["status"] == "incomplete" and out["usage"]["output_tokens"] == 2
