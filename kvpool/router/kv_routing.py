@@ -22,12 +22,13 @@ at runtime get or lose theirs) and each replica's GET /v1/kvpool/kv_events is as
 a replica restarted on new ports is followed (its index starts over); one on the same ports
 is caught by its sequence numbers starting again at 0.
 
-NOTE(hash-off-loop): the keys of a body larger than relayed.INLINE_BYTES are computed on one
-worker thread, as such a body was decoded (relayed.py NOTE(gil)): a text prompt's tokenization
+NOTE(hash-off-loop): the keys of a body larger than HASH_INLINE_BYTES are computed on one
+worker thread, as a large body is decoded (relayed.py NOTE(gil)): a text prompt's tokenization
 or a chat's template rendering grows with the prompt (~0.2 s for 600k characters, ~0.4 s for
 20k messages on this 2-core box), and on the event loop that was a stall of every stream and
 /health the router served. On the thread the loop's longest wait was 7-8 ms for the same two
-(the GIL changes hands between them); smaller bodies (a few ms of work) stay inline.
+(the GIL changes hands between them). The bound is lower than the decoding's (64 KiB): 64 KiB
+of text took 26 ms to tokenize, of messages 62 ms to render; 8 KiB is a few ms, kept inline.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from kvpool.router.kv_feed import FEED_COUNTS, ReplicaFeed
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_prompt import PromptKeys
-from kvpool.router.relayed import INLINE_BYTES
 from kvpool.router.replicas import Replica, ReplicaSet
 
 __all__ = ["EventRouting"]
@@ -55,6 +55,7 @@ __all__ = ["EventRouting"]
 log = logging.getLogger("kvpool.router")
 DEFAULT_REFRESH = 2.0  # seconds between two asks of a replica's kv_events route
 PENDING_TTL = 2.0  # seconds a routed prompt's blocks count as held before an event confirms
+HASH_INLINE_BYTES = 8 * 1024  # larger bodies are hashed on a worker thread (NOTE(hash-off-loop))
 CATCH_UP_WAIT = 3.0  # seconds the router's start waits for the feeds' first replay
 
 
@@ -157,7 +158,7 @@ class EventRouting:
                     headers: list[tuple[str, str]], size: int) -> Any:
         """``keys.keys(body, headers)``, on the worker thread for a large body
         (NOTE(hash-off-loop))."""
-        if size <= INLINE_BYTES:
+        if size <= HASH_INLINE_BYTES:
             return keys.keys(body, headers)
         self.off_loop += 1
         return await asyncio.get_running_loop().run_in_executor(

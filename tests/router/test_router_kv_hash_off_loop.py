@@ -13,9 +13,8 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
-from kvpool.router.kv_routing import EventRouting
+from kvpool.router.kv_routing import HASH_INLINE_BYTES, EventRouting
 from kvpool.router.proxy import Router
-from kvpool.router.relayed import INLINE_BYTES
 from kvpool.router.replicas import ReplicaSet
 from tests.events.helpers import publisher
 from tests.router.helpers import LOOKUP_TIMEOUT, apps_served, served
@@ -50,12 +49,12 @@ async def test_a_large_prompt_is_hashed_off_the_event_loop():
             async with served(Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events)
                               ) as url, aiohttp.ClientSession() as s:
                 small = {"prompt": list(range(100)), "max_tokens": 1}
-                large = {"prompt": list(range(10 ** 6, 10 ** 6 + 9000)), "max_tokens": 1}
+                large = {"prompt": list(range(10 ** 6, 10 ** 6 + 2000)), "max_tokens": 1}
                 for body, hashed_off in ((small, 0), (large, 1), (small, 1)):
                     async with s.post(url + "/v1/completions", json=body) as r:
                         assert r.status == 200, await r.text()
                         sent = (await r.json())["bytes"]
-                    assert (sent > INLINE_BYTES) == (body is large)
+                    assert (sent > HASH_INLINE_BYTES) == (body is large)
                     assert events.off_loop == hashed_off
                 assert events.fallbacks == 0  # every one placed by the events, none by lookups
     finally:
