@@ -33,7 +33,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (MasterNotFoundError, Sentinel, SentinelManagedConnection,
                                     SentinelManagedSSLConnection)
 from redis.backoff import NoBackoff
-from redis.exceptions import AskError, MovedError
+from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -218,9 +218,20 @@ class _Sentinels(Sentinel):
             raise
 
 
+class SlotMigratingError(ResponseError):
+    """A TRYAGAIN reply: a multi-key call's slot is being migrated and its keys are split
+    between the two nodes (NOTE(tryagain))."""
+
+
 def _counting(base: type, redirects: Counter) -> type:
     """``base`` counting each MOVED/ASK reply it reads into ``redirects`` (the cluster client
-    follows them; the count says how often its slot map was stale)."""
+    follows them; the count says how often its slot map was stale).
+
+    NOTE(tryagain): redis-py's cluster client retries a TRYAGAIN reply up to 16 times, the
+    later ones after 50 ms sleeps, and a slot migration lasts far longer: every probe or MGET
+    of a migrating slot's keys ran out the tier's deadline, a timeout that opened the breaker
+    for every node. Raised as another error reply here it is one call's miss, as the
+    migration makes it."""
 
     class CountingConnection(base):
         async def read_response(self, *args, **kwargs):
@@ -232,6 +243,8 @@ def _counting(base: type, redirects: Counter) -> type:
             except AskError:
                 redirects["ask"] += 1
                 raise
+            except TryAgainError as exc:  # NOTE(tryagain)
+                raise SlotMigratingError(str(exc)) from None
 
     CountingConnection.__qualname__ = f"Counting{base.__name__}"
     return CountingConnection

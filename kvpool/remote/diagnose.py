@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.breaker import PAUSE_KINDS, BreakerState, CircuitBreaker
-from kvpool.remote.clients import MasterDownError, SentinelsDownError
+from kvpool.remote.clients import MasterDownError, SentinelsDownError, SlotMigratingError
 
 log = logging.getLogger("kvpool.remote")
 
@@ -60,6 +60,8 @@ _FIXES = {
     "masterdown": "no master to use ({detail}): the sentinels promote a replica once they "
                   "agree it is down (down-after-milliseconds, quorum); with no replica, "
                   "restart the master. The tier retries",
+    "tryagain": "a slot is being migrated between cluster nodes (TRYAGAIN: {detail}): "
+                "lookups of its keys miss until the migration ends; nothing to fix",
     "notcluster": "the redis+cluster:// seed nodes are no cluster nodes ({detail}): for one "
                   "server use --remote-url redis://HOST:PORT, for a Sentinel-managed master "
                   "redis+sentinel://HOST:PORT/SERVICE",
@@ -89,7 +91,7 @@ _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "
                 "masterdown": "connection",
                 "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
-                "clusterclient": "cluster", "notcluster": "cluster",
+                "clusterclient": "cluster", "notcluster": "cluster", "tryagain": "cluster",
                 "noperm": "noperm", "readonly": "readonly"}
 
 
@@ -109,6 +111,7 @@ _KIND_BY_TYPE = (
     (InvalidResponse, "protocol"),
     (OutOfMemoryError, "oom"),
     (ReadOnlyError, "readonly"),
+    (SlotMigratingError, "tryagain"),
     (ClusterCrossSlotError, "crossslot"),
     (MovedError, "moved"),
     (ClusterDownError, "clusterdown"),

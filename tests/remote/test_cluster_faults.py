@@ -1,0 +1,72 @@
+"""Redis Cluster faults an operator causes, on a real 3-master cluster of this module's own
+(its slots are moved): each fails or misses only its own lookups, within the deadline, and
+never opens the breaker for the other nodes' keys."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from bench.redis_servers import RedisClusterProcs
+from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
+from tests.remote.chains import chain
+from tests.remote.conftest import NS
+
+
+@pytest.fixture
+def cluster():
+    c = RedisClusterProcs(masters=3)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _items(codec, n: int, salt: str):
+    hashes = chain(n, salt=salt)
+    return [(k, codec.encode(h, [bytes([i % 256]) * 256]))
+            for i, (k, h) in enumerate(zip(NS.group_keys(hashes), hashes))]
+
+
+def _node_id(r: redis.Redis) -> str:
+    i = r.cluster("myid")
+    return i.decode() if isinstance(i, bytes) else i
+
+
+async def test_a_slot_migration_in_progress_misses_only_that_slots_probes(cluster):
+    """TRYAGAIN (a multi-key call on a slot whose keys are split between the two nodes) was
+    retried by redis-py past the deadline, a timeout that opened the breaker for every node
+    (NOTE(tryagain))."""
+    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
+    try:
+        assert await t.warm_up()
+        moving, other = _items(t.codec, 8, "moving"), _items(t.codec, 8, "staying")
+        assert await t.put_many(moving) == 8 and await t.put_many(other) == 8
+        keys = [k for k, _ in moving]
+        src = cluster.master_of(keys[0])
+        assert cluster.master_of(other[0][0]) is not src  # (chains of fixed salts)
+        dst = next(n for n in cluster.nodes if n is not src)
+        a, b = redis.Redis(port=src.port), redis.Redis(port=dst.port)
+        slot = a.cluster("keyslot", keys[0])
+        b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(a))
+        a.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", _node_id(b))
+        for k in keys[:4]:  # half of the prefix moved, half not yet
+            a.execute_command("MIGRATE", "127.0.0.1", dst.port, k, 0, 5000)
+        assert await t.probe(keys) == 0  # that slot's multi-key call: a miss
+        st = t.stats()
+        assert "timeout" not in st.errors and st.errors.get("cluster") == 1, st
+        assert t.breaker.state is BreakerState.CLOSED
+        assert await t.probe([k for k, _ in other]) == 8  # the other nodes' keys still hit
+        for k in keys[4:]:  # the migration ends: the slot is dst's
+            a.execute_command("MIGRATE", "127.0.0.1", dst.port, k, 0, 5000)
+        for n in cluster.nodes:
+            r = redis.Redis(port=n.port)
+            r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", _node_id(b))
+            r.close()
+        assert await t.probe(keys) == 8
+        assert await t.get_many(keys) == [v for _, v in moving]
+        a.close()
+        b.close()
+    finally:
+        await t.aclose()
