@@ -1,10 +1,12 @@
 """A request body's bytes -> one JSON object, every failure a 400 with param None.
 
-The body must be UTF-8 JSON (no NaN/Infinity), an object, nested at most ``max_json_depth``,
-without lone UTF-16 surrogate escapes, and hold no more JSON values than a request that fits
-the context can (NOTE(gil) below: counted on the raw bytes, before ``json.loads`` holds the
-GIL), nor a string longer than any string of a fitting request (NOTE(string-bound) in
-protocol.py; refused from the raw bytes before decoding too, naming its field).
+The body must be UTF-8 JSON (no NaN/Infinity; a leading byte order mark is ignored, as
+vLLM's server ignores it and RFC 8259 section 8.1 allows), an object, nested at most
+``max_json_depth``, without lone UTF-16 surrogate escapes, and hold no more JSON values than a
+request that fits the context can (NOTE(gil) below: counted on the raw bytes, before
+``json.loads`` holds the GIL), nor a string longer than any string of a fitting request
+(NOTE(string-bound) in protocol.py; refused from the raw bytes before decoding too, naming its
+field).
 
 NOTE(gil): parsing on a worker thread does not keep the event loop free while ``json.loads``
 runs: the C scanner holds the GIL for the whole call, and its cost grows with the number of
@@ -44,6 +46,7 @@ copy them): a parse must not read the request's tenant; the caller reads it on t
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import re
 from collections.abc import Callable
@@ -72,6 +75,7 @@ MAX_JSON_BYTES_PER_CHAR = 12
 
 _QUOTE = b'"'
 _BACKSLASH = 0x5C
+UTF8_BOM = codecs.BOM_UTF8  # a body may open with it (ignored)
 INLINE_PARSE_BYTES = 8192  # smaller bodies tokenize in well under a ms: a thread hop costs more
 PARSE_THREADS = 2  # parses of large bodies running at once
 DEFAULT_BODY_TIMEOUT = 60.0  # seconds a whole request body may take to arrive (0: no bound)
@@ -161,6 +165,8 @@ def _reject_constant(name: str) -> Any:
 
 def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
                      max_model_len: int, max_string_bytes: int | None = None) -> dict[str, Any]:
+    # vLLM's server (starlette) decodes with json.loads(bytes), which skips a UTF-8 BOM
+    raw = raw[len(UTF8_BOM):] if raw.startswith(UTF8_BOM) else raw
     commas = structural_commas(raw, max_body_commas)
     if commas > max_body_commas:
         raise context_length_error(max_model_len, f"the request body holds {commas + 1} or "

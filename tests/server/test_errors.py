@@ -229,3 +229,22 @@ async def test_unknown_model_is_404_on_every_route(srv):
                        ("/detokenize", {"tokens": [5], "model": "gpt-4o"})):
         status, _, resp = await call(srv, "POST", path, json=body)
         assert_error(status, resp, 404, "model", "model_not_found")
+
+
+async def test_a_leading_utf8_bom_is_ignored_as_vllm_ignores_it(srv):
+    """vLLM (starlette's json.loads on the body's bytes) skips one UTF-8 byte order mark."""
+    bom, headers = b"\xef\xbb\xbf", {"Content-Type": "application/json"}
+    for path, body in (("/v1/completions", b'{"prompt": "hi", "max_tokens": 1}'),
+                       ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": '
+                                                b'"hi"}], "max_tokens": 1}'),
+                       ("/tokenize", b'{"prompt": "hi"}')):
+        status, _, plain = await call(srv, "POST", path, data=body, headers=headers)
+        assert status == 200, plain
+        status, _, out = await call(srv, "POST", path, data=bom + body, headers=headers)
+        assert status == 200, out
+        if path == "/tokenize":
+            assert out == plain
+    # only one, only in front: a second mark is not JSON
+    status, _, out = await call(srv, "POST", "/tokenize", data=bom * 2 + b'{"prompt": "hi"}',
+                                headers=headers)
+    assert_error(status, out, 400, None, "invalid_json")
