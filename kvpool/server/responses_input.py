@@ -12,8 +12,9 @@ call (consecutive calls, and an assistant message right before them, make one me
 chat holds parallel calls) and a ``function_call_output`` item a ``tool`` message answering
 its ``call_id``. ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
 through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``top_logprobs``
-alternatives). ``text.format`` ``json_schema`` / ``json_object`` is the chat ``response_format`` of
-the same constraint, as vLLM runs it. Other item kinds (files, images, reasoning) and
+alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``. ``text.format``
+``json_schema`` / ``json_object`` is the chat ``response_format`` of the same constraint, as
+vLLM runs it. Other item kinds (files, images, reasoning) and
 Responses features this server does not implement (hosted tools, background, reasoning) are a
 400 naming the field, so a client never gets a silently different result.
 """
@@ -40,11 +41,11 @@ __all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "item_m
 PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "user",
                 "priority", "cache_salt", "stream")
 # field -> the values that mean "not used": anything else is a 400 unsupported_parameter
-UNSUPPORTED = {"background": (False,), "reasoning": ({},), "truncation": ("disabled",),
-               "conversation": (), "prompt": ()}
+UNSUPPORTED = {"background": (False,), "reasoning": ({},), "conversation": (), "prompt": ()}
+TRUNCATIONS = ("disabled", "auto")
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",
-                             "parallel_tool_calls", "include", "top_logprobs"}
+                             "parallel_tool_calls", "include", "top_logprobs", "truncation"}
                             | set(PASS_THROUGH) | set(UNSUPPORTED))
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text")
@@ -77,6 +78,7 @@ class ResponsesInput:
     ignored: tuple[str, ...]  # unknown fields that were ignored (body_fields.py)
     text_format: dict[str, Any]  # text.format as asked: the response echoes it
     tools: ResponsesTools  # tools, tool_choice, parallel_tool_calls: the response echoes them
+    truncation: str = "disabled"  # as asked: the response echoes it
 
 
 def _opt(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -111,6 +113,7 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     if max_output is not None:
         chat["max_tokens"] = max_output
     _include(body, chat)
+    truncation = _truncation(body, chat)
     chat.update(tool_fields(body))
     constraint = response_format(fmt)
     if constraint is not None:
@@ -119,7 +122,20 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
                           previous_id=previous_id, store=_opt(body, "store", bool, True),
                           metadata=_opt(body, "metadata", dict, {}),
                           max_output_tokens=max_output, ignored=ignored, text_format=fmt,
-                          tools=ResponsesTools(body))
+                          tools=ResponsesTools(body), truncation=truncation)
+
+
+def _truncation(body: dict[str, Any], chat: dict[str, Any]) -> str:
+    """``truncation``: ``"auto"`` is chat's ``truncate_prompt_tokens: -1`` (the prompt cut to
+    the model's context), as vLLM reads it; ``"disabled"`` (the default) cuts nothing."""
+    value = body.get("truncation")
+    if value is None:
+        return "disabled"
+    if value not in TRUNCATIONS:
+        raise _bad("truncation", f"must be 'auto' or 'disabled', got {json.dumps(value)[:40]}")
+    if value == "auto":
+        chat["truncate_prompt_tokens"] = -1
+    return value
 
 
 def _include(body: dict[str, Any], chat: dict[str, Any]) -> None:

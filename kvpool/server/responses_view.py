@@ -103,7 +103,7 @@ class ResponsesView:
                 "previous_response_id": inp.previous_id, "temperature": params.temperature,
                 "top_p": params.top_p, "tool_choice": inp.tools.tool_choice,
                 "tools": inp.tools.tools, "text": {"format": inp.text_format},
-                "truncation": "disabled", "metadata": inp.metadata, "store": inp.store,
+                "truncation": inp.truncation, "metadata": inp.metadata, "store": inp.store,
                 "user": b.req.user, "usage": usage}
 
     def usage(self) -> dict[str, Any]:

@@ -5,9 +5,13 @@ needed): the OpenAI Agents SDK, LiteLLM and LangChain against a real server on 1
   came; a call that ``max_tokens`` cut short has arguments that are not JSON. vLLM coerces
   them (and arguments that are JSON but not an object) to ``{}`` so the conversation can go
   on; a 400 here failed every later turn of that conversation.
+- The Agents SDK's ``ModelSettings(truncation="auto")`` on the Responses model sends
+  ``truncation: "auto"``, which vLLM takes as ``truncate_prompt_tokens=-1`` and echoes.
 """
 
 from __future__ import annotations
+
+import json
 
 import aiohttp
 import pytest
@@ -77,3 +81,20 @@ async def test_a_responses_function_call_item_cut_short_continues(tools_srv):
     status, out = await post(srv.v1 + "/responses", body)
     assert status == 200, out
     assert out["status"] == "incomplete" and out["usage"]["output_tokens"] == 2
+
+
+@pytest.mark.parametrize("truncation", ["auto", "disabled"])
+async def test_responses_truncation_is_taken_and_echoed(srv, truncation):
+    body = {"model": "kvpool-tiny", "input": "hi", "max_output_tokens": 2,
+            "truncation": truncation, "metadata": {"k": "v"}, "store": True}
+    status, out = await post(srv.v1 + "/responses", body)
+    assert status == 200, out
+    assert out["truncation"] == truncation
+
+
+@pytest.mark.parametrize("value", ["sometimes", 1, ["auto"]])
+async def test_responses_truncation_other_values_are_400s(srv, value):
+    status, out = await post(srv.v1 + "/responses", {
+        "model": "kvpool-tiny", "input": "hi", "max_output_tokens": 2, "truncation": value})
+    assert status == 400, out
+    assert out["error"]["param"] == "truncation", json.dumps(out)
