@@ -141,6 +141,13 @@ class ValueCodec:
         trailer = signer.trailer(ns.name(bytes(chain_hash)).encode(), header, payload)
         return b"".join([header, payload, trailer])
 
+    def max_value_nbytes(self) -> int | None:
+        """The largest value this codec writes (signed), or None when the block size is
+        open: a longer string under one of its keys is no value of its (NOTE(probe))."""
+        if self.block_nbytes is None:
+            return None
+        return HEADER_SIZE + self._g * self.block_nbytes + TRAILER
+
     def decode(self, value: bytes | memoryview, chain_hash: bytes) -> DecodedValue:
         """Check ``value`` (read under ``key(chain_hash)``) and split it into block views."""
         mv = memoryview(value).cast("B")

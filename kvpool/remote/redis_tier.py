@@ -15,7 +15,8 @@ Fault model (docs/architecture.md#scale-out):
   once, no network, and the tier's own task PINGs Redis about every ``reset_s`` until one
   answers and closes it: no user request is ever the trial. A READONLY or NOPERM reply opens
   it too, and then the trial is the tier's own commands (NOTE(pause), ``health.py``).
-- A value that fails the codec's check is a miss, is deleted, and is counted by kind.
+- A value that fails the codec's check is a miss, is deleted, and is counted by kind; a key
+  of another type or a string longer than any value ends the probe's run and is deleted.
 
 One round trip of latency per call, whatever the number of blocks: the probe is one Lua script
 per prefix segment (walk the keys, stop at the first miss; ``segments.py``), all sent at once,
@@ -29,12 +30,10 @@ into parts, a part's check runs in a worker thread (zlib drops the GIL) while th
 reading the later parts' bytes, and only the last part's check is on the critical path.
 The connections (``connections.py``) read with a ``READ_BUFFER`` StreamReader buffer, TLS too.
 
-Diagnosis (``diagnose.py``): the first failure of each kind (auth, TLS, refused, timeout, OOM,
-CROSSSLOT/MOVED...) is logged once with its fix; ``warm_up`` says whether the tier is reachable
-and reads ``INFO``: a cluster node behind a plain ``redis://`` URL is refused (every call a
-miss, no network), a noeviction policy or no maxmemory is warned about. An OOM reply pauses
-puts for ``oom_pause_s``.
-"""
+Diagnosis (``diagnose.py``): the first failure of each kind is logged once with its fix;
+``warm_up`` says whether the tier is reachable and reads ``INFO``: a cluster node behind a
+plain ``redis://`` URL is refused (every call a miss), a noeviction policy or no maxmemory is
+warned about. An OOM reply pauses puts for ``oom_pause_s``."""
 
 from __future__ import annotations
 
@@ -246,7 +245,7 @@ class RedisTier:
     # -- internals ------------------------------------------------------------------------
     async def _open(self, n: int) -> None:
         """Open ``n`` pooled connections (a cluster: its slot map) and load the probe script
-        (a cluster: on every master), so the first probe's EVALSHA hits."""
+        (on every master), so the first probe's EVALSHA hits."""
         pool = self._client.pool
         if pool is None:
             await self._redis.initialize()
@@ -262,7 +261,8 @@ class RedisTier:
 
     async def _probe_segments(self, plan: list[tuple[list[str], int]]) -> list[int]:
         """Each segment's run, all scripts at once; one failure fails the call."""
-        runs = await all_at_once([lambda seg=seg, lead=lead: self._probe(keys=seg, args=[lead])
+        most, probe = self.codec.max_value_nbytes() or 0, self._probe  # most: NOTE(probe)
+        runs = await all_at_once([lambda s=seg, lead=lead: probe(keys=s, args=[lead, most])
                                   for seg, lead in plan])
         return [int(r) for r in runs]
 
