@@ -41,13 +41,14 @@ from urllib.parse import unquote, urlsplit
 
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from kvpool.router.affinity import RESPONSES_PATH
 from kvpool.router.proxy import GENERATE_PATHS, Router
 from kvpool.router.relayed import request_headers
 from kvpool.router.replicas import Replica
 
-__all__ = ["ERROR_STATUSES", "Picker", "endpoint_of"]
+__all__ = ["ERROR_STATUSES", "Picker", "endpoint_of", "routed_path"]
 
 ERROR_STATUSES = (400, 413, 503)  # the statuses the picker answers Envoy with itself
 
@@ -58,6 +59,19 @@ def endpoint_of(url: str) -> str:
     port = parts.port or (443 if parts.scheme == "https" else 80)
     host = parts.hostname or ""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def routed_path(path: str) -> str:
+    """NOTE(path-as-routed): ``path`` (Envoy's ``:path``, its query dropped) as aiohttp routes
+    it in the router and the replicas (yarl's ``path_safe``: percent-escapes decoded but %2F and
+    %25), so a generation route spelled with escapes (``/v1/%63ompletions``, served as a
+    completion by every replica) is scored like one, not sent to the first healthy replica
+    past the prefix choice and the load guard."""
+    raw = path.split("?", 1)[0]
+    try:
+        return URL.build(path=raw, encoded=True).path_safe
+    except ValueError:  # not a path aiohttp would take either: matches no route below
+        return raw
 
 
 class Picker:
@@ -86,7 +100,7 @@ class Picker:
         Generation requests are checked (RequestError: not a JSON object) and planned like the
         router plans them; Responses API follow-ups go to their response's replica
         (NOTE(responses)); others go to the first healthy replica."""
-        route = path.split("?", 1)[0]
+        route = routed_path(path)
         plain = request_headers(CIMultiDict(headers))
         if route in GENERATE_PATHS:
             body = await self.router.bodies.check(raw)
