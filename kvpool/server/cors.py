@@ -49,6 +49,14 @@ Origin that is not one serialized origin (``null`` or ``scheme://host[:port]``, 
 ``MAX_ORIGIN_CHARS``, sent once) counts as a disallowed origin, and requested headers that
 are not a comma-separated list of header names are disallowed headers: nothing a client sends
 is echoed unless it has that shape. Browsers only ever send that shape.
+
+NOTE(simple-post): a browser sends a "simple" cross-origin request (a POST whose Content-Type
+is ``text/plain``, ``application/x-www-form-urlencoded`` or ``multipart/form-data``, or none)
+with no preflight: CORS only hides the answer from the page. Where --allowed-origins is a
+list, a page from another origin could still start generations on a server without an API
+key. vLLM refuses every body that is not ``application/json`` (400); here such a request is
+refused (403 ``origin_not_allowed``) only when it carries an Origin the flags refuse, so
+``curl -d`` and other clients that send no Origin keep working.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from aiohttp import web
 
 from kvpool.errors import ConfigError
+from kvpool.server.middleware import APIError
 
 __all__ = ["ALL_METHODS", "MAX_AGE_SECONDS", "MAX_ORIGIN_CHARS", "CorsPolicy", "cors_list"]
 
@@ -68,6 +77,10 @@ SAFELISTED_HEADERS = ("Accept", "Accept-Language", "Content-Language", "Content-
 MAX_AGE_SECONDS = 600  # how long a browser may cache a preflight answer (starlette's default)
 MAX_ORIGIN_CHARS = 320  # a DNS name is at most 253 characters; scheme and port add ~20
 MAX_REQUESTED_HEADERS_CHARS = 4096
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+# NOTE(simple-post): the media types a browser sends cross-origin without a preflight
+SIMPLE_MEDIA_TYPES = ("", "text/plain", "application/x-www-form-urlencoded",
+                      "multipart/form-data")
 
 # an origin is ``null`` or scheme://host[:port]: no path, no comma, no space
 _ORIGIN = re.compile(r"null|[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9._~%!$&'()*+;=:\[\]-]+")
@@ -151,9 +164,24 @@ class CorsPolicy:
                                    handler: Handler) -> web.StreamResponse:
             if _is_preflight(request):
                 return self.preflight(request)
+            if self.refuses_simple(request):
+                raise APIError(403, "this Origin is not in --allowed-origins, and a request "
+                               "from a browser page must send Content-Type: application/json",
+                               code="origin_not_allowed")
             return await handler(request)
 
         return answer_preflight
+
+    def refuses_simple(self, request: web.Request) -> bool:
+        """NOTE(simple-post): a request with an Origin this policy refuses that a browser
+        would have sent without a preflight (a write with a simple media type)."""
+        if "Origin" not in request.headers or request.method in SAFE_METHODS:
+            return False
+        origin = _origin(request)
+        if origin is not None and self.allows(origin):
+            return False
+        media = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        return media in SIMPLE_MEDIA_TYPES
 
     def preflight(self, request: web.Request) -> web.Response:
         """200 with what the actual request may do, or 400 naming what is not allowed."""

@@ -120,6 +120,40 @@ async def test_allowed_origins_restrict_and_echo_with_vary(make_server):
             assert (ACAO in h) == (headers.get("Origin") == A), (path, headers, h)
 
 
+async def test_a_refused_origins_simple_post_starts_nothing(make_server):
+    """cors.py NOTE(simple-post): a page from a refused origin posts text/plain (or a form)
+    with no preflight; the server refuses it before any generation, while the allowed origin,
+    a JSON body (the browser preflights that and withholds the request) and clients sending
+    no Origin (curl -d) are served as before."""
+    cors = CorsPolicy(f'["{A}"]')
+    async with make_server(app_options={"cors": cors}) as srv:
+        url, body = srv.v1 + "/completions", json.dumps(PROMPT)
+        before = await prompt_tokens(srv.url)
+        for ctype in ("text/plain", "text/plain;charset=UTF-8",
+                      "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+            status, h, raw = await fetch(url, "POST", data=body,
+                                         headers={"Origin": EVIL, "Content-Type": ctype})
+            err = json.loads(raw)["error"]
+            assert (status, err["code"]) == (403, "origin_not_allowed"), (ctype, raw)
+            assert "--allowed-origins" in err["message"] and ACAO not in h
+        assert await prompt_tokens(srv.url) == before  # no generation started
+        for headers in [{"Origin": A, "Content-Type": "text/plain"},
+                        {"Origin": EVIL, "Content-Type": "application/json"},
+                        {"Content-Type": "text/plain"}]:
+            status, _, raw = await fetch(url, "POST", data=body, headers=headers)
+            assert status == 200 and json.loads(raw)["choices"], (headers, raw)
+        status, _, _ = await fetch(srv.v1 + "/models", headers={"Origin": EVIL})
+        assert status == 200  # a read starts nothing: CORS hides its answer
+
+
+async def prompt_tokens(url: str) -> float:
+    """vLLM's prompt token counter on the server's /metrics."""
+    _, _, raw = await fetch(url + "/metrics")
+    line = next(ln for ln in raw.decode().splitlines()
+                if ln.startswith("vllm:prompt_tokens_total{"))
+    return float(line.rsplit(" ", 1)[1])
+
+
 async def test_credentials_echo_the_origin_never_a_star(make_server):
     cors = CorsPolicy(credentials=True)
     async with make_server(app_options={"cors": cors}) as srv:
