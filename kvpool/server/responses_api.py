@@ -36,7 +36,8 @@ __all__ = ["RESPONSES_KEY", "ResponsesRoute"]
 
 # chat parameter -> the Responses field a client sent it as
 _PARAM_NAMES = {"max_tokens": "max_output_tokens", "messages": "input",
-                "response_format": "text.format"}
+                "response_format": "text.format", "reasoning_effort": "reasoning.effort",
+                "truncate_prompt_tokens": "truncation"}
 
 
 def _renamed(exc: RequestError) -> RequestError:

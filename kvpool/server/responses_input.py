@@ -12,10 +12,11 @@ call (consecutive calls, and an assistant message right before them, make one me
 chat holds parallel calls) and a ``function_call_output`` item a ``tool`` message answering
 its ``call_id``. ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
 through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``top_logprobs``
-alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``. ``text.format``
+alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``,
+``reasoning.effort`` chat's ``reasoning_effort``. ``text.format``
 ``json_schema`` / ``json_object`` is the chat ``response_format`` of the same constraint, as
 vLLM runs it. Other item kinds (files, images, reasoning) and
-Responses features this server does not implement (hosted tools, background, reasoning) are a
+Responses features this server does not implement (hosted tools, background) are a
 400 naming the field, so a client never gets a silently different result.
 """
 
@@ -41,11 +42,12 @@ __all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "item_m
 PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "user",
                 "priority", "cache_salt", "stream")
 # field -> the values that mean "not used": anything else is a 400 unsupported_parameter
-UNSUPPORTED = {"background": (False,), "reasoning": ({},), "conversation": (), "prompt": ()}
+UNSUPPORTED = {"background": (False,), "conversation": (), "prompt": ()}
 TRUNCATIONS = ("disabled", "auto")
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",
-                             "parallel_tool_calls", "include", "top_logprobs", "truncation"}
+                             "parallel_tool_calls", "include", "top_logprobs", "truncation",
+                             "reasoning"}
                             | set(PASS_THROUGH) | set(UNSUPPORTED))
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text")
@@ -114,6 +116,9 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
         chat["max_tokens"] = max_output
     _include(body, chat)
     truncation = _truncation(body, chat)
+    effort = _opt(body, "reasoning", dict, {}).get("effort")
+    if effort is not None:  # vLLM: the chat template's reasoning_effort (vllm_fields.py)
+        chat["reasoning_effort"] = effort
     chat.update(tool_fields(body))
     constraint = response_format(fmt)
     if constraint is not None:

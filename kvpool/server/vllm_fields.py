@@ -11,6 +11,8 @@
   accepted without ``truncate_prompt_tokens`` (nothing is cut then).
 - ``chat_template`` (a Jinja source for this request) and ``chat_template_kwargs`` (extra
   variables the template sees; ``messages`` and the other names the server sets are refused).
+  ``reasoning_effort`` (none, minimal, low, medium, high, xhigh, max) is the template's
+  ``reasoning_effort``, and ``enable_thinking`` (false for "none") unless the kwargs set it.
 - chat ``echo``: when the last message is the assistant's, its content comes back in front of
   the generated content (vLLM's rule).
 - ``return_tokens_as_token_ids``: logprob tokens spelled ``token_id:<id>``, so clients that
@@ -40,7 +42,9 @@ RESERVED_TEMPLATE_VARS = frozenset({"messages", "add_generation_prompt", "tools"
 COMPLETION_EXTRAS = frozenset({"add_special_tokens", "truncate_prompt_tokens",
                                "truncation_side", "return_tokens_as_token_ids"})
 TRUNCATION_SIDES = ("left", "right")
-CHAT_EXTRAS = COMPLETION_EXTRAS | {"chat_template", "chat_template_kwargs", "echo"}
+CHAT_EXTRAS = COMPLETION_EXTRAS | {"chat_template", "chat_template_kwargs", "echo",
+                                   "reasoning_effort"}
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # vLLM's
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +112,7 @@ def template_source(body: dict[str, Any]) -> str | None:
 def template_kwargs(body: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     kw = body.get("chat_template_kwargs")
     if kw is None:
-        return ()
+        return tuple(reasoning_variables(body, {}).items())
     if not isinstance(kw, dict) or len(kw) > MAX_TEMPLATE_KWARGS:
         raise _bad("chat_template_kwargs", f"must be an object of at most "
                    f"{MAX_TEMPLATE_KWARGS} variables")
@@ -116,4 +120,16 @@ def template_kwargs(body: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     if reserved:
         raise _bad("chat_template_kwargs", f"{reserved[0]!r} is set by the server and cannot "
                    "be overridden")
-    return tuple(kw.items())
+    return tuple(reasoning_variables(body, kw).items())
+
+
+def reasoning_variables(body: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's ``reasoning_effort``: the template sees it (over a ``chat_template_kwargs`` of
+    that name) and ``enable_thinking`` (effort not "none") unless the kwargs set that."""
+    effort = body.get("reasoning_effort")
+    if effort is None:
+        return kw
+    if effort not in REASONING_EFFORTS:
+        raise _bad("reasoning_effort", f"must be one of {', '.join(REASONING_EFFORTS)}, got "
+                   f"{json.dumps(effort)[:40]}")
+    return {"enable_thinking": effort != "none", **kw, "reasoning_effort": effort}

@@ -98,3 +98,51 @@ async def test_responses_truncation_other_values_are_400s(srv, value):
         "model": "kvpool-tiny", "input": "hi", "max_output_tokens": 2, "truncation": value})
     assert status == 400, out
     assert out["error"]["param"] == "truncation", json.dumps(out)
+
+
+# a request template showing the two variables vLLM sets from reasoning_effort
+SHOW = ("{% for m in messages %}{{ m.content }}|{% endfor %}"
+        "{{ reasoning_effort | default('unset') }}|{{ enable_thinking | default('unset') }}")
+
+
+@pytest.mark.parametrize("extra, shown", [
+    ({}, "unset|unset"),
+    ({"reasoning_effort": "low"}, "low|True"),
+    ({"reasoning_effort": "none"}, "none|False"),
+    ({"reasoning_effort": None}, "unset|unset"),
+    ({"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": False}},
+     "high|False"),
+    ({"reasoning_effort": "max", "chat_template_kwargs": {"reasoning_effort": "low"}},
+     "max|True"),
+], ids=["absent", "low", "none", "null", "kwargs-thinking", "kwargs-effort"])
+async def test_chat_reasoning_effort_reaches_the_template(make_server, extra, shown):
+    """LangChain's ``ChatOpenAI(reasoning_effort=...)`` / LiteLLM's ``reasoning_effort``: vLLM
+    renders it as the template's ``reasoning_effort`` and ``enable_thinking`` (Qwen3's switch)."""
+    async with make_server(app_options={"trust_request_chat_template": True}) as srv:
+        status, out = await post(srv.v1 + "/chat/completions", {
+            "model": srv.engine.model_name, "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 1, "prompt_logprobs": 0, "chat_template": SHOW, **extra})
+        want = srv.engine.tokenizer.encode("hi|" + shown, add_special_tokens=False)
+    assert status == 200, out
+    # the prompt's ids, from vLLM's prompt_logprobs (the first token has none)
+    got = [int(k) for entry in out["prompt_logprobs"][1:] for k in entry]
+    assert out["usage"]["prompt_tokens"] == len(want) and got == want[1:], shown
+
+
+@pytest.mark.parametrize("value", ["extreme", 3])
+async def test_chat_reasoning_effort_other_values_are_400s(srv, value):
+    status, out = await post(srv.v1 + "/chat/completions", {
+        "model": srv.engine.model_name, "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 1, "reasoning_effort": value})
+    assert status == 400 and out["error"]["param"] == "reasoning_effort", out
+
+
+async def test_responses_reasoning_is_taken(srv):
+    """The Agents SDK's ``ModelSettings(reasoning=Reasoning(effort="low"))`` and LangChain's
+    ``reasoning=`` send ``reasoning``; vLLM passes its effort to the template."""
+    body = {"model": "kvpool-tiny", "input": "hi", "max_output_tokens": 2}
+    for reasoning in ({"effort": "low", "summary": "auto"}, {"effort": None}, {}):
+        status, out = await post(srv.v1 + "/responses", {**body, "reasoning": reasoning})
+        assert status == 200, out
+    status, out = await post(srv.v1 + "/responses", {**body, "reasoning": {"effort": "x"}})
+    assert status == 400 and out["error"]["param"] == "reasoning.effort", out
