@@ -21,6 +21,8 @@ Redirects the client followed are counted per kind (``moved``, ``ask``) in
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +35,8 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (MasterNotFoundError, Sentinel, SentinelManagedConnection,
                                     SentinelManagedSSLConnection)
 from redis.backoff import NoBackoff
-from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
+from redis.exceptions import (AskError, ClusterDownError, MovedError, RedisClusterException,
+                              RedisError, ResponseError, TryAgainError)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -56,8 +59,11 @@ class TierClient:
     pool: Any = None  # the one connection pool (server, sentinel); None for a cluster
     redirects: Counter = field(default_factory=Counter)  # kind -> MOVED/ASK replies followed
     connection_class: type = BufferedConnection
+    refresh: Any = None  # a cluster's SlotMapRefresh
 
     async def aclose(self) -> None:
+        if self.refresh is not None:
+            await self.refresh.aclose()
         await self.redis.aclose()
         if self.pool is not None:
             await self.pool.aclose()
@@ -137,14 +143,16 @@ def _cluster(nodes: list[tuple[str, int]], options: dict, max_connections: int
     refresh), so the class is set there and on the startup nodes before the first call."""
     tls = options.pop("connection_class", Connection) is SSLConnection
     redirects: Counter = Counter()
-    cls = _counting(BufferedTLSConnection if tls else BufferedConnection, redirects)
+    refresh = SlotMapRefresh()
+    cls = _counting(BufferedTLSConnection if tls else BufferedConnection, redirects, refresh)
     client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], ssl=tls,
                           max_connections=max_connections, retry=Retry(NoBackoff(), 0),
                           require_full_coverage=False, **options)
     client.connection_kwargs["connection_class"] = cls
     for node in client.startup_nodes:
         node.connection_class = cls
-    return TierClient(client, "cluster", None, redirects, cls)
+    refresh.client = client
+    return TierClient(client, "cluster", None, redirects, cls, refresh)
 
 
 def _sentinel(nodes: list[tuple[str, int]], service: str, options: dict,
@@ -223,7 +231,48 @@ class SlotMigratingError(ResponseError):
     between the two nodes (NOTE(tryagain))."""
 
 
-def _counting(base: type, redirects: Counter) -> type:
+class SlotDownError(ResponseError):
+    """A CLUSTERDOWN reply from one node: it serves no slot of the call's keys (the cluster
+    lost a master with no replica, or the node was reset) (NOTE(tryagain))."""
+
+
+class SlotMapRefresh:
+    """Refreshes a cluster client's slot map off any request after a CLUSTERDOWN reply
+    (NOTE(tryagain)): one at a time, at most once per ``every`` seconds, bounded by
+    NOTE(setup)'s 2 s. A node that lost its slots (a minority partition, a reset) answers
+    CLUSTERDOWN where the majority may already serve them elsewhere."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.client: Any = None  # the RedisCluster, set once built
+        self.every = every
+        self._task: asyncio.Task | None = None
+        self._last = -every
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if self.client is None or now - self._last < self.every or (
+                self._task is not None and not self._task.done()):
+            return
+        self._last = now
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async with asyncio.timeout(2.0):
+                await self.client.nodes_manager.initialize()
+        except (RedisError, RedisClusterException, OSError, TimeoutError):
+            pass  # the next CLUSTERDOWN asks again
+
+    async def aclose(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+def _counting(base: type, redirects: Counter, refresh: SlotMapRefresh) -> type:
     """``base`` counting each MOVED/ASK reply it reads into ``redirects`` (the cluster client
     follows them; the count says how often its slot map was stale).
 
@@ -231,7 +280,9 @@ def _counting(base: type, redirects: Counter) -> type:
     later ones after 50 ms sleeps, and a slot migration lasts far longer: every probe or MGET
     of a migrating slot's keys ran out the tier's deadline, a timeout that opened the breaker
     for every node. Raised as another error reply here it is one call's miss, as the
-    migration makes it."""
+    migration makes it. So is CLUSTERDOWN, which redis-py answers with a 0.25 s sleep (the
+    whole op deadline) and a topology refresh: a node reset or a lost master's slots timed
+    out every call to them and opened the breaker for the keys of every other node."""
 
     class CountingConnection(base):
         async def read_response(self, *args, **kwargs):
@@ -245,6 +296,9 @@ def _counting(base: type, redirects: Counter) -> type:
                 raise
             except TryAgainError as exc:  # NOTE(tryagain)
                 raise SlotMigratingError(str(exc)) from None
+            except ClusterDownError as exc:  # NOTE(tryagain)
+                refresh()
+                raise SlotDownError(str(exc)) from None
 
     CountingConnection.__qualname__ = f"Counting{base.__name__}"
     return CountingConnection

@@ -23,7 +23,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.breaker import PAUSE_KINDS, BreakerState, CircuitBreaker
-from kvpool.remote.clients import MasterDownError, SentinelsDownError, SlotMigratingError
+from kvpool.remote.clients import (MasterDownError, SentinelsDownError, SlotDownError,
+                                   SlotMigratingError)
 
 log = logging.getLogger("kvpool.remote")
 
@@ -62,6 +63,10 @@ _FIXES = {
                   "restart the master. The tier retries",
     "tryagain": "a slot is being migrated between cluster nodes (TRYAGAIN: {detail}): "
                 "lookups of its keys miss until the migration ends; nothing to fix",
+    "slotdown": "a cluster node answered CLUSTERDOWN ({detail}): it serves none of those "
+                "keys' slots (a master down with no replica to take over, or a node reset: "
+                "CLUSTER INFO / CLUSTER NODES show which); lookups of those slots miss until "
+                "every slot has a master again",
     "notcluster": "the redis+cluster:// seed nodes are no cluster nodes ({detail}): for one "
                   "server use --remote-url redis://HOST:PORT, for a Sentinel-managed master "
                   "redis+sentinel://HOST:PORT/SERVICE",
@@ -92,6 +97,7 @@ _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "
                 "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
                 "clusterclient": "cluster", "notcluster": "cluster", "tryagain": "cluster",
+                "slotdown": "cluster",
                 "noperm": "noperm", "readonly": "readonly"}
 
 
@@ -112,6 +118,7 @@ _KIND_BY_TYPE = (
     (OutOfMemoryError, "oom"),
     (ReadOnlyError, "readonly"),
     (SlotMigratingError, "tryagain"),
+    (SlotDownError, "slotdown"),
     (ClusterCrossSlotError, "crossslot"),
     (MovedError, "moved"),
     (ClusterDownError, "clusterdown"),

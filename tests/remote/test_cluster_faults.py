@@ -4,6 +4,8 @@ never opens the breaker for the other nodes' keys."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
 
@@ -68,5 +70,44 @@ async def test_a_slot_migration_in_progress_misses_only_that_slots_probes(cluste
         assert await t.get_many(keys) == [v for _, v in moving]
         a.close()
         b.close()
+    finally:
+        await t.aclose()
+
+
+async def test_a_reset_node_misses_only_its_slots_and_the_map_follows_a_reassignment(cluster):
+    """CLUSTERDOWN from a node that lost its slots was slept on by redis-py for 0.25 s, the
+    whole op deadline: each call to those slots timed out and opened the breaker for every
+    node (NOTE(tryagain)). Now it is that call's miss, and the slot map is refreshed off the
+    requests, so the slot is found where the operator moved it."""
+    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
+    try:
+        assert await t.warm_up()
+        lost, other = _items(t.codec, 8, "moving"), _items(t.codec, 8, "staying")
+        assert await t.put_many(lost) == 8 and await t.put_many(other) == 8
+        keys = [k for k, _ in lost]
+        x, y = cluster.master_of(keys[0]), cluster.master_of(other[0][0])
+        rx = redis.Redis(port=x.port)
+        slot = rx.cluster("keyslot", keys[0])
+        rx.flushall()
+        rx.cluster("reset", "soft")  # the node forgets its slots and the cluster
+        rx.close()
+        assert await t.probe(keys) == 0 and await t.get_many(keys) == [None] * 8
+        st = t.stats()
+        assert "timeout" not in st.errors and st.errors.get("cluster") == 2, st
+        assert t.breaker.state is BreakerState.CLOSED
+        assert await t.probe([k for k, _ in other]) == 8  # the other nodes' keys still hit
+        ry = redis.Redis(port=y.port)
+        for n in cluster.nodes:  # the operator gives the lost slot to y
+            if n is not x:
+                r = redis.Redis(port=n.port)
+                r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", _node_id(ry))
+                r.close()
+        ry.close()
+        for _ in range(100):  # bounded: the map is refreshed at most once a second
+            await t.put_many(lost)
+            if await t.probe(keys) == 8:
+                break
+            await asyncio.sleep(0.05)
+        assert await t.get_many(keys) == [v for _, v in lost], t.stats()
     finally:
         await t.aclose()
