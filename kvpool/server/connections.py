@@ -77,9 +77,15 @@ def default_max_connections(reserve: int = FD_RESERVE) -> int:
 async def bounded_write(request: web.Request, resp: web.StreamResponse, data: bytes,
                         timeout: float) -> None:
     """One stream write, bounded: a client that stopped reading for ``timeout`` seconds loses
-    its connection (the server's SSE and the router's relay: handlers.py NOTE(slow-reader))."""
+    its connection (the server's SSE and the router's relay: handlers.py NOTE(slow-reader)).
+    NOTE(write-cancel): ``asyncio.timeout``, not ``wait_for``: on Python 3.11 wait_for returns
+    the write's result when the handler is cancelled in the step the write finished (CPython
+    gh-86296), and that cancel was aiohttp's for a client gone: the handler read on for
+    nobody (the router's in-flight count and upstream held, the replica's request running)
+    until its next write failed."""
     try:
-        await asyncio.wait_for(resp.write(data), timeout)
+        async with asyncio.timeout(timeout):
+            await resp.write(data)
     except TimeoutError:
         log.warning("stream client stopped reading for %.1fs; closing its connection", timeout)
         if request.transport is not None:
