@@ -10,7 +10,8 @@ as they came). Function calling (responses_tools.py): ``tools``, ``tool_choice``
 ``parallel_tool_calls`` become chat's; a ``function_call`` item is an assistant message's tool
 call (consecutive calls, and an assistant message right before them, make one message, as
 chat holds parallel calls) and a ``function_call_output`` item a ``tool`` message answering
-its ``call_id``. ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields pass
+its ``call_id``. ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields (vLLM's:
+penalties, ``min_p``, ``logit_bias``, ``stop_token_ids``, ...) and ``chat_template_kwargs`` pass
 through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``top_logprobs``
 alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``,
 ``reasoning.effort`` chat's ``reasoning_effort``. ``text.format``
@@ -38,9 +39,13 @@ _bad = RequestError.field  # errors.py: "param: message", with the param named
 __all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "item_messages",
            "responses_to_chat"]
 
-# copied into the chat body as they are (the chat parser validates them)
+# copied into the chat body as they are (the chat parser validates them): vLLM's Responses
+# sampling fields and chat_template_kwargs
 PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "user",
-                "priority", "cache_salt", "stream")
+                "priority", "cache_salt", "stream", "min_p", "presence_penalty",
+                "frequency_penalty", "repetition_penalty", "logit_bias", "stop_token_ids",
+                "skip_special_tokens", "spaces_between_special_tokens",
+                "include_stop_str_in_output", "chat_template_kwargs")
 # field -> the values that mean "not used": anything else is a 400 unsupported_parameter
 UNSUPPORTED = {"background": (False,), "conversation": (), "prompt": ()}
 TRUNCATIONS = ("disabled", "auto")

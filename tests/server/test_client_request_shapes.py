@@ -146,3 +146,30 @@ async def test_responses_reasoning_is_taken(srv):
         assert status == 200, out
     status, out = await post(srv.v1 + "/responses", {**body, "reasoning": {"effort": "x"}})
     assert status == 400 and out["error"]["param"] == "reasoning.effort", out
+
+
+@pytest.mark.parametrize("field, bad", [
+    ("presence_penalty", 5), ("frequency_penalty", -3), ("repetition_penalty", 0),
+    ("min_p", 2), ("logit_bias", {"x": 1}), ("stop_token_ids", "7"),
+    ("skip_special_tokens", "no"), ("include_stop_str_in_output", 3),
+    ("chat_template_kwargs", {"messages": []})])
+async def test_responses_sampling_fields_are_read(srv, field, bad):
+    """vLLM's Responses request carries chat's sampling fields (the Agents SDK's
+    ModelSettings.frequency_penalty / presence_penalty, LangChain's on use_responses_api);
+    they were ignored as unknown. A value chat refuses shows that they are read."""
+    status, out = await post(srv.v1 + "/responses", {
+        "model": "kvpool-tiny", "input": "hi", "max_output_tokens": 2, field: bad})
+    assert status == 400 and out["error"]["param"] == field, out
+
+
+async def test_responses_logit_bias_and_stop_token_ids_shape_the_output(srv):
+    tid = srv.engine.tokenizer.encode("a", add_special_tokens=False)[-1]
+    body = {"model": "kvpool-tiny", "input": "hi", "max_output_tokens": 4,
+            "logit_bias": {str(tid): 100}, "presence_penalty": 0.5, "min_p": 0.1,
+            "frequency_penalty": 0.5, "repetition_penalty": 1.1}
+    status, out = await post(srv.v1 + "/responses", body)
+    assert status == 200, out
+    assert out["output"][0]["content"][0]["text"] == srv.engine.tokenizer.decode([tid] * 4)
+    status, out = await post(srv.v1 + "/responses", {**body, "stop_token_ids": [tid]})
+    assert status == 200 and out["status"] == "completed", out
+    assert out["usage"]["output_tokens"] == 1
