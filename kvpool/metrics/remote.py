@@ -36,7 +36,7 @@ REMOTE_METRIC_NAMES = (
     "kvpool_remote_health_checks_total", "kvpool_remote_health_failed_total",
     "kvpool_remote_breaker_opens_total", "kvpool_remote_errors_total",
     "kvpool_remote_redirects_total",
-    "kvpool_remote_breaker_state",
+    "kvpool_remote_breaker_state", "kvpool_remote_breakers_open",
     "kvpool_remote_probe_seconds", "kvpool_remote_get_seconds", "kvpool_remote_put_seconds",
     "kvpool_remote_prefetch_wait_seconds",
 )
@@ -104,7 +104,12 @@ class RemoteMetrics:
                     "resharding).", ("kind",),
                     [((k,), moved.get(k, 0)) for k in sorted({"moved", "ask"} | set(moved))]))
         out.append(("kvpool_remote_breaker_state", "gauge", "Circuit breaker: 0 closed, "
-                    "1 half-open, 2 open.", (), [((), s.breaker_state)]))
+                    "1 half-open, 2 open (on a cluster the most open of its nodes').", (),
+                    [((), s.breaker_state)]))
+        out.append(("kvpool_remote_breakers_open", "gauge", "Circuit breakers not closed: "
+                    "the tier's one (0 or 1), on a cluster also one per master node "
+                    "(its keys' calls are misses while it is open).", (),
+                    [((), getattr(s, "breakers_open", 0))]))
         return out
 
     def attach(self, server: KVPoolMetrics) -> None:

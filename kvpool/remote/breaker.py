@@ -25,7 +25,8 @@ Why the trial is not a user call: with Redis hung, a user request admitted as th
 the whole deadline (about one request per second per replica). A PING from the tier's own task
 costs no request anything, so while the breaker is open no request ever waits on Redis.
 
-Synchronous and lock-free: it is used from one event loop. The clock is injectable so the
+A Redis Cluster tier has one per master node besides its own (NOTE(node-breaker),
+``node_breakers.py``). Synchronous and lock-free: it is used from one event loop. The clock is injectable so the
 hypothesis state machine drives time explicitly.
 """
 
@@ -74,6 +75,11 @@ class CircuitBreaker:
         self._epoch = 0  # +1 at every opening
         self.opens = 0  # times it went CLOSED -> OPEN (== epoch; a counter for stats)
         self.cause: str | None = None  # the failure kind of the latest opening
+
+    def twin(self) -> CircuitBreaker:
+        """A new closed breaker with this one's settings and clock (a cluster node's:
+        NOTE(node-breaker) in ``node_breakers.py``)."""
+        return CircuitBreaker(self.threshold, self.reset_s, self._clock)
 
     @property
     def state(self) -> BreakerState:

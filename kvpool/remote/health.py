@@ -43,3 +43,21 @@ def paused_raised(results: list[Any]) -> list[Any]:
     if paused is not None:
         raise paused
     return results
+
+
+async def node_trial(redis: Any, name: str, cause: str | None, script: Any, key: str
+                     ) -> None:
+    """The trial of one cluster node's breaker (NOTE(node-breaker)): raise unless the node
+    ``name`` answers, or serves no slot any more. The slot map is read again first, so a
+    replica promoted in its place or its slots given to another node end the trial: calls
+    for those keys go to the node named now, under its own breaker. After a pause the tier's
+    commands run too, as in :func:`trial`."""
+    manager = redis.nodes_manager
+    await manager.initialize()
+    node = manager.get_node(node_name=name)
+    if node is None or not any(
+            owners and owners[0].name == name for owners in manager.slots_cache.values()):
+        return
+    await node.execute_command("PING")
+    if cause in PAUSE_KINDS:
+        await trial(redis, False, cause, script, key)

@@ -22,13 +22,9 @@ One round trip of latency per call, whatever the number of blocks: the probe is 
 per prefix segment (walk the keys, stop at the first miss; ``segments.py``), all sent at once,
 ``put_many`` one pipeline of SET NX (on a cluster, one per node, at once), and ``get_many``
 about ``GET_PARTS`` MGETs (or the caller's ``parts``, cut on segment borders) sent at once on
-pooled connections. Each script and MGET stays in one cluster slot.
-
-NOTE(get speed): a value's CRC-32 (zlib, ~1.7 GB/s here) costs about a third of what reading
-it from loopback Redis costs, so a check after one big MGET adds a third to every read. Split
-into parts, a part's check runs in a worker thread (zlib drops the GIL) while the loop keeps
-reading the later parts' bytes, and only the last part's check is on the critical path.
-The connections (``connections.py``) read with a ``READ_BUFFER`` StreamReader buffer, TLS too.
+pooled connections. Each script and MGET stays in one cluster slot, and each call runs under
+the breaker of its cluster node (NOTE(node-breaker)). A part's check overlaps the later parts'
+reads (NOTE(get speed), ``tier.py``); connections (``connections.py``) buffer READ_BUFFER.
 
 Diagnosis (``diagnose.py``): the first failure of each kind is logged once with its fix;
 ``warm_up`` says whether the tier is reachable and reads ``INFO``: a cluster node behind a
@@ -47,19 +43,19 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, OutOfMemoryError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kvpool.remote.breaker import PAUSE_KINDS, STRONG_KINDS, BreakerState, CircuitBreaker
+from kvpool.remote.breaker import STRONG_KINDS, BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
 from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import where
 from kvpool.remote.diagnose import FaultLog, classify, error_kind
-from kvpool.remote.health import pauses, paused_raised, trial
+from kvpool.remote.health import node_trial, pauses, paused_raised, trial
+from kvpool.remote.node_breakers import Breakers, HealthChecks
 from kvpool.remote.segments import (PROBE_LUA, all_at_once, leading_run, parts as split_parts,
                                     probe_plan)
-from kvpool.remote.tier import RemoteStats, check_values
+from kvpool.remote.tier import RemoteStats, fetch_checked
 
 log = logging.getLogger("kvpool.remote")
 
-_OFFLOOP_BYTES = 256 << 10  # check a part's values in a worker thread above this many bytes
 GET_PARTS = 4  # MGETs one get_many sends at once (O(1) round trips, checks overlap reads)
 # NOTE(setup): the bound of work no request waits on: the warm-up and a cluster's slot map
 # refresh in the health check (CLUSTER SLOTS and the COMMAND table redis-py parses: ~0.1 s of
@@ -103,8 +99,8 @@ class RedisTier:
         self._redis = self._client.redis
         self._probe = self._redis.register_script(PROBE_LUA)
         self._check_key = codec.namespace.key(bytes(32))  # no block's: NOTE(pause)
-        self._inflight: set[asyncio.Timeout] = set()  # deadlines of the calls in flight
-        self._health_task: asyncio.Task | None = None  # the PING loop while the breaker is open
+        self.breakers = Breakers(self.breaker, self._redis if self._by_slot else None)
+        self._checks = HealthChecks(self._ping, self._closed, self._stats)
 
     # -- the protocol ---------------------------------------------------------------------
     async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
@@ -113,8 +109,9 @@ class RedisTier:
         keys = list(keys)
         plan = probe_plan(refresh, keys, self._by_slot)
         self._stats.probes += 1
-        r = await self._call("probe", 0, lambda: self._probe_segments(plan))
-        n = 0 if r is _FAILED else leading_run(plan, r)
+        runs = await self._per_item("probe", plan, lambda seg: seg[0][0], lambda _: 0,
+                                    self._probe_segments, lambda _: None)  # None: failed
+        n = leading_run(plan, runs)
         g = self._blocks_per_key
         self._stats.hit_blocks += n * g
         self._stats.miss_blocks += (len(keys) - n) * g
@@ -129,15 +126,13 @@ class RedisTier:
         keys = list(keys)
         parts = split_parts(keys, min(GET_PARTS if parts is None else parts,
                                       self._max_connections), self._by_slot)
-        r = await self._call("get", len(keys) * self.max_value_bytes,
-                             lambda: self._fetch_parts(parts))
+        checked = await self._per_item(
+            "get", parts, lambda p: p[0], lambda ps: sum(map(len, ps)) * self.max_value_bytes,
+            self._fetch_parts, lambda p: ([None] * len(p), []))
         st = self._stats
-        if r is _FAILED:
-            st.get_missing += len(keys)
-            return [None] * len(keys)
         values: list[bytes | None] = []
         bad: list[tuple[str, str]] = []
-        for part_values, part_bad in r:
+        for part_values, part_bad in checked:
             values += part_values
             bad += part_bad
         if bad:
@@ -157,21 +152,21 @@ class RedisTier:
             st.puts_paused += len(items)
             st.puts_dropped += len(items)
             return 0
-        nbytes = sum(len(v) for _, v in items)
 
-        async def send() -> list[Any]:
+        async def send(group: list[tuple[str, bytes]]) -> list[Any]:
             pipe = self._redis.pipeline(transaction=False)
-            for k, v in items:
+            for k, v in group:
                 pipe.set(k, v, nx=True)
             return paused_raised(await pipe.execute(raise_on_error=False))
 
-        r = await self._call("put", nbytes, send)
-        if r is _FAILED:
-            st.puts_dropped += len(items)
-            return 0
+        replies = await self._per_item("put", items, lambda it: it[0],
+                                       lambda its: sum(len(v) for _, v in its), send,
+                                       lambda _: _FAILED)
         stored = 0
-        for (_, v), ok in zip(items, r):
-            if isinstance(ok, Exception):  # e.g. OOM with a noeviction policy
+        for (_, v), ok in zip(items, replies):
+            if ok is _FAILED:
+                st.puts_dropped += 1
+            elif isinstance(ok, Exception):  # e.g. OOM with a noeviction policy
                 self._reply_error(ok)
                 st.puts_dropped += 1
             elif ok:
@@ -186,8 +181,9 @@ class RedisTier:
         if not keys:
             return 0
         keys = list(keys)
-        r = await self._call("touch", 0, lambda: self._redis.touch(*keys))
-        return 0 if r is _FAILED else int(r)
+        done = await self._per_node("touch", keys, str, lambda _: 0,
+                                    lambda ks: self._redis.touch(*ks))
+        return sum(int(r) for _, r in done if r is not _FAILED)
 
     async def health(self) -> bool:
         if self.breaker.state is not BreakerState.CLOSED or self._refusal is not None:
@@ -213,8 +209,9 @@ class RedisTier:
 
     def stats(self) -> RemoteStats:
         s = self._stats.copy()
-        s.breaker_state = int(self.breaker.state)
-        s.breaker_opens = self.breaker.opens
+        s.breaker_state = int(self.breakers.worst())
+        s.breaker_opens = self.breakers.opens()
+        s.breakers_open = self.breakers.not_closed()
         s.redirects = dict(self._client.redirects)
         return s
 
@@ -233,13 +230,7 @@ class RedisTier:
         self._stats.note_dropped(n)
 
     async def aclose(self) -> None:
-        task, self._health_task = self._health_task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await self._checks.aclose()
         await self._client.aclose()
 
     # -- internals ------------------------------------------------------------------------
@@ -269,27 +260,53 @@ class RedisTier:
     async def _fetch_parts(self, parts: list[list[str]]) -> list[tuple[list, list]]:
         """MGET every part at once and check each part's values as soon as it arrives; one
         failure fails the whole call (the siblings are cancelled) with that exception."""
-        return await all_at_once([lambda p=p: self._fetch_checked(p) for p in parts])
-
-    async def _fetch_checked(self, keys: list[str]) -> tuple[list, list]:
-        raw = await self._redis.mget(keys)
-        if sum(len(v) for v in raw if v is not None) > _OFFLOOP_BYTES:
-            return await asyncio.to_thread(check_values, self.codec, keys, raw)
-        return check_values(self.codec, keys, raw)
+        return await all_at_once([lambda p=p: fetch_checked(self._redis, self.codec, p)
+                                  for p in parts])
 
     def _deadline(self, nbytes: int) -> float:
         return self.op_timeout + nbytes / self.bandwidth
 
     async def _delete(self, keys: list[str]) -> None:
-        r = await self._call("delete", 0, lambda: self._redis.delete(*keys))
-        if r is not _FAILED:
-            self._stats.deleted_invalid += int(r)
+        done = await self._per_node("delete", keys, str, lambda _: 0,
+                                    lambda ks: self._redis.delete(*ks))
+        self._stats.deleted_invalid += sum(int(r) for _, r in done if r is not _FAILED)
+
+    async def _per_node(self, op: str, items: list, key: Callable[[Any], str],
+                        nbytes: Callable[[list], int], send: Callable[[list], Awaitable[Any]]
+                        ) -> list[tuple[list[int], Any]]:
+        """``send`` of ``items`` as one call per cluster node serving them, each under that
+        node's breaker, all at once (one call, ``breaker``, elsewhere): NOTE(node-breaker).
+        Each call's indices of ``items`` and its result (_FAILED: failed or refused)."""
+        groups = self.breakers.group(items, key)
+        t0, one = time.perf_counter(), len(groups) == 1
+        calls = []
+        for b, idx in groups:
+            sub = [items[i] for i in idx]
+            calls.append(self._call(op, nbytes(sub), lambda sub=sub: send(sub), breaker=b,
+                                    observe=one))
+        results = await asyncio.gather(*calls)
+        if not one and self._observer is not None and all(r is not _FAILED for r in results):
+            self._observer(op, time.perf_counter() - t0)
+        return [(idx, r) for (_, idx), r in zip(groups, results)]
+
+    async def _per_item(self, op: str, items: list, key: Callable[[Any], str],
+                        nbytes: Callable[[list], int], send: Callable[[list], Awaitable[list]],
+                        failed: Callable[[Any], Any]) -> list:
+        """``_per_node`` for a ``send`` that answers one result per item: the results in
+        order, ``failed(item)`` for the items of a failed call."""
+        out = [None] * len(items)
+        for idx, r in await self._per_node(op, items, key, nbytes, send):
+            for j, i in enumerate(idx):
+                out[i] = failed(items[i]) if r is _FAILED else r[j]
+        return out
 
     async def _call(self, op: str, nbytes: int, fn: Callable[[], Awaitable[Any]],
-                    bound: float | None = None) -> Any:
-        """Run one round trip under the breaker and the deadline (``bound`` instead of the
-        op's, when given); _FAILED on any failure."""
-        breaker = self.breaker
+                    bound: float | None = None, breaker: CircuitBreaker | None = None,
+                    observe: bool = True) -> Any:
+        """Run one round trip under ``breaker`` (the tier's) and the deadline (``bound``
+        instead of the op's, when given); _FAILED on any failure."""
+        breaker = self.breaker if breaker is None else breaker
+        inflight = self._checks.inflight(breaker)
         epoch = breaker.admit()
         if epoch is None or self._refusal is not None:
             self._stats.count_error("breaker_open" if epoch is None else "refused_server")
@@ -297,11 +314,11 @@ class RedisTier:
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(bound or self._deadline(nbytes)) as deadline:
-                self._inflight.add(deadline)
+                inflight.add(deadline)
                 try:
                     result = await fn()
                 finally:
-                    self._inflight.discard(deadline)
+                    inflight.discard(deadline)
         except (TimeoutError, RedisTimeoutError, RedisConnectionError, OSError,
                 InvalidResponse) as exc:  # InvalidResponse: not Redis there, no reply
             err: BaseException = exc
@@ -316,17 +333,16 @@ class RedisTier:
             err = exc
         else:
             breaker.record_success(epoch)
-            if self._observer is not None:
+            if observe and self._observer is not None:
                 self._observer(op, time.perf_counter() - t0)
             return result
         # NOTE(cancel): a CancelledError from the caller (a prefetch deadline) propagates and
         # reports nothing: it says nothing about Redis.
-        self._failed(epoch, err)
+        self._failed(epoch, err, breaker)
         return _FAILED
 
-    def _failed(self, epoch: int, err: BaseException) -> None:
+    def _failed(self, epoch: int, err: BaseException, breaker: CircuitBreaker) -> None:
         """Redis did not serve a call: tell the breaker, count and log (a new event only)."""
-        breaker = self.breaker
         fault = classify(err)
         opens = breaker.opens
         cause = fault if fault in STRONG_KINDS else "connection"
@@ -336,7 +352,7 @@ class RedisTier:
         else:
             self._stats.count_error("joined")
         if breaker.opens != opens:
-            self._opened()
+            self._checks.opened(breaker)
 
     def _reply_error(self, exc: BaseException) -> None:
         """An error reply: counted by kind, logged once; an OOM pauses the puts."""
@@ -360,41 +376,25 @@ class RedisTier:
         self._refusal = self.faults.inspected(info, cluster=self.kind == "cluster")
         return self._refusal is None
 
-    def _opened(self) -> None:
-        """The breaker just opened: cut the calls still in flight (they would each wait out
-        their own deadline on a Redis already judged down) and start the health check."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for deadline in list(self._inflight) if self.breaker.cause not in PAUSE_KINDS else ():
-            if not deadline.expired():
-                deadline.reschedule(now)  # fires on the next loop turn: TimeoutError there
-        if self._health_task is None or self._health_task.done():
-            self._health_task = loop.create_task(self._health_loop(), name="redis-tier-health")
+    async def _closed(self, breaker: CircuitBreaker) -> None:
+        """A health check closed ``breaker``: read what changed while the tier was down
+        (also: says it is reachable); a cluster node's breaker needs no INFO of the tier."""
+        if breaker is self.breaker:
+            await self._inspect()
 
-    async def _health_loop(self) -> None:
-        """While the breaker is not closed: one trial (``_ping``) whenever one is due."""
-        breaker, st = self.breaker, self._stats
-        while (wait := breaker.trial_wait()) is not None:
-            if wait > 0:
-                await asyncio.sleep(wait)
-                continue
-            if not breaker.start_trial():
-                continue
-            st.health_checks += 1
-            ok = await self._ping()
-            st.health_failed += not ok
-            breaker.end_trial(ok)
-            if ok:
-                await self._inspect()  # what changed while it was down (also: reachable)
-
-    async def _ping(self) -> bool:
-        """The health check's trial (``health.py``); False on any failure or error reply."""
-        cluster = self._client.pool is None
+    async def _ping(self, breaker: CircuitBreaker) -> bool:
+        """The health check's trial (``health.py``; a cluster node's own when ``breaker``
+        is that node's); False on any failure or error reply."""
+        cluster, node = self._client.pool is None, self.breakers.node(breaker)
         try:
             async with asyncio.timeout(SETUP_S if cluster else
                                        self.connect_timeout + self.op_timeout):
-                await trial(self._redis, cluster, self.breaker.cause, self._probe,
-                            self._check_key)
+                if node is not None:
+                    await node_trial(self._redis, node, breaker.cause, self._probe,
+                                     self._check_key)
+                else:
+                    await trial(self._redis, cluster, breaker.cause, self._probe,
+                                self._check_key)
         except (TimeoutError, RedisError, RedisClusterException, OSError):
             return False
         return True

@@ -1,0 +1,137 @@
+"""The tier's circuit breakers: one for a single server or a Sentinel-managed master, and on
+a Redis Cluster one per master node besides it.
+
+NOTE(node-breaker): with one breaker for a whole cluster, one dead or hung master (its calls
+time out, or are refused) opened it for the keys of every node: losing 1 master of 3 cost
+every remote hit instead of a third, until it answered again. On a cluster each call is cut
+by the node that serves its keys' slots (the client's slot map, ``node_of``) and runs under
+that node's breaker: the other nodes' keys keep hitting, the dead node's keys are misses with
+no network, and that node's own health check probes it and closes its breaker once it answers
+or no longer serves any slot (a replica promoted, its slots reassigned: the slot map names
+another node then). ``main`` stays the breaker of the calls no node can be named for (a slot
+map not read yet: the warm-up, a seed node's answer) and of the whole tier's checks (INFO).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from redis.exceptions import RedisClusterException
+
+from kvpool.remote.breaker import PAUSE_KINDS, BreakerState, CircuitBreaker
+
+
+class Breakers:
+    """``main`` and, with a cluster ``client``, a breaker per node name (``host:port``), made
+    from ``main``'s settings when a call first goes to that node."""
+
+    def __init__(self, main: CircuitBreaker, client: Any = None) -> None:
+        self.main = main
+        self._client = client  # the RedisCluster, or None: ``main`` serves every call
+        self._by_node: dict[str, CircuitBreaker] = {}
+        self._node_of: dict[int, str] = {}  # id(breaker) -> its node's name
+
+    def of_key(self, key: str) -> CircuitBreaker:
+        """The breaker of the node serving ``key``'s slot (``main`` without a slot map)."""
+        if self._client is None:
+            return self.main
+        try:
+            node = self._client.get_node_from_key(key)
+        except (RedisClusterException, KeyError, IndexError, TypeError):
+            return self.main  # no slot map yet (or a slot no node serves)
+        if node is None:
+            return self.main
+        b = self._by_node.get(node.name)
+        if b is None:
+            b = self._by_node[node.name] = self.main.twin()
+            self._node_of[id(b)] = node.name
+        return b
+
+    def node(self, breaker: CircuitBreaker) -> str | None:
+        """The node name of a node's breaker; None for ``main``."""
+        return self._node_of.get(id(breaker))
+
+    def group(self, items: Sequence[Any], key: Callable[[Any], str]
+              ) -> list[tuple[CircuitBreaker, list[int]]]:
+        """The indices of ``items`` by the breaker of each one's ``key``, in first-seen
+        order (one group of all without a cluster)."""
+        if self._client is None:
+            return [(self.main, list(range(len(items))))]
+        out: dict[int, tuple[CircuitBreaker, list[int]]] = {}
+        for i, item in enumerate(items):
+            b = self.of_key(key(item))
+            out.setdefault(id(b), (b, []))[1].append(i)
+        return list(out.values())
+
+    def all(self) -> list[CircuitBreaker]:
+        return [self.main, *self._by_node.values()]
+
+    def worst(self) -> BreakerState:
+        """The most open state of any breaker (``kvpool_remote_breaker_state``)."""
+        return max(b.state for b in self.all())
+
+    def opens(self) -> int:
+        return sum(b.opens for b in self.all())
+
+    def not_closed(self) -> int:
+        """Breakers not closed now (``kvpool_remote_breakers_open``)."""
+        return sum(b.state is not BreakerState.CLOSED for b in self.all())
+
+
+class HealthChecks:
+    """Each breaker's calls in flight and, while it is open, its health check: a loop that
+    runs ``trial(breaker)`` whenever one is due (``breaker.py``) and ``closed(breaker)``
+    once one succeeded. ``stats`` counts the trials."""
+
+    def __init__(self, trial: Callable[[CircuitBreaker], Awaitable[bool]],
+                 closed: Callable[[CircuitBreaker], Awaitable[None]], stats: Any) -> None:
+        self._trial = trial
+        self._closed = closed
+        self._stats = stats
+        self._inflight: dict[int, set[asyncio.Timeout]] = {}  # id(breaker) -> calls' ends
+        self._tasks: dict[int, asyncio.Task] = {}  # id(breaker) -> its trial loop
+
+    def inflight(self, breaker: CircuitBreaker) -> set[asyncio.Timeout]:
+        """The deadlines of ``breaker``'s calls in flight (a call adds and discards its own)."""
+        return self._inflight.setdefault(id(breaker), set())
+
+    def opened(self, breaker: CircuitBreaker) -> None:
+        """``breaker`` just opened: cut its calls still in flight (they would each wait out
+        their own deadline on a server already judged down; not after a pause:
+        NOTE(pause)) and start its health check."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        cut = self.inflight(breaker) if breaker.cause not in PAUSE_KINDS else ()
+        for deadline in list(cut):
+            if not deadline.expired():
+                deadline.reschedule(now)  # fires on the next loop turn: TimeoutError there
+        task = self._tasks.get(id(breaker))
+        if task is None or task.done():
+            self._tasks[id(breaker)] = loop.create_task(self._loop(breaker),
+                                                        name="redis-tier-health")
+
+    async def _loop(self, breaker: CircuitBreaker) -> None:
+        st = self._stats
+        while (wait := breaker.trial_wait()) is not None:
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            if not breaker.start_trial():
+                continue
+            st.health_checks += 1
+            ok = await self._trial(breaker)
+            st.health_failed += not ok
+            breaker.end_trial(ok)
+            if ok:
+                await self._closed(breaker)
+
+    async def aclose(self) -> None:
+        tasks, self._tasks = list(self._tasks.values()), {}
+        for task in tasks:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass

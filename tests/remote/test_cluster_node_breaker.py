@@ -1,0 +1,83 @@
+"""A Redis Cluster tier keeps a breaker per master node (NOTE(node-breaker)): a killed master
+(no replica) costs its own slots' lookups only, as fast misses, and its keys hit again once
+it is back. On a real 3-master cluster of this module's own (a node is killed)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+
+from bench.redis_servers import RedisClusterProcs
+from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
+from tests.remote.chains import chain
+from tests.remote.conftest import NS
+
+
+@pytest.fixture
+def cluster():
+    c = RedisClusterProcs(masters=3)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _items(codec, salt: str):
+    hashes = chain(8, salt=salt)
+    return [(k, codec.encode(h, [bytes([i]) * 256]))
+            for i, (k, h) in enumerate(zip(NS.group_keys(hashes), hashes))]
+
+
+def _one_prefix_per_master(cluster, codec) -> dict:
+    """master -> the items of one 8-block prefix whose slot it serves."""
+    out: dict = {}
+    for i in range(200):
+        items = _items(codec, f"salt{i}")
+        out.setdefault(cluster.master_of(items[0][0]).port, items)
+        if len(out) == 3:
+            return out
+    raise AssertionError("no prefix for every master")
+
+
+async def test_a_killed_master_misses_only_its_slots_and_recovers(cluster):
+    """One breaker for the whole cluster: the killed master's first refused call opened it
+    for every node's keys, so losing 1 master of 3 cost every hit."""
+    for n in cluster.nodes:  # the other masters keep serving while one is down
+        r = redis.Redis(port=n.port)
+        r.config_set("cluster-require-full-coverage", "no")
+        r.close()
+    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
+    try:
+        assert await t.warm_up()
+        by_port = _one_prefix_per_master(cluster, t.codec)
+        for items in by_port.values():
+            assert await t.put_many(items) == 8
+        dead = next(n for n in cluster.nodes if n.port in by_port)
+        lost = [k for k, _ in by_port[dead.port]]
+        kept = [items for port, items in by_port.items() if port != dead.port]
+        dead.kill()
+        for _ in range(5):
+            assert await t.probe(lost) == 0
+            for items in kept:  # the two live masters' keys still hit
+                assert await t.probe([k for k, _ in items]) == 8
+                assert await t.get_many([k for k, _ in items]) == [v for _, v in items]
+        st = t.stats()
+        assert t.breaker.state is BreakerState.CLOSED and st.breakers_open == 1, st
+        # the dead node's probes: one or two reached it (closed, then refused: that opened
+        # its breaker), the others were refused with no network
+        assert st.errors.get("breaker_open", 0) >= 3, st
+        assert st.errors.get("breaker_open", 0) + st.errors.get("connection", 0) == 5, st
+        dead.start()  # same port and nodes.conf: it serves its slots again (empty)
+        for _ in range(200):  # bounded: its breaker's trial runs every reset_s
+            await t.put_many(by_port[dead.port])
+            if await t.probe(lost) == 8:
+                break
+            await asyncio.sleep(0.05)
+        assert await t.get_many(lost) == [v for _, v in by_port[dead.port]], t.stats()
+        assert t.stats().breakers_open == 0 and t.stats().breaker_state == 0
+    finally:
+        await t.aclose()
+
