@@ -87,6 +87,13 @@ _FIXES = {
 # password or command, not Redis, a TLS or URL mismatch): no retry mends that, only a fix.
 OUTAGES = frozenset({"refused", "timeout", "closed", "connection", "sentinelsdown",
                      "masterdown"})
+# A cluster node's call that failed with one of these (a node killed: its connections closed,
+# then refused) says that node is down, not a TLS or URL mismatch: said once per node.
+NODE_DOWN_KINDS = frozenset({"refused", "timeout", "closed", "connection"})
+_NODE_DOWN = ("cluster node {node} is unreachable ({kind}: {detail}): an outage, no setting "
+              "to fix: lookups of the slots it serves miss, at once while its breaker is open "
+              "(NOTE(node-breaker)), until it or a replica promoted in its place answers; the "
+              "other nodes' keys are served, and the tier retries it")
 
 
 # a fault kind -> its errors_total kind (the connection kinds first, then error replies)
@@ -182,9 +189,14 @@ class FaultLog:
         self.seen: set[str] = set()
         self.last: str | None = None  # the kind of the latest failure noted
 
-    def note(self, kind: str, exc: BaseException | str) -> bool:
-        """Log a failure of ``kind`` with its fix if the kind is new; True when logged."""
+    def note(self, kind: str, exc: BaseException | str, node: str | None = None) -> bool:
+        """Log a failure of ``kind`` with its fix if the kind is new; True when logged.
+        ``node``: the cluster node the call went to, whose outage is said as one."""
         detail = (str(exc) or type(exc).__name__) if isinstance(exc, BaseException) else exc
+        if node is not None and kind in NODE_DOWN_KINDS:
+            self.last = kind
+            return self.once(f"nodedown {node}", _NODE_DOWN.format(
+                node=node, kind=kind, detail=detail[:200]))
         if self.where.startswith("rediss") and _plain_port(kind, detail):
             kind = "tlsplain"
         if kind == "sentinel":  # "No master found for 'x' : <the sentinels' client repr>"

@@ -348,7 +348,7 @@ class RedisTier:
         cause = fault if fault in STRONG_KINDS else "connection"
         if breaker.record_failure(epoch, cause):  # a new event, not one that joined an opening
             self._stats.count_error(error_kind(fault))
-            self.faults.note(fault, err)
+            self.faults.note(fault, err, self.breakers.node(breaker))
         else:
             self._stats.count_error("joined")
         if breaker.opens != opens:

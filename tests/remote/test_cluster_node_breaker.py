@@ -81,3 +81,23 @@ async def test_a_killed_master_misses_only_its_slots_and_recovers(cluster):
     finally:
         await t.aclose()
 
+
+async def test_a_killed_node_is_said_to_be_unreachable_not_a_tls_port(cluster, caplog):
+    """Its first failure (the pooled connection closed by the dying server) was logged as
+    'the server dropped the connection ...: if that port speaks TLS, use rediss://'."""
+    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
+    try:
+        assert await t.warm_up()
+        items = _items(t.codec, "node-down")
+        assert await t.put_many(items) == 8
+        dead = cluster.master_of(items[0][0])
+        dead.kill()
+        caplog.clear()
+        for _ in range(3):
+            assert await t.probe([k for k, _ in items]) == 0
+        said = [r.getMessage() for r in caplog.records if r.name == "kvpool.remote"]
+        assert not any("rediss://" in m for m in said), said
+        assert sum(f"cluster node 127.0.0.1:{dead.port} is unreachable" in m
+                   for m in said) == 1, said
+    finally:
+        await t.aclose()
