@@ -25,7 +25,8 @@ from kvpool.runtime.model.grammar import GrammarSpec
 from tests.configs import engine_config
 
 SCHEMA = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}},
+    "name": {"type": "string", "maxLength": 8},
+    "age": {"type": "integer", "minimum": 0, "maximum": 999}},  # last: bounded, so it stops
     "required": ["name", "age"], "additionalProperties": False}
 HOLD_S = 10.0  # the hook's cap: without deferral the step itself waits this long, once
 

@@ -173,3 +173,25 @@ async def test_responses_logit_bias_and_stop_token_ids_shape_the_output(srv):
     status, out = await post(srv.v1 + "/responses", {**body, "stop_token_ids": [tid]})
     assert status == 200 and out["status"] == "completed", out
     assert out["usage"]["output_tokens"] == 1
+
+
+ORDERED = {"type": "object", "additionalProperties": False, "required": ["zeta", "alpha", "mid"],
+           "properties": {"zeta": {"enum": [1]}, "alpha": {"enum": [3]},
+                          "mid": {"type": "object", "additionalProperties": False,
+                                  "required": ["y", "b"],
+                                  "properties": {"y": {"enum": [5]}, "b": {"enum": [6]}}}}}
+
+
+async def test_structured_output_keeps_the_schemas_property_order(srv):
+    """vLLM generates an object's properties in the order its schema lists them (what
+    LangChain's with_structured_output / the Agents SDK's output_type rely on to have a
+    ``reasoning`` field written before ``answer``), not sorted by name."""
+    want = '{"zeta":1,"alpha":3,"mid":{"y":5,"b":6}}'
+    for fmt in ({"type": "json_schema", "json_schema": {"name": "o", "schema": ORDERED}},):
+        status, out = await post(srv.v1 + "/chat/completions", {
+            "model": "kvpool-tiny", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 40, "response_format": fmt})
+        assert status == 200 and out["choices"][0]["message"]["content"] == want, out
+    status, out = await post(srv.v1 + "/completions", {
+        "model": "kvpool-tiny", "prompt": "hi", "max_tokens": 40, "guided_json": ORDERED})
+    assert status == 200 and out["choices"][0]["text"] == want, out

@@ -75,8 +75,8 @@ class GrammarSpec:
     """
 
     kind: str  # "json_object" | "json_schema" | "regex" | "grammar" | "choice"
-    schema: str  # canonical JSON text of the schema (json_object: {"type": "object"}), or the
-    # regex / Lark source
+    schema: str  # compact JSON text of the schema, its key order kept (json_object:
+    # {"type": "object"}), or the regex / Lark source
     name: str | None = None  # json_schema.name (echoed nowhere; kept for logs)
     grammar: str = field(default="", compare=False, repr=False)  # compiled, from the schema
     # what is probed alone before the request runs (grammar_compile.py, NOTE(budget)): every
@@ -97,7 +97,9 @@ class GrammarSpec:
         response_format (HTTP 400)."""
         if not isinstance(schema, (dict, bool)):
             raise _bad("json_schema.schema must be a JSON object")
-        text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        # not sort_keys: an object's properties are generated in the order the schema lists
+        # them, as vLLM's backends generate them (a "reasoning" field before its "answer")
+        text = json.dumps(schema, separators=(",", ":"))
         build = functools.partial(llguidance.LLMatcher.grammar_from_json_schema,
                                   defaults=OPTIONS)
         return cls._checked(kind, text, build, what="JSON schema", name=name,
