@@ -172,7 +172,9 @@ class ResponseAffinity:
 
     async def _slot(self, tenant: str) -> bool:
         """NOTE(search-share): a search slot taken for ``tenant``, waiting up to ``timeout``
-        for one; False when none came."""
+        for one; False when none came. NOTE(slot-cancel): on Python 3.11 ``wait_for`` returns
+        when its task is cancelled in the step its wait finished (CPython gh-86296): a
+        follow-up whose client left as a slot freed searched and was relayed for nobody."""
         if self.max_lookups == 0:
             return False
         deadline = asyncio.get_running_loop().time() + self.timeout
@@ -183,9 +185,10 @@ class ResponseAffinity:
                 left = deadline - asyncio.get_running_loop().time()
                 if left <= 0:
                     return False
-                try:
-                    await asyncio.wait_for(self._freed.wait(), left)
-                except asyncio.TimeoutError:
+                try:  # NOTE(slot-cancel): asyncio.timeout, not wait_for
+                    async with asyncio.timeout(left):
+                        await self._freed.wait()
+                except TimeoutError:
                     return False
         finally:
             self.waiting -= 1
