@@ -43,8 +43,14 @@ from kvpool.errors import InvariantError
 # either: it opens the breaker at once, and ``cause`` tells the tier's health check to try the
 # tier's own commands, not a PING (which such a server answers), before closing it.
 PAUSE_KINDS = frozenset({"readonly", "noperm"})
+# NOTE(clusterdown): a CLUSTERDOWN reply (``slotdown``: the cluster is down, cluster_state:fail,
+# or that node serves none of the call's slots) comes at once, but every call to that node
+# gets it again until an operator or a failover mends the cluster: it opens the node's breaker
+# as an outage does (its calls are misses with no network), and the trial waits for the node
+# to say cluster_state:ok (or to serve no slot any more: NOTE(node-breaker)).
+DOWN_KINDS = frozenset({"slotdown"})
 # one of these opens the breaker at once
-STRONG_KINDS = frozenset({"timeout", "refused"}) | PAUSE_KINDS
+STRONG_KINDS = frozenset({"timeout", "refused"}) | PAUSE_KINDS | DOWN_KINDS
 
 
 class BreakerState(IntEnum):

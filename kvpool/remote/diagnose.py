@@ -22,7 +22,7 @@ from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, Cluste
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kvpool.remote.breaker import PAUSE_KINDS, BreakerState, CircuitBreaker
+from kvpool.remote.breaker import DOWN_KINDS, PAUSE_KINDS, BreakerState, CircuitBreaker
 from kvpool.remote.clients import (MasterDownError, SentinelsDownError, SlotDownError,
                                    SlotMigratingError)
 
@@ -65,8 +65,9 @@ _FIXES = {
                 "lookups of its keys miss until the migration ends; nothing to fix",
     "slotdown": "a cluster node answered CLUSTERDOWN ({detail}): it serves none of those "
                 "keys' slots (a master down with no replica to take over, or a node reset: "
-                "CLUSTER INFO / CLUSTER NODES show which); lookups of those slots miss until "
-                "every slot has a master again",
+                "CLUSTER INFO / CLUSTER NODES show which, cluster_state:fail when the whole "
+                "cluster stopped): lookups of its slots miss until it says cluster_state:ok "
+                "or they are served elsewhere",
     "notcluster": "the redis+cluster:// seed nodes are no cluster nodes ({detail}): for one "
                   "server use --remote-url redis://HOST:PORT, for a Sentinel-managed master "
                   "redis+sentinel://HOST:PORT/SERVICE",
@@ -204,7 +205,8 @@ class FaultLog:
         self.last = kind
         fix = _FIXES.get(kind, _FIXES["response"]).format(detail=detail[:200])
         then = ("the tier pauses its calls (misses: requests recompute) and tries its "
-                "commands again periodically, resuming once they work" if kind in PAUSE_KINDS
+                "commands again periodically, resuming once they work"
+                if kind in PAUSE_KINDS | DOWN_KINDS
                 else "each failure is a miss: requests recompute")
         return self.once(kind, f"{fix} ({then})")
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvpool.remote.breaker import PAUSE_KINDS
+from redis.exceptions import ClusterDownError
+
+from kvpool.remote.breaker import DOWN_KINDS, PAUSE_KINDS
 from kvpool.remote.diagnose import classify
 
 
@@ -22,6 +24,8 @@ async def trial(redis: Any, cluster: bool, cause: str | None, script: Any, key: 
     if cluster:
         await redis.initialize()
     await redis.ping()
+    if cluster and cause in DOWN_KINDS:
+        serving(await redis.cluster_info())
     if cause not in PAUSE_KINDS:
         return
     await script(keys=[key], args=[0])
@@ -34,6 +38,17 @@ async def trial(redis: Any, cluster: bool, cause: str | None, script: Any, key: 
 def pauses(exc: BaseException) -> bool:
     """Is ``exc`` (an error reply, or one of a pipeline's) of a kind that pauses the tier?"""
     return classify(exc) in PAUSE_KINDS
+
+
+def opens(exc: BaseException) -> bool:
+    """Does the error reply ``exc`` open the breaker (NOTE(pause), NOTE(clusterdown))?"""
+    return classify(exc) in PAUSE_KINDS | DOWN_KINDS
+
+
+def serving(info: dict) -> None:
+    """Raise unless a node's CLUSTER INFO says cluster_state:ok (NOTE(clusterdown))."""
+    if info.get("cluster_state") != "ok":
+        raise ClusterDownError(f"cluster_state:{info.get('cluster_state')}")
 
 
 def paused_raised(results: list[Any]) -> list[Any]:
@@ -59,5 +74,7 @@ async def node_trial(redis: Any, name: str, cause: str | None, script: Any, key:
             owners and owners[0].name == name for owners in manager.slots_cache.values()):
         return
     await node.execute_command("PING")
+    if cause in DOWN_KINDS:
+        serving(await node.execute_command("CLUSTER INFO"))
     if cause in PAUSE_KINDS:
         await trial(redis, False, cause, script, key)

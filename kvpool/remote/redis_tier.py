@@ -48,7 +48,7 @@ from kvpool.remote.codec import ValueCodec
 from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import where
 from kvpool.remote.diagnose import FaultLog, classify, error_kind
-from kvpool.remote.health import node_trial, pauses, paused_raised, trial
+from kvpool.remote.health import node_trial, opens, paused_raised, trial
 from kvpool.remote.node_breakers import Breakers, HealthChecks
 from kvpool.remote.segments import (PROBE_LUA, all_at_once, leading_run, parts as split_parts,
                                     probe_plan)
@@ -325,8 +325,8 @@ class RedisTier:
         except (RedisError, RedisClusterException) as exc:
             # Redis answered (a script or command error), or the cluster client refused the
             # call before sending it: Redis is alive, so no breaker failure, unless no retry
-            # can mend it (READONLY, NOPERM: the breaker pauses the calls, NOTE(pause))
-            if not pauses(exc):
+            # mends it (READONLY, NOPERM, CLUSTERDOWN: NOTE(pause), NOTE(clusterdown))
+            if not opens(exc):
                 breaker.record_success(epoch)
                 self._reply_error(exc)
                 return _FAILED

@@ -5,6 +5,7 @@ it is back. On a real 3-master cluster of this module's own (a node is killed)."
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis
@@ -99,5 +100,57 @@ async def test_a_killed_node_is_said_to_be_unreachable_not_a_tls_port(cluster, c
         assert not any("rediss://" in m for m in said), said
         assert sum(f"cluster node 127.0.0.1:{dead.port} is unreachable" in m
                    for m in said) == 1, said
+    finally:
+        await t.aclose()
+
+
+def _set_everywhere(cluster, *args) -> None:
+    for n in cluster.nodes:
+        r = redis.Redis(port=n.port)
+        r.execute_command(*args)
+        r.close()
+
+
+def _state_everywhere(cluster, state: str) -> None:
+    for _ in range(200):  # bounded: a node updates its state within its cron (~0.1 s)
+        states = []
+        for n in cluster.nodes:
+            r = redis.Redis(port=n.port)
+            states.append(r.cluster("info")["cluster_state"])
+            r.close()
+        if states == [state] * len(states):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"cluster_state {states}, not {state}")
+
+
+async def test_a_cluster_down_pauses_each_nodes_calls_until_it_serves_again(cluster):
+    """cluster_state:fail (a slot no node serves, full coverage required): every node answers
+    CLUSTERDOWN at once. Each reply was an error miss and the next call asked again; now the
+    first reply opens that node's breaker, its calls are misses with no network, and its
+    trial (CLUSTER INFO) closes it once the node says cluster_state:ok (NOTE(clusterdown))."""
+    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
+    try:
+        assert await t.warm_up()
+        prefixes = list(_one_prefix_per_master(cluster, t.codec).values())
+        for items in prefixes:
+            assert await t.put_many(items) == 8
+        slot = redis.Redis(port=cluster.nodes[0].port).cluster("keyslot", "{nobody}")
+        _set_everywhere(cluster, "CLUSTER", "DELSLOTS", slot)  # no node serves it
+        _state_everywhere(cluster, "fail")
+        for _ in range(3):
+            for items in prefixes:
+                assert await t.probe([k for k, _ in items]) == 0
+        st = t.stats()
+        assert st.errors.get("cluster") == 3 and st.errors.get("breaker_open") == 6, st
+        assert st.breakers_open == 3 and t.breaker.state is BreakerState.CLOSED, st
+        _set_everywhere(cluster, "CONFIG", "SET", "cluster-require-full-coverage", "no")
+        _state_everywhere(cluster, "ok")
+        for _ in range(200):  # bounded: each node's trial runs every reset_s
+            runs = [await t.probe([k for k, _ in items]) for items in prefixes]
+            if runs == [8, 8, 8]:
+                break
+            await asyncio.sleep(0.05)
+        assert runs == [8, 8, 8] and t.stats().breakers_open == 0, t.stats()
     finally:
         await t.aclose()
