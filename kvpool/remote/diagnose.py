@@ -17,8 +17,8 @@ from typing import Any
 
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, ClusterDownError,
-                              InvalidResponse, MovedError, NoPermissionError, OutOfMemoryError,
-                              ReadOnlyError, RedisClusterException)
+                              ClusterError, InvalidResponse, MovedError, NoPermissionError,
+                              OutOfMemoryError, ReadOnlyError, RedisClusterException)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -68,6 +68,10 @@ _FIXES = {
                 "CLUSTER INFO / CLUSTER NODES show which, cluster_state:fail when the whole "
                 "cluster stopped): lookups of its slots miss until it says cluster_state:ok "
                 "or they are served elsewhere",
+    "redirectloop": "a slot is changing owner between cluster nodes ({detail}: the nodes "
+                    "sent the call back and forth with MOVED/ASK until the cluster client gave "
+                    "up): a migration or a CLUSTER SETSLOT ... NODE in progress, transient; "
+                    "lookups of that slot's keys miss until every node agrees; nothing to fix",
     "notcluster": "the redis+cluster:// seed nodes are no cluster nodes ({detail}): for one "
                   "server use --remote-url redis://HOST:PORT, for a Sentinel-managed master "
                   "redis+sentinel://HOST:PORT/SERVICE",
@@ -105,7 +109,7 @@ _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "
                 "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
                 "clusterclient": "cluster", "notcluster": "cluster", "tryagain": "cluster",
-                "slotdown": "cluster",
+                "slotdown": "cluster", "redirectloop": "cluster",
                 "noperm": "noperm", "readonly": "readonly"}
 
 
@@ -140,6 +144,8 @@ def classify(exc: BaseException) -> str:
     connection kinds (timeout, auth, tls, refused, closed, connection, protocol) mean Redis
     did not serve the call; the others are error replies from a live Redis."""
     kind = next((k for types, k in _KIND_BY_TYPE if isinstance(exc, types)), None)
+    if isinstance(exc, ClusterError) and "TTL exhausted" in str(exc):  # redirects ran out
+        return "redirectloop"
     chain = list(_chain(exc))
     if kind == "clusterclient":  # what a seed node answered CLUSTER SLOTS, when it did
         if any("cluster support disabled" in str(e) for e in chain):
