@@ -5,9 +5,10 @@ would not notice (NOTE(pause)).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from redis.exceptions import ClusterDownError
+from redis.exceptions import ClusterDownError, RedisError
 
 from kvpool.remote.breaker import DOWN_KINDS, PAUSE_KINDS
 from kvpool.remote.diagnose import classify
@@ -60,21 +61,28 @@ def paused_raised(results: list[Any]) -> list[Any]:
     return results
 
 
-async def node_trial(redis: Any, name: str, cause: str | None, script: Any, key: str
-                     ) -> None:
+async def node_trial(redis: Any, name: str, cause: str | None, script: Any, key: str,
+                     ping_s: float) -> None:
     """The trial of one cluster node's breaker (NOTE(node-breaker)): raise unless the node
-    ``name`` answers, or serves no slot any more. The slot map is read again first, so a
-    replica promoted in its place or its slots given to another node end the trial: calls
-    for those keys go to the node named now, under its own breaker. After a pause the tier's
-    commands run too, as in :func:`trial`."""
+    ``name`` answers (within ``ping_s``; after a CLUSTERDOWN, with cluster_state:ok:
+    NOTE(clusterdown)) or serves no slot any more. When it does not answer, the slot map is
+    read again, so a replica promoted in its place or its slots given to another node end
+    the trial: calls for those keys go to the node named now, under its own breaker. PING
+    first: a hung node must not hold the map's reread. After a pause the tier's commands run
+    too, as in :func:`trial`."""
     manager = redis.nodes_manager
-    await manager.initialize()
     node = manager.get_node(node_name=name)
-    if node is None or not any(
-            owners and owners[0].name == name for owners in manager.slots_cache.values()):
+    try:
+        if node is None:
+            raise ClusterDownError(f"{name} is not in the slot map")
+        async with asyncio.timeout(ping_s):
+            await node.execute_command("PING")
+            if cause in DOWN_KINDS:
+                serving(await node.execute_command("CLUSTER INFO"))
+    except (RedisError, OSError, TimeoutError):
+        await manager.initialize()
+        if any(owners and owners[0].name == name for owners in manager.slots_cache.values()):
+            raise
         return
-    await node.execute_command("PING")
-    if cause in DOWN_KINDS:
-        serving(await node.execute_command("CLUSTER INFO"))
     if cause in PAUSE_KINDS:
         await trial(redis, False, cause, script, key)

@@ -391,7 +391,7 @@ class RedisTier:
                                        self.connect_timeout + self.op_timeout):
                 if node is not None:
                     await node_trial(self._redis, node, breaker.cause, self._probe,
-                                     self._check_key)
+                                     self._check_key, self.connect_timeout + self.op_timeout)
                 else:
                     await trial(self._redis, cluster, breaker.cause, self._probe,
                                 self._check_key)
