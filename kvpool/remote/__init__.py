@@ -3,7 +3,7 @@
 - ``keys``: the key spec ``kvp:2:{ns}:{{tag}}:{hash}`` and the ``Namespace`` fingerprint.
 - ``codec``: one value = fixed header + raw block bytes; checked decode.
 - ``signer``: the optional keyed MAC (a shared secret) over key, header and payload.
-- ``breaker``: the circuit breaker.
+- ``breaker``: the circuit breaker; ``node_breakers``: one per cluster master node.
 - ``tier``: the ``RemoteTier`` protocol and ``RemoteStats``.
 - ``redis_tier``: ``RedisTier`` on redis.asyncio; ``clients``: its URL -> one server, a
   cluster or a Sentinel-managed master; ``segments``: calls cut on hash-tag borders.
