@@ -11,11 +11,12 @@ Per POST /v1/completions or /v1/chat/completions::
         NOTE(own-load): an answering one's is its lookup's figure or this router's requests
         there, the more)
     choose(hits, loads) (scoring.py) -> first replica; the others follow, least loaded first
-    relay (upstream.py): an attempt that gave the client nothing (down, full, lost before
-        the answer started) -> next replica (reason retry); after an SSE answer started there
-        is no retry, a broken or silent replica ends it with an SSE error event
-    no replica could take it -> every one full or down: 503 + Retry-After (a full replica's
-        own answer when there was one); otherwise 502. OpenAI error JSON either way
+    relay (upstream.py): an attempt the replica cannot have started (down, full: upstream.py
+        NOTE(retry)) -> next replica (reason retry), at most ``max_retries`` times; one it
+        took (lost before or while answering) is not retried; a replica's 5xx is the answer;
+        after an SSE answer started a broken or silent replica ends it with an SSE error event
+    no replica could take it -> every one tried full or down: 503 + Retry-After (a full
+        replica's own answer when there was one); otherwise 502. OpenAI error JSON either way
 
 Every error the router itself gives is OpenAI error JSON: the replica's error middleware
 (kvpool.server.middleware) runs here too, and cli.py listens through the replica's guarded
@@ -86,12 +87,16 @@ from kvpool.server.cors import CorsPolicy
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.middleware import APIError, error_middleware
 
-__all__ = ["POLICIES", "ROUTER_KEY", "Router", "give_up"]
+__all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "Router", "give_up"]
 
 log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
 GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions")
 RETRY_AFTER_SECONDS = "1"  # when every replica is down: about two heartbeats
+# NOTE(retry) (upstream.py): retries of a request the replica cannot have started. Two ride
+# out one replica found down and one full within a health beat (a rolling restart) while
+# an overload reaching every replica costs at most three tries per request
+DEFAULT_MAX_RETRIES = 2
 # NOTE(session): one aiohttp session (beats, lookups, KV event info) and one UpstreamPool (the
 # proxied requests, wire.py), their connections kept alive to every replica (no per-request
 # connect); idle ones closed before the replicas' own 15 s keep-alive does, so a reused
@@ -141,19 +146,23 @@ class Router:
     def __init__(self, replicas: ReplicaSet, *, guard: LoadGuard = DEFAULT_GUARD,
                  lookup_timeout: float = 0.05, connect_timeout: float = 1.0,
                  policy: str = "prefix", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 membership: Membership | None = None,
-                 kv_events: EventRouting | None = None,
-                 affinity: ResponseAffinity | None = None,
-                 cors: CorsPolicy | None = None, health_tokens: Sequence[str] = ()) -> None:
+                 membership: Membership | None = None, kv_events: EventRouting | None = None,
+                 affinity: ResponseAffinity | None = None, cors: CorsPolicy | None = None,
+                 health_tokens: Sequence[str] = (),
+                 max_retries: int = DEFAULT_MAX_RETRIES) -> None:
         """``kv_events``: score prefix hits from the replicas' KV events (kv_routing.py),
         lookups only for requests it cannot score; ``affinity``: the Responses API's map
         (affinity.py; default: ``ResponseAffinity()``, 100k ids); ``cors``: the CORS policy
         of the router's own answers (NOTE(cors-own); default: vLLM's, any origin);
-        ``health_tokens``: whose bearers see the replica URLs on /health (NOTE(health-view))."""
+        ``health_tokens``: whose bearers see the replica URLs on /health (NOTE(health-view));
+        ``max_retries``: upstream.py NOTE(retry)."""
         if policy not in POLICIES:
             raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
         if max_body_bytes < 1:
             raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
+        if max_retries < 0:
+            raise ValueError(f"max_retries={max_retries!r}: use 0 or more")
+        self.max_retries = max_retries
         self.replicas = replicas
         self.policy = policy
         self.guard = guard
@@ -339,6 +348,8 @@ class Router:
                     self.metrics.predicted.inc(predicted)
                 return out
             failures.append(out)
+            if not out.retryable or attempt >= self.max_retries:  # NOTE(retry)
+                break
         return give_up(failures)
 
     async def health(self, request: web.Request) -> web.Response:

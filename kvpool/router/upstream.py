@@ -7,7 +7,7 @@ What an attempt ends in::
     connection lost before the answer starts -> Failure("failed") (it took the request and died)
     503 with Retry-After before the body     -> Failure("full", its own 503: back-pressure;
                                                 the router's own past MAX_REFUSAL bytes)
-    another 5xx before the body              -> Failure("failed")
+    any other status (a 500 included)        -> the replica's answer, passed on as below
     a JSON (non-SSE) answer                  -> read whole, then passed on; lost midway ->
                                                 Failure("failed"): no byte reached the client
     one longer than MAX_BUFFERED bytes       -> passed on as it comes (NOTE(large-answer));
@@ -17,8 +17,19 @@ What an attempt ends in::
                                                 midway (killed, reset) or silent -> an SSE
                                                 error event, ``data: [DONE]``, the end
 
-Every Failure leaves the client untouched, so the caller may try the next replica. After an
-SSE answer started there is no retry: the client has seen part of it.
+Every Failure leaves the client untouched; only a ``retryable`` one (NOTE(retry)) lets the
+caller try the next replica. After any byte of an answer went to the client there is no retry.
+
+NOTE(retry): a request is tried on another replica only when the one it went to cannot have
+started its work: no connection ("down": refused, unreachable, connect timeout), a 503 with
+Retry-After (the replica's own overload refusal, "full"), or a replica its health beats found
+silent before it answered ("down", NOTE(liveness): the replica is out, whatever it holds).
+A connection lost after the request was written, a 5xx other than that 503 and an answer
+broken off midway ("failed") are not retried: the replica took the request, and a request
+that crashes its replica, or fails the same way everywhere, would otherwise run once per
+replica (a poison request taking the fleet down one by one). The caller bounds the retries
+too (proxy.py, ``--max-retries``), as Envoy's ``num_retries`` does: a fleet-wide overload
+is not multiplied by the number of replicas. A replica's 5xx is its client's answer.
 
 NOTE(event-boundary): SSE bytes are passed on up to the last complete event (a blank line:
 ``\\n\\n``, or ``\\r\\n\\r\\n`` from a server ending its lines with CRLF, as the SSE spec
@@ -34,8 +45,8 @@ retried elsewhere; past MAX_BUFFERED bytes it is passed on as it comes instead, 
 bounded like a stream's. Before, every answer was held whole, and a 5xx answer's body read
 whole to be dropped: one replica answering without end (a bug, or hostile) grew the router's
 memory for as long as it sent, as did every client asking for a huge answer (a long prompt's
-prompt_logprobs, a large embeddings batch) for the time it took. A refusal's body (5xx) is
-read up to MAX_REFUSAL bytes.
+prompt_logprobs, a large embeddings batch) for the time it took. A full replica's 503 body
+is read up to MAX_REFUSAL bytes.
 
 NOTE(learn): given ``learn``, a 200 answer's response id (response_ids.py: the start of a JSON
 body, or the first SSE events until one carries it) is handed to it with the replica that sent
@@ -94,6 +105,11 @@ class Failure:
     kind: str
     response: web.Response | None = None  # a full replica's own 503, to pass on at the end
 
+    @property
+    def retryable(self) -> bool:
+        """Whether the replica cannot have started the work (NOTE(retry))."""
+        return self.kind in ("down", "full")
+
 
 def sse_error(message: str, code: str) -> bytes:
     """The error event a broken stream ends with (as the replica ends its own failures).
@@ -150,10 +166,11 @@ class Relay:
             self.replicas.mark_down(replica)
             return Failure("down")
         except OSError as exc:  # wire.UpstreamLost among them
-            log.warning("replica %s lost a request before answering: %s", replica.url, exc)
+            log.warning("replica %s lost a request before answering: %s (not retried: "
+                        "it took the request)", replica.url, exc)
             return Failure("failed")
         async with upstream:
-            if upstream.status >= 500:
+            if upstream.status == 503 and "Retry-After" in upstream.headers:
                 return await self._refused(replica, upstream)
             if upstream.headers.get("Content-Type", "").startswith(SSE_TYPE):
                 return await self._stream(replica, upstream)
@@ -172,19 +189,17 @@ class Relay:
         return resp
 
     async def _refused(self, replica: Replica, upstream: Upstream) -> Failure:
+        """A 503 + Retry-After: the replica is full (NOTE(retry))."""
         body: bytes | None = b""
         with contextlib.suppress(OSError):
             body, whole = await read_up_to(upstream.readany, MAX_REFUSAL)
             body = body if whole else None  # NOTE(large-answer): not read on, not passed on
-        log.info("replica %s answered %d before the body: trying elsewhere", replica.url,
-                 upstream.status)
-        if upstream.status == 503 and "Retry-After" in upstream.headers:
-            if body is None:
-                return Failure("full")  # the router's own 503 then
-            full = web.Response(status=503, body=body, headers=response_headers(upstream.headers))
-            full[RELAYED] = True
-            return Failure("full", full)
-        return Failure("failed")
+        log.info("replica %s is full (503 + Retry-After)", replica.url)
+        if body is None:
+            return Failure("full")  # the router's own 503 then
+        full = web.Response(status=503, body=body, headers=response_headers(upstream.headers))
+        full[RELAYED] = True
+        return Failure("full", full)
 
     async def _stream(self, replica: Replica, upstream: Upstream) -> web.StreamResponse:
         resp = await self._start(upstream)

@@ -1,7 +1,7 @@
 """A replica's JSON answer larger than the router holds (kvpool/router/upstream.py
-NOTE(large-answer)): it is passed on as it comes, a 5xx body is read only up to its bound, and
-a replica that breaks off a large answer midway cuts its client's connection (a short body the
-client sees as broken, never a clean one). Replicas are real aiohttp servers on 127.0.0.1
+NOTE(large-answer)): it is passed on as it comes, a 503 refusal's body is read only up to its
+bound, and a replica that breaks off a large answer midway cuts its client's connection (a
+short body the client sees as broken, never a clean one). Replicas are real aiohttp servers on 127.0.0.1
 whose writes wait (bounded) for the client to have seen the earlier bytes."""
 
 from __future__ import annotations
@@ -45,12 +45,13 @@ async def replicas(*answers):
 
 
 def large(status: int, seen: asyncio.Event | None, waited: list, *, short: bool = False,
-          taken: list | None = None):
+          taken: list | None = None, headers: dict | None = None):
     """An answer of LARGE bytes (``short``: it breaks off at half); past LARGE - HELD bytes it
     waits for ``seen``; ``taken`` gets what the socket took of it."""
     async def answer(request):
         await request.read()
-        resp = web.StreamResponse(status=status, headers={"Content-Type": "application/json"})
+        resp = web.StreamResponse(status=status, headers={"Content-Type": "application/json",
+                                                          **(headers or {})})
         resp.content_length = LARGE + 2
         await resp.prepare(request)
         sent = 0
@@ -103,17 +104,19 @@ async def test_a_large_answer_reaches_the_client_as_the_replica_sends_it():
 
 
 async def test_a_large_refusal_is_not_read_on_and_the_next_replica_answers():
-    """Before: a 500's body was read whole to be dropped (a replica that sent without end
-    held the request, and the router's memory, as long as it sent)."""
+    """Before: a refusal's body was read whole to be dropped (a replica that sent without end
+    held the request, and the router's memory, as long as it sent). A full replica's 503 +
+    Retry-After is the refusal retried elsewhere (upstream.py NOTE(retry))."""
     taken: list[int] = []
 
     async def good(request):
         await request.read()
         return web.json_response({"served_by": "good"})
 
-    async with replicas(large(500, None, [], taken=taken), good) as urls, \
+    full = large(503, None, [], taken=taken, headers={"Retry-After": "1"})
+    async with replicas(full, good) as urls, \
             router(urls) as (_, url), aiohttp.ClientSession() as s:
-        for _ in range(2):  # round robin: the first try of one of them is the 500
+        for _ in range(2):  # round robin: the first try of one of them is the 503
             async with s.post(url + "/v1/completions", json={"prompt": "x"}) as resp:
                 assert (resp.status, await resp.json()) == (200, {"served_by": "good"})
     assert len(taken) == 1 and taken[0] < LARGE // 2  # the 500 was not read to its end
