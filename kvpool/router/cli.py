@@ -103,6 +103,9 @@ def add_kv_event_arguments(p: argparse.ArgumentParser) -> None:
                    help="prefix policy without a lookup per request: follow each replica's KV "
                         "events (replicas started with --kv-events-config; the endpoints come "
                         "from their GET /v1/kvpool/kv_events) and hash prompts here")
+    p.add_argument("--kv-events-any-host", action="store_true",
+                   help="follow KV event endpoints a replica names on another host than its "
+                        "URL's (default: refused and logged, that replica placed by lookups)")
     p.add_argument("--replica-api-key", default=None, metavar="KEY",
                    help="the replicas' --api-key, for what the router asks them itself (where "
                         f"their KV events are); or env {REPLICA_API_KEY_ENV}. Client requests "
@@ -129,7 +132,8 @@ def build_router(args: argparse.Namespace) -> Router:
     membership = (Membership(replicas, admin_token=token, replicas_file=args.replicas_file)
                   if token or args.replicas_file else None)
     key = args.replica_api_key or os.environ.get(REPLICA_API_KEY_ENV) or None
-    events = (EventRouting(replicas, max_blocks=args.kv_index_blocks, api_key=key)
+    events = (EventRouting(replicas, max_blocks=args.kv_index_blocks, api_key=key,
+                           any_host=args.kv_events_any_host)
               if args.kv_events and args.policy == "prefix" else None)
     cors = CorsPolicy(args.allowed_origins, credentials=args.allow_credentials,
                       methods=args.allowed_methods, headers=args.allowed_headers)

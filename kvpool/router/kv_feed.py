@@ -57,7 +57,6 @@ import asyncio
 import logging
 from collections import Counter
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import msgspec
@@ -66,6 +65,7 @@ import zmq.asyncio
 
 from kvpool.events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockStored,
                                 KVEventBatch, decode_batch, decode_seq, encode_seq)
+from kvpool.router.kv_endpoints import foreign_endpoint, reachable
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS, BlockIndex
 from kvpool.router.kv_prompt import info_problem
 from kvpool.router.replicas import Replica, read_json
@@ -79,19 +79,10 @@ REPLAY_TIMEOUT = 2.0  # seconds a replay may take before the index is cleared in
 MAX_MESSAGE = 16 << 20  # bytes per frame the SUB and DEALER accept (NOTE(max-message))
 MAX_REPLAY_BYTES = 256 << 20  # payload bytes one replay may hold (NOTE(slices))
 APPLY_SLICE = 8192  # hashes applied between yields to the event loop (NOTE(slices))
-_WILDCARDS = ("*", "0.0.0.0", "[::]", "::")
 # what names one stream: when one changes, it is followed from scratch (NOTE(restart))
 _STREAM_KEYS = ("endpoint", "replay_endpoint", "topic", "instance")
 FEED_COUNTS = ("applied", "gaps", "replays", "lost", "restarts", "duplicates", "wrong_topic",
                "malformed")
-
-
-def reachable(endpoint: str, replica_url: str) -> str:
-    """``tcp://*:5557`` as seen from here: the wildcard host becomes the replica's host."""
-    host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
-    if host in _WILDCARDS:
-        host = urlsplit(replica_url).hostname or "127.0.0.1"
-    return f"tcp://{host}:{port}"
 
 
 class ReplicaFeed:
@@ -99,8 +90,10 @@ class ReplicaFeed:
 
     def __init__(self, replica: Replica, ctx: zmq.asyncio.Context,
                  max_blocks: int = DEFAULT_MAX_BLOCKS,
-                 max_replay_bytes: int = MAX_REPLAY_BYTES) -> None:
+                 max_replay_bytes: int = MAX_REPLAY_BYTES, *, any_host: bool = False) -> None:
+        """``any_host``: follow endpoints on other hosts than the replica's (NOTE(own-host))."""
         self.replica = replica
+        self.any_host = any_host
         self.max_replay_bytes = max_replay_bytes
         self.ctx = ctx
         self.index = BlockIndex(max_blocks)
@@ -165,6 +158,11 @@ class ReplicaFeed:
         problem = problem or info_problem(info)
         if problem is not None:
             self._unusable("info", "publishes KV event info the router cannot use", problem)
+            return
+        if not self.any_host and (far := foreign_endpoint(info, self.replica.url)):
+            self._unusable("foreign", "names a KV event endpoint off its own host",
+                           f"{far}: not the host of its URL; if that host is trusted, start "
+                           "the router with --kv-events-any-host")  # NOTE(own-host)
             return
         self._follow(info)
 

@@ -15,7 +15,8 @@ replica whose feed is not caught up (just connected, events off, another hash sp
 hits. A replica whose PUB connects out to an external indexer (its route says
 ``"endpoint_mode": "connect"``, kvpool/events/publisher.py NOTE(pub-connect)) has no stream to
 follow, nor has one whose kv_events info fails the router's checks (kv_prompt.info_problem, an
-endpoint ZMQ refuses): a request it may take goes the lookup way, every candidate asked.
+endpoint ZMQ refuses, one off the replica's own host: kv_endpoints.py NOTE(own-host)): a
+request it may take goes the lookup way, every candidate asked.
 
 Every ``refresh_interval`` seconds the feeds follow the replica set (replicas added or removed
 at runtime get or lose theirs) and each replica's GET /v1/kvpool/kv_events is asked again, so
@@ -63,8 +64,12 @@ class EventRouting:
     """The feeds of a ReplicaSet and the per-request scoring over their indexes."""
 
     def __init__(self, replicas: ReplicaSet, *, max_blocks: int = DEFAULT_MAX_BLOCKS,
-                 refresh_interval: float = DEFAULT_REFRESH, api_key: str | None = None) -> None:
-        """``api_key``: the replicas' --api-key, sent when asking where their events are."""
+                 refresh_interval: float = DEFAULT_REFRESH, api_key: str | None = None,
+                 any_host: bool = False) -> None:
+        """``api_key``: the replicas' --api-key, sent when asking where their events are;
+        ``any_host``: follow event endpoints off a replica's own host (kv_endpoints.py
+        NOTE(own-host))."""
+        self.any_host = any_host
         self.ctx = zmq.asyncio.Context()
         self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self.replicas = replicas
@@ -98,7 +103,8 @@ class EventRouting:
             self.feeds.pop(url).close()
         for url, r in now.items():
             if url not in self.feeds:
-                self.feeds[url] = ReplicaFeed(r, self.ctx, self.max_blocks)
+                self.feeds[url] = ReplicaFeed(r, self.ctx, self.max_blocks,
+                                              any_host=self.any_host)
 
     async def refresh(self, session: aiohttp.ClientSession) -> None:
         self._sync()

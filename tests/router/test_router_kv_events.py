@@ -203,8 +203,9 @@ def fronted(url: str, spoil) -> web.Application:
 @pytest.mark.parametrize("n, spoil, reason", [
     (0, lambda i: {**i, "block_size": 0}, "block_size: want an integer"),
     (1, lambda i: {**i, "hash": {**i["hash"], "algo": "nope"}}, "hash: "),
-    (2, lambda i: {**i, "endpoint": "tcp://no such host:1"}, "Invalid argument"),
-    (3, lambda i: b"<html>not json</html>", "want a JSON object")])
+    (2, lambda i: {**i, "endpoint": "tcp://127.0.0.1:x"}, "Invalid argument"),
+    (3, lambda i: b"<html>not json</html>", "want a JSON object"),
+    (4, lambda i: {**i, "endpoint": "tcp://127.0.0.2:1"}, "not the host of its URL")])
 async def test_a_replica_whose_kv_events_info_is_unusable_is_placed_by_lookups(
         fleet, caplog, n, spoil, reason):
     """docs/kv_events.md: a replica whose info fails the router's checks is not followed and
