@@ -104,10 +104,15 @@ class RemoteReader:
 
     async def prefetch(self, prompt: Sequence[int], cache_salt: str | None
                        ) -> FetchedPrefix | None:
+        """NOTE(prefetch-cancel): bounded with ``asyncio.timeout``, not ``wait_for``: on Python
+        3.11 wait_for returns the fetch's result when its caller is cancelled in the step the
+        fetch finished (CPython gh-86296; as connections.py NOTE(write-cancel)), so a request
+        task cancelled then (the engine's shutdown cancels its prefetches) went on as if not
+        cancelled and queued its request. The fetch now runs in the caller's own task."""
         t0 = time.monotonic()
         try:
-            return await asyncio.wait_for(self._prefetch(prompt, cache_salt, t0),
-                                          self.link.prefetch_timeout_s * 2 + 1)
+            async with asyncio.timeout(self.link.prefetch_timeout_s * 2 + 1):
+                return await self._prefetch(prompt, cache_salt, t0)
         except Exception:  # noqa: BLE001 - failure policy: recompute, never fail the request
             log.exception("remote prefetch failed; recomputing")
             return None
