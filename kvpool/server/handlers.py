@@ -142,8 +142,9 @@ class OpenAIRoutes:
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         builder = ResponseBuilder(req, formatter=self.id_formatter
                                   if req.extras.tokens_as_ids else self.formatter)
-        ticket = self.gate.admit(req.prompts, req.params, req.cache_salt)
-        updates = PromptStreams(self.engine, ticket, builder.id, req.prompts, req.params,
+        params = [req.params_at(i) for i in range(len(req.prompts))]  # NOTE(clamp)
+        ticket = self.gate.admit(req.prompts, params, req.cache_salt)
+        updates = PromptStreams(self.engine, ticket, builder.id, req.prompts, params,
                                 priority=req.priority)
         try:
             await updates.start()  # validation, QueueFullError and first updates surface here
@@ -166,10 +167,11 @@ class OpenAIRoutes:
         rm = self.request_metrics
         if rm is None:
             return
-        n, params = builder.n, builder.req.params
+        n, req = builder.n, builder.req
         for p, done in enumerate(builder.prompt_finished):
             if not done:
                 continue
+            params = req.params_at(p)
             choices = range(p * n, (p + 1) * n)
             rm.observe(prompt_tokens=builder.prompt_tokens[p],
                        generation_tokens=sum(builder.num_generated[i] for i in choices),
@@ -265,11 +267,12 @@ class PromptStreams:
     """Owned by one handler; not shared."""
 
     def __init__(self, engine: EngineClient, ticket: Ticket, request_id: str,
-                 prompts: Sequence[list[int]], params: SamplingParams, *, priority: int) -> None:
+                 prompts: Sequence[list[int]], params: Sequence[SamplingParams], *,
+                 priority: int) -> None:
         self.engine = engine
         self.ticket = ticket  # the gate's admission of this request
         self.prompts = list(prompts)
-        self.params = params
+        self.params = list(params)  # each prompt's (NOTE(clamp): its own max_tokens)
         self.priority = priority
         one = len(self.prompts) == 1
         self.ids = [request_id] if one else [f"{request_id}-{i}" for i in range(len(prompts))]
@@ -281,10 +284,10 @@ class PromptStreams:
         self._ended = 0
 
     async def start(self) -> None:
-        for ids in self.prompts:
-            self.engine.check_pool(ids, self.params)
+        for ids, params in zip(self.prompts, self.params):
+            self.engine.check_pool(ids, params)
         for i, (rid, ids) in enumerate(zip(self.ids, self.prompts)):
-            self.streams.append(self.ticket.open(i, rid, ids, self.params,
+            self.streams.append(self.ticket.open(i, rid, ids, self.params[i],
                                                  priority=self.priority, checked=True))
         for i, s in enumerate(self.streams):
             first = await anext(s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,3 +50,12 @@ class ParsedRequest:
     return_n: int | None = None  # best_of > n: params.n = best_of run, the n best returned
     echo_text: str = ""  # chat echo: the final assistant message, in front of the content
     tools: Any = None  # tools.request.ToolRequest whose output is read for calls, or None
+    # each prompt's max_tokens where they differ (NOTE(clamp) in context_budget.py: each is
+    # clamped to the room its prompt leaves); () when params.max_tokens holds for every prompt
+    budgets: tuple[int, ...] = ()
+
+    def params_at(self, i: int) -> SamplingParams:
+        """Prompt ``i``'s SamplingParams: ``params`` with its own max_tokens."""
+        if not self.budgets or self.budgets[i] == self.params.max_tokens:
+            return self.params
+        return dataclasses.replace(self.params, max_tokens=self.budgets[i])

@@ -19,8 +19,9 @@ Policy, in one place:
 - An unknown ``model`` is a 404 with code ``model_not_found`` (OpenAI and vLLM do that).
 - ``null`` means "not given" for every optional field.
 - Bounds come from EngineConfig: ``n <= max_n``, ``max_tokens <= max_tokens_limit``,
-  ``len(stop) <= max_stop``; ``prompt + max_tokens <= max_model_len`` (code
-  ``context_length_exceeded``). Whether the prompt fits the *pool* is the engine's call.
+  ``len(stop) <= max_stop``; ``prompt < max_model_len`` (code ``context_length_exceeded``),
+  ``max_tokens`` then lowered to the room the prompt leaves, as vLLM's server lowers it
+  (NOTE(clamp), context_budget.py). Whether the prompt fits the *pool* is the engine's call.
 - NOTE(bounded-work): a prompt that cannot fit is refused *before* the expensive step: a
   token-id list of ``max_model_len`` ids or more before its ids are checked one by one, and a
   text (a string prompt, or the rendered chat) longer than ``max_model_len *
@@ -44,6 +45,7 @@ from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOW
                                       token_ids, with_defaults)
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
+from kvpool.server.context_budget import token_budgets
 from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body,
                                      json_int)
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
@@ -141,9 +143,8 @@ class RequestParser:
         extras = self._extras(body, chat=False)
         prompts = self._prompts(body.get("prompt"), extras)
         echo_only = json_int(body.get("max_tokens")) == 0 and body.get("echo") is True
-        max_tokens, mt_param = (1, "max_tokens") if echo_only else \
-            self._max_tokens(body, ("max_tokens",))
-        return self._finish(body, "completion", model, prompts, "prompt", max_tokens, mt_param,
+        max_tokens = 1 if echo_only else self._max_tokens(body, ("max_tokens",))
+        return self._finish(body, "completion", model, prompts, "prompt", max_tokens,
                             DEFAULT_COMPLETION_MAX_TOKENS, echo_only=echo_only,
                             ignored=ignored, extras=extras)
 
@@ -159,9 +160,9 @@ class RequestParser:
         echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""
         # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
         # field wins when both are sent.
-        max_tokens, mt_param = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
+        max_tokens = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
         return self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
-                            mt_param, None, ignored=ignored, extras=extras, echo_text=echo,
+                            None, ignored=ignored, extras=extras, echo_text=echo,
                             tools=tools)
 
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
@@ -208,18 +209,18 @@ class RequestParser:
                           variables=dict(extras.chat_template_kwargs),
                           tools=tools)
         add = extras.add_special_tokens
-        ids = self._encode(text, "messages", add_special_tokens=tpl.add_special_tokens
-                           if add is None else add)
+        ids = self._encode(text, "messages", tpl.add_special_tokens if add is None else add,
+                           extras)
         return _truncate(ids, extras), messages
 
     # ---- pieces -----------------------------------------------------------------------------
     def _finish(self, body: dict[str, Any], kind: str, model: str,
                 prompts: list[tuple[list[int], str | None]], prompt_param: str,
-                max_tokens: int | None, mt_param: str, default_max: int | None, *,
+                max_tokens: int | None, default_max: int | None, *,
                 echo_only: bool = False, ignored: tuple[str, ...] = (),
                 extras: VllmExtras = VllmExtras(), echo_text: str = "",
                 tools: ToolRequest | None = None) -> ParsedRequest:
-        max_tokens = self._budget(prompts, prompt_param, max_tokens, mt_param, default_max)
+        budgets = self._budget(prompts, prompt_param, max_tokens, default_max)
         stream = opt(body, "stream", bool, False)
         include_usage, continuous = stream_options(body.get("stream_options"), stream)
         n = opt(body, "n", int, 1)
@@ -232,7 +233,7 @@ class RequestParser:
         # rule), so each sampled token's logprob is needed even when none is shown
         engine_lps = lp.logprobs if best_of == n or lp.logprobs is not None else 0
         params = SamplingParams(
-            n=best_of, max_tokens=max_tokens,
+            n=best_of, max_tokens=budgets[0],
             temperature=opt(body, "temperature", float, 1.0),
             top_p=opt(body, "top_p", float, 1.0),
             top_k=self._top_k(body),
@@ -251,30 +252,21 @@ class RequestParser:
                              echo_only=echo_only, ignored=ignored, extras=extras,
                              continuous_usage=continuous, echo_text=echo_text,
                              return_n=n if best_of > n else None,
+                             budgets=budgets if len(set(budgets)) > 1 else (),
                              tools=tools if tools is not None and tools.extracts else None)
 
     def _budget(self, prompts: list[tuple[list[int], str | None]], prompt_param: str,
-                max_tokens: int | None, mt_param: str, default_max: int | None) -> int:
+                max_tokens: int | None, default_max: int | None) -> tuple[int, ...]:
         """The one empty-prompt and context-length rule (the engine trusts the edge): the
-        tokens to generate, the default filled in from the room the longest prompt leaves."""
+        tokens each prompt may generate, clamped to the room it leaves (context_budget.py)."""
         empty = next((i for i, (ids, text) in enumerate(prompts) if not ids or text == ""), None)
         if empty is not None:
             raise _bad(prompt_param, "must not be empty" if len(prompts) == 1
                        else f"prompt {empty}: must not be empty")
-        longest = max(len(ids) for ids, _ in prompts)
-        which = "" if len(prompts) == 1 else \
-            f" (prompt {[len(i) for i, _ in prompts].index(longest)})"
-        if exceeds_context(longest, 1, self.max_model_len):  # no room to generate one token
-            raise self._too_long(prompt_param, f"the prompt{which} has {longest} tokens")
-        if max_tokens is None:
-            default_max = self.default_max_tokens or default_max
-            max_tokens = min(default_max or self.max_tokens_limit, self.max_tokens_limit,
-                             self.max_model_len - longest)
-        elif exceeds_context(longest, max_tokens, self.max_model_len):
-            raise context_length_error(self.max_model_len, f"you requested {longest + max_tokens}"
-                                       f" ({longest} in the prompt{which}, {max_tokens} to "
-                                       "generate)", mt_param, named=True)
-        return max_tokens
+        return token_budgets([len(ids) for ids, _ in prompts], max_tokens,
+                             self.default_max_tokens or default_max,
+                             max_model_len=self.max_model_len, limit=self.max_tokens_limit,
+                             prompt_param=prompt_param)
 
     def _extras(self, body: dict[str, Any], chat: bool) -> VllmExtras:
         """vLLM's extras (vllm_fields.py); the defaults when the body sends none of them."""
@@ -333,7 +325,7 @@ class RequestParser:
             raise _bad("top_k", f"must be below 2**31 (or -1/0 to disable), got {shown(top_k)}")
         return -1 if top_k > self.vocab_size else top_k
 
-    def _max_tokens(self, body: dict[str, Any], names: Sequence[str]) -> tuple[int | None, str]:
+    def _max_tokens(self, body: dict[str, Any], names: Sequence[str]) -> int | None:
         for name in names:
             value = opt(body, name, int, None)
             if value is None:
@@ -344,8 +336,8 @@ class RequestParser:
                 raise _bad(name, f"must be at least 1{hint}, got {shown(value)}")
             if value > self.max_tokens_limit:
                 raise _bad(name, f"must be at most {self.max_tokens_limit}, got {shown(value)}")
-            return value, name
-        return None, names[-1]
+            return value
+        return None
 
     def _prompts(self, prompt: Any, extras: VllmExtras) -> list[tuple[list[int], str | None]]:
         """(ids, text or None) per prompt: a string, token ids, or a list of either kind."""
@@ -372,7 +364,7 @@ class RequestParser:
         keep = extras.truncate_prompt_tokens
         if isinstance(prompt, str):
             add = extras.add_special_tokens
-            ids = self._encode(prompt, "prompt", True if add is None else add)
+            ids = self._encode(prompt, "prompt", True if add is None else add, extras)
             # a truncated prompt is no longer the text sent: echo decodes the ids kept
             return _truncate(ids, extras), prompt if keep is None or len(ids) <= keep else None
         if isinstance(prompt, list):
@@ -384,10 +376,16 @@ class RequestParser:
             raise _bad("prompt", "is required")
         raise _bad("prompt", "must be a string, a list of token ids, or a list of those")
 
-    def _encode(self, text: str, param: str, add_special_tokens: bool = True) -> list[int]:
-        """Tokenize, unless the text is too long to fit (NOTE(bounded-work)). GIL-free, so a
-        caller may run the parse on a worker thread without stalling the event loop."""
+    def _encode(self, text: str, param: str, add_special_tokens: bool = True,
+                extras: VllmExtras | None = None) -> list[int]:
+        """Tokenize, unless the text is too long to fit (NOTE(bounded-work)); a prompt to be
+        truncated is first cut to the bound on the side it keeps, as vLLM's _text_len_check
+        cuts it (still at least max_model_len tokens). GIL-free, so a caller may run the parse
+        on a worker thread without stalling the event loop."""
         limit = self.max_prompt_chars
+        if limit is not None and len(text) > limit and extras is not None \
+                and extras.truncate_prompt_tokens is not None:
+            text = text[:limit] if extras.truncation_side == "right" else text[-limit:]
         if limit is not None and len(text) > limit:
             raise self._too_long(param, f"the prompt has {len(text)} characters, more than "
                                  f"{self.max_model_len} tokens can hold")

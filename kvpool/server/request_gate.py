@@ -3,7 +3,7 @@
 A generation handler calls the gate once, after its body is parsed and before any prompt
 reaches the engine; the ticket it gets opens the engine streams and gives everything back::
 
-    ticket = gate.admit(prompts, params, cache_salt)
+    ticket = gate.admit(prompts, params, cache_salt)   # params: one per prompt
         draining                      -> 503 shutting_down + Retry-After
         tenant                        the middleware's (middleware.py), never the client's salt
         cache salt                    CacheNamespace.salt(tenant, cache_salt)
@@ -69,15 +69,17 @@ class RequestGate:
         self._live: dict[int, GatedStream] = {}
         self._next_key = 0
 
-    def admit(self, prompts: Sequence[list[int]], params: SamplingParams,
+    def admit(self, prompts: Sequence[list[int]], params: Sequence[SamplingParams],
               cache_salt: str | None) -> Ticket:
-        """The one check of a request at the edge; raises the 503 / 400 / 429 it earns."""
+        """The one check of a request at the edge; raises the 503 / 400 / 429 it earns.
+        ``params``: each prompt's (its own max_tokens: NOTE(clamp) in context_budget.py)."""
         if self.draining:
             raise shutting_down_error()
         tenant = current_tenant()
-        shares = [self._need(len(ids), params) for ids in prompts] if self.quota else []
+        shares = [self._need(len(ids), p) for ids, p in zip(prompts, params)] \
+            if self.quota else []
         if shares:
-            self._reserve(tenant, shares, params)
+            self._reserve(tenant, shares, params[0])
         return Ticket(self, tenant, self.namespace.salt(tenant, cache_salt), shares)
 
     def _need(self, prompt_len: int, params: SamplingParams) -> int:

@@ -137,7 +137,8 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
 
 def _truncation(body: dict[str, Any], chat: dict[str, Any]) -> str:
     """``truncation``: ``"auto"`` is chat's ``truncate_prompt_tokens: -1`` (the prompt cut to
-    the model's context), as vLLM reads it; ``"disabled"`` (the default) cuts nothing."""
+    the model's context less one position, so it generates: NOTE(clamp) in
+    context_budget.py), as vLLM reads it; ``"disabled"`` (the default) cuts nothing."""
     value = body.get("truncation")
     if value is None:
         return "disabled"

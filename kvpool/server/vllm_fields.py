@@ -5,7 +5,9 @@
   carries its BOS, so false; the built-in one is plain text, so true). lm-eval's string mode
   sends ``false`` and scores one BOS token off without it.
 - ``truncate_prompt_tokens``: keep only k prompt tokens (1 <= k <= max_model_len); -1 is
-  vLLM's "the model's context" (k = max_model_len). ``truncation_side`` picks which: "left"
+  vLLM's "the model's context" less the one position it holds back to generate (k =
+  max_model_len - 1, NOTE(clamp) in context_budget.py; k = max_model_len leaves no room and is
+  the context-length 400, as in vLLM). ``truncation_side`` picks which: "left"
   (vLLM's default, its tokenizers' side) drops the start and keeps the last k, "right" keeps
   the first k. As in vLLM, null is the default, any other value is a 400, and the side is
   accepted without ``truncate_prompt_tokens`` (nothing is cut then).
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import RequestError
+from kvpool.server.context_budget import truncate_to
 from kvpool.server.json_body import json_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
@@ -69,8 +72,8 @@ def _bool(body: dict[str, Any], name: str) -> bool | None:
 
 def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -> VllmExtras:
     truncate = body.get("truncate_prompt_tokens")
-    if json_int(truncate) == -1:
-        truncate = max_model_len
+    if json_int(truncate) == -1:  # NOTE(clamp): one position held back to generate
+        truncate = truncate_to(-1, max_model_len)
     if truncate is not None:
         if json_int(truncate) is None or not 1 <= json_int(truncate) <= max_model_len:
             raise _bad("truncate_prompt_tokens", f"must be an integer in [1, {max_model_len}] "

@@ -99,8 +99,14 @@ async def test_prompt_too_long_for_the_model(srv):
                                  json={"prompt": [65] * 300, "max_tokens": 1})
     assert_error(status, resp, 400, "prompt", "context_length_exceeded")
     status, _, resp = await call(srv, "POST", "/v1/completions",
-                                 json={"prompt": [65] * 200, "max_tokens": 100})
-    assert_error(status, resp, 400, "max_tokens", "context_length_exceeded")
+                                 json={"prompt": [65] * 256, "max_tokens": 1})
+    assert_error(status, resp, 400, "prompt", "context_length_exceeded")  # no room for one
+    # past the context with room left: served, max_tokens lowered to it (NOTE(clamp))
+    status, _, resp = await call(srv, "POST", "/v1/completions",
+                                 json={"prompt": [65] * 200, "max_tokens": 100,
+                                       "ignore_eos": True})
+    assert status == 200 and resp["usage"]["completion_tokens"] == 56, resp
+    assert resp["choices"][0]["finish_reason"] == "length"
 
 
 async def test_prompt_that_can_never_fit_the_pool(make_server):

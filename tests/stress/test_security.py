@@ -226,10 +226,14 @@ async def test_bounds_enforced_at_the_limit(make_server):
         assert status == 200
         for extra, param in (({"n": 4}, "n"), ({"max_tokens": 21}, "max_tokens"),
                              ({"stop": ["a", "b", "c"]}, "stop"),
-                             ({"prompt": "y" * 64}, "prompt"),
-                             ({"prompt": "y" * 50}, "max_tokens")):
+                             ({"prompt": "y" * 64}, "prompt")):
             status, resp = await post(url, {**ok, **extra})
             assert status == 400 and resp["error"]["param"] == param, (extra, resp)
+        # prompt + max_tokens past the context: served, max_tokens lowered (NOTE(clamp))
+        status, resp = await post(url, {**ok, "prompt": "y" * 50, "ignore_eos": True})
+        assert status == 200, resp
+        room = 64 - resp["usage"]["prompt_tokens"]
+        assert resp["usage"]["completion_tokens"] == 3 * room < 3 * 20, resp
         status, resp = await post(url, data=b'{"prompt": "' + b"z" * 5000 + b'"}',
                                   headers={"Content-Type": "application/json"})
         assert status == 413 and resp["error"]["code"] == "request_too_large"
