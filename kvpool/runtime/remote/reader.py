@@ -79,6 +79,7 @@ class RemoteReader:
         # the model fetched 1-4 block runs that recompute beat (bench.remote's TTFT table).
         self.fixed_s = 0.0
         self.stats = ReadStats()
+        self._freeing: set[asyncio.Future] = set()  # NOTE(land-cancel): give-backs under way
 
     async def warm_up(self) -> bool:
         """At engine start: open the tier's connections for one fetch's parallel chunks."""
@@ -178,7 +179,13 @@ class RemoteReader:
         try:
             remaining = link.prefetch_timeout_s - (time.monotonic() - t0)
             values = await self._get(keys, remaining)
-            kept = await asyncio.to_thread(self._land, values, host)
+            land = asyncio.ensure_future(asyncio.to_thread(self._land, values, host))
+            try:
+                kept = await asyncio.shield(land)
+            except asyncio.CancelledError:
+                self._give_back_after(land, host)
+                host = []  # not freed below: the thread may still write into them
+                raise
             if kept == run:  # a complete fetch: what it cost beyond its bytes
                 extra = max(0.0, time.perf_counter() - tf
                             - run * g * self.bytes_per_block / self.bandwidth)
@@ -189,6 +196,18 @@ class RemoteReader:
             if kept * g < len(host):  # NOTE(leak): every block not handed on goes back now
                 await self.front.free_host_blocks(host[kept * g:])
         return kept
+
+    def _give_back_after(self, land: asyncio.Future, host: list[int]) -> None:
+        """NOTE(land-cancel): a fetch cancelled (its deadline, the engine's shutdown) while
+        ``_land`` copies into ``host`` in a worker thread gives the blocks back once that
+        thread is done, not at once: lent again meanwhile (a swap-out, another prefetch),
+        they would take this request's bytes on top of their own."""
+        def done(_: asyncio.Future) -> None:
+            freeing = asyncio.ensure_future(self.front.free_host_blocks(host))
+            self._freeing.add(freeing)  # held until done (the loop keeps weak refs)
+            freeing.add_done_callback(self._freeing.discard)
+
+        land.add_done_callback(done)
 
     async def _get(self, keys: list[str], timeout: float) -> list[bytes | None]:
         """Values of ``keys`` in parallel chunks; a chunk not back by ``timeout`` is None."""
