@@ -65,7 +65,8 @@ from typing import TYPE_CHECKING
 from kvpool.epp.calls import (ACK, CANCEL, CONTINUATION, DATA, DEFAULT_FRAME, DEFAULT_WINDOW,
                               END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY,
                               HEADER_TABLE_SIZE, HEADERS, INITIAL_WINDOW, INTERNAL,
-                              MAX_CONCURRENT, MAX_FRAME, MAX_WINDOW, NO_ERROR, PADDED, PING,
+                              FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, MAX_CONCURRENT,
+                              MAX_FRAME, MAX_FRAME_LIMIT, MAX_WINDOW, NO_ERROR, PADDED, PING,
                               PREFACE, PROTOCOL_ERROR, REFUSED_STREAM, RESOURCE_EXHAUSTED,
                               RST_STREAM, SETTINGS, WINDOW_UPDATE, Handler, Stream, frame,
                               frame_header, goaway)
@@ -306,22 +307,40 @@ class Connection(asyncio.Protocol):
         self.server.retire(self)
 
     def on_settings(self, payload: bytes) -> None:
-        for i in range(0, len(payload) - 5, 6):
+        """NOTE(settings-range): values RFC 9113 6.5.2 rules out are connection errors, as
+        the RFC asks. Taken as it was, SETTINGS_MAX_FRAME_SIZE 0 made every answer on the
+        connection wait forever, holding its call and the bytes it had read."""
+        if len(payload) % 6:
+            return self.fail(FRAME_SIZE_ERROR)
+        for i in range(0, len(payload), 6):
             key, value = struct.unpack_from(">HI", payload, i)
             if key == INITIAL_WINDOW:
+                if value > MAX_WINDOW:
+                    return self.fail(FLOW_CONTROL_ERROR)
                 for stream in self.streams.values():  # 6.9.2: open streams shift too
                     stream.window += value - self.peer_window
                 self.peer_window = value
             elif key == MAX_FRAME:
+                if not DEFAULT_FRAME <= value <= MAX_FRAME_LIMIT:
+                    return self.fail(PROTOCOL_ERROR)
                 self.max_frame = value
         self.write(frame(SETTINGS, ACK, 0))
         self.opened.set()
 
     def on_window_update(self, sid: int, increment: int) -> None:
+        """6.9.1: a window opened past 2**31-1 is a flow-control error, and an increment of
+        0 on the connection a protocol error (NOTE(settings-range))."""
         if sid == 0:
+            if not increment:
+                return self.fail(PROTOCOL_ERROR)
             self.window += increment
+            if self.window > MAX_WINDOW:
+                return self.fail(FLOW_CONTROL_ERROR)
         elif sid in self.streams:
-            self.streams[sid].window += increment
+            stream = self.streams[sid]
+            stream.window += increment
+            if stream.window > MAX_WINDOW:
+                return self.fail(FLOW_CONTROL_ERROR)
         self.opened.set()
 
     async def send_data(self, stream: Stream, data: bytes, out: list[bytes]) -> None:

@@ -154,6 +154,38 @@ async def test_a_frame_over_the_size_limit_is_a_goaway_before_its_payload():
         await server.stop(grace=1)
 
 
+def _setting(key: int, value: int) -> bytes:
+    return key.to_bytes(2, "big") + value.to_bytes(4, "big")
+
+
+@pytest.mark.parametrize("frames, code", [
+    (frame(SETTINGS, 0, 0, _setting(5, 0)), 1),  # SETTINGS_MAX_FRAME_SIZE 0: PROTOCOL_ERROR
+    (frame(SETTINGS, 0, 0, _setting(5, 1 << 24)), 1),  # past 2**24-1
+    (frame(SETTINGS, 0, 0, _setting(4, 1 << 31)), 3),  # INITIAL_WINDOW past 2**31-1: FLOW
+    (frame(SETTINGS, 0, 0, b"\0\5\0\0\0"), 6),  # not a multiple of 6: FRAME_SIZE_ERROR
+    (frame(WINDOW_UPDATE, 0, 0, bytes(4)), 1),  # a connection increment of 0
+    (frame(WINDOW_UPDATE, 0, 0, ((1 << 31) - 1).to_bytes(4, "big")), 3)],  # window overflow
+    ids=["max-frame-0", "max-frame-big", "window-big", "settings-size", "update-0",
+         "update-overflow"])
+async def test_settings_and_window_updates_out_of_range_are_connection_errors(frames, code):
+    """h2.py NOTE(settings-range): what RFC 9113 6.5.2 / 6.9.1 rule out ends the connection
+    with GOAWAY and its error code; before, a SETTINGS_MAX_FRAME_SIZE of 0 was taken and every
+    answer on the connection waited forever."""
+    server = Server(echo, 1 << 20)
+    port = await server.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(PREFACE + frame(SETTINGS, 0, 0) + frames)
+        seen = []
+        while await read_frame(reader, seen) != GOAWAY:
+            pass
+        assert int.from_bytes(seen[-1][2][4:8], "big") == code
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed
+    finally:
+        writer.close()
+        await server.stop(grace=1)
+
+
 async def read_frame(reader: asyncio.StreamReader, seen: list) -> int:
     head = await asyncio.wait_for(reader.readexactly(9), 5)
     size, kind, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
