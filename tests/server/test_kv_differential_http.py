@@ -1,12 +1,14 @@
 """Differential KV test through the real server (tests/runtime/test_kv_differential.py is the
-engine's): each completion request, greedy or seeded, with n, best_of and logprobs, answers the
-same on a small swapping, defragmenting server crowded with the others and with clients that
-leave mid-stream as it answers alone on a roomy server without prefix caching. Afterwards the
-crowded server's pool holds no block (the make_server fixture checks)."""
+engine's): each completion request, greedy or seeded, with n, best_of, logprobs and stop strings,
+streamed or not, answers the same on a small swapping, defragmenting server crowded with the
+others and with clients that leave mid-stream as it answers alone on a roomy server without
+prefix caching. Afterwards the crowded server's pool holds no block (the make_server fixture
+checks)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import aiohttp
@@ -31,6 +33,10 @@ def _bodies(seed: int, count: int) -> list[dict]:
             body["seed"] = rng.randrange(1 << 20)
             if rng.random() < 0.5:
                 body.update(best_of=n + 1, logprobs=None)  # best_of hides logprobs
+        if "best_of" not in body and rng.random() < 0.5:
+            body["stream"] = True  # the answer is the chunks joined
+        if rng.random() < 0.3:
+            body["stop"] = [rng.choice("aeiou") + rng.choice("nrst")]
         bodies.append(body)
     return bodies
 
@@ -44,7 +50,21 @@ def _answer(resp: dict) -> list:
 async def _complete(session: aiohttp.ClientSession, srv: Running, body: dict) -> list:
     async with session.post(srv.v1 + "/completions", json=body) as r:
         assert r.status == 200, await r.text()
-        return _answer(await r.json())
+        if not body.get("stream"):
+            return _answer(await r.json())
+        joined: dict[int, dict] = {}
+        async for line in r.content:
+            if not line.startswith(b"data: {"):
+                continue
+            for c in json.loads(line[6:])["choices"]:
+                j = joined.setdefault(c["index"], {"index": c["index"], "text": "",
+                                                   "finish_reason": None, "logprobs": None})
+                j["text"] += c["text"]
+                j["finish_reason"] = c["finish_reason"] or j["finish_reason"]
+                if c["logprobs"] is not None:
+                    j["logprobs"] = j["logprobs"] or {"token_logprobs": []}
+                    j["logprobs"]["token_logprobs"] += c["logprobs"]["token_logprobs"]
+        return _answer({"choices": list(joined.values())})
 
 
 async def _leave_mid_stream(session: aiohttp.ClientSession, srv: Running) -> None:
