@@ -51,6 +51,19 @@ async def make_tier(redis_server):
         await t.aclose()
 
 
+@pytest.fixture
+def own_cluster():
+    """A 3-master Redis Cluster of the test's own, for tests that take nodes down, reset
+    them or move slots (the session's ``redis_cluster`` is never harmed)."""
+    from bench.redis_servers import RedisClusterProcs
+    c = RedisClusterProcs(masters=3)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster():
     """A 3-master Redis Cluster on 127.0.0.1 (free ports), shared by the session: tests use

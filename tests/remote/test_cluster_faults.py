@@ -6,23 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 import redis
 
-from bench.redis_servers import RedisClusterProcs
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
-
-
-@pytest.fixture
-def cluster():
-    c = RedisClusterProcs(masters=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def _items(codec, n: int, salt: str):
@@ -36,19 +24,19 @@ def _node_id(r: redis.Redis) -> str:
     return i.decode() if isinstance(i, bytes) else i
 
 
-async def test_a_slot_migration_in_progress_misses_only_that_slots_probes(cluster):
+async def test_a_slot_migration_in_progress_misses_only_that_slots_probes(own_cluster):
     """TRYAGAIN (a multi-key call on a slot whose keys are split between the two nodes) was
     retried by redis-py past the deadline, a timeout that opened the breaker for every node
     (NOTE(tryagain))."""
-    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
+    t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
     try:
         assert await t.warm_up()
         moving, other = _items(t.codec, 8, "moving"), _items(t.codec, 8, "staying")
         assert await t.put_many(moving) == 8 and await t.put_many(other) == 8
         keys = [k for k, _ in moving]
-        src = cluster.master_of(keys[0])
-        assert cluster.master_of(other[0][0]) is not src  # (chains of fixed salts)
-        dst = next(n for n in cluster.nodes if n is not src)
+        src = own_cluster.master_of(keys[0])
+        assert own_cluster.master_of(other[0][0]) is not src  # (chains of fixed salts)
+        dst = next(n for n in own_cluster.nodes if n is not src)
         a, b = redis.Redis(port=src.port), redis.Redis(port=dst.port)
         slot = a.cluster("keyslot", keys[0])
         b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(a))
@@ -62,7 +50,7 @@ async def test_a_slot_migration_in_progress_misses_only_that_slots_probes(cluste
         assert await t.probe([k for k, _ in other]) == 8  # the other nodes' keys still hit
         for k in keys[4:]:  # the migration ends: the slot is dst's
             a.execute_command("MIGRATE", "127.0.0.1", dst.port, k, 0, 5000)
-        for n in cluster.nodes:
+        for n in own_cluster.nodes:
             r = redis.Redis(port=n.port)
             r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", _node_id(b))
             r.close()
@@ -74,19 +62,19 @@ async def test_a_slot_migration_in_progress_misses_only_that_slots_probes(cluste
         await t.aclose()
 
 
-async def test_a_reset_node_misses_only_its_slots_and_the_map_follows_a_reassignment(cluster):
+async def test_a_reset_node_misses_only_its_slots_and_the_map_follows_a_reassignment(own_cluster):
     """CLUSTERDOWN from a node that lost its slots was slept on by redis-py for 0.25 s, the
     whole op deadline: each call to those slots timed out and opened the breaker for every
     node (NOTE(tryagain)). Now it opens that node's breaker only (NOTE(clusterdown)): its
     keys are misses with no network, and its trial rereads the slot map, so the slot is found
     where the operator moved it."""
-    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
+    t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
     try:
         assert await t.warm_up()
         lost, other = _items(t.codec, 8, "moving"), _items(t.codec, 8, "staying")
         assert await t.put_many(lost) == 8 and await t.put_many(other) == 8
         keys = [k for k, _ in lost]
-        x, y = cluster.master_of(keys[0]), cluster.master_of(other[0][0])
+        x, y = own_cluster.master_of(keys[0]), own_cluster.master_of(other[0][0])
         rx = redis.Redis(port=x.port)
         slot = rx.cluster("keyslot", keys[0])
         rx.flushall()
@@ -99,7 +87,7 @@ async def test_a_reset_node_misses_only_its_slots_and_the_map_follows_a_reassign
         assert t.breaker.state is BreakerState.CLOSED
         assert await t.probe([k for k, _ in other]) == 8  # the other nodes' keys still hit
         ry = redis.Redis(port=y.port)
-        for n in cluster.nodes:  # the operator gives the lost slot to y
+        for n in own_cluster.nodes:  # the operator gives the lost slot to y
             if n is not x:
                 r = redis.Redis(port=n.port)
                 r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", _node_id(ry))
@@ -115,18 +103,18 @@ async def test_a_reset_node_misses_only_its_slots_and_the_map_follows_a_reassign
         await t.aclose()
 
 
-async def test_a_slot_changing_owner_is_said_once_as_a_migration_not_an_error(cluster, caplog):
+async def test_a_slot_changing_owner_is_said_once_as_a_migration_not_an_error(own_cluster, caplog):
     """The slot's source told CLUSTER SETSLOT NODE before its still IMPORTING destination:
     each sends the call to the other (MOVED) until redis-py gives up ('TTL exhausted'), which
     was counted kind=response and logged 'Redis answered an error (TTL exhausted.)'."""
-    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
+    t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
     try:
         assert await t.warm_up()
         moving = _items(t.codec, 8, "moving")
         keys = [k for k, _ in moving]
         assert await t.put_many(moving) == 8
-        src = cluster.master_of(keys[0])
-        dst = next(n for n in cluster.nodes if n is not src)
+        src = own_cluster.master_of(keys[0])
+        dst = next(n for n in own_cluster.nodes if n is not src)
         a, b = redis.Redis(port=src.port), redis.Redis(port=dst.port)
         slot = a.cluster("keyslot", keys[0])
         b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(a))
@@ -140,7 +128,7 @@ async def test_a_slot_changing_owner_is_said_once_as_a_migration_not_an_error(cl
         assert st.errors.get("cluster") == 4 and "response" not in st.errors, st
         said = [r.getMessage() for r in caplog.records if r.name == "kvpool.remote"]
         assert len(said) == 1 and "changing owner" in said[0] and "nothing to fix" in said[0]
-        for n in cluster.nodes:  # the migration ends: every node names dst
+        for n in own_cluster.nodes:  # the migration ends: every node names dst
             r = redis.Redis(port=n.port)
             r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", _node_id(b))
             r.close()

@@ -10,20 +10,9 @@ import time
 import pytest
 import redis
 
-from bench.redis_servers import RedisClusterProcs
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
-
-
-@pytest.fixture
-def cluster():
-    c = RedisClusterProcs(masters=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def _items(codec, salt: str):
@@ -32,31 +21,31 @@ def _items(codec, salt: str):
             for i, (k, h) in enumerate(zip(NS.group_keys(hashes), hashes))]
 
 
-def _one_prefix_per_master(cluster, codec) -> dict:
+def _one_prefix_per_master(own_cluster, codec) -> dict:
     """master -> the items of one 8-block prefix whose slot it serves."""
     out: dict = {}
     for i in range(200):
         items = _items(codec, f"salt{i}")
-        out.setdefault(cluster.master_of(items[0][0]).port, items)
+        out.setdefault(own_cluster.master_of(items[0][0]).port, items)
         if len(out) == 3:
             return out
     raise AssertionError("no prefix for every master")
 
 
 @pytest.mark.parametrize("fault", ["kill", "hang"])
-async def test_a_lost_master_misses_only_its_slots_and_recovers(cluster, fault):
+async def test_a_lost_master_misses_only_its_slots_and_recovers(own_cluster, fault):
     """One breaker for the whole cluster: the killed (or SIGSTOPped) master's first refused
     (or timed out) call opened it for every node's keys, so losing 1 master of 3 cost every
     hit."""
     # the other masters keep serving while one is down
-    _set_everywhere(cluster, "CONFIG", "SET", "cluster-require-full-coverage", "no")
-    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
+    _set_everywhere(own_cluster, "CONFIG", "SET", "cluster-require-full-coverage", "no")
+    t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
     try:
         assert await t.warm_up()
-        by_port = _one_prefix_per_master(cluster, t.codec)
+        by_port = _one_prefix_per_master(own_cluster, t.codec)
         for items in by_port.values():
             assert await t.put_many(items) == 8
-        dead = next(n for n in cluster.nodes if n.port in by_port)
+        dead = next(n for n in own_cluster.nodes if n.port in by_port)
         lost = [k for k, _ in by_port[dead.port]]
         kept = [items for port, items in by_port.items() if port != dead.port]
         dead.kill() if fault == "kill" else dead.pause()
@@ -85,15 +74,15 @@ async def test_a_lost_master_misses_only_its_slots_and_recovers(cluster, fault):
         await t.aclose()
 
 
-async def test_a_killed_node_is_said_to_be_unreachable_not_a_tls_port(cluster, caplog):
+async def test_a_killed_node_is_said_to_be_unreachable_not_a_tls_port(own_cluster, caplog):
     """Its first failure (the pooled connection closed by the dying server) was logged as
     'the server dropped the connection ...: if that port speaks TLS, use rediss://'."""
-    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
+    t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
     try:
         assert await t.warm_up()
         items = _items(t.codec, "node-down")
         assert await t.put_many(items) == 8
-        dead = cluster.master_of(items[0][0])
+        dead = own_cluster.master_of(items[0][0])
         dead.kill()
         caplog.clear()
         for _ in range(3):
@@ -106,17 +95,17 @@ async def test_a_killed_node_is_said_to_be_unreachable_not_a_tls_port(cluster, c
         await t.aclose()
 
 
-def _set_everywhere(cluster, *args) -> None:
-    for n in cluster.nodes:
+def _set_everywhere(own_cluster, *args) -> None:
+    for n in own_cluster.nodes:
         r = redis.Redis(port=n.port)
         r.execute_command(*args)
         r.close()
 
 
-def _state_everywhere(cluster, state: str) -> None:
+def _state_everywhere(own_cluster, state: str) -> None:
     for _ in range(200):  # bounded: a node updates its state within its cron (~0.1 s)
         states = []
-        for n in cluster.nodes:
+        for n in own_cluster.nodes:
             r = redis.Redis(port=n.port)
             states.append(r.cluster("info")["cluster_state"])
             r.close()
@@ -126,28 +115,28 @@ def _state_everywhere(cluster, state: str) -> None:
     raise AssertionError(f"cluster_state {states}, not {state}")
 
 
-async def test_a_cluster_down_pauses_each_nodes_calls_until_it_serves_again(cluster):
+async def test_a_cluster_down_pauses_each_nodes_calls_until_it_serves_again(own_cluster):
     """cluster_state:fail (a slot no node serves, full coverage required): every node answers
     CLUSTERDOWN at once. Each reply was an error miss and the next call asked again; now the
     first reply opens that node's breaker, its calls are misses with no network, and its
     trial (CLUSTER INFO) closes it once the node says cluster_state:ok (NOTE(clusterdown))."""
-    t = RedisTier(cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
+    t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
     try:
         assert await t.warm_up()
-        prefixes = list(_one_prefix_per_master(cluster, t.codec).values())
+        prefixes = list(_one_prefix_per_master(own_cluster, t.codec).values())
         for items in prefixes:
             assert await t.put_many(items) == 8
-        slot = redis.Redis(port=cluster.nodes[0].port).cluster("keyslot", "{nobody}")
-        _set_everywhere(cluster, "CLUSTER", "DELSLOTS", slot)  # no node serves it
-        _state_everywhere(cluster, "fail")
+        slot = redis.Redis(port=own_cluster.nodes[0].port).cluster("keyslot", "{nobody}")
+        _set_everywhere(own_cluster, "CLUSTER", "DELSLOTS", slot)  # no node serves it
+        _state_everywhere(own_cluster, "fail")
         for _ in range(3):
             for items in prefixes:
                 assert await t.probe([k for k, _ in items]) == 0
         st = t.stats()
         assert st.errors.get("cluster") == 3 and st.errors.get("breaker_open") == 6, st
         assert st.breakers_open == 3 and t.breaker.state is BreakerState.CLOSED, st
-        _set_everywhere(cluster, "CONFIG", "SET", "cluster-require-full-coverage", "no")
-        _state_everywhere(cluster, "ok")
+        _set_everywhere(own_cluster, "CONFIG", "SET", "cluster-require-full-coverage", "no")
+        _state_everywhere(own_cluster, "ok")
         for _ in range(200):  # bounded: each node's trial runs every reset_s
             runs = [await t.probe([k for k, _ in items]) for items in prefixes]
             if runs == [8, 8, 8]:
