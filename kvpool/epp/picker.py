@@ -43,6 +43,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from kvpool.epp.subset import Subset
 from kvpool.router.affinity import RESPONSES_PATH
 from kvpool.router.proxy import GENERATE_PATHS, Router
 from kvpool.router.relayed import request_headers
@@ -95,21 +96,24 @@ class Picker:
             self.runner = None
 
     async def pick(self, path: str, raw: bytes, headers: Sequence[tuple[str, str]],
-                   method: str = "POST") -> str | None:
-        """The endpoint for a ``method`` request to ``path`` (None: no healthy replica).
+                   method: str = "POST", subset: Subset | None = None) -> str | None:
+        """The endpoint for a ``method`` request to ``path`` (None: no healthy replica, or
+        none that ``subset``, the proxy's hint, names: kvpool/epp/subset.py).
         Generation requests are checked (RequestError: not a JSON object) and planned like the
-        router plans them; Responses API follow-ups go to their response's replica
-        (NOTE(responses)); others go to the first healthy replica."""
+        router plans them, among the replicas ``subset`` names; Responses API follow-ups go to
+        their response's replica (NOTE(responses)); others go to the first healthy replica."""
         route = routed_path(path)
         plain = request_headers(CIMultiDict(headers))
+        among = None if subset is None else (lambda r: subset.allows(r.url))
         if route in GENERATE_PATHS:
             body = await self.router.bodies.check(raw)
-            order, predicted, reason = await self.router.plan(raw, body, plain)
+            order, predicted, reason = await self.router.plan(raw, body, plain, among)
             if order:  # NOTE(decisions)
                 self.router.metrics.by_reason[reason].inc()
                 self.router.metrics.predicted.inc(predicted)
         else:
-            order = await self.by_response(route, method, raw, plain)
+            order = [r for r in await self.by_response(route, method, raw, plain)
+                     if among is None or among(r)]
         if not order:
             return None
         self.picks += 1

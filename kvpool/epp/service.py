@@ -23,6 +23,8 @@ body mode (the first message's ``protocol_config``) sets how the picker answers:
                                  cluster connects there
         not a JSON object     -> ImmediateResponse 400, OpenAI error JSON (no replica asked)
         no healthy replica    -> ImmediateResponse 503 + Retry-After, OpenAI error JSON
+        (a subset hint in metadata_context, envoy.lb.subset_hint: chosen only among the
+        healthy replicas it names, none of them -> the same 503; kvpool/epp/subset.py)
     anything else (a response phase if a config sends it) -> CONTINUE, unchanged
 
 NOTE(duplex): in BUFFERED mode Envoy waits for the headers' answer before it sends the body
@@ -66,6 +68,7 @@ from google.protobuf.message import DecodeError
 
 from kvpool.epp.calls import INVALID_ARGUMENT, Stream
 from kvpool.epp.picker import Picker
+from kvpool.epp.subset import Subset, subset_hint
 from kvpool.errors import RequestError
 from kvpool.router.proxy import RETRY_AFTER_SECONDS
 from kvpool.server.middleware import error_body, error_type
@@ -143,13 +146,14 @@ def body_back(raw: bytes, end: bool) -> pb.ProcessingResponse:
 class _Stream:
     """What one stream has sent so far."""
 
-    __slots__ = ("headers", "chunks", "size", "mode")
+    __slots__ = ("headers", "chunks", "size", "mode", "subset")
 
     def __init__(self) -> None:
         self.headers: list[tuple[str, str]] = []
         self.chunks: list[bytes] = []
         self.size = 0
         self.mode = NO_BODY_MODE  # the request body mode, once protocol_config says it
+        self.subset: Subset | None = None  # the proxy's subset hint, once a message has one
 
 
 class EndpointPicker:
@@ -193,11 +197,13 @@ class EndpointPicker:
         phase = req.WhichOneof("request")
         if req.HasField("protocol_config"):
             stream.mode = req.protocol_config.request_body_mode
+        if (hint := subset_hint(req)) is not None:
+            stream.subset = hint
         if phase == "request_headers":
             stream.headers = [(h.key, h.raw_value.decode("utf-8", "replace") or h.value)
                               for h in req.request_headers.headers.headers]
             if req.request_headers.end_of_stream:
-                return [await self.decide(stream.headers, b"", "request_headers")], True
+                return [await self.decide(stream, b"", "request_headers")], True
             return ([] if stream.mode == FULL_DUPLEX else [_headers_passed()]), False
         if phase == "request_body":
             stream.chunks.append(req.request_body.body)
@@ -218,22 +224,23 @@ class EndpointPicker:
         """The answers to a complete body: its decision, and in full duplex the body back."""
         raw = b"".join(stream.chunks)
         if stream.mode != FULL_DUPLEX:
-            return [await self.decide(stream.headers, raw, "request_body")]
+            return [await self.decide(stream, raw, "request_body")]
         self.picker.full_duplex += 1
-        out = await self.decide(stream.headers, raw, "request_headers")
+        out = await self.decide(stream, raw, "request_headers")
         return [out] if out.HasField("immediate_response") else [out, body_back(raw, end)]
 
-    async def decide(self, headers: list[tuple[str, str]], raw: bytes,
-                     phase: str) -> pb.ProcessingResponse:
+    async def decide(self, stream: _Stream, raw: bytes, phase: str) -> pb.ProcessingResponse:
+        headers = stream.headers
         path = next((v for k, v in headers if k == ":path"), "/")
         method = next((v for k, v in headers if k == ":method"), "GET")
         plain = [(k, v) for k, v in headers if not k.startswith(":")]
         try:
-            endpoint = await self.picker.pick(path, raw, plain, method)
+            endpoint = await self.picker.pick(path, raw, plain, method, stream.subset)
         except RequestError as exc:
             return self.refuse(400, str(exc), exc.code or "invalid_json", exc.param)
-        if endpoint is None:
-            return self.refuse(503, "no healthy replica", "no_replica")
+        if endpoint is None:  # the protocol's 503 for both (docs/epp.md, "The subset hint")
+            return self.refuse(503, "no healthy replica" if stream.subset is None else
+                               "no healthy replica among the proxy's subset hint", "no_replica")
         return routed(endpoint, phase)
 
     def refuse(self, status: int, message: str, code: str,

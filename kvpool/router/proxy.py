@@ -249,11 +249,13 @@ class Router:
             r.replica_id = out["replica_id"][:200]  # a name for logs, not a payload
         return counts
 
-    async def plan(self, raw: bytes, body: dict | None, headers: list
+    async def plan(self, raw: bytes, body: dict | None, headers: list,
+                   among: Callable[[Replica], bool] | None = None
                    ) -> tuple[list[Replica], int, str]:
         """(replicas in the order to try, predicted hit tokens of the first, reason);
-        ``body``: ``raw`` decoded (relayed.BodyReader; None when too large to decode here)."""
-        cands = self.replicas.healthy()
+        ``body``: ``raw`` decoded (relayed.BodyReader; None when too large to decode here);
+        ``among``: only the healthy replicas it takes (the picker's subset hint)."""
+        cands = [r for r in self.replicas.healthy() if among is None or among(r)]
         if not cands:
             return [], 0, "only"
         if self.policy == "round_robin":

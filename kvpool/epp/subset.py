@@ -1,0 +1,83 @@
+"""The proxy's subset hint of the endpoint picker protocol (docs/epp.md, "The subset hint").
+
+The data plane may name the endpoints the picker must choose among, in the ProcessingRequest's
+``metadata_context.filter_metadata``, namespace ``envoy.lb.subset_hint``, key
+``x-gateway-destination-endpoint-subset``: a list of ``ip:port`` strings (a flat
+comma-separated string too, as a header-to-metadata rule writes one). The picker then picks
+only among the healthy replicas the hint names; none (an empty list, or only endpoints that
+are no healthy replica) is a 503. With no such key the whole replica set is eligible.
+
+NOTE(subset-match): an entry names a replica when its host and port are the replica's base
+URL's (the port defaulting by scheme, as ``picker.endpoint_of`` writes it); an entry without a
+port names the host on every port. IP addresses compare as addresses (``::0001`` is ``::1``,
+``[::1]:80`` an IPv6 entry with its port); an entry that cannot be read names nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+__all__ = ["SUBSET_KEY", "SUBSET_NAMESPACE", "Subset", "subset_hint"]
+
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+
+
+def _host(host: str) -> str:
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return host.lower()
+
+
+def _entry(text: str) -> tuple[str, int | None] | None:
+    """``(host, port)`` of an ``ip:port`` / ``[v6]:port`` / bare host entry (None: unreadable)."""
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return None
+        port = rest[1:] if rest else None
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    else:  # a bare IPv4 address or host name, or a bare IPv6 address
+        host, port = text, None
+    if not host or (port is not None and not (port.isascii() and port.isdigit())):
+        return None
+    return _host(host), None if port is None else int(port)
+
+
+class Subset:
+    """The endpoints a hint names (NOTE(subset-match))."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, entries: list[str]) -> None:
+        self.pairs = {p for p in map(_entry, entries) if p is not None}
+
+    def allows(self, url: str) -> bool:
+        """Whether the hint names the replica at base URL ``url``."""
+        parts = urlsplit(url)
+        host = _host(parts.hostname or "")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return (host, port) in self.pairs or (host, None) in self.pairs
+
+
+def subset_hint(req: pb.ProcessingRequest) -> Subset | None:
+    """The hint ``req`` carries (None: it names no subset, so every replica is eligible). A
+    key whose value is neither a string nor a list names no endpoint: nothing is eligible."""
+    meta = req.metadata_context.filter_metadata
+    if SUBSET_NAMESPACE not in meta or SUBSET_KEY not in meta[SUBSET_NAMESPACE].fields:
+        return None
+    value = meta[SUBSET_NAMESPACE].fields[SUBSET_KEY]
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        items = [value.string_value]
+    elif kind == "list_value":
+        items = [v.string_value for v in value.list_value.values
+                 if v.WhichOneof("kind") == "string_value"]
+    else:
+        items = []
+    return Subset([e.strip() for item in items for e in item.split(",") if e.strip()])

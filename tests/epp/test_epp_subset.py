@@ -1,0 +1,124 @@
+"""The proxy's subset hint (the GIE endpoint picker protocol, "Endpoint Subset"): with
+``metadata_context.filter_metadata["envoy.lb.subset_hint"]
+["x-gateway-destination-endpoint-subset"]`` set, the picker chooses only among the endpoints it
+lists, and answers an ImmediateResponse 503 when none of them is usable (docs/epp.md, "The
+subset hint"; kvpool/epp/subset.py). Before, the hint was ignored: the request went to the
+replica the whole set's scoring chose, outside the subset.
+
+Real aiohttp replicas on 127.0.0.1 (tests/router/test_router_hostile_replica.py
+``fake_replica``): only ``hot`` reports a prefix hit, so without the hint the picker sends
+every completion there; the picker is served over its real transport and driven by grpcio's
+client as Envoy drives it in full duplex.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import grpc
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from google.protobuf import struct_pb2
+
+from kvpool.epp.cli import picking
+from kvpool.epp.picker import Picker, endpoint_of
+from kvpool.epp.service import DESTINATION_HEADER, METADATA_NAMESPACE
+from kvpool.epp.subset import SUBSET_KEY, SUBSET_NAMESPACE, Subset
+from kvpool.router.proxy import Router
+from kvpool.router.replicas import ReplicaSet
+from tests.router.helpers import LOOKUP_TIMEOUT
+from tests.router.test_router_hostile_replica import GOOD, fake_replica
+
+COLD = json.dumps({**GOOD, "device_hit_tokens": 0}).encode()
+HOT = json.dumps(GOOD).encode()
+BODY = json.dumps({"model": "m", "prompt": list(range(40)), "max_tokens": 1}).encode()
+DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+
+
+def request(path: str, hint: object, end: bool = False) -> pb.ProcessingRequest:
+    hs = [base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in (
+        (":method", "POST" if not end else "GET"), (":path", path))]
+    req = pb.ProcessingRequest(
+        request_headers=pb.HttpHeaders(headers=base_pb2.HeaderMap(headers=hs),
+                                       end_of_stream=end),
+        protocol_config=pb.ProtocolConfiguration(request_body_mode=DUPLEX))
+    if hint is not None:
+        meta = struct_pb2.Struct()
+        meta.update({SUBSET_KEY: hint})
+        req.metadata_context.filter_metadata[SUBSET_NAMESPACE].CopyFrom(meta)
+    return req
+
+
+async def decision(hint: object, path: str = "/v1/completions"
+                   ) -> tuple[pb.ProcessingResponse, dict[str, str]]:
+    """The first answer to one request carrying ``hint`` (None: no hint), with cold and hot
+    replicas in that order; ``hint`` is a function of their endpoints."""
+    async with contextlib.AsyncExitStack() as stack:
+        cold = await stack.enter_async_context(fake_replica("cold", COLD))
+        hot = await stack.enter_async_context(fake_replica("hot", HOT))
+        picker = Picker(Router(ReplicaSet([cold, hot], interval=3600),
+                               lookup_timeout=LOOKUP_TIMEOUT))
+        port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
+        channel = await stack.enter_async_context(
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
+        names = {"cold": endpoint_of(cold), "hot": endpoint_of(hot)}
+        given = hint(names) if callable(hint) else hint
+        messages = [request(path, given, end=path != "/v1/completions")]
+        if path == "/v1/completions":
+            messages.append(pb.ProcessingRequest(
+                request_body=pb.HttpBody(body=BODY, end_of_stream=True)))
+        answers = [m async for m in pb_grpc.ExternalProcessorStub(channel).Process(
+            iter(messages))]
+        return answers[0], names
+
+
+def destination(answer: pb.ProcessingResponse) -> str:
+    header = answer.request_headers.response.header_mutation.set_headers[0].header
+    meta = answer.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value
+    assert header.key == DESTINATION_HEADER
+    assert meta.fields[DESTINATION_HEADER].string_value == header.raw_value.decode()
+    return header.raw_value.decode()
+
+
+async def test_without_a_hint_the_hot_replica_is_picked():
+    answer, names = await decision(None)
+    assert destination(answer) == names["hot"]
+
+
+@pytest.mark.parametrize("hint", [
+    lambda n: [n["cold"]],  # the protocol's list of ip:port
+    lambda n: n["cold"],  # a flat string, as a header-to-metadata rule writes it
+    lambda n: [f"{n['cold']}, 10.0.0.9:80"],  # comma-separated inside a list entry
+    lambda n: [n["cold"], "not an endpoint", "[::1]:x"],
+])
+async def test_a_generation_request_is_picked_among_the_hint_only(hint):
+    answer, names = await decision(hint)
+    assert destination(answer) == names["cold"]
+
+
+async def test_a_non_generation_request_keeps_to_the_hint_too():
+    answer, names = await decision(lambda n: [n["hot"]], path="/v1/models")
+    assert destination(answer) == names["hot"]
+
+
+@pytest.mark.parametrize("hint", [[], "", ["10.0.0.9:80"], 7,
+                                  lambda n: [n["hot"].replace("127.0.0.1", "127.0.0.2")]])
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/models"])
+async def test_a_hint_naming_no_usable_replica_is_answered_503(hint, path):
+    answer, _ = await decision(hint, path)
+    immediate = answer.immediate_response
+    assert immediate.status.code == 503, answer
+    error = json.loads(immediate.body)["error"]
+    assert error["code"] == "no_replica" and "subset" in error["message"]
+
+
+def test_entries_match_host_and_port_ipv6_included():
+    hint = Subset(["[::0001]:8000", "10.0.0.1", "[fe80::2]", "fe80::3", "10.0.0.2:9"])
+    assert hint.allows("http://[::1]:8000") and not hint.allows("http://[::1]:8001")
+    assert hint.allows("http://10.0.0.1:1234") and hint.allows("http://[fe80::2]:80")
+    assert hint.allows("https://[fe80::3]") and hint.allows("http://10.0.0.2:9")
+    assert not hint.allows("http://10.0.0.2:90") and not hint.allows("http://10.0.0.3:9")
