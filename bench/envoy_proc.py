@@ -27,16 +27,19 @@ def free_port() -> int:
 
 
 class Envoy:
-    """``envoy -c`` the shipped config, its listener on ``port`` and the picker on
-    ``epp_port``; ``url`` is the listener's base URL."""
+    """``envoy -c`` the shipped config (``edits`` applied), its listener on ``port`` and the
+    picker on ``epp_port``; ``url`` is the listener's base URL."""
 
-    def __init__(self, epp_port: int, workdir: Path) -> None:
+    def __init__(self, epp_port: int, workdir: Path,
+                 edits: tuple[tuple[str, str], ...] = ()) -> None:
+        """``edits``: (text, replacement) pairs applied to the config first (each must be
+        there): a test's variant of the shipped config."""
         self.port, self.admin = free_port(), free_port()
         text = CONFIG.read_text()
-        for old, new in (("port_value: 8081", self.port), ("port_value: 9901", self.admin),
-                         ("port_value: 9002", epp_port)):
+        for old, new in (*edits, *((f"port_value: {a}", f"port_value: {b}") for a, b in (
+                (8081, self.port), (9901, self.admin), (9002, epp_port)))):
             assert old in text, old
-            text = text.replace(old, f"port_value: {new}")
+            text = text.replace(old, new)
         self.config = workdir / "envoy.yaml"
         self.config.write_text(text)
         self.log = workdir / "envoy.log"
