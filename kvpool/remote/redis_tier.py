@@ -47,6 +47,7 @@ from kvpool.remote.breaker import STRONG_KINDS, BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
 from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import where
+from kvpool.remote.coverage import warn_fragile
 from kvpool.remote.diagnose import FaultLog, classify, error_kind
 from kvpool.remote.health import node_trial, opens, paused_raised, trial
 from kvpool.remote.node_breakers import Breakers, HealthChecks
@@ -146,8 +147,7 @@ class RedisTier:
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> int:
         if not items:
             return 0
-        items = list(items)
-        st = self._stats
+        items, st = list(items), self._stats
         if time.monotonic() < self._puts_paused_until:
             st.puts_paused += len(items)
             st.puts_dropped += len(items)
@@ -199,13 +199,15 @@ class RedisTier:
         they stalled the loop several ms. The pool keeps them (no idle timeout), so a serving
         replica pays this once; after a Redis restart they reconnect lazily."""
         n = max(1, min(self._max_connections, connections))
-
         self.faults.last = None
         if await self._call("warm_up", 0, lambda: self._open(n), SETUP_S) is _FAILED:
             self.faults.startup_failed(self.breaker, SETUP_S if self._client.pool is None
                                        else self.connect_timeout + self.op_timeout)
             return False
-        return await self._inspect()
+        ok = await self._inspect()
+        if ok and self.kind == "cluster":  # NOTE(full-coverage)
+            await warn_fragile(self._redis, self.faults, SETUP_S)
+        return ok
 
     def stats(self) -> RemoteStats:
         s = self._stats.copy()
@@ -323,9 +325,8 @@ class RedisTier:
                 InvalidResponse) as exc:  # InvalidResponse: not Redis there, no reply
             err: BaseException = exc
         except (RedisError, RedisClusterException) as exc:
-            # Redis answered (a script or command error), or the cluster client refused the
-            # call before sending it: Redis is alive, so no breaker failure, unless no retry
-            # mends it (READONLY, NOPERM, CLUSTERDOWN: NOTE(pause), NOTE(clusterdown))
+            # Redis answered, or the cluster client refused the call unsent: alive, so no
+            # breaker failure unless no retry mends it (NOTE(pause), NOTE(clusterdown))
             if not opens(exc):
                 breaker.record_success(epoch)
                 self._reply_error(exc)
@@ -377,8 +378,7 @@ class RedisTier:
         return self._refusal is None
 
     async def _closed(self, breaker: CircuitBreaker) -> None:
-        """A health check closed ``breaker``: read what changed while the tier was down
-        (also: says it is reachable); a cluster node's breaker needs no INFO of the tier."""
+        """A health check closed ``breaker``: the tier's own reads INFO anew (a node's not)."""
         if breaker is self.breaker:
             await self._inspect()
 

@@ -65,7 +65,7 @@ async def test_a_long_prefix_is_probed_and_read_per_segment_without_crossslot(re
         r.close()
         assert await t.probe(keys) == 100
         st = t.stats()
-        assert st.errors == {} and not t.faults.seen  # no CROSSSLOT, no MOVED, no failure
+        assert st.errors == {} and t.faults.seen <= {"full-coverage"}  # NOTE(full-coverage) only
         assert st.hit_blocks == 200 + 160 + 100
     finally:
         await t.aclose()
@@ -85,7 +85,7 @@ async def test_two_engines_share_a_2k_token_prompt_through_the_cluster(redis_clu
         full = len(LONG) // 16
         assert b.reader.stats.fetched_blocks >= 0.9 * full, b.reader.stats
         st = b.remote_link.tier.stats()
-        assert st.errors == {} and not b.remote_link.tier.faults.seen
+        assert st.errors == {} and b.remote_link.tier.faults.seen <= {"full-coverage"}
     finally:
         await stop(b)
 
