@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, RedisError
 
 from kvpool.remote.breaker import DOWN_KINDS, PAUSE_KINDS
 from kvpool.remote.diagnose import classify
+from kvpool.remote.keys import segment_of
 
 
 async def trial(redis: Any, cluster: bool, cause: str | None, script: Any, key: str) -> None:
@@ -69,7 +71,7 @@ async def node_trial(redis: Any, name: str, cause: str | None, script: Any, key:
     read again, so a replica promoted in its place or its slots given to another node end
     the trial: calls for those keys go to the node named now, under its own breaker. PING
     first: a hung node must not hold the map's reread. After a pause the tier's commands run
-    too, as in :func:`trial`."""
+    too, as in :func:`trial`, on a key of a slot this node serves (:func:`node_key`)."""
     manager = redis.nodes_manager
     node = manager.get_node(node_name=name)
     try:
@@ -84,5 +86,25 @@ async def node_trial(redis: Any, name: str, cause: str | None, script: Any, key:
         if any(owners and owners[0].name == name for owners in manager.slots_cache.values()):
             raise
         return
-    if cause in PAUSE_KINDS:
-        await trial(redis, False, cause, script, key)
+    if cause in PAUSE_KINDS and (own := node_key(key, manager.slots_cache, name)) is not None:
+        await trial(redis, False, cause, script, own)
+
+
+def node_key(key: str, slots_cache: dict, name: str) -> str | None:
+    """``key`` with its hash tag replaced by one of a slot the node ``name`` serves in the
+    slot map ``slots_cache`` (slot -> its nodes, the master first); None when it serves no
+    slot. NOTE(node-probe): the pause trial of a node's breaker ran on the tier's one check
+    key, whose slot is most likely another node's: a node still refusing (NOPERM, READONLY)
+    passed the trial when the key's own node served, and its breaker closed to reopen on the
+    next call (or, the other way round, a mended node stayed paused while another one
+    refused). The first tag ``{check:I}`` that hashes into the node's slots (1 try in 3 on
+    3 masters) makes the trial's commands go to that node."""
+    own = {slot for slot, nodes in slots_cache.items() if nodes and nodes[0].name == name}
+    if not own:
+        return None
+    tag = segment_of(key)
+    for i in range(1 << 20):  # a slot's tag is found within ~16384 tries when it has one
+        candidate = key.replace(tag, f"{{check:{i}}}", 1)
+        if key_slot(candidate.encode()) in own:
+            return candidate
+    return key
