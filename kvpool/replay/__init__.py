@@ -1,6 +1,7 @@
 """kvpool.replay: ``kvpool replay TRACE``, trace replay through the real pool and scheduler.
 
-- ``trace``: Mooncake trace loading and deterministic token synthesis.
+- ``formats``: the trace file formats (Mooncake, Bailian, Azure, BurstGPT) and detection.
+- ``trace``: trace loading into TraceRequests and deterministic token synthesis.
 - ``loop``: the one instant-replay loop, and ``simulate`` (a trace through one eviction policy).
 - ``instant``: cache-policy replay through the real BlockPool.
 - ``timed``: a discrete-event run through the real Scheduler with a step cost model.

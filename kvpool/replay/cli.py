@@ -1,4 +1,8 @@
-"""``kvpool replay TRACE.jsonl``: replay a Mooncake trace (timed, or ``--instant``).
+"""``kvpool replay TRACE``: replay a request trace (timed, or ``--instant``).
+
+Formats (``--trace-format``, detected by default; kvpool/replay/formats.py): Mooncake and
+Alibaba Bailian JSONL (hash ids of 512 and 16 tokens), Azure LLM inference and BurstGPT CSV
+(no prefix information: every prompt unique).
 
     kvpool replay TRACE --instant --policy lru --capacity-blocks 16000 --json out.json
     kvpool replay TRACE --limit 2000 --num-blocks 32768 --json timed.json --plot timed.png
@@ -30,7 +34,8 @@ from kvpool.outfile import write_text
 from kvpool.progress import Progress, add_progress_args
 
 from kvpool.replay.report import import_pyplot, plot
-from kvpool.replay.trace import load_trace, trace_summary
+from kvpool.replay.formats import FORMATS
+from kvpool.replay.trace import read_trace, trace_summary
 
 
 class BadOption(Exception):
@@ -40,15 +45,29 @@ class BadOption(Exception):
 HELP = "replay a request trace through the scheduler (or --instant: cache policy only)"
 
 
+def _add_trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="trace file: Mooncake or Bailian JSONL, Azure LLM inference "
+                                 "or BurstGPT CSV (see --trace-format)")
+    p.add_argument("--trace-format", choices=("auto",) + FORMATS, default="auto",
+                   help="auto (default): detected from the first record / CSV header; "
+                        "mooncake: timestamp ms, 512-token hash ids; bailian: timestamp s, "
+                        "16-token hash ids; azure, burstgpt: CSV without prefix information "
+                        "(every prompt unique; BurstGPT rows with 0 response tokens, failures, "
+                        "are dropped)")
+    p.add_argument("--trace-block-size", type=int, default=None, metavar="TOKENS",
+                   help="tokens per trace hash id (default: the format's, 512 mooncake, "
+                        "16 bailian, 16 azure / burstgpt)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="Mooncake JSONL trace (timestamp, input_length, "
-                                 "output_length, hash_ids)")
+    _add_trace_args(p)
     p.add_argument("--instant", action="store_true",
                    help="pure cache-policy replay: hit rate per policy and capacity")
     p.add_argument("--policy", default="lru", help="eviction policy (kvpool.core.eviction)")
     p.add_argument("--capacity-blocks", type=int, default=None,
-                   help="instant: cache capacity in trace blocks (512 tokens); timed: an "
-                        "alias of --num-blocks in trace blocks")
+                   help="instant: cache capacity in trace blocks (one per hash id, of the "
+                        "format's --trace-block-size tokens: 512 mooncake, 16 bailian); timed: "
+                        "--num-blocks given in trace blocks")
     p.add_argument("--num-blocks", type=int, default=None,
                    help="timed: device pool blocks of --block-size tokens (default 32768)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per pool block")
@@ -107,12 +126,12 @@ def _cost(args):
                    **{k: v for k, v in given.items() if v is not None})
 
 
-def _timed(args, reqs, bar) -> dict:
+def _timed(args, trace, bar) -> dict:
     from kvpool.replay.timed import DEFAULT_NUM_BLOCKS, TimedOptions, TimedReplay
 
     num_blocks = args.num_blocks
-    if num_blocks is None:
-        num_blocks = (args.capacity_blocks * (512 // args.block_size)
+    if num_blocks is None:  # --capacity-blocks: trace blocks, rounded up to pool blocks
+        num_blocks = (-(-args.capacity_blocks * trace.block // args.block_size)
                       if args.capacity_blocks is not None else DEFAULT_NUM_BLOCKS)
     opts = TimedOptions(
         block_size=args.block_size, num_blocks=num_blocks,
@@ -120,12 +139,13 @@ def _timed(args, reqs, bar) -> dict:
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
         policy=args.policy,
         preemption_mode=None if args.preemption_mode == "auto" else args.preemption_mode,
-        seed=args.seed, defrag_threshold=args.defrag_threshold, arrival_scale=args.arrival_scale)
+        seed=args.seed, defrag_threshold=args.defrag_threshold, arrival_scale=args.arrival_scale,
+        trace_block=trace.block)
     try:
         replay = TimedReplay(opts, _cost(args))
     except ValueError as e:  # a bad option value: name it, no traceback
         raise BadOption(str(e)) from None
-    return replay.run(reqs, progress=bar.update)
+    return replay.run(trace.requests, progress=bar.update)
 
 
 def _print_summary(report: dict, wall: float) -> None:
@@ -145,6 +165,19 @@ def _print_summary(report: dict, wall: float) -> None:
           f"peak usage {r['peak_usage']:.3f}")
 
 
+def _load(args):
+    """The trace the flags name, or None after saying why not on stderr."""
+    try:
+        trace = read_trace(args.trace, args.limit, args.trace_format, args.trace_block_size)
+    except ValueError as e:  # unknown format, a malformed record: file and line named
+        print(f"kvpool replay: {e}", file=sys.stderr)
+        return None
+    if not trace.requests:
+        print(f"kvpool replay: {args.trace} holds no request", file=sys.stderr)
+        return None
+    return trace
+
+
 def run(args: argparse.Namespace) -> int:
     if not Path(args.trace).is_file():
         print(f"kvpool replay: no such trace file: {args.trace}", file=sys.stderr)
@@ -159,18 +192,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"kvpool replay: {e}", file=sys.stderr)
             return 2
     t0 = time.perf_counter()
-    reqs = load_trace(args.trace, args.limit)
-    if not reqs:
-        print(f"kvpool replay: {args.trace} holds no request", file=sys.stderr)
+    trace = _load(args)
+    if trace is None:
         return 2
+    reqs = trace.requests
     bar = Progress(len(reqs), prefix="kvpool replay: ", enabled=args.progress)
     try:
-        report = _instant(args, reqs, bar) if args.instant else _timed(args, reqs, bar)
+        report = _instant(args, reqs, bar) if args.instant else _timed(args, trace, bar)
     except BadOption as e:
         print(f"kvpool replay: {e}", file=sys.stderr)
         return 2
     bar.close()
-    report["trace"] = {"file": Path(args.trace).name, **trace_summary(reqs)}
+    report["trace"] = {"file": Path(args.trace).name, "format": trace.format,
+                       "block_tokens": trace.block, "prefix_info": trace.prefix_info,
+                       "dropped": trace.dropped, **trace_summary(reqs)}
     report["seed"] = args.seed
     wall = time.perf_counter() - t0
     _print_summary(report, wall)

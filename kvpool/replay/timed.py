@@ -68,7 +68,7 @@ class StepCost:
 class TimedOptions:
     """Pool, scheduler and replay options (the CLI flags)."""
 
-    block_size: int = 16  # tokens per pool block (must divide 512)
+    block_size: int = 16  # tokens per pool block
     num_blocks: int = DEFAULT_NUM_BLOCKS  # device pool blocks
     num_host_blocks: int = 8192  # host swap pool blocks (0 disables swapping)
     max_num_seqs: int = 256  # scheduler budget
@@ -80,6 +80,7 @@ class TimedOptions:
     seed: int = 0  # token synthesis and sampling
     defrag_threshold: float | None = None  # scheduler defrag trigger
     arrival_scale: float = 1.0  # multiplies the trace's arrival offsets (2: half the rate)
+    trace_block: int = 512  # tokens per trace hash id (the trace format's, trace.read_trace)
 
 
 class TimedReplay:
@@ -87,8 +88,8 @@ class TimedReplay:
     sequence and passes ``check_invariants``."""
 
     def __init__(self, opts: TimedOptions, cost: StepCost | None = None) -> None:
-        if 512 % opts.block_size:
-            raise ValueError(f"--block-size {opts.block_size} must divide 512 (trace blocks)")
+        if opts.block_size < 1:
+            raise ValueError(f"--block-size must be >= 1, got {opts.block_size}")
         if not opts.arrival_scale > 0:
             raise ValueError(f"--arrival-scale must be > 0, got {opts.arrival_scale!r}")
         self.opts = opts  # options
@@ -105,7 +106,7 @@ class TimedReplay:
             copy_bytes_per_s=self.cost.copy_bytes_per_s,
             prefill_tokens_per_s=self.cost.prefill_tokens_per_s,
             defrag_threshold=opts.defrag_threshold), clock=lambda: self.t)
-        self.synth = TokenSynth(seed=opts.seed)  # prompt token ids
+        self.synth = TokenSynth(seed=opts.seed, block=opts.trace_block)  # prompt token ids
         self.rng = random.Random(opts.seed)  # sampled token ids
         self.t = 0.0  # simulated seconds since the first arrival
 

@@ -1,17 +1,16 @@
-"""Mooncake trace loading and deterministic token synthesis for replay.
+"""Trace loading (formats: kvpool/replay/formats.py) and deterministic token synthesis.
 
-A Mooncake trace line (JSON)::
-
-    {"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, ..., 13]}
-
-``timestamp`` is the arrival in milliseconds; ``hash_ids[i]`` names the content of prompt
-tokens ``[512 i, 512 (i + 1))``: equal ids at equal positions mean an equal prefix.
+Every format becomes ``TraceRequest``s: arrival in seconds, prompt and output tokens, and hash
+ids of trace blocks of ``block`` tokens (512 for Mooncake, 16 for Bailian, ``--trace-block-size``
+to override): ``hash_ids[i]`` names the content of prompt tokens ``[block i, block (i + 1))``,
+so equal ids at equal positions mean an equal prefix. Formats without prefix information
+(Azure, BurstGPT) get ids unique to each request; so do the blocks a record's hash_ids leave
+uncovered (``input_length > len(hash_ids) * block``).
 
 Token synthesis (``TokenSynth``) keeps that structure for the real prefix cache::
 
-    hash block i (512 tokens) = 512 / block_size pool blocks
-    token[512 i + j] = mix(seed, hash_ids[i], j) % vocab      if the hash block is full
-                     = mix(seed, UNIQUE + request index, j)    in a partial last hash block
+    token[block i + j] = mix(seed, hash_ids[i], j) % vocab      if the trace block is full
+                       = mix(seed, UNIQUE + request index, j)    in a partial last block
 
 so two requests with the same leading hash ids produce the same token ids, hence the same
 chained block hashes; a partial tail never matches anything.
@@ -19,14 +18,17 @@ chained block hashes; a partial tail never matches anything.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-TRACE_BLOCK = 512  # tokens per Mooncake hash id
+from kvpool.replay.formats import DEFAULT_BLOCK, FORMATS, HAS_PREFIX, detect, read_rows
+
+TRACE_BLOCK = 512  # tokens per Mooncake hash id (the default block)
 _UNIQUE = 1 << 40  # offset of the per-request ids used for partial tail blocks
+_FRESH = 1 << 41  # offset of the ids given to blocks without a trace hash id
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -34,38 +36,75 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
-    """One trace line. Invariant: ``input_length <= len(hash_ids) * 512``."""
+    """One trace record. Invariant: ``input_length <= len(hash_ids) * block`` (the trace's)."""
 
-    index: int  # line number (0-based): the request's identity in the replay
-    arrival_s: float  # timestamp converted to seconds
+    index: int  # request number (0-based, records kept): its identity in the replay
+    arrival_s: float  # arrival in seconds
     input_length: int  # prompt tokens
     output_length: int  # tokens to generate (max_tokens; eos is ignored)
-    hash_ids: tuple[int, ...]  # 512-token prefix blocks
+    hash_ids: Sequence[int]  # trace blocks (a tuple; a range for ids unique to it)
 
 
-def load_trace(path: str | Path, limit: int | None = None) -> list[TraceRequest]:
-    """Read a Mooncake JSONL trace (the first ``limit`` lines when given)."""
-    out: list[TraceRequest] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if limit is not None and len(out) >= limit:
-                break
-            line = line.strip()
-            if not line:
+@dataclass(slots=True)
+class Trace:
+    """A loaded trace: its requests and how they were read."""
+
+    requests: list[TraceRequest]
+    format: str  # one of formats.FORMATS
+    block: int  # tokens per hash id
+    dropped: int = 0  # records skipped (BurstGPT failures, NOTE(burstgpt-fails))
+    prefix_info: bool = True  # False: the format has none, every prompt unique
+
+
+def _open_format(f, fmt: str) -> str:
+    """``fmt``, or for ``auto`` the format of the file's first non-blank line (f rewound)."""
+    if fmt == "auto":
+        first = next((line for line in f if line.strip()), "")
+        f.seek(0)
+        if not first:
+            return "mooncake"  # empty: nothing to misread
+        try:
+            return detect(first)
+        except ValueError as e:
+            raise ValueError(f"{f.name}: {e}; or pass --trace-format") from None
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown trace format {fmt!r}: one of auto, {', '.join(FORMATS)}")
+    return fmt
+
+
+def read_trace(path: str | Path, limit: int | None = None, fmt: str = "auto",
+               block_size: int | None = None) -> Trace:
+    """Read a trace file (the first ``limit`` requests when given); ``fmt`` is ``auto`` or
+    one of formats.FORMATS, ``block_size`` the tokens per hash id (default: the format's)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        fmt = _open_format(f, fmt)
+        block = DEFAULT_BLOCK[fmt] if block_size is None else block_size
+        if block < 1:
+            raise ValueError(f"trace block size must be >= 1, got {block}")
+        out: list[TraceRequest] = []
+        dropped = fresh = 0
+        rows = read_rows(f, fmt) if limit is None or limit > 0 else iter(())
+        for row in rows:
+            if fmt == "burstgpt" and row.output_length == 0:  # NOTE(burstgpt-fails)
+                dropped += 1
                 continue
-            try:
-                d = json.loads(line)
-                ids = tuple(int(h) for h in d["hash_ids"])
-                req = TraceRequest(len(out), float(d["timestamp"]) / 1000.0,
-                                   int(d["input_length"]), int(d["output_length"]), ids)
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{lineno}: not a Mooncake trace line "
-                                 f"(timestamp, input_length, output_length, hash_ids): {e}"
-                                 ) from None
-            if any(h < 0 for h in ids):
-                raise ValueError(f"{path}:{lineno}: hash_ids must be >= 0")
-            out.append(req)
-    return out
+            need = -(-row.input_length // block)
+            ids: Sequence[int] = row.hash_ids or ()
+            if len(ids) < need:  # uncovered blocks: content unique to this request
+                extra = range(_FRESH + fresh, _FRESH + fresh + need - len(ids))
+                fresh += len(extra)
+                ids = tuple(ids) + tuple(extra) if ids else extra
+            out.append(TraceRequest(len(out), row.arrival_s, row.input_length,
+                                    row.output_length, ids))
+            if limit is not None and len(out) >= limit:
+                break  # before the next record is read
+    return Trace(out, fmt, block, dropped, HAS_PREFIX[fmt])
+
+
+def load_trace(path: str | Path, limit: int | None = None, fmt: str = "auto",
+               block_size: int | None = None) -> list[TraceRequest]:
+    """The requests of ``read_trace``."""
+    return read_trace(path, limit, fmt, block_size).requests
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -81,25 +120,30 @@ class TokenSynth:
     """Deterministic prompt token ids for trace requests (see the module docstring).
 
     Invariant: ``prompt(r)`` depends only on ``(seed, r.hash_ids, r.input_length, r.index)``
-    and its first ``512 k`` tokens only on ``(seed, r.hash_ids[:k])`` for full blocks.
+    and its first ``block k`` tokens only on ``(seed, r.hash_ids[:k])`` for full blocks.
     """
 
-    def __init__(self, vocab_size: int = 32000, seed: int = 0) -> None:
+    def __init__(self, vocab_size: int = 32000, seed: int = 0, block: int = TRACE_BLOCK) -> None:
         if vocab_size < 2:
             raise ValueError("vocab_size must be >= 2")
+        if block < 1:
+            raise ValueError("trace block size must be >= 1")
         self.vocab_size = vocab_size  # token ids are in [0, vocab_size)
         self.seed = np.uint64(seed & 0xFFFFFFFF)  # mixed into every token
-        self._pos = np.arange(TRACE_BLOCK, dtype=np.uint64)
+        self.block = block  # tokens per trace hash id
+        self._pos = np.arange(block, dtype=np.uint64)
 
     def prompt(self, r: TraceRequest) -> list[int]:
-        n = r.input_length
-        nblocks = -(-n // TRACE_BLOCK)
-        ids = np.asarray(r.hash_ids[:nblocks], dtype=np.uint64)
-        if n % TRACE_BLOCK:
-            ids = ids.copy()
+        n, block = r.input_length, self.block
+        nblocks = -(-n // block)
+        ids = np.array(r.hash_ids[:nblocks], dtype=np.uint64)
+        if len(ids) < nblocks:
+            raise ValueError(f"request {r.index}: {n} prompt tokens need {nblocks} hash ids of "
+                             f"{block} tokens, it has {len(r.hash_ids)}")
+        if n % block:
             ids[-1] = np.uint64(_UNIQUE + r.index)  # partial tail: unique to this request
         with np.errstate(over="ignore"):
-            x = (ids[:, None] * np.uint64(TRACE_BLOCK) + self._pos[None, :]) \
+            x = (ids[:, None] * np.uint64(block) + self._pos[None, :]) \
                 ^ (self.seed << np.uint64(44))
         toks = (_mix(x.ravel()[:n]) % np.uint64(self.vocab_size)).astype(np.int64)
         return toks.tolist()
