@@ -7,6 +7,9 @@ so equal ids at equal positions mean an equal prefix. Formats without prefix inf
 (Azure, BurstGPT) get ids unique to each request; so do the blocks a record's hash_ids leave
 uncovered (``input_length > len(hash_ids) * block``).
 
+NOTE(empty-prompt): a record with 0 prompt tokens is dropped (counted in ``Trace.dropped``): the
+scheduler, like any engine, refuses an empty prompt, so the timed replay stopped on it.
+
 Token synthesis (``TokenSynth``) keeps that structure for the real prefix cache::
 
     token[block i + j] = mix(seed, hash_ids[i], j) % vocab      if the trace block is full
@@ -52,7 +55,7 @@ class Trace:
     requests: list[TraceRequest]
     format: str  # one of formats.FORMATS
     block: int  # tokens per hash id
-    dropped: int = 0  # records skipped (BurstGPT failures, NOTE(burstgpt-fails))
+    dropped: int = 0  # records skipped: NOTE(empty-prompt), NOTE(burstgpt-fails)
     prefix_info: bool = True  # False: the format has none, every prompt unique
 
 
@@ -85,8 +88,8 @@ def read_trace(path: str | Path, limit: int | None = None, fmt: str = "auto",
         dropped = fresh = 0
         rows = read_rows(f, fmt) if limit is None or limit > 0 else iter(())
         for row in rows:
-            if fmt == "burstgpt" and row.output_length == 0:  # NOTE(burstgpt-fails)
-                dropped += 1
+            if row.input_length == 0 or (fmt == "burstgpt" and row.output_length == 0):
+                dropped += 1  # NOTE(empty-prompt), NOTE(burstgpt-fails)
                 continue
             need = -(-row.input_length // block)
             ids: Sequence[int] = row.hash_ids or ()

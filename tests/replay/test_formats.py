@@ -152,3 +152,17 @@ def test_a_forced_format_that_does_not_fit_is_an_error(tmp_path, capsys):
     assert main(["replay", str(p), "--instant", "--capacity-blocks", "4",
                  "--trace-format", "azure"]) == 2
     assert "b.jsonl:1: not a azure trace record: header lacks" in capsys.readouterr().err
+
+
+def test_records_with_empty_prompts_are_dropped_not_fatal(tmp_path, capsys):
+    """The scheduler refuses an empty prompt: the timed replay stopped with a traceback on a
+    0-token record (Azure, BurstGPT, Mooncake alike); such records are dropped and counted."""
+    p = tmp_path / "z.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,0,5\n"
+                 "2023-11-16 18:15:47.1,30,5\n")
+    timed = _replay(capsys, p, *TIMED)
+    assert (timed["requests"], timed["completed"], timed["trace"]["dropped"]) == (1, 1, 1)
+    m = tmp_path / "z.jsonl"
+    m.write_text('{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}\n'
+                 '{"timestamp": 9, "input_length": 3, "output_length": 1, "hash_ids": [4]}\n')
+    assert [r.arrival_s for r in load_trace(m)] == [0.009]
