@@ -79,7 +79,7 @@ def read_trace(path: str | Path, limit: int | None = None, fmt: str = "auto",
                block_size: int | None = None) -> Trace:
     """Read a trace file (the first ``limit`` requests when given); ``fmt`` is ``auto`` or
     one of formats.FORMATS, ``block_size`` the tokens per hash id (default: the format's)."""
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:
         fmt = _open_format(f, fmt)
         block = DEFAULT_BLOCK[fmt] if block_size is None else block_size
         if block < 1:

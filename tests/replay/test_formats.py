@@ -91,6 +91,9 @@ def test_azure_csv_datetimes_and_unique_prompts(tmp_path, capsys):
     assert r[1].arrival_s - r[0].arrival_s == pytest.approx(4.314579, abs=1e-6)
     assert r[2].arrival_s - r[0].arrival_s == pytest.approx(13.81941, abs=1e-6)
     assert not set(r[0].hash_ids) & set(r[1].hash_ids)  # equal lengths, nothing shared
+    bom = tmp_path / "bom.csv"  # saved by a spreadsheet: a byte order mark first
+    bom.write_text("\ufeff" + p.read_text(), encoding="utf-8")
+    assert read_trace(bom).requests == r
     assert parse_datetime("2024-05-10 00:00:01.5+00:00") == parse_datetime(
         "2024-05-10 02:00:01.5+02:00") == parse_datetime("2024-05-10T00:00:01.500Z")
     timed = _replay(capsys, p, *TIMED)
