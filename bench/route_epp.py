@@ -40,9 +40,9 @@ class EppFront:
                  root: str | None = None) -> None:
         """``root``: run the kvpool of another checkout (bench.route_live --baseline)."""
         self.root = str(root or ROOT)
-        # this checkout's picker serves no metrics port (its default 9090 would collide with a
-        # baseline's); another checkout's may not know the flag
-        quiet = ["--metrics-port", "-1"] if root is None else []
+        # this checkout's picker serves no metrics or gRPC health port (their defaults 9090 and
+        # 9003 would collide with a baseline's); another checkout's may not know the flags
+        quiet = ["--metrics-port", "-1", "--grpc-health-port", "-1"] if root is None else []
         self.cmd = [sys.executable, "-m", "kvpool", "epp", "--host", "127.0.0.1", "--port", "0",
                     "--log-level", "warning", *quiet, *extra_args]
         for r in replicas:

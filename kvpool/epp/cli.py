@@ -7,7 +7,8 @@ router's replica and decision flags (kvpool.router.cli) and builds the same Rout
 flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
 ``--max-connection-bytes``, ``--max-held-bytes``, ``--max-open-streams`` and
 ``--idle-timeout``; ``--metrics-port``
-and ``--metrics-host`` place its Prometheus port (metrics.py).
+and ``--metrics-host`` place its Prometheus port (metrics.py), ``--grpc-health-port`` its gRPC
+health port (health.py).
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from kvpool.epp.calls import ENVELOPE
 from kvpool.epp.listener import (DEFAULT_CONNECTION_BYTES, DEFAULT_HELD_BYTES,
                                   DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_OPEN_STREAMS,
                                   IDLE_TIMEOUT, Server)
+from kvpool.epp.health import DEFAULT_HEALTH_PORT, HealthPort
 from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort
 from kvpool.epp.picker import Picker
 from kvpool.epp.service import EndpointPicker
 from kvpool.router import cli as router_cli
 
-__all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "limits", "main", "metrics_port",
-           "picking", "run"]
+__all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "health_port", "limits", "main",
+           "metrics_port", "picking", "run"]
 
 READY_PREFIX = "kvpool epp: listening on grpc://"
 DEFAULT_PORT = 9002  # the Inference Extension's endpoint-picker port
@@ -72,7 +74,19 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--metrics-host", default=None, metavar="H",
                    help="address the metrics port binds (default: --host's, itself "
                         "127.0.0.1 unless given)")
+    p.add_argument("--grpc-health-port", type=int, default=DEFAULT_HEALTH_PORT, metavar="N",
+                   help="port of the gRPC Health Checking Protocol on --host (0: any free; -1: "
+                        f"not served; default {DEFAULT_HEALTH_PORT}, as the Inference "
+                        "Extension's picker)")
     return p
+
+
+def health_port(args: argparse.Namespace) -> HealthPort | None:
+    """The gRPC health port the flags ask for (None: -1); ValueError past the range."""
+    if not -1 <= args.grpc_health_port <= 65535:
+        raise ValueError(f"--grpc-health-port {args.grpc_health_port}: use 0 to 65535 (0: any "
+                         "free port), or -1 to serve none")
+    return None if args.grpc_health_port < 0 else HealthPort(args.host, args.grpc_health_port)
 
 
 def metrics_port(args: argparse.Namespace) -> MetricsPort | None:
@@ -142,8 +156,8 @@ async def picking(picker: Picker, host: str, port: int,
         await picker.close()
 
 
-async def serve(picker: Picker, args: argparse.Namespace,
-                metrics: MetricsPort | None = None) -> None:
+async def serve(picker: Picker, args: argparse.Namespace, metrics: MetricsPort | None = None,
+                health: HealthPort | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -153,10 +167,17 @@ async def serve(picker: Picker, args: argparse.Namespace,
     async with picking(picker, host, args.port, args.max_connections,
                        args.max_connection_bytes, args.max_held_bytes, metrics,
                        args.max_open_streams, args.idle_timeout) as bound:
-        exposed = f", metrics on {metrics.url}" if metrics is not None else ""
-        print(f"{READY_PREFIX}{host}:{bound} ({len(picker.router.replicas.replicas)} "
-              f"replicas){exposed}", flush=True)
-        await stop.wait()
+        if health is not None:  # up once the picker is, down first at a stop (health.py)
+            await health.start()
+        try:
+            exposed = "".join(f", {what} on {port.url}" for what, port in (
+                ("gRPC health", health), ("metrics", metrics)) if port is not None)
+            print(f"{READY_PREFIX}{host}:{bound} ({len(picker.router.replicas.replicas)} "
+                  f"replicas){exposed}", flush=True)
+            await stop.wait()
+        finally:
+            if health is not None:
+                await health.stop()
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
@@ -173,13 +194,14 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         limits(args.max_body_bytes, args.max_connections, args.max_connection_bytes,
                args.max_held_bytes, args.max_open_streams, args.idle_timeout)
         metrics = metrics_port(args)
+        health = health_port(args)
         router = router_cli.build_router(args)
     except (ValueError, OSError) as exc:
         print(f"kvpool epp: {exc}", file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=router_cli.event_loop_factory()) as runner:
         try:
-            runner.run(serve(Picker(router), args, metrics))
+            runner.run(serve(Picker(router), args, metrics, health))
         except OSError as exc:  # a port taken or not ours to bind: said, no traceback
             print(f"kvpool epp: {exc}", file=sys.stderr)
             return 1

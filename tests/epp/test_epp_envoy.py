@@ -184,10 +184,10 @@ async def until_open(s: aiohttp.ClientSession, url: str) -> None:
 
 
 def spawn_epp(*argv: str) -> tuple[subprocess.Popen, int, int | None]:
-    """``python -m kvpool epp --port 0 --metrics-port 0 ARGV``; (process, bound gRPC port,
-    bound metrics port or None) from its ready line."""
+    """``python -m kvpool epp --port 0 --metrics-port 0 --grpc-health-port 0 ARGV``;
+    (process, bound gRPC port, bound metrics port or None) from its ready line."""
     proc = subprocess.Popen([sys.executable, "-m", "kvpool", "epp", "--port", "0",
-                             "--metrics-port", "0", *argv],
+                             "--metrics-port", "0", "--grpc-health-port", "0", *argv],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     line = proc.stdout.readline()  # bounded by the test's timeout

@@ -196,8 +196,9 @@ async def test_the_metrics_port_flags():
         taken.listen()
         out = await asyncio.to_thread(subprocess.run, [
             sys.executable, "-m", "kvpool", "epp", "--port", "0", *replica,
-            "--metrics-port", str(taken.getsockname()[1])], cwd=ROOT, capture_output=True,
-            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            "--metrics-port", str(taken.getsockname()[1]), "--grpc-health-port", "-1"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 1, out.stderr
     assert "kvpool epp:" in out.stderr and "Traceback" not in out.stderr, out.stderr
 
