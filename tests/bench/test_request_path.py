@@ -14,7 +14,7 @@ NOT_ASKED = ("kvpool/runtime/faults.py", "kvpool/runtime/kv/copy_engine.py",
              "kvpool/runtime/model/grammar_matchers.py", "kvpool/runtime/model/penalties.py",
              "kvpool/runtime/remote/importer.py", "kvpool/server/guided_fields.py",
              "kvpool/server/logprob_fields.py", "kvpool/server/vllm_fields.py",
-             "kvpool/server/sampling_fields.py", "kvpool/server/parsed_request.py")
+             "kvpool/server/sampling_fields.py")
 
 
 @functools.cache
