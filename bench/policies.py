@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import gc
 import heapq
-import itertools
-import json
 import random
 import time
 import tracemalloc
@@ -56,6 +54,7 @@ from bench.ghostpair import GhostPairPolicy
 from bench.common import TRACE, bench_parser, machine, write_json
 from bench.policy_traces import GENERATED
 from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy
+from kvpool.replay import trace as replay_trace
 from kvpool.replay.loop import simulate, leading_run
 
 CAPACITIES = (1000, 4000, 16000, 64000)
@@ -103,11 +102,9 @@ def salt_spread(reqs: Trace, pol: str, cap: int, salts: int, lru_hits: int) -> d
 
 
 def load_trace(path: Path, limit: int | None = None) -> Trace:
-    out = []
-    with open(path) as f:
-        for line in itertools.islice(f, limit):
-            out.append(json.loads(line)["hash_ids"])
-    return out
+    """Each request's hash ids, from any trace format kvpool replay reads (auto-detected:
+    kvpool/replay/formats.py); a format without prefix information gives unique ids."""
+    return [list(r.hash_ids) for r in replay_trace.load_trace(path, limit)]
 
 
 # ---------------------------------------------------------------- reference: Belady OPT
