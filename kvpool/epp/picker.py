@@ -36,7 +36,7 @@ the request and the picker never learns the outcome, so there is no "retry" here
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import unquote, urlsplit
 
 from aiohttp import web
@@ -112,22 +112,22 @@ class Picker:
                 self.router.metrics.by_reason[reason].inc()
                 self.router.metrics.predicted.inc(predicted)
         else:
-            order = [r for r in await self.by_response(route, method, raw, plain)
-                     if among is None or among(r)]
+            order = await self.by_response(route, method, raw, plain, among)
         if not order:
             return None
         self.picks += 1
         return endpoint_of(order[0].url)
 
-    async def by_response(self, route: str, method: str, raw: bytes,
-                          headers: list) -> list[Replica]:
-        """The healthy replicas, the one holding the response ``route`` names (if any) first
-        (NOTE(responses))."""
+    async def by_response(self, route: str, method: str, raw: bytes, headers: list,
+                          among: Callable[[Replica], bool] | None = None) -> list[Replica]:
+        """The healthy replicas ``among`` takes, the one holding the response ``route`` names
+        (if any) first (NOTE(responses)); the search asks none outside ``among``
+        (kvpool/router/affinity.py NOTE(search-among))."""
         if route == RESPONSES_PATH and method == "POST":
             body = await self.router.bodies.check(raw)  # RequestError: the router's 400
             named = None if body is None else body.get("previous_response_id")  # anything
-            return await self.router.response_order(named, headers, new=True)
+            return await self.router.response_order(named, headers, new=True, among=among)
         if route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
             named = unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
-            return await self.router.response_order(named, headers, new=False)
-        return self.router.replicas.healthy()
+            return await self.router.response_order(named, headers, new=False, among=among)
+        return [r for r in self.router.replicas.healthy() if among is None or among(r)]

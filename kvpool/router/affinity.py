@@ -32,6 +32,11 @@ response that exists. The wait is bounded and holds no slot, so it cannot pile u
 ``max_lookups`` 0 still means never search. Without tenants all follow-ups share tenant "",
 whose share is every slot.
 
+NOTE(search-among): a caller may narrow the replicas to ``among`` (the endpoint picker's
+subset hint, kvpool/epp/subset.py): the map's owner counts only if ``among`` takes it, and the
+search GETs only the healthy replicas it takes, so a replica outside is not contacted at all.
+Before, the picker filtered the order after a search of every healthy replica.
+
 NOTE(owner-proof): a 200 counts only when its body is that response: the start of the answer
 (response_ids.py's SCAN_BYTES) names the id searched for. A replica that answers 200 to any
 path (a catch-all route, an HTML page from something else behind its URL, a bug) used to win
@@ -139,15 +144,18 @@ class ResponseAffinity:
         return self._ids.get(tenant, response_id)
 
     async def owner(self, response_id: object, replicas: ReplicaSet,
-                    session: aiohttp.ClientSession, headers: list) -> Replica | None:
+                    session: aiohttp.ClientSession, headers: list,
+                    among: Callable[[Replica], bool] | None = None) -> Replica | None:
         """The healthy replica to try first for a request naming ``response_id`` (what a
-        client sent: anything), None when the map and the search know none."""
+        client sent: anything), None when the map and the search know none. ``among``: only
+        the replicas it takes are answered or searched (NOTE(search-among))."""
         rid, tenant = usable_id(response_id), self.tenant(headers)
-        if rid is None or tenant is None:
+        cands = [r for r in replicas.healthy() if among is None or among(r)]
+        if rid is None or tenant is None or not cands:
             return None
         url = self.owner_url(rid, tenant)
         known = replicas.find(url) if url is not None else None
-        if known is not None and known.healthy:
+        if known is not None and known in cands:
             return known
         _count(self._asking, tenant, 1)
         try:
@@ -155,7 +163,7 @@ class ResponseAffinity:
                 return None
             try:
                 self.searches += 1
-                found = await self._search(rid, replicas.healthy(), session, headers)
+                found = await self._search(rid, cands, session, headers)
             finally:
                 self.searching -= 1
                 _count(self._flying, tenant, -1)

@@ -287,16 +287,18 @@ class Router:
         rest = sorted((i for i in range(len(cands)) if i != idx), key=lambda i: (loads[i], i))
         return [cands[i] for i in (idx, *rest)], idx, reason
 
-    async def response_order(self, named: object, headers: list, *,
-                             new: bool) -> list[Replica]:
+    async def response_order(self, named: object, headers: list, *, new: bool,
+                             among: Callable[[Replica], bool] | None = None
+                             ) -> list[Replica]:
         """The healthy replicas to try for a Responses API request (module docstring), the one
         holding response ``named`` (as the client sent it: anything) first; a ``new`` one is
-        placed by load: ``choose`` with no hits (no prefix lookup can score it)."""
+        placed by load: ``choose`` with no hits (no prefix lookup can score it). ``among``:
+        only the replicas it takes, searched or not (affinity.py NOTE(search-among))."""
         assert self.session is not None
-        order = self.replicas.healthy()
+        order = [r for r in self.replicas.healthy() if among is None or among(r)]
         if new and order:
             order = self._ranked(order, [0] * len(order), [r.busy() for r in order])[0]
-        owner = await self.affinity.owner(named, self.replicas, self.session, headers)
+        owner = await self.affinity.owner(named, self.replicas, self.session, headers, among)
         if owner is None:
             return order
         return [owner, *(r for r in order if r is not owner)]

@@ -32,6 +32,7 @@ from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from tests.router.helpers import LOOKUP_TIMEOUT
 from tests.router.test_router_hostile_replica import GOOD, fake_replica
+from tests.router.test_router_responses_hostile import Fake, fakes
 
 COLD = json.dumps({**GOOD, "device_hit_tokens": 0}).encode()
 HOT = json.dumps(GOOD).encode()
@@ -122,3 +123,28 @@ def test_entries_match_host_and_port_ipv6_included():
     assert hint.allows("http://10.0.0.1:1234") and hint.allows("http://[fe80::2]:80")
     assert hint.allows("https://[fe80::3]") and hint.allows("http://10.0.0.2:9")
     assert not hint.allows("http://10.0.0.2:90") and not hint.allows("http://10.0.0.3:9")
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/responses", json.dumps({"input": "more", "previous_response_id": "resp_1"})),
+    ("/v1/responses/resp_1", ""),
+])
+async def test_a_follow_ups_search_asks_only_the_replicas_the_hint_names(path, body):
+    """affinity.py NOTE(search-among): the replica outside the hint gets no GET at all, even
+    when it holds the response (then the follow-up goes to a replica named, which says 404)."""
+    outside, named = Fake(held={"resp_1"}), Fake()
+    async with fakes(outside, named, Fake(held={"resp_1"})) as urls:
+        picker = Picker(Router(ReplicaSet(urls, interval=3600)))
+        await picker.start()
+        try:
+            hint = Subset([endpoint_of(urls[1]), endpoint_of(urls[2])])
+            method = "POST" if body else "GET"
+            for _ in range(2):  # the second is known from the first's search
+                assert await picker.pick(path, body.encode(), [], method, hint) == \
+                    endpoint_of(urls[2])
+            only = Subset([endpoint_of(urls[1])])
+            assert await picker.pick(path, body.encode(), [], method, only) == \
+                endpoint_of(urls[1])
+        finally:
+            await picker.close()
+    assert outside.gets == [] and named.gets == ["resp_1", "resp_1"], (outside, named)
