@@ -117,6 +117,8 @@ def refused(status: int, message: str, code: str, param: str | None = None) -> \
     return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
         status=http_status_pb2.HttpStatus(code=status),
         headers=pb.HeaderMutation(set_headers=headers), body=body,
+        # the kvpool_epp_ prefix keeps Envoy's local_reply_config mappers off this answer
+        # (docs/epp.md, "Envoy's own answers")
         details=f"kvpool_epp_{code}"))
 
 
