@@ -51,10 +51,9 @@ async def make_tier(redis_server):
         await t.aclose()
 
 
-@pytest.fixture
-def own_cluster():
-    """A 3-master Redis Cluster of the test's own, for tests that take nodes down, reset
-    them or move slots (the session's ``redis_cluster`` is never harmed)."""
+def three_masters():
+    """A 3-master Redis Cluster on 127.0.0.1 (free ports), stopped by pid after the yield:
+    the body of the cluster fixtures, whatever their scope."""
     from bench.redis_servers import RedisClusterProcs
     c = RedisClusterProcs(masters=3)
     c.start()
@@ -62,16 +61,17 @@ def own_cluster():
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def own_cluster():
+    """A cluster of the test's own, for tests that take nodes down, reset them or move
+    slots (the session's ``redis_cluster`` is never harmed)."""
+    yield from three_masters()
 
 
 @pytest.fixture(scope="session")
 def redis_cluster():
-    """A 3-master Redis Cluster on 127.0.0.1 (free ports), shared by the session: tests use
-    their own keys and never take a node down (the failover tests start their own)."""
-    from bench.redis_servers import RedisClusterProcs
-    c = RedisClusterProcs(masters=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
+    """A cluster shared by the session: tests use their own keys and never take a node down
+    (the failover tests start their own)."""
+    yield from three_masters()

@@ -13,19 +13,15 @@ import redis
 
 from bench.redis_servers import RedisClusterProcs, RedisServer, free_cluster_port
 from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
-from tests.remote.conftest import NS
+from tests.remote.conftest import NS, three_masters
 
 SAID = "cluster-require-full-coverage yes"
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = RedisClusterProcs(masters=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
+    """The module's own cluster (each test puts back what it changed)."""
+    yield from three_masters()
 
 
 def _everywhere(cluster, *args) -> None:

@@ -8,23 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 import redis
 
-from bench.redis_servers import RedisClusterProcs
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
-
-
-@pytest.fixture
-def cluster():
-    c = RedisClusterProcs(masters=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def acl(port: int, *rules: str) -> None:
@@ -35,14 +23,14 @@ def acl(port: int, *rules: str) -> None:
         r.close()
 
 
-def prefixes(cluster, codec) -> dict:
+def prefixes(own_cluster, codec) -> dict:
     """master's port -> the items of one 8-block prefix whose slot it serves."""
     out: dict = {}
     for i in range(200):
         hashes = chain(8, salt=f"pause{i}")
         items = [(k, codec.encode(h, [bytes([j]) * 256]))
                  for j, (k, h) in enumerate(zip(NS.group_keys(hashes), hashes))]
-        out.setdefault(cluster.master_of(items[0][0]).port, items)
+        out.setdefault(own_cluster.master_of(items[0][0]).port, items)
         if len(out) == 3:
             return out
     raise AssertionError("no prefix for every master")
@@ -53,21 +41,21 @@ async def serves(tier, items) -> bool:
     return await tier.probe(keys) == 8 and await tier.get_many(keys) == [v for _, v in items]
 
 
-async def test_a_node_lacking_set_stays_paused_alone_until_its_acl_is_fixed(cluster):
+async def test_a_node_lacking_set_stays_paused_alone_until_its_acl_is_fixed(own_cluster):
     """Before, the node's trial ran on the tier's one check key, served by another node: it
     passed at once and closed the refusing node's breaker (to reopen on its next put)."""
-    for n in cluster.nodes:
+    for n in own_cluster.nodes:
         acl(n.port, "on", ">p", "~*", "+@all")
     codec = ValueCodec(NS)
-    check = cluster.master_of(NS.key(bytes(32)))  # the fixed check key's node
-    bad = next(n for n in cluster.nodes if n is not check)
+    check = own_cluster.master_of(NS.key(bytes(32)))  # the fixed check key's node
+    bad = next(n for n in own_cluster.nodes if n is not check)
     acl(bad.port, "-set")
-    seeds = ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes)
+    seeds = ",".join(f"127.0.0.1:{n.port}" for n in own_cluster.nodes)
     t = RedisTier(f"redis+cluster://u:p@{seeds}", codec, op_timeout=5.0, connect_timeout=5.0,
                   breaker=CircuitBreaker(threshold=3, reset_s=0.05))
     try:
         assert await t.warm_up()
-        by_port = prefixes(cluster, codec)
+        by_port = prefixes(own_cluster, codec)
         assert await t.put_many(by_port[bad.port]) == 0  # NOPERM: that node's breaker pauses
         good = [items for port, items in by_port.items() if port != bad.port]
         for items in good:
