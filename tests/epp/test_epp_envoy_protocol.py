@@ -15,21 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 
 import aiohttp
 import pytest
 
 from bench.envoy_proc import Envoy
-from kvpool.epp.cli import picking
-from kvpool.epp.picker import Picker, endpoint_of
-from kvpool.router.proxy import Router
-from kvpool.router.replicas import ReplicaSet
-from tests.router.helpers import LOOKUP_TIMEOUT
-from tests.router.test_router_hostile_replica import GOOD, fake_replica
+from kvpool.epp.picker import endpoint_of
+from tests.epp.test_epp_subset import cold_and_hot
 
-COLD = json.dumps({**GOOD, "device_hit_tokens": 0}).encode()
-HOT = json.dumps(GOOD).encode()
 BODY = {"model": "m", "prompt": list(range(40)), "max_tokens": 1}
 SUBSET_FILTER = (
     "          http_filters:\n",
@@ -63,11 +56,7 @@ async def gateway(workdir, edits):
     """Cold and hot replicas, the picker and Envoy (``edits`` to its config); yields
     (Envoy URL, {name: endpoint})."""
     async with contextlib.AsyncExitStack() as stack:
-        cold = await stack.enter_async_context(fake_replica("cold", COLD))
-        hot = await stack.enter_async_context(fake_replica("hot", HOT))
-        picker = Picker(Router(ReplicaSet([cold, hot], interval=3600),
-                               lookup_timeout=LOOKUP_TIMEOUT))
-        port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
+        cold, hot, port = await cold_and_hot(stack)
         envoy = Envoy(port, workdir, edits)
         await asyncio.to_thread(envoy.start)
         stack.push_async_callback(asyncio.to_thread, envoy.stop)

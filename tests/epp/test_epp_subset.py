@@ -54,16 +54,22 @@ def request(path: str, hint: object, end: bool = False) -> pb.ProcessingRequest:
     return req
 
 
+async def cold_and_hot(stack: contextlib.AsyncExitStack) -> tuple[str, str, int]:
+    """Fake replicas ``cold`` and ``hot`` (only hot reports a prefix hit), in that order,
+    behind a picker served on 127.0.0.1, all closed with ``stack``: (cold, hot, gRPC port)."""
+    cold = await stack.enter_async_context(fake_replica("cold", COLD))
+    hot = await stack.enter_async_context(fake_replica("hot", HOT))
+    picker = Picker(Router(ReplicaSet([cold, hot], interval=3600),
+                           lookup_timeout=LOOKUP_TIMEOUT))
+    return cold, hot, await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
+
+
 async def decision(hint: object, path: str = "/v1/completions"
                    ) -> tuple[pb.ProcessingResponse, dict[str, str]]:
     """The first answer to one request carrying ``hint`` (None: no hint), with cold and hot
     replicas in that order; ``hint`` is a function of their endpoints."""
     async with contextlib.AsyncExitStack() as stack:
-        cold = await stack.enter_async_context(fake_replica("cold", COLD))
-        hot = await stack.enter_async_context(fake_replica("hot", HOT))
-        picker = Picker(Router(ReplicaSet([cold, hot], interval=3600),
-                               lookup_timeout=LOOKUP_TIMEOUT))
-        port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
+        cold, hot, port = await cold_and_hot(stack)
         channel = await stack.enter_async_context(
             grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
         names = {"cold": endpoint_of(cold), "hot": endpoint_of(hot)}
