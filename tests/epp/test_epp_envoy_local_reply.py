@@ -21,7 +21,8 @@ from kvpool.epp.cli import picking
 from kvpool.epp.picker import Picker
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
-from tests.epp.test_epp_envoy_protocol import BODY, FORWARD_HINT, HOT, SUBSET_FILTER
+from tests.epp.test_epp_envoy_protocol import BODY, FORWARD_HINT, SUBSET_FILTER
+from tests.epp.test_epp_subset import HOT
 from tests.router.helpers import LOOKUP_TIMEOUT
 from tests.router.test_router_hostile_replica import fake_replica
 
