@@ -37,13 +37,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from kvpool.epp.subset import Subset
+from kvpool.epp.subset import Subset, host_port
 from kvpool.router.affinity import RESPONSES_PATH
 from kvpool.router.proxy import GENERATE_PATHS, Router
 from kvpool.router.relayed import request_headers
@@ -56,9 +56,7 @@ ERROR_STATUSES = (400, 413, 503)  # the statuses the picker answers Envoy with i
 
 def endpoint_of(url: str) -> str:
     """``host:port`` of a replica base URL (the scheme's default port when none is given)."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    host = parts.hostname or ""
+    host, port = host_port(url)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

@@ -33,6 +33,13 @@ def _host(host: str) -> str:
         return host.lower()
 
 
+def host_port(url: str) -> tuple[str, int]:
+    """``(host, port)`` of a replica base URL, the scheme's default port when none is given
+    (the picker's ``endpoint_of`` writes the same pair)."""
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
 def _entry(text: str) -> tuple[str, int | None] | None:
     """``(host, port)`` of an ``ip:port`` / ``[v6]:port`` / bare host entry (None: unreadable)."""
     if text.startswith("["):
@@ -59,9 +66,8 @@ class Subset:
 
     def allows(self, url: str) -> bool:
         """Whether the hint names the replica at base URL ``url``."""
-        parts = urlsplit(url)
-        host = _host(parts.hostname or "")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        host, port = host_port(url)
+        host = _host(host)
         return (host, port) in self.pairs or (host, None) in self.pairs
 
 
