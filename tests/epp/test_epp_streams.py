@@ -13,7 +13,7 @@ import pytest
 
 from kvpool.epp.calls import (CANCEL, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY,
                              HEADERS, PING, PREFACE, REFUSED_STREAM, RST_STREAM, SETTINGS, frame)
-from kvpool.epp.h2 import RESET_BURST
+from kvpool.epp.h2 import RESET_BURST, RESET_RATE
 from kvpool.epp.listener import DEFAULT_MAX_OPEN_STREAMS, Server
 from tests.epp.test_epp_buffers import until
 from tests.epp.test_epp_limits import pick, served
@@ -138,8 +138,10 @@ async def test_a_peer_resetting_calls_past_its_budget_is_closed_and_others_go_on
     """NOTE(rapid-reset) in kvpool/epp/h2.py: RESET_BURST + 50 calls opened and reset at once
     close their connection with GOAWAY ENHANCE_YOUR_CALM; a connection that resets 50 goes on,
     and a pick on a third connection is answered. Without the budget every pair started and
-    cancelled a call and the connection was never closed."""
-    async with served() as (server, port):
+    cancelled a call and the connection was never closed. The server's clock stands still: on
+    a loaded box the flood's 1050 resets took over half a second to read, the budget refilled
+    past 50 at RESET_RATE and the connection rightly went on (a CI failure)."""
+    async with served(clock=lambda: 0.0) as (server, port):
         calm, flood = await opened(port), await opened(port)
         try:
             calm[1].write(opened_and_reset(range(1, 101, 2)))
@@ -153,3 +155,27 @@ async def test_a_peer_resetting_calls_past_its_budget_is_closed_and_others_go_on
         finally:
             for _, writer in (calm, flood):
                 writer.close()
+
+
+async def test_the_reset_budget_refills_at_its_rate_and_no_faster():
+    """NOTE(rapid-reset): RESET_BURST resets at once spend the budget; one second later (the
+    server's clock, moved by the test) RESET_RATE more are taken and the connection answers a
+    PING; one more reset in the same instant closes it with GOAWAY ENHANCE_YOUR_CALM."""
+    now = [0.0]
+    async with served(clock=lambda: now[0]) as (server, port):
+        reader, writer = await opened(port)
+        try:
+            writer.write(opened_and_reset(range(1, 2 * RESET_BURST, 2)))
+            writer.write(frame(PING, 0, 0, b"spent!!!"))
+            assert (await until(reader, PING))[1] == b"spent!!!"
+            now[0] = 1.0
+            rate = int(RESET_RATE)
+            writer.write(opened_and_reset(range(2 * RESET_BURST + 1, 2 * (RESET_BURST + rate), 2)))
+            writer.write(frame(PING, 0, 0, b"refill!!"))
+            assert (await until(reader, PING))[1] == b"refill!!"
+            assert server.cut == 0
+            writer.write(opened_and_reset([2 * (RESET_BURST + rate) + 1]))
+            _, payload = await until(reader, GOAWAY)
+            assert int.from_bytes(payload[4:8], "big") == ENHANCE_YOUR_CALM and server.cut == 1
+        finally:
+            writer.close()
