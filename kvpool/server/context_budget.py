@@ -5,11 +5,17 @@ one token is served, and the tokens it may generate are lowered to the room it l
 
     prompt > max_model_len              -> 400 context_length_exceeded, param the prompt's
     prompt == max_model_len             -> 400 (no room for one token: vLLM's input check)
-    max_tokens given                    -> min(max_tokens, max_model_len - prompt)
+    max_tokens given                    -> min(max_tokens, max_model_len - prompt), and
+                                           within --generation-config DIR's max_new_tokens
+                                           (NOTE(gen-ceiling), generation_config.py)
     max_tokens unset                    -> min(the default, max_model_len - prompt); the
                                            default is --generation-config's max_new_tokens,
                                            else completions' 16, else (chat, Responses) the
                                            room left, each within --max-tokens-limit
+
+The model's own generation_config.json (``--generation-config auto``) sets only the default:
+an explicit ``max_tokens`` above its ``max_new_tokens`` is served in full, as vLLM serves it
+(its ``get_max_tokens`` takes the file's value as a fallback, not a cap, for ``auto``).
 
 A request that hits the clamp ends with ``finish_reason: "length"``; ``max_tokens`` above
 ``--max-tokens-limit`` (default: max_model_len, vLLM's own bound) stays a 400 before this
@@ -38,14 +44,18 @@ def truncate_to(keep: int, max_model_len: int) -> int:
 
 
 def token_budgets(lengths: Sequence[int], max_tokens: int | None, default_max: int | None, *,
-                  max_model_len: int, limit: int, prompt_param: str) -> tuple[int, ...]:
+                  max_model_len: int, limit: int, prompt_param: str,
+                  ceiling: int | None = None) -> tuple[int, ...]:
     """The tokens each prompt (of ``lengths`` tokens, none empty) may generate (NOTE(clamp));
-    ``max_tokens`` as asked (None: unset), ``default_max`` the default when unset."""
+    ``max_tokens`` as asked (None: unset), ``default_max`` the default when unset, ``ceiling``
+    the most any request generates (NOTE(gen-ceiling); None: none)."""
     for i, n in enumerate(lengths):
         if exceeds_context(n, 1, max_model_len):  # no room to generate one token
             which = "" if len(lengths) == 1 else f" (prompt {i})"
             raise _too_long(prompt_param, f"the prompt{which} has {n} tokens", max_model_len)
     ask = min(default_max or limit, limit) if max_tokens is None else max_tokens
+    if ceiling is not None:
+        ask = min(ask, ceiling)
     return tuple(min(ask, max_model_len - n) for n in lengths)
 
 

@@ -46,6 +46,7 @@ from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOW
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
 from kvpool.server.context_budget import token_budgets
+from kvpool.server.generation_config import CEILING_KEY
 from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body,
                                      json_int)
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
@@ -95,6 +96,7 @@ class RequestParser:
         self.tool_parser = tool_parser
         defaults = dict(defaults or {})
         self.default_max_tokens: int | None = defaults.pop("max_tokens", None)
+        self.max_tokens_ceiling: int | None = defaults.pop(CEILING_KEY, None)
         self.defaults = defaults  # sampling fields a request leaves out take these
         self.tokenizer = tokenizer
         self.model_names = tuple(dict.fromkeys(n for n in model_names if n))
@@ -266,7 +268,7 @@ class RequestParser:
         return token_budgets([len(ids) for ids, _ in prompts], max_tokens,
                              self.default_max_tokens or default_max,
                              max_model_len=self.max_model_len, limit=self.max_tokens_limit,
-                             prompt_param=prompt_param)
+                             prompt_param=prompt_param, ceiling=self.max_tokens_ceiling)
 
     def _extras(self, body: dict[str, Any], chat: bool) -> VllmExtras:
         """vLLM's extras (vllm_fields.py); the defaults when the body sends none of them."""

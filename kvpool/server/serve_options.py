@@ -255,8 +255,9 @@ def _add_request_args(srv: _ArgGroup) -> None:
     srv.add_argument("--generation-config", default="auto", metavar="auto|vllm|DIR",
                      help="request sampling defaults (temperature, top_p, top_k, min_p, "
                      "repetition_penalty, max_new_tokens): auto reads the model directory's "
-                     "generation_config.json, vllm uses none, DIR reads DIR's (vLLM's "
-                     "spelling; default: auto)")
+                     "generation_config.json, vllm uses none, DIR reads DIR's, whose "
+                     "max_new_tokens also caps every request's max_tokens (vLLM's spelling "
+                     "and rule; default: auto)")
     srv.add_argument("--kv-events-config", default=None, metavar="JSON",
                      help="publish KV cache events in vLLM's format (ZMQ PUB, msgpack): "
                      "vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": "

@@ -16,6 +16,7 @@ from kvpool.runtime.engine.config import EngineConfig
 from kvpool.server import serve
 from kvpool.server.app import ROUTES_KEY, build_app
 from kvpool.server.generation_config import load_generation_defaults
+from kvpool.server.protocol import RequestParser
 from tests.configs import engine_config
 from tests.server.serve_process import subprocess_server
 
@@ -55,6 +56,26 @@ async def test_generation_config_sets_the_defaults(make_server, gen_dir):
             r = await c.completions.create(model=srv.engine.model_name, prompt="Once upon",
                                            extra_body={"ignore_eos": True})
             assert r.usage.completion_tokens == 16
+
+
+async def test_a_named_generation_config_caps_max_tokens(make_server, gen_dir):
+    """NOTE(gen-ceiling): --generation-config DIR's max_new_tokens is a ceiling (vLLM's
+    override_max_tokens); the model directory's own file (auto) is only the default."""
+    body = {"prompt": "Once upon", "max_tokens": 9, "ignore_eos": True}
+    chat = {"messages": CHAT, "max_completion_tokens": 9, "ignore_eos": True}
+    async with make_server(app_options={"generation_config": gen_dir}) as srv, \
+            aiohttp.ClientSession() as s:
+        for path, req in (("/completions", body), ("/chat/completions", chat)):
+            async with s.post(srv.v1 + path, json=req) as r:
+                got = await r.json()
+                assert r.status == 200, got
+                assert got["usage"]["completion_tokens"] == 5
+                assert got["choices"][0]["finish_reason"] == "length"
+        # the same file as the model directory's own (auto): the default, not a ceiling
+        parser = RequestParser(srv.engine.tokenizer, ["m"], 64, max_n=1, max_tokens_limit=64,
+                               max_stop=4, defaults=load_generation_defaults("auto", gen_dir))
+        assert parser.parse_completion({"prompt": "hi", "max_tokens": 9}).params.max_tokens == 9
+        assert parser.parse_completion({"prompt": "hi"}).params.max_tokens == 5
 
 
 def test_generation_config_settings(gen_dir, tmp_path_factory):
