@@ -31,12 +31,23 @@ Body bytes are passed on undecoded (a Content-Encoding stays the replica's).
 
 NOTE(idle): a pooled connection is reused newest first, never after ``keepalive`` idle seconds
 (set below the replicas' own keep-alive, so a reused connection is not one being closed), and
-never once its replica closed it (connection_lost) or sent bytes unasked.
+never once its replica closed it (connection_lost) or sent bytes unasked. A replica's keep-alive
+may be shorter than the router's (vLLM's uvicorn closes idle connections after 5 s): its close
+can wait in the socket, unread, when the router picks the connection (the loop reads it after
+the pick), so the socket is polled before reuse, as urllib3 does, and one with anything to read
+(a FIN, a reset, stray bytes) is closed instead.
+
+NOTE(unsent): a reused connection that ends, no byte of an answer come, while part of the request
+was still unsent (its write never completed: the replica closed it under the write) is tried
+again once on a fresh connection to the same replica: without the whole request the replica
+cannot have run it. Once the whole request was handed to the socket, an end without an answer
+is UpstreamLost, never sent again (upstream.py NOTE(retry): the replica may have taken it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import ssl
 from collections import deque
 from collections.abc import Sequence
@@ -71,6 +82,7 @@ class _Conn(asyncio.Protocol):
         self.stray = False  # bytes came unasked or after the answer: never reused (NOTE(idle))
         self.busy = False  # a request was written and its answer is not whole yet
         self.paused = False
+        self.writing = False  # request bytes wait in the transport's buffer (NOTE(unsent))
         self.idle_since = 0.0
         self.start("GET")
         self.busy = False  # until a request is written: what comes before is unasked
@@ -88,6 +100,14 @@ class _Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        # told (pause_writing / resume_writing) whenever a write is not whole in the socket
+        transport.set_write_buffer_limits(high=0)  # type: ignore[attr-defined]
+
+    def pause_writing(self) -> None:
+        self.writing = True
+
+    def resume_writing(self) -> None:
+        self.writing = False
 
     def data_received(self, data: bytes) -> None:
         if not self.busy or self.error is not None:
@@ -187,6 +207,21 @@ class _Conn(asyncio.Protocol):
             self.transport.resume_reading()
         return out
 
+    def unsent(self) -> bool:
+        """Whether the connection ended with no byte of the answer come and part of the
+        request never sent (NOTE(unsent))."""
+        return self.lost and self.writing and self.head_bytes == 0 and self.error is None
+
+    def quiet(self) -> bool:
+        """Whether the idle socket has nothing to read: no close, reset or stray bytes waiting
+        that the loop has not read yet (NOTE(idle))."""
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None:
+            return True
+        poller = select.poll()  # (select.select cannot watch descriptors past 1023)
+        poller.register(sock.fileno(), select.POLLIN)
+        return not poller.poll(0)
+
     def reusable(self) -> bool:
         return (self.complete and self.keep_alive and not self.lost and not self.stray
                 and not self.body)
@@ -195,6 +230,11 @@ class _Conn(asyncio.Protocol):
         self.lost = True
         if self.transport is not None:
             self.transport.close()
+
+    def abort(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.abort()
 
 
 def _ends_at_close(headers: CIMultiDict) -> bool:
@@ -276,7 +316,18 @@ class UpstreamPool:
                       headers: Sequence[tuple[str, str]], body: bytes) -> Upstream:
         host, port, host_header, tls = self._target(base)
         data = _request_bytes(method, target, host_header, headers, body)
-        conn = self._reuse(base) or await self._connect(host, port, tls)
+        conn = self._reuse(base)
+        if conn is not None:
+            try:
+                return await self._send(base, conn, method, data)
+            except UpstreamLost:
+                if not conn.unsent():  # NOTE(unsent): the replica may have the request
+                    raise
+                conn.abort()  # the rest of the request is dropped, never sent after all
+        return await self._send(base, await self._connect(host, port, tls), method, data)
+
+    async def _send(self, base: str, conn: _Conn, method: str, data: bytes) -> Upstream:
+        """``data`` written on ``conn``; its answer's head read."""
         try:
             assert conn.transport is not None
             conn.start(method)
@@ -295,7 +346,8 @@ class UpstreamPool:
         now = asyncio.get_running_loop().time()
         while q:
             c = q.pop()  # the newest first (NOTE(idle))
-            if not c.lost and not c.stray and now - c.idle_since < self.keepalive:
+            if not c.lost and not c.stray and now - c.idle_since < self.keepalive \
+                    and c.quiet():
                 return c
             c.close()
         return None
