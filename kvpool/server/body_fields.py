@@ -28,7 +28,7 @@ from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
 __all__ = ["IGNORED_FIELDS_HEADER", "INT32", "KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE",
-           "KNOWN_TOKENIZE", "MAX_CACHE_SALT_CHARS", "TOKENIZE_UNREAD", "UNSUPPORTED_CHAT",
+           "KNOWN_TOKENIZE", "MAX_CACHE_SALT_CHARS", "UNSUPPORTED_CHAT",
            "UNSUPPORTED_COMPLETION", "FieldPolicy", "check_unsupported", "ignored_header",
            "is_int", "is_number", "opt", "salt_and_priority", "stop_strings", "stream_options",
            "token_ids", "with_defaults"]
@@ -145,12 +145,13 @@ KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tools", 
                                   "top_logprobs", "parallel_tool_calls",
                                   "add_generation_prompt", "continue_final_message"}
                        | CHAT_EXTRAS | set(UNSUPPORTED_CHAT))
-# vLLM's /tokenize takes no truncate_prompt_tokens / truncation_side: unknown there, ignored
+# vLLM's TokenizeChatRequest, and reasoning_effort, which chat hands the template (so /tokenize
+# counts what chat's usage.prompt_tokens counts); chat's other fields (truncate_prompt_tokens,
+# echo...) are unknown here: ignored unread, as vLLM ignores them
 KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
                             "add_generation_prompt", "continue_final_message",
                             "return_token_strs", "chat_template", "chat_template_kwargs",
-                            "tools"})
-TOKENIZE_UNREAD = ("truncate_prompt_tokens", "truncation_side")  # chat's, not read here
+                            "tools", "reasoning_effort"})
 KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
 
 

@@ -38,7 +38,7 @@ from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.sched import exceeds_context
 from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
-                                      KNOWN_TOKENIZE, TOKENIZE_UNREAD,
+                                      KNOWN_TOKENIZE,
                                       UNSUPPORTED_CHAT, UNSUPPORTED_COMPLETION,
                                       FieldPolicy, check_unsupported, opt,
                                       salt_and_priority, stop_strings, stream_options,
@@ -170,10 +170,11 @@ class RequestParser:
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
         ``messages`` (rendered as chat completions render them: the same ids, the same
-        ``chat_template`` / ``chat_template_kwargs`` / ``tools``). Never truncated, as
-        vLLM's: truncate_prompt_tokens / truncation_side are unknown here, unread."""
+        ``chat_template`` / ``chat_template_kwargs`` / ``tools`` / ``reasoning_effort``).
+        Never truncated, as vLLM's: chat-only fields (truncate_prompt_tokens, echo...) are
+        unknown here and unread."""
         self.fields.check(body, KNOWN_TOKENIZE)
-        body = {k: v for k, v in body.items() if k not in TOKENIZE_UNREAD}
+        body = {k: v for k, v in body.items() if k in KNOWN_TOKENIZE}
         self._model(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
         if (prompt is None) == (messages is None):

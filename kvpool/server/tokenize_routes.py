@@ -7,8 +7,11 @@
                 return_token_strs?=false
     /detokenize {model?, tokens}                                    -> {prompt}
 
-``messages`` are rendered exactly as /v1/chat/completions renders them, so ``count`` equals that
-request's ``usage.prompt_tokens``. Bad input: 400 naming the field; an unknown model: 404.
+``messages`` are rendered exactly as /v1/chat/completions renders them (``reasoning_effort``
+too), so ``count`` equals that request's ``usage.prompt_tokens``. A field either route does not
+know is ignored unread and listed in ``X-Kvpool-Ignored-Fields``, as on the generation routes
+(body_fields.py; ``--reject-unknown-fields``: 400). Bad input: 400 naming the field; an unknown
+model: 404.
 Bodies are bounded by the app's ``client_max_size`` like every other route, and a large one is
 parsed and tokenized on the generation routes' ParsePool, off the event loop (json_body.py).
 """
@@ -19,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kvpool.server.body_fields import KNOWN_DETOKENIZE, KNOWN_TOKENIZE, ignored_header
 from kvpool.server.json_body import ParsePool
 from kvpool.server.protocol import RequestParser
 
@@ -34,22 +38,24 @@ class TokenizeRoutes:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
 
-    def _tokenize(self, raw: bytes) -> dict[str, Any]:
+    def _tokenize(self, raw: bytes) -> tuple[dict[str, Any], dict[str, str]]:
         p = self.parser
         body = p.decode_body(raw)
         ids = p.parse_tokenize(body)
         out = {"count": len(ids), "max_model_len": p.max_model_len, "tokens": ids}
         if body.get("return_token_strs") is True:  # vLLM's: each id's vocabulary entry
             out["token_strs"] = [p.tokenizer.id_to_token(t) for t in ids]
-        return out
+        return out, ignored_header(p.fields.check(body, KNOWN_TOKENIZE))  # parsed: none refused
 
-    def _detokenize(self, raw: bytes) -> str:
-        return self.parser.parse_detokenize(self.parser.decode_body(raw))
+    def _detokenize(self, raw: bytes) -> tuple[dict[str, Any], dict[str, str]]:
+        body = self.parser.decode_body(raw)
+        text = self.parser.parse_detokenize(body)
+        return {"prompt": text}, ignored_header(self.parser.fields.check(body, KNOWN_DETOKENIZE))
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        out = await self.parse_pool.read_and_parse(request, self._tokenize)
-        return web.json_response(out)
+        out, headers = await self.parse_pool.read_and_parse(request, self._tokenize)
+        return web.json_response(out, headers=headers)
 
     async def detokenize(self, request: web.Request) -> web.Response:
-        text = await self.parse_pool.read_and_parse(request, self._detokenize)
-        return web.json_response({"prompt": text})
+        out, headers = await self.parse_pool.read_and_parse(request, self._detokenize)
+        return web.json_response(out, headers=headers)
