@@ -37,7 +37,8 @@ placed by load alone (``choose`` with no hits: round robin unless the loads are 
 but one naming a ``previous_response_id`` goes to the replica holding that response first;
 ``/v1/responses/{id}...`` goes to that replica, else to the first healthy one. The others
 follow as retries, and their 404 is the server's own (affinity.py NOTE(tenant)). Neither kind
-is counted in ``kvpool_router_decisions_total``: that counts prefix routing.
+is counted in ``kvpool_router_decisions_total``: that counts prefix routing. Every other route
+(/v1/models, /tokenize, /detokenize, ...) is placed by load alone too (``passthrough``).
 
 NOTE(own-load): what a lookup answer claims is not checked against anything but the router's
 own count: its hit tokens cannot be (only the replica holds its cache), but its load can. A
@@ -330,10 +331,15 @@ class Router:
                                  self.affinity.learner(headers))
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        """Every other route (/v1/models, ...): the first healthy replica answers."""
+        """Every other route (/v1/models, /tokenize, ...): placed by load alone, as a new
+        Responses API request (``choose`` with no hits: round robin unless the loads are
+        imbalanced), the others following as retries. Before, the first healthy replica
+        answered them all: a fleet's /tokenize traffic or model polls landed on one replica."""
         raw = await self.bodies.raw(request)  # NOTE(slow-body): 408 like the generation routes
-        return await self._relay(request, raw, request_headers(request.headers),
-                                 self.replicas.healthy(), None, 0)
+        order = self.replicas.healthy()
+        if order:
+            order = self._ranked(order, [0] * len(order), [r.busy() for r in order])[0]
+        return await self._relay(request, raw, request_headers(request.headers), order, None, 0)
 
     async def _relay(self, request: web.Request, raw: bytes, headers: list,
                      order: list[Replica], reason: str | None, predicted: int,
