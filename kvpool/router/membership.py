@@ -51,22 +51,36 @@ _HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?")
 
 
 def replica_url(text: str) -> str:
-    """``text`` as a replica base URL (no trailing slash), or ValueError saying what is wrong."""
+    """``text`` as a replica base URL (no trailing slash), or ValueError saying what is wrong
+    (NOTE(no-userinfo))."""
     parts = urlsplit(text.strip())
+    shown = _shown(text.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{text!r} is not a replica URL: give http(s)://HOST[:PORT], "
+        raise ValueError(f"{shown!r} is not a replica URL: give http(s)://HOST[:PORT], "
                          "e.g. http://10.0.0.7:8000")
     try:
         port = parts.port  # raises ValueError for a port out of range or not a number
     except ValueError:
         port = 0
     if port == 0:  # urlsplit lets port 0 through: nothing listens there
-        raise ValueError(f"{text!r}: the port is not a number in 1-65535")
+        raise ValueError(f"{shown!r}: the port is not a number in 1-65535")
     if not _HOST.fullmatch(parts.hostname):
-        raise ValueError(f"{text!r}: the host is not a name or an IP address")
+        raise ValueError(f"{shown!r}: the host is not a name or an IP address")
     if parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
-        raise ValueError(f"{text!r}: give the base URL only (no path, query or user)")
+        raise ValueError(f"{shown!r}: give the base URL only (no path, query or user)")
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def _shown(text: str) -> str:
+    """NOTE(no-userinfo): a replica URL is refused with its user part (``user:password@``),
+    so no password reaches the router's /metrics labels, /health or the admin API's list; the
+    refusal quotes it with all before its last ``@`` but the scheme masked, as the --replica
+    flag, an admin API 400 body or a --replicas-file warning in the log would show it."""
+    if "@" not in text:
+        return text
+    scheme, sep, _ = text.partition("://")
+    host = text.rpartition("@")[2]
+    return f"{scheme}{sep}***@{host}" if sep else f"***@{host}"
 
 
 def bearer(token: str) -> bytes:
