@@ -74,6 +74,12 @@ class MiniAdmit:
         self.duel_freq = freq if duel_freq is None else duel_freq
         self.ghost = ExactGhost(capacity)  # evicted crcs (the ghost filter's only)
 
+    @property
+    def live(self) -> bool:
+        """Whether it reads the policy's sketches (the duel's miniatures): BonusTuner's
+        NOTE(defer) feeds the others in batches."""
+        return bool(self.duel) and self.share < 1.0
+
     def access(self, c: int, k: int) -> bool:
         """Content with CRC ``c`` used now, class ``k`` after counting the use; True on a hit
         (a run of one block)."""
@@ -249,6 +255,7 @@ class AdmitTuner(BonusTuner):
     def check_invariants(self) -> None:
         if not 0 <= self.current < len(self.GRID):
             raise InvariantError(f"tuner index {self.current} outside the grid")
+        self._check_pending()
         for g, s in zip(self.GRID, self.shadows, strict=True):
             if s.cfg != g:
                 raise InvariantError("miniature configuration does not match its grid value")

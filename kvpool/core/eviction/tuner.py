@@ -86,6 +86,7 @@ class ShadowCache:
     """
 
     __slots__ = ("capacity", "bonus", "queues", "where", "clock", "hits", "_keyed")
+    live = False  # NOTE(defer): it reads nothing but the runs it is fed
 
     def __init__(self, capacity: int, bonus: float, classes: int) -> None:
         self.capacity = capacity  # hashes held at most
@@ -169,6 +170,14 @@ class BonusTuner:
     # passed now and then on a burst; the departure then lost hits to LRU. Gains this large
     # (scans, skewed popularity, the conversation trace) outlast such bursts.
     EFFECT = 0.015
+    # NOTE(defer): a miniature that reads nothing but its runs (``live`` False) is fed them
+    # in batches of about DEFER sampled blocks, and always before a step reads its hits, so
+    # every count and every choice is what feeding each run at once gives. Fed one run at a
+    # time, between two sampled blocks the pool's own work pushed the miniatures' maps out
+    # of the CPU's caches, and an access cost about twice what it costs in a loop of its own
+    # (docs/benchmarks.md "Cost per call: deferred miniatures"). A miniature that reads the
+    # policy's sketches (the duel's) is fed at once: the counts move on with every call.
+    DEFER = 64
     MINI_MAX = 2048  # NOTE(sampling): hashes per miniature, at most ...
     MINI_DIV = 4  # ... and at most the pool's blocks / MINI_DIV
 
@@ -183,6 +192,8 @@ class BonusTuner:
         # blocks most (docs/benchmarks.md "Cost per call").
         size = max(8, min(self.MINI_MAX, capacity // self.MINI_DIV))
         self.threshold = max(1, (size << 20) // max(capacity, 1))  # sample: crc >> 12 < this
+        self._pending: list[tuple[list, int]] = []  # NOTE(defer): runs not fed yet
+        self._waiting = 0  # sampled blocks in them
         self.shadows = self._miniatures(size, classes)
         # NOTE(period): at most 256 sampled accesses per step, so a large pool still takes
         # several steps per turnover; one step per shadow turnover left 16000-block pools on
@@ -203,6 +214,18 @@ class BonusTuner:
         return [ShadowCache(size, g * size, classes) for g in self.GRID]
 
     @property
+    def shadows(self) -> list:
+        """The miniatures, one per GRID candidate."""
+        return self._shadows
+
+    @shadows.setter
+    def shadows(self, shadows: list) -> None:
+        self._flush()
+        self._shadows = list(shadows)
+        self._now = [s for s in self._shadows if getattr(s, "live", True)]  # NOTE(defer)
+        self._later = [s for s in self._shadows if not getattr(s, "live", True)]
+
+    @property
     def bonus(self) -> float:
         """The chosen bonus in pool turnovers."""
         return self.GRID[self.current]
@@ -210,9 +233,25 @@ class BonusTuner:
     def access_run(self, run: list[tuple[bytes, int, int]], miss: int) -> bool:
         """Feed the sampled blocks of one release run (``(hash, class, depth)``, tail first;
         ``miss``: ShadowCache.access_run); True when the chosen bonus changed."""
-        for s in self.shadows:
+        for s in self._now:
             s.access_run(run, miss)
+        if self._later:  # NOTE(defer)
+            self._pending.append((run, miss))
+            self._waiting += len(run)
+            if self._waiting >= self.DEFER:
+                self._flush()
         return self.tick(len(run))
+
+    def _flush(self) -> None:
+        """NOTE(defer): the runs waiting, fed to the deferred miniatures, one after another."""
+        pending = self._pending
+        if pending:
+            for s in self._later:
+                feed = s.access_run
+                for run, miss in pending:
+                    feed(run, miss)
+            pending.clear()
+            self._waiting = 0
 
     def tick(self, n: int) -> bool:
         """``n`` more sampled accesses were fed to every shadow; a tuning step once they make
@@ -221,6 +260,7 @@ class BonusTuner:
         if self._since < self.period:
             return False
         self._since = 0
+        self._flush()
         return self._step()
 
     def _step(self) -> bool:
@@ -274,11 +314,19 @@ class BonusTuner:
                 best = i
         return best
 
+    def _check_pending(self) -> None:
+        """NOTE(defer): the runs waiting hold ``_waiting`` blocks, fewer than DEFER, and wait
+        for a miniature that is deferred."""
+        if (self._waiting != sum(len(run) for run, _ in self._pending)
+                or self._waiting >= self.DEFER or (self._pending and not self._later)):
+            raise InvariantError("deferred runs miscounted, too many, or for no miniature")
+
     def check_invariants(self) -> None:
         if not 0 <= self.current < len(self.GRID):
             raise InvariantError(f"tuner index {self.current} outside the grid")
         if not 0 <= self._since < self.period:
             raise InvariantError("tuner period counter out of range")
+        self._check_pending()
         for g, s in zip(self.GRID, self.shadows, strict=True):
             if s.bonus != g * s.capacity:
                 raise InvariantError("shadow bonus does not match its grid value")
