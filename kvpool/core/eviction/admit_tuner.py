@@ -89,28 +89,36 @@ class MiniAdmit:
         """One release run, ``(crc, class, depth)`` tail first, scored as the pool's lookup
         scores it (ShadowCache.access_run); then each block is used, one clock tick each. The
         hits."""
-        where, qs = self.where, self.qs
-        hits = run_hits(run, where, miss)
+        return self.access_runs(((run, miss),))
+
+    def access_runs(self, runs) -> int:
+        """``access_run`` for each ``(run, miss)`` of ``runs`` in turn (NOTE(defer) in
+        tuner.py: one loop, the maps' lookups hoisted); the hits of all."""
+        where, qs, cap, duel = self.where, self.qs, self.capacity, self.duel
+        windowed, take = self.share < 1.0, self.ghost.take
+        hits = 0
         t = self.clock
-        for c, k, _ in run:
-            t += 1
-            q = where.get(c)
-            if q is None:
-                if len(where) >= self.capacity:
-                    self.clock = t  # _to_main stamps with it
-                    self._evict()
-                duel = self.duel  # to_window's answer under the duel: all new content
-                if self.share < 1.0 and (duel or to_window(duel, k, self.ghost.take, c)):
-                    k = WIN
-            elif q == k:  # a hit in its own queue: to the tail, restamped
-                qk = qs[k]
-                qk.move_to_end(c)
-                qk[c] = t
-                continue
-            else:
-                del qs[q][c]
-            qs[k][c] = t
-            where[c] = k
+        for run, miss in runs:
+            hits += run_hits(run, where, miss)
+            for c, k, _ in run:
+                t += 1
+                q = where.get(c)
+                if q is None:
+                    if len(where) >= cap:
+                        self.clock = t  # _to_main stamps with it
+                        self._evict()
+                    # under the duel to_window's answer is True: all new content
+                    if windowed and (duel or to_window(duel, k, take, c)):
+                        k = WIN
+                elif q == k:  # a hit in its own queue: to the tail, restamped
+                    qk = qs[k]
+                    qk.move_to_end(c)
+                    qk[c] = t
+                    continue
+                else:
+                    del qs[q][c]
+                qs[k][c] = t
+                where[c] = k
         self.clock = t
         self.hits += hits
         return hits

@@ -105,25 +105,32 @@ class ShadowCache:
         one clock tick each. A held block behind a missing one is no hit: no request could
         reach it (docs/benchmarks.md "Eviction candidates and held-out shapes"). Returns
         the hits."""
-        where, queues, keyed = self.where, self.queues, self._keyed
-        hits = run_hits(run, where, miss)
+        return self.access_runs(((run, miss),))
+
+    def access_runs(self, runs) -> int:
+        """``access_run`` for each ``(run, miss)`` of ``runs`` in turn (NOTE(defer): one
+        loop); the hits of all."""
+        where, queues, keyed, cap = self.where, self.queues, self._keyed, self.capacity
+        hits = 0
         t = self.clock
-        for h, k, _ in run:  # each block used: to the tail of its class queue
-            t += 1
-            c = where.get(h)
-            if c is not None:
-                del queues[c][h]
-            elif len(where) >= self.capacity:  # evict the queue head with the smallest key
-                best = None
-                bkey = 0.0
-                for queue, w in keyed:
-                    if queue:
-                        key = queue[next(iter(queue))] + w
-                        if best is None or key < bkey:
-                            best, bkey = queue, key
-                del where[best.popitem(last=False)[0]]
-            queues[k][h] = t
-            where[h] = k
+        for run, miss in runs:
+            hits += run_hits(run, where, miss)
+            for h, k, _ in run:  # each block used: to the tail of its class queue
+                t += 1
+                c = where.get(h)
+                if c is not None:
+                    del queues[c][h]
+                elif len(where) >= cap:  # evict the queue head with the smallest key
+                    best = None
+                    bkey = 0.0
+                    for queue, w in keyed:
+                        if queue:
+                            key = queue[next(iter(queue))] + w
+                            if best is None or key < bkey:
+                                best, bkey = queue, key
+                    del where[best.popitem(last=False)[0]]
+                queues[k][h] = t
+                where[h] = k
         self.clock = t
         self.hits += hits
         return hits
@@ -247,9 +254,7 @@ class BonusTuner:
         pending = self._pending
         if pending:
             for s in self._later:
-                feed = s.access_run
-                for run, miss in pending:
-                    feed(run, miss)
+                s.access_runs(pending)
             pending.clear()
             self._waiting = 0
 
