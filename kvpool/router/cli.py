@@ -23,7 +23,7 @@ from kvpool.router.affinity import ResponseAffinity
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, read_token, replica_url
-from kvpool.router.proxy import DEFAULT_MAX_RETRIES, POLICIES, Router
+from kvpool.router.proxy import DEFAULT_MAX_RETRIES, POLICIES, UPSTREAM_KEEPALIVE, Router
 from kvpool.router.replicas import DEFAULT_DOWN_AFTER, DEFAULT_INTERVAL, ReplicaSet
 from kvpool.router.scoring import LoadGuard
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
@@ -90,6 +90,11 @@ def _add_health_arguments(p: argparse.ArgumentParser) -> None:
                    help="other replicas a request is tried on after one that cannot have "
                         "started it (connection refused, 503 + Retry-After, silent); one that "
                         "took it (a 5xx, a connection lost after the request) is never retried")
+    p.add_argument("--upstream-keepalive", type=float, default=UPSTREAM_KEEPALIVE,
+                   metavar="SECONDS",
+                   help="an idle connection to a replica is reused for this long, then a new "
+                        "one is opened: keep it below the replicas' own keep-alive (vLLM's "
+                        "--timeout-keep-alive, 5 s; kvpool serve's --keep-alive-timeout, 15 s)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="larger request bodies get 413 (default: the replicas' default)")
     p.add_argument("--log-level", default="info",
@@ -142,7 +147,7 @@ def build_router(args: argparse.Namespace) -> Router:
                   membership=membership, kv_events=events, cors=cors,
                   affinity=ResponseAffinity(tenant_header=args.tenant_header, keyed=bool(key)),
                   health_tokens=[t for t in (token, key) if t],  # proxy.py NOTE(health-view)
-                  max_retries=args.max_retries)
+                  max_retries=args.max_retries, upstream_keepalive=args.upstream_keepalive)
 
 
 async def listen(router: Router, host: str, port: int) -> tuple[web.AppRunner, asyncio.Server]:

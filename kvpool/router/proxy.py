@@ -69,6 +69,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import aiohttp
@@ -83,12 +84,13 @@ from kvpool.router.replicas import Replica, ReplicaSet, read_json
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
 from kvpool.router.upstream import RELAYED, SKIP_AUTO_HEADERS, Failure, Relay
 from kvpool.router.wire import UpstreamPool
-from kvpool.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT, DEFAULT_STREAM_WRITE_TIMEOUT
+from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.middleware import APIError, error_middleware
 
-__all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "Router", "give_up"]
+__all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE", "Router",
+           "give_up"]
 
 log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
@@ -100,11 +102,15 @@ RETRY_AFTER_SECONDS = "1"  # when every replica is down: about two heartbeats
 DEFAULT_MAX_RETRIES = 2
 # NOTE(session): one aiohttp session (beats, lookups, KV event info) and one UpstreamPool (the
 # proxied requests, wire.py), their connections kept alive to every replica (no per-request
-# connect); idle ones closed before the replicas' own 15 s keep-alive does, so a reused
-# connection is never one the replica is closing; no connection cap (a replica's own
-# --max-num-seqs and queue are the back-pressure); no cookie jar: a proxy that stored a
-# replica's Set-Cookie would send it on with every other client's requests
-UPSTREAM_KEEPALIVE = DEFAULT_KEEP_ALIVE_TIMEOUT * 2 / 3
+# connect); an idle one is not reused after ``upstream_keepalive`` seconds (wire.py NOTE(idle));
+# no connection cap (a replica's own --max-num-seqs and queue are the back-pressure); no cookie
+# jar: a proxy that stored a replica's Set-Cookie would send it on with every other client's
+# requests
+# NOTE(idle) (wire.py): reuse stops before the shortest keep-alive of the replicas in use, or a
+# request written as a replica closes the connection is a 502 (never resent: NOTE(retry)). vLLM
+# serves with uvicorn, which closes idle connections after 5 s (--timeout-keep-alive); kvpool
+# serve after 15 s (--keep-alive-timeout). 4 s stays under both (--upstream-keepalive)
+UPSTREAM_KEEPALIVE = 4.0
 # "prefix": lookups + choose(); "round_robin": request i -> healthy replica i mod n, no lookups
 # (the baseline bench/route_live.py measures prefix routing against)
 POLICIES = ("prefix", "round_robin")
@@ -120,6 +126,19 @@ def give_up(failures: Sequence[Failure]) -> web.Response:
                        "no healthy replica", code="no_replica",
                        headers={"Retry-After": RETRY_AFTER_SECONDS})
     raise APIError(502, "no replica could answer the request", code="replica_failed")
+
+
+def _check(policy: str, max_body_bytes: int, max_retries: int, upstream_keepalive: float) -> None:
+    """A ValueError naming the first Router argument out of range."""
+    if policy not in POLICIES:
+        raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
+    if max_retries < 0:
+        raise ValueError(f"max_retries={max_retries!r}: use 0 or more")
+    if not 0 < upstream_keepalive < math.inf:  # NaN too
+        raise ValueError(f"--upstream-keepalive {upstream_keepalive!r}: use a finite number of "
+                         "seconds > 0")
 
 
 class _Metrics:
@@ -149,21 +168,18 @@ class Router:
                  policy: str = "prefix", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  membership: Membership | None = None, kv_events: EventRouting | None = None,
                  affinity: ResponseAffinity | None = None, cors: CorsPolicy | None = None,
-                 health_tokens: Sequence[str] = (),
-                 max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+                 health_tokens: Sequence[str] = (), max_retries: int = DEFAULT_MAX_RETRIES,
+                 upstream_keepalive: float = UPSTREAM_KEEPALIVE) -> None:
         """``kv_events``: score prefix hits from the replicas' KV events (kv_routing.py),
         lookups only for requests it cannot score; ``affinity``: the Responses API's map
         (affinity.py; default: ``ResponseAffinity()``, 100k ids); ``cors``: the CORS policy
         of the router's own answers (NOTE(cors-own); default: vLLM's, any origin);
         ``health_tokens``: whose bearers see the replica URLs on /health (NOTE(health-view));
-        ``max_retries``: upstream.py NOTE(retry)."""
-        if policy not in POLICIES:
-            raise ValueError(f"router policy {policy!r}: choose one of {', '.join(POLICIES)}")
-        if max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
-        if max_retries < 0:
-            raise ValueError(f"max_retries={max_retries!r}: use 0 or more")
+        ``max_retries``: upstream.py NOTE(retry); ``upstream_keepalive``: seconds an idle
+        connection to a replica may be reused (wire.py NOTE(idle))."""
+        _check(policy, max_body_bytes, max_retries, upstream_keepalive)
         self.max_retries = max_retries
+        self.upstream_keepalive = upstream_keepalive
         self.replicas = replicas
         self.policy = policy
         self.guard = guard
@@ -212,9 +228,9 @@ class Router:
         self.session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
             auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE))
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=self.upstream_keepalive))
         self.pool = UpstreamPool(connect_timeout=self.connect_timeout,
-                                 keepalive=UPSTREAM_KEEPALIVE)
+                                 keepalive=self.upstream_keepalive)
         await self.replicas.poll_once(self.session)  # know who is up before the first request
         beats = asyncio.create_task(self.replicas.run(self.session), name="router-health")
         if self.kv_events is not None:
