@@ -6,7 +6,8 @@ router's replica and decision flags (kvpool.router.cli) and builds the same Rout
 ``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
 flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
 ``--max-connection-bytes``, ``--max-held-bytes``, ``--max-open-streams`` and
-``--idle-timeout``; ``--metrics-port``
+``--idle-timeout``; ``--model-rewrites`` rewrites a request's model before the pick
+(rewrite.py); ``--metrics-port``
 and ``--metrics-host`` place its Prometheus port (metrics.py), ``--grpc-health-port`` its gRPC
 health port (health.py).
 """
@@ -29,6 +30,7 @@ from kvpool.epp.listener import (DEFAULT_CONNECTION_BYTES, DEFAULT_HELD_BYTES,
 from kvpool.epp.health import DEFAULT_HEALTH_PORT, HealthPort
 from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort
 from kvpool.epp.picker import Picker
+from kvpool.epp.rewrite import load_rewrites
 from kvpool.epp.service import EndpointPicker
 from kvpool.router import cli as router_cli
 
@@ -78,6 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="port of the gRPC Health Checking Protocol on --host (0: any free; -1: "
                         f"not served; default {DEFAULT_HEALTH_PORT}, as the Inference "
                         "Extension's picker)")
+    p.add_argument("--model-rewrites", default=None, metavar="FILE",
+                   help="an InferenceModelRewrite (YAML or JSON: its spec.rules, matches and "
+                        "weighted targets): a request's body model is rewritten to a target "
+                        "before the pick (docs/epp.md, \"Model rewrite and traffic splitting\")")
     return p
 
 
@@ -195,13 +201,14 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
                args.max_held_bytes, args.max_open_streams, args.idle_timeout)
         metrics = metrics_port(args)
         health = health_port(args)
+        rewrites = None if args.model_rewrites is None else load_rewrites(args.model_rewrites)
         router = router_cli.build_router(args)
     except (ValueError, OSError) as exc:
         print(f"kvpool epp: {exc}", file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=router_cli.event_loop_factory()) as runner:
         try:
-            runner.run(serve(Picker(router), args, metrics, health))
+            runner.run(serve(Picker(router, rewrites), args, metrics, health))
         except OSError as exc:  # a port taken or not ours to bind: said, no traceback
             print(f"kvpool epp: {exc}", file=sys.stderr)
             return 1

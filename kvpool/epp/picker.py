@@ -35,6 +35,8 @@ the request and the picker never learns the outcome, so there is no "retry" here
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from urllib.parse import unquote
@@ -43,6 +45,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from kvpool.epp.rewrite import ModelRewrites, request_seed
 from kvpool.epp.subset import Subset, host_port
 from kvpool.router.affinity import RESPONSES_PATH
 from kvpool.router.proxy import GENERATE_PATHS, Router
@@ -76,8 +79,9 @@ def routed_path(path: str) -> str:
 class Picker:
     """Chooses a replica for a buffered request; ``start``/``close`` bracket its life."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, rewrites: ModelRewrites | None = None) -> None:
         self.router = router
+        self.rewrites = rewrites  # --model-rewrites (NOTE(model-rewrite) in rewrite.py)
         self.runner: web.AppRunner | None = None
         self.picks = 0  # requests given an endpoint (monotonic; tests and logs read it)
         self.full_duplex = 0  # bodies Envoy streamed in full duplex (service.py; monotonic)
@@ -95,36 +99,67 @@ class Picker:
 
     async def pick(self, path: str, raw: bytes, headers: Sequence[tuple[str, str]],
                    method: str = "POST", subset: Subset | None = None) -> str | None:
-        """The endpoint for a ``method`` request to ``path`` (None: no healthy replica, or
-        none that ``subset``, the proxy's hint, names: kvpool/epp/subset.py).
-        Generation requests are checked (RequestError: not a JSON object) and planned like the
-        router plans them, among the replicas ``subset`` names; Responses API follow-ups go to
-        their response's replica (NOTE(responses)); others go to the first healthy replica."""
+        """The endpoint for a ``method`` request to ``path`` (``pick_body``'s first half)."""
+        return (await self.pick_body(path, raw, headers, method, subset))[0]
+
+    async def pick_body(self, path: str, raw: bytes, headers: Sequence[tuple[str, str]],
+                        method: str = "POST", subset: Subset | None = None
+                        ) -> tuple[str | None, bytes]:
+        """(the endpoint, the body the replica gets) for a ``method`` request to ``path``
+        (None: no healthy replica, or none that ``subset``, the proxy's hint, names:
+        kvpool/epp/subset.py). Generation requests are checked (RequestError: not a JSON
+        object), their model rewritten (NOTE(model-rewrite) in rewrite.py: the lookup and the
+        replica see the target) and planned like the router plans them, among the replicas
+        ``subset`` names; Responses API requests go to their response's replica
+        (NOTE(responses)); others go to the first healthy replica."""
         route = routed_path(path)
         plain = request_headers(CIMultiDict(headers))
         among = None if subset is None else (lambda r: subset.allows(r.url))
+        new_response = route == RESPONSES_PATH and method == "POST"
+        if route in GENERATE_PATHS or new_response:
+            body = await self.router.bodies.check(raw)  # RequestError: the router's 400
+            raw, body = await self.rewrite(raw, body, plain)
         if route in GENERATE_PATHS:
-            body = await self.router.bodies.check(raw)
             order, predicted, reason = await self.router.plan(raw, body, plain, among)
             if order:  # NOTE(decisions)
                 self.router.metrics.by_reason[reason].inc()
                 self.router.metrics.predicted.inc(predicted)
+        elif new_response:
+            named = None if body is None else body.get("previous_response_id")  # anything
+            order = await self.router.response_order(named, plain, new=True, among=among)
         else:
-            order = await self.by_response(route, method, raw, plain, among)
+            order = await self.by_response(route, plain, among)
         if not order:
-            return None
+            return None, raw
         self.picks += 1
-        return endpoint_of(order[0].url)
+        return endpoint_of(order[0].url), raw
 
-    async def by_response(self, route: str, method: str, raw: bytes, headers: list,
+    async def rewrite(self, raw: bytes, body: dict | None, headers: list
+                      ) -> tuple[bytes, dict | None]:
+        """``raw`` and ``body`` with the model a rule sends it to (NOTE(model-rewrite)); as
+        they are when no rule matches. A body too large to check here is decoded off the
+        loop for its model."""
+        if self.rewrites is None:
+            return raw, body
+        decoded = body
+        if decoded is None:
+            try:
+                decoded = await asyncio.to_thread(json.loads, raw)
+            except (ValueError, RecursionError):  # the replica judges such a body
+                return raw, body
+        model = decoded.get("model") if isinstance(decoded, dict) else None
+        target = self.rewrites.target(model, request_seed(headers)) \
+            if isinstance(model, str) else None
+        if target is None or target == model:
+            return raw, body  # as checked: a large body stays undecoded for the plan
+        body = {**decoded, "model": target}
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), body
+
+    async def by_response(self, route: str, headers: list,
                           among: Callable[[Replica], bool] | None = None) -> list[Replica]:
         """The healthy replicas ``among`` takes, the one holding the response ``route`` names
         (if any) first (NOTE(responses)); the search asks none outside ``among``
         (kvpool/router/affinity.py NOTE(search-among))."""
-        if route == RESPONSES_PATH and method == "POST":
-            body = await self.router.bodies.check(raw)  # RequestError: the router's 400
-            named = None if body is None else body.get("previous_response_id")  # anything
-            return await self.router.response_order(named, headers, new=True, among=among)
         if route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
             named = unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
             return await self.router.response_order(named, headers, new=False, among=among)

@@ -25,6 +25,8 @@ body mode (the first message's ``protocol_config``) sets how the picker answers:
         no healthy replica    -> ImmediateResponse 503 + Retry-After, OpenAI error JSON
         (a subset hint in metadata_context, envoy.lb.subset_hint: chosen only among the
         healthy replicas it names, none of them -> the same 503; kvpool/epp/subset.py)
+        (--model-rewrites: a body whose model a rule rewrites goes on with the new body and
+        its content-length; rewrite.py NOTE(model-rewrite))
     anything else (a response phase if a config sends it) -> CONTINUE, unchanged
 
 NOTE(duplex): in BUFFERED mode Envoy waits for the headers' answer before it sends the body
@@ -104,6 +106,19 @@ def routed(endpoint: str, phase: str) -> pb.ProcessingResponse:
     getattr(out, phase).CopyFrom(
         pb.HeadersResponse(response=common) if phase == "request_headers"
         else pb.BodyResponse(response=common))
+    return out
+
+
+def rewritten(endpoint: str, phase: str, body: bytes) -> pb.ProcessingResponse:
+    """``routed`` for a body whose model was rewritten (NOTE(model-rewrite) in rewrite.py):
+    its new ``content-length`` with the destination, and in the body phase (BUFFERED) the body
+    itself; full duplex sends it with ``body_back``."""
+    out = pb.ProcessingResponse()
+    out.CopyFrom(routed(endpoint, phase))
+    common = getattr(out, phase).response
+    common.header_mutation.set_headers.append(_header("content-length", str(len(body))))
+    if phase == "request_body":
+        common.body_mutation.body = body
     return out
 
 
@@ -228,22 +243,31 @@ class EndpointPicker:
         if stream.mode != FULL_DUPLEX:
             return [await self.decide(stream, raw, "request_body")]
         self.picker.full_duplex += 1
-        out = await self.decide(stream, raw, "request_headers")
-        return [out] if out.HasField("immediate_response") else [out, body_back(raw, end)]
+        out, sent = await self.decide_body(stream, raw, "request_headers")
+        return [out] if out.HasField("immediate_response") else [out, body_back(sent, end)]
 
     async def decide(self, stream: _Stream, raw: bytes, phase: str) -> pb.ProcessingResponse:
+        return (await self.decide_body(stream, raw, phase))[0]
+
+    async def decide_body(self, stream: _Stream, raw: bytes, phase: str
+                          ) -> tuple[pb.ProcessingResponse, bytes]:
+        """The answer for ``phase``, and the body the replica is to get (``raw`` unless its
+        model was rewritten: NOTE(model-rewrite) in rewrite.py)."""
         headers = stream.headers
         path = next((v for k, v in headers if k == ":path"), "/")
         method = next((v for k, v in headers if k == ":method"), "GET")
         plain = [(k, v) for k, v in headers if not k.startswith(":")]
         try:
-            endpoint = await self.picker.pick(path, raw, plain, method, stream.subset)
+            endpoint, sent = await self.picker.pick_body(path, raw, plain, method, stream.subset)
         except RequestError as exc:
-            return self.refuse(400, str(exc), exc.code or "invalid_json", exc.param)
+            return self.refuse(400, str(exc), exc.code or "invalid_json", exc.param), raw
         if endpoint is None:  # the protocol's 503 for both (docs/epp.md, "The subset hint")
             return self.refuse(503, "no healthy replica" if stream.subset is None else
-                               "no healthy replica among the proxy's subset hint", "no_replica")
-        return routed(endpoint, phase)
+                               "no healthy replica among the proxy's subset hint",
+                               "no_replica"), raw
+        if sent is raw:
+            return routed(endpoint, phase), raw
+        return rewritten(endpoint, phase, sent), sent
 
     def refuse(self, status: int, message: str, code: str,
                param: str | None = None) -> pb.ProcessingResponse:
