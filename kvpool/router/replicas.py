@@ -19,7 +19,9 @@ the signal: a request ends when its replica stops answering, never because it is
 NOTE(load): a 200 /health also carries the replica's running and waiting requests: the load
 guard's input when the router does not ask lookups (``--kv-events``) or never proxies at all
 (``kvpool epp``: Envoy carries the traffic, the picker sees no request end), so a replica made
-hot by traffic this router did not send is not chosen by its prefix hits forever.
+hot by traffic this router did not send is not chosen by its prefix hits forever. A replica
+whose /health carries no load (vLLM, SGLang) has it read from its /metrics instead
+(load_metrics.py NOTE(metrics-load); ``MetricsLoad``).
 
 Invariant: ``healthy()`` lists, in the order they joined, the member replicas whose last
 beat was a 200 and that have not refused a connection since; ``mark_down`` (a refused connect
@@ -43,10 +45,11 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from kvpool.router.load_metrics import MAX_METRICS_BYTES, load_from_metrics
 from kvpool.router.scoring import whole_counts
 
-__all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "MAX_ANSWER_BYTES", "Replica",
-           "ReplicaSet", "read_json", "read_up_to"]
+__all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "MAX_ANSWER_BYTES", "MetricsLoad",
+           "Replica", "ReplicaSet", "read_json", "read_up_to"]
 
 log = logging.getLogger("kvpool.router")
 DEFAULT_INTERVAL = 0.5  # seconds between two beats of one replica
@@ -67,7 +70,7 @@ class Replica:
     healthy: bool = True  # written by its beat and by ReplicaSet.mark_down
     in_flight: int = 0  # requests this router is proxying to it now (load when lookup is late)
     replica_id: str | None = None  # from its lookup answers, for logs
-    load: int = 0  # running + waiting requests its last /health reported (all its clients')
+    load: int = 0  # running + waiting its last /health or /metrics reported (all clients')
     heard: float = 0.0  # loop time of its last /health answer of any kind
     leases: set[asyncio.Timeout] = field(default_factory=set)  # its in-flight work
 
@@ -97,6 +100,12 @@ class Replica:
         for deadline in self.leases:
             deadline.reschedule(now)
         return len(self.leases)
+
+
+def reports_load(health: object) -> bool:
+    """Whether a decoded /health answer carries a load (kvpool serve's does, vLLM's and
+    SGLang's empty body does not: NOTE(metrics-load))."""
+    return isinstance(health, dict) and ("num_running" in health or "num_waiting" in health)
 
 
 def load_of(health: object) -> int:
@@ -133,6 +142,61 @@ async def read_json(resp: aiohttp.ClientResponse, limit: int = MAX_ANSWER_BYTES)
         return None
 
 
+class MetricsLoad:
+    """The scrapes in flight, one per replica at most, and what was logged about each."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout  # seconds one /metrics answer may take, read whole
+        self.scrapes: dict[Replica, asyncio.Task] = {}
+        self.logged: set[tuple[str, str]] = set()  # (replica URL, what) said once
+        self.done = 0  # completed scrapes of all replicas (tests wait on it)
+
+    def want(self, session: aiohttp.ClientSession, r: Replica) -> None:
+        """Scrape ``r``'s /metrics into ``r.load`` unless a scrape of it is in flight."""
+        if r in self.scrapes:
+            return
+        task = asyncio.create_task(self._scrape(session, r), name=f"router-metrics {r.url}")
+        self.scrapes[r] = task
+        task.add_done_callback(lambda _t: self.scrapes.pop(r, None))
+
+    async def close(self) -> None:
+        tasks = list(self.scrapes.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _scrape(self, session: aiohttp.ClientSession, r: Replica) -> None:
+        load, why = None, None
+        try:
+            async with session.get(r.url + "/metrics", timeout=aiohttp.ClientTimeout(
+                    total=self.timeout)) as resp:
+                if resp.status != 200:
+                    why = f"answered {resp.status}"
+                else:
+                    body, whole = await read_up_to(resp.content.readany, MAX_METRICS_BYTES)
+                    load = load_from_metrics(body) if whole else None
+                    why = None if load is not None else (
+                        "has neither engine's request gauges, or they do not parse" if whole
+                        else f"is longer than {MAX_METRICS_BYTES} bytes")
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            pass  # late or down: the beats judge its liveness; no load this time
+        r.load = 0 if load is None else load
+        self.done += 1
+        if why is not None:
+            self._once(r, why, logging.WARNING,
+                       "replica %s: /health reports no load and its /metrics %s; the load "
+                       "guard sees only this router's requests there. Serve vLLM's or "
+                       "SGLang's Prometheus /metrics (SGLang: --enable-metrics)", r.url, why)
+        elif load is not None:
+            self._once(r, "read", logging.INFO, "replica %s: load (running + waiting) read "
+                       "from its /metrics, its /health reports none", r.url)
+
+    def _once(self, r: Replica, what: str, level: int, msg: str, *args: object) -> None:
+        if (r.url, what) not in self.logged:
+            self.logged.add((r.url, what))
+            log.log(level, msg, *args)
+
+
 class ReplicaSet:
     """The replica list plus one beat task per replica (``run`` is the task body)."""
 
@@ -150,6 +214,7 @@ class ReplicaSet:
         self.session: aiohttp.ClientSession | None = None  # set by run(): add() beats with it
         self.beats: dict[Replica, asyncio.Task] = {}  # one per replica still beaten
         self.beat_bugs: set[str] = set()  # replicas whose beat raised (logged once each)
+        self.scrapes = MetricsLoad(timeout)  # /metrics loads (NOTE(metrics-load))
 
     def healthy(self) -> list[Replica]:
         return [r for r in self.replicas if r.healthy]
@@ -187,16 +252,20 @@ class ReplicaSet:
     async def beat(self, session: aiohttp.ClientSession, r: Replica) -> None:
         """One /health probe of ``r`` and what it means (module docstring)."""
         loop = asyncio.get_running_loop()
-        status = None
+        status, health = None, None
         with contextlib.suppress(*_CLIENT_ERRORS, asyncio.TimeoutError):
             try:
                 async with session.get(r.url + "/health", timeout=aiohttp.ClientTimeout(
                         total=self.timeout)) as resp:
                     status = resp.status
                     if status == 200:
-                        r.load = load_of(await read_json(resp))
+                        health = await read_json(resp)
             except aiohttp.ClientConnectorError:
                 status = 0  # refused: the host answered, nobody listens
+        if status == 200 and reports_load(health):
+            r.load = load_of(health)
+        elif status == 200:
+            self.scrapes.want(session, r)  # NOTE(metrics-load)
         ok = status == 200
         if ok != r.healthy:
             log.info("replica %s is %s", r.url, "healthy" if ok else "unhealthy")
@@ -226,6 +295,7 @@ class ReplicaSet:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.scrapes.close()
 
     def _start(self, r: Replica, first_wait: float) -> None:
         task = asyncio.create_task(self._beats(r, first_wait), name=f"router-health {r.url}")
