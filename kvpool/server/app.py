@@ -76,7 +76,7 @@ from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
 from kvpool.server.middleware import (CacheNamespace, add_request_id, auth_middleware,
-                                      error_middleware, tenant_middleware)
+                                      error_middleware, json_errors, tenant_middleware)
 from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import TenantBlockQuota
 from kvpool.server.request_gate import RequestGate
@@ -190,6 +190,7 @@ def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,
     app[GATE_KEY] = gate
     app[NAMESPACE_KEY] = gate.namespace
     app.on_response_prepare.append(add_request_id)  # X-Request-Id, echoed or made up
+    app.on_response_prepare.append(json_errors)  # NOTE(expect): errors before the middleware
     app.on_shutdown.append(_start_draining)
     app.on_cleanup.append(_close_routes)
     app.cleanup_ctx.append(_engine_lifetime)

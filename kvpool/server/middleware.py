@@ -17,6 +17,7 @@ Every response that is not a success carries OpenAI's error body with the status
     wrong method                                  405     invalid_request_error  method_not_allowed
     body over client_max_size                     413     invalid_request_error  request_too_large
     body unreadable (corrupt gzip, bad chunking)  400     invalid_request_error  invalid_body
+    Expect other than 100-continue (NOTE(expect)) 417     invalid_request_error  expectation_failed
     QueueFullError                                503     server_error           queue_full (+Retry-After)
     EngineError (engine stopping or failed)       503     server_error           engine_unavailable
     request arrives while the server drains       503     server_error           shutting_down
@@ -101,8 +102,8 @@ from kvpool.errors import EngineError, QueueFullError, RequestError, RequestReje
 
 __all__ = ["MAX_REQUEST_ID_CHARS", "NS_MARK", "REQUEST_ID_HEADER", "STREAM_STARTED", "APIError",
            "CacheNamespace", "add_request_id", "auth_middleware", "current_tenant", "error_body",
-           "error_middleware", "error_type", "http_error_code", "tenant_middleware",
-           "tenant_of_headers"]
+           "error_middleware", "error_type", "http_error_code", "json_errors",
+           "tenant_middleware", "tenant_of_headers"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -118,7 +119,8 @@ RETRY_AFTER_SECONDS = "1"  # NOTE(retry): the queue drains per engine step; a se
 _HTTP_CODES = {
     400: "bad_request", 401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed",
     408: "request_timeout",
-    413: "request_too_large", 415: "unsupported_media_type", 431: "headers_too_large",
+    413: "request_too_large", 415: "unsupported_media_type", 417: "expectation_failed",
+    431: "headers_too_large",
     503: "service_unavailable",
 }
 
@@ -215,6 +217,25 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             resp.force_close()
         return resp
     return response
+
+
+async def json_errors(request: web.Request, response: web.StreamResponse) -> None:
+    """aiohttp ``on_response_prepare`` hook: an error aiohttp answers before any middleware
+    runs gets OpenAI's error JSON too. NOTE(expect): the app calls a route's expect handler
+    ahead of the middleware chain, and for an ``Expect`` other than ``100-continue`` it raises
+    417 with a text/plain body that no middleware sees. Only such raised exceptions are
+    rewritten: the middleware's errors are JSON already, and a response a route built itself
+    (a refused CORS preflight's text, as vLLM's) passes unchanged."""
+    if not isinstance(response, web.HTTPException) or response.status < 400 or \
+            response.content_type == "application/json":
+        return
+    said = response.text if isinstance(response.body, bytes) and response.body else ""
+    body = json.dumps(error_body(said or response.reason, error_type(response.status), None,
+                                 _HTTP_CODES.get(response.status))).encode()
+    response.body = body
+    response.content_type = "application/json"
+    response.charset = "utf-8"
+    response.headers["Content-Length"] = str(len(body))
 
 
 def auth_middleware(api_key: str, protected_prefix: str = "/v1") -> Callable:

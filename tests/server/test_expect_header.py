@@ -1,0 +1,57 @@
+"""An ``Expect`` header other than ``100-continue`` is refused (417) in OpenAI's error JSON.
+
+aiohttp answers it before any middleware runs (its expect handler is called ahead of the
+handler chain), so the error middleware never saw it and the client got ``Unknown Expect: ...``
+as text/plain (found by tests/server/test_http_fuzz.py). ``100-continue`` still gets its
+interim 100 and then the normal answer."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from tests.server.test_errors import assert_error
+
+BODY = b'{"prompt": "hi", "max_tokens": 1}'
+
+
+def roundtrip(port: int, path: str, expect: str) -> tuple[list[int], dict[str, str], bytes]:
+    head = (f"POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nExpect: {expect}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(BODY)}\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head.encode() + BODY)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    statuses, headers = [], {}
+    while data.startswith(b"HTTP/1.1 "):
+        head_bytes, _, data = data.partition(b"\r\n\r\n")
+        lines = head_bytes.decode("latin-1").split("\r\n")
+        statuses.append(int(lines[0].split()[1]))
+        headers = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+    return statuses, headers, data
+
+
+async def test_unknown_expectation_is_openai_json(srv):
+    port = int(srv.url.rsplit(":", 1)[1])
+    for path in ("/v1/completions", "/v1/no-such-route"):
+        for expect in ("weird", "200-ok", "100-continue, x"):
+            statuses, headers, body = await _in_thread(port, path, expect)
+            assert statuses == [417], (path, expect, statuses, body)
+            assert headers["content-type"].startswith("application/json"), (path, headers)
+            assert int(headers["content-length"]) == len(body)
+            err = assert_error(417, json.loads(body), 417, None, "expectation_failed")
+            assert expect in err["message"]
+
+
+async def test_100_continue_still_served(srv):
+    port = int(srv.url.rsplit(":", 1)[1])
+    statuses, headers, body = await _in_thread(port, "/v1/completions", "100-Continue")
+    assert statuses == [100, 200], (statuses, body)
+    assert json.loads(body)["object"] == "text_completion"
+
+
+async def _in_thread(port: int, path: str, expect: str):
+    import asyncio
+
+    return await asyncio.to_thread(roundtrip, port, path, expect)
