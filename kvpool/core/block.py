@@ -99,7 +99,7 @@ class PoolObserver(Protocol):
     recorder publishes it). Called under the pool's lock, so it must only queue, never wait.
 
     ``stored``: ``hashes`` became findable in order, a chain continuing ``parent`` (None at a
-    prompt's start); ``tokens`` their token ids where the pool keeps them. ``removed``: they
+    prompt's start); ``tokens`` their token ids (NOTE(event-tokens)). ``removed``: they
     are no longer findable. ``cleared``: nothing is cached on ``device`` any more."""
 
     def stored(self, device: Device, hashes: Sequence[bytes], parent: bytes | None,

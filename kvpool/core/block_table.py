@@ -56,7 +56,10 @@ class BlockTable:
     num_registered: int = 0  # leading full blocks indexed in the prefix cache
     root: bytes = b""  # parent hash of block 0 (salt, model, block size)
     extra: bytes = b""  # encoded extra keys mixed into every block hash
-    tokens: list[int] | None = None  # all token ids, kept only when verify_hits is on
+    # NOTE(event-tokens): all token ids, kept while the table lives when hit verification is
+    # on or KV events are published (each BlockStored carries its blocks' token ids, as
+    # vLLM's do: docs/kv_events.md "What is published"); None otherwise: no events, no ids
+    tokens: list[int] | None = None
     num_computed: int = 0  # leading tokens whose KV is written (mark_computed / append_slots)
     # NOTE(copy-pending): set by swap_in, cleared by mark_computed once the step that ran the
     # swap-in copies is done. While set no block of the table is registered in the prefix

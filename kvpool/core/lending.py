@@ -72,19 +72,25 @@ class BlockLender:
             pool.release(list(block_ids), time.monotonic())
 
     def adopt_prefix(self, block_ids: Sequence[int], hashes: Sequence[bytes],
-                     first_depth: int) -> int:
+                     first_depth: int, tokens: Sequence[int] | None = None,
+                     parent: bytes | None = None) -> int:
         """Lent device blocks whose bytes were written join the prefix cache under
         ``hashes`` (block ``i`` at depth ``first_depth + i``) as evictable blocks; a hash
         already cached keeps its block and the duplicate goes back plainly. Returns how many
         became findable. NOTE(confirm): called only after the copy completed, like a
-        swap-in's hashes (no prompt hits unwritten bytes)."""
+        swap-in's hashes (no prompt hits unwritten bytes). ``tokens`` (the prompt's ids of
+        these blocks) and ``parent`` (the hash before ``hashes[0]``) are for the KV events
+        (NOTE(event-tokens)); the tokens are not kept for hit verification: the bytes came
+        from the remote tier under the hash, not from computing these tokens here."""
         pool = self.device_pool
         n = 0
+        bs = pool.block_size
         with pool.writing():
             if pool.index is not None:
                 for i, (b, h) in enumerate(zip(block_ids, hashes)):
-                    parent = hashes[i - 1] if i else None  # a fetched run's first: unknown
-                    if pool.index.register_block(b, h, first_depth + i, None, parent) == b:
+                    toks = None if tokens is None else tokens[i * bs:(i + 1) * bs]
+                    up = hashes[i - 1] if i else parent
+                    if pool.index.register_block(b, h, first_depth + i, toks, up, False) == b:
                         n += 1
             self.give_back(Device.DEVICE, block_ids)
         return n

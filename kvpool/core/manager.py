@@ -185,13 +185,15 @@ class BlockSpaceManager:
             # The ref count is read only while a live table may share its tail
             # (NOTE(tail-sharers)).
             c = self.counters
-            if (0 < r0 < bs - 1 and len(token_ids) == 1 and t.tokens is None
+            if (0 < r0 < bs - 1 and len(token_ids) == 1
                     and (not c.tail_sharers or self._ref_count(t.blocks[-1]) == 1)
                     and (not caching or t.num_registered == n0 // bs)):
                 t.num_computed = n0
                 t.num_tokens = n0 + 1
                 if caching:
                     t.tail.append(token_ids[0])
+                if t.tokens is not None:  # NOTE(event-tokens)
+                    t.tokens.append(token_ids[0])
                 c.used_slots += 1
                 w = self._writing
                 v = w.version

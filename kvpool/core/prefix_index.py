@@ -95,6 +95,12 @@ class PrefixIndex:
         """Whether hits are checked against the token ids kept per cached block."""
         return self._tokens is not None
 
+    @property
+    def wants_tokens(self) -> bool:
+        """Whether registration needs the blocks' token ids: hit verification keeps them per
+        block, an observer publishes them (NOTE(event-tokens)); else nobody reads them."""
+        return self._tokens is not None or self._observer is not None
+
     def entry(self, b: int) -> tuple[bytes | None, int, float]:
         """Block ``b``'s ``(hash, depth, last release time)``."""
         return self._hash[b], self._depth[b], self._last[b]
@@ -128,10 +134,12 @@ class PrefixIndex:
 
     # ---------------------------------------------------------------- registration (pool lock)
     def register_block(self, b: int, h: bytes, depth: int,
-                       tokens: Sequence[int] | None = None, parent: bytes | None = None) -> int:
+                       tokens: Sequence[int] | None = None, parent: bytes | None = None,
+                       keep: bool = True) -> int:
         """Index used block ``b`` (full, computed) under ``h`` (``parent``: the chain's hash
         before it, for the observer). If another block already caches ``h`` that one is
-        returned and ``b`` stays unhashed (a duplicate; it is freed plainly)."""
+        returned and ``b`` stays unhashed (a duplicate; it is freed plainly). ``tokens``
+        (its token ids) go to the observer, and with ``keep`` to hit verification."""
         existing = self._cached.get(h)
         if existing is not None:
             return existing
@@ -140,23 +148,24 @@ class PrefixIndex:
         self._cached[h] = b
         self._hash[b] = h
         self._depth[b] = depth
-        if self._tokens is not None and tokens is not None:
+        if self._tokens is not None and tokens is not None and keep:
             self._tokens[b] = tuple(tokens)
         if self._observer is not None:
             self._observer.stored(self._device, [h], parent, tokens)
         return b
 
     def register_run(self, blocks: Sequence[int], hashes: Sequence[bytes], lo: int,
-                     hi: int) -> None:
+                     hi: int, tokens: Sequence[int] | None = None) -> None:
         """``register_block(blocks[i], hashes[i], i)`` for ``lo <= i < hi`` (a table's newly
-        computed full blocks; depth is the index in the chain), without kept token ids."""
+        computed full blocks; depth is the index in the chain), without kept token ids.
+        ``tokens``: the table's token ids from its first block on, for the observer."""
         cached, hash_of, depth = self._cached, self._hash, self._depth
         run = lo  # the observer hears each unbroken run of new hashes as one chain
         for i in range(lo, hi):
             h = hashes[i]
             if h in cached:
                 if self._observer is not None:
-                    self._tell_run(hashes, run, i)
+                    self._tell_run(hashes, run, i, tokens)
                 run = i + 1
                 continue  # another block caches it: this one stays unhashed (a duplicate)
             b = blocks[i]
@@ -166,12 +175,15 @@ class PrefixIndex:
             hash_of[b] = h
             depth[b] = i
         if self._observer is not None:
-            self._tell_run(hashes, run, hi)
+            self._tell_run(hashes, run, hi, tokens)
 
-    def _tell_run(self, hashes: Sequence[bytes], lo: int, hi: int) -> None:
+    def _tell_run(self, hashes: Sequence[bytes], lo: int, hi: int,
+                  tokens: Sequence[int] | None) -> None:
         if lo < hi:
+            bs = self.block_size
             self._observer.stored(self._device, hashes[lo:hi],  # type: ignore[union-attr]
-                                  hashes[lo - 1] if lo else None)
+                                  hashes[lo - 1] if lo else None,
+                                  None if tokens is None else tokens[lo * bs:hi * bs])
 
     # ---------------------------------------------------------------- the pool's calls (lock)
     def park(self, block_ids: list[int], now: float) -> list[int]:

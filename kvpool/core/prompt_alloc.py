@@ -125,8 +125,8 @@ class PromptAllocator:
         nseq = len(r.seq_ids)
         pool = self.device_pool
         caching = self.caching
-        verify = self.index is not None and self.index.verify_hits
-        hits = self.hits(hashes, n, r.token_ids if verify else None)
+        keep = self.index is not None and self.index.wants_tokens  # NOTE(event-tokens)
+        hits = self.hits(hashes, n, r.token_ids)  # checked against them with verify_hits
         reused, num_hits = self._reused(r, hashes, hits)
         need = -(-n // bs) - len(reused)
         revive = len(reused) - count_used(pool, reused)
@@ -151,7 +151,7 @@ class PromptAllocator:
         sharing = nseq > 1  # NOTE(tail-sharers)
         for s in r.seq_ids:
             tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, list(hs), list(tail),
-                                   num_hits, root, extra, list(r.token_ids) if verify else None,
+                                   num_hits, root, extra, list(r.token_ids) if keep else None,
                                    cached, shares_tail=sharing)
         c.tail_sharers += nseq if sharing else 0
         c.prefix_hit_tokens += cached

@@ -56,8 +56,8 @@ class SlotWriter:
         if i >= upto:
             return
         bs, blocks, hashes, toks = self.block_size, t.blocks, t.hashes, t.tokens
-        if toks is None:  # NOTE(speed): one call for the run (a prefill registers ~100s)
-            index.register_run(blocks, hashes, i, upto)
+        if toks is None or not index.verify_hits:  # NOTE(speed): one call for the run (a
+            index.register_run(blocks, hashes, i, upto, toks)  # prefill registers ~100s)
             t.num_registered = upto
             return
         while i < upto:
@@ -128,11 +128,11 @@ class SlotWriter:
 
     def _append_each(self, tables: list[BlockTable], token_ids: Sequence[int], n: int
                      ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]]]:
-        """One token each to the first ``n`` tables (they fit); their cows and views. The
-        fast path (cow entry ``()``): one token into the table's own partial block (its ref
-        read only if a tail may be shared: NOTE(tail-sharers)), nothing left to register;
-        the token that fills the block hashes it. One opening a block (``_open_block``)
-        leaves ``()`` too; those blocks come in one call after the loop (``_give_blocks``)."""
+        """One token each to the first ``n`` tables (they fit); their cows and views. Fast
+        path (cow ``()``): one token into the table's own partial block (ref read only if a
+        tail may be shared: NOTE(tail-sharers)), nothing to register; the token filling the
+        block hashes it. Opening a block (``_open_block``) leaves ``()`` too; the blocks come
+        in one call after the loop (``_give_blocks``). NOTE(event-tokens): kept ids grow."""
         bs, ref, caching = self.block_size, self.ref_count, self.caching
         hash_block, last = self.hasher.hash_block, bs - 1
         shared = self.counters.tail_sharers
@@ -141,12 +141,13 @@ class SlotWriter:
         opened: list[int] = []
         add = copies.append
         for i, t, tok in zip(range(n), tables, token_ids):
-            n0 = t.num_tokens
-            r0 = n0 % bs
-            if (r0 and t.tokens is None and (not shared or ref(t.blocks[-1]) == 1)
+            r0 = (n0 := t.num_tokens) % bs
+            if (r0 and (not shared or ref(t.blocks[-1]) == 1)
                     and (not caching or t.num_registered == n0 // bs)):
                 t.num_computed = n0
                 t.num_tokens = n0 + 1
+                if t.tokens is not None:
+                    t.tokens.append(tok)
                 if caching:
                     tail = t.tail
                     tail.append(tok)
@@ -154,29 +155,30 @@ class SlotWriter:
                         hs = t.hashes
                         hs.append(hash_block(hs[-1] if hs else t.root, tail, t.extra))
                         tail.clear()
-            elif not r0 and last and t.tokens is None:
+            elif not r0 and last:
                 self._open_block(t, n0, tok)
                 opened.append(i)
             else:
                 cows[i] = self.append_locked(t, (tok,))
-            view = t.view
-            if view is None:
-                view = t.view = list(t.blocks)
-            add(view)
+            if t.view is None:
+                t.view = list(t.blocks)
+            add(t.view)
         if opened:
             self._give_blocks(tables, opened, copies)
         return cows, copies
 
     def _open_block(self, t: BlockTable, n0: int, tok: int) -> None:
         """``append_locked(t, (tok,))`` where the last block is full (``n0 % bs == 0``,
-        ``bs > 1``, no kept token ids), but for the new block itself (``_give_blocks``):
-        register the blocks written meanwhile, count the token. Its used slot is counted by
-        the caller (cow entry ``()``)."""
+        ``bs > 1``), but for the new block itself (``_give_blocks``): register the blocks
+        written meanwhile, count the token. Its used slot is counted by the caller (cow entry
+        ``()``)."""
         t.num_computed = n0
         if self.caching:
             if t.num_registered < n0 // self.block_size:
                 self.register_upto(t, n0)
             t.tail.append(tok)
+        if t.tokens is not None:
+            t.tokens.append(tok)
         t.num_tokens = n0 + 1
 
     def _give_blocks(self, tables: list[BlockTable], opened: list[int],

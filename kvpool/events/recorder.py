@@ -9,10 +9,11 @@ bounded queue (``EventPublisher.submit``: never waits, drops counted)::
     cleared(device)                        -> AllBlocksCleared (nothing cached any more)
 
 ``device`` is a kvpool.core Device: DEVICE -> medium "GPU", HOST -> "CPU" (wire.py
-NOTE(medium)). ``token_ids`` carries the blocks' tokens where the pool keeps them (hit
-verification on), else it is empty: kvpool's chained hash already names the content, and a
-consumer that wants to match prompts recomputes kvpool's hash (kvpool.core.hashing, the spec
-that GET /v1/kvpool/kv_events names) rather than vLLM's.
+NOTE(medium)). ``token_ids`` carries the blocks' tokens, ``block_size`` of them a block, as
+vLLM's BlockStored does: with events on a sequence's table keeps its token ids whether hit
+verification is on or off (NOTE(event-tokens)), so a consumer that keys blocks on their tokens
+(llm-d's indexer: a hash over the parent's key and the block's tokens) indexes them. Empty
+only for host (``CPU``) blocks, as vLLM's offloading connector's default events are.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_stored_then_evicted_on_the_wire(stack):
     (stored,) = of_type([e for m in msgs for e in plain(m[2])[1]], "BlockStored")
     assert stored["block_hashes"] == hashes and stored["parent_block_hash"] is None
     assert stored["medium"] == "GPU" and stored["block_size"] == BS
-    assert stored["token_ids"] == [] and stored["lora_id"] is None and "lora_name" in stored
+    assert stored["token_ids"] == ids and stored["lora_id"] is None and "lora_name" in stored
     mgr.free(1)
     prefill(mgr, 2, list(range(100, 132)))  # 8 blocks: every cached one is evicted
     msgs = sub.until(lambda ev: sum(len(e["block_hashes"]) for e in of_type(ev, "BlockRemoved"))

@@ -77,8 +77,10 @@ class RemoteImports:
         for imp in done:
             fp = imp.op.remote
             if imp.handle.exception() is None:
+                bs, lo = mgr.block_size, fp.first  # the blocks' ids for the KV events
+                toks = imp.op.prompt_ids[lo * bs:(lo + len(fp.hashes)) * bs]
                 self.adopted_blocks += mgr.lender.adopt_prefix(imp.device_blocks, fp.hashes,
-                                                               fp.first)
+                                                               lo, toks, fp.parent)
                 dt = time.perf_counter() - fp.landed_at
                 self.latency_s = ema(self.latency_s, dt)
             else:

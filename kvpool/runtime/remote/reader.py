@@ -46,6 +46,7 @@ class FetchedPrefix:
     hashes: tuple[bytes, ...]  # their chain hashes
     host_blocks: tuple[int, ...]  # lent host blocks holding their bytes, same order
     landed_at: float = 0.0  # time.perf_counter() when the bytes were in the host blocks
+    parent: bytes | None = None  # the prompt's hash before the first one (None at block 0)
 
 
 @dataclass(slots=True)
@@ -150,7 +151,7 @@ class RemoteReader:
         n = kept * g
         self.stats.fetched_blocks += n
         return FetchedPrefix(first, tuple(hashes[first:first + n]), tuple(host[:n]),
-                             time.perf_counter())
+                             time.perf_counter(), hashes[first - 1] if first else None)
 
     async def _probe(self, hashes: Sequence[bytes], first_group: int) -> tuple[list[str], int]:
         """The keys of the groups from ``first_group`` on, and the length of their leading run
