@@ -184,7 +184,7 @@ class BonusTuner:
     # of the CPU's caches, and an access cost about twice what it costs in a loop of its own
     # (docs/benchmarks.md "Cost per call: deferred miniatures"). A miniature that reads the
     # policy's sketches (the duel's) is fed at once: the counts move on with every call.
-    DEFER = 64
+    DEFER = 32
     MINI_MAX = 2048  # NOTE(sampling): hashes per miniature, at most ...
     MINI_DIV = 4  # ... and at most the pool's blocks / MINI_DIV
 
