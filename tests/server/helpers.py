@@ -106,6 +106,17 @@ async def health_during_parse(srv: Running, url: str, body: dict,
     return status, out
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Stop a process a test started, by its pid: SIGTERM, then SIGKILL past ``timeout``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
+
+
 class ServerProcess:
     """``python -m kvpool.server.serve DIR [FLAGS]`` on 127.0.0.1:0, stopped by its pid (a
     flag given again in ``flags`` wins over the small defaults here)."""
@@ -137,11 +148,5 @@ class ServerProcess:
         raise AssertionError("server did not start:\n" + "".join(lines))
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc.stdout.close()

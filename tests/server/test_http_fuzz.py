@@ -32,7 +32,7 @@ from kvpool.server import serve
 from kvpool.server.body_fields import (KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
                                        KNOWN_TOKENIZE)
 from kvpool.server.responses_input import KNOWN_RESPONSES
-from tests.server.helpers import ROOT, parse_metrics
+from tests.server.helpers import ROOT, parse_metrics, stop_process
 from tests.server.serve_process import serve_command
 
 BOUND = 15.0  # seconds any one answer may take (a hang fails the test)
@@ -359,13 +359,7 @@ class Served:
         assert self.reference_text() == self.text0
 
     def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         return self.log.read_text(errors="replace")
 
 

@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from tests.server.grafana import dashboard_exprs, load_dashboard, plain
+from tests.server.helpers import stop_process
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 pytestmark = pytest.mark.skipif(
@@ -60,12 +61,7 @@ async def prometheus(target: str, tmp: Path):
                 await asyncio.sleep(0.1)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc, timeout=10)
         log.close()
 
 
