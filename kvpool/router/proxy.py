@@ -198,6 +198,7 @@ class Router:
         self.cors = cors if cors is not None else CorsPolicy()
         self.health_auth = [bearer(t) for t in health_tokens]  # NOTE(health-view)
         self.metrics.registry.register(self.affinity)
+        self.metrics.registry.register(replicas)  # replicas.py NOTE(replica-series)
         if kv_events is not None:
             self.metrics.registry.register(kv_events)
 

@@ -27,6 +27,14 @@ Invariant: ``healthy()`` lists, in the order they joined, the member replicas wh
 beat was a 200 and that have not refused a connection since; ``mark_down`` (a refused connect
 found while proxying) takes a replica out at once, and only a beat brings it back.
 
+NOTE(replica-series): the router's /metrics shows each member replica as the router sees it,
+one series per gauge labelled ``replica`` = its URL (the label the KV-event series use):
+``kvpool_router_replica_load`` (running + waiting its last /health or /metrics reported),
+``kvpool_router_replica_healthy`` (1 while new requests may go there, else 0) and
+``kvpool_router_replica_in_flight`` (this router's requests there now). Read at each scrape
+from the member list, so the label set is the membership: a removed replica's series go
+with it (its draining requests are not shown).
+
 Membership changes at runtime (membership.py: the admin API and the watched file):
 ``add`` starts a replica *not healthy* and beats it at once, so it takes traffic after its
 first passing beat (well within 2 s); ``remove`` takes it out of ``healthy()`` at once, and its
@@ -40,10 +48,11 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kvpool.router.load_metrics import MAX_METRICS_BYTES, load_from_metrics
 from kvpool.router.scoring import whole_counts
@@ -218,6 +227,24 @@ class ReplicaSet:
 
     def healthy(self) -> list[Replica]:
         return [r for r in self.replicas if r.healthy]
+
+    def collect(self) -> Iterator[Metric]:
+        """Each member's gauges for the router's /metrics (a prometheus_client collector;
+        NOTE(replica-series))."""
+        load = GaugeMetricFamily("kvpool_router_replica_load", "Running + waiting requests "
+                                 "the replica last reported (/health or /metrics).",
+                                 labels=["replica"])
+        healthy = GaugeMetricFamily("kvpool_router_replica_healthy", "1 while the replica "
+                                    "passes /health (new requests may go there), else 0.",
+                                    labels=["replica"])
+        in_flight = GaugeMetricFamily("kvpool_router_replica_in_flight", "Requests this "
+                                      "router is proxying to the replica now.",
+                                      labels=["replica"])
+        for r in list(self.replicas):
+            load.add_metric([r.url], r.load)
+            healthy.add_metric([r.url], 1 if r.healthy else 0)
+            in_flight.add_metric([r.url], r.in_flight)
+        yield from (load, healthy, in_flight)
 
     def find(self, url: str) -> Replica | None:
         url = url.rstrip("/")
