@@ -31,11 +31,12 @@ class Envoy:
     picker on ``epp_port``; ``url`` is the listener's base URL."""
 
     def __init__(self, epp_port: int, workdir: Path,
-                 edits: tuple[tuple[str, str], ...] = ()) -> None:
+                 edits: tuple[tuple[str, str], ...] = (), config: Path = CONFIG) -> None:
         """``edits``: (text, replacement) pairs applied to the config first (each must be
-        there): a test's variant of the shipped config."""
+        there): a test's variant of the shipped config; ``config``: another shipped config
+        (deploy/envoy/envoy-fallback.yaml)."""
         self.port, self.admin = free_port(), free_port()
-        text = CONFIG.read_text()
+        text = config.read_text()
         for old, new in (*edits, *((f"port_value: {a}", f"port_value: {b}") for a, b in (
                 (8081, self.port), (9901, self.admin), (9002, epp_port)))):
             assert old in text, old

@@ -7,7 +7,8 @@ router's replica and decision flags (kvpool.router.cli) and builds the same Rout
 flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
 ``--max-connection-bytes``, ``--max-held-bytes``, ``--max-open-streams`` and
 ``--idle-timeout``; ``--model-rewrites`` rewrites a request's model before the pick
-(rewrite.py); ``--metrics-port``
+(rewrite.py); ``--fallbacks`` lists more replicas after the chosen one (picker.py
+NOTE(fallbacks)); ``--metrics-port``
 and ``--metrics-host`` place its Prometheus port (metrics.py), ``--grpc-health-port`` its gRPC
 health port (health.py).
 """
@@ -80,11 +81,21 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="port of the gRPC Health Checking Protocol on --host (0: any free; -1: "
                         f"not served; default {DEFAULT_HEALTH_PORT}, as the Inference "
                         "Extension's picker)")
+    add_fallbacks(p)
     p.add_argument("--model-rewrites", default=None, metavar="FILE",
                    help="an InferenceModelRewrite (YAML or JSON: its spec.rules, matches and "
                         "weighted targets): a request's body model is rewritten to a target "
                         "before the pick (docs/epp.md, \"Model rewrite and traffic splitting\")")
     return p
+
+
+def add_fallbacks(p: argparse.ArgumentParser) -> None:
+    """``--fallbacks N`` (picker.py NOTE(fallbacks))."""
+    p.add_argument("--fallbacks", type=int, default=0, metavar="N",
+                   help="after the chosen replica, list up to N more healthy ones in the "
+                        "router's order (the protocol's ip:port,ip:port fallbacks) for a proxy "
+                        "that retries down the list (deploy/envoy/envoy-fallback.yaml); "
+                        "default 0: one endpoint, as an ORIGINAL_DST cluster reads")
 
 
 def health_port(args: argparse.Namespace) -> HealthPort | None:
@@ -202,13 +213,15 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         metrics = metrics_port(args)
         health = health_port(args)
         rewrites = None if args.model_rewrites is None else load_rewrites(args.model_rewrites)
+        if args.fallbacks < 0:
+            raise ValueError(f"--fallbacks {args.fallbacks}: use 0 or more")
         router = router_cli.build_router(args)
     except (ValueError, OSError) as exc:
         print(f"kvpool epp: {exc}", file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=router_cli.event_loop_factory()) as runner:
         try:
-            runner.run(serve(Picker(router, rewrites), args, metrics, health))
+            runner.run(serve(Picker(router, rewrites, args.fallbacks), args, metrics, health))
         except OSError as exc:  # a port taken or not ours to bind: said, no traceback
             print(f"kvpool epp: {exc}", file=sys.stderr)
             return 1

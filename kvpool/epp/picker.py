@@ -11,6 +11,13 @@ decision changes here too.
 A pick answers ``host:port`` (the GIE protocol's ``<ip:port>``) of the chosen replica's base URL;
 Envoy's ORIGINAL_DST cluster connects there, so the replicas must be named by IP address.
 
+NOTE(fallbacks): with ``fallbacks`` N > 0 the answer is the protocol's ordered list
+``ip:port,ip:port,...``: the chosen replica, then up to N more healthy ones in the order the
+router would try them (its plan's order; only replicas the subset hint names), for a proxy
+that goes down the list on a connect failure (deploy/envoy/envoy-fallback.yaml: Envoy's
+override_host load balancing and a route retry policy; docs/epp.md, "Fallback endpoints").
+An ORIGINAL_DST cluster reads one address, so the default is 0: the chosen replica alone.
+
 NOTE(responses): a replica keeps its Responses API responses in its own process, so a request
 naming one (POST /v1/responses with ``previous_response_id``, anything under
 ``/v1/responses/{id}``) goes to the replica holding it, found as the router finds it: its
@@ -79,8 +86,12 @@ def routed_path(path: str) -> str:
 class Picker:
     """Chooses a replica for a buffered request; ``start``/``close`` bracket its life."""
 
-    def __init__(self, router: Router, rewrites: ModelRewrites | None = None) -> None:
+    def __init__(self, router: Router, rewrites: ModelRewrites | None = None,
+                 fallbacks: int = 0) -> None:
+        if fallbacks < 0:
+            raise ValueError(f"--fallbacks {fallbacks}: use 0 or more")
         self.router = router
+        self.fallbacks = fallbacks  # replicas listed after the chosen one (NOTE(fallbacks))
         self.rewrites = rewrites  # --model-rewrites (NOTE(model-rewrite) in rewrite.py)
         self.runner: web.AppRunner | None = None
         self.picks = 0  # requests given an endpoint (monotonic; tests and logs read it)
@@ -105,13 +116,13 @@ class Picker:
     async def pick_body(self, path: str, raw: bytes, headers: Sequence[tuple[str, str]],
                         method: str = "POST", subset: Subset | None = None
                         ) -> tuple[str | None, bytes]:
-        """(the endpoint, the body the replica gets) for a ``method`` request to ``path``
-        (None: no healthy replica, or none that ``subset``, the proxy's hint, names:
-        kvpool/epp/subset.py). Generation requests are checked (RequestError: not a JSON
-        object), their model rewritten (NOTE(model-rewrite) in rewrite.py: the lookup and the
-        replica see the target) and planned like the router plans them, among the replicas
-        ``subset`` names; Responses API requests go to their response's replica
-        (NOTE(responses)); others go to the first healthy replica."""
+        """(the endpoint, or NOTE(fallbacks)'s list, and the body the replica gets) for a
+        ``method`` request to ``path`` (None: no healthy replica, or none that ``subset``, the
+        proxy's hint, names: kvpool/epp/subset.py). Generation requests are checked
+        (RequestError: not a JSON object), their model rewritten (NOTE(model-rewrite) in
+        rewrite.py: the lookup and the replica see the target) and planned like the router
+        plans them, among the replicas ``subset`` names; Responses API requests go to their
+        response's replica (NOTE(responses)); others go to the first healthy replica."""
         route = routed_path(path)
         plain = request_headers(CIMultiDict(headers))
         among = None if subset is None else (lambda r: subset.allows(r.url))
@@ -132,7 +143,7 @@ class Picker:
         if not order:
             return None, raw
         self.picks += 1
-        return endpoint_of(order[0].url), raw
+        return ",".join(endpoint_of(r.url) for r in order[:1 + self.fallbacks]), raw
 
     async def rewrite(self, raw: bytes, body: dict | None, headers: list
                       ) -> tuple[bytes, dict | None]:
