@@ -26,6 +26,7 @@ NOTE(budget)).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kvpool.errors import RequestError
@@ -70,10 +71,11 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
                    f"({given[0][0]} is given too)")
     param, value = given[0]
     try:
-        return _spec(param.rpartition(".")[2], value, param)
+        spec = _spec(param.rpartition(".")[2], value, param)
     except RequestError as exc:  # the compiler names response_format: name this field
         message = str(exc).removeprefix("response_format: ").removeprefix(f"{param}: ")
         raise _bad(param, message) from None
+    return dataclasses.replace(spec, param=param)  # so do the compile's 400s (on a worker)
 
 
 def _options(so: dict[str, Any]) -> bool:

@@ -85,6 +85,8 @@ class GrammarSpec:
     probes: tuple[Any, ...] = field(default=(), compare=False, repr=False)
     # the probed llguidance matcher (GrammarCompiler.compile); its sequences get deep copies
     compiled: Any = field(default=None, compare=False, repr=False)
+    # the request field it came from, which the compiler's 400s name (guided_regex, tools, ...)
+    param: str = field(default=PARAM, compare=False)
 
     @classmethod
     def json_object(cls) -> "GrammarSpec":
@@ -99,6 +101,8 @@ class GrammarSpec:
             raise _bad("json_schema.schema must be a JSON object")
         # not sort_keys: an object's properties are generated in the order the schema lists
         # them, as vLLM's backends generate them (a "reasoning" field before its "answer")
+        for pattern in _patterns(schema):
+            _check_escapes(pattern, "JSON schema")
         text = json.dumps(schema, separators=(",", ":"))
         build = functools.partial(llguidance.LLMatcher.grammar_from_json_schema,
                                   defaults=OPTIONS)
@@ -108,6 +112,7 @@ class GrammarSpec:
     @classmethod
     def regex(cls, pattern: str) -> "GrammarSpec":
         """Output matching ``pattern`` (llguidance's regex syntax, anchored at both ends)."""
+        _check_escapes(pattern, "regex")
         return cls._checked("regex", pattern, llguidance.LLMatcher.grammar_from_regex)
 
     @classmethod
@@ -146,6 +151,17 @@ class GrammarSpec:
         if err:
             raise _bad(f"invalid {what}: {err}")
         return cls(kind, source, name, grammar, probes)
+
+
+def _check_escapes(pattern: str, what: str) -> None:
+    """NOTE(trailing-backslash): llguidance (1.9; its regex-to-Lark step and JSON-schema
+    ``pattern``) drops an unpaired trailing backslash instead of refusing it: ``\\`` became the
+    empty regex and ``a\\`` the regex ``a``, so an invalid regex got a 200 whose text matched
+    another one. Rust's regex syntax, which llguidance parses every other regex with, calls it
+    an incomplete escape sequence; so is it here, before llguidance sees it."""
+    if (len(pattern) - len(pattern.rstrip("\\"))) % 2:
+        raise _bad(f"invalid {what}: regex parse error: incomplete escape sequence (a trailing "
+                   f"backslash) in {pattern[-60:]!r}")
 
 
 def _probes(schema: Any) -> tuple[Any, ...]:

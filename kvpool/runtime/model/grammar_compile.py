@@ -4,12 +4,12 @@ request runs, on a worker thread (never the event loop, never the engine's step 
 Life of a grammar::
 
     parse (server)         GrammarSpec.json_schema: schema -> llguidance grammar JSON,
-                           validate_grammar under LIMITS (a 400 naming response_format)
+                           validate_grammar under LIMITS (a 400 naming the request field)
     compile (worker)       GrammarCompiler.compile: the matcher (llguidance builds its lexer
                            lazily, on the first masks), probed: PROBE_STEPS masks along the
                            first allowed token, for the schema and for each ``pattern`` and
                            referenced definition in it as a grammar of its own (at most
-                           MAX_PROBES); an error -> 400 naming response_format
+                           MAX_PROBES); an error -> 400 naming the field it came from
     step thread            GrammarMatchers.add: one deep copy of the probed matcher per
                            sequence (cheap: the lexer is shared); masks under LIMITS
 
@@ -39,7 +39,7 @@ import torch
 
 from kvpool.errors import RequestError
 
-from .grammar import LIMITS, OPTIONS, PARAM, GrammarSpec, unpack_bitmask
+from .grammar import LIMITS, OPTIONS, GrammarSpec, unpack_bitmask
 from .tokenizer import Tokenizer
 
 __all__ = ["PROBE_STEPS", "GrammarCompiler"]
@@ -47,8 +47,12 @@ __all__ = ["PROBE_STEPS", "GrammarCompiler"]
 PROBE_STEPS = 3  # masks computed along the first allowed token, per probed grammar
 
 
-def _bad(message: str) -> RequestError:
-    return RequestError(f"{PARAM}: {message}", param=PARAM)
+_WHAT = {"regex": "the regex", "grammar": "the grammar", "choice": "the choice"}
+
+
+def _bad(message: str, param: str) -> RequestError:
+    """A 400 naming ``param``: the field the request spelled its grammar in (spec.param)."""
+    return RequestError.field(param, message)
 
 
 class GrammarCompiler:
@@ -79,25 +83,27 @@ class GrammarCompiler:
 
     def compile(self, spec: GrammarSpec) -> GrammarSpec:
         """``spec`` with its probed matcher (``spec.compiled``); RequestError (HTTP 400 naming
-        response_format) when the grammar is invalid here or exceeds its budget. Blocking:
+        ``spec.param``, the request's field) when the grammar is invalid here or exceeds its budget. Blocking:
         call it on a worker thread."""
         if spec.compiled is not None:
             return spec
+        param, whole = spec.param, _WHAT.get(spec.kind, "the schema")
         proto = self.matcher(spec.grammar)
-        self._probe(proto.deep_copy(), "the schema")
+        self._probe(proto.deep_copy(), whole, param)
         if proto.is_error():
-            raise _bad(f"the schema cannot be used with this tokenizer: {_first_line(proto)}")
+            raise _bad(f"{whole} cannot be used with this tokenizer: {_first_line(proto)}",
+                       param)
         for sub in spec.probes:
             what = f"the pattern {sub['pattern'][:60]!r}" if "pattern" in sub else \
                 f"the definition {sub['$ref'][:60]!r}"
             try:
                 g = llguidance.LLMatcher.grammar_from_json_schema(sub, defaults=OPTIONS)
             except ValueError as e:
-                raise _bad(f"{what}: {e}") from None
-            self._probe(self.matcher(g), what)
+                raise _bad(f"{what}: {e}", param) from None
+            self._probe(self.matcher(g), what, param)
         return dataclasses.replace(spec, compiled=proto)
 
-    def _probe(self, m: llguidance.LLMatcher, what: str) -> None:
+    def _probe(self, m: llguidance.LLMatcher, what: str, param: str) -> None:
         """PROBE_STEPS masks along the first allowed non-EOS token; raise on an error."""
         eos = set(self.eos_token_ids)
         for _ in range(PROBE_STEPS):
@@ -112,7 +118,7 @@ class GrammarCompiler:
             err = _first_line(m)
             if err.startswith("NoExtension"):  # nothing can be generated at all
                 err = "it allows no value at all (a $ref cycle?)"
-            raise _bad(f"{what} is too large or invalid for structured output: {err}")
+            raise _bad(f"{what} is too large or invalid for structured output: {err}", param)
 
 
 def _first_line(m: llguidance.LLMatcher) -> str:

@@ -17,7 +17,7 @@ path enforces, so they need no parser. Every 400 names the param (``tools[1].fun
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvpool.errors import RequestError
@@ -206,8 +206,8 @@ def _hoisted_defs(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _compile(schema: Any, tools: list[dict[str, Any]], name: str | None) -> GrammarSpec:
-    try:
-        return GrammarSpec.json_schema(schema, name or "tool_calls")
+    try:  # the compile's 400s (a $ref cycle, over budget) name tools, not response_format
+        return replace(GrammarSpec.json_schema(schema, name or "tool_calls"), param="tools")
     except RequestError as exc:
         why = str(exc).removeprefix("response_format: ")
     for i, tool in enumerate(tools):  # which tool's schema the compiler refused
