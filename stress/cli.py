@@ -79,6 +79,13 @@ def _pool_arguments(pool: argparse.ArgumentParser) -> None:
                       help="seconds between full quiescent invariant checks (default 0.25)")
     pool.add_argument("--no-prefix-caching", action="store_true",
                       help="run the device pool without a prefix index")
+    pool.add_argument("--verify-hits", action="store_true",
+                      help="check every prefix hit against the token ids kept per cached "
+                           "block (CacheConfig.verify_hits)")
+    pool.add_argument("--kv-events", action="store_true",
+                      help="attach a KV-event observer that counts the pools' events and "
+                           "checks each GPU BlockStored (block_size token ids a block, "
+                           "hashing to its hash under its parent); tables keep token ids")
 
 
 def _http_load_arguments(http: argparse.ArgumentParser) -> None:

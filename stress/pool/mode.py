@@ -26,9 +26,11 @@ from dataclasses import asdict, dataclass
 
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
+from kvpool.core.hashing import BlockHasher
+from stress.pool.events import CheckingObserver
 from stress.pool.front import PoolFront
 from stress.pool.shadow import ShadowRuntime
-from stress.pool.worker import Intent, PoolWorker
+from stress.pool.worker import TENANTS, Intent, PoolWorker
 from stress.report import Progress, StressReport
 
 __all__ = ["PoolConfig", "PoolStress"]
@@ -46,6 +48,8 @@ class PoolConfig:
     seed: int = 0
     check_interval: float = 0.25  # seconds between full quiescent checks
     prefix_caching: bool = True
+    verify_hits: bool = False  # check prefix hits against kept token ids
+    kv_events: bool = False  # attach a checking KV-event observer (stress/pool/events.py)
     switch_interval: float = 1e-4  # sys.setswitchinterval during the run: more interleavings
     progress: bool = True
 
@@ -59,9 +63,14 @@ class PoolStress:
         self.cfg = config
         blocks = config.blocks or max(1024, 8 * (config.threads + config.coroutines))
         host = blocks // 2 if config.host_blocks is None else config.host_blocks
-        self.manager = BlockSpaceManager(CacheConfig(
-            num_device_blocks=blocks, num_host_blocks=host, block_size=config.block_size,
-            enable_prefix_caching=config.prefix_caching, watermark=0.01))
+        cache = CacheConfig(num_device_blocks=blocks, num_host_blocks=host,
+                            block_size=config.block_size, watermark=0.01,
+                            enable_prefix_caching=config.prefix_caching,
+                            verify_hits=config.verify_hits)
+        self.observer = CheckingObserver(BlockHasher(config.block_size, cache.model_id,
+                                                     cache.hash_algo),
+                                         TENANTS) if config.kv_events else None
+        self.manager = BlockSpaceManager(cache, observer=self.observer)
         self.rt = ShadowRuntime(self.manager)
         self.stop = threading.Event()
         self._defrag_lock = threading.Lock()
@@ -293,6 +302,13 @@ class PoolStress:
         rep.set("violations", self.rt.violations, must_be_zero=True)
         rep.set("errors", self.errors, must_be_zero=True)
         rep.set("violation_messages", self.rt.messages)
+        obs = self.observer
+        if obs is not None:  # --kv-events
+            rep.set("kv_events_stored_blocks", obs.stored_blocks)
+            rep.set("kv_events_host_stored_blocks", obs.host_stored_blocks)
+            rep.set("kv_events_removed_blocks", obs.removed_blocks)
+            rep.set("kv_event_errors", obs.errors, must_be_zero=True)
+            rep.set("kv_event_error_messages", obs.messages)
 
     def _pool_figures(self, rep: StressReport, st) -> None:
         """The manager's state after the run (``st``: its stats), and the front's counts."""

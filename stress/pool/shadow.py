@@ -114,6 +114,7 @@ class ShadowRuntime:
                 self.violation(f"{where}: seq {s} has {len(table)} blocks / "
                                f"{mgr.get_num_tokens(s)} tokens, expected {len(toks)} tokens")
                 continue
+            self._verify_kept(s, toks, where)
             kv, sl = self._kv[dev], self._salt[dev]
             for i, b in enumerate(table):
                 if sl[b] != salt:
@@ -125,6 +126,17 @@ class ShadowRuntime:
                     self.violation(f"{where}: seq {s} block {i} ({dev.value} {b}) holds "
                                    f"{kv[b][:len(want)]}, expected {want}")
                     break
+
+    def _verify_kept(self, seq_id: int, toks: list[int], where: str) -> None:
+        """NOTE(event-tokens): with hit verification or an observer a table keeps exactly
+        its sequence's token ids; with neither it keeps none."""
+        index = self.manager.device_pool.index
+        kept = self.manager.slots.tables[seq_id].tokens
+        if (index is not None and index.wants_tokens) != (kept is not None):
+            self.violation(f"{where}: seq {seq_id} keeps token ids: {kept is not None}")
+        elif kept is not None and kept != toks:
+            self.violation(f"{where}: seq {seq_id} keeps {len(kept)} token ids "
+                           f"{kept[-8:]} (last 8), expected {len(toks)} ({toks[-8:]})")
 
     # ---------------------------------------------------------------- operations
     def allocate(self, seq_ids: Sequence[int], token_ids: Sequence[int],
