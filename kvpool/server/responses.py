@@ -192,12 +192,20 @@ class ResponseBuilder:
         reasons = set(self.finish)
         if self.error or "error" in reasons:
             return APIError(500, f"generation failed: {self.error or 'engine error'}",
-                            code="generation_error")
+                            param=self._grammar_param(), code="generation_error")
         if "abort" in reasons or not self.finished:
             return APIError(503, "the request was aborted by the server (shutting down or "
                                  "overloaded); retry later", code="request_aborted",
                             headers={"Retry-After": "1"})
         return None
+
+    def _grammar_param(self) -> str | None:
+        """The field the grammar came in when the error is its grammar breaking midway:
+        grammar_matchers.py NOTE(grammar-error) starts the engine's message with it."""
+        spec = self.req.params.response_format
+        if spec is None or not (self.error or "").startswith(f"{spec.param}: "):
+            return None
+        return spec.param
 
     # ---- rendering ----------------------------------------------------------------------------
     def returned(self) -> list[int]:

@@ -120,3 +120,55 @@ async def test_escaped_backslashes_stay_valid(srv):
                 assert json.loads(text) == "a\\", text
             else:
                 assert text.strip("a") == "\\", text
+
+
+# passes the compile's probes, then its masks run out of fuel a few dozen tokens in (as
+# test_grammar_budget.py's BREAKS_MIDWAY): grammar_matchers.py NOTE(grammar-error)
+MIDWAY_REGEX = "([a-z]{1,10}){500}"
+MIDWAY = [*spellings("regex", MIDWAY_REGEX), *spellings("json", string(f"^{MIDWAY_REGEX}$"))]
+
+
+async def fail_midway(s: aiohttp.ClientSession, url: str, body: dict) -> list[dict]:
+    """The errors of ``body`` sent plain and streamed (the stream's last event)."""
+    status, plain = await post(s, url, body)
+    assert status == 500, plain
+    async with s.post(url, data=json.dumps({**body, "stream": True})) as r:
+        assert r.status == 200
+        events = [json.loads(line[6:]) for line in (await r.text()).splitlines()
+                  if line.startswith("data: {")]
+    assert not [c for e in events for c in e.get("choices", ())
+                if c.get("finish_reason") not in (None, "error")], events
+    return [plain["error"], events[-1]["error"]]
+
+
+async def test_a_grammar_that_breaks_midway_names_the_field_sent(srv):
+    free = srv.free()
+    async with aiohttp.ClientSession() as s:
+        for i, (param, fields) in enumerate(MIDWAY):
+            route, base = (("/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+                           if i % 2 else ("/completions", {"prompt": "hi"}))
+            body = {**base, "max_tokens": 200, "temperature": 1.0, "seed": 1, **fields}
+            for err in await fail_midway(s, srv.v1 + route, body):
+                assert err["code"] == "generation_error" and err["param"] == param, (param, err)
+                assert err["message"].startswith(f"generation failed: {param}: the grammar "
+                                                 "failed"), (param, err)
+                assert "response_format" not in err["message"].replace(param, ""), err
+        status, body = await post(s, srv.v1 + "/completions",
+                                  {"prompt": "hi", "max_tokens": 4, "temperature": 0})
+        assert status == 200 and body["choices"][0]["finish_reason"] == "length", body
+    await wait_free(srv, free)
+    assert srv.free() == free
+
+
+async def test_a_grammar_that_allows_nothing_says_why_per_kind(srv):
+    hints = {"guided_regex": ("[^\\s\\S]", "no string matches it"),
+             "guided_grammar": ('start: a\na: a "x"', "a recursion with no base case"),
+             "guided_json": (LOOP, "(a $ref cycle?)")}
+    async with aiohttp.ClientSession() as s:
+        for param, (value, hint) in hints.items():
+            status, body = await post(s, srv.v1 + "/completions",
+                                      {"prompt": "hi", "max_tokens": 4, param: value})
+            assert status == 400 and body["error"]["param"] == param, body
+            msg = body["error"]["message"]
+            assert "allows no value at all" in msg and hint in msg, msg
+            assert "$ref" not in msg or param == "guided_json", msg

@@ -48,6 +48,11 @@ PROBE_STEPS = 3  # masks computed along the first allowed token, per probed gram
 
 
 _WHAT = {"regex": "the regex", "grammar": "the grammar", "choice": "the choice"}
+# why a grammar of each kind may allow nothing at all (its first mask an error): the hint of
+# its 400 (a schema's or a definition's is a $ref cycle)
+_NOTHING = {"regex": "no string matches it", "pattern": "no string matches it",
+            "grammar": "a rule that can never end: a recursion with no base case?",
+            "choice": "no choice can be generated"}
 
 
 def _bad(message: str, param: str) -> RequestError:
@@ -89,7 +94,7 @@ class GrammarCompiler:
             return spec
         param, whole = spec.param, _WHAT.get(spec.kind, "the schema")
         proto = self.matcher(spec.grammar)
-        self._probe(proto.deep_copy(), whole, param)
+        self._probe(proto.deep_copy(), whole, param, _NOTHING.get(spec.kind))
         if proto.is_error():
             raise _bad(f"{whole} cannot be used with this tokenizer: {_first_line(proto)}",
                        param)
@@ -100,11 +105,14 @@ class GrammarCompiler:
                 g = llguidance.LLMatcher.grammar_from_json_schema(sub, defaults=OPTIONS)
             except ValueError as e:
                 raise _bad(f"{what}: {e}", param) from None
-            self._probe(self.matcher(g), what, param)
+            self._probe(self.matcher(g), what, param, _NOTHING["pattern"] if "pattern" in sub
+                        else None)
         return dataclasses.replace(spec, compiled=proto)
 
-    def _probe(self, m: llguidance.LLMatcher, what: str, param: str) -> None:
-        """PROBE_STEPS masks along the first allowed non-EOS token; raise on an error."""
+    def _probe(self, m: llguidance.LLMatcher, what: str, param: str,
+               nothing: str | None) -> None:
+        """PROBE_STEPS masks along the first allowed non-EOS token; raise on an error (one
+        that allows nothing at all says why it may: ``nothing``, else a $ref cycle)."""
         eos = set(self.eos_token_ids)
         for _ in range(PROBE_STEPS):
             bits = torch.frombuffer(bytearray(m.compute_bitmask()), dtype=torch.int32)
@@ -117,7 +125,7 @@ class GrammarCompiler:
         if m.is_error():
             err = _first_line(m)
             if err.startswith("NoExtension"):  # nothing can be generated at all
-                err = "it allows no value at all (a $ref cycle?)"
+                err = f"it allows no value at all ({nothing or 'a $ref cycle?'})"
             raise _bad(f"{what} is too large or invalid for structured output: {err}", param)
 
 

@@ -4,8 +4,10 @@ NOTE(grammar-error): a matcher that errors mid-generation (its step ran out of f
 rejected a token) never ends its sequence as a clean stop: llguidance's mask for a broken
 matcher allows only EOS, which used to end the request with finish_reason "stop" and text the
 schema rejects. ``token_mask`` and ``advance`` report such sequences in ``failures``; the
-engine fails their request (finish_reason "error", the message naming response_format; over
-HTTP a 500 ``generation_error``, or an SSE error event after the chunks already sent).
+engine fails their request (finish_reason "error", the message starting with the field the
+client sent the grammar in, ``GrammarSpec.param``: guided_regex, structured_outputs.json, tools,
+response_format...; over HTTP a 500 ``generation_error`` whose ``param`` names it, or an SSE
+error event after the chunks already sent). Each sequence's field is noted once, by ``add``.
 
 NOTE(overlap): a step's masks depend only on the tokens sampled by the previous step, so the
 engine starts them (``prefetch_mask``) before the model's forward and picks them up when it
@@ -78,6 +80,7 @@ class GrammarMatchers:
         self.matchers: dict[int, llguidance.LLMatcher] = {}
         # NOTE(grammar-error): seq_id -> why its matcher broke (the engine takes them)
         self.failures: dict[int, str] = {}
+        self._params: dict[int, str] = {}  # seq_id -> its spec's param (NOTE(grammar-error))
         self._pool: ThreadPoolExecutor | None = None  # NOTE(overlap): one mask thread
         self._pending: tuple[list[int], _Pairs, Future] | None = None  # (seq ids, rows, bits)
         self._before_mask = before_mask
@@ -99,9 +102,11 @@ class GrammarMatchers:
     def add(self, seq_ids: Sequence[int], spec: GrammarSpec) -> None:
         matchers = [self.new_matcher(spec) for _ in seq_ids]  # all or none
         self.matchers.update(zip(seq_ids, matchers))
+        self._params.update(dict.fromkeys(seq_ids, spec.param))
 
     def remove(self, seq_id: int) -> None:
         self.matchers.pop(seq_id, None)
+        self._params.pop(seq_id, None)
         self.failures.pop(seq_id, None)
 
     def prefetch_mask(self, seq_ids: Sequence[int]) -> None:
@@ -201,10 +206,11 @@ class GrammarMatchers:
     def _fail(self, seq_id: int, m: llguidance.LLMatcher, where: str) -> None:
         err = (m.get_error().strip().splitlines() or ["unknown error"])[0][:200]
         log.warning("grammar of seq %d failed at %s: %s", seq_id, where, err)
-        self.failures.setdefault(seq_id, f"{PARAM}: the grammar failed at {where} "
+        param = self._params.get(seq_id, PARAM)
+        self.failures.setdefault(seq_id, f"{param}: the grammar failed at {where} "
                                          f"(structured output budget or error: {err})")
 
     def check_invariants(self, live_seq_ids: set[int]) -> None:
-        stray = set(self.matchers) - live_seq_ids
+        stray = (set(self.matchers) | set(self._params)) - live_seq_ids
         if stray:
             raise AssertionError(f"grammar matchers for finished sequences: {sorted(stray)}")
