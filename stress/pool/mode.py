@@ -172,7 +172,7 @@ class PoolStress:
             elif op in ("stats", "defrag"):
                 pass  # threads only: a seqlock read spins while writers are inside (it would
                 # stall the event loop), and only one defrag plan may be in flight
-            elif op in ("swap_out", "swap_in"):  # the shadow's own checked swaps
+            elif op in ("swap_out", "swap_in", "decode_step"):  # the shadow's own checks
                 result = await front.call(getattr(self.rt, op), *intent.args)
             else:
                 result = await getattr(front, op)(*intent.args)

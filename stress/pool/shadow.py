@@ -191,6 +191,42 @@ class ShadowRuntime:
             self._verify_locked([seq_id], "append")
             return pairs
 
+    def decode_step(self, seq_ids: Sequence[int], token_ids: Sequence[int],
+                    group_ends: Sequence[int] | None = None) -> int:
+        """A scheduler step's decodes (``slots.append_decodes``): the copy-on-write copies,
+        then every appended token's write, then the checks of ``append_slots`` on every
+        listed sequence; the views handed out must be the tables now. Returns the groups."""
+        mgr = self.manager
+        with mgr.batch():
+            ends = [len(seq_ids)] if group_ends is None else list(group_ends)
+            fit = sum(1 for e in ends if mgr.slots.can_append(seq_ids[:e]))
+            cows, views, groups = mgr.slots.append_decodes(seq_ids, token_ids, group_ends)
+            want = fit if group_ends is not None else int(fit == 1)
+            n = ends[groups - 1] if groups else 0
+            if groups != want or len(cows) != n or len(views) != n:
+                self.violation(f"decode_step: {groups} groups ({len(cows)} cows, {len(views)} "
+                               f"views) appended, {want} of {ends} fit")
+                n = min(n, len(cows), len(views))
+            for cow in cows[:n]:
+                self._copy(cow, Device.DEVICE, Device.DEVICE)  # NOTE(cow): before the writes
+            for s, tok in zip(seq_ids[:n], token_ids):
+                toks, salt = self.expected[s]
+                self.expected[s] = (toks + [tok], salt)
+                self._write(s, toks + [tok], len(toks), salt)
+            self._check_views(seq_ids[:n], views)
+            self._verify_locked(seq_ids, "decode_step")
+            return groups
+
+    def _check_views(self, seq_ids: Sequence[int], views: Sequence[Sequence[int]]) -> None:
+        """Each view handed out by a decode step is a copy of its sequence's table now."""
+        tables = self.manager.slots.tables
+        for s, view in zip(seq_ids, views):
+            blocks = tables[s].blocks
+            if list(view) != blocks or view is blocks:
+                self.violation(f"decode_step: seq {s} got view {list(view)}"
+                               f"{' (its table itself)' if view is blocks else ''}, "
+                               f"table {blocks}")
+
     def fork(self, parent: int, child: int) -> None:
         mgr = self.manager
         with mgr.batch():

@@ -74,8 +74,10 @@ class PoolWorker:
         groups = self.groups
         if not groups or (r < 0.30 and len(groups) < self.max_groups):
             return self._alloc()
-        if r < 0.55:
+        if r < 0.45:
             return self._append()
+        if r < 0.55:
+            return self._decode()
         if r < 0.62:
             return self._fork()
         if r < 0.76:
@@ -133,6 +135,31 @@ class PoolWorker:
             g.lengths[s] += k
 
         return Intent("append_slots", (s, toks), done)
+
+    def _decode(self) -> Intent:
+        """One token to each sequence of a few on-device groups through the scheduler's
+        batched path (ShadowRuntime.decode_step): the groups that fit, in order; with
+        ``ends`` None all of them or none."""
+        rng = self.rng
+        gs = [g for g in self.groups.values()
+              if g.on_device and max(g.lengths.values()) < self.max_len]
+        if not gs:
+            return self._append()
+        pairs = [(g, s) for g in rng.sample(gs, rng.randint(1, len(gs))) for s in g.seqs]
+        ends = [i + 1 for i, (g, _) in enumerate(pairs)
+                if i + 1 == len(pairs) or pairs[i + 1][0] is not g]
+        grouped = rng.random() < 0.7
+
+        def done(groups: int) -> None:
+            n = ends[groups - 1] if grouped and groups else len(pairs) if groups else 0
+            if n < len(pairs):
+                self.scarce += 1
+            for g, s in pairs[:n]:
+                g.lengths[s] += 1
+
+        return Intent("decode_step", ([s for _, s in pairs],
+                                      [rng.randrange(4) for _ in pairs],
+                                      ends if grouped else None), done)
 
     def _fork(self) -> Intent:
         g = self._pick(True)
