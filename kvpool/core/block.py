@@ -99,11 +99,13 @@ class PoolObserver(Protocol):
     recorder publishes it). Called under the pool's lock, so it must only queue, never wait.
 
     ``stored``: ``hashes`` became findable in order, a chain continuing ``parent`` (None at a
-    prompt's start); ``tokens`` their token ids (NOTE(event-tokens)). ``removed``: they
-    are no longer findable. ``cleared``: nothing is cached on ``device`` any more."""
+    prompt's start); ``tokens`` their token ids (NOTE(event-tokens)); ``salt``, given only
+    with a chain's first block and a salted chain, the salt its root was made from
+    (NOTE(event-salt)). ``removed``: they are no longer findable. ``cleared``: nothing is
+    cached on ``device`` any more."""
 
     def stored(self, device: Device, hashes: Sequence[bytes], parent: bytes | None,
-               tokens: Sequence[int] | None = None) -> None: ...
+               tokens: Sequence[int] | None = None, *, salt: str | None = None) -> None: ...
 
     def removed(self, device: Device, hashes: Sequence[bytes]) -> None: ...
 

@@ -75,6 +75,9 @@ class BlockTable:
     # allocation), so its partial last block may be shared; counted in
     # ManagerCounters.tail_sharers while the table lives
     shares_tail: bool = False
+    # NOTE(event-salt): the salt ``root`` was made from (SeqAlloc.cache_salt), told to the
+    # KV-event observer with the chain's first block (docs/kv_events.md "Salts in extra_keys")
+    salt: str | None = None
 
     def blocks_changed(self) -> None:
         """Called after every change of ``blocks``: the cached view is stale."""

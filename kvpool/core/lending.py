@@ -73,7 +73,7 @@ class BlockLender:
 
     def adopt_prefix(self, block_ids: Sequence[int], hashes: Sequence[bytes],
                      first_depth: int, tokens: Sequence[int] | None = None,
-                     parent: bytes | None = None) -> int:
+                     parent: bytes | None = None, salt: str | None = None) -> int:
         """Lent device blocks whose bytes were written join the prefix cache under
         ``hashes`` (block ``i`` at depth ``first_depth + i``) as evictable blocks; a hash
         already cached keeps its block and the duplicate goes back plainly. Returns how many
@@ -81,7 +81,8 @@ class BlockLender:
         swap-in's hashes (no prompt hits unwritten bytes). ``tokens`` (the prompt's ids of
         these blocks) and ``parent`` (the hash before ``hashes[0]``) are for the KV events
         (NOTE(event-tokens)); the tokens are not kept for hit verification: the bytes came
-        from the remote tier under the hash, not from computing these tokens here."""
+        from the remote tier under the hash, not from computing these tokens here. ``salt``:
+        the prompt's chain salt, told with block 0 (NOTE(event-salt))."""
         pool = self.device_pool
         n = 0
         bs = pool.block_size
@@ -90,7 +91,8 @@ class BlockLender:
                 for i, (b, h) in enumerate(zip(block_ids, hashes)):
                     toks = None if tokens is None else tokens[i * bs:(i + 1) * bs]
                     up = hashes[i - 1] if i else parent
-                    if pool.index.register_block(b, h, first_depth + i, toks, up, False) == b:
+                    if pool.index.register_block(b, h, first_depth + i, toks, up, False,
+                                                 salt) == b:
                         n += 1
             self.give_back(Device.DEVICE, block_ids)
         return n

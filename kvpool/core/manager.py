@@ -219,7 +219,7 @@ class BlockSpaceManager:
                 child_seq_id, list(p.blocks), p.num_tokens, p.device, list(p.hashes),
                 list(p.tail), p.num_registered, p.root, p.extra,
                 list(p.tokens) if p.tokens is not None else None, p.num_computed,
-                p.copy_pending, shares_tail=True)
+                p.copy_pending, shares_tail=True, salt=p.salt)
             self.counters.tail_sharers += 1 + (not p.shares_tail)
             p.shares_tail = True
             if p.device is Device.HOST:

@@ -135,11 +135,12 @@ class PrefixIndex:
     # ---------------------------------------------------------------- registration (pool lock)
     def register_block(self, b: int, h: bytes, depth: int,
                        tokens: Sequence[int] | None = None, parent: bytes | None = None,
-                       keep: bool = True) -> int:
+                       keep: bool = True, salt: str | None = None) -> int:
         """Index used block ``b`` (full, computed) under ``h`` (``parent``: the chain's hash
         before it, for the observer). If another block already caches ``h`` that one is
         returned and ``b`` stays unhashed (a duplicate; it is freed plainly). ``tokens``
-        (its token ids) go to the observer, and with ``keep`` to hit verification."""
+        (its token ids) go to the observer, and with ``keep`` to hit verification; ``salt``
+        (the chain's, NOTE(event-salt)) goes to it with a chain's first block."""
         existing = self._cached.get(h)
         if existing is not None:
             return existing
@@ -151,21 +152,23 @@ class PrefixIndex:
         if self._tokens is not None and tokens is not None and keep:
             self._tokens[b] = tuple(tokens)
         if self._observer is not None:
-            self._observer.stored(self._device, [h], parent, tokens)
+            self._tell(self._device, [h], parent, tokens, salt)
         return b
 
     def register_run(self, blocks: Sequence[int], hashes: Sequence[bytes], lo: int,
-                     hi: int, tokens: Sequence[int] | None = None) -> None:
+                     hi: int, tokens: Sequence[int] | None = None,
+                     salt: str | None = None) -> None:
         """``register_block(blocks[i], hashes[i], i)`` for ``lo <= i < hi`` (a table's newly
         computed full blocks; depth is the index in the chain), without kept token ids.
-        ``tokens``: the table's token ids from its first block on, for the observer."""
+        ``tokens``: the table's token ids from its first block on, ``salt`` its chain's salt
+        (NOTE(event-salt)), for the observer."""
         cached, hash_of, depth = self._cached, self._hash, self._depth
         run = lo  # the observer hears each unbroken run of new hashes as one chain
         for i in range(lo, hi):
             h = hashes[i]
             if h in cached:
                 if self._observer is not None:
-                    self._tell_run(hashes, run, i, tokens)
+                    self._tell_run(hashes, run, i, tokens, salt)
                 run = i + 1
                 continue  # another block caches it: this one stays unhashed (a duplicate)
             b = blocks[i]
@@ -175,15 +178,24 @@ class PrefixIndex:
             hash_of[b] = h
             depth[b] = i
         if self._observer is not None:
-            self._tell_run(hashes, run, hi, tokens)
+            self._tell_run(hashes, run, hi, tokens, salt)
 
     def _tell_run(self, hashes: Sequence[bytes], lo: int, hi: int,
-                  tokens: Sequence[int] | None) -> None:
+                  tokens: Sequence[int] | None, salt: str | None) -> None:
         if lo < hi:
             bs = self.block_size
-            self._observer.stored(self._device, hashes[lo:hi],  # type: ignore[union-attr]
-                                  hashes[lo - 1] if lo else None,
-                                  None if tokens is None else tokens[lo * bs:hi * bs])
+            self._tell(self._device, hashes[lo:hi], hashes[lo - 1] if lo else None,
+                       None if tokens is None else tokens[lo * bs:hi * bs], salt)
+
+    def _tell(self, device: Device, hashes: Sequence[bytes], parent: bytes | None,
+              tokens: Sequence[int] | None, salt: str | None) -> None:
+        """The observer's ``stored``; NOTE(event-salt): the salt only with a chain's first
+        block (no parent), and only when there is one, so unsalted chains call it as before."""
+        if salt is None or parent is not None:
+            self._observer.stored(device, hashes, parent, tokens)  # type: ignore[union-attr]
+        else:
+            self._observer.stored(device, hashes, parent, tokens,  # type: ignore[union-attr]
+                                  salt=salt)
 
     # ---------------------------------------------------------------- the pool's calls (lock)
     def park(self, block_ids: list[int], now: float) -> list[int]:

@@ -152,7 +152,7 @@ class PromptAllocator:
         for s in r.seq_ids:
             tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, list(hs), list(tail),
                                    num_hits, root, extra, list(r.token_ids) if keep else None,
-                                   cached, shares_tail=sharing)
+                                   cached, shares_tail=sharing, salt=r.cache_salt)
         c.tail_sharers += nseq if sharing else 0
         c.prefix_hit_tokens += cached
         c.used_slots += n - len(reused) * bs + (bs * revive)

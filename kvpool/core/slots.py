@@ -57,12 +57,12 @@ class SlotWriter:
             return
         bs, blocks, hashes, toks = self.block_size, t.blocks, t.hashes, t.tokens
         if toks is None or not index.verify_hits:  # NOTE(speed): one call for the run (a
-            index.register_run(blocks, hashes, i, upto, toks)  # prefill registers ~100s)
+            index.register_run(blocks, hashes, i, upto, toks, t.salt)  # prefill: ~100s)
             t.num_registered = upto
             return
         while i < upto:
             index.register_block(blocks[i], hashes[i], i, toks[i * bs:(i + 1) * bs],
-                                 hashes[i - 1] if i else None)
+                                 hashes[i - 1] if i else None, salt=t.salt)
             i += 1
         t.num_registered = upto
 

@@ -14,11 +14,12 @@ vLLM's BlockStored does: with events on a sequence's table keeps its token ids w
 verification is on or off (NOTE(event-tokens)), so a consumer that keys blocks on their tokens
 (llm-d's indexer: a hash over the parent's key and the block's tokens) indexes them. Empty
 only for host (``CPU``) blocks, as vLLM's offloading connector's default events are.
+``extra_keys`` carries a salted chain's cache_salt with its first block (NOTE(event-salt)).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kvpool.core.block import Device
 from kvpool.events.publisher import EventPublisher
@@ -30,19 +31,41 @@ __all__ = ["KVEventRecorder"]
 _MEDIUM = {Device.DEVICE: MEDIUM_GPU, Device.HOST: MEDIUM_CPU}
 
 
+def _none(salt: str) -> str | None:
+    return None
+
+
 class KVEventRecorder:
     """The observer given to the block manager; publishes through ``publisher``."""
 
-    def __init__(self, publisher: EventPublisher, block_size: int) -> None:
+    def __init__(self, publisher: EventPublisher, block_size: int,
+                 public_salt: Callable[[str], str | None] = _none) -> None:
+        """``public_salt``: what of a chain's salt may be published (the server's: the client's
+        cache_salt without the tenant); by default nothing."""
         self.publisher = publisher
         self.block_size = block_size
+        self.public_salt = public_salt
         self._submit = publisher.submit
 
     def stored(self, device: Device, hashes: Sequence[bytes], parent: bytes | None,
-               tokens: Sequence[int] | None = None) -> None:
+               tokens: Sequence[int] | None = None, *, salt: str | None = None) -> None:
         if hashes:
             self._submit(BlockStored(list(hashes), parent, list(tokens or ()),
-                                     self.block_size, None, _MEDIUM[device], None))
+                                     self.block_size, None, _MEDIUM[device], None,
+                                     self._extra_keys(device, len(hashes), parent, salt)))
+
+    def _extra_keys(self, device: Device, n: int, parent: bytes | None,
+                    salt: str | None) -> list[list[str] | None] | None:
+        """NOTE(event-salt): vLLM puts a request's cache_salt into its first block's hash and
+        publishes it, bare, as that block's extra keys; llm-d's indexer folds it into its key
+        for the block, as its scorer does a request's. A salted chain's first GPU block
+        carries the public part of the salt so; nothing else carries any."""
+        if salt is None or parent is not None or device is not Device.DEVICE:
+            return None
+        public = self.public_salt(salt)
+        if not public:  # vLLM adds none for an empty cache_salt either
+            return None
+        return [[public], *([None] * (n - 1))]
 
     def removed(self, device: Device, hashes: Sequence[bytes]) -> None:
         if hashes:

@@ -11,7 +11,8 @@ KVEventBatch is a msgpack *array* ``[ts, events, data_parallel_rank]`` (array-li
 name under ``"type"``; fields with a default are left out when they hold it::
 
     {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": h | None,
-     "token_ids": [...], "block_size": n, "lora_id": None, "medium": "GPU", "lora_name": None}
+     "token_ids": [...], "block_size": n, "lora_id": None, "medium": "GPU", "lora_name": None,
+     "extra_keys": [[cache_salt], None, ...]}   (extra_keys only for a salted chain's start)
     {"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU"}
     {"type": "AllBlocksCleared"}
 
@@ -58,6 +59,9 @@ class BlockStored(msgspec.Struct, tag="BlockStored", tag_field="type", omit_defa
     lora_id: int | None
     medium: str | None
     lora_name: str | None
+    # one entry per block: vLLM's untagged extra keys (here only block 0's cache_salt, as
+    # [salt]), None for a block without; None (omitted) when no block has any
+    extra_keys: list[list[str] | None] | None = None
 
 
 class BlockRemoved(msgspec.Struct, tag="BlockRemoved", tag_field="type", omit_defaults=True,

@@ -40,6 +40,7 @@ from kvpool.events.publisher import EventPublisher
 from kvpool.events.recorder import KVEventRecorder
 from kvpool.server.app import NAMESPACE_KEY
 from kvpool.server.engine_client import EngineClient
+from kvpool.server.middleware import client_salt
 
 __all__ = ["KV_EVENTS_PATH", "KVEventsRoute"]
 
@@ -51,7 +52,8 @@ class KVEventsRoute:
 
     def __init__(self, publisher: EventPublisher | None, block_size: int) -> None:
         self.publisher = publisher
-        self.recorder = KVEventRecorder(publisher, block_size) if publisher else None
+        self.recorder = (KVEventRecorder(publisher, block_size, public_salt=client_salt)
+                         if publisher else None)
         self.info: dict[str, Any] = {"enabled": False}
 
     @classmethod

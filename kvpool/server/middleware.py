@@ -345,3 +345,13 @@ class CacheNamespace:
             return cache_salt
         # ASCII escapes: a header value may hold surrogate escapes that UTF-8 cannot encode
         return NS_MARK + json.dumps([tenant, cache_salt])
+
+
+def client_salt(salt: str | None) -> str | None:
+    """The client's ``cache_salt`` inside a request's prefix-cache salt (``CacheNamespace.salt``
+    made it): what vLLM publishes in a BlockStored's ``extra_keys``. The tenant part (a header
+    value, a digest of the API key) is the server's and never leaves it
+    (docs/kv_events.md "Salts in extra_keys")."""
+    if salt is None or not salt.startswith(NS_MARK):
+        return salt
+    return json.loads(salt[len(NS_MARK):])[1]

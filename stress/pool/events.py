@@ -44,7 +44,7 @@ class CheckingObserver:
             self.messages.append(message)
 
     def stored(self, device: Device, hashes: Sequence[bytes], parent: bytes | None,
-               tokens: Sequence[int] | None = None) -> None:
+               tokens: Sequence[int] | None = None, *, salt: str | None = None) -> None:
         with self._lock:
             if device is Device.HOST:
                 self.host_stored_blocks += len(hashes)

@@ -32,7 +32,7 @@ class RecordingObserver:
     def __init__(self) -> None:
         self.stored_calls: list[tuple[Device, list[bytes], bytes | None, list[int] | None]] = []
 
-    def stored(self, device, hashes, parent, tokens=None) -> None:
+    def stored(self, device, hashes, parent, tokens=None, *, salt=None) -> None:
         self.stored_calls.append((device, list(hashes), parent,
                                   None if tokens is None else list(tokens)))
 

@@ -36,8 +36,8 @@ def test_flags_reach_the_pool_config():
 def test_a_stored_event_with_wrong_tokens_is_caught(monkeypatch):
     original = PrefixIndex.register_run
 
-    def shifted(self, blocks, hashes, lo, hi, tokens=None):  # a run's tokens one off
-        original(self, blocks, hashes, lo, hi, None if tokens is None else tokens[1:])
+    def shifted(self, blocks, hashes, lo, hi, tokens=None, salt=None):  # tokens one off
+        original(self, blocks, hashes, lo, hi, None if tokens is None else tokens[1:], salt)
 
     monkeypatch.setattr(PrefixIndex, "register_run", shifted)
     stress = PoolStress(PoolConfig(threads=1, coroutines=10, duration=1.0, kv_events=True,

@@ -80,7 +80,8 @@ class RemoteImports:
                 bs, lo = mgr.block_size, fp.first  # the blocks' ids for the KV events
                 toks = imp.op.prompt_ids[lo * bs:(lo + len(fp.hashes)) * bs]
                 self.adopted_blocks += mgr.lender.adopt_prefix(imp.device_blocks, fp.hashes,
-                                                               lo, toks, fp.parent)
+                                                               lo, toks, fp.parent,
+                                                               imp.op.cache_salt)
                 dt = time.perf_counter() - fp.landed_at
                 self.latency_s = ema(self.latency_s, dt)
             else:
