@@ -7,7 +7,8 @@ the model's chat template, and the chat route's own engine call and streaming lo
 (handlers.py ``generate``); only the answer's shape is this API's (responses_view.py). So
 greedy output equals the chat completion's for the same messages, and every chat bound and
 error holds here too (a chat parameter's name is translated back: ``max_tokens`` is
-``max_output_tokens``, ``messages`` is ``input``).
+``max_output_tokens``, ``messages`` is ``input``; a structured-output error, whether the parser,
+the compile or a grammar breaking midway raises it, names ``text.format``).
 
 Finished responses with ``store`` (OpenAI's default: true) are kept in a bounded in-memory
 store per tenant (response_store.py) for ``previous_response_id`` and GET.
@@ -22,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from kvpool.errors import RequestError
+from kvpool.runtime.model import SamplingParams
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.response_store import ResponseStore, StoredResponse
@@ -55,6 +57,17 @@ def _renamed(exc: RequestError) -> RequestError:
     return RequestError(message, param=name, code=exc.code)
 
 
+def _grammar_named(params: SamplingParams) -> SamplingParams:
+    """``params`` whose grammar names the Responses field it came in (``text.format``, not the
+    chat ``response_format`` it became): the compile's 400s on the worker thread and a grammar
+    breaking midway (grammar_matchers.py NOTE(grammar-error)) name ``GrammarSpec.param``."""
+    spec = params.response_format
+    name = _PARAM_NAMES.get(spec.param) if spec is not None else None
+    if name is None:
+        return params
+    return dataclasses.replace(params, response_format=dataclasses.replace(spec, param=name))
+
+
 class ResponsesRoute:
     """The routes over the app's chat machinery (``routes``) and a response store."""
 
@@ -86,7 +99,8 @@ class ResponsesRoute:
                 req = parser.parse_chat(inp.chat)
             except RequestError as exc:
                 raise _renamed(exc) from None
-            return dataclasses.replace(req, ignored=inp.ignored)
+            return dataclasses.replace(req, ignored=inp.ignored,
+                                       params=_grammar_named(req.params))
 
         def view(builder: ResponseBuilder) -> ResponsesView:
             return ResponsesView(builder, asked[0], functools.partial(self._keep, tenant,
