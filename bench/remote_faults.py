@@ -31,6 +31,9 @@ What is measured, and where from:
 - TTFT: a probe thread streams a fresh 4-block prompt (a remote probe miss each time) with
   max_tokens=1 through the router every ``--probe-interval``; "added p99" is the p99 of the
   probes started while every breaker was open minus the baseline p99.
+- hits (``--cluster``, 2+ replicas): bench/fault_hits.py's cross-replica pairs, a hit only
+  through Redis, per fault window: the live masters' keys while one is lost
+  (kvpool/remote/node_breakers.py NOTE(node-breaker)).
 - breaker: each replica's ``kvpool_remote_breaker_state`` and ``errors_total{kind=timeout}``
   polled every 50 ms: timeouts while it opens, seconds until it is closed again.
 
@@ -62,6 +65,7 @@ from stress.http.metrics import MetricsScrape, wait_drained
 from stress.report import percentile
 from stress.http.servers import ROOT, SpawnedServer
 from bench.redis_faults import fault_target
+from bench.fault_hits import HitProbe
 
 ROUTER_READY = "kvpool router: listening on http://"
 REPLICA_ARGS = ["--num-device-blocks", "256", "--num-host-blocks", "256", "--max-model-len",
@@ -331,7 +335,7 @@ def run(args) -> dict:
     replicas = [SpawnedServer([*REPLICA_ARGS, "--remote-url", redis.url, "--replica-id",
                                f"r{i + 1}"]) for i in range(args.replicas)]
     router = None
-    watch = probe = None
+    watch = probe = hits = None
     result: dict = {"bench": "remote_faults", "machine": machine(), "config": vars(args)}
     try:
         redis.start()
@@ -341,20 +345,23 @@ def run(args) -> dict:
         stress = _stress(router_url, args)
         watch = BreakerWatch(urls)
         probe = TtftProbe(router_url, args.probe_interval)
+        # NOTE(node-breaker)'s case: hits on the live masters' keys (bench/fault_hits.py)
+        hits = HitProbe(urls) if getattr(args, "cluster", False) and len(urls) > 1 else None
         marks: dict[str, float] = {}
         faults = threading.Thread(target=inject, args=(redis, args, marks), daemon=True)
-        watch.start()
-        probe.start()
-        faults.start()
+        for th in (watch, probe, faults, *([hits] if hits is not None else [])):
+            th.start()
         report = stress.run().to_dict()
         faults.join(_duration(args) + 30)
         probe.stop_evt.set()
         probe.join(60)
         watch.stop_evt.set()
         watch.join(10)
+        if hits is not None:
+            result["hits"] = hits.finish(marks)
         return _fill(result, report, urls, marks, watch, probe)
     finally:
-        for th in (probe, watch):
+        for th in (probe, watch, hits):
             if th is not None:
                 th.stop_evt.set()
         if router is not None:
