@@ -55,11 +55,6 @@ _NOTHING = {"regex": "no string matches it", "pattern": "no string matches it",
             "choice": "no choice can be generated"}
 
 
-def _bad(message: str, param: str) -> RequestError:
-    """A 400 naming ``param``: the field the request spelled its grammar in (spec.param)."""
-    return RequestError.field(param, message)
-
-
 class GrammarCompiler:
     """Builds probed matchers for one vocabulary; safe to call from any thread."""
 
@@ -88,23 +83,23 @@ class GrammarCompiler:
 
     def compile(self, spec: GrammarSpec) -> GrammarSpec:
         """``spec`` with its probed matcher (``spec.compiled``); RequestError (HTTP 400 naming
-        ``spec.param``, the request's field) when the grammar is invalid here or exceeds its budget. Blocking:
-        call it on a worker thread."""
+        ``spec.param``, the request's field) when the grammar is invalid here or exceeds its
+        budget. Blocking: call it on a worker thread."""
         if spec.compiled is not None:
             return spec
         param, whole = spec.param, _WHAT.get(spec.kind, "the schema")
         proto = self.matcher(spec.grammar)
         self._probe(proto.deep_copy(), whole, param, _NOTHING.get(spec.kind))
         if proto.is_error():
-            raise _bad(f"{whole} cannot be used with this tokenizer: {_first_line(proto)}",
-                       param)
+            raise RequestError.field(
+                param, f"{whole} cannot be used with this tokenizer: {_first_line(proto)}")
         for sub in spec.probes:
             what = f"the pattern {sub['pattern'][:60]!r}" if "pattern" in sub else \
                 f"the definition {sub['$ref'][:60]!r}"
             try:
                 g = llguidance.LLMatcher.grammar_from_json_schema(sub, defaults=OPTIONS)
             except ValueError as e:
-                raise _bad(f"{what}: {e}", param) from None
+                raise RequestError.field(param, f"{what}: {e}") from None
             self._probe(self.matcher(g), what, param, _NOTHING["pattern"] if "pattern" in sub
                         else None)
         return dataclasses.replace(spec, compiled=proto)
@@ -126,7 +121,8 @@ class GrammarCompiler:
             err = _first_line(m)
             if err.startswith("NoExtension"):  # nothing can be generated at all
                 err = f"it allows no value at all ({nothing or 'a $ref cycle?'})"
-            raise _bad(f"{what} is too large or invalid for structured output: {err}", param)
+            raise RequestError.field(
+                param, f"{what} is too large or invalid for structured output: {err}")
 
 
 def _first_line(m: llguidance.LLMatcher) -> str:
