@@ -38,7 +38,8 @@ CEILING_KEY = "max_tokens_ceiling"  # NOTE(gen-ceiling): not a request field, th
 
 def load_generation_defaults(setting: str | None, model_dir: str | None) -> dict[str, Any]:
     """Request-field defaults (``max_new_tokens`` as ``max_tokens``, and as CEILING_KEY when
-    the file was named: NOTE(gen-ceiling)); ``{}`` when off or when there is no file. A file that is not a JSON object is a ConfigError naming the flag."""
+    the file was named: NOTE(gen-ceiling)); ``{}`` when off or when there is no file. A file
+    that is not a JSON object is a ConfigError naming the flag."""
     if setting in (None, GENERATION_CONFIG_OFF):
         return {}
     where = model_dir if setting == "auto" else setting
