@@ -220,7 +220,7 @@ class EndpointPicker:
             stream.headers = [(h.key, h.raw_value.decode("utf-8", "replace") or h.value)
                               for h in req.request_headers.headers.headers]
             if req.request_headers.end_of_stream:
-                return [await self.decide(stream, b"", "request_headers")], True
+                return [(await self.decide(stream, b"", "request_headers"))[0]], True
             return ([] if stream.mode == FULL_DUPLEX else [_headers_passed()]), False
         if phase == "request_body":
             stream.chunks.append(req.request_body.body)
@@ -241,16 +241,13 @@ class EndpointPicker:
         """The answers to a complete body: its decision, and in full duplex the body back."""
         raw = b"".join(stream.chunks)
         if stream.mode != FULL_DUPLEX:
-            return [await self.decide(stream, raw, "request_body")]
+            return [(await self.decide(stream, raw, "request_body"))[0]]
         self.picker.full_duplex += 1
-        out, sent = await self.decide_body(stream, raw, "request_headers")
+        out, sent = await self.decide(stream, raw, "request_headers")
         return [out] if out.HasField("immediate_response") else [out, body_back(sent, end)]
 
-    async def decide(self, stream: _Stream, raw: bytes, phase: str) -> pb.ProcessingResponse:
-        return (await self.decide_body(stream, raw, phase))[0]
-
-    async def decide_body(self, stream: _Stream, raw: bytes, phase: str
-                          ) -> tuple[pb.ProcessingResponse, bytes]:
+    async def decide(self, stream: _Stream, raw: bytes, phase: str
+                     ) -> tuple[pb.ProcessingResponse, bytes]:
         """The answer for ``phase``, and the body the replica is to get (``raw`` unless its
         model was rewritten: NOTE(model-rewrite) in rewrite.py)."""
         headers = stream.headers
