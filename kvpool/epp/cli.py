@@ -213,15 +213,13 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         metrics = metrics_port(args)
         health = health_port(args)
         rewrites = None if args.model_rewrites is None else load_rewrites(args.model_rewrites)
-        if args.fallbacks < 0:
-            raise ValueError(f"--fallbacks {args.fallbacks}: use 0 or more")
-        router = router_cli.build_router(args)
+        picker = Picker(router_cli.build_router(args), rewrites, args.fallbacks)
     except (ValueError, OSError) as exc:
         print(f"kvpool epp: {exc}", file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=router_cli.event_loop_factory()) as runner:
         try:
-            runner.run(serve(Picker(router, rewrites, args.fallbacks), args, metrics, health))
+            runner.run(serve(picker, args, metrics, health))
         except OSError as exc:  # a port taken or not ours to bind: said, no traceback
             print(f"kvpool epp: {exc}", file=sys.stderr)
             return 1
