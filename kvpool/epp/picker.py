@@ -30,8 +30,9 @@ the endpoint; the client gets the replica's answer (its tenant check, its 404: t
 of affinity.py holds here as in the router). A POST /v1/responses body is checked as the
 router checks it (not a JSON object: 400 from the picker). A new response (no usable
 ``previous_response_id``) is placed by load as the router places it (the same
-``Router.response_order``: round robin unless the loads are imbalanced); every other path goes
-to the first healthy replica.
+``Router.response_order``: round robin unless the loads are imbalanced); every other path
+(/v1/models, /tokenize, ...) is placed the same way, by ``Router.by_load`` as the router's
+``passthrough`` places it, with NOTE(fallbacks)'s list in that order.
 
 NOTE(decisions): the router counts each generation request's choice on its registry
 (kvpool_router_decisions_total by reason, kvpool_router_predicted_hit_tokens_total: the chosen
@@ -122,7 +123,7 @@ class Picker:
         (RequestError: not a JSON object), their model rewritten (NOTE(model-rewrite) in
         rewrite.py: the lookup and the replica see the target) and planned like the router
         plans them, among the replicas ``subset`` names; Responses API requests go to their
-        response's replica (NOTE(responses)); others go to the first healthy replica."""
+        response's replica (NOTE(responses)); others are placed by load (``Router.by_load``)."""
         route = routed_path(path)
         plain = request_headers(CIMultiDict(headers))
         among = None if subset is None else (lambda r: subset.allows(r.url))
@@ -170,8 +171,10 @@ class Picker:
                           among: Callable[[Replica], bool] | None = None) -> list[Replica]:
         """The healthy replicas ``among`` takes, the one holding the response ``route`` names
         (if any) first (NOTE(responses)); the search asks none outside ``among``
-        (kvpool/router/affinity.py NOTE(search-among))."""
+        (kvpool/router/affinity.py NOTE(search-among)). Another route: by load, as the router
+        places it (``Router.by_load``)."""
         if route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
             named = unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
             return await self.router.response_order(named, headers, new=False, among=among)
-        return [r for r in self.router.replicas.healthy() if among is None or among(r)]
+        return self.router.by_load(
+            [r for r in self.router.replicas.healthy() if among is None or among(r)])

@@ -305,6 +305,12 @@ class Router:
         rest = sorted((i for i in range(len(cands)) if i != idx), key=lambda i: (loads[i], i))
         return [cands[i] for i in (idx, *rest)], idx, reason
 
+    def by_load(self, order: list[Replica]) -> list[Replica]:
+        """``order`` by load alone (``choose`` with no hits: round robin unless loads are uneven),
+        the rest least loaded first: new Responses, other routes, the picker's (epp/picker.py)."""
+        hits = [0] * len(order)
+        return self._ranked(order, hits, [r.busy() for r in order])[0] if order else []
+
     async def response_order(self, named: object, headers: list, *, new: bool,
                              among: Callable[[Replica], bool] | None = None
                              ) -> list[Replica]:
@@ -314,8 +320,7 @@ class Router:
         only the replicas it takes, searched or not (affinity.py NOTE(search-among))."""
         assert self.session is not None
         order = [r for r in self.replicas.healthy() if among is None or among(r)]
-        if new and order:
-            order = self._ranked(order, [0] * len(order), [r.busy() for r in order])[0]
+        order = self.by_load(order) if new else order
         owner = await self.affinity.owner(named, self.replicas, self.session, headers, among)
         if owner is None:
             return order
@@ -348,14 +353,10 @@ class Router:
                                  self.affinity.learner(headers))
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        """Every other route (/v1/models, /tokenize, ...): placed by load alone, as a new
-        Responses API request (``choose`` with no hits: round robin unless the loads are
-        imbalanced), the others following as retries. Before, the first healthy replica
-        answered them all: a fleet's /tokenize traffic or model polls landed on one replica."""
+        """Every other route (/v1/models, /tokenize, ...): ``by_load`` over the healthy
+        replicas, the others following as retries."""
         raw = await self.bodies.raw(request)  # NOTE(slow-body): 408 like the generation routes
-        order = self.replicas.healthy()
-        if order:
-            order = self._ranked(order, [0] * len(order), [r.busy() for r in order])[0]
+        order = self.by_load(self.replicas.healthy())
         return await self._relay(request, raw, request_headers(request.headers), order, None, 0)
 
     async def _relay(self, request: web.Request, raw: bytes, headers: list,
