@@ -59,9 +59,11 @@ class BlockStored(msgspec.Struct, tag="BlockStored", tag_field="type", omit_defa
     lora_id: int | None
     medium: str | None
     lora_name: str | None
-    # one entry per block: vLLM's untagged extra keys (here only block 0's cache_salt, as
-    # [salt]), None for a block without; None (omitted) when no block has any
-    extra_keys: list[list[str] | None] | None = None
+    # one entry per block: vLLM's untagged extra keys (kvpool sends only block 0's
+    # cache_salt, as [salt]), None for a block without; None (omitted) when no block has
+    # any. Read as any list: vLLM's entries also hold LoRA names and multimodal
+    # [hash, offset] pairs, and a batch typed narrower was dropped whole by the router
+    extra_keys: list | None = None
 
 
 class BlockRemoved(msgspec.Struct, tag="BlockRemoved", tag_field="type", omit_defaults=True,
