@@ -91,8 +91,8 @@ class BlockLender:
                 for i, (b, h) in enumerate(zip(block_ids, hashes)):
                     toks = None if tokens is None else tokens[i * bs:(i + 1) * bs]
                     up = hashes[i - 1] if i else parent
-                    if pool.index.register_block(b, h, first_depth + i, toks, up, False,
-                                                 salt) == b:
+                    if pool.index.register_block(b, h, first_depth + i, toks, up,
+                                                 keep=False, salt=salt) == b:
                         n += 1
             self.give_back(Device.DEVICE, block_ids)
         return n

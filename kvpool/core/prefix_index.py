@@ -152,7 +152,7 @@ class PrefixIndex:
         if self._tokens is not None and tokens is not None and keep:
             self._tokens[b] = tuple(tokens)
         if self._observer is not None:
-            self._tell(self._device, [h], parent, tokens, salt)
+            self._tell([h], parent, tokens, salt)
         return b
 
     def register_run(self, blocks: Sequence[int], hashes: Sequence[bytes], lo: int,
@@ -184,18 +184,15 @@ class PrefixIndex:
                   tokens: Sequence[int] | None, salt: str | None) -> None:
         if lo < hi:
             bs = self.block_size
-            self._tell(self._device, hashes[lo:hi], hashes[lo - 1] if lo else None,
+            self._tell(hashes[lo:hi], hashes[lo - 1] if lo else None,
                        None if tokens is None else tokens[lo * bs:hi * bs], salt)
 
-    def _tell(self, device: Device, hashes: Sequence[bytes], parent: bytes | None,
+    def _tell(self, hashes: Sequence[bytes], parent: bytes | None,
               tokens: Sequence[int] | None, salt: str | None) -> None:
-        """The observer's ``stored``; NOTE(event-salt): the salt only with a chain's first
-        block (no parent), and only when there is one, so unsalted chains call it as before."""
-        if salt is None or parent is not None:
-            self._observer.stored(device, hashes, parent, tokens)  # type: ignore[union-attr]
-        else:
-            self._observer.stored(device, hashes, parent, tokens,  # type: ignore[union-attr]
-                                  salt=salt)
+        """The observer's ``stored`` on this pool's device; NOTE(event-salt): the salt only
+        with a chain's first block (no parent)."""
+        self._observer.stored(self._device, hashes, parent, tokens,  # type: ignore[union-attr]
+                              salt=salt if parent is None else None)
 
     # ---------------------------------------------------------------- the pool's calls (lock)
     def park(self, block_ids: list[int], now: float) -> list[int]:

@@ -160,9 +160,9 @@ class SlotWriter:
                 opened.append(i)
             else:
                 cows[i] = self.append_locked(t, (tok,))
-            if t.view is None:
-                t.view = list(t.blocks)
-            add(t.view)
+            if (view := t.view) is None:
+                view = t.view = list(t.blocks)
+            add(view)
         if opened:
             self._give_blocks(tables, opened, copies)
         return cows, copies
