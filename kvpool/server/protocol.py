@@ -37,8 +37,7 @@ from typing import Any
 from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.sched import exceeds_context
-from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_DETOKENIZE,
-                                      KNOWN_TOKENIZE,
+from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_TOKENIZE,
                                       UNSUPPORTED_CHAT, UNSUPPORTED_COMPLETION,
                                       FieldPolicy, check_unsupported, opt,
                                       salt_and_priority, stop_strings, stream_options,
@@ -172,8 +171,7 @@ class RequestParser:
         ``messages`` (rendered as chat completions render them: the same ids, the same
         ``chat_template`` / ``chat_template_kwargs`` / ``tools`` / ``reasoning_effort``).
         Never truncated, as vLLM's: chat-only fields (truncate_prompt_tokens, echo...) are
-        unknown here and unread."""
-        self.fields.check(body, KNOWN_TOKENIZE)
+        unknown here and unread. The route checks unknown fields first (tokenize_routes.py)."""
         body = {k: v for k, v in body.items() if k in KNOWN_TOKENIZE}
         self._model(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
@@ -189,8 +187,8 @@ class RequestParser:
         return self.tokenizer.encode(prompt, add_special_tokens=True if add is None else add)
 
     def parse_detokenize(self, body: dict[str, Any]) -> str:
-        """vLLM's /detokenize body: ``tokens`` (ids inside the vocabulary)."""
-        self.fields.check(body, KNOWN_DETOKENIZE)
+        """vLLM's /detokenize body: ``tokens`` (ids inside the vocabulary); the route checks
+        unknown fields first."""
         self._model(body.get("model"))
         return self.tokenizer.decode(token_ids(body.get("tokens"), "tokens", self.vocab_size))
 

@@ -41,16 +41,17 @@ class TokenizeRoutes:
     def _tokenize(self, raw: bytes) -> tuple[dict[str, Any], dict[str, str]]:
         p = self.parser
         body = p.decode_body(raw)
+        ignored = p.fields.check(body, KNOWN_TOKENIZE)  # a 400 first, if they are refused
         ids = p.parse_tokenize(body)
         out = {"count": len(ids), "max_model_len": p.max_model_len, "tokens": ids}
         if body.get("return_token_strs") is True:  # vLLM's: each id's vocabulary entry
             out["token_strs"] = [p.tokenizer.id_to_token(t) for t in ids]
-        return out, ignored_header(p.fields.check(body, KNOWN_TOKENIZE))  # parsed: none refused
+        return out, ignored_header(ignored)
 
     def _detokenize(self, raw: bytes) -> tuple[dict[str, Any], dict[str, str]]:
         body = self.parser.decode_body(raw)
-        text = self.parser.parse_detokenize(body)
-        return {"prompt": text}, ignored_header(self.parser.fields.check(body, KNOWN_DETOKENIZE))
+        ignored = self.parser.fields.check(body, KNOWN_DETOKENIZE)
+        return {"prompt": self.parser.parse_detokenize(body)}, ignored_header(ignored)
 
     async def tokenize(self, request: web.Request) -> web.Response:
         out, headers = await self.parse_pool.read_and_parse(request, self._tokenize)
