@@ -65,25 +65,35 @@ async def post(s: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dic
         return r.status, await r.json()
 
 
+def route_and_base(chat: bool) -> tuple[str, dict]:
+    """The route and the body's prompt part: chat completions or completions."""
+    return (("/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}) if chat
+            else ("/completions", {"prompt": "hi"}))
+
+
+async def served_and_nothing_leaked(srv, s: aiohttp.ClientSession, free: int) -> None:
+    """A plain request is served after the refusals, and every block is back."""
+    status, body = await post(s, srv.v1 + "/completions",
+                              {"prompt": "hi", "max_tokens": 4, "temperature": 0})
+    assert status == 200 and body["choices"][0]["finish_reason"] == "length", body
+    await wait_free(srv, free)
+    assert srv.free() == free
+
+
 async def check_refused(srv, cases: list[tuple[str, dict]], chat_only: bool = False) -> None:
     """Each case a 400 naming its param, on both routes (every other case on chat); then a
     request served, nothing leaked."""
     free = srv.free()
     async with aiohttp.ClientSession() as s:
         for i, (param, fields) in enumerate(cases):
-            route, base = (("/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
-                           if i % 2 or chat_only else ("/completions", {"prompt": "hi"}))
+            route, base = route_and_base(bool(i % 2 or chat_only))
             status, body = await post(s, srv.v1 + route, {**base, "max_tokens": 4, **fields})
             assert status == 400, (fields, body)
             err = body["error"]
             assert err["param"] == param and err["type"] == "invalid_request_error", (fields, err)
             assert err["message"].startswith(f"{param}: "), (fields, err)
             assert "response_format" not in err["message"].replace(param, ""), (fields, err)
-        status, body = await post(s, srv.v1 + "/completions",
-                                  {"prompt": "hi", "max_tokens": 4, "temperature": 0})
-        assert status == 200 and body["choices"][0]["finish_reason"] == "length", body
-    await wait_free(srv, free)
-    assert srv.free() == free
+        await served_and_nothing_leaked(srv, s, free)
 
 
 async def test_a_trailing_backslash_is_an_invalid_regex_in_every_spelling(srv):
@@ -145,19 +155,14 @@ async def test_a_grammar_that_breaks_midway_names_the_field_sent(srv):
     free = srv.free()
     async with aiohttp.ClientSession() as s:
         for i, (param, fields) in enumerate(MIDWAY):
-            route, base = (("/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
-                           if i % 2 else ("/completions", {"prompt": "hi"}))
+            route, base = route_and_base(bool(i % 2))
             body = {**base, "max_tokens": 200, "temperature": 1.0, "seed": 1, **fields}
             for err in await fail_midway(s, srv.v1 + route, body):
                 assert err["code"] == "generation_error" and err["param"] == param, (param, err)
                 assert err["message"].startswith(f"generation failed: {param}: the grammar "
                                                  "failed"), (param, err)
                 assert "response_format" not in err["message"].replace(param, ""), err
-        status, body = await post(s, srv.v1 + "/completions",
-                                  {"prompt": "hi", "max_tokens": 4, "temperature": 0})
-        assert status == 200 and body["choices"][0]["finish_reason"] == "length", body
-    await wait_free(srv, free)
-    assert srv.free() == free
+        await served_and_nothing_leaked(srv, s, free)
 
 
 async def test_a_grammar_that_allows_nothing_says_why_per_kind(srv):
