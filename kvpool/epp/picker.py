@@ -44,6 +44,7 @@ the request and the picker never learns the outcome, so there is no "retry" here
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -150,11 +151,11 @@ class Picker:
                       ) -> tuple[bytes, dict | None]:
         """``raw`` and ``body`` with the model a rule sends it to (NOTE(model-rewrite)); as
         they are when no rule matches. A body too large to check here is decoded off the
-        loop for its model."""
+        loop for its model, and encoded again off the loop."""
         if self.rewrites is None:
             return raw, body
-        decoded = body
-        if decoded is None:
+        decoded, large = body, body is None
+        if large:
             try:
                 decoded = await asyncio.to_thread(json.loads, raw)
             except (ValueError, RecursionError):  # the replica judges such a body
@@ -165,7 +166,8 @@ class Picker:
         if target is None or target == model:
             return raw, body  # as checked: a large body stays undecoded for the plan
         body = {**decoded, "model": target}
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), body
+        encode = functools.partial(json.dumps, body, ensure_ascii=False, separators=(",", ":"))
+        return (await asyncio.to_thread(encode) if large else encode()).encode(), body
 
     async def by_response(self, route: str, headers: list,
                           among: Callable[[Replica], bool] | None = None) -> list[Replica]:
