@@ -182,14 +182,27 @@ class SwapPlanner:
 
     # ------------------------------------------------------------------ host hashes
     def _host_arrived(self, tables: Sequence[BlockTable]) -> None:
-        refs, obs = self._host_refs, self._observer
-        assert obs is not None
+        refs = self._host_refs
         for t in tables:
             new = [i for i, h in enumerate(t.hashes) if not refs[h]]
             refs.update(t.hashes)
             if new:
-                obs.stored(Device.HOST, [t.hashes[i] for i in new],
-                           t.hashes[new[0] - 1] if new[0] else None)
+                self._tell_host(t, new)
+
+    def _tell_host(self, t: BlockTable, new: list[int]) -> None:
+        """NOTE(host-tokens): the observer hears the blocks of ``t`` new to the host with their
+        token ids (kept while an observer listens: NOTE(event-tokens)) and, from a chain's
+        start, its salt (NOTE(event-salt)), as the device pool tells them: an indexer keying
+        blocks on their tokens (llm-d's) then indexes the CPU tier under the keys the GPU
+        events gave, whether or not it saw those. Hashes chain, so another swapped table
+        holding block i holds every block before it: ``new`` is a tail of ``t.hashes``; were
+        it not, the blocks go without tokens, as before."""
+        lo, bs, toks = new[0], self.block_size, t.tokens
+        tail = len(new) == len(t.hashes) - lo and toks is not None
+        self._observer.stored(  # type: ignore[union-attr]
+            Device.HOST, [t.hashes[i] for i in new], t.hashes[lo - 1] if lo else None,
+            toks[lo * bs:len(t.hashes) * bs] if tail else None,  # type: ignore[index]
+            salt=None if lo else t.salt)
 
     def host_released(self, tables: Sequence[BlockTable]) -> None:
         """``tables`` left the host pool (swapped in or freed): the observer hears the hashes

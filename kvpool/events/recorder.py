@@ -12,9 +12,9 @@ bounded queue (``EventPublisher.submit``: never waits, drops counted)::
 NOTE(medium)). ``token_ids`` carries the blocks' tokens, ``block_size`` of them a block, as
 vLLM's BlockStored does: with events on a sequence's table keeps its token ids whether hit
 verification is on or off (NOTE(event-tokens)), so a consumer that keys blocks on their tokens
-(llm-d's indexer: a hash over the parent's key and the block's tokens) indexes them. Empty
-only for host (``CPU``) blocks, as vLLM's offloading connector's default events are.
-``extra_keys`` carries a salted chain's cache_salt with its first block (NOTE(event-salt)).
+(llm-d's indexer: a hash over the parent's key and the block's tokens) indexes them; host
+(``CPU``) blocks carry theirs too (core/swap.py NOTE(host-tokens)). ``extra_keys`` carries a
+salted chain's published salt with its first block, on either medium (NOTE(event-salt)).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class KVEventRecorder:
     def __init__(self, publisher: EventPublisher, block_size: int,
                  public_salt: Callable[[str], str | None] = _none) -> None:
         """``public_salt``: what of a chain's salt may be published (the server's: the client's
-        cache_salt without the tenant); by default nothing."""
+        cache_salt, a named tenant's as a keyed digest: middleware.py NOTE(tenant-salt)); by
+        default nothing."""
         self.publisher = publisher
         self.block_size = block_size
         self.public_salt = public_salt
@@ -52,15 +53,16 @@ class KVEventRecorder:
         if hashes:
             self._submit(BlockStored(list(hashes), parent, list(tokens or ()),
                                      self.block_size, None, _MEDIUM[device], None,
-                                     self._extra_keys(device, len(hashes), parent, salt)))
+                                     self._extra_keys(len(hashes), parent, salt)))
 
-    def _extra_keys(self, device: Device, n: int, parent: bytes | None,
+    def _extra_keys(self, n: int, parent: bytes | None,
                     salt: str | None) -> list[list[str] | None] | None:
         """NOTE(event-salt): vLLM puts a request's cache_salt into its first block's hash and
         publishes it, bare, as that block's extra keys; llm-d's indexer folds it into its key
-        for the block, as its scorer does a request's. A salted chain's first GPU block
-        carries the public part of the salt so; nothing else carries any."""
-        if salt is None or parent is not None or device is not Device.DEVICE:
+        for the block, as its scorer does a request's. A salted chain's first block (GPU or
+        CPU: both carry tokens, so both are keyed alike) carries the published form of the
+        salt so; nothing else carries any."""
+        if salt is None or parent is not None:
             return None
         public = self.public_salt(salt)
         if not public:  # vLLM adds none for an empty cache_salt either

@@ -12,7 +12,7 @@ name under ``"type"``; fields with a default are left out when they hold it::
 
     {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": h | None,
      "token_ids": [...], "block_size": n, "lora_id": None, "medium": "GPU", "lora_name": None,
-     "extra_keys": [[cache_salt], None, ...]}   (extra_keys only for a salted chain's start)
+     "extra_keys": [[salt], None, ...]}   (extra_keys only for a salted chain's start)
     {"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU"}
     {"type": "AllBlocksCleared"}
 
@@ -60,9 +60,10 @@ class BlockStored(msgspec.Struct, tag="BlockStored", tag_field="type", omit_defa
     medium: str | None
     lora_name: str | None
     # one entry per block: vLLM's untagged extra keys (kvpool sends only block 0's
-    # cache_salt, as [salt]), None for a block without; None (omitted) when no block has
-    # any. Read as any list: vLLM's entries also hold LoRA names and multimodal
-    # [hash, offset] pairs, and a batch typed narrower was dropped whole by the router
+    # published salt, as [salt]: recorder.py NOTE(event-salt)), None for a block without;
+    # None (omitted) when no block has any. Read as any list: vLLM's entries also hold LoRA
+    # names and multimodal [hash, offset] pairs, and a batch typed narrower was dropped whole
+    # by the router
     extra_keys: list | None = None
 
 

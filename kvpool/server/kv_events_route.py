@@ -24,12 +24,16 @@ sees it change follows the stream from scratch, even on the same ports.
 Block hashes on the stream are ``BlockHasher(block_size, model_id, algo)`` chains with the
 request's salt: its ``cache_salt``, or with ``tenant_namespaced`` the tenant folded in
 (middleware.py), the tenant read from header ``tenant_header`` or, when that is null,
-from the request's API key (middleware.py). Without the flag the route answers
+from the request's API key (middleware.py). A chain's first BlockStored carries, in
+``extra_keys``, the client's ``cache_salt``, or for a named tenant an opaque keyed digest
+(middleware.py NOTE(tenant-salt)). Without the flag the route answers
 ``{"enabled": false}``.
 """
 
 from __future__ import annotations
 
+import functools
+import secrets
 from typing import Any
 
 from aiohttp import web
@@ -40,7 +44,7 @@ from kvpool.events.publisher import EventPublisher
 from kvpool.events.recorder import KVEventRecorder
 from kvpool.server.app import NAMESPACE_KEY
 from kvpool.server.engine_client import EngineClient
-from kvpool.server.middleware import client_salt
+from kvpool.server.middleware import published_salt
 
 __all__ = ["KV_EVENTS_PATH", "KVEventsRoute"]
 
@@ -52,7 +56,9 @@ class KVEventsRoute:
 
     def __init__(self, publisher: EventPublisher | None, block_size: int) -> None:
         self.publisher = publisher
-        self.recorder = (KVEventRecorder(publisher, block_size, public_salt=client_salt)
+        # NOTE(tenant-salt): a key of this start's own, never published, for the tenants' salts
+        salts = functools.partial(published_salt, key=secrets.token_bytes(32))
+        self.recorder = (KVEventRecorder(publisher, block_size, public_salt=salts)
                          if publisher else None)
         self.info: dict[str, Any] = {"enabled": False}
 

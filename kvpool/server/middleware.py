@@ -347,11 +347,21 @@ class CacheNamespace:
         return NS_MARK + json.dumps([tenant, cache_salt])
 
 
-def client_salt(salt: str | None) -> str | None:
-    """The client's ``cache_salt`` inside a request's prefix-cache salt (``CacheNamespace.salt``
-    made it): what vLLM publishes in a BlockStored's ``extra_keys``. The tenant part (a header
-    value, a digest of the API key) is the server's and never leaves it
-    (docs/kv_events.md "Salts in extra_keys")."""
+def published_salt(salt: str | None, key: bytes) -> str | None:
+    """What of a request's prefix-cache salt (``CacheNamespace.salt`` made it) a KV event
+    publishes in a chain's first BlockStored ``extra_keys``, where vLLM puts its cache_salt.
+
+    NOTE(tenant-salt): an indexer that keys blocks on their tokens (llm-d's) sees only that
+    entry, so a tenant's part must show there or two tenants' identical prompts are one chain
+    to it. A salt without the namespace mark (one namespace) and the anonymous tenant's are
+    the client's ``cache_salt`` as sent, which a scorer folds in as vLLM's; a named tenant's
+    is ``"kvpool-ns-"`` + an HMAC-SHA256 of the whole salt under ``key`` (32 hex digits): the
+    same for the same (tenant, cache_salt) and distinct across them, as kvpool's chains are,
+    and never the header value, the API key or its digest (docs/kv_events.md "Salts in
+    extra_keys")."""
     if salt is None or not salt.startswith(NS_MARK):
         return salt
-    return json.loads(salt[len(NS_MARK):])[1]
+    tenant, client = json.loads(salt[len(NS_MARK):])
+    if not tenant:
+        return client
+    return "kvpool-ns-" + hmac.new(key, salt.encode(), hashlib.sha256).hexdigest()[:32]

@@ -5,7 +5,9 @@ the KV-event recorder of ``kvpool serve``; with it attached every sequence's tab
 token ids (NOTE(event-tokens)) and the decode fast paths append to them. Each ``GPU``
 BlockStored must carry ``block_size`` token ids per block (docs/kv_events.md "What is
 published"), each block's hash must be the chain hash of its parent (null: a tenant's root)
-and those tokens, and the parent must have been stored before. ``CPU`` ones carry none.
+and those tokens, and the parent must have been stored before. ``CPU`` ones (swap-outs) carry
+their tokens too (kvpool/core/swap.py NOTE(host-tokens)), checked the same way; their parent is
+a block of the host tier, so only its chain is checked.
 """
 
 from __future__ import annotations
@@ -48,22 +50,25 @@ class CheckingObserver:
         with self._lock:
             if device is Device.HOST:
                 self.host_stored_blocks += len(hashes)
-                if tokens:
-                    self._error(f"CPU BlockStored of {len(hashes)} blocks carries tokens")
+                self._check(hashes, parent, tokens, host=True)
                 return
             self.stored_events += 1
             self.stored_blocks += len(hashes)
             self._check(hashes, parent, tokens)
 
     def _check(self, hashes: Sequence[bytes], parent: bytes | None,
-               tokens: Sequence[int] | None) -> None:
-        bs, hb, seen = self.bs, self.hasher.hash_block, self._seen
+               tokens: Sequence[int] | None, *, host: bool = False) -> None:
+        """A GPU event's parent must be a GPU hash stored before; a host one's (a block of
+        the host tier) is not tracked, only its chain is checked."""
+        bs, hb = self.bs, self.hasher.hash_block
+        seen, medium = (set(), "CPU ") if host else (self._seen, "")
         n = 0 if tokens is None else len(tokens)
         if n != len(hashes) * bs:
-            self._error(f"BlockStored of {len(hashes)} blocks carries {n} token ids (bs {bs})")
+            self._error(f"{medium}BlockStored of {len(hashes)} blocks carries {n} token ids "
+                        f"(bs {bs})")
             seen.update(h[:8] for h in hashes)
             return
-        if parent is not None and parent[:8] not in seen:
+        if parent is not None and not host and parent[:8] not in seen:
             self._error(f"BlockStored parent {parent.hex()[:16]} was never stored")
         prev = parent
         for i, h in enumerate(hashes):

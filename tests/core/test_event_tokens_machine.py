@@ -9,7 +9,10 @@ kept ids must equal exactly the tokens the test fed that sequence, across fork, 
 swap out/in, recompute, prefix hits and frees; with neither, none are kept. Every GPU
 BlockStored must carry ``block_size`` token ids per block, each block's hash recomputed from its
 parent hash (null: a root) and those tokens, the parent stored before, and the chain's tokens a
-prefix of a sequence the test fed (docs/kv_events.md "What is published"). CPU ones carry none.
+prefix of a sequence the test fed (docs/kv_events.md "What is published"). CPU ones (swap-outs)
+carry theirs too, checked the same way, their parent a block the host tier was told before
+(kvpool/core/swap.py NOTE(host-tokens)). A chain's first block, on either medium, comes with
+the salt its root was made from (NOTE(event-salt)).
 """
 
 from __future__ import annotations
@@ -30,11 +33,11 @@ class RecordingObserver:
     """The pools' observer (kvpool.core.block.PoolObserver): every call, in order."""
 
     def __init__(self) -> None:
-        self.stored_calls: list[tuple[Device, list[bytes], bytes | None, list[int] | None]] = []
+        self.stored_calls: list[tuple] = []  # (device, hashes, parent, tokens, salt)
 
     def stored(self, device, hashes, parent, tokens=None, *, salt=None) -> None:
         self.stored_calls.append((device, list(hashes), parent,
-                                  None if tokens is None else list(tokens)))
+                                  None if tokens is None else list(tokens), salt))
 
     def removed(self, device, hashes) -> None:
         pass
@@ -55,8 +58,8 @@ class EventTokensMachine(ManagerMachine):
         self.salt: dict[int, str | None] = {}  # gid -> cache salt
         self.history: dict[int, list[int]] = {}  # every sequence ever seen -> its tokens
         self.known: dict[bytes, list[int]] = {}  # stored GPU hash -> tokens from the root
+        self.host_known: dict[bytes, list[int]] = {}  # the same for CPU (swapped-out) hashes
         self.seen = 0  # observer calls checked so far
-        self.roots = {self.mgr.hasher.root(s) for s in SALTS}
 
     @rule(base=st.integers(0, len(BASES) - 1), cut=st.integers(1, 12),
           suffix=st.lists(st.integers(0, 3), max_size=5), n=st.integers(1, 3),
@@ -139,25 +142,23 @@ class EventTokensMachine(ManagerMachine):
         if self.obs is None:
             return
         calls = self.obs.stored_calls
-        for dev, hashes, parent, toks in calls[self.seen:]:
-            if dev is Device.HOST:
-                assert not toks  # CPU blocks carry none
-                continue
-            self._check_stored(hashes, parent, toks)
+        for dev, hashes, parent, toks, salt in calls[self.seen:]:
+            known = self.host_known if dev is Device.HOST else self.known
+            self._check_stored(hashes, parent, toks, salt, known)
         self.seen = len(calls)
 
-    def _check_stored(self, hashes, parent, toks):
+    def _check_stored(self, hashes, parent, toks, salt, known):
         bs, hb = self.bs, self.mgr.hasher.hash_block
         assert toks is not None and len(toks) == len(hashes) * bs, (hashes, toks)
-        assert parent is None or parent in self.known, "parent never stored"
-        prefix = [] if parent is None else list(self.known[parent])
+        assert parent is None or parent in known, "parent never stored"
+        prefix = [] if parent is None else list(known[parent])
         prev = parent
         for i, h in enumerate(hashes):
             chunk = toks[i * bs:(i + 1) * bs]
-            parents = self.roots if prev is None else {prev}
-            assert any(hb(p, chunk) == h for p in parents), (i, chunk)
+            parents = {self.mgr.hasher.root(salt)} if prev is None else {prev}
+            assert any(hb(p, chunk) == h for p in parents), (i, chunk, salt)
             prefix += chunk
-            self.known[h] = list(prefix)
+            known[h] = list(prefix)
             prev = h
         assert any(t[:len(prefix)] == prefix for t in self.history.values()), prefix
 

@@ -4,6 +4,7 @@ alone (msgpack to plain values, no kvpool class involved)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -113,6 +114,53 @@ def plain(payload: bytes):
         assert isinstance(e, dict) and e["type"] in ("BlockStored", "BlockRemoved",
                                                      "AllBlocksCleared"), e
     return batch
+
+
+class TokenIndex:
+    """llm-d's indexer, its idea only: a block's key = H(parent's key, the block's tokens, its
+    bare extra-key strings), the parent's key found from ``parent_block_hash`` through the
+    engine-hash map; a request's block 0 extra is its cache_salt (llm-d-router's scorer)."""
+
+    def __init__(self, block_size: int) -> None:
+        self.bs = block_size
+        self.by_engine: dict[bytes, bytes] = {}
+        self.keys: set[bytes] = set()
+
+    @staticmethod
+    def key(parent: bytes, tokens: list[int], extra: list[str] | None) -> bytes:
+        return hashlib.sha256(parent + msgspec.msgpack.encode([tokens, extra])).digest()
+
+    def keys_of(self, e: dict) -> list[bytes]:
+        """The keys of a BlockStored's blocks (it must carry their tokens)."""
+        bs, parent, out = self.bs, self.by_engine.get(e["parent_block_hash"], b"root"), []
+        extras = e.get("extra_keys") or [None] * len(e["block_hashes"])
+        assert len(e["token_ids"]) == bs * len(e["block_hashes"]), e
+        for i in range(len(e["block_hashes"])):
+            extra = [k for k in (extras[i] or ()) if isinstance(k, str)] or None
+            parent = self.key(parent, e["token_ids"][i * bs:(i + 1) * bs], extra)
+            out.append(parent)
+        return out
+
+    def add(self, e: dict) -> list[bytes]:
+        keys = self.keys_of(e)
+        self.keys.update(keys)
+        self.by_engine.update(zip(e["block_hashes"], keys))
+        return keys
+
+    def hits(self, prompt: list[int], salt: str | None) -> int:
+        parent, n, bs = b"root", 0, self.bs
+        for i in range(len(prompt) // bs):
+            parent = self.key(parent, prompt[i * bs:(i + 1) * bs], [salt] if salt and not i
+                              else None)
+            if parent not in self.keys:
+                break
+            n += 1
+        return n
+
+
+def stored_events(payloads: list[bytes]) -> list[dict]:
+    """Every BlockStored in ``payloads`` (batches), in order, as plain maps."""
+    return [e for p in payloads for e in plain(p)[1] if e["type"] == "BlockStored"]
 
 
 def _stub(name: str, **attrs) -> types.ModuleType:

@@ -1,20 +1,20 @@
-"""A salted chain's first BlockStored carries the client's cache_salt in ``extra_keys``, as
-vLLM's does, so an indexer that keys blocks on their tokens (llm-d's: its key for block 0 folds
+"""A salted chain's first BlockStored carries its salt in ``extra_keys``, where vLLM puts its
+cache_salt, so an indexer that keys blocks on their tokens (llm-d's: its key for block 0 folds
 that block's bare extra-key strings in, and its scorer folds a request's cache_salt into the
 same block) keeps two tenants' identical prompts apart (docs/kv_events.md "Salts in
-extra_keys"). A real replica with a tenant header, a real SUB on 127.0.0.1, and a decoder and
-a small llm-d-like index written here; the tenant's header value is never published."""
+extra_keys"): the client's cache_salt, and for a tenant named by header an opaque keyed digest
+(kvpool/server/middleware.py NOTE(tenant-salt)), so tenants told apart by header alone are
+apart there too. A real replica with a tenant header, a real SUB on 127.0.0.1, a decoder and a
+small llm-d-like index (tests/events/helpers.py); the header's value is never published."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import aiohttp
-import msgspec
 
 from stress.http.servers import SpawnedServer
-from tests.events.helpers import Sub
+from tests.events.helpers import Sub, TokenIndex, stored_events
 
 BS = 16
 EVENTS = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
@@ -25,38 +25,6 @@ ARGS = ["--block-size", str(BS), "--num-device-blocks", "64", "--num-host-blocks
         "--tenant-header", "X-Tenant", "--kv-events-config", EVENTS]
 PROMPT = list(range(20, 70))  # 3 full blocks
 OTHER = list(range(120, 170))
-
-
-class SaltIndex:
-    """llm-d's idea: key = H(parent key, block tokens, block extra strings); an event's block
-    extras come from its extra_keys, a request's block 0 extra is its cache_salt."""
-
-    def __init__(self) -> None:
-        self.by_engine: dict[bytes, bytes] = {}
-        self.keys: set[bytes] = set()
-
-    @staticmethod
-    def key(parent: bytes, tokens: list[int], extra: list[str] | None) -> bytes:
-        return hashlib.sha256(parent + msgspec.msgpack.encode([tokens, extra])).digest()
-
-    def add(self, e: dict) -> None:
-        parent = self.by_engine.get(e["parent_block_hash"], b"root")
-        extras = e.get("extra_keys") or [None] * len(e["block_hashes"])
-        for i, h in enumerate(e["block_hashes"]):
-            extra = [k for k in (extras[i] or ()) if isinstance(k, str)] or None
-            parent = self.key(parent, e["token_ids"][i * BS:(i + 1) * BS], extra)
-            self.keys.add(parent)
-            self.by_engine[h] = parent
-
-    def hits(self, prompt: list[int], salt: str | None) -> int:
-        parent, n = b"root", 0
-        for i in range(len(prompt) // BS):
-            parent = self.key(parent, prompt[i * BS:(i + 1) * BS], [salt] if salt and not i
-                              else None)
-            if parent not in self.keys:
-                break
-            n += 1
-        return n
 
 
 class _Info:
@@ -75,7 +43,7 @@ async def _serve_and_replay(sends: list[tuple[str, str | None, list[int]]]) -> l
                 body = {"prompt": prompt, "max_tokens": 1, "temperature": 0,
                         **({"cache_salt": salt} if salt else {})}
                 async with s.post(url + "/v1/completions", json=body,
-                                  headers={"X-Tenant": tenant}) as r:
+                                  headers={"X-Tenant": tenant} if tenant else {}) as r:
                     assert r.status == 200, await r.text()
         sub = Sub(_Info(info), topic=b"r1")
         try:
@@ -87,31 +55,30 @@ async def _serve_and_replay(sends: list[tuple[str, str | None, list[int]]]) -> l
     return [f[3] for f in frames if len(f) == 4 and f[3]]
 
 
-def _stored(payloads: list[bytes]) -> list[dict]:
-    out = []
-    for p in payloads:
-        _ts, events, *_ = msgspec.msgpack.decode(p)
-        out += [e for e in events if isinstance(e, dict) and e.get("type") == "BlockStored"]
-    return out
-
-
 async def test_two_tenants_identical_prompts_stay_apart_in_a_token_keyed_index():
     payloads = await _serve_and_replay([("tenant-a-secret", "sa", PROMPT),
                                         ("tenant-b-secret", "sb", PROMPT),
                                         ("tenant-a-secret", None, OTHER),
-                                        ("tenant-b-secret", None, OTHER)])
+                                        ("tenant-b-secret", None, OTHER),
+                                        ("", "sa", OTHER), ("", None, OTHER)])
     assert not any(b"secret" in p or b"tenant\x00" in p for p in payloads)
-    stored = _stored(payloads)
-    firsts = [e for e in stored if e["parent_block_hash"] is None and e["token_ids"][0] == 20]
+    stored = stored_events(payloads)
+    starts = [e for e in stored if e["parent_block_hash"] is None]
+    firsts = [e for e in starts if e["token_ids"][0] == 20]
     assert len(firsts) == 2, stored  # each tenant's chain is its own (kvpool's namespaces)
-    assert sorted(e.get("extra_keys") for e in firsts) == [[["sa"], None, None],
-                                                          [["sb"], None, None]]
-    assert all(e.get("extra_keys") is None for e in stored if e not in firsts)
-    idx = SaltIndex()
+    assert len(starts) == 6 and len({e["block_hashes"][0] for e in starts}) == 6
+    # the published salt of a named tenant's chain: opaque, one per (tenant, cache_salt), the
+    # client's own nowhere (NOTE(tenant-salt)); the anonymous tenant's is its cache_salt
+    salts = [e["extra_keys"][0][0] for e in starts[:4]]
+    assert all(x.startswith("kvpool-ns-") and len(x) == 42 for x in salts), salts
+    assert len(set(salts)) == 4 and not {"sa", "sb"} & set(salts)
+    assert [e.get("extra_keys") for e in starts[4:]] == [[["sa"], None, None], None]
+    assert all(e.get("extra_keys") is None for e in stored if e not in starts)
+    idx = TokenIndex(BS)
     for e in stored:
         idx.add(e)
-    assert idx.hits(PROMPT, "sa") == 3 and idx.hits(PROMPT, "sb") == 3
-    assert idx.hits(PROMPT, None) == 0 and idx.hits(PROMPT, "sc") == 0
-    # the limitation: tenants told apart by header or key alone, with no cache_salt, are one
-    # chain to the indexer (docs/kv_events.md "Salts in extra_keys")
-    assert len(idx.keys) == 6 + 3 and idx.hits(OTHER, None) == 3
+    # two tenants' identical prompts, with or without a cache_salt, are 4 chains to a
+    # token-keyed index too, and no request without the tenant's key hits them
+    assert len(idx.keys) == 6 * 3
+    assert idx.hits(PROMPT, "sa") == idx.hits(PROMPT, "sb") == idx.hits(PROMPT, None) == 0
+    assert idx.hits(OTHER, "sa") == idx.hits(OTHER, None) == 3  # the anonymous tenant's
