@@ -22,7 +22,7 @@ from aiohttp import web
 from kvpool.router.affinity import ResponseAffinity
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_routing import EventRouting
-from kvpool.router.membership import Membership, read_token, replica_url
+from kvpool.router.membership import Membership, read_token, replica_spec
 from kvpool.router.proxy import DEFAULT_MAX_RETRIES, POLICIES, UPSTREAM_KEEPALIVE, Router
 from kvpool.router.replicas import DEFAULT_DOWN_AFTER, DEFAULT_INTERVAL, ReplicaSet
 from kvpool.router.scoring import LoadGuard
@@ -50,12 +50,13 @@ def _add_replica_arguments(p: argparse.ArgumentParser) -> None:
     """Where the router listens and which replicas it serves."""
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (0: any free; default 8080)")
-    p.add_argument("--replica", action="append", default=[], metavar="URL",
-                   help="a kvpool serve base URL, e.g. http://127.0.0.1:8000 (repeat per "
-                        "replica)")
+    p.add_argument("--replica", action="append", default=[], metavar="[NAME=]URL",
+                   help="a replica's base URL, e.g. http://127.0.0.1:8000 (repeat per "
+                        "replica); NAME= labels its series on /metrics (default: HOST:PORT)")
     p.add_argument("--replicas-file", metavar="PATH",
-                   help="a file of replica URLs, one per line, re-read when it changes: URLs "
-                        "that join take traffic after a passing /health, ones that leave drain")
+                   help="a file of replica URLs ([NAME=]URL), one per line, re-read when it "
+                        "changes: URLs that join take traffic after a passing /health, ones "
+                        "that leave drain")
     p.add_argument("--admin-token-file", metavar="PATH",
                    help="enables GET/POST/DELETE /v1/kvpool/replicas with 'Authorization: "
                         "Bearer <the file's token>' (add and remove replicas at runtime); "
@@ -81,11 +82,14 @@ def _add_health_arguments(p: argparse.ArgumentParser) -> None:
     """When a replica counts as down; the body limit and the log level."""
     p.add_argument("--health-interval", type=float, default=DEFAULT_INTERVAL,
                    help="seconds between /health beats of each replica (a beat that takes "
-                        "over 0.5 s takes the replica out of new choices until one answers)")
+                        "over 0.5 s takes the replica out of new choices until one answers "
+                        "in time)")
     p.add_argument("--down-after", type=float, default=DEFAULT_DOWN_AFTER,
-                   help="seconds without any /health answer after which a replica is silent: "
-                        "its in-flight requests end (streams with an SSE error event; ones "
-                        "not started yet are retried elsewhere)")
+                   help="seconds in which nothing came from a replica (no /health answer, "
+                        "however late, no byte of an answer in flight) after which it is "
+                        "silent: its in-flight requests end (streams with an SSE error event; "
+                        "ones not started yet are retried elsewhere). Raise it where a "
+                        "replica's API loop can stall longer")
     p.add_argument("--max-retries", type=int, default=DEFAULT_MAX_RETRIES, metavar="N",
                    help="other replicas a request is tried on after one that cannot have "
                         "started it (connection refused, 503 + Retry-After, silent); one that "
@@ -130,8 +134,9 @@ def build_router(args: argparse.Namespace) -> Router:
     if not args.replica and not args.replicas_file and not args.admin_token_file:
         raise ValueError("give at least one --replica URL (or --replicas-file / "
                          "--admin-token-file to add replicas at runtime)")
-    urls = [replica_url(u) for u in args.replica]
-    replicas = ReplicaSet(urls, interval=args.health_interval, down_after=args.down_after)
+    specs = [replica_spec(u) for u in args.replica]
+    replicas = ReplicaSet([u for u, _ in specs], interval=args.health_interval,
+                          down_after=args.down_after, names={u: n for u, n in specs if n})
     guard = LoadGuard(args.balance_abs_threshold, args.balance_rel_threshold)
     token = read_token(args.admin_token_file) if args.admin_token_file else None
     membership = (Membership(replicas, admin_token=token, replicas_file=args.replicas_file)

@@ -185,10 +185,10 @@ class EventRouting:
         blocks = GaugeMetricFamily("kvpool_router_kv_index_blocks",
                                    "Block hashes the router knows a replica caches.",
                                    labels=["replica"])
-        for url, f in self.feeds.items():
+        for f in self.feeds.values():  # labelled as replicas.py NOTE(replica-series)
             for kind in FEED_COUNTS:
-                events.add_metric([url, kind], f.counts[kind])
-            blocks.add_metric([url], len(f.index))
+                events.add_metric([f.replica.name, kind], f.counts[kind])
+            blocks.add_metric([f.replica.name], len(f.index))
         fallbacks = CounterMetricFamily("kvpool_router_lookup_fallbacks",
                                         "Requests placed by lookups: the router could not "
                                         "hash them itself, or a candidate's KV events "

@@ -14,22 +14,43 @@ each summed over its series (one per model name, engine or rank label). A beat w
 ``num_waiting``) starts a scrape of that replica's /metrics unless one is still in flight: at
 most one per replica, never more often than its beats, and apart from them, so a slow /metrics
 never delays a beat (liveness). A scrape is bounded like the replica's other answers
-(NOTE(small-answers)): the health timeout, and ``MAX_METRICS_BYTES`` read; only the lines of
+(NOTE(small-answers)): ``METRICS_TIMEOUT``, and ``MAX_METRICS_BYTES`` read; only the lines of
 those four gauges reach the parser (prometheus_client's, the exposition format's reference
 implementation), so a long /metrics costs one split, not a parse of every histogram bucket.
-A /metrics that is absent (not 200), longer than the bound, not the text format, or without
-either pair leaves the load at 0 (the router's own in-flight requests: the behaviour before),
-logged once per replica with what to do. The KV cache usage gauges are not read: the load guard
-compares requests (scoring.py).
+A /metrics that is absent (404 and the like), longer than the bound, not the text format, or
+without either pair leaves the load at 0 (the router's own in-flight requests: the behaviour
+before), logged once per replica with what to do. The KV cache usage gauges are not read: the
+load guard compares requests (scoring.py).
+
+NOTE(scrape-failed): a scrape that fails (no answer within ``METRICS_TIMEOUT``, a 5xx, a
+connection refused or broken off) says nothing about the load, and a replica too busy to
+answer is the one most likely loaded: its load stays the last one read (0 only if none was
+ever read), never reset to 0, which would make it the least loaded replica for the load
+guard. It is logged once when a replica's scrapes start failing, and once when they answer
+again; a replica failing again is logged again.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["ENGINE_GAUGES", "MAX_METRICS_BYTES", "load_from_metrics"]
+if TYPE_CHECKING:
+    from kvpool.router.replicas import Replica
+
+__all__ = ["ENGINE_GAUGES", "MAX_METRICS_BYTES", "METRICS_TIMEOUT", "MetricsLoad",
+           "load_from_metrics", "read_up_to"]
+
+log = logging.getLogger("kvpool.router")
+# seconds one scrape may take, read whole: apart from the beats (never delaying one), so it
+# may take longer than a /health answer; vLLM renders /metrics per request, slower when busy
+METRICS_TIMEOUT = 2.0
 
 # (running, waiting) gauge names per engine, the first one a /metrics has wins
 ENGINE_GAUGES = (("vllm:num_requests_running", "vllm:num_requests_waiting"),
@@ -61,3 +82,110 @@ def load_from_metrics(body: bytes) -> int | None:
                 return None
             return round(total)
     return None
+
+
+async def read_up_to(readany: Callable[[], Awaitable[bytes]],
+                     limit: int) -> tuple[bytes, bool]:
+    """An answer's body up to ``limit`` bytes (or one read past it), by ``readany`` (its
+    stream's: b"" at the end), and whether that is all of it."""
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = await readany()
+        if not chunk:
+            return b"".join(parts), True
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts), False
+
+
+class _Failed(Exception):
+    """A scrape that failed on the replica's side: a 5xx (NOTE(scrape-failed))."""
+
+
+class MetricsLoad:
+    """The scrapes in flight, one per replica at most, and what was logged about each."""
+
+    def __init__(self, timeout: float = METRICS_TIMEOUT) -> None:
+        self.timeout = timeout  # seconds one /metrics answer may take, read whole
+        self.scrapes: dict[Replica, asyncio.Task] = {}
+        self.logged: set[tuple[str, str]] = set()  # (replica URL, what) said once
+        self.failing: set[str] = set()  # replica URLs whose last scrape failed
+        self.done = 0  # completed scrapes of all replicas (tests wait on it)
+        self.failed = 0  # of them, the failed ones (NOTE(scrape-failed))
+
+    def want(self, session: aiohttp.ClientSession, r: Replica) -> None:
+        """Scrape ``r``'s /metrics into ``r.load`` unless a scrape of it is in flight."""
+        if r in self.scrapes:
+            return
+        task = asyncio.create_task(self._scrape(session, r), name=f"router-metrics {r.url}")
+        self.scrapes[r] = task
+        task.add_done_callback(lambda _t: self.scrapes.pop(r, None))
+
+    async def close(self) -> None:
+        tasks = list(self.scrapes.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _scrape(self, session: aiohttp.ClientSession, r: Replica) -> None:
+        try:
+            load, why = await self._read(session, r)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError, _Failed) as exc:
+            self.done += 1
+            self._failed(r, f"did not answer within {self.timeout:g} s"
+                         if isinstance(exc, asyncio.TimeoutError) else
+                         str(exc) if isinstance(exc, _Failed) else
+                         f"failed ({type(exc).__name__})")
+            return
+        self.done += 1
+        self._answers(r)
+        r.load = 0 if load is None else load
+        if load is None:
+            self._once(r, why, logging.WARNING,
+                       "replica %s: /health reports no load and its /metrics %s; the load "
+                       "guard sees only this router's requests there. Serve vLLM's or "
+                       "SGLang's Prometheus /metrics (SGLang: --enable-metrics)", r.url, why)
+        else:
+            self._once(r, "read", logging.INFO, "replica %s: load (running + waiting) read "
+                       "from its /metrics, its /health reports none", r.url)
+
+    async def _read(self, session: aiohttp.ClientSession, r: Replica
+                    ) -> tuple[int | None, str]:
+        """(the load, "") or (None, why the replica's /metrics has no usable load); _Failed,
+        a timeout or a client error for a failed scrape (NOTE(scrape-failed))."""
+        async with session.get(r.url + "/metrics", timeout=aiohttp.ClientTimeout(
+                total=self.timeout)) as resp:
+            r.hear()  # an answer: the replica is alive (replicas.py NOTE(liveness))
+            if resp.status >= 500:
+                raise _Failed(f"answered {resp.status}")
+            if resp.status != 200:
+                return None, f"answered {resp.status}"
+            body, whole = await read_up_to(resp.content.readany, MAX_METRICS_BYTES)
+        if not whole:
+            return None, f"is longer than {MAX_METRICS_BYTES} bytes"
+        load = load_from_metrics(body)
+        if load is None:
+            return None, "has neither engine's request gauges, or they do not parse"
+        return load, ""
+
+    def _failed(self, r: Replica, why: str) -> None:
+        self.failed += 1
+        if r.url not in self.failing:
+            self.failing.add(r.url)
+            log.warning("replica %s: its /metrics %s; its load stays %d, the last one read, "
+                        "until a scrape answers (the load guard also counts this router's own "
+                        "requests there). A replica too busy to answer /metrics in %g s is "
+                        "likely overloaded or stalled: check its API server (time `curl "
+                        "URL/metrics`); said again only after it answers and then fails",
+                        r.url, why, r.load, self.timeout)
+
+    def _answers(self, r: Replica) -> None:
+        if r.url in self.failing:
+            self.failing.discard(r.url)
+            log.info("replica %s: its /metrics answers again", r.url)
+
+    def _once(self, r: Replica, what: str, level: int, msg: str, *args: object) -> None:
+        if (r.url, what) not in self.logged:
+            self.logged.add((r.url, what))
+            log.log(level, msg, *args)

@@ -2,19 +2,24 @@
 
 Admin API (only with ``--admin-token-file``; every call sends ``Authorization: Bearer <token>``)::
 
-    GET    /v1/kvpool/replicas                  -> 200 {"replicas": [{url, healthy, in_flight}]}
+    GET    /v1/kvpool/replicas                  -> 200 {"replicas": [{url, name, healthy,
+                                                                          in_flight}]}
     POST   /v1/kvpool/replicas {"url": U}       -> 201 added (200: already a member)
+           (+ "name": N, its /metrics label)        (a member renamed when N is given)
     DELETE /v1/kvpool/replicas {"url": U}       -> 200 removed, its streams drain (404: none)
     no or a wrong token -> 401; the API off (no token file) -> 403; a body that is not a JSON
-    object with a URL string, or a URL that is not http(s)://host[:port] -> 400
+    object with a URL string, a URL that is not http(s)://host[:port], a name that is not
+    ``replica_spec``'s or is another replica's -> 400
 
-Watched file (``--replicas-file``): one base URL per line (blank lines and ``#`` comments
-skipped), read every ``poll`` seconds and applied when its text changed (NOTE(mtime): a file's
-mtime ticks coarsely, so an edit of the same size right after a read could keep mtime and size;
-a small file read twice a second costs microseconds, and an atomic rename is seen too). The file owns the URLs it lists: a URL that leaves the file
-leaves the router; a missing or unreadable file changes nothing (logged once). Write it by
-rename: a file caught half-written lists fewer replicas until the next read. Replicas given
-with ``--replica`` or the API stay unless the file listed them and then dropped them.
+Watched file (``--replicas-file``): one base URL per line, ``NAME=URL`` to name it as
+``--replica`` does (``replica_spec``; blank lines and ``#`` comments skipped), read every
+``poll`` seconds and applied when its text changed (NOTE(mtime): a file's mtime ticks
+coarsely, so an edit of the same size right after a read could keep mtime and size; a small
+file read twice a second costs microseconds, and an atomic rename is seen too). The file owns
+the URLs it lists: a URL that leaves the file leaves the router; a missing or unreadable
+file changes nothing (logged once). Write it by rename: a file caught half-written lists fewer
+replicas until the next read. Replicas given with ``--replica`` or the API stay unless the file
+listed them and then dropped them; a line naming a member renames it.
 
 What joining and leaving mean for traffic is ReplicaSet's (replicas.py): a new replica takes
 requests after its first passing /health beat; a removed one gets no new requests and finishes
@@ -38,7 +43,8 @@ from aiohttp import web
 from kvpool.router.replicas import ReplicaSet
 from kvpool.server.middleware import APIError
 
-__all__ = ["ADMIN_PATH", "Membership", "bearer", "carries_token", "read_token", "replica_url"]
+__all__ = ["ADMIN_PATH", "Membership", "bearer", "carries_token", "read_token", "replica_spec",
+           "replica_url"]
 
 log = logging.getLogger("kvpool.router")
 ADMIN_PATH = "/v1/kvpool/replicas"
@@ -48,6 +54,31 @@ DEFAULT_POLL = 0.5  # seconds between two looks at the replicas file
 # a DNS name, an IPv4 address or an IPv6 one (urlsplit strips its brackets): no spaces,
 # no control or other characters a URL host cannot hold
 _HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?")
+# a replica's name (its /metrics label): a pod or service name's characters, no ':' (so no
+# name is ever a HOST:PORT default) and nothing a URL's user part or query could hide in
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def replica_spec(text: str) -> tuple[str, str | None]:
+    """``[NAME=]URL`` as (base URL, NAME or None), or ValueError saying what is wrong: NAME
+    labels the replica's series on the router's /metrics in place of its URL's HOST:PORT
+    (replicas.py NOTE(replica-series)); the URL as ``replica_url`` takes it."""
+    head, sep, rest = text.strip().partition("=")
+    if not sep or "/" in head:  # no name: a bare URL (an '=' after '//' is in its query)
+        return replica_url(text), None
+    if not _NAME.fullmatch(head):
+        raise ValueError(f"{_shown(text.strip())!r}: a replica name (NAME=URL) is letters, "
+                         "digits, '.', '_' or '-', at most 128")
+    return replica_url(rest), head
+
+
+def name_of(value: object) -> str | None:
+    """An admin API body's ``name`` (absent: None), or ValueError."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise ValueError("the name is letters, digits, '.', '_' or '-', at most 128")
+    return value
 
 
 def replica_url(text: str) -> str:
@@ -72,15 +103,19 @@ def replica_url(text: str) -> str:
 
 
 def _shown(text: str) -> str:
-    """NOTE(no-userinfo): a replica URL is refused with its user part (``user:password@``),
-    so no password reaches the router's /metrics labels, /health or the admin API's list; the
-    refusal quotes it with all before its last ``@`` but the scheme masked, as the --replica
-    flag, an admin API 400 body or a --replicas-file warning in the log would show it."""
-    if "@" not in text:
-        return text
-    scheme, sep, _ = text.partition("://")
-    host = text.rpartition("@")[2]
-    return f"{scheme}{sep}***@{host}" if sep else f"***@{host}"
+    """NOTE(no-userinfo): a replica URL is refused with its user part (``user:password@``)
+    or a query (``?token=...``), so no password reaches the router's /metrics labels, /health
+    or the admin API's list; the refusal quotes it with all before its last ``@`` but the
+    scheme masked, and its query and fragment masked, as the --replica flag, an admin API 400
+    body or a --replicas-file warning in the log would show it."""
+    if "@" in text:
+        scheme, sep, _ = text.partition("://")
+        host = text.rpartition("@")[2]
+        text = f"{scheme}{sep}***@{host}" if sep else f"***@{host}"
+    for mark in ("?", "#"):
+        if mark in text:
+            text = text.partition(mark)[0] + mark + "***"
+    return text
 
 
 def bearer(token: str) -> bytes:
@@ -137,11 +172,15 @@ class Membership:
             return self.listing()
         if request.method not in ("POST", "DELETE"):
             raise web.HTTPMethodNotAllowed(request.method, ["GET", "POST", "DELETE"])
-        url = await self._url_of(request)
+        url, name = await self._url_of(request)
         if request.method == "POST":
             added = self.replicas.find(url) is None
-            self.replicas.add(url)
-            return web.json_response({"url": url, "added": added}, status=201 if added else 200)
+            try:
+                r = self.replicas.add(url, name)
+            except ValueError as exc:  # the name is another replica's
+                raise APIError(400, str(exc), param="name", code="invalid_name") from None
+            return web.json_response({"url": url, "name": r.name, "added": added},
+                                     status=201 if added else 200)
         gone = self.replicas.remove(url)
         if gone is None:
             raise APIError(404, f"{url} is not a replica of this router", param="url",
@@ -150,11 +189,11 @@ class Membership:
 
     def listing(self) -> web.Response:
         return web.json_response({"replicas": [
-            {"url": r.url, "healthy": r.healthy, "in_flight": r.in_flight}
+            {"url": r.url, "name": r.name, "healthy": r.healthy, "in_flight": r.in_flight}
             for r in self.replicas.replicas]})
 
     @staticmethod
-    async def _url_of(request: web.Request) -> str:
+    async def _url_of(request: web.Request) -> tuple[str, str | None]:
         raw = await request.read()
         try:
             body = json.loads(raw)
@@ -165,9 +204,13 @@ class Membership:
             raise APIError(400, 'give the replica as {"url": "http://HOST:PORT"}', param="url",
                            code="invalid_url")
         try:
-            return replica_url(body["url"])
+            url = replica_url(body["url"])
         except ValueError as exc:
             raise APIError(400, str(exc), param="url", code="invalid_url") from None
+        try:
+            return url, name_of(body.get("name"))
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="name", code="invalid_name") from None
 
     # ---------------------------------------------------------------- watched file
     async def _watching(self, app: web.Application) -> AsyncIterator[None]:
@@ -201,21 +244,27 @@ class Membership:
             self.seen = text
             self.apply(self.parse(text))
 
-    def parse(self, text: str) -> set[str]:
-        urls = set()
+    def parse(self, text: str) -> dict[str, str | None]:
+        """URL -> its name (None: none given) of each line that holds one."""
+        urls: dict[str, str | None] = {}
         for n, line in enumerate(text.splitlines(), 1):
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
             try:
-                urls.add(replica_url(line))
+                url, name = replica_spec(line)
             except ValueError as exc:
                 log.warning("--replicas-file %s line %d skipped: %s", self.path, n, exc)
+                continue
+            urls[url] = name
         return urls
 
-    def apply(self, urls: set[str]) -> None:
-        for url in sorted(urls - self.from_file):
-            self.replicas.add(url)
-        for url in sorted(self.from_file - urls):
+    def apply(self, urls: dict[str, str | None]) -> None:
+        for url in sorted(self.from_file - urls.keys()):
             self.replicas.remove(url)
-        self.from_file = urls
+        for url, name in sorted(urls.items()):
+            try:
+                self.replicas.add(url, name)  # a member already: renamed when named
+            except ValueError as exc:
+                log.warning("--replicas-file %s: %s skipped: %s", self.path, url, exc)
+        self.from_file = set(urls)

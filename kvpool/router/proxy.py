@@ -83,7 +83,7 @@ from kvpool.router.relayed import BodyReader, asking_identity, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_json
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
 from kvpool.router.upstream import RELAYED, SKIP_AUTO_HEADERS, Failure, Relay
-from kvpool.router.wire import UpstreamPool
+from kvpool.router.wire import CONNECT_TIMEOUT, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
@@ -164,7 +164,7 @@ class Router:
     """Routes generation requests over a ReplicaSet; ``app()`` builds the aiohttp app."""
 
     def __init__(self, replicas: ReplicaSet, *, guard: LoadGuard = DEFAULT_GUARD,
-                 lookup_timeout: float = 0.05, connect_timeout: float = 1.0,
+                 lookup_timeout: float = 0.05, connect_timeout: float = CONNECT_TIMEOUT,
                  policy: str = "prefix", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  membership: Membership | None = None, kv_events: EventRouting | None = None,
                  affinity: ResponseAffinity | None = None, cors: CorsPolicy | None = None,
@@ -257,9 +257,8 @@ class Router:
                     r.url + LOOKUP_PATH, data=raw, headers=headers,
                     skip_auto_headers=SKIP_AUTO_HEADERS,
                     timeout=aiohttp.ClientTimeout(total=self.lookup_timeout)) as resp:
-                if resp.status != 200:
-                    return None
-                out = await read_json(resp)  # replicas.py NOTE(small-answers)
+                r.hear()  # replicas.py NOTE(liveness), and NOTE(small-answers):
+                out = await read_json(resp) if resp.status == 200 else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return None  # late, down, silent or confused: scores hit 0, the choice goes on
         counts = lookup_counts(out)

@@ -7,14 +7,27 @@ Each replica has its own beat task: ``GET /health`` every ``interval`` seconds, 
     another status, refused  -> not healthy (no new requests; its in-flight ones go on: a
                                 draining replica refuses connections and /health but finishes
                                 what it runs, and a killed one breaks its connections itself)
-    no answer in ``timeout``  -> not healthy; once nothing was heard for ``down_after`` seconds
-                                the replica is *silent* (stopped, hung, partitioned): every
-                                request the router has in flight there ends now (``lease``)
+    no answer in ``timeout``  -> not healthy (no new requests) at once; the beat waits on for
+                                its answer up to ``down_after`` seconds: an answer that
+                                comes late is heard (the replica lives), but leaves the
+                                replica unhealthy until a beat answers in time
+    nothing heard for ``down_after`` seconds -> the replica is *silent* (stopped, hung,
+                                partitioned): every request the router has in flight there
+                                ends now (``lease``)
 
 NOTE(liveness): a silent replica's open connections never fail by themselves, and a first-byte
 timeout cannot tell it from a long prefill (many seconds before the first token on a real
-model). The replica's own /health, answered by its event loop while the engine computes, is
-the signal: a request ends when its replica stops answering, never because it is slow.
+model). What the replica sends is the signal: a request ends when its replica stops answering,
+never because it is slow. *Heard* (``Replica.hear``) is any /health answer, however late or
+whatever its status, a lookup or /metrics answer, and any byte of an answer in flight on the
+proxied connections (wire.py NOTE(on-data)): a replica whose /health is slow or stuck (SGLang's
+runs a generation; a busy API loop answers late) while it still streams its answers keeps
+them. A TCP connect that succeeds is not heard: the kernel completes it for a stopped (SIGSTOP)
+or hung process too. A replica whose API loop stalls longer than ``down_after`` with nothing in
+flight sending bytes (a very long prompt tokenized or templated on the loop, large multimodal
+inputs) is taken for silent: the default (5 s) leaves room for such stalls; raise
+``--down-after`` where they last longer (docs/architecture.md, Router). The first beat of all
+replicas (``poll_once``, before the router listens) waits only ``timeout``.
 
 NOTE(load): a 200 /health also carries the replica's running and waiting requests: the load
 guard's input when the router does not ask lookups (``--kv-events``) or never proxies at all
@@ -24,11 +37,17 @@ whose /health carries no load (vLLM, SGLang) has it read from its /metrics inste
 (load_metrics.py NOTE(metrics-load); ``MetricsLoad``).
 
 Invariant: ``healthy()`` lists, in the order they joined, the member replicas whose last
-beat was a 200 and that have not refused a connection since; ``mark_down`` (a refused connect
-found while proxying) takes a replica out at once, and only a beat brings it back.
+beat was a 200 within ``timeout`` (none in flight past it) and that have not failed a connect
+since; ``mark_down`` (a connect refused or timed out while proxying) takes a replica out at
+once, as a failed beat does, and only a beat brings it back.
 
 NOTE(replica-series): the router's /metrics shows each member replica as the router sees it,
-one series per gauge labelled ``replica`` = its URL (the label the KV-event series use):
+one series per gauge labelled ``replica`` = its name (the label the KV-event series use): the
+NAME of ``--replica NAME=URL`` (or of a replicas-file line, or the admin API's ``name``), else
+its URL's HOST:PORT (``default_name``), never its scheme, user part, path or query. /metrics
+answers whoever reaches the router, while /health names the URLs only to its credentials
+(proxy.py NOTE(health-view)): a name hides the internal host too. Names are unique (one series
+per replica); a clash is refused (ValueError) where the replica comes in. Gauges:
 ``kvpool_router_replica_load`` (running + waiting its last /health or /metrics reported),
 ``kvpool_router_replica_healthy`` (1 while new requests may go there, else 0) and
 ``kvpool_router_replica_in_flight`` (this router's requests there now). Read at each scrape
@@ -48,21 +67,22 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import aiohttp
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from kvpool.router.load_metrics import MAX_METRICS_BYTES, load_from_metrics
+from kvpool.router.load_metrics import METRICS_TIMEOUT, MetricsLoad, read_up_to
 from kvpool.router.scoring import whole_counts
 
 __all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "MAX_ANSWER_BYTES", "MetricsLoad",
-           "Replica", "ReplicaSet", "read_json", "read_up_to"]
+           "Replica", "ReplicaSet", "default_name", "read_json", "read_up_to"]
 
 log = logging.getLogger("kvpool.router")
 DEFAULT_INTERVAL = 0.5  # seconds between two beats of one replica
-DEFAULT_DOWN_AFTER = 2.0  # seconds without any /health answer before in-flight requests end
+DEFAULT_DOWN_AFTER = 5.0  # seconds nothing heard (NOTE(liveness)) before in-flight requests end
 _CLIENT_ERRORS = (aiohttp.ClientError, OSError)
 # NOTE(small-answers): what the router reads of a replica's own answers to it (/health, a
 # lookup, the kv_events info) is small JSON; each is read up to a bound, never whole, so a
@@ -76,12 +96,20 @@ class Replica:
     """One upstream ``kvpool serve``."""
 
     url: str  # base URL, no trailing slash (the CLI normalises it)
+    name: str = ""  # its label on the router's /metrics (NOTE(replica-series)); "": HOST:PORT
     healthy: bool = True  # written by its beat and by ReplicaSet.mark_down
     in_flight: int = 0  # requests this router is proxying to it now (load when lookup is late)
     replica_id: str | None = None  # from its lookup answers, for logs
     load: int = 0  # running + waiting its last /health or /metrics reported (all clients')
-    heard: float = 0.0  # loop time of its last /health answer of any kind
+    heard: float = 0.0  # loop time it was last heard (NOTE(liveness))
     leases: set[asyncio.Timeout] = field(default_factory=set)  # its in-flight work
+
+    def __post_init__(self) -> None:
+        self.name = self.name or default_name(self.url)
+
+    def hear(self) -> None:
+        """Something came from it now: an answer, or bytes of one (NOTE(liveness))."""
+        self.heard = asyncio.get_running_loop().time()
 
     @contextlib.asynccontextmanager
     async def lease(self, *, counted: bool = True) -> AsyncIterator[asyncio.Timeout]:
@@ -111,6 +139,19 @@ class Replica:
         return len(self.leases)
 
 
+def default_name(url: str) -> str:
+    """A replica's /metrics label when it was given none: its URL's HOST:PORT (the scheme's
+    port when the URL has none), nothing else of it (NOTE(replica-series))."""
+    parts = urlsplit(url)
+    host = parts.hostname or "unknown"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    port = port or (443 if parts.scheme == "https" else 80)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def reports_load(health: object) -> bool:
     """Whether a decoded /health answer carries a load (kvpool serve's does, vLLM's and
     SGLang's empty body does not: NOTE(metrics-load))."""
@@ -122,21 +163,6 @@ def load_of(health: object) -> int:
     counts that are not whole: a string, a fraction, 1e999)."""
     counts = whole_counts(health, ("num_running", "num_waiting"), default=0)
     return sum(counts) if counts else 0
-
-
-async def read_up_to(readany: Callable[[], Awaitable[bytes]],
-                     limit: int) -> tuple[bytes, bool]:
-    """An answer's body up to ``limit`` bytes (or one read past it), by ``readany`` (its
-    stream's: b"" at the end), and whether that is all of it."""
-    parts: list[bytes] = []
-    size = 0
-    while size <= limit:
-        chunk = await readany()
-        if not chunk:
-            return b"".join(parts), True
-        parts.append(chunk)
-        size += len(chunk)
-    return b"".join(parts), False
 
 
 async def read_json(resp: aiohttp.ClientResponse, limit: int = MAX_ANSWER_BYTES) -> object:
@@ -151,70 +177,22 @@ async def read_json(resp: aiohttp.ClientResponse, limit: int = MAX_ANSWER_BYTES)
         return None
 
 
-class MetricsLoad:
-    """The scrapes in flight, one per replica at most, and what was logged about each."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout  # seconds one /metrics answer may take, read whole
-        self.scrapes: dict[Replica, asyncio.Task] = {}
-        self.logged: set[tuple[str, str]] = set()  # (replica URL, what) said once
-        self.done = 0  # completed scrapes of all replicas (tests wait on it)
-
-    def want(self, session: aiohttp.ClientSession, r: Replica) -> None:
-        """Scrape ``r``'s /metrics into ``r.load`` unless a scrape of it is in flight."""
-        if r in self.scrapes:
-            return
-        task = asyncio.create_task(self._scrape(session, r), name=f"router-metrics {r.url}")
-        self.scrapes[r] = task
-        task.add_done_callback(lambda _t: self.scrapes.pop(r, None))
-
-    async def close(self) -> None:
-        tasks = list(self.scrapes.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _scrape(self, session: aiohttp.ClientSession, r: Replica) -> None:
-        load, why = None, None
-        try:
-            async with session.get(r.url + "/metrics", timeout=aiohttp.ClientTimeout(
-                    total=self.timeout)) as resp:
-                if resp.status != 200:
-                    why = f"answered {resp.status}"
-                else:
-                    body, whole = await read_up_to(resp.content.readany, MAX_METRICS_BYTES)
-                    load = load_from_metrics(body) if whole else None
-                    why = None if load is not None else (
-                        "has neither engine's request gauges, or they do not parse" if whole
-                        else f"is longer than {MAX_METRICS_BYTES} bytes")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
-            pass  # late or down: the beats judge its liveness; no load this time
-        r.load = 0 if load is None else load
-        self.done += 1
-        if why is not None:
-            self._once(r, why, logging.WARNING,
-                       "replica %s: /health reports no load and its /metrics %s; the load "
-                       "guard sees only this router's requests there. Serve vLLM's or "
-                       "SGLang's Prometheus /metrics (SGLang: --enable-metrics)", r.url, why)
-        elif load is not None:
-            self._once(r, "read", logging.INFO, "replica %s: load (running + waiting) read "
-                       "from its /metrics, its /health reports none", r.url)
-
-    def _once(self, r: Replica, what: str, level: int, msg: str, *args: object) -> None:
-        if (r.url, what) not in self.logged:
-            self.logged.add((r.url, what))
-            log.log(level, msg, *args)
-
-
 class ReplicaSet:
     """The replica list plus one beat task per replica (``run`` is the task body)."""
 
     def __init__(self, urls: list[str], *, interval: float = DEFAULT_INTERVAL,
-                 timeout: float = 0.5, down_after: float = DEFAULT_DOWN_AFTER) -> None:
+                 timeout: float = 0.5, down_after: float = DEFAULT_DOWN_AFTER,
+                 names: Mapping[str, str] | None = None,
+                 metrics_timeout: float = METRICS_TIMEOUT) -> None:
+        """``names``: URL -> its /metrics label, for those given one (NOTE(replica-series))."""
         if interval <= 0 or timeout <= 0 or down_after <= 0:
             raise ValueError("router: the health interval, timeout and down-after must be > 0 "
                              "seconds")
-        self.replicas = [Replica(u.rstrip("/")) for u in urls]
+        self.replicas: list[Replica] = []
+        for u in urls:
+            r = Replica(u.rstrip("/"), (names or {}).get(u, ""))
+            self._unique(r.name, r.url)
+            self.replicas.append(r)
         self.interval = interval
         self.timeout = timeout  # seconds one /health answer may take
         self.down_after = down_after
@@ -223,7 +201,7 @@ class ReplicaSet:
         self.session: aiohttp.ClientSession | None = None  # set by run(): add() beats with it
         self.beats: dict[Replica, asyncio.Task] = {}  # one per replica still beaten
         self.beat_bugs: set[str] = set()  # replicas whose beat raised (logged once each)
-        self.scrapes = MetricsLoad(timeout)  # /metrics loads (NOTE(metrics-load))
+        self.scrapes = MetricsLoad(metrics_timeout)  # /metrics loads (NOTE(metrics-load))
 
     def healthy(self) -> list[Replica]:
         return [r for r in self.replicas if r.healthy]
@@ -241,21 +219,30 @@ class ReplicaSet:
                                       "router is proxying to the replica now.",
                                       labels=["replica"])
         for r in list(self.replicas):
-            load.add_metric([r.url], r.load)
-            healthy.add_metric([r.url], 1 if r.healthy else 0)
-            in_flight.add_metric([r.url], r.in_flight)
+            load.add_metric([r.name], r.load)
+            healthy.add_metric([r.name], 1 if r.healthy else 0)
+            in_flight.add_metric([r.name], r.in_flight)
         yield from (load, healthy, in_flight)
 
     def find(self, url: str) -> Replica | None:
         url = url.rstrip("/")
         return next((r for r in self.replicas if r.url == url), None)
 
-    def add(self, url: str) -> Replica:
-        """``url`` as a member (the one already there if it is); new ones start not healthy."""
+    def _unique(self, name: str, url: str) -> None:
+        """ValueError when another member is called ``name`` (NOTE(replica-series))."""
+        if any(r.name == name and r.url != url.rstrip("/") for r in self.replicas):
+            raise ValueError(f"replica name {name!r} is another replica's: give each replica "
+                             "its own (NAME=URL)")
+
+    def add(self, url: str, name: str | None = None) -> Replica:
+        """``url`` as a member (the one already there if it is, renamed when ``name`` is
+        given); new ones start not healthy. ValueError when the name is another's."""
         found = self.find(url)
+        self._unique(name or default_name(url), url)
         if found is not None:
+            found.name = name or found.name
             return found
-        r = Replica(url.rstrip("/"), healthy=False)
+        r = Replica(url.rstrip("/"), name or "", healthy=False)
         self.replicas.append(r)
         log.info("replica %s added: takes traffic after its first passing /health", r.url)
         if self.session is not None:
@@ -270,43 +257,65 @@ class ReplicaSet:
             log.info("replica %s removed: draining %d in-flight requests", r.url, r.in_flight)
         return r
 
-    def mark_down(self, replica: Replica) -> None:
+    def mark_down(self, replica: Replica, why: str = "refused a connection") -> None:
+        """Out of new choices until a beat passes, as after a failed beat."""
         if replica.healthy:
-            log.warning("replica %s refused a connection: skipped until /health answers",
-                        replica.url)
+            log.warning("replica %s %s: skipped until /health answers", replica.url, why)
         replica.healthy = False
 
-    async def beat(self, session: aiohttp.ClientSession, r: Replica) -> None:
-        """One /health probe of ``r`` and what it means (module docstring)."""
+    async def beat(self, session: aiohttp.ClientSession, r: Replica,
+                   patient: bool = True) -> None:
+        """One /health probe of ``r`` and what it means (module docstring); ``patient``:
+        wait for a late answer up to ``down_after`` (NOTE(liveness))."""
         loop = asyncio.get_running_loop()
+        start = loop.time()
+        late = loop.call_later(self.timeout, self._late, r)
+        try:
+            status, health = await self._health(session, r, max(self.timeout, self.down_after)
+                                                if patient else self.timeout)
+        finally:
+            late.cancel()
+        if status == 200 and reports_load(health):
+            r.load = load_of(health)
+        elif status == 200:
+            self.scrapes.want(session, r)  # NOTE(metrics-load)
+        ok = status == 200 and loop.time() - start < self.timeout
+        if ok != r.healthy:
+            log.info("replica %s is %s", r.url, "healthy" if ok else "unhealthy")
+        r.healthy = ok
+        if status is not None:
+            r.hear()
+        elif loop.time() - r.heard >= self.down_after and r.leases:
+            self.silenced += r.end_leases()
+            log.warning("replica %s has sent nothing for %.1f s: ended its in-flight requests "
+                        "(NOTE(liveness): raise --down-after if its API loop stalls that long)",
+                        r.url, loop.time() - r.heard)
+        self.polls += 1
+
+    async def _health(self, session: aiohttp.ClientSession, r: Replica,
+                      bound: float) -> tuple[int | None, object]:
+        """(status, its decoded JSON when 200) of ``r``'s /health within ``bound`` seconds:
+        status None when nothing came, 0 when the connection was refused."""
         status, health = None, None
         with contextlib.suppress(*_CLIENT_ERRORS, asyncio.TimeoutError):
             try:
                 async with session.get(r.url + "/health", timeout=aiohttp.ClientTimeout(
-                        total=self.timeout)) as resp:
+                        total=bound)) as resp:
                     status = resp.status
                     if status == 200:
                         health = await read_json(resp)
             except aiohttp.ClientConnectorError:
                 status = 0  # refused: the host answered, nobody listens
-        if status == 200 and reports_load(health):
-            r.load = load_of(health)
-        elif status == 200:
-            self.scrapes.want(session, r)  # NOTE(metrics-load)
-        ok = status == 200
-        if ok != r.healthy:
-            log.info("replica %s is %s", r.url, "healthy" if ok else "unhealthy")
-        r.healthy = ok
-        if status is not None:
-            r.heard = loop.time()
-        elif loop.time() - r.heard >= self.down_after and r.leases:
-            self.silenced += r.end_leases()
-            log.warning("replica %s has not answered /health for %.1f s: ended its in-flight "
-                        "requests", r.url, loop.time() - r.heard)
-        self.polls += 1
+        return status, health
+
+    def _late(self, r: Replica) -> None:
+        """A beat's answer is later than ``timeout``: no new requests meanwhile."""
+        if r.healthy:
+            log.info("replica %s is unhealthy: /health took over %g s", r.url, self.timeout)
+        r.healthy = False
 
     async def poll_once(self, session: aiohttp.ClientSession) -> None:
-        await asyncio.gather(*(self.beat(session, r) for r in self.replicas))
+        await asyncio.gather(*(self.beat(session, r, patient=False) for r in self.replicas))
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         """Beat every replica every ``interval`` seconds (the caller polled once already),

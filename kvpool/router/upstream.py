@@ -2,7 +2,9 @@
 
 What an attempt ends in::
 
-    connect refused / timed out              -> Failure("down"), the replica marked down
+    connect refused / timed out              -> Failure("down"), the replica out of new
+                                                choices until a beat passes (as after a
+                                                failed beat; wire.py NOTE(connect-timeout))
     replica silent before the answer starts  -> Failure("down")   (replicas.py NOTE(liveness))
     connection lost before the answer starts -> Failure("failed") (it took the request and died)
     503 with Retry-After before the body     -> Failure("full", its own 503: back-pressure;
@@ -161,9 +163,11 @@ class Relay:
         try:
             upstream = await self.pool.request(
                 replica.url, self.request.method, self.request.rel_url.raw_path_qs,
-                self.headers, self.raw)
-        except UpstreamDown:
-            self.replicas.mark_down(replica)
+                self.headers, self.raw, replica.hear)  # its bytes: heard (NOTE(liveness))
+        except UpstreamDown as exc:
+            self.replicas.mark_down(replica, "did not accept a connection within "
+                                    f"{self.pool.connect_timeout:g} s" if exc.timed_out
+                                    else "refused a connection")
             return Failure("down")
         except OSError as exc:  # wire.UpstreamLost among them
             log.warning("replica %s lost a request before answering: %s (not retried: "

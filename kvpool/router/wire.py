@@ -3,8 +3,9 @@
 One keep-alive connection pool per replica; a request is written in one write, and its answer
 parsed by llhttp (httptools) as its bytes arrive, the body passed on as it comes::
 
-    pool.request(base_url, method, target, headers, body) -> Upstream (status, headers)
+    pool.request(base_url, method, target, headers, body, on_data) -> Upstream (status, headers)
         no connection (refused, unreachable, connect timeout, TLS refused) -> UpstreamDown
+            (``timed_out``: the connect took longer than ``connect_timeout``)
         the connection broke, or what came back is not an HTTP/1.1 head  -> UpstreamLost
     async with upstream: await upstream.readany() / upstream.read()
         bytes as they arrive, de-chunked; b"" at the end; UpstreamLost when it broke off
@@ -37,6 +38,16 @@ can wait in the socket, unread, when the router picks the connection (the loop r
 the pick), so the socket is polled before reuse, as urllib3 does, and one with anything to read
 (a FIN, a reset, stray bytes) is closed instead.
 
+NOTE(on-data): ``on_data`` (no argument) is called whenever bytes of the answer arrive, as
+they arrive, whether or not the caller reads them yet: the router hears its replica by them
+(replicas.py NOTE(liveness)). A connection back in the pool calls nobody.
+
+NOTE(connect-timeout): a connect may take ``connect_timeout`` (CONNECT_TIMEOUT, as Envoy's
+default). A SYN dropped by a replica whose accept queue is full (a busy server, a loaded box)
+or on the way is sent again by the kernel after 1 s, then 3 s: a bound of 1 s cut the first
+retry off, so a replica merely slow to accept was taken for down and its request went
+elsewhere (its cache hit lost). A connect timed out is ``UpstreamDown`` all the same.
+
 NOTE(unsent): a reused connection that ends, no byte of an answer come, while part of the request
 was still unsent (its write never completed: the replica closed it under the write) is tried
 again once on a fresh connection to the same replica: without the whole request the replica
@@ -50,21 +61,24 @@ import asyncio
 import select
 import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 import httptools
 from multidict import CIMultiDict
 
-__all__ = ["Upstream", "UpstreamDown", "UpstreamLost", "UpstreamPool"]
+__all__ = ["CONNECT_TIMEOUT", "Upstream", "UpstreamDown", "UpstreamLost", "UpstreamPool"]
 
 MAX_HEAD_BYTES = 64 * 1024  # an answer whose head (or trailer) is longer is refused
 HIGH_WATER = 256 * 1024  # body bytes buffered from a replica before its socket reads pause
+CONNECT_TIMEOUT = 5.0  # seconds (NOTE(connect-timeout))
 _NO_BODY_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 
 
 class UpstreamDown(ConnectionError):
     """No connection to the replica (refused, unreachable, timed out): it is down."""
+
+    timed_out = False  # the connect timed out, rather than being refused (NOTE(connect-timeout))
 
 
 class UpstreamLost(ConnectionError):
@@ -84,6 +98,7 @@ class _Conn(asyncio.Protocol):
         self.paused = False
         self.writing = False  # request bytes wait in the transport's buffer (NOTE(unsent))
         self.idle_since = 0.0
+        self.on_data: Callable[[], None] | None = None  # NOTE(on-data)
         self.start("GET")
         self.busy = False  # until a request is written: what comes before is unasked
 
@@ -110,6 +125,8 @@ class _Conn(asyncio.Protocol):
         self.writing = False
 
     def data_received(self, data: bytes) -> None:
+        if self.on_data is not None:
+            self.on_data()
         if not self.busy or self.error is not None:
             self.stray = True  # unasked, or past an answer already refused
             return
@@ -313,24 +330,28 @@ class UpstreamPool:
         return found
 
     async def request(self, base: str, method: str, target: str,
-                      headers: Sequence[tuple[str, str]], body: bytes) -> Upstream:
+                      headers: Sequence[tuple[str, str]], body: bytes,
+                      on_data: Callable[[], None] | None = None) -> Upstream:
         host, port, host_header, tls = self._target(base)
         data = _request_bytes(method, target, host_header, headers, body)
         conn = self._reuse(base)
         if conn is not None:
             try:
-                return await self._send(base, conn, method, data)
+                return await self._send(base, conn, method, data, on_data)
             except UpstreamLost:
                 if not conn.unsent():  # NOTE(unsent): the replica may have the request
                     raise
                 conn.abort()  # the rest of the request is dropped, never sent after all
-        return await self._send(base, await self._connect(host, port, tls), method, data)
+        return await self._send(base, await self._connect(host, port, tls), method, data,
+                                on_data)
 
-    async def _send(self, base: str, conn: _Conn, method: str, data: bytes) -> Upstream:
+    async def _send(self, base: str, conn: _Conn, method: str, data: bytes,
+                    on_data: Callable[[], None] | None) -> Upstream:
         """``data`` written on ``conn``; its answer's head read."""
         try:
             assert conn.transport is not None
             conn.start(method)
+            conn.on_data = on_data
             conn.transport.write(data)
             while not conn.head_done:
                 await conn.more()
@@ -362,11 +383,14 @@ class UpstreamPool:
                     lambda: _Conn(loop), host, port, ssl=self._tls if tls else None,
                     server_hostname=host if tls else None)
         except (OSError, TimeoutError) as exc:
-            raise UpstreamDown(f"cannot connect to {host}:{port}: {exc!r}") from exc
+            down = UpstreamDown(f"cannot connect to {host}:{port}: {exc!r}")
+            down.timed_out = isinstance(exc, TimeoutError)
+            raise down from exc
         return conn
 
     def put(self, base: str, conn: _Conn) -> None:
         conn.idle_since = conn.loop.time()
+        conn.on_data = None  # NOTE(on-data)
         self.idle.setdefault(base, deque()).append(conn)
 
     def close(self) -> None:

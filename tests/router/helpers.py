@@ -33,7 +33,8 @@ def spawn(rid: str, *extra: str) -> SpawnedServer:
 @contextlib.asynccontextmanager
 async def router(urls, **kw):
     """A Router over ``urls`` as ``kvpool router`` serves it; yields (router, its URL)."""
-    r = Router(ReplicaSet(urls, interval=kw.pop("interval", 1.0)),
+    beats = {k: kw.pop(k) for k in ("down_after",) if k in kw}
+    r = Router(ReplicaSet(urls, interval=kw.pop("interval", 1.0), **beats),
                lookup_timeout=LOOKUP_TIMEOUT, **kw)
     async with served(r) as url:
         yield r, url

@@ -77,7 +77,9 @@ async def test_killed_replica_ends_its_stream_with_an_error_event_and_json_with_
 
 async def test_silent_replica_ends_its_streams_and_new_requests_go_elsewhere(fleet):
     small, r0 = fleet["small"], fleet["r0"]
-    async with router([small.url, r0.url], interval=0.5) as (r, url), \
+    # the bounds below leave room for a 2 s silence (not the 5 s default), a 5 s lookup and
+    # r0 serving the rest on a shared 2-core box
+    async with router([small.url, r0.url], interval=0.5, down_after=2.0) as (r, url), \
             aiohttp.ClientSession() as s:
         body = {**LONG, "prompt": prompt(uuid.uuid4().hex), "max_tokens": 1500, "stream": True}
         async with s.post(url + "/v1/completions", json=body) as resp:

@@ -57,7 +57,8 @@ async def test_added_replica_takes_traffic(fleet):
     async with served(r) as url, aiohttp.ClientSession() as s:
         async with s.post(url + ADMIN_PATH, json={"url": fleet[1] + "/"}, headers=AUTH) as resp:
             assert resp.status == 201, await resp.text()
-            assert await resp.json() == {"url": fleet[1], "added": True}
+            assert await resp.json() == {"url": fleet[1], "added": True,
+                                         "name": fleet[1].removeprefix("http://")}
         async with s.post(url + ADMIN_PATH, json={"url": fleet[1]}, headers=AUTH) as resp:
             assert resp.status == 200 and (await resp.json())["added"] is False
 

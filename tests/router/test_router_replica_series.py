@@ -1,8 +1,8 @@
 """The router's /metrics shows each member replica as the router sees it (replicas.py
 NOTE(replica-series)): the load it reported, healthy 0/1 and this router's requests in flight
-there, labelled by its URL; a removed replica's series go. Replicas are real aiohttp servers on
-127.0.0.1: one kvpool-like (/health carries its load), one vLLM-like (empty /health, load on
-its /metrics), each holding its completions until the test lets them go."""
+there, labelled by its HOST:PORT; a removed replica's series go. Replicas are real aiohttp
+servers on 127.0.0.1: one kvpool-like (/health carries its load), one vLLM-like (empty
+/health, load on its /metrics), each holding its completions until the test lets them go."""
 
 from __future__ import annotations
 
@@ -54,6 +54,11 @@ class Fake:
         await self.gate.wait()
         return web.json_response({"object": "text_completion", "choices": []})
 
+    @property
+    def name(self) -> str:
+        """Its label on the router's /metrics: HOST:PORT (replicas.py NOTE(replica-series))."""
+        return self.url.removeprefix("http://")
+
     async def start(self) -> str:
         app = web.Application()
         app.router.add_get("/health", self.health)
@@ -85,7 +90,7 @@ async def fakes(*vllm: bool):
 
 
 def view(m: dict) -> dict[str, tuple[float, ...]]:
-    """replica URL -> (load, healthy, in flight) from a parsed router /metrics."""
+    """replica label -> (load, healthy, in flight) from a parsed router /metrics."""
     out: dict[str, list[float]] = {}
     for i, name in enumerate(SERIES):
         for labels, value in m.get(name, {}).items():
@@ -115,41 +120,41 @@ async def test_the_gauges_follow_the_replicas_load_health_and_in_flight_requests
             aiohttp.ClientSession() as s:
         a.state.update(running=2, waiting=1)
         b.state.update(running=5, waiting=4)
-        await until_view(s, url, {a.url: (3, 1, 0), b.url: (9, 1, 0)}, "reported loads")
+        await until_view(s, url, {a.name: (3, 1, 0), b.name: (9, 1, 0)}, "reported loads")
         held = [asyncio.create_task(s.post(url + "/v1/completions", json={"prompt": "x"}))
                 for _ in range(3)]  # round robin: two to a, one to b
-        await until_view(s, url, {a.url: (3, 1, 2), b.url: (9, 1, 1)}, "requests in flight")
+        await until_view(s, url, {a.name: (3, 1, 2), b.name: (9, 1, 1)}, "requests in flight")
         a.state.update(running=0, waiting=0)
         b.state.update(running=1, waiting=0)
-        await until_view(s, url, {a.url: (0, 1, 2), b.url: (1, 1, 1)}, "the new loads")
+        await until_view(s, url, {a.name: (0, 1, 2), b.name: (1, 1, 1)}, "the new loads")
         a.gate.set()
         b.gate.set()
         for resp in await asyncio.gather(*held):
             assert resp.status == 200
             resp.release()
-        await until_view(s, url, {a.url: (0, 1, 0), b.url: (1, 1, 0)}, "requests done")
+        await until_view(s, url, {a.name: (0, 1, 0), b.name: (1, 1, 0)}, "requests done")
         a.state["health"] = 503
         await b.stop()
-        await until_view(s, url, {a.url: (0, 0, 0), b.url: (1, 0, 0)}, "both down")
+        await until_view(s, url, {a.name: (0, 0, 0), b.name: (1, 0, 0)}, "both down")
         assert r.replicas.healthy() == []
         a.state["health"] = 200
-        await until_view(s, url, {a.url: (0, 1, 0), b.url: (1, 0, 0)}, "a back")
+        await until_view(s, url, {a.name: (0, 1, 0), b.name: (1, 0, 0)}, "a back")
 
 
 async def test_a_replica_removed_by_the_admin_api_leaves_metrics():
     async with fakes(False, True) as (a, b), served(router([a.url, b.url])) as url, \
             aiohttp.ClientSession() as s:
         a.state.update(running=1)
-        await until_view(s, url, {a.url: (1, 1, 0), b.url: (0, 1, 0)}, "both members")
+        await until_view(s, url, {a.name: (1, 1, 0), b.name: (0, 1, 0)}, "both members")
         async with s.delete(url + ADMIN_PATH, json={"url": b.url}, headers=AUTH) as resp:
             assert resp.status == 200, await resp.text()
         m = await metrics(s, url)
-        assert view(m) == {a.url: (1, 1, 0)}
-        assert not any(b.url in dict(labels).get("replica", "")
+        assert view(m) == {a.name: (1, 1, 0)}
+        assert not any(b.name in dict(labels).get("replica", "")
                        for series in m.values() for labels in series)
         async with s.post(url + ADMIN_PATH, json={"url": b.url}, headers=AUTH) as resp:
             assert resp.status == 201, await resp.text()
-        await until_view(s, url, {a.url: (1, 1, 0), b.url: (0, 1, 0)}, "b back")
+        await until_view(s, url, {a.name: (1, 1, 0), b.name: (0, 1, 0)}, "b back")
 
 
 async def test_a_replica_dropped_from_the_replicas_file_leaves_metrics(tmp_path):
@@ -158,9 +163,9 @@ async def test_a_replica_dropped_from_the_replicas_file_leaves_metrics(tmp_path)
         path.write_text(f"{a.url}\n{b.url}\n")
         async with served(router([], replicas_file=str(path), poll=0.05)) as url, \
                 aiohttp.ClientSession() as s:
-            await until_view(s, url, {a.url: (0, 1, 0), b.url: (0, 1, 0)}, "the file's two")
+            await until_view(s, url, {a.name: (0, 1, 0), b.name: (0, 1, 0)}, "the file's two")
             path.write_text(f"{a.url}\n")
-            await until_view(s, url, {a.url: (0, 1, 0)}, "b dropped from the file")
+            await until_view(s, url, {a.name: (0, 1, 0)}, "b dropped from the file")
 
 
 @pytest.mark.skipif(not Path(PROMETHEUS).is_file(),
@@ -172,16 +177,16 @@ async def test_prometheus_scrapes_the_series_and_a_removed_replica_goes_stale(tm
     async with fakes(False, True) as (a, b), served(router([a.url, b.url])) as url, \
             aiohttp.ClientSession() as s, prometheus(url.removeprefix("http://"), tmp_path) as p:
         a.state.update(running=4, waiting=2)
-        await wait_for_value(p, f'kvpool_router_replica_load{{replica="{a.url}"}}',
+        await wait_for_value(p, f'kvpool_router_replica_load{{replica="{a.name}"}}',
                              lambda v: v == 6, "a's load")
-        await wait_for_value(p, f'kvpool_router_replica_healthy{{replica="{b.url}"}}',
+        await wait_for_value(p, f'kvpool_router_replica_healthy{{replica="{b.name}"}}',
                              lambda v: v == 1, "b healthy")
         async with s.delete(url + ADMIN_PATH, json={"url": b.url}, headers=AUTH) as resp:
             assert resp.status == 200
-        gone = f'kvpool_router_replica_healthy{{replica="{b.url}"}}'
+        gone = f'kvpool_router_replica_healthy{{replica="{b.name}"}}'
         end = time.monotonic() + 30
         while (await query(p, gone))["result"]:
             assert time.monotonic() < end, "b's series never went stale"
             await asyncio.sleep(0.25)
-        assert (await query(p, f'kvpool_router_replica_in_flight{{replica="{a.url}"}}'))[
+        assert (await query(p, f'kvpool_router_replica_in_flight{{replica="{a.name}"}}'))[
             "result"]

@@ -37,7 +37,7 @@ def test_a_replicas_file_line_with_a_user_part_is_skipped_unshown(caplog):
     membership = Membership(ReplicaSet([]), replicas_file="/nonexistent")
     with caplog.at_level(logging.WARNING, logger="kvpool.router"):
         assert membership.parse("\n".join(WITH_USER) + "\nhttp://127.0.0.1:9\n") == {
-            "http://127.0.0.1:9"}
+            "http://127.0.0.1:9": None}
     assert len(caplog.records) == len(WITH_USER)
     assert SECRET not in caplog.text
 
