@@ -34,6 +34,7 @@ from kvpool.server.body_fields import FieldPolicy, check_unsupported
 from kvpool.server.response_store import StoredResponse
 from kvpool.server.responses_tools import ResponsesTools, tool_fields
 
+META_PAIRS, META_KEY, META_VALUE = 16, 64, 512  # OpenAI's metadata limits
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
 __all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "item_messages",
@@ -130,9 +131,24 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
         chat["response_format"] = constraint
     return ResponsesInput(chat=chat, conversation=conversation, instructions=instructions,
                           previous_id=previous_id, store=_opt(body, "store", bool, True),
-                          metadata=_opt(body, "metadata", dict, {}),
+                          metadata=_metadata(body),
                           max_output_tokens=max_output, ignored=ignored, text_format=fmt,
                           tools=ResponsesTools(body), truncation=truncation)
+
+
+def _metadata(body: dict[str, Any]) -> dict[str, str]:
+    """``metadata``, held to OpenAI's limits (at most 16 pairs, string keys of at most 64
+    characters, string values of at most 512), as OpenAI checks them: the stored response
+    keeps it, so it must not grow past what a client of OpenAI's API may send."""
+    meta = _opt(body, "metadata", dict, {})
+    if len(meta) > META_PAIRS:
+        raise _bad("metadata", f"must have at most {META_PAIRS} pairs, got {len(meta)}")
+    for k, v in meta.items():
+        if len(k) > META_KEY:
+            raise _bad("metadata", f"keys must be at most {META_KEY} characters")
+        if not isinstance(v, str) or len(v) > META_VALUE:
+            raise _bad("metadata", f"values must be strings of at most {META_VALUE} characters")
+    return meta
 
 
 def _truncation(body: dict[str, Any], chat: dict[str, Any]) -> str:

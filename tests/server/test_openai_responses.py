@@ -134,6 +134,10 @@ async def check_next_turn(c: AsyncOpenAI, model: str, first, want: str) -> None:
     ({"input": "hi", "temperature": -1}, "temperature"),
     ({"input": "hi", "model": "nope"}, "model"),
     ({"input": "hi", "previous_response_id": "resp_unknown"}, "previous_response_id"),
+    ({"input": "hi", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+    ({"input": "hi", "metadata": {"k" * 65: "v"}}, "metadata"),
+    ({"input": "hi", "metadata": {"k": "v" * 513}}, "metadata"),
+    ({"input": "hi", "metadata": {"k": 1}}, "metadata"),
 ])
 async def test_bad_input_is_an_openai_error(srv, body, param):
     async with client(srv.url) as c:
@@ -200,6 +204,11 @@ async def test_a_busy_tenant_evicts_its_own_responses_not_another_tenants(make_s
             await a.responses.retrieve(kept[1].id)
 
 
+def blob(n: int) -> dict[str, str]:
+    """``metadata`` of about ``n`` characters within OpenAI's limits (16 values of 512)."""
+    return {f"blob{i}": "x" * 500 for i in range(-(-n // 500))}
+
+
 async def test_large_responses_go_by_bytes_and_a_small_tenants_entry_stays(make_server):
     """response_store.py NOTE(response-bytes), NOTE(fair-evict): under a byte budget (the count
     bound far away) tenant b's second large response evicts b's first, not a's small one; a
@@ -208,21 +217,21 @@ async def test_large_responses_go_by_bytes_and_a_small_tenants_entry_stays(make_
     async with make_server(app_options={"tenant_header": "X-Tenant"}) as srv, \
             client(srv.url, "a") as a, client(srv.url, "b") as b:
         store = srv.app[RESPONSES_KEY].store
-        store.set_bounds(1024, 32 * 1024)
+        store.set_bounds(1024, 8 * 1024)
 
         async def large(c: AsyncOpenAI, n: int, **kw):
             return await c.responses.create(input="big", max_output_tokens=2,
-                                            metadata={"blob": "x" * n}, **kw)
+                                            metadata=blob(n), **kw)
 
         small = await a.responses.create(input="small", max_output_tokens=2)
-        first = await large(b, 20_000)
+        first = await large(b, 4000)
         assert (store.held("a"), store.held("b")) == (1, 1)
-        second = await large(b, 20_000)  # 40 KB of b's: its least recently used goes
+        second = await large(b, 4000)  # over 8 KB of b's: its least recently used goes
         assert (store.held_ids("a"), store.held_ids("b")) == ([small.id], [second.id])
         with pytest.raises(openai.NotFoundError):
             await b.responses.create(input="more", max_output_tokens=2,
                                      previous_response_id=first.id)
-        too_big = await large(b, 40_000)  # answered, but over the whole budget: not stored
+        too_big = await large(b, 8000)  # answered, but over the whole budget: not stored
         assert too_big.status in ("completed", "incomplete")
         with pytest.raises(openai.NotFoundError):
             await b.responses.retrieve(too_big.id)
@@ -230,19 +239,19 @@ async def test_large_responses_go_by_bytes_and_a_small_tenants_entry_stays(make_
                                        previous_response_id=small.id)
         assert nxt.previous_response_id == small.id
         assert (await b.responses.retrieve(second.id)).id == second.id
-        assert store.nbytes <= 32 * 1024
+        assert store.nbytes <= 8 * 1024
 
 
 async def test_kvpool_serve_max_stored_responses():
     async with subprocess_server("--max-stored-responses", "1",
-                                 "--max-stored-response-bytes", "20000") as (_, url, _l), \
+                                 "--max-stored-response-bytes", "6000") as (_, url, _l), \
             client(url) as c:
         first = await c.responses.create(input="one", max_output_tokens=2)
         second = await c.responses.create(input="two", max_output_tokens=2)
         with pytest.raises(openai.NotFoundError):
             await c.responses.retrieve(first.id)
         huge = await c.responses.create(input="three", max_output_tokens=2,
-                                        metadata={"blob": "x" * 20000})
+                                        metadata=blob(8000))
         with pytest.raises(openai.NotFoundError):  # over the whole budget: not stored
             await c.responses.retrieve(huge.id)
         assert (await c.responses.retrieve(second.id)).output_text == second.output_text
