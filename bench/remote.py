@@ -10,9 +10,11 @@ shared across two engines).
 
 Starts its own ``redis-server`` on 127.0.0.1 (a free port, no persistence, allkeys-lru) and
 stops it by pid. Each figure is measured twice, alternating in one event loop (bench.common):
-through ``RedisTier`` as the runtime uses it (GETs are MGETs whose values the codec checks:
-header, CRC-32; PUTs are SET NX) and through a bare ``redis.asyncio`` client doing the same
-commands with no check (``raw``), so the tier's own overhead is the ratio ``tier / raw``.
+through ``RedisTier`` as the runtime uses it (its codec knows the block size, so a GET is a
+pipeline of GETRANGE bounded to the codec's largest value, NOTE(bounded-get), whose values the
+codec checks: header, CRC-32; PUTs are SET NX) and through a bare ``redis.asyncio`` client
+doing MGET / SET NX with no check (``raw``), so the tier's own overhead is the ratio
+``tier / raw``.
 
 - ``get.SIZE.MODE`` / ``put.SIZE.MODE`` MiB/s of values of SIZE bytes, MODE one of
   ``single`` (one key per call, back to back), ``pipelined`` (16 keys per call: one MGET /
@@ -24,7 +26,9 @@ commands with no check (``raw``), so the tier's own overhead is the ratio ``tier
 - ``probe``: 64-key prefix probe latency p50/p99 (the Lua script; target p50 <= 0.3 ms),
   alternating with 64 pipelined EXISTS (what the script replaces).
 - ``round_trips``: commands one ``get_many`` / ``probe`` of 64 keys sends (from ``INFO
-  commandstats``): at most ``GET_PARTS`` MGETs sent at once, one script; not one per block.
+  commandstats``): one GETRANGE per key (MGET, GET too), one script; and ``*_reads``, the
+  socket reads Redis made for them (``total_reads_processed``: about one per round trip):
+  at most ``GET_PARTS`` pipelines sent at once, one script; not one round trip per block.
 
 - ``ttft.*``: TTFT of a remote hit against recompute by prefix length (1-128 blocks of 16
   tokens; --quick: 1, 8, 128) with the break-even, in-process engines with the tiny model on
@@ -94,10 +98,10 @@ class _Sides:
 
     def __init__(self, url: str, size: int, nvalues: int) -> None:
         self.ns = _ns()
-        self.codec = ValueCodec(self.ns)
+        self.codec = ValueCodec(self.ns, size)
         self.tier = RedisTier(url, self.codec, op_timeout=5.0, max_connections=CONC,
                               breaker=CircuitBreaker(threshold=1000))
-        signed = ValueCodec(self.ns, signer=ValueSigner(os.urandom(32)))
+        signed = ValueCodec(self.ns, size, signer=ValueSigner(os.urandom(32)))
         self.signed = RedisTier(url, signed, op_timeout=5.0, max_connections=CONC,
                                 breaker=CircuitBreaker(threshold=1000))
         self.raw = aioredis.Redis.from_url(url, max_connections=CONC)
@@ -185,13 +189,16 @@ async def _throughput(url: str, size: int, total: int, timing: Timing, res: dict
 
 
 async def _commands(r: aioredis.Redis) -> dict[str, int]:
+    """Commands run so far by name, and ``reads``: socket reads Redis processed (this INFO's
+    own included)."""
     stats = await r.info("commandstats")
-    return {name: int(v["calls"]) for name, v in stats.items()}
+    reads = (await r.info("stats"))["total_reads_processed"]
+    return {**{name: int(v["calls"]) for name, v in stats.items()}, "reads": int(reads)}
 
 
 async def _probe_and_round_trips(url: str, rounds: int, timing: Timing, res: dict) -> None:
     ns = _ns()
-    codec = ValueCodec(ns)
+    codec = ValueCodec(ns, 1024)
     tier = RedisTier(url, codec)
     hs = [b"p" + i.to_bytes(31, "little") for i in range(64)]
     keys = ns.group_keys(hs)
@@ -201,6 +208,7 @@ async def _probe_and_round_trips(url: str, rounds: int, timing: Timing, res: dic
                                     for k, h in zip(keys, hs)]) == 64
         for _ in range(20):  # warm the connection and the script cache
             assert await tier.probe(keys) == 64
+        assert None not in await tier.get_many(keys)  # and the get's pooled connections
         await _probe_latency(tier, r, keys, rounds, timing, res)
         await _round_trips(tier, r, keys, res)
     finally:
@@ -233,12 +241,15 @@ async def _round_trips(tier: RedisTier, r: aioredis.Redis, keys: list, res: dict
     """The client commands Redis ran for one call over 64 keys (a script's inner TOUCHes are
     not round trips; INFO is excluded)."""
     for name, call, cmds in (
-            ("get_many_64", lambda: tier.get_many(keys), ("cmdstat_mget", "cmdstat_get")),
+            ("get_many_64", lambda: tier.get_many(keys),
+             ("cmdstat_getrange", "cmdstat_mget", "cmdstat_get")),
             ("probe_64", lambda: tier.probe(keys), ("cmdstat_evalsha", "cmdstat_eval"))):
         before = await _commands(r)
         await call()
         after = await _commands(r)
         res[f"round_trips.{name}"] = sum(after.get(c, 0) - before.get(c, 0) for c in cmds)
+        # the two INFO reads of the second _commands
+        res[f"round_trips.{name}_reads"] = after["reads"] - before["reads"] - 2
 
 
 def _quantiles(lat: list[float]) -> dict:
@@ -345,8 +356,9 @@ def _print(res: dict, sizes) -> None:
     print(f"64-key probe: Lua p50 {cell('probe.lua_p50_ms', '.3f')} ms, p99 "
           f"{cell('probe.lua_p99_ms', '.3f')} ms; 64 pipelined EXISTS p50 "
           f"{cell('probe.exists_pipelined_p50_ms', '.3f')} ms")
-    print(f"round trips (Redis commands) for 64 keys: get_many "
-          f"{res['round_trips.get_many_64']}, probe {res['round_trips.probe_64']}")
+    print(f"Redis commands (socket reads) for 64 keys: get_many "
+          f"{res['round_trips.get_many_64']} ({res['round_trips.get_many_64_reads']}), probe "
+          f"{res['round_trips.probe_64']} ({res['round_trips.probe_64_reads']})")
 
 
 if __name__ == "__main__":

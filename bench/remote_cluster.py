@@ -37,13 +37,15 @@ def _chain(tag: int, n: int) -> list[bytes]:
     return [tag.to_bytes(4, "little") + i.to_bytes(28, "little") for i in range(n)]
 
 
-def _tier(url: str) -> RedisTier:
-    return RedisTier(url, ValueCodec(_ns()), op_timeout=5.0, max_connections=8,
+def _tier(url: str, size: int) -> RedisTier:
+    """A tier whose codec knows the block size, as a server's does (its gets are bounded:
+    NOTE(bounded-get))."""
+    return RedisTier(url, ValueCodec(_ns(), size), op_timeout=5.0, max_connections=8,
                      breaker=CircuitBreaker(threshold=1000))
 
 
 async def _stored(url: str, tag: int, n: int, size: int) -> tuple[RedisTier, list[str]]:
-    t = _tier(url)
+    t = _tier(url, size)
     assert await t.warm_up(8)
     hs = _chain(tag, n)
     keys = t.codec.namespace.group_keys(hs)

@@ -84,7 +84,8 @@ _FIXES = {
                 "master, or use redis+sentinel://HOST:PORT/SERVICE to follow failovers",
     "noperm": "the Redis user lacks a permission ({detail}): give it the tier's commands "
               "(TYPE, STRLEN and TOUCH run inside the probe script): ACL SETUSER USER "
-              "~kvp:* +mget +set +del +touch +type +strlen +evalsha +script|load +ping +info",
+              "~kvp:* +getrange +mget +set +del +touch +type +strlen +evalsha +script|load "
+              "+ping +info",
     "response": "Redis answered an error ({detail})",
 }
 # NOTE(startup-line): the fault kinds of an outage (Redis down or out of reach). A warm-up

@@ -15,16 +15,15 @@ Fault model (docs/architecture.md#scale-out):
   once, no network, and the tier's own task PINGs Redis about every ``reset_s`` until one
   answers and closes it: no user request is ever the trial. A READONLY or NOPERM reply opens
   it too, and then the trial is the tier's own commands (NOTE(pause), ``health.py``).
-- A value that fails the codec's check is a miss, is deleted, and is counted by kind; a key
-  of another type or a string longer than any value ends the probe's run and is deleted.
+- A value failing the codec's check is a miss, deleted, counted by kind; the probe drops a key
+  of another type or a string longer than any value, a get never reads more (NOTE(bounded-get)).
 
-One round trip of latency per call, whatever the number of blocks: the probe is one Lua script
-per prefix segment (walk the keys, stop at the first miss; ``segments.py``), all sent at once,
-``put_many`` one pipeline of SET NX (on a cluster, one per node, at once), and ``get_many``
-about ``GET_PARTS`` MGETs (or the caller's ``parts``, cut on segment borders) sent at once on
-pooled connections. Each script and MGET stays in one cluster slot, and each call runs under
-the breaker of its cluster node (NOTE(node-breaker)). A part's check overlaps the later parts'
-reads (NOTE(get speed), ``tier.py``); connections (``connections.py``) buffer READ_BUFFER.
+One round trip of latency per call, whatever the number of blocks: the probe is one Lua script per
+prefix segment (``segments.py``: walk the keys, stop at the first miss), ``put_many`` one pipeline
+of SET NX (on a cluster one per node), ``get_many`` about ``GET_PARTS`` pipelines of GETRANGE (or
+the caller's ``parts``, cut on segment borders), each sent at once on pooled connections that
+buffer ``READ_BUFFER``. Each script and part stays in one slot, each call runs under its cluster
+node's breaker (NOTE(node-breaker)); a part's check overlaps later reads.
 
 Diagnosis (``diagnose.py``): the first failure of each kind is logged once with its fix;
 ``warm_up`` says whether the tier is reachable and reads ``INFO``: a cluster node behind a
@@ -43,6 +42,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, OutOfMemoryError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from kvpool.remote.bounded import BoundedReads
 from kvpool.remote.breaker import STRONG_KINDS, BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
 from kvpool.remote.clients import client_from_url
@@ -57,7 +57,7 @@ from kvpool.remote.tier import RemoteStats, fetch_checked
 
 log = logging.getLogger("kvpool.remote")
 
-GET_PARTS = 4  # MGETs one get_many sends at once (O(1) round trips, checks overlap reads)
+GET_PARTS = 4  # parts one get_many sends at once (O(1) round trips, checks overlap reads)
 # NOTE(setup): the bound of work no request waits on: the warm-up and a cluster's slot map
 # refresh in the health check (CLUSTER SLOTS and the COMMAND table redis-py parses: ~0.1 s of
 # CPU, past the op deadline on a loaded host)
@@ -99,6 +99,7 @@ class RedisTier:
         self._refusal: str | None = None  # set when INFO shows a server the tier must not use
         self._redis = self._client.redis
         self._probe = self._redis.register_script(PROBE_LUA)
+        self.reads = BoundedReads(self._redis, codec.max_value_nbytes(), self.faults)
         self._check_key = codec.namespace.key(bytes(32))  # no block's: NOTE(pause)
         self.breakers = Breakers(self.breaker, self._redis if self._by_slot else None)
         self._checks = HealthChecks(self._ping, self._closed, self._stats)
@@ -112,8 +113,7 @@ class RedisTier:
         self._stats.probes += 1
         runs = await self._per_item("probe", plan, lambda seg: seg[0][0], lambda _: 0,
                                     self._probe_segments, lambda _: None)  # None: failed
-        n = leading_run(plan, runs)
-        g = self._blocks_per_key
+        n, g = leading_run(plan, runs), self._blocks_per_key
         self._stats.hit_blocks += n * g
         self._stats.miss_blocks += (len(keys) - n) * g
         return n
@@ -260,9 +260,9 @@ class RedisTier:
         return [int(r) for r in runs]
 
     async def _fetch_parts(self, parts: list[list[str]]) -> list[tuple[list, list]]:
-        """MGET every part at once and check each part's values as soon as it arrives; one
-        failure fails the whole call (the siblings are cancelled) with that exception."""
-        return await all_at_once([lambda p=p: fetch_checked(self._redis, self.codec, p)
+        """Read every part at once, each checked as it arrives (NOTE(get speed)); one failure
+        fails the whole call (the siblings are cancelled) with that exception."""
+        return await all_at_once([lambda p=p: fetch_checked(self.reads.read, self.codec, p)
                                   for p in parts])
 
     def _deadline(self, nbytes: int) -> float:

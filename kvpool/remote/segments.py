@@ -36,7 +36,9 @@ T = TypeVar("T")
 # there and deletes it, so the prefix heals on the next write. So does a string longer than
 # ARGV[2] bytes (the codec's largest value; 0: unchecked), which the request's MGET would read
 # whole, past its deadline (a timeout opens the breaker for every key), on every request for
-# that prefix. STRLEN is a pcall: a user of an older ACL line without +strlen still probes.
+# that prefix. So does an empty string, which the get's GETRANGE reads as a missing key
+# (NOTE(bounded-get)). STRLEN is a pcall: a user of an older ACL line without +strlen still
+# probes.
 PROBE_LUA = """
 local skip = tonumber(ARGV[1]) or 0
 local most = tonumber(ARGV[2]) or 0
@@ -44,8 +46,8 @@ for i = 1, skip do redis.call('TOUCH', KEYS[i]) end
 local n = 0
 for i = skip + 1, #KEYS do
   local kind = redis.call('TYPE', KEYS[i])['ok']
-  local len = kind == 'string' and most > 0 and redis.pcall('STRLEN', KEYS[i])
-  if kind ~= 'string' or (type(len) == 'number' and len > most) then
+  local len = kind == 'string' and redis.pcall('STRLEN', KEYS[i])
+  if kind ~= 'string' or len == 0 or (most > 0 and type(len) == 'number' and len > most) then
     if kind ~= 'none' then redis.call('DEL', KEYS[i]) end
     break
   end

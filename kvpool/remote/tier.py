@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from kvpool.remote.codec import RemoteValueError, ValueCodec
 from kvpool.remote.keys import hash_of_key
+
+Read = tuple[list[bytes | None], list[tuple[str, str]]]  # values, [(key, error kind)]
 
 # "joined": a call that was in flight when the breaker opened and failed with it (cut short or
 # timed out together): one opening is one failure event, counted under its own kind, and the
@@ -109,13 +111,16 @@ class RemoteStats:
 _OFFLOOP_BYTES = 256 << 10  # check a part's values in a worker thread above this many bytes
 
 
-async def fetch_checked(redis: Any, codec: ValueCodec, keys: list[str]
-                        ) -> tuple[list[bytes | None], list[tuple[str, str]]]:
-    """One part's MGET on ``redis`` and :func:`check_values` of it (NOTE(get speed))."""
-    raw = await redis.mget(keys)
+async def fetch_checked(read: Callable[[list[str]], Awaitable[Read]], codec: ValueCodec,
+                        keys: list[str]) -> Read:
+    """One part's ``read`` (``BoundedReads.read``: values and the keys it dropped) and
+    :func:`check_values` of it (NOTE(get speed))."""
+    raw, dropped = await read(keys)
     if sum(len(v) for v in raw if v is not None) > _OFFLOOP_BYTES:
-        return await asyncio.to_thread(check_values, codec, keys, raw)
-    return check_values(codec, keys, raw)
+        values, bad = await asyncio.to_thread(check_values, codec, keys, raw)
+    else:
+        values, bad = check_values(codec, keys, raw)
+    return values, dropped + bad
 
 
 def check_values(codec: ValueCodec, keys: Sequence[str], values: Sequence[bytes | None]

@@ -1,5 +1,6 @@
 """What a real redis-server says it did: command counters read from INFO commandstats, so a
-test can assert how many round trips the tier made."""
+test can assert how many round trips the tier made; and the tier's reads counted on its side
+(a pipeline of GETRANGE is one round trip of many commands: NOTE(bounded-get))."""
 
 import redis
 
@@ -20,3 +21,18 @@ def commandstats(port: int) -> dict[str, int]:
                 for k, v in r.info("commandstats").items()}
     finally:
         r.close()
+
+
+class CountedReads:
+    """Stands in for a tier's ``reads`` (``tier.reads = CountedReads(tier.reads)``): the real
+    reads, each call (one round trip) and its keys counted."""
+
+    def __init__(self, reads) -> None:
+        self.reads = reads
+        self.calls = 0
+        self.keys = 0
+
+    async def read(self, keys: list[str]):
+        self.calls += 1
+        self.keys += len(keys)
+        return await self.reads.read(keys)

@@ -23,7 +23,7 @@ from kvpool.runtime.remote.reader import MAX_CHUNKS
 from tests.remote.conftest import NS
 from bench.redis_servers import free_port
 from tests.remote.engines import PROMPT, engine, run, stop, stored, tokens
-from tests.remote.redis_stats import mget_calls
+from tests.remote.redis_stats import CountedReads, commandstats
 
 
 class ConnectionsSeen:
@@ -83,16 +83,22 @@ async def test_fetch_opens_no_connection_and_starts_no_thread(redis_server):
         seen.close()
 
 
-async def test_fetch_sends_one_mget_per_chunk(redis_server):
+async def test_fetch_sends_one_read_per_chunk(redis_server):
     """The reader's chunks are its parallelism; the tier does not split them again (4 x 4
-    sockets ready at once were the rest of the loop's lag)."""
+    sockets ready at once were the rest of the loop's lag): one pipeline of GETRANGE per chunk,
+    one GETRANGE per key (NOTE(bounded-get)), no MGET."""
     store_in_another_loop(redis_server.url)
     e2 = await engine(redis_server.url)
+    tier = e2.remote_link.tier
+    tier.reads = counted = CountedReads(tier.reads)
     try:
-        before = mget_calls(redis_server.url)
+        before = commandstats(redis_server.port)
         await run(e2, PROMPT)
+        after = commandstats(redis_server.port)
         assert e2.reader.stats.fetched_blocks >= 36
-        assert mget_calls(redis_server.url) - before == MAX_CHUNKS
+        assert counted.calls == MAX_CHUNKS
+        assert after["getrange"] - before.get("getrange", 0) == counted.keys
+        assert after.get("mget", 0) == before.get("mget", 0)
     finally:
         await stop(e2)
 
