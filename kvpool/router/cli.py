@@ -24,7 +24,8 @@ from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, read_token, replica_spec
 from kvpool.router.proxy import DEFAULT_MAX_RETRIES, POLICIES, UPSTREAM_KEEPALIVE, Router
-from kvpool.router.replicas import DEFAULT_DOWN_AFTER, DEFAULT_INTERVAL, ReplicaSet
+from kvpool.router.replicas import (DEFAULT_DOWN_AFTER, DEFAULT_HEALTH_TIMEOUT, DEFAULT_INTERVAL,
+                                     ReplicaSet)
 from kvpool.router.scoring import LoadGuard
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.cors import CorsPolicy
@@ -82,8 +83,14 @@ def _add_health_arguments(p: argparse.ArgumentParser) -> None:
     """When a replica counts as down; the body limit and the log level."""
     p.add_argument("--health-interval", type=float, default=DEFAULT_INTERVAL,
                    help="seconds between /health beats of each replica (a beat that takes "
-                        "over 0.5 s takes the replica out of new choices until one answers "
-                        "in time)")
+                        "over --health-timeout takes the replica out of new choices until one "
+                        "answers in time)")
+    p.add_argument("--health-timeout", type=float, default=DEFAULT_HEALTH_TIMEOUT,
+                   metavar="SECONDS",
+                   help="a /health answer slower than this takes the replica out of new "
+                        "choices (its requests in flight go on). Raise it for replicas whose "
+                        "/health runs a generation (SGLang's), which a busy replica answers "
+                        "late")
     p.add_argument("--down-after", type=float, default=DEFAULT_DOWN_AFTER,
                    help="seconds in which nothing came from a replica (no /health answer, "
                         "however late, no byte of an answer in flight) after which it is "
@@ -136,7 +143,7 @@ def build_router(args: argparse.Namespace) -> Router:
                          "--admin-token-file to add replicas at runtime)")
     specs = [replica_spec(u) for u in args.replica]
     replicas = ReplicaSet([u for u, _ in specs], interval=args.health_interval,
-                          down_after=args.down_after, names={u: n for u, n in specs if n})
+                          timeout=args.health_timeout, down_after=args.down_after, names={u: n for u, n in specs if n})
     guard = LoadGuard(args.balance_abs_threshold, args.balance_rel_threshold)
     token = read_token(args.admin_token_file) if args.admin_token_file else None
     membership = (Membership(replicas, admin_token=token, replicas_file=args.replicas_file)

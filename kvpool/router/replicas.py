@@ -82,6 +82,7 @@ __all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "MAX_ANSWER_BYTES", "Metric
 
 log = logging.getLogger("kvpool.router")
 DEFAULT_INTERVAL = 0.5  # seconds between two beats of one replica
+DEFAULT_HEALTH_TIMEOUT = 0.5  # seconds a /health answer may take before it counts as late
 DEFAULT_DOWN_AFTER = 5.0  # seconds nothing heard (NOTE(liveness)) before in-flight requests end
 _CLIENT_ERRORS = (aiohttp.ClientError, OSError)
 # NOTE(small-answers): what the router reads of a replica's own answers to it (/health, a
@@ -181,7 +182,7 @@ class ReplicaSet:
     """The replica list plus one beat task per replica (``run`` is the task body)."""
 
     def __init__(self, urls: list[str], *, interval: float = DEFAULT_INTERVAL,
-                 timeout: float = 0.5, down_after: float = DEFAULT_DOWN_AFTER,
+                 timeout: float = DEFAULT_HEALTH_TIMEOUT, down_after: float = DEFAULT_DOWN_AFTER,
                  names: Mapping[str, str] | None = None,
                  metrics_timeout: float = METRICS_TIMEOUT) -> None:
         """``names``: URL -> its /metrics label, for those given one (NOTE(replica-series))."""
