@@ -8,7 +8,8 @@ UNIMPLEMENTED, one announced larger than the server's ``max_message`` RESOURCE_E
 before any of its body is kept.
 
 A call's received bytes count against its connection's buffer until the call ends (``held``,
-NOTE(buffer-cap) in kvpool/epp/h2.py): the picker keeps a request's body until it decides.
+NOTE(buffer-cap) in kvpool/epp/h2.py): the picker keeps a request's body until it decides. A
+call that goes on into its answer lets go of each message once handled (``release``).
 """
 
 from __future__ import annotations
@@ -137,6 +138,19 @@ class Stream:
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, self.id,
                              trailers(status, detail)))
         self.conn.write(b"".join(out))
+
+    def release(self, n: int) -> None:
+        """Let go of ``n`` bytes of messages the handler is done with before the call ends (a
+        call that follows its answer, service.py NOTE(answer-phase)): the call's and its
+        connection's windows open by them again (NOTE(buffer-cap) in h2.py)."""
+        n = min(n, self.held)
+        if n <= 0 or self.closed:
+            return
+        self.held -= n
+        self.conn.buffered -= n
+        self.conn.server.let_go(n)
+        self.conn.give_back(n)
+        self.conn.write(frame(WINDOW_UPDATE, 0, self.id, struct.pack(">I", n)))
 
     def abort(self, status: int, detail: str) -> None:
         """End the call now with ``status`` (its handler is cancelled, its bytes let go)."""

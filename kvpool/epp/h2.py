@@ -27,7 +27,9 @@ SIZE) is the largest message plus its envelope and is never opened further; the 
 window is ``max_connection_bytes``, opened again only by what ended calls let go. A peer that
 keeps to its windows therefore waits rather than growing the picker; one that sends past a
 stream's window has that call ended RESOURCE_EXHAUSTED, past the connection's window the
-connection ends (GOAWAY ENHANCE_YOUR_CALM). What all connections hold together is bounded by
+connection ends (GOAWAY ENHANCE_YOUR_CALM). A call that goes on into its answer lets go of each
+message once handled (``Stream.release``: both windows open again by it). What all connections
+hold together is bounded by
 the server (NOTE(held-budget) in listener.py). At most STREAMS calls are open per connection
 (SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM), and at most
 the server's ``max_open_streams`` on all connections together (NOTE(stream-cap) in listener.py).
@@ -37,7 +39,8 @@ the picker start and cancel a call per pair of frames while never being over any
 connection may reset RESET_BURST open calls at once and RESET_RATE a second after that; past
 it the connection is closed (GOAWAY ENHANCE_YOUR_CALM, counted with the server's cuts). Envoy
 resets an ext_proc call only when its request goes away before the picker's decision
-(milliseconds), far below that.
+(milliseconds), far below that; a call already answered (one that follows its answer, whose
+client may leave at any time) is not counted: resetting it cost its peer a whole request.
 
 NOTE(close-timeout): a connection closed by this side (an error, a refusal, the server's stop)
 first writes what is queued (its GOAWAY); a peer that does not read it within
@@ -196,9 +199,11 @@ class Connection(asyncio.Protocol):
         elif kind == PING and not flags & ACK:
             self.write(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM and sid in self.streams:
-            self.streams[sid].closed = True
-            self.streams[sid].abort(CANCEL, "")
-            self.on_reset()
+            stream = self.streams[sid]
+            stream.closed = True
+            stream.abort(CANCEL, "")
+            if not stream.started:  # NOTE(rapid-reset): an answered call costs a decision
+                self.on_reset()
         elif kind == GOAWAY:
             self.going_away = True
         # PRIORITY, PUSH_PROMISE (never sent to a server) and unknown kinds: ignored (5.5)

@@ -15,7 +15,7 @@ from kvpool.epp.calls import (DATA, DEFAULT_FRAME, DEFAULT_WINDOW, END_HEADERS, 
                              ENHANCE_YOUR_CALM, GOAWAY, HEADERS, INITIAL_WINDOW, MAX_CONCURRENT,
                              PING, PREFACE, REFUSED_STREAM, RESOURCE_EXHAUSTED, RST_STREAM,
                              SETTINGS, WINDOW_UPDATE, frame)
-from kvpool.epp.h2 import STREAMS
+from kvpool.epp.h2 import RESET_BURST, STREAMS
 from kvpool.epp.listener import Server
 
 MAX_MESSAGE = (256 << 10) - 5  # a stream's window: 256 KiB
@@ -33,8 +33,10 @@ async def tally(call) -> None:
 
 @contextlib.asynccontextmanager
 async def peer(**kw):
-    """A ``tally`` server and a raw connection to it; yields (server, reader, writer)."""
-    server = Server(tally, kw.pop("max_message", MAX_MESSAGE), max_connection_bytes=CAP, **kw)
+    """A ``tally`` server (or ``handler``'s) and a raw connection to it; yields (server,
+    reader, writer)."""
+    server = Server(kw.pop("handler", tally), kw.pop("max_message", MAX_MESSAGE),
+                    max_connection_bytes=CAP, **kw)
     port = await server.start("127.0.0.1", 0)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -158,3 +160,56 @@ async def test_max_concurrent_streams_is_advertised_and_enforced():
         writer.write(frame(HEADERS, END_HEADERS | END_STREAM, sid, b"\x88"))
         _, answer = await until(reader, DATA, sid)
         assert answer == b"\x00\x00\x00\x00\x010"
+
+
+async def answering(call) -> None:
+    """Answers each message at once and lets go of it (a call in its answer phase,
+    kvpool/epp/service.py NOTE(answer-phase)); at the end, how many came."""
+    n = 0
+    while (m := await call.messages.get()) is not None:
+        n += 1
+        await call.send([b"ok"], False)
+        call.release(len(m) + 5)
+    await call.send([b"%d" % n], True)
+
+
+async def test_a_call_that_lets_go_of_its_messages_takes_more_than_its_window():
+    """Three windows' worth of 16 KiB messages on one call whose handler releases each: the
+    server opens the stream's window again by each (WINDOW_UPDATE), the peer keeps to it and
+    the call ends OK with all of them, holding nothing. Before Stream.release a call held
+    every byte to its end: a streamed answer through the picker stopped at one window."""
+    async with peer(handler=answering) as (server, reader, writer):
+        await windows(reader)
+        size = DEFAULT_FRAME - 5
+        message = frame(DATA, 0, 1, size.to_bytes(5, "big") + bytes(size))
+        total, window = 3 * (MAX_MESSAGE // DEFAULT_FRAME), MAX_MESSAGE + 5
+        writer.write(frame(HEADERS, END_HEADERS, 1, b"\x88"))
+        for _ in range(total):
+            while window < DEFAULT_FRAME:
+                window += int.from_bytes((await until(reader, WINDOW_UPDATE, 1))[1], "big")
+            writer.write(message)
+            window -= DEFAULT_FRAME
+            assert server.buffered <= MAX_MESSAGE + 5
+        writer.write(frame(DATA, END_STREAM, 1, b""))
+        last = b""
+        while (got := await read_frame(reader)) is not None and not (
+                got[0] == HEADERS and got[1] & END_STREAM):
+            last = got[3] if got[0] == DATA else last
+        assert got is not None and b"grpc-status\x010" in got[3], got  # OK
+        assert last.endswith(b"%d" % total) and server.buffered == 0, last
+
+
+async def test_resetting_answered_calls_is_no_rapid_reset():
+    """More answered calls than the rapid-reset burst are reset at once (clients leaving
+    mid-answer): the connection serves on. Before, each counted as a rapid reset and the
+    connection, with every other call on it, was cut (GOAWAY ENHANCE_YOUR_CALM)."""
+    async with peer(handler=answering) as (server, reader, writer):
+        await windows(reader)
+        sids = range(1, 2 * (RESET_BURST + 10), 2)
+        writer.write(b"".join(frame(HEADERS, END_HEADERS, sid, b"\x88")
+                              + frame(DATA, 0, sid, b"\x00\x00\x00\x00\x01x") for sid in sids))
+        await until(reader, DATA, sids[-1])  # the last call answered: all were
+        writer.write(b"".join(frame(RST_STREAM, 0, sid, struct.pack(">I", 8)) for sid in sids))
+        writer.write(frame(PING, 0, 0, b"stillok!"))
+        flags, body = await until(reader, PING)
+        assert body == b"stillok!" and not server.cut, server.cut
