@@ -157,7 +157,8 @@ async def picking(picker: Picker, host: str, port: int,
                   idle_timeout: float = IDLE_TIMEOUT) -> AsyncIterator[int]:
     """``picker`` started and served over gRPC on ``host:port``, and on ``metrics`` (its
     ``port`` the bound one) when given; yields the gRPC port."""
-    server = Server(EndpointPicker(picker).process, **limits(
+    service = EndpointPicker(picker)
+    server = Server(service.process, **limits(
         picker.router.max_body_bytes, max_connections, max_connection_bytes, max_held_bytes,
         max_open_streams, idle_timeout))
     await picker.start()
@@ -169,6 +170,7 @@ async def picking(picker: Picker, host: str, port: int,
     finally:
         if metrics is not None:
             await metrics.stop()
+        service.let_answers_go()  # answers in flight go on unprocessed (NOTE(answer-phase))
         await server.stop(grace=5)  # streams in flight get 5 s to finish their decision
         await picker.close()
 

@@ -34,6 +34,16 @@ router checks it (not a JSON object: 400 from the picker). A new response (no us
 (/v1/models, /tokenize, ...) is placed the same way, by ``Router.by_load`` as the router's
 ``passthrough`` places it, with NOTE(fallbacks)'s list in that order.
 
+NOTE(pinned): a follow-up whose holder the map or the search knows is sent to it alone, never
+with fallbacks: no other replica holds that response, so a fallback could only answer 404 for
+a response that exists (a client takes that for gone for good). The list names the holder
+N + 1 times, so that the proxy's retries (as many as the list is long, NOTE(retry-check) in
+retries.py) go to it too, never past the list to its fallback policy's round robin. When
+Envoy cannot reach the holder, or the map's holder fails its health checks, the client gets
+the picker's 503 ``response_unavailable`` (with Retry-After) saying so (answers.py;
+docs/epp.md, "Responses API follow-ups"). A follow-up no replica is known to hold is placed
+as before, with fallbacks.
+
 NOTE(decisions): the router counts each generation request's choice on its registry
 (kvpool_router_decisions_total by reason, kvpool_router_predicted_hit_tokens_total: the chosen
 replica's reported hit) as it relays the request; the picker relays nothing, so ``pick`` counts
@@ -48,6 +58,7 @@ import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -60,10 +71,32 @@ from kvpool.router.affinity import RESPONSES_PATH
 from kvpool.router.proxy import GENERATE_PATHS, Router
 from kvpool.router.relayed import request_headers
 from kvpool.router.replicas import Replica
+from kvpool.router.response_ids import usable_id
 
-__all__ = ["ERROR_STATUSES", "Picker", "endpoint_of", "routed_path"]
+__all__ = ["ERROR_STATUSES", "HolderDown", "Pick", "Picker", "endpoint_of", "routed_path"]
 
 ERROR_STATUSES = (400, 413, 503)  # the statuses the picker answers Envoy with itself
+
+
+class Pick(NamedTuple):
+    """A pick: where the request goes and what its answer phase wants (answers.py)."""
+
+    endpoint: str | None  # NOTE(fallbacks)'s list; None: no replica to send it to
+    body: bytes  # what the replica gets (NOTE(model-rewrite))
+    # (the client's model, the target) when a rule rewrote it (restore.py NOTE(model-restore))
+    renamed: tuple[str, str] | None = None
+    pinned: str | None = None  # the response id a pinned follow-up names (NOTE(pinned))
+
+
+class HolderDown(Exception):
+    """NOTE(pinned): the replica holding the response a request names fails its health
+    checks; the picker's 503 says so."""
+
+    def __init__(self, response_id: str, param: str | None) -> None:
+        super().__init__(f"the replica holding response '{response_id}' is down (it fails its "
+                         "health checks); retry later (a replica that restarted has lost the "
+                         "responses it stored)")
+        self.param = param
 
 
 def endpoint_of(url: str) -> str:
@@ -113,70 +146,93 @@ class Picker:
     async def pick(self, path: str, raw: bytes, headers: Sequence[tuple[str, str]],
                    method: str = "POST", subset: Subset | None = None) -> str | None:
         """The endpoint for a ``method`` request to ``path`` (``pick_body``'s first half)."""
-        return (await self.pick_body(path, raw, headers, method, subset))[0]
+        return (await self.pick_body(path, raw, headers, method, subset)).endpoint
 
     async def pick_body(self, path: str, raw: bytes, headers: Sequence[tuple[str, str]],
-                        method: str = "POST", subset: Subset | None = None
-                        ) -> tuple[str | None, bytes]:
-        """(the endpoint, or NOTE(fallbacks)'s list, and the body the replica gets) for a
-        ``method`` request to ``path`` (None: no healthy replica, or none that ``subset``, the
-        proxy's hint, names: kvpool/epp/subset.py). Generation requests are checked
-        (RequestError: not a JSON object), their model rewritten (NOTE(model-rewrite) in
-        rewrite.py: the lookup and the replica see the target) and planned like the router
-        plans them, among the replicas ``subset`` names; Responses API requests go to their
-        response's replica (NOTE(responses)); others are placed by load (``Router.by_load``)."""
+                        method: str = "POST", subset: Subset | None = None) -> Pick:
+        """The ``Pick`` for a ``method`` request to ``path`` (its endpoint None: no healthy
+        replica, or none that ``subset``, the proxy's hint, names: kvpool/epp/subset.py).
+        Generation requests are checked (RequestError: not a JSON object), their model
+        rewritten (NOTE(model-rewrite) in rewrite.py: the lookup and the replica see the
+        target) and planned like the router plans them, among the replicas ``subset`` names;
+        Responses API requests go to their response's replica (NOTE(responses), NOTE(pinned):
+        HolderDown when it is known down); others are placed by load (``Router.by_load``)."""
         route = routed_path(path)
         plain = request_headers(CIMultiDict(headers))
         among = None if subset is None else (lambda r: subset.allows(r.url))
         new_response = route == RESPONSES_PATH and method == "POST"
+        body, renamed = None, None
         if route in GENERATE_PATHS or new_response:
             body = await self.router.bodies.check(raw)  # RequestError: the router's 400
-            raw, body = await self.rewrite(raw, body, plain)
+            raw, body, renamed = await self.rewrite(raw, body, plain)
         if route in GENERATE_PATHS:
             order, predicted, reason = await self.router.plan(raw, body, plain, among)
             if order:  # NOTE(decisions)
                 self.router.metrics.by_reason[reason].inc()
                 self.router.metrics.predicted.inc(predicted)
+            pinned = None
         elif new_response:
             named = None if body is None else body.get("previous_response_id")  # anything
-            order = await self.router.response_order(named, plain, new=True, among=among)
+            order, pinned = await self.follow_up(named, plain, among, new=True)
         else:
-            order = await self.by_response(route, plain, among)
+            order, pinned = await self.by_response(route, plain, among)
         if not order:
-            return None, raw
+            return Pick(None, raw)
         self.picks += 1
-        return ",".join(endpoint_of(r.url) for r in order[:1 + self.fallbacks]), raw
+        # NOTE(pinned): every retry goes to the holder too, none past the list
+        listed = order[:1] * (1 + self.fallbacks) if pinned else order[:1 + self.fallbacks]
+        return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned)
+
+    async def follow_up(self, named: object, headers: list,
+                        among: Callable[[Replica], bool] | None, new: bool
+                        ) -> tuple[list[Replica], str | None]:
+        """``Router.response_order`` for a request naming response ``named``, cut to its
+        holder alone when the map or the search knows it (and the id, pinned); HolderDown
+        when the map's holder is a replica that fails its health checks (NOTE(pinned))."""
+        affinity, rid = self.router.affinity, usable_id(named)
+        tenant = None if rid is None else affinity.tenant(headers)
+        if tenant is not None and (url := affinity.owner_url(rid, tenant)) is not None:
+            held = self.router.replicas.find(url)
+            if held is not None and not held.healthy and (among is None or among(held)):
+                raise HolderDown(rid, "previous_response_id" if new else None)
+        order = await self.router.response_order(named, headers, new=new, among=among)
+        if tenant is not None and order and affinity.owner_url(rid, tenant) == order[0].url:
+            return order[:1], rid
+        return order, None
 
     async def rewrite(self, raw: bytes, body: dict | None, headers: list
-                      ) -> tuple[bytes, dict | None]:
-        """``raw`` and ``body`` with the model a rule sends it to (NOTE(model-rewrite)); as
-        they are when no rule matches. A body too large to check here is decoded off the
-        loop for its model, and encoded again off the loop."""
+                      ) -> tuple[bytes, dict | None, tuple[str, str] | None]:
+        """``raw`` and ``body`` with the model a rule sends it to (NOTE(model-rewrite)), and
+        (the model the client asked for, that target); None: as they are, no rule matched. A
+        body too large to check here is decoded off the loop for its model, and encoded again
+        off the loop."""
         if self.rewrites is None:
-            return raw, body
+            return raw, body, None
         decoded, large = body, body is None
         if large:
             try:
                 decoded = await asyncio.to_thread(json.loads, raw)
             except (ValueError, RecursionError):  # the replica judges such a body
-                return raw, body
+                return raw, body, None
         model = decoded.get("model") if isinstance(decoded, dict) else None
         target = self.rewrites.target(model, request_seed(headers)) \
             if isinstance(model, str) else None
         if target is None or target == model:
-            return raw, body  # as checked: a large body stays undecoded for the plan
+            return raw, body, None  # as checked: a large body stays undecoded for the plan
         body = {**decoded, "model": target}
         encode = functools.partial(json.dumps, body, ensure_ascii=False, separators=(",", ":"))
-        return (await asyncio.to_thread(encode) if large else encode()).encode(), body
+        raw = (await asyncio.to_thread(encode) if large else encode()).encode()
+        return raw, body, (model, target)
 
     async def by_response(self, route: str, headers: list,
-                          among: Callable[[Replica], bool] | None = None) -> list[Replica]:
+                          among: Callable[[Replica], bool] | None = None
+                          ) -> tuple[list[Replica], str | None]:
         """The healthy replicas ``among`` takes, the one holding the response ``route`` names
-        (if any) first (NOTE(responses)); the search asks none outside ``among``
-        (kvpool/router/affinity.py NOTE(search-among)). Another route: by load, as the router
-        places it (``Router.by_load``)."""
+        (if any) alone (NOTE(responses), ``follow_up``); the search asks none outside
+        ``among`` (kvpool/router/affinity.py NOTE(search-among)). Another route: by load, as
+        the router places it (``Router.by_load``)."""
         if route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
             named = unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
-            return await self.router.response_order(named, headers, new=False, among=among)
+            return await self.follow_up(named, headers, among, new=False)
         return self.router.by_load(
-            [r for r in self.router.replicas.healthy() if among is None or among(r)])
+            [r for r in self.router.replicas.healthy() if among is None or among(r)]), None

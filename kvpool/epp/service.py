@@ -27,7 +27,8 @@ body mode (the first message's ``protocol_config``) sets how the picker answers:
         healthy replicas it names, none of them -> the same 503; kvpool/epp/subset.py)
         (--model-rewrites: a body whose model a rule rewrites goes on with the new body and
         its content-length; rewrite.py NOTE(model-rewrite))
-    anything else (a response phase if a config sends it) -> CONTINUE, unchanged
+    after the decision, when the pick wants its answer (NOTE(answer-phase)) -> answers.py;
+    anything else (a response phase a pick does not want) -> CONTINUE, unchanged
 
 NOTE(duplex): in BUFFERED mode Envoy waits for the headers' answer before it sends the body
 (two exchanges in turn); in full duplex nothing waits on the picker before the body's end, at
@@ -42,6 +43,19 @@ body cost a replica ~0.1 ms more on that box).
 NOTE(early-end): the call ends OK as soon as the request is decided, without waiting for
 Envoy to close its side: Envoy takes a processor's close as "nothing more to process" for the
 rest of the request and its response, which is what the skipped response phases ask anyway.
+
+NOTE(answer-phase): a pick that wants its answer keeps the call open past the decision: a
+rewritten model to put back (NOTE(model-restore) in restore.py), ``--fallbacks`` to hold
+against Envoy's retries (NOTE(retry-check) in retries.py), a pinned follow-up (picker.py
+NOTE(pinned)). Only when Envoy's config sends the answers (the first message's
+protocol_config: a response body mode other than NONE; deploy/envoy/ sends the headers and
+the body STREAMED); otherwise the call ends at the decision as before and what is lost is
+logged once. Such a call lets go of each message once answered (Stream.release), so it holds
+no more than one message however long its answer, and ends as soon as nothing more is wanted.
+Its client's leaving resets it (not counted as a rapid reset: NOTE(rapid-reset) in h2.py); at
+a stop every such call ends OK (``let_answers_go``; one holding bytes of its answer at its next
+body message, with them), Envoy sending the rest of those answers on unprocessed. Picks that
+want nothing (no rewrite, no --fallbacks, no pinned follow-up) end early.
 
 NOTE(garbage): a message that is no ProcessingRequest ends its call INVALID_ARGUMENT and is
 logged as one WARNING a minute at most (the count of such calls since the last), no traceback:
@@ -68,8 +82,10 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 
-from kvpool.epp.calls import INVALID_ARGUMENT, Stream
-from kvpool.epp.picker import Picker
+from kvpool.epp.answers import Answer, Wanted
+from kvpool.epp.calls import ENVELOPE, INVALID_ARGUMENT, Stream
+from kvpool.epp.picker import HolderDown, Pick, Picker
+from kvpool.epp.retries import RetryCheck
 from kvpool.epp.subset import Subset, subset_hint
 from kvpool.errors import RequestError
 from kvpool.router.proxy import RETRY_AFTER_SECONDS
@@ -112,11 +128,13 @@ def routed(endpoint: str, phase: str) -> pb.ProcessingResponse:
 def rewritten(endpoint: str, phase: str, body: bytes) -> pb.ProcessingResponse:
     """``routed`` for a body whose model was rewritten (NOTE(model-rewrite) in rewrite.py):
     its new ``content-length`` with the destination, and in the body phase (BUFFERED) the body
-    itself; full duplex sends it with ``body_back``."""
+    itself; full duplex sends it with ``body_back``. The answer is asked for uncompressed, so
+    its model can be put back (NOTE(model-restore) in restore.py)."""
     out = pb.ProcessingResponse()
     out.CopyFrom(routed(endpoint, phase))
     common = getattr(out, phase).response
-    common.header_mutation.set_headers.append(_header("content-length", str(len(body))))
+    common.header_mutation.set_headers.extend([_header("content-length", str(len(body))),
+                                               _header("accept-encoding", "identity")])
     if phase == "request_body":
         common.body_mutation.body = body
     return out
@@ -163,14 +181,16 @@ def body_back(raw: bytes, end: bool) -> pb.ProcessingResponse:
 class _Stream:
     """What one stream has sent so far."""
 
-    __slots__ = ("headers", "chunks", "size", "mode", "subset")
+    __slots__ = ("headers", "chunks", "size", "mode", "answer_mode", "subset", "answer")
 
     def __init__(self) -> None:
         self.headers: list[tuple[str, str]] = []
         self.chunks: list[bytes] = []
         self.size = 0
         self.mode = NO_BODY_MODE  # the request body mode, once protocol_config says it
+        self.answer_mode = NO_BODY_MODE  # the response body mode, the same way
         self.subset: Subset | None = None  # the proxy's subset hint, once a message has one
+        self.answer: Answer | None = None  # the answer phase, once decided (NOTE(answer-phase))
 
 
 class EndpointPicker:
@@ -181,23 +201,56 @@ class EndpointPicker:
         self.max_body_bytes = picker.router.max_body_bytes  # full duplex: the picker buffers
         self.garbage = 0  # undecodable messages since the last warning (NOTE(garbage))
         self._garbage_log = Throttle(GARBAGE_LOG_INTERVAL)
+        self.retries = RetryCheck(picker.fallbacks) if picker.fallbacks else None
+        self.answering: dict[Stream, Answer] = {}  # calls past their decision (NOTE(answer-phase))
+        self.unseen: set[str] = set()  # what answers skipped by Envoy's config hid (said once)
 
     async def process(self, call: Stream) -> None:
         """One ``Process`` call (kvpool.epp.calls): each message answered as it comes; the call
-        ends OK once the request is decided (NOTE(early-end)), or when Envoy ends it."""
+        ends OK once the request is decided (NOTE(early-end)) or, when its pick wants the
+        answer, once that is done with (NOTE(answer-phase)), or when Envoy ends it."""
         stream = _Stream()
-        while (raw := await call.messages.get()) is not None:
-            try:
-                req = pb.ProcessingRequest.FromString(raw)
-            except DecodeError:
-                self.undecodable()
-                return await call.send([], True, INVALID_ARGUMENT, "not a ProcessingRequest")
-            answers, decided = await self.step(stream, req)
-            if answers or decided:
-                await call.send([a.SerializeToString() for a in answers], decided)
-            if decided:
-                return
-        await call.send([], True)
+        try:
+            while (raw := await call.messages.get()) is not None:
+                try:
+                    req = pb.ProcessingRequest.FromString(raw)
+                except DecodeError:
+                    self.undecodable()
+                    return await call.send([], True, INVALID_ARGUMENT, "not a ProcessingRequest")
+                if stream.answer is None:
+                    answers, done = await self.step(stream, req)
+                    if done and stream.answer is not None:  # the request's bytes are let go
+                        self.answering[call] = stream.answer
+                        call.release(call.held)
+                        done = False
+                else:
+                    answers, done = await self.answered(stream.answer, req)
+                    call.release(len(raw) + ENVELOPE)
+                if answers or done:
+                    await call.send([a.SerializeToString() for a in answers], done)
+                if done:
+                    return
+            await call.send([], True)
+        finally:
+            self.answering.pop(call, None)
+
+    async def answered(self, answer: Answer, req: pb.ProcessingRequest
+                       ) -> tuple[list[pb.ProcessingResponse], bool]:
+        """A message after the decision: the answer's phases, anything else passed."""
+        phase = req.WhichOneof("request")
+        if phase is not None and phase.startswith("response_"):
+            return await answer.step(req)
+        return ([] if phase is None else [_passed(phase)]), False
+
+    def let_answers_go(self) -> None:
+        """At a stop: every call in its answer phase ends OK once it has answered what came,
+        so Envoy sends the rest of those answers on unprocessed, none cut (NOTE(answer-phase));
+        one holding bytes of its answer at its next body message, which takes them along."""
+        for call, answer in self.answering.items():
+            if answer.holding:
+                answer.stopping = True
+            else:
+                call.messages.put_nowait(None)
 
     def undecodable(self) -> None:
         """Count a message that is no ProcessingRequest; warn at most once an interval."""
@@ -214,6 +267,7 @@ class EndpointPicker:
         phase = req.WhichOneof("request")
         if req.HasField("protocol_config"):
             stream.mode = req.protocol_config.request_body_mode
+            stream.answer_mode = req.protocol_config.response_body_mode
         if (hint := subset_hint(req)) is not None:
             stream.subset = hint
         if phase == "request_headers":
@@ -255,16 +309,48 @@ class EndpointPicker:
         method = next((v for k, v in headers if k == ":method"), "GET")
         plain = [(k, v) for k, v in headers if not k.startswith(":")]
         try:
-            endpoint, sent = await self.picker.pick_body(path, raw, plain, method, stream.subset)
+            pick = await self.picker.pick_body(path, raw, plain, method, stream.subset)
         except RequestError as exc:
             return self.refuse(400, str(exc), exc.code or "invalid_json", exc.param), raw
-        if endpoint is None:  # the protocol's 503 for both (docs/epp.md, "The subset hint")
+        except HolderDown as exc:  # picker.py NOTE(pinned)
+            return self.refuse(503, str(exc), "response_unavailable", exc.param), raw
+        if pick.endpoint is None:  # the protocol's 503 for both (docs/epp.md, "The subset hint")
             return self.refuse(503, "no healthy replica" if stream.subset is None else
                                "no healthy replica among the proxy's subset hint",
                                "no_replica"), raw
-        if sent is raw:
-            return routed(endpoint, phase), raw
-        return rewritten(endpoint, phase, sent), sent
+        stream.answer = self.follow(stream, pick, method)
+        if pick.body is raw:
+            return routed(pick.endpoint, phase), raw
+        return rewritten(pick.endpoint, phase, pick.body), pick.body
+
+    def follow(self, stream: _Stream, pick: Pick, method: str) -> Answer | None:
+        """The answer phase ``pick`` wants, None when it wants none or Envoy's config sends
+        no answers (said once: NOTE(answer-phase))."""
+        renamed = pick.renamed
+        check = self.retries if self.retries is not None and self.retries.wanted else None
+        if stream.answer_mode == FULL_DUPLEX:  # every byte of it through the picker: not for
+            check = None  # a check alone (docs/epp.md, "Answers the picker reads")
+        if renamed is None and check is None and pick.pinned is None:
+            return None
+        if stream.answer_mode == NO_BODY_MODE:
+            self.unseen_once(renamed is not None, check is not None)
+            return None
+        listed = pick.endpoint.count(",") + 1 if check is not None else 0
+        param = "previous_response_id" if method == "POST" else None
+        return Answer(Wanted(renamed, listed, pick.pinned, param), stream.answer_mode, check,
+                      self.max_body_bytes, self.refuse)
+
+    def unseen_once(self, renamed: bool, checked: bool) -> None:
+        """Say once what answers Envoy does not send the picker cost (NOTE(answer-phase))."""
+        for what, why in ((renamed, "--model-rewrites' answers keep the target model"),
+                          (checked, "--fallbacks cannot be checked against Envoy's retries")):
+            if what and why not in self.unseen:
+                self.unseen.add(why)
+                log.warning("kvpool epp: %s: Envoy's ext_proc filter sends the picker no "
+                            "answers (response_body_mode NONE); on the route, set "
+                            "response_header_mode: SEND and response_body_mode: STREAMED (the "
+                            "typed_per_filter_config of deploy/envoy/envoy.yaml; docs/epp.md, "
+                            '"Answers the picker reads")', why)
 
     def refuse(self, status: int, message: str, code: str,
                param: str | None = None) -> pb.ProcessingResponse:

@@ -6,9 +6,9 @@ hit). Envoy is started and stopped by pid.
 * The subset hint (docs/epp.md, "The subset hint"): a header_to_metadata filter writes the
   request's ``x-subset`` header into ``envoy.lb.subset_hint`` and the ext_proc filter forwards
   that namespace, as a gateway does; the picker picks only among what it names, 503 when none.
-* Response phases sent (the Inference Extension's gateways send response headers and body in
-  full duplex): the picker's early end of the call (service.py NOTE(early-end)) lets the
-  answer through untouched, so Envoy never stalls waiting for the picker.
+* Response phases sent in full duplex (as the Inference Extension's gateways send them; the
+  shipped config sends them STREAMED): the picker's early end of the call (service.py
+  NOTE(early-end)) lets the answer through untouched, so Envoy never stalls waiting for it.
 """
 
 from __future__ import annotations
@@ -42,13 +42,11 @@ FORWARD_HINT = ('                  untyped: ["envoy.lb"]\n',
                 '                  untyped: ["envoy.lb"]\n'
                 "                forwarding_namespaces:\n"
                 '                  untyped: ["envoy.lb.subset_hint"]\n')
-RESPONSE_PHASES = (
-    "                response_header_mode: SKIP\n"
-    "                response_body_mode: NONE\n"
-    "                response_trailer_mode: SKIP\n",
-    "                response_header_mode: SEND\n"
-    "                response_body_mode: FULL_DUPLEX_STREAMED\n"
-    "                response_trailer_mode: SEND\n")
+ROUTE_ANSWERS = ("                        response_header_mode: SEND\n"
+                 "                        response_body_mode: STREAMED\n"
+                 "                        response_trailer_mode: SKIP\n")
+RESPONSE_PHASES = (ROUTE_ANSWERS, ROUTE_ANSWERS.replace("STREAMED", "FULL_DUPLEX_STREAMED")
+                   .replace("trailer_mode: SKIP", "trailer_mode: SEND"))
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,140 @@
+"""The answer phase of a call: what the picker does with the answer to a request it picked
+for, when it asked to see it (service.py NOTE(answer-phase); docs/epp.md).
+
+Per answer, by what its pick wants::
+
+    a rewritten model (NOTE(model-restore))   the answer's model put back, headers without
+                                              content-length, the body chunk by chunk
+    --fallbacks N (NOTE(retry-check))         the headers' attempt count held against N
+    a pinned follow-up (picker.py NOTE(pinned)) Envoy's own failure to reach the holder
+                                              becomes the picker's 503 response_unavailable
+    nothing more                              the call ends at the headers' answer
+
+Envoy's response body modes: STREAMED (and BUFFERED) answer each body message with its bytes
+as a body mutation and let the call end as soon as nothing more is wanted (Envoy sends the
+rest on itself); FULL_DUPLEX_STREAMED has every byte go back through the picker to the end
+(a call ended sooner loses the chunks Envoy sent it), so deploy/envoy/ configs use STREAMED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import NamedTuple
+
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from kvpool.epp.restore import JSON, SSE, ModelRestore
+from kvpool.epp.retries import RetryCheck, envoys_failure
+from kvpool.router.relayed import INLINE_BYTES
+
+__all__ = ["Answer", "Wanted", "kind_of"]
+
+FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+_PASSED = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
+_UNSIZED = pb.ProcessingResponse(response_headers=pb.HeadersResponse(response=pb.CommonResponse(
+    header_mutation=pb.HeaderMutation(remove_headers=["content-length"]))))
+# the picker's own 503 (service.py EndpointPicker.refuse): status, message, code, param
+Refuse = Callable[[int, str, str, "str | None"], pb.ProcessingResponse]
+
+
+class Wanted(NamedTuple):
+    """What a pick wants of its answer (None / 0: not that)."""
+
+    renamed: tuple[str, str] | None  # (the client's model, the target): NOTE(model-restore)
+    listed: int  # endpoints the pick listed, for NOTE(retry-check) (0: no check)
+    pinned: str | None  # the response id of a pinned follow-up (picker.py NOTE(pinned))
+    param: str | None  # the field that named it (previous_response_id; None: the path)
+
+
+def kind_of(headers: dict[str, str]) -> str | None:
+    """JSON, SSE, or None (not restored) for an answer with these headers."""
+    if headers.get("content-encoding", "identity").lower() != "identity":
+        return None  # rewritten requests ask for identity (service.py); a proxy may not
+    media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media == "text/event-stream":
+        return SSE
+    return JSON if media == "application/json" or media.endswith("+json") else None
+
+
+def _details(req: pb.ProcessingRequest) -> str | None:
+    """The ``response.code_details`` attribute Envoy sent (None: not configured)."""
+    for attrs in req.attributes.values():
+        if "response.code_details" in attrs.fields:
+            return attrs.fields["response.code_details"].string_value
+    return None
+
+
+class Answer:
+    """One call's answer phase (the module docstring)."""
+
+    def __init__(self, wanted: Wanted, mode: int, check: RetryCheck | None, limit: int,
+                 refuse: Refuse) -> None:
+        self.wanted, self.mode, self.check = wanted, mode, check
+        self.limit = limit  # bytes a restore may hold (NOTE(model-restore))
+        self.refuse = refuse
+        self.restore: ModelRestore | None = None
+        self.stopping = False  # the picker stops: the next body message ends the call
+
+    @property
+    def holding(self) -> bool:
+        """Whether bytes of the answer wait in the restore (a cut event, a JSON head)."""
+        return self.restore is not None and self.restore.holding > 0
+
+    async def step(self, req: pb.ProcessingRequest) -> tuple[list[pb.ProcessingResponse], bool]:
+        """The answers to one response-phase message, and whether the call is done."""
+        phase = req.WhichOneof("request")
+        if phase == "response_headers":
+            return self.headers(req)
+        if phase == "response_body":
+            return await self.body(req.response_body.body, req.response_body.end_of_stream)
+        out = [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
+        if self.mode == FULL_DUPLEX and self.restore is not None and self.restore.holding:
+            out.insert(0, self.duplex(await self.feed(b"", True), False))
+        return out, True
+
+    def headers(self, req: pb.ProcessingRequest) -> tuple[list[pb.ProcessingResponse], bool]:
+        head = req.response_headers
+        fields = {h.key: h.raw_value.decode("latin-1") or h.value for h in head.headers.headers}
+        details = _details(req)
+        w = self.wanted
+        if self.check is not None and w.listed:
+            self.check.answer(w.listed, fields.get("x-envoy-attempt-count"), details)
+        if w.pinned is not None and envoys_failure(details):
+            return [self.refuse(503, f"the replica holding response '{w.pinned}' cannot be "
+                                f"reached now ({details}); retry later (a replica that "
+                                "restarted has lost the responses it stored)",
+                                "response_unavailable", w.param)], True
+        kind = None if w.renamed is None or head.end_of_stream else kind_of(fields)
+        if kind is None:  # nothing to restore: full duplex still relays every byte
+            return [_PASSED], self.mode != FULL_DUPLEX or head.end_of_stream
+        self.restore = ModelRestore(*w.renamed, kind, self.limit)
+        return [_UNSIZED], False
+
+    async def body(self, chunk: bytes, end: bool) -> tuple[list[pb.ProcessingResponse], bool]:
+        if self.stopping:  # what is held goes with this chunk, unrestored, and the call ends
+            out, end_call = chunk if self.restore is None else self.restore.flush(chunk), True
+        else:
+            out = chunk if self.restore is None else await self.feed(chunk, end)
+            end_call = end
+        if self.mode == FULL_DUPLEX:
+            return [self.duplex(out, end)], end_call
+        mutated = pb.ProcessingResponse(response_body=pb.BodyResponse(
+            response=pb.CommonResponse(body_mutation=pb.BodyMutation(body=out))))
+        # a JSON answer's model replaced: Envoy sends the rest on by itself
+        return [mutated], end_call or self.restore is None or self.restore.passing
+
+    async def feed(self, chunk: bytes, end: bool) -> bytes:
+        """The restore's bytes for ``chunk``: a large piece on a worker thread, as a large
+        request body is decoded (picker.py ``rewrite``)."""
+        assert self.restore is not None
+        if self.restore.holding + len(chunk) > INLINE_BYTES:
+            return await asyncio.to_thread(self.restore.feed, chunk, end)
+        return self.restore.feed(chunk, end)
+
+    @staticmethod
+    def duplex(body: bytes, end: bool) -> pb.ProcessingResponse:
+        return pb.ProcessingResponse(response_body=pb.BodyResponse(response=pb.CommonResponse(
+            body_mutation=pb.BodyMutation(streamed_response=pb.StreamedBodyResponse(
+                body=body, end_of_stream=end)))))

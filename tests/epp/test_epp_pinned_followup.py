@@ -1,0 +1,124 @@
+"""A Responses API follow-up whose holder is down (kvpool/epp/picker.py NOTE(pinned);
+docs/epp.md, "Responses API follow-ups") through a real Envoy running the shipped
+deploy/envoy/envoy-fallback.yaml, the real picker with --fallbacks 2 and real aiohttp replicas
+on 127.0.0.1 (Envoy stopped by pid). Only ``holder`` stores resp_1; the others answer 404 for
+it, as a kvpool serve does for a response it does not hold.
+
+Before, the pick listed the holder and two fallbacks: with the holder gone Envoy went on to the
+next, whose 404 told the client its response did not exist. Now the holder is listed alone and
+the client gets a 503 ``response_unavailable`` naming it, with Retry-After; no other replica is
+asked to run the follow-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from bench.envoy_proc import Envoy
+from kvpool.epp.cli import picking
+from kvpool.epp.picker import Picker
+from kvpool.router.proxy import Router
+from kvpool.router.replicas import ReplicaSet
+from tests.epp.test_epp_envoy_fallback import CONFIG, cluster
+from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
+from tests.router.test_router_hostile_replica import OK_HEALTH
+
+RID = "resp_" + "1" * 32
+FOLLOW_UP = {"model": "m", "input": "and then?", "previous_response_id": RID}
+
+
+def replica(name: str, holds: bool, asked: list[str]) -> web.Application:
+    """Holds RID or not; each follow-up POST it gets is appended to ``asked``."""
+    def missing():
+        return web.json_response({"error": {"message": f"no response {RID}", "type":
+                                            "invalid_request_error", "param": None,
+                                            "code": "not_found"}}, status=404)
+
+    async def create(request):
+        body = await request.json()
+        asked.append(name)
+        named = body.get("previous_response_id")
+        if named is not None and not (holds and named == RID):
+            return missing()
+        return web.json_response({"id": "resp_" + "2" * 32, "object": "response"})
+
+    async def stored(request):
+        if holds and request.match_info["rid"] == RID:
+            return web.json_response({"id": RID, "object": "response"})
+        return missing()
+
+    async def health(_):
+        return web.Response(body=OK_HEALTH, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/responses", create)
+    app.router.add_get("/v1/responses/{rid}", stored)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def gateway(workdir):
+    """holder and two others behind the picker (--fallbacks 2) and Envoy; yields (Envoy's
+    URL, the picker, the holder's URL, its stop, the follow-ups each replica got)."""
+    asked: list[str] = []
+    async with contextlib.AsyncExitStack() as stack:
+        others = await stack.enter_async_context(apps_served(
+            replica("a", False, asked), replica("b", False, asked)))
+        held = contextlib.AsyncExitStack()
+        (holder,) = await held.enter_async_context(apps_served(replica("holder", True, asked)))
+        stack.push_async_callback(held.aclose)
+        urls = [holder, *others]
+        picker = Picker(Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT),
+                        fallbacks=2)
+        port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
+        envoy = Envoy(port, workdir, (cluster(urls),), config=CONFIG)
+        await asyncio.to_thread(envoy.start)
+        stack.push_async_callback(asyncio.to_thread, envoy.stop)
+        yield envoy.url, picker, holder, held.aclose, asked
+
+
+async def follow(s: aiohttp.ClientSession, url: str, get: bool) -> tuple[int, dict, dict]:
+    """(status, headers, the answer's error object or {}) of a follow-up naming RID."""
+    call = s.get(url + f"/v1/responses/{RID}") if get else \
+        s.post(url + "/v1/responses", json=FOLLOW_UP)
+    async with call as r:
+        out = await r.json()
+        if "error" in out:
+            assert set(out["error"]) == {"message", "type", "param", "code"}, out
+        return r.status, dict(r.headers), out.get("error", {})
+
+
+@pytest.mark.parametrize("seen_down", [False, True], ids=["unreachable", "known_down"])
+async def test_a_follow_up_to_a_down_holder_is_a_503_naming_it(tmp_path, seen_down):
+    """unreachable: the holder stops after the picker's last beat (Envoy cannot connect);
+    known_down: its beat failed too (the picker answers without Envoy trying it)."""
+    async with gateway(tmp_path) as (url, picker, holder, stop, asked), \
+            aiohttp.ClientSession() as s:
+        assert (await follow(s, url, get=False))[0] == 200  # found by search, learnt
+        assert asked == ["holder"]
+        await stop()
+        if seen_down:
+            replicas = picker.router.replicas
+            replicas.mark_down(replicas.find(holder))
+        for get in (False, True, True):  # the picker answers every time, not only once
+            status, headers, err = await follow(s, url, get)
+            assert status == 503 and headers["Retry-After"] == "1", (status, err)
+            assert err["code"] == "response_unavailable" and RID in err["message"], err
+            assert err["param"] == (None if get else "previous_response_id"), err
+        assert asked == ["holder"]  # no other replica was asked to run it
+
+
+async def test_a_follow_up_no_replica_holds_keeps_its_fallbacks(tmp_path):
+    async with gateway(tmp_path) as (url, _, _holder, _stop, asked), \
+            aiohttp.ClientSession() as s:
+        async with s.post(url + "/v1/responses", json={**FOLLOW_UP, "previous_response_id":
+                                                       "resp_unknown"}) as r:
+            assert r.status == 404  # no replica holds it: a replica's own 404, as before
+            assert len(r.headers["x-kvpool-picked"].split(",")) == 3
+        assert len(asked) == 1
