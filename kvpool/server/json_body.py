@@ -39,6 +39,15 @@ count and string lengths before ``json.loads`` holds the GIL (NOTE(gil)).
 Every route that parses a client body goes through one pool (the app's), so the bound on
 parses at once holds across routes.
 
+NOTE(json-only): as vLLM's ``validate_json_request`` (on its chat, completions, Responses,
+tokenize and detokenize routes), a body whose Content-Type media type is not
+``application/json`` (``text/plain``, a form, ``application/octet-stream``, none: curl's
+``-d`` without ``-H``) is a 400 once read (a body too large or too slow keeps its 413 / 408),
+before it is parsed, even when the bytes are JSON. vLLM raises it as a RequestValidationError,
+which its server answers 400 (older vLLM: 415); parameters such as ``charset`` and the case of
+the type do not matter. ``/v1/kvpool/lookup`` (the router fans the client's own request out
+to it) stays lenient: the generation route refuses such a body.
+
 The worker thread does not see the handler's context variables (``run_in_executor`` does not
 copy them): a parse must not read the request's tenant; the caller reads it on the loop.
 """
@@ -55,12 +64,12 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from kvpool.errors import RequestError, context_length_error
+from kvpool.errors import RequestError, context_length_error, shown
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
            "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool",
            "decode_json_body", "decode_json_text", "json_int", "key_before",
-           "longest_string_over", "structural_commas"]
+           "longest_string_over", "require_json", "structural_commas"]
 
 # the server's and the router's default body bounds (the router passes bodies on unchanged)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
@@ -202,6 +211,19 @@ def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
     return body
 
 
+JSON_MEDIA_TYPE = "application/json"
+
+
+def require_json(request: web.Request) -> None:
+    """NOTE(json-only): a 400 unless the body is sent as ``application/json``."""
+    if request.content_type == JSON_MEDIA_TYPE:
+        return
+    sent = request.headers.get("Content-Type")
+    said = "no Content-Type" if sent is None else f"Content-Type {shown(sent)}"
+    raise _bad(f"Unsupported Media Type: Only 'application/json' is allowed (the request "
+               f"has {said})", "unsupported_media_type")
+
+
 def json_int(value: Any) -> int | None:
     """``value`` as an integer field reads it: an int, or a number without a fraction
     (``3.0``: JSON Schema's integer, and what vLLM's pydantic models take); else None. A bool is
@@ -284,9 +306,14 @@ class ParsePool:
             raise web.HTTPRequestTimeout(text=f"the request body did not arrive within "
                                          f"{self.body_timeout:g} s (--body-timeout)") from None
 
-    async def read_and_parse(self, request: web.Request, parse: Callable[[bytes], T]) -> T:
-        """``parse`` of the whole body (``read``, then ``parse`` below)."""
-        return await self.parse(await self.read(request), parse)
+    async def read_and_parse(self, request: web.Request, parse: Callable[[bytes], T], *,
+                             json_only: bool = True) -> T:
+        """``parse`` of the whole body (``read``, then ``parse`` below); unless ``json_only``
+        is off, a body not sent as JSON is refused once read (NOTE(json-only))."""
+        raw = await self.read(request)
+        if json_only:
+            require_json(request)
+        return await self.parse(raw, parse)
 
     async def parse(self, raw: bytes, parse: Callable[[bytes], T]) -> T:
         if len(raw) <= self.inline_bytes:

@@ -100,7 +100,7 @@ class LookupRoute:
                 "free_device_blocks": self.engine.num_free_blocks()}
 
     async def lookup(self, request: web.Request) -> web.Response:
-        ids, salt = await self.parse_pool.read_and_parse(request, self.parse)
+        ids, salt = await self.parse_pool.read_and_parse(request, self.parse, json_only=False)
         out = {"replica_id": request.app.get(REPLICA_ID_KEY) or default_replica_id()}
         # on the loop: the tenant is the handler's context variable (NOTE(namespace))
         out.update(self.counts(ids, self.namespace.salt(current_tenant(), salt)))

@@ -122,9 +122,10 @@ async def test_allowed_origins_restrict_and_echo_with_vary(make_server):
 
 async def test_a_refused_origins_simple_post_starts_nothing(make_server):
     """cors.py NOTE(simple-post): a page from a refused origin posts text/plain (or a form)
-    with no preflight; the server refuses it before any generation, while the allowed origin,
-    a JSON body (the browser preflights that and withholds the request) and clients sending
-    no Origin (curl -d) are served as before."""
+    with no preflight; the server refuses it before any generation, while a JSON body (the
+    browser preflights that and withholds the request) is served. The allowed origin and
+    clients sending no Origin pass the CORS check with text/plain too, and get vLLM's
+    JSON-only 400 (json_body.py NOTE(json-only))."""
     cors = CorsPolicy(f'["{A}"]')
     async with make_server(app_options={"cors": cors}) as srv:
         url, body = srv.v1 + "/completions", json.dumps(PROMPT)
@@ -138,10 +139,14 @@ async def test_a_refused_origins_simple_post_starts_nothing(make_server):
             assert "--allowed-origins" in err["message"] and ACAO not in h
         assert await prompt_tokens(srv.url) == before  # no generation started
         for headers in [{"Origin": A, "Content-Type": "text/plain"},
-                        {"Origin": EVIL, "Content-Type": "application/json"},
                         {"Content-Type": "text/plain"}]:
             status, _, raw = await fetch(url, "POST", data=body, headers=headers)
-            assert status == 200 and json.loads(raw)["choices"], (headers, raw)
+            got = (status, json.loads(raw)["error"]["code"])
+            assert got == (400, "unsupported_media_type"), (headers, raw)
+        for origin in (A, EVIL):
+            status, _, raw = await fetch(url, "POST", data=body, headers={
+                "Origin": origin, "Content-Type": "application/json"})
+            assert status == 200 and json.loads(raw)["choices"], (origin, raw)
         status, _, _ = await fetch(srv.v1 + "/models", headers={"Origin": EVIL})
         assert status == 200  # a read starts nothing: CORS hides its answer
 

@@ -46,7 +46,7 @@ HEAVY = string("^x{10000}$")
 
 
 async def post(s: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dict]:
-    async with s.post(url, data=json.dumps(body)) as r:
+    async with s.post(url, json=body) as r:
         return r.status, await r.json()
 
 
@@ -83,7 +83,7 @@ async def test_a_grammar_that_breaks_midway_is_an_error_never_a_stop(srv):
         assert status == 500, body
         assert "response_format" in body["error"]["message"], body
         async with s.post(srv.v1 + "/chat/completions",
-                          data=json.dumps({**req, "stream": True})) as r:
+                          json={**req, "stream": True}) as r:
             assert r.status == 200
             events = [json.loads(line[6:]) for line in (await r.text()).splitlines()
                       if line.startswith("data: {")]

@@ -61,7 +61,7 @@ AT_PARSE = [
 
 
 async def post(s: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dict]:
-    async with s.post(url, data=json.dumps(body)) as r:
+    async with s.post(url, json=body) as r:
         return r.status, await r.json()
 
 
@@ -142,7 +142,7 @@ async def fail_midway(s: aiohttp.ClientSession, url: str, body: dict) -> list[di
     """The errors of ``body`` sent plain and streamed (the stream's last event)."""
     status, plain = await post(s, url, body)
     assert status == 500, plain
-    async with s.post(url, data=json.dumps({**body, "stream": True})) as r:
+    async with s.post(url, json={**body, "stream": True}) as r:
         assert r.status == 200
         events = [json.loads(line[6:]) for line in (await r.text()).splitlines()
                   if line.startswith("data: {")]

@@ -32,7 +32,7 @@ MIDWAY = string("^([a-z]{1,10}){500}$")
 
 
 async def post(s: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dict]:
-    async with s.post(url, data=json.dumps(body)) as r:
+    async with s.post(url, json=body) as r:
         return r.status, await r.json()
 
 
@@ -71,7 +71,7 @@ async def test_a_text_format_that_breaks_midway_names_text_format(srv):
         status, plain = await post(s, srv.v1 + "/responses", body)
         assert status == 500, plain
         async with s.post(srv.v1 + "/responses",
-                          data=json.dumps({**body, "stream": True})) as r:
+                          json={**body, "stream": True}) as r:
             assert r.status == 200
             events = [json.loads(line[6:]) for line in (await r.text()).splitlines()
                       if line.startswith("data: {")]

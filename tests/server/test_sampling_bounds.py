@@ -40,7 +40,7 @@ EDGES = [
 
 
 async def post(session, url: str, body: dict) -> tuple[int, dict]:
-    async with session.post(url, data=json.dumps(body)) as r:
+    async with session.post(url, json=body) as r:
         return r.status, await r.json()
 
 
