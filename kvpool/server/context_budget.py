@@ -4,7 +4,8 @@ NOTE(clamp): as vLLM's server (``get_max_tokens``): a prompt that leaves room fo
 one token is served, and the tokens it may generate are lowered to the room it leaves::
 
     prompt > max_model_len              -> 400 context_length_exceeded, param the prompt's
-    prompt == max_model_len             -> 400 (no room for one token: vLLM's input check)
+    prompt == max_model_len             -> 400 (no room for one token: vLLM's input check,
+                                           which holds for echo with max_tokens 0 too)
     max_tokens given                    -> min(max_tokens, max_model_len - prompt), and
                                            within --generation-config DIR's max_new_tokens
                                            (NOTE(gen-ceiling), generation_config.py)

@@ -45,6 +45,13 @@ async def test_completions_past_the_context_are_clamped_and_a_full_prompt_is_a_4
         status, _, err = await call(ctx, "POST", "/v1/completions",
                                     json={"prompt": [65] * n, "max_tokens": 1})
         assert_error(status, err, 400, "prompt", "context_length_exceeded")
+    # NOTE(clamp): echo with max_tokens 0 generates nothing, yet a prompt as long as the
+    # context stays the 400 vLLM's engine gives it whatever max_tokens asks
+    echo = {"prompt": [65] * CTX, "max_tokens": 0, "echo": True}
+    status, _, err = await call(ctx, "POST", "/v1/completions", json=echo)
+    assert_error(status, err, 400, "prompt", "context_length_exceeded")
+    out = await _post(ctx, "/v1/completions", {**echo, "prompt": [65] * (CTX - 1)})
+    assert out["usage"]["completion_tokens"] == 0
 
 
 async def test_each_prompt_of_a_batch_gets_its_own_clamp(ctx):

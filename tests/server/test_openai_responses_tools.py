@@ -136,6 +136,30 @@ async def test_function_call_output_reaches_the_prompt_inline_and_continued(tsrv
     assert continued.usage.input_tokens == want
 
 
+async def test_a_call_cut_by_max_output_tokens_is_incomplete_and_the_follow_up_runs(tsrv):
+    """OpenAI's shape for a call max_output_tokens cuts: the response and the item are
+    incomplete, the arguments what was generated; a follow-up after it (stored, or the item
+    sent back) renders those arguments as {} (chat_messages.py), as vLLM coerces them."""
+    srv = tsrv
+    async with client(srv) as c:
+        model = srv.engine.model_name
+        cut = await c.responses.create(model=model, input=ASK, tools=TOOLS, tool_choice=NAMED,
+                                       max_output_tokens=4, temperature=0)
+        assert cut.status == "incomplete" and cut.incomplete_details.reason == \
+            "max_output_tokens"
+        call = cut.output[-1]
+        assert call.type == "function_call" and call.status == "incomplete"
+        with pytest.raises(ValueError):
+            json.loads(call.arguments)
+        result = {"type": "function_call_output", "call_id": call.call_id, "output": "09:41"}
+        kw = dict(model=model, tools=TOOLS, tool_choice="none", max_output_tokens=2)
+        continued = await c.responses.create(previous_response_id=cut.id, input=[result], **kw)
+        empty = {**call.model_dump(exclude_none=True), "arguments": "{}"}
+        inline = await c.responses.create(input=[{"role": "user", "content": ASK}, empty,
+                                                 result], **kw)
+    assert continued.usage.input_tokens == inline.usage.input_tokens
+
+
 async def test_auto_text_is_one_message_streamed_or_not(make_server):
     async with make_server(max_model_len=1024, num_device_blocks=96,
                            app_options={"tool_call_parser": "hermes"}) as srv, \

@@ -52,9 +52,9 @@ async def test_tokenize_counts_what_chat_counts(make_server, reject):
 
 
 async def test_tokenize_ignores_chat_only_fields_unread(srv):
-    """vLLM's /tokenize has no echo / truncate_prompt_tokens / return_tokens_as_token_ids:
-    ignored (listed in the header, as /detokenize lists its own), not validated, not
-    applied."""
+    """vLLM's /tokenize (its TokenizeChatRequest and TokenizeCompletionRequest) has no echo /
+    truncate_prompt_tokens / return_tokens_as_token_ids: ignored (listed in the header, as
+    /detokenize lists its own), not validated, not applied, for messages and prompt alike."""
     async with aiohttp.ClientSession() as s:
         status, plain, _ = await _post(s, srv.url + "/tokenize", {"messages": CHAT})
         assert status == 200
@@ -64,6 +64,12 @@ async def test_tokenize_ignores_chat_only_fields_unread(srv):
                                                 {"messages": CHAT, **extra})
             assert status == 200 and body["tokens"] == plain["tokens"], (extra, body)
             assert ignored == next(iter(extra)), extra
+        text = {"prompt": "a prompt of more than two tokens"}
+        status, plain, _ = await _post(s, srv.url + "/tokenize", text)
+        status, body, ignored = await _post(s, srv.url + "/tokenize",
+                                            {**text, "truncate_prompt_tokens": 2})
+        assert status == 200 and body["tokens"] == plain["tokens"] and len(plain["tokens"]) > 2
+        assert ignored == "truncate_prompt_tokens"
         status, body, ignored = await _post(s, srv.url + "/detokenize",
                                             {"tokens": plain["tokens"], "echo": True})
         assert status == 200 and body["prompt"] and ignored == "echo"
