@@ -7,7 +7,8 @@ Per answer, by what its pick wants::
                                               content-length, the body chunk by chunk
     --fallbacks N (NOTE(retry-check))         the headers' attempt count held against N
     a pinned follow-up (picker.py NOTE(pinned)) Envoy's own failure to reach the holder
-                                              becomes the picker's 503 response_unavailable
+                                              becomes the router's HolderDown (503
+                                              response_unavailable)
     nothing more                              the call ends at the headers' answer
 
 Envoy's response body modes: STREAMED (and BUFFERED) answer each body message with its bytes
@@ -27,6 +28,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from kvpool.epp.restore import JSON, SSE, ModelRestore
 from kvpool.epp.retries import RetryCheck, envoys_failure
+from kvpool.router.affinity import HolderDown
 from kvpool.router.relayed import INLINE_BYTES
 
 __all__ = ["Answer", "Wanted", "kind_of"]
@@ -102,10 +104,8 @@ class Answer:
         if self.check is not None and w.listed:
             self.check.answer(w.listed, fields.get("x-envoy-attempt-count"), details)
         if w.pinned is not None and envoys_failure(details):
-            return [self.refuse(503, f"the replica holding response '{w.pinned}' cannot be "
-                                f"reached now ({details}); retry later (a replica that "
-                                "restarted has lost the responses it stored)",
-                                "response_unavailable", w.param)], True
+            down = HolderDown(w.pinned, w.param, f"cannot be reached now ({details})")
+            return [self.refuse(down.status, down.message, down.code, w.param)], True
         kind = None if w.renamed is None or head.end_of_stream else kind_of(fields)
         if kind is None:  # nothing to restore: full duplex still relays every byte
             return [_PASSED], self.mode != FULL_DUPLEX or head.end_of_stream

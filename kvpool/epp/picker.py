@@ -40,9 +40,10 @@ a response that exists (a client takes that for gone for good). The list names t
 N + 1 times, so that the proxy's retries (as many as the list is long, NOTE(retry-check) in
 retries.py) go to it too, never past the list to its fallback policy's round robin. When
 Envoy cannot reach the holder, or the map's holder fails its health checks, the client gets
-the picker's 503 ``response_unavailable`` (with Retry-After) saying so (answers.py;
-docs/epp.md, "Responses API follow-ups"). A follow-up no replica is known to hold is placed
-as before, with fallbacks.
+the router's ``HolderDown``, 503 ``response_unavailable`` with Retry-After, saying so
+(kvpool/router/affinity.py NOTE(holder-down): ``Router.response_order`` cuts the order to the
+holder and raises it; answers.py; docs/epp.md, "Responses API follow-ups"). A follow-up no
+replica is known to hold is placed as before, with fallbacks.
 
 NOTE(decisions): the router counts each generation request's choice on its registry
 (kvpool_router_decisions_total by reason, kvpool_router_predicted_hit_tokens_total: the chosen
@@ -67,13 +68,12 @@ from yarl import URL
 
 from kvpool.epp.rewrite import ModelRewrites, request_seed
 from kvpool.epp.subset import Subset, host_port
-from kvpool.router.affinity import RESPONSES_PATH
+from kvpool.router.affinity import PREVIOUS, RESPONSES_PATH
 from kvpool.router.proxy import GENERATE_PATHS, Router
 from kvpool.router.relayed import request_headers
 from kvpool.router.replicas import Replica
-from kvpool.router.response_ids import usable_id
 
-__all__ = ["ERROR_STATUSES", "HolderDown", "Pick", "Picker", "endpoint_of", "routed_path"]
+__all__ = ["ERROR_STATUSES", "Pick", "Picker", "endpoint_of", "routed_path"]
 
 ERROR_STATUSES = (400, 413, 503)  # the statuses the picker answers Envoy with itself
 
@@ -86,17 +86,6 @@ class Pick(NamedTuple):
     # (the client's model, the target) when a rule rewrote it (restore.py NOTE(model-restore))
     renamed: tuple[str, str] | None = None
     pinned: str | None = None  # the response id a pinned follow-up names (NOTE(pinned))
-
-
-class HolderDown(Exception):
-    """NOTE(pinned): the replica holding the response a request names fails its health
-    checks; the picker's 503 says so."""
-
-    def __init__(self, response_id: str, param: str | None) -> None:
-        super().__init__(f"the replica holding response '{response_id}' is down (it fails its "
-                         "health checks); retry later (a replica that restarted has lost the "
-                         "responses it stored)")
-        self.param = param
 
 
 def endpoint_of(url: str) -> str:
@@ -156,7 +145,8 @@ class Picker:
         rewritten (NOTE(model-rewrite) in rewrite.py: the lookup and the replica see the
         target) and planned like the router plans them, among the replicas ``subset`` names;
         Responses API requests go to their response's replica (NOTE(responses), NOTE(pinned):
-        HolderDown when it is known down); others are placed by load (``Router.by_load``)."""
+        kvpool/router/affinity.py's HolderDown when it is known down); others are placed by
+        load (``Router.by_load``)."""
         route = routed_path(path)
         plain = request_headers(CIMultiDict(headers))
         among = None if subset is None else (lambda r: subset.allows(r.url))
@@ -172,8 +162,9 @@ class Picker:
                 self.router.metrics.predicted.inc(predicted)
             pinned = None
         elif new_response:
-            named = None if body is None else body.get("previous_response_id")  # anything
-            order, pinned = await self.follow_up(named, plain, among, new=True)
+            named = None if body is None else body.get(PREVIOUS)  # anything
+            order, pinned = await self.router.response_order(named, plain, new=True,
+                                                             among=among)
         else:
             order, pinned = await self.by_response(route, plain, among)
         if not order:
@@ -182,23 +173,6 @@ class Picker:
         # NOTE(pinned): every retry goes to the holder too, none past the list
         listed = order[:1] * (1 + self.fallbacks) if pinned else order[:1 + self.fallbacks]
         return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned)
-
-    async def follow_up(self, named: object, headers: list,
-                        among: Callable[[Replica], bool] | None, new: bool
-                        ) -> tuple[list[Replica], str | None]:
-        """``Router.response_order`` for a request naming response ``named``, cut to its
-        holder alone when the map or the search knows it (and the id, pinned); HolderDown
-        when the map's holder is a replica that fails its health checks (NOTE(pinned))."""
-        affinity, rid = self.router.affinity, usable_id(named)
-        tenant = None if rid is None else affinity.tenant(headers)
-        if tenant is not None and (url := affinity.owner_url(rid, tenant)) is not None:
-            held = self.router.replicas.find(url)
-            if held is not None and not held.healthy and (among is None or among(held)):
-                raise HolderDown(rid, "previous_response_id" if new else None)
-        order = await self.router.response_order(named, headers, new=new, among=among)
-        if tenant is not None and order and affinity.owner_url(rid, tenant) == order[0].url:
-            return order[:1], rid
-        return order, None
 
     async def rewrite(self, raw: bytes, body: dict | None, headers: list
                       ) -> tuple[bytes, dict | None, tuple[str, str] | None]:
@@ -228,11 +202,11 @@ class Picker:
                           among: Callable[[Replica], bool] | None = None
                           ) -> tuple[list[Replica], str | None]:
         """The healthy replicas ``among`` takes, the one holding the response ``route`` names
-        (if any) alone (NOTE(responses), ``follow_up``); the search asks none outside
-        ``among`` (kvpool/router/affinity.py NOTE(search-among)). Another route: by load, as
+        (if any) alone with its id (NOTE(responses), NOTE(pinned)); the search asks none
+        outside ``among`` (kvpool/router/affinity.py NOTE(search-among)). Another route: by load, as
         the router places it (``Router.by_load``)."""
         if route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
             named = unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
-            return await self.follow_up(named, headers, among, new=False)
+            return await self.router.response_order(named, headers, new=False, among=among)
         return self.router.by_load(
             [r for r in self.router.replicas.healthy() if among is None or among(r)]), None

@@ -84,11 +84,12 @@ from google.protobuf.message import DecodeError
 
 from kvpool.epp.answers import Answer, Wanted
 from kvpool.epp.calls import ENVELOPE, INVALID_ARGUMENT, Stream
-from kvpool.epp.picker import HolderDown, Pick, Picker
+from kvpool.epp.picker import Pick, Picker
 from kvpool.epp.retries import RetryCheck
 from kvpool.epp.subset import Subset, subset_hint
 from kvpool.errors import RequestError
-from kvpool.router.proxy import RETRY_AFTER_SECONDS
+from kvpool.router.affinity import PREVIOUS, HolderDown
+from kvpool.router.upstream import RETRY_AFTER_SECONDS
 from kvpool.server.middleware import error_body, error_type
 from kvpool.throttle import Throttle
 
@@ -312,8 +313,8 @@ class EndpointPicker:
             pick = await self.picker.pick_body(path, raw, plain, method, stream.subset)
         except RequestError as exc:
             return self.refuse(400, str(exc), exc.code or "invalid_json", exc.param), raw
-        except HolderDown as exc:  # picker.py NOTE(pinned)
-            return self.refuse(503, str(exc), "response_unavailable", exc.param), raw
+        except HolderDown as exc:  # kvpool/router/affinity.py NOTE(holder-down)
+            return self.refuse(exc.status, exc.message, exc.code, exc.param), raw
         if pick.endpoint is None:  # the protocol's 503 for both (docs/epp.md, "The subset hint")
             return self.refuse(503, "no healthy replica" if stream.subset is None else
                                "no healthy replica among the proxy's subset hint",
@@ -336,7 +337,7 @@ class EndpointPicker:
             self.unseen_once(renamed is not None, check is not None)
             return None
         listed = pick.endpoint.count(",") + 1 if check is not None else 0
-        param = "previous_response_id" if method == "POST" else None
+        param = PREVIOUS if method == "POST" else None
         return Answer(Wanted(renamed, listed, pick.pinned, param), stream.answer_mode, check,
                       self.max_body_bytes, self.refuse)
 

@@ -43,19 +43,30 @@ path (a catch-all route, an HTML page from something else behind its URL, a bug)
 every search it was first in the healthy order for, and drew every follow-up it could not
 serve (each a 404 there).
 
-NOTE(tenant): the map only ever chooses where a request goes: what the client gets is the
-answer of a replica, which checks the caller's tenant itself. Told no tenants, the map is keyed
-by id alone: another tenant's id reaches its owner and gets the owner's own 404, as an unknown
-id gets the 404 of the replica it lands on. Told tenants, another tenant's id is not in the
-caller's part of the map, so it is searched for like an unknown one (with the caller's
-headers: every replica says 404, nothing is learnt). An owner that is down or fails is tried
-no harder than any replica, and the next one's 404 is what the server says of a response it
-cannot reach. So the router never answers by its map (no 403, no 404 of its own), its logs
-name no id, and its metrics count ids learnt from 200 answers (the caller's own) and the
-map's size, nothing a request for another tenant's id moves. What is left without tenants:
-a known id skips the search, so it answers one parallel GET sooner; an id is 128 random bits,
-so only someone already holding it can ask. A tenant's flood of ids or of searches costs
-other tenants nothing within their share (NOTE(fair-lru), NOTE(search-share)).
+NOTE(tenant): the map chooses where a request goes, and answers by itself only
+NOTE(holder-down)'s 503: what the client gets otherwise is the answer of a replica, which
+checks the caller's tenant itself. Told no tenants, the map is keyed by id alone: another
+tenant's id reaches its owner and gets the owner's own 404, as an unknown id gets the 404 of
+the replica it lands on. Told tenants, another tenant's id is not in the caller's part of the
+map, so it is searched for like an unknown one (with the caller's headers: every replica says
+404, nothing is learnt), and is never told its owner is down. So the router never answers
+403 or a 404 of its own, its logs name no id, and its metrics count ids learnt from 200
+answers (the caller's own) and the map's size, nothing a request for another tenant's id
+moves. What is left without tenants: a known id skips the search, so it answers one parallel
+GET sooner, and one whose owner is down gets the 503; an id is 128 random bits, so only
+someone already holding it can ask. A tenant's flood of ids or of searches costs other
+tenants nothing within their share (NOTE(fair-lru), NOTE(search-share)).
+
+NOTE(holder-down): a follow-up whose owner the map or the search knows goes to that replica
+alone (``Router.response_order``; the endpoint picker lists it alone, kvpool/epp/picker.py
+NOTE(pinned)): no other replica holds the response, so another one could only answer 404, and
+a client takes that for a response gone for good. When the map's owner is a replica that
+fails its health beats (``owner`` raises), or the request finds it down (refused, unreachable,
+silent: upstream.py ``give_up``; Envoy's failure to reach it in the picker, answers.py), the
+client gets ``HolderDown``: 503 ``response_unavailable`` with Retry-After, naming the response
+(param ``previous_response_id``, null for a path) and saying to retry later; a replica that
+restarted has lost what it stored, and then answers its own 404. An id no replica is known to
+hold is placed as before, and a replica's 404 is the answer (docs/architecture.md, Router).
 """
 
 from __future__ import annotations
@@ -72,16 +83,30 @@ from yarl import URL
 from kvpool.core.fair_lru import FairLru
 from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import SCAN_BYTES, response_id_in, usable_id
-from kvpool.router.upstream import SKIP_AUTO_HEADERS
+from kvpool.router.upstream import RETRY_AFTER_SECONDS, SKIP_AUTO_HEADERS
 from kvpool.server.middleware import APIError, tenant_of_headers
 
-__all__ = ["DEFAULT_MAX_RESPONSE_IDS", "RESPONSES_PATH", "ResponseAffinity"]
+__all__ = ["DEFAULT_MAX_RESPONSE_IDS", "HolderDown", "PREVIOUS", "RESPONSES_PATH",
+           "ResponseAffinity"]
 
 DEFAULT_MAX_RESPONSE_IDS = 100_000  # ~18 MB of kvpool serve ids, ~40 MB at MAX_ID_CHARS
 DEFAULT_LOOKUP_TIMEOUT = 0.5  # seconds one replica may take to say whether it holds an id
 DEFAULT_MAX_LOOKUPS = 32  # searches in flight at once (each one GET per healthy replica)
 RESPONSES_PATH = "/v1/responses"
 SOURCES = ("answer", "search")  # where an id was learnt: a relayed answer, or a search
+PREVIOUS = "previous_response_id"  # the field of a POST /v1/responses naming a response
+
+
+class HolderDown(APIError):
+    """NOTE(holder-down): the replica holding response ``response_id`` is down (``why``); the
+    router's error answer, and the endpoint picker's (kvpool/epp/service.py)."""
+
+    def __init__(self, response_id: str, param: str | None,
+                 why: str = "is down (it fails its health checks)") -> None:
+        super().__init__(503, f"the replica holding response '{response_id}' {why}; retry "
+                         "later (a replica that restarted has lost the responses it stored)",
+                         param=param, code="response_unavailable",
+                         headers={"Retry-After": RETRY_AFTER_SECONDS})
 
 
 class ResponseAffinity:
@@ -145,18 +170,25 @@ class ResponseAffinity:
 
     async def owner(self, response_id: object, replicas: ReplicaSet,
                     session: aiohttp.ClientSession, headers: list,
-                    among: Callable[[Replica], bool] | None = None) -> Replica | None:
-        """The healthy replica to try first for a request naming ``response_id`` (what a
-        client sent: anything), None when the map and the search know none. ``among``: only
-        the replicas it takes are answered or searched (NOTE(search-among))."""
+                    among: Callable[[Replica], bool] | None = None,
+                    param: str | None = None) -> Replica | None:
+        """The healthy replica holding the response a request names (``response_id``, what a
+        client sent: anything), None when the map and the search know none; HolderDown
+        (``param``: the field that named it) when the map's is one ``among`` takes that fails
+        its health beats (NOTE(holder-down)). ``among``: only the replicas it takes are
+        answered or searched (NOTE(search-among))."""
         rid, tenant = usable_id(response_id), self.tenant(headers)
         cands = [r for r in replicas.healthy() if among is None or among(r)]
-        if rid is None or tenant is None or not cands:
+        if rid is None or tenant is None:
             return None
         url = self.owner_url(rid, tenant)
         known = replicas.find(url) if url is not None else None
-        if known is not None and known in cands:
+        if known is not None and (among is None or among(known)):
+            if not known.healthy:
+                raise HolderDown(rid, param)
             return known
+        if not cands:
+            return None
         _count(self._asking, tenant, 1)
         try:
             if not await self._slot(tenant):

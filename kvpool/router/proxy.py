@@ -34,11 +34,12 @@ indexes; only a request it cannot hash (kv_prompt.py) still asks the lookups.
 
 The Responses API (affinity.py): POST /v1/responses has no prompt a lookup reads, so it is
 placed by load alone (``choose`` with no hits: round robin unless the loads are imbalanced),
-but one naming a ``previous_response_id`` goes to the replica holding that response first;
-``/v1/responses/{id}...`` goes to that replica, else to the first healthy one. The others
-follow as retries, and their 404 is the server's own (affinity.py NOTE(tenant)). Neither kind
-is counted in ``kvpool_router_decisions_total``: that counts prefix routing. Every other route
-(/v1/models, /tokenize, /detokenize, ...) is placed by load alone too (``passthrough``).
+but one naming a ``previous_response_id``, and ``/v1/responses/{id}...``, go to the replica
+holding that response alone, found down: 503 response_unavailable (affinity.py
+NOTE(holder-down)); one no replica is known to hold is placed as before, and its 404 is the
+server's own (NOTE(tenant)). Neither kind is counted in ``kvpool_router_decisions_total``: that
+counts prefix routing. Every other route (/v1/models, /tokenize, ...) is placed by load alone
+too (``passthrough``).
 
 NOTE(own-load): what a lookup answer claims is not checked against anything but the router's
 own count: its hit tokens cannot be (only the replica holds its cache), but its load can. A
@@ -76,26 +77,25 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from kvpool.router.affinity import RESPONSES_PATH, ResponseAffinity
+from kvpool.router.affinity import PREVIOUS, RESPONSES_PATH, HolderDown, ResponseAffinity
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, bearer, carries_token
 from kvpool.router.relayed import BodyReader, asking_identity, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_json
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
-from kvpool.router.upstream import RELAYED, SKIP_AUTO_HEADERS, Failure, Relay
+from kvpool.router.response_ids import usable_id
+from kvpool.router.upstream import RELAYED, SKIP_AUTO_HEADERS, Failure, Relay, give_up
 from kvpool.router.wire import CONNECT_TIMEOUT, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
-from kvpool.server.middleware import APIError, error_middleware
+from kvpool.server.middleware import error_middleware
 
-__all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE", "Router",
-           "give_up"]
+__all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE", "Router"]
 
 log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
 GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions")
-RETRY_AFTER_SECONDS = "1"  # when every replica is down: about two heartbeats
 # NOTE(retry) (upstream.py): retries of a request the replica cannot have started. Two ride
 # out one replica found down and one full within a health beat (a rolling restart) while
 # an overload reaching every replica costs at most three tries per request
@@ -114,18 +114,6 @@ UPSTREAM_KEEPALIVE = 4.0
 # "prefix": lookups + choose(); "round_robin": request i -> healthy replica i mod n, no lookups
 # (the baseline bench/route_live.py measures prefix routing against)
 POLICIES = ("prefix", "round_robin")
-
-
-def give_up(failures: Sequence[Failure]) -> web.Response:
-    """The answer when no replica took the request (module docstring)."""
-    if all(f.kind in ("full", "down") for f in failures):
-        full = [f.response for f in failures if f.response is not None]
-        if full:
-            return full[-1]  # the replica's own 503 queue_full, Retry-After kept
-        raise APIError(503, "no replica can take the request now" if failures else
-                       "no healthy replica", code="no_replica",
-                       headers={"Retry-After": RETRY_AFTER_SECONDS})
-    raise APIError(502, "no replica could answer the request", code="replica_failed")
 
 
 def _check(policy: str, max_body_bytes: int, max_retries: int, upstream_keepalive: float) -> None:
@@ -312,18 +300,20 @@ class Router:
 
     async def response_order(self, named: object, headers: list, *, new: bool,
                              among: Callable[[Replica], bool] | None = None
-                             ) -> list[Replica]:
-        """The healthy replicas to try for a Responses API request (module docstring), the one
-        holding response ``named`` (as the client sent it: anything) first; a ``new`` one is
-        placed by load: ``choose`` with no hits (no prefix lookup can score it). ``among``:
-        only the replicas it takes, searched or not (affinity.py NOTE(search-among))."""
+                             ) -> tuple[list[Replica], str | None]:
+        """The healthy replicas to try for a Responses API request (module docstring), and
+        None; the replica holding response ``named`` (as the client sent it: anything) alone,
+        and its id, when the map or the search knows it (affinity.py NOTE(holder-down):
+        HolderDown when the map's is down). A ``new`` one is placed by load: ``choose`` with no
+        hits (no prefix lookup can score it). ``among``: only the replicas it takes, searched
+        or not (affinity.py NOTE(search-among))."""
         assert self.session is not None
+        owner = await self.affinity.owner(named, self.replicas, self.session, headers, among,
+                                          PREVIOUS if new else None)
+        if owner is not None:
+            return [owner], usable_id(named)
         order = [r for r in self.replicas.healthy() if among is None or among(r)]
-        order = self.by_load(order) if new else order
-        owner = await self.affinity.owner(named, self.replicas, self.session, headers, among)
-        if owner is None:
-            return order
-        return [owner, *(r for r in order if r is not owner)]
+        return (self.by_load(order) if new else order), None
 
     # ---------------------------------------------------------------- routes
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -337,19 +327,25 @@ class Router:
         by load alone."""
         raw, body = await self.bodies.read(request)
         headers = asking_identity(request_headers(request.headers))  # its id is read
-        named = None if body is None else body.get("previous_response_id")
-        order = await self.response_order(named, headers, new=True)
-        return await self._relay(request, raw, headers, order, None, 0,
-                                 self.affinity.learner(headers))
+        named = None if body is None else body.get(PREVIOUS)
+        return await self._follow_up(request, raw, headers, named, new=True)
 
     async def by_response(self, request: web.Request) -> web.StreamResponse:
         """GET /v1/responses/{id} and whatever else a replica serves under it."""
         raw = await self.bodies.raw(request)  # NOTE(slow-body)
         headers = request_headers(request.headers)
-        order = await self.response_order(request.match_info["response_id"], headers,
-                                          new=False)
+        return await self._follow_up(request, raw, headers, request.match_info["response_id"],
+                                     new=False)
+
+    async def _follow_up(self, request: web.Request, raw: bytes, headers: list,
+                         named: object, new: bool) -> web.StreamResponse:
+        """A Responses API request naming response ``named`` (anything; ``new``: a POST, maybe
+        naming none), relayed to its holder alone when that is known (NOTE(holder-down))."""
+        order, held = await self.response_order(named, headers, new=new)
+        down = None if held is None else HolderDown(held, PREVIOUS if new else None,
+                                                    "cannot be reached now")
         return await self._relay(request, raw, headers, order, None, 0,
-                                 self.affinity.learner(headers))
+                                 self.affinity.learner(headers), down)
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """Every other route (/v1/models, /tokenize, ...): ``by_load`` over the healthy
@@ -360,8 +356,8 @@ class Router:
 
     async def _relay(self, request: web.Request, raw: bytes, headers: list,
                      order: list[Replica], reason: str | None, predicted: int,
-                     learn: Callable[[str, Replica], None] | None = None
-                     ) -> web.StreamResponse:
+                     learn: Callable[[str, Replica], None] | None = None,
+                     unreachable: HolderDown | None = None) -> web.StreamResponse:
         assert self.pool is not None
         relay = Relay(self.pool, self.replicas, request, raw, headers,
                       self.metrics.actual.inc, self.stream_write_timeout, learn)
@@ -377,7 +373,7 @@ class Router:
             failures.append(out)
             if not out.retryable or attempt >= self.max_retries:  # NOTE(retry)
                 break
-        return give_up(failures)
+        return give_up(failures, unreachable)
 
     async def health(self, request: web.Request) -> web.Response:
         """200 while a replica is healthy, else 503, whoever asks; the replica URLs only to

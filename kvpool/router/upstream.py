@@ -68,7 +68,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 from dataclasses import dataclass
 
@@ -79,9 +79,9 @@ from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import StreamIds, response_id_in
 from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
-from kvpool.server.middleware import STREAM_STARTED, error_body
+from kvpool.server.middleware import STREAM_STARTED, APIError, error_body
 
-__all__ = ["RELAYED", "Failure", "Relay", "cached_tokens_in"]
+__all__ = ["RELAYED", "RETRY_AFTER_SECONDS", "Failure", "Relay", "cached_tokens_in", "give_up"]
 
 log = logging.getLogger("kvpool.router")
 SSE_TYPE = "text/event-stream"
@@ -98,6 +98,7 @@ _INT = re.compile(rb"\s*(\d+)")
 # never aiohttp's defaults (the lookups; wire.py adds none): bytes are relayed undecoded
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding")
 RELAYED = web.ResponseKey("kvpool_relayed", bool)  # a replica's answer, with its own headers
+RETRY_AFTER_SECONDS = "1"  # when every replica is down: about two heartbeats
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,22 @@ class Failure:
     def retryable(self) -> bool:
         """Whether the replica cannot have started the work (NOTE(retry))."""
         return self.kind in ("down", "full")
+
+
+def give_up(failures: Sequence[Failure], unreachable: APIError | None = None) -> web.Response:
+    """The answer when no replica took the request (proxy.py's docstring); ``unreachable``:
+    what a request only one replica can serve gets when it found that one down (a follow-up
+    to a response, affinity.py NOTE(holder-down))."""
+    if unreachable is not None and any(f.kind == "down" for f in failures):
+        raise unreachable
+    if all(f.kind in ("full", "down") for f in failures):
+        full = [f.response for f in failures if f.response is not None]
+        if full:
+            return full[-1]  # the replica's own 503 queue_full, Retry-After kept
+        raise APIError(503, "no replica can take the request now" if failures else
+                       "no healthy replica", code="no_replica",
+                       headers={"Retry-After": RETRY_AFTER_SECONDS})
+    raise APIError(502, "no replica could answer the request", code="replica_failed")
 
 
 def sse_error(message: str, code: str) -> bytes:
