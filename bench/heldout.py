@@ -98,6 +98,15 @@ product):
               narrations, a nightly report job, table docs after migrations, a metrics chat
               bot, one-off pastes (written after ``adaptive`` was frozen at 395a810, by
               someone who had not read the policies; bench/heldout_bi_copilot.py)
+    meeting_assist  a meeting assistant: live transcripts behind its system prompt and an org
+              glossary, re-sent by rolling summaries and participants' questions, sliding
+              caption and highlight windows, post-meeting notes, action items and emails,
+              weekly series and standups that start from the last summary, cross-meeting
+              search over a team's summaries, time-zone waves, all-hands question bursts, a
+              nightly digest walk in meeting order (written after ``adaptive`` was frozen at
+              395a810 and after this week's deferred-miniature cost work, which changed no
+              choice, by someone who had not read the policies;
+              bench/heldout_meeting_assist.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -120,6 +129,7 @@ from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_gateway import api_gateway
 from bench.heldout_ide import ide_tree
 from bench.heldout_marketplace import marketplace
+from bench.heldout_meeting_assist import meeting_assist
 from bench.heldout_npc import npc_world
 from bench.heldout_research import deep_research
 from bench.heldout_rag import rerank_rag
@@ -145,7 +155,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix,
           "npc_world": npc_world, "api_gateway": api_gateway,
           "deep_research": deep_research, "tutoring": tutoring,
-          "marketplace": marketplace, "bi_copilot": bi_copilot}
+          "marketplace": marketplace, "bi_copilot": bi_copilot,
+          "meeting_assist": meeting_assist}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
