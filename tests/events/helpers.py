@@ -158,6 +158,18 @@ class TokenIndex:
         return n
 
 
+def replayed(info: dict, topic: bytes) -> list[bytes]:
+    """Every batch payload a replica's replay socket gives from sequence 0, ``info`` being its
+    GET /v1/kvpool/kv_events answer (the endpoints)."""
+    sub = Sub(types.SimpleNamespace(endpoint=info["endpoint"],
+                                    replay_endpoint=info["replay_endpoint"]), topic=topic)
+    try:
+        frames = sub.replay([b"", (0).to_bytes(8, "big")])
+    finally:
+        sub.close()
+    return [f[3] for f in frames if len(f) == 4 and f[3]]
+
+
 def stored_events(payloads: list[bytes]) -> list[dict]:
     """Every BlockStored in ``payloads`` (batches), in order, as plain maps."""
     return [e for p in payloads for e in plain(p)[1] if e["type"] == "BlockStored"]

@@ -15,7 +15,7 @@ import json
 import aiohttp
 
 from stress.http.servers import SpawnedServer
-from tests.events.helpers import Sub, TokenIndex, stored_events
+from tests.events.helpers import TokenIndex, replayed, stored_events
 
 BS = 4
 KEY = "sk-host-tier-secret"
@@ -26,11 +26,6 @@ ARGS = ["--block-size", str(BS), "--num-device-blocks", "24", "--num-host-blocks
         "--preemption-mode", "swap", "--max-model-len", "64", "--seed", "0",
         "--num-threads", "1", "--api-key", KEY, "--kv-events-config", EVENTS]
 AUTH = {"Authorization": f"Bearer {KEY}"}
-
-
-class _Info:
-    def __init__(self, info):
-        self.endpoint, self.replay_endpoint = info["endpoint"], info["replay_endpoint"]
 
 
 async def _crowd_and_replay() -> list[bytes]:
@@ -50,14 +45,9 @@ async def _crowd_and_replay() -> list[bytes]:
                     assert r.status == 200, await r.text()
 
             await asyncio.gather(*(one(i) for i in range(4)))
-        sub = Sub(_Info(info), topic=b"r1")
-        try:
-            frames = sub.replay([b"", (0).to_bytes(8, "big")])
-        finally:
-            sub.close()
+        return replayed(info, b"r1")
     finally:
         srv.stop(timeout=20)
-    return [f[3] for f in frames if len(f) == 4 and f[3]]
 
 
 async def test_swapped_out_blocks_are_published_with_tokens_under_the_gpu_keys():

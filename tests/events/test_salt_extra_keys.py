@@ -14,7 +14,7 @@ import json
 import aiohttp
 
 from stress.http.servers import SpawnedServer
-from tests.events.helpers import Sub, TokenIndex, stored_events
+from tests.events.helpers import TokenIndex, replayed, stored_events
 
 BS = 16
 EVENTS = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
@@ -25,11 +25,6 @@ ARGS = ["--block-size", str(BS), "--num-device-blocks", "64", "--num-host-blocks
         "--tenant-header", "X-Tenant", "--kv-events-config", EVENTS]
 PROMPT = list(range(20, 70))  # 3 full blocks
 OTHER = list(range(120, 170))
-
-
-class _Info:
-    def __init__(self, info):
-        self.endpoint, self.replay_endpoint = info["endpoint"], info["replay_endpoint"]
 
 
 async def _serve_and_replay(sends: list[tuple[str, str | None, list[int]]]) -> list[bytes]:
@@ -45,14 +40,9 @@ async def _serve_and_replay(sends: list[tuple[str, str | None, list[int]]]) -> l
                 async with s.post(url + "/v1/completions", json=body,
                                   headers={"X-Tenant": tenant} if tenant else {}) as r:
                     assert r.status == 200, await r.text()
-        sub = Sub(_Info(info), topic=b"r1")
-        try:
-            frames = sub.replay([b"", (0).to_bytes(8, "big")])
-        finally:
-            sub.close()
+        return replayed(info, b"r1")
     finally:
         srv.stop(timeout=20)
-    return [f[3] for f in frames if len(f) == 4 and f[3]]
 
 
 async def test_two_tenants_identical_prompts_stay_apart_in_a_token_keyed_index():
