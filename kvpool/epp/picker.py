@@ -18,6 +18,13 @@ that goes down the list on a connect failure (deploy/envoy/envoy-fallback.yaml: 
 override_host load balancing and a route retry policy; docs/epp.md, "Fallback endpoints").
 An ORIGINAL_DST cluster reads one address, so the default is 0: the chosen replica alone.
 
+NOTE(padded): the list always names N + 1 endpoints: with fewer healthy replicas (or fewer
+the subset hint names) than N + 1, its entries are repeated in order (A,B,A,B for two
+replicas and N = 3), as NOTE(pinned) repeats the holder. The proxy makes as many attempts as
+the list is long (NOTE(retry-check) in retries.py); past a shorter list its retries went to
+its fallback policy's round robin over the whole cluster, reaching replicas the picker did
+not choose (unhealthy ones, ones outside the subset hint) when every listed one refused.
+
 NOTE(responses): a replica keeps its Responses API responses in its own process, so a request
 naming one (POST /v1/responses with ``previous_response_id``, anything under
 ``/v1/responses/{id}``) goes to the replica holding it, found as the router finds it: its
@@ -170,8 +177,9 @@ class Picker:
         if not order:
             return Pick(None, raw)
         self.picks += 1
-        # NOTE(pinned): every retry goes to the holder too, none past the list
-        listed = order[:1] * (1 + self.fallbacks) if pinned else order[:1 + self.fallbacks]
+        # NOTE(pinned): every retry goes to the holder too; NOTE(padded): none past the list
+        chosen = order[:1] if pinned else order[:1 + self.fallbacks]
+        listed = [chosen[i % len(chosen)] for i in range(1 + self.fallbacks)]
         return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned)
 
     async def rewrite(self, raw: bytes, body: dict | None, headers: list

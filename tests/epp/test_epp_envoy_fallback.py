@@ -41,13 +41,15 @@ SHIPPED = "".join(
 REQUESTS = 6  # round robin would send some of them to busy
 
 
-def replica(name: str, running: int, served: list[str]) -> web.Application:
-    """A fake replica reporting ``running`` requests on its lookup; each completion it runs
-    is appended to ``served`` as ``name``."""
+def replica(name: str, running: int, served: list[str], health_status: int = 200
+            ) -> web.Application:
+    """A fake replica reporting ``running`` requests on its lookup (its /health answering
+    ``health_status``); each completion it runs is appended to ``served`` as ``name``."""
     lookup_body = json.dumps({**GOOD, "device_hit_tokens": 0, "num_running": running}).encode()
 
     async def health(_):
-        return web.Response(body=OK_HEALTH, content_type="application/json")
+        return web.Response(body=OK_HEALTH, content_type="application/json",
+                            status=health_status)
 
     async def lookup(_):
         return web.Response(body=lookup_body, content_type="application/json")
@@ -121,7 +123,7 @@ async def test_the_fallbacks_stay_inside_the_subset_hint(tmp_path):
         for _ in range(REQUESTS):
             r = await post(s, url, **{"x-subset": hint})
             assert r.status == 200, await r.text()
-            assert r.headers["x-kvpool-picked"] == hint
+            assert r.headers["x-kvpool-picked"] == f"{hint},{names['first']}"  # NOTE(padded)
             assert (await r.json())["served_by"] == "busy"
         assert served == ["busy"] * REQUESTS
 
@@ -157,3 +159,38 @@ async def test_a_request_a_replica_took_is_not_run_again(tmp_path, mode):
 def test_a_bad_fallbacks_flag_exits_2(value):
     with pytest.raises(SystemExit) if value == "x" else contextlib.nullcontext():
         assert main(["--replica", "http://127.0.0.1:1", "--fallbacks", value]) == 2
+
+
+@pytest.mark.parametrize("outside", ["unhealthy", "unhinted"])
+async def test_every_attempt_stays_on_a_short_list(tmp_path, outside):
+    """picker.py NOTE(padded): --fallbacks 3 (num_retries 3) with two replicas the picker may
+    choose, both refusing after its poll, and a third it may not (failing its health beats,
+    or outside the subset hint) that would serve. The list names the two twice, so all four
+    of Envoy's attempts go to them: its 503, the third never asked. Before, the list named
+    two and the last two attempts went to round robin over the cluster, the third among
+    them (it served some of the requests)."""
+    served: list[str] = []
+    edits = (SUBSET_FILTER, FORWARD_HINT) if outside == "unhinted" else ()
+    async with contextlib.AsyncExitStack() as stack:
+        (third,) = await stack.enter_async_context(apps_served(
+            replica("third", 0, served, 503 if outside == "unhealthy" else 200)))
+        doomed = contextlib.AsyncExitStack()
+        urls = [*await doomed.enter_async_context(apps_served(
+            replica("a", 0, served), replica("b", 0, served))), third]
+        picker = Picker(Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT),
+                        fallbacks=3)
+        port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
+        await doomed.aclose()  # a and b refuse now; the picker still holds them healthy
+        envoy = Envoy(port, tmp_path, (cluster(urls), ("num_retries: 2\n", "num_retries: 3\n"),
+                                       *edits), config=CONFIG)
+        await asyncio.to_thread(envoy.start)
+        stack.push_async_callback(asyncio.to_thread, envoy.stop)
+        a, b = map(endpoint_of, urls[:2])
+        hint = {"x-subset": f"{a},{b}"} if outside == "unhinted" else {}
+        async with aiohttp.ClientSession() as s:
+            answers = [await post(s, envoy.url, **hint) for _ in range(REQUESTS)]
+            assert served == []  # the third replica never asked
+            for r in answers:
+                assert r.headers["x-kvpool-picked"] in (f"{a},{b},{a},{b}", f"{b},{a},{b},{a}")
+                assert r.headers["x-envoy-attempt-count"] == "4"
+                assert (await error_of(r, 503))["code"] == "gateway_error"
