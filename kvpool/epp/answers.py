@@ -9,6 +9,8 @@ Per answer, by what its pick wants::
     a pinned follow-up (picker.py NOTE(pinned)) Envoy's own failure to reach the holder
                                               becomes the router's HolderDown (503
                                               response_unavailable)
+    a Responses creation (NOTE(learn-answer))   a 200's response id, from its first bytes
+                                              (answer_ids.py), learnt with its replica
     nothing more                              the call ends at the headers' answer
 
 Envoy's response body modes: STREAMED (and BUFFERED) answer each body message with its bytes
@@ -26,6 +28,7 @@ from typing import NamedTuple
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
+from kvpool.epp.answer_ids import AnswerIds
 from kvpool.epp.restore import JSON, SSE, ModelRestore
 from kvpool.epp.retries import RetryCheck, envoys_failure
 from kvpool.router.affinity import HolderDown
@@ -48,6 +51,8 @@ class Wanted(NamedTuple):
     listed: int  # endpoints the pick listed, for NOTE(retry-check) (0: no check)
     pinned: str | None  # the response id of a pinned follow-up (picker.py NOTE(pinned))
     param: str | None  # the field that named it (previous_response_id; None: the path)
+    # a creation's: learns (response id, the attempt count) (picker.py NOTE(learn-answer))
+    learn: Callable[[str, str | None], None] | None = None
 
 
 def kind_of(headers: dict[str, str]) -> str | None:
@@ -78,6 +83,8 @@ class Answer:
         self.refuse = refuse
         self.restore: ModelRestore | None = None
         self.stopping = False  # the picker stops: the next body message ends the call
+        self.ids: AnswerIds | None = None  # a creation's id, while read (NOTE(learn-answer))
+        self.attempts: str | None = None  # Envoy's x-envoy-attempt-count of the answer
 
     @property
     def holding(self) -> bool:
@@ -106,13 +113,24 @@ class Answer:
         if w.pinned is not None and envoys_failure(details):
             down = HolderDown(w.pinned, w.param, f"cannot be reached now ({details})")
             return [self.refuse(down.status, down.message, down.code, w.param)], True
+        if w.learn is not None and fields.get(":status") == "200" and not head.end_of_stream:
+            self.attempts = fields.get("x-envoy-attempt-count")
+            self.ids = None if (seen := kind_of(fields)) is None else AnswerIds(seen)
         kind = None if w.renamed is None or head.end_of_stream else kind_of(fields)
         if kind is None:  # nothing to restore: full duplex still relays every byte
-            return [_PASSED], self.mode != FULL_DUPLEX or head.end_of_stream
+            return [_PASSED], (self.mode != FULL_DUPLEX or head.end_of_stream) and self.learnt
         self.restore = ModelRestore(*w.renamed, kind, self.limit)
         return [_UNSIZED], False
 
+    @property
+    def learnt(self) -> bool:
+        """Whether no more of the answer need be read for its id (NOTE(learn-answer))."""
+        return self.ids is None or self.ids.done
+
     async def body(self, chunk: bytes, end: bool) -> tuple[list[pb.ProcessingResponse], bool]:
+        if self.ids is not None and not self.ids.done and self.wanted.learn is not None:
+            if (rid := self.ids.feed(chunk, end)) is not None:
+                self.wanted.learn(rid, self.attempts)
         if self.stopping:  # what is held goes with this chunk, unrestored, and the call ends
             out, end_call = chunk if self.restore is None else self.restore.flush(chunk), True
         else:
@@ -122,8 +140,9 @@ class Answer:
             return [self.duplex(out, end)], end_call
         mutated = pb.ProcessingResponse(response_body=pb.BodyResponse(
             response=pb.CommonResponse(body_mutation=pb.BodyMutation(body=out))))
-        # a JSON answer's model replaced: Envoy sends the rest on by itself
-        return [mutated], end_call or self.restore is None or self.restore.passing
+        # a JSON answer's model replaced, its id read: Envoy sends the rest on by itself
+        return [mutated], end_call or self.learnt and (self.restore is None
+                                                       or self.restore.passing)
 
     async def feed(self, chunk: bytes, end: bool) -> bytes:
         """The restore's bytes for ``chunk``: a large piece on a worker thread, as a large

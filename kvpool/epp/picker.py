@@ -29,10 +29,8 @@ NOTE(responses): a replica keeps its Responses API responses in its own process,
 naming one (POST /v1/responses with ``previous_response_id``, anything under
 ``/v1/responses/{id}``) goes to the replica holding it, found as the router finds it: its
 ``ResponseAffinity`` (kvpool/router/affinity.py) and ``Router.response_order``, the same map and
-search (GET /v1/responses/{id} to the healthy replicas with the caller's headers). The map is
-filled by searches only: Envoy does not send the picker the replicas' answers (the response
-phases are skipped, deploy/envoy/envoy.yaml), so the ids the router learns from answers it
-relays are not seen here, and a follow-up's first pick costs one search. The map only chooses
+search (GET /v1/responses/{id} to the healthy replicas with the caller's headers), the map
+also filled from the creations' answers (NOTE(learn-answer)). The map only chooses
 the endpoint; the client gets the replica's answer (its tenant check, its 404: the NOTE(tenant)
 of affinity.py holds here as in the router). A POST /v1/responses body is checked as the
 router checks it (not a JSON object: 400 from the picker). A new response (no usable
@@ -51,6 +49,18 @@ the router's ``HolderDown``, 503 ``response_unavailable`` with Retry-After, sayi
 (kvpool/router/affinity.py NOTE(holder-down): ``Router.response_order`` cuts the order to the
 holder and raises it; answers.py; docs/epp.md, "Responses API follow-ups"). A follow-up no
 replica is known to hold is placed as before, with fallbacks.
+
+NOTE(learn-answer): a POST /v1/responses pick (a new response or a follow-up: either creates
+one) wants its answer (service.py NOTE(answer-phase)): a 200's response id, read from the
+first bytes of the answer as Envoy streams it (answer_ids.py: a JSON answer's first
+SCAN_BYTES, an SSE stream's first events up to ``response.created``), is learnt for the
+caller's tenant (``ResponseAffinity.learner``, the router's NOTE(tenant) in affinity.py) with
+the replica that answered: the listed one, or with NOTE(fallbacks)'s list the one Envoy's
+``x-envoy-attempt-count`` names (attempt k went to the list's k-th, NOTE(padded)); without that
+header a list naming several replicas teaches nothing. So a follow-up through the picker is
+placed with no search, as through the router. The call ends once the id is read (or given
+up); Envoy sends the rest on by itself. Not in full-duplex answer mode (every byte would pass
+through the picker); other picks still end at the decision.
 
 NOTE(decisions): the router counts each generation request's choice on its registry
 (kvpool_router_decisions_total by reason, kvpool_router_predicted_hit_tokens_total: the chosen
@@ -93,12 +103,26 @@ class Pick(NamedTuple):
     # (the client's model, the target) when a rule rewrote it (restore.py NOTE(model-restore))
     renamed: tuple[str, str] | None = None
     pinned: str | None = None  # the response id a pinned follow-up names (NOTE(pinned))
+    # a creation's: learns (its response id, Envoy's attempt count) (NOTE(learn-answer))
+    learn: Callable[[str, str | None], None] | None = None
 
 
 def endpoint_of(url: str) -> str:
     """``host:port`` of a replica base URL (the scheme's default port when none is given)."""
     host, port = host_port(url)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def answered_by(listed: Sequence[Replica], attempts: str | None) -> Replica | None:
+    """The replica of ``listed`` that Envoy's attempt number ``attempts`` went to (the k-th
+    attempt to the k-th: NOTE(padded)); None when it cannot be told."""
+    if all(r is listed[0] for r in listed):
+        return listed[0]
+    try:
+        k = int(attempts or "")
+    except ValueError:
+        return None
+    return listed[k - 1] if 1 <= k <= len(listed) else None
 
 
 def routed_path(path: str) -> str:
@@ -180,7 +204,19 @@ class Picker:
         # NOTE(pinned): every retry goes to the holder too; NOTE(padded): none past the list
         chosen = order[:1] if pinned else order[:1 + self.fallbacks]
         listed = [chosen[i % len(chosen)] for i in range(1 + self.fallbacks)]
-        return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned)
+        learn = self.learner(plain, listed) if new_response else None
+        return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned, learn)
+
+    def learner(self, headers: list, listed: list[Replica]
+                ) -> Callable[[str, str | None], None]:
+        """NOTE(learn-answer): learns a creation's response id for the caller's tenant with
+        the replica of ``listed`` Envoy's attempt count names."""
+        learn = self.router.affinity.learner(headers)
+
+        def learnt(rid: str, attempts: str | None) -> None:
+            if (replica := answered_by(listed, attempts)) is not None:
+                learn(rid, replica)
+        return learnt
 
     async def rewrite(self, raw: bytes, body: dict | None, headers: list
                       ) -> tuple[bytes, dict | None, tuple[str, str] | None]:

@@ -47,7 +47,8 @@ rest of the request and its response, which is what the skipped response phases 
 NOTE(answer-phase): a pick that wants its answer keeps the call open past the decision: a
 rewritten model to put back (NOTE(model-restore) in restore.py), ``--fallbacks`` to hold
 against Envoy's retries (NOTE(retry-check) in retries.py), a pinned follow-up (picker.py
-NOTE(pinned)). Only when Envoy's config sends the answers (the first message's
+NOTE(pinned)), a Responses creation's id (picker.py NOTE(learn-answer)). Only when Envoy's
+config sends the answers (the first message's
 protocol_config: a response body mode other than NONE; deploy/envoy/ sends the headers and
 the body STREAMED); otherwise the call ends at the decision as before and what is lost is
 logged once. Such a call lets go of each message once answered (Stream.release), so it holds
@@ -55,7 +56,8 @@ no more than one message however long its answer, and ends as soon as nothing mo
 Its client's leaving resets it (not counted as a rapid reset: NOTE(rapid-reset) in h2.py); at
 a stop every such call ends OK (``let_answers_go``; one holding bytes of its answer at its next
 body message, with them), Envoy sending the rest of those answers on unprocessed. Picks that
-want nothing (no rewrite, no --fallbacks, no pinned follow-up) end early.
+want nothing (no rewrite, no --fallbacks, no pinned follow-up, no POST /v1/responses) end
+early.
 
 NOTE(garbage): a message that is no ProcessingRequest ends its call INVALID_ARGUMENT and is
 logged as one WARNING a minute at most (the count of such calls since the last), no traceback:
@@ -331,15 +333,17 @@ class EndpointPicker:
         check = self.retries if self.retries is not None and self.retries.wanted else None
         if stream.answer_mode == FULL_DUPLEX:  # every byte of it through the picker: not for
             check = None  # a check alone (docs/epp.md, "Answers the picker reads")
-        if renamed is None and check is None and pick.pinned is None:
+        # a creation's id is read in STREAMED answers only (picker.py NOTE(learn-answer))
+        learn = pick.learn if stream.answer_mode not in (FULL_DUPLEX, NO_BODY_MODE) else None
+        if renamed is None and check is None and pick.pinned is None and learn is None:
             return None
         if stream.answer_mode == NO_BODY_MODE:
             self.unseen_once(renamed is not None, check is not None)
             return None
         listed = pick.endpoint.count(",") + 1 if check is not None else 0
         param = PREVIOUS if method == "POST" else None
-        return Answer(Wanted(renamed, listed, pick.pinned, param), stream.answer_mode, check,
-                      self.max_body_bytes, self.refuse)
+        return Answer(Wanted(renamed, listed, pick.pinned, param, learn), stream.answer_mode,
+                      check, self.max_body_bytes, self.refuse)
 
     def unseen_once(self, renamed: bool, checked: bool) -> None:
         """Say once what answers Envoy does not send the picker cost (NOTE(answer-phase))."""
