@@ -27,9 +27,7 @@ from kvpool.router.replicas import ReplicaSet
 from tests.epp.test_epp_envoy_fallback import CONFIG, cluster
 from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
 from tests.router.test_router_hostile_replica import OK_HEALTH
-
-RID = "resp_" + "1" * 32
-FOLLOW_UP = {"model": "m", "input": "and then?", "previous_response_id": RID}
+from tests.router.test_router_pinned_followup import FOLLOW_UP, RID, follow
 
 
 def replica(name: str, holds: bool, asked: list[str]) -> web.Application:
@@ -81,17 +79,6 @@ async def gateway(workdir):
         await asyncio.to_thread(envoy.start)
         stack.push_async_callback(asyncio.to_thread, envoy.stop)
         yield envoy.url, picker, holder, held.aclose, asked
-
-
-async def follow(s: aiohttp.ClientSession, url: str, get: bool) -> tuple[int, dict, dict]:
-    """(status, headers, the answer's error object or {}) of a follow-up naming RID."""
-    call = s.get(url + f"/v1/responses/{RID}") if get else \
-        s.post(url + "/v1/responses", json=FOLLOW_UP)
-    async with call as r:
-        out = await r.json()
-        if "error" in out:
-            assert set(out["error"]) == {"message", "type", "param", "code"}, out
-        return r.status, dict(r.headers), out.get("error", {})
 
 
 @pytest.mark.parametrize("seen_down", [False, True], ids=["unreachable", "known_down"])
