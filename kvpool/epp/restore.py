@@ -88,9 +88,9 @@ def model_span(text: str, i: int = 0, nested: tuple[str, ...] = NESTED
     return None
 
 
-def _events_end(buf: bytearray) -> int:
-    """The end of the last whole event in ``buf`` (0: none)."""
-    lf, crlf = buf.rfind(b"\n\n"), buf.rfind(b"\r\n\r\n")
+def _events_end(buf: bytearray, start: int = 0) -> int:
+    """The end of the last whole event in ``buf`` (0: none), searched from ``start``."""
+    lf, crlf = buf.rfind(b"\n\n", start), buf.rfind(b"\r\n\r\n", start)
     return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
@@ -103,7 +103,8 @@ class ModelRestore:
         self.kind = kind
         self.limit = limit
         # the target as it must appear in bytes naming it, when JSON writes it only one way
-        plain = target.isascii() and target.isprintable() and not set(target) & set('"\\/')
+        # (Go's encoding/json writes <, > and & as \u003c, \u003e, \u0026)
+        plain = target.isascii() and target.isprintable() and not set(target) & set('"\\/<>&')
         self.needle = target.encode() if plain else None
         self.held = bytearray()  # bytes not yet given back (a JSON head, an SSE event's start)
         self.passing = False  # JSON: the model was replaced (or cannot be): the rest goes on
@@ -141,8 +142,11 @@ class ModelRestore:
         return out
 
     def _sse(self, chunk: bytes, end: bool) -> bytes:
+        # what is held ends no event: only a blank line reaching into ``chunk`` can (each
+        # byte searched once; searching all of a long event again per chunk was quadratic)
+        searched = max(0, len(self.held) - 3)
         self.held += chunk
-        cut = len(self.held) if end else _events_end(self.held)
+        cut = len(self.held) if end else _events_end(self.held, searched)
         if not cut:
             if len(self.held) < self.limit:
                 return b""
