@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from argparse import Namespace
 from pathlib import Path
 
@@ -141,16 +142,21 @@ async def noop_picker(endpoint: str) -> None:
     """The epp service and server of kvpool.epp, its decision replaced by ``endpoint``."""
     from kvpool.epp.cli import READY_PREFIX, picking
 
+    from kvpool.epp import picker as real
+
+    pick = getattr(real, "Pick", None)  # a checkout before it (--baseline): a pair
+
     class Fixed:
         router = Namespace(max_body_bytes=1 << 22, replicas=Namespace(replicas=[]))
-        picks = full_duplex = 0
+        picks = full_duplex = fallbacks = 0
+        errors: Counter[int] = Counter()
 
         async def start(self): ...
 
         async def close(self): ...
 
-        async def pick(self, path, raw, headers, method="POST"):
-            return endpoint
+        async def pick_body(self, path, raw, headers, method="POST", subset=None):
+            return (endpoint, raw) if pick is None else pick(endpoint, raw)
 
     async with picking(Fixed(), "127.0.0.1", 0) as port:
         print(f"{READY_PREFIX}127.0.0.1:{port} (noop)", flush=True)
