@@ -41,10 +41,18 @@ class AnswerIds:
             self.held += chunk[:SCAN_BYTES - len(self.held)]
             found = response_id_in(bytes(self.held))
             self.done = found is not None or end or len(self.held) >= SCAN_BYTES
-            return found
-        self.held += chunk[:_HELD - len(self.held)]
-        cut = _events_end(self.held)
-        found = self.stream.feed(bytes(self.held[:cut])) if cut else None
-        del self.held[:cut]
-        self.done = self.stream.done or end or len(self.held) >= _HELD
+        else:
+            self.held += chunk[:_HELD - len(self.held)]
+            cut = _events_end(self.held)
+            found = self.stream.feed(bytes(self.held[:cut])) if cut else None
+            del self.held[:cut]
+            self.done = self.stream.done or end or len(self.held) >= _HELD
+        if self.done:
+            self.drop()
         return found
+
+    def drop(self) -> None:
+        """Read no more: what is held is let go (done, or the process's budget has no room:
+        kvpool/epp/listener.py NOTE(answer-budget))."""
+        self.done = True
+        self.held = bytearray()

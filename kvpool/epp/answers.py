@@ -22,19 +22,26 @@ rest on itself); FULL_DUPLEX_STREAMED has every byte go back through the picker 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
+import logging
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from kvpool.epp.answer_ids import AnswerIds
+from kvpool.epp.calls import Stream
 from kvpool.epp.restore import JSON, SSE, ModelRestore
 from kvpool.epp.retries import RetryCheck, envoys_failure
 from kvpool.router.affinity import HolderDown
 from kvpool.router.relayed import INLINE_BYTES
 
 __all__ = ["Answer", "Wanted", "kind_of"]
+
+log = logging.getLogger("kvpool.epp")
+# a test's seam (tests/epp/test_epp_answer_bounds.py): awaited before a worker-thread restore
+worker_gate: Callable[[], Awaitable[None]] | None = None
 
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 _PASSED = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
@@ -73,6 +80,15 @@ def _details(req: pb.ProcessingRequest) -> str | None:
     return None
 
 
+@functools.cache
+def _over_budget() -> None:
+    """Said once: an answer was given up for the process's budget (NOTE(answer-budget))."""
+    log.warning("kvpool epp: the held-bytes budget (--max-held-bytes; answers take half of it "
+                "at most) has no room for an answer's held bytes: that answer goes on as the "
+                "replica sent it (its model not put back, its response id not learnt); said "
+                "once (kvpool/epp/listener.py NOTE(answer-budget))")
+
+
 class Answer:
     """One call's answer phase (the module docstring)."""
 
@@ -85,6 +101,8 @@ class Answer:
         self.stopping = False  # the picker stops: the next body message ends the call
         self.ids: AnswerIds | None = None  # a creation's id, while read (NOTE(learn-answer))
         self.attempts: str | None = None  # Envoy's x-envoy-attempt-count of the answer
+        self.call: Stream | None = None  # the call its held bytes count on (NOTE(answer-budget))
+        self.busy = False  # a message is being answered (service.py let_answers_go)
 
     @property
     def holding(self) -> bool:
@@ -128,6 +146,8 @@ class Answer:
         return self.ids is None or self.ids.done
 
     async def body(self, chunk: bytes, end: bool) -> tuple[list[pb.ProcessingResponse], bool]:
+        if not self.stopping and not self.within(len(chunk)):
+            chunk = self.given_up(chunk)
         if self.ids is not None and not self.ids.done and self.wanted.learn is not None:
             if (rid := self.ids.feed(chunk, end)) is not None:
                 self.wanted.learn(rid, self.attempts)
@@ -136,6 +156,7 @@ class Answer:
         else:
             out = chunk if self.restore is None else await self.feed(chunk, end)
             end_call = end
+        self.settle()
         if self.mode == FULL_DUPLEX:
             return [self.duplex(out, end)], end_call
         mutated = pb.ProcessingResponse(response_body=pb.BodyResponse(
@@ -144,11 +165,43 @@ class Answer:
         return [mutated], end_call or self.learnt and (self.restore is None
                                                        or self.restore.passing)
 
+    @property
+    def held(self) -> int:
+        """The answer's bytes held now: the restore's and the id reader's."""
+        return (0 if self.restore is None else self.restore.holding) + (
+            0 if self.ids is None else len(self.ids.held))
+
+    def within(self, n: int) -> bool:
+        """Count what a chunk of ``n`` bytes may leave held against the process's budget
+        (kvpool/epp/listener.py NOTE(answer-budget)); False when it has no room."""
+        grows = (self.restore is not None and not self.restore.passing) + (
+            self.ids is not None and not self.ids.done)
+        need = self.held + grows * n - (0 if self.call is None else self.call.kept)
+        return self.call is None or need <= 0 or self.call.keep(need)
+
+    def settle(self) -> None:
+        """Let go of what was counted and is no longer held."""
+        if self.call is not None and self.call.kept > self.held:
+            self.call.unkeep(self.call.kept - self.held)
+
+    def given_up(self, chunk: bytes) -> bytes:
+        """No room in the budget: the held bytes go on with ``chunk`` as they are, and the
+        rest of the answer unread (NOTE(answer-budget)); said once."""
+        _over_budget()
+        out = chunk if self.restore is None else self.restore.flush(chunk)
+        self.restore = None
+        if self.ids is not None:
+            self.ids.drop()
+        self.settle()
+        return out
+
     async def feed(self, chunk: bytes, end: bool) -> bytes:
         """The restore's bytes for ``chunk``: a large piece on a worker thread, as a large
         request body is decoded (picker.py ``rewrite``)."""
         assert self.restore is not None
         if self.restore.holding + len(chunk) > INLINE_BYTES:
+            if worker_gate is not None:
+                await worker_gate()
             return await asyncio.to_thread(self.restore.feed, chunk, end)
         return self.restore.feed(chunk, end)
 

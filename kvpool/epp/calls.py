@@ -9,7 +9,8 @@ before any of its body is kept.
 
 A call's received bytes count against its connection's buffer until the call ends (``held``,
 NOTE(buffer-cap) in kvpool/epp/h2.py): the picker keeps a request's body until it decides. A
-call that goes on into its answer lets go of each message once handled (``release``).
+call that goes on into its answer lets go of each message once handled (``release``); the
+answer bytes its handler holds back count against the process's budget apart (``keep``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class Stream:
     ``send`` for the answers."""
 
     __slots__ = ("conn", "id", "pending", "messages", "started", "closed", "window", "task",
-                 "held")
+                 "held", "kept")
 
     def __init__(self, conn: Connection, stream_id: int, window: int) -> None:
         self.conn, self.id, self.window = conn, stream_id, window
@@ -100,6 +101,7 @@ class Stream:
         self.started = self.closed = False
         self.task: asyncio.Task | None = None
         self.held = 0  # DATA bytes received on this call so far (NOTE(buffer-cap))
+        self.kept = 0  # answer bytes its handler holds back (NOTE(answer-budget) in listener.py)
 
     def feed(self, data: bytes, end: bool) -> None:
         buf, i = self.pending, 0
@@ -151,6 +153,23 @@ class Stream:
         self.conn.server.let_go(n)
         self.conn.give_back(n)
         self.conn.write(frame(WINDOW_UPDATE, 0, self.id, struct.pack(">I", n)))
+
+    def keep(self, n: int) -> bool:
+        """Count ``n`` more answer bytes the handler holds back against the process's budget
+        (not the windows: no message of the peer's); False, nothing counted, when the budget
+        has no room (NOTE(answer-budget) in listener.py) or the call has ended."""
+        if self.closed or self.conn.streams.get(self.id) is not self \
+                or not self.conn.server.keep(n):
+            return False
+        self.kept += n
+        return True
+
+    def unkeep(self, n: int) -> None:
+        """Let go of ``n`` answer bytes ``keep`` counted (all of them when the call ends)."""
+        n = min(n, self.kept)
+        if n > 0:
+            self.kept -= n
+            self.conn.server.unkeep(n)
 
     def abort(self, status: int, detail: str) -> None:
         """End the call now with ``status`` (its handler is cancelled, its bytes let go)."""

@@ -59,8 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         f"{CALLS_PER_CONNECTION} of the largest call when --max-body-bytes "
                         "makes that more)")
     p.add_argument("--max-held-bytes", type=int, default=None, metavar="N",
-                   help="request bytes all connections' calls may hold together; past it the "
-                        "connection holding the most is closed (default "
+                   help="bytes all calls may hold together (answers held back: half at most)"
+                        "; past it the connection holding the most is closed (default "
                         f"{DEFAULT_HELD_BYTES >> 30} GiB, or --max-connection-bytes when that "
                         "is more)")
     p.add_argument("--max-open-streams", type=int, default=DEFAULT_MAX_OPEN_STREAMS,

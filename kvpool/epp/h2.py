@@ -141,6 +141,7 @@ class Connection(asyncio.Protocol):
         for stream in list(self.streams.values()):
             if stream.task is not None:
                 stream.task.cancel()
+            stream.unkeep(stream.kept)  # NOTE(answer-budget) in listener.py
         self.server.close_streams(len(self.streams))
         self.streams.clear()
         self.server.let_go(self.buffered)
@@ -288,6 +289,7 @@ class Connection(asyncio.Protocol):
             self.server.let_go(stream.held)
             self.give_back(stream.held)
             stream.held = 0
+            stream.unkeep(stream.kept)
             if not self.streams:  # NOTE(idle-timeout): the idle period starts again
                 self.idle_since = asyncio.get_running_loop().time()
                 if self.idler is None:

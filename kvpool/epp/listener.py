@@ -43,6 +43,13 @@ would be 1 MiB each for 1024 connections (less than one 4 MiB body), or the firs
 would keep it all. The cuts are counted
 (``cut``) and logged as one WARNING per WARN_INTERVAL at most with the count since the last.
 
+NOTE(answer-budget): the bytes of an answer a call holds back (kvpool/epp/answers.py: a model
+restore's cut SSE event or JSON head, a Responses id's first bytes) count in ``buffered`` too
+(``kept``), or open calls x --max-body-bytes would bound them (32 GiB at the defaults). Answers
+together take at most half the budget, so request bytes always keep the other half before
+answers could make a DATA frame cut a connection; a call that would pass either gives up its
+answer (its held bytes go on unchanged) instead of cutting anyone.
+
 NOTE(stream-cap): each connection may open STREAMS calls (kvpool.epp.h2; its
 SETTINGS_MAX_CONCURRENT_STREAMS), and max_connections connections may be open, so without a
 cap of its own the process would keep 1024 x 1024 calls' state (a task, a message queue, the
@@ -136,7 +143,8 @@ class Server:
         self.streams_unlogged = 0  # of those at the open call cap, since the last WARNING
         # calls ended with each gRPC status but OK (monotonic; kvpool_epp_calls_failed_total)
         self.failed: Counter[int] = Counter(dict.fromkeys(STATUS_NAMES, 0))
-        self.buffered = 0  # DATA bytes all open calls hold (NOTE(held-budget))
+        self.buffered = 0  # DATA bytes all open calls hold, answer bytes too (NOTE(held-budget))
+        self.kept = 0  # of those, answer bytes the calls hold back (NOTE(answer-budget))
         self.cut = 0  # connections cut: budget, open-call cap, resets (monotonic)
         self.uncounted = 0  # of those, since the last WARNING
         self.preface_timeout, self.close_timeout = preface_timeout, close_timeout
@@ -265,6 +273,20 @@ class Server:
 
     def let_go(self, n: int) -> None:
         """``n`` bytes a connection's calls held are let go (NOTE(held-budget))."""
+        self.buffered -= n
+
+    def keep(self, n: int) -> bool:
+        """Count ``n`` more answer bytes a call holds back; False, nothing counted, past half
+        the budget for answers or past the budget (NOTE(answer-budget))."""
+        if self.kept + n > self.max_held_bytes // 2 or self.buffered + n > self.max_held_bytes:
+            return False
+        self.kept += n
+        self.buffered += n
+        return True
+
+    def unkeep(self, n: int) -> None:
+        """``n`` answer bytes counted by ``keep`` are let go."""
+        self.kept -= n
         self.buffered -= n
 
     def cut_largest(self, conn: Connection, why: str) -> None:

@@ -75,7 +75,8 @@ class TransportCollector:
                     "none open for --idle-timeout seconds, or the longest without one when a "
                     "new connection came at --max-connections.", value=server.idle_closed)
         yield level("kvpool_epp_held_bytes",
-                    "Request bytes the open calls hold now (bodies until their decision).",
+                    "Bytes the open calls hold now (request bodies until their decision, "
+                    "answer bytes held back for a model restore or a response id).",
                     value=server.buffered)
         yield level("kvpool_epp_max_held_bytes", "The held-bytes budget (--max-held-bytes).",
                     value=server.max_held_bytes)

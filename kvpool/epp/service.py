@@ -54,8 +54,11 @@ the body STREAMED); otherwise the call ends at the decision as before and what i
 logged once. Such a call lets go of each message once answered (Stream.release), so it holds
 no more than one message however long its answer, and ends as soon as nothing more is wanted.
 Its client's leaving resets it (not counted as a rapid reset: NOTE(rapid-reset) in h2.py); at
-a stop every such call ends OK (``let_answers_go``; one holding bytes of its answer at its next
-body message, with them), Envoy sending the rest of those answers on unprocessed. Picks that
+a stop every such call is stopping and ends OK (``let_answers_go``) once no message of it is
+queued or being answered (a restore on a worker thread) and it holds no bytes of its answer
+(one that does ends at its next body message, with them), Envoy sending the rest of those
+answers on unprocessed. The bytes it holds count against --max-held-bytes (NOTE(answer-budget)
+in listener.py). Picks that
 want nothing (no rewrite, no --fallbacks, no pinned follow-up, no POST /v1/responses) end
 early.
 
@@ -224,10 +227,11 @@ class EndpointPicker:
                     answers, done = await self.step(stream, req)
                     if done and stream.answer is not None:  # the request's bytes are let go
                         self.answering[call] = stream.answer
+                        stream.answer.call = call  # its held bytes count on it
                         call.release(call.held)
                         done = False
                 else:
-                    answers, done = await self.answered(stream.answer, req)
+                    answers, done = await self.answered(stream.answer, req, call)
                     call.release(len(raw) + ENVELOPE)
                 if answers or done:
                     await call.send([a.SerializeToString() for a in answers], done)
@@ -237,22 +241,30 @@ class EndpointPicker:
         finally:
             self.answering.pop(call, None)
 
-    async def answered(self, answer: Answer, req: pb.ProcessingRequest
+    async def answered(self, answer: Answer, req: pb.ProcessingRequest, call: Stream
                        ) -> tuple[list[pb.ProcessingResponse], bool]:
-        """A message after the decision: the answer's phases, anything else passed."""
+        """A message after the decision: the answer's phases, anything else passed; a
+        stopping call is done once nothing is held, queued or in progress (let_answers_go)."""
         phase = req.WhichOneof("request")
-        if phase is not None and phase.startswith("response_"):
-            return await answer.step(req)
-        return ([] if phase is None else [_passed(phase)]), False
+        answer.busy = True
+        try:
+            if phase is not None and phase.startswith("response_"):
+                out, done = await answer.step(req)
+            else:
+                out, done = ([] if phase is None else [_passed(phase)]), False
+        finally:
+            answer.busy = False
+        return out, done or answer.stopping and not answer.holding and call.messages.empty()
 
     def let_answers_go(self) -> None:
-        """At a stop: every call in its answer phase ends OK once it has answered what came,
-        so Envoy sends the rest of those answers on unprocessed, none cut (NOTE(answer-phase));
-        one holding bytes of its answer at its next body message, which takes them along."""
+        """At a stop: every call in its answer phase is stopping and ends OK once it has
+        answered what came and holds nothing, so Envoy sends the rest of those answers on
+        unprocessed, none cut (NOTE(answer-phase)): one answering a message, or with one
+        queued, when that is answered; one holding bytes of its answer at its next body
+        message, which takes them along; one idle now."""
         for call, answer in self.answering.items():
-            if answer.holding:
-                answer.stopping = True
-            else:
+            answer.stopping = True
+            if not (answer.busy or answer.holding or call.messages.qsize()):
                 call.messages.put_nowait(None)
 
     def undecodable(self) -> None:
