@@ -18,9 +18,13 @@ empty string, so none stays counted present). A key of another type answers WRON
 
 A Redis user whose ACL lacks GETRANGE (the ACL line before it) gets NOPERM: the part is read
 again with MGET, and if that works the tier reads with MGET, unbounded as before, logging the
-fix once, and tries GETRANGE again every ``RETRY_S``. If MGET is refused too, its NOPERM
-pauses the tier as any other (NOTE(pause)). With no bound (the codec's block size open) the
-read is a plain MGET.
+fix once, and tries GETRANGE again every ``RETRY_S``. On a cluster ACLs are per node, and so
+is this fallback (the node serving a part's slot, as its breaker: NOTE(node-breaker)): one
+master refusing GETRANGE switched every master's reads to MGET, so a value grown after the
+probe on a master that grants it was read whole (32 MiB in
+tests/remote/test_bounded_get_cluster.py). If MGET is refused too, its NOPERM pauses the tier
+as any other (NOTE(pause)). With no bound (the codec's block size open) the read is a plain
+MGET.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 from redis.exceptions import NoPermissionError, ResponseError
 
 from kvpool.remote.diagnose import FaultLog
+from kvpool.remote.node_breakers import Breakers
 from kvpool.remote.tier import Read
 
 RETRY_S = 60.0  # while GETRANGE is refused, try it again after this long (the ACL may change)
@@ -40,25 +45,33 @@ RETRY_S = 60.0  # while GETRANGE is refused, try it again after this long (the A
 class BoundedReads:
     """The tier's reads of one part's keys (NOTE(bounded-get)). Use from one loop."""
 
-    __slots__ = ("redis", "most", "faults", "retry_s", "_mget_until")
+    __slots__ = ("redis", "most", "faults", "breakers", "retry_s", "_mget_until")
 
     def __init__(self, redis: Any, most: int | None, faults: FaultLog,
-                 retry_s: float = RETRY_S) -> None:
+                 breakers: Breakers | None = None, retry_s: float = RETRY_S) -> None:
         self.redis = redis
         self.most = most  # the largest value the codec writes; None: no bound
         self.faults = faults
         self.retry_s = retry_s
-        self._mget_until = 0.0  # time.monotonic() before which GETRANGE is not tried
+        self.breakers = breakers  # the tier's: a cluster's node of a key (None: one server)
+        # node -> time.monotonic() before which GETRANGE is not tried there
+        self._mget_until: dict[str | None, float] = {}
 
-    @property
-    def bounded(self) -> bool:
-        """Are reads bounded now (False: no bound, or GETRANGE refused lately)?"""
-        return self.most is not None and time.monotonic() >= self._mget_until
+    def node_of(self, key: str) -> str | None:
+        """The name of the cluster node serving ``key`` (None: one server, no slot map)."""
+        b = self.breakers
+        return None if b is None else b.node(b.of_key(key))
+
+    def bounded(self, key: str) -> bool:
+        """Are reads of ``key``'s node bounded now (False: no bound, or GETRANGE refused
+        there lately)?"""
+        return self.most is not None and (
+            time.monotonic() >= self._mget_until.get(self.node_of(key), 0.0))
 
     async def read(self, keys: list[str]) -> Read:
         """``keys``' raw values (None: missing or dropped) and the keys to delete, by kind;
-        one round trip (two, once, when GETRANGE is refused)."""
-        if not self.bounded:
+        one round trip (two, once, when GETRANGE is refused). ``keys`` share one node."""
+        if not self.bounded(keys[0]):
             return self._sorted(keys, await self.redis.mget(keys))
         pipe = self.redis.pipeline(transaction=False)
         for k in keys:
@@ -68,10 +81,12 @@ class BoundedReads:
         if denied is None:
             return self._sorted(keys, replies)
         raw = await self.redis.mget(keys)  # refused too: raised, and the tier pauses
-        self._mget_until = time.monotonic() + self.retry_s
-        self.faults.once("getrange", f"the Redis user may not run GETRANGE ({denied}): values "
-                         "are read with MGET, whose size is not bounded, so a value grown "
-                         "past the codec's size after the probe is read whole; give it "
+        node = self.node_of(keys[0])
+        self._mget_until[node] = time.monotonic() + self.retry_s
+        on = "" if node is None else f" on {node} (ACLs are per node)"
+        self.faults.once("getrange", f"the Redis user may not run GETRANGE{on} ({denied}): "
+                         "values are read with MGET, whose size is not bounded, so a value "
+                         "grown past the codec's size after the probe is read whole; give it "
                          "GETRANGE: ACL SETUSER USER +getrange")
         return self._sorted(keys, raw)
 

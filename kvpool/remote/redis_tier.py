@@ -99,9 +99,9 @@ class RedisTier:
         self._refusal: str | None = None  # set when INFO shows a server the tier must not use
         self._redis = self._client.redis
         self._probe = self._redis.register_script(PROBE_LUA)
-        self.reads = BoundedReads(self._redis, codec.max_value_nbytes(), self.faults)
         self._check_key = codec.namespace.key(bytes(32))  # no block's: NOTE(pause)
         self.breakers = Breakers(self.breaker, self._redis if self._by_slot else None)
+        self.reads = BoundedReads(self._redis, codec.max_value_nbytes(), self.faults, self.breakers)
         self._checks = HealthChecks(self._ping, self._closed, self._stats)
 
     # -- the protocol ---------------------------------------------------------------------
