@@ -8,7 +8,8 @@ Per answer, by what its pick wants::
     --fallbacks N (NOTE(retry-check))         the headers' attempt count held against N
     a pinned follow-up (picker.py NOTE(pinned)) Envoy's own failure to reach the holder
                                               becomes the router's HolderDown (503
-                                              response_unavailable)
+                                              response_unavailable); a POST the holder took
+                                              and dropped, the router's 502 replica_failed
     a Responses creation (NOTE(learn-answer))   a 200's response id, from its first bytes
                                               (answer_ids.py), learnt with its replica
     nothing more                              the call ends at the headers' answer
@@ -33,9 +34,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from kvpool.epp.answer_ids import AnswerIds
 from kvpool.epp.calls import Stream
 from kvpool.epp.restore import JSON, SSE, ModelRestore
-from kvpool.epp.retries import RetryCheck, envoys_failure
+from kvpool.epp.retries import RetryCheck, envoys_failure, not_started
 from kvpool.router.affinity import HolderDown
 from kvpool.router.relayed import INLINE_BYTES
+from kvpool.router.upstream import replica_failed
+from kvpool.server.middleware import APIError
 
 __all__ = ["Answer", "Wanted", "kind_of"]
 
@@ -47,7 +50,7 @@ FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 _PASSED = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
 _UNSIZED = pb.ProcessingResponse(response_headers=pb.HeadersResponse(response=pb.CommonResponse(
     header_mutation=pb.HeaderMutation(remove_headers=["content-length"]))))
-# the picker's own 503 (service.py EndpointPicker.refuse): status, message, code, param
+# the picker's own error answer (service.py EndpointPicker.refuse): status, message, code, param
 Refuse = Callable[[int, str, str, "str | None"], pb.ProcessingResponse]
 
 
@@ -60,6 +63,7 @@ class Wanted(NamedTuple):
     param: str | None  # the field that named it (previous_response_id; None: the path)
     # a creation's: learns (response id, the attempt count) (picker.py NOTE(learn-answer))
     learn: Callable[[str, str | None], None] | None = None
+    safe: bool = False  # a GET (SAFE_METHODS): may be sent again (NOTE(holder-down))
 
 
 def kind_of(headers: dict[str, str]) -> str | None:
@@ -129,8 +133,11 @@ class Answer:
         if self.check is not None and w.listed:
             self.check.answer(w.listed, fields.get("x-envoy-attempt-count"), details)
         if w.pinned is not None and envoys_failure(details):
-            down = HolderDown(w.pinned, w.param, f"cannot be reached now ({details})")
-            return [self.refuse(down.status, down.message, down.code, w.param)], True
+            # kvpool/router/affinity.py NOTE(holder-down): a POST the holder may have run is
+            # the router's 502, not a 503 asking for a retry
+            down: APIError = HolderDown(w.pinned, w.param, f"cannot be reached now ({details})") \
+                if w.safe or not_started(details) else replica_failed()
+            return [self.refuse(down.status, down.message, down.code, down.param)], True
         if w.learn is not None and fields.get(":status") == "200" and not head.end_of_stream:
             self.attempts = fields.get("x-envoy-attempt-count")
             self.ids = None if (seen := kind_of(fields)) is None else AnswerIds(seen)

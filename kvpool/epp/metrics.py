@@ -106,8 +106,9 @@ class TransportCollector:
         yield failed
         errors = count("kvpool_epp_error_answers",
                        "The picker's own error answers to Envoy (ImmediateResponse), by HTTP "
-                       "status: 400 not a JSON object, 413 body too large, 503 no healthy "
-                       "replica.", labels=["status"])
+                       "status: 400 not a JSON object, 413 body too large, 502 a pinned POST "
+                       "follow-up its holder dropped, 503 no healthy replica.",
+                       labels=["status"])
         for status, n in sorted(picker.errors.items()):
             errors.add_metric([str(status)], n)
         yield errors

@@ -47,8 +47,9 @@ retries.py) go to it too, never past the list to its fallback policy's round rob
 Envoy cannot reach the holder, or the map's holder fails its health checks, the client gets
 the router's ``HolderDown``, 503 ``response_unavailable`` with Retry-After, saying so
 (kvpool/router/affinity.py NOTE(holder-down): ``Router.response_order`` cuts the order to the
-holder and raises it; answers.py; docs/epp.md, "Responses API follow-ups"). A follow-up no
-replica is known to hold is placed as before, with fallbacks.
+holder and raises it; answers.py; docs/epp.md, "Responses API follow-ups"); a POST the holder
+took and dropped unanswered (it may have run) gets the router's 502 ``replica_failed``
+instead. A follow-up no replica is known to hold is placed as before, with fallbacks.
 
 NOTE(learn-answer): a POST /v1/responses pick (a new response or a follow-up: either creates
 one) wants its answer (service.py NOTE(answer-phase)): a 200's response id, read from the
@@ -57,8 +58,10 @@ SCAN_BYTES, an SSE stream's first events up to ``response.created``), is learnt 
 caller's tenant (``ResponseAffinity.learner``, the router's NOTE(tenant) in affinity.py) with
 the replica that answered: the listed one, or with NOTE(fallbacks)'s list the one Envoy's
 ``x-envoy-attempt-count`` names (attempt k went to the list's k-th, NOTE(padded)); without that
-header a list naming several replicas teaches nothing. So a follow-up through the picker is
-placed with no search, as through the router. The call ends once the id is read (or given
+header a list naming several replicas teaches nothing. The request asks for the answer
+uncompressed (``accept-encoding: identity``, service.py ``routed``), as the router's does
+(kvpool/router/relayed.py NOTE(identity-encoding)): a gzip answer hid the id. So a follow-up
+through the picker is placed with no search, as through the router. The call ends once the id is read (or given
 up); Envoy sends the rest on by itself. Not in full-duplex answer mode (every byte would pass
 through the picker); other picks still end at the decision.
 
@@ -92,7 +95,7 @@ from kvpool.router.replicas import Replica
 
 __all__ = ["ERROR_STATUSES", "Pick", "Picker", "endpoint_of", "routed_path"]
 
-ERROR_STATUSES = (400, 413, 503)  # the statuses the picker answers Envoy with itself
+ERROR_STATUSES = (400, 413, 502, 503)  # the statuses the picker answers Envoy with itself
 
 
 class Pick(NamedTuple):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["RetryCheck", "envoys_failure"]
+__all__ = ["RetryCheck", "envoys_failure", "not_started"]
 
 log = logging.getLogger("kvpool.epp")
 DOC = 'docs/epp.md, "Fallback endpoints"'
@@ -39,6 +39,17 @@ def envoys_failure(details: str | None) -> bool:
     any answer, no host to try."""
     return details is not None and (details.startswith("upstream_reset_before_response_started")
                                     or details == "no_healthy_upstream")
+
+
+def not_started(details: str | None) -> bool:
+    """Whether ``details`` (``response.code_details``) says the upstream provably never got
+    the request: no connection (refused, failed, timed out), a stream it refused, a circuit
+    breaker's overflow, no host; a connection ended after the request went out is not
+    (kvpool/router/affinity.py NOTE(holder-down): such a POST may have run)."""
+    if details is None or not envoys_failure(details):
+        return False
+    return details == "no_healthy_upstream" or any(why in details for why in (
+        "connection_failure", "connection_timeout", "refused_stream", "overflow"))
 
 
 def _retried_for(details: str) -> bool:

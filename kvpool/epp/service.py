@@ -94,7 +94,7 @@ from kvpool.epp.retries import RetryCheck
 from kvpool.epp.subset import Subset, subset_hint
 from kvpool.errors import RequestError
 from kvpool.router.affinity import PREVIOUS, HolderDown
-from kvpool.router.upstream import RETRY_AFTER_SECONDS
+from kvpool.router.upstream import RETRY_AFTER_SECONDS, SAFE_METHODS
 from kvpool.server.middleware import error_body, error_type
 from kvpool.throttle import Throttle
 
@@ -118,10 +118,14 @@ def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
 # NOTE(shared): the answers that depend only on their arguments are built once and shared by
 # every stream (the transport only serializes them; nothing here mutates an answer)
 @functools.lru_cache(maxsize=4096)
-def routed(endpoint: str, phase: str) -> pb.ProcessingResponse:
-    """CONTINUE the ``phase`` ("request_headers" / "request_body") towards ``endpoint``."""
-    common = pb.CommonResponse(header_mutation=pb.HeaderMutation(
-        set_headers=[_header(DESTINATION_HEADER, endpoint)]))
+def routed(endpoint: str, phase: str, plain: bool = False) -> pb.ProcessingResponse:
+    """CONTINUE the ``phase`` ("request_headers" / "request_body") towards ``endpoint``;
+    ``plain``: asking for the answer uncompressed (``accept-encoding: identity``), as a
+    Responses creation whose id the picker reads is (picker.py NOTE(learn-answer))."""
+    headers = [_header(DESTINATION_HEADER, endpoint)]
+    if plain:
+        headers.append(_header("accept-encoding", "identity"))
+    common = pb.CommonResponse(header_mutation=pb.HeaderMutation(set_headers=headers))
     meta = struct_pb2.Struct()
     meta.update({METADATA_NAMESPACE: {DESTINATION_HEADER: endpoint}})
     out = pb.ProcessingResponse(dynamic_metadata=meta)
@@ -137,10 +141,9 @@ def rewritten(endpoint: str, phase: str, body: bytes) -> pb.ProcessingResponse:
     itself; full duplex sends it with ``body_back``. The answer is asked for uncompressed, so
     its model can be put back (NOTE(model-restore) in restore.py)."""
     out = pb.ProcessingResponse()
-    out.CopyFrom(routed(endpoint, phase))
+    out.CopyFrom(routed(endpoint, phase, True))
     common = getattr(out, phase).response
-    common.header_mutation.set_headers.extend([_header("content-length", str(len(body))),
-                                               _header("accept-encoding", "identity")])
+    common.header_mutation.set_headers.append(_header("content-length", str(len(body))))
     if phase == "request_body":
         common.body_mutation.body = body
     return out
@@ -333,9 +336,10 @@ class EndpointPicker:
             return self.refuse(503, "no healthy replica" if stream.subset is None else
                                "no healthy replica among the proxy's subset hint",
                                "no_replica"), raw
-        stream.answer = self.follow(stream, pick, method)
-        if pick.body is raw:
-            return routed(pick.endpoint, phase), raw
+        stream.answer = answer = self.follow(stream, pick, method)
+        if pick.body is raw:  # a creation whose id is read asks for it uncompressed
+            return routed(pick.endpoint, phase, answer is not None and
+                          answer.wanted.learn is not None), raw
         return rewritten(pick.endpoint, phase, pick.body), pick.body
 
     def follow(self, stream: _Stream, pick: Pick, method: str) -> Answer | None:
@@ -354,8 +358,8 @@ class EndpointPicker:
             return None
         listed = pick.endpoint.count(",") + 1 if check is not None else 0
         param = PREVIOUS if method == "POST" else None
-        return Answer(Wanted(renamed, listed, pick.pinned, param, learn), stream.answer_mode,
-                      check, self.max_body_bytes, self.refuse)
+        wanted = Wanted(renamed, listed, pick.pinned, param, learn, method in SAFE_METHODS)
+        return Answer(wanted, stream.answer_mode, check, self.max_body_bytes, self.refuse)
 
     def unseen_once(self, renamed: bool, checked: bool) -> None:
         """Say once what answers Envoy does not send the picker cost (NOTE(answer-phase))."""

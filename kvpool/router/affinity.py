@@ -67,6 +67,14 @@ client gets ``HolderDown``: 503 ``response_unavailable`` with Retry-After, namin
 (param ``previous_response_id``, null for a path) and saying to retry later; a replica that
 restarted has lost what it stored, and then answers its own 404. An id no replica is known to
 hold is placed as before, and a replica's 404 is the answer (docs/architecture.md, Router).
+A holder that took the request and failed before answering (the connection lost after the
+request went out: upstream.py's "failed"; Envoy's connection termination or reset) may have
+run it: a GET (upstream.py SAFE_METHODS) may be sent again and gets the same 503, but a POST
+gets the 502 ``replica_failed`` (upstream.py), no Retry-After, since retrying it could
+make a second response; only a POST provably not started (no connection, a refused stream)
+gets the 503. The picker answers by the same rule (kvpool/epp/retries.py ``not_started``).
+A holder gone silent (replicas.py NOTE(liveness)) still counts as down, a POST included, as
+upstream.py NOTE(retry) counts it; the picker leaves that case to Envoy's own 504.
 """
 
 from __future__ import annotations

@@ -84,7 +84,8 @@ from kvpool.router.relayed import BodyReader, asking_identity, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_json
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
 from kvpool.router.response_ids import usable_id
-from kvpool.router.upstream import RELAYED, SKIP_AUTO_HEADERS, Failure, Relay, give_up
+from kvpool.router.upstream import (RELAYED, SAFE_METHODS, SKIP_AUTO_HEADERS, Failure, Relay,
+                                    give_up)
 from kvpool.router.wire import CONNECT_TIMEOUT, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
@@ -373,7 +374,7 @@ class Router:
             failures.append(out)
             if not out.retryable or attempt >= self.max_retries:  # NOTE(retry)
                 break
-        return give_up(failures, unreachable)
+        return give_up(failures, unreachable, request.method in SAFE_METHODS)
 
     async def health(self, request: web.Request) -> web.Response:
         """200 while a replica is healthy, else 503, whoever asks; the replica URLs only to

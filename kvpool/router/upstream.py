@@ -81,7 +81,8 @@ from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.middleware import STREAM_STARTED, APIError, error_body
 
-__all__ = ["RELAYED", "RETRY_AFTER_SECONDS", "Failure", "Relay", "cached_tokens_in", "give_up"]
+__all__ = ["RELAYED", "RETRY_AFTER_SECONDS", "SAFE_METHODS", "Failure", "Relay",
+           "cached_tokens_in", "give_up", "replica_failed"]
 
 log = logging.getLogger("kvpool.router")
 SSE_TYPE = "text/event-stream"
@@ -99,6 +100,8 @@ _INT = re.compile(rb"\s*(\d+)")
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding")
 RELAYED = web.ResponseKey("kvpool_relayed", bool)  # a replica's answer, with its own headers
 RETRY_AFTER_SECONDS = "1"  # when every replica is down: about two heartbeats
+# methods whose request may be sent again (RFC 9110 9.2.1): affinity.py NOTE(holder-down)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +117,14 @@ class Failure:
         return self.kind in ("down", "full")
 
 
-def give_up(failures: Sequence[Failure], unreachable: APIError | None = None) -> web.Response:
+def give_up(failures: Sequence[Failure], unreachable: APIError | None = None,
+            safe: bool = False) -> web.Response:
     """The answer when no replica took the request (proxy.py's docstring); ``unreachable``:
-    what a request only one replica can serve gets when it found that one down (a follow-up
-    to a response, affinity.py NOTE(holder-down))."""
-    if unreachable is not None and any(f.kind == "down" for f in failures):
+    what a request only one replica can serve gets when it found that one down, or, for a
+    ``safe`` method (GET), failing before it answered (a follow-up to a response,
+    affinity.py NOTE(holder-down)); a POST that may have run there is ``replica_failed``."""
+    if unreachable is not None and any(f.kind == "down" or safe and f.kind == "failed"
+                                       for f in failures):
         raise unreachable
     if all(f.kind in ("full", "down") for f in failures):
         full = [f.response for f in failures if f.response is not None]
@@ -127,7 +133,13 @@ def give_up(failures: Sequence[Failure], unreachable: APIError | None = None) ->
         raise APIError(503, "no replica can take the request now" if failures else
                        "no healthy replica", code="no_replica",
                        headers={"Retry-After": RETRY_AFTER_SECONDS})
-    raise APIError(502, "no replica could answer the request", code="replica_failed")
+    raise replica_failed()
+
+
+def replica_failed() -> APIError:
+    """The 502 of a request its replica took and failed before answering (NOTE(retry)): not
+    retried, the work may have run there; the endpoint picker answers it too (answers.py)."""
+    return APIError(502, "no replica could answer the request", code="replica_failed")
 
 
 def sse_error(message: str, code: str) -> bytes:

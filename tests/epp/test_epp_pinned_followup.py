@@ -27,11 +27,21 @@ from kvpool.router.replicas import ReplicaSet
 from tests.epp.test_epp_envoy_fallback import CONFIG, cluster
 from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
 from tests.router.test_router_hostile_replica import OK_HEALTH
-from tests.router.test_router_pinned_followup import FOLLOW_UP, RID, follow
+from tests.router.test_router_pinned_followup import FOLLOW_UP, RID, dropped, follow
 
 
-def replica(name: str, holds: bool, asked: list[str]) -> web.Application:
-    """Holds RID or not; each follow-up POST it gets is appended to ``asked``."""
+def replica(name: str, holds: bool, asked: list[str],
+            drop: asyncio.Event | None = None) -> web.Application:
+    """Holds RID or not; each follow-up POST it gets is appended to ``asked``. While ``drop``
+    is set, it reads a request under /v1/responses whole, appends "name METHOD" to ``asked``
+    and closes the connection without an answer."""
+    @web.middleware
+    async def dropping(request, handler):
+        if drop is None or not drop.is_set() or not request.path.startswith("/v1/responses"):
+            return await handler(request)
+        asked.append(f"{name} {request.method}")
+        return await dropped(request)
+
     def missing():
         return web.json_response({"error": {"message": f"no response {RID}", "type":
                                             "invalid_request_error", "param": None,
@@ -53,7 +63,7 @@ def replica(name: str, holds: bool, asked: list[str]) -> web.Application:
     async def health(_):
         return web.Response(body=OK_HEALTH, content_type="application/json")
 
-    app = web.Application()
+    app = web.Application(middlewares=[dropping])
     app.router.add_get("/health", health)
     app.router.add_post("/v1/responses", create)
     app.router.add_get("/v1/responses/{rid}", stored)
@@ -61,15 +71,17 @@ def replica(name: str, holds: bool, asked: list[str]) -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def gateway(workdir):
-    """holder and two others behind the picker (--fallbacks 2) and Envoy; yields (Envoy's
-    URL, the picker, the holder's URL, its stop, the follow-ups each replica got)."""
+async def gateway(workdir, drop: asyncio.Event | None = None):
+    """holder (``drop``: its dropping requests) and two others behind the picker (--fallbacks
+    2) and Envoy; yields (Envoy's URL, the picker, the holder's URL, its stop, the follow-ups
+    each replica got)."""
     asked: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
         others = await stack.enter_async_context(apps_served(
             replica("a", False, asked), replica("b", False, asked)))
         held = contextlib.AsyncExitStack()
-        (holder,) = await held.enter_async_context(apps_served(replica("holder", True, asked)))
+        (holder,) = await held.enter_async_context(apps_served(
+            replica("holder", True, asked, drop)))
         stack.push_async_callback(held.aclose)
         urls = [holder, *others]
         picker = Picker(Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT),
@@ -99,6 +111,27 @@ async def test_a_follow_up_to_a_down_holder_is_a_503_naming_it(tmp_path, seen_do
             assert err["code"] == "response_unavailable" and RID in err["message"], err
             assert err["param"] == (None if get else "previous_response_id"), err
         assert asked == ["holder"]  # no other replica was asked to run it
+
+
+async def test_a_holder_dropping_a_follow_up_it_took_is_503_for_a_get_502_for_a_post(tmp_path):
+    """kvpool/router/affinity.py NOTE(holder-down), as the router answers it: the holder reads
+    the follow-up and closes the connection (Envoy: connection termination, not retried). A
+    GET may be sent again: the 503 naming the response; a POST may have run there: the 502
+    ``replica_failed``, no Retry-After (before: the 503, inviting a second run)."""
+    drop = asyncio.Event()
+    async with gateway(tmp_path, drop) as (url, picker, _holder, _stop, asked), \
+            aiohttp.ClientSession() as s:
+        assert (await follow(s, url, get=False))[0] == 200  # found by search, learnt
+        drop.set()
+        status, headers, err = await follow(s, url, get=True)
+        assert status == 503 and headers["Retry-After"] == "1", (status, err)
+        assert err["code"] == "response_unavailable" and err["param"] is None, err
+        assert "connection_termination" in err["message"], err
+        status, headers, err = await follow(s, url, get=False)
+        assert status == 502 and "Retry-After" not in headers, (status, err)
+        assert (err["code"], err["type"]) == ("replica_failed", "server_error"), err
+        assert asked == ["holder", "holder GET", "holder POST"]  # once each, the holder alone
+        assert picker.errors[502] == 1 and picker.errors[503] == 1
 
 
 async def test_a_follow_up_no_replica_holds_keeps_its_fallbacks(tmp_path):

@@ -35,17 +35,29 @@ def missing(rid: str) -> web.Response:
                                         "code": "not_found"}}, status=404)
 
 
-def replica(name: str, holds: bool, asked: list[str],
-            hung: asyncio.Event | None = None) -> web.Application:
+async def dropped(request: web.Request) -> web.Response:
+    """``request`` read whole and its connection closed unanswered (a replica that took it
+    and crashed)."""
+    await request.read()
+    assert request.transport is not None
+    request.transport.close()
+    return web.Response(status=500)  # never sent: the connection is gone
+
+
+def replica(name: str, holds: bool, asked: list[str], hung: asyncio.Event | None = None,
+            drop: asyncio.Event | None = None) -> web.Application:
     """Holds RID or not; each follow-up it gets (a POST naming a response, a GET of one) is
     appended to ``asked`` as "name POST" / "name GET". While ``hung`` is set, it answers
-    nothing (/health included) until ``hung`` is cleared."""
+    nothing (/health included) until ``hung`` is cleared; while ``drop`` is set, it reads a
+    follow-up whole and closes the connection without an answer."""
     hung = hung or asyncio.Event()
 
     @web.middleware
     async def silent(request: web.Request, handler):
         if request.path.startswith("/v1/responses"):
             asked.append(f"{name} {request.method}")
+            if drop is not None and drop.is_set():
+                return await dropped(request)
         if not hung.is_set():
             return await handler(request)
         while hung.is_set():
@@ -74,15 +86,17 @@ def replica(name: str, holds: bool, asked: list[str],
 
 
 @contextlib.asynccontextmanager
-async def fleet(hung: asyncio.Event | None = None, **beats):
-    """Two replicas, then the holder (``hung``: its silence), behind a router (``beats``: its
-    ReplicaSet's) that has learnt RID's holder (a search); yields (the router, its URL, a
-    client session, the holder's stop, the follow-ups the replicas got since)."""
+async def fleet(hung: asyncio.Event | None = None, drop: asyncio.Event | None = None,
+                **beats):
+    """Two replicas, then the holder (``hung``: its silence; ``drop``: its dropping the
+    follow-ups), behind a router (``beats``: its ReplicaSet's) that has learnt RID's holder
+    (a search); yields (the router, its URL, a client session, the holder's stop, the
+    follow-ups the replicas got since)."""
     asked: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
         held = contextlib.AsyncExitStack()
         (holder,) = await held.enter_async_context(apps_served(
-            replica("holder", True, asked, hung)))
+            replica("holder", True, asked, hung, drop)))
         stack.push_async_callback(held.aclose)
         if hung is not None:
             stack.callback(hung.clear)  # its handlers end before its runner's cleanup
@@ -139,6 +153,25 @@ async def test_a_follow_up_to_a_silent_holder_is_a_503_naming_it():
             assert status == 503 and headers["Retry-After"] == "1", (status, err)
             assert err["code"] == "response_unavailable" and RID in err["message"], err
         assert asked == ["holder POST"]  # the one it was sent, and no other replica
+
+
+async def test_a_holder_dropping_a_follow_up_it_took_is_503_for_a_get_502_for_a_post():
+    """NOTE(holder-down) in kvpool/router/affinity.py: the holder reads the follow-up and
+    closes the connection without an answer. A GET may be sent again: the 503 naming the
+    response, with Retry-After (before: the 502); a POST may have run there: the 502
+    ``replica_failed``, no Retry-After. Neither goes to another replica or is retried."""
+    drop = asyncio.Event()
+    async with fleet(drop=drop) as (r, url, s, _stop, asked):
+        drop.set()
+        status, headers, err = await follow(s, url, get=True)
+        assert status == 503 and headers["Retry-After"] == "1", (status, err)
+        assert err["code"] == "response_unavailable" and RID in err["message"], err
+        assert err["param"] is None, err
+        status, headers, err = await follow(s, url, get=False)
+        assert status == 502 and "Retry-After" not in headers, (status, err)
+        assert (err["code"], err["type"]) == ("replica_failed", "server_error"), err
+        assert asked == ["holder GET", "holder POST"]  # once each, on the holder alone
+        assert r.replicas.find(r.affinity.owner_url(RID)).healthy  # took them: not down
 
 
 async def test_a_follow_up_to_a_live_holder_is_served_by_it_alone():
