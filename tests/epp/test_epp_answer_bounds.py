@@ -34,7 +34,7 @@ from kvpool.router.replicas import ReplicaSet
 from tests.epp.test_epp_answer_hostile import ASKED, PATH, RULES, TARGET, event, settled
 from tests.epp.test_epp_metrics import scrape
 from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
-from tests.router.test_router_hostile_replica import GOOD, OK_HEALTH
+from tests.router.test_router_hostile_replica import answering_replica
 
 LIMIT = 4 << 20  # --max-body-bytes: what one answer's restore may hold
 CONNECTION = LIMIT + (8 << 20) + 5  # --max-connection-bytes: one largest call (cli.limits)
@@ -63,17 +63,7 @@ def replica(stuck: asyncio.Event) -> web.Application:
         await resp.write(rest(body["model"]))
         return resp
 
-    async def health(_):
-        return web.Response(body=OK_HEALTH, content_type="application/json")
-
-    async def lookup(_):
-        return web.json_response(GOOD)
-
-    app = web.Application()
-    app.router.add_get("/health", health)
-    app.router.add_post("/v1/kvpool/lookup", lookup)
-    app.router.add_post(PATH, answer)
-    return app
+    return answering_replica(answer, PATH)
 
 
 @contextlib.asynccontextmanager

@@ -32,7 +32,7 @@ from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from tests.epp.test_epp_metrics import scrape
 from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
-from tests.router.test_router_hostile_replica import GOOD, OK_HEALTH
+from tests.router.test_router_hostile_replica import OK_HEALTH, answering_replica
 
 ASKED, TARGET = "food-review", "food-review-v2"
 AMP_ASKED, AMP = "lab", "r&d-model"  # Go's encoding/json writes & as \u0026
@@ -105,17 +105,7 @@ def replica(seen: list[dict], stuck: asyncio.Event) -> web.Application:
         await resp.write_eof()
         return resp
 
-    async def health(_):
-        return web.Response(body=OK_HEALTH, content_type="application/json")
-
-    async def lookup(_):
-        return web.json_response(GOOD)
-
-    app = web.Application()
-    app.router.add_get("/health", health)
-    app.router.add_post("/v1/kvpool/lookup", lookup)
-    app.router.add_post(PATH, answer)
-    return app
+    return answering_replica(answer, PATH)
 
 
 @contextlib.asynccontextmanager

@@ -27,7 +27,7 @@ from kvpool.router.replicas import ReplicaSet
 from tests.epp.test_epp_envoy_protocol import RESPONSE_PHASES, ROUTE_ANSWERS
 from tests.epp.test_epp_model_rewrite import BUFFERED
 from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
-from tests.router.test_router_hostile_replica import GOOD, OK_HEALTH
+from tests.router.test_router_hostile_replica import answering_replica
 
 ASKED, TARGET = "food-review", "food-review-v2"
 RULES = {"rules": [{"matches": [{"model": {"value": ASKED}}],
@@ -76,18 +76,8 @@ def replica(read_first: asyncio.Event) -> web.Application:
             await asyncio.sleep(0.002)
         return resp
 
-    async def health(_):
-        return web.Response(body=OK_HEALTH, content_type="application/json")
-
-    async def lookup(_):
-        return web.json_response(GOOD)
-
-    app = web.Application()
-    app.router.add_get("/health", health)
-    app.router.add_post("/v1/kvpool/lookup", lookup)
-    for path in ("/v1/completions", "/v1/chat/completions", "/v1/responses"):
-        app.router.add_post(path, answer)
-    return app
+    return answering_replica(answer, "/v1/completions", "/v1/chat/completions",
+                             "/v1/responses")
 
 
 @contextlib.asynccontextmanager

@@ -39,6 +39,24 @@ HOSTILE = [[], "x", None, {"device_hit_tokens": "x", "host_hit_tokens": 0, "num_
 OK_HEALTH = b'{"status": "ok", "num_running": 0, "num_waiting": 0}'
 
 
+def answering_replica(answer, *paths: str) -> web.Application:
+    """A replica whose /health is OK_HEALTH and whose lookup finds GOOD; ``answer`` serves a
+    POST to each of ``paths`` (the EPP's answer-phase tests)."""
+
+    async def health(_):
+        return web.Response(body=OK_HEALTH, content_type="application/json")
+
+    async def lookup(_):
+        return web.json_response(GOOD)
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/kvpool/lookup", lookup)
+    for path in paths:
+        app.router.add_post(path, answer)
+    return app
+
+
 @contextlib.asynccontextmanager
 async def fake_replica(name: str, lookup_body: bytes, health_answer: list | None = None,
                        kv_info: object = None):
