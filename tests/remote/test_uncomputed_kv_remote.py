@@ -21,7 +21,7 @@ from kvpool.runtime.remote.host_front import HostBlockFront
 from kvpool.runtime.remote.writer import RemoteWriter
 from kvpool.server.remote_setup import build_link
 from tests.remote.engines import engine, stop
-from tests.runtime.stepped import BS, P, SUFFIX, FailArmed, Run, config, fresh, greedy, same
+from tests.runtime.stepped import BS, FailArmed, Run, config, fresh, greedy, same
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
 
@@ -47,13 +47,7 @@ async def stored_by_engine_one(url: str, policy: str) -> list[int]:
     core.block_sink = writer
     run = Run(core=core)
     try:
-        run.add("a", P, 8)
-        run.until(lambda: len(run.tokens["a"]) == 3)
-        b = P + run.tokens["a"][:3] + SUFFIX
-        run.add("b", b, 6)
-        plan.armed.add("a")
-        run.step()
-        assert run.final["a"].error, "A's step did not fail"
+        b = run.fail_a_as_b_joins(plan)
         run.drain(empty=False)
         assert run.final["b"].num_cached_tokens == BS
         await settled(writer)

@@ -98,6 +98,19 @@ class Run:
         st = self.core.manager.stats()
         assert st.device.num_used == 0 and st.host.num_used == 0, "leaked blocks"
 
+    def fail_a_as_b_joins(self, plan: "FailArmed") -> list[int]:
+        """A (P, 8 tokens) decodes o1..o3, o3 filling block 1; B (P + o1..o3 + SUFFIX) is
+        added and A's forward fails in the step that admits B, so block 1's last slot is
+        never written. B's prompt."""
+        self.add("a", P, 8)
+        self.until(lambda: len(self.tokens["a"]) == 3)
+        b = P + self.tokens["a"][:3] + SUFFIX
+        self.add("b", b, 6)
+        plan.armed.add("a")
+        self.step()
+        assert self.final["a"].error, "A's step did not fail"
+        return b
+
     def close(self) -> None:
         self.core.close()
 

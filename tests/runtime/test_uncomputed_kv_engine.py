@@ -46,13 +46,7 @@ def test_a_block_whose_last_token_failed_in_the_step_is_no_hit():
     plan = FailArmed()
     run = Run(faults=plan)
     try:
-        run.add("a", P, 8)
-        run.until(lambda: len(run.tokens["a"]) == 3)
-        b = P + run.tokens["a"][:3] + SUFFIX
-        run.add("b", b, 6)
-        plan.armed.add("a")
-        run.step()
-        assert run.final["a"].error, "A's step did not fail"
+        b = run.fail_a_as_b_joins(plan)
         assert len(run.tokens["b"]) == 1  # B was admitted and prefilled in that same step
         run.drain()
         assert run.final["b"].num_cached_tokens == BS  # block 0 only
