@@ -64,6 +64,8 @@ class BlockTable:
     # NOTE(copy-pending): set by swap_in, cleared by mark_computed once the step that ran the
     # swap-in copies is done. While set no block of the table is registered in the prefix
     # cache: its bytes are still being copied (or the copy failed) and must not be a hit.
+    # On a swapped (HOST) table: set by swap_out, cleared by swap.confirm_out; until then its
+    # host blocks are told to no observer (core/swap.py NOTE(swap-out-confirm)).
     copy_pending: bool = False
     # NOTE(speed): the copy of ``blocks`` handed out by the last decode append; every change
     # of ``blocks`` (append, copy-on-write, swap, defrag) clears it. 15 of 16 decode steps

@@ -73,7 +73,10 @@ class SwapPlanner:
 
     def swap_out(self, seq_ids: Sequence[int]) -> list[tuple[int, int]] | None:
         """Move a group to the host pool. Returns ``(device_block, host_block)`` copies, one per
-        distinct block, or None when the host pool is short (nothing changes)."""
+        distinct block, or None when the host pool is short (nothing changes).
+        NOTE(swap-out-confirm): the host blocks hold their bytes only once the copy ran, so
+        the observer hears of them (CPU BlockStored) only when ``confirm_out`` says it did;
+        a copy that failed is never confirmed, and its blocks are never told."""
         d, h, c = self.device, self.host, self.counters
         now = time.monotonic()
         with d.writing(), h.writing():
@@ -88,12 +91,23 @@ class SwapPlanner:
                 t.blocks = [mapping[b] for b in t.blocks]
                 t.device = Device.HOST
                 t.num_registered = 0
+                t.copy_pending = True  # told to the observer once confirm_out says copied
                 t.blocks_changed()
             c.num_swapped_seqs += len(tables)
             c.swap_out_blocks += len(mapping)
-            if self._observer is not None:
-                self._host_arrived(tables)
             return list(mapping.items())
+
+    def confirm_out(self, seq_ids: Sequence[int]) -> None:
+        """NOTE(swap-out-confirm): the swap-out copies of ``seq_ids`` completed: their host
+        blocks hold the bytes, so the observer hears the hashes new to the host tier now.
+        Sequences gone, back on the device or already confirmed are skipped."""
+        with self.device.writing(), self.host.writing():
+            tables = [t for s in seq_ids if (t := self.tables.get(s)) is not None
+                      and t.device is Device.HOST and t.copy_pending]
+            for t in tables:
+                t.copy_pending = False
+            if tables and self._observer is not None:
+                self._host_arrived(tables)
 
     # ------------------------------------------------------------------ in
     def need(self, tables: Sequence[BlockTable]) -> tuple[int, int]:
@@ -206,12 +220,15 @@ class SwapPlanner:
 
     def host_released(self, tables: Sequence[BlockTable]) -> None:
         """``tables`` left the host pool (swapped in or freed): the observer hears the hashes
-        no other swapped table holds (NOTE(host-hashes)). Lock held."""
+        no other swapped table holds (NOTE(host-hashes)); an unconfirmed table was never
+        counted (NOTE(swap-out-confirm)). Lock held."""
         if self._observer is None:
             return
         refs = self._host_refs
         gone = []
         for t in tables:
+            if t.copy_pending:
+                continue
             for h in t.hashes:
                 refs[h] -= 1
                 if refs[h] <= 0:

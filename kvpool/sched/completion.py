@@ -17,6 +17,9 @@ names it in ``stops`` (a stop string matched the text this token completed: FINI
 with that reason, before any other check), or when the runtime calls ``finish`` / ``abort``. Its blocks are freed at once; the request is
 returned when its last sequence finished. ``on_step_done`` also says every copy of the step
 completed: abort a request whose copy failed first, or its swapped-in blocks would be hashed.
+A runtime whose swap-out copies run on past the step passes ``swap_outs_done=False`` and
+confirms each one through ``swap_out_done`` once it completed (never one that failed): only
+then are its host blocks published (core/swap.py NOTE(swap-out-confirm)).
 """
 
 from __future__ import annotations
@@ -46,12 +49,14 @@ class StepCompletion:
     def on_step_done(self, output: SchedulerOutput, sampled: Mapping[int, int], *,
                      now: float | None = None, defrag_ok: bool = True,
                      stops: Mapping[int, str] | None = None,
-                     deferred: Collection[int] = ()) -> list[FinishedRequest]:
+                     deferred: Collection[int] = (),
+                     swap_outs_done: bool = True) -> list[FinishedRequest]:
         """Apply a completed step: record the computed KV (prefix cache), append the sampled
         tokens, check stop conditions (``stops``: seq_id -> the runtime's stop reason, e.g. a
         matched stop string), free finished sequences, and commit the step's defrag
         plan (or abort it when ``defrag_ok`` is false) unless ``defrag_done`` already did.
-        ``deferred`` sequences get no token now: they await ``accept_late``.
+        ``deferred`` sequences get no token now: they await ``accept_late``. The step's
+        swap-outs are confirmed unless ``swap_outs_done`` is false (see the module).
         Returns the requests that finished in this step."""
         st = self.state
         if output is not st.inflight:
@@ -66,6 +71,10 @@ class StepCompletion:
         for p in output.prefills:
             self._apply_prefill(p, sampled, now, done, stops, deferred)
         self._confirm_swap_ins(output)
+        if swap_outs_done and output.copies:
+            for c in output.copies:
+                if c.kind == "swap_out":
+                    self.swap_out_done(c.request_id, output.step_id)
         self._accept_decodes(output, sampled, now, done, stops, deferred)
         finished = self._retire(done, now)
         self.defrag.settle(output, defrag_ok)
@@ -131,6 +140,16 @@ class StepCompletion:
             s = seqs.get(i)
             if s is not None and s.status is _RUNNING and mgr.has_seq(i):
                 mgr.mark_computed(i)
+
+    def swap_out_done(self, request_id: str, step_id: int) -> None:
+        """NOTE(swap-out-confirm): the swap-out copy step ``step_id`` planned for
+        ``request_id`` completed: its host blocks are published now. Ignored when the request
+        left, came back or was swapped out again since (that copy is not this one)."""
+        g = self.state.groups.get(request_id)
+        if g is None or g.swap_out_step != step_id or g.status is not SeqStatus.SWAPPED:
+            return
+        g.swap_out_step = None
+        self.manager.swap.confirm_out([s.seq_id for s in g.live_seqs])
 
     def _accept_decodes(self, output: SchedulerOutput, sampled: Mapping[int, int],
                         now: float, done: list[Sequence], stops: Mapping[int, str],

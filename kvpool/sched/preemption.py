@@ -105,6 +105,7 @@ class Preemptor:
                 st.counters.swap_out_blocks += len(pairs)
                 g.set_status(SeqStatus.SWAPPED)
                 st.swapped.add(g)
+                g.swap_out_step = out.step_id  # confirmed by StepCompletion.swap_out_done
         if mode is PreemptionMode.RECOMPUTE:
             self.requeue_for_recompute(g)
         g.num_preemptions += 1

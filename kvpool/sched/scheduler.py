@@ -205,11 +205,20 @@ class Scheduler:
     def on_step_done(self, output: SchedulerOutput, sampled: Mapping[int, int], *,
                      now: float | None = None, defrag_ok: bool = True,
                      stops: Mapping[int, str] | None = None,
-                     deferred: Collection[int] = ()) -> list[FinishedRequest]:
+                     deferred: Collection[int] = (),
+                     swap_outs_done: bool = True) -> list[FinishedRequest]:
         """Apply a completed step (StepCompletion.on_step_done; ``deferred``: sequences whose
-        sample comes later through ``accept_late``); returns the requests that finished in it."""
+        sample comes later through ``accept_late``; ``swap_outs_done`` false: the step's
+        swap-outs are confirmed later by ``swap_out_done``); returns the requests that
+        finished in it."""
         return self.completion.on_step_done(output, sampled, now=now, defrag_ok=defrag_ok,
-                                            stops=stops, deferred=deferred)
+                                            stops=stops, deferred=deferred,
+                                            swap_outs_done=swap_outs_done)
+
+    def swap_out_done(self, request_id: str, step_id: int) -> None:
+        """The swap-out copy of ``request_id`` planned by step ``step_id`` completed: publish
+        its host blocks (StepCompletion.swap_out_done; never call it for a failed copy)."""
+        self.completion.swap_out_done(request_id, step_id)
 
     def accept_late(self, sampled: Mapping[int, int], stops: Mapping[int, str] | None = None,
                     now: float | None = None) -> list[FinishedRequest]:

@@ -241,6 +241,8 @@ class SequenceGroup:
     finished_time: float | None = None  # when its last sequence finished
     num_preemptions: int = 0  # times preempted (either mode)
     finish_reason: str | None = None  # request-level reason (abort / ignore)
+    # the step whose swap-out copy is not confirmed yet (None: none; NOTE(swap-out-confirm))
+    swap_out_step: int | None = None
     prompt_len: int = field(default=0, init=False)  # len(prompt_token_ids), which never changes
 
     def __post_init__(self) -> None:

@@ -251,6 +251,7 @@ class ShadowRuntime:
                 self.violation(f"swap_out: can_swap_out said {can}, swap_out gave {pairs!r}")
             if pairs is not None:
                 self._copy(pairs, Device.DEVICE, Device.HOST)
+                mgr.swap.confirm_out(seq_ids)  # copied: published now (NOTE(swap-out-confirm))
                 self._verify_locked(seq_ids, "swap_out")
             return pairs
 

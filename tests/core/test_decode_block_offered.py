@@ -74,6 +74,8 @@ def test_a_swap_out_between_steps_publishes_only_computed_blocks():
     mgr.allocate([1], toks)
     mgr.mark_computed(1)
     assert mgr.swap.swap_out([1]) is not None
+    assert heard.hashes[Device.HOST] == []  # not before the copy ran (NOTE(swap-out-confirm))
+    mgr.swap.confirm_out([1])
     assert heard.hashes[Device.HOST] == mgr.hasher.hash_blocks(toks)[:1]
     mgr.free(1)
     mgr.check_invariants()

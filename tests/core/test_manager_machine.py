@@ -132,6 +132,8 @@ class ManagerMachine(RuleBasedStateMachine):
             if pairs is not None:
                 self._copy(pairs, Device.DEVICE, Device.HOST)
                 self.where[gid] = Device.HOST
+                if data.draw(st.sampled_from([True, True, False])):  # else as if it failed
+                    self.mgr.swap.confirm_out(seqs)  # NOTE(swap-out-confirm)
         else:
             status = self.mgr.admission(swapped=seqs).status
             pairs = self.mgr.swap.swap_in(seqs)

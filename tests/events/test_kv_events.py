@@ -148,6 +148,7 @@ def test_host_blocks_are_medium_cpu(stack):
     ids = list(range(10, 19))  # 2 full blocks and a partial one
     prefill(mgr, 1, ids)
     assert mgr.swap.swap_out([1]) is not None
+    mgr.swap.confirm_out([1])  # the copy ran: published now (swap.py NOTE(swap-out-confirm))
     msgs = sub.until(lambda ev: [e for e in of_type(ev, "BlockStored") if e["medium"] == "CPU"])
     host = [e for m in msgs for e in of_type(plain(m[2])[1], "BlockStored")
             if e["medium"] == "CPU"]

@@ -34,7 +34,7 @@ from kvpool.metrics import MetricsSnapshot
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import fit_max_model_len
 from kvpool.runtime.engine.cost_meter import MIN_PREFILL_TOKENS, UPDATE_EVERY, CostMeter
-from kvpool.runtime.engine.failed_copies import FailedCopies
+from kvpool.runtime.engine.failed_copies import FailedCopies, SwapOutWatch
 from kvpool.runtime.engine.output_processor import OutputProcessor, RequestOutput, Sample
 from kvpool.runtime.engine.prompt_logprobs import PromptLogprobs
 from kvpool.runtime.engine.row_sampler import Drawn, RowSampler
@@ -95,6 +95,7 @@ class EngineCore:
         self._build_sampling(config, metrics)
         self.metrics = metrics
         self.failed_copies = FailedCopies()  # background copies that failed, by request
+        self.swap_outs = SwapOutWatch()  # swap-outs not yet confirmed (NOTE(swap-out-confirm))
         self.invariant_violations = 0
         self.block_sink = None  # remote write path: .on_prefills(prefills) after each step
         self.steps = 0
@@ -196,6 +197,8 @@ class EngineCore:
         results: list[RequestOutput] = []
         if self.failed_copies:  # background copies (swap-out) that failed since the last step
             results += self._fail_requests(self.failed_copies.drain(), "KV copy failed")
+        if self.swap_outs:
+            self._confirm_swap_outs()
         if self.rows.has_late:
             results += self._deliver_late(wait=False)
         out = self.scheduler.schedule()
@@ -221,6 +224,7 @@ class EngineCore:
             h = self.copies.submit(c.kind, c.pairs, tag=c.request_id)
             if c.kind == "swap_out":  # not waited for by this step: watch it
                 h.add_done_callback(self.failed_copies.on_copy_done)
+                self.swap_outs.watch(h, out.step_id)
             else:
                 jobs.append(h)
         # nothing in flight, nothing to wait for (copy_engine.py NOTE(speed))
@@ -288,10 +292,19 @@ class EngineCore:
         deltas, stops = self.outputs.on_tokens(samples, time.monotonic())
         finished = self.scheduler.on_step_done(
             out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok,
-            stops=self._stops(stops, drawn.done), deferred=drawn.deferred)
+            stops=self._stops(stops, drawn.done), deferred=drawn.deferred,
+            swap_outs_done=False)
+        if self.swap_outs:
+            self._confirm_swap_outs()
         if self.block_sink is not None and out.prefills:
             self.block_sink.on_prefills(out.prefills)  # enqueue only (runtime/remote/writer.py)
         return broken + self._updates(deltas, finished)
+
+    def _confirm_swap_outs(self) -> None:
+        """NOTE(swap-out-confirm): the swap-outs whose copy completed are published now; one
+        still running is confirmed at a later step, one that failed never."""
+        for rid, step_id in self.swap_outs.completed():
+            self.scheduler.swap_out_done(rid, step_id)
 
     def _deliver_late(self, wait: bool) -> list[RequestOutput]:
         """Between steps: the deferred rows now due (row_sampler.py NOTE(late-mask))."""

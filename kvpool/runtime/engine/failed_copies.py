@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-__all__ = ["FailedCopies"]
+__all__ = ["FailedCopies", "SwapOutWatch"]
 
 
 class FailedCopies(deque):
@@ -42,3 +42,30 @@ class FailedCopies(deque):
                 out.append(self.popleft())
             except IndexError:
                 return out
+
+
+class SwapOutWatch:
+    """The engine's swap-out copies not yet confirmed to the scheduler, in submission order
+    (the step thread only). NOTE(swap-out-confirm): a swap-out runs on behind the step that
+    planned it; its host blocks are published only once ``completed`` found it done."""
+
+    def __init__(self) -> None:
+        self.handles: list[tuple[Any, int]] = []  # (copy handle, the step that planned it)
+
+    def __bool__(self) -> bool:
+        return bool(self.handles)
+
+    def watch(self, handle: Any, step_id: int) -> None:
+        self.handles.append((handle, step_id))
+
+    def completed(self) -> list[tuple[str, int]]:
+        """``(request_id, step_id)`` of the copies that completed without error since the last
+        call; failed ones are dropped (FailedCopies fails their requests), running ones kept."""
+        ok, left = [], []
+        for h, step_id in self.handles:
+            if not h.done():
+                left.append((h, step_id))
+            elif h.exception() is None and h.tag is not None:
+                ok.append((h.tag, step_id))
+        self.handles = left
+        return ok
