@@ -197,7 +197,7 @@ class EngineCore:
         results: list[RequestOutput] = []
         if self.failed_copies:  # background copies (swap-out) that failed since the last step
             results += self._fail_requests(self.failed_copies.drain(), "KV copy failed")
-        if self.swap_outs:
+        if self.swap_outs.handles:  # a plain step runs no code of failed_copies.py
             self._confirm_swap_outs()
         if self.rows.has_late:
             results += self._deliver_late(wait=False)
@@ -294,7 +294,7 @@ class EngineCore:
             out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok,
             stops=self._stops(stops, drawn.done), deferred=drawn.deferred,
             swap_outs_done=False)
-        if self.swap_outs:
+        if self.swap_outs.handles:  # a plain step runs no code of failed_copies.py
             self._confirm_swap_outs()
         if self.block_sink is not None and out.prefills:
             self.block_sink.on_prefills(out.prefills)  # enqueue only (runtime/remote/writer.py)

@@ -52,9 +52,6 @@ class SwapOutWatch:
     def __init__(self) -> None:
         self.handles: list[tuple[Any, int]] = []  # (copy handle, the step that planned it)
 
-    def __bool__(self) -> bool:
-        return bool(self.handles)
-
     def watch(self, handle: Any, step_id: int) -> None:
         self.handles.append((handle, step_id))
 
