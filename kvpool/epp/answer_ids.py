@@ -12,17 +12,11 @@ more need be read.
 from __future__ import annotations
 
 from kvpool.epp.restore import SSE
-from kvpool.router.response_ids import SCAN_BYTES, StreamIds, response_id_in
+from kvpool.router.response_ids import SCAN_BYTES, StreamIds, events_end, response_id_in
 
 __all__ = ["AnswerIds"]
 
 _HELD = 2 * SCAN_BYTES  # an SSE event cut across chunks: held up to this, then given up
-
-
-def _events_end(held: bytearray) -> int:
-    """Where the last whole event of ``held`` ends (0: none yet)."""
-    lf, crlf = held.rfind(b"\n\n"), held.rfind(b"\r\n\r\n")
-    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
 class AnswerIds:
@@ -43,7 +37,7 @@ class AnswerIds:
             self.done = found is not None or end or len(self.held) >= SCAN_BYTES
         else:
             self.held += chunk[:_HELD - len(self.held)]
-            cut = _events_end(self.held)
+            cut = events_end(self.held)
             found = self.stream.feed(bytes(self.held[:cut])) if cut else None
             del self.held[:cut]
             self.done = self.stream.done or end or len(self.held) >= _HELD

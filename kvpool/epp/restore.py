@@ -27,6 +27,8 @@ import json
 import re
 from json import scanner
 
+from kvpool.router.response_ids import events_end
+
 __all__ = ["JSON", "SSE", "ModelRestore", "model_span"]
 
 JSON, SSE = "json", "sse"  # the answer kinds restored (by content-type: answers.py)
@@ -88,12 +90,6 @@ def model_span(text: str, i: int = 0, nested: tuple[str, ...] = NESTED
     return None
 
 
-def _events_end(buf: bytearray, start: int = 0) -> int:
-    """The end of the last whole event in ``buf`` (0: none), searched from ``start``."""
-    lf, crlf = buf.rfind(b"\n\n", start), buf.rfind(b"\r\n\r\n", start)
-    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
-
-
 class ModelRestore:
     """One answer's restore (NOTE(model-restore)), fed its body chunk by chunk in order."""
 
@@ -146,7 +142,7 @@ class ModelRestore:
         # byte searched once; searching all of a long event again per chunk was quadratic)
         searched = max(0, len(self.held) - 3)
         self.held += chunk
-        cut = len(self.held) if end else _events_end(self.held, searched)
+        cut = len(self.held) if end else events_end(self.held, searched)
         if not cut:
             if len(self.held) < self.limit:
                 return b""

@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["MAX_EVENTS", "MAX_ID_CHARS", "SCAN_BYTES", "StreamIds", "response_id_in",
-           "usable_id"]
+__all__ = ["MAX_EVENTS", "MAX_ID_CHARS", "SCAN_BYTES", "StreamIds", "events_end",
+           "response_id_in", "usable_id"]
 
 SCAN_BYTES = 64 * 1024  # of an answer (or of one event's data) read for its id
 MAX_EVENTS = 8  # SSE events read for the id before the stream is no longer looked at
@@ -30,6 +30,15 @@ MAX_ID_CHARS = 256  # kvpool serve's ids are 37 characters ("resp_" + 32 hex dig
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
 _EVENT_END = b"\n\n"
+_CRLF_END = b"\r\n\r\n"
+
+
+def events_end(buf: bytes | bytearray, start: int = 0) -> int:
+    """Where the last whole SSE event of ``buf`` ends (0: none yet): past its blank line, LF
+    or CRLF, searched from ``start`` (upstream.py NOTE(event-boundary))."""
+    lf, crlf = buf.rfind(_EVENT_END, start), buf.rfind(_CRLF_END, start)
+    return max(lf + len(_EVENT_END) if lf >= 0 else 0,
+               crlf + len(_CRLF_END) if crlf >= 0 else 0)
 
 
 def usable_id(value: object) -> str | None:

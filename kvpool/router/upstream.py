@@ -76,7 +76,7 @@ from aiohttp import web
 
 from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
-from kvpool.router.response_ids import StreamIds, response_id_in
+from kvpool.router.response_ids import StreamIds, events_end, response_id_in
 from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.middleware import STREAM_STARTED, APIError, error_body
@@ -87,7 +87,6 @@ __all__ = ["RELAYED", "RETRY_AFTER_SECONDS", "SAFE_METHODS", "Failure", "Relay",
 log = logging.getLogger("kvpool.router")
 SSE_TYPE = "text/event-stream"
 _EVENT_END = b"\n\n"
-_CRLF_END = b"\r\n\r\n"
 _DONE = b"data: [DONE]\n\n"
 _DONES = (_DONE, b"data: [DONE]\r\n\r\n")
 MAX_PENDING = 1 << 20  # bytes of one open SSE event held back (NOTE(event-boundary))
@@ -343,10 +342,7 @@ class _Events:
         pending = self.pending
         start = max(0, len(pending) - 3)  # pending holds no event end: search the new bytes
         pending += chunk
-        lf = pending.rfind(_EVENT_END, start)
-        crlf = pending.rfind(_CRLF_END, start)
-        end = max(lf + len(_EVENT_END) if lf >= 0 else 0,
-                  crlf + len(_CRLF_END) if crlf >= 0 else 0)
+        end = events_end(pending, start)
         if not end and len(pending) <= MAX_PENDING:
             return b""
         end = end or len(pending)
