@@ -58,7 +58,6 @@ class Wanted(NamedTuple):
     """What a pick wants of its answer (None / 0: not that)."""
 
     renamed: tuple[str, str] | None  # (the client's model, the target): NOTE(model-restore)
-    listed: int  # endpoints the pick listed, for NOTE(retry-check) (0: no check)
     pinned: str | None  # the response id of a pinned follow-up (picker.py NOTE(pinned))
     param: str | None  # the field that named it (previous_response_id; None: the path)
     # a creation's: learns (response id, the attempt count) (picker.py NOTE(learn-answer))
@@ -130,8 +129,8 @@ class Answer:
         fields = {h.key: h.raw_value.decode("latin-1") or h.value for h in head.headers.headers}
         details = _details(req)
         w = self.wanted
-        if self.check is not None and w.listed:
-            self.check.answer(w.listed, fields.get("x-envoy-attempt-count"), details)
+        if self.check is not None:
+            self.check.answer(fields.get("x-envoy-attempt-count"), details)
         if w.pinned is not None and envoys_failure(details):
             # kvpool/router/affinity.py NOTE(holder-down): a POST the holder may have run is
             # the router's 502, not a 503 asking for a retry

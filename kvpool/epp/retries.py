@@ -71,9 +71,10 @@ class RetryCheck:
         """Whether an answer can still tell something not yet said."""
         return "blind" not in self.said and not {"over", "under"} <= self.said
 
-    def answer(self, listed: int, attempts: str | None, details: str | None) -> None:
-        """One answer's headers: ``listed`` endpoints picked, Envoy's ``attempts`` and the
-        ``details`` of its own answer (None: the header or attribute is not sent)."""
+    def answer(self, attempts: str | None, details: str | None) -> None:
+        """One answer's headers: Envoy's ``attempts`` and the ``details`` of its own answer
+        (None: the header or attribute is not sent), for a pick that listed ``fallbacks`` + 1
+        endpoints (picker.py NOTE(padded))."""
         if attempts is None or details is None:
             return self.once("blind", "kvpool epp: --fallbacks %d cannot be checked against "
                              "Envoy's retry_policy num_retries: its answers carry no %s; set %s "
@@ -86,6 +87,7 @@ class RetryCheck:
             made = int(attempts)
         except ValueError:
             return None
+        listed = self.fallbacks + 1
         if made > self.fallbacks + 1:
             return self.once("over", "kvpool epp: Envoy made %d attempts at a request the "
                              "picker listed %d endpoint(s) for: its route's retry_policy "

@@ -356,9 +356,8 @@ class EndpointPicker:
         if stream.answer_mode == NO_BODY_MODE:
             self.unseen_once(renamed is not None, check is not None)
             return None
-        listed = pick.endpoint.count(",") + 1 if check is not None else 0
         param = PREVIOUS if method == "POST" else None
-        wanted = Wanted(renamed, listed, pick.pinned, param, learn, method in SAFE_METHODS)
+        wanted = Wanted(renamed, pick.pinned, param, learn, method in SAFE_METHODS)
         return Answer(wanted, stream.answer_mode, check, self.max_body_bytes, self.refuse)
 
     def unseen_once(self, renamed: bool, checked: bool) -> None:
