@@ -67,7 +67,7 @@ through the picker); other picks still end at the decision.
 
 NOTE(decisions): the router counts each generation request's choice on its registry
 (kvpool_router_decisions_total by reason, kvpool_router_predicted_hit_tokens_total: the chosen
-replica's reported hit) as it relays the request; the picker relays nothing, so ``pick`` counts
+replica's reported hit) as it relays the request; the picker relays nothing, so ``pick_body`` counts
 the same two at the pick, on the same counters, whatever the replica then answers (Envoy sends
 the request and the picker never learns the outcome, so there is no "retry" here).
 """
@@ -165,11 +165,6 @@ class Picker:
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
-
-    async def pick(self, path: str, raw: bytes, headers: Sequence[tuple[str, str]],
-                   method: str = "POST", subset: Subset | None = None) -> str | None:
-        """The endpoint for a ``method`` request to ``path`` (``pick_body``'s first half)."""
-        return (await self.pick_body(path, raw, headers, method, subset)).endpoint
 
     async def pick_body(self, path: str, raw: bytes, headers: Sequence[tuple[str, str]],
                         method: str = "POST", subset: Subset | None = None) -> Pick:

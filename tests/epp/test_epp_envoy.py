@@ -222,10 +222,10 @@ async def test_the_picker_follows_a_replicas_file(fleet, tmp_path):
     body = b'{"prompt": "hello", "max_tokens": 1}'
     await picker.start()
     try:
-        assert await picker.pick("/v1/completions", body, []) == endpoint_of(fleet[1])
+        assert (await picker.pick_body("/v1/completions", body, [])).endpoint == endpoint_of(fleet[1])
         path.write_text(f"{fleet[0]}\n")
         for _ in range(400):  # bounded: 20 s
-            if await picker.pick("/v1/completions", body, []) == endpoint_of(fleet[0]):
+            if (await picker.pick_body("/v1/completions", body, [])).endpoint == endpoint_of(fleet[0]):
                 break
             await asyncio.sleep(0.05)
         else:

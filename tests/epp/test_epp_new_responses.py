@@ -22,12 +22,12 @@ async def test_new_responses_are_spread_and_a_follow_up_goes_to_its_owner():
         picker = Picker(Router(ReplicaSet(urls, interval=3600)))
         await picker.start()
         try:
-            picks = Counter([await picker.pick("/v1/responses", NEW, [], "POST")
+            picks = Counter([(await picker.pick_body("/v1/responses", NEW, [], "POST")).endpoint
                              for _ in range(6)])
             assert picks == {endpoint_of(u): 3 for u in urls}, picks  # round robin
             follow = json.dumps({"input": "more", "previous_response_id": "resp_1"}).encode()
             for _ in range(3):
-                assert await picker.pick("/v1/responses", follow, [], "POST") == \
+                assert (await picker.pick_body("/v1/responses", follow, [], "POST")).endpoint == \
                     endpoint_of(urls[1])
             assert owner.gets == ["resp_1"]  # searched once, then known
         finally:

@@ -20,7 +20,7 @@ async def picks(urls: list[str], fallbacks: int, path: str, method: str) -> list
     picker = Picker(Router(ReplicaSet(urls, interval=3600)), fallbacks=fallbacks)
     await picker.start()
     try:
-        return [await picker.pick(path, b"", [], method) for _ in range(6)]
+        return [(await picker.pick_body(path, b"", [], method)).endpoint for _ in range(6)]
     finally:
         await picker.close()
 

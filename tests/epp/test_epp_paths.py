@@ -37,7 +37,7 @@ async def test_an_escaped_generation_path_is_scored_as_the_replicas_serve_it(pat
         picker = Picker(router)
         await picker.start()
         stack.push_async_callback(picker.close)
-        assert await picker.pick(path, BODY, [], "POST") == endpoint_of(hot)
+        assert (await picker.pick_body(path, BODY, [], "POST")).endpoint == endpoint_of(hot)
         assert router.metrics.registry.get_sample_value(
             "kvpool_router_decisions_total", {"reason": "prefix"}) == 1
 
@@ -52,4 +52,4 @@ async def test_an_escaped_slash_is_no_generation_path():
                                lookup_timeout=LOOKUP_TIMEOUT))
         await picker.start()
         stack.push_async_callback(picker.close)
-        assert await picker.pick("/v1%2Fcompletions", BODY, [], "POST") == endpoint_of(cold)
+        assert (await picker.pick_body("/v1%2Fcompletions", BODY, [], "POST")).endpoint == endpoint_of(cold)

@@ -60,7 +60,7 @@ def epp_names() -> set[str]:
     """The picker's own families (its metrics port serves them beside the router's)."""
     registry = CollectorRegistry()
     picker = Picker(Router(ReplicaSet(["http://127.0.0.1:9"])))
-    registry.register(TransportCollector(picker, Server(picker.pick, 1 << 20)))
+    registry.register(TransportCollector(picker, Server(picker.pick_body, 1 << 20)))
     return registry_names(registry)
 
 
@@ -211,7 +211,7 @@ async def epp_scrape(srv) -> dict:
     picker = Picker(Router(ReplicaSet([srv.url])))
     metrics = MetricsPort("127.0.0.1", 0)
     async with picking(picker, "127.0.0.1", 0, metrics=metrics), aiohttp.ClientSession() as s:
-        assert await picker.pick("/v1/models", b"", [], "GET") is not None
+        assert (await picker.pick_body("/v1/models", b"", [], "GET")).endpoint is not None
         async with s.get(metrics.url + "/metrics") as r:
             assert r.status == 200
             return parse_metrics(await r.text())
