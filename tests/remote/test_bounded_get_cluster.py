@@ -67,6 +67,20 @@ def prefixes(cluster, codec: ValueCodec, salt: str) -> dict[int, list[tuple[str,
     raise AssertionError("no prefix for every master")
 
 
+def in_order(by_port: dict[int, list[tuple[str, bytes]]]) -> list[tuple[str, bytes]]:
+    """``prefixes``' items, master by master in port order."""
+    return [it for port in sorted(by_port) for it in by_port[port]]
+
+
+async def stored(c, tier: RedisTier, salt: str) -> tuple[dict, list, list[str]]:
+    """``prefixes`` put on the cluster and probed whole: (by port, the items, their keys)."""
+    by_port = prefixes(c, tier.codec, salt)
+    its = in_order(by_port)
+    keys = [k for k, _ in its]
+    assert await tier.put_many(its) == 24 and await tier.probe(keys[:8]) == 8
+    return by_port, its, keys
+
+
 def tier_of(cluster, retry_s: float) -> RedisTier:
     seeds = ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes)
     t = RedisTier(f"redis+cluster://{USER}:p@{seeds}", ValueCodec(NS, BLOCK), op_timeout=5.0,
@@ -86,10 +100,7 @@ async def test_every_master_without_getrange_serves_by_mget_per_part(redis_clust
     tier = tier_of(c, retry_s=0.0)  # GETRANGE tried on every read
     caplog.set_level(logging.WARNING, logger="kvpool.remote")
     try:
-        by_port = prefixes(c, tier.codec, "aclall")
-        its = [it for port in sorted(by_port) for it in by_port[port]]
-        keys = [k for k, _ in its]
-        assert await tier.put_many(its) == 24 and await tier.probe(keys[:8]) == 8
+        by_port, its, keys = await stored(c, tier, "aclall")
         tier.reads = counted = Parts(tier.reads)
         before = {n.port: commandstats(n.port) for n in c.nodes}
         for _ in range(3):
@@ -125,10 +136,7 @@ async def test_one_master_without_getrange_falls_back_alone(redis_cluster, caplo
     tier = tier_of(c, retry_s=60.0)
     caplog.set_level(logging.WARNING, logger="kvpool.remote")
     try:
-        by_port = prefixes(c, tier.codec, "aclone")
-        its = [it for port in sorted(by_port) for it in by_port[port]]
-        keys = [k for k, _ in its]
-        assert await tier.put_many(its) == 24 and await tier.probe(keys[:8]) == 8
+        by_port, its, keys = await stored(c, tier, "aclone")
         assert await asyncio.wait_for(tier.get_many(keys), 5) == [v for _, v in its]
         assert len(said(caplog)) == 1 and f":{bad.port} " in said(caplog)[0], caplog.messages
         gkeys = [k for k, _ in by_port[good.port]]
@@ -158,7 +166,7 @@ async def test_one_master_without_getrange_falls_back_alone(redis_cluster, caplo
 async def bounded_again(c, tier: RedisTier, by_port: dict) -> None:
     """Every master granted GETRANGE: a value grown after the probe is a miss, not read
     whole, and every master ran one GETRANGE per key of its prefix, no MGET."""
-    its = [it for port in sorted(by_port) for it in by_port[port]]
+    its = in_order(by_port)
     port = sorted(by_port)[1]
     grow(port, by_port[port][3][0], by_port[port][3][1])
     before = {n.port: commandstats(n.port) for n in c.nodes}
