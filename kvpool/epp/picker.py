@@ -108,6 +108,9 @@ class Pick(NamedTuple):
     pinned: str | None = None  # the response id a pinned follow-up names (NOTE(pinned))
     # a creation's: learns (its response id, Envoy's attempt count) (NOTE(learn-answer))
     learn: Callable[[str, str | None], None] | None = None
+    # the body field that named ``pinned`` (previous_response_id); None: the path named it,
+    # which is no field (the param of kvpool/router/affinity.py NOTE(holder-down)'s error)
+    param: str | None = None
 
 
 def endpoint_of(url: str) -> str:
@@ -202,8 +205,9 @@ class Picker:
         # NOTE(pinned): every retry goes to the holder too; NOTE(padded): none past the list
         chosen = order[:1] if pinned else order[:1 + self.fallbacks]
         listed = [chosen[i % len(chosen)] for i in range(1 + self.fallbacks)]
-        learn = self.learner(plain, listed) if new_response else None
-        return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned, learn)
+        learn, param = (self.learner(plain, listed), PREVIOUS) if new_response else (None, None)
+        return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned, learn,
+                    param)
 
     def learner(self, headers: list, listed: list[Replica]
                 ) -> Callable[[str, str | None], None]:

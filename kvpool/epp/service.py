@@ -93,7 +93,7 @@ from kvpool.epp.picker import Pick, Picker
 from kvpool.epp.retries import RetryCheck
 from kvpool.epp.subset import Subset, subset_hint
 from kvpool.errors import RequestError
-from kvpool.router.affinity import PREVIOUS, HolderDown
+from kvpool.router.affinity import HolderDown
 from kvpool.router.upstream import RETRY_AFTER_SECONDS, SAFE_METHODS
 from kvpool.server.middleware import error_body, error_type
 from kvpool.throttle import Throttle
@@ -356,8 +356,7 @@ class EndpointPicker:
         if stream.answer_mode == NO_BODY_MODE:
             self.unseen_once(renamed is not None, check is not None)
             return None
-        param = PREVIOUS if method == "POST" else None
-        wanted = Wanted(renamed, pick.pinned, param, learn, method in SAFE_METHODS)
+        wanted = Wanted(renamed, pick.pinned, pick.param, learn, method in SAFE_METHODS)
         return Answer(wanted, stream.answer_mode, check, self.max_body_bytes, self.refuse)
 
     def unseen_once(self, renamed: bool, checked: bool) -> None:

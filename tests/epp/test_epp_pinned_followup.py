@@ -27,7 +27,7 @@ from kvpool.router.replicas import ReplicaSet
 from tests.epp.test_epp_envoy_fallback import CONFIG, cluster
 from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
 from tests.router.test_router_hostile_replica import OK_HEALTH
-from tests.router.test_router_pinned_followup import FOLLOW_UP, RID, dropped, follow
+from tests.router.test_router_pinned_followup import FOLLOW_UP, RID, cancel, dropped, follow
 
 
 def replica(name: str, holds: bool, asked: list[str],
@@ -110,6 +110,9 @@ async def test_a_follow_up_to_a_down_holder_is_a_503_naming_it(tmp_path, seen_do
             assert status == 503 and headers["Retry-After"] == "1", (status, err)
             assert err["code"] == "response_unavailable" and RID in err["message"], err
             assert err["param"] == (None if get else "previous_response_id"), err
+        # a POST naming it in its path: param null, as the router says (the path is no field)
+        status, _, err = await cancel(s, url)
+        assert (status, err["code"], err["param"]) == (503, "response_unavailable", None), err
         assert asked == ["holder"]  # no other replica was asked to run it
 
 

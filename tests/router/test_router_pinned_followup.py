@@ -117,10 +117,21 @@ async def follow(s: aiohttp.ClientSession, url: str, get: bool, rid: str = RID
     call = s.get(f"{url}/v1/responses/{rid}") if get else \
         s.post(url + "/v1/responses", json={**FOLLOW_UP, "previous_response_id": rid})
     async with call as resp:
-        out = await resp.json()
-        if "error" in out:
-            assert set(out["error"]) == {"message", "type", "param", "code"}, out
-        return resp.status, dict(resp.headers), out.get("error", {})
+        return await answered(resp)
+
+
+async def cancel(s: aiohttp.ClientSession, url: str, rid: str = RID) -> tuple[int, dict, dict]:
+    """``follow``'s triple for ``POST /v1/responses/{rid}/cancel``: a POST naming the
+    response in its path, which is no body field (its error's param is null)."""
+    async with s.post(f"{url}/v1/responses/{rid}/cancel") as resp:
+        return await answered(resp)
+
+
+async def answered(resp: aiohttp.ClientResponse) -> tuple[int, dict, dict]:
+    out = await resp.json()
+    if "error" in out:
+        assert set(out["error"]) == {"message", "type", "param", "code"}, out
+    return resp.status, dict(resp.headers), out.get("error", {})
 
 
 @pytest.mark.parametrize("seen_down", [False, True], ids=["refused", "beat_failed"])
@@ -139,6 +150,8 @@ async def test_a_follow_up_to_a_stopped_holder_is_a_503_naming_it(seen_down):
             assert err["code"] == "response_unavailable" and err["type"] == "server_error"
             assert RID in err["message"] and "retry later" in err["message"], err
             assert err["param"] == (None if get else "previous_response_id"), err
+        status, _, err = await cancel(s, url)  # the path names it: param null
+        assert (status, err["code"], err["param"]) == (503, "response_unavailable", None), err
         assert asked == []  # no other replica was asked, and nothing searched
 
 
