@@ -154,14 +154,12 @@ class Answer:
     async def body(self, chunk: bytes, end: bool) -> tuple[list[pb.ProcessingResponse], bool]:
         if not self.stopping and not self.within(len(chunk)):
             chunk = self.given_up(chunk)
-        if self.ids is not None and not self.ids.done and self.wanted.learn is not None:
-            if (rid := self.ids.feed(chunk, end)) is not None:
-                self.wanted.learn(rid, self.attempts)
         if self.stopping:  # what is held goes with this chunk, unrestored, and the call ends
             out, end_call = chunk if self.restore is None else self.restore.flush(chunk), True
         else:
             out = chunk if self.restore is None else await self.feed(chunk, end)
             end_call = end
+        self.read_id(out, end)
         self.settle()
         if self.mode == FULL_DUPLEX:
             return [self.duplex(out, end)], end_call
@@ -171,24 +169,37 @@ class Answer:
         return [mutated], end_call or self.learnt and (self.restore is None
                                                        or self.restore.passing)
 
+    def read_id(self, out: bytes, end: bool) -> None:
+        """NOTE(learn-answer): the id reader reads what goes on (the restore's output), never
+        the bytes the restore still holds: a chunk is held, and counted, once (NOTE(once))."""
+        if self.ids is not None and not self.ids.done and self.wanted.learn is not None:
+            if (rid := self.ids.feed(out, end)) is not None:
+                self.wanted.learn(rid, self.attempts)
+
     @property
     def held(self) -> int:
-        """The answer's bytes held now: the restore's and the id reader's."""
+        """The answer's bytes held now: the restore's and the id reader's (never the same)."""
         return (0 if self.restore is None else self.restore.holding) + (
             0 if self.ids is None else len(self.ids.held))
 
     def within(self, n: int) -> bool:
         """Count what a chunk of ``n`` bytes may leave held against the process's budget
-        (kvpool/epp/listener.py NOTE(answer-budget)); False when it has no room."""
-        grows = (self.restore is not None and not self.restore.passing) + (
+        (kvpool/epp/listener.py NOTE(answer-budget)); False when it has no room.
+        NOTE(once): a chunk is held by the restore or by the id reader, never by both (the
+        reader is fed what the restore lets go: ``read_id``), so it counts once (counted
+        twice, a restored creation's answer gave up near the cap with room left for it)."""
+        grows = (self.restore is not None and not self.restore.passing) or (
             self.ids is not None and not self.ids.done)
-        need = self.held + grows * n - (0 if self.call is None else self.call.kept)
+        need = self.held + (n if grows else 0) - (0 if self.call is None else self.call.kept)
         return self.call is None or need <= 0 or self.call.keep(need)
 
     def settle(self) -> None:
-        """Let go of what was counted and is no longer held."""
+        """Let go of what was counted and is no longer held; count what ``within`` did not
+        foresee (a restored name longer than the target, read for the id), if there is room."""
         if self.call is not None and self.call.kept > self.held:
             self.call.unkeep(self.call.kept - self.held)
+        elif self.call is not None and self.call.kept < self.held:
+            self.call.keep(self.held - self.call.kept)
 
     def given_up(self, chunk: bytes) -> bytes:
         """No room in the budget: the held bytes go on with ``chunk`` as they are, and the

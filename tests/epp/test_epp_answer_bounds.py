@@ -12,6 +12,8 @@ until the test lets them go on (``stuck``).
 * A stop while a call's piece is being restored on a worker thread, holding nothing yet
   (answers.py ``worker_gate``, the test's seam): the call ends only once that piece's held
   bytes went out with the next one. Before, it was ended at once and the held bytes were lost.
+* A Responses creation whose model is put back and whose id is read, near the budget: its
+  held bytes count once (answers.py NOTE(once)). Before, twice: it gave up with room left.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ LIMIT = 4 << 20  # --max-body-bytes: what one answer's restore may hold
 CONNECTION = LIMIT + (8 << 20) + 5  # --max-connection-bytes: one largest call (cli.limits)
 BUDGET = 2 * CONNECTION  # --max-held-bytes: answers take half, a connection's window is left
 STREAMS, BIG = 4, 7 << 19  # four partial events of 3.5 MiB: three fit in BUDGET // 2
+RID = "resp_" + "3" * 32
 
 
 def partial(model: str, size: int) -> bytes:
@@ -51,19 +54,34 @@ def rest(model: str) -> bytes:
     return b'"}\n\n' + event(model) + b"data: [DONE]\n\n"
 
 
+def created(model: str, size: int) -> bytes:
+    """A Responses stream's first event, response.created, cut ``size``-odd bytes in."""
+    return (b'data: {"type": "response.created", "response": {"id": "' + RID.encode()
+            + b'", "object": "response", "model": "' + model.encode()
+            + b'", "instructions": "' + b"x" * size)
+
+
+def created_rest(model: str) -> bytes:
+    done = {"type": "response.completed", "response": {"id": RID, "model": model}}
+    return b'"}}\n\n' + b"data: " + json.dumps(done).encode() + b"\n\ndata: [DONE]\n\n"
+
+
 def replica(stuck: asyncio.Event) -> web.Application:
     """A stream: one event and the start of the next (``size`` bytes of it) in one write, the
-    rest once ``stuck`` is set."""
+    rest once ``stuck`` is set; on /v1/responses, ``created`` and then ``created_rest``."""
     async def answer(request):
         body = json.loads(await request.read())
+        model, size = body["model"], body["size"]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        await resp.write(event(body["model"]) + partial(body["model"], body["size"]))
+        creation = request.path == "/v1/responses"
+        await resp.write(created(model, size) if creation else event(model) + partial(model,
+                                                                                    size))
         await stuck.wait()
-        await resp.write(rest(body["model"]))
+        await resp.write(created_rest(model) if creation else rest(model))
         return resp
 
-    return answering_replica(answer, PATH)
+    return answering_replica(answer, PATH, "/v1/responses")
 
 
 @contextlib.asynccontextmanager
@@ -154,3 +172,51 @@ async def test_a_stop_while_a_piece_is_restored_on_a_worker_thread(tmp_path, mon
         await asyncio.wait_for(stopping, 4)
     assert r.status == 200 and got == event(ASKED) + partial(TARGET, size) + rest(TARGET), (
         len(got), got[-80:])
+
+
+async def until(s: aiohttp.ClientSession, metrics: str, held: int, gone: list[bytearray],
+                skip: int = 0) -> dict[str, float]:
+    """The picker's figures once it holds ``held`` answer bytes, or a client of ``gone`` got
+    more than its first ``skip`` bytes (its held event went on)."""
+    for _ in range(400):
+        figures = await scrape(s, metrics)
+        if figures["kvpool_epp_held_bytes"] == held or any(len(g) > skip for g in gone):
+            return figures
+        await asyncio.sleep(0.01)
+    return figures
+
+
+async def test_a_restored_creations_held_bytes_count_once(tmp_path):
+    """kvpool/epp/answers.py NOTE(once): a Responses creation whose model is put back and
+    whose id is read holds its cut response.created event (``size`` bytes) once. Three
+    rewritten streams hold partial events leaving ``room`` of the answers' half of the budget,
+    with size < room < 2 * size: the event fits, is restored and its id learnt. Before, the
+    restore's and the id reader's copies were both counted (2 * size): no room, the event went
+    on unrestored (the target model) and the id was not learnt."""
+    size, room = 100_000, 150_000
+    filler = (BUDGET // 2 - room) // 3 - len(partial(TARGET, 0))
+    fillers_held, cut = 3 * len(partial(TARGET, filler)), len(created(TARGET, size))
+    async with gateway(tmp_path) as (url, metrics, _, stuck, _s), aiohttp.ClientSession() as s:
+        got: list[bytearray] = [bytearray() for _ in range(4)]
+
+        async def read(i: int, path: str, size: int) -> None:
+            async with s.post(url + path, json={"model": ASKED, "stream": True, "size": size},
+                              timeout=aiohttp.ClientTimeout(total=30)) as r:
+                assert r.status == 200
+                async for piece in r.content.iter_any():
+                    got[i] += piece
+        fillers = asyncio.gather(*(read(i, PATH, filler) for i in range(3)))
+        figures = await until(s, metrics, fillers_held, got[:3], len(event(ASKED)))
+        assert figures["kvpool_epp_held_bytes"] == fillers_held, figures
+        creation = asyncio.create_task(read(3, "/v1/responses", size))
+        figures = await until(s, metrics, fillers_held + cut, got[3:])
+        assert (figures["kvpool_epp_held_bytes"], bytes(got[3][:60])) == (
+            fillers_held + cut, b""), figures
+        stuck.set()
+        await asyncio.gather(fillers, creation)
+        assert all(bytes(g) == event(ASKED) + partial(ASKED, filler) + rest(ASKED)
+                   for g in got[:3])
+        assert bytes(got[3]) == created(ASKED, size) + created_rest(ASKED), bytes(got[3][:200])
+        figures = await settled(s, metrics)
+        assert figures["kvpool_router_response_ids"] == 1  # learnt from the answer
+        assert (figures["kvpool_epp_open_streams"], figures["kvpool_epp_held_bytes"]) == (0, 0)
