@@ -61,9 +61,10 @@ the replica that answered: the listed one, or with NOTE(fallbacks)'s list the on
 header a list naming several replicas teaches nothing. The request asks for the answer
 uncompressed (``accept-encoding: identity``, service.py ``routed``), as the router's does
 (kvpool/router/relayed.py NOTE(identity-encoding)): a gzip answer hid the id. So a follow-up
-through the picker is placed with no search, as through the router. The call ends once the id is read (or given
-up); Envoy sends the rest on by itself. Not in full-duplex answer mode (every byte would pass
-through the picker); other picks still end at the decision.
+through the picker is placed with no search, as through the router. The call ends once the id
+is read (or given up); Envoy sends the rest on by itself. A rewritten creation's names are kept
+with its id, for its reads (stored_names.py NOTE(stored-names)). Not in full-duplex answer
+mode (every byte would pass through the picker); other picks still end at the decision.
 
 NOTE(decisions): the router counts each generation request's choice on its registry
 (kvpool_router_decisions_total by reason, kvpool_router_predicted_hit_tokens_total: the chosen
@@ -87,13 +88,14 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from kvpool.epp.rewrite import ModelRewrites, request_seed
+from kvpool.epp.stored_names import StoredNames
 from kvpool.epp.subset import Subset, host_port
 from kvpool.router.affinity import PREVIOUS, RESPONSES_PATH
 from kvpool.router.proxy import GENERATE_PATHS, Router
 from kvpool.router.relayed import request_headers
 from kvpool.router.replicas import Replica
 
-__all__ = ["ERROR_STATUSES", "Pick", "Picker", "endpoint_of", "routed_path"]
+__all__ = ["ERROR_STATUSES", "Pick", "Picker", "endpoint_of", "path_id", "routed_path"]
 
 ERROR_STATUSES = (400, 413, 502, 503)  # the statuses the picker answers Envoy with itself
 
@@ -103,7 +105,8 @@ class Pick(NamedTuple):
 
     endpoint: str | None  # NOTE(fallbacks)'s list; None: no replica to send it to
     body: bytes  # what the replica gets (NOTE(model-rewrite))
-    # (the client's model, the target) when a rule rewrote it (restore.py NOTE(model-restore))
+    # (the client's model, the target) when a rule rewrote it (restore.py NOTE(model-restore)),
+    # or the creation of the stored response it reads (stored_names.py NOTE(stored-names))
     renamed: tuple[str, str] | None = None
     pinned: str | None = None  # the response id a pinned follow-up names (NOTE(pinned))
     # a creation's: learns (its response id, Envoy's attempt count) (NOTE(learn-answer))
@@ -131,6 +134,14 @@ def answered_by(listed: Sequence[Replica], attempts: str | None) -> Replica | No
     return listed[k - 1] if 1 <= k <= len(listed) else None
 
 
+def path_id(route: str) -> str | None:
+    """The response id a route under /v1/responses/ names: its first segment, as the router
+    reads it (None: another route)."""
+    if not route.startswith(RESPONSES_PATH + "/"):
+        return None
+    return unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
+
+
 def routed_path(path: str) -> str:
     """NOTE(path-as-routed): ``path`` (Envoy's ``:path``, its query dropped) as aiohttp routes
     it in the router and the replicas (yarl's ``path_safe``: percent-escapes decoded but %2F and
@@ -154,6 +165,8 @@ class Picker:
         self.router = router
         self.fallbacks = fallbacks  # replicas listed after the chosen one (NOTE(fallbacks))
         self.rewrites = rewrites  # --model-rewrites (NOTE(model-rewrite) in rewrite.py)
+        # the client's names of responses created through a rewrite (NOTE(stored-names))
+        self.names = StoredNames(router.affinity.max_ids)
         self.runner: web.AppRunner | None = None
         self.picks = 0  # requests given an endpoint (monotonic; tests and logs read it)
         self.full_duplex = 0  # bodies Envoy streamed in full duplex (service.py; monotonic)
@@ -188,34 +201,45 @@ class Picker:
             body = await self.router.bodies.check(raw)  # RequestError: the router's 400
             raw, body, renamed = await self.rewrite(raw, body, plain)
         if route in GENERATE_PATHS:
-            order, predicted, reason = await self.router.plan(raw, body, plain, among)
-            if order:  # NOTE(decisions)
-                self.router.metrics.by_reason[reason].inc()
-                self.router.metrics.predicted.inc(predicted)
-            pinned = None
+            order, pinned = await self.planned(raw, body, plain, among), None
         elif new_response:
             named = None if body is None else body.get(PREVIOUS)  # anything
             order, pinned = await self.router.response_order(named, plain, new=True,
                                                              among=among)
-        else:
+        else:  # a stored response read back names the client's model (NOTE(stored-names))
             order, pinned = await self.by_response(route, plain, among)
+            renamed = self.names.of(self.router.affinity.tenant(plain), path_id(route))
         if not order:
             return Pick(None, raw)
         self.picks += 1
         # NOTE(pinned): every retry goes to the holder too; NOTE(padded): none past the list
         chosen = order[:1] if pinned else order[:1 + self.fallbacks]
         listed = [chosen[i % len(chosen)] for i in range(1 + self.fallbacks)]
-        learn, param = (self.learner(plain, listed), PREVIOUS) if new_response else (None, None)
+        learn, param = (self.learner(plain, listed, renamed), PREVIOUS) if new_response \
+            else (None, None)
         return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned, learn,
                     param)
 
-    def learner(self, headers: list, listed: list[Replica]
-                ) -> Callable[[str, str | None], None]:
+    async def planned(self, raw: bytes, body: dict | None, headers: list,
+                      among: Callable[[Replica], bool] | None) -> list[Replica]:
+        """A generation request's order, planned as the router plans it (NOTE(decisions))."""
+        order, predicted, reason = await self.router.plan(raw, body, headers, among)
+        if order:
+            self.router.metrics.by_reason[reason].inc()
+            self.router.metrics.predicted.inc(predicted)
+        return order
+
+    def learner(self, headers: list, listed: list[Replica],
+                renamed: tuple[str, str] | None = None) -> Callable[[str, str | None], None]:
         """NOTE(learn-answer): learns a creation's response id for the caller's tenant with
-        the replica of ``listed`` Envoy's attempt count names."""
+        the replica of ``listed`` Envoy's attempt count names, and the names of its rewrite
+        (``renamed``: NOTE(stored-names) in stored_names.py)."""
         learn = self.router.affinity.learner(headers)
+        tenant = self.router.affinity.tenant(headers)
 
         def learnt(rid: str, attempts: str | None) -> None:
+            if renamed is not None:
+                self.names.keep(tenant, rid, renamed)
             if (replica := answered_by(listed, attempts)) is not None:
                 learn(rid, replica)
         return learnt
@@ -251,8 +275,7 @@ class Picker:
         (if any) alone with its id (NOTE(responses), NOTE(pinned)); the search asks none
         outside ``among`` (kvpool/router/affinity.py NOTE(search-among)). Another route: by load, as
         the router places it (``Router.by_load``)."""
-        if route.startswith(RESPONSES_PATH + "/"):  # its first segment, as the router reads
-            named = unquote(route[len(RESPONSES_PATH) + 1:].split("/", 1)[0])
+        if (named := path_id(route)) is not None:
             return await self.router.response_order(named, headers, new=False, among=among)
         return self.router.by_load(
             [r for r in self.router.replicas.healthy() if among is None or among(r)]), None

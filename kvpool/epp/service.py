@@ -121,7 +121,8 @@ def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
 def routed(endpoint: str, phase: str, plain: bool = False) -> pb.ProcessingResponse:
     """CONTINUE the ``phase`` ("request_headers" / "request_body") towards ``endpoint``;
     ``plain``: asking for the answer uncompressed (``accept-encoding: identity``), as a
-    Responses creation whose id the picker reads is (picker.py NOTE(learn-answer))."""
+    Responses creation whose id the picker reads is (picker.py NOTE(learn-answer)), and a
+    stored response whose model it puts back (stored_names.py NOTE(stored-names))."""
     headers = [_header(DESTINATION_HEADER, endpoint)]
     if plain:
         headers.append(_header("accept-encoding", "identity"))
@@ -337,9 +338,9 @@ class EndpointPicker:
                                "no healthy replica among the proxy's subset hint",
                                "no_replica"), raw
         stream.answer = answer = self.follow(stream, pick, method)
-        if pick.body is raw:  # a creation whose id is read asks for it uncompressed
-            return routed(pick.endpoint, phase, answer is not None and
-                          answer.wanted.learn is not None), raw
+        if pick.body is raw:  # an answer read for its id or its model is asked uncompressed
+            return routed(pick.endpoint, phase, answer is not None and (
+                answer.wanted.learn is not None or answer.wanted.renamed is not None)), raw
         return rewritten(pick.endpoint, phase, pick.body), pick.body
 
     def follow(self, stream: _Stream, pick: Pick, method: str) -> Answer | None:
