@@ -18,13 +18,20 @@ empty string, so none stays counted present). A key of another type answers WRON
 
 A Redis user whose ACL lacks GETRANGE (the ACL line before it) gets NOPERM: the part is read
 again with MGET, and if that works the tier reads with MGET, unbounded as before, logging the
-fix once, and tries GETRANGE again every ``RETRY_S``. On a cluster ACLs are per node, and so
-is this fallback (the node serving a part's slot, as its breaker: NOTE(node-breaker)): one
-master refusing GETRANGE switched every master's reads to MGET, so a value grown after the
-probe on a master that grants it was read whole (32 MiB in
-tests/remote/test_bounded_get_cluster.py). If MGET is refused too, its NOPERM pauses the tier
-as any other (NOTE(pause)). With no bound (the codec's block size open) the read is a plain
-MGET.
+fix once (on a cluster, once per refusing master: NOTE(getrange-nodes)), and tries GETRANGE
+again every ``RETRY_S``. On a cluster ACLs are per node, and so is this fallback (the node
+serving a part's slot, as its breaker: NOTE(node-breaker)): one master refusing GETRANGE
+switched every master's reads to MGET, so a value grown after the probe on a master that
+grants it was read whole (32 MiB in tests/remote/test_bounded_get_cluster.py). If MGET is
+refused too, its NOPERM pauses the tier as any other (NOTE(pause)). With no bound (the
+codec's block size open) the read is a plain MGET.
+
+NOTE(getrange-nodes): the fix was said once for the whole tier, naming the first master that
+refused: with every master refusing, the others were never named, and fixing the named one
+left them unbounded, unsaid. Each refusing master is now named once, when its first read is
+refused (what the others allow is learnt from their own reads; asking them at once would send
+calls outside their breakers), and each line lists the masters refusing so far, "all N
+masters" once every one has.
 """
 
 from __future__ import annotations
@@ -45,7 +52,8 @@ RETRY_S = 60.0  # while GETRANGE is refused, try it again after this long (the A
 class BoundedReads:
     """The tier's reads of one part's keys (NOTE(bounded-get)). Use from one loop."""
 
-    __slots__ = ("redis", "most", "faults", "breakers", "retry_s", "_mget_until")
+    __slots__ = ("redis", "most", "faults", "breakers", "retry_s", "_mget_until",
+                 "_refused_by")
 
     def __init__(self, redis: Any, most: int | None, faults: FaultLog,
                  breakers: Breakers | None = None, retry_s: float = RETRY_S) -> None:
@@ -56,6 +64,7 @@ class BoundedReads:
         self.breakers = breakers  # the tier's: a cluster's node of a key (None: one server)
         # node -> time.monotonic() before which GETRANGE is not tried there
         self._mget_until: dict[str | None, float] = {}
+        self._refused_by: set[str] = set()  # the cluster nodes that refused GETRANGE
 
     def node_of(self, key: str) -> str | None:
         """The name of the cluster node serving ``key`` (None: one server, no slot map)."""
@@ -83,12 +92,27 @@ class BoundedReads:
         raw = await self.redis.mget(keys)  # refused too: raised, and the tier pauses
         node = self.node_of(keys[0])
         self._mget_until[node] = time.monotonic() + self.retry_s
-        on = "" if node is None else f" on {node} (ACLs are per node)"
-        self.faults.once("getrange", f"the Redis user may not run GETRANGE{on} ({denied}): "
-                         "values are read with MGET, whose size is not bounded, so a value "
-                         "grown past the codec's size after the probe is read whole; give it "
-                         "GETRANGE: ACL SETUSER USER +getrange")
+        self._say_refused(node, denied)
         return self._sorted(keys, raw)
+
+    def _say_refused(self, node: str | None, denied: Exception) -> None:
+        """The fix, once per refusing node (NOTE(getrange-nodes)): on a cluster each line
+        names its master and every master refusing GETRANGE so far."""
+        on = ""
+        if node is not None:
+            self._refused_by.add(node)
+            masters = sorted(n.name for n in self.redis.get_primaries())
+            nodes = sorted(self._refused_by)
+            which = (f"all {len(masters)} masters" if set(masters) <= self._refused_by
+                     else f"{len(nodes)} of {len(masters)} masters")
+            on = (f" on {node} (ACLs are per node; refused so far by {which}: "
+                  f"{', '.join(nodes)})")
+        self.faults.once("getrange" if node is None else f"getrange {node}",
+                         f"the Redis user may not run GETRANGE{on} ({denied}): values are "
+                         "read with MGET, whose size is not bounded, so a value grown past "
+                         "the codec's size after the probe is read whole; give it GETRANGE"
+                         f"{'' if node is None else ' on each master named'}: "
+                         "ACL SETUSER USER +getrange")
 
     def _sorted(self, keys: Sequence[str], replies: Sequence[Any]) -> Read:
         """Values with the unusable ones None and listed by kind; an error reply other than
