@@ -23,6 +23,7 @@ stop token id that ended it, else null); logprobs per logprob_format.py.
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 import uuid
@@ -68,6 +69,8 @@ class ResponseBuilder:
         self.stop_reason: list[str | int | None] = [None] * total
         self.offsets = [0] * total  # completions text_offset of the next token
         self.logprobs: list[Any] = [None] * total  # per choice: merged logprobs object / list
+        self.chars = [0] * total  # chat: the characters of text so far
+        self.lp_starts: list[list[int]] = [[] for _ in range(total)]  # chat: NOTE(own-logprobs)
         self.cum_logprob = [0.0] * total  # best_of: the ranking of the choices
         self.prompt_tokens = [len(p) for p in prompts]
         self.cached_tokens = [0] * len(prompts)
@@ -169,11 +172,14 @@ class ResponseBuilder:
         return [self._chunk(i, "", self.finish[i])]
 
     def _fold_logprobs(self, i: int, c: CompletionOutput) -> Any:
-        """This update's logprobs for choice i (also merged into the body's), or None."""
+        """This update's logprobs for choice i (also merged into the body's), or None; a chat
+        choice's tokens are noted at the offset where their update's text begins."""
+        start, self.chars[i] = self.chars[i], self.chars[i] + len(c.text or "")
         if self.lp.logprobs is None or not c.logprobs:
             return None
         if self.chat:
             lp = {"content": self.fmt.chat(c.logprobs)}
+            self.lp_starts[i] += [start] * len(c.logprobs)
         else:
             lp, self.offsets[i] = self.fmt.completion(c.token_ids, c.logprobs, self.offsets[i])
         self._merge(i, lp)
@@ -186,6 +192,14 @@ class ResponseBuilder:
         else:
             for k, v in lp.items():
                 have[k].extend(v)
+
+    def logprobs_before(self, i: int, chars: int) -> list[dict[str, Any]]:
+        """NOTE(own-logprobs): the chat logprobs of choice i's tokens whose update's text began
+        before character ``chars``: the tokens of a message read before a tool call (the
+        Responses API's message item, responses_view.py), not the call's. An update's tokens
+        go together (one token each, but for a held-back stop string's or character's)."""
+        entries = (self.logprobs[i] or {}).get("content") or []
+        return entries[:bisect.bisect_left(self.lp_starts[i], chars)]
 
     def failure(self) -> APIError | None:
         """Why the finished request did not succeed (engine error or abort), if it did not."""

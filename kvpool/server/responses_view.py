@@ -136,7 +136,8 @@ class ResponsesView:
         if got is None or not got.calls:
             part = _part(text, _content_logprobs(self.builder.logprobs[0]))
             return [_message(self.item_id, status, [part])]
-        items = [_message(self.item_id, "completed", [_part(got.content)])] \
+        own = self.builder.logprobs_before(0, len(got.content or ""))  # NOTE(own-logprobs)
+        items = [_message(self.item_id, "completed", [_part(got.content, own)])] \
             if got.content else []
         items += [function_call_item(c.name, c.arguments, "completed") for c in got.calls]
         items[-1]["status"] = status

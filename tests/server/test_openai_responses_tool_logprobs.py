@@ -1,0 +1,53 @@
+"""Logprobs of a Responses answer that writes text and then a function call, through the openai
+client on a real in-process kvpool server (built-in tiny model, ``--tool-call-parser
+mistral``): the message item's output_text carries the logprobs of its own tokens
+(NOTE(own-logprobs) in kvpool/server/responses.py), in vLLM's shape (token, logprob, bytes,
+top_logprobs), not the call's.
+
+The random model writes what ``text.format`` allows: one JSON string, ``"Sure.[TOOL_CALLS]
+get_time{}"``, which the mistral parser reads as the text ``"Sure.`` and a get_time call
+(arguments ``{}``, a JSON object that needs no quote)."""
+
+from __future__ import annotations
+
+import pytest
+from openai import AsyncOpenAI
+
+SAYS = "Sure.[TOOL_CALLS]get_time{}"
+TEXT = '"Sure.'  # the message: the output before the marker, its opening quote included
+TOOLS = [{"type": "function", "name": "get_time", "parameters": {"type": "object"}}]
+FORMAT = {"type": "json_schema", "name": "says", "schema": {"enum": [SAYS]}}
+
+
+@pytest.fixture
+async def msrv(make_server):
+    async with make_server(max_model_len=1024, num_device_blocks=96,
+                           app_options={"tool_call_parser": "mistral"}) as s:
+        yield s
+
+
+def client(srv) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
+
+
+def ask(srv) -> dict:
+    return dict(model=srv.engine.model_name, input="What time is it?", tools=TOOLS,
+                text={"format": FORMAT}, max_output_tokens=60, temperature=0,
+                include=["message.output_text.logprobs"], top_logprobs=2)
+
+
+def own(part) -> list:
+    """The part's logprobs, each checked for vLLM's shape; their tokens."""
+    for lp in part.logprobs:
+        assert lp.bytes == list(lp.token.encode()) and len(lp.top_logprobs) == 2, lp
+    return [lp.token for lp in part.logprobs]
+
+
+async def test_the_message_before_a_call_carries_its_own_tokens_logprobs(msrv):
+    async with client(msrv) as c:
+        r = await c.responses.create(**ask(msrv))
+    message, call = r.output
+    assert call.type == "function_call" and call.name == "get_time" and call.arguments == "{}"
+    part = message.content[0]
+    assert message.type == "message" and part.text == TEXT
+    assert "".join(own(part)) == TEXT, part.logprobs  # they were []
