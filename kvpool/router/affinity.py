@@ -73,8 +73,11 @@ run it: a GET (upstream.py SAFE_METHODS) may be sent again and gets the same 503
 gets the 502 ``replica_failed`` (upstream.py), no Retry-After, since retrying it could
 make a second response; only a POST provably not started (no connection, a refused stream)
 gets the 503. The picker answers by the same rule (kvpool/epp/retries.py ``not_started``).
-A holder gone silent (replicas.py NOTE(liveness)) still counts as down, a POST included, as
-upstream.py NOTE(retry) counts it; the picker leaves that case to Envoy's own 504.
+A holder gone silent (replicas.py NOTE(liveness)) with the request sent has not answered in
+time: a GET gets the 503 as above, but a POST, which may have run there, gets the router's
+504 ``replica_unresponsive`` (upstream.py ``replica_unresponsive``), no Retry-After, where the
+503 invited a blind second run; Envoy gives the picker's clients its own 504 then (the picker
+never sees the silence). Found silent, the holder fails its beats: what follows gets the 503.
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ class HolderDown(APIError):
                          "later (a replica that restarted has lost the responses it stored)",
                          param=param, code="response_unavailable",
                          headers={"Retry-After": RETRY_AFTER_SECONDS})
+        self.response_id = response_id
 
 
 class ResponseAffinity:

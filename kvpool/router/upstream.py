@@ -5,7 +5,7 @@ What an attempt ends in::
     connect refused / timed out              -> Failure("down"), the replica out of new
                                                 choices until a beat passes (as after a
                                                 failed beat; wire.py NOTE(connect-timeout))
-    replica silent before the answer starts  -> Failure("down")   (replicas.py NOTE(liveness))
+    replica silent before the answer starts  -> Failure("silent") (replicas.py NOTE(liveness))
     connection lost before the answer starts -> Failure("failed") (it took the request and died)
     503 with Retry-After before the body     -> Failure("full", its own 503: back-pressure;
                                                 the router's own past MAX_REFUSAL bytes)
@@ -25,7 +25,9 @@ caller try the next replica. After any byte of an answer went to the client ther
 NOTE(retry): a request is tried on another replica only when the one it went to cannot have
 started its work: no connection ("down": refused, unreachable, connect timeout), a 503 with
 Retry-After (the replica's own overload refusal, "full"), or a replica its health beats found
-silent before it answered ("down", NOTE(liveness): the replica is out, whatever it holds).
+silent before it answered ("silent", NOTE(liveness): the replica is out, whatever it holds;
+a request only it can serve is not retried, and a POST of those gets the 504 of
+``give_up``: affinity.py NOTE(holder-down)).
 A connection lost after the request was written, a 5xx other than that 503 and an answer
 broken off midway ("failed") are not retried: the replica took the request, and a request
 that crashes its replica, or fails the same way everywhere, would otherwise run once per
@@ -69,7 +71,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -81,8 +83,11 @@ from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.middleware import STREAM_STARTED, APIError, error_body
 
+if TYPE_CHECKING:
+    from kvpool.router.affinity import HolderDown
+
 __all__ = ["RELAYED", "RETRY_AFTER_SECONDS", "SAFE_METHODS", "Failure", "Relay",
-           "cached_tokens_in", "give_up", "replica_failed"]
+           "cached_tokens_in", "give_up", "replica_failed", "replica_unresponsive"]
 
 log = logging.getLogger("kvpool.router")
 SSE_TYPE = "text/event-stream"
@@ -105,27 +110,32 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """An attempt that gave the client nothing; ``kind``: "down" | "full" | "failed"."""
+    """An attempt that gave the client nothing; ``kind``: "down" | "full" | "silent" |
+    "failed"."""
 
     kind: str
     response: web.Response | None = None  # a full replica's own 503, to pass on at the end
 
     @property
     def retryable(self) -> bool:
-        """Whether the replica cannot have started the work (NOTE(retry))."""
-        return self.kind in ("down", "full")
+        """Whether the next replica may be tried: this one cannot have started the work, or
+        is out, found silent (NOTE(retry))."""
+        return self.kind in ("down", "full", "silent")
 
 
-def give_up(failures: Sequence[Failure], unreachable: APIError | None = None,
+def give_up(failures: Sequence[Failure], unreachable: HolderDown | None = None,
             safe: bool = False) -> web.Response:
     """The answer when no replica took the request (proxy.py's docstring); ``unreachable``:
     what a request only one replica can serve gets when it found that one down, or, for a
-    ``safe`` method (GET), failing before it answered (a follow-up to a response,
-    affinity.py NOTE(holder-down)); a POST that may have run there is ``replica_failed``."""
-    if unreachable is not None and any(f.kind == "down" or safe and f.kind == "failed"
-                                       for f in failures):
+    ``safe`` method (GET), failing or silent before it answered (a follow-up to a response,
+    affinity.py NOTE(holder-down)); a POST that may have run there is ``replica_failed``, or
+    ``replica_unresponsive`` when it went silent."""
+    kinds = {f.kind for f in failures}
+    if unreachable is not None and ("down" in kinds or safe and kinds & {"failed", "silent"}):
         raise unreachable
-    if all(f.kind in ("full", "down") for f in failures):
+    if unreachable is not None and "silent" in kinds:
+        raise replica_unresponsive(unreachable.response_id)
+    if kinds <= {"full", "down", "silent"}:
         full = [f.response for f in failures if f.response is not None]
         if full:
             return full[-1]  # the replica's own 503 queue_full, Retry-After kept
@@ -139,6 +149,16 @@ def replica_failed() -> APIError:
     """The 502 of a request its replica took and failed before answering (NOTE(retry)): not
     retried, the work may have run there; the endpoint picker answers it too (answers.py)."""
     return APIError(502, "no replica could answer the request", code="replica_failed")
+
+
+def replica_unresponsive(response_id: str) -> APIError:
+    """The 504 of a POST naming response ``response_id`` whose holder took it and went silent
+    before answering (affinity.py NOTE(holder-down)): the status Envoy answers the picker's
+    clients with for an upstream that does not answer in time; no Retry-After, since the
+    work may have run there and a blind retry could make a second response."""
+    return APIError(504, f"the replica holding response '{response_id}' went silent before "
+                    "it answered; the request may have run there (not retried)",
+                    code="replica_unresponsive")
 
 
 def sse_error(message: str, code: str) -> bytes:
@@ -180,7 +200,7 @@ class Relay:
             if self.passing:
                 self._cut(replica, "went silent")
             if self.resp is None:
-                return Failure("down")
+                return Failure("silent")
             log.warning("replica %s went silent mid-stream: ended it with an error event",
                         replica.url)
             await self._end(sse_error("the replica stopped answering mid-stream",

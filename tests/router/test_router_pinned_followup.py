@@ -155,17 +155,31 @@ async def test_a_follow_up_to_a_stopped_holder_is_a_503_naming_it(seen_down):
         assert asked == []  # no other replica was asked, and nothing searched
 
 
-async def test_a_follow_up_to_a_silent_holder_is_a_503_naming_it():
+@pytest.mark.parametrize("get", [False, True], ids=["post", "get"])
+async def test_a_follow_up_its_holder_goes_silent_on_is_504_for_a_post_503_for_a_get(get):
     """The holder stops answering anything: the router's beats take it for silent and end
-    the follow-up it was sent (replicas.py NOTE(liveness)); none goes elsewhere."""
+    the follow-up it was sent (replicas.py NOTE(liveness)); none goes elsewhere. A GET may be
+    sent again: the 503 naming the response, with Retry-After. A POST may have run there:
+    504 ``replica_unresponsive``, no Retry-After, as Envoy answers the picker's clients with
+    its own 504 (before: the 503, inviting a blind second run). The next follow-up finds the
+    holder failing its beats: the 503, the holder not tried."""
     hung = asyncio.Event()
     async with fleet(hung, interval=0.1, down_after=0.3) as (_r, url, s, _stop, asked):
         hung.set()
-        for get in (False, True):
-            status, headers, err = await follow(s, url, get)
+        status, headers, err = await follow(s, url, get)
+        if get:
             assert status == 503 and headers["Retry-After"] == "1", (status, err)
             assert err["code"] == "response_unavailable" and RID in err["message"], err
-        assert asked == ["holder POST"]  # the one it was sent, and no other replica
+        else:
+            assert status == 504 and "Retry-After" not in headers, (status, err)
+            assert (err["code"], err["type"], err["param"]) == (
+                "replica_unresponsive", "server_error", None), err
+            assert RID in err["message"] and "may have run" in err["message"], err
+        status, headers, err = await follow(s, url, not get)
+        assert (status, headers["Retry-After"], err["code"]) == (
+            503, "1", "response_unavailable"), err
+        # the one it was sent, and no other replica
+        assert asked == ["holder GET" if get else "holder POST"]
 
 
 async def test_a_holder_dropping_a_follow_up_it_took_is_503_for_a_get_502_for_a_post():
