@@ -89,6 +89,7 @@ class ResponsesView:
         self.items: list[_Streamed] = []  # a stream's output items, in order
         self.current: int | None = None  # the output index of the item still streaming
         self.calls: dict[int, int] = {}  # a chat tool call's index -> its output index
+        self.pending: list[dict[str, Any]] = []  # logprobs held (_text_delta)
 
     # ---- objects ------------------------------------------------------------------------------
     def response(self, status: str, output: list[dict[str, Any]],
@@ -203,12 +204,21 @@ class ResponsesView:
         return b"".join(out)
 
     def _text_delta(self, text: str, lps: list[dict[str, Any]]) -> bytes:
+        """A message's own logprobs, streamed (responses.py NOTE(own-logprobs)): in an output
+        read for calls, the logprobs of tokens that brought no text (the reader holds a
+        call's marker back until it knows) wait until it is known whose they are: the
+        message's when its text goes on (or it ends the output), a call's when one opens
+        (dropped). They went out at once, so the message streamed the marker's and the
+        call's name's logprobs as its own."""
         k = self.current
+        message = k is not None and self.items[k].item["type"] == "message"
+        if not text and self.tools is not None:
+            if k is None or message:
+                self.pending += lps
+            return b""  # else the logprobs of call tokens: no message of their own
+        lps, self.pending = self.pending + lps, []
         opened = b""
-        if not text and self.tools is not None and (k is None or self.items[k].item["type"]
-                                                    != "message"):
-            return b""  # the logprobs of call tokens: no message of their own
-        if k is None or self.items[k].item["type"] != "message":
+        if not message:
             opened = self._close("completed") + self._open_message()
             k = self.current
         self.items[k].pieces.append(text)
@@ -222,6 +232,7 @@ class ResponsesView:
         fn = call.get("function") or {}
         opened = b""
         if call.get("id") is not None:
+            self.pending = []  # the call's marker's (_text_delta)
             opened = self._close("completed") + self._open(
                 function_call_item(fn.get("name", ""), "", "in_progress"))
             self.calls[call["index"]] = self.current
@@ -234,12 +245,21 @@ class ResponsesView:
                                     item_id=self.items[k].item["id"], output_index=k,
                                     delta=piece)
 
+    def _flush(self) -> bytes:
+        """The held logprobs at the end of a message no call followed: its own."""
+        lps, self.pending = self.pending, []
+        k = self.current
+        if not lps or k is None or self.items[k].item["type"] != "message":
+            return b""
+        self.items[k].logprobs += lps
+        return self._event("response.output_text.delta", delta="", logprobs=lps, **self._at(k))
+
     def tail(self, failure: APIError | None) -> bytes:
         if failure is not None:
             return self._event("error", code=failure.code, message=failure.message,
                                param=failure.param)
         status = self._status()
-        out = self._close(status)
+        out = self._flush() + self._close(status)
         if not self.items:  # nothing came at all: the empty message
             out += self._open_message() + self._close(status)
         return out + self._event("response.completed", response=self.body())

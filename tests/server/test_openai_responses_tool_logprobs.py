@@ -51,3 +51,20 @@ async def test_the_message_before_a_call_carries_its_own_tokens_logprobs(msrv):
     part = message.content[0]
     assert message.type == "message" and part.text == TEXT
     assert "".join(own(part)) == TEXT, part.logprobs  # they were []
+
+
+async def test_a_streamed_message_before_a_call_carries_its_own_tokens_logprobs(msrv):
+    """Streamed, the same: the message's deltas and its done part carry its own tokens, as
+    the body does; the tokens of the call's marker and name went out as the message's, in
+    output_text.delta events with no text."""
+    async with client(msrv) as c:
+        body = await c.responses.create(**ask(msrv))
+        events = [e async for e in await c.responses.create(stream=True, **ask(msrv))]
+    want = own(body.output[0].content[0])
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert "".join(e.delta for e in deltas) == TEXT
+    assert [lp.token for e in deltas for lp in e.logprobs] == want, deltas
+    done = [e for e in events if e.type == "response.output_text.done"]
+    assert len(done) == 1 and [lp.token for lp in done[0].logprobs] == want
+    message, call = events[-1].response.output
+    assert own(message.content[0]) == want and call.name == "get_time"
