@@ -14,7 +14,7 @@ the ``response`` object (non-streamed), or OpenAI's event sequence, each event
 
 A request whose output is read for function calls (responses_tools.py) opens each output
 item when its first piece arrives: the message at its first text, and each call as chat's
-stream reads it (tools/), closing the item before it::
+stream reads it (tools/), closing the item before it (none arriving: no item)::
 
     response.output_item.added                      a function_call, arguments ""
     response.function_call_arguments.delta ...      one per piece of its arguments
@@ -134,6 +134,8 @@ class ResponsesView:
         (after the message of any text before them); the last item carries ``status``."""
         text = "".join(self.builder.texts[0])
         got = self.tools.extract(text) if self.tools is not None else None
+        if got is not None and not got.calls and not got.content:
+            return []  # nothing read: a required array cut short (NOTE(cut-required)), or ""
         if got is None or not got.calls:
             part = _part(text, _content_logprobs(self.builder.logprobs[0]))
             return [_message(self.item_id, status, [part])]
@@ -259,7 +261,7 @@ class ResponsesView:
             return self._event("error", code=failure.code, message=failure.message,
                                param=failure.param)
         status = self._status()
+        # an output read for calls (tools/) that brought none and no text has no item, as
+        # in the body (NOTE(cut-required) in tools/forced.py); head opened the message else
         out = self._flush() + self._close(status)
-        if not self.items:  # nothing came at all: the empty message
-            out += self._open_message() + self._close(status)
         return out + self._event("response.completed", response=self.body())

@@ -160,6 +160,24 @@ async def test_a_call_cut_by_max_output_tokens_is_incomplete_and_the_follow_up_r
     assert continued.usage.input_tokens == inline.usage.input_tokens
 
 
+async def test_a_required_array_cut_short_is_no_item_as_vllm_answers(tsrv):
+    """NOTE(cut-required): required, max_output_tokens cuts the forced array: the body has no
+    output item (vLLM's answer); it had the JSON text as a message, or the calls whose name
+    was read. The stream has the call as far as it went, else nothing (no empty message)."""
+    async with client(tsrv) as c:
+        for cut, streamed in ((2, []), (32, ["function_call"])):  # before / after a name
+            kw = dict(model=tsrv.engine.model_name, input=ASK, tools=TOOLS,
+                      tool_choice="required", max_output_tokens=cut, temperature=0)
+            r = await c.responses.create(**kw)
+            assert r.status == "incomplete" and r.output == [] and r.output_text == "", r
+            events = [e async for e in await c.responses.create(stream=True, **kw)]
+            done = events[-1].response
+            assert done.status == "incomplete" and [i.type for i in done.output] == streamed
+            assert all(i.status == "incomplete" for i in done.output) and not [
+                e for e in events if e.type.startswith("response.output_text")]
+            assert (await c.responses.retrieve(r.id)).output == []
+
+
 async def test_auto_text_is_one_message_streamed_or_not(make_server):
     async with make_server(max_model_len=1024, num_device_blocks=96,
                            app_options={"tool_call_parser": "hermes"}) as srv, \

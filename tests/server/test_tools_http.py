@@ -134,18 +134,26 @@ async def test_streamed_deltas_join_to_the_non_streamed_call(served):
         assert r.choices[0].message.tool_calls == [] and r.choices[0].message.content
 
 
-async def test_a_forced_call_cut_before_its_name_streams_its_text_as_content(served):
-    """required, cut by max_tokens before a call's name was read: the text is content in the
-    body and in the stream alike (the stream sent nothing before)."""
+async def test_a_required_array_cut_short_is_no_call_and_no_content_as_vllm_answers(served):
+    """NOTE(cut-required): required, max_tokens cuts the forced array: the body has no call
+    and no content, finish "length" (vLLM's answer; it had the JSON text as content, or the
+    calls whose name was read); the stream sends the call as far as it went, else nothing."""
     url, _ = served
     async with client(url) as c:
-        kw = dict(model=(await c.models.list()).data[0].id, messages=ASK, tools=TOOLS,
-                  tool_choice="required", temperature=0, max_tokens=2)
-        body = (await c.chat.completions.create(**kw)).choices[0]
-        assert body.finish_reason == "length" and body.message.tool_calls == []
-        assert body.message.content and body.message.content.startswith("[")
-        chunks = [ch async for ch in await c.chat.completions.create(**kw, stream=True)]
-        assert joined(chunks) == (body.message.content, [], "length")
+        model = (await c.models.list()).data[0].id
+        for cut in (2, 40):  # before / after the first call's name
+            kw = dict(model=model, messages=ASK, tools=TOOLS, tool_choice="required",
+                      temperature=0, max_tokens=cut)
+            body = (await c.chat.completions.create(**kw)).choices[0]
+            assert (body.message.content, body.message.tool_calls, body.finish_reason) == \
+                (None, [], "length"), body
+            chunks = [ch async for ch in await c.chat.completions.create(**kw, stream=True)]
+            content, calls, finish = joined(chunks)
+            assert content is None and finish == "length" and len(calls) == (cut > 2), calls
+            if calls:
+                assert calls[0][0] in SCHEMAS
+                with pytest.raises(ValueError):
+                    json.loads(calls[0][1])  # the arguments as far as they went
 
 
 async def test_tool_messages_reach_the_template(served):

@@ -7,8 +7,13 @@ as it streams, each argument piece going out as soon as it is generated::
                [{"name":"a","parameters":{...}},{"name":"b","parameters":{...}}]
 
 The arguments are the generated text as it is (compact JSON: the grammar allows no
-whitespace), so the streamed pieces and the non-streamed body carry the same string. A
-required output cut short (``length``) keeps the calls whose name was read; none: content.
+whitespace), so the streamed pieces and the non-streamed body carry the same string.
+
+NOTE(cut-required): a required output cut short (``max_tokens``, a stop string) is not a
+whole array: as vLLM reads it, the non-streamed body has no call and no content (chat:
+``tool_calls`` [], finish ``length``; Responses: no output item), and a stream sends the
+calls whose name was read, as far as they went, else nothing. The body kept those calls,
+and a cut before any name gave the JSON text as the message's content.
 """
 
 from __future__ import annotations
@@ -76,9 +81,8 @@ class CallArrayStream:
         return out
 
     def finish(self) -> list[dict[str, Any]]:
-        """Cut short before any call's name was read: the text is content, as ``extract``
-        makes it in the non-streamed body (nothing of it went out yet)."""
-        return [] if self.names or not self.text else [{"content": self.text}]
+        """Nothing more: an array cut short is never content (NOTE(cut-required))."""
+        return []
 
     def _head(self) -> list[dict[str, Any]]:
         m = _HEAD.match(self.text, self.pos)
@@ -126,6 +130,12 @@ class CallArrayStream:
 
     @classmethod
     def extract(cls, text: str) -> Extracted:
+        """The calls of a whole array; none, and no content, for one cut short
+        (NOTE(cut-required))."""
+        try:
+            json.loads(text)
+        except ValueError:
+            return Extracted(None)
         scanner = cls()
         scanner.feed(text)
         calls = scanner.calls()
