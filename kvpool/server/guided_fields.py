@@ -17,11 +17,13 @@ and ``disable_additional_properties``: every schema object with ``properties`` o
 ``patternProperties`` and no ``additionalProperties`` of its own is closed (false), as vLLM's
 guidance backend closes it.
 
-One constraint per request: two of these, or one beside a ``response_format`` other than
-``text``, is a 400 (vLLM refuses it too). Grammars are llguidance's Lark dialect (a ``start``
-rule) or GBNF (``root ::= ...``, converted: grammar.py NOTE(gbnf)); every kind compiles and
-is probed under the same budget as a JSON schema (kvpool/runtime/model/grammar_compile.py,
-NOTE(budget)).
+One constraint per request: two of these is a 400, and so is a ``structured_outputs`` that
+gives none (``{}``, option keys alone, ``json_object: false``), as vLLM's
+StructuredOutputsParams refuses it: never a silently unconstrained answer. A
+``response_format`` other than ``text`` beside them: NOTE(format-over). Grammars are
+llguidance's Lark dialect (a ``start`` rule) or GBNF (``root ::= ...``, converted: grammar.py
+NOTE(gbnf)); every kind compiles and is probed under the same budget as a JSON schema
+(kvpool/runtime/model/grammar_compile.py, NOTE(budget)).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from kvpool.server.structural_tag import parse_structural_tag
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "parse_guided"]
+__all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "format_over_guided", "parse_guided"]
 
 GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                            "structured_outputs"})
@@ -46,6 +48,9 @@ _OPTIONS = {"disable_fallback": bool, "disable_any_whitespace": bool,
 _OUTPUT_KEYS = {"json": "guided_json", "regex": "guided_regex", "choice": "guided_choice",
                 "grammar": "guided_grammar", "json_object": "json_object",
                 "structural_tag": "structural_tag"}
+_KINDS = "json, regex, choice, grammar, json_object or structural_tag"
+_FORMAT_KEYS = {"json_schema": "json", "json_object": "json_object",
+                "structural_tag": "structural_tag"}  # response_format type -> its key here
 
 
 def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
@@ -53,17 +58,7 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
     given = [(k, body[k]) for k in sorted(GUIDED_FIELDS) if body.get(k) is not None]
     so = body.get("structured_outputs")
     if so is not None:
-        if not isinstance(so, dict):
-            raise _bad("structured_outputs", "must be an object (json, regex, choice, grammar, "
-                       "json_object or structural_tag)")
-        unknown = sorted(set(so) - set(_OUTPUT_KEYS) - set(_OPTIONS))
-        if unknown:
-            raise _bad("structured_outputs", f"unknown key {unknown[0][:40]!r}")
-        closed = _options(so)
-        given = [(k, v) for k, v in given if k != "structured_outputs"]
-        given += [(f"structured_outputs.{k}", _close_text(v) if closed and k == "json" else v)
-                  for k, v in so.items() if k in _OUTPUT_KEYS and v is not None
-                  and v is not False]
+        given = [(k, v) for k, v in given if k != "structured_outputs"] + _constraints(so)
     if not given:
         return None
     if len(given) > 1:
@@ -76,6 +71,44 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
         message = str(exc).removeprefix("response_format: ").removeprefix(f"{param}: ")
         raise _bad(param, message) from None
     return dataclasses.replace(spec, param=param)  # so do the compile's 400s (on a worker)
+
+
+def _constraints(so: Any) -> list[tuple[str, Any]]:
+    """The constraint keys ``structured_outputs`` gives, as (param, value); at least one."""
+    if not isinstance(so, dict):
+        raise _bad("structured_outputs", f"must be an object with one of {_KINDS}")
+    unknown = sorted(set(so) - set(_OUTPUT_KEYS) - set(_OPTIONS))
+    if unknown:
+        raise _bad("structured_outputs", f"unknown key {unknown[0][:40]!r}")
+    closed = _options(so)
+    given = [(f"structured_outputs.{k}", _close_text(v) if closed and k == "json" else v)
+             for k, v in so.items() if k in _OUTPUT_KEYS and v is not None]
+    if not given:  # vLLM: "You must use one kind of structured outputs constraint"
+        raise _bad("structured_outputs", f"must give one constraint: one of {_KINDS} (the "
+                   "option keys alone constrain nothing)")
+    return given
+
+
+def format_over_guided(body: dict[str, Any], spec: GrammarSpec) -> GrammarSpec:
+    """NOTE(format-over): a ``response_format`` other than text (``spec``) beside
+    ``structured_outputs`` is merged as vLLM merges them: the format takes the place of the
+    constraint of its own kind (json_schema: ``json``, json_object, structural_tag) and the
+    option keys stay (``disable_additional_properties`` closes the format's schema); a
+    constraint of another kind beside it is a 400, as vLLM's "only one kind" is. Beside a
+    guided_* field (vLLM 0.33 drops those: its output is unconstrained by them) a 400 too:
+    either way one constraint the client sent would go unheeded."""
+    fmt, so = body["response_format"], body.get("structured_outputs")
+    legacy = sorted(k for k in GUIDED_FIELDS - {"structured_outputs"} if body.get(k) is not None)
+    kinds = [k for k, v in so.items() if k in _OUTPUT_KEYS and v is not None] \
+        if isinstance(so, dict) else []
+    if legacy or kinds != [_FORMAT_KEYS[fmt["type"]]]:
+        sent = legacy[0] if legacy else f"structured_outputs.{kinds[0]}"
+        raise _bad("response_format", f"give one structured-output constraint: the "
+                   f"{fmt['type']} response_format or {sent}, not both")
+    if kinds == ["json"] and so.get("disable_additional_properties") is True:
+        schema = fmt["json_schema"].get("schema")
+        return GrammarSpec.json_schema(_close({} if schema is None else schema), spec.name)
+    return spec
 
 
 def _options(so: dict[str, Any]) -> bool:
@@ -113,6 +146,8 @@ def _spec(key: str, value: Any, param: str) -> GrammarSpec:
             value = decode_json_text(value, param, "a JSON schema (an object or its JSON text)")
         return GrammarSpec.json_schema(value)
     if key == "json_object":
+        if value is not True:
+            raise _bad(param, "must be true")
         return GrammarSpec.json_object()
     if key == "structural_tag":
         return parse_structural_tag(value, param)

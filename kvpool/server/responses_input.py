@@ -16,9 +16,10 @@ through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``
 alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``,
 ``reasoning.effort`` chat's ``reasoning_effort``. ``text.format``
 ``json_schema`` / ``json_object`` is the chat ``response_format`` of the same constraint, as
-vLLM runs it. Other item kinds (files, images, reasoning) and
-Responses features this server does not implement (hosted tools, background) are a
-400 naming the field, so a client never gets a silently different result.
+vLLM runs it, and vLLM's ``structured_outputs`` chat's (not with ``text.format``). Other
+item kinds (files, images, reasoning) and Responses features this server does not implement
+(hosted tools, background) are a 400 naming the field, so a client never gets a silently
+different result.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ TRUNCATIONS = ("disabled", "auto")
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",
                              "parallel_tool_calls", "include", "top_logprobs", "truncation",
-                             "reasoning"}
+                             "reasoning", "structured_outputs"}
                             | set(PASS_THROUGH) | set(UNSUPPORTED))
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text")
@@ -126,9 +127,7 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     if effort is not None:  # vLLM: the chat template's reasoning_effort (vllm_fields.py)
         chat["reasoning_effort"] = effort
     chat.update(tool_fields(body))
-    constraint = response_format(fmt)
-    if constraint is not None:
-        chat["response_format"] = constraint
+    _constraint(body, fmt, chat)
     return ResponsesInput(chat=chat, conversation=conversation, instructions=instructions,
                           previous_id=previous_id, store=_opt(body, "store", bool, True),
                           metadata=_metadata(body),
@@ -180,6 +179,22 @@ def _include(body: dict[str, Any], chat: dict[str, Any]) -> None:
             chat["top_logprobs"] = top
     elif top is not None and (not isinstance(top, int) or isinstance(top, bool)):
         raise _bad("top_logprobs", "must be an integer")
+
+
+def _constraint(body: dict[str, Any], fmt: dict[str, Any], chat: dict[str, Any]) -> None:
+    """The output constraint: ``text.format`` as chat's ``response_format``, or vLLM's
+    ``structured_outputs`` as chat's (guided_fields.py: each kind, the option keys, the 400s
+    naming ``structured_outputs.<key>``). Both at once is vLLM's 400 naming
+    structured_outputs, whatever the format's type (vLLM refuses any ``text.format`` there)."""
+    so = body.get("structured_outputs")
+    if so is None:
+        constraint = response_format(fmt)
+        if constraint is not None:
+            chat["response_format"] = constraint
+        return
+    if _opt(body, "text", dict, {}).get("format") is not None:
+        raise _bad("structured_outputs", "cannot be given with text.format: give one of them")
+    chat["structured_outputs"] = so
 
 
 def response_format(fmt: Any) -> dict[str, Any] | None:

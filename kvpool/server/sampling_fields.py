@@ -19,7 +19,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
-from kvpool.server.guided_fields import GUIDED_FIELDS, parse_guided
+from kvpool.server.guided_fields import GUIDED_FIELDS, format_over_guided, parse_guided
 from kvpool.server.json_body import json_int
 from kvpool.server.structural_tag import parse_structural_tag
 
@@ -68,9 +68,8 @@ def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
     spec = parse_response_format(body.get("response_format"))
     # vLLM's spellings (guided_fields.py), read only when the body sends one
     guided = None if GUIDED_FIELDS.isdisjoint(body) else parse_guided(body)
-    if spec is not None and guided is not None:
-        raise _bad("response_format", "give one structured-output constraint: response_format "
-                   "or vLLM's guided_* / structured_outputs, not both")
+    if spec is not None and guided is not None:  # NOTE(format-over) in guided_fields.py
+        spec, guided = format_over_guided(body, spec), None
     if spec is not None or guided is not None:
         out["response_format"] = spec or guided
     return out
