@@ -28,4 +28,5 @@ class AdmitRunPolicy(AdaptivePolicy):
 
     name = "admitrun"
     DUEL_AGE = 0  # the duel reads the classes' sketch (before NOTE(age))
+    COLD = None  # a fresh pool starts as LRU whatever it sees (before NOTE(cold))
     TUNER = AdmitTuner

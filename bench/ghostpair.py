@@ -35,6 +35,7 @@ class GhostPairPolicy(AdaptivePolicy):
 
     name = "ghostpair"
     DUEL_AGE = 0  # the duel reads the classes' sketch (before NOTE(age))
+    COLD = None  # a fresh pool starts as LRU whatever it sees (before NOTE(cold))
 
     @staticmethod
     def _new_ghost(capacity: int) -> ExactGhost:

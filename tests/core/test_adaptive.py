@@ -140,6 +140,61 @@ def test_the_tuner_leaves_lru_on_a_loop_longer_than_the_pool():
     p.check_invariants()
 
 
+def test_a_pool_that_fills_without_a_hit_keeps_what_it_holds():
+    """NOTE(cold): a loop over 1.5 pools, no hit before the first eviction. The policy takes
+    the 1 % duel there and keeps most of a pool's worth of the first pass, so the second
+    pass hits; started as LRU it hit nothing in the second pass (no miniature had evidence
+    yet). The first hit returns the pool to LRU, which keeps what is hit from then on."""
+    cap = 200
+    passes = [[[i + 1] for i in range(300)] for _ in range(2)]
+    p = AdaptivePolicy(cap)
+    c = PolicyCache(p, cap)
+    assert replay(passes[0], c)[0] == 0
+    assert p.cfg == AdaptivePolicy.COLD
+    assert replay(passes[1], c)[0] > 0.5 * 300
+    p.check_invariants()
+
+
+def test_a_hit_before_the_first_eviction_leaves_the_pool_on_lru():
+    """NOTE(cold) only where no hit came first: one repeat, then the same loop."""
+    cap = 200
+    p = AdaptivePolicy(cap)
+    c = PolicyCache(p, cap)
+    replay([[1], [1]] + [[i + 1] for i in range(300)], c)
+    assert p.cfg == LRU
+    fixed = AdaptivePolicy(cap, cfg=LRU)  # a fixed configuration is never changed
+    simulate([[i + 1] for i in range(300)], fixed, cap)
+    assert fixed.cfg == LRU
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_after_a_cold_fill_the_first_hit_returns_the_pool_to_lru(kept):
+    """NOTE(cold): a scan of two pools, then one block used again: new content (its second
+    use hits the window) or content main kept from the fill. Either way the pool returns to
+    LRU; left on the duel when the hit found kept content, a scan, a re-read of part of it
+    and then chats went below LRU."""
+    cap = 200
+    p = AdaptivePolicy(cap)
+    c = PolicyCache(p, cap)
+    replay([[i + 1] for i in range(2 * cap)], c)
+    assert p.cfg == AdaptivePolicy.COLD
+    again = [[cap // 2]] if kept else [[10_000], [10_000]]
+    assert replay(again, c)[0] == 1
+    assert p.cfg == LRU
+    p.check_invariants()
+
+
+def test_after_a_cold_fill_a_hit_on_a_block_in_use_returns_the_pool_to_lru():
+    """NOTE(cold): a hit on a block no policy holds (a running sequence's) ends it too."""
+    p = AdaptivePolicy(100)
+    fill(p, range(100))
+    p.evict()
+    assert p.cfg == AdaptivePolicy.COLD
+    p.on_hit(key(5000))
+    assert p.cfg == LRU
+    p.check_invariants()
+
+
 def test_the_tuner_stays_lru_where_every_candidate_ties():
     """Memoryless reuse over twice the pool: nothing beats LRU, so nothing may move it."""
     import random

@@ -40,6 +40,10 @@ from kvpool.core.eviction.sketch import FrequencySketch
 from kvpool.core.eviction.tuner import NO_MISS, ReleaseRuns
 from kvpool.errors import InvalidBlockError, InvariantError
 
+# NOTE(cold)'s states: no rule (or no more); no hit and no eviction yet; on COLD since the
+# pool filled without a hit, no hit yet
+COLD_OFF, COLD_ARMED, COLD_ON = 0, 1, 2
+
 
 class AdaptivePolicy(StampedQueuesPolicy):
     """Invariant: queues 0..4 hold main's blocks by class, queue 5 the window, each in
@@ -68,6 +72,19 @@ class AdaptivePolicy(StampedQueuesPolicy):
     # blocks where W-TinyLFU reads 0.135 (0.132 now; docs/benchmarks.md "The duel's fill").
     # The tuned pool fills as LRU and gains little; the miniatures keep the old fill (made
     # faithful, they led the tuner into the duel where it loses live, same section).
+    # NOTE(cold): a pool that fills without a single hit has seen no reuse, so LRU's order has
+    # nothing to go on. At the first eviction, if no hit came before it, the policy takes COLD
+    # (the 1 % duel: a tie keeps the incumbent, so the pool keeps what it holds and tries new
+    # content in a small window), W-TinyLFU's answer to a scan or a loop longer than the
+    # pool. The first hit after that returns the pool to LRU, the start it would have had,
+    # and the tuner goes on from there as always: the rule changes only what a pool keeps
+    # while it has no evidence. Started as LRU, the tuned pool lost a loop's whole second pass
+    # before any miniature had evidence. Staying on the duel when the first hit found content
+    # kept from the fill won more on the loop, but a scan, a re-read of part of it and then
+    # chats went below LRU by up to 0.017 while the tuner walked back (docs/eviction.md "A
+    # cold start"). A hit before the first eviction leaves the policy as it was; None turns
+    # the rule off (the research steps in bench/).
+    COLD: Cfg | None = (0.0, 0.01, True)
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
                  cfg: Cfg | None = None) -> None:
@@ -84,6 +101,8 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._sample = self._tuner.threshold if self._tuner is not None else 0
         self._runs = ReleaseRuns(self._tuner)  # NOTE(runs) in tuner.py: what it is fed
         self._set_cfg(LRU if cfg is None else cfg)
+        self._cold = (COLD_ARMED if self._tuner is not None and self.COLD is not None
+                      else COLD_OFF)  # NOTE(cold)
 
     @staticmethod
     def _new_ghost(capacity: int) -> GhostTable:
@@ -150,11 +169,21 @@ class AdaptivePolicy(StampedQueuesPolicy):
         return self._sketch.add(c)
 
     def on_hit(self, block_hash: bytes) -> None:
+        if self._cold:  # NOTE(cold): the first hit ends the rule
+            self._warm()
         self._count(crc32(block_hash))
 
     def remove(self, block_id: int) -> None:
         self._nw -= self._unlink(block_id) == WIN
         self._where[block_id] = PENDING  # keep the hash: a re-insert is a revival, not a use
+
+    def _warm(self) -> None:
+        """NOTE(cold): the first hit. After a fill without one, the pool returns to LRU,
+        unless the tuner has moved on already."""
+        if self._cold == COLD_ON and self.cfg == self.COLD:
+            self._tuner.start_at(LRU)
+            self._set_cfg(LRU)
+        self._cold = COLD_OFF
 
     def discard(self, block_id: int) -> None:
         q = self._where[block_id] if 0 <= block_id < len(self._where) else PENDING
@@ -193,6 +222,10 @@ class AdaptivePolicy(StampedQueuesPolicy):
         return self._unlink_head(q)
 
     def evict(self) -> int:
+        if self._cold == COLD_ARMED:  # NOTE(cold): the first eviction, and no hit before it
+            self._cold = COLD_ON
+            self._tuner.start_at(self.COLD)
+            self._set_cfg(self.COLD)
         if not self._nw and self._len:  # NOTE(speed): no window, so main's victim
             return self._pop(self._victim())
         if not self._len:
@@ -220,6 +253,9 @@ class AdaptivePolicy(StampedQueuesPolicy):
             raise InvariantError(f"window holds {len(self.queue(WIN))}, count {self._nw}")
         if self._w != [k * self.cfg[0] * self._scale for k in range(CLASSES)]:
             raise InvariantError("eviction-key bonuses do not match the configuration")
+        if self._cold not in (COLD_OFF, COLD_ARMED, COLD_ON) or (
+                self._cold and self._tuner is None):
+            raise InvariantError(f"cold-start state {self._cold} with no tuner or unknown")
         if self._tuner is not None:
             if self.cfg != self._tuner.bonus:
                 raise InvariantError("the configuration in use is not the tuner's choice")

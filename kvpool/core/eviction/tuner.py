@@ -237,6 +237,11 @@ class BonusTuner:
         """The chosen bonus in pool turnovers."""
         return self.GRID[self.current]
 
+    def start_at(self, choice) -> None:
+        """Take ``choice`` (a GRID value) as the current one before any evidence: the
+        policy's NOTE(cold). The tuner goes on from there by its own rule."""
+        self.current = self.GRID.index(choice)
+
     def access_run(self, run: list[tuple[bytes, int, int]], miss: int) -> bool:
         """Feed the sampled blocks of one release run (``(hash, class, depth)``, tail first;
         ``miss``: ShadowCache.access_run); True when the chosen bonus changed."""
