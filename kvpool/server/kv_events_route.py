@@ -12,7 +12,7 @@ request per prompt (the router's ``--kv-events`` asks it once per replica)::
      "replay_endpoint", "topic", "block_size", "hash": {"spec": "kvpool/prefix/v1",
      "algo": "sha256", "model_id"}, "tokenizer": MODEL_DIR | null (the built-in model),
      "chat_template", "max_model_len", "tenant_namespaced": false, "tenant_header": null,
-     "model_names": [...]}
+     "model_names": [...], "tenant_salt_key_id": null}
 
 ``endpoint`` is what the socket bound (a wildcard host means: this replica's own address);
 ``endpoint_mode`` is ``"bind"``. A publisher that connects out to an indexer (an endpoint
@@ -26,14 +26,15 @@ request's salt: its ``cache_salt``, or with ``tenant_namespaced`` the tenant fol
 (middleware.py), the tenant read from header ``tenant_header`` or, when that is null,
 from the request's API key (middleware.py). A chain's first BlockStored carries, in
 ``extra_keys``, the client's ``cache_salt``, or for a named tenant an opaque keyed digest
-(middleware.py NOTE(tenant-salt)). Without the flag the route answers
-``{"enabled": false}``.
+(middleware.py NOTE(tenant-salt)) under a key drawn at this start or the operator's shared one
+(salt_key.py NOTE(shared-salt-key)); ``tenant_salt_key_id`` names a shared key (replicas that
+share it publish the same digests), null for a key of this start. Without the flag the route
+answers ``{"enabled": false}``.
 """
 
 from __future__ import annotations
 
 import functools
-import secrets
 from typing import Any
 
 from aiohttp import web
@@ -45,6 +46,7 @@ from kvpool.events.recorder import KVEventRecorder
 from kvpool.server.app import NAMESPACE_KEY
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.middleware import published_salt
+from kvpool.server.salt_key import SaltKey
 
 __all__ = ["KV_EVENTS_PATH", "KVEventsRoute"]
 
@@ -54,24 +56,30 @@ KV_EVENTS_PATH = "/v1/kvpool/kv_events"
 class KVEventsRoute:
     """The publisher of one replica (None when events are off) and its info route."""
 
-    def __init__(self, publisher: EventPublisher | None, block_size: int) -> None:
+    def __init__(self, publisher: EventPublisher | None, block_size: int,
+                 salt_key: SaltKey | None = None) -> None:
+        """``salt_key``: the operator's shared key, None for one of this start's own."""
         self.publisher = publisher
-        # NOTE(tenant-salt): a key of this start's own, never published, for the tenants' salts
-        salts = functools.partial(published_salt, key=secrets.token_bytes(32))
+        # NOTE(tenant-salt), NOTE(shared-salt-key): the key is never published
+        self.salt_key = salt_key if salt_key is not None else SaltKey.per_start()
+        salts = functools.partial(published_salt, key=self.salt_key.key)
         self.recorder = (KVEventRecorder(publisher, block_size, public_salt=salts)
                          if publisher else None)
         self.info: dict[str, Any] = {"enabled": False}
 
     @classmethod
-    def start(cls, config_json: str | None, block_size: int) -> KVEventsRoute:
+    def start(cls, config_json: str | None, block_size: int,
+              salt_key: SaltKey | None = None) -> KVEventsRoute:
         """Publisher up and bound (ConfigError naming the flag if the JSON or a bind fails)."""
         config = KVEventsConfig.from_json(config_json) if config_json else None
         publisher = EventPublisher(config) if config is not None and config.enabled else None
-        return cls(publisher, block_size)
+        return cls(publisher, block_size, salt_key)
 
     def register(self, app: web.Application, engine: EngineClient, *, replica_id: str,
                  chat_template: str | None, tenant_header: str | None = None) -> None:
         """Serve the info route; close the publisher after the app (the engine stopped)."""
+        self.salt_key.announce(publishing=self.publisher is not None,
+                               per_tenant=app[NAMESPACE_KEY].per_tenant)
         if self.publisher is not None:
             cfg, mgr = engine.config, engine.core.manager
             self.info = {
@@ -86,7 +94,8 @@ class KVEventsRoute:
                 "tenant_namespaced": app[NAMESPACE_KEY].per_tenant,
                 "tenant_header": tenant_header,
                 "model_names": list(dict.fromkeys(
-                    n for n in (engine.model_name, cfg.served_model_name) if n))}
+                    n for n in (engine.model_name, cfg.served_model_name) if n)),
+                "tenant_salt_key_id": self.salt_key.key_id}
             app.on_cleanup.append(self._close)
         app.router.add_get(KV_EVENTS_PATH, self.describe)
 

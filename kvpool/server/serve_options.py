@@ -26,6 +26,7 @@ from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
                                           DEFAULT_MAX_STORED_RESPONSES)
+from kvpool.server.salt_key import SALT_KEY_ENV, SALT_KEY_FLAG, SaltKey, resolve_salt_key
 from kvpool.server.tools.parsers import PARSERS
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_cors_args",
@@ -74,6 +75,9 @@ class ServeOptions:
     # engine's names (the model dir's)
     served_model_name: tuple[str, ...] | None = None
     kv_events_config: str | None = None  # vLLM's KVEventsConfig as JSON (None: no events)
+    # the tenant salts' shared key (from_args reads the file --kv-events-salt-key-file names,
+    # else $KVPOOL_KV_EVENTS_SALT_KEY); None: one drawn at start (NOTE(shared-salt-key))
+    kv_events_salt_key: SaltKey | None = None
     max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES  # Responses API store, all tenants
     max_stored_response_bytes: int = DEFAULT_MAX_STORED_RESPONSE_BYTES  # the same store's bytes
     enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
@@ -144,10 +148,13 @@ class ServeOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
-        """From parsed ``kvpool serve`` flags; the API key falls back to $KVPOOL_API_KEY."""
+        """From parsed ``kvpool serve`` flags; the API key falls back to $KVPOOL_API_KEY, the
+        salt key's file to $KVPOOL_KV_EVENTS_SALT_KEY (read here: ConfigError naming either)."""
         given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
                  if hasattr(args, f.name)}
         given["api_key"] = resolve_api_key(args)
+        given["kv_events_salt_key"] = resolve_salt_key(  # the flag's value is the file's path
+            getattr(args, "kv_events_salt_key", None), os.environ)
         return cls(**given)
 
 
@@ -164,6 +171,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     add_cors_args(srv)
     _add_tenant_args(srv)
     _add_request_args(srv)
+    _add_events_args(srv)
     _add_api_args(srv)
     _add_process_args(srv)
 
@@ -258,6 +266,10 @@ def _add_request_args(srv: _ArgGroup) -> None:
                      "generation_config.json, vllm uses none, DIR reads DIR's, whose "
                      "max_new_tokens also caps every request's max_tokens (vLLM's spelling "
                      "and rule; default: auto)")
+
+
+def _add_events_args(srv: _ArgGroup) -> None:
+    """The KV events a replica publishes (kv_events_route.py, salt_key.py)."""
     srv.add_argument("--kv-events-config", default=None, metavar="JSON",
                      help="publish KV cache events in vLLM's format (ZMQ PUB, msgpack): "
                      "vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": "
@@ -265,6 +277,12 @@ def _add_request_args(srv: _ArgGroup) -> None:
                      "\"tcp://*:5558\"}'; a wildcard host or port 0 binds, any other endpoint "
                      "is connected to (an indexer's bound SUB, vLLM's rule); "
                      "GET /v1/kvpool/kv_events tells subscribers where")
+    srv.add_argument(SALT_KEY_FLAG, dest="kv_events_salt_key", default=None, metavar="PATH",
+                     help="a file holding a secret (16 bytes or more) shared by the replicas: "
+                     "the salts of named tenants' chains in KV events are keyed by it, so every "
+                     "replica given it publishes the same extra_keys for a tenant's prompt, "
+                     "across restarts too (or env " + SALT_KEY_ENV + "; default: a key drawn "
+                     "at every start, shared with no one)")
 
 
 def _add_api_args(srv: _ArgGroup) -> None:

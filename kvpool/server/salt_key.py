@@ -1,0 +1,102 @@
+"""The key of the tenant salts a replica publishes in its KV events (middleware.py
+NOTE(tenant-salt)): ``kvpool serve --kv-events-salt-key-file PATH`` or
+``$KVPOOL_KV_EVENTS_SALT_KEY``, else one drawn at every start.
+
+NOTE(shared-salt-key): a named tenant's chain publishes ``"kvpool-ns-"`` + an HMAC of its
+salt under this key, and an indexer that keys blocks on their tokens and extra keys (llm-d's)
+folds that value into its key for the chain's blocks. With a key drawn per start, two replicas
+(or one replica before and after a restart) publish different values for the same tenant and
+prompt, so such an indexer can never see that replica B holds tenant t's prefix too. Replicas
+given one secret publish one value per (tenant, cache_salt). The secret comes from a file (a
+mounted secret: never on the command line, where ``ps`` shows it to every user) or from an
+environment variable (a platform that injects secrets only so); the file wins when both are
+given, as ``--api-key`` wins over ``$KVPOOL_API_KEY``. The HMAC key is SHA-256 of a label and
+the secret, so a secret reused elsewhere (``--remote-secret-file``) gives unrelated values; a
+second label gives the key id that the start log and the kv_events route show, so operators
+can check that replicas share one key without the key itself being shown (docs/kv_events.md
+"Salts in extra_keys").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvpool.errors import ConfigError, require
+
+__all__ = ["MIN_KEY_BYTES", "SALT_KEY_ENV", "SALT_KEY_FLAG", "SaltKey", "resolve_salt_key"]
+
+log = logging.getLogger("kvpool.server")
+
+SALT_KEY_FLAG = "--kv-events-salt-key-file"
+SALT_KEY_ENV = "KVPOOL_KV_EVENTS_SALT_KEY"
+MIN_KEY_BYTES = 16  # a shorter secret is refused (the remote tier's rule too)
+_KEY_LABEL = b"kvpool kv-events tenant salt key v1\x00"
+_ID_LABEL = b"kvpool kv-events tenant salt key id v1\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class SaltKey:
+    """The HMAC key of the published tenant salts and where it came from."""
+
+    key: bytes = field(repr=False)  # never published, never logged
+    source: str = ""  # the flag and path, or the variable; "" for a key of this start
+    key_id: str | None = None  # 16 hex digits naming a shared key; None: drawn at this start
+
+    @classmethod
+    def per_start(cls) -> SaltKey:
+        """The default: a key of this start's own, shared with no one."""
+        return cls(secrets.token_bytes(32))
+
+    @classmethod
+    def from_secret(cls, secret: bytes, source: str) -> SaltKey:
+        """A shared key from the operator's secret (surrounding whitespace dropped)."""
+        secret = secret.strip()
+        require(len(secret) >= MIN_KEY_BYTES,
+                f"{source}: the key has {len(secret)} bytes: use at least {MIN_KEY_BYTES}, "
+                "the same on every replica (e.g. head -c 32 /dev/urandom | base64 > FILE)")
+        return cls(hashlib.sha256(_KEY_LABEL + secret).digest(), source,
+                   hashlib.sha256(_ID_LABEL + secret).hexdigest()[:16])
+
+    @property
+    def shared(self) -> bool:
+        return self.key_id is not None
+
+    def announce(self, *, publishing: bool, per_tenant: bool) -> None:
+        """Say once, at start, what the key means for this replica's events."""
+        if self.shared and not (publishing and per_tenant):
+            log.warning("%s has no effect: %s", self.source,
+                        "no KV events are published (--kv-events-config)" if not publishing
+                        else "no tenant's salt is published as a keyed digest (tenants need "
+                        "--api-key or --tenant-header, without --shared-prefix-cache)")
+        elif self.shared:
+            log.info("KV events: named tenants' salts are keyed by the shared key from %s "
+                     "(key id %s): replicas given the same key publish the same extra_keys "
+                     "for the same tenant and prompt", self.source, self.key_id)
+        elif publishing and per_tenant:
+            log.info("KV events: named tenants' salts are keyed by a key drawn at this start: "
+                     "other replicas, and this one after a restart, publish other extra_keys "
+                     "for the same tenant and prompt, so a token-keyed indexer (llm-d's) sees "
+                     "no prefix shared across them; give every replica the same secret (16 "
+                     "bytes or more) with %s PATH or $%s to share one", SALT_KEY_FLAG,
+                     SALT_KEY_ENV)
+
+
+def resolve_salt_key(path: str | None, environ: Mapping[str, str]) -> SaltKey | None:
+    """The operator's key: ``--kv-events-salt-key-file``, else ``$KVPOOL_KV_EVENTS_SALT_KEY``
+    (set, even empty, counts as given), else None (a key per start). ConfigError names the
+    flag or the variable."""
+    if path is not None:
+        try:
+            secret = Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{SALT_KEY_FLAG} {path}: {exc.strerror or exc}") from exc
+        return SaltKey.from_secret(secret, f"{SALT_KEY_FLAG} {path}")
+    value = environ.get(SALT_KEY_ENV)
+    if value is None:
+        return None
+    return SaltKey.from_secret(value.encode(errors="surrogateescape"), f"${SALT_KEY_ENV}")
