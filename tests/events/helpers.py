@@ -22,6 +22,10 @@ from kvpool.events.publisher import EventPublisher
 
 VLLM_EVENTS = Path(os.environ.get("KVPOOL_VLLM_SRC", "/tmp/vllm_src")) / \
     "vllm/distributed/kv_events.py"
+# a served replica's KV events: ZMQ on ephemeral loopback ports, topic r1 (its --kv-events-config)
+SERVED_EVENTS = ('{"enable_kv_cache_events": true, "publisher": "zmq", '
+                 '"endpoint": "tcp://127.0.0.1:0", "replay_endpoint": "tcp://127.0.0.1:0", '
+                 '"topic": "r1"}')
 DEADLINE = 10.0  # seconds a message may take on a shared 2-core box (liveness, not timing)
 
 

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 
 import aiohttp
 
 from stress.http.servers import SpawnedServer
-from tests.events.helpers import TokenIndex, replayed, stored_events
+from tests.events.helpers import SERVED_EVENTS, TokenIndex, replayed, stored_events
 
 BS = 4
 KEY = "sk-host-tier-secret"
-EVENTS = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                     "endpoint": "tcp://127.0.0.1:0", "replay_endpoint": "tcp://127.0.0.1:0",
-                     "topic": "r1"})
+EVENTS = SERVED_EVENTS
 ARGS = ["--block-size", str(BS), "--num-device-blocks", "24", "--num-host-blocks", "64",
         "--preemption-mode", "swap", "--max-model-len", "64", "--seed", "0",
         "--num-threads", "1", "--api-key", KEY, "--kv-events-config", EVENTS]

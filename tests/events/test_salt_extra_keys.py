@@ -9,17 +9,14 @@ small llm-d-like index (tests/events/helpers.py); the header's value is never pu
 
 from __future__ import annotations
 
-import json
 
 import aiohttp
 
 from stress.http.servers import SpawnedServer
-from tests.events.helpers import TokenIndex, replayed, stored_events
+from tests.events.helpers import SERVED_EVENTS, TokenIndex, replayed, stored_events
 
 BS = 16
-EVENTS = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                     "endpoint": "tcp://127.0.0.1:0", "replay_endpoint": "tcp://127.0.0.1:0",
-                     "topic": "r1"})
+EVENTS = SERVED_EVENTS
 ARGS = ["--block-size", str(BS), "--num-device-blocks", "64", "--num-host-blocks", "8",
         "--max-model-len", "512", "--seed", "0", "--num-threads", "1",
         "--tenant-header", "X-Tenant", "--kv-events-config", EVENTS]

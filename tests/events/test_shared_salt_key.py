@@ -25,14 +25,12 @@ from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.middleware import CacheNamespace
 from kvpool.server.salt_key import SALT_KEY_ENV, SaltKey
 from stress.http.servers import ROOT, SpawnedServer
-from tests.events.helpers import (Sub, TokenIndex, plain, publisher, replayed, stored_events,
+from tests.events.helpers import (SERVED_EVENTS, Sub, TokenIndex, plain, publisher, replayed, stored_events,
                                   wait_subscribed)
 
 BS = 16
 SECRET = "a-shared-secret-of-32-bytes-XXXX"
-EVENTS = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                     "endpoint": "tcp://127.0.0.1:0", "replay_endpoint": "tcp://127.0.0.1:0",
-                     "topic": "r1"})
+EVENTS = SERVED_EVENTS
 ARGS = ["--block-size", str(BS), "--num-device-blocks", "64", "--num-host-blocks", "8",
         "--max-model-len", "512", "--seed", "0", "--num-threads", "1",
         "--tenant-header", "X-Tenant", "--kv-events-config", EVENTS]
