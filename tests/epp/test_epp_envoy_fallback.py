@@ -86,7 +86,8 @@ async def gateway(workdir, fallbacks: int, first: str | None = None, edits=()):
         head = first or (await doomed.enter_async_context(
             apps_served(replica("doomed", 0, served))))[0]
         urls = [head, busy, idle]
-        picker = Picker(Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT),
+        picker = Picker(Router(ReplicaSet(urls, interval=3600, timeout=LOOKUP_TIMEOUT),
+                               lookup_timeout=LOOKUP_TIMEOUT),
                         fallbacks=fallbacks)
         port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
         await doomed.aclose()  # its port refuses now; the picker still holds it healthy
@@ -177,7 +178,8 @@ async def test_every_attempt_stays_on_a_short_list(tmp_path, outside):
         doomed = contextlib.AsyncExitStack()
         urls = [*await doomed.enter_async_context(apps_served(
             replica("a", 0, served), replica("b", 0, served))), third]
-        picker = Picker(Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT),
+        picker = Picker(Router(ReplicaSet(urls, interval=3600, timeout=LOOKUP_TIMEOUT),
+                               lookup_timeout=LOOKUP_TIMEOUT),
                         fallbacks=3)
         port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
         await doomed.aclose()  # a and b refuse now; the picker still holds them healthy
