@@ -195,6 +195,24 @@ def test_after_a_cold_fill_a_hit_on_a_block_in_use_returns_the_pool_to_lru():
     p.check_invariants()
 
 
+def test_a_window_left_behind_is_evicted_in_release_order():
+    """NOTE(drain): a cold fill puts the pool on the 1 % duel, and new content enters its
+    window; the first hit returns it to LRU with that window left over. Its blocks are the
+    oldest once a pool's worth of new blocks is released, and LRU evicts them first; before,
+    they stayed while main held any block."""
+    cap = 200
+    p = AdaptivePolicy(cap)
+    c = PolicyCache(p, cap)
+    replay([[i + 1] for i in range(cap + 20)], c)
+    left = set(p.queue(WIN))
+    assert left and p.cfg == AdaptivePolicy.COLD
+    replay([[cap + 20]], c)  # the first hit: back to LRU
+    assert p.cfg == LRU and set(p.queue(WIN)) <= left
+    replay([[10_000 + i] for i in range(cap)], c)
+    assert p.queue(WIN) == []
+    p.check_invariants()
+
+
 def test_the_tuner_stays_lru_where_every_candidate_ties():
     """Memoryless reuse over twice the pool: nothing beats LRU, so nothing may move it."""
     import random
