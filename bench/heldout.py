@@ -107,6 +107,14 @@ product):
               395a810 and after this week's deferred-miniature cost work, which changed no
               choice, by someone who had not read the policies;
               bench/heldout_meeting_assist.py)
+    legal_review  one replica behind a legal review and drafting product: lawyers' question
+              sessions over a matter's documents for days, drafting behind firm playbooks (an
+              edit makes every later section new), redlines of a contract's last two versions
+              in negotiation rounds, citation checks re-sending a brief, data-room clause
+              extraction walks in order, discovery review and QC samples, Zipf-sized firms in
+              seven time zones, deadline bursts (written after ``adaptive`` was frozen at
+              NOTE(cold), blind: by someone who had not read the policies, and no policy or
+              hit rate was run on it; bench/heldout_legal_review.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -127,6 +135,7 @@ from bench.heldout_early import (Trace, agent, code_edit, drift, loop, mooncake,
 from bench.heldout_eval import batch_eval
 from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_gateway import api_gateway
+from bench.heldout_legal_review import legal_review
 from bench.heldout_ide import ide_tree
 from bench.heldout_marketplace import marketplace
 from bench.heldout_meeting_assist import meeting_assist
@@ -156,7 +165,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "npc_world": npc_world, "api_gateway": api_gateway,
           "deep_research": deep_research, "tutoring": tutoring,
           "marketplace": marketplace, "bi_copilot": bi_copilot,
-          "meeting_assist": meeting_assist}
+          "meeting_assist": meeting_assist, "legal_review": legal_review}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
