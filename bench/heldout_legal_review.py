@@ -41,8 +41,9 @@ strikes 10 %):
   the counterparty drafts and 40 % of uploads: the documents picked when it starts (0..8, 30 %
   none; by popularity: the main agreement 6, an ancillary or contract 1.5..4, a brief 3, a
   filing 2 r^-1, a data-room document 1.5 r^-0.9 by a random rank r, an upload or a hot
-  discovery document 0.3..2; in workspace order, at most 24000 tokens), the thread, the question (8..400 tokens, median 45); replies median 250;
-  1..10 turns (40 % one), 90 s (median) think time after reading, 12 % resumed 0.5..3 days on.
+  discovery document 0.3..2; in workspace order, at most 24000 tokens), the thread, the
+  question (8..400 tokens, median 45); replies median 250; 1..10 turns (40 % one), 90 s
+  (median) think time after reading, 12 % resumed 0.5..3 days on.
 - draft: drafting sessions, 0.05 a lawyer a weekday (half against a brief's or negotiated
   contract's current version), after 30 % of counterparty drafts and 15 % of brief revisions;
   each turn re-sends the thread with a new instruction (median 80) after the playbook as of
