@@ -162,9 +162,11 @@ class FieldPolicy:
         self.reject = reject
         self._warned: set[str] = set()
 
-    def check(self, body: dict[str, Any], known: frozenset[str]) -> tuple[str, ...]:
-        """The unknown field names of ``body`` (sorted), or a 400 naming the first."""
-        unknown = [k for k in body if k not in known]
+    def check(self, body: dict[str, Any], known: frozenset[str],
+              prefix: str = "") -> tuple[str, ...]:
+        """The unknown field names of ``body`` (sorted, each after ``prefix``: a nested
+        object's keys), or a 400 naming the first."""
+        unknown = [prefix + k for k in body if k not in known]
         if not unknown:
             return ()
         unknown.sort()

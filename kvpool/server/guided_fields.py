@@ -29,6 +29,7 @@ NOTE(gbnf)); every kind compiles and is probed under the same budget as a JSON s
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from kvpool.errors import RequestError
@@ -38,7 +39,9 @@ from kvpool.server.structural_tag import parse_structural_tag
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "format_over_guided", "parse_guided"]
+__all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "format_over_guided", "parse_guided", "unheeded"]
+
+log = logging.getLogger("kvpool.server")
 
 GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                            "structured_outputs"})
@@ -48,6 +51,7 @@ _OPTIONS = {"disable_fallback": bool, "disable_any_whitespace": bool,
 _OUTPUT_KEYS = {"json": "guided_json", "regex": "guided_regex", "choice": "guided_choice",
                 "grammar": "guided_grammar", "json_object": "json_object",
                 "structural_tag": "structural_tag"}
+_SO_KEYS = frozenset(_OUTPUT_KEYS) | frozenset(_OPTIONS)
 _KINDS = "json, regex, choice, grammar, json_object or structural_tag"
 _FORMAT_KEYS = {"json_schema": "json", "json_object": "json_object",
                 "structural_tag": "structural_tag"}  # response_format type -> its key here
@@ -73,13 +77,43 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
     return dataclasses.replace(spec, param=param)  # so do the compile's 400s (on a worker)
 
 
+def unheeded(body: dict[str, Any], ignored: tuple[str, ...], fields: Any,
+             tools: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """NOTE(so-unheeded): what vLLM 0.33 answers with a 200 and leaves unheeded, taken out of
+    ``body`` and added to ``ignored`` (the X-Kvpool-Ignored-Fields header). A key
+    StructuredOutputsParams (a pydantic dataclass) does not have is dropped by it:
+    ``structured_outputs.<key>``, through ``fields`` (body_fields.FieldPolicy: logged once,
+    a 400 with --reject-unknown-fields). ``tools`` forcing a call (tool_choice required, or
+    named): vLLM's tool parser replaces the constraint with the call's schema, so the whole
+    ``structured_outputs`` is dropped (still validated first, as vLLM's model is); a named
+    tool beside json / regex / choice is vLLM's 400 (check_structured_outputs_count)."""
+    so = body.get("structured_outputs")
+    if isinstance(so, dict) and not _SO_KEYS.issuperset(so):
+        ignored += fields.check(so, _SO_KEYS, prefix="structured_outputs.")
+        body = {**body, "structured_outputs": {k: v for k, v in so.items() if k in _SO_KEYS}}
+    if so is None or tools is None or tools.grammar is None:
+        return body, ignored
+    parse_guided({"structured_outputs": body["structured_outputs"]})
+    if tools.choice == "named" and any(so.get(k) is not None for k in ("json", "regex",
+                                                                        "choice")):
+        raise _bad("tool_choice", "a named tool cannot be combined with structured_outputs "
+                   "json, regex or choice: use constraints for structured outputs or tools")
+    if not _LOGGED:
+        _LOGGED.append(True)
+        log.warning("structured_outputs is ignored where tool_choice forces a tool call "
+                    "(vLLM's rule; logged once, the response lists it in "
+                    "X-Kvpool-Ignored-Fields)")
+    rest = {k: v for k, v in body.items() if k != "structured_outputs"}
+    return rest, ignored + ("structured_outputs",)
+
+
+_LOGGED: list[bool] = []  # NOTE(so-unheeded): the tool-forced drop is logged once
+
+
 def _constraints(so: Any) -> list[tuple[str, Any]]:
     """The constraint keys ``structured_outputs`` gives, as (param, value); at least one."""
     if not isinstance(so, dict):
         raise _bad("structured_outputs", f"must be an object with one of {_KINDS}")
-    unknown = sorted(set(so) - set(_OUTPUT_KEYS) - set(_OPTIONS))
-    if unknown:
-        raise _bad("structured_outputs", f"unknown key {unknown[0][:40]!r}")
     closed = _options(so)
     given = [(f"structured_outputs.{k}", _close_text(v) if closed and k == "json" else v)
              for k, v in so.items() if k in _OUTPUT_KEYS and v is not None]

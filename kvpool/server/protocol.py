@@ -46,6 +46,7 @@ from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
 from kvpool.server.context_budget import token_budgets
 from kvpool.server.generation_config import CEILING_KEY
+from kvpool.server.guided_fields import unheeded
 from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body,
                                      json_int)
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
@@ -138,7 +139,7 @@ class RequestParser:
     # ---- endpoints --------------------------------------------------------------------------
     def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:
         ignored = self.fields.check(body, KNOWN_COMPLETION)
-        body = with_defaults(body, self.defaults)
+        body, ignored = unheeded(with_defaults(body, self.defaults), ignored, self.fields, None)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         extras = self._extras(body, chat=False)
@@ -156,6 +157,7 @@ class RequestParser:
         check_unsupported(body, UNSUPPORTED_CHAT)
         extras = self._extras(body, chat=True)
         tools = parse_tool_request(body, self.tool_parser)
+        body, ignored = unheeded(body, ignored, self.fields, tools)  # guided_fields.py
         ids, messages = self._chat_ids(body, extras, tools.tools if tools else None)
         # vLLM's chat echo: only a final assistant message (the one being continued) comes back
         echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""

@@ -99,7 +99,7 @@ class ResponsesRoute:
                 req = parser.parse_chat(inp.chat)
             except RequestError as exc:
                 raise _renamed(exc) from None
-            return dataclasses.replace(req, ignored=inp.ignored,
+            return dataclasses.replace(req, ignored=inp.ignored + req.ignored,
                                        params=_grammar_named(req.params))
 
         def view(builder: ResponseBuilder) -> ResponsesView:

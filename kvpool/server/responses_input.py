@@ -194,6 +194,9 @@ def _constraint(body: dict[str, Any], fmt: dict[str, Any], chat: dict[str, Any])
         return
     if _opt(body, "text", dict, {}).get("format") is not None:
         raise _bad("structured_outputs", "cannot be given with text.format: give one of them")
+    if body.get("tool_choice") not in (None, "auto", "none"):  # vLLM makes the forced
+        raise _bad("structured_outputs", "cannot be given with a tool_choice forcing a call "
+                   "(its schema is the text.format): give one of them")  # call a text.format
     chat["structured_outputs"] = so
 
 

@@ -116,7 +116,6 @@ MALFORMED = [
     ({}, "structured_outputs"),  # no constraint: vLLM refuses it too
     ({"disable_any_whitespace": True}, "structured_outputs"),  # options alone
     ({"json_object": False}, "structured_outputs.json_object"),
-    ({"regex": "a", "foo": 1}, "structured_outputs"),  # a key vLLM does not have
     ({"regex": 5}, "structured_outputs.regex"),
     ({"regex": "("}, "structured_outputs.regex"),
     ({"regex": "a", "choice": ["b"]}, "structured_outputs.choice"),  # one kind only
@@ -229,3 +228,46 @@ async def test_a_hostile_value_fails_only_its_own_request(srv, endpoint):
         assert (await post(s, srv, endpoint, structured_outputs={"choice": CHOICES}))[0] == 200
     await wait_free(srv, free)
     assert srv.free() == free
+
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"],
+    "additionalProperties": False}}}]
+NAMED = {"type": "function", "function": {"name": "f"}}
+
+
+async def test_what_vllm_leaves_unheeded_is_listed_as_ignored(make_server):
+    """guided_fields.py NOTE(so-unheeded): a key StructuredOutputsParams lacks is ignored; a
+    tool_choice forcing a call drops the constraint (a named one beside json / regex / choice
+    is vLLM's 400); each 200 lists what went unheeded in X-Kvpool-Ignored-Fields. The
+    rendered tools need a longer context than the default server's."""
+    async with make_server(max_model_len=1024, num_device_blocks=80) as srv, \
+            aiohttp.ClientSession() as s:
+        for endpoint in ENDPOINTS:
+            path, body = body_for(endpoint, structured_outputs={"regex": "[0-9]{3}", "foo": 1})
+            async with s.post(srv.v1 + path, json=body) as r:
+                out = await r.json()
+                assert r.status == 200, out
+                assert r.headers["X-Kvpool-Ignored-Fields"] == "structured_outputs.foo"
+            assert re.fullmatch("[0-9]{3}", text_of(endpoint, out)[0]), out
+        for choice in ("required", NAMED):
+            for so in ({"grammar": 'root ::= "no"'}, {"regex": "a"}):
+                path, body = body_for("chat", 200, tools=TOOLS, tool_choice=choice,
+                                      structured_outputs=so, parallel_tool_calls=False)
+                async with s.post(srv.v1 + path, json=body) as r:
+                    out = await r.json()
+                    if choice == NAMED and "regex" in so:
+                        assert r.status == 400 and out["error"]["param"] == "tool_choice", out
+                        continue
+                    assert r.status == 200, (choice, so, out)
+                    assert r.headers["X-Kvpool-Ignored-Fields"] == "structured_outputs"
+                call = out["choices"][0]["message"]["tool_calls"][0]["function"]
+                assert call["name"] == "f" and "a" in json.loads(call["arguments"]), out
+            status, out = await post(s, srv, "chat", tools=TOOLS, tool_choice=choice,
+                                     structured_outputs={})  # validated before the drop
+            assert status == 400 and out["error"]["param"] == "structured_outputs", out
+            status, out = await post(s, srv, "responses", structured_outputs={"regex": "a"},
+                                     tool_choice="required" if choice == "required" else
+                                     {"type": "function", "name": "f"},
+                                     tools=[{"type": "function", **TOOLS[0]["function"]}])
+            assert status == 400 and out["error"]["param"] == "structured_outputs", out
