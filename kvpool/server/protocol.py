@@ -139,7 +139,9 @@ class RequestParser:
     # ---- endpoints --------------------------------------------------------------------------
     def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:
         ignored = self.fields.check(body, KNOWN_COMPLETION)
-        body, ignored = unheeded(with_defaults(body, self.defaults), ignored, self.fields, None)
+        body = with_defaults(body, self.defaults)
+        if "structured_outputs" in body:  # guided_fields.py NOTE(so-unheeded)
+            body, ignored = unheeded(body, ignored, self.fields, None)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         extras = self._extras(body, chat=False)
@@ -157,12 +159,12 @@ class RequestParser:
         check_unsupported(body, UNSUPPORTED_CHAT)
         extras = self._extras(body, chat=True)
         tools = parse_tool_request(body, self.tool_parser)
-        body, ignored = unheeded(body, ignored, self.fields, tools)  # guided_fields.py
+        if "structured_outputs" in body:  # guided_fields.py NOTE(so-unheeded)
+            body, ignored = unheeded(body, ignored, self.fields, tools)
         ids, messages = self._chat_ids(body, extras, tools.tools if tools else None)
         # vLLM's chat echo: only a final assistant message (the one being continued) comes back
         echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""
-        # NOTE(max_tokens): OpenAI deprecates max_tokens for max_completion_tokens; the newer
-        # field wins when both are sent.
+        # NOTE(max_tokens): max_completion_tokens (OpenAI's newer field) wins over max_tokens
         max_tokens = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
         return self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
                             None, ignored=ignored, extras=extras, echo_text=echo,
@@ -199,8 +201,7 @@ class RequestParser:
                   ) -> tuple[list[int], list[tuple]]:
         """``tools``: what the template renders (the request's, as sent)."""
         messages = parse_messages(body.get("messages"))
-        # vLLM's spelling and rule: continuing the last (assistant) message and opening a new
-        # assistant turn contradict each other
+        # vLLM's rule: continuing the last assistant message contradicts opening a new turn
         add_gen = opt(body, "add_generation_prompt", bool, True)
         cont = opt(body, "continue_final_message", bool, False)
         if add_gen and cont and body.get("add_generation_prompt") is not None:
