@@ -47,6 +47,15 @@ def _aesgcm(key: bytes):
     return AESGCM(key)
 
 
+def read_secret(flag: str, path: str | Path) -> bytes:
+    """A shared secret from the file ``flag`` names: its bytes without surrounding whitespace
+    (a mounted secret, never on the command line); ConfigError names the flag and the path."""
+    try:
+        return Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: {exc.strerror or exc}") from exc
+
+
 class ValueSigner:
     """Tags and checks values with one secret; stateless apart from it, thread-safe."""
 
@@ -61,11 +70,7 @@ class ValueSigner:
     @classmethod
     def from_file(cls, path: str | Path) -> ValueSigner:
         """The secret is the file's bytes without surrounding whitespace."""
-        try:
-            data = Path(path).read_bytes().strip()
-        except OSError as exc:
-            raise ConfigError(f"--remote-secret-file {path}: {exc.strerror or exc}") from exc
-        return cls(data)
+        return cls(read_secret("--remote-secret-file", path))
 
     def trailer(self, key: bytes, header: bytes | memoryview, payload: bytes | memoryview
                 ) -> bytes:

@@ -24,9 +24,9 @@ import logging
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from kvpool.errors import ConfigError, require
+from kvpool.errors import require
+from kvpool.remote.signer import MIN_SECRET, read_secret
 
 __all__ = ["MIN_KEY_BYTES", "SALT_KEY_ENV", "SALT_KEY_FLAG", "SaltKey", "resolve_salt_key"]
 
@@ -34,7 +34,7 @@ log = logging.getLogger("kvpool.server")
 
 SALT_KEY_FLAG = "--kv-events-salt-key-file"
 SALT_KEY_ENV = "KVPOOL_KV_EVENTS_SALT_KEY"
-MIN_KEY_BYTES = 16  # a shorter secret is refused (the remote tier's rule too)
+MIN_KEY_BYTES = MIN_SECRET  # a shorter secret is refused, as for the remote tier
 _KEY_LABEL = b"kvpool kv-events tenant salt key v1\x00"
 _ID_LABEL = b"kvpool kv-events tenant salt key id v1\x00"
 
@@ -91,11 +91,7 @@ def resolve_salt_key(path: str | None, environ: Mapping[str, str]) -> SaltKey | 
     (set, even empty, counts as given), else None (a key per start). ConfigError names the
     flag or the variable."""
     if path is not None:
-        try:
-            secret = Path(path).read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"{SALT_KEY_FLAG} {path}: {exc.strerror or exc}") from exc
-        return SaltKey.from_secret(secret, f"{SALT_KEY_FLAG} {path}")
+        return SaltKey.from_secret(read_secret(SALT_KEY_FLAG, path), f"{SALT_KEY_FLAG} {path}")
     value = environ.get(SALT_KEY_ENV)
     if value is None:
         return None
