@@ -174,8 +174,11 @@ class ResponseBuilder:
     def _fold_logprobs(self, i: int, c: CompletionOutput) -> Any:
         """This update's logprobs for choice i (also merged into the body's), or None; a chat
         choice's tokens are noted at the offset where their update's text begins."""
-        start, self.chars[i] = self.chars[i], self.chars[i] + len(c.text or "")
-        if self.lp.logprobs is None or not c.logprobs:
+        if self.lp.logprobs is None:  # no logprobs asked: nothing to note or fold
+            return None
+        if self.chat:  # NOTE(own-logprobs): where this update's text begins
+            start, self.chars[i] = self.chars[i], self.chars[i] + len(c.text or "")
+        if not c.logprobs:
             return None
         if self.chat:
             lp = {"content": self.fmt.chat(c.logprobs)}
