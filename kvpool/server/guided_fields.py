@@ -29,7 +29,6 @@ NOTE(gbnf)); every kind compiles and is probed under the same budget as a JSON s
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any
 
 from kvpool.errors import RequestError
@@ -40,8 +39,6 @@ from kvpool.server.structural_tag import parse_structural_tag
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
 __all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "format_over_guided", "parse_guided", "unheeded"]
-
-log = logging.getLogger("kvpool.server")
 
 GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                            "structured_outputs"})
@@ -77,37 +74,19 @@ def parse_guided(body: dict[str, Any]) -> GrammarSpec | None:
     return dataclasses.replace(spec, param=param)  # so do the compile's 400s (on a worker)
 
 
-def unheeded(body: dict[str, Any], ignored: tuple[str, ...], fields: Any,
-             tools: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
+def unheeded(body: dict[str, Any], ignored: tuple[str, ...],
+             fields: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
     """NOTE(so-unheeded): what vLLM 0.33 answers with a 200 and leaves unheeded, taken out of
     ``body`` and added to ``ignored`` (the X-Kvpool-Ignored-Fields header). A key
     StructuredOutputsParams (a pydantic dataclass) does not have is dropped by it:
     ``structured_outputs.<key>``, through ``fields`` (body_fields.FieldPolicy: logged once,
-    a 400 with --reject-unknown-fields). ``tools`` forcing a call (tool_choice required, or
-    named): vLLM's tool parser replaces the constraint with the call's schema, so the whole
-    ``structured_outputs`` is dropped (still validated first, as vLLM's model is); a named
-    tool beside json / regex / choice is vLLM's 400 (check_structured_outputs_count)."""
+    a 400 with --reject-unknown-fields). Beside chat's tool_choice forcing a call, the whole
+    of it goes: forced_tool_fields.py NOTE(tool-forced)."""
     so = body.get("structured_outputs")
     if isinstance(so, dict) and not _SO_KEYS.issuperset(so):
         ignored += fields.check(so, _SO_KEYS, prefix="structured_outputs.")
         body = {**body, "structured_outputs": {k: v for k, v in so.items() if k in _SO_KEYS}}
-    if so is None or tools is None or tools.grammar is None:
-        return body, ignored
-    parse_guided({"structured_outputs": body["structured_outputs"]})
-    if tools.choice == "named" and any(so.get(k) is not None for k in ("json", "regex",
-                                                                        "choice")):
-        raise _bad("tool_choice", "a named tool cannot be combined with structured_outputs "
-                   "json, regex or choice: use constraints for structured outputs or tools")
-    if not _LOGGED:
-        _LOGGED.append(True)
-        log.warning("structured_outputs is ignored where tool_choice forces a tool call "
-                    "(vLLM's rule; logged once, the response lists it in "
-                    "X-Kvpool-Ignored-Fields)")
-    rest = {k: v for k, v in body.items() if k != "structured_outputs"}
-    return rest, ignored + ("structured_outputs",)
-
-
-_LOGGED: list[bool] = []  # NOTE(so-unheeded): the tool-forced drop is logged once
+    return body, ignored
 
 
 def _constraints(so: Any) -> list[tuple[str, Any]]:

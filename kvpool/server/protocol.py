@@ -45,6 +45,7 @@ from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOW
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
 from kvpool.server.context_budget import token_budgets
+from kvpool.server.forced_tool_fields import drop_for_forced_tool
 from kvpool.server.generation_config import CEILING_KEY
 from kvpool.server.guided_fields import unheeded
 from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body,
@@ -141,7 +142,7 @@ class RequestParser:
         ignored = self.fields.check(body, KNOWN_COMPLETION)
         body = with_defaults(body, self.defaults)
         if "structured_outputs" in body:  # guided_fields.py NOTE(so-unheeded)
-            body, ignored = unheeded(body, ignored, self.fields, None)
+            body, ignored = unheeded(body, ignored, self.fields)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         extras = self._extras(body, chat=False)
@@ -160,7 +161,9 @@ class RequestParser:
         extras = self._extras(body, chat=True)
         tools = parse_tool_request(body, self.tool_parser)
         if "structured_outputs" in body:  # guided_fields.py NOTE(so-unheeded)
-            body, ignored = unheeded(body, ignored, self.fields, tools)
+            body, ignored = unheeded(body, ignored, self.fields)
+        if tools is not None and tools.grammar is not None:  # NOTE(tool-forced)
+            body, ignored = drop_for_forced_tool(body, ignored, tools.choice)
         ids, messages = self._chat_ids(body, extras, tools.tools if tools else None)
         # vLLM's chat echo: only a final assistant message (the one being continued) comes back
         echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""
@@ -294,11 +297,8 @@ class RequestParser:
             body, self.vocab_size, self.tokenizer)
         if tools is not None and tools.parser is not None and tools.parser.keeps_special_tokens:
             out.setdefault("skip_special_tokens", False)
-        if tools is not None and tools.grammar is not None:
-            if "response_format" in out:
-                raise _bad("tool_choice", f"{tools.choice!r} forces a tool call's shape: it "
-                           "cannot be combined with response_format or guided decoding")
-            out["response_format"] = tools.grammar
+        if tools is not None and tools.grammar is not None:  # its constraint fields: dropped
+            out["response_format"] = tools.grammar  # (forced_tool_fields.py NOTE(tool-forced))
         return out
 
     def _best_of(self, body: dict[str, Any], n: int, stream: bool) -> int:

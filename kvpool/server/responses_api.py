@@ -99,7 +99,8 @@ class ResponsesRoute:
                 req = parser.parse_chat(inp.chat)
             except RequestError as exc:
                 raise _renamed(exc) from None
-            return dataclasses.replace(req, ignored=inp.ignored + req.ignored,
+            ignored = tuple(_PARAM_NAMES.get(name, name) for name in req.ignored)
+            return dataclasses.replace(req, ignored=inp.ignored + ignored,
                                        params=_grammar_named(req.params))
 
         def view(builder: ResponseBuilder) -> ResponsesView:

@@ -1,0 +1,64 @@
+"""A chat tool_choice forcing a call (``required`` or named) beside a structured-output field,
+through a real server on 127.0.0.1 (the built-in tiny model): as vLLM 0.33's tool parser
+replaces ``structured_outputs`` and sets ``response_format`` to None (and never reads the
+legacy ``guided_*``), each is answered with a 200 carrying the forced call and listed in
+``X-Kvpool-Ignored-Fields`` (kvpool/server/forced_tool_fields.py NOTE(tool-forced)); what
+vLLM's request model refuses first stays a 400."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"],
+    "additionalProperties": False}}}]
+NAMED = {"type": "function", "function": {"name": "f"}}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": ["no"]}}}
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200, "tools": TOOLS,
+        "parallel_tool_calls": False, "seed": 1}
+DROPPED = [  # the fields beside the forcing choice -> what the header lists
+    ({"response_format": FORMAT}, "response_format"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"guided_regex": "no"}, "guided_regex"),
+    ({"guided_json": "{not a schema"}, "guided_json"),  # vLLM never reads it
+    ({"structured_outputs": {"grammar": 'root ::= "no"'}, "response_format": FORMAT,
+      "guided_choice": ["no"]}, "structured_outputs,response_format,guided_choice"),
+]
+
+
+def the_call(out: dict) -> dict:
+    call = out["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "f" and isinstance(json.loads(call["arguments"])["a"], bool), out
+    return call
+
+
+async def test_a_forcing_tool_choice_drops_the_constraint_fields(make_server):
+    async with make_server(max_model_len=1024, num_device_blocks=80) as srv, \
+            aiohttp.ClientSession() as s:
+        url = srv.v1 + "/chat/completions"
+        for choice in ("required", NAMED):
+            for extra, listed in DROPPED:
+                body = {**CHAT, "tool_choice": choice, **extra}
+                async with s.post(url, json=body) as r:
+                    out = await r.json()
+                    assert r.status == 200, (choice, extra, out)
+                    assert r.headers["X-Kvpool-Ignored-Fields"] == listed, (choice, extra)
+                the_call(out)
+            async with s.post(url, json={**CHAT, "tool_choice": choice, "stream": True,
+                                         "response_format": FORMAT}) as r:
+                assert r.status == 200 and "tool_calls" in await r.text()
+                assert r.headers["X-Kvpool-Ignored-Fields"] == "response_format"
+            async with s.post(url, json={**CHAT, "tool_choice": choice,
+                                         "response_format": {"type": "nope"}}) as r:
+                out = await r.json()  # read before the drop, as vLLM's model reads it
+                assert r.status == 400 and out["error"]["param"] == "response_format", out
+        body = {"input": "hi", "max_output_tokens": 200, "tool_choice": "required",
+                "tools": [{"type": "function", **TOOLS[0]["function"]}],
+                "text": {"format": {"type": "json_object"}}}
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            out = await r.json()
+            assert r.status == 200, out
+            assert r.headers["X-Kvpool-Ignored-Fields"] == "text.format"
+        assert {i["name"] for i in out["output"] if i["type"] == "function_call"} == {"f"}
