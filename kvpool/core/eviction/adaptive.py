@@ -139,8 +139,14 @@ class AdaptivePolicy(StampedQueuesPolicy):
             k = q = CLASS_OF_COUNT[self._sketch.estimate(c)]  # a revival: on_hit counted it
         else:
             n = self._count(c)
-            k = CLASS_OF_COUNT[n]
-            q = self._admit(c, k) if self.share < 1.0 else k
+            k = q = CLASS_OF_COUNT[n]
+            if self.share >= 1.0:
+                pass
+            elif self.duel:  # NOTE(speed): to_window's answer under the duel, inlined
+                self._nw += 1
+                q = WIN
+            else:
+                q = self._admit(c, k)
         self._stamp_at_tail(block_id, block_hash, q)
         if q == WIN and self.duel and self._nw > self.share * self._len + 1:
             self._win_to_main()  # NOTE(admit)
@@ -218,16 +224,22 @@ class AdaptivePolicy(StampedQueuesPolicy):
         return stamp[nxt[WIN] - kk] < stamp[nxt[v] - kk] + self._w[v]
 
     def _win_to_main(self) -> None:
-        """The window's oldest block moves to the tail of its class queue, restamped."""
-        kk = self.K
-        node = self._next[WIN]
-        b = node - kk
-        self._unlink(b)
+        """The window's oldest block moves to the tail of its class queue, restamped
+        (NOTE(speed): unlinked and linked inline, on every duel's path)."""
+        nxt, prv = self._next, self._prev
+        node = nxt[WIN]
+        succ = nxt[node]
+        nxt[WIN] = succ
+        prv[succ] = WIN
+        b = node - self.K
         q = CLASS_OF_COUNT[self._sketch.estimate(crc32(self._hash[b]))]
-        self._link_after(node, self._prev[q])
+        last = prv[q]
+        prv[node] = last
+        nxt[node] = q
+        nxt[last] = node
+        prv[q] = node
         self._stamp[b] = self._clock
         self._where[b] = q
-        self._len += 1
         self._nw -= 1
 
     def _pop(self, q: int) -> int:

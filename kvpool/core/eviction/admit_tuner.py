@@ -95,7 +95,7 @@ class MiniAdmit:
         """``access_run`` for each ``(run, miss)`` of ``runs`` in turn (NOTE(defer) in
         tuner.py: one loop, the maps' lookups hoisted); the hits of all."""
         where, qs, cap, duel = self.where, self.qs, self.capacity, self.duel
-        windowed, take = self.share < 1.0, self.ghost.take
+        windowed, take, keyed = self.share < 1.0, self.ghost.take, self._keyed
         hits = 0
         t = self.clock
         for run, miss in runs:
@@ -104,9 +104,17 @@ class MiniAdmit:
                 t += 1
                 q = where.get(c)
                 if q is None:
-                    if len(where) >= cap:
+                    if len(where) >= cap and windowed:
                         self.clock = t  # _to_main stamps with it
                         self._evict()
+                    elif len(where) >= cap:  # NOTE(speed): _evict with no window, inlined
+                        best, key = None, inf
+                        for qk, w in keyed:  # main's victim (_victim); ties: lower class
+                            if qk:
+                                s = qk[next(iter(qk))] + w
+                                if s < key:
+                                    best, key = qk, s
+                        del where[best.popitem(last=False)[0]]
                     # under the duel to_window's answer is True: all new content
                     if windowed and (duel or to_window(duel, k, take, c)):
                         k = WIN
@@ -139,11 +147,9 @@ class MiniAdmit:
         self.where[c] = k
 
     def _evict(self) -> None:
-        """Evict one crc by the policy's rule (AdaptivePolicy.evict)."""
+        """Evict one crc by the policy's rule with a window (AdaptivePolicy.evict;
+        access_runs evicts without one)."""
         qs, where = self.qs, self.where
-        if self.share >= 1.0:  # NOTE(speed): no window, so main's victim goes
-            del where[qs[self._victim()].popitem(last=False)[0]]
-            return
         win, duel = qs[WIN], self.duel
         target = self.share * len(where)
         if duel:
