@@ -109,7 +109,7 @@ class MiniAdmit:
                         self._evict()
                     elif len(where) >= cap:  # NOTE(speed): _evict with no window, inlined
                         best, key = None, inf
-                        for qk, w in keyed:  # main's victim (_victim); ties: lower class
+                        for qk, w in keyed:  # main's victim (as _evict's); ties: lower class
                             if qk:
                                 s = qk[next(iter(qk))] + w
                                 if s < key:
@@ -131,16 +131,6 @@ class MiniAdmit:
         self.hits += hits
         return hits
 
-    def _victim(self) -> int:
-        best, key, k = -1, inf, 0
-        for qk, w in self._keyed:  # the class queues with their bonuses
-            if qk:
-                s = qk[next(iter(qk))] + w
-                if s < key:
-                    best, key = k, s
-            k += 1
-        return best
-
     def _to_main(self, c: int) -> None:
         k = CLASS_OF_COUNT[self.freq(c)]
         self.qs[k][c] = self.clock
@@ -157,18 +147,23 @@ class MiniAdmit:
                 if len(win) <= target + 1:
                     break
                 self._to_main(win.popitem(last=False)[0])
-        v = self._victim()
-        if v < 0 or (win and len(win) >= target):
+        qv, key = None, inf  # main's victim queue: the head with the smallest key
+        for qk, w in self._keyed:  # ties go to the lower class
+            if qk:
+                s = qk[next(iter(qk))] + w
+                if s < key:
+                    qv, key = qk, s
+        if qv is None or (win and len(win) >= target):
             c = win.popitem(last=False)[0]
-            if v >= 0 and duel:
-                qv, est = qs[v], self.duel_freq
+            if qv is not None and duel:
+                est = self.duel_freq
                 vc = next(iter(qv))
                 if est(c) > est(vc):
                     del qv[vc], where[vc]
                     self._to_main(c)
                     return
         else:
-            c = qs[v].popitem(last=False)[0]
+            c = qv.popitem(last=False)[0]
         del where[c]
         if duel is None:
             self.ghost.add(c)
