@@ -29,6 +29,7 @@ DROPPED = [  # the fields beside the forcing choice -> what the header lists
 
 
 def the_call(out: dict) -> dict:
+    assert out["choices"][0]["message"]["content"] == "", out  # NOTE(forced-content)
     call = out["choices"][0]["message"]["tool_calls"][0]["function"]
     assert call["name"] == "f" and isinstance(json.loads(call["arguments"])["a"], bool), out
     return call

@@ -80,13 +80,13 @@ async def test_named_and_required_calls_validate(served):
                                                 seed=seed, max_tokens=200)
             for ch in r.choices:
                 assert len(check_calls(ch, ("get_weather",), "stop")) == 1
-                assert ch.message.content is None
+                assert ch.message.content == ""  # vLLM's, NOTE(forced-content)
             r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
                                                 tool_choice="required", n=3, temperature=1.0,
                                                 seed=seed, max_tokens=200,
                                                 parallel_tool_calls=False)
             for ch in r.choices:
-                assert len(check_calls(ch)) == 1
+                assert len(check_calls(ch)) == 1 and ch.message.content == ""
         r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
                                             tool_choice="required", temperature=0,
                                             max_tokens=400)
@@ -122,7 +122,7 @@ async def test_streamed_deltas_join_to_the_non_streamed_call(served):
             body = (await c.chat.completions.create(**kw)).choices[0]
             finish = "stop" if choice is NAMED else "tool_calls"
             calls = check_calls(body, finish=finish)
-            want = (body.message.content, [(t.function.name, t.function.arguments)
+            want = (body.message.content or None, [(t.function.name, t.function.arguments)
                                            for t in calls], finish)
             chunks = [ch async for ch in await c.chat.completions.create(**kw, stream=True)]
             assert joined(chunks) == want, choice
@@ -134,10 +134,11 @@ async def test_streamed_deltas_join_to_the_non_streamed_call(served):
         assert r.choices[0].message.tool_calls == [] and r.choices[0].message.content
 
 
-async def test_a_required_array_cut_short_is_no_call_and_no_content_as_vllm_answers(served):
+async def test_a_required_array_cut_short_is_no_call_and_empty_content_as_vllm_answers(served):
     """NOTE(cut-required): required, max_tokens cuts the forced array: the body has no call
-    and no content, finish "length" (vLLM's answer; it had the JSON text as content, or the
-    calls whose name was read); the stream sends the call as far as it went, else nothing."""
+    and content "" (NOTE(forced-content); it was null), finish "length" (vLLM's answer; it had
+    the JSON text as content, or the calls whose name was read); the stream sends the call as
+    far as it went, else nothing, and no content delta."""
     url, _ = served
     async with client(url) as c:
         model = (await c.models.list()).data[0].id
@@ -146,7 +147,7 @@ async def test_a_required_array_cut_short_is_no_call_and_no_content_as_vllm_answ
                       temperature=0, max_tokens=cut)
             body = (await c.chat.completions.create(**kw)).choices[0]
             assert (body.message.content, body.message.tool_calls, body.finish_reason) == \
-                (None, [], "length"), body
+                ("", [], "length"), body
             chunks = [ch async for ch in await c.chat.completions.create(**kw, stream=True)]
             content, calls, finish = joined(chunks)
             assert content is None and finish == "length" and len(calls) == (cut > 2), calls

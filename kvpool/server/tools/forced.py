@@ -10,10 +10,16 @@ The arguments are the generated text as it is (compact JSON: the grammar allows 
 whitespace), so the streamed pieces and the non-streamed body carry the same string.
 
 NOTE(cut-required): a required output cut short (``max_tokens``, a stop string) is not a
-whole array: as vLLM reads it, the non-streamed body has no call and no content (chat:
-``tool_calls`` [], finish ``length``; Responses: no output item), and a stream sends the
+whole array: as vLLM reads it, the non-streamed body has no call and no text (chat:
+``tool_calls`` [], ``content`` "" (NOTE(forced-content)), finish ``length``; Responses: no
+output item), and a stream sends the
 calls whose name was read, as far as they went, else nothing. The body kept those calls,
 and a cut before any name gave the JSON text as the message's content.
+
+NOTE(forced-content): the non-streamed chat message of a required or named choice has
+``content: ""``, never null, whether calls were read or the output was cut: vLLM 0.33 sets a
+forced choice's missing content to the empty string when it assembles the message. A stream
+sends no content delta for it (the role delta's ``""`` only), as vLLM's does.
 """
 
 from __future__ import annotations
