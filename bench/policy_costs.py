@@ -3,7 +3,7 @@ rounds (docs/benchmarks.md "`adaptive`: the product's policy").
 
     python -m bench.policy_costs [--policies lru classlru adaptive ghostpair]
                                  [--capacities 4000 65536] [--rounds 5] [--memory-blocks N]
-                                 [--baseline DIR] [--json FILE]
+                                 [--baseline DIR] [--warm] [--json FILE]
 
 Each round runs bench.policies' ``op_costs`` (a full policy in steady state; each call kind
 timed over a batch) once per policy and capacity, in turn, with the round's seed, so a slow
@@ -15,6 +15,10 @@ once and refilled with new content), so ghosts and miniatures are full.
 ``<policy>@<capacity>@base`` keys; then every arm runs in a fresh interpreter per round, this
 checkout's too, alternating in each round, so a change is measured against its base under
 the same load.
+
+``--warm`` adds the warm state as ``@warm`` keys in the same rounds: op_costs fills the pool
+with one-off content, so ``adaptive`` runs on NOTE(cold)'s duel; warm, one hit comes before
+the fill and it runs as LRU. With ``--baseline``, the baseline checkout needs ``warm`` too.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+from itertools import product
 from pathlib import Path
 
 from bench.common import Stat, bench_parser, machine, put, write_json
@@ -44,32 +49,34 @@ print(json.dumps(bp.op_costs(sys.argv[2], *map(int, sys.argv[3:]))))
 """
 
 
-def op_costs_at(root: str, pol: str, cap: int, n: int, seed: int) -> dict:
+def op_costs_at(root: str, pol: str, cap: int, n: int, seed: int, warm: int = 0) -> dict:
     """``op_costs`` in a fresh interpreter on the checkout at ``root`` (its kvpool and
-    bench first on the path; it fails rather than measure an installed kvpool)."""
+    bench first on the path; it fails rather than measure an installed kvpool). ``warm``
+    is passed only when set, so a checkout from before it measures the cold state."""
     env = {**os.environ, "PYTHONPATH": root}
-    out = subprocess.run([sys.executable, "-c", _CHILD, root, pol, str(cap), str(n),
-                          str(seed)], cwd=root, env=env, capture_output=True, text=True,
-                         check=True)
+    args = [str(cap), str(n), str(seed)] + ([str(warm)] if warm else [])
+    out = subprocess.run([sys.executable, "-c", _CHILD, root, pol, *args], cwd=root, env=env,
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def rounds(policies: list[str], caps: list[int], n: int,
-           baseline: str | None = None) -> dict[str, dict[str, Stat]]:
+def rounds(policies: list[str], caps: list[int], n: int, baseline: str | None = None,
+           warm: bool = False) -> dict[str, dict[str, Stat]]:
     """``n`` interleaved rounds of ``op_costs``; per ``policy@capacity`` (and
-    ``policy@capacity@base`` with a baseline checkout) a Stat per call."""
+    ``policy@capacity@base`` with a baseline checkout; ``@warm`` before it for the warm
+    state, op_costs' ``warm``) a Stat per call."""
     arms = [("", ROOT), ("@base", baseline)] if baseline else [("", None)]
+    states = [("", 0), ("@warm", 1)] if warm else [("", 0)]
     runs: dict[str, dict[str, list[float]]] = {}
     for r in range(n):
         for cap in caps:
-            for pol in policies:
-                for suffix, root in arms:
-                    size = min(30000, cap // 2)
-                    ns = (op_costs_at(root, pol, cap, size, r) if root
-                          else op_costs(pol, cap, size, seed=r))
-                    for op in OPS:
-                        runs.setdefault(f"{pol}@{cap}{suffix}", {}).setdefault(
-                            op, []).append(ns[op])
+            for pol, (state, w), (suffix, root) in product(policies, states, arms):
+                size = min(30000, cap // 2)
+                ns = (op_costs_at(root, pol, cap, size, r, w) if root
+                      else op_costs(pol, cap, size, seed=r, warm=w))
+                for op in OPS:
+                    runs.setdefault(f"{pol}@{cap}{state}{suffix}", {}).setdefault(
+                        op, []).append(ns[op])
         print(f"round {r + 1} of {n}", flush=True)
     return {k: {op: Stat.of(v) for op, v in d.items()} for k, d in runs.items()}
 
@@ -85,9 +92,11 @@ def main(argv: list[str] | None = None) -> dict:
                     help="pool size for the memory figure (0: skip it)")
     ap.add_argument("--baseline", default=None, metavar="DIR",
                     help="another checkout: its calls as @base keys, in the same rounds")
+    ap.add_argument("--warm", action="store_true",
+                    help="also the warm state (a hit before the fill) as @warm keys")
     a = ap.parse_args(argv)
     out: dict = {"machine": machine(), "rounds": a.rounds}
-    stats = rounds(a.policies, a.capacities, a.rounds, a.baseline)
+    stats = rounds(a.policies, a.capacities, a.rounds, a.baseline, a.warm)
     print(f"\nns per call, median [min-max] of {a.rounds} interleaved rounds")
     for key, d in stats.items():
         print(f"{key:22s} " + "  ".join(f"{op} {s.median:.0f} [{s.spread()}]"

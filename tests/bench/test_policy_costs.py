@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.policies import bytes_per_block
+from bench.policies import bytes_per_block, op_costs
 from bench.policy_costs import OPS, main, op_costs_at
 
 
@@ -51,3 +51,17 @@ def test_op_costs_at_reads_the_named_checkout(tmp_path):
     """A checkout without bench.policies fails loudly instead of measuring this one."""
     with pytest.raises(subprocess.CalledProcessError):
         op_costs_at(str(tmp_path), "lru", 300, 150, 0)
+
+
+def test_warm_keys_time_adaptive_as_lru_and_the_default_on_the_cold_duel():
+    """op_costs fills with one-off content: the first eviction comes before any hit, so
+    adaptive runs on NOTE(cold)'s duel; warm, a hit comes first and it stays LRU. --warm
+    reports both states in the same rounds."""
+    assert op_costs("adaptive", 300, 150, 0)["cfg"] == [0.0, 0.01, True]
+    assert op_costs("adaptive", 300, 150, 0, warm=1)["cfg"] == [0.0, 1.0, False]
+    assert "cfg" not in op_costs("lru", 300, 150, 0)
+    res = main(["--policies", "adaptive", "--capacities", "300", "--rounds", "2",
+                "--memory-blocks", "0", "--warm"])
+    for arm in ("adaptive@300", "adaptive@300@warm"):
+        for op in OPS:
+            assert 0 < res[f"{arm}.{op}_ns.min"] <= res[f"{arm}.{op}_ns.max"], arm
