@@ -12,7 +12,8 @@
 
 vLLM's option keys of ``structured_outputs`` are taken beside the constraint:
 ``disable_fallback`` (one backend here: nothing to fall back to), ``disable_any_whitespace``
-and ``whitespace_pattern`` (JSON comes out compact either way: grammar.py NOTE(whitespace)),
+(JSON comes out compact either way: grammar.py NOTE(whitespace)), ``whitespace_pattern``
+(unheeded, as every vLLM 0.33 backend leaves it: listed as ignored, NOTE(so-unheeded)),
 and ``disable_additional_properties``: every schema object with ``properties`` or
 ``patternProperties`` and no ``additionalProperties`` of its own is closed (false), as vLLM's
 guidance backend closes it.
@@ -80,12 +81,16 @@ def unheeded(body: dict[str, Any], ignored: tuple[str, ...],
     ``body`` and added to ``ignored`` (the X-Kvpool-Ignored-Fields header). A key
     StructuredOutputsParams (a pydantic dataclass) does not have is dropped by it:
     ``structured_outputs.<key>``, through ``fields`` (body_fields.FieldPolicy: logged once,
-    a 400 with --reject-unknown-fields). Beside chat's tool_choice forcing a call, the whole
-    of it goes: forced_tool_fields.py NOTE(tool-forced)."""
+    a 400 with --reject-unknown-fields). ``whitespace_pattern`` is a field of it that no
+    vLLM 0.33 backend reads (xgrammar and guidance take only the server's
+    disable_any_whitespace): checked as a string, then listed, never a 400. Beside chat's
+    tool_choice forcing a call, the whole of it goes: forced_tool_fields.py NOTE(tool-forced)."""
     so = body.get("structured_outputs")
     if isinstance(so, dict) and not _SO_KEYS.issuperset(so):
         ignored += fields.check(so, _SO_KEYS, prefix="structured_outputs.")
         body = {**body, "structured_outputs": {k: v for k, v in so.items() if k in _SO_KEYS}}
+    if isinstance(so, dict) and so.get("whitespace_pattern") is not None:
+        ignored += ("structured_outputs.whitespace_pattern",)
     return body, ignored
 
 

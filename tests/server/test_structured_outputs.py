@@ -271,3 +271,24 @@ async def test_what_vllm_leaves_unheeded_is_listed_as_ignored(make_server):
                                      {"type": "function", "name": "f"},
                                      tools=[{"type": "function", **TOOLS[0]["function"]}])
             assert status == 400 and out["error"]["param"] == "structured_outputs", out
+
+
+async def test_whitespace_pattern_is_unheeded_and_listed_as_vllm_leaves_it(srv):
+    """No vLLM 0.33 backend reads structured_outputs.whitespace_pattern (guided_fields.py
+    NOTE(so-unheeded)): a 200 whose JSON stays compact (grammar.py NOTE(whitespace)), the
+    key listed in X-Kvpool-Ignored-Fields; a value that is not a string is still a 400."""
+    so = {"json": SCHEMA, "whitespace_pattern": "[ ]{1,3}"}
+    async with aiohttp.ClientSession() as s:
+        for endpoint in ENDPOINTS:
+            path, body = body_for(endpoint, 200, structured_outputs=so, seed=1)
+            async with s.post(srv.v1 + path, json=body) as r:
+                out = await r.json()
+                assert r.status == 200, out
+                assert r.headers["X-Kvpool-Ignored-Fields"] == \
+                    "structured_outputs.whitespace_pattern"
+            text = text_of(endpoint, out)[0]
+            assert valid_json(text) and " " not in text, text
+            status, out = await post(s, srv, endpoint, structured_outputs={
+                "regex": "a", "whitespace_pattern": 5})
+            assert status == 400, out
+            assert out["error"]["param"] == "structured_outputs.whitespace_pattern", out
