@@ -145,21 +145,14 @@ def op_costs(name: str, cap: int = 65536, n: int = 30000, seed: int = 0,
              warm: int = 0) -> dict:
     """Steady-state ns per call on a full policy of ``cap`` blocks, each call timed in a batch
     of ``n``: evict; insert (new content into the evicted blocks); on_hit; remove (revival
-    of random members); insert_revived (their release); and the call sequences a miss
-    (evict + insert) and a hit (on_hit + remove + insert) cost in ``simulate``. The pool is
-    filled with one-off content, so ``adaptive`` evicts and inserts on NOTE(cold)'s duel;
-    ``warm`` 1 adds a hit (on content never inserted) before the fill, so they run as LRU,
-    the state of a pool with any reuse before its first eviction. ``cfg``: what they ran on
-    (docs/benchmarks.md "Cost per call: the duel's path inline")."""
+    of random members); insert_revived (their release); and the sequences a miss (evict +
+    insert) and a hit (on_hit + remove + insert) cost in ``simulate``. ``warm``: _filled's;
+    ``cfg``: what evict and insert ran on (docs/benchmarks.md "Cost per call: the duel's
+    path inline")."""
     rng = random.Random(seed)
-    p = new_policy(name, cap)
     keys = [i.to_bytes(8, "little") for i in range(cap + n)]
+    p = _filled(name, cap, keys, warm)
     owner = list(range(cap))  # block -> index of its content key
-    if warm:
-        p.on_hit(b"warm")  # 4 bytes: no key of the 8-byte ones
-    for b in range(cap):
-        p.insert(b, keys[b], 0, 0.0)
-    gc.collect()
     ns: dict[str, float] = {}
 
     def timed(label: str, fn: Callable[[], None]) -> None:
@@ -176,8 +169,6 @@ def op_costs(name: str, cap: int = 65536, n: int = 30000, seed: int = 0,
             p.insert(b, keys[cap + i], 0, 0.0)
 
     timed("insert", insert_new)
-    # what evict and insert ran on (adaptive); the first on_hit below ends NOTE(cold), so
-    # the calls after it run as LRU in either state
     cfg = getattr(p, "cfg", None)
     picks = rng.sample(range(cap), n)
     hashes = [keys[owner[b]] for b in picks]
@@ -190,6 +181,21 @@ def op_costs(name: str, cap: int = 65536, n: int = 30000, seed: int = 0,
     if cfg is not None:
         ns["cfg"] = list(cfg)
     return ns
+
+
+def _filled(name: str, cap: int, keys: list[bytes], warm: int) -> EvictionPolicy:
+    """A policy holding blocks 0..cap-1 with ``keys[b]``. The fill is one-off content, so
+    ``adaptive`` then evicts and inserts on NOTE(cold)'s duel; ``warm``: a hit on content
+    never inserted (4 bytes: no key of the 8-byte ones) comes first, and it stays LRU, the
+    state of a pool with any reuse before its first eviction. op_costs' first on_hit ends
+    NOTE(cold), so the calls after it run as LRU in either state."""
+    p = new_policy(name, cap)
+    if warm:
+        p.on_hit(b"warm")
+    for b in range(cap):
+        p.insert(b, keys[b], 0, 0.0)
+    gc.collect()
+    return p
 
 
 def bytes_per_block(name: str, cap: int, turnovers: int = 0) -> float:
