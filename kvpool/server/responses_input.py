@@ -48,8 +48,10 @@ PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignor
                 "frequency_penalty", "repetition_penalty", "logit_bias", "stop_token_ids",
                 "skip_special_tokens", "spaces_between_special_tokens",
                 "include_stop_str_in_output", "chat_template_kwargs")
-# field -> the values that mean "not used": anything else is a 400 unsupported_parameter
-UNSUPPORTED = {"background": (False,), "conversation": (), "prompt": ()}
+# field -> the values that mean "not used": anything else is a 400 unsupported_parameter.
+# ``conversation`` is not here: vLLM 0.33's ResponsesRequest has no such field, so it is an
+# unknown field (ignored and listed, body_fields.py), as vLLM ignores it
+UNSUPPORTED = {"background": (False,), "prompt": ()}
 TRUNCATIONS = ("disabled", "auto")
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",

@@ -118,3 +118,21 @@ async def test_include_output_text_logprobs_as_chat_gives_them(srv):
     assert streamed == [w[0] for w in want]
     assert events[-1].response.output[0].content[0].logprobs[0].token == want[0][0]
     assert plain.output[0].content[0].logprobs == []
+
+
+async def test_conversation_is_ignored_and_listed_as_vllm_ignores_it(srv):
+    """vLLM 0.33's ResponsesRequest has no ``conversation`` field (an extra: ignored, a 200):
+    the answer is the one without it, with the field in X-Kvpool-Ignored-Fields."""
+    body = {"model": srv.engine.model_name, "input": "x", "max_output_tokens": 4,
+            "temperature": 0}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            want = (await r.json())["output"]
+        for conversation in ("conv_123", {"id": "conv_123"}, 7):
+            async with s.post(srv.v1 + "/responses",
+                              json={**body, "conversation": conversation}) as r:
+                out = await r.json()
+                assert r.status == 200, out
+                assert r.headers["X-Kvpool-Ignored-Fields"] == "conversation"
+            assert out["output"][0]["content"] == want[0]["content"] and \
+                "conversation" not in out, out
