@@ -51,13 +51,13 @@ PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignor
 # field -> the values that mean "not used": anything else is a 400 unsupported_parameter.
 # ``conversation`` is not here: vLLM 0.33's ResponsesRequest has no such field, so it is an
 # unknown field (ignored and listed, body_fields.py), as vLLM ignores it
-UNSUPPORTED = {"background": (False,), "prompt": ()}
+UNSUPPORTED = {"background": (False,)}
 TRUNCATIONS = ("disabled", "auto")
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",
                              "parallel_tool_calls", "include", "top_logprobs", "truncation",
                              "reasoning", "structured_outputs"}
-                            | set(PASS_THROUGH) | set(UNSUPPORTED))
+                            | set(PASS_THROUGH) | set(UNSUPPORTED) | {"prompt"})
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text")
 
@@ -107,6 +107,8 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     responses (``previous_response_id``)."""
     ignored = fields.check(body, KNOWN_RESPONSES)
     check_unsupported(body, UNSUPPORTED)
+    if body.get("prompt") is not None:  # vLLM's ResponsesRequest.validate_prompt, its words
+        raise _bad("prompt", "prompt template is not supported", "unsupported_parameter")
     fmt = _opt(body, "text", dict, {}).get("format") or {"type": "text"}
     instructions = _opt(body, "instructions", str, None)
     previous_id = _opt(body, "previous_response_id", str, None)
