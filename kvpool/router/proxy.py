@@ -13,10 +13,12 @@ Per POST /v1/completions or /v1/chat/completions::
     choose(hits, loads) (scoring.py) -> first replica; the others follow, least loaded first
     relay (upstream.py): an attempt the replica cannot have started (down, full: upstream.py
         NOTE(retry)) -> next replica (reason retry), at most ``max_retries`` times; one it
-        took (lost before or while answering) is not retried; a replica's 5xx is the answer;
-        after an SSE answer started a broken or silent replica ends it with an SSE error event
+        took (lost before or while answering; silent, but for a GET) is not retried; a
+        replica's 5xx is the answer; after an SSE answer started a broken or silent replica
+        ends it with an SSE error event
     no replica could take it -> every one tried full or down: 503 + Retry-After (a full
-        replica's own answer when there was one); otherwise 502. OpenAI error JSON either way
+        replica's own answer when there was one); a POST its replica went silent on: 504
+        replica_unresponsive; otherwise 502. OpenAI error JSON either way
 
 Every error the router itself gives is OpenAI error JSON: the replica's error middleware
 (kvpool.server.middleware) runs here too, and cli.py listens through the replica's guarded
@@ -363,6 +365,7 @@ class Router:
         relay = Relay(self.pool, self.replicas, request, raw, headers,
                       self.metrics.actual.inc, self.stream_write_timeout, learn)
         failures: list[Failure] = []
+        safe = request.method in SAFE_METHODS
         for attempt, replica in enumerate(order):
             if reason is not None:
                 self.metrics.by_reason[reason if attempt == 0 else "retry"].inc()
@@ -372,9 +375,9 @@ class Router:
                     self.metrics.predicted.inc(predicted)
                 return out
             failures.append(out)
-            if not out.retryable or attempt >= self.max_retries:  # NOTE(retry)
+            if not out.retryable(safe) or attempt >= self.max_retries:  # NOTE(retry)
                 break
-        return give_up(failures, unreachable, request.method in SAFE_METHODS)
+        return give_up(failures, unreachable, safe)
 
     async def health(self, request: web.Request) -> web.Response:
         """200 while a replica is healthy, else 503, whoever asks; the replica URLs only to

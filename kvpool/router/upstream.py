@@ -5,7 +5,8 @@ What an attempt ends in::
     connect refused / timed out              -> Failure("down"), the replica out of new
                                                 choices until a beat passes (as after a
                                                 failed beat; wire.py NOTE(connect-timeout))
-    replica silent before the answer starts  -> Failure("silent") (replicas.py NOTE(liveness))
+    replica silent before the answer starts  -> Failure("silent") (replicas.py NOTE(liveness));
+                                                Failure("down") while nothing was sent
     connection lost before the answer starts -> Failure("failed") (it took the request and died)
     503 with Retry-After before the body     -> Failure("full", its own 503: back-pressure;
                                                 the router's own past MAX_REFUSAL bytes)
@@ -23,11 +24,15 @@ Every Failure leaves the client untouched; only a ``retryable`` one (NOTE(retry)
 caller try the next replica. After any byte of an answer went to the client there is no retry.
 
 NOTE(retry): a request is tried on another replica only when the one it went to cannot have
-started its work: no connection ("down": refused, unreachable, connect timeout), a 503 with
-Retry-After (the replica's own overload refusal, "full"), or a replica its health beats found
-silent before it answered ("silent", NOTE(liveness): the replica is out, whatever it holds;
-a request only it can serve is not retried, and a POST of those gets the 504 of
-``give_up``: affinity.py NOTE(holder-down)).
+started its work: no connection ("down": refused, unreachable, connect timeout, or found
+silent by its health beats before the request was sent), a 503 with Retry-After (the
+replica's own overload refusal, "full"), or, for a method that may be sent again (GET:
+SAFE_METHODS), a replica its beats found silent after it was sent, before it answered
+("silent", NOTE(liveness): the replica is out, whatever it holds; a request only it can serve
+is not retried: affinity.py NOTE(holder-down)). A POST sent to a replica that went silent may
+have run there (a Responses creation with ``store`` stored): it is not sent elsewhere, and
+gets the 504 ``replica_unresponsive`` of ``give_up``, as Envoy's own timeout answer is
+mapped for the endpoint picker (docs/epp.md, "Envoy's own answers").
 A connection lost after the request was written, a 5xx other than that 503 and an answer
 broken off midway ("failed") are not retried: the replica took the request, and a request
 that crashes its replica, or fails the same way everywhere, would otherwise run once per
@@ -116,11 +121,10 @@ class Failure:
     kind: str
     response: web.Response | None = None  # a full replica's own 503, to pass on at the end
 
-    @property
-    def retryable(self) -> bool:
-        """Whether the next replica may be tried: this one cannot have started the work, or
-        is out, found silent (NOTE(retry))."""
-        return self.kind in ("down", "full", "silent")
+    def retryable(self, safe: bool) -> bool:
+        """Whether the next replica may be tried: this one cannot have started the work, or,
+        for a ``safe`` method, is out, found silent (NOTE(retry))."""
+        return self.kind in ("down", "full") or safe and self.kind == "silent"
 
 
 def give_up(failures: Sequence[Failure], unreachable: HolderDown | None = None,
@@ -129,12 +133,12 @@ def give_up(failures: Sequence[Failure], unreachable: HolderDown | None = None,
     what a request only one replica can serve gets when it found that one down, or, for a
     ``safe`` method (GET), failing or silent before it answered (a follow-up to a response,
     affinity.py NOTE(holder-down)); a POST that may have run there is ``replica_failed``, or
-    ``replica_unresponsive`` when it went silent."""
+    ``replica_unresponsive`` when it went silent, whatever it named (NOTE(retry))."""
     kinds = {f.kind for f in failures}
     if unreachable is not None and ("down" in kinds or safe and kinds & {"failed", "silent"}):
         raise unreachable
-    if unreachable is not None and "silent" in kinds:
-        raise replica_unresponsive(unreachable.response_id)
+    if not safe and "silent" in kinds:
+        raise replica_unresponsive(None if unreachable is None else unreachable.response_id)
     if kinds <= {"full", "down", "silent"}:
         full = [f.response for f in failures if f.response is not None]
         if full:
@@ -151,14 +155,15 @@ def replica_failed() -> APIError:
     return APIError(502, "no replica could answer the request", code="replica_failed")
 
 
-def replica_unresponsive(response_id: str) -> APIError:
-    """The 504 of a POST naming response ``response_id`` whose holder took it and went silent
-    before answering (affinity.py NOTE(holder-down)): the status Envoy answers the picker's
-    clients with for an upstream that does not answer in time; no Retry-After, since the
-    work may have run there and a blind retry could make a second response."""
-    return APIError(504, f"the replica holding response '{response_id}' went silent before "
-                    "it answered; the request may have run there (not retried)",
-                    code="replica_unresponsive")
+def replica_unresponsive(response_id: str | None = None) -> APIError:
+    """The 504 of a POST whose replica (the holder of ``response_id``, affinity.py
+    NOTE(holder-down)) took it and went silent before answering (NOTE(retry)), as Envoy
+    answers an upstream that does not answer in time; no Retry-After, since the work may have
+    run there and a blind retry could make a second response. The picker's too (answers.py)."""
+    which = "the replica" if response_id is None else \
+        f"the replica holding response '{response_id}'"
+    return APIError(504, f"{which} went silent before it answered; the request may have run "
+                    "there (not retried)", code="replica_unresponsive")
 
 
 def sse_error(message: str, code: str) -> bytes:
@@ -188,9 +193,10 @@ class Relay:
         self.passing = False  # a large JSON answer is being passed on (NOTE(large-answer))
         self.learn = learn  # NOTE(learn)
         self.ids = StreamIds() if learn is not None else None  # one SSE answer per Relay
+        self.sent = False  # this attempt's request was handed to a socket (NOTE(retry))
 
     async def attempt(self, replica: Replica) -> web.StreamResponse | Failure:
-        deadline = None
+        deadline, self.sent = None, False
         try:
             async with replica.lease() as deadline:
                 return await self._exchange(replica)
@@ -200,7 +206,7 @@ class Relay:
             if self.passing:
                 self._cut(replica, "went silent")
             if self.resp is None:
-                return Failure("silent")
+                return Failure("silent" if self.sent else "down")
             log.warning("replica %s went silent mid-stream: ended it with an error event",
                         replica.url)
             await self._end(sse_error("the replica stopped answering mid-stream",
@@ -211,7 +217,8 @@ class Relay:
         try:
             upstream = await self.pool.request(
                 replica.url, self.request.method, self.request.rel_url.raw_path_qs,
-                self.headers, self.raw, replica.hear)  # its bytes: heard (NOTE(liveness))
+                self.headers, self.raw, replica.hear,  # its bytes: heard (NOTE(liveness))
+                self._sent)
         except UpstreamDown as exc:
             self.replicas.mark_down(replica, "did not accept a connection within "
                                     f"{self.pool.connect_timeout:g} s" if exc.timed_out
@@ -239,6 +246,9 @@ class Relay:
                             headers=response_headers(upstream.headers))
         resp[RELAYED] = True
         return resp
+
+    def _sent(self) -> None:
+        self.sent = True
 
     async def _refused(self, replica: Replica, upstream: Upstream) -> Failure:
         """A 503 + Retry-After: the replica is full (NOTE(retry))."""

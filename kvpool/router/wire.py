@@ -3,7 +3,7 @@
 One keep-alive connection pool per replica; a request is written in one write, and its answer
 parsed by llhttp (httptools) as its bytes arrive, the body passed on as it comes::
 
-    pool.request(base_url, method, target, headers, body, on_data) -> Upstream (status, headers)
+    pool.request(base_url, method, target, headers, body, on_data, on_sent) -> Upstream
         no connection (refused, unreachable, connect timeout, TLS refused) -> UpstreamDown
             (``timed_out``: the connect took longer than ``connect_timeout``)
         the connection broke, or what came back is not an HTTP/1.1 head  -> UpstreamLost
@@ -40,7 +40,8 @@ the pick), so the socket is polled before reuse, as urllib3 does, and one with a
 
 NOTE(on-data): ``on_data`` (no argument) is called whenever bytes of the answer arrive, as
 they arrive, whether or not the caller reads them yet: the router hears its replica by them
-(replicas.py NOTE(liveness)). A connection back in the pool calls nobody.
+(replicas.py NOTE(liveness)). A connection back in the pool calls nobody. ``on_sent``: once
+the request is handed to a socket (before it, a caller giving up sent nothing: upstream.py).
 
 NOTE(connect-timeout): a connect may take ``connect_timeout`` (CONNECT_TIMEOUT, as Envoy's
 default). A SYN dropped by a replica whose accept queue is full (a busy server, a loaded box)
@@ -266,8 +267,7 @@ class Upstream:
 
     def __init__(self, pool: UpstreamPool, base: str, conn: _Conn) -> None:
         self.pool, self.base, self.conn = pool, base, conn
-        self.status = conn.status
-        self.headers = conn.headers
+        self.status, self.headers = conn.status, conn.headers
 
     async def __aenter__(self) -> Upstream:
         return self
@@ -301,8 +301,7 @@ def _request_bytes(method: str, target: str, host: str, headers: Sequence[tuple[
     if fields.count("\n") != len(headers) or fields.count("\r") != len(headers) \
             or "\r" in target or "\n" in target:  # a CR or LF inside would split a header
         raise ValueError("a header or the request target holds a line break")
-    length = f"Content-Length: {len(body)}\r\n" if body or method not in _NO_BODY_METHODS \
-        else ""
+    length = f"Content-Length: {len(body)}\r\n" if body or method not in _NO_BODY_METHODS else ""
     head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{length}{fields}\r\n"
     return head.encode("utf-8", "surrogateescape") + body
 
@@ -322,8 +321,7 @@ class UpstreamPool:
         found = self._targets.get(base)
         if found is None:
             parts = urlsplit(base)
-            tls = parts.scheme == "https"
-            host = parts.hostname or ""
+            tls, host = parts.scheme == "https", parts.hostname or ""
             found = (host, parts.port or (443 if tls else 80), parts.netloc.rpartition("@")[2],
                      tls)
             self._targets[base] = found
@@ -331,28 +329,30 @@ class UpstreamPool:
 
     async def request(self, base: str, method: str, target: str,
                       headers: Sequence[tuple[str, str]], body: bytes,
-                      on_data: Callable[[], None] | None = None) -> Upstream:
+                      on_data: Callable[[], None] | None = None,
+                      on_sent: Callable[[], None] = lambda: None) -> Upstream:
         host, port, host_header, tls = self._target(base)
         data = _request_bytes(method, target, host_header, headers, body)
+        calls = (on_data, on_sent)
         conn = self._reuse(base)
         if conn is not None:
             try:
-                return await self._send(base, conn, method, data, on_data)
+                return await self._send(base, conn, method, data, calls)
             except UpstreamLost:
                 if not conn.unsent():  # NOTE(unsent): the replica may have the request
                     raise
                 conn.abort()  # the rest of the request is dropped, never sent after all
-        return await self._send(base, await self._connect(host, port, tls), method, data,
-                                on_data)
+        return await self._send(base, await self._connect(host, port, tls), method, data, calls)
 
     async def _send(self, base: str, conn: _Conn, method: str, data: bytes,
-                    on_data: Callable[[], None] | None) -> Upstream:
-        """``data`` written on ``conn``; its answer's head read."""
+                    calls: tuple[Callable[[], None] | None, Callable[[], None]]) -> Upstream:
+        """``data`` written on ``conn``; its answer's head read (``calls``: NOTE(on-data))."""
         try:
             assert conn.transport is not None
             conn.start(method)
-            conn.on_data = on_data
+            conn.on_data = calls[0]
             conn.transport.write(data)
+            calls[1]()
             while not conn.head_done:
                 await conn.more()
         except BaseException:

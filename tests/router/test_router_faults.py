@@ -76,6 +76,9 @@ async def test_killed_replica_ends_its_stream_with_an_error_event_and_json_with_
 
 
 async def test_silent_replica_ends_its_streams_and_new_requests_go_elsewhere(fleet):
+    """A new request sent to small before the beats found it silent may run there once it
+    resumes: the 504 replica_unresponsive, never sent to r0 too (upstream.py NOTE(retry));
+    the others, and every one after, are r0's."""
     small, r0 = fleet["small"], fleet["r0"]
     # the bounds below leave room for a 2 s silence (not the 5 s default), a 5 s lookup and
     # r0 serving the rest on a shared 2-core box
@@ -89,10 +92,8 @@ async def test_silent_replica_ends_its_streams_and_new_requests_go_elsewhere(fle
             os.kill(small.proc.pid, signal.SIGSTOP)
             try:
                 async def timed(i):
-                    t0 = time.monotonic()
-                    await asyncio.wait_for(complete(s, url, {"prompt": prompt(f"{i} {t0}")}),
-                                           NEW_REQUEST_BOUND)
-                    return time.monotonic() - t0
+                    body = {"prompt": prompt(f"{i} {time.monotonic()}"), "max_tokens": 2}
+                    return await asyncio.wait_for(post_json(s, url, body), NEW_REQUEST_BOUND)
 
                 news = asyncio.gather(*(timed(i) for i in range(6)))
                 events = await asyncio.wait_for(read_events(resp), STREAM_END_BOUND)
@@ -101,8 +102,12 @@ async def test_silent_replica_ends_its_streams_and_new_requests_go_elsewhere(fle
                 os.kill(small.proc.pid, signal.SIGCONT)
         assert events[-1] == "[DONE]"
         assert events[-2]["error"]["code"] == "replica_unresponsive"
-        assert len(took) == 6  # every new request answered (on r0), none hung
+        assert len(took) == 6  # every new request answered, none hung
+        for status, out in took:
+            assert status == 200 or (status, out["error"]["code"]) == (
+                504, "replica_unresponsive"), (status, out)
         assert r.replicas.silenced >= 1
+        await complete(s, url, {"prompt": prompt(uuid.uuid4().hex)})  # on r0
         await wait_idle(s, [small.url, r0.url])
 
 
