@@ -9,7 +9,9 @@ Per answer, by what its pick wants::
     a pinned follow-up (picker.py NOTE(pinned)) Envoy's own failure to reach the holder
                                               becomes the router's HolderDown (503
                                               response_unavailable); a POST the holder took
-                                              and dropped, the router's 502 replica_failed
+                                              and dropped, the router's 502 replica_failed;
+                                              Envoy's timeout (a silent holder): a GET the
+                                              503, a POST the 504 replica_unresponsive
     a Responses creation (NOTE(learn-answer))   a 200's response id, from its first bytes
                                               (answer_ids.py), learnt with its replica
     nothing more                              the call ends at the headers' answer
@@ -34,10 +36,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from kvpool.epp.answer_ids import AnswerIds
 from kvpool.epp.calls import Stream
 from kvpool.epp.restore import JSON, SSE, ModelRestore
-from kvpool.epp.retries import RetryCheck, envoys_failure, not_started
+from kvpool.epp.retries import RetryCheck, envoys_failure, not_started, timed_out
 from kvpool.router.affinity import HolderDown
 from kvpool.router.relayed import INLINE_BYTES
-from kvpool.router.upstream import replica_failed
+from kvpool.router.upstream import replica_failed, replica_unresponsive
 from kvpool.server.middleware import APIError
 
 __all__ = ["Answer", "Wanted", "kind_of"]
@@ -131,11 +133,9 @@ class Answer:
         w = self.wanted
         if self.check is not None:
             self.check.answer(fields.get("x-envoy-attempt-count"), details)
-        if w.pinned is not None and envoys_failure(details):
-            # kvpool/router/affinity.py NOTE(holder-down): a POST the holder may have run is
-            # the router's 502, not a 503 asking for a retry
-            down: APIError = HolderDown(w.pinned, w.param, f"cannot be reached now ({details})") \
-                if w.safe or not_started(details) else replica_failed()
+        silent = timed_out(fields.get(":status"), details)
+        if w.pinned is not None and (silent or envoys_failure(details)):
+            down = self.holder_down(w.pinned, details, silent)
             return [self.refuse(down.status, down.message, down.code, down.param)], True
         if w.learn is not None and fields.get(":status") == "200" and not head.end_of_stream:
             self.attempts = fields.get("x-envoy-attempt-count")
@@ -145,6 +145,16 @@ class Answer:
             return [_PASSED], (self.mode != FULL_DUPLEX or head.end_of_stream) and self.learnt
         self.restore = ModelRestore(*w.renamed, kind, self.limit)
         return [_UNSIZED], False
+
+    def holder_down(self, pinned: str, details: str | None, silent: bool) -> APIError:
+        """kvpool/router/affinity.py NOTE(holder-down), as the router answers it: Envoy could
+        not reach the holder of ``pinned`` (``details``), or it went ``silent`` (Envoy's 504).
+        A GET, or a POST the holder never got, the 503 asking for a retry; a POST it may have
+        run, the router's 502, or its 504 when the holder went silent, no retry asked."""
+        w = self.wanted
+        if w.safe or not silent and not_started(details):
+            return HolderDown(pinned, w.param, f"cannot be reached now ({details})")
+        return replica_unresponsive(pinned) if silent else replica_failed()
 
     @property
     def learnt(self) -> bool:

@@ -107,7 +107,8 @@ class TransportCollector:
         errors = count("kvpool_epp_error_answers",
                        "The picker's own error answers to Envoy (ImmediateResponse), by HTTP "
                        "status: 400 not a JSON object, 413 body too large, 502 a pinned POST "
-                       "follow-up its holder dropped, 503 no healthy replica.",
+                       "follow-up its holder dropped, 503 no healthy replica, 504 a pinned "
+                       "POST follow-up its holder went silent on.",
                        labels=["status"])
         for status, n in sorted(picker.errors.items()):
             errors.add_metric([str(status)], n)

@@ -49,7 +49,8 @@ the router's ``HolderDown``, 503 ``response_unavailable`` with Retry-After, sayi
 (kvpool/router/affinity.py NOTE(holder-down): ``Router.response_order`` cuts the order to the
 holder and raises it; answers.py; docs/epp.md, "Responses API follow-ups"); a POST the holder
 took and dropped unanswered (it may have run) gets the router's 502 ``replica_failed``
-instead. A follow-up no replica is known to hold is placed as before, with fallbacks.
+instead, one it took and went silent on (Envoy's timeout) its 504 ``replica_unresponsive``.
+A follow-up no replica is known to hold is placed as before, with fallbacks.
 
 NOTE(learn-answer): a POST /v1/responses pick (a new response or a follow-up: either creates
 one) wants its answer (service.py NOTE(answer-phase)): a 200's response id, read from the
@@ -97,7 +98,7 @@ from kvpool.router.replicas import Replica
 
 __all__ = ["ERROR_STATUSES", "Pick", "Picker", "endpoint_of", "path_id", "routed_path"]
 
-ERROR_STATUSES = (400, 413, 502, 503)  # the statuses the picker answers Envoy with itself
+ERROR_STATUSES = (400, 413, 502, 503, 504)  # the statuses the picker answers Envoy with itself
 
 
 class Pick(NamedTuple):

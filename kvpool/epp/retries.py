@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["RetryCheck", "envoys_failure", "not_started"]
+__all__ = ["RetryCheck", "envoys_failure", "not_started", "timed_out"]
 
 log = logging.getLogger("kvpool.epp")
 DOC = 'docs/epp.md, "Fallback endpoints"'
+# response.code_details of Envoy's 504s: a route, per-try or stream idle timeout
+TIMEOUTS = ("response_timeout", "upstream_per_try_timeout", "upstream_per_try_idle_timeout",
+            "stream_idle_timeout")
 
 
 def envoys_failure(details: str | None) -> bool:
@@ -50,6 +53,13 @@ def not_started(details: str | None) -> bool:
         return False
     return details == "no_healthy_upstream" or any(why in details for why in (
         "connection_failure", "connection_timeout", "refused_stream", "overflow"))
+
+
+def timed_out(status: str | None, details: str | None) -> bool:
+    """Whether the answer (``status``, ``details``) is Envoy's own 504 for an upstream that
+    took the request and answered nothing in time (a silent replica): it may have run it
+    (kvpool/router/upstream.py NOTE(retry)), and the shipped routes never retry it."""
+    return status == "504" and details in TIMEOUTS
 
 
 def _retried_for(details: str) -> bool:

@@ -76,8 +76,10 @@ gets the 503. The picker answers by the same rule (kvpool/epp/retries.py ``not_s
 A holder gone silent (replicas.py NOTE(liveness)) with the request sent has not answered in
 time: a GET gets the 503 as above, but a POST, which may have run there, gets the router's
 504 ``replica_unresponsive`` (upstream.py ``replica_unresponsive``), no Retry-After, where the
-503 invited a blind second run; Envoy gives the picker's clients its own 504 then (the picker
-never sees the silence). Found silent, the holder fails its beats: what follows gets the 503.
+503 invited a blind second run. The picker answers the same when Envoy's timeout cuts the
+silent holder off (its 504, answers.py; kvpool/epp/retries.py ``timed_out``). A GET gets the
+503 because only the holder has the response: asking it again later is the client's one way
+to it. Found silent, the holder fails its beats: what follows gets the 503.
 """
 
 from __future__ import annotations

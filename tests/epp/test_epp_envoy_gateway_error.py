@@ -1,9 +1,10 @@
 """Envoy's own 502/503/504 when the endpoint the picker chose fails (docs/epp.md, "Envoy's own
-answers": the ``gateway_error`` mapper of deploy/envoy/envoy.yaml's ``local_reply_config``): a
-replica killed after the picker saw it healthy (connect refused: 503), one that closes the
-connection on the request (503), one that answers no HTTP (502), one silent past the route
-timeout or the stream idle timeout (504). The client gets OpenAI error JSON with Envoy's status
-and nothing else, and the next request, to a healthy replica, is served through the same Envoy.
+answers": the ``gateway_error`` and ``replica_unresponsive`` mappers of deploy/envoy/envoy.yaml's
+``local_reply_config``): a replica killed after the picker saw it healthy (connect refused:
+503), one that closes the connection on the request (503), one that answers no HTTP (502), one
+silent past the route timeout or the stream idle timeout (504, code ``replica_unresponsive`` as
+the router answers it). The client gets OpenAI error JSON with Envoy's status and nothing else,
+and the next request, to a healthy replica, is served through the same Envoy.
 
 A real Envoy (bench/envoy_proc.py) with the shipped config (the subset hint wired as
 tests/epp/test_epp_envoy_protocol.py wires it, so the test names the failing replica; the
@@ -114,22 +115,22 @@ async def failed_then_served(s: aiohttp.ClientSession, url: str, bad: str, good:
     return err
 
 
-@pytest.mark.parametrize("mode, edits, status, message", [
-    ("close", (), 503, "reset reason: connection termination"),
-    ("garbage", (), 502, "reset reason: protocol error"),
-    ("silent", (ROUTE_TIMEOUT,), 504, "upstream request timeout"),
-    ("silent", (IDLE_TIMEOUT,), 504, "stream timeout"),  # the shipped route has no timeout
+@pytest.mark.parametrize("mode, edits, status, message, code", [
+    ("close", (), 503, "reset reason: connection termination", "gateway_error"),
+    ("garbage", (), 502, "reset reason: protocol error", "gateway_error"),
+    ("silent", (ROUTE_TIMEOUT,), 504, "upstream request timeout", "replica_unresponsive"),
+    # the shipped route has no timeout
+    ("silent", (IDLE_TIMEOUT,), 504, "stream timeout", "replica_unresponsive"),
 ])
 async def test_a_failing_replica_is_answered_gateway_error_json(tmp_path, mode, edits, status,
-                                                                message):
+                                                                message, code):
     async with contextlib.AsyncExitStack() as stack, aiohttp.ClientSession() as s:
         good = await stack.enter_async_context(fake_replica("hot", HOT))
         bad = await stack.enter_async_context(failing_replica(mode))
         picker, url = await stack.enter_async_context(
             gateway(stack, [good, bad], tmp_path, edits))
         err = await failed_then_served(s, url, bad, good, status)
-        assert (err["type"], err["param"], err["code"]) == ("server_error", None,
-                                                            "gateway_error"), err
+        assert (err["type"], err["param"], err["code"]) == ("server_error", None, code), err
         assert message in err["message"], err
         assert picker.picks == 2 and sum(picker.errors.values()) == 0
 

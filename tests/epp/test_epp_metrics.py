@@ -387,7 +387,7 @@ async def test_failed_calls_error_answers_and_refused_streams_are_counted():
     assert {dict(k)["code"]: v for k, v in samples["kvpool_epp_calls_failed_total"].items()} \
         == {"INVALID_ARGUMENT": 0, "RESOURCE_EXHAUSTED": 1, "UNIMPLEMENTED": 0, "INTERNAL": 0}
     assert {dict(k)["status"]: v for k, v in samples["kvpool_epp_error_answers_total"].items()} \
-        == {"400": 1, "413": 1, "502": 0, "503": 1}
+        == {"400": 1, "413": 1, "502": 0, "503": 1, "504": 0}
     assert {dict(k)["reason"]: v for k, v in samples["kvpool_epp_streams_refused_total"].items()} \
         == {"max_open_streams": 1, "max_concurrent_streams": 0, "going_away": 0}
     assert samples["kvpool_epp_open_streams"][()] == 1

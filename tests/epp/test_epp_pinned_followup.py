@@ -25,23 +25,41 @@ from kvpool.epp.picker import Picker
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from tests.epp.test_epp_envoy_fallback import CONFIG, cluster
+from tests.epp.test_epp_envoy_gateway_error import IDLE_TIMEOUT
 from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
 from tests.router.test_router_hostile_replica import OK_HEALTH
 from tests.router.test_router_pinned_followup import FOLLOW_UP, RID, cancel, dropped, follow
 
+ROUTE_TIMEOUT = ("                  timeout: 0s\n", "                  timeout: 1s\n")
+PER_TRY_TIMEOUT = ("                    num_retries: 2\n",
+                   "                    num_retries: 2\n                    per_try_timeout: 1s\n")
 
-def replica(name: str, holds: bool, asked: list[str],
-            drop: asyncio.Event | None = None) -> web.Application:
-    """Holds RID or not; each follow-up POST it gets is appended to ``asked``. While ``drop``
-    is set, it reads a request under /v1/responses whole, appends "name METHOD" to ``asked``
-    and closes the connection without an answer."""
+
+def failing(name: str, asked: list[str], drop: asyncio.Event | None,
+            hang: asyncio.Event | None):
+    """``replica``'s middleware: while ``drop`` (``hang``) is set, a request under
+    /v1/responses is read whole, "name METHOD" appended to ``asked``, and the connection
+    closed without an answer (nothing answered while it is set)."""
     @web.middleware
     async def dropping(request, handler):
-        if drop is None or not drop.is_set() or not request.path.startswith("/v1/responses"):
+        on = [e for e in (drop, hang) if e is not None and e.is_set()]
+        if not on or not request.path.startswith("/v1/responses"):
             return await handler(request)
         asked.append(f"{name} {request.method}")
-        return await dropped(request)
+        if on[0] is drop:
+            return await dropped(request)
+        await request.read()
+        while on[0].is_set():
+            await asyncio.sleep(0.05)
+        return web.Response(status=500)  # its caller left long ago
 
+    return dropping
+
+
+def replica(name: str, holds: bool, asked: list[str], drop: asyncio.Event | None = None,
+            hang: asyncio.Event | None = None) -> web.Application:
+    """Holds RID or not; each follow-up POST it gets is appended to ``asked``; ``drop`` and
+    ``hang``: ``failing``."""
     def missing():
         return web.json_response({"error": {"message": f"no response {RID}", "type":
                                             "invalid_request_error", "param": None,
@@ -63,7 +81,7 @@ def replica(name: str, holds: bool, asked: list[str],
     async def health(_):
         return web.Response(body=OK_HEALTH, content_type="application/json")
 
-    app = web.Application(middlewares=[dropping])
+    app = web.Application(middlewares=[failing(name, asked, drop, hang)])
     app.router.add_get("/health", health)
     app.router.add_post("/v1/responses", create)
     app.router.add_get("/v1/responses/{rid}", stored)
@@ -71,23 +89,26 @@ def replica(name: str, holds: bool, asked: list[str],
 
 
 @contextlib.asynccontextmanager
-async def gateway(workdir, drop: asyncio.Event | None = None):
-    """holder (``drop``: its dropping requests) and two others behind the picker (--fallbacks
-    2) and Envoy; yields (Envoy's URL, the picker, the holder's URL, its stop, the follow-ups
-    each replica got)."""
+async def gateway(workdir, drop: asyncio.Event | None = None,
+                  hang: asyncio.Event | None = None, edits=()):
+    """holder (``drop``: its dropping requests; ``hang``: its silence) and two others behind
+    the picker (--fallbacks 2) and Envoy (``edits`` to its config); yields (Envoy's URL, the
+    picker, the holder's URL, its stop, the follow-ups each replica got)."""
     asked: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
         others = await stack.enter_async_context(apps_served(
             replica("a", False, asked), replica("b", False, asked)))
         held = contextlib.AsyncExitStack()
         (holder,) = await held.enter_async_context(apps_served(
-            replica("holder", True, asked, drop)))
+            replica("holder", True, asked, drop, hang)))
         stack.push_async_callback(held.aclose)
+        if hang is not None:
+            stack.callback(hang.clear)  # its handlers end before its runner's cleanup
         urls = [holder, *others]
         picker = Picker(Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT),
                         fallbacks=2)
         port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
-        envoy = Envoy(port, workdir, (cluster(urls),), config=CONFIG)
+        envoy = Envoy(port, workdir, (cluster(urls), *edits), config=CONFIG)
         await asyncio.to_thread(envoy.start)
         stack.push_async_callback(asyncio.to_thread, envoy.stop)
         yield envoy.url, picker, holder, held.aclose, asked
@@ -135,6 +156,37 @@ async def test_a_holder_dropping_a_follow_up_it_took_is_503_for_a_get_502_for_a_
         assert (err["code"], err["type"]) == ("replica_failed", "server_error"), err
         assert asked == ["holder", "holder GET", "holder POST"]  # once each, the holder alone
         assert picker.errors[502] == 1 and picker.errors[503] == 1
+
+
+@pytest.mark.parametrize("edit, details", [(IDLE_TIMEOUT, "stream_idle_timeout"),
+                                           (ROUTE_TIMEOUT, "response_timeout"),
+                                           (PER_TRY_TIMEOUT, "upstream_per_try_timeout")])
+async def test_a_holder_going_silent_on_a_follow_up_is_503_for_a_get_504_for_a_post(
+        tmp_path, edit, details):
+    """The holder reads the follow-up and answers nothing; Envoy gives up after its stream
+    idle timeout (1 s here; the shipped 5 minutes), a route or a per-try timeout (1 s; none
+    shipped; the route retries no timeout), and the picker answers as the router does
+    (kvpool/router/affinity.py NOTE(holder-down)): a GET, which may be sent again, the 503
+    naming the response with Retry-After; a POST, which may have run there, the 504
+    ``replica_unresponsive`` naming it, no Retry-After. Before: Envoy's own 504 for both
+    (``gateway_error``). Neither went to another replica or was sent twice."""
+    hang = asyncio.Event()
+    async with gateway(tmp_path, hang=hang, edits=(edit,)) as (
+            url, picker, _holder, _stop, asked), aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=20)) as s:
+        assert (await follow(s, url, get=False))[0] == 200  # found by search, learnt
+        hang.set()
+        status, headers, err = await follow(s, url, get=True)
+        assert status == 503 and headers["Retry-After"] == "1", (status, err)
+        assert err["code"] == "response_unavailable" and err["param"] is None, err
+        assert RID in err["message"] and details in err["message"], err
+        status, headers, err = await follow(s, url, get=False)
+        assert status == 504 and "Retry-After" not in headers, (status, err)
+        assert (err["code"], err["type"], err["param"]) == (
+            "replica_unresponsive", "server_error", None), err
+        assert RID in err["message"] and "may have run" in err["message"], err
+        assert asked == ["holder", "holder GET", "holder POST"]  # once each, the holder alone
+        assert picker.errors[504] == 1 and picker.errors[503] == 1
 
 
 async def test_a_follow_up_no_replica_holds_keeps_its_fallbacks(tmp_path):
