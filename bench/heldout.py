@@ -115,6 +115,14 @@ product):
               seven time zones, deadline bursts (written after ``adaptive`` was frozen at
               NOTE(cold), blind: by someone who had not read the policies, and no policy or
               hit rate was run on it; bench/heldout_legal_review.py)
+    localization  one replica behind a translation platform for software companies: CI pushes
+              of new UI strings into 5..40 locales, published page edits (only changed sections
+              re-run), content drops and release string freezes walked document- or
+              language-major behind style guides and termbase excerpts, QA checks re-sending
+              source and translation, linguists' post-editing chats, nightly corpus audits in
+              one locale (written after ``adaptive`` was frozen, blind: by someone who had not
+              read the policies, and no policy or hit rate was run on it;
+              bench/heldout_localization.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -136,6 +144,7 @@ from bench.heldout_eval import batch_eval
 from bench.heldout_fewshot import fewshot_lora
 from bench.heldout_gateway import api_gateway
 from bench.heldout_legal_review import legal_review
+from bench.heldout_localization import localization
 from bench.heldout_ide import ide_tree
 from bench.heldout_marketplace import marketplace
 from bench.heldout_meeting_assist import meeting_assist
@@ -165,7 +174,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "npc_world": npc_world, "api_gateway": api_gateway,
           "deep_research": deep_research, "tutoring": tutoring,
           "marketplace": marketplace, "bi_copilot": bi_copilot,
-          "meeting_assist": meeting_assist, "legal_review": legal_review}
+          "meeting_assist": meeting_assist, "legal_review": legal_review,
+          "localization": localization}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
