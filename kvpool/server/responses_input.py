@@ -33,7 +33,7 @@ from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.body_fields import FieldPolicy, check_unsupported
 from kvpool.server.response_store import StoredResponse
-from kvpool.server.responses_tools import ResponsesTools, tool_fields
+from kvpool.server.responses_tools import ResponsesTools, forced_text_format, tool_fields
 
 META_PAIRS, META_KEY, META_VALUE = 16, 64, 512  # OpenAI's metadata limits
 _bad = RequestError.field  # errors.py: "param: message", with the param named
@@ -87,7 +87,7 @@ class ResponsesInput:
     metadata: dict[str, Any]
     max_output_tokens: int | None
     ignored: tuple[str, ...]  # unknown fields that were ignored (body_fields.py)
-    text_format: dict[str, Any]  # text.format as asked: the response echoes it
+    text_format: dict[str, Any]  # the response echoes it: as asked, or NOTE(forced-text)
     tools: ResponsesTools  # tools, tool_choice, parallel_tool_calls: the response echoes them
     truncation: str = "disabled"  # as asked: the response echoes it
 
@@ -132,6 +132,7 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
         chat["reasoning_effort"] = effort
     chat.update(tool_fields(body))
     _constraint(body, fmt, chat)
+    fmt = forced_text_format(body) or fmt  # NOTE(forced-text) in responses_tools.py
     return ResponsesInput(chat=chat, conversation=conversation, instructions=instructions,
                           previous_id=previous_id, store=_opt(body, "store", bool, True),
                           metadata=_metadata(body),

@@ -32,8 +32,8 @@ from kvpool.errors import RequestError
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["ResponsesTools", "chat_param", "function_call_item", "text_only_auto",
-           "tool_fields"]
+__all__ = ["ResponsesTools", "chat_param", "forced_text_format", "function_call_item",
+           "text_only_auto", "tool_fields"]
 
 _FUNCTION_KEYS = ("name", "description", "parameters", "strict")
 _CHOICES = ("auto", "none", "required")
@@ -72,6 +72,44 @@ def text_only_auto(chat: dict[str, Any]) -> None:
     response still echoes the ``tool_choice`` the client sent (ResponsesTools)."""
     if chat.get("tools") and chat.get("tool_choice", "auto") == "auto":
         chat["tool_choice"] = "none"
+
+
+def forced_text_format(body: dict[str, Any]) -> dict[str, Any] | None:
+    """NOTE(forced-text): the ``text.format`` a response echoes under a ``tool_choice`` forcing
+    a call (``required``, a named function), or None for any other choice. vLLM 0.33's tool
+    parser replaces the request's ``text`` with the forced call's JSON schema, named
+    ``tool_calling_response`` (strict), and its response echoes the request's ``text``; the
+    schema is vLLM's (a named function's parameters, an empty object schema for none;
+    ``required``: an array of ``{name, parameters}`` objects, ``maxItems`` 1 only for
+    ``parallel_tool_calls: false``, every tool's ``$defs`` at the root). Call after
+    ``tool_fields`` has checked the tools."""
+    tools, choice = body.get("tools") or [], body.get("tool_choice")
+    if not tools or choice != "required" and not isinstance(choice, dict):
+        return None
+    params = {t.get("name"): _params_or_empty(t.get("parameters")) for t in tools}
+    if not all(isinstance(p, dict) for p in params.values()):
+        return None  # the chat parser's 400 names the tool
+    if isinstance(choice, dict):
+        if choice["name"] not in params:
+            return None  # the chat parser's 400 names it
+        schema: dict[str, Any] = params[choice["name"]]
+    else:
+        schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [
+            {"properties": {"name": {"type": "string", "enum": [name]},
+                            "parameters": {k: v for k, v in p.items() if k != "$defs"}},
+             "required": ["name", "parameters"]} for name, p in params.items()]}}
+        if body.get("parallel_tool_calls") is False:
+            schema["maxItems"] = 1
+        defs = {k: v for p in params.values() if isinstance(p.get("$defs"), dict)
+                for k, v in p["$defs"].items()}
+        if defs:
+            schema["$defs"] = defs
+    return {"type": "json_schema", "name": "tool_calling_response", "schema": schema,
+            "strict": True}
+
+
+def _params_or_empty(params: Any) -> Any:
+    return params if params else {"type": "object", "properties": {}}
 
 
 def _function_tool(tool: Any, where: str) -> dict[str, Any]:

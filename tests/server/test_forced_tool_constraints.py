@@ -63,3 +63,47 @@ async def test_a_forcing_tool_choice_drops_the_constraint_fields(make_server):
             assert r.status == 200, out
             assert r.headers["X-Kvpool-Ignored-Fields"] == "text.format"
         assert {i["name"] for i in out["output"] if i["type"] == "function_call"} == {"f"}
+
+
+RESP_TOOLS = [{"type": "function", "name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"$ref": "#/$defs/B"}}, "required": ["a"],
+    "$defs": {"B": {"type": "boolean"}}}}, {"type": "function", "name": "g"}]
+
+
+def tool_calling_response(schema: dict) -> dict:
+    return {"format": {"type": "json_schema", "name": "tool_calling_response",
+                       "schema": schema, "strict": True}}
+
+
+async def test_a_forced_responses_call_echoes_vllms_tool_text_format(make_server):
+    """NOTE(forced-text): vLLM's tool parser makes the request's ``text`` the forced call's
+    schema, and the response (created, completed, stored) echoes that, not the client's."""
+    params = {k: v for k, v in RESP_TOOLS[0]["parameters"].items() if k != "$defs"}
+    item = {"type": "object", "anyOf": [
+        {"properties": {"name": {"type": "string", "enum": [n]}, "parameters": p},
+         "required": ["name", "parameters"]}
+        for n, p in (("f", params), ("g", {"type": "object", "properties": {}}))]}
+    required = {"type": "array", "minItems": 1, "items": item, "maxItems": 1,
+                "$defs": {"B": {"type": "boolean"}}}
+    cases = [({"tool_choice": "required", "parallel_tool_calls": False,
+               "text": {"format": {"type": "json_object"}}}, required),
+             ({"tool_choice": {"type": "function", "name": "g"}},
+              {"type": "object", "properties": {}})]
+    base = {"input": "hi", "max_output_tokens": 40, "tools": RESP_TOOLS}
+    async with make_server(max_model_len=1024, num_device_blocks=80) as srv, \
+            aiohttp.ClientSession() as s:
+        for extra, schema in cases:
+            async with s.post(srv.v1 + "/responses", json={**base, **extra}) as r:
+                out = await r.json()
+                assert r.status == 200, out
+            assert out["text"] == tool_calling_response(schema), out["text"]
+            async with s.get(srv.v1 + "/responses/" + out["id"]) as r:
+                assert (await r.json())["text"] == tool_calling_response(schema)
+            async with s.post(srv.v1 + "/responses",
+                              json={**base, **extra, "stream": True}) as r:
+                events = [json.loads(line[6:]) for line in (await r.text()).splitlines()
+                          if line.startswith("data: ")]
+            assert {json.dumps(e["response"]["text"]) for e in events if "response" in e} \
+                == {json.dumps(tool_calling_response(schema))}
+        async with s.post(srv.v1 + "/responses", json={**base, "tool_choice": "none"}) as r:
+            assert (await r.json())["text"] == {"format": {"type": "text"}}
