@@ -7,7 +7,10 @@ with a 200 and do not hold the output; its legacy ``guided_*`` fields are unknow
 (ignored on every request). Here each of them is taken out of the body before the sampling
 controls read it and listed in ``X-Kvpool-Ignored-Fields``; a warning is logged once.
 
-What vLLM refuses before that point stays a 400: a malformed ``structured_outputs`` (its
+A ``structured_outputs.structural_tag`` is the exception: vLLM's ``adjust_request`` returns
+the request untouched when one is given, so the client's constraints hold the output in place
+of the call's schema (the output is still read as the forced call), and only the legacy
+``guided_*`` are dropped here. What vLLM refuses before that point stays a 400: a malformed ``structured_outputs`` (its
 pydantic model, then the one-constraint rule), a named tool beside ``structured_outputs``
 ``json`` / ``regex`` / ``choice`` (check_structured_outputs_count), a malformed
 ``response_format`` (its model). The ``guided_*`` values are not read: vLLM never reads them.
@@ -15,12 +18,14 @@ pydantic model, then the one-constraint rule), a named tool beside ``structured_
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.server.guided_fields import GUIDED_FIELDS, parse_guided
 from kvpool.server.sampling_fields import parse_response_format
+from kvpool.server.tools.request import ToolRequest
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -33,21 +38,27 @@ _NAMED_REFUSED = ("json", "regex", "choice")  # vLLM's check_structured_outputs_
 _LOGGED: list[bool] = []  # the drop is logged once per process
 
 
-def drop_for_forced_tool(body: dict[str, Any], ignored: tuple[str, ...],
-                         choice: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """NOTE(tool-forced): ``body`` without the constraint fields a forcing ``choice``
-    (``required`` / ``named``) leaves unheeded, and ``ignored`` with their names added."""
-    dropped = [*_structured_outputs(body, choice), *_response_format(body)]
+def drop_for_forced_tool(body: dict[str, Any], ignored: tuple[str, ...], tools: ToolRequest
+                         ) -> tuple[dict[str, Any], tuple[str, ...], ToolRequest]:
+    """NOTE(tool-forced): ``body`` without the constraint fields a forcing choice (``required``
+    / ``named``) leaves unheeded, ``ignored`` with their names added, and ``tools``: without
+    its grammar where the client's structural tag holds the output instead."""
+    so = body.get("structured_outputs")
+    tagged = isinstance(so, dict) and so.get("structural_tag") is not None
+    dropped = [] if tagged else [*_structured_outputs(body, tools.choice),
+                                 *_response_format(body)]
     dropped += [k for k in _LEGACY if body.get(k) is not None]
+    if tagged:
+        tools = dataclasses.replace(tools, grammar=None)
     if not dropped:
-        return body, ignored
+        return body, ignored, tools
     if not _LOGGED:
         _LOGGED.append(True)
         log.warning("structured-output constraints (%s) are ignored where tool_choice forces "
                     "a tool call (vLLM's rule; logged once, each response lists them in "
                     "X-Kvpool-Ignored-Fields)", ", ".join(dropped))
     rest = {k: v for k, v in body.items() if k not in dropped}
-    return rest, ignored + tuple(dropped)
+    return rest, ignored + tuple(dropped), tools
 
 
 def _structured_outputs(body: dict[str, Any], choice: str) -> list[str]:

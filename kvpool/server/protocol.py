@@ -163,7 +163,7 @@ class RequestParser:
         if "structured_outputs" in body:  # guided_fields.py NOTE(so-unheeded)
             body, ignored = unheeded(body, ignored, self.fields)
         if tools is not None and tools.grammar is not None:  # NOTE(tool-forced)
-            body, ignored = drop_for_forced_tool(body, ignored, tools.choice)
+            body, ignored, tools = drop_for_forced_tool(body, ignored, tools)
         ids, messages = self._chat_ids(body, extras, tools.tools if tools else None)
         # vLLM's chat echo: only a final assistant message (the one being continued) comes back
         echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""

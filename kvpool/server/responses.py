@@ -304,7 +304,7 @@ class ResponseBuilder:
     def _tool_message(self, text: str, reason: str) -> tuple[dict[str, Any], str]:
         """The assistant message of an output read for tool calls, and its finish reason."""
         got = self.req.tools.extract(text)
-        forced = self.req.tools.grammar is not None  # NOTE(forced-content) in tools/forced.py
+        forced = self.req.tools.forced  # NOTE(forced-content) in tools/forced.py
         message = {"role": "assistant", "content": got.content or "" if forced else got.content,
                    "tool_calls": [c.as_dict() for c in got.calls]}
         called = got.calls and reason == "stop" and self.req.tools.call_finish

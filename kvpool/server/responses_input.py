@@ -199,9 +199,12 @@ def _constraint(body: dict[str, Any], fmt: dict[str, Any], chat: dict[str, Any])
         return
     if _opt(body, "text", dict, {}).get("format") is not None:
         raise _bad("structured_outputs", "cannot be given with text.format: give one of them")
-    if body.get("tool_choice") not in (None, "auto", "none"):  # vLLM makes the forced
+    tagged = isinstance(so, dict) and so.get("structural_tag") is not None
+    if body.get("tool_choice") not in (None, "auto", "none") and not tagged:  # vLLM makes
         raise _bad("structured_outputs", "cannot be given with a tool_choice forcing a call "
-                   "(its schema is the text.format): give one of them")  # call a text.format
+                   "(its schema is the text.format): give one of them")  # the call text.format
+    # a structural tag holds the forced call's output instead (forced_tool_fields.py
+    # NOTE(tool-forced)); the text stays the client's (NOTE(forced-text) in responses_tools.py)
     chat["structured_outputs"] = so
 
 

@@ -81,9 +81,13 @@ def forced_text_format(body: dict[str, Any]) -> dict[str, Any] | None:
     ``tool_calling_response`` (strict), and its response echoes the request's ``text``; the
     schema is vLLM's (a named function's parameters, an empty object schema for none;
     ``required``: an array of ``{name, parameters}`` objects, ``maxItems`` 1 only for
-    ``parallel_tool_calls: false``, every tool's ``$defs`` at the root). Call after
-    ``tool_fields`` has checked the tools."""
+    ``parallel_tool_calls: false``, every tool's ``$defs`` at the root). Beside a
+    ``structured_outputs.structural_tag`` vLLM leaves the request's ``text`` as it is (None).
+    Call after ``tool_fields`` has checked the tools."""
     tools, choice = body.get("tools") or [], body.get("tool_choice")
+    so = body.get("structured_outputs")
+    if isinstance(so, dict) and so.get("structural_tag") is not None:
+        return None
     if not tools or choice != "required" and not isinstance(choice, dict):
         return None
     params = {t.get("name"): _params_or_empty(t.get("parameters")) for t in tools}

@@ -107,3 +107,35 @@ async def test_a_forced_responses_call_echoes_vllms_tool_text_format(make_server
                 == {json.dumps(tool_calling_response(schema))}
         async with s.post(srv.v1 + "/responses", json={**base, "tool_choice": "none"}) as r:
             assert (await r.json())["text"] == {"format": {"type": "text"}}
+
+
+TAG = {"structures": [{"begin": "<b>", "schema": {"type": "boolean"}, "end": "</b>"}],
+       "triggers": ["<b"]}
+
+
+async def test_a_structural_tag_beside_a_forcing_choice_holds_the_output(make_server):
+    """vLLM's adjust_request leaves a request with a structural tag as it is: the tag holds the
+    output, which is read as the forced call (named: all of it is the arguments); the same
+    greedy text as the tag gives with tool_choice none. Responses: a 200, its text as sent."""
+    so = {"structured_outputs": {"structural_tag": TAG}}
+    plain = {**CHAT, **so, "max_tokens": 12, "temperature": 0, "tool_choice": "none"}
+    responses = {"input": "hi", "max_output_tokens": 12, "temperature": 0, **so,
+                 "tools": [{"type": "function", **TOOLS[0]["function"]}],
+                 "tool_choice": {"type": "function", "name": "f"}}
+    async with make_server(max_model_len=1024, num_device_blocks=80) as srv, \
+            aiohttp.ClientSession() as s:
+        url = srv.v1 + "/chat/completions"
+        async with s.post(url, json=plain) as r:
+            text = (await r.json())["choices"][0]["message"]["content"]
+        async with s.post(url, json={**plain, "tool_choice": NAMED, "guided_regex": "x"}) as r:
+            out = await r.json()
+            assert r.status == 200, out
+            assert r.headers["X-Kvpool-Ignored-Fields"] == "guided_regex"
+        message = out["choices"][0]["message"]
+        assert message["content"] == "" and text, (message, text)
+        assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": text}
+        async with s.post(srv.v1 + "/responses", json=responses) as r:
+            out = await r.json()
+            assert r.status == 200, out
+        assert out["text"] == {"format": {"type": "text"}}, out["text"]
+        assert [(i["name"], i["arguments"]) for i in out["output"]] == [("f", text)], out

@@ -48,7 +48,13 @@ class ToolRequest:
     name: str | None = None  # the named function
     parallel: bool = True  # parallel_tool_calls
     parser: Any = None  # auto: the --tool-call-parser
-    grammar: GrammarSpec | None = None  # required / named: what forces the call
+    grammar: GrammarSpec | None = None  # required / named: what forces the call (None
+    # beside a client's structural tag: forced_tool_fields.py NOTE(tool-forced))
+
+    @property
+    def forced(self) -> bool:
+        """Whether the choice forces a call (``required`` or a named function)."""
+        return self.choice in ("required", "named")
 
     @property
     def call_finish(self) -> bool:
