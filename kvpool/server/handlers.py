@@ -137,19 +137,45 @@ class OpenAIRoutes:
         """Parse the body with ``parse`` (on the parse pool), run it, answer through
         ``view(builder)``: responses.py ChunkView (completions, chat), or another shape of the
         same updates (responses_api.py)."""
+        return await self.answer(request, await self.prepare(request, parse), view)
+
+    async def prepare(self, request: web.Request,
+                      parse: Callable[[bytes], ParsedRequest]) -> ParsedRequest:
+        """The request, parsed and its grammar compiled (off the loop: grammar_compile.py)."""
         req = await self.parse_pool.read_and_parse(request, parse)
-        if req.params.response_format is not None:  # compiled off the loop (grammar_compile.py)
+        if req.params.response_format is not None:
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
+        return req
+
+    def open(self, req: ParsedRequest) -> tuple[ResponseBuilder, PromptStreams]:
+        """The request's builder and its streams, admitted by the gate (its 503 / 429s here);
+        the caller runs them (``run``, ``answer``), whose end releases them."""
         builder = ResponseBuilder(req, formatter=self.id_formatter
                                   if req.extras.tokens_as_ids else self.formatter)
         params = [req.params_at(i) for i in range(len(req.prompts))]  # NOTE(clamp)
         ticket = self.gate.admit(req.prompts, params, req.cache_salt)
-        updates = PromptStreams(self.engine, ticket, builder.id, req.prompts, params,
-                                priority=req.priority)
+        return builder, PromptStreams(self.engine, ticket, builder.id, req.prompts, params,
+                                      priority=req.priority)
+
+    async def answer(self, request: web.Request, req: ParsedRequest,
+                     view: Callable[[ResponseBuilder], Any]) -> web.StreamResponse:
+        """Run a prepared request and answer it: JSON, or SSE when it streams."""
+        builder, updates = self.open(req)
+        if not req.stream:
+            await self.run(builder, updates)
+            return web.json_response(view(builder).body(), headers=ignored_header(req.ignored))
         try:
             await updates.start()  # validation, QueueFullError and first updates surface here
-            if req.stream:
-                return await self._stream(request, view(builder), updates)
+            return await self._stream(request, view(builder), updates)
+        finally:
+            await updates.release()
+            self._observe(builder)
+
+    async def run(self, builder: ResponseBuilder, updates: PromptStreams) -> None:
+        """Every update of a request not streamed into ``builder``, to the end; its failure
+        raised. The streams are released however it ends (NOTE(abort))."""
+        try:
+            await updates.start()
             for i, first in updates.firsts():
                 builder.update(first, i)
             async for i, out in updates:
@@ -157,7 +183,6 @@ class OpenAIRoutes:
             failure = builder.failure()
             if failure is not None:
                 raise failure
-            return web.json_response(view(builder).body(), headers=ignored_header(req.ignored))
         finally:
             await updates.release()
             self._observe(builder)
@@ -283,9 +308,13 @@ class PromptStreams:
         self._tasks: list[asyncio.Task] = []
         self._ended = 0
 
-    async def start(self) -> None:
+    def check(self) -> None:
+        """Every prompt's pool rules (NOTE(all-or-nothing)): their 400 before any is queued."""
         for ids, params in zip(self.prompts, self.params):
             self.engine.check_pool(ids, params)
+
+    async def start(self) -> None:
+        self.check()
         for i, (rid, ids) in enumerate(zip(self.ids, self.prompts)):
             self.streams.append(self.ticket.open(i, rid, ids, self.params[i],
                                                  priority=self.priority, checked=True))

@@ -11,7 +11,9 @@ error holds here too (a chat parameter's name is translated back: ``max_tokens``
 the compile or a grammar breaking midway raises it, names ``text.format``).
 
 Finished responses with ``store`` (OpenAI's default: true) are kept in a bounded in-memory
-store per tenant (response_store.py) for ``previous_response_id`` and GET.
+store per tenant (response_store.py) for ``previous_response_id`` and GET. ``background``
+runs a response apart from its request, GET and cancel reach it while it runs
+(responses_background.py NOTE(background)).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from kvpool.errors import RequestError
 from kvpool.runtime.model import SamplingParams
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.parsed_request import ParsedRequest
+from kvpool.server.body_fields import ignored_header
 from kvpool.server.response_store import ResponseStore, StoredResponse
+from kvpool.server.responses_background import BackgroundRuns
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_input import (ResponseNotFoundError, ResponsesInput,
                                            item_messages, responses_to_chat)
@@ -35,6 +39,10 @@ from kvpool.server.responses_view import ResponsesView
 from kvpool.server.middleware import current_tenant
 
 __all__ = ["RESPONSES_KEY", "ResponsesRoute"]
+
+NO_STORE = ("background: this server stores no responses (--max-stored-responses 0 or "
+            "--max-stored-response-bytes 0) and therefore does not support the background "
+            "mode")  # vLLM's words for its store being off
 
 # chat parameter -> the Responses field a client sent it as
 _PARAM_NAMES = {"max_tokens": "max_output_tokens", "messages": "input",
@@ -74,6 +82,7 @@ class ResponsesRoute:
     def __init__(self, routes: OpenAIRoutes, store: ResponseStore | None = None) -> None:
         self.routes = routes
         self.store = store if store is not None else ResponseStore()
+        self.background = BackgroundRuns()  # NOTE(background) in responses_background.py
 
     @classmethod
     def register(cls, app: web.Application, routes: OpenAIRoutes) -> ResponsesRoute:
@@ -81,6 +90,7 @@ class ResponsesRoute:
         app.router.add_post("/v1/responses", route.create)
         app.router.add_get("/v1/responses/{response_id}", route.retrieve)
         app.router.add_post("/v1/responses/{response_id}/cancel", route.cancel)
+        app.on_shutdown.append(route.close)  # before the engine stops (app.py NOTE(shutdown))
         app[RESPONSES_KEY] = route
         return route
 
@@ -107,7 +117,38 @@ class ResponsesRoute:
             return ResponsesView(builder, asked[0], functools.partial(self._keep, tenant,
                                                                       asked[0]))
 
-        return await self.routes.generate(request, parse, view)
+        req = await self.routes.prepare(request, parse)
+        if asked[0].background:
+            return await self._background(tenant, asked[0], req)
+        return await self.routes.answer(request, req, view)
+
+    async def _background(self, tenant: str, inp: ResponsesInput,
+                          req: ParsedRequest) -> web.Response:
+        """NOTE(background) in responses_background.py: the queued object now, the run in a
+        task of its own."""
+        if req.stream:
+            raise RequestError("background: a background response is not streamed by this "
+                               "server: poll GET /v1/responses/{id}", param="background",
+                               code="unsupported_parameter")
+        if not (self.store.max_entries and self.store.max_bytes):
+            raise RequestError(NO_STORE, param="background")
+        self.background.check_room()
+        builder, updates = self.routes.open(req)  # the gate's 503 / 429 here
+        try:
+            updates.check()  # a request the pool can never hold: its 400 now
+        except BaseException:
+            await updates.release()
+            raise
+        keep = functools.partial(self._keep, tenant, inp)
+        view = ResponsesView(builder, inp, keep)
+        body = view.response("queued", [], None)
+
+        async def run() -> None:
+            await self.routes.run(builder, updates)
+            view.body()  # stored (keep)
+
+        self.background.start((tenant, view.id), body, keep, run)
+        return web.json_response(body, headers=ignored_header(req.ignored))
 
     def _keep(self, tenant: str, inp: ResponsesInput, body: dict[str, Any]) -> None:
         """Store the response with its conversation: the input's, then the output items as
@@ -117,20 +158,32 @@ class ResponsesRoute:
             self.store.put(tenant, body["id"], StoredResponse(body, inp.conversation + turns))
 
     async def retrieve(self, request: web.Request) -> web.Response:
+        """A background response still running (NOTE(background)), else a stored one."""
         rid = request.match_info["response_id"]
+        running = self.background.get((current_tenant(), rid))
+        if running is not None:
+            return web.json_response(running)
         entry = self.store.get(current_tenant(), rid)
         if entry is None:
             raise ResponseNotFoundError(rid, param=None)
         return web.json_response(entry.body)
 
     async def cancel(self, request: web.Request) -> web.Response:
-        """vLLM's and OpenAI's cancel: only a background response can be cancelled, and this
-        server runs none, so a stored response is a 400 (vLLM's words) and any other id the
-        404 of retrieve."""
+        """vLLM's and OpenAI's cancel: a background response still running is cancelled
+        (NOTE(background)); any other stored response is a 400 (vLLM's words) and any other id
+        the 404 of retrieve."""
+        rid = request.match_info["response_id"]
+        cancelled = await self.background.cancel((current_tenant(), rid))
+        if cancelled is not None:
+            return web.json_response(cancelled)
         await self.retrieve(request)
         raise RequestError("Cannot cancel a synchronous response: only a background response "
-                           "can be cancelled, and this server runs none.", param="response_id",
+                           "still running can be cancelled.", param="response_id",
                            code="response_not_cancellable")
+
+    async def close(self, app: web.Application) -> None:
+        """The app's shutdown: every background run still going is cancelled."""
+        await self.background.close()
 
 
 RESPONSES_KEY = web.AppKey("kvpool_responses", ResponsesRoute)

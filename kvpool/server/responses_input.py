@@ -16,10 +16,10 @@ through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``
 alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``,
 ``reasoning.effort`` chat's ``reasoning_effort``. ``text.format``
 ``json_schema`` / ``json_object`` is the chat ``response_format`` of the same constraint, as
-vLLM runs it, and vLLM's ``structured_outputs`` chat's (not with ``text.format``). Other
-item kinds (files, images, reasoning) and Responses features this server does not implement
-(hosted tools, background) are a 400 naming the field, so a client never gets a silently
-different result.
+vLLM runs it, and vLLM's ``structured_outputs`` chat's (not with ``text.format``);
+``background`` is kept for responses_api.py. Other item kinds (files, images, reasoning) and
+Responses features this server does not implement (hosted tools, stored ``prompt``
+templates) are a 400 naming the field, so a client never gets a silently different result.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
-from kvpool.server.body_fields import FieldPolicy, check_unsupported
+from kvpool.server.body_fields import FieldPolicy
 from kvpool.server.response_store import StoredResponse
 from kvpool.server.responses_tools import ResponsesTools, forced_text_format, tool_fields
 
@@ -48,16 +48,14 @@ PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignor
                 "frequency_penalty", "repetition_penalty", "logit_bias", "stop_token_ids",
                 "skip_special_tokens", "spaces_between_special_tokens",
                 "include_stop_str_in_output", "chat_template_kwargs")
-# field -> the values that mean "not used": anything else is a 400 unsupported_parameter.
-# ``conversation`` is not here: vLLM 0.33's ResponsesRequest has no such field, so it is an
+# ``conversation`` is not known: vLLM 0.33's ResponsesRequest has no such field, so it is an
 # unknown field (ignored and listed, body_fields.py), as vLLM ignores it
-UNSUPPORTED = {"background": (False,)}
 TRUNCATIONS = ("disabled", "auto")
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",
                              "parallel_tool_calls", "include", "top_logprobs", "truncation",
-                             "reasoning", "structured_outputs"}
-                            | set(PASS_THROUGH) | set(UNSUPPORTED) | {"prompt"})
+                             "reasoning", "structured_outputs", "background"}
+                            | set(PASS_THROUGH) | {"prompt"})
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text")
 
@@ -90,6 +88,7 @@ class ResponsesInput:
     text_format: dict[str, Any]  # the response echoes it: as asked, or NOTE(forced-text)
     tools: ResponsesTools  # tools, tool_choice, parallel_tool_calls: the response echoes them
     truncation: str = "disabled"  # as asked: the response echoes it
+    background: bool = False  # run apart from the request (responses_background.py)
 
 
 def _opt(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -106,7 +105,6 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     """The chat request of one Responses body; ``lookup`` finds the tenant's stored
     responses (``previous_response_id``)."""
     ignored = fields.check(body, KNOWN_RESPONSES)
-    check_unsupported(body, UNSUPPORTED)
     if body.get("prompt") is not None:  # vLLM's ResponsesRequest.validate_prompt, its words
         raise _bad("prompt", "prompt template is not supported", "unsupported_parameter")
     fmt = _opt(body, "text", dict, {}).get("format") or {"type": "text"}
@@ -133,11 +131,21 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     chat.update(tool_fields(body))
     _constraint(body, fmt, chat)
     fmt = forced_text_format(body) or fmt  # NOTE(forced-text) in responses_tools.py
+    store = _opt(body, "store", bool, True)
     return ResponsesInput(chat=chat, conversation=conversation, instructions=instructions,
-                          previous_id=previous_id, store=_opt(body, "store", bool, True),
-                          metadata=_metadata(body),
+                          previous_id=previous_id, store=store, metadata=_metadata(body),
                           max_output_tokens=max_output, ignored=ignored, text_format=fmt,
-                          tools=ResponsesTools(body), truncation=truncation)
+                          tools=ResponsesTools(body), truncation=truncation,
+                          background=_background(body, store))
+
+
+def _background(body: dict[str, Any], store: bool) -> bool:
+    """``background``: only with ``store``, vLLM's rule and words (its ResponsesRequest
+    validate_background); what it runs: responses_background.py NOTE(background)."""
+    background = _opt(body, "background", bool, False)
+    if background and not store:
+        raise _bad("background", "background can only be used when `store` is true")
+    return background
 
 
 def _metadata(body: dict[str, Any]) -> dict[str, str]:

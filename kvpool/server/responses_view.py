@@ -105,6 +105,7 @@ class ResponsesView:
                 "top_p": params.top_p, "tool_choice": inp.tools.tool_choice,
                 "tools": inp.tools.tools, "text": {"format": inp.text_format},
                 "truncation": inp.truncation, "metadata": inp.metadata, "store": inp.store,
+                "background": inp.background,
                 "user": b.req.user, "usage": usage}
 
     def usage(self) -> dict[str, Any]:

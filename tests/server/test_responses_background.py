@@ -3,8 +3,15 @@ prompt template) is vLLM's 400, and ``background``."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
+
+from kvpool.server.responses_api import RESPONSES_KEY
+from tests.server.helpers import generated_tokens, wait_free, wait_until
+
+TENANT = "X-Tenant"
 
 
 @pytest.mark.parametrize("prompt", [{"id": "pmpt_1"}, {"id": "pmpt_1", "version": "2"}, "p"])
@@ -17,3 +24,139 @@ async def test_a_prompt_template_is_vllms_400_in_its_words(srv, prompt):
             assert "prompt template is not supported" in err["message"], err
         async with s.post(srv.v1 + "/responses", json={**body, "prompt": None}) as r:
             assert r.status == 200, await r.text()  # null is not a template
+
+
+LONG = {"input": "A paged key value cache stores the attention keys", "temperature": 0,
+        "max_output_tokens": 500, "ignore_eos": True}
+
+
+async def poll(s: aiohttp.ClientSession, srv, rid: str) -> dict:
+    """GET the response until it is no longer queued (vLLM's status while it runs)."""
+    while True:
+        async with s.get(f"{srv.v1}/responses/{rid}") as r:
+            out = await r.json()
+            assert r.status == 200, out
+        if out["status"] != "queued":
+            return out
+        await asyncio.sleep(0.02)
+
+
+async def test_background_answers_queued_and_get_reads_the_finished_response(srv):
+    body = {"model": srv.engine.model_name, "input": "Say hi", "max_output_tokens": 6,
+            "temperature": 0}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            want = await r.json()
+        async with s.post(srv.v1 + "/responses", json={**body, "background": True}) as r:
+            queued = await r.json()
+            assert r.status == 200, queued
+        assert (queued["status"], queued["background"], queued["output"], queued["usage"]) \
+            == ("queued", True, [], None), queued
+        done = await poll(s, srv, queued["id"])
+        assert done["status"] == want["status"] and done["background"] is True, done
+        assert done["output"][0]["content"] == want["output"][0]["content"]
+        assert [done["usage"][k] for k in ("input_tokens", "output_tokens")] == \
+            [want["usage"][k] for k in ("input_tokens", "output_tokens")]
+        assert want["background"] is False
+        follow = {**body, "input": "again", "previous_response_id": queued["id"]}
+        async with s.post(srv.v1 + "/responses", json=follow) as r:
+            assert r.status == 200, await r.text()  # it continues the stored conversation
+        async with s.post(f"{srv.v1}/responses/{queued['id']}/cancel") as r:
+            err = (await r.json())["error"]  # finished: vLLM's 400
+            assert r.status == 400 and "Cannot cancel" in err["message"], err
+
+
+async def test_cancel_stops_a_running_background_response(make_server):
+    async with make_server(max_model_len=1024, num_device_blocks=80) as srv, \
+            aiohttp.ClientSession() as s:
+        baseline, before = srv.free(), await generated_tokens(srv)
+        async with s.post(srv.v1 + "/responses", json={**LONG, "background": True}) as r:
+            out = await r.json()
+            assert r.status == 200, out
+        rid = out["id"]
+        assert await wait_until(lambda: srv.free() < baseline)  # the run holds blocks
+        async with s.post(f"{srv.v1}/responses/{rid}/cancel") as r:
+            out = await r.json()
+            assert r.status == 200 and out["status"] == "cancelled", out
+        await wait_free(srv, baseline, timeout=5)
+        assert srv.free() == baseline  # aborted: its blocks are back
+        assert await generated_tokens(srv) - before < LONG["max_output_tokens"]
+        async with s.get(f"{srv.v1}/responses/{rid}") as r:
+            assert (await r.json())["status"] == "cancelled"
+        async with s.post(f"{srv.v1}/responses/{rid}/cancel") as r:
+            assert r.status == 400  # cancelled already: no longer running
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"store": False}, "background can only be used when `store` is true"),
+    ({"stream": True}, "not streamed by this server")])
+async def test_background_refusals(srv, extra, message):
+    body = {"input": "x", "max_output_tokens": 2, "background": True, **extra}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            err = (await r.json())["error"]
+            assert r.status == 400 and err["param"] == "background", err
+            assert message in err["message"], err
+
+
+async def test_a_run_the_engine_refuses_is_failed_with_its_error(make_server):
+    """Admitted, then refused once it runs (the engine's queue is full): status failed,
+    ``error`` its code and message; a request the pool can never hold is a 400 at once."""
+    async with make_server(max_num_seqs=1, max_queue=1) as srv, aiohttp.ClientSession() as s:
+        ids = []
+        for _ in range(4):
+            async with s.post(srv.v1 + "/responses", json={**LONG, "max_output_tokens": 200,
+                                                           "background": True}) as r:
+                ids.append((await r.json())["id"])
+        done = [await poll(s, srv, rid) for rid in ids]
+        failed = [d for d in done if d["status"] == "failed"]
+        assert failed and any(d["status"] == "incomplete" for d in done), done
+        assert all(d["error"]["code"] == "queue_full" and d["output"] == [] for d in failed), \
+            failed
+    async with make_server(max_model_len=1024, num_device_blocks=4) as srv, \
+            aiohttp.ClientSession() as s:
+        body = {**LONG, "max_output_tokens": 200, "background": True}
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            err = (await r.json())["error"]
+            assert r.status == 400 and err["param"] == "max_tokens", err
+
+
+async def test_runs_are_bounded_and_each_tenants_own(make_server):
+    async with make_server(app_options={"tenant_header": TENANT}) as srv, \
+            aiohttp.ClientSession(headers={TENANT: "a"}) as s:
+        route = srv.app[RESPONSES_KEY]
+        route.background.limit = 1
+        body = {**LONG, "background": True, "max_output_tokens": 200}
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            rid = (await r.json())["id"]
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            err = (await r.json())["error"]
+            assert r.status == 429 and err["code"] == "too_many_background_responses", err
+        other = {TENANT: "b"}  # another tenant does not see the running response
+        async with s.get(f"{srv.v1}/responses/{rid}", headers=other) as r:
+            assert r.status == 404
+        async with s.post(f"{srv.v1}/responses/{rid}/cancel", headers=other) as r:
+            assert r.status == 404
+        assert (await poll(s, srv, rid))["status"] == "incomplete"
+        assert len(route.background) == 0
+
+
+async def test_shutdown_cancels_what_still_runs(make_server):
+    async with make_server(max_model_len=1024, num_device_blocks=80) as srv, \
+            aiohttp.ClientSession() as s:
+        baseline = srv.free()
+        async with s.post(srv.v1 + "/responses", json={**LONG, "background": True}) as r:
+            assert r.status == 200
+        assert await wait_until(lambda: srv.free() < baseline)
+        await srv.server.close()  # on_shutdown cancels the run before the engine stops
+        assert len(srv.app[RESPONSES_KEY].background) == 0 and srv.free() == baseline
+
+
+async def test_background_needs_the_store_as_vllm_does(srv):
+    srv.app[RESPONSES_KEY].store.set_bounds(0, 1 << 20)  # --max-stored-responses 0
+    body = {"input": "x", "max_output_tokens": 2, "background": True}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            err = (await r.json())["error"]
+            assert r.status == 400 and err["param"] == "background", err
+            assert "does not support the background mode" in err["message"], err
