@@ -30,6 +30,12 @@ from the request's API key (middleware.py). A chain's first BlockStored carries,
 (salt_key.py NOTE(shared-salt-key)); ``tenant_salt_key_id`` names a shared key (replicas that
 share it publish the same digests), null for a key of this start. Without the flag the route
 answers ``{"enabled": false}``.
+
+``GET /kv_event_sources`` answers as vLLM 0.33's route of that name (its instrumentator),
+so a tool that finds a vLLM replica's publisher there finds this one's: the publisher's
+configuration per data-parallel rank, a single rank ``"0"`` here, with ``endpoint`` and
+``replay_endpoint`` where the sockets bound (or the address the PUB dials), ``{}`` without
+events (docs/kv_events.md "Finding the publisher").
 """
 
 from __future__ import annotations
@@ -48,9 +54,10 @@ from kvpool.server.engine_client import EngineClient
 from kvpool.server.middleware import published_salt
 from kvpool.server.salt_key import SaltKey
 
-__all__ = ["KV_EVENTS_PATH", "KVEventsRoute"]
+__all__ = ["KV_EVENTS_PATH", "SOURCES_PATH", "KVEventsRoute"]
 
 KV_EVENTS_PATH = "/v1/kvpool/kv_events"
+SOURCES_PATH = "/kv_event_sources"  # vLLM's (module docstring)
 
 
 class KVEventsRoute:
@@ -66,6 +73,7 @@ class KVEventsRoute:
         self.recorder = (KVEventRecorder(publisher, block_size, public_salt=salts)
                          if publisher else None)
         self.info: dict[str, Any] = {"enabled": False}
+        self.sources: dict[str, Any] = {}  # GET /kv_event_sources: vLLM's answer
 
     @classmethod
     def start(cls, config_json: str | None, block_size: int,
@@ -96,8 +104,21 @@ class KVEventsRoute:
                 "model_names": list(dict.fromkeys(
                     n for n in (engine.model_name, cfg.served_model_name) if n)),
                 "tenant_salt_key_id": self.salt_key.key_id}
+            self.sources = {"0": self._source()}
             app.on_cleanup.append(self._close)
         app.router.add_get(KV_EVENTS_PATH, self.describe)
+        app.router.add_get(SOURCES_PATH, self.list_sources)
+
+    def _source(self) -> dict[str, Any]:
+        """The publisher's configuration as vLLM's KVEventsConfig reads, with the endpoints
+        it bound (or dials) in place of the ones asked for."""
+        assert self.publisher is not None
+        cfg = self.publisher.config
+        return {"enable_kv_cache_events": True, "publisher": "zmq",
+                "endpoint": self.publisher.endpoint,
+                "replay_endpoint": self.publisher.replay_endpoint,
+                "buffer_steps": cfg.buffer_steps, "hwm": cfg.hwm,
+                "max_queue_size": cfg.max_queue_size, "topic": cfg.topic}
 
     def _where(self) -> dict[str, Any]:
         """Where a subscriber connects: nowhere when the PUB connects out (module docstring)."""
@@ -109,6 +130,9 @@ class KVEventsRoute:
 
     async def describe(self, request: web.Request) -> web.Response:
         return web.json_response(self.info)
+
+    async def list_sources(self, request: web.Request) -> web.Response:
+        return web.json_response(self.sources)
 
     async def _close(self, app: web.Application) -> None:
         assert self.publisher is not None

@@ -106,11 +106,15 @@ async def test_a_replica_pointed_at_an_indexer_publishes_to_it(indexer):
         async with aiohttp.ClientSession() as s:
             async with s.get(url + "/v1/kvpool/kv_events") as r:
                 info = await r.json()
+            async with s.get(url + "/kv_event_sources") as r:  # vLLM's route
+                source = (await r.json())["0"]
             sent, stored = await prompts_until_stored(s, url, sub)
     finally:
         srv.stop(timeout=20)
     assert info["endpoint"] is None and info["endpoint_mode"] == "connect"
     assert info["connects_to"] == endpoint and info["replay_endpoint"].startswith("tcp://")
+    # vLLM's route names the address the PUB dials, as vLLM's publisher config does
+    assert (source["endpoint"], source["replay_endpoint"]) == (endpoint, info["replay_endpoint"])
     h = info["hash"]
     hasher = BlockHasher(info["block_size"], h["model_id"], h["algo"])
     assert stored[:3] in [hasher.hash_blocks(ids) for ids in sent]

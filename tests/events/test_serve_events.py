@@ -45,11 +45,15 @@ async def test_a_served_prompt_is_published_with_the_replicas_hashes():
             assert info["enabled"] and info["topic"] == "r1" and info["block_size"] == 16
             assert info["endpoint_mode"] == "bind" and "connects_to" not in info
             assert isinstance(info["instance"], str) and len(info["instance"]) == 16
+            async with s.get(url + "/kv_event_sources") as r:  # vLLM's route
+                assert r.status == 200
+                sources = await r.json()
             ids = list(range(20, 70))  # 3 full blocks
             async with s.post(url + "/v1/completions", json={
                     "prompt": ids, "max_tokens": 1, "temperature": 0}) as r:
                 assert r.status == 200, await r.text()
-            sub = Sub(_Info(info), topic=b"r1")
+            # a subscriber that finds the publisher where vLLM's say it is follows it
+            sub = Sub(_Info(sources["0"]), topic=b"r1")
             try:
                 out = sub.replay([b"", (0).to_bytes(8, "big")])
             finally:
@@ -58,6 +62,11 @@ async def test_a_served_prompt_is_published_with_the_replicas_hashes():
                 m = parse_metrics(await r.text())
     finally:
         srv.stop(timeout=20)
+    assert sources == {"0": {
+        "enable_kv_cache_events": True, "publisher": "zmq", "endpoint": info["endpoint"],
+        "replay_endpoint": info["replay_endpoint"], "buffer_steps": 10_000, "hwm": 100_000,
+        "max_queue_size": 100_000, "topic": "r1"}}
+    assert info["endpoint"].startswith("tcp://127.0.0.1:") and not info["endpoint"].endswith(":0")
     events = [e for msg in out[:-1] for e in plain(msg[3])[1]]
     assert events[0] == {"type": "AllBlocksCleared"}
     stored = [h for e in events if e["type"] == "BlockStored" for h in e["block_hashes"]]
@@ -72,7 +81,10 @@ async def test_without_the_flag_the_route_says_disabled():
     srv = SpawnedServer(ARGS, startup_timeout=120)
     url = srv.start()
     try:
-        async with aiohttp.ClientSession() as s, s.get(url + "/v1/kvpool/kv_events") as r:
-            assert r.status == 200 and await r.json() == {"enabled": False}
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url + "/v1/kvpool/kv_events") as r:
+                assert r.status == 200 and await r.json() == {"enabled": False}
+            async with s.get(url + "/kv_event_sources") as r:  # vLLM's: no source
+                assert r.status == 200 and await r.json() == {}
     finally:
         srv.stop(timeout=20)
