@@ -171,15 +171,22 @@ class OpenAIRoutes:
             await updates.release()
             self._observe(builder)
 
-    async def run(self, builder: ResponseBuilder, updates: PromptStreams) -> None:
-        """Every update of a request not streamed into ``builder``, to the end; its failure
-        raised. The streams are released however it ends (NOTE(abort))."""
+    async def run(self, builder: ResponseBuilder, updates: PromptStreams,
+                  each: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+        """Every update of a request into ``builder``, to the end, each one's chunks to
+        ``each`` (if given); its failure raised. The streams are released however it ends
+        (NOTE(abort))."""
         try:
             await updates.start()
+            chunks = []
             for i, first in updates.firsts():
-                builder.update(first, i)
+                chunks += builder.update(first, i)
+            if each is not None:
+                each(chunks)
             async for i, out in updates:
-                builder.update(out, i)
+                chunks = builder.update(out, i)
+                if each is not None and chunks:
+                    each(chunks)
             failure = builder.failure()
             if failure is not None:
                 raise failure

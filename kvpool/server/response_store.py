@@ -10,7 +10,7 @@ store", has the bounds as an operator sees them.
 
 NOTE(response-bytes): each response is sized once, when it is made (``StoredResponse.nbytes``):
 the UTF-8 length of its body as JSON plus that of its messages' strings (an assistant's
-tool calls as their JSON). It is an estimate of
+tool calls as their JSON) and of a streamed background run's events. It is an estimate of
 the memory held, not Python's own count (object headers are left out), and it counts every
 entry whole: a continuation's messages repeat its predecessor's, objects the two share in
 memory, so a conversation stored turn by turn is counted more than once and the budget errs
@@ -61,10 +61,11 @@ class StoredResponse:
 
     body: dict[str, Any]
     messages: tuple[dict[str, Any], ...]
+    events: tuple[bytes, ...] = ()  # a streamed background run's SSE events (GET replays)
     nbytes: int = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        size = _utf8_len(json.dumps(self.body, ensure_ascii=False))
+        size = _utf8_len(json.dumps(self.body, ensure_ascii=False)) + sum(map(len, self.events))
         size += sum(_utf8_len(k) + _utf8_len(v if isinstance(v, str) else json.dumps(
             v, ensure_ascii=False)) for m in self.messages for k, v in m.items())
         object.__setattr__(self, "nbytes", size)

@@ -20,23 +20,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from kvpool.errors import RequestError
+from kvpool.errors import RequestError, shown
 from kvpool.runtime.model import SamplingParams
-from kvpool.server.handlers import OpenAIRoutes
-from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.body_fields import ignored_header
+from kvpool.server.connections import bounded_write
+from kvpool.server.handlers import SSE_HEADERS, OpenAIRoutes, PromptStreams
+from kvpool.server.middleware import STREAM_STARTED, current_tenant
+from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.response_store import ResponseStore, StoredResponse
-from kvpool.server.responses_background import BackgroundRuns
 from kvpool.server.responses import ResponseBuilder
+from kvpool.server.responses_background import BackgroundRuns, EventLog, api_error
 from kvpool.server.responses_input import (ResponseNotFoundError, ResponsesInput,
                                            item_messages, responses_to_chat)
 from kvpool.server.responses_tools import chat_param, text_only_auto
 from kvpool.server.responses_view import ResponsesView
-from kvpool.server.middleware import current_tenant
 
 __all__ = ["RESPONSES_KEY", "ResponsesRoute"]
 
@@ -119,47 +121,81 @@ class ResponsesRoute:
 
         req = await self.routes.prepare(request, parse)
         if asked[0].background:
-            return await self._background(tenant, asked[0], req)
+            return await self._background(request, tenant, asked[0], req)
         return await self.routes.answer(request, req, view)
 
-    async def _background(self, tenant: str, inp: ResponsesInput,
-                          req: ParsedRequest) -> web.Response:
-        """NOTE(background) in responses_background.py: the queued object now, the run in a
-        task of its own."""
-        if req.stream:
-            raise RequestError("background: a background response is not streamed by this "
-                               "server: poll GET /v1/responses/{id}", param="background",
-                               code="unsupported_parameter")
+    async def _background(self, request: web.Request, tenant: str, inp: ResponsesInput,
+                          req: ParsedRequest) -> web.StreamResponse:
+        """NOTE(background) in responses_background.py: the queued object (or, streamed, the
+        run's events) now, the run in a task of its own."""
         if not (self.store.max_entries and self.store.max_bytes):
             raise RequestError(NO_STORE, param="background")
-        self.background.check_room()
+        self.background.check_room(req.stream)
         builder, updates = self.routes.open(req)  # the gate's 503 / 429 here
         try:
             updates.check()  # a request the pool can never hold: its 400 now
         except BaseException:
             await updates.release()
             raise
-        keep = functools.partial(self._keep, tenant, inp)
-        view = ResponsesView(builder, inp, keep)
+        log = EventLog() if req.stream else None
+        keep = functools.partial(self._keep, tenant, inp, log=log)
+        finished: list[dict[str, Any]] = []  # a streamed run's body, kept with all its events
+        view = ResponsesView(builder, inp, keep if log is None else finished.append)
         body = view.response("queued", [], None)
+        run = functools.partial(self._run, view, updates, log, lambda: keep(finished[0]))
+        self.background.start((tenant, view.id), body, keep, run, log)
+        if log is None:
+            return web.json_response(body, headers=ignored_header(req.ignored))
+        return await self._follow(request, log, -1, req.ignored)
 
-        async def run() -> None:
-            await self.routes.run(builder, updates)
-            view.body()  # stored (keep)
+    async def _run(self, view: ResponsesView, updates: PromptStreams, log: EventLog | None,
+                   keep_streamed: Callable[[], None]) -> None:
+        """One background run to its end; the finished object stored (``view``'s on_done, or
+        ``keep_streamed`` once a streamed run's last event is in its log)."""
+        if log is None:
+            await self.routes.run(view.builder, updates)
+            view.body()
+            return
+        log.add(view.head())
+        try:
+            await self.routes.run(view.builder, updates,
+                                  lambda chunks: log.add(view.events(chunks)))
+        except Exception as exc:
+            log.add(view.tail(api_error(exc)))  # the stream's error event; then "failed"
+            raise
+        log.add(view.tail(None))
+        keep_streamed()
 
-        self.background.start((tenant, view.id), body, keep, run)
-        return web.json_response(body, headers=ignored_header(req.ignored))
+    async def _follow(self, request: web.Request, log: EventLog, after: int,
+                      ignored: tuple[str, ...] = ()) -> web.StreamResponse:
+        """A streamed run's events after number ``after``, as they come, until it ends; a
+        client that leaves stops only its own reading."""
+        resp = web.StreamResponse(headers={**SSE_HEADERS, **ignored_header(ignored)})
+        await resp.prepare(request)
+        request[STREAM_STARTED] = True
+        async for data in log.follow(after):
+            await bounded_write(request, resp, data, self.routes.stream_write_timeout)
+        await resp.write_eof()
+        return resp
 
-    def _keep(self, tenant: str, inp: ResponsesInput, body: dict[str, Any]) -> None:
+    def _keep(self, tenant: str, inp: ResponsesInput, body: dict[str, Any],
+              log: EventLog | None = None) -> None:
         """Store the response with its conversation: the input's, then the output items as
-        chat messages (its text, its function calls), as a client would send them back."""
+        chat messages (its text, its function calls), as a client would send them back; a
+        streamed background run's with its events (GET replays them)."""
         if inp.store:
             turns = tuple(item_messages(body["output"], "output"))
-            self.store.put(tenant, body["id"], StoredResponse(body, inp.conversation + turns))
+            events = tuple(log.events) if log is not None else ()
+            self.store.put(tenant, body["id"],
+                           StoredResponse(body, inp.conversation + turns, events))
 
-    async def retrieve(self, request: web.Request) -> web.Response:
-        """A background response still running (NOTE(background)), else a stored one."""
+    async def retrieve(self, request: web.Request) -> web.StreamResponse:
+        """A background response still running (NOTE(background)), else a stored one; with
+        ``?stream=true`` a streamed background run's events after ``starting_after``."""
         rid = request.match_info["response_id"]
+        after = _stream_query(request)
+        if after is not None:
+            return await self._replay(request, rid, after)
         running = self.background.get((current_tenant(), rid))
         if running is not None:
             return web.json_response(running)
@@ -167,6 +203,23 @@ class ResponsesRoute:
         if entry is None:
             raise ResponseNotFoundError(rid, param=None)
         return web.json_response(entry.body)
+
+    async def _replay(self, request: web.Request, rid: str, after: int) -> web.StreamResponse:
+        """vLLM's GET stream: the events of a streamed background run, live while it runs and
+        stored after; any other response is its 400 "Unknown response_id"."""
+        key = (current_tenant(), rid)
+        log = self.background.log(key)
+        if log is None and self.background.get(key) is None:
+            entry = self.store.get(*key)
+            if entry is None:
+                raise ResponseNotFoundError(rid, param=None)
+            if entry.events:
+                log = EventLog()
+                log.add(b"".join(entry.events))
+                log.end()
+        if log is None:
+            raise RequestError(f"Unknown response_id: {shown(rid, 80)}", param="response_id")
+        return await self._follow(request, log, after)
 
     async def cancel(self, request: web.Request) -> web.Response:
         """vLLM's and OpenAI's cancel: a background response still running is cancelled
@@ -185,5 +238,25 @@ class ResponsesRoute:
         """The app's shutdown: every background run still going is cancelled."""
         await self.background.close()
 
+
+def _stream_query(request: web.Request) -> int | None:
+    """GET's ``stream`` and ``starting_after`` query: None unless it streams, else the event
+    number to start after (-1: from the first)."""
+    q = request.query
+    stream = q.get("stream", "false").lower()
+    if stream not in _BOOLS:
+        raise RequestError("stream: must be true or false", param="stream")
+    if not _BOOLS[stream]:
+        return None
+    after = q.get("starting_after")
+    try:
+        return -1 if after is None else int(after)
+    except ValueError:
+        raise RequestError("starting_after: must be an integer",
+                           param="starting_after") from None
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True,
+          "false": False, "0": False, "no": False, "off": False}
 
 RESPONSES_KEY = web.AppKey("kvpool_responses", ResponsesRoute)

@@ -14,29 +14,71 @@ on; with ``--max-stored-responses 0`` or ``--max-stored-response-bytes 0`` it is
                 back to the pool), and the object stored and answered with status
                 "cancelled"; after the end, the 400 of a finished response
 
+With ``stream`` too, the run writes the Responses events (responses_view.py) into its
+``EventLog`` and the POST answers them as they come: a client that leaves stops reading, not
+the run. ``GET /v1/responses/{id}?stream=true&starting_after=N`` answers the events after
+number N, live while it runs, then from the store, which keeps them with the response (their
+bytes count toward its bounds); any other response has no events: vLLM's 400 "Unknown
+response_id".
+
 The run holds the gate's ticket like any request, so a draining server waits for it; what is
 still running at shutdown is cancelled (``close``). A client that disconnects after the POST
 changes nothing: the run is not its handler. At most ``MAX_RUNNING`` runs at once, all
-tenants together (the next POST is a 429 ``too_many_background_responses``), so tasks and
-their queued objects stay bounded; each run's engine request is bounded as any other.
+tenants together, ``MAX_STREAMED`` of them streamed (the next POST is a 429
+``too_many_background_responses``), so tasks, queued objects and event logs stay bounded;
+each run's engine request, and so its log, is bounded as any other request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
 from kvpool.server.middleware import APIError
 
-__all__ = ["MAX_RUNNING", "BackgroundRuns"]
+__all__ = ["MAX_RUNNING", "MAX_STREAMED", "BackgroundRuns", "EventLog", "api_error", "failed"]
 
-log = logging.getLogger("kvpool.server")
+logger = logging.getLogger("kvpool.server")
 
 MAX_RUNNING = 1024
+MAX_STREAMED = 64  # of them streamed: each keeps its events until it ends (EventLog)
+
+
+class EventLog:
+    """A streamed run's SSE events in order (event k has ``sequence_number`` k), for the
+    POST that asked for it and for GET ``?stream=true&starting_after=N`` while it runs."""
+
+    def __init__(self) -> None:
+        self.events: list[bytes] = []
+        self.ended = False
+        self._grew = asyncio.Event()
+
+    def add(self, data: bytes) -> None:
+        """``data``: whole events (``event: T\ndata: {...}\n\n`` each; JSON has no raw
+        newline)."""
+        self.events += [e + b"\n\n" for e in data.split(b"\n\n") if e]
+        self._grew.set()
+
+    def end(self) -> None:
+        self.ended = True
+        self._grew.set()
+
+    async def follow(self, after: int = -1) -> AsyncIterator[bytes]:
+        """The events after number ``after`` as they come, until the run ends."""
+        i = max(after + 1, 0)
+        while True:
+            if i < len(self.events):
+                yield b"".join(self.events[i:])
+                i = len(self.events)
+            elif self.ended:
+                return
+            else:
+                self._grew.clear()
+                await self._grew.wait()
 
 
 @dataclass(slots=True)
@@ -44,39 +86,52 @@ class _Run:
     task: asyncio.Task[None]
     body: dict[str, Any]  # the queued response object, as GET shows it while it runs
     keep: Callable[[dict[str, Any]], None]  # stores a final object (responses_api.py)
+    log: EventLog | None  # a streamed run's events
 
 
 class BackgroundRuns:
     """The background responses running now, by (tenant, response id)."""
 
-    def __init__(self, limit: int = MAX_RUNNING) -> None:
+    def __init__(self, limit: int = MAX_RUNNING, streamed_limit: int = MAX_STREAMED) -> None:
         self.limit = limit
+        self.streamed_limit = streamed_limit
         self._runs: dict[tuple[str, str], _Run] = {}
 
     def __len__(self) -> int:
         return len(self._runs)
 
-    def check_room(self) -> None:
-        """The 429 when ``limit`` runs are running (asked before the request is admitted)."""
+    def check_room(self, stream: bool) -> None:
+        """The 429 when ``limit`` runs (``streamed_limit`` streamed ones) are running, asked
+        before the request is admitted."""
         if len(self._runs) >= self.limit:
-            raise APIError(429, f"{self.limit} background responses are running already; "
-                           "try again when one has finished",
-                           code="too_many_background_responses")
+            what = f"{self.limit} background responses"
+        elif stream and sum(r.log is not None for r in self._runs.values()) \
+                >= self.streamed_limit:
+            what = f"{self.streamed_limit} streamed background responses"
+        else:
+            return
+        raise APIError(429, f"{what} are running already; try again when one has finished",
+                       code="too_many_background_responses")
 
     def start(self, key: tuple[str, str], body: dict[str, Any],
               keep: Callable[[dict[str, Any]], None],
-              run: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+              run: Callable[[], Coroutine[Any, Any, Any]], log: EventLog | None = None) -> None:
         """Run ``run()`` (it stores the finished object itself) in a task of its own; a
         failure stores ``body`` as "failed" with the error (``keep``)."""
-        task = asyncio.get_running_loop().create_task(self._run(key, run))
-        self._runs[key] = _Run(task, body, keep)
+        task = asyncio.get_running_loop().create_task(self._run(key, run, log))
+        self._runs[key] = _Run(task, body, keep, log)
 
     def get(self, key: tuple[str, str]) -> dict[str, Any] | None:
         run = self._runs.get(key)
         return run.body if run is not None else None
 
-    async def _run(self, key: tuple[str, str],
-                   run: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    def log(self, key: tuple[str, str]) -> EventLog | None:
+        """The events of a streamed run still running."""
+        run = self._runs.get(key)
+        return run.log if run is not None else None
+
+    async def _run(self, key: tuple[str, str], run: Callable[[], Coroutine[Any, Any, Any]],
+                   log: EventLog | None) -> None:
         try:
             await run()
         except asyncio.CancelledError:
@@ -84,9 +139,11 @@ class BackgroundRuns:
         except Exception as exc:  # noqa: BLE001 - the stored object says it failed
             entry = self._runs.get(key)
             if entry is not None:
-                entry.keep(_failed(entry.body, exc))
+                entry.keep(failed(entry.body, exc))
         finally:
             self._runs.pop(key, None)
+            if log is not None:
+                log.end()
 
     async def cancel(self, key: tuple[str, str]) -> dict[str, Any] | None:
         """The cancelled object (stored first), or None when no run has this key."""
@@ -109,21 +166,26 @@ class BackgroundRuns:
             await asyncio.wait(tasks)
 
 
-def _failed(body: dict[str, Any], exc: Exception) -> dict[str, Any]:
-    """The queued object, status "failed", its ``error`` OpenAI's {code, message}: the code
-    and words the request's HTTP answer would have had (middleware.py's table)."""
+def failed(body: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """The queued object, status "failed", its ``error`` OpenAI's {code, message}."""
+    err = api_error(exc)
+    if err.code == "internal_error":
+        logger.error("background response %s failed", body["id"], exc_info=exc)
+    return {**body, "status": "failed", "error": {"code": err.code or "server_error",
+                                                  "message": err.message}}
+
+
+def api_error(exc: Exception) -> APIError:
+    """The code and words the request's HTTP answer would have had (middleware.py's table)."""
     if isinstance(exc, APIError):
-        code, message = exc.code, exc.message
-    elif isinstance(exc, RequestError):
-        code, message = exc.code or "invalid_request", str(exc)
-    elif isinstance(exc, RequestRejected):
-        code, message = "request_rejected", str(exc)
-    elif isinstance(exc, QueueFullError):
-        code, message = "queue_full", str(exc)
-    elif isinstance(exc, EngineError):
-        code, message = "engine_unavailable", f"the engine cannot take this request: {exc}"
-    else:
-        log.error("background response %s failed", body["id"], exc_info=exc)
-        code, message = "internal_error", "internal server error"
-    return {**body, "status": "failed", "error": {"code": code or "server_error",
-                                                  "message": message}}
+        return exc
+    if isinstance(exc, RequestError):
+        return APIError(400, str(exc), param=exc.param, code=exc.code or "invalid_request")
+    if isinstance(exc, RequestRejected):
+        return APIError(400, str(exc), param="prompt", code="request_rejected")
+    if isinstance(exc, QueueFullError):
+        return APIError(503, str(exc), code="queue_full")
+    if isinstance(exc, EngineError):
+        return APIError(503, f"the engine cannot take this request: {exc}",
+                        code="engine_unavailable")
+    return APIError(500, "internal server error", code="internal_error")

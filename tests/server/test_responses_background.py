@@ -4,6 +4,7 @@ prompt template) is vLLM's 400, and ``background``."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
 import pytest
@@ -87,16 +88,62 @@ async def test_cancel_stops_a_running_background_response(make_server):
             assert r.status == 400  # cancelled already: no longer running
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"store": False}, "background can only be used when `store` is true"),
-    ({"stream": True}, "not streamed by this server")])
-async def test_background_refusals(srv, extra, message):
-    body = {"input": "x", "max_output_tokens": 2, "background": True, **extra}
+async def test_background_without_store_is_vllms_400(srv):
+    body = {"input": "x", "max_output_tokens": 2, "background": True, "store": False}
     async with aiohttp.ClientSession() as s:
         async with s.post(srv.v1 + "/responses", json=body) as r:
             err = (await r.json())["error"]
             assert r.status == 400 and err["param"] == "background", err
-            assert message in err["message"], err
+            assert "background can only be used when `store` is true" in err["message"], err
+
+
+def events_of(text: str) -> list[dict]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+async def test_a_streamed_run_streams_and_get_replays_its_events(srv):
+    body = {"input": "Say hi", "max_output_tokens": 6, "temperature": 0, "stream": True}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            want = events_of(await r.text())
+        async with s.post(srv.v1 + "/responses", json={**body, "background": True}) as r:
+            assert r.status == 200 and r.content_type == "text/event-stream"
+            got = events_of(await r.text())
+        assert [e["type"] for e in got] == [e["type"] for e in want]
+        assert [e["sequence_number"] for e in got] == list(range(len(got)))
+        done = got[-1]["response"]
+        assert got[0]["response"]["background"] is True and done["status"] == "incomplete"
+        assert done["output"][0]["content"] == want[-1]["response"]["output"][0]["content"]
+        url = f"{srv.v1}/responses/{done['id']}"
+        async with s.get(url) as r:
+            assert (await r.json())["output"] == done["output"]
+        async with s.get(url, params={"stream": "true", "starting_after": "2"}) as r:
+            assert events_of(await r.text()) == got[3:]
+        async with s.post(srv.v1 + "/responses", json={**body, "stream": False,
+                                                       "background": True}) as r:
+            plain = (await poll(s, srv, (await r.json())["id"]))["id"]
+        async with s.get(f"{srv.v1}/responses/{plain}", params={"stream": "true"}) as r:
+            err = (await r.json())["error"]  # vLLM's: no events were kept for it
+            assert r.status == 400 and err["message"].startswith("Unknown response_id"), err
+        async with s.get(f"{srv.v1}/responses/resp_nope", params={"stream": "true"}) as r:
+            assert r.status == 404
+
+
+async def test_a_streamed_run_goes_on_when_its_client_leaves(make_server):
+    async with make_server(max_model_len=1024, num_device_blocks=80) as srv, \
+            aiohttp.ClientSession() as s:
+        body = {**LONG, "max_output_tokens": 300, "background": True, "stream": True}
+        resp = await s.post(srv.v1 + "/responses", json=body)
+        line = await resp.content.readline()
+        while not line.startswith(b"data: "):  # response.created's data
+            line = await resp.content.readline()
+        rid = json.loads(line[6:])["response"]["id"]
+        resp.close()  # the client leaves mid-stream
+        async with s.get(f"{srv.v1}/responses/{rid}", params={"stream": "true",
+                                                              "starting_after": "0"}) as r:
+            rest = events_of(await r.text())  # live, then to the end
+        assert rest[0]["sequence_number"] == 1 and rest[-1]["type"] == "response.completed"
+        assert rest[-1]["response"]["usage"]["output_tokens"] == 300
 
 
 async def test_a_run_the_engine_refuses_is_failed_with_its_error(make_server):
