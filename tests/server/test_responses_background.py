@@ -8,6 +8,7 @@ import json
 
 import aiohttp
 import pytest
+from openai import AsyncOpenAI
 
 from kvpool.server.responses_api import RESPONSES_KEY
 from tests.server.helpers import generated_tokens, wait_free, wait_until
@@ -207,3 +208,20 @@ async def test_background_needs_the_store_as_vllm_does(srv):
             err = (await r.json())["error"]
             assert r.status == 400 and err["param"] == "background", err
             assert "does not support the background mode" in err["message"], err
+
+
+async def test_the_openai_client_reads_a_background_response(srv):
+    async with AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60) as c:
+        r = await c.responses.create(model=srv.engine.model_name, input="hi",
+                                     max_output_tokens=3, background=True)
+        assert (r.status, r.background) == ("queued", True)
+        while r.status == "queued":
+            await asyncio.sleep(0.02)
+            r = await c.responses.retrieve(r.id)
+        assert r.status == "incomplete" and r.usage.output_tokens == 3
+        events = [e async for e in await c.responses.create(
+            model=srv.engine.model_name, input="hi", max_output_tokens=3, background=True,
+            stream=True)]
+        again = [e async for e in await c.responses.retrieve(
+            events[-1].response.id, stream=True, starting_after=1)]
+    assert events[-1].type == "response.completed" and again == events[2:]
