@@ -247,6 +247,17 @@ class BlockSpaceManager:
         else:
             c.used_slots -= self.device_pool.release_table(t.blocks, t.num_tokens, now)
 
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block (vLLM's reset, docs/architecture.md "Development routes"),
+        only while no sequence holds a block of either pool and no device block is lent or
+        reserved; else False and nothing changes. The observer hears the cache cleared."""
+        pool = self.device_pool
+        with pool.writing(), self.host_pool.writing():
+            if len(self._tables) or pool.num_free_blocks != pool.num_blocks:
+                return False
+            pool.reset_prefix_cache()
+            return True
+
     # ------------------------------------------------------------------ queries
     def has_seq(self, seq_id: int) -> bool:
         return seq_id in self._tables

@@ -6,9 +6,14 @@ their only shared state (one atomic extend per loop iteration, popleft on the ot
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kvpool.runtime.model import SamplingParams
+
+if TYPE_CHECKING:
+    from kvpool.runtime.engine.core import EngineCore
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,4 +37,19 @@ class AbortRequest:
     request_id: str
 
 
-EngineOp = AddRequest | AbortRequest
+@dataclass(frozen=True, slots=True)
+class ResetPrefixCache:
+    """Reset the prefix cache between two steps (EngineCore.reset_prefix_cache); the step
+    thread sets ``result`` to its answer (or its failure), the loop awaits it."""
+
+    reset_running_requests: bool
+    result: Future = field(default_factory=Future)
+
+    def run(self, core: EngineCore) -> None:
+        try:
+            self.result.set_result(core.reset_prefix_cache(self.reset_running_requests))
+        except Exception as e:  # noqa: BLE001 - the caller's answer, not the step loop's end
+            self.result.set_exception(e)
+
+
+EngineOp = AddRequest | AbortRequest | ResetPrefixCache

@@ -129,6 +129,23 @@ class Preemptor:
         g.set_status(SeqStatus.WAITING)
         self.state.waiting.add(g)
 
+    def preempt_all(self) -> int:
+        """Every running and swapped request back to waiting, to be recomputed, running ones
+        tail first (a prefix-cache reset asked for it: docs/architecture.md "Development
+        routes"); each counts as a recompute preemption. Returns how many. Between steps."""
+        st = self.state
+        n = 0
+        for queue in (st.running, st.swapped):
+            while queue:
+                g = queue.pop()
+                if queue is st.running:
+                    st.num_running_seqs -= len(g.live_seqs)
+                self.requeue_for_recompute(g)
+                g.num_preemptions += 1
+                st.counters.preemptions[PreemptionMode.RECOMPUTE.value] += 1
+                n += 1
+        return n
+
     # ------------------------------------------------------------------ priority policy
     def priority_preempt(self, out: SchedulerOutput) -> None:
         """Priority policy: the best waiting request that cannot be admitted preempts running

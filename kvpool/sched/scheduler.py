@@ -145,6 +145,17 @@ class Scheduler:
         return self.completion.finish(request_id, None, SeqStatus.FINISHED_ABORTED, reason,
                                       now=now)
 
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """vLLM's reset: drop every cached block, only while no request holds a block (False:
+        nothing dropped); ``reset_running_requests`` first preempts every running and swapped
+        request for recompute, so only blocks lent outside the tables can still refuse it
+        (docs/architecture.md "Development routes"). Between steps only."""
+        if self.state.inflight is not None:
+            raise SchedulerError("reset the prefix cache between steps: a step is in flight")
+        if reset_running_requests:
+            self.preemptor.preempt_all()
+        return self.manager.reset_prefix_cache()
+
     # ------------------------------------------------------------------ queries
     @property
     def num_running_seqs(self) -> int:

@@ -48,6 +48,9 @@
                              vLLM's (any origin, method and header; no credentials)
     server_load_tracking     GET /load counts the requests in the generation routes (vLLM's
                              --enable-server-load-tracking; server_load.py); default: it says 0
+    dev_routes               vLLM's development cache routes (POST /reset_prefix_cache, ...;
+                             dev_routes.py); default: absent (404), as without vLLM's
+                             VLLM_SERVER_DEV_MODE
 
 NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (request_gate.py), so
 by the time aiohttp's cleanup runs there is little left. aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown
@@ -72,6 +75,7 @@ from kvpool.server.engine_client import EngineClient
 from kvpool.server.generation_config import load_generation_defaults
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
+from kvpool.server.dev_routes import DevRoutes
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
@@ -118,7 +122,7 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
               generation_config: str | None = "auto",
               tool_call_parser: str | None = None, cors: CorsPolicy = DEFAULT_CORS,
               trust_request_chat_template: bool = False,
-              server_load_tracking: bool = False) -> web.Application:
+              server_load_tracking: bool = False, dev_routes: bool = False) -> web.Application:
     """The OpenAI-compatible app (each option: the module docstring's table)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -139,7 +143,7 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
     ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}, cancel
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
     LookupRoute.register(app, engine, parser, routes.parse_pool, namespace)
-    _wire(app, engine, metrics, routes, gate)
+    _wire(app, engine, metrics, routes, gate, dev_routes)
     app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
     app[_MANAGE_ENGINE_KEY] = manage_engine
     return app
@@ -182,8 +186,10 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
 
 
 def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,
-          routes: OpenAIRoutes, gate: RequestGate) -> None:
-    """The app's keys and its lifetime hooks."""
+          routes: OpenAIRoutes, gate: RequestGate, dev_routes: bool = False) -> None:
+    """The app's keys and its lifetime hooks (and vLLM's development routes, if asked)."""
+    if dev_routes:  # POST /reset_prefix_cache, /reset_mm_cache, /reset_encoder_cache
+        DevRoutes.register(app, engine)
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = metrics
     app[ROUTES_KEY] = routes

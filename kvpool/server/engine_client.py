@@ -10,9 +10,10 @@ error where it is written, not an AttributeError on the first request. ``AsyncEn
 
     lifetime     start() ... shutdown(timeout)          the app's cleanup_ctx
     requests     check_pool / compile_grammar / generate / abort
+    cache        reset_prefix_cache(reset_running_requests)   the development routes
     read-only    config, model_name, tokenizer, max_model_len, metrics, is_healthy(),
                  num_free_blocks(), core (the lookup and kv-events routes read its manager
-                 and scheduler)
+                 and scheduler), remote_link (the shared prefix tier, None without one)
 
 NOTE(contract): the edge judges a prompt's input rules once (protocol.py: empty, vocabulary,
 context length), asks ``check_pool`` for every prompt of a request before it starts any, then
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # the contract names the engine's types; importing them pulls
     from kvpool.runtime.engine.output_processor import RequestOutput
     from kvpool.runtime.model import SamplingParams
     from kvpool.runtime.model.tokenizer import Tokenizer
+    from kvpool.runtime.remote.link import RemoteLink
 
 __all__ = ["EngineClient", "UpdateStream"]
 
@@ -57,6 +59,7 @@ class EngineClient(Protocol):
     max_model_len: int
     metrics: KVPoolMetrics
     core: EngineCore
+    remote_link: RemoteLink | None
 
     async def start(self) -> None: ...
 
@@ -75,3 +78,5 @@ class EngineClient(Protocol):
                  tenant: str | None = None, checked: bool = False) -> UpdateStream: ...
 
     async def abort(self, request_id: str) -> None: ...
+
+    async def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool: ...

@@ -241,7 +241,7 @@ def _build(config: EngineConfig, o: ServeOptions,
                     trust_request_chat_template=o.trust_request_chat_template,
                     generation_config=o.generation_config, tool_call_parser=o.auto_tool_parser,
                     served_model_names=o.served_model_name, cors=o.cors,
-                    server_load_tracking=o.enable_server_load_tracking)
+                    server_load_tracking=o.enable_server_load_tracking, dev_routes=o.dev_routes)
     _set_server_options(app, o, limiter)
     events.register(app, engine, replica_id=app[REPLICA_ID_KEY],
                     chat_template=o.chat_template, tenant_header=o.tenant_header)

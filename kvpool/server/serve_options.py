@@ -22,6 +22,7 @@ from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
                                        DEFAULT_STREAM_WRITE_TIMEOUT, MIN_SEND_BUFFER)
 from kvpool.server.cors import CorsPolicy, cors_list
+from kvpool.server.dev_routes import DEV_MODE_ENV, DEV_ROUTES, dev_mode
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
@@ -83,6 +84,7 @@ class ServeOptions:
     enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
     tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
     enable_server_load_tracking: bool = False  # GET /load counts generation requests (vLLM's)
+    dev_routes: bool = False  # vLLM's cache reset routes (from_args: or $VLLM_SERVER_DEV_MODE)
     # CORS (cors.py), vLLM's flags: JSON lists as given on the command line, or sequences
     allowed_origins: tuple[str, ...] | str = ("*",)
     allow_credentials: bool = False
@@ -155,6 +157,7 @@ class ServeOptions:
         given["api_key"] = resolve_api_key(args)
         given["kv_events_salt_key"] = resolve_salt_key(  # the flag's value is the file's path
             getattr(args, "kv_events_salt_key", None), os.environ)
+        given["dev_routes"] = bool(getattr(args, "dev_routes", False)) or dev_mode(os.environ)
         return cls(**given)
 
 
@@ -309,6 +312,10 @@ def _add_api_args(srv: _ArgGroup) -> None:
                      help="GET /load answers {\"server_load\": N}, N the requests in "
                      "/v1/completions, /v1/chat/completions and /v1/responses now, as vLLM's "
                      "flag of this name (default: off, /load says 0)")
+    srv.add_argument("--dev-routes", action="store_true", default=False,
+                     help=f"serve vLLM's development routes {', '.join(DEV_ROUTES)} (POST), "
+                     "as vLLM does with " + DEV_MODE_ENV + "=1 (also read here); they need no "
+                     "API key: trusted clients only (default: off, 404)")
 
 
 def _add_process_args(srv: _ArgGroup) -> None:

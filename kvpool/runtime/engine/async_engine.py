@@ -34,7 +34,7 @@ from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutp
 from kvpool.runtime.engine.workers import prestart_default_executor
 from kvpool.runtime.faults import FaultPlan
 from kvpool.runtime.model import SamplingParams
-from kvpool.runtime.ops import AbortRequest, AddRequest, EngineOp
+from kvpool.runtime.ops import AbortRequest, AddRequest, EngineOp, ResetPrefixCache
 from kvpool.runtime.remote.host_front import HostBlockFront
 from kvpool.runtime.remote.importer import RemoteImports
 from kvpool.runtime.remote.link import RemoteLink
@@ -299,6 +299,22 @@ class AsyncEngine:
         self._inbox.extend(ops)  # one atomic hand-off for the whole iteration
         self._wake.set()
 
+    async def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """EngineCore.reset_prefix_cache, run by the step thread between two steps."""
+        if self._thread is None:  # not started (or stopped): nothing else touches the core
+            return self.core.reset_prefix_cache(reset_running_requests)
+        if self._error is not None:
+            raise EngineError(f"the engine failed: {self._error}")
+        op = ResetPrefixCache(reset_running_requests)
+        self._queue_op(op)
+        fut = asyncio.wrap_future(op.result)
+        while not fut.done():  # a step loop that stops or fails never runs it
+            await asyncio.wait((fut,), timeout=0.5)
+            if not fut.done() and (self._stop.is_set() or not self.is_healthy()):
+                fut.cancel()
+                raise EngineError("the engine stopped before the prefix cache was reset")
+        return fut.result()
+
     # ------------------------------------------------------------------ step thread
     def _run(self) -> None:
         core = self.core
@@ -332,10 +348,12 @@ class AsyncEngine:
                 if op.remote is not None and self.imports.start(op) is None:
                     continue  # added by imports.ready() once its copy is done
                 outs += self._add(op)
-            else:
+            elif isinstance(op, AbortRequest):
                 o = self.core.abort(op.request_id)
                 if o is not None:
                     outs.append(o)
+            else:
+                op.run(self.core)  # between steps: nothing is in flight
         return outs
 
     def _add(self, op: AddRequest) -> list[RequestOutput]:

@@ -159,6 +159,16 @@ class EngineCore:
         self.prompt_logprobs.requests.discard(request_id)
         return self._finish(fr) if fr is not None else self.outputs.fail(request_id, reason)
 
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """The scheduler's reset, between steps (docs/architecture.md "Development routes");
+        with ``reset_running_requests`` the swap-outs still copying finish first, since the
+        preempted requests' host blocks are freed and may be handed out again."""
+        if reset_running_requests:
+            for handle, _ in self.swap_outs.handles:
+                handle.wait_done()
+            self._confirm_swap_outs()
+        return self.scheduler.reset_prefix_cache(reset_running_requests)
+
     def has_work(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self.failed_copies)
 
