@@ -29,7 +29,7 @@ from kvpool.router.replicas import ReplicaSet
 from tests.epp.test_epp_envoy_fallback import CONFIG, cluster
 from tests.epp.test_epp_envoy_gateway_error import IDLE_TIMEOUT
 from tests.epp.test_epp_envoy_local_reply import error_of
-from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
+from tests.router.helpers import LOOKUP_TIMEOUT, apps_served, recording_replica
 from tests.router.test_router_hostile_replica import GOOD
 from tests.router.test_router_silent_post import BODIES
 
@@ -42,19 +42,13 @@ def replica(name: str, running: int, got: list[str],
     health = json.dumps({"status": "ok", "num_running": running, "num_waiting": 0}).encode()
     lookup = json.dumps({**GOOD, "device_hit_tokens": 0, "num_running": running}).encode()
 
-    async def handle(request: web.Request) -> web.Response:
-        await request.read()
-        if request.path in ("/health", "/v1/kvpool/lookup"):
-            return web.Response(body=health if request.path == "/health" else lookup,
-                                content_type="application/json")
-        got.append(f"{name} {request.method} {request.path}")
-        while hang is not None and hang.is_set():
-            await asyncio.sleep(0.05)
-        return web.json_response({"id": f"resp_{name}", "object": "response"})
+    def probe(request: web.Request) -> web.Response | None:
+        if request.path not in ("/health", "/v1/kvpool/lookup"):
+            return None
+        return web.Response(body=health if request.path == "/health" else lookup,
+                            content_type="application/json")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    return app
+    return recording_replica(name, got, hang, probe)
 
 
 @contextlib.asynccontextmanager

@@ -121,6 +121,28 @@ async def apps_served(*apps: web.Application):
             await runner.cleanup()
 
 
+def recording_replica(name: str, got: list[str], hang: asyncio.Event | None,
+                      probe) -> web.Application:
+    """A fake replica for the silent-request tests: ``probe(request)`` answers the probes
+    (health, lookups; None: not one it answers); any other request is read whole, recorded
+    in ``got`` as "name METHOD path" (not /health) and answered, or, while ``hang`` is set,
+    not answered at all."""
+    async def handle(request: web.Request) -> web.Response:
+        answer = probe(request)
+        if answer is not None:
+            return answer
+        await request.read()
+        if request.path != "/health":
+            got.append(f"{name} {request.method} {request.path}")
+        while hang is not None and hang.is_set():
+            await asyncio.sleep(0.05)
+        return web.json_response({"id": f"resp_{name}", "object": "response"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app
+
+
 async def read_events(resp) -> list:
     """Every SSE ``data:`` payload of ``resp`` until its end: JSON objects, and "[DONE]"."""
     events = []

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.router.helpers import apps_served, router
+from tests.router.helpers import apps_served, recording_replica, router
 from tests.router.test_router_pinned_followup import answered
 
 LOADED_HEALTH = b'{"status": "ok", "num_running": 9, "num_waiting": 0}'
@@ -35,20 +35,13 @@ def replica(name: str, got: list[str], hung: asyncio.Event | None = None) -> web
     """Answers /health (``hung`` unset: idle; always set: loaded), POSTs and GET /v1/models;
     each request but /health is appended to ``got`` as "name METHOD path" once its body is
     read. While ``hung`` is set it answers nothing at all, /health included."""
-    async def handle(request: web.Request) -> web.Response:
+    def probe(request: web.Request) -> web.Response | None:
         if request.path == "/health" and not (hung is not None and hung.is_set()):
             body = IDLE_HEALTH if hung is not None else LOADED_HEALTH
             return web.Response(body=body, content_type="application/json")
-        await request.read()
-        if request.path != "/health":
-            got.append(f"{name} {request.method} {request.path}")
-        while hung is not None and hung.is_set():
-            await asyncio.sleep(0.05)
-        return web.json_response({"id": f"resp_{name}", "object": "response"})
+        return None
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    return app
+    return recording_replica(name, got, hung, probe)
 
 
 @contextlib.asynccontextmanager
