@@ -70,6 +70,7 @@ from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.collector import RequestMetrics
+from kvpool.server.anthropic_api import MessagesRoute
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.generation_config import load_generation_defaults
@@ -200,6 +201,8 @@ def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,
     app.on_shutdown.append(_start_draining)
     app.on_cleanup.append(_close_routes)
     app.cleanup_ctx.append(_engine_lifetime)
+    # POST /v1/messages, /v1/messages/count_tokens: last, so its error hook follows json_errors
+    MessagesRoute.register(app, routes)  # (anthropic_api.py NOTE(anthropic-errors))
 
 
 def start_draining(app: web.Application) -> None:

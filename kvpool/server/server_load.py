@@ -2,11 +2,12 @@
 
 NOTE(server-load): vLLM serves ``/load`` always; with ``--enable-server-load-tracking`` N is
 the number of requests inside the generation routes (completions, chat, the Responses API's
-three), from the handler's start until it returns (a stream: its last chunk written), else
-it stays 0. A load balancer polls it to pick the least busy replica. Here the count is one
-middleware, innermost (after auth and the tenant check, as vLLM counts only what reached a
-handler); it counts the route a request matched, so an unknown path never counts. Unlike
-vLLM's, a request is taken off exactly once, whether it ends, fails or its client leaves.
+three, Anthropic's Messages API's two), from the handler's start until it returns (a stream:
+its last chunk written), else it stays 0. A load balancer polls it to pick the least busy
+replica. Here the count is one middleware, innermost (after auth and the tenant check, as
+vLLM counts only what reached a handler); it counts the route a request matched, so an unknown
+path never counts. Unlike vLLM's, a request is taken off exactly once, whether it ends, fails
+or its client leaves.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ LOAD_PATH = "/load"
 # the routes vLLM's load counts that this server has (its --enable-server-load-tracking)
 TRACKED_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses",
                             "/v1/responses/{response_id}",
-                            "/v1/responses/{response_id}/cancel"})
+                            "/v1/responses/{response_id}/cancel",
+                            "/v1/messages", "/v1/messages/count_tokens"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
