@@ -142,6 +142,7 @@ class ResponsesRoute:
         finished: list[dict[str, Any]] = []  # a streamed run's body, kept with all its events
         view = ResponsesView(builder, inp, keep if log is None else finished.append)
         body = view.response("queued", [], None)
+        self._keep(tenant, inp, body)  # NOTE(background): a continuation may name it now
         run = functools.partial(self._run, view, updates, log, lambda: keep(finished[0]))
         self.background.start((tenant, view.id), body, keep, run, log)
         if log is None:

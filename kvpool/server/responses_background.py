@@ -10,6 +10,9 @@ on; with ``--max-stored-responses 0`` or ``--max-stored-response-bytes 0`` it is
     GET         while it runs: the queued object (vLLM's status stays "queued" until the
                 end); then the stored response: "completed" / "incomplete", or "failed" (its
                 ``error`` says why), or "cancelled"
+    continue    the queued object is stored at once, with its input's conversation, as vLLM
+                keeps it: a ``previous_response_id`` naming it while it runs continues from
+                that input, no output (vLLM reads its stored object as it is: output [])
     cancel      while it runs: the task is cancelled, the engine request aborted (its blocks
                 back to the pool), and the object stored and answered with status
                 "cancelled"; after the end, the 400 of a finished response

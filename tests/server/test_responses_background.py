@@ -89,6 +89,25 @@ async def test_cancel_stops_a_running_background_response(make_server):
             assert r.status == 400  # cancelled already: no longer running
 
 
+async def test_a_continuation_of_a_running_response_continues_its_input(make_server):
+    """vLLM stores the queued object at once and reads it as it is: a previous_response_id
+    naming a response still running continues from its input, with no output of its own."""
+    async with make_server(max_model_len=1024, num_device_blocks=80) as srv, \
+            aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json={**LONG, "background": True}) as r:
+            rid = (await r.json())["id"]
+        follow = {"input": "again", "max_output_tokens": 2, "previous_response_id": rid}
+        async with s.post(srv.v1 + "/responses", json=follow) as r:
+            out = await r.json()
+            assert r.status == 200, out
+        turns = [{"role": "user", "content": LONG["input"]}, {"role": "user", "content": "again"}]
+        async with s.post(srv.url + "/tokenize", json={"messages": turns}) as r:
+            assert out["usage"]["input_tokens"] == (await r.json())["count"], out
+        assert out["previous_response_id"] == rid
+        async with s.post(f"{srv.v1}/responses/{rid}/cancel") as r:
+            assert (await r.json())["status"] == "cancelled"  # it was still running
+
+
 async def test_background_without_store_is_vllms_400(srv):
     body = {"input": "x", "max_output_tokens": 2, "background": True, "store": False}
     async with aiohttp.ClientSession() as s:
