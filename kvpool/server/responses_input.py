@@ -51,6 +51,7 @@ PASS_THROUGH = ("model", "temperature", "top_p", "top_k", "seed", "stop", "ignor
 # ``conversation`` is not known: vLLM 0.33's ResponsesRequest has no such field, so it is an
 # unknown field (ignored and listed, body_fields.py), as vLLM ignores it
 TRUNCATIONS = ("disabled", "auto")
+VERBOSITIES = (None, "low", "medium", "high")  # OpenAI's text.verbosity
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",
                              "parallel_tool_calls", "include", "top_logprobs", "truncation",
@@ -85,7 +86,7 @@ class ResponsesInput:
     metadata: dict[str, Any]
     max_output_tokens: int | None
     ignored: tuple[str, ...]  # unknown fields that were ignored (body_fields.py)
-    text_format: dict[str, Any]  # the response echoes it: as asked, or NOTE(forced-text)
+    text: dict[str, Any] | None  # the response echoes it (_text_echo), NOTE(forced-text)
     tools: ResponsesTools  # tools, tool_choice, parallel_tool_calls: the response echoes them
     truncation: str = "disabled"  # as asked: the response echoes it
     background: bool = False  # run apart from the request (responses_background.py)
@@ -130,13 +131,32 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
         chat["reasoning_effort"] = effort
     chat.update(tool_fields(body))
     _constraint(body, fmt, chat)
-    fmt = forced_text_format(body) or fmt  # NOTE(forced-text) in responses_tools.py
     store = _opt(body, "store", bool, True)
     return ResponsesInput(chat=chat, conversation=conversation, instructions=instructions,
                           previous_id=previous_id, store=store, metadata=_metadata(body),
-                          max_output_tokens=max_output, ignored=ignored, text_format=fmt,
+                          max_output_tokens=max_output, ignored=ignored, text=_text_echo(body),
                           tools=ResponsesTools(body), truncation=truncation,
                           background=_background(body, store))
+
+
+def _text_echo(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The response's ``text``: vLLM echoes the request's ``text`` as its pydantic
+    ResponseTextConfig dumps it, every field (``format``, ``verbosity``; a json_schema format's
+    ``description`` and ``strict``) null where not sent, and null when no ``text`` came; under
+    a forcing ``tool_choice`` its tool parser's replacement (NOTE(forced-text))."""
+    forced = forced_text_format(body)
+    if forced is not None:
+        return {"format": {**forced, "description": None}, "verbosity": None}
+    text = body.get("text")
+    if text is None:
+        return None
+    verbosity = text.get("verbosity")
+    if verbosity not in VERBOSITIES:
+        raise _bad("text.verbosity", "must be 'low', 'medium' or 'high'")
+    fmt = text.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        fmt = {"description": None, "strict": None, **fmt}
+    return {"format": fmt, "verbosity": verbosity}
 
 
 def _background(body: dict[str, Any], store: bool) -> bool:

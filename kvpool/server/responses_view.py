@@ -103,7 +103,7 @@ class ResponsesView:
                 "output": output, "parallel_tool_calls": inp.tools.parallel,
                 "previous_response_id": inp.previous_id, "temperature": params.temperature,
                 "top_p": params.top_p, "tool_choice": inp.tools.tool_choice,
-                "tools": inp.tools.tools, "text": {"format": inp.text_format},
+                "tools": inp.tools.tools, "text": inp.text,
                 "truncation": inp.truncation, "metadata": inp.metadata, "store": inp.store,
                 "background": inp.background,
                 "user": b.req.user, "usage": usage}
