@@ -93,6 +93,7 @@ from kvpool.epp.stored_names import StoredNames
 from kvpool.epp.subset import Subset, host_port
 from kvpool.router.affinity import PREVIOUS, RESPONSES_PATH
 from kvpool.router.proxy import GENERATE_PATHS, Router
+from kvpool.router.scored_body import scored_body
 from kvpool.router.relayed import request_headers
 from kvpool.router.replicas import Replica
 
@@ -201,8 +202,8 @@ class Picker:
         if route in GENERATE_PATHS or new_response:
             body = await self.router.bodies.check(raw)  # RequestError: the router's 400
             raw, body, renamed = await self.rewrite(raw, body, plain)
-        if route in GENERATE_PATHS:
-            order, pinned = await self.planned(raw, body, plain, among), None
+        if route in GENERATE_PATHS:  # NOTE(messages-scored)
+            order, pinned = await self.planned(*scored_body(route, raw, body), plain, among), None
         elif new_response:
             named = None if body is None else body.get(PREVIOUS)  # anything
             order, pinned = await self.router.response_order(named, plain, new=True,

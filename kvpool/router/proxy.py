@@ -1,6 +1,6 @@
 """The router's aiohttp app: ask every healthy replica, choose, stream the answer through.
 
-Per POST /v1/completions or /v1/chat/completions::
+Per POST /v1/completions, /v1/chat/completions or /v1/messages (scored_body.py)::
 
     body = read once within --max-body-bytes, checked to be a JSON object (relayed.py; else
         400 / 413 OpenAI error JSON)
@@ -84,6 +84,7 @@ from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, bearer, carries_token
 from kvpool.router.relayed import BodyReader, asking_identity, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_json
+from kvpool.router.scored_body import MESSAGES_PATH, scored_body
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
 from kvpool.router.response_ids import usable_id
 from kvpool.router.upstream import (RELAYED, SAFE_METHODS, SKIP_AUTO_HEADERS, Failure, Relay,
@@ -98,7 +99,7 @@ __all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE"
 
 log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
-GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions")
+GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions", MESSAGES_PATH)
 # NOTE(retry) (upstream.py): retries of a request the replica cannot have started. Two ride
 # out one replica found down and one full within a health beat (a rolling restart) while
 # an overload reaching every replica costs at most three tries per request
@@ -107,8 +108,7 @@ DEFAULT_MAX_RETRIES = 2
 # proxied requests, wire.py), their connections kept alive to every replica (no per-request
 # connect); an idle one is not reused after ``upstream_keepalive`` seconds (wire.py NOTE(idle));
 # no connection cap (a replica's own --max-num-seqs and queue are the back-pressure); no cookie
-# jar: a proxy that stored a replica's Set-Cookie would send it on with every other client's
-# requests
+# jar: a proxy that stored a replica's Set-Cookie would send it on with every client's requests
 # NOTE(idle) (wire.py): reuse stops before the shortest keep-alive of the replicas in use, or a
 # request written as a replica closes the connection is a 502 (never resent: NOTE(retry)). vLLM
 # serves with uvicorn, which closes idle connections after 5 s (--timeout-keep-alive); kvpool
@@ -322,7 +322,8 @@ class Router:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         raw, body = await self.bodies.read(request)
         headers = request_headers(request.headers)
-        order, predicted, reason = await self.plan(raw, body, headers)
+        order, predicted, reason = await self.plan(*scored_body(request.path, raw, body),
+                                                   headers)  # NOTE(messages-scored)
         return await self._relay(request, raw, headers, order, reason, predicted)
 
     async def create_response(self, request: web.Request) -> web.StreamResponse:

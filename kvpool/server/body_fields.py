@@ -156,10 +156,13 @@ KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
 
 
 class FieldPolicy:
-    """Unknown body fields: ignored (logged once per name) or, with ``reject``, a 400."""
+    """Unknown body fields: ignored (logged once per name; ``quiet``: not logged, for a
+    reader that answers nothing, the router's NOTE(messages-scored)) or, with ``reject``, a
+    400."""
 
-    def __init__(self, reject: bool = False) -> None:
+    def __init__(self, reject: bool = False, quiet: bool = False) -> None:
         self.reject = reject
+        self.quiet = quiet
         self._warned: set[str] = set()
 
     def check(self, body: dict[str, Any], known: frozenset[str],
@@ -179,7 +182,7 @@ class FieldPolicy:
         return tuple(unknown)
 
     def _warn_once(self, name: str) -> None:
-        if name in self._warned or len(self._warned) > MAX_LOGGED_NAMES:
+        if self.quiet or name in self._warned or len(self._warned) > MAX_LOGGED_NAMES:
             return
         self._warned.add(name)
         if len(self._warned) > MAX_LOGGED_NAMES:

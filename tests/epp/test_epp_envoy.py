@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -350,3 +351,22 @@ async def test_responses_another_tenant_and_hostile_ids_get_a_replicas_answer(fl
         async with s.post(url + "/v1/responses", data=b"{nope",
                           headers={"Content-Type": "application/json"}) as resp:
             assert (await error_of(resp, 400))["code"] == "invalid_json"
+
+
+async def test_the_picker_places_a_messages_request_by_the_chat_body_it_becomes(fleet):
+    """NOTE(messages-scored) in the picker: an Anthropic Messages request is planned by the
+    chat body the replica runs, so it goes to the replica holding its system prompt, every
+    time; planned on its own body, the lookups read only the user turn and it goes by load."""
+    body = {"model": "kvpool-tiny", "max_tokens": 1, "temperature": 0,
+            "system": "a system prompt the picker should find " * 12,
+            "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as s, s.post(fleet[1] + "/v1/messages", json=body) as r:
+        assert r.status == 200, await r.text()
+    picker = Picker(Router(ReplicaSet(fleet, interval=0.5), lookup_timeout=LOOKUP_TIMEOUT))
+    await picker.start()
+    try:
+        raw = json.dumps(body).encode()
+        picks = [(await picker.pick_body("/v1/messages", raw, [])).endpoint for _ in range(4)]
+    finally:
+        await picker.close()
+    assert picks == [endpoint_of(fleet[1])] * 4

@@ -16,6 +16,7 @@ from kvpool.core.hashing import BlockHasher
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
+from kvpool.router.scored_body import MESSAGES_PATH, scored_body
 from tests.router.helpers import (LOOKUP_TIMEOUT, apps_served, complete, decisions, metrics,
                                   prompt, served, spawn, spawn_many)
 from tests.router.kv_events import EVENTS, holder, until
@@ -230,3 +231,26 @@ async def test_a_replica_whose_kv_events_info_is_unusable_is_placed_by_lookups(
             await events.refresh(s)
     said = [m for m in caplog.messages if "placed by lookups" in m and bad in m]
     assert len(said) == 1 and reason in said[0], said
+
+
+async def test_a_messages_request_is_hashed_as_the_chat_body_it_becomes(fleet):
+    """NOTE(messages-scored): the router hashes an Anthropic Messages request as the chat body
+    the replica runs (system prompt first), so the event index places its repeat where that
+    prefix is stored, with the hit the replica then serves."""
+    r, events = event_router([s.url for s in fleet.values()])
+    body = {"model": "kvpool-tiny", "max_tokens": 2, "system": prompt("messages-events"),
+            "messages": [{"role": "user", "content": "hi"}]}
+    chat = scored_body(MESSAGES_PATH, b"", body)[1]
+    async with served(r) as url, aiohttp.ClientSession() as s:
+        await until(lambda: all(f.live for f in events.feeds.values()), "both feeds caught up")
+        await complete(s, url, body, "/v1/messages")  # may load the router's tokenizer
+        await until(lambda: events.keys.parser is not None, "the router's tokenizer")
+        await until(lambda: holder(events, events.keys.ids_and_salt(chat)[0]), "chat stored")
+        before = await metrics(s, url)
+        again = await complete(s, url, body, "/v1/messages")
+        after = await metrics(s, url)
+    cached = again["usage"]["cache_read_input_tokens"]
+    predicted = after["kvpool_router_predicted_hit_tokens_total"][()] - \
+        before["kvpool_router_predicted_hit_tokens_total"][()]
+    assert cached > 0 and predicted == cached
+    assert decisions(after, "prefix") == decisions(before, "prefix") + 1

@@ -207,3 +207,24 @@ async def test_stress_through_the_router_says_its_leak_figures_are_unreadable(re
     assert d["figures"]["engine_series_missing"] > 0
     assert any("engine_series_missing" in f for f in d["failures"]), d["failures"]
     assert any("lacks" in n for n in d["notes"]), d["notes"]
+
+
+async def test_a_messages_request_is_placed_by_the_chat_body_it_becomes(replicas):
+    """NOTE(messages-scored) (kvpool/router/scored_body.py): an Anthropic Messages request
+    is scored by the chat body the replica runs, system prompt first: its repeat goes where
+    that prefix is, and the lookup predicts what the replica then serves from cache. Scored
+    as it came, the lookup read only the user turn: no prefix decision, nothing predicted."""
+    body = {"model": "kvpool-tiny", "max_tokens": 2, "temperature": 0,
+            "system": prompt(uuid.uuid4().hex), "messages": [{"role": "user", "content": "hi"}]}
+    async with router(replicas) as (r, url), aiohttp.ClientSession() as s:
+        first = await complete(s, url, body, "/v1/messages")
+        assert first["type"] == "message" and first["usage"].get("cache_read_input_tokens", 0) == 0
+        before = await metrics(s, url)
+        again = await complete(s, url, body, "/v1/messages")
+        after = await metrics(s, url)
+    cached = again["usage"]["cache_read_input_tokens"]
+    assert cached > 0
+    assert decisions(after, "prefix") == decisions(before, "prefix") + 1
+    predicted = after["kvpool_router_predicted_hit_tokens_total"][()] - \
+        before["kvpool_router_predicted_hit_tokens_total"][()]
+    assert predicted == cached
