@@ -83,7 +83,7 @@ class ResponsesInput:
     instructions: str | None
     previous_id: str | None
     store: bool
-    metadata: dict[str, Any]
+    metadata: dict[str, Any] | None  # as sent: null when not (vLLM echoes the request's)
     max_output_tokens: int | None
     ignored: tuple[str, ...]  # unknown fields that were ignored (body_fields.py)
     text: dict[str, Any] | None  # the response echoes it (_text_echo), NOTE(forced-text)
@@ -168,11 +168,13 @@ def _background(body: dict[str, Any], store: bool) -> bool:
     return background
 
 
-def _metadata(body: dict[str, Any]) -> dict[str, str]:
+def _metadata(body: dict[str, Any]) -> dict[str, str] | None:
     """``metadata``, held to OpenAI's limits (at most 16 pairs, string keys of at most 64
     characters, string values of at most 512), as OpenAI checks them: the stored response
     keeps it, so it must not grow past what a client of OpenAI's API may send."""
-    meta = _opt(body, "metadata", dict, {})
+    meta = _opt(body, "metadata", dict, None)
+    if meta is None:
+        return None
     if len(meta) > META_PAIRS:
         raise _bad("metadata", f"must have at most {META_PAIRS} pairs, got {len(meta)}")
     for k, v in meta.items():

@@ -41,12 +41,16 @@ _NESTED = re.compile(r"^(tools\[\d+\])\.function\b")
 
 
 class ResponsesTools:
-    """What the response echoes of the request's tools (OpenAI's defaults when left out)."""
+    """What the response echoes of the request's tools (OpenAI's defaults when left out).
+    Without tools an ``auto`` or ``none`` choice (sent or the default) is ``none``, as vLLM
+    0.33's ResponsesRequest.check_tool_usage rewrites the request it echoes."""
 
     def __init__(self, body: dict[str, Any]) -> None:
         tools = body.get("tools")
         self.tools = tools if isinstance(tools, list) else []
         self.tool_choice = body.get("tool_choice") or "auto"
+        if not self.tools and self.tool_choice in ("auto", "none"):
+            self.tool_choice = "none"
         self.parallel = body.get("parallel_tool_calls") is not False
 
 

@@ -47,3 +47,17 @@ async def test_text_is_null_when_not_sent_and_echoed_whole_when_sent(srv):
         async with s.post(srv.v1 + "/responses", json=bad) as r:
             err = (await r.json())["error"]
             assert r.status == 400 and err["param"] == "text.verbosity", err
+
+
+async def test_tool_choice_is_none_without_tools_and_metadata_null_when_not_sent(srv):
+    """vLLM's check_tool_usage makes an ``auto`` / ``none`` choice without tools ``none`` (the
+    request it echoes); ``metadata`` is the request's, null when not sent."""
+    def seen(got: list[dict]) -> set[tuple[str, str]]:
+        return {(r["tool_choice"], json.dumps(r["metadata"])) for r in got}
+
+    assert seen(await answers(srv, PLAIN)) == {("none", "null")}
+    sent = {**PLAIN, "tool_choice": "auto", "tools": [], "metadata": {"k": "v"}}
+    assert seen(await answers(srv, sent)) == {("none", '{"k": "v"}')}
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
+    got = await answers(srv, {**PLAIN, "tools": [tool]})
+    assert {r["tool_choice"] for r in got} == {"auto"}  # tools: the default stays auto
