@@ -90,6 +90,8 @@ class ResponsesInput:
     tools: ResponsesTools  # tools, tool_choice, parallel_tool_calls: the response echoes them
     truncation: str = "disabled"  # as asked: the response echoes it
     background: bool = False  # run apart from the request (responses_background.py)
+    top_logprobs: int | None = None  # the logprobs asked (vLLM's echo: none without include)
+    reasoning: dict[str, Any] | None = None  # echoed as vLLM dumps it (_reasoning)
 
 
 def _opt(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -124,11 +126,9 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     max_output = _opt(body, "max_output_tokens", int, None)
     if max_output is not None:
         chat["max_tokens"] = max_output
-    _include(body, chat)
+    top_logprobs = _include(body, chat)
     truncation = _truncation(body, chat)
-    effort = _opt(body, "reasoning", dict, {}).get("effort")
-    if effort is not None:  # vLLM: the chat template's reasoning_effort (vllm_fields.py)
-        chat["reasoning_effort"] = effort
+    reasoning = _reasoning(body, chat)
     chat.update(tool_fields(body))
     _constraint(body, fmt, chat)
     store = _opt(body, "store", bool, True)
@@ -136,7 +136,8 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
                           previous_id=previous_id, store=store, metadata=_metadata(body),
                           max_output_tokens=max_output, ignored=ignored, text=_text_echo(body),
                           tools=ResponsesTools(body), truncation=truncation,
-                          background=_background(body, store))
+                          background=_background(body, store), top_logprobs=top_logprobs,
+                          reasoning=reasoning)
 
 
 def _text_echo(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -199,11 +200,24 @@ def _truncation(body: dict[str, Any], chat: dict[str, Any]) -> str:
     return value
 
 
-def _include(body: dict[str, Any], chat: dict[str, Any]) -> None:
+def _reasoning(body: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any] | None:
+    """``reasoning.effort`` is the chat template's ``reasoning_effort`` (vLLM's, vllm_fields.py);
+    the response echoes ``reasoning`` as vLLM's pydantic Reasoning dumps it (null when not
+    sent, its fields null where not sent)."""
+    reasoning = _opt(body, "reasoning", dict, None)
+    if reasoning is None:
+        return None
+    if reasoning.get("effort") is not None:
+        chat["reasoning_effort"] = reasoning["effort"]
+    return {"effort": None, "generate_summary": None, "summary": None, **reasoning}
+
+
+def _include(body: dict[str, Any], chat: dict[str, Any]) -> int | None:
     """``include: ["message.output_text.logprobs"]`` asks for the output's logprobs, with
     ``top_logprobs`` alternatives each (chat's ``logprobs`` / ``top_logprobs``), as vLLM reads
     them; without it ``top_logprobs`` asks nothing. Other ``include`` values name output kinds
-    this server never makes (reasoning, tool calls, images), so they change nothing."""
+    this server never makes (reasoning, tool calls, images), so they change nothing. The
+    logprobs asked (vLLM's echo: ``top_logprobs``, 0 when not sent) or None without them."""
     include = _opt(body, "include", list, [])
     if not all(isinstance(x, str) for x in include):
         raise _bad("include", "must be a list of strings")
@@ -212,8 +226,10 @@ def _include(body: dict[str, Any], chat: dict[str, Any]) -> None:
         chat["logprobs"] = True
         if top is not None:
             chat["top_logprobs"] = top
-    elif top is not None and (not isinstance(top, int) or isinstance(top, bool)):
+        return 0 if top is None else top
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool)):
         raise _bad("top_logprobs", "must be an integer")
+    return None
 
 
 def _constraint(body: dict[str, Any], fmt: dict[str, Any], chat: dict[str, Any]) -> None:

@@ -42,6 +42,13 @@ from kvpool.server.responses_tools import function_call_item
 
 __all__ = ["ResponsesView"]
 
+# the fields of vLLM's response object this server echoes as vLLM does for a request that
+# sends none of them (vLLM echoes a sent one; here they are unknown fields, ignored)
+_NOT_RUN = {"max_tool_calls": None, "prompt": None, "prompt_cache_options": None,
+            "prompt_cache_key": None, "prompt_cache_retention": None, "safety_identifier": None,
+            "service_tier": "auto", "kv_transfer_params": None, "ec_transfer_params": None,
+            "input_messages": None, "output_messages": None}
+
 
 def _part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """An output_text part; ``logprobs`` in chat's shape, which is OpenAI's Responses shape
@@ -94,19 +101,23 @@ class ResponsesView:
     # ---- objects ------------------------------------------------------------------------------
     def response(self, status: str, output: list[dict[str, Any]],
                  usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        """vLLM 0.33's response object (its ResponsesResponse.from_request, dumped whole):
+        the request's fields as asked, the sampling ones as run (``max_output_tokens`` the
+        tokens it may generate, NOTE(clamp) in context_budget.py), the rest null."""
         b, inp = self.builder, self.inp
         params = b.req.params
         return {"id": self.id, "object": "response", "created_at": b.created, "status": status,
-                "error": None, "incomplete_details": {"reason": "max_output_tokens"}
+                "incomplete_details": {"reason": "max_output_tokens"}
                 if status == "incomplete" else None, "instructions": inp.instructions,
-                "max_output_tokens": inp.max_output_tokens, "model": b.req.model,
-                "output": output, "parallel_tool_calls": inp.tools.parallel,
-                "previous_response_id": inp.previous_id, "temperature": params.temperature,
-                "top_p": params.top_p, "tool_choice": inp.tools.tool_choice,
-                "tools": inp.tools.tools, "text": inp.text,
-                "truncation": inp.truncation, "metadata": inp.metadata, "store": inp.store,
-                "background": inp.background,
-                "user": b.req.user, "usage": usage}
+                "metadata": inp.metadata, "model": b.req.model, "output": output,
+                "parallel_tool_calls": inp.tools.parallel, "temperature": params.temperature,
+                "tool_choice": inp.tools.tool_choice, "tools": inp.tools.tools,
+                "top_p": params.top_p, "background": inp.background,
+                "max_output_tokens": params.max_tokens, "previous_response_id": inp.previous_id,
+                "reasoning": inp.reasoning, "text": inp.text, "top_logprobs": inp.top_logprobs,
+                "truncation": inp.truncation, "usage": usage, "user": b.req.user,
+                "presence_penalty": params.presence_penalty,
+                "frequency_penalty": params.frequency_penalty, **_NOT_RUN}
 
     def usage(self) -> dict[str, Any]:
         u = self.builder.usage()

@@ -61,3 +61,48 @@ async def test_tool_choice_is_none_without_tools_and_metadata_null_when_not_sent
     tool = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
     got = await answers(srv, {**PLAIN, "tools": [tool]})
     assert {r["tool_choice"] for r in got} == {"auto"}  # tools: the default stays auto
+
+
+# every field of vLLM's ResponsesResponse a plain request gets (its dump; metrics left out)
+VLLM_FIELDS = {"id", "created_at", "incomplete_details", "instructions", "metadata", "model",
+               "object", "output", "parallel_tool_calls", "temperature", "tool_choice", "tools",
+               "top_p", "background", "max_output_tokens", "max_tool_calls",
+               "previous_response_id", "prompt", "prompt_cache_options", "prompt_cache_key",
+               "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier",
+               "status", "text", "top_logprobs", "truncation", "usage", "user",
+               "presence_penalty", "frequency_penalty", "kv_transfer_params",
+               "ec_transfer_params", "input_messages", "output_messages"}
+NULLS = VLLM_FIELDS - {"id", "created_at", "model", "object", "output", "parallel_tool_calls",
+                       "incomplete_details",
+                       "temperature", "tool_choice", "tools", "top_p", "background",
+                       "max_output_tokens", "service_tier", "status", "truncation", "usage",
+                       "presence_penalty", "frequency_penalty"}
+
+
+async def test_a_plain_response_has_vllms_fields_and_defaults(srv):
+    for r in await answers(srv, PLAIN):
+        assert set(r) == VLLM_FIELDS, set(r) ^ VLLM_FIELDS
+        assert {k: r[k] for k in NULLS} == dict.fromkeys(NULLS), r
+        assert (r["service_tier"], r["presence_penalty"], r["frequency_penalty"],
+                r["max_output_tokens"], r["tools"]) == ("auto", 0.0, 0.0, 3, [])
+    asked = {**PLAIN, "include": ["message.output_text.logprobs"], "presence_penalty": 0.5,
+             "frequency_penalty": -0.5, "reasoning": {"effort": "low"}}
+    for r in await answers(srv, asked):
+        assert (r["top_logprobs"], r["presence_penalty"], r["frequency_penalty"]) == \
+            (0, 0.5, -0.5)
+        assert r["reasoning"] == {"effort": "low", "generate_summary": None, "summary": None}
+    got = await answers(srv, {**asked, "top_logprobs": 2})
+    assert [r["top_logprobs"] for r in got] == [2] * 5
+
+
+async def test_max_output_tokens_is_what_the_request_may_generate(srv):
+    """vLLM echoes its sampling max_tokens: the asked number lowered to the room the prompt
+    leaves (NOTE(clamp)), and that room when none is asked."""
+    async with aiohttp.ClientSession() as s:
+        for asked in ({"max_output_tokens": 500}, {}):
+            body = {"input": "hi", "stop_token_ids": [], "temperature": 0, **asked}
+            async with s.post(srv.v1 + "/responses", json=body) as r:
+                out = await r.json()
+                assert r.status == 200, out
+            room = srv.engine.config.max_model_len - out["usage"]["input_tokens"]
+            assert out["max_output_tokens"] == room, out
