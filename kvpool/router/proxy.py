@@ -20,9 +20,9 @@ Per POST /v1/completions, /v1/chat/completions or /v1/messages (scored_body.py):
         replica's own answer when there was one); a POST its replica went silent on: 504
         replica_unresponsive; otherwise 502. OpenAI error JSON either way
 
-Every error the router itself gives is OpenAI error JSON: the replica's error middleware
-(kvpool.server.middleware) runs here too, and cli.py listens through the replica's guarded
-listener (kvpool.server.connections: JSON for aiohttp's own 400s, e.g. a header too large).
+Every error the router itself gives is OpenAI error JSON (Anthropic's on /v1/messages): the
+replica's error middleware and hook run here too (kvpool.server.middleware, anthropic_errors),
+and cli.py listens through the replica's guarded listener (kvpool.server.connections).
 
 NOTE(cors-own): CORS preflights go to a replica like any other request, and a replica's
 answer keeps the Access-Control-* headers the replica gave it (upstream.RELAYED). The answers
@@ -39,9 +39,8 @@ placed by load alone (``choose`` with no hits: round robin unless the loads are 
 but one naming a ``previous_response_id``, and ``/v1/responses/{id}...``, go to the replica
 holding that response alone, found down: 503 response_unavailable (affinity.py
 NOTE(holder-down)); one no replica is known to hold is placed as before, and its 404 is the
-server's own (NOTE(tenant)). Neither kind is counted in ``kvpool_router_decisions_total``: that
-counts prefix routing. Every other route (/v1/models, /tokenize, ...) is placed by load alone
-too (``passthrough``).
+server's own (NOTE(tenant)). Neither kind is counted in ``kvpool_router_decisions_total`` (it
+counts prefix routing). Every other route (/v1/models, ...) is placed by load (``passthrough``).
 
 NOTE(own-load): what a lookup answer claims is not checked against anything but the router's
 own count: its hit tokens cannot be (only the replica holds its cache), but its load can. A
@@ -49,7 +48,6 @@ replica that claimed a long hit for every prompt and no load (a bug, or hostile)
 request while its queue grew; with the router's own in-flight requests there as the floor of
 its load, the load guard (scoring.py) sends new requests elsewhere once it holds more than
 ``abs_threshold`` of this router's requests beyond the least loaded replica.
-
 NOTE(health-view): GET /health answers every caller, unauthenticated (gateways and Kubernetes
 probes read its status: 200 while at least one replica is healthy, else 503), but names the
 healthy replicas' URLs (``{"status", "healthy": [URL, ...]}``) only to a request carrying the
@@ -63,8 +61,8 @@ NOTE(agreement): with lookups the router neither renders chat templates nor toke
 replica's lookup parses the body with the parser its generation route uses and hashes with its
 own spec and salt, so predicted and served prefixes agree by construction.
 NOTE(cancel): served with handler_cancellation, a client that disconnects cancels the handler;
-leaving the upstream ``async with`` closes that connection, which cancels the replica's handler,
-which aborts the request there (its blocks go back to its pool).
+leaving the upstream ``async with`` closes that connection, so the replica's handler is
+cancelled and the request aborted there (its blocks go back to its pool).
 """
 
 from __future__ import annotations
@@ -93,6 +91,7 @@ from kvpool.router.wire import CONNECT_TIMEOUT, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
+from kvpool.server.anthropic_errors import anthropic_errors
 from kvpool.server.middleware import error_middleware
 
 __all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE", "Router"]
@@ -207,14 +206,15 @@ class Router:
             self.membership.install(app)
         app.router.add_route("*", "/{tail:.*}", self.passthrough)
         app.cleanup_ctx.append(self._lifetime)
-        app.on_response_prepare.append(self._cors_own)
+        app.on_response_prepare.append(self._own_answer)
         return app
 
-    async def _cors_own(self, request: web.Request, response: web.StreamResponse) -> None:
-        """NOTE(cors-own): a replica's answer keeps its own CORS headers; the router's get
-        the router's."""
+    async def _own_answer(self, request: web.Request, response: web.StreamResponse) -> None:
+        """NOTE(cors-own): a replica's answer keeps its own CORS headers; the router's get the
+        router's, and on a Messages path its errors are Anthropic's (NOTE(anthropic-errors))."""
         if not response.get(RELAYED, False):
             await self.cors.on_response_prepare(request, response)
+            await anthropic_errors(request, response)
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
         self.session = aiohttp.ClientSession(

@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from kvpool.server.anthropic_input import messages_to_chat
-from kvpool.server.body_fields import FieldPolicy
+from kvpool.server.field_policy import FieldPolicy
 
 __all__ = ["MESSAGES_PATH", "scored_body"]
 

@@ -9,32 +9,27 @@ API's (anthropic_view.py). So greedy output equals the chat completion's for the
 messages. count_tokens renders the same chat messages as /tokenize does: its count is the
 Messages request's prompt length.
 
-NOTE(anthropic-errors): every error answered on these paths, whoever raised it (a parse 400,
-the unknown model's 404, the auth middleware's 401, the router's 404 / 405, a 413, the gate's
-503), is Anthropic's ``{"type": "error", "error": {"type", "message"}}`` with the type vLLM
-gives the status (anthropic_view.error_kind): an ``on_response_prepare`` hook rewrites the
-OpenAI error JSON the app's middleware made, so status and headers (Retry-After) stay.
+Every error on these paths is Anthropic's error JSON (anthropic_errors.py NOTE(anthropic-errors)).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from aiohttp import web
 
 from kvpool.errors import RequestError
+from kvpool.server.anthropic_errors import PREFIX, anthropic_errors
 from kvpool.server.anthropic_input import messages_to_chat
-from kvpool.server.anthropic_view import MessagesView, anthropic_error
+from kvpool.server.anthropic_view import MessagesView
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.tools.request import parse_tool_request
 
-__all__ = ["MessagesRoute", "PREFIX"]
+__all__ = ["MessagesRoute"]
 
-PREFIX = "/v1/messages"
 # a chat parameter's name in an error -> the Messages field it came in
 _RENAMES = (("max_completion_tokens", "max_tokens"), ("stop:", "stop_sequences:"),
             (".function.parameters", ".input_schema"), (".function.", "."),
@@ -99,26 +94,3 @@ class MessagesRoute:
     async def count_tokens(self, request: web.Request) -> web.Response:
         out, headers = await self.routes.parse_pool.read_and_parse(request, self._count)
         return web.json_response(out, headers=headers)
-
-
-def _ours(path: str) -> bool:
-    return path == PREFIX or path.startswith(PREFIX + "/")
-
-
-async def anthropic_errors(request: web.Request, response: web.StreamResponse) -> None:
-    """aiohttp ``on_response_prepare`` hook (NOTE(anthropic-errors)): an OpenAI error body on
-    a Messages path becomes Anthropic's error body, same status and headers."""
-    if response.status < 400 or not _ours(request.path) or \
-            not isinstance(response, web.Response) or not isinstance(response.body, bytes):
-        return
-    try:
-        said = json.loads(response.body)
-        message = said["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        return
-    if not isinstance(message, str):
-        return
-    body = json.dumps(anthropic_error(response.status, message)).encode()
-    response.body = body
-    response.content_type = "application/json"
-    response.headers["Content-Length"] = str(len(body))

@@ -36,7 +36,7 @@ import json
 from typing import Any
 
 from kvpool.errors import RequestError, shown
-from kvpool.server.body_fields import FieldPolicy, is_int
+from kvpool.server.field_policy import FieldPolicy, is_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 

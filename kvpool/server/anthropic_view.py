@@ -29,24 +29,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kvpool.server.anthropic_errors import anthropic_error
 from kvpool.server.middleware import APIError
 from kvpool.server.responses import ResponseBuilder
 
-__all__ = ["MessagesView", "anthropic_error", "error_kind", "stop_reason"]
-
-# vLLM's status -> Anthropic error type (its translate_error_type)
-_KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-          404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-          503: "overloaded_error"}
-
-
-def error_kind(status: int) -> str:
-    return _KINDS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
-
-
-def anthropic_error(status: int, message: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": error_kind(status), "message": message}}
-
+__all__ = ["MessagesView", "stop_reason"]
 
 def stop_reason(finish: str | None, stop: Any, called: bool,
                 complete: bool) -> tuple[str | None, str | None]:

@@ -4,41 +4,32 @@
 field (bool is never an int; an int is a number, and a number without a fraction, ``3.0``, is
 an int as vLLM's pydantic models read it: json_body.json_int).
 
-Unknown fields are **ignored** by default, as vLLM does: gateways and clients add their own
-(OpenAI's ``metadata``, ``store``, ``service_tier``; SGLang's ``no_stop_trim``), and a 400 for
-each one stopped them fronting this server. Each ignored name is logged once (a warning) and
-listed in the response's ``X-Kvpool-Ignored-Fields`` header, so a typo such as ``max_token`` is
-still visible to whoever looks. ``--reject-unknown-fields`` restores OpenAI's own strictness
-(400, code ``unknown_parameter``, param = the field). Known OpenAI features this server does
+Unknown fields are ignored, logged once and listed in ``X-Kvpool-Ignored-Fields`` (or a 400
+with ``--reject-unknown-fields``: field_policy.py). Known OpenAI features this server does
 not implement are rejected (``unsupported_parameter``) when set to anything but their default.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 from urllib.parse import quote
 
 from kvpool.errors import RequestError
+from kvpool.server.field_policy import IGNORED_FIELDS_HEADER, MAX_NAME_CHARS, is_int
 from kvpool.server.json_body import json_int
 from kvpool.server.sampling_fields import SAMPLING_FIELDS
 from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["IGNORED_FIELDS_HEADER", "INT32", "KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE",
-           "KNOWN_TOKENIZE", "MAX_CACHE_SALT_CHARS", "UNSUPPORTED_CHAT",
-           "UNSUPPORTED_COMPLETION", "FieldPolicy", "check_unsupported", "ignored_header",
-           "is_int", "is_number", "opt", "salt_and_priority", "stop_strings", "stream_options",
-           "token_ids", "with_defaults"]
+__all__ = ["INT32", "KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE", "KNOWN_TOKENIZE",
+           "MAX_CACHE_SALT_CHARS", "UNSUPPORTED_CHAT", "UNSUPPORTED_COMPLETION",
+           "check_unsupported", "ignored_header", "is_number", "opt", "salt_and_priority",
+           "stop_strings", "stream_options", "token_ids", "with_defaults"]
 
 MAX_CACHE_SALT_CHARS = 1024
 INT32 = 1 << 31
-
-
-def is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def is_number(v: Any) -> bool:
@@ -126,12 +117,7 @@ def salt_and_priority(body: dict[str, Any]) -> tuple[str | None, int]:
     return salt, priority
 
 
-log = logging.getLogger("kvpool.server")
-
-IGNORED_FIELDS_HEADER = "X-Kvpool-Ignored-Fields"
-MAX_LOGGED_NAMES = 1024  # distinct names warned about; a client inventing names grows nothing
 MAX_HEADER_NAMES = 32  # names listed in one response header
-MAX_NAME_CHARS = 64
 
 # field -> (allowed default values) for OpenAI features this server does not implement
 UNSUPPORTED_COMPLETION = {"suffix": ("",)}
@@ -153,45 +139,6 @@ KNOWN_TOKENIZE = frozenset({"model", "prompt", "messages", "add_special_tokens",
                             "return_token_strs", "chat_template", "chat_template_kwargs",
                             "tools", "reasoning_effort"})
 KNOWN_DETOKENIZE = frozenset({"model", "tokens"})
-
-
-class FieldPolicy:
-    """Unknown body fields: ignored (logged once per name; ``quiet``: not logged, for a
-    reader that answers nothing, the router's NOTE(messages-scored)) or, with ``reject``, a
-    400."""
-
-    def __init__(self, reject: bool = False, quiet: bool = False) -> None:
-        self.reject = reject
-        self.quiet = quiet
-        self._warned: set[str] = set()
-
-    def check(self, body: dict[str, Any], known: frozenset[str],
-              prefix: str = "") -> tuple[str, ...]:
-        """The unknown field names of ``body`` (sorted, each after ``prefix``: a nested
-        object's keys), or a 400 naming the first."""
-        unknown = [prefix + k for k in body if k not in known]
-        if not unknown:
-            return ()
-        unknown.sort()
-        if self.reject:
-            name = unknown[0][:MAX_NAME_CHARS]
-            raise _bad(name, f"unrecognized request argument supplied: {name}",
-                       "unknown_parameter")
-        for name in unknown:
-            self._warn_once(name[:MAX_NAME_CHARS])
-        return tuple(unknown)
-
-    def _warn_once(self, name: str) -> None:
-        if self.quiet or name in self._warned or len(self._warned) > MAX_LOGGED_NAMES:
-            return
-        self._warned.add(name)
-        if len(self._warned) > MAX_LOGGED_NAMES:
-            log.warning("more than %d distinct unknown request fields; no more are logged",
-                        MAX_LOGGED_NAMES)
-            return
-        log.warning("ignoring the unknown request field %r (logged once; the response lists "
-                    "it in %s; --reject-unknown-fields makes it a 400)", name,
-                    IGNORED_FIELDS_HEADER)
 
 
 def ignored_header(names: tuple[str, ...]) -> dict[str, str]:

@@ -80,7 +80,7 @@ def unheeded(body: dict[str, Any], ignored: tuple[str, ...],
     """NOTE(so-unheeded): what vLLM 0.33 answers with a 200 and leaves unheeded, taken out of
     ``body`` and added to ``ignored`` (the X-Kvpool-Ignored-Fields header). A key
     StructuredOutputsParams (a pydantic dataclass) does not have is dropped by it:
-    ``structured_outputs.<key>``, through ``fields`` (body_fields.FieldPolicy: logged once,
+    ``structured_outputs.<key>``, through ``fields`` (field_policy.FieldPolicy: logged once,
     a 400 with --reject-unknown-fields). ``whitespace_pattern`` is a field of it that no
     vLLM 0.33 backend reads (xgrammar and guidance take only the server's
     disable_any_whitespace): checked as a string, then listed, never a 400. Beside chat's

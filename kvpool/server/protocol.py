@@ -39,9 +39,9 @@ from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.sched import exceeds_context
 from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_TOKENIZE,
                                       UNSUPPORTED_CHAT, UNSUPPORTED_COMPLETION,
-                                      FieldPolicy, check_unsupported, opt,
-                                      salt_and_priority, stop_strings, stream_options,
-                                      token_ids, with_defaults)
+                                      check_unsupported, opt, salt_and_priority,
+                                      stop_strings, stream_options, token_ids, with_defaults)
+from kvpool.server.field_policy import FieldPolicy
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.chat_messages import parse_messages
 from kvpool.server.context_budget import token_budgets

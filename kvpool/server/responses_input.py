@@ -31,7 +31,7 @@ from typing import Any
 
 from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
-from kvpool.server.body_fields import FieldPolicy
+from kvpool.server.field_policy import FieldPolicy
 from kvpool.server.response_store import StoredResponse
 from kvpool.server.responses_tools import ResponsesTools, forced_text_format, tool_fields
 

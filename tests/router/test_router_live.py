@@ -166,6 +166,13 @@ async def test_no_live_replica_is_a_503_with_retry_after():
         async with s.post(url + "/v1/completions", data=b"{nope") as resp:
             assert resp.status == 400
             assert (await resp.json())["error"]["code"] == "invalid_json"
+        # the router's own answers on a Messages path are Anthropic's (NOTE(anthropic-errors))
+        for body, status, kind in ((b'{"model": "m"}', 503, "overloaded_error"),
+                                   (b"{nope", 400, "invalid_request_error")):
+            async with s.post(url + "/v1/messages", data=body) as resp:
+                assert resp.status == status and (await resp.json())["type"] == "error"
+                assert (await resp.json())["error"]["type"] == kind
+                assert (resp.headers.get("Retry-After") == "1") == (status == 503)
 
 
 async def test_client_disconnect_cancels_the_upstream_request(replicas):

@@ -12,7 +12,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from kvpool.server.body_fields import IGNORED_FIELDS_HEADER
+from kvpool.server.field_policy import IGNORED_FIELDS_HEADER
 from kvpool.server.responses_api import RESPONSES_KEY
 from tests.runtime.model.helpers import save_hf_model
 from tests.server.chat_templates import CHATML, model_dir

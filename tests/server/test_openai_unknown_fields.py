@@ -9,7 +9,8 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from kvpool.server.body_fields import IGNORED_FIELDS_HEADER, ignored_header
+from kvpool.server.body_fields import ignored_header
+from kvpool.server.field_policy import IGNORED_FIELDS_HEADER
 from tests.server.serve_process import read_rest, subprocess_server
 
 CHAT = [{"role": "user", "content": "hi"}]
