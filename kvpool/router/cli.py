@@ -28,9 +28,8 @@ from kvpool.router.replicas import (DEFAULT_DOWN_AFTER, DEFAULT_HEALTH_TIMEOUT, 
                                      ReplicaSet)
 from kvpool.router.scoring import LoadGuard
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
-from kvpool.server.cors import CorsPolicy
+from kvpool.server.cors import CorsPolicy, add_cors_args
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
-from kvpool.server.serve_options import add_cors_args
 
 __all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments", "event_loop_factory",
            "listen", "main", "run", "serve"]

@@ -64,13 +64,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
 
 from aiohttp import web
 
 from kvpool.errors import ConfigError
 from kvpool.server.middleware import APIError
 
-__all__ = ["ALL_METHODS", "MAX_AGE_SECONDS", "MAX_ORIGIN_CHARS", "CorsPolicy", "cors_list"]
+__all__ = ["ALL_METHODS", "MAX_AGE_SECONDS", "MAX_ORIGIN_CHARS", "CorsPolicy", "add_cors_args",
+           "cors_list"]
 
 ALL_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")  # starlette's "*"
 SAFELISTED_HEADERS = ("Accept", "Accept-Language", "Content-Language", "Content-Type")
@@ -242,3 +244,18 @@ class CorsPolicy:
             response.headers["Access-Control-Allow-Origin"] = "*"
             return
         response.headers["Access-Control-Allow-Origin"] = origin
+
+
+def add_cors_args(srv: Any) -> None:
+    """The flags of what browser pages on other origins may call (vLLM's flags and defaults),
+    on ``srv``, a parser or argument group: ``kvpool serve``'s and ``kvpool router``'s."""
+    srv.add_argument("--allowed-origins", default='["*"]', metavar="JSON",
+                     help="origins whose pages may call the API, a JSON list, e.g. "
+                     "'[\"https://app.example\"]' (default: '[\"*\"]', any)")
+    srv.add_argument("--allow-credentials", action="store_true", default=False,
+                     help="send Access-Control-Allow-Credentials: true (pages may send cookies)")
+    srv.add_argument("--allowed-methods", default='["*"]', metavar="JSON",
+                     help="methods a CORS preflight may ask for, a JSON list (default: any)")
+    srv.add_argument("--allowed-headers", default='["*"]', metavar="JSON",
+                     help="request headers a CORS preflight may ask for, a JSON list "
+                     "(default: any)")

@@ -21,7 +21,7 @@ from kvpool.remote import check_url
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
                                        DEFAULT_STREAM_WRITE_TIMEOUT, MIN_SEND_BUFFER)
-from kvpool.server.cors import CorsPolicy, cors_list
+from kvpool.server.cors import CorsPolicy, add_cors_args, cors_list
 from kvpool.server.dev_routes import DEV_MODE_ENV, DEV_ROUTES, dev_mode
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
@@ -30,8 +30,7 @@ from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
 from kvpool.server.salt_key import SALT_KEY_ENV, SALT_KEY_FLAG, SaltKey, resolve_salt_key
 from kvpool.server.tools.parsers import PARSERS
 
-__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_cors_args",
-           "add_server_args"]
+__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
 
 class _ArgGroup(Protocol):  # argparse's argument group (its class is private)
     def add_argument(self, *flags: str, **options: Any) -> argparse.Action: ...
@@ -208,21 +207,6 @@ def _add_connection_args(srv: _ArgGroup) -> None:
                      "soon (default: the OS's autotuning, up to net.ipv4.tcp_wmem's max)")
     srv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                      help="request bodies larger than this get 413")
-
-
-def add_cors_args(srv: _ArgGroup) -> None:
-    """What browser pages on other origins may call (vLLM's flags and defaults; cors.py):
-    ``kvpool serve``'s and ``kvpool router``'s."""
-    srv.add_argument("--allowed-origins", default='["*"]', metavar="JSON",
-                     help="origins whose pages may call the API, a JSON list, e.g. "
-                     "'[\"https://app.example\"]' (default: '[\"*\"]', any)")
-    srv.add_argument("--allow-credentials", action="store_true", default=False,
-                     help="send Access-Control-Allow-Credentials: true (pages may send cookies)")
-    srv.add_argument("--allowed-methods", default='["*"]', metavar="JSON",
-                     help="methods a CORS preflight may ask for, a JSON list (default: any)")
-    srv.add_argument("--allowed-headers", default='["*"]', metavar="JSON",
-                     help="request headers a CORS preflight may ask for, a JSON list "
-                     "(default: any)")
 
 
 def _add_tenant_args(srv: _ArgGroup) -> None:
