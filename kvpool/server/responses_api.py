@@ -85,6 +85,8 @@ class ResponsesRoute:
         self.routes = routes
         self.store = store if store is not None else ResponseStore()
         self.background = BackgroundRuns()  # NOTE(background) in responses_background.py
+        config = routes.engine.config  # usage's cache_write_tokens (responses_view.py)
+        self.cache_block = config.block_size if config.enable_prefix_caching else None
 
     @classmethod
     def register(cls, app: web.Application, routes: OpenAIRoutes) -> ResponsesRoute:
@@ -117,7 +119,8 @@ class ResponsesRoute:
 
         def view(builder: ResponseBuilder) -> ResponsesView:
             return ResponsesView(builder, asked[0], functools.partial(self._keep, tenant,
-                                                                      asked[0]))
+                                                                      asked[0]),
+                                 self.cache_block)
 
         req = await self.routes.prepare(request, parse)
         if asked[0].background:
@@ -140,7 +143,8 @@ class ResponsesRoute:
         log = EventLog() if req.stream else None
         keep = functools.partial(self._keep, tenant, inp, log=log)
         finished: list[dict[str, Any]] = []  # a streamed run's body, kept with all its events
-        view = ResponsesView(builder, inp, keep if log is None else finished.append)
+        view = ResponsesView(builder, inp, keep if log is None else finished.append,
+                             self.cache_block)
         body = view.response("queued", [], None)
         self._keep(tenant, inp, body)  # NOTE(background): a continuation may name it now
         run = functools.partial(self._run, view, updates, log, lambda: keep(finished[0]))

@@ -84,8 +84,10 @@ class ResponsesView:
     """The Responses shape of one chat request's updates."""
 
     def __init__(self, builder: ResponseBuilder, inp: ResponsesInput,
-                 on_done: Callable[[dict[str, Any]], None]) -> None:
+                 on_done: Callable[[dict[str, Any]], None],
+                 cache_block: int | None = None) -> None:
         self.builder = builder
+        self.cache_block = cache_block  # the block size with prefix caching, else None
         self.inp = inp
         self.on_done = on_done
         self.tools = builder.req.tools  # the output is read for calls (tools/), or None
@@ -120,13 +122,29 @@ class ResponsesView:
                 "frequency_penalty": params.frequency_penalty, **_NOT_RUN}
 
     def usage(self) -> dict[str, Any]:
+        """vLLM 0.33's ResponseUsage as its SimpleContext fills it: no per-turn counts, no
+        tool output, ``cache_write_tokens`` the prompt tokens its prefill wrote to the prefix
+        cache (_cache_writes)."""
         u = self.builder.usage()
-        return {"input_tokens": u["prompt_tokens"],
-                "input_tokens_details": {"cached_tokens": u["prompt_tokens_details"]
-                                         ["cached_tokens"]},
+        prompt, cached = u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"]
+        return {"input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": cached,
+                                         "cache_write_tokens": self._cache_writes(prompt, cached),
+                                         "input_tokens_per_turn": [],
+                                         "cached_tokens_per_turn": []},
                 "output_tokens": u["completion_tokens"],
-                "output_tokens_details": {"reasoning_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0,
+                                          "output_tokens_per_turn": [],
+                                          "tool_output_tokens_per_turn": []},
                 "total_tokens": u["total_tokens"]}
+
+    def _cache_writes(self, prompt: int, cached: int) -> int:
+        """vLLM's PrefillStats.finalize: the tokens of the prompt's full blocks (what its
+        prefix cache holds of the request once prefilled) less those it found cached; 0
+        without prefix caching (``cache_block`` None)."""
+        if self.cache_block is None:
+            return 0
+        return max(0, prompt // self.cache_block * self.cache_block - cached)
 
     def _status(self) -> str:
         return "incomplete" if self.builder.finish[0] == "length" else "completed"

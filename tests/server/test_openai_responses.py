@@ -224,9 +224,9 @@ async def test_large_responses_go_by_bytes_and_a_small_tenants_entry_stays(make_
                                             metadata=blob(n), **kw)
 
         small = await a.responses.create(input="small", max_output_tokens=2)
-        first = await large(b, 4000)
+        first = await large(b, 3500)
         assert (store.held("a"), store.held("b")) == (1, 1)
-        second = await large(b, 4000)  # over 8 KB of b's: its least recently used goes
+        second = await large(b, 3500)  # over 8 KB of b's: its least recently used goes
         assert (store.held_ids("a"), store.held_ids("b")) == ([small.id], [second.id])
         with pytest.raises(openai.NotFoundError):
             await b.responses.create(input="more", max_output_tokens=2,

@@ -106,3 +106,26 @@ async def test_max_output_tokens_is_what_the_request_may_generate(srv):
                 assert r.status == 200, out
             room = srv.engine.config.max_model_len - out["usage"]["input_tokens"]
             assert out["max_output_tokens"] == room, out
+
+
+async def test_usage_has_vllms_details_and_cache_writes(make_server):
+    """vLLM's ResponseUsage from its SimpleContext: per-turn lists empty, tool output 0, and
+    ``cache_write_tokens`` the prompt's full blocks less what was found cached (0 without
+    prefix caching)."""
+    for caching in (True, False):
+        async with make_server(enable_prefix_caching=caching) as srv, \
+                aiohttp.ClientSession() as s:
+            block = srv.engine.config.block_size
+            usages = []
+            for _ in range(2):  # the same prompt twice: the second finds the first's blocks
+                async with s.post(srv.v1 + "/responses", json=PLAIN) as r:
+                    usages.append((await r.json())["usage"])
+            for u in usages:
+                ins, outs = u["input_tokens_details"], u["output_tokens_details"]
+                assert (ins["input_tokens_per_turn"], ins["cached_tokens_per_turn"]) == ([], [])
+                assert outs == {"reasoning_tokens": 0, "tool_output_tokens": 0,
+                                "output_tokens_per_turn": [], "tool_output_tokens_per_turn": []}
+                full = u["input_tokens"] // block * block if caching else 0
+                assert full > 0 or not caching
+                assert ins["cache_write_tokens"] == max(0, full - ins["cached_tokens"]), u
+            assert (usages[1]["input_tokens_details"]["cached_tokens"] > 0) == caching
