@@ -6,9 +6,10 @@ the client asked for another name and gets that one back, as the Inference Exten
 does. What is changed, and only where it equals the target::
 
     a JSON answer      its top-level ``model`` (chat and text completions, a Responses API
-                       response)
+                       response, an Anthropic message)
     an SSE answer      in each event's data, the same member, or that of the event's
-                       ``response`` object (the Responses API's response.created, ...)
+                       ``response`` object (the Responses API's response.created, ...) or
+                       ``message`` object (Anthropic's message_start)
 
 Members are read in order with the json module's own scanner, up to ``model``: the value of
 ``model`` is replaced in the bytes, the rest stays byte for byte. Nothing is buffered past what
@@ -36,7 +37,9 @@ _scan = scanner.make_scanner(json.JSONDecoder())  # (value, end) of the JSON val
 _WS = re.compile(r"[ \t\n\r]*")
 _EVENT_END = re.compile(rb"(\r\n\r\n|\n\n)")  # the blank line that ends an SSE event
 _DATA = re.compile(rb"^data: ?(.*?)\r?$", re.MULTILINE)
-NESTED = ("response",)  # an object member whose own ``model`` counts (Responses API events)
+# an object member whose own ``model`` counts: the Responses API's events' ``response``,
+# Anthropic's message_start's ``message`` (/v1/messages, docs/architecture.md "The Messages API")
+NESTED = ("response", "message")
 
 
 class _More(Exception):

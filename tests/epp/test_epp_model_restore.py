@@ -44,6 +44,12 @@ def events(model: str, path: str) -> list[dict]:
                     "model": model}},
                 {"type": "response.output_text.delta", "delta": TRICKY},
                 {"type": "response.completed", "response": {"id": "resp_1", "model": model}}]
+    if path == "/v1/messages":  # Anthropic's: the model is message_start's message's
+        return [{"type": "message_start", "message": {"id": "m1", "type": "message",
+                                                      "content": [], "model": model}},
+                {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "text_delta", "text": TRICKY}},
+                {"type": "message_stop"}]
     return [{"id": "c1", "object": "chunk", "created": 1, "model": model,
              "choices": [{"index": 0, "text": TRICKY + "é" * i}]} for i in range(3)]
 
@@ -160,7 +166,7 @@ async def test_a_stop_lets_the_answers_in_flight_go_on(tmp_path):
         sse(ASKED, path)
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
 def test_every_cut_of_a_stream_restores_the_same_bytes(path):
     raw, want = sse(TARGET, path), sse(ASKED, path)
     for cut in range(len(raw)):
