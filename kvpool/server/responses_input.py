@@ -17,22 +17,25 @@ alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``,
 ``reasoning.effort`` chat's ``reasoning_effort``. ``text.format``
 ``json_schema`` / ``json_object`` is the chat ``response_format`` of the same constraint, as
 vLLM runs it, and vLLM's ``structured_outputs`` chat's (not with ``text.format``);
-``background`` is kept for responses_api.py. Other item kinds (files, images, reasoning) and
-Responses features this server does not implement (hosted tools, stored ``prompt``
-templates) are a 400 naming the field, so a client never gets a silently different result.
+``background`` is kept for responses_api.py; the fields vLLM only echoes (``service_tier``,
+``prompt_cache_key``, ...) are checked and echoed (responses_echo.py). Other item kinds
+(files, images, reasoning) and Responses features this server does not implement (hosted
+tools, stored ``prompt`` templates) are a 400 naming the field, so a client never gets a
+silently different result.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.field_policy import FieldPolicy
 from kvpool.server.response_store import StoredResponse
+from kvpool.server.responses_echo import ECHOED, echoed_fields
 from kvpool.server.responses_tools import ResponsesTools, forced_text_format, tool_fields
 
 META_PAIRS, META_KEY, META_VALUE = 16, 64, 512  # OpenAI's metadata limits
@@ -56,7 +59,7 @@ KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "stor
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",
                              "parallel_tool_calls", "include", "top_logprobs", "truncation",
                              "reasoning", "structured_outputs", "background"}
-                            | set(PASS_THROUGH) | {"prompt"})
+                            | set(PASS_THROUGH) | {"prompt"} | ECHOED)
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text")
 
@@ -92,6 +95,7 @@ class ResponsesInput:
     background: bool = False  # run apart from the request (responses_background.py)
     top_logprobs: int | None = None  # the logprobs asked (vLLM's echo: none without include)
     reasoning: dict[str, Any] | None = None  # echoed as vLLM dumps it (_reasoning)
+    echoed: dict[str, Any] = field(default_factory=dict)  # responses_echo.py
 
 
 def _opt(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -137,7 +141,7 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
                           max_output_tokens=max_output, ignored=ignored, text=_text_echo(body),
                           tools=ResponsesTools(body), truncation=truncation,
                           background=_background(body, store), top_logprobs=top_logprobs,
-                          reasoning=reasoning)
+                          reasoning=reasoning, echoed=echoed_fields(body))
 
 
 def _text_echo(body: dict[str, Any]) -> dict[str, Any] | None:

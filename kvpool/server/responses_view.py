@@ -42,13 +42,6 @@ from kvpool.server.responses_tools import function_call_item
 
 __all__ = ["ResponsesView"]
 
-# the fields of vLLM's response object this server echoes as vLLM does for a request that
-# sends none of them (vLLM echoes a sent one; here they are unknown fields, ignored)
-_NOT_RUN = {"max_tool_calls": None, "prompt": None, "prompt_cache_options": None,
-            "prompt_cache_key": None, "prompt_cache_retention": None, "safety_identifier": None,
-            "service_tier": "auto", "kv_transfer_params": None, "ec_transfer_params": None,
-            "input_messages": None, "output_messages": None}
-
 
 def _part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """An output_text part; ``logprobs`` in chat's shape, which is OpenAI's Responses shape
@@ -119,7 +112,7 @@ class ResponsesView:
                 "reasoning": inp.reasoning, "text": inp.text, "top_logprobs": inp.top_logprobs,
                 "truncation": inp.truncation, "usage": usage, "user": b.req.user,
                 "presence_penalty": params.presence_penalty,
-                "frequency_penalty": params.frequency_penalty, **_NOT_RUN}
+                "frequency_penalty": params.frequency_penalty, **inp.echoed}
 
     def usage(self) -> dict[str, Any]:
         """vLLM 0.33's ResponseUsage as its SimpleContext fills it: no per-turn counts, no

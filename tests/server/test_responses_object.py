@@ -129,3 +129,28 @@ async def test_usage_has_vllms_details_and_cache_writes(make_server):
                 assert full > 0 or not caching
                 assert ins["cache_write_tokens"] == max(0, full - ins["cached_tokens"]), u
             assert (usages[1]["input_tokens_details"]["cached_tokens"] > 0) == caching
+
+
+ECHOES = {"service_tier": "flex", "safety_identifier": "u-1", "prompt_cache_key": "k",
+          "prompt_cache_retention": "24h", "max_tool_calls": 2,
+          "prompt_cache_options": {"mode": "explicit", "ttl": "30m",
+                                   "comparison_response_id": None}}
+
+
+async def test_the_fields_vllm_echoes_are_echoed_and_checked(srv):
+    """vLLM's ResponsesRequest takes service_tier, safety_identifier, the prompt cache fields
+    and max_tool_calls, and its response repeats them (prompt_cache_options without prewarm,
+    "in-memory" read as "in_memory"); a value its model refuses is a 400 naming the field."""
+    sent = {**ECHOES, "prompt_cache_options": {"mode": "explicit", "prewarm": True}}
+    for r in await answers(srv, {**PLAIN, **sent}):
+        assert {k: r[k] for k in ECHOES} == ECHOES, r
+    got = await answers(srv, {**PLAIN, "prompt_cache_retention": "in-memory"})
+    assert {r["prompt_cache_retention"] for r in got} == {"in_memory"}
+    bad = [("service_tier", "fast"), ("service_tier", None), ("prompt_cache_retention", "1h"),
+           ("max_tool_calls", "2"), ("safety_identifier", 3),
+           ("prompt_cache_options", {"ttl": "1h"})]
+    async with aiohttp.ClientSession() as s:
+        for name, value in bad:
+            async with s.post(srv.v1 + "/responses", json={**PLAIN, name: value}) as r:
+                err = (await r.json())["error"]
+                assert r.status == 400 and err["param"].startswith(name), (name, err)
