@@ -45,9 +45,11 @@ __all__ = ["ResponsesView"]
 
 def _part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """An output_text part; ``logprobs`` in chat's shape, which is OpenAI's Responses shape
-    too ({token, logprob, bytes, top_logprobs}), or none when not asked (include)."""
+    too ({token, logprob, bytes, top_logprobs}), or null when there are none (not asked:
+    include), as vLLM 0.33's parts have them (its serving.py _make_response_output_items,
+    streaming_events.py emit_simple_content_done; only content_part.added's part has [])."""
     return {"type": "output_text", "text": text, "annotations": [],
-            "logprobs": logprobs or []}
+            "logprobs": logprobs or None}
 
 
 def _content_logprobs(lp: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -186,7 +188,7 @@ class ResponsesView:
     def _open_message(self) -> bytes:
         item_id = "msg_" + uuid.uuid4().hex if self.items else self.item_id
         return (self._open(_message(item_id, "in_progress", []))
-                + self._event("response.content_part.added", part=_part(""),
+                + self._event("response.content_part.added", part={**_part(""), "logprobs": []},
                               **self._at(len(self.items) - 1)))
 
     def _close(self, status: str) -> bytes:
@@ -199,8 +201,8 @@ class ResponsesView:
         if s.item["type"] == "message":
             part = _part(s.text, s.logprobs)
             s.item["content"] = [part]
-            done = (self._event("response.output_text.done", text=part["text"],
-                                logprobs=part["logprobs"], **self._at(k))
+            done = (self._event("response.output_text.done", text=part["text"], logprobs=[],
+                                **self._at(k))  # vLLM's done event: the part has them
                     + self._event("response.content_part.done", part=part, **self._at(k)))
         else:
             s.item["arguments"] = s.text

@@ -154,3 +154,39 @@ async def test_the_fields_vllm_echoes_are_echoed_and_checked(srv):
             async with s.post(srv.v1 + "/responses", json={**PLAIN, name: value}) as r:
                 err = (await r.json())["error"]
                 assert r.status == 400 and err["param"].startswith(name), (name, err)
+
+
+def part_logprobs(events: list[dict]) -> dict[str, object]:
+    """What each event of a stream's message says of its output_text part's logprobs."""
+    out: dict[str, object] = {}
+    for e in events:
+        if e["type"] in ("response.content_part.added", "response.content_part.done"):
+            out[e["type"]] = e["part"]["logprobs"]
+        elif e["type"] == "response.output_text.done":
+            out[e["type"]] = e["logprobs"]
+        elif e["type"] == "response.completed":
+            out[e["type"]] = e["response"]["output"][0]["content"][0]["logprobs"]
+    return out
+
+
+async def test_output_text_logprobs_are_null_when_none_as_vllms(srv):
+    """vLLM's output_text part has logprobs null when none were asked (the body, the stream's
+    done part and completed response, GET); content_part.added's part and the
+    output_text.done event have [] (the done part has them when asked)."""
+    async with aiohttp.ClientSession() as s:
+        for include in ([], ["message.output_text.logprobs"]):
+            body = {**PLAIN, "include": include}
+            async with s.post(srv.v1 + "/responses", json=body) as r:
+                got = (await r.json())["output"][0]["content"][0]["logprobs"]
+            async with s.post(srv.v1 + "/responses", json={**body, "stream": True}) as r:
+                events = [json.loads(line[6:]) for line in (await r.text()).splitlines()
+                          if line.startswith("data: ")]
+            async with s.get(f"{srv.v1}/responses/{events[-1]['response']['id']}") as r:
+                stored = (await r.json())["output"][0]["content"][0]["logprobs"]
+            seen = part_logprobs(events)
+            assert (seen.pop("response.content_part.added"),
+                    seen.pop("response.output_text.done")) == ([], [])
+            if include:
+                assert len(got) == 3 and all(len(v) == 3 for v in (*seen.values(), stored))
+            else:
+                assert [got, stored, *seen.values()] == [None] * 4, seen
