@@ -21,7 +21,8 @@ body mode (the first message's ``protocol_config``) sets how the picker answers:
                                  host:port (overwriting any the client sent) and the same in
                                  dynamic metadata, namespace "envoy.lb"; the ORIGINAL_DST
                                  cluster connects there
-        not a JSON object     -> ImmediateResponse 400, OpenAI error JSON (no replica asked)
+        not a JSON object     -> ImmediateResponse 400, OpenAI error JSON (no replica asked;
+                                 Anthropic's on a Messages path, as every answer here)
         no healthy replica    -> ImmediateResponse 503 + Retry-After, OpenAI error JSON
         (a subset hint in metadata_context, envoy.lb.subset_hint: chosen only among the
         healthy replicas it names, none of them -> the same 503; kvpool/epp/subset.py)
@@ -95,6 +96,7 @@ from kvpool.epp.subset import Subset, subset_hint
 from kvpool.errors import RequestError
 from kvpool.router.affinity import HolderDown
 from kvpool.router.upstream import RETRY_AFTER_SECONDS, SAFE_METHODS
+from kvpool.server.anthropic_errors import anthropic_error, messages_path
 from kvpool.server.middleware import error_body, error_type
 from kvpool.throttle import Throttle
 
@@ -150,13 +152,16 @@ def rewritten(endpoint: str, phase: str, body: bytes) -> pb.ProcessingResponse:
     return out
 
 
-def refused(status: int, message: str, code: str, param: str | None = None) -> \
-        pb.ProcessingResponse:
-    """An ImmediateResponse with OpenAI error JSON: Envoy answers the client, no upstream."""
+def refused(status: int, message: str, code: str, param: str | None = None,
+            path: str = "/") -> pb.ProcessingResponse:
+    """An ImmediateResponse with OpenAI error JSON, Anthropic's on a Messages ``path`` (the
+    request's ``:path``; NOTE(anthropic-errors)): Envoy answers the client, no upstream."""
     headers = [_header("content-type", "application/json")]
     if status == 503:
         headers.append(_header("retry-after", RETRY_AFTER_SECONDS))
-    body = json.dumps(error_body(message, error_type(status), param, code)).encode()
+    said = anthropic_error(status, message) if messages_path(path.partition("?")[0]) else \
+        error_body(message, error_type(status), param, code)
+    body = json.dumps(said).encode()
     return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
         status=http_status_pb2.HttpStatus(code=status),
         headers=pb.HeaderMutation(set_headers=headers), body=body,
@@ -201,6 +206,11 @@ class _Stream:
         self.answer_mode = NO_BODY_MODE  # the response body mode, the same way
         self.subset: Subset | None = None  # the proxy's subset hint, once a message has one
         self.answer: Answer | None = None  # the answer phase, once decided (NOTE(answer-phase))
+
+    @property
+    def path(self) -> str:
+        """The request's ``:path`` (query string included), once its headers came."""
+        return next((v for k, v in self.headers if k == ":path"), "/")
 
 
 class EndpointPicker:
@@ -300,7 +310,7 @@ class EndpointPicker:
             stream.size += len(req.request_body.body)
             if stream.size > self.max_body_bytes:
                 return [self.refuse(413, f"request body over {self.max_body_bytes} bytes",
-                                "request_too_large")], True
+                                    "request_too_large", path=stream.path)], True
             # BUFFERED: one message is the whole body (end_of_stream false when trailers follow)
             if req.request_body.end_of_stream or stream.mode == BUFFERED:
                 return await self.answer(stream, True), True
@@ -323,20 +333,19 @@ class EndpointPicker:
                      ) -> tuple[pb.ProcessingResponse, bytes]:
         """The answer for ``phase``, and the body the replica is to get (``raw`` unless its
         model was rewritten: NOTE(model-rewrite) in rewrite.py)."""
-        headers = stream.headers
-        path = next((v for k, v in headers if k == ":path"), "/")
+        headers, path = stream.headers, stream.path
         method = next((v for k, v in headers if k == ":method"), "GET")
         plain = [(k, v) for k, v in headers if not k.startswith(":")]
         try:
             pick = await self.picker.pick_body(path, raw, plain, method, stream.subset)
         except RequestError as exc:
-            return self.refuse(400, str(exc), exc.code or "invalid_json", exc.param), raw
+            return self.refuse(400, str(exc), exc.code or "invalid_json", exc.param, path), raw
         except HolderDown as exc:  # kvpool/router/affinity.py NOTE(holder-down)
-            return self.refuse(exc.status, exc.message, exc.code, exc.param), raw
+            return self.refuse(exc.status, exc.message, exc.code, exc.param, path), raw
         if pick.endpoint is None:  # the protocol's 503 for both (docs/epp.md, "The subset hint")
             return self.refuse(503, "no healthy replica" if stream.subset is None else
                                "no healthy replica among the proxy's subset hint",
-                               "no_replica"), raw
+                               "no_replica", path=path), raw
         stream.answer = answer = self.follow(stream, pick, method)
         if pick.body is raw:  # an answer read for its id or its model is asked uncompressed
             return routed(pick.endpoint, phase, answer is not None and (
@@ -358,7 +367,8 @@ class EndpointPicker:
             self.unseen_once(renamed is not None, check is not None)
             return None
         wanted = Wanted(renamed, pick.pinned, pick.param, learn, method in SAFE_METHODS)
-        return Answer(wanted, stream.answer_mode, check, self.max_body_bytes, self.refuse)
+        return Answer(wanted, stream.answer_mode, check, self.max_body_bytes,
+                      functools.partial(self.refuse, path=stream.path))
 
     def unseen_once(self, renamed: bool, checked: bool) -> None:
         """Say once what answers Envoy does not send the picker cost (NOTE(answer-phase))."""
@@ -372,8 +382,9 @@ class EndpointPicker:
                             "typed_per_filter_config of deploy/envoy/envoy.yaml; docs/epp.md, "
                             '"Answers the picker reads")', why)
 
-    def refuse(self, status: int, message: str, code: str,
-               param: str | None = None) -> pb.ProcessingResponse:
-        """The picker's own error answer, counted by ``status`` (Picker.errors)."""
+    def refuse(self, status: int, message: str, code: str, param: str | None = None,
+               path: str = "/") -> pb.ProcessingResponse:
+        """The picker's own error answer to a request for ``path``, counted by ``status``
+        (Picker.errors)."""
         self.picker.errors[status] += 1
-        return refused(status, message, code, param)
+        return refused(status, message, code, param, path)

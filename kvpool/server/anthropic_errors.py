@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["PREFIX", "anthropic_error", "anthropic_errors", "error_kind"]
+__all__ = ["PREFIX", "anthropic_error", "anthropic_errors", "error_kind", "messages_path"]
 
 PREFIX = "/v1/messages"
 # vLLM's status -> Anthropic error type (its translate_error_type)
@@ -31,14 +31,15 @@ def anthropic_error(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_kind(status), "message": message}}
 
 
-def _ours(path: str) -> bool:
+def messages_path(path: str) -> bool:
+    """Whether ``path`` (no query string) is a Messages path: ``/v1/messages`` and below."""
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
 async def anthropic_errors(request: web.Request, response: web.StreamResponse) -> None:
     """aiohttp ``on_response_prepare`` hook (NOTE(anthropic-errors)): an OpenAI error body on
     a Messages path becomes Anthropic's error body, same status and headers."""
-    if response.status < 400 or not _ours(request.path) or \
+    if response.status < 400 or not messages_path(request.path) or \
             not isinstance(response, web.Response) or not isinstance(response.body, bytes):
         return
     try:

@@ -35,6 +35,8 @@ from tests.router.test_router_hostile_replica import OK_HEALTH, fake_replica
 
 ROUTE_TIMEOUT = ("route: {cluster: replicas, timeout: 0s}",
                  "route: {cluster: replicas, timeout: 1s}")
+# what a failing replica fails (the rest, its /health and lookups, it answers)
+GENERATION = (b"/v1/completions", b"/v1/chat/completions", b"/v1/messages")
 IDLE_TIMEOUT = ("          stat_prefix: inference\n",
                 "          stat_prefix: inference\n          stream_idle_timeout: 1s\n")
 
@@ -47,7 +49,7 @@ async def failing(mode: str, reader: asyncio.StreamReader, writer: asyncio.Strea
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             path = head.split()[1]
-            if path == b"/v1/completions":
+            if path in GENERATION:
                 if mode == "garbage":
                     writer.write(b"NOT HTTP\r\n\r\n")
                 elif mode == "silent":
