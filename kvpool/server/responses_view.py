@@ -161,9 +161,9 @@ class ResponsesView:
         got = self.tools.extract(text) if self.tools is not None else None
         if got is not None and not got.calls and not got.content:
             return []  # nothing read: a required array cut short (NOTE(cut-required)), or ""
-        if got is None or not got.calls:
+        if got is None or not got.calls:  # no text: no part, as vLLM's message has none
             part = _part(text, _content_logprobs(self.builder.logprobs[0]))
-            return [_message(self.item_id, status, [part])]
+            return [_message(self.item_id, status, [part] if text else [])]
         own = self.builder.logprobs_before(0, len(got.content or ""))  # NOTE(own-logprobs)
         items = [_message(self.item_id, "completed", [_part(got.content, own)])] \
             if got.content else []

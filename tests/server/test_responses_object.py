@@ -190,3 +190,18 @@ async def test_output_text_logprobs_are_null_when_none_as_vllms(srv):
                 assert len(got) == 3 and all(len(v) == 3 for v in (*seen.values(), stored))
             else:
                 assert [got, stored, *seen.values()] == [None] * 4, seen
+
+
+async def test_a_message_without_text_has_no_part_as_vllms(srv):
+    """vLLM's message of an empty output (a stop string first) has content [] (its
+    _make_response_output_items), in the body and GET."""
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json=PLAIN) as r:
+            text = (await r.json())["output"][0]["content"][0]["text"]
+        async with s.post(srv.v1 + "/responses", json={**PLAIN, "stop": [text[0]]}) as r:
+            out = await r.json()
+        async with s.get(f"{srv.v1}/responses/{out['id']}") as r:
+            stored = await r.json()
+    for body in (out, stored):
+        assert body["status"] == "completed", body
+        assert [(i["type"], i["content"]) for i in body["output"]] == [("message", [])], body
