@@ -15,10 +15,9 @@ import jsonschema
 import pytest
 from anthropic import AsyncAnthropic
 
-from tests.runtime.model.helpers import save_hf_model
-from tests.server.chat_templates import CALLED, TOOL_CHATML, as_template_sees, hf_ids, model_dir
-from tests.server.helpers import ServerProcess
+from tests.server.chat_templates import CALLED, as_template_sees, hf_ids
 from tests.server.test_tools_http import SCHEMAS, TOOLS, WEATHER
+from tests.server.test_tools_http import served  # noqa: F401 - the module's tool-model server
 
 pytest.importorskip("transformers")
 
@@ -33,19 +32,6 @@ HISTORY = [{"role": "user", "content": "Weather in Paris?"},
                                               "input": {"city": "Paris"}}]},
            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1",
                                          "content": [{"type": "text", "text": "18 C, clear"}]}]}]
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tool_model")
-    save_hf_model(d, "qwen2", vocab_size=320)  # room for the template's special tokens
-    model_dir(d, TOOL_CHATML, "<|im_start|>", "<|im_end|>")
-    server = ServerProcess(d, "--num-device-blocks", "256", "--max-model-len", "2048",
-                           "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
-    try:
-        yield server.url, d
-    finally:
-        server.stop()
 
 
 def client(url: str) -> AsyncAnthropic:
