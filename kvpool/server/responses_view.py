@@ -9,8 +9,8 @@ the ``response`` object (non-streamed), or OpenAI's event sequence, each event
     response.content_part.added                     its output_text part, empty
     response.output_text.delta ...                  one per chat chunk with text
     response.output_text.done, response.content_part.done, response.output_item.done
-    response.completed                              the finished response (status incomplete
-                                                    when max_output_tokens ended it)
+    response.completed / response.incomplete        the finished response (incomplete when
+                                                    max_output_tokens ended it)
 
 A request whose output is read for function calls (responses_tools.py) opens each output
 item when its first piece arrives: the message at its first text, and each call as chat's
@@ -20,9 +20,10 @@ stream reads it (tools/), closing the item before it (none arriving: no item)::
     response.function_call_arguments.delta ...      one per piece of its arguments
     response.function_call_arguments.done, response.output_item.done
 
-NOTE(completed): the last event is response.completed even for an incomplete response, as
-vLLM sends it: the openai client's ``responses.stream(...).get_final_response()`` accepts
-nothing else (OpenAI's own response.incomplete makes it raise).
+NOTE(completed): the last event is named by the response's status, response.completed or
+response.incomplete (cut by max_output_tokens), as vLLM 0.33 and OpenAI send it. The openai
+client's ``responses.stream(...).get_final_response()`` raises on response.incomplete, with
+vLLM as with OpenAI; a client that reads the events sees the status either way.
 
 A failure after the headers went out is an ``error`` event. The finished response goes to
 ``on_done`` (the route stores it when the request asked for ``store``). A streamed response's
@@ -288,5 +289,5 @@ class ResponsesView:
         status = self._status()
         # an output read for calls (tools/) that brought none and no text has no item, as
         # in the body (NOTE(cut-required) in tools/forced.py); head opened the message else
-        out = self._flush() + self._close(status)
-        return out + self._event("response.completed", response=self.body())
+        out = self._flush() + self._close(status)  # NOTE(completed): the terminal event
+        return out + self._event(f"response.{status}", response=self.body())

@@ -23,7 +23,7 @@ async def answers(srv, body: dict) -> list[dict]:
                     events = [json.loads(line[6:]) for line in (await r.text()).splitlines()
                               if line.startswith("data: ")]
                     got = [e["response"] for e in events if e["type"] in
-                           ("response.created", "response.completed")]
+                           ("response.created", "response.completed", "response.incomplete")]
                 else:
                     got = [await r.json()]
             async with s.get(f"{srv.v1}/responses/{got[-1]['id']}") as r:
@@ -164,8 +164,8 @@ def part_logprobs(events: list[dict]) -> dict[str, object]:
             out[e["type"]] = e["part"]["logprobs"]
         elif e["type"] == "response.output_text.done":
             out[e["type"]] = e["logprobs"]
-        elif e["type"] == "response.completed":
-            out[e["type"]] = e["response"]["output"][0]["content"][0]["logprobs"]
+        elif e["type"] in ("response.completed", "response.incomplete"):  # NOTE(completed)
+            out["terminal"] = e["response"]["output"][0]["content"][0]["logprobs"]
     return out
 
 
