@@ -60,12 +60,15 @@ async def test_a_node_lacking_set_stays_paused_alone_until_its_acl_is_fixed(own_
         good = [items for port, items in by_port.items() if port != bad.port]
         for items in good:
             assert await t.put_many(items) == 8
-        for _ in range(200):  # bounded: a trial every reset_s; stop once 5 ran or one closed
+        for _ in range(200):  # bounded: a trial every reset_s; stop once 5 failed or one closed
             st = t.stats()
-            if st.health_checks >= 5 or st.breakers_open == 0:
+            if st.health_failed >= 5 or st.breakers_open == 0:
                 break
             await asyncio.sleep(0.02)
-        assert st.breakers_open == 1 and st.health_failed == st.health_checks >= 5, st
+        # every trial that ended failed; one more may be running (counted when it starts,
+        # its failure when it ends: the breaker's one health loop, node_breakers.py)
+        assert st.breakers_open == 1 and st.health_failed >= 5, st
+        assert st.health_checks - st.health_failed <= 1, st
         assert st.errors.get("noperm") == 1 and t.breaker.state is BreakerState.CLOSED, st
         assert await t.probe([k for k, _ in by_port[bad.port]]) == 0  # no network: paused
         for items in good:  # the other masters keep serving
