@@ -65,10 +65,8 @@ async def test_a_node_lacking_set_stays_paused_alone_until_its_acl_is_fixed(own_
             if st.health_failed >= 5 or st.breakers_open == 0:
                 break
             await asyncio.sleep(0.02)
-        # every trial that ended failed; one more may be running (counted when it starts,
-        # its failure when it ends: the breaker's one health loop, node_breakers.py)
-        assert st.breakers_open == 1 and st.health_failed >= 5, st
-        assert st.health_checks - st.health_failed <= 1, st
+        # every trial that ended failed; one more may be running (node_breakers.py _loop)
+        assert st.breakers_open == 1 and st.health_checks - 1 <= st.health_failed >= 5, st
         assert st.errors.get("noperm") == 1 and t.breaker.state is BreakerState.CLOSED, st
         assert await t.probe([k for k, _ in by_port[bad.port]]) == 0  # no network: paused
         for items in good:  # the other masters keep serving
