@@ -140,12 +140,10 @@ class AdaptivePolicy(StampedQueuesPolicy):
         else:
             n = self._count(c)
             k = q = CLASS_OF_COUNT[n]
-            if self.share >= 1.0:
-                pass
-            elif self.duel:  # NOTE(speed): to_window's answer under the duel, inlined
+            if self.share < 1.0 and self.duel:  # NOTE(speed): to_window's answer, inlined
                 self._nw += 1
                 q = WIN
-            else:
+            elif self.share < 1.0:
                 q = self._admit(c, k)
         self._stamp_at_tail(block_id, block_hash, q)
         if q == WIN and self.duel and self._nw > self.share * self._len + 1:
