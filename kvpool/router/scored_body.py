@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kvpool.server.anthropic_errors import PREFIX as MESSAGES_PATH  # the replica's route
 from kvpool.server.anthropic_input import messages_to_chat
 from kvpool.server.field_policy import FieldPolicy
 
 __all__ = ["MESSAGES_PATH", "scored_body"]
 
-MESSAGES_PATH = "/v1/messages"
 _FIELDS = FieldPolicy(quiet=True)  # unknown fields: the replica lists them, not the router
 
 
