@@ -140,11 +140,12 @@ class AdaptivePolicy(StampedQueuesPolicy):
         else:
             n = self._count(c)
             k = q = CLASS_OF_COUNT[n]
-            if self.share < 1.0 and self.duel:  # NOTE(speed): to_window's answer, inlined
-                self._nw += 1
-                q = WIN
-            elif self.share < 1.0:
-                q = self._admit(c, k)
+            if self.share < 1.0:  # one test on the no-window path (NOTE(speed))
+                if self.duel:  # to_window's answer under the duel, inlined
+                    self._nw += 1
+                    q = WIN
+                else:
+                    q = self._admit(c, k)
         self._stamp_at_tail(block_id, block_hash, q)
         if q == WIN and self.duel and self._nw > self.share * self._len + 1:
             self._win_to_main()  # NOTE(admit)
