@@ -9,15 +9,26 @@ API's (anthropic_view.py). So greedy output equals the chat completion's for the
 messages. count_tokens renders the same chat messages as /tokenize does: its count is the
 Messages request's prompt length.
 
+NOTE(merge-system): vLLM probes the model's chat template once, at start, by rendering
+[system, user, system, user] (no generation prompt) in a bare sandboxed Jinja environment (no
+``raise_exception``, no special tokens). A template that raises there wants its system message
+first, so every Messages request's inline system messages are folded into the top-level one
+(anthropic_input.py) instead of reaching the template where they were, which would refuse
+them with a 400. The built-in template renders a system turn anywhere: nothing is merged.
+
 Every error on these paths is Anthropic's error JSON (anthropic_errors.py NOTE(anthropic-errors)).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
+import jinja2
+import jinja2.ext
 from aiohttp import web
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from kvpool.errors import RequestError
 from kvpool.server.anthropic_errors import PREFIX, anthropic_errors
@@ -28,7 +39,10 @@ from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.tools.request import parse_tool_request
 
-__all__ = ["MessagesRoute"]
+__all__ = ["MessagesRoute", "merges_inline_system"]
+
+log = logging.getLogger(__name__)
+_PROBE = [{"role": role, "content": "t"} for role in ("system", "user", "system", "user")]
 
 # a chat parameter's name in an error -> the Messages field it came in
 _RENAMES = (("max_completion_tokens", "max_tokens"), ("stop:", "stop_sequences:"),
@@ -50,11 +64,31 @@ def _renamed(exc: RequestError) -> RequestError:
     return out
 
 
+def merges_inline_system(template: Any) -> bool:
+    """Whether inline system messages are merged into the first for ``template`` (the parser's
+    chat template): NOTE(merge-system)."""
+    source = getattr(template, "source", None)  # the built-in template has none
+    if source is None:
+        return False
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    try:
+        env.from_string(source).render(messages=_PROBE, add_generation_prompt=False)
+    except Exception:  # noqa: BLE001 - a template is untrusted code: any failure refuses it
+        return True
+    return False
+
+
 class MessagesRoute:
     """The routes over the app's chat machinery (``routes``)."""
 
     def __init__(self, routes: OpenAIRoutes) -> None:
         self.routes = routes
+        self.merge_system = merges_inline_system(routes.parser.chat_template)
+        if self.merge_system:
+            log.warning("the chat template wants its system message first: inline system "
+                        "messages in /v1/messages requests are merged into the first one, so "
+                        "each new one changes the prompt's prefix (NOTE(merge-system))")
 
     @classmethod
     def register(cls, app: web.Application, routes: OpenAIRoutes) -> MessagesRoute:
@@ -72,7 +106,8 @@ class MessagesRoute:
 
     def _parse(self, raw: bytes) -> ParsedRequest:
         parser = self.routes.parser
-        chat, ignored = messages_to_chat(parser.decode_body(raw), parser.fields)
+        chat, ignored = messages_to_chat(parser.decode_body(raw), parser.fields,
+                                         merge_system=self.merge_system)
         try:
             req = parser.parse_chat(chat)
         except RequestError as exc:
@@ -81,7 +116,8 @@ class MessagesRoute:
 
     def _count(self, raw: bytes) -> tuple[dict[str, Any], dict[str, str]]:
         parser = self.routes.parser
-        chat, ignored = messages_to_chat(parser.decode_body(raw), parser.fields, count=True)
+        chat, ignored = messages_to_chat(parser.decode_body(raw), parser.fields, count=True,
+                                         merge_system=self.merge_system)
         try:
             parse_tool_request(chat, parser.tool_parser)  # chat's tool 400s, as vLLM renders
             ids = parser.parse_tokenize(chat)

@@ -14,6 +14,8 @@ chat body the chat parser takes (protocol.py), as vLLM 0.33 converts it (docs/ar
       tool_result    (user) a ``tool`` message {tool_call_id, content: its text}; (assistant)
                      a text part "Tool result: ..."
       thinking, redacted_thinking, tool_reference    accepted, dropped
+                     a system message's text stays where it is, or joins the first system
+                     message when the template wants that first (NOTE(merge-system))
     max_tokens       required, > 0 (the chat route clamps and bounds it as for chat)
     stop_sequences   chat's ``stop``; temperature, top_p, top_k, cache_salt,
                      chat_template_kwargs pass through; metadata is ignored
@@ -55,15 +57,16 @@ KNOWN_MESSAGES = KNOWN_COUNT_TOKENS | {"max_tokens", "metadata", "stop_sequences
                                        "temperature", "top_p", "top_k", "cache_salt"}
 
 
-def messages_to_chat(body: dict[str, Any], fields: FieldPolicy, *,
-                     count: bool = False) -> tuple[dict[str, Any], tuple[str, ...]]:
+def messages_to_chat(body: dict[str, Any], fields: FieldPolicy, *, count: bool = False,
+                     merge_system: bool = False) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The chat body of one Messages body (``count``: a count_tokens body, no sampling), and
-    the unknown fields it ignored."""
+    the unknown fields it ignored. ``merge_system``: inline system messages join the first
+    (anthropic_api.py NOTE(merge-system))."""
     ignored = fields.check(body, KNOWN_COUNT_TOKENS if count else KNOWN_MESSAGES)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("model", "is required: the name of a served model")
-    chat: dict[str, Any] = {"model": model, "messages": _messages(body)}
+    chat: dict[str, Any] = {"model": model, "messages": _messages(body, merge_system)}
     if not count:
         chat.update(_sampling(body))
     chat.update(_tools(body))
@@ -94,17 +97,22 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- messages -----------------------------------------------------------------------------
-def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    system = _system_text(body.get("system"), "system", strip_string=False)
-    if system:
-        out.append({"role": "system", "content": system})
+def _messages(body: dict[str, Any], merge_system: bool) -> list[dict[str, Any]]:
+    """The system prompt first, then each message's chat messages; with ``merge_system`` an
+    inline system message's text is appended to the first instead (no separator)."""
+    system = [_system_text(body.get("system"), "system", strip_string=False)]
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise _bad("messages", "must be a list of {role, content} message objects")
+    out = []
     for i, m in enumerate(messages):
-        out += _message(m, f"messages[{i}]")
-    return out
+        for msg in _message(m, f"messages[{i}]"):
+            if merge_system and msg["role"] == "system":
+                system.append(msg["content"])
+            else:
+                out.append(msg)
+    text = "".join(system)
+    return [{"role": "system", "content": text}] + out if text else out
 
 
 def _system_text(value: Any, where: str, strip_string: bool = True) -> str:
