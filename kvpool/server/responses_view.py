@@ -12,9 +12,14 @@ the ``response`` object (non-streamed), or OpenAI's event sequence, each event
     response.completed / response.incomplete        the finished response (incomplete when
                                                     max_output_tokens ended it)
 
-A request whose output is read for function calls (responses_tools.py) opens each output
-item when its first piece arrives: the message at its first text, and each call as chat's
-stream reads it (tools/), closing the item before it (none arriving: no item)::
+NOTE(open-at-text): an output item opens when its first piece arrives, as vLLM 0.33's
+simple (non-Harmony) stream opens it (streaming_events.py SimpleStreamingEventProcessor: a
+delta with no text changes no state): the message at its first text, not with the response,
+so an output with no text at all streams no item and its response has output [] (a body
+not streamed has the message with content [], as vLLM's). The logprobs of tokens that
+brought no text wait for the next text (``_text_delta``). A request whose output is read
+for function calls (responses_tools.py) opens each call as chat's stream reads it (tools/),
+closing the item before it (none arriving: no item)::
 
     response.output_item.added                      a function_call, arguments ""
     response.function_call_arguments.delta ...      one per piece of its arguments
@@ -212,10 +217,10 @@ class ResponsesView:
         return done + self._event("response.output_item.done", output_index=k, item=s.item)
 
     def head(self) -> bytes:
+        """The response's opening events; its items open later (NOTE(open-at-text))."""
         opened = self.response("in_progress", [])
-        out = (self._event("response.created", response=opened)
-               + self._event("response.in_progress", response=opened))
-        return out if self.tools is not None else out + self._open_message()
+        return (self._event("response.created", response=opened)
+                + self._event("response.in_progress", response=opened))
 
     def events(self, chunks: list[dict[str, Any]]) -> bytes:
         out = []
@@ -232,15 +237,16 @@ class ResponsesView:
         return b"".join(out)
 
     def _text_delta(self, text: str, lps: list[dict[str, Any]]) -> bytes:
-        """A message's own logprobs, streamed (responses.py NOTE(own-logprobs)): in an output
-        read for calls, the logprobs of tokens that brought no text (the reader holds a
-        call's marker back until it knows) wait until it is known whose they are: the
+        """Text opens the message (NOTE(open-at-text)). A message's own logprobs, streamed
+        (responses.py NOTE(own-logprobs)): the logprobs of tokens that brought no text (a
+        stop string or character held back; in an output read for calls, a call's marker
+        the reader holds back until it knows) wait until it is known whose they are: the
         message's when its text goes on (or it ends the output), a call's when one opens
         (dropped). They went out at once, so the message streamed the marker's and the
         call's name's logprobs as its own."""
         k = self.current
         message = k is not None and self.items[k].item["type"] == "message"
-        if not text and self.tools is not None:
+        if not text:  # NOTE(open-at-text): no text opens no item
             if k is None or message:
                 self.pending += lps
             return b""  # else the logprobs of call tokens: no message of their own
@@ -287,7 +293,6 @@ class ResponsesView:
             return self._event("error", code=failure.code, message=failure.message,
                                param=failure.param)
         status = self._status()
-        # an output read for calls (tools/) that brought none and no text has no item, as
-        # in the body (NOTE(cut-required) in tools/forced.py); head opened the message else
+        # an output with no text and no call has no item (NOTE(open-at-text))
         out = self._flush() + self._close(status)  # NOTE(completed): the terminal event
         return out + self._event(f"response.{status}", response=self.body())
