@@ -26,18 +26,16 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from kvpool.errors import ConfigError, RequestError
+from kvpool.errors import ConfigError
 from kvpool.server.engine_client import EngineClient
+from kvpool.server.middleware import query_bool  # NOTE(query-bool)
 
-__all__ = ["DEV_MODE_ENV", "DEV_ROUTES", "DevRoutes", "dev_mode", "query_bool"]
+__all__ = ["DEV_MODE_ENV", "DEV_ROUTES", "DevRoutes", "dev_mode"]
 
 log = logging.getLogger(__name__)
 
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 DEV_ROUTES = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache")
-# the strings vLLM's query parsing (pydantic's lax bool) reads, compared lower-cased
-_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
-_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 
 
 def dev_mode(environ: Mapping[str, str]) -> bool:
@@ -48,19 +46,6 @@ def dev_mode(environ: Mapping[str, str]) -> bool:
         return bool(int(value))
     except ValueError:
         raise ConfigError(f"{DEV_MODE_ENV}={value!r}: use an integer (1: on, 0: off)") from None
-
-
-def query_bool(request: web.Request, name: str) -> bool:
-    """Query parameter ``name`` as a boolean (False when absent; the last one when given more
-    than once); a value vLLM would refuse is a 400 naming it."""
-    values = request.query.getall(name, [])
-    if not values:
-        return False
-    text = values[-1].lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    raise RequestError(f"{name}: Input should be a valid boolean, unable to interpret input "
-                       "(use true or false)", param=f"query.{name}")
 
 
 class DevRoutes:

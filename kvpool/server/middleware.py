@@ -103,7 +103,7 @@ from kvpool.errors import EngineError, QueueFullError, RequestError, RequestReje
 __all__ = ["MAX_REQUEST_ID_CHARS", "NS_MARK", "REQUEST_ID_HEADER", "STREAM_STARTED", "APIError",
            "CacheNamespace", "add_request_id", "auth_middleware", "current_tenant", "error_body",
            "error_middleware", "error_type", "http_error_code", "json_errors",
-           "tenant_middleware", "tenant_of_headers"]
+           "query_bool", "tenant_middleware", "tenant_of_headers"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -157,6 +157,26 @@ def error_type(status: int) -> str:
 def error_body(message: str, type: str, param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+# NOTE(query-bool): the strings vLLM's query parsing reads as booleans (FastAPI hands a bool
+# query parameter to pydantic's lax bool), compared lower-cased; the one table for every route
+_QUERY_BOOLS = {**dict.fromkeys(("1", "on", "t", "true", "y", "yes"), True),
+                **dict.fromkeys(("0", "off", "f", "false", "n", "no"), False)}
+
+
+def query_bool(request: web.Request, name: str) -> bool:
+    """NOTE(query-bool): query parameter ``name`` as a boolean (False when absent; the last
+    one when given more than once, as FastAPI reads it); a value vLLM would refuse is a 400
+    naming it as vLLM's validation error does (``query.NAME``)."""
+    values = request.query.getall(name, [])
+    if not values:
+        return False
+    value = _QUERY_BOOLS.get(values[-1].lower())
+    if value is None:
+        raise RequestError(f"{name}: Input should be a valid boolean, unable to interpret "
+                           "input (use true or false)", param=f"query.{name}")
+    return value
 
 
 def to_api_error(exc: BaseException, request: web.Request) -> APIError:

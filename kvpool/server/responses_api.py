@@ -30,7 +30,7 @@ from kvpool.runtime.model import SamplingParams
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.connections import bounded_write
 from kvpool.server.handlers import SSE_HEADERS, OpenAIRoutes, PromptStreams
-from kvpool.server.middleware import STREAM_STARTED, current_tenant
+from kvpool.server.middleware import STREAM_STARTED, current_tenant, query_bool
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.response_store import ResponseStore, StoredResponse
 from kvpool.server.responses import ResponseBuilder
@@ -247,21 +247,14 @@ class ResponsesRoute:
 def _stream_query(request: web.Request) -> int | None:
     """GET's ``stream`` and ``starting_after`` query: None unless it streams, else the event
     number to start after (-1: from the first)."""
-    q = request.query
-    stream = q.get("stream", "false").lower()
-    if stream not in _BOOLS:
-        raise RequestError("stream: must be true or false", param="stream")
-    if not _BOOLS[stream]:
+    if not query_bool(request, "stream"):  # NOTE(query-bool): vLLM's strings
         return None
-    after = q.get("starting_after")
+    after = request.query.get("starting_after")
     try:
         return -1 if after is None else int(after)
     except ValueError:
         raise RequestError("starting_after: must be an integer",
                            param="starting_after") from None
 
-
-_BOOLS = {"true": True, "1": True, "yes": True, "on": True,
-          "false": False, "0": False, "no": False, "off": False}
 
 RESPONSES_KEY = web.AppKey("kvpool_responses", ResponsesRoute)

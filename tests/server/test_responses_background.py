@@ -244,3 +244,34 @@ async def test_the_openai_client_reads_a_background_response(srv):
         again = [e async for e in await c.responses.retrieve(
             events[-1].response.id, stream=True, starting_after=1)]
     assert events[-1].type == "response.incomplete" and again == events[2:]
+
+
+@pytest.mark.parametrize("query, streams", [
+    ("stream=t", True), ("stream=Y", True), ("stream=ON", True), ("stream=1", True),
+    ("stream=false&stream=yes", True), ("stream=f", False), ("stream=n", False),
+    ("stream=true&stream=No", False), ("", False),
+])
+async def test_get_reads_stream_as_vllms_query_does(srv, query, streams):
+    """NOTE(query-bool): GET's ``stream`` takes the strings vLLM's FastAPI reads as booleans
+    (pydantic's), the last one when repeated: the events of a streamed run, or its object."""
+    body = {"input": "Say hi", "max_output_tokens": 2, "stream": True, "background": True}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            events = events_of(await r.text())
+        async with s.get(f"{srv.v1}/responses/{events[-1]['response']['id']}?{query}") as r:
+            assert r.status == 200, await r.text()
+            got = events_of(await r.text()) if streams else await r.json()
+    assert got == (events if streams else events[-1]["response"])
+
+
+@pytest.mark.parametrize("query", ["stream=maybe", "stream=", "stream=true&stream=2"])
+async def test_a_bad_stream_query_is_a_400_naming_it(srv, query):
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json={"input": "hi", "max_output_tokens": 1,
+                                                       "stream": True}) as r:
+            rid = events_of(await r.text())[-1]["response"]["id"]
+        async with s.get(f"{srv.v1}/responses/{rid}?{query}") as r:
+            err = (await r.json())["error"]
+            assert r.status == 400, err
+    assert (err["param"], err["type"]) == ("query.stream", "invalid_request_error"), err
+    assert set(err) == {"message", "type", "param", "code"}
