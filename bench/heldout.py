@@ -123,6 +123,14 @@ product):
               one locale (written after ``adaptive`` was frozen, blind: by someone who had not
               read the policies, and no policy or hit rate was run on it;
               bench/heldout_localization.py)
+    call_center  one replica behind a contact-center AI platform: IVR routing, voice-agent
+              calls behind a client's persona and queue SOP (speculative requests on the ASR's
+              partial transcripts, tool results, barge-ins), human take-overs with assist,
+              after-call summaries, callbacks minutes to days later, nightly QA walks behind a
+              rubric, outbound campaigns with redials, SOP edits (every later section new) and
+              outages (a banner, then the old head again) (written after ``adaptive`` was
+              frozen, blind: by someone who had not read the policies, and no policy or hit
+              rate was run on it; bench/heldout_call_center.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -137,6 +145,7 @@ from __future__ import annotations
 from bench.baselines import BASELINES
 from bench.heldout_agents import doc_fanout, doc_window, tool_agent
 from bench.heldout_bi_copilot import bi_copilot
+from bench.heldout_call_center import call_center
 from bench.heldout_compaction_chat import compaction_chat
 from bench.heldout_early import (Trace, agent, code_edit, drift, loop, mooncake, rag_bursty,
                                  tenants)
@@ -175,7 +184,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "deep_research": deep_research, "tutoring": tutoring,
           "marketplace": marketplace, "bi_copilot": bi_copilot,
           "meeting_assist": meeting_assist, "legal_review": legal_review,
-          "localization": localization}
+          "localization": localization, "call_center": call_center}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
