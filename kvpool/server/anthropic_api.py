@@ -22,6 +22,7 @@ Every error on these paths is Anthropic's error JSON (anthropic_errors.py NOTE(a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -85,6 +86,9 @@ class MessagesRoute:
     def __init__(self, routes: OpenAIRoutes) -> None:
         self.routes = routes
         self.merge_system = merges_inline_system(routes.parser.chat_template)
+        config = routes.engine.config  # usage's cache writes (anthropic_view.py)
+        self.view = functools.partial(
+            MessagesView, cache_block=config.block_size if config.enable_prefix_caching else None)
         if self.merge_system:
             log.warning("the chat template wants its system message first: inline system "
                         "messages in /v1/messages requests are merged into the first one, so "
@@ -102,7 +106,7 @@ class MessagesRoute:
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         req = await self.routes.prepare(request, self._parse)
-        return await self.routes.answer(request, req, MessagesView)
+        return await self.routes.answer(request, req, self.view)
 
     def _parse(self, raw: bytes) -> ParsedRequest:
         parser = self.routes.parser

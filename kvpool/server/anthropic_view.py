@@ -6,7 +6,8 @@ shapes it (docs/architecture.md "The Messages API"). Non-streamed, the chat body
     {"id": "chatcmpl-...", "type": "message", "role": "assistant",
      "content": [{"type": "text", "text": ...}, {"type": "tool_use", "id", "name", "input"}],
      "model", "stop_reason", "stop_sequence" (only when a stop sequence ended it),
-     "usage": {"input_tokens", "output_tokens", "cache_read_input_tokens"}}
+     "usage": {"input_tokens", "output_tokens", "cache_creation_input_tokens",
+               "cache_read_input_tokens"}}
 
 An answer with neither text nor calls has one empty text block. Streamed, each event is
 ``event: TYPE`` + ``data: {...}``, no ``[DONE]`` and no ``ping`` (vLLM sends none)::
@@ -73,8 +74,9 @@ def _is_json(text: str) -> bool:
 class MessagesView:
     """The Messages shape of one chat request's updates."""
 
-    def __init__(self, builder: ResponseBuilder) -> None:
+    def __init__(self, builder: ResponseBuilder, cache_block: int | None = None) -> None:
         self.builder = builder
+        self.cache_block = cache_block  # the prefix cache's block size; None: no caching
         self.index = 0  # the next content block's index
         self.open: str | None = None  # the type of the block streaming now
         self.call_id: str | None = None  # the tool_use block streaming now
@@ -87,11 +89,17 @@ class MessagesView:
 
     # ---- the body -----------------------------------------------------------------------------
     def usage(self) -> dict[str, Any]:
-        """The final usage: vLLM's input_tokens leave the cached tokens out."""
+        """The final usage, as vLLM's with prompt token details: the prompt is split into
+        cache reads (the prefix cache's hits), cache writes (the tokens of the prompt's full
+        blocks less those hits: what its prefill wrote to the prefix cache, vLLM's
+        PrefillStats.finalize; 0 without prefix caching) and input_tokens, the rest."""
         u = self.builder.usage()
-        cached = u["prompt_tokens_details"]["cached_tokens"]
-        return {"input_tokens": max(0, u["prompt_tokens"] - cached),
-                "output_tokens": u["completion_tokens"], "cache_read_input_tokens": cached}
+        prompt, cached = u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"]
+        block = self.cache_block
+        written = 0 if block is None else max(0, prompt // block * block - cached)
+        return {"input_tokens": max(0, prompt - cached - written),
+                "output_tokens": u["completion_tokens"], "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": cached}
 
     def body(self) -> dict[str, Any]:
         chat = self.builder.body()

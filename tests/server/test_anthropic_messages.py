@@ -34,6 +34,12 @@ async def chat(srv, messages, **kw):
                                                extra_body=GREEDY, **kw)
 
 
+def prompt_of(msg) -> int:
+    """The prompt's length: vLLM's usage splits it into input, cache reads and cache writes."""
+    u = msg.usage
+    return u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+
+
 async def test_a_message_is_the_chat_completion_in_vllms_shape(srv):
     system = [{"role": "system", "content": "You are terse."}]
     kw = dict(model=MODEL, max_tokens=6, extra_body=GREEDY, system="You are terse.",
@@ -48,10 +54,11 @@ async def test_a_message_is_the_chat_completion_in_vllms_shape(srv):
     assert msg.content[0].text == want.choices[0].message.content == again.content[0].text
     assert msg.stop_reason == "max_tokens" and msg.stop_sequence is None
     prompt = want.usage.prompt_tokens
-    assert (msg.usage.input_tokens, msg.usage.output_tokens) == (prompt, 6)
-    assert msg.usage.cache_read_input_tokens == 0
+    assert msg.usage.output_tokens == 6 and prompt_of(msg) == prompt == prompt_of(again)
+    assert msg.usage.cache_read_input_tokens == 0 and msg.usage.cache_creation_input_tokens > 0
     cached = want.usage.prompt_tokens_details.cached_tokens
     assert cached > 0 and again.usage.cache_read_input_tokens == cached
+    assert again.usage.cache_creation_input_tokens == 0  # the chat wrote those blocks
     assert again.usage.input_tokens == prompt - cached  # vLLM's: the uncached rest
 
 
@@ -62,7 +69,8 @@ async def test_the_json_holds_vllms_fields_and_no_more(srv):
         out = await r.json()
     assert list(out) == ["id", "type", "role", "content", "model", "stop_reason", "usage"]
     assert out["content"] == [{"type": "text", "text": out["content"][0]["text"]}]
-    assert set(out["usage"]) == {"input_tokens", "output_tokens", "cache_read_input_tokens"}
+    assert list(out["usage"]) == ["input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                  "cache_read_input_tokens"]
 
 
 async def test_system_blocks_content_blocks_and_the_billing_header(srv):
@@ -78,8 +86,7 @@ async def test_system_blocks_content_blocks_and_the_billing_header(srv):
     want = await chat(srv, [{"role": "system", "content": "You are terse."},
                             {"role": "user", "content": "Hello\nthere"}], max_tokens=5)
     assert msg.content[0].text == want.choices[0].message.content
-    assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == \
-        want.usage.prompt_tokens
+    assert prompt_of(msg) == want.usage.prompt_tokens
 
 
 async def test_a_stop_sequence_ends_the_message(srv):
@@ -125,8 +132,7 @@ async def test_the_stream_is_vllms_event_sequence(srv):
     assert raw[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert final.id.startswith("chatcmpl-") and final.content[0].text == whole.content[0].text
     assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 8
-    assert final.usage.input_tokens == whole.usage.input_tokens + \
-        whole.usage.cache_read_input_tokens - final.usage.cache_read_input_tokens
+    assert prompt_of(final) == prompt_of(whole)
 
 
 async def read_events(resp) -> list[tuple[str, dict]]:
@@ -168,7 +174,7 @@ async def test_count_tokens_is_the_prompt_the_message_runs(srv):
     async with client(srv) as c:
         counted = await c.messages.count_tokens(**kw)
         msg = await c.messages.create(max_tokens=1, extra_body=GREEDY, **kw)
-    assert counted.input_tokens == msg.usage.input_tokens + msg.usage.cache_read_input_tokens
+    assert counted.input_tokens == prompt_of(msg)
     body = {"model": MODEL, "messages": ASK}
     async with aiohttp.ClientSession() as s:
         async with s.post(srv.url + "/v1/messages/count_tokens", json=body) as r:

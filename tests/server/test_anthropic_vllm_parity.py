@@ -76,3 +76,41 @@ async def test_inline_system_messages_stay_in_place_where_the_template_takes_the
         status, counted = await post(s, srv.url + "/v1/messages/count_tokens", body)
         _, want = await post(s, srv.url + "/tokenize", {"model": MODEL, "messages": in_place})
     assert status == 200 and counted["input_tokens"] == want["count"]
+
+
+def split_prompt(prompt: int, cached: int, block: int | None) -> dict[str, int]:
+    """vLLM's usage of a prompt: the cache writes are its full blocks' tokens less the cached
+    ones (PrefillStats.finalize; none without prefix caching), input_tokens the rest."""
+    written = 0 if block is None else max(0, prompt // block * block - cached)
+    return {"input_tokens": prompt - cached - written, "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": cached}
+
+
+async def test_usage_splits_the_prompt_into_cache_reads_writes_and_the_rest(make_server):
+    """vLLM's Messages usage with prompt token details: cache_read_input_tokens the prefix
+    cache's hits, cache_creation_input_tokens what the prefill wrote to it, input_tokens the
+    rest; the same in the body and the stream's message_delta (message_start: the prompt)."""
+    ask = [{"role": "user", "content": "Which blocks of a paged cache are written? " * 3}]
+    body = {"model": MODEL, "max_tokens": 2, "messages": ask, "temperature": 0}
+    for caching, block in ((True, 16), (False, None)):
+        async with make_server(enable_prefix_caching=caching) as srv, \
+                aiohttp.ClientSession() as s:
+            url = srv.url + "/v1/messages"
+            _, count = await post(s, url + "/count_tokens", {"model": MODEL, "messages": ask})
+            prompt = count["input_tokens"]
+            assert prompt > 32
+            for again in (False, True):
+                status, out = await post(s, url, body)
+                cached = out["usage"].get("cache_read_input_tokens")
+                assert status == 200 and (cached > 0) == (caching and again), out
+                assert out["usage"] == {"output_tokens": 2,
+                                        **split_prompt(prompt, cached, block)}, out
+            async with AsyncAnthropic(base_url=srv.url, api_key="unused", max_retries=0) as c:
+                async with c.messages.stream(model=MODEL, max_tokens=2, messages=ask,
+                                             extra_body={"temperature": 0}) as stream:
+                    events = [e async for e in stream]
+            start = events[0].message.usage
+            assert (start.input_tokens, start.cache_creation_input_tokens) == (prompt, None)
+            delta = [e for e in events if e.type == "message_delta"][0].usage
+            assert delta.model_dump(exclude_none=True) == {
+                "output_tokens": 2, **split_prompt(prompt, cached, block)}
