@@ -103,7 +103,7 @@ from kvpool.errors import EngineError, QueueFullError, RequestError, RequestReje
 __all__ = ["MAX_REQUEST_ID_CHARS", "NS_MARK", "REQUEST_ID_HEADER", "STREAM_STARTED", "APIError",
            "CacheNamespace", "add_request_id", "auth_middleware", "current_tenant", "error_body",
            "error_middleware", "error_type", "http_error_code", "json_errors",
-           "query_bool", "tenant_middleware", "tenant_of_headers"]
+           "known_error", "query_bool", "tenant_middleware", "tenant_of_headers"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -179,8 +179,11 @@ def query_bool(request: web.Request, name: str) -> bool:
     return value
 
 
-def to_api_error(exc: BaseException, request: web.Request) -> APIError:
-    """Map any exception a handler (or aiohttp's router) raised to an APIError."""
+def known_error(exc: BaseException) -> APIError | None:
+    """The APIError of the server's own exceptions (the table above: an APIError, a
+    RequestError, RequestRejected, QueueFullError, EngineError), or None for any other.
+    ``to_api_error`` answers a handler's with it; a background response that failed stores
+    it (responses_background.py NOTE(background))."""
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, RequestError):
@@ -196,6 +199,14 @@ def to_api_error(exc: BaseException, request: web.Request) -> APIError:
     if isinstance(exc, EngineError):
         return APIError(503, f"the engine cannot take this request: {exc}",
                         code="engine_unavailable", headers={"Retry-After": RETRY_AFTER_SECONDS})
+    return None
+
+
+def to_api_error(exc: BaseException, request: web.Request) -> APIError:
+    """Map any exception a handler (or aiohttp's router) raised to an APIError."""
+    known = known_error(exc)
+    if known is not None:
+        return known
     if isinstance(exc, web.RequestPayloadError):
         # NOTE(gzip): aiohttp raises this from request.read() for a body it cannot decode
         # (corrupt Content-Encoding, broken chunked framing): the client's fault, not a 500

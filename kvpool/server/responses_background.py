@@ -40,8 +40,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
-from kvpool.server.middleware import APIError
+from kvpool.server.middleware import APIError, known_error
 
 __all__ = ["MAX_RUNNING", "MAX_STREAMED", "BackgroundRuns", "EventLog", "api_error", "failed"]
 
@@ -170,25 +169,19 @@ class BackgroundRuns:
 
 
 def failed(body: dict[str, Any], exc: Exception) -> dict[str, Any]:
-    """The queued object, status "failed", its ``error`` OpenAI's {code, message}."""
+    """The queued object, status "failed" as vLLM stores it; ``error`` ({code, message}, what
+    the request's HTTP answer would have said) is kvpool's addition: vLLM 0.33's response
+    object has no error field (protocol.py ResponsesResponse, its ``error`` commented out)."""
     err = api_error(exc)
     if err.code == "internal_error":
         logger.error("background response %s failed", body["id"], exc_info=exc)
-    return {**body, "status": "failed", "error": {"code": err.code or "server_error",
-                                                  "message": err.message}}
+    code = err.code or ("server_error" if err.status >= 500 else "invalid_request")
+    return {**body, "status": "failed", "error": {"code": code, "message": err.message}}
 
 
 def api_error(exc: Exception) -> APIError:
-    """The code and words the request's HTTP answer would have had (middleware.py's table)."""
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, RequestError):
-        return APIError(400, str(exc), param=exc.param, code=exc.code or "invalid_request")
-    if isinstance(exc, RequestRejected):
-        return APIError(400, str(exc), param="prompt", code="request_rejected")
-    if isinstance(exc, QueueFullError):
-        return APIError(503, str(exc), code="queue_full")
-    if isinstance(exc, EngineError):
-        return APIError(503, f"the engine cannot take this request: {exc}",
-                        code="engine_unavailable")
-    return APIError(500, "internal server error", code="internal_error")
+    """The error a run's failure reports: middleware.py's table (``known_error``, as the
+    request's HTTP answer would have had it), anything else the 500 ``internal_error``."""
+    known = known_error(exc)
+    return known if known is not None else APIError(500, "internal server error",
+                                                    code="internal_error")

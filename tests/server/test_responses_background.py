@@ -168,7 +168,8 @@ async def test_a_streamed_run_goes_on_when_its_client_leaves(make_server):
 
 async def test_a_run_the_engine_refuses_is_failed_with_its_error(make_server):
     """Admitted, then refused once it runs (the engine's queue is full): status failed,
-    ``error`` its code and message; a request the pool can never hold is a 400 at once."""
+    ``error`` the code and message its HTTP answer would have had (middleware.py
+    known_error: "...; retry later"); a request the pool can never hold is a 400 at once."""
     async with make_server(max_num_seqs=1, max_queue=1) as srv, aiohttp.ClientSession() as s:
         ids = []
         for _ in range(4):
@@ -180,6 +181,7 @@ async def test_a_run_the_engine_refuses_is_failed_with_its_error(make_server):
         assert failed and any(d["status"] == "incomplete" for d in done), done
         assert all(d["error"]["code"] == "queue_full" and d["output"] == [] for d in failed), \
             failed
+        assert all(d["error"]["message"].endswith("; retry later") for d in failed), failed
     async with make_server(max_model_len=1024, num_device_blocks=4) as srv, \
             aiohttp.ClientSession() as s:
         body = {**LONG, "max_output_tokens": 200, "background": True}
