@@ -13,6 +13,9 @@ chat body the chat parser takes (protocol.py), as vLLM 0.33 converts it (docs/ar
       tool_use       (assistant) a tool call {id, name, arguments: json(input)}
       tool_result    (user) a ``tool`` message {tool_call_id, content: its text}; (assistant)
                      a text part "Tool result: ..."
+      image          a 400: the model reads text only, as vLLM refuses an image for such a
+                     model (a user tool result's image items too); one with no source is
+                     dropped, as vLLM drops it
       thinking, redacted_thinking, tool_reference    accepted, dropped
                      a system message's text stays where it is, or joins the first system
                      message when the template wants that first (NOTE(merge-system))
@@ -177,9 +180,8 @@ def _block_message(role: str, blocks: list[dict[str, Any]],
         at, kind = f"{where}[{j}]", block["type"]
         if kind == "text" and block.get("text"):
             parts.append({"type": "text", "text": block["text"]})
-        elif kind == "image":
-            raise _bad(f"{at}.type", "image content is not supported: this server's model "
-                       "reads text only")
+        elif kind == "image" and block.get("source"):  # vLLM drops one with no source
+            _no_image(at)
         elif kind == "tool_use":
             calls.append(_call(block, at))
         elif kind == "tool_result" and role == "user":
@@ -193,6 +195,13 @@ def _block_message(role: str, blocks: list[dict[str, Any]],
         msg["tool_calls"] = calls
     keep = role != "user" or "content" in msg
     return results + [msg] if keep else results
+
+
+def _no_image(at: str) -> None:
+    """vLLM hands an image to the model's multimodal processor, which a text-only model
+    lacks: its 400."""
+    raise _bad(f"{at}.type", "image content is not supported: this server's model reads text "
+               "only")
 
 
 def _call(block: dict[str, Any], at: str) -> dict[str, Any]:
@@ -211,6 +220,10 @@ def _result(block: dict[str, Any], at: str) -> dict[str, Any]:
     cid = block.get("tool_use_id")
     if cid is not None and not isinstance(cid, str):
         raise _bad(f"{at}.tool_use_id", "must be a string")
+    content = block.get("content")
+    for k, item in enumerate(content if isinstance(content, list) else ()):
+        if isinstance(item, dict) and item.get("type") == "image":  # source or not, as vLLM
+            _no_image(f"{at}.content[{k}]")
     return {"role": "tool", "tool_call_id": cid or "", "content": _result_text(block, at)}
 
 

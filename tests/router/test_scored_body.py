@@ -27,7 +27,8 @@ def test_a_messages_body_is_scored_as_its_chat_body_quietly(caplog):
 
 @pytest.mark.parametrize("body", [
     {**BODY, "messages": "not a list"}, {**BODY, "max_tokens": -1}, {"model": 7}, None,
-    {**BODY, "messages": [{"role": "user", "content": [{"type": "image"}]}]},
+    {**BODY, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "url", "url": "http://127.0.0.1:9/x.png"}}]}]},
 ])
 def test_a_body_the_conversion_refuses_is_scored_as_it_came(body):
     """The replica answers it with its own 400; the router neither raises nor changes it."""

@@ -11,6 +11,7 @@ from anthropic import AsyncAnthropic
 
 from kvpool.server.anthropic_api import merges_inline_system
 from kvpool.server.chat_template import ModelChatTemplate
+from tests.server.helpers import wait_free
 
 MODEL = "kvpool-tiny"
 TURN = ("{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
@@ -114,3 +115,70 @@ async def test_usage_splits_the_prompt_into_cache_reads_writes_and_the_rest(make
             delta = [e for e in events if e.type == "message_delta"][0].usage
             assert delta.model_dump(exclude_none=True) == {
                 "output_tokens": 2, **split_prompt(prompt, cached, block)}
+
+
+PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f",
+                                          "input": {}}]}
+
+
+def result(*items) -> dict:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                         "content": list(items)}]}
+
+
+IMAGES = {  # name: (messages, the error's start); vLLM renders each as an image_url part,
+    # which a text-only model refuses with a 400
+    "image block": ([{"role": "user", "content": [{"type": "image", "source": PNG}]}],
+                    "messages[0].content[0].type: image content is not supported"),
+    "image by url": ([{"role": "user", "content": [
+        {"type": "text", "text": "see"},
+        {"type": "image", "source": {"type": "url", "url": "http://127.0.0.1:9/x.png"}}]}],
+        "messages[0].content[1].type: image content is not supported"),
+    "assistant image": ([{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": [{"type": "image", "source": PNG}]}],
+                        "messages[1].content[0].type: image content is not supported"),
+    "image in a tool result": ([{"role": "user", "content": "hi"}, CALL, result(
+        {"type": "text", "text": "the chart:"}, {"type": "image", "source": PNG})],
+        "messages[2].content[0].content[1].type: image content is not supported"),
+    "sourceless image in a tool result": ([{"role": "user", "content": "hi"}, CALL,
+                                           result({"type": "image"})],
+                                          "messages[2].content[0].content[0].type: image"),
+}
+
+
+async def test_images_are_refused_as_a_text_only_model_refuses_them(srv):
+    """Anthropic's 400 for every image vLLM would hand the model, tool results' included (it
+    makes them a user message of image parts), beside a stream that runs to its end; an
+    image block with no source is dropped, as vLLM drops it."""
+    baseline = srv.free()
+    url = srv.url + "/v1/messages"
+    async with aiohttp.ClientSession() as s:
+        stream = await s.post(url, json={"model": MODEL, "max_tokens": 30, "stream": True,
+                                         "messages": [{"role": "user", "content": "hi"}]})
+        assert stream.status == 200
+        for name, (messages, start) in IMAGES.items():
+            for path, extra in (("", {"max_tokens": 4}), ("/count_tokens", {})):
+                status, out = await post(s, url + path, {"model": MODEL, "messages": messages,
+                                                         **extra})
+                assert status == 400 and out == {"type": "error", "error": {
+                    "type": "invalid_request_error", "message": out["error"]["message"]}}, \
+                    (name, path, out)
+                assert out["error"]["message"].startswith(start), (name, out)
+        text = (await stream.read()).decode()
+        assert text.rstrip().endswith('data: {"type":"message_stop"}'), text[-200:]
+        bare = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+        sourceless = [{"role": "user", "content": [{"type": "image"}, *bare[0]["content"],
+                                                   {"type": "image", "source": {}}]}]
+        counts = []
+        for messages in (bare, sourceless):
+            status, out = await post(s, url + "/count_tokens", {"model": MODEL,
+                                                                "messages": messages})
+            assert status == 200, out
+            counts.append(out["input_tokens"])
+        assert counts[0] == counts[1]
+        status, out = await post(s, url, {"model": MODEL, "max_tokens": 2,
+                                          "messages": sourceless})
+        assert status == 200 and out["usage"]["output_tokens"] == 2
+    await wait_free(srv, baseline)
+    assert srv.free() == baseline
