@@ -36,6 +36,7 @@ __all__ = ["ResponsesTools", "chat_param", "forced_text_format", "function_call_
            "text_only_auto", "tool_fields"]
 
 _FUNCTION_KEYS = ("name", "description", "parameters", "strict")
+_TOOL_NULLS = dict.fromkeys(("description", "parameters", "strict"))  # FunctionTool's optionals
 _CHOICES = ("auto", "none", "required")
 _NESTED = re.compile(r"^(tools\[\d+\])\.function\b")
 
@@ -43,11 +44,14 @@ _NESTED = re.compile(r"^(tools\[\d+\])\.function\b")
 class ResponsesTools:
     """What the response echoes of the request's tools (OpenAI's defaults when left out).
     Without tools an ``auto`` or ``none`` choice (sent or the default) is ``none``, as vLLM
-    0.33's ResponsesRequest.check_tool_usage rewrites the request it echoes."""
+    0.33's ResponsesRequest.check_tool_usage rewrites the request it echoes. Each tool is
+    echoed as vLLM's pydantic FunctionTool (the openai package's) dumps it: its
+    ``description``, ``parameters`` and ``strict`` null when not sent, other keys as sent.
+    Build after ``tool_fields`` has checked them (function tools only)."""
 
     def __init__(self, body: dict[str, Any]) -> None:
         tools = body.get("tools")
-        self.tools = tools if isinstance(tools, list) else []
+        self.tools = [{**_TOOL_NULLS, **t} for t in tools] if isinstance(tools, list) else []
         self.tool_choice = body.get("tool_choice") or "auto"
         if not self.tools and self.tool_choice in ("auto", "none"):
             self.tool_choice = "none"

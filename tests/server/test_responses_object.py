@@ -205,3 +205,19 @@ async def test_a_message_without_text_has_no_part_as_vllms(srv):
     for body in (out, stored):
         assert body["status"] == "completed", body
         assert [(i["type"], i["content"]) for i in body["output"]] == [("message", [])], body
+
+
+async def test_tools_and_reasoning_are_echoed_as_vllms_models_dump_them(srv):
+    """vLLM's request reads each tool as the openai package's FunctionTool and ``reasoning``
+    as its Reasoning; the response dumps them whole: the optional fields null when not sent
+    (FunctionTool's description / parameters / strict; Reasoning's effort /
+    generate_summary / summary)."""
+    bare = {"type": "function", "name": "n"}
+    full = {"type": "function", "name": "a", "description": "A.", "strict": True,
+            "parameters": {"type": "object"}}
+    body = {**PLAIN, "tools": [bare, full], "reasoning": {"summary": "auto"}}
+    got = await answers(srv, body)
+    nulls = {"description": None, "parameters": None, "strict": None}
+    assert [r["tools"] for r in got] == [[{**bare, **nulls}, full]] * 5, got[0]["tools"]
+    want = {"effort": None, "generate_summary": None, "summary": "auto"}
+    assert [r["reasoning"] for r in got] == [want] * 5
