@@ -28,7 +28,10 @@ chat body the chat parser takes (protocol.py), as vLLM 0.33 converts it (docs/ar
     tool_choice      {type: auto | any | tool (+ name) | none, disable_parallel_tool_use?}
                      -> auto | required | named | none (+ parallel_tool_calls)
     output_config    format {type json_schema, schema} -> chat's response_format;
-                     effort -> reasoning_effort; thinking {type disabled} -> "none"
+                     effort (low | medium | high | xhigh | max) -> reasoning_effort
+    thinking         {type disabled} -> reasoning_effort "none"; enabled (budget_tokens
+                     >= 1024, < max_tokens) and adaptive are checked, display (summarized |
+                     omitted | updates) too, and change nothing (no reasoning parser here)
 
 A user message left with nothing (only tool results) is not sent, as vLLM leaves it out.
 Anything else in a known field is a 400 naming it (``messages[2].content[0].type``); a field
@@ -53,6 +56,8 @@ BLOCKS = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinkin
           "redacted_thinking", "tool_addition", "tool_removal")
 DROPPED = ("thinking", "redacted_thinking", "tool_reference")
 CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+EFFORTS = ("low", "medium", "high", "xhigh", "max")  # vLLM's AnthropicEffort
+DISPLAYS = ("summarized", "omitted", "updates")  # its thinking display: taken, unused
 PASS_THROUGH = ("temperature", "top_p", "top_k", "cache_salt", "chat_template_kwargs")
 KNOWN_COUNT_TOKENS = frozenset({"model", "messages", "system", "tools", "tool_choice",
                                 "output_config", "thinking", "chat_template_kwargs"})
@@ -291,11 +296,21 @@ def _output(body: dict[str, Any], max_tokens: int | None) -> dict[str, Any]:
         if isinstance(fmt, dict) and fmt.get("schema") is not None:
             out["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "json_schema", "schema": fmt["schema"]}}
-        if config.get("effort") is not None:
-            out["reasoning_effort"] = config["effort"]
-    thinking = body.get("thinking")
+        effort = config.get("effort")
+        if effort is not None and effort not in EFFORTS:
+            raise _bad("output_config.effort", f"must be one of {', '.join(EFFORTS)}, got "
+                       f"{json.dumps(effort)[:40]}")
+        if effort is not None:
+            out["reasoning_effort"] = effort
+    if _thinking(body.get("thinking"), max_tokens) == "disabled":
+        out["reasoning_effort"] = "none"
+    return out
+
+
+def _thinking(thinking: Any, max_tokens: int | None) -> str | None:
+    """The thinking config's type, checked as vLLM's request model checks it."""
     if thinking is None:
-        return out
+        return None
     kind = thinking.get("type") if isinstance(thinking, dict) else None
     if kind not in ("enabled", "disabled", "adaptive"):
         raise _bad("thinking.type", "must be one of enabled, disabled, adaptive")
@@ -304,6 +319,8 @@ def _output(body: dict[str, Any], max_tokens: int | None) -> dict[str, Any]:
         raise _bad("thinking.budget_tokens", "must be an integer >= 1024")
     if kind == "enabled" and max_tokens is not None and budget >= max_tokens:
         raise _bad("thinking.budget_tokens", "must be less than max_tokens")
-    if kind == "disabled":
-        out["reasoning_effort"] = "none"
-    return out
+    display = thinking.get("display")
+    if kind != "disabled" and display is not None and display not in DISPLAYS:
+        raise _bad("thinking.display", f"must be one of {', '.join(DISPLAYS)}, got "
+                   f"{json.dumps(display)[:40]}")
+    return kind

@@ -182,3 +182,17 @@ async def test_images_are_refused_as_a_text_only_model_refuses_them(srv):
         assert status == 200 and out["usage"]["output_tokens"] == 2
     await wait_free(srv, baseline)
     assert srv.free() == baseline
+
+
+async def test_the_thinking_and_effort_values_vllm_takes_are_taken(srv):
+    """vLLM's request model takes these (and refuses others: tests/server/
+    test_anthropic_errors.py); with no reasoning parser they change nothing here."""
+    ask = [{"role": "user", "content": "hi"}]
+    async with aiohttp.ClientSession() as s:
+        for display in ("summarized", "omitted", "updates", None):
+            for effort in ("low", "medium", "high", "xhigh", "max"):
+                body = {"model": MODEL, "max_tokens": 2, "messages": ask,
+                        "thinking": {"type": "adaptive", "display": display},
+                        "output_config": {"effort": effort}}
+                status, out = await post(s, srv.url + "/v1/messages", body)
+                assert status == 200 and out["usage"]["output_tokens"] == 2, out
