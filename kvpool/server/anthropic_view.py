@@ -33,6 +33,7 @@ from typing import Any
 from kvpool.server.anthropic_errors import anthropic_error
 from kvpool.server.middleware import APIError
 from kvpool.server.responses import ResponseBuilder
+from kvpool.server.responses_view import cache_writes
 
 __all__ = ["MessagesView", "stop_reason"]
 
@@ -91,12 +92,11 @@ class MessagesView:
     def usage(self) -> dict[str, Any]:
         """The final usage, as vLLM's with prompt token details: the prompt is split into
         cache reads (the prefix cache's hits), cache writes (the tokens of the prompt's full
-        blocks less those hits: what its prefill wrote to the prefix cache, vLLM's
-        PrefillStats.finalize; 0 without prefix caching) and input_tokens, the rest."""
+        blocks less those hits: what its prefill wrote to the prefix cache, responses_view's
+        cache_writes) and input_tokens, the rest."""
         u = self.builder.usage()
         prompt, cached = u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"]
-        block = self.cache_block
-        written = 0 if block is None else max(0, prompt // block * block - cached)
+        written = cache_writes(prompt, cached, self.cache_block)
         return {"input_tokens": max(0, prompt - cached - written),
                 "output_tokens": u["completion_tokens"], "cache_creation_input_tokens": written,
                 "cache_read_input_tokens": cached}

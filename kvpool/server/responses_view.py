@@ -46,7 +46,18 @@ from kvpool.server.responses import ResponseBuilder, sse_event
 from kvpool.server.responses_input import ResponsesInput
 from kvpool.server.responses_tools import function_call_item
 
-__all__ = ["ResponsesView"]
+__all__ = ["ResponsesView", "cache_writes"]
+
+
+def cache_writes(prompt: int, cached: int, block: int | None) -> int:
+    """The prompt tokens a request's prefill wrote to the prefix cache, as vLLM's
+    PrefillStats.finalize counts them: the tokens of the prompt's full blocks (what its prefix
+    cache holds of the request once prefilled) less those it found cached; 0 without prefix
+    caching (``block`` None). Responses' cache_write_tokens and Messages'
+    cache_creation_input_tokens (anthropic_view.py) are this number."""
+    if block is None:
+        return 0
+    return max(0, prompt // block * block - cached)
 
 
 def _part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -125,12 +136,13 @@ class ResponsesView:
     def usage(self) -> dict[str, Any]:
         """vLLM 0.33's ResponseUsage as its SimpleContext fills it: no per-turn counts, no
         tool output, ``cache_write_tokens`` the prompt tokens its prefill wrote to the prefix
-        cache (_cache_writes)."""
+        cache (cache_writes)."""
         u = self.builder.usage()
         prompt, cached = u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"]
+        writes = cache_writes(prompt, cached, self.cache_block)
         return {"input_tokens": prompt,
                 "input_tokens_details": {"cached_tokens": cached,
-                                         "cache_write_tokens": self._cache_writes(prompt, cached),
+                                         "cache_write_tokens": writes,
                                          "input_tokens_per_turn": [],
                                          "cached_tokens_per_turn": []},
                 "output_tokens": u["completion_tokens"],
@@ -138,14 +150,6 @@ class ResponsesView:
                                           "output_tokens_per_turn": [],
                                           "tool_output_tokens_per_turn": []},
                 "total_tokens": u["total_tokens"]}
-
-    def _cache_writes(self, prompt: int, cached: int) -> int:
-        """vLLM's PrefillStats.finalize: the tokens of the prompt's full blocks (what its
-        prefix cache holds of the request once prefilled) less those it found cached; 0
-        without prefix caching (``cache_block`` None)."""
-        if self.cache_block is None:
-            return 0
-        return max(0, prompt // self.cache_block * self.cache_block - cached)
 
     def _status(self) -> str:
         return "incomplete" if self.builder.finish[0] == "length" else "completed"
