@@ -31,6 +31,7 @@ from kvpool.server.body_fields import ignored_header
 from kvpool.server.connections import bounded_write
 from kvpool.server.handlers import SSE_HEADERS, OpenAIRoutes, PromptStreams
 from kvpool.server.middleware import STREAM_STARTED, current_tenant, query_bool
+from kvpool.server.query_int import query_int
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.response_store import ResponseStore, StoredResponse
 from kvpool.server.responses import ResponseBuilder
@@ -246,15 +247,13 @@ class ResponsesRoute:
 
 def _stream_query(request: web.Request) -> int | None:
     """GET's ``stream`` and ``starting_after`` query: None unless it streams, else the event
-    number to start after (-1: from the first)."""
-    if not query_bool(request, "stream"):  # NOTE(query-bool): vLLM's strings
+    number to start after (-1: from the first). Both are read as vLLM's FastAPI reads them
+    (NOTE(query-bool), NOTE(lax-int)), ``starting_after`` first and whether or not it streams,
+    as vLLM validates its parameters in their order before the route runs."""
+    after = query_int(request, "starting_after")
+    if not query_bool(request, "stream"):
         return None
-    after = request.query.get("starting_after")
-    try:
-        return -1 if after is None else int(after)
-    except ValueError:
-        raise RequestError("starting_after: must be an integer",
-                           param="starting_after") from None
+    return -1 if after is None else after
 
 
 RESPONSES_KEY = web.AppKey("kvpool_responses", ResponsesRoute)

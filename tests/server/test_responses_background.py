@@ -277,3 +277,42 @@ async def test_a_bad_stream_query_is_a_400_naming_it(srv, query):
             assert r.status == 400, err
     assert (err["param"], err["type"]) == ("query.stream", "invalid_request_error"), err
     assert set(err) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("value, after", [
+    (["0", "2"], 2), (["1_000"], 1000), ([" 5 "], 5), (["5.0"], 5), (["-1"], -1),
+    (["abc", "+4"], 4), (["1_0.00"], 10),
+])
+async def test_get_reads_starting_after_as_vllms_query_does(srv, value, after):
+    """NOTE(lax-int): GET's ``starting_after`` is read as vLLM's FastAPI reads an int query
+    parameter (pydantic's lax int), the last one when repeated."""
+    body = {"input": "Say hi", "max_output_tokens": 6, "stream": True, "background": True}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            events = events_of(await r.text())
+        query = [("stream", "true"), *(("starting_after", v) for v in value)]
+        async with s.get(f"{srv.v1}/responses/{events[-1]['response']['id']}",
+                         params=query) as r:
+            assert r.status == 200, await r.text()
+            got = events_of(await r.text())
+    assert len(events) > 6 and got == events[after + 1:]
+
+
+@pytest.mark.parametrize("query", [
+    "stream=true&starting_after=abc", "stream=true&starting_after=5.5",
+    "stream=true&starting_after=", "stream=true&starting_after=1__0",
+    "stream=true&starting_after=3&starting_after=x", "starting_after=abc",
+    "stream=maybe&starting_after=abc",
+])
+async def test_a_bad_starting_after_is_a_400_naming_it_as_vllm_does(srv, query):
+    """vLLM validates ``starting_after`` before its route runs, streamed or not, and names it
+    ``query.starting_after`` (its first error when ``stream`` is bad too)."""
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/responses", json={"input": "hi", "max_output_tokens": 1,
+                                                       "stream": True}) as r:
+            rid = events_of(await r.text())[-1]["response"]["id"]
+        async with s.get(f"{srv.v1}/responses/{rid}?{query}") as r:
+            err = (await r.json())["error"]
+            assert r.status == 400, err
+    assert (err["param"], err["type"]) == ("query.starting_after", "invalid_request_error"), err
+    assert "Input should be a valid integer" in err["message"], err
