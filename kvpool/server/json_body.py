@@ -67,8 +67,8 @@ from aiohttp import web
 from kvpool.errors import RequestError, context_length_error, shown
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
-           "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool",
-           "decode_json_body", "decode_json_text", "json_int", "key_before",
+           "LAX_BOOL_STRINGS", "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool",
+           "decode_json_body", "decode_json_text", "json_bool", "json_int", "key_before",
            "longest_string_over", "require_json", "structural_commas"]
 
 # the server's and the router's default body bounds (the router passes bodies on unchanged)
@@ -233,6 +233,23 @@ def json_int(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     return int(value) if isinstance(value, float) and value.is_integer() else None
+
+
+# NOTE(lax-bool): the strings pydantic's lax bool reads (vLLM's request models and FastAPI's
+# query parameters take a bool through it), compared lower-cased; json_bool and
+# middleware.query_bool share this one table
+LAX_BOOL_STRINGS = {**dict.fromkeys(("1", "on", "t", "true", "y", "yes"), True),
+                    **dict.fromkeys(("0", "off", "f", "false", "n", "no"), False)}
+
+
+def json_bool(value: Any) -> bool | None:
+    """``value`` as a vLLM request model's bool field reads it (NOTE(lax-bool)): a bool, the
+    numbers 0 and 1 (``1.0`` too), or one of the strings; else None."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    return LAX_BOOL_STRINGS.get(value.lower()) if isinstance(value, str) else None
 
 
 def decode_json_text(text: str, param: str, what: str,

@@ -99,6 +99,7 @@ from typing import Any
 from aiohttp import web
 
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
+from kvpool.server.json_body import LAX_BOOL_STRINGS
 
 __all__ = ["MAX_REQUEST_ID_CHARS", "NS_MARK", "REQUEST_ID_HEADER", "STREAM_STARTED", "APIError",
            "CacheNamespace", "add_request_id", "auth_middleware", "current_tenant", "error_body",
@@ -160,9 +161,7 @@ def error_body(message: str, type: str, param: str | None = None,
 
 
 # NOTE(query-bool): the strings vLLM's query parsing reads as booleans (FastAPI hands a bool
-# query parameter to pydantic's lax bool), compared lower-cased; the one table for every route
-_QUERY_BOOLS = {**dict.fromkeys(("1", "on", "t", "true", "y", "yes"), True),
-                **dict.fromkeys(("0", "off", "f", "false", "n", "no"), False)}
+# query parameter to pydantic's lax bool): json_body.py's NOTE(lax-bool) table, every route
 
 
 def query_bool(request: web.Request, name: str) -> bool:
@@ -172,7 +171,7 @@ def query_bool(request: web.Request, name: str) -> bool:
     values = request.query.getall(name, [])
     if not values:
         return False
-    value = _QUERY_BOOLS.get(values[-1].lower())
+    value = LAX_BOOL_STRINGS.get(values[-1].lower())
     if value is None:
         raise RequestError(f"{name}: Input should be a valid boolean, unable to interpret "
                            "input (use true or false)", param=f"query.{name}")
