@@ -33,6 +33,7 @@ from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutp
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
+from kvpool.server.returned_ids import ReturnedIds
 
 __all__ = ["SSE_DONE", "ChunkView", "ResponseBuilder", "sse_event"]
 
@@ -77,6 +78,7 @@ class ResponseBuilder:
         self.prompt_finished = [False] * len(prompts)
         self.started = [False] * len(prompts)  # echo emitted
         self.prompt_lps: list[Any] = [None] * len(prompts)  # vLLM prompt_logprobs per prompt
+        self.rids = ReturnedIds(prompts, self.n, chat=self.chat, on=req.extras.token_ids)
         self.error: str | None = None
         self.timings: dict[int, dict[str, float]] = {}  # prompt -> its last update's metrics
         tools = req.tools  # read for calls (tools/): each streamed choice its own reader
@@ -110,6 +112,7 @@ class ResponseBuilder:
                 chunks += self._echo_only_finish(i, c)
                 continue
             self.num_generated[i] = max(self.num_generated[i], c.num_generated)
+            self.rids.add(i, c.token_ids)
             if c.text:
                 self.texts[i].append(c.text)
             if c.finish_reason is not None:
@@ -118,28 +121,29 @@ class ResponseBuilder:
             if c.logprobs:
                 self.cum_logprob[i] += sum(x.logprob for x in c.logprobs)
             lp = self._fold_logprobs(i, c)
-            if c.text or c.finish_reason is not None or lp:
+            ids = c.token_ids if self.rids.on else ()  # returned_ids.py: a chunk for them
+            if c.text or c.finish_reason is not None or lp or ids:
                 reason = c.finish_reason if c.finish_reason in OPENAI_FINISH else None
                 if self.tool_streams is None:
-                    chunks.append(self._chunk(i, c.text, reason, lp))
+                    chunks.append(self._chunk(i, c.text, reason, lp, ids=ids))
                 else:
                     chunks += self._tool_chunks(i, c.text, reason, lp,
-                                                c.finish_reason is not None)
+                                                c.finish_reason is not None, ids)
         return chunks
 
     def _tool_chunks(self, i: int, text: str, reason: str | None, lp: Any,
-                     done: bool) -> list[dict[str, Any]]:
+                     done: bool, ids: tuple[int, ...]) -> list[dict[str, Any]]:
         """Choice i's text read for tool calls: content and tool-call deltas; the last chunk
-        carries the finish (``tool_calls`` once a call went out) and the logprobs."""
+        carries the finish (``tool_calls`` once a call went out), the logprobs and the ids."""
         reader = self.tool_streams[i]
         deltas = reader.feed(text) + (reader.finish() if done else [])
         if reason == "stop" and reader.called and self.req.tools.call_finish:
             reason = "tool_calls"
         if not deltas:
-            return [self._chunk(i, "", reason, lp)] if reason or lp else []
+            return [self._chunk(i, "", reason, lp, ids=ids)] if reason or lp or ids else []
         last = len(deltas) - 1
         return [self._chunk(i, "", reason if k == last else None, lp if k == last else None,
-                            delta) for k, delta in enumerate(deltas)]
+                            delta, ids if k == last else ()) for k, delta in enumerate(deltas)]
 
     def _start(self, prompt: int, out: RequestOutput) -> list[dict[str, Any]]:
         """The prompt's first update: its prompt logprobs, and the echo (completions)."""
@@ -151,6 +155,8 @@ class ResponseBuilder:
         text = (self.req.prompt_texts[prompt] if prompt < len(self.req.prompt_texts) else None)
         if text is None:
             text = self.fmt.tokenizer.decode(ids) if self.fmt else ""
+        if self.rids.on:  # returned_ids.py: the ids stand for the echoed text
+            text = ""
         chunks = []
         for j in range(self.n):
             i = prompt * self.n + j
@@ -258,8 +264,9 @@ class ResponseBuilder:
     def _stop_reason(self, i: int, finish: str | None) -> str | int | None:
         return self.stop_reason[i] if finish == "stop" else None
 
-    def _chunk(self, index: int, text: str, finish: str | None,
-               logprobs: Any = None, delta: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _chunk(self, index: int, text: str, finish: str | None, logprobs: Any = None,
+               delta: dict[str, Any] | None = None, ids: tuple[int, ...] = ()
+               ) -> dict[str, Any]:
         if self.chat:
             delta = delta if delta is not None else {"content": text} if text else {}
             choice = {"index": index, "delta": delta, "logprobs": logprobs,
@@ -270,6 +277,7 @@ class ResponseBuilder:
                       "finish_reason": finish}
             chunk = self._envelope("text_completion")
         choice["stop_reason"] = self._stop_reason(index, finish)
+        self.rids.stream_choice(choice, index, ids)
         chunk["choices"] = [choice]
         if self.req.include_usage:
             chunk["usage"] = self.usage() if self.req.continuous_usage else None
@@ -282,6 +290,7 @@ class ResponseBuilder:
         out = []
         for i in range(len(self.texts)):
             chunk = self._envelope("chat.completion.chunk")
+            chunk["prompt_token_ids"] = self.rids.prompt(0)
             chunk["choices"] = [{"index": i, "delta": {"role": "assistant",
                                                        "content": self.req.echo_text},
                                  "logprobs": None, "finish_reason": None}]
@@ -331,12 +340,15 @@ class ResponseBuilder:
                 if want_prompt:
                     choice["prompt_logprobs"] = self.prompt_lps[i // self.n]
             choice["stop_reason"] = self._stop_reason(i, self.finish[i])
+            self.rids.body_choice(choice, i)
             choices.append(choice)
         body = self._envelope("chat.completion" if self.chat else "text_completion")
         body["choices"] = choices
         body["usage"] = self.usage()
         if self.chat and want_prompt:
             body["prompt_logprobs"] = self.prompt_lps[0]
+        if self.chat:
+            body["prompt_token_ids"] = self.rids.prompt(0)
         return body
 
 

@@ -19,6 +19,9 @@
   the generated content (vLLM's rule).
 - ``return_tokens_as_token_ids``: logprob tokens spelled ``token_id:<id>``, so clients that
   cannot map a lone byte back to a token still can.
+- ``return_token_ids`` (docs/architecture.md "Token ids in the answer"): the prompt's and
+  each choice's token ids beside the text (returned_ids.py). Read as vLLM's pydantic model
+  reads a bool (json_body.json_bool: ``"yes"`` and ``1`` are true, ``5`` or ``[]`` a 400).
 - ``stream_options.continuous_usage_stats`` (with ``include_usage``): every chunk carries the
   usage so far (protocol.py reads it beside ``include_usage``).
 """
@@ -31,7 +34,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.server.context_budget import truncate_to
-from kvpool.server.json_body import json_int
+from kvpool.server.json_body import json_bool, json_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -43,7 +46,8 @@ MAX_TEMPLATE_KWARGS = 64
 RESERVED_TEMPLATE_VARS = frozenset({"messages", "add_generation_prompt", "tools", "documents",
                                     "bos_token", "eos_token", "pad_token", "unk_token"})
 COMPLETION_EXTRAS = frozenset({"add_special_tokens", "truncate_prompt_tokens",
-                               "truncation_side", "return_tokens_as_token_ids"})
+                               "truncation_side", "return_tokens_as_token_ids",
+                               "return_token_ids"})
 TRUNCATION_SIDES = ("left", "right")
 CHAT_EXTRAS = COMPLETION_EXTRAS | {"chat_template", "chat_template_kwargs", "echo",
                                    "reasoning_effort"}
@@ -61,6 +65,7 @@ class VllmExtras:
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
     echo: bool = False  # chat: the final assistant message in front of the content
     tokens_as_ids: bool = False  # return_tokens_as_token_ids
+    token_ids: bool = False  # return_token_ids: token ids beside the text (returned_ids.py)
 
 
 def _bool(body: dict[str, Any], name: str) -> bool | None:
@@ -81,12 +86,26 @@ def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -
                        f"{json.dumps(truncate)[:50]}")
         truncate = json_int(truncate)
     side = truncation_side(body)
+    as_ids = bool(_bool(body, "return_tokens_as_token_ids"))
+    ids = lax_bool(body, "return_token_ids")
     if not chat:
         return VllmExtras(_bool(body, "add_special_tokens"), truncate, side,
-                          tokens_as_ids=bool(_bool(body, "return_tokens_as_token_ids")))
+                          tokens_as_ids=as_ids, token_ids=ids)
     return VllmExtras(_bool(body, "add_special_tokens"), truncate, side, template_source(body),
-                      template_kwargs(body), bool(_bool(body, "echo")),
-                      bool(_bool(body, "return_tokens_as_token_ids")))
+                      template_kwargs(body), bool(_bool(body, "echo")), as_ids, ids)
+
+
+def lax_bool(body: dict[str, Any], name: str) -> bool:
+    """A bool field as vLLM's pydantic model reads it (NOTE(lax-bool) in json_body.py); null
+    or absent is false."""
+    v = body.get(name)
+    if v is None:
+        return False
+    got = json_bool(v)
+    if got is None:
+        raise _bad(name, f"must be a boolean (true, false, or what vLLM reads as one: 0, 1, "
+                   f'"yes", "no", ...), got {json.dumps(v)[:50]}')
+    return got
 
 
 def truncation_side(body: dict[str, Any]) -> str:
