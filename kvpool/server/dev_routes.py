@@ -89,6 +89,9 @@ class DevRoutes:
                     "left as it is; only this replica's cache was reset")
 
     async def reset_nothing(self, request: web.Request) -> web.Response:
-        """/reset_mm_cache and /reset_encoder_cache: kvpool keeps neither cache."""
+        """/reset_mm_cache and /reset_encoder_cache: kvpool keeps neither cache. The answer's
+        headers are those of vLLM's Starlette ``Response(status_code=200)``: Content-Length 0
+        and no Content-Type (aiohttp adds none to an empty body since aio-libs/aiohttp#8858,
+        2024; releases before it added application/octet-stream)."""
         log.info("%s: kvpool keeps no such cache", request.path)
         return web.Response(status=200)

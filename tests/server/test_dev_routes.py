@@ -131,6 +131,18 @@ async def test_a_reset_drops_what_the_prefix_cache_holds(caplog):
             assert await post(srv.url + path) == (200, "")
 
 
+async def test_an_empty_answer_has_the_headers_vllms_has():
+    """/reset_mm_cache and /reset_encoder_cache answer as vLLM's ``Response(status_code=200)``
+    (Starlette: no body, so ``content-length: 0`` and no content type), not with a
+    Content-Type of application/octet-stream for a body that is not there."""
+    async with server(**DEV) as srv, aiohttp.ClientSession() as s:
+        for path in ("/reset_mm_cache", "/reset_encoder_cache"):
+            async with s.post(srv.url + path) as r:
+                names = {k.decode().lower(): v.decode() for k, v in r.raw_headers}
+                assert (r.status, await r.read()) == (200, b"")
+            assert names["content-length"] == "0" and "content-type" not in names, names
+
+
 @pytest.mark.parametrize("query, param", [
     ("?reset_running_requests=maybe", "query.reset_running_requests"),
     ("?reset_external=", "query.reset_external"),
