@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from kvpool.errors import RequestError
 from kvpool.server.field_policy import IGNORED_FIELDS_HEADER, MAX_NAME_CHARS, is_int
-from kvpool.server.json_body import json_int
+from kvpool.server.json_body import json_bool, json_int
 from kvpool.server.sampling_fields import SAMPLING_FIELDS
 from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 
@@ -119,9 +119,10 @@ def salt_and_priority(body: dict[str, Any]) -> tuple[str | None, int]:
 
 MAX_HEADER_NAMES = 32  # names listed in one response header
 
-# field -> (allowed default values) for OpenAI features this server does not implement
-UNSUPPORTED_COMPLETION = {"suffix": ("",)}
-UNSUPPORTED_CHAT = {"functions": ([],)}
+# field -> (allowed default values) for OpenAI features this server does not implement; vLLM's
+# use_beam_search too (README: beam search is not supported), read as vLLM reads a bool
+UNSUPPORTED_COMPLETION = {"suffix": ("",), "use_beam_search": (False,)}
+UNSUPPORTED_CHAT = {"functions": ([],), "use_beam_search": (False,)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
            "stop_token_ids", "logprobs", "prompt_logprobs"} | SAMPLING_FIELDS
@@ -155,5 +156,7 @@ def ignored_header(names: tuple[str, ...]) -> dict[str, str]:
 def check_unsupported(body: dict[str, Any], fields: dict[str, tuple]) -> None:
     for name, defaults in fields.items():
         value = body.get(name)
+        if defaults == (False,) and json_bool(value) is False:  # NOTE(lax-bool): "no", 0
+            continue
         if value is not None and value not in defaults:
             raise _bad(name, "is not supported by this server", "unsupported_parameter")
