@@ -80,11 +80,12 @@ from kvpool.server.dev_routes import DevRoutes
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
-from kvpool.server.middleware import (CacheNamespace, add_request_id, auth_middleware,
-                                      error_middleware, json_errors, tenant_middleware)
+from kvpool.server.middleware import (CacheNamespace, auth_middleware, error_middleware,
+                                      json_errors, tenant_middleware)
 from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import TenantBlockQuota
 from kvpool.server.request_gate import RequestGate
+from kvpool.server.request_ids import add_request_id
 from kvpool.server.responses_api import ResponsesRoute
 from kvpool.server.server_load import ServerLoad
 from kvpool.server.tools.parsers import tool_parser

@@ -72,6 +72,7 @@ from kvpool.server.middleware import STREAM_STARTED, APIError
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.protocol import RequestParser
 from kvpool.server.request_gate import GatedStream, RequestGate, Ticket
+from kvpool.server.request_ids import shown_request_id, with_body_id
 from kvpool.server.responses import ChunkView, ResponseBuilder
 from kvpool.server.tokenize_routes import TokenizeRoutes
 
@@ -147,20 +148,22 @@ class OpenAIRoutes:
             req = dataclasses.replace(req, params=await self.engine.compile_grammar(req.params))
         return req
 
-    def open(self, req: ParsedRequest) -> tuple[ResponseBuilder, PromptStreams]:
+    def open(self, req: ParsedRequest,
+             shown_id: str | None = None) -> tuple[ResponseBuilder, PromptStreams]:
         """The request's builder and its streams, admitted by the gate (its 503 / 429s here);
         the caller runs them (``run``, ``answer``), whose end releases them."""
         builder = ResponseBuilder(req, formatter=self.id_formatter
-                                  if req.extras.tokens_as_ids else self.formatter)
+                                  if req.extras.tokens_as_ids else self.formatter,
+                                  shown_id=shown_id)
         params = [req.params_at(i) for i in range(len(req.prompts))]  # NOTE(clamp)
         ticket = self.gate.admit(req.prompts, params, req.cache_salt)
-        return builder, PromptStreams(self.engine, ticket, builder.id, req.prompts, params,
+        return builder, PromptStreams(self.engine, ticket, builder.engine_id, req.prompts, params,
                                       priority=req.priority)
 
     async def answer(self, request: web.Request, req: ParsedRequest,
                      view: Callable[[ResponseBuilder], Any]) -> web.StreamResponse:
         """Run a prepared request and answer it: JSON, or SSE when it streams."""
-        builder, updates = self.open(req)
+        builder, updates = self.open(req, shown_request_id(request, req.request_id))
         if not req.stream:
             await self.run(builder, updates)
             return web.json_response(view(builder).body(), headers=ignored_header(req.ignored))
@@ -212,10 +215,12 @@ class OpenAIRoutes:
                        timings=builder.timings.get(p, {}))
 
     def _parse_chat(self, raw: bytes) -> ParsedRequest:
-        return self.parser.parse_chat(self.parser.decode_body(raw))
+        body = self.parser.decode_body(raw)
+        return with_body_id(self.parser.parse_chat(body), body)
 
     def _parse_completion(self, raw: bytes) -> ParsedRequest:
-        return self.parser.parse_completion(self.parser.decode_body(raw))
+        body = self.parser.decode_body(raw)
+        return with_body_id(self.parser.parse_completion(body), body)
 
     def close(self) -> None:
         """Stop the parse pool (the app's cleanup); a parse still running finishes first."""
@@ -244,7 +249,7 @@ class OpenAIRoutes:
         except (ConnectionError, asyncio.CancelledError):
             raise
         except Exception as exc:  # noqa: BLE001 - headers are out: report in-band
-            log.exception("stream %s failed", builder.id)
+            log.exception("stream %s failed", builder.engine_id)
             failure = APIError(500, f"generation failed: {type(exc).__name__}",
                                code="generation_error")
         await bounded_write(request, resp, view.tail(failure), self.stream_write_timeout)

@@ -1,5 +1,5 @@
-"""The server's edge: one error middleware (every failure -> OpenAI's error JSON), API-key auth,
-the tenant identity and the ``X-Request-Id`` header.
+"""The server's edge: one error middleware (every failure -> OpenAI's error JSON), API-key auth
+and the tenant identity.
 
 Every response that is not a success carries OpenAI's error body with the status that fits::
 
@@ -29,11 +29,7 @@ The middleware never writes after a streaming response has started (the stream h
 its own late failures as an SSE error event) and lets client disconnects and cancellation pass:
 there is nobody left to answer.
 
-``X-Request-Id`` on every response, as vLLM sends it: a client (or a gateway) that sends one
-gets the same value back, so its logs and this server's line up; otherwise the server makes one
-up. A value that could not be echoed safely (over ``MAX_REQUEST_ID_CHARS``, or with characters
-outside visible ASCII) is replaced by a fresh one. Set in ``on_response_prepare``, which runs
-before the headers of any response go out, streams included.
+``X-Request-Id``: request_ids.py.
 
 The tenant: who sent a request (the identity that fairness and quotas key on), and whose
 prefix cache it reads and fills (CacheNamespace).
@@ -92,7 +88,6 @@ import hashlib
 import hmac
 import json
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -101,8 +96,7 @@ from aiohttp import web
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
 from kvpool.server.json_body import LAX_BOOL_STRINGS
 
-__all__ = ["MAX_REQUEST_ID_CHARS", "NS_MARK", "REQUEST_ID_HEADER", "STREAM_STARTED", "APIError",
-           "CacheNamespace", "add_request_id", "auth_middleware", "current_tenant", "error_body",
+__all__ = ["NS_MARK", "STREAM_STARTED", "APIError", "CacheNamespace", "auth_middleware", "current_tenant", "error_body",
            "error_middleware", "error_type", "http_error_code", "json_errors",
            "known_error", "query_bool", "tenant_middleware", "tenant_of_headers"]
 
@@ -112,8 +106,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Set by a streaming handler once its headers are on the wire (no JSON error can follow).
 STREAM_STARTED = web.RequestKey("kvpool_stream_started", bool)
-REQUEST_ID_HEADER = "X-Request-Id"
-MAX_REQUEST_ID_CHARS = 256
 RETRY_AFTER_SECONDS = "1"  # NOTE(retry): the queue drains per engine step; a second is plenty
 
 # Statuses aiohttp raises itself (routing, body size) -> our (type, code).
@@ -289,14 +281,6 @@ def auth_middleware(api_key: str, protected_prefix: str = "/v1") -> Callable:
     return check_key
 
 
-def _echoable(value: str) -> bool:
-    return 0 < len(value) <= MAX_REQUEST_ID_CHARS and all(" " < c <= "~" for c in value)
-
-
-async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """aiohttp ``on_response_prepare`` hook: the ``X-Request-Id`` header."""
-    given = request.headers.get(REQUEST_ID_HEADER, "")
-    response.headers[REQUEST_ID_HEADER] = given if _echoable(given) else uuid.uuid4().hex
 
 
 MAX_TENANT_CHARS = 256  # a header value longer than this is refused (400)

@@ -53,6 +53,7 @@ class ParsedRequest:
     # each prompt's max_tokens where they differ (NOTE(clamp) in context_budget.py: each is
     # clamped to the room its prompt leaves); () when params.max_tokens holds for every prompt
     budgets: tuple[int, ...] = ()
+    request_id: str | None = None  # the body's request_id (request_ids.py): the shown id
 
     def params_at(self, i: int) -> SamplingParams:
         """Prompt ``i``'s SamplingParams: ``params`` with its own max_tokens."""

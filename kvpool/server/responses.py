@@ -50,11 +50,13 @@ class ResponseBuilder:
     """Accumulates one request's updates (all its prompts); renders chunks and the final body."""
 
     def __init__(self, req: ParsedRequest, *, created: int | None = None,
-                 formatter: LogprobFormatter | None = None) -> None:
+                 formatter: LogprobFormatter | None = None, shown_id: str | None = None) -> None:
         self.req = req
         self.chat = req.kind == "chat"
         prefix = "chatcmpl-" if self.chat else "cmpl-"
-        self.id = prefix + uuid.uuid4().hex
+        own = uuid.uuid4().hex
+        self.engine_id = prefix + own  # NOTE(own-engine-id) in request_ids.py: never shown
+        self.id = prefix + (own if shown_id is None else shown_id)  # the client's id
         self.created = int(time.time()) if created is None else created
         self.fmt = formatter
         self.lp = req.logprob

@@ -24,6 +24,8 @@
   reads a bool (json_body.json_bool: ``"yes"`` and ``1`` are true, ``5`` or ``[]`` a 400).
 - ``stream_options.continuous_usage_stats`` (with ``include_usage``): every chunk carries the
   usage so far (protocol.py reads it beside ``include_usage``).
+- ``request_id``: the answer's ``id`` when no ``X-Request-Id`` header was sent (request_ids.py,
+  which reads it; never the engine's id: NOTE(own-engine-id)).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ RESERVED_TEMPLATE_VARS = frozenset({"messages", "add_generation_prompt", "tools"
                                     "bos_token", "eos_token", "pad_token", "unk_token"})
 COMPLETION_EXTRAS = frozenset({"add_special_tokens", "truncate_prompt_tokens",
                                "truncation_side", "return_tokens_as_token_ids",
-                               "return_token_ids"})
+                               "return_token_ids", "request_id"})
 TRUNCATION_SIDES = ("left", "right")
 CHAT_EXTRAS = COMPLETION_EXTRAS | {"chat_template", "chat_template_kwargs", "echo",
                                    "reasoning_effort"}
