@@ -2,7 +2,10 @@
 
 ``null`` means "not given" everywhere; a value of the wrong JSON type is a 400 naming the
 field (bool is never an int; an int is a number, and a number without a fraction, ``3.0``, is
-an int as vLLM's pydantic models read it: json_body.json_int).
+an int as vLLM's pydantic models read it: json_body.json_int). Every bool field of
+completions and chat (``opt(..., bool, ...)`` and the family modules alike) goes through
+json_body.bool_field: what vLLM's models read as a bool (``"yes"``, ``1``, ``"off"``...) is
+one (NOTE(lax-bool)); another value is a 400 naming the field.
 
 Unknown fields are ignored, logged once and listed in ``X-Kvpool-Ignored-Fields`` (or a 400
 with ``--reject-unknown-fields``: field_policy.py). Known OpenAI features this server does
@@ -17,7 +20,7 @@ from urllib.parse import quote
 
 from kvpool.errors import RequestError
 from kvpool.server.field_policy import IGNORED_FIELDS_HEADER, MAX_NAME_CHARS, is_int
-from kvpool.server.json_body import json_bool, json_int
+from kvpool.server.json_body import bool_field, json_bool, json_int
 from kvpool.server.sampling_fields import SAMPLING_FIELDS
 from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 
@@ -36,14 +39,15 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-_CHECKS = {bool: lambda v: isinstance(v, bool), int: is_int, float: is_number,
-           str: lambda v: isinstance(v, str)}
-_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+_CHECKS = {int: is_int, float: is_number, str: lambda v: isinstance(v, str)}
+_NAMES = {int: "an integer", float: "a number", str: "a string"}
 
 
 def opt(body: dict[str, Any], name: str, kind: type, default: Any, *,
         param: str | None = None) -> Any:
-    """An optional field of one JSON type."""
+    """An optional field of one JSON type; a bool read as vLLM reads one (NOTE(lax-bool))."""
+    if kind is bool:
+        return bool_field(body, name, default, param=param)
     value = body.get(name)
     if value is None:
         return default

@@ -68,7 +68,8 @@ from kvpool.errors import RequestError, context_length_error, shown
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
            "LAX_BOOL_STRINGS", "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool",
-           "decode_json_body", "decode_json_text", "json_bool", "json_int", "key_before",
+           "bool_field", "decode_json_body", "decode_json_text", "json_bool", "json_int",
+           "key_before",
            "longest_string_over", "require_json", "structural_commas"]
 
 # the server's and the router's default body bounds (the router passes bodies on unchanged)
@@ -250,6 +251,22 @@ def json_bool(value: Any) -> bool | None:
     if isinstance(value, (int, float)) and value in (0, 1):
         return bool(value)
     return LAX_BOOL_STRINGS.get(value.lower()) if isinstance(value, str) else None
+
+
+def bool_field(body: dict[str, Any], name: str, default: Any = None, *,
+               param: str | None = None) -> Any:
+    """The bool field ``name`` of a request body as vLLM's request models read it
+    (``json_bool``, NOTE(lax-bool)): ``default`` when absent or null; anything json_bool does
+    not read is a 400 naming ``param`` (default: ``name``)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    got = json_bool(value)
+    if got is None:
+        raise RequestError.field(param or name, f"must be a boolean (true, false, or what vLLM "
+                                 f'reads as one: 0, 1, "yes", "no", ...), got '
+                                 f"{json.dumps(value)[:50]}")
+    return got
 
 
 def decode_json_text(text: str, param: str, what: str,

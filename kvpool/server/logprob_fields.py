@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import RequestError, shown
-from kvpool.server.json_body import json_int
+from kvpool.server.json_body import bool_field, json_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -67,13 +67,9 @@ def parse_logprob_fields(body: dict[str, Any], *, chat: bool, max_logprobs: int,
     if prompt_k is not None and stream:
         raise _bad("prompt_logprobs", "is not supported with stream")
     if not chat:
-        echo = body.get("echo")
-        if echo is not None and not isinstance(echo, bool):
-            raise _bad("echo", f"must be a boolean, got {json.dumps(echo)[:50]}")
-        return LogprobRequest(_count(body, "logprobs", max_logprobs), bool(echo), prompt_k)
-    want = body.get("logprobs")
-    if want is not None and not isinstance(want, bool):
-        raise _bad("logprobs", f"must be a boolean, got {json.dumps(want)[:50]}")
+        echo = bool_field(body, "echo", False)  # NOTE(lax-bool): "yes", 1 too
+        return LogprobRequest(_count(body, "logprobs", max_logprobs), echo, prompt_k)
+    want = bool_field(body, "logprobs", False)
     top = _count(body, "top_logprobs", max_logprobs)
     if top is not None and not want:
         raise _bad("top_logprobs", "requires logprobs to be true")

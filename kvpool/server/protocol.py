@@ -49,7 +49,7 @@ from kvpool.server.forced_tool_fields import drop_for_forced_tool
 from kvpool.server.generation_config import CEILING_KEY
 from kvpool.server.guided_fields import unheeded
 from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body,
-                                     json_int)
+                                     json_bool, json_int)
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
                                          LogprobRequest, parse_logprob_fields)
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
@@ -147,7 +147,7 @@ class RequestParser:
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         extras = self._extras(body, chat=False)
         prompts = self._prompts(body.get("prompt"), extras)
-        echo_only = json_int(body.get("max_tokens")) == 0 and body.get("echo") is True
+        echo_only = json_int(body.get("max_tokens")) == 0 and bool(json_bool(body.get("echo")))
         max_tokens = 1 if echo_only else self._max_tokens(body, ("max_tokens",))
         return self._finish(body, "completion", model, prompts, "prompt", max_tokens,
                             DEFAULT_COMPLETION_MAX_TOKENS, echo_only=echo_only,

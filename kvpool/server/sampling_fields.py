@@ -20,7 +20,7 @@ from typing import Any
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.server.guided_fields import GUIDED_FIELDS, format_over_guided, parse_guided
-from kvpool.server.json_body import json_int
+from kvpool.server.json_body import bool_field, json_int
 from kvpool.server.structural_tag import parse_structural_tag
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
@@ -120,9 +120,7 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
 def _vllm_controls(body: dict[str, Any], vocab_size: int, tokenizer: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in _FLAGS:
-        v = body.get(name)
-        if v is not None and not isinstance(v, bool):
-            raise _bad(name, f"must be a boolean, got {json.dumps(v)[:50]}")
+        v = bool_field(body, name)  # NOTE(lax-bool): "yes", 1 too
         if v is not None and name != "spaces_between_special_tokens":
             out[name] = v
     ids = body.get("allowed_token_ids")

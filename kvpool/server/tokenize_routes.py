@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from kvpool.server.body_fields import KNOWN_DETOKENIZE, KNOWN_TOKENIZE, ignored_header
-from kvpool.server.json_body import ParsePool
+from kvpool.server.json_body import ParsePool, json_bool
 from kvpool.server.protocol import RequestParser
 
 __all__ = ["TokenizeRoutes"]
@@ -44,7 +44,7 @@ class TokenizeRoutes:
         ignored = p.fields.check(body, KNOWN_TOKENIZE)  # a 400 first, if they are refused
         ids = p.parse_tokenize(body)
         out = {"count": len(ids), "max_model_len": p.max_model_len, "tokens": ids}
-        if body.get("return_token_strs") is True:  # vLLM's: each id's vocabulary entry
+        if json_bool(body.get("return_token_strs")):  # vLLM's: each id's token (NOTE(lax-bool))
             out["token_strs"] = [p.tokenizer.id_to_token(t) for t in ids]
         return out, ignored_header(ignored)
 

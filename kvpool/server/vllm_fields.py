@@ -36,7 +36,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.server.context_budget import truncate_to
-from kvpool.server.json_body import json_bool, json_int
+from kvpool.server.json_body import bool_field, json_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -70,13 +70,6 @@ class VllmExtras:
     token_ids: bool = False  # return_token_ids: token ids beside the text (returned_ids.py)
 
 
-def _bool(body: dict[str, Any], name: str) -> bool | None:
-    v = body.get(name)
-    if v is not None and not isinstance(v, bool):
-        raise _bad(name, f"must be a boolean, got {json.dumps(v)[:50]}")
-    return v
-
-
 def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -> VllmExtras:
     truncate = body.get("truncate_prompt_tokens")
     if json_int(truncate) == -1:  # NOTE(clamp): one position held back to generate
@@ -88,26 +81,15 @@ def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -
                        f"{json.dumps(truncate)[:50]}")
         truncate = json_int(truncate)
     side = truncation_side(body)
-    as_ids = bool(_bool(body, "return_tokens_as_token_ids"))
-    ids = lax_bool(body, "return_token_ids")
+    # every bool read as vLLM's models read one (NOTE(lax-bool) in json_body.py)
+    as_ids = bool_field(body, "return_tokens_as_token_ids", False)
+    ids = bool_field(body, "return_token_ids", False)
     if not chat:
-        return VllmExtras(_bool(body, "add_special_tokens"), truncate, side,
+        return VllmExtras(bool_field(body, "add_special_tokens"), truncate, side,
                           tokens_as_ids=as_ids, token_ids=ids)
-    return VllmExtras(_bool(body, "add_special_tokens"), truncate, side, template_source(body),
-                      template_kwargs(body), bool(_bool(body, "echo")), as_ids, ids)
-
-
-def lax_bool(body: dict[str, Any], name: str) -> bool:
-    """A bool field as vLLM's pydantic model reads it (NOTE(lax-bool) in json_body.py); null
-    or absent is false."""
-    v = body.get(name)
-    if v is None:
-        return False
-    got = json_bool(v)
-    if got is None:
-        raise _bad(name, f"must be a boolean (true, false, or what vLLM reads as one: 0, 1, "
-                   f'"yes", "no", ...), got {json.dumps(v)[:50]}')
-    return got
+    return VllmExtras(bool_field(body, "add_special_tokens"), truncate, side,
+                      template_source(body), template_kwargs(body),
+                      bool_field(body, "echo", False), as_ids, ids)
 
 
 def truncation_side(body: dict[str, Any]) -> str:

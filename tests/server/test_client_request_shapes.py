@@ -151,7 +151,7 @@ async def test_responses_reasoning_is_taken(srv):
 @pytest.mark.parametrize("field, bad", [
     ("presence_penalty", 5), ("frequency_penalty", -3), ("repetition_penalty", 0),
     ("min_p", 2), ("logit_bias", {"x": 1}), ("stop_token_ids", "7"),
-    ("skip_special_tokens", "no"), ("include_stop_str_in_output", 3),
+    ("skip_special_tokens", "maybe"), ("include_stop_str_in_output", 3),
     ("chat_template_kwargs", {"messages": []})])
 async def test_responses_sampling_fields_are_read(srv, field, bad):
     """vLLM's Responses request carries chat's sampling fields (the Agents SDK's

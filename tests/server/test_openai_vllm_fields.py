@@ -61,7 +61,7 @@ async def test_tokenize_return_token_strs(srv):
     assert status == 200 and body["token_strs"] == [tok.id_to_token(t) for t in body["tokens"]]
     status, body = await tokenize(srv, {"prompt": "hi"})
     assert status == 200 and "token_strs" not in body
-    status, body = await tokenize(srv, {"prompt": "hi", "return_token_strs": "yes"})
+    status, body = await tokenize(srv, {"prompt": "hi", "return_token_strs": "maybe"})
     assert status == 400 and body["error"]["param"] == "return_token_strs"
 
 

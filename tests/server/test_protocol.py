@@ -65,11 +65,11 @@ def test_bad_prompts(prompt, code):
 
 @pytest.mark.parametrize("field, value", [
     ("max_tokens", "10"), ("max_tokens", 1.5), ("max_tokens", True), ("temperature", "hot"),
-    ("top_p", "x"), ("top_k", 1.5), ("n", 1.5), ("n", "2"), ("seed", 1.5), ("stream", "yes"),
+    ("top_p", "x"), ("top_k", 1.5), ("n", 1.5), ("n", "2"), ("seed", 1.5), ("stream", "maybe"),
     ("stop", 5), ("stop", [1]), ("stop", [""]), ("user", 5), ("cache_salt", 5),
     ("cache_salt", ""), ("priority", "high"), ("priority", 2**40), ("model", 5),
     ("stream_options", [1]), ("stop_token_ids", "1"), ("stop_token_ids", [600]),
-    ("ignore_eos", 1), ("temperature", -1), ("top_p", 2),
+    ("ignore_eos", 2), ("temperature", -1), ("top_p", 2),
 ])
 def test_wrong_types_name_the_field(field, value):
     rejects(P.parse_completion, {"prompt": "hi", field: value}, field)
@@ -153,7 +153,7 @@ def test_stream_options_need_stream():
     rejects(P.parse_completion, {"prompt": "hi", "stream_options": {"include_usage": True}},
             "stream_options")
     rejects(P.parse_completion, {"prompt": "hi", "stream": True,
-                                 "stream_options": {"include_usage": "y"}},
+                                 "stream_options": {"include_usage": "maybe"}},
             "stream_options.include_usage")
 
 
