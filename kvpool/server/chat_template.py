@@ -12,7 +12,9 @@ The environment mirrors transformers' ``apply_chat_template`` (a model's templat
 for it): ``ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`` with the
 ``loopcontrols`` extension, a ``tojson`` filter that does not HTML-escape, ``raise_exception``
 and ``strftime_now``; the variables are ``messages``, ``add_generation_prompt``, ``tools``
-(the request's, else None), ``documents=None`` and the tokenizer's special-token strings (``bos_token``, ``eos_token``, ...).
+(the request's, else None), ``documents`` (the request's, else None: vllm_fields.py), the
+tokenizer's special-token strings (``bos_token``, ``eos_token``, ...) and the request's
+``chat_template_kwargs``.
 A rendered template already holds its BOS, so it is encoded without adding special tokens,
 as transformers does with ``tokenize=True``.
 """
@@ -98,6 +100,7 @@ class ModelChatTemplate:
         (reserved names refused by the caller). ``tools``: the request's, as sent (the
         ``tools`` transformers' apply_chat_template hands a template; None without any)."""
         chat = [message_dict(m) for m in messages]
+        kw = dict(variables or {})
         if continue_final_message:
             if chat[-1]["role"] != "assistant":
                 raise RequestError("continue_final_message: the last message must be the "
@@ -107,8 +110,8 @@ class ModelChatTemplate:
         try:
             text = self._template.render(messages=chat, add_generation_prompt=add_generation_prompt,
                                          tools=list(tools) if tools else None,
-                                         documents=None, **self.special_tokens,
-                                         **(variables or {}))
+                                         documents=kw.pop("documents", None),
+                                         **self.special_tokens, **kw)
         except jinja2.TemplateError as exc:
             raise RequestError(f"messages: the model's chat template rejected the conversation: "
                                f"{exc}", "messages", "chat_template_error") from None

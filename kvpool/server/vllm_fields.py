@@ -26,6 +26,9 @@
   usage so far (protocol.py reads it beside ``include_usage``).
 - ``request_id``: the answer's ``id`` when no ``X-Request-Id`` header was sent (request_ids.py,
   which reads it; never the engine's id: NOTE(own-engine-id)).
+- chat ``documents`` (vLLM's RAG variable, which Command-R's and Granite's templates read): a
+  list of objects of string values, handed to the template as ``documents`` (over a
+  ``chat_template_kwargs`` entry of that name, as vLLM merges them); another shape is a 400.
 """
 
 from __future__ import annotations
@@ -45,14 +48,14 @@ __all__ = ["CHAT_EXTRAS", "COMPLETION_EXTRAS", "MAX_TEMPLATE_CHARS", "RESERVED_T
 
 MAX_TEMPLATE_CHARS = 64 * 1024  # one request's chat_template source, at most
 MAX_TEMPLATE_KWARGS = 64
-RESERVED_TEMPLATE_VARS = frozenset({"messages", "add_generation_prompt", "tools", "documents",
-                                    "bos_token", "eos_token", "pad_token", "unk_token"})
+RESERVED_TEMPLATE_VARS = frozenset({"messages", "add_generation_prompt", "tools", "bos_token",
+                                    "eos_token", "pad_token", "unk_token"})
 COMPLETION_EXTRAS = frozenset({"add_special_tokens", "truncate_prompt_tokens",
                                "truncation_side", "return_tokens_as_token_ids",
                                "return_token_ids", "request_id"})
 TRUNCATION_SIDES = ("left", "right")
 CHAT_EXTRAS = COMPLETION_EXTRAS | {"chat_template", "chat_template_kwargs", "echo",
-                                   "reasoning_effort"}
+                                   "reasoning_effort", "documents"}
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # vLLM's
 
 
@@ -118,7 +121,7 @@ def template_source(body: dict[str, Any]) -> str | None:
 def template_kwargs(body: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     kw = body.get("chat_template_kwargs")
     if kw is None:
-        return tuple(reasoning_variables(body, {}).items())
+        return tuple(reasoning_variables(body, with_documents(body, {})).items())
     if not isinstance(kw, dict) or len(kw) > MAX_TEMPLATE_KWARGS:
         raise _bad("chat_template_kwargs", f"must be an object of at most "
                    f"{MAX_TEMPLATE_KWARGS} variables")
@@ -126,7 +129,7 @@ def template_kwargs(body: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     if reserved:
         raise _bad("chat_template_kwargs", f"{reserved[0]!r} is set by the server and cannot "
                    "be overridden")
-    return tuple(reasoning_variables(body, kw).items())
+    return tuple(reasoning_variables(body, with_documents(body, kw)).items())
 
 
 def reasoning_variables(body: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
@@ -139,3 +142,27 @@ def reasoning_variables(body: dict[str, Any], kw: dict[str, Any]) -> dict[str, A
         raise _bad("reasoning_effort", f"must be one of {', '.join(REASONING_EFFORTS)}, got "
                    f"{json.dumps(effort)[:40]}")
     return {"enable_thinking": effort != "none", **kw, "reasoning_effort": effort}
+
+
+def with_documents(body: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's merge: a ``documents`` field (when not null) over a kwargs entry of that name."""
+    docs = documents(body)
+    return kw if docs is None else {**kw, "documents": docs}
+
+
+def documents(body: dict[str, Any]) -> list[dict[str, str]] | None:
+    """vLLM's chat ``documents``: null, or a list of objects whose values are strings."""
+    docs = body.get("documents")
+    if docs is None:
+        return None
+    if not isinstance(docs, list):
+        raise _bad("documents", f"must be a list of objects, got {json.dumps(docs)[:50]}")
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise _bad("documents", f"documents[{i}] must be an object of strings, got "
+                       f"{json.dumps(doc)[:50]}")
+        bad = next((k for k, v in doc.items() if not isinstance(v, str)), None)
+        if bad is not None:
+            raise _bad("documents", f"documents[{i}].{bad[:40]} must be a string, got "
+                       f"{json.dumps(doc[bad])[:50]}")
+    return docs
