@@ -124,8 +124,14 @@ def salt_and_priority(body: dict[str, Any]) -> tuple[str | None, int]:
 MAX_HEADER_NAMES = 32  # names listed in one response header
 
 # field -> (allowed default values) for OpenAI features this server does not implement; vLLM's
-# use_beam_search too (README: beam search is not supported), read as vLLM reads a bool
-UNSUPPORTED_COMPLETION = {"suffix": ("",), "use_beam_search": (False,)}
+# use_beam_search too (README: beam search is not supported), read as vLLM reads a bool, and
+# completions' prompt_embeds, which vLLM refuses unless started with --enable-prompt-embeds
+# (an empty list it skips, so it is allowed)
+UNSUPPORTED_COMPLETION = {"suffix": ("",), "use_beam_search": (False,), "prompt_embeds": ([],)}
+# why, where vLLM's own answer says more than "not supported"
+_UNSUPPORTED_WHY = {"prompt_embeds": "You must set `--enable-prompt-embeds` to input "
+                    "`prompt_embeds` (vLLM's answer); this server has no such flag: prompt "
+                    "embeddings are not supported"}
 UNSUPPORTED_CHAT = {"functions": ([],), "use_beam_search": (False,)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
@@ -163,4 +169,5 @@ def check_unsupported(body: dict[str, Any], fields: dict[str, tuple]) -> None:
         if defaults == (False,) and json_bool(value) is False:  # NOTE(lax-bool): "no", 0
             continue
         if value is not None and value not in defaults:
-            raise _bad(name, "is not supported by this server", "unsupported_parameter")
+            raise _bad(name, _UNSUPPORTED_WHY.get(name, "is not supported by this server"),
+                       "unsupported_parameter")
