@@ -343,15 +343,34 @@ class ResponseBuilder:
                     choice["prompt_logprobs"] = self.prompt_lps[i // self.n]
             choice["stop_reason"] = self._stop_reason(i, self.finish[i])
             self.rids.body_choice(choice, i)
-            choices.append(choice)
+            choices.append(_with_nulls(choice, CHOICE_NULLS[self.chat]))
         body = self._envelope("chat.completion" if self.chat else "text_completion")
         body["choices"] = choices
         body["usage"] = self.usage()
-        if self.chat and want_prompt:
-            body["prompt_logprobs"] = self.prompt_lps[0]
         if self.chat:
+            body["prompt_logprobs"] = self.prompt_lps[0] if want_prompt else None
             body["prompt_token_ids"] = self.rids.prompt(0)
-        return body
+        return _with_nulls(body, BODY_NULLS[self.chat])
+
+
+# NOTE(vllm-nulls): vLLM 0.33 answers a body not streamed with its response model dumped
+# whole (model_dump: CompletionResponse / ChatCompletionResponse, their choices and chat's
+# ChatMessage), so the keys it has no value for are there, null; a body here carries them too
+_NULLS = dict.fromkeys(("service_tier", "system_fingerprint", "kv_transfer_params",
+                        "ec_transfer_params", "metrics"))
+BODY_NULLS = {False: _NULLS, True: {**_NULLS, "prompt_text": None}}
+_CHOICE = dict.fromkeys(("routed_experts", "weight_versions"))
+CHOICE_NULLS = {False: {**_CHOICE, "prompt_logprobs": None}, True: _CHOICE}
+MESSAGE_NULLS = dict.fromkeys(("refusal", "annotations", "audio", "function_call", "reasoning"))
+
+
+def _with_nulls(obj: dict[str, Any], nulls: dict[str, None]) -> dict[str, Any]:
+    """``obj`` with each of vLLM's keys it lacks, null (NOTE(vllm-nulls)); chat's message too."""
+    for key in nulls:
+        obj.setdefault(key, None)
+    if "message" in obj:
+        _with_nulls(obj["message"], MESSAGE_NULLS)
+    return obj
 
 
 class ChunkView:
