@@ -80,6 +80,10 @@ async def test_the_id_is_the_header_else_the_body_request_id_else_random(srv):
         assert set(ids) == {"cmpl-mine-2"}
         ids, _, echoed = await stream_ids(s, comp, body)
         assert set(ids) == {"cmpl-" + echoed}
+        # vLLM's Messages API answers through its chat: the same id
+        _, out, _ = await post(s, srv.v1 + "/messages", {**cbody, "model": srv.engine.model_name},
+                               {"X-Request-Id": "trace-9"})
+        assert out["id"] == "chatcmpl-trace-9", out
 
 
 async def test_hostile_ids_never_reach_a_header_and_bad_ones_are_400s(srv):
