@@ -1,8 +1,9 @@
 """Request-body fields: which ones each endpoint knows, and small typed reads of them.
 
 ``null`` means "not given" everywhere; a value of the wrong JSON type is a 400 naming the
-field (bool is never an int; an int is a number, and a number without a fraction, ``3.0``, is
-an int as vLLM's pydantic models read it: json_body.json_int). Every bool field of
+field. Every int and float field is read as vLLM's pydantic models read one (json_body.json_int
+/ json_float, NOTE(lax-int) and NOTE(lax-float)): ``true`` is 1, ``"3"`` and ``3.0`` are 3,
+``"0.5"`` is 0.5; ``3.5`` or ``"abc"`` for an int is a 400 naming the field. Every bool field of
 completions and chat (``opt(..., bool, ...)`` and the family modules alike) goes through
 json_body.bool_field: what vLLM's models read as a bool (``"yes"``, ``1``, ``"off"``...) is
 one (NOTE(lax-bool)); another value is a 400 naming the field.
@@ -20,7 +21,7 @@ from urllib.parse import quote
 
 from kvpool.errors import RequestError
 from kvpool.server.field_policy import IGNORED_FIELDS_HEADER, MAX_NAME_CHARS, is_int
-from kvpool.server.json_body import bool_field, json_bool, json_int
+from kvpool.server.json_body import bool_field, json_bool, json_float, json_int
 from kvpool.server.sampling_fields import SAMPLING_FIELDS
 from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 
@@ -39,21 +40,22 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-_CHECKS = {int: is_int, float: is_number, str: lambda v: isinstance(v, str)}
 _NAMES = {int: "an integer", float: "a number", str: "a string"}
 
 
 def opt(body: dict[str, Any], name: str, kind: type, default: Any, *,
         param: str | None = None) -> Any:
-    """An optional field of one JSON type; a bool read as vLLM reads one (NOTE(lax-bool))."""
+    """An optional field of one JSON type; a bool, int or float read as vLLM reads one
+    (NOTE(lax-bool), NOTE(lax-int), NOTE(lax-float))."""
     if kind is bool:
         return bool_field(body, name, default, param=param)
     value = body.get(name)
     if value is None:
         return default
-    if kind is int and json_int(value) is not None:
-        return json_int(value)
-    if not _CHECKS[kind](value):
+    read = {int: json_int, float: json_float}.get(kind, lambda v: None)(value)
+    if read is not None:
+        return read
+    if kind is not str or not isinstance(value, str):
         raise _bad(param or name, f"must be {_NAMES[kind]}, got {json.dumps(value)[:50]}")
     return value
 
@@ -84,10 +86,14 @@ def stop_strings(stop: Any, max_stop: int) -> tuple[str, ...]:
     return tuple(items)
 
 
-def token_ids(value: Any, param: str, vocab_size: int, *, allow_none: bool = False) -> list[int]:
-    """A list of token ids inside the vocabulary (``null`` is ``[]`` with ``allow_none``)."""
+def token_ids(value: Any, param: str, vocab_size: int, *, allow_none: bool = False,
+              lax: bool = False) -> list[int]:
+    """A list of token ids inside the vocabulary (``null`` is ``[]`` with ``allow_none``);
+    with ``lax`` each id read as vLLM's ``list[int]`` field reads it (NOTE(lax-int))."""
     if value is None and allow_none:
         return []
+    if lax and isinstance(value, list):
+        value = [json_int(t) for t in value]
     if not isinstance(value, list) or not all(is_int(t) for t in value):
         raise _bad(param, "must be a list of integer token ids")
     bad = next((t for t in value if not 0 <= t < vocab_size), None)

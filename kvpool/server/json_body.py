@@ -65,10 +65,12 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from kvpool.errors import RequestError, context_length_error, shown
+from kvpool.server.query_int import json_lax_float, json_lax_int
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
            "LAX_BOOL_STRINGS", "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool",
-           "bool_field", "decode_json_body", "decode_json_text", "json_bool", "json_int",
+           "bool_field", "decode_json_body", "decode_json_text", "json_bool", "json_float",
+           "json_int",
            "key_before",
            "longest_string_over", "require_json", "structural_commas"]
 
@@ -225,15 +227,24 @@ def require_json(request: web.Request) -> None:
                f"has {said})", "unsupported_media_type")
 
 
-def json_int(value: Any) -> int | None:
-    """``value`` as an integer field reads it: an int, or a number without a fraction
-    (``3.0``: JSON Schema's integer, and what vLLM's pydantic models take); else None. A bool is
-    never one."""
-    if isinstance(value, bool):
+def json_int(value: Any, *, strings: bool = True) -> int | None:
+    """``value`` as a vLLM request model's int field reads it (pydantic's lax int,
+    NOTE(lax-int) in query_int.py): an int, a bool (0 / 1), a number without a fraction
+    (``3.0``), a string such as ``"3"`` unless ``strings`` is off; else None."""
+    try:
+        return json_lax_int(value, strings=strings)
+    except ValueError:
         return None
-    if isinstance(value, int):
-        return value
-    return int(value) if isinstance(value, float) and value.is_integer() else None
+
+
+def json_float(value: Any) -> float | None:
+    """``value`` as a vLLM request model's float field reads it (pydantic's lax float,
+    NOTE(lax-float) in query_int.py): a number, a bool, a string such as ``"0.5"``; else
+    None."""
+    try:
+        return json_lax_float(value)
+    except ValueError:
+        return None
 
 
 # NOTE(lax-bool): the strings pydantic's lax bool reads (vLLM's request models and FastAPI's

@@ -53,9 +53,11 @@ def _count(body: dict[str, Any], name: str, bound: int) -> int | None:
     v = body.get(name)
     if v is None:
         return None
-    if json_int(v) is None:
-        raise _bad(name, f"must be an integer, got {json.dumps(v)[:50]}")
-    v = json_int(v)
+    # NOTE(lax-int), less strings: vLLM's check_logprobs refuses a string for these three
+    # before its model reads them (so true is 1 here, "3" a 400)
+    v = json_int(v, strings=False)
+    if v is None:
+        raise _bad(name, f"must be an integer, got {json.dumps(body[name])[:50]}")
     if not 0 <= v <= bound:
         raise _bad(name, f"must be between 0 and {bound} (--max-logprobs), got {shown(v)}")
     return v

@@ -247,7 +247,7 @@ class RequestParser:
             seed=opt(body, "seed", int, None),
             stop=stop_strings(body.get("stop"), self.max_stop),
             stop_token_ids=token_ids(body.get("stop_token_ids"), "stop_token_ids",
-                                     self.vocab_size, allow_none=True),
+                                     self.vocab_size, allow_none=True, lax=True),
             ignore_eos=opt(body, "ignore_eos", bool, False),
             logprobs=engine_lps, prompt_logprobs=prompt_lps,
             **self._controls(body, tools))

