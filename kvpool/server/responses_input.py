@@ -34,6 +34,7 @@ from typing import Any
 from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.field_policy import FieldPolicy
+from kvpool.server.json_body import bool_field
 from kvpool.server.response_store import StoredResponse
 from kvpool.server.responses_echo import ECHOED, echoed_fields
 from kvpool.server.responses_tools import ResponsesTools, forced_text_format, tool_fields
@@ -135,7 +136,7 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     reasoning = _reasoning(body, chat)
     chat.update(tool_fields(body))
     _constraint(body, fmt, chat)
-    store = _opt(body, "store", bool, True)
+    store = bool_field(body, "store", True)  # NOTE(lax-bool): as vLLM's model reads it
     return ResponsesInput(chat=chat, conversation=conversation, instructions=instructions,
                           previous_id=previous_id, store=store, metadata=_metadata(body),
                           max_output_tokens=max_output, ignored=ignored, text=_text_echo(body),
@@ -167,7 +168,7 @@ def _text_echo(body: dict[str, Any]) -> dict[str, Any] | None:
 def _background(body: dict[str, Any], store: bool) -> bool:
     """``background``: only with ``store``, vLLM's rule and words (its ResponsesRequest
     validate_background); what it runs: responses_background.py NOTE(background)."""
-    background = _opt(body, "background", bool, False)
+    background = bool_field(body, "background", False)  # NOTE(lax-bool)
     if background and not store:
         raise _bad("background", "background can only be used when `store` is true")
     return background

@@ -29,6 +29,7 @@ import uuid
 from typing import Any
 
 from kvpool.errors import RequestError
+from kvpool.server.json_body import json_bool
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -51,11 +52,12 @@ class ResponsesTools:
 
     def __init__(self, body: dict[str, Any]) -> None:
         tools = body.get("tools")
-        self.tools = [{**_TOOL_NULLS, **t} for t in tools] if isinstance(tools, list) else []
+        self.tools = [{**_TOOL_NULLS, **t, "strict": json_bool(t.get("strict"))}
+                      for t in tools] if isinstance(tools, list) else []  # NOTE(lax-bool)
         self.tool_choice = body.get("tool_choice") or "auto"
         if not self.tools and self.tool_choice in ("auto", "none"):
             self.tool_choice = "none"
-        self.parallel = body.get("parallel_tool_calls") is not False
+        self.parallel = json_bool(body.get("parallel_tool_calls")) is not False
 
 
 def tool_fields(body: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +112,7 @@ def forced_text_format(body: dict[str, Any]) -> dict[str, Any] | None:
             {"properties": {"name": {"type": "string", "enum": [name]},
                             "parameters": {k: v for k, v in p.items() if k != "$defs"}},
              "required": ["name", "parameters"]} for name, p in params.items()]}}
-        if body.get("parallel_tool_calls") is False:
+        if json_bool(body.get("parallel_tool_calls")) is False:  # NOTE(lax-bool)
             schema["maxItems"] = 1
         defs = {k: v for p in params.values() if isinstance(p.get("$defs"), dict)
                 for k, v in p["$defs"].items()}

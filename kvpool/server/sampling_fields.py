@@ -107,8 +107,7 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
         raise _bad(p, "json_schema.name must be 1-64 characters of a-z, A-Z, 0-9, _ or -")
     if js.get("description") is not None and not isinstance(js["description"], str):
         raise _bad(p, "json_schema.description must be a string")
-    if js.get("strict") is not None and not isinstance(js["strict"], bool):
-        raise _bad(p, "json_schema.strict must be a boolean")
+    bool_field(js, "strict", param=p)  # NOTE(lax-bool)
     schema = js.get("schema")
     return GrammarSpec.json_schema({} if schema is None else schema, name)
 

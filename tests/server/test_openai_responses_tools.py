@@ -227,7 +227,7 @@ BAD = [
     ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": {"type": "web_search_preview"}}, "tool_choice"),
-    ({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": "yes"},
+    ({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": "maybe"},
      "parallel_tool_calls"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"input": [{"type": "function_call_output", "output": "1"}]}, "input[0].call_id"),

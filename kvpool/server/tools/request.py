@@ -22,6 +22,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
+from kvpool.server.json_body import bool_field
 from kvpool.server.tools.calls import Extracted
 from kvpool.server.tools.forced import CallArrayStream, NamedStream
 from kvpool.server.tools.stream import ParserStream
@@ -87,15 +88,12 @@ def parse_tool_request(body: dict[str, Any], parser: Any) -> ToolRequest | None:
     """``parser``: the auto parser, or None without --enable-auto-tool-choice. None: the
     request has no tools."""
     tools = _tools(body.get("tools"))
-    parallel = body.get("parallel_tool_calls")
-    if parallel is not None and not isinstance(parallel, bool):
-        raise _bad("parallel_tool_calls", "must be a boolean")
+    parallel = bool_field(body, "parallel_tool_calls", True)  # NOTE(lax-bool): "no", 0 too
     choice, name = _choice(body.get("tool_choice"), tools)
     if not tools:
         return None
     if choice == "auto" and parser is None:
         raise RequestError(AUTO_NEEDS_FLAGS, param="tool_choice")
-    parallel = parallel is not False
     grammar = _compile(forced_schema(tools, name, parallel), tools, name) \
         if choice in ("named", "required") else None
     return ToolRequest(tuple(tools), choice, name, parallel,
@@ -113,6 +111,7 @@ def _tools(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or len(value) > MAX_TOOLS:
         raise _bad("tools", f"must be a list of at most {MAX_TOOLS} tool objects")
     seen: set[str] = set()
+    out = []
     for i, tool in enumerate(value):
         where = f"tools[{i}]"
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
@@ -121,24 +120,27 @@ def _tools(value: Any) -> list[dict[str, Any]]:
         fn = tool.get("function")
         if not isinstance(fn, dict):
             raise _bad(f"{where}.function", "must be an object with a name")
-        _function(fn, f"{where}.function")
+        strict = _function(fn, f"{where}.function")
         if fn["name"] in seen:
             raise _bad(f"{where}.function.name", f"{fn['name']!r} is given twice")
         seen.add(fn["name"])
-    return value
+        # the template sees strict as vLLM's parsed tool holds it: a bool ("no" -> false)
+        out.append(tool if strict is fn.get("strict") else
+                   {**tool, "function": {**fn, "strict": strict}})
+    return out
 
 
-def _function(fn: dict[str, Any], where: str) -> None:
+def _function(fn: dict[str, Any], where: str) -> bool | None:
+    """Checks one function; its ``strict`` as vLLM reads it (NOTE(lax-bool))."""
     name = fn.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise _bad(f"{where}.name", "is required: 1-64 characters of a-z, A-Z, 0-9, _, . or -")
     if fn.get("description") is not None and not isinstance(fn["description"], str):
         raise _bad(f"{where}.description", "must be a string")
-    if fn.get("strict") is not None and not isinstance(fn["strict"], bool):
-        raise _bad(f"{where}.strict", "must be a boolean")
     params = fn.get("parameters")
     if params is not None:
         _schema_shape(params, f"{where}.parameters")
+    return bool_field(fn, "strict", param=f"{where}.strict")
 
 
 def _schema_shape(schema: Any, param: str) -> None:
