@@ -13,8 +13,7 @@ from bench.heldout_bi_parts import local_hour, weekday
 from bench.heldout_call_center import KINDS, call_center, generate
 from bench.heldout_call_center_parts import DAY, HOUR
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import (check_full_blocks, common, registered_small_runs,
-                                     shared_tokens, tokens)
+from tests.bench.trace_parts import check_chains, common, registered_small_runs, tokens
 
 ROLE = {"voice": "voice", "assist": "assist"}
 
@@ -63,14 +62,7 @@ def test_request_and_block_counts(seed):
 def test_prefix_chains_are_well_formed(run):
     """A block id always follows the same parent, and each request is the full blocks of its
     segments: two requests share exactly the blocks of the segments they start with."""
-    parent: dict[int, int | None] = {}
-    for req in run.trace:
-        for k, b in enumerate(req):
-            assert parent.setdefault(b, req[k - 1] if k else None) == (req[k - 1] if k else None)
-    check_full_blocks(run)
-    for i, j in itertools.pairwise(range(0, len(run.trace), 7)):
-        a, b = run.meta[i][3], run.meta[j][3]
-        assert common(run.trace[i], run.trace[j]) == shared_tokens(a, b) // BLOCK
+    check_chains(run, 7)
 
 
 def test_live_prompts_have_their_head(run):

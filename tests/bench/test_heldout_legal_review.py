@@ -16,7 +16,7 @@ from bench.heldout_legal_desk import CITES, DOC_CAP
 from bench.heldout_legal_jobs import QC_SHARE
 from bench.heldout_legal_parts import DAY, HOUR, MATTER_KINDS, first_change
 from bench.heldout_legal_review import BATCH, KINDS, LAWYER, generate, legal_review
-from tests.bench.trace_parts import (by_kind, check_full_blocks, common, registered_small_runs,
+from tests.bench.trace_parts import (by_kind, check_chains, common, registered_small_runs,
                                      shared_tokens, tokens)
 
 BOOK = ("draft", "issues")  # the kinds with the firm's playbook after its profile
@@ -78,14 +78,7 @@ def test_prefix_chains_are_well_formed(run):
     """A block id always follows the same parent (none for a first block), and each request
     is the full blocks of its segments: two requests share exactly the blocks of the
     segments they start with."""
-    parent: dict[int, int | None] = {}
-    for req in run.trace:
-        for k, b in enumerate(req):
-            assert parent.setdefault(b, req[k - 1] if k else None) == (req[k - 1] if k else None)
-    check_full_blocks(run)
-    for i, j in itertools.pairwise(range(0, len(run.trace), 5)):
-        a, b = run.meta[i][3], run.meta[j][3]
-        assert common(run.trace[i], run.trace[j]) == shared_tokens(a, b) // BLOCK
+    check_chains(run, 5)
 
 
 def test_every_prompt_starts_with_the_system_prompt_and_its_head(run):

@@ -4,6 +4,7 @@ blocks by bench.heldout_fewshot.Blocks), and a run's requests grouped by a key."
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import defaultdict
 from collections.abc import Callable
@@ -29,6 +30,20 @@ def check_full_blocks(run) -> None:
     for i, m in enumerate(run.meta):
         assert len(run.trace[i]) == tokens(m[3]) // BLOCK
         assert first.setdefault(tuple(m[3]), run.trace[i]) == run.trace[i]
+
+
+def check_chains(run, stride: int) -> None:
+    """A block id always follows the same parent (none for a first block), each request is the
+    full blocks of its segments (check_full_blocks), and two requests ``stride`` apart share
+    exactly the blocks of the segments they start with."""
+    parent: dict[int, int | None] = {}
+    for req in run.trace:
+        for k, b in enumerate(req):
+            assert parent.setdefault(b, req[k - 1] if k else None) == (req[k - 1] if k else None)
+    check_full_blocks(run)
+    for i, j in itertools.pairwise(range(0, len(run.trace), stride)):
+        a, b = run.meta[i][3], run.meta[j][3]
+        assert common(run.trace[i], run.trace[j]) == shared_tokens(a, b) // BLOCK
 
 
 def shared_tokens(a: list[tuple], b: list[tuple]) -> int:
