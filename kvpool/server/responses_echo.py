@@ -12,7 +12,8 @@ pydantic model checks it (a 400 naming it) and echoed::
     prompt_cache_options    {"mode": "implicit"|"explicit", "ttl": "30m",
                             "comparison_response_id"?, "prewarm"?}: echoed without prewarm,
                             mode and ttl filled with their defaults; or null
-    max_tool_calls          an integer, or null
+    max_tool_calls          an integer (read as vLLM's pydantic int reads one: "3", 3.0,
+                            true; NOTE(lax-int)), or null
 
 The other fields vLLM's response object has and this server has no value for are null:
 ``prompt`` (a template is a 400, responses_input.py), ``kv_transfer_params``,
@@ -22,9 +23,11 @@ The other fields vLLM's response object has and this server has no value for are
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kvpool.errors import RequestError
+from kvpool.server.json_body import json_int
 
 __all__ = ["ECHOED", "echoed_fields"]
 
@@ -49,8 +52,11 @@ def echoed_fields(body: dict[str, Any]) -> dict[str, Any]:
     if retention is not None and retention not in RETENTIONS:
         raise _bad("prompt_cache_retention", "must be 'in_memory' or '24h'")
     tools = body.get("max_tool_calls")
-    if tools is not None and (not isinstance(tools, int) or isinstance(tools, bool)):
-        raise _bad("max_tool_calls", "must be an integer")
+    if tools is not None:  # NOTE(lax-int): echoed as the int read
+        tools = json_int(tools)
+        if tools is None:
+            raise _bad("max_tool_calls", "must be an integer, got "
+                       f"{json.dumps(body['max_tool_calls'])[:50]}")
     return {"service_tier": tier, "safety_identifier": _text(body, "safety_identifier"),
             "prompt_cache_key": _text(body, "prompt_cache_key"),
             "prompt_cache_retention": retention, "max_tool_calls": tools,

@@ -34,7 +34,7 @@ from typing import Any
 from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.field_policy import FieldPolicy
-from kvpool.server.json_body import bool_field
+from kvpool.server.json_body import bool_field, json_int
 from kvpool.server.response_store import StoredResponse
 from kvpool.server.responses_echo import ECHOED, echoed_fields
 from kvpool.server.responses_tools import ResponsesTools, forced_text_format, tool_fields
@@ -103,8 +103,19 @@ def _opt(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     value = body.get(name)
     if value is None:
         return default
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+    if kind is int:  # NOTE(lax-int): as vLLM's ResponsesRequest reads an int ("3", 3.0, true)
+        return _int(body, name)
+    if not isinstance(value, kind):
         raise _bad(name, f"must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _int(body: dict[str, Any], name: str) -> int:
+    """Field ``name`` (not null) as vLLM's pydantic int reads it (json_body.json_int,
+    NOTE(lax-int)), else a 400 naming it."""
+    value = json_int(body[name])
+    if value is None:
+        raise _bad(name, f"must be an integer, got {json.dumps(body[name])[:50]}")
     return value
 
 
@@ -226,14 +237,14 @@ def _include(body: dict[str, Any], chat: dict[str, Any]) -> int | None:
     include = _opt(body, "include", list, [])
     if not all(isinstance(x, str) for x in include):
         raise _bad("include", "must be a list of strings")
-    top = body.get("top_logprobs")
+    # NOTE(lax-int): a string too ("2"): vLLM's Responses model reads it as any int field,
+    # with no check_logprobs before it as chat has (logprob_fields.py); the bound is chat's
+    top = None if body.get("top_logprobs") is None else _int(body, "top_logprobs")
     if INCLUDE_LOGPROBS in include:
         chat["logprobs"] = True
         if top is not None:
             chat["top_logprobs"] = top
         return 0 if top is None else top
-    if top is not None and (not isinstance(top, int) or isinstance(top, bool)):
-        raise _bad("top_logprobs", "must be an integer")
     return None
 
 

@@ -147,7 +147,7 @@ async def test_the_fields_vllm_echoes_are_echoed_and_checked(srv):
     got = await answers(srv, {**PLAIN, "prompt_cache_retention": "in-memory"})
     assert {r["prompt_cache_retention"] for r in got} == {"in_memory"}
     bad = [("service_tier", "fast"), ("service_tier", None), ("prompt_cache_retention", "1h"),
-           ("max_tool_calls", "2"), ("safety_identifier", 3),
+           ("max_tool_calls", "2.5"), ("safety_identifier", 3),
            ("prompt_cache_options", {"ttl": "1h"})]
     async with aiohttp.ClientSession() as s:
         for name, value in bad:
