@@ -10,8 +10,9 @@ pydantic model checks it (a 400 naming it) and echoed::
     prompt_cache_key        a string, or null
     prompt_cache_retention  "in_memory" or "24h" ("in-memory" read as "in_memory"), or null
     prompt_cache_options    {"mode": "implicit"|"explicit", "ttl": "30m",
-                            "comparison_response_id"?, "prewarm"?}: echoed without prewarm,
-                            mode and ttl filled with their defaults; or null
+                            "comparison_response_id"?, "prewarm"?}: echoed without prewarm
+                            (a bool as vLLM reads one, NOTE(lax-bool)), mode and ttl filled
+                            with their defaults; or null
     max_tool_calls          an integer (read as vLLM's pydantic int reads one: "3", 3.0,
                             true; NOTE(lax-int)), or null
 
@@ -27,7 +28,7 @@ import json
 from typing import Any
 
 from kvpool.errors import RequestError
-from kvpool.server.json_body import json_int
+from kvpool.server.json_body import json_bool, json_int
 
 __all__ = ["ECHOED", "echoed_fields"]
 
@@ -85,6 +86,6 @@ def _cache_options(value: Any) -> dict[str, Any] | None:
         raise _bad(f"{where}.ttl", "must be '30m'")
     if compare is not None and not isinstance(compare, str):
         raise _bad(f"{where}.comparison_response_id", "must be a string")
-    if prewarm is not None and not isinstance(prewarm, bool):
-        raise _bad(f"{where}.prewarm", "must be a boolean")
+    if prewarm is not None and json_bool(prewarm) is None:  # NOTE(lax-bool): "yes", 0 too
+        raise _bad(f"{where}.prewarm", f"must be a boolean, got {json.dumps(prewarm)[:50]}")
     return {"mode": mode, "ttl": ttl, "comparison_response_id": compare}

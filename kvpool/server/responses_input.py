@@ -34,7 +34,7 @@ from typing import Any
 from kvpool.errors import RequestError, shown
 from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.field_policy import FieldPolicy
-from kvpool.server.json_body import bool_field, json_int
+from kvpool.server.json_body import bool_field, json_bool, json_int
 from kvpool.server.response_store import StoredResponse
 from kvpool.server.responses_echo import ECHOED, echoed_fields
 from kvpool.server.responses_tools import ResponsesTools, forced_text_format, tool_fields
@@ -160,7 +160,8 @@ def _text_echo(body: dict[str, Any]) -> dict[str, Any] | None:
     """The response's ``text``: vLLM echoes the request's ``text`` as its pydantic
     ResponseTextConfig dumps it, every field (``format``, ``verbosity``; a json_schema format's
     ``description`` and ``strict``) null where not sent, and null when no ``text`` came; under
-    a forcing ``tool_choice`` its tool parser's replacement (NOTE(forced-text))."""
+    a forcing ``tool_choice`` its tool parser's replacement (NOTE(forced-text)). ``strict``
+    is echoed as the bool vLLM's model reads (NOTE(lax-bool))."""
     forced = forced_text_format(body)
     if forced is not None:
         return {"format": {**forced, "description": None}, "verbosity": None}
@@ -171,8 +172,10 @@ def _text_echo(body: dict[str, Any]) -> dict[str, Any] | None:
     if verbosity not in VERBOSITIES:
         raise _bad("text.verbosity", "must be 'low', 'medium' or 'high'")
     fmt = text.get("format")
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":  # NOTE(lax-bool): strict
+        # as its model read it ("yes": true); one it cannot read is the chat parser's 400
         fmt = {"description": None, "strict": None, **fmt}
+        fmt["strict"] = json_bool(fmt["strict"])
     return {"format": fmt, "verbosity": verbosity}
 
 
