@@ -10,15 +10,16 @@ into chunks (``stream=true``) or, at the end, into one body::
       no stream-> texts[0] += "ab"; texts[2] += "x"; finish[2] = "length"
 
 Shapes follow OpenAI: ``text_completion`` / ``chat.completion`` bodies, ``text_completion`` /
-``chat.completion.chunk`` chunks; with ``stream_options.include_usage`` every chunk carries
-``"usage": null`` (with vLLM's ``continuous_usage_stats``: the usage so far) and a last chunk
-has ``"choices": []`` and the usage. Chat ``echo`` (vLLM): the final assistant message opens
-the content (the role chunk of a stream carries it).
+``chat.completion.chunk`` chunks; with ``stream_options.include_usage`` a last chunk has
+``"choices": []`` and the usage (with vLLM's ``continuous_usage_stats`` each chunk also has the
+usage so far). Which keys each body and chunk carries: vllm_keys.py. Chat ``echo`` (vLLM):
+the final assistant message opens the content (the role chunk of a stream carries it).
 
 Several prompts (completions): prompt i's sequence j is choice ``i * n + j`` (OpenAI's order);
 usage sums over the prompts. ``best_of`` > n: each prompt's ``best_of`` sequences run and the
-n of highest cumulative logprob are its choices (vLLM v0's rule), usage counting those. Each choice carries vLLM's ``stop_reason`` (the stop string or
-stop token id that ended it, else null); logprobs per logprob_format.py.
+n of highest cumulative logprob are its choices (vLLM v0's rule), usage counting those. A
+choice's ``stop_reason`` (vLLM's) is the stop string or stop token id that ended it, else null;
+logprobs per logprob_format.py.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.returned_ids import ReturnedIds
+from kvpool.server.vllm_keys import (BODY_NULLS, CHOICE_NULLS, choice_chunk, chunk_choice,
+                                     usage_so_far, with_nulls)
 
 __all__ = ["SSE_DONE", "ChunkView", "ResponseBuilder", "sse_event"]
 
@@ -278,12 +281,11 @@ class ResponseBuilder:
             choice = {"index": index, "text": text, "logprobs": logprobs,
                       "finish_reason": finish}
             chunk = self._envelope("text_completion")
-        choice["stop_reason"] = self._stop_reason(index, finish)
         self.rids.stream_choice(choice, index, ids)
-        chunk["choices"] = [choice]
-        if self.req.include_usage:
-            chunk["usage"] = self.usage() if self.req.continuous_usage else None
-        return chunk
+        chunk_choice(choice, self._stop_reason(index, finish), chat=self.chat,
+                     final=finish is not None)
+        usage = self.usage() if self.req.continuous_usage else None
+        return choice_chunk(chunk, choice, usage, chat=self.chat)
 
     def role_chunks(self) -> list[dict[str, Any]]:
         """Chat streams open each choice with an assistant-role delta (OpenAI does)."""
@@ -296,8 +298,9 @@ class ResponseBuilder:
             chunk["choices"] = [{"index": i, "delta": {"role": "assistant",
                                                        "content": self.req.echo_text},
                                  "logprobs": None, "finish_reason": None}]
-            if self.req.include_usage:
-                chunk["usage"] = self.usage() if self.req.continuous_usage else None
+            chunk["prompt_text"] = None  # vLLM's return_prompt_text is not acted on
+            if self.req.continuous_usage:  # NOTE(vllm-chunk-keys) in vllm_keys.py
+                chunk["usage"] = usage_so_far(self.usage(), chat=True)
             out.append(chunk)
         return out
 
@@ -343,34 +346,14 @@ class ResponseBuilder:
                     choice["prompt_logprobs"] = self.prompt_lps[i // self.n]
             choice["stop_reason"] = self._stop_reason(i, self.finish[i])
             self.rids.body_choice(choice, i)
-            choices.append(_with_nulls(choice, CHOICE_NULLS[self.chat]))
+            choices.append(with_nulls(choice, CHOICE_NULLS[self.chat]))
         body = self._envelope("chat.completion" if self.chat else "text_completion")
         body["choices"] = choices
         body["usage"] = self.usage()
         if self.chat:
             body["prompt_logprobs"] = self.prompt_lps[0] if want_prompt else None
             body["prompt_token_ids"] = self.rids.prompt(0)
-        return _with_nulls(body, BODY_NULLS[self.chat])
-
-
-# NOTE(vllm-nulls): vLLM 0.33 answers a body not streamed with its response model dumped
-# whole (model_dump: CompletionResponse / ChatCompletionResponse, their choices and chat's
-# ChatMessage), so the keys it has no value for are there, null; a body here carries them too
-_NULLS = dict.fromkeys(("service_tier", "system_fingerprint", "kv_transfer_params",
-                        "ec_transfer_params", "metrics"))
-BODY_NULLS = {False: _NULLS, True: {**_NULLS, "prompt_text": None}}
-_CHOICE = dict.fromkeys(("routed_experts", "weight_versions"))
-CHOICE_NULLS = {False: {**_CHOICE, "prompt_logprobs": None}, True: _CHOICE}
-MESSAGE_NULLS = dict.fromkeys(("refusal", "annotations", "audio", "function_call", "reasoning"))
-
-
-def _with_nulls(obj: dict[str, Any], nulls: dict[str, None]) -> dict[str, Any]:
-    """``obj`` with each of vLLM's keys it lacks, null (NOTE(vllm-nulls)); chat's message too."""
-    for key in nulls:
-        obj.setdefault(key, None)
-    if "message" in obj:
-        _with_nulls(obj["message"], MESSAGE_NULLS)
-    return obj
+        return with_nulls(body, BODY_NULLS[self.chat])
 
 
 class ChunkView:

@@ -2,7 +2,7 @@
 response models, which its server dumps whole (model_dump: every field, null when unset):
 CompletionResponse / CompletionResponseChoice, ChatCompletionResponse /
 ChatCompletionResponseChoice / ChatMessage (tool_calls left out when empty). NOTE(vllm-nulls)
-in kvpool/server/responses.py. On a real server, n=1 and n=2."""
+in kvpool/server/vllm_keys.py. On a real server, n=1 and n=2."""
 
 from __future__ import annotations
 
