@@ -284,8 +284,15 @@ class ResponseBuilder:
         self.rids.stream_choice(choice, index, ids)
         chunk_choice(choice, self._stop_reason(index, finish), chat=self.chat,
                      final=finish is not None)
-        usage = self.usage() if self.req.continuous_usage else None
+        usage = self._usage_of(index) if self.req.continuous_usage else None
         return choice_chunk(chunk, choice, usage, chat=self.chat)
+
+    def _usage_of(self, i: int, generated: int | None = None) -> dict[str, Any]:
+        """continuous_usage_stats' counts on choice i's chunks (NOTE(vllm-chunk-keys)): its
+        prompt's tokens and its own tokens so far, as vLLM counts them."""
+        prompt = self.prompt_tokens[i // self.n]
+        done = self.num_generated[i] if generated is None else generated
+        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
 
     def role_chunks(self) -> list[dict[str, Any]]:
         """Chat streams open each choice with an assistant-role delta (OpenAI does)."""
@@ -300,7 +307,7 @@ class ResponseBuilder:
                                  "logprobs": None, "finish_reason": None}]
             chunk["prompt_text"] = None  # vLLM's return_prompt_text is not acted on
             if self.req.continuous_usage:  # NOTE(vllm-chunk-keys) in vllm_keys.py
-                chunk["usage"] = usage_so_far(self.usage(), chat=True)
+                chunk["usage"] = usage_so_far(self._usage_of(i, 0), chat=True)
             out.append(chunk)
         return out
 

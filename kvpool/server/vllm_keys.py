@@ -22,7 +22,9 @@ usage (last)       ``usage`` only (dumped without nulls); choices ``[]``
 
 ``usage`` is on a choice chunk only with ``continuous_usage_stats``: prompt_tokens,
 completion_tokens, total_tokens, and on chat ``completion_tokens_details`` (null: no reasoning
-parser here). Without it no chunk but the last has the key.
+parser here). Without it no chunk but the last has the key. Its counts are the choice's own, as
+vLLM's generators keep them: its prompt's tokens, and the tokens that choice generated so far
+(0 on chat's role chunk), not the request's totals (those are the last chunk's).
 """
 
 from __future__ import annotations

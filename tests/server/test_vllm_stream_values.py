@@ -1,0 +1,59 @@
+"""What completions / chat stream chunks hold beside their keys (those:
+test_vllm_stream_keys.py), against vLLM 0.33's stream generators: continuous_usage_stats counts
+per choice, a token that brings no text still gets its chunk (chat's delta ``{"content": ""}``),
+and a chat echo comes in a chunk of its own after the role chunks
+(NOTE(vllm-chunk-keys) in kvpool/server/vllm_keys.py). Raw SSE from a real server."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+
+EVERY = {"include_usage": True, "continuous_usage_stats": True}
+CHAT = [{"role": "user", "content": "Once"}]
+NEVER = "\u2603 a stop string this tiny model will not write \u2603"  # held back, never met
+
+
+async def chunks(srv, path: str, body: dict) -> list[dict]:
+    body = {"model": srv.engine.model_name, "stream": True, "temperature": 0, **body}
+    async with aiohttp.ClientSession() as s, s.post(srv.url + path, json=body) as r:
+        assert r.status == 200, await r.text()
+        raw = await r.text()
+    events = [e.removeprefix("data: ") for e in raw.split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+def usage(prompt: int, done: int, chat: bool) -> dict:
+    out = {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+    return {**out, "completion_tokens_details": None} if chat else out
+
+
+async def test_completions_usage_counts_each_choice(srv):
+    prompts = ["Once", "Tell me a story"]
+    body = {"prompt": prompts, "n": 2, "max_tokens": 5, "temperature": 1.0, "seed": 3,
+            "return_token_ids": True, "stream_options": EVERY}
+    got = await chunks(srv, "/v1/completions", body)
+    done = [0] * 4
+    for chunk in got[:-1]:
+        (choice,) = chunk["choices"]
+        i = choice["index"]
+        done[i] += len(choice["token_ids"])
+        prompt = len(srv.engine.tokenizer.encode(prompts[i // 2]))
+        assert chunk["usage"] == usage(prompt, done[i], False), (i, chunk)
+    assert done == [5] * 4 and got[-1]["usage"]["completion_tokens"] == 20
+
+
+async def test_chat_usage_counts_each_choice(srv):
+    body = {"messages": CHAT, "n": 2, "max_tokens": 5, "temperature": 1.0, "seed": 3,
+            "return_token_ids": True, "stream_options": EVERY}
+    got = await chunks(srv, "/v1/chat/completions", body)
+    prompt = got[-1]["usage"]["prompt_tokens"]
+    done = [0, 0]
+    for chunk in got[:-1]:
+        (choice,) = chunk["choices"]
+        i = choice["index"]
+        done[i] += len(choice.get("token_ids") or ())
+        assert chunk["usage"] == usage(prompt, done[i], True), (i, chunk)
+    assert done == [5, 5] and got[-1]["usage"]["completion_tokens"] == 10
