@@ -126,8 +126,8 @@ class ResponseBuilder:
             if c.logprobs:
                 self.cum_logprob[i] += sum(x.logprob for x in c.logprobs)
             lp = self._fold_logprobs(i, c)
-            ids = c.token_ids if self.rids.on else ()  # returned_ids.py: a chunk for them
-            if c.text or c.finish_reason is not None or lp or ids:
+            ids = c.token_ids if self.rids.on else ()  # returned_ids.py: in their chunk
+            if c.text or c.token_ids or c.finish_reason is not None:  # NOTE(vllm-chunk-keys)
                 reason = c.finish_reason if c.finish_reason in OPENAI_FINISH else None
                 if self.tool_streams is None:
                     chunks.append(self._chunk(i, c.text, reason, lp, ids=ids))
@@ -145,7 +145,7 @@ class ResponseBuilder:
         if reason == "stop" and reader.called and self.req.tools.call_finish:
             reason = "tool_calls"
         if not deltas:
-            return [self._chunk(i, "", reason, lp, ids=ids)] if reason or lp or ids else []
+            return [self._chunk(i, "", reason, lp, {}, ids)] if reason or lp or ids else []
         last = len(deltas) - 1
         return [self._chunk(i, "", reason if k == last else None, lp if k == last else None,
                             delta, ids if k == last else ()) for k, delta in enumerate(deltas)]
@@ -273,7 +273,8 @@ class ResponseBuilder:
                delta: dict[str, Any] | None = None, ids: tuple[int, ...] = ()
                ) -> dict[str, Any]:
         if self.chat:
-            delta = delta if delta is not None else {"content": text} if text else {}
+            if delta is None:  # NOTE(vllm-chunk-keys): {} only before any token
+                delta = {"content": text} if text or self.num_generated[index] else {}
             choice = {"index": index, "delta": delta, "logprobs": logprobs,
                       "finish_reason": finish}
             chunk = self._envelope("chat.completion.chunk")

@@ -20,6 +20,11 @@ chat content       ``kv_transfer_params``; its choice: index, delta, logprobs, f
 usage (last)       ``usage`` only (dumped without nulls); choices ``[]``
 =================  ========================================================================
 
+Every update that brings a choice tokens gets its chunk, text or not (a stop string held back,
+a stop token's): a chat delta is then ``{"content": ""}``; ``{}`` only where no token came yet
+(a choice that finished without any), and on an update read for tool calls that holds its
+text back (vLLM's parser's ``DeltaMessage()``).
+
 ``usage`` is on a choice chunk only with ``continuous_usage_stats``: prompt_tokens,
 completion_tokens, total_tokens, and on chat ``completion_tokens_details`` (null: no reasoning
 parser here). Without it no chunk but the last has the key. Its counts are the choice's own, as

@@ -57,3 +57,31 @@ async def test_chat_usage_counts_each_choice(srv):
         done[i] += len(choice.get("token_ids") or ())
         assert chunk["usage"] == usage(prompt, done[i], True), (i, chunk)
     assert done == [5, 5] and got[-1]["usage"]["completion_tokens"] == 10
+
+
+async def test_a_token_without_text_still_gets_its_chunk(srv):
+    """A stop string held back: its tokens bring no text yet, and vLLM sends each update a
+    chunk all the same (chat: ``{"content": ""}``, never ``{}`` once a token came)."""
+    got = await chunks(srv, "/v1/chat/completions",
+                       {"messages": CHAT, "max_tokens": 8, "stop": [NEVER]})
+    deltas = [c["choices"][0]["delta"] for c in got[1:]]
+    assert len(deltas) > 1 and {"content": ""} in deltas[:-1], deltas
+    assert all(set(d) == {"content"} for d in deltas), deltas
+    got = await chunks(srv, "/v1/completions", {"prompt": "Once", "max_tokens": 8,
+                                                "stop": [NEVER]})
+    texts = [c["choices"][0]["text"] for c in got]
+    assert len(texts) > 1 and "" in texts[:-1], texts
+
+
+async def test_a_stop_token_ends_the_chat_with_empty_content(srv):
+    """The stop token adds no text (NOTE(stop-token-text)): the final chunk's delta is
+    ``{"content": ""}``, as vLLM's for every chunk after the first token."""
+    ids = {"return_token_ids": True}
+    got = await chunks(srv, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 6, **ids})
+    tokens = [t for c in got[1:] for t in c["choices"][0]["token_ids"]]
+    stop = next(t for k, t in enumerate(tokens) if k and t not in tokens[:k])
+    got = await chunks(srv, "/v1/chat/completions",
+                       {"messages": CHAT, "max_tokens": 6, "stop_token_ids": [stop]})
+    final = got[-1]["choices"][0]
+    assert final["finish_reason"] == "stop" and final["stop_reason"] == stop
+    assert all(set(c["choices"][0]["delta"]) == {"content"} for c in got[1:]), got
