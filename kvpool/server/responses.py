@@ -13,7 +13,7 @@ Shapes follow OpenAI: ``text_completion`` / ``chat.completion`` bodies, ``text_c
 ``chat.completion.chunk`` chunks; with ``stream_options.include_usage`` a last chunk has
 ``"choices": []`` and the usage (with vLLM's ``continuous_usage_stats`` each chunk also has the
 usage so far). Which keys each body and chunk carries: vllm_keys.py. Chat ``echo`` (vLLM):
-the final assistant message opens the content (the role chunk of a stream carries it).
+the final assistant message opens the content (a stream's echo chunks, after the role chunks).
 
 Several prompts (completions): prompt i's sequence j is choice ``i * n + j`` (OpenAI's order);
 usage sums over the prompts. ``best_of`` > n: each prompt's ``best_of`` sequences run and the
@@ -36,7 +36,7 @@ from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.returned_ids import ReturnedIds
 from kvpool.server.vllm_keys import (BODY_NULLS, CHOICE_NULLS, choice_chunk, chunk_choice,
-                                     usage_so_far, with_nulls)
+                                     echo_choice, usage_so_far, with_nulls)
 
 __all__ = ["SSE_DONE", "ChunkView", "ResponseBuilder", "sse_event"]
 
@@ -296,20 +296,25 @@ class ResponseBuilder:
         return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
 
     def role_chunks(self) -> list[dict[str, Any]]:
-        """Chat streams open each choice with an assistant-role delta (OpenAI does)."""
+        """Chat streams open each choice with an assistant-role delta (OpenAI does), then
+        (``echo``) each choice's echo."""
         if not self.chat:
             return []
         out = []
         for i in range(len(self.texts)):
             chunk = self._envelope("chat.completion.chunk")
             chunk["prompt_token_ids"] = self.rids.prompt(0)
-            chunk["choices"] = [{"index": i, "delta": {"role": "assistant",
-                                                       "content": self.req.echo_text},
-                                 "logprobs": None, "finish_reason": None}]
+            chunk["choices"] = [echo_choice(i, {"role": "assistant", "content": ""})]
             chunk["prompt_text"] = None  # vLLM's return_prompt_text is not acted on
-            if self.req.continuous_usage:  # NOTE(vllm-chunk-keys) in vllm_keys.py
-                chunk["usage"] = usage_so_far(self._usage_of(i, 0), chat=True)
             out.append(chunk)
+        if self.req.echo_text:  # NOTE(vllm-chunk-keys): the echo, a chunk of its own
+            out += [{**self._envelope("chat.completion.chunk"),
+                     "choices": [echo_choice(i, {"content": self.req.echo_text})]}
+                    for i in range(len(self.texts))]
+        if self.req.continuous_usage:
+            for chunk in out:
+                i = chunk["choices"][0]["index"]
+                chunk["usage"] = usage_so_far(self._usage_of(i, 0), chat=True)
         return out
 
     def usage_chunk(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ completions text   ``kv_transfer_params``; its choice: index, text, logprobs, fi
 and final          stop_reason, prompt_token_ids, token_ids, weight_versions
 chat role          ``prompt_token_ids``, ``prompt_text``; its choice: index, delta (role,
                    content), logprobs, finish_reason
+chat echo          none; its choice: index, delta (content: the echo), logprobs, finish_reason
 chat content       ``kv_transfer_params``; its choice: index, delta, logprobs, finish_reason,
                    token_ids; the choice's final chunk adds stop_reason and weight_versions
 usage (last)       ``usage`` only (dumped without nulls); choices ``[]``
@@ -36,8 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BODY_NULLS", "CHOICE_NULLS", "choice_chunk", "chunk_choice", "usage_so_far",
-           "with_nulls"]
+__all__ = ["BODY_NULLS", "CHOICE_NULLS", "choice_chunk", "chunk_choice", "echo_choice",
+           "usage_so_far", "with_nulls"]
 
 _NULLS = dict.fromkeys(("service_tier", "system_fingerprint", "kv_transfer_params",
                         "ec_transfer_params", "metrics"))
@@ -65,6 +66,11 @@ def chunk_choice(choice: dict[str, Any], stop_reason: Any, *, chat: bool,
         choice["stop_reason"] = stop_reason
         choice["weight_versions"] = None
     return choice
+
+
+def echo_choice(index: int, delta: dict[str, Any]) -> dict[str, Any]:
+    """The choice of chat's role chunk and of its echo chunk (NOTE(vllm-chunk-keys))."""
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
 
 
 def choice_chunk(chunk: dict[str, Any], choice: dict[str, Any], usage: dict[str, Any] | None,

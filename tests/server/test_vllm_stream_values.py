@@ -10,6 +10,7 @@ import json
 
 import aiohttp
 
+ENVELOPE = {"id", "object", "created", "model", "choices"}
 EVERY = {"include_usage": True, "continuous_usage_stats": True}
 CHAT = [{"role": "user", "content": "Once"}]
 NEVER = "\u2603 a stop string this tiny model will not write \u2603"  # held back, never met
@@ -85,3 +86,24 @@ async def test_a_stop_token_ends_the_chat_with_empty_content(srv):
     final = got[-1]["choices"][0]
     assert final["finish_reason"] == "stop" and final["stop_reason"] == stop
     assert all(set(c["choices"][0]["delta"]) == {"content"} for c in got[1:]), got
+
+
+async def test_a_streamed_chat_echo_has_its_own_chunk(srv):
+    """vLLM's role chunks carry content "" and the echo follows, one chunk per choice with
+    only the envelope (and usage so far, no token counted) beside its choice."""
+    echo = "Once upon a time"
+    msgs = CHAT + [{"role": "assistant", "content": echo}]
+    body = {"messages": msgs, "n": 2, "max_tokens": 3, "echo": True,
+            "continue_final_message": True, "add_generation_prompt": False}
+    for options in (None, EVERY):
+        got = await chunks(srv, "/v1/chat/completions", {**body, "stream_options": options})
+        for chunk in got[:2]:
+            assert chunk["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        for k, chunk in enumerate(got[2:4]):
+            want = ENVELOPE | ({"usage"} if options else set())
+            assert set(chunk) == want, chunk
+            assert chunk["choices"] == [{"index": k, "delta": {"content": echo},
+                                         "logprobs": None, "finish_reason": None}]
+            if options:
+                assert chunk["usage"] == usage(got[-1]["usage"]["prompt_tokens"], 0, True)
+        assert all(echo not in str(c["choices"][0]["delta"]) for c in got[4:] if c["choices"])
