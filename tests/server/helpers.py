@@ -4,6 +4,7 @@ during a large body's parse, a ``kvpool serve DIR`` process."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import selectors
 import subprocess
@@ -48,6 +49,17 @@ def parse_metrics(text: str) -> dict[str, dict[tuple, float]]:
         for s in fam.samples:
             out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
     return out
+
+
+async def sse_chunks(url: str, body: dict) -> list[dict]:
+    """POST ``body`` to ``url`` and read its SSE answer: a 200 that ends with ``[DONE]``; the
+    chunks before it, parsed."""
+    async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
+        assert r.status == 200, await r.text()
+        raw = await r.text()
+    events = [e.removeprefix("data: ") for e in raw.split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
 
 
 async def scrape(srv: Running) -> dict[str, dict[tuple, float]]:

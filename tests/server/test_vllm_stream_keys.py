@@ -6,10 +6,9 @@ asked with continuous_usage_stats."""
 
 from __future__ import annotations
 
-import json
-
-import aiohttp
 import pytest
+
+from tests.server.helpers import sse_chunks
 
 ENVELOPE = {"id", "object", "created", "model", "choices"}
 USAGE = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}
@@ -34,12 +33,7 @@ async def chunks(srv, path: str, body: dict, mode: str) -> list[dict]:
     body = {"model": srv.engine.model_name, "max_tokens": 4, "stream": True, **body}
     if MODES[mode] is not None:
         body["stream_options"] = MODES[mode]
-    async with aiohttp.ClientSession() as s, s.post(srv.url + path, json=body) as r:
-        assert r.status == 200, await r.text()
-        raw = await r.text()
-    events = [e.removeprefix("data: ") for e in raw.split("\n\n") if e]
-    assert events[-1] == "[DONE]"
-    return [json.loads(e) for e in events[:-1]]
+    return await sse_chunks(srv.url + path, body)
 
 
 def keys(obj: dict, want: set, kind: str) -> None:

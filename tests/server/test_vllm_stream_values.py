@@ -6,9 +6,7 @@ and a chat echo comes in a chunk of its own after the role chunks
 
 from __future__ import annotations
 
-import json
-
-import aiohttp
+from tests.server.helpers import sse_chunks
 
 ENVELOPE = {"id", "object", "created", "model", "choices"}
 EVERY = {"include_usage": True, "continuous_usage_stats": True}
@@ -18,12 +16,7 @@ NEVER = "\u2603 a stop string this tiny model will not write \u2603"  # held bac
 
 async def chunks(srv, path: str, body: dict) -> list[dict]:
     body = {"model": srv.engine.model_name, "stream": True, "temperature": 0, **body}
-    async with aiohttp.ClientSession() as s, s.post(srv.url + path, json=body) as r:
-        assert r.status == 200, await r.text()
-        raw = await r.text()
-    events = [e.removeprefix("data: ") for e in raw.split("\n\n") if e]
-    assert events[-1] == "[DONE]"
-    return [json.loads(e) for e in events[:-1]]
+    return await sse_chunks(srv.url + path, body)
 
 
 def usage(prompt: int, done: int, chat: bool) -> dict:
