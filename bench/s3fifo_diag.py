@@ -22,6 +22,9 @@ its ids are touched tail first), and keeps every request's hits (``request_hits`
   before), < 1 min, < 1 h, < 1 day, more. A third table times the request's first block
   instead (its head as last sent); in call_center that is an application's system prompt,
   re-sent every few seconds, so nearly every request lands in < 1 min.
+- per segment kind (system prompt, persona, SOP, CRM record, notes, transcript, ...: a block
+  belongs to the segment holding its last token; bench/s3fifo_segments.py), overall and per
+  prefix gap (requests with no reusable prefix, which hit nothing, are left out of the print).
 
 Never pass/fail. One process, one policy at a time (10-20 s each at 16000 blocks).
 """
@@ -33,6 +36,7 @@ from collections.abc import Sequence
 from bench.baselines import S3FIFO, S3FIFO1, Baseline
 from bench.common import bench_parser, machine, write_json
 from bench.heldout_call_center import generate
+from bench.s3fifo_segments import SEG_KINDS, block_runs, kind_hits, segment_kinds
 from kvpool.core.eviction import EvictionPolicy, make_policy
 from kvpool.core.eviction.adaptive import AdaptivePolicy
 from kvpool.replay.loop import PolicyCache, ReplayCache, leading_run
@@ -136,7 +140,7 @@ def print_table(title: str, rows: dict[str, dict[str, int]], order: Sequence[str
 def diag_cell(seed: int, cap: int, scale: float = 1.0,
               policies: Sequence[str] = POLICIES) -> dict:
     """One cell's attribution: per kind, per prefix gap and per head gap (see the module
-    docstring), with each policy's total hit rate; printed as four tables and a per-request count."""
+    docstring), with each policy's total hit rate; printed as six tables and a per-request count."""
     run = generate(seed, scale)
     reqs = run.trace
     per_req = {p: request_hits(reqs, new_cache(p, cap)) for p in policies}
@@ -161,8 +165,21 @@ def diag_cell(seed: int, cap: int, scale: float = 1.0,
                                 reqs, per_req)
     cross = [f"{k} {g}" for k in kinds for g in GAPS]
     print_table("hits per kind and prefix gap", res["kind_gap"], cross, s3)
+    res.update(segment_tables(run, per_req, [bucket(g) for g in pgaps], s3))
     res["split"] = split(per_req["lru"], per_req[s3])
     print(f"{s3} vs lru per request: " + ", ".join(f"{k} {v}" for k, v in res["split"].items()))
+    return res
+
+
+def segment_tables(run, per_req: dict[str, list[int]], gaps: Sequence[str],
+                   s3: str) -> dict:
+    """Hits per segment kind (bench/s3fifo_segments.py), overall and per prefix gap, printed."""
+    kinds = segment_kinds(run)
+    runs = [block_runs(m[3], kinds) for m in run.meta]
+    res = {"segment": kind_hits(runs, per_req), "segment_gap": kind_hits(runs, per_req, gaps)}
+    print_table("hits per segment kind", res["segment"], SEG_KINDS, s3)
+    print_table("hits per segment kind and prefix gap", res["segment_gap"],
+                [f"{k} {g}" for g in GAPS[1:] for k in SEG_KINDS], s3)
     return res
 
 

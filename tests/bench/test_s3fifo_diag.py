@@ -75,3 +75,38 @@ def test_prefix_gap_times_the_deepest_block_sent_before():
     times = [0.0, 5.0, 10.0]
     assert diag.prefix_gaps(reqs, times) == [None, 5.0, 10.0]
     assert diag.head_gaps(reqs, times) == [None, 5.0, 5.0]
+
+
+@pytest.mark.parametrize("table", ["segment", "segment_gap"])
+def test_segment_hits_sum_to_each_policys_hits(table):
+    """Per segment kind (overall and per prefix gap), the blocks add up to the cell's blocks
+    and each policy's hits to its total; every kind is one the module names."""
+    res = _cell()
+    rows = res[table]
+    assert {"system", "persona", "sop", "crm", "transcript"} <= {k.split()[0] for k in rows}
+    assert all(k.split()[0] in diag.SEG_KINDS for k in rows)
+    assert sum(r["blocks"] for r in rows.values()) == res["blocks"]
+    for p in diag.POLICIES:
+        assert sum(r[p] for r in rows.values()) == res["hits"][p] == _totals()[p]
+        assert all(0 <= r[p] <= r["blocks"] for r in rows.values())
+    if table == "segment_gap":
+        assert all(k.split(" ", 1)[1] in diag.GAPS for k in rows)
+        assert all(r[p] == 0 for k, r in rows.items() if k.endswith(" new")
+                   for p in diag.POLICIES)
+
+
+def test_block_runs_follow_the_segments():
+    """Each request's runs end at its full blocks (check_full_blocks' count); a block goes to
+    the segment holding its last token, so a 20-token system prompt and a 30-token persona
+    make blocks [system, persona, persona] for 50 tokens (3 full blocks)."""
+    from bench import s3fifo_segments as seg
+    run = generate(1, 0.01)
+    kinds = seg.segment_kinds(run)
+    for ids, m in zip(run.trace, run.meta):
+        runs = seg.block_runs(m[3], kinds)
+        assert (runs[-1][0] if runs else 0) == len(ids)
+    sys_id, per_id = run.system["voice"][0], run.clients[0].persona.current[0][0]
+    runs = seg.block_runs([(sys_id, 20), (per_id, 30)], kinds)
+    assert runs == [(1, "system"), (3, "persona")]
+    assert seg.cut(runs, 2) == {"system": 1, "persona": 1}
+    assert seg.cut(runs, 0) == {}
