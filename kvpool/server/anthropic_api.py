@@ -38,6 +38,7 @@ from kvpool.server.anthropic_view import MessagesView
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.parsed_request import ParsedRequest
+from kvpool.server.responses_view import cache_block
 from kvpool.server.tools.request import parse_tool_request
 
 __all__ = ["MessagesRoute", "merges_inline_system"]
@@ -86,9 +87,8 @@ class MessagesRoute:
     def __init__(self, routes: OpenAIRoutes) -> None:
         self.routes = routes
         self.merge_system = merges_inline_system(routes.parser.chat_template)
-        config = routes.engine.config  # usage's cache writes (anthropic_view.py)
-        self.view = functools.partial(
-            MessagesView, cache_block=config.block_size if config.enable_prefix_caching else None)
+        self.view = functools.partial(  # usage's cache writes (anthropic_view.py)
+            MessagesView, cache_block=cache_block(routes.engine.config))
         if self.merge_system:
             log.warning("the chat template wants its system message first: inline system "
                         "messages in /v1/messages requests are merged into the first one, so "

@@ -39,7 +39,7 @@ from kvpool.server.responses_background import BackgroundRuns, EventLog, api_err
 from kvpool.server.responses_input import (ResponseNotFoundError, ResponsesInput,
                                            item_messages, responses_to_chat)
 from kvpool.server.responses_tools import chat_param, text_only_auto
-from kvpool.server.responses_view import ResponsesView
+from kvpool.server.responses_view import ResponsesView, cache_block
 
 __all__ = ["RESPONSES_KEY", "ResponsesRoute"]
 
@@ -86,8 +86,7 @@ class ResponsesRoute:
         self.routes = routes
         self.store = store if store is not None else ResponseStore()
         self.background = BackgroundRuns()  # NOTE(background) in responses_background.py
-        config = routes.engine.config  # usage's cache_write_tokens (responses_view.py)
-        self.cache_block = config.block_size if config.enable_prefix_caching else None
+        self.cache_block = cache_block(routes.engine.config)  # usage's cache_write_tokens
 
     @classmethod
     def register(cls, app: web.Application, routes: OpenAIRoutes) -> ResponsesRoute:

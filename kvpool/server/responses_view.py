@@ -49,6 +49,12 @@ from kvpool.server.responses_tools import function_call_item
 __all__ = ["ResponsesView", "cache_writes"]
 
 
+def cache_block(config: Any) -> int | None:
+    """The block size ``cache_writes`` counts in: the engine config's, with prefix caching;
+    None without it."""
+    return config.block_size if config.enable_prefix_caching else None
+
+
 def cache_writes(prompt: int, cached: int, block: int | None) -> int:
     """The prompt tokens a request's prefill wrote to the prefix cache, as vLLM's
     PrefillStats.finalize counts them: the tokens of the prompt's full blocks (what its prefix

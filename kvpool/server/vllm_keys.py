@@ -46,7 +46,6 @@ BODY_NULLS = {False: _NULLS, True: {**_NULLS, "prompt_text": None}}
 _CHOICE = dict.fromkeys(("routed_experts", "weight_versions"))
 CHOICE_NULLS = {False: {**_CHOICE, "prompt_logprobs": None}, True: _CHOICE}
 MESSAGE_NULLS = dict.fromkeys(("refusal", "annotations", "audio", "function_call", "reasoning"))
-_SO_FAR = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def with_nulls(obj: dict[str, Any], nulls: dict[str, None]) -> dict[str, Any]:
@@ -85,8 +84,6 @@ def choice_chunk(chunk: dict[str, Any], choice: dict[str, Any], usage: dict[str,
 
 
 def usage_so_far(usage: dict[str, Any], *, chat: bool) -> dict[str, Any]:
-    """A choice chunk's usage with continuous_usage_stats (NOTE(vllm-chunk-keys))."""
-    out = {key: usage[key] for key in _SO_FAR}
-    if chat:
-        out["completion_tokens_details"] = None
-    return out
+    """A choice chunk's usage with continuous_usage_stats (NOTE(vllm-chunk-keys)): ``usage``,
+    the three counts, and on chat ``completion_tokens_details`` (null)."""
+    return {**usage, "completion_tokens_details": None} if chat else usage
