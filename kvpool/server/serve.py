@@ -370,7 +370,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     if not isinstance(args, argparse.Namespace):
         parser = add_serve_args(argparse.ArgumentParser(prog="kvpool serve"))
         args = parser.parse_args(None if args is None else list(args))
-    logging.basicConfig(level=args.log_level.upper(),
+    logging.basicConfig(level=(args.log_level or "info").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         run_server(config_from_args(args), ServeOptions.from_args(args))

@@ -29,6 +29,7 @@ from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
                                           DEFAULT_MAX_STORED_RESPONSES)
 from kvpool.server.salt_key import SALT_KEY_ENV, SALT_KEY_FLAG, SaltKey, resolve_salt_key
 from kvpool.server.tools.parsers import PARSERS
+from kvpool.server.vllm_flags import add_vllm_args, apply_vllm_flags
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
 
@@ -150,7 +151,9 @@ class ServeOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
         """From parsed ``kvpool serve`` flags; the API key falls back to $KVPOOL_API_KEY, the
-        salt key's file to $KVPOOL_KV_EVENTS_SALT_KEY (read here: ConfigError naming either)."""
+        salt key's file to $KVPOOL_KV_EVENTS_SALT_KEY (read here: ConfigError naming either);
+        vLLM's flags are checked and their no-op lines logged (vllm_flags.py)."""
+        apply_vllm_flags(args)
         given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
                  if hasattr(args, f.name)}
         given["api_key"] = resolve_api_key(args)
@@ -167,7 +170,8 @@ def resolve_api_key(args: argparse.Namespace) -> str | None:
 
 def add_server_args(parser: argparse.ArgumentParser) -> None:
     """The ``server`` group of ``kvpool serve``'s flags: one per ServeOptions field (the remote
-    tier's are remote_setup.add_remote_args's group), plus --log-level."""
+    tier's are remote_setup.add_remote_args's group), plus --log-level; then vllm_flags.py's
+    "vLLM compatibility" group."""
     srv = parser.add_argument_group("server")
     _add_connection_args(srv)
     add_cors_args(srv)
@@ -176,6 +180,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     _add_events_args(srv)
     _add_api_args(srv)
     _add_process_args(srv)
+    add_vllm_args(parser)
 
 
 def _add_connection_args(srv: _ArgGroup) -> None:
@@ -306,6 +311,6 @@ def _add_process_args(srv: _ArgGroup) -> None:
     """The event loop and what the process logs."""
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
-    srv.add_argument("--log-level", default="info",
-                     choices=("debug", "info", "warning", "error"), help="logging level")
+    srv.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"),
+                     help="logging level (default: info, or vLLM's --uvicorn-log-level)")
 

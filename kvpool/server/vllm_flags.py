@@ -1,0 +1,204 @@
+"""vLLM's ``vllm serve`` flags that ``kvpool serve`` takes, so a deployment (docker run, Helm
+chart, llm-d manifest) can swap the command and keep its arguments. Each flag gets one
+treatment (docs/architecture.md "vLLM's serve flags")::
+
+    honored   the same thing kvpool does: mapped onto it (--uvicorn-log-level is --log-level
+              when that is not given, --num-gpu-blocks-override is --num-device-blocks), or what
+              kvpool always does (--enable-request-id-headers: X-Request-Id on every answer)
+    no-op     means nothing here: accepted, and one info line at startup names it and says why
+    refused   a value asking what kvpool cannot do (--tensor-parallel-size 2, --quantization
+              awq, ...): exit status 2 with argparse's message naming the flag, the value and
+              what kvpool supports; the value that is kvpool's own (1, auto, ...) is accepted
+
+:func:`add_vllm_args` adds the group (argparse refuses at parse time); :func:`apply_vllm_flags`
+does what needs every flag parsed (ServeOptions.from_args calls it): --kv-cache-dtype against
+--dtype, and the no-op lines. Names, defaults and meanings are vLLM's (vllm/engine/arg_utils.py,
+vllm/entrypoints/common/cli_args.py); --disable-log-requests and
+--disable-frontend-multiprocessing are older vLLM's, still in many manifests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kvpool.errors import require
+
+__all__ = ["GROUP_TITLE", "NO_OPS", "add_vllm_args", "apply_vllm_flags"]
+
+log = logging.getLogger("kvpool.server")
+
+GROUP_TITLE = "vLLM compatibility"
+UVICORN_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+_LEVEL_OF = {"trace": "debug"}  # Python's logging has no trace: debug is the most kvpool logs
+
+_NO_REQUEST_LOG = ("kvpool logs no requests (an access line per request only at --log-level "
+                   "debug)")
+# NOTE(vllm-noops): dest -> (argparse kind, why the flag means nothing in kvpool serve); the
+# reason is the startup info line and the flag's help. "bool": --x / --no-x, "flag": --x only.
+NO_OPS: dict[str, tuple[Any, str]] = {
+    "trust_remote_code": ("bool", "kvpool never runs code from the model directory: it reads "
+                          "config.json, safetensors and tokenizer.json for the architectures "
+                          "it implements"),
+    "enforce_eager": ("bool", "kvpool always runs the model eagerly (no CUDA graphs)"),
+    "disable_log_requests": ("flag", _NO_REQUEST_LOG),
+    "enable_log_requests": ("bool", _NO_REQUEST_LOG),
+    "max_log_len": (int, "kvpool logs no prompts"),
+    "disable_log_stats": ("flag", "kvpool logs no periodic stats: GET /metrics serves them"),
+    "download_dir": (str, "kvpool never downloads: --model is a local directory"),
+    "distributed_executor_backend": (str, "kvpool runs the model in this process, on one "
+                                          "device"),
+    "disable_custom_all_reduce": ("bool", "one device: kvpool does no all-reduce"),
+    "disable_frontend_multiprocessing": ("flag", "kvpool's HTTP server and engine share one "
+                                                 "process"),
+    "prefix_caching_hash_algo": (str, "kvpool's prefix cache keys blocks by its own SHA-256 "
+                                      "chains; its KV events carry each block's token_ids "
+                                      "(docs/kv_events.md)"),
+}
+
+
+def add_vllm_args(parser: argparse.ArgumentParser) -> None:
+    """The "vLLM compatibility" group: vLLM's serve flags kvpool does not have as its own."""
+    group = parser.add_argument_group(
+        GROUP_TITLE, "vLLM's `vllm serve` flags, so a deployment keeps its command line: each "
+        "is honored, accepted with no effect (one info line at startup), or refused (exit 2) "
+        "for a value kvpool cannot do")
+    _add_honored(group)
+    for dest, (kind, why) in NO_OPS.items():
+        _add_no_op(group, dest, kind, why)
+    _add_refused(group)
+
+
+class _UvicornLevel(argparse.Action):
+    """--uvicorn-log-level sets --log-level's dest unless --log-level came before it (a later
+    --log-level overrides it as any repeated flag does)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is None:
+            setattr(namespace, self.dest, _LEVEL_OF.get(values, values))
+
+
+class _OnOff(argparse.BooleanOptionalAction):
+    """vLLM's --x / --no-x where one side asks what kvpool cannot do: that side exits 2."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, refused: bool = True,
+                 why: str = "", **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.refused, self.why = refused, why
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        value = not (option_string or "").startswith("--no-")
+        if value == self.refused:
+            raise argparse.ArgumentError(self, f"{option_string}: {self.why}")
+        setattr(namespace, self.dest, value)
+
+
+def _add_honored(group: Any) -> None:
+    group.add_argument("--uvicorn-log-level", dest="log_level", action=_UvicornLevel,
+                       choices=UVICORN_LEVELS, default=argparse.SUPPRESS,
+                       help="kvpool's --log-level when that is not given (it logs its HTTP "
+                       "server's lines itself; trace is debug)")
+    group.add_argument("--num-gpu-blocks-override", dest="num_device_blocks", type=int,
+                       metavar="N", default=argparse.SUPPRESS,
+                       help="the same as --num-device-blocks (the later one wins)")
+    group.add_argument("--enable-request-id-headers", action="store_true", default=None,
+                       help="honored always: every answer carries X-Request-Id")
+    group.add_argument("--enable-prompt-tokens-details", action="store_true", default=None,
+                       help="honored always: usage has prompt_tokens_details.cached_tokens")
+    group.add_argument("--enable-chunked-prefill", action=_OnOff, refused=False, default=None,
+                       why="kvpool always splits long prompts over steps (chunked prefill, "
+                       "vLLM's default); leave it out",
+                       help="honored always; --no-enable-chunked-prefill is refused")
+
+
+def _add_no_op(group: Any, dest: str, kind: Any, why: str) -> None:
+    flag = "--" + dest.replace("_", "-")
+    text = f"accepted, no effect: {why}"
+    if kind == "bool":
+        group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+    elif kind == "flag":
+        group.add_argument(flag, action="store_const", const=True, default=None, help=text)
+    else:
+        group.add_argument(flag, type=kind, default=None, metavar=dest.split("_")[-1].upper(),
+                           help=text)
+
+
+def _only(allowed: Sequence[str], why: str, *, as_int: bool = False) -> Callable[[str], Any]:
+    """An argparse type: a value in ``allowed`` passes, any other exits 2 naming it and why."""
+
+    def value(text: str) -> Any:
+        if as_int:
+            try:
+                text = str(int(text))
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if text not in allowed:
+            raise argparse.ArgumentTypeError(f"{text}: {why}")
+        return int(text) if as_int else text
+
+    return value
+
+
+_ONE_DEVICE = "kvpool serve runs the whole model on one device: use 1"
+# flags, allowed values, why any other is refused; as_int: the values are counts
+_REFUSED: tuple[tuple[tuple[str, ...], tuple[str, ...], str, bool], ...] = (
+    (("--tensor-parallel-size", "-tp"), ("1",), _ONE_DEVICE + " (no tensor parallelism)",
+     True),
+    (("--pipeline-parallel-size", "-pp"), ("1",), _ONE_DEVICE + " (no pipeline parallelism)",
+     True),
+    (("--data-parallel-size", "-dp"), ("1",), "one kvpool serve is one engine: use 1, and run "
+     "replicas behind `kvpool router` for data parallelism", True),
+    (("--kv-cache-dtype",), ("auto", "float16", "bfloat16"), "kvpool keeps the KV cache in the "
+     "model's dtype: use auto (or --dtype's value)", False),
+    (("--quantization", "-q"), (), "kvpool runs unquantized weights only (--dtype float32, "
+     "bfloat16 or float16): leave --quantization out", False),
+    (("--response-role",), ("assistant",), "kvpool's chat answers always carry role "
+     "assistant (vLLM's default): leave --response-role out", False),
+    (("--tokenizer-mode",), ("auto", "hf"), "kvpool reads the model's Hugging Face "
+     "tokenizer.json only: use auto or hf", False),
+    (("--load-format",), ("auto", "safetensors"), "kvpool loads safetensors weights only: use "
+     "auto or safetensors", False),
+    (("--kv-transfer-config",), (), "kvpool runs no vLLM KV connector (NIXL, LMCache, ...): "
+     "replicas share prefixes through --remote-url and publish KV events with "
+     "--kv-events-config", False),
+    (("--speculative-config",), (), "kvpool has no speculative decoding: leave it out", False),
+    (("--reasoning-parser",), (), "kvpool has no reasoning parser (reasoning stays in the "
+     "content): leave it out", False),
+)
+_NO_LORA = "kvpool serves no LoRA adapters: serve a checkpoint with the adapter merged"
+
+
+def _add_refused(group: Any) -> None:
+    for flags, allowed, why, as_int in _REFUSED:
+        text = f"only {'|'.join(allowed)}, else refused: {why}" if allowed else f"refused: {why}"
+        group.add_argument(*flags, type=_only(allowed, why, as_int=as_int), default=None,
+                           metavar="N" if as_int else "VALUE", help=text)
+    group.add_argument("--enable-lora", action=_OnOff, refused=True, default=None,
+                       why=_NO_LORA, help="refused (--no-enable-lora is accepted)")
+    group.add_argument("--lora-modules", nargs="+", type=_only((), _NO_LORA), default=None,
+                       metavar="MODULE", help="refused")
+
+
+def apply_vllm_flags(args: argparse.Namespace) -> list[str]:
+    """What needs every flag parsed: --kv-cache-dtype float16/bfloat16 is kvpool's only with
+    the same --dtype (else ConfigError, exit 2); then one info line per no-op flag given.
+    Returns those lines."""
+    kv, dtype = getattr(args, "kv_cache_dtype", None), getattr(args, "dtype", None)
+    require(kv in (None, "auto", dtype),
+            f"--kv-cache-dtype {kv}: kvpool keeps the KV cache in the model's dtype, so it "
+            f"needs --dtype {kv} too (--dtype is {dtype or 'auto'}); or --kv-cache-dtype auto")
+    lines = []
+    for dest, (_kind, why) in NO_OPS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        flag = "--" + ("" if value is not False else "no-") + dest.replace("_", "-")
+        shown = "" if isinstance(value, bool) else f" {value}"
+        lines.append(f"vLLM's {flag}{shown}: accepted, no effect: {why}")
+    for line in lines:
+        log.info("%s", line)
+    return lines

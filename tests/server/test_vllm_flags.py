@@ -1,0 +1,141 @@
+"""vLLM's serve flags on ``kvpool serve`` (kvpool/server/vllm_flags.py): a deployment that swaps
+``vllm serve`` for ``kvpool serve`` keeps its flags. Each is honored (lands in the config or
+options), accepted with no effect (exactly one info line at startup), or refused (exit status 2
+naming the flag, the value and what kvpool supports); and a real server starts with a typical
+vLLM command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+
+import aiohttp
+import pytest
+
+from kvpool import cli
+from kvpool.server import serve, vllm_flags
+from kvpool.server.serve_options import ServeOptions
+from tests.server.serve_process import read_rest, subprocess_server
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kvpool serve")
+    return serve.add_serve_args(parser).parse_args(list(argv))
+
+
+def test_uvicorn_log_level_is_the_log_level_unless_log_level_is_given():
+    assert parse().log_level is None  # main: info
+    assert parse("--uvicorn-log-level", "warning").log_level == "warning"
+    assert parse("--uvicorn-log-level", "trace").log_level == "debug"
+    assert parse("--uvicorn-log-level", "critical").log_level == "critical"
+    assert parse("--log-level", "error", "--uvicorn-log-level", "debug").log_level == "error"
+    assert parse("--uvicorn-log-level", "debug", "--log-level", "error").log_level == "error"
+
+
+def test_honored_flags_land_in_the_config_and_log_nothing(caplog):
+    args = parse("--num-gpu-blocks-override", "77", "--enable-request-id-headers",
+                 "--enable-prompt-tokens-details", "--enable-chunked-prefill",
+                 "--tensor-parallel-size", "1", "-pp", "1", "--data-parallel-size", "1",
+                 "--kv-cache-dtype", "auto", "--response-role", "assistant",
+                 "--tokenizer-mode", "hf", "--load-format", "safetensors")
+    assert serve.config_from_args(args).num_device_blocks == 77
+    assert (args.tensor_parallel_size, args.pipeline_parallel_size) == (1, 1)
+    with caplog.at_level(logging.INFO, logger="kvpool.server"):
+        ServeOptions.from_args(args)
+    assert caplog.records == []
+    same = parse("--dtype", "half", "--kv-cache-dtype", "float16")  # vLLM's half: float16
+    assert vllm_flags.apply_vllm_flags(same) == []
+    assert serve.config_from_args(parse("--num-device-blocks", "5")).num_device_blocks == 5
+    assert parse("--no-enable-lora").enable_lora is False  # vLLM's default: accepted
+
+
+NO_OP_ARGV = [
+    ["--trust-remote-code"], ["--no-trust-remote-code"], ["--enforce-eager"],
+    ["--disable-log-requests"], ["--enable-log-requests"], ["--no-enable-log-requests"],
+    ["--max-log-len", "100"], ["--disable-log-stats"], ["--download-dir", "/models"],
+    ["--distributed-executor-backend", "mp"], ["--disable-custom-all-reduce"],
+    ["--disable-frontend-multiprocessing"], ["--prefix-caching-hash-algo", "sha256_cbor"],
+]
+
+
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").removeprefix("no-").replace("-", "_")
+
+
+def test_every_no_op_flag_is_listed_here():
+    assert {_dest(argv[0]) for argv in NO_OP_ARGV} == set(vllm_flags.NO_OPS)
+
+
+@pytest.mark.parametrize("argv", NO_OP_ARGV, ids=lambda argv: argv[0])
+def test_a_no_op_flag_parses_and_logs_one_line(argv, caplog):
+    args = parse(*argv)
+    with caplog.at_level(logging.INFO, logger="kvpool.server"):
+        ServeOptions.from_args(args)  # where kvpool serve calls apply_vllm_flags
+    why = vllm_flags.NO_OPS[_dest(argv[0])][1]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"vLLM's {' '.join(argv)}: accepted, no effect: {why}"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--tensor-parallel-size", "2"], "--tensor-parallel-size/-tp: 2: kvpool serve runs the "
+                                      "whole model on one device: use 1"),
+    (["-tp", "8"], "--tensor-parallel-size/-tp: 8: "),
+    (["--pipeline-parallel-size", "2"], "--pipeline-parallel-size/-pp: 2: "),
+    (["--data-parallel-size", "4"], "--data-parallel-size/-dp: 4: one kvpool serve is one "
+                                    "engine: use 1"),
+    (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype: fp8: kvpool keeps the KV cache in the "
+                                  "model's dtype: use auto"),
+    (["--quantization", "awq"], "--quantization/-q: awq: kvpool runs unquantized weights"),
+    (["-q", "fp8"], "--quantization/-q: fp8: "),
+    (["--response-role", "bot"], "--response-role: bot: kvpool's chat answers always carry "
+                                 "role assistant"),
+    (["--tokenizer-mode", "mistral"], "--tokenizer-mode: mistral: kvpool reads the model's "
+                                      "Hugging Face tokenizer.json only: use auto or hf"),
+    (["--load-format", "pt"], "--load-format: pt: kvpool loads safetensors weights only"),
+    (["--kv-transfer-config", '{"kv_connector":"NixlConnector"}'],
+     "--kv-transfer-config: {\"kv_connector\":\"NixlConnector\"}: kvpool runs no vLLM KV "
+     "connector"),
+    (["--speculative-config", "{}"], "--speculative-config: {}: kvpool has no speculative"),
+    (["--reasoning-parser", "deepseek_r1"], "--reasoning-parser: deepseek_r1: kvpool has no "
+                                            "reasoning parser"),
+    (["--enable-lora"], "--enable-lora: kvpool serves no LoRA adapters"),
+    (["--lora-modules", "sql=/lora/sql"], "--lora-modules: sql=/lora/sql: kvpool serves no "
+                                          "LoRA"),
+    (["--no-enable-chunked-prefill"], "--no-enable-chunked-prefill: kvpool always splits long "
+                                      "prompts"),
+], ids=lambda v: v[0] if isinstance(v, list) else "")
+def test_a_refused_value_exits_2_naming_flag_value_and_what_is_supported(argv, said, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["serve", "--port", "0", *argv])  # the deployment's path: kvpool serve ...
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "kvpool serve: error: argument " in err and said in err, err
+
+
+def test_kv_cache_dtype_must_match_the_dtype_given(capsys):
+    assert serve.main(["--port", "0", "--kv-cache-dtype", "bfloat16"]) == 2
+    assert ("--kv-cache-dtype bfloat16: kvpool keeps the KV cache in the model's dtype, so it "
+            "needs --dtype bfloat16 too (--dtype is auto)") in capsys.readouterr().err
+    assert serve.main(["--port", "0", "--dtype", "float16", "--kv-cache-dtype", "bfloat16"]) == 2
+    assert "(--dtype is float16)" in capsys.readouterr().err
+
+
+VLLM_COMMAND_LINE = ("--trust-remote-code", "--tensor-parallel-size", "1", "--enforce-eager",
+                     "--disable-log-requests", "--enable-request-id-headers",
+                     "--uvicorn-log-level", "warning", "--disable-log-stats",
+                     "--kv-cache-dtype", "auto", "--response-role", "assistant")
+
+
+async def test_a_server_starts_with_a_typical_vllm_command_line():
+    async with subprocess_server(*VLLM_COMMAND_LINE) as (proc, url, lines):
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url + "/health") as resp:
+                assert resp.status == 200
+            async with s.get(url + "/v1/models") as resp:
+                assert resp.status == 200
+                assert resp.headers["X-Request-Id"]  # --enable-request-id-headers: always
+                assert [m["id"] for m in (await resp.json())["data"]] == ["kvpool-tiny"]
+        proc.send_signal(signal.SIGTERM)  # stopped by its pid
+        assert await proc.wait() == 0
+        assert serve.STOPPED_PREFIX in await read_rest(proc, lines)
