@@ -139,3 +139,18 @@ async def test_a_server_starts_with_a_typical_vllm_command_line():
         proc.send_signal(signal.SIGTERM)  # stopped by its pid
         assert await proc.wait() == 0
         assert serve.STOPPED_PREFIX in await read_rest(proc, lines)
+
+
+def test_readme_and_docs_name_every_flag_of_the_group():
+    """New serve flags go into the README's flag list and docs/architecture.md's table."""
+    import re
+    from pathlib import Path
+
+    text = serve.add_serve_args(argparse.ArgumentParser()).format_help()
+    group = text.split(f"\n{vllm_flags.GROUP_TITLE}:\n", 1)[1].split("\n\n", 2)[1]
+    flags = re.findall(r"^  (--[a-z-]+)", group, flags=re.M)
+    assert len(flags) > 20 and "--trust-remote-code" in flags and "--lora-modules" in flags
+    root = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/architecture.md"):
+        text = (root / doc).read_text()
+        assert [f for f in flags if f"`{f}" not in text] == [], doc
