@@ -13,8 +13,9 @@ treatment (docs/architecture.md "vLLM's serve flags")::
 :func:`add_vllm_args` adds the group (argparse refuses at parse time); :func:`apply_vllm_flags`
 does what needs every flag parsed (ServeOptions.from_args calls it): --kv-cache-dtype against
 --dtype, and the no-op lines. Names, defaults and meanings are vLLM's (vllm/engine/arg_utils.py,
-vllm/entrypoints/common/cli_args.py); --disable-log-requests and
---disable-frontend-multiprocessing are older vLLM's, still in many manifests.
+vllm/entrypoints/common/cli_args.py); --disable-log-requests,
+--disable-frontend-multiprocessing, --cuda-graph-sizes and --max-seq-len-to-capture are older
+vLLM's, still in many manifests. vLLM's -O3 / -O 3 / -O=3 is --optimization-level.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ _LEVEL_OF = {"trace": "debug"}  # Python's logging has no trace: debug is the mo
 
 _NO_REQUEST_LOG = ("kvpool logs no requests (an access line per request only at --log-level "
                    "debug)")
+_NO_DOWNLOAD = "kvpool never downloads: --model is a local directory, read as it is"
+_NO_COMPILE = ("kvpool compiles nothing: the model runs eagerly (no torch.compile, no CUDA "
+               "graphs)")
+_NO_GRAPHS = "kvpool captures no CUDA graphs: the model runs eagerly"
+_TEXT_ONLY = "kvpool serves text-only models: a message's content is text parts only"
 # NOTE(vllm-noops): dest -> (argparse kind, why the flag means nothing in kvpool serve); the
 # reason is the startup info line and the flag's help. "bool": --x / --no-x, "flag": --x only.
 NO_OPS: dict[str, tuple[Any, str]] = {
@@ -56,7 +62,24 @@ NO_OPS: dict[str, tuple[Any, str]] = {
     "prefix_caching_hash_algo": (str, "kvpool's prefix cache keys blocks by its own SHA-256 "
                                       "chains; its KV events carry each block's token_ids "
                                       "(docs/kv_events.md)"),
+    "revision": (str, _NO_DOWNLOAD),
+    "code_revision": (str, _NO_DOWNLOAD + ", and no code from it runs"),
+    "tokenizer_revision": (str, "kvpool never downloads: the tokenizer is the model "
+                                "directory's (or --tokenizer's) tokenizer.json"),
+    "compilation_config": (str, _NO_COMPILE),
+    "optimization_level": (str, _NO_COMPILE),
+    "cudagraph_capture_sizes": ("list", _NO_GRAPHS),
+    "cuda_graph_sizes": ("list", _NO_GRAPHS),
+    "max_cudagraph_capture_size": (int, _NO_GRAPHS),
+    "max_seq_len_to_capture": (int, _NO_GRAPHS),
+    "root_path": (str, "kvpool builds no URLs (no /docs page): its routes are /v1/..., so a "
+                       "proxy routing by path prefix strips the prefix"),
+    "allowed_local_media_path": (str, _TEXT_ONLY + ", so no media file is read"),
+    "limit_mm_per_prompt": (str, _TEXT_ONLY + " (an image or audio part is a 400)"),
 }
+# vLLM's short spellings of no-op flags, and the metavars the flag's last word does not name
+_SHORT = {"compilation_config": "-cc", "optimization_level": "-O"}
+_METAVAR = {"compilation_config": "JSON", "limit_mm_per_prompt": "JSON"}
 
 
 def add_vllm_args(parser: argparse.ArgumentParser) -> None:
@@ -116,15 +139,18 @@ def _add_honored(group: Any) -> None:
 
 
 def _add_no_op(group: Any, dest: str, kind: Any, why: str) -> None:
-    flag = "--" + dest.replace("_", "-")
+    flags = ("--" + dest.replace("_", "-"), *([_SHORT[dest]] if dest in _SHORT else []))
     text = f"accepted, no effect: {why}"
     if kind == "bool":
-        group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-    elif kind == "flag":
-        group.add_argument(flag, action="store_const", const=True, default=None, help=text)
-    else:
-        group.add_argument(flag, type=kind, default=None, metavar=dest.split("_")[-1].upper(),
+        group.add_argument(*flags, action=argparse.BooleanOptionalAction, default=None,
                            help=text)
+    elif kind == "flag":
+        group.add_argument(*flags, action="store_const", const=True, default=None, help=text)
+    elif kind == "list":
+        group.add_argument(*flags, nargs="+", default=None, metavar="N", help=text)
+    else:
+        metavar = "N" if kind is int else _METAVAR.get(dest, dest.split("_")[-1].upper())
+        group.add_argument(*flags, type=kind, default=None, metavar=metavar, help=text)
 
 
 def _only(allowed: Sequence[str], why: str, *, as_int: bool = False) -> Callable[[str], Any]:
@@ -168,8 +194,27 @@ _REFUSED: tuple[tuple[tuple[str, ...], tuple[str, ...], str, bool], ...] = (
     (("--speculative-config",), (), "kvpool has no speculative decoding: leave it out", False),
     (("--reasoning-parser",), (), "kvpool has no reasoning parser (reasoning stays in the "
      "content): leave it out", False),
+    (("--hf-overrides",), ("{}",), "kvpool reads the model's config.json as it is: edit a "
+     "copy of the model directory instead", False),
+    (("--model-impl",), ("auto", "vllm"), "kvpool runs its own implementation of the "
+     "architectures it knows (Llama, Qwen2, Mistral), as vLLM runs its own: use auto or vllm",
+     False),
+    (("--chat-template-content-format",), ("auto", "string"), "kvpool hands the template "
+     "each message's content as one string (text parts joined by newlines), vLLM's string "
+     "format: use auto or string", False),
+    (("--long-prefill-token-threshold",), ("0",), "kvpool bounds a prompt's chunk by the "
+     "step's budget (--max-num-batched-tokens) only: use 0", True),
 )
 _NO_LORA = "kvpool serves no LoRA adapters: serve a checkpoint with the adapter merged"
+# vLLM's --x / --no-x whose --x asks what kvpool cannot do: dest -> why
+_REFUSED_ON = {
+    "enable_lora": _NO_LORA,
+    "enable_force_include_usage": "kvpool puts usage in a stream only when the request's "
+    "stream_options.include_usage asks for it (continuous_usage_stats: in every chunk): leave "
+    "it out",
+    "enable_sleep_mode": "kvpool has no sleep mode (no /sleep or /wake_up; the weights and KV "
+    "cache stay on the device): leave it out",
+}
 
 
 def _add_refused(group: Any) -> None:
@@ -177,8 +222,10 @@ def _add_refused(group: Any) -> None:
         text = f"only {'|'.join(allowed)}, else refused: {why}" if allowed else f"refused: {why}"
         group.add_argument(*flags, type=_only(allowed, why, as_int=as_int), default=None,
                            metavar="N" if as_int else "VALUE", help=text)
-    group.add_argument("--enable-lora", action=_OnOff, refused=True, default=None,
-                       why=_NO_LORA, help="refused (--no-enable-lora is accepted)")
+    for dest, why in _REFUSED_ON.items():
+        flag = dest.replace("_", "-")
+        group.add_argument(f"--{flag}", action=_OnOff, refused=True, default=None, why=why,
+                           help=f"refused: {why} (--no-{flag} is accepted)")
     group.add_argument("--lora-modules", nargs="+", type=_only((), _NO_LORA), default=None,
                        metavar="MODULE", help="refused")
 
@@ -197,7 +244,8 @@ def apply_vllm_flags(args: argparse.Namespace) -> list[str]:
         if value is None:
             continue
         flag = "--" + ("" if value is not False else "no-") + dest.replace("_", "-")
-        shown = "" if isinstance(value, bool) else f" {value}"
+        shown = ("" if isinstance(value, bool) else
+                 f" {' '.join(value) if isinstance(value, list) else value}")
         lines.append(f"vLLM's {flag}{shown}: accepted, no effect: {why}")
     for line in lines:
         log.info("%s", line)

@@ -38,7 +38,10 @@ def test_honored_flags_land_in_the_config_and_log_nothing(caplog):
                  "--enable-prompt-tokens-details", "--enable-chunked-prefill",
                  "--tensor-parallel-size", "1", "-pp", "1", "--data-parallel-size", "1",
                  "--kv-cache-dtype", "auto", "--response-role", "assistant",
-                 "--tokenizer-mode", "hf", "--load-format", "safetensors")
+                 "--tokenizer-mode", "hf", "--load-format", "safetensors",
+                 "--hf-overrides", "{}", "--model-impl", "vllm",
+                 "--chat-template-content-format", "string", "--long-prefill-token-threshold",
+                 "0", "--no-enable-force-include-usage", "--no-enable-sleep-mode")
     assert serve.config_from_args(args).num_device_blocks == 77
     assert (args.tensor_parallel_size, args.pipeline_parallel_size) == (1, 1)
     with caplog.at_level(logging.INFO, logger="kvpool.server"):
@@ -48,6 +51,9 @@ def test_honored_flags_land_in_the_config_and_log_nothing(caplog):
     assert vllm_flags.apply_vllm_flags(same) == []
     assert serve.config_from_args(parse("--num-device-blocks", "5")).num_device_blocks == 5
     assert parse("--no-enable-lora").enable_lora is False  # vLLM's default: accepted
+    assert (args.model_impl, args.chat_template_content_format) == ("vllm", "string")
+    assert parse("--chat-template-content-format", "auto").chat_template_content_format == "auto"
+    assert (args.long_prefill_token_threshold, args.enable_sleep_mode) == (0, False)
 
 
 NO_OP_ARGV = [
@@ -56,6 +62,12 @@ NO_OP_ARGV = [
     ["--max-log-len", "100"], ["--disable-log-stats"], ["--download-dir", "/models"],
     ["--distributed-executor-backend", "mp"], ["--disable-custom-all-reduce"],
     ["--disable-frontend-multiprocessing"], ["--prefix-caching-hash-algo", "sha256_cbor"],
+    ["--revision", "main"], ["--code-revision", "v1"], ["--tokenizer-revision", "abc123"],
+    ["--compilation-config", '{"level": 3}'], ["--optimization-level", "3"],
+    ["--cudagraph-capture-sizes", "1", "2", "4"], ["--cuda-graph-sizes", "8", "16"],
+    ["--max-cudagraph-capture-size", "256"], ["--max-seq-len-to-capture", "8192"],
+    ["--root-path", "/llama"], ["--allowed-local-media-path", "/data"],
+    ["--limit-mm-per-prompt", '{"image": 0}'],
 ]
 
 
@@ -75,6 +87,19 @@ def test_a_no_op_flag_parses_and_logs_one_line(argv, caplog):
     why = vllm_flags.NO_OPS[_dest(argv[0])][1]
     assert [r.getMessage() for r in caplog.records] == [
         f"vLLM's {' '.join(argv)}: accepted, no effect: {why}"]
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["-O3"], "--optimization-level 3"), (["-O", "0"], "--optimization-level 0"),
+    (["-O=2"], "--optimization-level 2"), (["-Odecode"], "--optimization-level decode"),
+    (["-cc", '{"level": 0}'], '--compilation-config {"level": 0}'),
+], ids=lambda v: v[0] if isinstance(v, list) else "")
+def test_vllm_short_spellings_of_no_op_flags_log_the_long_flag(argv, flag, caplog):
+    with caplog.at_level(logging.INFO, logger="kvpool.server"):
+        ServeOptions.from_args(parse(*argv))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"vLLM's {flag}: accepted, no effect: kvpool compiles nothing: the model runs eagerly "
+        "(no torch.compile, no CUDA graphs)"]
 
 
 @pytest.mark.parametrize("argv, said", [
@@ -104,6 +129,18 @@ def test_a_no_op_flag_parses_and_logs_one_line(argv, caplog):
                                           "LoRA"),
     (["--no-enable-chunked-prefill"], "--no-enable-chunked-prefill: kvpool always splits long "
                                       "prompts"),
+    (["--hf-overrides", '{"max_position_embeddings": 4096}'],
+     '--hf-overrides: {"max_position_embeddings": 4096}: kvpool reads the model\'s config.json '
+     "as it is"),
+    (["--model-impl", "transformers"], "--model-impl: transformers: kvpool runs its own "
+                                       "implementation"),
+    (["--chat-template-content-format", "openai"], "--chat-template-content-format: openai: "
+     "kvpool hands the template each message's content as one string"),
+    (["--long-prefill-token-threshold", "2048"], "--long-prefill-token-threshold: 2048: kvpool "
+     "bounds a prompt's chunk by the step's budget (--max-num-batched-tokens) only: use 0"),
+    (["--enable-force-include-usage"], "--enable-force-include-usage: kvpool puts usage in a "
+                                       "stream only when the request's"),
+    (["--enable-sleep-mode"], "--enable-sleep-mode: kvpool has no sleep mode"),
 ], ids=lambda v: v[0] if isinstance(v, list) else "")
 def test_a_refused_value_exits_2_naming_flag_value_and_what_is_supported(argv, said, capsys):
     with pytest.raises(SystemExit) as exc:
