@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvpool.errors import require
+from kvpool.sched.config import POLICIES
 
 __all__ = ["GROUP_TITLE", "NO_OPS", "add_vllm_args", "apply_vllm_flags"]
 
@@ -128,6 +129,11 @@ def _add_honored(group: Any) -> None:
     group.add_argument("--num-gpu-blocks-override", dest="num_device_blocks", type=int,
                        metavar="N", default=argparse.SUPPRESS,
                        help="the same as --num-device-blocks (the later one wins)")
+    group.add_argument("--scheduling-policy", dest="scheduling_policy", choices=POLICIES,
+                       default=argparse.SUPPRESS,
+                       help="the order waiting requests are served in: fcfs (arrival, the "
+                       "default) or priority (the request's priority field, smaller first; a "
+                       "waiting request preempts lower-priority running ones)")
     group.add_argument("--enable-request-id-headers", action="store_true", default=None,
                        help="honored always: every answer carries X-Request-Id")
     group.add_argument("--enable-prompt-tokens-details", action="store_true", default=None,

@@ -50,6 +50,9 @@ def test_honored_flags_land_in_the_config_and_log_nothing(caplog):
     same = parse("--dtype", "half", "--kv-cache-dtype", "float16")  # vLLM's half: float16
     assert vllm_flags.apply_vllm_flags(same) == []
     assert serve.config_from_args(parse("--num-device-blocks", "5")).num_device_blocks == 5
+    assert serve.config_from_args(parse()).scheduling_policy == "fcfs"  # vLLM's default
+    assert serve.config_from_args(
+        parse("--scheduling-policy", "priority")).scheduling_policy == "priority"
     assert parse("--no-enable-lora").enable_lora is False  # vLLM's default: accepted
     assert (args.model_impl, args.chat_template_content_format) == ("vllm", "string")
     assert parse("--chat-template-content-format", "auto").chat_template_content_format == "auto"
@@ -141,6 +144,8 @@ def test_vllm_short_spellings_of_no_op_flags_log_the_long_flag(argv, flag, caplo
     (["--enable-force-include-usage"], "--enable-force-include-usage: kvpool puts usage in a "
                                        "stream only when the request's"),
     (["--enable-sleep-mode"], "--enable-sleep-mode: kvpool has no sleep mode"),
+    (["--scheduling-policy", "lifo"], "--scheduling-policy: invalid choice: 'lifo' (choose "
+                                      "from 'fcfs', 'priority')"),  # vLLM's two, as vLLM says
 ], ids=lambda v: v[0] if isinstance(v, list) else "")
 def test_a_refused_value_exits_2_naming_flag_value_and_what_is_supported(argv, said, capsys):
     with pytest.raises(SystemExit) as exc:

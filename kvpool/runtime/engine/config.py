@@ -33,6 +33,9 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048  # --max-num-batched-tokens
     max_model_len: int | None = None  # --max-model-len (default: the model's context)
     preemption_mode: str | None = None  # --preemption-mode swap|recompute (default: by cost)
+    # vLLM's --scheduling-policy: fcfs (arrival order) | priority (the request's priority field,
+    # smaller first, arrival on ties; a waiting request preempts lower-priority running ones)
+    scheduling_policy: str = "fcfs"
     defrag_threshold: float | None = None  # --defrag-threshold (external fragmentation)
     seed: int = 0  # --seed: the tiny model's weights and the shared sampling RNG
     max_queue: int = 1024  # --max-queue: waiting requests before 503 Retry-After

@@ -110,6 +110,7 @@ class EngineCore:
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=max(config.max_num_batched_tokens, config.max_num_seqs),
             max_model_len=self.max_model_len, preemption_mode=config.preemption_mode,
+            policy=config.scheduling_policy,
             eos_token_id=self.tokenizer.eos_token_id,
             kv_bytes_per_block=self.storage.bytes_per_block,
             defrag_threshold=config.defrag_threshold,

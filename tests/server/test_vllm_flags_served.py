@@ -1,0 +1,90 @@
+"""vLLM's serve flags that kvpool honors, seen in a real server's answers: ``kvpool serve``'s
+own path (the command line parsed as kvpool.cli parses it, then serve.serve) on 127.0.0.1,
+in this process, stopped through its stop event (kvpool/server/vllm_flags.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from kvpool import cli
+from kvpool.server import serve
+from kvpool.server.serve_options import ServeOptions
+from tests.server.helpers import parse_metrics
+
+SMALL = ("--port", "0", "--num-device-blocks", "40", "--num-host-blocks", "0",
+         "--max-model-len", "512", "--num-threads", "1", "--no-enable-prefix-caching")
+
+
+@contextlib.asynccontextmanager
+async def served(*argv: str) -> AsyncIterator[str]:
+    """A server started from ``kvpool serve SMALL... argv``; yields its base URL."""
+    args = cli.build_parser("serve").parse_args(["serve", *SMALL, *argv])
+    config, options = serve.config_from_args(args), ServeOptions.from_args(args)
+    stop, ready, where = asyncio.Event(), asyncio.Event(), {}
+
+    def on_ready(host: str, port: int) -> None:
+        where["url"] = f"http://127.0.0.1:{port}"
+        ready.set()
+
+    task = asyncio.create_task(serve.serve(config, options, stop=stop, on_ready=on_ready,
+                                           handle_signals=False))
+    try:
+        waiting = asyncio.create_task(ready.wait())
+        await asyncio.wait({task, waiting}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if task.done():
+            task.result()  # raises what stopped it
+        yield where["url"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=60)
+        gc.unfreeze()  # serve() froze the startup heap (NOTE(gc-freeze))
+
+
+async def waiting_requests(s: aiohttp.ClientSession, url: str) -> float:
+    async with s.get(url + "/metrics") as r:
+        return sum(parse_metrics(await r.text())["vllm:num_requests_waiting"].values())
+
+
+async def finish_order(url: str) -> list[str]:
+    """A runs (max-num-seqs 1); B (priority 5) then C (priority -5) arrive while it does:
+    the names in the order their answers completed."""
+    done: list[str] = []
+    body = {"prompt": "Once upon", "ignore_eos": True, "temperature": 0}
+
+    async def call(s: aiohttp.ClientSession, name: str, **extra) -> None:
+        async with s.post(url + "/v1/completions", json={**body, **extra}) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+        done.append(name)
+
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url + "/v1/completions",
+                          json={**body, "max_tokens": 150, "stream": True}) as a:
+            await a.content.readline()  # A's first chunk: A is running
+            b = asyncio.create_task(call(s, "B", max_tokens=4, priority=5))
+            while await waiting_requests(s, url) < 1:  # B queued behind A
+                await asyncio.sleep(0.005)
+            c = asyncio.create_task(call(s, "C", max_tokens=4, priority=-5))
+            await a.read()
+            done.append("A")
+        await asyncio.gather(b, c)
+    return done
+
+
+async def test_scheduling_policy_priority_serves_the_smaller_priority_first():
+    async with served("--max-num-seqs", "1", "--scheduling-policy", "priority") as url:
+        # C preempts A (priority 0 > -5); A then goes before B (5)
+        assert await finish_order(url) == ["C", "A", "B"]
+
+
+async def test_scheduling_policy_fcfs_is_arrival_order_as_without_the_flag():
+    for policy in (("--scheduling-policy", "fcfs"), ()):
+        async with served("--max-num-seqs", "1", *policy) as url:
+            assert await finish_order(url) == ["A", "B", "C"]  # vLLM's default
