@@ -39,6 +39,10 @@
     generation_config        where request sampling defaults come from (generation_config.py):
                              ``auto`` the model directory's generation_config.json, ``vllm``
                              none, or a directory
+    override_generation_config  sampling defaults over that file's (vLLM's
+                             --override-generation-config; generation_config.py)
+    return_tokens_as_token_ids  the default of the request field of that name: logprob tokens
+                             spelled ``token_id:<id>`` (vLLM's --return-tokens-as-token-ids)
     trust_request_chat_template  run a ``chat_template`` a request sends (template_cache.py
                              NOTE(untrusted-template)); default: refused with a 400
     tool_call_parser         reads ``tool_choice: auto`` output (tools/parsers.py); None: auto
@@ -63,8 +67,9 @@ test server does too) so a client that disconnects cancels its handler and frees
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -110,18 +115,17 @@ _MANAGE_ENGINE_KEY = web.AppKey("kvpool_manage_engine", bool)
 
 
 def build_app(engine: EngineClient, *, api_key: str | None = None,
-              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-              metrics: KVPoolMetrics | None = None,
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: KVPoolMetrics | None = None,
               served_model_names: tuple[str, ...] | None = None,
               max_json_depth: int = MAX_JSON_DEPTH,
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
               manage_engine: bool = True,
               tenant_block_quota: int | None = None, chat_template: str | Path | None = None,
-              tenant_header: str | None = None,
-              shared_prefix_cache: bool = False,
+              tenant_header: str | None = None, shared_prefix_cache: bool = False,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
-              reject_unknown_fields: bool = False,
+              reject_unknown_fields: bool = False, return_tokens_as_token_ids: bool = False,
               generation_config: str | None = "auto",
+              override_generation_config: Mapping[str, Any] | None = None,
               tool_call_parser: str | None = None, cors: CorsPolicy = DEFAULT_CORS,
               trust_request_chat_template: bool = False,
               server_load_tracking: bool = False, dev_routes: bool = False) -> web.Application:
@@ -132,7 +136,8 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
     names = served_model_names or tuple(dict.fromkeys(
         n for n in (engine.model_name, engine.config.served_model_name) if n))
     parser = _parser(engine, names, max_json_depth, chat_template, trust_request_chat_template,
-                     reject_unknown_fields, generation_config, tool_call_parser)
+                     reject_unknown_fields, tool_call_parser, generation_config,
+                     override_generation_config, return_tokens_as_token_ids)
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
                                shared=shared_prefix_cache)
@@ -170,10 +175,15 @@ def _edge(api_key: str | None, tenant_header: str | None, cors: CorsPolicy,
 
 def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
             chat_template: str | Path | None, trust_request_template: bool,
-            reject_unknown_fields: bool, generation_config: str | None,
-            tool_call_parser: str | None) -> RequestParser:
-    """The request parser, bounded by the engine's config and context."""
+            reject_unknown_fields: bool, tool_call_parser: str | None,
+            generation_config: str | None, override: Mapping[str, Any] | None,
+            tokens_as_ids: bool) -> RequestParser:
+    """The request parser, bounded by the engine's config and context; the request fields'
+    defaults: generation_config.py's, and return_tokens_as_token_ids."""
     config = engine.config
+    defaults = load_generation_defaults(generation_config, config.model, override)
+    if tokens_as_ids:  # a request's own value (false too) wins, as in vLLM
+        defaults["return_tokens_as_token_ids"] = True
     return RequestParser(engine.tokenizer, names, engine.max_model_len,
                          max_n=config.max_n,
                          max_tokens_limit=config.max_tokens_limit or engine.max_model_len,
@@ -182,7 +192,7 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
                                                           chat_template),
                          max_logprobs=config.max_logprobs, max_prompts=config.max_queue,
                          reject_unknown_fields=reject_unknown_fields,
-                         defaults=load_generation_defaults(generation_config, config.model),
+                         defaults=defaults,
                          tool_parser=tool_call_parser and tool_parser(tool_call_parser),
                          trust_request_chat_template=trust_request_template)
 

@@ -14,19 +14,26 @@ NOTE(gen-ceiling): as vLLM's ``get_max_tokens`` (its ``override_max_tokens``): a
 server-wide limit". With ``auto`` the model's own file only sets the default: vLLM stopped
 capping an explicit ``max_tokens`` by it (a model's file often carries a small value), and so
 does this server (NOTE(clamp), context_budget.py).
+
+vLLM's ``--override-generation-config JSON`` (vllm_flags.py): its keys win over the file's
+(with ``vllm``: they are the only defaults), and its ``max_new_tokens`` is a ceiling too,
+whatever ``--generation-config`` says (vLLM's ``override_max_tokens``). vLLM also takes
+``presence_penalty``, ``frequency_penalty`` and ``skip_special_tokens`` from it; this server's
+defaults do not, so the override naming one is refused at startup rather than ignored.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from kvpool.errors import ConfigError
 
-__all__ = ["CEILING_KEY", "GENERATION_CONFIG_OFF", "SAMPLING_KEYS",
-           "load_generation_defaults"]
+__all__ = ["CEILING_KEY", "GENERATION_CONFIG_OFF", "OVERRIDE_FLAG", "SAMPLING_KEYS",
+           "check_override", "load_generation_defaults"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -34,23 +41,63 @@ GENERATION_CONFIG_OFF = "vllm"  # vLLM's spelling for "ignore the model's file"
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 _FILE = "generation_config.json"
 CEILING_KEY = "max_tokens_ceiling"  # NOTE(gen-ceiling): not a request field, the parser's cap
+OVERRIDE_FLAG = "--override-generation-config"
+# what vLLM takes from the file and the override besides SAMPLING_KEYS and max_new_tokens
+_NOT_DEFAULTS = ("presence_penalty", "frequency_penalty", "skip_special_tokens")
 
 
-def load_generation_defaults(setting: str | None, model_dir: str | None) -> dict[str, Any]:
-    """Request-field defaults (``max_new_tokens`` as ``max_tokens``, and as CEILING_KEY when
-    the file was named: NOTE(gen-ceiling)); ``{}`` when off or when there is no file. A file
-    that is not a JSON object is a ConfigError naming the flag."""
+def load_generation_defaults(setting: str | None, model_dir: str | None,
+                             override: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Request-field defaults: the file's, ``override``'s on top (``max_new_tokens`` as
+    ``max_tokens``, and as CEILING_KEY when the file was named or the override sets it:
+    NOTE(gen-ceiling)); ``{}`` when there is neither. A file that is not a JSON object, or an
+    override :func:`check_override` refuses, is a ConfigError naming the flag."""
+    override = dict(override or {})
+    check_override(override)
+    path, raw = _read_file(setting, model_dir)
+    merged = {**raw, **override}
+    out = {k: merged[k] for k in SAMPLING_KEYS if _number(merged.get(k))}
+    if _count(merged.get("max_new_tokens")):
+        out["max_tokens"] = merged["max_new_tokens"]
+        if setting not in (None, "auto", GENERATION_CONFIG_OFF) or "max_new_tokens" in override:
+            out[CEILING_KEY] = merged["max_new_tokens"]
+    if out:
+        sources = [str(path)] * bool(raw) + [OVERRIDE_FLAG] * bool(override)
+        log.info("sampling defaults from %s: %s (--generation-config %s turns the file's off)",
+                 " and ".join(sources), out, GENERATION_CONFIG_OFF)
+    return out
+
+
+def check_override(override: Mapping[str, Any]) -> None:
+    """vLLM's keys this server takes, each a number (``max_new_tokens`` a count >= 1) or null;
+    other keys are ignored, as vLLM ignores them. ConfigError names the flag and the key."""
+    for key, value in override.items():
+        if key in _NOT_DEFAULTS:
+            raise ConfigError(f"{OVERRIDE_FLAG}: {key}: kvpool's sampling defaults are "
+                              f"{', '.join(SAMPLING_KEYS)} and max_new_tokens; send {key} "
+                              "with each request")
+        if value is None:
+            continue
+        if key in SAMPLING_KEYS and not _number(value):
+            raise ConfigError(f"{OVERRIDE_FLAG}: {key}: use a number, got {value!r}")
+        if key == "max_new_tokens" and not _count(value):
+            raise ConfigError(f"{OVERRIDE_FLAG}: max_new_tokens: use an integer >= 1, got "
+                              f"{value!r}")
+
+
+def _read_file(setting: str | None, model_dir: str | None) -> tuple[Path | None, dict]:
+    """(the file, its JSON object); (None, {}) when off or when ``auto`` finds no file."""
     if setting in (None, GENERATION_CONFIG_OFF):
-        return {}
+        return None, {}
     where = model_dir if setting == "auto" else setting
     if where is None:  # the built-in model has no directory
-        return {}
+        return None, {}
     path = Path(where) / _FILE
     if not path.is_file():
         if setting != "auto":
             raise ConfigError(f"--generation-config {setting}: no {_FILE} there (use auto, "
                               f"{GENERATION_CONFIG_OFF}, or a directory holding one)")
-        return {}
+        return None, {}
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -58,15 +105,11 @@ def load_generation_defaults(setting: str | None, model_dir: str | None) -> dict
                           f"or pass --generation-config {GENERATION_CONFIG_OFF}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--generation-config: {path} must hold a JSON object")
-    out = {k: raw[k] for k in SAMPLING_KEYS if _number(raw.get(k))}
-    if isinstance(raw.get("max_new_tokens"), int) and raw["max_new_tokens"] >= 1:
-        out["max_tokens"] = raw["max_new_tokens"]
-        if setting != "auto":
-            out[CEILING_KEY] = raw["max_new_tokens"]
-    if out:
-        log.info("sampling defaults from %s: %s (--generation-config %s turns them off)",
-                 path, out, GENERATION_CONFIG_OFF)
-    return out
+    return path, raw
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
 def _number(v: Any) -> bool:

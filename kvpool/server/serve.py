@@ -239,7 +239,7 @@ def _build(config: EngineConfig, o: ServeOptions,
                     stream_write_timeout=o.stream_write_timeout,
                     reject_unknown_fields=o.reject_unknown_fields,
                     trust_request_chat_template=o.trust_request_chat_template,
-                    generation_config=o.generation_config, tool_call_parser=o.auto_tool_parser,
+                    tool_call_parser=o.auto_tool_parser, **o.request_defaults,
                     served_model_names=o.served_model_name, cors=o.cors,
                     server_load_tracking=o.enable_server_load_tracking, dev_routes=o.dev_routes)
     _set_server_options(app, o, limiter)
@@ -275,7 +275,7 @@ async def _listen(runner: web.AppRunner, o: ServeOptions, limiter: ConnectionLim
     listener = await start_listener(
         runner, o.host, o.port, limiter=limiter, header_timeout=o.header_timeout,
         keep_alive_timeout=o.keep_alive_timeout, send_buffer=o.socket_send_buffer,
-        access_log=log if log.isEnabledFor(logging.DEBUG) else None)
+        access_log=o.access_log(log))  # at debug, unless --disable-uvicorn-access-log
     bound = listener.sockets[0].getsockname()[1] if listener.sockets else o.port
     loop_kind = type(asyncio.get_running_loop()).__module__.split(".")[0]  # uvloop | asyncio
     print(f"{READY_PREFIX}{o.host}:{bound} (model {model_name}, {loop_kind} loop)", flush=True)

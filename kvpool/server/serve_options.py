@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,6 +24,7 @@ from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIV
                                        DEFAULT_STREAM_WRITE_TIMEOUT, MIN_SEND_BUFFER)
 from kvpool.server.cors import CorsPolicy, add_cors_args, cors_list
 from kvpool.server.dev_routes import DEV_MODE_ENV, DEV_ROUTES, dev_mode
+from kvpool.server.generation_config import check_override
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
@@ -72,6 +74,11 @@ class ServeOptions:
     uvloop: bool | None = None  # None: uvloop when installed
     reject_unknown_fields: bool = False  # 400 for unknown body fields (default: ignored)
     generation_config: str = "auto"  # sampling defaults: auto (the model's file) | vllm | DIR
+    # vLLM's request defaults (vllm_flags.py): sampling keys over generation_config's, and
+    # logprob tokens spelled token_id:<id> where a request leaves return_tokens_as_token_ids out
+    override_generation_config: dict[str, Any] | None = None
+    return_tokens_as_token_ids: bool = False
+    disable_uvicorn_access_log: bool = False  # vLLM's: no access line, even at debug
     # every --served-model-name (clients may send any; /v1/models lists them); None: the
     # engine's names (the model dir's)
     served_model_name: tuple[str, ...] | None = None
@@ -119,6 +126,7 @@ class ServeOptions:
         self._check_api_options()
         if self.kv_events_config is not None:
             KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag
+        check_override(self.override_generation_config or {})  # before the model loads
         for name in ("allowed_origins", "allowed_methods", "allowed_headers"):
             flag = "--" + name.replace("_", "-")  # a ConfigError names the flag
             object.__setattr__(self, name, cors_list(flag, getattr(self, name)))
@@ -142,6 +150,19 @@ class ServeOptions:
         """The parser that reads tool_choice auto, or None where auto is off (vLLM's rule:
         --tool-call-parser alone does not turn it on)."""
         return self.tool_call_parser if self.enable_auto_tool_choice else None
+
+    @property
+    def request_defaults(self) -> dict[str, Any]:
+        """build_app's keywords for what a request gets where it leaves a field out."""
+        return {"generation_config": self.generation_config,
+                "override_generation_config": self.override_generation_config,
+                "return_tokens_as_token_ids": self.return_tokens_as_token_ids}
+
+    def access_log(self, logger: logging.Logger) -> logging.Logger | None:
+        """The logger of the per-request access line: ``logger`` where it logs debug (the
+        line's level in kvpool) unless vLLM's --disable-uvicorn-access-log was given."""
+        on = logger.isEnabledFor(logging.DEBUG) and not self.disable_uvicorn_access_log
+        return logger if on else None
 
     @property
     def cors(self) -> CorsPolicy:

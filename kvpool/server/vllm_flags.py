@@ -21,6 +21,7 @@ vLLM's, still in many manifests. vLLM's -O3 / -O 3 / -O=3 is --optimization-leve
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -90,6 +91,7 @@ def add_vllm_args(parser: argparse.ArgumentParser) -> None:
         "is honored, accepted with no effect (one info line at startup), or refused (exit 2) "
         "for a value kvpool cannot do")
     _add_honored(group)
+    _add_honored_server(group)
     for dest, (kind, why) in NO_OPS.items():
         _add_no_op(group, dest, kind, why)
     _add_refused(group)
@@ -142,6 +144,33 @@ def _add_honored(group: Any) -> None:
                        why="kvpool always splits long prompts over steps (chunked prefill, "
                        "vLLM's default); leave it out",
                        help="honored always; --no-enable-chunked-prefill is refused")
+
+
+def _add_honored_server(group: Any) -> None:
+    """Honored flags that are ServeOptions fields (their dests are the fields' names)."""
+    group.add_argument("--disable-uvicorn-access-log", action=argparse.BooleanOptionalAction,
+                       default=False, help="no access line per request, not even "
+                       "at --log-level debug (the only level kvpool writes one at)")
+    group.add_argument("--return-tokens-as-token-ids", action=argparse.BooleanOptionalAction,
+                       default=False, help="logprob tokens spelled "
+                       "token_id:<id> where a request leaves its return_tokens_as_token_ids "
+                       "out (its own value, false too, wins)")
+    group.add_argument("--override-generation-config", type=_json_object, metavar="JSON",
+                       default=None, help="sampling defaults over "
+                       "--generation-config's, e.g. '{\"temperature\": 0.6}': temperature, "
+                       "top_p, top_k, min_p, repetition_penalty, and max_new_tokens (the "
+                       "default max_tokens and a ceiling on it)")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """An argparse type: a JSON object (a dict), else exit 2 naming the value."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text}: not a JSON object")
+    return value
 
 
 def _add_no_op(group: Any, dest: str, kind: Any, why: str) -> None:

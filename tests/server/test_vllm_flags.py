@@ -7,6 +7,7 @@ vLLM command line."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 
@@ -15,6 +16,7 @@ import pytest
 
 from kvpool import cli
 from kvpool.server import serve, vllm_flags
+from kvpool.server.generation_config import CEILING_KEY, load_generation_defaults
 from kvpool.server.serve_options import ServeOptions
 from tests.server.serve_process import read_rest, subprocess_server
 
@@ -57,6 +59,58 @@ def test_honored_flags_land_in_the_config_and_log_nothing(caplog):
     assert (args.model_impl, args.chat_template_content_format) == ("vllm", "string")
     assert parse("--chat-template-content-format", "auto").chat_template_content_format == "auto"
     assert (args.long_prefill_token_threshold, args.enable_sleep_mode) == (0, False)
+
+
+def test_honored_server_flags_land_in_the_serve_options(caplog):
+    o = ServeOptions.from_args(parse(
+        "--disable-uvicorn-access-log", "--return-tokens-as-token-ids",
+        "--override-generation-config", '{"temperature": 0.5, "max_new_tokens": 9}'))
+    assert o.request_defaults == {"generation_config": "auto", "return_tokens_as_token_ids": True,
+                                  "override_generation_config": {"temperature": 0.5,
+                                                                 "max_new_tokens": 9}}
+    server = logging.getLogger("kvpool.server")
+    with caplog.at_level(logging.DEBUG, logger="kvpool.server"):
+        assert o.access_log(server) is None  # no access line, not even at debug
+        assert ServeOptions.from_args(parse()).access_log(server) is server
+    assert ServeOptions.from_args(parse()).access_log(server) is None  # info: none, as before
+    off = ServeOptions.from_args(parse("--no-return-tokens-as-token-ids",
+                                       "--no-disable-uvicorn-access-log"))
+    assert (off.return_tokens_as_token_ids, off.disable_uvicorn_access_log) == (False, False)
+    assert ServeOptions.from_args(parse()).request_defaults == {
+        "generation_config": "auto", "return_tokens_as_token_ids": False,
+        "override_generation_config": None}
+
+
+def test_override_generation_config_merges_over_the_file(tmp_path):
+    (tmp_path / "generation_config.json").write_text(json.dumps(
+        {"temperature": 0.6, "top_p": 0.9, "max_new_tokens": 50}))
+    d, o = str(tmp_path), {"temperature": 0.2, "do_sample": True}  # do_sample: vLLM ignores it
+    assert load_generation_defaults("auto", d, o) == {"temperature": 0.2, "top_p": 0.9,
+                                                      "max_tokens": 50}
+    # a named file's max_new_tokens is a ceiling (NOTE(gen-ceiling)); with vllm only the override
+    assert load_generation_defaults(d, None, o)[CEILING_KEY] == 50
+    assert load_generation_defaults("vllm", d, o) == {"temperature": 0.2}
+    # the override's max_new_tokens is a ceiling whatever the source (vLLM's override_max_tokens)
+    assert load_generation_defaults("auto", d, {"max_new_tokens": 7}) == {
+        "temperature": 0.6, "top_p": 0.9, "max_tokens": 7, CEILING_KEY: 7}
+    assert load_generation_defaults("vllm", None, {"max_new_tokens": 7, "top_k": None}) == {
+        "max_tokens": 7, CEILING_KEY: 7}
+    assert load_generation_defaults("auto", d, {}) == load_generation_defaults("auto", d)
+
+
+@pytest.mark.parametrize("value, said", [
+    ('{"presence_penalty": 1.0}', "--override-generation-config: presence_penalty: kvpool's "
+     "sampling defaults are temperature, top_p, top_k, min_p, repetition_penalty and "
+     "max_new_tokens; send presence_penalty with each request"),
+    ('{"skip_special_tokens": false}', "--override-generation-config: skip_special_tokens: "),
+    ('{"temperature": "hot"}', "--override-generation-config: temperature: use a number, got "
+                               "'hot'"),
+    ('{"max_new_tokens": 0}', "--override-generation-config: max_new_tokens: use an integer "
+                              ">= 1, got 0"),
+])
+def test_an_override_kvpool_cannot_apply_exits_2_before_loading(value, said, capsys):
+    assert serve.main(["--port", "0", "--override-generation-config", value]) == 2
+    assert said in capsys.readouterr().err
 
 
 NO_OP_ARGV = [
@@ -144,6 +198,9 @@ def test_vllm_short_spellings_of_no_op_flags_log_the_long_flag(argv, flag, caplo
     (["--enable-force-include-usage"], "--enable-force-include-usage: kvpool puts usage in a "
                                        "stream only when the request's"),
     (["--enable-sleep-mode"], "--enable-sleep-mode: kvpool has no sleep mode"),
+    (["--override-generation-config", "[1]"], "--override-generation-config: [1]: not a "
+                                              "JSON object"),
+    (["--override-generation-config", "{"], "--override-generation-config: {: not a JSON "),
     (["--scheduling-policy", "lifo"], "--scheduling-policy: invalid choice: 'lifo' (choose "
                                       "from 'fcfs', 'priority')"),  # vLLM's two, as vLLM says
 ], ids=lambda v: v[0] if isinstance(v, list) else "")

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
+import logging
+import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
+import pytest
 
 from kvpool import cli
 from kvpool.server import serve
@@ -88,3 +91,56 @@ async def test_scheduling_policy_fcfs_is_arrival_order_as_without_the_flag():
     for policy in (("--scheduling-policy", "fcfs"), ()):
         async with served("--max-num-seqs", "1", *policy) as url:
             assert await finish_order(url) == ["A", "B", "C"]  # vLLM's default
+
+
+async def post(s: aiohttp.ClientSession, url: str, path: str, body: dict) -> dict[str, Any]:
+    async with s.post(url + path, json=body) as r:
+        assert r.status == 200, await r.text()
+        return await r.json()
+
+
+def as_ids(tokens: list[str]) -> bool:
+    return bool(tokens) and all(re.fullmatch(r"token_id:\d+", t) for t in tokens)
+
+
+async def test_return_tokens_as_token_ids_is_the_request_fields_default():
+    prompt = {"prompt": "Once upon", "max_tokens": 3, "logprobs": 2}
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": True,
+            "top_logprobs": 2}
+    async with served("--return-tokens-as-token-ids") as url, aiohttp.ClientSession() as s:
+        lp = (await post(s, url, "/v1/completions", prompt))["choices"][0]["logprobs"]
+        assert as_ids(lp["tokens"]) and all(as_ids(list(top)) for top in lp["top_logprobs"])
+        content = (await post(s, url, "/v1/chat/completions", chat))["choices"][0]["logprobs"]
+        assert as_ids([c["token"] for c in content["content"]])
+        assert as_ids([t["token"] for c in content["content"] for t in c["top_logprobs"]])
+        # the request's own false wins, as in vLLM
+        lp = (await post(s, url, "/v1/completions", {**prompt, "return_tokens_as_token_ids":
+                                                     False}))["choices"][0]["logprobs"]
+        assert not any(t.startswith("token_id:") for t in lp["tokens"])
+
+
+async def test_override_generation_config_sets_the_defaults_and_caps_max_tokens():
+    body = {"prompt": "Once upon", "ignore_eos": True}
+    async with served("--override-generation-config", '{"max_new_tokens": 3, "temperature": 0}',
+                      "--generation-config", "vllm") as url, aiohttp.ClientSession() as s:
+        left_out = await post(s, url, "/v1/completions", body)
+        assert left_out["usage"]["completion_tokens"] == 3  # not OpenAI's 16
+        asked = await post(s, url, "/v1/completions", {**body, "max_tokens": 10})
+        assert asked["usage"]["completion_tokens"] == 3  # vLLM's override_max_tokens
+        assert asked["choices"][0]["finish_reason"] == "length"
+        seeded = {(await post(s, url, "/v1/completions", {**body, "seed": k}))["choices"][0][
+            "text"] for k in (1, 2, 3)}
+        assert len(seeded) == 1  # temperature 0: greedy, whatever the seed
+        hot = {(await post(s, url, "/v1/completions", {**body, "seed": k, "temperature": 1.0}))[
+            "choices"][0]["text"] for k in (1, 2, 3)}
+        assert len(hot) > 1  # what the request sends wins
+
+
+@pytest.mark.parametrize("argv, lines", [((), 1), (("--disable-uvicorn-access-log",), 0)])
+async def test_disable_uvicorn_access_log_drops_the_access_line(argv, lines, caplog):
+    caplog.set_level(logging.DEBUG, logger="kvpool.server")  # kvpool's access line: debug only
+    async with served(*argv) as url, aiohttp.ClientSession() as s:
+        async with s.get(url + "/health") as r:
+            assert r.status == 200
+    access = [r for r in caplog.records if '"GET /health HTTP/1.1" 200' in r.getMessage()]
+    assert len(access) == lines
