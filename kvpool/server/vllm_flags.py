@@ -28,6 +28,7 @@ from typing import Any
 
 from kvpool.errors import require
 from kvpool.sched.config import POLICIES
+from kvpool.server.vllm_config_file import add_config_flag
 
 __all__ = ["GROUP_TITLE", "NO_OPS", "add_vllm_args", "apply_vllm_flags"]
 
@@ -90,6 +91,7 @@ def add_vllm_args(parser: argparse.ArgumentParser) -> None:
         GROUP_TITLE, "vLLM's `vllm serve` flags, so a deployment keeps its command line: each "
         "is honored, accepted with no effect (one info line at startup), or refused (exit 2) "
         "for a value kvpool cannot do")
+    add_config_flag(parser, group)  # --config FILE.yaml (vllm_config_file.py)
     _add_honored(group)
     _add_honored_server(group)
     for dest, (kind, why) in NO_OPS.items():
