@@ -26,7 +26,9 @@ gap is the release stamp the policy keeps anyway.
 Measured once over 219 cells (docs/benchmarks.md "`crp`: counting returns, not uses"): 43 lost
 (adaptive 42), summed shortfall 0.2002 (0.1891), 10 cells below LRU (8). It wins both
 call_center cells at 16000 blocks and loses zipf_prefix and scan_mix cells, where popularity
-is many independent requests at short gaps. Not adopted.
+is many independent requests at short gaps. Not adopted. Two variants below check where the
+loss comes from (``crpclass``: the duel keeps per-use counts; ``crpage``: counts age on the
+product's schedule); both keep it.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ from __future__ import annotations
 from zlib import crc32
 
 from kvpool.core.eviction.adaptive import AdaptivePolicy
+from kvpool.core.eviction.admit_tuner import Cfg
 from kvpool.core.eviction.base import PENDING
+from kvpool.core.eviction.sketch import FrequencySketch
+from kvpool.core.eviction.tuner import ReleaseRuns
 
 
 class CRPPolicy(AdaptivePolicy):
@@ -51,7 +56,58 @@ class CRPPolicy(AdaptivePolicy):
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
         where = self._where
         if (0 <= block_id < len(where) and where[block_id] == PENDING
-                and self._hash[block_id] == block_hash
-                and self._clock - self._stamp[block_id] > self.CRP * self._scale):
-            self._count(crc32(block_hash))  # a return: the revival below reads this count
+                and self._hash[block_id] == block_hash):
+            if self._clock - self._stamp[block_id] > self.CRP * self._scale:
+                self._count_return(crc32(block_hash))  # the revival below reads this count
+            else:
+                self._fold()
         super().insert(block_id, block_hash, depth, now)
+
+    def _fold(self) -> None:
+        """A revival within the period: one reference with the last, nothing counted."""
+
+    def _count_return(self, c: int) -> None:
+        """A return of content CRC ``c``: one use in every sketch there is."""
+        self._count(c)
+
+
+class CRPClassPolicy(CRPPolicy):
+    """Invariant: CRPPolicy's, except that the duel always has a sketch of its own, which
+    counts every use as the product does (hits included); only the classes' sketch counts
+    returns. The duel (W-TinyLFU's admission) keeps its frequencies."""
+
+    name = "crpclass"
+
+    def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
+                 cfg: Cfg | None = None) -> None:
+        super().__init__(capacity, sketch_min_bits, cfg)
+        if self._duel is self._sketch:  # one sketch (pools above ~8700 blocks): split it
+            self._duel = FrequencySketch(self._scale, sketch_min_bits)
+            self._count = self._count_both
+            if cfg is None:  # the tuner's duels read the new sketch
+                self._tuner = self.TUNER(self._scale, self._sketch.estimate,
+                                         self._duel.estimate)
+                self._sample = self._tuner.threshold
+                self._runs = ReleaseRuns(self._tuner)
+
+    def on_hit(self, block_hash: bytes) -> None:
+        super().on_hit(block_hash)
+        self._duel.add(crc32(block_hash))
+
+    def _count_return(self, c: int) -> None:
+        self._sketch.add(c)  # the duel's sketch counted this use's hit already
+
+
+class CRPAgePolicy(CRPPolicy):
+    """Invariant: CRPPolicy's. A use folded into the last reference still advances the
+    sketches' halving clock (``left``), so their counts age on the product's schedule: with
+    fewer additions, CRPPolicy's sketch halves less often and old counts live longer."""
+
+    name = "crpage"
+
+    def _fold(self) -> None:
+        for s in {id(sk): sk for sk in (self._sketch, self._duel)}.values():
+            s.left -= 1
+            if not s.left:
+                s.halve()
+

@@ -52,7 +52,7 @@ from bench.tuner_diag import KeyReleasePolicy, RetreatPolicy, WarmStartPolicy
 from bench.ghostbig import GhostBigPolicy
 from bench.ghostpair import GhostPairPolicy
 from bench.wingain import WinGainPolicy
-from bench.crp import CRPPolicy
+from bench.crp import CRPAgePolicy, CRPClassPolicy, CRPPolicy
 from bench.common import TRACE, bench_parser, machine, write_json
 from bench.policy_traces import GENERATED
 from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy
@@ -68,7 +68,8 @@ CANDIDATES: dict[str, type[Baseline] | type[EvictionPolicy]] = {
     p.name: p for p in (GhostWindowTinyLFU, DoorARCPolicy, FollowPolicy, WinTunePolicy,
                        ArcTunePolicy, AdmitLRUPolicy, AdmitRunPolicy,
                        AdmitBigPolicy, RetreatPolicy, KeyReleasePolicy, WarmStartPolicy,
-                       GhostBigPolicy, GhostPairPolicy, WinGainPolicy, CRPPolicy)}
+                       GhostBigPolicy, GhostPairPolicy, WinGainPolicy, CRPPolicy,
+                       CRPClassPolicy, CRPAgePolicy)}
 
 
 def new_policy(name: str, cap: int) -> EvictionPolicy:

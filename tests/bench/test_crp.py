@@ -8,7 +8,7 @@ from zlib import crc32
 
 from hypothesis import given, settings
 
-from bench.crp import CRPPolicy
+from bench.crp import CRPAgePolicy, CRPClassPolicy, CRPPolicy
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES
 from kvpool.core.eviction.adaptive import AdaptivePolicy
@@ -99,6 +99,40 @@ def test_with_no_period_it_replays_as_the_product():
         assert simulate(reqs, NoPeriod(cap), cap) == simulate(reqs, AdaptivePolicy(cap), cap)
 
 
+def test_crpclass_duel_counts_every_use_and_classes_count_returns():
+    """At 100 blocks and at 20000 (where the product shares one sketch) the duel's sketch
+    counts the burst's hits; the classes' sketch counts the burst once."""
+    for cap in (100, 20000):
+        p = CRPClassPolicy(cap)
+        p.insert(0, key(1), 0, 0.0)
+        for _ in range(4):
+            revive(p, 0, key(1))
+        assert p._duel is not p._sketch
+        assert (uses(p, key(1)), p._duel.estimate(crc32(key(1)))) == (1, 5)
+        p.check_invariants()
+
+
+@settings(max_examples=30, deadline=None)
+@given(ops=OPS)
+def test_crpclass_evicts_members_and_keeps_invariants(ops):
+    evict_members(CRPClassPolicy(16, sketch_min_bits=8), ops,
+                  check=lambda p, m: len(p) == len(m))
+
+
+def test_crpage_folded_uses_still_age_the_sketch():
+    """600 revivals in one burst: the product adds 601 uses (two halvings of a 256-addition
+    period), crp one (none); crpage counts one and halves on the product's schedule."""
+    halvings = []
+    for cls in (AdaptivePolicy, CRPPolicy, CRPAgePolicy):
+        p = cls(100, sketch_min_bits=4, cfg=FIXED)
+        p.insert(0, key(1), 0, 0.0)
+        for _ in range(600):
+            revive(p, 0, key(1))
+        halvings.append((p._sketch.halvings, p._sketch.left))
+        p.check_invariants()
+    assert halvings[0] == halvings[2] != halvings[1]
+
+
 def test_crp_replays_and_is_a_research_candidate():
     reqs = [[i % 97, i % 89 + 100] for i in range(3000)]
     p = CRPPolicy(64)
@@ -106,3 +140,4 @@ def test_crp_replays_and_is_a_research_candidate():
     p.check_invariants()
     assert 0 < hits < blocks == 6000
     assert CANDIDATES["crp"] is CRPPolicy and "crp" not in POLICIES
+    assert CANDIDATES["crpclass"] is CRPClassPolicy
