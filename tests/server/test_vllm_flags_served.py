@@ -69,7 +69,7 @@ async def finish_order(url: str) -> list[str]:
 
     async with aiohttp.ClientSession() as s:
         async with s.post(url + "/v1/completions",
-                          json={**body, "max_tokens": 150, "stream": True}) as a:
+                          json={**body, "max_tokens": 300, "stream": True}) as a:
             await a.content.readline()  # A's first chunk: A is running
             b = asyncio.create_task(call(s, "B", max_tokens=4, priority=5))
             while await waiting_requests(s, url) < 1:  # B queued behind A
