@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,8 +49,8 @@ class _NotExpanded(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        raise argparse.ArgumentError(self, "the file was not expanded (give it as "
-                                     f"{CONFIG_FLAG} FILE.yaml)")
+        raise argparse.ArgumentError(self, "the file was not expanded: give it to `kvpool "
+                                     f"serve ... {CONFIG_FLAG} FILE.yaml`")
 
 
 def take_config_files(parser: argparse.ArgumentParser) -> None:
@@ -59,9 +58,10 @@ def take_config_files(parser: argparse.ArgumentParser) -> None:
 
     def parse_known_args(args: Sequence[str] | None = None,
                          namespace: argparse.Namespace | None = None) -> Any:
-        argv = list(sys.argv[1:] if args is None else args)
+        if args is None:  # argparse reads the process's arguments itself (kvpool never
+            return parse(None, namespace)  # does): `kvpool serve` hands its subparser a list
         try:
-            argv = expand_config(argv, lambda: _no_forms(parser))
+            argv = expand_config(list(args), lambda: _no_forms(parser))
         except ValueError as exc:
             parser.error(str(exc))  # exit 2, as vLLM's FlexibleArgumentParser.error
         return parse(argv, namespace)
@@ -120,7 +120,7 @@ def _read(path: str) -> dict[Any, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{where}: cannot read it ({exc})") from None
     try:
-        import yaml  # PyYAML: tokenizers' huggingface_hub depends on it
+        import yaml  # PyYAML: a dependency (pyproject.toml)
     except ImportError:
         raise ValueError(f"{where}: reading YAML needs PyYAML (pip install pyyaml)") from None
     try:
