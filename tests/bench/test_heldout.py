@@ -95,7 +95,7 @@ def reqs_system(reqs):
 
 
 def test_main_reports_every_policy_against_lru(tmp_path, capsys):
-    res = main(["--seeds", "1", "--capacities", "200", "--scale", "0.005",
+    res = main(["--seeds", "1", "--capacities", "200", "--scale", "0.002",
                 "--json", str(tmp_path / "h.json")])
     assert set(res["cells"]) == {f"{n}@1@200" for n in SHAPES}
     for rates in res["cells"].values():
