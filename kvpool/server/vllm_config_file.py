@@ -13,11 +13,15 @@ NOTE(config-order): the file's arguments go before the command line's (after a l
 MODEL_DIR, which stays first so a list flag from the file cannot take it), so a flag given in
 both places takes the command line's value, as in vLLM. Each expanded flag then gets its usual
 treatment: one kvpool does not know is argparse's unrecognized argument, a refused value exits
-2. PyYAML comes with tokenizers (through huggingface_hub); kvpool adds no dependency for it.
+2. PyYAML is a dependency (pyproject.toml).
+
+NOTE(underscores): as vLLM's parser, a command-line flag may be spelled with underscores
+(``--max_model_len 4096``, ``--max_model_len=4096``): the flag's name, never its value, is read
+with dashes. kvpool's own flags all have dashes, so no spelling changes meaning.
 
 argparse has no hook that rewrites the arguments before parsing, so :func:`take_config_files`
 wraps the parser's ``parse_known_args``, the method both ``parse_args`` and kvpool.cli's
-subcommand dispatch call with the subcommand's arguments.
+subcommand dispatch call with the subcommand's arguments; it also reads underscores as dashes.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONFIG_FLAG", "add_config_flag", "config_args", "expand_config"]
+__all__ = ["CONFIG_FLAG", "add_config_flag", "config_args", "dashed", "expand_config"]
 
 CONFIG_FLAG = "--config"
 
@@ -61,12 +65,26 @@ def take_config_files(parser: argparse.ArgumentParser) -> None:
         if args is None:  # argparse reads the process's arguments itself (kvpool never
             return parse(None, namespace)  # does): `kvpool serve` hands its subparser a list
         try:
-            argv = expand_config(list(args), lambda: _no_forms(parser))
+            argv = expand_config(dashed(args), lambda: _no_forms(parser))
         except ValueError as exc:
             parser.error(str(exc))  # exit 2, as vLLM's FlexibleArgumentParser.error
         return parse(argv, namespace)
 
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+def dashed(argv: Sequence[str]) -> list[str]:
+    """NOTE(underscores): each ``--flag_name`` (or ``--flag_name=value``) as ``--flag-name``;
+    values and everything after a bare ``--`` stay as they are."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return out + list(argv[i:])
+        if arg.startswith("--") and "_" in arg.split("=", 1)[0]:
+            name, eq, value = arg.partition("=")
+            arg = name.replace("_", "-") + eq + value
+        out.append(arg)
+    return out
 
 
 def _no_forms(parser: argparse.ArgumentParser) -> set[str]:

@@ -11,6 +11,7 @@ import pytest
 
 from kvpool import cli
 from kvpool.server import serve
+from kvpool.server.vllm_config_file import dashed
 from tests.server.test_vllm_flags_served import as_ids, post, served
 
 YAML = """\
@@ -110,3 +111,13 @@ async def test_a_server_started_from_a_config_file(config):
         answer = await post(s, url, "/v1/completions", body)
         assert answer["usage"]["completion_tokens"] == 4  # the command line's, not the file's
         assert as_ids(answer["choices"][0]["logprobs"]["tokens"])  # the file's
+
+
+def test_underscore_spellings_on_the_command_line_are_read_as_dashes():
+    """NOTE(underscores): vLLM's parser takes --max_model_len as --max-model-len; only flag
+    names change, never values, and nothing after a bare --."""
+    args = kvpool_serve("--max_model_len=300", "--num_device_blocks", "40",
+                        "--served_model_name", "my_model", "--enforce_eager")
+    assert (args.max_model_len, args.num_device_blocks) == (300, 40)
+    assert args.served_model_name == ["my_model"] and args.enforce_eager is True
+    assert dashed(["--a_b=c_d", "x_y", "--", "--e_f"]) == ["--a-b=c_d", "x_y", "--", "--e_f"]
