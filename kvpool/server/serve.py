@@ -42,6 +42,8 @@ from kvpool.server.app import GATE_KEY, METRICS_KEY, ROUTES_KEY, build_app, star
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
+from kvpool.server.process_tuning import (SWITCH_INTERVAL, default_num_threads, loop_factory,
+                                          tune_process)
 from kvpool.server.remote_setup import add_remote_args, build_link
 from kvpool.server.responses_api import RESPONSES_KEY
 from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
@@ -50,9 +52,9 @@ from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, 
 if TYPE_CHECKING:
     from kvpool.runtime.engine.async_engine import AsyncEngine
 
-__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_arguments",
-           "add_serve_args", "config_from_args", "main", "resolve_api_key", "run", "run_server",
-           "serve"]
+__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "SWITCH_INTERVAL", "ServeOptions",
+           "add_arguments", "add_serve_args", "config_from_args", "default_num_threads", "main",
+           "resolve_api_key", "run", "run_server", "serve", "tune_process"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -64,10 +66,6 @@ FORCED_EXIT_STATUS = 1
 # and [DONE], and aiohttp/the engine get it again to close what is left: the whole shutdown
 # stays within shutdown_timeout + 4 * GRACE (< 1 s).
 SHUTDOWN_GRACE = 0.2
-# NOTE(latency): the step thread runs long stretches of Python (scheduling 1000s of sequences);
-# a 0.5 ms GIL switch interval (default 5 ms) bounds how long the event loop (HTTP, /metrics)
-# waits for it, for a small throughput cost. Process-wide, so set here and nowhere else.
-SWITCH_INTERVAL = 0.0005
 
 
 def _int_or_size(text: str) -> int | str:
@@ -316,52 +314,13 @@ async def _drain(app: web.Application, timeout: float) -> None:
     await asyncio.sleep(SHUTDOWN_GRACE / 4)
 
 
-def default_num_threads() -> int:
-    """Torch intra-op threads: every core this process may run on but one.
-
-    NOTE(threads): the step thread's Python, the event loop and the copy worker need a core
-    of their own. An OpenMP team whose threads must share a core with them waits at every
-    barrier for the thread that is descheduled, so one thread too many costs far more than it
-    gains (bench.step measures a decode step per thread count: on a 2-core machine, 2 threads
-    made decode ~6x slower than 1, while a prefill gained ~1.6x; decode dominates serving).
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) - 1)
-
-
-def tune_process(config: EngineConfig) -> None:
-    """The process-wide settings of a server process (torch threads, GIL switch interval):
-    only the entry point owns the process, library classes never touch them."""
-    import torch
-
-    threads = config.num_threads or default_num_threads()
-    torch.set_num_threads(threads)
-    if sys.getswitchinterval() > SWITCH_INTERVAL:
-        sys.setswitchinterval(SWITCH_INTERVAL)
-    log.info("torch threads: %d (%s), GIL switch interval %.1f ms", threads,
-             "--num-threads" if config.num_threads else "default: usable cores - 1",
-             sys.getswitchinterval() * 1e3)
-
-
-def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    if use_uvloop is False:
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        if use_uvloop:
-            raise SystemExit("--uvloop was asked for but uvloop is not installed") from None
-        return None
-    return uvloop.new_event_loop
-
-
 def run_server(config: EngineConfig, options: ServeOptions | None = None, *,
                on_ready: Callable[[str, int], None] | None = None) -> None:
     """Blocking entry point: tune the process, pick the event loop once (uvloop when
     installed) and serve."""
     o = options if options is not None else ServeOptions()
     tune_process(config)
-    with asyncio.Runner(loop_factory=_loop_factory(o.uvloop)) as runner:
+    with asyncio.Runner(loop_factory=loop_factory(o.uvloop)) as runner:
         runner.run(serve(config, o, on_ready=on_ready))
 
 
