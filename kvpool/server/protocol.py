@@ -37,6 +37,7 @@ from typing import Any
 from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.sched import exceeds_context
+from kvpool.server.best_of import read_best_of
 from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_TOKENIZE,
                                       UNSUPPORTED_CHAT, UNSUPPORTED_COMPLETION,
                                       check_unsupported, opt, salt_and_priority,
@@ -233,7 +234,7 @@ class RequestParser:
         n = opt(body, "n", int, 1)
         if not 1 <= n <= self.max_n:
             raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
-        best_of = self._best_of(body, n, stream) if kind == "completion" else n
+        best_of, ignored = read_best_of(body, n, stream, self.max_n, ignored, kind == "chat")
         salt, priority = salt_and_priority(body)
         lp, prompt_lps = self._logprobs(body, kind == "chat", stream)
         # best_of > n: best_of run, the n of highest cumulative logprob return (vLLM v0's
@@ -300,16 +301,6 @@ class RequestParser:
         if tools is not None and tools.grammar is not None:  # its constraint fields: dropped
             out["response_format"] = tools.grammar  # (forced_tool_fields.py NOTE(tool-forced))
         return out
-
-    def _best_of(self, body: dict[str, Any], n: int, stream: bool) -> int:
-        best_of = opt(body, "best_of", int, n)
-        if not n <= best_of <= self.max_n:
-            raise _bad("best_of", f"must be between n ({n}) and {self.max_n}, got "
-                       f"{shown(best_of)}")
-        if best_of > n and stream:
-            raise _bad("best_of", "cannot be larger than n when streaming (the best ones are "
-                       "known only at the end)")
-        return best_of
 
     def _model(self, model: Any) -> str:
         if model is None:

@@ -60,7 +60,7 @@ REFUSED = [(p, b, f, bad) for p, b in ((C, COMPLETION), (H, CHAT)) for f, bad in
     ("top_k", "0x10"), ("min_tokens", ""), ("truncate_prompt_tokens", "1__0"),
     ("priority", {}), ("prompt_logprobs", "1"), ("temperature", "hot"), ("top_p", " 1_0"),
     ("presence_penalty", []), ("min_p", "1,5"))] + [
-    (C, COMPLETION, "logprobs", "1"), (C, COMPLETION, "best_of", 2.5),
+    (C, COMPLETION, "logprobs", "1"),
     (H, {**CHAT, "logprobs": True}, "top_logprobs", "1"), (H, CHAT, "seed", 2.0 ** 63),
     (C, COMPLETION, "stop_token_ids", ["five"]), (H, CHAT, "allowed_token_ids", [1.5]),
     (C, COMPLETION, "logit_bias", {"5": "ten"})]
