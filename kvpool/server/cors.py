@@ -70,6 +70,7 @@ from aiohttp import web
 
 from kvpool.errors import ConfigError
 from kvpool.server.middleware import APIError
+from kvpool.server.vllm_flags import VllmSwitch  # vLLM's --no-allow-credentials too
 
 __all__ = ["ALL_METHODS", "MAX_AGE_SECONDS", "MAX_ORIGIN_CHARS", "CorsPolicy", "add_cors_args",
            "cors_list"]
@@ -252,7 +253,7 @@ def add_cors_args(srv: Any) -> None:
     srv.add_argument("--allowed-origins", default='["*"]', metavar="JSON",
                      help="origins whose pages may call the API, a JSON list, e.g. "
                      "'[\"https://app.example\"]' (default: '[\"*\"]', any)")
-    srv.add_argument("--allow-credentials", action="store_true", default=False,
+    srv.add_argument("--allow-credentials", action=VllmSwitch, default=False,
                      help="send Access-Control-Allow-Credentials: true (pages may send cookies)")
     srv.add_argument("--allowed-methods", default='["*"]', metavar="JSON",
                      help="methods a CORS preflight may ask for, a JSON list (default: any)")

@@ -48,6 +48,7 @@ from kvpool.server.remote_setup import add_remote_args, build_link
 from kvpool.server.responses_api import RESPONSES_KEY
 from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
                                          add_server_args, resolve_api_key)
+from kvpool.server.vllm_flags import VllmSwitch
 
 if TYPE_CHECKING:
     from kvpool.runtime.engine.async_engine import AsyncEngine
@@ -132,7 +133,7 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         help_text = f"{text} (default: {defaults.get(name)})"
         if kind == "bool":
-            eng.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
+            eng.add_argument(flag, dest=name, action=VllmSwitch,  # vLLM's --disable- too
                              default=argparse.SUPPRESS, help=help_text)
         elif name == "served_model_name":  # vLLM's nargs: every name is accepted
             eng.add_argument(flag, dest=name, nargs="+", metavar=meta, default=None,

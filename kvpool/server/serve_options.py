@@ -31,7 +31,7 @@ from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
                                           DEFAULT_MAX_STORED_RESPONSES)
 from kvpool.server.salt_key import SALT_KEY_ENV, SALT_KEY_FLAG, SaltKey, resolve_salt_key
 from kvpool.server.tools.parsers import PARSERS
-from kvpool.server.vllm_flags import add_vllm_args, apply_vllm_flags
+from kvpool.server.vllm_flags import VllmSwitch, add_vllm_args, apply_vllm_flags
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
 
@@ -262,7 +262,7 @@ def _add_request_args(srv: _ArgGroup) -> None:
     srv.add_argument("--chat-template", default=None, metavar="FILE",
                      help="a Jinja chat template overriding the model directory's own "
                           "(default: the model's, else the built-in one)")
-    srv.add_argument("--trust-request-chat-template", action="store_true", default=False,
+    srv.add_argument("--trust-request-chat-template", action=VllmSwitch, default=False,
                      help="run the chat_template a request sends, as vLLM's flag of this name "
                      "does: a template is code, and a hostile one can hold the server's CPU "
                      "or memory; only for clients trusted like the operator (default: 400)")
@@ -312,13 +312,13 @@ def _add_api_args(srv: _ArgGroup) -> None:
                      "holding the most bytes goes; a response larger than this is not stored "
                      "(a continuation naming it gets 404) (0: none; default "
                      f"{DEFAULT_MAX_STORED_RESPONSE_BYTES}, 256 MiB)")
-    srv.add_argument("--enable-auto-tool-choice", action="store_true", default=False,
+    srv.add_argument("--enable-auto-tool-choice", action=VllmSwitch, default=False,
                      help="let the model decide to call tools (tool_choice auto, the default "
                      "when tools are sent), its output read by --tool-call-parser")
     srv.add_argument("--tool-call-parser", default=None, metavar="NAME",
                      help=f"how the model writes tool calls: {', '.join(sorted(PARSERS))} "
                      "(vLLM's names; required and named tool_choice need none)")
-    srv.add_argument("--enable-server-load-tracking", action="store_true", default=False,
+    srv.add_argument("--enable-server-load-tracking", action=VllmSwitch, default=False,
                      help="GET /load answers {\"server_load\": N}, N the requests in "
                      "/v1/completions, /v1/chat/completions and /v1/responses now, as vLLM's "
                      "flag of this name (default: off, /load says 0)")

@@ -16,6 +16,14 @@ does what needs every flag parsed (ServeOptions.from_args calls it): --kv-cache-
 vllm/entrypoints/common/cli_args.py); --disable-log-requests,
 --disable-frontend-multiprocessing, --cuda-graph-sizes and --max-seq-len-to-capture are older
 vLLM's, still in many manifests. vLLM's -O3 / -O 3 / -O=3 is --optimization-level.
+
+NOTE(negations): vLLM's boolean flags are argparse's BooleanOptionalAction, so ``--x`` comes
+with ``--no-x``; vLLM's parser (FlexibleArgumentParser's EnableDisableAction) adds the
+opposite name too, ``--disable-y`` for ``--enable-y`` and ``--enable-y`` for ``--disable-y``,
+both meaning off. :class:`VllmSwitch` takes all three wherever vLLM's flag is such a switch
+(not its store_true flags: --disable-log-stats, and older vLLM's --disable-log-requests and
+--disable-frontend-multiprocessing); off is off for honored flags, accepted for no-ops, and
+for a flag kvpool always honors (ALWAYS) one info line says it stays on.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ from kvpool.errors import require
 from kvpool.sched.config import POLICIES
 from kvpool.server.vllm_config_file import add_config_flag
 
-__all__ = ["GROUP_TITLE", "NO_OPS", "add_vllm_args", "apply_vllm_flags"]
+__all__ = ["ALWAYS", "GROUP_TITLE", "NO_OPS", "VllmSwitch", "add_vllm_args",
+           "apply_vllm_flags"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -83,6 +92,15 @@ NO_OPS: dict[str, tuple[Any, str]] = {
 # vLLM's short spellings of no-op flags, and the metavars the flag's last word does not name
 _SHORT = {"compilation_config": "-cc", "optimization_level": "-O"}
 _METAVAR = {"compilation_config": "JSON", "limit_mm_per_prompt": "JSON"}
+# vLLM's switches for what kvpool always does: dest -> what; their --no- form changes nothing
+ALWAYS = {"enable_request_id_headers": "every answer carries X-Request-Id",
+          "enable_prompt_tokens_details": "usage has prompt_tokens_details.cached_tokens"}
+
+
+def _opposite(dest: str) -> str:
+    """enable_x -> disable_x and back (NOTE(negations))."""
+    head, _, rest = dest.partition("_")
+    return {"enable": "disable", "disable": "enable"}.get(head, head) + "_" + rest
 
 
 def add_vllm_args(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +127,27 @@ class _UvicornLevel(argparse.Action):
             setattr(namespace, self.dest, _LEVEL_OF.get(values, values))
 
 
-class _OnOff(argparse.BooleanOptionalAction):
+class VllmSwitch(argparse.BooleanOptionalAction):
+    """A vLLM boolean flag as vLLM's parser takes it (NOTE(negations)): ``--x`` and ``--no-x``
+    (argparse's BooleanOptionalAction), and for ``--enable-y`` also ``--disable-y`` (off), for
+    ``--disable-y`` also ``--enable-y`` (off), unless ``opposite`` is False (another flag of
+    the parser has that name)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, opposite: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.off = {s for s in self.option_strings if s.startswith("--no-")}
+        for on, other in (("--enable-", "--disable-"), ("--disable-", "--enable-")):
+            if opposite and option_strings[0].startswith(on):
+                self.off.add(other + option_strings[0].removeprefix(on))
+                self.option_strings.append(other + option_strings[0].removeprefix(on))
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, option_string not in self.off)
+
+
+class _OnOff(VllmSwitch):
     """vLLM's --x / --no-x where one side asks what kvpool cannot do: that side exits 2."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, refused: bool = True,
@@ -119,10 +157,9 @@ class _OnOff(argparse.BooleanOptionalAction):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        value = not (option_string or "").startswith("--no-")
-        if value == self.refused:
+        if (option_string not in self.off) == self.refused:
             raise argparse.ArgumentError(self, f"{option_string}: {self.why}")
-        setattr(namespace, self.dest, value)
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _add_honored(group: Any) -> None:
@@ -138,10 +175,9 @@ def _add_honored(group: Any) -> None:
                        help="the order waiting requests are served in: fcfs (arrival, the "
                        "default) or priority (the request's priority field, smaller first; a "
                        "waiting request preempts lower-priority running ones)")
-    group.add_argument("--enable-request-id-headers", action="store_true", default=None,
-                       help="honored always: every answer carries X-Request-Id")
-    group.add_argument("--enable-prompt-tokens-details", action="store_true", default=None,
-                       help="honored always: usage has prompt_tokens_details.cached_tokens")
+    for dest, why in ALWAYS.items():
+        group.add_argument("--" + dest.replace("_", "-"), action=VllmSwitch, default=None,
+                           help=f"honored always: {why} (off: one info line, no effect)")
     group.add_argument("--enable-chunked-prefill", action=_OnOff, refused=False, default=None,
                        why="kvpool always splits long prompts over steps (chunked prefill, "
                        "vLLM's default); leave it out",
@@ -150,10 +186,10 @@ def _add_honored(group: Any) -> None:
 
 def _add_honored_server(group: Any) -> None:
     """Honored flags that are ServeOptions fields (their dests are the fields' names)."""
-    group.add_argument("--disable-uvicorn-access-log", action=argparse.BooleanOptionalAction,
+    group.add_argument("--disable-uvicorn-access-log", action=VllmSwitch,
                        default=False, help="no access line per request, not even "
                        "at --log-level debug (the only level kvpool writes one at)")
-    group.add_argument("--return-tokens-as-token-ids", action=argparse.BooleanOptionalAction,
+    group.add_argument("--return-tokens-as-token-ids", action=VllmSwitch,
                        default=False, help="logprob tokens spelled "
                        "token_id:<id> where a request leaves its return_tokens_as_token_ids "
                        "out (its own value, false too, wins)")
@@ -178,9 +214,9 @@ def _json_object(text: str) -> dict[str, Any]:
 def _add_no_op(group: Any, dest: str, kind: Any, why: str) -> None:
     flags = ("--" + dest.replace("_", "-"), *([_SHORT[dest]] if dest in _SHORT else []))
     text = f"accepted, no effect: {why}"
-    if kind == "bool":
-        group.add_argument(*flags, action=argparse.BooleanOptionalAction, default=None,
-                           help=text)
+    if kind == "bool":  # --enable-log-requests: older vLLM's --disable-log-requests is its own
+        opposite = _opposite(dest) not in NO_OPS
+        group.add_argument(*flags, action=VllmSwitch, default=None, opposite=opposite, help=text)
     elif kind == "flag":
         group.add_argument(*flags, action="store_const", const=True, default=None, help=text)
     elif kind == "list":
@@ -269,13 +305,14 @@ def _add_refused(group: Any) -> None:
 
 def apply_vllm_flags(args: argparse.Namespace) -> list[str]:
     """What needs every flag parsed: --kv-cache-dtype float16/bfloat16 is kvpool's only with
-    the same --dtype (else ConfigError, exit 2); then one info line per no-op flag given.
-    Returns those lines."""
+    the same --dtype (else ConfigError, exit 2); then one info line per no-op flag given, and
+    per ALWAYS flag turned off. Returns those lines."""
     kv, dtype = getattr(args, "kv_cache_dtype", None), getattr(args, "dtype", None)
     require(kv in (None, "auto", dtype),
             f"--kv-cache-dtype {kv}: kvpool keeps the KV cache in the model's dtype, so it "
             f"needs --dtype {kv} too (--dtype is {dtype or 'auto'}); or --kv-cache-dtype auto")
-    lines = []
+    lines = [f"vLLM's --no-{dest.replace('_', '-')}: accepted, no effect: kvpool always does "
+             f"this ({why})" for dest, why in ALWAYS.items() if getattr(args, dest, None) is False]
     for dest, (_kind, why) in NO_OPS.items():
         value = getattr(args, dest, None)
         if value is None:

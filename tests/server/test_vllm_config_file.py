@@ -62,7 +62,7 @@ def test_a_leading_model_dir_stays_the_model(config):
 @pytest.mark.parametrize("text, said", [
     ("tensor-parallel-size: 2\n", "argument --tensor-parallel-size/-tp: 2: kvpool serve runs "
                                   "the whole model on one device: use 1"),
-    ("enable-lora: true\n", "--no-enable-lora: --enable-lora: kvpool serves no LoRA"),
+    ("enable-lora: true\n", "--disable-lora: --enable-lora: kvpool serves no LoRA"),
     ("swap_space_gb: 4\n", "unrecognized arguments: --swap-space-gb"),
 ])
 def test_the_files_flags_get_their_usual_treatment(config, text, said, capsys):

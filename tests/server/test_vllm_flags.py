@@ -146,6 +146,57 @@ def test_a_no_op_flag_parses_and_logs_one_line(argv, caplog):
         f"vLLM's {' '.join(argv)}: accepted, no effect: {why}"]
 
 
+@pytest.mark.parametrize("on, off, field", [
+    ("--enable-prefix-caching", "--disable-prefix-caching", "enable_prefix_caching"),
+    ("--enable-prefix-caching", "--no-enable-prefix-caching", "enable_prefix_caching"),
+    ("--trust-request-chat-template", "--no-trust-request-chat-template",
+     "trust_request_chat_template"),
+    ("--enable-auto-tool-choice", "--no-enable-auto-tool-choice", "enable_auto_tool_choice"),
+    ("--enable-auto-tool-choice", "--disable-auto-tool-choice", "enable_auto_tool_choice"),
+    ("--enable-server-load-tracking", "--disable-server-load-tracking",
+     "enable_server_load_tracking"),
+    ("--allow-credentials", "--no-allow-credentials", "allow_credentials"),
+    ("--disable-uvicorn-access-log", "--enable-uvicorn-access-log", "disable_uvicorn_access_log"),
+    ("--return-tokens-as-token-ids", "--no-return-tokens-as-token-ids",
+     "return_tokens_as_token_ids"),
+])
+def test_a_vllm_switchs_off_forms_turn_an_honored_flag_off(on, off, field):
+    """NOTE(negations): vLLM's --no-x, and --disable-y for --enable-y (and back)."""
+    def value(*argv: str) -> bool:
+        args = parse(*argv)
+        if field == "enable_prefix_caching":
+            return serve.config_from_args(args).enable_prefix_caching
+        return getattr(ServeOptions.from_args(args), field)
+
+    extra = ("--tool-call-parser", "hermes") if "tool" in field else ()
+    assert value(on, *extra) is True
+    assert value(on, off, *extra) is False  # the later wins, as any repeated flag
+    assert value(off, on, *extra) is True
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--no-enable-request-id-headers"], "--no-enable-request-id-headers: accepted, no effect: "
+     "kvpool always does this (every answer carries X-Request-Id)"),
+    (["--disable-prompt-tokens-details"], "--no-enable-prompt-tokens-details: accepted, no "
+     "effect: kvpool always does this (usage has prompt_tokens_details.cached_tokens)"),
+    (["--enable-custom-all-reduce"], "--no-disable-custom-all-reduce: accepted, no effect: one "
+     "device: kvpool does no all-reduce"),
+    (["--disable-log-requests"], "--disable-log-requests: accepted, no effect: kvpool logs no "
+     "requests"),  # older vLLM's flag of its own, not --enable-log-requests' opposite here
+], ids=lambda v: v[0] if isinstance(v, list) else "")
+def test_off_forms_of_always_honored_and_no_op_switches_log_one_line(argv, line, caplog):
+    with caplog.at_level(logging.INFO, logger="kvpool.server"):
+        ServeOptions.from_args(parse(*argv))
+    assert [r.getMessage()[:len("vLLM's " + line)] for r in caplog.records] == [
+        "vLLM's " + line]
+
+
+def test_off_forms_of_refused_switches_are_accepted():
+    args = parse("--disable-lora", "--disable-force-include-usage", "--disable-sleep-mode")
+    assert (args.enable_lora, args.enable_force_include_usage, args.enable_sleep_mode) == (
+        False, False, False)
+
+
 @pytest.mark.parametrize("argv, flag", [
     (["-O3"], "--optimization-level 3"), (["-O", "0"], "--optimization-level 0"),
     (["-O=2"], "--optimization-level 2"), (["-Odecode"], "--optimization-level decode"),
@@ -186,6 +237,8 @@ def test_vllm_short_spellings_of_no_op_flags_log_the_long_flag(argv, flag, caplo
                                           "LoRA"),
     (["--no-enable-chunked-prefill"], "--no-enable-chunked-prefill: kvpool always splits long "
                                       "prompts"),
+    (["--disable-chunked-prefill"], "--disable-chunked-prefill: kvpool always splits long "),
+    (["--disable-lora", "--enable-lora"], "--enable-lora: kvpool serves no LoRA adapters"),
     (["--hf-overrides", '{"max_position_embeddings": 4096}'],
      '--hf-overrides: {"max_position_embeddings": 4096}: kvpool reads the model\'s config.json '
      "as it is"),
