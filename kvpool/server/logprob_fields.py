@@ -4,8 +4,14 @@ Completions (OpenAI legacy): ``logprobs: k`` (the sampled token's logprob and th
 likely), ``echo: true`` (the prompt comes back in front of the text; with ``logprobs`` its
 tokens carry logprobs too, the first one ``null``). Chat: ``logprobs: true`` and
 ``top_logprobs: k``. Both: vLLM's ``prompt_logprobs: k`` (a ``prompt_logprobs`` list in the
-response; not with ``stream``, as in vLLM). Every k is bounded by ``--max-logprobs`` (vLLM's
-flag, default 20): past it, 400 naming the field.
+response; not with ``stream``, as in vLLM, but for 0, which a stream never shows). Every k is
+bounded by ``--max-logprobs`` (vLLM's flag, default 20): past it, 400 naming the field.
+
+NOTE(whole-vocab): as in vLLM 0.33, each k may be -1, the whole vocabulary (every token's
+logprob), which ``--max-logprobs`` must then allow (at least the vocabulary's size; else a 400
+naming the field, as vLLM's SamplingParams refuses it). Chat's ``top_logprobs`` asks for
+``logprobs: true`` only when it asks for something (-1 or above 0: vLLM's rule), so
+``top_logprobs: 0`` (or null) without it is taken.
 
 NOTE(raw-logprobs): values are of the raw model distribution (vLLM's default), whatever
 temperature, penalties or logit_bias the request samples with: runtime/model/logprobs.py.
@@ -49,7 +55,7 @@ class LogprobRequest:
 NO_LOGPROBS = LogprobRequest()  # what a body without any LOGPROB_FIELDS asks for
 
 
-def _count(body: dict[str, Any], name: str, bound: int) -> int | None:
+def _count(body: dict[str, Any], name: str, bound: int, vocab_size: int) -> int | None:
     v = body.get(name)
     if v is None:
         return None
@@ -58,21 +64,29 @@ def _count(body: dict[str, Any], name: str, bound: int) -> int | None:
     v = json_int(v, strings=False)
     if v is None:
         raise _bad(name, f"must be an integer, got {json.dumps(body[name])[:50]}")
+    if v == -1 and vocab_size > bound:  # NOTE(whole-vocab)
+        raise _bad(name, f"-1 asks for the whole vocabulary ({vocab_size} tokens), more than "
+                   f"--max-logprobs allows ({bound})")
+    if v == -1:
+        return vocab_size
     if not 0 <= v <= bound:
-        raise _bad(name, f"must be between 0 and {bound} (--max-logprobs), got {shown(v)}")
+        raise _bad(name, f"must be between 0 and {bound} (--max-logprobs), or -1 (the whole "
+                   f"vocabulary), got {shown(v)}")
     return v
 
 
 def parse_logprob_fields(body: dict[str, Any], *, chat: bool, max_logprobs: int,
-                         stream: bool) -> LogprobRequest:
-    prompt_k = _count(body, "prompt_logprobs", max_logprobs)
-    if prompt_k is not None and stream:
+                         stream: bool, vocab_size: int) -> LogprobRequest:
+    prompt_k = _count(body, "prompt_logprobs", max_logprobs, vocab_size)
+    if prompt_k and stream:  # 0 is taken: a stream shows no prompt logprobs (vLLM's rule)
         raise _bad("prompt_logprobs", "is not supported with stream")
+    prompt_k = None if stream else prompt_k
     if not chat:
         echo = bool_field(body, "echo", False)  # NOTE(lax-bool): "yes", 1 too
-        return LogprobRequest(_count(body, "logprobs", max_logprobs), echo, prompt_k)
+        return LogprobRequest(_count(body, "logprobs", max_logprobs, vocab_size), echo,
+                              prompt_k)
     want = bool_field(body, "logprobs", False)
-    top = _count(body, "top_logprobs", max_logprobs)
-    if top is not None and not want:
+    top = _count(body, "top_logprobs", max_logprobs, vocab_size)
+    if top and not want:  # NOTE(whole-vocab): 0 asks for nothing
         raise _bad("top_logprobs", "requires logprobs to be true")
     return LogprobRequest((top or 0) if want else None, False, prompt_k)

@@ -287,7 +287,8 @@ class RequestParser:
         """The logprob fields (logprob_fields.py) and the prompt logprobs the engine computes."""
         if LOGPROB_FIELDS.isdisjoint(body):
             return NO_LOGPROBS, None
-        lp = parse_logprob_fields(body, chat=chat, max_logprobs=self.max_logprobs, stream=stream)
+        lp = parse_logprob_fields(body, chat=chat, max_logprobs=self.max_logprobs, stream=stream,
+                                  vocab_size=self.vocab_size)
         return lp, lp.engine_prompt_logprobs
 
     def _controls(self, body: dict[str, Any], tools: ToolRequest | None) -> dict[str, Any]:

@@ -42,3 +42,43 @@ async def test_best_of_is_never_refused_as_vllm_033_has_no_such_field(srv):
                                         {**COMPLETION, "n": 1, "best_of": 3})
     assert status == 200 and len(got[0]["choices"]) == 1 and ignored == []
     assert got[0]["usage"]["completion_tokens"] == 3  # the returned choice's own
+
+
+async def test_logprob_counts_take_minus_one_and_vllms_zeros(make_server):
+    """NOTE(whole-vocab): -1 is every token's logprob where --max-logprobs allows it (a 400
+    naming the field where not); chat's top_logprobs 0 needs no logprobs: true, and
+    prompt_logprobs 0 goes with stream (both were 400s, as -1 was everywhere)."""
+    async with make_server() as srv:
+        vocab = srv.engine.tokenizer.vocab_size
+        for path, body, field in (("/v1/completions", COMPLETION, "logprobs"),
+                                  ("/v1/completions", COMPLETION, "prompt_logprobs"),
+                                  ("/v1/chat/completions", {**CHAT, "logprobs": True},
+                                   "top_logprobs")):
+            status, got, _ = await answer(srv, path, {**body, field: -1})
+            assert status == 400 and got[0]["error"]["param"] == field, got
+            assert "--max-logprobs" in got[0]["error"]["message"]
+            status, got, _ = await answer(srv, path, {**body, field: -2})
+            assert status == 400 and got[0]["error"]["param"] == field, got
+        status, got, _ = await answer(srv, "/v1/chat/completions", {**CHAT, "top_logprobs": 0})
+        assert status == 200 and got[0]["choices"][0]["logprobs"] is None, got
+        status, got, _ = await answer(srv, "/v1/chat/completions",
+                                      {**CHAT, "top_logprobs": -1})
+        assert status == 400 and got[0]["error"]["param"] == "top_logprobs", got
+        for path, body in (("/v1/completions", COMPLETION), ("/v1/chat/completions", CHAT)):
+            status, got, _ = await answer(srv, path, {**body, "prompt_logprobs": 0,
+                                                      "stream": True})
+            assert status == 200 and got[-1]["choices"][0]["finish_reason"], got
+            assert all("prompt_logprobs" not in c for c in got)
+    async with make_server(max_logprobs=vocab) as srv:
+        status, got, _ = await answer(srv, "/v1/completions",
+                                      {**COMPLETION, "logprobs": -1, "prompt_logprobs": -1})
+        assert status == 200, got
+        texts = {srv.engine.tokenizer.decode([i]) for i in range(vocab)}
+        assert all(set(top) == texts for top in got[0]["choices"][0]["logprobs"]["top_logprobs"])
+        prompt = got[0]["choices"][0]["prompt_logprobs"]
+        assert prompt[0] is None and all(len(p) == vocab for p in prompt[1:])
+        status, got, _ = await answer(srv, "/v1/chat/completions",
+                                      {**CHAT, "logprobs": True, "top_logprobs": -1})
+        assert status == 200, got
+        content = got[0]["choices"][0]["logprobs"]["content"]
+        assert len(content) == 3 and all(len(e["top_logprobs"]) == vocab for e in content)
