@@ -64,6 +64,7 @@ from kvpool.metrics.collector import RequestMetrics
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
 from kvpool.runtime.model import TINY_MODEL_NAME
 from kvpool.server.body_fields import ignored_header
+from kvpool.server.chunk_view import SSE_HEADERS, ChunkView
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.json_body import ParsePool
@@ -73,7 +74,7 @@ from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.protocol import RequestParser
 from kvpool.server.request_gate import GatedStream, RequestGate, Ticket
 from kvpool.server.request_ids import shown_request_id, with_body_id
-from kvpool.server.responses import ChunkView, ResponseBuilder
+from kvpool.server.responses import ResponseBuilder
 from kvpool.server.tokenize_routes import TokenizeRoutes
 
 if TYPE_CHECKING:
@@ -82,9 +83,6 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIRoutes", "PromptStreams"]
 
 log = logging.getLogger("kvpool.server")
-
-SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-               "X-Accel-Buffering": "no"}
 
 
 class OpenAIRoutes:
@@ -136,7 +134,7 @@ class OpenAIRoutes:
                        view: Callable[[ResponseBuilder], Any] = ChunkView
                        ) -> web.StreamResponse:
         """Parse the body with ``parse`` (on the parse pool), run it, answer through
-        ``view(builder)``: responses.py ChunkView (completions, chat), or another shape of the
+        ``view(builder)``: chunk_view.py ChunkView (completions, chat), or another shape of the
         same updates (responses_api.py)."""
         return await self.answer(request, await self.prepare(request, parse), view)
 

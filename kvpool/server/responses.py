@@ -25,7 +25,6 @@ logprobs per logprob_format.py.
 from __future__ import annotations
 
 import bisect
-import json
 import time
 import uuid
 from typing import Any
@@ -38,15 +37,9 @@ from kvpool.server.returned_ids import ReturnedIds
 from kvpool.server.vllm_keys import (BODY_NULLS, CHOICE_NULLS, choice_chunk, chunk_choice,
                                      echo_choice, usage_so_far, with_nulls)
 
-__all__ = ["SSE_DONE", "ChunkView", "ResponseBuilder", "sse_event"]
+__all__ = ["ResponseBuilder"]
 
-SSE_DONE = b"data: [DONE]\n\n"
 OPENAI_FINISH = ("stop", "length")  # what a successful choice may report
-
-
-def sse_event(payload: dict[str, Any]) -> bytes:
-    """One server-sent event carrying a JSON object."""
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 class ResponseBuilder:
@@ -368,29 +361,3 @@ class ResponseBuilder:
             body["prompt_token_ids"] = self.rids.prompt(0)
         return with_nulls(body, BODY_NULLS[self.chat])
 
-
-class ChunkView:
-    """How completions and chat answer from a builder: the body, or each chunk one ``data:``
-    event (chat opens with role chunks), then the usage chunk (when asked) and ``[DONE]``.
-    handlers.py streams through a view; responses_api.py is the Responses API's."""
-
-    def __init__(self, builder: ResponseBuilder) -> None:
-        self.builder = builder
-
-    def head(self) -> bytes:
-        return self.events(self.builder.role_chunks())
-
-    @staticmethod
-    def events(chunks: list[dict[str, Any]]) -> bytes:
-        return b"".join(sse_event(c) for c in chunks)
-
-    def tail(self, failure: APIError | None) -> bytes:
-        b = self.builder
-        if failure is not None:
-            return sse_event(b.error_event(failure)) + SSE_DONE
-        if b.req.include_usage:
-            return sse_event(b.usage_chunk()) + SSE_DONE
-        return SSE_DONE
-
-    def body(self) -> dict[str, Any]:
-        return self.builder.body()

@@ -28,8 +28,9 @@ from aiohttp import web
 from kvpool.errors import RequestError, shown
 from kvpool.runtime.model import SamplingParams
 from kvpool.server.body_fields import ignored_header
+from kvpool.server.chunk_view import SSE_HEADERS
 from kvpool.server.connections import bounded_write
-from kvpool.server.handlers import SSE_HEADERS, OpenAIRoutes, PromptStreams
+from kvpool.server.handlers import OpenAIRoutes, PromptStreams
 from kvpool.server.middleware import STREAM_STARTED, current_tenant, query_bool
 from kvpool.server.query_int import query_int
 from kvpool.server.parsed_request import ParsedRequest

@@ -42,7 +42,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kvpool.server.middleware import APIError
-from kvpool.server.responses import ResponseBuilder, sse_event
+from kvpool.server.chunk_view import sse_event
+from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_input import ResponsesInput
 from kvpool.server.responses_tools import function_call_item
 

@@ -1,0 +1,49 @@
+"""Server-sent events of completions and chat: the stream's headers, one ``data:`` event per
+chunk, ``[DONE]`` at the end, and :class:`ChunkView`, the answer a ResponseBuilder
+(responses.py) makes of its updates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kvpool.server.middleware import APIError
+from kvpool.server.responses import ResponseBuilder
+
+__all__ = ["SSE_DONE", "SSE_HEADERS", "ChunkView", "sse_event"]
+
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+               "X-Accel-Buffering": "no"}
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def sse_event(payload: dict[str, Any]) -> bytes:
+    """One server-sent event carrying a JSON object."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+class ChunkView:
+    """How completions and chat answer from a builder: the body, or each chunk one ``data:``
+    event (chat opens with role chunks), then the usage chunk (when asked) and ``[DONE]``.
+    handlers.py streams through a view; responses_api.py is the Responses API's."""
+
+    def __init__(self, builder: ResponseBuilder) -> None:
+        self.builder = builder
+
+    def head(self) -> bytes:
+        return self.events(self.builder.role_chunks())
+
+    @staticmethod
+    def events(chunks: list[dict[str, Any]]) -> bytes:
+        return b"".join(sse_event(c) for c in chunks)
+
+    def tail(self, failure: APIError | None) -> bytes:
+        b = self.builder
+        if failure is not None:
+            return sse_event(b.error_event(failure)) + SSE_DONE
+        if b.req.include_usage:
+            return sse_event(b.usage_chunk()) + SSE_DONE
+        return SSE_DONE
+
+    def body(self) -> dict[str, Any]:
+        return self.builder.body()
