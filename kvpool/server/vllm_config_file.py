@@ -16,12 +16,15 @@ treatment: one kvpool does not know is argparse's unrecognized argument, a refus
 2. PyYAML is a dependency (pyproject.toml).
 
 NOTE(underscores): as vLLM's parser, a command-line flag may be spelled with underscores
-(``--max_model_len 4096``, ``--max_model_len=4096``): the flag's name, never its value, is read
-with dashes. kvpool's own flags all have dashes, so no spelling changes meaning.
+(``--max_model_len 4096``, ``--max_model_len=4096``): the flag's name up to its first dot,
+never its value nor a dotted form's keys (``-cc.pass_config``), is read with dashes. kvpool's
+own flags all have dashes, so no spelling changes meaning.
 
 argparse has no hook that rewrites the arguments before parsing, so :func:`take_config_files`
 wraps the parser's ``parse_known_args``, the method both ``parse_args`` and kvpool.cli's
-subcommand dispatch call with the subcommand's arguments; it also reads underscores as dashes.
+subcommand dispatch call with the subcommand's arguments; it also reads underscores as dashes,
+and then vLLM's dotted forms of JSON flags (``-cc.level 3``: vllm_dotted.py NOTE(dotted)), from
+the file too, as vLLM reads them after expanding the file.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from kvpool.server.vllm_dotted import expand_dotted
 
 __all__ = ["CONFIG_FLAG", "add_config_flag", "config_args", "dashed", "expand_config"]
 
@@ -65,7 +70,7 @@ def take_config_files(parser: argparse.ArgumentParser) -> None:
         if args is None:  # argparse reads the process's arguments itself (kvpool never
             return parse(None, namespace)  # does): `kvpool serve` hands its subparser a list
         try:
-            argv = expand_config(dashed(args), lambda: _no_forms(parser))
+            argv = expand_dotted(expand_config(dashed(args), lambda: _no_forms(parser)))
         except ValueError as exc:
             parser.error(str(exc))  # exit 2, as vLLM's FlexibleArgumentParser.error
         return parse(argv, namespace)
@@ -80,11 +85,18 @@ def dashed(argv: Sequence[str]) -> list[str]:
     for i, arg in enumerate(argv):
         if arg == "--":
             return out + list(argv[i:])
-        if arg.startswith("--") and "_" in arg.split("=", 1)[0]:
+        if arg.startswith("--"):
             name, eq, value = arg.partition("=")
-            arg = name.replace("_", "-") + eq + value
+            arg = _dash(name) + eq + value
         out.append(arg)
     return out
+
+
+def _dash(name: str) -> str:
+    """A flag's name with dashes for underscores up to its first dot: a dotted form's keys
+    (``--compilation-config.pass_config``) are JSON keys, kept as they are (NOTE(dotted))."""
+    flag, dot, keys = name.partition(".")
+    return flag.replace("_", "-") + dot + keys
 
 
 def _no_forms(parser: argparse.ArgumentParser) -> set[str]:
@@ -116,7 +128,7 @@ def config_args(path: str, no_forms: set[str]) -> list[str]:
     doc = _read(path)
     out: list[str] = []
     for key, value in doc.items():
-        flag = "--" + str(key).replace("_", "-")
+        flag = "--" + _dash(str(key))
         if isinstance(value, bool):
             no = "--no-" + flag[2:]
             out += [flag] if value else [no] if no in no_forms else []
