@@ -19,9 +19,17 @@ from typing import Any
 
 from kvpool.runtime.model import TokenLogprob
 
-__all__ = ["LogprobFormatter"]
+__all__ = ["LogprobFormatter", "joined_logprobs"]
 
 _CACHE_MAX = 65536
+
+
+def joined_logprobs(first: dict[str, list] | None,
+                    then: dict[str, list] | None) -> dict[str, list] | None:
+    """Two completions ``logprobs`` objects of consecutive tokens as one (either may be None)."""
+    if first is None or then is None:
+        return then if first is None else first
+    return {k: first[k] + then[k] for k in first}
 
 
 class LogprobFormatter:

@@ -20,6 +20,12 @@ usage sums over the prompts. ``best_of`` > n: each prompt's ``best_of`` sequence
 n of highest cumulative logprob are its choices (vLLM v0's rule), usage counting those. A
 choice's ``stop_reason`` (vLLM's) is the stop string or stop token id that ended it, else null;
 logprobs per logprob_format.py.
+
+NOTE(echo-chunk): a streamed completions ``echo`` has no chunk of its own, as in vLLM 0.33's
+generator: each choice's first chunk carries the prompt's text (none with
+``return_token_ids``) before its first tokens' text, the prompt's logprobs before theirs, and
+``prompt_token_ids`` (the prompt's, asked for or not); with ``max_tokens`` 0 that one chunk
+also ends the choice.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import uuid
 from typing import Any
 
 from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
-from kvpool.server.logprob_format import LogprobFormatter
+from kvpool.server.logprob_format import LogprobFormatter, joined_logprobs
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.returned_ids import ReturnedIds
@@ -74,7 +80,8 @@ class ResponseBuilder:
         self.prompt_tokens = [len(p) for p in prompts]
         self.cached_tokens = [0] * len(prompts)
         self.prompt_finished = [False] * len(prompts)
-        self.started = [False] * len(prompts)  # echo emitted
+        self.started = [False] * len(prompts)  # first update seen (echo held)
+        self.echo_heads: list[tuple[str, Any] | None] = [None] * total  # NOTE(echo-chunk)
         self.prompt_lps: list[Any] = [None] * len(prompts)  # vLLM prompt_logprobs per prompt
         self.rids = ReturnedIds(prompts, self.n, chat=self.chat, on=req.extras.token_ids)
         self.error: str | None = None
@@ -101,7 +108,7 @@ class ResponseBuilder:
         chunks = []
         if not self.started[prompt]:
             self.started[prompt] = True
-            chunks += self._start(prompt, out)
+            self._start(prompt, out)
         for c in out.outputs:
             if not 0 <= c.index < self.n:
                 continue  # NOTE(index): never trust an index past n; drop rather than crash
@@ -120,7 +127,7 @@ class ResponseBuilder:
                 self.cum_logprob[i] += sum(x.logprob for x in c.logprobs)
             lp = self._fold_logprobs(i, c)
             ids = c.token_ids if self.rids.on else ()  # returned_ids.py: in their chunk
-            if c.text or c.token_ids or c.finish_reason is not None:  # NOTE(vllm-chunk-keys)
+            if c.text or c.token_ids or c.finish_reason or self.echo_heads[i]:  # NOTE(echo-chunk)
                 reason = c.finish_reason if c.finish_reason in OPENAI_FINISH else None
                 if self.tool_streams is None:
                     chunks.append(self._chunk(i, c.text, reason, lp, ids=ids))
@@ -143,19 +150,20 @@ class ResponseBuilder:
         return [self._chunk(i, "", reason if k == last else None, lp if k == last else None,
                             delta, ids if k == last else ()) for k, delta in enumerate(deltas)]
 
-    def _start(self, prompt: int, out: RequestOutput) -> list[dict[str, Any]]:
-        """The prompt's first update: its prompt logprobs, and the echo (completions)."""
-        if out.prompt_logprobs is not None and self.lp.prompt_logprobs is not None:
+    def _start(self, prompt: int, out: RequestOutput) -> None:
+        """The prompt's first update: its prompt logprobs (asked for, or computed for echo with
+        logprobs, which vLLM shows too), and the echo (completions), held for each choice's
+        first chunk (NOTE(echo-chunk))."""
+        if out.prompt_logprobs is not None and self.lp.engine_prompt_logprobs is not None:
             self.prompt_lps[prompt] = self.fmt.prompt(out.prompt_logprobs)
         if not self.lp.echo:
-            return []
+            return
         ids = self.req.prompts[prompt]
         text = (self.req.prompt_texts[prompt] if prompt < len(self.req.prompt_texts) else None)
         if text is None:
             text = self.fmt.tokenizer.decode(ids) if self.fmt else ""
         if self.rids.on:  # returned_ids.py: the ids stand for the echoed text
             text = ""
-        chunks = []
         for j in range(self.n):
             i = prompt * self.n + j
             self.texts[i].append(text)
@@ -164,14 +172,14 @@ class ResponseBuilder:
                 plps = out.prompt_logprobs or (None,) * len(ids)
                 lp, self.offsets[i] = self.fmt.completion(ids, plps, self.offsets[i])
                 self._merge(i, lp)
-            chunks.append(self._chunk(i, text, None, lp))
-        return chunks
+            self.echo_heads[i] = (text, lp)
 
     def _echo_only_finish(self, i: int, c: CompletionOutput) -> list[dict[str, Any]]:
-        """NOTE(echo-only) in protocol.py: the engine's one token is not shown; the choice
-        ends with ``length`` (max_tokens 0 reached), as vLLM's does."""
+        """NOTE(echo-only) in parsed_request.py: the engine's one token is not shown; the
+        choice ends with ``length`` (max_tokens 0 reached), as vLLM's does, in the chunk that
+        holds the echo (NOTE(echo-chunk))."""
         if c.finish_reason is None or self.finish[i] is not None:
-            return []
+            return [self._chunk(i, "", None)] if self.echo_heads[i] is not None else []
         self.finish[i] = c.finish_reason if c.finish_reason not in OPENAI_FINISH else "length"
         return [self._chunk(i, "", self.finish[i])]
 
@@ -265,6 +273,9 @@ class ResponseBuilder:
     def _chunk(self, index: int, text: str, finish: str | None, logprobs: Any = None,
                delta: dict[str, Any] | None = None, ids: tuple[int, ...] = ()
                ) -> dict[str, Any]:
+        head, self.echo_heads[index] = self.echo_heads[index], None  # NOTE(echo-chunk)
+        if head is not None:
+            text, logprobs = head[0] + text, joined_logprobs(head[1], logprobs)
         if self.chat:
             if delta is None:  # NOTE(vllm-chunk-keys): {} only before any token
                 delta = {"content": text} if text or self.num_generated[index] else {}
@@ -276,6 +287,8 @@ class ResponseBuilder:
                       "finish_reason": finish}
             chunk = self._envelope("text_completion")
         self.rids.stream_choice(choice, index, ids)
+        if head is not None:  # the echoed prompt's ids, asked for or not
+            choice["prompt_token_ids"] = list(self.req.prompts[index // self.n])
         chunk_choice(choice, self._stop_reason(index, finish), chat=self.chat,
                      final=finish is not None)
         usage = self._usage_of(index) if self.req.continuous_usage else None
@@ -333,7 +346,7 @@ class ResponseBuilder:
     def body(self) -> dict[str, Any]:
         """The non-streaming response."""
         choices = []
-        want_prompt = self.lp.prompt_logprobs is not None
+        want_prompt = self.lp.engine_prompt_logprobs is not None  # echo + logprobs: vLLM's
         for shown_at, i in enumerate(self.returned()):
             text = "".join(self.texts[i])
             reason = self.finish[i] if self.finish[i] in OPENAI_FINISH else "stop"

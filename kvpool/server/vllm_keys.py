@@ -12,7 +12,8 @@ each kind of chunk holds the keys its code sets, null or not:
 chunk              keys beside id, object, created, model, choices
 =================  ========================================================================
 completions text   ``kv_transfer_params``; its choice: index, text, logprobs, finish_reason,
-and final          stop_reason, prompt_token_ids, token_ids, weight_versions
+and final          stop_reason, prompt_token_ids, token_ids, weight_versions (an ``echo``
+                   rides in each choice's first one: NOTE(echo-chunk) in responses.py)
 chat role          ``prompt_token_ids``, ``prompt_text``; its choice: index, delta (role,
                    content), logprobs, finish_reason
 chat echo          none; its choice: index, delta (content: the echo), logprobs, finish_reason

@@ -82,3 +82,59 @@ async def test_logprob_counts_take_minus_one_and_vllms_zeros(make_server):
         assert status == 200, got
         content = got[0]["choices"][0]["logprobs"]["content"]
         assert len(content) == 3 and all(len(e["top_logprobs"]) == vocab for e in content)
+
+
+def per_choice(chunks: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for chunk in chunks:
+        for c in chunk["choices"]:
+            out.setdefault(c["index"], []).append(c)
+    return out
+
+
+async def test_a_streamed_echo_comes_with_each_choices_first_tokens(srv):
+    """NOTE(echo-chunk): vLLM 0.33 sends no chunk of its own for the echo: a choice's first
+    chunk holds the prompt and its first tokens (text, logprobs), and the prompt's ids; with
+    max_tokens 0 that one chunk also ends the choice (it was an echo chunk, then the tokens')."""
+    base = {**COMPLETION, "echo": True, "logprobs": 1, "n": 2, "max_tokens": 2}
+    _, body, _ = await answer(srv, "/v1/completions", {**base, "return_token_ids": True})
+    ids = body[0]["choices"][0]["prompt_token_ids"]
+    for extra in ({}, {"return_token_ids": True}):
+        status, got, _ = await answer(srv, "/v1/completions", {**base, **extra, "stream": True})
+        assert status == 200, got
+        for index, (first, *rest) in per_choice(got).items():
+            whole = body[0]["choices"][index]
+            assert len(rest) == 1 and rest[-1]["finish_reason"] == "length"
+            assert first["prompt_token_ids"] == ids and rest[0]["prompt_token_ids"] is None
+            lps = [first["logprobs"], rest[0]["logprobs"]]
+            assert sum((lp["tokens"] for lp in lps), []) == whole["logprobs"]["tokens"]
+            assert len(first["logprobs"]["tokens"]) == len(ids) + 1
+            if extra:  # the ids stand for the prompt's text (returned_ids.py)
+                assert first["text"] + rest[0]["text"] == whole["text"]
+                assert first["token_ids"] == whole["token_ids"][:1]
+            else:
+                assert first["text"].startswith(P) and len(first["text"]) > len(P)
+                assert first["text"] + rest[0]["text"] == P + whole["text"]
+    status, got, _ = await answer(srv, "/v1/completions", {**base, "max_tokens": 0,
+                                                           "stream": True})
+    assert status == 200, got
+    _, only, _ = await answer(srv, "/v1/completions", {**base, "max_tokens": 0})
+    for index, chunks in per_choice(got).items():
+        assert len(chunks) == 1, chunks
+        (chunk,) = chunks
+        assert chunk["text"] == P and chunk["finish_reason"] == "length"
+        assert chunk["prompt_token_ids"] == ids
+        assert chunk["logprobs"] == only[0]["choices"][index]["logprobs"]
+
+
+async def test_echo_with_logprobs_shows_the_prompt_logprobs_vllm_computed(srv):
+    """vLLM 0.33 asks its engine for prompt logprobs when echo comes with logprobs, and each
+    choice of the body shows them (``prompt_logprobs``, as if asked for); it was null."""
+    base = {**COMPLETION, "echo": True, "n": 2}
+    _, want, _ = await answer(srv, "/v1/completions", {**COMPLETION, "prompt_logprobs": 1})
+    _, got, _ = await answer(srv, "/v1/completions", {**base, "logprobs": 1})
+    for choice in got[0]["choices"]:
+        assert choice["prompt_logprobs"] == want[0]["choices"][0]["prompt_logprobs"]
+        assert choice["prompt_logprobs"][0] is None and len(choice["prompt_logprobs"]) > 1
+    _, got, _ = await answer(srv, "/v1/completions", base)  # no logprobs: none computed
+    assert all(c["prompt_logprobs"] is None for c in got[0]["choices"])
