@@ -54,6 +54,7 @@ class ParsedRequest:
     # clamped to the room its prompt leaves); () when params.max_tokens holds for every prompt
     budgets: tuple[int, ...] = ()
     request_id: str | None = None  # the body's request_id (request_ids.py): the shown id
+    prompt_text: str | None = None  # chat return_prompt_text: the template's text (vllm_fields)
 
     def params_at(self, i: int) -> SamplingParams:
         """Prompt ``i``'s SamplingParams: ``params`` with its own max_tokens."""

@@ -31,6 +31,7 @@ Policy, in one place:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -165,14 +166,14 @@ class RequestParser:
             body, ignored = unheeded(body, ignored, self.fields)
         if tools is not None and tools.grammar is not None:  # NOTE(tool-forced)
             body, ignored, tools = drop_for_forced_tool(body, ignored, tools)
-        ids, messages = self._chat_ids(body, extras, tools.tools if tools else None)
+        ids, messages, text = self._chat_ids(body, extras, tools.tools if tools else None)
         # vLLM's chat echo: only a final assistant message (the one being continued) comes back
         echo = messages[-1][1] if extras.echo and messages[-1][0] == "assistant" else ""
         # NOTE(max_tokens): max_completion_tokens (OpenAI's newer field) wins over max_tokens
         max_tokens = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
-        return self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
-                            None, ignored=ignored, extras=extras, echo_text=echo,
-                            tools=tools)
+        req = self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
+                           None, ignored=ignored, extras=extras, echo_text=echo, tools=tools)
+        return dataclasses.replace(req, prompt_text=text) if extras.prompt_text else req
 
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
@@ -202,8 +203,9 @@ class RequestParser:
 
     def _chat_ids(self, body: dict[str, Any], extras: VllmExtras,
                   tools: Sequence[dict[str, Any]] | None = None
-                  ) -> tuple[list[int], list[tuple]]:
-        """``tools``: what the template renders (the request's, as sent)."""
+                  ) -> tuple[list[int], list[tuple], str]:
+        """(ids, messages, the rendered text); ``tools``: what the template renders (the
+        request's, as sent)."""
         messages = parse_messages(body.get("messages"))
         # vLLM's rule: continuing the last assistant message contradicts opening a new turn
         add_gen = opt(body, "add_generation_prompt", bool, True)
@@ -219,7 +221,7 @@ class RequestParser:
         add = extras.add_special_tokens
         ids = self._encode(text, "messages", tpl.add_special_tokens if add is None else add,
                            extras)
-        return _truncate(ids, extras), messages
+        return _truncate(ids, extras), messages, text
 
     # ---- pieces -----------------------------------------------------------------------------
     def _finish(self, body: dict[str, Any], kind: str, model: str,

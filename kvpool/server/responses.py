@@ -311,7 +311,7 @@ class ResponseBuilder:
             chunk = self._envelope("chat.completion.chunk")
             chunk["prompt_token_ids"] = self.rids.prompt(0)
             chunk["choices"] = [echo_choice(i, {"role": "assistant", "content": ""})]
-            chunk["prompt_text"] = None  # vLLM's return_prompt_text is not acted on
+            chunk["prompt_text"] = self.req.prompt_text  # return_prompt_text, else None
             out.append(chunk)
         if self.req.echo_text:  # NOTE(vllm-chunk-keys): the echo, a chunk of its own
             out += [{**self._envelope("chat.completion.chunk"),
@@ -372,5 +372,6 @@ class ResponseBuilder:
         if self.chat:
             body["prompt_logprobs"] = self.prompt_lps[0] if want_prompt else None
             body["prompt_token_ids"] = self.rids.prompt(0)
+            body["prompt_text"] = self.req.prompt_text  # return_prompt_text, else None
         return with_nulls(body, BODY_NULLS[self.chat])
 

@@ -26,6 +26,8 @@
   usage so far (protocol.py reads it beside ``include_usage``).
 - ``request_id``: the answer's ``id`` when no ``X-Request-Id`` header was sent (request_ids.py,
   which reads it; never the engine's id: NOTE(own-engine-id)).
+- chat ``return_prompt_text``: the prompt as the chat template rendered it, in the body's and
+  each role chunk's ``prompt_text`` (null unless asked, as vLLM writes it).
 - chat ``documents`` (vLLM's RAG variable, which Command-R's and Granite's templates read): a
   list of objects of string values, handed to the template as ``documents`` (over a
   ``chat_template_kwargs`` entry of that name, as vLLM merges them); another shape is a 400.
@@ -55,7 +57,7 @@ COMPLETION_EXTRAS = frozenset({"add_special_tokens", "truncate_prompt_tokens",
                                "return_token_ids", "request_id"})
 TRUNCATION_SIDES = ("left", "right")
 CHAT_EXTRAS = COMPLETION_EXTRAS | {"chat_template", "chat_template_kwargs", "echo",
-                                   "reasoning_effort", "documents"}
+                                   "reasoning_effort", "documents", "return_prompt_text"}
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # vLLM's
 
 
@@ -71,6 +73,7 @@ class VllmExtras:
     echo: bool = False  # chat: the final assistant message in front of the content
     tokens_as_ids: bool = False  # return_tokens_as_token_ids
     token_ids: bool = False  # return_token_ids: token ids beside the text (returned_ids.py)
+    prompt_text: bool = False  # chat return_prompt_text: the rendered prompt in the answer
 
 
 def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -> VllmExtras:
@@ -92,7 +95,8 @@ def parse_vllm_extras(body: dict[str, Any], *, chat: bool, max_model_len: int) -
                           tokens_as_ids=as_ids, token_ids=ids)
     return VllmExtras(bool_field(body, "add_special_tokens"), truncate, side,
                       template_source(body), template_kwargs(body),
-                      bool_field(body, "echo", False), as_ids, ids)
+                      bool_field(body, "echo", False), as_ids, ids,
+                      bool_field(body, "return_prompt_text", False))
 
 
 def truncation_side(body: dict[str, Any]) -> str:

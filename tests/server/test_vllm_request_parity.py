@@ -138,3 +138,23 @@ async def test_echo_with_logprobs_shows_the_prompt_logprobs_vllm_computed(srv):
         assert choice["prompt_logprobs"][0] is None and len(choice["prompt_logprobs"]) > 1
     _, got, _ = await answer(srv, "/v1/completions", base)  # no logprobs: none computed
     assert all(c["prompt_logprobs"] is None for c in got[0]["choices"])
+
+
+async def test_chat_return_prompt_text_gives_the_rendered_prompt(srv):
+    """vLLM 0.33's return_prompt_text: the chat template's text in the body's prompt_text and
+    in each role chunk's (it was ignored: null, and listed in X-Kvpool-Ignored-Fields)."""
+    body = {**CHAT, "return_prompt_text": True, "return_token_ids": True, "n": 2}
+    status, got, ignored = await answer(srv, "/v1/chat/completions", body)
+    assert status == 200 and ignored == [], (got, ignored)
+    text = got[0]["prompt_text"]
+    assert isinstance(text, str) and P in text
+    async with aiohttp.ClientSession() as s, s.post(srv.url + "/tokenize", json={
+            "prompt": text}) as r:
+        assert (await r.json())["tokens"] == got[0]["prompt_token_ids"]
+    status, chunks, _ = await answer(srv, "/v1/chat/completions", {**body, "stream": True})
+    roles = [c for c in chunks if "role" in c["choices"][0]["delta"]]
+    assert len(roles) == 2 and all(c["prompt_text"] == text for c in roles)
+    assert all("prompt_text" not in c for c in chunks if c not in roles)
+    for extra in ({}, {"return_prompt_text": "no"}):
+        _, got, _ = await answer(srv, "/v1/chat/completions", {**CHAT, **extra})
+        assert got[0]["prompt_text"] is None
