@@ -30,6 +30,7 @@ import resource
 import socket
 import time
 from collections.abc import Callable
+from ssl import SSLContext
 from typing import Any
 
 from aiohttp import web
@@ -270,12 +271,15 @@ async def start_listener(runner: web.AppRunner, host: str, port: int, *,
                          keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
                          access_log: logging.Logger | None = None,
                          backlog: int = 1024,
-                         send_buffer: int | None = None) -> asyncio.AbstractServer:
+                         send_buffer: int | None = None,
+                         ssl: SSLContext | None = None) -> asyncio.AbstractServer:
     """Listen on ``host:port`` with guarded handlers for ``runner``'s app (after setup).
 
     Replaces ``web.TCPSite``: the caller closes the returned server before
     ``runner.cleanup()``. ``keep_alive_timeout`` <= 0 keeps aiohttp's idle timer off.
-    ``send_buffer``: SO_SNDBUF bytes for each accepted socket (None: the OS's autotuning)."""
+    ``send_buffer``: SO_SNDBUF bytes for each accepted socket (None: the OS's autotuning).
+    ``ssl``: serve HTTPS (tls.py); a TLS handshake gets ``header_timeout`` too (asyncio's 60 s
+    when that is off), as the socket counts against no cap before it completes."""
     if send_buffer is not None and send_buffer < MIN_SEND_BUFFER:
         raise ValueError(f"send_buffer={send_buffer!r}: use bytes >= {MIN_SEND_BUFFER} "
                          "(or None for the OS's default)")
@@ -293,4 +297,6 @@ async def start_listener(runner: web.AppRunner, host: str, port: int, *,
         return GuardedRequestHandler(server, limiter=limiter, header_timeout=header_timeout,
                                      send_buffer=send_buffer, **kwargs)
 
-    return await loop.create_server(factory, host, port, backlog=backlog)
+    handshake = (header_timeout if header_timeout > 0 else None) if ssl is not None else None
+    return await loop.create_server(factory, host, port, backlog=backlog, ssl=ssl,
+                                    ssl_handshake_timeout=handshake)

@@ -8,7 +8,8 @@
 ``run_server`` builds the engine and the app, serves through ``web.AppRunner`` + ``TCPSite``
 with ``handler_cancellation=True`` (a client that disconnects cancels its handler, which aborts
 its request) on a guarded listener (connections.py: ``--max-connections``, ``--header-timeout``,
-``--keep-alive-timeout``, JSON for aiohttp's own 400s), and shuts down gracefully on
+``--keep-alive-timeout``, JSON for aiohttp's own 400s; HTTPS with vLLM's ``--ssl-certfile``
+and its other TLS flags: tls.py), and shuts down gracefully on
 SIGTERM/SIGINT on one deadline (request_gate.py): stop listening, answer queued requests 503, let
 running ones finish for up to ``shutdown_timeout`` seconds, abort the rest (streams get an error
 event and ``[DONE]``), stop the engine (every block back in the pool), exit 0; a second signal
@@ -48,6 +49,7 @@ from kvpool.server.remote_setup import add_remote_args, build_link
 from kvpool.server.responses_api import RESPONSES_KEY
 from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
                                          add_server_args, resolve_api_key)
+from kvpool.server.tls import ServerTLS
 from kvpool.server.vllm_flags import VllmSwitch
 
 if TYPE_CHECKING:
@@ -60,6 +62,7 @@ __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "SWITCH_INTERVAL", "ServeO
 log = logging.getLogger("kvpool.server")
 
 READY_PREFIX = "kvpool serve: listening on http://"  # tests wait for this line on stdout
+READY_TLS_PREFIX = "kvpool serve: listening on https://"  # the same with --ssl-certfile
 STOPPED_PREFIX = "kvpool serve: stopped; "
 FORCED_EXIT_LINE = "kvpool serve: second signal, exiting now"
 FORCED_EXIT_STATUS = 1
@@ -185,6 +188,7 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
                 handle_signals: bool = True) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     o = options if options is not None else ServeOptions()
+    tls = ServerTLS(o)  # HTTPS with --ssl-certfile (tls.py), before the model loads
     limiter = ConnectionLimiter(o.max_connections or default_max_connections())
     engine, app = _build(config, o, limiter)
     freeze_startup_heap()
@@ -195,12 +199,14 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
     await runner.setup()
     listener: asyncio.AbstractServer | None = None
     try:
-        listener = await _listen(runner, o, limiter, engine.model_name, on_ready)
+        listener = await _listen(runner, o, limiter, engine.model_name, on_ready, tls)
+        tls.start()  # --enable-ssl-refresh's watch (NOTE(ssl-refresh))
         await stop.wait()
         log.info("shutting down: in-flight requests get %.1fs", o.shutdown_timeout)
         listener.close()  # stop listening first: nothing new arrives while we drain
         await _drain(app, o.shutdown_timeout)
     finally:
+        await tls.close()
         if listener is not None:
             listener.close()
         await runner.cleanup()  # close what is left, engine.shutdown (blocks back, tier closed)
@@ -268,16 +274,18 @@ def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> li
 
 
 async def _listen(runner: web.AppRunner, o: ServeOptions, limiter: ConnectionLimiter,
-                  model_name: str, on_ready: Callable[[str, int], None] | None
-                  ) -> asyncio.AbstractServer:
-    """The guarded listener, and the READY line once it is bound."""
+                  model_name: str, on_ready: Callable[[str, int], None] | None,
+                  tls: ServerTLS) -> asyncio.AbstractServer:
+    """The guarded listener (HTTPS with ``tls.context``), and the READY line once bound."""
     listener = await start_listener(
         runner, o.host, o.port, limiter=limiter, header_timeout=o.header_timeout,
         keep_alive_timeout=o.keep_alive_timeout, send_buffer=o.socket_send_buffer,
-        access_log=o.access_log(log))  # at debug, unless --disable-uvicorn-access-log
+        access_log=o.access_log(log),  # at debug, unless --disable-uvicorn-access-log
+        ssl=tls.context)
     bound = listener.sockets[0].getsockname()[1] if listener.sockets else o.port
     loop_kind = type(asyncio.get_running_loop()).__module__.split(".")[0]  # uvloop | asyncio
-    print(f"{READY_PREFIX}{o.host}:{bound} (model {model_name}, {loop_kind} loop)", flush=True)
+    ready = READY_PREFIX if tls.context is None else READY_TLS_PREFIX
+    print(f"{ready}{o.host}:{bound} (model {model_name}, {loop_kind} loop)", flush=True)
     if on_ready is not None:
         on_ready(o.host, bound)
     return listener

@@ -30,6 +30,7 @@ from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
                                           DEFAULT_MAX_STORED_RESPONSES)
 from kvpool.server.salt_key import SALT_KEY_ENV, SALT_KEY_FLAG, SaltKey, resolve_salt_key
+from kvpool.server.tls import add_tls_args, server_context
 from kvpool.server.tools.parsers import PARSERS
 from kvpool.server.vllm_flags import VllmSwitch, add_vllm_args, apply_vllm_flags
 
@@ -97,6 +98,13 @@ class ServeOptions:
     allow_credentials: bool = False
     allowed_methods: tuple[str, ...] | str = ("*",)
     allowed_headers: tuple[str, ...] | str = ("*",)
+    # HTTPS (tls.py), vLLM's flags: on with ssl_certfile; every file is read when checked
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = 0  # ssl.CERT_NONE; 1 CERT_OPTIONAL, 2 CERT_REQUIRED (client certs)
+    ssl_ciphers: str | None = None
+    enable_ssl_refresh: bool = False  # reload the files when they change (NOTE(ssl-refresh))
 
     def __post_init__(self) -> None:
         names = self.served_model_name
@@ -127,6 +135,7 @@ class ServeOptions:
         if self.kv_events_config is not None:
             KVEventsConfig.from_json(self.kv_events_config)  # ConfigError naming the flag
         check_override(self.override_generation_config or {})  # before the model loads
+        server_context(self)  # the TLS files: ConfigError naming flag and path, before the model
         for name in ("allowed_origins", "allowed_methods", "allowed_headers"):
             flag = "--" + name.replace("_", "-")  # a ConfigError names the flag
             object.__setattr__(self, name, cors_list(flag, getattr(self, name)))
@@ -201,6 +210,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     _add_events_args(srv)
     _add_api_args(srv)
     _add_process_args(srv)
+    add_tls_args(srv, VllmSwitch)
     add_vllm_args(parser)
 
 
