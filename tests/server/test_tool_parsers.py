@@ -90,7 +90,7 @@ def join(deltas):
     """Stream deltas -> (content or None, [(id, name, arguments text)]) as a client joins."""
     content, calls = [], {}
     for d in deltas:
-        content.append(d.get("content", ""))
+        content.append(d.get("content") or "")  # hermes' call deltas: null (tools/stream.py)
         for tc in d.get("tool_calls", ()):
             slot = calls.setdefault(tc["index"], {"id": None, "name": None, "arguments": ""})
             if "id" in tc:

@@ -19,7 +19,7 @@ from kvpool.server import serve
 from kvpool.server.tools.request import AUTO_NEEDS_FLAGS
 from tests.runtime.model.helpers import save_hf_model
 from tests.server.chat_templates import CALLED, TOOL_CHATML, as_template_sees, hf_ids, model_dir
-from tests.server.helpers import ServerProcess
+from tests.server.helpers import ServerProcess, sse_chunks
 
 pytest.importorskip("transformers")
 
@@ -132,6 +132,20 @@ async def test_streamed_deltas_join_to_the_non_streamed_call(served):
         r = await c.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
                                             temperature=0, max_tokens=8)
         assert r.choices[0].message.tool_calls == [] and r.choices[0].message.content
+
+
+async def test_hermes_call_deltas_carry_vllms_null_content(served):
+    """vLLM 0.33's hermes parser sends each tool-call delta as DeltaMessage(content=...,
+    tool_calls=...) with content set, null where no text came with the calls; a content delta
+    has no tool_calls key (its empty list is dropped). The call deltas had no content key."""
+    url, _ = served
+    chunks = await sse_chunks(url + "/v1/chat/completions", {
+        "messages": ASK, "tools": TOOLS, "temperature": 0, "max_tokens": 300, "stream": True,
+        "structured_outputs": {"regex": HERMES_REGEX}})
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    calls = [d for d in deltas if "tool_calls" in d]
+    assert len(calls) == 2 and all(d["content"] is None for d in calls), deltas
+    assert all(set(d) <= {"role", "content"} for d in deltas if d not in calls), deltas
 
 
 async def test_a_required_array_cut_short_is_no_call_and_empty_content_as_vllm_answers(served):

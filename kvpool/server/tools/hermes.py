@@ -31,6 +31,8 @@ class HermesParser:
     at_start = False  # a call may follow any text
     # Qwen's and Hermes' tokenizers may make the tags special tokens: they must reach the text
     keeps_special_tokens = True
+    # vLLM's hermes parser sends content beside its calls, null when none (tools/stream.py)
+    null_content = True
 
     def extract(self, text: str) -> Extracted:
         start = text.find(OPEN)

@@ -24,6 +24,7 @@ class Llama3JsonParser:
     markers = (TAG, "{")
     at_start = True  # calls only open the output
     keeps_special_tokens = False  # without <|python_tag|> a call still opens with "{"
+    null_content = False  # vLLM's call deltas have no content key (tools/stream.py)
 
     def extract(self, text: str) -> Extracted:
         body = text.lstrip()

@@ -52,6 +52,7 @@ class MistralParser:
     markers = (MARKER,)
     at_start = False
     keeps_special_tokens = True  # [TOOL_CALLS] is a special token of Mistral's tokenizers
+    null_content = False  # no content key beside the calls (tools/stream.py)
 
     def extract(self, text: str) -> Extracted:
         start = text.find(MARKER)

@@ -43,6 +43,7 @@ class PythonicParser:
     markers = ("[", START)
     at_start = True
     keeps_special_tokens = False
+    null_content = False  # vLLM's call deltas have no content key (tools/stream.py)
 
     def extract(self, text: str) -> Extracted:
         body = text.lstrip()

@@ -10,6 +10,10 @@ non-streamed body uses, over the whole text so far, so the deltas join to the sa
                    ({index, id, type, function.name}, then {index, function.arguments})
     finish         calls not out yet go out; none read at all: the held text is content
 
+A call delta carries ``"content": null`` beside ``tool_calls`` where vLLM 0.33's parser of
+that name writes one (its hermes parser sets the content of every delta it makes; its
+llama3_json and pythonic parsers do not): the parser's ``null_content``.
+
 A parser with ``at_start`` (llama3_json, pythonic) reads calls only where the output opens
 with a marker; an output that opens otherwise is content from its first visible character.
 """
@@ -118,4 +122,5 @@ class ParserStream:
         new = calls[len(self.calls):]
         first = len(self.calls)
         self.calls += new
-        return call_deltas(new, first)
+        deltas = call_deltas(new, first)
+        return [{"content": None, **d} for d in deltas] if self.parser.null_content else deltas
