@@ -13,6 +13,10 @@ naming the field, as vLLM's SamplingParams refuses it). Chat's ``top_logprobs`` 
 ``logprobs: true`` only when it asks for something (-1 or above 0: vLLM's rule), so
 ``top_logprobs: 0`` (or null) without it is taken.
 
+NOTE(chat-echo): vLLM 0.33's chat asks its engine for prompt logprobs whenever ``echo`` is true
+and ``prompt_logprobs`` is not given (``top_logprobs`` of them, 0 by default), and its body
+shows them as ``prompt_logprobs``: so does kvpool's (not in a stream, which shows none).
+
 NOTE(raw-logprobs): values are of the raw model distribution (vLLM's default), whatever
 temperature, penalties or logit_bias the request samples with: runtime/model/logprobs.py.
 """
@@ -89,4 +93,6 @@ def parse_logprob_fields(body: dict[str, Any], *, chat: bool, max_logprobs: int,
     top = _count(body, "top_logprobs", max_logprobs, vocab_size)
     if top and not want:  # NOTE(whole-vocab): 0 asks for nothing
         raise _bad("top_logprobs", "requires logprobs to be true")
+    if prompt_k is None and not stream and bool_field(body, "echo", False):  # NOTE(chat-echo)
+        prompt_k = top or 0
     return LogprobRequest((top or 0) if want else None, False, prompt_k)

@@ -158,3 +158,24 @@ async def test_chat_return_prompt_text_gives_the_rendered_prompt(srv):
     for extra in ({}, {"return_prompt_text": "no"}):
         _, got, _ = await answer(srv, "/v1/chat/completions", {**CHAT, **extra})
         assert got[0]["prompt_text"] is None
+
+
+async def test_chat_echo_shows_the_prompt_logprobs_vllm_computes_for_it(srv):
+    """vLLM 0.33's chat asks its engine for prompt logprobs (top_logprobs of them, 0 by
+    default) whenever echo is true and prompt_logprobs is not given, and the body shows them;
+    they were null. A stream shows none, and is no 400."""
+    continued = {**CHAT, "add_generation_prompt": False, "echo": True,
+                 "messages": [*CHAT["messages"], {"role": "assistant", "content": "The"}]}
+    for body, k in ((continued, 0), ({**CHAT, "echo": True}, 0),
+                    ({**CHAT, "echo": True, "logprobs": True, "top_logprobs": 2}, 2)):
+        status, got, _ = await answer(srv, "/v1/chat/completions", body)
+        assert status == 200, got
+        plps = got[0]["prompt_logprobs"]
+        assert plps is not None and plps[0] is None, got
+        assert len(plps) == got[0]["usage"]["prompt_tokens"]
+        assert all(1 <= len(p) <= k + 1 for p in plps[1:])
+    assert got[0]["choices"][0]["message"]["content"]
+    status, got, _ = await answer(srv, "/v1/chat/completions", {**continued, "stream": True})
+    assert status == 200 and got[0]["choices"][0]["delta"]["role"] == "assistant"
+    _, got, _ = await answer(srv, "/v1/chat/completions", CHAT)
+    assert got[0]["prompt_logprobs"] is None
