@@ -3,10 +3,14 @@
 ``--generation-config auto`` (the default, vLLM's): the model directory's file; ``vllm``: none
 (OpenAI's defaults: temperature 1, top_p 1, ...); ``DIR``: that directory's file. What a
 request sends always wins; a field the request leaves out (or sends as ``null``) takes the
-file's value. The fields vLLM reads: ``temperature``, ``top_p``, ``top_k``, ``min_p``,
-``repetition_penalty``, and ``max_new_tokens`` (the default ``max_tokens``, still capped by
-the room the context leaves). Anything else in the file (``do_sample``, ``eos_token_id``...)
-is not a request default.
+file's value. The fields vLLM reads (ModelConfig.get_diff_sampling_param): ``temperature``,
+``top_p``, ``top_k``, ``min_p``, ``repetition_penalty``, ``presence_penalty``,
+``frequency_penalty``, ``skip_special_tokens``, and ``max_new_tokens`` (the default
+``max_tokens``, still capped by the room the context leaves). Anything else in the file
+(``do_sample``, ``eos_token_id``...) is not a request default. ``skip_special_tokens: false``
+is a default; ``true`` is every request's default already, and left out so a tool parser whose
+markers are special tokens still gets them (vLLM's parsers set the request's field, which
+beats any default).
 
 NOTE(gen-ceiling): as vLLM's ``get_max_tokens`` (its ``override_max_tokens``): a file named by
 ``--generation-config DIR`` makes ``max_new_tokens`` a ceiling too, so a request's larger
@@ -17,9 +21,8 @@ does this server (NOTE(clamp), context_budget.py).
 
 vLLM's ``--override-generation-config JSON`` (vllm_flags.py): its keys win over the file's
 (with ``vllm``: they are the only defaults), and its ``max_new_tokens`` is a ceiling too,
-whatever ``--generation-config`` says (vLLM's ``override_max_tokens``). vLLM also takes
-``presence_penalty``, ``frequency_penalty`` and ``skip_special_tokens`` from it; this server's
-defaults do not, so the override naming one is refused at startup rather than ignored.
+whatever ``--generation-config`` says (vLLM's ``override_max_tokens``). A key vLLM reads
+holding the wrong type (a number's, skip_special_tokens' bool) is refused at startup.
 """
 
 from __future__ import annotations
@@ -32,18 +35,18 @@ from typing import Any
 
 from kvpool.errors import ConfigError
 
-__all__ = ["CEILING_KEY", "GENERATION_CONFIG_OFF", "OVERRIDE_FLAG", "SAMPLING_KEYS",
+__all__ = ["CEILING_KEY", "GENERATION_CONFIG_OFF", "OVERRIDE_FLAG", "SAMPLING_KEYS", "SKIP_KEY",
            "check_override", "load_generation_defaults"]
 
 log = logging.getLogger("kvpool.server")
 
 GENERATION_CONFIG_OFF = "vllm"  # vLLM's spelling for "ignore the model's file"
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                 "presence_penalty", "frequency_penalty")
+SKIP_KEY = "skip_special_tokens"
 _FILE = "generation_config.json"
 CEILING_KEY = "max_tokens_ceiling"  # NOTE(gen-ceiling): not a request field, the parser's cap
 OVERRIDE_FLAG = "--override-generation-config"
-# what vLLM takes from the file and the override besides SAMPLING_KEYS and max_new_tokens
-_NOT_DEFAULTS = ("presence_penalty", "frequency_penalty", "skip_special_tokens")
 
 
 def load_generation_defaults(setting: str | None, model_dir: str | None,
@@ -57,6 +60,8 @@ def load_generation_defaults(setting: str | None, model_dir: str | None,
     path, raw = _read_file(setting, model_dir)
     merged = {**raw, **override}
     out = {k: merged[k] for k in SAMPLING_KEYS if _number(merged.get(k))}
+    if merged.get(SKIP_KEY) is False:  # true: every request's default already
+        out[SKIP_KEY] = False
     if _count(merged.get("max_new_tokens")):
         out["max_tokens"] = merged["max_new_tokens"]
         if setting not in (None, "auto", GENERATION_CONFIG_OFF) or "max_new_tokens" in override:
@@ -69,15 +74,14 @@ def load_generation_defaults(setting: str | None, model_dir: str | None,
 
 
 def check_override(override: Mapping[str, Any]) -> None:
-    """vLLM's keys this server takes, each a number (``max_new_tokens`` a count >= 1) or null;
-    other keys are ignored, as vLLM ignores them. ConfigError names the flag and the key."""
+    """vLLM's keys, each a number (``max_new_tokens`` a count >= 1, skip_special_tokens a
+    bool) or null; other keys are ignored, as vLLM ignores them. ConfigError names the flag
+    and the key."""
     for key, value in override.items():
-        if key in _NOT_DEFAULTS:
-            raise ConfigError(f"{OVERRIDE_FLAG}: {key}: kvpool's sampling defaults are "
-                              f"{', '.join(SAMPLING_KEYS)} and max_new_tokens; send {key} "
-                              "with each request")
         if value is None:
             continue
+        if key == SKIP_KEY and not isinstance(value, bool):
+            raise ConfigError(f"{OVERRIDE_FLAG}: {key}: use true or false, got {value!r}")
         if key in SAMPLING_KEYS and not _number(value):
             raise ConfigError(f"{OVERRIDE_FLAG}: {key}: use a number, got {value!r}")
         if key == "max_new_tokens" and not _count(value):

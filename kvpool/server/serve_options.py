@@ -285,7 +285,8 @@ def _add_request_args(srv: _ArgGroup) -> None:
                      "list it in the X-Kvpool-Ignored-Fields response header)")
     srv.add_argument("--generation-config", default="auto", metavar="auto|vllm|DIR",
                      help="request sampling defaults (temperature, top_p, top_k, min_p, "
-                     "repetition_penalty, max_new_tokens): auto reads the model directory's "
+                     "repetition_penalty, presence_penalty, frequency_penalty, "
+                     "skip_special_tokens, max_new_tokens): auto reads the model directory's "
                      "generation_config.json, vllm uses none, DIR reads DIR's, whose "
                      "max_new_tokens also caps every request's max_tokens (vLLM's spelling "
                      "and rule; default: auto)")

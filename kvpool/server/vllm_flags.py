@@ -196,8 +196,8 @@ def _add_honored_server(group: Any) -> None:
     group.add_argument("--override-generation-config", type=_json_object, metavar="JSON",
                        default=None, help="sampling defaults over "
                        "--generation-config's, e.g. '{\"temperature\": 0.6}': temperature, "
-                       "top_p, top_k, min_p, repetition_penalty, and max_new_tokens (the "
-                       "default max_tokens and a ceiling on it)")
+                       "top_p, top_k, min_p, the three penalties, skip_special_tokens, and "
+                       "max_new_tokens (the default max_tokens and a ceiling on it)")
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -98,11 +98,26 @@ def test_override_generation_config_merges_over_the_file(tmp_path):
     assert load_generation_defaults("auto", d, {}) == load_generation_defaults("auto", d)
 
 
+def test_the_penalties_and_skip_special_tokens_are_defaults_too_as_in_vllm(tmp_path):
+    """vLLM's ModelConfig.get_diff_sampling_param reads them from the file and the override."""
+    (tmp_path / "generation_config.json").write_text(json.dumps(
+        {"presence_penalty": 0.5, "frequency_penalty": -1, "skip_special_tokens": False,
+         "top_k": 50}))
+    d = str(tmp_path)
+    assert load_generation_defaults("auto", d) == {"top_k": 50, "presence_penalty": 0.5,
+                                                   "frequency_penalty": -1,
+                                                   "skip_special_tokens": False}
+    # true: every request's default already, left out (a tool parser's false still holds)
+    assert load_generation_defaults("auto", d, {"skip_special_tokens": True,
+                                                "presence_penalty": 0.25}) == {
+        "top_k": 50, "presence_penalty": 0.25, "frequency_penalty": -1}
+
+
 @pytest.mark.parametrize("value, said", [
-    ('{"presence_penalty": 1.0}', "--override-generation-config: presence_penalty: kvpool's "
-     "sampling defaults are temperature, top_p, top_k, min_p, repetition_penalty and "
-     "max_new_tokens; send presence_penalty with each request"),
-    ('{"skip_special_tokens": false}', "--override-generation-config: skip_special_tokens: "),
+    ('{"presence_penalty": "high"}', "--override-generation-config: presence_penalty: use a "
+     "number, got 'high'"),
+    ('{"skip_special_tokens": "no"}', "--override-generation-config: skip_special_tokens: use "
+     "true or false, got 'no'"),
     ('{"temperature": "hot"}', "--override-generation-config: temperature: use a number, got "
                                "'hot'"),
     ('{"max_new_tokens": 0}', "--override-generation-config: max_new_tokens: use an integer "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ import aiohttp
 import pytest
 
 from kvpool import cli
+from kvpool.runtime.model.byte_tokenizer import EOS, build_byte_tokenizer
 from kvpool.server import serve
 from kvpool.server.serve_options import ServeOptions
 from tests.server.helpers import parse_metrics
@@ -134,6 +136,29 @@ async def test_override_generation_config_sets_the_defaults_and_caps_max_tokens(
         hot = {(await post(s, url, "/v1/completions", {**body, "seed": k, "temperature": 1.0}))[
             "choices"][0]["text"] for k in (1, 2, 3)}
         assert len(hot) > 1  # what the request sends wins
+
+
+async def test_the_files_penalties_and_skip_special_tokens_are_request_defaults(tmp_path):
+    """As vLLM's get_diff_sampling_param: presence_penalty, frequency_penalty and
+    skip_special_tokens from --generation-config's file; a request's own value wins."""
+    (tmp_path / "generation_config.json").write_text(json.dumps(
+        {"presence_penalty": 0.5, "frequency_penalty": 2.0, "skip_special_tokens": False}))
+    greedy = {"prompt": "Once upon", "ignore_eos": True, "max_tokens": 24, "temperature": 0}
+    eos = build_byte_tokenizer().eos_token_id
+    special = {**greedy, "max_tokens": 3, "logit_bias": {str(eos): 100}}
+    async with served("--generation-config", str(tmp_path)) as url, aiohttp.ClientSession() as s:
+        async def text(body: dict) -> str:
+            return (await post(s, url, "/v1/completions", body))["choices"][0]["text"]
+
+        penalized = await text(greedy)
+        assert penalized == await text({**greedy, "presence_penalty": 0.5,
+                                        "frequency_penalty": 2.0})
+        assert penalized != await text({**greedy, "presence_penalty": 0,
+                                        "frequency_penalty": 0})  # the tiny model repeats
+        assert await text(special) == EOS * 3
+        assert await text({**special, "skip_special_tokens": True}) == ""
+        echoed = await post(s, url, "/v1/responses", {"input": "hi", "max_output_tokens": 2})
+        assert (echoed["presence_penalty"], echoed["frequency_penalty"]) == (0.5, 2.0)
 
 
 @pytest.mark.parametrize("argv, lines", [((), 1), (("--disable-uvicorn-access-log",), 0)])
