@@ -163,7 +163,7 @@ class Router:
         """``kv_events``: score prefix hits from the replicas' KV events (kv_routing.py),
         lookups only for requests it cannot score; ``affinity``: the Responses API's map
         (affinity.py; default: ``ResponseAffinity()``, 100k ids); ``cors``: the CORS policy
-        of the router's own answers (NOTE(cors-own); default: vLLM's, any origin);
+        of the router's own answers (NOTE(cors-own); default: vLLM's, no origin);
         ``health_tokens``: whose bearers see the replica URLs on /health (NOTE(health-view));
         ``max_retries``: upstream.py NOTE(retry); ``upstream_keepalive``: seconds an idle
         connection to a replica may be reused (wire.py NOTE(idle))."""

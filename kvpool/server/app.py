@@ -99,7 +99,7 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "GATE_KEY", "METRICS_KEY", "R
            "build_app", "start_draining"]
 
 DEFAULT_ENGINE_SHUTDOWN_TIMEOUT = 10.0
-DEFAULT_CORS = CorsPolicy()  # vLLM's defaults: any origin, method and header, no credentials
+DEFAULT_CORS = CorsPolicy()  # vLLM's defaults: no origin, any method and header, no credentials
 
 Middleware = Callable[[web.Request, Callable[[web.Request], Awaitable[web.StreamResponse]]],
                      Awaitable[web.StreamResponse]]

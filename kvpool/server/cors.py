@@ -5,13 +5,20 @@ vLLM installs starlette's CORSMiddleware (FastAPI's is the same class) with its 
 ``on_response_prepare`` hook (every other answer)::
 
     flag                  default  meaning
-    --allowed-origins     ["*"]    origins a page may call from ("*": any)
+    --allowed-origins     []       origins a page may call from ("*": any; none by default)
     --allow-credentials   off      Access-Control-Allow-Credentials: true
     --allowed-methods     ["*"]    methods a preflight may ask for ("*": DELETE GET HEAD OPTIONS
                                    PATCH POST PUT)
     --allowed-headers     ["*"]    request headers a preflight may ask for ("*": any; else these
                                    plus the CORS-safelisted Accept, Accept-Language,
                                    Content-Language, Content-Type)
+
+NOTE(no-origin-default): by default no origin is allowed, as in vLLM 0.33 (its
+``allowed_origins`` defaults to an empty list): a page on another origin gets no
+``Access-Control-Allow-Origin`` and its preflight a 400, so a web page the user visits cannot
+read the prompts and completions of a server on their machine or network. Clients that send
+no ``Origin`` (curl, the SDKs) and same-origin pages (they need no CORS header) are not
+affected; ``--allowed-origins '["*"]'`` lets any page call, as kvpool's default once did.
 
 A request without ``Origin`` is not a CORS request: nothing is added but ``Vary``
 (NOTE(vary-origin)). A preflight (``OPTIONS`` with ``Origin`` and
@@ -31,10 +38,11 @@ middleware.py: 401, 400, 404, 413, 5xx) gets, before its headers go out:
 the Origin itself with ``Vary: Origin`` when it is allowed, else nothing; and with
 ``--allow-credentials``, ``Access-Control-Allow-Credentials: true`` whatever the origin.
 
-NOTE(vary-origin): where the answer echoes the Origin (a list of origins, or credentials), it
-depends on the Origin, so every answer, preflight or not, carries ``Vary: Origin``: also the
-answers to a disallowed or malformed Origin and to a request without one (the Fetch
-standard's advice; starlette adds it only where it echoes). Otherwise a shared cache could
+NOTE(vary-origin): where the answer echoes the Origin (a list of origins, or credentials;
+never with no origin allowed, NOTE(no-origin-default)), it depends on the Origin, so every
+answer, preflight or not, carries ``Vary: Origin``: also the answers to a disallowed or
+malformed Origin and to a request without one (the Fetch standard's advice; starlette adds it
+only where it echoes). Otherwise a shared cache could
 keep an answer without ``Access-Control-Allow-Origin`` (made for another origin, or for no
 browser at all) and serve it to an allowed page, which the browser would then refuse.
 
@@ -53,10 +61,10 @@ is echoed unless it has that shape. Browsers only ever send that shape.
 NOTE(simple-post): a browser sends a "simple" cross-origin request (a POST whose Content-Type
 is ``text/plain``, ``application/x-www-form-urlencoded`` or ``multipart/form-data``, or none)
 with no preflight: CORS only hides the answer from the page. Where --allowed-origins is a
-list, a page from another origin could still start generations on a server without an API
-key. vLLM refuses every body that is not ``application/json`` (400); here such a request is
-refused (403 ``origin_not_allowed``) only when it carries an Origin the flags refuse, so
-``curl -d`` and other clients that send no Origin keep working.
+list (by default an empty one), a page from another origin could still start generations on
+a server without an API key. vLLM refuses every body that is not ``application/json`` (400);
+here such a request is refused (403 ``origin_not_allowed``) only when it carries an Origin the
+flags refuse, so ``curl -d`` and other clients that send no Origin keep working.
 """
 
 from __future__ import annotations
@@ -141,7 +149,7 @@ def _vary_origin(headers: MutableMapping[str, str]) -> None:
 class CorsPolicy:
     """The four CORS flags, and the answers they give (the module docstring's rules)."""
 
-    def __init__(self, origins: str | Sequence[str] = ("*",), *, credentials: bool = False,
+    def __init__(self, origins: str | Sequence[str] = (), *, credentials: bool = False,
                  methods: str | Sequence[str] = ("*",),
                  headers: str | Sequence[str] = ("*",)) -> None:
         self.origins = frozenset(cors_list("--allowed-origins", origins))
@@ -153,8 +161,9 @@ class CorsPolicy:
         self.any_header = "*" in headers
         self.headers = tuple(sorted({*SAFELISTED_HEADERS, *headers} - {"*"}))
         self.header_names = frozenset(h.lower() for h in self.headers)
-        # the Origin itself, not "*": a list, or credentials (NOTE(echo-credentials))
-        self.echo_origin = not self.any_origin or self.credentials
+        # the Origin itself, not "*": a list, or credentials (NOTE(echo-credentials)); never
+        # where no origin is allowed: no answer depends on the Origin (NOTE(no-origin-default))
+        self.echo_origin = bool(self.origins) and (not self.any_origin or self.credentials)
 
     def allows(self, origin: str) -> bool:
         return self.any_origin or origin in self.origins
@@ -250,9 +259,10 @@ class CorsPolicy:
 def add_cors_args(srv: Any) -> None:
     """The flags of what browser pages on other origins may call (vLLM's flags and defaults),
     on ``srv``, a parser or argument group: ``kvpool serve``'s and ``kvpool router``'s."""
-    srv.add_argument("--allowed-origins", default='["*"]', metavar="JSON",
+    srv.add_argument("--allowed-origins", default="[]", metavar="JSON",
                      help="origins whose pages may call the API, a JSON list, e.g. "
-                     "'[\"https://app.example\"]' (default: '[\"*\"]', any)")
+                     "'[\"https://app.example\"]', '[\"*\"]' for any (default: '[]', none: "
+                     "a page on another origin cannot read the answers)")
     srv.add_argument("--allow-credentials", action=VllmSwitch, default=False,
                      help="send Access-Control-Allow-Credentials: true (pages may send cookies)")
     srv.add_argument("--allowed-methods", default='["*"]', metavar="JSON",

@@ -94,7 +94,7 @@ class ServeOptions:
     enable_server_load_tracking: bool = False  # GET /load counts generation requests (vLLM's)
     dev_routes: bool = False  # vLLM's cache reset routes (from_args: or $VLLM_SERVER_DEV_MODE)
     # CORS (cors.py), vLLM's flags: JSON lists as given on the command line, or sequences
-    allowed_origins: tuple[str, ...] | str = ("*",)
+    allowed_origins: tuple[str, ...] | str = ()  # none (cors.py NOTE(no-origin-default))
     allow_credentials: bool = False
     allowed_methods: tuple[str, ...] | str = ("*",)
     allowed_headers: tuple[str, ...] | str = ("*",)

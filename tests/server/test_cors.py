@@ -16,11 +16,13 @@ from kvpool.server import serve
 from kvpool.server.app import start_draining
 from kvpool.server.cors import ALL_METHODS, CorsPolicy
 from tests.router.helpers import router
+from tests.server.test_vllm_flags_served import served
 
 A = "https://a.example"
 EVIL = "https://evil.example"
 PROMPT = {"prompt": "hello", "max_tokens": 2, "temperature": 0}
 ACAO = "Access-Control-Allow-Origin"
+ANY = CorsPolicy('["*"]')  # --allowed-origins '["*"]': any page (the default is none)
 
 
 def preflight_headers(origin: str = A, method: str = "POST",
@@ -37,7 +39,7 @@ async def fetch(url: str, method: str = "GET", **kw) -> tuple[int, dict, bytes]:
 
 
 async def test_preflight_on_any_path_needs_no_key_and_answers_like_starlette(make_server):
-    async with make_server(api_key="sk-test") as srv:
+    async with make_server(api_key="sk-test", app_options={"cors": ANY}) as srv:
         for path in ("/v1/chat/completions", "/v1/completions", "/v1/no-such-route",
                      "/health", "/tokenize"):
             status, h, body = await fetch(srv.url + path, "OPTIONS",
@@ -64,7 +66,7 @@ async def test_preflight_on_any_path_needs_no_key_and_answers_like_starlette(mak
 
 
 async def test_error_answers_and_sse_streams_carry_the_cors_header(make_server):
-    async with make_server() as srv:
+    async with make_server(app_options={"cors": ANY}) as srv:
         origin = {"Origin": A}
         cases = [("POST", "/v1/completions", {"json": {**PROMPT, "max_tokens": 0}}, 400),
                  ("POST", "/v1/completions", {"data": b'{"prompt": '}, 400),
@@ -87,6 +89,33 @@ async def test_error_answers_and_sse_streams_carry_the_cors_header(make_server):
                                       headers=origin)
         assert status == 503 and json.loads(body)["error"]["code"] == "shutting_down"
         assert h[ACAO] == "*"
+
+
+async def test_kvpool_serve_lets_no_page_read_it_by_default(make_server):
+    """cors.py NOTE(no-origin-default): vLLM's default --allowed-origins, none. A page on
+    another origin is answered without the header its browser needs to read the answer, and
+    its preflight is refused; a client sending no Origin sees no difference. '["*"]' restores
+    any origin. `kvpool serve`'s own path, and build_app's default."""
+    async with served() as url:
+        for method, path, kw in [("POST", "/v1/completions", {"json": PROMPT}),
+                                 ("GET", "/v1/models", {}), ("GET", "/v1/nowhere", {})]:
+            status, h, _ = await fetch(url + path, method, headers={"Origin": EVIL}, **kw)
+            assert status in (200, 404) and ACAO not in h and "Vary" not in h, (path, h)
+        status, h, body = await fetch(url + "/v1/completions", "OPTIONS",
+                                      headers=preflight_headers(EVIL))
+        assert (status, body) == (400, b"Disallowed CORS origin") and ACAO not in h, h
+        status, h, body = await fetch(url + "/v1/completions", "POST", json=PROMPT)
+        assert status == 200 and json.loads(body)["choices"], body
+        assert not any(k.startswith("Access-Control") or k == "Vary" for k in h), h
+    async with served("--allowed-origins", '["*"]') as url:
+        status, h, _ = await fetch(url + "/v1/models", headers={"Origin": EVIL})
+        assert status == 200 and h[ACAO] == "*", h
+        status, h, _ = await fetch(url + "/v1/completions", "OPTIONS",
+                                   headers=preflight_headers(EVIL))
+        assert status == 200 and h[ACAO] == "*", h
+    async with make_server() as srv:
+        status, h, _ = await fetch(srv.v1 + "/models", headers={"Origin": EVIL})
+        assert status == 200 and ACAO not in h, h
 
 
 async def test_allowed_origins_restrict_and_echo_with_vary(make_server):
@@ -160,7 +189,7 @@ async def prompt_tokens(url: str) -> float:
 
 
 async def test_credentials_echo_the_origin_never_a_star(make_server):
-    cors = CorsPolicy(credentials=True)
+    cors = CorsPolicy('["*"]', credentials=True)
     async with make_server(app_options={"cors": cors}) as srv:
         status, h, _ = await fetch(srv.v1 + "/completions", "OPTIONS",
                                    headers=preflight_headers())
@@ -182,7 +211,7 @@ async def test_credentials_echo_the_origin_never_a_star(make_server):
     async with make_server(api_key="sk-test", app_options={"cors": cors}) as srv:
         status, h, _ = await fetch(srv.v1 + "/models", headers={"Origin": A})
         assert status == 401 and h[ACAO] == A and h["Vary"] == "Origin", h
-    async with make_server() as srv:  # no credentials: "*", cookie or not
+    async with make_server(app_options={"cors": ANY}) as srv:  # no credentials: "*", cookie or not
         status, h, _ = await fetch(srv.v1 + "/models", headers={"Origin": A, "Cookie": "s=1"})
         assert status == 200 and h[ACAO] == "*" and "Vary" not in h, h
 
@@ -211,7 +240,8 @@ HOSTILE = [b"https://" + b"a" * 6000 + b".example",
 async def test_hostile_origins_are_never_reflected(make_server):
     """The echoing mode (credentials): a value that is not one origin is refused, not echoed,
     and the server goes on answering."""
-    async with make_server(app_options={"cors": CorsPolicy(credentials=True)}) as srv:
+    cors = CorsPolicy('["*"]', credentials=True)
+    async with make_server(app_options={"cors": cors}) as srv:
         for origin in HOSTILE:
             for method, extra in ((b"OPTIONS", b"Access-Control-Request-Method: POST\r\n"),
                                   (b"GET", b"")):
@@ -240,7 +270,8 @@ def test_flags_take_json_lists_and_a_malformed_one_names_its_flag(capsys):
     assert (o.allowed_methods, o.allowed_headers) == (("GET", "POST"), ("*",))
     assert o.cors.origins == {A, "http://localhost:3000"} and o.cors.methods == ("GET", "POST")
     default = serve.ServeOptions.from_args(parser.parse_args([]))
-    assert default.cors.any_origin and default.cors.any_header and not default.allow_credentials
+    assert default.allowed_origins == () and not default.cors.any_origin  # none allowed
+    assert default.cors.any_header and not default.allow_credentials
     for flag, value in [("--allowed-origins", A), ("--allowed-origins", f'"{A}"'),
                         ("--allowed-origins", f'["{A}/"]'), ("--allowed-methods", "[1]"),
                         ("--allowed-headers", '["x-a, x-b"]')]:
@@ -250,7 +281,9 @@ def test_flags_take_json_lists_and_a_malformed_one_names_its_flag(capsys):
 
 
 async def test_the_router_relays_preflights_and_cors_headers(make_server):
-    async with make_server() as srv, router([srv.url], interval=0.2) as (_, url):
+    """The replica allows any origin; the router (none, by default) keeps its answers'."""
+    async with make_server(app_options={"cors": ANY}) as srv, \
+            router([srv.url], interval=0.2) as (_, url):
         for base in (srv.url, url):  # the replica's answer, then the same through the router
             status, h, body = await fetch(base + "/v1/chat/completions", "OPTIONS",
                                           headers=preflight_headers())
@@ -269,11 +302,11 @@ async def test_the_router_relays_preflights_and_cors_headers(make_server):
 async def test_the_routers_own_answers_carry_its_cors_and_a_replicas_keep_their_own(
         make_server):
     """proxy.py NOTE(cors-own): a replica that allows only A answers EVIL without CORS, and the
-    router (any origin by default) adds none to that relayed answer; what the router answers
+    router (any origin here) adds none to that relayed answer; what the router answers
     itself (413, and 503 with no replica up) carries the router's policy."""
     only_a = CorsPolicy(f'["{A}"]')
     async with make_server(app_options={"cors": only_a}) as srv, \
-            router([srv.url], interval=0.2, max_body_bytes=2048) as (_, url):
+            router([srv.url], interval=0.2, max_body_bytes=2048, cors=ANY) as (_, url):
         for origin, want in ((A, A), (EVIL, None)):
             status, h, _ = await fetch(url + "/v1/completions", "POST", json=PROMPT,
                                        headers={"Origin": origin})

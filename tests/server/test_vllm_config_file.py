@@ -44,7 +44,7 @@ def test_the_files_flags_are_parsed_and_the_command_line_wins(config):
     args = kvpool_serve("--max-num-seqs", "5", "--config", config(YAML), "--port", "8001")
     assert (args.port, args.max_num_seqs, args.max_num_batched_tokens) == (8001, 5, 512)
     assert (args.enable_prefix_caching, args.enforce_eager) == (False, True)
-    assert args.disable_log_requests is None and args.allowed_origins == '["*"]'
+    assert args.disable_log_requests is None and args.allowed_origins == '[]'  # the default
     assert args.served_model_name == ["a", "b"]
     assert args.kv_events_config == '{"enable_kv_cache_events": true, "publisher": "zmq"}'
     assert serve.config_from_args(args).max_num_seqs == 5
