@@ -35,7 +35,8 @@ doing MGET / SET NX with no check (``raw``), so the tier's own overhead is the r
   the same server: the cost model's own decision, a forced fetch and a recompute, interleaved
   (``bench/remote_ttft.py`` says how and names the keys). ``--no-ttft`` skips it,
   ``--ttft-repeats N`` (default 5, --quick 2), ``--ttft-blocks 1,4,16`` picks the lengths. It
-  runs last, with the process tuned as ``kvpool serve`` tunes it (``serve.tune_process``).
+  runs last, with the process tuned as ``kvpool serve`` tunes it
+  (``process_tuning.tune_process``).
 
 Figures only, never pass/fail.
 """
@@ -56,7 +57,7 @@ from bench.remote_loop import config as engine_config
 from bench.common import (Timing, aalternate, bench_parser, machine, put, put_runs, ratio_stat,
                           stat, timing_from_args, timing_info, write_json)
 from kvpool.remote import CircuitBreaker, Namespace, RedisTier, ValueCodec, ValueSigner
-from kvpool.server.serve import tune_process
+from kvpool.server.process_tuning import tune_process
 from bench.redis_servers import RedisServer
 
 SIZES = (64 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20)

@@ -10,12 +10,12 @@ fresh engine that has no remote tier (the prompt recomputed) is the baseline. Th
 target is stalls <= 5 ms while prefetching: the loop lag the prefetch itself adds (probe,
 MGET, decode and copy run off the loop or in worker threads) is what the two columns compare;
 the step thread's forward holds the GIL in both. The process is tuned as ``kvpool serve``
-tunes it (``serve.tune_process``: one torch thread, a 0.5 ms GIL switch interval), since a
-worker thread's Python loop otherwise keeps the GIL for the default 5 ms at a time. The bench
-adds no warm-up of its own: ``AsyncEngine.start`` does what a serving replica does once at
-start (``RemoteTier.warm_up`` opens the pooled connections a fetch uses and loads the probe
-script; ``runtime.workers`` starts the default executor's threads), so a fresh engine's first
-request pays what every later request pays. Before that, opening 16 connections and starting
+tunes it (``process_tuning.tune_process``: one torch thread, a 0.5 ms GIL switch interval),
+since a worker thread's Python loop otherwise keeps the GIL for the default 5 ms at a time.
+The bench adds no warm-up of its own: ``AsyncEngine.start`` does what a serving replica does
+once at start (``RemoteTier.warm_up`` opens the pooled connections a fetch uses and loads the
+probe script; ``runtime.workers`` starts the default executor's threads), so a fresh engine's
+first request pays what every later request pays. Before that, opening 16 connections and starting
 worker threads inside the fetch stalled the loop 6-10 ms here.
 
 Figures (medians over repeats, [min-max]): ``fetch|recompute.lag_max_ms``, ``.lag_p99_ms``,
@@ -41,7 +41,7 @@ from kvpool.runtime.engine.async_engine import AsyncEngine, collect
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.model import SamplingParams
 from kvpool.server.remote_setup import build_link
-from kvpool.server.serve import tune_process
+from kvpool.server.process_tuning import tune_process
 from bench.redis_servers import RedisServer
 
 GREEDY = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)

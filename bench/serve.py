@@ -51,7 +51,7 @@ from kvpool.runtime.engine.core import EngineCore
 from bench import serve_workload
 from kvpool.runtime.model import SamplingParams, resolve_dtype, save_tiny_model
 from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
-from kvpool.server.serve import SWITCH_INTERVAL
+from kvpool.server.process_tuning import SWITCH_INTERVAL
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 

@@ -7,7 +7,8 @@ answers its own parser errors (oversized header or URL) in plain text with an ER
 This module adds those, without touching aiohttp's internals::
 
     accept -> GuardedRequestHandler.connection_made
-                 open >= max_connections?  -> 503 JSON + close   (rejected{reason="max_connections"})
+                 open >= max_connections?  -> 503 JSON + close
+                                              (rejected{reason="max_connections"})
                  else arm header timer (header_timeout)
               data_received: first "\\r\\n\\r\\n" seen -> disarm the header timer
               header timer fires first             -> close      (rejected{reason="header_timeout"})

@@ -43,8 +43,7 @@ from kvpool.server.app import GATE_KEY, METRICS_KEY, ROUTES_KEY, build_app, star
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
-from kvpool.server.process_tuning import (SWITCH_INTERVAL, default_num_threads, loop_factory,
-                                          tune_process)
+from kvpool.server.process_tuning import loop_factory, tune_process
 from kvpool.server.remote_setup import add_remote_args, build_link
 from kvpool.server.responses_api import RESPONSES_KEY
 from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
@@ -55,9 +54,9 @@ from kvpool.server.vllm_flags import VllmSwitch
 if TYPE_CHECKING:
     from kvpool.runtime.engine.async_engine import AsyncEngine
 
-__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "SWITCH_INTERVAL", "ServeOptions",
-           "add_arguments", "add_serve_args", "config_from_args", "default_num_threads", "main",
-           "resolve_api_key", "run", "run_server", "serve", "tune_process"]
+__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_arguments",
+           "add_serve_args", "config_from_args", "main", "resolve_api_key", "run", "run_server",
+           "serve"]
 
 log = logging.getLogger("kvpool.server")
 

@@ -8,7 +8,7 @@ import torch
 
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.core import EngineCore
-from kvpool.server import serve
+from kvpool.server import process_tuning
 from tests.configs import engine_config
 
 
@@ -33,12 +33,13 @@ def test_tune_process_sets_threads_and_switch_interval():
     threads, interval = torch.get_num_threads(), sys.getswitchinterval()
     try:
         sys.setswitchinterval(0.005)
-        serve.tune_process(EngineConfig(num_threads=2))
+        process_tuning.tune_process(EngineConfig(num_threads=2))
         assert torch.get_num_threads() == 2
-        assert sys.getswitchinterval() == serve.SWITCH_INTERVAL
-        serve.tune_process(EngineConfig())
+        assert sys.getswitchinterval() == process_tuning.SWITCH_INTERVAL
+        process_tuning.tune_process(EngineConfig())
         usable = len(os.sched_getaffinity(0))
-        assert torch.get_num_threads() == max(1, usable - 1) == serve.default_num_threads()
+        want = process_tuning.default_num_threads()
+        assert torch.get_num_threads() == max(1, usable - 1) == want
     finally:
         torch.set_num_threads(threads)
         sys.setswitchinterval(interval)
