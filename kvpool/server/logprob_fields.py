@@ -5,11 +5,14 @@ likely), ``echo: true`` (the prompt comes back in front of the text; with ``logp
 tokens carry logprobs too, the first one ``null``). Chat: ``logprobs: true`` and
 ``top_logprobs: k``. Both: vLLM's ``prompt_logprobs: k`` (a ``prompt_logprobs`` list in the
 response; not with ``stream``, as in vLLM, but for 0, which a stream never shows). Every k is
-bounded by ``--max-logprobs`` (vLLM's flag, default 20): past it, 400 naming the field.
+bounded by ``--max-logprobs`` (vLLM's flag, default 20; -1: no cap): past it, 400 naming the
+field.
 
 NOTE(whole-vocab): as in vLLM 0.33, each k may be -1, the whole vocabulary (every token's
 logprob), which ``--max-logprobs`` must then allow (at least the vocabulary's size; else a 400
-naming the field, as vLLM's SamplingParams refuses it). Chat's ``top_logprobs`` asks for
+naming the field, as vLLM's SamplingParams refuses it). ``--max-logprobs -1`` is vLLM's "no
+cap" (ModelConfig.max_logprobs): the bound is then the vocabulary's size, so -1 and every k up
+to the vocabulary are taken. Chat's ``top_logprobs`` asks for
 ``logprobs: true`` only when it asks for something (-1 or above 0: vLLM's rule), so
 ``top_logprobs: 0`` (or null) without it is taken.
 
@@ -81,6 +84,8 @@ def _count(body: dict[str, Any], name: str, bound: int, vocab_size: int) -> int 
 
 def parse_logprob_fields(body: dict[str, Any], *, chat: bool, max_logprobs: int,
                          stream: bool, vocab_size: int) -> LogprobRequest:
+    if max_logprobs == -1:  # NOTE(whole-vocab): no cap, the vocabulary's size
+        max_logprobs = vocab_size
     prompt_k = _count(body, "prompt_logprobs", max_logprobs, vocab_size)
     if prompt_k and stream:  # 0 is taken: a stream shows no prompt logprobs (vLLM's rule)
         raise _bad("prompt_logprobs", "is not supported with stream")

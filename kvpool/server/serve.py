@@ -116,7 +116,8 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "max_n": (int, "N", "completions per request (n), at most"),
     "max_tokens_limit": (int, "N", "max_tokens per request, at most"),
     "max_stop": (int, "N", "stop strings per request, at most"),
-    "max_logprobs": (int, "K", "logprobs / top_logprobs / prompt_logprobs k, at most"),
+    "max_logprobs": (int, "K", "logprobs / top_logprobs / prompt_logprobs k, at most (-1: no "
+                               "cap, the vocabulary's size)"),
     "num_threads": (int, "N", "torch intra-op threads (None: the usable cores minus one)"),
 }
 

@@ -54,7 +54,7 @@ def test_vllm_spelling_reaches_engine_config():
     assert (args.port, args.api_key) == (0, "k")
 
 
-def test_model_positional_tokenizer_and_max_logprobs():
+def test_model_positional_tokenizer_and_max_logprobs(capsys):
     # vLLM's spellings: `kvpool serve DIR`, --tokenizer, --max-logprobs
     cfg = serve.config_from_args(parse("/models/q", "--tokenizer", "/tok", "--max-logprobs",
                                        "5", "--served-model-name", "q"))
@@ -65,9 +65,14 @@ def test_model_positional_tokenizer_and_max_logprobs():
         serve.config_from_args(parse("/a", "--model", "/b"))
     with pytest.raises(ValueError, match="--tokenizer"):
         serve.config_from_args(parse("--tokenizer", "/tok"))  # the tiny model has its own
-    with pytest.raises(ValueError, match="--max-logprobs"):
-        serve.config_from_args(parse("--max-logprobs", "-1"))
     assert EngineConfig().max_logprobs == 20
+    # vLLM's -1: no cap (logprob_fields.py NOTE(whole-vocab)); any other negative exits 2
+    assert serve.config_from_args(parse("--max-logprobs", "-1")).max_logprobs == -1
+    for bad in ("-2", "-20"):
+        assert serve.main(["--max-logprobs", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"kvpool serve: --max-logprobs {bad}: use an int >= 0, or -1")
+        assert err.count("\n") == 1, err
 
 
 def test_defaults_and_api_key_env(monkeypatch):

@@ -121,6 +121,27 @@ async def test_return_tokens_as_token_ids_is_the_request_fields_default():
         assert not any(t.startswith("token_id:") for t in lp["tokens"])
 
 
+async def test_max_logprobs_minus_one_is_no_cap():
+    """vLLM's --max-logprobs -1: the bound is the vocabulary's size, so -1 (every token,
+    logprob_fields.py NOTE(whole-vocab)) and k past the default 20 are served; past the
+    vocabulary is still a 400 naming the field."""
+    tokenizer = build_byte_tokenizer()  # the built-in tiny model's
+    vocab = tokenizer.vocab_size
+    texts = {tokenizer.decode([i]) for i in range(vocab)}  # top_logprobs' keys (some collide)
+    async with served("--max-logprobs", "-1") as url, aiohttp.ClientSession() as s:
+        body = {"prompt": "Once upon", "max_tokens": 2, "temperature": 0, "logprobs": -1}
+        lp = (await post(s, url, "/v1/completions", body))["choices"][0]["logprobs"]
+        assert len(lp["tokens"]) == 2 and all(set(top) == texts for top in lp["top_logprobs"])
+        chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                "logprobs": True, "top_logprobs": -1}
+        content = (await post(s, url, "/v1/chat/completions", chat))["choices"][0]["logprobs"]
+        assert [len(c["top_logprobs"]) for c in content["content"]] == [vocab, vocab]
+        lp = (await post(s, url, "/v1/completions", {**body, "logprobs": 21}))["choices"][0]
+        assert all(len(top) == 21 for top in lp["logprobs"]["top_logprobs"])
+        async with s.post(url + "/v1/completions", json={**body, "logprobs": vocab + 1}) as r:
+            assert r.status == 400 and (await r.json())["error"]["param"] == "logprobs"
+
+
 async def test_override_generation_config_sets_the_defaults_and_caps_max_tokens():
     body = {"prompt": "Once upon", "ignore_eos": True}
     async with served("--override-generation-config", '{"max_new_tokens": 3, "temperature": 0}',

@@ -44,7 +44,9 @@ class EngineConfig:
     # bound: a prompt plus its max_tokens fit max_model_len, so the context bounds the work)
     max_tokens_limit: int | None = None
     max_stop: int = 16  # --max-stop: stop strings per request, at most
-    max_logprobs: int = 20  # --max-logprobs: k of logprobs / top_logprobs, at most (vLLM's)
+    # --max-logprobs: k of logprobs / top_logprobs, at most (vLLM's); -1: no cap, the
+    # vocabulary's size (server/logprob_fields.py NOTE(whole-vocab))
+    max_logprobs: int = 20
     # --num-threads: torch intra-op threads, set by the `kvpool serve` entry point (process-wide
     # state, never by library classes); None: leave the process setting as it is
     num_threads: int | None = None
@@ -73,8 +75,8 @@ class EngineConfig:
         if self.max_model_len is not None:
             require(isinstance(self.max_model_len, int) and self.max_model_len >= 1,
                      "--max-model-len must be an int >= 1")
-        require(isinstance(self.max_logprobs, int) and not isinstance(self.max_logprobs, bool)
-                 and self.max_logprobs >= 0, "--max-logprobs must be an int >= 0")
+        require(type(self.max_logprobs) is int and self.max_logprobs >= -1,  # not a bool
+                 f"--max-logprobs {self.max_logprobs!r}: use an int >= 0, or -1 (no cap)")
         require(self.tokenizer is None or self.model is not None,
                  "--tokenizer needs a model directory (the built-in tiny model carries its own "
                  "tokenizer)")
