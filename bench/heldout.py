@@ -131,6 +131,14 @@ product):
               outages (a banner, then the old head again) (written after ``adaptive`` was
               frozen, blind: by someone who had not read the policies, and no policy or hit
               rate was run on it; bench/heldout_call_center.py)
+    soc_copilot  one replica behind an MSSP's security-operations copilot: alert triage behind an
+              hourly threat-intel digest (every later block new when it changes) and the
+              client's profile, runbook and rule, lookups whose results are appended, campaign
+              bursts and alert storms, analysts' investigations over shifts with hand-offs
+              re-sending the case notes, rule rewrites, nightly hunts walking the asset
+              inventory and rule catalog in order, weekly reports (written after ``adaptive``
+              was frozen at 1ffdf37, blind: by someone who had not read the policies, and no
+              policy or hit rate was run on it; bench/heldout_soc_copilot.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -162,6 +170,7 @@ from bench.heldout_research import deep_research
 from bench.heldout_rag import rerank_rag
 from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
 from bench.heldout_rollout import prompt_rollout
+from bench.heldout_soc_copilot import soc_copilot
 from bench.heldout_support import support_desk
 from bench.heldout_tutoring import tutoring
 from bench.heldout_vision import vision_mix
@@ -184,7 +193,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "deep_research": deep_research, "tutoring": tutoring,
           "marketplace": marketplace, "bi_copilot": bi_copilot,
           "meeting_assist": meeting_assist, "legal_review": legal_review,
-          "localization": localization, "call_center": call_center}
+          "localization": localization, "call_center": call_center,
+          "soc_copilot": soc_copilot}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
