@@ -30,4 +30,5 @@ class AdmitRunPolicy(AdaptivePolicy):
     DUEL_AGE = 0  # the duel reads the classes' sketch (before NOTE(age))
     COLD = None  # a fresh pool starts as LRU whatever it sees (before NOTE(cold))
     DRAIN = False  # a window left by a switch waits while main has blocks (before NOTE(drain))
+    MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
     TUNER = AdmitTuner

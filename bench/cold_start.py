@@ -34,6 +34,7 @@ class ColdOff(AdaptivePolicy):
     """The product without NOTE(cold): it starts as LRU whatever it sees."""
 
     name = "cold_off"
+    MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
     COLD = None
 
 
@@ -41,6 +42,7 @@ class ColdStay(AdaptivePolicy):
     """NOTE(cold), but the first hit does not end the duel: the tuner goes on from it."""
 
     name = "cold_stay"
+    MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
 
     def _warm(self) -> None:
         self._cold = 0  # the rule is done; the configuration stays where it is

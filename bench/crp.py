@@ -47,6 +47,7 @@ class CRPPolicy(AdaptivePolicy):
     whose release stamp is more than ``CRP`` turnovers old; ``on_hit`` counts nothing."""
 
     name = "crp"
+    MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
     CRP: float = 0.05  # pool turnovers (inserts / capacity) within which uses are one
 
     def on_hit(self, block_hash: bytes) -> None:
@@ -86,7 +87,7 @@ class CRPClassPolicy(CRPPolicy):
             self._count = self._count_both
             if cfg is None:  # the tuner's duels read the new sketch
                 self._tuner = self.TUNER(self._scale, self._sketch.estimate,
-                                         self._duel.estimate)
+                                         self._duel.estimate, self.MOVE_SPLIT)
                 self._sample = self._tuner.threshold
                 self._runs = ReleaseRuns(self._tuner)
 

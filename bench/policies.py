@@ -41,6 +41,7 @@ from pathlib import Path
 
 from bench.baselines import BASELINES, Baseline, replay
 from bench.doorarc import DoorARCPolicy
+from bench.fixedsplit import FixedSplitPolicy
 from bench.follow import FollowPolicy
 from bench.ghostwin import GhostWindowTinyLFU
 from bench.wintune import WinTunePolicy
@@ -69,7 +70,7 @@ CANDIDATES: dict[str, type[Baseline] | type[EvictionPolicy]] = {
                        ArcTunePolicy, AdmitLRUPolicy, AdmitRunPolicy,
                        AdmitBigPolicy, RetreatPolicy, KeyReleasePolicy, WarmStartPolicy,
                        GhostBigPolicy, GhostPairPolicy, WinGainPolicy, CRPPolicy,
-                       CRPClassPolicy, CRPAgePolicy)}
+                       CRPClassPolicy, CRPAgePolicy, FixedSplitPolicy)}
 
 
 def new_policy(name: str, cap: int) -> EvictionPolicy:

@@ -56,4 +56,5 @@ class WinGainPolicy(AdaptivePolicy):
     """Invariant: AdaptivePolicy's, with a WinGainTuner."""
 
     name = "wingain"
+    MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
     TUNER = WinGainTuner

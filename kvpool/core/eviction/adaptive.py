@@ -32,7 +32,8 @@ from __future__ import annotations
 from math import inf
 from zlib import crc32
 
-from kvpool.core.eviction.admit_tuner import CLASSES, LRU, WIN, AdmitTuner, Cfg, to_window
+from kvpool.core.eviction.admit_tuner import (CLASSES, LRU, WIN, AdmitTuner, Cfg, moved,
+                                              to_window)
 from kvpool.core.eviction.base import PENDING, StampedQueuesPolicy
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
 from kvpool.core.eviction.ghost import GhostTable
@@ -93,6 +94,9 @@ class AdaptivePolicy(StampedQueuesPolicy):
     # cold start"). A hit before the first eviction leaves the policy as it was; None turns
     # the rule off (the research steps in bench/).
     COLD: Cfg | None = (0.0, 0.01, True)
+    # NOTE(arc) in admit_tuner.py: the ghost filter moves its share as ARC moves its target
+    # (``_p`` blocks while it runs); False: the research steps in bench/, which came before.
+    MOVE_SPLIT: bool = True
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
                  cfg: Cfg | None = None) -> None:
@@ -104,8 +108,9 @@ class AdaptivePolicy(StampedQueuesPolicy):
                       if self.DUEL_AGE and self._sketch.period > age else self._sketch)
         # one use counted in every sketch there is; returns the classes' count
         self._count = self._sketch.add if self._duel is self._sketch else self._count_both
-        self._tuner = (self.TUNER(self._scale, self._sketch.estimate, self._duel.estimate)
-                       if cfg is None else None)
+        self._tuner = (self.TUNER(self._scale, self._sketch.estimate, self._duel.estimate,
+                                  self.MOVE_SPLIT) if cfg is None else None)
+        self._p = 0.0  # NOTE(arc): the ghost filter's target in blocks, while it runs
         self._sample = self._tuner.threshold if self._tuner is not None else 0
         self._runs = ReleaseRuns(self._tuner)  # NOTE(runs) in tuner.py: what it is fed
         self._set_cfg(LRU if cfg is None else cfg)
@@ -121,6 +126,15 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self.cfg = cfg
         bonus, self.share, self.duel = cfg
         self._w = [k * bonus * self._scale for k in range(CLASSES)]
+        if self._moves():  # NOTE(arc): from the split the miniature measured
+            if self._tuner is not None:
+                self.share = self._tuner.ghost_share()
+            self._p = self.share * self._scale
+            self.share = self._p / self._scale
+
+    def _moves(self) -> bool:
+        """NOTE(arc): the configuration is the ghost filter, and its share moves."""
+        return self.MOVE_SPLIT and self.duel is None and self.cfg[1] < 1.0
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
         where = self._where
@@ -157,11 +171,20 @@ class AdaptivePolicy(StampedQueuesPolicy):
 
     def _admit(self, c: int, k: int) -> int:
         """Where new content (CRC ``c``, class ``k``) goes while there is a window: WIN
-        (counted) or ``k``, by the configuration's ``duel`` (``to_window``)."""
-        if to_window(self.duel, k, self._ghost.take, c):
-            self._nw += 1
-            return WIN
-        return k
+        (counted) or ``k``, by the configuration's ``duel`` (``to_window``); a ghost that
+        returns under NOTE(arc) moves the share."""
+        if self.duel is None and self.MOVE_SPLIT:
+            g = self._ghost
+            side = g.take_side(c)
+            if side >= 0:
+                n_win = g.windowed + side
+                self._p = moved(self._p, self._scale, side, n_win, g.held + 1 - n_win)
+                self.share = self._p / self._scale
+                return k
+        elif not to_window(self.duel, k, self._ghost.take, c):
+            return k
+        self._nw += 1
+        return WIN
 
     def _sampled(self, c: int, k: int, depth: int, n: int) -> None:
         """After an insert (content CRC ``c``, class ``k``, ``n`` uses counted, 0 on a
@@ -242,8 +265,9 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._nw -= 1
 
     def _pop(self, q: int) -> int:
-        """Evict queue ``q``'s head; its content becomes a ghost."""
-        self._ghost.add(crc32(self._hash[self._next[q] - self.K]))
+        """Evict queue ``q``'s head; its content becomes a ghost (of the window's side or
+        main's, NOTE(side) in ghost.py)."""
+        self._ghost.add(crc32(self._hash[self._next[q] - self.K]), q == WIN)
         return self._unlink_head(q)
 
     def evict(self) -> int:
@@ -281,6 +305,8 @@ class AdaptivePolicy(StampedQueuesPolicy):
             raise InvariantError(f"window holds {len(self.queue(WIN))}, count {self._nw}")
         if self._w != [k * self.cfg[0] * self._scale for k in range(CLASSES)]:
             raise InvariantError("eviction-key bonuses do not match the configuration")
+        if self.share != (self._p / self._scale if self._moves() else self.cfg[1]):
+            raise InvariantError("window share differs from the configuration's")
         if self._cold not in (COLD_OFF, COLD_ARMED, COLD_ON) or (
                 self._cold and self._tuner is None):
             raise InvariantError(f"cold-start state {self._cold} with no tuner or unknown")
