@@ -54,12 +54,13 @@ async def slow_body_gets_408(url: str) -> None:
 
 
 async def test_slowloris_and_idle_keep_alive_connections_are_closed():
-    async with subprocess_server("--header-timeout", "1", "--keep-alive-timeout", "2",
-                                 "--body-timeout", "1", "--log-level", "info") as (proc, url,
-                                                                                   lines):
+    # short timers (the flags take seconds as floats): each case below waits one out
+    async with subprocess_server("--header-timeout", "0.5", "--keep-alive-timeout", "1",
+                                 "--body-timeout", "0.5", "--log-level", "info") as (proc, url,
+                                                                                     lines):
         # a slowloris never finishes its head: closed after the header timeout (the edge
         # table's case, stress/http/edge.py)
-        await slowloris_closed(EdgeTarget(url, header_timeout=1, keep_alive_timeout=2,
+        await slowloris_closed(EdgeTarget(url, header_timeout=0.5, keep_alive_timeout=1,
                                           max_connections=1))
         # an idle keep-alive connection: served once, then closed after the keep-alive timeout
         reader, writer = await open_raw(url)
