@@ -18,8 +18,10 @@ from bench.redis_servers import REDIS_SERVER
 def test_redis_faults_under_load_fail_nothing_and_leak_nothing():
     if not os.path.exists(REDIS_SERVER):
         pytest.fail(f"{REDIS_SERVER} is missing: apt-get install redis-server (.ci/run does)")
-    args = remote_faults.argparse.Namespace(replicas=1, clients=2, baseline=1.5, stop=2.0,
-                                            after=2.5, down=1.0, probe_interval=0.1, seed=0,
+    # alone on 2 cores: the breaker opens ~0.3 s into the stop and closes ~1.0 s after the
+    # restart; the load runs baseline + stop + 2 * after + down + 1 s
+    args = remote_faults.argparse.Namespace(replicas=1, clients=2, baseline=1.0, stop=1.5,
+                                            after=2.0, down=1.0, probe_interval=0.1, seed=0,
                                             json=None)
     r = remote_faults.run(args)
     assert r["failed_requests"] == 0, r["stress"]["failure_details"]
