@@ -16,6 +16,7 @@ stderr when it is a terminal (``--progress`` forces it, ``--quiet`` silences it)
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 
@@ -123,6 +124,11 @@ def main() -> None:
     timing = timing_from_args(args)
     import transformers
     transformers.utils.logging.disable_progress_bar()
+    # the start-up heap (torch's and transformers' modules) frozen, as bench/sched.py and
+    # kvpool serve do (NOTE(gc-freeze)): alternate()'s gc.collect() before every run walked
+    # all of it, ~0.2 s a run; both arms run after it alike
+    gc.collect()
+    gc.freeze()
     res = {"machine": machine(), "timing": timing_info(timing),
            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "batch": args.batch,
            "context": args.context, "prefill": args.prefill}
