@@ -17,6 +17,7 @@ tensor, a TokenLogprob per sequence) weigh more than they would beside a real mo
 
 from __future__ import annotations
 
+import gc
 import time
 
 import torch
@@ -73,6 +74,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     timing: Timing = timing_from_args(args)
     torch.set_num_threads(1)  # the tiny model: OpenMP fork/join costs more than it saves
+    # the start-up heap (torch's and kvpool's modules) frozen, as bench/sched.py and kvpool
+    # serve do (NOTE(gc-freeze)): bench.common's gc.collect() before every run walked all
+    # of it, ~0.2 s a run; what the bench builds below is collected as before
+    gc.collect()
+    gc.freeze()
     steps = 5 if timing.quick else 20
     loops = {"plain": DecodeLoop(None, 1024), "logprobs": DecodeLoop(TOP_K, 1024)}
     for loop in loops.values():  # warm both (allocator, first-call costs)
