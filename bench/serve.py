@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -255,6 +256,10 @@ def main(argv: list[str] | None = None) -> None:
                                          max_out=64 if quick else args.max_out)
     dtype, why, _ = choose_dtype(args.dtype, "cpu", checkpoint_dtype(args.model))
     res = _header(args, timing, kind, reqs, dtype, why)
+    # the start-up heap frozen for the engine and transformers runs (NOTE(gc-freeze), as
+    # bench/sched.py): bench.common's gc.collect() before each run walked it, ~0.2 s a run
+    gc.collect()
+    gc.freeze()
     hf = load_hf(args.model, resolve_dtype(dtype))
     blocks = sum(-(-(len(p) + m) // 16) for p, m in reqs) + 64
     core = build_core(reqs, blocks, args.model, dtype, args.budget)
@@ -265,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         put_runs(res, tt, {f"ttft.c{c}.{k}": k for k in ("ttft_p50_s", "ttft_p99_s",
                                                          "output_tokens_per_s")})
     core.close()
+    gc.unfreeze()  # the scrape runs see the heap they always had
     if args.scrape_seqs:
         sys.setswitchinterval(SWITCH_INTERVAL)  # as kvpool serve's entry point sets it
         sc = run_scrape(100 if quick else args.scrape_seqs, timing,
