@@ -30,7 +30,7 @@ from stress.http.servers import ROOT
 from stress.report import percentile
 from bench.envoy_proc import Envoy
 
-__all__ = ["EppFront", "epp_overhead"]
+__all__ = ["EppFront", "epp_overhead", "start_all"]
 
 
 class EppFront:
@@ -80,6 +80,30 @@ class EppFront:
         self.dir.cleanup()
 
 
+def start_all(fronts: dict) -> dict[str, str]:
+    """Every front's ``start()`` at once (a thread each: the interpreters' start-ups overlap);
+    their URLs by name, in the given order. A failed start is raised once every start has
+    ended; the caller stops them all (``stop`` of one that never started does nothing)."""
+    urls: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def start(name: str, front) -> None:
+        try:
+            urls[name] = front.start()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in this thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=kv, name=f"start-{kv[0]}")
+               for kv in fronts.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return {k: urls[k] for k in fronts}
+
+
 def epp_overhead(urls: list[str], prompt: list[int], rounds: int, flags: list[str],
                  baseline: str | None = None) -> dict:
     """Added latency of the picker path (and the router, for reference) over ``urls[0]``
@@ -92,7 +116,7 @@ def epp_overhead(urls: list[str], prompt: list[int], rounds: int, flags: list[st
         fronts["router@base"] = RouterProcess(urls, flags, root=baseline)
         fronts["epp@base"] = EppFront(urls, flags, root=baseline)
     try:
-        arms = {"direct": urls[0], **{k: f.start() for k, f in fronts.items()}}
+        arms = {"direct": urls[0], **start_all(fronts)}
         lat = asyncio.run(interleaved_rounds(arms, body, rounds))
     finally:
         for f in fronts.values():
