@@ -48,7 +48,7 @@ import aiohttp
 from bench.common import machine, write_json
 from bench.remote_faults import RouterProcess, scrape_sync, start_replicas
 from bench.route import DEFAULT_TRACE, load_reqs
-from bench.route_epp import epp_overhead
+from bench.route_epp import epp_overhead, start_all
 from bench.route_overhead import measure_overhead
 from bench.route_workload import Turn, block_tokens, build_workload, prompt_ids, simulate
 from stress.report import percentile
@@ -271,7 +271,7 @@ def overhead(urls: list[str], args) -> dict:
         routers.update({f"{a}@base": RouterProcess(urls, router_args(a, args),
                                                    root=args.baseline) for a in arms})
     try:
-        started = {a: r.start() for a, r in routers.items()}
+        started = start_all(routers)
         ids = [t for h in range(8) for t in block_tokens(h, "overhead", args.block_size)] + [11]
         return measure_overhead(urls[0], started, ids, args.overhead)
     finally:
