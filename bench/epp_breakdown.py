@@ -37,7 +37,7 @@ import yaml
 from bench.common import write_json
 from bench.envoy_proc import Envoy
 from bench.remote_faults import start_replicas
-from bench.route_epp import EppFront
+from bench.route_epp import EppFront, start_all
 from bench.route_live import replica_args, router_args
 from bench.route_workload import block_tokens
 from kvpool.router.cli import event_loop_factory
@@ -110,7 +110,7 @@ def start_arms(urls: list[str], fronts: list, workdir: str,
                     "epp@base": EppFront(urls, flags, root=baseline)}
     fronts += pickers.values()
     return {"direct": (urls[0], {}), "envoy_hdr": (hdr.url, {DEST: endpoint}),
-            **{k: (f.start(), {}) for k, f in pickers.items()}}
+            **{k: (u, {}) for k, u in start_all(pickers).items()}}
 
 
 def breakdown(urls: list[str], n: int, repeats: int, baseline: str | None = None) -> dict:
