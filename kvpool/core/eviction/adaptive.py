@@ -32,7 +32,7 @@ from __future__ import annotations
 from math import inf
 from zlib import crc32
 
-from kvpool.core.eviction.admit_tuner import (CLASSES, LRU, WIN, AdmitTuner, Cfg, moved,
+from kvpool.core.eviction.admit_tuner import (CLASSES, LRU, WIN, AdmitTuner, Cfg, returned,
                                               to_window)
 from kvpool.core.eviction.base import PENDING, StampedQueuesPolicy
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
@@ -174,11 +174,9 @@ class AdaptivePolicy(StampedQueuesPolicy):
         (counted) or ``k``, by the configuration's ``duel`` (``to_window``); a ghost that
         returns under NOTE(arc) moves the share."""
         if self.duel is None and self.MOVE_SPLIT:
-            g = self._ghost
-            side = g.take_side(c)
+            side = self._ghost.take_side(c)
             if side >= 0:
-                n_win = g.windowed + side
-                self._p = moved(self._p, self._scale, side, n_win, g.held + 1 - n_win)
+                self._p = returned(self._p, self._scale, side, self._ghost)
                 self.share = self._p / self._scale
                 return k
         elif not to_window(self.duel, k, self._ghost.take, c):

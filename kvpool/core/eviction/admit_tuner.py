@@ -24,7 +24,7 @@ from collections.abc import Callable
 from math import inf
 
 from kvpool.core.eviction.classlru import CLASS_OF_COUNT
-from kvpool.core.eviction.ghost import ExactGhost
+from kvpool.core.eviction.ghost import ExactGhost, GhostTable
 from kvpool.core.eviction.tuner import NO_MISS, BonusTuner, run_hits
 from kvpool.errors import InvariantError
 
@@ -42,6 +42,13 @@ def moved(p: float, cap: int, from_window: int, n_win: int, n_main: int) -> floa
     if from_window:
         return min(cap - 1.0, p + max(1.0, n_main / max(n_win, 1)))
     return max(1.0, p - max(1.0, n_win / max(n_main, 1)))
+
+
+def returned(p: float, cap: int, side: int, ghost: ExactGhost | GhostTable) -> float:
+    """NOTE(arc): ``moved`` for a ghost of ``side`` that ``ghost.take_side`` just forgot, with
+    the counts of each side as they were before it returned."""
+    n_win = ghost.windowed + side
+    return moved(p, cap, side, n_win, ghost.held + 1 - n_win)
 
 
 def to_window(duel: bool | None, k: int, ghost_take: Callable[[int], bool], c: int) -> bool:
@@ -147,12 +154,10 @@ class MiniAdmit:
     def _arc_take(self, c: int) -> bool:
         """The ghost filter's ask with NOTE(arc): whether ``c`` is a ghost (then forgotten);
         a returning ghost moves the share by the side it left from."""
-        g = self.ghost
-        side = g.take_side(c)
+        side = self.ghost.take_side(c)
         if side < 0:
             return False
-        n_win = g.windowed + side
-        self.p = moved(self.p, self.capacity, side, n_win, g.held + 1 - n_win)
+        self.p = returned(self.p, self.capacity, side, self.ghost)
         self.share = self.p / self.capacity
         return True
 
