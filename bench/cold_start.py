@@ -6,12 +6,14 @@ NOTE(cold) (kvpool/core/eviction/adaptive.py; docs/eviction.md "A cold start") a
 pool that fills without a single hit, so it changes only cells whose first repeated block
 comes after a pool's worth of distinct blocks. ``cells`` replays those of bench.heldout and
 bench.policies (the loop at 1000 / 4000 blocks, uniform@2@1000, api_gateway@2@1000) with
-LRU, the classics, the product, the product without the rule (``cold_off``) and ``cold_stay``,
-a research variant that stays on the duel after the first hit. ``scans`` replays traces built
+LRU, the classics, the product, the product without the rule (``cold_off``), ``cold_stay``, a
+research variant that stays on the duel after the first hit, and ``first_hit``, the product
+before the rule's depth test (the first hit of any depth ended it). ``scans`` replays traces built
 against the rule: two pools' worth of one-off blocks, optionally one request re-reading part
 of what the pool kept, then a trace whose reuse is recent (multiturn, doc_window) or popular
 (zipf_prefix, tool_agent). There LRU's order is right once the reuse starts, and a rule that
-kept the duel pays until the tuner walks back. Hit rates are deterministic: one run.
+kept the duel pays until the tuner walks back; the re-read's hits are deep (LRU would have
+evicted them), the tail's first is shallow. Hit rates are deterministic: one run.
 """
 
 from __future__ import annotations
@@ -48,16 +50,28 @@ class ColdStay(AdaptivePolicy):
         self._cold = 0  # the rule is done; the configuration stays where it is
 
 
+class FirstHit(AdaptivePolicy):
+    """The product before NOTE(cold)'s depth test: the first hit after a cold fill, of any
+    depth, on a block in use too, returns the pool to LRU."""
+
+    name = "first_hit"
+
+    def on_hit(self, block_hash: bytes) -> None:
+        if self._cold:
+            self._warm()
+        super().on_hit(block_hash)
+
+
 def trace(name: str, seed: int) -> Trace:
     return SHAPES[name](seed, 1.0) if name in SHAPES else GENERATED[name](seed=seed)
 
 
 def rates(reqs: Trace, cap: int, classics: bool) -> dict[str, float]:
-    """Hit rates of LRU, the product with and without the rule, ``cold_stay`` and, with
-    ``classics``, bench/baselines.py's classics."""
+    """Hit rates of LRU, the product with and without the rule, ``cold_stay``,
+    ``first_hit`` and, with ``classics``, bench/baselines.py's classics."""
     n = sum(map(len, reqs))
     out = {"lru": simulate(reqs, make_policy("lru", cap), cap)[0] / n}
-    for cls in (AdaptivePolicy, ColdOff, ColdStay):
+    for cls in (AdaptivePolicy, ColdOff, ColdStay, FirstHit):
         out[cls.name] = simulate(reqs, cls(cap), cap)[0] / n
     if classics:
         for name, cls in BASELINES.items():

@@ -191,8 +191,9 @@ def _filled(name: str, cap: int, keys: list[bytes], warm: int) -> EvictionPolicy
     """A policy holding blocks 0..cap-1 with ``keys[b]``. The fill is one-off content, so
     ``adaptive`` then evicts and inserts on NOTE(cold)'s duel; ``warm``: a hit on content
     never inserted (4 bytes: no key of the 8-byte ones) comes first, and it stays LRU, the
-    state of a pool with any reuse before its first eviction. op_costs' first on_hit ends
-    NOTE(cold), so the calls after it run as LRU in either state."""
+    state of a pool with any reuse before its first eviction. op_costs' first remove of a
+    block released within the pool's last len(pool) releases (most are) ends NOTE(cold), so
+    the calls after it run as LRU in either state."""
     p = new_policy(name, cap)
     if warm:
         p.on_hit(b"warm")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.cold_start import ColdOff, ColdStay, scans
+from bench.cold_start import ColdOff, ColdStay, FirstHit, scans
 from kvpool.core.eviction import AdaptivePolicy
 from kvpool.core.eviction.admit_tuner import LRU
 from kvpool.replay.loop import PolicyCache, replay
@@ -16,12 +16,15 @@ def after_a_cold_fill_and_a_hit(cls: type[AdaptivePolicy]) -> AdaptivePolicy:
     return p
 
 
-def test_the_variants_part_at_the_first_hit_after_a_cold_fill():
-    assert after_a_cold_fill_and_a_hit(AdaptivePolicy).cfg == LRU
+def test_the_variants_part_at_a_deep_hit_after_a_cold_fill():
+    """The hit finds content kept from the fill: the product and cold_stay stay on the duel,
+    first_hit (the product before NOTE(cold)'s depth test) returns to LRU."""
+    assert after_a_cold_fill_and_a_hit(FirstHit).cfg == LRU
     assert after_a_cold_fill_and_a_hit(ColdOff).cfg == LRU
-    stay = after_a_cold_fill_and_a_hit(ColdStay)
-    assert stay.cfg == AdaptivePolicy.COLD
-    stay.check_invariants()
+    for cls in (AdaptivePolicy, ColdStay):
+        p = after_a_cold_fill_and_a_hit(cls)
+        assert p.cfg == AdaptivePolicy.COLD
+        p.check_invariants()
 
 
 def test_a_scan_trace_is_two_pools_of_one_off_blocks_then_its_tail():

@@ -167,30 +167,63 @@ def test_a_hit_before_the_first_eviction_leaves_the_pool_on_lru():
     assert fixed.cfg == LRU
 
 
-@pytest.mark.parametrize("kept", [False, True])
-def test_after_a_cold_fill_the_first_hit_returns_the_pool_to_lru(kept):
-    """NOTE(cold): a scan of two pools, then one block used again: new content (its second
-    use hits the window) or content main kept from the fill. Either way the pool returns to
-    LRU; left on the duel when the hit found kept content, a scan, a re-read of part of it
-    and then chats went below LRU."""
+def test_after_a_cold_fill_a_shallow_hit_returns_the_pool_to_lru():
+    """NOTE(cold): a scan of two pools, then new content used twice: its second use revives
+    a block released one release ago, a hit LRU would have had too. The pool returns to
+    LRU."""
     cap = 200
     p = AdaptivePolicy(cap)
     c = PolicyCache(p, cap)
     replay([[i + 1] for i in range(2 * cap)], c)
     assert p.cfg == AdaptivePolicy.COLD
-    again = [[cap // 2]] if kept else [[10_000], [10_000]]
-    assert replay(again, c)[0] == 1
+    assert replay([[10_000], [10_000]], c)[0] == 1
     assert p.cfg == LRU
     p.check_invariants()
 
 
-def test_after_a_cold_fill_a_hit_on_a_block_in_use_returns_the_pool_to_lru():
-    """NOTE(cold): a hit on a block no policy holds (a running sequence's) ends it too."""
+def test_after_a_cold_fill_a_deep_hit_leaves_the_duel_on():
+    """NOTE(cold): a hit on content main kept from the fill (released more than a pool's
+    worth of releases ago: LRU would have evicted it) is one the duel won, so the pool stays
+    on it; the first shallow hit after it returns the pool to LRU. Ended by any hit, a
+    scan, a re-read of part of it and then chats went below LRU; a loop lost its third
+    pass."""
+    cap = 200
+    p = AdaptivePolicy(cap)
+    c = PolicyCache(p, cap)
+    replay([[i + 1] for i in range(2 * cap)], c)
+    assert replay([[cap // 2]], c)[0] == 1
+    assert p.cfg == AdaptivePolicy.COLD
+    assert replay([[10_000], [10_000]], c)[0] == 1
+    assert p.cfg == LRU
+    p.check_invariants()
+
+
+def test_a_loop_longer_than_the_pool_keeps_hitting_after_a_cold_fill():
+    """NOTE(cold): three passes of a loop over 1.5 pools. Every hit is deep, so the duel
+    stays and the third pass hits as the second did; returned to LRU at the second pass's
+    first hit, the pool held nothing of the loop by the third."""
+    cap = 200
+    loop = [[i + 1] for i in range(300)]
+    p = AdaptivePolicy(cap)
+    c = PolicyCache(p, cap)
+    replay(loop, c)
+    second, third = replay(loop, c)[0], replay(loop, c)[0]
+    assert p.cfg == AdaptivePolicy.COLD
+    assert second > 0.5 * 300 and third > 0.5 * 300
+    p.check_invariants()
+
+
+def test_after_a_cold_fill_a_hit_on_a_block_in_use_leaves_the_rule_on():
+    """NOTE(cold): a hit on a block no policy holds (a running sequence's) says nothing of
+    depth; the first shallow revival ends the rule."""
     p = AdaptivePolicy(100)
     fill(p, range(100))
     p.evict()
     assert p.cfg == AdaptivePolicy.COLD
     p.on_hit(key(5000))
+    assert p.cfg == AdaptivePolicy.COLD
+    p.on_hit(key(99))
+    p.remove(99)  # released one release ago: shallow
     assert p.cfg == LRU
     p.check_invariants()
 
