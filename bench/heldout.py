@@ -139,6 +139,15 @@ product):
               inventory and rule catalog in order, weekly reports (written after ``adaptive``
               was frozen at 1ffdf37, blind: by someone who had not read the policies, and no
               policy or hit rate was run on it; bench/heldout_soc_copilot.py)
+    catalog_backfill  one replica behind a retailer's LLM service: a nightly backfill pass
+              sending every product record once in catalog order as a bare prompt (no shared
+              first block, more blocks than the largest pool), failed batches retried, records
+              edited meanwhile re-sent by a change-feed sweep; shoppers' chats behind a system
+              prompt and policy pages that look items up, merchandisers rewriting descriptions
+              behind a style guide, a pairwise recommendation job, price and stock edits, and
+              the next night's pass over the edited catalog (written after ``adaptive`` was
+              frozen at 3c0364c, blind: by someone who had not read the policies, and no
+              policy or hit rate was run on it; bench/heldout_catalog_backfill.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -154,6 +163,7 @@ from bench.baselines import BASELINES
 from bench.heldout_agents import doc_fanout, doc_window, tool_agent
 from bench.heldout_bi_copilot import bi_copilot
 from bench.heldout_call_center import call_center
+from bench.heldout_catalog_backfill import catalog_backfill
 from bench.heldout_compaction_chat import compaction_chat
 from bench.heldout_early import (Trace, agent, code_edit, drift, loop, mooncake, rag_bursty,
                                  tenants)
@@ -194,7 +204,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "marketplace": marketplace, "bi_copilot": bi_copilot,
           "meeting_assist": meeting_assist, "legal_review": legal_review,
           "localization": localization, "call_center": call_center,
-          "soc_copilot": soc_copilot}
+          "soc_copilot": soc_copilot, "catalog_backfill": catalog_backfill}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
