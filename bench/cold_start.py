@@ -7,8 +7,9 @@ pool that fills without a single hit, so it changes only cells whose first repea
 comes after a pool's worth of distinct blocks. ``cells`` replays those of bench.heldout and
 bench.policies (the loop at 1000 / 4000 blocks, uniform@2@1000, api_gateway@2@1000) with
 LRU, the classics, the product, the product without the rule (``cold_off``), ``cold_stay``, a
-research variant that stays on the duel after the first hit, and ``first_hit``, the product
-before the rule's depth test (the first hit of any depth ended it). ``scans`` replays traces built
+research variant that stays on the duel after the first hit, ``first_hit``, the product
+before the rule's depth test (the first hit of any depth ended it), and ``cold_follow``, the
+depth test without the hold (the pool followed the tuner while the rule was on). ``scans`` replays traces built
 against the rule: two pools' worth of one-off blocks, optionally one request re-reading part
 of what the pool kept, then a trace whose reuse is recent (multiturn, doc_window) or popular
 (zipf_prefix, tool_agent). There LRU's order is right once the reuse starts, and a rule that
@@ -62,16 +63,26 @@ class FirstHit(AdaptivePolicy):
         super().on_hit(block_hash)
 
 
+class ColdFollow(AdaptivePolicy):
+    """NOTE(cold) with its depth test but without the hold (3c0364c): while the rule is on,
+    the pool follows the tuner's choice."""
+
+    name = "cold_follow"
+
+    def _follow(self) -> None:
+        self._set_cfg(self._tuner.bonus)
+
+
 def trace(name: str, seed: int) -> Trace:
     return SHAPES[name](seed, 1.0) if name in SHAPES else GENERATED[name](seed=seed)
 
 
 def rates(reqs: Trace, cap: int, classics: bool) -> dict[str, float]:
     """Hit rates of LRU, the product with and without the rule, ``cold_stay``,
-    ``first_hit`` and, with ``classics``, bench/baselines.py's classics."""
+    ``first_hit``, ``cold_follow`` and, with ``classics``, bench/baselines.py's classics."""
     n = sum(map(len, reqs))
     out = {"lru": simulate(reqs, make_policy("lru", cap), cap)[0] / n}
-    for cls in (AdaptivePolicy, ColdOff, ColdStay, FirstHit):
+    for cls in (AdaptivePolicy, ColdOff, ColdStay, FirstHit, ColdFollow):
         out[cls.name] = simulate(reqs, cls(cap), cap)[0] / n
     if classics:
         for name, cls in BASELINES.items():

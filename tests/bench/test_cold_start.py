@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.cold_start import ColdOff, ColdStay, FirstHit, scans
+from bench.cold_start import ColdFollow, ColdOff, ColdStay, FirstHit, scans
 from kvpool.core.eviction import AdaptivePolicy
 from kvpool.core.eviction.admit_tuner import LRU
 from kvpool.replay.loop import PolicyCache, replay
@@ -17,11 +17,11 @@ def after_a_cold_fill_and_a_hit(cls: type[AdaptivePolicy]) -> AdaptivePolicy:
 
 
 def test_the_variants_part_at_a_deep_hit_after_a_cold_fill():
-    """The hit finds content kept from the fill: the product and cold_stay stay on the duel,
-    first_hit (the product before NOTE(cold)'s depth test) returns to LRU."""
+    """The hit finds content kept from the fill: the product, cold_stay and cold_follow stay
+    on the duel, first_hit (the product before NOTE(cold)'s depth test) returns to LRU."""
     assert after_a_cold_fill_and_a_hit(FirstHit).cfg == LRU
     assert after_a_cold_fill_and_a_hit(ColdOff).cfg == LRU
-    for cls in (AdaptivePolicy, ColdStay):
+    for cls in (AdaptivePolicy, ColdStay, ColdFollow):
         p = after_a_cold_fill_and_a_hit(cls)
         assert p.cfg == AdaptivePolicy.COLD
         p.check_invariants()

@@ -213,6 +213,38 @@ def test_a_loop_longer_than_the_pool_keeps_hitting_after_a_cold_fill():
     p.check_invariants()
 
 
+class EagerTuner(AdmitTuner):
+    """Moves to the 20 % duel at every step, whatever its miniatures saw."""
+
+    def _step(self) -> bool:
+        for s in self.shadows:
+            s.hits = 0
+        self.steps += 1
+        moved = self.current != self.GRID.index(DUEL)
+        self.current = self.GRID.index(DUEL)
+        return moved
+
+
+class Eager(AdaptivePolicy):
+    TUNER = EagerTuner
+
+
+def test_while_the_cold_rule_is_on_the_pool_holds_the_duel():
+    """NOTE(cold): after a cold fill the tuner moves (here at its first step, whatever the
+    evidence), but the pool keeps the 1 % duel until the first shallow hit, then takes the
+    tuner's choice. Following the tuner while the rule was on, the pool paid for the detours
+    its miniatures took in their first turnovers (the loop at 4000 blocks)."""
+    cap = 200
+    p = Eager(cap)
+    c = PolicyCache(p, cap)
+    replay([[i + 1] for i in range(3 * cap)], c)
+    assert p.cfg == AdaptivePolicy.COLD
+    p.check_invariants()
+    assert replay([[10_000], [10_000]], c)[0] == 1
+    assert p.cfg == DUEL
+    p.check_invariants()
+
+
 def test_after_a_cold_fill_a_hit_on_a_block_in_use_leaves_the_rule_on():
     """NOTE(cold): a hit on a block no policy holds (a running sequence's) says nothing of
     depth; the first shallow revival ends the rule."""
