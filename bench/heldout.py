@@ -148,6 +148,17 @@ product):
               the next night's pass over the edited catalog (written after ``adaptive`` was
               frozen at 3c0364c, blind: by someone who had not read the policies, and no
               policy or hit rate was run on it; bench/heldout_catalog_backfill.py)
+    ediscovery_review  one replica behind a law firm's e-discovery platform during a litigation
+              matter: it opens with a custodian collection processed one document at a time
+              as a bare prompt (no shared first block, no block repeated), exceptions re-run
+              exactly, email threading, an AI first-level review behind the review protocol,
+              QC re-sending a call with its coding, re-review after a protocol change,
+              search-term hit reports over stored samples, attorneys' chats over the protocol
+              and case memo, a second collection continuing threads, deposition prep over
+              packets, a production checked, redacted and re-checked (written after
+              ``adaptive`` was frozen at ec4e19e, blind: by someone who had not read the
+              policies, and no policy or hit rate was run on it;
+              bench/heldout_ediscovery_review.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -165,6 +176,7 @@ from bench.heldout_bi_copilot import bi_copilot
 from bench.heldout_call_center import call_center
 from bench.heldout_catalog_backfill import catalog_backfill
 from bench.heldout_compaction_chat import compaction_chat
+from bench.heldout_ediscovery_review import ediscovery_review
 from bench.heldout_early import (Trace, agent, code_edit, drift, loop, mooncake, rag_bursty,
                                  tenants)
 from bench.heldout_eval import batch_eval
@@ -204,7 +216,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "marketplace": marketplace, "bi_copilot": bi_copilot,
           "meeting_assist": meeting_assist, "legal_review": legal_review,
           "localization": localization, "call_center": call_center,
-          "soc_copilot": soc_copilot, "catalog_backfill": catalog_backfill}
+          "soc_copilot": soc_copilot, "catalog_backfill": catalog_backfill,
+          "ediscovery_review": ediscovery_review}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
