@@ -159,6 +159,18 @@ product):
               ``adaptive`` was frozen at ec4e19e, blind: by someone who had not read the
               policies, and no policy or hit rate was run on it;
               bench/heldout_ediscovery_review.py)
+    media_pipeline  one replica behind a media company's LLM pipeline over its audio and video
+              archive: it opens with an overnight re-processing job walking the back catalog's
+              transcripts one episode at a time as bare prompts (no shared first block, no
+              block repeated for 28K..40K blocks x scale), then summary and ad-break stages
+              re-sending each chapters prompt with its chapters, failures sent again exactly, a
+              prompt fix re-running a stage over everything done; new episodes ingested and
+              subtitled section by section (a corrected section run again), editors' chats
+              behind the style guide and a show's bible (an edit makes later blocks new), clip
+              searches over popular and new episodes, a dubbing backfill and the next night's
+              walk (written after ``adaptive`` was frozen at ec4e19e, blind: by someone who had
+              not read the policies, and no policy or hit rate was run on it;
+              bench/heldout_media_pipeline.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -186,6 +198,7 @@ from bench.heldout_legal_review import legal_review
 from bench.heldout_localization import localization
 from bench.heldout_ide import ide_tree
 from bench.heldout_marketplace import marketplace
+from bench.heldout_media_pipeline import media_pipeline
 from bench.heldout_meeting_assist import meeting_assist
 from bench.heldout_npc import npc_world
 from bench.heldout_research import deep_research
@@ -217,7 +230,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "meeting_assist": meeting_assist, "legal_review": legal_review,
           "localization": localization, "call_center": call_center,
           "soc_copilot": soc_copilot, "catalog_backfill": catalog_backfill,
-          "ediscovery_review": ediscovery_review}
+          "ediscovery_review": ediscovery_review,
+          "media_pipeline": media_pipeline}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
