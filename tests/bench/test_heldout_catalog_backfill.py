@@ -14,7 +14,7 @@ from bench.heldout_catalog_backfill import KINDS, catalog_backfill, generate
 from bench.heldout_catalog_jobs import REC_HOURS, RETRY
 from bench.heldout_catalog_parts import DAY, DESCRIPTION, HOUR, MINUTE
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import check_chains, common, first_seen, shared_tokens, tokens
 
 
 @functools.cache
@@ -31,11 +31,7 @@ def run():
 @functools.cache
 def _first_seen(seed):
     """Block id -> the index of the first request of ``_small(seed)`` that holds it."""
-    first: dict[int, int] = {}
-    for i, req in enumerate(_small(seed).trace):
-        for b in req:
-            first.setdefault(b, i)
-    return first
+    return first_seen(_small(seed).trace)
 
 
 def _record(r, k, i):

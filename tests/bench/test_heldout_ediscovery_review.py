@@ -13,7 +13,7 @@ from bench.heldout import SHAPES
 from bench.heldout_ediscovery_parts import DAY, HOUR
 from bench.heldout_ediscovery_review import KINDS, ediscovery_review, generate
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import check_chains, common, first_seen, shared_tokens, tokens
 
 SCALE = 0.2
 
@@ -32,11 +32,7 @@ def run():
 @functools.cache
 def _first_seen(seed):
     """Block id -> the index of the first request of ``_small(seed)`` that holds it."""
-    first: dict[int, int] = {}
-    for i, req in enumerate(_small(seed).trace):
-        for b in req:
-            first.setdefault(b, i)
-    return first
+    return first_seen(_small(seed).trace)
 
 
 def _segs(r, i):

@@ -14,7 +14,7 @@ from bench.heldout_fewshot import BLOCK
 from bench.heldout_media_jobs import AD_KINDS, ADS, CHAPTERS, SUMMARY, UNIT
 from bench.heldout_media_parts import DAY, END, HOUR, LANGUAGES
 from bench.heldout_media_pipeline import KINDS, generate, media_pipeline
-from tests.bench.trace_parts import check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import check_chains, common, first_seen, shared_tokens, tokens
 
 SCALE = 0.2
 STAGED = ("archive", "retry", "rerun", "ingest", "reingest")  # kinds that run a stage
@@ -34,11 +34,7 @@ def run():
 @functools.cache
 def _first_seen(seed):
     """Block id -> the index of the first request of ``_small(seed)`` that holds it."""
-    first: dict[int, int] = {}
-    for i, req in enumerate(_small(seed).trace):
-        for b in req:
-            first.setdefault(b, i)
-    return first
+    return first_seen(_small(seed).trace)
 
 
 def _stages(r):

@@ -14,7 +14,7 @@ from bench.heldout_fewshot import BLOCK
 from bench.heldout_soc_alerts import ATTACKS, CAMPAIGN_MINUTES, STORM_MINUTES
 from bench.heldout_soc_copilot import KINDS, generate, soc_copilot
 from bench.heldout_soc_parts import CATEGORIES, DAY, HOUR, MINUTE, SOC_TZ, office
-from tests.bench.trace_parts import check_chains, common, registered_small_runs, tokens
+from tests.bench.trace_parts import check_chains, common, first_seen, registered_small_runs, tokens
 
 CASE_KINDS = ("investigate", "note", "handoff", "close")
 
@@ -33,11 +33,7 @@ def run():
 @functools.cache
 def _first_seen(seed):
     """Block id -> the index of the first request of ``_quarter(seed)`` that holds it."""
-    first: dict[int, int] = {}
-    for i, req in enumerate(_quarter(seed).trace):
-        for b in req:
-            first.setdefault(b, i)
-    return first
+    return first_seen(_quarter(seed).trace)
 
 
 def _triage_head(r, k):

@@ -1,6 +1,7 @@
 """What the held-out shapes' tests share to read a generated trace: how many leading blocks two
 requests share, the tokens of a request's segments (``(segment id, tokens)`` pairs, cut into
-blocks by bench.heldout_fewshot.Blocks), and a run's requests grouped by a key."""
+blocks by bench.heldout_fewshot.Blocks), a run's requests grouped by a key, and where each
+block was first seen."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from collections.abc import Callable
 
 from bench.heldout import SHAPES
 from bench.heldout_fewshot import BLOCK
+
+
+def first_seen(trace: list[list[int]]) -> dict[int, int]:
+    """Block id -> the index of the first request of ``trace`` that holds it."""
+    first: dict[int, int] = {}
+    for i, req in enumerate(trace):
+        for b in req:
+            first.setdefault(b, i)
+    return first
 
 
 def common(a: list[int], b: list[int]) -> int:
