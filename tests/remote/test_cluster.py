@@ -31,7 +31,11 @@ async def cluster_engine(url: str) -> AsyncEngine:
     # room for a 2k-token prompt (128 full blocks) on each engine
     eng = AsyncEngine(engine_config("long", max_num_seqs=4, max_num_batched_tokens=512,
                                     enable_prefix_caching=True))
-    eng.remote_link = build_link(eng, url, write_policy="write_through")
+    # deadlines far above the defaults: on a loaded 2-core CI box a node's round trip once
+    # stalled past the 0.25 s op deadline and the read fell short; this test is about sharing
+    # through the cluster, the deadlines are tests/remote/test_remote_faults.py's
+    eng.remote_link = build_link(eng, url, write_policy="write_through", op_timeout_ms=5000.0,
+                                 connect_timeout_ms=5000.0, prefetch_timeout_ms=10000.0)
     await eng.start()
     return eng
 
