@@ -12,9 +12,10 @@ before the rule's depth test (the first hit of any depth ended it), and ``cold_f
 depth test without the hold (the pool followed the tuner while the rule was on). ``scans``
 replays traces built against the rule: two pools' worth of one-off blocks, optionally one
 request re-reading part of what the pool kept, then a trace whose reuse is recent (multiturn,
-doc_window) or popular (zipf_prefix, tool_agent). There LRU's order is right once the reuse starts, and a rule that
-kept the duel pays until the tuner walks back; the re-read's hits are deep (LRU would have
-evicted them), the tail's first is shallow. Hit rates are deterministic: one run.
+doc_window) or popular (zipf_prefix, tool_agent). There LRU's order is right once the reuse
+starts, and a rule that kept the duel pays until the tuner walks back; the re-read's hits are
+deep (LRU would have evicted them), the tail's first is shallow. Hit rates are deterministic:
+one run.
 """
 
 from __future__ import annotations
