@@ -47,6 +47,7 @@ class ColdStay(AdaptivePolicy):
 
     name = "cold_stay"
     MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
+    SHALLOW = HOLD = False  # before NOTE(cold)'s depth test and hold
 
     def _warm(self) -> None:
         self._cold = 0  # the rule is done; the configuration stays where it is
@@ -54,14 +55,11 @@ class ColdStay(AdaptivePolicy):
 
 class FirstHit(AdaptivePolicy):
     """The product before NOTE(cold)'s depth test: the first hit after a cold fill, of any
-    depth, on a block in use too, returns the pool to LRU."""
+    depth, on a block in use too, returns the pool to LRU; the pool follows the tuner while
+    the rule is on."""
 
     name = "first_hit"
-
-    def on_hit(self, block_hash: bytes) -> None:
-        if self._cold:
-            self._warm()
-        super().on_hit(block_hash)
+    SHALLOW = HOLD = False
 
 
 class ColdFollow(AdaptivePolicy):
@@ -69,9 +67,7 @@ class ColdFollow(AdaptivePolicy):
     the pool follows the tuner's choice."""
 
     name = "cold_follow"
-
-    def _follow(self) -> None:
-        self._set_cfg(self._tuner.bonus)
+    HOLD = False
 
 
 def trace(name: str, seed: int) -> Trace:

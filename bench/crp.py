@@ -48,6 +48,7 @@ class CRPPolicy(AdaptivePolicy):
 
     name = "crp"
     MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
+    HOLD = False  # before NOTE(cold)'s hold (on_hit ends the rule at any hit)
     CRP: float = 0.05  # pool turnovers (inserts / capacity) within which uses are one
 
     def on_hit(self, block_hash: bytes) -> None:

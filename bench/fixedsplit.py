@@ -1,5 +1,6 @@
 """bench/fixedsplit.py: the product's ``adaptive`` before NOTE(arc) (kvpool/core/eviction/
-admit_tuner.py), its ghost filter's window held at 10 % of the pool. bench.policies,
+admit_tuner.py), its ghost filter's window held at 10 % of the pool (and before NOTE(cold)'s
+depth test and hold in adaptive.py, which came after). bench.policies,
 bench.heldout and bench.policy_ceiling report it as ``fixedsplit`` beside the product, so
 what the moving share wins and loses reproduces (docs/benchmarks.md "`arcsplit`: the ghost
 filter's share moved as ARC's")."""
@@ -14,3 +15,4 @@ class FixedSplitPolicy(AdaptivePolicy):
 
     name = "fixedsplit"
     MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
+    SHALLOW = HOLD = False  # before NOTE(cold)'s depth test and hold

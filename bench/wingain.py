@@ -57,4 +57,5 @@ class WinGainPolicy(AdaptivePolicy):
 
     name = "wingain"
     MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
+    SHALLOW = HOLD = False  # before NOTE(cold)'s depth test and hold
     TUNER = WinGainTuner

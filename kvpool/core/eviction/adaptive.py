@@ -100,6 +100,10 @@ class AdaptivePolicy(StampedQueuesPolicy):
     # says nothing of depth and leaves the rule on; None turns the rule off (the research
     # steps in bench/).
     COLD: Cfg | None = (0.0, 0.01, True)
+    # NOTE(cold)'s depth test and hold; False: any hit ends the rule (SHALLOW) and the pool
+    # follows the tuner while the rule is on (HOLD), the research steps in bench/ before them
+    SHALLOW: bool = True
+    HOLD: bool = True
     # NOTE(arc) in admit_tuner.py: the ghost filter moves its share as ARC moves its target
     # (``_p`` blocks while it runs); False: the research steps in bench/, which came before.
     MOVE_SPLIT: bool = True
@@ -205,7 +209,7 @@ class AdaptivePolicy(StampedQueuesPolicy):
 
     def _follow(self) -> None:
         """The tuner's choice changed: the pool takes it, unless NOTE(cold) holds the duel."""
-        if self._cold != COLD_ON:
+        if self._cold != COLD_ON or not self.HOLD:
             self._set_cfg(self._tuner.bonus)
 
     def _count_both(self, c: int) -> int:
@@ -214,9 +218,17 @@ class AdaptivePolicy(StampedQueuesPolicy):
         return self._sketch.add(c)
 
     def on_hit(self, block_hash: bytes) -> None:
-        if self._cold == COLD_ARMED:  # NOTE(cold): a hit before the first eviction
-            self._cold = COLD_OFF
+        if self._cold:  # NOTE(cold)
+            self._cold_hit()
         self._count(crc32(block_hash))
+
+    def _cold_hit(self) -> None:
+        """NOTE(cold): a hit before the first eviction turns the rule off; once it is on, a
+        hit ends it here only without SHALLOW (remove ends it at a shallow revival)."""
+        if self._cold == COLD_ARMED:
+            self._cold = COLD_OFF
+        elif not self.SHALLOW:
+            self._warm()
 
     def remove(self, block_id: int) -> None:
         if self._cold == COLD_ON and self._shallow(block_id):  # NOTE(cold)
@@ -328,7 +340,7 @@ class AdaptivePolicy(StampedQueuesPolicy):
                 self._cold and self._tuner is None):
             raise InvariantError(f"cold-start state {self._cold} with no tuner or unknown")
         if self._tuner is not None:
-            held = self._cold == COLD_ON and self.cfg == self.COLD  # NOTE(cold)
+            held = self.HOLD and self._cold == COLD_ON and self.cfg == self.COLD  # NOTE(cold)
             if self.cfg != self._tuner.bonus and not held:
                 raise InvariantError("the configuration in use is not the tuner's choice")
             self._tuner.check_invariants()
