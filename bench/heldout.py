@@ -171,6 +171,22 @@ product):
               walk (written after ``adaptive`` was frozen at ec4e19e, blind: by someone who had
               not read the policies, and no policy or hit rate was run on it;
               bench/heldout_media_pipeline.py)
+    clinical_scribe  one replica behind a hospital network's clinical documentation assistant
+              over two weekdays: ambient-scribe drafts behind specialty templates and growing
+              chart summaries (a signed note makes later chart blocks new), revisions, chart
+              Q&A and lookups, inbox batches with regenerated replies, prior-authorization
+              letters, nursing hand-offs at 07:00 / 19:00 local with exact re-opens, discharge
+              summaries, on-call nights, the nightly coding walk (written after ``adaptive``
+              was frozen at 89b5b97, blind: by someone who had not read the policies, and no
+              policy or hit rate was run on it; bench/heldout_clinical_scribe.py)
+    fin_research  one replica behind a buy-side research assistant over two days of an
+              earnings season: releases, call transcripts and filings ingested in stages that
+              re-send the document, exact retries, live notes over a growing call transcript,
+              the nightly screen over the coverage universe on one template, news bursts,
+              morning notes, compliance review, peer comparisons in varied orders, model
+              updates after guidance changes, a portfolio risk bot (written after
+              ``adaptive`` was frozen at 89b5b97, blind, as clinical_scribe;
+              bench/heldout_finres.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -187,12 +203,14 @@ from bench.heldout_agents import doc_fanout, doc_window, tool_agent
 from bench.heldout_bi_copilot import bi_copilot
 from bench.heldout_call_center import call_center
 from bench.heldout_catalog_backfill import catalog_backfill
+from bench.heldout_clinical_scribe import clinical_scribe
 from bench.heldout_compaction_chat import compaction_chat
 from bench.heldout_ediscovery_review import ediscovery_review
 from bench.heldout_early import (Trace, agent, code_edit, drift, loop, mooncake, rag_bursty,
                                  tenants)
 from bench.heldout_eval import batch_eval
 from bench.heldout_fewshot import fewshot_lora
+from bench.heldout_finres import fin_research
 from bench.heldout_gateway import api_gateway
 from bench.heldout_legal_review import legal_review
 from bench.heldout_localization import localization
@@ -231,7 +249,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "localization": localization, "call_center": call_center,
           "soc_copilot": soc_copilot, "catalog_backfill": catalog_backfill,
           "ediscovery_review": ediscovery_review,
-          "media_pipeline": media_pipeline}
+          "media_pipeline": media_pipeline, "clinical_scribe": clinical_scribe,
+          "fin_research": fin_research}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
