@@ -187,6 +187,21 @@ product):
               updates after guidance changes, a portfolio risk bot (written after
               ``adaptive`` was frozen at 89b5b97, blind, as clinical_scribe;
               bench/heldout_finres.py)
+    travel_agent  one replica behind an online travel company's booking assistant over two
+              days: planning sessions behind tool schemas with long search results appended
+              (a date change drops them), booking flows over fare rules, corporate sessions
+              behind a company's travel policy, a hub's storm sending waves of rebooking and
+              re-offer requests, service chats re-sending the booking, price alerts re-running
+              saved searches, nightly itinerary emails, destination Q&A, a tool-schema deploy
+              (written blind at 0e3f7c3, by someone who had not read the policies, and no
+              policy or hit rate was run on it; bench/heldout_travel_agent.py)
+    insurance_claims  one replica behind a P&C insurer's claims platform over two weekdays with
+              a storm: intake chats behind the line's script, triage behind a rubric,
+              adjusters over the claim file as it stands, coverage questions over shared base
+              forms then endorsements, status questions re-sending the claim summary, estimate
+              reviews, acknowledgement batches and template letters, nightly subrogation,
+              fraud, audit and reserve walks (written blind at 0e3f7c3, as travel_agent;
+              bench/heldout_claims.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -203,6 +218,7 @@ from bench.heldout_agents import doc_fanout, doc_window, tool_agent
 from bench.heldout_bi_copilot import bi_copilot
 from bench.heldout_call_center import call_center
 from bench.heldout_catalog_backfill import catalog_backfill
+from bench.heldout_claims import insurance_claims
 from bench.heldout_clinical_scribe import clinical_scribe
 from bench.heldout_compaction_chat import compaction_chat
 from bench.heldout_ediscovery_review import ediscovery_review
@@ -224,6 +240,7 @@ from bench.heldout_rag import rerank_rag
 from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
 from bench.heldout_rollout import prompt_rollout
 from bench.heldout_soc_copilot import soc_copilot
+from bench.heldout_travel_agent import travel_agent
 from bench.heldout_support import support_desk
 from bench.heldout_tutoring import tutoring
 from bench.heldout_vision import vision_mix
@@ -250,7 +267,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "soc_copilot": soc_copilot, "catalog_backfill": catalog_backfill,
           "ediscovery_review": ediscovery_review,
           "media_pipeline": media_pipeline, "clinical_scribe": clinical_scribe,
-          "fin_research": fin_research}
+          "fin_research": fin_research, "travel_agent": travel_agent,
+          "insurance_claims": insurance_claims}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
