@@ -44,4 +44,5 @@ class AdmitBigPolicy(AdaptivePolicy):
     COLD = None  # a fresh pool starts as LRU whatever it sees (before NOTE(cold))
     DRAIN = False  # a window left by a switch waits while main has blocks (before NOTE(drain))
     MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
+    BURSTS = False  # no pass on the long window alone (before NOTE(bursts))
     TUNER = BigTuner

@@ -39,6 +39,7 @@ class ColdOff(AdaptivePolicy):
 
     name = "cold_off"
     MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
+    BURSTS = False  # no pass on the long window alone (before NOTE(bursts))
     COLD = None
 
 
@@ -47,6 +48,7 @@ class ColdStay(AdaptivePolicy):
 
     name = "cold_stay"
     MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
+    BURSTS = False  # no pass on the long window alone (before NOTE(bursts))
     SHALLOW = HOLD = False  # before NOTE(cold)'s depth test and hold
 
     def _warm(self) -> None:
@@ -60,6 +62,7 @@ class FirstHit(AdaptivePolicy):
 
     name = "first_hit"
     SHALLOW = HOLD = False
+    BURSTS = False  # before NOTE(bursts)
 
 
 class ColdFollow(AdaptivePolicy):
@@ -68,6 +71,7 @@ class ColdFollow(AdaptivePolicy):
 
     name = "cold_follow"
     HOLD = False
+    BURSTS = False  # before NOTE(bursts)
 
 
 def trace(name: str, seed: int) -> Trace:

@@ -48,6 +48,7 @@ class CRPPolicy(AdaptivePolicy):
 
     name = "crp"
     MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
+    BURSTS = False  # no pass on the long window alone (before NOTE(bursts))
     HOLD = False  # before NOTE(cold)'s hold (on_hit ends the rule at any hit)
     CRP: float = 0.05  # pool turnovers (inserts / capacity) within which uses are one
 
@@ -88,7 +89,7 @@ class CRPClassPolicy(CRPPolicy):
             self._count = self._count_both
             if cfg is None:  # the tuner's duels read the new sketch
                 self._tuner = self.TUNER(self._scale, self._sketch.estimate,
-                                         self._duel.estimate, self.MOVE_SPLIT)
+                                         self._duel.estimate, self.MOVE_SPLIT, self.BURSTS)
                 self._sample = self._tuner.threshold
                 self._runs = ReleaseRuns(self._tuner)
 

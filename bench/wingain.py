@@ -57,5 +57,6 @@ class WinGainPolicy(AdaptivePolicy):
 
     name = "wingain"
     MOVE_SPLIT = False  # the ghost filter's share is fixed (before NOTE(arc))
+    BURSTS = False  # no pass on the long window alone (before NOTE(bursts))
     SHALLOW = HOLD = False  # before NOTE(cold)'s depth test and hold
     TUNER = WinGainTuner

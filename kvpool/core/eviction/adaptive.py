@@ -107,6 +107,9 @@ class AdaptivePolicy(StampedQueuesPolicy):
     # NOTE(arc) in admit_tuner.py: the ghost filter moves its share as ARC moves its target
     # (``_p`` blocks while it runs); False: the research steps in bench/, which came before.
     MOVE_SPLIT: bool = True
+    # NOTE(bursts) in admit_tuner.py: the tuner also passes a candidate on the long window's
+    # evidence alone; False: the research steps in bench/, which came before.
+    BURSTS: bool = True
 
     def __init__(self, capacity: int = 0, sketch_min_bits: int = 20,
                  cfg: Cfg | None = None) -> None:
@@ -119,7 +122,7 @@ class AdaptivePolicy(StampedQueuesPolicy):
         # one use counted in every sketch there is; returns the classes' count
         self._count = self._sketch.add if self._duel is self._sketch else self._count_both
         self._tuner = (self.TUNER(self._scale, self._sketch.estimate, self._duel.estimate,
-                                  self.MOVE_SPLIT) if cfg is None else None)
+                                  self.MOVE_SPLIT, self.BURSTS) if cfg is None else None)
         self._p = 0.0  # NOTE(arc): the ghost filter's target in blocks, while it runs
         self._sample = self._tuner.threshold if self._tuner is not None else 0
         self._runs = ReleaseRuns(self._tuner)  # NOTE(runs) in tuner.py: what it is fed
