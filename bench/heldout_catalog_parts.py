@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.heldout_fewshot import EventState, Segment, clipped_length
+from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
 from bench.heldout_meeting_parts import poisson
 
@@ -137,7 +137,7 @@ def catalog(rng: random.Random, new: Callable, scale: float) -> Catalog:
     return Catalog(items, depts, mults, cum)
 
 
-class World(EventState):
+class World(ClockedState):
     """The catalog and the feeds that edit it, on the event clock; ``emit`` sends a request.
     bench.heldout_catalog_jobs.Store builds on it."""
 
@@ -150,14 +150,6 @@ class World(EventState):
             self.at(day + rng.uniform(18, 20) * HOUR, "reprice", "flash")
             self.at(day + rng.uniform(10, 16) * HOUR, "launch", None)
             self.at(day, "trickle", None)
-
-    def emit(self, kind: str, owner: int, step: int, segs: list[Segment]) -> int:
-        """Append a request (one model, one key space); meta (kind, owner, step, segments).
-        Its index."""
-        self.out.append(self.blocks.ids(0, segs))
-        self.meta.append((kind, owner, step, segs))
-        self.times.append(self.now)
-        return len(self.out) - 1
 
     def edit(self, k: int, section: int, why: str, seg: Segment | None = None) -> None:
         """Item ``k``'s ``section`` becomes ``seg`` (new content about as long if None)."""

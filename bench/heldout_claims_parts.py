@@ -7,12 +7,11 @@ bench/heldout_claims.py's docstring for the numbers."""
 from __future__ import annotations
 
 import bisect
-import heapq
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import EventState, Segment, clipped_length
+from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
@@ -116,9 +115,11 @@ def tokens(segs: list[Segment]) -> int:
     return sum(n for _, n in segs)
 
 
-class World(EventState):
+class World(ClockedState):
     """The lines, the claims book and the storm on the event clock; ``emit`` sends a
     request. bench.heldout_claims_jobs.Platform builds on it (through the desk)."""
+
+    END = END
 
     def __init__(self, rng: random.Random, scale: float) -> None:
         super().__init__(rng, 0, scale)
@@ -176,20 +177,6 @@ class World(EventState):
             c.entries.append((when, what, self.new(clipped_length(rng, *ENTRIES[what][1]))))
         c.summary.append((c.entries[-1][0], self.new(clipped_length(rng, *SUMMARY))))
         self.claims.append(c)
-
-    def run(self) -> None:
-        """Handle events in time order until the trace's end."""
-        while self.events and self.events[0][0] < END:
-            self.now, _, name, payload = heapq.heappop(self.events)
-            getattr(self, "_on_" + name)(payload)
-
-    def emit(self, kind: str, owner: int, step: int, segs: list[Segment]) -> int:
-        """Append a request (one model, one key space); meta (kind, owner, step, segments).
-        Its index."""
-        self.out.append(self.blocks.ids(0, segs))
-        self.meta.append((kind, owner, step, segs))
-        self.times.append(self.now)
-        return len(self.out) - 1
 
     def add_entry(self, c: int, what: str, seg: Segment) -> None:
         """An entry joins claim ``c``'s file now; a note or an estimate rewrites its status

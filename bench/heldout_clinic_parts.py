@@ -8,13 +8,12 @@ sends requests. See bench/heldout_clinical_scribe.py's docstring for the numbers
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import EventState, Segment, clipped_length
+from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
 END = 2 * DAY  # the clock starts at midnight on the network's clock (Eastern), ends 48 h later
@@ -133,10 +132,12 @@ def texts(rng: random.Random, new: Callable) -> dict:
                     for _ in range(DOCS)]}
 
 
-class Network(EventState):
+class Network(ClockedState):
     """The sites, patients and fixed texts on the event clock; ``emit`` sends a request.
     bench.heldout_clinic_visits.Clinics builds on it (and bench.heldout_clinic_wards.Wards
     on that)."""
+
+    END = END
 
     def __init__(self, rng: random.Random, scale: float) -> None:
         super().__init__(rng, 0, scale)
@@ -168,20 +169,6 @@ class Network(EventState):
         for s, spec in sorted(rng.choices(clinics, weights, k=n)):
             self.sites[s].clinics[spec].append(len(self.clinicians))
             self.clinicians.append((s, spec))
-
-    def run(self) -> None:
-        """Handle events in time order until the trace's end."""
-        while self.events and self.events[0][0] < END:
-            self.now, _, name, payload = heapq.heappop(self.events)
-            getattr(self, "_on_" + name)(payload)
-
-    def emit(self, kind: str, owner: int, step: int, segs: list[Segment]) -> int:
-        """Append a request (one model, one key space); meta (kind, owner, step, segments).
-        Its index."""
-        self.out.append(self.blocks.ids(0, segs))
-        self.meta.append((kind, owner, step, segs))
-        self.times.append(self.now)
-        return len(self.out) - 1
 
     def clock(self, day: int, site: int, hour: float) -> float:
         """The network time of local ``hour`` on ``day`` at ``site``."""

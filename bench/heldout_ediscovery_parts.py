@@ -6,13 +6,12 @@ docstring for the numbers."""
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import EventState, Segment, clipped_length
+from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import sections
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
@@ -212,20 +211,16 @@ class Walk:
     at: int = 0
 
 
-class World(EventState):
+class World(ClockedState):
     """The matter on the event clock: the corpus and the search terms; ``emit`` sends a
     request, ``walk`` starts a job. bench.heldout_ediscovery_jobs.Jobs builds on it."""
+
+    END = END
 
     def __init__(self, rng: random.Random, scale: float) -> None:
         super().__init__(rng, 0, scale)
         self.corpus = corpus(rng, self.new, scale)
         self.terms = terms(rng, self.new, len(self.corpus.docs))
-
-    def emit(self, kind: str, owner: int, step: int, segs: list[Segment]) -> int:
-        """Append a request (one model, one key space); meta (kind, owner, step, segments).
-        Its index."""
-        self.send(kind, owner, step, segs)
-        return len(self.out) - 1
 
     def walk(self, w: Walk, when: float) -> Walk:
         self.at(when, "walk", w)
@@ -244,12 +239,6 @@ class World(EventState):
             self.at(self.now + self.rng.expovariate(w.rate), "walk", w)
         elif w.done:
             w.done()
-
-    def run(self) -> None:
-        """Handle events in time order until END."""
-        while self.events and self.events[0][0] < END:
-            self.now, _, name, payload = heapq.heappop(self.events)
-            getattr(self, "_on_" + name)(payload)
 
     def working(self, t: float) -> float:
         """``t`` if it falls in a weekday's WORK hours, else the next day's start (+ up to

@@ -254,6 +254,25 @@ class EventState(TraceState):
             getattr(self, "_on_" + name)(payload)
 
 
+
+class ClockedState(EventState):
+    """An EventState whose trace ends at a time, not a size: ``run`` handles events in time
+    order until ``END`` (seconds on its clock); ``emit`` is ``send`` returning the request's
+    index. The blind shapes since media_pipeline build on it."""
+
+    END = 0.0
+
+    def run(self) -> None:
+        """Handle events in time order until END."""
+        while self.events and self.events[0][0] < self.END:
+            self.now, _, name, payload = heapq.heappop(self.events)
+            getattr(self, "_on_" + name)(payload)
+
+    def emit(self, kind: str, owner: int, step: int, segs: list[Segment]) -> int:
+        """``send``: a request (one model, one key space) and its metadata; its index."""
+        self.send(kind, owner, step, segs)
+        return len(self.out) - 1
+
 class _State(TraceState):
     """The generator's state while it walks the trace, one request per step."""
 

@@ -7,12 +7,11 @@ docstring for the numbers."""
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import EventState, Segment, clipped_length
+from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
@@ -174,9 +173,11 @@ def calendar(rng: random.Random, n: int) -> tuple[list[Report], list[int]]:
     return reports, yesterday
 
 
-class World(EventState):
+class World(ClockedState):
     """The universe and its calendar on the event clock; ``emit`` sends a request.
     bench.heldout_finres_filings.Filings builds on it (and the desk on that)."""
+
+    END = END
 
     def __init__(self, rng: random.Random, scale: float) -> None:
         super().__init__(rng, 0, scale)
@@ -190,20 +191,6 @@ class World(EventState):
             doc = Doc(c, "press", t, co.press.current, co.kpi.current[0])
             doc.outputs["summary"] = self.new(clipped_length(rng, 260, 0.3, 100, 600))
             self.docs.append(doc)
-
-    def run(self) -> None:
-        """Handle events in time order until the trace's end."""
-        while self.events and self.events[0][0] < END:
-            self.now, _, name, payload = heapq.heappop(self.events)
-            getattr(self, "_on_" + name)(payload)
-
-    def emit(self, kind: str, owner: int, step: int, segs: list[Segment]) -> int:
-        """Append a request (one model, one key space); meta (kind, owner, step, segments).
-        Its index."""
-        self.out.append(self.blocks.ids(0, segs))
-        self.meta.append((kind, owner, step, segs))
-        self.times.append(self.now)
-        return len(self.out) - 1
 
     def pick(self, ok: Callable[[int], bool] = lambda c: True) -> int:
         """A company by analysts' interest among those ``ok`` accepts (at least one must)."""

@@ -7,12 +7,11 @@ base that sends requests. See bench/heldout_media_pipeline.py's docstring for th
 from __future__ import annotations
 
 import bisect
-import heapq
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import EventState, Segment, clipped_length
+from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
 from bench.heldout_meeting_parts import poisson
 
@@ -148,9 +147,11 @@ def tokens(segs: list[Segment]) -> int:
     return sum(n for _, n in segs)
 
 
-class World(EventState):
+class World(ClockedState):
     """The archive and the shows' releases on the event clock; ``emit`` sends a request.
     bench.heldout_media_jobs.Pipeline builds on it (through the desk)."""
+
+    END = END
 
     def __init__(self, rng: random.Random, scale: float) -> None:
         super().__init__(rng, 0, scale)
@@ -158,22 +159,8 @@ class World(EventState):
         for day in (0.0, DAY):
             self.at(day + 4 * HOUR, "releases", None)
 
-    def run(self) -> None:
-        """Handle events in time order until the trace's end."""
-        while self.events and self.events[0][0] < END:
-            self.now, _, name, payload = heapq.heappop(self.events)
-            getattr(self, "_on_" + name)(payload)
-
     def show_of(self, e: int) -> Show:
         return self.archive.shows[self.archive.episodes[e].show]
-
-    def emit(self, kind: str, owner: int, step: int, segs: list[Segment]) -> int:
-        """Append a request (one model, one key space); meta (kind, owner, step, segments).
-        Its index."""
-        self.out.append(self.blocks.ids(0, segs))
-        self.meta.append((kind, owner, step, segs))
-        self.times.append(self.now)
-        return len(self.out) - 1
 
     def _on_releases(self, _: object) -> None:
         """The day's new episodes: each show's count (Poisson, x scale) at random times in

@@ -8,13 +8,12 @@ docstring for the numbers."""
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.heldout_fewshot import EventState, Segment, clipped_length
+from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
@@ -98,9 +97,11 @@ def tokens(segs: list[Segment]) -> int:
     return sum(n for _, n in segs)
 
 
-class World(EventState):
+class World(ClockedState):
     """The catalog, the bookings and the clock; ``emit`` sends a request. The desk
     (bench.heldout_travel_chat) and the jobs (bench.heldout_travel_jobs) build on it."""
+
+    END = END
 
     def __init__(self, rng: random.Random, scale: float) -> None:
         super().__init__(rng, 0, scale)
@@ -159,17 +160,3 @@ class World(EventState):
         by ``curve``."""
         h = self.rng.choices(range(24), curve)[0]
         return day + (((h - REGIONS[region][0]) % 24) + self.rng.random()) * HOUR
-
-    def run(self) -> None:
-        """Handle events in time order until the trace's end."""
-        while self.events and self.events[0][0] < END:
-            self.now, _, name, payload = heapq.heappop(self.events)
-            getattr(self, "_on_" + name)(payload)
-
-    def emit(self, kind: str, owner: int, step: int, segs: list[Segment]) -> int:
-        """Append a request (one model, one key space); meta (kind, owner, step, segments).
-        Its index."""
-        self.out.append(self.blocks.ids(0, segs))
-        self.meta.append((kind, owner, step, segs))
-        self.times.append(self.now)
-        return len(self.out) - 1
