@@ -11,8 +11,8 @@ import random
 from dataclasses import dataclass, field
 
 from bench.heldout_fewshot import Segment, clipped_length
-from bench.heldout_finres_parts import (DAY, FILING, HOUR, KPI_SHEET, MINUTE, PRESS, Doc,
-                                        World, cut, tokens)
+from bench.heldout_finres_parts import (DAY, FILING, HOUR, KPI_SHEET, MINUTE, PRESS,
+                                        SECTION, Doc, World, cut, tokens)
 
 STAGES = {"press": ("summary", "kpi", "guidance", "compare"),
           "transcript": ("summary", "guidance", "qa", "tone"),
@@ -130,15 +130,15 @@ class Filings(World):
         r = self.reports[i]
         co = self.companies[r.company]
         co.press.versions.append((self.now, cut(self.rng, self.new,
-                                                clipped_length(self.rng, *PRESS))))
+                                                clipped_length(self.rng, *PRESS), SECTION)))
         self.arrive(r.company, "press", co.press.current)
 
     def _on_filed(self, i: int) -> None:
         r = self.reports[i]
         co = self.companies[r.company]
         risks = co.filing.current[-1]
-        co.filing.versions.append((self.now, cut(self.rng, self.new,
-                                                 clipped_length(self.rng, *FILING[r.form]))))
+        co.filing.versions.append((self.now, cut(
+            self.rng, self.new, clipped_length(self.rng, *FILING[r.form]), SECTION)))
         self.docs[self.arrive(r.company, r.form, co.filing.current)].risks = risks
 
     def _on_stage(self, arg: tuple[int, int, int]) -> None:
@@ -204,7 +204,7 @@ class Filings(World):
         """The vendor's final transcript (speakers named, cleaned): new text, ingested."""
         r, rng = self.reports[i], self.rng
         total = round(r.length * rng.uniform(*SPEECH))
-        self.arrive(r.company, "transcript", cut(rng, self.new, total))
+        self.arrive(r.company, "transcript", cut(rng, self.new, total, SECTION))
 
     def _on_screen(self, night: int) -> None:
         """The screening job: one template (the first night's again, or a new one) over

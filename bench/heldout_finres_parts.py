@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
+from bench.heldout_media_parts import cut
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
 END = 2 * DAY  # the clock starts on Tuesday 00:00 New York time; the trace ends Thursday 00:00
@@ -88,17 +89,6 @@ class Doc:
     sent: dict[str, list[int]] = field(default_factory=dict)
 
 
-def cut(rng: random.Random, new: Callable, total: int) -> list[Segment]:
-    """``total`` tokens of new content in sections of about SECTION tokens."""
-    out = []
-    while total > 0:
-        n = clipped_length(rng, *SECTION)
-        n = total if total - n < SECTION[2] // 2 else n
-        out.append(new(n))
-        total -= n
-    return out
-
-
 def tokens(segs: list[Segment]) -> int:
     return sum(n for _, n in segs)
 
@@ -112,11 +102,12 @@ def company(rng: random.Random, new: Callable, sector: int, rank: int, size: int
     if core:
         tabs = Versioned([(BEFORE, [new(clipped_length(rng, *TAB))
                                     for _ in range(rng.randint(*TABS))])])
-    return Company(sector, rank, weight, core, new(clipped_length(rng, *CARD)),
-                   Versioned([(BEFORE, [new(clipped_length(rng, *KPI_SHEET))])]),
-                   Versioned([(BEFORE, cut(rng, new, clipped_length(rng, *PRESS)))]),
-                   Versioned([(BEFORE, cut(rng, new, clipped_length(rng, *FILING["10-Q"])))]),
-                   tabs)
+    card = new(clipped_length(rng, *CARD))
+    kpi = Versioned([(BEFORE, [new(clipped_length(rng, *KPI_SHEET))])])
+    press = cut(rng, new, clipped_length(rng, *PRESS), SECTION)
+    filing = cut(rng, new, clipped_length(rng, *FILING["10-Q"]), SECTION)
+    return Company(sector, rank, weight, core, card, kpi, Versioned([(BEFORE, press)]),
+                   Versioned([(BEFORE, filing)]), tabs)
 
 
 def universe(rng: random.Random, new: Callable, scale: float) -> list[Company]:
@@ -187,7 +178,8 @@ class World(ClockedState):
         for c in yesterday:  # Monday's after-close releases, summarized before the trace
             co = self.companies[c]
             t = -rng.uniform(7.3, 7.9) * HOUR
-            co.press.versions.append((t, cut(rng, self.new, clipped_length(rng, *PRESS))))
+            press = cut(rng, self.new, clipped_length(rng, *PRESS), SECTION)
+            co.press.versions.append((t, press))
             doc = Doc(c, "press", t, co.press.current, co.kpi.current[0])
             doc.outputs["summary"] = self.new(clipped_length(rng, 260, 0.3, 100, 600))
             self.docs.append(doc)

@@ -67,12 +67,14 @@ class Episode:
         return got[-1] if got else None
 
 
-def cut(rng: random.Random, new: Callable, total: int) -> list[Segment]:
-    """``total`` tokens of new content in sections of about SECTION tokens."""
+def cut(rng: random.Random, new: Callable, total: int,
+        section: tuple = SECTION) -> list[Segment]:
+    """``total`` tokens of new content in sections of about ``section`` tokens
+    (clipped_length's median, sigma, low, high)."""
     out = []
     while total > 0:
-        n = clipped_length(rng, *SECTION)
-        n = total if total - n < SECTION[2] // 2 else n
+        n = clipped_length(rng, *section)
+        n = total if total - n < section[2] // 2 else n
         out.append(new(n))
         total -= n
     return out
