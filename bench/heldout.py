@@ -202,6 +202,19 @@ product):
               reviews, acknowledgement batches and template letters, nightly subrogation,
               fraud, audit and reserve walks (written blind at 0e3f7c3, as travel_agent;
               bench/heldout_claims.py)
+    recruiting  one replica behind a staffing platform's recruiting assistant over two days:
+              screening batches scoring each applicant behind the requisition's description
+              and rubric, re-screens after a rubric edit, a job fair's burst, the nightly
+              matching walk, outreach drafts, interview-feedback summaries re-run as notes
+              land, recruiters' shortlists in varied orders, scheduling chats, an FAQ bot per
+              employer, offers (written blind at 12a029e, by someone who had not read the
+              policies, and no policy or hit rate was run on it; bench/heldout_recruiting.py)
+    logistics_dispatch  one replica behind a carrier's operations assistant over two days:
+              dispatchers over live boards re-rendered every few minutes, an exception agent
+              re-sending each case as it grows, a storm's flood of exceptions behind an
+              advisory, "where is my order" chats, translated driver threads, damage claims,
+              customs checks against tariff texts, rate confirmations, the nightly route walk
+              (written blind at 12a029e, as recruiting; bench/heldout_logistics_dispatch.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -230,6 +243,7 @@ from bench.heldout_finres import fin_research
 from bench.heldout_gateway import api_gateway
 from bench.heldout_legal_review import legal_review
 from bench.heldout_localization import localization
+from bench.heldout_logistics_dispatch import logistics_dispatch
 from bench.heldout_ide import ide_tree
 from bench.heldout_marketplace import marketplace
 from bench.heldout_media_pipeline import media_pipeline
@@ -237,6 +251,7 @@ from bench.heldout_meeting_assist import meeting_assist
 from bench.heldout_npc import npc_world
 from bench.heldout_research import deep_research
 from bench.heldout_rag import rerank_rag
+from bench.heldout_recruiting import recruiting
 from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
 from bench.heldout_rollout import prompt_rollout
 from bench.heldout_soc_copilot import soc_copilot
@@ -268,7 +283,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "ediscovery_review": ediscovery_review,
           "media_pipeline": media_pipeline, "clinical_scribe": clinical_scribe,
           "fin_research": fin_research, "travel_agent": travel_agent,
-          "insurance_claims": insurance_claims}
+          "insurance_claims": insurance_claims, "recruiting": recruiting,
+          "logistics_dispatch": logistics_dispatch}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
