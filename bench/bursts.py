@@ -17,14 +17,12 @@ The default shapes are the blind ones, written by helpers who read no policy.
 from __future__ import annotations
 
 from bench.baselines import BASELINES
+from bench.cold_start import rates
 from bench.common import bench_parser, machine, write_json
 from bench.heldout import SHAPES, SLACK
-from bench.policies import hits
-from kvpool.core.eviction import AdaptivePolicy, make_policy
+from kvpool.core.eviction import AdaptivePolicy
 from kvpool.core.eviction.admit_tuner import AdmitTuner
-from kvpool.replay.loop import simulate
 
-Trace = list[list[int]]
 BLIND = ("catalog_backfill", "ediscovery_review", "media_pipeline", "clinical_scribe",
          "fin_research", "travel_agent", "insurance_claims")
 
@@ -50,17 +48,7 @@ class Early(AdaptivePolicy):
     TUNER = EarlyTuner
 
 
-def rates(reqs: Trace, cap: int, classics: bool) -> dict[str, float]:
-    """Hit rates of LRU, the product, ``before``, ``early`` and, with ``classics``,
-    bench/baselines.py's classics."""
-    n = sum(map(len, reqs))
-    out = {"lru": simulate(reqs, make_policy("lru", cap), cap)[0] / n}
-    for cls in (AdaptivePolicy, Before, Early):
-        out[cls.name] = simulate(reqs, cls(cap), cap)[0] / n
-    if classics:
-        for name, cls in BASELINES.items():
-            out[name] = hits(reqs, cls(cap), cap)[0] / n
-    return out
+ARMS = (AdaptivePolicy, Before, Early)
 
 
 def verdict(r: dict[str, float], policy: str) -> str:
@@ -81,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in args.seeds:
             reqs = SHAPES[name](seed, 1.0)
             for cap in args.capacities:
-                r = rates(reqs, cap, not args.no_classics)
+                r = rates(reqs, cap, not args.no_classics, ARMS)
                 key = f"{name}@{seed}@{cap}"
                 res["cells"][key] = r
                 tail = ("" if args.no_classics else "  " + ", ".join(

@@ -78,12 +78,17 @@ def trace(name: str, seed: int) -> Trace:
     return SHAPES[name](seed, 1.0) if name in SHAPES else GENERATED[name](seed=seed)
 
 
-def rates(reqs: Trace, cap: int, classics: bool) -> dict[str, float]:
-    """Hit rates of LRU, the product with and without the rule, ``cold_stay``,
-    ``first_hit``, ``cold_follow`` and, with ``classics``, bench/baselines.py's classics."""
+ARMS = (AdaptivePolicy, ColdOff, ColdStay, FirstHit, ColdFollow)
+
+
+def rates(reqs: Trace, cap: int, classics: bool,
+          arms: tuple[type[AdaptivePolicy], ...] = ARMS) -> dict[str, float]:
+    """Hit rates of LRU, each of ``arms`` by its name (the product with and without the
+    rule, ``cold_stay``, ``first_hit``, ``cold_follow``) and, with ``classics``,
+    bench/baselines.py's classics (bench/bursts.py passes its own arms)."""
     n = sum(map(len, reqs))
     out = {"lru": simulate(reqs, make_policy("lru", cap), cap)[0] / n}
-    for cls in (AdaptivePolicy, ColdOff, ColdStay, FirstHit, ColdFollow):
+    for cls in arms:
         out[cls.name] = simulate(reqs, cls(cap), cap)[0] / n
     if classics:
         for name, cls in BASELINES.items():

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.bursts import Before, Early, EarlyTuner, rates, verdict
+from bench.bursts import ARMS, Before, Early, EarlyTuner, verdict
+from bench.cold_start import rates
 from kvpool.core.eviction.admit_tuner import AdmitTuner
 from tests.core.test_tuner_bursts import BONUS, feed
 
@@ -23,7 +24,7 @@ def test_the_policies_hand_their_tuners_the_flag():
 def test_rates_replays_every_arm_and_the_verdict_reads_the_target():
     """A loop of 300 one-block requests over a 200-block pool, twice: LRU hits nothing."""
     reqs = [[i + 1] for i in range(300)] * 2
-    r = rates(reqs, 200, True)
+    r = rates(reqs, 200, True, ARMS)
     assert set(r) >= {"lru", "adaptive", "before", "early", "arc", "s3fifo"}
     assert r["lru"] == 0.0 and all(0.0 <= v <= 0.5 for v in r.values())
     best = max(v for k, v in r.items() if k not in ("adaptive", "before", "early"))
