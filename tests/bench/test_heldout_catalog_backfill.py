@@ -3,7 +3,6 @@ docstring names (bench.heldout replays it as one of SHAPES). Structure only: no 
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter
 
@@ -14,24 +13,16 @@ from bench.heldout_catalog_backfill import KINDS, catalog_backfill, generate
 from bench.heldout_catalog_jobs import REC_HOURS, RETRY
 from bench.heldout_catalog_parts import DAY, DESCRIPTION, HOUR, MINUTE
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import check_chains, common, first_seen, shared_tokens, tokens
+from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
 
 
-@functools.cache
-def _small(seed):
-    """The trace of ``seed`` at scale 0.2 (about 2000 records), generated once."""
-    return generate(seed, 0.2)
+SMALL = SmallRuns(generate, 0.2)  # each seed's run and first_seen, made once
+_small, _first_seen = SMALL.run, SMALL.first
 
 
 @pytest.fixture(scope="module")
 def run():
     return _small(1)
-
-
-@functools.cache
-def _first_seen(seed):
-    """Block id -> the index of the first request of ``_small(seed)`` that holds it."""
-    return first_seen(_small(seed).trace)
 
 
 def _record(r, k, i):

@@ -15,21 +15,13 @@ from bench.heldout_clinic_visits import AUTH_HOURS, BATCHES, PRECHART, REVIEW
 from bench.heldout_clinic_wards import ADMIT, CODING, STAY_WINDOW
 from bench.heldout_clinical_scribe import KINDS, clinical_scribe, generate
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import (check_chains, common, first_seen, shared_tokens,
-                                     tokens)
+from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
 
 SCALE = 0.2
 
 
-@functools.cache
-def _small(seed):
-    """The trace of ``seed`` at scale 0.2, generated once."""
-    return generate(seed, SCALE)
-
-
-@functools.cache
-def _first(seed):
-    return first_seen(_small(seed).trace)
+SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
+_small, _first = SMALL.run, SMALL.first
 
 
 @functools.cache

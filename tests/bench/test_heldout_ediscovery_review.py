@@ -3,7 +3,6 @@ its docstring names (bench.heldout replays it as one of SHAPES). Structure only:
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter
 
@@ -13,26 +12,18 @@ from bench.heldout import SHAPES
 from bench.heldout_ediscovery_parts import DAY, HOUR
 from bench.heldout_ediscovery_review import KINDS, ediscovery_review, generate
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import check_chains, common, first_seen, shared_tokens, tokens
+from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
 
 SCALE = 0.2
 
 
-@functools.cache
-def _small(seed):
-    """The trace of ``seed`` at scale 0.2 (500..670 + 190..230 documents), generated once."""
-    return generate(seed, SCALE)
+SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
+_small, _first_seen = SMALL.run, SMALL.first
 
 
 @pytest.fixture(scope="module")
 def run():
     return _small(1)
-
-
-@functools.cache
-def _first_seen(seed):
-    """Block id -> the index of the first request of ``_small(seed)`` that holds it."""
-    return first_seen(_small(seed).trace)
 
 
 def _segs(r, i):

@@ -3,7 +3,6 @@ names. Structure only: no policy, replay or hit rate."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 
 import pytest
@@ -14,21 +13,14 @@ from bench.heldout_finres_desk import MACRO, NOTE_HOURS, REVIEW_AFTER, SINCE
 from bench.heldout_finres_filings import (BURST_HOURS, KIND, MODEL_AFTER, POSTED, SCREEN_START,
                                           SPEECH, STAGES)
 from bench.heldout_finres_parts import DAY, END, FILING, HOUR, MINUTE, PRESS
-from tests.bench.trace_parts import check_chains, common, first_seen, tokens
+from tests.bench.trace_parts import SmallRuns, check_chains, common, tokens
 
 SCALE = 0.2
 SEEDS = (1, 2)
 
 
-@functools.cache
-def _small(seed):
-    """The trace of ``seed`` at scale 0.2 (about 60 companies), generated once."""
-    return generate(seed, SCALE)
-
-
-@functools.cache
-def _first_seen(seed):
-    return first_seen(_small(seed).trace)
+SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
+_small, _first_seen = SMALL.run, SMALL.first
 
 
 def _runs():

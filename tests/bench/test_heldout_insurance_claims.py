@@ -3,7 +3,6 @@ docstring names. Structure only: no policy, no hit rate."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter
 
@@ -14,22 +13,14 @@ from bench.heldout_claims_desk import DEPLOY, OFFICE, REFRESH, TALK
 from bench.heldout_claims_jobs import ACK_HOURS, NIGHT, SUBRO_LINES, TRIAGE
 from bench.heldout_claims_parts import DAY, END, HOUR, REGIONS
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import (check_chains, check_full_blocks, common, first_seen,
-                                     tokens)
+from tests.bench.trace_parts import SmallRuns, check_chains, check_full_blocks, common, tokens
 
 SCALE = 0.2
 SEEDS = (1, 2)
 
 
-@functools.cache
-def _small(seed):
-    """The trace of ``seed`` at scale 0.2, generated once."""
-    return generate(seed, SCALE)
-
-
-@functools.cache
-def _first(seed):
-    return first_seen(_small(seed).trace)
+SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
+_small, _first = SMALL.run, SMALL.first
 
 
 def _sessions(r, kind):

@@ -3,7 +3,6 @@ properties its docstring names. Structure only: no policy, no hit rate."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter
 
@@ -14,21 +13,13 @@ from bench.heldout_logi_desk import CONTEXT, DAILY, THREAD
 from bench.heldout_logi_jobs import CORRECTED, MANIFEST, NIGHT, STEPS
 from bench.heldout_logi_parts import BOARD_ROW, DAY, END, HOUR, MINUTE
 from bench.heldout_logistics_dispatch import KINDS, generate, logistics_dispatch
-from tests.bench.trace_parts import (by_kind, check_chains, common, first_seen, shared_tokens,
-                                     tokens)
+from tests.bench.trace_parts import SmallRuns, by_kind, check_chains, common, shared_tokens, tokens
 
 SCALE = 0.2
 
 
-@functools.cache
-def _small(seed):
-    """The trace of ``seed`` at scale 0.2, generated once."""
-    return generate(seed, SCALE)
-
-
-@functools.cache
-def _first_seen(seed):
-    return first_seen(_small(seed).trace)
+SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
+_small, _first_seen = SMALL.run, SMALL.first
 
 
 @pytest.fixture(scope="module", params=[1, 2])

@@ -3,7 +3,6 @@ docstring names (bench.heldout replays it as one of SHAPES). Structure only: no 
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter, defaultdict
 
@@ -14,27 +13,19 @@ from bench.heldout_fewshot import BLOCK
 from bench.heldout_media_jobs import AD_KINDS, ADS, CHAPTERS, SUMMARY, UNIT
 from bench.heldout_media_parts import DAY, END, HOUR, LANGUAGES
 from bench.heldout_media_pipeline import KINDS, generate, media_pipeline
-from tests.bench.trace_parts import check_chains, common, first_seen, shared_tokens, tokens
+from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
 
 SCALE = 0.2
 STAGED = ("archive", "retry", "rerun", "ingest", "reingest")  # kinds that run a stage
 
 
-@functools.cache
-def _small(seed):
-    """The trace of ``seed`` at scale 0.2 (about 300 back-catalog episodes), generated once."""
-    return generate(seed, SCALE)
+SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
+_small, _first_seen = SMALL.run, SMALL.first
 
 
 @pytest.fixture(scope="module")
 def run():
     return _small(1)
-
-
-@functools.cache
-def _first_seen(seed):
-    """Block id -> the index of the first request of ``_small(seed)`` that holds it."""
-    return first_seen(_small(seed).trace)
 
 
 def _stages(r):

@@ -3,7 +3,6 @@ names. Structure only: no policy, no hit rate."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter
 
@@ -14,20 +13,13 @@ from bench.heldout_recruit_desk import ORDERS
 from bench.heldout_recruit_jobs import BATCH_HOURS, FAIR, MATCH_HOURS, MATCHES
 from bench.heldout_recruit_parts import DAY, END, HOUR, local
 from bench.heldout_recruiting import KINDS, generate, recruiting
-from tests.bench.trace_parts import check_chains, common, first_seen, shared_tokens, tokens
+from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
 
 SCALE = 0.2
 
 
-@functools.cache
-def _small(seed):
-    """The trace of ``seed`` at scale 0.2, generated once."""
-    return generate(seed, SCALE)
-
-
-@functools.cache
-def _first(seed):
-    return first_seen(_small(seed).trace)
+SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
+_small, _first = SMALL.run, SMALL.first
 
 
 def _hour(r, t, e):

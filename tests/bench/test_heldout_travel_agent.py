@@ -3,7 +3,6 @@ docstring names. Structure only: no policy, no hit rate."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter
 
@@ -16,23 +15,15 @@ from bench.heldout_travel_jobs import (DIGEST_HOUR, DIGEST_WINDOW, GONE, REBOOK_
                                        STORM_START)
 from bench.heldout_travel_parts import (DAY, END, EVENING, FLIGHTS, HOUR, MINUTE, OFFICE,
                                         REGIONS)
-from tests.bench.trace_parts import check_chains, common, first_seen, tokens
+from tests.bench.trace_parts import SmallRuns, check_chains, common, tokens
 
 SCALE = 0.2
 SEEDS = (1, 2)
 RESULT = (min(s[1][2] for s in SEARCH.values()), max(s[1][3] for s in SEARCH.values()))
 
 
-@functools.cache
-def _small(seed):
-    """The trace of ``seed`` at scale 0.2, generated once."""
-    return generate(seed, SCALE)
-
-
-@functools.cache
-def _first(seed):
-    """Block id -> the index of the first request of ``_small(seed)`` that holds it."""
-    return first_seen(_small(seed).trace)
+SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
+_small, _first = SMALL.run, SMALL.first
 
 
 def _local(t, region):

@@ -5,6 +5,7 @@ block was first seen."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections import defaultdict
@@ -22,6 +23,15 @@ def first_seen(trace: list[list[int]]) -> dict[int, int]:
             first.setdefault(b, i)
     return first
 
+
+
+class SmallRuns:
+    """A held-out shape's ``generate`` at a small ``scale``: ``run(seed)`` and its
+    ``first(seed)`` (first_seen of its trace), each made once per seed."""
+
+    def __init__(self, generate: Callable, scale: float = 0.2) -> None:
+        self.run = functools.cache(lambda seed: generate(seed, scale))
+        self.first = functools.cache(lambda seed: first_seen(self.run(seed).trace))
 
 def common(a: list[int], b: list[int]) -> int:
     """How many leading block ids ``a`` and ``b`` share."""
