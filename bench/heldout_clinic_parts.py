@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.heldout_fewshot import ClockedState, Segment, clipped_length
+from bench.heldout_legal_parts import Versioned
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
 END = 2 * DAY  # the clock starts at midnight on the network's clock (Eastern), ends 48 h later
@@ -69,13 +70,8 @@ class Chart:
     def __post_init__(self) -> None:
         self.versions.append((-1e18, [*self.fixed, *self.notes]))
 
-    def at(self, t: float) -> list[Segment]:
-        k = bisect.bisect_right([v[0] for v in self.versions], t) - 1
-        return self.versions[max(k, 0)][1]
-
-    @property
-    def current(self) -> list[Segment]:
-        return self.versions[-1][1]
+    at = Versioned.at  # the sections at a time, and the latest: Versioned's, over ``versions``
+    current = Versioned.current
 
     def add(self, t: float, note: Segment | None, swaps: dict[int, Segment]) -> int:
         """Rewrite fixed sections (index -> new content) and append a note (the oldest drops
