@@ -215,6 +215,31 @@ product):
               advisory, "where is my order" chats, translated driver threads, damage claims,
               customs checks against tariff texts, rate confirmations, the nightly route walk
               (written blind at 12a029e, as recruiting; bench/heldout_logistics_dispatch.py)
+    permits_office  one replica behind a city's building-and-permits assistant over two
+              weekdays: applicants' chats over the code's sections, plan-review walks sheet by
+              sheet and re-reviews after resubmission, inspectors over the permit file as it
+              stands, zoning lookups, a fee or code change's burst, letters, nightly summaries,
+              public-records scans, translation (written blind at 9af47aa, by someone who had
+              not read the policies, and no policy or hit rate was run on it;
+              bench/heldout_permits_office.py)
+    course_grading  one replica behind a university's teaching-assistant platform over the
+              day before a deadline and the deadline day: autograding walks behind each
+              assignment's statement and rubric, rubric edits and rescoring, regrades,
+              similarity pairs, tutor chats, office-hours bursts, FAQ bots, nightly feedback
+              emails, lecture summaries, one-off essays (written blind at 9af47aa, as
+              permits_office; bench/heldout_course_grading.py)
+    telecom_noc  one replica behind a mobile operator's network-operations assistant over two
+              days: alarm triage behind the vendor's dictionary and the site's record, fiber-cut
+              and power-outage storms, correlation cases re-sent as they grow, a status page
+              re-issued during incidents, runbook chats, change reviews and re-reviews, config
+              diffs over versioned references, nightly KPI walks, log dumps read once (written
+              blind at 807be5d, as permits_office; bench/heldout_telecom_noc.py)
+    bank_kyc  one replica behind a bank's compliance assistant over two weekdays: onboarding
+              reviews behind the KYC policy and the jurisdiction's rules, nightly periodic
+              reviews, alert agents re-sending growing case files, a sanctions list re-issued
+              during the day, SAR drafts, adverse media read once, a guidance note's burst,
+              audit walks, a FAQ bot (written blind at 807be5d, as telecom_noc;
+              bench/heldout_bank_kyc.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -228,12 +253,14 @@ from __future__ import annotations
 
 from bench.baselines import BASELINES
 from bench.heldout_agents import doc_fanout, doc_window, tool_agent
+from bench.heldout_bank_kyc import bank_kyc
 from bench.heldout_bi_copilot import bi_copilot
 from bench.heldout_call_center import call_center
 from bench.heldout_catalog_backfill import catalog_backfill
 from bench.heldout_claims import insurance_claims
 from bench.heldout_clinical_scribe import clinical_scribe
 from bench.heldout_compaction_chat import compaction_chat
+from bench.heldout_course_grading import course_grading
 from bench.heldout_ediscovery_review import ediscovery_review
 from bench.heldout_early import (Trace, agent, code_edit, drift, loop, mooncake, rag_bursty,
                                  tenants)
@@ -249,6 +276,7 @@ from bench.heldout_marketplace import marketplace
 from bench.heldout_media_pipeline import media_pipeline
 from bench.heldout_meeting_assist import meeting_assist
 from bench.heldout_npc import npc_world
+from bench.heldout_permits_office import permits_office
 from bench.heldout_research import deep_research
 from bench.heldout_rag import rerank_rag
 from bench.heldout_recruiting import recruiting
@@ -257,6 +285,7 @@ from bench.heldout_rollout import prompt_rollout
 from bench.heldout_soc_copilot import soc_copilot
 from bench.heldout_travel_agent import travel_agent
 from bench.heldout_support import support_desk
+from bench.heldout_telecom_noc import telecom_noc
 from bench.heldout_tutoring import tutoring
 from bench.heldout_vision import vision_mix
 from bench.common import bench_parser, machine, write_json
@@ -284,7 +313,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "media_pipeline": media_pipeline, "clinical_scribe": clinical_scribe,
           "fin_research": fin_research, "travel_agent": travel_agent,
           "insurance_claims": insurance_claims, "recruiting": recruiting,
-          "logistics_dispatch": logistics_dispatch}
+          "logistics_dispatch": logistics_dispatch, "permits_office": permits_office,
+          "course_grading": course_grading, "telecom_noc": telecom_noc, "bank_kyc": bank_kyc}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
