@@ -1,7 +1,7 @@
 """bench/bursts.py: what ``adaptive``'s NOTE(bursts) changes, and its first form (research).
 
     python -m bench.bursts [--json FILE] [--shapes catalog_backfill ...] [--seeds 1 2]
-                           [--capacities 1000 4000 16000] [--no-classics]
+                           [--capacities 1000 4000 16000] [--no-classics] [--scale 1]
 
 NOTE(bursts) (kvpool/core/eviction/admit_tuner.py; docs/benchmarks.md "`bursts`") lets the
 tuner take a candidate on the long window's evidence alone, where a configuration gains in
@@ -57,23 +57,27 @@ def verdict(r: dict[str, float], policy: str) -> str:
     return ("met" if r[policy] >= target else "lost") + (" <lru" if r[policy] < r["lru"] else "")
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = bench_parser("bursts", __doc__, timing=False)
-    ap.add_argument("--shapes", nargs="+", default=list(BLIND), choices=list(SHAPES))
+def main(argv: list[str] | None = None, prog: str = "bursts", doc: str | None = __doc__,
+         arms: tuple[type[AdaptivePolicy], ...] = ARMS, shapes: tuple[str, ...] = BLIND) -> dict:
+    """Replay LRU, ``arms`` and (unless --no-classics) the classics per cell; bench/twice.py
+    passes its own arms and shapes."""
+    ap = bench_parser(prog, doc, timing=False)
+    ap.add_argument("--shapes", nargs="+", default=list(shapes), choices=list(SHAPES))
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--capacities", type=int, nargs="+", default=[1000, 4000, 16000])
     ap.add_argument("--no-classics", action="store_true", help="skip the classics")
+    ap.add_argument("--scale", type=float, default=1.0, help="the shapes' scale")
     args = ap.parse_args(argv)
     res: dict = {"machine": machine(), "cells": {}}
     for name in args.shapes:
         for seed in args.seeds:
-            reqs = SHAPES[name](seed, 1.0)
+            reqs = SHAPES[name](seed, args.scale)
             for cap in args.capacities:
-                r = rates(reqs, cap, not args.no_classics, ARMS)
+                r = rates(reqs, cap, not args.no_classics, arms)
                 key = f"{name}@{seed}@{cap}"
                 res["cells"][key] = r
                 tail = ("" if args.no_classics else "  " + ", ".join(
-                    f"{p} {verdict(r, p)}" for p in ("adaptive", "before", "early")))
+                    f"{a.name} {verdict(r, a.name)}" for a in arms))
                 print(f"{key}: " + " ".join(f"{k} {v:.4f}" for k, v in r.items()) + tail,
                       flush=True)
     write_json(args.json, res)
