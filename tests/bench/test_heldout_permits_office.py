@@ -13,7 +13,8 @@ from bench.heldout_permit_desk import BURST, HOT, LANGS, ROUTE
 from bench.heldout_permit_jobs import ACCEPT, NIGHTLY, NOTICES, OFFICE, RECORDS
 from bench.heldout_permit_parts import DAY, END, HOUR, MINUTE
 from bench.heldout_permits_office import KINDS, generate, permits_office
-from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import (SmallRuns, check_chains, common, extends,
+                                     shared_tokens, tokens)
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
@@ -213,19 +214,6 @@ def test_records_requests_read_each_archive_document_once(seed):
             assert common(r.trace[i], r.trace[j]) == tokens(head) // BLOCK
 
 
-def _extends(r, chat, same):
-    """Turns of ``chat`` whose head is unchanged (``same(i, j)``) extend the last turn's
-    blocks exactly; the count of such pairs."""
-    out = 0
-    for i, j in itertools.pairwise(chat.sent):
-        a, b = r.meta[i][3], r.meta[j][3]
-        assert common(r.trace[i], r.trace[j]) == shared_tokens(a, b) // BLOCK
-        if same(i, j):
-            assert b[:len(a)] == a and r.trace[j][:len(r.trace[i])] == r.trace[i]
-            out += 1
-    return out
-
-
 def _section_chapter(s):
     """Code section -> its chapter, over every version."""
     return {sec: c for c, ch in enumerate(s.chapters) for _, v in ch.versions for sec in v}
@@ -252,7 +240,7 @@ def test_applicant_chats_retrieve_code_into_each_turn():
                 assert 1 <= len(got) <= 3
                 assert all(s.discipline_of[owner[x]] in kind.discs for x in got)
             status += bool(chat.fixed)
-            extended += _extends(r, chat, lambda i, j: r.meta[i][3][2] == r.meta[j][3][2])
+            extended += extends(r, chat.sent, lambda i, j: r.meta[i][3][2] == r.meta[j][3][2])
     assert extended >= 50 and status >= 5
 
 
@@ -359,7 +347,7 @@ def test_zoning_lookups_share_the_districts_regulations():
             district, record = s.parcels[chat.owner]
             head = [s.chat_system["zoning"], *s.districts[district], record, *chat.fixed]
             assert all(r.meta[i][3][:len(head)] == head for i in chat.sent)
-            _extends(r, chat, lambda i, j: True)
+            extends(r, chat.sent, lambda i, j: True)
         if s.hot is None:
             continue
         parcel, report, published = s.hot

@@ -13,7 +13,8 @@ from bench.heldout_recruit_desk import ORDERS
 from bench.heldout_recruit_jobs import BATCH_HOURS, FAIR, MATCH_HOURS, MATCHES
 from bench.heldout_recruit_parts import DAY, END, HOUR, local
 from bench.heldout_recruiting import KINDS, generate, recruiting
-from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import (SmallRuns, check_chains, common, extends,
+                                     shared_tokens, tokens)
 
 SCALE = 0.2
 
@@ -207,19 +208,6 @@ def _chats(r, kind):
     return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
 
 
-def _extends(r, chat, same):
-    """Turns of ``chat`` whose head is unchanged (``same(i, j)``) extend the last turn's
-    blocks exactly; the count of such pairs."""
-    out = 0
-    for i, j in itertools.pairwise(chat.sent):
-        a, b = r.meta[i][3], r.meta[j][3]
-        assert common(r.trace[i], r.trace[j]) == shared_tokens(a, b) // BLOCK
-        if same(i, j):
-            assert b[:len(a)] == a and r.trace[j][:len(r.trace[i])] == r.trace[i]
-            out += 1
-    return out
-
-
 def test_shortlist_sessions_resend_profiles_in_the_recruiters_order():
     """A session holds the requisition's best-scored screened applications, sorted one of
     ORDERS' ways; a re-sort re-sends the same profiles in the new order (new blocks from the
@@ -243,7 +231,7 @@ def test_shortlist_sessions_resend_profiles_in_the_recruiters_order():
                 prev = r.meta[chat.sent[k - 1]][3][3:3 + len(chat.order)]
                 now = r.meta[chat.sent[k]][3][3:3 + len(chat.order)]
                 resorts += prev != now
-            extended += _extends(r, chat, lambda i, j, c=chat, m=moved: c.sent.index(j) not in m
+            extended += extends(r, chat.sent, lambda i, j, c=chat, m=moved: c.sent.index(j) not in m
                                  and r.meta[i][3][2] == r.meta[j][3][2])
     assert resorts >= 3 and extended >= 20
 
@@ -265,7 +253,7 @@ def test_debriefs_hold_the_days_loops():
                                      for x in loops) for p, m in pairs)
             for i in chat.sent:
                 assert r.meta[i][3][:2] == [s.chat_system["debrief"], req.jd]
-            checked += _extends(r, chat, lambda i, j: r.meta[i][3][2] == r.meta[j][3][2])
+            checked += extends(r, chat.sent, lambda i, j: r.meta[i][3][2] == r.meta[j][3][2])
     assert checked >= 5
 
 
@@ -279,7 +267,7 @@ def test_scheduling_chats_see_the_hours_availability():
         for n, chat in _chats(r, "schedule"):
             for i in chat.sent:
                 assert r.meta[i][3][1] == s.slots[(chat.owner, int(r.times[i] // HOUR))]
-            same += _extends(r, chat, lambda i, j: r.times[i] // HOUR == r.times[j] // HOUR)
+            same += extends(r, chat.sent, lambda i, j: r.times[i] // HOUR == r.times[j] // HOUR)
             for i, j in itertools.pairwise(chat.sent):
                 if r.times[i] // HOUR != r.times[j] // HOUR:
                     k = tokens(r.meta[j][3][:1]) // BLOCK

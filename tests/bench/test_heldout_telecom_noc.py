@@ -14,7 +14,8 @@ from bench.heldout_noc_alarms import LAG, MAJOR, STATUS_GAP
 from bench.heldout_noc_desk import KPI_START
 from bench.heldout_noc_parts import DAY, END, HOUR, MINUTE, WINDOW
 from bench.heldout_telecom_noc import KINDS, generate, telecom_noc
-from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import (SmallRuns, check_chains, common, extends,
+                                     shared_tokens, tokens)
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
@@ -23,19 +24,6 @@ _small, _first = SMALL.run, SMALL.first
 
 def _chats(r, kind):
     return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
-
-
-def _extends(r, sent, same):
-    """Consecutive requests of ``sent`` share exactly the blocks of the segments they start
-    with; where ``same(i, j)`` the later extends the earlier exactly. How many did."""
-    out = 0
-    for i, j in itertools.pairwise(sent):
-        a, b = r.meta[i][3], r.meta[j][3]
-        assert common(r.trace[i], r.trace[j]) == shared_tokens(a, b) // BLOCK
-        if same(i, j):
-            assert b[:len(a)] == a and r.trace[j][:len(r.trace[i])] == r.trace[i]
-            out += 1
-    return out
 
 
 def _new_from(r, first, i, k):
@@ -230,7 +218,7 @@ def test_incidents_bring_engineers_and_a_care_surge():
                 lines = inc.at(r.times[i])
                 assert r.meta[i][3][:1 + len(chat.fixed) + len(lines)] == [
                     s.chat_system["engineer"], *s.runbooks[inc.runbook], *lines]
-            same += _extends(r, chat.sent, lambda i, j, x=inc: x.at(r.times[i]) == x.at(
+            same += extends(r, chat.sent, lambda i, j, x=inc: x.at(r.times[i]) == x.at(
                 r.times[j]))
             grew += sum(1 for i, j in itertools.pairwise(chat.sent)
                         if inc.at(r.times[i]) != inc.at(r.times[j]))
@@ -305,7 +293,7 @@ def test_config_diffs_follow_the_platform_release():
             for i in chat.sent:
                 t = r.times[i]
                 assert r.meta[i][3][1:2 + len(ref.at(t))] == [*ref.at(t), chat.fixed[0]]
-            extended += _extends(r, chat.sent, lambda i, j, x=ref: x.at(r.times[i]) == x.at(
+            extended += extends(r, chat.sent, lambda i, j, x=ref: x.at(r.times[i]) == x.at(
                 r.times[j]))
             firsts.setdefault(chat.owner, []).append(chat.sent[0])
         for t, p in s.releases:
@@ -339,7 +327,7 @@ def test_the_shift_handover_is_drafted_then_talked_over():
         for n, chat in _chats(r, "shift"):
             last = r.meta[s.handovers[chat.owner][1][-1]][3]
             assert r.meta[chat.sent[0]][3][:len(last) + 1] == [*last, chat.fixed[-1]]
-            talked += _extends(r, chat.sent, lambda i, j: True)
+            talked += extends(r, chat.sent, lambda i, j: True)
     assert talked >= 5
 
 
@@ -352,7 +340,7 @@ def test_logs_are_pasted_once():
         for n, chat in _chats(r, "logs"):
             i = chat.sent[0]
             assert _new_from(r, first, i, tokens(r.meta[i][3][:1]))
-            _extends(r, chat.sent, lambda i, j: True)
+            extends(r, chat.sent, lambda i, j: True)
             log = chat.fixed[0]
             assert all(r.meta[j][1] == n for j, m in enumerate(r.meta)
                        if m[0] == "logs" and log in m[3])

@@ -38,6 +38,20 @@ def common(a: list[int], b: list[int]) -> int:
     return len(os.path.commonprefix([a, b]))
 
 
+def extends(run, sent: list[int], same: Callable[[int, int], bool]) -> int:
+    """Consecutive requests of ``sent`` (indices into ``run``) share exactly the blocks of the
+    segments they start with; where ``same(i, j)`` the later extends the earlier exactly (a
+    chat's next turn over an unchanged head). How many did."""
+    out = 0
+    for i, j in itertools.pairwise(sent):
+        a, b = run.meta[i][3], run.meta[j][3]
+        assert common(run.trace[i], run.trace[j]) == shared_tokens(a, b) // BLOCK
+        if same(i, j):
+            assert b[:len(a)] == a and run.trace[j][:len(run.trace[i])] == run.trace[i]
+            out += 1
+    return out
+
+
 def tokens(segments: list[tuple]) -> int:
     """The tokens of a request's segments."""
     return sum(t for _, t in segments)
