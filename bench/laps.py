@@ -18,8 +18,8 @@ helps some shapes at 16000 blocks (permits_office@2: bonus 1 with laps +0.0244, 
 
 from __future__ import annotations
 
-from bench.common import bench_parser, machine, write_json
 from bench.heldout import SHAPES
+from bench.s3fifo_parts import report
 from kvpool.core.eviction import AdaptivePolicy, make_policy
 from kvpool.core.eviction.admit_tuner import GHOST_FILTER, LRU, WIN, Cfg
 from kvpool.core.eviction.base import PENDING
@@ -94,17 +94,7 @@ def cell(key: str, scale: float = 1.0) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = bench_parser("laps", __doc__, timing=False)
-    ap.add_argument("--cells", nargs="+", default=list(CELLS))
-    ap.add_argument("--scale", type=float, default=1.0)
-    args = ap.parse_args(argv)
-    res: dict = {"machine": machine(), "cells": {}}
-    for key in args.cells:
-        r = res["cells"][key] = cell(key, args.scale)
-        print(f"{key}: lru hit rate {r['lru_hit_rate']:.4f} " + " ".join(
-            f"{k} {v:+.4f}" for k, v in r.items() if k != "lru_hit_rate"), flush=True)
-    write_json(args.json, res)
-    return res
+    return report("laps", __doc__, cell, CELLS, argv)
 
 
 if __name__ == "__main__":

@@ -66,29 +66,38 @@ def variants(cap: int) -> dict[str, Callable[[], S3FIFO]]:
 
 
 def cell(key: str, scale: float = 1.0) -> dict[str, float]:
-    """``key`` = shape@seed@capacity: LRU's hit rate and each variant's minus LRU's."""
+    """``key`` = shape@seed@capacity: LRU's hit rate (``lru_hit_rate``) and each variant's
+    minus LRU's."""
     name, seed, cap = key.split("@")
     reqs = SHAPES[name](int(seed), scale)
     n = sum(map(len, reqs))
     lru = replay(reqs, LRU(int(cap)))[0] / n
-    out = {"lru": lru}
+    out = {"lru_hit_rate": lru}
     for v, make in variants(int(cap)).items():
         out[v] = replay(reqs, make())[0] / n - lru
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = bench_parser("s3fifo_parts", __doc__, timing=False)
-    ap.add_argument("--cells", nargs="+", default=list(CELLS))
+def report(prog: str, doc: str | None, cell_fn: Callable[[str, float], dict[str, float]],
+           cells: tuple[str, ...], argv: list[str] | None) -> dict:
+    """``python -m bench.PROG``: ``cell_fn(key, scale)`` for each of ``--cells`` (default
+    ``cells``), each printed as LRU's hit rate and the rest's differences, and --json
+    (bench/laps.py reports its cells this way too)."""
+    ap = bench_parser(prog, doc, timing=False)
+    ap.add_argument("--cells", nargs="+", default=list(cells))
     ap.add_argument("--scale", type=float, default=1.0)
     args = ap.parse_args(argv)
     res: dict = {"machine": machine(), "cells": {}}
     for key in args.cells:
-        r = res["cells"][key] = cell(key, args.scale)
-        print(f"{key}: lru {r['lru']:.4f} " + " ".join(
-            f"{k} {v:+.4f}" for k, v in r.items() if k != "lru"), flush=True)
+        r = res["cells"][key] = cell_fn(key, args.scale)
+        print(f"{key}: lru hit rate {r['lru_hit_rate']:.4f} " + " ".join(
+            f"{k} {v:+.4f}" for k, v in r.items() if k != "lru_hit_rate"), flush=True)
     write_json(args.json, res)
     return res
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return report("s3fifo_parts", __doc__, cell, CELLS, argv)
 
 
 if __name__ == "__main__":

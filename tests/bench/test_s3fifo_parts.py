@@ -57,8 +57,8 @@ def test_variants_and_the_report(tmp_path, capsys):
                                  for p in ("", ".mainlru", ".noghost", ".small20")}
     key = "agent@1@300"
     r = cell(key, 0.05)
-    assert 0 < r["lru"] < 1 and all(-1 < v < 1 for v in r.values())
+    assert 0 < r["lru_hit_rate"] < 1 and all(-1 < v < 1 for v in r.values())
     out = tmp_path / "p.json"
     res = main(["--cells", key, "--scale", "0.05", "--json", str(out)])
     assert res["cells"][key] == r and json.loads(out.read_text())["cells"][key] == r
-    assert f"{key}: lru" in capsys.readouterr().out
+    assert f"{key}: lru hit rate" in capsys.readouterr().out
