@@ -273,6 +273,19 @@ class ClockedState(EventState):
         self.send(kind, owner, step, segs)
         return len(self.out) - 1
 
+    def turn(self, chat, head: list[Segment], msg: Segment, reply: tuple,
+             req: tuple[str, int, object]) -> tuple[list[Segment], Segment]:
+        """One turn of ``chat`` (its ``history``, ``sent`` and ``turns``): ``head``, the
+        history and ``msg`` are emitted as request ``req`` = (kind, owner, step), its index
+        joins ``sent``; the reply, its length drawn by ``clipped_length(rng, *reply)``,
+        joins the history after ``msg``; one turn fewer. The segments sent and the reply."""
+        segs = [*head, *chat.history, msg]
+        chat.sent.append(self.emit(*req, segs))
+        out = self.new(clipped_length(self.rng, *reply))
+        chat.history += [msg, out]
+        chat.turns -= 1
+        return segs, out
+
 class _State(TraceState):
     """The generator's state while it walks the trace, one request per step."""
 

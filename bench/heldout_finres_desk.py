@@ -198,11 +198,7 @@ class Desk(Filings):
         chat, rng = self.chats[n], self.rng
         _, _, message, reply, think = CHAT[chat.kind]
         msg = self.new(clipped_length(rng, *message))
-        segs = [*self.head(chat), *chat.history, msg]
-        chat.sent.append(self.emit(chat.kind, n, len(chat.sent), segs))
-        out = self.new(clipped_length(rng, *reply))
-        chat.history += [msg, out]
-        chat.turns -= 1
+        segs, out = self.turn(chat, self.head(chat), msg, reply, (chat.kind, n, len(chat.sent)))
         if chat.turns <= 0 or tokens(segs) + out[1] > MAX_CONTEXT:
             self.closed(n)
             return

@@ -150,11 +150,8 @@ class Desk(Jobs):
         chat, rng = self.chats[n], self.rng
         _, _, message, reply, pause = CHATS[chat.kind]
         msg = self.new(clipped_length(rng, *message))
-        segs = [*self.chat_head(chat), *chat.history, msg]
-        chat.sent.append(self.emit(chat.kind, n, len(chat.sent), segs))
-        out = self.new(clipped_length(rng, *reply))
-        chat.history += [msg, out]
-        chat.turns -= 1
+        segs, out = self.turn(chat, self.chat_head(chat), msg, reply,
+                              (chat.kind, n, len(chat.sent)))
         if chat.turns > 0 and sum(t for _, t in segs) + out[1] < MAX_CONTEXT:
             gap = out[1] / DECODE + rng.lognormvariate(0.0, pause[1]) * pause[0]
             self.at(self.now + gap, "turn", n)

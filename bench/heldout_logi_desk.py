@@ -109,11 +109,7 @@ class Desk(Network):
         chat, rng = self.chats[kind][n], self.rng
         _, message, reply, gap = CHATS[kind]
         msg = self.new(clipped_length(rng, *message))
-        segs = [*self.head(kind, chat), *chat.history, msg]
-        chat.sent.append(self.emit(kind, n, len(chat.sent), segs))
-        out = self.new(clipped_length(rng, *reply))
-        chat.history += [msg, out]
-        chat.turns -= 1
+        segs, out = self.turn(chat, self.head(kind, chat), msg, reply, (kind, n, len(chat.sent)))
         if chat.turns <= 0 or sum(t for _, t in segs) + out[1] > MAX_CONTEXT:
             return
         wait = out[1] / 35.0 + rng.uniform(*gap)

@@ -125,11 +125,7 @@ class Desk(Alarms):
         chat, rng = self.chats[n], self.rng
         _, _, first, later, reply, pause = CHATS[chat.kind]
         msg = self.new(clipped_length(rng, *(later if chat.sent else first)))
-        segs = [*self.head(chat), *chat.history, msg]
-        chat.sent.append(self.emit(chat.kind, n, len(chat.sent), segs))
-        out = self.new(clipped_length(rng, *reply))
-        chat.history += [msg, out]
-        chat.turns -= 1
+        segs, out = self.turn(chat, self.head(chat), msg, reply, (chat.kind, n, len(chat.sent)))
         if chat.turns > 0 and sum(t for _, t in segs) + out[1] < MAX_CONTEXT:
             self.at(self.now + out[1] / RATE + rng.lognormvariate(0.0, 0.8) * pause, "turn", n)
 
