@@ -48,12 +48,11 @@ class LapsPolicy(AdaptivePolicy):
 
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
         where = self._where
-        if not (0 <= block_id < len(where) and where[block_id] == PENDING
-                and self._hash[block_id] == block_hash):
-            super().insert(block_id, block_hash, depth, now)
-            self._laps[block_id] = 0  # new content (or a defrag move's new place)
-            return
+        revival = (0 <= block_id < len(where) and where[block_id] == PENDING
+                   and self._hash[block_id] == block_hash)
         super().insert(block_id, block_hash, depth, now)
+        if not revival:  # new content (or a defrag move's new place): no lap
+            self._laps[block_id] = 0
 
     def remove(self, block_id: int) -> None:
         in_main = 0 <= block_id < len(self._where) and self._where[block_id] < WIN

@@ -112,8 +112,7 @@ class TwicePolicy(AdaptivePolicy):
         """Before the link (``_where`` still says PENDING for a revival): a window block's
         early revival goes back to the window; new content starts with no revival."""
         if self._where[block_id] == PENDING and self._hash[block_id] == block_hash:
-            if (0 < self._wr[block_id] < PROMOTE and self.duel is None
-                    and self.share < 1.0 and q != WIN):
+            if 0 < self._wr[block_id] < PROMOTE and self.duel is None and self.share < 1.0:
                 q = WIN
                 self._nw += 1
         else:
