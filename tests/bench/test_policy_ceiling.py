@@ -1,13 +1,16 @@
 """bench.policy_ceiling: its tuned variant at the product's bar is the product's policy, and a
-lost cell is a tuner cell exactly when a fixed bonus of the grid reaches the target."""
+lost cell is a tuner cell exactly when a fixed configuration of the grid reaches the target
+(a laps cell when only one with laps does), for classlru and for adaptive."""
 
 from bench.admitbig import AdmitBigPolicy
 from bench.baselines import BASELINES
 from bench.heldout import SHAPES, SLACK
 from bench.heldout_early import loop
-from bench.policy_ceiling import (FIXED, _job, cell_rates, compare, jobs, summarize, tuned_at,
-                                  verdict)
-from kvpool.core.eviction import make_policy
+from bench.laps import LapsPolicy
+from bench.policy_ceiling import (FIXED, _job, cell_rates, compare, fixed_arms, jobs, own_effect,
+                                  summarize, tuned_at, verdict)
+from kvpool.core.eviction import AdaptivePolicy, make_policy
+from kvpool.core.eviction.admit_tuner import GHOST_FILTER, AdmitTuner
 from kvpool.core.eviction.tuner import BonusTuner
 from kvpool.replay.loop import simulate
 
@@ -81,3 +84,46 @@ def test_a_candidate_is_replayed_in_every_cell_of_a_job():
     r = _job(job)["loop@1@200"]
     assert r["admitbig"] == round(simulate(reqs, AdmitBigPolicy(200), 200)[0]
                                   / sum(map(len, reqs)), 5)
+
+
+def test_adaptives_tuned_variant_at_its_own_bar_is_the_product():
+    reqs = SHAPES["code_edit"](1, 0.05)
+    cap = 400
+    assert own_effect("adaptive") == AdmitTuner.EFFECT != own_effect("classlru")
+    assert simulate(reqs, tuned_at(AdmitTuner.EFFECT, "adaptive")(cap), cap) == \
+        simulate(reqs, AdaptivePolicy(cap), cap)
+    low = tuned_at(0.0, "adaptive")(cap)
+    assert isinstance(low, AdaptivePolicy) and low._tuner.EFFECT == 0.0
+
+
+def test_adaptives_fixed_arms_are_its_grid_and_laps_without_a_duel():
+    arms = fixed_arms("adaptive", laps=True)
+    fixed = [k for k in arms if k.startswith("fixed@")]
+    laps = [k for k in arms if k.startswith("laps@")]
+    assert len(fixed) == len(AdmitTuner.GRID) - 1 and "fixed@0.0,1.0,False" not in arms
+    assert len(laps) == sum(g[2] is not True for g in AdmitTuner.GRID)
+    held = arms["fixed@0.0,0.1,None"](500)
+    assert held.cfg == GHOST_FILTER and held._tuner is None
+    assert isinstance(arms["laps@0.0,1.0,False"](500), LapsPolicy)
+    assert set(fixed_arms("classlru")) == {f"bonus@{b}" for b in FIXED}
+
+
+def test_a_cell_only_laps_reach_is_a_laps_cell():
+    bar = 0.5 - SLACK
+    r = {b: 0.5 for b in BASELINES} | {"lru": 0.3, "tuned@0.01": 0.2, "fixed@1,1,0": 0.2}
+    assert verdict(r | {"laps@0,1,0": bar}, 0.01) == "laps"
+    assert verdict(r | {"laps@0,1,0": bar, "fixed@1,1,0": bar}, 0.01) == "tuner"
+    assert verdict(r | {"laps@0,1,0": bar - 1e-4}, 0.01) == "family"
+    s = summarize({"a@1@10": r | {"laps@0,1,0": bar}}, [0.01])["0.01"]
+    assert (s["lost"], s["laps"], s["tuner"], s["family"]) == (1, ["a@1@10"], [], [])
+
+
+def test_named_cells_make_one_job_per_trace_with_their_capacities():
+    todo = jobs([], [], [0.01], (), ("adaptive", True),
+                ["drift@1@300", "drift@1@600", "zipf_prefix@2@500", "conversation@1000"])
+    assert sorted(j[:4] for j in todo) == [
+        ("heldout", "drift", 1, [300, 600]), ("policies", "conversation", 0, [1000]),
+        ("policies", "zipf_prefix", 2, [500])]
+    assert all(j[6:] == ("adaptive", True) for j in todo)
+    r = cell_rates(SHAPES["drift"](1, 0.05), 200, [0.01], (), *todo[0][6:])
+    assert "laps@0.0,0.1,None" in r and "fixed@0.0,0.01,True" in r and "tuned@0.01" in r
