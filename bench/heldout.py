@@ -240,6 +240,18 @@ product):
               during the day, SAR drafts, adverse media read once, a guidance note's burst,
               audit walks, a FAQ bot (written blind at 807be5d, as telecom_noc;
               bench/heldout_bank_kyc.py)
+    pv_intake  one replica behind a drug company's safety (pharmacovigilance) service over two
+              days: case intake (extraction, then coding) behind a coding guide and term
+              excerpts, follow-ups re-reading the source, duplicate checks over earlier
+              narratives, literature walks, narrative and PSUR chats, signal chats over a
+              dossier refreshed nightly, label lookups and updates, surges (written blind at
+              a5a8d48; bench/heldout_pv_intake.py)
+    ci_triage  one replica behind a software company's CI failure-triage service over two
+              days: triage behind the repository's guide, one-off log tails, follow-up chats,
+              flaky-test histories, owner routing, nightly release-branch bursts over build
+              configs, bisect, weekly-report and dependency-bump walks, a broken-main storm,
+              a guide-template change (written blind at a5a8d48, as pv_intake;
+              bench/heldout_ci_triage.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -257,6 +269,7 @@ from bench.heldout_bank_kyc import bank_kyc
 from bench.heldout_bi_copilot import bi_copilot
 from bench.heldout_call_center import call_center
 from bench.heldout_catalog_backfill import catalog_backfill
+from bench.heldout_ci_triage import ci_triage
 from bench.heldout_claims import insurance_claims
 from bench.heldout_clinical_scribe import clinical_scribe
 from bench.heldout_compaction_chat import compaction_chat
@@ -286,6 +299,7 @@ from bench.heldout_soc_copilot import soc_copilot
 from bench.heldout_travel_agent import travel_agent
 from bench.heldout_support import support_desk
 from bench.heldout_telecom_noc import telecom_noc
+from bench.heldout_pv_intake import pv_intake
 from bench.heldout_tutoring import tutoring
 from bench.heldout_vision import vision_mix
 from bench.common import bench_parser, machine, write_json
@@ -314,7 +328,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "fin_research": fin_research, "travel_agent": travel_agent,
           "insurance_claims": insurance_claims, "recruiting": recruiting,
           "logistics_dispatch": logistics_dispatch, "permits_office": permits_office,
-          "course_grading": course_grading, "telecom_noc": telecom_noc, "bank_kyc": bank_kyc}
+          "course_grading": course_grading, "telecom_noc": telecom_noc, "bank_kyc": bank_kyc,
+          "pv_intake": pv_intake, "ci_triage": ci_triage}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
