@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment, clipped_length
+from bench.heldout_fewshot import Chat, Segment, clipped_length
 from bench.heldout_meeting_parts import pick, poisson
 from bench.heldout_course_jobs import STAFF, Jobs
 from bench.heldout_course_parts import DAY, END, FAQ_SECTION, HOUR
@@ -42,17 +41,8 @@ ANNOUNCE = 0.35  # courses whose FAQ gets an announcement (one section rewritten
 MAX_CONTEXT = 32000  # tokens of a chat's context that end it
 
 
-@dataclass
-class Chat:
-    """A chat: kind, owner (course; -1 for essay), turns left, the content after the head's
-    fixed part (office: the pasted work; essay: the upload), the history, request indices."""
-
-    kind: str
-    owner: int
-    turns: int
-    fixed: list[Segment]
-    history: list[Segment] = field(default_factory=list)
-    sent: list[int] = field(default_factory=list)
+# a Chat's owner is its course (-1 for an essay); what it holds fixed comes after the head's
+# fixed part (office: the pasted work; essay: the upload)
 
 
 class Desk(Jobs):

@@ -286,6 +286,21 @@ class ClockedState(EventState):
         chat.turns -= 1
         return segs, out
 
+
+@dataclass
+class Chat:
+    """A chat that ClockedState.turn plays: its kind, its owner (what it is about), turns
+    left, what it holds fixed after its head (the owner and the fixed part are each shape's
+    own, said where its desk makes chats), its history and its request indices."""
+
+    kind: str
+    owner: int
+    turns: int
+    fixed: list[Segment]
+    history: list[Segment] = field(default_factory=list)
+    sent: list[int] = field(default_factory=list)
+
+
 class _State(TraceState):
     """The generator's state while it walks the trace, one request per step."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment, clipped_length
+from bench.heldout_fewshot import Chat, Segment, clipped_length
 from bench.heldout_kyc_jobs import FINDINGS, WINDOW, Case, Jobs
 from bench.heldout_kyc_parts import (BEFORE, DAY, DECODE, HOUR, MINUTE, PROFILE, SECTION, TYPES,
                                      Stream)
@@ -56,17 +56,8 @@ FAQ = (4000, 0.4, 2500, 8000)  # tokens of the policy FAQ, 500-token sections
 FAQS = 130  # FAQ sessions a day at scale 1.0 (analysts' hours)
 
 
-@dataclass
-class Chat:
-    """A chat: its kind, owner (case; 0 for guidance and faq), turns left, what it holds
-    fixed after its head (guidance: a retrieved policy section), history, requests."""
-
-    kind: str
-    owner: int
-    turns: int
-    fixed: list[Segment]
-    history: list[Segment] = field(default_factory=list)
-    sent: list[int] = field(default_factory=list)
+# a Chat's owner is its case (0 for guidance and faq); what it holds fixed after its head:
+# guidance, a retrieved policy section
 
 
 @dataclass

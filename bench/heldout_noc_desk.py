@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment, clipped_length
+from bench.heldout_fewshot import Chat, Segment, clipped_length
 from bench.heldout_noc_alarms import Alarms
 from bench.heldout_noc_parts import CARE_HOURS, DAY, HOUR, LOG_HOURS, MINUTE, OFFICE, count
 
@@ -51,18 +51,12 @@ PREFILL = 8000.0  # tokens a second the replica reads for one stream
 
 
 @dataclass
-class Chat:
-    """A chat: kind, owner (runbook, incident, platform or shift), turns left, what it
-    holds after the system prompt (the runbook, the account, the diff, the log, the
-    handover), the incident whose timeline it quotes, its history and request indices."""
+class NocChat(Chat):
+    """A Chat (owner: runbook, incident, platform or shift; fixed after the system prompt:
+    the runbook, the account, the diff, the log, the handover) and the incident whose
+    timeline it quotes."""
 
-    kind: str
-    owner: int
-    turns: int
-    fixed: list[Segment]
     incident: int | None = None
-    history: list[Segment] = field(default_factory=list)
-    sent: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -88,7 +82,7 @@ class Desk(Alarms):
         self.handover_system = self.new(HANDOVER[0])
         self.kpi = {k: self.new(n) for k, n in KPI.items()}
         self.handover_template, self.handover_cue = (self.new(n) for n in HANDOVER[1:])
-        self.chats: list[Chat] = []
+        self.chats: list[NocChat] = []
         self.walks: list[Walk] = []
         self.handovers: list[tuple[float, list[int]]] = []  # (shift change, drafts)
         self.daily(ENGINEER, LOG_HOURS, 0, "engineer")
@@ -101,7 +95,7 @@ class Desk(Alarms):
             for h in HANDOVERS:
                 self.at(d * DAY + h * HOUR - rng.uniform(0, 15) * MINUTE, "handover", h)
 
-    def head(self, chat: Chat) -> list[Segment]:
+    def head(self, chat: NocChat) -> list[Segment]:
         """What a turn sends before the history."""
         if chat.kind == "shift":
             return list(chat.fixed)
@@ -116,7 +110,7 @@ class Desk(Alarms):
 
     def start(self, kind: str, owner: int, fixed: list[Segment], incident=None) -> None:
         turns = clipped_length(self.rng, *CHATS[kind][1])
-        self.chats.append(Chat(kind, owner, turns, fixed, incident))
+        self.chats.append(NocChat(kind, owner, turns, fixed, incident=incident))
         self.at(self.now, "turn", len(self.chats) - 1)
 
     def _on_turn(self, n: int) -> None:

@@ -9,9 +9,8 @@ numbers."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment, clipped_length
+from bench.heldout_fewshot import Chat, Segment, clipped_length
 from bench.heldout_meeting_parts import poisson
 from bench.heldout_pv_cases import Cases
 from bench.heldout_pv_world import HOUR, INTAKE_HOURS, OFFICE_HOURS, PRODUCTS, hour_at
@@ -44,18 +43,8 @@ RATE = 40.0  # tokens a second a reply decodes at
 MAX_CONTEXT = 48000  # tokens of a chat's context that end it
 
 
-@dataclass
-class Chat:
-    """A chat: its kind, owner (a case for narrative, a project for psur, else a product),
-    turns left, its fixed content (narrative: the case's texts; regulator: the letter, then
-    the cases), the history and its request indices."""
-
-    kind: str
-    owner: int
-    turns: int
-    fixed: list[Segment]
-    history: list[Segment] = field(default_factory=list)
-    sent: list[int] = field(default_factory=list)
+# a Chat's owner: a case for narrative, a project for psur, else a product; what it holds
+# fixed: narrative, the case's texts; regulator, the letter, then the cases
 
 
 class Desk(Cases):

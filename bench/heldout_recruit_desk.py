@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from bench.heldout_fewshot import Segment, clipped_length
+from bench.heldout_fewshot import Chat, Segment, clipped_length
 from bench.heldout_meeting_parts import pick
 from bench.heldout_recruit_jobs import OFFICE, Jobs
 from bench.heldout_recruit_parts import APPLY_HOURS, MINUTE, HOUR
@@ -41,21 +41,14 @@ SCHEDULE_HOURS = (0.6, 1.0, 1.0, 1.0, 0.8, 0.9, 1.0, 1.0, 0.9, 0.8, 0.7, 0.5)  #
 
 
 @dataclass
-class Chat:
-    """A chat: its kind, owner (requisition, or employer for schedule and faq), turns left,
-    the content it holds fixed after the system prompt (debrief: each loop's profile and
-    summary; schedule: the candidate and role), the shortlist's order and sort, the re-sorts
-    as (turn, sort), the history and its request indices."""
+class RecruitChat(Chat):
+    """A Chat (owner: the requisition, or the employer for schedule and faq; fixed after the
+    system prompt: debrief, each loop's profile and summary; schedule, the candidate and
+    role), the shortlist's order and sort, and the re-sorts as (turn, sort)."""
 
-    kind: str
-    owner: int
-    turns: int
-    fixed: list[Segment]
     order: list[int] = field(default_factory=list)
     sort: str = ""
     resorts: list[tuple[int, str]] = field(default_factory=list)
-    history: list[Segment] = field(default_factory=list)
-    sent: list[int] = field(default_factory=list)
 
 
 class Desk(Jobs):
@@ -65,7 +58,7 @@ class Desk(Jobs):
         super().__init__(rng, scale)
         self.chat_system = {k: self.new(v[0]) for k, v in CHATS.items()}
         self.offer_system, self.offer_cue = self.new(OFFER_SYSTEM), self.new(OFFER_CUE)
-        self.chats: list[Chat] = []
+        self.chats: list[RecruitChat] = []
         self.slots: dict[tuple[int, int], Segment] = {}
         self.offers: list[tuple[int, list[int]]] = []  # (application, request indices)
         self.debriefs: set[tuple[int, int]] = set()
@@ -82,7 +75,7 @@ class Desk(Jobs):
             self.slots[key] = self.new(clipped_length(self.rng, *SLOTS))
         return self.slots[key]
 
-    def head(self, chat: Chat) -> list[Segment]:
+    def head(self, chat: RecruitChat) -> list[Segment]:
         """What a chat's turn sends before the history."""
         sys = self.chat_system[chat.kind]
         if chat.kind == "schedule":
@@ -94,7 +87,7 @@ class Desk(Jobs):
         return [sys, req.jd, *req.rubric.at(self.now), *chat.fixed,
                 *(self.apps[a].profile for a in chat.order)]
 
-    def start(self, chat: Chat) -> None:
+    def start(self, chat: RecruitChat) -> None:
         self.chats.append(chat)
         self.at(self.now, "turn", len(self.chats) - 1)
 
@@ -135,7 +128,8 @@ class Desk(Jobs):
         best = self.ordered(scored, "score")[:rng.randint(*SHORTLIST)]
         sort = rng.choice(ORDERS)
         turns = clipped_length(rng, *CHATS["shortlist"][1])
-        self.start(Chat("shortlist", r, turns, [], self.ordered(best, sort), sort))
+        order = self.ordered(best, sort)
+        self.start(RecruitChat("shortlist", r, turns, [], order=order, sort=sort))
 
     def loop_started(self, n: int) -> None:
         """The first loop of a requisition on a local day may get a debrief that evening."""
@@ -156,17 +150,18 @@ class Desk(Jobs):
         if not loops:
             return
         fixed = [s for x in loops for s in (self.apps[x.app].profile, x.summaries[-1])]
-        self.start(Chat("debrief", r, clipped_length(self.rng, *CHATS["debrief"][1]), fixed))
+        turns = clipped_length(self.rng, *CHATS["debrief"][1])
+        self.start(RecruitChat("debrief", r, turns, fixed))
 
     def _on_schedule(self, e: int) -> None:
         """A candidate books interviews with ``e`` through the scheduling assistant."""
         context = [self.new(clipped_length(self.rng, *CONTEXT))]
-        self.start(Chat("schedule", e, clipped_length(self.rng, *CHATS["schedule"][1]),
-                        context))
+        turns = clipped_length(self.rng, *CHATS["schedule"][1])
+        self.start(RecruitChat("schedule", e, turns, context))
 
     def _on_faq(self, e: int) -> None:
         """An applicant asks ``e``'s FAQ bot."""
-        self.start(Chat("faq", e, clipped_length(self.rng, *CHATS["faq"][1]), []))
+        self.start(RecruitChat("faq", e, clipped_length(self.rng, *CHATS["faq"][1]), []))
 
     def fair_applied(self, r: int) -> None:
         if self.rng.random() < FAIR_FAQ:
