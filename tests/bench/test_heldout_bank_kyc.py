@@ -13,7 +13,8 @@ from bench.heldout_fewshot import BLOCK
 from bench.heldout_kyc_desk import AUDITS, SESSIONS
 from bench.heldout_kyc_jobs import NIGHT, QUEUE, TM_RUN, WORKERS
 from bench.heldout_kyc_parts import BEFORE, DAY, END, HOUR, MINUTE, TYPES
-from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common,
+                                     shared_tokens, tokens)
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
@@ -60,9 +61,7 @@ def test_sizes_and_span(seed):
     """At scale 0.2: 250K..550K blocks over the two days, the alert agent one of the two
     largest kinds and every kind at least 0.3 % of the blocks."""
     r = _small(seed)
-    blocks = Counter()
-    for q, m in zip(r.trace, r.meta):
-        blocks[m[0]] += len(q)
+    blocks = blocks_by_kind(r)
     total = sum(blocks.values())
     assert 250_000 <= total <= 550_000 and 700 <= len(r.trace) <= 1600
     assert "alert" in sorted(blocks, key=blocks.__getitem__)[-2:]

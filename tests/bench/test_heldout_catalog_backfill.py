@@ -13,7 +13,8 @@ from bench.heldout_catalog_backfill import KINDS, catalog_backfill, generate
 from bench.heldout_catalog_jobs import REC_HOURS, RETRY
 from bench.heldout_catalog_parts import DAY, DESCRIPTION, HOUR, MINUTE
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common,
+                                     shared_tokens, tokens)
 
 
 SMALL = SmallRuns(generate, 0.2)  # each seed's run and first_seen, made once
@@ -46,9 +47,7 @@ def test_sizes_and_span(seed):
     """At scale 0.2: 250K..450K blocks, a day and a bit, two passes that make 35..65 % of
     the blocks, the first pass alone more distinct blocks than a 16000-block pool holds."""
     r = _small(seed)
-    blocks = Counter()
-    for q, m in zip(r.trace, r.meta):
-        blocks[m[0]] += len(q)
+    blocks = blocks_by_kind(r)
     total = sum(blocks.values())
     assert 250_000 <= total <= 450_000
     assert 0.35 < blocks["backfill"] / total < 0.65

@@ -14,7 +14,7 @@ from bench.heldout_ci_jobs import NIGHTLY_FINISH, WEEKLY
 from bench.heldout_ci_parts import DAY, END, HOUR, MINUTE, WINDOW
 from bench.heldout_ci_triage import KINDS, ci_triage, generate
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import SmallRuns, check_chains, common, extends, tokens
+from tests.bench.trace_parts import SmallRuns, blocks_by_kind, check_chains, common, extends, tokens
 
 SCALE = 0.2
 SEEDS = (1, 2, 3, 4)
@@ -59,9 +59,7 @@ def test_sizes_and_span(seed):
     """At scale 0.2: 200K..600K blocks over two days, triage the largest kind; every walk
     finished."""
     r = _small(seed)
-    blocks = Counter()
-    for q, m in zip(r.trace, r.meta):
-        blocks[m[0]] += len(q)
+    blocks = blocks_by_kind(r)
     assert 200_000 <= sum(blocks.values()) <= 600_000
     assert max(blocks, key=blocks.__getitem__) == "triage"
     assert 44 * HOUR < r.times[-1] < END and r.times[0] < 4 * HOUR

@@ -4,7 +4,6 @@ its docstring names (bench.heldout replays it as one of SHAPES). Structure only:
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 
 import pytest
 
@@ -12,7 +11,8 @@ from bench.heldout import SHAPES
 from bench.heldout_ediscovery_parts import DAY, HOUR
 from bench.heldout_ediscovery_review import KINDS, ediscovery_review, generate
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common,
+                                     shared_tokens, tokens)
 
 SCALE = 0.2
 
@@ -47,9 +47,7 @@ def test_sizes_and_span(seed):
     """At scale 0.2: 200K..400K blocks from Monday morning to Friday; processing is 15..35 %
     of the blocks."""
     r = _small(seed)
-    blocks = Counter()
-    for q, m in zip(r.trace, r.meta):
-        blocks[m[0]] += len(q)
+    blocks = blocks_by_kind(r)
     total = sum(blocks.values())
     assert 200_000 <= total <= 400_000
     assert 0.15 < (blocks["ingest"] + blocks["exception"]) / total < 0.35

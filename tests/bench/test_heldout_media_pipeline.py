@@ -13,7 +13,8 @@ from bench.heldout_fewshot import BLOCK
 from bench.heldout_media_jobs import AD_KINDS, ADS, CHAPTERS, SUMMARY, UNIT
 from bench.heldout_media_parts import DAY, END, HOUR, LANGUAGES
 from bench.heldout_media_pipeline import KINDS, generate, media_pipeline
-from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common,
+                                     shared_tokens, tokens)
 
 SCALE = 0.2
 STAGED = ("archive", "retry", "rerun", "ingest", "reingest")  # kinds that run a stage
@@ -67,9 +68,7 @@ def test_sizes_and_span(seed):
     """At scale 0.2: 200K..450K blocks over two days, the overnight jobs and re-runs 30..75 %
     of them; every walk finished, failures sent again."""
     r = _small(seed)
-    blocks = Counter()
-    for q, m in zip(r.trace, r.meta):
-        blocks[m[0]] += len(q)
+    blocks = blocks_by_kind(r)
     total = sum(blocks.values())
     assert 200_000 <= total <= 450_000
     assert 0.3 < (blocks["archive"] + blocks["retry"] + blocks["rerun"]) / total < 0.75

@@ -14,8 +14,8 @@ from bench.heldout_pv_cases import DUP, LIT_HOUR
 from bench.heldout_pv_desk import CHATS, OFFICE_HOURS
 from bench.heldout_pv_intake import KINDS, generate, pv_intake
 from bench.heldout_pv_world import DAY, END, HOUR
-from tests.bench.trace_parts import (SmallRuns, check_chains, check_full_blocks, common,
-                                     extends, shared_tokens, tokens)
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_full_blocks,
+                                     common, extends, shared_tokens, tokens)
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
@@ -51,9 +51,7 @@ def test_sizes_and_span(seed):
     """At scale 0.2: 250K..500K blocks over two days, intake the largest kind; every
     literature walk finished."""
     r = _small(seed)
-    blocks = Counter()
-    for q, m in zip(r.trace, r.meta):
-        blocks[m[0]] += len(q)
+    blocks = blocks_by_kind(r)
     assert 250_000 <= sum(blocks.values()) <= 500_000
     assert max(blocks, key=blocks.__getitem__) == "intake"
     assert 44 * HOUR < r.times[-1] < END and r.times[0] < 2 * HOUR

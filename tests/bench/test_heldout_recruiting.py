@@ -13,7 +13,7 @@ from bench.heldout_recruit_desk import ORDERS
 from bench.heldout_recruit_jobs import BATCH_HOURS, FAIR, MATCH_HOURS, MATCHES
 from bench.heldout_recruit_parts import DAY, END, HOUR, local
 from bench.heldout_recruiting import KINDS, generate, recruiting
-from tests.bench.trace_parts import (SmallRuns, check_chains, common, extends,
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common, extends,
                                      shared_tokens, tokens)
 
 SCALE = 0.2
@@ -51,9 +51,7 @@ def test_sizes_and_span(seed):
     """At scale 0.2: 200K..400K blocks over two days, screening the largest kind; every job
     walk finished."""
     r = _small(seed)
-    blocks = Counter()
-    for q, m in zip(r.trace, r.meta):
-        blocks[m[0]] += len(q)
+    blocks = blocks_by_kind(r)
     assert 200_000 <= sum(blocks.values()) <= 400_000
     assert max(blocks, key=blocks.__getitem__) == "screen"
     assert 44 * HOUR < r.times[-1] < END and r.times[0] < 3 * HOUR

@@ -14,7 +14,7 @@ from bench.heldout_noc_alarms import LAG, MAJOR, STATUS_GAP
 from bench.heldout_noc_desk import KPI_START
 from bench.heldout_noc_parts import DAY, END, HOUR, MINUTE, WINDOW
 from bench.heldout_telecom_noc import KINDS, generate, telecom_noc
-from tests.bench.trace_parts import (SmallRuns, check_chains, common, extends,
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common, extends,
                                      shared_tokens, tokens)
 
 SCALE = 0.2
@@ -54,9 +54,7 @@ def test_sizes_and_span(seed):
     """At scale 0.2: 250K..600K blocks over two days, triage the largest kind; every KPI walk
     finished with its roll-up."""
     r = _small(seed)
-    blocks = Counter()
-    for q, m in zip(r.trace, r.meta):
-        blocks[m[0]] += len(q)
+    blocks = blocks_by_kind(r)
     assert 250_000 <= sum(blocks.values()) <= 600_000
     assert max(blocks, key=blocks.__getitem__) == "triage"
     assert r.times[0] < HOUR and 46 * HOUR < r.times[-1] < END

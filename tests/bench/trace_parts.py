@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 
 from bench.heldout import SHAPES
@@ -87,6 +87,14 @@ def shared_tokens(a: list[tuple], b: list[tuple]) -> int:
         if x != y:
             break
         out += x[1]
+    return out
+
+
+def blocks_by_kind(run) -> Counter:
+    """Blocks requested per kind (``run.meta[i][0]``)."""
+    out: Counter = Counter()
+    for q, m in zip(run.trace, run.meta):
+        out[m[0]] += len(q)
     return out
 
 
