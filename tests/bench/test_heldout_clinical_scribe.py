@@ -15,7 +15,8 @@ from bench.heldout_clinic_visits import AUTH_HOURS, BATCHES, PRECHART, REVIEW
 from bench.heldout_clinic_wards import ADMIT, CODING, STAY_WINDOW
 from bench.heldout_clinical_scribe import KINDS, clinical_scribe, generate
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common,
+                                     shared_tokens, tokens)
 
 SCALE = 0.2
 
@@ -70,9 +71,8 @@ def test_deterministic_and_seeded():
 def test_sizes_and_span(seed):
     """At scale 0.2: 200K..400K blocks over two days, the scribe and its revisions 30..65 %;
     transcripts and chart sections within their ranges."""
-    r, blocks = _small(seed), Counter()
-    for q, m in zip(r.trace, r.meta):
-        blocks[m[0]] += len(q)
+    r = _small(seed)
+    blocks = blocks_by_kind(r)
     total = sum(blocks.values())
     assert 200_000 <= total <= 400_000 and r.times[-1] > 40 * HOUR
     assert 0.3 < (blocks["scribe"] + blocks["revise"]) / total < 0.65
