@@ -120,7 +120,8 @@ def verdict(rates: dict[str, float], effect: float) -> str:
     return "laps" if LAPS_KEY in reached else "family"
 
 
-def _trace(set_name: str, name: str, seed: int) -> Trace:
+def trace_of(set_name: str, name: str, seed: int) -> Trace:
+    """The trace ``name`` of ``set_name`` (``heldout`` or ``policies``) at ``seed``."""
     if set_name == "heldout":
         return SHAPES[name](seed, 1.0)
     return load_trace(TRACE) if name == "conversation" else GENERATED[name](seed=seed)
@@ -129,7 +130,7 @@ def _trace(set_name: str, name: str, seed: int) -> Trace:
 def _job(job: tuple) -> dict[str, dict]:
     """One trace at every capacity: ``{"trace@seed@capacity": rates}``."""
     set_name, name, seed, caps, effects, cands, *how = job
-    reqs = _trace(set_name, name, seed)
+    reqs = trace_of(set_name, name, seed)
     label = name if name == "conversation" else f"{name}@{seed}"
     return {f"{label}@{cap}": cell_rates(reqs, cap, effects, cands, *how) for cap in caps}
 
@@ -142,8 +143,7 @@ def jobs(sets: list[str], caps: list[int], effects: list[float],
     (``shape@seed@capacity``, ``conversation@capacity``), those cells' traces at their
     capacities. ``how``: cell_rates' ``policy`` and ``laps``."""
     if cells is not None:
-        return [("heldout" if n in SHAPES else "policies", n, s, c, effects, candidates, *how)
-                for (n, s), c in _named(cells).items()]
+        return [(t, n, s, c, effects, candidates, *how) for (t, n, s), c in _named(cells).items()]
     out: list[tuple] = []
     if "heldout" in sets:
         out += [("heldout", n, s, caps, effects, candidates, *how)
@@ -156,12 +156,19 @@ def jobs(sets: list[str], caps: list[int], effects: list[float],
     return out
 
 
-def _named(cells: list[str]) -> dict[tuple[str, int], list[int]]:
-    """Cell keys -> the capacities asked of each trace, ``(name, seed)``."""
-    out: dict[tuple[str, int], list[int]] = {}
+def parse_cell(key: str) -> tuple[str, str, int, int]:
+    """``shape@seed@capacity`` (``conversation@capacity``) -> (set, name, seed, capacity)."""
+    name, *seed, cap = key.split("@")
+    return ("heldout" if name in SHAPES else "policies", name, int(seed[0]) if seed else 0,
+            int(cap))
+
+
+def _named(cells: list[str]) -> dict[tuple[str, str, int], list[int]]:
+    """Cell keys -> the capacities asked of each trace, ``(set, name, seed)``."""
+    out: dict[tuple[str, str, int], list[int]] = {}
     for key in cells:
-        name, *seed, cap = key.split("@")
-        out.setdefault((name, int(seed[0]) if seed else 0), []).append(int(cap))
+        *trace, cap = parse_cell(key)
+        out.setdefault(tuple(trace), []).append(cap)
     return out
 
 
