@@ -127,3 +127,11 @@ def test_named_cells_make_one_job_per_trace_with_their_capacities():
     assert all(j[6:] == ("adaptive", True) for j in todo)
     r = cell_rates(SHAPES["drift"](1, 0.05), 200, [0.01], (), *todo[0][6:])
     assert "laps@0.0,0.1,None" in r and "fixed@0.0,0.01,True" in r and "tuned@0.01" in r
+
+
+def test_where_lru_leads_the_bar_is_lrus():
+    # the target is the best of LRU and the six classics, minus SLACK
+    r = {b: 0.40 for b in BASELINES} | {"lru": 0.50, "tuned@0.01": 0.45, "fixed@1,1,0": 0.499}
+    assert verdict(r, 0.01) == "tuner"
+    short = compare({"a@1@10": r}, [], 0.01)["tuned@0.01"]["shortfall"]
+    assert short == round(0.5 - SLACK - 0.45, 4)
