@@ -16,10 +16,10 @@ The default shapes are the blind ones, written by helpers who read no policy.
 
 from __future__ import annotations
 
-from bench.baselines import BASELINES
+from bench.cells import target
 from bench.cold_start import rates
 from bench.common import bench_parser, machine, write_json
-from bench.heldout import SHAPES, SLACK
+from bench.heldout import SHAPES
 from kvpool.core.eviction import AdaptivePolicy
 from kvpool.core.eviction.admit_tuner import AdmitTuner
 
@@ -53,8 +53,7 @@ ARMS = (AdaptivePolicy, Before, Early)
 
 def verdict(r: dict[str, float], policy: str) -> str:
     """``met`` / ``lost`` against the target, and ``<lru`` where below LRU."""
-    target = max(r[k] for k in ("lru", *BASELINES)) - SLACK
-    return ("met" if r[policy] >= target else "lost") + (" <lru" if r[policy] < r["lru"] else "")
+    return ("met" if r[policy] >= target(r) else "lost") + (" <lru" if r[policy] < r["lru"] else "")
 
 
 def main(argv: list[str] | None = None, prog: str = "bursts", doc: str | None = __doc__,

@@ -18,7 +18,7 @@ helps some shapes at 16000 blocks (permits_office@2: bonus 1 with laps +0.0244, 
 
 from __future__ import annotations
 
-from bench.heldout import SHAPES
+from bench.cells import cell_trace
 from bench.s3fifo_parts import report
 from kvpool.core.eviction import AdaptivePolicy, make_policy
 from kvpool.core.eviction.admit_tuner import GHOST_FILTER, LRU, WIN, Cfg
@@ -81,8 +81,7 @@ class LapsPolicy(AdaptivePolicy):
 def cell(key: str, scale: float = 1.0) -> dict[str, float]:
     """``key`` = shape@seed@capacity: LRU's hit rate (``lru_hit_rate``), and each
     configuration's minus LRU's without and with laps (``<name>``, ``<name>+laps``)."""
-    name, seed, cap = key.split("@")
-    reqs, c = SHAPES[name](int(seed), scale), int(cap)
+    reqs, c = cell_trace(key, scale)
     n = sum(map(len, reqs))
     lru = simulate(reqs, make_policy("lru", c), c)[0] / n
     out = {"lru_hit_rate": lru}

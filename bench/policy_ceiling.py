@@ -18,13 +18,13 @@ needs; the product's by default), and the policy held at every other configurati
 ``--laps`` (``adaptive`` only) adds each configuration without a duel held fixed with
 S3-FIFO's laps in main (``laps@<configuration>``, bench/laps.py).
 
-A cell the tuned policy loses (below the best classic minus ``SLACK``, the issue's target) is
-a *tuner* cell when a fixed configuration reaches that bar, so a better choice from the same
-grid could win it; a *laps* cell when only a configuration with laps does; and a *family*
-cell when none does: no tuner over this grid wins it with one configuration for the whole
-trace (a choice that changes over the trace could still do better than any fixed one; that
-is not measured here). Family cells need a mechanism the grid lacks (the best classic there
-says which). docs/benchmarks.md "Tuner cells and family cells" has a run of ``classlru``,
+A cell the tuned policy loses (below the best of LRU and the classics minus ``SLACK``, the
+issue's target: bench/cells.py) is a *tuner* cell when a fixed configuration reaches that
+bar, so a better choice from the same grid could win it; a *laps* cell when only a
+configuration with laps does; and a *family* cell when none does: no tuner over this grid
+wins it with one configuration for the whole trace (a choice that changes over the trace
+could still do better than any fixed one; that is not measured here). Family cells need a
+mechanism the grid lacks (the best classic there says which). docs/benchmarks.md "Tuner cells and family cells" has a run of ``classlru``,
 "Tuner cells of `adaptive`" one of the product.
 
 ``--candidates`` adds block-protocol research policies (``bench.policies.CANDIDATES``) to every
@@ -38,10 +38,11 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
 from bench.baselines import BASELINES
+from bench.cells import parse_cell, target, trace_of
 from bench.common import TRACE, bench_parser, machine, write_json
 from bench.heldout import SHAPES, SLACK
 from bench.laps import LapsPolicy
-from bench.policies import CANDIDATES, hits, load_trace
+from bench.policies import CANDIDATES, hits
 from bench.policy_traces import GENERATED
 from kvpool.core.eviction import AdaptivePolicy, EvictionPolicy, make_policy
 from kvpool.core.eviction.admit_tuner import AdmitTuner
@@ -103,14 +104,8 @@ def cell_rates(reqs: Trace, cap: int, effects: list[float], candidates: tuple[st
     return {k: round(v, 5) for k, v in rates.items()}
 
 
-def target(rates: dict[str, float]) -> float:
-    """The issue's bar for a cell: the best hit rate of LRU and the classic baselines - SLACK
-    (LRU is one of them: where it leads, the bar is LRU's)."""
-    return max(rates[b] for b in ("lru", *BASELINES)) - SLACK
-
-
 def verdict(rates: dict[str, float], effect: float) -> str:
-    """``won`` (at or above the best classic - SLACK), else ``tuner`` (a configuration of the
+    """``won`` (at or above ``target``), else ``tuner`` (a configuration of the
     grid held fixed reaches that), ``laps`` (only one with laps does) or ``family``."""
     bar = target(rates)
     if rates[f"tuned@{effect}"] >= bar:
@@ -119,13 +114,6 @@ def verdict(rates: dict[str, float], effect: float) -> str:
     if reached & set(GRID_KEYS):
         return "tuner"
     return "laps" if LAPS_KEY in reached else "family"
-
-
-def trace_of(set_name: str, name: str, seed: int) -> Trace:
-    """The trace ``name`` of ``set_name`` (``heldout`` or ``policies``) at ``seed``."""
-    if set_name == "heldout":
-        return SHAPES[name](seed, 1.0)
-    return load_trace(TRACE) if name == "conversation" else GENERATED[name](seed=seed)
 
 
 def _job(job: tuple) -> dict[str, dict]:
@@ -157,13 +145,6 @@ def jobs(sets: list[str], caps: list[int], effects: list[float],
     return out
 
 
-def parse_cell(key: str) -> tuple[str, str, int, int]:
-    """``shape@seed@capacity`` (``conversation@capacity``) -> (set, name, seed, capacity)."""
-    name, *seed, cap = key.split("@")
-    return ("heldout" if name in SHAPES else "policies", name, int(seed[0]) if seed else 0,
-            int(cap))
-
-
 def _named(cells: list[str]) -> dict[tuple[str, str, int], list[int]]:
     """Cell keys -> the capacities asked of each trace, ``(set, name, seed)``."""
     out: dict[tuple[str, str, int], list[int]] = {}
@@ -191,7 +172,7 @@ def summarize(cells: dict[str, dict], effects: list[float]) -> dict[str, dict]:
 def compare(cells: dict[str, dict], candidates: list[str],
             effect: float = BonusTuner.EFFECT) -> dict[str, dict]:
     """Per candidate, and for the product (``tuned@effect``): the cells lost, the summed
-    shortfall below the target (the best classic - SLACK) and the cells below LRU with the
+    shortfall below ``target`` and the cells below LRU with the
     margin."""
     out: dict[str, dict] = {}
     product = f"tuned@{effect}"

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bench.cells import cell_trace
 from bench.common import bench_parser, machine, write_json
-from bench.policy_ceiling import fixed_arms, parse_cell, trace_of
+from bench.policy_ceiling import fixed_arms
 from kvpool.core.eviction import AdaptivePolicy, EvictionPolicy, make_policy
 from kvpool.replay.loop import PolicyCache, replay
 
@@ -71,8 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     a = ap.parse_args(argv)
     res: dict = {"machine": machine(), "parts": a.parts, "cells": {}}
     for key in a.cells:
-        set_name, name, seed, cap = parse_cell(key)
-        reqs = trace_of(set_name, name, seed)
+        reqs, cap = cell_trace(key)
         r = res["cells"][key] = cell(reqs, cap, a.parts)
         t, b = r["rates"]["tuned"], r["rates"][r["best"]]
         print(f"{key}: tuned {t['total']:.4f}, best fixed {b['total']:.4f} ({r['best']}), "

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from bench.baselines import LRU, S3FIFO, replay
 from bench.common import bench_parser, machine, write_json
-from bench.heldout import SHAPES
+from bench.cells import cell_trace
 
 CELLS = ("call_center@1@16000", "telecom_noc@2@16000", "logistics_dispatch@2@16000",
          "course_grading@2@16000", "permits_office@2@16000")
@@ -68,12 +68,11 @@ def variants(cap: int) -> dict[str, Callable[[], S3FIFO]]:
 def cell(key: str, scale: float = 1.0) -> dict[str, float]:
     """``key`` = shape@seed@capacity: LRU's hit rate (``lru_hit_rate``) and each variant's
     minus LRU's."""
-    name, seed, cap = key.split("@")
-    reqs = SHAPES[name](int(seed), scale)
+    reqs, cap = cell_trace(key, scale)
     n = sum(map(len, reqs))
-    lru = replay(reqs, LRU(int(cap)))[0] / n
+    lru = replay(reqs, LRU(cap))[0] / n
     out = {"lru_hit_rate": lru}
-    for v, make in variants(int(cap)).items():
+    for v, make in variants(cap).items():
         out[v] = replay(reqs, make())[0] / n - lru
     return out
 

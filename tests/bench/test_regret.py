@@ -2,7 +2,7 @@
 the tuned policy's lag is measured against the fixed configuration best over the whole trace."""
 
 from bench.heldout import SHAPES
-from bench.policy_ceiling import parse_cell, trace_of
+from bench.cells import cell_trace, parse_cell, trace_of
 from bench.regret import arms, by_part, cell
 from kvpool.core.eviction import AdaptivePolicy
 from kvpool.core.eviction.admit_tuner import AdmitTuner
@@ -45,3 +45,4 @@ def test_cells_name_their_trace_and_capacity():
     assert parse_cell("zipf_prefix@3@16000") == ("policies", "zipf_prefix", 3, 16000)
     assert parse_cell("conversation@1000")[1:] == ("conversation", 0, 1000)
     assert trace_of("heldout", "drift", 2) == SHAPES["drift"](2, 1.0)
+    assert cell_trace("drift@1@300", 0.1) == (SHAPES["drift"](1, 0.1), 300)
