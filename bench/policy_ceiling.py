@@ -24,8 +24,9 @@ bar, so a better choice from the same grid could win it; a *laps* cell when only
 configuration with laps does; and a *family* cell when none does: no tuner over this grid
 wins it with one configuration for the whole trace (a choice that changes over the trace
 could still do better than any fixed one; that is not measured here). Family cells need a
-mechanism the grid lacks (the best classic there says which). docs/benchmarks.md "Tuner cells and family cells" has a run of ``classlru``,
-"Tuner cells of `adaptive`" one of the product.
+mechanism the grid lacks (the best classic there says which). docs/benchmarks.md "Tuner
+cells and family cells" has a run of ``classlru``, "Tuner cells of `adaptive`" one of the
+product.
 
 ``--candidates`` adds block-protocol research policies (``bench.policies.CANDIDATES``) to every
 cell and counts, per candidate, the cells it loses, its summed shortfall and the cells where it
