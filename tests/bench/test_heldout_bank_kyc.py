@@ -13,8 +13,8 @@ from bench.heldout_fewshot import BLOCK
 from bench.heldout_kyc_desk import AUDITS, SESSIONS
 from bench.heldout_kyc_jobs import NIGHT, QUEUE, TM_RUN, WORKERS
 from bench.heldout_kyc_parts import BEFORE, DAY, END, HOUR, MINUTE, TYPES
-from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common,
-                                     shared_tokens, tokens)
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
+                                     common, shared_tokens, tokens)
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
@@ -51,9 +51,7 @@ def test_deterministic_and_seeded():
     assert len({tuple(t for t, _, _ in s.issues) for s in states}) == 4
     assert len({s.landed < DAY for s in states}) == 2
     for seed in (1, 2):
-        r = _small(seed)
-        assert r.times == sorted(r.times) and all(r.trace)
-        assert {m[0] for m in r.meta} == set(KINDS)
+        check_ordered(_small(seed), KINDS)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

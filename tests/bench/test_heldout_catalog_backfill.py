@@ -13,8 +13,8 @@ from bench.heldout_catalog_backfill import KINDS, catalog_backfill, generate
 from bench.heldout_catalog_jobs import REC_HOURS, RETRY
 from bench.heldout_catalog_parts import DAY, DESCRIPTION, HOUR, MINUTE
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common,
-                                     shared_tokens, tokens)
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
+                                     common, shared_tokens, tokens)
 
 
 SMALL = SmallRuns(generate, 0.2)  # each seed's run and first_seen, made once
@@ -36,9 +36,7 @@ def test_registered_deterministic_and_seeded():
     assert catalog_backfill(1, 0.05) == catalog_backfill(1, 0.05) != catalog_backfill(2, 0.05)
     assert generate(3, 0.05).trace == catalog_backfill(3, 0.05)
     for seed in (1, 2):
-        r = _small(seed)
-        assert r.times == sorted(r.times) and all(r.trace)
-        assert {m[0] for m in r.meta} == set(KINDS)
+        check_ordered(_small(seed), KINDS)
     assert _small(1).trace[:50] != _small(2).trace[:50]
 
 

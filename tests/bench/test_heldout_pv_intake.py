@@ -15,7 +15,7 @@ from bench.heldout_pv_desk import CHATS, OFFICE_HOURS
 from bench.heldout_pv_intake import KINDS, generate, pv_intake
 from bench.heldout_pv_world import DAY, END, HOUR
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_full_blocks,
-                                     common, extends, shared_tokens, tokens)
+                                     check_ordered, common, extends, shared_tokens, tokens)
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
@@ -41,9 +41,7 @@ def test_deterministic_and_seeded():
     assert (a.signals, [p for p, _ in a.psurs]) != (b.signals, [p for p, _ in b.psurs])
     assert a.label_updates != b.label_updates
     for seed in (1, 2):
-        r = _small(seed)
-        assert r.times == sorted(r.times) and all(r.trace)
-        assert {m[0] for m in r.meta} == set(KINDS)
+        check_ordered(_small(seed), KINDS)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -15,7 +15,7 @@ from bench.heldout_travel_jobs import (DIGEST_HOUR, DIGEST_WINDOW, GONE, REBOOK_
                                        STORM_START)
 from bench.heldout_travel_parts import (DAY, END, EVENING, FLIGHTS, HOUR, MINUTE, OFFICE,
                                         REGIONS)
-from tests.bench.trace_parts import SmallRuns, check_chains, common, tokens
+from tests.bench.trace_parts import SmallRuns, check_chains, check_ordered, common, tokens
 
 SCALE = 0.2
 SEEDS = (1, 2)
@@ -45,8 +45,7 @@ def test_deterministic_and_seeded():
     storms = set()
     for seed in SEEDS:
         r = _small(seed)
-        assert r.times == sorted(r.times) and all(r.trace)
-        assert {m[0] for m in r.meta} == set(KINDS)
+        check_ordered(r, KINDS)
         storms.add((r.storm.hub, round(r.storm.start), len(r.storm.waves)))
     assert len(storms) == 2 and _small(1).trace[:20] != _small(2).trace[:20]
 

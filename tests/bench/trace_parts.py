@@ -90,6 +90,12 @@ def shared_tokens(a: list[tuple], b: list[tuple]) -> int:
     return out
 
 
+def check_ordered(run, kinds) -> None:
+    """Every request non-empty and in time order, and every kind of ``kinds`` there."""
+    assert run.times == sorted(run.times) and all(run.trace)
+    assert {m[0] for m in run.meta} == set(kinds)
+
+
 def blocks_by_kind(run) -> Counter:
     """Blocks requested per kind (``run.meta[i][0]``)."""
     out: Counter = Counter()
