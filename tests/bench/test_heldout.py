@@ -3,6 +3,8 @@ for, and main reports every policy against LRU per cell."""
 
 from collections import Counter
 
+import pytest
+
 from bench.heldout import SHAPES, cell, main
 from bench.heldout_early import agent, code_edit, loop, mooncake, rag_bursty, tenants
 from bench.heldout_eval import batch_eval
@@ -10,11 +12,13 @@ from bench.policies import CANDIDATES
 from kvpool.core.eviction import POLICIES
 
 
-def test_shapes_are_deterministic_per_seed():
-    for gen in SHAPES.values():
-        first = gen(1, 0.05)
-        assert first == gen(1, 0.05)
-        assert first != gen(2, 0.05)
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_shapes_are_deterministic_per_seed(name):
+    # one test per shape, so the workers share them (46 shapes, ~11 s in all)
+    gen = SHAPES[name]
+    first = gen(1, 0.05)
+    assert first == gen(1, 0.05)
+    assert first != gen(2, 0.05)
 
 
 def test_loop_defeats_lru_when_longer_than_the_pool():
@@ -108,14 +112,17 @@ def head(reqs: list[list[int]], blocks: int = 4000) -> list[list[int]]:
     return out
 
 
-def test_main_reports_every_policy_against_lru(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("part", range(4))
+def test_main_reports_every_policy_against_lru(part, tmp_path, capsys, monkeypatch):
     # every shape's first 4000 blocks or so at scale 0.002: some shapes keep fixed-size parts
-    # (100K+ blocks at that scale), and every policy and candidate replays each trace here
+    # (100K+ blocks at that scale), and every policy and candidate replays each trace here;
+    # a quarter of the shapes per test, so the workers share them
     for name, gen in list(SHAPES.items()):
         monkeypatch.setitem(SHAPES, name, lambda seed, scale, gen=gen: head(gen(seed, scale)))
-    res = main(["--seeds", "1", "--capacities", "200", "--scale", "0.002",
-                "--json", str(tmp_path / "h.json")])
-    assert set(res["cells"]) == {f"{n}@1@200" for n in SHAPES}
+    shapes = sorted(SHAPES)[part::4]
+    res = main(["--shapes", *shapes, "--seeds", "1", "--capacities", "200", "--scale",
+                "0.002", "--json", str(tmp_path / "h.json")])
+    assert set(res["cells"]) == {f"{n}@1@200" for n in shapes}
     for rates in res["cells"].values():
         assert set(POLICIES) | set(CANDIDATES) <= set(rates)
         assert all(0.0 <= v <= 1.0 for v in rates.values())
