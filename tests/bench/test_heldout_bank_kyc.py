@@ -14,7 +14,7 @@ from bench.heldout_kyc_desk import AUDITS, SESSIONS
 from bench.heldout_kyc_jobs import NIGHT, QUEUE, TM_RUN, WORKERS
 from bench.heldout_kyc_parts import BEFORE, DAY, END, HOUR, MINUTE, TYPES
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
-                                     common, shared_tokens, tokens)
+                                     common, of_kind, shared_tokens, tokens)
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
@@ -24,10 +24,6 @@ _small, _first = SMALL.run, SMALL.first
 def _hour(t):
     """The hour of the day (0..24) at ``t``."""
     return t % DAY / HOUR
-
-
-def _kind(r, kind):
-    return [i for i, m in enumerate(r.meta) if m[0] == kind]
 
 
 def _chats(r, kind):
@@ -311,7 +307,7 @@ def test_the_policy_amendment_versions_the_chapters_and_the_faq():
     assert s.amended is not None and DAY < s.amended < DAY + 10 * HOUR
     amended = {t for t, _ in TYPES if len(s.policy[t].versions) > 1}
     assert amended or len(s.periodic.versions) > 1
-    faq = _kind(r, "faq")
+    faq = of_kind(r, "faq")
     pre = [i for i in faq if r.times[i] < s.amended]
     post = [i for i in faq if r.times[i] >= s.amended]
     old = [s.chat_system["faq"], *s.faq.versions[0][1]]
@@ -319,7 +315,7 @@ def test_the_policy_amendment_versions_the_chapters_and_the_faq():
     assert all(common(r.trace[pre[-1]], r.trace[j]) >= tokens(old) // BLOCK - 1
                for j in post)
     for t in amended:
-        ix = [i for i in _kind(r, "onboard") if s.apps[r.meta[i][1]].type == t]
+        ix = [i for i in of_kind(r, "onboard") if s.apps[r.meta[i][1]].type == t]
         pre = [i for i in ix if r.times[i] < s.amended]
         post = [i for i in ix if r.times[i] >= s.amended]
         assert pre and post and s.policy[t].at(s.amended) != s.policy[t].at(s.amended - 1)

@@ -14,17 +14,14 @@ from bench.heldout_ci_jobs import NIGHTLY_FINISH, WEEKLY
 from bench.heldout_ci_parts import DAY, END, HOUR, MINUTE, WINDOW
 from bench.heldout_ci_triage import KINDS, ci_triage, generate
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import SmallRuns, blocks_by_kind, check_chains, common, extends, tokens
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common, extends,
+                                     of_kind, tokens)
 
 SCALE = 0.2
 SEEDS = (1, 2, 3, 4)
 
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
 _small, _first = SMALL.run, SMALL.first
-
-
-def _kind(r, kind):
-    return [i for i, m in enumerate(r.meta) if m[0] == kind]
 
 
 def _with(feature):
@@ -81,7 +78,7 @@ def test_triage_is_guide_log_diff(seed):
     repository's triages share the head."""
     r, first = _small(seed), _first(seed)
     s = r.state
-    for i in _kind(r, "triage"):
+    for i in of_kind(r, "triage"):
         _, p, n, segs = r.meta[i]
         repo = s.repos[s.prs[p].repo]
         head = [s.system["triage"], *repo.guide.at(r.times[i])]
@@ -89,7 +86,7 @@ def test_triage_is_guide_log_diff(seed):
         assert segs[-2] in s.prs[p].diffs and s.failures[n].sent == i
         assert _new_from(r, first, i, head)
     heads = {}
-    for i in _kind(r, "triage"):
+    for i in of_kind(r, "triage"):
         key = (s.prs[r.meta[i][1]].repo, r.meta[i][3][1])
         k = tokens(r.meta[i][3][:2]) // BLOCK
         assert r.trace[heads.setdefault(key, i)][:k] == r.trace[i][:k]
@@ -102,8 +99,8 @@ def test_a_guide_change_makes_later_triage_blocks_new():
         r, first = _small(seed), _first(seed)
         s = r.state
         done = max(v[0] for repo in s.repos for v in repo.guide.versions)
-        before = [i for i in _kind(r, "triage") if r.times[i] < s.guide_change]
-        after = [i for i in _kind(r, "triage") if r.times[i] >= done]
+        before = [i for i in of_kind(r, "triage") if r.times[i] < s.guide_change]
+        after = [i for i in of_kind(r, "triage") if r.times[i] >= done]
         assert before and after
         cut = tokens([s.system["triage"]]) // BLOCK
         for i, j in itertools.product(before[-20:], after[:20]):
@@ -119,7 +116,7 @@ def test_a_broken_main_is_a_storm_of_look_alike_failures():
     for seed in _with("storm"):
         r = _small(seed)
         s, storm = r.state, r.state.storm
-        idx = _kind(r, "storm")
+        idx = of_kind(r, "storm")
         assert idx and all(storm.start <= r.times[i] < storm.end + 50 * MINUTE for i in idx)
         for i in idx:
             segs = r.meta[i][3]
@@ -128,7 +125,7 @@ def test_a_broken_main_is_a_storm_of_look_alike_failures():
             if r.meta[i][3][1] == r.meta[j][3][1]:
                 assert common(r.trace[i], r.trace[j]) >= tokens(r.meta[i][3][:3]) // BLOCK
         span = (storm.end - storm.start) / HOUR + 1
-        usual = [i for i in _kind(r, "triage") if s.prs[r.meta[i][1]].repo == storm.repo]
+        usual = [i for i in of_kind(r, "triage") if s.prs[r.meta[i][1]].repo == storm.repo]
         assert len(idx) / span > 2 * len(usual) / 48
 
 
@@ -234,7 +231,7 @@ def test_walks_bisect_report_and_bump(seed):
         if st.kind == "depbump":
             notes = [r.meta[i][3][1] for i in st.sent]
             assert notes == [it[2] for it in st.items]
-    read = Counter(r.meta[i][3][2] for i in _kind(r, "depbump"))
+    read = Counter(r.meta[i][3][2] for i in of_kind(r, "depbump"))
     assert set(read.values()) == {1}
 
 
@@ -242,6 +239,6 @@ def test_oneoff_questions_are_new_past_the_system_prompt():
     """A one-off question: the system prompt, then pasted content and a question, all new."""
     r, first = _small(1), _first(1)
     s = r.state
-    for i in _kind(r, "oneoff"):
+    for i in of_kind(r, "oneoff"):
         assert r.meta[i][3][0] == s.desk_system["oneoff"]
         assert _new_from(r, first, i, r.meta[i][3][:1])

@@ -15,7 +15,7 @@ from bench.heldout_clinic_visits import AUTH_HOURS, BATCHES, PRECHART, REVIEW
 from bench.heldout_clinic_wards import ADMIT, CODING, STAY_WINDOW
 from bench.heldout_clinical_scribe import KINDS, clinical_scribe, generate
 from bench.heldout_fewshot import BLOCK
-from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common,
+from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, common, of_kind,
                                      shared_tokens, tokens)
 
 SCALE = 0.2
@@ -38,10 +38,6 @@ def _holder(seed):
 def _local(r, t, site):
     """Local hour of the day of network time ``t`` at ``site``."""
     return (t / HOUR + r.state.sites[site].zone) % 24
-
-
-def _of(r, kind):
-    return [i for i, m in enumerate(r.meta) if m[0] == kind]
 
 
 def _sys(r, tool, *middle):
@@ -140,7 +136,7 @@ def test_clinic_visits_keep_clinic_hours_and_the_er_runs_all_night():
             else:
                 assert enc.spec == "emergency" and r.state.sites[enc.site].hospital
                 night += hour < 7
-        days = {int(r.times[i] // DAY) for i in _of(r, "scribe")}
+        days = {int(r.times[i] // DAY) for i in of_kind(r, "scribe")}
         zones = {r.state.sites[enc.site].zone for enc in r.state.encounters if enc.clinician >= 0}
         assert days == {0, 1} and len(zones) >= 2
         begins = {enc.patient: enc.begin for enc in r.state.encounters}
@@ -267,8 +263,8 @@ def test_handoff_jobs_walk_the_beds_in_order(seed):
         assert r.meta[j] == ("reopen", *r.meta[i][1:]) and r.trace[j] == r.trace[i]
         late = max(jobs[i].change + 45 * MINUTE, r.times[i] + 60)
         assert r.times[i] + 60 <= r.times[j] <= late
-    assert len(st.reopens) == len(_of(r, "reopen")) > 0.1 * len(_of(r, "handoff"))
-    assert len(st.reopens) < 0.4 * len(_of(r, "handoff"))
+    assert len(st.reopens) == len(of_kind(r, "reopen")) > 0.1 * len(of_kind(r, "handoff"))
+    assert len(st.reopens) < 0.4 * len(of_kind(r, "handoff"))
 
 
 def test_a_stays_next_handoff_extends_its_record_until_the_window_drops_a_note():
@@ -279,7 +275,7 @@ def test_a_stays_next_handoff_extends_its_record_until_the_window_drops_a_note()
     for seed in (1, 2):
         r, first = _small(seed), _first(seed)
         by_stay = defaultdict(list)
-        for i in _of(r, "handoff"):
+        for i in of_kind(r, "handoff"):
             by_stay[r.state.handoffs[r.meta[i][1]].stays[r.meta[i][2]]].append(i)
         for s, idx in by_stay.items():
             fixed = len(r.state.stays[s].record.fixed)

@@ -15,15 +15,12 @@ from bench.heldout_pv_desk import CHATS, OFFICE_HOURS
 from bench.heldout_pv_intake import KINDS, generate, pv_intake
 from bench.heldout_pv_world import DAY, END, HOUR
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_full_blocks,
-                                     check_ordered, common, extends, shared_tokens, tokens)
+                                     check_ordered, common, extends, of_kind, shared_tokens,
+                                     tokens)
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
 _small, _first = SMALL.run, SMALL.first
-
-
-def _kind(r, kind):
-    return [i for i, m in enumerate(r.meta) if m[0] == kind]
 
 
 def _chats(r, kind):
@@ -96,8 +93,8 @@ def test_a_guide_update_makes_later_intake_blocks_new():
             continue
         t, k = s.guide_update
         old, new = s.guide.versions[0][1], s.guide.versions[1][1]
-        before = [i for i in _kind(r, "intake") if r.times[i] < t]
-        after = [i for i in _kind(r, "intake") if r.times[i] >= t]
+        before = [i for i in of_kind(r, "intake") if r.times[i] < t]
+        after = [i for i in of_kind(r, "intake") if r.times[i] >= t]
         cut = tokens([s.system["intake"], *old[:k]]) // BLOCK
         assert before and after and old[:k] == new[:k] and new[k] not in old
         for i in after:
@@ -115,7 +112,7 @@ def test_followups_reread_the_original_source(seed):
     r = _small(seed)
     s = r.state
     found = 0
-    for i in _kind(r, "followup"):
+    for i in of_kind(r, "followup"):
         _, c, step, segs = r.meta[i]
         case = s.cases[c]
         assert step == 2 and segs[-2] == s.followups[c] and segs[-3] == case.source
@@ -134,7 +131,7 @@ def test_duplicate_checks_hold_the_products_earlier_cases(seed):
     r = _small(seed)
     s = r.state
     mixed = 0
-    for i in _kind(r, "dupcheck"):
+    for i in of_kind(r, "dupcheck"):
         _, c, step, segs = r.meta[i]
         case, cands = s.cases[c], s.dups[c]
         assert step == 3 and r.times[i] > r.times[case.sent[1]]
@@ -229,7 +226,7 @@ def test_signal_chats_see_the_nightly_dossier():
                 :len(r.meta[i][3]) - 1])
         for p, d in s.dossiers.items():
             assert d.versions[1][1][0] == d.versions[0][1][0] != d.versions[1][1][1]
-            later = [i for i in _kind(r, "signal") if r.times[i] >= d.versions[1][0]]
+            later = [i for i in of_kind(r, "signal") if r.times[i] >= d.versions[1][0]]
             crossed += sum(first[r.trace[i][-1]] == i for i in later)
     assert same >= 10 and crossed >= 5
 

@@ -14,7 +14,7 @@ from bench.heldout_recruit_jobs import BATCH_HOURS, FAIR, MATCH_HOURS, MATCHES
 from bench.heldout_recruit_parts import DAY, END, HOUR, local
 from bench.heldout_recruiting import KINDS, generate, recruiting
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
-                                     common, extends, shared_tokens, tokens)
+                                     common, extends, of_kind, shared_tokens, tokens)
 
 SCALE = 0.2
 
@@ -26,10 +26,6 @@ _small, _first = SMALL.run, SMALL.first
 def _hour(r, t, e):
     """The local hour (0..24) at ``t`` of employer ``e``."""
     return local(t, r.state.employers[e].tz) % 24
-
-
-def _kind(r, kind):
-    return [i for i, m in enumerate(r.meta) if m[0] == kind]
 
 
 def test_deterministic_and_seeded():
@@ -120,7 +116,7 @@ def test_the_job_fair_is_a_burst_screened_on_arrival(seed):
     10..16, each screened the moment it arrives with the screening prompt."""
     r = _small(seed)
     s = r.state
-    fair = _kind(r, "fair")
+    fair = of_kind(r, "fair")
     assert len(fair) >= FAIR[1][0] * SCALE * 0.9 and len(s.fair_reqs) >= FAIR[0][0]
     for i in fair:
         _, q, a, segs = r.meta[i]

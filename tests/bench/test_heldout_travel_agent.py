@@ -15,7 +15,7 @@ from bench.heldout_travel_jobs import (DIGEST_HOUR, DIGEST_WINDOW, GONE, REBOOK_
                                        STORM_START)
 from bench.heldout_travel_parts import (DAY, END, EVENING, FLIGHTS, HOUR, MINUTE, OFFICE,
                                         REGIONS)
-from tests.bench.trace_parts import SmallRuns, check_chains, check_ordered, common, tokens
+from tests.bench.trace_parts import SmallRuns, check_chains, check_ordered, common, of_kind, tokens
 
 SCALE = 0.2
 SEEDS = (1, 2)
@@ -33,10 +33,6 @@ def _local(t, region):
 
 def _tools(r, t):
     return r.state.tools.at(t)
-
-
-def _of(r, kind):
-    return [i for i, m in enumerate(r.meta) if m[0] == kind]
 
 
 def test_deterministic_and_seeded():
@@ -239,7 +235,7 @@ def test_the_storm_walks_the_cancelled_itineraries_in_departure_order(seed):
         assert all(r.bookings[b].depart - 30 * MINUTE >= t for b in got)
         assert nxt is None or all(r.bookings[b].depart - 30 * MINUTE < nxt[0] for b in got)
         assert storm.advisory.at(t) != storm.advisory.at(t - 1)
-    first = _of(r, "rebook")
+    first = of_kind(r, "rebook")
     assert [r.meta[i][1] for i in first] == order
     wave_of = {b: t for t, got in storm.waves for b in got}
     for i in first:
@@ -316,7 +312,7 @@ def test_nightly_itinerary_emails(seed):
                 and lo <= bk.depart < hi and bk.made < t]
         assert got == sorted(want, key=lambda b: r.bookings[b].depart) and got
         order += got
-    sent = _of(r, "digest")
+    sent = of_kind(r, "digest")
     assert [r.meta[i][1] for i in sent] == order
     briefs = {}
     for i in sent:

@@ -104,6 +104,11 @@ def blocks_by_kind(run) -> Counter:
     return out
 
 
+def of_kind(run, kind: str) -> list[int]:
+    """The indices of ``run``'s requests of ``kind`` (``meta[0]``), in order."""
+    return [i for i, m in enumerate(run.meta) if m[0] == kind]
+
+
 def by_kind(run, kind: str, key: Callable[[tuple], object]) -> dict[object, list[int]]:
     """key(meta) -> the indices of ``run``'s requests of ``kind`` (``meta[0]``), in order."""
     out: dict[object, list[int]] = defaultdict(list)
