@@ -31,16 +31,17 @@ CELLS = ("zipf_prefix@1@16000", "uniform@2@16000", "scan_mix@1@16000", "code_edi
          "agent@1@4000", "media_pipeline@1@16000")
 
 
-def by_part(reqs: Trace, policy: EvictionPolicy, cap: int, parts: int) -> list[float]:
-    """``policy``'s hit rate in each of ``parts`` equal runs of ``reqs`` (by request count),
-    one cache carried through all of them."""
+def counts(reqs: Trace, policy: EvictionPolicy, cap: int, parts: int) -> list[tuple[int, int]]:
+    """``policy``'s (hits, blocks) in each of ``parts`` equal runs of ``reqs`` (by request
+    count), one cache carried through all of them."""
     cache = PolicyCache(policy, cap)
     cuts = [len(reqs) * i // parts for i in range(parts + 1)]
-    out = []
-    for a, b in zip(cuts, cuts[1:]):
-        hits, blocks = replay(reqs[a:b], cache)
-        out.append(hits / max(blocks, 1))
-    return out
+    return [replay(reqs[a:b], cache) for a, b in zip(cuts, cuts[1:])]
+
+
+def by_part(reqs: Trace, policy: EvictionPolicy, cap: int, parts: int) -> list[float]:
+    """``policy``'s hit rate in each part (``counts``)."""
+    return [h / max(n, 1) for h, n in counts(reqs, policy, cap, parts)]
 
 
 def arms() -> dict[str, Callable[[int], EvictionPolicy]]:
@@ -52,14 +53,12 @@ def arms() -> dict[str, Callable[[int], EvictionPolicy]]:
 def cell(reqs: Trace, cap: int, parts: int) -> dict:
     """Per arm its rate per part and over the trace (``total``); the best fixed arm by total
     (``best``) and how far the tuned one is behind it per part (``behind``)."""
-    blocks = sum(map(len, reqs))
-    cuts = [len(reqs) * i // parts for i in range(parts + 1)]
-    sizes = [sum(map(len, reqs[a:b])) for a, b in zip(cuts, cuts[1:])]
     rates: dict[str, dict] = {}
     for name, make in arms().items():
-        per = by_part(reqs, make(cap), cap, parts)
-        total = sum(r * n for r, n in zip(per, sizes)) / blocks
-        rates[name] = {"parts": [round(r, 5) for r in per], "total": round(total, 5)}
+        per = counts(reqs, make(cap), cap, parts)
+        total = sum(h for h, _ in per) / max(sum(n for _, n in per), 1)
+        rates[name] = {"parts": [round(h / max(n, 1), 5) for h, n in per],
+                       "total": round(total, 5)}
     best = max((k for k in rates if k.startswith("fixed@")), key=lambda k: rates[k]["total"])
     behind = [round(b - t, 5) for b, t in zip(rates[best]["parts"], rates["tuned"]["parts"])]
     return {"rates": rates, "best": best, "behind": behind}
