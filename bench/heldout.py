@@ -252,6 +252,12 @@ product):
               configs, bisect, weekly-report and dependency-bump walks, a broken-main storm,
               a guide-template change (written blind at a5a8d48, as pv_intake;
               bench/heldout_ci_triage.py)
+    lit_screen  systematic-review screening: dual screening behind each review's criteria,
+              adjudication, living-review updates, amendments, full text, extraction, risk of
+              bias, chats (written blind at 17845c7; bench/heldout_lit_screen.py)
+    home_assist  a smart-home voice assistant fleet: staged prompt rollouts, homes' device
+              states, tool loops, routines, sensor bursts, camera and energy reports, shadow
+              evaluations (written blind at 17845c7, as lit_screen; bench/heldout_home_assist.py)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -300,6 +306,8 @@ from bench.heldout_travel_agent import travel_agent
 from bench.heldout_support import support_desk
 from bench.heldout_telecom_noc import telecom_noc
 from bench.heldout_pv_intake import pv_intake
+from bench.heldout_lit_screen import lit_screen
+from bench.heldout_home_assist import home_assist
 from bench.heldout_tutoring import tutoring
 from bench.heldout_vision import vision_mix
 from bench.common import bench_parser, machine, write_json
@@ -329,7 +337,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "insurance_claims": insurance_claims, "recruiting": recruiting,
           "logistics_dispatch": logistics_dispatch, "permits_office": permits_office,
           "course_grading": course_grading, "telecom_noc": telecom_noc, "bank_kyc": bank_kyc,
-          "pv_intake": pv_intake, "ci_triage": ci_triage}
+          "pv_intake": pv_intake, "ci_triage": ci_triage, "lit_screen": lit_screen,
+          "home_assist": home_assist}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
