@@ -119,6 +119,17 @@ class Counted(AdaptivePolicy):
             self._tuner.start_at(self.HOLD)
             self._set_cfg(self.HOLD)
 
+    @property
+    def log(self) -> list[tuple[int, int, list[int]]]:
+        """Per tuning step: the configuration index the pool ran, its live hits, and each
+        miniature's hits."""
+        return self._tuner.log
+
+    @property
+    def live(self) -> int:
+        """Live hits counted since the last tuning step."""
+        return self._tuner.live
+
     def insert(self, block_id: int, block_hash: bytes, depth: int, now: float) -> None:
         w = self._where
         if not (0 <= block_id < len(w) and w[block_id] == PENDING
@@ -165,7 +176,7 @@ def cell(key: str, faithful: bool = False, hold: int | None = None, n: int = 8,
     reqs, cap = cell_trace(key, scale)
     policy = counted(faithful, hold)(cap)
     hits, blocks = simulate(reqs, policy, cap)
-    log = policy._tuner.log
+    log = policy.log
     switches = [(i + 1, AdmitTuner.GRID[c]) for i, (c, _, _) in enumerate(log)
                 if i and c != log[i - 1][0]]
     gaps = [lv - h[c] for c, lv, h in log]

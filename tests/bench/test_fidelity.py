@@ -32,9 +32,9 @@ def _sampled_hits(reqs, policy, cap):
 def test_live_counts_the_pools_own_sampled_hits():
     policy = counted()(CAP)
     at_lookup, at_release = _sampled_hits(REQS, policy, CAP)
-    log = policy._tuner.log
+    log = policy.log
     assert len(log) > 20 and at_release > 100
-    assert sum(lv for _, lv, _ in log) + policy._tuner.live == at_release
+    assert sum(lv for _, lv, _ in log) + policy.live == at_release
     # the replay pins nothing: a request's deeper blocks can push out its own leading run
     assert at_lookup >= at_release
 
@@ -44,14 +44,14 @@ def test_a_held_pool_runs_its_configuration_and_never_switches():
         policy = counted(hold=i)(CAP)
         held = simulate(REQS, policy, CAP)[0]
         assert held == simulate(REQS, AdaptivePolicy(CAP, cfg=AdmitTuner.GRID[i]), CAP)[0], i
-        assert {c for c, _, _ in policy._tuner.log} == {i}
+        assert {c for c, _, _ in policy.log} == {i}
 
 
 def test_held_at_lru_the_pool_gets_what_the_lru_miniature_counts():
     policy = counted(hold=0)(2000)
     simulate(SHAPES["code_edit"](1, 0.2), policy, 2000)
-    live = sum(lv for _, lv, _ in policy._tuner.log)
-    mini = sum(h[0] for _, _, h in policy._tuner.log)
+    live = sum(lv for _, lv, _ in policy.log)
+    mini = sum(h[0] for _, _, h in policy.log)
     assert abs(live - mini) <= 0.03 * mini
 
 
@@ -75,7 +75,7 @@ def test_chunks_and_gap_add_up():
     r = cell("code_edit@1@300", n=4, scale=0.05)
     policy = counted()(CAP)
     hits, blocks = simulate(REQS, policy, CAP)
-    log = policy._tuner.log
+    log = policy.log
     assert r["rate"] == round(hits / blocks, 5) and len(r["chunks"]) == 4
     assert r["gap"] == sum(lv - h[c] for c, lv, h in log)
     assert sum(c["live"] - c["mini"] for c in r["chunks"]) == r["gap"]
