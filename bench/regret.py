@@ -1,7 +1,8 @@
 """bench/regret.py: when the tuned policy pays its shortfall, part by part of a trace (a
 diagnostic, not a policy).
 
-    python -m bench.regret [--cells zipf_prefix@1@16000 ...] [--parts 4] [--json FILE]
+    python -m bench.regret [--cells zipf_prefix@1@16000 ...] [--parts 4] [--splice]
+                           [--json FILE]
 
 bench.policy_ceiling --policy adaptive sorts the cells the product loses: most are *tuner*
 cells, where one configuration of its tuner's grid held fixed for the whole trace reaches the
@@ -13,7 +14,10 @@ from the first request to the last, and counts each one's hits in each of ``--pa
 runs of requests. ``behind`` is the best fixed configuration's hit rate (best over the whole
 trace) minus the tuned one's, per part: a shortfall paid in the first parts is the price of
 starting as LRU with no evidence yet; one paid throughout is the tuner choosing wrong or
-late. Hit rates are deterministic: one run.
+late. ``--splice`` splits the shortfall another way (``spliced``): what the tuned pool's
+choices would get if each switch moved the pool at once into the state the new
+configuration, held from the start, would have (no transient, docs/benchmarks.md
+"`fidelity`"). Hit rates are deterministic: one run.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from bench.cells import cell_trace
 from bench.common import bench_parser, machine, write_json
 from bench.policy_ceiling import fixed_arms
 from kvpool.core.eviction import AdaptivePolicy, EvictionPolicy, make_policy
-from kvpool.replay.loop import PolicyCache, replay
+from kvpool.core.eviction.admit_tuner import AdmitTuner
+from kvpool.replay.loop import PolicyCache, leading_run, replay
 
 Trace = list[list[int]]
 CELLS = ("zipf_prefix@1@16000", "uniform@2@16000", "scan_mix@1@16000", "code_edit@2@4000",
@@ -64,14 +69,52 @@ def cell(reqs: Trace, cap: int, parts: int) -> dict:
     return {"rates": rates, "best": best, "behind": behind}
 
 
+def per_request(reqs: Trace, policy: EvictionPolicy, cap: int,
+                ran: list | None = None) -> list[int]:
+    """``policy``'s hits per request (the leading run at its lookup, as ``replay`` counts
+    them); with ``ran``, ``policy.cfg`` at each lookup is appended to it."""
+    cache, out = PolicyCache(policy, cap), []
+    for ids in reqs:
+        if ran is not None:
+            ran.append(policy.cfg)
+        out.append(leading_run(ids, cache))
+        n = len(ids)
+        for d in range(n - 1, -1, -1):
+            cache.touch(ids[d], d, n)
+    return out
+
+
+def spliced(reqs: Trace, cap: int) -> dict:
+    """The tuned pool's choices without their transients: each request scored by the pool
+    held at the configuration the tuned pool ran at that request's lookup, held from the
+    first request (``spliced``), beside the tuned pool (``tuned``) and the configuration best
+    held fixed (``best``, ``best_cfg``). ``spliced - tuned`` is what the switches' transients
+    cost; ``best - spliced`` what the choices and their timing cost."""
+    ran: list = []
+    tuned = sum(per_request(reqs, AdaptivePolicy(cap), cap, ran))
+    held = {g: per_request(reqs, AdaptivePolicy(cap, cfg=g), cap) for g in AdmitTuner.GRID}
+    n = max(sum(map(len, reqs)), 1)
+    best = max(held, key=lambda g: sum(held[g]))
+    return {"tuned": round(tuned / n, 5), "best": round(sum(held[best]) / n, 5),
+            "spliced": round(sum(held[g][i] for i, g in enumerate(ran)) / n, 5),
+            "best_cfg": list(best), "ran": sorted({tuple(g) for g in ran})}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = bench_parser("regret", __doc__, timing=False)
     ap.add_argument("--cells", nargs="+", default=list(CELLS))
     ap.add_argument("--parts", type=int, default=4)
+    ap.add_argument("--splice", action="store_true", help="spliced(): the tuned choices "
+                    "without their transients, instead of the parts")
     a = ap.parse_args(argv)
     res: dict = {"machine": machine(), "parts": a.parts, "cells": {}}
     for key in a.cells:
         reqs, cap = cell_trace(key)
+        if a.splice:
+            r = res["cells"][key] = spliced(reqs, cap)
+            print(f"{key}: tuned {r['tuned']:.4f}, spliced {r['spliced']:.4f}, best fixed "
+                  f"{r['best']:.4f} ({r['best_cfg']})", flush=True)
+            continue
         r = res["cells"][key] = cell(reqs, cap, a.parts)
         t, b = r["rates"]["tuned"], r["rates"][r["best"]]
         print(f"{key}: tuned {t['total']:.4f}, best fixed {b['total']:.4f} ({r['best']}), "

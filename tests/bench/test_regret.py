@@ -3,7 +3,7 @@ the tuned policy's lag is measured against the fixed configuration best over the
 
 from bench.heldout import SHAPES
 from bench.cells import cell_trace, parse_cell, trace_of
-from bench.regret import arms, by_part, cell
+from bench.regret import arms, by_part, cell, per_request, spliced
 from kvpool.core.eviction import AdaptivePolicy
 from kvpool.core.eviction.admit_tuner import AdmitTuner
 from kvpool.replay.loop import simulate
@@ -46,3 +46,24 @@ def test_cells_name_their_trace_and_capacity():
     assert parse_cell("conversation@1000")[1:] == ("conversation", 0, 1000)
     assert trace_of("heldout", "drift", 2) == SHAPES["drift"](2, 1.0)
     assert cell_trace("drift@1@300", 0.1) == (SHAPES["drift"](1, 0.1), 300)
+
+
+def test_per_request_counts_what_one_replay_counts_and_records_the_pools_choice():
+    ran = []
+    per = per_request(REQS, AdaptivePolicy(CAP), CAP, ran)
+    assert sum(per) == simulate(REQS, AdaptivePolicy(CAP), CAP)[0]
+    assert len(per) == len(ran) == len(REQS) and set(ran) <= set(AdmitTuner.GRID)
+    assert len(set(ran)) > 1  # the tuned pool switched on this trace
+
+
+def test_spliced_scores_each_request_by_the_configuration_the_pool_ran():
+    r = spliced(REQS, CAP)
+    ran = []
+    per_request(REQS, AdaptivePolicy(CAP), CAP, ran)
+    held = {g: per_request(REQS, AdaptivePolicy(CAP, cfg=g), CAP) for g in set(ran)}
+    n = sum(map(len, REQS))
+    assert r["spliced"] == round(sum(held[g][i] for i, g in enumerate(ran)) / n, 5)
+    assert r["ran"] == sorted(set(ran))
+    assert r["tuned"] == round(simulate(REQS, AdaptivePolicy(CAP), CAP)[0] / n, 5)
+    fixed = [simulate(REQS, AdaptivePolicy(CAP, cfg=g), CAP)[0] / n for g in AdmitTuner.GRID]
+    assert r["best"] == round(max(fixed), 5) and tuple(r["best_cfg"]) in AdmitTuner.GRID
