@@ -29,7 +29,7 @@ from bench.common import bench_parser, machine, write_json
 from bench.policy_ceiling import fixed_arms
 from kvpool.core.eviction import AdaptivePolicy, EvictionPolicy, make_policy
 from kvpool.core.eviction.admit_tuner import AdmitTuner
-from kvpool.replay.loop import PolicyCache, leading_run, replay
+from kvpool.replay.loop import PolicyCache, replay
 
 Trace = list[list[int]]
 CELLS = ("zipf_prefix@1@16000", "uniform@2@16000", "scan_mix@1@16000", "code_edit@2@4000",
@@ -77,10 +77,7 @@ def per_request(reqs: Trace, policy: EvictionPolicy, cap: int,
     for ids in reqs:
         if ran is not None:
             ran.append(policy.cfg)
-        out.append(leading_run(ids, cache))
-        n = len(ids)
-        for d in range(n - 1, -1, -1):
-            cache.touch(ids[d], d, n)
+        out.append(replay((ids,), cache)[0])
     return out
 
 
