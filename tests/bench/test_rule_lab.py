@@ -1,12 +1,14 @@
 """bench.rule_lab: choice rules replayed on step records (bench.step_log) make the choices
 the tuner makes on the trace, and the splice and its ceilings add up."""
 
+import json
 from functools import cache
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.cells import cell_trace
+from bench.heldout import SLACK
 from bench.rule_lab import COLD, ceilings, estimates, main, replay_rule, splice
 from bench.rule_picks import RULES
 from bench.step_log import logged
@@ -107,12 +109,16 @@ def test_ceilings_and_pools_on_any_record(hits, held):
         assert splice(rec, pool, 0.0) <= top["phases"] or len(hits) > 8
 
 
-def test_main_records_cells_and_tallies_rules_against_the_classics(tmp_path):
+def test_main_tallies_records_against_their_classics(tmp_path):
+    rec = dict(zipf_record(), cell="zipf_prefix@1@1000[:1333]")
+    bar = rec["rate"] + 0.001  # a target the product misses by 0.001 (target(): best - SLACK)
+    rec["classics"] = dict.fromkeys(("sieve", "s3fifo", "s3fifo1", "slru", "wtinylfu"), 0.0)
+    rec["classics"].update(lru=rec["rate"] - 0.01, arc=bar + SLACK)
     out = tmp_path / "rec.jsonl"
-    got = main(["--cells", "loop@1@1000", "--out", str(out), "--classics",
-                "--rules", "prod", "dest", "--penalty", "0"])
+    out.write_text(json.dumps(rec) + "\n")
+    got = main(["--records", str(out), "--rules", "prod", "dest", "--penalty", "0", "100"])
     rows = got["penalty"]["0.0"]
     assert got["cells"] == 1 and set(rows) == {"prod", "dest", "fixed", "phases"}
-    assert rows["prod"]["lost"] in (0, 1) and rows["phases"]["sum"] >= rows["fixed"]["sum"]
-    again = main(["--records", str(out), "--rules", "prod", "--penalty", "0"])
-    assert again["penalty"]["0.0"]["prod"] == rows["prod"]
+    assert rows["prod"]["lost"] == 1 and abs(rows["prod"]["shortfall"] - 0.001) < 1e-4
+    assert rows["prod"]["below_lru"] == 0 and rows["phases"]["sum"] >= rows["fixed"]["sum"]
+    assert got["penalty"]["100.0"]["prod"] == rows["prod"]  # the product against itself
