@@ -252,19 +252,20 @@ product):
               configs, bisect, weekly-report and dependency-bump walks, a broken-main storm,
               a guide-template change (written blind at a5a8d48, as pv_intake;
               bench/heldout_ci_triage.py)
-    lit_screen  systematic-review screening: dual screening behind each review's criteria,
-              adjudication, living-review updates, amendments, full text, extraction, risk of
-              bias, chats (written blind at 17845c7; bench/heldout_lit_screen.py)
-    home_assist  a smart-home voice assistant fleet: staged prompt rollouts, homes' device
-              states, tool loops, routines, sensor bursts, camera and energy reports, shadow
-              evaluations (written blind at 17845c7, as lit_screen; bench/heldout_home_assist.py)
+    lit_screen  systematic-review screening: dual screening, adjudication, living-review
+              updates, amendments, extraction, chats (written blind at 17845c7)
+    home_assist  a smart-home voice assistant fleet: prompt rollouts, device states, tool
+              loops, routines, sensor bursts, reports (written blind at 17845c7)
+    news_desk  a newsroom assistant: wire stories in versions, headlines, translations,
+              fact-checks, newsletters, live blogs, breaking bursts (written blind at b937759)
+    patent_search  an IP firm's assistant: claim sets, prior-art reads, claim charts, office
+              actions, amendments, family walks (written blind at b937759)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
-(``bench.policies.CANDIDATES``: ghostwin, doorarc, follow, wintune, arctune, admitlru,
-admitrun, admitbig, the tuner diagnostics, ghostbig, ghostpair),
-Belady's OPT (as bench.policies computes it) and the best classic baseline, then the cells
-where each policy is below LRU and below the best classic minus SLACK. Never pass/fail.
+(``bench.policies.CANDIDATES``), Belady's OPT (as bench.policies computes it) and the best
+classic baseline, then the cells where each policy is below LRU and below the best classic
+minus SLACK. Never pass/fail.
 """
 
 from __future__ import annotations
@@ -294,6 +295,7 @@ from bench.heldout_ide import ide_tree
 from bench.heldout_marketplace import marketplace
 from bench.heldout_media_pipeline import media_pipeline
 from bench.heldout_meeting_assist import meeting_assist
+from bench.heldout_news_desk import news_desk
 from bench.heldout_npc import npc_world
 from bench.heldout_permits_office import permits_office
 from bench.heldout_research import deep_research
@@ -308,6 +310,7 @@ from bench.heldout_telecom_noc import telecom_noc
 from bench.heldout_pv_intake import pv_intake
 from bench.heldout_lit_screen import lit_screen
 from bench.heldout_home_assist import home_assist
+from bench.heldout_patent_search import patent_search
 from bench.heldout_tutoring import tutoring
 from bench.heldout_vision import vision_mix
 from bench.common import bench_parser, machine, write_json
@@ -338,7 +341,7 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "logistics_dispatch": logistics_dispatch, "permits_office": permits_office,
           "course_grading": course_grading, "telecom_noc": telecom_noc, "bank_kyc": bank_kyc,
           "pv_intake": pv_intake, "ci_triage": ci_triage, "lit_screen": lit_screen,
-          "home_assist": home_assist}
+          "home_assist": home_assist, "news_desk": news_desk, "patent_search": patent_search}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:

@@ -101,7 +101,7 @@ def reqs_system(reqs):
     return Counter(r[0] for r in reqs).most_common(1)[0][0]
 
 
-def head(reqs: list[list[int]], blocks: int = 4000) -> list[list[int]]:
+def head(reqs: list[list[int]], blocks: int = 2000) -> list[list[int]]:
     """The first requests of ``reqs`` up to about ``blocks`` blocks (one at least)."""
     out, n = [], 0
     for r in reqs:
@@ -114,7 +114,7 @@ def head(reqs: list[list[int]], blocks: int = 4000) -> list[list[int]]:
 
 @pytest.mark.parametrize("part", range(4))
 def test_main_reports_every_policy_against_lru(part, tmp_path, capsys, monkeypatch):
-    # every shape's first 4000 blocks or so at scale 0.002: some shapes keep fixed-size parts
+    # every shape's first 2000 blocks or so at scale 0.002: some shapes keep fixed-size parts
     # (100K+ blocks at that scale), and every policy and candidate replays each trace here;
     # a quarter of the shapes per test, so the workers share them
     for name, gen in list(SHAPES.items()):
