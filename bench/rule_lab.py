@@ -56,7 +56,9 @@ def offline(rule: type[AdmitTuner]) -> Callable[[int], AdmitTuner]:
 
 def replay_rule(rec: dict, rule: type[AdmitTuner]) -> tuple[list[int], list[int]]:
     """The configuration the pool runs at each step of ``rec`` under ``rule`` (NOTE(cold)'s
-    hold and starts as recorded: a hold does not depend on the rule), and the tuner's."""
+    hold and starts as recorded: a hold does not depend on the rule), and the tuner's. A
+    rule still on the duel when the hold ended moves to LRU only where the product's tuner
+    was on it then too (the record has no start otherwise): an approximation on cold traces."""
     tuner = offline(rule)(rec["cap"])
     starts: dict[int, list[int]] = {}
     for t, c in rec["starts"]:

@@ -27,7 +27,7 @@ from kvpool.core.eviction.tuner import BonusTuner
 
 
 class Summed(AdmitTuner):
-    """Invariant: AdmitTuner's; ``_sum[i][j]`` and ``_sq[i][j]`` are the sums over every step
+    """Invariant: AdmitTuner's; ``_sum[i][j]`` and ``_sumsq[i][j]`` are the sums over every step
     of hits[i] - hits[j] and its square, ``_n`` the steps summed. AdmitTuner with those
     sums, for the rules below."""
 
