@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import cache
 
 from bench.cells import target
 from bench.common import bench_parser, machine, write_json
@@ -44,6 +45,7 @@ class Mark:
         self.cfg, self.share, self.moves, self.hits = cfg, cfg[1], False, 0
 
 
+@cache
 def offline(rule: type[AdmitTuner]) -> Callable[[int], AdmitTuner]:
     """``rule`` with Marks for miniatures, made from a capacity alone."""
     def marks(self, size: int, classes: int) -> list[Mark]:
@@ -80,8 +82,12 @@ def splice(rec: dict, pool: list[int], penalty: float) -> float:
     """Sampled hits of the miniatures of ``pool``'s configurations, less ``penalty`` per
     switch."""
     got = sum(h[c] for c, (_, h, _) in zip(pool, rec["steps"], strict=True))
-    switches = sum(a != b for a, b in zip(pool, pool[1:]))
-    return got - penalty * switches
+    return got - penalty * switches(pool)
+
+
+def switches(pool: list[int]) -> int:
+    """How often ``pool`` changes configuration from one step to the next."""
+    return sum(a != b for a, b in zip(pool, pool[1:]))
 
 
 def ceilings(rec: dict) -> dict[str, float]:
@@ -109,7 +115,7 @@ def estimates(rec: dict, rules: list[str], penalties: list[float]) -> dict[float
         row = {k: rec["rate"] + (got - ran) / accesses for k, got in tops.items()}
         for name in rules:
             row[name] = rec["rate"] + (splice(rec, pools[name], p) - base) / accesses
-            row[f"{name}.switches"] = sum(a != b for a, b in zip(pools[name], pools[name][1:]))
+            row[f"{name}.switches"] = switches(pools[name])
         out[p] = row
     return out
 

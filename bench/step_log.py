@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.baselines import BASELINES
 from bench.cells import cell_trace
-from bench.policies import hits as baseline_hits
-from kvpool.core.eviction import AdaptivePolicy, make_policy
+from bench.cold_start import rates
+from kvpool.core.eviction import AdaptivePolicy
 from kvpool.core.eviction.adaptive import COLD_ON
 from kvpool.core.eviction.admit_tuner import AdmitTuner
 from kvpool.replay.loop import simulate
@@ -63,15 +62,6 @@ class Logged(AdaptivePolicy):
         return {"steps": t.steps_log, "starts": t.starts, "period": t.period}
 
 
-def classics(reqs: list[list[int]], cap: int) -> dict[str, float]:
-    """LRU's and each classic baseline's hit rate (bench.cells.target's inputs)."""
-    blocks = max(sum(map(len, reqs)), 1)
-    rates = {"lru": simulate(reqs, make_policy("lru", cap), cap)[0] / blocks}
-    for name, cls in BASELINES.items():
-        rates[name] = baseline_hits(reqs, cls(cap), cap)[0] / blocks
-    return rates
-
-
 def logged(reqs: list[list[int]], cap: int) -> dict:
     """The product's replay of ``reqs`` at ``cap`` blocks, recorded: its hit rate, its steps
     and starts, the period and the capacity."""
@@ -86,5 +76,5 @@ def record(key: str, scale: float = 1.0, with_classics: bool = False) -> dict:
     reqs, cap = cell_trace(key, scale)
     out = {"cell": key, **logged(reqs, cap)}
     if with_classics:
-        out["classics"] = classics(reqs, cap)
+        out["classics"] = rates(reqs, cap, classics=True, arms=())  # LRU and the classics
     return out
