@@ -266,6 +266,13 @@ def set_send_buffer(transport: asyncio.BaseTransport, size: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
+# NOTE(linger): after answering a request whose body it did not read whole (a 408 for a body
+# trickled past --body-timeout, a 413), aiohttp reads and drops what still comes for this
+# long, then closes. Its default, 10 s, let a client trickling bodies hold each connection
+# 10 s past its 408; 2 s still lets a client at line rate finish sending and read the answer.
+LINGER = 2.0
+
+
 async def start_listener(runner: web.AppRunner, host: str, port: int, *,
                          limiter: ConnectionLimiter,
                          header_timeout: float = DEFAULT_HEADER_TIMEOUT,
@@ -288,7 +295,8 @@ async def start_listener(runner: web.AppRunner, host: str, port: int, *,
     if server is None:
         raise RuntimeError("call runner.setup() before start_listener")
     loop = asyncio.get_running_loop()
-    kwargs: dict[str, Any] = {"loop": loop, "keepalive_timeout": keep_alive_timeout}
+    kwargs: dict[str, Any] = {"loop": loop, "keepalive_timeout": keep_alive_timeout,
+                              "lingering_time": LINGER}
     if access_log is None:
         kwargs["access_log"] = None
     else:

@@ -337,7 +337,7 @@ class ParsePool:
         head; a body trickled a byte at a time would hold its handler and connection for
         ever, so the whole body must arrive within ``body_timeout`` or the client gets 408
         (what was read is dropped; nothing else is touched). aiohttp then reads what still
-        comes for at most its lingering time (10 s) and closes the connection.
+        comes for at most its lingering time (NOTE(linger) in connections.py) and closes.
         NOTE(read-cancel): ``asyncio.timeout``, not ``wait_for``: on Python 3.11 wait_for
         returns the body when its task is cancelled in the step the read finished (CPython
         gh-86296), where aiohttp's cancel for a client that sent its body and closed lands:
