@@ -18,8 +18,9 @@ the final assistant message opens the content (a stream's echo chunks, after the
 Several prompts (completions): prompt i's sequence j is choice ``i * n + j`` (OpenAI's order);
 usage sums over the prompts. ``best_of`` > n: each prompt's ``best_of`` sequences run and the
 n of highest cumulative logprob are its choices (vLLM v0's rule), usage counting those. A
-choice's ``stop_reason`` (vLLM's) is the stop string or stop token id that ended it, else null;
-logprobs per logprob_format.py.
+choice's ``stop_reason`` (vLLM's) is the stop string or stop token id that ended it, or
+``"repetition_detected"`` with finish_reason ``"repetition"``, else null; logprobs per
+logprob_format.py.
 
 NOTE(echo-chunk): a streamed completions ``echo`` has no chunk of its own, as in vLLM 0.33's
 generator: each choice's first chunk carries the prompt's text (none with
@@ -45,7 +46,8 @@ from kvpool.server.vllm_keys import (BODY_NULLS, CHOICE_NULLS, choice_chunk, chu
 
 __all__ = ["ResponseBuilder"]
 
-OPENAI_FINISH = ("stop", "length")  # what a successful choice may report
+# what a successful choice may report ("repetition": vLLM's repetition_detection stopped it)
+OPENAI_FINISH = ("stop", "length", "repetition")
 
 
 class ResponseBuilder:
@@ -268,7 +270,7 @@ class ResponseBuilder:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.req.model}
 
     def _stop_reason(self, i: int, finish: str | None) -> str | int | None:
-        return self.stop_reason[i] if finish == "stop" else None
+        return self.stop_reason[i] if finish in ("stop", "repetition") else None
 
     def _chunk(self, index: int, text: str, finish: str | None, logprobs: Any = None,
                delta: dict[str, Any] | None = None, ids: tuple[int, ...] = ()

@@ -6,9 +6,10 @@ OpenAI's shapes, compiled by kvpool/runtime/model/grammar.py; vLLM's guided_* sp
 guided_fields.py). vLLM's ``allowed_token_ids``, ``bad_words`` (each word tokenized as vLLM
 does: alone and after a space), ``include_stop_str_in_output``, ``skip_special_tokens`` and
 ``spaces_between_special_tokens`` (checked; ``tokenizers`` decoders never put spaces between
-special tokens, so vLLM's fast detokenizer and this one read the same either way). JSON types and token ids are
-checked here (the tokenizer's vocabulary is known here); value ranges by :class:`SamplingParams`
-itself, so both paths answer 400 naming the field.
+special tokens, so vLLM's fast detokenizer and this one read the same either way), and
+``repetition_detection`` (an early stop on a loop: kvpool/runtime/model/repetition.py). JSON
+types and token ids are checked here (the tokenizer's vocabulary is known here); value ranges
+by :class:`SamplingParams` itself, so both paths answer 400 naming the field.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
+from kvpool.runtime.model.repetition import RepeatStop
 from kvpool.server.guided_fields import GUIDED_FIELDS, format_over_guided, parse_guided
 from kvpool.server.json_body import bool_field, json_float, json_int
 from kvpool.server.structural_tag import parse_structural_tag
@@ -33,7 +35,8 @@ MAX_BAD_WORD_TOKENS = 64
 _NUMBERS = ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
 _FLAGS = ("include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens")
 SAMPLING_FIELDS = frozenset(_NUMBERS + _FLAGS + ("min_tokens", "logit_bias", "response_format",
-                                                 "allowed_token_ids", "bad_words")) \
+                                                 "allowed_token_ids", "bad_words",
+                                                 "repetition_detection")) \
     | GUIDED_FIELDS
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
 _FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
@@ -129,7 +132,26 @@ def _vllm_controls(body: dict[str, Any], vocab_size: int, tokenizer: Any) -> dic
     words = body.get("bad_words")
     if words is not None:
         out["bad_words_ids"] = _bad_words(words, tokenizer)
+    rep = body.get("repetition_detection")
+    if rep is not None:
+        out["repetition_detection"] = _repetition(rep)
     return out
+
+
+def _repetition(value: Any) -> RepeatStop:
+    """vLLM's RepetitionDetectionParams: an object of three integers, each read as pydantic
+    reads an int (NOTE(lax-int)), a missing one 0; other keys are ignored, as pydantic ignores
+    them. The ranges: RepeatStop (a 400 naming repetition_detection)."""
+    p = "repetition_detection"
+    if not isinstance(value, dict):
+        raise _bad(p, "must be an object with max_pattern_size, min_pattern_size and min_count")
+    fields: dict[str, int] = {}
+    for name in ("max_pattern_size", "min_pattern_size", "min_count"):
+        v = json_int(value.get(name, 0))
+        if v is None:
+            raise _bad(p, f"{name} must be an integer, got {json.dumps(value[name])[:40]}")
+        fields[name] = v
+    return RepeatStop(**fields)
 
 
 def _bad_words(words: Any, tokenizer: Any) -> tuple[tuple[int, ...], ...]:

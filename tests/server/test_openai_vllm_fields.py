@@ -308,3 +308,33 @@ async def test_best_of_returns_the_n_most_likely(srv):
     assert best.usage.completion_tokens == sum(
         len(ch.logprobs.tokens) for ch in every.choices if ch.text in want)
     # streamed, best_of runs n (NOTE(best-of)): test_vllm_request_parity.py
+
+
+async def test_repetition_detection_ends_a_loop_early(srv):
+    """vLLM's early stop (kvpool/runtime/model/repetition.py): a token forced by logit_bias
+    loops; with repetition_detection the choice ends at its third copy, finish_reason
+    "repetition" and stop_reason "repetition_detected", streamed or not, chat or not."""
+    m, loop = srv.engine.model_name, srv.engine.tokenizer.encode("x", add_special_tokens=False)
+    kw = dict(model=m, max_tokens=12, temperature=0, logit_bias={str(loop[0]): 100})
+    rep = {"repetition_detection": {"max_pattern_size": "2", "min_count": 3}}  # NOTE(lax-int)
+    async with client(srv) as c:
+        raw = await c.completions.with_raw_response.create(prompt="hi", extra_body=rep, **kw)
+        assert "X-Kvpool-Ignored-Fields" not in raw.headers  # acted on, not ignored
+        r = raw.parse()
+        assert (r.choices[0].text, r.choices[0].finish_reason) == ("xxx", "repetition")
+        assert r.choices[0].model_extra["stop_reason"] == "repetition_detected"
+        assert r.usage.completion_tokens == 3
+        plain = await c.completions.create(prompt="hi", **kw)
+        assert (plain.choices[0].text, plain.choices[0].finish_reason) == ("x" * 12, "length")
+        later = await c.completions.create(prompt="hi", extra_body={**rep, "min_tokens": 5},
+                                           **kw)
+        assert later.choices[0].text == "xxxxx"
+        chunks = [ch async for ch in await c.chat.completions.create(
+            messages=CHAT, stream=True, extra_body=rep, **kw)]
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) \
+            == "xxx"
+        assert chunks[-1].choices[0].finish_reason == "repetition"
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.completions.create(prompt="hi", extra_body={"repetition_detection": {
+                "max_pattern_size": 2, "min_count": 1}}, **kw)
+        assert info.value.body["param"] == "repetition_detection"

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 
 from kvpool.runtime.model import (IncrementalDetokenizer, SamplingParams, SeqHistory,
                                   TokenLogprob, Tokenizer)
+from kvpool.runtime.model.repetition import RepeatStop, tail_repeats
 from kvpool.sched import FinishedRequest, SeqStatus
 from kvpool.sched.sequence import StopLimits
 
-FINISH_REASONS = ("stop", "length", "abort", "error")
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+REPEATED = "repetition_detected"  # the stop_reason of a "repetition" finish (vLLM's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,8 @@ class RequestState:
     # the eos or stop_token_ids token stays in token_ids, its text only with
     # include_stop_str_in_output); empty when that flag is set
     silent: frozenset[int] = frozenset()
+    stop_ids: frozenset[int] = frozenset()  # the eos and stop_token_ids in effect
+    repeat: RepeatStop | None = None  # repetition_detection when on (NOTE(repeat))
     # prompt_logprobs: one slot per prompt position, filled chunk by chunk (a recomputed
     # prefill never overwrites a filled slot); None once sent or when not asked for
     prompt_lps: list[TokenLogprob | None] | None = None
@@ -149,10 +153,12 @@ class OutputProcessor:
         skip = params.skip_special_tokens
         seqs = {s: SeqState(i, tok.detokenizer(skip)) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
-        silent = frozenset() if params.include_stop_str_in_output \
-            else StopLimits.stop_tokens(params, tok.eos_token_id)[0]
+        stop_ids = StopLimits.stop_tokens(params, tok.eos_token_id)[0]
+        silent = frozenset() if params.include_stop_str_in_output else stop_ids
+        rep = params.repetition_detection
         self.requests[request_id] = RequestState(
             request_id, params, prompt_ids, arrival, seqs, hold=hold, silent=silent,
+            stop_ids=stop_ids, repeat=rep if rep is not None and rep.on else None,
             prompt_lps=None if params.prompt_logprobs is None else [None] * len(prompt_ids))
 
     def add_prompt_logprobs(self, request_id: str, start: int,
@@ -215,6 +221,8 @@ class OutputProcessor:
             if token not in r.silent:  # NOTE(stop-token-text)
                 s.text += s.detok.push(token)
             hit = self._match_stop(r, s)
+            if hit is None and r.repeat is not None and self._repeats(r, s, token):
+                hit = REPEATED
             if hit is not None:
                 stops[seq_id] = hit
             out = self._release(r, s, final=hit is not None)
@@ -235,6 +243,19 @@ class OutputProcessor:
         s.text = s.text[: best[0] + (len(best[1]) if r.params.include_stop_str_in_output else 0)]
         s.finish_reason, s.stop_reason = "stop", best[1]
         return best[1]
+
+    @staticmethod
+    def _repeats(r: RequestState, s: SeqState, token: int) -> bool:
+        """NOTE(repeat): vLLM's repetition_detection (repetition.py), checked last, as its
+        check_stop does: not before min_tokens, and never where the token ends the sequence
+        anyway (an eos or stop token: "stop"; max_tokens reached: "length")."""
+        p = r.params
+        if (s.num_generated < p.min_tokens or token in r.stop_ids
+                or (p.max_tokens is not None and s.num_generated >= p.max_tokens)
+                or r.repeat is None or not tail_repeats(s.output_ids, r.repeat)):
+            return False
+        s.finish_reason, s.stop_reason = "repetition", REPEATED
+        return True
 
     def _release(self, r: RequestState, s: SeqState, final: bool) -> CompletionOutput | None:
         """Emit what can be shown: all text when final, else all but the hold-back tail."""
@@ -268,8 +289,8 @@ class OutputProcessor:
                 if so is not None and so.finish_reason and so.finish_reason.startswith(
                         "stop_token"):
                     s.stop_reason = int(so.finish_reason.split()[-1])
-            if not isinstance(s.stop_reason, str):  # text after a stop string stays cut
-                s.text += s.detok.finish()
+            if s.finish_reason != "stop" or not isinstance(s.stop_reason, str):
+                s.text += s.detok.finish()  # (text after a stop string stays cut)
             out = self._release(r, s, final=True)
             outs.append(out)
         m = self.metrics

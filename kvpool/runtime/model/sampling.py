@@ -23,6 +23,7 @@ from kvpool.errors import RequestError, shown
 
 from .grammar import GrammarSpec, TokenMask, apply_token_mask
 from .penalties import SeqHistory, apply_logit_adjustments, apply_min_p
+from .repetition import RepeatStop
 
 __all__ = ["Sampler", "SamplingParams", "SamplingParamsError", "SeqHistory", "make_generator"]
 
@@ -95,6 +96,7 @@ class SamplingParams:
     bad_words_ids: tuple[tuple[int, ...], ...] = ()  # token sequences never completed
     include_stop_str_in_output: bool = False  # keep the matched stop string in the text
     skip_special_tokens: bool = True  # special tokens (</s>...) left out of the text
+    repetition_detection: RepeatStop | None = None  # an early stop on a loop (repetition.py)
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
@@ -177,6 +179,10 @@ class SamplingParams:
         if not all(w and all(_is_int(t) and t >= 0 for t in w) for w in words):
             raise SamplingParamsError("bad_words", "must be non-empty token id sequences")
         object.__setattr__(self, "bad_words_ids", words)
+        rep = self.repetition_detection
+        if rep is not None and not isinstance(rep, RepeatStop):
+            raise SamplingParamsError("repetition_detection", "must be a RepeatStop "
+                                                              "(repetition.py) or None")
 
     @property
     def adjusts_logits(self) -> bool:
