@@ -1,7 +1,8 @@
 """Sampling defaults from a model's ``generation_config.json``, as vLLM applies them.
 
 ``--generation-config auto`` (the default, vLLM's): the model directory's file; ``vllm``: none
-(OpenAI's defaults: temperature 1, top_p 1, ...); ``DIR``: that directory's file. What a
+(OpenAI's defaults: temperature 1, top_p 1, ...); ``DIR``: that directory's file (a
+directory without one gives no defaults, as vLLM's, with one WARNING line). What a
 request sends always wins; a field the request leaves out (or sends as ``null``) takes the
 file's value. The fields vLLM reads (ModelConfig.get_diff_sampling_param): ``temperature``,
 ``top_p``, ``top_k``, ``min_p``, ``repetition_penalty``, ``presence_penalty``,
@@ -98,9 +99,13 @@ def _read_file(setting: str | None, model_dir: str | None) -> tuple[Path | None,
         return None, {}
     path = Path(where) / _FILE
     if not path.is_file():
-        if setting != "auto":
-            raise ConfigError(f"--generation-config {setting}: no {_FILE} there (use auto, "
-                              f"{GENERATION_CONFIG_OFF}, or a directory holding one)")
+        if setting != "auto" and not Path(where).is_dir():
+            raise ConfigError(f"--generation-config {setting}: no such directory (use auto, "
+                              f"{GENERATION_CONFIG_OFF}, or a directory holding {_FILE})")
+        if setting != "auto":  # vLLM starts with no defaults from it too
+            log.warning("--generation-config %s: no %s there, so no sampling defaults come "
+                        "from it; pass --generation-config %s to say so", setting, _FILE,
+                        GENERATION_CONFIG_OFF)
         return None, {}
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))

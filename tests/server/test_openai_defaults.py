@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 import aiohttp
 import openai
@@ -78,15 +79,19 @@ async def test_a_named_generation_config_caps_max_tokens(make_server, gen_dir):
         assert parser.parse_completion({"prompt": "hi"}).params.max_tokens == 5
 
 
-def test_generation_config_settings(gen_dir, tmp_path_factory):
+def test_generation_config_settings(gen_dir, tmp_path_factory, caplog):
     assert load_generation_defaults("auto", gen_dir) == {"temperature": 0.0, "top_p": 0.5,
                                                          "max_tokens": 5}
     assert load_generation_defaults("vllm", gen_dir) == {}
     assert load_generation_defaults("auto", None) == {}  # the built-in model: no directory
     empty = str(tmp_path_factory.mktemp("empty"))
     assert load_generation_defaults("auto", empty) == {}
-    with pytest.raises(ConfigError, match="--generation-config"):
-        load_generation_defaults(empty, None)  # a DIR that was named must hold the file
+    with caplog.at_level(logging.WARNING, "kvpool.server"):
+        # a DIR without the file: no defaults, as vLLM starts, said once with the fix
+        assert load_generation_defaults(empty, None) == {}
+    assert [r.getMessage().count("--generation-config vllm") for r in caplog.records] == [1]
+    with pytest.raises(ConfigError, match="no such directory"):
+        load_generation_defaults(empty + "-typo", None)
     (tmp_path_factory.mktemp("bad") / "generation_config.json").write_text("[1")
     with pytest.raises(ConfigError, match="not readable JSON"):
         load_generation_defaults("auto", str(tmp_path_factory.getbasetemp() / "bad0"))
