@@ -7,7 +7,9 @@ guided_fields.py). vLLM's ``allowed_token_ids``, ``bad_words`` (each word tokeni
 does: alone and after a space), ``include_stop_str_in_output``, ``skip_special_tokens`` and
 ``spaces_between_special_tokens`` (checked; ``tokenizers`` decoders never put spaces between
 special tokens, so vLLM's fast detokenizer and this one read the same either way), and
-``repetition_detection`` (an early stop on a loop: kvpool/runtime/model/repetition.py). JSON
+``repetition_detection`` (an early stop on a loop: kvpool/runtime/model/repetition.py) and
+``stream_interval`` (new tokens per streamed chunk, at least: output_processor.py
+NOTE(interval)). JSON
 types and token ids are checked here (the tokenizer's vocabulary is known here); value ranges
 by :class:`SamplingParams` itself, so both paths answer 400 naming the field.
 """
@@ -36,7 +38,7 @@ _NUMBERS = ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_
 _FLAGS = ("include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens")
 SAMPLING_FIELDS = frozenset(_NUMBERS + _FLAGS + ("min_tokens", "logit_bias", "response_format",
                                                  "allowed_token_ids", "bad_words",
-                                                 "repetition_detection")) \
+                                                 "repetition_detection", "stream_interval")) \
     | GUIDED_FIELDS
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
 _FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
@@ -135,6 +137,11 @@ def _vllm_controls(body: dict[str, Any], vocab_size: int, tokenizer: Any) -> dic
     rep = body.get("repetition_detection")
     if rep is not None:
         out["repetition_detection"] = _repetition(rep)
+    every = body.get("stream_interval")
+    if every is not None:  # NOTE(lax-int); the range (>= 1): SamplingParams
+        if json_int(every) is None:
+            raise _bad("stream_interval", f"must be an integer, got {json.dumps(every)[:40]}")
+        out["stream_interval"] = json_int(every)
     return out
 
 

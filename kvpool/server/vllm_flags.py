@@ -175,6 +175,10 @@ def _add_honored(group: Any) -> None:
                        help="the order waiting requests are served in: fcfs (arrival, the "
                        "default) or priority (the request's priority field, smaller first; a "
                        "waiting request preempts lower-priority running ones)")
+    group.add_argument("--stream-interval", dest="stream_interval", type=int, metavar="N",
+                       default=argparse.SUPPRESS,
+                       help="a stream's chunks carry at least N new tokens each (the first "
+                       "and the last aside); a request's stream_interval may raise it")
     for dest, why in ALWAYS.items():
         group.add_argument("--" + dest.replace("_", "-"), action=VllmSwitch, default=None,
                            help=f"honored always: {why} (off: one info line, no effect)")

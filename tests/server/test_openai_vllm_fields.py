@@ -338,3 +338,22 @@ async def test_repetition_detection_ends_a_loop_early(srv):
             await c.completions.create(prompt="hi", extra_body={"repetition_detection": {
                 "max_pattern_size": 2, "min_count": 1}}, **kw)
         assert info.value.body["param"] == "repetition_detection"
+
+
+async def test_stream_interval_batches_the_chunks(make_server):
+    """vLLM's stream_interval (output_processor.py NOTE(interval)): the first token at once,
+    then chunks of the interval; the server's --stream-interval is a floor a request raises."""
+    async with make_server(stream_interval=2) as srv:
+        m, x = srv.engine.model_name, srv.engine.tokenizer.encode("x", add_special_tokens=False)
+        kw = dict(model=m, prompt="hi", max_tokens=10, temperature=0, stream=True,
+                  logit_bias={str(x[0]): 100})
+        async with client(srv) as c:
+            async def sizes(**extra) -> list[int]:
+                chunks = [ch async for ch in await c.completions.create(extra_body=extra, **kw)]
+                return [len(ch.choices[0].text) for ch in chunks if ch.choices]
+            assert await sizes(stream_interval=3) == [1, 3, 3, 3]
+            assert await sizes() == [1, 2, 2, 2, 2, 1]  # the server's 2
+            assert await sizes(stream_interval="1") == [1, 2, 2, 2, 2, 1]  # raised, not lowered
+            with pytest.raises(openai.BadRequestError) as info:
+                await c.completions.create(extra_body={"stream_interval": 0}, **kw)
+            assert info.value.body["param"] == "stream_interval"

@@ -53,6 +53,8 @@ def test_honored_flags_land_in_the_config_and_log_nothing(caplog):
     assert vllm_flags.apply_vllm_flags(same) == []
     assert serve.config_from_args(parse("--num-device-blocks", "5")).num_device_blocks == 5
     assert serve.config_from_args(parse()).scheduling_policy == "fcfs"  # vLLM's default
+    assert serve.config_from_args(parse()).stream_interval == 1  # vLLM's default
+    assert serve.config_from_args(parse("--stream-interval", "4")).stream_interval == 4
     assert serve.config_from_args(
         parse("--scheduling-policy", "priority")).scheduling_policy == "priority"
     assert parse("--no-enable-lora").enable_lora is False  # vLLM's default: accepted

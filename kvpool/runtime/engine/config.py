@@ -47,13 +47,16 @@ class EngineConfig:
     # --max-logprobs: k of logprobs / top_logprobs, at most (vLLM's); -1: no cap, the
     # vocabulary's size (server/logprob_fields.py NOTE(whole-vocab))
     max_logprobs: int = 20
+    # vLLM's --stream-interval: a stream's updates carry at least this many new tokens each
+    # (its first and last aside); a request's stream_interval may raise it (NOTE(interval))
+    stream_interval: int = 1
     # --num-threads: torch intra-op threads, set by the `kvpool serve` entry point (process-wide
     # state, never by library classes); None: leave the process setting as it is
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_queue",
-                     "max_n", "max_tokens_limit", "max_stop"):
+                     "max_n", "max_tokens_limit", "max_stop", "stream_interval"):
             v = getattr(self, name)
             if v is None and name == "max_tokens_limit":
                 continue

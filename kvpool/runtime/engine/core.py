@@ -119,7 +119,7 @@ class EngineCore:
                                       self.manager)  # validate(): sched/admission_gate.py
 
     def _build_sampling(self, config: EngineConfig, metrics) -> None:
-        self.outputs = OutputProcessor(self.tokenizer, metrics)
+        self.outputs = OutputProcessor(self.tokenizer, metrics, config.stream_interval)
         # response_format: one matcher per constrained sequence; its mask goes to the sampler
         self.grammars = GrammarMatchers(self.tokenizer, self.model.config.vocab_size,
                                         before_mask=self.faults.before_mask)

@@ -111,6 +111,7 @@ class SeqState:
     output_ids: list[int] = field(default_factory=list)  # every accepted token (penalties)
     num_generated: int = 0  # tokens accepted so far
     last_token_time: float | None = None  # for the inter-token latency
+    sent: bool = False  # an update with its tokens went out (NOTE(interval))
     finish_reason: str | None = None  # set once finished
     stop_reason: str | int | None = None  # matched stop string / token
 
@@ -133,6 +134,7 @@ class RequestState:
     silent: frozenset[int] = frozenset()
     stop_ids: frozenset[int] = frozenset()  # the eos and stop_token_ids in effect
     repeat: RepeatStop | None = None  # repetition_detection when on (NOTE(repeat))
+    interval: int = 1  # new tokens per update, at least (NOTE(interval))
     # prompt_logprobs: one slot per prompt position, filled chunk by chunk (a recomputed
     # prefill never overwrites a filled slot); None once sent or when not asked for
     prompt_lps: list[TokenLogprob | None] | None = None
@@ -141,8 +143,9 @@ class RequestState:
 class OutputProcessor:
     """Per-request detokenization and finish bookkeeping (single-threaded: the step thread)."""
 
-    def __init__(self, tokenizer: Tokenizer, metrics=None) -> None:
+    def __init__(self, tokenizer: Tokenizer, metrics=None, stream_interval: int = 1) -> None:
         self.tokenizer = tokenizer
+        self.stream_interval = stream_interval  # the engine's --stream-interval
         self.metrics = metrics  # KVPoolMetrics or None
         self.requests: dict[str, RequestState] = {}
         self.generation_tokens = 0
@@ -159,6 +162,7 @@ class OutputProcessor:
         self.requests[request_id] = RequestState(
             request_id, params, prompt_ids, arrival, seqs, hold=hold, silent=silent,
             stop_ids=stop_ids, repeat=rep if rep is not None and rep.on else None,
+            interval=max(self.stream_interval, params.stream_interval),
             prompt_lps=None if params.prompt_logprobs is None else [None] * len(prompt_ids))
 
     def add_prompt_logprobs(self, request_id: str, start: int,
@@ -258,7 +262,12 @@ class OutputProcessor:
         return True
 
     def _release(self, r: RequestState, s: SeqState, final: bool) -> CompletionOutput | None:
-        """Emit what can be shown: all text when final, else all but the hold-back tail."""
+        """Emit what can be shown: all text when final, else all but the hold-back tail.
+        NOTE(interval): vLLM's stream_interval: after a sequence's first update, the next goes
+        out once ``r.interval`` new tokens wait (or at the end); its text, ids and logprobs
+        wait with them."""
+        if not final and s.sent and len(s.pending_ids) < r.interval:
+            return None
         if final or r.hold <= 0:
             text, s.text = s.text, ""
         else:
@@ -268,6 +277,7 @@ class OutputProcessor:
         lps, s.pending_logprobs = s.pending_logprobs, []
         if not ids and not text and not final:
             return None
+        s.sent = s.sent or bool(ids)
         return CompletionOutput(s.index, tuple(ids), text, s.num_generated, s.finish_reason,
                                 s.stop_reason,
                                 tuple(lps) if r.params.logprobs is not None else None)

@@ -97,6 +97,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False  # keep the matched stop string in the text
     skip_special_tokens: bool = True  # special tokens (</s>...) left out of the text
     repetition_detection: RepeatStop | None = None  # an early stop on a loop (repetition.py)
+    stream_interval: int = 1  # new tokens per streamed update, at least (NOTE(interval))
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
@@ -179,6 +180,9 @@ class SamplingParams:
         if not all(w and all(_is_int(t) and t >= 0 for t in w) for w in words):
             raise SamplingParamsError("bad_words", "must be non-empty token id sequences")
         object.__setattr__(self, "bad_words_ids", words)
+        if not _is_int(self.stream_interval) or self.stream_interval < 1:
+            raise SamplingParamsError("stream_interval", f"must be an integer >= 1, got "
+                                                         f"{shown(self.stream_interval)}")
         rep = self.repetition_detection
         if rep is not None and not isinstance(rep, RepeatStop):
             raise SamplingParamsError("repetition_detection", "must be a RepeatStop "
