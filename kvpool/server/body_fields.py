@@ -141,7 +141,8 @@ _UNSUPPORTED_WHY = {"prompt_embeds": "You must set `--enable-prompt-embeds` to i
 UNSUPPORTED_CHAT = {"functions": ([],), "use_beam_search": (False,)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
-           "stop_token_ids", "logprobs", "prompt_logprobs"} | SAMPLING_FIELDS
+           "stop_token_ids", "logprobs", "prompt_logprobs", "logprob_token_ids"} \
+    | SAMPLING_FIELDS
 KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of", "echo"} | COMPLETION_EXTRAS
                              | set(UNSUPPORTED_COMPLETION))
 KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tools", "tool_choice",

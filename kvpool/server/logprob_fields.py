@@ -20,6 +20,10 @@ NOTE(chat-echo): vLLM 0.33's chat asks its engine for prompt logprobs whenever `
 and ``prompt_logprobs`` is not given (``top_logprobs`` of them, 0 by default), and its body
 shows them as ``prompt_logprobs``: so does kvpool's (not in a stream, which shows none).
 
+vLLM's ``logprob_token_ids`` (at most 128 ids of the vocabulary; with completions'
+``logprobs`` set, or chat's ``logprobs`` true): each generated position's ``top_logprobs``
+holds the chosen token and then these, each once, instead of the top k (vLLM's order).
+
 NOTE(raw-logprobs): values are of the raw model distribution (vLLM's default), whatever
 temperature, penalties or logit_bias the request samples with: runtime/model/logprobs.py.
 """
@@ -40,7 +44,9 @@ __all__ = ["DEFAULT_MAX_LOGPROBS", "LOGPROB_FIELDS", "NO_LOGPROBS", "LogprobRequ
 
 DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (and OpenAI's top_logprobs bound)
 # every field parse_logprob_fields reads: a body with none of them asks for NO_LOGPROBS
-LOGPROB_FIELDS = frozenset({"logprobs", "top_logprobs", "echo", "prompt_logprobs"})
+LOGPROB_FIELDS = frozenset({"logprobs", "top_logprobs", "echo", "prompt_logprobs",
+                            "logprob_token_ids"})
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's bound (SamplingParams.logprob_token_ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,9 @@ class LogprobRequest:
     logprobs: int | None = None  # top-k per generated token; None = no logprobs at all
     echo: bool = False  # completions: the prompt in front of the text
     prompt_logprobs: int | None = None  # vLLM's field as sent (the response shows the list)
+    # vLLM's logprob_token_ids: these tokens' logprobs, after the chosen one's, instead of the
+    # top k at each generated position (runtime/model/logprobs.py NOTE(picks))
+    token_ids: tuple[int, ...] = ()
 
     @property
     def engine_prompt_logprobs(self) -> int | None:
@@ -90,14 +99,42 @@ def parse_logprob_fields(body: dict[str, Any], *, chat: bool, max_logprobs: int,
     if prompt_k and stream:  # 0 is taken: a stream shows no prompt logprobs (vLLM's rule)
         raise _bad("prompt_logprobs", "is not supported with stream")
     prompt_k = None if stream else prompt_k
+    picks = _picks(body, vocab_size)
     if not chat:
         echo = bool_field(body, "echo", False)  # NOTE(lax-bool): "yes", 1 too
-        return LogprobRequest(_count(body, "logprobs", max_logprobs, vocab_size), echo,
-                              prompt_k)
+        k = _count(body, "logprobs", max_logprobs, vocab_size)
+        if picks and k is None:  # vLLM's rules
+            raise _bad("logprob_token_ids", "when using logprob_token_ids, logprobs must be set")
+        if picks and echo and body.get("max_tokens") == 0:
+            raise _bad("logprob_token_ids", "is not supported when echo is true and max_tokens "
+                       "is 0: no output tokens are generated")
+        return LogprobRequest(k, echo, prompt_k, picks)
     want = bool_field(body, "logprobs", False)
     top = _count(body, "top_logprobs", max_logprobs, vocab_size)
     if top and not want:  # NOTE(whole-vocab): 0 asks for nothing
         raise _bad("top_logprobs", "requires logprobs to be true")
+    if picks and not want:
+        raise _bad("logprob_token_ids", "when using logprob_token_ids, logprobs must be set "
+                   "to true")
     if prompt_k is None and not stream and bool_field(body, "echo", False):  # NOTE(chat-echo)
         prompt_k = top or 0
-    return LogprobRequest((top or 0) if want else None, False, prompt_k)
+    return LogprobRequest((top or 0) if want else None, False, prompt_k, picks)
+
+
+def _picks(body: dict[str, Any], vocab_size: int) -> tuple[int, ...]:
+    """vLLM's logprob_token_ids: null or [] is none; else at most MAX_LOGPROB_TOKEN_IDS token
+    ids of the vocabulary, each read as pydantic reads an int (NOTE(lax-int))."""
+    raw = body.get("logprob_token_ids")
+    if raw is None or raw == []:
+        return ()
+    ids = [json_int(t) for t in raw] if isinstance(raw, list) else None
+    if ids is None or None in ids:
+        raise _bad("logprob_token_ids", "must be a list of token ids")
+    if len(ids) > MAX_LOGPROB_TOKEN_IDS:
+        raise _bad("logprob_token_ids", f"{len(ids)} token ids, more than the "
+                   f"{MAX_LOGPROB_TOKEN_IDS} allowed")
+    outside = [t for t in ids if not 0 <= t < vocab_size]
+    if outside:
+        raise _bad("logprob_token_ids", f"token id(s) {outside[:8]} are outside the vocabulary "
+                   f"[0, {vocab_size})", "invalid_token_id")
+    return tuple(ids)

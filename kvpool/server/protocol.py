@@ -252,7 +252,7 @@ class RequestParser:
             stop_token_ids=token_ids(body.get("stop_token_ids"), "stop_token_ids",
                                      self.vocab_size, allow_none=True, lax=True),
             ignore_eos=opt(body, "ignore_eos", bool, False),
-            logprobs=engine_lps, prompt_logprobs=prompt_lps,
+            logprobs=engine_lps, prompt_logprobs=prompt_lps, logprob_token_ids=lp.token_ids,
             **self._controls(body, tools))
         return ParsedRequest(kind=kind, model=model, prompt_ids=prompts[0][0], params=params,
                              stream=stream, include_usage=include_usage, cache_salt=salt,

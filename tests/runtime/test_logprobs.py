@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvpool.runtime.engine.async_engine import AsyncEngine, collect
 from kvpool.runtime.model import SamplingParams, TokenLogprob, compute_logprobs, load_tokenizer
@@ -109,3 +111,18 @@ def test_compute_logprobs_rows_and_ks():
     assert [len(lp.top) for lp in out] == [0, 1, 5, 50]
     with pytest.raises(ValueError):
         compute_logprobs(logits, ids[:3], [0, 0, 0, 0])
+
+
+@given(st.integers(0, 2**31), st.lists(st.lists(st.integers(0, 49), max_size=6), min_size=1,
+                                       max_size=5))
+def test_picked_rows_keep_the_chosen_then_each_asked_token_once(seed, picks):
+    """NOTE(picks): a row with logprob_token_ids keeps those instead of its top k."""
+    logits = torch.randn(len(picks), 50, generator=torch.Generator().manual_seed(seed))
+    ids = [int(t) for t in logits.argmax(dim=-1)]
+    out = compute_logprobs(logits, ids, [2] * len(picks), picks)
+    ref = torch.log_softmax(logits, dim=-1)
+    for r, lp in enumerate(out):
+        order = list(dict.fromkeys([ids[r], *picks[r]])) if picks[r] else \
+            ref[r].topk(2).indices.tolist()
+        assert [t for t, _ in lp.top] == order
+        assert all(abs(v - float(ref[r, t])) < 1e-6 for t, v in lp.top)

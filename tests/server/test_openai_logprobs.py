@@ -176,3 +176,49 @@ async def test_max_logprobs_bounds_k(make_server):
                                             messages=[{"role": "user", "content": "x"}],
                                             logprobs=True, top_logprobs=3)
         assert e.value.param == "top_logprobs"
+
+
+async def test_logprob_token_ids_match_transformers(make_server, hf_dir):
+    """vLLM's logprob_token_ids (runtime/model/logprobs.py NOTE(picks)): at each generated
+    position the chosen token, then the asked ids once each, valued as transformers values
+    them; chat and completions, streamed or not; vLLM's rules refuse the rest."""
+    d, hf = hf_dir
+    async with make_server(model=str(d)) as srv, client(srv) as c:
+        tok, m = srv.engine.tokenizer, srv.engine.model_name
+        ids = tok.encode(SENTENCES[1])
+        asked = [5, 40, 5, 77]  # a repeat: listed once
+        gen = hf_greedy(hf, [ids], 3)[0]
+        ref = ref_logprobs(hf, ids + gen)
+        r = await c.completions.create(model=m, prompt=ids, max_tokens=3, temperature=0,
+                                       logprobs=0, extra_body={"logprob_token_ids": asked})
+        for p, top in enumerate(r.choices[0].logprobs.top_logprobs):
+            row = ref[len(ids) - 1 + p]
+            want = {tok.decode([t]): float(row[t]) for t in dict.fromkeys([gen[p], *asked])}
+            assert list(top) == list(want)
+            assert all(abs(top[k] - v) < TOL for k, v in want.items())
+        msgs = [{"role": "user", "content": "Hello there"}]
+        kw = dict(model=m, messages=msgs, max_tokens=3, temperature=0, logprobs=True,
+                  top_logprobs=1, extra_body={"logprob_token_ids": asked[:2]})
+        whole = await c.chat.completions.create(**kw)
+        chunks = [ch async for ch in await c.chat.completions.create(stream=True, **kw)]
+        streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs
+                    for e in ch.choices[0].logprobs.content]
+        for got in (whole.choices[0].logprobs.content, streamed):
+            assert len(got) == 3
+            for e in got:
+                assert [t.token for t in e.top_logprobs][0] == e.token
+                assert [t.token for t in e.top_logprobs][-2:] == [tok.decode([5]),
+                                                                  tok.decode([40])]
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/v1/completions", {"prompt": "x", "logprobs": 0, "logprob_token_ids": [1] * 129}),
+    ("/v1/completions", {"prompt": "x", "logprobs": 0, "logprob_token_ids": [10**6]}),
+    ("/v1/completions", {"prompt": "x", "logprobs": 0, "logprob_token_ids": ["x"]}),
+    ("/v1/completions", {"prompt": "x", "logprob_token_ids": [5]}),  # logprobs must be set
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "logprob_token_ids": [5]})])  # ... chat's true
+async def test_logprob_token_ids_refused_as_vllm_refuses_them(srv, route, body):
+    status, err = await post(srv, route, {"model": srv.engine.model_name, "max_tokens": 1,
+                                          **body})
+    assert status == 400 and err["error"]["param"] == "logprob_token_ids"

@@ -151,7 +151,8 @@ class RowSampler:
         if want:  # raw-model logprobs of what was sampled (model/logprobs.py NOTE(raw-logprobs))
             sel = picked if len(want) == len(params) else picked[torch.tensor(want)]
             ids = chosen if len(want) == len(params) else chosen[torch.tensor(want)]
-            values = compute_logprobs(sel, ids, [params[j].logprobs for j in want])
+            values = compute_logprobs(sel, ids, [params[j].logprobs for j in want],
+                                      [params[j].logprob_token_ids for j in want])
             for j, v in zip(want, values):
                 samples[j].logprob = v
         done = []

@@ -31,9 +31,12 @@ class TokenLogprob:
 
 
 def compute_logprobs(logits: torch.Tensor, token_ids: Sequence[int] | torch.Tensor,
-                     ks: Sequence[int]) -> list[TokenLogprob]:
+                     ks: Sequence[int], picks: Sequence[Sequence[int]] | None = None
+                     ) -> list[TokenLogprob]:
     """One :class:`TokenLogprob` per row of ``logits [R, vocab]``: ``token_ids[r]`` is row r's
-    chosen token and ``ks[r]`` how many alternatives it keeps (0 = none)."""
+    chosen token and ``ks[r]`` how many alternatives it keeps (0 = none). NOTE(picks): a row
+    whose ``picks[r]`` is not empty (vLLM's logprob_token_ids) keeps those tokens instead of
+    the k most likely, after its chosen token, each once, in the order asked."""
     rows = logits.shape[0]
     if len(ks) != rows or len(token_ids) != rows:
         raise ValueError(f"need one token id and one k per logits row ({rows})")
@@ -53,5 +56,14 @@ def compute_logprobs(logits: torch.Tensor, token_ids: Sequence[int] | torch.Tens
     for r in range(rows):
         k = min(ks[r], kmax)
         top = tuple(zip(top_i[r][:k], top_v[r][:k])) if k > 0 else ()
+        if picks is not None and picks[r]:
+            top = _picked(lp[r], ids_l[r], picks[r])
         out.append(TokenLogprob(ids_l[r], chosen_l[r], ranks[r], top))
     return out
+
+
+def _picked(row: torch.Tensor, chosen: int, picks: Sequence[int]) -> tuple[tuple[int, float], ...]:
+    """NOTE(picks): the chosen token, then each of ``picks`` not listed yet, with its logprob
+    in ``row`` (one gather)."""
+    order = list(dict.fromkeys((chosen, *picks)))
+    return tuple(zip(order, row[torch.tensor(order, device=row.device)].tolist()))

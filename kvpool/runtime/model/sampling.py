@@ -30,6 +30,7 @@ __all__ = ["Sampler", "SamplingParams", "SamplingParamsError", "SeqHistory", "ma
 GREEDY_TEMPERATURE = 1e-5  # below this a temperature means greedy (dividing would overflow)
 _SEED_MOD = 1 << 64
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on one logit_bias value
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's bound on logprob_token_ids
 # NOTE(float32): sampling runs in float32 (max ~3.4e38, smallest normal ~1.2e-38). A value
 # beyond these bounds rounds to inf or 0 there: 1e300 becomes inf and a masked logit's
 # -inf / inf is NaN, so softmax (and the grammar mask behind it) turns to garbage. Within
@@ -98,6 +99,8 @@ class SamplingParams:
     skip_special_tokens: bool = True  # special tokens (</s>...) left out of the text
     repetition_detection: RepeatStop | None = None  # an early stop on a loop (repetition.py)
     stream_interval: int = 1  # new tokens per streamed update, at least (NOTE(interval))
+    # vLLM's: with logprobs, these tokens' logprobs instead of the top k (logprobs.py NOTE(picks))
+    logprob_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
@@ -183,6 +186,11 @@ class SamplingParams:
         if not _is_int(self.stream_interval) or self.stream_interval < 1:
             raise SamplingParamsError("stream_interval", f"must be an integer >= 1, got "
                                                          f"{shown(self.stream_interval)}")
+        picks = tuple(self.logprob_token_ids or ())
+        if len(picks) > MAX_LOGPROB_TOKEN_IDS or not all(_is_int(t) and t >= 0 for t in picks):
+            raise SamplingParamsError("logprob_token_ids", f"must be at most "
+                                      f"{MAX_LOGPROB_TOKEN_IDS} token ids >= 0")
+        object.__setattr__(self, "logprob_token_ids", picks)
         rep = self.repetition_detection
         if rep is not None and not isinstance(rep, RepeatStop):
             raise SamplingParamsError("repetition_detection", "must be a RepeatStop "
