@@ -43,7 +43,7 @@ class MainWinTuner(AdmitTuner):
     def _step(self) -> bool:
         before = self.bonus
         changed = super()._step()
-        lead = max(self._plain, key=lambda i: (self._long[i], -i))
+        lead = self._main_lead()
         if self.GRID[lead][0] != self.main_bonus:
             self.main_bonus = self.GRID[lead][0]
             self.main_moves += 1
@@ -51,6 +51,10 @@ class MainWinTuner(AdmitTuner):
                 if g[1] < 1.0:
                     s.set_bonus(self.main_bonus)
         return changed or self.bonus != before
+
+    def _main_lead(self) -> int:
+        """The no-window miniature whose bonus the windows take (ties: nearer LRU)."""
+        return max(self._plain, key=lambda i: (self._long[i], -i))
 
     @property
     def bonus(self) -> Cfg:

@@ -55,6 +55,7 @@ from bench.ghostpair import GhostPairPolicy
 from bench.wingain import WinGainPolicy
 from bench.crp import CRPAgePolicy, CRPClassPolicy, CRPPolicy
 from bench.mainwin import MainWinPolicy
+from bench.mainev import MainEvPolicy
 from bench.common import TRACE, bench_parser, machine, write_json
 from bench.policy_traces import GENERATED
 from kvpool.core.eviction import POLICIES, EvictionPolicy, make_policy
@@ -71,7 +72,8 @@ CANDIDATES: dict[str, type[Baseline] | type[EvictionPolicy]] = {
                        ArcTunePolicy, AdmitLRUPolicy, AdmitRunPolicy,
                        AdmitBigPolicy, RetreatPolicy, KeyReleasePolicy, WarmStartPolicy,
                        GhostBigPolicy, GhostPairPolicy, WinGainPolicy, CRPPolicy,
-                       CRPClassPolicy, CRPAgePolicy, FixedSplitPolicy, MainWinPolicy)}
+                       CRPClassPolicy, CRPAgePolicy, FixedSplitPolicy, MainWinPolicy,
+                       MainEvPolicy)}
 
 
 def new_policy(name: str, cap: int) -> EvictionPolicy:
