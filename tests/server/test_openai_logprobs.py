@@ -216,6 +216,8 @@ async def test_logprob_token_ids_match_transformers(make_server, hf_dir):
     ("/v1/completions", {"prompt": "x", "logprobs": 0, "logprob_token_ids": [10**6]}),
     ("/v1/completions", {"prompt": "x", "logprobs": 0, "logprob_token_ids": ["x"]}),
     ("/v1/completions", {"prompt": "x", "logprob_token_ids": [5]}),  # logprobs must be set
+    ("/v1/completions", {"prompt": "x", "logprobs": 0, "echo": True, "max_tokens": 0,
+                         "logprob_token_ids": [5]}),  # no output token to read them at
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                               "logprob_token_ids": [5]})])  # ... chat's true
 async def test_logprob_token_ids_refused_as_vllm_refuses_them(srv, route, body):
