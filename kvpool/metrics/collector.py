@@ -321,7 +321,9 @@ REQUEST_METRIC_NAMES = (
     "kvpool_request_params_n", "kvpool_request_params_max_tokens",
     "kvpool_request_prefill_time_seconds", "kvpool_request_decode_time_seconds",
     "kvpool_request_inference_time_seconds") + VLLM_REQUEST_METRIC_NAMES
-_REASONS = ("stop", "length", "abort", "error")
+# every finish reason of runtime/engine/output_processor.py's FINISH_REASONS ("repetition":
+# vLLM's repetition_detection), vLLM's finished_reason values
+_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 
 class RequestMetrics:

@@ -11,6 +11,8 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
+from tests.server.helpers import parse_metrics
+
 CHAT = [{"role": "user", "content": "Tell me a story"}]
 
 
@@ -338,6 +340,10 @@ async def test_repetition_detection_ends_a_loop_early(srv):
             await c.completions.create(prompt="hi", extra_body={"repetition_detection": {
                 "max_pattern_size": 2, "min_count": 1}}, **kw)
         assert info.value.body["param"] == "repetition_detection"
+    async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
+        m = parse_metrics(await r.text())  # counted under its own reason, as vLLM counts it
+    assert m["kvpool_request_success_total"][(("finished_reason", "repetition"),
+                                              ("model_name", srv.engine.model_name))] == 3
 
 
 async def test_stream_interval_batches_the_chunks(make_server):
