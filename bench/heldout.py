@@ -240,18 +240,10 @@ product):
               during the day, SAR drafts, adverse media read once, a guidance note's burst,
               audit walks, a FAQ bot (written blind at 807be5d, as telecom_noc;
               bench/heldout_bank_kyc.py)
-    pv_intake  one replica behind a drug company's safety (pharmacovigilance) service over two
-              days: case intake (extraction, then coding) behind a coding guide and term
-              excerpts, follow-ups re-reading the source, duplicate checks over earlier
-              narratives, literature walks, narrative and PSUR chats, signal chats over a
-              dossier refreshed nightly, label lookups and updates, surges (written blind at
-              a5a8d48; bench/heldout_pv_intake.py)
-    ci_triage  one replica behind a software company's CI failure-triage service over two
-              days: triage behind the repository's guide, one-off log tails, follow-up chats,
-              flaky-test histories, owner routing, nightly release-branch bursts over build
-              configs, bisect, weekly-report and dependency-bump walks, a broken-main storm,
-              a guide-template change (written blind at a5a8d48, as pv_intake;
-              bench/heldout_ci_triage.py)
+    pv_intake  a drug company's safety service: case intake and coding, follow-ups, duplicate
+              checks, literature walks, signal chats (written blind at a5a8d48)
+    ci_triage  CI failure triage: one-off log tails, flaky-test histories, release bursts,
+              bisect and report walks, a broken-main storm (written blind at a5a8d48)
     lit_screen  systematic-review screening: dual screening, adjudication, living-review
               updates, amendments, extraction, chats (written blind at 17845c7)
     home_assist  a smart-home voice assistant fleet: prompt rollouts, device states, tool
@@ -260,6 +252,10 @@ product):
               fact-checks, newsletters, live blogs, breaking bursts (written blind at b937759)
     patent_search  an IP firm's assistant: claim sets, prior-art reads, claim charts, office
               actions, amendments, family walks (written blind at b937759)
+    manufacturing_qc  a factory quality assistant: versioned work instructions, shift-change
+              bursts, SPC alarms, lots, NCRs, 8D chats, audit and recall walks (blind, e7f72c4)
+    sales_crm  a B2B sales CRM assistant: growing account briefs, email threads, calls, meeting
+              prep, pipeline walks, launches, quarter-end (written blind at e7f72c4)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -291,6 +287,7 @@ from bench.heldout_gateway import api_gateway
 from bench.heldout_legal_review import legal_review
 from bench.heldout_localization import localization
 from bench.heldout_logistics_dispatch import logistics_dispatch
+from bench.heldout_manufacturing_qc import manufacturing_qc
 from bench.heldout_ide import ide_tree
 from bench.heldout_marketplace import marketplace
 from bench.heldout_media_pipeline import media_pipeline
@@ -303,6 +300,7 @@ from bench.heldout_rag import rerank_rag
 from bench.heldout_recruiting import recruiting
 from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
 from bench.heldout_rollout import prompt_rollout
+from bench.heldout_sales_crm import sales_crm
 from bench.heldout_soc_copilot import soc_copilot
 from bench.heldout_travel_agent import travel_agent
 from bench.heldout_support import support_desk
@@ -341,7 +339,8 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "logistics_dispatch": logistics_dispatch, "permits_office": permits_office,
           "course_grading": course_grading, "telecom_noc": telecom_noc, "bank_kyc": bank_kyc,
           "pv_intake": pv_intake, "ci_triage": ci_triage, "lit_screen": lit_screen,
-          "home_assist": home_assist, "news_desk": news_desk, "patent_search": patent_search}
+          "home_assist": home_assist, "news_desk": news_desk, "patent_search": patent_search,
+          "manufacturing_qc": manufacturing_qc, "sales_crm": sales_crm}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
