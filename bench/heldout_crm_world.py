@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
 from bench.heldout_meeting_parts import pick, poisson
+from bench.heldout_recruit_parts import hour_of, local, utc
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
 END = 2 * DAY  # the trace is two UTC days
@@ -121,21 +122,6 @@ def revise(rng: random.Random, new: Callable, secs: list[Segment], extra: int) -
     keep = rng.randint(1, max(1, len(secs) - 1))
     size = secs[-1][1]
     return [*secs[:keep], *(new(n) for _, n in secs[keep:]), *(new(size) for _ in range(extra))]
-
-
-def local(t: float, tz: float) -> float:
-    """Hours since local midnight of day 0 (so 33.0 is 09:00 on day 1)."""
-    return t / HOUR + tz
-
-
-def utc(day: int, hour: float, tz: float) -> float:
-    """Seconds on the clock of ``hour`` local time on local ``day``."""
-    return (day * 24 + hour - tz) * HOUR
-
-
-def hour_of(rng: random.Random, weights: tuple, first: int) -> float:
-    """A local hour (with its minutes) by ``weights`` for hours first, first + 1, ..."""
-    return rng.choices(range(first, first + len(weights)), weights)[0] + rng.random()
 
 
 class World(ClockedState):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_meeting_parts import pick, poisson
+from bench.heldout_recruit_parts import hour_of, local, utc
 
 HOUR, MINUTE, DAY = 3600.0, 60.0, 86400.0
 END = 2 * DAY  # the clock starts Tuesday 00:00 UTC and ends Thursday 00:00 UTC
@@ -108,24 +109,9 @@ class Home:
     features: set[str] = field(default_factory=set)
 
 
-def utc(day: int, hour: float, tz: float) -> float:
-    """Seconds on the clock of ``hour`` local time on local ``day``."""
-    return (day * 24 + hour - tz) * HOUR
-
-
-def local(t: float, tz: float) -> float:
-    """Hours since local midnight of day 0."""
-    return t / HOUR + tz
-
-
 def bounded(rng: random.Random, median: float, sigma: float, lo: float, hi: float) -> float:
     """A rate: lognormal around ``median``, clipped to lo..hi (not rounded)."""
     return min(hi, max(lo, rng.lognormvariate(math.log(median), sigma)))
-
-
-def hour_of(rng: random.Random, weights: tuple, first: int = 0) -> float:
-    """A local hour (with its minutes) by ``weights`` for hours first, first + 1, ..."""
-    return rng.choices(range(first, first + len(weights)), weights)[0] + rng.random()
 
 
 class World(ClockedState):

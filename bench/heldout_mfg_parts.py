@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
 from bench.heldout_meeting_parts import poisson
-from bench.heldout_recruit_parts import hour_of, sections
+from bench.heldout_recruit_parts import hour_of, local, sections, utc
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
 END = 2 * DAY  # the clock starts Monday 00:00 UTC and ends Wednesday 00:00 UTC
@@ -106,16 +106,6 @@ class Plant:
     suppliers: list[int] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     products: list[int] = field(default_factory=list)
-
-
-def local(t: float, tz: float) -> float:
-    """Hours since local midnight of day 0 (so 30.0 is 06:00 on day 1)."""
-    return t / HOUR + tz
-
-
-def utc(day: int, hour: float, tz: float) -> float:
-    """Seconds on the clock of ``hour`` local time on local ``day``."""
-    return (day * 24 + hour - tz) * HOUR
 
 
 class World(ClockedState):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
 from bench.heldout_meeting_parts import poisson
+from bench.heldout_recruit_parts import hour_of
 
 HOUR, DAY, MINUTE = 3600.0, 86400.0, 60.0
 END = 2 * DAY  # the clock starts Wednesday 00:00 city time and ends Friday 00:00
@@ -109,11 +110,6 @@ def sections(new: Callable, total: int, size: int) -> list[Segment]:
 def zipf(rng: random.Random, n: int, s: float) -> list[float]:
     """Weights 1/rank^s for ``n`` items, the ranks shuffled."""
     return [r ** -s for r in rng.sample(range(1, n + 1), n)]
-
-
-def hour_of(rng: random.Random, weights: tuple, first: int = 0) -> float:
-    """An hour of the day (with its minutes) by ``weights`` for hours first, first + 1, ..."""
-    return rng.choices(range(first, first + len(weights)), weights)[0] + rng.random()
 
 
 class City(ClockedState):

@@ -1,14 +1,10 @@
 """bench.mainev: mainwin whose windows' main moves to the leading bonus only on the tuner's
-paired test."""
-
-from hypothesis import given, settings
-from hypothesis import strategies as st
+paired test (where it never moves it is the product: test_mainwin.py)."""
 
 from bench.cells import cell_trace
 from bench.mainev import MainEvPolicy
 from bench.mainwin import MainWinPolicy
 from bench.policies import CANDIDATES
-from kvpool.core.eviction import AdaptivePolicy
 from kvpool.replay.loop import simulate
 
 
@@ -27,15 +23,3 @@ def test_the_main_moves_on_evidence_only_and_the_windows_follow():
     for s in ev.tuner.shadows:
         want = ev.tuner.main_bonus if s.cfg[1] < 1.0 else s.cfg[0]
         assert s.bonus == [k * want * s.capacity for k in range(len(s.bonus))]
-
-
-@settings(max_examples=15, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=12), min_size=50,
-                max_size=400))
-def test_where_no_bonus_passes_the_test_it_is_the_product(reqs):
-    cap = 64
-    mine, product = MainEvPolicy(cap), AdaptivePolicy(cap)
-    got = simulate(reqs, mine, cap)
-    mine.check_invariants()
-    if mine.tuner.main_moves == 0:
-        assert got == simulate(reqs, product, cap)

@@ -1,10 +1,12 @@
 """bench.mainwin: the tuner's window miniatures, and the pool on a window configuration, run
-over the bonus of the no-window miniature that leads."""
+over the bonus of the no-window miniature that leads (bench.mainev: on evidence)."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.cells import cell_trace
+from bench.mainev import MainEvPolicy
 from bench.mainwin import MainWinPolicy
 from bench.policies import CANDIDATES
 from kvpool.core.eviction import AdaptivePolicy
@@ -37,12 +39,13 @@ def test_the_windows_take_the_leading_bonus_and_the_pool_with_them():
     assert window_cfgs and any(c[0] > 0 for c in window_cfgs)
 
 
+@pytest.mark.parametrize("cls", [MainWinPolicy, MainEvPolicy])  # mainev: no bonus passes
 @settings(max_examples=15, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=12), min_size=50,
                 max_size=400))
-def test_where_lru_leads_every_plain_miniature_it_is_the_product(reqs):
+def test_where_lru_leads_every_plain_miniature_it_is_the_product(cls, reqs):
     cap = 64
-    mine, product = MainWinPolicy(cap), AdaptivePolicy(cap)
+    mine, product = cls(cap), AdaptivePolicy(cap)
     got = simulate(reqs, mine, cap)
     mine.check_invariants()
     if mine.tuner.main_moves == 0:
