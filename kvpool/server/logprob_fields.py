@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import RequestError, shown
+from kvpool.runtime.model.sampling import MAX_LOGPROB_TOKEN_IDS
 from kvpool.server.json_body import bool_field, json_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
@@ -46,7 +47,6 @@ DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (and OpenAI's top_log
 # every field parse_logprob_fields reads: a body with none of them asks for NO_LOGPROBS
 LOGPROB_FIELDS = frozenset({"logprobs", "top_logprobs", "echo", "prompt_logprobs",
                             "logprob_token_ids"})
-MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's bound (SamplingParams.logprob_token_ids)
 
 
 @dataclass(frozen=True, slots=True)
