@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import RequestError, shown
-from kvpool.runtime.model.sampling import MAX_LOGPROB_TOKEN_IDS
 from kvpool.server.json_body import bool_field, json_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
@@ -47,6 +46,9 @@ DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (and OpenAI's top_log
 # every field parse_logprob_fields reads: a body with none of them asks for NO_LOGPROBS
 LOGPROB_FIELDS = frozenset({"logprobs", "top_logprobs", "echo", "prompt_logprobs",
                             "logprob_token_ids"})
+# vLLM's bound on logprob_token_ids, as SamplingParams' (kvpool/runtime/model/sampling.py);
+# not imported from there: the router and the picker import this module without torch
+MAX_LOGPROB_TOKEN_IDS = 128
 
 
 @dataclass(frozen=True, slots=True)
