@@ -111,7 +111,6 @@ class SeqState:
     output_ids: list[int] = field(default_factory=list)  # every accepted token (penalties)
     num_generated: int = 0  # tokens accepted so far
     last_token_time: float | None = None  # for the inter-token latency
-    sent: bool = False  # an update with its tokens went out (NOTE(interval))
     finish_reason: str | None = None  # set once finished
     stop_reason: str | int | None = None  # matched stop string / token
 
@@ -265,8 +264,9 @@ class OutputProcessor:
         """Emit what can be shown: all text when final, else all but the hold-back tail.
         NOTE(interval): vLLM's stream_interval: after a sequence's first update, the next goes
         out once ``r.interval`` new tokens wait (or at the end); its text, ids and logprobs
-        wait with them."""
-        if not final and s.sent and len(s.pending_ids) < r.interval:
+        wait with them. A token went out already where fewer wait than were generated."""
+        waiting = len(s.pending_ids)
+        if r.interval > 1 and not final and waiting < min(r.interval, s.num_generated):
             return None
         if final or r.hold <= 0:
             text, s.text = s.text, ""
@@ -277,7 +277,6 @@ class OutputProcessor:
         lps, s.pending_logprobs = s.pending_logprobs, []
         if not ids and not text and not final:
             return None
-        s.sent = s.sent or bool(ids)
         return CompletionOutput(s.index, tuple(ids), text, s.num_generated, s.finish_reason,
                                 s.stop_reason,
                                 tuple(lps) if r.params.logprobs is not None else None)
