@@ -97,7 +97,7 @@ class RowSampler:
         seqs = [s.seq_id for s in samples]
         if not self.grammars.matchers:  # no grammar anywhere: no mask to wait for
             return self._draw(picked, params, samples, None)
-        others = any(s not in self.grammars.matchers for s in seqs)
+        others = any(s not in self.grammars for s in seqs)  # unconstrained rows
         mask = self.grammars.token_mask(seqs, GRACE_S if others else None)
         if not isinstance(mask, LateMask):
             return self._draw(picked, params, samples, mask)
@@ -156,6 +156,7 @@ class RowSampler:
             for j, v in zip(want, values):
                 samples[j].logprob = v
         done = []
-        if mask is not None:  # the JSON is complete: the sequence stops (finish_reason stop)
+        if mask is not None or self.grammars.waiting:  # NOTE(think-grammar): a waiting row
+            # has no mask; advance sees its token. The JSON complete: the sequence stops
             done = self.grammars.advance([s.seq_id for s in samples], tokens)
         return Drawn(samples, done)

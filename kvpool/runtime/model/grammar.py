@@ -87,6 +87,9 @@ class GrammarSpec:
     compiled: Any = field(default=None, compare=False, repr=False)
     # the request field it came from, which the compiler's 400s name (guided_regex, tools, ...)
     param: str = field(default=PARAM, compare=False)
+    # NOTE(think-grammar): a token the grammar waits for (a reasoning model's end of thinking,
+    # server/reasoning.py): the tokens up to it are free, the matcher reads those after it
+    after: int | None = field(default=None, compare=False)
 
     @classmethod
     def json_object(cls) -> "GrammarSpec":

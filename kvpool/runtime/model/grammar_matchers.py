@@ -16,6 +16,12 @@ forward is queued asynchronously and the host waits for the logits anyway; on CP
 threads share the cores with torch's). Each mask step is still bounded by the fuel in LIMITS.
 Every mask runs on that one thread (prefetched or not), so no two ever touch a matcher at once.
 
+NOTE(think-grammar): a spec with ``after`` (a reasoning model's end-of-thinking token,
+server/reasoning.py) leaves its sequence free until it samples that token: meanwhile the
+sequence is ``waiting``, has no mask row and its matcher reads nothing; from the token after it
+the matcher constrains as any other. vLLM's structured outputs wait for the end of reasoning
+the same way, so a model thinks before it answers in the schema.
+
 NOTE(late-mask): ``token_mask`` may be given a grace: a mask not ready within it comes back as a
 :class:`LateMask` (its computation goes on); the engine defers those rows and resolves the mask
 with ``late_mask`` once it is done (row_sampler.py).
@@ -64,7 +70,9 @@ class GrammarMatchers:
 
     Invariant: every key of ``matchers`` is a live sequence of a request with a
     ``response_format`` (added by ``add``, dropped by ``remove`` when the request leaves), and
-    each matcher has consumed exactly that sequence's generated tokens.
+    each matcher has consumed exactly that sequence's generated tokens after its spec's
+    ``after`` token (all of them without one); ``waiting`` holds the sequences that have not
+    sampled it yet (NOTE(think-grammar)).
     """
 
     def __init__(self, tokenizer: Tokenizer, vocab_size: int,
@@ -81,6 +89,7 @@ class GrammarMatchers:
         # NOTE(grammar-error): seq_id -> why its matcher broke (the engine takes them)
         self.failures: dict[int, str] = {}
         self._params: dict[int, str] = {}  # seq_id -> its spec's param (NOTE(grammar-error))
+        self.waiting: dict[int, int] = {}  # seq_id -> the token it waits for (NOTE(think-grammar))
         self._pool: ThreadPoolExecutor | None = None  # NOTE(overlap): one mask thread
         self._pending: tuple[list[int], _Pairs, Future] | None = None  # (seq ids, rows, bits)
         self._before_mask = before_mask
@@ -89,7 +98,8 @@ class GrammarMatchers:
         return len(self.matchers)
 
     def __contains__(self, seq_id: int) -> bool:
-        return seq_id in self.matchers
+        """Whether ``seq_id``'s next token is constrained (it has a grammar, not waiting)."""
+        return seq_id in self.matchers and seq_id not in self.waiting
 
     @staticmethod
     def new_matcher(spec: GrammarSpec) -> llguidance.LLMatcher:
@@ -103,11 +113,14 @@ class GrammarMatchers:
         matchers = [self.new_matcher(spec) for _ in seq_ids]  # all or none
         self.matchers.update(zip(seq_ids, matchers))
         self._params.update(dict.fromkeys(seq_ids, spec.param))
+        if spec.after is not None:  # NOTE(think-grammar)
+            self.waiting.update(dict.fromkeys(seq_ids, spec.after))
 
     def remove(self, seq_id: int) -> None:
         self.matchers.pop(seq_id, None)
         self._params.pop(seq_id, None)
         self.failures.pop(seq_id, None)
+        self.waiting.pop(seq_id, None)
 
     def prefetch_mask(self, seq_ids: Sequence[int]) -> None:
         """Start ``token_mask(seq_ids)`` on the mask thread (NOTE(overlap)); the next
@@ -147,8 +160,9 @@ class GrammarMatchers:
         """The rows of ``seq_ids`` that have a grammar, read on the step thread."""
         if not self.matchers:
             return []
-        get = self.matchers.get
-        return [(j, s, m) for j, s in enumerate(seq_ids) if (m := get(s)) is not None]
+        get, waiting = self.matchers.get, self.waiting
+        return [(j, s, m) for j, s in enumerate(seq_ids)
+                if (m := get(s)) is not None and s not in waiting]
 
     def _submit(self, pairs: _Pairs) -> Future:
         if self._pool is None:
@@ -190,6 +204,10 @@ class GrammarMatchers:
             m = self.matchers.get(s)
             if m is None or s in self.failures:
                 continue
+            if s in self.waiting:  # NOTE(think-grammar): free until its token, then read
+                if t == self.waiting[s]:
+                    del self.waiting[s]
+                continue
             if not m.consume_token(t):
                 self._fail(s, m, f"token {t}")
             elif m.is_stopped():
@@ -211,6 +229,6 @@ class GrammarMatchers:
                                          f"(structured output budget or error: {err})")
 
     def check_invariants(self, live_seq_ids: set[int]) -> None:
-        stray = (set(self.matchers) | set(self._params)) - live_seq_ids
+        stray = (set(self.matchers) | set(self._params) | set(self.waiting)) - live_seq_ids
         if stray:
             raise AssertionError(f"grammar matchers for finished sequences: {sorted(stray)}")

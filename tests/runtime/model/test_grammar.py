@@ -4,6 +4,7 @@ GrammarMatchers as a state machine."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -126,30 +127,40 @@ def test_sampler_only_picks_allowed_tokens(seed, greedy, top_k):
     assert allowed[0, got[0]] and allowed[1, got[2]]
 
 
+WAIT = 7  # NOTE(think-grammar): the token a waiting sequence's grammar starts after
+
+
 class MatchersMachine(RuleBasedStateMachine):
-    """add / step / remove in any order: one matcher per live constrained sequence."""
+    """add / step / remove in any order: one matcher per live constrained sequence; a spec
+    with ``after`` leaves its sequences free (no mask row) until they sample that token."""
 
     def __init__(self) -> None:
         super().__init__()
         self.g = GrammarMatchers(TOK, VOCAB)
         self.live: dict[int, int] = {}  # seq_id -> spec index (the model)
+        self.waiting: set[int] = set()  # the model's waiting sequences
         self.next_id = 0
 
-    @rule(which=st.integers(0, len(SPECS) - 1), n=st.integers(1, 3))
-    def add(self, which, n):
+    @rule(which=st.integers(0, len(SPECS) - 1), n=st.integers(1, 3), wait=st.booleans())
+    def add(self, which, n, wait):
         ids = list(range(self.next_id, self.next_id + n))
         self.next_id += n
-        self.g.add(ids, SPECS[which])
+        self.g.add(ids, dataclasses.replace(SPECS[which], after=WAIT) if wait else SPECS[which])
         self.live.update({s: which for s in ids})
+        self.waiting |= set(ids) if wait else set()
 
     @precondition(lambda self: self.live)
     @rule(pick=st.integers(0, 10_000))
     def step(self, pick):
         seqs = sorted(self.live) + [10_000]  # one unconstrained row too
+        rows = [j for j, s in enumerate(seqs[:-1]) if s not in self.waiting]
         mask = self.g.token_mask(seqs)
-        assert mask.rows.tolist() == list(range(len(self.live)))
-        allowed = unpack_bitmask(mask.bits, VOCAB)
-        tokens = [int(a.nonzero().flatten()[pick % int(a.sum())]) for a in allowed] + [5]
+        assert (mask.rows.tolist() if mask is not None else []) == rows
+        allowed = iter(unpack_bitmask(mask.bits, VOCAB) if rows else ())
+        tokens = [(WAIT if (pick + j) % 2 else 5) if s in self.waiting else
+                  int((a := next(allowed)).nonzero().flatten()[pick % int(a.sum())])
+                  for j, s in enumerate(seqs[:-1])] + [5]
+        self.waiting -= {s for s, t in zip(seqs, tokens) if t == WAIT and s in self.waiting}
         for s in self.g.advance(seqs, tokens):
             self.g.remove(s)
             del self.live[s]
@@ -160,11 +171,12 @@ class MatchersMachine(RuleBasedStateMachine):
         s = data.draw(st.sampled_from(sorted(self.live)))
         self.g.remove(s)
         del self.live[s]
+        self.waiting.discard(s)
 
     @invariant()
     def consistent(self):
-        assert len(self.g) == len(self.live)
-        assert all(s in self.g for s in self.live)
+        assert len(self.g) == len(self.live) and set(self.g.waiting) == self.waiting
+        assert all((s in self.g) == (s not in self.waiting) for s in self.live)
         self.g.check_invariants(set(self.live))
         if not self.live:
             assert self.g.token_mask([1, 2, 3]) is None
