@@ -20,6 +20,11 @@ An answer with neither text nor calls has one empty text block. Streamed, each e
     message_delta          {stop_reason, stop_sequence} and the final usage
     message_stop
 
+Under ``--reasoning-parser`` (reasoning.py) the thinking comes first, as a ``thinking`` block
+{thinking, signature} (vLLM's: the signature a random hex, nothing here verifies it); streamed,
+a thinking block {type thinking, thinking ""} with thinking_delta {thinking} events and, before
+its content_block_stop, one signature_delta {signature}.
+
 Text arriving while a tool_use block is open waits and goes out as a text block of its own
 after it, as vLLM orders it. A failure after the headers went out closes the open block and
 sends an ``error`` event (anthropic_api.py's error types).
@@ -28,6 +33,7 @@ sends an ``error`` event (anthropic_api.py's error types).
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from kvpool.server.anthropic_errors import anthropic_error
@@ -108,7 +114,9 @@ class MessagesView:
         calls = msg.get("tool_calls") or []
         reason, sequence = stop_reason(choice["finish_reason"], choice["stop_reason"],
                                        bool(calls), bool(calls))
-        content = [{"type": "text", "text": msg["content"]}] if msg.get("content") else []
+        content = [{"type": "thinking", "thinking": msg["reasoning"],
+                    "signature": uuid.uuid4().hex}] if msg.get("reasoning") else []
+        content += [{"type": "text", "text": msg["content"]}] if msg.get("content") else []
         content += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
                      "input": _input(c["function"]["arguments"])} for c in calls]
         out = {"id": chat["id"], "type": "message", "role": "assistant",
@@ -144,9 +152,11 @@ class MessagesView:
         """Close the open block, if any."""
         if self.open is None:
             return b""
+        signed = self._delta({"type": "signature_delta", "signature": uuid.uuid4().hex}) \
+            if self.open == "thinking" else b""
         self.open = self.call_id = None
         self.index += 1
-        return self._event("content_block_stop", index=self.index - 1)
+        return signed + self._event("content_block_stop", index=self.index - 1)
 
     def _stop_and_flush(self) -> bytes:
         """Close the open block; text held behind a call goes out as a block of its own."""
@@ -164,11 +174,18 @@ class MessagesView:
             if choice.get("finish_reason") is not None:
                 self.finish, self.stop = choice["finish_reason"], choice.get("stop_reason")
             delta = choice["delta"]
+            if delta.get("reasoning"):
+                out.append(self._thinking(delta["reasoning"]))
             if delta.get("content"):
                 out.append(self._text(delta["content"]))
             for call in delta.get("tool_calls") or ():
                 out.append(self._call(call))
         return b"".join(out)
+
+    def _thinking(self, text: str) -> bytes:
+        opened = b"" if self.open == "thinking" else (
+            self._stop_and_flush() + self._start({"type": "thinking", "thinking": ""}))
+        return opened + self._delta({"type": "thinking_delta", "thinking": text})
 
     def _text(self, text: str) -> bytes:
         if self.open == "tool_use":

@@ -55,6 +55,8 @@
     dev_routes               vLLM's development cache routes (POST /reset_prefix_cache, ...;
                              dev_routes.py); default: absent (404), as without vLLM's
                              VLLM_SERVER_DEV_MODE
+    reasoning_parser         reads chat output's thinking apart (reasoning.py: deepseek_r1,
+                             qwen3; vLLM's --reasoning-parser); None: all of it is content
 
 NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (request_gate.py), so
 by the time aiohttp's cleanup runs there is little left. aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown
@@ -93,6 +95,7 @@ from kvpool.server.request_gate import RequestGate
 from kvpool.server.request_ids import add_request_id
 from kvpool.server.responses_api import ResponsesRoute
 from kvpool.server.server_load import ServerLoad
+from kvpool.server.reasoning import ReasoningParser
 from kvpool.server.tools.parsers import tool_parser
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ENGINE_KEY", "GATE_KEY", "METRICS_KEY", "ROUTES_KEY",
@@ -127,8 +130,8 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
               generation_config: str | None = "auto",
               override_generation_config: Mapping[str, Any] | None = None,
               tool_call_parser: str | None = None, cors: CorsPolicy = DEFAULT_CORS,
-              trust_request_chat_template: bool = False,
-              server_load_tracking: bool = False, dev_routes: bool = False) -> web.Application:
+              trust_request_chat_template: bool = False, server_load_tracking: bool = False,
+              dev_routes: bool = False, reasoning_parser: str | None = None) -> web.Application:
     """The OpenAI-compatible app (each option: the module docstring's table)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -137,7 +140,7 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
         n for n in (engine.model_name, engine.config.served_model_name) if n))
     parser = _parser(engine, names, max_json_depth, chat_template, trust_request_chat_template,
                      reject_unknown_fields, tool_call_parser, generation_config,
-                     override_generation_config, return_tokens_as_token_ids)
+                     override_generation_config, return_tokens_as_token_ids, reasoning_parser)
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
                                shared=shared_prefix_cache)
@@ -177,7 +180,7 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
             chat_template: str | Path | None, trust_request_template: bool,
             reject_unknown_fields: bool, tool_call_parser: str | None,
             generation_config: str | None, override: Mapping[str, Any] | None,
-            tokens_as_ids: bool) -> RequestParser:
+            tokens_as_ids: bool, reasoning: str | None) -> RequestParser:
     """The request parser, bounded by the engine's config and context; the request fields'
     defaults: generation_config.py's, and return_tokens_as_token_ids."""
     config = engine.config
@@ -194,7 +197,9 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
                          reject_unknown_fields=reject_unknown_fields,
                          defaults=defaults,
                          tool_parser=tool_call_parser and tool_parser(tool_call_parser),
-                         trust_request_chat_template=trust_request_template)
+                         trust_request_chat_template=trust_request_template,
+                         reasoning_parser=reasoning and ReasoningParser(reasoning,
+                                                                        engine.tokenizer))
 
 
 def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,

@@ -18,7 +18,9 @@ calling (OpenAI's shapes)::
 A template sees a call's ``arguments`` as the object they spell (vLLM parses them too: the
 templates of Llama, Qwen and Mistral write ``arguments | tojson``); arguments that are not a
 JSON object (a call cut short) are ``{}``, as vLLM coerces them. Anything else is a 400
-naming the message (``messages[i].role``).
+naming the message (``messages[i].role``). An assistant's earlier thinking, ``reasoning`` or
+``reasoning_content`` (a string), reaches the template under both names, as vLLM hands it on
+(Qwen3's template reads ``reasoning_content``).
 """
 
 from __future__ import annotations
@@ -82,6 +84,11 @@ def _extra(m: dict[str, Any], role: str, calls: Any, where: str) -> dict[str, An
             if not isinstance(m[key], str):
                 raise _bad(f"{where}.{key}", "must be a string")
             extra[key] = m[key]
+    thought = m.get("reasoning", m.get("reasoning_content")) if role == "assistant" else None
+    if thought is not None:
+        if not isinstance(thought, str):
+            raise _bad(f"{where}.reasoning", "must be a string")
+        extra["reasoning"] = extra["reasoning_content"] = thought
     if calls is not None:
         if not isinstance(calls, list):
             raise _bad(f"{where}.tool_calls", "must be a list of tool calls")

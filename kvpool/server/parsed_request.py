@@ -50,6 +50,7 @@ class ParsedRequest:
     return_n: int | None = None  # best_of > n: params.n = best_of run, the n best returned
     echo_text: str = ""  # chat echo: the final assistant message, in front of the content
     tools: Any = None  # tools.request.ToolRequest whose output is read for calls, or None
+    reasoning: Any = None  # reasoning.ReasoningRequest (chat, --reasoning-parser), or None
     # each prompt's max_tokens where they differ (NOTE(clamp) in context_budget.py: each is
     # clamped to the room its prompt leaves); () when params.max_tokens holds for every prompt
     budgets: tuple[int, ...] = ()

@@ -55,6 +55,7 @@ from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, de
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
                                          LogprobRequest, parse_logprob_fields)
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
+from kvpool.server.reasoning import with_reasoning
 from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls
 from kvpool.server.template_cache import TemplateCache
 from kvpool.server.tools.request import ToolRequest, parse_tool_request, template_tools
@@ -87,16 +88,18 @@ class RequestParser:
                  chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
                  max_prompts: int = 1024, reject_unknown_fields: bool = False,
                  defaults: dict[str, Any] | None = None, tool_parser: Any = None,
-                 trust_request_chat_template: bool = False) -> None:
+                 trust_request_chat_template: bool = False, reasoning_parser: Any = None) -> None:
         """``chat_template``: the model's (chat_template.ModelChatTemplate) or None for the
         built-in :class:`ChatTemplate`. ``reject_unknown_fields``: 400 for a field this
         server does not know (default: ignored, as vLLM does). ``defaults``: request-field
         defaults from the model's generation_config.json (generation_config.py).
         ``tool_parser``: reads tool_choice auto (tools/parsers.py); None: auto is a 400.
         ``trust_request_chat_template``: run a request's own chat_template (template_cache.py
-        NOTE(untrusted-template); default: 400)."""
+        NOTE(untrusted-template); default: 400). ``reasoning_parser``: reads chat output's
+        thinking apart (reasoning.py), or None."""
         self.fields = FieldPolicy(reject_unknown_fields)
         self.tool_parser = tool_parser
+        self.reasoning_parser = reasoning_parser
         defaults = dict(defaults or {})
         self.default_max_tokens: int | None = defaults.pop("max_tokens", None)
         self.max_tokens_ceiling: int | None = defaults.pop(CEILING_KEY, None)
@@ -173,6 +176,9 @@ class RequestParser:
         max_tokens = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
         req = self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
                            None, ignored=ignored, extras=extras, echo_text=echo, tools=tools)
+        if self.reasoning_parser is not None:
+            req = with_reasoning(req, self.reasoning_parser.request(
+                dict(extras.chat_template_kwargs), opt(body, "include_reasoning", bool, True)))
         return dataclasses.replace(req, prompt_text=text) if extras.prompt_text else req
 
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:

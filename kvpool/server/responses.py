@@ -37,6 +37,7 @@ import uuid
 from typing import Any
 
 from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
+from kvpool.server.choice_reader import ChoiceReader, chat_message, reads_choices
 from kvpool.server.logprob_format import LogprobFormatter, joined_logprobs
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
@@ -88,9 +89,11 @@ class ResponseBuilder:
         self.rids = ReturnedIds(prompts, self.n, chat=self.chat, on=req.extras.token_ids)
         self.error: str | None = None
         self.timings: dict[int, dict[str, float]] = {}  # prompt -> its last update's metrics
-        tools = req.tools  # read for calls (tools/): each streamed choice its own reader
-        self.tool_streams = [tools.stream() for _ in range(total)] \
-            if tools is not None and req.stream else None
+        # read for reasoning and tool calls (choice_reader.py): each streamed choice a reader
+        self.readers = [ChoiceReader(req) for _ in range(total)] \
+            if reads_choices(req) and req.stream else None
+        self.thinking = [0] * total  # reasoning tokens per choice (reasoning.py)
+        self.thinks = [req.reasoning is not None and req.reasoning.inside] * total  # still open
 
     @property
     def finished(self) -> bool:
@@ -118,32 +121,39 @@ class ResponseBuilder:
             if self.req.echo_only:
                 chunks += self._echo_only_finish(i, c)
                 continue
-            self.num_generated[i] = max(self.num_generated[i], c.num_generated)
-            self.rids.add(i, c.token_ids)
-            if c.text:
-                self.texts[i].append(c.text)
-            if c.finish_reason is not None:
-                self.finish[i] = c.finish_reason
-                self.stop_reason[i] = c.stop_reason
-            if c.logprobs:
-                self.cum_logprob[i] += sum(x.logprob for x in c.logprobs)
+            self._fold(i, c)
             lp = self._fold_logprobs(i, c)
             ids = c.token_ids if self.rids.on else ()  # returned_ids.py: in their chunk
             if c.text or c.token_ids or c.finish_reason or self.echo_heads[i]:  # NOTE(echo-chunk)
                 reason = c.finish_reason if c.finish_reason in OPENAI_FINISH else None
-                if self.tool_streams is None:
+                if self.readers is None:
                     chunks.append(self._chunk(i, c.text, reason, lp, ids=ids))
                 else:
-                    chunks += self._tool_chunks(i, c.text, reason, lp,
+                    chunks += self._read_chunks(i, c.text, reason, lp,
                                                 c.finish_reason is not None, ids)
         return chunks
 
-    def _tool_chunks(self, i: int, text: str, reason: str | None, lp: Any,
+    def _fold(self, i: int, c: CompletionOutput) -> None:
+        """Choice i's counts, ids, text and finish; its reasoning tokens (reasoning.py)."""
+        self.num_generated[i] = max(self.num_generated[i], c.num_generated)
+        self.rids.add(i, c.token_ids)
+        if self.thinks[i]:
+            n, ended = self.req.reasoning.count(c.token_ids)
+            self.thinking[i], self.thinks[i] = self.thinking[i] + n, not ended
+        if c.text:
+            self.texts[i].append(c.text)
+        if c.finish_reason is not None:
+            self.finish[i] = c.finish_reason
+            self.stop_reason[i] = c.stop_reason
+        if c.logprobs:
+            self.cum_logprob[i] += sum(x.logprob for x in c.logprobs)
+
+    def _read_chunks(self, i: int, text: str, reason: str | None, lp: Any,
                      done: bool, ids: tuple[int, ...]) -> list[dict[str, Any]]:
-        """Choice i's text read for tool calls: content and tool-call deltas; the last chunk
+        """Choice i's text read for reasoning and tool calls: their deltas; the last chunk
         carries the finish (``tool_calls`` once a call went out), the logprobs and the ids."""
-        reader = self.tool_streams[i]
-        deltas = reader.feed(text) + (reader.finish() if done else [])
+        reader = self.readers[i]
+        deltas = reader.feed(text, done)
         if reason == "stop" and reader.called and self.req.tools.call_finish:
             reason = "tool_calls"
         if not deltas:
@@ -262,9 +272,17 @@ class ResponseBuilder:
     def usage(self) -> dict[str, Any]:
         completion = self.completion_tokens
         prompt = self.num_prompt_tokens
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": sum(self.cached_tokens)}}
+        out = {"prompt_tokens": prompt, "completion_tokens": completion,
+               "total_tokens": prompt + completion,
+               "prompt_tokens_details": {"cached_tokens": sum(self.cached_tokens)}}
+        return self._with_thinking(out, self.returned())
+
+    def _with_thinking(self, usage: dict[str, Any], choices: list[int]) -> dict[str, Any]:
+        """Chat usage under a reasoning parser: ``choices``' reasoning tokens (vLLM's key)."""
+        if self.req.reasoning is not None:
+            usage["completion_tokens_details"] = {
+                "reasoning_tokens": sum(self.thinking[i] for i in choices)}
+        return usage
 
     def _envelope(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.req.model}
@@ -301,7 +319,8 @@ class ResponseBuilder:
         prompt's tokens and its own tokens so far, as vLLM counts them."""
         prompt = self.prompt_tokens[i // self.n]
         done = self.num_generated[i] if generated is None else generated
-        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+        usage = {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+        return self._with_thinking(usage, [i] if generated is None else [])
 
     def role_chunks(self) -> list[dict[str, Any]]:
         """Chat streams open each choice with an assistant-role delta (OpenAI does), then
@@ -336,15 +355,6 @@ class ResponseBuilder:
         """What a stream sends when it fails after its headers went out."""
         return error_body(err.message, err.type, err.param, err.code)
 
-    def _tool_message(self, text: str, reason: str) -> tuple[dict[str, Any], str]:
-        """The assistant message of an output read for tool calls, and its finish reason."""
-        got = self.req.tools.extract(text)
-        forced = self.req.tools.forced  # NOTE(forced-content) in tools/forced.py
-        message = {"role": "assistant", "content": got.content or "" if forced else got.content,
-                   "tool_calls": [c.as_dict() for c in got.calls]}
-        called = got.calls and reason == "stop" and self.req.tools.call_finish
-        return message, "tool_calls" if called else reason
-
     def body(self) -> dict[str, Any]:
         """The non-streaming response."""
         choices = []
@@ -354,9 +364,7 @@ class ResponseBuilder:
             reason = self.finish[i] if self.finish[i] in OPENAI_FINISH else "stop"
             lp = self.logprobs[i]
             if self.chat:
-                message = {"role": "assistant", "content": self.req.echo_text + text}
-                if self.req.tools is not None:
-                    message, reason = self._tool_message(text, reason)
+                message, reason = chat_message(self.req, text, reason)
                 choice = {"index": shown_at, "message": message,
                           "logprobs": lp if lp is not None or self.lp.logprobs is None
                           else {"content": []}, "finish_reason": reason}

@@ -37,8 +37,8 @@ from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.response_store import ResponseStore, StoredResponse
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_background import BackgroundRuns, EventLog, api_error
-from kvpool.server.responses_input import (ResponseNotFoundError, ResponsesInput,
-                                           item_messages, responses_to_chat)
+from kvpool.server.responses_input import ResponseNotFoundError, ResponsesInput, responses_to_chat
+from kvpool.server.responses_items import item_messages
 from kvpool.server.responses_tools import chat_param, text_only_auto
 from kvpool.server.responses_view import ResponsesView, cache_block
 

@@ -10,7 +10,8 @@ as they came). Function calling (responses_tools.py): ``tools``, ``tool_choice``
 ``parallel_tool_calls`` become chat's; a ``function_call`` item is an assistant message's tool
 call (consecutive calls, and an assistant message right before them, make one message, as
 chat holds parallel calls) and a ``function_call_output`` item a ``tool`` message answering
-its ``call_id``. ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields (vLLM's:
+its ``call_id``; a ``reasoning`` item is an assistant's earlier thinking (responses_items.py
+has every item kind). ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields (vLLM's:
 penalties, ``min_p``, ``logit_bias``, ``stop_token_ids``, ...) and ``chat_template_kwargs`` pass
 through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``top_logprobs``
 alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``,
@@ -19,7 +20,7 @@ alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``,
 vLLM runs it, and vLLM's ``structured_outputs`` chat's (not with ``text.format``);
 ``background`` is kept for responses_api.py; the fields vLLM only echoes (``service_tier``,
 ``prompt_cache_key``, ...) are checked and echoed (responses_echo.py). Other item kinds
-(files, images, reasoning) and Responses features this server does not implement (hosted
+(files, images) and Responses features this server does not implement (hosted
 tools, stored ``prompt`` templates) are a 400 naming the field, so a client never gets a
 silently different result.
 """
@@ -32,18 +33,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvpool.errors import RequestError, shown
-from kvpool.server.builtin_template import ChatTemplate
 from kvpool.server.field_policy import FieldPolicy
 from kvpool.server.json_body import bool_field, json_bool, json_int
 from kvpool.server.response_store import StoredResponse
 from kvpool.server.responses_echo import ECHOED, echoed_fields
+from kvpool.server.responses_items import input_messages
 from kvpool.server.responses_tools import ResponsesTools, forced_text_format, tool_fields
 
 META_PAIRS, META_KEY, META_VALUE = 16, 64, 512  # OpenAI's metadata limits
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "item_messages",
-           "responses_to_chat"]
+__all__ = ["KNOWN_RESPONSES", "ResponseNotFoundError", "ResponsesInput", "responses_to_chat"]
 
 # copied into the chat body as they are (the chat parser validates them): vLLM's Responses
 # sampling fields and chat_template_kwargs
@@ -62,7 +62,6 @@ KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "stor
                              "reasoning", "structured_outputs", "background"}
                             | set(PASS_THROUGH) | {"prompt"} | ECHOED)
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
-TEXT_PARTS = ("input_text", "output_text")
 
 
 class ResponseNotFoundError(RequestError):
@@ -289,88 +288,3 @@ def response_format(fmt: Any) -> dict[str, Any] | None:
     if not isinstance(fmt.get("name"), str):
         raise _bad("text.format", "name is required for the json_schema format")
     return {"type": kind, "json_schema": {k: v for k, v in fmt.items() if k != "type"}}
-
-
-def input_messages(value: Any) -> list[dict[str, Any]]:
-    """``input`` -> chat messages ``{"role", "content"}`` (a 400 naming ``input[i]``)."""
-    if isinstance(value, str):
-        if not value:
-            raise _bad("input", "must not be empty")
-        return [{"role": "user", "content": value}]
-    if value is None:
-        raise _bad("input", "is required")
-    if not isinstance(value, list) or not value:
-        raise _bad("input", "must be a string or a non-empty list of input messages")
-    return item_messages(value, "input")
-
-
-def item_messages(items: list[Any], name: str) -> list[dict[str, Any]]:
-    """Input (or output) items -> chat messages; a 400 names ``{name}[i]``. A call's
-    arguments go on as they came: chat takes any that are not a JSON object (one
-    ``max_output_tokens`` cut short) as ``{}``, as vLLM does (chat_messages.py)."""
-    out: list[dict[str, Any]] = []
-    for i, item in enumerate(items):
-        where = f"{name}[{i}]"
-        if not isinstance(item, dict):
-            raise _bad(where, "must be a message object with 'role' and 'content'")
-        kind = item.get("type", "message")
-        if kind == "function_call":
-            call = _call(item, where)
-            if out and out[-1]["role"] == "assistant":  # one assistant turn, its calls
-                out[-1].setdefault("tool_calls", []).append(call)
-            else:
-                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
-            out.append(_call_output(item, where))
-        elif kind == "message":
-            out.append(_message(item, where))
-        else:
-            raise _bad(f"{where}.type", f"only message, function_call and "
-                       f"function_call_output items are supported, got "
-                       f"{json.dumps(kind)[:40]}", "unsupported_parameter")
-    return out
-
-
-def _string(item: dict[str, Any], key: str, where: str) -> str:
-    value = item.get(key)
-    if not isinstance(value, str) or not value:
-        raise _bad(f"{where}.{key}", "is required: a non-empty string")
-    return value
-
-
-def _call(item: dict[str, Any], where: str) -> dict[str, Any]:
-    """A function_call item -> a chat tool call (its arguments JSON text)."""
-    args = item.get("arguments")
-    if not isinstance(args, str):
-        raise _bad(f"{where}.arguments", "is required: the call's arguments as JSON text")
-    return {"id": _string(item, "call_id", where), "type": "function",
-            "function": {"name": _string(item, "name", where), "arguments": args}}
-
-
-def _call_output(item: dict[str, Any], where: str) -> dict[str, Any]:
-    """A function_call_output item -> the tool message answering its call."""
-    return {"role": "tool", "tool_call_id": _string(item, "call_id", where),
-            "content": _text(item.get("output"), f"{where}.output")}
-
-
-def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
-    role = item.get("role")
-    if role not in ChatTemplate.ROLES:
-        raise _bad(f"{where}.role", f"must be one of {', '.join(ChatTemplate.ROLES)}, got "
-                   f"{json.dumps(role)[:40]}")
-    return {"role": role, "content": _text(item.get("content"), f"{where}.content")}
-
-
-def _text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise _bad(where, "must be a string or a list of input_text parts")
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS \
-                or not isinstance(part.get("text"), str):
-            raise _bad(f"{where}[{j}]", "only text parts ({'type': 'input_text', 'text': "
-                       "...}) are supported", "unsupported_parameter")
-        texts.append(part["text"])
-    return "\n".join(texts)

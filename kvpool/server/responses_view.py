@@ -25,6 +25,13 @@ closing the item before it (none arriving: no item)::
     response.function_call_arguments.delta ...      one per piece of its arguments
     response.function_call_arguments.done, response.output_item.done
 
+NOTE(think-items): under ``--reasoning-parser`` (reasoning.py) the thinking is an item of its
+own before the answer's, as vLLM 0.33's simple processor streams it: ``reasoning`` with a
+``reasoning_text`` part (output_item.added, content_part.added, response.reasoning_text.delta
+..., response.reasoning_text.done, content_part.done, output_item.done); a body not streamed
+has it first, status null, and no message when nothing followed the thinking. Usage counts
+its tokens (output_tokens_details.reasoning_tokens).
+
 NOTE(completed): the last event is named by the response's status, response.completed or
 response.incomplete (cut by max_output_tokens), as vLLM 0.33 and OpenAI send it. The openai
 client's ``responses.stream(...).get_final_response()`` raises on response.incomplete, with
@@ -83,6 +90,13 @@ def _content_logprobs(lp: dict[str, Any] | None) -> list[dict[str, Any]]:
 def _message(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
     return {"id": item_id, "type": "message", "role": "assistant", "status": status,
             "content": content}
+
+
+def _reasoning(text: str | None, status: str | None) -> dict[str, Any]:
+    """A reasoning item (NOTE(think-items)); ``text`` None: its content not known yet."""
+    content = None if text is None else [{"type": "reasoning_text", "text": text}]
+    return {"id": "rs_" + uuid.uuid4().hex, "type": "reasoning", "summary": [],
+            "content": content, "encrypted_content": None, "status": status}
 
 
 class _Streamed:
@@ -146,6 +160,7 @@ class ResponsesView:
         cache (cache_writes)."""
         u = self.builder.usage()
         prompt, cached = u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"]
+        thinking = (u.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)
         writes = cache_writes(prompt, cached, self.cache_block)
         return {"input_tokens": prompt,
                 "input_tokens_details": {"cached_tokens": cached,
@@ -153,7 +168,7 @@ class ResponsesView:
                                          "input_tokens_per_turn": [],
                                          "cached_tokens_per_turn": []},
                 "output_tokens": u["completion_tokens"],
-                "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0,
+                "output_tokens_details": {"reasoning_tokens": thinking, "tool_output_tokens": 0,
                                           "output_tokens_per_turn": [],
                                           "tool_output_tokens_per_turn": []},
                 "total_tokens": u["total_tokens"]}
@@ -172,16 +187,29 @@ class ResponsesView:
         return self.done
 
     def _output(self, status: str) -> list[dict[str, Any]]:
-        """A non-streamed response's items: the message, or the calls read from the text
-        (after the message of any text before them); the last item carries ``status``."""
-        text = "".join(self.builder.texts[0])
+        """A non-streamed response's items: the reasoning (NOTE(think-items)), then the
+        message, or the calls read from the text (after the message of any text before
+        them); the last item carries ``status``."""
+        raw = text = "".join(self.builder.texts[0])
+        think = self.builder.req.reasoning
+        if think is not None:
+            reasoning, text = think.split(raw)
+            text = text or ""
+            items = self._answer(status, text, len(raw) - len(text)) if text else []
+            return ([_reasoning(reasoning, None)] if reasoning else []) + items
+        return self._answer(status, text, 0)
+
+    def _answer(self, status: str, text: str, start: int) -> list[dict[str, Any]]:
+        """The items of the answer ``text``, which begins at character ``start`` of the
+        output (its logprobs are those of the tokens from there: NOTE(own-logprobs))."""
         got = self.tools.extract(text) if self.tools is not None else None
         if got is not None and not got.calls and not got.content:
             return []  # nothing read: a required array cut short (NOTE(cut-required)), or ""
+        skip = len(self.builder.logprobs_before(0, start)) if start else 0
         if got is None or not got.calls:  # no text: no part, as vLLM's message has none
-            part = _part(text, _content_logprobs(self.builder.logprobs[0]))
+            part = _part(text, _content_logprobs(self.builder.logprobs[0])[skip:])
             return [_message(self.item_id, status, [part] if text else [])]
-        own = self.builder.logprobs_before(0, len(got.content or ""))  # NOTE(own-logprobs)
+        own = self.builder.logprobs_before(0, start + len(got.content or ""))[skip:]
         items = [_message(self.item_id, "completed", [_part(got.content, own)])] \
             if got.content else []
         items += [function_call_item(c.name, c.arguments, "completed") for c in got.calls]
@@ -221,6 +249,10 @@ class ResponsesView:
             done = (self._event("response.output_text.done", text=part["text"], logprobs=[],
                                 **self._at(k))  # vLLM's done event: the part has them
                     + self._event("response.content_part.done", part=part, **self._at(k)))
+        elif s.item["type"] == "reasoning":  # NOTE(think-items)
+            s.item["content"] = [part := {"type": "reasoning_text", "text": s.text}]
+            done = (self._event("response.reasoning_text.done", text=s.text, **self._at(k))
+                    + self._event("response.content_part.done", part=part, **self._at(k)))
         else:
             s.item["arguments"] = s.text
             done = self._event("response.function_call_arguments.done", item_id=s.item["id"],
@@ -240,6 +272,9 @@ class ResponsesView:
             calls = choice["delta"].get("tool_calls")
             if calls:
                 out += [self._call_delta(c) for c in calls]
+                continue
+            if choice["delta"].get("reasoning"):  # its tokens' logprobs are no message's
+                out.append(self._reasoning_delta(choice["delta"]["reasoning"]))
                 continue
             text = choice["delta"].get("content")
             lps = _content_logprobs(choice.get("logprobs"))
@@ -269,6 +304,20 @@ class ResponsesView:
         self.items[k].pieces.append(text)
         self.items[k].logprobs += lps
         return opened + self._event("response.output_text.delta", delta=text, logprobs=lps,
+                                    **self._at(k))
+
+    def _reasoning_delta(self, piece: str) -> bytes:
+        """NOTE(think-items): reasoning text opens a reasoning item (closing the one before)
+        and streams as its reasoning_text deltas."""
+        k, self.pending = self.current, []
+        opened = b""
+        if k is None or self.items[k].item["type"] != "reasoning":
+            opened = self._close("completed") + self._open(_reasoning(None, "in_progress"))
+            k = self.current
+            opened += self._event("response.content_part.added",
+                                  part={"type": "reasoning_text", "text": ""}, **self._at(k))
+        self.items[k].pieces.append(piece)
+        return opened + self._event("response.reasoning_text.delta", delta=piece,
                                     **self._at(k))
 
     def _call_delta(self, call: dict[str, Any]) -> bytes:

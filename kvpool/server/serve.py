@@ -245,6 +245,7 @@ def _build(config: EngineConfig, o: ServeOptions,
                     reject_unknown_fields=o.reject_unknown_fields,
                     trust_request_chat_template=o.trust_request_chat_template,
                     tool_call_parser=o.auto_tool_parser, **o.request_defaults,
+                    reasoning_parser=o.reasoning_parser,
                     served_model_names=o.served_model_name, cors=o.cors,
                     server_load_tracking=o.enable_server_load_tracking, dev_routes=o.dev_routes)
     _set_server_options(app, o, limiter)

@@ -26,6 +26,7 @@ from kvpool.server.cors import CorsPolicy, add_cors_args, cors_list
 from kvpool.server.dev_routes import DEV_MODE_ENV, DEV_ROUTES, dev_mode
 from kvpool.server.generation_config import check_override
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
+from kvpool.server.reasoning import PARSERS as REASONING
 from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
                                           DEFAULT_MAX_STORED_RESPONSES)
@@ -91,6 +92,7 @@ class ServeOptions:
     max_stored_response_bytes: int = DEFAULT_MAX_STORED_RESPONSE_BYTES  # the same store's bytes
     enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
     tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
+    reasoning_parser: str | None = None  # reasoning.py name (deepseek_r1, qwen3), or None
     enable_server_load_tracking: bool = False  # GET /load counts generation requests (vLLM's)
     dev_routes: bool = False  # vLLM's cache reset routes (from_args: or $VLLM_SERVER_DEV_MODE)
     # CORS (cors.py), vLLM's flags: JSON lists as given on the command line, or sequences
@@ -153,6 +155,8 @@ class ServeOptions:
                 f"{', '.join(sorted(PARSERS))})")
         require(self.tool_call_parser in (None, *PARSERS), f"--tool-call-parser "
                 f"{self.tool_call_parser}: use one of {', '.join(sorted(PARSERS))}")
+        require(self.reasoning_parser in (None, *REASONING), f"--reasoning-parser "
+                f"{self.reasoning_parser}: use one of {', '.join(sorted(REASONING))}")
 
     @property
     def auto_tool_parser(self) -> str | None:
@@ -329,6 +333,10 @@ def _add_api_args(srv: _ArgGroup) -> None:
     srv.add_argument("--tool-call-parser", default=None, metavar="NAME",
                      help=f"how the model writes tool calls: {', '.join(sorted(PARSERS))} "
                      "(vLLM's names; required and named tool_choice need none)")
+    srv.add_argument("--reasoning-parser", default=None, choices=sorted(REASONING),
+                     help=f"read a reasoning model's thinking apart from its answer: "
+                     f"{', '.join(sorted(REASONING))} (vLLM's names; chat's message.reasoning "
+                     "and delta.reasoning)")
     srv.add_argument("--enable-server-load-tracking", action=VllmSwitch, default=False,
                      help="GET /load answers {\"server_load\": N}, N the requests in "
                      "/v1/completions, /v1/chat/completions and /v1/responses now, as vLLM's "

@@ -269,8 +269,6 @@ _REFUSED: tuple[tuple[tuple[str, ...], tuple[str, ...], str, bool], ...] = (
      "replicas share prefixes through --remote-url and publish KV events with "
      "--kv-events-config", False),
     (("--speculative-config",), (), "kvpool has no speculative decoding: leave it out", False),
-    (("--reasoning-parser",), (), "kvpool has no reasoning parser (reasoning stays in the "
-     "content): leave it out", False),
     (("--hf-overrides",), ("{}",), "kvpool reads the model's config.json as it is: edit a "
      "copy of the model directory instead", False),
     (("--model-impl",), ("auto", "vllm"), "kvpool runs its own implementation of the "

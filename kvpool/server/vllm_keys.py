@@ -28,8 +28,9 @@ a stop token's): a chat delta is then ``{"content": ""}``; ``{}`` only where no 
 text back (vLLM's parser's ``DeltaMessage()``).
 
 ``usage`` is on a choice chunk only with ``continuous_usage_stats``: prompt_tokens,
-completion_tokens, total_tokens, and on chat ``completion_tokens_details`` (null: no reasoning
-parser here). Without it no chunk but the last has the key. Its counts are the choice's own, as
+completion_tokens, total_tokens, and on chat ``completion_tokens_details`` (null without
+``--reasoning-parser``; with it the choice's ``reasoning_tokens`` so far). Without it no chunk
+but the last has the key. Its counts are the choice's own, as
 vLLM's generators keep them: its prompt's tokens, and the tokens that choice generated so far
 (0 on chat's role chunk), not the request's totals (those are the last chunk's).
 """
@@ -86,5 +87,7 @@ def choice_chunk(chunk: dict[str, Any], choice: dict[str, Any], usage: dict[str,
 
 def usage_so_far(usage: dict[str, Any], *, chat: bool) -> dict[str, Any]:
     """A choice chunk's usage with continuous_usage_stats (NOTE(vllm-chunk-keys)): ``usage``,
-    the three counts, and on chat ``completion_tokens_details`` (null)."""
-    return {**usage, "completion_tokens_details": None} if chat else usage
+    the three counts, and on chat ``completion_tokens_details`` (null without a reasoning
+    parser)."""
+    return {**usage, "completion_tokens_details": usage.get("completion_tokens_details")} \
+        if chat else usage

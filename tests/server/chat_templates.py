@@ -82,6 +82,20 @@ def model_dir(tmp_path: Path, template, bos: str, eos: str, *, as_file: bool = F
     return tmp_path
 
 
+def think_dir(d: Path, template: str, tags: bool = True) -> Path:
+    """A ChatML tokenizer directory whose tokenizer has (``tags``) ``<think>`` and ``</think>``
+    as plain added tokens, as Qwen3's and DeepSeek-R1's are (they stay in decoded text)."""
+    from tokenizers import AddedToken, Tokenizer
+
+    model_dir(d, template, "<|im_start|>", "<|im_end|>")
+    if tags:
+        tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+        tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                        for t in ("<think>", "</think>")])
+        tok.save(str(d / "tokenizer.json"))
+    return d
+
+
 def parser_for(d: Path, override=None) -> RequestParser:
     return RequestParser(load_tokenizer(d), ["m"], 4096, max_n=1, max_tokens_limit=16,
                          max_stop=4, chat_template=load_chat_template(d, override))

@@ -233,7 +233,7 @@ BAD = [
     ({"input": [{"type": "function_call_output", "output": "1"}]}, "input[0].call_id"),
     ({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]},
      "input[0].name"),
-    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
+    ({"input": [{"type": "image_generation_call", "result": ""}]}, "input[0].type"),
 ]
 
 

@@ -247,8 +247,8 @@ def test_vllm_short_spellings_of_no_op_flags_log_the_long_flag(argv, flag, caplo
      "--kv-transfer-config: {\"kv_connector\":\"NixlConnector\"}: kvpool runs no vLLM KV "
      "connector"),
     (["--speculative-config", "{}"], "--speculative-config: {}: kvpool has no speculative"),
-    (["--reasoning-parser", "deepseek_r1"], "--reasoning-parser: deepseek_r1: kvpool has no "
-                                            "reasoning parser"),
+    (["--reasoning-parser", "granite"], "--reasoning-parser: invalid choice: 'granite' "
+                                        "(choose from 'deepseek_r1', 'qwen3')"),
     (["--enable-lora"], "--enable-lora: kvpool serves no LoRA adapters"),
     (["--lora-modules", "sql=/lora/sql"], "--lora-modules: sql=/lora/sql: kvpool serves no "
                                           "LoRA"),

@@ -24,7 +24,7 @@ from typing import Any
 
 from kvpool.server.tools.calls import ToolCall, arguments_delta
 
-__all__ = ["ParserStream", "call_deltas"]
+__all__ = ["ParserStream", "call_deltas", "partial_marker"]
 
 _CLOSERS = frozenset("}])>")
 
@@ -37,7 +37,7 @@ def call_deltas(calls: tuple[ToolCall, ...], first: int) -> list[dict[str, Any]]
     return out
 
 
-def _partial_marker(text: str, markers: tuple[str, ...]) -> int:
+def partial_marker(text: str, markers: tuple[str, ...]) -> int:
     """Length of the longest tail of ``text`` that opens some marker (a tail always starts
     with a marker's first character, so only those positions are tried)."""
     best = 0
@@ -111,7 +111,7 @@ class ParserStream:
     def _scan(self) -> list[dict[str, Any]]:
         found = [i for m in self.parser.markers if (i := self.text.find(m)) >= 0]
         if not found:
-            return self._content(len(self.text) - _partial_marker(self.text,
+            return self._content(len(self.text) - partial_marker(self.text,
                                                                   self.parser.markers))
         out = self._content(min(found))
         self.tool_mode = True

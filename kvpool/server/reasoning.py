@@ -1,0 +1,148 @@
+"""``--reasoning-parser NAME``: a reasoning model's thinking, read apart from its answer.
+
+The think-tag family (vLLM 0.33's ``deepseek_r1`` and ``qwen3``) writes its reasoning first and
+closes it with ``</think>``; the answer follows::
+
+    <think>The user wants 2 + 2.</think>It is 4.    ->  reasoning "The user wants 2 + 2."
+                                                        content   "It is 4."
+
+Rules, vLLM's (docs/architecture.md "Reasoning output"):
+
+- the output opens inside the reasoning, whether the model writes ``<think>`` (Qwen3) or the
+  template already did (DeepSeek-R1); ``qwen3`` opens in the answer instead when the template
+  was told ``enable_thinking: false`` (chat_template_kwargs, or ``reasoning_effort: none``);
+- a ``<think>`` inside the reasoning is dropped; the first ``</think>`` ends it; an output that
+  never closes it is all reasoning (content null);
+- ``include_reasoning: false`` (a chat field, default true) drops the reasoning;
+- a grammar (structured outputs, a forced tool call) constrains the tokens after the end tag
+  (NOTE(think-grammar) in kvpool/runtime/model/grammar_matchers.py), and an auto tool parser
+  reads the answer only;
+- chat usage counts the reasoning's tokens, ``completion_tokens_details.reasoning_tokens``.
+
+Both tags must be tokens of the model's vocabulary (a startup error otherwise, as in vLLM).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from kvpool.errors import ConfigError
+from kvpool.server.tools.stream import partial_marker
+
+__all__ = ["PARSERS", "ReasoningParser", "ReasoningRequest", "ThinkStream", "with_reasoning"]
+
+START, END = "<think>", "</think>"
+PARSERS = {"deepseek_r1": None, "qwen3": "enable_thinking"}  # name -> the kwarg that turns it off
+
+
+class ReasoningParser:
+    """One served model's think tags: their ids in its vocabulary."""
+
+    def __init__(self, name: str, tokenizer: Any) -> None:
+        if name not in PARSERS:
+            raise ConfigError(f"--reasoning-parser {name}: use one of "
+                              f"{', '.join(sorted(PARSERS))}")
+        self.name = name
+        self.toggle = PARSERS[name]
+        ids = [tokenizer.token_to_id(t) for t in (START, END)]
+        if None in ids:
+            raise ConfigError(f"--reasoning-parser {name}: the model's tokenizer has no "
+                              f"{START} / {END} tokens; serve a reasoning model that has them, "
+                              "or leave the flag out")
+        self.start_id, self.end_id = ids
+
+    def opens_inside(self, template_kwargs: dict[str, Any]) -> bool:
+        """Whether an output opens inside the reasoning, given what the template was told."""
+        return self.toggle is None or template_kwargs.get(self.toggle, True) is not False
+
+    def request(self, template_kwargs: dict[str, Any], include: bool) -> ReasoningRequest:
+        return ReasoningRequest(self, self.opens_inside(template_kwargs), include)
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningRequest:
+    """What one chat request reads apart: ``inside``, whether its output opens in the
+    reasoning; ``include``, include_reasoning."""
+
+    parser: ReasoningParser
+    inside: bool
+    include: bool = True
+
+    @property
+    def grammar_after(self) -> int | None:
+        """NOTE(think-grammar): the token a grammar waits for: the end tag's while the output
+        opens in reasoning, shown or not (vLLM constrains from the first token when
+        include_reasoning is false; hiding the thinking should not stop it); else None."""
+        return self.parser.end_id if self.inside else None
+
+    def gate(self, spec: Any) -> Any:
+        """``spec`` (a GrammarSpec or None) waiting for ``grammar_after``."""
+        after = self.grammar_after
+        return spec if spec is None or after is None else dataclasses.replace(spec, after=after)
+
+    def split(self, text: str) -> tuple[str | None, str | None]:
+        """(reasoning, content) of a whole output, as its stream's parts join; reasoning None
+        unless included, content None while the reasoning never ended."""
+        if not self.inside:
+            return None, text
+        s = self.stream()
+        parts = s.feed(text) + s.finish()
+        reasoning = "".join(v for k, v in parts if k == "reasoning") if self.include else None
+        content = "".join(v for k, v in parts if k == "content")
+        return reasoning, content or None
+
+    def stream(self) -> ThinkStream:
+        return ThinkStream(self.inside)
+
+    def count(self, ids: tuple[int, ...] | list[int]) -> tuple[int, bool]:
+        """(reasoning tokens among ``ids``, whether the end tag is among them): ``ids`` are a
+        choice's next tokens while its reasoning is open. Tags are not counted."""
+        end, start = self.parser.end_id, self.parser.start_id
+        n = 0
+        for t in ids:
+            if t == end:
+                return n, True
+            n += t != start
+        return n, False
+
+
+class ThinkStream:
+    """One streamed choice's text -> ("reasoning" | "content", piece) parts. ``held``: what
+    may be the start of a tag, waiting for the next piece; the parts join to ``split``'s."""
+
+    def __init__(self, inside: bool) -> None:
+        self.inside = inside
+        self.held = ""
+
+    def feed(self, piece: str) -> list[tuple[str, str]]:
+        if not self.inside:
+            return [("content", piece)] if piece else []
+        text, self.held = self.held + piece, ""
+        reasoning, tag, content = text.partition(END)
+        if tag:
+            self.inside = False
+            return _parts(reasoning.replace(START, ""), content)
+        keep = partial_marker(reasoning, (START, END))
+        self.held = reasoning[len(reasoning) - keep:] if keep else ""
+        return _parts(reasoning[:len(reasoning) - keep].replace(START, ""), "")
+
+    def finish(self) -> list[tuple[str, str]]:
+        """The end of the output: a held tail that never became a tag is reasoning."""
+        held, self.held = self.held, ""
+        return _parts(held, "")
+
+
+def with_reasoning(req: Any, reasoning: ReasoningRequest) -> Any:
+    """``req`` (a chat ParsedRequest) read by ``reasoning``, its grammar gated
+    (NOTE(think-grammar))."""
+    params = req.params
+    spec = reasoning.gate(params.response_format)
+    if spec is not params.response_format:
+        params = dataclasses.replace(params, response_format=spec)
+    return dataclasses.replace(req, reasoning=reasoning, params=params)
+
+
+def _parts(reasoning: str, content: str) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in (("reasoning", reasoning), ("content", content)) if v]

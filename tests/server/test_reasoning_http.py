@@ -1,0 +1,206 @@
+"""``--reasoning-parser qwen3`` on a real ``kvpool serve DIR`` on 127.0.0.1: a tiny random
+Qwen2 whose tokenizer has ``<think>`` / ``</think>`` and whose template, told
+``enable_thinking: false``, closes an empty think block as Qwen3's does.
+
+The chat answer is checked against the same prompt's raw output from /v1/completions (no
+parser there) with the same seed: message.reasoning and content are that text split at
+``</think>``; the stream's deltas join to the same; usage counts the tokens before the tag. A
+grammar waits for the tag (NOTE(think-grammar)); include_reasoning false hides the reasoning;
+enable_thinking false makes every token content."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import aiohttp
+import pytest
+
+from kvpool.server import serve
+from tests.runtime.model.helpers import save_hf_model
+from tests.server.chat_templates import think_dir
+from tests.server.helpers import ServerProcess, sse_chunks
+
+pytest.importorskip("transformers")
+
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+            "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+            "{% endif %}{% endif %}")
+ASK = [{"role": "user", "content": "What is two and two?"}]
+SEEDS = range(6)
+
+
+def think_model(d, tags: bool = True):
+    """A tiny Qwen2 directory whose tokenizer has the think tags (``tags``)."""
+    save_hf_model(d, "qwen2", vocab_size=320)
+    return think_dir(d, TEMPLATE, tags)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    d = think_model(tmp_path_factory.mktemp("think_model"))
+    server = ServerProcess(d, "--num-device-blocks", "256", "--max-model-len", "1024",
+                           "--reasoning-parser", "qwen3")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+async def post(url: str, path: str, body: dict) -> dict:
+    async with aiohttp.ClientSession() as s, s.post(url + path, json=body) as r:
+        assert r.status == 200, await r.text()
+        return await r.json()
+
+
+async def end_id(url: str) -> int:
+    got = await post(url, "/tokenize", {"prompt": "</think>", "add_special_tokens": False})
+    assert len(got["tokens"]) == 1
+    return got["tokens"][0]
+
+
+def sampled(seed: int, bias: dict, **kw) -> dict:
+    return {"seed": seed, "temperature": 1.0, "max_tokens": 40, "logit_bias": bias, **kw}
+
+
+async def raw_output(url: str, seed: int, bias: dict) -> tuple[str, list[int]]:
+    """The chat prompt's output with no parser: /v1/completions on its ids, same sampling."""
+    ids = (await post(url, "/tokenize", {"messages": ASK}))["tokens"]
+    got = await post(url, "/v1/completions", {"prompt": ids, "return_token_ids": True,
+                                              **sampled(seed, bias)})
+    return got["choices"][0]["text"], got["choices"][0]["token_ids"]
+
+
+async def test_the_answer_is_the_raw_output_split_at_the_end_tag(served):
+    end = await end_id(served)
+    bias = {str(end): 4.0}  # the tag comes now and then, so outputs split in both ways
+    split = 0
+    for seed in SEEDS:
+        text, ids = await raw_output(served, seed, bias)
+        body = {"messages": ASK, **sampled(seed, bias)}
+        msg = (await post(served, "/v1/chat/completions", body))
+        reasoning, tag, content = text.replace("<think>", "").partition("</think>")
+        assert msg["choices"][0]["message"]["reasoning"] == (
+            text.partition("</think>")[0].replace("<think>", ""))
+        assert msg["choices"][0]["message"]["content"] == ((content or None) if tag else None)
+        tokens = ids.index(end) if end in ids else len(ids)
+        assert msg["usage"]["completion_tokens_details"] == {"reasoning_tokens": tokens}
+        chunks = await sse_chunks(served + "/v1/chat/completions", {**body, "stream": True})
+        deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+        assert "".join(d.get("reasoning") or "" for d in deltas) == reasoning
+        assert "".join(d.get("content") or "" for d in deltas) == (content if tag else "")
+        split += bool(tag and reasoning and content)
+    assert split, "no seed wrote reasoning, the tag and an answer: the bias needs a look"
+
+
+async def test_a_grammar_constrains_only_the_answer(served):
+    end = await end_id(served)
+    answered = 0
+    for seed in SEEDS:
+        body = {"messages": ASK, "structured_outputs": {"regex": "(yes|no)"},
+                **sampled(seed, {str(end): 4.0}, max_tokens=60)}
+        msg = (await post(served, "/v1/chat/completions", body))["choices"][0]["message"]
+        if msg["content"] is None:  # still thinking at max_tokens: nothing to constrain yet
+            continue
+        answered += 1
+        assert msg["content"] in ("yes", "no")
+        assert not re.fullmatch("(yes|no)", msg["reasoning"])  # free text, not the grammar's
+    assert answered
+
+
+async def test_include_reasoning_false_hides_it_and_thinking_off_is_all_content(served):
+    end = await end_id(served)
+    body = {"messages": ASK, **sampled(1, {str(end): 4.0}), "include_reasoning": False}
+    msg = (await post(served, "/v1/chat/completions", body))["choices"][0]["message"]
+    assert msg["reasoning"] is None
+    chunks = await sse_chunks(served + "/v1/chat/completions", {**body, "stream": True})
+    assert not any(c["choices"][0]["delta"].get("reasoning") for c in chunks if c["choices"])
+    hidden = {**body, "structured_outputs": {"regex": "(yes|no)"}, "max_tokens": 60}
+    answers = [(await post(served, "/v1/chat/completions", {**hidden, "seed": s}))[
+        "choices"][0]["message"]["content"] for s in SEEDS]
+    assert set(answers) - {None} and set(answers) <= {None, "yes", "no"}  # still after it
+    off = {"messages": ASK, "chat_template_kwargs": {"enable_thinking": False},
+           "structured_outputs": {"regex": "ok"}, **sampled(2, {})}
+    got = await post(served, "/v1/chat/completions", off)
+    assert got["choices"][0]["message"]["content"] == "ok"  # the grammar from the first token
+    assert got["choices"][0]["message"]["reasoning"] is None
+    assert got["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
+
+
+async def test_a_forced_tool_call_follows_the_reasoning(served):
+    end = await end_id(served)
+    tool = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+        "additionalProperties": False}}}
+    body = {"messages": ASK, "tools": [tool], "tool_choice": "required",
+            **sampled(3, {str(end): 100.0}, max_tokens=200)}
+    msg = (await post(served, "/v1/chat/completions", body))["choices"][0]["message"]
+    assert msg["reasoning"] == ""  # the tag came first, then the call the grammar forced
+    assert [c["function"]["name"] for c in msg["tool_calls"]] == ["add"]
+
+
+def test_a_model_without_the_tags_does_not_start(tmp_path, capsys):
+    d = think_model(tmp_path / "m", tags=False)
+    assert serve.main([str(d), "--port", "0", "--num-host-blocks", "0",
+                       "--reasoning-parser", "deepseek_r1"]) == 2
+    assert "--reasoning-parser deepseek_r1: the model's tokenizer has no <think> / </think>" \
+        in capsys.readouterr().err
+
+
+async def split_seed(url: str, bias: dict) -> dict:
+    """The chat answer of the first seed whose output holds reasoning, the tag and an answer."""
+    for seed in SEEDS:
+        got = await post(url, "/v1/chat/completions", {"messages": ASK, **sampled(seed, bias)})
+        msg = got["choices"][0]["message"]
+        if msg["reasoning"] and msg["content"]:
+            return {"seed": seed, **msg, "usage": got["usage"]}
+    raise AssertionError("no seed split")
+
+
+def sse_events(raw: str) -> list[dict]:
+    return [json.loads(line.removeprefix("data: ")) for line in raw.splitlines()
+            if line.startswith("data: ")]
+
+
+async def test_responses_put_a_reasoning_item_before_the_message(served):
+    bias = {str(await end_id(served)): 4.0}
+    want = await split_seed(served, bias)
+    body = {"input": ASK[0]["content"], "seed": want["seed"], "temperature": 1.0,
+            "max_output_tokens": 40, "logit_bias": bias}
+    got = await post(served, "/v1/responses", body)
+    kinds = [item["type"] for item in got["output"]]
+    assert kinds == ["reasoning", "message"], got["output"]
+    assert got["output"][0]["content"] == [{"type": "reasoning_text", "text": want["reasoning"]}]
+    assert got["output"][1]["content"][0]["text"] == want["content"]
+    tokens = want["usage"]["completion_tokens_details"]["reasoning_tokens"]
+    assert got["usage"]["output_tokens_details"]["reasoning_tokens"] == tokens
+    async with aiohttp.ClientSession() as s, \
+            s.post(served + "/v1/responses", json={**body, "stream": True}) as r:
+        events = sse_events(await r.text())
+    deltas = {k: "".join(e["delta"] for e in events if e["type"] == f"response.{k}.delta")
+              for k in ("reasoning_text", "output_text")}
+    assert deltas == {"reasoning_text": want["reasoning"], "output_text": want["content"]}
+    done = [e["item"]["type"] for e in events if e["type"] == "response.output_item.done"]
+    assert done == ["reasoning", "message"]
+
+
+async def test_messages_open_with_a_signed_thinking_block(served):
+    body = {"model": "m", "max_tokens": 24, "temperature": 0.0, "messages": ASK}
+    chat = await post(served, "/v1/chat/completions", {
+        "messages": ASK, "max_tokens": 24, "temperature": 0.0})
+    thought = chat["choices"][0]["message"]["reasoning"]
+    async with aiohttp.ClientSession() as s:
+        r = await s.post(served + "/v1/messages", json={**body, "model": chat["model"]})
+        got = await r.json()
+        assert got["content"][0]["type"] == "thinking", got
+        assert got["content"][0]["thinking"] == thought and got["content"][0]["signature"]
+        r = await s.post(served + "/v1/messages", json={**body, "model": chat["model"],
+                                                        "stream": True})
+        events = sse_events(await r.text())
+        off = await s.post(served + "/v1/messages", json={
+            **body, "model": chat["model"], "thinking": {"type": "disabled"}})
+        assert [b["type"] for b in (await off.json())["content"]] == ["text"]
+    deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
+    assert "".join(d.get("thinking", "") for d in deltas) == thought
+    assert deltas[-1]["type"] == "signature_delta"  # then the block stops
