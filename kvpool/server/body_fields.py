@@ -148,7 +148,7 @@ KNOWN_COMPLETION = frozenset(_COMMON | {"prompt", "best_of", "echo"} | COMPLETIO
 KNOWN_CHAT = frozenset(_COMMON | {"messages", "max_completion_tokens", "tools", "tool_choice",
                                   "top_logprobs", "parallel_tool_calls",
                                   "add_generation_prompt", "continue_final_message",
-                                  "include_reasoning"}
+                                  "include_reasoning", "thinking_token_budget"}
                        | CHAT_EXTRAS | set(UNSUPPORTED_CHAT))
 # vLLM's TokenizeChatRequest, and reasoning_effort, which chat hands the template (so /tokenize
 # counts what chat's usage.prompt_tokens counts); chat's other fields (truncate_prompt_tokens,

@@ -55,7 +55,7 @@ from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, de
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
                                          LogprobRequest, parse_logprob_fields)
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
-from kvpool.server.reasoning import with_reasoning
+from kvpool.server.reasoning import read_reasoning
 from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls
 from kvpool.server.template_cache import TemplateCache
 from kvpool.server.tools.request import ToolRequest, parse_tool_request, template_tools
@@ -176,9 +176,7 @@ class RequestParser:
         max_tokens = self._max_tokens(body, ("max_completion_tokens", "max_tokens"))
         req = self._finish(body, "chat", model, [(ids, None)], "messages", max_tokens,
                            None, ignored=ignored, extras=extras, echo_text=echo, tools=tools)
-        if self.reasoning_parser is not None:
-            req = with_reasoning(req, self.reasoning_parser.request(
-                dict(extras.chat_template_kwargs), opt(body, "include_reasoning", bool, True)))
+        req = read_reasoning(req, body, self.reasoning_parser, extras.chat_template_kwargs)
         return dataclasses.replace(req, prompt_text=text) if extras.prompt_text else req
 
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:

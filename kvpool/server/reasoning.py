@@ -17,7 +17,11 @@ Rules, vLLM's (docs/architecture.md "Reasoning output"):
 - a grammar (structured outputs, a forced tool call) constrains the tokens after the end tag
   (NOTE(think-grammar) in kvpool/runtime/model/grammar_matchers.py), and an auto tool parser
   reads the answer only;
-- chat usage counts the reasoning's tokens, ``completion_tokens_details.reasoning_tokens``.
+- chat usage counts the reasoning's tokens, ``completion_tokens_details.reasoning_tokens``;
+- ``thinking_token_budget`` (a chat field: an integer >= 0, -1 for none) ends the thinking
+  after that many tokens by forcing ``</think>`` (NOTE(think-budget) in
+  kvpool/runtime/engine/row_sampler.py); without ``--reasoning-parser`` it is a 400, as vLLM
+  answers it.
 
 Both tags must be tokens of the model's vocabulary (a startup error otherwise, as in vLLM).
 """
@@ -28,10 +32,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from kvpool.errors import ConfigError
+from kvpool.errors import ConfigError, RequestError
+from kvpool.server.body_fields import opt
 from kvpool.server.tools.stream import partial_marker
 
-__all__ = ["PARSERS", "ReasoningParser", "ReasoningRequest", "ThinkStream", "with_reasoning"]
+__all__ = ["PARSERS", "ReasoningParser", "ReasoningRequest", "ThinkStream", "read_reasoning",
+           "with_reasoning"]
+BUDGET = "thinking_token_budget"
 
 START, END = "<think>", "</think>"
 PARSERS = {"deepseek_r1": None, "qwen3": "enable_thinking"}  # name -> the kwarg that turns it off
@@ -134,13 +141,39 @@ class ThinkStream:
         return _parts(held, "")
 
 
-def with_reasoning(req: Any, reasoning: ReasoningRequest) -> Any:
-    """``req`` (a chat ParsedRequest) read by ``reasoning``, its grammar gated
-    (NOTE(think-grammar))."""
+def read_reasoning(req: Any, body: dict[str, Any], parser: ReasoningParser | None,
+                   template_kwargs: Any) -> Any:
+    """A chat ParsedRequest read by the server's ``parser`` (None: as it is), with the body's
+    include_reasoning and thinking_token_budget."""
+    budget = _budget(body.get(BUDGET))
+    if parser is None:
+        if budget is not None:
+            raise RequestError.field(BUDGET, "needs a reasoning model served with "
+                                     "--reasoning-parser")
+        return req
+    reasoning = parser.request(dict(template_kwargs), opt(body, "include_reasoning", bool, True))
+    return with_reasoning(req, reasoning, budget)
+
+
+def _budget(value: Any) -> int | None:
+    """thinking_token_budget as vLLM reads it: an integer >= 0; -1 or null, none."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise RequestError.field(BUDGET, "must be a non-negative integer or -1 for unlimited")
+    return None if value == -1 else value
+
+
+def with_reasoning(req: Any, reasoning: ReasoningRequest, budget: int | None = None) -> Any:
+    """``req`` (a chat ParsedRequest) read by ``reasoning``: its grammar gated
+    (NOTE(think-grammar)), its thinking bounded by ``budget`` where it opens thinking."""
     params = req.params
     spec = reasoning.gate(params.response_format)
     if spec is not params.response_format:
         params = dataclasses.replace(params, response_format=spec)
+    if budget is not None and reasoning.inside:
+        p = reasoning.parser
+        params = dataclasses.replace(params, think_budget=(budget, p.start_id, p.end_id))
     return dataclasses.replace(req, reasoning=reasoning, params=params)
 
 

@@ -152,3 +152,19 @@ def test_a_reasoning_item_joins_the_assistant_message_next_to_it():
         {"role": "assistant", "content": "It is 4."}]  # a second answer is a turn of its own
     with pytest.raises(RequestError, match=r"input\[0\].encrypted_content"):
         item_messages([{**thought, "encrypted_content": "gAAA"}], "input")
+
+
+def test_a_thinking_budget_needs_the_parser_and_binds_only_a_thinking_output(tok):
+    from kvpool.errors import RequestError
+    from kvpool.server.reasoning import read_reasoning
+    with pytest.raises(RequestError, match="thinking_token_budget: needs a reasoning model"):
+        read_reasoning(chat(), {"thinking_token_budget": 5}, None, ())
+    assert read_reasoning(chat(), {"thinking_token_budget": -1}, None, ()) == chat()
+    ids = (tok.token_to_id("<think>"), tok.token_to_id("</think>"))
+    qwen = ReasoningParser("qwen3", tok)
+    got = read_reasoning(chat(), {"thinking_token_budget": 5}, qwen, ())
+    assert got.params.think_budget == (5, *ids) and got.reasoning.inside
+    off = read_reasoning(chat(), {"thinking_token_budget": 5}, qwen,
+                         (("enable_thinking", False),))
+    assert off.params.think_budget is None and not off.reasoning.inside
+    assert read_reasoning(chat(), {"include_reasoning": False}, qwen, ()).reasoning.include is False

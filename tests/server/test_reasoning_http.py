@@ -204,3 +204,22 @@ async def test_messages_open_with_a_signed_thinking_block(served):
     deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
     assert "".join(d.get("thinking", "") for d in deltas) == thought
     assert deltas[-1]["type"] == "signature_delta"  # then the block stops
+
+
+async def test_a_thinking_budget_ends_the_thinking_after_that_many_tokens(served):
+    for budget in (0, 3, 9):
+        body = {"messages": ASK, **sampled(4, {}, max_tokens=30), "thinking_token_budget": budget,
+                "structured_outputs": {"regex": "(yes|no)"}}
+        got = await post(served, "/v1/chat/completions", body)
+        msg = got["choices"][0]["message"]
+        assert got["usage"]["completion_tokens_details"] == {"reasoning_tokens": budget}
+        assert msg["content"] in ("yes", "no")  # the forced tag let the grammar start
+    async with aiohttp.ClientSession() as s:
+        for bad in (-2, 1.5, True, "3"):
+            r = await s.post(served + "/v1/chat/completions", json={
+                "messages": ASK, "max_tokens": 4, "thinking_token_budget": bad})
+            assert r.status == 400 and (await r.json())["error"]["param"] == \
+                "thinking_token_budget"
+        r = await s.post(served + "/v1/chat/completions", json={
+            "messages": ASK, "max_tokens": 4, "thinking_token_budget": -1})
+        assert r.status == 200

@@ -151,7 +151,7 @@ class EngineCore:
                 self.scheduler.abort(request_id, "invalid response_format")
                 raise
         self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
-        self.rows.add(seq_ids, params.seed)
+        self.rows.add(seq_ids, params.seed, params.think_budget)
         if params.prompt_logprobs is not None:
             self.prompt_logprobs.requests.add(request_id)
 

@@ -13,6 +13,13 @@ wait), and ``take_late(wait=True)`` when the scheduler has nothing else to run.
 
 A deferred sequence that is recomputed (preempted) drops its kept row: the recompute's last
 chunk samples it afresh; one that is swapped out keeps it until it runs again.
+
+NOTE(think-budget): vLLM's ``thinking_token_budget`` (SamplingParams.think_budget). A sequence
+whose output opens in its thinking has a count of thinking tokens left; each token it samples
+spends one (the start tag spends none) until it samples the end tag. Once none are left, its
+next token is the end tag, whatever was sampled: the token is replaced before its logprobs,
+its grammar (which waits for that tag, NOTE(think-grammar)) and the output see it, so its
+logprob is the model's for the tag. A budget of 0 forces the tag as the first token.
 """
 
 from __future__ import annotations
@@ -63,15 +70,37 @@ class RowSampler:
         self.grammars = grammars
         self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
         self._late: dict[int, _Late] = {}  # seq_id -> its deferred row
+        self._think: dict[int, int] = {}  # seq_id -> thinking tokens left (NOTE(think-budget))
         self.max_late_steps = MAX_LATE_STEPS
 
-    def add(self, seq_ids, seed: int | None) -> None:
+    def add(self, seq_ids, seed: int | None, budget: tuple[int, int, int] | None = None) -> None:
         for i, s in enumerate(seq_ids):
             self._gens[s] = make_generator(None if seed is None else seed + i)
+            if budget is not None:
+                self._think[s] = budget[0]
 
     def remove(self, seq_id: int) -> None:
         self._gens.pop(seq_id, None)
         self._late.pop(seq_id, None)
+        self._think.pop(seq_id, None)
+
+    def _spend(self, samples: list[Sample], params: list[SamplingParams],
+               tokens: list[int]) -> bool:
+        """NOTE(think-budget): spend each thinking row's budget on its token; a row with
+        none left gets the end tag instead. Whether a token was replaced."""
+        forced = False
+        for j, s in enumerate(samples):
+            left = self._think.get(s.seq_id)
+            if left is None:
+                continue
+            _, start, end = params[j].think_budget
+            if left <= 0 and tokens[j] != end:
+                tokens[j], forced = end, True
+            if tokens[j] == end:
+                del self._think[s.seq_id]
+            elif tokens[j] != start:
+                self._think[s.seq_id] = left - 1
+        return forced
 
     @property
     def has_late(self) -> bool:
@@ -145,6 +174,8 @@ class RowSampler:
             hist = [self.outputs.history(s.request_id, s.seq_id) for s in samples]
         chosen = self.sampler(picked, params, gens, hist, token_mask=mask)
         tokens = chosen.tolist()
+        if self._think and self._spend(samples, params, tokens):  # NOTE(think-budget)
+            chosen = torch.tensor(tokens, dtype=chosen.dtype, device=chosen.device)
         for s, t in zip(samples, tokens):
             s.token_id = t
         want = [j for j, p in enumerate(params) if p.logprobs is not None]

@@ -101,6 +101,10 @@ class SamplingParams:
     stream_interval: int = 1  # new tokens per streamed update, at least (NOTE(interval))
     # vLLM's: with logprobs, these tokens' logprobs instead of the top k (logprobs.py NOTE(picks))
     logprob_token_ids: tuple[int, ...] = ()
+    # vLLM's thinking_token_budget: (tokens of thinking allowed, the start tag's id, the end
+    # tag's id, forced once they are spent) for an output that opens in its thinking
+    # (row_sampler.py NOTE(think-budget)); None: no budget
+    think_budget: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
@@ -183,6 +187,11 @@ class SamplingParams:
         if not all(w and all(_is_int(t) and t >= 0 for t in w) for w in words):
             raise SamplingParamsError("bad_words", "must be non-empty token id sequences")
         object.__setattr__(self, "bad_words_ids", words)
+        b = self.think_budget
+        if b is not None and not (isinstance(b, tuple) and len(b) == 3
+                                  and all(_is_int(x) and x >= 0 for x in b)):
+            raise SamplingParamsError("thinking_token_budget", "must be an integer >= 0 "
+                                      "(with the think tags' ids)")
         if not _is_int(self.stream_interval) or self.stream_interval < 1:
             raise SamplingParamsError("stream_interval", f"must be an integer >= 1, got "
                                                          f"{shown(self.stream_interval)}")
