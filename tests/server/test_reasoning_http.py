@@ -64,33 +64,41 @@ def sampled(seed: int, bias: dict, **kw) -> dict:
     return {"seed": seed, "temperature": 1.0, "max_tokens": 40, "logit_bias": bias, **kw}
 
 
-async def raw_output(url: str, seed: int, bias: dict) -> tuple[str, list[int]]:
-    """The chat prompt's output with no parser: /v1/completions on its ids, same sampling."""
+async def raw_outputs(url: str, seed: int, bias: dict, n: int) -> list[tuple[str, list[int]]]:
+    """The chat prompt's ``n`` outputs with no parser: /v1/completions on its ids, same
+    sampling."""
     ids = (await post(url, "/tokenize", {"messages": ASK}))["tokens"]
-    got = await post(url, "/v1/completions", {"prompt": ids, "return_token_ids": True,
+    got = await post(url, "/v1/completions", {"prompt": ids, "return_token_ids": True, "n": n,
                                               **sampled(seed, bias)})
-    return got["choices"][0]["text"], got["choices"][0]["token_ids"]
+    return [(c["text"], c["token_ids"]) for c in got["choices"]]
 
 
 async def test_the_answer_is_the_raw_output_split_at_the_end_tag(served):
+    """Two choices per request, so each choice's reader and count are its own."""
     end = await end_id(served)
+    start = (await post(served, "/tokenize", {"prompt": "<think>",
+                                              "add_special_tokens": False}))["tokens"][0]
     bias = {str(end): 4.0}  # the tag comes now and then, so outputs split in both ways
     split = 0
     for seed in SEEDS:
-        text, ids = await raw_output(served, seed, bias)
-        body = {"messages": ASK, **sampled(seed, bias)}
-        msg = (await post(served, "/v1/chat/completions", body))
-        reasoning, tag, content = text.replace("<think>", "").partition("</think>")
-        assert msg["choices"][0]["message"]["reasoning"] == (
-            text.partition("</think>")[0].replace("<think>", ""))
-        assert msg["choices"][0]["message"]["content"] == ((content or None) if tag else None)
-        tokens = ids.index(end) if end in ids else len(ids)
-        assert msg["usage"]["completion_tokens_details"] == {"reasoning_tokens": tokens}
+        raw = await raw_outputs(served, seed, bias, 2)
+        body = {"messages": ASK, "n": 2, **sampled(seed, bias)}
+        got = await post(served, "/v1/chat/completions", body)
         chunks = await sse_chunks(served + "/v1/chat/completions", {**body, "stream": True})
-        deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
-        assert "".join(d.get("reasoning") or "" for d in deltas) == reasoning
-        assert "".join(d.get("content") or "" for d in deltas) == (content if tag else "")
-        split += bool(tag and reasoning and content)
+        tokens = 0
+        for i, (text, ids) in enumerate(raw):
+            reasoning, tag, content = text.replace("<think>", "").partition("</think>")
+            msg = got["choices"][i]["message"]
+            assert msg["reasoning"] == text.partition("</think>")[0].replace("<think>", "")
+            assert msg["content"] == ((content or None) if tag else None)
+            thought = ids[:ids.index(end)] if end in ids else ids
+            tokens += sum(t != start for t in thought)  # the tags are not counted
+            deltas = [c["choices"][0]["delta"] for c in chunks
+                      if c["choices"] and c["choices"][0]["index"] == i]
+            assert "".join(d.get("reasoning") or "" for d in deltas) == reasoning
+            assert "".join(d.get("content") or "" for d in deltas) == (content if tag else "")
+            split += bool(tag and reasoning and content)
+        assert got["usage"]["completion_tokens_details"] == {"reasoning_tokens": tokens}
     assert split, "no seed wrote reasoning, the tag and an answer: the bias needs a look"
 
 
