@@ -111,7 +111,8 @@ class MessagesRoute:
     def _parse(self, raw: bytes) -> ParsedRequest:
         parser = self.routes.parser
         chat, ignored = messages_to_chat(parser.decode_body(raw), parser.fields,
-                                         merge_system=self.merge_system)
+                                         merge_system=self.merge_system,
+                                         thinks=parser.reasoning_parser is not None)
         try:
             req = parser.parse_chat(chat)
         except RequestError as exc:

@@ -16,7 +16,10 @@ chat body the chat parser takes (protocol.py), as vLLM 0.33 converts it (docs/ar
       image          a 400: the model reads text only, as vLLM refuses an image for such a
                      model (a user tool result's image items too); one with no source is
                      dropped, as vLLM drops it
-      thinking, redacted_thinking, tool_reference    accepted, dropped
+      thinking       the message's reasoning, its blocks joined (an assistant's reaches the
+                     template: chat_messages.py, as vLLM hands it on)
+      redacted_thinking, tool_reference
+                     accepted, dropped
                      a system message's text stays where it is, or joins the first system
                      message when the template wants that first (NOTE(merge-system))
     max_tokens       required, > 0 (the chat route clamps and bounds it as for chat)
@@ -30,8 +33,10 @@ chat body the chat parser takes (protocol.py), as vLLM 0.33 converts it (docs/ar
     output_config    format {type json_schema, schema} -> chat's response_format;
                      effort (low | medium | high | xhigh | max) -> reasoning_effort
     thinking         {type disabled} -> reasoning_effort "none"; enabled (budget_tokens
-                     >= 1024, < max_tokens) and adaptive are checked, display (summarized |
-                     omitted | updates) too, and change nothing (no reasoning parser here)
+                     >= 1024, < max_tokens) -> thinking_token_budget (vLLM's; none without
+                     --reasoning-parser, where vLLM answers 400);
+                     adaptive is checked and changes nothing, display (summarized | omitted |
+                     updates) too
 
 A user message left with nothing (only tool results) is not sent, as vLLM leaves it out.
 Anything else in a known field is a 400 naming it (``messages[2].content[0].type``); a field
@@ -54,7 +59,7 @@ BILLING_HEADER = "x-anthropic-billing-header"  # Claude Code's per-request attri
 ROLES = ("user", "assistant", "system")
 BLOCKS = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinking",
           "redacted_thinking", "tool_addition", "tool_removal")
-DROPPED = ("thinking", "redacted_thinking", "tool_reference")
+DROPPED = ("redacted_thinking", "tool_reference")
 CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 EFFORTS = ("low", "medium", "high", "xhigh", "max")  # vLLM's AnthropicEffort
 DISPLAYS = ("summarized", "omitted", "updates")  # its thinking display: taken, unused
@@ -66,10 +71,12 @@ KNOWN_MESSAGES = KNOWN_COUNT_TOKENS | {"max_tokens", "metadata", "stop_sequences
 
 
 def messages_to_chat(body: dict[str, Any], fields: FieldPolicy, *, count: bool = False,
-                     merge_system: bool = False) -> tuple[dict[str, Any], tuple[str, ...]]:
+                     merge_system: bool = False,
+                     thinks: bool = False) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The chat body of one Messages body (``count``: a count_tokens body, no sampling), and
     the unknown fields it ignored. ``merge_system``: inline system messages join the first
-    (anthropic_api.py NOTE(merge-system))."""
+    (anthropic_api.py NOTE(merge-system)); ``thinks``: the server reads reasoning
+    (--reasoning-parser), so a thinking budget is chat's thinking_token_budget."""
     ignored = fields.check(body, KNOWN_COUNT_TOKENS if count else KNOWN_MESSAGES)
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -78,7 +85,7 @@ def messages_to_chat(body: dict[str, Any], fields: FieldPolicy, *, count: bool =
     if not count:
         chat.update(_sampling(body))
     chat.update(_tools(body))
-    chat.update(_output(body, chat.get("max_tokens")))
+    chat.update(_output(body, chat.get("max_tokens"), thinks))
     return chat, ignored
 
 
@@ -181,10 +188,13 @@ def _block_message(role: str, blocks: list[dict[str, Any]],
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
+    thought: list[str] = []  # thinking blocks: the message's reasoning, as vLLM joins them
     for j, block in enumerate(blocks):
         at, kind = f"{where}[{j}]", block["type"]
         if kind == "text" and block.get("text"):
             parts.append({"type": "text", "text": block["text"]})
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            thought.append(block["thinking"])
         elif kind == "image" and block.get("source"):  # vLLM drops one with no source
             _no_image(at)
         elif kind == "tool_use":
@@ -198,6 +208,8 @@ def _block_message(role: str, blocks: list[dict[str, Any]],
         msg["content"] = parts[0]["text"] if len(parts) == 1 else parts
     if calls:
         msg["tool_calls"] = calls
+    if thought:
+        msg["reasoning"] = "".join(thought)
     keep = role != "user" or "content" in msg
     return results + [msg] if keep else results
 
@@ -285,7 +297,7 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
-def _output(body: dict[str, Any], max_tokens: int | None) -> dict[str, Any]:
+def _output(body: dict[str, Any], max_tokens: int | None, thinks: bool) -> dict[str, Any]:
     """output_config (format, effort) and thinking, as chat fields."""
     out: dict[str, Any] = {}
     config = body.get("output_config")
@@ -302,8 +314,11 @@ def _output(body: dict[str, Any], max_tokens: int | None) -> dict[str, Any]:
                        f"{json.dumps(effort)[:40]}")
         if effort is not None:
             out["reasoning_effort"] = effort
-    if _thinking(body.get("thinking"), max_tokens) == "disabled":
+    kind = _thinking(body.get("thinking"), max_tokens)
+    if kind == "disabled":
         out["reasoning_effort"] = "none"
+    elif kind == "enabled" and thinks:  # vLLM's budget; with no reasoning parser, where vLLM
+        out["thinking_token_budget"] = body["thinking"]["budget_tokens"]  # answers 400: none
     return out
 
 

@@ -168,3 +168,24 @@ def test_a_thinking_budget_needs_the_parser_and_binds_only_a_thinking_output(tok
                          (("enable_thinking", False),))
     assert off.params.think_budget is None and not off.reasoning.inside
     assert read_reasoning(chat(), {"include_reasoning": False}, qwen, ()).reasoning.include is False
+
+
+def test_anthropic_thinking_is_the_chat_budget_and_an_earlier_thought_the_reasoning():
+    from kvpool.server.anthropic_input import messages_to_chat
+    from kvpool.server.field_policy import FieldPolicy
+    body = {"model": "m", "max_tokens": 2048,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": [{"role": "user", "content": "2+2?"},
+                         {"role": "assistant", "content": [
+                             {"type": "thinking", "thinking": "add ", "signature": "s"},
+                             {"type": "thinking", "thinking": "them", "signature": "s"},
+                             {"type": "redacted_thinking", "data": "x"},
+                             {"type": "text", "text": "4"}]},
+                         {"role": "user", "content": "and 3+3?"}]}
+    chat, _ = messages_to_chat(body, FieldPolicy(False), thinks=True)
+    assert chat["thinking_token_budget"] == 1024
+    plain, _ = messages_to_chat(body, FieldPolicy(False))  # no parser: no budget (no 400)
+    assert "thinking_token_budget" not in plain
+    assert chat["messages"][1] == {"role": "assistant", "content": "4", "reasoning": "add them"}
+    off, _ = messages_to_chat({**body, "thinking": {"type": "disabled"}}, FieldPolicy(False))
+    assert "thinking_token_budget" not in off and off["reasoning_effort"] == "none"
