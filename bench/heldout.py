@@ -256,6 +256,10 @@ product):
               bursts, SPC alarms, lots, NCRs, 8D chats, audit and recall walks (blind, e7f72c4)
     sales_crm  a B2B sales CRM assistant: growing account briefs, email threads, calls, meeting
               prep, pipeline walks, launches, quarter-end (written blind at e7f72c4)
+    property_mgmt  a property manager's assistant: resident chats, incident bursts, tickets,
+              leases and their abstracts, listings, reminder and report walks (blind, d7675f4)
+    airline_ops  an airline's assistants: rebooking chats, disruption bursts, ops boards, crew
+              legality, nightly briefs, loyalty terms in versions (written blind at d7675f4)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
@@ -267,80 +271,15 @@ minus SLACK. Never pass/fail.
 from __future__ import annotations
 
 from bench.baselines import BASELINES
-from bench.heldout_agents import doc_fanout, doc_window, tool_agent
-from bench.heldout_bank_kyc import bank_kyc
-from bench.heldout_bi_copilot import bi_copilot
-from bench.heldout_call_center import call_center
-from bench.heldout_catalog_backfill import catalog_backfill
-from bench.heldout_ci_triage import ci_triage
-from bench.heldout_claims import insurance_claims
-from bench.heldout_clinical_scribe import clinical_scribe
-from bench.heldout_compaction_chat import compaction_chat
-from bench.heldout_course_grading import course_grading
-from bench.heldout_ediscovery_review import ediscovery_review
-from bench.heldout_early import (Trace, agent, code_edit, drift, loop, mooncake, rag_bursty,
-                                 tenants)
-from bench.heldout_eval import batch_eval
-from bench.heldout_fewshot import fewshot_lora
-from bench.heldout_finres import fin_research
-from bench.heldout_gateway import api_gateway
-from bench.heldout_legal_review import legal_review
-from bench.heldout_localization import localization
-from bench.heldout_logistics_dispatch import logistics_dispatch
-from bench.heldout_manufacturing_qc import manufacturing_qc
-from bench.heldout_ide import ide_tree
-from bench.heldout_marketplace import marketplace
-from bench.heldout_media_pipeline import media_pipeline
-from bench.heldout_meeting_assist import meeting_assist
-from bench.heldout_news_desk import news_desk
-from bench.heldout_npc import npc_world
-from bench.heldout_permits_office import permits_office
-from bench.heldout_research import deep_research
-from bench.heldout_rag import rerank_rag
-from bench.heldout_recruiting import recruiting
-from bench.heldout_rl_rollout import rl_rollout, rl_rollout_kept
-from bench.heldout_rollout import prompt_rollout
-from bench.heldout_sales_crm import sales_crm
-from bench.heldout_soc_copilot import soc_copilot
-from bench.heldout_travel_agent import travel_agent
-from bench.heldout_support import support_desk
-from bench.heldout_telecom_noc import telecom_noc
-from bench.heldout_pv_intake import pv_intake
-from bench.heldout_lit_screen import lit_screen
-from bench.heldout_home_assist import home_assist
-from bench.heldout_patent_search import patent_search
-from bench.heldout_tutoring import tutoring
-from bench.heldout_vision import vision_mix
 from bench.common import bench_parser, machine, write_json
+from bench.heldout_early import Trace
+from bench.heldout_shapes import SHAPES
 from bench.policies import CANDIDATES, hits, opt_hit_rate
 from kvpool.core.eviction import POLICIES, make_policy
 from kvpool.replay.loop import simulate
 
 SLACK = 0.002  # the target: at or above the best classic baseline minus this, every cell
 
-SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
-          "mooncake": mooncake, "rag_bursty": rag_bursty,
-          "code_edit": code_edit, "batch_eval": batch_eval, "tool_agent": tool_agent,
-          "doc_window": doc_window, "doc_fanout": doc_fanout, "rerank_rag": rerank_rag,
-          "prompt_rollout": prompt_rollout, "fewshot_lora": fewshot_lora,
-          "ide_tree": ide_tree, "support_desk": support_desk,
-          "compaction_chat": compaction_chat, "rl_rollout": rl_rollout,
-          "rl_rollout_kept": rl_rollout_kept, "vision_mix": vision_mix,
-          "npc_world": npc_world, "api_gateway": api_gateway,
-          "deep_research": deep_research, "tutoring": tutoring,
-          "marketplace": marketplace, "bi_copilot": bi_copilot,
-          "meeting_assist": meeting_assist, "legal_review": legal_review,
-          "localization": localization, "call_center": call_center,
-          "soc_copilot": soc_copilot, "catalog_backfill": catalog_backfill,
-          "ediscovery_review": ediscovery_review,
-          "media_pipeline": media_pipeline, "clinical_scribe": clinical_scribe,
-          "fin_research": fin_research, "travel_agent": travel_agent,
-          "insurance_claims": insurance_claims, "recruiting": recruiting,
-          "logistics_dispatch": logistics_dispatch, "permits_office": permits_office,
-          "course_grading": course_grading, "telecom_noc": telecom_noc, "bank_kyc": bank_kyc,
-          "pv_intake": pv_intake, "ci_triage": ci_triage, "lit_screen": lit_screen,
-          "home_assist": home_assist, "news_desk": news_desk, "patent_search": patent_search,
-          "manufacturing_qc": manufacturing_qc, "sales_crm": sales_crm}
 
 
 def cell(reqs: Trace, cap: int, candidates: list[str] | None = None) -> dict[str, float]:
