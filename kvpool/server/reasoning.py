@@ -127,6 +127,8 @@ class ThinkStream:
         if not self.inside:
             return [("content", piece)] if piece else []
         text, self.held = self.held + piece, ""
+        if "<" not in text:  # no tag, nor the start of one: the common piece, at once
+            return [("reasoning", text)] if text else []
         reasoning, tag, content = text.partition(END)
         if tag:
             self.inside = False
