@@ -12,9 +12,11 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from bench.heldout_air_world import HUBS, STATUS, World, count
+from bench.heldout_air_world import HUBS, STATUS, World
 from bench.heldout_fewshot import Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
+from bench.heldout_lits_world import poisson
+from bench.heldout_recruit_jobs import Stream  # a job's walk (owner: a run, night or change)
 from bench.heldout_recruit_parts import DAY, HOUR, MINUTE, utc
 
 SYSTEM = {"crew": 1500, "mx": 900, "brief": 1200, "reaccom": 900}  # system prompts
@@ -63,18 +65,6 @@ class Irrop:
 
 
 @dataclass
-class Stream:
-    """A job's walk, one request at a time at the job's pace: kind, owner (run, night or
-    change), items (tails, flights, PNRs), how far it is and its request indices."""
-
-    kind: str
-    owner: int
-    items: list[int]
-    pos: int = 0
-    sent: list[int] = field(default_factory=list)
-
-
-@dataclass
 class Change:
     """A schedule change: when, its notice, the moves (old flight, new flight) and each
     walked PNR's move."""
@@ -109,7 +99,7 @@ class Ops(World):
         an airline-wide IT outage on the holiday seeds."""
         rng = self.rng
         for d in (0, 1):
-            for _ in range(count(rng, MECHANICAL[0])):
+            for _ in range(poisson(rng, MECHANICAL[0])):
                 flights = self.upcoming(d * DAY + 4 * HOUR, (d + 1) * DAY)
                 if flights:  # none at a tiny scale (bench.heldout's test runs 0.002)
                     self.mechanical(rng.choice(flights))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from bench.heldout_fewshot import ClockedState, Segment, clipped_length
 from bench.heldout_legal_parts import Versioned
+from bench.heldout_lits_world import poisson
 from bench.heldout_recruit_parts import DAY, HOUR, MINUTE, hour_of, sections, utc
 
 END = 2 * DAY  # the clock starts Friday 00:00 UTC; the trace ends at Sunday 00:00 UTC
@@ -108,17 +109,6 @@ class Pnr:
     record: Versioned
 
 
-def count(rng: random.Random, mean: float) -> int:
-    """A Poisson count (a rounded normal for large means)."""
-    if mean > 30:
-        return max(0, round(rng.gauss(mean, math.sqrt(mean))))
-    limit, k, p = math.exp(-mean), 0, rng.random()
-    while p > limit:
-        k += 1
-        p *= rng.random()
-    return k
-
-
 class World(ClockedState):
     """Hubs, stations, flights, tails, PNRs and documents on the clock; ``emit`` sends a
     request. bench.heldout_air_ops.Ops builds on it."""
@@ -159,8 +149,8 @@ class World(ClockedState):
         """A tail of ``hub``: its write-ups of the window before the clock and of the trace."""
         rng = self.rng
         mean = sum(OPS_HOURS) / 24
-        times = [rng.uniform(-WINDOW, 0) for _ in range(count(rng, ENTRIES * WINDOW / DAY))]
-        times += [t for t in (rng.uniform(0, END) for _ in range(count(rng, ENTRIES * 2 / mean)))
+        times = [rng.uniform(-WINDOW, 0) for _ in range(poisson(rng, ENTRIES * WINDOW / DAY))]
+        times += [t for t in (rng.uniform(0, END) for _ in range(poisson(rng, ENTRIES * 2 / mean)))
                   if rng.random() < OPS_HOURS[int(self.local(t, hub) % 24)]]
         entries = [(t, self.new(clipped_length(rng, *ENTRY))) for t in sorted(times)]
         header = self.new(clipped_length(rng, *TAIL_HEADER))
@@ -206,14 +196,14 @@ class World(ClockedState):
         local hours by ``hours`` (00..23); the payload is the hub unless given."""
         for h, (_, w) in enumerate(HUBS):
             for d in (-1, 0, 1, 2):
-                for _ in range(count(self.rng, rate * self.scale * w)):
+                for _ in range(poisson(self.rng, rate * self.scale * w)):
                     self.at_local(d, hour_of(self.rng, hours), h, name,
                                   h if payload is None else payload)
 
     def spread(self, rate: float, lo: float, hi: float, name: str, payload: object) -> None:
         """``rate`` x scale ``name`` events an hour at uniform times in lo..hi (if on the
         clock)."""
-        for _ in range(count(self.rng, rate * self.scale * (hi - lo) / HOUR)):
+        for _ in range(poisson(self.rng, rate * self.scale * (hi - lo) / HOUR)):
             t = self.rng.uniform(lo, hi)
             if 0 <= t < self.END:
                 self.at(t, name, payload)
