@@ -1,7 +1,8 @@
 """``--reasoning-parser NAME``: a reasoning model's thinking, read apart from its answer.
 
-The think-tag family (vLLM 0.33's ``deepseek_r1`` and ``qwen3``) writes its reasoning first and
-closes it with ``</think>``; the answer follows::
+The think-tag family (vLLM 0.33's ``deepseek_r1``, its alias ``step5``, ``qwen3`` and
+``deepseek_v3``) writes its reasoning first and closes it with ``</think>``; the answer
+follows::
 
     <think>The user wants 2 + 2.</think>It is 4.    ->  reasoning "The user wants 2 + 2."
                                                         content   "It is 4."
@@ -10,7 +11,9 @@ Rules, vLLM's (docs/architecture.md "Reasoning output"):
 
 - the output opens inside the reasoning, whether the model writes ``<think>`` (Qwen3) or the
   template already did (DeepSeek-R1); ``qwen3`` opens in the answer instead when the template
-  was told ``enable_thinking: false`` (chat_template_kwargs, or ``reasoning_effort: none``);
+  was told ``enable_thinking: false`` (chat_template_kwargs, or ``reasoning_effort: none``),
+  and ``deepseek_v3`` (DeepSeek V3.1 and later, whose thinking is off by default) only when
+  it was told ``thinking`` or ``enable_thinking`` true;
 - a ``<think>`` inside the reasoning is dropped; the first ``</think>`` ends it; an output that
   never closes it is all reasoning (content null);
 - ``include_reasoning: false`` (a chat field, default true) drops the reasoning;
@@ -41,7 +44,23 @@ __all__ = ["PARSERS", "ReasoningParser", "ReasoningRequest", "ThinkStream", "rea
 BUDGET = "thinking_token_budget"
 
 START, END = "<think>", "</think>"
-PARSERS = {"deepseek_r1": None, "qwen3": "enable_thinking"}  # name -> the kwarg that turns it off
+
+
+def _always(kw: dict[str, Any]) -> bool:
+    return True
+
+
+def _unless_off(kw: dict[str, Any]) -> bool:
+    return kw.get("enable_thinking", True) is not False
+
+
+def _when_on(kw: dict[str, Any]) -> bool:
+    return bool(kw.get("thinking")) or bool(kw.get("enable_thinking"))
+
+
+# name -> whether an output opens in its thinking, given the template's kwargs (vLLM's rules)
+PARSERS = {"deepseek_r1": _always, "step5": _always, "qwen3": _unless_off,
+           "deepseek_v3": _when_on}
 
 
 class ReasoningParser:
@@ -52,7 +71,7 @@ class ReasoningParser:
             raise ConfigError(f"--reasoning-parser {name}: use one of "
                               f"{', '.join(sorted(PARSERS))}")
         self.name = name
-        self.toggle = PARSERS[name]
+        self.opens = PARSERS[name]
         ids = [tokenizer.token_to_id(t) for t in (START, END)]
         if None in ids:
             raise ConfigError(f"--reasoning-parser {name}: the model's tokenizer has no "
@@ -62,7 +81,7 @@ class ReasoningParser:
 
     def opens_inside(self, template_kwargs: dict[str, Any]) -> bool:
         """Whether an output opens inside the reasoning, given what the template was told."""
-        return self.toggle is None or template_kwargs.get(self.toggle, True) is not False
+        return self.opens(template_kwargs)
 
     def request(self, template_kwargs: dict[str, Any], include: bool) -> ReasoningRequest:
         return ReasoningRequest(self, self.opens_inside(template_kwargs), include)

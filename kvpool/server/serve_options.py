@@ -92,7 +92,7 @@ class ServeOptions:
     max_stored_response_bytes: int = DEFAULT_MAX_STORED_RESPONSE_BYTES  # the same store's bytes
     enable_auto_tool_choice: bool = False  # tool_choice auto read by tool_call_parser
     tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
-    reasoning_parser: str | None = None  # reasoning.py name (deepseek_r1, qwen3), or None
+    reasoning_parser: str | None = None  # reasoning.py name (deepseek_r1, qwen3, ...), or None
     enable_server_load_tracking: bool = False  # GET /load counts generation requests (vLLM's)
     dev_routes: bool = False  # vLLM's cache reset routes (from_args: or $VLLM_SERVER_DEV_MODE)
     # CORS (cors.py), vLLM's flags: JSON lists as given on the command line, or sequences

@@ -50,6 +50,18 @@ def test_split(tok, text, want):
                                                                                    want[1])
 
 
+@pytest.mark.parametrize("kw,opens", [
+    ({}, {"deepseek_r1": True, "step5": True, "qwen3": True, "deepseek_v3": False}),
+    ({"enable_thinking": False}, {"deepseek_r1": True, "qwen3": False, "deepseek_v3": False}),
+    ({"enable_thinking": True}, {"qwen3": True, "deepseek_v3": True}),
+    ({"thinking": True}, {"qwen3": True, "deepseek_v3": True}),
+])
+def test_when_an_output_opens_in_its_thinking(tok, kw, opens):
+    """vLLM's rules: deepseek_v3 (DeepSeek V3.1+) thinks only when told to."""
+    for name, want in opens.items():
+        assert ReasoningParser(name, tok).opens_inside(kw) is want, (name, kw)
+
+
 def test_qwen3_with_thinking_off_is_all_content_and_its_grammar_starts_at_once(tok):
     off = ReasoningParser("qwen3", tok).request({"enable_thinking": False}, include=True)
     assert off.split("<think>x</think>y") == (None, "<think>x</think>y")
@@ -116,7 +128,7 @@ def test_tool_calls_are_read_from_the_answer_only(tok):
 
 
 def test_the_parsers_refuse_what_they_cannot_read(tmp_path, tok):
-    with pytest.raises(ConfigError, match="use one of deepseek_r1, qwen3"):
+    with pytest.raises(ConfigError, match="use one of deepseek_r1, deepseek_v3, qwen3, step5"):
         ReasoningParser("granite", tok)
     plain = load_tokenizer(think_dir(tmp_path, CHATML, tags=False))
     with pytest.raises(ConfigError, match="has no <think> / </think> tokens"):
