@@ -231,3 +231,32 @@ async def test_a_thinking_budget_ends_the_thinking_after_that_many_tokens(served
         r = await s.post(served + "/v1/chat/completions", json={
             "messages": ASK, "max_tokens": 4, "thinking_token_budget": -1})
         assert r.status == 200
+
+
+async def test_responses_put_the_reasoning_before_a_forced_call(served):
+    """A reasoning item, then the function_call the grammar forced after </think>; streamed
+    in the same order."""
+    tool = {"type": "function", "name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+        "additionalProperties": False}}
+    bias = {str(await end_id(served)): 4.0}
+    seen, seen_thought = 0, False
+    for seed in SEEDS:
+        body = {"input": ASK[0]["content"], "tools": [tool], "tool_choice": "required",
+                "seed": seed, "temperature": 1.0, "max_output_tokens": 120, "logit_bias": bias}
+        got = await post(served, "/v1/responses", body)
+        kinds = [item["type"] for item in got["output"]]
+        if "function_call" not in kinds:  # still thinking at max_output_tokens
+            continue
+        seen += 1
+        calls = kinds[1:] if kinds[0] == "reasoning" else kinds  # required: one call or more
+        assert calls and set(calls) == {"function_call"}, kinds
+        assert all(json.loads(item["arguments"]).keys() == {"a"}
+                   for item in got["output"] if item["type"] == "function_call")
+        seen_thought = seen_thought or kinds[0] == "reasoning"
+        async with aiohttp.ClientSession() as s, \
+                s.post(served + "/v1/responses", json={**body, "stream": True}) as r:
+            events = sse_events(await r.text())
+        done = [e["item"]["type"] for e in events if e["type"] == "response.output_item.done"]
+        assert done == kinds
+    assert seen and seen_thought
