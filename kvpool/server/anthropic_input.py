@@ -59,7 +59,6 @@ BILLING_HEADER = "x-anthropic-billing-header"  # Claude Code's per-request attri
 ROLES = ("user", "assistant", "system")
 BLOCKS = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinking",
           "redacted_thinking", "tool_addition", "tool_removal")
-DROPPED = ("redacted_thinking", "tool_reference")
 CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 EFFORTS = ("low", "medium", "high", "xhigh", "max")  # vLLM's AnthropicEffort
 DISPLAYS = ("summarized", "omitted", "updates")  # its thinking display: taken, unused

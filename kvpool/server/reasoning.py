@@ -71,17 +71,14 @@ class ReasoningParser:
             raise ConfigError(f"--reasoning-parser {name}: use one of "
                               f"{', '.join(sorted(PARSERS))}")
         self.name = name
-        self.opens = PARSERS[name]
+        # whether an output opens inside the reasoning, given what the template was told
+        self.opens_inside = PARSERS[name]
         ids = [tokenizer.token_to_id(t) for t in (START, END)]
         if None in ids:
             raise ConfigError(f"--reasoning-parser {name}: the model's tokenizer has no "
                               f"{START} / {END} tokens; serve a reasoning model that has them, "
                               "or leave the flag out")
         self.start_id, self.end_id = ids
-
-    def opens_inside(self, template_kwargs: dict[str, Any]) -> bool:
-        """Whether an output opens inside the reasoning, given what the template was told."""
-        return self.opens(template_kwargs)
 
     def request(self, template_kwargs: dict[str, Any], include: bool) -> ReasoningRequest:
         return ReasoningRequest(self, self.opens_inside(template_kwargs), include)
