@@ -55,8 +55,8 @@
     dev_routes               vLLM's development cache routes (POST /reset_prefix_cache, ...;
                              dev_routes.py); default: absent (404), as without vLLM's
                              VLLM_SERVER_DEV_MODE
-    reasoning_parser         reads chat output's thinking apart (reasoning.py: deepseek_r1,
-                             qwen3; vLLM's --reasoning-parser); None: all of it is content
+    reasoning_parser         reads chat output's thinking apart (reasoning.py's PARSERS:
+                             vLLM's --reasoning-parser names); None: all of it is content
 
 NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (request_gate.py), so
 by the time aiohttp's cleanup runs there is little left. aiohttp's runner cleanup runs in this order: stop listening -> on_shutdown

@@ -1,49 +1,60 @@
 """``--reasoning-parser NAME``: a reasoning model's thinking, read apart from its answer.
 
-The think-tag family (vLLM 0.33's ``deepseek_r1``, its alias ``step5``, ``qwen3`` and
-``deepseek_v3``) writes its reasoning first and closes it with ``</think>``; the answer
-follows::
+A reasoning model writes its thinking between a start and an end tag and its answer after::
 
     <think>The user wants 2 + 2.</think>It is 4.    ->  reasoning "The user wants 2 + 2."
                                                         content   "It is 4."
 
-Rules, vLLM's (docs/architecture.md "Reasoning output"):
+The parsers (vLLM 0.33's names) differ in their tags and in when an output opens in its
+thinking (docs/architecture.md "Reasoning output"):
 
-- the output opens inside the reasoning, whether the model writes ``<think>`` (Qwen3) or the
-  template already did (DeepSeek-R1); ``qwen3`` opens in the answer instead when the template
-  was told ``enable_thinking: false`` (chat_template_kwargs, or ``reasoning_effort: none``),
-  and ``deepseek_v3`` (DeepSeek V3.1 and later, whose thinking is off by default) only when
-  it was told ``thinking`` or ``enable_thinking`` true;
-- a ``<think>`` inside the reasoning is dropped; the first ``</think>`` ends it; an output that
-  never closes it is all reasoning (content null);
+| parser | tags | the output opens in its thinking |
+|---|---|---|
+| ``deepseek_r1``, ``step5``, ``minimax_m2`` | ``<think>`` ``</think>`` | always |
+| ``qwen3`` | ``<think>`` ``</think>`` | unless told ``enable_thinking`` false |
+| ``seed_oss`` | ``<seed:think>`` ``</seed:think>`` | as ``qwen3`` |
+| ``glm45``, ``kimi_k2`` | ``<think>`` ``</think>`` | unless told ``thinking`` or |
+| | | ``enable_thinking`` and neither true |
+| ``deepseek_v3`` | ``<think>`` ``</think>`` | only when told either true |
+| ``mistral`` | ``[THINK]`` ``[/THINK]`` | never: each ``[THINK]`` of the answer opens one |
+
+"Told" is the template's chat_template_kwargs (``reasoning_effort: none`` tells it
+``enable_thinking`` false).
+
+- the output opens inside the reasoning whether the model writes the start tag (Qwen3) or the
+  template already did (DeepSeek-R1);
+- a start tag inside the reasoning is dropped; the first end tag ends it; an output that
+  never closes it is all reasoning (content null); after it, the rest is the answer, tags and
+  all, except for ``mistral``, whose answer may open a thinking again;
 - ``include_reasoning: false`` (a chat field, default true) drops the reasoning;
 - a grammar (structured outputs, a forced tool call) constrains the tokens after the end tag
   (NOTE(think-grammar) in kvpool/runtime/model/grammar_matchers.py), and an auto tool parser
   reads the answer only;
 - chat usage counts the reasoning's tokens, ``completion_tokens_details.reasoning_tokens``;
 - ``thinking_token_budget`` (a chat field: an integer >= 0, -1 for none) ends the thinking
-  after that many tokens by forcing ``</think>`` (NOTE(think-budget) in
-  kvpool/runtime/engine/row_sampler.py); without ``--reasoning-parser`` it is a 400, as vLLM
-  answers it.
+  after that many tokens by forcing the end tag (NOTE(think-budget) in
+  kvpool/runtime/engine/row_sampler.py) where the output opens in it; without
+  ``--reasoning-parser`` it is a 400, as vLLM answers it, and with ``mistral`` too (kvpool
+  bounds a thinking the output opens in, not one the answer opens).
 
 Both tags must be tokens of the model's vocabulary (a startup error otherwise, as in vLLM).
+Where they are special tokens, a request that does not send ``skip_special_tokens`` keeps
+them in its text (vLLM sets it false for its parsers too), or the tags could not be read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from kvpool.errors import ConfigError, RequestError
 from kvpool.server.body_fields import opt
 from kvpool.server.tools.stream import partial_marker
 
-__all__ = ["PARSERS", "ReasoningParser", "ReasoningRequest", "ThinkStream", "read_reasoning",
-           "with_reasoning"]
+__all__ = ["Family", "PARSERS", "ReasoningParser", "ReasoningRequest", "ThinkStream",
+           "read_reasoning", "with_reasoning"]
 BUDGET = "thinking_token_budget"
-
-START, END = "<think>", "</think>"
 
 
 def _always(kw: dict[str, Any]) -> bool:
@@ -58,27 +69,53 @@ def _when_on(kw: dict[str, Any]) -> bool:
     return bool(kw.get("thinking")) or bool(kw.get("enable_thinking"))
 
 
-# name -> whether an output opens in its thinking, given the template's kwargs (vLLM's rules)
-PARSERS = {"deepseek_r1": _always, "step5": _always, "qwen3": _unless_off,
-           "deepseek_v3": _when_on}
+def _unless_told_off(kw: dict[str, Any]) -> bool:
+    return ("thinking" not in kw and "enable_thinking" not in kw) or _when_on(kw)
+
+
+def _never(kw: dict[str, Any]) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A parser's rule (whether an output opens in its thinking, given the template's
+    kwargs), its tags, and whether a start tag in the answer opens a thinking again."""
+
+    opens: Callable[[dict[str, Any]], bool]
+    start: str = "<think>"
+    end: str = "</think>"
+    reopens: bool = False
+
+
+PARSERS = {"deepseek_r1": Family(_always), "step5": Family(_always),
+           "minimax_m2": Family(_always), "qwen3": Family(_unless_off),
+           "seed_oss": Family(_unless_off, "<seed:think>", "</seed:think>"),
+           "glm45": Family(_unless_told_off), "kimi_k2": Family(_unless_told_off),
+           "deepseek_v3": Family(_when_on),
+           "mistral": Family(_never, "[THINK]", "[/THINK]", reopens=True)}
 
 
 class ReasoningParser:
-    """One served model's think tags: their ids in its vocabulary."""
+    """One served model's reasoning parser: its family and its tags' ids in the vocabulary."""
 
     def __init__(self, name: str, tokenizer: Any) -> None:
         if name not in PARSERS:
             raise ConfigError(f"--reasoning-parser {name}: use one of "
                               f"{', '.join(sorted(PARSERS))}")
         self.name = name
+        self.family = PARSERS[name]
         # whether an output opens inside the reasoning, given what the template was told
-        self.opens_inside = PARSERS[name]
-        ids = [tokenizer.token_to_id(t) for t in (START, END)]
+        self.opens_inside = self.family.opens
+        tags = (self.family.start, self.family.end)
+        ids = [tokenizer.token_to_id(t) for t in tags]
         if None in ids:
             raise ConfigError(f"--reasoning-parser {name}: the model's tokenizer has no "
-                              f"{START} / {END} tokens; serve a reasoning model that has them, "
-                              "or leave the flag out")
+                              f"{tags[0]} / {tags[1]} tokens; serve a reasoning model that has "
+                              "them, or leave the flag out")
         self.start_id, self.end_id = ids
+        # special tags (Mistral's [THINK]) leave decoded text unless the request keeps them
+        self.keeps_special_tokens = any(tokenizer.decode([i]) == "" for i in ids)
 
     def request(self, template_kwargs: dict[str, Any], include: bool) -> ReasoningRequest:
         return ReasoningRequest(self, self.opens_inside(template_kwargs), include)
@@ -107,56 +144,82 @@ class ReasoningRequest:
 
     def split(self, text: str) -> tuple[str | None, str | None]:
         """(reasoning, content) of a whole output, as its stream's parts join; reasoning None
-        unless included, content None while the reasoning never ended."""
-        if not self.inside:
+        unless included and a thinking opened; where one did, content None where empty."""
+        if not self.inside and not self.parser.family.reopens:
             return None, text
         s = self.stream()
         parts = s.feed(text) + s.finish()
-        reasoning = "".join(v for k, v in parts if k == "reasoning") if self.include else None
+        reasoning = "".join(v for k, v in parts if k == "reasoning")
         content = "".join(v for k, v in parts if k == "content")
-        return reasoning, content or None
+        if not s.opened:  # no thinking: the answer as it is, as without a parser
+            return None, content
+        return (reasoning if self.include else None), (content or None)
 
     def stream(self) -> ThinkStream:
-        return ThinkStream(self.inside)
+        return ThinkStream(self.parser.family, self.inside)
 
-    def count(self, ids: tuple[int, ...] | list[int]) -> tuple[int, bool]:
-        """(reasoning tokens among ``ids``, whether the end tag is among them): ``ids`` are a
-        choice's next tokens while its reasoning is open. Tags are not counted."""
-        end, start = self.parser.end_id, self.parser.start_id
+    def count(self, ids: tuple[int, ...] | list[int], inside: bool) -> tuple[int, bool]:
+        """(reasoning tokens among ``ids``, whether the reasoning is open after them): ``ids``
+        are a choice's next tokens, ``inside`` whether its reasoning was open before them.
+        Tags are not counted."""
+        end, start, reopens = self.parser.end_id, self.parser.start_id, self.parser.family.reopens
         n = 0
         for t in ids:
-            if t == end:
-                return n, True
-            n += t != start
-        return n, False
+            if inside:
+                inside = t != end
+                n += inside and t != start
+            elif not reopens:
+                break
+            else:
+                inside = t == start
+        return n, inside
 
 
 class ThinkStream:
     """One streamed choice's text -> ("reasoning" | "content", piece) parts. ``held``: what
     may be the start of a tag, waiting for the next piece; the parts join to ``split``'s."""
 
-    def __init__(self, inside: bool) -> None:
+    def __init__(self, family: Family, inside: bool) -> None:
+        self.family = family
         self.inside = inside
+        self.opened = inside  # whether a thinking was open at any point
         self.held = ""
+        self._lead, self._lead_end = family.start[0], family.end[0]  # no tag without them
 
     def feed(self, piece: str) -> list[tuple[str, str]]:
-        if not self.inside:
+        if not self.inside and not self.family.reopens:
             return [("content", piece)] if piece else []
         text, self.held = self.held + piece, ""
-        if "<" not in text:  # no tag, nor the start of one: the common piece, at once
-            return [("reasoning", text)] if text else []
-        reasoning, tag, content = text.partition(END)
-        if tag:
-            self.inside = False
-            return _parts(reasoning.replace(START, ""), content)
-        keep = partial_marker(reasoning, (START, END))
-        self.held = reasoning[len(reasoning) - keep:] if keep else ""
-        return _parts(reasoning[:len(reasoning) - keep].replace(START, ""), "")
+        if self._lead not in text and self._lead_end not in text:  # the common piece, at once
+            return [("reasoning" if self.inside else "content", text)] if text else []
+        out: list[tuple[str, str]] = []
+        while text:
+            tag = self.family.end if self.inside else self.family.start
+            before, found, text = text.partition(tag)
+            if not found:
+                text = before
+                break
+            out += self._part(before)
+            self.inside = not self.inside
+            self.opened = self.opened or self.inside
+            if not self.inside and not self.family.reopens:
+                return out + _parts("", text)
+        tags = (self.family.start, self.family.end) if self.inside else (self.family.start,)
+        keep = partial_marker(text, tags)
+        self.held = text[len(text) - keep:] if keep else ""
+        return out + self._part(text[:len(text) - keep])
+
+    def _part(self, text: str) -> list[tuple[str, str]]:
+        """``text`` read in the current state (no tag that changes it): a start tag inside
+        the reasoning is dropped."""
+        if self.inside:
+            return _parts(text.replace(self.family.start, ""), "")
+        return _parts("", text)
 
     def finish(self) -> list[tuple[str, str]]:
-        """The end of the output: a held tail that never became a tag is reasoning."""
+        """The end of the output: a held tail that never became a tag is read as it is."""
         held, self.held = self.held, ""
-        return _parts(held, "")
+        return self._part(held)
 
 
 def read_reasoning(req: Any, body: dict[str, Any], parser: ReasoningParser | None,
@@ -170,7 +233,11 @@ def read_reasoning(req: Any, body: dict[str, Any], parser: ReasoningParser | Non
                                      "--reasoning-parser")
         return req
     reasoning = parser.request(dict(template_kwargs), opt(body, "include_reasoning", bool, True))
-    return with_reasoning(req, reasoning, budget)
+    req = with_reasoning(req, reasoning, budget)
+    if parser.keeps_special_tokens and "skip_special_tokens" not in body:  # vLLM's rule too
+        req = dataclasses.replace(req, params=dataclasses.replace(req.params,
+                                                                  skip_special_tokens=False))
+    return req
 
 
 def _budget(value: Any) -> int | None:
@@ -189,6 +256,9 @@ def with_reasoning(req: Any, reasoning: ReasoningRequest, budget: int | None = N
     spec = reasoning.gate(params.response_format)
     if spec is not params.response_format:
         params = dataclasses.replace(params, response_format=spec)
+    if budget is not None and reasoning.parser.family.reopens:
+        raise RequestError.field(BUDGET, f"is not taken with --reasoning-parser "
+                                 f"{reasoning.parser.name}: its thinking opens in the answer")
     if budget is not None and reasoning.inside:
         p = reasoning.parser
         params = dataclasses.replace(params, think_budget=(budget, p.start_id, p.end_id))

@@ -137,9 +137,9 @@ class ResponseBuilder:
         """Choice i's counts, ids, text and finish; its reasoning tokens (reasoning.py)."""
         self.num_generated[i] = max(self.num_generated[i], c.num_generated)
         self.rids.add(i, c.token_ids)
-        if self.thinks[i]:
-            n, ended = self.req.reasoning.count(c.token_ids)
-            self.thinking[i], self.thinks[i] = self.thinking[i] + n, not ended
+        if self.req.reasoning is not None:
+            n, self.thinks[i] = self.req.reasoning.count(c.token_ids, self.thinks[i])
+            self.thinking[i] += n
         if c.text:
             self.texts[i].append(c.text)
         if c.finish_reason is not None:

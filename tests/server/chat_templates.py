@@ -82,16 +82,19 @@ def model_dir(tmp_path: Path, template, bos: str, eos: str, *, as_file: bool = F
     return tmp_path
 
 
-def think_dir(d: Path, template: str, tags: bool = True) -> Path:
-    """A ChatML tokenizer directory whose tokenizer has (``tags``) ``<think>`` and ``</think>``
-    as plain added tokens, as Qwen3's and DeepSeek-R1's are (they stay in decoded text)."""
+def think_dir(d: Path, template: str, tags: bool | tuple[str, ...] = True,
+              special: bool = False) -> Path:
+    """A ChatML tokenizer directory whose tokenizer has ``tags`` (True: ``<think>`` and
+    ``</think>``) as added tokens: plain, as Qwen3's and DeepSeek-R1's are (they stay in
+    decoded text), or ``special`` as Mistral's ``[THINK]`` is."""
     from tokenizers import AddedToken, Tokenizer
 
     model_dir(d, template, "<|im_start|>", "<|im_end|>")
     if tags:
         tok = Tokenizer.from_file(str(d / "tokenizer.json"))
-        tok.add_tokens([AddedToken(t, special=False, normalized=False)
-                        for t in ("<think>", "</think>")])
+        names = ("<think>", "</think>") if tags is True else tags
+        add = tok.add_special_tokens if special else tok.add_tokens
+        add([AddedToken(t, special=special, normalized=False) for t in names])
         tok.save(str(d / "tokenizer.json"))
     return d
 

@@ -106,9 +106,10 @@ def test_a_stream_cut_anywhere_joins_to_the_split(tok, pieces, cuts, include):
 def test_count_stops_at_the_end_tag_and_skips_the_tags(tok):
     req = ReasoningParser("qwen3", tok).request({}, include=True)
     start, end = tok.token_to_id("<think>"), tok.token_to_id("</think>")
-    assert req.count([start, 5, 6, 7]) == (3, False)
-    assert req.count([8, end, 9, 10]) == (1, True)
-    assert req.count([]) == (0, False)
+    assert req.count([start, 5, 6, 7], True) == (3, True)
+    assert req.count([8, end, 9, 10], True) == (1, False)
+    assert req.count([], True) == (0, True)
+    assert req.count([start, 5, end], False) == (0, False)  # the answer opens none
 
 
 def test_tool_calls_are_read_from_the_answer_only(tok):
@@ -128,7 +129,8 @@ def test_tool_calls_are_read_from_the_answer_only(tok):
 
 
 def test_the_parsers_refuse_what_they_cannot_read(tmp_path, tok):
-    with pytest.raises(ConfigError, match="use one of deepseek_r1, deepseek_v3, qwen3, step5"):
+    with pytest.raises(ConfigError, match="use one of deepseek_r1, deepseek_v3, glm45, "
+                       "kimi_k2, minimax_m2, mistral, qwen3, seed_oss, step5"):
         ReasoningParser("granite", tok)
     plain = load_tokenizer(think_dir(tmp_path, CHATML, tags=False))
     with pytest.raises(ConfigError, match="has no <think> / </think> tokens"):

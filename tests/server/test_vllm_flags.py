@@ -248,7 +248,9 @@ def test_vllm_short_spellings_of_no_op_flags_log_the_long_flag(argv, flag, caplo
      "connector"),
     (["--speculative-config", "{}"], "--speculative-config: {}: kvpool has no speculative"),
     (["--reasoning-parser", "granite"], "--reasoning-parser: invalid choice: 'granite' "
-                                        "(choose from 'deepseek_r1', 'deepseek_v3', 'qwen3', 'step5')"),
+                                        "(choose from 'deepseek_r1', 'deepseek_v3', 'glm45', "
+                                        "'kimi_k2', 'minimax_m2', 'mistral', 'qwen3', "
+                                        "'seed_oss', 'step5')"),
     (["--enable-lora"], "--enable-lora: kvpool serves no LoRA adapters"),
     (["--lora-modules", "sql=/lora/sql"], "--lora-modules: sql=/lora/sql: kvpool serves no "
                                           "LoRA"),
