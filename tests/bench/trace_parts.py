@@ -33,6 +33,12 @@ class SmallRuns:
         self.run = functools.cache(lambda seed: generate(seed, scale))
         self.first = functools.cache(lambda seed: first_seen(self.run(seed).trace))
 
+    def cache_clear(self) -> None:
+        """Forget every run (tests/conftest.py calls this when the module's tests end)."""
+        self.run.cache_clear()
+        self.first.cache_clear()
+
+
 def common(a: list[int], b: list[int]) -> int:
     """How many leading block ids ``a`` and ``b`` share."""
     return len(os.path.commonprefix([a, b]))
