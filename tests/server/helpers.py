@@ -10,6 +10,7 @@ import selectors
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,13 @@ async def sse_chunks(url: str, body: dict) -> list[dict]:
     events = [e.removeprefix("data: ") for e in raw.split("\n\n") if e]
     assert events[-1] == "[DONE]"
     return [json.loads(e) for e in events[:-1]]
+
+
+async def post_ok(url: str, body: dict) -> dict:
+    """POST ``body`` to ``url``: a 200, its JSON."""
+    async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
+        assert r.status == 200, await r.text()
+        return await r.json()
 
 
 async def scrape(srv: Running) -> dict[str, dict[tuple, float]]:
@@ -141,6 +149,16 @@ class ServerProcess:
              *flags],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.url = self._wait_ready(timeout=90)
+
+    @classmethod
+    def serving(cls, model_dir: Path, *flags: str) -> Iterator[str]:
+        """A module fixture's body: the URL of a server on ``model_dir`` with ``flags`` and
+        the small test pool (256 blocks, 1024-token context), stopped after."""
+        server = cls(model_dir, "--num-device-blocks", "256", "--max-model-len", "1024", *flags)
+        try:
+            yield server.url
+        finally:
+            server.stop()
 
     def _wait_ready(self, timeout: float) -> str:
         lines: list[str] = []

@@ -5,7 +5,6 @@ against its raw output split by a reader written here."""
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +17,7 @@ from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.reasoning import PARSERS, ReasoningParser, read_reasoning
 from tests.runtime.model.helpers import save_hf_model
 from tests.server.chat_templates import CHATML, think_dir
-from tests.server.helpers import ServerProcess, sse_chunks
+from tests.server.helpers import ServerProcess, post_ok, sse_chunks
 
 pytest.importorskip("transformers")
 
@@ -128,18 +127,11 @@ def mistral_served(tmp_path_factory):
     d = tmp_path_factory.mktemp("magistral")
     save_hf_model(d, "qwen2", vocab_size=320)
     think_dir(d, CHATML, ("[THINK]", "[/THINK]"), special=True)
-    server = ServerProcess(d, "--num-device-blocks", "256", "--max-model-len", "1024",
-                           "--reasoning-parser", "mistral")
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    yield from ServerProcess.serving(d, "--reasoning-parser", "mistral")
 
 
 async def post(url: str, path: str, body: dict) -> dict:
-    async with aiohttp.ClientSession() as s, s.post(url + path, json=body) as r:
-        assert r.status == 200, await r.text()
-        return await r.json()
+    return await post_ok(url + path, body)
 
 
 async def test_a_served_mistral_output_is_split_at_every_tag(mistral_served):

@@ -19,7 +19,7 @@ import pytest
 from kvpool.server import serve
 from tests.runtime.model.helpers import save_hf_model
 from tests.server.chat_templates import think_dir
-from tests.server.helpers import ServerProcess, sse_chunks
+from tests.server.helpers import ServerProcess, post_ok, sse_chunks
 
 pytest.importorskip("transformers")
 
@@ -40,18 +40,11 @@ def think_model(d, tags: bool = True):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     d = think_model(tmp_path_factory.mktemp("think_model"))
-    server = ServerProcess(d, "--num-device-blocks", "256", "--max-model-len", "1024",
-                           "--reasoning-parser", "qwen3")
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    yield from ServerProcess.serving(d, "--reasoning-parser", "qwen3")
 
 
 async def post(url: str, path: str, body: dict) -> dict:
-    async with aiohttp.ClientSession() as s, s.post(url + path, json=body) as r:
-        assert r.status == 200, await r.text()
-        return await r.json()
+    return await post_ok(url + path, body)
 
 
 async def end_id(url: str) -> int:
