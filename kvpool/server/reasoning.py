@@ -70,7 +70,7 @@ def _when_on(kw: dict[str, Any]) -> bool:
 
 
 def _unless_told_off(kw: dict[str, Any]) -> bool:
-    return ("thinking" not in kw and "enable_thinking" not in kw) or _when_on(kw)
+    return (kw.get("thinking") is None and kw.get("enable_thinking") is None) or _when_on(kw)
 
 
 def _never(kw: dict[str, Any]) -> bool:

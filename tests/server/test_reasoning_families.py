@@ -60,6 +60,7 @@ def reference(text: str, name: str, inside: bool) -> tuple[list[str], list[str]]
     ({"enable_thinking": False}, {"glm45": False, "kimi_k2": False, "seed_oss": False,
                                   "minimax_m2": True}),
     ({"enable_thinking": False, "thinking": True}, {"glm45": True, "kimi_k2": True}),
+    ({"thinking": None}, {"glm45": True, "kimi_k2": True}),  # null is not told
     ({"enable_thinking": True}, {"mistral": False}),
 ])
 def test_when_each_family_opens_in_its_thinking(tok, kw, opens):
