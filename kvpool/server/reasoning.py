@@ -33,9 +33,8 @@ thinking (docs/architecture.md "Reasoning output"):
 - chat usage counts the reasoning's tokens, ``completion_tokens_details.reasoning_tokens``;
 - ``thinking_token_budget`` (a chat field: an integer >= 0, -1 for none) ends the thinking
   after that many tokens by forcing the end tag (NOTE(think-budget) in
-  kvpool/runtime/engine/row_sampler.py) where the output opens in it; without
-  ``--reasoning-parser`` it is a 400, as vLLM answers it, and with ``mistral`` too (kvpool
-  bounds a thinking the output opens in, not one the answer opens).
+  kvpool/runtime/engine/row_sampler.py); under ``mistral`` the thinkings the answer opens
+  share it; without ``--reasoning-parser`` it is a 400, as vLLM answers it.
 
 Both tags must be tokens of the model's vocabulary (a startup error otherwise, as in vLLM).
 Where they are special tokens, a request that does not send ``skip_special_tokens`` keeps
@@ -80,7 +79,8 @@ def _never(kw: dict[str, Any]) -> bool:
 @dataclass(frozen=True, slots=True)
 class Family:
     """A parser's rule (whether an output opens in its thinking, given the template's
-    kwargs), its tags, and whether a start tag in the answer opens a thinking again."""
+    kwargs), its tags, and whether a start tag in the answer opens a thinking (then the
+    output opens in its answer: the rule is ``_never``)."""
 
     opens: Callable[[dict[str, Any]], bool]
     start: str = "<think>"
@@ -251,17 +251,16 @@ def _budget(value: Any) -> int | None:
 
 def with_reasoning(req: Any, reasoning: ReasoningRequest, budget: int | None = None) -> Any:
     """``req`` (a chat ParsedRequest) read by ``reasoning``: its grammar gated
-    (NOTE(think-grammar)), its thinking bounded by ``budget`` where it opens thinking."""
+    (NOTE(think-grammar)), its thinking bounded by ``budget`` where it opens thinking or
+    where its answer may open one (NOTE(think-budget))."""
     params = req.params
     spec = reasoning.gate(params.response_format)
     if spec is not params.response_format:
         params = dataclasses.replace(params, response_format=spec)
-    if budget is not None and reasoning.parser.family.reopens:
-        raise RequestError.field(BUDGET, f"is not taken with --reasoning-parser "
-                                 f"{reasoning.parser.name}: its thinking opens in the answer")
-    if budget is not None and reasoning.inside:
-        p = reasoning.parser
-        params = dataclasses.replace(params, think_budget=(budget, p.start_id, p.end_id))
+    p = reasoning.parser
+    if budget is not None and (reasoning.inside or p.family.reopens):
+        params = dataclasses.replace(params, think_budget=(budget, p.start_id, p.end_id,
+                                                           int(p.family.reopens)))
     return dataclasses.replace(req, reasoning=reasoning, params=params)
 
 

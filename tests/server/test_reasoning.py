@@ -177,7 +177,7 @@ def test_a_thinking_budget_needs_the_parser_and_binds_only_a_thinking_output(tok
     ids = (tok.token_to_id("<think>"), tok.token_to_id("</think>"))
     qwen = ReasoningParser("qwen3", tok)
     got = read_reasoning(chat(), {"thinking_token_budget": 5}, qwen, ())
-    assert got.params.think_budget == (5, *ids) and got.reasoning.inside
+    assert got.params.think_budget == (5, *ids, 0) and got.reasoning.inside
     off = read_reasoning(chat(), {"thinking_token_budget": 5}, qwen,
                          (("enable_thinking", False),))
     assert off.params.think_budget is None and not off.reasoning.inside

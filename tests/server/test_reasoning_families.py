@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvpool.errors import RequestError
 from kvpool.runtime.model import load_tokenizer
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.server.choice_reader import ChoiceReader
@@ -111,16 +110,18 @@ def test_mistral_counts_every_thinking_the_answer_opens(tok):
     assert req.count([10, end, 11], True) == (1, False)
 
 
-def test_special_tags_stay_in_the_text_and_a_budget_needs_a_thinking_output(tmp_path):
+def test_special_tags_stay_in_the_text_and_mistral_budgets_the_thinkings_it_opens(tmp_path):
     special = load_tokenizer(think_dir(tmp_path, CHATML, ("[THINK]", "[/THINK]"), True))
     parser = ReasoningParser("mistral", special)
     assert parser.keeps_special_tokens
     assert read_reasoning(chat(), {}, parser, ()).params.skip_special_tokens is False
     sent = read_reasoning(chat(), {"skip_special_tokens": True}, parser, ())
     assert sent.params.skip_special_tokens is True  # the client's choice stands
-    with pytest.raises(RequestError, match="thinking_token_budget: is not taken with "
-                                           "--reasoning-parser mistral"):
-        read_reasoning(chat(), {"thinking_token_budget": 8}, parser, ())
+    got = read_reasoning(chat(), {"thinking_token_budget": 8}, parser, ())
+    assert got.params.think_budget == (8, parser.start_id, parser.end_id, 1)
+    plain = ReasoningParser("qwen3", load_tokenizer(think_dir(tmp_path / "q", CHATML)))
+    assert read_reasoning(chat(), {"thinking_token_budget": 8}, plain, (
+        ("enable_thinking", False),)).params.think_budget is None  # it never thinks
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +179,42 @@ def _thinking_tokens(ids: list[int], start: int, end: int) -> int:
         else:
             n += inside
     return n
+
+
+async def test_a_served_mistral_budget_is_shared_by_every_thinking(mistral_served):
+    """[THINK] biased up and [/THINK] down, so a thinking runs on unless the budget ends it:
+    the first thinking gets the budget, and each one after it is closed at once."""
+    url, budget = mistral_served, 3
+    start, end = [(await post(url, "/tokenize", {"prompt": t, "add_special_tokens": False}))[
+        "tokens"][0] for t in ("[THINK]", "[/THINK]")]
+    cut = 0
+    for seed in range(3):
+        body = {"messages": ASK, "seed": seed, "temperature": 1.0, "max_tokens": 30, "n": 2,
+                "logit_bias": {str(start): 6.0, str(end): -20.0}, "return_token_ids": True,
+                "thinking_token_budget": budget}
+        got = await post(url, "/v1/chat/completions", body)
+        spent = 0
+        for c in got["choices"]:
+            ids = c["token_ids"]
+            n = _thinking_tokens(ids, start, end)
+            assert n <= budget, ids
+            spent += n
+            assert all(t == end for t in _after_spent(ids, start, end, budget)), ids
+            cut += n == budget and end in ids
+        assert got["usage"]["completion_tokens_details"] == {"reasoning_tokens": spent}
+    assert cut, "no thinking reached the budget: the bias needs a look"
+
+
+def _after_spent(ids: list[int], start: int, end: int, budget: int) -> list[int]:
+    """The token after each start tag that opens a thinking once ``budget`` is spent."""
+    out, n, inside = [], 0, False
+    for k, t in enumerate(ids):
+        if not inside:
+            inside = t == start
+            if inside and n >= budget and k + 1 < len(ids):
+                out.append(ids[k + 1])
+        elif t == end:
+            inside = False
+        else:
+            n += t != start
+    return out

@@ -15,11 +15,14 @@ A deferred sequence that is recomputed (preempted) drops its kept row: the recom
 chunk samples it afresh; one that is swapped out keeps it until it runs again.
 
 NOTE(think-budget): vLLM's ``thinking_token_budget`` (SamplingParams.think_budget). A sequence
-whose output opens in its thinking has a count of thinking tokens left; each token it samples
-spends one (the start tag spends none) until it samples the end tag. Once none are left, its
-next token is the end tag, whatever was sampled: the token is replaced before its logprobs,
-its grammar (which waits for that tag, NOTE(think-grammar)) and the output see it, so its
-logprob is the model's for the tag. A budget of 0 forces the tag as the first token.
+has a count of thinking tokens left; each token it samples while thinking spends one (the
+start tag spends none) until it samples the end tag. Once none are left, its next token is the
+end tag, whatever was sampled: the token is replaced before its logprobs, its grammar (which
+waits for that tag, NOTE(think-grammar)) and the output see it, so its logprob is the model's
+for the tag. A budget of 0 forces the tag as the first token. Where the output opens in its
+answer and each start tag opens a thinking (Mistral's ``[THINK]``), the count is shared by
+all of them: it runs while one is open, and once it is spent a thinking that opens is closed
+at its next token.
 """
 
 from __future__ import annotations
@@ -70,14 +73,16 @@ class RowSampler:
         self.grammars = grammars
         self._gens: dict[int, torch.Generator | None] = {}  # seq_id -> per-request generator
         self._late: dict[int, _Late] = {}  # seq_id -> its deferred row
-        self._think: dict[int, int] = {}  # seq_id -> thinking tokens left (NOTE(think-budget))
+        # seq_id -> [thinking tokens left, whether a thinking is open] (NOTE(think-budget))
+        self._think: dict[int, list] = {}
         self.max_late_steps = MAX_LATE_STEPS
 
-    def add(self, seq_ids, seed: int | None, budget: tuple[int, int, int] | None = None) -> None:
+    def add(self, seq_ids, seed: int | None,
+            budget: tuple[int, int, int, int] | None = None) -> None:
         for i, s in enumerate(seq_ids):
             self._gens[s] = make_generator(None if seed is None else seed + i)
             if budget is not None:
-                self._think[s] = budget[0]
+                self._think[s] = [budget[0], not budget[3]]
 
     def remove(self, seq_id: int) -> None:
         self._gens.pop(seq_id, None)
@@ -90,16 +95,22 @@ class RowSampler:
         none left gets the end tag instead. Whether a token was replaced."""
         forced = False
         for j, s in enumerate(samples):
-            left = self._think.get(s.seq_id)
-            if left is None:
+            state = self._think.get(s.seq_id)
+            if state is None:
                 continue
-            _, start, end = params[j].think_budget
-            if left <= 0 and tokens[j] != end:
+            _, start, end, reopens = params[j].think_budget
+            if not state[1]:  # in the answer: a start tag opens a thinking
+                state[1] = tokens[j] == start
+                continue
+            if state[0] <= 0 and tokens[j] != end:
                 tokens[j], forced = end, True
             if tokens[j] == end:
-                del self._think[s.seq_id]
+                if reopens:
+                    state[1] = False
+                else:
+                    del self._think[s.seq_id]
             elif tokens[j] != start:
-                self._think[s.seq_id] = left - 1
+                state[0] -= 1
         return forced
 
     @property

@@ -102,9 +102,10 @@ class SamplingParams:
     # vLLM's: with logprobs, these tokens' logprobs instead of the top k (logprobs.py NOTE(picks))
     logprob_token_ids: tuple[int, ...] = ()
     # vLLM's thinking_token_budget: (tokens of thinking allowed, the start tag's id, the end
-    # tag's id, forced once they are spent) for an output that opens in its thinking
-    # (row_sampler.py NOTE(think-budget)); None: no budget
-    think_budget: tuple[int, int, int] | None = None
+    # tag's id, forced once they are spent; 1 where the output opens in its answer and each
+    # start tag opens a thinking, 0 where it opens in its thinking) (row_sampler.py
+    # NOTE(think-budget)); None: no budget
+    think_budget: tuple[int, int, int, int] | None = None
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 1:
@@ -188,7 +189,7 @@ class SamplingParams:
             raise SamplingParamsError("bad_words", "must be non-empty token id sequences")
         object.__setattr__(self, "bad_words_ids", words)
         b = self.think_budget
-        if b is not None and not (isinstance(b, tuple) and len(b) == 3
+        if b is not None and not (isinstance(b, tuple) and len(b) == 4 and b[3] in (0, 1)
                                   and all(_is_int(x) and x >= 0 for x in b)):
             raise SamplingParamsError("thinking_token_budget", "must be an integer >= 0 "
                                       "(with the think tags' ids)")
