@@ -260,6 +260,8 @@ product):
               leases and their abstracts, listings, reminder and report walks (blind, d7675f4)
     airline_ops  an airline's assistants: rebooking chats, disruption bursts, ops boards, crew
               legality, nightly briefs, loyalty terms in versions (written blind at d7675f4)
+    tax_prep  a tax firm's assistant in filing season: preparer sessions over extracted
+              records, intake, reviews, a nightly re-check behind a changing memo (b2b0f8e)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
