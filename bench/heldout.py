@@ -262,6 +262,8 @@ product):
               legality, nightly briefs, loyalty terms in versions (written blind at d7675f4)
     tax_prep  a tax firm's assistant in filing season: preparer sessions over extracted
               records, intake, reviews, a nightly re-check behind a changing memo (b2b0f8e)
+    city_311  a city's 311 service: multilingual resident chats, ticket routing, duplicate
+              checks, case summaries, storm bursts, a nightly status batch (blind, b2b0f8e)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates

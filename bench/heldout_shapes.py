@@ -40,6 +40,7 @@ from bench.heldout_sales_crm import sales_crm
 from bench.heldout_property_mgmt import property_mgmt
 from bench.heldout_airline_ops import airline_ops
 from bench.heldout_tax_prep import tax_prep
+from bench.heldout_city_311 import city_311
 from bench.heldout_soc_copilot import soc_copilot
 from bench.heldout_travel_agent import travel_agent
 from bench.heldout_support import support_desk
@@ -74,4 +75,5 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "pv_intake": pv_intake, "ci_triage": ci_triage, "lit_screen": lit_screen,
           "home_assist": home_assist, "news_desk": news_desk, "patent_search": patent_search,
           "manufacturing_qc": manufacturing_qc, "sales_crm": sales_crm,
-          "property_mgmt": property_mgmt, "airline_ops": airline_ops, "tax_prep": tax_prep}
+          "property_mgmt": property_mgmt, "airline_ops": airline_ops, "tax_prep": tax_prep,
+          "city_311": city_311}
