@@ -14,6 +14,7 @@ from bench.heldout_airline_ops import KINDS, airline_ops, generate
 from bench.heldout_fewshot import BLOCK
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
                                      common, extends, of_kind, tokens)
+from tests.bench.trace_parts import chats_of
 
 SCALE = 0.2
 
@@ -91,10 +92,6 @@ def test_a_disruption_is_a_burst_over_one_context(seed, kind):
     assert during > 2 * sum(x.start - DAY <= t < x.end + 3 * HOUR - DAY for t in calls) + 5
 
 
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
-
-
 def _head(r, i, chat):
     """Request ``i``'s segments before the chat's first history entry (the PNR)."""
     segs = r.meta[i][3]
@@ -111,7 +108,7 @@ def test_agent_chats_grow_and_come_back_with_the_new_record():
         s = r.state
         library = {*sum(s.fare_rules, []), *sum(s.policies.values(), []),
                    *(seg for _, v in s.terms.versions for seg in v)}
-        for n, chat in _chats(r, "agent"):
+        for n, chat in chats_of(r, "agent"):
             records = [v[1][0] for v in s.pnrs[chat.owner].record.versions]
             assert chat.history[0] in records
             for i in chat.sent:
@@ -232,7 +229,7 @@ def test_a_schedule_change_walks_every_moved_pnr():
     for i, j in itertools.pairwise(w.sent):
         if change.move_of[r.meta[i][2]] == change.move_of[r.meta[j][2]]:
             assert common(r.trace[i], r.trace[j]) >= tokens(r.meta[i][3][:4]) // BLOCK
-    follow = [c for _, c in _chats(r, "agent") if c.owner in change.move_of and
+    follow = [c for _, c in chats_of(r, "agent") if c.owner in change.move_of and
               c.history[0] != s.pnrs[c.owner].record.versions[0][1][0]]
     assert len(follow) >= 3
 

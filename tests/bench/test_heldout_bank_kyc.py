@@ -15,6 +15,7 @@ from bench.heldout_kyc_jobs import NIGHT, QUEUE, TM_RUN, WORKERS
 from bench.heldout_kyc_parts import BEFORE, DAY, END, HOUR, MINUTE, TYPES
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
                                      common, of_kind, shared_tokens, tokens)
+from tests.bench.trace_parts import chats_of
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
@@ -24,10 +25,6 @@ _small, _first = SMALL.run, SMALL.first
 def _hour(t):
     """The hour of the day (0..24) at ``t``."""
     return t % DAY / HOUR
-
-
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
 
 
 def _new_from(r, first, i, k):
@@ -202,7 +199,7 @@ def test_analysts_chat_over_the_case_file():
     for seed in (1, 2, 3):
         r = _small(seed)
         s = r.state
-        for n, chat in _chats(r, "chat"):
+        for n, chat in chats_of(r, "chat"):
             assert s.on_duty(r.times[chat.sent[0]])
             file = s.cases[chat.owner].file
             for i in chat.sent:
@@ -263,7 +260,7 @@ def test_adverse_media_reads_articles_once(seed):
 
 def _guidance(seed):
     r = _small(seed)
-    return r, r.state, _chats(r, "guidance")
+    return r, r.state, chats_of(r, "guidance")
 
 
 def test_the_guidance_note_brings_a_burst_and_a_gap_walk():
@@ -349,7 +346,7 @@ def test_faq_sessions_share_the_faq(seed):
     stands, and a session's turns extend each other exactly."""
     r = _small(seed)
     s = r.state
-    chats = _chats(r, "faq")
+    chats = chats_of(r, "faq")
     assert len(chats) >= 30
     for n, chat in chats:
         assert s.on_duty(r.times[chat.sent[0]])

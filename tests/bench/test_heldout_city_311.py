@@ -15,14 +15,11 @@ from bench.heldout_city_311 import KINDS, city_311, generate
 from bench.heldout_fewshot import BLOCK
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
                                      common, extends, of_kind, tokens)
+from tests.bench.trace_parts import chats_of
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
 _small, _first = SMALL.run, SMALL.first
-
-
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
 
 
 def test_deterministic_and_seeded():
@@ -59,7 +56,7 @@ def test_resident_chats_grow_behind_the_language_head():
         s = r.state
         grown = 0
         for kind in ("chat", "lang"):
-            for n, chat in _chats(r, kind):
+            for n, chat in chats_of(r, kind):
                 head = [s.langs[chat.lang], *s.catalog, *s.depts[chat.owner].faq]
                 assert (chat.lang == "en") == (kind == "chat")
                 assert all(r.meta[i][3][:len(head)] == head for i in chat.sent)
@@ -156,7 +153,7 @@ def test_an_ordinance_makes_later_sections_new():
             old, new = s.policies[doc].at(t - 1e-6), s.policies[doc].at(t)
             assert new[:k] == old[:k] and new[k] != old[k]
             cut = tokens([s.policy_system, *new[:k]]) // BLOCK
-            ts = [i for n, c in _chats(r, "policy") if c.owner == doc for i in c.sent]
+            ts = [i for n, c in chats_of(r, "policy") if c.owner == doc for i in c.sent]
             before = [i for i in ts if r.times[i] < t]
             after = [i for i in ts if r.times[i] >= t]
             for i in after[:1]:
@@ -173,11 +170,11 @@ def test_holiday_notices():
     for seed in (1, 3):
         r = _small(seed)
         s = r.state
-        for n, chat in _chats(r, "notice"):
+        for n, chat in chats_of(r, "notice"):
             doc = s.holiday if chat.owner < 0 else s.notices[chat.owner]
             for i in chat.sent:
                 assert r.meta[i][3][:2] == [s.notice_system, *doc.at(r.times[i])]
-        holiday = sum(c.owner < 0 for _, c in _chats(r, "notice"))
-        counts[s.scenario] = (len(_chats(r, "notice")), holiday)
+        holiday = sum(c.owner < 0 for _, c in chats_of(r, "notice"))
+        counts[s.scenario] = (len(chats_of(r, "notice")), holiday)
     assert counts["holiday"][0] > 2 * counts["quiet"][0]
     assert counts["holiday"][1] > 0.5 * counts["holiday"][0]

@@ -13,6 +13,7 @@ from bench.heldout_course_jobs import EMAIL_HOURS, SUMMARY_DELAY, TRANSCRIPT
 from bench.heldout_course_parts import DAY, END, HOUR, MINUTE
 from bench.heldout_course_grading import KINDS, course_grading, generate
 from tests.bench.trace_parts import SmallRuns, check_chains, common, shared_tokens, tokens
+from tests.bench.trace_parts import chats_of
 
 SCALE = 0.2
 SEEDS = (1, 2, 3, 4)
@@ -29,10 +30,6 @@ def _runs(seeds=SEEDS):
 
 def _streams(r, kind):
     return [w for w in r.state.streams if w.kind == kind]
-
-
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
 
 
 def _new_from(r, first, n, cut):
@@ -291,7 +288,7 @@ def test_tutor_chats_grow_over_the_notes():
     sections), history, message; stuffed turns extend the last unless a summary came."""
     extended = retrieved = 0
     for r, s, _ in _runs((1, 2)):
-        for n, chat in _chats(r, "tutor"):
+        for n, chat in chats_of(r, "tutor"):
             course = s.courses[chat.owner]
             notes = [x for k in course.covers for x in course.notes[k]]
             fixed = [s.chat_system["tutor"], course.syllabus, course.statement]
@@ -323,7 +320,7 @@ def test_students_chat_more_as_the_deadline_nears():
     for r, s, _ in _runs():
         ext = s.extension[0] if s.extension else -1
         for kind in ("tutor", "faq"):
-            for n, chat in _chats(r, kind):
+            for n, chat in chats_of(r, kind):
                 d = s.courses[chat.owner].deadline
                 if chat.owner == ext or d < 30 * HOUR:
                     continue
@@ -337,7 +334,7 @@ def test_office_hours_are_bursts_over_the_statement_and_rubric():
     """Tickets open in a session, most in its first 40 %: system, statement, rubric, work."""
     early = total = 0
     for r, s, _ in _runs():
-        for n, chat in _chats(r, "office"):
+        for n, chat in chats_of(r, "office"):
             t, course = r.times[chat.sent[0]], s.courses[chat.owner]
             inside = [(t - a) / b for c, a, b in s.sessions if c == chat.owner and a <= t <= a + b]
             early, total = early + (min(inside) < 0.4), total + 1
@@ -388,7 +385,7 @@ def test_an_extension_moves_the_deadline_and_replans():
 def test_essay_uploads_are_one_off():
     """Each essay session's upload is its own: new from it on; later turns extend the last."""
     for r, s, first in _runs((1, 2)):
-        essays = _chats(r, "essay")
+        essays = chats_of(r, "essay")
         assert len({c.fixed[0] for _, c in essays}) == len(essays) >= 10
         for n, chat in essays:
             segs = r.meta[chat.sent[0]][3]

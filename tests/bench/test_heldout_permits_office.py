@@ -15,6 +15,7 @@ from bench.heldout_permit_parts import DAY, END, HOUR, MINUTE
 from bench.heldout_permits_office import KINDS, generate, permits_office
 from tests.bench.trace_parts import (SmallRuns, check_chains, check_ordered, common, extends,
                                      shared_tokens, tokens)
+from tests.bench.trace_parts import chats_of
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
@@ -24,10 +25,6 @@ _small, _first = SMALL.run, SMALL.first
 def _hour(t):
     """The hour of the day (0..24) at ``t``."""
     return t % DAY / HOUR
-
-
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
 
 
 def _new_from(r, first, i, k):
@@ -227,7 +224,7 @@ def test_applicant_chats_retrieve_code_into_each_turn():
         r = _small(seed)
         s = r.state
         owner = _section_chapter(s)
-        for n, chat in _chats(r, "applicant"):
+        for n, chat in chats_of(r, "applicant"):
             kind = s.kinds[chat.owner]
             for k, i in enumerate(chat.sent):
                 segs = r.meta[i][3]
@@ -254,14 +251,14 @@ def test_policy_change_makes_later_blocks_new_and_bursts():
         after = min(i for i, x in enumerate(r.times) if x >= t)
         if s.change != "code":
             assert all(k.fees.versions[1][0] == t for k in s.kinds)
-            for n, chat in _chats(r, "applicant"):
+            for n, chat in chats_of(r, "applicant"):
                 for i in (i for i in chat.sent if r.times[i] >= t):
                     k = tokens(r.meta[i][3][:2]) // BLOCK
                     assert all(first[b] >= after for b in r.trace[i][k:])
-        starts = [r.times[c.sent[0]] for _, c in _chats(r, "policy")]
+        starts = [r.times[c.sent[0]] for _, c in chats_of(r, "policy")]
         assert min(starts) >= t + 5 * MINUTE and len(starts) >= BURST[0][0] * SCALE * 0.8
         assert sum(x < t + 3 * HOUR for x in starts) > 0.6 * len(starts)
-        for n, chat in _chats(r, "policy"):
+        for n, chat in chats_of(r, "policy"):
             for i in chat.sent:
                 assert r.meta[i][3][1:2] == s.notice.at(r.times[i])
         notice = {lang for i, lang, src in s.translations if src == "notice"
@@ -296,7 +293,7 @@ def test_a_corrected_notice_makes_later_policy_turns_new(seed):
     assert len(s.changed) == 2 and s.changed[1] - s.changed[0] <= 3 * HOUR
     after = min(i for i, x in enumerate(r.times) if x >= s.changed[1])
     corrected = 0
-    for i in (i for n, c in _chats(r, "policy") for i in c.sent):
+    for i in (i for n, c in chats_of(r, "policy") for i in c.sent):
         if r.times[i] >= s.changed[1]:
             assert r.meta[i][3][1] == s.notice.versions[1][1][0]
             k = tokens(r.meta[i][3][:1]) // BLOCK
@@ -341,7 +338,7 @@ def test_zoning_lookups_share_the_districts_regulations():
     for seed in (1, 2):
         r = _small(seed)
         s = r.state
-        for n, chat in _chats(r, "zoning"):
+        for n, chat in chats_of(r, "zoning"):
             district, record = s.parcels[chat.owner]
             head = [s.chat_system["zoning"], *s.districts[district], record, *chat.fixed]
             assert all(r.meta[i][3][:len(head)] == head for i in chat.sent)
@@ -349,7 +346,7 @@ def test_zoning_lookups_share_the_districts_regulations():
         if s.hot is None:
             continue
         parcel, report, published = s.hot
-        hot = [r.times[c.sent[0]] for _, c in _chats(r, "zoning") if c.fixed == [report]]
+        hot = [r.times[c.sent[0]] for _, c in chats_of(r, "zoning") if c.fixed == [report]]
         assert len(hot) >= HOT[1][0] * SCALE * 0.7 and min(hot) >= published
         assert sum(x < published + 6 * HOUR for x in hot) > 0.6 * len(hot)
 

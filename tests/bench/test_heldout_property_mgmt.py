@@ -13,15 +13,12 @@ from bench.heldout_prop_world import DAY, HOUR, WEEKS
 from bench.heldout_property_mgmt import KINDS, generate, property_mgmt
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
                                      common, extends, shared_tokens, tokens)
+from tests.bench.trace_parts import chats_of
 
 SCALE = 0.2
 SEEDS = (1, 2, 3, 4)  # a normal week, move-in season, an incident-heavy week, month-end
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
 _small, _first = SMALL.run, SMALL.first
-
-
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
 
 
 def _local(r, t, b):
@@ -87,7 +84,7 @@ def _tenant_head(s, chat, t):
             *bld.alert.at(t), *unit.lease.abstract.at(t)]
 
 
-def test_resident_and_prospect_chats():
+def test_resident_and_prospectchats_of():
     """A tenant's turn is the system prompt, the city's rules, the house rules and alert,
     the lease abstract, the history, 2..3 handbook sections retrieved, the message; a turn
     over the same head extends the last; some chats come back 10..30 h later. A prospect's
@@ -96,7 +93,7 @@ def test_resident_and_prospect_chats():
     for seed in (1, 3):
         r = _small(seed)
         s = r.state
-        for n, chat in _chats(r, "tenant"):
+        for n, chat in chats_of(r, "tenant"):
             for k, i in enumerate(chat.sent):
                 t, segs = r.times[i], r.meta[i][3]
                 head = _tenant_head(s, chat, t)
@@ -108,7 +105,7 @@ def test_resident_and_prospect_chats():
                 k = [r.times[i] for i in chat.sent].index(chat.back)
                 assert 10 * HOUR <= chat.back - r.times[chat.sent[k - 1]] <= 31 * HOUR
                 back += 1
-        for n, chat in _chats(r, "prospect"):
+        for n, chat in chats_of(r, "prospect"):
             bld = s.buildings[chat.building]
             listing = s.units[chat.owner].listing
             assert listing is None or chat.fixed in [v for _, v in listing.text.versions]

@@ -17,14 +17,11 @@ from bench.heldout_pv_world import DAY, END, HOUR
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_full_blocks,
                                      check_ordered, common, extends, of_kind, shared_tokens,
                                      tokens)
+from tests.bench.trace_parts import chats_of
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
 _small, _first = SMALL.run, SMALL.first
-
-
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
 
 
 def test_deterministic_and_seeded():
@@ -172,7 +169,7 @@ def test_serious_cases_get_a_narrative_chat_on_shift():
     for seed in (1, 2):
         r = _small(seed)
         s = r.state
-        chats = {c.owner: c for _, c in _chats(r, "narrative")}
+        chats = {c.owner: c for _, c in chats_of(r, "narrative")}
         assert all(s.cases[c].serious for c in chats)
         for c, chat in chats.items():
             t = r.times[chat.sent[0]]
@@ -195,7 +192,7 @@ def test_psur_sessions_reread_the_listing():
         r = _small(seed)
         s = r.state
         for n, (p, listing) in enumerate(s.psurs):
-            firsts = [c.sent[0] for _, c in _chats(r, "psur") if c.owner == n]
+            firsts = [c.sent[0] for _, c in chats_of(r, "psur") if c.owner == n]
             for i in firsts:
                 head = [s.chat_system["psur"], s.psur_guide, *s.products[p].label.at(r.times[i]),
                         *listing]
@@ -215,7 +212,7 @@ def test_signal_chats_see_the_nightly_dossier():
     for seed in (1, 2):
         r, first = _small(seed), _first(seed)
         s = r.state
-        for n, chat in _chats(r, "signal"):
+        for n, chat in chats_of(r, "signal"):
             assert chat.owner in s.signals
             for i in chat.sent:
                 dossier = s.dossiers[chat.owner].at(r.times[i])
@@ -275,8 +272,8 @@ def test_regulator_label_and_oneoff_heads(seed):
     r = _small(seed)
     s = r.state
     for kind in ("regulator", "label", "oneoff"):
-        assert len(_chats(r, kind)) >= 2
-        for n, chat in _chats(r, kind):
+        assert len(chats_of(r, kind)) >= 2
+        for n, chat in chats_of(r, kind):
             i = chat.sent[0]
             segs, label = r.meta[i][3], s.products[chat.owner].label.at(r.times[i])
             assert segs[0] == s.chat_system[kind] and r.meta[i][:3] == (kind, n, 0)
@@ -290,7 +287,7 @@ def test_regulator_label_and_oneoff_heads(seed):
                                            if s.cases[x].outputs}
                 assert segs[2:2 + len(label)] == label and chat.fixed[0] == segs[1]
                 assert set(chat.fixed[1:]) <= texts and chat.fixed[1:]
-    assert all(len(c.sent) <= CHATS["label"][1][3] for _, c in _chats(r, "label"))
+    assert all(len(c.sent) <= CHATS["label"][1][3] for _, c in chats_of(r, "label"))
 
 
 def test_cases_follow_the_call_centres_day():

@@ -15,6 +15,7 @@ from bench.heldout_recruit_parts import DAY, END, HOUR, local
 from bench.heldout_recruiting import KINDS, generate, recruiting
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
                                      common, extends, of_kind, shared_tokens, tokens)
+from tests.bench.trace_parts import chats_of
 
 SCALE = 0.2
 
@@ -196,10 +197,6 @@ def test_feedback_summaries_grow_note_by_note():
     assert loops >= 5
 
 
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
-
-
 def test_shortlist_sessions_resend_profiles_in_the_recruiters_order():
     """A session holds the requisition's best-scored screened applications, sorted one of
     ORDERS' ways; a re-sort re-sends the same profiles in the new order (new blocks from the
@@ -208,7 +205,7 @@ def test_shortlist_sessions_resend_profiles_in_the_recruiters_order():
     for seed in (1, 2):
         r = _small(seed)
         s = r.state
-        for n, chat in _chats(r, "shortlist"):
+        for n, chat in chats_of(r, "shortlist"):
             req = s.reqs[chat.owner]
             assert 9 <= _hour(r, r.times[chat.sent[0]], req.employer) < 18
             assert set(chat.order) <= set(req.apps) and len(chat.order) >= 3
@@ -235,7 +232,7 @@ def test_debriefs_hold_the_days_loops():
     for seed in (1, 2):
         r = _small(seed)
         s = r.state
-        for n, chat in _chats(r, "debrief"):
+        for n, chat in chats_of(r, "debrief"):
             req = s.reqs[chat.owner]
             t = r.times[chat.sent[0]]
             assert 16.5 <= _hour(r, t, req.employer) < 18
@@ -256,7 +253,7 @@ def test_scheduling_chats_see_the_hours_availability():
     for seed in (1, 2):
         r, first = _small(seed), _first(seed)
         s = r.state
-        for n, chat in _chats(r, "schedule"):
+        for n, chat in chats_of(r, "schedule"):
             for i in chat.sent:
                 assert r.meta[i][3][1] == s.slots[(chat.owner, int(r.times[i] // HOUR))]
             same += extends(r, chat.sent, lambda i, j: r.times[i] // HOUR == r.times[j] // HOUR)
@@ -274,7 +271,7 @@ def test_faq_sessions_share_the_employers_head():
         r = _small(seed)
         s = r.state
         heads = {}
-        for n, chat in _chats(r, "faq"):
+        for n, chat in chats_of(r, "faq"):
             emp = s.employers[chat.owner]
             head = [s.chat_system["faq"], emp.company, *emp.faq]
             for i in chat.sent:
@@ -284,7 +281,7 @@ def test_faq_sessions_share_the_employers_head():
         e, tz = s.fair_employer, s.employers[s.fair_employer].tz
 
         def count(day):
-            return sum(1 for n, c in _chats(r, "faq") if c.owner == e and FAIR[2][0] <= local(
+            return sum(1 for n, c in chats_of(r, "faq") if c.owner == e and FAIR[2][0] <= local(
                 r.times[c.sent[0]], tz) - 24 * day < FAIR[2][1])
         assert count(1) > count(0) + 3
 

@@ -14,13 +14,10 @@ from bench.heldout_taxp_jobs import EXTENSIONS
 from bench.heldout_taxp_world import END, HOUR
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
                                      common, extends, of_kind, tokens)
+from tests.bench.trace_parts import chats_of
 
 SMALL = SmallRuns(generate, 0.2)  # each seed's run and first_seen, made once
 _small, _first = SMALL.run, SMALL.first
-
-
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
 
 
 def test_deterministic_and_seeded():
@@ -94,7 +91,7 @@ def test_prep_sessions_grow_over_the_clients_file(seed):
     def same(i, j):
         return sum(x in records for x in r.meta[i][3]) == sum(x in records for x in r.meta[j][3])
     extended = 0
-    for n, chat in _chats(r, "prep"):
+    for n, chat in chats_of(r, "prep"):
         c = s.clients[chat.owner]
         for i in chat.sent:
             assert r.meta[i][3][:2 + len(c.prior)] == [s.chat_system["prep"], c.profile, *c.prior]
@@ -159,7 +156,8 @@ def test_scenarios_walkins_extensions_amends_and_the_notice():
 
     def walkins(seed):
         r = _small(seed)
-        return sum(lo <= r.times[c.sent[0]] / HOUR - 24 * day < hi for _, c in _chats(r, "walkin"))
+        return sum(lo <= r.times[c.sent[0]] / HOUR - 24 * day < hi
+                   for _, c in chats_of(r, "walkin"))
     assert walkins(2) > 2 * max(1, walkins(1), walkins(3), walkins(4))
     r = _small(2)
     s = r.state
@@ -169,13 +167,13 @@ def test_scenarios_walkins_extensions_amends_and_the_notice():
     assert all(x.draft is None or x.draft.versions[0][0] > r.times[ext.sent[0]]
                for x in s.clients if x.extended)
     heads = {}
-    for n, chat in _chats(r, "amend"):
+    for n, chat in chats_of(r, "amend"):
         head = tokens([s.chat_system["amend"], *s.amends[chat.owner]]) // BLOCK
         k = heads.setdefault(chat.owner, r.trace[chat.sent[0]][:head])
         assert r.trace[chat.sent[0]][:head] == k
     r = _small(4)
     when, k = r.state.notice
     sec = r.state.library[k]
-    quoting = [r.times[c.sent[0]] >= when for _, c in _chats(r, "rules") if sec in c.fixed]
+    quoting = [r.times[c.sent[0]] >= when for _, c in chats_of(r, "rules") if sec in c.fixed]
     assert all(quoting) and len(quoting) >= 3
     assert of_kind(r, "oneoff")

@@ -16,14 +16,11 @@ from bench.heldout_noc_parts import DAY, END, HOUR, MINUTE, WINDOW
 from bench.heldout_telecom_noc import KINDS, generate, telecom_noc
 from tests.bench.trace_parts import (SmallRuns, blocks_by_kind, check_chains, check_ordered,
                                      common, extends, shared_tokens, tokens)
+from tests.bench.trace_parts import chats_of
 
 SCALE = 0.2
 SMALL = SmallRuns(generate, SCALE)  # each seed's run and first_seen, made once
 _small, _first = SMALL.run, SMALL.first
-
-
-def _chats(r, kind):
-    return [(n, c) for n, c in enumerate(r.state.chats) if c.kind == kind]
 
 
 def _new_from(r, first, i, k):
@@ -185,7 +182,7 @@ def test_the_status_page_is_reissued_during_major_incidents():
                   if inc.start <= r.times[i] <= inc.timeline[-1][0]]
             assert ts and ts[0] <= inc.start + STATUS_GAP[1]
             assert all(b - a <= STATUS_GAP[1] + 1 for a, b in itertools.pairwise(ts))
-        for n, chat in _chats(r, "care"):
+        for n, chat in chats_of(r, "care"):
             for i in chat.sent:
                 page = r.meta[i][3][1]
                 v = next(k for k, (_, p) in enumerate(s.status.versions) if p == [page])
@@ -205,7 +202,7 @@ def test_incidents_bring_engineers_and_a_care_surge():
     for seed in (1, 2):
         r = _small(seed)
         s = r.state
-        for n, chat in _chats(r, "engineer"):
+        for n, chat in chats_of(r, "engineer"):
             if chat.incident is None:
                 assert r.meta[chat.sent[0]][3][1:1 + len(chat.fixed)] == s.runbooks[chat.owner]
                 continue
@@ -218,7 +215,7 @@ def test_incidents_bring_engineers_and_a_care_surge():
                 r.times[j]))
             grew += sum(1 for i, j in itertools.pairwise(chat.sent)
                         if inc.at(r.times[i]) != inc.at(r.times[j]))
-        for n, chat in _chats(r, "care"):
+        for n, chat in chats_of(r, "care"):
             if chat.owner >= 0:
                 inc = s.incidents[chat.owner]
                 assert inc.major and inc.start <= r.times[chat.sent[0]] <= inc.end
@@ -284,7 +281,7 @@ def test_config_diffs_follow_the_platform_release():
         r = _small(seed)
         s = r.state
         firsts = {}
-        for n, chat in _chats(r, "config"):
+        for n, chat in chats_of(r, "config"):
             ref = s.platforms[chat.owner].ref
             for i in chat.sent:
                 t = r.times[i]
@@ -320,7 +317,7 @@ def test_the_shift_handover_is_drafted_then_talked_over():
                 a, b = r.meta[i][3], r.meta[j][3]
                 assert a[:-2] == b[:-2] and a[-2] != b[-2]
                 assert common(r.trace[i], r.trace[j]) == tokens(a[:-2]) // BLOCK
-        for n, chat in _chats(r, "shift"):
+        for n, chat in chats_of(r, "shift"):
             last = r.meta[s.handovers[chat.owner][1][-1]][3]
             assert r.meta[chat.sent[0]][3][:len(last) + 1] == [*last, chat.fixed[-1]]
             talked += extends(r, chat.sent, lambda i, j: True)
@@ -333,7 +330,7 @@ def test_logs_are_pasted_once():
     chats = 0
     for seed in (1, 2):
         r, first = _small(seed), _first(seed)
-        for n, chat in _chats(r, "logs"):
+        for n, chat in chats_of(r, "logs"):
             i = chat.sent[0]
             assert _new_from(r, first, i, tokens(r.meta[i][3][:1]))
             extends(r, chat.sent, lambda i, j: True)

@@ -39,6 +39,11 @@ class SmallRuns:
         self.first.cache_clear()
 
 
+def chats_of(run, kind: str) -> list:
+    """(index, chat) of ``run``'s chats (``run.state.chats``) of ``kind``."""
+    return [(n, c) for n, c in enumerate(run.state.chats) if c.kind == kind]
+
+
 def common(a: list[int], b: list[int]) -> int:
     """How many leading block ids ``a`` and ``b`` share."""
     return len(os.path.commonprefix([a, b]))
