@@ -16,6 +16,7 @@ from bench.heldout_crm_jobs import OFFICE, RECENT, Jobs
 from bench.heldout_crm_world import HOUR, MINUTE, hour_of, utc
 from bench.heldout_fewshot import Chat, Segment, clipped_length
 from bench.heldout_meeting_parts import pick, poisson
+from bench.heldout_pv_desk import chat_turn
 
 DESK = {"brief": 900, "prep": 1100, "email": 700, "proposal": 1000}  # system prompts
 DESK_CUES = {"brief": (40,), "prep": (45, 60), "email": (30, 25, 30, 35, 50),
@@ -287,14 +288,7 @@ class Desk(Jobs):
         return [self.chat_system["enablement"], *self.playbooks[segment].at(self.now), *doc]
 
     def _on_turn(self, n: int) -> None:
-        """A turn: the head, the history, the message; the reply joins the history."""
-        chat, rng = self.chats[n], self.rng
-        _, _, message, reply, pause = CHATS[chat.kind]
-        msg = self.new(clipped_length(rng, *message))
-        segs, out = self.turn(chat, self.head(chat), msg, reply, (chat.kind, n, len(chat.sent)))
-        if chat.turns > 0 and sum(t for _, t in segs) + out[1] < MAX_CONTEXT:
-            gap = out[1] / RATE + rng.lognormvariate(0.0, pause[1]) * pause[0]
-            self.at(self.now + gap, "turn", n)
+        chat_turn(self, n, CHATS[self.chats[n].kind], MAX_CONTEXT, RATE)
 
     def _on_proposal(self, r: int) -> None:
         """A proposal on one of an AE's opportunities at stage 3 or later: drafted now,

@@ -116,12 +116,22 @@ class Desk(Cases):
         self._on_turn(len(self.chats) - 1)
 
     def _on_turn(self, n: int) -> None:
-        """A turn: the head, the history, the message; the reply joins the history; the
-        next turn after the reply's decoding and the person's pause."""
-        chat, rng = self.chats[n], self.rng
-        _, _, message, reply, pause = CHATS[chat.kind]
-        msg = self.new(clipped_length(rng, *message))
-        segs, out = self.turn(chat, self.head(chat), msg, reply, (chat.kind, n, len(chat.sent)))
-        if chat.turns > 0 and sum(t for _, t in segs) + out[1] < MAX_CONTEXT:
-            gap = out[1] / RATE + rng.lognormvariate(0.0, pause[1]) * pause[0]
-            self.at(self.now + gap, "turn", n)
+        chat_turn(self, n, CHATS[self.chats[n].kind], MAX_CONTEXT, RATE)
+
+
+def chat_turn(state, n: int, spec: tuple, max_context: int, rate: float) -> bool:
+    """Turn ``n`` of ``state.chats`` (a ClockedState with ``head``): the head, the history,
+    the message; the reply joins the history. ``spec`` is the kind's row of a CHATS table,
+    (.., .., message, reply, pause). The next turn comes after the reply's decoding at
+    ``rate`` tokens a second and the person's pause, while the context stays under
+    ``max_context`` tokens. Whether one was scheduled (the desks of pv_intake, sales_crm
+    and tax_prep)."""
+    chat, rng = state.chats[n], state.rng
+    _, _, message, reply, pause = spec
+    msg = state.new(clipped_length(rng, *message))
+    segs, out = state.turn(chat, state.head(chat), msg, reply, (chat.kind, n, len(chat.sent)))
+    if chat.turns > 0 and sum(t for _, t in segs) + out[1] < max_context:
+        gap = out[1] / rate + rng.lognormvariate(0.0, pause[1]) * pause[0]
+        state.at(state.now + gap, "turn", n)
+        return True
+    return False

@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field
 
 from bench.heldout_fewshot import Chat, Segment, clipped_length
+from bench.heldout_pv_desk import chat_turn
 from bench.heldout_taxp_jobs import Jobs
 from bench.heldout_taxp_world import HOUR, MINUTE, OFFICE, PUB
 
@@ -90,16 +91,8 @@ class Desk(Jobs):
         self.at(self.now, "turn", len(self.chats) - 1)
 
     def _on_turn(self, n: int) -> None:
-        """A turn: the head, the history, the message; the reply joins the history."""
-        chat, rng = self.chats[n], self.rng
-        _, _, message, reply, pause = CHATS[chat.kind]
-        msg = self.new(clipped_length(rng, *message))
-        segs, out = self.turn(chat, self.head(chat), msg, reply, (chat.kind, n, len(chat.sent)))
-        if chat.turns > 0 and sum(t for _, t in segs) + out[1] < MAX_CONTEXT:
-            gap = out[1] / RATE + rng.lognormvariate(0.0, pause[1]) * pause[0]
-            self.at(self.now + gap, "turn", n)
-        else:
-            self.ended(chat)
+        if not chat_turn(self, n, CHATS[self.chats[n].kind], MAX_CONTEXT, RATE):
+            self.ended(self.chats[n])
 
     def ended(self, chat: TaxChat) -> None:
         """A preparer's session may finish the return (when every document is in)."""
