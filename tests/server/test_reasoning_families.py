@@ -5,6 +5,9 @@ against its raw output split by a reader written here."""
 
 from __future__ import annotations
 
+import json
+
+import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,21 +38,26 @@ def chat(reasoning=None) -> ParsedRequest:
                          user=None, prompts=([1],), reasoning=reasoning)
 
 
-def reference(text: str, name: str, inside: bool) -> tuple[list[str], list[str]]:
-    """The reasoning and answer segments of ``text`` under parser ``name``, read here apart
-    from reasoning.py: tags end and (Mistral) open segments; a start tag inside a thinking
-    segment is dropped."""
-    fam = PARSERS[name]
-    thought, answer, i = [], [], 0
+def segments(text: str, name: str, inside: bool) -> list[tuple[bool, str]]:
+    """``text``'s segments in order under parser ``name``, each (thinking, its text), read
+    here apart from reasoning.py: tags end and (Mistral) open segments; a start tag inside
+    a thinking segment is dropped."""
+    fam, out, i = PARSERS[name], [], 0
     while i <= len(text):
         tag = fam.end if inside else fam.start
         j = text.find(tag, i) if inside or fam.reopens else -1
         seg = text[i:] if j < 0 else text[i:j]
-        (thought if inside else answer).append(seg.replace(fam.start, "") if inside else seg)
+        out.append((inside, seg.replace(fam.start, "") if inside else seg))
         if j < 0:
             break
         i, inside = j + len(tag), not inside
-    return thought, answer
+    return out
+
+
+def reference(text: str, name: str, inside: bool) -> tuple[list[str], list[str]]:
+    """The reasoning and answer segments of ``text`` under parser ``name``."""
+    segs = segments(text, name, inside)
+    return [s for t, s in segs if t], [s for t, s in segs if not t]
 
 
 @pytest.mark.parametrize("kw,opens", [
@@ -217,4 +225,44 @@ def _after_spent(ids: list[int], start: int, end: int, budget: int) -> list[int]
             inside = False
         else:
             n += t != start
+    return out
+
+
+async def test_a_streamed_response_keeps_mistrals_order(mistral_served):
+    """/v1/responses streamed under mistral: its items follow the output, a message for each
+    run of answer and a reasoning item for each run of thinking, in the order written, their
+    texts the raw output's (answer text before a [THINK] included)."""
+    url = mistral_served
+    start, end = [(await post(url, "/tokenize", {"prompt": t, "add_special_tokens": False}))[
+        "tokens"][0] for t in ("[THINK]", "[/THINK]")]
+    prompt = (await post(url, "/tokenize", {"messages": ASK}))["tokens"]
+    answer_first = 0
+    for seed in range(6):
+        body = {"seed": seed, "temperature": 1.0, "logit_bias": {str(start): 4.0,
+                                                                 str(end): 5.0}}
+        raw = await post(url, "/v1/completions", {"prompt": prompt, "max_tokens": 40,
+                                                  "skip_special_tokens": False, **body})
+        want = _runs(raw["choices"][0]["text"])
+        async with aiohttp.ClientSession() as s, s.post(url + "/v1/responses", json={
+                "input": ASK[0]["content"], "max_output_tokens": 40, "stream": True,
+                **body}) as r:
+            assert r.status == 200, await r.text()
+            events = [json.loads(line.removeprefix("data: "))
+                      for line in (await r.text()).splitlines() if line.startswith("data: ")]
+        got = [(e["item"]["type"], e["item"]["content"][0]["text"]) for e in events
+               if e["type"] == "response.output_item.done"]
+        assert got == want, (seed, raw["choices"][0]["text"])
+        answer_first += len(want) > 1 and want[0][0] == "message"
+    assert answer_first, "no output answered before it thought: the bias needs a look"
+
+
+def _runs(text: str) -> list[tuple[str, str]]:
+    """The output's non-empty segments as Responses items: runs of one kind joined."""
+    out: list[tuple[str, str]] = []
+    for thinking, seg in segments(text, "mistral", False):
+        kind = "reasoning" if thinking else "message"
+        if seg and out and out[-1][0] == kind:
+            out[-1] = (kind, out[-1][1] + seg)
+        elif seg:
+            out.append((kind, seg))
     return out
