@@ -131,6 +131,12 @@ class ReasoningRequest:
     include: bool = True
 
     @property
+    def reopens(self) -> bool:
+        """Whether the answer may open a thinking (Mistral's): then the output may think
+        though it opens in the answer."""
+        return self.parser.family.reopens
+
+    @property
     def grammar_after(self) -> int | None:
         """NOTE(think-grammar): the token a grammar waits for: the end tag's while the output
         opens in reasoning, shown or not (vLLM constrains from the first token when
@@ -145,7 +151,7 @@ class ReasoningRequest:
     def split(self, text: str) -> tuple[str | None, str | None]:
         """(reasoning, content) of a whole output, as its stream's parts join; reasoning None
         unless included and a thinking opened; where one did, content None where empty."""
-        if not self.inside and not self.parser.family.reopens:
+        if not self.inside and not self.reopens:
             return None, text
         s = self.stream()
         parts = s.feed(text) + s.finish()
@@ -162,7 +168,7 @@ class ReasoningRequest:
         """(reasoning tokens among ``ids``, whether the reasoning is open after them): ``ids``
         are a choice's next tokens, ``inside`` whether its reasoning was open before them.
         Tags are not counted."""
-        end, start, reopens = self.parser.end_id, self.parser.start_id, self.parser.family.reopens
+        end, start, reopens = self.parser.end_id, self.parser.start_id, self.reopens
         n = 0
         for t in ids:
             if inside:
@@ -257,10 +263,10 @@ def with_reasoning(req: Any, reasoning: ReasoningRequest, budget: int | None = N
     spec = reasoning.gate(params.response_format)
     if spec is not params.response_format:
         params = dataclasses.replace(params, response_format=spec)
-    p = reasoning.parser
-    if budget is not None and (reasoning.inside or p.family.reopens):
+    if budget is not None and (reasoning.inside or reasoning.reopens):
+        p = reasoning.parser
         params = dataclasses.replace(params, think_budget=(budget, p.start_id, p.end_id,
-                                                           int(p.family.reopens)))
+                                                           int(reasoning.reopens)))
     return dataclasses.replace(req, reasoning=reasoning, params=params)
 
 

@@ -137,8 +137,9 @@ class ResponseBuilder:
         """Choice i's counts, ids, text and finish; its reasoning tokens (reasoning.py)."""
         self.num_generated[i] = max(self.num_generated[i], c.num_generated)
         self.rids.add(i, c.token_ids)
-        if self.req.reasoning is not None:
-            n, self.thinks[i] = self.req.reasoning.count(c.token_ids, self.thinks[i])
+        think = self.req.reasoning  # a choice whose thinking ended, never to reopen, counts no more
+        if think is not None and (self.thinks[i] or think.reopens):
+            n, self.thinks[i] = think.count(c.token_ids, self.thinks[i])
             self.thinking[i] += n
         if c.text:
             self.texts[i].append(c.text)
