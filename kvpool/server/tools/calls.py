@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvpool.server.tools.scan import json_values
 
-__all__ = ["Extracted", "ToolCall", "arguments_delta", "arguments_text", "call_from_json",
-           "new_call_id"]
+__all__ = ["Extracted", "ToolCall", "ToolParser", "arguments_delta", "arguments_text",
+           "call_from_json", "new_call_id", "tagged_calls"]
 
 
 def new_call_id() -> str:
@@ -64,6 +65,27 @@ class Extracted:
         return cls(text)
 
 
+def tagged_calls(text: str, tags: tuple[str, str, str],
+                 read: Callable[[str], ToolCall | None]) -> Extracted:
+    """The calls of a section of tagged calls: ``tags`` = (the section's opening, a call's
+    opening, a call's end); ``read`` makes a call of what lies between a call's tags, None
+    ending the reading (so a streamed prefix reads no call the whole output lacks). The
+    content is the text before the section; no call read: plain content."""
+    section, begin, end = tags
+    start = text.find(section)
+    calls: list[ToolCall] = []
+    pos = text.find(begin, start) if start >= 0 else -1
+    while pos >= 0 and (close := text.find(end, pos)) >= 0:
+        call = read(text[pos + len(begin):close])
+        if call is None:
+            break
+        calls.append(call)
+        pos = text.find(begin, close)
+    if not calls:
+        return Extracted.plain(text)
+    return Extracted(text[:start] or None, tuple(calls))
+
+
 def call_from_json(obj: Any) -> ToolCall | None:
     """``{"name": ..., "arguments" | "parameters": {...}}`` (the arguments an object or its
     JSON text; left out: none) -> a call; anything else -> None."""
@@ -74,3 +96,24 @@ def call_from_json(obj: Any) -> ToolCall | None:
         decoded, _ = json_values(args)
         args = decoded[0] if len(decoded) == 1 else None
     return ToolCall(obj["name"], arguments_text(args)) if isinstance(args, dict) else None
+
+
+class ToolParser:
+    """What every ``--tool-call-parser`` declares (tools/stream.py reads it): ``markers``,
+    what may open a call; ``at_start``, calls only open the output; ``keeps_special_tokens``,
+    its markers are special tokens, so the text must keep them; ``null_content``, its call
+    deltas carry ``"content": null`` as vLLM's parser of that name writes them."""
+
+    name = ""
+    markers: tuple[str, ...] = ()
+    at_start = False
+    keeps_special_tokens = False
+    null_content = False
+
+    def for_tools(self, tools: tuple[dict[str, Any], ...]) -> "ToolParser":
+        """The parser that reads one request's output, given its ``tools``: this one, where
+        the format writes its arguments as JSON (tools/typed.py types the others')."""
+        return self
+
+    def extract(self, text: str) -> Extracted:
+        raise NotImplementedError

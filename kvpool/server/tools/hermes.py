@@ -15,7 +15,7 @@ last block left open still counts once its JSON is complete. No call read: plain
 
 from __future__ import annotations
 
-from kvpool.server.tools.calls import Extracted, ToolCall, call_from_json
+from kvpool.server.tools.calls import Extracted, ToolCall, ToolParser, call_from_json
 from kvpool.server.tools.scan import json_values
 
 __all__ = ["HermesParser"]
@@ -23,7 +23,7 @@ __all__ = ["HermesParser"]
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 
-class HermesParser:
+class HermesParser(ToolParser):
     """``--tool-call-parser hermes``."""
 
     name = "hermes"

@@ -9,7 +9,7 @@ those is plain content; calls are read one after another until a value is not a 
 
 from __future__ import annotations
 
-from kvpool.server.tools.calls import Extracted, call_from_json
+from kvpool.server.tools.calls import Extracted, ToolParser, call_from_json
 from kvpool.server.tools.scan import json_values
 
 __all__ = ["Llama3JsonParser"]
@@ -17,7 +17,7 @@ __all__ = ["Llama3JsonParser"]
 TAG = "<|python_tag|>"
 
 
-class Llama3JsonParser:
+class Llama3JsonParser(ToolParser):
     """``--tool-call-parser llama3_json``."""
 
     name = "llama3_json"

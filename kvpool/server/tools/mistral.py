@@ -14,7 +14,8 @@ import re
 import secrets
 import string
 
-from kvpool.server.tools.calls import Extracted, ToolCall, arguments_text, call_from_json
+from kvpool.server.tools.calls import (Extracted, ToolCall, ToolParser, arguments_text,
+                                      call_from_json)
 from kvpool.server.tools.scan import json_values
 
 __all__ = ["MistralParser", "mistral_id"]
@@ -45,7 +46,7 @@ def _named(segment: str) -> ToolCall | None:
     return ToolCall(m.group(1), arguments_text(values[0]), mistral_id())
 
 
-class MistralParser:
+class MistralParser(ToolParser):
     """``--tool-call-parser mistral``."""
 
     name = "mistral"

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from kvpool.server.tools.calls import ToolParser
+from kvpool.server.tools.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
+from kvpool.server.tools.glm45 import Glm45Parser
 from kvpool.server.tools.hermes import HermesParser
+from kvpool.server.tools.kimi_k2 import KimiK2Parser
 from kvpool.server.tools.llama3_json import Llama3JsonParser
 from kvpool.server.tools.mistral import MistralParser
 from kvpool.server.tools.pythonic import PythonicParser
+from kvpool.server.tools.qwen3_coder import Qwen3CoderParser
 
 __all__ = ["PARSERS", "tool_parser"]
 
-PARSERS = {p.name: p for p in (HermesParser, Llama3JsonParser, MistralParser, PythonicParser)}
+PARSERS: dict[str, type[ToolParser]] = {p.name: p for p in (
+    HermesParser, Llama3JsonParser, MistralParser, PythonicParser, Qwen3CoderParser,
+    Glm45Parser, DeepSeekV3Parser, DeepSeekV31Parser, KimiK2Parser)}
+PARSERS |= {"qwen3_xml": Qwen3CoderParser, "glm47": Glm45Parser}  # vLLM's other names
 
 
-def tool_parser(name: str) -> Any:
+def tool_parser(name: str) -> ToolParser:
     """A parser instance; an unknown name is a ValueError listing the known ones."""
     if name not in PARSERS:
         raise ValueError(f"--tool-call-parser {name!r}: use one of {', '.join(sorted(PARSERS))}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from kvpool.server.tools.calls import Extracted, ToolCall, arguments_text
+from kvpool.server.tools.calls import Extracted, ToolCall, ToolParser, arguments_text
 from kvpool.server.tools.scan import balanced_end
 
 __all__ = ["PythonicParser"]
@@ -36,7 +36,7 @@ def _call(node: ast.expr) -> ToolCall | None:
                                                   for k in node.keywords}))
 
 
-class PythonicParser:
+class PythonicParser(ToolParser):
     """``--tool-call-parser pythonic``."""
 
     name = "pythonic"

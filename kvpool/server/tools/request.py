@@ -97,7 +97,7 @@ def parse_tool_request(body: dict[str, Any], parser: Any) -> ToolRequest | None:
     grammar = _compile(forced_schema(tools, name, parallel), tools, name) \
         if choice in ("named", "required") else None
     return ToolRequest(tuple(tools), choice, name, parallel,
-                       parser if choice == "auto" else None, grammar)
+                       parser.for_tools(tuple(tools)) if choice == "auto" else None, grammar)
 
 
 def template_tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...] | None:

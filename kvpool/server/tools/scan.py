@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["balanced_end", "json_values"]
+__all__ = ["balanced_end", "json_object", "json_values"]
 
 _OPEN = {"{": "}", "[": "]", "(": ")"}
 _CLOSE = frozenset("}])")
@@ -54,3 +54,11 @@ def json_values(text: str, separators: str = " \t\r\n;,") -> tuple[list[Any], in
             return values, end
         values.append(value)
         end = pos
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    """``text`` as exactly one JSON object (blanks around it allowed), else None."""
+    values, end = json_values(text, " \t\r\n")
+    if len(values) != 1 or not isinstance(values[0], dict) or text[end:].strip():
+        return None
+    return values[0]

@@ -1,0 +1,73 @@
+"""Qwen3-Coder's XML format (``--tool-call-parser qwen3_coder``, or ``qwen3_xml``)::
+
+    Let me check.
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>
+    Paris
+    </parameter>
+    <parameter=days>
+    3
+    </parameter>
+    </function>
+    </tool_call>
+
+A call counts once its ``</function>`` is written (so a streamed prefix never reads a call the
+whole output lacks); ``<function=`` with no ``<tool_call>`` before it opens one too, as vLLM
+reads it. A value is the text between its tags less one newline at each end (the template's
+markup); it ends at ``</parameter>``, at the next ``<parameter=`` or at ``</function>``. Each
+value takes the type its tool's schema gives it (tools/typed.py). The content is the text
+before the first call; an output with no complete call is plain content.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvpool.server.tools.calls import Extracted, ToolCall, ToolParser
+from kvpool.server.tools.typed import properties_of, typed_arguments
+
+__all__ = ["Qwen3CoderParser", "trim_newlines"]
+
+OPEN, FUNCTION = "<tool_call>", "<function="
+_CALL = re.compile(r"<function=([^>\n]*)>(.*?)</function>", re.S)
+_PARAM = re.compile(r"<parameter=([^>\n]*)>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.S)
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # tools/request.py's rule for tool names
+
+
+def trim_newlines(value: str) -> str:
+    """One leading and one trailing newline off (the markup around a value)."""
+    value = value[1:] if value.startswith("\n") else value
+    return value[:-1] if value.endswith("\n") else value
+
+
+class Qwen3CoderParser(ToolParser):
+    """``--tool-call-parser qwen3_coder``; ``properties``: the request's tools' parameter
+    schemas by tool name (``for_tools``)."""
+
+    name = "qwen3_coder"
+    markers = (OPEN, FUNCTION)
+    keeps_special_tokens = True  # <tool_call> may be a special token of Qwen's tokenizers
+
+    def __init__(self, properties: dict[str, dict[str, Any]] | None = None) -> None:
+        self.properties = properties or {}
+
+    def for_tools(self, tools: tuple[dict[str, Any], ...]) -> "Qwen3CoderParser":
+        return type(self)(properties_of(tools))
+
+    def extract(self, text: str) -> Extracted:
+        found = [i for m in self.markers if (i := text.find(m)) >= 0]
+        if not found:
+            return Extracted.plain(text)
+        start = min(found)
+        calls = []
+        for m in _CALL.finditer(text, start):
+            name = m.group(1).strip()
+            if not _NAME.fullmatch(name):
+                continue
+            raw = {k.strip(): trim_newlines(v) for k, v in _PARAM.findall(m.group(2))}
+            calls.append(ToolCall(name, typed_arguments(raw, self.properties.get(name))))
+        if not calls:
+            return Extracted.plain(text)
+        return Extracted(text[:start] or None, tuple(calls))
