@@ -1,5 +1,6 @@
-"""The tool-call parsers of the model families beside the first four: qwen3_coder and glm45
-(arguments written as text between tags, typed by the request's tool schema), deepseek_v3,
+"""The tool-call parsers of the model families beside the first four: qwen3_coder, seed_oss,
+glm45 and minimax_m2 (arguments written as text between tags, typed by the request's tool
+schema), deepseek_v3,
 deepseek_v31 and kimi_k2 (JSON arguments between special-token tags). Each output is written
 here by a writer of the family's format, independent of the parsers: the whole-output parse
 gives back the calls written, and the streaming reader the same, however the text is cut.
@@ -29,10 +30,18 @@ NAMES = ("get_weather", "f", "a.b-c_1")
 
 def write(family: str, calls: list[tuple[str, dict]]) -> str:
     """The calls as the family's model writes them (texts for the XML families' values)."""
-    if family == "qwen3_coder":
-        return "".join(f"<tool_call>\n<function={n}>\n" + "".join(
+    if family in ("qwen3_coder", "seed_oss"):
+        tag = "tool_call" if family == "qwen3_coder" else "seed:tool_call"
+        return "".join(f"<{tag}>\n<function={n}>\n" + "".join(
             f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in a.items())
-            + "</function>\n</tool_call>\n" for n, a in calls)
+            + f"</function>\n</{tag}>\n" for n, a in calls)
+    if family == "minimax_m2":
+        quote = ['"{}"', "'{}'", "{}"]
+        return "<minimax:tool_call>\n" + "".join(
+            f"<invoke name={quote[i % 3].format(n)}>\n" + "".join(
+                f"<parameter name={quote[(i + j) % 3].format(k)}>{v}</parameter>\n"
+                for j, (k, v) in enumerate(a.items())) + "</invoke>\n"
+            for i, (n, a) in enumerate(calls)) + "</minimax:tool_call>"
     if family == "glm45":
         return "".join(f"<tool_call>{n}\n" + "".join(
             f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in a.items())
@@ -98,7 +107,7 @@ def check_both(parser, text: str, content, want: list[tuple[str, dict]], cuts) -
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["qwen3_coder", "glm45"]), typed_calls(),
+@given(st.sampled_from(["qwen3_coder", "seed_oss", "glm45", "minimax_m2"]), typed_calls(),
        st.text("Sure, checking.\n", max_size=12), st.lists(st.integers(0, 600), max_size=8))
 def test_xml_families_read_back_typed_calls(family, drawn, lead, cuts):
     tools, calls = drawn
@@ -132,6 +141,11 @@ def test_kimi_keeps_its_own_call_ids():
      [("f", {"x": "1", "y": "2"})]),  # no schema: text, a value ended by the next tag
     ("qwen3_coder", "<tool_call>\nno function here\n</tool_call>", []),
     ("glm45", "<tool_call>{\"name\": \"f\"}</tool_call>", []),
+    ("seed_oss", "<tool_call>\n<function=f>\n</function>", [("f", {})]),  # vLLM's fallback
+    ("minimax_m2", '<minimax:tool_call><invoke name="a b"></invoke><invoke name=g>'
+     '<parameter name="k">v<parameter name="j">w</parameter></invoke>',
+     [("g", {"k": "v", "j": "w"})]),
+    ("minimax_m2", '<minimax:tool_call><invoke name="f"><parameter name="k">1', []),
     ("glm45", "<tool_call>f</tool_call><tool_call>g<arg_key>k</arg_key>", [("f", {})]),
     ("deepseek_v3", f"{DS[0]}{DS[1]}function{DS[2]}f\n```json\n{{\"x\": 1}} tail\n```{DS[3]}",
      []),
@@ -182,5 +196,6 @@ def test_a_request_binds_its_own_tools_and_the_servers_parser_stays_unbound():
     assert json.loads(shared.extract(text).calls[0].arguments) == {"n": "3"}
     assert shared.for_tools(({"type": "function", "function": {"name": "f"}},)).extract(
         text).calls[0].arguments == '{"n": "3"}'
-    assert {"qwen3_coder", "qwen3_xml", "glm45", "glm47", "deepseek_v3", "deepseek_v31",
-            "kimi_k2"} <= set(PARSERS)
+    assert {"qwen3_coder", "qwen3_xml", "seed_oss", "glm45", "glm47", "minimax_m2",
+            "deepseek_v3", "deepseek_v31", "kimi_k2", "qwen3_json", "llama4_json",
+            "llama4_pythonic"} <= set(PARSERS)

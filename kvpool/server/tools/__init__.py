@@ -7,8 +7,8 @@ chat completions, ``message.tool_calls`` and streamed tool-call deltas in the re
     forced.py       required / named: the grammar-forced output -> calls, as it streams
     stream.py       one choice's text -> content and tool-call deltas (auto: a parser)
     hermes.py, llama3_json.py, mistral.py, pythonic.py, qwen3_coder.py, glm45.py,
-    deepseek.py, kimi_k2.py                              one model family's output format each
-    typed.py        the XML formats' text values, typed by the tool's schema
+    minimax_m2.py, deepseek.py, kimi_k2.py               one model family's output format each
+    typed.py        the XML formats' text values, typed by the tool's schema; TypedParser
     parsers.py      ``--tool-call-parser NAME`` -> the parser
     calls.py        ToolCall, the ids, the shapes the response carries, ToolParser
     scan.py         the bracket scanner the parsers share

@@ -17,10 +17,8 @@ call is plain content.
 from __future__ import annotations
 
 import re
-from typing import Any
-
-from kvpool.server.tools.calls import Extracted, ToolCall, ToolParser
-from kvpool.server.tools.typed import properties_of, typed_arguments
+from kvpool.server.tools.calls import Extracted, ToolCall
+from kvpool.server.tools.typed import TypedParser
 
 __all__ = ["Glm45Parser"]
 
@@ -29,19 +27,12 @@ _ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # tools/request.py's rule for tool names
 
 
-class Glm45Parser(ToolParser):
-    """``--tool-call-parser glm45``; ``properties``: the request's tools' parameter schemas
-    by tool name (``for_tools``)."""
+class Glm45Parser(TypedParser):
+    """``--tool-call-parser glm45``."""
 
     name = "glm45"
     markers = (OPEN,)
     keeps_special_tokens = True  # GLM's <tool_call> tags are special tokens
-
-    def __init__(self, properties: dict[str, dict[str, Any]] | None = None) -> None:
-        self.properties = properties or {}
-
-    def for_tools(self, tools: tuple[dict[str, Any], ...]) -> "Glm45Parser":
-        return type(self)(properties_of(tools))
 
     def extract(self, text: str) -> Extracted:
         start = text.find(OPEN)
@@ -54,7 +45,7 @@ class Glm45Parser(ToolParser):
             name = body.split(KEY, 1)[0].strip()
             if _NAME.fullmatch(name):
                 raw = {k.strip(): v for k, v in _ARG.findall(body)}
-                calls.append(ToolCall(name, typed_arguments(raw, self.properties.get(name))))
+                calls.append(ToolCall(name, self.arguments(name, raw)))
             pos = text.find(OPEN, close + len(CLOSE))
             if pos < 0:
                 break

@@ -8,16 +8,20 @@ from kvpool.server.tools.glm45 import Glm45Parser
 from kvpool.server.tools.hermes import HermesParser
 from kvpool.server.tools.kimi_k2 import KimiK2Parser
 from kvpool.server.tools.llama3_json import Llama3JsonParser
+from kvpool.server.tools.minimax_m2 import MiniMaxM2Parser
 from kvpool.server.tools.mistral import MistralParser
 from kvpool.server.tools.pythonic import PythonicParser
-from kvpool.server.tools.qwen3_coder import Qwen3CoderParser
+from kvpool.server.tools.qwen3_coder import Qwen3CoderParser, SeedOssParser
 
 __all__ = ["PARSERS", "tool_parser"]
 
 PARSERS: dict[str, type[ToolParser]] = {p.name: p for p in (
     HermesParser, Llama3JsonParser, MistralParser, PythonicParser, Qwen3CoderParser,
-    Glm45Parser, DeepSeekV3Parser, DeepSeekV31Parser, KimiK2Parser)}
-PARSERS |= {"qwen3_xml": Qwen3CoderParser, "glm47": Glm45Parser}  # vLLM's other names
+    SeedOssParser, Glm45Parser, MiniMaxM2Parser, DeepSeekV3Parser, DeepSeekV31Parser,
+    KimiK2Parser)}
+PARSERS |= {"qwen3_xml": Qwen3CoderParser, "glm47": Glm45Parser,  # vLLM's other names
+            "qwen3_json": HermesParser, "llama4_json": Llama3JsonParser,
+            "llama4_pythonic": PythonicParser}
 
 
 def tool_parser(name: str) -> ToolParser:

@@ -23,12 +23,10 @@ before the first call; an output with no complete call is plain content.
 from __future__ import annotations
 
 import re
-from typing import Any
+from kvpool.server.tools.calls import Extracted, ToolCall
+from kvpool.server.tools.typed import TypedParser
 
-from kvpool.server.tools.calls import Extracted, ToolCall, ToolParser
-from kvpool.server.tools.typed import properties_of, typed_arguments
-
-__all__ = ["Qwen3CoderParser", "trim_newlines"]
+__all__ = ["Qwen3CoderParser", "SeedOssParser", "trim_newlines"]
 
 OPEN, FUNCTION = "<tool_call>", "<function="
 _CALL = re.compile(r"<function=([^>\n]*)>(.*?)</function>", re.S)
@@ -42,19 +40,12 @@ def trim_newlines(value: str) -> str:
     return value[:-1] if value.endswith("\n") else value
 
 
-class Qwen3CoderParser(ToolParser):
-    """``--tool-call-parser qwen3_coder``; ``properties``: the request's tools' parameter
-    schemas by tool name (``for_tools``)."""
+class Qwen3CoderParser(TypedParser):
+    """``--tool-call-parser qwen3_coder``."""
 
     name = "qwen3_coder"
     markers = (OPEN, FUNCTION)
     keeps_special_tokens = True  # <tool_call> may be a special token of Qwen's tokenizers
-
-    def __init__(self, properties: dict[str, dict[str, Any]] | None = None) -> None:
-        self.properties = properties or {}
-
-    def for_tools(self, tools: tuple[dict[str, Any], ...]) -> "Qwen3CoderParser":
-        return type(self)(properties_of(tools))
 
     def extract(self, text: str) -> Extracted:
         found = [i for m in self.markers if (i := text.find(m)) >= 0]
@@ -67,7 +58,15 @@ class Qwen3CoderParser(ToolParser):
             if not _NAME.fullmatch(name):
                 continue
             raw = {k.strip(): trim_newlines(v) for k, v in _PARAM.findall(m.group(2))}
-            calls.append(ToolCall(name, typed_arguments(raw, self.properties.get(name))))
+            calls.append(ToolCall(name, self.arguments(name, raw)))
         if not calls:
             return Extracted.plain(text)
         return Extracted(text[:start] or None, tuple(calls))
+
+
+class SeedOssParser(Qwen3CoderParser):
+    """``--tool-call-parser seed_oss``: Seed-OSS writes Qwen3-Coder's calls inside
+    ``<seed:tool_call>`` tags."""
+
+    name = "seed_oss"
+    markers = ("<seed:tool_call>", FUNCTION)

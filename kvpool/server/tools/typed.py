@@ -23,7 +23,9 @@ import math
 import re
 from typing import Any
 
-__all__ = ["coerce", "properties_of", "typed_arguments"]
+from kvpool.server.tools.calls import ToolParser
+
+__all__ = ["TypedParser", "coerce", "properties_of", "typed_arguments"]
 
 ORDER = ("null", "integer", "number", "boolean", "object", "array", "string")
 ALIASES = {"str": "string", "text": "string", "varchar": "string", "char": "string",
@@ -36,6 +38,22 @@ _INTEGER = re.compile(r"\s*[-+]?\d+\s*")
 _NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
 _ENUM_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
                (list, "array"), (dict, "object"))
+
+
+class TypedParser(ToolParser):
+    """A parser of a format that writes its values as text: ``properties`` holds the request's
+    tools' parameter schemas by tool name, which ``for_tools`` binds (a new parser: the
+    server's own is never changed, so concurrent requests never see each other's tools)."""
+
+    def __init__(self, properties: dict[str, dict[str, Any]] | None = None) -> None:
+        self.properties = properties or {}
+
+    def for_tools(self, tools: tuple[dict[str, Any], ...]) -> "TypedParser":
+        return type(self)(properties_of(tools))
+
+    def arguments(self, name: str, raw: dict[str, str]) -> str:
+        """The JSON text of tool ``name``'s arguments ``raw`` (parameter -> text), typed."""
+        return typed_arguments(raw, self.properties.get(name))
 
 
 def properties_of(tools: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
