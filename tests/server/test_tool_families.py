@@ -199,3 +199,31 @@ def test_a_request_binds_its_own_tools_and_the_servers_parser_stays_unbound():
     assert {"qwen3_coder", "qwen3_xml", "seed_oss", "glm45", "glm47", "minimax_m2",
             "deepseek_v3", "deepseek_v31", "kimi_k2", "qwen3_json", "llama4_json",
             "llama4_pythonic"} <= set(PARSERS)
+
+
+@pytest.mark.parametrize("family, unit, call", [
+    ("qwen3_coder", "<function=f>x", "<function=g>\n</function>"),
+    ("seed_oss", "<parameter=a>>", "<function=g>\n</function>"),
+    ("glm45", "<tool_call>f<arg_key>", "</tool_call><tool_call>g</tool_call>"),
+    ("minimax_m2", "<invoke name=f>", "</invoke><invoke name=g></invoke>"),
+    ("deepseek_v31", f"{DS[1]}f{DS[2]}{{>", f"{DS[3]}"),
+    ("kimi_k2", f"{KIMI[1]}functions.f:0{KIMI[2]}{{>", f"{KIMI[3]}"),
+])
+def test_a_stream_reads_its_text_again_only_when_a_call_may_have_closed(family, unit, call):
+    """NOTE(closers): a degenerate output (a small model repeating an unclosed tag) is read
+    once when its marker arrives and once at the tag that closes a call, not at every piece
+    holding a ``>`` (which made a long one cost time quadratic in its length)."""
+    base = type(tool_parser(family))
+    reads = []
+    spy = type("Spy", (base,), {"extract": lambda self, text: reads.append(len(text))
+                                or base.extract(self, text)})()
+    opener = {"qwen3_coder": "<tool_call>", "seed_oss": "<seed:tool_call><function=f>",
+              "glm45": "", "minimax_m2": "<minimax:tool_call>", "deepseek_v31": DS[0],
+              "kimi_k2": KIMI[0]}[family]
+    text = "Sure. " + opener + unit * 400 + call
+    reader, deltas = ParserStream(spy), []
+    for pos in range(0, len(text), 5):
+        deltas += reader.feed(text[pos:pos + 5])
+    deltas += reader.finish()
+    assert len(reads) <= 4, len(reads)  # the marker, each closing tag, the finish
+    assert join(deltas)[1] == [(c.name, c.arguments) for c in base().extract(text).calls]

@@ -102,10 +102,12 @@ class ToolParser:
     """What every ``--tool-call-parser`` declares (tools/stream.py reads it): ``markers``,
     what may open a call; ``at_start``, calls only open the output; ``keeps_special_tokens``,
     its markers are special tokens, so the text must keep them; ``null_content``, its call
-    deltas carry ``"content": null`` as vLLM's parser of that name writes them."""
+    deltas carry ``"content": null`` as vLLM's parser of that name writes them; ``closers``,
+    the tags that end a call (none: a closing bracket may, tools/stream.py NOTE(closers))."""
 
     name = ""
     markers: tuple[str, ...] = ()
+    closers: tuple[str, ...] = ()
     at_start = False
     keeps_special_tokens = False
     null_content = False

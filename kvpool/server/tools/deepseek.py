@@ -35,6 +35,7 @@ class DeepSeekV3Parser(ToolParser):
 
     name = "deepseek_v3"
     markers = TAGS[:1]
+    closers = TAGS[2:]
     keeps_special_tokens = True
 
     def extract(self, text: str) -> Extracted:

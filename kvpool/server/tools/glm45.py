@@ -22,9 +22,31 @@ from kvpool.server.tools.typed import TypedParser
 
 __all__ = ["Glm45Parser"]
 
-OPEN, CLOSE, KEY = "<tool_call>", "</tool_call>", "<arg_key>"
-_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+KEY, VALUE = ("<arg_key>", "</arg_key>"), ("<arg_value>", "</arg_value>")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # tools/request.py's rule for tool names
+
+
+def glm_args(body: str) -> dict[str, str]:
+    """A call body's ``<arg_key>K</arg_key>`` + blanks + ``<arg_value>V</arg_value>`` pairs,
+    in order; a key with no value after it is skipped, an unclosed key or value ends the
+    reading. Every search starts past the last one: linear time (tools/xml_calls.py says
+    why)."""
+    out: dict[str, str] = {}
+    pos = body.find(KEY[0])
+    while pos >= 0:
+        key_end = body.find(KEY[1], pos)
+        if key_end < 0:
+            break
+        at = key_end + len(KEY[1])
+        at += len(body[at:at + 64]) - len(body[at:at + 64].lstrip())
+        value_end = body.find(VALUE[1], at) if body.startswith(VALUE[0], at) else at
+        if value_end < 0:
+            break
+        if value_end > at:
+            out[body[pos + len(KEY[0]):key_end].strip()] = body[at + len(VALUE[0]):value_end]
+        pos = body.find(KEY[0], value_end)
+    return out
 
 
 class Glm45Parser(TypedParser):
@@ -32,6 +54,7 @@ class Glm45Parser(TypedParser):
 
     name = "glm45"
     markers = (OPEN,)
+    closers = (CLOSE,)
     keeps_special_tokens = True  # GLM's <tool_call> tags are special tokens
 
     def extract(self, text: str) -> Extracted:
@@ -42,10 +65,9 @@ class Glm45Parser(TypedParser):
         pos = start
         while (close := text.find(CLOSE, pos)) >= 0:
             body = text[pos + len(OPEN):close]
-            name = body.split(KEY, 1)[0].strip()
+            name = body.split(KEY[0], 1)[0].strip()
             if _NAME.fullmatch(name):
-                raw = {k.strip(): v for k, v in _ARG.findall(body)}
-                calls.append(ToolCall(name, self.arguments(name, raw)))
+                calls.append(ToolCall(name, self.arguments(name, glm_args(body))))
             pos = text.find(OPEN, close + len(CLOSE))
             if pos < 0:
                 break

@@ -32,6 +32,7 @@ class KimiK2Parser(ToolParser):
 
     name = "kimi_k2"
     markers = TAGS[:1]
+    closers = TAGS[2:]
     keeps_special_tokens = True
 
     def extract(self, text: str) -> Extracted:

@@ -12,7 +12,7 @@
 Each ``<invoke>`` is one call, counted once its ``</invoke>`` is written. A name may be in
 double quotes, single quotes or none. A value is the text between its tags as written (it
 sits inline, so its blanks are data); it ends at ``</parameter>`` or at the next
-``<parameter``, and takes the type its tool's schema gives it (tools/typed.py). The content
+``<parameter ``, and takes the type its tool's schema gives it (tools/typed.py). The content
 is the text before ``<minimax:tool_call>``; an output with no complete call is plain content.
 """
 
@@ -22,20 +22,21 @@ import re
 
 from kvpool.server.tools.calls import Extracted, ToolCall
 from kvpool.server.tools.typed import TypedParser
+from kvpool.server.tools.xml_calls import blocks, params
 
 __all__ = ["MiniMaxM2Parser"]
 
 OPEN = "<minimax:tool_call>"
-_NAMED = r"""name\s*=\s*(?:"([^"]*)"|'([^']*)'|([^>\s]+))\s*>"""
-_INVOKE = re.compile(r"<invoke\s+" + _NAMED + r"(.*?)</invoke>", re.S)
-_PARAM = re.compile(r"<parameter\s+" + _NAMED + r"(.*?)(?:</parameter>|(?=<parameter\s)|\Z)",
-                    re.S)
+CALL, PARAM = ("<invoke ", "</invoke>"), ("<parameter ", "</parameter>")
+_NAMED = re.compile(r"""\s*name\s*=\s*(?:"([^"]*)"|'([^']*)'|([^>\s]+))\s*""")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # tools/request.py's rule for tool names
 
 
-def _name(m: re.Match) -> str:
-    """The quoted (either way) or bare name of an ``_INVOKE`` or ``_PARAM`` match."""
-    return (m.group(1) or m.group(2) or m.group(3) or "").strip()
+def _name(header: str) -> str:
+    """The quoted (either way) or bare name of an invoke's or a parameter's header; "" where
+    the header is no ``name=...``."""
+    m = _NAMED.fullmatch(header)
+    return "" if m is None else (m.group(1) or m.group(2) or m.group(3) or "").strip()
 
 
 class MiniMaxM2Parser(TypedParser):
@@ -43,6 +44,7 @@ class MiniMaxM2Parser(TypedParser):
 
     name = "minimax_m2"
     markers = (OPEN,)
+    closers = (CALL[1],)
     keeps_special_tokens = True  # MiniMax's <minimax:tool_call> is a special token
 
     def extract(self, text: str) -> Extracted:
@@ -50,10 +52,10 @@ class MiniMaxM2Parser(TypedParser):
         if start < 0:
             return Extracted.plain(text)
         calls = []
-        for m in _INVOKE.finditer(text, start):
-            name = _name(m)
+        for head, body in blocks(text, start, CALL):  # tools/xml_calls.py: linear time
+            name = _name(head)
             if _NAME.fullmatch(name):
-                raw = {k: p.group(4) for p in _PARAM.finditer(m.group(4)) if (k := _name(p))}
+                raw = {k: v for h, v in params(body, PARAM) if (k := _name(h))}
                 calls.append(ToolCall(name, self.arguments(name, raw)))
         if not calls:
             return Extracted.plain(text)

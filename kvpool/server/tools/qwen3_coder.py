@@ -25,12 +25,12 @@ from __future__ import annotations
 import re
 from kvpool.server.tools.calls import Extracted, ToolCall
 from kvpool.server.tools.typed import TypedParser
+from kvpool.server.tools.xml_calls import blocks, params
 
 __all__ = ["Qwen3CoderParser", "SeedOssParser", "trim_newlines"]
 
 OPEN, FUNCTION = "<tool_call>", "<function="
-_CALL = re.compile(r"<function=([^>\n]*)>(.*?)</function>", re.S)
-_PARAM = re.compile(r"<parameter=([^>\n]*)>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.S)
+CALL, PARAM = (FUNCTION, "</function>"), ("<parameter=", "</parameter>")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # tools/request.py's rule for tool names
 
 
@@ -45,6 +45,7 @@ class Qwen3CoderParser(TypedParser):
 
     name = "qwen3_coder"
     markers = (OPEN, FUNCTION)
+    closers = (CALL[1],)
     keeps_special_tokens = True  # <tool_call> may be a special token of Qwen's tokenizers
 
     def extract(self, text: str) -> Extracted:
@@ -53,12 +54,11 @@ class Qwen3CoderParser(TypedParser):
             return Extracted.plain(text)
         start = min(found)
         calls = []
-        for m in _CALL.finditer(text, start):
-            name = m.group(1).strip()
-            if not _NAME.fullmatch(name):
-                continue
-            raw = {k.strip(): trim_newlines(v) for k, v in _PARAM.findall(m.group(2))}
-            calls.append(ToolCall(name, self.arguments(name, raw)))
+        for head, body in blocks(text, start, CALL):  # tools/xml_calls.py: linear time
+            name = head.strip()
+            if _NAME.fullmatch(name):
+                raw = {k: trim_newlines(v) for h, v in params(body, PARAM) if (k := h.strip())}
+                calls.append(ToolCall(name, self.arguments(name, raw)))
         if not calls:
             return Extracted.plain(text)
         return Extracted(text[:start] or None, tuple(calls))

@@ -16,6 +16,12 @@ llama3_json and pythonic parsers do not): the parser's ``null_content``.
 
 A parser with ``at_start`` (llama3_json, pythonic) reads calls only where the output opens
 with a marker; an output that opens otherwise is content from its first visible character.
+
+NOTE(closers): a parser whose calls end with a tag (``</function>``, ``<|tool_call_end|>``)
+names it in ``closers``, and the text is read again only when a piece completes one. Every
+``>`` used to trigger a reading of the whole text so far: an output repeating an unclosed
+``<function=f>`` was read once per piece, so a long one cost time quadratic in its length
+on the event loop.
 """
 
 from __future__ import annotations
@@ -79,10 +85,20 @@ class ParserStream:
             return [{"content": piece}]  # nothing held, nothing that may open a marker
         self.text += piece
         if self.tool_mode:
-            return self._read_calls() if _CLOSERS.intersection(piece) else []
+            return self._read_calls() if self._may_close(len(piece)) else []
         if self.parser.at_start:
             return self._opening()
         return self._scan()
+
+    def _may_close(self, added: int) -> bool:
+        """Whether the last ``added`` characters may have completed a call: one of the
+        parser's ``closers`` ends in them (NOTE(closers)), or, for a parser without any, they
+        hold a closing bracket."""
+        closers = self.parser.closers
+        if not closers:
+            return not _CLOSERS.isdisjoint(self.text[-added:])
+        tail = self.text[-(added + max(map(len, closers)) - 1):]
+        return any(c in tail for c in closers)
 
     def finish(self) -> list[dict[str, Any]]:
         if not self.tool_mode:
