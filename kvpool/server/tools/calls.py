@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,8 +17,10 @@ from typing import Any
 
 from kvpool.server.tools.scan import json_values
 
-__all__ = ["Extracted", "ToolCall", "ToolParser", "arguments_delta", "arguments_text",
-           "call_from_json", "new_call_id", "tagged_calls"]
+__all__ = ["TOOL_NAME", "Extracted", "ToolCall", "ToolParser", "arguments_delta",
+           "arguments_text", "call_from_json", "new_call_id", "tagged_calls"]
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # OpenAI's a-z, A-Z, 0-9, _ and -; vLLM dots
 
 
 def new_call_id() -> str:

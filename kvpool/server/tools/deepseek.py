@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import re
 
-from kvpool.server.tools.calls import Extracted, ToolCall, ToolParser, arguments_text, tagged_calls
+from kvpool.server.tools.calls import (TOOL_NAME, Extracted, ToolCall, ToolParser, arguments_text,
+                                      tagged_calls)
 from kvpool.server.tools.scan import json_object
 
 __all__ = ["DeepSeekV3Parser", "DeepSeekV31Parser"]
 
 TAGS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
 SEP = "<｜tool▁sep｜>"
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # tools/request.py's rule for tool names
 _FENCED = re.compile(r"```(?:json)?\n(.*)\n```\s*", re.S)
 
 
@@ -61,5 +61,5 @@ class DeepSeekV31Parser(DeepSeekV3Parser):
 
 def _call(name: str, args: str | None) -> ToolCall | None:
     """A call where ``name`` is a tool's name and ``args`` holds exactly one JSON object."""
-    obj = json_object(args) if args is not None and _NAME.fullmatch(name) else None
+    obj = json_object(args) if args is not None and TOOL_NAME.fullmatch(name) else None
     return None if obj is None else ToolCall(name, arguments_text(obj))

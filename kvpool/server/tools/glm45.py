@@ -16,15 +16,13 @@ call is plain content.
 
 from __future__ import annotations
 
-import re
-from kvpool.server.tools.calls import Extracted, ToolCall
+from kvpool.server.tools.calls import TOOL_NAME, Extracted, ToolCall
 from kvpool.server.tools.typed import TypedParser
 
 __all__ = ["Glm45Parser"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 KEY, VALUE = ("<arg_key>", "</arg_key>"), ("<arg_value>", "</arg_value>")
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # tools/request.py's rule for tool names
 
 
 def glm_args(body: str) -> dict[str, str]:
@@ -66,7 +64,7 @@ class Glm45Parser(TypedParser):
         while (close := text.find(CLOSE, pos)) >= 0:
             body = text[pos + len(OPEN):close]
             name = body.split(KEY[0], 1)[0].strip()
-            if _NAME.fullmatch(name):
+            if TOOL_NAME.fullmatch(name):
                 calls.append(ToolCall(name, self.arguments(name, glm_args(body))))
             pos = text.find(OPEN, close + len(CLOSE))
             if pos < 0:

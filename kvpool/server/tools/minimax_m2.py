@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from kvpool.server.tools.calls import Extracted, ToolCall
+from kvpool.server.tools.calls import TOOL_NAME, Extracted, ToolCall
 from kvpool.server.tools.typed import TypedParser
 from kvpool.server.tools.xml_calls import blocks, params
 
@@ -29,7 +29,6 @@ __all__ = ["MiniMaxM2Parser"]
 OPEN = "<minimax:tool_call>"
 CALL, PARAM = ("<invoke ", "</invoke>"), ("<parameter ", "</parameter>")
 _NAMED = re.compile(r"""\s*name\s*=\s*(?:"([^"]*)"|'([^']*)'|([^>\s]+))\s*""")
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # tools/request.py's rule for tool names
 
 
 def _name(header: str) -> str:
@@ -54,7 +53,7 @@ class MiniMaxM2Parser(TypedParser):
         calls = []
         for head, body in blocks(text, start, CALL):  # tools/xml_calls.py: linear time
             name = _name(head)
-            if _NAME.fullmatch(name):
+            if TOOL_NAME.fullmatch(name):
                 raw = {k: v for h, v in params(body, PARAM) if (k := _name(h))}
                 calls.append(ToolCall(name, self.arguments(name, raw)))
         if not calls:

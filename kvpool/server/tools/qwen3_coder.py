@@ -22,8 +22,7 @@ before the first call; an output with no complete call is plain content.
 
 from __future__ import annotations
 
-import re
-from kvpool.server.tools.calls import Extracted, ToolCall
+from kvpool.server.tools.calls import TOOL_NAME, Extracted, ToolCall
 from kvpool.server.tools.typed import TypedParser
 from kvpool.server.tools.xml_calls import blocks, params
 
@@ -31,7 +30,6 @@ __all__ = ["Qwen3CoderParser", "SeedOssParser", "trim_newlines"]
 
 OPEN, FUNCTION = "<tool_call>", "<function="
 CALL, PARAM = (FUNCTION, "</function>"), ("<parameter=", "</parameter>")
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # tools/request.py's rule for tool names
 
 
 def trim_newlines(value: str) -> str:
@@ -56,7 +54,7 @@ class Qwen3CoderParser(TypedParser):
         calls = []
         for head, body in blocks(text, start, CALL):  # tools/xml_calls.py: linear time
             name = head.strip()
-            if _NAME.fullmatch(name):
+            if TOOL_NAME.fullmatch(name):
                 raw = {k: trim_newlines(v) for h, v in params(body, PARAM) if (k := h.strip())}
                 calls.append(ToolCall(name, self.arguments(name, raw)))
         if not calls:

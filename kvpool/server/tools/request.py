@@ -16,14 +16,13 @@ path enforces, so they need no parser. Every 400 names the param (``tools[1].fun
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.server.json_body import bool_field
-from kvpool.server.tools.calls import Extracted
+from kvpool.server.tools.calls import TOOL_NAME, Extracted
 from kvpool.server.tools.forced import CallArrayStream, NamedStream
 from kvpool.server.tools.stream import ParserStream
 
@@ -34,7 +33,6 @@ __all__ = ["MAX_TOOLS", "ToolRequest", "forced_schema", "parse_tool_request", "t
 MAX_TOOLS = 128
 AUTO_NEEDS_FLAGS = ('"auto" tool choice requires --enable-auto-tool-choice and '
                     '--tool-call-parser to be set')
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # OpenAI allows a-z, A-Z, 0-9, _ and -; vLLM dots
 _CHOICES = ("none", "auto", "required")
 _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _DEFS = ("$defs", "definitions")  # NOTE(tool-defs)
@@ -133,7 +131,7 @@ def _tools(value: Any) -> list[dict[str, Any]]:
 def _function(fn: dict[str, Any], where: str) -> bool | None:
     """Checks one function; its ``strict`` as vLLM reads it (NOTE(lax-bool))."""
     name = fn.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
         raise _bad(f"{where}.name", "is required: 1-64 characters of a-z, A-Z, 0-9, _, . or -")
     if fn.get("description") is not None and not isinstance(fn["description"], str):
         raise _bad(f"{where}.description", "must be a string")
