@@ -6,6 +6,7 @@ chat completions, ``message.tool_calls`` and streamed tool-call deltas in the re
     request.py      the fields -> a ToolRequest (400s name the param), the forcing grammar
     forced.py       required / named: the grammar-forced output -> calls, as it streams
     stream.py       one choice's text -> content and tool-call deltas (auto: a parser)
+    tool_text.py    the text from a call marker on, and when a call may have closed
     hermes.py, llama3_json.py, mistral.py, pythonic.py, qwen3_coder.py, glm45.py,
     minimax_m2.py, deepseek.py, kimi_k2.py               one model family's output format each
     typed.py        the XML formats' text values, typed by the tool's schema; TypedParser

@@ -106,11 +106,14 @@ class ToolParser:
     what may open a call; ``at_start``, calls only open the output; ``keeps_special_tokens``,
     its markers are special tokens, so the text must keep them; ``null_content``, its call
     deltas carry ``"content": null`` as vLLM's parser of that name writes them; ``closers``,
-    the tags that end a call (none: a closing bracket may, tools/stream.py NOTE(closers))."""
+    the tags that end a call, or where there are none the ``brackets`` (pairs) and ``quotes``
+    of the calls' syntax (tools/tool_text.py: when the stream reads the text again)."""
 
     name = ""
     markers: tuple[str, ...] = ()
     closers: tuple[str, ...] = ()
+    brackets = "{}[]"
+    quotes = '"'
     at_start = False
     keeps_special_tokens = False
     null_content = False

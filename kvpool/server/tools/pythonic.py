@@ -44,6 +44,7 @@ class PythonicParser(ToolParser):
     at_start = True
     keeps_special_tokens = False
     null_content = False  # vLLM's call deltas have no content key (tools/stream.py)
+    brackets, quotes = "()[]", "\"'"  # Python's calls, lists and strings
 
     def extract(self, text: str) -> Extracted:
         body = text.lstrip()

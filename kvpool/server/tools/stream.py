@@ -17,11 +17,13 @@ llama3_json and pythonic parsers do not): the parser's ``null_content``.
 A parser with ``at_start`` (llama3_json, pythonic) reads calls only where the output opens
 with a marker; an output that opens otherwise is content from its first visible character.
 
-NOTE(closers): a parser whose calls end with a tag (``</function>``, ``<|tool_call_end|>``)
-names it in ``closers``, and the text is read again only when a piece completes one. Every
-``>`` used to trigger a reading of the whole text so far: an output repeating an unclosed
-``<function=f>`` was read once per piece, so a long one cost time quadratic in its length
-on the event loop.
+NOTE(closers): the text is read again only when a piece may have completed a call: it ends
+one of the parser's ``closers`` (``</function>``, ``<|tool_call_end|>``), or, for the JSON and
+Python formats, a closing bracket brings the depth back to 0 (tools/tool_text.py). Every
+piece holding a closing bracket or ``>`` used to trigger a reading of the whole text: an
+output repeating an unclosed ``<function=f>``, or one long argument full of ``}`` (a file a
+coding agent writes), was read once per piece, at a cost quadratic in its length, on the
+event loop.
 """
 
 from __future__ import annotations
@@ -29,11 +31,9 @@ from __future__ import annotations
 from typing import Any
 
 from kvpool.server.tools.calls import ToolCall, arguments_delta
+from kvpool.server.tools.tool_text import ToolText
 
 __all__ = ["ParserStream", "call_deltas", "partial_marker"]
-
-_CLOSERS = frozenset("}])>")
-
 
 def call_deltas(calls: tuple[ToolCall, ...], first: int) -> list[dict[str, Any]]:
     """The stream deltas of ``calls`` (their indexes from ``first``)."""
@@ -60,9 +60,9 @@ def partial_marker(text: str, markers: tuple[str, ...]) -> int:
 class ParserStream:
     """Content and tool-call deltas for one choice, read by ``parser`` as text arrives.
 
-    ``text`` holds only what has not gone out as content: in content mode a possible marker's
-    start, in tool mode everything from the marker on (calls are read from there; what comes
-    before a marker never changes them)."""
+    ``text`` holds only what has not gone out as content, a possible marker's start; from the
+    marker on, ``tail`` holds the text (calls are read from there; what comes before a marker
+    never changes them)."""
 
     def __init__(self, parser: Any, limit: int | None = None) -> None:
         self.parser = parser
@@ -71,6 +71,7 @@ class ParserStream:
         self.tool_mode = False
         self.plain = False  # at_start parsers: the output opened with content
         self.calls: list[ToolCall] = []
+        self.tail: ToolText | None = None  # the text from the marker on (tool mode)
         self.starts = frozenset(m[0] for m in parser.markers)  # what may open a marker
 
     @property
@@ -80,33 +81,30 @@ class ParserStream:
     def feed(self, piece: str) -> list[dict[str, Any]]:
         if not piece:
             return []
+        if self.tool_mode:
+            return self._read_calls() if self.tail.add(piece) else []
         if self.plain or (not self.text and not self.parser.at_start
                            and self.starts.isdisjoint(piece)):
             return [{"content": piece}]  # nothing held, nothing that may open a marker
         self.text += piece
-        if self.tool_mode:
-            return self._read_calls() if self._may_close(len(piece)) else []
         if self.parser.at_start:
             return self._opening()
         return self._scan()
-
-    def _may_close(self, added: int) -> bool:
-        """Whether the last ``added`` characters may have completed a call: one of the
-        parser's ``closers`` ends in them (NOTE(closers)), or, for a parser without any, they
-        hold a closing bracket."""
-        closers = self.parser.closers
-        if not closers:
-            return not _CLOSERS.isdisjoint(self.text[-added:])
-        tail = self.text[-(added + max(map(len, closers)) - 1):]
-        return any(c in tail for c in closers)
 
     def finish(self) -> list[dict[str, Any]]:
         if not self.tool_mode:
             return self._content(len(self.text))
         out = self._read_calls()
         if not self.calls:  # no call in it: what was held is content after all
+            self.text = self.tail.text()
             out += self._content(len(self.text))
         return out
+
+    def _to_tool_mode(self) -> list[dict[str, Any]]:
+        """From the marker on (``text``), the tail holds the text; the calls read so far."""
+        self.tool_mode = True
+        self.tail, self.text = ToolText(self.parser, self.text), ""
+        return self._read_calls()
 
     def _content(self, upto: int) -> list[dict[str, Any]]:
         piece, self.text = self.text[:upto], self.text[upto:]
@@ -117,8 +115,7 @@ class ParserStream:
         if not head:
             return []
         if any(head.startswith(m) for m in self.parser.markers):
-            self.tool_mode = True
-            return self._read_calls()
+            return self._to_tool_mode()
         if any(m.startswith(head) for m in self.parser.markers):
             return []  # still may become a marker
         self.plain = True
@@ -130,11 +127,10 @@ class ParserStream:
             return self._content(len(self.text) - partial_marker(self.text,
                                                                   self.parser.markers))
         out = self._content(min(found))
-        self.tool_mode = True
-        return out + self._read_calls()
+        return out + self._to_tool_mode()
 
     def _read_calls(self) -> list[dict[str, Any]]:
-        calls = self.parser.extract(self.text).calls[:self.limit]
+        calls = self.parser.extract(self.tail.text()).calls[:self.limit]
         new = calls[len(self.calls):]
         first = len(self.calls)
         self.calls += new
