@@ -180,6 +180,9 @@ def test_malformed_outputs_are_content_or_stop_at_the_first_bad_call(family, tex
     ('{"a": 1}', {"type": "object"}, {"a": 1}), ("[1]", {"type": "object"}, [1]),
     ('{"a": 1}', {"type": "array"}, {"a": 1}), ("plain", {}, "plain"),
     ("12", {"type": "Unknown"}, 12), ("1", "not a schema", "1"),
+    ("9" * 5000, {"type": "integer"}, "9" * 5000),  # past int's digit limit: text, no error
+    ("9" * 5000, {"type": ["number", "integer"]}, "9" * 5000),
+    ("7", {"type": 5, "enum": {"a": 1}, "anyOf": "x"}, "7"),  # odd schema: no type, no error
 ])
 def test_values_take_the_schemas_type(text, schema, value):
     got = coerce(text, schema)

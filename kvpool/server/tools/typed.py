@@ -81,7 +81,8 @@ def schema_types(schema: Any) -> set[str]:
     if not isinstance(schema, dict):
         return set()
     named = schema.get("type")
-    types = {named} if isinstance(named, str) else {t for t in named or () if isinstance(t, str)}
+    listed = named if isinstance(named, list) else ()
+    types = {named} if isinstance(named, str) else {t for t in listed if isinstance(t, str)}
     enum = schema.get("enum")
     for value in enum if isinstance(enum, list) else ():
         types.add("null" if value is None else
@@ -113,7 +114,7 @@ def _read(name: str, text: str) -> tuple[bool, Any]:
     if name == "null":
         return text.strip().lower() == "null", None
     if name == "integer" or (name == "number" and _INTEGER.fullmatch(text)):
-        return (True, int(text)) if _INTEGER.fullmatch(text) else (False, None)
+        return _integer(text)
     if name == "number":
         value = float(text) if _NUMBER.fullmatch(text) else math.nan
         if not math.isfinite(value):
@@ -124,6 +125,17 @@ def _read(name: str, text: str) -> tuple[bool, Any]:
         return word in ("true", "1", "false", "0"), word in ("true", "1")
     ok, value = _json(text)
     return ok and isinstance(value, dict if name == "object" else list), value
+
+
+def _integer(text: str) -> tuple[bool, Any]:
+    """``text`` as an integer, where it is one Python may read: past 4300 digits ``int``
+    refuses (CPython's guard against quadratic conversion), and it stays text."""
+    if not _INTEGER.fullmatch(text):
+        return False, None
+    try:
+        return True, int(text)
+    except ValueError:
+        return False, None
 
 
 def _json(text: str) -> tuple[bool, Any]:
