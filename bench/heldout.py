@@ -264,6 +264,10 @@ product):
               records, intake, reviews, a nightly re-check behind a changing memo (b2b0f8e)
     city_311  a city's 311 service: multilingual resident chats, ticket routing, duplicate
               checks, case summaries, storm bursts, a nightly status batch (blind, b2b0f8e)
+    email_triage  an enterprise inbox assistant: triage behind each user's profile, thread
+              summaries, drafts over attachments in versions, a nightly digest (87af25f)
+    lab_notebook  a biotech lab's notebook assistant: SOP-backed chats, run logs behind
+              instrument guides, a nightly QC walk, an inventory table in versions (87af25f)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates

@@ -41,6 +41,8 @@ from bench.heldout_property_mgmt import property_mgmt
 from bench.heldout_airline_ops import airline_ops
 from bench.heldout_tax_prep import tax_prep
 from bench.heldout_city_311 import city_311
+from bench.heldout_email_triage import email_triage
+from bench.heldout_lab_notebook import lab_notebook
 from bench.heldout_soc_copilot import soc_copilot
 from bench.heldout_travel_agent import travel_agent
 from bench.heldout_support import support_desk
@@ -76,4 +78,4 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "home_assist": home_assist, "news_desk": news_desk, "patent_search": patent_search,
           "manufacturing_qc": manufacturing_qc, "sales_crm": sales_crm,
           "property_mgmt": property_mgmt, "airline_ops": airline_ops, "tax_prep": tax_prep,
-          "city_311": city_311}
+          "city_311": city_311, "email_triage": email_triage, "lab_notebook": lab_notebook}
