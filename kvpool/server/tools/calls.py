@@ -18,7 +18,7 @@ from typing import Any
 from kvpool.server.tools.scan import json_values
 
 __all__ = ["TOOL_NAME", "Extracted", "ToolCall", "ToolParser", "arguments_delta",
-           "arguments_text", "call_from_json", "new_call_id", "tagged_calls"]
+           "arguments_text", "call_from_json", "new_call_id", "tagged_calls", "tagged_reads"]
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # OpenAI's a-z, A-Z, 0-9, _ and -; vLLM dots
 
@@ -67,6 +67,12 @@ class Extracted:
     def plain(cls, text: str) -> "Extracted":
         return cls(text)
 
+    @classmethod
+    def of(cls, text: str, start: int, calls: tuple[ToolCall, ...]) -> "Extracted":
+        """The calls read from ``text`` past its first marker (at ``start``): the text before
+        it is the content; no call read, the whole text is."""
+        return cls(text[:start] or None, calls) if calls else cls(text)
+
 
 def tagged_calls(text: str, tags: tuple[str, str, str],
                  read: Callable[[str], ToolCall | None]) -> Extracted:
@@ -74,19 +80,28 @@ def tagged_calls(text: str, tags: tuple[str, str, str],
     opening, a call's end); ``read`` makes a call of what lies between a call's tags, None
     ending the reading (so a streamed prefix reads no call the whole output lacks). The
     content is the text before the section; no call read: plain content."""
-    section, begin, end = tags
-    start = text.find(section)
-    calls: list[ToolCall] = []
-    pos = text.find(begin, start) if start >= 0 else -1
-    while pos >= 0 and (close := text.find(end, pos)) >= 0:
-        call = read(text[pos + len(begin):close])
-        if call is None:
-            break
-        calls.append(call)
-        pos = text.find(begin, close)
-    if not calls:
+    start = text.find(tags[0])
+    if start < 0:
         return Extracted.plain(text)
-    return Extracted(text[:start] or None, tuple(calls))
+    return Extracted.of(text, start, tagged_reads(text, start, tags[1:], read)[0])
+
+
+def tagged_reads(text: str, pos: int, tags: tuple[str, str],
+                 read: Callable[[str], ToolCall | None]) -> tuple[tuple[ToolCall, ...], int]:
+    """``tagged_calls``' reading from offset ``pos`` on (``tags``: a call's opening and end):
+    the calls, and where a next reading goes on (ToolParser.calls_from), -1 once a call
+    that is not one has ended the reading."""
+    begin, end = tags
+    calls: list[ToolCall] = []
+    at = text.find(begin, pos)
+    while at >= 0 and (close := text.find(end, at)) >= 0:
+        call = read(text[at + len(begin):close])
+        if call is None:
+            return tuple(calls), -1
+        calls.append(call)
+        pos = close + len(end)
+        at = text.find(begin, pos)
+    return tuple(calls), pos
 
 
 def call_from_json(obj: Any) -> ToolCall | None:
@@ -125,3 +140,11 @@ class ToolParser:
 
     def extract(self, text: str) -> Extracted:
         raise NotImplementedError
+
+    def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
+        """A stream's next reading (tools/stream.py NOTE(resume)): of ``text``, everything
+        from the first marker on, the calls not given before, and the offset the next
+        reading starts from (-1: no call can follow). A parser that can go on where its
+        last reading ended (``pos``, the offset it returned) reads only from there; this
+        one reads the whole text again and drops the ``seen`` calls given before."""
+        return self.extract(text).calls[seen:], 0

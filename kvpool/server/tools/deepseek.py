@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from kvpool.server.tools.calls import (TOOL_NAME, Extracted, ToolCall, ToolParser, arguments_text,
-                                      tagged_calls)
+                                      tagged_calls, tagged_reads)
 from kvpool.server.tools.scan import json_object
 
 __all__ = ["DeepSeekV3Parser", "DeepSeekV31Parser"]
@@ -40,6 +40,9 @@ class DeepSeekV3Parser(ToolParser):
 
     def extract(self, text: str) -> Extracted:
         return tagged_calls(text, TAGS, self.call)
+
+    def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
+        return tagged_reads(text, pos, TAGS[1:], self.call)
 
     def call(self, body: str) -> ToolCall | None:
         """One call from what lies between its tags, or None."""

@@ -59,16 +59,18 @@ class Glm45Parser(TypedParser):
         start = text.find(OPEN)
         if start < 0:
             return Extracted.plain(text)
+        return Extracted.of(text, start, self.calls_from(text, start, 0)[0])
+
+    def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
+        """Each call from ``pos`` on stands alone: the next reading goes on past the last
+        call closed."""
         calls = []
-        pos = start
-        while (close := text.find(CLOSE, pos)) >= 0:
-            body = text[pos + len(OPEN):close]
+        at = text.find(OPEN, pos)
+        while at >= 0 and (close := text.find(CLOSE, at)) >= 0:
+            body = text[at + len(OPEN):close]
             name = body.split(KEY[0], 1)[0].strip()
             if TOOL_NAME.fullmatch(name):
                 calls.append(ToolCall(name, self.arguments(name, glm_args(body))))
-            pos = text.find(OPEN, close + len(CLOSE))
-            if pos < 0:
-                break
-        if not calls:
-            return Extracted.plain(text)
-        return Extracted(text[:start] or None, tuple(calls))
+            pos = close + len(CLOSE)
+            at = text.find(OPEN, pos)
+        return tuple(calls), pos

@@ -38,18 +38,22 @@ class HermesParser(ToolParser):
         start = text.find(OPEN)
         if start < 0:
             return Extracted.plain(text)
+        return Extracted.of(text, start, self.calls_from(text, start, 0)[0])
+
+    def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
+        """Each block from ``pos`` on stands alone: the next reading goes on past the last
+        block closed, or past a last open block's JSON once it is a call."""
         calls: list[ToolCall] = []
-        pos = start
-        while pos >= 0:
-            body = pos + len(OPEN)
+        at = text.find(OPEN, pos)
+        while at >= 0:
+            body = at + len(OPEN)
             close = text.find(CLOSE, body)
-            values, _ = json_values(text[body:close if close >= 0 else len(text)])
+            values, end = json_values(text[body:close if close >= 0 else len(text)])
             call = call_from_json(values[0]) if values else None
             if call is not None:
                 calls.append(call)
             if close < 0:
-                break
-            pos = text.find(OPEN, close + len(CLOSE))
-        if not calls:
-            return Extracted.plain(text)
-        return Extracted(text[:start] or None, tuple(calls))
+                return tuple(calls), pos if call is None else body + end
+            pos = close + len(CLOSE)
+            at = text.find(OPEN, pos)
+        return tuple(calls), pos

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 
-from kvpool.server.tools.calls import Extracted, ToolCall, ToolParser, arguments_text, tagged_calls
+from kvpool.server.tools.calls import (Extracted, ToolCall, ToolParser, arguments_text,
+                                      tagged_calls, tagged_reads)
 from kvpool.server.tools.scan import json_object
 
 __all__ = ["KimiK2Parser"]
@@ -37,6 +38,9 @@ class KimiK2Parser(ToolParser):
 
     def extract(self, text: str) -> Extracted:
         return tagged_calls(text, TAGS, _call)
+
+    def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
+        return tagged_reads(text, pos, TAGS[1:], _call)
 
 
 def _call(body: str) -> ToolCall | None:

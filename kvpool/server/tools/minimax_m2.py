@@ -50,12 +50,16 @@ class MiniMaxM2Parser(TypedParser):
         start = text.find(OPEN)
         if start < 0:
             return Extracted.plain(text)
+        return Extracted.of(text, start, self.calls_from(text, start, 0)[0])
+
+    def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
+        """Each call from ``pos`` on stands alone: the next reading goes on past the last
+        block closed (tools/xml_calls.py: linear time)."""
         calls = []
-        for head, body in blocks(text, start, CALL):  # tools/xml_calls.py: linear time
+        for head, body, end in blocks(text, pos, CALL):
+            pos = end
             name = _name(head)
             if TOOL_NAME.fullmatch(name):
                 raw = {k: v for h, v in params(body, PARAM) if (k := _name(h))}
                 calls.append(ToolCall(name, self.arguments(name, raw)))
-        if not calls:
-            return Extracted.plain(text)
-        return Extracted(text[:start] or None, tuple(calls))
+        return tuple(calls), pos

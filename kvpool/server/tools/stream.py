@@ -24,6 +24,13 @@ piece holding a closing bracket or ``>`` used to trigger a reading of the whole 
 output repeating an unclosed ``<function=f>``, or one long argument full of ``}`` (a file a
 coding agent writes), was read once per piece, at a cost quadratic in its length, on the
 event loop.
+
+NOTE(resume): a reading asks the parser only for the calls it has not given
+(``ToolParser.calls_from``). A parser whose calls stand alone (all but llama3_json, mistral
+and pythonic, whose calls form one list or run) goes on from where its last reading ended;
+before, each reading parsed every call from the first again, so an output of a thousand calls
+(a small model looping) cost seconds. With ``parallel_tool_calls`` false nothing is read
+once the first call is.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ class ParserStream:
         self.plain = False  # at_start parsers: the output opened with content
         self.calls: list[ToolCall] = []
         self.tail: ToolText | None = None  # the text from the marker on (tool mode)
+        self.resume = 0  # where in it the next reading starts (NOTE(resume)); -1: none
         self.starts = frozenset(m[0] for m in parser.markers)  # what may open a marker
 
     @property
@@ -130,9 +138,13 @@ class ParserStream:
         return out + self._to_tool_mode()
 
     def _read_calls(self) -> list[dict[str, Any]]:
-        calls = self.parser.extract(self.tail.text()).calls[:self.limit]
-        new = calls[len(self.calls):]
+        """The deltas of the calls read since the last reading (NOTE(resume))."""
         first = len(self.calls)
+        room = None if self.limit is None else self.limit - first
+        if room == 0 or self.resume < 0:
+            return []
+        new, self.resume = self.parser.calls_from(self.tail.text(), self.resume, first)
+        new = new[:room]
         self.calls += new
         deltas = call_deltas(new, first)
         return [{"content": None, **d} for d in deltas] if self.parser.null_content else deltas

@@ -29,9 +29,10 @@ def _header(text: str, start: int, end: int) -> int:
     return text.find(">", start, min(end, start + HEADER_MAX))
 
 
-def blocks(text: str, start: int, tags: tuple[str, str]) -> Iterator[tuple[str, str]]:
-    """(header, body) of each complete ``OPEN HEADER> BODY CLOSE`` from ``start``, in order
-    (``tags`` = (OPEN, CLOSE)); an opener whose block does not close ends the reading."""
+def blocks(text: str, start: int, tags: tuple[str, str]) -> Iterator[tuple[str, str, int]]:
+    """(header, body, end) of each complete ``OPEN HEADER> BODY CLOSE`` from ``start``, in
+    order (``tags`` = (OPEN, CLOSE); ``end``: just past its CLOSE); an opener whose block
+    does not close ends the reading."""
     opener, closer = tags
     pos = text.find(opener, start)
     close = -1
@@ -44,7 +45,7 @@ def blocks(text: str, start: int, tags: tuple[str, str]) -> Iterator[tuple[str, 
         if head < 0:
             pos = text.find(opener, pos + len(opener))
             continue
-        yield text[pos + len(opener):head], text[head + 1:close]
+        yield text[pos + len(opener):head], text[head + 1:close], close + len(closer)
         pos = text.find(opener, close + len(closer))
 
 
