@@ -42,6 +42,7 @@ from kvpool.server.tools.tool_text import ToolText
 
 __all__ = ["ParserStream", "call_deltas", "partial_marker"]
 
+
 def call_deltas(calls: tuple[ToolCall, ...], first: int) -> list[dict[str, Any]]:
     """The stream deltas of ``calls`` (their indexes from ``first``)."""
     out = []

@@ -1,8 +1,8 @@
 """ToolText: a streamed choice's text from its first call marker on, and when to read it.
 
-The stream reads calls with the parser's ``extract`` over this whole text (tools/stream.py),
-so the cost of a stream is the number of readings times the text's length. Two things keep
-the readings few and each piece cheap (NOTE(closers) in stream.py):
+The stream reads calls from this text with the parser's ``calls_from`` (tools/stream.py,
+NOTE(resume)), so a stream costs its readings times what each looks at. Two things keep the
+readings few and each piece cheap (NOTE(closers) in stream.py):
 
 - a parser whose calls end with a tag names it (``closers``): the text may hold a new call
   only once a piece completes one;
