@@ -232,16 +232,19 @@ def test_a_stream_reads_its_text_again_only_when_a_call_may_have_closed(family, 
     assert join(deltas)[1] == [(c.name, c.arguments) for c in base().extract(text).calls]
 
 
-@pytest.mark.parametrize("family", ["hermes", "qwen3_coder", "seed_oss", "glm45", "minimax_m2",
-                                    "deepseek_v3", "deepseek_v31", "kimi_k2"])
+@pytest.mark.parametrize("family", ["hermes", "llama3_json", "qwen3_coder", "seed_oss", "glm45",
+                                    "minimax_m2", "deepseek_v3", "deepseek_v31", "kimi_k2"])
 def test_each_reading_goes_on_where_the_last_ended(family):
     """NOTE(resume): a stream of 300 calls (a small model looping) asks its parser only for
     the calls past the last one it gave, so the text a reading looks at is the new part:
     over the whole stream about the text's length, where reading every call from the first
     again cost the text's length per call (seconds at a thousand calls)."""
     calls = [("f", {"x": str(i)}) for i in range(300)]
-    text = ("".join(f'<tool_call>{{"name": "f", "arguments": {json.dumps(a)}}}</tool_call>\n'
-                    for _, a in calls) if family == "hermes" else write(family, calls))
+    text = {"hermes": "".join(f'<tool_call>{{"name": "f", "arguments": {json.dumps(a)}}}'
+                              "</tool_call>\n" for _, a in calls),
+            "llama3_json": "<|python_tag|>" + "; ".join(
+                f'{{"name": "f", "parameters": {json.dumps(a)}}}' for _, a in calls)
+            }.get(family) or write(family, calls)
     base = type(tool_parser(family))
     looked = []
 

@@ -26,8 +26,8 @@ coding agent writes), was read once per piece, at a cost quadratic in its length
 event loop.
 
 NOTE(resume): a reading asks the parser only for the calls it has not given
-(``ToolParser.calls_from``). A parser whose calls stand alone (all but llama3_json, mistral
-and pythonic, whose calls form one list or run) goes on from where its last reading ended;
+(``ToolParser.calls_from``). A parser whose calls stand alone or follow one another (all but
+mistral's list and pythonic's, read once they close) goes on from where its last reading ended;
 before, each reading parsed every call from the first again, so an output of a thousand calls
 (a small model looping) cost seconds. With ``parallel_tool_calls`` false nothing is read
 once the first call is.
