@@ -18,7 +18,7 @@ from typing import Any
 from kvpool.server.tools.scan import json_values
 
 __all__ = ["TOOL_NAME", "Extracted", "ToolCall", "ToolParser", "arguments_delta",
-           "arguments_text", "call_from_json", "new_call_id", "tagged_calls", "tagged_reads"]
+           "arguments_text", "call_from_json", "new_call_id", "tagged_reads"]
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # OpenAI's a-z, A-Z, 0-9, _ and -; vLLM dots
 
@@ -74,23 +74,12 @@ class Extracted:
         return cls(text[:start] or None, calls) if calls else cls(text)
 
 
-def tagged_calls(text: str, tags: tuple[str, str, str],
-                 read: Callable[[str], ToolCall | None]) -> Extracted:
-    """The calls of a section of tagged calls: ``tags`` = (the section's opening, a call's
-    opening, a call's end); ``read`` makes a call of what lies between a call's tags, None
-    ending the reading (so a streamed prefix reads no call the whole output lacks). The
-    content is the text before the section; no call read: plain content."""
-    start = text.find(tags[0])
-    if start < 0:
-        return Extracted.plain(text)
-    return Extracted.of(text, start, tagged_reads(text, start, tags[1:], read)[0])
-
-
 def tagged_reads(text: str, pos: int, tags: tuple[str, str],
                  read: Callable[[str], ToolCall | None]) -> tuple[tuple[ToolCall, ...], int]:
-    """``tagged_calls``' reading from offset ``pos`` on (``tags``: a call's opening and end):
-    the calls, and where a next reading goes on (ToolParser.calls_from), -1 once a call
-    that is not one has ended the reading."""
+    """The calls of a section of tagged calls from offset ``pos`` on (``tags``: a call's
+    opening and end; ``read`` makes a call of what lies between them), and where a next
+    reading goes on (ToolParser.calls_from). A segment that ``read`` finds no call ends the
+    reading (-1), so a streamed prefix reads no call the whole output lacks."""
     begin, end = tags
     calls: list[ToolCall] = []
     at = text.find(begin, pos)
@@ -139,7 +128,14 @@ class ToolParser:
         return self
 
     def extract(self, text: str) -> Extracted:
-        raise NotImplementedError
+        """A whole output: the calls read from its first marker on (``calls_from``), the text
+        before the marker its content; no call read, plain content. A parser overrides this
+        or ``calls_from``, each written by the other."""
+        found = [i for m in self.markers if (i := text.find(m)) >= 0]
+        if not found:
+            return Extracted.plain(text)
+        start = min(found)
+        return Extracted.of(text, start, self.calls_from(text, start, 0)[0])
 
     def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
         """A stream's next reading (tools/stream.py NOTE(resume)): of ``text``, everything

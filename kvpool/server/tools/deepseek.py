@@ -10,7 +10,7 @@ format (``deepseek_v31``). The tags are special tokens of DeepSeek's tokenizers:
 
 Calls follow one another inside the section. A call counts once its ``<｜tool▁call▁end｜>`` is
 written and its arguments are one JSON object; the first that is not ends the reading
-(tools/calls.py's ``tagged_calls``). The content is the text before the section; an output
+(tools/calls.py's ``tagged_reads``). The content is the text before the section; an output
 with no call read is plain content.
 """
 
@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import re
 
-from kvpool.server.tools.calls import (TOOL_NAME, Extracted, ToolCall, ToolParser, arguments_text,
-                                      tagged_calls, tagged_reads)
+from kvpool.server.tools.calls import TOOL_NAME, ToolCall, ToolParser, arguments_text, tagged_reads
 from kvpool.server.tools.scan import json_object
 
 __all__ = ["DeepSeekV3Parser", "DeepSeekV31Parser"]
@@ -37,9 +36,6 @@ class DeepSeekV3Parser(ToolParser):
     markers = TAGS[:1]
     closers = TAGS[2:]
     keeps_special_tokens = True
-
-    def extract(self, text: str) -> Extracted:
-        return tagged_calls(text, TAGS, self.call)
 
     def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
         return tagged_reads(text, pos, TAGS[1:], self.call)

@@ -16,7 +16,7 @@ call is plain content.
 
 from __future__ import annotations
 
-from kvpool.server.tools.calls import TOOL_NAME, Extracted, ToolCall
+from kvpool.server.tools.calls import TOOL_NAME, ToolCall
 from kvpool.server.tools.typed import TypedParser
 
 __all__ = ["Glm45Parser"]
@@ -54,12 +54,6 @@ class Glm45Parser(TypedParser):
     markers = (OPEN,)
     closers = (CLOSE,)
     keeps_special_tokens = True  # GLM's <tool_call> tags are special tokens
-
-    def extract(self, text: str) -> Extracted:
-        start = text.find(OPEN)
-        if start < 0:
-            return Extracted.plain(text)
-        return Extracted.of(text, start, self.calls_from(text, start, 0)[0])
 
     def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
         """Each call from ``pos`` on stands alone: the next reading goes on past the last

@@ -15,7 +15,7 @@ last block left open still counts once its JSON is complete. No call read: plain
 
 from __future__ import annotations
 
-from kvpool.server.tools.calls import Extracted, ToolCall, ToolParser, call_from_json
+from kvpool.server.tools.calls import ToolCall, ToolParser, call_from_json
 from kvpool.server.tools.scan import json_values
 
 __all__ = ["HermesParser"]
@@ -33,12 +33,6 @@ class HermesParser(ToolParser):
     keeps_special_tokens = True
     # vLLM's hermes parser sends content beside its calls, null when none (tools/stream.py)
     null_content = True
-
-    def extract(self, text: str) -> Extracted:
-        start = text.find(OPEN)
-        if start < 0:
-            return Extracted.plain(text)
-        return Extracted.of(text, start, self.calls_from(text, start, 0)[0])
 
     def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
         """Each block from ``pos`` on stands alone: the next reading goes on past the last

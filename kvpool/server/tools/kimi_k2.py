@@ -9,7 +9,7 @@ The header before ``<|tool_call_argument_begin|>`` is Kimi's own call id
 writes the id back into the next prompt, and the name is what lies between ``functions.``
 and ``:INDEX``. A call counts once its ``<|tool_call_end|>`` is written and its arguments
 are one JSON object; the first that is not ends the reading (tools/calls.py's
-``tagged_calls``). The content is the text before the section; an output with no call read
+``tagged_reads``). The content is the text before the section; an output with no call read
 is plain content.
 """
 
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import re
 
-from kvpool.server.tools.calls import (Extracted, ToolCall, ToolParser, arguments_text,
-                                      tagged_calls, tagged_reads)
+from kvpool.server.tools.calls import ToolCall, ToolParser, arguments_text, tagged_reads
 from kvpool.server.tools.scan import json_object
 
 __all__ = ["KimiK2Parser"]
@@ -35,9 +34,6 @@ class KimiK2Parser(ToolParser):
     markers = TAGS[:1]
     closers = TAGS[2:]
     keeps_special_tokens = True
-
-    def extract(self, text: str) -> Extracted:
-        return tagged_calls(text, TAGS, _call)
 
     def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
         return tagged_reads(text, pos, TAGS[1:], _call)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from kvpool.server.tools.calls import TOOL_NAME, Extracted, ToolCall
+from kvpool.server.tools.calls import TOOL_NAME, ToolCall
 from kvpool.server.tools.typed import TypedParser
 from kvpool.server.tools.xml_calls import blocks, params
 
@@ -45,12 +45,6 @@ class MiniMaxM2Parser(TypedParser):
     markers = (OPEN,)
     closers = (CALL[1],)
     keeps_special_tokens = True  # MiniMax's <minimax:tool_call> is a special token
-
-    def extract(self, text: str) -> Extracted:
-        start = text.find(OPEN)
-        if start < 0:
-            return Extracted.plain(text)
-        return Extracted.of(text, start, self.calls_from(text, start, 0)[0])
 
     def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
         """Each call from ``pos`` on stands alone: the next reading goes on past the last

@@ -22,7 +22,7 @@ before the first call; an output with no complete call is plain content.
 
 from __future__ import annotations
 
-from kvpool.server.tools.calls import TOOL_NAME, Extracted, ToolCall
+from kvpool.server.tools.calls import TOOL_NAME, ToolCall
 from kvpool.server.tools.typed import TypedParser
 from kvpool.server.tools.xml_calls import blocks, params
 
@@ -45,13 +45,6 @@ class Qwen3CoderParser(TypedParser):
     markers = (OPEN, FUNCTION)
     closers = (CALL[1],)
     keeps_special_tokens = True  # <tool_call> may be a special token of Qwen's tokenizers
-
-    def extract(self, text: str) -> Extracted:
-        found = [i for m in self.markers if (i := text.find(m)) >= 0]
-        if not found:
-            return Extracted.plain(text)
-        start = min(found)
-        return Extracted.of(text, start, self.calls_from(text, start, 0)[0])
 
     def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
         """Each call from ``pos`` on stands alone: the next reading goes on past the last
