@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import re
 
-from kvpool.server.tools.calls import ToolCall, ToolParser, arguments_text, tagged_reads
+from kvpool.server.tools.calls import TOOL_NAME, ToolCall, ToolParser, arguments_text, tagged_reads
 from kvpool.server.tools.scan import json_object
 
 __all__ = ["KimiK2Parser"]
 
 TAGS = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_end|>")
 ARGS = "<|tool_call_argument_begin|>"
-_ID = re.compile(r"(?:functions\.)?([A-Za-z0-9_.-]{1,64}):\d+")
+_ID = re.compile(r"(?:functions\.)?(" + TOOL_NAME.pattern + r"):\d+")  # calls.py's name rule
 
 
 class KimiK2Parser(ToolParser):
