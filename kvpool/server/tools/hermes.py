@@ -11,6 +11,10 @@ some text::
 The content is the text before the first tag. A block whose JSON is not a call is skipped
 (each block stands alone, so a streamed prefix never reads a call the whole output lacks); a
 last block left open still counts once its JSON is complete. No call read: plain content.
+
+Other families write the same between their own tags: ``longcat``
+(``<longcat_tool_call>``) and ``internlm`` (``<|action_start|><|plugin|>`` to
+``<|action_end|>``, the key ``parameters``); ``granite4`` and ``ernie45`` use hermes' tags.
 """
 
 from __future__ import annotations
@@ -18,16 +22,15 @@ from __future__ import annotations
 from kvpool.server.tools.calls import ToolCall, ToolParser, call_from_json
 from kvpool.server.tools.scan import json_values
 
-__all__ = ["HermesParser"]
-
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
+__all__ = ["HermesParser", "InternLMParser", "LongcatParser"]
 
 
 class HermesParser(ToolParser):
     """``--tool-call-parser hermes``."""
 
     name = "hermes"
-    markers = (OPEN,)
+    tags = ("<tool_call>", "</tool_call>")  # a call's opening and closing tags
+    markers = tags[:1]
     at_start = False  # a call may follow any text
     # Qwen's and Hermes' tokenizers may make the tags special tokens: they must reach the text
     keeps_special_tokens = True
@@ -38,16 +41,36 @@ class HermesParser(ToolParser):
         """Each block from ``pos`` on stands alone: the next reading goes on past the last
         block closed, or past a last open block's JSON once it is a call."""
         calls: list[ToolCall] = []
-        at = text.find(OPEN, pos)
+        opening, closing = self.tags
+        at = text.find(opening, pos)
         while at >= 0:
-            body = at + len(OPEN)
-            close = text.find(CLOSE, body)
+            body = at + len(opening)
+            close = text.find(closing, body)
             values, end = json_values(text[body:close if close >= 0 else len(text)])
             call = call_from_json(values[0]) if values else None
             if call is not None:
                 calls.append(call)
             if close < 0:
                 return tuple(calls), pos if call is None else body + end
-            pos = close + len(CLOSE)
-            at = text.find(OPEN, pos)
+            pos = close + len(closing)
+            at = text.find(opening, pos)
         return tuple(calls), pos
+
+
+class LongcatParser(HermesParser):
+    """``--tool-call-parser longcat`` (Meituan LongCat)."""
+
+    name = "longcat"
+    tags = ("<longcat_tool_call>", "</longcat_tool_call>")
+    markers = tags[:1]
+
+
+class InternLMParser(HermesParser):
+    """``--tool-call-parser internlm`` (InternLM2 / 2.5). Its template ends the block with
+    ``<|action_end|>``; a block that a stop token cut before it reads as hermes' last open
+    block does."""
+
+    name = "internlm"
+    tags = ("<|action_start|><|plugin|>", "<|action_end|>")
+    markers = tags[:1]
+    null_content = False  # vLLM's internlm parser writes no content beside its calls
