@@ -10,7 +10,7 @@ thinking (docs/architecture.md "Reasoning output"):
 
 | parser | tags | the output opens in its thinking |
 |---|---|---|
-| ``deepseek_r1``, ``step5``, ``minimax_m2`` | ``<think>`` ``</think>`` | always |
+| ``deepseek_r1``, ``step3``, ``step5``, ``minimax_m2`` | ``<think>`` ``</think>`` | always |
 | ``qwen3`` | ``<think>`` ``</think>`` | unless told ``enable_thinking`` false |
 | ``seed_oss`` | ``<seed:think>`` ``</seed:think>`` | as ``qwen3`` |
 | ``glm45``, ``kimi_k2`` | ``<think>`` ``</think>`` | unless told ``thinking`` or |
@@ -88,7 +88,7 @@ class Family:
     reopens: bool = False
 
 
-PARSERS = {"deepseek_r1": Family(_always), "step5": Family(_always),
+PARSERS = {"deepseek_r1": Family(_always), "step5": Family(_always), "step3": Family(_always),
            "minimax_m2": Family(_always), "qwen3": Family(_unless_off),
            "seed_oss": Family(_unless_off, "<seed:think>", "</seed:think>"),
            "glm45": Family(_unless_told_off), "kimi_k2": Family(_unless_told_off),

@@ -51,7 +51,7 @@ def test_split(tok, text, want):
 
 
 @pytest.mark.parametrize("kw,opens", [
-    ({}, {"deepseek_r1": True, "step5": True, "qwen3": True, "deepseek_v3": False}),
+    ({}, {"deepseek_r1": True, "step3": True, "step5": True, "qwen3": True, "deepseek_v3": False}),
     ({"enable_thinking": False}, {"deepseek_r1": True, "qwen3": False, "deepseek_v3": False}),
     ({"enable_thinking": True}, {"qwen3": True, "deepseek_v3": True}),
     ({"thinking": True}, {"qwen3": True, "deepseek_v3": True}),
@@ -130,7 +130,7 @@ def test_tool_calls_are_read_from_the_answer_only(tok):
 
 def test_the_parsers_refuse_what_they_cannot_read(tmp_path, tok):
     with pytest.raises(ConfigError, match="use one of deepseek_r1, deepseek_v3, glm45, "
-                       "kimi_k2, minimax_m2, mistral, qwen3, seed_oss, step5"):
+                       "kimi_k2, minimax_m2, mistral, qwen3, seed_oss, step3, step5"):
         ReasoningParser("granite", tok)
     plain = load_tokenizer(think_dir(tmp_path, CHATML, tags=False))
     with pytest.raises(ConfigError, match="has no <think> / </think> tokens"):

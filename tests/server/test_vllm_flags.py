@@ -250,7 +250,7 @@ def test_vllm_short_spellings_of_no_op_flags_log_the_long_flag(argv, flag, caplo
     (["--reasoning-parser", "granite"], "--reasoning-parser: invalid choice: 'granite' "
                                         "(choose from 'deepseek_r1', 'deepseek_v3', 'glm45', "
                                         "'kimi_k2', 'minimax_m2', 'mistral', 'qwen3', "
-                                        "'seed_oss', 'step5')"),
+                                        "'seed_oss', 'step3', 'step5')"),
     (["--enable-lora"], "--enable-lora: kvpool serves no LoRA adapters"),
     (["--lora-modules", "sql=/lora/sql"], "--lora-modules: sql=/lora/sql: kvpool serves no "
                                           "LoRA"),
