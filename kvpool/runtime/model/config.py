@@ -1,8 +1,9 @@
 """ModelConfig: the frozen, validated part of a Hugging Face ``config.json`` the model needs.
 
-Supported families: Llama (``LlamaForCausalLM``), Qwen2 (``Qwen2ForCausalLM``, bias on q/k/v) and
-Mistral (``MistralForCausalLM``, optional sliding window). RoPE parameters are read from either
-layout transformers has used:
+Supported families: Llama (``LlamaForCausalLM``), Qwen2 (``Qwen2ForCausalLM``, bias on q/k/v),
+Qwen3 (``Qwen3ForCausalLM``: an RMSNorm on each query and key head before RoPE, q/k/v/o bias when
+``attention_bias``) and Mistral (``MistralForCausalLM``, optional sliding window). RoPE parameters
+are read from either layout transformers has used:
 
 * 4.x: top-level ``rope_theta`` plus an optional ``rope_scaling`` dict (``type`` or ``rope_type``);
 * 5.x: ``rope_parameters = {"rope_type": "default", "rope_theta": ...}``.
@@ -26,6 +27,7 @@ __all__ = ["ModelConfig", "ModelConfigError", "RopeScaling"]
 _ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
     "mistral": "MistralForCausalLM",
 }
 _SUPPORTED_ROPE_TYPES = ("default", "llama3")
@@ -50,7 +52,7 @@ class ModelConfig:
     ``head_dim`` is even, every size is a positive int, ``rms_norm_eps > 0``, ``rope_theta > 0``.
     """
 
-    model_type: str  # "llama" | "qwen2" | "mistral"
+    model_type: str  # "llama" | "qwen2" | "qwen3" | "mistral"
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
@@ -66,6 +68,7 @@ class ModelConfig:
     qkv_bias: bool = False  # Qwen2 always; Llama when attention_bias
     o_bias: bool = False  # Llama when attention_bias
     mlp_bias: bool = False  # Llama when mlp_bias
+    qk_norm: bool = False  # Qwen3: RMSNorm over each query and key head (q_norm, k_norm)
     sliding_window: int | None = None  # Mistral: key visible iff q_pos - k_pos < sliding_window
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -200,8 +203,9 @@ class ModelConfig:
                              else (self.eos_token_ids[0] if self.eos_token_ids else None)),
             "torch_dtype": "float32",
         }
-        if self.model_type == "llama":
+        if self.model_type in ("llama", "qwen3"):
             out["attention_bias"] = self.o_bias
+        if self.model_type == "llama":
             out["mlp_bias"] = self.mlp_bias
         if self.model_type == "mistral":
             out["sliding_window"] = self.sliding_window
@@ -242,21 +246,21 @@ def _parse_head_dim(d: Mapping[str, Any], hidden: Any, heads: Any) -> Any:
 
 
 def _parse_family(d: Mapping[str, Any], model_type: str) -> dict[str, Any]:
-    """The fields one family sets its own way: biases (Llama's flags, Qwen2's fixed q/k/v
-    bias) and Mistral's sliding window."""
+    """The fields one family sets its own way: biases (Llama's and Qwen3's flags, Qwen2's fixed
+    q/k/v bias), Qwen3's per-head q/k norms and Mistral's sliding window."""
     family: dict[str, Any] = {"qkv_bias": False, "o_bias": False, "mlp_bias": False,
-                              "sliding_window": None}
-    if model_type == "llama":
+                              "qk_norm": model_type == "qwen3", "sliding_window": None}
+    if model_type in ("llama", "qwen3"):
         family["qkv_bias"] = family["o_bias"] = bool(d.get("attention_bias", False))
-        family["mlp_bias"] = bool(d.get("mlp_bias", False))
+        family["mlp_bias"] = model_type == "llama" and bool(d.get("mlp_bias", False))
     elif model_type == "qwen2":
         family["qkv_bias"] = True
-        if d.get("use_sliding_window"):
-            raise ModelConfigError(
-                "use_sliding_window", "Qwen2 sliding-window layers are not supported; "
-                "set it to false (the released Qwen2/2.5 checkpoints do)")
-    else:  # mistral
+    elif model_type == "mistral":
         family["sliding_window"] = d.get("sliding_window")
+    if model_type in ("qwen2", "qwen3") and d.get("use_sliding_window"):
+        raise ModelConfigError(
+            "use_sliding_window", "Qwen sliding-window layers are not supported; set it to "
+            "false (the released Qwen2, Qwen2.5 and Qwen3 checkpoints do)")
     return family
 
 
@@ -272,7 +276,7 @@ def _parse_rope(d: Mapping[str, Any]) -> tuple[float, RopeScaling]:
         raise ModelConfigError(key, f"must be an object, got {type(params).__name__}")
     if params and all(isinstance(v, Mapping) for v in params.values()):
         raise ModelConfigError(key, "per-layer-type RoPE parameters are not supported by "
-                                    "Llama/Qwen2/Mistral; use one flat object")
+                                    "Llama/Qwen/Mistral; use one flat object")
     theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
     rope_type = params.get("rope_type", params.get("type", "default")) or "default"
     if rope_type not in _SUPPORTED_ROPE_TYPES:

@@ -1,4 +1,4 @@
-"""LlamaModel: a Llama/Qwen2/Mistral decoder that reads and writes the paged KV pool.
+"""LlamaModel: a Llama/Qwen2/Qwen3/Mistral decoder that reads and writes the paged KV pool.
 
 One ``forward`` serves a whole scheduler step: the new tokens of every sequence are flattened into
 one ``[T, hidden]`` matrix for the embedding, the fused QKV / gate-up projections, the MLP and the
@@ -63,16 +63,21 @@ class _Attention(nn.Module):
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size,
                                   bias=cfg.qkv_bias, dtype=dtype)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias, dtype=dtype)
+        if cfg.qk_norm:  # Qwen3: each query and key head normed before RoPE
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, dtype)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, dtype)
+        self.qk_norm = cfg.qk_norm
         self.kernel = kernel
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
                 layer: int, prep: PreparedBatch) -> torch.Tensor:
         t = x.shape[0]
         qkv = self.qkv_proj(x)
+        qk = qkv[:, :self.q_size + self.kv_size].view(t, self.heads + self.kv_heads, self.head_dim)
+        if self.qk_norm:
+            qk = torch.cat([self.q_norm(qk[:, :self.heads]), self.k_norm(qk[:, self.heads:])], 1)
         # RoPE on q and k heads together (same positions, same tables): one pass, not two.
-        qk = RotaryEmbedding.apply(
-            qkv[:, :self.q_size + self.kv_size].view(t, self.heads + self.kv_heads, self.head_dim),
-            cos, sin)
+        qk = RotaryEmbedding.apply(qk, cos, sin)
         q, k = qk[:, :self.heads], qk[:, self.heads:]
         v = qkv[:, self.q_size + self.kv_size:].view(t, self.kv_heads, self.head_dim)
         # NOTE(order): write before attend; the chunk's own keys are part of its context.
@@ -209,6 +214,8 @@ class LlamaModel(nn.Module):
                 out[f"{src}self_attn.v_proj.{s}"] = (fused, slice(q + kv, q + 2 * kv))
             for s in ["weight"] + (["bias"] if cfg.o_bias else []):
                 out[f"{src}self_attn.o_proj.{s}"] = (f"{dst}self_attn.o_proj.{s}", None)
+            for norm in ("q_norm", "k_norm") if cfg.qk_norm else ():
+                out[f"{src}self_attn.{norm}.weight"] = (f"{dst}self_attn.{norm}.weight", None)
             for s in ["weight"] + (["bias"] if cfg.mlp_bias else []):
                 fused = f"{dst}mlp.gate_up_proj.{s}"
                 out[f"{src}mlp.gate_proj.{s}"] = (fused, slice(0, inter))

@@ -12,6 +12,8 @@ VARIANTS = {
     "llama": ("llama", {}),
     # Qwen2: bias on q/k/v, tied embeddings.
     "qwen2": ("qwen2", {"tie_word_embeddings": True}),
+    # Qwen3: per-head q/k norms, no bias, a head_dim that is not hidden/heads, tied embeddings.
+    "qwen3": ("qwen3", {"head_dim": 32, "tie_word_embeddings": True}),
     # transformers 5.x rope_parameters with llama3 scaling, attention/MLP biases, and a head_dim
     # that is not hidden/heads.
     "llama3": ("llama", {

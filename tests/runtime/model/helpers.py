@@ -43,7 +43,8 @@ def train_tokenizer(directory: Path, vocab_size: int = 300) -> None:
 
 
 def save_hf_model(directory: Path, kind: str, seed: int = 0, **overrides) -> Path:
-    """Build a seeded tiny transformers model of ``kind`` (llama|qwen2|mistral) and save it."""
+    """Build a seeded tiny transformers model of ``kind`` (llama|qwen2|qwen3|mistral) and
+    save it."""
     import transformers
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -55,6 +56,7 @@ def save_hf_model(directory: Path, kind: str, seed: int = 0, **overrides) -> Pat
     cls_cfg, cls_model = {
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
     }[kind]
     config = cls_cfg(**base)

@@ -62,6 +62,11 @@ def test_families():
     assert m.sliding_window == 4096 and not m.qkv_bias
     inferred = ModelConfig.from_hf_dict(cfg(model_type=..., architectures=["Qwen2ForCausalLM"]))
     assert inferred.model_type == "qwen2"
+    q3 = ModelConfig.from_hf_dict(cfg(model_type="qwen3", head_dim=128, attention_bias=True))
+    assert q3.qk_norm and q3.head_dim == 128 and q3.qkv_bias and q3.o_bias and not q3.mlp_bias
+    assert ModelConfig.from_hf_dict(q3.to_hf_dict()) == q3
+    assert not ModelConfig.from_hf_dict(cfg(model_type="qwen3")).qkv_bias
+    assert not q.qk_norm and not m.qk_norm
 
 
 @pytest.mark.parametrize("over,key", [
@@ -80,6 +85,7 @@ def test_families():
     ({"rope_parameters": {"rope_type": "default", "rope_theta": -1.0}}, "rope_theta"),
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
     ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
+    ({"model_type": "qwen3", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "mistral", "sliding_window": 0}, "sliding_window"),
     ({"eos_token_id": -1}, "eos_token_id"),
 ])

@@ -92,7 +92,7 @@ def test_llama_mixed_arrival_matches_transformers(llama):
     assert [done[i] for i in range(10)] == ref[:10]
 
 
-@pytest.mark.parametrize("variant", ["qwen2", "llama3", "mistral"])
+@pytest.mark.parametrize("variant", ["qwen2", "qwen3", "llama3", "mistral"])
 def test_variants_match_transformers(hf_reference, variant):
     d, _, prompts, ref = hf_reference(variant, 8, NEW_TOKENS)
     model = load_model(d)
@@ -105,6 +105,9 @@ def test_variants_match_transformers(hf_reference, variant):
 def test_variant_configs_parsed_as_intended(hf_dir_factory):
     q = load_model(hf_dir_factory("qwen2")).config
     assert q.model_type == "qwen2" and q.qkv_bias and not q.o_bias and q.tie_word_embeddings
+    q3 = load_model(hf_dir_factory("qwen3")).config
+    assert q3.model_type == "qwen3" and q3.qk_norm and q3.head_dim == 32 and not q3.qkv_bias
+    assert not q.qk_norm
     l3 = load_model(hf_dir_factory("llama3")).config
     assert l3.rope_scaling.rope_type == "llama3" and l3.rope_theta == 500000.0
     assert l3.head_dim == 32 and l3.qkv_bias and l3.o_bias and l3.mlp_bias
