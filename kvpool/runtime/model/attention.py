@@ -64,14 +64,15 @@ _UPCAST = (torch.bfloat16, torch.float16)
 class PagedAttention:
     """Stateless paged-attention kernel for one model geometry (shared by all its layers)."""
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int,
+                 scale: float | None = None) -> None:
         if num_heads % num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.group = num_heads // num_kv_heads  # query heads per KV head
-        self.scale = 1.0 / math.sqrt(head_dim)
+        self.scale = 1.0 / math.sqrt(head_dim) if scale is None else scale  # Granite sets it
 
     @staticmethod
     def write(kv: torch.Tensor, layer: int, k: torch.Tensor, v: torch.Tensor,

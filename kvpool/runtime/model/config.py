@@ -2,8 +2,10 @@
 
 Supported families: Llama (``LlamaForCausalLM``), Qwen2 (``Qwen2ForCausalLM``, bias on q/k/v),
 Qwen3 (``Qwen3ForCausalLM``: an RMSNorm on each query and key head before RoPE, q/k/v/o bias when
-``attention_bias``) and Mistral (``MistralForCausalLM``, optional sliding window). RoPE parameters
-are read from either layout transformers has used:
+``attention_bias``), Granite 3 (``GraniteForCausalLM``: Llama scaled by four multipliers, of the
+embeddings, of each residual branch, of the attention scores and of the logits) and Mistral
+(``MistralForCausalLM``, optional sliding window). RoPE parameters are read from either layout
+transformers has used:
 
 * 4.x: top-level ``rope_theta`` plus an optional ``rope_scaling`` dict (``type`` or ``rope_type``);
 * 5.x: ``rope_parameters = {"rope_type": "default", "rope_theta": ...}``.
@@ -28,9 +30,12 @@ _ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "granite": "GraniteForCausalLM",
     "mistral": "MistralForCausalLM",
 }
 _SUPPORTED_ROPE_TYPES = ("default", "llama3")
+_MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "attention_multiplier",
+                "logits_scaling")  # Granite's
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +57,7 @@ class ModelConfig:
     ``head_dim`` is even, every size is a positive int, ``rms_norm_eps > 0``, ``rope_theta > 0``.
     """
 
-    model_type: str  # "llama" | "qwen2" | "qwen3" | "mistral"
+    model_type: str  # "llama" | "qwen2" | "qwen3" | "granite" | "mistral"
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
@@ -69,6 +74,12 @@ class ModelConfig:
     o_bias: bool = False  # Llama when attention_bias
     mlp_bias: bool = False  # Llama when mlp_bias
     qk_norm: bool = False  # Qwen3: RMSNorm over each query and key head (q_norm, k_norm)
+    # Granite: embeddings * embedding_multiplier, each residual branch * residual_multiplier,
+    # attention scores * attention_multiplier (None: 1/sqrt(head_dim)), logits / logits_scaling
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None
+    logits_scaling: float = 1.0
     sliding_window: int | None = None  # Mistral: key visible iff q_pos - k_pos < sliding_window
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -104,6 +115,11 @@ class ModelConfig:
             raise ModelConfigError(
                 "sliding_window",
                 f"must be a positive integer or null, got {self.sliding_window!r}")
+        for key in _MULTIPLIERS:
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, (int, float)) or not math.isfinite(value) or value <= 0):
+                raise ModelConfigError(key, f"must be a positive number, got {value!r}")
         for tid in self.eos_token_ids:
             if isinstance(tid, bool) or not isinstance(tid, int) or tid < 0:
                 raise ModelConfigError("eos_token_id", f"token ids must be ints >= 0, got {tid!r}")
@@ -203,10 +219,12 @@ class ModelConfig:
                              else (self.eos_token_ids[0] if self.eos_token_ids else None)),
             "torch_dtype": "float32",
         }
-        if self.model_type in ("llama", "qwen3"):
+        if self.model_type in ("llama", "qwen3", "granite"):
             out["attention_bias"] = self.o_bias
-        if self.model_type == "llama":
+        if self.model_type in ("llama", "granite"):
             out["mlp_bias"] = self.mlp_bias
+        if self.model_type == "granite":
+            out.update({key: getattr(self, key) for key in _MULTIPLIERS})
         if self.model_type == "mistral":
             out["sliding_window"] = self.sliding_window
         return out
@@ -246,13 +264,17 @@ def _parse_head_dim(d: Mapping[str, Any], hidden: Any, heads: Any) -> Any:
 
 
 def _parse_family(d: Mapping[str, Any], model_type: str) -> dict[str, Any]:
-    """The fields one family sets its own way: biases (Llama's and Qwen3's flags, Qwen2's fixed
-    q/k/v bias), Qwen3's per-head q/k norms and Mistral's sliding window."""
+    """The fields one family sets its own way: biases (Llama's, Granite's and Qwen3's flags,
+    Qwen2's fixed q/k/v bias), Qwen3's per-head q/k norms, Granite's multipliers and Mistral's
+    sliding window."""
     family: dict[str, Any] = {"qkv_bias": False, "o_bias": False, "mlp_bias": False,
                               "qk_norm": model_type == "qwen3", "sliding_window": None}
-    if model_type in ("llama", "qwen3"):
+    if model_type in ("llama", "qwen3", "granite"):
         family["qkv_bias"] = family["o_bias"] = bool(d.get("attention_bias", False))
-        family["mlp_bias"] = model_type == "llama" and bool(d.get("mlp_bias", False))
+        family["mlp_bias"] = model_type != "qwen3" and bool(d.get("mlp_bias", False))
+    if model_type == "granite":
+        # transformers' GraniteConfig defaults every multiplier to 1.0, attention's too
+        family.update({key: 1.0 if d.get(key) is None else d[key] for key in _MULTIPLIERS})
     elif model_type == "qwen2":
         family["qkv_bias"] = True
     elif model_type == "mistral":

@@ -1,4 +1,5 @@
-"""LlamaModel: a Llama/Qwen2/Qwen3/Mistral decoder that reads and writes the paged KV pool.
+"""LlamaModel: a Llama/Qwen2/Qwen3/Granite/Mistral decoder that reads and writes the paged KV
+pool.
 
 One ``forward`` serves a whole scheduler step: the new tokens of every sequence are flattened into
 one ``[T, hidden]`` matrix for the embedding, the fused QKV / gate-up projections, the MLP and the
@@ -93,11 +94,14 @@ class _DecoderLayer(nn.Module):
         self.self_attn = _Attention(cfg, dtype, kernel)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.mlp = _MLP(cfg, dtype)
+        self.residual = cfg.residual_multiplier  # Granite's; 1.0 elsewhere
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
                 layer: int, prep: PreparedBatch) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, kv, layer, prep)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        attn = self.self_attn(self.input_layernorm(h), cos, sin, kv, layer, prep)
+        h = h + (attn if self.residual == 1.0 else attn * self.residual)
+        mlp = self.mlp(self.post_attention_layernorm(h))
+        return h + (mlp if self.residual == 1.0 else mlp * self.residual)
 
 
 class LlamaModel(nn.Module):
@@ -113,7 +117,7 @@ class LlamaModel(nn.Module):
         self.dtype = dtype
         self.rope = RotaryEmbedding.from_config(config)
         kernel = PagedAttention(config.num_attention_heads, config.num_key_value_heads,
-                                config.head_dim)
+                                config.head_dim, config.attention_multiplier)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
         self.layers = nn.ModuleList(_DecoderLayer(config, dtype, kernel)
                                     for _ in range(config.num_hidden_layers))
@@ -183,6 +187,8 @@ class LlamaModel(nn.Module):
 
     def _hidden(self, prep: PreparedBatch, kv_cache: torch.Tensor) -> torch.Tensor:
         h = F.embedding(prep.input_ids, self.embed_tokens.weight)
+        if self.config.embedding_multiplier != 1.0:  # Granite
+            h = h * self.config.embedding_multiplier
         cos, sin = self.rope.cos_sin(prep.positions, h.dtype)
         for i, layer in enumerate(self.layers):
             h = layer(h, cos, sin, kv_cache, i, prep)
@@ -191,7 +197,9 @@ class LlamaModel(nn.Module):
     def _head(self, h: torch.Tensor) -> torch.Tensor:
         h = self.norm(h)
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(h, weight).float()
+        logits = F.linear(h, weight).float()
+        scaling = self.config.logits_scaling  # Granite divides its logits
+        return logits if scaling == 1.0 else logits / scaling
 
     # ------------------------------------------------------------------ checkpoint names
     def _hf_map(self) -> dict[str, tuple[str, slice | None]]:

@@ -21,6 +21,10 @@ VARIANTS = {
         "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                             "original_max_position_embeddings": 64}}),
+    # Granite 3: the four multipliers, attention and MLP biases.
+    "granite": ("granite", {"embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                            "attention_multiplier": 0.04, "logits_scaling": 8.0,
+                            "attention_bias": True, "mlp_bias": True}),
     # Mistral with a sliding window short enough to matter for the longer prompts.
     "mistral": ("mistral", {"sliding_window": 12, "head_dim": None}),
 }

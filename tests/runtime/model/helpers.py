@@ -43,7 +43,7 @@ def train_tokenizer(directory: Path, vocab_size: int = 300) -> None:
 
 
 def save_hf_model(directory: Path, kind: str, seed: int = 0, **overrides) -> Path:
-    """Build a seeded tiny transformers model of ``kind`` (llama|qwen2|qwen3|mistral) and
+    """Build a seeded tiny transformers model of ``kind`` (llama|qwen2|qwen3|granite|mistral) and
     save it."""
     import transformers
 
@@ -57,6 +57,7 @@ def save_hf_model(directory: Path, kind: str, seed: int = 0, **overrides) -> Pat
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
     }[kind]
     config = cls_cfg(**base)

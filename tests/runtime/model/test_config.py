@@ -67,6 +67,12 @@ def test_families():
     assert ModelConfig.from_hf_dict(q3.to_hf_dict()) == q3
     assert not ModelConfig.from_hf_dict(cfg(model_type="qwen3")).qkv_bias
     assert not q.qk_norm and not m.qk_norm
+    g = ModelConfig.from_hf_dict(cfg(model_type="granite", embedding_multiplier=12,
+                                     residual_multiplier=0.22, logits_scaling=8.0))
+    assert (g.embedding_multiplier, g.residual_multiplier, g.attention_multiplier,
+            g.logits_scaling) == (12, 0.22, 1.0, 8.0)  # transformers' default attention 1.0
+    assert ModelConfig.from_hf_dict(g.to_hf_dict()) == g
+    assert q3.attention_multiplier is None and q3.logits_scaling == 1.0
 
 
 @pytest.mark.parametrize("over,key", [
@@ -86,6 +92,8 @@ def test_families():
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
     ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "qwen3", "use_sliding_window": True}, "use_sliding_window"),
+    ({"model_type": "granite", "logits_scaling": 0}, "logits_scaling"),
+    ({"model_type": "granite", "residual_multiplier": float("nan")}, "residual_multiplier"),
     ({"model_type": "mistral", "sliding_window": 0}, "sliding_window"),
     ({"eos_token_id": -1}, "eos_token_id"),
 ])

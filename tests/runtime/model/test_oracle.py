@@ -92,7 +92,7 @@ def test_llama_mixed_arrival_matches_transformers(llama):
     assert [done[i] for i in range(10)] == ref[:10]
 
 
-@pytest.mark.parametrize("variant", ["qwen2", "qwen3", "llama3", "mistral"])
+@pytest.mark.parametrize("variant", ["qwen2", "qwen3", "granite", "llama3", "mistral"])
 def test_variants_match_transformers(hf_reference, variant):
     d, _, prompts, ref = hf_reference(variant, 8, NEW_TOKENS)
     model = load_model(d)
@@ -108,11 +108,28 @@ def test_variant_configs_parsed_as_intended(hf_dir_factory):
     q3 = load_model(hf_dir_factory("qwen3")).config
     assert q3.model_type == "qwen3" and q3.qk_norm and q3.head_dim == 32 and not q3.qkv_bias
     assert not q.qk_norm
+    g = load_model(hf_dir_factory("granite")).config
+    assert (g.embedding_multiplier, g.residual_multiplier, g.attention_multiplier,
+            g.logits_scaling) == (12.0, 0.22, 0.04, 8.0) and g.o_bias and g.mlp_bias
     l3 = load_model(hf_dir_factory("llama3")).config
     assert l3.rope_scaling.rope_type == "llama3" and l3.rope_theta == 500000.0
     assert l3.head_dim == 32 and l3.qkv_bias and l3.o_bias and l3.mlp_bias
     assert l3.num_key_value_heads == 1
     assert load_model(hf_dir_factory("mistral")).config.sliding_window == 12
+
+
+@pytest.mark.parametrize("variant", ["qwen3", "granite"])
+def test_variant_logits_match_transformers(hf_reference, variant):
+    """The logits themselves, not only their argmax: Granite divides its logits by
+    logits_scaling, which greedy decoding cannot see but sampling and logprobs do."""
+    d, hf, prompts, _ = hf_reference(variant, 8, NEW_TOKENS)
+    model = load_model(d)
+    ids = list(prompts[-1])
+    kv = allocate_kv_cache(8, model.config, 16, torch.float32, "cpu")
+    ours = model(PagedBatch([SeqChunk(ids, 0, list(range(8)))]), kv)[0]
+    with torch.no_grad():
+        theirs = hf(torch.tensor([ids])).logits[0, -1]
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
 
 
 def test_tiny_model_matches_transformers(tmp_path):
