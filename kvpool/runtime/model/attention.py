@@ -218,7 +218,7 @@ def kv_bytes_per_block(model_config: ModelConfig, block_size: int,
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
-    """float32 inverse frequencies ``[head_dim // 2]``, with llama3 scaling when configured.
+    """float32 inverse frequencies ``[head_dim // 2]``, scaled as configured.
 
     NOTE(oracle): computed in float32 from an int64 arange, as transformers does, so the cos/sin
     tables match the reference bit for bit.
@@ -228,6 +228,10 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Te
     inv_freq = 1.0 / (theta ** exponents)
     if scaling.rope_type == "default":
         return inv_freq
+    if scaling.rope_type == "linear":
+        return inv_freq / scaling.factor
+    if scaling.rope_type == "yarn":
+        return _yarn_inv_freq(inv_freq, head_dim, theta, scaling)
     if scaling.rope_type != "llama3":  # ModelConfig already rejects this; keep the guard local
         raise ValueError(f"unsupported rope_type {scaling.rope_type!r}")
     # Llama 3.1: keep high frequencies, divide low ones by `factor`, blend linearly in between
@@ -243,6 +247,29 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Te
     return torch.where(~short_wave & ~long_wave, blended, scaled)
 
 
+def _yarn_inv_freq(inv_freq: torch.Tensor, head_dim: int, theta: float,
+                   scaling: RopeScaling) -> torch.Tensor:
+    """YaRN (Peng et al. 2023): frequencies that turn more than ``beta_fast`` times over the
+    pretraining length are kept, those under ``beta_slow`` divided by ``factor``, and a linear
+    ramp over the dimensions between blends the two, as transformers computes it."""
+    def dim_at(rotations: float) -> float:  # the dimension that turns ``rotations`` times
+        return (head_dim * math.log(scaling.original_max_position_embeddings
+                                    / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+    low, high = dim_at(scaling.beta_fast), dim_at(scaling.beta_slow)
+    if scaling.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001  # no zero-width ramp
+    dims = torch.arange(head_dim // 2, dtype=torch.float32, device="cpu")  # not meta either
+    ramp = ((dims - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: the frequency as it is, 0: divided by factor
+    # NOTE(oracle): transformers' operations in its order, so the table matches bit for bit
+    pos = theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float()
+                    / head_dim)
+    return 1.0 / (scaling.factor * pos) * (1 - keep) + inv_freq * keep
+
+
 class RotaryEmbedding:
     """Applies RoPE to query and key heads in place of a ``[tokens, heads, head_dim]`` tensor.
 
@@ -253,6 +280,7 @@ class RotaryEmbedding:
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling) -> None:
         self.head_dim = head_dim
         self._inv_freq = rope_inv_freq(head_dim, theta, scaling)  # float32, CPU master copy
+        self._factor = scaling.attention_factor if scaling.rope_type == "yarn" else 1.0
         self._inv_freq_by_device: dict[torch.device, torch.Tensor] = {}
 
     @classmethod
@@ -274,7 +302,10 @@ class RotaryEmbedding:
         """
         freqs = positions.to(torch.float32)[:, None] * self._inv_freq_on(positions.device)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+        cos, sin = emb.cos(), emb.sin()
+        if self._factor != 1.0:  # yarn's attention factor, on both (transformers' order)
+            cos, sin = cos * self._factor, sin * self._factor
+        return cos.to(dtype)[:, None, :], sin.to(dtype)[:, None, :]
 
     @staticmethod
     def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,8 @@ embeddings, of each residual branch, of the attention scores and of the logits) 
 (``MistralForCausalLM``, optional sliding window). RoPE parameters are read from either layout
 transformers has used:
 
-* 4.x: top-level ``rope_theta`` plus an optional ``rope_scaling`` dict (``type`` or ``rope_type``);
+* 4.x: top-level ``rope_theta`` plus an optional ``rope_scaling`` dict (``type`` or ``rope_type``:
+  ``linear``, ``llama3`` or ``yarn``);
 * 5.x: ``rope_parameters = {"rope_type": "default", "rope_theta": ...}``.
 
 Every error is a :class:`ModelConfigError` that names the offending key and the fix.
@@ -33,20 +34,26 @@ _ARCHITECTURES = {
     "granite": "GraniteForCausalLM",
     "mistral": "MistralForCausalLM",
 }
-_SUPPORTED_ROPE_TYPES = ("default", "llama3")
+_SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn")
 _MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "attention_multiplier",
                 "logits_scaling")  # Granite's
 
 
 @dataclass(frozen=True, slots=True)
 class RopeScaling:
-    """RoPE frequency scaling. ``rope_type == "default"`` means none (other fields unused)."""
+    """RoPE frequency scaling. ``rope_type == "default"`` means none (other fields unused);
+    ``linear`` divides every frequency by ``factor``; ``llama3`` and ``yarn`` blend scaled and
+    unscaled frequencies by wavelength (kvpool/runtime/model/attention.py ``rope_inv_freq``)."""
 
-    rope_type: str = "default"  # "default" | "llama3"
-    factor: float = 1.0  # llama3: divisor of the low frequencies
+    rope_type: str = "default"  # "default" | "llama3" | "linear" | "yarn"
+    factor: float = 1.0  # the divisor of the scaled frequencies
     low_freq_factor: float = 1.0  # llama3: wavelengths above orig_ctx / low_freq_factor are scaled
     high_freq_factor: float = 4.0  # llama3: wavelengths below orig_ctx / high_freq_factor are kept
-    original_max_position_embeddings: int = 8192  # llama3: the pretraining context length
+    original_max_position_embeddings: int = 8192  # llama3, yarn: the pretraining context length
+    beta_fast: float = 32.0  # yarn: rotations above which a frequency is kept
+    beta_slow: float = 1.0  # yarn: rotations below which a frequency is scaled
+    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it
+    truncate: bool = True  # yarn: the ramp's ends rounded to whole dimensions
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,16 +314,52 @@ def _parse_rope(d: Mapping[str, Any]) -> tuple[float, RopeScaling]:
             f"{list(_SUPPORTED_ROPE_TYPES)}")
     if rope_type == "default":
         return theta, RopeScaling()
-    values: dict[str, Any] = {}
-    for name in ("factor", "low_freq_factor", "high_freq_factor",
-                 "original_max_position_embeddings"):
-        value = params.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ModelConfigError(f"{key}.{name}",
-                                   f"llama3 RoPE needs a positive number, got {value!r}")
-        values[name] = value
+    if rope_type == "linear":
+        return theta, RopeScaling("linear", _positive(params.get("factor"), f"{key}.factor"))
+    if rope_type == "yarn":
+        return theta, _yarn(params, key, d.get("max_position_embeddings", 2048))
+    return theta, _llama3(params, key)
+
+
+def _positive(value: Any, where: str, rope_type: str = "this") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value > 0):
+        raise ModelConfigError(where, f"{rope_type} RoPE needs a positive number, got {value!r}")
+    return value
+
+
+def _llama3(params: Mapping[str, Any], key: str) -> RopeScaling:
+    values = {name: _positive(params.get(name), f"{key}.{name}", "llama3") for name in (
+        "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
     if values["high_freq_factor"] <= values["low_freq_factor"]:
         raise ModelConfigError(f"{key}.high_freq_factor",
                                "must be greater than low_freq_factor for llama3 RoPE")
     values["original_max_position_embeddings"] = int(values["original_max_position_embeddings"])
-    return theta, RopeScaling(rope_type="llama3", **values)
+    return RopeScaling(rope_type="llama3", **values)
+
+
+def _yarn(params: Mapping[str, Any], key: str, max_pos: int) -> RopeScaling:
+    """YaRN as transformers computes it: the pretraining length defaults to
+    ``max_position_embeddings`` (``max_pos``) and ``factor`` to their ratio; the attention
+    factor, when not given, is ``0.1 ln(factor) + 1``, or DeepSeek's ratio of two such terms
+    with ``mscale`` and ``mscale_all_dim``; the betas default to 32 and 1."""
+    orig = params.get("original_max_position_embeddings") or max_pos
+    orig = int(_positive(orig, f"{key}.original_max_position_embeddings", "yarn"))
+    factor = params.get("factor")
+    factor = _positive(max_pos / orig if factor is None else factor, f"{key}.factor", "yarn")
+    attention = params.get("attention_factor")
+    if attention is None:
+        mscale, mscale_all = params.get("mscale"), params.get("mscale_all_dim")
+        attention = (_mscale(factor, mscale) / _mscale(factor, mscale_all)
+                     if mscale and mscale_all else _mscale(factor, 1.0))
+    return RopeScaling(
+        "yarn", factor, original_max_position_embeddings=orig,
+        beta_fast=_positive(params.get("beta_fast") or 32, f"{key}.beta_fast", "yarn"),
+        beta_slow=_positive(params.get("beta_slow") or 1, f"{key}.beta_slow", "yarn"),
+        attention_factor=_positive(attention, f"{key}.attention_factor", "yarn"),
+        truncate=bool(params.get("truncate", True)))
+
+
+def _mscale(factor: float, mscale: float) -> float:
+    """YaRN's attention temperature term (its paper's equation 21)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0

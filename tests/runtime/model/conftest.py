@@ -25,6 +25,13 @@ VARIANTS = {
     "granite": ("granite", {"embedding_multiplier": 12.0, "residual_multiplier": 0.22,
                             "attention_multiplier": 0.04, "logits_scaling": 8.0,
                             "attention_bias": True, "mlp_bias": True}),
+    # Qwen2 with YaRN: a pretraining length shorter than the longer prompts, so the ramp and
+    # the attention factor both matter; Llama with linear scaling.
+    "qwen2_yarn": ("qwen2", {"rope_parameters": {
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+        "original_max_position_embeddings": 32}}),
+    "llama_linear": ("llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0,
+                                                   "factor": 2.0}}),
     # Mistral with a sliding window short enough to matter for the longer prompts.
     "mistral": ("mistral", {"sliding_window": 12, "head_dim": None}),
 }

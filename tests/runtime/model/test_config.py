@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -55,6 +56,30 @@ def test_round_trip_through_hf_dict():
     assert c.eos_token_ids == (1, 7) and c.qkv_bias and c.o_bias
 
 
+def test_linear_and_yarn_rope_read_as_transformers_reads_them():
+    """YaRN's defaults are transformers': the pretraining length is max_position_embeddings,
+    the factor their ratio, the attention factor 0.1 ln(factor) + 1 (DeepSeek's mscale ratio
+    when both are given), the betas 32 and 1."""
+    y = ModelConfig.from_hf_dict(cfg(rope_scaling={"type": "yarn", "factor": 4.0,
+                                                   "original_max_position_embeddings": 32768},
+                                     max_position_embeddings=131072)).rope_scaling
+    assert (y.rope_type, y.factor, y.original_max_position_embeddings, y.beta_fast,
+            y.beta_slow, y.truncate) == ("yarn", 4.0, 32768, 32, 1, True)
+    assert y.attention_factor == pytest.approx(0.1 * math.log(4.0) + 1)
+    ratio = ModelConfig.from_hf_dict(cfg(
+        rope_parameters={"rope_type": "yarn", "rope_theta": 1e4,
+                         "original_max_position_embeddings": 256},
+        max_position_embeddings=1024)).rope_scaling
+    assert ratio.factor == 4.0 and ratio.original_max_position_embeddings == 256
+    ds = ModelConfig.from_hf_dict(cfg(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0, "mscale": 1.0,
+        "mscale_all_dim": 1.0, "original_max_position_embeddings": 64})).rope_scaling
+    assert ds.attention_factor == 1.0  # the two terms cancel
+    lin = ModelConfig.from_hf_dict(cfg(rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    assert lin.rope_scaling.rope_type == "linear" and lin.rope_scaling.factor == 2.0
+    assert ModelConfig.from_hf_dict(lin.to_hf_dict()) == lin
+
+
 def test_families():
     q = ModelConfig.from_hf_dict(cfg(model_type="qwen2"))
     assert q.qkv_bias and not q.o_bias
@@ -85,7 +110,11 @@ def test_families():
     ({"head_dim": 15}, "head_dim"),
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rms_norm_eps": 0}, "rms_norm_eps"),
-    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_parameters.rope_type"),
+    ({"rope_parameters": {"rope_type": "longrope", "factor": 4.0}}, "rope_parameters.rope_type"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": -4.0}}, "rope_parameters.factor"),
+    ({"rope_scaling": {"type": "linear"}}, "rope_scaling.factor"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "attention_factor": 0}},
+     "rope_parameters.attention_factor"),
     ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_scaling.rope_type"),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4}}, "rope_parameters.factor"),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": -1.0}}, "rope_theta"),
