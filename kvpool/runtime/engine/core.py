@@ -84,7 +84,7 @@ class EngineCore:
         self.num_device_blocks = self.storage.num_device_blocks
         # a derived context that outgrows the pool is capped: context_fit.py
         self.max_model_len = fit_max_model_len(
-            config.max_model_len, self.model.config.max_position_embeddings,
+            config.max_model_len, self.model.config.context_length,
             self.num_device_blocks, config.block_size)
         log.info("%s", self.storage.capacity_line(self.max_model_len))
         self._build_scheduler(config, pool_observer)

@@ -138,6 +138,15 @@ class ModelConfig:
         return _ARCHITECTURES[self.model_type]
 
     @property
+    def context_length(self) -> int:
+        """The longest sequence the model takes, as vLLM derives it: linear RoPE scaling
+        stretches ``max_position_embeddings`` by its factor; the others (llama3, yarn) leave
+        it as written, already the scaled length."""
+        if self.rope_scaling.rope_type == "linear":
+            return int(self.max_position_embeddings * self.rope_scaling.factor)
+        return self.max_position_embeddings
+
+    @property
     def q_size(self) -> int:
         return self.num_attention_heads * self.head_dim
 

@@ -78,6 +78,9 @@ def test_linear_and_yarn_rope_read_as_transformers_reads_them():
     lin = ModelConfig.from_hf_dict(cfg(rope_scaling={"rope_type": "linear", "factor": 2.0}))
     assert lin.rope_scaling.rope_type == "linear" and lin.rope_scaling.factor == 2.0
     assert ModelConfig.from_hf_dict(lin.to_hf_dict()) == lin
+    assert lin.context_length == 2 * lin.max_position_embeddings  # vLLM's derived length
+    assert ModelConfig.from_hf_dict(cfg(rope_scaling={"type": "yarn", "factor": 4.0},
+                                        max_position_embeddings=512)).context_length == 512
 
 
 def test_families():
