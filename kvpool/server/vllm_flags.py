@@ -272,8 +272,8 @@ _REFUSED: tuple[tuple[tuple[str, ...], tuple[str, ...], str, bool], ...] = (
     (("--hf-overrides",), ("{}",), "kvpool reads the model's config.json as it is: edit a "
      "copy of the model directory instead", False),
     (("--model-impl",), ("auto", "vllm"), "kvpool runs its own implementation of the "
-     "architectures it knows (Llama, Qwen2, Qwen3, Granite, Mistral), as vLLM runs its own: "
-     "use auto or vllm", False),
+     "architectures it knows (Llama, Qwen2, Qwen3, Granite, Phi-3, Mistral), as vLLM runs "
+     "its own: use auto or vllm", False),
     (("--chat-template-content-format",), ("auto", "string"), "kvpool hands the template "
      "each message's content as one string (text parts joined by newlines), vLLM's string "
      "format: use auto or string", False),

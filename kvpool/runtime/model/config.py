@@ -3,7 +3,8 @@
 Supported families: Llama (``LlamaForCausalLM``), Qwen2 (``Qwen2ForCausalLM``, bias on q/k/v),
 Qwen3 (``Qwen3ForCausalLM``: an RMSNorm on each query and key head before RoPE, q/k/v/o bias when
 ``attention_bias``), Granite 3 (``GraniteForCausalLM``: Llama scaled by four multipliers, of the
-embeddings, of each residual branch, of the attention scores and of the logits) and Mistral
+embeddings, of each residual branch, of the attention scores and of the logits), Phi-3 and
+Phi-4 (``Phi3ForCausalLM``: q/k/v and gate/up stored fused, optional sliding window) and Mistral
 (``MistralForCausalLM``, optional sliding window). RoPE parameters are read from either layout
 transformers has used:
 
@@ -32,6 +33,7 @@ _ARCHITECTURES = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "granite": "GraniteForCausalLM",
+    "phi3": "Phi3ForCausalLM",
     "mistral": "MistralForCausalLM",
 }
 _SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn")
@@ -64,7 +66,7 @@ class ModelConfig:
     ``head_dim`` is even, every size is a positive int, ``rms_norm_eps > 0``, ``rope_theta > 0``.
     """
 
-    model_type: str  # "llama" | "qwen2" | "qwen3" | "granite" | "mistral"
+    model_type: str  # "llama" | "qwen2" | "qwen3" | "granite" | "phi3" | "mistral"
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
@@ -241,7 +243,7 @@ class ModelConfig:
             out["mlp_bias"] = self.mlp_bias
         if self.model_type == "granite":
             out.update({key: getattr(self, key) for key in _MULTIPLIERS})
-        if self.model_type == "mistral":
+        if self.model_type in ("mistral", "phi3"):
             out["sliding_window"] = self.sliding_window
         return out
 
@@ -281,8 +283,8 @@ def _parse_head_dim(d: Mapping[str, Any], hidden: Any, heads: Any) -> Any:
 
 def _parse_family(d: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     """The fields one family sets its own way: biases (Llama's, Granite's and Qwen3's flags,
-    Qwen2's fixed q/k/v bias), Qwen3's per-head q/k norms, Granite's multipliers and Mistral's
-    sliding window."""
+    Qwen2's fixed q/k/v bias), Qwen3's per-head q/k norms, Granite's multipliers and the
+    sliding window of Mistral and Phi-3."""
     family: dict[str, Any] = {"qkv_bias": False, "o_bias": False, "mlp_bias": False,
                               "qk_norm": model_type == "qwen3", "sliding_window": None}
     if model_type in ("llama", "qwen3", "granite"):
@@ -293,7 +295,7 @@ def _parse_family(d: Mapping[str, Any], model_type: str) -> dict[str, Any]:
         family.update({key: 1.0 if d.get(key) is None else d[key] for key in _MULTIPLIERS})
     elif model_type == "qwen2":
         family["qkv_bias"] = True
-    elif model_type == "mistral":
+    elif model_type in ("mistral", "phi3"):
         family["sliding_window"] = d.get("sliding_window")
     if model_type in ("qwen2", "qwen3") and d.get("use_sliding_window"):
         raise ModelConfigError(

@@ -1,5 +1,5 @@
-"""LlamaModel: a Llama/Qwen2/Qwen3/Granite/Mistral decoder that reads and writes the paged KV
-pool.
+"""LlamaModel: a Llama/Qwen2/Qwen3/Granite/Phi-3/Mistral decoder that reads and writes the paged
+KV pool.
 
 One ``forward`` serves a whole scheduler step: the new tokens of every sequence are flattened into
 one ``[T, hidden]`` matrix for the embedding, the fused QKV / gate-up projections, the MLP and the
@@ -10,6 +10,8 @@ Parameters use transformers' names with two fusions (loaded by :meth:`LlamaModel
 
     layers.{i}.self_attn.qkv_proj   = cat(q_proj, k_proj, v_proj)   rows [q | k | v]
     layers.{i}.mlp.gate_up_proj     = cat(gate_proj, up_proj)        rows [gate | up]
+
+Phi-3 checkpoints store both fused already, under these names.
 """
 
 from __future__ import annotations
@@ -204,33 +206,42 @@ class LlamaModel(nn.Module):
     # ------------------------------------------------------------------ checkpoint names
     def _hf_map(self) -> dict[str, tuple[str, slice | None]]:
         """transformers tensor name -> (our parameter name, rows of it or None for all)."""
-        cfg = self.config
-        q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
-        suffixes = ["weight"] + (["bias"] if cfg.qkv_bias else [])
         out: dict[str, tuple[str, slice | None]] = {
             "model.embed_tokens.weight": ("embed_tokens.weight", None),
             "model.norm.weight": ("norm.weight", None),
         }
         if self.lm_head is not None:
             out["lm_head.weight"] = ("lm_head.weight", None)
-        for i in range(cfg.num_hidden_layers):
+        for i in range(self.config.num_hidden_layers):
             src, dst = f"model.layers.{i}.", f"layers.{i}."
-            for s in suffixes:
-                fused = f"{dst}self_attn.qkv_proj.{s}"
-                out[f"{src}self_attn.q_proj.{s}"] = (fused, slice(0, q))
-                out[f"{src}self_attn.k_proj.{s}"] = (fused, slice(q, q + kv))
-                out[f"{src}self_attn.v_proj.{s}"] = (fused, slice(q + kv, q + 2 * kv))
-            for s in ["weight"] + (["bias"] if cfg.o_bias else []):
-                out[f"{src}self_attn.o_proj.{s}"] = (f"{dst}self_attn.o_proj.{s}", None)
-            for norm in ("q_norm", "k_norm") if cfg.qk_norm else ():
-                out[f"{src}self_attn.{norm}.weight"] = (f"{dst}self_attn.{norm}.weight", None)
-            for s in ["weight"] + (["bias"] if cfg.mlp_bias else []):
-                fused = f"{dst}mlp.gate_up_proj.{s}"
-                out[f"{src}mlp.gate_proj.{s}"] = (fused, slice(0, inter))
-                out[f"{src}mlp.up_proj.{s}"] = (fused, slice(inter, 2 * inter))
-                out[f"{src}mlp.down_proj.{s}"] = (f"{dst}mlp.down_proj.{s}", None)
-            for norm in ("input_layernorm", "post_attention_layernorm"):
-                out[f"{src}{norm}.weight"] = (f"{dst}{norm}.weight", None)
+            out.update({src + name: (dst + ours, rows)
+                        for name, (ours, rows) in self._layer_map().items()})
+        return out
+
+    def _layer_map(self) -> dict[str, tuple[str, slice | None]]:
+        """``_hf_map`` within one layer (names after ``model.layers.{i}.``)."""
+        cfg = self.config
+        q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
+        fused = cfg.model_type == "phi3"  # Phi-3 stores q/k/v and gate/up fused, as ours
+        out: dict[str, tuple[str, slice | None]] = {}
+        for s in ["weight"] + (["bias"] if cfg.qkv_bias else []):
+            qkv = f"self_attn.qkv_proj.{s}"
+            out.update({qkv: (qkv, None)} if fused else {
+                f"self_attn.q_proj.{s}": (qkv, slice(0, q)),
+                f"self_attn.k_proj.{s}": (qkv, slice(q, q + kv)),
+                f"self_attn.v_proj.{s}": (qkv, slice(q + kv, q + 2 * kv))})
+        for s in ["weight"] + (["bias"] if cfg.o_bias else []):
+            out[f"self_attn.o_proj.{s}"] = (f"self_attn.o_proj.{s}", None)
+        for norm in ("q_norm", "k_norm") if cfg.qk_norm else ():
+            out[f"self_attn.{norm}.weight"] = (f"self_attn.{norm}.weight", None)
+        for s in ["weight"] + (["bias"] if cfg.mlp_bias else []):
+            gate_up = f"mlp.gate_up_proj.{s}"
+            out.update({gate_up: (gate_up, None)} if fused else {
+                f"mlp.gate_proj.{s}": (gate_up, slice(0, inter)),
+                f"mlp.up_proj.{s}": (gate_up, slice(inter, 2 * inter))})
+            out[f"mlp.down_proj.{s}"] = (f"mlp.down_proj.{s}", None)
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            out[f"{norm}.weight"] = (f"{norm}.weight", None)
         return out
 
     @torch.no_grad()

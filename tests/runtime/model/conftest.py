@@ -32,6 +32,8 @@ VARIANTS = {
         "original_max_position_embeddings": 32}}),
     "llama_linear": ("llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0,
                                                    "factor": 2.0}}),
+    # Phi-3: q/k/v and gate/up stored fused, a sliding window short enough to matter.
+    "phi3": ("phi3", {"sliding_window": 12, "pad_token_id": 2}),
     # Mistral with a sliding window short enough to matter for the longer prompts.
     "mistral": ("mistral", {"sliding_window": 12, "head_dim": None}),
 }

@@ -43,8 +43,8 @@ def train_tokenizer(directory: Path, vocab_size: int = 300) -> None:
 
 
 def save_hf_model(directory: Path, kind: str, seed: int = 0, **overrides) -> Path:
-    """Build a seeded tiny transformers model of ``kind`` (llama|qwen2|qwen3|granite|mistral) and
-    save it."""
+    """Build a seeded tiny transformers model of ``kind`` (llama, qwen2, qwen3, granite, phi3
+    or mistral) and save it."""
     import transformers
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -58,6 +58,7 @@ def save_hf_model(directory: Path, kind: str, seed: int = 0, **overrides) -> Pat
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM),
+        "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
     }[kind]
     config = cls_cfg(**base)

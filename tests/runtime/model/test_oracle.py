@@ -93,7 +93,7 @@ def test_llama_mixed_arrival_matches_transformers(llama):
 
 
 @pytest.mark.parametrize("variant", ["qwen2", "qwen3", "granite", "llama3", "mistral",
-                                     "qwen2_yarn", "llama_linear"])
+                                     "qwen2_yarn", "llama_linear", "phi3"])
 def test_variants_match_transformers(hf_reference, variant):
     d, _, prompts, ref = hf_reference(variant, 8, NEW_TOKENS)
     model = load_model(d)
@@ -119,7 +119,8 @@ def test_variant_configs_parsed_as_intended(hf_dir_factory):
     assert load_model(hf_dir_factory("mistral")).config.sliding_window == 12
 
 
-@pytest.mark.parametrize("variant", ["qwen3", "granite", "qwen2_yarn", "llama_linear"])
+@pytest.mark.parametrize("variant", ["qwen3", "granite", "qwen2_yarn", "llama_linear",
+                                     "phi3"])
 def test_variant_logits_match_transformers(hf_reference, variant):
     """The logits themselves, not only their argmax: Granite divides its logits by
     logits_scaling, which greedy decoding cannot see but sampling and logprobs do."""
