@@ -17,7 +17,8 @@
 
 ``build_app``'s options::
 
-    api_key                  every /v1 route needs ``Authorization: Bearer <api_key>``
+    api_key                  every /v1 route needs ``Authorization: Bearer <api_key>`` (one
+                             key, or a tuple of keys any of which will do)
     max_body_bytes           larger bodies get 413
     metrics                  the registry /metrics renders (default: the engine's)
     manage_engine            start the engine with the app and shut it down (waiting
@@ -117,7 +118,7 @@ _ENGINE_SHUTDOWN_KEY = web.AppKey("kvpool_engine_shutdown_timeout", float)
 _MANAGE_ENGINE_KEY = web.AppKey("kvpool_manage_engine", bool)
 
 
-def build_app(engine: EngineClient, *, api_key: str | None = None,
+def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: KVPoolMetrics | None = None,
               served_model_names: tuple[str, ...] | None = None,
               max_json_depth: int = MAX_JSON_DEPTH,
@@ -159,15 +160,16 @@ def build_app(engine: EngineClient, *, api_key: str | None = None,
     return app
 
 
-def _edge(api_key: str | None, tenant_header: str | None, cors: CorsPolicy,
+def _edge(api_key: str | tuple[str, ...] | None, tenant_header: str | None, cors: CorsPolicy,
           max_body_bytes: int, load: ServerLoad) -> web.Application:
     """The app with its edge: the middlewares, the CORS headers of every answer, GET /load."""
     # NOTE(order): first = outermost; a preflight carries no key, so it is answered before auth
     middlewares: list[Middleware] = [error_middleware, cors.middleware()]
-    if api_key:
-        middlewares.append(auth_middleware(api_key))
+    keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
+    if keys:
+        middlewares.append(auth_middleware(keys))
     # NOTE(order): after auth, so the API key it reads is a checked one
-    middlewares.append(tenant_middleware(tenant_header, keyed=bool(api_key)))
+    middlewares.append(tenant_middleware(tenant_header, keyed=bool(keys)))
     if load.tracking:  # innermost: what reached a handler (server_load.py NOTE(server-load))
         middlewares.append(load.middleware())
     app = web.Application(middlewares=middlewares, client_max_size=max_body_bytes)

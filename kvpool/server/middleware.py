@@ -41,7 +41,8 @@ rotating it bypassed a quota keyed on it)::
                                    request without it is the anonymous tenant "", one that
                                    carries it twice a 400: NOTE(one-identity))
     else, --api-key set         -> "key:" + the first 16 hex digits of SHA-256(bearer token)
-                                   (never the secret itself: tenants show up in errors/logs)
+                                   (never the secret itself: tenants show up in errors/logs;
+                                   with several keys, each key is a tenant)
     else                        -> the anonymous tenant ""
 
 NOTE(one-identity): a proxy that adds its header rather than replacing it (Envoy's
@@ -96,7 +97,8 @@ from aiohttp import web
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
 from kvpool.server.json_body import LAX_BOOL_STRINGS
 
-__all__ = ["NS_MARK", "STREAM_STARTED", "APIError", "CacheNamespace", "auth_middleware", "current_tenant", "error_body",
+__all__ = ["NS_MARK", "STREAM_STARTED", "APIError", "CacheNamespace", "auth_middleware",
+           "bearer_token", "current_tenant", "error_body",
            "error_middleware", "error_type", "http_error_code", "json_errors",
            "known_error", "query_bool", "tenant_middleware", "tenant_of_headers"]
 
@@ -260,19 +262,33 @@ async def json_errors(request: web.Request, response: web.StreamResponse) -> Non
     response.headers["Content-Length"] = str(len(body))
 
 
-def auth_middleware(api_key: str, protected_prefix: str = "/v1") -> Callable:
-    """Require ``Authorization: Bearer <api_key>`` on every route under ``protected_prefix``.
+def bearer_token(headers: Mapping[str, str]) -> str:
+    """The token of ``Authorization: Bearer <token>``, "" when there is none. The scheme's
+    case does not matter (RFC 7235; vLLM reads it so too)."""
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
+    return token if scheme.lower() == "bearer" else ""
 
-    The comparison runs in constant time over the full header (``hmac.compare_digest``), so the
-    time taken does not reveal how much of a guess was right. /health and /metrics stay open.
+
+def auth_middleware(api_keys: tuple[str, ...], protected_prefix: str = "/v1") -> Callable:
+    """Require ``Authorization: Bearer <key>``, one of ``api_keys``, on every route under
+    ``protected_prefix``.
+
+    Each comparison runs in constant time (``hmac.compare_digest``) and every key is compared,
+    so the time taken reveals neither how much of a guess was right nor which key it neared.
+    /health and /metrics stay open.
     """
-    expected = f"Bearer {api_key}".encode()
+    expected = [key.encode() for key in api_keys]
+
+    def known(token: str) -> bool:
+        got, ok = token.encode("utf-8", "surrogateescape"), False
+        for key in expected:
+            ok |= hmac.compare_digest(got, key)
+        return ok and bool(token)
 
     @web.middleware
     async def check_key(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == protected_prefix or request.path.startswith(protected_prefix + "/"):
-            got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(got, expected):
+            if not known(bearer_token(request.headers)):
                 raise APIError(401, "invalid or missing API key: send "
                                     "'Authorization: Bearer <key>'", code="invalid_api_key",
                                headers={"WWW-Authenticate": "Bearer"})
@@ -309,9 +325,9 @@ def tenant_of_headers(headers: Mapping[str, str], header: str | None, *, keyed: 
             raise APIError(400, f"header {header} is longer than {MAX_TENANT_CHARS} "
                                 "characters", param=header)
         return value
-    auth = headers.get("Authorization", "") if keyed else ""
-    if auth.startswith("Bearer ") and len(auth) > 7:
-        return "key:" + hashlib.sha256(auth[7:].encode()).hexdigest()[:16]
+    token = bearer_token(headers) if keyed else ""
+    if token:
+        return "key:" + hashlib.sha256(token.encode()).hexdigest()[:16]
     return ""
 
 

@@ -42,6 +42,7 @@ class _ArgGroup(Protocol):  # argparse's argument group (its class is private)
 
 
 API_KEY_ENV = "KVPOOL_API_KEY"
+VLLM_API_KEY_ENV = "VLLM_API_KEY"  # vLLM's own variable, read after kvpool's
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 
 
@@ -51,7 +52,7 @@ class ServeOptions:
 
     host: str = "127.0.0.1"  # bind address: loopback unless told otherwise
     port: int = 8000  # 0: any free port (the READY line says which)
-    api_key: str | None = None  # Bearer key required on /v1 (None: no auth)
+    api_key: tuple[str, ...] | None = None  # Bearer keys, any one of them, on /v1 (None: none)
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT  # seconds running requests get on SIGTERM
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger bodies get 413
     tenant_block_quota: int | None = None  # KV blocks one tenant's in-flight requests may hold
@@ -197,9 +198,14 @@ class ServeOptions:
         return cls(**given)
 
 
-def resolve_api_key(args: argparse.Namespace) -> str | None:
-    """--api-key, else $KVPOOL_API_KEY, else no auth."""
-    return getattr(args, "api_key", None) or os.environ.get(API_KEY_ENV) or None
+def resolve_api_key(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """--api-key's keys, else $KVPOOL_API_KEY, else $VLLM_API_KEY (a deployment written for
+    vLLM passes its key so), else no auth. Empty keys are dropped, as vLLM drops them."""
+    given = getattr(args, "api_key", None)
+    keys = [given] if isinstance(given, str) else list(given or ())
+    if not keys:
+        keys = [os.environ.get(API_KEY_ENV) or os.environ.get(VLLM_API_KEY_ENV)]
+    return tuple(k for k in keys if k) or None
 
 
 def add_server_args(parser: argparse.ArgumentParser) -> None:
@@ -223,8 +229,9 @@ def _add_connection_args(srv: _ArgGroup) -> None:
     srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="port (0: any free port; default "
                                                             "8000)")
-    srv.add_argument("--api-key", default=None,
-                     help=f"require 'Authorization: Bearer KEY' on /v1 (or env {API_KEY_ENV})")
+    srv.add_argument("--api-key", default=None, nargs="+", metavar="KEY",
+                     help="require 'Authorization: Bearer KEY' on /v1, KEY one of those given "
+                     f"(or env {API_KEY_ENV}, else {VLLM_API_KEY_ENV})")
     srv.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT,
                      help="seconds in-flight requests get to finish on SIGTERM/SIGINT before "
                           "they are aborted")

@@ -6,6 +6,8 @@ import asyncio
 
 import aiohttp
 
+from kvpool.server.middleware import tenant_of_headers
+
 CHAT = [{"role": "user", "content": "hi"}]
 
 
@@ -138,6 +140,24 @@ async def test_api_key(make_server):
         assert status == 200 and resp["status"] == "ok"
         async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
             assert r.status == 200 and b"kvpool_free_blocks" in await r.read()
+
+
+async def test_several_api_keys_and_any_case_of_the_scheme(make_server):
+    """vLLM's --api-key takes several keys, any of which will do, and reads the scheme in
+    any case (RFC 7235): ``bearer KEY`` was a 401 here. Each key is its own tenant."""
+    async with make_server(api_key=("k1", "k2")) as srv:
+        for header in ("Bearer k1", "bearer k2", "BEARER k1", "BeArEr k2"):
+            status, _, resp = await call(srv, "POST", "/v1/completions", json={
+                "prompt": "hi", "max_tokens": 1}, headers={"Authorization": header})
+            assert status == 200, (header, resp)
+        for header in ("Bearer k3", "Bearer  k1", "Bearer k1k2", "Bearer ", "bearer"):
+            status, _, resp = await call(srv, "GET", "/v1/models",
+                                         headers={"Authorization": header})
+            assert_error(status, resp, 401, None, "invalid_api_key")
+    one, two, lower = ({"Authorization": h} for h in ("Bearer k1", "Bearer k2", "bearer k1"))
+    assert tenant_of_headers(one, None, keyed=True) == tenant_of_headers(lower, None,
+                                                                         keyed=True)
+    assert tenant_of_headers(one, None, keyed=True) != tenant_of_headers(two, None, keyed=True)
 
 
 async def test_body_too_large(srv):

@@ -51,7 +51,7 @@ def test_vllm_spelling_reaches_engine_config():
     assert (cfg.defrag_threshold, cfg.seed, cfg.max_queue, cfg.max_n) == (0.3, 7, 9, 2)
     assert (cfg.max_tokens_limit, cfg.max_stop, cfg.dtype, cfg.num_threads) == (
         99, 3, "bfloat16", 2)
-    assert (args.port, args.api_key) == (0, "k")
+    assert (args.port, args.api_key) == (0, ["k"])
 
 
 def test_model_positional_tokenizer_and_max_logprobs(capsys):
@@ -82,10 +82,15 @@ def test_defaults_and_api_key_env(monkeypatch):
     assert parse("--enable-prefix-caching").enable_prefix_caching is True
     assert parse("--kv-cache-memory", "1048576").kv_cache_memory == 1048576
     monkeypatch.delenv(serve.API_KEY_ENV, raising=False)
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
     assert serve.resolve_api_key(args) is None
-    monkeypatch.setenv(serve.API_KEY_ENV, "from-env")
-    assert serve.resolve_api_key(args) == "from-env"
-    assert serve.resolve_api_key(parse("--api-key", "flag")) == "flag"
+    monkeypatch.setenv("VLLM_API_KEY", "from-vllm")  # vLLM's variable, as vLLM reads it
+    assert serve.resolve_api_key(args) == ("from-vllm",)
+    monkeypatch.setenv(serve.API_KEY_ENV, "from-env")  # kvpool's own comes first
+    assert serve.resolve_api_key(args) == ("from-env",)
+    assert serve.resolve_api_key(parse("--api-key", "flag")) == ("flag",)
+    assert serve.resolve_api_key(parse("--api-key", "k1", "k2", "--port", "0")) == ("k1", "k2")
+    assert serve.resolve_api_key(parse("/models/m", "--api-key", "k1", "k2")) == ("k1", "k2")
 
 
 def test_bad_flags_exit_with_a_message(capsys):
