@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from kvpool.router.replicas import ReplicaSet
-from kvpool.server.middleware import APIError
+from kvpool.server.middleware import APIError, bearer_token
 
 __all__ = ["ADMIN_PATH", "Membership", "bearer", "carries_token", "read_token", "replica_spec",
            "replica_url"]
@@ -119,15 +119,17 @@ def _shown(text: str) -> str:
 
 
 def bearer(token: str) -> bytes:
-    """The Authorization header value that carries ``token``, as carries_token compares it."""
-    return f"Bearer {token}".encode()
+    """``token`` as carries_token compares it."""
+    return token.encode()
 
 
 def carries_token(request: web.Request, expected: Sequence[bytes]) -> bool:
-    """Whether ``request``'s Authorization is one of ``expected`` (``bearer`` values), each
+    """Whether ``request``'s Authorization carries one of ``expected`` (``bearer`` values)
+    as its Bearer token (the scheme in any case, as the replicas read it: bearer_token), each
     compared in constant time."""
-    got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-    return any([hmac.compare_digest(got, want) for want in expected])
+    token = bearer_token(request.headers)
+    got = token.encode("utf-8", "surrogateescape")
+    return any([hmac.compare_digest(got, want) for want in expected]) and bool(token)
 
 
 def read_token(path: str) -> str:

@@ -57,6 +57,8 @@ async def test_health_names_replicas_only_to_credential_holders(tmp_path, monkey
             for token in (ADMIN, KEY):
                 status, body, _ = await get_health(s, url, token)
                 assert (status, body) == (200, {"status": "ok", "healthy": urls[:2]})
+            async with s.get(url + "/health", headers={"Authorization": "bearer " + KEY}) as r:
+                assert (await r.json())["healthy"] == urls[:2]  # the scheme in any case
 
 
 async def test_health_status_code_is_the_same_for_every_caller(monkeypatch):
