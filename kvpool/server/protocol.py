@@ -310,7 +310,9 @@ class RequestParser:
         return out
 
     def _model(self, model: Any) -> str:
-        if model is None:
+        """The served name ``model`` asks for; none, or "", is the first (vLLM's rule: a load
+        generator or gateway with no model configured sends "")."""
+        if model is None or model == "":
             return self.model_names[0]
         if not isinstance(model, str):
             raise _bad("model", f"must be a string, got {type(model).__name__}")

@@ -257,6 +257,19 @@ async def test_unknown_model_is_404_on_every_route(srv):
         assert_error(status, resp, 404, "model", "model_not_found")
 
 
+async def test_an_empty_model_is_the_served_one_on_every_route(srv):
+    """vLLM serves ``"model": ""`` with its base model (load generators and gateways with no
+    model configured send it); it was a 404 here."""
+    for path, body in (("/v1/completions", {"prompt": "hi", "max_tokens": 1}),
+                       ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 1}),
+                       ("/v1/responses", {"input": "hi", "max_output_tokens": 1}),
+                       ("/tokenize", {"prompt": "hi"}), ("/detokenize", {"tokens": [5]})):
+        status, _, resp = await call(srv, "POST", path, json={**body, "model": ""})
+        assert status == 200, (path, resp)
+        if "model" in resp:
+            assert resp["model"] == srv.engine.model_name, (path, resp)
+
+
 async def test_a_leading_utf8_bom_is_ignored_as_vllm_ignores_it(srv):
     """vLLM (starlette's json.loads on the body's bytes) skips one UTF-8 byte order mark."""
     bom, headers = b"\xef\xbb\xbf", {"Content-Type": "application/json"}
