@@ -159,6 +159,11 @@ def test_stream_options_need_stream():
     rejects(P.parse_completion, {"prompt": "hi", "stream": True,
                                  "stream_options": {"include_usage": "maybe"}},
             "stream_options.include_usage")
+    # an empty object passes without stream, as vLLM's check (SDK wrappers always send it)
+    assert P.parse_completion({"prompt": "hi", "stream_options": {}}).params is not None
+    assert P.parse_chat({"messages": [{"role": "user", "content": "hi"}],
+                         "stream": False, "stream_options": {}}).params is not None
+    rejects(P.parse_completion, {"prompt": "hi", "stream_options": []}, "stream_options")
 
 
 def test_chat_messages_and_template():
