@@ -76,6 +76,7 @@ from kvpool.server.request_gate import GatedStream, RequestGate, Ticket
 from kvpool.server.request_ids import shown_request_id, with_body_id
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.tokenize_routes import TokenizeRoutes
+from kvpool.server.tools.request import check_chat_tools
 
 if TYPE_CHECKING:
     from kvpool.runtime.model import SamplingParams
@@ -214,6 +215,7 @@ class OpenAIRoutes:
 
     def _parse_chat(self, raw: bytes) -> ParsedRequest:
         body = self.parser.decode_body(raw)
+        check_chat_tools(body)
         return with_body_id(self.parser.parse_chat(body), body)
 
     def _parse_completion(self, raw: bytes) -> ParsedRequest:

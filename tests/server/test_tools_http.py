@@ -238,6 +238,9 @@ async def test_required_reads_each_tools_defs(served):
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": "maybe"},
      "parallel_tool_calls"),
+    ({"tools": []}, "tools"),  # vLLM's and OpenAI's 400s, accepted here before
+    ({"tool_choice": "auto"}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
 ])  # a constraint field beside a forcing choice is dropped: test_forced_tool_constraints.py
 async def test_bad_tools_are_400s_naming_the_param(served, kw, param):
     url, _ = served

@@ -28,7 +28,8 @@ from kvpool.server.tools.stream import ParserStream
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["MAX_TOOLS", "ToolRequest", "forced_schema", "parse_tool_request", "template_tools"]
+__all__ = ["MAX_TOOLS", "ToolRequest", "check_chat_tools", "forced_schema", "parse_tool_request",
+           "template_tools"]
 
 MAX_TOOLS = 128
 AUTO_NEEDS_FLAGS = ('"auto" tool choice requires --enable-auto-tool-choice and '
@@ -96,6 +97,18 @@ def parse_tool_request(body: dict[str, Any], parser: Any) -> ToolRequest | None:
         if choice in ("named", "required") else None
     return ToolRequest(tuple(tools), choice, name, parallel,
                        parser.for_tools(tuple(tools)) if choice == "auto" else None, grammar)
+
+
+def check_chat_tools(body: dict[str, Any]) -> None:
+    """The checks vLLM's chat request makes before anything else (OpenAI's too): ``tools``
+    may not be an empty list, and a ``tool_choice`` other than ``"none"`` needs ``tools``.
+    Chat's own route only: a Responses body always has a ``tool_choice`` (``"auto"`` by
+    default) and may have no tools."""
+    if body.get("tools") == []:
+        raise _bad("tools", "must not be an empty array: give at least one tool or leave "
+                   "the field out")
+    if body.get("tool_choice") not in (None, "none") and body.get("tools") is None:
+        raise _bad("tool_choice", "needs tools: when using tool_choice, tools must be set")
 
 
 def template_tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...] | None:
