@@ -124,8 +124,7 @@ def format_over_guided(body: dict[str, Any], spec: GrammarSpec) -> GrammarSpec:
         raise _bad("response_format", f"give one structured-output constraint: the "
                    f"{fmt['type']} response_format or {sent}, not both")
     if kinds == ["json"] and so.get("disable_additional_properties") is True:
-        schema = fmt["json_schema"].get("schema")
-        return GrammarSpec.json_schema(_close({} if schema is None else schema), spec.name)
+        return GrammarSpec.json_schema(_close(fmt["json_schema"]["schema"]), spec.name)
     return spec
 
 

@@ -78,7 +78,7 @@ def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
 
 def parse_response_format(value: Any) -> GrammarSpec | None:
     """OpenAI's ``response_format``: ``{"type": "text"}`` (None), ``{"type": "json_object"}``
-    or ``{"type": "json_schema", "json_schema": {"name", "description"?, "schema"?,
+    or ``{"type": "json_schema", "json_schema": {"name", "description"?, "schema",
     "strict"?}}``, and vLLM's ``{"type": "structural_tag", ...}`` (structural_tag.py).
     Anything else, or a schema the compiler rejects, is a 400 naming response_format.
     ``strict`` is accepted either way: the grammar always enforces the schema.
@@ -113,8 +113,9 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
     if js.get("description") is not None and not isinstance(js["description"], str):
         raise _bad(p, "json_schema.description must be a string")
     bool_field(js, "strict", param=p)  # NOTE(lax-bool)
-    schema = js.get("schema")
-    return GrammarSpec.json_schema({} if schema is None else schema, name)
+    if js.get("schema") is None:  # vLLM: "none [constraint] specified", a 400
+        raise _bad(p, "json_schema.schema is required: the JSON schema the output must follow")
+    return GrammarSpec.json_schema(js["schema"], name)
 
 
 def _vllm_controls(body: dict[str, Any], vocab_size: int, tokenizer: Any) -> dict[str, Any]:

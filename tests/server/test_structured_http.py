@@ -94,6 +94,8 @@ async def test_bad_response_format_is_a_400_naming_it(srv):
     {"type": "json_schema", "json_schema": {"name": "a", "schema": [1]}},
     {"type": "json_schema", "json_schema": {"name": "a", "schema": {}, "strict": "maybe"}},
     {"type": "json_schema", "json_schema": {"name": "a", "schema": {}, "extra": 1}},
+    {"type": "json_schema", "json_schema": {"name": "a"}},  # no schema: vLLM's 400 too
+    {"type": "json_schema", "json_schema": {"name": "a", "schema": None}},
     {"type": "json_schema", "json_schema": {"name": "a",
                                             "schema": {"type": "string", "pattern": "("}}},
 ])
