@@ -221,9 +221,9 @@ class OutputProcessor:
             s.output_ids.append(token)
             if r.params.logprobs is not None and sample.logprob is not None:
                 s.pending_logprobs.append(sample.logprob)
-            if token not in r.silent:  # NOTE(stop-token-text)
-                s.text += s.detok.push(token)
-            hit = self._match_stop(r, s)
+            piece = "" if token in r.silent else s.detok.push(token)  # NOTE(stop-token-text)
+            s.text += piece
+            hit = self._match_stop(r, s, len(piece))
             if hit is None and r.repeat is not None and self._repeats(r, s, token):
                 hit = REPEATED
             if hit is not None:
@@ -234,16 +234,23 @@ class OutputProcessor:
         return deltas, stops
 
     @staticmethod
-    def _match_stop(r: RequestState, s: SeqState) -> str | None:
-        best = None
+    def _match_stop(r: RequestState, s: SeqState, new: int) -> str | None:
+        """NOTE(stop-strings): the stop string that ends in the ``new`` characters this token
+        added, as vLLM's detokenizer decides: not before ``min_tokens`` tokens (a stop string
+        within them never ends the sequence), and of several the one that ends first, ties
+        by the stop list's order. Each token's text is searched once, so a string must end
+        in it: the whole held text, searched, matched a string the first min_tokens held."""
+        if not new or s.num_generated <= r.params.min_tokens:
+            return None
+        text, best = s.text, None
         for stop in r.params.stop:
-            i = s.text.find(stop)
-            if i >= 0 and (best is None or i < best[0]):
+            i = text.find(stop, max(0, len(text) - new - len(stop) + 1))
+            if i >= 0 and (best is None or i + len(stop) < best[0] + len(best[1])):
                 best = (i, stop)
         if best is None:
             return None
         # vLLM's include_stop_str_in_output keeps the stop string (what follows it is cut)
-        s.text = s.text[: best[0] + (len(best[1]) if r.params.include_stop_str_in_output else 0)]
+        s.text = text[: best[0] + (len(best[1]) if r.params.include_stop_str_in_output else 0)]
         s.finish_reason, s.stop_reason = "stop", best[1]
         return best[1]
 
