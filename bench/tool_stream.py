@@ -8,7 +8,8 @@ tokens arrives, and timed from the first piece to ``finish``:
 
     long.<parser>    one call whose argument is ~90 000 characters of code (a file a coding
                      agent writes), full of brackets
-    many.<parser>    1000 small calls in one output (a small model looping)
+    many.<parser>    1000 small calls in one output (a small model looping; granite's
+                     in one JSON array)
     unclosed.qwen3_coder   ``<function=f>`` repeated 500 times, never closed (d1abdc5's
                      parser took seconds on it; a longer one, minutes)
 
@@ -74,6 +75,10 @@ def cases(scale: float = 1.0) -> dict[str, tuple[str, str, int]]:
             "<tool_call>\n<function=f>\n<parameter=x>\n%d\n</parameter>\n</function>\n"
             "</tool_call>\n" % i for i in range(n)), n),
         "unclosed.qwen3_coder": ("qwen3_coder", "<tool_call>" + "<function=f>" * max(1, n // 2), 0),
+        "long.granite": ("granite", '<|tool_call|>[{"name": "w", "arguments": {"c": %s}}]' % arg,
+                         1),
+        "many.granite": ("granite", "<|tool_call|>[" + ", ".join(
+            '{"name": "f", "arguments": {"x": %d}}' % i for i in range(n)) + "]", n),
     }
 
 
