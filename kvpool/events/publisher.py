@@ -145,8 +145,13 @@ class EventPublisher:
         try:
             self._queue.put_nowait(event)
         except queue.Full:
-            self.dropped += 1
-            self._lost = True
+            self.drop()
+
+    def drop(self) -> None:
+        """One event lost (a full queue, or one that could not be built: recorder.py): counted,
+        and an AllBlocksCleared follows (NOTE(lost-events))."""
+        self.dropped += 1
+        self._lost = True
 
     def _mark_loss(self) -> None:
         """Queue the AllBlocksCleared that voids what a drop left wrong (NOTE(lost-events))."""

@@ -19,6 +19,7 @@ salted chain's published salt with its first block, on either medium (NOTE(event
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from kvpool.core.block import Device
@@ -27,6 +28,8 @@ from kvpool.events.wire import (MEDIUM_CPU, MEDIUM_GPU, AllBlocksCleared, BlockR
                                 BlockStored)
 
 __all__ = ["KVEventRecorder"]
+
+log = logging.getLogger("kvpool.events")
 
 _MEDIUM = {Device.DEVICE: MEDIUM_GPU, Device.HOST: MEDIUM_CPU}
 
@@ -47,13 +50,27 @@ class KVEventRecorder:
         self.block_size = block_size
         self.public_salt = public_salt
         self._submit = publisher.submit
+        self._warned = False  # NOTE(never-raise) said once
 
     def stored(self, device: Device, hashes: Sequence[bytes], parent: bytes | None,
                tokens: Sequence[int] | None = None, *, salt: str | None = None) -> None:
-        if hashes:
-            self._submit(BlockStored(list(hashes), parent, list(tokens or ()),
-                                     self.block_size, None, _MEDIUM[device], None,
-                                     self._extra_keys(len(hashes), parent, salt)))
+        """NOTE(never-raise): the pools call this on the step thread, so an event that cannot
+        be built is dropped as a full queue drops one (counted, an AllBlocksCleared after
+        it), said once in the log, and the step goes on: a salt the server's function could
+        not read once stopped the engine for every tenant."""
+        if not hashes:
+            return
+        try:
+            extra = self._extra_keys(len(hashes), parent, salt)
+        except Exception:
+            self.publisher.drop()
+            if not self._warned:
+                self._warned = True
+                log.exception("a KV event could not be built and was dropped (counted in "
+                              "kvpool_kv_events_dropped_total); this is a bug, please report it")
+            return
+        self._submit(BlockStored(list(hashes), parent, list(tokens or ()), self.block_size,
+                                 None, _MEDIUM[device], None, extra))
 
     def _extra_keys(self, n: int, parent: bytes | None,
                     salt: str | None) -> list[list[str] | None] | None:

@@ -388,10 +388,19 @@ def published_salt(salt: str | None, key: bytes) -> str | None:
     is ``"kvpool-ns-"`` + an HMAC-SHA256 of the whole salt under ``key`` (32 hex digits): the
     same for the same (tenant, cache_salt) and distinct across them, as kvpool's chains are,
     and never the header value, the API key or its digest (docs/kv_events.md "Salts in
-    extra_keys")."""
+    extra_keys").
+
+    NOTE(private-salt): a salt that goes on past the namespace's JSON (a prompt-logprobs
+    request's own, kvpool/runtime/engine/prompt_logprobs.py) names a chain no other request
+    can hit: it publishes as a named tenant's does, a digest that matches nothing. This runs
+    on the step thread: it never raises (a JSONDecodeError here once stopped the engine)."""
     if salt is None or not salt.startswith(NS_MARK):
         return salt
-    tenant, client = json.loads(salt[len(NS_MARK):])
-    if not tenant:
+    try:
+        (tenant, client), end = json.JSONDecoder().raw_decode(salt, len(NS_MARK))
+    except (ValueError, TypeError):  # no pair at all: as a private salt
+        tenant, client, end = None, None, -1
+    if not tenant and end == len(salt):
         return client
-    return "kvpool-ns-" + hmac.new(key, salt.encode(), hashlib.sha256).hexdigest()[:32]
+    return "kvpool-ns-" + hmac.new(key, salt.encode("utf-8", "surrogatepass"),
+                                   hashlib.sha256).hexdigest()[:32]

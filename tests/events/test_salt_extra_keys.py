@@ -69,3 +69,32 @@ async def test_two_tenants_identical_prompts_stay_apart_in_a_token_keyed_index()
     assert len(idx.keys) == 6 * 3
     assert idx.hits(PROMPT, "sa") == idx.hits(PROMPT, "sb") == idx.hits(PROMPT, None) == 0
     assert idx.hits(OTHER, "sa") == idx.hits(OTHER, None) == 3  # the anonymous tenant's
+
+
+async def test_prompt_logprobs_requests_leave_the_engine_serving():
+    """NOTE(private-salt): a prompt-logprobs request (lm-eval's echo + logprobs too) is
+    prefilled under a salt of its own that goes on past the namespace's JSON; reading it for
+    the event raised on the step thread and stopped the engine for every tenant. Now each
+    gets its 200, the engine serves on, and the private chain publishes a digest no other
+    chain has."""
+    srv = SpawnedServer(ARGS, startup_timeout=120)
+    url = srv.start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url + "/v1/kvpool/kv_events") as r:
+                info = await r.json()
+            for tenant in ("tenant-a-secret", ""):
+                for extra in ({"prompt_logprobs": 1}, {"echo": True, "logprobs": 1},
+                              {}):  # the last one: the engine still serves
+                    body = {"prompt": PROMPT, "max_tokens": 1, "temperature": 0, **extra}
+                    async with s.post(url + "/v1/completions", json=body,
+                                      headers={"X-Tenant": tenant} if tenant else {}) as r:
+                        assert r.status == 200, (tenant, extra, await r.text())
+        starts = [e for e in stored_events(replayed(info, b"r1"))
+                  if e["parent_block_hash"] is None]
+    finally:
+        srv.stop(timeout=20)
+    salts = [(e.get("extra_keys") or [[None]])[0][0] for e in starts]
+    assert len(starts) == 6 and len(set(salts)) == 6, salts  # 4 private chains, 2 shared
+    assert all(x is None or x.startswith("kvpool-ns-") or "prompt_logprobs" in x
+               for x in salts), salts
