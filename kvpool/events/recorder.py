@@ -44,7 +44,7 @@ class KVEventRecorder:
     def __init__(self, publisher: EventPublisher, block_size: int,
                  public_salt: Callable[[str], str | None] = _none) -> None:
         """``public_salt``: what of a chain's salt may be published (the server's: the client's
-        cache_salt, a named tenant's as a keyed digest: middleware.py NOTE(tenant-salt)); by
+        cache_salt, a named tenant's as a keyed digest: salt_key.py NOTE(tenant-salt)); by
         default nothing."""
         self.publisher = publisher
         self.block_size = block_size

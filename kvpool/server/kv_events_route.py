@@ -26,7 +26,7 @@ request's salt: its ``cache_salt``, or with ``tenant_namespaced`` the tenant fol
 (middleware.py), the tenant read from header ``tenant_header`` or, when that is null,
 from the request's API key (middleware.py). A chain's first BlockStored carries, in
 ``extra_keys``, the client's ``cache_salt``, or for a named tenant an opaque keyed digest
-(middleware.py NOTE(tenant-salt)) under a key drawn at this start or the operator's shared one
+(salt_key.py NOTE(tenant-salt)) under a key drawn at this start or the operator's shared one
 (salt_key.py NOTE(shared-salt-key)); ``tenant_salt_key_id`` names a shared key (replicas that
 share it publish the same digests), null for a key of this start. Without the flag the route
 answers ``{"enabled": false}``.
@@ -51,8 +51,7 @@ from kvpool.events.publisher import EventPublisher
 from kvpool.events.recorder import KVEventRecorder
 from kvpool.server.app import NAMESPACE_KEY
 from kvpool.server.engine_client import EngineClient
-from kvpool.server.middleware import published_salt
-from kvpool.server.salt_key import SaltKey
+from kvpool.server.salt_key import SaltKey, published_salt
 
 __all__ = ["KV_EVENTS_PATH", "SOURCES_PATH", "KVEventsRoute"]
 

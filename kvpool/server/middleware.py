@@ -375,32 +375,3 @@ class CacheNamespace:
             return cache_salt
         # ASCII escapes: a header value may hold surrogate escapes that UTF-8 cannot encode
         return NS_MARK + json.dumps([tenant, cache_salt])
-
-
-def published_salt(salt: str | None, key: bytes) -> str | None:
-    """What of a request's prefix-cache salt (``CacheNamespace.salt`` made it) a KV event
-    publishes in a chain's first BlockStored ``extra_keys``, where vLLM puts its cache_salt.
-
-    NOTE(tenant-salt): an indexer that keys blocks on their tokens (llm-d's) sees only that
-    entry, so a tenant's part must show there or two tenants' identical prompts are one chain
-    to it. A salt without the namespace mark (one namespace) and the anonymous tenant's are
-    the client's ``cache_salt`` as sent, which a scorer folds in as vLLM's; a named tenant's
-    is ``"kvpool-ns-"`` + an HMAC-SHA256 of the whole salt under ``key`` (32 hex digits): the
-    same for the same (tenant, cache_salt) and distinct across them, as kvpool's chains are,
-    and never the header value, the API key or its digest (docs/kv_events.md "Salts in
-    extra_keys").
-
-    NOTE(private-salt): a salt that goes on past the namespace's JSON (a prompt-logprobs
-    request's own, kvpool/runtime/engine/prompt_logprobs.py) names a chain no other request
-    can hit: it publishes as a named tenant's does, a digest that matches nothing. This runs
-    on the step thread: it never raises (a JSONDecodeError here once stopped the engine)."""
-    if salt is None or not salt.startswith(NS_MARK):
-        return salt
-    try:
-        (tenant, client), end = json.JSONDecoder().raw_decode(salt, len(NS_MARK))
-    except (ValueError, TypeError):  # no pair at all: as a private salt
-        tenant, client, end = None, None, -1
-    if not tenant and end == len(salt):
-        return client
-    return "kvpool-ns-" + hmac.new(key, salt.encode("utf-8", "surrogatepass"),
-                                   hashlib.sha256).hexdigest()[:32]

@@ -4,7 +4,7 @@ so an indexer keying blocks on their tokens (llm-d's) gives a block the same key
 whether or not it saw the GPU event. A real replica with ``--api-key`` (one tenant, named by
 the key's digest) crowded into swapping, a real SUB on 127.0.0.1, and the llm-d-like index of
 tests/events/helpers.py; neither the key nor its digest is ever published
-(kvpool/server/middleware.py NOTE(tenant-salt))."""
+(kvpool/server/salt_key.py NOTE(tenant-salt))."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ cache_salt, so an indexer that keys blocks on their tokens (llm-d's: its key for
 that block's bare extra-key strings in, and its scorer folds a request's cache_salt into the
 same block) keeps two tenants' identical prompts apart (docs/kv_events.md "Salts in
 extra_keys"): the client's cache_salt, and for a tenant named by header an opaque keyed digest
-(kvpool/server/middleware.py NOTE(tenant-salt)), so tenants told apart by header alone are
+(kvpool/server/salt_key.py NOTE(tenant-salt)), so tenants told apart by header alone are
 apart there too. A real replica with a tenant header, a real SUB on 127.0.0.1, a decoder and a
 small llm-d-like index (tests/events/helpers.py); the header's value is never published."""
 
