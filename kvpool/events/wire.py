@@ -29,7 +29,7 @@ then the end marker ``[b"", b"", END_SEQ, b""]`` (END_SEQ is -1 as a signed 8-by
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Annotated, Union
 
 import msgspec
 
@@ -44,7 +44,10 @@ MEDIUM_GPU = "GPU"
 MEDIUM_CPU = "CPU"
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
-BlockHash = Union[bytes, int]
+# NOTE(hash-size): a digest is 32 bytes (kvpool's, vLLM's); a longer "hash" can match no chain,
+# and a router that kept it would grow by its size: decoding refuses more than MAX_HASH_BYTES
+MAX_HASH_BYTES = 64
+BlockHash = Union[Annotated[bytes, msgspec.Meta(max_length=MAX_HASH_BYTES)], int]
 
 
 class BlockStored(msgspec.Struct, tag="BlockStored", tag_field="type", omit_defaults=True,
@@ -98,8 +101,14 @@ _DECODER = msgspec.msgpack.Decoder(KVEventBatch)
 
 
 def decode_batch(payload: bytes) -> KVEventBatch:
-    """The batch in ``payload``; raises msgspec.DecodeError / ValidationError on bad input."""
-    return _DECODER.decode(payload)
+    """The batch in ``payload``; raises msgspec.DecodeError / ValidationError on bad input,
+    whatever it is: a value nested past the decoder's recursion limit too (``extra_keys`` is
+    any list: a 5 KB batch of nested lists raised RecursionError, which ended the router's
+    reader of that replica for good)."""
+    try:
+        return _DECODER.decode(payload)
+    except RecursionError:
+        raise msgspec.DecodeError("a value is nested too deeply") from None
 
 
 def encode_seq(seq: int) -> bytes:

@@ -20,7 +20,8 @@ What a message does (``seq`` is the publisher's, ``expected`` the next one wante
     wrong topic (SUB filters by      skipped, counted
       prefix only)
     malformed frames or payload      counted, logged once, the index cleared (what the batch
-                                       changed is unknown), expected moves past it
+      (a hash over MAX_HASH_BYTES,     changed is unknown), expected moves past it
+      nesting past the decoder's)
 
 NOTE(restart): a publisher's own stream only goes forward, so a seq below ``expected`` that is
 not a batch the last replay gave us means what we know came from another publisher: the replica
@@ -82,7 +83,7 @@ APPLY_SLICE = 8192  # hashes applied between yields to the event loop (NOTE(slic
 # what names one stream: when one changes, it is followed from scratch (NOTE(restart))
 _STREAM_KEYS = ("endpoint", "replay_endpoint", "topic", "instance")
 FEED_COUNTS = ("applied", "gaps", "replays", "lost", "restarts", "duplicates", "wrong_topic",
-               "malformed")
+               "malformed", "reader_failed")
 
 
 class ReplicaFeed:
@@ -211,7 +212,21 @@ class ReplicaFeed:
         if read:
             self._reader = asyncio.create_task(self._read(),
                                                name=f"kv-events {self.replica.url}")
+            self._reader.add_done_callback(self._reader_ended)
         log.info("router: following KV events of %s at %s", self.replica.url, info["endpoint"])
+
+    def _reader_ended(self, task: asyncio.Task) -> None:
+        """NOTE(reader-ends): a reader that stops on an error nothing handled is said in the
+        log and its feed closed, so the replica is placed by lookups until the next refresh
+        follows its events from scratch; before, the feed stayed live with a frozen index."""
+        if task.cancelled() or task is not self._reader or task.exception() is None:
+            return
+        self.counts["reader_failed"] += 1
+        log.error("router: the KV event reader of %s stopped (%r): requests it may take are "
+                  "placed by lookups until its events are followed again", self.replica.url,
+                  task.exception())
+        self._reader = None
+        self.close()
 
     def close(self) -> None:
         if self._reader is not None:

@@ -24,7 +24,8 @@ from itertools import takewhile
 
 __all__ = ["DEFAULT_MAX_BLOCKS", "BlockIndex"]
 
-DEFAULT_MAX_BLOCKS = 1 << 20  # hashes kept per replica (~100 MB of 32-byte keys at most)
+DEFAULT_MAX_BLOCKS = 1 << 20  # hashes kept per replica (~100 MB of 32-byte keys; a hash
+# is at most MAX_HASH_BYTES, decoding refuses longer: NOTE(hash-size) in events/wire.py)
 PENDING_MAX = 1 << 16  # expected hashes kept per replica (NOTE(pending))
 
 

@@ -214,3 +214,25 @@ async def test_the_feeds_follow_replicas_added_and_removed_at_runtime():
         assert not routing.feeds["http://127.0.0.1:2"].live
     finally:
         await routing.close()
+
+
+async def test_a_reader_that_stops_on_an_error_closes_its_feed(pub_feed, caplog):
+    """NOTE(reader-ends): an error nothing in the reader handles ends it; the feed is closed
+    and said in the log, so the replica is placed by lookups, where it used to stay live with
+    its index frozen; following its events again reconnects from scratch."""
+    pub, feed = pub_feed
+    await one_batch(pub, stored(b"a"))
+    feed.connect(info_of(pub))
+    await until(lambda: feed.live and b"a" in feed.index, "the replay")
+    broken = feed.index.stored
+
+    def fails(hashes):
+        raise RuntimeError("an error nothing handles")
+    feed.index.stored = fails
+    await one_batch(pub, stored(b"b"))
+    await until(lambda: not feed.live, "the feed to close")
+    assert feed.counts["reader_failed"] == 1
+    assert any("KV event reader" in r.message and "lookups" in r.message for r in caplog.records)
+    feed.connect(info_of(pub))
+    feed.index.stored = broken
+    await until(lambda: feed.live and b"b" in feed.index, "the reconnect")

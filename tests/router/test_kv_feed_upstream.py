@@ -46,6 +46,14 @@ def msg(seq: int, *events, topic: bytes = TOPIC) -> list[bytes]:
     return [topic, seq.to_bytes(8, "big"), payload(*events)]
 
 
+def nested(depth: int) -> bytes:
+    """A batch whose one BlockStored's extra_keys is ``depth`` lists deep (~``depth`` bytes:
+    one msgpack byte a level), each list legal as vLLM's extra keys are any list."""
+    mark = "NEST-HERE"
+    raw = payload(stored([9], extra_keys=mark))
+    return raw.replace(msgspec.msgpack.encode(mark), b"\x91" * depth + b"\xc0")
+
+
 class Upstream:
     """A PUB and a ROUTER answering replays in vLLM 0.33's layout from ``sent``, or with
     ``answer(client, start)`` where a test wants a hostile one."""
@@ -133,12 +141,14 @@ async def test_hostile_live_messages_are_malformed_and_the_feed_goes_on(upstream
            [TOPIC, b"\x00" * 7, payload()],  # a seq frame of 7 bytes
            [TOPIC, (1 << 63).to_bytes(8, "big"), payload()],  # a seq no publisher reaches
            [TOPIC, (3).to_bytes(8, "big"), msgspec.msgpack.encode({"ts": 1.0, "events": []})]]
+    bad += [[TOPIC, (4).to_bytes(8, "big"), nested(5000)],  # past the decoder's recursion
+            msg(5, stored([b"\x07" * 65]))]  # a "hash" no digest is: NOTE(hash-size)
     for m in bad:
         await feed.on_message(m)
         assert not any(h in feed.index for h in BYTE_HASHES)  # forgotten, never trusted
-    assert feed.counts["malformed"] == len(bad) and feed.expected == 4
-    await feed.on_message(msg(4, stored([5])))
-    assert 5 in feed.index and feed.expected == 5 and feed.counts["restarts"] == 0
+    assert feed.counts["malformed"] == len(bad) and feed.expected == 6
+    await feed.on_message(msg(6, stored([5], extra_keys=[[[["deep"]]]])))  # nesting is legal
+    assert 5 in feed.index and feed.expected == 7 and feed.counts["restarts"] == 0
 
 
 async def _hostile_answer(router, client: bytes, start: int) -> None:
