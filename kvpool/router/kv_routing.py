@@ -11,8 +11,15 @@ replica's event stream (kv_feed.py: one BlockIndex per replica) and scores a req
 then the same ``choose`` (scoring.py) the lookup policy uses; the chosen replica is expected to
 hold the prompt's blocks for ``PENDING_TTL`` seconds (kv_index.py NOTE(pending)). A request
 whose keys the router cannot compute (kv_prompt.py NOTE(agreement)) goes the lookup way; a
-replica whose feed is not caught up (just connected, events off, another hash spec) scores 0
-hits. A replica whose PUB connects out to an external indexer (its route says
+replica whose feed is not caught up (just connected, events off) scores 0 hits.
+
+NOTE(specs): the keys follow each replica's own hash spec (its info's hash, block size,
+tokenizer, template, tenant rule: ``spec_of``), one PromptKeys per spec the fleet has now, and
+a request is hashed once per spec among its candidates. Before, the first spec seen was kept
+for the router's life: after a rolling restart onto a new block size or model, or in a fleet
+halfway through one, every replica of the other spec scored 0 hits, and nothing said so.
+
+A replica whose PUB connects out to an external indexer (its route says
 ``"endpoint_mode": "connect"``, kvpool/events/publisher.py NOTE(pub-connect)) has no stream to
 follow, nor has one whose kv_events info fails the router's checks (kv_prompt.info_problem, an
 endpoint ZMQ refuses, one off the replica's own host: kv_endpoints.py NOTE(own-host)): a
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -58,6 +66,15 @@ DEFAULT_REFRESH = 2.0  # seconds between two asks of a replica's kv_events route
 PENDING_TTL = 2.0  # seconds a routed prompt's blocks count as held before an event confirms
 HASH_INLINE_BYTES = 8 * 1024  # larger bodies are hashed on a worker thread (NOTE(hash-off-loop))
 CATCH_UP_WAIT = 3.0  # seconds the router's start waits for the feeds' first replay
+RELOAD_AFTER = 30.0  # seconds before a tokenizer that failed to load is tried again
+_SPEC_KEYS = ("hash", "block_size", "tenant_namespaced", "tenant_header", "tokenizer",
+              "model_names", "max_model_len", "chat_template")
+
+
+def spec_of(info: dict[str, Any]) -> str:
+    """NOTE(specs): what of a replica's kv_events info its prompt keys depend on, as one
+    string (replicas that agree on it share one PromptKeys)."""
+    return json.dumps([info.get(k) for k in _SPEC_KEYS], sort_keys=True, default=str)
 
 
 class EventRouting:
@@ -77,10 +94,12 @@ class EventRouting:
         self.feeds: dict[str, ReplicaFeed] = {}
         self._sync()
         self.refresh_interval = refresh_interval
-        self.keys: PromptKeys | None = None  # from the first replica that publishes events
+        self.specs: dict[str, PromptKeys] = {}  # NOTE(specs): the fleet's, by spec_of
+        self.keys: PromptKeys | None = None  # the newest spec's (a uniform fleet's only one)
         self.fallbacks = 0  # requests placed by lookups instead (monotonic)
         self._tasks: list[asyncio.Task] = []
-        self._loading = False  # the tokenizer load started (NOTE(lazy-tokenizer))
+        self._loading: set[str] = set()  # specs whose tokenizer load started (lazy-tokenizer)
+        self._failed: set[str] = set()  # specs whose load failed, said (NOTE(load-fails))
         self.off_loop = 0  # prompts hashed on the worker thread (NOTE(hash-off-loop))
         self._hashing = ThreadPoolExecutor(1, thread_name_prefix="router-hash")
 
@@ -109,10 +128,12 @@ class EventRouting:
     async def refresh(self, session: aiohttp.ClientSession) -> None:
         self._sync()
         await asyncio.gather(*(f.refresh(session, self.auth) for f in self.feeds.values()))
-        if self.keys is None:
-            info = next((f.info for f in self.feeds.values() if f.info.get("enabled")), None)
-            if info is not None:
-                self.keys = PromptKeys(info)
+        now = {spec_of(f.info): f.info for f in self.feeds.values() if f.info.get("enabled")}
+        for spec, info in now.items():  # NOTE(specs): a spec no replica has any more goes
+            if spec not in self.specs:
+                self.specs[spec] = self.keys = PromptKeys(info)
+        for spec in [s for s in self.specs if s not in now]:
+            del self.specs[spec]
 
     async def _refreshing(self, session: aiohttp.ClientSession) -> None:
         logged = False
@@ -127,38 +148,66 @@ class EventRouting:
 
     async def score(self, body: dict | None, cands: Sequence[Replica],
                     headers: list[tuple[str, str]], size: int = 0
-                    ) -> tuple[list[int], list[bytes]] | None:
-        """(hit tokens per candidate, the prompt's block hashes), or None when this request
-        needs the lookups. ``body``: the decoded request (None: too large to decode here);
-        ``headers``: the forwarded ones (the tenant, kv_prompt.py); ``size``: the body's
-        bytes (NOTE(hash-off-loop))."""
-        keys = self.keys
-        if any(f.unusable for f in map(self.feeds.get, (r.url for r in cands))
-               if f):  # events to an external indexer (NOTE(pub-connect)), or info unusable
-            self.fallbacks += 1
+                    ) -> tuple[list[int], dict[str, list[bytes]]] | None:
+        """(hit tokens per candidate, the prompt's block hashes per candidate URL under its
+        spec), or None when this request needs the lookups. ``body``: the decoded request
+        (None: too large to decode here); ``headers``: the forwarded ones (the tenant,
+        kv_prompt.py); ``size``: the body's bytes (NOTE(hash-off-loop))."""
+        feeds = [self.feeds.get(r.url) for r in cands]
+        if any(f.unusable for f in feeds if f):  # events to an external indexer
+            self.fallbacks += 1  # (NOTE(pub-connect)), or info unusable
             return None
-        got = await self._keys(keys, body, headers, size) if keys is not None else None
-        if got is None:
-            self.fallbacks += 1
-            if keys is not None and keys.wants_parser and not self._loading:
-                # NOTE(lazy-tokenizer): the tokenizer (and the torch import its package
-                # brings, seconds of CPU) loads off the loop on the first text or chat prompt,
-                # never when every prompt comes as token ids; until then, lookups place them
-                self._loading = True
-                self._tasks.append(asyncio.create_task(asyncio.to_thread(keys.load_parser),
-                                                       name="router-tokenizer"))
+        specs = [spec_of(f.info) if f is not None and f.live else None for f in feeds]
+        got: dict[str, tuple[list[bytes], int]] = {}
+        for spec in dict.fromkeys(s for s in specs if s is not None):
+            keys = self.specs.get(spec)
+            hashed = await self._keys(keys, body, headers, size) if keys else None
+            if hashed is None:
+                self.fallbacks += 1
+                if keys is not None:
+                    self._load_later(spec, keys)
+                return None
+            got[spec] = hashed
+        if not got and self.keys is None:
+            self.fallbacks += 1  # nobody publishes yet
             return None
-        hashes, limit = got
-        now = time.monotonic()
-        out = []
-        for r in cands:
-            feed = self.feeds.get(r.url)
-            if feed is None or not feed.live or feed.info.get("hash") != keys.info["hash"] \
-                    or feed.info.get("block_size") != keys.block_size:
+        now, out, hashes = time.monotonic(), [], {}
+        for r, f, spec in zip(cands, feeds, specs):
+            if spec is None or spec not in got:
                 out.append(0)
-            else:
-                out.append(min(feed.index.hits(hashes, now), limit) * keys.block_size)
+                continue
+            keys, (chain, limit) = self.specs[spec], got[spec]
+            out.append(min(f.index.hits(chain, now), limit) * keys.block_size)
+            hashes[r.url] = chain
         return out, hashes
+
+    def _load_later(self, spec: str, keys: PromptKeys) -> None:
+        """NOTE(lazy-tokenizer): the tokenizer (and the torch import its package brings,
+        seconds of CPU) loads off the loop on the first text or chat prompt, never when every
+        prompt comes as token ids; until then, lookups place them."""
+        if keys.wants_parser and keys.parser is None and spec not in self._loading:
+            self._loading.add(spec)
+            self._tasks.append(asyncio.create_task(self._load(spec, keys),
+                                                   name="router-tokenizer"))
+
+    async def _load(self, spec: str, keys: PromptKeys) -> None:
+        """``keys.load_parser`` on a thread; NOTE(load-fails): a failure (a --chat-template
+        file not where the router runs) is said once per spec, with the fix, and tried again
+        after RELOAD_AFTER seconds; it used to go unsaid, every text and chat prompt placed by
+        lookups for the router's life."""
+        try:
+            await asyncio.to_thread(keys.load_parser)
+        except Exception as exc:  # noqa: BLE001 - any failure: lookups place the prompts
+            if spec not in self._failed:
+                self._failed.add(spec)
+                log.warning("router: the replicas' tokenizer or chat template cannot be loaded "
+                            "here (%s): text and chat prompts are placed by lookups; make the "
+                            "replicas' model directory and --chat-template readable where the "
+                            "router runs (tried again every %.0f s)", exc, RELOAD_AFTER)
+            asyncio.get_running_loop().call_later(RELOAD_AFTER, self._loading.discard, spec)
+            return
+        if keys.parser is None:  # not readable here (load_parser said so): try again later
+            asyncio.get_running_loop().call_later(RELOAD_AFTER, self._loading.discard, spec)
 
     async def _keys(self, keys: PromptKeys, body: dict | None,
                     headers: list[tuple[str, str]], size: int) -> Any:
@@ -170,12 +219,13 @@ class EventRouting:
         return await asyncio.get_running_loop().run_in_executor(
             self._hashing, keys.keys, body, headers)
 
-    def routed(self, replica: Replica, hashes: Sequence[bytes]) -> None:
-        """``replica`` got a request with these block hashes: expect them there for a while
-        (kv_index.py NOTE(pending)), until its events confirm or remove them."""
+    def routed(self, replica: Replica, chains: dict[str, list[bytes]]) -> None:
+        """``replica`` got a request whose block hashes under each candidate's spec are
+        ``chains`` (score's): expect its own there for a while (kv_index.py NOTE(pending)),
+        until its events confirm or remove them."""
         feed = self.feeds.get(replica.url)
         if feed is not None:
-            feed.index.expect(hashes, time.monotonic() + PENDING_TTL)
+            feed.index.expect(chains.get(replica.url, ()), time.monotonic() + PENDING_TTL)
 
     def collect(self) -> Iterator[Metric]:
         """The feeds' figures for the router's /metrics (a prometheus_client collector)."""

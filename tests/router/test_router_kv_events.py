@@ -20,6 +20,7 @@ from kvpool.router.scored_body import MESSAGES_PATH, scored_body
 from tests.router.helpers import (LOOKUP_TIMEOUT, apps_served, complete, decisions, metrics,
                                   prompt, served, spawn, spawn_many)
 from tests.router.kv_events import EVENTS, holder, until
+from tests.server.chat_templates import CHATML
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,60 @@ async def test_a_restarted_replica_is_followed_from_scratch():
             assert not holder(events, ids)  # the old cache is gone with the old process
             await complete(s, url, {"prompt": ids})
             await until(lambda: holder(events, ids), "stored again")
+    finally:
+        srv.stop(timeout=20)
+
+
+async def test_a_replica_restarted_on_another_hash_spec_is_scored_under_it():
+    """NOTE(specs) in kv_routing.py: the router's keys follow each replica's spec. The first
+    spec seen used to be kept for good: after a restart onto another block size every
+    prompt scored 0 hits, though the index held the new blocks."""
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    srv = spawn("sp", *EVENTS, "--port", str(port), "--block-size", "16")
+    try:
+        r, events = event_router([srv.url])
+        (feed,) = events.feeds.values()
+        (replica,) = r.replicas.replicas
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            await until(lambda: feed.live, "caught up")
+            ids = list(range(20, 120))
+            for block_size in (16, 32):
+                if block_size == 32:
+                    srv.stop(timeout=20)
+                    srv = spawn("sp", *EVENTS, "--port", str(port), "--block-size", "32")
+                    await until(lambda: feed.live and feed.info["block_size"] == 32, "spec")
+                await complete(s, url, {"prompt": ids})
+                await until(lambda: holder(events, ids), f"stored in blocks of {block_size}")
+                hits, chains = await events.score({"prompt": ids}, [replica], [])
+                assert hits == [96] and len(chains[srv.url]) == 100 // block_size, hits
+            assert len(events.specs) == 1  # the old spec went with the old process
+    finally:
+        srv.stop(timeout=20)
+
+
+async def test_a_chat_template_the_router_cannot_load_is_said(tmp_path, caplog):
+    """NOTE(load-fails) in kv_routing.py: a replica's --chat-template that is not where the
+    router runs made every chat prompt go to the lookups, and nothing said why."""
+    template = tmp_path / "t.jinja"
+    template.write_text(CHATML)
+    srv = spawn("ct", *EVENTS, "--chat-template", str(template))
+    template.unlink()  # the replica read it at its start; the router will not find it
+    try:
+        r, events = event_router([srv.url])
+        (feed,) = events.feeds.values()
+        chat = {"messages": [{"role": "user", "content": "hello " * 40}]}
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            await until(lambda: feed.live, "caught up")
+            for _ in range(3):
+                await complete(s, url, chat, "/v1/chat/completions")
+            await until(lambda: any("cannot be loaded" in m.message for m in caplog.records),
+                        "the load failure said")
+            await complete(s, url, chat, "/v1/chat/completions")
+        said = [m for m in caplog.records if "cannot be loaded" in m.message]
+        assert len(said) == 1 and "--chat-template" in said[0].message
+        assert events.keys.parser is None and events.fallbacks >= 4
     finally:
         srv.stop(timeout=20)
 
