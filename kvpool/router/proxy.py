@@ -80,7 +80,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from kvpool.router.affinity import PREVIOUS, RESPONSES_PATH, HolderDown, ResponseAffinity
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, bearer, carries_token
-from kvpool.router.relayed import BodyReader, asking_identity, request_headers
+from kvpool.router.relayed import BodyReader, asking_identity, own_session, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_json
 from kvpool.router.scored_body import MESSAGES_PATH, scored_body
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
@@ -217,10 +217,7 @@ class Router:
             await anthropic_errors(request, response)
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
-        self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
-            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=self.upstream_keepalive))
+        self.session = own_session(self.connect_timeout, self.upstream_keepalive)
         self.pool = UpstreamPool(connect_timeout=self.connect_timeout,
                                  keepalive=self.upstream_keepalive)
         await self.replicas.poll_once(self.session)  # know who is up before the first request
@@ -245,7 +242,7 @@ class Router:
         assert self.session is not None
         try:
             async with r.lease(counted=False), self.session.post(
-                    r.url + LOOKUP_PATH, data=raw, headers=headers,
+                    r.url + LOOKUP_PATH, data=raw, headers=asking_identity(headers),
                     skip_auto_headers=SKIP_AUTO_HEADERS,
                     timeout=aiohttp.ClientTimeout(total=self.lookup_timeout)) as resp:
                 r.hear()  # replicas.py NOTE(liveness), and NOTE(small-answers):

@@ -47,13 +47,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import aiohttp
 from aiohttp import web
 
 from kvpool.server.json_body import (DEFAULT_BODY_TIMEOUT, MAX_JSON_DEPTH, ParsePool,
                                      decode_json_body, structural_commas)
 
-__all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "asking_identity", "request_headers",
-           "response_headers"]
+__all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "asking_identity", "own_session",
+           "request_headers", "response_headers"]
 
 # lower-case names; Proxy-* is matched by prefix
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "te", "trailer", "trailers",
@@ -97,6 +98,19 @@ def asking_identity(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``headers`` asking for an uncompressed answer (NOTE(identity-encoding))."""
     return [*((k, v) for k, v in headers if k.lower() != "accept-encoding"),
             ("Accept-Encoding", "identity")]
+
+
+def own_session(connect_timeout: float, keepalive: float) -> aiohttp.ClientSession:
+    """The session of what the router asks the replicas itself (beats, scrapes, kv_events
+    info, lookups: those pass ``asking_identity``'s headers). NOTE(own-asks): every answer is
+    asked uncompressed, as NOTE(identity-encoding) asks a relayed one the router reads; the
+    session decodes nothing, so a compressing proxy in front of the replicas made each
+    answer "not JSON" (0 hits, no load) for every client that accepts gzip."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
+        auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+        headers={"Accept-Encoding": "identity"},
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive))
 
 
 def response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import json
 
 import aiohttp
 from aiohttp import web
@@ -188,3 +190,38 @@ async def test_a_replica_claiming_every_hit_and_no_load_stops_drawing_past_the_g
             release.set()
             for resp in await asyncio.gather(*tasks):
                 resp.release()
+
+
+async def test_what_the_router_reads_it_asks_uncompressed():
+    """NOTE(own-asks) in relayed.py: a replica (or a proxy in front of it) that compresses
+    whatever may be compressed gave the router gzip bytes it read as "not JSON": lookups
+    scored 0 hits for every client accepting gzip, and a compressed /health lost the
+    replica's load."""
+    asked: list[str] = []
+
+    def squeezed(body: dict):
+        async def answer(request: web.Request) -> web.Response:
+            if request.method == "POST":
+                await request.read()
+            enc = request.headers.get("Accept-Encoding", "")
+            asked.append(enc)
+            raw = json.dumps(body).encode()
+            if "gzip" in enc:
+                return web.Response(body=gzip.compress(raw), content_type="application/json",
+                                    headers={"Content-Encoding": "gzip"})
+            return web.Response(body=raw, content_type="application/json")
+        return answer
+
+    busy = {"status": "ok", "num_running": 50, "num_waiting": 0}
+    async with replica("cold", health=squeezed(busy)) as cold, replica(
+            "warm", lookup=squeezed({**LOOKUP, "replica_id": "warm",
+                                     "device_hit_tokens": 2000}),
+            health=squeezed(busy)) as warm, routed([cold, warm]) as (r, url):
+        await _healthy(r, 2)
+        async with aiohttp.ClientSession() as s:
+            for _ in range(4):
+                async with s.post(url + "/v1/completions", json={"prompt": "hello"},
+                                  headers={"Accept-Encoding": "gzip, deflate"}) as resp:
+                    assert (await resp.json())["served_by"] == "warm"
+        assert [x.load for x in r.replicas.replicas] == [50, 50]
+    assert asked and all(a == "identity" for a in asked), set(asked)
