@@ -54,6 +54,7 @@ class SchedulerConfig:
     policy: str = "fcfs"  # queue order: "fcfs" (arrival) or "priority" (smaller value first)
     preemption_mode: str | None = None  # "swap" / "recompute" forces a mode; None = by cost
     eos_token_id: int | None = None  # the model's end-of-sequence token (None: no eos stop)
+    other_eos_ids: tuple[int, ...] = ()  # its other EOS ids (sequence.py NOTE(eos-ids))
     kv_bytes_per_block: int = 2 * 1024 * 1024  # KV bytes of one block over all layers
     copy_bytes_per_s: float = 16e9  # device<->host copy bandwidth (start value)
     prefill_tokens_per_s: float = 10_000.0  # prefill throughput (start value)

@@ -89,7 +89,8 @@ class Scheduler:
             raise RequestError("the prompt is empty: at least one token is needed", "prompt")
         cfg = self.config
         params = params if params is not None else RequestParams()
-        limits = StopLimits.resolve(params, cfg.eos_token_id, cfg.max_model_len, len(prompt))
+        limits = StopLimits.resolve(params, cfg.eos_token_id, cfg.max_model_len, len(prompt),
+                                    cfg.other_eos_ids)
         if limits.n < 1:
             raise RequestError(f"n={limits.n} is invalid: use n >= 1", "n")
         if limits.max_tokens < 1:

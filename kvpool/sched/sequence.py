@@ -85,23 +85,33 @@ class StopLimits:
 
     @classmethod
     def resolve(cls, params: Any, default_eos: int | None, max_model_len: int,
-                prompt_len: int) -> StopLimits:
+                prompt_len: int, other_eos: tuple[int, ...] = ()) -> StopLimits:
         max_tokens = getattr(params, "max_tokens", 16)
         if max_tokens is None:
             max_tokens = max(1, max_model_len - prompt_len)
-        stop, eos = cls.stop_tokens(params, default_eos)
+        stop, eos = cls.stop_tokens(params, default_eos, other_eos)
         n = getattr(params, "n", 1)
         return cls(int(max_tokens), 1 if n is None else int(n), _shared(stop), eos)
 
     @staticmethod
-    def stop_tokens(params: Any, default_eos: int | None) -> tuple[frozenset[int], int | None]:
-        """The tokens that finish a sequence (stop_token_ids, and the eos in effect unless
-        ignore_eos), and that eos: the one rule the scheduler and the detokenizer share."""
+    def stop_tokens(params: Any, default_eos: int | None, other_eos: tuple[int, ...] = ()
+                    ) -> tuple[frozenset[int], int | None]:
+        """The tokens that finish a sequence (stop_token_ids, and unless ignore_eos the eos in
+        effect and the model's ``other_eos``), and that eos: the one rule the scheduler and
+        the detokenizer share.
+
+        NOTE(eos-ids): a model may end a turn on any of several ids (Llama 3.x Instruct's
+        generation_config lists <|end_of_text|>, <|eom_id|> and <|eot_id|>; Phi-3's adds
+        <|end|>). vLLM stops on each: the tokenizer's eos, and the rest as stop_token_ids (so
+        their stop_reason is the id). Only the first stopped here: a Llama 3.2 chat ran past
+        <|eot_id|> to max_tokens, writing the user's next turn itself."""
         eos = getattr(params, "eos_token_id", None)
         eos = default_eos if eos is None else eos
         stop = set(getattr(params, "stop_token_ids", None) or ())
-        if eos is not None and not getattr(params, "ignore_eos", False):
-            stop.add(eos)
+        if not getattr(params, "ignore_eos", False):
+            stop.update(other_eos)
+            if eos is not None:
+                stop.add(eos)
         return frozenset(stop), eos
 
 

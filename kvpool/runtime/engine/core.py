@@ -112,6 +112,7 @@ class EngineCore:
             max_model_len=self.max_model_len, preemption_mode=config.preemption_mode,
             policy=config.scheduling_policy,
             eos_token_id=self.tokenizer.eos_token_id,
+            other_eos_ids=self.tokenizer.eos_token_ids[1:],  # NOTE(eos-ids) in sched/sequence.py
             kv_bytes_per_block=self.storage.bytes_per_block,
             defrag_threshold=config.defrag_threshold,
             tenant_max_running_seqs=config.tenant_max_running_seqs))
@@ -124,9 +125,8 @@ class EngineCore:
         self.grammars = GrammarMatchers(self.tokenizer, self.model.config.vocab_size,
                                         before_mask=self.faults.before_mask)
         # min_tokens masks what the scheduler would stop on: its eos and stop_token_ids
-        eos = self.tokenizer.eos_token_id
         self.rows = RowSampler(Sampler(torch.Generator().manual_seed(config.seed),
-                                       eos_token_ids=(eos,) if eos is not None else ()),
+                                       eos_token_ids=self.tokenizer.eos_token_ids),
                                self.outputs, self.grammars)  # NOTE(late-mask)
         self.prompt_logprobs = PromptLogprobs(self.outputs)  # prompt_logprobs.py
 

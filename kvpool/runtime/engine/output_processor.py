@@ -155,7 +155,7 @@ class OutputProcessor:
         skip = params.skip_special_tokens
         seqs = {s: SeqState(i, tok.detokenizer(skip)) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
-        stop_ids = StopLimits.stop_tokens(params, tok.eos_token_id)[0]
+        stop_ids = StopLimits.stop_tokens(params, tok.eos_token_id, tok.eos_token_ids[1:])[0]
         silent = frozenset() if params.include_stop_str_in_output else stop_ids
         rep = params.repetition_detection
         self.requests[request_id] = RequestState(

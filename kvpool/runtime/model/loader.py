@@ -153,9 +153,11 @@ def _special_token_id(tok: Tokenizer, value: Any) -> list[int]:
 def load_tokenizer(path: str | Path, split_special_tokens: bool = False) -> Tokenizer:
     """Load ``<path>/tokenizer.json`` with its EOS/BOS ids.
 
-    EOS ids are the union, in this order, of generation_config.json ``eos_token_id`` (what
-    transformers' ``generate`` stops on), config.json ``eos_token_id`` and tokenizer_config.json
-    ``eos_token``. BOS comes from the first of those files that names one.
+    EOS ids are the union, in this order, of tokenizer_config.json ``eos_token`` (the primary,
+    as vLLM takes its tokenizer's), generation_config.json ``eos_token_id`` (what transformers'
+    ``generate`` stops on; vLLM stops on each too) and config.json ``eos_token_id``. Every one
+    ends a sequence (sched/sequence.py NOTE(eos-ids)). BOS comes from the first of
+    generation_config, config and tokenizer_config that names one.
     """
     directory = _model_dir(path)
     file = directory / "tokenizer.json"
@@ -172,8 +174,8 @@ def load_tokenizer(path: str | Path, split_special_tokens: bool = False) -> Toke
                                   split_special_tokens=split_special_tokens)
     except Exception as exc:  # tokenizers raises a bare Exception for malformed JSON
         raise ModelLoadError(f"{file}: not a valid tokenizer.json ({exc})") from exc
-    eos = (_ids(gen.get("eos_token_id")) + _ids(cfg.get("eos_token_id"))
-           + _special_token_id(tok, tcfg.get("eos_token")))
+    eos = (_special_token_id(tok, tcfg.get("eos_token")) + _ids(gen.get("eos_token_id"))
+           + _ids(cfg.get("eos_token_id")))
     bos = (_ids(gen.get("bos_token_id")) or _ids(cfg.get("bos_token_id"))
            or _special_token_id(tok, tcfg.get("bos_token")))
     tok.eos_token_ids = tuple(dict.fromkeys(eos))

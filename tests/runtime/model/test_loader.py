@@ -133,8 +133,9 @@ def test_tokenizer_eos_sources(llama_copy):
     (llama_copy / "tokenizer_config.json").write_text(json.dumps(
         {"eos_token": {"content": "<unk>"}, "bos_token": "<s>"}))
     tok = load_tokenizer(llama_copy)
-    assert tok.eos_token_ids == (7, 1, tok.token_to_id("<unk>"))
-    assert tok.eos_token_id == 7
+    # the tokenizer's eos is the primary, as vLLM's; every one of them stops (NOTE(eos-ids))
+    assert tok.eos_token_ids == (tok.token_to_id("<unk>"), 7, 1)
+    assert tok.eos_token_id == tok.token_to_id("<unk>")
 
 
 def test_tokenizer_errors(llama_copy):
