@@ -23,7 +23,9 @@ OUT_OF_RANGE = [
     ("repetition_penalty", 1e300), ("repetition_penalty", 1e-300),
     ("repetition_penalty", MIN_REPETITION_PENALTY / 2), ("repetition_penalty", HUGE),
     ("repetition_penalty", 0),
-    ("top_p", 1.5), ("top_p", -HUGE), ("min_p", HUGE), ("min_p", -0.1),
+    ("top_p", 1.5), ("top_p", -HUGE), ("top_p", 0), ("top_p", 0.0),  # vLLM's (0, 1]
+    ("temperature", 3.0), ("temperature", 2.0001),  # vLLM's [0, 2]
+    ("min_p", HUGE), ("min_p", -0.1),
     ("presence_penalty", 2.5), ("presence_penalty", HUGE), ("frequency_penalty", -1e300),
     ("logit_bias", {"5": 1e300}), ("logit_bias", {"5": -HUGE}),
     ("seed", 1 << 64), ("seed", -HUGE), ("top_k", HUGE), ("top_k", -2),
@@ -33,7 +35,7 @@ EDGES = [
     {"temperature": MAX_TEMPERATURE}, {"temperature": 1e-6},
     {"repetition_penalty": MIN_REPETITION_PENALTY}, {"repetition_penalty": MAX_REPETITION_PENALTY},
     {"repetition_penalty": MAX_REPETITION_PENALTY, "temperature": MAX_TEMPERATURE,
-     "presence_penalty": 2, "frequency_penalty": -2, "min_p": 1, "top_p": 0,
+     "presence_penalty": 2, "frequency_penalty": -2, "min_p": 1, "top_p": 1e-9,
      "logit_bias": {"5": 100, "6": -100}, "seed": (1 << 64) - 1},
     {"top_k": 1, "seed": -(1 << 63), "min_p": 0, "top_p": 1},
 ]

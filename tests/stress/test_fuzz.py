@@ -33,7 +33,7 @@ FIELDS = {
     "max_tokens": (st.integers(1, 8), st.integers(-2**40, 2**40)),
     "n": (st.integers(1, 3), st.integers(-5, 10**6)),
     "temperature": (st.floats(0.0, 2.0), st.floats(allow_nan=True, allow_infinity=True)),
-    "top_p": (st.floats(0.0, 1.0), st.floats(-1e300, 1e300)),
+    "top_p": (st.floats(1e-6, 1.0), st.floats(-1e300, 1e300)),  # vLLM: (0, 1]
     "top_k": (st.integers(-1, 600), st.integers(-2**70, 2**70)),
     "seed": (st.integers(-2**63, 2**64 - 1), st.integers(-2**70, 2**70)),
     "stop": (st.lists(st.text(min_size=1, max_size=3), max_size=3),

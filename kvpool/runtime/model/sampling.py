@@ -34,9 +34,10 @@ MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's bound on logprob_token_ids
 # NOTE(float32): sampling runs in float32 (max ~3.4e38, smallest normal ~1.2e-38). A value
 # beyond these bounds rounds to inf or 0 there: 1e300 becomes inf and a masked logit's
 # -inf / inf is NaN, so softmax (and the grammar mask behind it) turns to garbage. Within
-# them a logit (|x| < ~1e3 after a +-100 bias) scaled by 1e4 or divided by 1e-4 or 1e-5 stays
-# below 1e8; a temperature of 1e4 already flattens any real distribution to near uniform.
-MAX_TEMPERATURE = 1e4
+# them a logit (|x| < ~1e3 after a +-100 bias) divided by 1e-4 or 1e-5 stays below 1e8.
+# Temperature and top_p take vLLM 0.33's ranges ([0, 2] and (0, 1], its _verify_args): a
+# request vLLM refuses is a 400 here too, not output sampled near uniform or greedy.
+MAX_TEMPERATURE = 2.0
 MIN_REPETITION_PENALTY = 1e-4
 MAX_REPETITION_PENALTY = 1e4
 
@@ -115,6 +116,8 @@ class SamplingParams:
                                       f"must be an integer >= 1, got {shown(self.max_tokens)}")
         _check_range(self, "temperature", 0.0, MAX_TEMPERATURE)  # NOTE(float32)
         _check_range(self, "top_p", 0.0, 1.0)
+        if self.top_p == 0.0:  # vLLM's range is (0, 1]
+            raise SamplingParamsError("top_p", "must be a number in (0, 1], got 0")
         if not _is_int(self.top_k) or self.top_k < -1:
             raise SamplingParamsError("top_k", f"must be an integer >= 1, or -1/0 to disable, "
                                                f"got {shown(self.top_k)}")
