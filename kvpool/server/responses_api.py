@@ -134,6 +134,9 @@ class ResponsesRoute:
         run's events) now, the run in a task of its own."""
         if not (self.store.max_entries and self.store.max_bytes):
             raise RequestError(NO_STORE, param="background")
+        if inp.request_id is not None and self.background.get((tenant, inp.request_id)):
+            raise RequestError(f"a background response with id {inp.request_id[:80]!r} is "
+                               "still running: cancel it or name another", param="request_id")
         self.background.check_room(req.stream)
         builder, updates = self.routes.open(req)  # the gate's 503 / 429 here
         try:
@@ -207,7 +210,7 @@ class ResponsesRoute:
             return web.json_response(running)
         entry = self.store.get(current_tenant(), rid)
         if entry is None:
-            raise ResponseNotFoundError(rid, param=None)
+            raise ResponseNotFoundError(rid, param="response_id")
         return web.json_response(entry.body)
 
     async def _replay(self, request: web.Request, rid: str, after: int) -> web.StreamResponse:
@@ -218,7 +221,7 @@ class ResponsesRoute:
         if log is None and self.background.get(key) is None:
             entry = self.store.get(*key)
             if entry is None:
-                raise ResponseNotFoundError(rid, param=None)
+                raise ResponseNotFoundError(rid, param="response_id")
             if entry.events:
                 log = EventLog()
                 log.add(b"".join(entry.events))

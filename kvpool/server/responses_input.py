@@ -59,9 +59,10 @@ VERBOSITIES = (None, "low", "medium", "high")  # OpenAI's text.verbosity
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",
                              "parallel_tool_calls", "include", "top_logprobs", "truncation",
-                             "reasoning", "structured_outputs", "background"}
+                             "reasoning", "structured_outputs", "background", "request_id"}
                             | set(PASS_THROUGH) | {"prompt"} | ECHOED)
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
+MAX_ID_CHARS = 256  # a client's request_id
 
 
 class ResponseNotFoundError(RequestError):
@@ -70,10 +71,11 @@ class ResponseNotFoundError(RequestError):
 
     http_status = 404
 
-    def __init__(self, response_id: str, param: str | None = "previous_response_id") -> None:
+    def __init__(self, response_id: str, param: str = "previous_response_id") -> None:
+        previous = param == "previous_response_id"  # else a GET's or cancel's: response_id
         super().__init__(f"Previous response with id {shown(response_id, 80)} not found."
-                         if param else f"Response with id {shown(response_id, 80)} not found.",
-                         param=param, code="previous_response_not_found" if param else
+                         if previous else f"Response with id {shown(response_id, 80)} not found.",
+                         param=param, code="previous_response_not_found" if previous else
                          "response_not_found")
 
 
@@ -95,6 +97,7 @@ class ResponsesInput:
     background: bool = False  # run apart from the request (responses_background.py)
     top_logprobs: int | None = None  # the logprobs asked (vLLM's echo: none without include)
     reasoning: dict[str, Any] | None = None  # echoed as vLLM dumps it (_reasoning)
+    request_id: str | None = None  # the response's id when the client names it (_request_id)
     echoed: dict[str, Any] = field(default_factory=dict)  # responses_echo.py
 
 
@@ -152,7 +155,18 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
                           max_output_tokens=max_output, ignored=ignored, text=_text_echo(body),
                           tools=ResponsesTools(body), truncation=truncation,
                           background=_background(body, store), top_logprobs=top_logprobs,
-                          reasoning=reasoning, echoed=echoed_fields(body))
+                          reasoning=reasoning, echoed=echoed_fields(body),
+                          request_id=_request_id(body))
+
+
+def _request_id(body: dict[str, Any]) -> str | None:
+    """vLLM's ``request_id``: the response's id, as the client names it so it can fetch or
+    cancel it by that name (a stored one of the same tenant and id is replaced, as vLLM's
+    store replaces it); 1-256 characters."""
+    rid = _opt(body, "request_id", str, None)
+    if rid is not None and not 0 < len(rid) <= MAX_ID_CHARS:
+        raise _bad("request_id", f"must be 1-{MAX_ID_CHARS} characters")
+    return rid
 
 
 def _text_echo(body: dict[str, Any]) -> dict[str, Any] | None:

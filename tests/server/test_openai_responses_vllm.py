@@ -91,7 +91,34 @@ async def test_cancel_answers_as_vllm_does_for_a_finished_or_unknown_response(sr
         with pytest.raises(openai.NotFoundError) as info:
             await c.responses.cancel("resp_unknown")
         assert info.value.body["code"] == "response_not_found"
+        assert info.value.body["param"] == "response_id"  # vLLM's _make_not_found_error
+        with pytest.raises(openai.NotFoundError) as info:
+            await c.responses.retrieve("resp_unknown")
+        assert info.value.body["param"] == "response_id"
         assert (await c.responses.retrieve(r.id)).status == "incomplete"  # still there
+
+
+async def test_a_client_named_request_id_is_the_response_id(srv):
+    """vLLM's ResponsesRequest.request_id: the response is that id, fetched and cancelled by
+    it (it was ignored: a random id, so the client's own gave 404s)."""
+    m = srv.engine.model_name
+    async with client(srv) as c:
+        r = await c.responses.create(model=m, input="x", max_output_tokens=1,
+                                     extra_body={"request_id": "my-job-42"})
+        assert r.id == "my-job-42"
+        assert (await c.responses.retrieve("my-job-42")).id == "my-job-42"
+        bg = await c.responses.create(model=m, input="x", max_output_tokens=200,
+                                      background=True, extra_body={"request_id": "my-bg-43"})
+        assert bg.id == "my-bg-43"
+        try:  # found by its name either way, never a 404
+            assert (await c.responses.cancel("my-bg-43")).id == "my-bg-43"
+        except openai.BadRequestError:  # it finished first: not cancellable any more
+            assert (await c.responses.retrieve("my-bg-43")).id == "my-bg-43"
+        for bad in ("", "x" * 257, 5):
+            with pytest.raises(openai.BadRequestError) as info:
+                await c.responses.create(model=m, input="x", max_output_tokens=1,
+                                         extra_body={"request_id": bad})
+            assert info.value.body["param"] == "request_id"
 
 
 async def test_include_output_text_logprobs_as_chat_gives_them(srv):
