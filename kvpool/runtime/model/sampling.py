@@ -57,13 +57,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_range(params: Any, name: str, lo: float, hi: float) -> None:
-    """``name`` must be a number in [lo, hi]; stored as a float. Compared before any float()
-    conversion: a 400-digit JSON integer is a 400, not an OverflowError, and NaN fails every
-    comparison."""
+def _check_range(params: Any, name: str, lo: float, hi: float, open_lo: bool = False) -> None:
+    """``name`` must be a number in [lo, hi] (``open_lo``: in (lo, hi]); stored as a float.
+    Compared before any float() conversion: a 400-digit JSON integer is a 400, not an
+    OverflowError, and NaN fails every comparison."""
     v = getattr(params, name)
-    if not _is_number(v) or not lo <= v <= hi:
-        raise SamplingParamsError(name, f"must be a number in [{lo:g}, {hi:g}], got {shown(v)}")
+    if not _is_number(v) or not (lo < v if open_lo else lo <= v) or not v <= hi:
+        raise SamplingParamsError(name, f"must be a number in {'(' if open_lo else '['}"
+                                        f"{lo:g}, {hi:g}], got {shown(v)}")
     object.__setattr__(params, name, float(v))
 
 
@@ -115,9 +116,7 @@ class SamplingParams:
             raise SamplingParamsError("max_tokens",
                                       f"must be an integer >= 1, got {shown(self.max_tokens)}")
         _check_range(self, "temperature", 0.0, MAX_TEMPERATURE)  # NOTE(float32)
-        _check_range(self, "top_p", 0.0, 1.0)
-        if self.top_p == 0.0:  # vLLM's range is (0, 1]
-            raise SamplingParamsError("top_p", "must be a number in (0, 1], got 0")
+        _check_range(self, "top_p", 0.0, 1.0, open_lo=True)  # vLLM's (0, 1]
         if not _is_int(self.top_k) or self.top_k < -1:
             raise SamplingParamsError("top_k", f"must be an integer >= 1, or -1/0 to disable, "
                                                f"got {shown(self.top_k)}")
