@@ -7,7 +7,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from kvpool.errors import RequestError
 from kvpool.server.chat_messages import ROLES, message_dict
 
 __all__ = ["ChatTemplate"]
@@ -61,11 +60,7 @@ class ChatTemplate:
             calls = m.get("tool_calls")
             text = m["content"] + "".join(map(_call_text, calls)) if calls else m["content"]
             parts.append(f"<|{role}|>\n{text}\n<|end|>\n")
-        if continue_final_message:
-            if chat[-1]["role"] != "assistant":
-                raise RequestError("continue_final_message: the last message must be the "
-                                   "assistant's, to be continued",
-                                   param="continue_final_message")
+        if continue_final_message:  # whoever's it is, as vLLM and transformers continue it
             parts[-1] = parts[-1][: -len("\n<|end|>\n")]  # left open: the model continues it
         elif add_generation_prompt:
             parts.append("<|assistant|>\n")

@@ -101,11 +101,8 @@ class ModelChatTemplate:
         ``tools`` transformers' apply_chat_template hands a template; None without any)."""
         chat = [message_dict(m) for m in messages]
         kw = dict(variables or {})
-        if continue_final_message:
-            if chat[-1]["role"] != "assistant":
-                raise RequestError("continue_final_message: the last message must be the "
-                                   "assistant's, to be continued", "continue_final_message")
-            final = chat[-1]["content"]
+        if continue_final_message:  # whoever's it is: vLLM checks the role for Mistral's
+            final = chat[-1]["content"]  # tokenizers only, transformers continues any
             chat[-1]["content"] = final + _CONTINUE_TAG
         try:
             text = self._template.render(messages=chat, add_generation_prompt=add_generation_prompt,

@@ -68,10 +68,12 @@ def test_template_errors_are_400s_naming_the_problem(tmp_path):
         p.parse_chat({"messages": CONVERSATION[:3], "add_generation_prompt": True,
                       "continue_final_message": True})
     assert err.value.param == "continue_final_message"
-    with pytest.raises(RequestError) as err:
-        p.parse_chat({"messages": CONVERSATION[:2], "add_generation_prompt": False,
-                      "continue_final_message": True})
-    assert err.value.param == "continue_final_message"
+    # a final user message is continued too, as transformers (and so vLLM) continues it
+    user_last = {"messages": CONVERSATION[:2], "add_generation_prompt": False,
+                 "continue_final_message": True}
+    assert CONVERSATION[1]["role"] == "user"
+    assert p.parse_chat(user_last).prompt_ids == hf_ids(d, CONVERSATION[:2],
+                                                        continue_final_message=True)
 
 
 def test_sandbox_blocks_escapes(tmp_path):

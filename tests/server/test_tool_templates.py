@@ -57,6 +57,9 @@ def test_builtin_template_lists_tools_and_renders_calls_for_hermes():
     assert opened.startswith("<|system|>\n# Tools")  # a system turn is opened for them
     assert ChatTemplate().render(parse_messages(CALLED[1:2])) == \
         "<|user|>\nWeather in Paris?\n<|end|>\n<|assistant|>\n"
+    # continue_final_message continues a user's message too (vLLM and transformers do)
+    assert ChatTemplate().render(parse_messages(CALLED[1:2]), add_generation_prompt=False,
+                                 continue_final_message=True) == "<|user|>\nWeather in Paris?"
 
 
 @pytest.mark.parametrize("message, param", [
