@@ -6,12 +6,13 @@ engine as requests progress. Names: docs/architecture.md#metrics; the README map
 
 RequestMetrics: request-level series with vLLM's meaning, observed by the server as each
 request ends. Each carries a ``model_name`` label (the first served name, as vLLM labels its
-series):
+series). A request of n > 1 counts as the n child requests vLLM runs it as, in these and in
+the engine's latency histograms (NOTE(per-sequence)); only the n histogram counts it once:
 
     kvpool_prompt_tokens_total{model_name}                   whole prompts (vllm:prompt_tokens)
     kvpool_request_success_total{model_name,finished_reason} finished sequences by reason
-    kvpool_request_prompt_tokens{model_name}                 histogram, per request
-    kvpool_request_generation_tokens{model_name}             histogram, per request
+    kvpool_request_prompt_tokens{model_name}                 histogram, per sequence
+    kvpool_request_generation_tokens{model_name}             histogram, per sequence
     kvpool_request_params_n / _params_max_tokens{model_name} histograms of what was asked
     kvpool_request_prefill_time_seconds{model_name}          first schedule -> first token
     kvpool_request_decode_time_seconds{model_name}           first token -> finish
@@ -357,23 +358,30 @@ class RequestMetrics:
         self._success = dict.fromkeys(_REASONS, 0)
         metrics.add_source(self.families)
 
-    def observe(self, *, prompt_tokens: int, generation_tokens: int, n: int, max_tokens: int,
+    def observe(self, *, prompt_tokens: int, generated: Sequence[int], n: int, max_tokens: int,
                 reasons: Sequence[str | None], timings: dict[str, float]) -> None:
-        """One request (one prompt of it) that ended."""
+        """One request (one prompt of it) that ended: ``generated`` and ``reasons`` per
+        sequence. NOTE(per-sequence): vLLM runs n > 1 as n child requests and counts each in
+        every per-request series (success, prompt tokens, the token and latency histograms),
+        only ``request_params_n`` once per parent. Here success counted each sequence and
+        every other series the request once, so for n > 1 the series disagreed and a
+        dashboard's prompt throughput or request rate was off by up to n."""
         with self._lock:
-            self._prompt_tokens += prompt_tokens
+            self._prompt_tokens += prompt_tokens * len(reasons)
             for r in reasons:
                 key = r if r in self._success else "abort"
                 self._success[key] += 1
-        self.prompt_hist.observe(prompt_tokens)
-        self.generation_hist.observe(generation_tokens)
         self.n_hist.observe(n)
-        self.max_tokens_hist.observe(max_tokens)
         e2e, queue, ttft = (timings.get(k) for k in ("e2e", "queue", "ttft"))
-        if e2e is not None and queue is not None and ttft is not None:
-            self.prefill.observe(max(0.0, ttft - queue))
-            self.decode.observe(max(0.0, e2e - ttft))
-            self.inference.observe(max(0.0, e2e - queue))
+        timed = e2e is not None and queue is not None and ttft is not None
+        for tokens in generated:
+            self.prompt_hist.observe(prompt_tokens)
+            self.generation_hist.observe(tokens)
+            self.max_tokens_hist.observe(max_tokens)
+            if timed:
+                self.prefill.observe(max(0.0, ttft - queue))
+                self.decode.observe(max(0.0, e2e - ttft))
+                self.inference.observe(max(0.0, e2e - queue))
 
     def families(self) -> list[Family]:
         with self._lock:

@@ -208,7 +208,7 @@ class OpenAIRoutes:
             params = req.params_at(p)
             choices = range(p * n, (p + 1) * n)
             rm.observe(prompt_tokens=builder.prompt_tokens[p],
-                       generation_tokens=sum(builder.num_generated[i] for i in choices),
+                       generated=[builder.num_generated[i] for i in choices],
                        n=params.n, max_tokens=params.max_tokens or 0,
                        reasons=[builder.finish[i] for i in choices],
                        timings=builder.timings.get(p, {}))

@@ -32,7 +32,8 @@ async def test_request_series_count_what_was_asked_and_done(srv):
         second = await c.completions.create(model=m, prompt=prompt, max_tokens=3,
                                             stop=[first.choices[0].text[:1] or "e"])
     lab = (("model_name", m),)
-    want_prompt = first.usage.prompt_tokens + second.usage.prompt_tokens
+    # NOTE(per-sequence) in kvpool/metrics/collector.py: n=2 counts as two of vLLM's children
+    want_prompt = 2 * first.usage.prompt_tokens + second.usage.prompt_tokens
 
     got = await scrape_when(
         srv, lambda g: g.get("kvpool_prompt_tokens_total", {}).get(lab) == want_prompt)
@@ -44,14 +45,18 @@ async def test_request_series_count_what_was_asked_and_done(srv):
     success = {k: v for k, v in got["kvpool_request_success_total"].items()}
     assert sum(success.values()) == 3
     assert success[(("finished_reason", "length"), ("model_name", m))] >= 2
-    assert got["kvpool_request_prompt_tokens_count"][lab] == 2
+    assert got["kvpool_request_prompt_tokens_count"][lab] == 3
     assert got["kvpool_request_prompt_tokens_sum"][lab] == want_prompt
+    assert got["kvpool_request_generation_tokens_count"][lab] == 3
     assert got["kvpool_request_generation_tokens_sum"][lab] == \
         first.usage.completion_tokens + second.usage.completion_tokens
+    assert got["kvpool_request_params_n_count"][lab] == 2  # once per request, as vLLM's
     assert got["kvpool_request_params_n_sum"][lab] == 3
-    assert got["kvpool_request_params_max_tokens_sum"][lab] == 8
+    assert got["kvpool_request_params_max_tokens_sum"][lab] == 13
     for phase in ("prefill", "decode", "inference"):
-        assert got[f"kvpool_request_{phase}_time_seconds_count"][lab] == 2
+        assert got[f"kvpool_request_{phase}_time_seconds_count"][lab] == 3
+    for series in ("e2e_request_latency", "time_to_first_token", "request_queue_time"):
+        assert got[f"kvpool_{series}_seconds_count"][lab] == 3, series
     assert got["kvpool_request_inference_time_seconds_sum"][lab] >= \
         got["kvpool_request_decode_time_seconds_sum"][lab]
 

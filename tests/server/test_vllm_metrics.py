@@ -95,14 +95,19 @@ async def test_vllm_request_series_count_each_request(srv):
             async with s.post(srv.url + "/v1/completions", json={
                     "prompt": [7] * 30, "max_tokens": 5, "n": n, "ignore_eos": True}) as r:
                 assert r.status == 200, await r.text()
+    # vLLM runs n=2 as two child requests and counts each (NOTE(per-sequence) in
+    # kvpool/metrics/collector.py): three in every per-request series, n once per request
     got = await scrape_until(
-        srv, lambda g: g.get("vllm:request_inference_time_seconds_count", {}).get(lab) == 2)
-    assert got["vllm:prompt_tokens_total"][lab] == 60
+        srv, lambda g: g.get("vllm:request_inference_time_seconds_count", {}).get(lab) == 3)
+    assert got["vllm:prompt_tokens_total"][lab] == 90
     assert got["vllm:request_success_total"][(("engine", "0"), ("finished_reason", "length"),
                                                ("model_name", m))] == 3
-    assert got["vllm:request_prompt_tokens_sum"][lab] == 60
-    assert got["vllm:request_generation_tokens_count"][lab] == 2
+    assert got["vllm:request_prompt_tokens_sum"][lab] == 90
+    assert got["vllm:request_generation_tokens_count"][lab] == 3
+    assert got["vllm:request_params_n_count"][lab] == 2
     assert got["vllm:request_params_n_sum"][lab] == 3
-    assert got["vllm:request_params_max_tokens_sum"][lab] == 10
+    assert got["vllm:request_params_max_tokens_sum"][lab] == 15
     for phase in ("prefill", "decode"):
-        assert got[f"vllm:request_{phase}_time_seconds_count"][lab] == 2
+        assert got[f"vllm:request_{phase}_time_seconds_count"][lab] == 3
+    for series in ("e2e_request_latency", "time_to_first_token", "request_queue_time"):
+        assert got[f"vllm:{series}_seconds_count"][lab] == 3, series

@@ -125,7 +125,6 @@ class RequestState:
     arrival: float  # time.monotonic() at generate()
     seqs: dict[int, SeqState]  # seq_id -> state
     num_cached_tokens: int = 0
-    first_token: bool = False  # TTFT observed
     hold: int = 0  # characters held back for stop strings
     # NOTE(stop-token-text): the tokens that finish a sequence add no text (vLLM's rule:
     # the eos or stop_token_ids token stays in token_ids, its text only with
@@ -210,12 +209,11 @@ class OutputProcessor:
                 continue
             s.num_generated += 1
             self.generation_tokens += 1
-            if m is not None:
-                if not r.first_token:
+            if m is not None:  # NOTE(per-sequence) in kvpool/metrics/collector.py
+                if s.last_token_time is None:
                     m.ttft.observe(now - r.arrival)
-                elif s.last_token_time is not None:
+                else:
                     m.itl.observe(now - s.last_token_time)
-            r.first_token = True
             s.last_token_time = now
             s.pending_ids.append(token)
             s.output_ids.append(token)
@@ -310,7 +308,7 @@ class OutputProcessor:
             out = self._release(r, s, final=True)
             outs.append(out)
         m = self.metrics
-        if m is not None:
+        for _ in r.seqs if m is not None else ():  # NOTE(per-sequence): each as vLLM's child
             m.e2e.observe(now - r.arrival)
             if fr.first_scheduled_time is not None:
                 m.queue.observe(max(0.0, fr.first_scheduled_time - r.arrival))
