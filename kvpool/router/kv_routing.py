@@ -134,6 +134,8 @@ class EventRouting:
                 self.specs[spec] = self.keys = PromptKeys(info)
         for spec in [s for s in self.specs if s not in now]:
             del self.specs[spec]
+        if self.keys not in self.specs.values():  # its replicas left: the newest left
+            self.keys = next(reversed(self.specs.values()), None)
 
     async def _refreshing(self, session: aiohttp.ClientSession) -> None:
         logged = False
