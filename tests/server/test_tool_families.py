@@ -232,6 +232,23 @@ def test_a_stream_reads_its_text_again_only_when_a_call_may_have_closed(family, 
     assert join(deltas)[1] == [(c.name, c.arguments) for c in base().extract(text).calls]
 
 
+def assert_read_once_over(family: str, text: str, calls: list) -> None:
+    """``text``, streamed in 7-character pieces, gives back ``calls``, and its readings
+    (``calls_from``, counted by a spy) look at about the text's length in all."""
+    base = type(tool_parser(family))
+    looked = []
+
+    def calls_from(self, text, pos, seen):
+        looked.append(len(text) - pos)
+        return base.calls_from(self, text, pos, seen)
+    reader, deltas = ParserStream(type("Spy", (base,), {"calls_from": calls_from})()), []
+    for pos in range(0, len(text), 7):
+        deltas += reader.feed(text[pos:pos + 7])
+    got = join(deltas + reader.finish())[1]
+    assert [(n, json.loads(a)) for n, a in got] == calls
+    assert len(looked) >= len(calls) // 2 and sum(looked) <= 2 * len(text), sum(looked)
+
+
 @pytest.mark.parametrize("family", ["hermes", "llama3_json", "qwen3_coder", "seed_oss", "glm45",
                                     "minimax_m2", "deepseek_v3", "deepseek_v31", "kimi_k2"])
 def test_each_reading_goes_on_where_the_last_ended(family):
@@ -245,17 +262,6 @@ def test_each_reading_goes_on_where_the_last_ended(family):
             "llama3_json": "<|python_tag|>" + "; ".join(
                 f'{{"name": "f", "parameters": {json.dumps(a)}}}' for _, a in calls)
             }.get(family) or write(family, calls)
-    base = type(tool_parser(family))
-    looked = []
-
-    def calls_from(self, text, pos, seen):
-        looked.append(len(text) - pos)
-        return base.calls_from(self, text, pos, seen)
-    reader, deltas = ParserStream(type("Spy", (base,), {"calls_from": calls_from})()), []
-    for pos in range(0, len(text), 7):
-        deltas += reader.feed(text[pos:pos + 7])
-    got = join(deltas + reader.finish())[1]
-    assert [(n, json.loads(a)) for n, a in got] == calls
-    assert len(looked) >= len(calls) // 2 and sum(looked) <= 2 * len(text), sum(looked)
+    assert_read_once_over(family, text, calls)
     one = ParserStream(tool_parser(family), limit=1)  # parallel_tool_calls false
     assert len(join(one.feed(text) + one.finish())[1]) == 1

@@ -32,13 +32,19 @@ def weather(days: str, hot: str) -> list[dict]:
                                          "hot": {"type": hot}}}}}]
 
 
-@pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    d = tmp_path_factory.mktemp("qwen3_coder_model")
+def serving_tiny_qwen2(tmp_path_factory, parser: str):
+    """A module fixture's body: a tiny random Qwen2 with a ChatML tool template, served with
+    ``--tool-call-parser parser``; its URL."""
+    d = tmp_path_factory.mktemp(f"{parser}_model")
     save_hf_model(d, "qwen2", vocab_size=320)
     model_dir(d, TOOL_CHATML, "<|im_start|>", "<|im_end|>")
-    yield from ServerProcess.serving(d, "--enable-auto-tool-choice",
-                                     "--tool-call-parser", "qwen3_coder")
+    yield from ServerProcess.serving(d, "--enable-auto-tool-choice", "--tool-call-parser",
+                                     parser)
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    yield from serving_tiny_qwen2(tmp_path_factory, "qwen3_coder")
 
 
 async def test_values_take_each_requests_schema_types_and_the_stream_agrees(url):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kvpool.server.tools.parsers import PARSERS, tool_parser
 from kvpool.server.tools.stream import ParserStream
-from tests.server.test_tool_families import NAMES, check_both
+from tests.server.test_tool_families import NAMES, assert_read_once_over, check_both
 from tests.server.test_tool_parsers import join
 
 LISTS = ("granite", "granite31", "jamba", "hunyuan_a13b", "phi4_mini_json")
@@ -96,19 +96,7 @@ def test_each_reading_goes_on_past_the_last_call_read(family):
     reading starts past the last element read, so the readings look at about the text's
     length in all, not at the text's length once per call."""
     calls = [("f", {"x": str(i)}) for i in range(300)]
-    text = write(family, calls)
-    base = type(tool_parser(family))
-    looked = []
-
-    def calls_from(self, text, pos, seen):
-        looked.append(len(text) - pos)
-        return base.calls_from(self, text, pos, seen)
-    reader, deltas = ParserStream(type("Spy", (base,), {"calls_from": calls_from})()), []
-    for pos in range(0, len(text), 7):
-        deltas += reader.feed(text[pos:pos + 7])
-    got = join(deltas + reader.finish())[1]
-    assert [(n, json.loads(a)) for n, a in got] == calls
-    assert len(looked) >= len(calls) // 2 and sum(looked) <= 2 * len(text), sum(looked)
+    assert_read_once_over(family, write(family, calls), calls)
 
 
 def test_the_names_are_vllms():

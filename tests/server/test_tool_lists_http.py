@@ -10,9 +10,7 @@ import json
 import pytest
 from openai import AsyncOpenAI
 
-from tests.runtime.model.helpers import save_hf_model
-from tests.server.chat_templates import TOOL_CHATML, model_dir
-from tests.server.helpers import ServerProcess
+from tests.server.test_tool_families_http import serving_tiny_qwen2
 from tests.server.test_tools_http import joined
 
 pytest.importorskip("transformers")
@@ -26,11 +24,7 @@ TOOLS = [{"type": "function", "function": {"name": name, "parameters": {
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    d = tmp_path_factory.mktemp("granite_model")
-    save_hf_model(d, "qwen2", vocab_size=320)
-    model_dir(d, TOOL_CHATML, "<|im_start|>", "<|im_end|>")
-    yield from ServerProcess.serving(d, "--enable-auto-tool-choice",
-                                     "--tool-call-parser", "granite")
+    yield from serving_tiny_qwen2(tmp_path_factory, "granite")
 
 
 async def test_an_array_of_calls_comes_back_whole_and_streamed(url):
