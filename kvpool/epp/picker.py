@@ -88,6 +88,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from kvpool.epp.encoded import coding_of, decoded, encoded
 from kvpool.epp.rewrite import ModelRewrites, request_seed
 from kvpool.epp.stored_names import StoredNames
 from kvpool.epp.subset import Subset, host_port
@@ -198,12 +199,13 @@ class Picker:
         plain = request_headers(CIMultiDict(headers))
         among = None if subset is None else (lambda r: subset.allows(r.url))
         new_response = route == RESPONSES_PATH and method == "POST"
-        body, renamed = None, None
+        body, renamed, text = None, None, raw
         if route in GENERATE_PATHS or new_response:
-            body = await self.router.bodies.check(raw)  # RequestError: the router's 400
-            raw, body, renamed = await self.rewrite(raw, body, plain)
+            raw, text, body, renamed = await self.generation_body(raw, CIMultiDict(headers),
+                                                                  plain)
         if route in GENERATE_PATHS:  # NOTE(messages-scored)
-            order, pinned = await self.planned(*scored_body(route, raw, body), plain, among), None
+            order, pinned = await self.planned(*scored_body(route, text, body), plain,
+                                               among), None
         elif new_response:
             named = None if body is None else body.get(PREVIOUS)  # anything
             order, pinned = await self.router.response_order(named, plain, new=True,
@@ -221,6 +223,23 @@ class Picker:
             else (None, None)
         return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned, learn,
                     param)
+
+    async def generation_body(self, raw: bytes, headers: CIMultiDict, plain: list
+                              ) -> tuple[bytes, bytes, dict | None, tuple[str, str] | None]:
+        """(the bytes that go upstream, the body as the picker reads it, its object (None:
+        too large to check here, or not decoded), the rewrite (``rewrite``)); RequestError:
+        the router's 400. NOTE(encoded-body) in encoded.py: a compressed body is decoded to
+        be read, and compressed again when a rewrite changed it."""
+        coding = coding_of(headers)
+        text = raw if coding is None else await asyncio.to_thread(
+            decoded, raw, coding, self.router.max_body_bytes)
+        if text is None:  # not read here: placed as a body too large to check, the
+            return raw, raw, None, None  # replica judges it
+        body = await self.router.bodies.check(text)
+        new, body, renamed = await self.rewrite(text, body, plain)
+        if renamed is not None:
+            raw = new if coding is None else encoded(new, coding)
+        return raw, new, body, renamed
 
     async def planned(self, raw: bytes, body: dict | None, headers: list,
                       among: Callable[[Replica], bool] | None) -> list[Replica]:
@@ -267,7 +286,10 @@ class Picker:
             return raw, body, None  # as checked: a large body stays undecoded for the plan
         body = {**decoded, "model": target}
         encode = functools.partial(json.dumps, body, ensure_ascii=False, separators=(",", ":"))
-        raw = (await asyncio.to_thread(encode) if large else encode()).encode()
+        try:  # a lone surrogate escape in a body too large to check: not UTF-8 encodable
+            raw = (await asyncio.to_thread(encode) if large else encode()).encode()
+        except UnicodeEncodeError:  # NOTE(rewrite-surrogate): the replica judges it, a 400
+            return raw, None, None  # (it crashed the call: Envoy's 503 and a traceback)
         return raw, body, (model, target)
 
     async def by_response(self, route: str, headers: list,

@@ -97,7 +97,10 @@ class ModelRestore:
     """One answer's restore (NOTE(model-restore)), fed its body chunk by chunk in order."""
 
     def __init__(self, asked: str, target: str, kind: str, limit: int) -> None:
-        self.asked = json.dumps(asked, ensure_ascii=False).encode()
+        try:
+            self.asked = json.dumps(asked, ensure_ascii=False).encode()
+        except UnicodeEncodeError:  # a lone surrogate: only its escape is UTF-8 (and JSON)
+            self.asked = json.dumps(asked).encode()
         self.target = target
         self.kind = kind
         self.limit = limit

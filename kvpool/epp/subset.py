@@ -51,8 +51,9 @@ def _entry(text: str) -> tuple[str, int | None] | None:
         host, port = text.split(":")
     else:  # a bare IPv4 address or host name, or a bare IPv6 address
         host, port = text, None
-    if not host or (port is not None and not (port.isascii() and port.isdigit())):
-        return None
+    if not host or (port is not None and not (port.isascii() and port.isdigit()
+                                               and len(port) <= 5)):
+        return None  # a port of 4300+ digits made int() raise: the call failed INTERNAL
     return _host(host), None if port is None else int(port)
 
 

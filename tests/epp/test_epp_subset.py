@@ -131,6 +131,14 @@ def test_entries_match_host_and_port_ipv6_included():
     assert not hint.allows("http://10.0.0.2:90") and not hint.allows("http://10.0.0.3:9")
 
 
+def test_an_entry_that_cannot_be_read_names_nothing_and_spoils_no_other():
+    """A port of 4300+ digits made int() raise (Python's digit limit): the call failed
+    INTERNAL, a traceback per call, the valid entries beside it lost."""
+    hint = Subset(["127.0.0.1:" + "1" * 5000, "10.0.0.2:9", "[::1]:" + "9" * 6])
+    assert hint.pairs == {("10.0.0.2", 9)}
+    assert hint.allows("http://10.0.0.2:9") and not hint.allows("http://127.0.0.1:1111")
+
+
 @pytest.mark.parametrize("path, body", [
     ("/v1/responses", json.dumps({"input": "more", "previous_response_id": "resp_1"})),
     ("/v1/responses/resp_1", ""),
