@@ -23,6 +23,9 @@ with HTTP 400) and, where a fix exists, the fix. Checked in order:
 
     empty prompt                          -> prompt
     a token id outside [0, vocab)         -> prompt
+    n sequences > max_num_seqs (or the    -> n, code n_too_large_for_batch (a request's
+      tenant cap): they never run at once    sequences run together; it used to be queued
+                                             and failed as a 500)
     prompt + max_tokens > max_model_len   -> max_tokens (prompt, if the prompt alone is too
                                              long), code context_length_exceeded
     admission NEVER for prompt + 1 token  -> prompt, code prompt_too_long_for_pool
@@ -241,10 +244,14 @@ class RequestChecker:
     engine: asked, never changed). A response_format is checked where it is compiled, off
     this (caller's) thread: EngineCore.compile_grammar."""
 
-    def __init__(self, vocab_size: int, max_model_len: int, manager: BlockSpaceManager) -> None:
+    def __init__(self, vocab_size: int, max_model_len: int, manager: BlockSpaceManager,
+                 max_seqs: int | None = None) -> None:
+        """``max_seqs``: the most sequences one request may run at once (max_num_seqs, or
+        the tenant cap when lower: never_reason's rules); None: not checked here."""
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.manager = manager
+        self.max_seqs = max_seqs
 
     def check(self, prompt_ids: list[int], params: StopParams) -> None:
         """Raise RequestError for what can never be served (see the module docstring)."""
@@ -270,7 +277,12 @@ class RequestChecker:
 
     def check_pool(self, p: int, params: StopParams) -> None:
         """The pool checks for a prompt of ``p`` tokens: the prompt, then one sequence, then
-        all ``n`` of them."""
+        all ``n`` of them; first, whether ``n`` sequences can ever run at once."""
+        if self.max_seqs is not None and params.n > self.max_seqs:
+            raise RequestError(
+                f"n={params.n} sequences (best_of's, where it is larger) run together, more "
+                f"than the {self.max_seqs} the server runs at once (--max-num-seqs, or the "
+                f"tenant's cap): use n <= {self.max_seqs}", "n", "n_too_large_for_batch")
         mgr = self.manager
         adm = mgr.admission([(p + 1, ())])  # the scheduler's own rule
         if adm.status is AllocStatus.NEVER:

@@ -248,6 +248,19 @@ async def test_n_sequences_that_can_never_fit_the_pool_are_refused_naming_n(make
         assert resp["usage"]["completion_tokens"] == 80
 
 
+async def test_more_sequences_than_run_at_once_are_refused_naming_n(make_server):
+    """A request's n (best_of's, where larger) sequences run together: past --max-num-seqs
+    they never can. It was queued and failed as a 500 (a 200 stream ending in an error)."""
+    async with make_server(max_num_seqs=2) as srv:
+        body = {"prompt": "hi", "max_tokens": 2}
+        for extra in ({"n": 3}, {"n": 3, "stream": True}, {"n": 1, "best_of": 3}):
+            status, _, resp = await call(srv, "POST", "/v1/completions", json={**body, **extra})
+            err = assert_error(status, resp, 400, "n", "n_too_large_for_batch")
+            assert "use n <= 2" in err["message"], err
+        status, _, resp = await call(srv, "POST", "/v1/completions", json={**body, "n": 2})
+        assert status == 200 and len(resp["choices"]) == 2, resp
+
+
 async def test_unknown_model_is_404_on_every_route(srv):
     for path, body in (("/v1/completions", {"prompt": "hi", "model": "gpt-4o"}),
                        ("/v1/chat/completions", {"messages": CHAT, "model": "gpt-4o"}),

@@ -116,8 +116,10 @@ class EngineCore:
             kv_bytes_per_block=self.storage.bytes_per_block,
             defrag_threshold=config.defrag_threshold,
             tenant_max_running_seqs=config.tenant_max_running_seqs))
-        self.checker = RequestChecker(self.model.config.vocab_size, self.max_model_len,
-                                      self.manager)  # validate(): sched/admission_gate.py
+        cap = config.tenant_max_running_seqs
+        self.checker = RequestChecker(  # validate(): sched/admission_gate.py
+            self.model.config.vocab_size, self.max_model_len, self.manager,
+            max_seqs=min(config.max_num_seqs, cap) if cap is not None else config.max_num_seqs)
 
     def _build_sampling(self, config: EngineConfig, metrics) -> None:
         self.outputs = OutputProcessor(self.tokenizer, metrics, config.stream_interval)
