@@ -8,8 +8,10 @@
 - vLLM's ``prompt_logprobs``: per prompt token ``null`` (the first) or
   ``{"<token id>": {"logprob", "rank", "decoded_token"}}`` for the chosen and the top k.
 
-A token's text is ``tokenizer.decode([id])`` (a lone byte of a multi-byte character reads
-U+FFFD, as in vLLM); decoded once per id and kept in a bounded cache.
+A token's text is ``tokenizer.decode([id])`` with special tokens kept, as vLLM decodes it (a
+lone byte of a multi-byte character reads U+FFFD, as in vLLM; ``<s>`` reads ``<s>``, where it
+read "" and every special token collapsed onto one top_logprobs key); decoded once per id and
+kept in a bounded cache.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class LogprobFormatter:
             return f"token_id:{token_id}"
         t = self._text.get(token_id)
         if t is None:
-            t = self.tokenizer.decode([token_id])
+            t = self.tokenizer.decode([token_id], skip_special_tokens=False)
             if len(self._text) >= _CACHE_MAX:
                 self._text.clear()
             self._text[token_id] = t

@@ -203,7 +203,8 @@ class RequestParser:
         """vLLM's /detokenize body: ``tokens`` (ids inside the vocabulary); the route checks
         unknown fields first."""
         self._model(body.get("model"))
-        return self.tokenizer.decode(token_ids(body.get("tokens"), "tokens", self.vocab_size))
+        ids = token_ids(body.get("tokens"), "tokens", self.vocab_size)
+        return self.tokenizer.decode(ids, skip_special_tokens=False)  # vLLM keeps them
 
     def _chat_ids(self, body: dict[str, Any], extras: VllmExtras,
                   tools: Sequence[dict[str, Any]] | None = None

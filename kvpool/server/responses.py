@@ -174,7 +174,8 @@ class ResponseBuilder:
         ids = self.req.prompts[prompt]
         text = (self.req.prompt_texts[prompt] if prompt < len(self.req.prompt_texts) else None)
         if text is None:
-            text = self.fmt.tokenizer.decode(ids) if self.fmt else ""
+            text = self.fmt.tokenizer.decode(ids, skip_special_tokens=False) if self.fmt \
+                else ""  # vLLM's echo of token ids keeps their special tokens
         if self.rids.on:  # returned_ids.py: the ids stand for the echoed text
             text = ""
         for j in range(self.n):

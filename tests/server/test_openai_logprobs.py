@@ -149,7 +149,16 @@ async def test_stop_reason_cached_tokens_tokenize_version(srv):
     status, tk2 = await post(srv, "/tokenize", {"prompt": prompt, "add_special_tokens": False})
     assert tk2["tokens"] == srv.engine.tokenizer.encode(prompt, add_special_tokens=False)
     status, dt = await post(srv, "/detokenize", {"tokens": ids})
-    assert status == 200 and dt == {"prompt": srv.engine.tokenizer.decode(ids)}
+    tok = srv.engine.tokenizer  # special tokens kept, as vLLM's /detokenize keeps them
+    assert status == 200 and dt == {"prompt": tok.decode(ids, skip_special_tokens=False)}
+    assert dt["prompt"].startswith(tok.decode(ids[:1], skip_special_tokens=False)) and \
+        tok.decode(ids[:1]) == ""  # the BOS: "" when skipped
+    # echo of token ids keeps their special tokens too, in its text and in its tokens
+    status, out = await post(srv, "/v1/completions", {"prompt": ids, "max_tokens": 1,
+                                                       "echo": True, "logprobs": 0})
+    bos = tok.decode(ids[:1], skip_special_tokens=False)
+    assert status == 200 and out["choices"][0]["text"].startswith(dt["prompt"]), out
+    assert out["choices"][0]["logprobs"]["tokens"][0] == bos and bos
     for path, body, param in (("/tokenize", {}, "prompt"),
                               ("/tokenize", {"prompt": "a", "messages": []}, "prompt"),
                               ("/tokenize", {"prompt": 5}, "prompt"),
