@@ -44,6 +44,8 @@
                              --override-generation-config; generation_config.py)
     return_tokens_as_token_ids  the default of the request field of that name: logprob tokens
                              spelled ``token_id:<id>`` (vLLM's --return-tokens-as-token-ids)
+    default_chat_template_kwargs  the chat template's kwargs under a request's own, key by
+                             key (vLLM's --default-chat-template-kwargs)
     trust_request_chat_template  run a ``chat_template`` a request sends (template_cache.py
                              NOTE(untrusted-template)); default: refused with a 400
     tool_call_parser         reads ``tool_choice: auto`` output (tools/parsers.py); None: auto
@@ -120,19 +122,18 @@ _MANAGE_ENGINE_KEY = web.AppKey("kvpool_manage_engine", bool)
 
 def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: KVPoolMetrics | None = None,
-              served_model_names: tuple[str, ...] | None = None,
-              max_json_depth: int = MAX_JSON_DEPTH,
+              served_model_names: tuple[str, ...] | None = None, manage_engine: bool = True,
+              max_json_depth: int = MAX_JSON_DEPTH, dev_routes: bool = False,
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
-              manage_engine: bool = True,
               tenant_block_quota: int | None = None, chat_template: str | Path | None = None,
               tenant_header: str | None = None, shared_prefix_cache: bool = False,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
               reject_unknown_fields: bool = False, return_tokens_as_token_ids: bool = False,
-              generation_config: str | None = "auto",
+              generation_config: str | None = "auto", reasoning_parser: str | None = None,
               override_generation_config: Mapping[str, Any] | None = None,
               tool_call_parser: str | None = None, cors: CorsPolicy = DEFAULT_CORS,
               trust_request_chat_template: bool = False, server_load_tracking: bool = False,
-              dev_routes: bool = False, reasoning_parser: str | None = None) -> web.Application:
+              default_chat_template_kwargs: Mapping[str, Any] | None = None) -> web.Application:
     """The OpenAI-compatible app (each option: the module docstring's table)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
@@ -141,7 +142,8 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
         n for n in (engine.model_name, engine.config.served_model_name) if n))
     parser = _parser(engine, names, max_json_depth, chat_template, trust_request_chat_template,
                      reject_unknown_fields, tool_call_parser, generation_config,
-                     override_generation_config, return_tokens_as_token_ids, reasoning_parser)
+                     override_generation_config, return_tokens_as_token_ids, reasoning_parser,
+                     default_chat_template_kwargs)
     metrics = metrics if metrics is not None else engine.metrics
     namespace = CacheNamespace(identity=bool(api_key or tenant_header),
                                shared=shared_prefix_cache)
@@ -182,13 +184,17 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
             chat_template: str | Path | None, trust_request_template: bool,
             reject_unknown_fields: bool, tool_call_parser: str | None,
             generation_config: str | None, override: Mapping[str, Any] | None,
-            tokens_as_ids: bool, reasoning: str | None) -> RequestParser:
+            tokens_as_ids: bool, reasoning: str | None,
+            template_kwargs: Mapping[str, Any] | None = None) -> RequestParser:
     """The request parser, bounded by the engine's config and context; the request fields'
-    defaults: generation_config.py's, and return_tokens_as_token_ids."""
+    defaults: generation_config.py's, return_tokens_as_token_ids, and vLLM's
+    --default-chat-template-kwargs (under a request's own: body_fields.with_defaults)."""
     config = engine.config
     defaults = load_generation_defaults(generation_config, config.model, override)
     if tokens_as_ids:  # a request's own value (false too) wins, as in vLLM
         defaults["return_tokens_as_token_ids"] = True
+    if template_kwargs:
+        defaults["chat_template_kwargs"] = dict(template_kwargs)
     return RequestParser(engine.tokenizer, names, engine.max_model_len,
                          max_n=config.max_n,
                          max_tokens_limit=config.max_tokens_limit or engine.max_model_len,

@@ -104,13 +104,17 @@ def token_ids(value: Any, param: str, vocab_size: int, *, allow_none: bool = Fal
 
 
 def with_defaults(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """``body`` with ``defaults`` (generation_config.py) filling fields left out or null."""
+    """``body`` with ``defaults`` (generation_config.py) filling fields left out or null; an
+    object default (chat_template_kwargs) goes under the body's object, key by key, as vLLM
+    merges its --default-chat-template-kwargs under a request's."""
     if not defaults:
         return body
     merged = dict(body)
     for name, value in defaults.items():
         if merged.get(name) is None:
             merged[name] = value
+        elif isinstance(value, dict) and isinstance(merged[name], dict):
+            merged[name] = {**value, **merged[name]}
     return merged
 
 

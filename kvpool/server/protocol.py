@@ -311,8 +311,7 @@ class RequestParser:
         return out
 
     def _model(self, model: Any) -> str:
-        """The served name ``model`` asks for; none, or "", is the first (vLLM's rule: a load
-        generator or gateway with no model configured sends "")."""
+        """The served name ``model`` asks for; none or "" (vLLM's rule) is the first."""
         if model is None or model == "":
             return self.model_names[0]
         if not isinstance(model, str):

@@ -47,8 +47,9 @@ from kvpool.server.process_tuning import loop_factory, tune_process
 from kvpool.server.remote_setup import add_remote_args, build_link
 from kvpool.server.responses_api import RESPONSES_KEY
 from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
-                                         add_server_args, resolve_api_key)
+                                         add_server_args, loopback_said, resolve_api_key)
 from kvpool.server.tls import ServerTLS
+from kvpool.server.vllm_dotted import human_int, human_int_or_auto
 from kvpool.server.vllm_flags import VllmSwitch
 
 if TYPE_CHECKING:
@@ -107,8 +108,9 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "max_num_seqs": (int, "N", "sequences running at once"),
     "tenant_max_running_seqs": (int, "N", "sequences one tenant (--tenant-header, else the API "
                                           "key) may run at once"),
-    "max_num_batched_tokens": (int, "N", "tokens per engine step"),
-    "max_model_len": (int, "TOKENS", "context length (default: the model's)"),
+    "max_num_batched_tokens": (human_int, "N", "tokens per engine step (8k, 8K: vLLM's)"),
+    "max_model_len": (human_int_or_auto, "TOKENS", "context length (default, auto or -1: the "
+                                                   "model's; 32k, 32K: vLLM's)"),
     "preemption_mode": (str, ("swap", "recompute"), "how to preempt (default: by cost)"),
     "defrag_threshold": (float, "FRACTION", "defragment above this external fragmentation"),
     "seed": (int, "N", "tiny-model weights and the shared sampling RNG"),
@@ -188,6 +190,8 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
                 handle_signals: bool = True) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     o = options if options is not None else ServeOptions()
+    if o.host is None:  # NOTE(loopback) in serve_options.py
+        o = dataclasses.replace(o, host=loopback_said())
     tls = ServerTLS(o)  # HTTPS with --ssl-certfile (tls.py), before the model loads
     limiter = ConnectionLimiter(o.max_connections or default_max_connections())
     engine, app = _build(config, o, limiter)

@@ -35,7 +35,10 @@ from kvpool.server.tls import add_tls_args, server_context
 from kvpool.server.tools.parsers import PARSERS
 from kvpool.server.vllm_flags import VllmSwitch, add_vllm_args, apply_vllm_flags
 
-__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args"]
+__all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args",
+           "loopback_said"]
+
+log = logging.getLogger("kvpool.server")
 
 class _ArgGroup(Protocol):  # argparse's argument group (its class is private)
     def add_argument(self, *flags: str, **options: Any) -> argparse.Action: ...
@@ -50,7 +53,7 @@ DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 class ServeOptions:
     """The server's settings (the engine's are EngineConfig's); defaults are kvpool serve's."""
 
-    host: str = "127.0.0.1"  # bind address: loopback unless told otherwise
+    host: str | None = None  # bind address; None: 127.0.0.1, said at start (loopback_said)
     port: int = 8000  # 0: any free port (the READY line says which)
     api_key: tuple[str, ...] | None = None  # Bearer keys, any one of them, on /v1 (None: none)
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT  # seconds running requests get on SIGTERM
@@ -81,6 +84,7 @@ class ServeOptions:
     # logprob tokens spelled token_id:<id> where a request leaves return_tokens_as_token_ids out
     override_generation_config: dict[str, Any] | None = None
     return_tokens_as_token_ids: bool = False
+    default_chat_template_kwargs: dict[str, Any] | None = None  # under a request's own
     disable_uvicorn_access_log: bool = False  # vLLM's: no access line, even at debug
     # every --served-model-name (clients may send any; /v1/models lists them); None: the
     # engine's names (the model dir's)
@@ -170,7 +174,8 @@ class ServeOptions:
         """build_app's keywords for what a request gets where it leaves a field out."""
         return {"generation_config": self.generation_config,
                 "override_generation_config": self.override_generation_config,
-                "return_tokens_as_token_ids": self.return_tokens_as_token_ids}
+                "return_tokens_as_token_ids": self.return_tokens_as_token_ids,
+                "default_chat_template_kwargs": self.default_chat_template_kwargs}
 
     def access_log(self, logger: logging.Logger) -> logging.Logger | None:
         """The logger of the per-request access line: ``logger`` where it logs debug (the
@@ -196,6 +201,18 @@ class ServeOptions:
             getattr(args, "kv_events_salt_key", None), os.environ)
         given["dev_routes"] = bool(getattr(args, "dev_routes", False)) or dev_mode(os.environ)
         return cls(**given)
+
+
+def loopback_said() -> str:
+    """NOTE(loopback): without --host kvpool binds 127.0.0.1, where vLLM binds every
+    interface, so a manifest written for vLLM gave a server nothing outside its pod or
+    container could reach, and nothing said why. Said once: a warning where a container or
+    Kubernetes is detected, else an info line."""
+    contained = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) or os.path.exists("/.dockerenv")
+    log.log(logging.WARNING if contained else logging.INFO,
+            "listening on 127.0.0.1 only (kvpool's default; vLLM's is every interface): pass "
+            "--host 0.0.0.0 to be reached from other machines (a Service, a published port)")
+    return "127.0.0.1"
 
 
 def resolve_api_key(args: argparse.Namespace) -> tuple[str, ...] | None:
@@ -226,7 +243,8 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_connection_args(srv: _ArgGroup) -> None:
     """Where to listen, who may connect, and how long connections and shutdown may take."""
-    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    srv.add_argument("--host", default=None, help="address to bind (default: 127.0.0.1, where "
+                     "vLLM binds every interface: 0.0.0.0 to be reached from other machines)")
     srv.add_argument("--port", type=int, default=8000, help="port (0: any free port; default "
                                                             "8000)")
     srv.add_argument("--api-key", default=None, nargs="+", metavar="KEY",

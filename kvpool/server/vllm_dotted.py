@@ -24,12 +24,13 @@ would read any ``-x.y`` so.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["JSON_FLAGS", "expand_dotted", "flag_value"]
+__all__ = ["JSON_FLAGS", "expand_dotted", "flag_value", "human_int", "human_int_or_auto"]
 
 # the option strings whose dotted forms are read, -> the flag that takes the object
 JSON_FLAGS = {
@@ -107,3 +108,18 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
             into[key] += value
         else:
             into[key] = value
+
+
+def human_int(text: str) -> int:
+    """An argparse type: vLLM's human-readable integer (``8192``, ``8k`` 8000, ``8K`` 8192,
+    ``25.6k`` 25600), else exit 2 naming the value."""
+    value = flag_value(text)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise argparse.ArgumentTypeError(f"{text}: want an integer such as 8192, 8k (8000) "
+                                         "or 8K (8192)")
+    return value
+
+
+def human_int_or_auto(text: str) -> int | None:
+    """``human_int``, or None for vLLM's ``auto`` / ``-1`` (the value derived: the model's)."""
+    return None if text.strip().lower() in ("auto", "-1") else human_int(text)

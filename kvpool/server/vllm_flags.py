@@ -37,6 +37,7 @@ from typing import Any
 from kvpool.errors import require
 from kvpool.sched.config import POLICIES
 from kvpool.server.vllm_config_file import add_config_flag
+from kvpool.server.vllm_dotted import human_int
 
 __all__ = ["ALWAYS", "GROUP_TITLE", "NO_OPS", "VllmSwitch", "add_vllm_args",
            "apply_vllm_flags"]
@@ -54,6 +55,7 @@ _NO_COMPILE = ("kvpool compiles nothing: the model runs eagerly (no torch.compil
                "graphs)")
 _NO_GRAPHS = "kvpool captures no CUDA graphs: the model runs eagerly"
 _TEXT_ONLY = "kvpool serves text-only models: a message's content is text parts only"
+_NO_LORA = "kvpool serves no LoRA adapters (--enable-lora is refused), so no LoRA limit applies"
 # NOTE(vllm-noops): dest -> (argparse kind, why the flag means nothing in kvpool serve); the
 # reason is the startup info line and the flag's help. "bool": --x / --no-x, "flag": --x only.
 NO_OPS: dict[str, tuple[Any, str]] = {
@@ -81,6 +83,16 @@ NO_OPS: dict[str, tuple[Any, str]] = {
     "compilation_config": (str, _NO_COMPILE),
     "optimization_level": (str, _NO_COMPILE),
     "cudagraph_capture_sizes": ("list", _NO_GRAPHS),
+    "max_loras": (int, _NO_LORA), "max_lora_rank": (int, _NO_LORA),
+    "max_cpu_loras": (int, _NO_LORA),
+    "async_scheduling": ("bool", "kvpool's step thread schedules each step as the last ends"),
+    "prefix_match_unit": (int, "kvpool's prefix cache matches whole blocks (--block-size)"),
+    "disable_access_log_for_endpoints": (str, "kvpool writes no access lines but at "
+                                              "--log-level debug"),
+    "disable_fastapi_docs": ("bool", "kvpool serves no /docs page"),
+    "otlp_traces_endpoint": (str, "kvpool exports no traces: GET /metrics serves its figures"),
+    "max_parallel_loading_workers": (int, "kvpool loads the model in its own process"),
+    "enable_expert_parallel": ("bool", "kvpool runs dense models on one device"),
     "cuda_graph_sizes": ("list", _NO_GRAPHS),
     "max_cudagraph_capture_size": (int, _NO_GRAPHS),
     "max_seq_len_to_capture": (int, _NO_GRAPHS),
@@ -94,7 +106,9 @@ _SHORT = {"compilation_config": "-cc", "optimization_level": "-O"}
 _METAVAR = {"compilation_config": "JSON", "limit_mm_per_prompt": "JSON"}
 # vLLM's switches for what kvpool always does: dest -> what; their --no- form changes nothing
 ALWAYS = {"enable_request_id_headers": "every answer carries X-Request-Id",
-          "enable_prompt_tokens_details": "usage has prompt_tokens_details.cached_tokens"}
+          "enable_prompt_tokens_details": "usage has prompt_tokens_details.cached_tokens",
+          # a step's output is the same either way; production-stack's charts send the off form
+          "enable_chunked_prefill": "long prompts are split over steps (chunked prefill)"}
 
 
 def _opposite(dest: str) -> str:
@@ -182,10 +196,9 @@ def _add_honored(group: Any) -> None:
     for dest, why in ALWAYS.items():
         group.add_argument("--" + dest.replace("_", "-"), action=VllmSwitch, default=None,
                            help=f"honored always: {why} (off: one info line, no effect)")
-    group.add_argument("--enable-chunked-prefill", action=_OnOff, refused=False, default=None,
-                       why="kvpool always splits long prompts over steps (chunked prefill, "
-                       "vLLM's default); leave it out",
-                       help="honored always; --no-enable-chunked-prefill is refused")
+    group.add_argument("--kv-cache-memory-bytes", dest="kv_cache_memory", type=human_int,
+                       metavar="BYTES", default=argparse.SUPPRESS,
+                       help="the same as --kv-cache-memory (2G, 2g: vLLM's)")
 
 
 def _add_honored_server(group: Any) -> None:
@@ -197,6 +210,10 @@ def _add_honored_server(group: Any) -> None:
                        default=False, help="logprob tokens spelled "
                        "token_id:<id> where a request leaves its return_tokens_as_token_ids "
                        "out (its own value, false too, wins)")
+    group.add_argument("--default-chat-template-kwargs", type=_json_object, metavar="JSON",
+                       default=None, help="the chat template's keyword arguments where a "
+                       "request leaves them out, e.g. '{\"enable_thinking\": false}' (a "
+                       "request's chat_template_kwargs win key by key, as in vLLM)")
     group.add_argument("--override-generation-config", type=_json_object, metavar="JSON",
                        default=None, help="sampling defaults over "
                        "--generation-config's, e.g. '{\"temperature\": 0.6}': temperature, "

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from kvpool.errors import RequestError
+from kvpool.runtime.model import load_tokenizer
 from kvpool.server.chat_template import ChatTemplateError, load_chat_template
+from kvpool.server.protocol import RequestParser
 from tests.server.chat_templates import CHATML, CONVERSATION, hf_ids, model_dir, parser_for
 
 LLAMA3 = ("{{ bos_token }}{% for message in messages %}"
@@ -101,3 +103,18 @@ def test_override_file_and_fallbacks(tmp_path):
     with pytest.raises(ChatTemplateError, match="default"):
         load_chat_template(model_dir(tmp_path / "list", [{"name": "x", "template": "y"}],
                                      "<s>", "</s>"))
+
+
+def test_default_chat_template_kwargs_go_under_the_requests_own(tmp_path):
+    """vLLM's --default-chat-template-kwargs (app.py's default_chat_template_kwargs): the
+    template sees them where a request leaves them out, and a request's own win key by key."""
+    d = model_dir(tmp_path, "{{ tone }}/{{ size }}:{% for m in messages %}{{ m.content }}"
+                            "{% endfor %}", "<s>", "</s>")
+    p = RequestParser(load_tokenizer(d), ["m"], 4096, max_n=1, max_tokens_limit=16,
+                      max_stop=4, chat_template=load_chat_template(d, None),
+                      defaults={"chat_template_kwargs": {"tone": "calm", "size": "s"}})
+    tok = load_tokenizer(d)
+    ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert tok.decode(p.parse_chat(ask).prompt_ids).endswith("calm/s:hi")
+    mine = {**ask, "chat_template_kwargs": {"size": "xl"}}
+    assert tok.decode(p.parse_chat(mine).prompt_ids).endswith("calm/xl:hi")

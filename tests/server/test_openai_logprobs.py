@@ -129,6 +129,20 @@ async def test_several_prompts_in_one_request(srv):
         assert e.value.param == "prompt"
 
 
+async def special_tokens_are_kept(srv, ids: list[int]) -> None:
+    """/detokenize and the echo of token ids (its text and its tokens) keep the special
+    tokens, as vLLM decodes them (they read "")."""
+    status, dt = await post(srv, "/detokenize", {"tokens": ids})
+    tok = srv.engine.tokenizer
+    assert status == 200 and dt == {"prompt": tok.decode(ids, skip_special_tokens=False)}
+    bos = tok.decode(ids[:1], skip_special_tokens=False)
+    assert dt["prompt"].startswith(bos) and bos and tok.decode(ids[:1]) == ""  # skipped: ""
+    status, out = await post(srv, "/v1/completions", {"prompt": ids, "max_tokens": 1,
+                                                       "echo": True, "logprobs": 0})
+    assert status == 200 and out["choices"][0]["text"].startswith(dt["prompt"]), out
+    assert out["choices"][0]["logprobs"]["tokens"][0] == bos
+
+
 async def test_stop_reason_cached_tokens_tokenize_version(srv):
     async with client(srv) as c:
         model = srv.engine.model_name
@@ -148,17 +162,7 @@ async def test_stop_reason_cached_tokens_tokenize_version(srv):
     assert status == 200 and tk == {"count": len(ids), "max_model_len": 256, "tokens": ids}
     status, tk2 = await post(srv, "/tokenize", {"prompt": prompt, "add_special_tokens": False})
     assert tk2["tokens"] == srv.engine.tokenizer.encode(prompt, add_special_tokens=False)
-    status, dt = await post(srv, "/detokenize", {"tokens": ids})
-    tok = srv.engine.tokenizer  # special tokens kept, as vLLM's /detokenize keeps them
-    assert status == 200 and dt == {"prompt": tok.decode(ids, skip_special_tokens=False)}
-    assert dt["prompt"].startswith(tok.decode(ids[:1], skip_special_tokens=False)) and \
-        tok.decode(ids[:1]) == ""  # the BOS: "" when skipped
-    # echo of token ids keeps their special tokens too, in its text and in its tokens
-    status, out = await post(srv, "/v1/completions", {"prompt": ids, "max_tokens": 1,
-                                                       "echo": True, "logprobs": 0})
-    bos = tok.decode(ids[:1], skip_special_tokens=False)
-    assert status == 200 and out["choices"][0]["text"].startswith(dt["prompt"]), out
-    assert out["choices"][0]["logprobs"]["tokens"][0] == bos and bos
+    await special_tokens_are_kept(srv, ids)
     for path, body, param in (("/tokenize", {}, "prompt"),
                               ("/tokenize", {"prompt": "a", "messages": []}, "prompt"),
                               ("/tokenize", {"prompt": 5}, "prompt"),

@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import signal
 
 import aiohttp
@@ -78,7 +79,7 @@ def test_model_positional_tokenizer_and_max_logprobs(capsys):
 def test_defaults_and_api_key_env(monkeypatch):
     args = parse()
     assert serve.config_from_args(args) == EngineConfig()
-    assert (args.host, args.port) == ("127.0.0.1", 8000)
+    assert (args.host, args.port) == (None, 8000)  # 127.0.0.1, said at start (loopback)
     assert parse("--enable-prefix-caching").enable_prefix_caching is True
     assert parse("--kv-cache-memory", "1048576").kv_cache_memory == 1048576
     monkeypatch.delenv(serve.API_KEY_ENV, raising=False)
@@ -91,6 +92,18 @@ def test_defaults_and_api_key_env(monkeypatch):
     assert serve.resolve_api_key(parse("--api-key", "flag")) == ("flag",)
     assert serve.resolve_api_key(parse("--api-key", "k1", "k2", "--port", "0")) == ("k1", "k2")
     assert serve.resolve_api_key(parse("/models/m", "--api-key", "k1", "k2")) == ("k1", "k2")
+
+
+def test_vllms_human_readable_numbers_and_auto():
+    """vLLM 0.33's human_readable_int(_or_auto): 32k 32000, 32K 32768; auto and -1 derive the
+    context (they were argparse's 'invalid int value')."""
+    cfg = serve.config_from_args(parse("--max-model-len", "32k", "--max-num-batched-tokens",
+                                       "8K", "--kv-cache-memory-bytes", "2G"))
+    assert (cfg.max_model_len, cfg.max_num_batched_tokens) == (32000, 8192)
+    assert cfg.kv_cache_memory == 2 << 30
+    assert serve.config_from_args(parse("--max-model-len", "25.6k")).max_model_len == 25600
+    for derived in ("auto", "-1", "AUTO"):
+        assert serve.config_from_args(parse("--max-model-len", derived)).max_model_len is None
 
 
 def test_bad_flags_exit_with_a_message(capsys):
@@ -171,3 +184,16 @@ def test_serve_options_take_every_server_flag_by_name():
     assert o.shared_prefix_cache and not serve.ServeOptions().shared_prefix_cache
     fields = {f.name for f in dataclasses.fields(serve.ServeOptions)}
     assert fields <= set(vars(args)), fields - set(vars(args))
+
+
+def test_the_loopback_default_is_said_louder_in_a_pod(monkeypatch, caplog):
+    """NOTE(loopback): without --host kvpool binds 127.0.0.1 where vLLM binds every
+    interface; a manifest written for vLLM gave an unreachable pod and nothing said why."""
+    from kvpool.server.serve_options import loopback_said
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with caplog.at_level(logging.INFO, logger="kvpool.server"):
+        assert loopback_said() == "127.0.0.1"
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+        loopback_said()
+    levels = [r.levelno for r in caplog.records if "--host 0.0.0.0" in r.getMessage()]
+    assert levels[-1] == logging.WARNING and len(levels) == 2

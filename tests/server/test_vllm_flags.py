@@ -66,10 +66,12 @@ def test_honored_flags_land_in_the_config_and_log_nothing(caplog):
 def test_honored_server_flags_land_in_the_serve_options(caplog):
     o = ServeOptions.from_args(parse(
         "--disable-uvicorn-access-log", "--return-tokens-as-token-ids",
-        "--override-generation-config", '{"temperature": 0.5, "max_new_tokens": 9}'))
+        "--override-generation-config", '{"temperature": 0.5, "max_new_tokens": 9}',
+        "--default-chat-template-kwargs", '{"enable_thinking": false}'))
     assert o.request_defaults == {"generation_config": "auto", "return_tokens_as_token_ids": True,
                                   "override_generation_config": {"temperature": 0.5,
-                                                                 "max_new_tokens": 9}}
+                                                                 "max_new_tokens": 9},
+                                  "default_chat_template_kwargs": {"enable_thinking": False}}
     server = logging.getLogger("kvpool.server")
     with caplog.at_level(logging.DEBUG, logger="kvpool.server"):
         assert o.access_log(server) is None  # no access line, not even at debug
@@ -80,7 +82,7 @@ def test_honored_server_flags_land_in_the_serve_options(caplog):
     assert (off.return_tokens_as_token_ids, off.disable_uvicorn_access_log) == (False, False)
     assert ServeOptions.from_args(parse()).request_defaults == {
         "generation_config": "auto", "return_tokens_as_token_ids": False,
-        "override_generation_config": None}
+        "override_generation_config": None, "default_chat_template_kwargs": None}
 
 
 def test_override_generation_config_merges_over_the_file(tmp_path):
@@ -142,6 +144,12 @@ NO_OP_ARGV = [
     ["--max-cudagraph-capture-size", "256"], ["--max-seq-len-to-capture", "8192"],
     ["--root-path", "/llama"], ["--allowed-local-media-path", "/data"],
     ["--limit-mm-per-prompt", '{"image": 0}'],
+    # on deployment manifests (production-stack, llm-d guides, recipes)
+    ["--max-loras", "4"], ["--max-lora-rank", "16"], ["--max-cpu-loras", "2"],
+    ["--async-scheduling"], ["--prefix-match-unit", "16"], ["--disable-fastapi-docs"],
+    ["--disable-access-log-for-endpoints", "/health,/metrics"],
+    ["--otlp-traces-endpoint", "http://127.0.0.1:4317"],
+    ["--max-parallel-loading-workers", "2"], ["--enable-expert-parallel"],
 ]
 
 
@@ -200,6 +208,12 @@ def test_a_vllm_switchs_off_forms_turn_an_honored_flag_off(on, off, field):
      "device: kvpool does no all-reduce"),
     (["--disable-log-requests"], "--disable-log-requests: accepted, no effect: kvpool logs no "
      "requests"),  # older vLLM's flag of its own, not --enable-log-requests' opposite here
+    # production-stack's charts send it: a step's output is the same either way
+    (["--no-enable-chunked-prefill"], "--no-enable-chunked-prefill: accepted, no effect: "
+     "kvpool always does this (long prompts are split over steps (chunked prefill))"),
+    (["--disable-chunked-prefill"], "--no-enable-chunked-prefill: accepted, no effect"),
+    (["--async-scheduling"], "--async-scheduling: accepted, no effect: kvpool's step thread"),
+    (["--max_loras", "4"], "--max-loras 4: accepted, no effect: kvpool serves no LoRA"),
 ], ids=lambda v: v[0] if isinstance(v, list) else "")
 def test_off_forms_of_always_honored_and_no_op_switches_log_one_line(argv, line, caplog):
     with caplog.at_level(logging.INFO, logger="kvpool.server"):
@@ -254,9 +268,6 @@ def test_vllm_short_spellings_of_no_op_flags_log_the_long_flag(argv, flag, caplo
     (["--enable-lora"], "--enable-lora: kvpool serves no LoRA adapters"),
     (["--lora-modules", "sql=/lora/sql"], "--lora-modules: sql=/lora/sql: kvpool serves no "
                                           "LoRA"),
-    (["--no-enable-chunked-prefill"], "--no-enable-chunked-prefill: kvpool always splits long "
-                                      "prompts"),
-    (["--disable-chunked-prefill"], "--disable-chunked-prefill: kvpool always splits long "),
     (["--disable-lora", "--enable-lora"], "--enable-lora: kvpool serves no LoRA adapters"),
     (["--hf-overrides", '{"max_position_embeddings": 4096}'],
      '--hf-overrides: {"max_position_embeddings": 4096}: kvpool reads the model\'s config.json '
