@@ -161,6 +161,10 @@ def load_chat_template(model_dir: str | Path | None,
         try:
             return ModelChatTemplate(path.read_text(encoding="utf-8"), specials, str(path))
         except (OSError, UnicodeDecodeError) as exc:
+            if isinstance(override, str) and any(c in override for c in "{}\n"):
+                # vLLM's rule: a value no file holds, with a brace or a newline, is the
+                # template itself (a Helm value or compose file inlines it so)
+                return ModelChatTemplate(override, specials, "--chat-template (inline)")
             raise ChatTemplateError(f"--chat-template {path}: cannot read it ({exc})") from exc
     if model_dir is None:
         return None

@@ -164,10 +164,9 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     if isinstance(given.get("served_model_name"), list):  # the engine's name: the first
         given["served_model_name"] = given["served_model_name"][0]
     tag = getattr(args, "model_tag", None)
-    if tag is not None:
+    if tag is not None:  # the positional wins, as in vLLM (a --config file's model too)
         if given.get("model") not in (None, tag):
-            raise ConfigError(f"the model is given twice ({tag!r} and --model "
-                              f"{given['model']!r}): give one")
+            log.info("the model is %r (the positional), not --model %r", tag, given["model"])
         given["model"] = tag
     return EngineConfig(**given)
 

@@ -118,3 +118,16 @@ def test_default_chat_template_kwargs_go_under_the_requests_own(tmp_path):
     assert tok.decode(p.parse_chat(ask).prompt_ids).endswith("calm/s:hi")
     mine = {**ask, "chat_template_kwargs": {"size": "xl"}}
     assert tok.decode(p.parse_chat(mine).prompt_ids).endswith("calm/xl:hi")
+
+
+def test_an_inline_chat_template_is_the_template_itself(tmp_path):
+    """vLLM's --chat-template takes "the template in single-line form" too: a value no file
+    holds, with a brace or a newline, is the template (it was refused as a missing file);
+    a missing file named plainly is still refused."""
+    inline = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    p = parser_for(model_dir(tmp_path, CHATML, "<s>", "</s>"), inline)
+    tok = load_tokenizer(tmp_path)
+    ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert tok.decode(p.parse_chat(ask).prompt_ids).endswith("<user>hi")
+    with pytest.raises(ChatTemplateError, match="cannot read it"):
+        load_chat_template(tmp_path, str(tmp_path / "missing.jinja"))
