@@ -39,6 +39,7 @@ from aiohttp import web
 from kvpool.errors import ConfigError
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import require_context_fits
+from kvpool.runtime.model.hf_cache import cached_snapshot
 from kvpool.server.app import GATE_KEY, METRICS_KEY, ROUTES_KEY, build_app, start_draining
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.kv_events_route import KVEventsRoute
@@ -168,7 +169,20 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         if given.get("model") not in (None, tag):
             log.info("the model is %r (the positional), not --model %r", tag, given["model"])
         given["model"] = tag
+    _from_hf_cache(given)
     return EngineConfig(**given)
+
+
+def _from_hf_cache(given: dict) -> None:
+    """NOTE(hf-cache) in kvpool/runtime/model/hf_cache.py: a hub id the local cache holds is
+    read from its snapshot, served under the hub id's name (vLLM's) unless one is given."""
+    for key in ("model", "tokenizer"):
+        snapshot = cached_snapshot(given[key]) if given.get(key) else None
+        if snapshot is not None:
+            log.info("--%s %s: the Hugging Face cache's snapshot %s", key, given[key], snapshot)
+            if key == "model" and not given.get("served_model_name"):
+                given["served_model_name"] = given[key]
+            given[key] = str(snapshot)
 
 
 def freeze_startup_heap() -> int:

@@ -197,3 +197,24 @@ def test_the_loopback_default_is_said_louder_in_a_pod(monkeypatch, caplog):
         loopback_said()
     levels = [r.levelno for r in caplog.records if "--host 0.0.0.0" in r.getMessage()]
     assert levels[-1] == logging.WARNING and len(levels) == 2
+
+
+def test_a_hub_id_the_local_cache_holds_is_read_from_its_snapshot(tmp_path, monkeypatch):
+    """NOTE(hf-cache): a manifest written for vLLM passes a hub id with the cache mounted
+    (HF_HOME); it exited 2 ("download the model yourself") though the model was on disk.
+    Nothing is downloaded: an id the cache lacks is left as it is (the loader's error)."""
+    snap = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text("abc123\n")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    cfg = serve.config_from_args(parse("org/tiny"))
+    assert (cfg.model, cfg.served_model_name) == (str(snap), "org/tiny")
+    named = serve.config_from_args(parse("org/tiny", "--served-model-name", "t"))
+    assert named.served_model_name == "t"
+    assert serve.config_from_args(parse("org/other")).model == "org/other"  # not cached
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # wins over HF_HOME
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "elsewhere"))
+    assert serve.config_from_args(parse("--model", "org/tiny")).model == str(snap)

@@ -10,7 +10,9 @@
     <dir>/generation_config.json             optional: eos/bos ids (win over config.json)
     <dir>/tokenizer_config.json              optional: eos_token/bos_token strings
 
-Only local paths: hub ids are rejected with a clear message, nothing is ever downloaded.
+Only local paths: a hub id is read from the local Hugging Face cache's snapshot when the cache
+holds it (hf_cache.py, resolved by ``kvpool serve``), else rejected with a clear message;
+nothing is ever downloaded.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
 def _model_dir(path: str | Path) -> Path:
     p = Path(path)
     if not p.is_dir():
-        hint = (" (looks like a hub id: download the model yourself and pass its local directory;"
-                " kvpool never downloads)" if not p.exists() and str(path).count("/") == 1 else "")
+        hint = (" (looks like a hub id the Hugging Face cache does not hold: download it "
+                "yourself and pass its local directory, or its cache with HF_HOME; kvpool never "
+                "downloads)" if not p.exists() and str(path).count("/") == 1 else "")
         raise ModelLoadError(
             f"model directory {str(p)!r} does not exist or is not a directory{hint}")
     return p
