@@ -100,6 +100,7 @@ class EventRouting:
         self._tasks: list[asyncio.Task] = []
         self._loading: set[str] = set()  # specs whose tokenizer load started (lazy-tokenizer)
         self._failed: set[str] = set()  # specs whose load failed, said (NOTE(load-fails))
+        self._spec_at: dict[str, str] = {}  # replica URL -> spec_of its info, at the refresh
         self.off_loop = 0  # prompts hashed on the worker thread (NOTE(hash-off-loop))
         self._hashing = ThreadPoolExecutor(1, thread_name_prefix="router-hash")
 
@@ -128,7 +129,9 @@ class EventRouting:
     async def refresh(self, session: aiohttp.ClientSession) -> None:
         self._sync()
         await asyncio.gather(*(f.refresh(session, self.auth) for f in self.feeds.values()))
-        now = {spec_of(f.info): f.info for f in self.feeds.values() if f.info.get("enabled")}
+        self._spec_at = {url: spec_of(f.info) for url, f in self.feeds.items()
+                         if f.info.get("enabled")}  # read per request by score
+        now = {self._spec_at[url]: self.feeds[url].info for url in self._spec_at}
         for spec, info in now.items():  # NOTE(specs): a spec no replica has any more goes
             if spec not in self.specs:
                 self.specs[spec] = self.keys = PromptKeys(info)
@@ -159,7 +162,8 @@ class EventRouting:
         if any(f.unusable for f in feeds if f):  # events to an external indexer
             self.fallbacks += 1  # (NOTE(pub-connect)), or info unusable
             return None
-        specs = [spec_of(f.info) if f is not None and f.live else None for f in feeds]
+        specs = [(self._spec_at.get(r.url) or spec_of(f.info)) if f is not None and f.live
+                 else None for r, f in zip(cands, feeds)]
         got: dict[str, tuple[list[bytes], int]] = {}
         for spec in dict.fromkeys(s for s in specs if s is not None):
             keys = self.specs.get(spec)
@@ -206,9 +210,7 @@ class EventRouting:
                             "here (%s): text and chat prompts are placed by lookups; make the "
                             "replicas' model directory and --chat-template readable where the "
                             "router runs (tried again every %.0f s)", exc, RELOAD_AFTER)
-            asyncio.get_running_loop().call_later(RELOAD_AFTER, self._loading.discard, spec)
-            return
-        if keys.parser is None:  # not readable here (load_parser said so): try again later
+        if keys.parser is None:  # failed, or not readable here (load_parser said so): again later
             asyncio.get_running_loop().call_later(RELOAD_AFTER, self._loading.discard, spec)
 
     async def _keys(self, keys: PromptKeys, body: dict | None,
