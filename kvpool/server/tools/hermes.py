@@ -37,6 +37,10 @@ class HermesParser(ToolParser):
     # vLLM's hermes parser sends content beside its calls, null when none (tools/stream.py)
     null_content = True
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.markers = cls.tags[:1]  # a call opens with its opening tag, whatever the family's
+
     def calls_from(self, text: str, pos: int, seen: int) -> tuple[tuple[ToolCall, ...], int]:
         """Each block from ``pos`` on stands alone: the next reading goes on past the last
         block closed, or past a last open block's JSON once it is a call."""
@@ -62,7 +66,6 @@ class LongcatParser(HermesParser):
 
     name = "longcat"
     tags = ("<longcat_tool_call>", "</longcat_tool_call>")
-    markers = tags[:1]
 
 
 class InternLMParser(HermesParser):
@@ -72,5 +75,4 @@ class InternLMParser(HermesParser):
 
     name = "internlm"
     tags = ("<|action_start|><|plugin|>", "<|action_end|>")
-    markers = tags[:1]
     null_content = False  # vLLM's internlm parser writes no content beside its calls
