@@ -14,7 +14,7 @@ again) belongs to the latest. The router knows tenants when told the replicas' i
 (``tenant_header``, ``keyed``: ``kvpool router --tenant-header`` / ``--replica-api-key``, the
 replicas' middleware rule, kvpool/server/middleware.py); then each tenant's ids are its own
 and a follow-up looks only among its tenant's. Told nothing, every request is tenant "" and
-the map is one least-recently-used map, as before.
+the map is one least-recently-used map, as before, and NOTE(contested) holds.
 
 An id the map does not hold (the router restarted, the id was evicted, the owner is not
 healthy now) is looked for: ``GET /v1/responses/{id}`` to every healthy replica in parallel,
@@ -53,9 +53,18 @@ map, so it is searched for like an unknown one (with the caller's headers: every
 403 or a 404 of its own, its logs name no id, and its metrics count ids learnt from 200
 answers (the caller's own) and the map's size, nothing a request for another tenant's id
 moves. What is left without tenants: a known id skips the search, so it answers one parallel
-GET sooner, and one whose owner is down gets the 503; an id is 128 random bits, so only
-someone already holding it can ask. A tenant's flood of ids or of searches costs other
-tenants nothing within their share (NOTE(fair-lru), NOTE(search-share)).
+GET sooner, and one whose owner is down gets the 503. A tenant's flood of ids or of searches
+costs other tenants nothing within their share (NOTE(fair-lru), NOTE(search-share)).
+
+NOTE(contested): a client may name its response id (vLLM's ``request_id`` field), so two
+tenants can hold the same id on two replicas. Told no tenants, the router cannot tell their
+follow-ups apart: it gave the id to the latest claimant, so tenant b naming its response after
+tenant a's sent a's follow-ups to b's replica, where they drew 404s. An id learnt from a
+replica other than the map's is contested now: each follow-up naming it is searched for with
+the caller's headers (each replica checks the caller's tenant), and of the replicas holding it
+for the caller the latest claimant is chosen (one tenant that named two responses alike gets
+its newer one, as the single process it replaced would answer). A contested id stays
+contested while the map holds it.
 
 NOTE(holder-down): a follow-up whose owner the map or the search knows goes to that replica
 alone (``Router.response_order``; the endpoint picker lists it alone, kvpool/epp/picker.py
@@ -140,7 +149,9 @@ class ResponseAffinity:
         self.max_lookups = max_lookups
         self.tenant_header = tenant_header or None
         self.keyed = keyed
+        self.blind = self.tenant_header is None and not keyed  # told no tenants
         self._ids: FairLru[str] = FairLru(max_ids)  # id -> URL, NOTE(fair-lru)
+        self._contested: set[str] = set()  # NOTE(contested): ids the map holds, when blind
         self.searching = 0  # searches in flight
         self.waiting = 0  # follow-ups waiting for a search slot (NOTE(search-share))
         self.searches = 0  # searches started (not a metric: NOTE(tenant); tests read it)
@@ -156,7 +167,7 @@ class ResponseAffinity:
         """The tenant of a request with the forwarded ``headers``: "" for all when the router
         knows none; None when the replicas refuse its identity (a tenant header repeated or
         too long: their 400), which is neither searched for nor learnt."""
-        if self.tenant_header is None and not self.keyed:
+        if self.blind:
             return ""
         try:
             return tenant_of_headers(CIMultiDict(headers), self.tenant_header,
@@ -171,16 +182,21 @@ class ResponseAffinity:
 
     def learn(self, response_id: str, replica: Replica, source: str = "answer", *,
               tenant: str | None = "") -> None:
-        """``tenant``'s ``replica`` holds ``response_id`` (the latest claim wins)."""
+        """``tenant``'s ``replica`` holds ``response_id`` (the latest claim wins; told no
+        tenants, a second replica's claim makes it NOTE(contested))."""
         if tenant is None:
             return
-        self._ids.put(tenant, response_id, replica.url)
+        if self.blind and self._ids.get(tenant, response_id) not in (None, replica.url):
+            self._contested.add(response_id)
+        for _, gone, _ in self._ids.put(tenant, response_id, replica.url):
+            self._contested.discard(gone)
         self.learnt[source] += 1
 
     def owner_url(self, response_id: str, tenant: str = "") -> str | None:
         """The URL the map holds for ``tenant``'s ``response_id`` (a use: it becomes the
-        tenant's newest)."""
-        return self._ids.get(tenant, response_id)
+        tenant's newest): None when it holds none, or a NOTE(contested) one."""
+        url = self._ids.get(tenant, response_id)
+        return None if self.blind and response_id in self._contested else url
 
     async def owner(self, response_id: object, replicas: ReplicaSet,
                     session: aiohttp.ClientSession, headers: list,
@@ -209,7 +225,8 @@ class ResponseAffinity:
                 return None
             try:
                 self.searches += 1
-                found = await self._search(rid, cands, session, headers)
+                latest = self._ids.get(tenant, rid)  # NOTE(contested)'s latest claimant
+                found = await self._search(rid, cands, session, headers, latest)
             finally:
                 self.searching -= 1
                 _count(self._flying, tenant, -1)
@@ -251,9 +268,12 @@ class ResponseAffinity:
         return True
 
     async def _search(self, rid: str, cands: list[Replica], session: aiohttp.ClientSession,
-                      headers: list) -> Replica | None:
+                      headers: list, latest: str | None) -> Replica | None:
+        """Of ``cands`` holding ``rid`` for the caller: the one at URL ``latest``, else the
+        first."""
         held = await asyncio.gather(*(self._holds(r, rid, session, headers) for r in cands))
-        return next((r for r, yes in zip(cands, held) if yes), None)
+        holders = [r for r, yes in zip(cands, held) if yes]
+        return next((r for r in holders if r.url == latest), holders[0] if holders else None)
 
     async def _holds(self, r: Replica, rid: str, session: aiohttp.ClientSession,
                      headers: list) -> bool:

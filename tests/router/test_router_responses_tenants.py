@@ -4,7 +4,9 @@ X-Tenant``'s Responses routes (each response stored for its tenant on the replic
 it; any other tenant or replica answers 404). Before, one least-recently-used map and one
 pool of search slots served every tenant: tenant b making responses pushed tenant a's ids
 out, and b's follow-ups holding the search slots sent a's follow-up to a replica by load,
-which answered 404 for a response that exists."""
+which answered 404 for a response that exists. A router told no tenants cannot keep them apart
+by id (affinity.py NOTE(contested)): two tenants naming their responses alike each reach their
+own."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def replica_app(stall: dict[str, asyncio.Event]) -> web.Application:
         prev, tenant = body.get("previous_response_id"), request.headers.get(TENANT, "")
         if prev is not None and (tenant, prev) not in held:
             return missing(prev)
-        rid = f"resp_{next(_ids):032x}"
+        rid = body.get("request_id") or f"resp_{next(_ids):032x}"  # vLLM's: client-named
         held.add((tenant, rid))
         return web.json_response({"id": rid, "object": "response", "status": "completed",
                                   "previous_response_id": prev})
@@ -138,3 +140,34 @@ async def test_a_tenant_holding_every_search_slot_leaves_another_one():
         assert [x[0] for x in await asyncio.gather(*b)] == [404] * 3
         assert status == 200 and got["id"] == made["id"], got  # before the fix: 404
         assert owner(aff, made["id"], "a") == urls[1]
+
+
+async def test_two_tenants_naming_their_responses_alike_each_reach_their_own():
+    """A router told no tenants, over replicas that keep tenants apart: tenant b names its
+    response as tenant a did (``request_id``, vLLM's). Before NOTE(contested) the id was the
+    latest claimant's, b's replica, and a's GET and follow-up drew its 404."""
+    async with apps_served(replica_app({}), replica_app({})) as urls, \
+            router(urls, interval=3600) as (r, url), aiohttp.ClientSession() as s:
+        assert (await post(s, url, "a", request_id="conv-77"))[0] == 200  # round robin: first
+        assert (await post(s, url, "b", request_id="conv-77"))[0] == 200  # second
+        assert [(await get(s, u, "conv-77", "a"))[0] for u in urls] == [200, 404]
+        for tenant in ("a", "b", "a"):
+            status, got = await get(s, url, "conv-77", tenant)
+            assert status == 200 and got["id"] == "conv-77", (tenant, got)
+            status, after = await post(s, url, tenant, previous_response_id="conv-77")
+            assert status == 200 and after["previous_response_id"] == "conv-77", (tenant, after)
+        assert r.affinity.owner_url("conv-77") is None  # contested: searched each time
+
+
+async def test_one_tenant_naming_two_responses_alike_gets_its_latest():
+    """Told no tenants, one tenant's two responses named alike on two replicas: the search
+    finds both and the follow-up goes to the latest claimant (the second replica)."""
+    async with apps_served(replica_app({}), replica_app({})) as urls, \
+            router(urls, interval=3600) as (r, url), aiohttp.ClientSession() as s:
+        for _ in range(2):
+            assert (await post(s, url, "a", request_id="conv-9"))[0] == 200
+        assert [(await get(s, u, "conv-9", "a"))[0] for u in urls] == [200, 200]
+        for _ in range(2):
+            status, after = await post(s, url, "a", previous_response_id="conv-9")
+            assert status == 200 and owner(r.affinity, after["id"], "a") == urls[1], after
+        assert r.affinity.searches == 2 and r.affinity.owner_url("conv-9") is None
