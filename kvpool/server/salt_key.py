@@ -31,7 +31,7 @@ from kvpool.errors import require
 from kvpool.remote.signer import MIN_SECRET, read_secret
 from kvpool.server.middleware import NS_MARK
 
-__all__ = ["MIN_KEY_BYTES", "SALT_KEY_ENV", "SALT_KEY_FLAG", "SaltKey", "published_salt",
+__all__ = ["CLEAR_TOKENS", "MIN_KEY_BYTES", "SALT_KEY_ENV", "SALT_KEY_FLAG", "SaltKey", "published_salt",
            "resolve_salt_key"]
 
 log = logging.getLogger("kvpool.server")
@@ -71,7 +71,10 @@ class SaltKey:
         return self.key_id is not None
 
     def announce(self, *, publishing: bool, per_tenant: bool) -> None:
-        """Say once, at start, what the key means for this replica's events."""
+        """Say once, at start, what the key means for this replica's events, and where
+        tenants' events must not reach (NOTE(clear-tokens))."""
+        if publishing and per_tenant:
+            log.warning(CLEAR_TOKENS)
         if self.shared and not (publishing and per_tenant):
             log.warning("%s has no effect: %s", self.source,
                         "no KV events are published (--kv-events-config)" if not publishing
@@ -88,6 +91,15 @@ class SaltKey:
                      "no prefix shared across them; give every replica the same secret (16 "
                      "bytes or more) with %s PATH or $%s to share one", SALT_KEY_FLAG,
                      SALT_KEY_ENV)
+
+
+# NOTE(clear-tokens): vLLM's BlockStored carries each block's token ids, so anyone who reads
+# the stream (or asks the replay socket for its history) reads every tenant's prompts; the
+# keyed salt hides only which tenant a chain is. Tenants must not reach the sockets.
+CLEAR_TOKENS = ("KV events carry every tenant's prompt token ids in clear (vLLM's BlockStored), "
+                "and the replay socket serves them from this start on: bind the publisher and "
+                "replay endpoints (--kv-events-config) where only the router or indexer, not "
+                "tenants, can connect (docs/kv_events.md \"Salts in extra_keys\")")
 
 
 def resolve_salt_key(path: str | None, environ: Mapping[str, str]) -> SaltKey | None:

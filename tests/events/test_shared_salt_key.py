@@ -23,7 +23,7 @@ from kvpool.router.kv_prompt import PromptKeys
 from kvpool.server import serve
 from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.middleware import CacheNamespace
-from kvpool.server.salt_key import SALT_KEY_ENV, SaltKey
+from kvpool.server.salt_key import CLEAR_TOKENS, SALT_KEY_ENV, SaltKey
 from stress.http.servers import ROOT, SpawnedServer
 from tests.events.helpers import (SERVED_EVENTS, Sub, TokenIndex, plain, publisher, replayed, stored_events,
                                   wait_subscribed)
@@ -127,12 +127,14 @@ def test_what_the_start_says_of_the_key(caplog):
     shared.announce(publishing=False, per_tenant=True)
     shared.announce(publishing=True, per_tenant=False)
     said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 3, said
-    assert "a key drawn at this start" in said[0] and "--kv-events-salt-key-file PATH" in said[0]
-    assert f"${SALT_KEY_ENV}" in said[0]
-    assert said[1] == (f"${SALT_KEY_ENV} has no effect: no KV events are published "
+    assert len(said) == 4, said
+    assert said[0] == CLEAR_TOKENS and caplog.records[0].levelno == logging.WARNING
+    assert "tenants, can connect" in said[0]  # tenants' events must not reach tenants
+    assert "a key drawn at this start" in said[1] and "--kv-events-salt-key-file PATH" in said[1]
+    assert f"${SALT_KEY_ENV}" in said[1]
+    assert said[2] == (f"${SALT_KEY_ENV} has no effect: no KV events are published "
                        "(--kv-events-config)")
-    assert said[2].startswith(f"${SALT_KEY_ENV} has no effect: no tenant's salt")
+    assert said[3].startswith(f"${SALT_KEY_ENV} has no effect: no tenant's salt")
     assert not any(SECRET in m for m in said)
 
 
