@@ -46,7 +46,7 @@ def test_readme_commands_use_files_inside_the_repo():
 def test_readme_names_every_vllm_series_the_server_writes():
     """NOTE(vllm-names): each vllm:* series /metrics writes is named in the README."""
     from kvpool.metrics import METRIC_NAMES
-    from kvpool.metrics.collector import REQUEST_METRIC_NAMES
+    from kvpool.metrics.request_metrics import REQUEST_METRIC_NAMES
 
     text = (ROOT / "README.md").read_text()
     names = [n for n in METRIC_NAMES + REQUEST_METRIC_NAMES if n.startswith("vllm:")]

@@ -4,22 +4,11 @@ Gauges and monotonic counters come from a :class:`MetricsSnapshot` built at scra
 lock-free read of the pools, never the pool lock); latency histograms are observed by the
 engine as requests progress. Names: docs/architecture.md#metrics; the README maps them to vLLM's.
 
-RequestMetrics: request-level series with vLLM's meaning, observed by the server as each
-request ends. Each carries a ``model_name`` label (the first served name, as vLLM labels its
-series). A request of n > 1 counts as the n child requests vLLM runs it as, in these and in
-the engine's latency histograms (NOTE(per-sequence)); only the n histogram counts it once:
+RequestMetrics (request_metrics.py): the request-level series with vLLM's meaning.
 
-    kvpool_prompt_tokens_total{model_name}                   whole prompts (vllm:prompt_tokens)
-    kvpool_request_success_total{model_name,finished_reason} finished sequences by reason
-    kvpool_request_prompt_tokens{model_name}                 histogram, per sequence
-    kvpool_request_generation_tokens{model_name}             histogram, per sequence
-    kvpool_request_params_n / _params_max_tokens{model_name} histograms of what was asked
-    kvpool_request_prefill_time_seconds{model_name}          first schedule -> first token
-    kvpool_request_decode_time_seconds{model_name}           first token -> finish
-    kvpool_request_inference_time_seconds{model_name}        first schedule -> finish
-
-The engine's own counter of the prompt tokens it computed (prefix-cache hits excluded) is
-``kvpool_prompt_tokens_computed_total``.
+NOTE(long-latency): the request latency histograms go on to 7680 s, as vLLM's do (TTFT's
+too): ending at 80 s, a p99 query answered 80 however long requests took, and an SLO alert
+above it could never fire.
 """
 
 from __future__ import annotations
@@ -38,15 +27,16 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from kvpool.metrics.snapshot import Family, MetricsSnapshot, snapshot_families
-from kvpool.metrics.vllm_series import (VLLM_HISTOGRAMS, VLLM_METRIC_NAMES,
-                                        VLLM_REQUEST_HISTOGRAMS, VLLM_REQUEST_METRIC_NAMES,
-                                        engine_families, request_families, vllm_labels)
+from kvpool.metrics.vllm_series import (VLLM_HISTOGRAMS, VLLM_METRIC_NAMES, engine_families,
+                                        vllm_labels)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # NOTE(scrape): every bucket is a line rendered per scrape; 14 keep quantiles usable and the
-# render of all five histograms well under a millisecond.
+# render of all five histograms well under a millisecond (20 where NOTE(long-latency) needs them).
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                    80.0)
+# NOTE(long-latency): what a whole request, its queue or its first token may take
+REQUEST_BUCKETS = LATENCY_BUCKETS + (120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 STEP_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 # vLLM's iteration_tokens_total buckets (its defaults without CUDA-graph capture sizes)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -216,12 +206,14 @@ class KVPoolMetrics:
             self.registry.register(h)
             return h
 
-        self.ttft = hist("kvpool_time_to_first_token_seconds", "Time to first token.")
+        self.ttft = hist("kvpool_time_to_first_token_seconds", "Time to first token.",
+                         REQUEST_BUCKETS)
         self.itl = hist("kvpool_inter_token_latency_seconds", "Time between output tokens.")
         self.e2e = hist("kvpool_e2e_request_latency_seconds", "Request latency, arrival to "
-                        "finish.")
+                        "finish.", REQUEST_BUCKETS)
         self.queue = hist("kvpool_request_queue_time_seconds", "Time waiting before the first "
-                          "schedule.")
+                          "schedule.", REQUEST_BUCKETS)
+        self.prompt_tokens = 0  # request_metrics.py NOTE(prefill-count)
         self.step = hist("kvpool_step_seconds", "Engine step time (schedule, copies, forward, "
                          "sample).", STEP_BUCKETS)
         self.iteration_tokens = hist("kvpool_iteration_tokens", "Tokens computed per engine "
@@ -311,86 +303,3 @@ def _gofloat(v: float) -> str:
     if -1e6 < v < 1e6:  # the common case; Go's format only differs for large magnitudes
         return repr(float(v))
     return floatToGoString(v)
-
-
-TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000,
-                 100000)  # vLLM's 1-2-5 series, up to a long context
-N_BUCKETS = (1, 2, 5, 10, 20)
-REQUEST_METRIC_NAMES = (
-    "kvpool_prompt_tokens_total", "kvpool_request_success_total",
-    "kvpool_request_prompt_tokens", "kvpool_request_generation_tokens",
-    "kvpool_request_params_n", "kvpool_request_params_max_tokens",
-    "kvpool_request_prefill_time_seconds", "kvpool_request_decode_time_seconds",
-    "kvpool_request_inference_time_seconds") + VLLM_REQUEST_METRIC_NAMES
-# every finish reason of runtime/engine/output_processor.py's FINISH_REASONS ("repetition":
-# vLLM's repetition_detection), vLLM's finished_reason values
-_REASONS = ("stop", "length", "abort", "error", "repetition")
-
-
-class RequestMetrics:
-    """The series above for one served model, registered on a KVPoolMetrics."""
-
-    def __init__(self, metrics: KVPoolMetrics, model_name: str) -> None:
-        self.model_name = model_name
-        label = (("model_name", model_name),)
-
-        def hist(name: str, doc: str, buckets: Sequence[float]) -> LatencyHistogram:
-            h = LatencyHistogram(name, doc, buckets, labels=label)
-            h.alias(*VLLM_REQUEST_HISTOGRAMS[name], vllm_labels(model_name))  # NOTE(vllm-names)
-            metrics.add_histogram(h)
-            return h
-
-        self.prompt_hist = hist("kvpool_request_prompt_tokens", "Prompt tokens per request.",
-                                TOKEN_BUCKETS)
-        self.generation_hist = hist("kvpool_request_generation_tokens",
-                                    "Generated tokens per request.", TOKEN_BUCKETS)
-        self.n_hist = hist("kvpool_request_params_n", "The n requests ask for.", N_BUCKETS)
-        self.max_tokens_hist = hist("kvpool_request_params_max_tokens",
-                                    "The max_tokens requests run with.", TOKEN_BUCKETS)
-        self.prefill = hist("kvpool_request_prefill_time_seconds", "First schedule to first "
-                            "token.", LATENCY_BUCKETS)
-        self.decode = hist("kvpool_request_decode_time_seconds", "First token to finish.",
-                           LATENCY_BUCKETS)
-        self.inference = hist("kvpool_request_inference_time_seconds", "First schedule to "
-                              "finish.", LATENCY_BUCKETS)
-        self._lock = threading.Lock()
-        self._prompt_tokens = 0
-        self._success = dict.fromkeys(_REASONS, 0)
-        metrics.add_source(self.families)
-
-    def observe(self, *, prompt_tokens: int, generated: Sequence[int], n: int, max_tokens: int,
-                reasons: Sequence[str | None], timings: dict[str, float]) -> None:
-        """One request (one prompt of it) that ended: ``generated`` and ``reasons`` per
-        sequence. NOTE(per-sequence): vLLM runs n > 1 as n child requests and counts each in
-        every per-request series (success, prompt tokens, the token and latency histograms),
-        only ``request_params_n`` once per parent. Here success counted each sequence and
-        every other series the request once, so for n > 1 the series disagreed and a
-        dashboard's prompt throughput or request rate was off by up to n."""
-        with self._lock:
-            self._prompt_tokens += prompt_tokens * len(reasons)
-            for r in reasons:
-                key = r if r in self._success else "abort"
-                self._success[key] += 1
-        self.n_hist.observe(n)
-        e2e, queue, ttft = (timings.get(k) for k in ("e2e", "queue", "ttft"))
-        timed = e2e is not None and queue is not None and ttft is not None
-        for tokens in generated:
-            self.prompt_hist.observe(prompt_tokens)
-            self.generation_hist.observe(tokens)
-            self.max_tokens_hist.observe(max_tokens)
-            if timed:
-                self.prefill.observe(max(0.0, ttft - queue))
-                self.decode.observe(max(0.0, e2e - ttft))
-                self.inference.observe(max(0.0, e2e - queue))
-
-    def families(self) -> list[Family]:
-        with self._lock:
-            prompt, success = self._prompt_tokens, dict(self._success)
-        m = self.model_name
-        return [
-            ("kvpool_prompt_tokens_total", "counter", "Prompt tokens of finished requests, "
-             "whole prompts (prefix-cache hits included; vLLM's meaning).", ("model_name",),
-             [((m,), prompt)]),
-            ("kvpool_request_success_total", "counter", "Finished sequences by finish reason.",
-             ("finished_reason", "model_name"), [((r, m), v) for r, v in success.items()]),
-        ] + request_families(m, prompt, success)

@@ -47,7 +47,7 @@ VLLM_HISTOGRAMS = {
     "kvpool_iteration_tokens": ("vllm:iteration_tokens_total",
                                 "Histogram of number of tokens per engine_step."),
 }
-# RequestMetrics' series (kvpool/metrics/collector.py), the same way
+# RequestMetrics' series (kvpool/metrics/request_metrics.py), the same way
 VLLM_REQUEST_HISTOGRAMS = {
     "kvpool_request_prompt_tokens": ("vllm:request_prompt_tokens",
                                      "Number of prefill tokens processed."),

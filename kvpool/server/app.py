@@ -79,7 +79,7 @@ from typing import Any
 from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
-from kvpool.metrics.collector import RequestMetrics
+from kvpool.metrics.request_metrics import RequestMetrics
 from kvpool.server.anthropic_api import MessagesRoute
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.engine_client import EngineClient

@@ -60,7 +60,7 @@ from aiohttp import web
 
 from kvpool import __version__
 from kvpool.metrics import CONTENT_TYPE
-from kvpool.metrics.collector import RequestMetrics
+from kvpool.metrics.request_metrics import RequestMetrics
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
 from kvpool.runtime.model import TINY_MODEL_NAME
 from kvpool.server.body_fields import ignored_header

@@ -22,7 +22,7 @@ from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort, TransportColle
 from kvpool.epp.picker import Picker
 from kvpool.metrics import METRIC_NAMES
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
-from kvpool.metrics.collector import REQUEST_METRIC_NAMES
+from kvpool.metrics.request_metrics import REQUEST_METRIC_NAMES
 from kvpool.remote import Namespace, ValueCodec
 from kvpool.remote.memory_tier import InMemoryTier
 from kvpool.router.proxy import Router

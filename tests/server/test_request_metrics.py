@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import aiohttp
 from openai import AsyncOpenAI
 
-from kvpool.metrics.collector import REQUEST_METRIC_NAMES
+from kvpool.metrics.request_metrics import REQUEST_METRIC_NAMES
 from tests.server.helpers import scrape
 
 SETTLE = 10.0  # seconds the server may take to observe a finished request
@@ -32,7 +33,7 @@ async def test_request_series_count_what_was_asked_and_done(srv):
         second = await c.completions.create(model=m, prompt=prompt, max_tokens=3,
                                             stop=[first.choices[0].text[:1] or "e"])
     lab = (("model_name", m),)
-    # NOTE(per-sequence) in kvpool/metrics/collector.py: n=2 counts as two of vLLM's children
+    # NOTE(per-sequence) in kvpool/metrics/request_metrics.py: n=2 counts as two of vLLM's children
     want_prompt = 2 * first.usage.prompt_tokens + second.usage.prompt_tokens
 
     got = await scrape_when(
@@ -81,3 +82,44 @@ async def test_engine_series_carry_the_model_name_and_count_step_tokens(srv):
     assert got["kvpool_iteration_tokens_sum"][lab] == 37 + r.usage.completion_tokens - 1
     assert got["kvpool_iteration_tokens_count"][lab] == srv.engine.core.steps
     assert got["kvpool_iteration_tokens_bucket"][(("le", "1.0"),) + lab] == 5  # the decodes
+
+
+async def test_a_prompt_counts_at_its_first_token_and_a_left_request_is_not_timed(srv):
+    """NOTE(prefill-count) in kvpool/metrics/request_metrics.py: a streamed request's prompt
+    counts while it generates, and still after its client left; the aborted request is in the
+    TTFT histogram (its first token happened) but not in e2e or queue time, as in vLLM.
+    Before, the prompt counted only when the server saw the answer end: 0 mid-stream, and
+    never for a client that left, while e2e and queue counted the aborted request."""
+    m, lab = srv.engine.model_name, (("model_name", srv.engine.model_name),)
+    before = await scrape(srv)
+    c0 = {k: before.get(k, {}).get(lab, 0) for k in (
+        "kvpool_prompt_tokens_total", "kvpool_e2e_request_latency_seconds_count",
+        "kvpool_request_queue_time_seconds_count", "kvpool_time_to_first_token_seconds_count")}
+    body = {"model": m, "prompt": [11] * 40, "max_tokens": 400, "stream": True,
+            "ignore_eos": True}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.v1 + "/completions", json=body) as r:
+            for _ in range(3):
+                assert (await r.content.readline()).startswith((b"data:", b"\n"))
+            mid = await scrape(srv)
+            assert mid["kvpool_prompt_tokens_total"][lab] == c0["kvpool_prompt_tokens_total"] + 40
+            assert sum(mid["vllm:prompt_tokens_total"].values()) == \
+                mid["kvpool_prompt_tokens_total"][lab]
+    got = await scrape_when(srv, lambda g: g["kvpool_requests"][(("state", "running"),)] == 0
+                            and g["kvpool_requests_in_flight"][()] == 0)
+    assert got["kvpool_prompt_tokens_total"][lab] == c0["kvpool_prompt_tokens_total"] + 40
+    assert got["kvpool_time_to_first_token_seconds_count"][lab] == \
+        c0["kvpool_time_to_first_token_seconds_count"] + 1
+    for k in ("kvpool_e2e_request_latency_seconds_count",
+              "kvpool_request_queue_time_seconds_count"):
+        assert got[k][lab] == c0[k], k  # the left request is not timed
+
+
+async def test_request_latency_histograms_reach_vllms_longest_bound(srv):
+    """NOTE(long-latency) in kvpool/metrics/collector.py: an le bound past 80 s exists in
+    every request latency histogram (before: +Inf came after 80, so a p99 over 80 s read 80)."""
+    got = await scrape(srv)
+    for name in ("e2e_request_latency", "time_to_first_token", "request_queue_time",
+                 "request_prefill_time", "request_decode_time", "request_inference_time"):
+        bounds = {dict(k)["le"] for k in got[f"vllm:{name}_seconds_bucket"]}
+        assert {"120.0", "960.0", "7680.0", "+Inf"} <= bounds, name

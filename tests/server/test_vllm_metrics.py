@@ -96,7 +96,7 @@ async def test_vllm_request_series_count_each_request(srv):
                     "prompt": [7] * 30, "max_tokens": 5, "n": n, "ignore_eos": True}) as r:
                 assert r.status == 200, await r.text()
     # vLLM runs n=2 as two child requests and counts each (NOTE(per-sequence) in
-    # kvpool/metrics/collector.py): three in every per-request series, n once per request
+    # kvpool/metrics/request_metrics.py): three in every per-request series, n once per request
     got = await scrape_until(
         srv, lambda g: g.get("vllm:request_inference_time_seconds_count", {}).get(lab) == 3)
     assert got["vllm:prompt_tokens_total"][lab] == 90

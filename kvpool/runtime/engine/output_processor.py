@@ -209,9 +209,10 @@ class OutputProcessor:
                 continue
             s.num_generated += 1
             self.generation_tokens += 1
-            if m is not None:  # NOTE(per-sequence) in kvpool/metrics/collector.py
+            if m is not None:  # NOTE(per-sequence) in kvpool/metrics/request_metrics.py
                 if s.last_token_time is None:
                     m.ttft.observe(now - r.arrival)
+                    m.prompt_tokens += len(r.prompt_ids)  # NOTE(prefill-count) there
                 else:
                     m.itl.observe(now - s.last_token_time)
             s.last_token_time = now
@@ -308,7 +309,9 @@ class OutputProcessor:
             out = self._release(r, s, final=True)
             outs.append(out)
         m = self.metrics
-        for _ in r.seqs if m is not None else ():  # NOTE(per-sequence): each as vLLM's child
+        for s in r.seqs.values() if m is not None else ():  # NOTE(per-sequence), as children
+            if s.finish_reason == "abort":  # NOTE(prefill-count), request_metrics.py
+                continue
             m.e2e.observe(now - r.arrival)
             if fr.first_scheduled_time is not None:
                 m.queue.observe(max(0.0, fr.first_scheduled_time - r.arrival))
