@@ -1,6 +1,6 @@
 """``kvpool router --kv-events`` over real ``kvpool serve`` replicas publishing KV events:
 placement by the event-fed index with no lookup round trip, text prompts tokenized in the
-router, and a replica restarted on new event ports followed from scratch."""
+router, and a replica restarted on new event ports (and another spec) followed from scratch."""
 
 from __future__ import annotations
 
@@ -94,34 +94,12 @@ async def test_prompt_logprobs_requests_are_not_placed_by_a_hit_they_cannot_use(
         again = await complete(s, url, {"prompt": ids})  # the plain request still hits
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 144
 
-async def test_a_restarted_replica_is_followed_from_scratch():
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    srv = spawn("rs", *EVENTS, "--port", str(port))
-    try:
-        r, events = event_router([srv.url])
-        (feed,) = events.feeds.values()
-        async with served(r) as url, aiohttp.ClientSession() as s:
-            await until(lambda: feed.live, "caught up")
-            ids = list(range(20, 120))
-            await complete(s, url, {"prompt": ids})
-            await until(lambda: holder(events, ids), "stored")
-            before = feed.info["endpoint"]
-            srv.stop(timeout=20)
-            srv = spawn("rs", *EVENTS, "--port", str(port))  # same URL, new event ports
-            await until(lambda: feed.info["endpoint"] != before and feed.live, "reconnected")
-            assert not holder(events, ids)  # the old cache is gone with the old process
-            await complete(s, url, {"prompt": ids})
-            await until(lambda: holder(events, ids), "stored again")
-    finally:
-        srv.stop(timeout=20)
-
-
-async def test_a_replica_restarted_on_another_hash_spec_is_scored_under_it():
-    """NOTE(specs) in kv_routing.py: the router's keys follow each replica's spec. The first
-    spec seen used to be kept for good: after a restart onto another block size every
-    prompt scored 0 hits, though the index held the new blocks."""
+async def test_a_replica_restarted_on_another_hash_spec_is_followed_from_scratch():
+    """A replica restarted on the same URL with new event ports is followed from scratch (the
+    old process's blocks leave the index), and NOTE(specs) in kv_routing.py: the router's
+    keys follow each replica's spec. The first spec seen used to be kept for good: after a
+    restart onto another block size every prompt scored 0 hits, though the index held the
+    new blocks."""
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
@@ -135,9 +113,12 @@ async def test_a_replica_restarted_on_another_hash_spec_is_scored_under_it():
             ids = list(range(20, 120))
             for block_size in (16, 32):
                 if block_size == 32:
+                    before = feed.info["endpoint"]
                     srv.stop(timeout=20)
                     srv = spawn("sp", *EVENTS, "--port", str(port), "--block-size", "32")
                     await until(lambda: feed.live and feed.info["block_size"] == 32, "spec")
+                    assert feed.info["endpoint"] != before  # new event ports, followed
+                    assert len(feed.index) == 0  # the old cache is gone with the old process
                 await complete(s, url, {"prompt": ids})
                 await until(lambda: holder(events, ids), f"stored in blocks of {block_size}")
                 hits, chains = await events.score({"prompt": ids}, [replica], [])
@@ -147,65 +128,69 @@ async def test_a_replica_restarted_on_another_hash_spec_is_scored_under_it():
         srv.stop(timeout=20)
 
 
-async def test_a_chat_template_the_router_cannot_load_is_said(tmp_path, caplog):
+@pytest.fixture(scope="module")
+def tenant_replica(tmp_path_factory):
+    """One replica for the two tests below: tenants by header X-Tenant, and a chat template
+    the router cannot load (a file the replica read at its start, gone since)."""
+    template = tmp_path_factory.mktemp("ct") / "t.jinja"
+    template.write_text(CHATML)
+    srv = spawn("kv-tenant", *EVENTS, "--chat-template", str(template),
+                "--tenant-header", "X-Tenant")
+    template.unlink()
+    yield srv
+    srv.stop(timeout=20)
+
+
+async def test_a_chat_template_the_router_cannot_load_is_said(tenant_replica, caplog):
     """NOTE(load-fails) in kv_routing.py: a replica's --chat-template that is not where the
     router runs made every chat prompt go to the lookups, and nothing said why."""
-    template = tmp_path / "t.jinja"
-    template.write_text(CHATML)
-    srv = spawn("ct", *EVENTS, "--chat-template", str(template))
-    template.unlink()  # the replica read it at its start; the router will not find it
-    try:
-        r, events = event_router([srv.url])
-        (feed,) = events.feeds.values()
-        chat = {"messages": [{"role": "user", "content": "hello " * 40}]}
-        async with served(r) as url, aiohttp.ClientSession() as s:
-            await until(lambda: feed.live, "caught up")
-            for _ in range(3):
-                await complete(s, url, chat, "/v1/chat/completions")
-            await until(lambda: any("cannot be loaded" in m.message for m in caplog.records),
-                        "the load failure said")
+    srv = tenant_replica
+    r, events = event_router([srv.url])
+    (feed,) = events.feeds.values()
+    chat = {"messages": [{"role": "user", "content": "hello " * 40}]}
+    async with served(r) as url, aiohttp.ClientSession() as s:
+        await until(lambda: feed.live, "caught up")
+        for _ in range(3):
             await complete(s, url, chat, "/v1/chat/completions")
-        said = [m for m in caplog.records if "cannot be loaded" in m.message]
-        assert len(said) == 1 and "--chat-template" in said[0].message
-        assert events.keys.parser is None and events.fallbacks >= 4
-    finally:
-        srv.stop(timeout=20)
+        await until(lambda: any("cannot be loaded" in m.message for m in caplog.records),
+                    "the load failure said")
+        await complete(s, url, chat, "/v1/chat/completions")
+    said = [m for m in caplog.records if "cannot be loaded" in m.message]
+    assert len(said) == 1 and "--chat-template" in said[0].message
+    assert events.keys.parser is None and events.fallbacks >= 4
 
 
-async def test_tenant_namespaces_are_hashed_as_the_replica_does():
+async def test_tenant_namespaces_are_hashed_as_the_replica_does(tenant_replica):
     """--tenant-header replica: the router folds the tenant into the salt by the replica's
     rule, so tenant b gets no predicted hit on a's prompt, and every prediction equals what
     the replica then reports as cached, with no lookup."""
     from kvpool.server.middleware import CacheNamespace
-    srv = spawn("kv-tenant", *EVENTS, "--tenant-header", "X-Tenant")
-    try:
-        r, events = event_router([srv.url])
-        (feed,) = events.feeds.values()
-        ids = list(range(30, 130))
-        async with served(r) as url, aiohttp.ClientSession() as s:
-            await until(lambda: feed.live, "caught up")
-            assert events.keys.namespaced and events.keys.tenant_header == "X-Tenant"
+    srv = tenant_replica
+    r, events = event_router([srv.url])
+    (feed,) = events.feeds.values()
+    ids = list(range(30, 130))
+    async with served(r) as url, aiohttp.ClientSession() as s:
+        await until(lambda: feed.live, "caught up")
+        assert events.keys.namespaced and events.keys.tenant_header == "X-Tenant"
 
-            async def cached(tenant: str) -> int:
-                before = (await metrics(s, url))["kvpool_router_predicted_hit_tokens_total"][()]
-                async with s.post(url + "/v1/completions", headers={"X-Tenant": tenant},
-                                  json={"prompt": ids, "max_tokens": 1}) as resp:
-                    out = await resp.json()
-                    assert resp.status == 200, out
-                got = out["usage"]["prompt_tokens_details"]["cached_tokens"]
-                m = await metrics(s, url)
-                assert m["kvpool_router_predicted_hit_tokens_total"][()] - before == got
-                salt = CacheNamespace(identity=True).salt(tenant, None)
-                first = BlockHasher(16, feed.info["hash"]["model_id"]).hash_blocks(ids, salt)[0]
-                await until(lambda: first in feed.index, f"tenant {tenant}'s blocks")
-                return got
+        async def cached(tenant: str) -> int:
+            before = (await metrics(s, url))["kvpool_router_predicted_hit_tokens_total"][()]
+            async with s.post(url + "/v1/completions", headers={"X-Tenant": tenant},
+                              json={"prompt": ids, "max_tokens": 1}) as resp:
+                out = await resp.json()
+                assert resp.status == 200, out
+            got = out["usage"]["prompt_tokens_details"]["cached_tokens"]
+            m = await metrics(s, url)
+            assert m["kvpool_router_predicted_hit_tokens_total"][()] - before == got
+            salt = CacheNamespace(identity=True).salt(tenant, None)
+            first = BlockHasher(16, feed.info["hash"]["model_id"]).hash_blocks(ids, salt)[0]
+            await until(lambda: first in feed.index, f"tenant {tenant}'s blocks")
+            return got
 
-            assert await cached("a") == 0
-            assert await cached("b") == 0  # a's prompt is no hit for b
-            assert await cached("a") == 96
-            assert events.fallbacks == 0
-    finally:
-        srv.stop(timeout=20)
+        assert await cached("a") == 0
+        assert await cached("b") == 0  # a's prompt is no hit for b
+        assert await cached("a") == 96
+        assert events.fallbacks == 0
 
 
 async def test_a_replica_publishing_to_an_external_indexer_is_placed_by_lookups(fleet, caplog):
