@@ -28,7 +28,7 @@ import aiohttp
 from stress.http.big_prompt import BigPromptClients
 from stress.http.health_probe import HealthProbe
 from stress.http.client import Outcome, RequestRunner
-from stress.http.slow_reader import SlowReaders
+from stress.http.slow_reader import SlowReaders, stream_shape
 from stress.http.metrics import MetricsScrape, scrape, wait_drained
 from stress.http.verdict import RunFacts, fill_verdict
 from stress.report import Progress, StressReport, percentile
@@ -266,7 +266,11 @@ class HttpStress:
             # the hold outlasts generating the whole stream under load, then the write timeout:
             # by then the server's writes have blocked and it must have closed the stream
             hold = (self._write_timeout() or 30.0) + SLOW_READER_FILL_MARGIN
-            self.slow = SlowReaders(url, c.slow_readers, hold=hold, api_key=c.api_key)
+            blocks = c.fault_device_blocks if c.faults else c.num_device_blocks
+            n, max_tokens = (4, 400) if c.url is not None else stream_shape(  # NOTE(fit)
+                c.max_num_seqs, min(blocks, c.tenant_block_quota or blocks), c.max_model_len)
+            self.slow = SlowReaders(url, c.slow_readers, hold=hold, api_key=c.api_key,
+                                    n_choices=n, max_tokens=max_tokens)
             out.append(self.slow.run(stop, deadline))
         if c.big_prompts:
             limit = c.max_body_bytes if c.url is None else 4 * 1024 * 1024

@@ -29,10 +29,23 @@ import time
 from collections import Counter
 from urllib.parse import urlsplit
 
-__all__ = ["SlowReaders"]
+__all__ = ["SlowReaders", "stream_shape"]
 
 RECV_BUFFER = 4096  # bytes: the client's receive window
 DONE = b"data: [DONE]"
+PROMPT_ROOM = 16  # tokens held back for the prompt ("hello" and its special tokens)
+
+
+def stream_shape(max_num_seqs: int, blocks: int, max_model_len: int,
+                 block_size: int = 16) -> tuple[int, int]:
+    """NOTE(fit): the (n, max_tokens) of a slow reader's request that a server started with
+    these limits runs: 4 sequences of 400 tokens, fewer where --max-num-seqs or ``blocks``
+    (its pool, or a tenant's quota) cannot hold them. The fixed 4 x 400 drew the server's
+    correct 400 (n_too_large_for_batch / _for_pool) on a small server the harness had started
+    itself, and that counted as the run's failure."""
+    n = max(1, min(4, max_num_seqs))
+    per_seq = blocks // n * block_size - PROMPT_ROOM
+    return n, max(1, min(400, per_seq, max_model_len - PROMPT_ROOM))
 
 
 class SlowReaders:
