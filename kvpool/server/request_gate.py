@@ -37,6 +37,7 @@ tenant's reservation is the sum of the shares of its tickets' streams that have 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from kvpool.runtime.model import SamplingParams
 
 __all__ = ["GatedStream", "RequestGate", "Ticket", "shutting_down_error"]
+
+log = logging.getLogger("kvpool.server")
 
 
 def shutting_down_error() -> APIError:
@@ -65,6 +68,8 @@ class RequestGate:
         self.engine = engine
         self.namespace = namespace  # the salts' rule (the lookup route shares it)
         self.quota = quota  # None: no --tenant-block-quota
+        if quota is not None:
+            self._say_quota(quota.limit)
         self.draining = False  # set on shutdown: admit answers 503, /health 503
         self._live: dict[int, GatedStream] = {}
         self._next_key = 0
@@ -81,6 +86,18 @@ class RequestGate:
         if shares:
             self._reserve(tenant, shares, params[0])
         return Ticket(self, tenant, self.namespace.salt(tenant, cache_salt), shares)
+
+    def _say_quota(self, limit: int) -> None:
+        """NOTE(short-quota): a quota below what one request of the whole context may hold
+        refuses (400) every request that does not send max_tokens where the default is the
+        room left (chat, Responses); say so once, at start, with the fix."""
+        whole = self.engine.core.checker.blocks_held(1, self.engine.max_model_len - 1, 1)
+        if limit < whole:
+            log.warning("--tenant-block-quota %d is below the %d KV blocks one request of the "
+                        "whole context (%d tokens) may hold: chat and Responses requests "
+                        "without max_tokens (the room left, by default) will get 400 "
+                        "tenant_quota_exceeded; raise the quota to %d or more, or lower "
+                        "--max-model-len", limit, whole, self.engine.max_model_len, whole)
 
     def _need(self, prompt_len: int, params: SamplingParams) -> int:
         max_tokens = params.max_tokens or self.engine.max_model_len

@@ -6,6 +6,7 @@ the one merge of deltas."""
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 from kvpool.runtime.engine.core import EngineCore
@@ -83,3 +84,16 @@ def test_the_engine_step_never_asks_the_manager_for_tables():
     assert not called & {"get_block_table", "has_seq", "get_num_tokens"}
     assert "hasattr" not in {n.func.id for n in ast.walk(ast.parse(src))
                              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+
+
+def test_swap_preemption_without_swap_space_is_said_once(caplog):
+    """--preemption-mode swap with no host blocks recomputes every preemption; the start
+    says so (before, nothing did). With host blocks, or by cost, nothing is said."""
+    caplog.set_level(logging.WARNING, "kvpool.runtime.engine.core")
+    EngineCore(engine_config("small", preemption_mode="swap", num_host_blocks=0))
+    said = [r.getMessage() for r in caplog.records if "no host swap space" in r.getMessage()]
+    assert len(said) == 1 and "--swap-space GIB" in said[0]
+    caplog.clear()
+    EngineCore(engine_config("small", preemption_mode="swap", num_host_blocks=8))
+    EngineCore(engine_config("small", num_host_blocks=0))
+    assert not [r for r in caplog.records if "no host swap space" in r.getMessage()]

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 
 import aiohttp
 import pytest
@@ -88,3 +89,21 @@ async def test_an_empty_prompt_is_refused_at_the_edge(srv, prompt, message):
     assert (err["message"], err["param"], err["type"]) == (
         message, "prompt", "invalid_request_error")
     assert srv.engine.requests_in_flight() == 0
+
+
+async def test_a_quota_below_one_whole_context_is_said_at_start(make_server, caplog):
+    """request_gate.py NOTE(short-quota): a quota under what one request of the whole context
+    holds refuses every chat request without max_tokens; the start says so once, with the
+    number to raise it to. A quota that holds one such request says nothing."""
+    caplog.set_level(logging.WARNING, "kvpool.server")
+    async with make_server(app_options={"tenant_block_quota": 5}) as srv:
+        whole = srv.engine.core.checker.blocks_held(1, srv.engine.max_model_len - 1, 1)
+        status, out = await _post(srv.v1 + "/chat/completions", {
+            "messages": [{"role": "user", "content": "hi"}]})
+        assert status == 400 and out["error"]["code"] == "tenant_quota_exceeded", out
+    said = [r.getMessage() for r in caplog.records if "--tenant-block-quota" in r.getMessage()]
+    assert len(said) == 1 and f"raise the quota to {whole} or more" in said[0], said
+    caplog.clear()
+    async with make_server(app_options={"tenant_block_quota": whole}):
+        pass
+    assert not [r for r in caplog.records if "--tenant-block-quota" in r.getMessage()]

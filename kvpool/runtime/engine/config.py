@@ -38,7 +38,7 @@ class EngineConfig:
     scheduling_policy: str = "fcfs"
     defrag_threshold: float | None = None  # --defrag-threshold (external fragmentation)
     seed: int = 0  # --seed: the tiny model's weights and the shared sampling RNG
-    max_queue: int = 1024  # --max-queue: waiting requests before 503 Retry-After
+    max_queue: int = 1024  # --max-queue: requests in flight (running + waiting) before 503
     max_n: int = 16  # --max-n: completions per request, at most
     # --max-tokens-limit: max_tokens per request, at most; None: the context length (vLLM's
     # bound: a prompt plus its max_tokens fit max_model_len, so the context bounds the work)

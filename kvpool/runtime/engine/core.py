@@ -87,6 +87,10 @@ class EngineCore:
             config.max_model_len, self.model.config.context_length,
             self.num_device_blocks, config.block_size)
         log.info("%s", self.storage.capacity_line(self.max_model_len))
+        if config.preemption_mode == "swap" and not self.storage.num_host_blocks:
+            log.warning("--preemption-mode swap, but there is no host swap space "
+                        "(--swap-space 0 or --num-host-blocks 0): every preemption will "
+                        "recompute; give --swap-space GIB to swap")
         self._build_scheduler(config, pool_observer)
         # where tests and the stress harness inject failures (none by default)
         self.faults = faults if faults is not None else NO_FAULTS
