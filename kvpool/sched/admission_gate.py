@@ -32,7 +32,9 @@ with HTTP 400) and, where a fix exists, the fix. Checked in order:
     prompt + max_tokens > the whole pool  -> max_tokens, code context_length_exceeded
     n such sequences > the whole pool     -> n, code n_too_large_for_pool (the prompt's
                                              full blocks held once, each sequence's own
-                                             generated blocks apart)
+                                             generated blocks apart); a max_tokens the
+                                             client did not send is lowered first
+                                             (``room``, NOTE(fit-default))
 
 The pool check asks the manager's one admission rule, the scheduler's own, so a request
 accepted there is never ignored later for its size. ``blocks_held`` is the same rule's count of
@@ -311,6 +313,28 @@ class RequestChecker:
                 f"{need.capacity} blocks, more than the KV cache's {total} blocks of {bs} "
                 f"tokens; use n <= {fit}, lower max_tokens, or raise --kv-cache-memory",
                 "n", "n_too_large_for_pool")
+
+    def room(self, p: int, max_tokens: int | None, seqs: int) -> int | None:
+        """NOTE(fit-default): the largest max_tokens, up to ``max_tokens``, that ``seqs``
+        sequences of a ``p``-token prompt can all grow to in the whole pool; ``max_tokens``
+        itself where they fit, or where not even one token each does (check_pool's 400).
+
+        vLLM runs n > 1 as n child requests scheduled apart, so a request whose children
+        cannot all hold the whole context at once still runs there. Here a request's
+        sequences run together, and a chat request sending n=2 and no max_tokens (the room
+        the context leaves, by default) was refused as n_too_large_for_pool, naming a
+        max_tokens the client never sent, on any server whose pool holds under two contexts.
+        Only a default is lowered: a max_tokens the client sent is kept, or refused."""
+        if not max_tokens or seqs == 1 or self._fits(p, max_tokens, seqs):
+            return max_tokens
+        lo, hi = 0, max_tokens  # fits(lo) (0: none), not fits(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self._fits(p, mid, seqs) else (lo, mid)
+        return lo or max_tokens
+
+    def _fits(self, p: int, max_tokens: int, seqs: int) -> bool:
+        return self._group_need(p, max_tokens, seqs).status is not AllocStatus.NEVER
 
     def blocks_held(self, p: int, max_tokens: int, seqs: int) -> int:
         """The most blocks ``seqs`` sequences of a ``p``-token prompt grown to ``max_tokens``

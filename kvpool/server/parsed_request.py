@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.server.logprob_fields import LogprobRequest
 from kvpool.server.vllm_fields import VllmExtras
+
+if TYPE_CHECKING:
+    from kvpool.sched.admission_gate import RequestChecker
 
 __all__ = ["ModelNotFoundError", "ParsedRequest"]
 
@@ -54,11 +57,18 @@ class ParsedRequest:
     # each prompt's max_tokens where they differ (NOTE(clamp) in context_budget.py: each is
     # clamped to the room its prompt leaves); () when params.max_tokens holds for every prompt
     budgets: tuple[int, ...] = ()
+    # NOTE(fit-default) in kvpool/sched/admission_gate.py: the client sent no max_tokens, so
+    # the default may be lowered to what n sequences can hold in the pool
+    fit: bool = False
     request_id: str | None = None  # the body's request_id (request_ids.py): the shown id
     prompt_text: str | None = None  # chat return_prompt_text: the template's text (vllm_fields)
 
-    def params_at(self, i: int) -> SamplingParams:
-        """Prompt ``i``'s SamplingParams: ``params`` with its own max_tokens."""
-        if not self.budgets or self.budgets[i] == self.params.max_tokens:
-            return self.params
-        return dataclasses.replace(self.params, max_tokens=self.budgets[i])
+    def params_at(self, i: int, pool: RequestChecker | None = None) -> SamplingParams:
+        """Prompt ``i``'s SamplingParams: ``params`` with its own max_tokens (NOTE(clamp)),
+        a default one lowered to the room its n sequences have in ``pool``'s
+        (NOTE(fit-default); None: as it is)."""
+        m = self.params.max_tokens if not self.budgets else self.budgets[i]
+        if self.fit and pool is not None:
+            m = pool.room(len(self.prompts[i]), m, self.params.n)
+        return self.params if m == self.params.max_tokens else \
+            dataclasses.replace(self.params, max_tokens=m)

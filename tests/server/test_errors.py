@@ -248,6 +248,27 @@ async def test_n_sequences_that_can_never_fit_the_pool_are_refused_naming_n(make
         assert resp["usage"]["completion_tokens"] == 80
 
 
+async def test_n_sequences_without_max_tokens_get_the_room_the_pool_leaves(make_server):
+    """kvpool/sched/admission_gate.py NOTE(fit-default): chat with n=2 and no max_tokens on a
+    pool of 8 blocks (128 tokens, so the context is capped near it): the default (the room
+    the context leaves) is lowered to what both sequences can hold, as vLLM's children
+    scheduled apart would run. Before: 400 n_too_large_for_pool naming a max_tokens the
+    client never sent. A max_tokens the client sent too large is still refused."""
+    async with make_server(num_device_blocks=8, num_host_blocks=0,
+                           preemption_mode="recompute") as small:
+        chat = {"messages": [{"role": "user", "content": "hi"}], "n": 2,
+                "ignore_eos": True, "temperature": 0}
+        status, _, resp = await call(small, "POST", "/v1/chat/completions", json=chat)
+        assert status == 200, resp
+        assert [c["finish_reason"] for c in resp["choices"]] == ["length", "length"]
+        p, each = resp["usage"]["prompt_tokens"], resp["usage"]["completion_tokens"] // 2
+        checker = small.engine.core.checker
+        assert checker.blocks_held(p, each, 2) <= 8 < checker.blocks_held(p, each + 1, 2)
+        status, _, resp = await call(small, "POST", "/v1/chat/completions",
+                                     json={**chat, "max_tokens": each + 1})
+        assert_error(status, resp, 400, "n", "n_too_large_for_pool")
+
+
 async def test_more_sequences_than_run_at_once_are_refused_naming_n(make_server):
     """A request's n (best_of's, where larger) sequences run together: past --max-num-seqs
     they never can. It was queued and failed as a 500 (a 200 stream ending in an error)."""
