@@ -105,8 +105,12 @@ def _instant(args, reqs, bar) -> dict:
     from kvpool.replay.instant import InstantReplay
 
     if args.capacity_blocks is None:
-        raise SystemExit("kvpool replay --instant needs --capacity-blocks C")
-    return InstantReplay(args.capacity_blocks, args.policy).run(reqs, progress=bar.update)
+        raise BadOption("--instant needs --capacity-blocks C")
+    try:  # NOTE(clean-options): --capacity-blocks 0, --policy nosuch printed a traceback
+        replay = InstantReplay(args.capacity_blocks, args.policy)
+    except ValueError as e:  # ConfigError (an unknown policy) is one
+        raise BadOption(str(e)) from None
+    return replay.run(reqs, progress=bar.update)
 
 
 def _cost(args):
@@ -143,6 +147,7 @@ def _timed(args, trace, bar) -> dict:
         trace_block=trace.block)
     try:
         replay = TimedReplay(opts, _cost(args))
+        replay.arrivals(trace.requests)  # finite under --arrival-scale (NOTE(finite-clock))
     except ValueError as e:  # a bad option value: name it, no traceback
         raise BadOption(str(e)) from None
     return replay.run(trace.requests, progress=bar.update)
@@ -175,7 +180,17 @@ def _load(args):
     if not trace.requests:
         print(f"kvpool replay: {args.trace} holds no request", file=sys.stderr)
         return None
+    if trace.reordered:  # NOTE(time-order) in trace.py: replayed sorted, and said so
+        print(f"kvpool replay: {args.trace}:{trace.first_back}: {trace.reordered} record(s) "
+              "arrive before a record above them; replaying in arrival order", file=sys.stderr)
     return trace
+
+
+def _trace_report(args, trace) -> dict:
+    """The report's ``trace`` section: the file, how it was read, and what it holds."""
+    return {"file": Path(args.trace).name, "format": trace.format, "block_tokens": trace.block,
+            "prefix_info": trace.prefix_info, "dropped": trace.dropped,
+            "reordered": trace.reordered, **trace_summary(trace.requests)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -203,9 +218,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvpool replay: {e}", file=sys.stderr)
         return 2
     bar.close()
-    report["trace"] = {"file": Path(args.trace).name, "format": trace.format,
-                       "block_tokens": trace.block, "prefix_info": trace.prefix_info,
-                       "dropped": trace.dropped, **trace_summary(reqs)}
+    report["trace"] = _trace_report(args, trace)
     report["seed"] = args.seed
     wall = time.perf_counter() - t0
     _print_summary(report, wall)

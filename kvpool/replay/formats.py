@@ -16,12 +16,22 @@ burstgpt    CSV    Timestamp (s), Model, Request tokens, Response tokens,      n
 NOTE(burstgpt-fails): BurstGPT's README marks failed requests by 0 ``Response tokens`` and
 ships ``*_without_fails_*.csv`` copies without them; the reader drops those rows the same
 way (counted as ``dropped``), so a file with failures replays as its without-fails copy.
+
+NOTE(bounded-values): every value is checked before anything is built from it (docs/benchmarks.md
+"Trace formats"). Timestamps are finite numbers: a JSON ``NaN`` (or CSV ``nan``) timestamp hung
+the timed replay, whose clock never passed it, and ``Infinity`` reported makespan inf. Token
+counts are integers (``600`` or ``600.0``, never ``true``) up to ``MAX_TOKENS`` = 2**24, far
+past any model's context: 1e12 prompt tokens made the reader expand a block id per 512 tokens
+until the OOM killer came. Hash ids are a JSON list of integers in [0, ``ID_LIMIT``): the string
+``"12"`` was read as the ids [1, 2] and 1.5 as 1, and ids from 2**40 up are the replayer's own
+(trace.py ``_UNIQUE`` / ``_FRESH``), so a trace id there was taken for a fresh block.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -38,6 +48,8 @@ EXPECTED = ("mooncake (JSONL: timestamp, input_length, output_length, hash_ids),
             "bailian (JSONL: chat_id, parent_chat_id, timestamp, ..., hash_ids), "
             "azure (CSV: TIMESTAMP, ContextTokens, GeneratedTokens), "
             "burstgpt (CSV: Timestamp, Model, Request tokens, Response tokens, ...)")
+MAX_TOKENS = 1 << 24  # the most prompt or output tokens a record may hold: NOTE(bounded-values)
+ID_LIMIT = 1 << 40  # hash ids are below it; the replayer's own ids start here (trace.py)
 _DATETIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(\.\d+)?"
                        r"(Z|[+-]\d\d:?\d\d)?$")
 
@@ -87,12 +99,42 @@ def parse_datetime(s: str) -> float:
     return base + (float(frac) if frac else 0.0)
 
 
+def _number(v, name: str) -> float:
+    """A finite number: a JSON number or numeric text (CSV fields are text), never a bool."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise ValueError(f"{name} must be a number, got {v!r:.60}")
+    try:
+        f = float(v)
+    except OverflowError:  # an int past the floats: not finite either
+        f = math.inf
+    if not math.isfinite(f):
+        raise ValueError(f"{name} must be a finite number, got {v!r}")
+    return f
+
+
 def _count(v, name: str) -> int:
-    """A token count: a non-negative integer (``12`` or ``12.0``)."""
-    f = float(v)
+    """A token count: a non-negative integer (``12`` or ``12.0``) up to MAX_TOKENS."""
+    f = _number(v, name)
     if f != int(f) or f < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+    if f > MAX_TOKENS:  # NOTE(bounded-values)
+        raise ValueError(f"{name} {v!r} is more than the replayer's bound of {MAX_TOKENS} "
+                         f"tokens (2**24)")
     return int(f)
+
+
+def _hash_ids(v) -> tuple[int, ...]:
+    """A record's ``hash_ids``: a list of integers (``7.0`` is 7) in [0, ID_LIMIT)."""
+    if not isinstance(v, list):
+        raise ValueError(f"hash_ids must be a list of integers, got {v!r:.60}")
+    ids = tuple(int(h) if type(h) is float and h.is_integer() else h for h in v)
+    bad = next((h for h in ids if type(h) is not int), None)  # a bool is no id either
+    if bad is not None:
+        raise ValueError(f"hash_ids must be integers, got {bad!r:.60}")
+    if ids and (min(ids) < 0 or max(ids) >= ID_LIMIT):
+        raise ValueError(f"hash_ids must be >= 0 and < 2**40 (the replayer's own ids start "
+                         f"there), got {min(ids) if min(ids) < 0 else max(ids)}")
+    return ids
 
 
 def _jsonl(f: TextIO, fmt: str) -> Iterator[Row]:
@@ -102,14 +144,11 @@ def _jsonl(f: TextIO, fmt: str) -> Iterator[Row]:
             continue
         try:
             d = json.loads(line)
-            ids = tuple(int(h) for h in d["hash_ids"])
-            row = Row(lineno, float(d["timestamp"]) / scale,
+            row = Row(lineno, _number(d["timestamp"], "timestamp") / scale,
                       _count(d["input_length"], "input_length"),
-                      _count(d["output_length"], "output_length"), ids)
+                      _count(d["output_length"], "output_length"), _hash_ids(d["hash_ids"]))
         except (ValueError, KeyError, TypeError) as e:
             raise _bad(f, lineno, fmt, e) from None
-        if any(h < 0 for h in ids):
-            raise _bad(f, lineno, fmt, "hash_ids must be >= 0")
         yield row
 
 
@@ -123,7 +162,7 @@ def _csv(f: TextIO, fmt: str) -> Iterator[Row]:
         try:
             if None in d.values() or None in d:  # too few or too many fields
                 raise ValueError(f"{len(reader.fieldnames)} fields expected")
-            arrival = parse_datetime(d[t]) if fmt == "azure" else float(d[t])
+            arrival = parse_datetime(d[t]) if fmt == "azure" else _number(d[t], t)
             row = Row(reader.line_num, arrival, _count(d[inp], inp), _count(d[out], out), None)
         except (ValueError, TypeError) as e:
             raise _bad(f, reader.line_num, fmt, e) from None

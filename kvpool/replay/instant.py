@@ -1,7 +1,8 @@
 """Instant replay: pure cache-policy replay of a trace through the real BlockPool.
 
 Semantics (docs/benchmarks.md "Trace replay"; one pool block per trace hash id,
-capacity ``C`` blocks, block size irrelevant), for each request in file order::
+capacity ``C`` blocks, block size irrelevant), for each request in arrival order (read_trace's,
+NOTE(time-order) in trace.py)::
 
     hits += length of the leading run of its hash_ids currently cached
     for h in reversed(hash_ids):          # tail first: the head ends most recently used

@@ -21,6 +21,7 @@ and seed give the same report, byte for byte.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,6 +30,7 @@ from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.replay.report import Timeline, dist
 from kvpool.replay.trace import TokenSynth, TraceRequest
+from kvpool.sched.admission_gate import exceeds_context
 from kvpool.sched.config import SchedulerConfig
 from kvpool.sched.output import FinishedRequest, SchedulerOutput
 from kvpool.sched.scheduler import Scheduler
@@ -90,8 +92,10 @@ class TimedReplay:
     def __init__(self, opts: TimedOptions, cost: StepCost | None = None) -> None:
         if opts.block_size < 1:
             raise ValueError(f"--block-size must be >= 1, got {opts.block_size}")
-        if not opts.arrival_scale > 0:
-            raise ValueError(f"--arrival-scale must be > 0, got {opts.arrival_scale!r}")
+        if not (opts.arrival_scale > 0 and math.isfinite(opts.arrival_scale)):
+            # NOTE(finite-clock): inf passed "> 0", and 0 x inf made every arrival NaN
+            raise ValueError(f"--arrival-scale must be > 0 and finite, got "
+                             f"{opts.arrival_scale!r}")
         self.opts = opts  # options
         self.cost = cost if cost is not None else StepCost(
             kv_bytes_per_block=2 * 1024 * 1024 // 16 * opts.block_size)  # engine model
@@ -113,9 +117,7 @@ class TimedReplay:
     def run(self, reqs: list[TraceRequest],
             progress: Callable[[int, str], None] | None = None) -> dict:
         sched, mgr = self.scheduler, self.manager
-        t0 = reqs[0].arrival_s if reqs else 0.0
-        scale = self.opts.arrival_scale
-        arrive = [(r.arrival_s - t0) * scale for r in reqs]  # simulated arrival offsets
+        arrive = self.arrivals(reqs)  # simulated arrival offsets
         finished: list[FinishedRequest] = []
         tl = Timeline()
         steps = peak_used = tokens_sched = 0
@@ -142,17 +144,43 @@ class TimedReplay:
             raise RuntimeError("replay leaked block tables")
         return self._report(reqs, finished, steps, peak_used, tokens_sched, tl)
 
+    def arrivals(self, reqs: list[TraceRequest]) -> list[float]:
+        """The simulated arrival offsets of ``reqs`` (seconds from the first, times
+        ``arrival_scale``). NOTE(finite-clock): ValueError unless they are finite and never go
+        back (read_trace sorts them, NOTE(time-order) in trace.py): the loop admits requests in
+        list order while ``arrive <= t``, so a NaN arrival stopped the clock (100 % CPU, no
+        end) and one that went back was queued from a time long past."""
+        t0 = reqs[0].arrival_s if reqs else 0.0
+        arrive = [(r.arrival_s - t0) * self.opts.arrival_scale for r in reqs]
+        bad = next((i for i, a in enumerate(arrive) if not math.isfinite(a)), None)
+        if bad is not None:
+            raise ValueError(f"request {bad}: arrival offset {arrive[bad]} s (trace "
+                             f"arrival x --arrival-scale) is not a finite number")
+        back = next((i for i in range(1, len(arrive)) if arrive[i] < arrive[i - 1]), None)
+        if back is not None:
+            raise ValueError(f"request {back} arrives before request {back - 1}: requests "
+                             "must come in arrival order")
+        return arrive
+
     def _admit(self, reqs: list[TraceRequest], arrive: list[float], i: int) -> int:
         """Add the requests from ``reqs[i]`` on that have arrived by ``t``; returns the index
         of the first one still to come."""
         while i < len(reqs) and arrive[i] <= self.t:
             r = reqs[i]
-            self.scheduler.add_request(str(r.index), self.synth.prompt(r),
+            self.scheduler.add_request(str(r.index), self._prompt(r),
                                        RequestParams(max_tokens=max(1, r.output_length),
                                                      ignore_eos=True),
                                        arrival_time=arrive[i])
             i += 1
         return i
+
+    def _prompt(self, r: TraceRequest) -> list[int]:
+        """The prompt's token ids. NOTE(no-synth-past-context): a prompt past max_model_len is
+        only reported as ignored, never hashed, so its length is all the scheduler reads: no
+        ids are made for it (10M tokens took 580 MB of synthesised ids to be ignored)."""
+        if exceeds_context(r.input_length, 0, self.opts.max_model_len):
+            return [0] * r.input_length
+        return self.synth.prompt(r)
 
     def _idle(self, out: SchedulerOutput, arrive: list[float], i: int) -> None:
         """A step with nothing to run: schedule again at once if it changed the state, else

@@ -10,6 +10,13 @@ uncovered (``input_length > len(hash_ids) * block``).
 NOTE(empty-prompt): a record with 0 prompt tokens is dropped (counted in ``Trace.dropped``): the
 scheduler, like any engine, refuses an empty prompt, so the timed replay stopped on it.
 
+NOTE(time-order): the requests are in arrival order, whatever the file's: records whose
+timestamps go back (a trace concatenated from shards) are sorted by arrival, a stable sort that
+keeps equal arrivals in file order, and ``Trace.reordered`` / ``Trace.first_back`` say how many
+records went back and where the first one is (docs/benchmarks.md "Trace formats"). Replayed in
+file order, each such record's queueing was measured from a time long past: a 10 s queue inside
+a 0.05 s makespan, and a negative trace duration. ``limit`` keeps the file's first records.
+
 Token synthesis (``TokenSynth``) keeps that structure for the real prefix cache::
 
     token[block i + j] = mix(seed, hash_ids[i], j) % vocab      if the trace block is full
@@ -21,16 +28,18 @@ chained block hashes; a partial tail never matches anything.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from kvpool.replay.formats import DEFAULT_BLOCK, FORMATS, HAS_PREFIX, detect, read_rows
+from kvpool.replay.formats import (DEFAULT_BLOCK, FORMATS, HAS_PREFIX, ID_LIMIT, Row, detect,
+                                   read_rows)
 
 TRACE_BLOCK = 512  # tokens per Mooncake hash id (the default block)
-_UNIQUE = 1 << 40  # offset of the per-request ids used for partial tail blocks
+_UNIQUE = ID_LIMIT  # offset of the per-request ids used for partial tail blocks (2**40)
 _FRESH = 1 << 41  # offset of the ids given to blocks without a trace hash id
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -57,6 +66,8 @@ class Trace:
     block: int  # tokens per hash id
     dropped: int = 0  # records skipped: NOTE(empty-prompt), NOTE(burstgpt-fails)
     prefix_info: bool = True  # False: the format has none, every prompt unique
+    reordered: int = 0  # records arriving before one above them in the file: NOTE(time-order)
+    first_back: int | None = None  # the line of the first of them (None: the file is in order)
 
 
 def _open_format(f, fmt: str) -> str:
@@ -78,30 +89,59 @@ def _open_format(f, fmt: str) -> str:
 def read_trace(path: str | Path, limit: int | None = None, fmt: str = "auto",
                block_size: int | None = None) -> Trace:
     """Read a trace file (the first ``limit`` requests when given); ``fmt`` is ``auto`` or
-    one of formats.FORMATS, ``block_size`` the tokens per hash id (default: the format's)."""
+    one of formats.FORMATS, ``block_size`` the tokens per hash id (default: the format's).
+    The requests come in arrival order (NOTE(time-order))."""
     with open(path, encoding="utf-8-sig", newline="") as f:
         fmt = _open_format(f, fmt)
         block = DEFAULT_BLOCK[fmt] if block_size is None else block_size
         if block < 1:
             raise ValueError(f"trace block size must be >= 1, got {block}")
-        out: list[TraceRequest] = []
-        dropped = fresh = 0
+        trace = Trace([], fmt, block, prefix_info=HAS_PREFIX[fmt])
         rows = read_rows(f, fmt) if limit is None or limit > 0 else iter(())
-        for row in rows:
-            if row.input_length == 0 or (fmt == "burstgpt" and row.output_length == 0):
-                dropped += 1  # NOTE(empty-prompt), NOTE(burstgpt-fails)
-                continue
-            need = -(-row.input_length // block)
-            ids: Sequence[int] = row.hash_ids or ()
-            if len(ids) < need:  # uncovered blocks: content unique to this request
-                extra = range(_FRESH + fresh, _FRESH + fresh + need - len(ids))
-                fresh += len(extra)
-                ids = tuple(ids) + tuple(extra) if ids else extra
-            out.append(TraceRequest(len(out), row.arrival_s, row.input_length,
-                                    row.output_length, ids))
-            if limit is not None and len(out) >= limit:
-                break  # before the next record is read
-    return Trace(out, fmt, block, dropped, HAS_PREFIX[fmt])
+        kept = _kept(rows, trace, limit)
+    trace.requests = _requests(_time_order(kept, trace), block)
+    return trace
+
+
+def _kept(rows, trace: Trace, limit: int | None) -> list[Row]:
+    """The rows to replay, up to ``limit``; the others counted in ``trace.dropped``."""
+    out: list[Row] = []
+    for row in rows:
+        if row.input_length == 0 or (trace.format == "burstgpt" and row.output_length == 0):
+            trace.dropped += 1  # NOTE(empty-prompt), NOTE(burstgpt-fails)
+            continue
+        out.append(row)
+        if limit is not None and len(out) >= limit:
+            break  # before the next record is read
+    return out
+
+
+def _time_order(rows: list[Row], trace: Trace) -> list[Row]:
+    """``rows`` sorted by arrival (stable); NOTE(time-order) counts those that went back."""
+    latest = -math.inf
+    for row in rows:
+        if row.arrival_s < latest:
+            trace.reordered += 1
+            if trace.first_back is None:
+                trace.first_back = row.lineno
+        latest = max(latest, row.arrival_s)
+    return sorted(rows, key=lambda r: r.arrival_s) if trace.reordered else rows
+
+
+def _requests(rows: list[Row], block: int) -> list[TraceRequest]:
+    """The requests of ``rows``, ids padded with fresh ones where they leave blocks uncovered."""
+    out: list[TraceRequest] = []
+    fresh = 0
+    for row in rows:
+        need = -(-row.input_length // block)
+        ids: Sequence[int] = row.hash_ids or ()
+        if len(ids) < need:  # uncovered blocks: content unique to this request
+            extra = range(_FRESH + fresh, _FRESH + fresh + need - len(ids))
+            fresh += len(extra)
+            ids = tuple(ids) + tuple(extra) if ids else extra
+        out.append(TraceRequest(len(out), row.arrival_s, row.input_length,
+                                row.output_length, ids))
+    return out
 
 
 def load_trace(path: str | Path, limit: int | None = None, fmt: str = "auto",
