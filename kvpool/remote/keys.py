@@ -70,7 +70,7 @@ class Namespace:
     """Everything that decides whether two replicas may share a value. Owned by the caller."""
 
     model_id: str  # model name/path as the replicas report it
-    weights: str  # fingerprint of the weights (e.g. a hash of the safetensors index)
+    weights: str  # fingerprint of the weights (kvpool/runtime/model/fingerprint.py)
     dtype: str  # KV-cache dtype name, one of DTYPES
     block_size: int  # tokens per block
     layers: int  # transformer layers holding KV

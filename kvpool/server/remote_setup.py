@@ -12,6 +12,7 @@ import argparse
 from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.remote import RemoteMetrics
 from kvpool.remote import Namespace, RedisTier, ValueCodec, ValueSigner
+from kvpool.runtime.model.fingerprint import weights_fingerprint
 from kvpool.runtime.remote.link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, RemoteLink
 from kvpool.server.engine_client import EngineClient
 
@@ -55,9 +56,7 @@ def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WR
     ``secret_file``: sign values with the secret it holds (``--remote-secret-file``)."""
     core = engine.core
     layout = core.storage.layout
-    cfg = core.config
-    weights = f"seed{cfg.seed}" if cfg.model is None else f"dir:{cfg.model}"
-    ns = Namespace(model_id=core.model_name, weights=weights,
+    ns = Namespace(model_id=core.model_name, weights=weights_fingerprint(core.model),
                    dtype=str(layout.dtype).removeprefix("torch."),
                    block_size=layout.block_size, layers=layout.num_layers,
                    kv_heads=layout.num_kv_heads, head_dim=layout.head_dim,

@@ -1,0 +1,36 @@
+"""A fingerprint of a model's weights as loaded (the remote tier's namespace,
+kvpool/server/remote_setup.py).
+
+NOTE(weights-print): blocks stored in a shared tier are valid only for the weights that
+computed them. The namespace named the weights by the model directory's path, so new weights
+of the same geometry at the same path (a fine-tune rolled out in place, a checkpoint
+re-downloaded) read the old weights' KV from Redis: wrong tokens, no error, the hits counted.
+The fingerprint is a digest of each parameter's name, shape, dtype and ``SAMPLES`` of its
+values at fixed, evenly spaced positions: any fine-tune moves nearly every value, so samples
+from every tensor tell two checkpoints apart, while two replicas loading the same files (from
+any path, copied or downloaded apart) get the same fingerprint and share the tier. It reads a
+few thousand values, not the weights: milliseconds for any model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+__all__ = ["SAMPLES", "weights_fingerprint"]
+
+SAMPLES = 64  # values read per parameter tensor
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """32 hex digits naming ``model``'s weights (NOTE(weights-print))."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+        flat = p.detach().reshape(-1)
+        n = flat.numel()
+        h.update(f"{name}:{tuple(p.shape)}:{p.dtype};".encode())
+        if n:
+            at = torch.linspace(0, n - 1, steps=min(n, SAMPLES), device=flat.device).long()
+            h.update(flat[at].to(torch.float32).cpu().numpy().tobytes())
+    return h.hexdigest()
