@@ -38,7 +38,7 @@ from aiohttp import web
 
 from kvpool.errors import ConfigError
 from kvpool.runtime.engine.config import EngineConfig
-from kvpool.runtime.engine.context_fit import require_context_fits
+from kvpool.runtime.engine.context_fit import require_context_fits, require_within_model
 from kvpool.runtime.model.hf_cache import cached_snapshot
 from kvpool.server.app import GATE_KEY, METRICS_KEY, ROUTES_KEY, build_app, start_draining
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
@@ -247,6 +247,8 @@ def _build(config: EngineConfig, o: ServeOptions,
         raise
     # vLLM refuses to start when max_model_len outgrows the KV cache; a derived one was capped
     require_context_fits(engine.max_model_len, engine.num_device_blocks, config.block_size)
+    require_within_model(engine.max_model_len, engine.core.model.config.context_length,
+                         os.environ)  # NOTE(long-context) in context_fit.py
     engine.invariant_check_interval = o.invariant_check_interval
     if o.remote_url:
         engine.remote_link = build_link(  # read before engine.start() (the app's startup)

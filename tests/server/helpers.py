@@ -20,6 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvpool.runtime.engine.context_fit import LONG_CONTEXT_ENV
 from kvpool.server import serve
 from kvpool.server.app import ROUTES_KEY
 
@@ -142,7 +143,9 @@ class ServerProcess:
     flag given again in ``flags`` wins over the small defaults here)."""
 
     def __init__(self, model_dir: Path, *flags: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # the test models have 512 positions and serve a longer context on purpose: allowed
+        # as vLLM allows it (kvpool/runtime/engine/context_fit.py NOTE(long-context))
+        env = {**os.environ, "PYTHONPATH": str(ROOT), LONG_CONTEXT_ENV: "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kvpool.server.serve", str(model_dir), "--port", "0",
              "--num-host-blocks", "0", "--num-threads", "1", "--log-level", "warning",

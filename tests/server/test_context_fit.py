@@ -4,7 +4,8 @@ never be refused for a max_tokens default the client did not send.
 - max_model_len derived from the model (8192 for the built-in tiny model) and a pool of fewer
   tokens: capped to the pool, one log line; the default max_tokens then fits (real app).
 - --max-model-len given and more than the pool holds: ``kvpool serve`` refuses to start (exit
-  2), naming both numbers and the flags that fix it (real subprocess)."""
+  2), naming both numbers and the flags that fix it (real subprocess); so does one more than
+  the model's own context (NOTE(long-context))."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import logging
 import os
 
 import aiohttp
+import pytest
 
+from kvpool.errors import ConfigError
+from kvpool.runtime.engine.context_fit import LONG_CONTEXT_ENV, require_within_model
 from kvpool.server import serve
 from tests.server.serve_process import ROOT, serve_command
 
@@ -41,11 +45,14 @@ async def test_a_derived_context_is_capped_to_the_pool_and_the_default_max_token
             assert len(capped) == 1 and "capped to 64" in capped[0] and "8192" in capped[0]
 
 
-async def test_an_explicit_context_beyond_the_pool_refuses_to_start():
+async def refused(*flags: str) -> str:
+    """The last stderr line of a ``kvpool serve`` with ``flags`` that must exit 2 before it
+    listens (stopped by its pid otherwise)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(LONG_CONTEXT_ENV, None)
     proc = await asyncio.create_subprocess_exec(
-        *serve_command(), "--port", "0", "--num-device-blocks", "8", "--num-host-blocks", "0",
-        "--max-model-len", "256", "--num-threads", "1", "--log-level", "warning",
+        *serve_command(), "--port", "0", "--num-host-blocks", "0", "--num-threads", "1",
+        "--log-level", "warning", *flags,
         cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:  # read until it exits, or until it says it listens (the bug: it must not start)
         out = b""
@@ -58,8 +65,28 @@ async def test_an_explicit_context_beyond_the_pool_refuses_to_start():
         if proc.returncode is None:  # stop it by its pid
             proc.kill()
             await proc.wait()
-    line = err.decode().strip().splitlines()[-1]
+    return err.decode().strip().splitlines()[-1]
+
+
+async def test_an_explicit_context_beyond_the_pool_refuses_to_start():
+    line = await refused("--num-device-blocks", "8", "--max-model-len", "256")
     assert line.startswith("kvpool serve: --max-model-len 256 "), line
     assert "8 device blocks of 16 tokens = 128 tokens" in line
     assert "--max-model-len to 128 or less" in line and "--kv-cache-memory" in line
 
+
+async def test_a_context_beyond_the_models_refuses_to_start_unless_allowed(caplog):
+    """context_fit.py NOTE(long-context): the built-in model has 8192 positions; 9000 is
+    refused as vLLM refuses it (it was served), unless $VLLM_ALLOW_LONG_MAX_MODEL_LEN."""
+    line = await refused("--num-device-blocks", "600", "--max-model-len", "9000")
+    assert line.startswith("kvpool serve: --max-model-len 9000 is more than the model's "
+                           "context (8192 tokens"), line
+    assert f"{LONG_CONTEXT_ENV}=1" in line and "--max-model-len to 8192 or less" in line
+    with caplog.at_level(logging.WARNING, logger="kvpool.runtime.engine.context_fit"):
+        for value in ("1", "true", " TRUE "):
+            require_within_model(9000, 8192, {LONG_CONTEXT_ENV: value})
+        require_within_model(8192, 8192, {})
+    assert len(caplog.records) == 3 and "never trained" in caplog.records[0].getMessage()
+    for value in ("0", "", "yes"):
+        with pytest.raises(ConfigError):
+            require_within_model(9000, 8192, {LONG_CONTEXT_ENV: value})

@@ -17,15 +17,25 @@ max_model_len - 1 of them (the last sampled token is never written), so it alway
 
 An embedded engine (tests, benches) may still ask for more than its pool on purpose: only the
 server refuses; the engine's per-request check refuses each too-large request instead.
+
+NOTE(long-context): a --max-model-len above the model's own context (max_position_embeddings,
+stretched by a linear or dynamic RoPE factor: ModelConfig.context_length) is refused at start,
+as vLLM refuses it, unless ``$VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is 1 or true (vLLM's variable;
+then one WARNING). Positions past the trained context give a RoPE model garbage, silently;
+it was accepted without a word.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from kvpool.errors import ConfigError
 
-__all__ = ["fit_max_model_len", "require_context_fits"]
+__all__ = ["LONG_CONTEXT_ENV", "fit_max_model_len", "require_context_fits",
+           "require_within_model"]
+
+LONG_CONTEXT_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 
 log = logging.getLogger(__name__)
 
@@ -56,3 +66,21 @@ def require_context_fits(max_model_len: int, num_blocks: int, block_size: int) -
             f"--max-model-len to {capacity} or less, or give the cache more memory "
             "(--kv-cache-memory on CPU, --gpu-memory-utilization on CUDA, or "
             "--num-device-blocks)")
+
+
+def require_within_model(max_model_len: int, context: int, environ: Mapping[str, str]) -> None:
+    """NOTE(long-context): raise ConfigError when ``max_model_len`` is above the model's
+    ``context``, unless the environment allows it (then say so once)."""
+    if max_model_len <= context:
+        return
+    if environ.get(LONG_CONTEXT_ENV, "0").strip().lower() in ("1", "true"):
+        log.warning("--max-model-len %d is more than the model's context (%d tokens), allowed "
+                    "by $%s: positions past it were never trained", max_model_len, context,
+                    LONG_CONTEXT_ENV)
+        return
+    raise ConfigError(
+        f"--max-model-len {max_model_len} is more than the model's context ({context} tokens: "
+        "max_position_embeddings in its config.json, times a linear or dynamic RoPE factor); "
+        "positions past it were never trained, and a RoPE model gives garbage there: lower "
+        f"--max-model-len to {context} or less, or set {LONG_CONTEXT_ENV}=1 to allow it, as "
+        "vLLM does")
