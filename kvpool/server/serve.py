@@ -233,6 +233,14 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
     print(f"{STOPPED_PREFIX}{engine.num_free_blocks()} device blocks free", flush=True)
 
 
+def _require_context(engine: AsyncEngine, block_size: int) -> None:
+    """vLLM refuses to start when max_model_len outgrows the KV cache (a derived one was
+    capped) or the model's own context (NOTE(long-context) in context_fit.py)."""
+    require_context_fits(engine.max_model_len, engine.num_device_blocks, block_size)
+    require_within_model(engine.max_model_len, engine.core.model.config.context_length,
+                         os.environ)
+
+
 def _build(config: EngineConfig, o: ServeOptions,
            limiter: ConnectionLimiter) -> tuple[AsyncEngine, web.Application]:
     """The engine (its remote link and KV events wired) and the app over it."""
@@ -245,10 +253,7 @@ def _build(config: EngineConfig, o: ServeOptions,
         if events.publisher is not None:
             events.publisher.close()
         raise
-    # vLLM refuses to start when max_model_len outgrows the KV cache; a derived one was capped
-    require_context_fits(engine.max_model_len, engine.num_device_blocks, config.block_size)
-    require_within_model(engine.max_model_len, engine.core.model.config.context_length,
-                         os.environ)  # NOTE(long-context) in context_fit.py
+    _require_context(engine, config.block_size)
     engine.invariant_check_interval = o.invariant_check_interval
     if o.remote_url:
         engine.remote_link = build_link(  # read before engine.start() (the app's startup)
