@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from kvpool.errors import require
+
 from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.remote import RemoteMetrics
 from kvpool.remote import Namespace, RedisTier, ValueCodec, ValueSigner
@@ -37,6 +39,21 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--remote-secret-file", default=None, metavar="PATH",
                    help="a secret shared by the replicas (>= 16 bytes): values are signed "
                         "with it, and unsigned or forged ones are misses (deleted, counted)")
+
+
+def require_tier_runs(engine: EngineClient) -> None:
+    """NOTE(tier-needs): ConfigError, with the fix, where the tier could never serve: without
+    prefix caching (blocks are shared by their content hash; the engine never read what the
+    link fetched, and every request paid a Redis round trip for nothing) or without host
+    blocks (every store and fetch is staged in them; --swap-space 0 made the tier a silent
+    no-op). Said at start: nothing in the log did before."""
+    mgr = engine.core.manager
+    require(mgr.caching, "--remote-url needs prefix caching (the tier shares blocks by their "
+                         "content hash): drop --no-enable-prefix-caching")
+    require(mgr.host_pool.num_blocks > 0,
+            "--remote-url needs host blocks to stage its transfers (--swap-space 0 or "
+            "--num-host-blocks 0 leaves none): give --swap-space GIB, at least one prefill "
+            "chunk's worth (--max-num-batched-tokens tokens)")
 
 
 def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,

@@ -45,7 +45,7 @@ from kvpool.server.connections import ConnectionLimiter, default_max_connections
 from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
 from kvpool.server.process_tuning import loop_factory, tune_process
-from kvpool.server.remote_setup import add_remote_args, build_link
+from kvpool.server.remote_setup import add_remote_args, build_link, require_tier_runs
 from kvpool.server.responses_api import RESPONSES_KEY
 from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, ServeOptions,
                                          add_server_args, loopback_said, resolve_api_key)
@@ -256,6 +256,7 @@ def _build(config: EngineConfig, o: ServeOptions,
     _require_context(engine, config.block_size)
     engine.invariant_check_interval = o.invariant_check_interval
     if o.remote_url:
+        require_tier_runs(engine)  # NOTE(tier-needs) in remote_setup.py
         engine.remote_link = build_link(  # read before engine.start() (the app's startup)
             engine, o.remote_url, write_policy=o.remote_write_policy,
             prefetch_timeout_ms=o.remote_prefetch_timeout_ms,

@@ -17,6 +17,11 @@ The result (:class:`FetchedPrefix`) rides on the AddRequest; the step thread cop
 device blocks and registers their hashes only once that copy is done (``importer.py``).
 Failure policy: any remote failure, a short run, a declined cost or a full host pool is
 ``None``, and the request is computed as if there were no tier.
+
+NOTE(host-cap): a fetch lands in host blocks, all of its run at once; a run longer than the
+whole host pool was declined outright, so a prompt whose missing prefix outgrew the pool
+(2k tokens of an 8B model in the default 0.25 GiB) fetched nothing, not even the part that
+fits. The run is cut to the pool's size: its leading part is fetched, the rest computed.
 """
 
 from __future__ import annotations
@@ -134,6 +139,7 @@ class RemoteReader:
         local = mgr.prompts.prefix_hits(hashes)
         first = local // g * g
         keys, run = await self._probe(hashes, local // g)
+        run = min(run, mgr.host_pool.num_blocks // g)  # NOTE(host-cap)
         new = first + run * g - local
         if run == 0 or new < link.min_fetch_blocks:
             self.stats.declined_short += run > 0

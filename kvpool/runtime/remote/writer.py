@@ -108,6 +108,20 @@ class RemoteWriter:
 
     # ------------------------------------------------------------------ staging (any thread)
     def _stage(self, groups: list[_Group]) -> None:
+        """Groups staged in parts the host pool can hold, each lent apart (reader.py
+        NOTE(host-cap), for stores: one lend for a prefill chunk larger than the pool failed,
+        and the whole chunk was dropped, so a small host pool stored nothing)."""
+        cap, part, held = self.manager.host_pool.num_blocks, [], 0
+        for grp in groups:
+            if part and held + len(grp[1]) > cap:
+                self._stage_part(part)
+                part, held = [], 0
+            part.append(grp)
+            held += len(grp[1])
+        if part:
+            self._stage_part(part)
+
+    def _stage_part(self, groups: list[_Group]) -> None:
         n = sum(len(b) for _, b, _ in groups)
         nbytes = n * self.bytes_per_block
         with self._lock:
