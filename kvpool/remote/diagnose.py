@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio.sentinel import MasterNotFoundError
@@ -31,6 +31,13 @@ log = logging.getLogger("kvpool.remote")
 CLUSTER_FIX = ("this server is a cluster node: list the cluster's nodes as "
                "--remote-url redis+cluster://HOST:PORT[,HOST:PORT...]")
 REPLICA_WARNING = "this server is a replica of"
+_SIGNING = {
+    "forged": "values under this tier's keys fail the MAC of --remote-secret-file: another "
+              "replica writes with a different secret (or someone forges them); give every "
+              "replica the same secret file (each such value is a miss, deleted)",
+    "unsigned": "values under this tier's keys carry no MAC, and this replica signs "
+                "(--remote-secret-file): another replica runs without the flag; give every "
+                "replica the same secret file (each such value is a miss, deleted)"}
 _FIXES = {
     "auth": "Redis rejected the password, or wants one ({detail}): put it in the URL as "
             "redis://:PASSWORD@host:port (redis://USER:PASSWORD@host:port for an ACL user)",
@@ -216,6 +223,17 @@ class FaultLog:
                 if kind in PAUSE_KINDS | DOWN_KINDS
                 else "each failure is a miss: requests recompute")
         return self.once(kind, f"{fix} ({then})")
+
+    def values_failed(self, bad: Sequence[tuple[str, str]]) -> list[str]:
+        """The kinds of the (key, kind) values a read found unusable. NOTE(secret-mismatch):
+        a value failing the signature check is most often no attack but replicas given
+        different --remote-secret-file secrets (a rotation rolled out halfway, one replica
+        without the flag): they share nothing and delete each other's values, and only a
+        counter moved. Said once per kind, with the fix."""
+        kinds = [kind for _, kind in bad]
+        for kind in _SIGNING.keys() & set(kinds):
+            self.once(kind, _SIGNING[kind])
+        return kinds
 
     def startup_failed(self, breaker: CircuitBreaker, ping_s: float) -> None:
         """The warm-up failed with ``last`` (None: the breaker was open, nothing sent): say

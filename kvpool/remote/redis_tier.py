@@ -137,7 +137,7 @@ class RedisTier:
             values += part_values
             bad += part_bad
         if bad:
-            for _, kind in bad:
+            for kind in self.faults.values_failed(bad):  # NOTE(secret-mismatch) there
                 st.count_error(kind)
             await self._delete([k for k, _ in bad])
         st.get_bytes += sum(len(v) for v in values if v is not None)

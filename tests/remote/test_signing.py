@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 
 import pytest
 import redis
@@ -75,7 +76,10 @@ def test_a_short_or_unreadable_secret_is_refused(tmp_path):
 
 
 async def test_forged_and_unsigned_values_are_misses_deleted_and_counted(make_tier,
-                                                                         redis_server):
+                                                                         redis_server, caplog):
+    """And said once per kind, with the fix (diagnose.py NOTE(secret-mismatch)): replicas
+    given different secrets, or one none, delete each other's values; only a counter moved."""
+    caplog.set_level(logging.WARNING, "kvpool.remote")
     tier = make_tier(NS)
     tier.codec = signed_codec()  # this replica holds the secret
     h = chain(3)
@@ -95,8 +99,14 @@ async def test_forged_and_unsigned_values_are_misses_deleted_and_counted(make_ti
         assert st.errors.get("forged") == 1 and st.errors.get("unsigned") == 1, st.errors
         assert st.deleted_invalid == 2
         assert r.exists(keys[0]) == 1 and r.exists(keys[1], keys[2]) == 0
+        r.set(keys[1], bytes(forged))
+        assert await tier.get_many(keys) == [good, None, None]  # again: said once
     finally:
         r.close()
+    said = [m.getMessage() for m in caplog.records]
+    assert len([m for m in said if "fail the MAC" in m]) == 1, said
+    assert len([m for m in said if "carry no MAC" in m]) == 1, said
+    assert all("give every replica the same secret file" in m for m in said if "MAC" in m)
 
 
 async def test_a_forged_prefix_is_not_served_as_another_prompts_cache(redis_server, tmp_path):
