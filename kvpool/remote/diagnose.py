@@ -38,6 +38,12 @@ _SIGNING = {
     "unsigned": "values under this tier's keys carry no MAC, and this replica signs "
                 "(--remote-secret-file): another replica runs without the flag; give every "
                 "replica the same secret file (each such value is a miss, deleted)"}
+# NOTE(refused-at-start): error replies that say no call of the tier will ever work there;
+# met at startup, the tier refuses the server (every call a miss, none sent), as it refuses a
+# cluster node behind a plain URL. A redis:// URL at a Sentinel's port (SCRIPT is unknown
+# there) drew a raw error, "the fix is logged above" with none logged, and every request
+# went on calling it (45 failed calls in two requests).
+REFUSED_AT_START = {"unknowncmd": "unknown command", "dbindex": "DB index is out of range"}
 _FIXES = {
     "auth": "Redis rejected the password, or wants one ({detail}): put it in the URL as "
             "redis://:PASSWORD@host:port (redis://USER:PASSWORD@host:port for an ACL user)",
@@ -54,6 +60,13 @@ _FIXES = {
                 "and port (another service, e.g. HTTP, listens there)",
     "timeout": "Redis did not answer within the tier's deadline ({detail}): is it hung, "
                "overloaded or far away?",
+    "unknowncmd": "the server there does not know a command the tier needs ({detail}): a "
+                  "Redis Sentinel answers so on its port (26379 by default): use "
+                  "redis+sentinel://HOST:PORT/SERVICE (SENTINEL MASTERS lists the names); "
+                  "else a proxy or redis.conf's rename-command hides it (the tier needs "
+                  "SCRIPT, EVALSHA, GETRANGE, SET, TOUCH, DEL and INFO)",
+    "dbindex": "Redis has no such database ({detail}): use a DB index below redis.conf's "
+               "databases (16 by default), e.g. redis://HOST:PORT/0",
     "crossslot": "Redis answered CROSSSLOT ({detail}): " + CLUSTER_FIX,
     "moved": "Redis answered MOVED ({detail}): " + CLUSTER_FIX,
     "clusterdown": "Redis answered CLUSTERDOWN ({detail}): " + CLUSTER_FIX,
@@ -172,7 +185,7 @@ def classify(exc: BaseException) -> str:
         return "connection"
     if "user executing the script can't run" in str(exc):  # a script's NOPERM is an ERR
         return "noperm"
-    return "response"
+    return next((k for k, text in REFUSED_AT_START.items() if text in str(exc)), "response")
 
 
 def _plain_port(kind: str, detail: str) -> bool:
@@ -235,17 +248,18 @@ class FaultLog:
             self.once(kind, _SIGNING[kind])
         return kinds
 
-    def startup_failed(self, breaker: CircuitBreaker, ping_s: float) -> None:
+    def startup_failed(self, breaker: CircuitBreaker, ping_s: float) -> str | None:
         """The warm-up failed with ``last`` (None: the breaker was open, nothing sent): say
         which it was, true to what happens next (NOTE(startup-line)); ``ping_s``: the
-        deadline of the health check's PING."""
+        deadline of the health check's PING. The kind when the tier must refuse the server
+        (NOTE(refused-at-start)), else None."""
         kind = self.last
         if kind is not None and kind not in OUTAGES:
             log.warning("remote tier %s answered at startup but cannot serve the tier (%s; "
                         "the fix is logged above): serving without it (requests recompute) "
                         "until the server's settings or --remote-url are fixed; no retry "
                         "helps before that", self.where, kind)
-            return
+            return kind if kind in REFUSED_AT_START else None
         every = max(breaker.reset_s, ping_s) if kind == "timeout" else breaker.reset_s
         if breaker.state is not BreakerState.CLOSED:  # its health check runs (breaker.py)
             then = (f"it retries: the tier PINGs it about every {every:.1f} s and uses it "

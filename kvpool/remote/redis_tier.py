@@ -96,7 +96,7 @@ class RedisTier:
         # reply puts are not sent for oom_pause_s (dropped, counted), not refused one by one.
         self.oom_pause_s = oom_pause_s
         self._puts_paused_until = 0.0  # time.monotonic() before which put_many sends nothing
-        self._refusal: str | None = None  # set when INFO shows a server the tier must not use
+        self._refusal: str | None = None  # a server the tier must not use (INFO, warm-up's)
         self._redis = self._client.redis
         self._probe = self._redis.register_script(PROBE_LUA)
         self._check_key = codec.namespace.key(bytes(32))  # no block's: NOTE(pause)
@@ -201,8 +201,8 @@ class RedisTier:
         n = max(1, min(self._max_connections, connections))
         self.faults.last = None
         if await self._call("warm_up", 0, lambda: self._open(n), SETUP_S) is _FAILED:
-            self.faults.startup_failed(self.breaker, SETUP_S if self._client.pool is None
-                                       else self.connect_timeout + self.op_timeout)
+            ping = SETUP_S if self._client.pool is None else self.connect_timeout + self.op_timeout
+            self._refusal = self.faults.startup_failed(self.breaker, ping)
             return False
         ok = await self._inspect()
         if ok and self.kind == "cluster":  # NOTE(full-coverage)

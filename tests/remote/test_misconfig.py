@@ -190,3 +190,25 @@ async def test_a_closed_port_is_an_outage_that_the_health_check_retries(tiers, c
     assert "the tier PINGs it about every 0.3 s" in line
     assert tier.breaker.state is not BreakerState.CLOSED  # the PINGs the line promises run
     assert len(lines(caplog, "nothing accepts connections there")) == 1
+
+
+@pytest.mark.parametrize("target", ["sentinel", "dbindex"])
+async def test_a_server_no_tier_call_can_work_on_is_refused_with_the_fix(
+        sentinel, servers, tiers, caplog, target):
+    """diagnose.py NOTE(refused-at-start): a redis:// URL at a Sentinel's port (SCRIPT is
+    unknown there), or a DB index the server lacks. Before: a raw error, "the fix is logged
+    above" with none logged, and every request went on calling the server."""
+    url = (f"redis://127.0.0.1:{sentinel}" if target == "sentinel" else
+           f"redis://127.0.0.1:{servers().port}/99")
+    tier = tiers(url)
+    assert not await tier.warm_up()
+    kind = "unknowncmd" if target == "sentinel" else "dbindex"
+    assert f"cannot serve the tier ({kind}; the fix is logged above)" in _startup_line(caplog)
+    fix = ("use redis+sentinel://HOST:PORT/SERVICE" if target == "sentinel" else
+           "e.g. redis://HOST:PORT/0")
+    assert len(lines(caplog, fix)) == 1, caplog.text
+    sent = dict(tier.stats().errors)
+    await _misses(tier)
+    errors = tier.stats().errors
+    assert errors.get("refused_server", 0) >= 15  # none sent: the server is refused
+    assert {k: v for k, v in errors.items() if k != "refused_server"} == sent
