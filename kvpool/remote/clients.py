@@ -6,8 +6,14 @@ Cluster (or Valkey cluster), or a Sentinel-managed master.
     redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[?options]
 
 ``rediss+cluster://`` and ``rediss+sentinel://`` speak TLS to the data nodes (options such as
-``ssl_ca_certs`` as for ``rediss://``). The user and password are the data nodes'; sentinels
-are asked without them.
+``ssl_ca_certs`` as for ``rediss://``). The user and password are the data nodes'.
+
+NOTE(sentinel-auth): sentinels are asked without credentials and in plain text unless the URL
+says otherwise: ``?sentinel_password=P`` (``&sentinel_username=U`` for an ACL user) for
+sentinels with ``requirepass``, ``?sentinel_ssl=true`` for sentinels that speak TLS only (with
+the URL's ``ssl_*`` options). Sentinels that refuse the tier's credentials are said as such
+(``SentinelAuthError``); before, they were "unreachable" ("start the sentinels"), retried
+forever, and a hardened Sentinel could not be used at all.
 
 Slot routing, MOVED/ASK redirects, topology refresh after a failover, master discovery: all
 redis-py's (``redis.asyncio.cluster.RedisCluster``, ``redis.asyncio.sentinel.Sentinel``), a
@@ -35,8 +41,8 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (MasterNotFoundError, Sentinel, SentinelManagedConnection,
                                     SentinelManagedSSLConnection)
 from redis.backoff import NoBackoff
-from redis.exceptions import (AskError, ClusterDownError, MovedError, RedisClusterException,
-                              RedisError, ResponseError, TryAgainError)
+from redis.exceptions import (AskError, AuthenticationError, ClusterDownError, MovedError,
+                              RedisClusterException, RedisError, ResponseError, TryAgainError)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -162,13 +168,28 @@ def _sentinel(nodes: list[tuple[str, int]], service: str, options: dict,
     connection whose server turned replica)."""
     tls = options.pop("connection_class", Connection) is SSLConnection
     cls = _buffered_sentinel(tls)
-    sentinel = _Sentinels(nodes, sentinel_kwargs={"socket_connect_timeout": connect_timeout,
-                                                "socket_timeout": connect_timeout,
-                                                "retry": Retry(NoBackoff(), 0)},
-                        retry=Retry(NoBackoff(), 0), **options)
+    asked = {"socket_connect_timeout": connect_timeout, "socket_timeout": connect_timeout,
+             "retry": Retry(NoBackoff(), 0), **_sentinel_auth(options, tls)}
+    sentinel = _Sentinels(nodes, sentinel_kwargs=asked, retry=Retry(NoBackoff(), 0),
+                          **options)
     client = sentinel.master_for(service, connection_class=cls,
                                  max_connections=max_connections)
     return TierClient(client, "sentinel", client.connection_pool, connection_class=cls)
+
+
+def _sentinel_auth(options: dict, tls: bool) -> dict:
+    """The sentinels' own credentials and TLS, taken out of the URL's ``options`` (the ssl_*
+    options stay the data nodes' too when ``tls``: NOTE(sentinel-auth))."""
+    out = {k.removeprefix("sentinel_"): options.pop(k) for k in
+           ("sentinel_password", "sentinel_username") if options.get(k)}
+    if str(options.pop("sentinel_ssl", "")).lower() in ("1", "true", "yes"):
+        ssl = [k for k in options if k.startswith("ssl_")]
+        out.update({k: options[k] if tls else options.pop(k) for k in ssl}, ssl=True)
+    return out
+
+
+class SentinelAuthError(MasterNotFoundError):
+    """The sentinels refused the tier's credentials (NOTE(sentinel-auth))."""
 
 
 class SentinelsDownError(MasterNotFoundError):
@@ -190,6 +211,9 @@ class _AskedSentinel(Redis):
     async def sentinel_masters(self):
         try:
             return await super().sentinel_masters()
+        except AuthenticationError:
+            self.owner.refused += 1
+            raise
         except (RedisConnectionError, RedisTimeoutError, OSError):
             self.owner.unreachable += 1
             raise
@@ -204,6 +228,7 @@ class _Sentinels(Sentinel):
         super().__init__(*args, **kwargs)
         self.sentinels = [_AskedSentinel(self, s.connection_pool) for s in self.sentinels]
         self.unreachable = 0  # sentinels not reached during the current discovery
+        self.refused = 0  # sentinels that refused the credentials (NOTE(sentinel-auth))
         self.down = False  # a sentinel knew the service and said its master is down
 
     def check_master_state(self, state: dict, service_name: str) -> bool:
@@ -212,10 +237,12 @@ class _Sentinels(Sentinel):
         return ok
 
     async def discover_master(self, service_name: str):
-        self.unreachable, self.down = 0, False
+        self.unreachable, self.refused, self.down = 0, 0, False
         try:
             return await super().discover_master(service_name)
         except MasterNotFoundError:
+            if self.refused:
+                raise SentinelAuthError(f"{self.refused} refused the credentials") from None
             if self.down:
                 raise MasterDownError(f"the sentinels know {service_name!r} but report its "
                                       "master down") from None

@@ -23,8 +23,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.breaker import DOWN_KINDS, PAUSE_KINDS, BreakerState, CircuitBreaker
-from kvpool.remote.clients import (MasterDownError, SentinelsDownError, SlotDownError,
-                                   SlotMigratingError)
+from kvpool.remote.clients import (MasterDownError, SentinelAuthError, SentinelsDownError,
+                                   SlotDownError, SlotMigratingError)
 
 log = logging.getLogger("kvpool.remote")
 
@@ -77,7 +77,12 @@ _FIXES = {
     "sentinelsdown": "no sentinel answered ({detail}): start the sentinels, or fix the "
                      "HOST:PORT list in redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE "
                      "(a sentinel's port is redis.conf's port under --sentinel, 26379 by "
-                     "default); the tier retries",
+                     "default; sentinels that speak TLS only need ?sentinel_ssl=true); the "
+                     "tier retries",
+    "sentinelauth": "the sentinels want a password, or refused the one given ({detail}): "
+                    "add ?sentinel_password=PASSWORD (&sentinel_username=USER for an ACL "
+                    "user) to the redis+sentinel:// URL; the URL's own password is the data "
+                    "nodes'",
     "masterdown": "no master to use ({detail}): the sentinels promote a replica once they "
                   "agree it is down (down-after-milliseconds, quorum); with no replica, "
                   "restart the master. The tier retries",
@@ -125,7 +130,7 @@ _NODE_DOWN = ("cluster node {node} is unreachable ({kind}: {detail}): an outage,
 # a fault kind -> its errors_total kind (the connection kinds first, then error replies)
 _ERROR_KINDS = {"timeout": "timeout", "auth": "auth", "tls": "tls", "refused": "connection",
                 "closed": "connection", "connection": "connection", "protocol": "connection",
-                "sentinel": "connection", "sentinelsdown": "connection",
+                "sentinel": "connection", "sentinelsdown": "connection", "sentinelauth": "auth",
                 "masterdown": "connection",
                 "oom": "oom",
                 "crossslot": "cluster", "moved": "cluster", "clusterdown": "cluster",
@@ -144,6 +149,7 @@ def error_kind(fault: str) -> str:
 _KIND_BY_TYPE = (
     ((TimeoutError, RedisTimeoutError), "timeout"),
     (AuthenticationError, "auth"),
+    (SentinelAuthError, "sentinelauth"),
     (SentinelsDownError, "sentinelsdown"),
     (MasterDownError, "masterdown"),
     (MasterNotFoundError, "sentinel"),
