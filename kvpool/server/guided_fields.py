@@ -33,13 +33,14 @@ import dataclasses
 from typing import Any
 
 from kvpool.errors import RequestError
-from kvpool.runtime.model.grammar import GrammarSpec
+from kvpool.runtime.model.grammar import GrammarSpec, map_subschemas
 from kvpool.server.json_body import decode_json_text
 from kvpool.server.structural_tag import parse_structural_tag
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "format_over_guided", "parse_guided", "unheeded"]
+__all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "close_objects", "format_over_guided", "parse_guided",
+           "unheeded"]
 
 GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                            "structured_outputs"})
@@ -124,7 +125,7 @@ def format_over_guided(body: dict[str, Any], spec: GrammarSpec) -> GrammarSpec:
         raise _bad("response_format", f"give one structured-output constraint: the "
                    f"{fmt['type']} response_format or {sent}, not both")
     if kinds == ["json"] and so.get("disable_additional_properties") is True:
-        return GrammarSpec.json_schema(_close(fmt["json_schema"]["schema"]), spec.name)
+        return GrammarSpec.json_schema(close_objects(fmt["json_schema"]["schema"]), spec.name)
     return spec
 
 
@@ -141,20 +142,24 @@ def _close_text(schema: Any) -> Any:
     if isinstance(schema, str):
         schema = decode_json_text(schema, "structured_outputs.json",
                                   "a JSON schema (an object or its JSON text)")
-    return _close(schema)
+    return close_objects(schema)
 
 
-def _close(schema: Any) -> Any:
-    """A copy of ``schema`` whose open objects are closed."""
-    if isinstance(schema, list):
-        return [_close(v) for v in schema]
-    if not isinstance(schema, dict):
+def close_objects(schema: Any) -> Any:
+    """A copy of ``schema`` whose open objects are closed: every object with ``properties`` or
+    ``patternProperties`` and no ``additionalProperties`` (vLLM's guidance backend closes
+    them so; forced tool calls too: tools/request.py NOTE(closed-tools)). NOTE(closed-values):
+    only schema positions (grammar.py's map_subschemas): an object in a ``const`` or ``enum``
+    stays as sent (vLLM's walk closed it there too, changing the value the client asked for),
+    and a property named ``default`` is still closed."""
+    return map_subschemas(schema, _closed)
+
+
+def _closed(schema: dict) -> dict:
+    if "additionalProperties" in schema or not ("properties" in schema
+                                                or "patternProperties" in schema):
         return schema
-    out = {k: _close(v) for k, v in schema.items()}
-    if "additionalProperties" not in out and ("properties" in out
-                                              or "patternProperties" in out):
-        out["additionalProperties"] = False
-    return out
+    return {**schema, "additionalProperties": False}
 
 
 def _spec(key: str, value: Any, param: str) -> GrammarSpec:

@@ -76,7 +76,12 @@ __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES
 
 # the server's and the router's default body bounds (the router passes bodies on unchanged)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
-MAX_JSON_DEPTH = 32
+# NOTE(json-depth): vLLM (FastAPI / pydantic) bounds a body's nesting only by Python's recursion
+# limit; at 32 a tool schema about 14 objects deep (an OpenAPI-generated tool: each object level
+# is two, "properties" and the key) was a 400 even with tool_choice none. 128 takes a 60-level
+# schema, and every recursive walk of a body (the schema walks of grammar.py and tools/, the
+# chat template's tojson, llguidance's compile) stays far below the recursion limit at it.
+MAX_JSON_DEPTH = 128
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _STRING_FIELDS = frozenset({"prompt", "messages", "stop", "user"})  # named in a too-long 400

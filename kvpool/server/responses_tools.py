@@ -100,21 +100,24 @@ def forced_text_format(body: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if not tools or choice != "required" and not isinstance(choice, dict):
         return None
-    params = {t.get("name"): _params_or_empty(t.get("parameters")) for t in tools}
-    if not all(isinstance(p, dict) for p in params.values()):
+    # one (name, parameters) per tool: a name given twice is two tools, the first its named
+    # choice's (tools/request.py NOTE(tool-list))
+    params = [(t.get("name"), _params_or_empty(t.get("parameters"))) for t in tools]
+    if not all(isinstance(p, dict) for _, p in params):
         return None  # the chat parser's 400 names the tool
     if isinstance(choice, dict):
-        if choice["name"] not in params:
+        named = [p for name, p in params if name == choice["name"]]
+        if not named:
             return None  # the chat parser's 400 names it
-        schema: dict[str, Any] = params[choice["name"]]
+        schema: dict[str, Any] = named[0]
     else:
         schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [
             {"properties": {"name": {"type": "string", "enum": [name]},
                             "parameters": {k: v for k, v in p.items() if k != "$defs"}},
-             "required": ["name", "parameters"]} for name, p in params.items()]}}
+             "required": ["name", "parameters"]} for name, p in params]}}
         if json_bool(body.get("parallel_tool_calls")) is False:  # NOTE(lax-bool)
             schema["maxItems"] = 1
-        defs = {k: v for p in params.values() if isinstance(p.get("$defs"), dict)
+        defs = {k: v for _, p in params if isinstance(p.get("$defs"), dict)
                 for k, v in p["$defs"].items()}
         if defs:
             schema["$defs"] = defs

@@ -47,7 +47,7 @@ BAD = {  # name: (body, the message's start)
     "schema of no type": ({**OK, "tools": [{"name": "f", "input_schema": {"type": "bogus"}}],
                            "tool_choice": {"type": "any"}},
                           "tools[0].input_schema: invalid JSON schema"),
-    "bad tool name": ({**OK, "tools": [{"name": "f f", "input_schema": {}}],
+    "bad tool name": ({**OK, "tools": [{"name": "f\nf", "input_schema": {}}],
                        "tool_choice": {"type": "any"}}, "tools[0].name: is required"),
     "tools not a list": ({**OK, "tools": {"name": "f"}}, "tools: must be a list"),
     "tool choice of no name": ({**OK, "tools": [TOOL], "tool_choice": {"type": "tool"}},

@@ -36,7 +36,7 @@ MALFORMED = [
     (b'["prompt"]', "invalid_json"),
     (b'{"prompt": "hi", "temperature": NaN}', "invalid_json"),
     (b'{"prompt": "\\ud800"}', "invalid_encoding"),
-    (b'{"x":' * 64 + b"1" + b"}" * 64, "invalid_json"),
+    (b'{"x":' * 129 + b"1" + b"}" * 129, "invalid_json"),  # json_body.py NOTE(json-depth)
 ]
 
 

@@ -136,13 +136,13 @@ def test_kimi_keeps_its_own_call_ids():
 
 @pytest.mark.parametrize("family, text, calls", [
     ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n", []),
-    ("qwen3_coder", "<function=rm -rf>\n</function><function=g>\n</function>", [("g", {})]),
+    ("qwen3_coder", "<function=rm\t-rf>\n</function><function=g>\n</function>", [("g", {})]),
     ("qwen3_coder", "a <function=f><parameter=x>1<parameter=y>2</function>",
      [("f", {"x": "1", "y": "2"})]),  # no schema: text, a value ended by the next tag
     ("qwen3_coder", "<tool_call>\nno function here\n</tool_call>", []),
-    ("glm45", "<tool_call>{\"name\": \"f\"}</tool_call>", []),
+    ("glm45", "<tool_call>{\"name\":\n\"f\"}</tool_call>", []),
     ("seed_oss", "<tool_call>\n<function=f>\n</function>", [("f", {})]),  # vLLM's fallback
-    ("minimax_m2", '<minimax:tool_call><invoke name="a b"></invoke><invoke name=g>'
+    ("minimax_m2", '<minimax:tool_call><invoke name="a\tb"></invoke><invoke name=g>'
      '<parameter name="k">v<parameter name="j">w</parameter></invoke>',
      [("g", {"k": "v", "j": "w"})]),
     ("minimax_m2", '<minimax:tool_call><invoke name="f"><parameter name="k">1', []),

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import llguidance
 import torch
@@ -41,18 +41,46 @@ from llguidance.gbnf_to_lark import gbnf_to_lark
 from kvpool.errors import RequestError
 
 __all__ = ["LIMITS", "OPTIONS", "PARAM", "GrammarSpec", "TokenMask", "apply_token_mask",
-           "unpack_bitmask"]
+           "map_subschemas", "unpack_bitmask"]
 
 PARAM = "response_format"
 # NOTE(budget) in grammar_compile.py; llguidance's defaults: 1M, 200k, 50k, 250k
 LIMITS = dict(initial_lexer_fuel=200_000, step_lexer_fuel=100_000, step_max_items=20_000,
               max_lexer_states=50_000)
-MAX_SCHEMA_CHARS = 64 * 1024  # one request may not hand the compiler an unbounded schema
+# NOTE(schema-cap): a JSON schema may be 1 MiB, a regex / grammar / choice 64 KiB: one request
+# may not hand the compiler an unbounded source. The forced schema of tool_choice "required" is
+# the union of every tool's (~830 characters a realistic tool): 64 KiB refused ~80 tools, where
+# vLLM has no cap. Measured (README, Structured output): 1 MiB (~1,200 such tools) converts and
+# validates in ~0.4 s on the parse pool, then compiles and probes in ~0.5 s on the compile
+# worker; 256 KB in ~0.1 + ~0.15 s, 80 KB in ~30 + ~30 ms. Never on the event loop.
+MAX_SCHEMA_CHARS = 1024 * 1024
+MAX_GRAMMAR_CHARS = 64 * 1024
 MAX_PROBES = 64  # sub-schemas probed per request; past that the per-step budget still holds
 # NOTE(whitespace): compact JSON (no whitespace between tokens). With flexible whitespace a
 # sampled model can emit blanks forever and never close the object before max_tokens; json.loads
-# accepts compact JSON just the same.
-OPTIONS = {"whitespace_flexible": False}
+# accepts compact JSON just the same. NOTE(one-of): ``oneOf`` is compiled as ``anyOf``, as vLLM's
+# default backend (xgrammar) compiles it: llguidance refuses a oneOf whose branches it cannot
+# prove disjoint (two object shapes, {path} | {url}) unless told to approximate. Every other
+# keyword llguidance lacks stays a 400 (``uniqueItems``: its ``lenient`` option stays off).
+OPTIONS = {"whitespace_flexible": False, "coerce_one_of": True}
+
+
+# NOTE(formats): json-pointer exactly as RFC 6901 section 3 writes it; relative-json-pointer as
+# draft-bhutton-relative-json-pointer-00 section 3 (the one JSON Schema 2020-12 cites, with its
+# index manipulation); a URI reference or template permissively: any text without whitespace
+# or control characters (RFC 3986 and RFC 6570 allow none of those)
+_POINTER = r"(/([^/~]|~[01])*)*"
+_NON_NEGATIVE = r"(0|[1-9][0-9]*)"
+_URI = r"^[^\s\x00-\x1F\x7F-\x9F]*$"
+_FORMAT_PATTERNS = {
+    "json-pointer": f"^{_POINTER}$",
+    "relative-json-pointer": f"^{_NON_NEGATIVE}([+-]{_NON_NEGATIVE})?(#|{_POINTER})$",
+    "uri-reference": _URI, "uri-template": _URI}
+# keywords whose values are JSON values or names, not schemas; those whose value maps names to
+# schemas
+_VALUES = frozenset({"const", "enum", "default", "examples", "required", "dependentRequired"})
+_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions",
+                   "dependentSchemas", "dependencies"})
 
 
 def _bad(message: str) -> RequestError:
@@ -107,10 +135,11 @@ class GrammarSpec:
         for pattern in _patterns(schema):
             _check_escapes(pattern, "JSON schema")
         text = json.dumps(schema, separators=(",", ":"))
-        build = functools.partial(llguidance.LLMatcher.grammar_from_json_schema,
-                                  defaults=OPTIONS)
+        compiled = map_subschemas(schema, _format_pattern) if '"format"' in text else schema
+        build = functools.partial(_json_grammar, text if compiled is schema
+                                  else json.dumps(compiled, separators=(",", ":")))
         return cls._checked(kind, text, build, what="JSON schema", name=name,
-                            probes=_probes(schema))
+                            probes=_probes(compiled), limit=MAX_SCHEMA_CHARS)
 
     @classmethod
     def regex(cls, pattern: str) -> "GrammarSpec":
@@ -127,7 +156,7 @@ class GrammarSpec:
         try:
             return cls._checked("grammar", source, llguidance.LLMatcher.grammar_from_lark)
         except RequestError:
-            if "::=" not in source or len(source) > MAX_SCHEMA_CHARS:
+            if "::=" not in source or len(source) > MAX_GRAMMAR_CHARS:
                 raise
         return cls._checked("grammar", _gbnf_to_lark(source),
                             llguidance.LLMatcher.grammar_from_lark, what="GBNF grammar")
@@ -140,20 +169,73 @@ class GrammarSpec:
 
     @classmethod
     def _checked(cls, kind: str, source: str, build: Any, *, what: str | None = None,
-                 name: str | None = None, probes: tuple[Any, ...] = ()) -> "GrammarSpec":
+                 name: str | None = None, probes: tuple[Any, ...] = (),
+                 limit: int = MAX_GRAMMAR_CHARS) -> "GrammarSpec":
         """Bound, build and validate ``source`` under LIMITS (400s naming response_format)."""
         what = what or kind
-        if len(source) > MAX_SCHEMA_CHARS:
-            raise _bad(f"the {what} is {len(source)} characters; at most {MAX_SCHEMA_CHARS}")
+        if len(source) > limit:
+            raise _bad(f"the {what} is {len(source)} characters; at most {limit}")
         try:
             grammar = build(source)
         except ValueError as e:
-            raise _bad(f"invalid {what}: {e}") from None
+            raise _bad(f"invalid {what}: {_explained(str(e))}") from None
         err = llguidance.LLMatcher.validate_grammar(
             grammar, limits=llguidance.LLParserLimits(**LIMITS))
         if err:
-            raise _bad(f"invalid {what}: {err}")
+            raise _bad(f"invalid {what}: {_explained(err)}")
         return cls(kind, source, name, grammar, probes)
+
+
+def _explained(err: str) -> str:
+    """NOTE(schema-depth): llguidance reads a grammar nested at most 127 levels (its JSON
+    parser's bound; the schema sits 3 levels down in it), tighter than a request body's 128
+    (kvpool/server/json_body.py NOTE(json-depth)): a schema about 61 objects deep passes the
+    body and compiles alone, but ``tool_choice`` required nests every tool's schema 4-6
+    levels down. Its "recursion limit exceeded" says which bound it met."""
+    if "recursion limit exceeded" in err:
+        return f"nested deeper than the compiler reads (127 levels, grammar included): {err}"
+    return err
+
+
+def _json_grammar(source: str, _client_text: str) -> str:
+    """llguidance's grammar of the schema text ``source`` (``_client_text``, what _checked
+    bounds, is the schema as sent: NOTE(formats) may have rewritten it)."""
+    return llguidance.LLMatcher.grammar_from_json_schema(source, defaults=OPTIONS)
+
+
+def map_subschemas(schema: Any, node: Callable[[dict], dict]) -> Any:
+    """A copy of ``schema`` with ``node`` applied to each of its schema objects, children
+    first. Only schema positions: values (``const``, ``enum``, ``default``, ``examples``,
+    ``required``, ``dependentRequired``) stay as sent, and the keys of a ``properties``-like
+    map are names (a property named ``format`` or ``default`` is not that keyword)."""
+    if isinstance(schema, list):
+        return [map_subschemas(v, node) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return node({k: v if k in _VALUES else _map_named(v, node) if k in _MAPS
+                 else map_subschemas(v, node) for k, v in schema.items()})
+
+
+def _map_named(value: Any, node: Callable[[dict], dict]) -> Any:
+    """A ``properties``-like map: each value a schema, each key a name."""
+    if not isinstance(value, dict):
+        return map_subschemas(value, node)
+    return {k: map_subschemas(v, node) for k, v in value.items()}
+
+
+def _format_pattern(schema: dict) -> dict:
+    """NOTE(formats): a string format llguidance lacks but vLLM's default backend (xgrammar)
+    takes becomes a ``pattern`` (``_FORMAT_PATTERNS``); beside a ``pattern`` of the schema's
+    own it joins it through ``allOf`` (both must hold). Any other unknown format stays
+    llguidance's 400."""
+    fmt = schema.get("format")
+    pattern = _FORMAT_PATTERNS.get(fmt) if isinstance(fmt, str) else None
+    if pattern is None or not isinstance(schema.get("allOf", []), list):
+        return schema
+    out = {k: v for k, v in schema.items() if k != "format"}
+    if "pattern" not in out:
+        return {**out, "pattern": pattern}
+    return {**out, "allOf": [*out.get("allOf", []), {"pattern": pattern}]}
 
 
 def _check_escapes(pattern: str, what: str) -> None:

@@ -20,7 +20,12 @@ from kvpool.server.tools.scan import json_values
 __all__ = ["TOOL_NAME", "Extracted", "ToolCall", "ToolParser", "arguments_delta",
            "arguments_text", "call_from_json", "new_call_id", "tagged_reads"]
 
-TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # OpenAI's a-z, A-Z, 0-9, _ and -; vLLM dots
+# NOTE(tool-names): a tool's name, in a request and in a parser's reading of an output: 1-256
+# characters, none a control character. vLLM takes any string (its FunctionDefinition.name is a
+# str); OpenAI's a-z, A-Z, 0-9, _ and - (64 at most) refused the names agents use
+# ("github/create_issue", "server:tool", "café"). A name goes into JSON strings and templates
+# escaped, and a parser that reads it out of its own markup still finds its end.
+TOOL_NAME = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,256}")
 
 
 def new_call_id() -> str:

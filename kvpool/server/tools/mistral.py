@@ -10,18 +10,16 @@ that form. The content is the text before the marker; nothing readable after it:
 
 from __future__ import annotations
 
-import re
 import secrets
 import string
 
-from kvpool.server.tools.calls import (Extracted, ToolCall, ToolParser, arguments_text,
-                                      call_from_json)
+from kvpool.server.tools.calls import (TOOL_NAME, Extracted, ToolCall, ToolParser,
+                                      arguments_text, call_from_json)
 from kvpool.server.tools.scan import json_values
 
 __all__ = ["MistralParser", "mistral_id"]
 
 MARKER, ARGS = "[TOOL_CALLS]", "[ARGS]"
-_NAME = re.compile(r"\s*([A-Za-z0-9_.-]{1,64})\s*")
 _ALPHABET = string.ascii_letters + string.digits
 
 
@@ -34,16 +32,18 @@ def _with_id(call: ToolCall | None) -> ToolCall | None:
 
 
 def _named(segment: str) -> ToolCall | None:
-    """``name{args}`` or ``name[ARGS]{args}``."""
-    m = _NAME.match(segment)
-    if m is None:
+    """``name{args}`` or ``name[ARGS]{args}``: the name is what comes before the arguments
+    (calls.py NOTE(tool-names): ``github/create_issue`` too), as vLLM's parser splits it."""
+    ends = [i for i in (segment.find(ARGS), segment.find("{")) if i >= 0]
+    name = segment[:min(ends)].strip() if ends else ""
+    if not TOOL_NAME.fullmatch(name):
         return None
-    rest = segment[m.end():]
+    rest = segment[min(ends):]
     rest = rest[len(ARGS):] if rest.startswith(ARGS) else rest
     values, _ = json_values(rest)
     if not values or not isinstance(values[0], dict):
         return None
-    return ToolCall(m.group(1), arguments_text(values[0]), mistral_id())
+    return ToolCall(name, arguments_text(values[0]), mistral_id())
 
 
 class MistralParser(ToolParser):

@@ -21,6 +21,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
+from kvpool.server.guided_fields import close_objects
 from kvpool.server.json_body import bool_field
 from kvpool.server.tools.calls import TOOL_NAME, Extracted
 from kvpool.server.tools.forced import CallArrayStream, NamedStream
@@ -31,12 +32,20 @@ _bad = RequestError.field  # errors.py: "param: message", with the param named
 __all__ = ["MAX_TOOLS", "ToolRequest", "check_chat_tools", "forced_schema", "parse_tool_request",
            "template_tools"]
 
-MAX_TOOLS = 128
+# NOTE(tool-list): vLLM bounds neither the count nor the names (a str) and takes a name twice;
+# an agent with several MCP servers loads hundreds of tools named ``mcp__server__tool``, and
+# frameworks namespace them with / or :. So: up to MAX_TOOLS (the body's size bounds them
+# anyway), any name calls.py's TOOL_NAME takes, a repeated name served (a named tool_choice
+# and the auto parsers' typing take its first tool).
+MAX_TOOLS = 4096
 AUTO_NEEDS_FLAGS = ('"auto" tool choice requires --enable-auto-tool-choice and '
                     '--tool-call-parser to be set')
 _CHOICES = ("none", "auto", "required")
 _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _DEFS = ("$defs", "definitions")  # NOTE(tool-defs)
+_EMPTY = {"type": "object", "properties": {}}  # NOTE(closed-tools)
+_ANNOTATIONS = frozenset({"type", "title", "description", "$schema", "$id", "$comment",
+                          "properties", "required"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +130,6 @@ def _tools(value: Any) -> list[dict[str, Any]]:
         return []
     if not isinstance(value, list) or len(value) > MAX_TOOLS:
         raise _bad("tools", f"must be a list of at most {MAX_TOOLS} tool objects")
-    seen: set[str] = set()
     out = []
     for i, tool in enumerate(value):
         where = f"tools[{i}]"
@@ -132,9 +140,6 @@ def _tools(value: Any) -> list[dict[str, Any]]:
         if not isinstance(fn, dict):
             raise _bad(f"{where}.function", "must be an object with a name")
         strict = _function(fn, f"{where}.function")
-        if fn["name"] in seen:
-            raise _bad(f"{where}.function.name", f"{fn['name']!r} is given twice")
-        seen.add(fn["name"])
         # the template sees strict as vLLM's parsed tool holds it: a bool ("no" -> false)
         out.append(tool if strict is fn.get("strict") else
                    {**tool, "function": {**fn, "strict": strict}})
@@ -145,7 +150,8 @@ def _function(fn: dict[str, Any], where: str) -> bool | None:
     """Checks one function; its ``strict`` as vLLM reads it (NOTE(lax-bool))."""
     name = fn.get("name")
     if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-        raise _bad(f"{where}.name", "is required: 1-64 characters of a-z, A-Z, 0-9, _, . or -")
+        raise _bad(f"{where}.name", "is required: a string of 1-256 characters, no control "
+                   "characters")
     if fn.get("description") is not None and not isinstance(fn["description"], str):
         raise _bad(f"{where}.description", "must be a string")
     params = fn.get("parameters")
@@ -187,7 +193,21 @@ def _choice(value: Any, tools: list[dict[str, Any]]) -> tuple[str, str | None]:
 
 
 def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
-    return tool["function"].get("parameters") or {"type": "object"}
+    """NOTE(closed-tools): the schema a forced call of ``tool`` is generated under. vLLM
+    substitutes ``{"type": "object", "properties": {}}`` for parameters left out, null or
+    ``{}`` (its own comment: such a call's arguments are always ``{}``), and its default
+    backend (xgrammar, strict mode) closes every object schema without additionalProperties;
+    llguidance leaves them open, so forced calls invented keys and a zero-argument tool got an
+    open object (or ran to max_tokens). So every object with properties and no
+    additionalProperties is closed here (guided_fields.py's close_objects; a free-form
+    ``{"type": "object"}`` argument stays free), and parameters that declare nothing about their
+    members (``{"type": "object"}``, a description at most) are vLLM's empty object too, as
+    xgrammar's strict mode makes of them. Forced calls only: response_format stays as sent."""
+    params = tool["function"].get("parameters") or _EMPTY
+    if params.keys() <= _ANNOTATIONS and not params.get("properties") \
+            and not params.get("required") and params.get("type", "object") == "object":
+        params = {**params, **_EMPTY}
+    return close_objects(params)
 
 
 def forced_schema(tools: list[dict[str, Any]], name: str | None, parallel: bool) -> Any:
@@ -195,25 +215,27 @@ def forced_schema(tools: list[dict[str, Any]], name: str | None, parallel: bool)
     shape per tool (name first, so a stream reads the name before its arguments)."""
     if name is not None:
         return next(_parameters(t) for t in tools if t["function"]["name"] == name)
-    defs = _hoisted_defs(tools)
+    params = [_parameters(t) for t in tools]
+    defs = _hoisted_defs(params)
     items = [{"type": "object", "properties": {
         "name": {"const": t["function"]["name"]},
-        "parameters": {k: v for k, v in _parameters(t).items() if k not in _DEFS}},
-        "required": ["name", "parameters"], "additionalProperties": False} for t in tools]
+        "parameters": {k: v for k, v in p.items() if k not in _DEFS}},
+        "required": ["name", "parameters"], "additionalProperties": False}
+        for t, p in zip(tools, params)]
     schema = {"type": "array", "minItems": 1,
               "items": items[0] if len(items) == 1 else {"anyOf": items}, **defs}
     return schema if parallel else {**schema, "maxItems": 1}
 
 
-def _hoisted_defs(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _hoisted_defs(params: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """NOTE(tool-defs): required nests each tool's parameters inside one array schema, where a
     ``#/$defs/X`` reference (pydantic's nested models) would point at that array's root; so
     every tool's ``$defs`` (and draft-7 ``definitions``) move to the root, as vLLM moves
     them. One name defined two ways by two tools is a 400 naming the later tool."""
     out: dict[str, dict[str, Any]] = {}
-    for i, tool in enumerate(tools):
+    for i, tool_params in enumerate(params):
         for key in _DEFS:
-            defs = _parameters(tool).get(key)
+            defs = tool_params.get(key)
             if not isinstance(defs, dict):
                 continue
             into = out.setdefault(key, {})

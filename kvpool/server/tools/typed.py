@@ -57,14 +57,15 @@ class TypedParser(ToolParser):
 
 
 def properties_of(tools: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
-    """Tool name -> its parameters' ``properties`` (only the dict-valued entries)."""
+    """Tool name -> its parameters' ``properties`` (only the dict-valued entries); a name
+    given twice, its first tool's (request.py NOTE(tool-list))."""
     out: dict[str, dict[str, Any]] = {}
     for tool in tools:
         fn = tool.get("function") if isinstance(tool, dict) else None
         params = fn.get("parameters") if isinstance(fn, dict) else None
         props = params.get("properties") if isinstance(params, dict) else None
         if isinstance(fn, dict) and isinstance(fn.get("name"), str) and isinstance(props, dict):
-            out[fn["name"]] = {k: v for k, v in props.items() if isinstance(v, dict)}
+            out.setdefault(fn["name"], {k: v for k, v in props.items() if isinstance(v, dict)})
     return out
 
 
