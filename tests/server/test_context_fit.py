@@ -17,8 +17,10 @@ import aiohttp
 import pytest
 
 from kvpool.errors import ConfigError
+from kvpool.runtime.engine.async_engine import AsyncEngine
 from kvpool.runtime.engine.context_fit import LONG_CONTEXT_ENV, require_within_model
 from kvpool.server import serve
+from tests.configs import engine_config
 from tests.server.serve_process import ROOT, serve_command
 
 SMALL_POOL = dict(num_device_blocks=4, num_host_blocks=0, max_model_len=None)  # 64 tokens
@@ -78,9 +80,15 @@ async def test_an_explicit_context_beyond_the_pool_refuses_to_start():
 async def test_a_context_beyond_the_models_refuses_to_start_unless_allowed(caplog):
     """context_fit.py NOTE(long-context): the built-in model has 8192 positions; 9000 is
     refused as vLLM refuses it (it was served), unless $VLLM_ALLOW_LONG_MAX_MODEL_LEN."""
-    line = await refused("--num-device-blocks", "600", "--max-model-len", "9000")
-    assert line.startswith("kvpool serve: --max-model-len 9000 is more than the model's "
-                           "context (8192 tokens"), line
+    engine = AsyncEngine(engine_config("serve", num_device_blocks=600, max_model_len=9000))
+    try:
+        with pytest.raises(ConfigError) as e:
+            serve._require_context(engine, 16)  # what kvpool serve checks before it listens
+    finally:
+        engine.core.close()
+    line = str(e.value)
+    assert line.startswith("--max-model-len 9000 is more than the model's context (8192 "
+                           "tokens"), line
     assert f"{LONG_CONTEXT_ENV}=1" in line and "--max-model-len to 8192 or less" in line
     with caplog.at_level(logging.WARNING, logger="kvpool.runtime.engine.context_fit"):
         for value in ("1", "true", " TRUE "):
