@@ -80,7 +80,8 @@ class PoolStats:
     num_used: int  # ref >= 1 (includes blocks reserved by an in-flight defrag plan)
     num_cached: int  # blocks with a registered content hash (used or evictable)
     num_reserved: int  # destination blocks held by an in-flight defrag plan
-    version: int  # seqlock version the snapshot was read at (even)
+    version: int  # seqlock version the snapshot was read at (even; odd when read inside
+    # the reader's own writer section: seqlock.py NOTE(own-reader))
     evictions: int  # cached blocks evicted so far (monotonic)
 
     @property

@@ -13,7 +13,8 @@ slots past ``num_computed``: its last, partial block, or slots reserved for a st
 run) and evictable cached blocks. So the bytes copied stay right even while decoding goes on; a move
 is dropped at commit when its source block changed owner since the plan: its ref count or hash
 differs, or a table that referenced it was freed, swapped or no longer holds it at that index
-(compared directly, block by block: a freed sequence's id may come back as a new table).
+(compared directly, table by table and block by block: a freed sequence's id may come back as
+a new table, NOTE(defrag-aba)).
 
 Layout before / after, ``#`` live, ``.`` free, block ids left to right::
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from itertools import count
 
 from kvpool.core.block import Device
-from kvpool.core.block_table import BlockTables
+from kvpool.core.block_table import BlockTable, BlockTables
 from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import InvalidBlockError
@@ -77,12 +78,13 @@ class DefragPlanner:
         self.hash_of = device.index.hash_of if device.index is not None else _unhashed
         self.tables = tables
         self.counters = counters
-        self._plans: dict[int, DefragPlan] = {}
+        # plan id -> (the plan, per check the tables its refs named when planned)
+        self._plans: dict[int, tuple[DefragPlan, tuple[tuple[BlockTable, ...], ...]]] = {}
         self._plan_ids = count(1)
 
     def reserved_blocks(self) -> list[int]:
         """Destinations held by the plan in flight (each holds one reference)."""
-        return [dst for p in self._plans.values() for _, dst in p.moves]
+        return [dst for p, _ in self._plans.values() for _, dst in p.moves]
 
     def plan(self, max_moves: int | None = None) -> DefragPlan | None:
         """Plan moves that pack live blocks into ids ``[0, live)``; None if nothing to move.
@@ -115,7 +117,11 @@ class DefragPlanner:
                            for src, dst in zip(sources[:k], dsts))
             plan = DefragPlan(next(self._plan_ids), tuple((c.src, c.dst) for c in checks),
                               checks)
-            self._plans[plan.plan_id] = plan
+            # NOTE(defrag-aba): the tables themselves, kept here (the plan goes to callers,
+            # who get copies of tables, never one): a freed sequence's id may come back as a
+            # new table holding the same block at the same index, which its id cannot tell
+            owners = tuple(tuple(self.tables[s] for s, _ in c.refs) for c in checks)
+            self._plans[plan.plan_id] = (plan, owners)
             return plan
 
     def _table_refs(self, live: int) -> tuple[dict[int, list[tuple[int, int]]], set[int]]:
@@ -136,16 +142,16 @@ class DefragPlanner:
                     refs.setdefault(b, []).append((s, i))
         return refs, pinned
 
-    def _move_valid(self, c: MoveCheck) -> bool:
+    def _move_valid(self, c: MoveCheck, owners: tuple[BlockTable, ...]) -> bool:
         pool = self.device
         if pool.ref_count(c.src) != c.ref or self.hash_of(c.src) != c.block_hash:
             return False
         if c.ref == 0 and c.block_hash is None:
             return False  # it went back to the free list
         tables = self.tables
-        for s, i in c.refs:
+        for (s, i), owner in zip(c.refs, owners):
             t = tables.get(s)
-            if t is None or t.device is not Device.DEVICE:
+            if t is not owner or t.device is not Device.DEVICE:  # NOTE(defrag-aba)
                 return False
             if i >= len(t.blocks) or t.blocks[i] != c.src:
                 return False
@@ -156,11 +162,10 @@ class DefragPlanner:
         the old tables completed); the others are released for a re-plan."""
         pool = self.device
         with pool.writing():
-            if self._plans.pop(plan.plan_id, None) is None:
-                raise InvalidBlockError(f"defrag plan {plan.plan_id} is not in flight")
+            owners = self._take_plan(plan)
             committed, retried = [], []
-            for c in plan.checks:
-                if self._move_valid(c):
+            for c, own in zip(plan.checks, owners):
+                if self._move_valid(c, own):
                     pool.move(c.src, c.dst)
                     for s, i in c.refs:
                         t = self.tables[s]
@@ -178,7 +183,16 @@ class DefragPlanner:
         """The copies failed or were cancelled: release every reserved destination."""
         pool = self.device
         with pool.writing():
-            if self._plans.pop(plan.plan_id, None) is None:
-                raise InvalidBlockError(f"defrag plan {plan.plan_id} is not in flight")
+            self._take_plan(plan)
             for _, dst in plan.moves:
                 pool.unreserve(dst)
+
+    def _take_plan(self, plan: DefragPlan) -> tuple[tuple[BlockTable, ...], ...]:
+        """Remove ``plan`` from the plans in flight; its checks' tables. NOTE(own-plan): plan
+        ids count from 1 per manager, so another manager's plan (or a copy) can carry the id
+        of this one's: only this very object is in flight; anything else raises, unchanged."""
+        entry = self._plans.get(plan.plan_id)
+        if entry is None or entry[0] is not plan:
+            raise InvalidBlockError(f"defrag plan {plan.plan_id} is not in flight here")
+        del self._plans[plan.plan_id]
+        return entry[1]

@@ -110,6 +110,22 @@ def _token_bytes_checked(token_ids: Sequence[int]) -> bytes:
     return arr.tobytes()
 
 
+def check_token_ids(token_ids: Sequence[int]) -> None:
+    """Raise what ``token_bytes`` would (ValueError for an id outside u32, TypeError for a
+    non-integer), in one C-level pass and without the bytes. NOTE(token-range): the block
+    manager checks the ids a table keeps for hashing when they arrive, not when their block
+    fills: by then the call that brought them has returned, and a later one would fail
+    half-applied. NOTE(speed): a list goes through ``fromlist`` (no per-item sequence
+    protocol: ~5 ns an id, measured)."""
+    try:
+        if type(token_ids) is list:
+            array("I").fromlist(token_ids)
+        else:
+            array("I", token_ids)
+    except OverflowError as exc:
+        raise ValueError("token ids must be integers in [0, 2**32)") from exc
+
+
 def token_bytes(token_ids: Sequence[int]) -> bytes:
     """Token ids as little-endian u32 (every tokenizer's vocabulary fits)."""
     try:

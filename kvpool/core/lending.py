@@ -62,14 +62,22 @@ class BlockLender:
         """Return lent blocks (unhashed: to the free list); a block that is not lent raises."""
         pool = self._pool(device)
         with pool.writing():
+            self._check_lent(device, block_ids)
             lent = self._lent[device]
             for b in block_ids:
-                if lent[b] <= 0:
-                    raise InvariantError(f"block {b} on {device.value} is not lent")
                 lent[b] -= 1
                 if not lent[b]:
                     del lent[b]
             pool.release(list(block_ids), time.monotonic())
+
+    def _check_lent(self, device: Device, block_ids: Sequence[int]) -> None:
+        """NOTE(lent-first): every id is checked against the loans (as often as it is
+        listed) before anything changes, so a wrong id leaks no loan and hashes nothing."""
+        lent = self._lent[device]
+        for b, k in Counter(block_ids).items():
+            if lent[b] < k:
+                raise InvariantError(f"block {b} on {device.value} is not lent"
+                                     + (f" {k} times" if k > 1 and lent[b] else ""))
 
     def adopt_prefix(self, block_ids: Sequence[int], hashes: Sequence[bytes],
                      first_depth: int, tokens: Sequence[int] | None = None,
@@ -87,6 +95,7 @@ class BlockLender:
         n = 0
         bs = pool.block_size
         with pool.writing():
+            self._check_lent(Device.DEVICE, block_ids)  # NOTE(lent-first)
             if pool.index is not None:
                 for i, (b, h) in enumerate(zip(block_ids, hashes)):
                     toks = None if tokens is None else tokens[i * bs:(i + 1) * bs]

@@ -37,7 +37,7 @@ from kvpool.core.block import Admission, AllocStatus, Device, PoolObserver
 from kvpool.core.block_table import BlockTable, BlockTables, SeqAlloc
 from kvpool.core.defrag import DefragPlanner
 from kvpool.core.eviction import EvictionPolicy
-from kvpool.core.hashing import BlockHasher, ExtraKey
+from kvpool.core.hashing import BlockHasher, ExtraKey, check_token_ids
 from kvpool.core.lending import BlockLender
 from kvpool.core.pool import BlockPool
 from kvpool.core.prompt_alloc import PromptAllocator
@@ -174,33 +174,33 @@ class BlockSpaceManager:
             t = self._tables[seq_id]  # UnknownSequenceError when unknown (BlockTables)
             if t.device is not _DEVICE:
                 raise InvalidBlockError(f"sequence {seq_id} is swapped out")
-            n0 = t.num_tokens
-            bs = self.block_size
-            r0 = n0 % bs
-            caching = self.caching
-            # NOTE(fast-path): decode's common case (15 of 16 tokens at bs 16): one token
-            # into the sequence's own partial block, no copy, no new block, no block completed
-            # (so no hash), nothing left to register. The only store lock-free readers see is
-            # used_slots: a single-store write (seqlock.py), whose version bump is inlined.
-            # The ref count is read only while a live table may share its tail
-            # (NOTE(tail-sharers)).
-            c = self.counters
+            r0 = (n0 := t.num_tokens) % (bs := self.block_size)
+            caching, c = self.caching, self.counters
+            # NOTE(fast-path): decode's common case (15 of 16 tokens at bs 16): one token into the
+            # sequence's own partial block: no copy, new block, hash or registration. Readers see
+            # one store, used_slots (seqlock.py single-store, its version bump inlined); the ref
+            # count is read only while a live table may share its tail (NOTE(tail-sharers)).
             if (0 < r0 < bs - 1 and len(token_ids) == 1
                     and (not c.tail_sharers or self._ref_count(t.blocks[-1]) == 1)
                     and (not caching or t.num_registered == n0 // bs)):
+                if caching:  # kept ids (NOTE(event-tokens)) only with caching too
+                    tok = token_ids[0]
+                    if tok < 0 or tok > 1073741823:  # NOTE(token-range): two int compares; an
+                        check_token_ids(token_ids)  # id outside [0, 2**30): the exact check
+                    t.tail.append(tok)
+                    if t.tokens is not None:
+                        t.tokens.append(tok)
                 t.num_computed = n0
                 t.num_tokens = n0 + 1
-                if caching:
-                    t.tail.append(token_ids[0])
-                if t.tokens is not None:  # NOTE(event-tokens)
-                    t.tokens.append(token_ids[0])
                 c.used_slots += 1
                 w = self._writing
                 v = w.version
                 if not v & 1:
                     w.version = v + 2
                 return []
-            with self._writing:
+            with self._writing:  # one id: the O(1) test above (NOTE(token-range))
+                if caching and (len(token_ids) != 1 or not 0 <= token_ids[0] <= 1073741823):
+                    check_token_ids(token_ids)
                 if self.slots.need(t, len(token_ids)) > self.device_pool.num_free_blocks:
                     return None
                 return self.slots.append_locked(t, token_ids)
@@ -215,7 +215,7 @@ class BlockSpaceManager:
                 raise DuplicateSequenceError(f"sequence {child_seq_id} already exists")
             target = self.device_pool if p.device is Device.DEVICE else self.host_pool
             target.share(p.blocks)
-            self._tables[child_seq_id] = BlockTable(
+            self._tables[child_seq_id] = child = BlockTable(
                 child_seq_id, list(p.blocks), p.num_tokens, p.device, list(p.hashes),
                 list(p.tail), p.num_registered, p.root, p.extra,
                 list(p.tokens) if p.tokens is not None else None, p.num_computed,
@@ -224,6 +224,7 @@ class BlockSpaceManager:
             p.shares_tail = True
             if p.device is Device.HOST:
                 self.counters.num_swapped_seqs += 1
+                self.swap.host_forked(child)  # NOTE(host-fork)
 
     def free(self, *seq_ids: int) -> None:
         """Release the sequences' blocks under one lock, each table tail first (so a prompt's

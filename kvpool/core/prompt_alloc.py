@@ -21,13 +21,33 @@ part) and allocates inside it; ``hits`` assumes the caller holds it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from kvpool.core.block import Device
 from kvpool.core.block_table import BlockTable, BlockTables, SeqAlloc
-from kvpool.core.hashing import BlockHasher, encode_extra_keys
+from kvpool.core.hashing import BlockHasher, check_token_ids, encode_extra_keys
 from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
 from kvpool.errors import DuplicateSequenceError
+
+
+_NUM_SHARED = attrgetter("num_shared")
+
+# a request made ready outside the lock (PromptAllocator._prepare): its block hashes, chain
+# root, encoded extra keys and the token ids of its partial last block
+Prepared = tuple[Sequence[bytes], bytes, bytes, list[int]]
+
+
+def check_hashes(hashes: Sequence[bytes], num_full: int) -> None:
+    """NOTE(hash-input): caller-given block hashes are one per full block (an O(1) length
+    test: a table with fewer or more is out of step with its tokens from the start) and
+    distinct: a repeated hash (two blocks under one hash, a chain that loops) would hit one
+    cached block twice, reviving and counting it twice. Only given hashes are checked (the
+    hasher's chain never repeats), outside the lock; a ValueError before anything changes."""
+    if len(hashes) != num_full:
+        raise ValueError(f"block_hashes has {len(hashes)} hashes for {num_full} full blocks")
+    if len(set(hashes)) != num_full:
+        raise ValueError("block_hashes repeats a hash: one hash per distinct block")
 
 
 def count_used(pool: BlockPool, block_ids: Sequence[int]) -> int:
@@ -89,49 +109,91 @@ class PromptAllocator:
     def allocate_batch(self, reqs: Sequence[SeqAlloc]) -> list[int | None]:
         """Many allocations under one lock acquisition, each like ``manager.allocate``. Per
         request: the prompt tokens served from the prefix cache, or None when the pool cannot
-        hold it now (nothing changes for it). Misuse raises."""
-        hashed = []
-        for r in reqs:  # hash outside the lock: it is the expensive part
-            if not r.seq_ids:
-                raise ValueError("allocate needs at least one seq id")
-            if len(r.token_ids) == 0:
-                raise ValueError("cannot allocate an empty prompt")
-            hs = r.block_hashes
-            if self.caching and hs is None:
-                hs = self.hasher.hash_blocks(r.token_ids, r.cache_salt, r.extra_keys)
-            hashed.append(hs or ())
+        hold it now (nothing changes for it). Misuse of any request raises before any
+        request changes anything (NOTE(batch-first))."""
+        prepared = [self._prepare(r) for r in reqs]  # outside the lock: hashing is the cost
         with self.device_pool.writing():
+            self._check_batch(reqs, prepared)
             out: list[int | None] = []
             failed: set[int] = set()  # seq ids whose allocation failed in this batch
-            for r, hs in zip(reqs, hashed):
-                res = None if r.share_with in failed else self._allocate_locked(r, hs)
+            for r, prep in zip(reqs, prepared):
+                res = None if r.share_with in failed else self._allocate_locked(r, prep)
                 if res is None:
                     failed.update(r.seq_ids)
                 out.append(res)
             return out
 
-    def _check_new(self, seq_ids: Sequence[int]) -> None:
-        for s in seq_ids:
-            if s in self.tables:
-                raise DuplicateSequenceError(f"sequence {s} already has a block table")
-        if len(set(seq_ids)) != len(seq_ids):
-            raise DuplicateSequenceError("seq_ids must be distinct")
+    def _prepare(self, r: SeqAlloc) -> Prepared:
+        """A request's block hashes, chain root, encoded extra keys and tail ids (caching on;
+        nothing otherwise), each checked: what can raise raises here, before the batch takes
+        the lock. Caller-given hashes: ``check_hashes``; NOTE(token-range): the tail's ids,
+        hashed only when later appends fill its block, are checked now."""
+        if not r.seq_ids:
+            raise ValueError("allocate needs at least one seq id")
+        n = len(r.token_ids)
+        if n == 0:
+            raise ValueError("cannot allocate an empty prompt")
+        if not self.caching:
+            return (), b"", b"", []
+        n_full = n // self.block_size
+        hs = r.block_hashes
+        if hs is None:
+            hs = self.hasher.hash_blocks(r.token_ids, r.cache_salt, r.extra_keys)
+        else:
+            check_hashes(hs, n_full)
+        tail = list(r.token_ids[n_full * self.block_size:])
+        if tail:
+            check_token_ids(tail)
+        return hs, self.hasher.root(r.cache_salt), encode_extra_keys(r.extra_keys), tail
 
-    def _allocate_locked(self, r: SeqAlloc, hashes: Sequence[bytes]) -> int | None:
-        self._check_new(r.seq_ids)
+    def _check_batch(self, reqs: Sequence[SeqAlloc], prepared: Sequence[Prepared]) -> None:
+        """NOTE(batch-first): under the lock, before any table is made: every seq id of the
+        batch is new and listed once, and every ``share_with`` is valid (``_check_share``)."""
+        ids = [s for r in reqs for s in r.seq_ids]
+        tables = self.tables
+        if not tables.keys().isdisjoint(ids):  # NOTE(speed): C-level; the loop names one
+            s = next(s for s in ids if s in tables)
+            raise DuplicateSequenceError(f"sequence {s} already has a block table")
+        if len(set(ids)) != len(ids):
+            raise DuplicateSequenceError("seq_ids must be distinct")
+        if any(map(_NUM_SHARED, reqs)):
+            earlier: dict[int, tuple[int, Sequence[bytes]]] = {}
+            for r, (hs, *_) in zip(reqs, prepared):
+                self._check_share(r, hs, earlier)
+                earlier.update(dict.fromkeys(r.seq_ids, (len(r.token_ids), hs)))
+
+    def _check_share(self, r: SeqAlloc, hashes: Sequence[bytes],
+                     earlier: dict[int, tuple[int, Sequence[bytes]]]) -> None:
+        """``r.share_with`` names a device table, or a sequence of a request before ``r`` in
+        the batch (``earlier``: its token count and hashes), of at least ``r.num_shared`` full
+        blocks holding the same tokens, and ``r``'s prompt is longer."""
+        k, bs = r.num_shared, self.block_size
+        if r.share_with is None or not k:
+            return
+        t = self.tables.get(r.share_with)
+        target = earlier.get(r.share_with) if t is None else (
+            (t.num_tokens, t.hashes) if t.device is Device.DEVICE else None)
+        if target is None or k * bs > target[0] or k * bs >= len(r.token_ids):
+            raise ValueError(f"cannot share {k} blocks of sequence {r.share_with}: it needs a "
+                             "device table of as many full blocks, and a longer prompt here")
+        if self.caching and list(hashes[:k]) != list(target[1][:k]):
+            raise ValueError(f"the first {k} blocks of sequence {r.share_with} hold other "
+                             "tokens")
+
+    def _allocate_locked(self, r: SeqAlloc, prep: Prepared) -> int | None:
+        hashes, root, extra, tail = prep
         tables = self.tables
         bs = self.block_size
         n = len(r.token_ids)
         nseq = len(r.seq_ids)
         pool = self.device_pool
-        caching = self.caching
         keep = self.index is not None and self.index.wants_tokens  # NOTE(event-tokens)
         hits = self.hits(hashes, n, r.token_ids)  # checked against them with verify_hits
-        reused, num_hits = self._reused(r, hashes, hits)
+        reused, num_hits = self._reused(r, hits)
         need = -(-n // bs) - len(reused)
         revive = len(reused) - count_used(pool, reused)
         c = self.counters
-        c.prefix_query_tokens += n if caching else 0
+        c.prefix_query_tokens += n if self.caching else 0
         if need > pool.num_free_blocks - revive:
             return None
         if reused is hits:
@@ -142,11 +204,7 @@ class PromptAllocator:
         new = pool.take(need, nseq)
         assert new is not None  # checked above
         blocks = reused + new
-        n_full = n // bs
-        root = self.hasher.root(r.cache_salt) if caching else b""
-        extra = encode_extra_keys(r.extra_keys) if caching else b""
-        tail = list(r.token_ids[n_full * bs:]) if caching else []
-        hs = list(hashes[:n_full]) if caching else []
+        hs = list(hashes[:n // bs])
         cached = num_hits * bs
         sharing = nseq > 1  # NOTE(tail-sharers)
         for s in r.seq_ids:
@@ -158,24 +216,15 @@ class PromptAllocator:
         c.used_slots += n - len(reused) * bs + (bs * revive)
         return cached
 
-    def _reused(self, r: SeqAlloc, hashes: Sequence[bytes],
-                hits: list[int]) -> tuple[list[int], int]:
+    def _reused(self, r: SeqAlloc, hits: list[int]) -> tuple[list[int], int]:
         """The leading blocks the new tables reuse, and how many of them are prefix-cache
-        hits: the hits themselves, or (``share_with``) the other table's first ``num_shared``
-        blocks when the hits do not cover them (those may still be being computed)."""
+        hits: the hits themselves, or (``share_with``, checked by ``_check_share``) the other
+        table's first ``num_shared`` blocks when the hits do not cover them (those may still
+        be being computed)."""
         k = r.num_shared
         if r.share_with is None or not k:
             return hits, len(hits)
-        t = self.tables.get(r.share_with)
-        bs = self.block_size
-        if t is None or t.device is not Device.DEVICE or k * bs > t.num_tokens \
-                or k * bs >= len(r.token_ids):
-            raise ValueError(f"cannot share {k} blocks of sequence {r.share_with}: it needs a "
-                             "device table of as many full blocks, and a longer prompt here")
-        if self.caching and list(hashes[:k]) != t.hashes[:k]:
-            raise ValueError(f"the first {k} blocks of sequence {r.share_with} hold other "
-                             "tokens")
-        shared = t.blocks[:k]
+        shared = self.tables[r.share_with].blocks[:k]
         if hits[:k] == shared:
             return hits, len(hits)
         j = 0

@@ -67,12 +67,27 @@ class SeqLock:
         if not v & 1:
             self.version = v + 2
 
+    def held_here(self) -> bool:
+        """Whether the calling thread is inside a writer section. NOTE(own-reader): a reader
+        on the writer's own thread (inside ``manager.batch()``, an observer or evict hook)
+        would wait for an odd version forever; the state cannot move under it, so it reads
+        directly. Holding the lock, an odd version can only be this thread's; a try-lock,
+        so it costs a writer nothing and never blocks."""
+        if not self._acquire(False):
+            return False  # another thread holds the lock
+        odd = self.version & 1
+        self._release()
+        return bool(odd)
+
     def read(self, fn: Callable[[], T]) -> tuple[T, int]:
         """Run ``fn`` until it ran with no writer inside; returns its result and the (even)
-        version it saw."""
+        version it saw. On the writer's own thread it runs once, at the odd version
+        (NOTE(own-reader))."""
         while True:
             v = self.version
             if v & 1:
+                if self.held_here():
+                    return fn(), v
                 time.sleep(0)  # a writer is inside; yield the GIL to it
                 continue
             out = fn()

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 from kvpool.core.block import Device
 from kvpool.core.block_table import BlockTable, BlockTables
-from kvpool.core.hashing import BlockHasher
+from kvpool.core.hashing import BlockHasher, check_token_ids
 from kvpool.core.pool import BlockPool
 from kvpool.core.stats import ManagerCounters
-from kvpool.errors import InvalidBlockError
+from kvpool.errors import DuplicateSequenceError, InvalidBlockError
 
 _DEVICE = Device.DEVICE  # NOTE(speed): a module global, not an enum attribute per token
 
@@ -44,6 +44,7 @@ class SlotWriter:
         self.block_size = device.block_size
         self.caching = device.caching
         self.index = device.index  # None without prefix caching
+        self._distinct: list[int] = []  # the last decode ids found distinct (_check_decodes)
 
     def register_upto(self, t: BlockTable, num_tokens: int) -> None:
         """Index ``t``'s full blocks among its first ``num_tokens`` tokens in the prefix cache
@@ -91,10 +92,16 @@ class SlotWriter:
     def append_batch(
         self, items: Sequence[tuple[int, Sequence[int]]]
     ) -> list[list[tuple[int, int]]] | None:
-        """``manager.append_slots`` for many sequences under one lock; all or nothing."""
+        """``manager.append_slots`` for many sequences under one lock; all or nothing. A
+        sequence listed twice or a token id outside u32 raises before anything changes."""
         pool = self.device_pool
         with self.writing:
             tables = [self.tables[s] for s, _ in items]
+            if len(set(map(id, tables))) != len(tables):  # NOTE(batch-first)
+                raise DuplicateSequenceError("a sequence is listed twice in append_batch")
+            if self.caching:  # NOTE(token-range)
+                for _, toks in items:
+                    check_token_ids(toks)
             need = 0
             for t, (_, toks) in zip(tables, items):
                 if t.device is not Device.DEVICE:
@@ -112,19 +119,42 @@ class SlotWriter:
         that fit together. Returns each appended sequence's copy-on-write pairs (empty when
         none) and a read-only copy of its table, and how many groups were appended.
         NOTE(speed): ``manager.append_slots``'s fast path inlined (no new block, no copy;
-        a block it fills is hashed inline), the rest through ``append_locked``; a table whose blocks did not change since its last
-        decode append hands out the same read-only copy again (``BlockTable.view``)."""
+        a block it fills is hashed inline), the rest through ``append_locked``; a table
+        whose blocks did not change since its last decode append hands out the same read-only
+        copy again (``BlockTable.view``). Misuse raises before anything changes
+        (``_check_decodes``)."""
         with self.writing:
             try:  # NOTE(speed): one C-level pass; the slow one names the first bad id
                 tables = list(map(self.tables.__getitem__, seq_ids))
             except KeyError:
                 tables = self._decode_tables(seq_ids)
+            self._check_decodes(seq_ids, token_ids, group_ends)
             ends = (len(tables),) if group_ends is None else group_ends
             groups = self._groups_that_fit(tables, ends)
             n = ends[groups - 1] if groups else 0
             cows, copies = self._append_each(tables, token_ids, n)
             self.counters.used_slots += cows.count(())  # one slot per fast append (() left)
             return cows, copies, groups
+
+    def _check_decodes(self, seq_ids: Sequence[int], token_ids: Sequence[int],
+                       group_ends: Sequence[int] | None) -> None:
+        """NOTE(batch-first): a decode step's batch is checked whole before any table moves
+        (as ``manager.free`` does): one token per sequence and groups within the batch (O(1)),
+        no sequence twice (a second entry would append on top of the first in the same step,
+        registering a block whose last token is not computed), and with caching every id in
+        u32 (NOTE(token-range): one C-level pass). NOTE(speed): the ids are checked distinct
+        with a set only when they differ from the last list found distinct (a copy, compared
+        at C level): the steady decode state lists the same sequences step after step."""
+        k = len(seq_ids)
+        if len(token_ids) != k or group_ends and group_ends[-1] > k:
+            raise ValueError(f"append_decodes got {len(token_ids)} token ids for {k} sequences"
+                             + ("" if not group_ends else f", groups ending at {group_ends[-1]}"))
+        if seq_ids != self._distinct:
+            if len(set(seq_ids)) != k:
+                raise DuplicateSequenceError("a sequence is listed twice in append_decodes")
+            self._distinct = list(seq_ids)
+        if self.caching:
+            check_token_ids(token_ids)
 
     def _append_each(self, tables: list[BlockTable], token_ids: Sequence[int], n: int
                      ) -> tuple[list[Sequence[tuple[int, int]]], list[list[int]]]:
@@ -224,7 +254,8 @@ class SlotWriter:
         return out
 
     def append_locked(self, t: BlockTable, toks: Sequence[int]) -> list[tuple[int, int]]:
-        """Append ``toks`` to ``t`` (its ``need`` fits). Writer section held."""
+        """Append ``toks`` to ``t`` (its ``need`` fits; with caching its ids are in u32:
+        the caller checked them, NOTE(token-range)). Writer section held."""
         bs, pool = self.block_size, self.device_pool
         n0 = t.num_tokens
         k = len(toks)

@@ -112,7 +112,7 @@ class StatsReader:
         d, h, c = self.device, self.host, self.counters
         while True:
             vd, vh = d.version, h.version
-            if (vd | vh) & 1:
+            if (vd | vh) & 1 and not self._own_sections(vd, vh):
                 time.sleep(0)
                 continue
             snap = (len(self.tables), c.num_swapped_seqs, c.used_slots, c.prefix_query_tokens,
@@ -126,16 +126,23 @@ class StatsReader:
         return ManagerStats(ds, hs, nseq, nswap, used_slots, internal, pq, ph, cow, so, si, sir,
                             dm, dr)
 
+    def _own_sections(self, vd: int, vh: int) -> bool:
+        """Whether every pool with an odd version is in a writer section of this thread
+        (NOTE(own-reader), seqlock.py): its state cannot move while this thread reads it."""
+        return ((not vd & 1 or self.device.writing().held_here())
+                and (not vh & 1 or self.host.writing().held_here()))
+
     def fragmentation(self) -> FragmentationStats:
         """Internal and external fragmentation of the device pool (see FragmentationStats).
-        O(num_blocks) numpy work, memoised per pool version; takes no lock."""
+        O(num_blocks) numpy work, memoised per pool version; takes no lock. Inside a writer
+        section of this thread it reads directly and memoises nothing (NOTE(own-reader))."""
         d = self.device
         while True:
             v = d.version
             cached = self._frag_cache
             if cached is not None and cached[0] == v and not v & 1:
                 return cached[1]
-            if v & 1:
+            if v & 1 and not d.writing().held_here():
                 time.sleep(0)
                 continue
             raw = d.free_list.id_bytes()
@@ -144,11 +151,17 @@ class StatsReader:
             used_slots = self.counters.used_slots
             if d.version == v:
                 break
+        out = self._measure(raw, used_blocks, used_slots)
+        if not v & 1:
+            self._frag_cache = (v, out)
+        return out
+
+    def _measure(self, raw: bytes, used_blocks: int, used_slots: int) -> FragmentationStats:
+        """FragmentationStats of a consistent read: the free ids' bytes and the counts."""
+        d = self.device
         free = np.frombuffer(raw, dtype=np.int32)
         largest, runs = free_runs(free, d.num_blocks)
         internal, alloc = self._internal(used_blocks, used_slots)
         external = 1.0 - largest / free.size if free.size else 0.0
-        out = FragmentationStats(internal, external, used_slots, alloc, int(free.size), largest,
-                                 runs)
-        self._frag_cache = (v, out)
-        return out
+        return FragmentationStats(internal, external, used_slots, alloc, int(free.size), largest,
+                                  runs)

@@ -218,6 +218,13 @@ class SwapPlanner:
             toks[lo * bs:len(t.hashes) * bs] if tail else None,  # type: ignore[index]
             salt=None if lo else t.salt)
 
+    def host_forked(self, child: BlockTable) -> None:
+        """NOTE(host-fork): ``child`` was forked from a swapped table and holds its host
+        blocks and hashes too: counted as a holder when the parent was (confirmed), so the
+        hashes leave the host tier once, with the last holder. Lock held."""
+        if self._observer is not None and not child.copy_pending:
+            self._host_refs.update(child.hashes)
+
     def host_released(self, tables: Sequence[BlockTable]) -> None:
         """``tables`` left the host pool (swapped in or freed): the observer hears the hashes
         no other swapped table holds (NOTE(host-hashes)); an unconfirmed table was never

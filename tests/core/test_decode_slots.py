@@ -50,13 +50,14 @@ def test_a_fork_copies_the_shared_block_and_a_defrag_remap_gives_a_new_copy():
 
 
 def test_only_the_leading_groups_that_fit_together_are_appended():
-    m = manager(blocks=6, caching=False)
-    for s in range(3):  # 3 tables of 2 full blocks: 6 used, 0 free
+    m = manager(blocks=7, caching=False)
+    for s in range(3):  # 3 tables of 2 full blocks and one of 1: 7 used, 0 free
         m.allocate([s], list(range(2 * BS)))
+    m.allocate([3], list(range(BS)))
     assert m.slots.append_decodes([0, 1, 2], [1, 1, 1], [1, 2, 3]) == ([], [], 0)
     assert m.get_num_tokens(0) == 2 * BS  # nothing changed
-    m.free(2)  # 2 free: one new block each for 0 and 1, then 0 again fits no more
-    cows, tables, groups = m.slots.append_decodes([0, 1, 0], [1, 1, 1], [2, 3])
+    m.free(2)  # 2 free: one new block each for 0 and 1, then 3's fits no more
+    cows, tables, groups = m.slots.append_decodes([0, 1, 3], [1, 1, 1], [2, 3])
     assert groups == 1 and len(tables) == 2 and not any(cows)
     assert [m.get_num_tokens(s) for s in (0, 1)] == [2 * BS + 1] * 2
     assert m.slots.append_decodes([0, 1], [1, 1]) == ([(), ()], [m.get_block_table(0),

@@ -34,13 +34,20 @@ class RecordingObserver:
 
     def __init__(self) -> None:
         self.stored_calls: list[tuple] = []  # (device, hashes, parent, tokens, salt)
+        self.host_live: set[bytes] = set()  # CPU hashes stored and not removed since
+        self.host_twice: list[tuple[str, bytes]] = []  # stored while live, removed while not
 
     def stored(self, device, hashes, parent, tokens=None, *, salt=None) -> None:
         self.stored_calls.append((device, list(hashes), parent,
                                   None if tokens is None else list(tokens), salt))
+        if device is Device.HOST:
+            self.host_twice += [("stored", h) for h in hashes if h in self.host_live]
+            self.host_live.update(hashes)
 
     def removed(self, device, hashes) -> None:
-        pass
+        if device is Device.HOST:
+            self.host_twice += [("removed", h) for h in hashes if h not in self.host_live]
+            self.host_live.difference_update(hashes)
 
     def cleared(self, device) -> None:
         pass
@@ -135,6 +142,17 @@ class EventTokensMachine(ManagerMachine):
         for s, toks in self.tokens.items():
             kept = self.mgr.slots.tables[s].tokens
             assert kept == toks if keep else kept is None, (s, kept, toks)
+
+    @invariant()
+    def host_tier_told_each_hash_once(self):
+        """core/swap.py NOTE(host-hashes): the CPU tier hears a hash arrive with its first
+        confirmed swapped holder and leave with the last, forks included (NOTE(host-fork))."""
+        if self.obs is None:
+            return
+        tables = self.mgr.slots.tables
+        held = {h for s in self.tokens if (t := tables[s]).device is Device.HOST
+                and not t.copy_pending for h in t.hashes}
+        assert not self.obs.host_twice and self.obs.host_live == held
 
     @invariant()
     def stored_events_carry_their_tokens(self):

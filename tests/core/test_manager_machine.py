@@ -143,7 +143,8 @@ class ManagerMachine(RuleBasedStateMachine):
                 self._copy(pairs, Device.HOST, Device.DEVICE)
                 self.where[gid] = Device.DEVICE
 
-    @rule(data=st.data(), meddle=st.sampled_from(["none", "before_copy", "after_copy"]))
+    @rule(data=st.data(), meddle=st.sampled_from(["none", "before_copy", "after_copy",
+                                                  "reuse_after_copy"]))
     def defrag(self, data, meddle):
         plan = self.mgr.defrag.plan()
         if plan is None:
@@ -155,8 +156,33 @@ class ManagerMachine(RuleBasedStateMachine):
         self._copy(plan.moves, Device.DEVICE, Device.DEVICE)
         if meddle == "after_copy":
             self.allocate(0, 12, [], 1, None)
+        if meddle == "reuse_after_copy" and self.groups:
+            self._reuse_id(data, {src for src, _ in plan.moves})
         res = self.mgr.defrag.commit(plan)
         assert sorted(res.committed + res.retried) == sorted(plan.moves)
+
+    def _reuse_id(self, data, moving: set[int]):
+        """A sequence finishes and a new prompt comes back under its id (as a library user
+        reusing ids may do): its new table may get the same blocks at the same indices
+        (core/defrag.py NOTE(defrag-aba)). A sequence holding a block that is ``moving``
+        is picked when there is one."""
+        seqs = sorted(s for ss in self.groups.values() for s in ss)
+        holders = [s for s in seqs if moving & set(self.mgr.get_block_table(s))]
+        seq = data.draw(st.sampled_from(holders or seqs))
+        gid = self._gid_of(seq)
+        self.mgr.free(seq)
+        del self.tokens[seq]
+        self.groups[gid].remove(seq)
+        if not self.groups[gid]:
+            del self.groups[gid], self.where[gid]
+        prompt = data.draw(st.lists(st.integers(4, 6), min_size=1, max_size=8))
+        cached = self.mgr.allocate([seq], prompt)
+        if cached is None:
+            return
+        gid = self._new_id()
+        self.groups[gid], self.where[gid], self.tokens[seq] = [seq], Device.DEVICE, prompt
+        self._write(seq, cached)
+        self.mgr.mark_computed(seq)
 
     # ---------------------------------------------------------------- checks
     @invariant()
