@@ -24,6 +24,15 @@ again (a spare marker costs hits, never a wrong route).
 The first batch (seq 0) is one AllBlocksCleared: this publisher knows nothing cached yet, so a
 subscriber that sees seq 0 again knows the replica restarted and drops what it knew.
 
+NOTE(subscriptions): a plain PUB kept any subscription a peer sent in libzmq's trie, a node
+per byte: one 8 MiB subscription grew the engine by ~400 MiB, and more after the peer left
+(vLLM's publisher is the same). Here a subscription message is at most the topic plus
+SUBSCRIPTION_SLACK bytes (ZMQ_MAXMSGSIZE: a larger one disconnects its peer before it is
+read), and the replay ROUTER takes frames of at most MAX_REQUEST bytes, so a peer cannot park
+a large partial frame there either. Many distinct small subscriptions still cost the trie
+their bytes (libzmq keeps them even in XPUB's manual mode), so the endpoints belong on a
+network tenants cannot reach (docs/kv_events.md).
+
 The sockets belong to the publisher thread once it runs (bound here first, so a port in use
 fails ``kvpool serve`` at start with the endpoint named).
 
@@ -57,6 +66,8 @@ __all__ = ["EventPublisher", "binds"]
 log = logging.getLogger("kvpool.events")
 MAX_BATCH = 4096  # events per batch at most (a prefill that evicts thousands spans a few)
 _WAIT = 0.02  # seconds the publisher thread waits for an event before polling the replay socket
+SUBSCRIPTION_SLACK = 1024  # bytes a subscription message may carry beyond the topic
+MAX_REQUEST = 1024  # bytes of one replay-request frame at most (a request is ["", 8 bytes])
 
 
 def binds(endpoint: str) -> bool:
@@ -76,10 +87,12 @@ def _connect(sock: zmq.Socket, endpoint: str) -> str:
 
 
 def _pub_socket(ctx: zmq.Context, config: KVEventsConfig) -> tuple[zmq.Socket, str, str]:
-    """The PUB socket bound or connected (NOTE(pub-connect)), its mode and endpoint."""
+    """The PUB socket bound or connected (NOTE(pub-connect)), its mode and endpoint;
+    subscriptions bounded (NOTE(subscriptions))."""
     sock = ctx.socket(zmq.PUB)
     sock.setsockopt(zmq.SNDHWM, config.hwm)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, len(config.topic.encode()) + SUBSCRIPTION_SLACK)
     if binds(config.endpoint):
         return sock, "bind", _bind(sock, config.endpoint, "endpoint")
     return sock, "connect", _connect(sock, config.endpoint)
@@ -125,6 +138,7 @@ class EventPublisher:
             self._replay.setsockopt(zmq.SNDHWM, REPLAY_HWM)
             self._replay.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self._replay.setsockopt(zmq.LINGER, 0)
+            self._replay.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST)  # NOTE(subscriptions)
             try:
                 self.replay_endpoint = _bind(self._replay, config.replay_endpoint,
                                              "replay_endpoint")
