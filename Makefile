@@ -4,7 +4,8 @@ PY ?= python
 .PHONY: install test serve bench replay stress
 
 install:
-	pip install torch==2.13.0 && pip install -e '.[test]'
+	pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+	    && pip install -e '.[test]'
 
 test:
 	$(PY) -m pytest

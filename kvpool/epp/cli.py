@@ -23,6 +23,7 @@ import math
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
 
 from kvpool.epp.calls import ENVELOPE
 from kvpool.epp.listener import (DEFAULT_CONNECTION_BYTES, DEFAULT_HELD_BYTES,
@@ -30,13 +31,14 @@ from kvpool.epp.listener import (DEFAULT_CONNECTION_BYTES, DEFAULT_HELD_BYTES,
                                   IDLE_TIMEOUT, Server)
 from kvpool.epp.health import DEFAULT_HEALTH_PORT, HealthPort
 from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort
-from kvpool.epp.picker import Picker
 from kvpool.epp.rewrite import load_rewrites
-from kvpool.epp.service import EndpointPicker
 from kvpool.router import cli as router_cli
 
+if TYPE_CHECKING:  # picker.py and service.py need the epp extra: imported when run
+    from kvpool.epp.picker import Picker
+
 __all__ = ["DEFAULT_PORT", "READY_PREFIX", "add_arguments", "health_port", "limits", "main",
-           "metrics_port", "picking", "run"]
+           "metrics_port", "missing_extra", "picking", "run"]
 
 READY_PREFIX = "kvpool epp: listening on grpc://"
 DEFAULT_PORT = 9002  # the Inference Extension's endpoint-picker port
@@ -48,8 +50,7 @@ CALLS_PER_CONNECTION = 4  # largest calls the default --max-connection-bytes hol
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    router_cli.add_arguments(p)
-    p.set_defaults(port=DEFAULT_PORT)
+    router_cli.add_arguments(p, port=DEFAULT_PORT)
     p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                    help="open gRPC connections; past it a new one is closed at once (default "
                         f"{DEFAULT_MAX_CONNECTIONS})")
@@ -157,6 +158,8 @@ async def picking(picker: Picker, host: str, port: int,
                   idle_timeout: float = IDLE_TIMEOUT) -> AsyncIterator[int]:
     """``picker`` started and served over gRPC on ``host:port``, and on ``metrics`` (its
     ``port`` the bound one) when given; yields the gRPC port."""
+    from kvpool.epp.service import EndpointPicker
+
     service = EndpointPicker(picker)
     server = Server(service.process, **limits(
         picker.router.max_body_bytes, max_connections, max_connection_bytes, max_held_bytes,
@@ -199,10 +202,28 @@ async def serve(picker: Picker, args: argparse.Namespace, metrics: MetricsPort |
                 await health.stop()
 
 
+def missing_extra() -> str | None:
+    """The module of the ``epp`` extra (grpcio, protobuf, xds-protos) that is not installed;
+    None when the picker can run. The parser needs none of them, so --help works without."""
+    try:
+        import grpc  # noqa: F401  (health.py's server)
+        import kvpool.epp.service  # noqa: F401  (Envoy's ext_proc messages: protobuf, xds)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "kvpool").split(".")[0] == "kvpool":
+            raise  # our own module missing is a bug, not an extra
+        return exc.name
+    return None
+
+
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     if not isinstance(args, argparse.Namespace):
         args = add_arguments(argparse.ArgumentParser(prog="kvpool epp")).parse_args(
             None if args is None else list(args))
+    if (missing := missing_extra()) is not None:
+        print(f"kvpool epp needs {missing} (not installed): pip install 'kvpool[epp]'",
+              file=sys.stderr)
+        return 2
+    from kvpool.epp.picker import Picker
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.admin_token_file:

@@ -13,13 +13,17 @@ not its question (a picker with none answers each request 503; GET /health on th
 port tells). ``Watch`` is not served (UNIMPLEMENTED; probes use ``Check``).
 
 The two messages are built from a descriptor here (no grpcio-health-checking dependency), in a
-pool of their own.
+pool of their own, at the first start: grpcio and protobuf (the ``epp`` extra) are imported
+then, so ``kvpool epp --help`` reads this module's defaults without them.
 """
 
 from __future__ import annotations
 
-import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+import functools
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
 
 __all__ = ["DEFAULT_HEALTH_PORT", "SERVICES", "HealthPort"]
 
@@ -29,7 +33,11 @@ SERVICES = frozenset({"", "liveness", "readiness", "inference-extension",
 SERVING = 1  # grpc.health.v1.HealthCheckResponse.ServingStatus
 
 
+@functools.cache
 def _messages() -> tuple[type, type]:
+    """(HealthCheckRequest, HealthCheckResponse)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
     proto = descriptor_pb2.FileDescriptorProto(
         name="kvpool/epp/health.proto", package="grpc.health.v1", syntax="proto3")
     for name, field, kind in (
@@ -44,13 +52,12 @@ def _messages() -> tuple[type, type]:
         f"grpc.health.v1.{n}")) for n in ("HealthCheckRequest", "HealthCheckResponse"))
 
 
-REQUEST, RESPONSE = _messages()
-
-
 async def _check(request, context: grpc.aio.ServicerContext):
+    import grpc
+
     if request.service not in SERVICES:
         await context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
-    return RESPONSE(status=SERVING)
+    return _messages()[1](status=SERVING)
 
 
 class HealthPort:
@@ -68,11 +75,14 @@ class HealthPort:
 
     async def start(self) -> None:
         """OSError when the port cannot be bound."""
+        import grpc
+
+        request, response = _messages()
         server = grpc.aio.server()
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(
-                _check, request_deserializer=REQUEST.FromString,
-                response_serializer=RESPONSE.SerializeToString)}),))
+                _check, request_deserializer=request.FromString,
+                response_serializer=response.SerializeToString)}),))
         host = f"[{self.host}]" if ":" in self.host else self.host
         try:
             bound = server.add_insecure_port(f"{host}:{self.port}")

@@ -40,9 +40,11 @@ REMOTE_METRIC_NAMES = (
     "kvpool_remote_probe_seconds", "kvpool_remote_get_seconds", "kvpool_remote_put_seconds",
     "kvpool_remote_prefetch_wait_seconds",
 )
-# The error kinds always exported (at 0 too), so a dashboard's rate() has a series to start.
+# The error kinds always exported (at 0 too), so a dashboard's rate() has a series to start:
+# every kind kvpool.remote.tier.ERROR_KINDS names (not imported: a sibling layer).
 _KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short", "foreign",
-          "auth", "tls", "oom", "cluster", "unsigned", "forged", "readonly")
+          "joined", "auth", "tls", "oom", "cluster", "noperm", "refused_server", "unsigned",
+          "forged", "readonly")
 _HIST_DOCS = {"probe": "Remote tier probe round trip time.",
               "get": "Remote tier get round trip time.",
               "put": "Remote tier put round trip time.",

@@ -39,17 +39,18 @@ REPLICA_API_KEY_ENV = "KVPOOL_REPLICA_API_KEY"
 log = logging.getLogger("kvpool.router")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    _add_replica_arguments(p)
+def add_arguments(p: argparse.ArgumentParser, port: int = 8080) -> argparse.ArgumentParser:
+    """The router's flags on ``p``; ``port`` is --port's default (kvpool epp's differs)."""
+    _add_replica_arguments(p, port)
     _add_routing_arguments(p)
     _add_health_arguments(p)
     return p
 
 
-def _add_replica_arguments(p: argparse.ArgumentParser) -> None:
+def _add_replica_arguments(p: argparse.ArgumentParser, port: int) -> None:
     """Where the router listens and which replicas it serves."""
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port (0: any free; default 8080)")
+    p.add_argument("--port", type=int, default=port, help=f"port (0: any free; default {port})")
     p.add_argument("--replica", action="append", default=[], metavar="[NAME=]URL",
                    help="a replica's base URL, e.g. http://127.0.0.1:8000 (repeat per "
                         "replica); NAME= labels its series on /metrics (default: HOST:PORT)")
