@@ -97,8 +97,8 @@ class StopLimits:
     def stop_tokens(params: Any, default_eos: int | None, other_eos: tuple[int, ...] = ()
                     ) -> tuple[frozenset[int], int | None]:
         """The tokens that finish a sequence (stop_token_ids, and unless ignore_eos the eos in
-        effect and the model's ``other_eos``), and that eos: the one rule the scheduler and
-        the detokenizer share.
+        effect and the model's ``other_eos``), and that eos (None under ignore_eos:
+        NOTE(ignore-eos-stop)): the one rule the scheduler and the detokenizer share.
 
         NOTE(eos-ids): a model may end a turn on any of several ids (Llama 3.x Instruct's
         generation_config lists <|end_of_text|>, <|eom_id|> and <|eot_id|>; Phi-3's adds
@@ -108,10 +108,14 @@ class StopLimits:
         eos = getattr(params, "eos_token_id", None)
         eos = default_eos if eos is None else eos
         stop = set(getattr(params, "stop_token_ids", None) or ())
-        if not getattr(params, "ignore_eos", False):
-            stop.update(other_eos)
-            if eos is not None:
-                stop.add(eos)
+        if getattr(params, "ignore_eos", False):
+            # NOTE(ignore-eos-stop): under ignore_eos vLLM sets no eos_token_id
+            # (update_from_generation_config), so an eos listed in stop_token_ids stops as a
+            # stop token: stop_reason is its id, not null as for the model's own end
+            return frozenset(stop), None
+        stop.update(other_eos)
+        if eos is not None:
+            stop.add(eos)
         return frozenset(stop), eos
 
 

@@ -4,14 +4,16 @@
 ``min_tokens`` (vLLM's extras), ``logit_bias`` and ``response_format`` (structured output, in
 OpenAI's shapes, compiled by kvpool/runtime/model/grammar.py; vLLM's guided_* spellings:
 guided_fields.py). vLLM's ``allowed_token_ids``, ``bad_words`` (each word tokenized as vLLM
-does: alone and after a space), ``include_stop_str_in_output``, ``skip_special_tokens`` and
-``spaces_between_special_tokens`` (checked; ``tokenizers`` decoders never put spaces between
-special tokens, so vLLM's fast detokenizer and this one read the same either way), and
+does: stripped, alone and after a space), ``include_stop_str_in_output``,
+``skip_special_tokens`` and ``spaces_between_special_tokens`` (checked; ``tokenizers``
+decoders never put spaces between special tokens, so vLLM's fast detokenizer and this one
+read the same either way), and
 ``repetition_detection`` (an early stop on a loop: kvpool/runtime/model/repetition.py) and
 ``stream_interval`` (new tokens per streamed chunk, at least: output_processor.py
 NOTE(interval)). JSON
 types and token ids are checked here (the tokenizer's vocabulary is known here); value ranges
-by :class:`SamplingParams` itself, so both paths answer 400 naming the field.
+by :class:`SamplingParams` itself, so both paths answer 400 naming the field (logit_bias's
+biases are clamped here instead, as vLLM clamps them: NOTE(bias-clamp)).
 """
 
 from __future__ import annotations
@@ -163,8 +165,9 @@ def _repetition(value: Any) -> RepeatStop:
 
 
 def _bad_words(words: Any, tokenizer: Any) -> tuple[tuple[int, ...], ...]:
-    """vLLM's rule: each word as its own token ids and as the ids of " word" (a word inside a
-    sentence usually carries its leading space), duplicates once."""
+    """vLLM's rule: each word, stripped of its leading whitespace, as its own token ids and as
+    the ids of " word" (a word inside a sentence usually carries its leading space), duplicates
+    once (NOTE(bad-word-strip))."""
     if not isinstance(words, list) or len(words) > MAX_BAD_WORDS \
             or not all(isinstance(w, str) and w for w in words):
         raise _bad("bad_words", f"must be a list of at most {MAX_BAD_WORDS} non-empty strings")
@@ -172,32 +175,46 @@ def _bad_words(words: Any, tokenizer: Any) -> tuple[tuple[int, ...], ...]:
         raise _bad("bad_words", "needs the server's tokenizer")
     out: dict[tuple[int, ...], None] = {}
     for w in words:
-        for text in (w, " " + w.lstrip()):
+        # NOTE(bad-word-strip): vLLM's update_from_tokenizer encodes prefix + word.lstrip()
+        # for both prefixes ("" and " "), so " a" bans "a" as well as " a"; a word that is
+        # nothing once stripped is vLLM's 400 ("must tokenize to at least one token")
+        bare = w.lstrip()
+        for text in (bare, " " + bare):
             ids = tuple(tokenizer.encode_unlocked(text, add_special_tokens=False))
             if len(ids) > MAX_BAD_WORD_TOKENS:
                 raise _bad("bad_words", f"a word may be at most {MAX_BAD_WORD_TOKENS} tokens")
+            if not ids and text is bare:
+                raise _bad("bad_words", f"{json.dumps(w)[:40]} must tokenize to at least one "
+                           f"token once its leading whitespace is stripped")
             if ids:
                 out[ids] = None
     return tuple(out)
 
 
 def _logit_bias(bias: Any, vocab_size: int) -> dict[int, float]:
-    """OpenAI's shape: ``{"<token id>": bias}``, keys are decimal token-id strings."""
+    """OpenAI's shape: ``{"<token id>": bias}``, each key read by Python's int(), each bias
+    clamped to [-100, 100] (NOTE(bias-clamp))."""
     if not isinstance(bias, dict):
         raise _bad("logit_bias", "must be an object mapping token ids to biases")
     if len(bias) > MAX_LOGIT_BIAS_ENTRIES:
         raise _bad("logit_bias", f"at most {MAX_LOGIT_BIAS_ENTRIES} entries, got {len(bias)}")
     out: dict[int, float] = {}
     for key, value in bias.items():
-        if not (key.isascii() and key.isdigit()) or len(key) > 12:
-            raise _bad("logit_bias", f"keys must be token ids (decimal strings), got "
-                       f"{json.dumps(key)[:40]}")
-        tid = int(key)
-        if tid >= vocab_size:
-            raise _bad("logit_bias", f"token id {tid} is outside the vocabulary "
+        # NOTE(bias-clamp): vLLM's SamplingParams.from_optional reads each key with int()
+        # (" 5", "+5" too) and clamps each bias with min(100.0, max(-100.0, bias)): {"id": -1000},
+        # the usual "ban this token", is served there, so it must not be a 400 here. A key int()
+        # refuses and an id outside the vocabulary stay 400s, as vLLM's
+        try:
+            tid = int(key)
+        except (TypeError, ValueError):
+            raise _bad("logit_bias", f"keys must be integer token ids, got "
+                       f"{json.dumps(key)[:40]}") from None
+        if not 0 <= tid < vocab_size:
+            raise _bad("logit_bias", f"token id {str(tid)[:20]} is outside the vocabulary "
                        f"[0, {vocab_size})", "invalid_token_id")
-        if json_float(value) is None:  # NOTE(lax-float)
+        b = json_float(value)
+        if b is None:  # NOTE(lax-float)
             raise _bad("logit_bias", f"bias for token {tid} must be a number, got "
                        f"{json.dumps(value)[:40]}")
-        out[tid] = json_float(value)  # the range: SamplingParams
+        out[tid] = min(100.0, max(-100.0, b))
     return out

@@ -27,7 +27,7 @@ OUT_OF_RANGE = [
     ("temperature", 3.0), ("temperature", 2.0001),  # vLLM's [0, 2]
     ("min_p", HUGE), ("min_p", -0.1),
     ("presence_penalty", 2.5), ("presence_penalty", HUGE), ("frequency_penalty", -1e300),
-    ("logit_bias", {"5": 1e300}), ("logit_bias", {"5": -HUGE}),
+    ("logit_bias", {"5": -HUGE}),  # 1e300 is clamped to 100 (NOTE(bias-clamp))
     ("seed", 1 << 64), ("seed", -HUGE), ("top_k", HUGE), ("top_k", -2),
     ("max_tokens", HUGE), ("n", HUGE), ("n", 0), ("min_tokens", HUGE), ("logprobs", HUGE),
 ]

@@ -81,7 +81,7 @@ class SamplingParams:
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0  # nucleus mass kept, in [0, 1]
     top_k: int = -1  # keep the k most likely tokens; -1 or 0 = off
-    seed: int | None = None  # per-request generator; None = the sampler's shared RNG
+    seed: int | None = None  # per-request generator; None (or -1) = the sampler's shared RNG
     stop: tuple[str, ...] = ()  # stop strings (excluded from the output text)
     stop_token_ids: tuple[int, ...] = ()  # extra token ids that end the sequence
     ignore_eos: bool = False  # keep generating past EOS (benchmarks)
@@ -120,10 +120,7 @@ class SamplingParams:
         if not _is_int(self.top_k) or self.top_k < -1:
             raise SamplingParamsError("top_k", f"must be an integer >= 1, or -1/0 to disable, "
                                                f"got {shown(self.top_k)}")
-        if self.seed is not None and (not _is_int(self.seed)
-                                      or not -(1 << 63) <= self.seed < _SEED_MOD):
-            raise SamplingParamsError("seed",
-                                      f"must be a 64-bit integer or null, got {shown(self.seed)}")
+        self._check_seed()
         stop = self.stop
         if isinstance(stop, str):
             stop = (stop,)
@@ -149,6 +146,17 @@ class SamplingParams:
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 0):
                 raise SamplingParamsError(name, f"must be an integer >= 0 or null, got {shown(v)}")
+
+    def _check_seed(self) -> None:
+        if _is_int(self.seed) and self.seed == -1:
+            # NOTE(seed-unset): vLLM's SamplingParams.__post_init__ turns seed -1 into None
+            # (unseeded): clients in vLLM's dialect send -1 to ask for random output, so it must
+            # not pin every such request to one fixed sample
+            object.__setattr__(self, "seed", None)
+        if self.seed is not None and (not _is_int(self.seed)
+                                      or not -(1 << 63) <= self.seed < _SEED_MOD):
+            raise SamplingParamsError("seed",
+                                      f"must be a 64-bit integer or null, got {shown(self.seed)}")
 
     def _check_adjustments(self) -> None:
         _check_range(self, "presence_penalty", -2.0, 2.0)

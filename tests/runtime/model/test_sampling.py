@@ -43,7 +43,7 @@ def test_valid_params_normalized():
     p = SamplingParams(stop="###", stop_token_ids=[3, 4], temperature=0, top_k=0, max_tokens=None)
     assert p.stop == ("###",) and p.stop_token_ids == (3, 4) and p.greedy
     assert SamplingParams(stop=None).stop == () and not SamplingParams().greedy
-    assert SamplingParams(seed=-1).make_generator() is not None
+    assert SamplingParams(seed=-2).make_generator() is not None  # -1: none, NOTE(seed-unset)
     assert SamplingParams().make_generator() is None
     with pytest.raises(AttributeError):
         p.temperature = 1.0  # type: ignore[misc]
