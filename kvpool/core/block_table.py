@@ -17,7 +17,15 @@ class SeqAlloc:
     With ``share_with``, the new tables reuse that (device) table's first ``num_shared``
     blocks, which hold the same tokens: the recompute of a request whose sequences diverged
     keeps one copy of their common prefix. Those blocks' KV is whatever that table's owner
-    computes; the allocation counts it as cached only where it is a prefix-cache hit."""
+    computes; the allocation counts it as cached only where it is a prefix-cache hit.
+
+    NOTE(preempted-queries): ``resumed`` says the sequences come back after a recompute
+    preemption (their request was admitted before). Their lookup finds their own earlier
+    blocks (preemption keeps them findable), so its query and hit tokens go to
+    ``preempted_query_tokens`` / ``preempted_hit_tokens``, not to the prefix-cache counters
+    of first admissions, as vLLM's PrefixCacheStats books a request with num_preemptions > 0
+    under preempted_queries / preempted_hits. Only a successful allocation is counted (vLLM
+    records at admission, never a lookup that was not scheduled)."""
 
     seq_ids: Sequence[int]
     token_ids: Sequence[int]
@@ -26,6 +34,7 @@ class SeqAlloc:
     extra_keys: Sequence[ExtraKey] | None = None  # e.g. multimodal keys, mixed into each hash
     share_with: int | None = None  # a sequence whose leading blocks the new tables reuse
     num_shared: int = 0  # how many of its leading (full) blocks
+    resumed: bool = False  # re-admits preempted sequences: NOTE(preempted-queries)
 
 
 @dataclass(slots=True, eq=False)

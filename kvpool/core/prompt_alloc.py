@@ -59,7 +59,8 @@ def count_used(pool: BlockPool, block_ids: Sequence[int]) -> int:
 
 class PromptAllocator:
     """Allocation over the manager's tables (lent to it, owned by the manager) and its
-    device pool; counts prefix queries, hits and used slots into the manager's counters."""
+    device pool; counts prefix queries, hits (first admissions and re-admissions apart:
+    NOTE(preempted-queries)) and used slots into the manager's counters."""
 
     def __init__(self, device: BlockPool, tables: BlockTables,
                  counters: ManagerCounters, hasher: BlockHasher) -> None:
@@ -192,8 +193,6 @@ class PromptAllocator:
         reused, num_hits = self._reused(r, hits)
         need = -(-n // bs) - len(reused)
         revive = len(reused) - count_used(pool, reused)
-        c = self.counters
-        c.prefix_query_tokens += n if self.caching else 0
         if need > pool.num_free_blocks - revive:
             return None
         if reused is hits:
@@ -211,10 +210,22 @@ class PromptAllocator:
             tables[s] = BlockTable(s, list(blocks), n, Device.DEVICE, list(hs), list(tail),
                                    num_hits, root, extra, list(r.token_ids) if keep else None,
                                    cached, shares_tail=sharing, salt=r.cache_salt)
+        c = self.counters
         c.tail_sharers += nseq if sharing else 0
-        c.prefix_hit_tokens += cached
         c.used_slots += n - len(reused) * bs + (bs * revive)
+        self._count_lookup(r.resumed, n if self.caching else 0, cached)
         return cached
+
+    def _count_lookup(self, resumed: bool, queried: int, cached: int) -> None:
+        """An allocation's prefix-cache query and hit tokens: a first admission's, or a
+        preempted request's re-admission's (NOTE(preempted-queries), block_table.py)."""
+        c = self.counters
+        if resumed:
+            c.preempted_query_tokens += queried
+            c.preempted_hit_tokens += cached
+        else:
+            c.prefix_query_tokens += queried
+            c.prefix_hit_tokens += cached
 
     def _reused(self, r: SeqAlloc, hits: list[int]) -> tuple[list[int], int]:
         """The leading blocks the new tables reuse, and how many of them are prefix-cache

@@ -22,8 +22,11 @@ class ManagerCounters:
     used_slots: int = 0  # token slots holding a token (allocate / append / free / swap)
     num_swapped_seqs: int = 0  # sequences whose table is on the host (swap, fork, free)
     tail_sharers: int = 0  # live tables with shares_tail (fork, n > 1 allocation, free)
+    # NOTE(preempted-queries) (block_table.py): first admissions and re-admissions apart
     prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache (allocate)
     prefix_hit_tokens: int = 0  # of which served from the cache (allocate)
+    preempted_query_tokens: int = 0  # tokens looked up re-admitting preempted sequences
+    preempted_hit_tokens: int = 0  # of which served from the cache
     cow_copies: int = 0  # copy-on-write block copies (append)
     swap_out_blocks: int = 0  # blocks copied device -> host (swap planner)
     swap_in_blocks: int = 0  # blocks copied host -> device (swap planner)
@@ -66,8 +69,12 @@ class ManagerStats:
     num_swapped_seqs: int  # of which swapped out to the host pool
     used_slots: int
     internal_fragmentation: float
+    # first admissions only; a preempted request's re-admission (its prompt and generated
+    # tokens) is counted in the preempted_* pair: NOTE(preempted-queries), block_table.py
     prefix_query_tokens: int  # prompt tokens looked up in the prefix cache (monotonic)
     prefix_hit_tokens: int  # of which served from the cache (monotonic)
+    preempted_query_tokens: int  # tokens looked up re-admitting preempted sequences
+    preempted_hit_tokens: int  # of which served from the cache (monotonic)
     cow_copies: int  # copy-on-write block copies (monotonic)
     swap_out_blocks: int  # blocks copied device -> host (monotonic)
     swap_in_blocks: int  # blocks copied host -> device (monotonic)
@@ -116,15 +123,16 @@ class StatsReader:
                 time.sleep(0)
                 continue
             snap = (len(self.tables), c.num_swapped_seqs, c.used_slots, c.prefix_query_tokens,
-                    c.prefix_hit_tokens, c.cow_copies, c.swap_out_blocks, c.swap_in_blocks,
+                    c.prefix_hit_tokens, c.preempted_query_tokens, c.preempted_hit_tokens,
+                    c.cow_copies, c.swap_out_blocks, c.swap_in_blocks,
                     c.swap_in_reused_blocks, c.defrag_moves, c.defrag_retries, d.num_reserved)
             ds, hs = d.stats(), h.stats()
             if d.version == vd and h.version == vh and ds.version == vd and hs.version == vh:
                 break
-        (nseq, nswap, used_slots, pq, ph, cow, so, si, sir, dm, dr, reserved) = snap
+        (nseq, nswap, used_slots, pq, ph, ppq, pph, cow, so, si, sir, dm, dr, reserved) = snap
         internal, _ = self._internal(ds.num_used - reserved, used_slots)
-        return ManagerStats(ds, hs, nseq, nswap, used_slots, internal, pq, ph, cow, so, si, sir,
-                            dm, dr)
+        return ManagerStats(ds, hs, nseq, nswap, used_slots, internal, pq, ph, ppq, pph, cow,
+                            so, si, sir, dm, dr)
 
     def _own_sections(self, vd: int, vh: int) -> bool:
         """Whether every pool with an odd version is in a writer section of this thread

@@ -75,10 +75,13 @@ def _traffic_families(s: MetricsSnapshot) -> list[Family]:
           (("defrag",), s.copy_blocks.get("defrag", m.defrag_moves))]),
         ("kvpool_preemptions_total", c, "Preempted requests.", ("mode",),
          [((mode,), s.preemptions.get(mode, 0)) for mode in ("swap", "recompute")]),
+        # NOTE(preempted-queries) (kvpool/core/block_table.py): as vLLM's, re-admissions apart
         ("kvpool_prefix_cache_queries_total", c, "Prompt tokens looked up in the prefix "
-         "cache.", (), [((), m.prefix_query_tokens)]),
-        ("kvpool_prefix_cache_hits_total", c, "Prompt tokens served by the prefix cache.",
-         (), [((), m.prefix_hit_tokens)]),
+         "cache at a request's first admission (not re-admissions after a preemption).", (),
+         [((), m.prefix_query_tokens)]),
+        ("kvpool_prefix_cache_hits_total", c, "Prompt tokens served by the prefix cache at a "
+         "request's first admission (not re-admissions after a preemption).", (),
+         [((), m.prefix_hit_tokens)]),
         ("kvpool_evictions_total", c, "Cached blocks evicted.", ("reason",),
          [((r,), n) for r, n in sorted(reasons.items())]),
         ("kvpool_requests", g, "Requests by scheduler state.", ("state",),

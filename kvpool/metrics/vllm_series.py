@@ -12,7 +12,12 @@ same, the bucket bounds differ from vLLM's.
 
 Meaning as vLLM's: waiting counts every admitted request not running, i.e. the scheduler's
 waiting and swapped queues (vLLM v1 puts a preempted request back in its waiting queue) and
-the requests admitted but not yet in the scheduler (inbox, remote-tier prefetch).
+the requests admitted but not yet in the scheduler (inbox, remote-tier prefetch). The prefix
+cache's queries and hits count first admissions only: a request re-admitted after a recompute
+preemption finds its own blocks again, and vLLM books it under PrefixCacheStats'
+preempted_queries / preempted_hits, which it does not export; kvpool keeps those apart too
+(``ManagerStats.preempted_query_tokens`` / ``preempted_hit_tokens``: NOTE(preempted-queries)
+in kvpool/core/block_table.py).
 """
 
 from __future__ import annotations
@@ -112,6 +117,7 @@ def engine_families(s: MetricsSnapshot, model_name: str,
          [(lv, m.device.usage)]),
         ("vllm:cache_config_info", g, "Information of the LLMEngine CacheConfig",
          tuple(k for k, _ in info), [(tuple(v for _, v in info), 1)]),
+        # vLLM's help texts; first admissions only, as vLLM's (module docstring)
         ("vllm:prefix_cache_queries_total", c, "Prefix cache queries, in terms of number of "
          "queried tokens.", LABELS, [(lv, m.prefix_query_tokens)]),
         ("vllm:prefix_cache_hits_total", c, "Prefix cache hits, in terms of number of cached "

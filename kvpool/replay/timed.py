@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from kvpool.config import CacheConfig
-from kvpool.core import BlockSpaceManager
+from kvpool.core import BlockSpaceManager, ManagerStats
 from kvpool.replay.report import Timeline, dist
 from kvpool.replay.trace import TokenSynth, TraceRequest
 from kvpool.sched.admission_gate import exceeds_context
@@ -37,6 +37,14 @@ from kvpool.sched.scheduler import Scheduler
 from kvpool.sched.sequence import RequestParams
 
 DEFAULT_NUM_BLOCKS = 32768  # device pool blocks of 16 tokens: 512k tokens, 64 GiB of KV (8B)
+
+
+def all_admissions_hit_rate(st: ManagerStats) -> float:
+    """Prefix-cache hit tokens over queried tokens of every allocation: first admissions and
+    re-admissions after a recompute preemption, which the manager counts apart
+    (NOTE(preempted-queries) in kvpool/core/block_table.py)."""
+    queried = st.prefix_query_tokens + st.preempted_query_tokens
+    return (st.prefix_hit_tokens + st.preempted_hit_tokens) / queried if queried else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +216,7 @@ class TimedReplay:
         used = mgr.device_pool.stats().num_used
         st = mgr.stats()
         q = self.scheduler.num_requests()
-        tl.add(self.t, st.prefix_hit_tokens / st.prefix_query_tokens
-               if st.prefix_query_tokens else 0.0, used / mgr.device_pool.num_blocks,
+        tl.add(self.t, all_admissions_hit_rate(st), used / mgr.device_pool.num_blocks,
                q["waiting"], q["running"], q["swapped"])
         return used
 
@@ -236,9 +243,7 @@ class TimedReplay:
                 "requests_per_s": round(len(done) / makespan, 6) if makespan else None,
                 "batched_tokens_per_step": round(tokens_sched / steps, 3) if steps else None},
             "prefix_hit_rate": round(cached / prompt, 6) if prompt else 0.0,
-            "prefix_hit_rate_all_admissions": round(
-                ms.prefix_hit_tokens / ms.prefix_query_tokens, 6)
-            if ms.prefix_query_tokens else 0.0,
+            "prefix_hit_rate_all_admissions": round(all_admissions_hit_rate(ms), 6),
             "preemptions": ss.preemptions,
             "swap_out_blocks": ss.swap_out_blocks, "swap_in_blocks": ss.swap_in_blocks,
             "swap_in_reused_blocks": ms.swap_in_reused_blocks, "cow_blocks": ss.cow_blocks,

@@ -149,15 +149,17 @@ class AdmissionGate:
 
     def allocations(self, g: SequenceGroup, units: list[PrefillUnit]) -> list[SeqAlloc]:
         """The manager's allocation requests for ``g``'s units (one block table per live
-        sequence, shared prompt blocks per unit)."""
+        sequence, shared prompt blocks per unit); ``resumed`` when ``g`` was preempted before
+        (recomputed: NOTE(preempted-queries) in kvpool/core/block_table.py)."""
         caching = self.manager.caching
         bs = self.manager.block_size
+        resumed = g.num_preemptions > 0
         return [SeqAlloc([s.seq_id for s in u.seqs],
                          g.prompt_token_ids if not u.lead.output_token_ids
                          else u.lead.all_token_ids(),
                          u.block_hashes if caching else None, g.cache_salt,
                          share_with=None if u.after is None else u.after.lead.seq_id,
-                         num_shared=u.shared_tokens // bs)
+                         num_shared=u.shared_tokens // bs, resumed=resumed)
                 for u in units]
 
     def admission(self, units: list[PrefillUnit], freeable: int = 0) -> Admission:

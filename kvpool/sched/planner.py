@@ -303,9 +303,12 @@ class StepPlanner:
             g.first_scheduled_time = now
             g.num_cached_tokens = cached[0]
         chunked = st.config.enable_chunked_prefill
+        # not for a re-admission: NOTE(preempted-queries) in kvpool/core/block_table.py
+        first = not g.num_preemptions
         for u, c in zip(units, cached):
             u.allocated(c)
             for s in u.seqs:
                 s.unit = u
-            st.counters.prefix_hit_tokens += c
+            if first:
+                st.counters.prefix_hit_tokens += c
             self._emit_chunk(out, g, u, c, chunked)

@@ -125,7 +125,9 @@ class SchedulerCounters:
     swap_out_blocks: int = 0  # blocks scheduled device -> host
     swap_in_blocks: int = 0  # blocks scheduled host -> device
     cow_blocks: int = 0  # copy-on-write copies scheduled
-    prefix_hit_tokens: int = 0  # prompt tokens the prefix cache served at admission
+    # prompt tokens the prefix cache served at a request's first admission; not a preempted
+    # request's re-admission (NOTE(preempted-queries), kvpool/core/block_table.py)
+    prefix_hit_tokens: int = 0
     prompt_tokens: int = 0  # prompt tokens scheduled in prefill chunks
     generation_tokens: int = 0  # sampled tokens accepted
     num_finished: int = 0  # requests finished (stopped or length)
