@@ -244,8 +244,9 @@ class EngineCore:
                 self.swap_outs.watch(h, out.step_id)
             else:
                 jobs.append(h)
-        # nothing in flight, nothing to wait for (copy_engine.py NOTE(speed))
-        if self.copies.pending:
+        # nothing in flight, nothing to wait for (copy_engine.py NOTE(speed)); a dead copy
+        # worker raises EngineError there (NOTE(worker-death)): the engine fails at once
+        if self.copies.pending or self.copies.worker_error is not None:
             self.copies.wait_for_blocks(b for e in out.entries for b in e.block_ids)
         dead = {h.tag for h in jobs if h.done() and h.exception() is not None}
         # NOTE(late-swap-out): a swap-out that failed after the drain in step() may belong to

@@ -13,6 +13,9 @@ Invariants:
   :class:`~kvpool.errors.CopyError` chained to the cause); the worker keeps serving later batches.
   A failed batch's destination bytes are unspecified (some runs may have been copied).
 - Every handle finishes exactly once; its callbacks run once, after it is done.
+- **Worker death** (NOTE(worker-death)): a BaseException that ends the worker thread fails the
+  running batch and every queued one (:class:`~kvpool.errors.CopyError`), turns the engine
+  unhealthy (:meth:`CopyEngine.is_healthy`) and makes ``submit`` raise :class:`EngineError`.
 
 Threads::
 
@@ -29,6 +32,7 @@ device->device. Pairs are ``(src, dst)`` block ids, as the block manager returns
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import threading
 import time
@@ -83,11 +87,7 @@ class CopyEngine:
                  faults: FaultPlan | None = None,
                  bandwidth_alpha: float = 0.2, worker_nice: int = 0,
                  name: str = "kvpool-copy") -> None:
-        if host_kv is not None and tuple(host_kv.shape[1:]) != tuple(device_kv.shape[1:]):
-            raise ValueError(f"host pool block shape {tuple(host_kv.shape[1:])} differs from the "
-                             f"device pool's {tuple(device_kv.shape[1:])}")
-        if host_kv is not None and host_kv.dtype != device_kv.dtype:
-            raise ValueError(f"host pool dtype {host_kv.dtype} != device pool {device_kv.dtype}")
+        _check_pools(device_kv, host_kv)
         if not 0.0 < bandwidth_alpha <= 1.0:
             raise ValueError("bandwidth_alpha must lie in (0, 1]")
         self._pools = {"device": device_kv}
@@ -106,6 +106,8 @@ class CopyEngine:
         # lock (one dict truth test) before it asks wait_for_blocks (NOTE(speed))
         self.pending: dict[int, CopyHandle] = {}
         self._seq = 0
+        self._running: CopyHandle | None = None  # the batch the worker is executing
+        self.worker_error: BaseException | None = None  # what ended the worker (worker-death)
         self._closing = False
         self._closed = False
         kinds = list(COPY_KINDS)
@@ -130,9 +132,10 @@ class CopyEngine:
         """Queue one batch of ``(src, dst)`` block pairs of ``kind`` and return its handle.
 
         Validates at once (raises, queues nothing): ``kind`` in :data:`COPY_KINDS`
-        (``ValueError``), ids inside their pools (:class:`InvalidBlockError`), no destination
-        twice (``ValueError``). An empty batch returns an already-done handle. Raises
-        :class:`EngineError` after :meth:`close`.
+        (``ValueError``), ids are ints (``TypeError``) inside their pools
+        (:class:`InvalidBlockError`), no destination twice (``ValueError``). An empty batch
+        returns an already-done handle. Raises :class:`EngineError` after :meth:`close` or once
+        the worker died.
         """
         if kind not in COPY_KINDS:
             raise ValueError(f"unknown copy kind {kind!r}: use one of {', '.join(COPY_KINDS)}")
@@ -140,8 +143,8 @@ class CopyEngine:
         pairs = list(pairs)
         if any(len(p) != 2 for p in pairs):
             raise ValueError(f"{kind}: pairs must be (src, dst) block id pairs")
-        srcs = list(map(int, (p[0] for p in pairs)))
-        dsts = list(map(int, (p[1] for p in pairs)))
+        srcs = _block_ids(kind, [p[0] for p in pairs])
+        dsts = _block_ids(kind, [p[1] for p in pairs])
         for pool, ids in ((src_pool, srcs), (dst_pool, dsts)):
             n = self._pools[pool].shape[0] if pool in self._pools else 0
             if ids and (min(ids) < 0 or max(ids) >= n):
@@ -151,6 +154,7 @@ class CopyEngine:
         pairs_t = tuple(zip(srcs, dsts))
         check_destinations(pairs_t)
         with self._cond:
+            self.check_worker()
             if self._closing:
                 raise EngineError("the copy engine is closed; no more copies can be submitted")
             self._seq += 1
@@ -168,13 +172,18 @@ class CopyEngine:
                         timeout: float | None = None) -> list[CopyHandle]:
         """Wait until every batch submitted *before this call* that touches ``block_ids`` of
         ``pool`` is done; return those handles (check ``exception()`` for failures). Batches
-        submitted later are not waited for. ``TimeoutError`` after ``timeout`` seconds."""
+        submitted later are not waited for. ``TimeoutError`` after ``timeout`` seconds;
+        :class:`EngineError` once the worker died (NOTE(worker-death): EngineCore._copy calls
+        this while ``worker_error`` is set, so the step that finds it dead fails the engine)."""
         with self._cond:
             if not self.pending:  # NOTE(speed): the common step: ``block_ids`` is not read
+                self.check_worker()
                 return []
             wanted = frozenset(block_ids)
             hit = [h for h in self.pending.values() if not wanted.isdisjoint(h.blocks(pool))]
-        return self._wait_all(sorted(hit, key=lambda h: h.seq), timeout)
+        done = self._wait_all(sorted(hit, key=lambda h: h.seq), timeout)
+        self.check_worker()
+        return done
 
     def _wait_all(self, handles: list[CopyHandle], timeout: float | None) -> list[CopyHandle]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -196,6 +205,17 @@ class CopyEngine:
                              dict(self._failures), dict(self._seconds), dict(self._bw),
                              self._bw_all, len(self.pending), self.backend.name)
 
+    # ------------------------------------------------------------------ health
+    def is_healthy(self) -> bool:
+        """False once the worker died (NOTE(worker-death)); a closed engine stays healthy."""
+        return self.worker_error is None
+
+    def check_worker(self) -> None:
+        """Raise :class:`EngineError` if the worker died (NOTE(worker-death))."""
+        if self.worker_error is not None:
+            raise EngineError(f"the copy worker died ({self.worker_error!r}): its batches "
+                              "failed and no more copies can run")
+
     # ------------------------------------------------------------------ worker
     def _run(self) -> None:
         if self._nice > 0:
@@ -212,21 +232,41 @@ class CopyEngine:
                         self._cond.wait()
                     if not self._queue:
                         return  # closing and drained
-                    handle = self._queue.popleft()
+                    handle = self._running = self._queue.popleft()
                 self._execute(handle)
+                self._running = None
+        except BaseException as exc:  # noqa: BLE001 - NOTE(worker-death): logged, then failed
+            self._died(exc)
         finally:
             self._fail_leftovers()
 
+    def _died(self, exc: BaseException) -> None:
+        """NOTE(worker-death): a BaseException (SystemExit, KeyboardInterrupt...) escaped a
+        batch and ends the worker. Before, the batch it was running stayed pending forever:
+        EngineCore._copy waited on it with no timeout while the engine looked healthy. Now it
+        is logged once here, the engine turns unhealthy and refuses new batches, and
+        _fail_leftovers fails the running batch and the queued ones, releasing every waiter."""
+        with self._cond:
+            self.worker_error = exc
+            self._closing = True
+        log.critical("the copy worker died running %r: %r; that batch and the queued ones fail, "
+                     "and no more copies can run", self._running, exc, exc_info=exc)
+
     def _fail_leftovers(self) -> None:
-        """If the worker ever dies (a BaseException), fail what is queued rather than leave
-        waiters hanging, and refuse new work."""
+        """When the worker ends, fail the batch it was running (if it died in one) and what
+        is queued rather than leave waiters hanging, and refuse new work."""
         with self._cond:
             self._closing = True
-            left = list(self._queue)
+            running, self._running = self._running, None
+            left = [running] if running is not None and not running.done() else []
+            left += self._queue
             self._queue.clear()
+        why = (f"the copy worker died ({self.worker_error!r})" if self.worker_error is not None
+               else "the copy worker exited")
         for h in left:
-            self._complete(h, CopyError(f"{h.kind} copy #{h.seq} lost: the copy worker exited"),
-                           None)
+            error = CopyError(f"{h.kind} copy #{h.seq} lost: {why}")
+            error.__cause__ = self.worker_error
+            self._complete(h, error, None)
 
     def _execute(self, handle: CopyHandle) -> None:
         src_pool, dst_pool = COPY_KINDS[handle.kind]
@@ -301,3 +341,43 @@ class CopyEngine:
     def __repr__(self) -> str:
         return (f"CopyEngine(backend={self.backend.name}, pending={len(self.pending)}, "
                 f"closed={self._closing})")
+
+
+def _check_pools(device_kv: torch.Tensor, host_kv: torch.Tensor | None) -> None:
+    """The host pool's blocks match the device pool's, and a copy can move bytes between them.
+    NOTE(pool-device): a pool on the meta device has no storage: a swap-out into it
+    "succeeded" and kept nothing, so the sequence's KV was lost. Two pools on different kinds
+    of accelerator (neither on the CPU) are refused too: torch copies between those only
+    through the host."""
+    for name, kv in (("device", device_kv), ("host", host_kv)):
+        if kv is not None and kv.device.type == "meta":
+            raise ValueError(f"the {name} pool is on the meta device, which holds no bytes: "
+                             "put it on a real device (the host pool on the CPU)")
+    if host_kv is None:
+        return
+    if tuple(host_kv.shape[1:]) != tuple(device_kv.shape[1:]):
+        raise ValueError(f"host pool block shape {tuple(host_kv.shape[1:])} differs from the "
+                         f"device pool's {tuple(device_kv.shape[1:])}")
+    if host_kv.dtype != device_kv.dtype:
+        raise ValueError(f"host pool dtype {host_kv.dtype} != device pool {device_kv.dtype}")
+    kinds = {device_kv.device.type, host_kv.device.type}
+    if len(kinds) > 1 and "cpu" not in kinds:
+        raise ValueError(f"cannot copy between a {device_kv.device} device pool and a "
+                         f"{host_kv.device} host pool: put the host pool on the CPU")
+
+
+def _block_ids(kind: str, ids: list[Any]) -> list[int]:
+    """``ids`` as ints; ``TypeError`` for an id that is not an integer (a bool is not one).
+    NOTE(int-ids): ids went through ``int()``, so 1.7 and True copied block 1 and "2" block
+    2 in silence: a wrong block's KV. Integer types (numpy, 0-d tensors) still pass."""
+    if set(map(type, ids)) <= {int}:  # the engine's own ids: one C-level pass
+        return ids
+    out = []
+    for b in ids:
+        try:
+            if isinstance(b, bool) or isinstance(b, torch.Tensor) and b.dtype == torch.bool:
+                raise TypeError("a bool")
+            out.append(operator.index(b))
+        except TypeError:
+            raise TypeError(f"{kind}: block ids must be ints, got {b!r}") from None
+    return out

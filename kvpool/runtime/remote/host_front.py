@@ -204,7 +204,11 @@ class HostBlockFront:
     def allocate_host_blocks(self, n: int):
         """``n`` host blocks lent out of the tables (``manager.lender.lend``), or None: the
         remote prefetch lands fetched bytes in them before the step thread copies them in.
-        A plain function returning call()'s coroutine: one coroutine per call, not two."""
+        A plain function returning call()'s coroutine: one coroutine per call, not two.
+        NOTE(host-count): ``n`` must be an int >= 0 (``ValueError``, raised here, before
+        anything is queued, as ``allocate_many`` does); -1 lent ``[]`` and True one block."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"allocate_host_blocks: n must be an int >= 0, got {n!r}")
         return self.call(self.manager.lender.lend, Device.HOST, n, undo=self._undo_host)
 
     def free_host_blocks(self, block_ids: Sequence[int]):
