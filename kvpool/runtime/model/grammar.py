@@ -40,6 +40,8 @@ from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from kvpool.errors import RequestError
 
+from .grammar_relax import WIDE_BOUND, bounded, drop_wide_bounds, relax_lookaround
+
 __all__ = ["LIMITS", "OPTIONS", "PARAM", "GrammarSpec", "TokenMask", "apply_token_mask",
            "map_subschemas", "unpack_bitmask"]
 
@@ -135,7 +137,7 @@ class GrammarSpec:
         for pattern in _patterns(schema):
             _check_escapes(pattern, "JSON schema")
         text = json.dumps(schema, separators=(",", ":"))
-        compiled = map_subschemas(schema, _format_pattern) if '"format"' in text else schema
+        compiled = _rewritten(schema, text)
         build = functools.partial(_json_grammar, text if compiled is schema
                                   else json.dumps(compiled, separators=(",", ":")))
         return cls._checked(kind, text, build, what="JSON schema", name=name,
@@ -201,6 +203,33 @@ def _json_grammar(source: str, _client_text: str) -> str:
     """llguidance's grammar of the schema text ``source`` (``_client_text``, what _checked
     bounds, is the schema as sent: NOTE(formats) may have rewritten it)."""
     return llguidance.LLMatcher.grammar_from_json_schema(source, defaults=OPTIONS)
+
+
+def _rewritten(schema: Any, text: str) -> Any:
+    """The schema llguidance compiles: ``schema`` (its compact JSON ``text``) with NOTE(formats)
+    and grammar_relax.py's NOTE(look-around) and NOTE(int64-bounds) applied to each schema
+    object, when the text holds what they rewrite (else ``schema`` itself, uncopied). One over
+    MAX_SCHEMA_CHARS is left as sent, for _checked to refuse before any work."""
+    if len(text) > MAX_SCHEMA_CHARS:
+        return schema
+    steps = [step for step, needed in (
+        (_format_pattern, '"format"' in text),
+        (functools.partial(relax_lookaround, compiles=bounded(_pattern_compiles)), "(?" in text),
+        (drop_wide_bounds, WIDE_BOUND.search(text) is not None)) if needed]
+    if not steps:
+        return schema
+    return map_subschemas(schema, lambda node: functools.reduce(lambda n, f: f(n), steps, node))
+
+
+def _pattern_compiles(pattern: str) -> bool:
+    """Whether llguidance takes ``pattern`` as a JSON-schema ``pattern`` (under LIMITS)."""
+    source = json.dumps({"type": "string", "pattern": pattern})
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(source, defaults=OPTIONS)
+    except ValueError:
+        return False
+    return not llguidance.LLMatcher.validate_grammar(
+        grammar, limits=llguidance.LLParserLimits(**LIMITS))
 
 
 def map_subschemas(schema: Any, node: Callable[[dict], dict]) -> Any:
