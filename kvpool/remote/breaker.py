@@ -26,8 +26,8 @@ the whole deadline (about one request per second per replica). A PING from the t
 costs no request anything, so while the breaker is open no request ever waits on Redis.
 
 A Redis Cluster tier has one per master node besides its own (NOTE(node-breaker),
-``node_breakers.py``). Synchronous and lock-free: it is used from one event loop. The clock is injectable so the
-hypothesis state machine drives time explicitly.
+``node_breakers.py``). Synchronous and lock-free: it is used from one event loop. The clock
+is injectable so the hypothesis state machine drives time explicitly.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ Slot routing, MOVED/ASK redirects, topology refresh after a failover, master dis
 redis-py's (``redis.asyncio.cluster.RedisCluster``, ``redis.asyncio.sentinel.Sentinel``), a
 well-kept library rather than slot routing written here. The tier's fault settings apply to
 them as to one server (no retries, connect deadline, no socket timeout: ``connections.py``
-NOTE(pool)), and the nodes' connections are kvpool's buffered ones (``READ_BUFFER``).
+NOTE(pool)), and the nodes' connections are kvpool's buffered ones (``READ_BUFFER``), reopened
+when a node closed them while idle, as one server's pool does (NOTE(idle-close)).
 
 Redirects the client followed are counted per kind (``moved``, ``ask``) in
 :attr:`TierClient.redirects`: each one read from a node's reply by the connection class.
@@ -299,9 +300,49 @@ class SlotMapRefresh:
                 pass
 
 
+class _ReopenedWhenClosed:
+    """A cluster node's connection that checks, before each send, that the server has not
+    closed it while it sat in the node's pool (NOTE(idle-close)).
+
+    NOTE(idle-close): redis-py's cluster client hands out a node's free connection unchecked
+    (``ClusterNode.acquire_connection``: its cluster-level ``Retry`` is what mends a dead one,
+    and the tier runs with none). A node that closes idle clients (redis.conf's ``timeout``,
+    an idle-timeout proxy or NAT) thus failed the next call on each pooled connection: a miss
+    or a dropped put, a breaker failure, and "cluster node ... is unreachable" for healthy
+    masters. The check is the one redis-py's ``ConnectionPool.ensure_connection`` makes when
+    it hands out a connection (one server, Sentinel): ``can_read`` reads the stream's state,
+    no round trip. A closed (EOF, reset) or dirty (unread bytes: a reply nobody read) one is
+    dropped and the send reconnects, as on a first use; not during the connection's own
+    handshake, which pipelines commands (their replies may be in already). A retry would cost
+    a refused node a second attempt and redis-py's slot map refresh; ``health_check_interval``
+    a PING round trip after each idle spell, and its failure would still fail the call. As on
+    one server, a close the loop has not read yet (it crosses the call, or lands while the
+    loop is busy) still fails that one call."""
+
+    _opening = False  # inside the handshake (redis-py's on_connect)
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        self._opening = True
+        try:
+            await super().on_connect_check_health(check_health)
+        finally:
+            self._opening = False
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if self.is_connected and not self._opening:
+            try:
+                stale = await self.can_read()
+            except RedisConnectionError:
+                stale = True
+            if stale:
+                await self.disconnect(nowait=True)
+        await super().send_packed_command(command, check_health)
+
+
 def _counting(base: type, redirects: Counter, refresh: SlotMapRefresh) -> type:
     """``base`` counting each MOVED/ASK reply it reads into ``redirects`` (the cluster client
-    follows them; the count says how often its slot map was stale).
+    follows them; the count says how often its slot map was stale), reopened when the node
+    closed it while idle (NOTE(idle-close)).
 
     NOTE(tryagain): redis-py's cluster client retries a TRYAGAIN reply up to 16 times, the
     later ones after 50 ms sleeps, and a slot migration lasts far longer: every probe or MGET
@@ -311,7 +352,7 @@ def _counting(base: type, redirects: Counter, refresh: SlotMapRefresh) -> type:
     whole op deadline) and a topology refresh: a node reset or a lost master's slots timed
     out every call to them and opened the breaker for the keys of every other node."""
 
-    class CountingConnection(base):
+    class CountingConnection(_ReopenedWhenClosed, base):
         async def read_response(self, *args, **kwargs):
             try:
                 return await super().read_response(*args, **kwargs)

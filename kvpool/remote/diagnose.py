@@ -103,8 +103,8 @@ _FIXES = {
     "clusterclient": "the cluster client refused the call ({detail}): the cluster has no "
                      "master for a slot (a failover in progress?) or the keys are not of "
                      "this key spec",
-    "oom": "Redis is out of memory ({detail}): give it maxmemory-policy allkeys-lru so it "
-           "evicts old blocks; puts pause for a while after each OOM",
+    "oom": "Redis is out of memory ({detail}): {oomfix}; puts pause for a while after each "
+           "OOM",
     "readonly": "the server is a read-only replica ({detail}): point --remote-url at the "
                 "master, or use redis+sentinel://HOST:PORT/SERVICE to follow failovers",
     "noperm": "the Redis user lacks a permission ({detail}): give it the tier's commands "
@@ -121,6 +121,15 @@ OUTAGES = frozenset({"refused", "timeout", "closed", "connection", "sentinelsdow
 # A cluster node's call that failed with one of these (a node killed: its connections closed,
 # then refused) says that node is down, not a TLS or URL mismatch: said once per node.
 NODE_DOWN_KINDS = frozenset({"refused", "timeout", "closed", "connection"})
+# NOTE(episode): an outage, a pause (READONLY, NOPERM) or a CLUSTERDOWN ends when the health
+# check closes the breaker it opened (the tier's, or a cluster node's). Said once per process,
+# a second Redis restart, READONLY spell or kill of the same node added no line while
+# breaker_opens_total counted it, and a node's recovery was never said: its log read "down"
+# since the first kill. These kinds are said once per episode: a breaker's close forgets the
+# ones said since it last closed, so the next occurrence is said again (one line an episode,
+# never one a call), and a node's close is said as the tier's own is ("is reachable"). Other
+# kinds (a password, TLS, a URL) stay said once: they do not end on their own.
+EPISODE_KINDS = OUTAGES | PAUSE_KINDS | DOWN_KINDS
 _NODE_DOWN = ("cluster node {node} is unreachable ({kind}: {detail}): an outage, no setting "
               "to fix: lookups of the slots it serves miss, at once while its breaker is open "
               "(NOTE(node-breaker)), until it or a replica promoted in its place answers; the "
@@ -214,14 +223,18 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 class FaultLog:
     """Logs the first failure of each kind once (a fault repeats on every call: one line says
-    it). ``seen`` holds the kinds logged so far."""
+    it), an outage's once per episode (NOTE(episode)). ``seen`` holds the kinds logged so
+    far and not forgotten since."""
 
-    __slots__ = ("where", "seen", "last")
+    __slots__ = ("where", "seen", "last", "memory", "_episodes")
 
     def __init__(self, where: str) -> None:
         self.where = where  # scheme://host:port, never the password
         self.seen: set[str] = set()
         self.last: str | None = None  # the kind of the latest failure noted
+        self.memory: tuple[str, int] | None = None  # (policy, maxmemory): the last INFO's
+        # a cluster node's name (None: the tier's breaker) -> its episode's kinds said
+        self._episodes: dict[str | None, set[str]] = {}
 
     def note(self, kind: str, exc: BaseException | str, node: str | None = None) -> bool:
         """Log a failure of ``kind`` with its fix if the kind is new; True when logged.
@@ -230,18 +243,19 @@ class FaultLog:
         if node is not None and kind in NODE_DOWN_KINDS:
             self.last = kind
             return self.once(f"nodedown {node}", _NODE_DOWN.format(
-                node=node, kind=kind, detail=detail[:200]))
+                node=node, kind=kind, detail=detail[:200]), node)
         if self.where.startswith("rediss") and _plain_port(kind, detail):
             kind = "tlsplain"
         if kind == "sentinel":  # "No master found for 'x' : <the sentinels' client repr>"
             detail = detail.partition(" : ")[0]
         self.last = kind
-        fix = _FIXES.get(kind, _FIXES["response"]).format(detail=detail[:200])
+        fix = _FIXES.get(kind, _FIXES["response"]).format(detail=detail[:200],
+                                                          oomfix=oom_fix(self.memory))
         then = ("the tier pauses its calls (misses: requests recompute) and tries its "
                 "commands again periodically, resuming once they work"
                 if kind in PAUSE_KINDS | DOWN_KINDS
                 else "each failure is a miss: requests recompute")
-        return self.once(kind, f"{fix} ({then})")
+        return self.once(kind, f"{fix} ({then})", node)
 
     def values_failed(self, bad: Sequence[tuple[str, str]]) -> list[str]:
         """The kinds of the (key, kind) values a read found unusable. NOTE(secret-mismatch):
@@ -276,19 +290,36 @@ class FaultLog:
         log.warning("remote tier %s is not reachable at startup (%s): serving without it "
                     "(requests recompute); %s", self.where, kind or "breaker open", then)
 
-    def once(self, key: str, text: str) -> bool:
-        """Log ``text`` as a warning unless ``key`` was logged before."""
+    def once(self, key: str, text: str, node: str | None = None) -> bool:
+        """Log ``text`` as a warning unless ``key`` was logged before (during the episode of
+        ``node``'s breaker, None: the tier's, for the kinds of NOTE(episode))."""
         if key in self.seen:
             return False
         self.seen.add(key)
+        if key in EPISODE_KINDS or key.startswith("nodedown "):
+            self._episodes.setdefault(node, set()).add(key)
         log.warning("remote tier %s: %s", self.where, text)
         return True
+
+    def recovered(self, node: str | None = None, serves: bool = True) -> None:
+        """The health check closed the breaker of ``node`` (None: the tier's): its episode's
+        kinds may be said again (NOTE(episode)). A node's recovery is said here (``serves``:
+        it still serves slots), the tier's by :meth:`inspected` once it read INFO."""
+        self.seen -= self._episodes.pop(node, set())
+        if node is None:
+            return
+        log.info("remote tier %s: cluster node %s %s", self.where, node,
+                 "answers again: lookups of the slots it serves hit again" if serves else
+                 "serves no slot any more (a replica took over, or its slots moved): its "
+                 "keys are looked up on the nodes serving them now")
 
     def inspected(self, info: Mapping[str, Any], cluster: bool = False) -> str | None:
         """Log what one ``INFO`` reply says (a refusal as an error, each warning once, else
         that the tier is reachable); the refusal, or None when the server is usable.
         ``cluster``: the tier talks through the cluster client (a node is expected)."""
         refusal, warnings = check_info(info, cluster)
+        self.memory = (str(info.get("maxmemory_policy", "")),
+                       int(info.get("maxmemory", 0) or 0))
         if refusal is not None:
             log.error("remote tier %s refused: %s; serving without the tier (requests "
                       "recompute)", self.where, refusal)
@@ -297,6 +328,27 @@ class FaultLog:
             self.once("readonly" if w.startswith(REPLICA_WARNING) else w, w)
         log.info("remote tier %s is reachable: %s", self.where, describe(info))
         return None
+
+
+def oom_fix(memory: tuple[str, int] | None) -> str:
+    """The fix of an OOM reply under ``memory``, the (maxmemory-policy, maxmemory) the last
+    ``INFO`` said (None: not read). NOTE(oom-fix): the warning said "give it maxmemory-policy
+    allkeys-lru" whatever the policy, also to a server running allkeys-lru. Under an allkeys-*
+    policy an OOM means Redis found nothing more to evict below maxmemory (what it holds
+    besides the keys, client buffers and the like, fills it): the fix is a larger maxmemory."""
+    policy, most = memory or ("", 0)
+    if policy.startswith("allkeys-"):
+        bound = f"maxmemory {most / 2**20:.0f} MiB" if most else "its maxmemory"
+        return (f"it already evicts (maxmemory-policy {policy}), yet {bound} is too small "
+                "for the tier's values besides what Redis itself holds (INFO memory: "
+                "used_memory against maxmemory); raise maxmemory")
+    if policy.startswith("volatile-"):
+        return (f"maxmemory-policy {policy} evicts only keys with a TTL and kvpool's have "
+                "none: set maxmemory-policy allkeys-lru so it evicts old blocks")
+    return ("give it maxmemory-policy allkeys-lru so it evicts old blocks (under an allkeys-* "
+            "policy already, raise maxmemory)" if policy != "noeviction" else
+            "maxmemory-policy noeviction evicts nothing: give it maxmemory-policy allkeys-lru "
+            "so it evicts old blocks")
 
 
 def check_info(info: Mapping[str, Any], cluster: bool = False

@@ -65,6 +65,14 @@ class Breakers:
             out.setdefault(id(b), (b, []))[1].append(i)
         return list(out.values())
 
+    def serves(self, name: str | None) -> bool:
+        """Does the node ``name`` serve a slot in the client's slot map (None: the tier's
+        own breaker, True)?"""
+        if name is None or self._client is None:
+            return True
+        slots = self._client.nodes_manager.slots_cache.values()
+        return any(owners and owners[0].name == name for owners in slots)
+
     def all(self) -> list[CircuitBreaker]:
         return [self.main, *self._by_node.values()]
 

@@ -25,10 +25,9 @@ the caller's ``parts``, cut on segment borders), each sent at once on pooled con
 buffer ``READ_BUFFER``. Each script and part stays in one slot, each call runs under its cluster
 node's breaker (NOTE(node-breaker)); a part's check overlaps later reads.
 
-Diagnosis (``diagnose.py``): the first failure of each kind is logged once with its fix;
-``warm_up`` says whether the tier is reachable and reads ``INFO``: a cluster node behind a
-plain ``redis://`` URL is refused (every call a miss), a noeviction policy or no maxmemory is
-warned about. An OOM reply pauses puts for ``oom_pause_s``."""
+Diagnosis (``diagnose.py``): each failure kind is logged once with its fix, an outage's once an
+episode (NOTE(episode)); ``warm_up`` says if the tier is reachable and reads ``INFO`` (a cluster
+node behind a plain URL refused, noeviction or no maxmemory warned); an OOM pauses puts."""
 
 from __future__ import annotations
 
@@ -91,7 +90,7 @@ class RedisTier:
                                        connect_timeout=connect_timeout)
         self.kind = self._client.kind  # "server", "cluster" or "sentinel"
         self._by_slot = self.kind == "cluster"  # calls cut on hash-tag borders (segments.py)
-        self.faults = FaultLog(where(url))  # the first failure of each kind, logged once
+        self.faults = FaultLog(where(url))  # each kind logged once (an outage's: an episode)
         # NOTE(oom-pause): with noeviction every SET fails once Redis is full; after an OOM
         # reply puts are not sent for oom_pause_s (dropped, counted), not refused one by one.
         self.oom_pause_s = oom_pause_s
@@ -237,8 +236,7 @@ class RedisTier:
 
     # -- internals ------------------------------------------------------------------------
     async def _open(self, n: int) -> None:
-        """Open ``n`` pooled connections (a cluster: its slot map) and load the probe script
-        (on every master), so the first probe's EVALSHA hits."""
+        """Open ``n`` pooled connections (a cluster: its slot map), load the probe script."""
         pool = self._client.pool
         if pool is None:
             await self._redis.initialize()
@@ -250,7 +248,7 @@ class RedisTier:
             finally:  # back to the pool, also on failure or a deadline
                 for c in conns:
                     await pool.release(c)
-        await self._redis.script_load(PROBE_LUA)
+        await self._redis.script_load(PROBE_LUA)  # on every master: the first EVALSHA hits
 
     async def _probe_segments(self, plan: list[tuple[list[str], int]]) -> list[int]:
         """Each segment's run, all scripts at once; one failure fails the call."""
@@ -378,8 +376,10 @@ class RedisTier:
         return self._refusal is None
 
     async def _closed(self, breaker: CircuitBreaker) -> None:
-        """A health check closed ``breaker``: the tier's own reads INFO anew (a node's not)."""
-        if breaker is self.breaker:
+        """A health check closed ``breaker``: its episode ends (NOTE(episode))."""
+        node = self.breakers.node(breaker)  # a node's close is said there, the tier's by INFO
+        self.faults.recovered(node, self.breakers.serves(node))
+        if node is None:
             await self._inspect()
 
     async def _ping(self, breaker: CircuitBreaker) -> bool:
