@@ -81,7 +81,8 @@ class PoolStats:
     num_cached: int  # blocks with a registered content hash (used or evictable)
     num_reserved: int  # destination blocks held by an in-flight defrag plan
     version: int  # seqlock version the snapshot was read at (even; odd when read inside
-    # the reader's own writer section: seqlock.py NOTE(own-reader))
+    # the reader's own writer section: seqlock.py NOTE(own-reader)); a lock-free allocate()
+    # moves no version, only num_free (stats.py NOTE(pop-version))
     evictions: int  # cached blocks evicted so far (monotonic)
 
     @property

@@ -261,7 +261,8 @@ class BlockPool:
     # ---------------------------------------------------------------- self-locking API
     def allocate(self) -> int | None:
         """One block with ref 1, or None when the pool is exhausted. Lock-free unless the
-        magazine is empty (then one locked refill serves the next free_list.MAGAZINE calls)."""
+        magazine is empty (then one locked refill serves the next free_list.MAGAZINE calls).
+        A pop moves no version (stats.py NOTE(pop-version))."""
         try:
             b = self._fast.pop()
         except IndexError:
@@ -270,20 +271,26 @@ class BlockPool:
         return b
 
     def _allocate_slow(self) -> int | None:
+        # NOTE(slow-magazine): another caller that found the magazine empty may have refilled
+        # it (with all of bulk, when bulk was short) while this one waited for the lock: pop
+        # first. Only the lock fills bulk or the magazine, so a failed pop, then an empty bulk,
+        # means no free block is left: only then does a cached block give way, or None.
+        fast = self._fast
         with self._writer:
             while True:
-                if self.free_list.refill():
-                    try:
-                        b = self._fast.pop()
-                    except IndexError:  # lock-free callers drained the refill: go again
-                        continue
-                else:  # the free list is empty: a cached block gives way, if any
+                try:
+                    b = fast.pop()
+                    break
+                except IndexError:  # empty, or lock-free callers drained it: refill
+                    pass
+                if not self.free_list.refill():
                     ids = self._take_evicting(1)
                     if ids is None:
                         return None
                     b = ids[0]
-                self._ref[b] = 1
-                return b
+                    break
+            self._ref[b] = 1
+            return b
 
     def allocate_many(self, n: int) -> list[int] | None:
         """``n`` blocks with ref 1 each, all or nothing (None when fewer are available)."""
@@ -353,22 +360,30 @@ class BlockPool:
 
     def check_invariants(self, table_refs: Counter | None = None) -> None:
         """Raise InvariantError on inconsistent state. ``table_refs`` (block id -> number of
-        block-table entries) lets the caller check ref counts against its tables."""
-        name, ref = self.device.value, self._ref
-        free = self.free_list.ids()
-        fs = set(free)
-        if len(fs) != len(free):
-            raise InvariantError(f"{name}: a block is on the free list twice")
-        if any(ref[b] != 0 for b in free) or any(c < 0 for c in ref):
-            raise InvariantError(f"{name}: a free block has a ref count, or a count is < 0")
-        parked = [b for b in range(self.num_blocks) if ref[b] == 0 and b not in fs]
-        if self.index is not None:
-            self.index.check_invariants(parked, free)
-        elif parked:
-            raise InvariantError(f"{name}: ref-0 block {parked[0]} is off the free list")
-        if table_refs is not None:
-            for b in range(self.num_blocks):
-                expect = table_refs.get(b, 0)
-                if ref[b] != expect:
-                    raise InvariantError(
-                        f"{name}: block {b} ref {ref[b]} but {expect} table references")
+        block-table entries) lets the caller check ref counts against its tables. Exact only
+        while no allocate() runs (free_list.py NOTE(quiescent-check)): its error says so when
+        it saw one move the pool during the check."""
+        name, ref, fl = self.device.value, self._ref, self.free_list
+        since = fl.watch(ref)
+        try:
+            free = fl.ids()
+            fs = set(free)
+            if len(fs) != len(free):
+                raise InvariantError(f"{name}: a block is on the free list twice")
+            if any(ref[b] != 0 for b in free) or any(c < 0 for c in ref):
+                raise InvariantError(f"{name}: a free block has a ref count, or a count is < 0")
+            parked = [b for b in range(self.num_blocks) if ref[b] == 0 and b not in fs]
+            if self.index is not None:
+                self.index.check_invariants(parked, free)
+            elif parked:
+                raise InvariantError(f"{name}: ref-0 block {parked[0]} is off the free list")
+            if table_refs is not None:
+                for b in range(self.num_blocks):
+                    expect = table_refs.get(b, 0)
+                    if ref[b] != expect:
+                        raise InvariantError(
+                            f"{name}: block {b} ref {ref[b]} but {expect} table references")
+        except InvariantError as e:
+            if fl.moved(since, ref):
+                raise InvariantError(f"{e}; {fl.MOVED}") from e
+            raise

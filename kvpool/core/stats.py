@@ -107,7 +107,7 @@ class StatsReader:
         self.host = host
         self.counters = counters  # the manager's, read only here
         self.tables = tables  # the manager's seq -> table map, only its length is read
-        self._frag_cache: tuple[int, FragmentationStats] | None = None
+        self._frag_cache: tuple[tuple[int, int], FragmentationStats] | None = None
 
     def _internal(self, used_blocks: int, used_slots: int) -> tuple[float, int]:
         alloc = used_blocks * self.device.block_size
@@ -142,13 +142,21 @@ class StatsReader:
 
     def fragmentation(self) -> FragmentationStats:
         """Internal and external fragmentation of the device pool (see FragmentationStats).
-        O(num_blocks) numpy work, memoised per pool version; takes no lock. Inside a writer
-        section of this thread it reads directly and memoises nothing (NOTE(own-reader))."""
+        O(num_blocks) numpy work, memoised per pool version and magazine length
+        (NOTE(pop-version)); takes no lock. Inside a writer section of this thread it reads
+        directly and memoises nothing (NOTE(own-reader))."""
         d = self.device
+        mag = d.free_list.magazine
         while True:
+            # NOTE(pop-version): pool.allocate()'s lock-free magazine pop moves no version (a
+            # bump there would be a read-modify-write racing the writers' own, without the
+            # lock). Between two versions the magazine only shrinks, one id per pop, so the
+            # version and its length together name the state; equal before and after a read,
+            # no pop came in between.
             v = d.version
+            key = (v, len(mag))
             cached = self._frag_cache
-            if cached is not None and cached[0] == v and not v & 1:
+            if cached is not None and cached[0] == key and not v & 1 and d.version == v:
                 return cached[1]
             if v & 1 and not d.writing().held_here():
                 time.sleep(0)
@@ -157,11 +165,11 @@ class StatsReader:
             ds = d.stats()
             used_blocks = ds.num_used - ds.num_reserved
             used_slots = self.counters.used_slots
-            if d.version == v:
+            if d.version == v and len(mag) == key[1]:
                 break
         out = self._measure(raw, used_blocks, used_slots)
         if not v & 1:
-            self._frag_cache = (v, out)
+            self._frag_cache = (key, out)
         return out
 
     def _measure(self, raw: bytes, used_blocks: int, used_slots: int) -> FragmentationStats:
