@@ -82,6 +82,13 @@ def _pool_arguments(pool: argparse.ArgumentParser) -> None:
     pool.add_argument("--verify-hits", action="store_true",
                       help="check every prefix hit against the token ids kept per cached "
                            "block (CacheConfig.verify_hits)")
+    pool.add_argument("--direct", type=_rate, default=0.3,
+                      help="share of the threads' operations run as unbatched manager calls, "
+                           "each taking only the manager's own locks (default 0.3)")
+    pool.add_argument("--lock-free-allocate", action=argparse.BooleanOptionalAction,
+                      default=True,
+                      help="the direct operations take raw blocks through the lock-free "
+                           "pool.allocate() every other time, else allocate_many (default on)")
     pool.add_argument("--kv-events", action="store_true",
                       help="attach a KV-event observer that counts the pools' events and "
                            "checks each GPU BlockStored (block_size token ids a block, "

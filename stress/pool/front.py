@@ -61,8 +61,8 @@ class PoolFront(HostBlockFront):
     def fork(self, parent: int, child: int):
         return self.call(self.manager.fork, parent, child, undo=self._undo_fork)
 
-    def free(self, seq_id: int):
-        return self.call(self.manager.free, seq_id)
+    def free(self, seq_id: int):  # releases: carried out even if cancelled (NOTE(cancel-free))
+        return self.call(self.manager.free, seq_id, always=True)
 
     # ---------------------------------------------------------------- raw blocks
     def allocate_blocks(self, n: int):
@@ -70,4 +70,4 @@ class PoolFront(HostBlockFront):
         return self.call(self._allocate_many, n, undo=self._undo_blocks)
 
     def free_blocks(self, block_ids: Sequence[int]):
-        return self.call(self._free_many, block_ids)
+        return self.call(self._free_many, block_ids, always=True)

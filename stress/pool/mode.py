@@ -2,7 +2,7 @@
 
 ::
 
-    N threads ──────── ShadowRuntime ── BlockSpaceManager (one device + one host pool)
+    N threads ──────── DirectRuntime ── BlockSpaceManager (one device + one host pool)
     M coroutines ─ PoolFront ─┘   ^ (fake KV: every op verifies what it touched)
     checker thread: every --check-interval s, check_all() inside manager.batch() (quiescent)
     reader thread: lock-free stats() / fragmentation() snapshots, cross-checked
@@ -12,6 +12,12 @@ Everything stops by itself: the monitor sets the stop event, every worker finish
 operation, frees what it owns, and the run ends with a final quiescent check: no sequence, no
 used block in either pool (leaks), no violation. Threads only run defragmentation (plan, copy
 outside the lock, commit or abort), so only one plan is ever in flight.
+
+Direct calls (NOTE(direct), stress/pool/shadow.py): a ``--direct`` share of the threads'
+operations (0.3 by default) are unbatched manager calls (stress/pool/direct.py), each taking
+only the manager's own locks, so a mutator without its writer section races the others; their
+"stats" operations then also take and give back raw device blocks (``pool.allocate_many``, or
+as often the lock-free ``pool.allocate()``; ``--no-lock-free-allocate`` leaves that path out).
 """
 
 from __future__ import annotations
@@ -27,13 +33,18 @@ from dataclasses import asdict, dataclass
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.core.hashing import BlockHasher
+from stress.pool.direct import DirectRuntime
 from stress.pool.events import CheckingObserver
 from stress.pool.front import PoolFront
-from stress.pool.shadow import ShadowRuntime
 from stress.pool.worker import TENANTS, Intent, PoolWorker
 from stress.report import Progress, StressReport
 
 __all__ = ["PoolConfig", "PoolStress"]
+
+# NOTE(direct): intent -> DirectRuntime method; "stats" takes raw blocks, then reads
+DIRECT_OPS = {"allocate": "allocate_direct", "append_slots": "append_slots_direct",
+              "fork": "fork_direct", "free": "free_direct",
+              "abort": "allocate_uncomputed_direct", "stats": "raw_blocks"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,8 @@ class PoolConfig:
     verify_hits: bool = False  # check prefix hits against kept token ids
     kv_events: bool = False  # attach a checking KV-event observer (stress/pool/events.py)
     switch_interval: float = 1e-4  # sys.setswitchinterval during the run: more interleavings
+    direct: float = 0.3  # share of thread operations run unbatched (NOTE(direct))
+    lock_free_allocate: bool = True  # raw blocks through pool.allocate() too (NOTE(direct))
     progress: bool = True
 
 
@@ -60,6 +73,8 @@ class PoolStress:
     def __init__(self, config: PoolConfig) -> None:
         if config.threads < 0 or config.coroutines < 0 or config.threads + config.coroutines < 1:
             raise ValueError("need at least one thread or coroutine")
+        if not 0 <= config.direct <= 1:
+            raise ValueError(f"direct is a share in [0, 1], got {config.direct}")
         self.cfg = config
         blocks = config.blocks or max(1024, 8 * (config.threads + config.coroutines))
         host = blocks // 2 if config.host_blocks is None else config.host_blocks
@@ -71,7 +86,9 @@ class PoolStress:
                                                      cache.hash_algo),
                                          TENANTS) if config.kv_events else None
         self.manager = BlockSpaceManager(cache, observer=self.observer)
-        self.rt = ShadowRuntime(self.manager)
+        self.rt = DirectRuntime(self.manager, lock_free_allocate=config.lock_free_allocate)
+        self.direct_ops: dict[int, int] = {}  # per thread worker (each writes its own key)
+        self.raw_blocks: dict[int, int] = {}  # raw device blocks taken, per thread worker
         self.stop = threading.Event()
         self._defrag_lock = threading.Lock()
         self.errors = 0  # unexpected exceptions from manager operations
@@ -116,11 +133,13 @@ class PoolStress:
         return sum(w.ops for w in self.thread_workers) + sum(w.ops for w in self.coro_workers)
 
     # ---------------------------------------------------------------- threads
-    def _run_sync(self, worker: PoolWorker, intent: Intent) -> None:
+    def _run_sync(self, worker: PoolWorker, intent: Intent, direct: bool = False) -> None:
         rt, op = self.rt, intent.op
         result = None
         try:
-            if op == "defrag":
+            if direct and op in DIRECT_OPS:
+                result = self._run_direct(worker, intent)
+            elif op == "defrag":
                 abort, pause = intent.args
                 if self._defrag_lock.acquire(blocking=False):  # one plan in flight at a time
                     try:
@@ -138,18 +157,36 @@ class PoolStress:
             return
         worker.done(intent, result)
 
+    def _run_direct(self, worker: PoolWorker, intent: Intent):
+        """The intent as unbatched manager calls (NOTE(direct)); its result."""
+        wid = worker.wid
+        self.direct_ops[wid] = self.direct_ops.get(wid, 0) + 1
+        if intent.op == "stats":
+            rng = worker.rng
+            n = self.rt.raw_blocks(wid, rng.randint(1, 8), rng.random() < 0.5)
+            self.raw_blocks[wid] = self.raw_blocks.get(wid, 0) + n
+            self._check_stats()
+            return None
+        return getattr(self.rt, DIRECT_OPS[intent.op])(*intent.args)
+
     def _thread_main(self, worker: PoolWorker) -> None:
+        coin = random.Random(worker.wid)  # batched or direct: apart from the intents' rng
+        share = self.cfg.direct
         try:
             while not self.stop.is_set():
-                self._run_sync(worker, worker.relieve() or worker.next_intent())
+                self._run_sync(worker, worker.relieve() or worker.next_intent(),
+                               coin.random() < share)
             for intent in worker.release_all():
-                self._run_sync(worker, intent)
+                self._run_sync(worker, intent, coin.random() < share)
         except BaseException as e:  # noqa: BLE001
             self._error(f"thread {worker.wid}", e)
 
     def _checker_main(self) -> None:
         while not self.stop.wait(self.cfg.check_interval):
-            self.rt.check_all()
+            try:
+                self.rt.check_all()
+            except Exception as e:  # noqa: BLE001 - e.g. a table changed under the check
+                self._error("checker", e)
             self.checks += 1
 
     def _reader_main(self) -> None:
@@ -299,6 +336,8 @@ class PoolStress:
         rep.set("scarce_answers", sum(w.scarce for w in workers))
         rep.set("invariant_checks", self.checks + 1)
         rep.set("stats_snapshots", self.snapshots)
+        rep.set("direct_ops", sum(self.direct_ops.values()))  # NOTE(direct)
+        rep.set("raw_blocks_taken", sum(self.raw_blocks.values()))
         rep.set("violations", self.rt.violations, must_be_zero=True)
         rep.set("errors", self.errors, must_be_zero=True)
         rep.set("violation_messages", self.rt.messages)

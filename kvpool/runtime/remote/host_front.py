@@ -37,7 +37,12 @@ loop on it: it tries a non-blocking acquire and, when the lock is busy, hands th
 to a worker thread (one hop for the batch, not one per call). Scarcity comes back as the core
 returns it (None); misuse raises in the awaiting coroutine only, never in the others. A
 coroutine cancelled while its queued operation was being applied gets it undone (the undo
-is queued like any call), so a cancellation never leaks blocks or tables.
+is queued like any call), so a cancellation never leaks blocks or tables. NOTE(cancel-free):
+a cancelled caller's queued operation is skipped when it takes something (nothing to
+undo), but a release (``free_host_blocks``, ``call(..., always=True)``, every undo) is
+applied anyway, in its turn: a free has no undo, so skipping it would lend its blocks out
+for good (an engine shutdown cancels prefetches waiting on exactly such frees). The
+cancelled caller still gets its CancelledError; the free's result or error goes nowhere.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ from typing import Any
 from kvpool.core import BlockSpaceManager, Device
 from kvpool.errors import QueueFullError
 
-# fn, args, future, undo(result, *args) or None
-_Op = tuple[Callable[..., Any], tuple, asyncio.Future, Callable[..., Any] | None]
+# fn, args, future, undo(result, *args) or None, applied even if cancelled (NOTE(cancel-free))
+_Op = tuple[Callable[..., Any], tuple, asyncio.Future, Callable[..., Any] | None, bool]
 
 
 class HostBlockFront:
@@ -95,10 +100,12 @@ class HostBlockFront:
 
     # ---------------------------------------------------------------- the one entry
     async def call(self, fn: Callable[..., Any], *args: Any,
-                   undo: Callable[..., Any] | None = None) -> Any:
+                   undo: Callable[..., Any] | None = None, always: bool = False) -> Any:
         """Apply ``fn(*args)`` under the pool locks, inline or batched (module docstring).
         ``undo(result, *args)`` compensates an operation that was applied after its caller
-        was cancelled (so nothing it created is left without an owner)."""
+        was cancelled (so nothing it created is left without an owner). ``always``: a
+        release, applied even when its caller is cancelled while it is queued
+        (NOTE(cancel-free))."""
         if not self._in_worker and self._try_lock(False):
             # NOTE(inline): the lock is free and nothing is in a worker: apply what is queued
             # ahead first (order kept, and those callers need not wait for the flush), then
@@ -110,16 +117,16 @@ class HostBlockFront:
                 return fn(*args)
             finally:
                 self._unlock()
-        return await self._enqueue(fn, args, undo)
+        return await self._enqueue(fn, args, undo, always)
 
     def _enqueue(self, fn: Callable[..., Any], args: tuple,
-                 undo: Callable[..., Any] | None) -> asyncio.Future:
+                 undo: Callable[..., Any] | None, always: bool) -> asyncio.Future:
         pending = self._pending
         if len(pending) >= self.max_pending:
             raise QueueFullError(f"{len(pending)} pool operations pending; retry later")
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        pending.append((fn, args, fut, undo))
+        pending.append((fn, args, fut, undo, always))
         self._queued += 1
         if not self._scheduled:
             self._scheduled = True
@@ -157,8 +164,8 @@ class HostBlockFront:
         """Run every operation under one manager.batch(); capture results and exceptions."""
         out: list[tuple[bool, Any]] = []
         with self.manager.batch():
-            for fn, args, fut, _ in batch:
-                if fut.cancelled():
+            for fn, args, fut, _, always in batch:
+                if not always and fut.cancelled():  # NOTE(cancel-free): takes are skipped
                     out.append((False, None))
                     continue
                 try:
@@ -183,11 +190,11 @@ class HostBlockFront:
 
     def _resolve(self, batch: list[_Op], results: list[tuple[bool, Any]]) -> None:
         self._queued -= len(batch)
-        for (_, args, fut, undo), (ok, value) in zip(batch, results):
+        for (_, args, fut, undo, _), (ok, value) in zip(batch, results):
             if fut.done():
                 if fut.cancelled() and ok and undo is not None:
                     # NOTE(cancel): applied, then abandoned: queued, so it keeps its turn
-                    self._enqueue(undo, (value, *args), None)
+                    self._enqueue(undo, (value, *args), None, True)
                 continue
             if ok:
                 fut.set_result(value)
@@ -212,4 +219,6 @@ class HostBlockFront:
         return self.call(self.manager.lender.lend, Device.HOST, n, undo=self._undo_host)
 
     def free_host_blocks(self, block_ids: Sequence[int]):
-        return self.call(self.manager.lender.give_back, Device.HOST, block_ids)
+        """Give lent host blocks back; carried out once asked for, even if the caller is
+        cancelled while it is queued (NOTE(cancel-free))."""
+        return self.call(self.manager.lender.give_back, Device.HOST, block_ids, always=True)
