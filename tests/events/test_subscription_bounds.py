@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
-import time
 
 import zmq
 
@@ -22,13 +21,6 @@ BOUND_MB = 48  # what it may add to resident memory
 def _rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096 / 2**20
-
-
-def _until(pred, what: str) -> None:
-    end = time.monotonic() + DEADLINE
-    while not pred():
-        assert time.monotonic() < end, what
-        time.sleep(0.01)
 
 
 def _raw_sub(endpoint: str) -> socket.socket:
