@@ -3,23 +3,25 @@
 Serves the Router app (proxy.py) with ``handler_cancellation=True`` (a client that disconnects
 cancels its handler, which closes the upstream connection) until SIGTERM/SIGINT, on the
 replica's guarded listener (kvpool.server.connections: a connection cap, a header-read timeout,
-OpenAI error JSON for aiohttp's own parser errors such as a header too large).
+OpenAI error JSON for aiohttp's own parser errors such as a header too large). On the signal it
+drains for up to ``--shutdown-timeout`` seconds (drain.py NOTE(router-drain)); a second signal
+exits at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
 from kvpool.router.affinity import ResponseAffinity
+from kvpool.router.drain import (DEFAULT_SHUTDOWN_TIMEOUT, SHUTDOWN_GRACE, Drain,
+                                 install_signals)
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, read_token, replica_spec
@@ -31,20 +33,23 @@ from kvpool.server.connections import ConnectionLimiter, default_max_connections
 from kvpool.server.cors import CorsPolicy, add_cors_args
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 
-__all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments", "event_loop_factory",
-           "listen", "main", "run", "serve"]
+__all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments",
+           "add_shutdown_argument", "event_loop_factory", "listen", "main", "run", "serve"]
 
 READY_PREFIX = "kvpool router: listening on http://"
+DEFAULT_PORT = 8080
 REPLICA_API_KEY_ENV = "KVPOOL_REPLICA_API_KEY"
 log = logging.getLogger("kvpool.router")
 
 
-def add_arguments(p: argparse.ArgumentParser, port: int = 8080) -> argparse.ArgumentParser:
-    """The router's flags on ``p``; ``port`` is --port's default (kvpool epp's differs)."""
-    _add_replica_arguments(p, port)
+def add_arguments(p: argparse.ArgumentParser,
+                  port: int | None = None) -> argparse.ArgumentParser:
+    """The router's flags on ``p``; ``port``: --port's default for another command built on
+    them (kvpool epp), which gets no --shutdown-timeout (its shutdown is its own)."""
+    _add_replica_arguments(p, DEFAULT_PORT if port is None else port)
     _add_routing_arguments(p)
     _add_health_arguments(p)
-    return p
+    return add_shutdown_argument(p) if port is None else p
 
 
 def _add_replica_arguments(p: argparse.ArgumentParser, port: int) -> None:
@@ -99,8 +104,9 @@ def _add_health_arguments(p: argparse.ArgumentParser) -> None:
                         "replica's API loop can stall longer")
     p.add_argument("--max-retries", type=int, default=DEFAULT_MAX_RETRIES, metavar="N",
                    help="other replicas a request is tried on after one that cannot have "
-                        "started it (connection refused, 503 + Retry-After, silent); one that "
-                        "took it (a 5xx, a connection lost after the request) is never retried")
+                        "started it (connection refused, a 503 refusal such as queue_full, "
+                        "silent); one that took it (a 5xx, a 503 request_aborted, a "
+                        "connection lost after the request) is never retried")
     p.add_argument("--upstream-keepalive", type=float, default=UPSTREAM_KEEPALIVE,
                    metavar="SECONDS",
                    help="an idle connection to a replica is reused for this long, then a new "
@@ -137,6 +143,17 @@ def add_kv_event_arguments(p: argparse.ArgumentParser) -> None:
                         "stored forgotten first)")
 
 
+def add_shutdown_argument(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``kvpool router``'s own drain flag (drain.py NOTE(router-drain)); kvpool epp has none."""
+    p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT,
+                   metavar="SECONDS",
+                   help="on SIGTERM/SIGINT, requests in flight get this long to finish; then "
+                        "streams end with an error event and [DONE], others get 503 "
+                        "request_aborted (a second signal exits at once; default "
+                        f"{DEFAULT_SHUTDOWN_TIMEOUT:g}, as kvpool serve's)")
+    return p
+
+
 def build_router(args: argparse.Namespace) -> Router:
     if not args.replica and not args.replicas_file and not args.admin_token_file:
         raise ValueError("give at least one --replica URL (or --replicas-file / "
@@ -162,10 +179,13 @@ def build_router(args: argparse.Namespace) -> Router:
                   max_retries=args.max_retries, upstream_keepalive=args.upstream_keepalive)
 
 
-async def listen(router: Router, host: str, port: int) -> tuple[web.AppRunner, asyncio.Server]:
+async def listen(router: Router, host: str, port: int,
+                 drain: Drain | None = None) -> tuple[web.AppRunner, asyncio.Server]:
     """The router's app set up and listening (the caller closes the server, then cleans up
-    the runner)."""
-    runner = web.AppRunner(router.app(), handler_cancellation=True, shutdown_timeout=10)
+    the runner); with ``drain``, its requests tracked and the runner's own wait short."""
+    app = router.app() if drain is None else drain.install(router.app())
+    runner = web.AppRunner(app, handler_cancellation=True,
+                           shutdown_timeout=10 if drain is None else SHUTDOWN_GRACE)
     await runner.setup()
     try:
         server = await start_listener(runner, host, port,
@@ -176,22 +196,26 @@ async def listen(router: Router, host: str, port: int) -> tuple[web.AppRunner, a
     return runner, server
 
 
-async def serve(router: Router, host: str, port: int,
-                stop: asyncio.Event | None = None) -> None:
+async def serve(router: Router, host: str, port: int, stop: asyncio.Event | None = None,
+                shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT) -> None:
+    """Serve until SIGTERM/SIGINT (or ``stop``), then drain (drain.py NOTE(router-drain))."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    runner, server = await listen(router, host, port)
+    installed = install_signals(loop, stop)
+    drain = Drain()
+    runner, server = await listen(router, host, port, drain)
     try:
         bound = server.sockets[0].getsockname()[1] if server.sockets else port
         print(f"{READY_PREFIX}{host}:{bound} ({len(router.replicas.replicas)} replicas)",
               flush=True)
         await stop.wait()
+        server.close()  # stop listening first: nothing new arrives while we drain
+        await drain.run(shutdown_timeout)
     finally:
-        server.close()  # stop listening; the runner's cleanup ends the open connections
-        await runner.cleanup()
+        server.close()
+        await runner.cleanup()  # what is left after the drain
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
@@ -206,7 +230,9 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         print(f"kvpool router: {exc}", file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        runner.run(serve(router, args.host, args.port))
+        runner.run(serve(router, args.host, args.port,
+                         shutdown_timeout=getattr(args, "shutdown_timeout",
+                                                  DEFAULT_SHUTDOWN_TIMEOUT)))
     return 0
 
 

@@ -2,14 +2,13 @@
 
 What an attempt ends in::
 
-    connect refused / timed out              -> Failure("down"), the replica out of new
-                                                choices until a beat passes (as after a
-                                                failed beat; wire.py NOTE(connect-timeout))
+    connect refused / timed out              -> Failure("down"), out of new choices until a
+                                                beat passes (wire.py NOTE(connect-timeout))
     replica silent before the answer starts  -> Failure("silent") (replicas.py NOTE(liveness));
                                                 Failure("down") while nothing was sent
     connection lost before the answer starts -> Failure("failed") (it took the request and died)
-    503 with Retry-After before the body     -> Failure("full", its own 503: back-pressure;
-                                                the router's own past MAX_REFUSAL bytes)
+    503 + Retry-After, a refusal's code      -> Failure("full", its own 503: back-pressure);
+                                                any other code: passed on (NOTE(refusal-code))
     any other status (a 500 included)        -> the replica's answer, passed on as below
     a JSON (non-SSE) answer                  -> read whole, then passed on; lost midway ->
                                                 Failure("failed"): no byte reached the client
@@ -25,8 +24,8 @@ caller try the next replica. After any byte of an answer went to the client ther
 
 NOTE(retry): a request is tried on another replica only when the one it went to cannot have
 started its work: no connection ("down": refused, unreachable, connect timeout, or found
-silent by its health beats before the request was sent), a 503 with Retry-After (the
-replica's own overload refusal, "full"), or, for a method that may be sent again (GET:
+silent by its health beats before the request was sent), a 503 + Retry-After of a refusal
+("full", NOTE(refusal-code) in refusals.py), or, for a method that may be sent again (GET:
 SAFE_METHODS), a replica its beats found silent after it was sent, before it answered
 ("silent", NOTE(liveness): the replica is out, whatever it holds; a request only it can serve
 is not retried: affinity.py NOTE(holder-down)). A POST sent to a replica that went silent may
@@ -81,6 +80,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from kvpool.router.refusals import never_started
 from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import StreamIds, events_end, response_id_in
@@ -250,18 +250,18 @@ class Relay:
     def _sent(self) -> None:
         self.sent = True
 
-    async def _refused(self, replica: Replica, upstream: Upstream) -> Failure:
-        """A 503 + Retry-After: the replica is full (NOTE(retry))."""
+    async def _refused(self, replica: Replica, upstream: Upstream) -> web.Response | Failure:
+        """A 503 + Retry-After: "full" if it never ran (NOTE(refusal-code)), else passed on."""
         body: bytes | None = b""
         with contextlib.suppress(OSError):
             body, whole = await read_up_to(upstream.readany, MAX_REFUSAL)
             body = body if whole else None  # NOTE(large-answer): not read on, not passed on
-        log.info("replica %s is full (503 + Retry-After)", replica.url)
+        unstarted = never_started(replica.url, body)
         if body is None:
             return Failure("full")  # the router's own 503 then
         full = web.Response(status=503, body=body, headers=response_headers(upstream.headers))
         full[RELAYED] = True
-        return Failure("full", full)
+        return Failure("full", full) if unstarted else full
 
     async def _stream(self, replica: Replica, upstream: Upstream) -> web.StreamResponse:
         resp = await self._start(upstream)

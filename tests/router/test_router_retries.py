@@ -38,8 +38,10 @@ asyncio.run(main())
 """
 
 
-def replica(hits: list, status: int, headers: dict | None = None) -> web.Application:
-    """A replica whose every completion is ``status`` with an OpenAI error body, counted."""
+def replica(hits: list, status: int, headers: dict | None = None,
+            code: str | None = None) -> web.Application:
+    """A replica whose every completion is ``status`` with an OpenAI error body (``code``,
+    else ``replica_<status>``), counted."""
     async def health(_):
         return web.Response(body=OK_HEALTH, content_type="application/json")
 
@@ -47,7 +49,7 @@ def replica(hits: list, status: int, headers: dict | None = None) -> web.Applica
         await request.read()
         hits.append(status)
         body = {"error": {"message": "boom", "type": "server_error", "param": None,
-                          "code": f"replica_{status}"}}
+                          "code": code or f"replica_{status}"}}
         return web.json_response(body, status=status, headers=headers)
 
     app = web.Application()
@@ -90,15 +92,16 @@ async def test_a_refusing_replica_is_skipped_to_the_next_but_a_500_is_not():
 
 
 async def test_full_replicas_are_retried_at_most_max_retries_times():
-    """Four replicas answering 503 + Retry-After: 1 + max_retries tries, then the last one's
-    own 503. Before: every replica was tried."""
+    """Four replicas answering 503 + Retry-After with a code that says nothing ran (a full
+    queue: NOTE(refusal-code) in kvpool/router/refusals.py): 1 + max_retries tries, then the
+    last one's own 503. Before: every replica was tried."""
     hits: list[int] = []
-    apps = [replica(hits, 503, {"Retry-After": "1"}) for _ in range(4)]
+    apps = [replica(hits, 503, {"Retry-After": "1"}, "queue_full") for _ in range(4)]
     async with apps_served(*apps) as urls, \
             router(urls, policy="round_robin", max_retries=2) as (_, url):
         status, body = await post(url)
     assert hits == [503, 503, 503]
-    assert status == 503 and body["error"]["code"] == "replica_503"
+    assert status == 503 and body["error"]["code"] == "queue_full"
 
 
 @contextlib.contextmanager
