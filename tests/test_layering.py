@@ -10,7 +10,7 @@ from pathlib import Path
 import kvpool
 
 PKG = Path(kvpool.__file__).parent
-RANK = {"config": 0, "errors": 0, "outfile": 0, "progress": 0, "core": 1, "sched": 2,
+RANK = {"config": 0, "errors": 0, "outfile": 0, "progress": 0, "signals": 0, "core": 1, "sched": 2,
         "metrics": 3, "runtime": 3, "remote": 3, "events": 3, "server": 4, "router": 4, "epp": 5, "cli": 5, "__main__": 5,
         "replay": 3}
 # Same-rank siblings that must not know each other: remote sits beside runtime (the server wires

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from collections.abc import Awaitable, Callable
 
@@ -33,6 +32,7 @@ from aiohttp import web
 
 from kvpool.router.upstream import SSE_TYPE, sse_error
 from kvpool.server.middleware import error_body
+from kvpool.signals import install_stop_signals
 
 __all__ = ["DEFAULT_SHUTDOWN_TIMEOUT", "FORCED_EXIT_LINE", "FORCED_EXIT_STATUS", "SHUTDOWN_GRACE",
            "Drain", "install_signals"]
@@ -142,12 +142,7 @@ def _error(message: str, code: str) -> web.Response:
 
 def install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> list[int]:
     """SIGTERM/SIGINT: the first sets ``stop`` (drain), a second exits at once."""
-    installed = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, _on_signal, stop)
-            installed.append(sig)
-    return installed
+    return install_stop_signals(loop, _on_signal, stop)
 
 
 def _on_signal(stop: asyncio.Event) -> None:

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import gc
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +50,7 @@ from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, 
 from kvpool.server.tls import ServerTLS
 from kvpool.server.vllm_dotted import human_int, human_int_or_auto
 from kvpool.server.vllm_flags import VllmSwitch
+from kvpool.signals import install_stop_signals
 
 if TYPE_CHECKING:
     from kvpool.runtime.engine.async_engine import AsyncEngine
@@ -213,7 +212,7 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    installed = _install_signals(loop, stop) if handle_signals else []
+    installed = install_stop_signals(loop, _on_signal, stop) if handle_signals else []
     await runner.setup()
     listener: asyncio.AbstractServer | None = None
     try:
@@ -289,15 +288,6 @@ def _set_server_options(app: web.Application, o: ServeOptions,
     app[RESPONSES_KEY].store.set_bounds(o.max_stored_responses, o.max_stored_response_bytes)
     app[ROUTES_KEY].parse_pool.body_timeout = o.body_timeout  # every route's bodies
     app[METRICS_KEY].add_source(limiter.families)
-
-
-def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> list[int]:
-    installed = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, _on_signal, stop)
-            installed.append(sig)
-    return installed
 
 
 async def _listen(runner: web.AppRunner, o: ServeOptions, limiter: ConnectionLimiter,
