@@ -113,16 +113,10 @@ class DirectRuntime(ShadowRuntime):
     def allocate_uncomputed_direct(self, seq_ids: Sequence[int], token_ids: Sequence[int],
                                    cache_salt: str | None = None) -> bool:
         """A request aborted at admission, each manager call alone."""
-        mgr, ids = self.manager, list(seq_ids)
+        ids = list(seq_ids)
         self.in_flight.update(ids)
         try:
-            if mgr.allocate(ids, token_ids, cache_salt=cache_salt) is None:
-                return False
-            mgr.free(*ids)
-            for s in ids:
-                if mgr.has_seq(s):
-                    self.violation(f"abort (direct): seq {s} still has a table after free")
-            return True
+            return self._allocate_then_free(ids, token_ids, cache_salt, "abort (direct)")
         finally:
             self.in_flight.difference_update(ids)
 

@@ -168,16 +168,20 @@ class ShadowRuntime:
     def allocate_uncomputed(self, seq_ids: Sequence[int], token_ids: Sequence[int],
                             cache_salt: str | None = None) -> bool:
         """Allocate and free again before the prefill ran (a request aborted at admission)."""
+        with self.manager.batch():
+            return self._allocate_then_free(seq_ids, token_ids, cache_salt, "abort")
+
+    def _allocate_then_free(self, seq_ids: Sequence[int], token_ids: Sequence[int],
+                            cache_salt: str | None, what: str) -> bool:
+        """Allocate ``seq_ids`` and free them at once; False when the pool had no room."""
         mgr = self.manager
-        with mgr.batch():
-            cached = mgr.allocate(seq_ids, token_ids, cache_salt=cache_salt)
-            if cached is None:
-                return False
-            mgr.free(*seq_ids)
-            for s in seq_ids:
-                if mgr.has_seq(s):
-                    self.violation(f"abort: seq {s} still has a table after free")
-            return True
+        if mgr.allocate(seq_ids, token_ids, cache_salt=cache_salt) is None:
+            return False
+        mgr.free(*seq_ids)
+        for s in seq_ids:
+            if mgr.has_seq(s):
+                self.violation(f"{what}: seq {s} still has a table after free")
+        return True
 
     def append_slots(self, seq_id: int, token_ids: Sequence[int]) -> list | None:
         mgr = self.manager

@@ -11,25 +11,8 @@ import pytest
 import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
-from tests.remote.chains import chain
+from tests.remote.chains import chain_items, one_prefix_per_master
 from tests.remote.conftest import NS
-
-
-def _items(codec, salt: str):
-    hashes = chain(8, salt=salt)
-    return [(k, codec.encode(h, [bytes([i]) * 256]))
-            for i, (k, h) in enumerate(zip(NS.group_keys(hashes), hashes))]
-
-
-def _one_prefix_per_master(own_cluster, codec) -> dict:
-    """master -> the items of one 8-block prefix whose slot it serves."""
-    out: dict = {}
-    for i in range(200):
-        items = _items(codec, f"salt{i}")
-        out.setdefault(own_cluster.master_of(items[0][0]).port, items)
-        if len(out) == 3:
-            return out
-    raise AssertionError("no prefix for every master")
 
 
 @pytest.mark.parametrize("fault", ["kill", "hang"])
@@ -42,7 +25,7 @@ async def test_a_lost_master_misses_only_its_slots_and_recovers(own_cluster, fau
     t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
     try:
         assert await t.warm_up()
-        by_port = _one_prefix_per_master(own_cluster, t.codec)
+        by_port = one_prefix_per_master(own_cluster, t.codec, "salt")
         for items in by_port.values():
             assert await t.put_many(items) == 8
         dead = next(n for n in own_cluster.nodes if n.port in by_port)
@@ -80,7 +63,7 @@ async def test_a_killed_node_is_said_to_be_unreachable_not_a_tls_port(own_cluste
     t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
     try:
         assert await t.warm_up()
-        items = _items(t.codec, "node-down")
+        items = chain_items(t.codec, "node-down")
         assert await t.put_many(items) == 8
         dead = own_cluster.master_of(items[0][0])
         dead.kill()
@@ -123,7 +106,7 @@ async def test_a_cluster_down_pauses_each_nodes_calls_until_it_serves_again(own_
     t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
     try:
         assert await t.warm_up()
-        prefixes = list(_one_prefix_per_master(own_cluster, t.codec).values())
+        prefixes = list(one_prefix_per_master(own_cluster, t.codec, "salt").values())
         for items in prefixes:
             assert await t.put_many(items) == 8
         slot = redis.Redis(port=own_cluster.nodes[0].port).cluster("keyslot", "{nobody}")

@@ -14,25 +14,8 @@ import redis
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from bench.redis_servers import free_port
 from tests.remote.breakers import wait_closed
-from tests.remote.chains import chain
+from tests.remote.chains import chain_items, one_prefix_per_master
 from tests.remote.conftest import NS
-
-
-def _items(codec, salt: str, n: int = 8, size: int = 256):
-    hashes = chain(n, salt=salt)
-    return [(k, codec.encode(h, [bytes([i]) * size]))
-            for i, (k, h) in enumerate(zip(NS.group_keys(hashes), hashes))]
-
-
-def _one_prefix_per_master(cluster, codec) -> dict:
-    """master port -> the items of one 8-block prefix whose slot it serves."""
-    out: dict = {}
-    for i in range(200):
-        items = _items(codec, f"idle{i}")
-        out.setdefault(cluster.master_of(items[0][0]).port, items)
-        if len(out) == 3:
-            return out
-    raise AssertionError("no prefix for every master")
 
 
 def _said(caplog, level: int, text: str) -> list[str]:
@@ -73,7 +56,7 @@ async def test_connections_a_node_closed_while_idle_are_reopened(redis_cluster, 
                   breaker=CircuitBreaker(threshold=3, reset_s=0.2))
     try:
         assert await t.warm_up(4)
-        prefixes = list(_one_prefix_per_master(redis_cluster, t.codec).values())
+        prefixes = list(one_prefix_per_master(redis_cluster, t.codec, "idle").values())
         for items in prefixes:
             assert await t.put_many(items) == 8
         caplog.clear()
@@ -82,7 +65,7 @@ async def test_connections_a_node_closed_while_idle_are_reopened(redis_cluster, 
             keys = [k for k, _ in items]
             assert await t.probe(keys) == 8, t.stats()
             assert await t.get_many(keys) == [v for _, v in items]
-            assert await t.put_many(_items(t.codec, f"after{i}")) == 8
+            assert await t.put_many(chain_items(t.codec, f"after{i}")) == 8
         assert t.stats().errors == {} and t.stats().breaker_opens == 0, t.stats()
         assert not _said(caplog, logging.WARNING, ""), caplog.text
     finally:
@@ -95,7 +78,7 @@ async def test_a_second_restart_is_said_again(redis_server, make_tier, caplog):
     while breaker_opens_total counted it (NOTE(episode))."""
     caplog.set_level(logging.INFO, logger="kvpool.remote")
     t = make_tier(breaker=CircuitBreaker(threshold=3, reset_s=0.05), connect_timeout=1.0)
-    keys = [k for k, _ in _items(t.codec, "restart")]
+    keys = [k for k, _ in chain_items(t.codec, "restart")]
     assert await t.warm_up()
     for n in (1, 2):
         redis_server.kill()
@@ -118,7 +101,7 @@ async def test_a_second_readonly_spell_is_said_again(redis_server, make_tier, ca
         for n in (1, 2):
             admin.execute_command("REPLICAOF", "127.0.0.1", free_port())  # nobody there
             for i in range(3):
-                assert await t.put_many(_items(t.codec, f"ro{n}.{i}")) == 0
+                assert await t.put_many(chain_items(t.codec, f"ro{n}.{i}")) == 0
             assert len(_said(caplog, logging.WARNING, "read-only replica")) == n
             admin.execute_command("REPLICAOF", "NO", "ONE")
             assert await wait_closed(t, 5.0) is not None
@@ -143,7 +126,7 @@ async def test_a_nodes_second_outage_and_each_recovery_are_said(redis_cluster, c
                   breaker=CircuitBreaker(threshold=3, reset_s=0.05))
     try:
         assert await t.warm_up()
-        items = _items(t.codec, "node-twice")
+        items = chain_items(t.codec, "node-twice")
         assert await t.put_many(items) == 8
         node = redis_cluster.master_of(items[0][0])
         name = f"127.0.0.1:{node.port}"
@@ -172,7 +155,7 @@ async def test_an_oom_under_allkeys_lru_asks_for_more_maxmemory(redis_server, ma
     admin.close()
     t = make_tier(oom_pause_s=30.0)
     assert await t.warm_up()
-    assert await t.put_many(_items(t.codec, "oom", 4, 64 << 10)) == 0
+    assert await t.put_many(chain_items(t.codec, "oom", 4, 64 << 10)) == 0
     assert t.stats().oom_pauses == 1
     said = _said(caplog, logging.WARNING, "out of memory")
     assert len(said) == 1 and "allkeys-lru" in said[0] and "raise maxmemory" in said[0], said
