@@ -179,11 +179,11 @@ def _bad_words(words: Any, tokenizer: Any) -> tuple[tuple[int, ...], ...]:
         # for both prefixes ("" and " "), so " a" bans "a" as well as " a"; a word that is
         # nothing once stripped is vLLM's 400 ("must tokenize to at least one token")
         bare = w.lstrip()
-        for text in (bare, " " + bare):
+        for spaced, text in ((False, bare), (True, " " + bare)):
             ids = tuple(tokenizer.encode_unlocked(text, add_special_tokens=False))
             if len(ids) > MAX_BAD_WORD_TOKENS:
                 raise _bad("bad_words", f"a word may be at most {MAX_BAD_WORD_TOKENS} tokens")
-            if not ids and text is bare:
+            if not ids and not spaced:
                 raise _bad("bad_words", f"{json.dumps(w)[:40]} must tokenize to at least one "
                            f"token once its leading whitespace is stripped")
             if ids:
