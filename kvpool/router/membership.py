@@ -17,9 +17,26 @@ Watched file (``--replicas-file``): one base URL per line, ``NAME=URL`` to name 
 coarsely, so an edit of the same size right after a read could keep mtime and size; a small
 file read twice a second costs microseconds, and an atomic rename is seen too). The file owns
 the URLs it lists: a URL that leaves the file leaves the router; a missing or unreadable
-file changes nothing (logged once). Write it by rename: a file caught half-written lists fewer
-replicas until the next read. Replicas given with ``--replica`` or the API stay unless the file
-listed them and then dropped them; a line naming a member renames it.
+file changes nothing (logged once), and so does a file with lines of which none is a replica
+(an unrendered template, a wrong file: NOTE(all-bad)), while a file with no lines at all
+(blank or comments only) means no replicas from the file. Write it by rename: a file caught
+half-written lists fewer replicas until the next read. Replicas given with ``--replica`` or the
+API stay unless the file listed them and then dropped them. Each read is applied whole
+(NOTE(snapshot)): after it, the file's replicas are labelled as its lines say, a bare URL
+HOST:PORT, whatever the order of the lines, a swap or a chain of renames included.
+
+NOTE(snapshot): the file used to be applied a URL at a time, each new label checked against the
+labels of the moment, so a label another line of the same edit gave up (pod-a moved to a new
+replica, the old one renamed pod-b) was refused as taken: the new replica never joined, and the
+text, recorded as read, was never applied again. Now the labels are checked as the file states
+them (docs/architecture.md, Router: the replicas file). Only a label the file itself gives
+twice (two lines, or two URLs of one HOST:PORT left unnamed), or one a replica from
+``--replica`` or the API holds, is refused: the first line giving it keeps it (that replica
+keeps its own), each later one is skipped (its URL leaves the router if the file brought it in,
+stays as it was if it came from ``--replica`` or the API, or does not join) and logged once per
+read; a line refused for a label held outside the file is tried again at
+each look (the whole file applied again), so its replica joins once that one leaves or is
+renamed.
 
 What joining and leaving mean for traffic is ReplicaSet's (replicas.py): a new replica takes
 requests after its first passing /health beat; a removed one gets no new requests and finishes
@@ -40,7 +57,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from kvpool.router.replicas import ReplicaSet
+from kvpool.router.replicas import ReplicaSet, default_name
 from kvpool.server.middleware import APIError, bearer_token
 
 __all__ = ["ADMIN_PATH", "Membership", "bearer", "carries_token", "read_token", "replica_spec",
@@ -148,8 +165,11 @@ class Membership:
         self.expected = None if admin_token is None else bearer(admin_token)
         self.path = None if replicas_file is None else Path(replicas_file)
         self.poll = poll
-        self.seen: str | None = None  # the file's text as last applied
-        self.from_file: set[str] = set()  # the URLs the file listed when last read
+        self.seen: str | None = None  # the file's text as last read
+        self.listed: dict[str, str | None] = {}  # URL -> name of the last file applied
+        self.from_file: set[str] = set()  # the URLs the file brought in when last applied
+        self.refused: set[str] = set()  # its lines' refusals logged (NOTE(snapshot))
+        self.blocked = False  # a line refused for a label held outside the file
         self.missing_logged = False
 
     def install(self, app: web.Application) -> None:
@@ -231,7 +251,8 @@ class Membership:
             self.check_file()
 
     def check_file(self) -> None:
-        """Read the file and apply what it lists, if that changed since the last look."""
+        """Read the file and apply what it lists, if that changed since the last look (or a
+        line of it waits for a label held outside the file: NOTE(snapshot))."""
         assert self.path is not None
         try:
             text = self.path.read_text()
@@ -242,13 +263,39 @@ class Membership:
                 self.missing_logged = True
             return
         self.missing_logged = False
+        if text == self.seen and not self.blocked:
+            return
         if text != self.seen:
             self.seen = text
-            self.apply(self.parse(text))
+            urls, bad = self._read(text)
+            if bad and not urls:
+                # NOTE(all-bad): lines but no replica among them is a file gone wrong (a
+                # template left unrendered, another file), not "no replicas": the last good
+                # membership stays, as for a file that cannot be read
+                log.warning("--replicas-file %s: no line is a replica (%s%s): nothing "
+                            "applied, replicas unchanged", self.path, bad[0],
+                            f"; {len(bad) - 1} more" if len(bad) > 1 else "")
+                self.blocked = False
+                return
+            for why in bad:
+                log.warning("--replicas-file %s %s: skipped", self.path, why)
+            self.listed, self.refused = urls, set()
+        self.apply(self.listed)
 
     def parse(self, text: str) -> dict[str, str | None]:
-        """URL -> its name (None: none given) of each line that holds one."""
+        """URL -> its name (None: none given) of each line that holds one (in file order);
+        each line that holds none logged."""
+        urls, bad = self._read(text)
+        for why in bad:
+            log.warning("--replicas-file %s %s: skipped", self.path, why)
+        return urls
+
+    @staticmethod
+    def _read(text: str) -> tuple[dict[str, str | None], list[str]]:
+        """(URL -> its name of each line that holds one, in file order, a URL listed twice
+        named by its last line; "line N: why" of each line that holds none)."""
         urls: dict[str, str | None] = {}
+        bad = []
         for n, line in enumerate(text.splitlines(), 1):
             line = line.split("#", 1)[0].strip()
             if not line:
@@ -256,17 +303,39 @@ class Membership:
             try:
                 url, name = replica_spec(line)
             except ValueError as exc:
-                log.warning("--replicas-file %s line %d skipped: %s", self.path, n, exc)
+                bad.append(f"line {n}: {exc}")
                 continue
             urls[url] = name
-        return urls
+        return urls, bad
 
     def apply(self, urls: dict[str, str | None]) -> None:
-        for url in sorted(self.from_file - urls.keys()):
+        """The file's replicas as ``urls`` (URL -> name, file order) says, taken whole
+        (NOTE(snapshot))."""
+        # labels held by members the file neither brought in nor lists: theirs to keep
+        outside = {r.name for r in self.replicas.replicas
+                   if r.url not in urls and r.url not in self.from_file}
+        wanted: dict[str, str | None] = {}
+        taken: dict[str, str] = {}  # label -> the URL of the first line giving it
+        blocked = False
+        for url, name in urls.items():
+            label = name or default_name(url)
+            if label in taken or label in outside:
+                blocked |= label not in taken
+                self._refuse(url, label, taken.get(label))
+                continue
+            taken[label] = url
+            wanted[url] = name
+        for url in sorted(self.from_file - wanted.keys()):  # another's line refused: it stays
             self.replicas.remove(url)
-        for url, name in sorted(urls.items()):
-            try:
-                self.replicas.add(url, name)  # a member already: renamed when named
-            except ValueError as exc:
-                log.warning("--replicas-file %s: %s skipped: %s", self.path, url, exc)
-        self.from_file = set(urls)
+        self.replicas.assign(wanted)
+        self.from_file, self.blocked = set(wanted), blocked
+
+    def _refuse(self, url: str, label: str, first: str | None) -> None:
+        """Log, once per file read, that ``url``'s line is skipped for its ``label``."""
+        if url in self.refused:
+            return
+        self.refused.add(url)
+        holder = (f"given to {first} by an earlier line" if first is not None else
+                  "held by a replica from --replica or the admin API")
+        log.warning("--replicas-file %s: %s skipped: its name %r is %s; give each replica "
+                    "its own name (NAME=URL)", self.path, url, label, holder)

@@ -243,6 +243,26 @@ class ReplicaSet:
         if found is not None:
             found.name = name or found.name
             return found
+        return self._join(url, name)
+
+    def assign(self, named: Mapping[str, str | None]) -> None:
+        """Each URL of ``named`` a member labelled its name (None: HOST:PORT), all at once:
+        the labels are checked as they will be after, so a swap or a chain of renames in one
+        edit of the replicas file is taken whole (membership.py NOTE(snapshot)). ValueError,
+        nothing changed, when two members would share a label."""
+        after = {r.url: r.name for r in self.replicas}
+        after.update({u.rstrip("/"): n or default_name(u) for u, n in named.items()})
+        if len(set(after.values())) < len(after):
+            raise ValueError("two replicas would share a name: give each replica its own "
+                             "(NAME=URL)")
+        for url, name in named.items():
+            found = self.find(url)
+            if found is None:
+                self._join(url, name)
+            else:  # NAME=URL or a bare URL: the file says the label, a bare one HOST:PORT
+                found.name = name or default_name(found.url)
+
+    def _join(self, url: str, name: str | None) -> Replica:
         r = Replica(url.rstrip("/"), name or "", healthy=False)
         self.replicas.append(r)
         log.info("replica %s added: takes traffic after its first passing /health", r.url)

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import uuid
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from kvpool.router.cli import add_arguments, build_router
 from kvpool.router.membership import ADMIN_PATH, Membership, replica_url
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
-from tests.router.helpers import (LOOKUP_TIMEOUT, complete, decisions, metrics, prompt,
-                                  read_events, served, spawn_many)
+from tests.router.helpers import (LOOKUP_TIMEOUT, apps_served, complete, decisions, metrics,
+                                  prompt, read_events, served, spawn_many)
 
 TOKEN = "s3cret-admin"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -194,3 +196,102 @@ def test_replica_url_checks_the_shape_only():
                 "http://h:0x50", "http://h:1?x=1", "http://a b:80", "http://127.0.0.1:0"):
         with pytest.raises(ValueError):
             replica_url(bad)
+
+
+# ---------------------------------------------------------------- the file as one snapshot
+# (membership.py NOTE(snapshot), NOTE(all-bad)): the real Membership over a real ReplicaSet
+# with no session (no beats), the file read by check_file as the watcher reads it
+A, B, C = "http://127.0.0.1:9001", "http://127.0.0.1:9002", "http://127.0.0.1:9003"
+
+
+def watching(tmp_path, text: str, urls=(), names=None) -> tuple[Membership, object]:
+    path = tmp_path / "replicas.txt"
+    write(path, text)
+    m = Membership(ReplicaSet(list(urls), names=names), replicas_file=str(path))
+    m.check_file()
+    return m, path
+
+
+def members(m: Membership) -> dict[str, str]:
+    return {r.url: r.name for r in m.replicas.replicas}
+
+
+@pytest.mark.parametrize("before, after, want", [
+    # scale-out: pod-a moves to a new replica, its old one becomes pod-b (sorted after it)
+    (f"pod-a={B}\n", f"pod-a={A}\npod-b={B}\n", {A: "pod-a", B: "pod-b"}),
+    (f"pod-a={A}\n", f"pod-a={B}\npod-b={A}\n", {A: "pod-b", B: "pod-a"}),
+    (f"alpha={A}\nbeta={B}\n", f"beta={A}\nalpha={B}\n", {A: "beta", B: "alpha"}),  # swap
+    (f"alpha={A}\nbeta={B}\n", f"beta={A}\ngamma={B}\n", {A: "beta", B: "gamma"}),  # chain
+    (f"x={A}\ny={B}\nz={C}\n", f"z={A}\nx={B}\ny={C}\n", {A: "z", B: "x", C: "y"}),  # cycle
+    (f"alpha={A}\ngamma={B}\n", f"{A}\n{B}\n",
+     {A: "127.0.0.1:9001", B: "127.0.0.1:9002"}),  # names dropped: HOST:PORT again
+])
+def test_replicas_file_edit_is_applied_whole(tmp_path, caplog, before, after, want):
+    m, path = watching(tmp_path, before)
+    with caplog.at_level(logging.WARNING, logger="kvpool.router"):
+        write(path, after)
+        m.check_file()
+    assert members(m) == want
+    assert "skipped" not in caplog.text
+
+
+def test_replicas_file_names_given_twice_log_once_first_line_wins(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="kvpool.router"):
+        m, _ = watching(tmp_path, f"pod={B}\npod={A}\nother={C}\n", urls=[A])
+        for _ in range(3):
+            m.check_file()
+    # A came from --replica: its refused line leaves it as it was
+    assert members(m) == {B: "pod", A: "127.0.0.1:9001", C: "other"}
+    assert caplog.text.count("skipped") == 1 and f"{A} skipped" in caplog.text
+
+
+def test_replicas_file_line_blocked_by_a_flag_replica_joins_once_it_is_free(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="kvpool.router"):
+        m, _ = watching(tmp_path, f"pod={B}\n", urls=[A], names={A: "pod"})
+        m.check_file()
+        assert members(m) == {A: "pod"}
+        assert caplog.text.count("skipped") == 1  # logged once, tried at each look
+        m.replicas.remove(A)
+        m.check_file()
+    assert members(m) == {B: "pod"}
+
+
+@pytest.mark.parametrize("junk", ["{{ .Values.replicaUrl }}\n", "not a url\nftp://h:1\n"])
+def test_replicas_file_of_junk_keeps_the_replicas_and_names_the_line(tmp_path, caplog, junk):
+    m, path = watching(tmp_path, f"pod-a={A}\n{B}\n")
+    with caplog.at_level(logging.WARNING, logger="kvpool.router"):
+        write(path, junk)
+        for _ in range(3):
+            m.check_file()
+    assert members(m) == {A: "pod-a", B: "127.0.0.1:9002"}
+    assert caplog.text.count("nothing applied") == 1 and "line 1:" in caplog.text
+    write(path, "# the pool is empty now\n\n")  # no lines at all: no replicas
+    m.check_file()
+    assert members(m) == {}
+
+
+async def test_replicas_file_scale_out_edit_joins_the_new_replica(tmp_path):
+    """Through a served router with real /health beats: after ``pod-a=<old>`` becomes
+    ``pod-a=<new>`` / ``pod-b=<old>`` both are members, as named, and healthy."""
+    async def health(_request):
+        return web.json_response({"status": "ok", "num_running": 0, "num_waiting": 0})
+
+    apps = [web.Application() for _ in range(2)]
+    for app in apps:
+        app.router.add_get("/health", health)
+    async with apps_served(*apps) as urls:
+        new, old = sorted(urls)  # the order that refused the new one (sorted URLs, one by one)
+        path = tmp_path / "replicas.txt"
+        write(path, f"pod-a={old}\n")
+        replicas = ReplicaSet([], interval=0.05)
+        r = Router(replicas, membership=Membership(replicas, admin_token=TOKEN,
+                                                   replicas_file=str(path), poll=0.05))
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            write(path, f"pod-a={new}\npod-b={old}\n")
+
+            async def both_in() -> bool:
+                async with s.get(url + ADMIN_PATH, headers=AUTH) as resp:
+                    listed = (await resp.json())["replicas"]
+                return {x["url"]: (x["name"], x["healthy"]) for x in listed} == {
+                    new: ("pod-a", True), old: ("pod-b", True)}
+            await until(both_in)
