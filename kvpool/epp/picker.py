@@ -219,7 +219,7 @@ class Picker:
         # NOTE(pinned): every retry goes to the holder too; NOTE(padded): none past the list
         chosen = order[:1] if pinned else order[:1 + self.fallbacks]
         listed = [chosen[i % len(chosen)] for i in range(1 + self.fallbacks)]
-        learn, param = (self.learner(plain, listed, renamed), PREVIOUS) if new_response \
+        learn, param = (self.learner(plain, listed, renamed, body), PREVIOUS) if new_response \
             else (None, None)
         return Pick(",".join(endpoint_of(r.url) for r in listed), raw, renamed, pinned, learn,
                     param)
@@ -251,11 +251,13 @@ class Picker:
         return order
 
     def learner(self, headers: list, listed: list[Replica],
-                renamed: tuple[str, str] | None = None) -> Callable[[str, str | None], None]:
+                renamed: tuple[str, str] | None = None,
+                body: object = None) -> Callable[[str, str | None], None]:
         """NOTE(learn-answer): learns a creation's response id for the caller's tenant with
         the replica of ``listed`` Envoy's attempt count names, and the names of its rewrite
-        (``renamed``: NOTE(stored-names) in stored_names.py)."""
-        learn = self.router.affinity.learner(headers)
+        (``renamed``: NOTE(stored-names) in stored_names.py); a creation ``body`` with
+        ``"store": false`` teaches no id (NOTE(unstored) in kvpool/router/affinity.py)."""
+        learn = self.router.affinity.learner(headers, body)
         tenant = self.router.affinity.tenant(headers)
 
         def learnt(rid: str, attempts: str | None) -> None:

@@ -7,12 +7,13 @@ made it: any other answers 404. The router learns the owner of each response id 
 answers it relays (response_ids.py: the JSON body's ``id``, or the first SSE event carrying
 ``response.id``) and sends such a follow-up to that replica first.
 
-The map holds ids and replica URLs only (nothing of a prompt or an answer), at most
-``max_ids`` of them (kvpool/core/fair_lru.py NOTE(fair-lru): the least recently used id of
-the tenant holding the most goes); an id learnt again (two replicas claim it, or one answers it
-again) belongs to the latest. The router knows tenants when told the replicas' identity rule
-(``tenant_header``, ``keyed``: ``kvpool router --tenant-header`` / ``--replica-api-key``, the
-replicas' middleware rule, kvpool/server/middleware.py); then each tenant's ids are its own
+The map holds ids and replica URLs only (nothing of a prompt or an answer; an id and its tenant
+as fixed-size digests, NOTE(id-digest)), at most ``max_ids`` of them (kvpool/core/fair_lru.py
+NOTE(fair-lru): the least recently used id of the tenant holding the most goes); an id learnt
+again (two replicas claim it, or one answers it again) belongs to the latest. The router knows
+tenants when told the replicas' identity rule (``tenant_header``, ``keyed``: ``kvpool router
+--tenant-header`` / ``--replica-api-key``, the replicas' middleware rule,
+kvpool/server/middleware.py); then each tenant's ids are its own
 and a follow-up looks only among its tenant's. Told nothing, every request is tenant "" and
 the map is one least-recently-used map, as before, and NOTE(contested) holds.
 
@@ -56,6 +57,25 @@ moves. What is left without tenants: a known id skips the search, so it answers 
 GET sooner, and one whose owner is down gets the 503. A tenant's flood of ids or of searches
 costs other tenants nothing within their share (NOTE(fair-lru), NOTE(search-share)).
 
+NOTE(id-digest): the map keys each id, and each tenant, by a 16-byte keyed BLAKE2b digest
+(hex), so what an entry costs does not depend on what a client names: bounded by count alone,
+ids of 256 emoji (vLLM's client-chosen ``request_id``) and as long a tenant header made the map
+3 to 8 times its stated size (119 MB, 262 MB at 100k ids). Capping ids in bytes would have cut
+the memory too, but refused such ids: a client naming its responses so would lose affinity.
+The key is this process's own random one, so no client can choose two ids sharing a digest
+(one tenant's id taking another's entry); two ids share one with odds of 2**-128 a pair.
+Measured with tracemalloc in-process at 100k ids: 17 MB for any ids (before: 18 MB for kvpool
+serve's, 119 MB for 256 emoji), 30 MB told no tenants with every id contested (233 MB before),
+58 MB with one id per tenant, the worst case (a shelf per tenant, kvpool/core/fair_lru.py),
+whatever the ids and tenants (262 MB before).
+
+NOTE(unstored): a response made with ``"store": false`` is kept by no replica: a follow-up
+naming it draws a 404 wherever it goes, so its id teaches nothing and would only take a place
+in the map (told no tenants, one client's stateless traffic pushing out every client's ids).
+The answer does not say it (kvpool serve's response object, vLLM 0.33's, has no ``store``
+member: kvpool/server/responses_view.py), so ``learner`` reads the creation's body its
+caller passes, as the replica reads it (json_bool, NOTE(lax-bool)).
+
 NOTE(contested): a client may name its response id (vLLM's ``request_id`` field), so two
 tenants can hold the same id on two replicas. Told no tenants, the router cannot tell their
 follow-ups apart: it gave the id to the latest claimant, so tenant b naming its response after
@@ -94,6 +114,8 @@ to it. Found silent, the holder fails its beats: what follows gets the 503.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from urllib.parse import quote
 
@@ -106,12 +128,15 @@ from kvpool.core.fair_lru import FairLru
 from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import SCAN_BYTES, response_id_in, usable_id
 from kvpool.router.upstream import RETRY_AFTER_SECONDS, SKIP_AUTO_HEADERS
+from kvpool.server.json_body import json_bool
 from kvpool.server.middleware import APIError, tenant_of_headers
 
 __all__ = ["DEFAULT_MAX_RESPONSE_IDS", "HolderDown", "PREVIOUS", "RESPONSES_PATH",
            "ResponseAffinity"]
 
-DEFAULT_MAX_RESPONSE_IDS = 100_000  # ~18 MB of kvpool serve ids, ~40 MB at MAX_ID_CHARS
+# NOTE(id-digest), tracemalloc: 17 MB whatever the ids (30 MB told no tenants with every id
+# NOTE(contested)), 58 MB at the worst, one id per tenant (a shelf each: fair_lru.py)
+DEFAULT_MAX_RESPONSE_IDS = 100_000
 DEFAULT_LOOKUP_TIMEOUT = 0.5  # seconds one replica may take to say whether it holds an id
 DEFAULT_MAX_LOOKUPS = 32  # searches in flight at once (each one GET per healthy replica)
 RESPONSES_PATH = "/v1/responses"
@@ -150,8 +175,9 @@ class ResponseAffinity:
         self.tenant_header = tenant_header or None
         self.keyed = keyed
         self.blind = self.tenant_header is None and not keyed  # told no tenants
-        self._ids: FairLru[str] = FairLru(max_ids)  # id -> URL, NOTE(fair-lru)
+        self._ids: FairLru[str] = FairLru(max_ids)  # id -> URL, NOTE(fair-lru), NOTE(id-digest)
         self._contested: set[str] = set()  # NOTE(contested): ids the map holds, when blind
+        self._salt = secrets.token_bytes(16)  # NOTE(id-digest): this process's digest key
         self.searching = 0  # searches in flight
         self.waiting = 0  # follow-ups waiting for a search slot (NOTE(search-share))
         self.searches = 0  # searches started (not a metric: NOTE(tenant); tests read it)
@@ -175,9 +201,13 @@ class ResponseAffinity:
         except APIError:
             return None
 
-    def learner(self, headers: Sequence[tuple[str, str]]) -> Callable[[str, Replica], None]:
-        """``learn`` for the answers to a request with the forwarded ``headers``."""
-        tenant = self.tenant(headers)
+    def learner(self, headers: Sequence[tuple[str, str]],
+                body: object = None) -> Callable[[str, Replica], None]:
+        """``learn`` for the answers to a request with the forwarded ``headers`` and, for a
+        creation, its decoded ``body``: one with ``"store": false`` teaches nothing
+        (NOTE(unstored))."""
+        unstored = isinstance(body, dict) and json_bool(body.get("store")) is False
+        tenant = None if unstored else self.tenant(headers)
         return lambda rid, replica: self.learn(rid, replica, tenant=tenant)
 
     def learn(self, response_id: str, replica: Replica, source: str = "answer", *,
@@ -186,17 +216,29 @@ class ResponseAffinity:
         tenants, a second replica's claim makes it NOTE(contested))."""
         if tenant is None:
             return
-        if self.blind and self._ids.get(tenant, response_id) not in (None, replica.url):
-            self._contested.add(response_id)
-        for _, gone, _ in self._ids.put(tenant, response_id, replica.url):
+        tenant, key = self._keys(tenant, response_id)
+        if self.blind and self._ids.get(tenant, key) not in (None, replica.url):
+            self._contested.add(key)
+        for _, gone, _ in self._ids.put(tenant, key, replica.url):
             self._contested.discard(gone)
         self.learnt[source] += 1
+
+    def _keys(self, tenant: str, response_id: str) -> tuple[str, str]:
+        """NOTE(id-digest): the map's keys of ``tenant`` and of its ``response_id``."""
+        return self._digest(tenant), self._digest(response_id)
+
+    def _digest(self, text: str) -> str:
+        # surrogatepass: a lone surrogate (JSON "\ud800", a header's undecodable byte) is
+        # digested, not an error
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16,
+                               key=self._salt).hexdigest()
 
     def owner_url(self, response_id: str, tenant: str = "") -> str | None:
         """The URL the map holds for ``tenant``'s ``response_id`` (a use: it becomes the
         tenant's newest): None when it holds none, or a NOTE(contested) one."""
-        url = self._ids.get(tenant, response_id)
-        return None if self.blind and response_id in self._contested else url
+        tenant, key = self._keys(tenant, response_id)
+        url = self._ids.get(tenant, key)
+        return None if self.blind and key in self._contested else url
 
     async def owner(self, response_id: object, replicas: ReplicaSet,
                     session: aiohttp.ClientSession, headers: list,
@@ -225,7 +267,7 @@ class ResponseAffinity:
                 return None
             try:
                 self.searches += 1
-                latest = self._ids.get(tenant, rid)  # NOTE(contested)'s latest claimant
+                latest = self._ids.get(*self._keys(tenant, rid))  # NOTE(contested)'s latest
                 found = await self._search(rid, cands, session, headers, latest)
             finally:
                 self.searching -= 1

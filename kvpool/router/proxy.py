@@ -329,7 +329,7 @@ class Router:
         raw, body = await self.bodies.read(request)
         headers = asking_identity(request_headers(request.headers))  # its id is read
         named = None if body is None else body.get(PREVIOUS)
-        return await self._follow_up(request, raw, headers, named, new=True)
+        return await self._follow_up(request, raw, headers, named, new=True, body=body)
 
     async def by_response(self, request: web.Request) -> web.StreamResponse:
         """GET /v1/responses/{id} and whatever else a replica serves under it."""
@@ -339,14 +339,15 @@ class Router:
                                      new=False)
 
     async def _follow_up(self, request: web.Request, raw: bytes, headers: list,
-                         named: object, new: bool) -> web.StreamResponse:
+                         named: object, new: bool, body: object = None) -> web.StreamResponse:
         """A Responses API request naming response ``named`` (anything; ``new``: a POST, maybe
-        naming none), relayed to its holder alone when that is known (NOTE(holder-down))."""
+        naming none, its decoded ``body``), relayed to its holder alone when that is known
+        (NOTE(holder-down))."""
         order, held = await self.response_order(named, headers, new=new)
         down = None if held is None else HolderDown(held, PREVIOUS if new else None,
                                                     "cannot be reached now")
         return await self._relay(request, raw, headers, order, None, 0,
-                                 self.affinity.learner(headers), down)
+                                 self.affinity.learner(headers, body), down)
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """Every other route (/v1/models, /tokenize, ...): ``by_load`` over the healthy

@@ -53,3 +53,21 @@ async def test_a_gzip_accepting_creation_is_learnt_and_its_follow_ups_not_search
         assert [name for name, _, prev in seen if prev] == [owner] * 4
         assert router.affinity.searches == 0
         assert {enc for _, enc, _ in seen} == {"identity"}  # not the client's gzip
+
+
+async def test_a_store_false_creation_teaches_the_picker_nothing(tmp_path):
+    """NOTE(unstored) in kvpool/router/affinity.py, through Envoy and the picker: a creation
+    with ``"store": false`` leaves no id in the map; the next one, stored, does."""
+    async with contextlib.AsyncExitStack() as stack:
+        urls = await stack.enter_async_context(compressing(["a", "b"], []))
+        router = Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT)
+        port = await stack.enter_async_context(picking(Picker(router), "127.0.0.1", 0))
+        envoy = Envoy(port, tmp_path)
+        await asyncio.to_thread(envoy.start)
+        stack.push_async_callback(asyncio.to_thread, envoy.stop)
+        s = await stack.enter_async_context(aiohttp.ClientSession())
+        for store, learnt in ((False, 0), (True, 1)):
+            async with s.post(envoy.url + "/v1/responses",
+                              json={"input": "x", "store": store}) as resp:
+                assert resp.status == 200, await resp.text()
+            assert router.affinity.learnt["answer"] == learnt

@@ -119,3 +119,15 @@ async def test_another_tenant_gets_the_owners_404_and_the_router_shows_nothing(r
         for name in (LEARNT, "kvpool_router_response_ids"):
             assert after[name] == before[name], name
         assert (await answer(s, url, rid))[0] == 200  # tenant a still reads it
+
+
+async def test_a_store_false_creation_teaches_the_router_nothing(replicas):
+    """NOTE(unstored) in kvpool/router/affinity.py: no replica keeps that response, so its id
+    takes no place in the map; a stored one's does. Before, both were learnt."""
+    async with router(replicas, interval=3600) as (r, url), aiohttp.ClientSession() as s:
+        made = await create(s, url, store=False)
+        assert (await answer(s, url, made["id"]))[0] == 404  # kept nowhere
+        assert len(r.affinity) == 0 and r.affinity.learnt["answer"] == 0
+        kept = await create(s, url)
+        assert r.affinity.owner_url(kept["id"]) is not None
+        assert len(r.affinity) == 1

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import time
+import tracemalloc
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -205,3 +207,50 @@ def test_the_map_keeps_the_most_recently_used_ids():
     for bad in ({"max_ids": 0}, {"timeout": 0}, {"max_lookups": -1}):
         with pytest.raises(ValueError):
             ResponseAffinity(**bad)
+
+
+def map_bytes(m: ResponseAffinity, n: int, rid, tenant) -> int:
+    """What ``n`` learnt ids take in ``m`` (tracemalloc, in-process), each of ``tenant(i)``."""
+    reps = [Replica(f"http://127.0.0.1:{9000 + i}") for i in range(3)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(n):
+            m.learn(rid(i), reps[i % 3], tenant=m.tenant([("X-Tenant", tenant(i))]))
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("tenants", [False, True])
+def test_the_maps_memory_does_not_depend_on_what_clients_name(tenants):
+    """NOTE(id-digest): 256-emoji ids (and, one id each, 256-emoji tenants) cost the map what
+    37-character kvpool ids of short tenants cost; before, 7 and 5 times as much."""
+    long_name = "\U0001F600" * 248
+    header = "X-Tenant" if tenants else None
+    short = map_bytes(ResponseAffinity(max_ids=4000, tenant_header=header), 5000,
+                      lambda i: f"resp_{i:032x}", lambda i: f"t{i}")
+    odd = map_bytes(ResponseAffinity(max_ids=4000, tenant_header=header), 5000,
+                    lambda i: f"{i:08d}{long_name}", lambda i: f"{i:08d}{long_name}")
+    assert odd < short * 1.1, (odd, short)
+    m = ResponseAffinity(tenant_header=header)
+    for rid in (long_name, "\ud800 lone", "resp_a"):  # still keyed by the whole id
+        m.learn(rid, Replica("http://one"), tenant="a")
+        m.learn(rid + "x", Replica("http://two"), tenant="a")
+        assert (m.owner_url(rid, "a"), m.owner_url(rid + "x", "a")) == ("http://one",
+                                                                        "http://two")
+    assert m.owner_url("resp_a", "b") is None  # another tenant's: not theirs
+
+
+@pytest.mark.parametrize("store, learnt", [(False, 0), ("false", 0), (0, 0), (True, 1),
+                                           ("yes", 1), (None, 1), ("junk", 1)])
+def test_a_creation_with_store_false_teaches_nothing(store, learnt):
+    """NOTE(unstored): no replica keeps that response, so its id takes no place in the map."""
+    m = ResponseAffinity()
+    body = {"model": "m", "input": "x"} if store is None else {"input": "x", "store": store}
+    m.learner([], body)("resp_x", Replica("http://one"))
+    assert len(m) == learnt and m.learnt["answer"] == learnt
+    m.learner([])("resp_y", Replica("http://one"))  # no body (a GET): learnt
+    assert m.owner_url("resp_y") == "http://one"
