@@ -58,6 +58,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from kvpool.router.replicas import ReplicaSet, default_name
+from kvpool.server.body_coding import inflate, left_encoded
 from kvpool.server.middleware import APIError, bearer_token
 
 __all__ = ["ADMIN_PATH", "Membership", "bearer", "carries_token", "read_token", "replica_spec",
@@ -217,6 +218,8 @@ class Membership:
     @staticmethod
     async def _url_of(request: web.Request) -> tuple[str, str | None]:
         raw = await request.read()
+        if (coding := left_encoded(request)) is not None:  # admin only: small, inline
+            raw = inflate(raw, coding, request.client_max_size)  # NOTE(inflate)
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):

@@ -153,12 +153,16 @@ class ConnectionLimiter:
 
 
 class GuardedRequestHandler(RequestHandler):
-    """aiohttp's per-connection protocol with the cap, the header timeout and JSON errors."""
+    """aiohttp's per-connection protocol with the cap, the header timeout and JSON errors;
+    request bodies as they came, a compressed one decoded by the reader off the loop
+    (``bodies_encoded``: NOTE(inflate) in body_coding.py)."""
+
+    bodies_encoded = True
 
     def __init__(self, manager: web.Server, *, limiter: ConnectionLimiter,
                  header_timeout: float, send_buffer: int | None = None,
                  **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
+        super().__init__(manager, auto_decompress=False, **kwargs)
         self._guard_send_buffer = send_buffer
         self._guard_limiter = limiter
         self._guard_header_timeout = header_timeout

@@ -65,6 +65,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from kvpool.errors import RequestError, context_length_error, shown
+from kvpool.server.body_coding import inflate, left_encoded
 from kvpool.server.query_int import json_lax_float, json_lax_int
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
@@ -338,15 +339,30 @@ class ParsePool:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
 
     async def read(self, request: web.Request) -> bytes:
-        """The whole body. NOTE(slow-body): the header timer (connections.py) bounds a request
-        head; a body trickled a byte at a time would hold its handler and connection for
-        ever, so the whole body must arrive within ``body_timeout`` or the client gets 408
-        (what was read is dropped; nothing else is touched). aiohttp then reads what still
-        comes for at most its lingering time (NOTE(linger) in connections.py) and closes.
-        NOTE(read-cancel): ``asyncio.timeout``, not ``wait_for``: on Python 3.11 wait_for
-        returns the body when its task is cancelled in the step the read finished (CPython
-        gh-86296), where aiohttp's cancel for a client that sent its body and closed lands:
-        such requests were served (the router: relayed) for nobody."""
+        """The whole body (``arrived``), decoded when the client compressed it: on the pool's
+        threads, never past the app's body bound (NOTE(inflate) in body_coding.py)."""
+        raw = await self.arrived(request)
+        coding = left_encoded(request)
+        if coding is None:
+            return raw
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, inflate, raw, coding, request.client_max_size)
+
+    async def arrived(self, request: web.Request) -> bytes:
+        """The whole body as it came. NOTE(slow-body): the header timer (connections.py)
+        bounds a request head; a body trickled a byte at a time would hold its handler and
+        connection for ever, so the whole body must arrive within ``body_timeout`` or the
+        client gets 408 (what was read is dropped; nothing else is touched). aiohttp then
+        reads what still comes for at most its lingering time (NOTE(linger) in
+        connections.py) and closes. NOTE(read-cancel): ``asyncio.timeout``, not
+        ``wait_for``: on Python 3.11 wait_for returns the body when its task is cancelled in
+        the step the read finished (CPython gh-86296), where aiohttp's cancel for a client
+        that sent its body and closed lands: such requests were served (the router:
+        relayed) for nobody. NOTE(declared): a Content-Length past the app's bound is a 413
+        before any of it is read, not a wait for bytes the client may never send."""
+        limit = request.client_max_size
+        if limit and (request.content_length or 0) > limit:
+            raise web.HTTPRequestEntityTooLarge(limit, request.content_length)
         if self.body_timeout <= 0:
             return await request.read()
         try:

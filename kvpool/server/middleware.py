@@ -201,8 +201,9 @@ def to_api_error(exc: BaseException, request: web.Request) -> APIError:
     if known is not None:
         return known
     if isinstance(exc, web.RequestPayloadError):
-        # NOTE(gzip): aiohttp raises this from request.read() for a body it cannot decode
-        # (corrupt Content-Encoding, broken chunked framing): the client's fault, not a 500
+        # NOTE(gzip): aiohttp raises this from request.read() for a body it cannot read
+        # (broken chunked framing; a compressed body is decoded in body_coding.py): the
+        # client's fault, not a 500
         detail = " ".join(str(exc).split("message:")[-1].split()) or "unreadable body"
         return APIError(400, f"could not read the request body: {detail}", param=None,
                         code="invalid_body")
