@@ -92,7 +92,7 @@ from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.anthropic_errors import anthropic_errors
-from kvpool.server.middleware import error_middleware
+from kvpool.server.middleware import error_middleware, json_errors
 
 __all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE", "Router"]
 
@@ -211,9 +211,11 @@ class Router:
 
     async def _own_answer(self, request: web.Request, response: web.StreamResponse) -> None:
         """NOTE(cors-own): a replica's answer keeps its own CORS headers; the router's get the
-        router's, and on a Messages path its errors are Anthropic's (NOTE(anthropic-errors))."""
+        router's, its errors OpenAI's JSON as serve's, and on a Messages path Anthropic's
+        (NOTE(anthropic-errors))."""
         if not response.get(RELAYED, False):
             await self.cors.on_response_prepare(request, response)
+            await json_errors(request, response)  # NOTE(expect) in middleware.py
             await anthropic_errors(request, response)
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:

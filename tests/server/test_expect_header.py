@@ -55,3 +55,16 @@ async def _in_thread(port: int, path: str, expect: str):
     import asyncio
 
     return await asyncio.to_thread(roundtrip, port, path, expect)
+
+
+async def test_the_routers_own_417_is_openai_json_too():
+    """The router (its guarded listener, no replica needed: aiohttp answers before routing)
+    gave ``Unknown Expect: ...`` as text/plain: its app had no NOTE(expect) hook."""
+    from tests.router.helpers import router
+
+    async with router(["http://127.0.0.1:9"], interval=3600) as (_, url):
+        port = int(url.rsplit(":", 1)[1])
+        statuses, headers, body = await _in_thread(port, "/v1/completions", "weird")
+    assert statuses == [417], (statuses, body)
+    assert headers["content-type"].startswith("application/json"), headers
+    assert_error(417, json.loads(body), 417, None, "expectation_failed")
