@@ -28,8 +28,10 @@ from tests.router.test_router_responses_encoding import compressing
 GZIP = {"Accept-Encoding": "gzip"}
 
 
-async def test_a_gzip_accepting_creation_is_learnt_and_its_follow_ups_not_searched(tmp_path):
-    seen: list[tuple[str, str | None, object]] = []
+@contextlib.asynccontextmanager
+async def behind_envoy(tmp_path, seen: list):
+    """(the picker's router, Envoy, a client session): Envoy over the picker over the two
+    ``compressing`` replicas, which note what reaches them in ``seen``."""
     async with contextlib.AsyncExitStack() as stack:
         urls = await stack.enter_async_context(compressing(["a", "b"], seen))
         router = Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT)
@@ -37,7 +39,12 @@ async def test_a_gzip_accepting_creation_is_learnt_and_its_follow_ups_not_search
         envoy = Envoy(port, tmp_path)
         await asyncio.to_thread(envoy.start)
         stack.push_async_callback(asyncio.to_thread, envoy.stop)
-        s = await stack.enter_async_context(aiohttp.ClientSession())
+        yield router, envoy, await stack.enter_async_context(aiohttp.ClientSession())
+
+
+async def test_a_gzip_accepting_creation_is_learnt_and_its_follow_ups_not_searched(tmp_path):
+    seen: list[tuple[str, str | None, object]] = []
+    async with behind_envoy(tmp_path, seen) as (router, envoy, s):
         async with s.post(envoy.url + "/v1/responses", json={"input": "x"},
                           headers=GZIP) as resp:
             first = await resp.json()  # a valid answer, whatever its encoding
@@ -58,14 +65,7 @@ async def test_a_gzip_accepting_creation_is_learnt_and_its_follow_ups_not_search
 async def test_a_store_false_creation_teaches_the_picker_nothing(tmp_path):
     """NOTE(unstored) in kvpool/router/affinity.py, through Envoy and the picker: a creation
     with ``"store": false`` leaves no id in the map; the next one, stored, does."""
-    async with contextlib.AsyncExitStack() as stack:
-        urls = await stack.enter_async_context(compressing(["a", "b"], []))
-        router = Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT)
-        port = await stack.enter_async_context(picking(Picker(router), "127.0.0.1", 0))
-        envoy = Envoy(port, tmp_path)
-        await asyncio.to_thread(envoy.start)
-        stack.push_async_callback(asyncio.to_thread, envoy.stop)
-        s = await stack.enter_async_context(aiohttp.ClientSession())
+    async with behind_envoy(tmp_path, []) as (router, envoy, s):
         for store, learnt in ((False, 0), (True, 1)):
             async with s.post(envoy.url + "/v1/responses",
                               json={"input": "x", "store": store}) as resp:
