@@ -8,14 +8,19 @@ response evicted is one OpenAI's API would have kept, and a continuation naming 
 same 404 as an unknown id. Nothing survives a restart. docs/architecture.md, "The Responses
 store", has the bounds as an operator sees them.
 
-NOTE(response-bytes): each response is sized once, when it is made (``StoredResponse.nbytes``):
-the UTF-8 length of its body as JSON plus that of its messages' strings (an assistant's
-tool calls as their JSON) and of a streamed background run's events. It is an estimate of
-the memory held, not Python's own count (object headers are left out), and it counts every
-entry whole: a continuation's messages repeat its predecessor's, objects the two share in
-memory, so a conversation stored turn by turn is counted more than once and the budget errs
-on the safe side. A response larger than the whole budget is not stored at all (the request
-that made it still succeeds; a continuation naming it gets the usual 404), and evicts nothing.
+NOTE(response-bytes): each response is sized once, when it is made (``StoredResponse.nbytes``),
+by what it really holds: its body is kept as the JSON bytes GET answers (a logprob entry held
+as a dict of Python objects costs about 4.6x its JSON, tracemalloc), counted by their length,
+as are a streamed background run's events, kept as one bytes object; its messages, which a
+continuation extends and so stay Python objects, count ``sys.getsizeof`` of every dict, list
+and string in them (one pass, as cheap as the JSON). Shared objects count each time they
+appear: a continuation's messages repeat its predecessor's, objects the two share in memory,
+so a conversation stored turn by turn counts more than once and the budget errs high. A
+fixed per-entry cost (the key, this object, the LRU's slot: about 250 bytes, tracemalloc)
+is left out: the count bound bounds it. A response larger than the whole budget is not
+stored at all (the request that made it still succeeds; a continuation naming it gets the
+usual 404), and evicts nothing.
+docs/architecture.md, "The Responses store", has the measured figures.
 
 NOTE(fair-evict): when a bound is passed, the entry that goes is the least recently used (a
 lookup counts as a use) of the tenant holding the most of what is over: the most entries when
@@ -35,8 +40,9 @@ body (json_body.py), while results are put from the event loop.
 from __future__ import annotations
 
 import json
+import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from kvpool.core.fair_lru import FairLru
@@ -48,27 +54,40 @@ DEFAULT_MAX_STORED_RESPONSES = 1024
 DEFAULT_MAX_STORED_RESPONSE_BYTES = 256 << 20  # 256 MiB
 
 
-def _utf8_len(text: str) -> int:
-    # surrogatepass: a lone surrogate (JSON's "\ud800") sizes as 3 bytes instead of raising
-    return len(text.encode("utf-8", "surrogatepass"))
+def _held(messages: tuple[dict[str, Any], ...]) -> int:
+    """``sys.getsizeof`` of every dict, list and string in ``messages`` (and what else they
+    hold), shared ones each time; a stack, not recursion, however deep a client nests."""
+    size, todo = 0, list(messages)
+    while todo:
+        obj = todo.pop()
+        size += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            todo += obj.keys()
+            todo += obj.values()
+        elif isinstance(obj, (list, tuple)):
+            todo += obj
+    return size
 
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
-    """One finished response: its body and the conversation a continuation starts from (the
-    chat messages of its input and output; not its instructions, which OpenAI does not carry
-    over). ``nbytes`` is its NOTE(response-bytes) size, computed once here."""
+    """One finished response: its body, kept as the JSON GET answers (``raw``; NOTE(response-
+    bytes)), and the conversation a continuation starts from (the chat messages of its input
+    and output; not its instructions, which OpenAI does not carry over). ``nbytes`` is its
+    NOTE(response-bytes) size, computed once here."""
 
-    body: dict[str, Any]
+    body: InitVar[dict[str, Any]]
     messages: tuple[dict[str, Any], ...]
-    events: tuple[bytes, ...] = ()  # a streamed background run's SSE events (GET replays)
+    events: bytes = b""  # a streamed background run's SSE events (GET replays)
+    raw: bytes = field(init=False, compare=False)
     nbytes: int = field(init=False, compare=False)
 
-    def __post_init__(self) -> None:
-        size = _utf8_len(json.dumps(self.body, ensure_ascii=False)) + sum(map(len, self.events))
-        size += sum(_utf8_len(k) + _utf8_len(v if isinstance(v, str) else json.dumps(
-            v, ensure_ascii=False)) for m in self.messages for k, v in m.items())
-        object.__setattr__(self, "nbytes", size)
+    def __post_init__(self, body: dict[str, Any]) -> None:
+        # json.dumps' defaults, as aiohttp's json_response writes it: ASCII, a lone surrogate
+        # escaped (no UTF-8 of it to fail on)
+        object.__setattr__(self, "raw", json.dumps(body).encode("ascii"))
+        object.__setattr__(self, "nbytes",
+                           len(self.raw) + len(self.events) + _held(self.messages))
 
 
 class ResponseStore:
@@ -143,6 +162,14 @@ class ResponseStore:
             self._bytes += entry.nbytes
             self._forget(self._entries.put(tenant, response_id, entry))
             self._evict_bytes()
+
+    def delete(self, tenant: str, response_id: str) -> bool:
+        """Drop ``tenant``'s ``response_id``; whether it was held."""
+        with self._lock:
+            old = self._entries.pop(tenant, response_id)
+            if old is not None:
+                self._forget([(tenant, response_id, old)])
+            return old is not None
 
     def _forget(self, gone: list[tuple[str, str, StoredResponse]]) -> None:
         """Take the bytes of the ``gone`` entries off (the lock is held)."""

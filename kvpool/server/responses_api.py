@@ -1,6 +1,7 @@
-"""The Responses API: ``POST /v1/responses``, ``GET /v1/responses/{id}`` and ``POST
-/v1/responses/{id}/cancel``, as the openai client's ``client.responses.create`` / ``retrieve``
-/ ``cancel`` send them.
+"""The Responses API: ``POST /v1/responses``, ``GET /v1/responses/{id}``, ``POST
+/v1/responses/{id}/cancel`` and ``DELETE /v1/responses/{id}``, as the openai client's
+``client.responses.create`` / ``retrieve`` / ``cancel`` / ``delete`` send them (not
+``input_items``: docs/architecture.md, "The Responses store").
 
 A Responses body becomes a chat body (responses_input.py), the chat parser renders it with
 the model's chat template, and the chat route's own engine call and streaming loop run it
@@ -14,6 +15,12 @@ Finished responses with ``store`` (OpenAI's default: true) are kept in a bounded
 store per tenant (response_store.py) for ``previous_response_id`` and GET. ``background``
 runs a response apart from its request, GET and cancel reach it while it runs
 (responses_background.py NOTE(background)).
+
+NOTE(one-id): one id names one response. A request (background or not) whose ``request_id``
+names a background run still going is refused with a 400, and GET, a continuation and DELETE
+all read the same thing: the run's queued object while it runs (even when the store has
+evicted it or a request started before the run has stored a response of that id since; the
+run's end replaces that), else the store's.
 """
 
 from __future__ import annotations
@@ -95,6 +102,7 @@ class ResponsesRoute:
         app.router.add_post("/v1/responses", route.create)
         app.router.add_get("/v1/responses/{response_id}", route.retrieve)
         app.router.add_post("/v1/responses/{response_id}/cancel", route.cancel)
+        app.router.add_delete("/v1/responses/{response_id}", route.delete)
         app.on_shutdown.append(route.close)  # before the engine stops (app.py NOTE(shutdown))
         app[RESPONSES_KEY] = route
         return route
@@ -106,7 +114,7 @@ class ResponsesRoute:
         def parse(raw: bytes) -> ParsedRequest:
             parser = self.routes.parser
             inp = responses_to_chat(parser.decode_body(raw), parser.fields,
-                                    lambda rid: self.store.get(tenant, rid))
+                                    lambda rid: self._lookup(tenant, rid))
             asked.append(inp)
             if parser.tool_parser is None:  # NOTE(auto-text) in responses_tools.py
                 text_only_auto(inp.chat)
@@ -124,6 +132,10 @@ class ResponsesRoute:
                                  self.cache_block)
 
         req = await self.routes.prepare(request, parse)
+        rid = asked[0].request_id
+        if rid is not None and self.background.get((tenant, rid)) is not None:  # NOTE(one-id)
+            raise RequestError(f"a background response with id {rid[:80]!r} is still running: "
+                               "cancel it or name another", param="request_id")
         if asked[0].background:
             return await self._background(request, tenant, asked[0], req)
         return await self.routes.answer(request, req, view)
@@ -134,9 +146,6 @@ class ResponsesRoute:
         run's events) now, the run in a task of its own."""
         if not (self.store.max_entries and self.store.max_bytes):
             raise RequestError(NO_STORE, param="background")
-        if inp.request_id is not None and self.background.get((tenant, inp.request_id)):
-            raise RequestError(f"a background response with id {inp.request_id[:80]!r} is "
-                               "still running: cancel it or name another", param="request_id")
         self.background.check_room(req.stream)
         builder, updates = self.routes.open(req)  # the gate's 503 / 429 here
         try:
@@ -150,9 +159,10 @@ class ResponsesRoute:
         view = ResponsesView(builder, inp, keep if log is None else finished.append,
                              self.cache_block)
         body = view.response("queued", [], None)
-        self._keep(tenant, inp, body)  # NOTE(background): a continuation may name it now
+        queued = StoredResponse(body, inp.conversation)  # output [], so no turns of its own
+        self.store.put(tenant, view.id, queued)  # NOTE(background): a continuation may name it
         run = functools.partial(self._run, view, updates, log, lambda: keep(finished[0]))
-        self.background.start((tenant, view.id), body, keep, run, log)
+        self.background.start((tenant, view.id), body, keep, run, log, queued)
         if log is None:
             return web.json_response(body, headers=ignored_header(req.ignored))
         return await self._follow(request, log, -1, req.ignored)
@@ -194,7 +204,7 @@ class ResponsesRoute:
         streamed background run's with its events (GET replays them)."""
         if inp.store:
             turns = tuple(item_messages(body["output"], "output"))
-            events = tuple(log.events) if log is not None else ()
+            events = b"".join(log.events) if log is not None else b""
             self.store.put(tenant, body["id"],
                            StoredResponse(body, inp.conversation + turns, events))
 
@@ -205,13 +215,16 @@ class ResponsesRoute:
         after = _stream_query(request)
         if after is not None:
             return await self._replay(request, rid, after)
-        running = self.background.get((current_tenant(), rid))
-        if running is not None:
-            return web.json_response(running)
-        entry = self.store.get(current_tenant(), rid)
+        entry = self._lookup(current_tenant(), rid)
         if entry is None:
             raise ResponseNotFoundError(rid, param="response_id")
-        return web.json_response(entry.body)
+        return web.Response(body=entry.raw, content_type="application/json", charset="utf-8")
+
+    def _lookup(self, tenant: str, rid: str) -> StoredResponse | None:
+        """NOTE(one-id): the response ``rid`` names, the run's while it runs, else the store's
+        (also from the parse's worker thread: a dict lookup, then the store's lock)."""
+        running = self.background.entry((tenant, rid))
+        return running if running is not None else self.store.get(tenant, rid)
 
     async def _replay(self, request: web.Request, rid: str, after: int) -> web.StreamResponse:
         """vLLM's GET stream: the events of a streamed background run, live while it runs and
@@ -224,7 +237,7 @@ class ResponsesRoute:
                 raise ResponseNotFoundError(rid, param="response_id")
             if entry.events:
                 log = EventLog()
-                log.add(b"".join(entry.events))
+                log.add(entry.events)
                 log.end()
         if log is None:
             raise RequestError(f"Unknown response_id: {shown(rid, 80)}", param="response_id")
@@ -242,6 +255,18 @@ class ResponsesRoute:
         raise RequestError("Cannot cancel a synchronous response: only a background response "
                            "still running can be cancelled.", param="response_id",
                            code="response_not_cancellable")
+
+    async def delete(self, request: web.Request) -> web.Response:
+        """OpenAI's DELETE: the response is removed (GET and continuations then get the 404 of
+        an id never issued; so does another tenant, whose id it never was). NOTE(delete-running):
+        a background run still going is cancelled first, its engine request aborted, as cancel
+        does: a response removed must not come back when its run ends."""
+        rid = request.match_info["response_id"]
+        key = (current_tenant(), rid)
+        cancelled = await self.background.cancel(key)
+        if not self.store.delete(*key) and cancelled is None:
+            raise ResponseNotFoundError(rid, param="response_id")
+        return web.json_response({"id": rid, "object": "response.deleted", "deleted": True})
 
     async def close(self, app: web.Application) -> None:
         """The app's shutdown: every background run still going is cancelled."""

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpool.server.middleware import APIError, known_error
+from kvpool.server.response_store import StoredResponse
 
 __all__ = ["MAX_RUNNING", "MAX_STREAMED", "BackgroundRuns", "EventLog", "api_error", "failed"]
 
@@ -89,6 +90,7 @@ class _Run:
     body: dict[str, Any]  # the queued response object, as GET shows it while it runs
     keep: Callable[[dict[str, Any]], None]  # stores a final object (responses_api.py)
     log: EventLog | None  # a streamed run's events
+    entry: StoredResponse | None  # ``body`` with its conversation (NOTE(one-id))
 
 
 class BackgroundRuns:
@@ -117,15 +119,23 @@ class BackgroundRuns:
 
     def start(self, key: tuple[str, str], body: dict[str, Any],
               keep: Callable[[dict[str, Any]], None],
-              run: Callable[[], Coroutine[Any, Any, Any]], log: EventLog | None = None) -> None:
+              run: Callable[[], Coroutine[Any, Any, Any]], log: EventLog | None = None,
+              entry: StoredResponse | None = None) -> None:
         """Run ``run()`` (it stores the finished object itself) in a task of its own; a
-        failure stores ``body`` as "failed" with the error (``keep``)."""
+        failure stores ``body`` as "failed" with the error (``keep``). ``entry``: what GET
+        and a continuation read while it runs (responses_api.py NOTE(one-id))."""
         task = asyncio.get_running_loop().create_task(self._run(key, run, log))
-        self._runs[key] = _Run(task, body, keep, log)
+        self._runs[key] = _Run(task, body, keep, log, entry)
 
     def get(self, key: tuple[str, str]) -> dict[str, Any] | None:
         run = self._runs.get(key)
         return run.body if run is not None else None
+
+    def entry(self, key: tuple[str, str]) -> StoredResponse | None:
+        """The queued response of a run still going, with its conversation. One dict lookup:
+        safe from the parse's worker thread too."""
+        run = self._runs.get(key)
+        return run.entry if run is not None else None
 
     def log(self, key: tuple[str, str]) -> EventLog | None:
         """The events of a streamed run still running."""

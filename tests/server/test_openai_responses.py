@@ -238,10 +238,12 @@ async def test_large_responses_go_by_bytes_and_a_small_tenants_entry_stays(make_
         assert too_big.status in ("completed", "incomplete")
         with pytest.raises(openai.NotFoundError):
             await b.responses.retrieve(too_big.id)
+        assert (await b.responses.retrieve(second.id)).id == second.id
         nxt = await a.responses.create(input="and?", max_output_tokens=2,
                                        previous_response_id=small.id)
         assert nxt.previous_response_id == small.id
-        assert (await b.responses.retrieve(second.id)).id == second.id
+        # a's two (its conversation's objects counted) pass the budget: b holds the most
+        assert (store.held_ids("a"), store.held_ids("b")) == ([small.id, nxt.id], [])
         assert store.nbytes <= 8 * 1024
 
 

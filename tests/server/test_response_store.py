@@ -5,6 +5,12 @@ larger than the whole byte budget is not stored (NOTE(response-bytes))."""
 
 from __future__ import annotations
 
+import gc
+import json
+import sys
+import tracemalloc
+
+import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +18,7 @@ from hypothesis import strategies as st
 from kvpool.server.response_store import ResponseStore, StoredResponse
 
 TENANTS = ("a", "b", "c")
+FIXED = 1024  # NOTE(response-bytes)'s per-entry cost left out, with room: about 250 bytes
 
 
 def entry(payload: int) -> StoredResponse:
@@ -19,11 +26,39 @@ def entry(payload: int) -> StoredResponse:
     return StoredResponse({"t": "x" * payload}, ())
 
 
-def test_size_is_the_utf8_length_of_body_and_messages():
-    e = StoredResponse({"a": "é"}, ({"role": "user", "content": "\ud800ab"},))
-    # {"a": "é"} is 11 bytes; role + user + content + a lone surrogate (3) + ab
-    assert e.nbytes == 11 + 4 + 4 + 7 + 3 + 2
+def test_size_is_the_body_json_and_the_messages_objects():
+    """NOTE(response-bytes): the body is kept as its JSON (json_response's), the messages as
+    they are, each object counted by sys.getsizeof."""
+    msgs = ({"role": "user", "content": "\ud800ab"},)
+    e = StoredResponse({"a": "é"}, msgs)
+    assert e.raw == b'{"a": "\\u00e9"}' and json.loads(e.raw) == {"a": "é"}
+    held = (msgs[0], "role", "user", "content", "\ud800ab")
+    assert e.nbytes == len(e.raw) + sum(map(sys.getsizeof, held))
     assert entry(10).nbytes == 19
+    assert StoredResponse({}, (), b"event: x").nbytes == 2 + 8
+
+
+async def test_a_logprob_response_holds_no_more_memory_than_its_size(srv):
+    """The probe's case: a response with top_logprobs held as Python dicts cost about 4.6x its
+    JSON, which was its size. Now what the entry keeps (tracemalloc) is within its size (but
+    the fixed per-entry cost the note leaves out), and its size within twice that."""
+    body = {"input": "Count to ten", "max_output_tokens": 120, "ignore_eos": True,
+            "top_logprobs": 20, "include": ["message.output_text.logprobs"]}
+    async with aiohttp.ClientSession() as s, s.post(srv.v1 + "/responses", json=body) as r:
+        assert r.status == 200
+        text = await r.text()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        answer = json.loads(text)  # fresh objects, as the server's view makes them
+        assert len(answer["output"][0]["content"][0]["logprobs"]) == 120
+        kept = StoredResponse(answer, ({"role": "user", "content": body["input"]},))
+        del answer
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held - FIXED <= kept.nbytes <= 2 * held, (held, kept.nbytes, len(text))
 
 
 def test_a_response_over_the_whole_budget_is_not_stored_and_evicts_nothing():

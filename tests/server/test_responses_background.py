@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import aiohttp
+import openai
 import pytest
 from openai import AsyncOpenAI
 
@@ -316,3 +317,72 @@ async def test_a_bad_starting_after_is_a_400_naming_it_as_vllm_does(srv, query):
             assert r.status == 400, err
     assert (err["param"], err["type"]) == ("query.starting_after", "invalid_request_error"), err
     assert "Input should be a valid integer" in err["message"], err
+
+
+async def test_one_id_names_one_response_while_its_run_goes_on(make_server):
+    """responses_api.py NOTE(one-id): a request of either kind naming a running run's id is
+    the 400 a second background one gets; GET and a continuation read the run's queued object
+    even once the store has evicted it (the probe's sync request replaced it)."""
+    async with make_server(max_model_len=1024, num_device_blocks=80) as srv, \
+            aiohttp.ClientSession() as s:
+        srv.app[RESPONSES_KEY].store.max_entries = 1
+        rid = "dup-1"
+        async with s.post(srv.v1 + "/responses", json={**LONG, "background": True,
+                                                       "request_id": rid}) as r:
+            assert r.status == 200, await r.text()
+        for background in (True, False):
+            body = {"input": "x", "max_output_tokens": 2, "background": background,
+                    "request_id": rid}
+            async with s.post(srv.v1 + "/responses", json=body) as r:
+                err = (await r.json())["error"]
+                assert r.status == 400 and err["param"] == "request_id", err
+                assert "is still running" in err["message"], err
+        async with s.post(srv.v1 + "/responses", json={"input": "other",
+                                                       "max_output_tokens": 2}) as r:
+            assert r.status == 200  # the count bound (1) evicts the queued object
+        async with s.get(f"{srv.v1}/responses/{rid}") as r:
+            assert (await r.json())["status"] == "queued"
+        follow = {"input": "again", "max_output_tokens": 2, "previous_response_id": rid}
+        async with s.post(srv.v1 + "/responses", json=follow) as r:
+            out = await r.json()
+            assert r.status == 200, out  # it continues what GET shows, the run's input
+        turns = [{"role": "user", "content": LONG["input"]}, {"role": "user", "content": "again"}]
+        async with s.post(srv.url + "/tokenize", json={"messages": turns}) as r:
+            assert out["usage"]["input_tokens"] == (await r.json())["count"], out
+        async with s.post(f"{srv.v1}/responses/{rid}/cancel") as r:
+            assert (await r.json())["status"] == "cancelled"  # it was still running
+
+
+async def test_delete_is_openais_and_cancels_a_running_run_first(make_server):
+    """responses_api.py NOTE(delete-running): DELETE answers OpenAI's deleted object; then the
+    id is the 404 of one never issued, as it is to another tenant before; a running
+    background response is cancelled (its blocks back) and removed."""
+    async with make_server(app_options={"tenant_header": TENANT}, max_model_len=1024,
+                           num_device_blocks=80) as srv, \
+            aiohttp.ClientSession(headers={TENANT: "a"}) as s:
+        baseline = srv.free()
+        async with s.post(srv.v1 + "/responses", json={"input": "hi", "max_output_tokens": 2}) as r:
+            rid = (await r.json())["id"]
+        async with s.post(srv.v1 + "/responses", json={**LONG, "background": True}) as r:
+            running = (await r.json())["id"]
+        assert await wait_until(lambda: srv.free() < baseline)  # the run holds blocks
+        for gone in (rid, running):
+            async with s.delete(f"{srv.v1}/responses/{gone}", headers={TENANT: "b"}) as r:
+                assert (r.status, (await r.json())["error"]["code"]) == \
+                    (404, "response_not_found")
+            async with s.delete(f"{srv.v1}/responses/{gone}") as r:
+                assert r.status == 200 and await r.json() == {
+                    "id": gone, "object": "response.deleted", "deleted": True}
+            for method in ("GET", "DELETE"):
+                async with s.request(method, f"{srv.v1}/responses/{gone}") as r:
+                    assert (r.status, (await r.json())["error"]["code"]) == \
+                        (404, "response_not_found")
+        assert len(srv.app[RESPONSES_KEY].background) == 0
+        await wait_free(srv, baseline, timeout=5)
+        async with AsyncOpenAI(base_url=srv.v1, api_key="x", max_retries=0, timeout=60,
+                               default_headers={TENANT: "a"}) as c:
+            kept = await c.responses.create(input="hi", max_output_tokens=2)
+            assert await c.responses.delete(kept.id) is None  # the SDK reads a 200
+            with pytest.raises(openai.NotFoundError):
+                await c.responses.create(input="more", max_output_tokens=2,
+                                         previous_response_id=kept.id)
