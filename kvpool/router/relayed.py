@@ -60,8 +60,9 @@ __all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "asking_identity", "o
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "te", "trailer", "trailers",
                          "transfer-encoding", "upgrade", "host", "content-length", "expect"})
 _RESPONSE_OWN = frozenset({"server", "date"})
-# aiohttp hands the router a request body already decoded: forwarded with its Content-Encoding,
-# a gzip body reached the replica as plain JSON labelled gzip (a 400 there)
+# the router relays a request body decoded (BodyReader: kvpool/server/body_coding.py
+# NOTE(inflate)): forwarded with its Content-Encoding, a gzip body reached the replica as plain
+# JSON labelled gzip (a 400 there)
 _REQUEST_DECODED = frozenset({"content-encoding"})
 
 
