@@ -11,7 +11,9 @@ import pytest
 
 from kvpool.errors import ConfigError
 from kvpool.runtime.remote.link import RemoteLink
+from kvpool.runtime.remote.reader import PROBE_EVERY
 from tests.remote.engines import PROMPT, engine, fresh_tokens, run, stop, stored, tokens
+from tests.remote.redis_stats import commandstats
 
 # 8 full blocks the stored PROMPT never starts with: a prefill that measures the rate
 OTHER = [(i * 11 + 5) % 500 + 1 for i in range(16 * 8 + 3)]
@@ -76,3 +78,28 @@ async def test_a_complete_fetch_measures_the_fixed_cost_and_the_import(redis_ser
     assert r.estimate(limit)[0] == pytest.approx(
         r.fixed_s + limit * r.bytes_per_block / r.bandwidth + e2.imports.latency_s)
     await stop(e2)
+
+
+def probes(url: str) -> int:
+    """Probe scripts (EVALSHA, or EVAL) the redis-server at ``url`` has run."""
+    stats = commandstats(int(url.rsplit(":", 1)[1].split("/")[0]))
+    return stats.get("evalsha", 0) + stats.get("eval", 0)
+
+
+async def test_no_probe_where_even_a_full_run_would_lose(redis_server):
+    """NOTE(probe-worth) in reader.py: where the cost model would decline even every block
+    past the local hits, the request is not probed (a round trip it waited for, behind a slow
+    tier, before being computed anyway); one in PROBE_EVERY still is. Before, each was."""
+    want = await fresh_tokens(PROMPT)
+    await stop(await stored(redis_server.url))
+    declining = await _second(redis_server.url, 1e9)
+    st = declining.reader.stats
+    before, considered = probes(redis_server.url), st.considered  # OTHER's, rate unknown
+    for i in range(PROBE_EVERY - 1):  # each salt a new chain: nothing of it held locally
+        assert tokens(await run(declining, PROMPT, salt=f"s{i}")) == want
+    assert (probes(redis_server.url), st.considered) == (before, considered)
+    assert st.unprobed == st.declined_cost == PROBE_EVERY - 1
+    assert tokens(await run(declining, PROMPT, salt="last")) == want  # probed all the same
+    assert (probes(redis_server.url), st.considered) == (before + 1, considered + 1)
+    assert st.fetched_blocks == 0
+    await stop(declining)

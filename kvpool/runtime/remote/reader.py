@@ -18,6 +18,14 @@ device blocks and registers their hashes only once that copy is done (``importer
 Failure policy: any remote failure, a short run, a declined cost or a full host pool is
 ``None``, and the request is computed as if there were no tier.
 
+NOTE(probe-worth): a probe is itself a round trip, paid before the request can start. When
+even its best outcome (every block past the local hits in the tier, as many as the host pool
+takes) would lose to recompute by the cost model, the request is not probed: behind a slow
+tier (tens of ms a round trip) every request paid the probe, and the model then declined the
+fetch all the same. One such request in PROBE_EVERY is probed anyway, so the RTT estimate
+follows a tier that got fast again and the chain head's refresh in Redis (NOTE(chain-lru))
+still happens. Without a measured prefill rate every request is probed, as before.
+
 NOTE(host-cap): a fetch lands in host blocks, all of its run at once; a run longer than the
 whole host pool was declined outright, so a prompt whose missing prefix outgrew the pool
 (2k tokens of an 8B model in the default 0.25 GiB) fetched nothing, not even the part that
@@ -39,6 +47,7 @@ from kvpool.runtime.remote.host_front import HostBlockFront
 from kvpool.runtime.remote.link import RemoteLink
 
 log = logging.getLogger(__name__)
+PROBE_EVERY = 16  # NOTE(probe-worth): one request in this many is probed when none would win
 MAX_CHUNKS = 4  # parallel MGETs per fetch: O(1) round trips, and a partial prefix on deadline
 _BANDWIDTH_MIN_BYTES = 1 << 20  # a fetch this big measures the bandwidth EMA
 
@@ -59,7 +68,8 @@ class ReadStats:
     """Counters of the read path (owned by the loop)."""
 
     considered: int = 0  # requests probed
-    declined_cost: int = 0  # the cost model said recompute
+    declined_cost: int = 0  # the cost model said recompute (unprobed ones too)
+    unprobed: int = 0  # declined without a probe: even a full run would lose (probe-worth)
     declined_short: int = 0  # remote run below min_fetch_blocks
     declined_host: int = 0  # no host blocks
     fetched_blocks: int = 0  # blocks landed and handed to the step thread
@@ -85,6 +95,7 @@ class RemoteReader:
         # the model fetched 1-4 block runs that recompute beat (bench.remote's TTFT table).
         self.fixed_s = 0.0
         self.stats = ReadStats()
+        self._skipped = 0  # NOTE(probe-worth): requests not probed since the last probe
         self._freeing: set[asyncio.Future] = set()  # NOTE(land-cancel): give-backs under way
 
     async def warm_up(self) -> bool:
@@ -138,6 +149,9 @@ class RemoteReader:
         hashes = mgr.hasher.hash_blocks(prompt, salt)[:limit]
         local = mgr.prompts.prefix_hits(hashes)
         first = local // g * g
+        if not self._worth_probing(first + min(limit - first, mgr.host_pool.num_blocks // g * g)
+                                   - local):
+            return None
         keys, run = await self._probe(hashes, local // g)
         run = min(run, mgr.host_pool.num_blocks // g)  # NOTE(host-cap)
         new = first + run * g - local
@@ -158,6 +172,22 @@ class RemoteReader:
         self.stats.fetched_blocks += n
         return FetchedPrefix(first, tuple(hashes[first:first + n]), tuple(host[:n]),
                              time.perf_counter(), hashes[first - 1] if first else None)
+
+    def _worth_probing(self, best: int) -> bool:
+        """NOTE(probe-worth): whether to probe for at most ``best`` new blocks."""
+        if best <= 0 or self._prefill_rate() <= 0:
+            return True
+        fetch_s, recompute_s = self.estimate(best)
+        if self.link.fetch_bias * (self.rtt + fetch_s) < recompute_s:
+            self._skipped = 0
+            return True
+        self._skipped += 1
+        if self._skipped >= PROBE_EVERY:
+            self._skipped = 0
+            return True
+        self.stats.declined_cost += 1
+        self.stats.unprobed += 1
+        return False
 
     async def _probe(self, hashes: Sequence[bytes], first_group: int) -> tuple[list[str], int]:
         """The keys of the groups from ``first_group`` on, and the length of their leading run
