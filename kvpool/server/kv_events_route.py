@@ -83,10 +83,12 @@ class KVEventsRoute:
         return cls(publisher, block_size, salt_key)
 
     def register(self, app: web.Application, engine: EngineClient, *, replica_id: str,
-                 chat_template: str | None, tenant_header: str | None = None) -> None:
-        """Serve the info route; close the publisher after the app (the engine stopped)."""
+                 chat_template: str | None, tenant_header: str | None = None,
+                 tenants: bool = False) -> None:
+        """Serve the info route; close the publisher after the app (the engine stopped).
+        ``tenants``: requests are told apart by tenant (an API key or a tenant header)."""
         self.salt_key.announce(publishing=self.publisher is not None,
-                               per_tenant=app[NAMESPACE_KEY].per_tenant)
+                               per_tenant=app[NAMESPACE_KEY].per_tenant, tenants=tenants)
         if self.publisher is not None:
             cfg, mgr = engine.config, engine.core.manager
             self.info = {

@@ -70,10 +70,12 @@ class SaltKey:
     def shared(self) -> bool:
         return self.key_id is not None
 
-    def announce(self, *, publishing: bool, per_tenant: bool) -> None:
-        """Say once, at start, what the key means for this replica's events, and where
-        tenants' events must not reach (NOTE(clear-tokens))."""
-        if publishing and per_tenant:
+    def announce(self, *, publishing: bool, per_tenant: bool, tenants: bool = False) -> None:
+        """Say once, at start, what the key means for this replica's events (``per_tenant``:
+        tenants have prefix caches of their own), and where tenants' events must not reach
+        (NOTE(clear-tokens)): whenever tenants are told apart (``tenants``), sharing one
+        cache or not, the token ids they send go out all the same."""
+        if publishing and (per_tenant or tenants):
             log.warning(CLEAR_TOKENS)
         if self.shared and not (publishing and per_tenant):
             log.warning("%s has no effect: %s", self.source,
@@ -127,17 +129,26 @@ def published_salt(salt: str | None, key: bytes) -> str | None:
     and never the header value, the API key or its digest (docs/kv_events.md "Salts in
     extra_keys").
 
-    NOTE(private-salt): a salt that goes on past the namespace's JSON (a prompt-logprobs
-    request's own, kvpool/runtime/engine/prompt_logprobs.py) names a chain no other request
-    can hit: it publishes as a named tenant's does, a digest that matches nothing. This runs
+    NOTE(private-salt): a salt that goes on past the namespace's JSON, or holds a NUL without
+    one (a prompt-logprobs request's own, kvpool/runtime/engine/prompt_logprobs.py: the
+    client's salt, NUL, "prompt_logprobs", NUL, the engine's request id) names a chain no
+    other request can hit: it publishes as a named tenant's does, a digest that matches
+    nothing. Published raw, it gave subscribers the engine's internal request ids. This runs
     on the step thread: it never raises (a JSONDecodeError here once stopped the engine)."""
-    if salt is None or not salt.startswith(NS_MARK):
-        return salt
+    if salt is None or not salt.startswith(NS_MARK) and "\x00" not in salt:
+        return salt  # the client's cache_salt as sent (a client's holds no NUL: parsing)
+    if not salt.startswith(NS_MARK):
+        return _keyed(salt, key)
     try:
         (tenant, client), end = json.JSONDecoder().raw_decode(salt, len(NS_MARK))
     except (ValueError, TypeError):  # no pair at all: as a private salt
         tenant, client, end = None, None, -1
     if not tenant and end == len(salt):
         return client
+    return _keyed(salt, key)
+
+
+def _keyed(salt: str, key: bytes) -> str:
+    """NOTE(tenant-salt)'s digest of a whole salt under ``key``."""
     return "kvpool-ns-" + hmac.new(key, salt.encode("utf-8", "surrogatepass"),
                                    hashlib.sha256).hexdigest()[:32]

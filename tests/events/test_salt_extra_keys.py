@@ -25,10 +25,11 @@ OTHER = list(range(120, 170))
 
 
 async def _serve_and_replay(sends: list[tuple[str, str | None, list[int]]],
-                            extra: dict | None = None) -> list[bytes]:
-    """Each (tenant, cache_salt, prompt) of ``sends`` completed on a replica of its own (each
-    body with ``extra`` too), every answer a 200; what its replay socket gives from 0."""
-    srv = SpawnedServer(ARGS, startup_timeout=120)
+                            extra: dict | None = None, args: list[str] = ARGS) -> list[bytes]:
+    """Each (tenant, cache_salt, prompt) of ``sends`` completed on a replica of its own
+    (``args``; each body with ``extra`` too), every answer a 200; what its replay socket
+    gives from 0."""
+    srv = SpawnedServer(args, startup_timeout=120)
     url = srv.start()
     try:
         async with aiohttp.ClientSession() as s:
@@ -87,5 +88,17 @@ async def test_prompt_logprobs_requests_leave_the_engine_serving():
     starts = [e for e in stored_events(payloads) if e["parent_block_hash"] is None]
     salts = [(e.get("extra_keys") or [[None]])[0][0] for e in starts]
     assert len(starts) == 6 and len(set(salts)) == 6, salts  # each chain private
-    assert all(x is None or x.startswith("kvpool-ns-") or "prompt_logprobs" in x
-               for x in salts), salts
+    assert all(x is None or x.startswith("kvpool-ns-") for x in salts), salts
+
+
+async def test_a_private_salt_publishes_a_digest_without_tenants_too():
+    """NOTE(private-salt) on a replica with no tenant namespaces: the prompt-logprobs chain's
+    salt (the client's cache_salt, NUL, "prompt_logprobs", NUL, the engine's request id) was
+    published as it was, internal request id and NULs in every subscriber's extra_keys."""
+    args = [a for a in ARGS if a not in ("--tenant-header", "X-Tenant")]
+    payloads = await _serve_and_replay([("", "c1", PROMPT), ("", None, OTHER)],
+                                       {"prompt_logprobs": 1}, args)
+    starts = [e for e in stored_events(payloads) if e["parent_block_hash"] is None]
+    salts = [e["extra_keys"][0][0] for e in starts]
+    assert len(starts) == 2 and all(x.startswith("kvpool-ns-") for x in salts), salts
+    assert not any(b"prompt_logprobs" in p or b"cmpl-" in p for p in payloads)

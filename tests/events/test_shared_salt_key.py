@@ -138,6 +138,15 @@ def test_what_the_start_says_of_the_key(caplog):
     assert not any(SECRET in m for m in said)
 
 
+def test_tenants_sharing_one_cache_are_warned_of_clear_tokens_too():
+    """NOTE(clear-tokens): with --shared-prefix-cache tenants have no cache of their own, but
+    the events still carry what each sends; the warning was tied to per-tenant caches."""
+    srv = SpawnedServer([*ARGS, "--shared-prefix-cache"], startup_timeout=120, env=_env())
+    srv.start()
+    srv.stop(timeout=20)
+    assert sum(CLEAR_TOKENS in ln for ln in srv.lines) == 1, srv.tail()
+
+
 def _options(monkeypatch, argv: list[str], env: dict[str, str]) -> serve.ServeOptions:
     args = serve.add_serve_args(argparse.ArgumentParser()).parse_args(argv)
     with monkeypatch.context() as m:
