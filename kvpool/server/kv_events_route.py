@@ -41,6 +41,7 @@ events (docs/kv_events.md "Finding the publisher").
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -55,6 +56,16 @@ from kvpool.server.salt_key import SaltKey, published_salt
 
 __all__ = ["KV_EVENTS_PATH", "SOURCES_PATH", "KVEventsRoute"]
 
+log = logging.getLogger("kvpool.server")
+
+# NOTE(events-config): two configurations that start and publish nothing useful, said at
+# start as vLLM says them (its VllmConfig): without prefix caching no block is ever cached,
+# so the stream holds its start marker and nothing after it; a "zmq" publisher without
+# enable_kv_cache_events is off. Both started silently, the route saying events were on.
+NO_CACHE = ("KV events are on (--kv-events-config) but prefix caching is off: no block is "
+            "cached, so nothing is published after the start; drop --no-enable-prefix-caching")
+NOT_ENABLED = ('KV events are off: --kv-events-config names publisher "zmq" without '
+               '"enable_kv_cache_events": true; add it to publish')
 KV_EVENTS_PATH = "/v1/kvpool/kv_events"
 SOURCES_PATH = "/kv_event_sources"  # vLLM's (module docstring)
 
@@ -76,10 +87,15 @@ class KVEventsRoute:
 
     @classmethod
     def start(cls, config_json: str | None, block_size: int,
-              salt_key: SaltKey | None = None) -> KVEventsRoute:
-        """Publisher up and bound (ConfigError naming the flag if the JSON or a bind fails)."""
+              salt_key: SaltKey | None = None, prefix_caching: bool = True) -> KVEventsRoute:
+        """Publisher up and bound (ConfigError naming the flag if the JSON or a bind fails);
+        NOTE(events-config) said once."""
         config = KVEventsConfig.from_json(config_json) if config_json else None
         publisher = EventPublisher(config) if config is not None and config.enabled else None
+        if publisher is not None and not prefix_caching:
+            log.warning(NO_CACHE)
+        elif config is not None and config.publisher == "zmq" and not config.enabled:
+            log.warning(NOT_ENABLED)
         return cls(publisher, block_size, salt_key)
 
     def register(self, app: web.Application, engine: EngineClient, *, replica_id: str,

@@ -245,7 +245,8 @@ def _build(config: EngineConfig, o: ServeOptions,
     """The engine (its remote link and KV events wired) and the app over it."""
     # the heavy import, only when serving
     from kvpool.runtime.engine.async_engine import AsyncEngine
-    events = KVEventsRoute.start(o.kv_events_config, config.block_size, o.kv_events_salt_key)
+    events = KVEventsRoute.start(o.kv_events_config, config.block_size, o.kv_events_salt_key,
+                                 config.enable_prefix_caching)
     try:
         engine = AsyncEngine(config, pool_observer=events.recorder)
     except BaseException:

@@ -21,7 +21,7 @@ from kvpool.core.block import Device
 from kvpool.errors import ConfigError
 from kvpool.router.kv_prompt import PromptKeys
 from kvpool.server import serve
-from kvpool.server.kv_events_route import KVEventsRoute
+from kvpool.server.kv_events_route import NO_CACHE, NOT_ENABLED, KVEventsRoute
 from kvpool.server.middleware import CacheNamespace
 from kvpool.server.salt_key import CLEAR_TOKENS, SALT_KEY_ENV, SaltKey
 from stress.http.servers import ROOT, SpawnedServer
@@ -185,3 +185,16 @@ def test_kvpool_serve_fails_to_start_on_a_bad_key(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done
     assert f"kvpool serve: --kv-events-salt-key-file {missing}: No such file" in done.stderr
+
+
+@pytest.mark.parametrize("config, prefix_caching, said", [
+    (EVENTS, False, NO_CACHE), ('{"publisher": "zmq"}', True, NOT_ENABLED),
+    (EVENTS, True, None), ('{"publisher": "null"}', True, None)])
+def test_a_configuration_that_publishes_nothing_says_so(caplog, config, prefix_caching, said):
+    """NOTE(events-config) in kv_events_route.py: as vLLM's start says them; both were
+    silent, the info route saying events were on."""
+    caplog.set_level(logging.WARNING, "kvpool.server")
+    route = KVEventsRoute.start(config, BS, None, prefix_caching)
+    if route.publisher is not None:
+        route.publisher.close()
+    assert [r.getMessage() for r in caplog.records] == ([said] if said else [])
