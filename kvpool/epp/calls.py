@@ -36,10 +36,12 @@ DEFAULT_WINDOW, DEFAULT_FRAME = 65535, 16384
 NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, CANCEL, ENHANCE_YOUR_CALM = 0, 1, 7, 8, 11
 FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR = 3, 6
 MAX_FRAME_LIMIT = (1 << 24) - 1  # SETTINGS_MAX_FRAME_SIZE: DEFAULT_FRAME up to this (6.5.2)
-OK, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 8, 12, 13
+OK, INVALID_ARGUMENT, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED = 0, 3, 4, 8
+UNIMPLEMENTED, INTERNAL = 12, 13
 # the gRPC statuses a call of the picker can end with besides OK (Server.failed counts them)
-STATUS_NAMES = {INVALID_ARGUMENT: "INVALID_ARGUMENT", RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
-                UNIMPLEMENTED: "UNIMPLEMENTED", INTERNAL: "INTERNAL"}
+STATUS_NAMES = {INVALID_ARGUMENT: "INVALID_ARGUMENT", DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED",
+                RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED", UNIMPLEMENTED: "UNIMPLEMENTED",
+                INTERNAL: "INTERNAL"}
 ENVELOPE = 5  # a gRPC message's flag byte and 4-byte length
 _HEADER = struct.Struct(">BHBBI")
 
@@ -92,13 +94,14 @@ class Stream:
     ``send`` for the answers."""
 
     __slots__ = ("conn", "id", "pending", "messages", "started", "closed", "window", "task",
-                 "held", "kept")
+                 "held", "kept", "heard")
 
     def __init__(self, conn: Connection, stream_id: int, window: int) -> None:
         self.conn, self.id, self.window = conn, stream_id, window
         self.pending = bytearray()  # a message cut across DATA frames
         self.messages: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.started = self.closed = False
+        self.heard = False  # its first message (or its end) came (NOTE(first-message))
         self.task: asyncio.Task | None = None
         self.held = 0  # DATA bytes received on this call so far (NOTE(buffer-cap))
         self.kept = 0  # answer bytes its handler holds back (NOTE(answer-budget) in listener.py)
@@ -119,6 +122,9 @@ class Stream:
         del buf[:i]
         if end:
             self.messages.put_nowait(None)
+        if (i or end) and not self.heard:  # NOTE(first-message) in kvpool/epp/silence.py
+            self.heard = True
+            self.conn.silent.done(self.id)
 
     async def send(self, messages: list[bytes], end: bool, status: int = OK,
                    detail: str = "") -> None:
@@ -131,7 +137,7 @@ class Stream:
             self.started = True
             out.append(frame(HEADERS, END_HEADERS, self.id, RESPONSE_HEADERS))
         for body in messages:  # the envelope: flag 0 and a 4-byte length, as 5 bytes
-            await self.conn.send_data(self, len(body).to_bytes(ENVELOPE, "big") + body, out)
+            await self.send_data(len(body).to_bytes(ENVELOPE, "big") + body, out)
         if self.closed:  # reset by the peer while waiting for a window: nothing more goes out
             return
         if end:
@@ -140,6 +146,26 @@ class Stream:
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, self.id,
                              trailers(status, detail)))
         self.conn.write(b"".join(out))
+
+    async def send_data(self, data: bytes, out: list[bytes]) -> None:
+        """DATA frames of ``data`` onto ``out``, never past the peer's windows, its
+        connection's and this call's (RFC 9113 6.9): ``out`` is written before waiting for
+        them to open."""
+        conn, view = self.conn, memoryview(data)
+        while view and not self.closed:
+            n = min(len(view), conn.max_frame, conn.window, self.window)
+            if n <= 0:
+                if conn.transport is None or conn.transport.is_closing():
+                    return  # nobody is left to read it
+                conn.write(b"".join(out))
+                out.clear()
+                conn.opened.clear()
+                await conn.opened.wait()
+                continue
+            out.append(frame(DATA, 0, self.id, bytes(view[:n])))
+            conn.window -= n
+            self.window -= n
+            view = view[n:]
 
     def release(self, n: int) -> None:
         """Let go of ``n`` bytes of messages the handler is done with before the call ends (a

@@ -5,8 +5,8 @@ lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SI
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
 ``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
 flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
-``--max-connection-bytes``, ``--max-held-bytes``, ``--max-open-streams`` and
-``--idle-timeout``; ``--model-rewrites`` rewrites a request's model before the pick
+``--max-connection-bytes``, ``--max-held-bytes``, ``--max-open-streams``, ``--idle-timeout``
+and ``--first-message-timeout``; ``--model-rewrites`` rewrites a request's model before the pick
 (rewrite.py); ``--fallbacks`` lists more replicas after the chosen one (picker.py
 NOTE(fallbacks)); ``--metrics-port``
 and ``--metrics-host`` place its Prometheus port (metrics.py), ``--grpc-health-port`` its gRPC
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from kvpool.epp.calls import ENVELOPE
 from kvpool.epp.listener import (DEFAULT_CONNECTION_BYTES, DEFAULT_HELD_BYTES,
                                   DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_OPEN_STREAMS,
-                                  IDLE_TIMEOUT, Server)
+                                  FIRST_MESSAGE_TIMEOUT, IDLE_TIMEOUT, Server)
 from kvpool.epp.health import DEFAULT_HEALTH_PORT, HealthPort
 from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort
 from kvpool.epp.rewrite import load_rewrites
@@ -68,9 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    metavar="N", help="gRPC calls open on all connections together; past it a "
                    "new stream is refused with RST_STREAM REFUSED_STREAM (default "
                    f"{DEFAULT_MAX_OPEN_STREAMS})")
-    p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="SECONDS",
-                   help="a gRPC connection with no call open this long is closed gracefully "
-                        f"(GOAWAY NO_ERROR; 0: never; default {IDLE_TIMEOUT:g})")
+    add_timeouts(p)
     p.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, metavar="N",
                    help="port of GET /metrics (Prometheus) and GET /health (0: any free; -1: "
                         f"not served; default {DEFAULT_METRICS_PORT}, as the Inference "
@@ -88,6 +86,18 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "weighted targets): a request's body model is rewritten to a target "
                         "before the pick (docs/epp.md, \"Model rewrite and traffic splitting\")")
     return p
+
+
+def add_timeouts(p: argparse.ArgumentParser) -> None:
+    """``--idle-timeout`` and ``--first-message-timeout`` (listener.py, silence.py)."""
+    p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="SECONDS",
+                   help="a gRPC connection with no call open this long is closed gracefully "
+                        f"(GOAWAY NO_ERROR; 0: never; default {IDLE_TIMEOUT:g})")
+    p.add_argument("--first-message-timeout", type=float, default=FIRST_MESSAGE_TIMEOUT,
+                   metavar="SECONDS",
+                   help="a gRPC call that has sent no message this long is ended "
+                        "DEADLINE_EXCEEDED (Envoy sends its first at once; above 0; default "
+                        f"{FIRST_MESSAGE_TIMEOUT:g})")
 
 
 def add_fallbacks(p: argparse.ArgumentParser) -> None:
@@ -121,7 +131,8 @@ def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
            max_connection_bytes: int | None = None,
            max_held_bytes: int | None = None,
            max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS,
-           idle_timeout: float = IDLE_TIMEOUT) -> dict[str, float]:
+           idle_timeout: float = IDLE_TIMEOUT,
+           first_message_timeout: float = FIRST_MESSAGE_TIMEOUT) -> dict[str, float]:
     """The transport's limits (Server's keywords) for bodies of at most ``max_body_bytes``;
     ValueError names the flag that cannot work."""
     max_message = max_body_bytes + MESSAGE_SLACK
@@ -138,6 +149,9 @@ def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
     if not (math.isfinite(idle_timeout) and idle_timeout >= 0):
         raise ValueError(f"--idle-timeout {idle_timeout:g}: use a number of seconds, at least "
                          "0 (0: connections are never closed for being idle)")
+    if not (math.isfinite(first_message_timeout) and first_message_timeout > 0):
+        raise ValueError(f"--first-message-timeout {first_message_timeout:g}: use a number of "
+                         "seconds above 0 (Envoy sends a call's first message at once)")
     if max_held_bytes is None:  # NOTE(held-budget) in listener.py
         max_held_bytes = max(DEFAULT_HELD_BYTES, max_connection_bytes)
     if max_held_bytes < max_connection_bytes:
@@ -145,7 +159,8 @@ def limits(max_body_bytes: int, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                          f"--max-connection-bytes ({max_connection_bytes})")
     return {"max_message": max_message, "max_connections": max_connections,
             "max_connection_bytes": max_connection_bytes, "max_held_bytes": max_held_bytes,
-            "max_open_streams": max_open_streams, "idle_timeout": idle_timeout}
+            "max_open_streams": max_open_streams, "idle_timeout": idle_timeout,
+            "first_message_timeout": first_message_timeout}
 
 
 @contextlib.asynccontextmanager
@@ -155,7 +170,8 @@ async def picking(picker: Picker, host: str, port: int,
                   max_held_bytes: int | None = None,
                   metrics: MetricsPort | None = None,
                   max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS,
-                  idle_timeout: float = IDLE_TIMEOUT) -> AsyncIterator[int]:
+                  idle_timeout: float = IDLE_TIMEOUT,
+                  first_message_timeout: float = FIRST_MESSAGE_TIMEOUT) -> AsyncIterator[int]:
     """``picker`` started and served over gRPC on ``host:port``, and on ``metrics`` (its
     ``port`` the bound one) when given; yields the gRPC port."""
     from kvpool.epp.service import EndpointPicker
@@ -163,7 +179,7 @@ async def picking(picker: Picker, host: str, port: int,
     service = EndpointPicker(picker)
     server = Server(service.process, **limits(
         picker.router.max_body_bytes, max_connections, max_connection_bytes, max_held_bytes,
-        max_open_streams, idle_timeout))
+        max_open_streams, idle_timeout, first_message_timeout))
     await picker.start()
     try:
         bound = await server.start(host, port)
@@ -188,7 +204,8 @@ async def serve(picker: Picker, args: argparse.Namespace, metrics: MetricsPort |
     host = args.host
     async with picking(picker, host, args.port, args.max_connections,
                        args.max_connection_bytes, args.max_held_bytes, metrics,
-                       args.max_open_streams, args.idle_timeout) as bound:
+                       args.max_open_streams, args.idle_timeout,
+                       args.first_message_timeout) as bound:
         if health is not None:  # up once the picker is, down first at a stop (health.py)
             await health.start()
         try:
@@ -232,7 +249,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         return 2
     try:  # the transport's flags checked before anything starts
         limits(args.max_body_bytes, args.max_connections, args.max_connection_bytes,
-               args.max_held_bytes, args.max_open_streams, args.idle_timeout)
+               args.max_held_bytes, args.max_open_streams, args.idle_timeout,
+               args.first_message_timeout)
         metrics = metrics_port(args)
         health = health_port(args)
         rewrites = None if args.model_rewrites is None else load_rewrites(args.model_rewrites)

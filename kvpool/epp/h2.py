@@ -20,19 +20,19 @@ unread (HPACK state lives only in a decoder, and this side never needs a header'
 answers' headers are HPACK literals that never touch Envoy's dynamic table. Answers are sent
 within the peer's windows, waiting for its WINDOW_UPDATE when they run out.
 
-NOTE(buffer-cap): what a connection's calls hold is bounded by flow control. A call's DATA
-bytes stay counted (``Stream.held``, ``Connection.buffered``) until the call ends, since the
-picker keeps a request's body until it decides. Each stream's window (SETTINGS_INITIAL_WINDOW_
-SIZE) is the largest message plus its envelope and is never opened further; the connection's
-window is ``max_connection_bytes``, opened again only by what ended calls let go. A peer that
-keeps to its windows therefore waits rather than growing the picker; one that sends past a
-stream's window has that call ended RESOURCE_EXHAUSTED, past the connection's window the
-connection ends (GOAWAY ENHANCE_YOUR_CALM). A call that goes on into its answer lets go of each
-message once handled (``Stream.release``: both windows open again by it). What all connections
-hold together is bounded by
-the server (NOTE(held-budget) in listener.py). At most STREAMS calls are open per connection
-(SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM), and at most
-the server's ``max_open_streams`` on all connections together (NOTE(stream-cap) in listener.py).
+NOTE(buffer-cap): what a connection's calls hold is bounded by flow control. A call's DATA bytes
+stay counted (``Stream.held``, ``Connection.buffered``) until the call ends, since the picker
+keeps a request's body until it decides. Each stream's window (SETTINGS_INITIAL_WINDOW_SIZE) is
+the largest message plus its envelope and is never opened further; the connection's window is
+``max_connection_bytes``, opened again only by what ended calls let go. A peer that keeps to its
+windows therefore waits rather than growing the picker; one that sends past a stream's window
+has that call ended RESOURCE_EXHAUSTED, past the connection's window the connection ends (GOAWAY
+ENHANCE_YOUR_CALM). A call that goes on into its answer lets go of each message once handled
+(``Stream.release``: both windows open again by it). What all connections hold together is
+bounded by the server (NOTE(held-budget) in listener.py). At most STREAMS calls are open per
+connection (SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM),
+and at most the server's ``max_open_streams`` on all connections together (NOTE(stream-cap) in
+listener.py).
 
 NOTE(rapid-reset): a peer that opens calls and resets them at once (CVE-2023-44487) makes
 the picker start and cancel a call per pair of frames while never being over any cap. Each
@@ -73,6 +73,8 @@ from kvpool.epp.calls import (ACK, CANCEL, CONTINUATION, DATA, DEFAULT_FRAME, DE
                               PREFACE, PROTOCOL_ERROR, REFUSED_STREAM, RESOURCE_EXHAUSTED,
                               RST_STREAM, SETTINGS, WINDOW_UPDATE, Handler, Stream, frame,
                               frame_header, goaway)
+from kvpool.epp.preface import mismatch, sniff
+from kvpool.epp.silence import SilentCalls
 
 if TYPE_CHECKING:
     from kvpool.epp.listener import Server
@@ -98,6 +100,7 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0  # the loop's time the last call ended (or the connection began)
         self.buf, self.preface = b"", False
         self.streams: dict[int, Stream] = {}
+        self.silent = SilentCalls(self, server.first_message_timeout)  # NOTE(first-message)
         self.last_id = 0  # the highest stream id the peer opened (GOAWAY names it)
         self.going_away = False
         self.in_headers = 0  # a header block's stream while CONTINUATION frames follow
@@ -126,6 +129,7 @@ class Connection(asyncio.Protocol):
 
     def no_preface(self) -> None:
         if not self.preface and self.transport is not None:
+            self.server.refuse_preface("preface_timeout")
             self.transport.abort()  # nothing owed to a peer that never spoke HTTP/2
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -144,6 +148,7 @@ class Connection(asyncio.Protocol):
             stream.unkeep(stream.kept)  # NOTE(answer-budget) in listener.py
         self.server.close_streams(len(self.streams))
         self.streams.clear()
+        self.silent.clear()  # its timer too
         self.server.let_go(self.buffered)
         self.buffered = 0
 
@@ -165,11 +170,12 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         buf, i = self.buf + data if self.buf else data, 0
         if not self.preface:
+            if mismatch(buf):  # NOTE(plaintext-h2c) in preface.py: said, counted, closed
+                self.server.refuse_preface(sniff(buf))
+                return self.fail(PROTOCOL_ERROR)
             if len(buf) < len(PREFACE):
                 self.buf = buf
                 return
-            if not buf.startswith(PREFACE):
-                return self.fail(PROTOCOL_ERROR)
             self.preface, i = True, len(PREFACE)
             if self.handshake is not None:
                 self.handshake.cancel()
@@ -267,6 +273,7 @@ class Connection(asyncio.Protocol):
             self.write(frame(RST_STREAM, 0, sid, struct.pack(">I", REFUSED_STREAM)))
             return
         stream = self.streams[sid] = Stream(self, sid, self.peer_window)
+        self.silent.opened(sid)  # NOTE(first-message) in silence.py
         stream.task = asyncio.get_running_loop().create_task(self.run(stream))
 
     async def run(self, stream: Stream) -> None:
@@ -284,6 +291,7 @@ class Connection(asyncio.Protocol):
         """``stream``'s call ended: it leaves the connection with what it held."""
         if self.streams.get(stream.id) is stream:
             del self.streams[stream.id]
+            self.silent.done(stream.id)
             self.server.close_streams(1)
             self.buffered -= stream.held
             self.server.let_go(stream.held)
@@ -349,25 +357,6 @@ class Connection(asyncio.Protocol):
             if stream.window > MAX_WINDOW:
                 return self.fail(FLOW_CONTROL_ERROR)
         self.opened.set()
-
-    async def send_data(self, stream: Stream, data: bytes, out: list[bytes]) -> None:
-        """DATA frames of ``data`` on ``stream`` onto ``out``, never past the peer's windows
-        (6.9): ``out`` is written before waiting for them to open."""
-        view = memoryview(data)
-        while view and not stream.closed:
-            n = min(len(view), self.max_frame, self.window, stream.window)
-            if n <= 0:
-                if self.transport is None or self.transport.is_closing():
-                    return  # nobody is left to read it
-                self.write(b"".join(out))
-                out.clear()
-                self.opened.clear()
-                await self.opened.wait()
-                continue
-            out.append(frame(DATA, 0, stream.id, bytes(view[:n])))
-            self.window -= n
-            stream.window -= n
-            view = view[n:]
 
     def fail(self, code: int) -> None:
         """A connection error (5.4.1): GOAWAY, every call dropped, then the connection

@@ -19,6 +19,8 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
                            on a connection going away (counted by cause in
                            ``streams_refused``)
     preface_timeout        seconds for a new connection's client preface (NOTE(preface-timeout))
+    first_message_timeout  seconds a call may wait for its first message (NOTE(first-message)
+                           in silence.py)
     idle_timeout           seconds a connection may stay without a call open before it is
                            closed gracefully (0: never; NOTE(idle-timeout) in h2.py)
     close_timeout          seconds a closing connection may take to flush (NOTE(close-timeout))
@@ -60,19 +62,29 @@ HEADERS frame each. ``max_open_streams`` bounds their sum: DEFAULT_MAX_OPEN_STRE
 per request in flight and the picker ends each at its decision (milliseconds), so one Envoy's
 thousands of requests in flight fit with room. At the cap, as at the held-bytes budget, the
 connection with the most calls open (the one asking counted with its new call, and winning
-ties) goes first: another connection is cut (GOAWAY ENHANCE_YOUR_CALM, its calls dropped,
+ties) goes first, after any connection whose calls have all stayed silent (below): another
+connection is cut (GOAWAY ENHANCE_YOUR_CALM, its calls dropped,
 counted in ``cut``) and the new call is opened; when the one asking holds the most, its new
 call is answered RST_STREAM REFUSED_STREAM (RFC 9113 8.7: not processed, safe to retry) and
 the connection and its other calls go on. First come, first served would have let eight
 connections of 1024 idle calls each refuse every call of Envoy's. Refusals are counted
 (``streams_refused``) and logged as one WARNING per WARN_INTERVAL at most, with the count since
-the last one.
+the last one. Calls that never sent a message (NOTE(first-message) in silence.py) go before
+that rule: at the cap, another connection whose calls have all stayed silent (the most such
+calls first) is cut, whatever its count, and the new call is taken. With ties going to the
+asker alone, 32 connections holding one silent call each at --max-open-streams 32 refused
+every call of Envoy's (one call against one), and eight silent calls each at the default cap
+refused Envoy whenever it had eight open; a connection whose calls are all silent loses no
+work when cut, and Envoy's first message comes with its HEADERS.
 
 NOTE(make-room): at the cap, before a new connection is refused, the open connection that has
-had no call open the longest (the one that never sent a preface included) retires as an idle one
-does (NOTE(idle-timeout) in h2.py: GOAWAY NO_ERROR, then the bounded close) and stops counting
-against the cap. So connections that hold slots without calls cannot keep Envoy out even
-within --idle-timeout; connections with a call open are never touched. At most
+had no call open the longest (the one that never sent a preface included), or whose calls have
+all stayed silent (none sent a message: NOTE(first-message) in silence.py), retires as an idle
+one does (NOTE(idle-timeout) in h2.py: GOAWAY NO_ERROR, then the bounded close) and stops
+counting against the cap; the longest since a call of it ended (or it began) goes first. So
+connections that hold slots without calls, or with calls that never speak, cannot keep Envoy
+out even within --idle-timeout and --first-message-timeout (one silent call per connection on
+all 1024 did); a connection with a call that sent a message is never touched. At most
 max_connections connections retire at once (each within close_timeout), so descriptors stay
 bounded at twice the cap.
 
@@ -92,15 +104,17 @@ from collections.abc import Callable
 from kvpool.epp.calls import (DEFAULT_WINDOW, ENHANCE_YOUR_CALM, ENVELOPE, MAX_WINDOW, OK,
                               STATUS_NAMES, Handler)
 from kvpool.epp.h2 import STREAMS, Connection
+from kvpool.epp.preface import ADVICE, PREFACE_REASONS
 from kvpool.throttle import Throttle
 
 __all__ = ["CLOSE_TIMEOUT", "DEFAULT_CONNECTION_BYTES", "DEFAULT_HELD_BYTES",
-           "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_OPEN_STREAMS", "IDLE_TIMEOUT", "PREFACE_TIMEOUT",
-           "REFUSALS", "Server"]
+           "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_OPEN_STREAMS", "FIRST_MESSAGE_TIMEOUT",
+           "IDLE_TIMEOUT", "PREFACE_TIMEOUT", "REFUSALS", "Server"]
 
 log = logging.getLogger("kvpool.epp")
 
 PREFACE_TIMEOUT = 10.0  # NOTE(preface-timeout)
+FIRST_MESSAGE_TIMEOUT = 10.0  # NOTE(first-message) in silence.py; docs/epp.md says why 10 s
 IDLE_TIMEOUT = 60.0  # NOTE(idle-timeout) in h2.py; docs/epp.md says why 60 s
 CLOSE_TIMEOUT = 2.0  # NOTE(close-timeout)
 DEFAULT_MAX_CONNECTIONS = 1024  # NOTE(connection-cap): Envoy needs a few per worker
@@ -124,16 +138,11 @@ class Server:
                  max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS,
                  preface_timeout: float = PREFACE_TIMEOUT, close_timeout: float = CLOSE_TIMEOUT,
                  idle_timeout: float = IDLE_TIMEOUT,
+                 first_message_timeout: float = FIRST_MESSAGE_TIMEOUT,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        # a stream's window: one largest message, never below HTTP/2's default (a peer may
-        # send that much before it reads our SETTINGS)
-        self.stream_window = max(max_message + ENVELOPE, DEFAULT_WINDOW)
-        if not self.stream_window <= max_connection_bytes <= MAX_WINDOW:
-            raise ValueError(f"max_connection_bytes={max_connection_bytes}: use at least "
-                             f"{self.stream_window} (a largest message of {max_message} "
-                             f"bytes and its envelope) and at most {MAX_WINDOW}")
-        self.check(max_connection_bytes, max_connections, max_held_bytes, max_open_streams,
-                   idle_timeout)
+        self.stream_window = self.check(max_message, max_connection_bytes, max_connections,
+                                        max_held_bytes, max_open_streams, idle_timeout,
+                                        first_message_timeout)
         self.handler, self.max_message = handler, max_message
         self.max_connection_bytes, self.max_connections = max_connection_bytes, max_connections
         self.max_held_bytes, self.max_open_streams = max_held_bytes, max_open_streams
@@ -148,20 +157,34 @@ class Server:
         self.cut = 0  # connections cut: budget, open-call cap, resets (monotonic)
         self.uncounted = 0  # of those, since the last WARNING
         self.preface_timeout, self.close_timeout = preface_timeout, close_timeout
-        self.idle_timeout = idle_timeout
+        self.idle_timeout, self.first_message_timeout = idle_timeout, first_message_timeout
+        self.silent_unlogged = 0  # calls ended for want of a first message, since the WARNING
         self.idle_closed = 0  # connections closed for want of a call (monotonic)
         self.connections: set[Connection] = set()
         self.retiring: set[Connection] = set()  # closing for want of a call (NOTE(make-room))
         self.refused = 0  # connections closed at once over the cap (monotonic)
         self.unlogged = 0  # of those, since the last WARNING
+        # connections closed for want of the HTTP/2 preface, by preface.py's reason (monotonic),
+        # and of those, since each reason's last WARNING (NOTE(plaintext-h2c) in preface.py)
+        self.not_h2c: Counter[str] = Counter(dict.fromkeys(PREFACE_REASONS, 0))
+        self.not_h2c_unlogged: Counter[str] = Counter()
         self.warnings = Throttle(WARN_INTERVAL, clock)
         self.clock = clock  # the connections' reset budgets' (NOTE(rapid-reset) in h2.py)
         self.server: asyncio.AbstractServer | None = None
 
     @staticmethod
-    def check(max_connection_bytes: int, max_connections: int, max_held_bytes: int,
-              max_open_streams: int, idle_timeout: float) -> None:
-        """ValueError naming the first of these limits that cannot work."""
+    def check(max_message: int, max_connection_bytes: int, max_connections: int,
+              max_held_bytes: int, max_open_streams: int, idle_timeout: float,
+              first_message_timeout: float) -> int:
+        """ValueError naming the first of these limits that cannot work; else a stream's
+        window."""
+        # one largest message, never below HTTP/2's default (a peer may send that much before
+        # it reads our SETTINGS)
+        stream_window = max(max_message + ENVELOPE, DEFAULT_WINDOW)
+        if not stream_window <= max_connection_bytes <= MAX_WINDOW:
+            raise ValueError(f"max_connection_bytes={max_connection_bytes}: use at least "
+                             f"{stream_window} (a largest message of {max_message} "
+                             f"bytes and its envelope) and at most {MAX_WINDOW}")
         if max_connections < 1 or max_open_streams < 1:
             raise ValueError(f"max_connections={max_connections!r}, max_open_streams="
                              f"{max_open_streams!r}: use positive counts")
@@ -171,6 +194,10 @@ class Server:
         if not 0 <= idle_timeout < float("inf"):
             raise ValueError(f"idle_timeout={idle_timeout!r}: use a finite number of seconds "
                              "at least 0 (0: never)")
+        if not 0 < first_message_timeout < float("inf"):
+            raise ValueError(f"first_message_timeout={first_message_timeout!r}: use a finite "
+                             "number of seconds above 0")
+        return stream_window
 
     async def start(self, host: str, port: int) -> int:
         """The bound port."""
@@ -200,42 +227,38 @@ class Server:
         self.retiring.discard(conn)
 
     def make_room(self) -> None:
-        """NOTE(make-room): the open connection without a call open the longest (none
-        going away or closing) retires and leaves the count, while fewer than
+        """NOTE(make-room): the open connection without a call, or with silent calls only, the
+        longest (none going away or closing) retires and leaves the count, while fewer than
         max_connections retire."""
         if len(self.retiring) >= self.max_connections:
             return
-        idle = [c for c in self.connections if not (c.streams or c.going_away or c.transport
-                                                     is None or c.transport.is_closing())]
+        idle = [c for c in self.connections if len(c.silent) == len(c.streams) and not (
+            c.going_away or c.transport is None or c.transport.is_closing())]
         if idle:
             oldest = min(idle, key=lambda c: c.idle_since)
             self.retire(oldest)
 
     def retire(self, conn: Connection) -> None:
         """Close ``conn`` gracefully for want of a call (no call open for ``idle_timeout``
-        seconds, or the longest without one at the cap): GOAWAY NO_ERROR, closed after
-        ``close_timeout``; counted, and no longer counted against the cap
+        seconds, or the longest without one, or with silent calls only, at the cap): GOAWAY
+        NO_ERROR, closed after ``close_timeout``; counted, and no longer counted against the cap
         (NOTE(idle-timeout) in h2.py, NOTE(make-room))."""
         conn.go_away(self.close_timeout)
         self.retiring.add(conn)
         self.idle_closed += 1
-        log.debug("kvpool epp: closing a connection without a call (--idle-timeout %gs, or "
-                  "the connection cap reached)", self.idle_timeout)
+        log.debug("kvpool epp: closing a connection without a call, or with silent calls only "
+                  "(--idle-timeout %gs, or the connection cap reached)", self.idle_timeout)
 
     def open_stream(self, conn: Connection) -> bool:
         """Count a new call of ``conn`` in, or refuse it (False, counted by cause): ``conn``
-        is going away or at its own STREAMS; at the process's cap cut the connection with
-        the most calls open first, or refuse the call when that is ``conn``
-        (NOTE(stream-cap))."""
+        is going away or at its own STREAMS; at the process's cap cut another connection
+        first (``cut_for``), or refuse the call when none is (NOTE(stream-cap))."""
         if conn.going_away or len(conn.streams) >= STREAMS:
             self.streams_refused["going_away" if conn.going_away
                                  else "max_concurrent_streams"] += 1
             return False
         if self.open_streams >= self.max_open_streams:
-            most = max(self.connections, key=lambda c: (len(c.streams) + 1, 1) if c is conn
-                       else (len(c.streams), 0))
-            if most is not conn:
-                self.cut_largest(most, "holding the most calls at --max-open-streams")
+            self.cut_for(conn)
         if self.open_streams < self.max_open_streams:
             self.open_streams += 1
             return True
@@ -248,6 +271,42 @@ class Server:
                         self.max_open_streams, self.streams_unlogged)
             self.streams_unlogged = 0
         return False
+
+    def cut_for(self, conn: Connection) -> None:
+        """At the open call cap, a new call of ``conn``'s: cut the other connection with the
+        most calls, all silent, or else the one with the most calls when that is not ``conn``
+        (NOTE(stream-cap))."""
+        silent = [c for c in self.connections
+                  if c is not conn and c.streams and len(c.silent) == len(c.streams)]
+        if silent:
+            return self.cut_largest(max(silent, key=lambda c: len(c.streams)),
+                                    "holding only silent calls at --max-open-streams")
+        most = max(self.connections, key=lambda c: (len(c.streams) + 1, 1) if c is conn
+                   else (len(c.streams), 0))
+        if most is not conn:
+            self.cut_largest(most, "holding the most calls at --max-open-streams")
+
+    def refuse_preface(self, reason: str) -> None:
+        """A connection closed for want of the HTTP/2 preface (preface.py's ``reason``):
+        counted, and one WARNING per reason per WARN_INTERVAL at most, with the count and
+        the fix (NOTE(plaintext-h2c) in preface.py)."""
+        self.not_h2c[reason] += 1
+        self.not_h2c_unlogged[reason] += 1
+        if self.warnings.due("preface " + reason):
+            what = ADVICE.get(reason, f"no HTTP/2 preface within {self.preface_timeout:g}s")
+            log.warning("kvpool epp: closed %d connection(s) since the last report that sent "
+                        "%s", self.not_h2c_unlogged.pop(reason), what)
+
+    def silenced(self, n: int) -> None:
+        """``n`` calls were ended for want of a first message: one WARNING per WARN_INTERVAL
+        at most, with the count (NOTE(first-message) in silence.py)."""
+        self.silent_unlogged += n
+        if self.warnings.due("silent"):
+            log.warning("kvpool epp: ended %d call(s) since the last report that sent no "
+                        "message within --first-message-timeout %gs (DEADLINE_EXCEEDED); Envoy "
+                        "sends its first at once, so a client is holding calls open",
+                        self.silent_unlogged, self.first_message_timeout)
+            self.silent_unlogged = 0
 
     def ended(self, status: int) -> None:
         """A call's trailers say ``status``: counted unless OK (NOTE(scrape-time) in

@@ -63,17 +63,24 @@ class TransportCollector:
                     value=len(server.connections))
         yield level("kvpool_epp_max_connections", "The open connection cap (--max-connections).",
                     value=server.max_connections)
-        yield count("kvpool_epp_connections_refused",
-                    "Connections closed at once because the cap was reached.",
-                    value=server.refused)
+        refused = count("kvpool_epp_connections_refused",
+                        "Connections closed unserved, by reason: max_connections (the cap), "
+                        "tls (a TLS ClientHello: the port is plaintext h2c), http1 (an HTTP/1.x "
+                        "request), not_h2c (other bytes than the HTTP/2 preface), "
+                        "preface_timeout (no preface in time).", labels=["reason"])
+        refused.add_metric(["max_connections"], server.refused)
+        for reason, n in sorted(server.not_h2c.items()):
+            refused.add_metric([reason], n)
+        yield refused
         yield count("kvpool_epp_connections_cut",
                     "Connections closed with GOAWAY ENHANCE_YOUR_CALM: the largest holder at the "
                     "held-bytes budget or the open call cap, or a peer resetting calls past "
                     "its budget.", value=server.cut)
         yield count("kvpool_epp_connections_idle_closed",
                     "Connections closed gracefully (GOAWAY NO_ERROR) for want of a call: "
-                    "none open for --idle-timeout seconds, or the longest without one when a "
-                    "new connection came at --max-connections.", value=server.idle_closed)
+                    "none open for --idle-timeout seconds, or the longest without one (or with "
+                    "silent calls only) when a new connection came at --max-connections.",
+                    value=server.idle_closed)
         yield level("kvpool_epp_held_bytes",
                     "Bytes the open calls hold now (request bodies until their decision, "
                     "answer bytes held back for a model restore or a response id).",
@@ -100,7 +107,8 @@ class TransportCollector:
         yield refused
         failed = count("kvpool_epp_calls_failed",
                        "Calls ended with a gRPC status other than OK (RESOURCE_EXHAUSTED: a "
-                       "message or a call past its bound).", labels=["code"])
+                       "message or a call past its bound; DEADLINE_EXCEEDED: no message within "
+                       "--first-message-timeout).", labels=["code"])
         for status, n in sorted(server.failed.items()):
             failed.add_metric([STATUS_NAMES.get(status, str(status))], n)
         yield failed

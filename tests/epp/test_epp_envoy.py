@@ -254,7 +254,7 @@ def test_the_transport_flags_and_their_checks():
     assert limits(4 << 20) == {"max_message": (4 << 20) + MESSAGE_SLACK,
                                "max_connections": 1024, "max_connection_bytes": 64 << 20,
                                "max_held_bytes": 1 << 30, "max_open_streams": 8192,
-                               "idle_timeout": 60.0}
+                               "idle_timeout": 60.0, "first_message_timeout": 10.0}
     big = limits(100 << 20)
     assert big["max_connection_bytes"] == 4 * (big["max_message"] + 5)
     assert limits(4 << 20, max_connection_bytes=3 << 29)["max_held_bytes"] == 3 << 29

@@ -225,10 +225,11 @@ PART = 512 << 10  # what one stream of ``holding`` keeps: part of an announced 1
 
 
 async def holding(port: int, streams: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection that keeps to its windows and leaves PART bytes of a message on each of
-    ``streams`` streams (the caller closes it)."""
+    """A connection that keeps to its windows and leaves PART bytes on each of ``streams``
+    streams: an empty first message (so no call is silent: NOTE(first-message) in
+    kvpool/epp/silence.py), then part of an announced 1 MiB one (the caller closes it)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    body = (1 << 20).to_bytes(5, "big") + bytes(PART - 5)
+    body = bytes(5) + (1 << 20).to_bytes(5, "big") + bytes(PART - 10)
     out = [PREFACE + frame(SETTINGS, 0, 0)]
     for sid in range(1, 2 * streams, 2):
         out.append(frame(HEADERS, END_HEADERS, sid, b"\x88"))

@@ -45,10 +45,12 @@ TRANSPORT = ("kvpool_epp_picks_total", "kvpool_epp_full_duplex_bodies_total",
 
 
 async def scrape(s: aiohttp.ClientSession, base: str) -> dict[str, float]:
-    """The unlabelled samples of ``base``/metrics, by name."""
+    """The samples of ``base``/metrics, by name: a labelled family's summed (the refused
+    connections' reasons)."""
     async with s.get(base + "/metrics") as r:
         assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
-        return {name: by[()] for name, by in parse_metrics(await r.text()).items() if () in by}
+        return {name: by[()] if () in by else sum(by.values())
+                for name, by in parse_metrics(await r.text()).items()}
 
 
 def figures(samples: dict[str, float]) -> dict[str, float]:
@@ -385,7 +387,8 @@ async def test_failed_calls_error_answers_and_refused_streams_are_counted():
         finally:
             writer.close()
     assert {dict(k)["code"]: v for k, v in samples["kvpool_epp_calls_failed_total"].items()} \
-        == {"INVALID_ARGUMENT": 0, "RESOURCE_EXHAUSTED": 1, "UNIMPLEMENTED": 0, "INTERNAL": 0}
+        == {"INVALID_ARGUMENT": 0, "DEADLINE_EXCEEDED": 0, "RESOURCE_EXHAUSTED": 1,
+            "UNIMPLEMENTED": 0, "INTERNAL": 0}
     assert {dict(k)["status"]: v for k, v in samples["kvpool_epp_error_answers_total"].items()} \
         == {"400": 1, "413": 1, "502": 0, "503": 1, "504": 0}
     assert {dict(k)["reason"]: v for k, v in samples["kvpool_epp_streams_refused_total"].items()} \

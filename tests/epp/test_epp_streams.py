@@ -17,14 +17,19 @@ from kvpool.epp.h2 import RESET_BURST, RESET_RATE
 from kvpool.epp.listener import DEFAULT_MAX_OPEN_STREAMS, Server
 from tests.epp.test_epp_buffers import until
 from tests.epp.test_epp_limits import pick, served
+from tests.epp.test_epp_modes import MODE, headers
+
+_FIRST = headers(MODE.FULL_DUPLEX_STREAMED).SerializeToString()
+FIRST = len(_FIRST).to_bytes(5, "big") + _FIRST  # a call's first message, enveloped
 
 
 async def opened(port: int, *sids: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection that opens a call on each of ``sids`` (HEADERS only: each call waits for
-    its request) and sends nothing more; the caller closes it."""
+    """A connection that opens a call on each of ``sids``, each sending its request headers
+    (full duplex: each call then waits for the body, and is not silent: NOTE(first-message)
+    in kvpool/epp/silence.py), and sends nothing more; the caller closes it."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(PREFACE + frame(SETTINGS, 0, 0)
-                 + b"".join(frame(HEADERS, END_HEADERS, sid, b"\x88") for sid in sids))
+    writer.write(PREFACE + frame(SETTINGS, 0, 0) + b"".join(
+        frame(HEADERS, END_HEADERS, sid, b"\x88") + frame(DATA, 0, sid, FIRST) for sid in sids))
     await writer.drain()
     return reader, writer
 
