@@ -26,6 +26,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Hist
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from kvpool.metrics.admission import ADMISSION_METRIC_NAMES, AdmissionRejections
 from kvpool.metrics.snapshot import Family, MetricsSnapshot, snapshot_families
 from kvpool.metrics.vllm_series import (VLLM_HISTOGRAMS, VLLM_METRIC_NAMES, engine_families,
                                         vllm_labels)
@@ -43,7 +44,8 @@ ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 81
 
 # Every metric family this module exports (the Grafana dashboard test checks against it).
 METRIC_NAMES = (
-    "kvpool_cache_usage_ratio", "kvpool_free_blocks", "kvpool_blocks", "kvpool_cached_blocks",
+    "kvpool_cache_usage_ratio", "kvpool_free_blocks", "kvpool_allocatable_blocks",
+    "kvpool_blocks", "kvpool_cached_blocks",
     "kvpool_fragmentation_ratio", "kvpool_swap_blocks_total", "kvpool_swap_bytes_total",
     "kvpool_copy_blocks_total", "kvpool_preemptions_total", "kvpool_prefix_cache_queries_total",
     "kvpool_prefix_cache_hits_total", "kvpool_evictions_total", "kvpool_requests",
@@ -52,7 +54,7 @@ METRIC_NAMES = (
     "kvpool_invariant_violations_total", "kvpool_time_to_first_token_seconds",
     "kvpool_inter_token_latency_seconds", "kvpool_e2e_request_latency_seconds",
     "kvpool_request_queue_time_seconds", "kvpool_step_seconds", "kvpool_iteration_tokens",
-) + VLLM_METRIC_NAMES
+) + VLLM_METRIC_NAMES + ADMISSION_METRIC_NAMES
 
 
 def metric_families(families: list[Family]) -> Iterator[Metric]:
@@ -194,6 +196,10 @@ class KVPoolMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._snapshot = _SnapshotCollector(snapshot_fn, model_name or "", cache_info)
         self.registry.register(self._snapshot)
+        self._sources: list[_SourceCollector] = []
+        # the request gate's refusals (admission.py NOTE(refusals)), before the histograms
+        self.admission = AdmissionRejections(model_name or "")
+        self.add_source(self.admission.families)
         self._prefixes: dict[tuple, str] = {}  # (name, labelnames, values) -> 'name{...} '
         self._heads: dict[tuple, str] = {}
         label = (("model_name", model_name),) if model_name else ()
@@ -220,7 +226,6 @@ class KVPoolMetrics:
                                      "step (prefill chunks + decodes).", ITERATION_TOKEN_BUCKETS)
         self._hists = [self.ttft, self.itl, self.e2e, self.queue, self.step,
                        self.iteration_tokens]
-        self._sources: list[_SourceCollector] = []
 
     def observe_step(self, seconds: float, tokens: int) -> None:
         """One engine step: its time, and the tokens it computed (a step of copies alone

@@ -8,6 +8,8 @@ histograms (NOTE(per-sequence)); only the n histogram counts it once:
     kvpool_request_success_total{model_name,finished_reason} finished sequences by reason
     kvpool_request_prompt_tokens{model_name}                 histogram, per sequence
     kvpool_request_generation_tokens{model_name}             histogram, per sequence
+    kvpool_request_max_generation_tokens{model_name}         histogram, per request: the most
+                                                             any of its sequences generated
     kvpool_request_params_n / _params_max_tokens{model_name} histograms of what was asked
     kvpool_request_prefill_time_seconds{model_name}          first schedule -> first token
     kvpool_request_decode_time_seconds{model_name}           first token -> finish
@@ -44,7 +46,8 @@ N_BUCKETS = (1, 2, 5, 10, 20)
 REQUEST_METRIC_NAMES = (
     "kvpool_prompt_tokens_total", "kvpool_request_success_total",
     "kvpool_request_prompt_tokens", "kvpool_request_generation_tokens",
-    "kvpool_request_params_n", "kvpool_request_params_max_tokens",
+    "kvpool_request_max_generation_tokens", "kvpool_request_params_n",
+    "kvpool_request_params_max_tokens",
     "kvpool_request_prefill_time_seconds", "kvpool_request_decode_time_seconds",
     "kvpool_request_inference_time_seconds") + VLLM_REQUEST_METRIC_NAMES
 # every finish reason of runtime/engine/output_processor.py's FINISH_REASONS ("repetition":
@@ -69,6 +72,11 @@ class RequestMetrics:
                                 TOKEN_BUCKETS)
         self.generation_hist = hist("kvpool_request_generation_tokens",
                                     "Generated tokens per request.", TOKEN_BUCKETS)
+        # NOTE(max-generation): vLLM observes it where it observes n, once per parent request
+        # when its last child finishes (parallel_sampling.py observe_finished_request)
+        self.max_generation_hist = hist("kvpool_request_max_generation_tokens", "The most "
+                                        "tokens any sequence of a request generated.",
+                                        TOKEN_BUCKETS)
         self.n_hist = hist("kvpool_request_params_n", "The n requests ask for.", N_BUCKETS)
         self.max_tokens_hist = hist("kvpool_request_params_max_tokens",
                                     "The max_tokens requests run with.", TOKEN_BUCKETS)
@@ -96,6 +104,7 @@ class RequestMetrics:
                 key = r if r in self._success else "abort"
                 self._success[key] += 1
         self.n_hist.observe(n)
+        self.max_generation_hist.observe(max(generated, default=0))
         e2e, queue, ttft = (timings.get(k) for k in ("e2e", "queue", "ttft"))
         timed = e2e is not None and queue is not None and ttft is not None
         for tokens in generated:

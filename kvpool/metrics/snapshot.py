@@ -48,8 +48,14 @@ def _pool_families(s: MetricsSnapshot) -> list[Family]:
     return [
         ("kvpool_cache_usage_ratio", g, "Fraction of KV blocks in use.", tiers,
          [(("device",), dev.usage), (("host",), host.usage)]),
-        ("kvpool_free_blocks", g, "Blocks with no content, ready to allocate.", tiers,
-         [(("device",), dev.num_free), (("host",), host.num_free)]),
+        ("kvpool_free_blocks", g, "Blocks with no content (never filled, or evicted).",
+         tiers, [(("device",), dev.num_free), (("host",), host.num_free)]),
+        # NOTE(allocatable): what an allocation can take now is free + evictable (cached,
+        # no reference), vLLM's free block queue: an idle pool full of cached prefixes had
+        # kvpool_free_blocks near 0 while its usage read 0
+        ("kvpool_allocatable_blocks", g, "Blocks ready to allocate: free plus evictable "
+         "(cached, no reference).", tiers,
+         [(("device",), dev.num_allocatable), (("host",), host.num_allocatable)]),
         ("kvpool_blocks", g, "Blocks in the pool.", tiers,
          [(("device",), dev.num_blocks), (("host",), host.num_blocks)]),
         ("kvpool_cached_blocks", g, "Blocks holding prefix-cached content (in use or "

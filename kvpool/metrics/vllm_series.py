@@ -58,6 +58,9 @@ VLLM_REQUEST_HISTOGRAMS = {
                                      "Number of prefill tokens processed."),
     "kvpool_request_generation_tokens": ("vllm:request_generation_tokens",
                                          "Number of generation tokens processed."),
+    "kvpool_request_max_generation_tokens": ("vllm:request_max_num_generation_tokens",
+                                             "Histogram of maximum number of requested "
+                                             "generation tokens."),
     "kvpool_request_params_n": ("vllm:request_params_n", "Histogram of the n request "
                                 "parameter."),
     "kvpool_request_params_max_tokens": ("vllm:request_params_max_tokens", "Histogram of the "

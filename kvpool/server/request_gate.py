@@ -5,6 +5,7 @@ reaches the engine; the ticket it gets opens the engine streams and gives everyt
 
     ticket = gate.admit(prompts, params, cache_salt)   # params: one per prompt
         draining                      -> 503 shutting_down + Retry-After
+        (each refusal is counted by reason: kvpool/metrics/admission.py NOTE(refusals))
         tenant                        the middleware's (middleware.py), never the client's salt
         cache salt                    CacheNamespace.salt(tenant, cache_salt)
         quota (--tenant-block-quota)  need = the pool's own block count (RequestChecker,
@@ -41,7 +42,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from kvpool.errors import RequestError
+from kvpool.errors import QueueFullError, RequestError
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
 from kvpool.server.engine_client import EngineClient, UpdateStream
 from kvpool.server.middleware import APIError, CacheNamespace, current_tenant
@@ -79,6 +80,7 @@ class RequestGate:
         """The one check of a request at the edge; raises the 503 / 400 / 429 it earns.
         ``params``: each prompt's (its own max_tokens: NOTE(clamp) in context_budget.py)."""
         if self.draining:
+            self.refused("shutting_down")
             raise shutting_down_error()
         tenant = current_tenant()
         shares = [self._need(len(ids), p) for ids, p in zip(prompts, params)] \
@@ -108,15 +110,21 @@ class RequestGate:
         assert quota is not None
         need = sum(shares)
         if need > quota.limit:
+            self.refused("over_tenant_quota")
             prompts = "" if len(shares) == 1 else f"{len(shares)} prompts, "
             raise RequestError(
                 f"this request may need {need} KV blocks ({prompts}n={params.n}, "
                 f"max_tokens={params.max_tokens}) but a tenant may hold at most {quota.limit}: "
                 "lower max_tokens or n", "max_tokens", QUOTA_CODE)
         if not quota.try_reserve(tenant, need):
+            self.refused("tenant_quota")
             raise APIError(429, f"this tenant's requests already hold up to "
                                 f"{quota.reserved(tenant)} of its {quota.limit} KV blocks; retry "
                                 "later", code=QUOTA_CODE, headers={"Retry-After": "1"})
+
+    def refused(self, reason: str) -> None:
+        """Count one refused request (kvpool/metrics/admission.py NOTE(refusals))."""
+        self.engine.metrics.admission.reject(reason)
 
     def track(self, inner: UpdateStream, request_id: str | None,
               on_end: Callable[[], None]) -> GatedStream:
@@ -166,9 +174,13 @@ class Ticket:
     def open(self, index: int, request_id: str, ids: list[int], params: SamplingParams, *,
              priority: int = 0, checked: bool = False) -> GatedStream:
         """Prompt ``index``'s engine stream (``checked``: the pool rules were asked)."""
-        inner = self.gate.engine.generate(request_id, ids, params, cache_salt=self.salt,
-                                          priority=priority, tenant=self.tenant,
-                                          checked=checked)
+        try:
+            inner = self.gate.engine.generate(request_id, ids, params, cache_salt=self.salt,
+                                              priority=priority, tenant=self.tenant,
+                                              checked=checked)
+        except QueueFullError:  # --max-queue, or the engine stopping (drain)
+            self.gate.refused("shutting_down" if self.gate.draining else "queue_full")
+            raise
         return self.gate.track(inner, request_id, lambda: self.release(index))
 
     def release(self, index: int) -> None:

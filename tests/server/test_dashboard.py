@@ -6,6 +6,7 @@ in front of it)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -20,11 +21,14 @@ from kvpool.epp.cli import picking
 from kvpool.epp.listener import Server
 from kvpool.epp.metrics import DEFAULT_METRICS_PORT, MetricsPort, TransportCollector
 from kvpool.epp.picker import Picker
+from kvpool.events.config import KVEventsConfig
+from kvpool.events.publisher import EventPublisher
 from kvpool.metrics import METRIC_NAMES
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
 from kvpool.metrics.request_metrics import REQUEST_METRIC_NAMES
 from kvpool.remote import Namespace, ValueCodec
 from kvpool.remote.memory_tier import InMemoryTier
+from kvpool.router.kv_routing import EventRouting
 from kvpool.router.proxy import Router
 from kvpool.server.app import METRICS_KEY
 from kvpool.server.connections import ConnectionLimiter
@@ -53,7 +57,23 @@ def registry_names(registry: CollectorRegistry) -> set[str]:
 
 
 def router_names() -> set[str]:
-    return registry_names(Router(ReplicaSet(["http://127.0.0.1:9"])).metrics.registry)
+    """A router's families, its KV-event follower's among them (``--kv-events``)."""
+    replicas = ReplicaSet(["http://127.0.0.1:9"])
+    kv = EventRouting(replicas)
+    try:
+        return registry_names(Router(replicas, kv_events=kv).metrics.registry)
+    finally:
+        asyncio.run(kv.close())
+
+
+def publisher_names() -> set[str]:
+    """The KV-event publisher's families (``serve --kv-events-config``), on a loopback port."""
+    pub = EventPublisher(KVEventsConfig(enable_kv_cache_events=True,
+                                        endpoint="tcp://127.0.0.1:*"))
+    try:
+        return {name for name, *_ in pub.families()}
+    finally:
+        pub.close()
 
 
 def epp_names() -> set[str]:
@@ -75,7 +95,7 @@ def remote_names() -> set[str]:
 
 def exported() -> set[str]:
     return set(METRIC_NAMES) | set(REQUEST_METRIC_NAMES) | set(EDGE_NAMES) | remote_names() \
-        | router_names() | epp_names()
+        | router_names() | epp_names() | publisher_names()
 
 
 def metric_names(expr: str) -> set[str]:
@@ -131,7 +151,7 @@ def test_dashboard_shape():
     for topic in ("usage", "free blocks", "fragmentation", "swap", "preemption", "hit rate",
                   "requests by state", "first token", "inter-token", "end-to-end", "step time",
                   "evictions", "invariant", "remote tier", "breaker", "http connections",
-                  "router", "endpoint picker"):
+                  "router", "endpoint picker", "admission refusals", "kv events"):
         assert topic in titles, f"no panel about {topic!r}"
 
 
@@ -140,6 +160,10 @@ def test_remote_and_router_names_are_what_their_registries_export():
     assert {"kvpool_router_decisions_total", "kvpool_router_predicted_hit_tokens_total",
             "kvpool_router_cached_tokens_total", "kvpool_router_healthy_replicas"} <= \
         router_names()
+    assert {"kvpool_router_kv_events_total", "kvpool_router_kv_index_blocks",
+            "kvpool_router_lookup_fallbacks_total"} <= router_names()
+    assert {"kvpool_kv_events_published_total", "kvpool_kv_events_dropped_total"} <= \
+        publisher_names()
     assert {"kvpool_epp_picks_total", "kvpool_epp_connections_refused_total",
             "kvpool_epp_connections_cut_total", "kvpool_epp_held_bytes"} <= epp_names()
 
@@ -150,6 +174,52 @@ def test_every_exported_metric_is_on_the_dashboard_and_nothing_else():
             for n in metric_names(plain(e))}
     missing = names - used
     assert not missing, f"metrics exported but not on the dashboard: {sorted(missing)}"
+
+
+def targets() -> list[tuple[dict, dict]]:
+    """(panel, target) for every target of the dashboard."""
+    panels = load_dashboard()["panels"]
+    return [(p, t) for p in panels for t in p.get("targets", [])]
+
+
+def clamp_floors(expr: str) -> list[str]:
+    """The floor (last argument) of every clamp_min(...) in ``expr``."""
+    floors = []
+    for m in re.finditer(r"clamp_min\(", expr):
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(expr[i], 0)
+            i += 1
+        floors.append(expr[m.end():i - 1].rsplit(",", 1)[1].strip())
+    return floors
+
+
+def test_ratios_floor_their_denominator_near_zero():
+    # a floor of 1 (per second) under-read a hit rate whenever fewer than 1 token/s was
+    # looked up: the ratio of the two rates is what vLLM's dashboards plot
+    for p, t in targets():
+        for floor in clamp_floors(t["expr"]):
+            assert float(floor) <= 1e-9, (p["title"], t["expr"])
+
+
+def test_per_second_panels_plot_rates():
+    # increase() over $__rate_interval is a count per window that scales with the zoom
+    for p, t in targets():
+        if p["fieldConfig"]["defaults"].get("unit") in ("ops", "reqps", "Bps", "binBps"):
+            assert "increase(" not in t["expr"], (p["title"], t["expr"])
+
+
+def test_series_kept_per_instance_are_told_apart():
+    for p, t in targets():
+        expr = plain(t["expr"])
+        by = re.match(r"\w+ by \(([^)]*)\)", expr)
+        if re.fullmatch(r"[\w:]+\{[^}]*\}", expr) or (by and "instance" in by.group(1)):
+            assert "{{instance}}" in t.get("legendFormat", ""), (p["title"], expr)
+
+
+def test_free_blocks_panel_plots_what_is_ready_to_allocate():
+    panel = next(p for p, _ in targets() if p["title"].startswith("Free blocks per tier"))
+    assert any("kvpool_allocatable_blocks" in t["expr"] for t in panel["targets"])
 
 
 def test_latency_panels_use_histogram_buckets():
@@ -191,7 +261,8 @@ def test_prometheus_yml_scrapes_the_default_server():
 
 async def router_scrape(srv) -> dict:
     """The /metrics of a real router on loopback in front of ``srv``."""
-    router = Router(ReplicaSet([srv.url]))
+    replicas = ReplicaSet([srv.url])  # following its KV events (it publishes none)
+    router = Router(replicas, kv_events=EventRouting(replicas))
     rsrv = TestServer(router.app(), host="127.0.0.1", port=0)
     await rsrv.start_server()
     try:
@@ -227,7 +298,9 @@ async def test_dashboard_metrics_are_in_a_live_scrape(srv):
     srv.app[METRICS_KEY].add_source(ConnectionLimiter(8).families)
     from_router = await router_scrape(srv)
     from_epp = await epp_scrape(srv)
-    assert set(from_router) <= set(from_epp)  # the picker's Router, on its metrics port
+    follower = {"kvpool_router_kv_events_total", "kvpool_router_kv_index_blocks",
+                "kvpool_router_lookup_fallbacks_total"}  # the picker's router follows none
+    assert set(from_router) - follower <= set(from_epp)  # the picker's Router, its port
     async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
         text = await r.text()
     from_server = parse_metrics(text)
@@ -243,9 +316,11 @@ async def test_dashboard_metrics_are_in_a_live_scrape(srv):
     for op in ("probe", "get", "put"):
         remote.observe(op, 0.001)
     from_remote = parse_metrics(generate_latest(remote.registry).decode())
+    published = publisher_names()  # a replica's with --kv-events-config
     for expr in dashboard_exprs(load_dashboard()):
         for name in metric_names(plain(expr)):
-            where = (from_router if name.startswith("kvpool_router_") else
+            where = (published if name.startswith("kvpool_kv_events_") else
+                     from_router if name.startswith("kvpool_router_") else
                      from_epp if name.startswith("kvpool_epp_") else
                      from_remote if name.startswith("kvpool_remote_") else from_server)
             assert name in where, f"{name} (in {expr!r}) is not exported"
