@@ -6,6 +6,15 @@ replica's guarded listener (kvpool.server.connections: a connection cap, a heade
 OpenAI error JSON for aiohttp's own parser errors such as a header too large). On the signal it
 drains for up to ``--shutdown-timeout`` seconds (drain.py NOTE(router-drain)); a second signal
 exits at once.
+
+NOTE(router-cap): a replica's cap on connections is its open-file limit less a reserve
+(kvpool.server.connections.default_max_connections): past the limit accept() fails and every
+client is locked out, below it a client over the cap still gets a 503. A proxied client
+connection holds a second descriptor, its upstream socket to a replica (more while a retry or
+a lookup is open), so the router's default cap is half that: its clients alone can no longer
+use up the descriptors its relays need. Before, 90 streams under a limit of 160 (cap 96) ran
+the router out of sockets and the healthy replica was blamed (connect_errors.py
+NOTE(local-exhaustion)). ``--max-connections`` sets it (docs/architecture.md, Router).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, read_token, replica_spec
 from kvpool.router.proxy import DEFAULT_MAX_RETRIES, POLICIES, UPSTREAM_KEEPALIVE, Router
+from kvpool.router.replica_tls import replica_context
 from kvpool.router.replicas import (DEFAULT_DOWN_AFTER, DEFAULT_HEALTH_TIMEOUT, DEFAULT_INTERVAL,
                                      ReplicaSet)
 from kvpool.router.scoring import LoadGuard
@@ -34,7 +44,8 @@ from kvpool.server.cors import CorsPolicy, add_cors_args
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments",
-           "add_shutdown_argument", "event_loop_factory", "listen", "main", "run", "serve"]
+           "add_shutdown_argument", "default_router_connections", "event_loop_factory",
+           "listen", "main", "run", "serve"]
 
 READY_PREFIX = "kvpool router: listening on http://"
 DEFAULT_PORT = 8080
@@ -49,7 +60,13 @@ def add_arguments(p: argparse.ArgumentParser,
     _add_replica_arguments(p, DEFAULT_PORT if port is None else port)
     _add_routing_arguments(p)
     _add_health_arguments(p)
-    return add_shutdown_argument(p) if port is None else p
+    if port is None:
+        p.add_argument("--max-connections", type=int, default=None, metavar="N",
+                       help="open client connections the router takes; beyond it new ones "
+                            "get 503 and close (default: half of the open-file limit less 64, "
+                            "as each one proxied holds a socket to a replica too)")
+        add_shutdown_argument(p)
+    return p
 
 
 def _add_replica_arguments(p: argparse.ArgumentParser, port: int) -> None:
@@ -67,6 +84,9 @@ def _add_replica_arguments(p: argparse.ArgumentParser, port: int) -> None:
                    help="enables GET/POST/DELETE /v1/kvpool/replicas with 'Authorization: "
                         "Bearer <the file's token>' (add and remove replicas at runtime); "
                         "/health names the replicas only to that token or --replica-api-key")
+    p.add_argument("--replica-ca-certs", metavar="PEM",
+                   help="CA certificates the router trusts for https:// replicas, instead of "
+                        "the system's (health beats and requests alike)")
 
 
 def _add_routing_arguments(p: argparse.ArgumentParser) -> None:
@@ -160,7 +180,9 @@ def build_router(args: argparse.Namespace) -> Router:
                          "--admin-token-file to add replicas at runtime)")
     specs = [replica_spec(u) for u in args.replica]
     replicas = ReplicaSet([u for u, _ in specs], interval=args.health_interval,
-                          timeout=args.health_timeout, down_after=args.down_after, names={u: n for u, n in specs if n})
+                          timeout=args.health_timeout, down_after=args.down_after,
+                          names={u: n for u, n in specs if n},
+                          tls=replica_context(args.replica_ca_certs))
     guard = LoadGuard(args.balance_abs_threshold, args.balance_rel_threshold)
     token = read_token(args.admin_token_file) if args.admin_token_file else None
     membership = (Membership(replicas, admin_token=token, replicas_file=args.replicas_file)
@@ -179,17 +201,23 @@ def build_router(args: argparse.Namespace) -> Router:
                   max_retries=args.max_retries, upstream_keepalive=args.upstream_keepalive)
 
 
-async def listen(router: Router, host: str, port: int,
-                 drain: Drain | None = None) -> tuple[web.AppRunner, asyncio.Server]:
+def default_router_connections() -> int:
+    """The router's default cap on client connections (NOTE(router-cap))."""
+    return max(16, default_max_connections() // 2)
+
+
+async def listen(router: Router, host: str, port: int, drain: Drain | None = None,
+                 max_connections: int | None = None) -> tuple[web.AppRunner, asyncio.Server]:
     """The router's app set up and listening (the caller closes the server, then cleans up
-    the runner); with ``drain``, its requests tracked and the runner's own wait short."""
+    the runner); with ``drain``, its requests tracked and the runner's own wait short;
+    ``max_connections``: the cap on client connections (None: NOTE(router-cap))."""
+    limiter = ConnectionLimiter(max_connections or default_router_connections())
     app = router.app() if drain is None else drain.install(router.app())
     runner = web.AppRunner(app, handler_cancellation=True,
                            shutdown_timeout=10 if drain is None else SHUTDOWN_GRACE)
     await runner.setup()
     try:
-        server = await start_listener(runner, host, port,
-                                      limiter=ConnectionLimiter(default_max_connections()))
+        server = await start_listener(runner, host, port, limiter=limiter)
     except BaseException:
         await runner.cleanup()
         raise
@@ -197,13 +225,15 @@ async def listen(router: Router, host: str, port: int,
 
 
 async def serve(router: Router, host: str, port: int, stop: asyncio.Event | None = None,
-                shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT) -> None:
-    """Serve until SIGTERM/SIGINT (or ``stop``), then drain (drain.py NOTE(router-drain))."""
+                shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+                max_connections: int | None = None) -> None:
+    """Serve until SIGTERM/SIGINT (or ``stop``), then drain (drain.py NOTE(router-drain));
+    ``max_connections``: listen's."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = install_signals(loop, stop)
     drain = Drain()
-    runner, server = await listen(router, host, port, drain)
+    runner, server = await listen(router, host, port, drain, max_connections)
     try:
         bound = server.sockets[0].getsockname()[1] if server.sockets else port
         print(f"{READY_PREFIX}{host}:{bound} ({len(router.replicas.replicas)} replicas)",
@@ -225,6 +255,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if getattr(args, "max_connections", None) is not None and args.max_connections < 1:
+            raise ValueError(f"--max-connections {args.max_connections}: use a positive count")
         router = build_router(args)
     except (ValueError, OSError) as exc:
         print(f"kvpool router: {exc}", file=sys.stderr)
@@ -232,7 +264,8 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         runner.run(serve(router, args.host, args.port,
                          shutdown_timeout=getattr(args, "shutdown_timeout",
-                                                  DEFAULT_SHUTDOWN_TIMEOUT)))
+                                                  DEFAULT_SHUTDOWN_TIMEOUT),
+                         max_connections=getattr(args, "max_connections", None)))
     return 0
 
 

@@ -210,16 +210,16 @@ class Router:
         return app
 
     async def _own_answer(self, request: web.Request, response: web.StreamResponse) -> None:
-        """NOTE(cors-own): a replica's answer keeps its own CORS headers; the router's get the
-        router's, its errors OpenAI's JSON as serve's, and on a Messages path Anthropic's
-        (NOTE(anthropic-errors))."""
+        """NOTE(cors-own): a replica's answer keeps its CORS headers, the router's get its own;
+        its errors are OpenAI's JSON, on a Messages path Anthropic's (NOTE(anthropic-errors))."""
         if not response.get(RELAYED, False):
             await self.cors.on_response_prepare(request, response)
             await json_errors(request, response)  # NOTE(expect) in middleware.py
             await anthropic_errors(request, response)
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
-        self.session = own_session(self.connect_timeout, self.upstream_keepalive)
+        self.session = own_session(self.connect_timeout, self.upstream_keepalive,
+                                   self.replicas.tls)  # replica_tls.py NOTE(replica-ca)
         self.pool = UpstreamPool(connect_timeout=self.connect_timeout,
                                  keepalive=self.upstream_keepalive)
         await self.replicas.poll_once(self.session)  # know who is up before the first request

@@ -45,6 +45,7 @@ the work to the replica, whose own bound depends on its context length.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 
 import aiohttp
@@ -101,17 +102,21 @@ def asking_identity(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
             ("Accept-Encoding", "identity")]
 
 
-def own_session(connect_timeout: float, keepalive: float) -> aiohttp.ClientSession:
+def own_session(connect_timeout: float, keepalive: float,
+                tls: ssl.SSLContext | None = None) -> aiohttp.ClientSession:
     """The session of what the router asks the replicas itself (beats, scrapes, kv_events
-    info, lookups: those pass ``asking_identity``'s headers). NOTE(own-asks): every answer is
-    asked uncompressed, as NOTE(identity-encoding) asks a relayed one the router reads; the
-    session decodes nothing, so a compressing proxy in front of the replicas made each
-    answer "not JSON" (0 hits, no load) for every client that accepts gzip."""
+    info, lookups: those pass ``asking_identity``'s headers), trusting ``tls``' CAs for
+    https:// replicas (None: the system's; replica_tls.py NOTE(replica-ca)). NOTE(own-asks):
+    every answer is asked uncompressed, as NOTE(identity-encoding) asks a relayed one the
+    router reads; the session decodes nothing, so a compressing proxy in front of the
+    replicas made each answer "not JSON" (0 hits, no load) for every client that accepts
+    gzip."""
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
         auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
         headers={"Accept-Encoding": "identity"},
-        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive))
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive,
+                                       ssl=tls if tls is not None else True))
 
 
 def response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:

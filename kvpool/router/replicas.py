@@ -14,6 +14,7 @@ Each replica has its own beat task: ``GET /health`` every ``interval`` seconds, 
     nothing heard for ``down_after`` seconds -> the replica is *silent* (stopped, hung,
                                 partitioned): every request the router has in flight there
                                 ends now (``lease``)
+    no socket of the router's own -> nothing changes (connect_errors.py NOTE(local-exhaustion))
 
 NOTE(liveness): a silent replica's open connections never fail by themselves, and a first-byte
 timeout cannot tell it from a long prefill (many seconds before the first token on a real
@@ -67,6 +68,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -74,6 +76,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from kvpool.router.connect_errors import Shortage, local_cause, why_down
 from kvpool.router.load_metrics import METRICS_TIMEOUT, MetricsLoad, read_up_to
 from kvpool.router.scoring import whole_counts
 
@@ -103,6 +106,7 @@ class Replica:
     replica_id: str | None = None  # from its lookup answers, for logs
     load: int = 0  # running + waiting its last /health or /metrics reported (all clients')
     heard: float = 0.0  # loop time it was last heard (NOTE(liveness))
+    down_why: str | None = None  # the reason its turn to unhealthy was logged with (NOTE(why-down))
     leases: set[asyncio.Timeout] = field(default_factory=set)  # its in-flight work
 
     def __post_init__(self) -> None:
@@ -184,8 +188,10 @@ class ReplicaSet:
     def __init__(self, urls: list[str], *, interval: float = DEFAULT_INTERVAL,
                  timeout: float = DEFAULT_HEALTH_TIMEOUT, down_after: float = DEFAULT_DOWN_AFTER,
                  names: Mapping[str, str] | None = None,
-                 metrics_timeout: float = METRICS_TIMEOUT) -> None:
-        """``names``: URL -> its /metrics label, for those given one (NOTE(replica-series))."""
+                 metrics_timeout: float = METRICS_TIMEOUT,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """``names``: URL -> its /metrics label, for those given one (NOTE(replica-series));
+        ``tls``: the beats' and relays' context for https:// (replica_tls.py NOTE(replica-ca))."""
         if interval <= 0 or timeout <= 0 or down_after <= 0:
             raise ValueError("router: the health interval, timeout and down-after must be > 0 "
                              "seconds")
@@ -203,6 +209,8 @@ class ReplicaSet:
         self.beats: dict[Replica, asyncio.Task] = {}  # one per replica still beaten
         self.beat_bugs: set[str] = set()  # replicas whose beat raised (logged once each)
         self.scrapes = MetricsLoad(metrics_timeout)  # /metrics loads (NOTE(metrics-load))
+        self.tls = tls
+        self.shortage = Shortage("health beat(s)")  # connect_errors.py NOTE(local-exhaustion)
 
     def healthy(self) -> list[Replica]:
         return [r for r in self.replicas if r.healthy]
@@ -280,8 +288,9 @@ class ReplicaSet:
 
     def mark_down(self, replica: Replica, why: str = "refused a connection") -> None:
         """Out of new choices until a beat passes, as after a failed beat."""
-        if replica.healthy:
+        if replica.down_why is None:  # healthy, or not yet said why not (NOTE(why-down))
             log.warning("replica %s %s: skipped until /health answers", replica.url, why)
+            replica.down_why = why
         replica.healthy = False
 
     async def beat(self, session: aiohttp.ClientSession, r: Replica,
@@ -292,18 +301,19 @@ class ReplicaSet:
         start = loop.time()
         late = loop.call_later(self.timeout, self._late, r)
         try:
-            status, health = await self._health(session, r, max(self.timeout, self.down_after)
-                                                if patient else self.timeout)
+            status, health, error = await self._health(
+                session, r, max(self.timeout, self.down_after) if patient else self.timeout)
         finally:
             late.cancel()
+        self.polls += 1  # (nothing below awaits: a test waiting on it sees all of this beat)
+        if (local := local_cause(error)) is not None:  # the router's own shortage: r as it was
+            self.shortage.report(local)
+            return
         if status == 200 and reports_load(health):
             r.load = load_of(health)
         elif status == 200:
             self.scrapes.want(session, r)  # NOTE(metrics-load)
-        ok = status == 200 and loop.time() - start < self.timeout
-        if ok != r.healthy:
-            log.info("replica %s is %s", r.url, "healthy" if ok else "unhealthy")
-        r.healthy = ok
+        self._judge(r, status == 200 and loop.time() - start < self.timeout, status, error)
         if status is not None:
             r.hear()
         elif loop.time() - r.heard >= self.down_after and r.leases:
@@ -311,28 +321,41 @@ class ReplicaSet:
             log.warning("replica %s has sent nothing for %.1f s: ended its in-flight requests "
                         "(NOTE(liveness): raise --down-after if its API loop stalls that long)",
                         r.url, loop.time() - r.heard)
-        self.polls += 1
 
-    async def _health(self, session: aiohttp.ClientSession, r: Replica,
-                      bound: float) -> tuple[int | None, object]:
-        """(status, its decoded JSON when 200) of ``r``'s /health within ``bound`` seconds:
-        status None when nothing came, 0 when the connection was refused."""
+    def _judge(self, r: Replica, ok: bool, status: int | None,
+               error: BaseException | None) -> None:
+        """``r`` healthy or not after a beat; a turn to unhealthy logged once, with why."""
+        if ok and not r.healthy:
+            log.info("replica %s is healthy", r.url)
+        elif not ok and r.down_why is None:  # connect_errors.py NOTE(why-down)
+            r.down_why = (why_down(error, r.url.startswith("https:")) if error is not None
+                          else f"/health answered {status}" if status != 200
+                          else f"/health took over {self.timeout:g} s")
+            log.warning("replica %s is unhealthy: %s", r.url, r.down_why)
+        r.healthy, r.down_why = ok, None if ok else r.down_why
+
+    async def _health(self, session: aiohttp.ClientSession, r: Replica, bound: float
+                      ) -> tuple[int | None, object, BaseException | None]:
+        """(status, its decoded JSON when 200, the error that ended it) of ``r``'s /health
+        within ``bound`` seconds: status None when nothing came, 0 when the connect failed."""
         status, health = None, None
-        with contextlib.suppress(*_CLIENT_ERRORS, asyncio.TimeoutError):
-            try:
-                async with session.get(r.url + "/health", timeout=aiohttp.ClientTimeout(
-                        total=bound)) as resp:
-                    status = resp.status
-                    if status == 200:
-                        health = await read_json(resp)
-            except aiohttp.ClientConnectorError:
-                status = 0  # refused: the host answered, nobody listens
-        return status, health
+        try:
+            async with session.get(r.url + "/health", ssl=self.tls or True,
+                                   timeout=aiohttp.ClientTimeout(total=bound)) as resp:
+                status = resp.status
+                if status == 200:
+                    health = await read_json(resp)
+        except aiohttp.ClientConnectorError as exc:
+            return 0, None, exc
+        except (*_CLIENT_ERRORS, asyncio.TimeoutError) as exc:
+            return status, health, exc
+        return status, health, None
 
     def _late(self, r: Replica) -> None:
         """A beat's answer is later than ``timeout``: no new requests meanwhile."""
-        if r.healthy:
-            log.info("replica %s is unhealthy: /health took over %g s", r.url, self.timeout)
+        if r.down_why is None:
+            r.down_why = f"/health took over {self.timeout:g} s"
+            log.info("replica %s is unhealthy: %s", r.url, r.down_why)
         r.healthy = False
 
     async def poll_once(self, session: aiohttp.ClientSession) -> None:

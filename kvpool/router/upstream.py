@@ -4,6 +4,8 @@ What an attempt ends in::
 
     connect refused / timed out              -> Failure("down"), out of new choices until a
                                                 beat passes (wire.py NOTE(connect-timeout))
+    no socket of the router's own (EMFILE)   -> its 503 router_out_of_connections, nobody
+                                                marked down (NOTE(local-exhaustion))
     replica silent before the answer starts  -> Failure("silent") (replicas.py NOTE(liveness));
                                                 Failure("down") while nothing was sent
     connection lost before the answer starts -> Failure("failed") (it took the request and died)
@@ -61,10 +63,9 @@ body, or the first SSE events until one carries it) is handed to it with the rep
 it: the router's response affinity (affinity.py). The router asks for such answers
 uncompressed (relayed.py NOTE(identity-encoding)); one compressed anyway teaches nothing.
 
-NOTE(usage): the router's ``kvpool_router_cached_tokens_total`` sums
-``usage.prompt_tokens_details.cached_tokens`` of every answer it passed on: from the final
-usage chunk of an SSE stream, or from a plain JSON body (``cached_tokens_in``: a byte search
-per relayed chunk, no decoding, however long the answer).
+NOTE(usage): ``kvpool_router_cached_tokens_total`` sums ``usage.prompt_tokens_details.
+cached_tokens`` of every answer passed on: from the final usage chunk of an SSE stream, or
+from a JSON body (``cached_tokens_in``: a byte search per chunk, no decoding).
 """
 
 from __future__ import annotations
@@ -80,11 +81,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from kvpool.router.connect_errors import OutOfConnections, UpstreamDown, out_of_connections
 from kvpool.router.refusals import never_started
 from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import StreamIds, events_end, response_id_in
-from kvpool.router.wire import Upstream, UpstreamDown, UpstreamPool
+from kvpool.router.wire import Upstream, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.middleware import STREAM_STARTED, APIError, error_body
 
@@ -218,12 +220,12 @@ class Relay:
             upstream = await self.pool.request(
                 replica.url, self.request.method, self.request.rel_url.raw_path_qs,
                 self.headers, self.raw, replica.hear,  # its bytes: heard (NOTE(liveness))
-                self._sent)
+                self._sent, self.replicas.tls)  # replica_tls.py NOTE(replica-ca)
         except UpstreamDown as exc:
-            self.replicas.mark_down(replica, "did not accept a connection within "
-                                    f"{self.pool.connect_timeout:g} s" if exc.timed_out
-                                    else "refused a connection")
+            self.replicas.mark_down(replica, exc.why)  # connect_errors.py NOTE(why-down)
             return Failure("down")
+        except OutOfConnections:  # the router's own, not the replica's: NOTE(local-exhaustion)
+            raise out_of_connections() from None
         except OSError as exc:  # wire.UpstreamLost among them
             log.warning("replica %s lost a request before answering: %s (not retried: "
                         "it took the request)", replica.url, exc)
@@ -240,7 +242,8 @@ class Relay:
                 return Failure("failed")
             if not whole:
                 return await self._pass_on(replica, upstream, body)
-        self._count(body)
+        if (cached := cached_tokens_in(body)) is not None:
+            self.on_cached(cached)
         self._learn_plain(replica, upstream, body)
         resp = web.Response(status=upstream.status, body=body,
                             headers=response_headers(upstream.headers))
@@ -355,10 +358,6 @@ class Relay:
             return
         if _plain(resp.headers) and (rid := ids.feed(events)) is not None:
             learn(rid, replica)
-
-    def _count(self, body: bytes) -> None:
-        if (cached := cached_tokens_in(body)) is not None:
-            self.on_cached(cached)
 
 
 class _Events:

@@ -5,7 +5,8 @@ parsed by llhttp (httptools) as its bytes arrive, the body passed on as it comes
 
     pool.request(base_url, method, target, headers, body, on_data, on_sent) -> Upstream
         no connection (refused, unreachable, connect timeout, TLS refused) -> UpstreamDown
-            (``timed_out``: the connect took longer than ``connect_timeout``)
+            (``timed_out``, ``why``: connect_errors.py); the router's own socket shortage
+            (EMFILE, ...) -> OutOfConnections (connect_errors.py NOTE(local-exhaustion))
         the connection broke, or what came back is not an HTTP/1.1 head  -> UpstreamLost
     async with upstream: await upstream.readany() / upstream.read()
         bytes as they arrive, de-chunked; b"" at the end; UpstreamLost when it broke off
@@ -68,18 +69,14 @@ from urllib.parse import urlsplit
 import httptools
 from multidict import CIMultiDict
 
-__all__ = ["CONNECT_TIMEOUT", "Upstream", "UpstreamDown", "UpstreamLost", "UpstreamPool"]
+from kvpool.router.connect_errors import Shortage, connect_failed
+
+__all__ = ["CONNECT_TIMEOUT", "Upstream", "UpstreamLost", "UpstreamPool"]
 
 MAX_HEAD_BYTES = 64 * 1024  # an answer whose head (or trailer) is longer is refused
 HIGH_WATER = 256 * 1024  # body bytes buffered from a replica before its socket reads pause
 CONNECT_TIMEOUT = 5.0  # seconds (NOTE(connect-timeout))
 _NO_BODY_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
-
-
-class UpstreamDown(ConnectionError):
-    """No connection to the replica (refused, unreachable, timed out): it is down."""
-
-    timed_out = False  # the connect timed out, rather than being refused (NOTE(connect-timeout))
 
 
 class UpstreamLost(ConnectionError):
@@ -314,7 +311,8 @@ class UpstreamPool:
         self.keepalive = keepalive  # seconds an idle connection may be reused (NOTE(idle))
         self.idle: dict[str, deque[_Conn]] = {}
         self._targets: dict[str, tuple[str, int, str, bool]] = {}
-        self._tls: ssl.SSLContext | None = None
+        self._tls: ssl.SSLContext | None = None  # the system's CAs, made when first needed
+        self.shortage = Shortage("request(s)")  # connect_errors.py NOTE(local-exhaustion)
 
     def _target(self, base: str) -> tuple[str, int, str, bool]:
         """(host, port, Host header, TLS) of a replica base URL."""
@@ -330,8 +328,11 @@ class UpstreamPool:
     async def request(self, base: str, method: str, target: str,
                       headers: Sequence[tuple[str, str]], body: bytes,
                       on_data: Callable[[], None] | None = None,
-                      on_sent: Callable[[], None] = lambda: None) -> Upstream:
-        host, port, host_header, tls = self._target(base)
+                      on_sent: Callable[[], None] = lambda: None,
+                      tls: ssl.SSLContext | None = None) -> Upstream:
+        host, port, host_header, https = self._target(base)
+        if https and tls is None:  # the system's CAs (replica_tls.py NOTE(replica-ca))
+            tls = self._tls = self._tls or ssl.create_default_context()
         data = _request_bytes(method, target, host_header, headers, body)
         calls = (on_data, on_sent)
         conn = self._reuse(base)
@@ -342,7 +343,8 @@ class UpstreamPool:
                 if not conn.unsent():  # NOTE(unsent): the replica may have the request
                     raise
                 conn.abort()  # the rest of the request is dropped, never sent after all
-        return await self._send(base, await self._connect(host, port, tls), method, data, calls)
+        conn = await self._connect(host, port, tls if https else None)
+        return await self._send(base, conn, method, data, calls)
 
     async def _send(self, base: str, conn: _Conn, method: str, data: bytes,
                     calls: tuple[Callable[[], None] | None, Callable[[], None]]) -> Upstream:
@@ -373,19 +375,16 @@ class UpstreamPool:
             c.close()
         return None
 
-    async def _connect(self, host: str, port: int, tls: bool) -> _Conn:
+    async def _connect(self, host: str, port: int, tls: ssl.SSLContext | None) -> _Conn:
         loop = asyncio.get_running_loop()
-        if tls and self._tls is None:
-            self._tls = ssl.create_default_context()
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await loop.create_connection(
-                    lambda: _Conn(loop), host, port, ssl=self._tls if tls else None,
-                    server_hostname=host if tls else None)
+                    lambda: _Conn(loop), host, port, ssl=tls,
+                    server_hostname=host if tls is not None else None)
         except (OSError, TimeoutError) as exc:
-            down = UpstreamDown(f"cannot connect to {host}:{port}: {exc!r}")
-            down.timed_out = isinstance(exc, TimeoutError)
-            raise down from exc
+            raise connect_failed(exc, host, port, tls is not None, self.connect_timeout,
+                                 self.shortage) from exc
         return conn
 
     def put(self, base: str, conn: _Conn) -> None:

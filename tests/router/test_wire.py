@@ -8,7 +8,8 @@ import contextlib
 
 import pytest
 
-from kvpool.router.wire import UpstreamDown, UpstreamLost, UpstreamPool
+from kvpool.router.connect_errors import UpstreamDown
+from kvpool.router.wire import UpstreamLost, UpstreamPool
 
 CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
            b"Transfer-Encoding: chunked\r\n\r\n"
