@@ -240,19 +240,25 @@ def _require_context(engine: AsyncEngine, block_size: int) -> None:
                          os.environ)
 
 
-def _build(config: EngineConfig, o: ServeOptions,
-           limiter: ConnectionLimiter) -> tuple[AsyncEngine, web.Application]:
-    """The engine (its remote link and KV events wired) and the app over it."""
+def _engine(config: EngineConfig, events: KVEventsRoute) -> AsyncEngine:
+    """The engine, its pool observed by ``events``' recorder; their publisher closed when
+    the engine cannot be built."""
     # the heavy import, only when serving
     from kvpool.runtime.engine.async_engine import AsyncEngine
-    events = KVEventsRoute.start(o.kv_events_config, config.block_size, o.kv_events_salt_key,
-                                 config.enable_prefix_caching)
     try:
-        engine = AsyncEngine(config, pool_observer=events.recorder)
+        return AsyncEngine(config, pool_observer=events.recorder)
     except BaseException:
         if events.publisher is not None:
             events.publisher.close()
         raise
+
+
+def _build(config: EngineConfig, o: ServeOptions,
+           limiter: ConnectionLimiter) -> tuple[AsyncEngine, web.Application]:
+    """The engine (its remote link and KV events wired) and the app over it."""
+    events = KVEventsRoute.start(o.kv_events_config, config.block_size, o.kv_events_salt_key,
+                                 config.enable_prefix_caching)
+    engine = _engine(config, events)
     _require_context(engine, config.block_size)
     engine.invariant_check_interval = o.invariant_check_interval
     if o.remote_url:
