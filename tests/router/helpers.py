@@ -104,6 +104,14 @@ async def served(r: Router):
         await runner.cleanup()
 
 
+def replica_app(health, complete) -> web.Application:
+    """A fake replica: ``health`` on GET /health, ``complete`` on POST /v1/completions."""
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
 @contextlib.asynccontextmanager
 async def apps_served(*apps: web.Application):
     """Each of ``apps`` served on 127.0.0.1 (a port of its own, a fake replica); yields their

@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from kvpool.router.cli import READY_PREFIX
-from tests.router.helpers import read_events
+from tests.router.helpers import apps_served, read_events, replica_app
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEALTH = {"status": "ok", "num_running": 0, "num_waiting": 0}
@@ -48,22 +48,17 @@ def held_replica(release: asyncio.Event) -> web.Application:
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
-    app = web.Application()
-    app.router.add_get("/health", health)
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return replica_app(health, complete)
 
 
 @contextlib.asynccontextmanager
 async def replica_served(release: asyncio.Event):
-    runner = web.AppRunner(held_replica(release), shutdown_timeout=0.2)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        release.set()
-        await runner.cleanup()
+    """``held_replica`` served; its held streams released before it stops."""
+    async with apps_served(held_replica(release)) as (url,):
+        try:
+            yield url
+        finally:
+            release.set()
 
 
 def _limit_files() -> None:  # in the router's child process, before it runs

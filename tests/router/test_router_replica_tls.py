@@ -24,24 +24,21 @@ import pytest
 from aiohttp import web
 
 from kvpool.router.cli import add_arguments, build_router, main
-from tests.router.helpers import served
+from tests.router.helpers import replica_app, served
 from tests.server.tls_certs import CA
 
 HEALTH = {"status": "ok", "num_running": 0, "num_waiting": 0}
 BEATS = 6  # beats of each replica waited for: the reason must still be said once
 
 
-def replica_app() -> web.Application:
+def tls_replica_app() -> web.Application:
     async def health(_request):
         return web.json_response(HEALTH)
 
     async def complete(_request):
         return web.json_response({"object": "text_completion", "choices": [{"text": "tls"}]})
 
-    app = web.Application()
-    app.router.add_get("/health", health)
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return replica_app(health, complete)
 
 
 @contextlib.asynccontextmanager
@@ -52,7 +49,7 @@ async def replica_served(tmp_path):
     cert, key, _der = ca.issue("replica")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    runner = web.AppRunner(replica_app())
+    runner = web.AppRunner(tls_replica_app())
     await runner.setup()
     try:
         await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
