@@ -192,8 +192,9 @@ class EventPublisher:
              "KV cache events dropped because the publisher's queue was full.", (),
              [((), float(self.dropped))]),
             ("kvpool_kv_events_replay_requests_ignored_total", "counter",
-             "Replay requests ignored: malformed, sent while the same client's replay was "
-             "unfinished (busy), or while the most replays were open (full).", ("reason",),
+             "Replay requests ignored: malformed, waiting behind the same client's replay "
+             "and replaced by its next (busy), or while the most replays were open (full).",
+             ("reason",),
              [(("malformed",), float(rp.bad_requests if rp else 0)),
               (("busy",), float(rp.ignored if rp else 0)),
               (("full",), float(rp.refused if rp else 0))]),

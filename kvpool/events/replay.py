@@ -7,8 +7,9 @@ bounds a replay's cost (NOTE(replay-budget)):
 - per publisher iteration at most ``REQUESTS_PER_TURN`` requests are read and at most
   ``SEND_BUDGET`` replayed batches are sent, round robin over the open replays (``SLICE`` each
   per turn), so live batches go out between slices however many replays wait;
-- a client asks again before its replay ended: the request is ignored (counted), so a flood
-  of requests costs one replay per client, not one per request;
+- a client asks again before its replay ended: the request waits behind it, one per client
+  (NOTE(pending)), and a later one takes its place (the one replaced is counted ignored), so a
+  flood of requests costs two replays per client, not one per request;
 - the socket's SNDHWM is ``REPLAY_HWM`` messages per client with ROUTER_MANDATORY: a client
   that does not read is held there (its replay waits, retried with backoff), never buffered
   beyond; one that read nothing for ``STALL`` seconds, or left, has its replay cut (counted,
@@ -16,6 +17,11 @@ bounds a replay's cost (NOTE(replay-budget)):
   moved past (the batches it still needs are gone);
 - at most ``MAX_OPEN`` replays are open at once: a request past that is ignored (counted,
   reason "full"), and its client's wait runs out as for a replica that does not answer.
+
+NOTE(pending): vLLM's replay socket answers every request in turn, so a consumer may ask
+for a second gap while its first replay runs and wait for its end marker. Dropped (as it was
+here: "busy"), that wait ran out. A start seq of fewer than 8 bytes is read as vLLM reads it
+(``int.from_bytes``, big-endian), and was ignored as malformed.
 
 NOTE(zero-copy): a replayed batch is sent as the ring's own bytes, not a copy (the socket's
 ``copy_threshold`` is 0), so what waits in a non-reader's queue costs the publisher a frame
@@ -65,10 +71,11 @@ class ReplayServer:
         self.topic = topic
         sock.copy_threshold = 0  # NOTE(zero-copy): every frame sent is referenced, not copied
         self.bad_requests = 0  # malformed requests ignored
-        self.ignored = 0  # requests from a client whose previous replay was unfinished
+        self.ignored = 0  # waiting requests another from their client replaced (NOTE(pending))
         self.refused = 0  # requests ignored while MAX_OPEN replays were open
         self.cut = 0  # replays stopped before their end marker
         self._open: dict[bytes, _Replay] = {}  # insertion order is the round robin's
+        self._pending: dict[bytes, tuple[int, int]] = {}  # NOTE(pending): (seq, next_seq)
         self._log = Throttle(60.0)  # each kind of WARNING once a minute at most
 
     def serve(self, next_seq: int) -> float:
@@ -88,16 +95,21 @@ class ReplayServer:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return False
-            if len(frames) != 3 or frames[1] != b"" or len(frames[2]) != 8:
+            if len(frames) != 3 or frames[1] != b"" or not 1 <= len(frames[2]) <= 8:
                 self._malformed(len(frames))
-            elif frames[0] in self._open:
-                self.ignored += 1
+            elif frames[0] in self._open:  # NOTE(pending)
+                self.ignored += frames[0] in self._pending
+                self._pending[frames[0]] = (int.from_bytes(frames[2], "big"), next_seq)
             elif len(self._open) >= MAX_OPEN:
                 self._full()
             else:
-                start = max(int.from_bytes(frames[2], "big"), next_seq - len(self.ring))
-                self._open[frames[0]] = _Replay(start, next_seq, time.monotonic())
+                self._start(frames[0], int.from_bytes(frames[2], "big"), next_seq)
         return True
+
+    def _start(self, client: bytes, seq: int, stop: int) -> None:
+        """Open ``client``'s replay from ``seq`` (or the oldest batch kept) up to ``stop``."""
+        oldest = self.ring[0][0] if self.ring else stop
+        self._open[client] = _Replay(max(seq, oldest), stop, time.monotonic())
 
     def _send_round(self, now: float) -> int:
         """Slices round robin until SEND_BUDGET is spent or nobody can take more."""
@@ -109,8 +121,13 @@ class ReplayServer:
             for client in ready:
                 replay = self._open.pop(client)
                 sent, keep = self._slice(client, replay, min(SLICE, budget), now)
+                waiting = self._pending.pop(client, None)
                 if keep:
                     self._open[client] = replay  # back of the queue
+                    if waiting is not None:
+                        self._pending[client] = waiting
+                elif waiting is not None and replay.cursor >= replay.stop:  # ended, not cut
+                    self._start(client, *waiting)
                 sent_total += sent
                 budget -= max(sent, 1)
                 if budget <= 0:

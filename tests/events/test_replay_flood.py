@@ -63,10 +63,10 @@ def test_a_replay_flood_neither_delays_live_batches_nor_spoils_a_replay():
         assert out[-1] == [b"", b"", (-1).to_bytes(8, "big", signed=True), b""]
         ignored = {f[0]: f[4] for f in pub.families()}[
             "kvpool_kv_events_replay_requests_ignored_total"]
-        assert dict(ignored)[("busy",)] > 0  # a non-reader's repeats cost no second replay
-        # one replay per flooder however often it asked: what it is sent, read now, is at most
-        # the ring plus the end marker
-        assert 0 < _drain(flooders[0]) <= pub.config.buffer_steps + 1
+        assert dict(ignored)[("busy",)] > 0  # a non-reader's repeats replace each other
+        # two replays per flooder at most however often it asked (its open one, one waiting:
+        # NOTE(pending)): what it is sent, read now, is at most twice the ring and end marker
+        assert 0 < _drain(flooders[0]) <= 2 * (pub.config.buffer_steps + 1)
     finally:
         close_all(flooders, ctx, sub, pub)
 
