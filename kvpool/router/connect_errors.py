@@ -64,9 +64,14 @@ class OutOfConnections(OSError):
     """The router itself could not open a socket (NOTE(local-exhaustion))."""
 
 
+def _cause(exc: BaseException | None) -> BaseException | None:
+    """The error behind ``exc``: the OSError aiohttp wraps in a connector error, else itself."""
+    return exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+
+
 def local_cause(exc: BaseException | None) -> OSError | None:
     """The OSError of the router's own shortage behind ``exc`` (aiohttp wraps it), if any."""
-    cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    cause = _cause(exc)
     if isinstance(cause, OSError) and cause.errno in LOCAL_ERRNOS:
         return cause
     return None
@@ -91,7 +96,7 @@ def connect_failed(exc: BaseException, host: str, port: int, tls: bool, timeout:
 def why_down(exc: BaseException, tls: bool) -> str:
     """The reason ``exc`` (a beat's or a connect's; ``tls``: the URL is https://) gives for a
     replica being unreachable, with the fix where there is one (NOTE(why-down))."""
-    cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    cause = _cause(exc)
     if isinstance(cause, ssl.SSLCertVerificationError):
         return (f"rejected: its TLS certificate does not verify ({cause.verify_message}); "
                 "pass --replica-ca-certs PEM with the CA that signed it")
