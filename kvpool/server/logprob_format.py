@@ -8,22 +8,26 @@
 - vLLM's ``prompt_logprobs``: per prompt token ``null`` (the first) or
   ``{"<token id>": {"logprob", "rank", "decoded_token"}}`` for the chosen and the top k.
 
-A token's text is ``tokenizer.decode([id])`` with special tokens kept, as vLLM decodes it (a
-lone byte of a multi-byte character reads U+FFFD, as in vLLM; ``<s>`` reads ``<s>``, where it
-read "" and every special token collapsed onto one top_logprobs key); decoded once per id and
-kept in a bounded cache.
+A token's text (its name) is vLLM 0.33's (NOTE(logprob-names)): ``tokenizer.decode([id])``
+with special tokens kept (``<s>`` reads ``<s>``), a SentencePiece piece's leading spaces kept;
+a token that ends inside a UTF-8 character reads "" until the token that completes the
+character, which reads the whole character. Single-id decodes are cached (bounded).
 """
 
 from __future__ import annotations
 
+import json
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from kvpool.runtime.model import TokenLogprob
 
-__all__ = ["LogprobFormatter", "joined_logprobs"]
+__all__ = ["CONTEXT", "LogprobFormatter", "joined_logprobs"]
 
 _CACHE_MAX = 65536
+_REPLACEMENT = "\ufffd"
+CONTEXT = 4  # sampled ids a name may read back: enough for any UTF-8 character (vLLM's)
 
 
 def joined_logprobs(first: dict[str, list] | None,
@@ -35,17 +39,26 @@ def joined_logprobs(first: dict[str, list] | None,
 
 
 class LogprobFormatter:
-    """Renders logprobs with one tokenizer's token texts."""
+    """Renders logprobs with one tokenizer's token texts.
+
+    NOTE(logprob-names): vLLM 0.33's names (v1/engine/logprobs.py ``_verify_tokens``): a name
+    that ends in U+FFFD (a byte of a character split across tokens) is decoded again after
+    the last 1..4 chosen ids of the same run (generated ids for generated tokens, prompt ids
+    from position 1 for prompt tokens), and the first that completes the character gives the
+    name: the text past the context's own (its trailing partial bytes count for this token);
+    none completes it: "". The top alternatives read the chosen tokens' context. So
+    ``text_offset`` follows the text and chat ``bytes`` are the character's. A token with no
+    logprob entry (the first prompt token) keeps its plain decode, as in vLLM.
+    """
 
     def __init__(self, tokenizer: Any, *, as_token_ids: bool = False) -> None:
         """``as_token_ids``: vLLM's return_tokens_as_token_ids, each token ``token_id:<id>``."""
         self.tokenizer = tokenizer
         self.as_token_ids = as_token_ids
         self._text: dict[int, str] = {}
+        self._marker: str | None | bool = False  # False: not read yet (_space_marker)
 
-    def text(self, token_id: int) -> str:
-        if self.as_token_ids:
-            return f"token_id:{token_id}"
+    def _plain(self, token_id: int) -> str:
         t = self._text.get(token_id)
         if t is None:
             t = self.tokenizer.decode([token_id], skip_special_tokens=False)
@@ -54,13 +67,77 @@ class LogprobFormatter:
             self._text[token_id] = t
         return t
 
+    def _space_marker(self) -> str | None:
+        """The Metaspace replacement character when the tokenizer pre-tokenizes with one: its
+        decoder strips a piece's leading marker, which vLLM's names put back as a space."""
+        if self._marker is False:
+            self._marker = None
+            pre = getattr(getattr(self.tokenizer, "backend", None), "pre_tokenizer", None)
+            conf = json.loads(pre.__getstate__()) if pre is not None else {}
+            for one in [conf, *conf.get("pretokenizers", ())]:
+                if one.get("type") == "Metaspace":
+                    self._marker = one.get("replacement", "\u2581")
+                    break
+        return self._marker
+
+    def _name(self, token_id: int, context: Sequence[int]) -> str:
+        """The token's text after the chosen ids ``context`` (NOTE(logprob-names))."""
+        t = self._plain(token_id)
+        if t.endswith(_REPLACEMENT):
+            return self._completed(token_id, context)
+        marker = self._space_marker()
+        if marker is not None:
+            piece = self.tokenizer.id_to_token(token_id) or ""
+            missing = (len(piece) - len(piece.lstrip(marker))) - (len(t) - len(t.lstrip(" ")))
+            t = " " * missing + t if missing > 0 else t
+        return t
+
+    def _completed(self, token_id: int, context: Sequence[int]) -> str:
+        decode = self.tokenizer.decode
+        context = list(context)[-CONTEXT:]
+        for n in range(1, len(context) + 1):
+            ctx = context[-n:]
+            full = decode(ctx + [token_id], skip_special_tokens=False)
+            if full.endswith(_REPLACEMENT):
+                continue
+            clean = len(ctx)  # the context's trailing partial bytes belong to this token
+            while clean > 0 and self._plain(ctx[clean - 1]).endswith(_REPLACEMENT):
+                clean -= 1
+            head = decode(ctx[:clean], skip_special_tokens=False) if clean else ""
+            same = 0
+            for a, b in zip(head, full):
+                if a != b:
+                    break
+                same += 1
+            return full[same:]
+        return ""
+
+    def _names(self, ids: Sequence[int], lps: Sequence[TokenLogprob | None],
+               context: Sequence[int] = ()) -> list[tuple[str, dict[int, str]]]:
+        """Per position: the chosen token's name and its alternatives' names by id;
+        ``context``: the ids chosen right before ``ids[0]`` (the choice's earlier chunks)."""
+        recent: deque[int | None] = deque(context, maxlen=CONTEXT)
+        out = []
+        for tid, lp in zip(ids, lps):
+            if lp is None:
+                out.append((self._plain(tid), {}))
+            else:
+                ctx = [t for t in recent if t is not None]
+                out.append((self._name(tid, ctx), {i: self._name(i, ctx) for i, _ in lp.top}))
+            recent.append(None if lp is None else tid)
+        return out
+
+    def _shown(self, token_id: int, name: str) -> str:
+        return f"token_id:{token_id}" if self.as_token_ids else name
+
     def completion(self, ids: Sequence[int], lps: Sequence[TokenLogprob | None],
-                   offset: int) -> tuple[dict[str, list], int]:
-        """One completions ``logprobs`` object for ``ids`` and the offset after them."""
+                   offset: int, context: Sequence[int] = ()) -> tuple[dict[str, list], int]:
+        """One completions ``logprobs`` object for ``ids`` (after ``context``, as
+        ``_names``) and the offset after them."""
         out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [],
                                 "text_offset": []}
-        for tid, lp in zip(ids, lps):
-            t = self.text(tid)
+        for tid, lp, (name, tops) in zip(ids, lps, self._names(ids, lps, context)):
+            t = self._shown(tid, name)
             out["tokens"].append(t)
             out["text_offset"].append(offset)
             offset += len(t)
@@ -69,30 +146,38 @@ class LogprobFormatter:
                 out["top_logprobs"].append(None)
                 continue
             out["token_logprobs"].append(lp.logprob)
-            top = {self.text(i): v for i, v in lp.top}
+            top = {self._shown(i, tops[i]): v for i, v in lp.top}
             top.setdefault(t, lp.logprob)
             out["top_logprobs"].append(top)
         return out, offset
 
-    def chat(self, lps: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
-        """The ``content`` entries of a chat choice's ``logprobs``."""
-        return [dict(self._entry(lp.token_id, lp.logprob),
-                     top_logprobs=[self._entry(i, v) for i, v in lp.top]) for lp in lps]
+    def chat(self, lps: Sequence[TokenLogprob], context: Sequence[int] = ()
+             ) -> list[dict[str, Any]]:
+        """The ``content`` entries of a chat choice's ``logprobs``; the chosen token's
+        ``bytes`` are its name's also under as_token_ids (vLLM's)."""
+        ids = [lp.token_id for lp in lps]
+        out = []
+        for lp, (name, tops) in zip(lps, self._names(ids, lps, context)):
+            top = [self._entry(self._shown(i, tops[i]), v) for i, v in lp.top]
+            out.append(dict(self._entry(self._shown(lp.token_id, name), lp.logprob),
+                            bytes=list(name.encode("utf-8")), top_logprobs=top))
+        return out
 
-    def _entry(self, token_id: int, logprob: float) -> dict[str, Any]:
-        t = self.text(token_id)
-        return {"token": t, "logprob": logprob, "bytes": list(t.encode("utf-8"))}
+    @staticmethod
+    def _entry(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
 
     def prompt(self, lps: Sequence[TokenLogprob | None]) -> list[dict[str, Any] | None]:
         """vLLM's ``prompt_logprobs`` list."""
+        ids = [0 if lp is None else lp.token_id for lp in lps]
         out: list[dict[str, Any] | None] = []
-        for lp in lps:
+        for lp, (name, tops) in zip(lps, self._names(ids, lps)):
             if lp is None:
                 out.append(None)
                 continue
-            d = {str(i): {"logprob": v, "rank": r + 1, "decoded_token": self.text(i)}
+            d = {str(i): {"logprob": v, "rank": r + 1, "decoded_token": self._shown(i, tops[i])}
                  for r, (i, v) in enumerate(lp.top)}
             d.setdefault(str(lp.token_id), {"logprob": lp.logprob, "rank": lp.rank,
-                                             "decoded_token": self.text(lp.token_id)})
+                                             "decoded_token": self._shown(lp.token_id, name)})
             out.append(d)
         return out

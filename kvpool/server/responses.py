@@ -38,7 +38,7 @@ from typing import Any
 
 from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.server.choice_reader import ChoiceReader, chat_message, reads_choices
-from kvpool.server.logprob_format import LogprobFormatter, joined_logprobs
+from kvpool.server.logprob_format import CONTEXT, LogprobFormatter, joined_logprobs
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.returned_ids import ReturnedIds
@@ -68,9 +68,8 @@ class ResponseBuilder:
         if (self.lp.logprobs is not None or self.lp.prompt_logprobs is not None) \
                 and formatter is None:
             raise ValueError("a request with logprobs needs a LogprobFormatter")
-        prompts = req.prompts
         self.n = req.params.n
-        total = len(prompts) * self.n
+        total = len(req.prompts) * self.n
         self.texts: list[list[str]] = [[] for _ in range(total)]
         self.num_generated = [0] * total
         self.finish: list[str | None] = [None] * total
@@ -79,14 +78,15 @@ class ResponseBuilder:
         self.logprobs: list[Any] = [None] * total  # per choice: merged logprobs object / list
         self.chars = [0] * total  # chat: the characters of text so far
         self.lp_starts: list[list[int]] = [[] for _ in range(total)]  # chat: NOTE(own-logprobs)
+        self.recent: list[list[int]] = [[] for _ in range(total)]  # NOTE(logprob-names)
         self.cum_logprob = [0.0] * total  # best_of: the ranking of the choices
-        self.prompt_tokens = [len(p) for p in prompts]
-        self.cached_tokens = [0] * len(prompts)
-        self.prompt_finished = [False] * len(prompts)
-        self.started = [False] * len(prompts)  # first update seen (echo held)
+        self.prompt_tokens = [len(p) for p in req.prompts]
+        self.cached_tokens = [0] * len(req.prompts)
+        self.prompt_finished = [False] * len(req.prompts)
+        self.started = [False] * len(req.prompts)  # first update seen (echo held)
         self.echo_heads: list[tuple[str, Any] | None] = [None] * total  # NOTE(echo-chunk)
-        self.prompt_lps: list[Any] = [None] * len(prompts)  # vLLM prompt_logprobs per prompt
-        self.rids = ReturnedIds(prompts, self.n, chat=self.chat, on=req.extras.token_ids)
+        self.prompt_lps: list[Any] = [None] * len(req.prompts)  # vLLM prompt_logprobs per prompt
+        self.rids = ReturnedIds(req.prompts, self.n, chat=self.chat, on=req.extras.token_ids)
         self.error: str | None = None
         self.timings: dict[int, dict[str, float]] = {}  # prompt -> its last update's metrics
         # read for reasoning and tool calls (choice_reader.py): each streamed choice a reader
@@ -204,13 +204,16 @@ class ResponseBuilder:
             return None
         if self.chat:  # NOTE(own-logprobs): where this update's text begins
             start, self.chars[i] = self.chars[i], self.chars[i] + len(c.text or "")
+        ctx = self.recent[i]  # the choice's last ids before this update's: names read them
+        self.recent[i] = (ctx + list(c.token_ids))[-CONTEXT:]
         if not c.logprobs:
             return None
         if self.chat:
-            lp = {"content": self.fmt.chat(c.logprobs)}
+            lp = {"content": self.fmt.chat(c.logprobs, ctx)}
             self.lp_starts[i] += [start] * len(c.logprobs)
         else:
-            lp, self.offsets[i] = self.fmt.completion(c.token_ids, c.logprobs, self.offsets[i])
+            lp, self.offsets[i] = self.fmt.completion(c.token_ids, c.logprobs, self.offsets[i],
+                                                      ctx)
         self._merge(i, lp)
         return lp
 

@@ -6,9 +6,11 @@ that ends first wins (it was the one that started first)."""
 from __future__ import annotations
 
 from kvpool.runtime.engine.core import EngineCore
+from kvpool.runtime.engine.output_processor import OutputProcessor, Sample
 from kvpool.runtime.model import SamplingParams
 from tests.configs import engine_config
 from tests.runtime.test_engine_step import merged, run
+from tests.runtime.text_reference import sentencepiece_tokenizer
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
 GREEDY = dict(max_tokens=24, temperature=0.0, ignore_eos=True)
@@ -65,3 +67,17 @@ def test_of_two_stop_strings_one_token_completes_the_one_that_ends_first_wins():
     late, early = texts[n], piece[:-1]  # both completed by token n; early ends a char sooner
     for stops in ((late, early), (early, late)):
         assert ended(core, stops) == (n, texts[n - 1], early) == vllm_stop(texts, stops, 0)
+
+
+def test_a_stop_string_may_begin_with_the_space_the_prompt_context_gives():
+    """SentencePiece: the first generated "▁quick" reads " quick" after the prompt (vLLM's
+    text, NOTE(prompt-context)), so the stop string " " ends the sequence at token 1 with
+    no text, as in vLLM; decoded without the prompt it read "quick" and stopped a token late."""
+    tok = sentencepiece_tokenizer()
+    prompt, gen = tok.encode("Hello"), tok.encode("quick quick", add_special_tokens=False)
+    assert tok.id_to_token(gen[0]).startswith("\u2581")
+    proc = OutputProcessor(tok)
+    proc.add("r", prompt, SamplingParams(max_tokens=8, stop=[" "]), (7,), arrival=0.0)
+    deltas, stops = proc.on_tokens([Sample(7, "r", gen[0])], now=0.0)
+    assert stops == {7: " "}
+    assert [(c.text, c.finish_reason, c.stop_reason) for c in deltas["r"]] == [("", "stop", " ")]

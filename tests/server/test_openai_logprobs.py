@@ -52,7 +52,9 @@ async def test_completion_logprobs_and_echo_match_transformers(make_server, hf_d
             allowed = ref[p - 1].topk(3).values.tolist() + [float(ref[p - 1, full[p]])]
             assert all(min(abs(v - a) for a in allowed) < TOL
                        for v in lp.top_logprobs[p].values())
-            assert lp.tokens[p] == tok.decode([full[p]])
+            plain = tok.decode([full[p]])  # a split character's bytes: NOTE(logprob-names)
+            assert lp.tokens[p] == plain or (plain.endswith("\ufffd")
+                                             and "\ufffd" not in lp.tokens[p])
         assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
 
         # vLLM's prompt_logprobs (an extra field): one entry per prompt token, first null
@@ -237,3 +239,44 @@ async def test_logprob_token_ids_refused_as_vllm_refuses_them(srv, route, body):
     status, err = await post(srv, route, {"model": srv.engine.model_name, "max_tokens": 1,
                                           **body})
     assert status == 400 and err["error"]["param"] == "logprob_token_ids"
+
+
+async def test_split_character_tokens_are_named_as_vllm_names_them(srv):
+    """NOTE(logprob-names): a token ending inside a UTF-8 character reads "" and the one that
+    completes it the whole character (vLLM 0.33's _verify_tokens), also across stream chunks,
+    in top_logprobs, for echoed prompt tokens and prompt_logprobs; text_offset follows the
+    text and chat bytes are the character's."""
+    emoji = [3 + b for b in "\U0001F600".encode()]  # the built-in tokenizer: byte i is 3 + i
+    body = {"model": srv.engine.model_name, "max_tokens": 8, "temperature": 0,
+            "structured_outputs": {"regex": "\U0001F600\U0001F600"},
+            "logit_bias": {str(t): 100 for t in emoji}}
+    names = ["", "", "", "\U0001F600"] * 2
+    status, out = await post(srv, "/v1/completions", {**body, "prompt": "x", "logprobs": 2})
+    lp = out["choices"][0]["logprobs"]
+    assert status == 200 and out["choices"][0]["text"] == "\U0001F600" * 2, out
+    assert lp["tokens"] == names and lp["text_offset"] == [0] * 4 + [1] * 4
+    assert all(lp["tokens"][i] in lp["top_logprobs"][i] for i in range(8))
+    assert "\ufffd" not in str(lp["top_logprobs"])
+    status, out = await post(srv, "/v1/chat/completions", {
+        **body, "messages": [{"role": "user", "content": "x"}], "logprobs": True,
+        "top_logprobs": 1, "stream": False})
+    content = out["choices"][0]["logprobs"]["content"]
+    assert [(e["token"], e["bytes"]) for e in content] == \
+        [(n, list(n.encode())) for n in names], content
+    async with client(srv) as c:  # streamed: one token per chunk, the context carried over
+        chunks = await c.completions.create(**{k: v for k, v in body.items()
+                                               if k not in ("structured_outputs", "logit_bias")},
+                                            prompt="x", logprobs=0, stream=True,
+                                            extra_body={k: body[k] for k in
+                                                        ("structured_outputs", "logit_bias")})
+        streamed = [t async for ch in chunks for t in (ch.choices[0].logprobs.tokens
+                                                       if ch.choices[0].logprobs else [])]
+    assert streamed == names
+    status, out = await post(srv, "/v1/completions", {
+        "model": srv.engine.model_name, "prompt": "\u00e9\u20ac", "max_tokens": 1,
+        "echo": True, "logprobs": 1, "prompt_logprobs": 1})
+    ch = out["choices"][0]
+    assert ch["logprobs"]["tokens"][:6] == ["<s>", "", "\u00e9", "", "", "\u20ac"], ch
+    assert [p and p[str(t)]["decoded_token"] for p, t in zip(
+        ch["prompt_logprobs"], srv.engine.tokenizer.encode("\u00e9\u20ac"))] == \
+        [None, "", "\u00e9", "", "", "\u20ac"]

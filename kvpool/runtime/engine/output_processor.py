@@ -152,7 +152,8 @@ class OutputProcessor:
             seq_ids: tuple[int, ...], arrival: float) -> None:
         tok = self.tokenizer
         skip = params.skip_special_tokens
-        seqs = {s: SeqState(i, tok.detokenizer(skip)) for i, s in enumerate(seq_ids)}
+        # NOTE(prompt-context) in kvpool/runtime/model/tokenizer.py: the prompt seeds the text
+        seqs = {s: SeqState(i, tok.detokenizer(skip, prompt_ids)) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
         stop_ids = StopLimits.stop_tokens(params, tok.eos_token_id, tok.eos_token_ids[1:])[0]
         silent = frozenset() if params.include_stop_str_in_output else stop_ids
@@ -289,7 +290,8 @@ class OutputProcessor:
 
     def finish(self, fr: FinishedRequest, now: float, error: str | None = None
                ) -> RequestOutput | None:
-        """The request left the scheduler: flush every sequence and build its last update."""
+        """The request left the scheduler: flush every sequence and build its last update. The
+        bytes of a character the last tokens left incomplete are not shown (vLLM's rule)."""
         prompt_lps = self.take_prompt_logprobs(fr.request_id)
         r = self.requests.pop(fr.request_id, None)
         if r is None:
@@ -304,8 +306,6 @@ class OutputProcessor:
                 if so is not None and so.finish_reason and so.finish_reason.startswith(
                         "stop_token"):
                     s.stop_reason = int(so.finish_reason.split()[-1])
-            if s.finish_reason != "stop" or not isinstance(s.stop_reason, str):
-                s.text += s.detok.finish()  # (text after a stop string stays cut)
             out = self._release(r, s, final=True)
             outs.append(out)
         m = self.metrics

@@ -2,7 +2,7 @@
 
 The engine encodes prompts, checks ``eos_token_ids`` after each sampled token and streams text
 through :class:`IncrementalDetokenizer`, which never emits half a UTF-8 character and whose
-deltas join to exactly ``decode(generated_ids)``.
+deltas join to the text vLLM 0.33 gives for the same prompt and generated ids.
 """
 
 from __future__ import annotations
@@ -106,8 +106,10 @@ class Tokenizer:
         """Write the backend as ``tokenizer.json``-format JSON."""
         self.backend.save(str(path))
 
-    def detokenizer(self, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
-        return IncrementalDetokenizer(self, skip_special_tokens)
+    def detokenizer(self, skip_special_tokens: bool = True,
+                    prompt_ids: Sequence[int] = ()) -> IncrementalDetokenizer:
+        """A detokenizer for ids generated after ``prompt_ids`` (NOTE(prompt-context))."""
+        return IncrementalDetokenizer(self, skip_special_tokens, prompt_ids)
 
     def __repr__(self) -> str:
         return (f"Tokenizer(name={self.name!r}, vocab_size={self.vocab_size}, "
@@ -115,33 +117,33 @@ class Tokenizer:
 
 
 class IncrementalDetokenizer:
-    """Turns generated ids into text deltas, one ``push`` per step.
+    """Turns generated ids into text deltas, one ``push`` per step, exactly as vLLM 0.33's
+    detokenizer does (``FastIncrementalDetokenizer``: tokenizers' ``DecodeStream`` primed with
+    the prompt ids).
 
-    Invariant: the concatenation of all returned deltas (plus :meth:`finish`) equals
-    ``tokenizer.decode(generated_ids)``, what transformers' users (and lm-eval's ``hf`` backend)
-    compute from the same ids.
+    It decodes a window ``ids`` (at first the whole prompt) and subtracts ``prefix``, the text
+    of ``ids[:cut]`` already accounted for; after each delta the window drops what lies before
+    the previous cut, so it keeps the previous delta's tokens as left context::
 
-    It keeps a window ``ids[prefix:read]`` of already-emitted tokens as left context::
+        ids:  | context ... | prefix's tokens ... | new
+        delta = decode(ids) minus prefix, held back while it ends in U+FFFD
 
-        ids:  | emitted ... | emitted ... | new
-                   prefix --^      read --^
-        delta = decode(ids[prefix:]) minus decode(ids[prefix:read])
-
-    and holds the delta back while it ends in U+FFFD (a character split across tokens).
-
-    NOTE(no-prompt-context): the window never reaches into the prompt. With the prompt's tail as
-    context, a generated continuation byte completed a character the prompt had left open, and
-    ``after[len(before):]`` then dropped that byte's U+FFFD (the text read "ab" where
-    ``decode`` reads "\ufffdab"). The cost: a SentencePiece decoder strips the first generated
-    token's leading space, exactly as ``decode(generated_ids)`` does.
+    NOTE(prompt-context): vLLM parity; prompt + completion then reads as the text. With the
+    prompt's tail as context a SentencePiece decoder keeps the first generated token's leading
+    space ("Hello," + " world"; without it, "world"), and a generated continuation byte
+    completes a character the prompt left open ("\u00e9", not "\ufffd\ufffd"). Where the
+    prompt's own text ends in U+FFFD there is no prefix to subtract, so the first delta holds
+    the decoded prompt as well (vLLM's stream does the same). Bytes of a character still
+    incomplete when the sequence ends are never shown: vLLM never flushes them.
     """
 
-    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True,
+                 prompt_ids: Sequence[int] = ()) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
-        self.ids: list[int] = []  # every generated id pushed so far
-        self.read = 0  # ids before this index have been emitted
-        self.prefix = 0  # left edge of the context window
+        self.ids: list[int] = list(prompt_ids)  # the window decoded at each step
+        self.prefix = ""  # the text of ids[:cut], subtracted from the window's text
+        self.cut = 0
         self.text = ""  # every delta returned so far, joined
 
     def _decode(self, ids: Sequence[int]) -> str:
@@ -149,21 +151,30 @@ class IncrementalDetokenizer:
 
     def push(self, token_ids: int | Sequence[int]) -> str:
         """Append generated ids; return the newly readable text (maybe empty)."""
-        self.ids.extend([token_ids] if isinstance(token_ids, int) else token_ids)
-        before = self._decode(self.ids[self.prefix:self.read])
-        after = self._decode(self.ids[self.prefix:])
-        if len(after) <= len(before) or after.endswith(_REPLACEMENT):
-            return ""
-        delta = after[len(before):]
-        self.prefix, self.read = self.read, len(self.ids)
+        ids = [token_ids] if isinstance(token_ids, int) else token_ids
+        delta = "".join(self._step(t) for t in ids)
         self.text += delta
         return delta
 
-    def finish(self) -> str:
-        """Flush text held back at the end (an incomplete character decodes as U+FFFD)."""
-        before = self._decode(self.ids[self.prefix:self.read])
-        after = self._decode(self.ids[self.prefix:])
-        delta = after[len(before):] if len(after) > len(before) else ""
-        self.prefix = self.read = len(self.ids)
-        self.text += delta
+    def _step(self, token_id: int) -> str:
+        if not self.prefix and self.ids:  # nothing subtracted yet: the window's text, if whole
+            text = self._decode(self.ids)
+            if not text.endswith(_REPLACEMENT):
+                self.prefix, self.cut = text, len(self.ids)
+        self.ids.append(token_id)
+        text = self._decode(self.ids)
+        if text.endswith(_REPLACEMENT):
+            return ""
+        if not text.startswith(self.prefix):
+            # The stream compares UTF-8 lengths; a longer text that rewrote its prefix is
+            # DecodeStream's "Invalid prefix", on which vLLM restarts without context.
+            if len(text.encode()) <= len(self.prefix.encode()):
+                return ""
+            self.ids, self.prefix, self.cut = [], "", 0
+            return self._step(token_id)
+        if len(text) <= len(self.prefix):
+            return ""
+        delta = text[len(self.prefix):]
+        self.ids, self.cut = self.ids[self.cut:], len(self.ids) - self.cut
+        self.prefix = self._decode(self.ids)
         return delta

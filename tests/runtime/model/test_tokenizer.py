@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from kvpool.runtime.model import build_byte_tokenizer, load_tokenizer
 from kvpool.runtime.model.byte_tokenizer import byte_alphabet, learned_merges
+from tests.runtime.text_reference import sentencepiece_tokenizer, sp_byte, vllm_text
 
 TEXTS = [
     "", "a", "Hello, world!", "héllo wörld — ünïcödé", "日本語のテキスト", "emoji 🎉🚀👩‍👩‍👧‍👦 mix",
@@ -73,10 +74,9 @@ def test_saved_tokenizer_reloads(tok, tmp_path):
             assert again.encode(text) == tok.encode(text)
 
 
-def _stream(tok, ids):
-    det = tok.detokenizer()
+def _stream(tok, ids, prompt=()):
+    det = tok.detokenizer(prompt_ids=prompt)
     deltas = [det.push(t) for t in ids]
-    deltas.append(det.finish())
     return deltas, det
 
 
@@ -94,8 +94,8 @@ def test_incremental_holds_partial_utf8(tok):
     assert [det.push(t) for t in ids[:-1]] == ["", "", ""]
     assert det.push(ids[-1]) == "🎉"
     det2 = tok.detokenizer()
-    det2.push(ids[:2])
-    assert det2.finish() == "\ufffd"  # a truncated character is flushed as U+FFFD
+    assert det2.push(ids[:2]) == "" and det2.text == ""  # never flushed (vLLM's rule)
+    assert not hasattr(det2, "finish")
 
 
 @settings(max_examples=60, deadline=None)
@@ -110,8 +110,60 @@ def test_incremental_with_trained_tokenizer(hf_dir_factory):
     tok = load_tokenizer(hf_dir_factory("llama"))
     text = "Greedy decoding picks the most likely token. 🎉 done"
     ids = tok.encode(text)
-    deltas, _ = _stream(tok, ids[3:])
+    deltas, _ = _stream(tok, ids[3:], prompt=ids[:3])
     assert tok.decode(ids[:3]) + "".join(deltas) == tok.decode(ids)
+
+
+SP = sentencepiece_tokenizer()
+
+
+def test_sentencepiece_first_token_keeps_its_space_after_the_prompt():
+    """NOTE(prompt-context): prompt + completion reads as the text, as in vLLM ("Hello," then
+    " world", where a decoder without the prompt strips the space: "world")."""
+    prompt, gen = SP.encode("Hello,"), SP.encode("world again", add_special_tokens=False)
+    assert SP.id_to_token(gen[0]).startswith("\u2581")
+    deltas, det = _stream(SP, gen, prompt)
+    assert deltas == vllm_text(SP, prompt, gen)
+    assert SP.decode(prompt) + det.text == "Hello, world again" == SP.decode(prompt + gen)
+
+
+@pytest.mark.parametrize("tok", [build_byte_tokenizer(), SP], ids=["byte-level", "sp"])
+def test_a_prompt_ending_inside_a_character(tok):
+    """vLLM's stream completes the character the prompt left open; where the prompt's text
+    ends in U+FFFD it has no prefix to subtract, so its first delta holds the prompt too."""
+    byte = (lambda b: 3 + b) if tok is not SP else (lambda b: sp_byte(SP, b))
+    bos = [tok.bos_token_id]
+    assert _stream(tok, [byte(0xA9)], bos + [byte(0xC3)])[1].text == "\u00e9"
+    prompt, gen = tok.encode("hi") + [byte(0xCB)], [byte(0x87)] + tok.encode("ab", False)
+    deltas, det = _stream(tok, gen, prompt)
+    assert deltas == vllm_text(tok, prompt, gen)
+    assert det.text == tok.decode(prompt + gen) and det.text.startswith("hi\u02c7")
+
+
+def test_an_invalid_prefix_restarts_without_context():
+    """The text rewrote the prefix (DecodeStream's "Invalid prefix": byte fallback turns the
+    whole byte run to U+FFFD once 0xB3 makes it invalid, "\\x15" included): vLLM restarts the
+    stream with no context; so does the detokenizer."""
+    gen = [sp_byte(SP, 0x15), sp_byte(SP, 0xB3), SP.token_to_id("key")]
+    assert SP.decode(gen) == "\ufffd\ufffdkey"
+    det = SP.detokenizer(True, ())
+    assert [det.push(t) for t in gen] == vllm_text(SP, (), gen) == ["\x15", "", "key"]
+
+
+@pytest.mark.parametrize("tok", [build_byte_tokenizer(), SP], ids=["byte-level", "sp"])
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_deltas_are_vllm_s_for_random_ids_after_a_prompt(tok, data):
+    """Each delta equals vLLM 0.33's (DecodeStream primed with the prompt) for random ids,
+    single bytes favoured so characters split across tokens, the prompt and the output."""
+    ids = st.integers(0, tok.vocab_size - 1) | st.sampled_from(
+        [3 + b for b in range(256)] if tok is not SP else [sp_byte(SP, b) for b in range(256)])
+    prompt = data.draw(st.lists(ids, max_size=6), label="prompt")
+    gen = data.draw(st.lists(ids, min_size=1, max_size=10), label="generated")
+    skip = data.draw(st.booleans(), label="skip_special_tokens")
+    det = tok.detokenizer(skip, prompt)
+    deltas = [det.push(t) for t in gen]
+    assert deltas == vllm_text(tok, prompt, gen, skip) and det.text == "".join(deltas)
 
 
 @pytest.mark.parametrize("kind", ["byte", "llama"])
