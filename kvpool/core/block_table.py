@@ -25,7 +25,13 @@ class SeqAlloc:
     ``preempted_query_tokens`` / ``preempted_hit_tokens``, not to the prefix-cache counters
     of first admissions, as vLLM's PrefixCacheStats books a request with num_preemptions > 0
     under preempted_queries / preempted_hits. Only a successful allocation is counted (vLLM
-    records at admission, never a lookup that was not scheduled)."""
+    records at admission, never a lookup that was not scheduled).
+
+    NOTE(skip-read): ``skip_read`` allocates as if nothing were cached (no hits, the lookup
+    not counted) but hashes the new tables' full blocks under ``cache_salt`` as usual, so they
+    are indexed (and published) once computed and later prompts hit them: vLLM's
+    ``Request.skip_reading_prefix_cache`` (a request that needs every prompt position's
+    logits, kvpool/runtime/engine/prompt_logprobs.py)."""
 
     seq_ids: Sequence[int]
     token_ids: Sequence[int]
@@ -35,6 +41,7 @@ class SeqAlloc:
     share_with: int | None = None  # a sequence whose leading blocks the new tables reuse
     num_shared: int = 0  # how many of its leading (full) blocks
     resumed: bool = False  # re-admits preempted sequences: NOTE(preempted-queries)
+    skip_read: bool = False  # looks nothing up, still caches its blocks: NOTE(skip-read)
 
 
 @dataclass(slots=True, eq=False)

@@ -139,14 +139,17 @@ class BlockSpaceManager:
     # ------------------------------------------------------------------ allocate
     def allocate(self, seq_ids: Sequence[int], token_ids: Sequence[int], *,
                  block_hashes: Sequence[bytes] | None = None, cache_salt: str | None = None,
-                 extra_keys: Sequence[ExtraKey] | None = None) -> int | None:
+                 extra_keys: Sequence[ExtraKey] | None = None,
+                 skip_read: bool = False) -> int | None:
         """Create block tables for ``seq_ids``, all sharing the prompt's blocks.
 
         Returns the number of prompt tokens served from the prefix cache (their KV is already
-        computed), or None when the pool cannot hold the prompt now (nothing changes). Many
-        requests under one lock: ``prompts.allocate_batch``."""
+        computed; 0 with ``skip_read``, NOTE(skip-read) in block_table.py), or None when the
+        pool cannot hold the prompt now (nothing changes). Many requests under one lock:
+        ``prompts.allocate_batch``."""
         return self.prompts.allocate_batch([SeqAlloc(seq_ids, token_ids, block_hashes,
-                                                     cache_salt, extra_keys)])[0]
+                                                     cache_salt, extra_keys,
+                                                     skip_read=skip_read)])[0]
 
     # ------------------------------------------------------------------ computed / append
     def mark_computed(self, seq_id: int, num_tokens: int | None = None) -> None:

@@ -189,7 +189,8 @@ class PromptAllocator:
         nseq = len(r.seq_ids)
         pool = self.device_pool
         keep = self.index is not None and self.index.wants_tokens  # NOTE(event-tokens)
-        hits = self.hits(hashes, n, r.token_ids)  # checked against them with verify_hits
+        skip = r.skip_read  # NOTE(skip-read) in block_table.py: no hits, no lookup counted
+        hits = [] if skip else self.hits(hashes, n, r.token_ids)  # verify_hits checks them
         reused, num_hits = self._reused(r, hits)
         need = -(-n // bs) - len(reused)
         revive = len(reused) - count_used(pool, reused)
@@ -213,7 +214,7 @@ class PromptAllocator:
         c = self.counters
         c.tail_sharers += nseq if sharing else 0
         c.used_slots += n - len(reused) * bs + (bs * revive)
-        self._count_lookup(r.resumed, n if self.caching else 0, cached)
+        self._count_lookup(r.resumed, n if self.caching and not skip else 0, cached)
         return cached
 
     def _count_lookup(self, resumed: bool, queried: int, cached: int) -> None:

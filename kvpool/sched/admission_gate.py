@@ -144,22 +144,26 @@ class AdmissionGate:
         would take now (the same cap: at least one token is left to compute)."""
         mgr = self.manager
         bs = mgr.block_size
+        if u.lead.group.skip_reading_prefix_cache:
+            return u.num_tokens
         return u.num_tokens - bs * min(mgr.prompts.prefix_hits(u.block_hashes),
                                        (u.num_tokens - 1) // bs)
 
     def allocations(self, g: SequenceGroup, units: list[PrefillUnit]) -> list[SeqAlloc]:
         """The manager's allocation requests for ``g``'s units (one block table per live
         sequence, shared prompt blocks per unit); ``resumed`` when ``g`` was preempted before
-        (recomputed: NOTE(preempted-queries) in kvpool/core/block_table.py)."""
+        (recomputed: NOTE(preempted-queries) in kvpool/core/block_table.py); ``skip_read``
+        for every admission of a request that reads no cache (NOTE(skip-read), same file)."""
         caching = self.manager.caching
         bs = self.manager.block_size
         resumed = g.num_preemptions > 0
+        skip = g.skip_reading_prefix_cache
         return [SeqAlloc([s.seq_id for s in u.seqs],
                          g.prompt_token_ids if not u.lead.output_token_ids
                          else u.lead.all_token_ids(),
                          u.block_hashes if caching else None, g.cache_salt,
                          share_with=None if u.after is None else u.after.lead.seq_id,
-                         num_shared=u.shared_tokens // bs, resumed=resumed)
+                         num_shared=u.shared_tokens // bs, resumed=resumed, skip_read=skip)
                 for u in units]
 
     def admission(self, units: list[PrefillUnit], freeable: int = 0) -> Admission:
@@ -172,7 +176,9 @@ class AdmissionGate:
         outgrows the whole pool: prompt + max_tokens, and ``n`` such sequences holding the
         prompt's full blocks once, as their recompute units do (``shared_blocks``)."""
         mgr = self.manager
-        prompts = [(u.num_tokens, u.block_hashes) for u in units]
+        skip = bool(units) and units[0].lead.group.skip_reading_prefix_cache
+        # NOTE(skip-read): no hashes, no hits: every block it takes is counted
+        prompts = [(u.num_tokens, () if skip else u.block_hashes) for u in units]
         shared = self.shared_blocks(units)
         adm = mgr.admission(prompts, freeable=freeable, shared_blocks=shared)
         if adm.status is AllocStatus.OK or not any(u.lead.output_token_ids for u in units):

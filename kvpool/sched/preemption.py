@@ -58,8 +58,8 @@ class Preemptor:
         """Prompt tokens still cached after the victim drops its own references."""
         mgr = self.manager
         hashes = g.prompt_block_hashes
-        if not hashes or not mgr.caching:
-            return 0
+        if not hashes or not mgr.caching or g.skip_reading_prefix_cache:
+            return 0  # nothing kept, or a request that reads none of it (NOTE(skip-read))
         pool = mgr.device_pool
         lookup = pool.index.lookup  # caching is on (checked above)
         kept = 0

@@ -77,10 +77,12 @@ class Scheduler:
     # ------------------------------------------------------------------ requests
     def add_request(self, request_id: str, prompt_token_ids: Iterable[int], params=None,
                     priority: int = 0, cache_salt: str | None = None,
-                    arrival_time: float | None = None, tenant: str | None = None
-                    ) -> tuple[int, ...]:
+                    arrival_time: float | None = None, tenant: str | None = None,
+                    skip_reading_prefix_cache: bool = False) -> tuple[int, ...]:
         """Queue a request; returns its sequence ids (``params.n`` of them). Never rejects
-        for size here: schedule() reports a request that can never fit in ``ignored``."""
+        for size here: schedule() reports a request that can never fit in ``ignored``.
+        ``skip_reading_prefix_cache``: no admission of it, re-admissions included, reads the
+        prefix cache; its blocks are cached all the same (NOTE(skip-read), core/block_table.py)."""
         st = self.state
         if request_id in st.groups:
             raise SchedulerError(f"request {request_id!r} is already queued or running")
@@ -100,7 +102,7 @@ class Scheduler:
         order = next(st.orders)
         g = SequenceGroup(request_id, prompt, params, limits, priority, arrival, order,
                           make_sort_key(cfg.policy, priority, arrival, order), cache_salt,
-                          tenant or "")
+                          tenant or "", skip_reading_prefix_cache=skip_reading_prefix_cache)
         mgr = self.manager
         # NOTE(arrival-hash): on arrival, outside the steps, as vLLM's Request does (not for a
         # prompt past max_model_len: schedule() rejects it without hashing)

@@ -245,6 +245,9 @@ class SequenceGroup:
     sort_key: tuple  # queue position: (arrival, order) or (priority, arrival, order)
     cache_salt: str | None = None  # prefix-cache isolation domain (tenant)
     tenant: str = ""  # fairness domain: who the server says sent it ("": anonymous)
+    # every admission computes the whole prompt, its blocks still cached for others: vLLM's
+    # Request.skip_reading_prefix_cache (NOTE(skip-read) in kvpool/core/block_table.py)
+    skip_reading_prefix_cache: bool = False
     seqs: list[Sequence] = field(default_factory=list)  # all sequences, finished included
     status: SeqStatus = SeqStatus.WAITING  # status of the live sequences
     units: list[PrefillUnit] | None = None  # admission units, built while WAITING

@@ -130,11 +130,11 @@ def published_salt(salt: str | None, key: bytes) -> str | None:
     extra_keys").
 
     NOTE(private-salt): a salt that goes on past the namespace's JSON, or holds a NUL without
-    one (a prompt-logprobs request's own, kvpool/runtime/engine/prompt_logprobs.py: the
-    client's salt, NUL, "prompt_logprobs", NUL, the engine's request id) names a chain no
-    other request can hit: it publishes as a named tenant's does, a digest that matches
-    nothing. Published raw, it gave subscribers the engine's internal request ids. This runs
-    on the step thread: it never raises (a JSONDecodeError here once stopped the engine)."""
+    one (no client's can: parsing refuses it; prompt-logprobs requests once were prefilled
+    under such a salt, with the engine's request id in it) names a chain no other request
+    can hit: it publishes as a named tenant's does, a digest that matches nothing, never
+    raw. This runs on the step thread: it never raises (a JSONDecodeError here once stopped
+    the engine)."""
     if salt is None or not salt.startswith(NS_MARK) and "\x00" not in salt:
         return salt  # the client's cache_salt as sent (a client's holds no NUL: parsing)
     if not salt.startswith(NS_MARK):

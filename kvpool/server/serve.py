@@ -111,7 +111,9 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "max_num_batched_tokens": (human_int, "N", "tokens per engine step (8k, 8K: vLLM's)"),
     "max_model_len": (human_int_or_auto, "TOKENS", "context length (default, auto or -1: the "
                                                    "model's; 32k, 32K: vLLM's)"),
-    "preemption_mode": (str, ("swap", "recompute"), "how to preempt (default: by cost)"),
+    "preemption_mode": (str, ("swap", "recompute"), "how to preempt (default: by cost); swap "
+                        "still recomputes a request preempted while prefilling (nothing "
+                        "generated yet) or one the host pool has no room for"),
     "defrag_threshold": (float, "FRACTION", "defragment above this external fragmentation"),
     "seed": (int, "N", "tiny-model weights and the shared sampling RNG"),
     "max_queue": (int, "N", "requests in flight (running and waiting) before 503 + "

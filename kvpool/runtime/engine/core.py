@@ -145,11 +145,10 @@ class EngineCore:
                     cache_salt: str | None = None, priority: int = 0,
                     arrival: float | None = None, tenant: str | None = None) -> None:
         arrival = time.monotonic() if arrival is None else arrival
-        if params.prompt_logprobs is not None:  # never reads the cache: NOTE(prompt-logprobs)
-            cache_salt = self.prompt_logprobs.cache_salt(cache_salt, request_id)
-        seq_ids = self.scheduler.add_request(request_id, prompt_ids, params, priority=priority,
-                                             cache_salt=cache_salt, arrival_time=arrival,
-                                             tenant=tenant)
+        seq_ids = self.scheduler.add_request(  # reads no cache: NOTE(prompt-logprobs)
+            request_id, prompt_ids, params, priority=priority, cache_salt=cache_salt,
+            arrival_time=arrival, tenant=tenant,
+            skip_reading_prefix_cache=params.prompt_logprobs is not None)
         if params.response_format is not None:
             try:
                 self.grammars.add(seq_ids, params.response_format)

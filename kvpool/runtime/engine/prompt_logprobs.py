@@ -10,6 +10,15 @@ first generated token, which is the sampler's business)::
     chunk B                 r0  r1  r2        r0 -> t4, r1 -> t5, r2 -> (sampled)
 
 ``t0`` has no logprob (nothing predicts it), as in vLLM.
+
+NOTE(prompt-logprobs): a prefix-cache hit skips the forward over the hit tokens, so their
+logits would not exist. Such a request reads no prefix cache (the engine queues it with
+``skip_reading_prefix_cache``, as vLLM's SamplingParams sets it for ``prompt_logprobs``): each
+admission, a re-admission after a recompute preemption too, computes the whole prompt, in the
+forward the step runs anyway, and its lookup is not counted as a prefix-cache query. Its full
+blocks are still cached under the request's own ``cache_salt`` (NOTE(skip-read) in
+kvpool/core/block_table.py), so a later request with the same prompt hits them, as in vLLM.
+A re-admission records nothing twice: ``add_prompt_logprobs`` keeps a position's first value.
 """
 
 from __future__ import annotations
@@ -32,16 +41,6 @@ class PromptLogprobs:
         # the live requests that asked (the engine adds and discards them): empty, the engine
         # does not call ``rows``
         self.requests: set[str] = set()
-
-    @staticmethod
-    def cache_salt(cache_salt: str | None, request_id: str) -> str:
-        """The salt a prompt-logprobs request is prefilled under.
-
-        NOTE(prompt-logprobs): a prefix-cache hit skips the forward over the hit tokens, so
-        their logits would not exist. Such a request is prefilled under a salt of its own: it
-        never reads the cache (every prompt logit is computed, in the forward the step runs
-        anyway) and no other request reads its blocks."""
-        return f"{cache_salt or ''}\x00prompt_logprobs\x00{request_id}"
 
     def rows(self, entries: Sequence) -> list[int]:
         """Indices of the prefill entries whose request asked for prompt logprobs."""
