@@ -14,6 +14,8 @@ This module adds those, without touching aiohttp's internals::
               header timer fires first             -> close      (rejected{reason="header_timeout"})
               later request heads / idle time      -> aiohttp's keepalive_timeout closes
               send_buffer set? -> SO_SNDBUF on the accepted socket (NOTE(sndbuf))
+    HTTPS: accept -> TLSGate (tls_gate.py) takes the slot, closes past the cap, does the
+           handshake, then hands the slot and the TLS transport to the handler above
               handle_error: client faults -> OpenAI error JSON, one INFO line, no traceback;
                             client gone (ConnectionError) -> nothing to answer, no log
 
@@ -38,6 +40,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from kvpool.server.middleware import error_body, error_type, http_error_code
+from kvpool.server.tls_gate import TLSGate
 from kvpool.throttle import Throttle
 
 __all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT",
@@ -133,7 +136,8 @@ class ConnectionLimiter:
         self._unlogged += 1
         if self._warn.due():
             log.warning("connection cap reached: %d open (--max-connections %d); refused %d "
-                        "new connection(s) with 503 since the last report", self.open,
+                        "new connection(s) (503; over HTTPS closed before the handshake) "
+                        "since the last report", self.open,
                         self.max_connections, self._unlogged)
             self._unlogged = 0
 
@@ -290,8 +294,9 @@ async def start_listener(runner: web.AppRunner, host: str, port: int, *,
     Replaces ``web.TCPSite``: the caller closes the returned server before
     ``runner.cleanup()``. ``keep_alive_timeout`` <= 0 keeps aiohttp's idle timer off.
     ``send_buffer``: SO_SNDBUF bytes for each accepted socket (None: the OS's autotuning).
-    ``ssl``: serve HTTPS (tls.py); a TLS handshake gets ``header_timeout`` too (asyncio's 60 s
-    when that is off), as the socket counts against no cap before it completes."""
+    ``ssl``: serve HTTPS (tls.py): each connection counts against the cap from its accept,
+    its TLS handshake bounded by ``header_timeout`` too (asyncio's 60 s when that is off), in
+    tls_gate.py (NOTE(tls-cap))."""
     if send_buffer is not None and send_buffer < MIN_SEND_BUFFER:
         raise ValueError(f"send_buffer={send_buffer!r}: use bytes >= {MIN_SEND_BUFFER} "
                          "(or None for the OS's default)")
@@ -300,16 +305,17 @@ async def start_listener(runner: web.AppRunner, host: str, port: int, *,
         raise RuntimeError("call runner.setup() before start_listener")
     loop = asyncio.get_running_loop()
     kwargs: dict[str, Any] = {"loop": loop, "keepalive_timeout": keep_alive_timeout,
-                              "lingering_time": LINGER}
-    if access_log is None:
-        kwargs["access_log"] = None
-    else:
-        kwargs["access_log"] = access_log
+                              "lingering_time": LINGER, "access_log": access_log}
 
     def factory() -> GuardedRequestHandler:
         return GuardedRequestHandler(server, limiter=limiter, header_timeout=header_timeout,
                                      send_buffer=send_buffer, **kwargs)
 
-    handshake = (header_timeout if header_timeout > 0 else None) if ssl is not None else None
-    return await loop.create_server(factory, host, port, backlog=backlog, ssl=ssl,
-                                    ssl_handshake_timeout=handshake)
+    if ssl is None:
+        return await loop.create_server(factory, host, port, backlog=backlog)
+
+    def gate() -> TLSGate:  # NOTE(tls-cap): the slot is taken at accept, before the handshake
+        return TLSGate(factory, limiter=limiter, context=ssl,
+                       handshake_timeout=header_timeout if header_timeout > 0 else None)
+
+    return await loop.create_server(gate, host, port, backlog=backlog)
