@@ -242,7 +242,26 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
     the request's lifetime (and per completion when ``n > 1``: seed, seed+1, ...)."""
     if seed is None:
         return None
-    return torch.Generator(device=device).manual_seed(seed % _SEED_MOD)
+    seed %= _SEED_MOD  # vLLM's seeds are int64: -2 and 2**64 - 2 are one seed
+    if torch.device(device).type == "cpu":
+        seed = cpu_seed(seed)
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def cpu_seed(seed: int) -> int:
+    """NOTE(seed-fold): torch's CPU generator (mt19937) keeps only a seed's low 32 bits, so
+    seeds 2**32 apart sampled alike. The high half, through murmur3's 32-bit finalizer (a
+    bijection with 0 -> 0), is XORed into the low half: a seed below 2**32 is unchanged (the
+    stream it always gave), and seeds that differ in one half alone never collide (n > 1's
+    seed, seed + 1, ... differ in the low half unless the sum carries); other pairs collide
+    as two random 32-bit seeds would. Generators that keep 64 bits (CUDA's) get the seed."""
+    high = seed >> 32
+    high ^= high >> 16
+    high = (high * 0x85EBCA6B) & 0xFFFFFFFF
+    high ^= high >> 13
+    high = (high * 0xC2B2AE35) & 0xFFFFFFFF
+    high ^= high >> 16
+    return (seed & 0xFFFFFFFF) ^ high
 
 
 class Sampler:
