@@ -11,6 +11,10 @@ Now the listener hands the handlers the body as it came, bounded by ``--max-body
 thread a few milliseconds and the loop nothing. vLLM (Starlette) does not decode request
 bodies at all; kvpool keeps reading gzip and deflate, as it did through aiohttp
 (docs/architecture.md, Request bodies).
+
+``refuse_from_head``: what a request's head alone already refuses, before any of its body is
+read; the body reader (json_body.ParsePool) and the ``Expect: 100-continue`` handler
+(expect.py) ask the same function, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-__all__ = ["coding_of", "decoded", "inflate", "left_encoded"]
+__all__ = ["coding_of", "decoded", "inflate", "left_encoded", "refuse_from_head"]
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
@@ -29,6 +33,31 @@ def coding_of(headers: Mapping[str, str]) -> str | None:
     """The body's content coding, None for none (``identity``)."""
     coding = headers.get("content-encoding", "identity").strip().lower()
     return None if coding in ("", "identity") else coding
+
+
+def refuse_from_head(request: web.BaseRequest) -> None:
+    """Raise the client error a request's head already earns, if any.
+
+    NOTE(declared): a Content-Length past the app's bound (``client_max_size``, from
+    ``--max-body-bytes``) is a 413 before any of the body is read, not a wait for bytes the
+    client may never send, nor (with ``Expect: 100-continue``) an invitation to send them.
+
+    NOTE(transfer-coding): aiohttp's parser frames a request by its final ``chunked`` coding
+    and hands the app the de-chunked bytes with any coding listed before it (``gzip,
+    chunked``) still applied, undecoded. RFC 9112 6.1 / RFC 9110 15.6.2: a transfer coding
+    the server does not understand is a 501, not a body read as if it were plain (that was a
+    400 for "invalid UTF-8"). A TE whose last coding is not chunked is aiohttp's 400 before
+    the app runs, as RFC 9112 6.3 asks. ``Content-Encoding: gzip`` is the way to send a
+    compressed body."""
+    sent = ",".join(request.headers.getall("Transfer-Encoding", []))
+    codings = [c.strip().lower() for c in sent.split(",") if c.strip()]
+    if codings[:-1]:
+        raise web.HTTPNotImplemented(
+            text=f"Transfer-Encoding {sent.strip()!r} is not supported: chunked is the only "
+                 "transfer coding read here (send a compressed body with Content-Encoding)")
+    limit = request.client_max_size
+    if limit and (request.content_length or 0) > limit:
+        raise web.HTTPRequestEntityTooLarge(limit, request.content_length)
 
 
 def left_encoded(request: web.BaseRequest) -> str | None:

@@ -65,7 +65,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from kvpool.errors import RequestError, context_length_error, shown
-from kvpool.server.body_coding import inflate, left_encoded
+from kvpool.server.body_coding import inflate, left_encoded, refuse_from_head
 from kvpool.server.query_int import json_lax_float, json_lax_int
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
@@ -358,11 +358,9 @@ class ParsePool:
         ``wait_for``: on Python 3.11 wait_for returns the body when its task is cancelled in
         the step the read finished (CPython gh-86296), where aiohttp's cancel for a client
         that sent its body and closed lands: such requests were served (the router:
-        relayed) for nobody. NOTE(declared): a Content-Length past the app's bound is a 413
-        before any of it is read, not a wait for bytes the client may never send."""
-        limit = request.client_max_size
-        if limit and (request.content_length or 0) > limit:
-            raise web.HTTPRequestEntityTooLarge(limit, request.content_length)
+        relayed) for nobody. What the head alone refuses (NOTE(declared), a transfer coding
+        not read here) is refused before any of the body is read (body_coding.py)."""
+        refuse_from_head(request)
         if self.body_timeout <= 0:
             return await request.read()
         try:

@@ -15,9 +15,11 @@ Every response that is not a success carries OpenAI's error body with the status
     missing / wrong API key                       401     invalid_request_error  invalid_api_key
     unknown route                                 404     invalid_request_error  not_found
     wrong method                                  405     invalid_request_error  method_not_allowed
-    body over client_max_size                     413     invalid_request_error  request_too_large
+    body over client_max_size (declared: before   413     invalid_request_error  request_too_large
+      any of it is read, no 100 Continue)
     body unreadable (corrupt gzip, bad chunking)  400     invalid_request_error  invalid_body
     Expect other than 100-continue (NOTE(expect)) 417     invalid_request_error  expectation_failed
+    a transfer coding before chunked (gzip, ...)  501     server_error           not_implemented
     QueueFullError                                503     server_error           queue_full (+Retry-After)
     EngineError (engine stopping or failed)       503     server_error           engine_unavailable
     request arrives while the server drains       503     server_error           shutting_down
@@ -100,7 +102,8 @@ from kvpool.server.json_body import LAX_BOOL_STRINGS
 __all__ = ["NS_MARK", "STREAM_STARTED", "APIError", "CacheNamespace", "auth_middleware",
            "bearer_token", "current_tenant", "error_body",
            "error_middleware", "error_type", "http_error_code", "json_errors",
-           "known_error", "query_bool", "tenant_middleware", "tenant_of_headers"]
+           "known_error", "query_bool", "tenant_middleware", "tenant_of_headers",
+           "to_api_error"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -116,7 +119,7 @@ _HTTP_CODES = {
     408: "request_timeout",
     413: "request_too_large", 415: "unsupported_media_type", 417: "expectation_failed",
     431: "headers_too_large",
-    503: "service_unavailable",
+    501: "not_implemented", 503: "service_unavailable",
 }
 
 
