@@ -35,7 +35,9 @@ REMOTE_METRIC_NAMES = (
     "kvpool_remote_puts_paused_total", "kvpool_remote_oom_pauses_total",
     "kvpool_remote_health_checks_total", "kvpool_remote_health_failed_total",
     "kvpool_remote_breaker_opens_total", "kvpool_remote_errors_total",
-    "kvpool_remote_redirects_total",
+    "kvpool_remote_redirects_total", "kvpool_remote_dedup_probes_total",
+    "kvpool_remote_dedup_hit_blocks_total", "kvpool_remote_read_requests_total",
+    "kvpool_remote_fetched_blocks_total",
     "kvpool_remote_breaker_state", "kvpool_remote_breakers_open",
     "kvpool_remote_probe_seconds", "kvpool_remote_get_seconds", "kvpool_remote_put_seconds",
     "kvpool_remote_prefetch_wait_seconds",
@@ -45,15 +47,24 @@ REMOTE_METRIC_NAMES = (
 _KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short", "foreign",
           "joined", "auth", "tls", "oom", "cluster", "noperm", "refused_server", "unsigned",
           "forged", "readonly")
+# Read outcomes always exported: kvpool.remote.tier.READ_OUTCOMES (not imported, as _KINDS).
+_OUTCOMES = ("fetched", "partial", "miss", "probe_failed", "short", "declined_cost", "unprobed",
+             "no_host", "error")
 _HIST_DOCS = {"probe": "Remote tier probe round trip time.",
               "get": "Remote tier get round trip time.",
               "put": "Remote tier put round trip time.",
               "prefetch_wait": "Time a request waited at admission for its remote prefix "
                                "(probe, cost model, fetch and landing)."}
 _COUNTERS = (
-    ("probes", "Remote prefix probes (one round trip each)."),
-    ("hit_blocks", "Blocks found by remote probes (leading runs)."),
-    ("miss_blocks", "Blocks probed remotely and not found."),
+    ("probes", "Remote prefix probes of requests (one round trip each; not the write "
+               "path's, kvpool_remote_dedup_probes_total)."),
+    ("hit_blocks", "Blocks found by requests' remote probes (leading runs; fetched or not: "
+                   "kvpool_remote_fetched_blocks_total)."),
+    ("miss_blocks", "Blocks requests probed remotely and not found."),
+    ("dedup_probes", "The write path's probes: which computed blocks are stored already."),
+    ("dedup_hit_blocks", "Blocks the write path found stored already (not sent again)."),
+    ("fetched_blocks", "Blocks fetched from the remote tier and handed to the engine (what "
+                       "the tier served)."),
     ("get_bytes", "Checked value bytes read from the remote tier."),
     ("put_bytes", "Value bytes newly stored in the remote tier."),
     ("puts_dropped", "Values not stored (failure, breaker open, backpressure)."),
@@ -100,6 +111,12 @@ class RemoteMetrics:
         kinds = sorted(set(_KINDS) | set(s.errors))
         out.append(("kvpool_remote_errors_total", "counter", "Remote tier errors by kind.",
                     ("kind",), [((k,), s.errors.get(k, 0)) for k in kinds]))
+        reads = getattr(s, "reads", {})
+        out.append(("kvpool_remote_read_requests_total", "counter", "Requests' remote reads "
+                    "by outcome: fetched, partial, miss, probe_failed, short, declined_cost "
+                    "(the cost model chose recompute), unprobed (declined before the probe), "
+                    "no_host, error.", ("outcome",),
+                    [((o,), reads.get(o, 0)) for o in sorted(set(_OUTCOMES) | set(reads))]))
         moved = getattr(s, "redirects", {})
         out.append(("kvpool_remote_redirects_total", "counter", "MOVED/ASK replies the cluster "
                     "client followed, by kind (a stale slot map: after a failover or a "

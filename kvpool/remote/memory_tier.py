@@ -25,7 +25,8 @@ class InMemoryTier:
         self._stats = RemoteStats()
         self._g = codec.namespace.blocks_per_object
 
-    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
+    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = (),
+                    purpose: str = "read") -> int:
         if not keys:
             return 0
         for k in refresh:
@@ -37,11 +38,7 @@ class InMemoryTier:
                 break
             self._data.move_to_end(k)
             n += 1
-        st = self._stats
-        st.probes += 1
-        st.hit_blocks += n * self._g
-        st.miss_blocks += (len(keys) - n) * self._g
-        return n
+        return self._stats.count_probe(purpose, n, len(keys), self._g)
 
     async def get_many(self, keys: Sequence[str], parts: int | None = None
                        ) -> list[bytes | None]:
@@ -87,8 +84,8 @@ class InMemoryTier:
     def stats(self) -> RemoteStats:
         return self._stats.copy()
 
-    def note_dropped(self, n: int) -> None:
-        self._stats.note_dropped(n)
+    def note(self, dropped: int = 0, read: str | None = None, fetched: int = 0) -> None:
+        self._stats.note(dropped, read, fetched)
 
     async def aclose(self) -> None:
         self._data.clear()

@@ -104,18 +104,15 @@ class RedisTier:
         self._checks = HealthChecks(self._ping, self._closed, self._stats)
 
     # -- the protocol ---------------------------------------------------------------------
-    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
+    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = (),
+                    purpose: str = "read") -> int:
         if not keys:
             return 0
-        keys = list(keys)
         plan = probe_plan(refresh, keys, self._by_slot)
-        self._stats.probes += 1
         runs = await self._per_item("probe", plan, lambda seg: seg[0][0], lambda _: 0,
                                     self._probe_segments, lambda _: None)  # None: failed
-        n, g = leading_run(plan, runs), self._blocks_per_key
-        self._stats.hit_blocks += n * g
-        self._stats.miss_blocks += (len(keys) - n) * g
-        return n
+        return self._stats.count_probe(purpose, leading_run(plan, runs), len(keys),
+                                       self._blocks_per_key, None in runs)
 
     async def get_many(self, keys: Sequence[str], parts: int | None = None
                        ) -> list[bytes | None]:
@@ -226,9 +223,9 @@ class RedisTier:
         """MOVED/ASK replies the cluster client followed, by kind (a copy)."""
         return dict(self._client.redirects)
 
-    def note_dropped(self, n: int) -> None:
-        """Count puts the write path dropped before sending (backpressure)."""
-        self._stats.note_dropped(n)
+    def note(self, dropped: int = 0, read: str | None = None, fetched: int = 0) -> None:
+        """Count what the engine's paths decided without a call (``RemoteStats.note``)."""
+        self._stats.note(dropped, read, fetched)
 
     async def aclose(self) -> None:
         await self._checks.aclose()

@@ -30,16 +30,38 @@ Read = tuple[list[bytes | None], list[tuple[str, str]]]  # values, [(key, error 
 ERROR_KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short",
                "foreign", "joined", "auth", "tls", "oom", "cluster", "noperm",
                "refused_server", "unsigned", "forged", "readonly")
+# What became of one request's read of its prefix (the engine's read path reports it with
+# note(read=...); kvpool_remote_read_requests_total{outcome}): fetched whole, partial (cut by
+# the deadline or a missing value; what arrived is kept), miss (no leading run in the tier),
+# probe_failed (the probe failed: a deadline, a refusal, a redirect loop), short (a run below
+# min_fetch_blocks), declined_cost (probed, the cost model chose recompute), unprobed (declined
+# before the probe: reader.py NOTE(probe-worth)), no_host (no host blocks to land it in),
+# error (the read path raised; recomputed).
+READ_OUTCOMES = ("fetched", "partial", "miss", "probe_failed", "short", "declined_cost",
+                 "unprobed", "no_host", "error")
+PROBE_PURPOSES = ("read", "dedup")  # NOTE(dedup-probe)
+
+
+class ProbeRun(int):
+    """``probe``'s answer: the leading run's length. ``failed``: some of the call failed (a
+    deadline, a refused or redirected-to-death call), so the run is a lower bound and the
+    call's time was no round trip (the read path's RTT estimate skips it)."""
+
+    failed: bool = False
 
 
 @runtime_checkable
 class RemoteTier(Protocol):
     """What the runtime (and the router, later) may call. ``keys`` are ``Namespace`` keys."""
 
-    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
-        """Length of the leading run of ``keys`` present (and refreshed in the LRU). The
-        ``refresh`` keys (the part of the same chain the caller already holds) are refreshed
-        too, in the same round trip, present or not, and not counted."""
+    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = (),
+                    purpose: str = "read") -> int:
+        """Length of the leading run of ``keys`` present (and refreshed in the LRU; a
+        :class:`ProbeRun`, or a plain int where nothing can fail). The ``refresh`` keys (the
+        part of the same chain the caller already holds) are refreshed too, in the same
+        round trip, present or not, and not counted. ``purpose``: "read" (a request looking
+        for its prefix) or "dedup" (the write path skipping what is stored: counted apart,
+        NOTE(dedup-probe))."""
 
     async def get_many(self, keys: Sequence[str], parts: int | None = None
                        ) -> list[bytes | None]:
@@ -64,6 +86,11 @@ class RemoteTier(Protocol):
     def stats(self) -> RemoteStats:
         """A copy of the counters (safe to read from another thread)."""
 
+    def note(self, dropped: int = 0, read: str | None = None, fetched: int = 0) -> None:
+        """Count what the engine's paths decided without a call: ``dropped`` puts the write
+        path did not send (backpressure); one request's ``read`` outcome (READ_OUTCOMES) and
+        the blocks it ``fetched``."""
+
     async def aclose(self) -> None: ...
 
 
@@ -73,9 +100,13 @@ class RemoteStats:
     ``kvpool.metrics.remote`` exports a copy. ``*_blocks`` count blocks, not keys (a key holds
     ``blocks_per_object`` blocks)."""
 
-    probes: int = 0  # probe() calls that had keys
-    hit_blocks: int = 0  # blocks in probes' leading runs
-    miss_blocks: int = 0  # blocks probed beyond the run (all of them when the call failed)
+    probes: int = 0  # read probe() calls that had keys (NOTE(dedup-probe): not the writes')
+    hit_blocks: int = 0  # blocks in read probes' leading runs
+    miss_blocks: int = 0  # blocks read-probed beyond the run (all of them when the call failed)
+    dedup_probes: int = 0  # the write path's probe() calls (what is stored already?)
+    dedup_hit_blocks: int = 0  # blocks they found stored (not sent again)
+    reads: dict[str, int] = field(default_factory=dict)  # READ_OUTCOMES -> requests
+    fetched_blocks: int = 0  # blocks the read path fetched and handed to the engine
     get_bytes: int = 0  # bytes of checked values returned by get_many
     get_missing: int = 0  # keys get_many returned None for (absent, unusable or failed)
     put_bytes: int = 0  # bytes of values newly stored
@@ -96,12 +127,40 @@ class RemoteStats:
     def count_error(self, kind: str, n: int = 1) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + n
 
-    def note_dropped(self, n: int) -> None:
-        """Puts the caller decided not to send (write-path backpressure)."""
-        self.puts_dropped += n
+    def note(self, dropped: int = 0, read: str | None = None, fetched: int = 0) -> None:
+        """What the engine's paths report (``RemoteTier.note``)."""
+        self.puts_dropped += dropped
+        if read is not None:
+            if read not in READ_OUTCOMES:
+                raise ValueError(f"read outcome {read!r}: one of {READ_OUTCOMES}")
+            self.reads[read] = self.reads.get(read, 0) + 1
+        self.fetched_blocks += fetched
+
+    def count_probe(self, purpose: str, n: int, probed: int, g: int, failed: bool = False
+                    ) -> ProbeRun:
+        """One probe() call with keys: ``n`` of the ``probed`` keys (``g`` blocks each) in
+        its leading run; the run as ``probe`` answers it.
+
+        NOTE(dedup-probe): the write path probes before it stores, to skip a chain's leading
+        run already there. Counted with the reads, every store of a prefix another replica
+        had written made "hits": kvpool_remote_hit_blocks_total rose while nothing was
+        served from the tier. Its probes are counted apart (dedup_*)."""
+        if purpose not in PROBE_PURPOSES:
+            raise ValueError(f"probe purpose {purpose!r}: one of {PROBE_PURPOSES}")
+        if purpose == "dedup":
+            self.dedup_probes += 1
+            self.dedup_hit_blocks += n * g
+        else:
+            self.probes += 1
+            self.hit_blocks += n * g
+            self.miss_blocks += (probed - n) * g
+        run = ProbeRun(n)
+        run.failed = failed
+        return run
 
     def copy(self) -> RemoteStats:
-        return dataclasses.replace(self, errors=dict(self.errors), redirects=dict(self.redirects))
+        return dataclasses.replace(self, errors=dict(self.errors), redirects=dict(self.redirects),
+                                   reads=dict(self.reads))
 
 
 # NOTE(get speed): a value's CRC-32 (zlib, ~1.7 GB/s here) costs about a third of what reading

@@ -116,3 +116,44 @@ async def test_health_check_pings_of_an_open_breaker_are_exported(make_tier, red
     assert s[("kvpool_remote_health_failed_total", ())] == st.health_failed >= 1
     assert s[("kvpool_remote_breaker_opens_total", ())] == st.breaker_opens == 1
     assert s[("kvpool_remote_breaker_state", ())] == int(BreakerState.CLOSED)
+
+
+async def test_write_dedup_probes_are_not_read_hits_and_read_outcomes_are_exported(
+        redis_server):
+    """NOTE(dedup-probe) in kvpool/remote/tier.py: a replica that recomputes a prefix
+    another replica stored (here: its cost model declines the fetch) probes the tier again
+    before storing it, to skip what is there. That probe found every block and was counted
+    in kvpool_remote_hit_blocks_total, which rose while the tier served nothing; and what the
+    read path decided (kvpool_remote_read_requests_total{outcome}, fetched blocks) was
+    exported nowhere."""
+    from tests.remote.engines import PROMPT, engine, run, settle, stop, stored
+
+    other = [(i * 11 + 5) % 500 + 1 for i in range(16 * 8 + 3)]  # not PROMPT's start
+    limit = (len(PROMPT) - 1) // 16
+    await stop(await stored(redis_server.url))
+    declining = await engine(redis_server.url, fetch_bias=1e9)  # stores what it computes
+    try:
+        await run(declining, other)  # rate measured; not in the tier: a miss
+        await run(declining, PROMPT)  # declined unprobed, recomputed, then stored: deduped
+        await settle(declining)
+        s = samples(RemoteMetrics(declining.remote_link.tier.stats).registry)
+    finally:
+        await stop(declining)
+    assert s[("kvpool_remote_hit_blocks_total", ())] == 0  # nothing was served
+    assert s[("kvpool_remote_dedup_hit_blocks_total", ())] == limit
+    assert s[("kvpool_remote_dedup_probes_total", ())] >= 2
+    assert s[("kvpool_remote_probes_total", ())] == 1  # other's read
+    assert s[("kvpool_remote_read_requests_total", (("outcome", "unprobed"),))] == 1
+    assert s[("kvpool_remote_read_requests_total", (("outcome", "miss"),))] == 1
+    assert s[("kvpool_remote_read_requests_total", (("outcome", "fetched"),))] == 0
+    assert s[("kvpool_remote_fetched_blocks_total", ())] == 0
+
+    reading = await engine(redis_server.url, policy="off")
+    try:
+        await run(reading, PROMPT)
+        s = samples(RemoteMetrics(reading.remote_link.tier.stats).registry)
+    finally:
+        await stop(reading)
+    assert s[("kvpool_remote_read_requests_total", (("outcome", "fetched"),))] == 1
+    assert s[("kvpool_remote_fetched_blocks_total", ())] == limit
+    assert s[("kvpool_remote_hit_blocks_total", ())] == limit

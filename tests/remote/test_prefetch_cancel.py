@@ -27,8 +27,9 @@ class CancelsAsProbed(InMemoryTier):
 
     waiter: asyncio.Task | None = None
 
-    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = ()) -> int:
-        n = await super().probe(keys, refresh)
+    async def probe(self, keys: Sequence[str], refresh: Sequence[str] = (),
+                    purpose: str = "read") -> int:
+        n = await super().probe(keys, refresh, purpose)
         if self.waiter is not None:
             self.waiter.cancel()
         return n

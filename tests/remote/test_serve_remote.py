@@ -73,7 +73,8 @@ def check_remote_families(m: MetricsScrape) -> None:
     names = {n.removesuffix("_count") for n in m.samples}
     assert set(REMOTE_METRIC_NAMES) <= names, set(REMOTE_METRIC_NAMES) - names
     assert m.get("kvpool_remote_prefetch_wait_seconds_count") == 2  # b2 and a2
-    assert m.get("kvpool_remote_probe_seconds_count") == remote(m, "probes_total")
+    assert m.get("kvpool_remote_probe_seconds_count") == (  # reads and the dedup probes
+        remote(m, "probes_total") + remote(m, "dedup_probes_total"))
     assert m.get("kvpool_remote_get_bytes_total") > 0
     assert m.get("kvpool_remote_breaker_state") == 0
     assert m.get("kvpool_remote_errors_total", kind="timeout") == 0

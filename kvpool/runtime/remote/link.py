@@ -23,7 +23,7 @@ DEFAULT_WRITE_POLICY = "write_back"
 class RemoteLink:
     """One tier plus the key and value functions of this replica's namespace."""
 
-    tier: Any  # kvpool.remote.RemoteTier: probe / get_many / put_many / stats / note_dropped
+    tier: Any  # kvpool.remote.RemoteTier: probe / get_many / put_many / stats / note
     group_keys: Callable[[Sequence[bytes]], list[str]]  # Namespace.group_keys
     encode: Callable[[bytes, Sequence[memoryview]], bytes]  # ValueCodec.encode
     # a value get_many already checked (crc, chain hash) -> its block views (ValueCodec.split)

@@ -22,9 +22,25 @@ NOTE(probe-worth): a probe is itself a round trip, paid before the request can s
 even its best outcome (every block past the local hits in the tier, as many as the host pool
 takes) would lose to recompute by the cost model, the request is not probed: behind a slow
 tier (tens of ms a round trip) every request paid the probe, and the model then declined the
-fetch all the same. One such request in PROBE_EVERY is probed anyway, so the RTT estimate
-follows a tier that got fast again and the chain head's refresh in Redis (NOTE(chain-lru))
-still happens. Without a measured prefill rate every request is probed, as before.
+fetch all the same. Without a measured prefill rate every request is probed, as before.
+
+The estimates gate their own samples: only a probe measures the RTT and only a complete fetch
+the fixed cost, so after one slow spell (a migration's redirects, a busy Redis) a replica whose
+estimates said "recompute" never probed or fetched again, and never saw the tier get fast: it
+recomputed every request until restarted. So one request in PROBE_EVERY that the model
+declines (unprobed, or probed and declined) explores: it is probed and its run fetched all the
+same, and what it measures (RTT, fixed cost, bandwidth) replaces the estimates rather than
+being averaged in; averaged at 0.2 a sample, one inflated sample took over a dozen
+explorations to wear off. Hits come back within PROBE_EVERY requests of the tier being fast again (of
+requests whose prefix the tier holds); while it stays slow that costs one probe and one losing
+fetch per PROBE_EVERY declined requests, within the prefetch deadline, and the explored sample
+keeps the estimate slow. A run is explored only where it would be fetched at the model's
+starting assumptions (RTT_PRIOR as the fixed cost, BANDWIDTH_PRIOR), so a fetch_bias that
+favours recompute keeps its meaning. The explorer also refreshes the chain's head in Redis
+(NOTE(chain-lru)). A probe that failed (tier.probe's ProbeRun.failed: a deadline, a refusal,
+MOVED/ASK's TTL exhausted) is not a round trip: it counts as a failure, not an RTT sample.
+PROBE_EVERY - 1 declines in a row are logged (a WARNING, at most once per DECLINE_LOG_S) with
+the estimates that decided them; kvpool_remote_read_requests_total{outcome} counts each.
 
 NOTE(host-cap): a fetch lands in host blocks, all of its run at once; a run longer than the
 whole host pool was declined outright, so a prompt whose missing prefix outgrew the pool
@@ -45,9 +61,13 @@ import torch
 from kvpool.runtime.ema import ema
 from kvpool.runtime.remote.host_front import HostBlockFront
 from kvpool.runtime.remote.link import RemoteLink
+from kvpool.throttle import Throttle
 
 log = logging.getLogger(__name__)
-PROBE_EVERY = 16  # NOTE(probe-worth): one request in this many is probed when none would win
+PROBE_EVERY = 16  # NOTE(probe-worth): one declined request in this many explores
+RTT_PRIOR = 0.0005  # seconds: the RTT assumed until measured (and an explorer's fixed cost)
+BANDWIDTH_PRIOR = float(1 << 30)  # bytes/s of gets assumed until measured
+DECLINE_LOG_S = 600.0  # NOTE(probe-worth): a long stretch of declines is logged this seldom
 MAX_CHUNKS = 4  # parallel MGETs per fetch: O(1) round trips, and a partial prefix on deadline
 _BANDWIDTH_MIN_BYTES = 1 << 20  # a fetch this big measures the bandwidth EMA
 
@@ -70,6 +90,8 @@ class ReadStats:
     considered: int = 0  # requests probed
     declined_cost: int = 0  # the cost model said recompute (unprobed ones too)
     unprobed: int = 0  # declined without a probe: even a full run would lose (probe-worth)
+    explored: int = 0  # declined ones probed and fetched all the same (probe-worth)
+    probe_failed: int = 0  # probes that failed (no RTT sample)
     declined_short: int = 0  # remote run below min_fetch_blocks
     declined_host: int = 0  # no host blocks
     fetched_blocks: int = 0  # blocks landed and handed to the step thread
@@ -87,15 +109,16 @@ class RemoteReader:
         self.bytes_per_block = bytes_per_block
         self._prefill_rate = prefill_rate  # () -> measured prompt tokens/s (0: unknown)
         self._import_latency = import_latency  # () -> step-side import seconds EMA (0: unknown)
-        self.bandwidth = 1 << 30  # bytes/s EMA of gets (an assumption until measured)
-        self.rtt = 0.0005  # seconds EMA of probes
+        self.bandwidth = BANDWIDTH_PRIOR  # bytes/s EMA of gets
+        self.rtt = RTT_PRIOR  # seconds EMA of probes
         # NOTE(fixed): seconds a fetch costs beyond its bytes (taking host blocks, the MGETs'
         # round trips, the worker hop that lands them), EMA of what each complete fetch took
         # minus its bytes over the bandwidth; until measured, one probe round trip. Without it
         # the model fetched 1-4 block runs that recompute beat (bench.remote's TTFT table).
         self.fixed_s = 0.0
         self.stats = ReadStats()
-        self._skipped = 0  # NOTE(probe-worth): requests not probed since the last probe
+        self._declined = 0  # NOTE(probe-worth): cost declines since the last exploration
+        self._log = Throttle(DECLINE_LOG_S)
         self._freeing: set[asyncio.Future] = set()  # NOTE(land-cancel): give-backs under way
 
     async def warm_up(self) -> bool:
@@ -133,6 +156,7 @@ class RemoteReader:
                 return await self._prefetch(prompt, cache_salt, t0)
         except Exception:  # noqa: BLE001 - failure policy: recompute, never fail the request
             log.exception("remote prefetch failed; recomputing")
+            self.link.tier.note(read="error")
             return None
         finally:
             waited = time.monotonic() - t0
@@ -148,24 +172,42 @@ class RemoteReader:
             return None
         hashes = mgr.hasher.hash_blocks(prompt, salt)[:limit]
         local = mgr.prompts.prefix_hits(hashes)
+        if local // g >= limit // g:
+            return None  # no group past the local hits: nothing to read
         first = local // g * g
-        if not self._worth_probing(first + min(limit - first, mgr.host_pool.num_blocks // g * g)
-                                   - local):
-            return None
-        keys, run = await self._probe(hashes, local // g)
-        run = min(run, mgr.host_pool.num_blocks // g)  # NOTE(host-cap)
+        cap = mgr.host_pool.num_blocks // g  # NOTE(host-cap)
+        best = first + min(limit - first, cap * g) - local
+        due = self._declined >= PROBE_EVERY - 1  # NOTE(probe-worth): this one explores
+        if not (due or self._worth_probing(best)):
+            return self._decline("unprobed", best)
+        keys, run = await self._probe(hashes, local // g, due)
+        if due:
+            self._declined = 0
+        failed, run = getattr(run, "failed", False), min(run, cap)
         new = first + run * g - local
         if run == 0 or new < link.min_fetch_blocks:
             self.stats.declined_short += run > 0
+            link.tier.note(read="short" if run else "probe_failed" if failed else "miss")
             return None
-        if not self.worth_fetching(new):
-            self.stats.declined_cost += 1
-            return None
-        host = await self.front.allocate_host_blocks(run * g)
+        explore = due and self._could_win(new)
+        if not (explore or self.worth_fetching(new)):
+            return self._decline("declined_cost", new)
+        self._declined = 0
+        self.stats.explored += explore
+        return await self._take(hashes, first, keys[:run], t0, explore)
+
+    async def _take(self, hashes: Sequence[bytes], first: int, keys: list[str], t0: float,
+                    explore: bool) -> FetchedPrefix | None:
+        """Fetch the run ``keys`` (the groups from block ``first`` of ``hashes``) into host
+        blocks (``explore``: NOTE(probe-worth))."""
+        g = self.link.blocks_per_object
+        host = await self.front.allocate_host_blocks(len(keys) * g)
         if host is None:
             self.stats.declined_host += 1
+            self.link.tier.note(read="no_host")
             return None
-        kept = await self._fetch(keys[:run], host, t0)
+        kept = await self._fetch(keys, host, t0, explore)
+        self.link.tier.note(read="fetched" if kept == len(keys) else "partial", fetched=kept * g)
         if kept == 0:
             return None
         n = kept * g
@@ -178,20 +220,39 @@ class RemoteReader:
         if best <= 0 or self._prefill_rate() <= 0:
             return True
         fetch_s, recompute_s = self.estimate(best)
-        if self.link.fetch_bias * (self.rtt + fetch_s) < recompute_s:
-            self._skipped = 0
-            return True
-        self._skipped += 1
-        if self._skipped >= PROBE_EVERY:
-            self._skipped = 0
-            return True
-        self.stats.declined_cost += 1
-        self.stats.unprobed += 1
-        return False
+        return self.link.fetch_bias * (self.rtt + fetch_s) < recompute_s
 
-    async def _probe(self, hashes: Sequence[bytes], first_group: int) -> tuple[list[str], int]:
-        """The keys of the groups from ``first_group`` on, and the length of their leading run
-        in the tier (0 with nothing to probe).
+    def _could_win(self, blocks: int) -> bool:
+        """NOTE(probe-worth): would ``blocks`` be fetched at the model's starting assumptions
+        (RTT_PRIOR as the fixed cost, BANDWIDTH_PRIOR)? Only then is an exploration fetched."""
+        rate = self._prefill_rate()
+        best_s = RTT_PRIOR + blocks * self.bytes_per_block / max(self.bandwidth, BANDWIDTH_PRIOR)
+        return rate <= 0 or self.link.fetch_bias * best_s < blocks * self.manager.block_size / rate
+
+    def _decline(self, outcome: str, blocks: int) -> None:
+        """Recompute on cost (``outcome``: unprobed or declined_cost); a long stretch of such
+        declines is logged, rate-limited (NOTE(probe-worth))."""
+        self.stats.declined_cost += 1
+        self.stats.unprobed += outcome == "unprobed"
+        self.link.tier.note(read=outcome)
+        self._declined += 1
+        if self._declined >= PROBE_EVERY - 1 and self._log.due():
+            (fetch_s, recompute_s), rate = self.estimate(blocks), self._prefill_rate()
+            log.warning(
+                "remote tier: the last %d requests were recomputed rather than fetched: %d "
+                "blocks estimated %.1f ms to fetch (fixed cost %.1f ms, RTT %.1f ms, %.0f MB/s) "
+                "against %.1f ms to recompute at %.0f tokens/s (fetch_bias %g); one declined "
+                "request in %d is probed, and fetched where a fast tier would win, to "
+                "re-measure (reader.py NOTE(probe-worth))",
+                self._declined, blocks, fetch_s * 1e3, self.fixed_s * 1e3, self.rtt * 1e3,
+                self.bandwidth / 1e6, recompute_s * 1e3, rate, self.link.fetch_bias,
+                PROBE_EVERY)
+
+    async def _probe(self, hashes: Sequence[bytes], first_group: int, explore: bool = False
+                     ) -> tuple[list[str], int]:
+        """The keys of the groups from ``first_group`` on (at least one), and the length of
+        their leading run in the tier. ``explore``: its round trip replaces the RTT estimate
+        (NOTE(probe-worth)); a failed probe's time is no round trip.
 
         NOTE(chain-lru): the chain's head this replica holds is refreshed in Redis too, in the
         same script. Read locally on every request, it was never touched there, aged as the
@@ -199,23 +260,27 @@ class RemoteReader:
         the head makes the whole chain unusable for every other replica."""
         chain = self.link.group_keys(hashes)
         keys = chain[first_group:]
-        if not keys:
-            return keys, 0
         self.stats.considered += 1
         tp = time.perf_counter()
         run = await self.link.tier.probe(keys, refresh=chain[:first_group])
-        self.rtt = ema(self.rtt, time.perf_counter() - tp)
+        if getattr(run, "failed", False):  # a plain int: a tier that cannot fail
+            self.stats.probe_failed += 1
+        else:
+            took = time.perf_counter() - tp
+            self.rtt = took if explore else ema(self.rtt, took)
         return keys, run
 
-    async def _fetch(self, keys: list[str], host: list[int], t0: float) -> int:
+    async def _fetch(self, keys: list[str], host: list[int], t0: float, explore: bool = False
+                     ) -> int:
         """Fetch ``keys``' values into ``host`` blocks within the prefetch deadline: the
-        number of values landed (a leading run); every host block not landed goes back."""
+        number of values landed (a leading run); every host block not landed goes back.
+        ``explore``: what it measures replaces the estimates (NOTE(probe-worth))."""
         link, g = self.link, self.link.blocks_per_object
         run, kept = len(keys), 0
         tf = time.perf_counter()
         try:
             remaining = link.prefetch_timeout_s - (time.monotonic() - t0)
-            values = await self._get(keys, remaining)
+            values = await self._get(keys, remaining, explore)
             land = asyncio.ensure_future(asyncio.to_thread(self._land, values, host))
             try:
                 kept = await asyncio.shield(land)
@@ -226,7 +291,7 @@ class RemoteReader:
             if kept == run:  # a complete fetch: what it cost beyond its bytes
                 extra = max(0.0, time.perf_counter() - tf
                             - run * g * self.bytes_per_block / self.bandwidth)
-                self.fixed_s = ema(self.fixed_s, extra)
+                self.fixed_s = extra if explore else ema(self.fixed_s, extra)
         finally:
             if kept < run:
                 self.stats.partial += 1
@@ -246,7 +311,8 @@ class RemoteReader:
 
         land.add_done_callback(done)
 
-    async def _get(self, keys: list[str], timeout: float) -> list[bytes | None]:
+    async def _get(self, keys: list[str], timeout: float, explore: bool = False
+                   ) -> list[bytes | None]:
         """Values of ``keys`` in parallel chunks; a chunk not back by ``timeout`` is None."""
         size = -(-len(keys) // MAX_CHUNKS)
         chunks = [keys[i:i + size] for i in range(0, len(keys), size)]
@@ -268,7 +334,7 @@ class RemoteReader:
         dt = time.perf_counter() - tg
         # NOTE(bandwidth): only reads big enough that bytes, not the round trip, set their time
         if got >= _BANDWIDTH_MIN_BYTES and not pending and dt > 0:
-            self.bandwidth = ema(self.bandwidth, got / dt)
+            self.bandwidth = got / dt if explore else ema(self.bandwidth, got / dt)
         return out
 
     def _land(self, values: list[bytes | None], host: list[int]) -> int:

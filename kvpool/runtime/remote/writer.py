@@ -134,7 +134,7 @@ class RemoteWriter:
                 with self._lock:
                     self.inflight_bytes -= nbytes
             self.dropped += len(groups)
-            self.loop.call_soon_threadsafe(self.link.tier.note_dropped, len(groups))
+            self.loop.call_soon_threadsafe(self.link.tier.note, len(groups))
             return
         dev = [b for _, bl, _ in groups for b in bl]
         h = self.copies.submit("swap_out", zip(dev, host))
@@ -156,7 +156,8 @@ class RemoteWriter:
             if not copied:
                 return
             keys = [key for _, _, key in groups]
-            skip = await tier.probe(keys)  # dedup: a chain's leading run already stored
+            # dedup: a chain's leading run already stored (not a read: NOTE(dedup-probe))
+            skip = await tier.probe(keys, purpose="dedup")
             todo = list(range(skip, len(groups)))
             if not todo:
                 return
