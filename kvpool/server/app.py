@@ -2,7 +2,8 @@
 
 ::
 
-    request -> error_middleware  (every failure -> OpenAI error JSON, see middleware.py)
+    request -> count answers     (vLLM's http_requests_total & co.: http_counting.py)
+            -> error_middleware  (every failure -> OpenAI error JSON, see middleware.py)
             -> CORS preflight    (OPTIONS + Origin + Access-Control-Request-Method, any path:
                                   answered here, before the key is asked for; cors.py)
             -> auth_middleware   (only with an API key; /v1/* only)
@@ -80,6 +81,7 @@ from typing import Any
 from aiohttp import web
 
 from kvpool.metrics import KVPoolMetrics
+from kvpool.metrics.http_series import HttpSeries
 from kvpool.metrics.request_metrics import RequestMetrics
 from kvpool.server.anthropic_api import MessagesRoute
 from kvpool.server.chat_template import load_chat_template
@@ -90,6 +92,7 @@ from kvpool.server.cors import CorsPolicy
 from kvpool.server.dev_routes import DevRoutes
 from kvpool.server.expect import continue_if_readable
 from kvpool.server.handlers import OpenAIRoutes
+from kvpool.server.http_counting import HttpCounting
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
 from kvpool.server.middleware import (CacheNamespace, auth_middleware, error_middleware,
@@ -234,6 +237,9 @@ def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,
     app.cleanup_ctx.append(_engine_lifetime)
     # POST /v1/messages, /v1/messages/count_tokens: last, so its error hook follows json_errors
     MessagesRoute.register(app, routes)  # (anthropic_api.py NOTE(anthropic-errors))
+    # vLLM's http_requests_total & co.: its middleware outermost, its hook after every other
+    # (NOTE(http-counting) in http_counting.py)
+    HttpCounting(HttpSeries.attach(metrics)).register(app)
 
 
 def start_draining(app: web.Application) -> None:

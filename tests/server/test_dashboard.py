@@ -24,6 +24,7 @@ from kvpool.epp.picker import Picker
 from kvpool.events.config import KVEventsConfig
 from kvpool.events.publisher import EventPublisher
 from kvpool.metrics import METRIC_NAMES
+from kvpool.metrics.http_series import HTTP_METRIC_NAMES
 from kvpool.metrics.remote import REMOTE_METRIC_NAMES, RemoteMetrics
 from kvpool.metrics.request_metrics import REQUEST_METRIC_NAMES
 from kvpool.remote import Namespace, ValueCodec
@@ -94,7 +95,8 @@ def remote_names() -> set[str]:
 
 
 def exported() -> set[str]:
-    return set(METRIC_NAMES) | set(REQUEST_METRIC_NAMES) | set(EDGE_NAMES) | remote_names() \
+    return set(METRIC_NAMES) | set(REQUEST_METRIC_NAMES) | set(EDGE_NAMES) | \
+        set(HTTP_METRIC_NAMES) | remote_names() \
         | router_names() | epp_names() | publisher_names()
 
 
