@@ -183,3 +183,14 @@ class ServerProcess:
     def stop(self) -> None:
         stop_process(self.proc)
         self.proc.stdout.close()
+
+
+def whole_vocab_names(top: dict[str, float], tokenizer) -> bool:
+    """Whether a completions ``top_logprobs`` entry over the whole vocabulary holds every
+    token whose text is whole, and past those only what vLLM names a byte of a split character
+    ("" or the character it completes; never U+FFFD: NOTE(logprob-names))."""
+    texts = {tokenizer.decode([i], skip_special_tokens=False)
+             for i in range(tokenizer.vocab_size)}
+    whole = {t for t in texts if not t.endswith("\ufffd")}
+    extra = set(top) - whole
+    return whole <= set(top) and all(len(k) <= 1 and k != "\ufffd" for k in extra)

@@ -133,8 +133,13 @@ def test_loglikelihoods_match_the_hf_backend(setup):
 def test_greedy_generations_match_the_hf_backend(setup):
     api, hf = (by_doc(s[GEN_TASK]) for s in setup)
     assert sorted(api) == sorted(hf) == list(range(12))
+    def shown(resps: list[list[str]]) -> list[list[str]]:  # the hf backend decodes the ids
+        # whole; a server holds back bytes of a character still incomplete at the end (vLLM's
+        # detokenizer, NOTE(prompt-context)) unless a stop string cut the text before them
+        return [[t.rstrip("\ufffd") for t in r] for r in resps]
+
     for doc, resps in hf.items():
-        assert api[doc] == resps, doc
+        assert shown(api[doc]) == shown(resps), doc
     # the comparison means something: most outputs hold text, and stops cut some short
     texts = [r[0][0] for r in hf.values()]
     assert sum(bool(t) for t in texts) >= 6 and len(set(texts)) >= 6
