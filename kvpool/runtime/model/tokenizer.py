@@ -128,13 +128,14 @@ class IncrementalDetokenizer:
         ids:  | context ... | prefix's tokens ... | new
         delta = decode(ids) minus prefix, held back while it ends in U+FFFD
 
-    NOTE(prompt-context): vLLM parity; prompt + completion then reads as the text. With the
-    prompt's tail as context a SentencePiece decoder keeps the first generated token's leading
-    space ("Hello," + " world"; without it, "world"), and a generated continuation byte
-    completes a character the prompt left open ("\u00e9", not "\ufffd\ufffd"). Where the
-    prompt's own text ends in U+FFFD there is no prefix to subtract, so the first delta holds
-    the decoded prompt as well (vLLM's stream does the same). Bytes of a character still
-    incomplete when the sequence ends are never shown: vLLM never flushes them.
+    NOTE(prompt-context) (docs/architecture.md "Output text"): vLLM parity; prompt +
+    completion then reads as the text. With the prompt's tail as context a SentencePiece
+    decoder keeps the first generated token's leading space ("Hello," + " world"; without it,
+    "world"), and a generated continuation byte completes a character the prompt left open
+    ("\u00e9", not "\ufffd\ufffd"). Where the prompt's own text ends in U+FFFD there is no
+    prefix to subtract, so the first delta holds the decoded prompt as well (vLLM's stream
+    does the same). Bytes of a character still incomplete when the sequence ends are never
+    shown: vLLM never flushes them.
     """
 
     def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True,
