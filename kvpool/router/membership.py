@@ -9,7 +9,8 @@ Admin API (only with ``--admin-token-file``; every call sends ``Authorization: B
     DELETE /v1/kvpool/replicas {"url": U}       -> 200 removed, its streams drain (404: none)
     no or a wrong token -> 401; the API off (no token file) -> 403; a body that is not a JSON
     object with a URL string, a URL that is not http(s)://host[:port], a name that is not
-    ``replica_spec``'s or is another replica's -> 400
+    ``replica_spec``'s or is another replica's -> 400; a declared body past --max-body-bytes
+    -> 413, a transfer coding before chunked -> 501, both before the body is read
 
 Watched file (``--replicas-file``): one base URL per line, ``NAME=URL`` to name it as
 ``--replica`` does (``replica_spec``; blank lines and ``#`` comments skipped), read every
@@ -58,7 +59,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from kvpool.router.replicas import ReplicaSet, default_name
-from kvpool.server.body_coding import inflate, left_encoded
+from kvpool.server.body_coding import inflate, left_encoded, refuse_from_head
 from kvpool.server.middleware import APIError, bearer_token
 
 __all__ = ["ADMIN_PATH", "Membership", "bearer", "carries_token", "read_token", "replica_spec",
@@ -217,6 +218,7 @@ class Membership:
 
     @staticmethod
     async def _url_of(request: web.Request) -> tuple[str, str | None]:
+        refuse_from_head(request)  # body_coding.py NOTE(declared), NOTE(transfer-coding)
         raw = await request.read()
         if (coding := left_encoded(request)) is not None:  # admin only: small, inline
             raw = inflate(raw, coding, request.client_max_size)  # NOTE(inflate)

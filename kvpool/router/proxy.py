@@ -90,6 +90,7 @@ from kvpool.router.upstream import (RELAYED, SAFE_METHODS, SKIP_AUTO_HEADERS, Fa
 from kvpool.router.wire import CONNECT_TIMEOUT, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
+from kvpool.server.expect import readable_expectations
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.anthropic_errors import anthropic_errors
 from kvpool.server.middleware import error_middleware, json_errors
@@ -193,8 +194,8 @@ class Router:
             self.metrics.registry.register(kv_events)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[error_middleware],
-                              client_max_size=self.max_body_bytes)
+        app = readable_expectations(web.Application(  # NOTE(expect-bound) in expect.py
+            middlewares=[error_middleware], client_max_size=self.max_body_bytes))
         app[ROUTER_KEY] = self
         for path in GENERATE_PATHS:
             app.router.add_post(path, self.generate)
@@ -336,9 +337,8 @@ class Router:
     async def by_response(self, request: web.Request) -> web.StreamResponse:
         """GET /v1/responses/{id} and whatever else a replica serves under it."""
         raw = await self.bodies.raw(request)  # NOTE(slow-body)
-        headers = request_headers(request.headers)
-        return await self._follow_up(request, raw, headers, request.match_info["response_id"],
-                                     new=False)
+        return await self._follow_up(request, raw, request_headers(request.headers),
+                                     request.match_info["response_id"], new=False)
 
     async def _follow_up(self, request: web.Request, raw: bytes, headers: list,
                          named: object, new: bool, body: object = None) -> web.StreamResponse:

@@ -27,8 +27,10 @@ Responses come back the same way, minus Content-Length (the router may stream or
 body) and the Server/Date aiohttp sets for its own connection.
 
 The body is read bounded by the app's ``client_max_size`` (``--max-body-bytes``, the server's
-default: past it 413 OpenAI error JSON, from the shared error middleware), then checked as the
-replica checks it (json_body.py, the same code)::
+default: past it 413 OpenAI error JSON, from the shared error middleware; a declared length
+past it, or a transfer coding before ``chunked`` (501), is refused from the head, before any of
+the body is read and with no ``100 Continue``: body_coding.py ``refuse_from_head``, expect.py
+NOTE(expect-bound)), then checked as the replica checks it (json_body.py, the same code)::
 
     more than CHECKED_VALUES JSON values   -> passed on unchecked: the replica, which knows its
                                               context length, answers it (400 when it cannot

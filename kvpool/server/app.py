@@ -74,7 +74,6 @@ test server does too) so a client that disconnects cancels its handler and frees
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +89,7 @@ from kvpool.server.generation_config import load_generation_defaults
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
 from kvpool.server.dev_routes import DevRoutes
-from kvpool.server.expect import continue_if_readable
+from kvpool.server.expect import readable_expectations
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.http_counting import HttpCounting
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
@@ -179,12 +178,10 @@ def _edge(api_key: str | tuple[str, ...] | None, tenant_header: str | None, cors
     middlewares.append(tenant_middleware(tenant_header, keyed=bool(keys)))
     if load.tracking:  # innermost: what reached a handler (server_load.py NOTE(server-load))
         middlewares.append(load.middleware())
-    app = web.Application(middlewares=middlewares, client_max_size=max_body_bytes)
-    # NOTE(expect-bound): every route added from here on through add_route (add_post does;
-    # add_get does not, and a GET's body is never read) answers Expect with expect.py's
-    # handler, not aiohttp's unconditional 100; the routes are registered in many modules
-    app.router.add_route = partial(app.router.add_route,  # type: ignore[method-assign]
-                                   expect_handler=continue_if_readable)
+    # NOTE(expect-bound) in expect.py: the routes' Expect handler refuses what the body
+    # reader would (413, 501) before a 100 Continue
+    app = readable_expectations(web.Application(middlewares=middlewares,
+                                                client_max_size=max_body_bytes))
     app.on_response_prepare.append(cors.on_response_prepare)
     load.register(app)
     return app

@@ -10,17 +10,20 @@ own head checks first (``body_coding.refuse_from_head``: the app's bound, one ru
 a refusal is the error middleware's JSON answer with ``Connection: close``, as the body it
 announced never follows on this connection. Any other expectation is a 417, as aiohttp's
 default makes it (middleware.py NOTE(expect) turns that into JSON). app.py gives this handler
-to every route.
+to every route, and so does the router (``readable_expectations``: its app reads and relays
+bodies under the same bound, through the same reader).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from aiohttp import HttpVersion11, hdrs, web
 
 from kvpool.server.body_coding import refuse_from_head
 from kvpool.server.middleware import to_api_error
 
-__all__ = ["continue_if_readable"]
+__all__ = ["continue_if_readable", "readable_expectations"]
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -41,3 +44,12 @@ async def continue_if_readable(request: web.Request) -> web.StreamResponse | Non
     await request.writer.write(CONTINUE)
     request.writer.output_size = 0  # the interim lines are not the answer's start
     return None
+
+
+def readable_expectations(app: web.Application) -> web.Application:
+    """``app``, whose routes added from here on through add_route (add_post does; add_get
+    does not: those routes read no body) answer Expect with ``continue_if_readable``,
+    not aiohttp's unconditional 100 (NOTE(expect-bound)); routes are added in many modules."""
+    app.router.add_route = partial(app.router.add_route,  # type: ignore[method-assign]
+                                   expect_handler=continue_if_readable)
+    return app
