@@ -154,3 +154,31 @@ def test_blocks_reserved_but_not_yet_computed_never_move():
     assert plan.moves == ((2, 0),)
     m.defrag.commit(plan)
     m.check_invariants()
+
+
+def test_a_lock_free_allocate_cannot_take_a_planned_destination():
+    """NOTE(plan-drain), found by the stress harness: plan() read the free ids, magazine
+    included, under the lock that a lock-free allocate() never takes; an allocate() landing
+    between that read and reserve() took a planned destination ("reserve: a block id is not
+    free"). Here such allocate() calls land exactly there: the magazine's pops, as allocate()
+    makes them, right after the read, until the magazine is empty."""
+    m = scattered(caching=False)
+    pool = m.device_pool
+    pool.free_many([pool.allocate()])  # the slow path refills the magazine: holes 1, 3, 5, 7
+    free_list = pool.free_list
+    read = free_list.ids
+    popped = []
+
+    def read_then_a_racing_allocate():
+        ids = read()
+        while free_list.magazine:  # allocate()'s lock-free step; an empty magazine sends
+            popped.append(free_list.magazine.pop())  # it to the slow path, which waits
+        return ids
+
+    free_list.ids = read_then_a_racing_allocate
+    plan = m.defrag.plan()
+    del free_list.ids
+    assert plan is not None and popped == []
+    assert all(pool.ref_count(dst) == 1 for _, dst in plan.moves)  # reserved, by this plan
+    m.defrag.abort(plan)
+    m.check_invariants()
