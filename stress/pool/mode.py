@@ -6,6 +6,10 @@
     M coroutines ─ PoolFront ─┘   ^ (fake KV: every op verifies what it touched)
     checker thread: every --check-interval s, check_all() inside manager.batch() (quiescent)
     reader thread: lock-free stats() / fragmentation() snapshots, cross-checked
+    allocator threads: raw blocks through the lock-free pool.allocate() only  } NOTE(races),
+    sharer threads: forks and frees over the same blocks, unbatched           } races.py
+    race reader: the free list never moves without its version; quiet probe: a net-zero
+      writer and the lock-free readers of a pool of its own
     monitor task: progress line, time series, stop after --duration s or --max-ops ops
 
 Everything stops by itself: the monitor sets the stop event, every worker finishes its current
@@ -36,6 +40,7 @@ from kvpool.core.hashing import BlockHasher
 from stress.pool.direct import DirectRuntime
 from stress.pool.events import CheckingObserver
 from stress.pool.front import PoolFront
+from stress.pool.races import QuietProbe, race_threads
 from stress.pool.worker import TENANTS, Intent, PoolWorker
 from stress.report import Progress, StressReport
 
@@ -64,6 +69,10 @@ class PoolConfig:
     switch_interval: float = 1e-4  # sys.setswitchinterval during the run: more interleavings
     direct: float = 0.3  # share of thread operations run unbatched (NOTE(direct))
     lock_free_allocate: bool = True  # raw blocks through pool.allocate() too (NOTE(direct))
+    allocators: int = 2  # threads taking raw blocks one by one only (NOTE(races), races.py)
+    sharers: int = 2  # threads forking and freeing over the same blocks (NOTE(races))
+    defrag: bool = True  # thread workers plan, copy and commit defragmentation
+    quiet_probe: bool = True  # lock-free readers against a net-zero writer (NOTE(races))
     progress: bool = True
 
 
@@ -73,6 +82,8 @@ class PoolStress:
     def __init__(self, config: PoolConfig) -> None:
         if config.threads < 0 or config.coroutines < 0 or config.threads + config.coroutines < 1:
             raise ValueError("need at least one thread or coroutine")
+        if min(config.allocators, config.sharers) < 0:
+            raise ValueError("allocators and sharers are counts of threads: >= 0")
         if not 0 <= config.direct <= 1:
             raise ValueError(f"direct is a share in [0, 1], got {config.direct}")
         self.cfg = config
@@ -87,8 +98,9 @@ class PoolStress:
                                          TENANTS) if config.kv_events else None
         self.manager = BlockSpaceManager(cache, observer=self.observer)
         self.rt = DirectRuntime(self.manager, lock_free_allocate=config.lock_free_allocate)
+        self.probe = QuietProbe(config.block_size) if config.quiet_probe else None
         self.direct_ops: dict[int, int] = {}  # per thread worker (each writes its own key)
-        self.raw_blocks: dict[int, int] = {}  # raw device blocks taken, per thread worker
+        self.raw_blocks: dict[int, int] = {}  # raw device blocks taken, per thread / allocator
         self.stop = threading.Event()
         self._defrag_lock = threading.Lock()
         self.errors = 0  # unexpected exceptions from manager operations
@@ -97,7 +109,8 @@ class PoolStress:
         self.cancelled_in_flight = 0  # allocations cancelled after their batch was queued
         rng = random.Random(config.seed)
         self.thread_workers = [PoolWorker(i, rng.randrange(2**32), config.block_size,
-                                          allow_defrag=True) for i in range(config.threads)]
+                                          allow_defrag=config.defrag)
+                               for i in range(config.threads)]
         self.coro_workers = [PoolWorker(config.threads + i, rng.randrange(2**32),
                                         config.block_size) for i in range(config.coroutines)]
         self.report = StressReport("pool", {**asdict(config), "blocks": blocks,
@@ -279,6 +292,10 @@ class PoolStress:
         threads += [threading.Thread(target=self._checker_main, daemon=True,
                                      name="stress-checker"),
                     threading.Thread(target=self._reader_main, daemon=True, name="stress-reader")]
+        threads += race_threads(self.rt, self.probe, self.stop, self._error, self.raw_blocks,
+                                first_owner=len(self.thread_workers) + len(self.coro_workers),
+                                allocators=self.cfg.allocators,
+                                sharers=self.cfg.sharers)  # NOTE(races)
         for t in threads:
             t.start()
         # the monitor sets the stop event (time or op budget); every coroutine then returns
@@ -317,7 +334,10 @@ class PoolStress:
         if orphans:
             rt.violation(f"{len(orphans)} sequences left without an owner (a cancelled "
                          "allocation that was applied and not undone?)")
-            rt.free(*orphans)
+            try:  # a broken manager may have dropped some tables already: free the rest
+                rt.free(*(s for s in orphans if rt.has_seq(s)))
+            except Exception as e:  # noqa: BLE001 - the report must still come out
+                self._error("settle", e)
         rt.check_all()
         self._check_stats()
 
@@ -338,6 +358,11 @@ class PoolStress:
         rep.set("stats_snapshots", self.snapshots)
         rep.set("direct_ops", sum(self.direct_ops.values()))  # NOTE(direct)
         rep.set("raw_blocks_taken", sum(self.raw_blocks.values()))
+        rep.set("ledger_claims", self.rt.ledger.claims)  # NOTE(races)
+        rep.set("magazine_refills", self.manager.device_pool.free_list.refills)
+        if self.probe is not None:
+            rep.set("quiet_probe_reads", self.probe.reads)
+            rep.set("quiet_probe_writes", self.probe.writes)
         rep.set("violations", self.rt.violations, must_be_zero=True)
         rep.set("errors", self.errors, must_be_zero=True)
         rep.set("violation_messages", self.rt.messages)
