@@ -93,6 +93,22 @@ def _pool_arguments(pool: argparse.ArgumentParser) -> None:
                       help="attach a KV-event observer that counts the pools' events and "
                            "checks each GPU BlockStored (block_size token ids a block, "
                            "hashing to its hash under its parent); tables keep token ids")
+    _race_arguments(pool)
+
+
+def _race_arguments(pool: argparse.ArgumentParser) -> None:
+    """The threads that race the pool's locking paths (NOTE(races) in stress/pool/races.py)."""
+    pool.add_argument("--allocators", type=int, default=2,
+                      help="threads taking raw blocks one by one through the lock-free "
+                           "pool.allocate() only, so the magazine empties and refills often "
+                           "(default 2)")
+    pool.add_argument("--sharers", type=int, default=2,
+                      help="threads forking and freeing over the same blocks (default 2)")
+    pool.add_argument("--defrag", action=argparse.BooleanOptionalAction, default=True,
+                      help="thread workers plan, copy and commit defragmentation (default on)")
+    pool.add_argument("--quiet-probe", action=argparse.BooleanOptionalAction, default=True,
+                      help="lock-free readers against a pool whose writer undoes each change "
+                           "inside its section: any non-empty snapshot is a torn read")
 
 
 def _http_load_arguments(http: argparse.ArgumentParser) -> None:

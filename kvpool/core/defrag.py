@@ -94,10 +94,8 @@ class DefragPlanner:
             if self._plans:
                 raise InvalidBlockError("a defrag plan is already in flight; commit or abort it")
             n = pool.num_blocks
-            # NOTE(plan-drain): a lock-free allocate() pops the magazine without this lock, so
-            # a magazine id read here as free could be handed out before reserve() took it
-            # (InvalidBlockError), or counted free while it went live. Drained, the magazine is
-            # empty until this section ends: allocate() waits on the lock's slow path instead.
+            # NOTE(plan-drain): a lock-free allocate() pops the magazine without this lock; once
+            # drained it waits on the slow path, so no id read as free here goes live meanwhile
             pool.free_list.drain()
             free = pool.free_list.ids()
             live = n - len(free)
