@@ -9,23 +9,23 @@ request that fits the context can (NOTE(gil) below: counted on the raw bytes, be
 field).
 
 NOTE(gil): parsing on a worker thread does not keep the event loop free while ``json.loads``
-runs: the C scanner holds the GIL for the whole call, and its cost grows with the number of
-values, not bytes (a 4 MB string parses in ~8 ms; 2M token ids take ~0.2 s, all of it a stall
-of every stream and /health). So bodies with more values than any request that fits can hold
-are refused before the parse. The count must not itself hold the GIL long:
-
-- ``raw.count(b",")`` (one fast C call) bounds the values from above: a body under the limit
-  is parsed as before, with no further work;
-- only past it are the commas inside strings subtracted: string spans found with
-  ``bytes.find`` (quotes, commas and backslashes are ASCII, and UTF-8 never reuses those bytes
-  inside a multi-byte character), escaped quotes told apart by the run of backslashes before
-  them. This is Python-level work: it yields the GIL at every switch interval.
+runs: the C scanner holds the GIL for the whole call, and its cost grows with the values it
+builds, not bytes (a 4 MB string parses in ~8 ms; 2M token ids take ~0.1 s; 1.9M arrays,
+16,000 nested 120 deep in 3.9 MB, ~0.65 s: all of it a stall of every stream and /health). So
+bodies with more values than any request that fits can hold are refused before the parse,
+counted by ``structural_commas`` (json_bound.py) as the bytes that add a value outside
+strings: each comma adds one to its array or object, and each ``[`` or ``{`` opens one (commas
+alone let the nested arrays through: 16,001 of them). A body holds at most one value more:
 
 ::
 
     {"prompt": [0,0,0], "stop": ["a,b"]}
-                 ^ ^  ^              ^ inside a string: not a value separator
-    structural commas = 4 - 1 = 3   >= values - 1 of every array and object
+    ^          ^ ^ ^  ^         ^  ^ inside a string: adds no value
+    counted = 3 commas + 3 openings = 6;  values = 7 (the object, 2 lists, 3 ids, a string)
+
+The count must not itself hold the GIL long: three ``bytes.count`` C scans bound it from
+above, and a body under the limit is parsed with no further work; only past it are the ones
+inside strings subtracted (Python-level work, one ``bytes.find`` per quote: it yields the GIL).
 
 ``ParsePool``: a request body parsed off the event loop once it is large enough to matter.
 
@@ -66,14 +66,13 @@ from aiohttp import web
 
 from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.server.body_coding import inflate, left_encoded, refuse_from_head
+from kvpool.server.json_bound import key_before, longest_string_over, structural_commas
 from kvpool.server.query_int import json_lax_float, json_lax_int
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
-           "LAX_BOOL_STRINGS", "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS", "ParsePool",
-           "bool_field", "decode_json_body", "decode_json_text", "json_bool", "json_float",
-           "json_int",
-           "key_before",
-           "longest_string_over", "require_json", "structural_commas"]
+           "LAX_BOOL_STRINGS", "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS",
+           "ParsePool", "bool_field", "decode_json_body", "decode_json_text", "json_bool",
+           "json_float", "json_int", "require_json", "structural_commas"]
 
 # the server's and the router's default body bounds (the router passes bodies on unchanged)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
@@ -91,86 +90,12 @@ _STRING_FIELDS = frozenset({"prompt", "messages", "stop", "user"})  # named in a
 # 12 bytes; raw UTF-8 is at most 4, a BMP escape 6
 MAX_JSON_BYTES_PER_CHAR = 12
 
-_QUOTE = b'"'
-_BACKSLASH = 0x5C
 UTF8_BOM = codecs.BOM_UTF8  # a body may open with it (ignored)
 INLINE_PARSE_BYTES = 8192  # smaller bodies tokenize in well under a ms: a thread hop costs more
 PARSE_THREADS = 2  # parses of large bodies running at once
 DEFAULT_BODY_TIMEOUT = 60.0  # seconds a whole request body may take to arrive (0: no bound)
 
 T = TypeVar("T")
-
-
-def _string_end(raw: bytes, start: int) -> int:
-    """Index of the quote closing the string whose content starts at ``start`` (len(raw) if
-    it never closes)."""
-    j = start
-    while True:
-        end = raw.find(_QUOTE, j)
-        if end < 0:
-            return len(raw)
-        k = end
-        while k > start and raw[k - 1] == _BACKSLASH:
-            k -= 1
-        if (end - k) % 2 == 0:  # an even run of backslashes escapes itself, not the quote
-            return end
-        j = end + 1
-
-
-def longest_string_over(raw: bytes, limit: int) -> tuple[int, int] | None:
-    """``(opening quote index, byte length between the quotes)`` of the first JSON string in
-    ``raw`` longer than ``limit`` bytes, or None when there is none. One ``bytes.find`` per
-    quote: a 4 MB string is found in a few C calls, and a body of many short strings is
-    Python-level work that yields the GIL (the caller bounds their count first, with ``structural_commas``)."""
-    if len(raw) <= limit:
-        return None
-    i, n = 0, len(raw)
-    while i < n:
-        q = raw.find(_QUOTE, i)
-        if q < 0:
-            return None
-        end = _string_end(raw, q + 1)
-        if end - q - 1 > limit:
-            return q, end - q - 1
-        i = end + 1
-    return None
-
-
-def key_before(raw: bytes, quote: int) -> str | None:
-    """The object key whose value is the string opening at ``quote`` (``"key": "..."``), or
-    None (an array element, or no plain key): only to name the field in an error."""
-    head = raw[max(0, quote - 256):quote].rstrip()
-    if not head.endswith(b":"):
-        return None
-    head = head[:-1].rstrip()
-    if not head.endswith(_QUOTE):
-        return None
-    start = head.rfind(_QUOTE, 0, len(head) - 1)
-    if start < 0:
-        return None
-    try:
-        return head[start + 1:-1].decode("ascii")
-    except UnicodeDecodeError:
-        return None
-
-
-def structural_commas(raw: bytes, limit: int) -> int:
-    """Commas outside JSON strings, exact when the total count of commas exceeds ``limit``;
-    otherwise that total (an upper bound, already under ``limit``)."""
-    total = raw.count(b",")
-    if total <= limit:
-        return total
-    inside = 0
-    i = 0
-    n = len(raw)
-    while i < n:
-        q = raw.find(_QUOTE, i)
-        if q < 0:
-            break
-        end = _string_end(raw, q + 1)
-        inside += raw.count(b",", q + 1, end)
-        i = end + 1
-    return total - inside
 
 
 def _bad(message: str, code: str) -> RequestError:
@@ -185,10 +110,11 @@ def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
                      max_model_len: int, max_string_bytes: int | None = None) -> dict[str, Any]:
     # vLLM's server (starlette) decodes with json.loads(bytes), which skips a UTF-8 BOM
     raw = raw[len(UTF8_BOM):] if raw.startswith(UTF8_BOM) else raw
-    commas = structural_commas(raw, max_body_commas)
-    if commas > max_body_commas:
-        raise context_length_error(max_model_len, f"the request body holds {commas + 1} or "
-                                   "more JSON values, more than a request that fits can hold")
+    counted = structural_commas(raw, max_body_commas)  # NOTE(gil)
+    if counted > max_body_commas:
+        raise context_length_error(max_model_len, f"the request body holds up to {counted + 1} "
+                                   "JSON values (each array and object counted), more than a "
+                                   "request that fits can hold")
     if max_string_bytes is not None:
         found = longest_string_over(raw, max_string_bytes)
         if found is not None:  # before decoding, too (NOTE(string-bound))

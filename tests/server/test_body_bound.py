@@ -11,14 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvpool.server.app import ROUTES_KEY
-from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, key_before, longest_string_over,
-                                      structural_commas)
+from kvpool.server.json_body import MAX_JSON_BYTES_PER_CHAR
+from kvpool.server.json_bound import key_before, longest_string_over, structural_commas
 
 BIG_BODY = 4 * 1024 * 1024 + 65536
 
 
 def _reference(raw: bytes) -> int:
-    """Commas outside strings, one byte at a time (the obvious, slow scanner)."""
+    """Commas, ``[`` and ``{`` outside strings, one byte at a time (the obvious, slow
+    scanner)."""
     n = 0
     in_string = escaped = False
     for b in raw:
@@ -31,7 +32,7 @@ def _reference(raw: bytes) -> int:
                 in_string = False
         elif b == 0x22:
             in_string = True
-        elif b == 0x2C:
+        elif b in b",[{":
             n += 1
     return n
 
@@ -57,9 +58,10 @@ def test_any_bytes_are_counted_without_error(raw):
     assert structural_commas(raw, -1) == _reference(raw)
 
 
-def test_many_commas_inside_strings_are_not_values():
-    raw = json.dumps({"prompt": "a, " * 100_000, "stop": ['\\",,"']}).encode()
-    assert structural_commas(raw, 1000) == 1
+def test_many_commas_and_brackets_inside_strings_are_not_values():
+    raw = json.dumps({"prompt": "f(a, [b], {c}); " * 100_000, "stop": ['\\",[{"']}).encode()
+    assert structural_commas(raw, -1) == 1 + 2  # one comma; the object and the stop list
+    assert structural_commas(raw, 1000) <= 1000  # the walk stops once under the limit
 
 
 async def _post_raw(url: str, data: bytes) -> tuple[int, dict]:
@@ -77,7 +79,8 @@ async def test_2m_token_ids_are_refused_from_the_raw_body_before_parsing(make_se
         assert status == 400, out
         err = out["error"]
         assert err["code"] == "context_length_exceeded" and err["param"] is None
-        assert "2000001 or more JSON values" in err["message"]  # max_tokens is one
+        # the object, max_tokens, the list and its 2M ids
+        assert "up to 2000003 JSON values" in err["message"]
         # a 4 MB string full of commas is not values: judged on its characters, as before
         text = json.dumps({"prompt": "a, " * 1_300_000, "max_tokens": 1}).encode()
         status, out = await _post_raw(srv.v1 + "/completions", text)

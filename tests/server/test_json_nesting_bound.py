@@ -1,0 +1,114 @@
+"""The value bound counts arrays and objects, not only commas (json_body.py NOTE(gil)): a body
+of 16,000 arrays nested 120 deep has 16,001 commas but 1.9M values, and ``json.loads`` held the
+GIL ~0.65 s building them (the field was then ignored: a 200). Such bodies are refused from the
+raw bytes, as many token ids are; a fitting request's large bodies still parse."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvpool.errors import RequestError
+from kvpool.router.relayed import CHECKED_VALUES, check_body
+from kvpool.server.json_bound import structural_commas
+from tests.server.parsers import parser
+
+LONG_CONTEXT = 131072  # a 128k model: a body under 4 MiB may hold ~1M values
+
+
+def _nested(arrays: int, depth: int) -> bytes:
+    """A small request with an ignored field of ``arrays`` arrays, each ``depth`` deep."""
+    nest = b"[" * depth + b"]" * depth
+    return b'{"prompt": "hi", "max_tokens": 2, "x": [' + b",".join([nest] * arrays) + b"]}"
+
+
+def _refused(raw: bytes, max_model_len: int) -> RequestError:
+    with pytest.raises(RequestError) as info:
+        parser(max_model_len).decode_body(raw)
+    err = info.value
+    assert err.code == "context_length_exceeded" and err.param is None, str(err)
+    assert "JSON values (each array and object counted)" in str(err)
+    return err
+
+
+def test_the_probes_nested_body_is_refused_before_parsing():
+    raw = _nested(16_000, 120)  # 3.9 MB, 16,001 commas
+    assert raw.count(b",") < parser(LONG_CONTEXT).max_body_commas < raw.count(b"[")
+    _refused(raw, LONG_CONTEXT)
+    # cut short: only a refusal made before json.loads can say context length (a parse
+    # first answers invalid_json)
+    _refused(raw[:-2], LONG_CONTEXT)
+    # deeper than the C parser allows, and too many values: refused unparsed as well
+    _refused(b"[" * 100_000 + b"]" * 100_000, 64)
+
+
+def _chat(messages: int) -> dict[str, Any]:
+    parts = [{"type": "text", "text": "hi, [look] {here}"}]
+    return {"messages": [{"role": "user", "content": parts}] * messages, "max_tokens": 1}
+
+
+def _schema(properties: int) -> dict[str, Any]:
+    item = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}},
+                                             "b": {"enum": ["x", "y", [1, 2]]}}}
+    return {"type": "json_schema", "json_schema": {"name": "big", "schema": {
+        "type": "object", "properties": {f"p{i}": item for i in range(properties)}}}}
+
+
+@pytest.mark.parametrize("body", [
+    {"prompt": "f(a, [b], {c}); " * 250_000, "max_tokens": 1},  # 4 MB of code-like text
+    {"prompt": list(range(100_000)), "max_tokens": 1},
+    _chat(5000),
+    {"messages": [{"role": "user", "content": "hi"}], "response_format": _schema(3000)},
+], ids=["4MB-string", "100k-ids", "5000-messages", "big-schema"])
+def test_large_bodies_of_a_fitting_request_still_parse(body):
+    raw = json.dumps(body).encode()
+    assert parser(LONG_CONTEXT).decode_body(raw) == body
+
+
+def _values(doc: Any) -> int:
+    """The values ``json.loads`` builds for ``doc`` (object keys aside)."""
+    if isinstance(doc, dict):
+        return 1 + sum(_values(v) for v in doc.values())
+    if isinstance(doc, list):
+        return 1 + sum(_values(v) for v in doc)
+    return 1
+
+
+_json = st.recursive(
+    st.none() | st.integers() | st.text(alphabet=',"\\[]{}a '),
+    lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(alphabet=',[{a"'), kids,
+                                                               max_size=4),
+    max_leaves=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_the_count_bounds_the_values_built(doc):
+    raw = json.dumps(doc).encode()
+    assert _values(json.loads(raw)) <= structural_commas(raw, -1) + 1
+
+
+async def test_a_nested_body_is_a_400_over_http(make_server):
+    async with make_server() as srv, aiohttp.ClientSession() as s:
+        raw = _nested(200, 120)  # 201 commas, 24,000 arrays: over a 256-token context's bound
+        headers = {"Content-Type": "application/json"}
+        async with s.post(srv.v1 + "/completions", data=raw, headers=headers) as r:
+            out = await r.json()
+            assert r.status == 400, out
+        assert out["error"]["code"] == "context_length_exceeded", out
+        assert out["error"]["param"] is None
+        async with s.post(srv.v1 + "/completions", data=_nested(2, 120), headers=headers) as r:
+            assert r.status == 200, await r.text()  # a few nested arrays: parsed, ignored
+
+
+def test_the_router_leaves_a_nested_body_to_the_replica():
+    """relayed.py: past CHECKED_VALUES the router does not decode a body (the replica, which
+    knows its context length, answers it); arrays count as values there too."""
+    arrays = CHECKED_VALUES // 120 + 1
+    assert check_body(_nested(arrays, 120)) is None
+    assert check_body(_nested(2, 120))["x"] == [json.loads(b"[" * 120 + b"]" * 120)] * 2
