@@ -214,12 +214,22 @@ class PromptAllocator:
         c = self.counters
         c.tail_sharers += nseq if sharing else 0
         c.used_slots += n - len(reused) * bs + (bs * revive)
-        self._count_lookup(r.resumed, n if self.caching and not skip else 0, cached)
+        self._count_lookup(r.resumed, n if self.caching and not skip else 0, cached, nseq)
         return cached
 
-    def _count_lookup(self, resumed: bool, queried: int, cached: int) -> None:
+    def _count_lookup(self, resumed: bool, queried: int, cached: int, nseq: int) -> None:
         """An allocation's prefix-cache query and hit tokens: a first admission's, or a
-        preempted request's re-admission's (NOTE(preempted-queries), block_table.py)."""
+        preempted request's re-admission's (NOTE(preempted-queries), block_table.py).
+
+        NOTE(child-lookups): vLLM runs an n > 1 request as n child requests, each looking its
+        prompt up (vllm:prompt_tokens_total counts n prompts too); a later child finds the
+        first's full blocks, cached when they were allocated in the same step, as many as
+        its hit cap allows (one token left to compute: ``(n - 1) // bs`` blocks). The
+        ``nseq`` sequences here share one allocation, so they count as vLLM's children
+        would: n queries, and each further one the capped full-block tokens."""
+        if nseq > 1 and queried:
+            cached += (nseq - 1) * ((queried - 1) // self.block_size * self.block_size)
+            queried *= nseq
         c = self.counters
         if resumed:
             c.preempted_query_tokens += queried

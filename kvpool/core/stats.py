@@ -22,7 +22,8 @@ class ManagerCounters:
     used_slots: int = 0  # token slots holding a token (allocate / append / free / swap)
     num_swapped_seqs: int = 0  # sequences whose table is on the host (swap, fork, free)
     tail_sharers: int = 0  # live tables with shares_tail (fork, n > 1 allocation, free)
-    # NOTE(preempted-queries) (block_table.py): first admissions and re-admissions apart
+    # NOTE(preempted-queries) (block_table.py): first admissions and re-admissions apart;
+    # an allocation of n sequences counts n lookups (NOTE(child-lookups), prompt_alloc.py)
     prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache (allocate)
     prefix_hit_tokens: int = 0  # of which served from the cache (allocate)
     preempted_query_tokens: int = 0  # tokens looked up re-admitting preempted sequences

@@ -29,6 +29,9 @@ class MetricsSnapshot:
     generation_tokens: int = 0  # tokens generated (total)
     invariant_violations: int = 0  # check_invariants failures seen at run time (total)
     requests_in_flight: int = 0  # AsyncEngine: what --max-queue counts (admitted, unfinished)
+    # state -> live sequences (an n > 1 request's n): vLLM's request gauges count these
+    # (NOTE(child-requests) in kvpool/metrics/vllm_series.py)
+    sequences: Mapping[str, int] = field(default_factory=dict)
 
 
 # (name, type, help, label names, [(label values, value)]); counter names end in _total
@@ -82,12 +85,13 @@ def _traffic_families(s: MetricsSnapshot) -> list[Family]:
         ("kvpool_preemptions_total", c, "Preempted requests.", ("mode",),
          [((mode,), s.preemptions.get(mode, 0)) for mode in ("swap", "recompute")]),
         # NOTE(preempted-queries) (kvpool/core/block_table.py): as vLLM's, re-admissions apart
+        # NOTE(child-lookups) (kvpool/core/prompt_alloc.py): per sequence, as vLLM's children
         ("kvpool_prefix_cache_queries_total", c, "Prompt tokens looked up in the prefix "
-         "cache at a request's first admission (not re-admissions after a preemption).", (),
-         [((), m.prefix_query_tokens)]),
+         "cache at a request's first admission, once per sequence (not re-admissions after "
+         "a preemption).", (), [((), m.prefix_query_tokens)]),
         ("kvpool_prefix_cache_hits_total", c, "Prompt tokens served by the prefix cache at a "
-         "request's first admission (not re-admissions after a preemption).", (),
-         [((), m.prefix_hit_tokens)]),
+         "request's first admission, per sequence (not re-admissions after a preemption).",
+         (), [((), m.prefix_hit_tokens)]),
         ("kvpool_evictions_total", c, "Cached blocks evicted.", ("reason",),
          [((r,), n) for r, n in sorted(reasons.items())]),
         ("kvpool_requests", g, "Requests by scheduler state.", ("state",),

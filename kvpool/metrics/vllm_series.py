@@ -10,14 +10,23 @@ fraction) and labels (``model_name`` and ``engine``, "0" for kvpool's one engine
 same numbers, read once per scrape. The histograms keep kvpool's buckets: a quantile reads the
 same, the bucket bounds differ from vLLM's.
 
-Meaning as vLLM's: waiting counts every admitted request not running, i.e. the scheduler's
-waiting and swapped queues (vLLM v1 puts a preempted request back in its waiting queue) and
-the requests admitted but not yet in the scheduler (inbox, remote-tier prefetch). The prefix
-cache's queries and hits count first admissions only: a request re-admitted after a recompute
+NOTE(child-requests): vLLM runs an n > 1 request as n child requests (AsyncLLM fans it out),
+and its scheduler's gauges count those children: running and waiting here count sequences,
+not requests (``MetricsSnapshot.sequences``), so n = 4, 4 and 1 running read 9, as on vLLM,
+and an autoscaler or endpoint picker comparing them with --max-num-seqs reads the real load.
+A child that finished has left vLLM's running queue: only live sequences count. kvpool's own
+``kvpool_requests{state}`` keeps counting requests (its help says so).
+
+Meaning as vLLM's: waiting counts every admitted sequence not running, i.e. those of the
+scheduler's waiting and swapped queues (vLLM v1 puts a preempted request back in its waiting
+queue) and the requests admitted but not yet in the scheduler (inbox, remote-tier prefetch),
+one each (their n is not known here: a lower bound for those few). The prefix cache's
+queries and hits count first admissions only: a request re-admitted after a recompute
 preemption finds its own blocks again, and vLLM books it under PrefixCacheStats'
 preempted_queries / preempted_hits, which it does not export; kvpool keeps those apart too
 (``ManagerStats.preempted_query_tokens`` / ``preempted_hit_tokens``: NOTE(preempted-queries)
-in kvpool/core/block_table.py).
+in kvpool/core/block_table.py). An n > 1 request's sequences each count a lookup, as vLLM's
+children do (NOTE(child-lookups) in kvpool/core/prompt_alloc.py).
 """
 
 from __future__ import annotations
@@ -96,10 +105,11 @@ def vllm_labels(model_name: str) -> tuple[tuple[str, str], ...]:
 
 
 def waiting(s: MetricsSnapshot) -> int:
-    """vLLM's num_requests_waiting: admitted and not running (module docstring)."""
-    running = s.requests.get("running", 0)
+    """vLLM's num_requests_waiting: the sequences admitted and not running (module docstring:
+    NOTE(child-requests)); a request not yet in the scheduler counts one."""
     queued = s.requests.get("waiting", 0) + s.requests.get("swapped", 0)
-    return max(queued, s.requests_in_flight - running)
+    outside = s.requests_in_flight - s.requests.get("running", 0) - queued
+    return s.sequences.get("waiting", 0) + s.sequences.get("swapped", 0) + max(0, outside)
 
 
 def engine_families(s: MetricsSnapshot, model_name: str,
@@ -113,7 +123,7 @@ def engine_families(s: MetricsSnapshot, model_name: str,
                          ("num_cpu_blocks", str(m.host.num_blocks)))))
     return [
         ("vllm:num_requests_running", g, "Number of requests in model execution batches.",
-         LABELS, [(lv, s.requests.get("running", 0))]),
+         LABELS, [(lv, s.sequences.get("running", 0))]),  # NOTE(child-requests)
         ("vllm:num_requests_waiting", g, "Number of requests waiting to be processed.",
          LABELS, [(lv, waiting(s))]),
         ("vllm:kv_cache_usage_perc", g, "KV-cache usage. 1 means 100 percent usage.", LABELS,

@@ -278,6 +278,8 @@ class SchedulerStats:
     num_waiting: int  # requests WAITING
     num_swapped: int  # requests SWAPPED
     num_running_seqs: int  # live sequences in RUNNING requests
+    num_waiting_seqs: int  # live sequences in WAITING requests (an n > 1 request's n)
+    num_swapped_seqs: int  # live sequences in SWAPPED requests
     preemptions: dict[str, int]  # by mode: {"swap": n, "recompute": n}
     swap_out_blocks: int  # blocks scheduled device -> host
     swap_in_blocks: int  # blocks scheduled host -> device
@@ -292,3 +294,9 @@ class SchedulerStats:
     defrag_moves: int  # defrag moves committed
     defrag_retried: int  # planned moves dropped at commit (a table changed)
     defrag_aborted: int  # plans aborted (copies failed)
+
+    @property
+    def seqs_by_state(self) -> dict[str, int]:
+        """Live sequences by queue (the metrics' MetricsSnapshot.sequences)."""
+        return {"running": self.num_running_seqs, "waiting": self.num_waiting_seqs,
+                "swapped": self.num_swapped_seqs}

@@ -117,6 +117,12 @@ class RequestQueue:
             raise SchedulerError(f"{self.name} queue is out of order or has duplicates")
 
 
+def live_seqs(queue: RequestQueue) -> int:
+    """The live sequences of ``queue``'s requests, read from a copy (the metrics read it while
+    the step thread changes the queue); per scrape, O(queued requests)."""
+    return sum(g.num_live for g in queue.snapshot())
+
+
 @dataclass(slots=True, eq=False)
 class SchedulerCounters:
     """Monotonic counters (metrics read them through ``SchedulerState.stats``)."""
@@ -182,7 +188,8 @@ class SchedulerState:
         c = self.counters
         return SchedulerStats(
             self.step, len(self.running), len(self.waiting), len(self.swapped),
-            self.num_running_seqs, dict(c.preemptions), c.swap_out_blocks, c.swap_in_blocks,
+            self.num_running_seqs, live_seqs(self.waiting), live_seqs(self.swapped),
+            dict(c.preemptions), c.swap_out_blocks, c.swap_in_blocks,
             c.cow_blocks, c.prefix_hit_tokens, c.prompt_tokens, c.generation_tokens,
             c.num_finished, c.num_aborted, c.num_ignored, c.defrag_plans, c.defrag_moves,
             c.defrag_retried, c.defrag_aborted)

@@ -14,7 +14,14 @@ per-request record:
                                runs) observes the duration when the handler returns, after
                                the last event.
 
-An answer never prepared (the client left first) is not counted: nobody got it. A request
+NOTE(left-early): a client that leaves before its answer started (a timeout while queued)
+cancels the handler (``handler_cancellation``), and nothing is prepared. vLLM's
+instrumentator counts every request that reached the app, in a ``finally``: its completion and
+chat routes (``with_cancellation``) answer such a client with an empty 200, and a stream's 200
+headers went out before its first token; so the middleware counts it then, a 2xx with an
+empty body and its duration to the cancel. A cancel while the connection is still open (the
+server's shutdown) is a 500, the instrumentator's status when no answer started. An answer
+prepared inside the handler (a stream) was counted then, never again. A request
 aiohttp's parser refuses (a malformed request line) never reaches the app, nor vLLM's. Unlike
 vLLM, whose CORS and API-key middlewares sit outside its instrumentator, CORS preflights and
 401s are counted: a flood of unauthenticated requests shows on the 4xx rate.
@@ -22,6 +29,7 @@ vLLM, whose CORS and API-key middlewares sit outside its instrumentator, CORS pr
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -66,10 +74,23 @@ class HttpCounting:
         arrival = request[_ARRIVAL] = _Arrival(time.perf_counter())
         try:
             return await handler(request)
+        except asyncio.CancelledError:
+            if arrival.stream is None:  # nothing prepared: NOTE(left-early)
+                await self.left_early(request, arrival)
+            raise
         finally:
             arrival.handler_done = True
             if arrival.stream is not None:
                 self.series.ended(*arrival.stream, time.perf_counter() - arrival.start)
+
+    async def left_early(self, request: web.Request, arrival: _Arrival) -> None:
+        """Count a cancelled request no answer was prepared for (NOTE(left-early))."""
+        template = await route_template(request)
+        if excluded(template or request.path):
+            return
+        status = 200 if request.transport is None else 500  # the client gone, or the server
+        self.series.answered(template, request.method, status, request.content_length or 0, 0)
+        self.series.ended(template, request.method, time.perf_counter() - arrival.start)
 
     async def on_response_prepare(self, request: web.Request,
                                   response: web.StreamResponse) -> None:

@@ -391,7 +391,8 @@ class EngineCore:
             dict(st.preemptions), {"capacity": ms.device.evictions},
             {"out": ms.swap_out_blocks * bpb, "in": ms.swap_in_blocks * bpb},
             {"cow": copy.blocks.get("cow", 0), "defrag": copy.blocks.get("defrag", 0)},
-            self.prompt_tokens, self.outputs.generation_tokens, self.invariant_violations)
+            self.prompt_tokens, self.outputs.generation_tokens, self.invariant_violations,
+            sequences=st.seqs_by_state)
 
     def close(self) -> None:
         self.copies.close(cancel=True)
