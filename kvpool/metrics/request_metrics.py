@@ -92,26 +92,29 @@ class RequestMetrics:
         metrics.add_source(self.families)
 
     def observe(self, *, prompt_tokens: int, generated: Sequence[int], n: int, max_tokens: int,
-                reasons: Sequence[str | None], timings: dict[str, float]) -> None:
-        """One request (one prompt of it) that ended: ``generated`` and ``reasons`` per
-        sequence. NOTE(per-sequence): vLLM runs n > 1 as n child requests and counts each in
-        every per-request series (success, prompt tokens, the token and latency histograms),
-        only ``request_params_n`` once per parent. Here success counted each sequence and
-        every other series the request once, so for n > 1 the series disagreed and a
-        dashboard's prompt throughput or request rate was off by up to n."""
+                reasons: Sequence[str | None],
+                timings: dict[str, float] | Sequence[dict[str, float]]) -> None:
+        """One request (one prompt of it) that ended: ``generated``, ``reasons`` and
+        ``timings`` (or one for all) per sequence. NOTE(per-sequence): vLLM runs n > 1 as n
+        child requests and counts each in every per-request series (success, prompt tokens,
+        the token and latency histograms), only ``request_params_n`` once per parent. Here
+        success counted each sequence and every other series the request once, so for n > 1
+        the series disagreed and a dashboard's prompt throughput or request rate was off by
+        up to n. Each child's e2e is its own (NOTE(child-finish), output_processor.py): with
+        the request's, a choice that stopped early was timed as its slowest sibling."""
         with self._lock:
             for r in reasons:
                 key = r if r in self._success else "abort"
                 self._success[key] += 1
         self.n_hist.observe(n)
         self.max_generation_hist.observe(max(generated, default=0))
-        e2e, queue, ttft = (timings.get(k) for k in ("e2e", "queue", "ttft"))
-        timed = e2e is not None and queue is not None and ttft is not None
-        for tokens in generated:
+        each = [timings] * len(generated) if isinstance(timings, dict) else timings
+        for tokens, times in zip(generated, each):
             self.prompt_hist.observe(prompt_tokens)
             self.generation_hist.observe(tokens)
             self.max_tokens_hist.observe(max_tokens)
-            if timed:
+            e2e, queue, ttft = (times.get(k) for k in ("e2e", "queue", "ttft"))
+            if e2e is not None and queue is not None and ttft is not None:
                 self.prefill.observe(max(0.0, ttft - queue))
                 self.decode.observe(max(0.0, e2e - ttft))
                 self.inference.observe(max(0.0, e2e - queue))

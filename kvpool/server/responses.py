@@ -88,10 +88,10 @@ class ResponseBuilder:
         self.prompt_lps: list[Any] = [None] * len(req.prompts)  # vLLM prompt_logprobs per prompt
         self.rids = ReturnedIds(req.prompts, self.n, chat=self.chat, on=req.extras.token_ids)
         self.error: str | None = None
-        self.timings: dict[int, dict[str, float]] = {}  # prompt -> its last update's metrics
-        # read for reasoning and tool calls (choice_reader.py): each streamed choice a reader
+        self.timings: dict[int, list[dict[str, float]]] = {}  # per prompt, per choice
+        self.e2e: list[float | None] = [None] * total  # each choice's, from its finish
         self.readers = [ChoiceReader(req) for _ in range(total)] \
-            if reads_choices(req) and req.stream else None
+            if reads_choices(req) and req.stream else None  # reasoning, tool calls per choice
         self.thinking = [0] * total  # reasoning tokens per choice (reasoning.py)
         self.thinks = [req.reasoning is not None and req.reasoning.inside] * total  # still open
 
@@ -106,10 +106,7 @@ class ResponseBuilder:
         self.prompt_tokens[prompt] = out.num_prompt_tokens or self.prompt_tokens[prompt]
         self.cached_tokens[prompt] = out.num_cached_tokens
         self.prompt_finished[prompt] = self.prompt_finished[prompt] or out.finished
-        if out.finished:
-            self.timings[prompt] = out.metrics
-        if out.error:
-            self.error = out.error
+        self.error = out.error or self.error
         chunks = []
         if not self.started[prompt]:
             self.started[prompt] = True
@@ -131,6 +128,9 @@ class ResponseBuilder:
                 else:
                     chunks += self._read_chunks(i, c.text, reason, lp,
                                                 c.finish_reason is not None, ids)
+        if out.finished:  # the request's metrics, each choice's own e2e (NOTE(child-finish))
+            self.timings[prompt] = [out.metrics if e is None else {**out.metrics, "e2e": e}
+                                    for e in self.e2e[prompt * self.n:(prompt + 1) * self.n]]
         return chunks
 
     def _fold(self, i: int, c: CompletionOutput) -> None:
@@ -144,8 +144,7 @@ class ResponseBuilder:
         if c.text:
             self.texts[i].append(c.text)
         if c.finish_reason is not None:
-            self.finish[i] = c.finish_reason
-            self.stop_reason[i] = c.stop_reason
+            self.finish[i], self.stop_reason[i], self.e2e[i] = c.finish_reason, c.stop_reason, c.e2e
         if c.logprobs:
             self.cum_logprob[i] += sum(x.logprob for x in c.logprobs)
 

@@ -56,7 +56,8 @@ def run_request(tok: Tokenizer, prompt: list[int], outputs: list[list[int]]) -> 
     """Feed each sequence's ids one step at a time; returns each sequence's joined deltas
     (what a stream shows, and what the server joins into a non-stream body's text)."""
     proc = OutputProcessor(tok)
-    params = SamplingParams(n=len(outputs), max_tokens=64)
+    # ignore_eos: a random eos mid-output would end the sequence (NOTE(child-finish))
+    params = SamplingParams(n=len(outputs), max_tokens=64, ignore_eos=True)
     seq_ids = tuple(range(10, 10 + len(outputs)))
     proc.add("r", prompt, params, seq_ids, arrival=0.0)
     streamed = ["" for _ in outputs]

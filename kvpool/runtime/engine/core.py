@@ -155,7 +155,7 @@ class EngineCore:
             except RequestError:
                 self.scheduler.abort(request_id, "invalid response_format")
                 raise
-        self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
+        self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival, self.max_model_len)
         self.rows.add(seq_ids, params.seed, params.think_budget)
         if params.prompt_logprobs is not None:
             self.prompt_logprobs.requests.add(request_id)
@@ -306,7 +306,7 @@ class EngineCore:
             defrag_ok = h.exception(timeout=60) is None
         self.prompt_tokens += sum(p.num_new_tokens for p in out.prefills)
         broken, samples = self._drop_broken(drawn.samples)
-        deltas, stops = self.outputs.on_tokens(samples, time.monotonic())
+        deltas, stops = self.outputs.on_tokens(samples, time.monotonic(), drawn.done)
         finished = self.scheduler.on_step_done(
             out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok,
             stops=self._stops(stops, drawn.done), deferred=drawn.deferred,
@@ -329,7 +329,7 @@ class EngineCore:
         if not drawn.samples:
             return []
         broken, samples = self._drop_broken(drawn.samples)
-        deltas, stops = self.outputs.on_tokens(samples, time.monotonic())
+        deltas, stops = self.outputs.on_tokens(samples, time.monotonic(), drawn.done)
         finished = self.scheduler.accept_late({s.seq_id: s.token_id for s in samples},
                                               self._stops(stops, drawn.done))
         return broken + self._updates(deltas, finished)

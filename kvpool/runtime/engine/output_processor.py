@@ -4,8 +4,15 @@ to its callers (the server, the stress harness).
 
 Plain frozen objects: a ``RequestOutput`` is one update for one request; its ``outputs`` hold a
 ``CompletionOutput`` per sequence (``n`` of them) with the *new* tokens and text since the
-previous update (deltas), plus cumulative counters. The last update of a request has
-``finished=True`` and every sequence's ``finish_reason`` set.
+previous update (deltas), plus cumulative counters. A sequence's last output carries its
+``finish_reason``, once, in the update of the step that finished it (NOTE(child-finish)); the
+last update of a request has ``finished=True``.
+
+NOTE(child-finish): vLLM 0.33 runs n > 1 as n child requests; each child's final output and
+its e2e (``_update_stats_from_finished``) come when that child finishes. Here a choice that
+stopped early got its finish_reason when its last sibling ended (twice, after a stop string),
+timed as the slowest. The scheduler reports whole requests only, so ``on_tokens`` applies its
+rule (completion.py ``_judge``) to each token and ends a sequence in the scheduler's step.
 
 Stop strings: a sequence's text is released only up to the point where no stop string can still
 start (the longest stop string minus one character is held back), so a stream never shows the
@@ -16,6 +23,7 @@ are cut, as in the OpenAI API (vLLM's ``include_stop_str_in_output`` keeps the s
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from kvpool.runtime.model import (IncrementalDetokenizer, SamplingParams, SeqHistory,
@@ -40,6 +48,7 @@ class CompletionOutput:
     stop_reason: str | int | None = None  # the stop string / token id that ended it, if any
     # one entry per token of token_ids when the request asked for logprobs, else None
     logprobs: tuple[TokenLogprob, ...] | None = None
+    e2e: float | None = None  # with finish_reason: arrival -> this sequence's finish (seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +76,7 @@ class RequestOutput:
                 lps = c.logprobs if prev.logprobs is None else \
                     prev.logprobs + (c.logprobs or ())
                 c = CompletionOutput(c.index, prev.token_ids + c.token_ids, prev.text + c.text,
-                                     c.num_generated, c.finish_reason, c.stop_reason, lps)
+                                     c.num_generated, c.finish_reason, c.stop_reason, lps, c.e2e)
             merged[c.index] = c
         prompt_lps = later.prompt_logprobs if later.prompt_logprobs is not None else \
             self.prompt_logprobs
@@ -113,6 +122,7 @@ class SeqState:
     last_token_time: float | None = None  # for the inter-token latency
     finish_reason: str | None = None  # set once finished
     stop_reason: str | int | None = None  # matched stop string / token
+    e2e: float | None = None  # set when its final output is made: it is made once
 
 
 @dataclass(slots=True, eq=False)
@@ -131,6 +141,8 @@ class RequestState:
     # include_stop_str_in_output); empty when that flag is set
     silent: frozenset[int] = frozenset()
     stop_ids: frozenset[int] = frozenset()  # the eos and stop_token_ids in effect
+    eos: int | None = None  # the eos in effect: its stop has no stop_reason (the scheduler's)
+    cap: int | None = None  # tokens a sequence may generate: max_tokens, the context's room
     repeat: RepeatStop | None = None  # repetition_detection when on (NOTE(repeat))
     interval: int = 1  # new tokens per update, at least (NOTE(interval))
     # prompt_logprobs: one slot per prompt position, filled chunk by chunk (a recomputed
@@ -149,18 +161,22 @@ class OutputProcessor:
         self.generation_tokens = 0
 
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-            seq_ids: tuple[int, ...], arrival: float) -> None:
+            seq_ids: tuple[int, ...], arrival: float, max_model_len: int | None = None) -> None:
+        """``max_model_len``: the scheduler's, which ends a sequence at the context's end."""
         tok = self.tokenizer
         skip = params.skip_special_tokens
         # NOTE(prompt-context) in kvpool/runtime/model/tokenizer.py: the prompt seeds the text
         seqs = {s: SeqState(i, tok.detokenizer(skip, prompt_ids)) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
-        stop_ids = StopLimits.stop_tokens(params, tok.eos_token_id, tok.eos_token_ids[1:])[0]
+        stop_ids, eos = StopLimits.stop_tokens(params, tok.eos_token_id, tok.eos_token_ids[1:])
         silent = frozenset() if params.include_stop_str_in_output else stop_ids
         rep = params.repetition_detection
+        room = None if max_model_len is None else max_model_len - len(prompt_ids)
+        cap = min((c for c in (params.max_tokens, room) if c is not None), default=None)
         self.requests[request_id] = RequestState(
             request_id, params, prompt_ids, arrival, seqs, hold=hold, silent=silent,
-            stop_ids=stop_ids, repeat=rep if rep is not None and rep.on else None,
+            stop_ids=stop_ids, eos=eos, cap=cap,
+            repeat=rep if rep is not None and rep.on else None,
             interval=max(self.stream_interval, params.stream_interval),
             prompt_lps=None if params.prompt_logprobs is None else [None] * len(prompt_ids))
 
@@ -192,46 +208,77 @@ class OutputProcessor:
         r = self.requests[request_id]
         return SeqHistory(r.prompt_ids, r.seqs[seq_id].output_ids)
 
-    def on_tokens(self, samples: list[Sample], now: float
+    def on_tokens(self, samples: list[Sample], now: float, grammar_done: Collection[int] = ()
                   ) -> tuple[dict[str, list[CompletionOutput]], dict[int, str]]:
-        """Feed this step's samples (before the scheduler accepts them). Returns the deltas per
-        request and ``{seq_id: stop_string}`` for the sequences a stop string ends: the one
-        place stop strings are decided (the scheduler finishes those sequences)."""
+        """Feed this step's samples (before the scheduler accepts them; ``grammar_done``: the
+        sequences whose grammar this step completed). Returns the deltas per request and
+        ``{seq_id: stop_string}`` for the sequences a stop string ends: the one place stop
+        strings are decided (the scheduler finishes those sequences). A sequence the step
+        ends gets its final output here (NOTE(child-finish))."""
         deltas: dict[str, list[CompletionOutput]] = {}
         stops: dict[int, str] = {}
-        m = self.metrics
         for sample in samples:
-            seq_id, rid, token = sample.seq_id, sample.request_id, sample.token_id
+            seq_id, rid = sample.seq_id, sample.request_id
             r = self.requests.get(rid)
-            if r is None:
-                continue
-            s = r.seqs.get(seq_id)
+            s = r.seqs.get(seq_id) if r is not None else None
             if s is None or s.finish_reason is not None:
                 continue
-            s.num_generated += 1
-            self.generation_tokens += 1
-            if m is not None:  # NOTE(per-sequence) in kvpool/metrics/request_metrics.py
-                if s.last_token_time is None:
-                    m.ttft.observe(now - r.arrival)
-                    m.prompt_tokens += len(r.prompt_ids)  # NOTE(prefill-count) there
-                else:
-                    m.itl.observe(now - s.last_token_time)
-            s.last_token_time = now
-            s.pending_ids.append(token)
-            s.output_ids.append(token)
-            if r.params.logprobs is not None and sample.logprob is not None:
-                s.pending_logprobs.append(sample.logprob)
-            piece = "" if token in r.silent else s.detok.push(token)  # NOTE(stop-token-text)
-            s.text += piece
-            hit = self._match_stop(r, s, len(piece))
-            if hit is None and r.repeat is not None and self._repeats(r, s, token):
-                hit = REPEATED
+            hit = self._accept(r, s, sample, now)
             if hit is not None:
                 stops[seq_id] = hit
-            out = self._release(r, s, final=hit is not None)
+            if hit is not None or self._ends(r, s, sample.token_id, seq_id in grammar_done):
+                self._close(r, s, now)
+            out = self._release(r, s, final=s.e2e is not None)
             if out is not None:
                 deltas.setdefault(rid, []).append(out)
         return deltas, stops
+
+    def _accept(self, r: RequestState, s: SeqState, sample: Sample, now: float) -> str | None:
+        """One sampled token into ``s``: counted, timed, detokenized; the stop string (or
+        repetition) it completes, if any."""
+        token = sample.token_id
+        s.num_generated += 1
+        self.generation_tokens += 1
+        m = self.metrics
+        if m is not None:  # NOTE(per-sequence) in kvpool/metrics/request_metrics.py
+            if s.last_token_time is None:
+                m.ttft.observe(now - r.arrival)
+                m.prompt_tokens += len(r.prompt_ids)  # NOTE(prefill-count) there
+            else:
+                m.itl.observe(now - s.last_token_time)
+        s.last_token_time = now
+        s.pending_ids.append(token)
+        s.output_ids.append(token)
+        if r.params.logprobs is not None and sample.logprob is not None:
+            s.pending_logprobs.append(sample.logprob)
+        piece = "" if token in r.silent else s.detok.push(token)  # NOTE(stop-token-text)
+        s.text += piece
+        hit = self._match_stop(r, s, len(piece))
+        if hit is None and r.repeat is not None and self._repeats(r, s, token):
+            hit = REPEATED
+        return hit
+
+    @staticmethod
+    def _ends(r: RequestState, s: SeqState, token: int, grammar_done: bool) -> bool:
+        """NOTE(child-finish): whether the scheduler ends ``s`` on this token, in its order
+        (completion.py ``_judge``, after the stop strings): a completed grammar ("stop", no
+        stop_reason), a stop token (its id the stop_reason, but for the eos), then the length
+        limits (max_tokens, the context's room). min_tokens needs no check: the sampler masks
+        the stop tokens until then."""
+        if grammar_done:
+            s.finish_reason = "stop"
+        elif token in r.stop_ids:
+            s.finish_reason, s.stop_reason = "stop", None if token == r.eos else token
+        elif r.cap is not None and s.num_generated >= r.cap:
+            s.finish_reason = "length"
+        return s.finish_reason is not None
+
+    def _close(self, r: RequestState, s: SeqState, now: float) -> None:
+        """``s`` finished: its e2e, observed as a child request's (NOTE(per-sequence)) unless
+        aborted (NOTE(prefill-count), request_metrics.py)."""
+        s.e2e = now - r.arrival
+        if self.metrics is not None and s.finish_reason != "abort":
+            self.metrics.e2e.observe(s.e2e)
 
     @staticmethod
     def _match_stop(r: RequestState, s: SeqState, new: int) -> str | None:
@@ -286,12 +333,14 @@ class OutputProcessor:
             return None
         return CompletionOutput(s.index, tuple(ids), text, s.num_generated, s.finish_reason,
                                 s.stop_reason,
-                                tuple(lps) if r.params.logprobs is not None else None)
+                                tuple(lps) if r.params.logprobs is not None else None, s.e2e)
 
     def finish(self, fr: FinishedRequest, now: float, error: str | None = None
                ) -> RequestOutput | None:
-        """The request left the scheduler: flush every sequence and build its last update. The
-        bytes of a character the last tokens left incomplete are not shown (vLLM's rule)."""
+        """The request left the scheduler: flush every sequence not finished yet and build its
+        last update (a sequence that finished earlier had its final output then:
+        NOTE(child-finish)). The bytes of a character the last tokens left incomplete are not
+        shown (vLLM's rule)."""
         prompt_lps = self.take_prompt_logprobs(fr.request_id)
         r = self.requests.pop(fr.request_id, None)
         if r is None:
@@ -299,6 +348,8 @@ class OutputProcessor:
         outs = []
         by_id = {so.seq_id: so for so in fr.seqs}
         for seq_id, s in r.seqs.items():
+            if s.e2e is not None:
+                continue
             so = by_id.get(seq_id)
             if s.finish_reason is None:
                 s.finish_reason = "error" if error else _REASON.get(
@@ -306,14 +357,12 @@ class OutputProcessor:
                 if so is not None and so.finish_reason and so.finish_reason.startswith(
                         "stop_token"):
                     s.stop_reason = int(so.finish_reason.split()[-1])
-            out = self._release(r, s, final=True)
-            outs.append(out)
+            self._close(r, s, now)
+            outs.append(self._release(r, s, final=True))
         m = self.metrics
         for s in r.seqs.values() if m is not None else ():  # NOTE(per-sequence), as children
-            if s.finish_reason == "abort":  # NOTE(prefill-count), request_metrics.py
-                continue
-            m.e2e.observe(now - r.arrival)
-            if fr.first_scheduled_time is not None:
+            # NOTE(child-finish): the children's one shared queue wait, known here
+            if s.finish_reason != "abort" and fr.first_scheduled_time is not None:
                 m.queue.observe(max(0.0, fr.first_scheduled_time - r.arrival))
         return RequestOutput(fr.request_id, tuple(outs), True, len(r.prompt_ids),
                              fr.num_cached_tokens, error,
@@ -329,6 +378,8 @@ class OutputProcessor:
             return None
         outs = []
         for s in r.seqs.values():
+            if s.e2e is not None:  # its final output went out: NOTE(child-finish)
+                continue
             s.finish_reason = s.finish_reason or "error"
             outs.append(CompletionOutput(s.index, tuple(s.pending_ids), s.text,
                                          s.num_generated, s.finish_reason))

@@ -55,10 +55,10 @@ def run(tokens: list[int], **params) -> tuple[int | None, str, str | None, str]:
     proc = OutputProcessor(TOK)
     p = SamplingParams(max_tokens=params.pop("max_tokens", 64), **params)
     proc.add("r", [0, 72], p, (7,), arrival=0.0)
-    text, ended = "", None
+    outs, ended = [], None
     for step, t in enumerate(tokens):
         deltas, stops = proc.on_tokens([Sample(7, "r", t)], now=float(step))
-        text += "".join(c.text for c in deltas.get("r", []))
+        outs += deltas.get("r", [])
         if stops:
             ended = step
             break
@@ -66,8 +66,8 @@ def run(tokens: list[int], **params) -> tuple[int | None, str, str | None, str]:
     fr = FinishedRequest("r", SeqStatus.FINISHED_LENGTH, None,
                          (SeqOutput(7, fed, SeqStatus.FINISHED_LENGTH, "max_tokens"),),
                          2, 0, 0.0, 0.0, 0.0, 1.0, 0, p)
-    (last,) = proc.finish(fr, now=99.0).outputs
-    return ended, last.finish_reason, last.stop_reason, text + last.text
+    outs += proc.finish(fr, now=99.0).outputs  # none when a stop ended it: NOTE(child-finish)
+    return ended, outs[-1].finish_reason, outs[-1].stop_reason, "".join(c.text for c in outs)
 
 
 LOOP = RepeatStop(max_pattern_size=2, min_count=3)
@@ -83,7 +83,7 @@ def test_min_tokens_max_tokens_and_stop_tokens_come_first():
     assert run([A] * 6, repetition_detection=LOOP, min_tokens=5)[:2] == (4, "repetition")
     assert run([A] * 3, repetition_detection=LOOP, max_tokens=3)[:2] == (None, "length")
     ended, finish, _, _ = run([B, A, A, A, A], repetition_detection=LOOP, stop_token_ids=[A])
-    assert (ended, finish) == (None, "length")  # the scheduler ends it on A, not this check
+    assert (ended, finish) == (None, "stop")  # a stop token ends it, not this check
     assert run([A] * 4)[:2] == (None, "length")  # not asked: no stop
 
 

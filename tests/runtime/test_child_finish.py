@@ -1,0 +1,106 @@
+"""NOTE(child-finish) in kvpool/runtime/engine/output_processor.py, on the tiny model with real
+tensors: a sequence of an n > 1 request that ends before its siblings (a stop token, a stop
+string) gets its one final output in the update of the step that ended it, and its e2e is its
+own; the request's last update ends it, with no second finish for a sequence already ended."""
+
+from __future__ import annotations
+
+from kvpool.metrics.collector import KVPoolMetrics
+from kvpool.runtime.engine.core import EngineCore
+from kvpool.runtime.engine.output_processor import RequestOutput
+from kvpool.runtime.model import SamplingParams
+from tests.configs import engine_config
+from tests.runtime.test_engine_step import PROMPT, merged, run
+from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
+
+N, MAX = 4, 24
+SAMPLED = dict(n=N, max_tokens=MAX, temperature=1.0, seed=5, ignore_eos=True)
+
+
+def engine() -> tuple[EngineCore, KVPoolMetrics]:
+    metrics = KVPoolMetrics(lambda: core.snapshot())  # read only by a scrape
+    core = EngineCore(engine_config("small", max_num_seqs=8, max_num_batched_tokens=256),
+                      metrics=metrics)
+    return core, metrics
+
+
+def early_stop(outs: dict[int, tuple[int, ...]]) -> int:
+    """A token among choice 0's first three that no other choice generates: a stop token that
+    ends choice 0 early and leaves the others to run to max_tokens."""
+    others = {t for i, ids in outs.items() if i for t in ids}
+    return next(t for t in outs[0][:3] if t not in others)
+
+
+def finishes(updates: list[RequestOutput]) -> dict[int, list[tuple[int, object]]]:
+    """Per choice: (update number, output) of each output that carries a finish_reason."""
+    got: dict[int, list] = {i: [] for i in range(N)}
+    for k, u in enumerate(updates):
+        for c in u.outputs:
+            if c.finish_reason is not None:
+                got[c.index].append((k, c))
+    return got
+
+
+def test_a_stop_token_ends_its_choice_at_once_timed_as_its_own():
+    core, metrics = engine()
+    try:
+        ref = merged(run(core, {"ref": SamplingParams(**SAMPLED)})["ref"])
+        stop = early_stop({c.index: c.token_ids for c in ref.outputs})
+        base = metrics.e2e.values()
+        ups = run(core, {"r": SamplingParams(**SAMPLED, stop_token_ids=[stop])})["r"]
+        ends = finishes(ups)
+        assert all(len(v) == 1 for v in ends.values()), ends  # one finish per choice
+        (k0, c0), = ends[0]
+        assert (c0.finish_reason, c0.stop_reason) == ("stop", stop) and c0.num_generated <= 3
+        assert not ups[k0].finished  # it went out before the request ended ...
+        later = [c for u in ups[k0 + 1:] for c in u.outputs if c.index != 0 and c.token_ids]
+        assert later  # ... and the other choices' tokens kept coming after it
+        for i in range(1, N):
+            (_, c), = ends[i]
+            assert (c.finish_reason, c.num_generated) == ("length", MAX)
+        e2e = ups[-1].metrics["e2e"]
+        own = [c.e2e for v in ends.values() for _, c in v]
+        assert c0.e2e < e2e and all(x <= e2e for x in own)
+        counts, total = metrics.e2e.values()
+        assert counts[-1] - base[0][-1] == N
+        assert abs((total - base[1]) - sum(own)) < 1e-9  # each child observed at its own
+    finally:
+        core.close()
+
+
+def test_a_stop_string_finishes_its_choice_once():
+    """Before, the update that matched the stop string and the request's last update each
+    carried the choice's finish (a stream showed finish_reason "stop" twice)."""
+    core, _ = engine()
+    try:
+        ref = merged(run(core, {"ref": SamplingParams(**SAMPLED)})["ref"])
+        texts = {c.index: c.text for c in ref.outputs}
+        stop = next(texts[0][j:j + 2] for j in range(len(texts[0]) - 1)
+                    if not any(texts[0][j:j + 2] in texts[i] for i in range(1, N)))
+        ups = run(core, {"r": SamplingParams(**SAMPLED, stop=[stop])})["r"]
+        ends = finishes(ups)
+        assert all(len(v) == 1 for v in ends.values()), ends
+        (k0, c0), = ends[0]
+        assert (c0.finish_reason, c0.stop_reason) == ("stop", stop)
+        assert merged(ups).outputs[0].text == texts[0][:texts[0].index(stop)]
+        assert k0 < len(ups) - 1 or all(c.num_generated == MAX for _, c in ends[0])
+    finally:
+        core.close()
+
+
+def test_the_context_end_ends_a_choice_as_the_scheduler_does():
+    """max_tokens None runs to the context's end: "length", once, at the scheduler's token
+    (one sooner, the sequence was cut short; one later, the scheduler had ended it)."""
+    core = EngineCore(engine_config("small", max_num_seqs=4, max_model_len=64))
+    try:
+        prompt = len(core.tokenizer.encode(PROMPT))
+        assert prompt < 48
+        ups = run(core, {"ctx": SamplingParams(n=2, max_tokens=None, temperature=1.0, seed=1,
+                                               ignore_eos=True)})["ctx"]
+        ends = finishes(ups)
+        assert [len(ends[i]) for i in range(2)] == [1, 1]
+        assert {ends[i][0][1].num_generated for i in range(2)} == {64 - prompt}
+        assert {ends[i][0][1].finish_reason for i in range(2)} == {"length"}
+        assert core.manager.stats().device.num_used == 0 and core.check_invariants()
+    finally:
+        core.close()
