@@ -165,7 +165,9 @@ class ResponseBuilder:
     def _start(self, prompt: int, out: RequestOutput) -> None:
         """The prompt's first update: its prompt logprobs (asked for, or computed for echo with
         logprobs, which vLLM shows too), and the echo (completions), held for each choice's
-        first chunk (NOTE(echo-chunk))."""
+        first chunk (NOTE(echo-chunk)). NOTE(echo-once): the echo's logprobs are formatted
+        once for the n choices, on the event loop: per choice, n=16 with logprobs=20 over a
+        7000-token prompt held the loop for seconds (an outside probe)."""
         if out.prompt_logprobs is not None and self.lp.engine_prompt_logprobs is not None:
             self.prompt_lps[prompt] = self.fmt.prompt(out.prompt_logprobs)
         if not self.lp.echo:
@@ -177,14 +179,16 @@ class ResponseBuilder:
                 else ""  # vLLM's echo of token ids keeps their special tokens
         if self.rids.on:  # returned_ids.py: the ids stand for the echoed text
             text = ""
+        lp = end = None  # NOTE(echo-once); every choice starts at offset 0
         for j in range(self.n):
             i = prompt * self.n + j
             self.texts[i].append(text)
-            lp = None
             if self.lp.logprobs is not None:
-                plps = out.prompt_logprobs or (None,) * len(ids)
-                lp, self.offsets[i] = self.fmt.completion(ids, plps, self.offsets[i])
-                self._merge(i, lp)
+                if lp is None:
+                    lp, end = self.fmt.completion(ids, out.prompt_logprobs or (None,) * len(ids),
+                                                  self.offsets[i])
+                self.offsets[i] = end
+                self._merge(i, lp)  # a copy: the shared object is never changed
             self.echo_heads[i] = (text, lp)
 
     def _echo_only_finish(self, i: int, c: CompletionOutput) -> list[dict[str, Any]]:

@@ -280,3 +280,28 @@ async def test_split_character_tokens_are_named_as_vllm_names_them(srv):
     assert [p and p[str(t)]["decoded_token"] for p, t in zip(
         ch["prompt_logprobs"], srv.engine.tokenizer.encode("\u00e9\u20ac"))] == \
         [None, "", "\u00e9", "", "", "\u20ac"]
+
+
+async def test_n_choices_share_one_formatting_of_the_echo(srv, monkeypatch):
+    """NOTE(echo-once): the echoed prompt's logprobs are formatted once for the n choices (on
+    the event loop, per choice they held it for seconds on long prompts), and every choice
+    still shows them whole, followed by its own tokens' entries."""
+    from kvpool.server.logprob_format import LogprobFormatter
+    lengths = []
+    completion = LogprobFormatter.completion
+
+    def counted(self, ids, lps, offset, context=()):
+        lengths.append(len(ids))
+        return completion(self, ids, lps, offset, context)
+
+    monkeypatch.setattr(LogprobFormatter, "completion", counted)
+    prompt = "Once upon a time there was a block pool"
+    status, out = await post(srv, "/v1/completions", {
+        "model": srv.engine.model_name, "prompt": prompt, "max_tokens": 3, "n": 4,
+        "temperature": 1.0, "seed": 7, "echo": True, "logprobs": 2})
+    assert status == 200, out
+    n_prompt = out["usage"]["prompt_tokens"]
+    assert lengths.count(n_prompt) == 1  # the echo once; the rest are generated tokens
+    heads = [c["logprobs"]["tokens"][:n_prompt] for c in out["choices"]]
+    assert len(out["choices"]) == 4 and all(h == heads[0] for h in heads)
+    assert all(len(c["logprobs"]["tokens"]) == n_prompt + 3 for c in out["choices"])
