@@ -134,10 +134,10 @@ class LatencyHistogram(Collector):
         """Write the same counts once more under ``name`` and ``labels`` (NOTE(vllm-names))."""
         labels = tuple(labels)
         # labels sorted by name, ``le`` among them, as prometheus_client writes them
-        prefixes = [f"{name}_bucket{{{_labels(labels + (('le', le),))}}} " for le in self._le]
-        tail = f"{{{_labels(labels)}}}" if labels else ""
+        prefixes = [f"{name}_bucket{{{label_text(labels + (('le', le),))}}} " for le in self._le]
+        tail = f"{{{label_text(labels)}}}" if labels else ""
         self._views.append(_View(name, documentation, labels, prefixes, tail,
-                                 _head(name, "histogram", documentation)))
+                                 help_head(name, "histogram", documentation)))
 
     def observe(self, amount: float) -> None:
         i = bisect_left(self._bounds, amount)
@@ -165,7 +165,7 @@ class LatencyHistogram(Collector):
 
     def lines(self, out: list[str]) -> None:
         cum, total = self.values()
-        count, sum_ = float(cum[-1]), _gofloat(total)
+        count, sum_ = float(cum[-1]), go_float(total)
         for v in self._views:
             out.append(v.head)
             out.extend(f"{p}{float(n)!r}\n" for p, n in zip(v.prefixes, cum))
@@ -260,14 +260,14 @@ class KVPoolMetrics:
         for name, typ, doc, labelnames, samples in families:
             head = heads.get((name, doc))
             if head is None:
-                head = heads[(name, doc)] = _head(name, typ, doc)
+                head = heads[(name, doc)] = help_head(name, typ, doc)
             out.append(head)
             for values, v in samples:
                 key = (name, labelnames, values)
                 p = prefixes.get(key)
                 if p is None:
                     p = prefixes[key] = _prefix(name, labelnames, values)
-                out.append(f"{p}{_gofloat(v)}\n")
+                out.append(f"{p}{go_float(v)}\n")
         for h in self._hists:
             h.lines(out)
         return "".join(out).encode()
@@ -277,7 +277,8 @@ class KVPoolMetrics:
         return generate_latest(self.registry)
 
 
-def _head(name: str, typ: str, doc: str) -> str:
+def help_head(name: str, typ: str, doc: str) -> str:
+    """The # HELP and # TYPE lines of a family, as prometheus_client writes them."""
     doc = doc.replace("\\", "\\\\").replace("\n", "\\n")
     return f"# HELP {name} {doc}\n# TYPE {name} {typ}\n"
 
@@ -285,10 +286,11 @@ def _head(name: str, typ: str, doc: str) -> str:
 def _prefix(name: str, labelnames: tuple[str, ...], values: tuple[str, ...]) -> str:
     if not labelnames:
         return name + " "
-    return f"{name}{{{_labels(tuple(zip(labelnames, values)))}}} "
+    return f"{name}{{{label_text(tuple(zip(labelnames, values)))}}} "
 
 
-def _labels(pairs: Sequence[tuple[str, str]]) -> str:
+def label_text(pairs: Sequence[tuple[str, str]]) -> str:
+    """Label pairs as prometheus_client writes them: sorted by name, values escaped."""
     return ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs))
 
 
@@ -298,7 +300,8 @@ def _escape(v: str) -> str:
     return v
 
 
-def _gofloat(v: float) -> str:
+def go_float(v: float) -> str:
+    """A sample value in Go's float format (prometheus_client's floatToGoString)."""
     if v == math.inf:
         return "+Inf"
     if v == -math.inf:

@@ -35,7 +35,8 @@ from prometheus_client.core import (CounterMetricFamily, HistogramMetricFamily, 
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from kvpool.metrics.collector import KVPoolMetrics, LatencyHistogram
+from kvpool.metrics.collector import (KVPoolMetrics, LatencyHistogram, go_float,
+                                      help_head, label_text)
 
 __all__ = ["EXCLUDED_HANDLERS", "HTTP_METRIC_NAMES", "HttpSeries", "excluded"]
 
@@ -150,24 +151,27 @@ class HttpSeries(Collector):
     def lines(self, out: list[str]) -> None:
         """The text exposition of ``collect`` (KVPoolMetrics.render's fast path)."""
         answers, sizes, lowr = self._copy()
-        out.append(_head("http_requests_total", "counter"))
-        out.extend(f"http_requests_total{{{_labels(handler=h, method=m, status=s)}}} {_go(n)}\n"
-                   for (h, m, s), n in answers.items())
+        name = "http_requests_total"
+        out.append(help_head(name, "counter", _DOCS[name]))
+        for (h, m, st), n in answers.items():
+            pairs = (("handler", h), ("method", m), ("status", st))
+            out.append(f"{name}{{{label_text(pairs)}}} {go_float(n)}\n")
         for name, by_handler in zip(HTTP_METRIC_NAMES[1:3], sizes):
-            out.append(_head(name, "summary"))
+            out.append(help_head(name, "summary", _DOCS[name]))
             for handler, (count, amount) in by_handler.items():
-                tail = f"{{{_labels(handler=handler)}}}"
-                out.append(f"{name}_count{tail} {_go(count)}\n{name}_sum{tail} {_go(amount)}\n")
+                tail = f"{{{label_text([('handler', handler)])}}}"
+                out.append(f"{name}_count{tail} {go_float(count)}\n"
+                           f"{name}_sum{tail} {go_float(amount)}\n")
         self.highr.lines(out)
         name = "http_request_duration_seconds"
-        out.append(_head(name, "histogram"))
+        out.append(help_head(name, "histogram", _DOCS[name]))
         for (h, m), counts in lowr.items():
             cum = list(accumulate(counts[:-1]))
-            out.extend(f"{name}_bucket{{{_labels(handler=h, le=le, method=m)}}} {_go(n)}\n"
-                       for le, n in zip(_LOWR_LE, cum))
-            tail = f"{{{_labels(handler=h, method=m)}}}"
-            out.append(f"{name}_count{tail} {_go(cum[-1])}\n{name}_sum{tail} "
-                       f"{_go(counts[-1])}\n")
+            out.extend(f"{name}_bucket{{{label_text([('handler', h), ('le', le), ('method', m)])}}}"
+                       f" {go_float(n)}\n" for le, n in zip(_LOWR_LE, cum))
+            tail = f"{{{label_text([('handler', h), ('method', m)])}}}"
+            out.append(f"{name}_count{tail} {go_float(cum[-1])}\n{name}_sum{tail} "
+                       f"{go_float(counts[-1])}\n")
 
 
 def _family(name: str) -> Metric:
@@ -179,20 +183,3 @@ def _family(name: str) -> Metric:
     if name == "http_request_duration_seconds":
         return HistogramMetricFamily(name, doc, labels=["handler", "method"])
     return HistogramMetricFamily(name, doc)
-
-
-def _head(name: str, typ: str) -> str:
-    return f"# HELP {name} {_DOCS[name]}\n# TYPE {name} {typ}\n"
-
-
-def _labels(**pairs: str) -> str:
-    """Label pairs as prometheus_client writes them: sorted by name, values escaped."""
-    return ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs.items()))
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _go(v: float) -> str:
-    return floatToGoString(float(v))
