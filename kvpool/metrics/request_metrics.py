@@ -92,10 +92,9 @@ class RequestMetrics:
         metrics.add_source(self.families)
 
     def observe(self, *, prompt_tokens: int, generated: Sequence[int], n: int, max_tokens: int,
-                reasons: Sequence[str | None],
-                timings: dict[str, float] | Sequence[dict[str, float]]) -> None:
+                reasons: Sequence[str | None], timings: Sequence[dict[str, float]]) -> None:
         """One request (one prompt of it) that ended: ``generated``, ``reasons`` and
-        ``timings`` (or one for all) per sequence. NOTE(per-sequence): vLLM runs n > 1 as n
+        ``timings`` per sequence. NOTE(per-sequence): vLLM runs n > 1 as n
         child requests and counts each in every per-request series (success, prompt tokens,
         the token and latency histograms), only ``request_params_n`` once per parent. Here
         success counted each sequence and every other series the request once, so for n > 1
@@ -108,8 +107,7 @@ class RequestMetrics:
                 self._success[key] += 1
         self.n_hist.observe(n)
         self.max_generation_hist.observe(max(generated, default=0))
-        each = [timings] * len(generated) if isinstance(timings, dict) else timings
-        for tokens, times in zip(generated, each):
+        for tokens, times in zip(generated, timings):
             self.prompt_hist.observe(prompt_tokens)
             self.generation_hist.observe(tokens)
             self.max_tokens_hist.observe(max_tokens)

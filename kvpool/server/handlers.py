@@ -211,7 +211,7 @@ class OpenAIRoutes:
                        generated=[builder.num_generated[i] for i in choices],
                        n=params.n, max_tokens=params.max_tokens or 0,
                        reasons=[builder.finish[i] for i in choices],
-                       timings=builder.timings.get(p, {}))
+                       timings=builder.timings.get(p, [{}] * n))
 
     def _parse_chat(self, raw: bytes) -> ParsedRequest:
         body = self.parser.decode_body(raw)
