@@ -1,6 +1,6 @@
 """The router's aiohttp app: ask every healthy replica, choose, stream the answer through.
 
-Per POST /v1/completions, /v1/chat/completions or /v1/messages (scored_body.py)::
+Per POST /v1/completions, /v1/chat/completions, /v1/messages or /invocations (scored_body.py)::
 
     body = read once within --max-body-bytes, checked to be a JSON object (relayed.py; else
         400 / 413 OpenAI error JSON)
@@ -99,7 +99,7 @@ __all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE"
 
 log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
-GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions", MESSAGES_PATH)
+GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions", MESSAGES_PATH, "/invocations")
 # NOTE(retry) (upstream.py): retries of a request the replica cannot have started. Two ride
 # out one replica found down and one full within a health beat (a rolling restart) while
 # an overload reaching every replica costs at most three tries per request

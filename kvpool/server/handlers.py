@@ -1,6 +1,7 @@
-"""The routes: OpenAI completions and chat (JSON or SSE), models, tokenize/detokenize (vLLM's
-shapes), version, health and metrics. ``generate`` is the one engine-and-stream path; the
-Responses API (responses_api.py) runs through it with its own view of the answer.
+"""The routes: OpenAI completions and chat (JSON or SSE), SageMaker's /invocations (either
+body: route_bodies.py), models, tokenize/detokenize (vLLM's shapes), version, health and
+metrics. ``generate`` is the one engine-and-stream path; the Responses API (responses_api.py)
+runs through it with its own view of the answer.
 
 Life of a generation request::
 
@@ -73,10 +74,10 @@ from kvpool.server.middleware import STREAM_STARTED, APIError
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.protocol import RequestParser
 from kvpool.server.request_gate import GatedStream, RequestGate, Ticket
-from kvpool.server.request_ids import shown_request_id, with_body_id
+from kvpool.server.request_ids import shown_request_id
 from kvpool.server.responses import ResponseBuilder
+from kvpool.server.route_bodies import RouteBodies
 from kvpool.server.tokenize_routes import TokenizeRoutes
-from kvpool.server.tools.request import check_chat_tools
 
 if TYPE_CHECKING:
     from kvpool.runtime.model import SamplingParams
@@ -107,6 +108,7 @@ class OpenAIRoutes:
         # positional DIR), whatever name it is served under; the built-in model's own name
         self.model_root = engine.config.model or TINY_MODEL_NAME
         self.parse_pool = ParsePool()  # every route that parses a client body shares it
+        self.bodies = RouteBodies(parser)  # what the generation routes parse, on the pool
         self.request_metrics = request_metrics  # vLLM-meaning request series, or None
         self.formatter = LogprobFormatter(parser.tokenizer)
         self.id_formatter = LogprobFormatter(parser.tokenizer, as_token_ids=True)
@@ -114,6 +116,7 @@ class OpenAIRoutes:
     def register(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/invocations", self.invocations)  # SageMaker's: route_bodies.py
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/v1/models/{model}", self.get_model)
         app.router.add_get("/health", self.health)
@@ -126,10 +129,13 @@ class OpenAIRoutes:
 
     # ---- generation ---------------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self.generate(request, self._parse_completion)
+        return await self.generate(request, self.bodies.completion)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self.generate(request, self._parse_chat)
+        return await self.generate(request, self.bodies.chat)
+
+    async def invocations(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, self.bodies.invocation)  # NOTE(invocations)
 
     async def generate(self, request: web.Request, parse: Callable[[bytes], ParsedRequest],
                        view: Callable[[ResponseBuilder], Any] = ChunkView
@@ -212,15 +218,6 @@ class OpenAIRoutes:
                        n=params.n, max_tokens=params.max_tokens or 0,
                        reasons=[builder.finish[i] for i in choices],
                        timings=builder.timings.get(p, [{}] * n))
-
-    def _parse_chat(self, raw: bytes) -> ParsedRequest:
-        body = self.parser.decode_body(raw)
-        check_chat_tools(body)
-        return with_body_id(self.parser.parse_chat(body), body)
-
-    def _parse_completion(self, raw: bytes) -> ParsedRequest:
-        body = self.parser.decode_body(raw)
-        return with_body_id(self.parser.parse_completion(body), body)
 
     def close(self) -> None:
         """Stop the parse pool (the app's cleanup); a parse still running finishes first."""

@@ -235,3 +235,24 @@ async def test_a_messages_request_is_placed_by_the_chat_body_it_becomes(replicas
     predicted = after["kvpool_router_predicted_hit_tokens_total"][()] - \
         before["kvpool_router_predicted_hit_tokens_total"][()]
     assert predicted == cached
+
+
+async def test_an_invocations_request_is_placed_by_its_prefix_as_its_body_reads(replicas):
+    """vLLM's SageMaker route (kvpool/server/route_bodies.py NOTE(invocations)) is routed as
+    the route its body is: a chat body by its messages, a prompt body by its prompt. Each
+    repeat is a prefix decision, and the lookup predicts what the replica serves from cache.
+    Relayed as any other path, it went round robin, no lookup, nothing predicted."""
+    chat = {"messages": [{"role": "system", "content": prompt(uuid.uuid4().hex)},
+                         {"role": "user", "content": "hi"}]}
+    for body, usage in ((chat, "usage"), ({"prompt": prompt(uuid.uuid4().hex)}, "usage")):
+        async with router(replicas) as (r, url), aiohttp.ClientSession() as s:
+            await complete(s, url, body, "/invocations")
+            before = await metrics(s, url)
+            again = await complete(s, url, body, "/invocations")
+            after = await metrics(s, url)
+        cached = again[usage]["prompt_tokens_details"]["cached_tokens"]
+        assert cached > 0
+        assert decisions(after, "prefix") == decisions(before, "prefix") + 1
+        predicted = after["kvpool_router_predicted_hit_tokens_total"][()] - \
+            before["kvpool_router_predicted_hit_tokens_total"][()]
+        assert predicted == cached
