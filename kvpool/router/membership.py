@@ -10,7 +10,9 @@ Admin API (only with ``--admin-token-file``; every call sends ``Authorization: B
     no or a wrong token -> 401; the API off (no token file) -> 403; a body that is not a JSON
     object with a URL string, a URL that is not http(s)://host[:port], a name that is not
     ``replica_spec``'s or is another replica's -> 400; a declared body past --max-body-bytes
-    -> 413, a transfer coding before chunked -> 501, both before the body is read
+    -> 413, a transfer coding before chunked -> 501, both before the body is read; a body
+    holding more JSON values than the router decodes itself, or nested too deeply -> 400
+    (NOTE(admin-body))
 
 Watched file (``--replicas-file``): one base URL per line, ``NAME=URL`` to name it as
 ``--replica`` does (``replica_spec``; blank lines and ``#`` comments skipped), read every
@@ -49,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -58,8 +59,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from kvpool.errors import RequestError
+from kvpool.router.relayed import BodyReader
 from kvpool.router.replicas import ReplicaSet, default_name
-from kvpool.server.body_coding import inflate, left_encoded, refuse_from_head
 from kvpool.server.middleware import APIError, bearer_token
 
 __all__ = ["ADMIN_PATH", "Membership", "bearer", "carries_token", "read_token", "replica_spec",
@@ -173,12 +175,18 @@ class Membership:
         self.refused: set[str] = set()  # its lines' refusals logged (NOTE(snapshot))
         self.blocked = False  # a line refused for a label held outside the file
         self.missing_logged = False
+        self.bodies = BodyReader()  # the admin bodies' reader (NOTE(admin-body))
 
     def install(self, app: web.Application) -> None:
-        """The admin route (before the router's catch-all) and the file watcher's lifetime."""
+        """The admin route (before the router's catch-all), the file watcher's lifetime and
+        the body reader's."""
         app.router.add_route("*", ADMIN_PATH, self.handle)
+        app.on_cleanup.append(self._close_bodies)
         if self.path is not None:
             app.cleanup_ctx.append(self._watching)
+
+    async def _close_bodies(self, app: web.Application) -> None:
+        self.bodies.close()
 
     # ---------------------------------------------------------------- admin API
     def _authorize(self, request: web.Request) -> None:
@@ -216,17 +224,19 @@ class Membership:
             {"url": r.url, "name": r.name, "healthy": r.healthy, "in_flight": r.in_flight}
             for r in self.replicas.replicas]})
 
-    @staticmethod
-    async def _url_of(request: web.Request) -> tuple[str, str | None]:
-        refuse_from_head(request)  # body_coding.py NOTE(declared), NOTE(transfer-coding)
-        raw = await request.read()
-        if (coding := left_encoded(request)) is not None:  # admin only: small, inline
-            raw = inflate(raw, coding, request.client_max_size)  # NOTE(inflate)
+    async def _url_of(self, request: web.Request) -> tuple[str, str | None]:
+        # NOTE(admin-body): read and checked as a relayed body is (relayed.py NOTE(gil)): the
+        # head refused first, within the body timeout, inflated and decoded off the event loop
+        # when large, its JSON values and depth bounded. json.loads on the loop let one admin
+        # call of a 4 MiB body stall every proxied stream, and a deeply nested one was a 500
         try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise APIError(400, 'the body must be a JSON object like {"url": '
-                                '"http://10.0.0.7:8000"}', code="invalid_json") from None
+            _, body = await self.bodies.read(request)
+        except RequestError as exc:
+            raise APIError(400, f'{exc}: the body must be a JSON object like {{"url": '
+                                f'"http://10.0.0.7:8000"}}', code="invalid_json") from None
+        if body is None:  # more values than the router decodes: never {"url", "name"}
+            raise APIError(400, "the body holds far more JSON values than a replica's "
+                                '{"url", "name"}', code="invalid_json")
         if not isinstance(body, dict) or not isinstance(body.get("url"), str):
             raise APIError(400, 'give the replica as {"url": "http://HOST:PORT"}', param="url",
                            code="invalid_url")

@@ -188,6 +188,25 @@ async def test_admin_api_refuses_bad_tokens_and_hostile_bodies():
             assert (await error_of(resp, 403))["code"] == "admin_disabled"
 
 
+async def test_admin_bodies_are_bounded_and_decoded_off_the_loop():
+    """membership.py NOTE(admin-body): a body of more JSON values than the router decodes
+    is refused unread (it was decoded on the event loop, then served), one nested too deeply
+    is a 400 (it was a 500), and a large one that fits is decoded on the reader's thread."""
+    r = admin_router(["http://127.0.0.1:9"])
+    many = b'{"url": "http://10.0.0.8:8000", "x": [' + b",".join([b"1"] * 300_000) + b"]}"
+    deep = b"[" * 5000 + b"]" * 5000
+    padded = b'{"url": "http://10.0.0.9:8000", "pad": "' + b"p" * 100_000 + b'"}'
+    async with served(r) as url, aiohttp.ClientSession() as s:
+        for raw in (many, deep):
+            async with s.post(url + ADMIN_PATH, data=raw, headers=AUTH) as resp:
+                assert (await error_of(resp, 400))["code"] == "invalid_json"
+        async with s.post(url + ADMIN_PATH, data=padded, headers=AUTH) as resp:
+            assert resp.status == 201, await resp.text()
+    assert r.membership.bodies.off_loop == 2  # the two large ones, on the reader's thread
+    assert [x.url for x in r.replicas.replicas] == ["http://127.0.0.1:9",
+                                                     "http://10.0.0.9:8000"]
+
+
 def test_replica_url_checks_the_shape_only():
     assert replica_url("http://Some-Host.example:8000/") == "http://Some-Host.example:8000"
     assert replica_url("https://10.1.2.3") == "https://10.1.2.3"
