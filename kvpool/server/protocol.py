@@ -84,7 +84,7 @@ class RequestParser:
 
     def __init__(self, tokenizer: Any, model_names: Sequence[str], max_model_len: int, *,
                  max_n: int, max_tokens_limit: int, max_stop: int,
-                 max_json_depth: int = MAX_JSON_DEPTH,
+                 max_json_depth: int = MAX_JSON_DEPTH, logits_size: int | None = None,
                  chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
                  max_prompts: int = 1024, reject_unknown_fields: bool = False,
                  defaults: dict[str, Any] | None = None, tool_parser: Any = None,
@@ -96,7 +96,8 @@ class RequestParser:
         ``tool_parser``: reads tool_choice auto (tools/parsers.py); None: auto is a 400.
         ``trust_request_chat_template``: run a request's own chat_template (template_cache.py
         NOTE(untrusted-template); default: 400). ``reasoning_parser``: reads chat output's
-        thinking apart (reasoning.py), or None."""
+        thinking apart (reasoning.py), or None. ``logits_size``: the model's vocabulary
+        (config vocab_size, NOTE(logits-size) in sampling_fields.py; None: the tokenizer's)."""
         self.fields = FieldPolicy(reject_unknown_fields)
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
@@ -107,9 +108,8 @@ class RequestParser:
         self.tokenizer = tokenizer
         self.model_names = tuple(dict.fromkeys(n for n in model_names if n))
         self.max_model_len = max_model_len
-        self.max_n = max_n
+        self.max_n, self.max_stop = max_n, max_stop
         self.max_tokens_limit = max_tokens_limit
-        self.max_stop = max_stop
         self.max_json_depth = max_json_depth
         # NOTE(gil): a request that fits holds at most max_model_len prompt ids (or messages,
         # each >= 1 token, a few fields each), <= 1024 logit_bias entries and max_stop stops;
@@ -117,9 +117,9 @@ class RequestParser:
         self.max_body_commas = 8 * max_model_len + 4 * max_stop + 16384
         self.chat_template = chat_template or ChatTemplate()
         self.templates = TemplateCache(self.chat_template, trust_request_chat_template)
-        self.max_logprobs = max_logprobs
-        self.max_prompts = max_prompts
+        self.max_logprobs, self.max_prompts = max_logprobs, max_prompts
         self.vocab_size = int(tokenizer.vocab_size)
+        self.logits_size = self.vocab_size if logits_size is None else int(logits_size)
         self._set_string_bounds(tokenizer.max_chars_per_token(), max_model_len)
 
     def _set_string_bounds(self, per_token: int | None, max_model_len: int) -> None:
@@ -303,7 +303,7 @@ class RequestParser:
         named bring their own grammar, and a parser whose markers are special tokens gets them
         in the text (vLLM's rule too)."""
         out = {} if SAMPLING_FIELDS.isdisjoint(body) else parse_sampling_controls(
-            body, self.vocab_size, self.tokenizer)
+            body, self.logits_size, self.tokenizer)  # NOTE(logits-size)
         if tools is not None and tools.parser is not None and tools.parser.keeps_special_tokens:
             out.setdefault("skip_special_tokens", False)
         if tools is not None and tools.grammar is not None:  # its constraint fields: dropped

@@ -11,7 +11,7 @@ read the same either way), and
 ``repetition_detection`` (an early stop on a loop: kvpool/runtime/model/repetition.py) and
 ``stream_interval`` (new tokens per streamed chunk, at least: output_processor.py
 NOTE(interval)). JSON
-types and token ids are checked here (the tokenizer's vocabulary is known here); value ranges
+types and token ids are checked here (against the model's vocabulary: NOTE(logits-size)); ranges
 by :class:`SamplingParams` itself, so both paths answer 400 naming the field (logit_bias's
 biases are clamped here instead, as vLLM clamps them: NOTE(bias-clamp)).
 """
@@ -51,7 +51,8 @@ _FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
 def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
                             tokenizer: Any = None) -> dict[str, Any]:
     """Only the fields present (``null`` = not given); SamplingParams' defaults do the rest.
-    ``tokenizer`` encodes ``bad_words`` (without one, bad_words is refused)."""
+    ``vocab_size``: the model's, the logits' width (NOTE(logits-size)); ``tokenizer`` encodes
+    ``bad_words`` (without one, bad_words is refused)."""
     out: dict[str, Any] = _vllm_controls(body, vocab_size, tokenizer)
     for name in _NUMBERS:
         v = body.get(name)
@@ -203,14 +204,18 @@ def _logit_bias(bias: Any, vocab_size: int) -> dict[int, float]:
         # NOTE(bias-clamp): vLLM's SamplingParams.from_optional reads each key with int()
         # (" 5", "+5" too) and clamps each bias with min(100.0, max(-100.0, bias)): {"id": -1000},
         # the usual "ban this token", is served there, so it must not be a 400 here. A key int()
-        # refuses and an id outside the vocabulary stay 400s, as vLLM's
+        # refuses and an id outside the vocabulary stay 400s, as vLLM's.
+        # NOTE(logits-size): vLLM checks logit_bias and allowed_token_ids ids against the
+        # model's vocab_size (SamplingParams.verify: ModelConfig.get_vocab_size(), the logits'
+        # width), not the tokenizer's: a model whose rows are padded past its tokenizer
+        # (Qwen2.5: 151665 tokens, 151936 rows or more) takes a bias for an id in the gap
         try:
             tid = int(key)
         except (TypeError, ValueError):
             raise _bad("logit_bias", f"keys must be integer token ids, got "
                        f"{json.dumps(key)[:40]}") from None
         if not 0 <= tid < vocab_size:
-            raise _bad("logit_bias", f"token id {str(tid)[:20]} is outside the vocabulary "
+            raise _bad("logit_bias", f"token id {str(tid)[:20]} is outside the model's vocabulary "
                        f"[0, {vocab_size})", "invalid_token_id")
         b = json_float(value)
         if b is None:  # NOTE(lax-float)
