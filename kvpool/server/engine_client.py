@@ -12,8 +12,10 @@ error where it is written, not an AttributeError on the first request. ``AsyncEn
     requests     check_pool / compile_grammar / generate / abort
     cache        reset_prefix_cache(reset_running_requests)   the development routes
     read-only    config, model_name, tokenizer, max_model_len, metrics, is_healthy(),
-                 num_free_blocks(), core (the lookup and kv-events routes read its manager
-                 and scheduler), remote_link (the shared prefix tier, None without one)
+                 num_free_blocks(), snapshot() (the /metrics scrape's figures; /health and
+                 the lookup read its load: load_counts.py), core (the lookup and kv-events
+                 routes read its manager and scheduler), remote_link (the shared prefix
+                 tier, None without one)
 
 NOTE(contract): the edge judges a prompt's input rules once (protocol.py: empty, vocabulary,
 context length), asks ``check_pool`` for every prompt of a request before it starts any, then
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # the contract names the engine's types; importing them pulls in torch
     from kvpool.metrics import KVPoolMetrics
+    from kvpool.metrics.snapshot import MetricsSnapshot
     from kvpool.runtime.engine.config import EngineConfig
     from kvpool.runtime.engine.core import EngineCore
     from kvpool.runtime.engine.output_processor import RequestOutput
@@ -68,6 +71,8 @@ class EngineClient(Protocol):
     def is_healthy(self) -> bool: ...
 
     def num_free_blocks(self) -> int: ...
+
+    def snapshot(self) -> MetricsSnapshot: ...
 
     def check_pool(self, prompt_ids: list[int], params: SamplingParams) -> None: ...
 

@@ -69,6 +69,7 @@ from kvpool.server.chunk_view import SSE_HEADERS, ChunkView
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.json_body import ParsePool
+from kvpool.server.load_counts import load_counts
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import STREAM_STARTED, APIError
 from kvpool.server.parsed_request import ParsedRequest
@@ -285,10 +286,9 @@ class OpenAIRoutes:
         healthy = not self.gate.draining and bool(self.engine.is_healthy())
         # the load too: a router or endpoint picker that sends this replica only part of its
         # traffic (kvpool router --kv-events, kvpool epp) balances on it between requests
-        st = self.engine.core.scheduler.stats()
+        # (sequences, as /metrics' vllm:* gauges count them: NOTE(load-counts))
         return web.json_response({"status": "ok" if healthy else "unhealthy",
-                                  "num_running": st.num_running, "num_waiting": st.num_waiting},
-                                 status=200 if healthy else 503)
+                                  **load_counts(self.engine)}, status=200 if healthy else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.render_metrics(), headers={"Content-Type": CONTENT_TYPE})

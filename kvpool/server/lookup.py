@@ -7,6 +7,7 @@ The router (kvpool.router) asks every replica this before it places a request::
             fields are validated as the real route validates them)
     answer  {"replica_id", "block_size", "device_hit_tokens", "host_hit_tokens",
              "num_running", "num_waiting", "free_device_blocks"}
+            (num_running / num_waiting: sequences, as /metrics' vllm:* gauges: load_counts.py)
 
 NOTE(agreement): the body goes through the same RequestParser (chat template, tokenizer) and the
 same BlockSpaceManager.hasher (spec and salt) as a generation request, so the router never
@@ -41,6 +42,7 @@ from aiohttp import web
 
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.json_body import ParsePool
+from kvpool.server.load_counts import load_counts
 from kvpool.server.middleware import CacheNamespace, current_tenant
 from kvpool.server.protocol import RequestParser
 
@@ -94,9 +96,8 @@ class LookupRoute:
         dev = min(mgr.prompts.prefix_hits(hashes), limit)
         host_hits = getattr(mgr.host_pool, "prefix_hits", None)
         host = min(host_hits(hashes[dev:]), limit - dev) if host_hits and dev < limit else 0
-        st = core.scheduler.stats()
         return {"block_size": bs, "device_hit_tokens": dev * bs, "host_hit_tokens": host * bs,
-                "num_running": st.num_running, "num_waiting": st.num_waiting,
+                **load_counts(self.engine),  # /metrics' vllm:* gauges (NOTE(load-counts))
                 "free_device_blocks": self.engine.num_free_blocks()}
 
     async def lookup(self, request: web.Request) -> web.Response:

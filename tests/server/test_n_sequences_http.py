@@ -1,6 +1,7 @@
 """An n > 1 request on a real server, read as vLLM's n child requests: the request gauges
 count its sequences (NOTE(child-requests) in kvpool/metrics/vllm_series.py), the prefix
-counters a lookup per sequence (NOTE(child-lookups) in kvpool/core/prompt_alloc.py); and the
+counters a lookup per sequence (NOTE(child-lookups) in kvpool/core/prompt_alloc.py), /health
+and the lookup count as the gauges (NOTE(load-counts)); and the
 HTTP series count a client that left while queued (NOTE(left-early) in
 kvpool/server/http_counting.py), as vLLM's instrumentator does."""
 
@@ -59,6 +60,16 @@ async def hog(srv: Running) -> AsyncIterator[None]:
     await scrape_when(srv, lambda m: requests(m, "running") == 0)
 
 
+async def load_of(srv: Running) -> list[dict]:
+    """num_running and num_waiting as GET /health and POST /v1/kvpool/lookup report them."""
+    async with aiohttp.ClientSession() as s:
+        async with s.get(srv.url + "/health") as r:
+            health = await r.json()
+        async with s.post(srv.url + "/v1/kvpool/lookup", json={"prompt": "x"}) as r:
+            found = await r.json()
+    return [{k: d[k] for k in ("num_running", "num_waiting")} for d in (health, found)]
+
+
 async def post(url: str, body: dict) -> None:
     """A client that waits for its answer until cancelled, then leaves (its session closed)."""
     async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
@@ -76,6 +87,9 @@ async def test_running_and_waiting_count_sequences(make_server):
             assert requests(m, "running") == 1  # kvpool's own series count requests
             assert value(m, "vllm:num_requests_running", lv) == 4
             assert value(m, "vllm:num_requests_waiting", lv) == 2
+            # /health and the lookup count as those gauges (NOTE(load-counts) in
+            # kvpool/server/load_counts.py), not as kvpool_requests
+            assert await load_of(srv) == [{"num_running": 4, "num_waiting": 2}] * 2
         finally:
             waiter.cancel()
             await asyncio.gather(waiter, return_exceptions=True)
