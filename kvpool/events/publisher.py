@@ -37,7 +37,8 @@ The sockets belong to the publisher thread once it runs (bound here first, so a 
 fails ``kvpool serve`` at start with the endpoint named).
 
 NOTE(pub-connect): the PUB socket binds or connects by vLLM 0.33's rule (its ZmqEventPublisher):
-an endpoint with a wildcard host (``*`` or ``::`` in it) is bound, any other is connected to.
+an endpoint with a wildcard host (``*`` or ``::`` in it) or an ``ipc://`` one is bound, any
+other is connected to.
 llm-d's precise prefix-cache setup names the indexer's own address (``tcp://epp-svc:5557``,
 where the indexer binds a SUB) and every replica's PUB connects out to it. kvpool adds one case:
 port 0 is always bound (a free port; nothing listens on port 0). Connecting is lazy in ZMQ, so
@@ -72,7 +73,8 @@ MAX_REQUEST = 1024  # bytes of one replay-request frame at most (a request is ["
 
 def binds(endpoint: str) -> bool:
     """Whether the PUB socket binds ``endpoint`` (else it connects: NOTE(pub-connect))."""
-    return "*" in endpoint or "::" in endpoint or endpoint.rpartition(":")[2] == "0"
+    return ("*" in endpoint or "::" in endpoint or endpoint.startswith("ipc://")
+            or endpoint.rpartition(":")[2] == "0")
 
 
 def _connect(sock: zmq.Socket, endpoint: str) -> str:

@@ -327,7 +327,7 @@ def _add_events_args(srv: _ArgGroup) -> None:
                      help="publish KV cache events in vLLM's format (ZMQ PUB, msgpack): "
                      "vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": "
                      "\"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
-                     "\"tcp://*:5558\"}'; a wildcard host or port 0 binds, any other endpoint "
+                     "\"tcp://*:5558\"}'; a wildcard host, port 0 or ipc:// binds, any other "
                      "is connected to (an indexer's bound SUB, vLLM's rule); "
                      "GET /v1/kvpool/kv_events tells subscribers where")
     srv.add_argument(SALT_KEY_FLAG, dest="kv_events_salt_key", default=None, metavar="PATH",

@@ -46,7 +46,7 @@ def first_message(sub: zmq.Socket, nudge=None) -> list[bytes]:
 @pytest.mark.parametrize("endpoint, bound", [
     ("tcp://*:5557", True), ("tcp://[::]:5557", True), ("tcp://127.0.0.1:0", True),
     ("tcp://127.0.0.1:5557", False), ("tcp://epp-svc:5557", False),
-    ("tcp://10.0.0.1:5557", False),
+    ("tcp://10.0.0.1:5557", False), ("ipc:///tmp/kv-events", True),
 ])
 def test_bind_rule(endpoint, bound):
     assert binds(endpoint) is bound

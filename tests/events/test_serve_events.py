@@ -27,7 +27,7 @@ class _Info:
 
 @pytest.mark.parametrize("text, named", [
     ("{not json", "not JSON"), ('{"enable_kv_cache_events": true, "bogus": 1}', "bogus"),
-    ('{"publisher": "kafka"}', "kafka"), ('{"endpoint": "ipc:///x"}', "tcp://"),
+    ('{"publisher": "kafka"}', "kafka"), ('{"endpoint": "inproc://x"}', "tcp://"),
 ])
 def test_a_bad_events_config_exits_2_naming_it(text, named, capsys):
     assert serve.main(["--kv-events-config", text]) == 2
