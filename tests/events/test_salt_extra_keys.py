@@ -24,20 +24,21 @@ PROMPT = list(range(20, 70))  # 3 full blocks
 OTHER = list(range(120, 170))
 
 
-async def _serve_and_replay(sends: list[tuple[str, str | None, list[int]]],
-                            extra: dict | None = None, args: list[str] = ARGS) -> list[bytes]:
+async def _serve_and_replay(sends: list[tuple], extra: dict | None = None,
+                            args: list[str] = ARGS) -> list[bytes]:
     """Each (tenant, cache_salt, prompt) of ``sends`` completed on a replica of its own
-    (``args``; each body with ``extra`` too), every answer a 200; what its replay socket
-    gives from 0."""
+    (``args``; each body with ``extra`` too, and with a send's own fourth item, a dict, when it
+    has one), every answer a 200; what its replay socket gives from 0."""
     srv = SpawnedServer(args, startup_timeout=120)
     url = srv.start()
     try:
         async with aiohttp.ClientSession() as s:
             async with s.get(url + "/v1/kvpool/kv_events") as r:
                 info = await r.json()
-            for tenant, salt, prompt in sends:
+            for tenant, salt, prompt, *own in sends:
                 body = {"prompt": prompt, "max_tokens": 1, "temperature": 0,
-                        **({"cache_salt": salt} if salt else {}), **(extra or {})}
+                        **({"cache_salt": salt} if salt else {}), **(extra or {}),
+                        **(own[0] if own else {})}
                 async with s.post(url + "/v1/completions", json=body,
                                   headers={"X-Tenant": tenant} if tenant else {}) as r:
                     assert r.status == 200, await r.text()
@@ -80,11 +81,16 @@ async def test_prompt_logprobs_requests_publish_their_chains_under_their_own_sal
     its blocks under its own salt (NOTE(skip-read) in kvpool/core/block_table.py): each
     tenant's chain is published once, as a plain request's, under that tenant's salt; the
     repeat computes duplicates, published no more. The engine serves on (reading a private
-    salt for the event once raised on the step thread: NOTE(private-salt))."""
-    sends = [("tenant-a-secret", None, PROMPT), ("", None, PROMPT)]
-    for extra in ({"prompt_logprobs": 1}, {"echo": True, "logprobs": 1}):
-        payloads = await _serve_and_replay(sends + sends[:1], extra)
-        starts = [e for e in stored_events(payloads) if e["parent_block_hash"] is None]
+    salt for the event once raised on the step thread: NOTE(private-salt)). Both request
+    shapes share one replica (a start is seconds of CI time), each on a prompt of its own."""
+    shapes = (({"prompt_logprobs": 1}, PROMPT), ({"echo": True, "logprobs": 1}, OTHER))
+    payloads = await _serve_and_replay([(tenant, None, prompt, extra) for extra, prompt in shapes
+                                        for tenant in ("tenant-a-secret", "", "tenant-a-secret")])
+    stored = stored_events(payloads)
+    assert sum(e["parent_block_hash"] is None for e in stored) == 2 * len(shapes), stored
+    for _, prompt in shapes:
+        starts = [e for e in stored if e["parent_block_hash"] is None
+                  and e["token_ids"][0] == prompt[0]]
         salts = [(e.get("extra_keys") or [[None]])[0][0] for e in starts]
         assert len(starts) == 2 and salts[0].startswith("kvpool-ns-"), salts
         assert salts[1] is None, salts  # the anonymous tenant's chain, unsalted
