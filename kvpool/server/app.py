@@ -36,6 +36,8 @@
                              (chat_template.py); the built-in template only where neither exists
     stream_write_timeout     seconds one SSE write may wait for a client that does not read
                              before its connection is closed (handlers.py, NOTE(slow-reader))
+    sse_keep_alive           seconds of an idle stream before a keep-alive comment (0: none;
+                             sse_answer.py NOTE(keep-alive))
     reject_unknown_fields    400 for body fields this server does not know (default: ignored
                              and listed in a response header, as vLLM ignores them)
     generation_config        where request sampling defaults come from (generation_config.py):
@@ -131,7 +133,7 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
               tenant_block_quota: int | None = None, chat_template: str | Path | None = None,
               tenant_header: str | None = None, shared_prefix_cache: bool = False,
-              stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
+              stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT, sse_keep_alive: float = 0,
               reject_unknown_fields: bool = False, return_tokens_as_token_ids: bool = False,
               generation_config: str | None = "auto", reasoning_parser: str | None = None,
               override_generation_config: Mapping[str, Any] | None = None,
@@ -154,7 +156,7 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
     gate = RequestGate(engine, namespace,
                        TenantBlockQuota(tenant_block_quota) if tenant_block_quota else None)
     routes = OpenAIRoutes(engine, gate, parser, metrics.render, names,
-                          stream_write_timeout=stream_write_timeout,
+                          stream_write_timeout=stream_write_timeout, sse_keep_alive=sse_keep_alive,
                           request_metrics=RequestMetrics(metrics, names[0]))
     routes.register(app)
     ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}, cancel

@@ -65,19 +65,20 @@ from kvpool.metrics.request_metrics import RequestMetrics
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
 from kvpool.runtime.model import TINY_MODEL_NAME
 from kvpool.server.body_fields import ignored_header
-from kvpool.server.chunk_view import SSE_HEADERS, ChunkView
-from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
+from kvpool.server.chunk_view import ChunkView
+from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.json_body import ParsePool
 from kvpool.server.load_counts import load_counts
 from kvpool.server.logprob_format import LogprobFormatter
-from kvpool.server.middleware import STREAM_STARTED, APIError
+from kvpool.server.middleware import APIError
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.protocol import RequestParser
 from kvpool.server.request_gate import GatedStream, RequestGate, Ticket
 from kvpool.server.request_ids import shown_request_id
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.route_bodies import RouteBodies
+from kvpool.server.sse_answer import SSEAnswer
 from kvpool.server.tokenize_routes import TokenizeRoutes
 
 if TYPE_CHECKING:
@@ -95,12 +96,14 @@ class OpenAIRoutes:
     def __init__(self, engine: EngineClient, gate: RequestGate, parser: RequestParser,
                  render_metrics: Callable[[], bytes], model_names: Sequence[str], *,
                  stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
+                 sse_keep_alive: float = 0.0,
                  request_metrics: RequestMetrics | None = None) -> None:
         if not stream_write_timeout > 0:
             raise ValueError(f"stream_write_timeout={stream_write_timeout!r}: use seconds > 0")
         self.engine = engine
         self.gate = gate  # tenant, quota and drain: asked once per generation request
-        self.stream_write_timeout = float(stream_write_timeout)
+        # how streams are written: each write bounded, keep-alive comments (sse_answer.py)
+        self.sse = SSEAnswer(float(stream_write_timeout), float(sse_keep_alive))
         self.parser = parser
         self.render_metrics = render_metrics
         self.model_names = tuple(model_names)
@@ -173,9 +176,8 @@ class OpenAIRoutes:
         if not req.stream:
             await self.run(builder, updates)
             return web.json_response(view(builder).body(), headers=ignored_header(req.ignored))
-        try:
-            await updates.start()  # validation, QueueFullError and first updates surface here
-            return await self._stream(request, view(builder), updates)
+        try:  # validation, QueueFullError and first updates surface as statuses there
+            return await self.sse.stream(request, view(builder), updates)
         finally:
             await updates.release()
             self._observe(builder)
@@ -223,36 +225,6 @@ class OpenAIRoutes:
     def close(self) -> None:
         """Stop the parse pool (the app's cleanup); a parse still running finishes first."""
         self.parse_pool.close()
-
-    async def _stream(self, request: web.Request, view: Any,
-                      updates: PromptStreams) -> web.StreamResponse:
-        builder = view.builder
-        resp = web.StreamResponse(headers={**SSE_HEADERS,
-                                           **ignored_header(builder.req.ignored)})
-        await resp.prepare(request)
-        request[STREAM_STARTED] = True
-        head = view.head()  # before the first updates: its usage (if shown) counts none
-        chunks = []
-        for i, first in updates.firsts():
-            chunks += builder.update(first, i)
-        await bounded_write(request, resp, head + view.events(chunks),
-                            self.stream_write_timeout)
-        try:
-            async for i, out in updates:
-                chunks = builder.update(out, i)
-                if chunks:
-                    await bounded_write(request, resp, view.events(chunks),
-                                        self.stream_write_timeout)
-            failure = builder.failure()
-        except (ConnectionError, asyncio.CancelledError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - headers are out: report in-band
-            log.exception("stream %s failed", builder.engine_id)
-            failure = APIError(500, f"generation failed: {type(exc).__name__}",
-                               code="generation_error")
-        await bounded_write(request, resp, view.tail(failure), self.stream_write_timeout)
-        await resp.write_eof()
-        return resp
 
     # ---- the rest -----------------------------------------------------------------------------
     def _model_card(self, name: str) -> dict[str, Any]:
@@ -323,10 +295,17 @@ class PromptStreams:
             self.engine.check_pool(ids, params)
 
     async def start(self) -> None:
+        self.open()
+        await self.firsts_awaited()
+
+    def open(self) -> None:
+        """The pool checks, then every prompt's stream opened (a full queue raises here)."""
         self.check()
         for i, (rid, ids) in enumerate(zip(self.ids, self.prompts)):
             self.streams.append(self.ticket.open(i, rid, ids, self.params[i],
                                                  priority=self.priority, checked=True))
+
+    async def firsts_awaited(self) -> None:
         for i, s in enumerate(self.streams):
             first = await anext(s)
             self.done[i] = first.finished

@@ -36,9 +36,8 @@ from kvpool.errors import RequestError, shown
 from kvpool.runtime.model import SamplingParams
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.chunk_view import SSE_HEADERS
-from kvpool.server.connections import bounded_write
 from kvpool.server.handlers import OpenAIRoutes, PromptStreams
-from kvpool.server.middleware import STREAM_STARTED, current_tenant, query_bool
+from kvpool.server.middleware import current_tenant, query_bool
 from kvpool.server.query_int import query_int
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.response_store import ResponseStore, StoredResponse
@@ -190,10 +189,9 @@ class ResponsesRoute:
         """A streamed run's events after number ``after``, as they come, until it ends; a
         client that leaves stops only its own reading."""
         resp = web.StreamResponse(headers={**SSE_HEADERS, **ignored_header(ignored)})
-        await resp.prepare(request)
-        request[STREAM_STARTED] = True
+        await self.routes.sse.prepare(request, resp)
         async for data in log.follow(after):
-            await bounded_write(request, resp, data, self.routes.stream_write_timeout)
+            await self.routes.sse.write(request, resp, data)
         await resp.write_eof()
         return resp
 

@@ -68,6 +68,7 @@ class ServeOptions:
     max_connections: int | None = None  # None: the open-file limit minus a reserve
     socket_send_buffer: int | None = None  # SO_SNDBUF of accepted sockets (None: the OS's)
     stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT  # one SSE write, at most
+    sse_keep_alive_interval: int = 0  # a keep-alive comment per idle interval (0: none)
     chat_template: str | None = None  # Jinja file overriding the model directory's template
     trust_request_chat_template: bool = False  # run a request's own chat_template (else 400)
     replica_id: str | None = None  # name in /v1/kvpool/lookup answers (None: HOSTNAME-PID)
@@ -132,6 +133,8 @@ class ServeOptions:
                 f"--socket-send-buffer {self.socket_send_buffer}: use bytes >= "
                 f"{MIN_SEND_BUFFER} (or leave it out for the OS's default)")
         require(self.stream_write_timeout > 0, "--stream-write-timeout: use seconds > 0")
+        require(self.sse_keep_alive_interval >= 0, "--sse-keep-alive-interval must be a "
+                "non-negative integer (0 disables keep-alive comments)")  # vLLM's words
         require(self.invariant_check_interval >= 0, "--invariant-check-interval: use >= 0")
         require(self.remote_blocks_per_object >= 1, "--remote-blocks-per-object: use N >= 1")
         if self.remote_url:
@@ -295,6 +298,10 @@ def _add_request_args(srv: _ArgGroup) -> None:
     srv.add_argument("--stream-write-timeout", type=float, default=DEFAULT_STREAM_WRITE_TIMEOUT,
                      metavar="SECONDS", help="close a stream whose client has not read for this "
                      "long (one SSE write waiting on a full socket buffer)")
+    srv.add_argument("--sse-keep-alive-interval", type=int, default=0, metavar="SECONDS",
+                     help="vLLM's: send the SSE comment ': keep-alive' when a stream has been "
+                     "idle this long (queued, prefill, between tokens), so a proxy's read "
+                     "timeout does not cut it (default 0: none)")
     srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
                      help="run the full pool/scheduler invariant check every STEPS engine "
                           "steps; failures count in kvpool_invariant_violations_total (0: off)")

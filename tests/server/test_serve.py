@@ -161,6 +161,7 @@ def _has_uvloop() -> bool:
     (["--socket-send-buffer", "100"], "--socket-send-buffer"),
     (["--header-timeout", "-1"], "--header-timeout"),
     (["--stream-write-timeout", "0"], "--stream-write-timeout"),
+    (["--sse-keep-alive-interval", "-1"], "--sse-keep-alive-interval"),
     (["--remote-blocks-per-object", "0"], "--remote-blocks-per-object"),
     (["--remote-op-timeout-ms", "0"], "--remote-op-timeout-ms"),
     (["--port", "70000"], "--port"),
