@@ -1,7 +1,7 @@
-"""The routes: OpenAI completions and chat (JSON or SSE), SageMaker's /invocations (either
-body: route_bodies.py), models, tokenize/detokenize (vLLM's shapes), version, health and
-metrics. ``generate`` is the one engine-and-stream path; the Responses API (responses_api.py)
-runs through it with its own view of the answer.
+"""The routes: OpenAI completions and chat (JSON or SSE), vLLM's batch chat, SageMaker's
+/invocations (either body: route_bodies.py), models, tokenize/detokenize (vLLM's shapes),
+version, health and metrics. ``generate`` is the one engine-and-stream path; the Responses API
+(responses_api.py) runs through it with its own view of the answer.
 
 Life of a generation request::
 
@@ -120,6 +120,7 @@ class OpenAIRoutes:
     def register(self, app: web.Application) -> None:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/v1/chat/completions/batch", self.batch_chat)  # route_bodies.py
         app.router.add_post("/invocations", self.invocations)  # SageMaker's: route_bodies.py
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/v1/models/{model}", self.get_model)
@@ -137,6 +138,9 @@ class OpenAIRoutes:
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self.generate(request, self.bodies.chat)
+
+    async def batch_chat(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, self.bodies.batch_chat)  # NOTE(batch-chat)
 
     async def invocations(self, request: web.Request) -> web.StreamResponse:
         return await self.generate(request, self.bodies.invocation)  # NOTE(invocations)

@@ -15,6 +15,8 @@ BODIES = {
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
     "/v1/responses": {"input": "hi", "max_output_tokens": 2},
     "/invocations": {"prompt": "hi", "max_tokens": 2},
+    "/v1/chat/completions/batch": {"messages": [[{"role": "user", "content": "hi"}]],
+                                   "max_tokens": 2},
     "/tokenize": {"prompt": "hi"},
     "/detokenize": {"tokens": [1, 2]},
 }
