@@ -11,11 +11,14 @@ step::
 with ``is_last``, except sequences aborted or finished while the step ran (those tokens are
 dropped) and those in ``deferred``: the runtime computed their KV but samples them later (a
 late grammar mask). Such a sequence is ``awaiting``: no step schedules it until
-``accept_late`` (between steps) brings its token, which is then judged like any other. A sequence finishes on a stop token (eos unless ignore_eos: FINISHED_STOPPED), after
+``accept_late`` (between steps) brings its token, which is then judged like any other.
+A sequence finishes on a stop token (eos unless ignore_eos: FINISHED_STOPPED), after
 ``max_tokens`` outputs or at ``max_model_len`` tokens (FINISHED_LENGTH), when the runtime
 names it in ``stops`` (a stop string matched the text this token completed: FINISHED_STOPPED
-with that reason, before any other check), or when the runtime calls ``finish`` / ``abort``. Its blocks are freed at once; the request is
-returned when its last sequence finished. ``on_step_done`` also says every copy of the step
+with that reason, before any other check), or when the runtime calls ``finish`` / ``abort``.
+Its blocks are freed at once; the sequences each ``on_step_done`` / ``accept_late`` finished
+are reported in ``ended`` (NOTE(child-finish)), the request is returned when its last
+sequence finished. ``on_step_done`` also says every copy of the step
 completed: abort a request whose copy failed first, or its swapped-in blocks would be hashed.
 A runtime whose swap-out copies run on past the step passes ``swap_outs_done=False`` and
 confirms each one through ``swap_out_done`` once it completed (never one that failed): only
@@ -45,6 +48,10 @@ class StepCompletion:
         self.state = state
         self.manager = manager
         self.defrag = defrag
+        # NOTE(child-finish): the report of the last on_step_done / accept_late, the
+        # sequences it finished, in the order judged; the runtime's final output of each
+        # takes its reason from here (kvpool/runtime/engine/output_processor.py)
+        self.ended: list[SeqOutput] = []
 
     def on_step_done(self, output: SchedulerOutput, sampled: Mapping[int, int], *,
                      now: float | None = None, defrag_ok: bool = True,
@@ -57,7 +64,8 @@ class StepCompletion:
         plan (or abort it when ``defrag_ok`` is false) unless ``defrag_done`` already did.
         ``deferred`` sequences get no token now: they await ``accept_late``. The step's
         swap-outs are confirmed unless ``swap_outs_done`` is false (see the module).
-        Returns the requests that finished in this step."""
+        Returns the requests that finished in this step; ``ended`` reports its sequences."""
+        self.ended = []
         st = self.state
         if output is not st.inflight:
             if not output.has_work:
@@ -181,7 +189,9 @@ class StepCompletion:
     def accept_late(self, sampled: Mapping[int, int], stops: Mapping[int, str] | None = None,
                     now: float | None = None) -> list[FinishedRequest]:
         """Between steps: the deferred tokens of running, ``awaiting`` sequences (any other id
-        is ignored), judged like a step's; returns the requests that finished."""
+        is ignored), judged like a step's; returns the requests that finished (``ended``: the
+        sequences)."""
+        self.ended = []
         st = self.state
         if st.inflight is not None:
             raise SchedulerError("accept_late between steps: a step is in flight")
@@ -249,9 +259,12 @@ class StepCompletion:
         done.append(s)
 
     def _retire(self, done: list[Sequence], now: float) -> list[FinishedRequest]:
-        """Free the sequences that just finished; return the requests left with none live."""
+        """Free the sequences that just finished, reported in ``ended`` (their token lists
+        are final: shared, not copied); return the requests left with none live."""
         if not done:
             return []
+        self.ended = [SeqOutput(s.seq_id, s.output_token_ids, s.status, s.finish_reason)
+                      for s in done]
         st = self.state
         self.manager.free(*(s.seq_id for s in done))
         st.num_running_seqs -= len(done)

@@ -180,6 +180,13 @@ class SeqOutput:
     status: SeqStatus  # one of the FINISHED_* statuses
     finish_reason: str | None  # e.g. "eos", "stop_token 7", "max_tokens", "aborted"
 
+    @property
+    def stop_token(self) -> int | None:
+        """The stop token id that ended it; None for any other end, the eos included (vLLM's
+        stop_reason is null for the model's own end: NOTE(ignore-eos-stop))."""
+        r = self.finish_reason
+        return int(r.split()[-1]) if r is not None and r.startswith("stop_token ") else None
+
 
 @dataclass(frozen=True, slots=True)
 class FinishedRequest:

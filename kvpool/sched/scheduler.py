@@ -50,7 +50,7 @@ from kvpool.sched.admission_gate import AdmissionGate, exceeds_context
 from kvpool.sched.completion import StepCompletion
 from kvpool.sched.config import CostModel, SchedulerConfig
 from kvpool.sched.invariants import check_scheduler
-from kvpool.sched.output import FinishedRequest, SchedulerOutput, SchedulerStats
+from kvpool.sched.output import FinishedRequest, SchedulerOutput, SchedulerStats, SeqOutput
 from kvpool.sched.planner import StepPlanner
 from kvpool.sched.preemption import Preemptor
 from kvpool.sched.sequence import RequestParams, SeqStatus, SequenceGroup, StopLimits
@@ -228,6 +228,12 @@ class Scheduler:
         return self.completion.on_step_done(output, sampled, now=now, defrag_ok=defrag_ok,
                                             stops=stops, deferred=deferred,
                                             swap_outs_done=swap_outs_done)
+
+    @property
+    def ended(self) -> list[SeqOutput]:
+        """The sequences the last ``on_step_done`` / ``accept_late`` finished (a stop, a stop
+        token, a length limit), in the order judged: each with its status and reason."""
+        return self.completion.ended
 
     def swap_out_done(self, request_id: str, step_id: int) -> None:
         """The swap-out copy of ``request_id`` planned by step ``step_id`` completed: publish

@@ -5,10 +5,13 @@ own; the request's last update ends it, with no second finish for a sequence alr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvpool.metrics.collector import KVPoolMetrics
 from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.engine.output_processor import RequestOutput
 from kvpool.runtime.model import SamplingParams
+from kvpool.sched import SeqStatus
 from tests.configs import engine_config
 from tests.runtime.test_engine_step import PROMPT, merged, run
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
@@ -102,5 +105,43 @@ def test_the_context_end_ends_a_choice_as_the_scheduler_does():
         assert {ends[i][0][1].num_generated for i in range(2)} == {64 - prompt}
         assert {ends[i][0][1].finish_reason for i in range(2)} == {"length"}
         assert core.manager.stats().device.num_used == 0 and core.check_invariants()
+    finally:
+        core.close()
+
+
+def test_each_choice_ends_in_the_step_and_for_the_reason_the_scheduler_reports():
+    """The output processor holds no copy of the scheduler's stop rule: a stop id only the
+    scheduler knows (its config's other eos ids, as a model's generation_config adds them)
+    ends choice 0 in that step, with that id; choice 1 ends on a stop_token_ids id, choice 2
+    runs on. Each finish goes out once, in the update of the step whose report
+    (``Scheduler.ended``) names it; before, the mirror missed choice 0 until the end."""
+    core, _ = engine()
+    try:
+        p = dict(SAMPLED, n=3, ignore_eos=False)
+        ref = merged(run(core, {"ref": SamplingParams(**p)})["ref"])
+        ids = {c.index: c.token_ids for c in ref.outputs}
+        a = next(t for t in ids[0][:3] if t not in ids[1] + ids[2])
+        b = next(t for t in ids[1][2:6] if t not in ids[0][:ids[0].index(a) + 1] + ids[2])
+        cfg = core.scheduler.config
+        core.scheduler.config = replace(cfg, other_eos_ids=cfg.other_eos_ids + (a,))
+        core.add_request("r", core.tokenizer.encode(PROMPT), SamplingParams(
+            **p, stop_token_ids=[b]))
+        index = {s: i for i, s in enumerate(core.scheduler.seq_ids("r"))}
+        ups, reported = [], []
+        while core.has_work():
+            steps = core.steps
+            ups += core.step()
+            if core.steps > steps:  # the step ran: its report is the scheduler's latest
+                reported += [(len(ups) - 1, index[so.seq_id], so) for so in core.scheduler.ended]
+        ends = finishes(ups)
+        assert sorted((k, i) for i, v in ends.items() for k, _ in v) == \
+            sorted((k, i) for k, i, _ in reported)  # once each, in its step's update
+        for k, i, so in reported:
+            (_, c), = ends[i]
+            assert c.finish_reason == ("length" if so.status is SeqStatus.FINISHED_LENGTH
+                                       else "stop") and c.stop_reason == so.stop_token
+        assert (ends[0][0][1].stop_reason, ends[1][0][1].stop_reason) == (a, b)
+        assert ends[0][0][0] < ends[1][0][0] < len(ups) - 1  # three different steps
+        assert core.check_invariants()
     finally:
         core.close()

@@ -78,6 +78,7 @@ def test_a_stop_string_may_begin_with_the_space_the_prompt_context_gives():
     assert tok.id_to_token(gen[0]).startswith("\u2581")
     proc = OutputProcessor(tok)
     proc.add("r", prompt, SamplingParams(max_tokens=8, stop=[" "]), (7,), arrival=0.0)
-    deltas, stops = proc.on_tokens([Sample(7, "r", gen[0])], now=0.0)
+    stops = proc.on_tokens([Sample(7, "r", gen[0])], now=0.0)
     assert stops == {7: " "}
+    deltas = proc.on_judged(())  # the stop string ends it, with no scheduler's report
     assert [(c.text, c.finish_reason, c.stop_reason) for c in deltas["r"]] == [("", "stop", " ")]

@@ -24,7 +24,8 @@ def updates(tokens: list[int], engine: int, asked: int, stop: tuple[str, ...] = 
     proc.add("r", [0, 72], p, (3,), arrival=0.0)
     got = []
     for step, t in enumerate(tokens):
-        deltas, _ = proc.on_tokens([Sample(3, "r", t)], now=float(step))
+        proc.on_tokens([Sample(3, "r", t)], now=float(step))
+        deltas = proc.on_judged(())  # no scheduler: none ends before finish()
         got += [(c.token_ids, c.text) for c in deltas.get("r", [])]
     fr = FinishedRequest("r", SeqStatus.FINISHED_LENGTH, None,
                          (SeqOutput(3, tokens, SeqStatus.FINISHED_LENGTH, "max_tokens"),),

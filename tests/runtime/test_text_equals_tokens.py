@@ -63,8 +63,8 @@ def run_request(tok: Tokenizer, prompt: list[int], outputs: list[list[int]]) -> 
     streamed = ["" for _ in outputs]
     for step in range(max(map(len, outputs))):
         feed = [Sample(s, "r", out[step]) for s, out in zip(seq_ids, outputs) if step < len(out)]
-        deltas, stops = proc.on_tokens(feed, now=float(step))
-        assert stops == {}
+        assert proc.on_tokens(feed, now=float(step)) == {}
+        deltas = proc.on_judged(())  # no scheduler: none ends before finish()
         for c in deltas.get("r", []):
             streamed[c.index] += c.text
     fr = FinishedRequest("r", SeqStatus.FINISHED_LENGTH, None,

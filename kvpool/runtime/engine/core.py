@@ -11,9 +11,9 @@ may drive it directly). One ``step()``::
               token per sequence whose prompt is complete (n sequences share a prompt row);
               grammar rows whose mask is late are deferred (row_sampler.py NOTE(late-mask))
     _deliver  defrag moves (full, immutable blocks; committed by on_step_done once copied,
-              aborted if the copy failed); the output processor turns samples into deltas and
-              decides stop strings; scheduler.on_step_done accepts the tokens and finishes
-              sequences (stop strings included); one update per request
+              aborted if the copy failed); the output processor decides stop strings, then
+              scheduler.on_step_done accepts the tokens and finishes sequences; the deltas
+              (final where it reports a sequence ended) make one update per request
 
 Before schedule(), deferred rows whose mask is ready are sampled and delivered (_deliver_late).
 
@@ -155,7 +155,7 @@ class EngineCore:
             except RequestError:
                 self.scheduler.abort(request_id, "invalid response_format")
                 raise
-        self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival, self.max_model_len)
+        self.outputs.add(request_id, prompt_ids, params, seq_ids, arrival)
         self.rows.add(seq_ids, params.seed, params.think_budget)
         if params.prompt_logprobs is not None:
             self.prompt_logprobs.requests.add(request_id)
@@ -306,16 +306,15 @@ class EngineCore:
             defrag_ok = h.exception(timeout=60) is None
         self.prompt_tokens += sum(p.num_new_tokens for p in out.prefills)
         broken, samples = self._drop_broken(drawn.samples)
-        deltas, stops = self.outputs.on_tokens(samples, time.monotonic(), drawn.done)
+        stops = self._stops(self.outputs.on_tokens(samples, time.monotonic()), drawn.done)
         finished = self.scheduler.on_step_done(
-            out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok,
-            stops=self._stops(stops, drawn.done), deferred=drawn.deferred,
-            swap_outs_done=False)
+            out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok, stops=stops,
+            deferred=drawn.deferred, swap_outs_done=False)
         if self.swap_outs.handles:  # a plain step runs no code of failed_copies.py
             self._confirm_swap_outs()
         if self.block_sink is not None and out.prefills:
             self.block_sink.on_prefills(out.prefills)  # enqueue only (runtime/remote/writer.py)
-        return broken + self._updates(deltas, finished)
+        return broken + self._updates(finished)
 
     def _confirm_swap_outs(self) -> None:
         """NOTE(swap-out-confirm): the swap-outs whose copy completed are published now; one
@@ -329,10 +328,9 @@ class EngineCore:
         if not drawn.samples:
             return []
         broken, samples = self._drop_broken(drawn.samples)
-        deltas, stops = self.outputs.on_tokens(samples, time.monotonic(), drawn.done)
-        finished = self.scheduler.accept_late({s.seq_id: s.token_id for s in samples},
-                                              self._stops(stops, drawn.done))
-        return broken + self._updates(deltas, finished)
+        stops = self._stops(self.outputs.on_tokens(samples, time.monotonic()), drawn.done)
+        finished = self.scheduler.accept_late({s.seq_id: s.token_id for s in samples}, stops)
+        return broken + self._updates(finished)
 
     def _drop_broken(self, samples: list[Sample]) -> tuple[list[RequestOutput], list[Sample]]:
         """Fail the requests whose grammar broke (NOTE(grammar-error): never a stop)."""
@@ -349,8 +347,10 @@ class EngineCore:
         return {i: f"stop {t!r}" for i, t in stops.items()} | dict.fromkeys(
             grammar_done, "grammar complete")
 
-    def _updates(self, deltas: dict, finished: list[FinishedRequest]) -> list[RequestOutput]:
-        """One update per request: its deltas, inside its final output when it finished."""
+    def _updates(self, finished: list[FinishedRequest]) -> list[RequestOutput]:
+        """One update per request: its deltas (final for each sequence the scheduler reports
+        ended: NOTE(child-finish)), inside the request's final output when it finished."""
+        deltas = self.outputs.on_judged(self.scheduler.ended)
         final = {fr.request_id: o for fr in finished if (o := self._finish(fr)) is not None}
         updates = []
         for rid, outs in deltas.items():

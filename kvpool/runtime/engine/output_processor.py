@@ -11,8 +11,11 @@ last update of a request has ``finished=True``.
 NOTE(child-finish): vLLM 0.33 runs n > 1 as n child requests; each child's final output and
 its e2e (``_update_stats_from_finished``) come when that child finishes. Here a choice that
 stopped early got its finish_reason when its last sibling ended (twice, after a stop string),
-timed as the slowest. The scheduler reports whole requests only, so ``on_tokens`` applies its
-rule (completion.py ``_judge``) to each token and ends a sequence in the scheduler's step.
+timed as the slowest. So a step is taken in two halves: ``on_tokens`` (before the scheduler
+judges the tokens) decides the stop strings, ``on_judged`` (after) gives each sequence the
+scheduler ended its final output, with the scheduler's reason from its report of them
+(``Scheduler.ended``). The stop rule itself (stop tokens, max_tokens, the context's end,
+a completed grammar) lives in the scheduler alone (completion.py ``_judge``).
 
 Stop strings: a sequence's text is released only up to the point where no stop string can still
 start (the longest stop string minus one character is held back), so a stream never shows the
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from kvpool.runtime.model import (IncrementalDetokenizer, SamplingParams, SeqHistory,
                                   TokenLogprob, Tokenizer)
 from kvpool.runtime.model.repetition import RepeatStop, tail_repeats
-from kvpool.sched import FinishedRequest, SeqStatus
+from kvpool.sched import FinishedRequest, SeqOutput, SeqStatus
 from kvpool.sched.sequence import StopLimits
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -141,8 +144,6 @@ class RequestState:
     # include_stop_str_in_output); empty when that flag is set
     silent: frozenset[int] = frozenset()
     stop_ids: frozenset[int] = frozenset()  # the eos and stop_token_ids in effect
-    eos: int | None = None  # the eos in effect: its stop has no stop_reason (the scheduler's)
-    cap: int | None = None  # tokens a sequence may generate: max_tokens, the context's room
     repeat: RepeatStop | None = None  # repetition_detection when on (NOTE(repeat))
     interval: int = 1  # new tokens per update, at least (NOTE(interval))
     # prompt_logprobs: one slot per prompt position, filled chunk by chunk (a recomputed
@@ -159,23 +160,23 @@ class OutputProcessor:
         self.metrics = metrics  # KVPoolMetrics or None
         self.requests: dict[str, RequestState] = {}
         self.generation_tokens = 0
+        # the sequences the last on_tokens took a token for, in the samples' order, until
+        # on_judged shows them (NOTE(child-finish))
+        self._taken: list[tuple[int, RequestState, SeqState]] = []
 
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-            seq_ids: tuple[int, ...], arrival: float, max_model_len: int | None = None) -> None:
-        """``max_model_len``: the scheduler's, which ends a sequence at the context's end."""
+            seq_ids: tuple[int, ...], arrival: float) -> None:
         tok = self.tokenizer
         skip = params.skip_special_tokens
         # NOTE(prompt-context) in kvpool/runtime/model/tokenizer.py: the prompt seeds the text
         seqs = {s: SeqState(i, tok.detokenizer(skip, prompt_ids)) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
-        stop_ids, eos = StopLimits.stop_tokens(params, tok.eos_token_id, tok.eos_token_ids[1:])
+        stop_ids, _ = StopLimits.stop_tokens(params, tok.eos_token_id, tok.eos_token_ids[1:])
         silent = frozenset() if params.include_stop_str_in_output else stop_ids
         rep = params.repetition_detection
-        room = None if max_model_len is None else max_model_len - len(prompt_ids)
-        cap = min((c for c in (params.max_tokens, room) if c is not None), default=None)
         self.requests[request_id] = RequestState(
             request_id, params, prompt_ids, arrival, seqs, hold=hold, silent=silent,
-            stop_ids=stop_ids, eos=eos, cap=cap,
+            stop_ids=stop_ids,
             repeat=rep if rep is not None and rep.on else None,
             interval=max(self.stream_interval, params.stream_interval),
             prompt_lps=None if params.prompt_logprobs is None else [None] * len(prompt_ids))
@@ -208,30 +209,44 @@ class OutputProcessor:
         r = self.requests[request_id]
         return SeqHistory(r.prompt_ids, r.seqs[seq_id].output_ids)
 
-    def on_tokens(self, samples: list[Sample], now: float, grammar_done: Collection[int] = ()
-                  ) -> tuple[dict[str, list[CompletionOutput]], dict[int, str]]:
-        """Feed this step's samples (before the scheduler accepts them; ``grammar_done``: the
-        sequences whose grammar this step completed). Returns the deltas per request and
-        ``{seq_id: stop_string}`` for the sequences a stop string ends: the one place stop
-        strings are decided (the scheduler finishes those sequences). A sequence the step
-        ends gets its final output here (NOTE(child-finish))."""
-        deltas: dict[str, list[CompletionOutput]] = {}
+    def on_tokens(self, samples: list[Sample], now: float) -> dict[int, str]:
+        """Feed this step's samples, before the scheduler judges them. Returns
+        ``{seq_id: stop_string}`` for the sequences a stop string (or a repetition) ends: the
+        one place stop strings are decided (the scheduler finishes those sequences). Nothing
+        is shown before ``on_judged`` (NOTE(child-finish))."""
         stops: dict[int, str] = {}
+        self._taken = taken = []
         for sample in samples:
-            seq_id, rid = sample.seq_id, sample.request_id
-            r = self.requests.get(rid)
-            s = r.seqs.get(seq_id) if r is not None else None
+            r = self.requests.get(sample.request_id)
+            s = r.seqs.get(sample.seq_id) if r is not None else None
             if s is None or s.finish_reason is not None:
                 continue
+            taken.append((sample.seq_id, r, s))
             hit = self._accept(r, s, sample, now)
             if hit is not None:
-                stops[seq_id] = hit
-            if hit is not None or self._ends(r, s, sample.token_id, seq_id in grammar_done):
-                self._close(r, s, now)
+                stops[sample.seq_id] = hit
+        return stops
+
+    def on_judged(self, ended: Collection[SeqOutput]) -> dict[str, list[CompletionOutput]]:
+        """The sequences the last ``on_tokens`` took a token for, once the scheduler judged
+        those tokens: ``ended`` is its report of the sequences it finished
+        (``Scheduler.ended``; empty: none). Each of those, and each a stop string ended, gets
+        its final output here, timed at its token (NOTE(child-finish)); a stop string's
+        finish stands. Returns the deltas per request, in the samples' order."""
+        ends = {so.seq_id: so for so in ended}
+        deltas: dict[str, list[CompletionOutput]] = {}
+        taken, self._taken = self._taken, []
+        for seq_id, r, s in taken:
+            if ends and s.finish_reason is None:
+                so = ends.get(seq_id)
+                if so is not None:
+                    s.finish_reason, s.stop_reason = _REASON[so.status], so.stop_token
+            if s.finish_reason is not None:
+                self._close(r, s, s.last_token_time)
             out = self._release(r, s, final=s.e2e is not None)
             if out is not None:
-                deltas.setdefault(rid, []).append(out)
-        return deltas, stops
+                deltas.setdefault(r.request_id, []).append(out)
+        return deltas
 
     def _accept(self, r: RequestState, s: SeqState, sample: Sample, now: float) -> str | None:
         """One sampled token into ``s``: counted, timed, detokenized; the stop string (or
@@ -257,21 +272,6 @@ class OutputProcessor:
         if hit is None and r.repeat is not None and self._repeats(r, s, token):
             hit = REPEATED
         return hit
-
-    @staticmethod
-    def _ends(r: RequestState, s: SeqState, token: int, grammar_done: bool) -> bool:
-        """NOTE(child-finish): whether the scheduler ends ``s`` on this token, in its order
-        (completion.py ``_judge``, after the stop strings): a completed grammar ("stop", no
-        stop_reason), a stop token (its id the stop_reason, but for the eos), then the length
-        limits (max_tokens, the context's room). min_tokens needs no check: the sampler masks
-        the stop tokens until then."""
-        if grammar_done:
-            s.finish_reason = "stop"
-        elif token in r.stop_ids:
-            s.finish_reason, s.stop_reason = "stop", None if token == r.eos else token
-        elif r.cap is not None and s.num_generated >= r.cap:
-            s.finish_reason = "length"
-        return s.finish_reason is not None
 
     def _close(self, r: RequestState, s: SeqState, now: float) -> None:
         """``s`` finished: its e2e, observed as a child request's (NOTE(per-sequence)) unless
@@ -354,9 +354,8 @@ class OutputProcessor:
             if s.finish_reason is None:
                 s.finish_reason = "error" if error else _REASON.get(
                     so.status if so else fr.status, "abort")
-                if so is not None and so.finish_reason and so.finish_reason.startswith(
-                        "stop_token"):
-                    s.stop_reason = int(so.finish_reason.split()[-1])
+                if so is not None and so.stop_token is not None:
+                    s.stop_reason = so.stop_token
             self._close(r, s, now)
             outs.append(self._release(r, s, final=True))
         m = self.metrics

@@ -49,22 +49,24 @@ def test_max_pattern_size_zero_is_off():
     assert not RepeatStop(0, 0, 0).on and not tail_repeats([A] * 9, RepeatStop(0, 0, 5))
 
 
-def run(tokens: list[int], **params) -> tuple[int | None, str, str | None, str]:
+def run(tokens: list[int], end: tuple[SeqStatus, str] = (SeqStatus.FINISHED_LENGTH,
+                                                          "max_tokens"),
+        **params) -> tuple[int | None, str, str | None, str]:
     """Feed ``tokens`` one step at a time; the step that ended the sequence (None: none did),
-    its finish_reason and stop_reason after finish(), and the text the stream showed."""
+    its finish_reason and stop_reason after finish() (``end``: how the scheduler, which owns
+    every other stop, finished it: NOTE(child-finish)), and the text the stream showed."""
     proc = OutputProcessor(TOK)
     p = SamplingParams(max_tokens=params.pop("max_tokens", 64), **params)
     proc.add("r", [0, 72], p, (7,), arrival=0.0)
     outs, ended = [], None
     for step, t in enumerate(tokens):
-        deltas, stops = proc.on_tokens([Sample(7, "r", t)], now=float(step))
-        outs += deltas.get("r", [])
+        stops = proc.on_tokens([Sample(7, "r", t)], now=float(step))
+        outs += proc.on_judged(()).get("r", [])
         if stops:
             ended = step
             break
     fed = tokens[: len(tokens) if ended is None else ended + 1]
-    fr = FinishedRequest("r", SeqStatus.FINISHED_LENGTH, None,
-                         (SeqOutput(7, fed, SeqStatus.FINISHED_LENGTH, "max_tokens"),),
+    fr = FinishedRequest("r", end[0], None, (SeqOutput(7, fed, *end),),
                          2, 0, 0.0, 0.0, 0.0, 1.0, 0, p)
     outs += proc.finish(fr, now=99.0).outputs  # none when a stop ended it: NOTE(child-finish)
     return ended, outs[-1].finish_reason, outs[-1].stop_reason, "".join(c.text for c in outs)
@@ -82,8 +84,10 @@ def test_a_loop_ends_at_its_third_copy_with_every_token_shown():
 def test_min_tokens_max_tokens_and_stop_tokens_come_first():
     assert run([A] * 6, repetition_detection=LOOP, min_tokens=5)[:2] == (4, "repetition")
     assert run([A] * 3, repetition_detection=LOOP, max_tokens=3)[:2] == (None, "length")
-    ended, finish, _, _ = run([B, A, A, A, A], repetition_detection=LOOP, stop_token_ids=[A])
-    assert (ended, finish) == (None, "stop")  # a stop token ends it, not this check
+    by_a = (SeqStatus.FINISHED_STOPPED, f"stop_token {A}")
+    ended, finish, stop, _ = run([B, A, A, A, A], by_a, repetition_detection=LOOP,
+                                 stop_token_ids=[A])
+    assert (ended, finish, stop) == (None, "stop", A)  # a stop token ends it, not this check
     assert run([A] * 4)[:2] == (None, "length")  # not asked: no stop
 
 
