@@ -59,7 +59,7 @@ import zmq
 
 from kvpool.errors import ConfigError
 from kvpool.events.config import KVEventsConfig
-from kvpool.events.replay import REPLAY_HWM, ReplayServer
+from kvpool.events.replay import REPLAY_HWM, REPLAY_SNDBUF, ReplayServer
 from kvpool.events.wire import AllBlocksCleared, KVEventBatch, encode_seq, new_encoder
 
 __all__ = ["EventPublisher", "binds"]
@@ -135,9 +135,10 @@ class EventPublisher:
         self.replay_endpoint: str | None = None
         if config.replay_endpoint:
             self._replay = self._ctx.socket(zmq.ROUTER)
-            # a client that does not read is held at REPLAY_HWM, never buffered beyond, and a
-            # send to one that left fails (replay.py NOTE(replay-budget))
+            # a client that does not read is held at REPLAY_HWM (and a small kernel buffer), never
+            # buffered beyond, and a send to one that left fails (replay.py NOTE(replay-budget))
             self._replay.setsockopt(zmq.SNDHWM, REPLAY_HWM)
+            self._replay.setsockopt(zmq.SNDBUF, REPLAY_SNDBUF)  # NOTE(replay-sndbuf): pre-bind
             self._replay.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self._replay.setsockopt(zmq.LINGER, 0)
             self._replay.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST)  # NOTE(subscriptions)

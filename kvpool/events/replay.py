@@ -10,11 +10,12 @@ bounds a replay's cost (NOTE(replay-budget)):
 - a client asks again before its replay ended: the request waits behind it, one per client
   (NOTE(pending)), and a later one takes its place (the one replaced is counted ignored), so a
   flood of requests costs two replays per client, not one per request;
-- the socket's SNDHWM is ``REPLAY_HWM`` messages per client with ROUTER_MANDATORY: a client
-  that does not read is held there (its replay waits, retried with backoff), never buffered
-  beyond; one that read nothing for ``STALL`` seconds, or left, has its replay cut (counted,
-  no end marker, so it cannot take a partial replay for a whole one), as does one the ring
-  moved past (the batches it still needs are gone);
+- the socket's SNDHWM is ``REPLAY_HWM`` messages per client with ROUTER_MANDATORY and its
+  SO_SNDBUF ``REPLAY_SNDBUF`` (NOTE(replay-sndbuf)): a client that does not read is held there
+  (its replay waits, retried with backoff), never buffered beyond; one that read nothing for
+  ``STALL`` seconds, or left, has its replay cut (counted, no end marker, so it cannot take a
+  partial replay for a whole one), as does one the ring moved past (the batches it still needs
+  are gone);
 - at most ``MAX_OPEN`` replays are open at once: a request past that is ignored (counted,
   reason "full"), and its client's wait runs out as for a replica that does not answer.
 
@@ -22,6 +23,15 @@ NOTE(pending): vLLM's replay socket answers every request in turn, so a consumer
 for a second gap while its first replay runs and wait for its end marker. Dropped (as it was
 here: "busy"), that wait ran out. A start seq of fewer than 8 bytes is read as vLLM reads it
 (``int.from_bytes``, big-endian), and was ignored as malformed.
+
+NOTE(replay-sndbuf): a sender sees a client stop reading only when the client's queue is full,
+so what a non-reader can absorb is what it takes from the others' share of SEND_BUDGET before it
+is skipped. Without a fixed SO_SNDBUF the kernel's autotuned send buffer (up to tcp_wmem's
+4 MB per connection) held ~43,000 small batches beyond REPLAY_HWM: 40 clients that never read
+looked like readers for their whole replays and a reading client's replay of 2,000 batches took
+4-10 s instead of 0.3 s (tests/events/test_replay_flood.py). Fixed at ``REPLAY_SNDBUF`` (set
+before bind: the kernel doubles it), a non-reader is full after a few hundred batches. The cost:
+a reader gets ~8 KB per round trip (8 MB/s at 1 ms, ample within a cluster; slower across a WAN).
 
 NOTE(zero-copy): a replayed batch is sent as the ring's own bytes, not a copy (the socket's
 ``copy_threshold`` is 0), so what waits in a non-reader's queue costs the publisher a frame
@@ -41,10 +51,11 @@ import zmq
 from kvpool.events.wire import END_SEQ, encode_seq
 from kvpool.throttle import Throttle
 
-__all__ = ["MAX_OPEN", "REPLAY_HWM", "ReplayServer"]
+__all__ = ["MAX_OPEN", "REPLAY_HWM", "REPLAY_SNDBUF", "ReplayServer"]
 
 log = logging.getLogger("kvpool.events")
 REPLAY_HWM = 256  # messages queued per replay client at most (the socket's SNDHWM)
+REPLAY_SNDBUF = 4096  # bytes: the socket's SO_SNDBUF per client, NOTE(replay-sndbuf)
 REQUESTS_PER_TURN = 256  # replay requests read per publisher iteration at most
 SEND_BUDGET = 256  # replayed batches sent per publisher iteration at most, all clients
 MAX_OPEN = 64  # replays open at once, all clients (a router or picker per client)
