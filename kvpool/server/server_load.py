@@ -1,8 +1,8 @@
 """``GET /load``: vLLM's server load, ``{"server_load": N}``.
 
 NOTE(server-load): vLLM serves ``/load`` always; with ``--enable-server-load-tracking`` N is
-the number of requests inside the generation routes (completions, chat, the Responses API's
-three, Anthropic's Messages API's two), from the handler's start until it returns (a stream:
+the number of requests inside the generation routes (completions, chat, batch chat,
+SageMaker's /invocations, the Responses API's three, Anthropic's Messages API's two), from the handler's start until it returns (a stream:
 its last chunk written), else it stays 0. A load balancer polls it to pick the least busy
 replica. Here the count is one middleware, innermost (after auth and the tenant check, as
 vLLM counts only what reached a handler); it counts the route a request matched, so an unknown
@@ -20,7 +20,8 @@ __all__ = ["LOAD_PATH", "TRACKED_ROUTES", "ServerLoad"]
 
 LOAD_PATH = "/load"
 # the routes vLLM's load counts that this server has (its --enable-server-load-tracking)
-TRACKED_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses",
+TRACKED_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions",
+                            "/v1/chat/completions/batch", "/invocations", "/v1/responses",
                             "/v1/responses/{response_id}",
                             "/v1/responses/{response_id}/cancel",
                             "/v1/messages", "/v1/messages/count_tokens"})
