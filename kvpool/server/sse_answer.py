@@ -142,6 +142,9 @@ class SSEAnswer:
             raise
         except Exception as exc:  # noqa: BLE001 - headers are out: report in-band
             return _in_band(exc, builder.engine_id)
+        finally:  # its pending read cancelled before the handler releases the streams
+            if source is not updates:
+                await source.aclose()
 
 
 def _in_band(exc: Exception, name: str) -> APIError:

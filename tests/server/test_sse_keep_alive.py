@@ -68,3 +68,20 @@ async def test_idle_marked_closes_its_pending_read_when_left():
     assert await anext(marked) is IDLE
     await marked.aclose()  # the consumer leaves (a client gone)
     assert entered.is_set() and await wait_until(left.is_set, timeout=5)
+
+
+async def test_a_client_that_leaves_a_kept_alive_stream_leaves_nothing_held(make_server):
+    """Leaving while queued (keep-alive comments only) and while generating (between
+    comments and tokens): every block is back (the fixture checks) and the server serves on."""
+    async with make_server(max_num_seqs=1, app_options={"sse_keep_alive": 0.05}) as srv:
+        async with aiohttp.ClientSession() as s:
+            blocker = await s.post(srv.url + "/v1/completions", json=BLOCKER)
+            await blocker.content.readline()
+            queued = await s.post(srv.url + "/v1/completions", json=QUEUED)
+            assert await asyncio.wait_for(queued.content.readline(), 10) == KEEP_ALIVE[:-1]
+            queued.close()  # gone while queued
+            await blocker.content.readline()
+            blocker.close()  # gone while generating, its stream marked idle between reads
+            async with s.post(srv.url + "/v1/completions", json=QUEUED) as again:
+                text = (await asyncio.wait_for(again.read(), 10)).decode()
+        assert text.rstrip().endswith("data: [DONE]")
