@@ -93,6 +93,11 @@ class PromptKeys:
         self.tenant_header: str | None = info.get("tenant_header")
         self.parser: Any = None  # built by load_parser (slow: the tokenizer and torch import)
         self.wants_parser = False  # a text or chat prompt came while there was no parser
+        # kv_routing.py NOTE(lazy-tokenizer): a load started (until RELOAD_AFTER after it
+        # failed), and NOTE(load-fails): its failure said; kept here, so a spec the fleet no
+        # longer has takes its state with it
+        self.loading = False
+        self.failure_said = False
         self.info = info
 
     def load_parser(self) -> None:

@@ -97,9 +97,9 @@ class EventRouting:
         self.specs: dict[str, PromptKeys] = {}  # NOTE(specs): the fleet's, by spec_of
         self.keys: PromptKeys | None = None  # the newest spec's (a uniform fleet's only one)
         self.fallbacks = 0  # requests placed by lookups instead (monotonic)
-        self._tasks: list[asyncio.Task] = []
-        self._loading: set[str] = set()  # specs whose tokenizer load started (lazy-tokenizer)
-        self._failed: set[str] = set()  # specs whose load failed, said (NOTE(load-fails))
+        # NOTE(own-tasks): the refresh loop and the tokenizer loads running; a task leaves
+        # when it ends (a failing load is tried again every RELOAD_AFTER for the router's life)
+        self._tasks: set[asyncio.Task] = set()
         self._spec_at: dict[str, str] = {}  # replica URL -> spec_of its info, at the refresh
         self.off_loop = 0  # prompts hashed on the worker thread (NOTE(hash-off-loop))
         self._hashing = ThreadPoolExecutor(1, thread_name_prefix="router-hash")
@@ -113,8 +113,13 @@ class EventRouting:
         while loop.time() < end and not all(
                 f.live for f in self.feeds.values() if f.info.get("enabled")):
             await asyncio.sleep(0.01)
-        self._tasks.append(asyncio.create_task(self._refreshing(session),
-                                               name="router-kv-events"))
+        self._run(self._refreshing(session), "router-kv-events")
+
+    def _run(self, coro: Any, name: str) -> None:
+        """NOTE(own-tasks): ``coro`` as a task held until it ends."""
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _sync(self) -> None:
         """One feed per replica of the set now (replicas come and go: membership.py)."""
@@ -171,7 +176,7 @@ class EventRouting:
             if hashed is None:
                 self.fallbacks += 1
                 if keys is not None:
-                    self._load_later(spec, keys)
+                    self._load_later(keys)
                 return None
             got[spec] = hashed
         if not got and self.keys is None:
@@ -187,16 +192,15 @@ class EventRouting:
             hashes[r.url] = chain
         return out, hashes
 
-    def _load_later(self, spec: str, keys: PromptKeys) -> None:
+    def _load_later(self, keys: PromptKeys) -> None:
         """NOTE(lazy-tokenizer): the tokenizer (and the torch import its package brings,
         seconds of CPU) loads off the loop on the first text or chat prompt, never when every
         prompt comes as token ids; until then, lookups place them."""
-        if keys.wants_parser and keys.parser is None and spec not in self._loading:
-            self._loading.add(spec)
-            self._tasks.append(asyncio.create_task(self._load(spec, keys),
-                                                   name="router-tokenizer"))
+        if keys.wants_parser and keys.parser is None and not keys.loading:
+            keys.loading = True
+            self._run(self._load(keys), "router-tokenizer")
 
-    async def _load(self, spec: str, keys: PromptKeys) -> None:
+    async def _load(self, keys: PromptKeys) -> None:
         """``keys.load_parser`` on a thread; NOTE(load-fails): a failure (a --chat-template
         file not where the router runs) is said once per spec, with the fix, and tried again
         after RELOAD_AFTER seconds; it used to go unsaid, every text and chat prompt placed by
@@ -204,14 +208,14 @@ class EventRouting:
         try:
             await asyncio.to_thread(keys.load_parser)
         except Exception as exc:  # noqa: BLE001 - any failure: lookups place the prompts
-            if spec not in self._failed:
-                self._failed.add(spec)
+            if not keys.failure_said:
+                keys.failure_said = True
                 log.warning("router: the replicas' tokenizer or chat template cannot be loaded "
                             "here (%s): text and chat prompts are placed by lookups; make the "
                             "replicas' model directory and --chat-template readable where the "
                             "router runs (tried again every %.0f s)", exc, RELOAD_AFTER)
         if keys.parser is None:  # failed, or not readable here (load_parser said so): again later
-            asyncio.get_running_loop().call_later(RELOAD_AFTER, self._loading.discard, spec)
+            asyncio.get_running_loop().call_later(RELOAD_AFTER, _reload, keys)
 
     async def _keys(self, keys: PromptKeys, body: dict | None,
                     headers: list[tuple[str, str]], size: int) -> Any:
@@ -252,12 +256,18 @@ class EventRouting:
         yield from (events, blocks, fallbacks)
 
     async def close(self) -> None:
-        for t in self._tasks:
+        tasks = list(self._tasks)
+        for t in tasks:
             t.cancel()
-        for t in self._tasks:
+        for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         for f in self.feeds.values():
             f.close()
         self.ctx.destroy(linger=0)
         self._hashing.shutdown(wait=False, cancel_futures=True)
+
+
+def _reload(keys: PromptKeys) -> None:
+    """NOTE(lazy-tokenizer): the next text or chat prompt tries ``keys``' load again."""
+    keys.loading = False

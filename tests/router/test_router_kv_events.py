@@ -160,6 +160,32 @@ async def test_a_chat_template_the_router_cannot_load_is_said(tenant_replica, ca
     assert events.keys.parser is None and events.fallbacks >= 4
 
 
+async def test_a_load_failing_again_and_again_holds_no_ended_task(tenant_replica, monkeypatch):
+    """NOTE(own-tasks) in kv_routing.py: a tokenizer load that keeps failing is tried again
+    every RELOAD_AFTER seconds for the router's life; each try's task was kept in a list after
+    it ended (2880 a day at 30 s). Shortened here, several tries: none of their tasks lives on."""
+    import asyncio
+    import gc
+
+    import kvpool.router.kv_routing as kv_routing
+    monkeypatch.setattr(kv_routing, "RELOAD_AFTER", 0.02)
+    r, events = event_router([tenant_replica.url])
+    (feed,) = events.feeds.values()
+    chat = {"messages": [{"role": "user", "content": "again " * 40}]}
+    async with served(r) as url, aiohttp.ClientSession() as s:
+        await until(lambda: feed.live, "caught up")
+        for _ in range(5):  # each chat prompt after RELOAD_AFTER starts another load
+            await complete(s, url, chat, "/v1/chat/completions")
+            await asyncio.sleep(0.1)
+        await until(lambda: not any(t.get_name() == "router-tokenizer"
+                                    for t in asyncio.all_tasks()), "the last try ended")
+        gc.collect()
+        held = [o for o in gc.get_objects()
+                if isinstance(o, asyncio.Task) and o.get_name() == "router-tokenizer"]
+        assert events.keys.parser is None and events.fallbacks >= 5
+    assert held == []
+
+
 async def test_tenant_namespaces_are_hashed_as_the_replica_does(tenant_replica):
     """--tenant-header replica: the router folds the tenant into the salt by the replica's
     rule, so tenant b gets no predicted hit on a's prompt, and every prediction equals what
