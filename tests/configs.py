@@ -42,7 +42,8 @@ SERVE_LIMITS: dict[str, Any] = dict(max_num_seqs=16, max_queue=256, max_n=4, max
 
 
 def engine_config(size: str = "small", **overrides: Any) -> EngineConfig:
-    """An EngineConfig of the named pool size (seed 0), with ``overrides`` on top."""
+    """An EngineConfig of the named pool size (seed 0, on the CPU: NOTE(auto-device) would
+    take a GPU where one is seen), with ``overrides`` on top."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; one of {sorted(SIZES)}")
-    return EngineConfig(**{**SIZES[size], "seed": 0, **overrides})
+    return EngineConfig(**{**SIZES[size], "seed": 0, "device": "cpu", **overrides})

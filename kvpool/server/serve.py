@@ -49,7 +49,7 @@ from kvpool.server.serve_options import (API_KEY_ENV, DEFAULT_SHUTDOWN_TIMEOUT, 
                                          add_server_args, loopback_said, resolve_api_key)
 from kvpool.server.tls import ServerTLS
 from kvpool.server.vllm_dotted import human_int, human_int_or_auto
-from kvpool.server.vllm_flags import VllmSwitch
+from kvpool.server.vllm_flags import VllmSwitch, chosen_device, set_up_logging
 from kvpool.signals import install_stop_signals
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "dtype": (lambda t: DTYPE_ALIASES.get(t, t), ("auto", "float32", "bfloat16", "float16"),
               "weights and KV dtype; vLLM's half and float mean float16 and float32 (auto: "
               "the checkpoint's, float32 where this CPU lacks native bf16)"),
-    "device": (str, "DEVICE", "cpu or cuda[:N]"),
+    "device": (str, "DEVICE", "auto (CUDA where torch sees it, else the CPU), cpu or cuda[:N]"),
     "block_size": (int, "TOKENS", "token slots per KV block"),
     "kv_cache_memory": (_int_or_size, "BYTES", "KV cache budget on CPU, e.g. 256MiB"),
     "gpu_memory_utilization": (float, "FRACTION", "share of GPU memory for the KV cache"),
@@ -172,6 +172,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             log.info("the model is %r (the positional), not --model %r", tag, given["model"])
         given["model"] = tag
     _from_hf_cache(given)
+    given["device"] = chosen_device(given)  # auto resolved, and said (NOTE(auto-device))
     return EngineConfig(**given)
 
 
@@ -366,8 +367,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     if not isinstance(args, argparse.Namespace):
         parser = add_serve_args(argparse.ArgumentParser(prog="kvpool serve"))
         args = parser.parse_args(None if args is None else list(args))
-    logging.basicConfig(level=(args.log_level or "info").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    set_up_logging(args)  # --log-level, and vLLM's --uvicorn-log-level (vllm_flags.py)
     try:
         run_server(config_from_args(args), ServeOptions.from_args(args))
     except ValueError as exc:  # ConfigError naming the flag (or the model dir, the budget)

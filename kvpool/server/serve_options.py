@@ -33,7 +33,8 @@ from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
 from kvpool.server.salt_key import SALT_KEY_ENV, SALT_KEY_FLAG, SaltKey, resolve_salt_key
 from kvpool.server.tls import add_tls_args, server_context
 from kvpool.server.tools.parsers import PARSERS
-from kvpool.server.vllm_flags import VllmSwitch, add_vllm_args, apply_vllm_flags
+from kvpool.server.vllm_flags import (HTTP_LOGGERS, LOG_LEVELS, VllmSwitch, add_vllm_args,
+                                      apply_vllm_flags)
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args",
            "loopback_said"]
@@ -182,9 +183,12 @@ class ServeOptions:
 
     def access_log(self, logger: logging.Logger) -> logging.Logger | None:
         """The logger of the per-request access line: ``logger`` where it logs debug (the
-        line's level in kvpool) unless vLLM's --disable-uvicorn-access-log was given."""
-        on = logger.isEnabledFor(logging.DEBUG) and not self.disable_uvicorn_access_log
-        return logger if on else None
+        line's level in kvpool), or aiohttp's access logger where vLLM's --uvicorn-log-level
+        set its level (debug, trace), unless vLLM's --disable-uvicorn-access-log was given."""
+        http = logging.getLogger(HTTP_LOGGERS[0])
+        chosen = http if http.level != logging.NOTSET else logger
+        on = chosen.isEnabledFor(logging.DEBUG) and not self.disable_uvicorn_access_log
+        return chosen if on else None
 
     @property
     def cors(self) -> CorsPolicy:
@@ -384,6 +388,6 @@ def _add_process_args(srv: _ArgGroup) -> None:
     """The event loop and what the process logs."""
     srv.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=None,
                      help="use uvloop (default: when installed)")
-    srv.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"),
-                     help="logging level (default: info, or vLLM's --uvicorn-log-level)")
+    srv.add_argument("--log-level", default=None, type=str.lower, choices=LOG_LEVELS,
+                     help="logging level, in any case (vLLM's DEBUG too; default: info)")
 

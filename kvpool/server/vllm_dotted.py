@@ -43,6 +43,11 @@ JSON_FLAGS = {
     "--hf-overrides": "--hf-overrides",
     "--kv-transfer-config": "--kv-transfer-config",
     "--speculative-config": "--speculative-config",
+    "-sc": "--speculative-config",
+    "--default-chat-template-kwargs": "--default-chat-template-kwargs",
+    "--mm-processor-kwargs": "--mm-processor-kwargs",
+    "--logging-config": "--logging-config",
+    "--structured-outputs-config": "--structured-outputs-config",
 }
 _HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}

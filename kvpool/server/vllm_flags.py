@@ -2,17 +2,20 @@
 chart, llm-d manifest) can swap the command and keep its arguments. Each flag gets one
 treatment (docs/architecture.md "vLLM's serve flags")::
 
-    honored   the same thing kvpool does: mapped onto it (--uvicorn-log-level is --log-level
-              when that is not given, --num-gpu-blocks-override is --num-device-blocks), or what
+    honored   the same thing kvpool does: mapped onto it (--uvicorn-log-level sets the HTTP
+              server's loggers, --num-gpu-blocks-override is --num-device-blocks), or what
               kvpool always does (--enable-request-id-headers: X-Request-Id on every answer)
     no-op     means nothing here: accepted, and one info line at startup names it and says why
     refused   a value asking what kvpool cannot do (--tensor-parallel-size 2, --quantization
               awq, ...): exit status 2 with argparse's message naming the flag, the value and
               what kvpool supports; the value that is kvpool's own (1, auto, ...) is accepted
 
-:func:`add_vllm_args` adds the group (argparse refuses at parse time); :func:`apply_vllm_flags`
-does what needs every flag parsed (ServeOptions.from_args calls it): --kv-cache-dtype against
---dtype, and the no-op lines. Names, defaults and meanings are vLLM's (vllm/engine/arg_utils.py,
+:func:`add_vllm_args` adds the group (argparse refuses at parse time; the refused rows are
+vllm_flags_refused.py's); :func:`apply_vllm_flags` does what needs every flag parsed
+(ServeOptions.from_args calls it): --kv-cache-dtype against --dtype, and the no-op lines.
+:func:`set_up_logging` applies --log-level and --uvicorn-log-level (NOTE(uvicorn-level)),
+:func:`chosen_device` says the device --device auto chose (NOTE(auto-device)). Names,
+defaults and meanings are vLLM's (vllm/engine/arg_utils.py,
 vllm/entrypoints/common/cli_args.py); --disable-log-requests,
 --disable-frontend-multiprocessing, --cuda-graph-sizes and --max-seq-len-to-capture are older
 vLLM's, still in many manifests. vLLM's -O3 / -O 3 / -O=3 is --optimization-level.
@@ -31,22 +34,28 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kvpool.errors import require
+from kvpool.runtime.engine.config import AUTO_DEVICE, resolve_device
 from kvpool.sched.config import POLICIES
 from kvpool.server.vllm_config_file import add_config_flag
 from kvpool.server.vllm_dotted import human_int
+from kvpool.server.vllm_flags_refused import NO_LORA, REFUSED, REFUSED_ON, SHORT_ON, only
 
-__all__ = ["ALWAYS", "GROUP_TITLE", "NO_OPS", "VllmSwitch", "add_vllm_args",
-           "apply_vllm_flags"]
+__all__ = ["ALWAYS", "GROUP_TITLE", "HTTP_LOGGERS", "LOG_LEVELS", "NO_OPS", "VllmSwitch",
+           "add_vllm_args", "apply_vllm_flags", "chosen_device", "set_up_logging"]
 
 log = logging.getLogger("kvpool.server")
 
 GROUP_TITLE = "vLLM compatibility"
 UVICORN_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 _LEVEL_OF = {"trace": "debug"}  # Python's logging has no trace: debug is the most kvpool logs
+# --log-level: vLLM 0.33's values (upper case there, logging.LogLevel) in any case
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "notset")
+HTTP_LOGGERS = ("aiohttp.access", "aiohttp.server")  # kvpool serve's HTTP server's own
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _NO_REQUEST_LOG = ("kvpool logs no requests (an access line per request only at --log-level "
                    "debug)")
@@ -55,7 +64,9 @@ _NO_COMPILE = ("kvpool compiles nothing: the model runs eagerly (no torch.compil
                "graphs)")
 _NO_GRAPHS = "kvpool captures no CUDA graphs: the model runs eagerly"
 _TEXT_ONLY = "kvpool serves text-only models: a message's content is text parts only"
-_NO_LORA = "kvpool serves no LoRA adapters (--enable-lora is refused), so no LoRA limit applies"
+_ONE_ENGINE = "one kvpool serve is one engine (-dp 1): no data-parallel peers to reach"
+_NO_LORA_LIMIT = ("kvpool serves no LoRA adapters (--enable-lora is refused), so no LoRA limit "
+                  "applies")
 # NOTE(vllm-noops): dest -> (argparse kind, why the flag means nothing in kvpool serve); the
 # reason is the startup info line and the flag's help. "bool": --x / --no-x, "flag": --x only.
 NO_OPS: dict[str, tuple[Any, str]] = {
@@ -83,8 +94,9 @@ NO_OPS: dict[str, tuple[Any, str]] = {
     "compilation_config": (str, _NO_COMPILE),
     "optimization_level": (str, _NO_COMPILE),
     "cudagraph_capture_sizes": ("list", _NO_GRAPHS),
-    "max_loras": (int, _NO_LORA), "max_lora_rank": (int, _NO_LORA),
-    "max_cpu_loras": (int, _NO_LORA),
+    "max_loras": (int, _NO_LORA_LIMIT), "max_lora_rank": (int, _NO_LORA_LIMIT),
+    "max_cpu_loras": (int, _NO_LORA_LIMIT),
+    "lora_dtype": (str, "kvpool serves no LoRA adapters (--enable-lora is refused)"),
     "async_scheduling": ("bool", "kvpool's step thread schedules each step as the last ends"),
     "prefix_match_unit": (int, "kvpool's prefix cache matches whole blocks (--block-size)"),
     "disable_access_log_for_endpoints": (str, "kvpool writes no access lines but at "
@@ -100,10 +112,38 @@ NO_OPS: dict[str, tuple[Any, str]] = {
                        "proxy routing by path prefix strips the prefix"),
     "allowed_local_media_path": (str, _TEXT_ONLY + ", so no media file is read"),
     "limit_mm_per_prompt": (str, _TEXT_ONLY + " (an image or audio part is a 400)"),
+    "language_model_only": ("bool", _TEXT_ONLY + ": the language model is all it loads"),
+    "mm_processor_kwargs": (str, _TEXT_ONLY + ", so no media processor runs"),
+    "mm_processor_cache_gb": (float, _TEXT_ONLY + ", so no media processor output is cached"),
+    "attention_backend": (str, "kvpool runs its own paged attention (PyTorch): no backend to "
+                               "choose"),
+    "hf_token": ("secret", _NO_DOWNLOAD),
+    "ignore_patterns": ("list", _NO_DOWNLOAD),
+    "safetensors_load_strategy": (str, "kvpool reads the safetensors files itself: no load "
+                                       "strategy to choose"),
+    "show_hidden_metrics_for_version": (str, "kvpool's GET /metrics hides no metrics"),
+    "kv_cache_metrics": ("bool", "GET /metrics always serves kvpool's KV cache figures"),
+    "enable_log_outputs": ("bool", "kvpool logs no requests and no outputs"),
+    "logging_config": (str, "kvpool's logging is --log-level (and --uvicorn-log-level for its "
+                            "HTTP server's loggers)"),
+    "structured_outputs_config": (str, "kvpool's structured outputs always run through its "
+                                       "own grammar engine (llguidance): no backend to choose"),
+    "kv_offloading_backend": (str, "kvpool offloads no KV cache (--kv-offloading-size is "
+                                   "refused; --swap-space sizes its host pool)"),
+    "sleep_mode_backend": (str, "kvpool has no sleep mode (--enable-sleep-mode is refused)"),
+    "data_parallel_address": (str, _ONE_ENGINE), "data_parallel_rpc_port": (int, _ONE_ENGINE),
+    "data_parallel_backend": (str, _ONE_ENGINE),
+    "enable_eplb": ("bool", "kvpool runs dense models on one device: no experts to balance"),
+    "disable_hybrid_kv_cache_manager": ("bool", "kvpool's KV cache is one block pool for every "
+                                                "layer"),
 }
 # vLLM's short spellings of no-op flags, and the metavars the flag's last word does not name
-_SHORT = {"compilation_config": "-cc", "optimization_level": "-O"}
-_METAVAR = {"compilation_config": "JSON", "limit_mm_per_prompt": "JSON"}
+_SHORT = {"compilation_config": "-cc", "optimization_level": "-O",
+          "data_parallel_address": "-dpa", "data_parallel_rpc_port": "-dpp",
+          "data_parallel_backend": "-dpb"}
+_METAVAR = {name: "JSON" for name in ("compilation_config", "limit_mm_per_prompt",
+                                      "mm_processor_kwargs", "logging_config",
+                                      "structured_outputs_config")} | {"ignore_patterns": "GLOB"}
 # vLLM's switches for what kvpool always does: dest -> what; their --no- form changes nothing
 ALWAYS = {"enable_request_id_headers": "every answer carries X-Request-Id",
           "enable_prompt_tokens_details": "usage has prompt_tokens_details.cached_tokens",
@@ -129,16 +169,6 @@ def add_vllm_args(parser: argparse.ArgumentParser) -> None:
     for dest, (kind, why) in NO_OPS.items():
         _add_no_op(group, dest, kind, why)
     _add_refused(group)
-
-
-class _UvicornLevel(argparse.Action):
-    """--uvicorn-log-level sets --log-level's dest unless --log-level came before it (a later
-    --log-level overrides it as any repeated flag does)."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        if getattr(namespace, self.dest, None) is None:
-            setattr(namespace, self.dest, _LEVEL_OF.get(values, values))
 
 
 class VllmSwitch(argparse.BooleanOptionalAction):
@@ -177,13 +207,21 @@ class _OnOff(VllmSwitch):
 
 
 def _add_honored(group: Any) -> None:
-    group.add_argument("--uvicorn-log-level", dest="log_level", action=_UvicornLevel,
-                       choices=UVICORN_LEVELS, default=argparse.SUPPRESS,
-                       help="kvpool's --log-level when that is not given (it logs its HTTP "
-                       "server's lines itself; trace is debug)")
+    group.add_argument("--uvicorn-log-level", choices=UVICORN_LEVELS, default=None,
+                       help="the level of kvpool's HTTP server's own loggers ("
+                       f"{', '.join(HTTP_LOGGERS)}; trace is debug, which also writes an access "
+                       "line per request), as vLLM's goes to uvicorn only: kvpool's own lines "
+                       "follow --log-level")
     group.add_argument("--num-gpu-blocks-override", dest="num_device_blocks", type=int,
                        metavar="N", default=argparse.SUPPRESS,
                        help="the same as --num-device-blocks (the later one wins)")
+    group.add_argument("--device-memory-utilization", dest="gpu_memory_utilization",
+                       type=float, metavar="FRACTION", default=argparse.SUPPRESS,
+                       help="the same as --gpu-memory-utilization (vLLM's other name)")
+    group.add_argument("--max-num-queued-reqs", dest="max_queue", type=int, metavar="N",
+                       default=argparse.SUPPRESS, help="the same as --max-queue: requests in "
+                       "flight (running and waiting) before 503 (a request with n > 1 counts "
+                       "once; the later flag wins)")
     group.add_argument("--scheduling-policy", dest="scheduling_policy", choices=POLICIES,
                        default=argparse.SUPPRESS,
                        help="the order waiting requests are served in: fcfs (arrival, the "
@@ -240,85 +278,28 @@ def _add_no_op(group: Any, dest: str, kind: Any, why: str) -> None:
         group.add_argument(*flags, action=VllmSwitch, default=None, opposite=opposite, help=text)
     elif kind == "flag":
         group.add_argument(*flags, action="store_const", const=True, default=None, help=text)
+    elif kind == "secret":  # vLLM's --hf-token [TOKEN]: never logged (apply_vllm_flags)
+        group.add_argument(*flags, nargs="?", const=True, default=None, metavar="TOKEN",
+                           help=text)
     elif kind == "list":
-        group.add_argument(*flags, nargs="+", default=None, metavar="N", help=text)
+        group.add_argument(*flags, nargs="+", default=None, metavar=_METAVAR.get(dest, "N"),
+                           help=text)
     else:
         metavar = "N" if kind is int else _METAVAR.get(dest, dest.split("_")[-1].upper())
         group.add_argument(*flags, type=kind, default=None, metavar=metavar, help=text)
 
 
-def _only(allowed: Sequence[str], why: str, *, as_int: bool = False) -> Callable[[str], Any]:
-    """An argparse type: a value in ``allowed`` passes, any other exits 2 naming it and why."""
-
-    def value(text: str) -> Any:
-        if as_int:
-            try:
-                text = str(int(text))
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-        if text not in allowed:
-            raise argparse.ArgumentTypeError(f"{text}: {why}")
-        return int(text) if as_int else text
-
-    return value
-
-
-_ONE_DEVICE = "kvpool serve runs the whole model on one device: use 1"
-# flags, allowed values, why any other is refused; as_int: the values are counts
-_REFUSED: tuple[tuple[tuple[str, ...], tuple[str, ...], str, bool], ...] = (
-    (("--tensor-parallel-size", "-tp"), ("1",), _ONE_DEVICE + " (no tensor parallelism)",
-     True),
-    (("--pipeline-parallel-size", "-pp"), ("1",), _ONE_DEVICE + " (no pipeline parallelism)",
-     True),
-    (("--data-parallel-size", "-dp"), ("1",), "one kvpool serve is one engine: use 1, and run "
-     "replicas behind `kvpool router` for data parallelism", True),
-    (("--kv-cache-dtype",), ("auto", "float16", "bfloat16"), "kvpool keeps the KV cache in the "
-     "model's dtype: use auto (or --dtype's value)", False),
-    (("--quantization", "-q"), (), "kvpool runs unquantized weights only (--dtype float32, "
-     "bfloat16 or float16): leave --quantization out", False),
-    (("--response-role",), ("assistant",), "kvpool's chat answers always carry role "
-     "assistant (vLLM's default): leave --response-role out", False),
-    (("--tokenizer-mode",), ("auto", "hf"), "kvpool reads the model's Hugging Face "
-     "tokenizer.json only: use auto or hf", False),
-    (("--load-format",), ("auto", "safetensors"), "kvpool loads safetensors weights only: use "
-     "auto or safetensors", False),
-    (("--kv-transfer-config",), (), "kvpool runs no vLLM KV connector (NIXL, LMCache, ...): "
-     "replicas share prefixes through --remote-url and publish KV events with "
-     "--kv-events-config", False),
-    (("--speculative-config",), (), "kvpool has no speculative decoding: leave it out", False),
-    (("--hf-overrides",), ("{}",), "kvpool reads the model's config.json as it is: edit a "
-     "copy of the model directory instead", False),
-    (("--model-impl",), ("auto", "vllm"), "kvpool runs its own implementation of the "
-     "architectures it knows (Llama, Qwen2, Qwen3, Granite, Phi-3, Mistral), as vLLM runs "
-     "its own: use auto or vllm", False),
-    (("--chat-template-content-format",), ("auto", "string"), "kvpool hands the template "
-     "each message's content as one string (text parts joined by newlines), vLLM's string "
-     "format: use auto or string", False),
-    (("--long-prefill-token-threshold",), ("0",), "kvpool bounds a prompt's chunk by the "
-     "step's budget (--max-num-batched-tokens) only: use 0", True),
-)
-_NO_LORA = "kvpool serves no LoRA adapters: serve a checkpoint with the adapter merged"
-# vLLM's --x / --no-x whose --x asks what kvpool cannot do: dest -> why
-_REFUSED_ON = {
-    "enable_lora": _NO_LORA,
-    "enable_force_include_usage": "kvpool puts usage in a stream only when the request's "
-    "stream_options.include_usage asks for it (continuous_usage_stats: in every chunk): leave "
-    "it out",
-    "enable_sleep_mode": "kvpool has no sleep mode (no /sleep or /wake_up; the weights and KV "
-    "cache stay on the device): leave it out",
-}
-
-
 def _add_refused(group: Any) -> None:
-    for flags, allowed, why, as_int in _REFUSED:
+    for flags, allowed, why, number in REFUSED:
         text = f"only {'|'.join(allowed)}, else refused: {why}" if allowed else f"refused: {why}"
-        group.add_argument(*flags, type=_only(allowed, why, as_int=as_int), default=None,
-                           metavar="N" if as_int else "VALUE", help=text)
-    for dest, why in _REFUSED_ON.items():
+        group.add_argument(*flags, type=only(allowed, why, number=number), default=None,
+                           metavar="N" if number else "VALUE", help=text)
+    for dest, why in REFUSED_ON.items():
         flag = dest.replace("_", "-")
-        group.add_argument(f"--{flag}", action=_OnOff, refused=True, default=None, why=why,
+        group.add_argument(f"--{flag}", *([SHORT_ON[dest]] if dest in SHORT_ON else []),
+                           action=_OnOff, refused=True, default=None, why=why,
                            help=f"refused: {why} (--no-{flag} is accepted)")
-    group.add_argument("--lora-modules", nargs="+", type=_only((), _NO_LORA), default=None,
+    group.add_argument("--lora-modules", nargs="+", type=only((), NO_LORA), default=None,
                        metavar="MODULE", help="refused")
 
 
@@ -337,9 +318,37 @@ def apply_vllm_flags(args: argparse.Namespace) -> list[str]:
         if value is None:
             continue
         flag = "--" + ("" if value is not False else "no-") + dest.replace("_", "-")
-        shown = ("" if isinstance(value, bool) else
+        shown = ("" if isinstance(value, bool) or _kind == "secret" else
                  f" {' '.join(value) if isinstance(value, list) else value}")
         lines.append(f"vLLM's {flag}{shown}: accepted, no effect: {why}")
     for line in lines:
         log.info("%s", line)
     return lines
+
+
+def set_up_logging(args: argparse.Namespace) -> None:
+    """The process's logging (``kvpool serve``'s entry point owns it): every logger at
+    --log-level (info when not given), and the HTTP server's own (HTTP_LOGGERS) at vLLM's
+    --uvicorn-log-level where that is given.
+
+    NOTE(uvicorn-level): vLLM hands --uvicorn-log-level to uvicorn alone, its own startup
+    lines stay at info; mapped onto kvpool's --log-level, ``--uvicorn-log-level warning`` hid
+    every no-op flag's line and the KV capacity line. Levels are set, not left to
+    basicConfig, which sets none where the root logger has a handler already."""
+    logging.basicConfig(format=LOG_FORMAT)
+    logging.getLogger().setLevel((args.log_level or "info").upper())
+    uvicorn = getattr(args, "uvicorn_log_level", None)
+    for name in HTTP_LOGGERS if uvicorn is not None else ():
+        logging.getLogger(name).setLevel(_LEVEL_OF.get(uvicorn, uvicorn).upper())
+
+
+def chosen_device(given: dict[str, Any]) -> str:
+    """--device as EngineConfig's ``given`` names it (auto when left out) resolved, with one
+    info line naming the device and why (NOTE(auto-device) in runtime/engine/config.py); on
+    the CPU, --gpu-memory-utilization (or its alias) given gets its no-op line."""
+    device, why = resolve_device(given.get("device", AUTO_DEVICE))
+    log.info("device %s: %s", device, why)
+    if device == "cpu" and "gpu_memory_utilization" in given:
+        log.info("--gpu-memory-utilization %s: accepted, no effect on CPU: the KV cache is sized "
+                 "by --kv-cache-memory (or --num-device-blocks)", given["gpu_memory_utilization"])
+    return device

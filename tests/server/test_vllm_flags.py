@@ -26,13 +26,14 @@ def parse(*argv: str) -> argparse.Namespace:
     return serve.add_serve_args(parser).parse_args(list(argv))
 
 
-def test_uvicorn_log_level_is_the_log_level_unless_log_level_is_given():
-    assert parse().log_level is None  # main: info
-    assert parse("--uvicorn-log-level", "warning").log_level == "warning"
-    assert parse("--uvicorn-log-level", "trace").log_level == "debug"
-    assert parse("--uvicorn-log-level", "critical").log_level == "critical"
-    assert parse("--log-level", "error", "--uvicorn-log-level", "debug").log_level == "error"
-    assert parse("--uvicorn-log-level", "debug", "--log-level", "error").log_level == "error"
+def test_uvicorn_log_level_is_the_http_servers_level_never_kvpools():
+    """NOTE(uvicorn-level): vLLM hands it to uvicorn alone (tests/server/test_vllm_deploy_flags.py
+    reads the startup lines)."""
+    assert (parse().log_level, parse().uvicorn_log_level) == (None, None)  # main: info
+    args = parse("--uvicorn-log-level", "warning")
+    assert (args.log_level, args.uvicorn_log_level) == (None, "warning")
+    args = parse("--log-level", "error", "--uvicorn-log-level", "trace")
+    assert (args.log_level, args.uvicorn_log_level) == ("error", "trace")
 
 
 def test_honored_flags_land_in_the_config_and_log_nothing(caplog):
@@ -150,6 +151,17 @@ NO_OP_ARGV = [
     ["--disable-access-log-for-endpoints", "/health,/metrics"],
     ["--otlp-traces-endpoint", "http://127.0.0.1:4317"],
     ["--max-parallel-loading-workers", "2"], ["--enable-expert-parallel"],
+    # vLLM 0.33's deployment flags (docs/architecture.md "vLLM's serve flags")
+    ["--attention-backend", "FLASHINFER"], ["--language-model-only"],
+    ["--mm-processor-kwargs", "{}"], ["--mm-processor-cache-gb", "4.0"], ["--hf-token"],
+    ["--ignore-patterns", "original/**/*"], ["--safetensors-load-strategy", "lazy"],
+    ["--show-hidden-metrics-for-version", "0.32"], ["--kv-cache-metrics"],
+    ["--enable-log-outputs"], ["--logging-config", '{"log_level": "DEBUG"}'],
+    ["--structured-outputs-config", '{"backend": "xgrammar"}'],
+    ["--kv-offloading-backend", "native"], ["--sleep-mode-backend", "cumem"],
+    ["--lora-dtype", "auto"], ["--data-parallel-address", "10.0.0.1"],
+    ["--data-parallel-rpc-port", "13345"], ["--data-parallel-backend", "mp"],
+    ["--enable-eplb"], ["--disable-hybrid-kv-cache-manager"],
 ]
 
 

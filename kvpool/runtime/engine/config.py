@@ -9,6 +9,26 @@ from dataclasses import dataclass
 from kvpool.errors import require
 
 PREEMPTION_MODES = (None, "swap", "recompute")
+AUTO_DEVICE = "auto"
+
+
+def resolve_device(requested: str) -> tuple[str, str]:
+    """(device, why) for --device: ``auto`` is CUDA where torch sees a CUDA device, else the
+    CPU; any other value is kept as given.
+
+    NOTE(auto-device): vLLM has no --device flag and detects its platform, so a manifest
+    written for it never names one; with kvpool's former default (cpu) the same command line
+    served a GPU node from the CPU, saying nothing (docs/architecture.md "vLLM's serve
+    flags")."""
+    if requested != AUTO_DEVICE:
+        return requested, f"--device {requested}"
+    import torch  # only where the device is detected: the config is read without torch
+
+    if torch.cuda.is_available():
+        return "cuda", (f"--device auto: torch sees {torch.cuda.device_count()} CUDA "
+                        f"device(s), the first is {torch.cuda.get_device_name(0)}")
+    return "cpu", ("--device auto: torch sees no CUDA device (torch.cuda.is_available() is "
+                   "False); pass --device cuda to require one")
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +39,7 @@ class EngineConfig:
     served_model_name: str | None = None  # --served-model-name (default: model dir name)
     tokenizer: str | None = None  # --tokenizer: a local directory (default: the model's)
     dtype: str = "auto"  # --dtype: auto (checkpoint dtype, float32 where bf16 is slow) | ...
-    device: str = "cpu"  # --device: cpu | cuda
+    device: str = AUTO_DEVICE  # --device: auto | cpu | cuda[:N]; auto resolved at construction
     block_size: int = 16  # --block-size
     kv_cache_memory: int | str = "256MiB"  # --kv-cache-memory: KV budget on CPU
     gpu_memory_utilization: float = 0.9  # --gpu-memory-utilization: KV budget on CUDA
@@ -55,6 +75,7 @@ class EngineConfig:
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
+        self._check_device()
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_queue",
                      "max_n", "max_tokens_limit", "max_stop", "stream_interval"):
             v = getattr(self, name)
@@ -67,8 +88,6 @@ class EngineConfig:
         require(self.num_threads is None or (isinstance(self.num_threads, int)
                                              and self.num_threads >= 1),
                 "--num-threads must be an int >= 1")
-        require(self.device == "cpu" or self.device.startswith("cuda"),
-                 f"--device={self.device!r} is invalid: use cpu or cuda[:N]")
         require(isinstance(self.gpu_memory_utilization, (int, float))
                  and 0 < self.gpu_memory_utilization <= 1,
                  "--gpu-memory-utilization must be in (0, 1]")
@@ -94,3 +113,10 @@ class EngineConfig:
                      f"--{name.replace('_', '-')} must be an int >= 0")
         require(self.num_device_blocks is None or self.num_device_blocks >= 1,
                  "--num-device-blocks must be >= 1")
+
+    def _check_device(self) -> None:
+        """--device auto resolved once, here (NOTE(auto-device)); then cpu or cuda[:N]."""
+        if self.device == AUTO_DEVICE:
+            object.__setattr__(self, "device", resolve_device(AUTO_DEVICE)[0])
+        require(self.device == "cpu" or self.device.startswith("cuda"),
+                f"--device={self.device!r} is invalid: use auto, cpu or cuda[:N]")
