@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvpool.errors import require
-from kvpool.runtime.engine.config import AUTO_DEVICE, resolve_device
 from kvpool.sched.config import POLICIES
 from kvpool.server.vllm_config_file import add_config_flag
 from kvpool.server.vllm_dotted import human_int
@@ -346,6 +345,9 @@ def chosen_device(given: dict[str, Any]) -> str:
     """--device as EngineConfig's ``given`` names it (auto when left out) resolved, with one
     info line naming the device and why (NOTE(auto-device) in runtime/engine/config.py); on
     the CPU, --gpu-memory-utilization (or its alias) given gets its no-op line."""
+    # here, not at the top: kvpool router imports this module (through cors.py) and no engine
+    from kvpool.runtime.engine.config import AUTO_DEVICE, resolve_device
+
     device, why = resolve_device(given.get("device", AUTO_DEVICE))
     log.info("device %s: %s", device, why)
     if device == "cpu" and "gpu_memory_utilization" in given:
