@@ -62,14 +62,15 @@ from __future__ import annotations
 import asyncio
 import select
 import ssl
-from collections import deque
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 import httptools
 from multidict import CIMultiDict
 
 from kvpool.router.connect_errors import Shortage, connect_failed
+from kvpool.router.idle_pool import IdlePool
 
 __all__ = ["CONNECT_TIMEOUT", "Upstream", "UpstreamLost", "UpstreamPool"]
 
@@ -271,7 +272,7 @@ class Upstream:
 
     async def __aexit__(self, *exc_info: object) -> None:
         if exc_info[0] is None and self.conn.reusable():
-            self.pool.put(self.base, self.conn)
+            self.pool.idle.put(self.base, self.conn)
         else:
             self.conn.close()
 
@@ -292,6 +293,14 @@ class Upstream:
             await c.more()
 
 
+@lru_cache(maxsize=4096)  # bounded: replicas come and go (idle_pool.py NOTE(sweep))
+def _target(base: str) -> tuple[str, int, str, bool]:
+    """(host, port, Host header, TLS) of a replica base URL."""
+    parts = urlsplit(base)
+    tls, host = parts.scheme == "https", parts.hostname or ""
+    return host, parts.port or (443 if tls else 80), parts.netloc.rpartition("@")[2], tls
+
+
 def _request_bytes(method: str, target: str, host: str, headers: Sequence[tuple[str, str]],
                    body: bytes) -> bytes:
     fields = "".join([f"{k}: {v}\r\n" for k, v in headers])
@@ -308,34 +317,21 @@ class UpstreamPool:
 
     def __init__(self, *, connect_timeout: float, keepalive: float) -> None:
         self.connect_timeout = connect_timeout
-        self.keepalive = keepalive  # seconds an idle connection may be reused (NOTE(idle))
-        self.idle: dict[str, deque[_Conn]] = {}
-        self._targets: dict[str, tuple[str, int, str, bool]] = {}
+        self.idle = IdlePool(keepalive)  # the pooled connections (idle_pool.py NOTE(sweep))
         self._tls: ssl.SSLContext | None = None  # the system's CAs, made when first needed
         self.shortage = Shortage("request(s)")  # connect_errors.py NOTE(local-exhaustion)
-
-    def _target(self, base: str) -> tuple[str, int, str, bool]:
-        """(host, port, Host header, TLS) of a replica base URL."""
-        found = self._targets.get(base)
-        if found is None:
-            parts = urlsplit(base)
-            tls, host = parts.scheme == "https", parts.hostname or ""
-            found = (host, parts.port or (443 if tls else 80), parts.netloc.rpartition("@")[2],
-                     tls)
-            self._targets[base] = found
-        return found
 
     async def request(self, base: str, method: str, target: str,
                       headers: Sequence[tuple[str, str]], body: bytes,
                       on_data: Callable[[], None] | None = None,
                       on_sent: Callable[[], None] = lambda: None,
                       tls: ssl.SSLContext | None = None) -> Upstream:
-        host, port, host_header, https = self._target(base)
+        host, port, host_header, https = _target(base)
         if https and tls is None:  # the system's CAs (replica_tls.py NOTE(replica-ca))
             tls = self._tls = self._tls or ssl.create_default_context()
         data = _request_bytes(method, target, host_header, headers, body)
         calls = (on_data, on_sent)
-        conn = self._reuse(base)
+        conn = self.idle.take(base)
         if conn is not None:
             try:
                 return await self._send(base, conn, method, data, calls)
@@ -362,19 +358,6 @@ class UpstreamPool:
             raise
         return Upstream(self, base, conn)
 
-    def _reuse(self, base: str) -> _Conn | None:
-        q = self.idle.get(base)
-        if not q:
-            return None
-        now = asyncio.get_running_loop().time()
-        while q:
-            c = q.pop()  # the newest first (NOTE(idle))
-            if not c.lost and not c.stray and now - c.idle_since < self.keepalive \
-                    and c.quiet():
-                return c
-            c.close()
-        return None
-
     async def _connect(self, host: str, port: int, tls: ssl.SSLContext | None) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
@@ -387,13 +370,5 @@ class UpstreamPool:
                                  self.shortage) from exc
         return conn
 
-    def put(self, base: str, conn: _Conn) -> None:
-        conn.idle_since = conn.loop.time()
-        conn.on_data = None  # NOTE(on-data)
-        self.idle.setdefault(base, deque()).append(conn)
-
     def close(self) -> None:
-        for q in self.idle.values():
-            for c in q:
-                c.close()
-        self.idle.clear()
+        self.idle.close()

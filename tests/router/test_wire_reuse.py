@@ -54,7 +54,7 @@ async def test_a_connection_closed_by_a_shorter_replica_keepalive_is_not_reused(
     with replica_in_thread(keepalive=0.2) as (url, seen):
         async with scripted([]) as (_, pool, _unused):  # a pool keeping connections 10 s
             assert (await post(pool, url, b"", "GET"))[0] == 200
-            (pooled,) = pool.idle[url]
+            (pooled,) = pool.idle.conns[url]
             # this loop blocked until the replica's close is in the pooled socket, unread:
             # the race of a request coming in as the replica's keep-alive ends
             poller = select.poll()
