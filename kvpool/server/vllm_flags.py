@@ -332,10 +332,9 @@ def set_up_logging(args: argparse.Namespace) -> None:
 
     NOTE(uvicorn-level): vLLM hands --uvicorn-log-level to uvicorn alone, its own startup
     lines stay at info; mapped onto kvpool's --log-level, ``--uvicorn-log-level warning`` hid
-    every no-op flag's line and the KV capacity line. Levels are set, not left to
-    basicConfig, which sets none where the root logger has a handler already."""
-    logging.basicConfig(format=LOG_FORMAT)
-    logging.getLogger().setLevel((args.log_level or "info").upper())
+    every no-op flag's line and the KV capacity line. The root level is basicConfig's, so a
+    process whose logging is set up already (one embedding kvpool, a test run) keeps its own."""
+    logging.basicConfig(level=(args.log_level or "info").upper(), format=LOG_FORMAT)
     uvicorn = getattr(args, "uvicorn_log_level", None)
     for name in HTTP_LOGGERS if uvicorn is not None else ():
         logging.getLogger(name).setLevel(_LEVEL_OF.get(uvicorn, uvicorn).upper())
