@@ -5,16 +5,10 @@ server start, about 40 starts in CI). NOTE(no-llg-torch) in grammar_matchers.py.
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from tests.fresh_imports import loaded_of
 
 
 def test_the_server_and_engine_import_no_torch_compiler():
     # kvpool.server.serve, then the engine _build imports before the ready line
-    code = ("import sys, kvpool.server.serve, kvpool.runtime.engine.async_engine\n"
-            "heavy = [m for m in ('llguidance.torch', 'torch._dynamo', 'torch._inductor')"
-            " if m in sys.modules]\n"
-            "print(','.join(heavy) or 'none')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)
-    assert out.stdout.strip() == "none", out.stdout
+    heavy = ("llguidance.torch", "torch._dynamo", "torch._inductor")
+    assert loaded_of("kvpool.server.serve, kvpool.runtime.engine.async_engine", heavy) == []

@@ -257,32 +257,17 @@ async def test_output_config_format_holds_the_text_to_its_schema(srv):
 async def test_server_load_counts_a_message_in_flight():
     """vLLM's load_aware_call wraps both Messages routes: with load tracking on, a message
     held inside the engine's step is one on /load."""
-    from aiohttp.test_utils import TestServer
+    from tests.server.test_server_load import held_server, load
 
-    from kvpool.runtime.engine.async_engine import AsyncEngine
-    from kvpool.server.app import build_app
-    from tests.configs import SERVE_LIMITS, engine_config
-    from tests.server.test_server_load import Hold, load
-
-    hold = Hold()
-    engine = AsyncEngine(engine_config("serve", **SERVE_LIMITS), faults=hold)
-    server = TestServer(build_app(engine, server_load_tracking=True, engine_shutdown_timeout=5),
-                        host="127.0.0.1", port=0)
-    await server.start_server()
-    url = f"http://127.0.0.1:{server.port}"
     body = {"model": MODEL, "max_tokens": 2, "messages": ASK, "stream": True}
-    try:
-        async with aiohttp.ClientSession() as s:
-            async def message() -> str:
-                async with s.post(url + "/v1/messages", json=body) as r:
-                    return await r.text()
+    async with held_server() as (hold, url), aiohttp.ClientSession() as s:
+        async def message() -> str:
+            async with s.post(url + "/v1/messages", json=body) as r:
+                return await r.text()
 
-            task = asyncio.create_task(message())
-            assert await asyncio.to_thread(hold.entered.wait, 10)
-            assert await load(s, url) == {"server_load": 1}
-            hold.go.set()
-            assert "message_stop" in await task
-            assert await load(s, url) == {"server_load": 0}
-    finally:
+        task = asyncio.create_task(message())
+        assert await asyncio.to_thread(hold.entered.wait, 10)
+        assert await load(s, url) == {"server_load": 1}
         hold.go.set()
-        await server.close()
+        assert "message_stop" in await task
+        assert await load(s, url) == {"server_load": 0}

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -37,8 +39,10 @@ async def load(s: aiohttp.ClientSession, url: str) -> dict:
         return await r.json()
 
 
-@pytest.mark.parametrize("tracking", [True, False])
-async def test_load_counts_generation_requests_only_with_tracking_on(tracking):
+@contextlib.asynccontextmanager
+async def held_server(tracking: bool = True) -> AsyncIterator[tuple[Hold, str]]:
+    """(hold, base URL) of a real server whose engine steps wait until ``hold.go``; /load
+    tracks with ``tracking``. The server is closed, and any held step let go, at the end."""
     from kvpool.runtime.engine.async_engine import AsyncEngine
 
     hold = Hold()
@@ -46,8 +50,16 @@ async def test_load_counts_generation_requests_only_with_tracking_on(tracking):
     app = build_app(engine, server_load_tracking=tracking, engine_shutdown_timeout=5)
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
-    url = f"http://127.0.0.1:{server.port}"
     try:
+        yield hold, f"http://127.0.0.1:{server.port}"
+    finally:
+        hold.go.set()
+        await server.close()
+
+
+@pytest.mark.parametrize("tracking", [True, False])
+async def test_load_counts_generation_requests_only_with_tracking_on(tracking):
+    async with held_server(tracking) as (hold, url):
         async with aiohttp.ClientSession() as s:
             assert await load(s, url) == {"server_load": 0}
 
@@ -68,40 +80,25 @@ async def test_load_counts_generation_requests_only_with_tracking_on(tracking):
             async with s.post(url + "/v1/completions", json={"prompt": ""}) as r:
                 assert r.status == 400  # a request that fails is taken off too
             assert await load(s, url) == {"server_load": 0}
-    finally:
-        hold.go.set()
-        await server.close()
 
 
 async def test_batch_chat_and_invocations_count_as_vllm_counts_them():
     """vLLM's load_aware_call wraps its batch chat route and the chat and completion handlers
     /invocations calls: a request held inside either counts 1."""
-    from kvpool.runtime.engine.async_engine import AsyncEngine
-
-    hold = Hold()
-    engine = AsyncEngine(engine_config("serve", **SERVE_LIMITS), faults=hold)
-    server = TestServer(build_app(engine, server_load_tracking=True, engine_shutdown_timeout=5),
-                        host="127.0.0.1", port=0)
-    await server.start_server()
-    url = f"http://127.0.0.1:{server.port}"
     bodies = {"/invocations": CHAT, "/v1/chat/completions/batch": {
         "messages": [CHAT["messages"]] * 2, "max_tokens": 2}}
-    try:
-        async with aiohttp.ClientSession() as s:
-            for route, body in bodies.items():
-                hold.go.clear()
-                hold.entered.clear()
-                task = asyncio.create_task(s.post(url + route, json=body))
-                assert await asyncio.to_thread(hold.entered.wait, 10)
-                assert await load(s, url) == {"server_load": 1}, route
-                hold.go.set()
-                async with await task as r:
-                    assert r.status == 200, route
-                    await r.read()
-                assert await load(s, url) == {"server_load": 0}
-    finally:
-        hold.go.set()
-        await server.close()
+    async with held_server() as (hold, url), aiohttp.ClientSession() as s:
+        for route, body in bodies.items():
+            hold.go.clear()
+            hold.entered.clear()
+            task = asyncio.create_task(s.post(url + route, json=body))
+            assert await asyncio.to_thread(hold.entered.wait, 10)
+            assert await load(s, url) == {"server_load": 1}, route
+            hold.go.set()
+            async with await task as r:
+                assert r.status == 200, route
+                await r.read()
+            assert await load(s, url) == {"server_load": 0}
 
 
 def test_the_flag_is_vllms_and_off_by_default():
