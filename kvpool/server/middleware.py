@@ -273,13 +273,23 @@ def bearer_token(headers: Mapping[str, str]) -> str:
     return token if scheme.lower() == "bearer" else ""
 
 
+INVOCATIONS = "/invocations"  # SageMaker's generation route (NOTE(invocations-key))
+
+
 def auth_middleware(api_keys: tuple[str, ...], protected_prefix: str = "/v1") -> Callable:
     """Require ``Authorization: Bearer <key>``, one of ``api_keys``, on every route under
-    ``protected_prefix``.
+    ``protected_prefix``, and on SageMaker's /invocations (NOTE(invocations-key)).
 
     Each comparison runs in constant time (``hmac.compare_digest``) and every key is compared,
     so the time taken reveals neither how much of a guess was right nor which key it neared.
     /health and /metrics stay open.
+
+    NOTE(invocations-key): vLLM 0.33 guards /v1, /v2, /inference and /cohere only, so with
+    --api-key its /invocations generates for anyone. Here it generated for anyone too, and the
+    tenant of such a request was read from a bearer token no one had checked: any made-up token
+    was a fresh tenant with its own quota and prefix cache. /invocations takes the key as /v1
+    does; SageMaker itself authenticates its callers and sends no bearer, so a deployment
+    behind it runs without --api-key (docs/architecture.md "SageMaker's /invocations").
     """
     expected = [key.encode() for key in api_keys]
 
@@ -291,7 +301,8 @@ def auth_middleware(api_keys: tuple[str, ...], protected_prefix: str = "/v1") ->
 
     @web.middleware
     async def check_key(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path == protected_prefix or request.path.startswith(protected_prefix + "/"):
+        path = request.path
+        if path in (protected_prefix, INVOCATIONS) or path.startswith(protected_prefix + "/"):
             if not known(bearer_token(request.headers)):
                 raise APIError(401, "invalid or missing API key: send "
                                     "'Authorization: Bearer <key>'", code="invalid_api_key",
