@@ -54,9 +54,11 @@ class ChoiceReader:
         return out
 
 
-def chat_message(req: ParsedRequest, text: str, reason: str) -> tuple[dict[str, Any], str]:
-    """The body's assistant message for a choice's whole ``text``, and its finish reason
-    (``tool_calls`` where a call was read from an output that stopped)."""
+def chat_message(req: ParsedRequest, text: str, reason: str,
+                 echo: str = "") -> tuple[dict[str, Any], str]:
+    """The body's assistant message for a choice's whole ``text`` (after ``echo``, its
+    prompt's chat echo), and its finish reason (``tool_calls`` where a call was read from an
+    output that stopped)."""
     reasoning, content = (None, text) if req.reasoning is None else req.reasoning.split(text)
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
@@ -64,7 +66,7 @@ def chat_message(req: ParsedRequest, text: str, reason: str) -> tuple[dict[str, 
     tools = req.tools
     if tools is None or content is None:
         if content is not None:
-            message["content"] = req.echo_text + content
+            message["content"] = echo + content
         return message, reason
     got = tools.extract(content)
     forced = tools.forced  # NOTE(forced-content) in tools/forced.py

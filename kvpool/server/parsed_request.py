@@ -52,6 +52,8 @@ class ParsedRequest:
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
     return_n: int | None = None  # best_of > n: params.n = best_of run, the n best returned
     echo_text: str = ""  # chat echo: the final assistant message, in front of the content
+    # each prompt's own echo_text where they differ (route_bodies.py NOTE(batch-chat)), or ()
+    echo_texts: tuple[str, ...] = ()
     tools: Any = None  # tools.request.ToolRequest whose output is read for calls, or None
     reasoning: Any = None  # reasoning.ReasoningRequest (chat, --reasoning-parser), or None
     # each prompt's max_tokens where they differ (NOTE(clamp) in context_budget.py: each is
@@ -62,6 +64,10 @@ class ParsedRequest:
     fit: bool = False
     request_id: str | None = None  # the body's request_id (request_ids.py): the shown id
     prompt_text: str | None = None  # chat return_prompt_text: the template's text (vllm_fields)
+
+    def echo_at(self, p: int) -> str:
+        """Prompt ``p``'s chat echo (``echo_texts``, else the one ``echo_text``)."""
+        return self.echo_texts[p] if self.echo_texts else self.echo_text
 
     def params_at(self, i: int, pool: RequestChecker | None = None) -> SamplingParams:
         """Prompt ``i``'s SamplingParams: ``params`` with its own max_tokens (NOTE(clamp)),

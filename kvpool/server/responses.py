@@ -342,10 +342,10 @@ class ResponseBuilder:
             chunk["choices"] = [echo_choice(i, {"role": "assistant", "content": ""})]
             chunk["prompt_text"] = self.req.prompt_text  # return_prompt_text, else None
             out.append(chunk)
-        if self.req.echo_text:  # NOTE(vllm-chunk-keys): the echo, a chunk of its own
+        echoes = [self.req.echo_at(i // self.n) for i in range(len(self.texts))]
+        if any(echoes):  # NOTE(vllm-chunk-keys): the echo, a chunk of its own
             out += [{**self._envelope("chat.completion.chunk"),
-                     "choices": [echo_choice(i, {"content": self.req.echo_text})]}
-                    for i in range(len(self.texts))]
+                     "choices": [echo_choice(i, {"content": e})]} for i, e in enumerate(echoes)]
         if self.req.continuous_usage:
             for chunk in out:
                 i = chunk["choices"][0]["index"]
@@ -372,7 +372,8 @@ class ResponseBuilder:
             reason = self.finish[i] if self.finish[i] in OPENAI_FINISH else "stop"
             lp = self.logprobs[i]
             if self.chat:
-                message, reason = chat_message(self.req, text, reason)
+                message, reason = chat_message(self.req, text, reason,
+                                               self.req.echo_at(i // self.n))
                 choice = {"index": shown_at, "message": message,
                           "logprobs": lp if lp is not None or self.lp.logprobs is None
                           else {"content": []}, "finish_reason": reason}

@@ -20,8 +20,8 @@ other fields shared, and they run as the prompts of one request, as several comp
 do: choice i answers conversation i, usage sums them, and a disconnect aborts them all. As
 vLLM's: ``n`` must be 1 and ``use_beam_search`` false (400 naming them), the answer is one
 JSON body (``stream`` is not a field there, so it is ignored, as are ``tools``), and
-``tool_choice`` may only be "none". Where kvpool differs: an ``echo`` batch whose
-conversations end in different assistant messages is a 400 (one echo text per request here).
+``tool_choice`` may only be "none"; with ``echo``, each choice opens with its own
+conversation's last assistant message.
 """
 
 from __future__ import annotations
@@ -63,12 +63,11 @@ class RouteBodies:
         convs = _conversations(body, self.parser.max_prompts)
         shared = {k: v for k, v in body.items() if k not in _NOT_BATCHED}
         parsed = [self._chat({**shared, "messages": m}) for m in convs]
-        if len({p.echo_text for p in parsed}) > 1:
-            raise RequestError.field("echo", "the conversations of a batch end in different "
-                                     "assistant messages: send them one by one to echo them")
+        echoes = tuple(p.echo_text for p in parsed)
         return dataclasses.replace(
             parsed[0], prompts=tuple(p.prompt_ids for p in parsed), prompt_texts=(),
-            budgets=tuple(p.params_at(0).max_tokens for p in parsed))
+            budgets=tuple(p.params_at(0).max_tokens for p in parsed),
+            echo_texts=echoes if len(set(echoes)) > 1 else ())
 
     def _chat(self, body: dict[str, Any]) -> ParsedRequest:
         check_chat_tools(body)
