@@ -93,8 +93,8 @@ from kvpool.epp.rewrite import ModelRewrites, request_seed
 from kvpool.epp.stored_names import StoredNames
 from kvpool.epp.subset import Subset, host_port
 from kvpool.router.affinity import PREVIOUS, RESPONSES_PATH
-from kvpool.router.proxy import GENERATE_PATHS, Router
-from kvpool.router.scored_body import scored_body
+from kvpool.router.proxy import Router
+from kvpool.router.scored_body import GENERATE_PATHS, scored_body
 from kvpool.router.relayed import request_headers
 from kvpool.router.replicas import Replica
 

@@ -1,6 +1,7 @@
 """The router's aiohttp app: ask every healthy replica, choose, stream the answer through.
 
-Per POST /v1/completions, /v1/chat/completions, /v1/messages or /invocations (scored_body.py)::
+Per POST to a generation route (scored_body.py GENERATE_PATHS: completions, chat, batch chat,
+/v1/messages, /invocations)::
 
     body = read once within --max-body-bytes, checked to be a JSON object (relayed.py; else
         400 / 413 OpenAI error JSON)
@@ -82,7 +83,7 @@ from kvpool.router.kv_routing import EventRouting
 from kvpool.router.membership import Membership, bearer, carries_token
 from kvpool.router.relayed import BodyReader, asking_identity, own_session, request_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_json
-from kvpool.router.scored_body import MESSAGES_PATH, scored_body
+from kvpool.router.scored_body import GENERATE_PATHS, scored_body
 from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
 from kvpool.router.response_ids import usable_id
 from kvpool.router.upstream import (RELAYED, SAFE_METHODS, SKIP_AUTO_HEADERS, Failure, Relay,
@@ -99,7 +100,6 @@ __all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE"
 
 log = logging.getLogger("kvpool.router")
 LOOKUP_PATH = "/v1/kvpool/lookup"
-GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions", MESSAGES_PATH, "/invocations")
 # NOTE(retry) (upstream.py): retries of a request the replica cannot have started. Two ride
 # out one replica found down and one full within a health beat (a rolling restart) while
 # an overload reaching every replica costs at most three tries per request

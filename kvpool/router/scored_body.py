@@ -1,5 +1,7 @@
 """What the router scores a generation request by: its own body, or, for an Anthropic
-Messages request, the chat body the replica turns it into.
+Messages request, the chat body the replica turns it into, and for a batch chat request its
+first conversation's chat body. ``GENERATE_PATHS``: the routes placed so (the router's and
+the endpoint picker's).
 
 NOTE(messages-scored): a replica serves ``POST /v1/messages`` by turning the body into a chat
 request (kvpool/server/anthropic_input.py ``messages_to_chat``: the system prompt first, then
@@ -10,6 +12,13 @@ which the replicas' lookup reads (it takes completion and chat bodies). Scored a
 the Anthropic body's ``messages`` read as chat without the system prompt, or not at all: a
 prediction for some other prompt. A body the conversion refuses is scored as it came (the
 replica answers it with its 400). The request itself goes to the replica unchanged.
+
+NOTE(batch-scored): a batch chat request (``POST /v1/chat/completions/batch``,
+kvpool/server/route_bodies.py NOTE(batch-chat)) holds several conversations, whose prompts
+the replica computes one by one; a batch usually shares its system prompt and instructions.
+It is placed by its first conversation, as a chat request of that conversation would be, so a
+batch sent again goes where its prefix is. Sent as it came it was placed by load: a body whose
+``messages`` is a list of conversations is no chat body, and no lookup scored it.
 """
 
 from __future__ import annotations
@@ -21,7 +30,11 @@ from kvpool.server.anthropic_errors import PREFIX as MESSAGES_PATH  # the replic
 from kvpool.server.anthropic_input import messages_to_chat
 from kvpool.server.field_policy import FieldPolicy
 
-__all__ = ["MESSAGES_PATH", "scored_body"]
+__all__ = ["BATCH_PATH", "GENERATE_PATHS", "MESSAGES_PATH", "scored_body"]
+
+BATCH_PATH = "/v1/chat/completions/batch"
+GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions", MESSAGES_PATH, "/invocations",
+                  BATCH_PATH)
 
 _FIELDS = FieldPolicy(quiet=True)  # unknown fields: the replica lists them, not the router
 
@@ -29,7 +42,13 @@ _FIELDS = FieldPolicy(quiet=True)  # unknown fields: the replica lists them, not
 def scored_body(path: str, raw: bytes, body: dict[str, Any] | None
                 ) -> tuple[bytes, dict[str, Any] | None]:
     """(raw, body) to place a request to ``path`` by (NOTE(messages-scored)): the chat body a
-    Messages request becomes, encoded for the lookups; any other request as it came."""
+    Messages request becomes, or a batch's first conversation (NOTE(batch-scored)), encoded
+    for the lookups; any other request as it came."""
+    if path == BATCH_PATH and isinstance(body, dict):
+        convs = body.get("messages")
+        if isinstance(convs, list) and convs and isinstance(convs[0], list):
+            first = {**body, "messages": convs[0]}
+            return json.dumps(first).encode(), first
     if path != MESSAGES_PATH or not isinstance(body, dict):
         return raw, body
     try:

@@ -256,3 +256,18 @@ async def test_an_invocations_request_is_placed_by_its_prefix_as_its_body_reads(
         predicted = after["kvpool_router_predicted_hit_tokens_total"][()] - \
             before["kvpool_router_predicted_hit_tokens_total"][()]
         assert predicted == cached
+
+
+async def test_a_batch_is_placed_by_its_first_conversation(replicas):
+    """NOTE(batch-scored) in kvpool/router/scored_body.py: a batch chat request sent again
+    goes where its first conversation's prefix is, a prefix decision; it went by load."""
+    conv = [{"role": "system", "content": prompt(uuid.uuid4().hex)},
+            {"role": "user", "content": "hi"}]
+    body = {"messages": [conv]}
+    async with router(replicas) as (r, url), aiohttp.ClientSession() as s:
+        await complete(s, url, body, "/v1/chat/completions/batch")
+        before = await metrics(s, url)
+        again = await complete(s, url, body, "/v1/chat/completions/batch")
+        after = await metrics(s, url)
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert decisions(after, "prefix") == decisions(before, "prefix") + 1
