@@ -52,8 +52,8 @@ def test_buffer_steps_0_keeps_nothing_for_replay_as_vllm(tmp_path):
                     replay_endpoint=f"ipc://{tmp_path}/rep")
     sub = Sub(pub)
     try:
-        wait_subscribed(pub, sub)  # batches went out live
-        assert pub.next_seq > 1
+        wait_subscribed(pub, sub)  # one batch at least went out live (one when the first
+        assert pub.next_seq >= 1  # poke already met the subscription: the CI's first run)
         assert sub.replay([b"", (0).to_bytes(8, "big")]) == [[b"", b"", END, b""]]
     finally:
         sub.close()
