@@ -83,6 +83,9 @@ REFUSED: tuple[tuple[tuple[str, ...], tuple[str, ...], str, Any], ...] = (
      "format: use auto or string", None),
     (("--long-prefill-token-threshold",), ("0",), "kvpool bounds a prompt's chunk by the "
      "step's budget (--max-num-batched-tokens) only: use 0", int),
+    (("--max-num-queued-tokens",), (), "kvpool has no prompt-token admission limit (vLLM's "
+     "503 once the prompts waiting for prefill hold this many tokens): bound the requests "
+     "in flight with --max-queue (vLLM's --max-num-queued-reqs) instead", None),
     (("--tool-parser-plugin",), (), _NO_PLUGIN, None),
     (("--reasoning-parser-plugin",), (), _NO_PLUGIN, None),
 )

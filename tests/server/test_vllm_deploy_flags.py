@@ -163,6 +163,8 @@ def test_vllms_dotted_forms_of_json_flags_kvpool_takes():
                                      "directory's Hugging Face config.json only"),
     (["--tool-parser-plugin", "p.py"], "--tool-parser-plugin: p.py: kvpool loads no parser "
                                        "plugins"),
+    (["--max-num-queued-tokens", "8192"], "--max-num-queued-tokens: 8192: kvpool has no "
+                                          "prompt-token admission limit"),
     (["--reasoning-parser-plugin", "p.py"], "--reasoning-parser-plugin: p.py: kvpool loads no "
                                             "parser plugins"),
 ], ids=lambda v: v[0] if isinstance(v, list) else "")
