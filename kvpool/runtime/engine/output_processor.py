@@ -171,13 +171,12 @@ class OutputProcessor:
         # NOTE(prompt-context) in kvpool/runtime/model/tokenizer.py: the prompt seeds the text
         seqs = {s: SeqState(i, tok.detokenizer(skip, prompt_ids)) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
-        stop_ids, _ = StopLimits.stop_tokens(params, tok.eos_token_id, tok.eos_token_ids[1:])
+        stop_ids = StopLimits.stop_tokens(params, tok.eos_token_id, tok.eos_token_ids[1:])[0]
         silent = frozenset() if params.include_stop_str_in_output else stop_ids
         rep = params.repetition_detection
         self.requests[request_id] = RequestState(
             request_id, params, prompt_ids, arrival, seqs, hold=hold, silent=silent,
-            stop_ids=stop_ids,
-            repeat=rep if rep is not None and rep.on else None,
+            stop_ids=stop_ids, repeat=rep if rep is not None and rep.on else None,
             interval=max(self.stream_interval, params.stream_interval),
             prompt_lps=None if params.prompt_logprobs is None else [None] * len(prompt_ids))
 
