@@ -33,11 +33,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import Connection, SSLConnection, parse_url
+from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (MasterNotFoundError, Sentinel, SentinelManagedConnection,
                                     SentinelManagedSSLConnection)
@@ -47,13 +46,10 @@ from redis.exceptions import (AskError, AuthenticationError, ClusterDownError, M
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kvpool.errors import ConfigError
 from kvpool.remote.connections import (READ_BUFFER, BufferedConnection,
                                        BufferedTLSConnection, driver_info, pool_from_url)
+from kvpool.remote.url_forms import check_url, split_url
 
-SCHEMES = ("redis://HOST:PORT, rediss://HOST:PORT, unix:///PATH, "
-           "redis+cluster://HOST:PORT[,HOST:PORT...] (rediss+cluster:// for TLS) or "
-           "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE (rediss+sentinel:// for TLS)")
 _DEFAULT_PORT = {"cluster": 6379, "sentinel": 26379}
 
 
@@ -76,28 +72,6 @@ class TierClient:
             await self.pool.aclose()
 
 
-def check_url(url: str) -> str:
-    """The kind of ``url`` ("server", "cluster", "sentinel"), or ConfigError naming the
-    accepted forms: what ``kvpool serve`` checks before it builds an engine."""
-    scheme = url.partition("://")[0].lower() if "://" in url else ""
-    base, _, mode = scheme.partition("+")
-    if base not in ("redis", "rediss", "unix") or mode not in ("", "cluster", "sentinel") or (
-            mode and base == "unix"):
-        raise ConfigError(f"--remote-url {_shown(url)!r}: unknown scheme; use {SCHEMES}")
-    if not mode:
-        try:
-            parse_url(url)
-        except ValueError as exc:
-            raise ConfigError(f"--remote-url {_shown(url)!r}: {exc}; use {SCHEMES}") from None
-        return "server"
-    _, path, _ = _split(url, base, mode)
-    service = path.strip("/")
-    if mode == "sentinel" and (not service or "/" in service):
-        raise ConfigError(f"--remote-url {_shown(url)!r}: name the master's service: "
-                          "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE")
-    return mode
-
-
 def client_from_url(url: str, *, max_connections: int, connect_timeout: float) -> TierClient:
     """The client for ``url`` (ConfigError naming the accepted forms on a bad one)."""
     kind = check_url(url)
@@ -107,38 +81,12 @@ def client_from_url(url: str, *, max_connections: int, connect_timeout: float) -
         return TierClient(Redis(connection_pool=pool), "server", pool,
                           connection_class=pool.connection_class)
     base = url.partition("+")[0].lower()
-    nodes, path, options = _split(url, base, kind)
+    nodes, path, options = split_url(url, base, kind)
     options.update(socket_connect_timeout=connect_timeout, socket_timeout=None,
                    health_check_interval=0, driver_info=driver_info())
     if kind == "cluster":
         return _cluster(nodes, options, max_connections)
     return _sentinel(nodes, path.strip("/"), options, max_connections, connect_timeout)
-
-
-def _split(url: str, base: str, mode: str) -> tuple[list[tuple[str, int]], str, dict]:
-    """(seed nodes, path, connection options) of a cluster or sentinel URL."""
-    parts = urlsplit(url)
-    auth, _, hosts = parts.netloc.rpartition("@")
-    nodes = []
-    for h in filter(None, hosts.split(",")):
-        host, _, port = h.rpartition(":") if ":" in h else (h, "", "")
-        if not port.isdigit() or not host:
-            raise ConfigError(f"--remote-url {_shown(url)!r}: {h!r} is not HOST:PORT; use "
-                              f"{base}+{mode}://HOST:PORT[,HOST:PORT...]")
-        nodes.append((host, int(port)))
-    if not nodes:
-        raise ConfigError(f"--remote-url {_shown(url)!r}: no HOST:PORT; use "
-                          f"{base}+{mode}://HOST:PORT[,HOST:PORT...]")
-    # the URL's user, password and query options, parsed as redis-py parses one server's
-    one = f"{base}://{auth + '@' if auth else ''}{nodes[0][0]}:{nodes[0][1]}"
-    try:
-        options = dict(parse_url(one + (f"?{parts.query}" if parts.query else "")))
-    except ValueError as exc:
-        raise ConfigError(f"--remote-url {_shown(url)!r}: {exc}") from None
-    options.pop("db", None)
-    if options.get("username"):
-        options["username"] = unquote(options["username"])
-    return nodes, parts.path, options
 
 
 def _cluster(nodes: list[tuple[str, int]], options: dict, max_connections: int
@@ -386,9 +334,3 @@ class BufferedSentinelTLSConnection(BufferedSentinelConnection, SentinelManagedS
 def _buffered_sentinel(tls: bool) -> type:
     return BufferedSentinelTLSConnection if tls else BufferedSentinelConnection
 
-
-def _shown(url: str) -> str:
-    """``url`` without its password, for error messages."""
-    scheme, sep, rest = url.partition("://")
-    auth, at, hosts = rest.rpartition("@")
-    return f"{scheme}{sep}{auth.partition(':')[0] + ':***@' if at else ''}{hosts}"

@@ -13,7 +13,7 @@ from kvpool.errors import require
 
 from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.remote import RemoteMetrics
-from kvpool.remote import Namespace, RedisTier, ValueCodec, ValueSigner
+from kvpool.remote import Namespace, ValueCodec, ValueSigner
 from kvpool.runtime.model.fingerprint import weights_fingerprint
 from kvpool.runtime.remote.link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, RemoteLink
 from kvpool.server.engine_client import EngineClient
@@ -84,6 +84,7 @@ def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WR
     if metrics is not None:
         remote_metrics = RemoteMetrics(lambda: tier.stats())  # late-bound: tier is next
         observer = remote_metrics.observe
+    from kvpool.remote import RedisTier  # NOTE(lazy-redis) in kvpool/remote/url_forms.py
     tier = RedisTier(url, codec, op_timeout=op_timeout_ms / 1000.0,
                      connect_timeout=connect_timeout_ms / 1000.0, observer=observer)
     link = RemoteLink(tier=tier, group_keys=ns.group_keys, encode=codec.encode,

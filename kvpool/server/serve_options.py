@@ -19,6 +19,8 @@ from typing import Any, Protocol
 from kvpool.errors import require
 from kvpool.events.config import KVEventsConfig
 from kvpool.remote import check_url
+# the link's: remote_setup's imports RedisTier (NOTE(lazy-redis) in kvpool/remote/url_forms.py)
+from kvpool.runtime.remote.link import DEFAULT_WRITE_POLICY
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
                                        DEFAULT_STREAM_WRITE_TIMEOUT, MIN_SEND_BUFFER)
@@ -27,7 +29,6 @@ from kvpool.server.dev_routes import DEV_MODE_ENV, DEV_ROUTES, dev_mode
 from kvpool.server.generation_config import check_override
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.reasoning import PARSERS as REASONING
-from kvpool.server.remote_setup import DEFAULT_WRITE_POLICY
 from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
                                           DEFAULT_MAX_STORED_RESPONSES)
 from kvpool.server.salt_key import SALT_KEY_ENV, SALT_KEY_FLAG, SaltKey, resolve_salt_key

@@ -9,6 +9,8 @@ from tests.fresh_imports import loaded_of
 
 
 def test_the_server_and_engine_import_no_torch_compiler():
-    # kvpool.server.serve, then the engine _build imports before the ready line
-    heavy = ("llguidance.torch", "torch._dynamo", "torch._inductor")
+    # kvpool.server.serve, then the engine _build imports before the ready line; redis-py
+    # only with --remote-url (NOTE(lazy-redis) in kvpool/remote/url_forms.py)
+    heavy = ("llguidance.torch", "torch._dynamo", "torch._inductor", "redis")
     assert loaded_of("kvpool.server.serve, kvpool.runtime.engine.async_engine", heavy) == []
+
