@@ -1,4 +1,4 @@
-"""A replica's load from its Prometheus ``/metrics``, when its ``/health`` carries none.
+"""A replica's load: what its ``/health`` reports, else its Prometheus ``/metrics``.
 
 NOTE(metrics-load): kvpool serve's 200 /health carries its running and waiting requests
 (replicas.py NOTE(load)); vLLM's and SGLang's answer with an empty body, so behind the router
@@ -28,6 +28,12 @@ answer is the one most likely loaded: its load stays the last one read (0 only i
 ever read), never reset to 0, which would make it the least loaded replica for the load
 guard. It is logged once when a replica's scrapes start failing, and once when they answer
 again; a replica failing again is logged again.
+
+NOTE(replica-churn): what was said of a replica (``logged``, ``failing``) is kept per URL so
+that it is said once, not once a beat; a router whose replicas come and go (autoscaling, pod
+IPs that change) kept an entry for every URL it ever had. ``forget`` drops a replica's
+entries (and ends its scrape in flight) once its beats have ended and no member has its URL
+(``ReplicaSet``); a URL that comes back is said again, as a new replica.
 """
 
 from __future__ import annotations
@@ -41,11 +47,13 @@ from typing import TYPE_CHECKING
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvpool.router.scoring import whole_counts
+
 if TYPE_CHECKING:
     from kvpool.router.replicas import Replica
 
 __all__ = ["ENGINE_GAUGES", "MAX_METRICS_BYTES", "METRICS_TIMEOUT", "MetricsLoad",
-           "load_from_metrics", "read_up_to"]
+           "load_from_metrics", "load_of", "read_up_to", "reports_load"]
 
 log = logging.getLogger("kvpool.router")
 # seconds one scrape may take, read whole: apart from the beats (never delaying one), so it
@@ -60,6 +68,19 @@ MAX_METRICS_BYTES = 1 << 20
 _MAX_COUNT = 1 << 53
 _NAMES = tuple(n for pair in ENGINE_GAUGES for n in pair)
 _PREFIXES = tuple(n.encode() + end for n in _NAMES for end in (b"{", b" ", b"\t"))
+
+
+def reports_load(health: object) -> bool:
+    """Whether a decoded /health answer carries a load (kvpool serve's does, vLLM's and
+    SGLang's empty body does not: NOTE(metrics-load))."""
+    return isinstance(health, dict) and ("num_running" in health or "num_waiting" in health)
+
+
+def load_of(health: object) -> int:
+    """num_running + num_waiting of a decoded /health answer (0 when it reports none, or
+    counts that are not whole: a string, a fraction, 1e999)."""
+    counts = whole_counts(health, ("num_running", "num_waiting"), default=0)
+    return sum(counts) if counts else 0
 
 
 def load_from_metrics(body: bytes) -> int | None:
@@ -109,7 +130,7 @@ class MetricsLoad:
     def __init__(self, timeout: float = METRICS_TIMEOUT) -> None:
         self.timeout = timeout  # seconds one /metrics answer may take, read whole
         self.scrapes: dict[Replica, asyncio.Task] = {}
-        self.logged: set[tuple[str, str]] = set()  # (replica URL, what) said once
+        self.logged: dict[str, set[str]] = {}  # replica URL -> what was said once of it
         self.failing: set[str] = set()  # replica URLs whose last scrape failed
         self.done = 0  # completed scrapes of all replicas (tests wait on it)
         self.failed = 0  # of them, the failed ones (NOTE(scrape-failed))
@@ -121,6 +142,14 @@ class MetricsLoad:
         task = asyncio.create_task(self._scrape(session, r), name=f"router-metrics {r.url}")
         self.scrapes[r] = task
         task.add_done_callback(lambda _t: self.scrapes.pop(r, None))
+
+    def forget(self, r: Replica) -> None:
+        """``r`` left (NOTE(replica-churn)): end its scrape in flight, drop what was said of
+        its URL."""
+        if (task := self.scrapes.get(r)) is not None:
+            task.cancel()  # before it could mark the URL failing again
+        self.logged.pop(r.url, None)
+        self.failing.discard(r.url)
 
     async def close(self) -> None:
         tasks = list(self.scrapes.values())
@@ -186,6 +215,7 @@ class MetricsLoad:
             log.info("replica %s: its /metrics answers again", r.url)
 
     def _once(self, r: Replica, what: str, level: int, msg: str, *args: object) -> None:
-        if (r.url, what) not in self.logged:
-            self.logged.add((r.url, what))
+        said = self.logged.setdefault(r.url, set())
+        if what not in said:
+            said.add(what)
             log.log(level, msg, *args)

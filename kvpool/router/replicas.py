@@ -77,8 +77,8 @@ import aiohttp
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kvpool.router.connect_errors import Shortage, local_cause, why_down
-from kvpool.router.load_metrics import METRICS_TIMEOUT, MetricsLoad, read_up_to
-from kvpool.router.scoring import whole_counts
+from kvpool.router.load_metrics import (METRICS_TIMEOUT, MetricsLoad, load_of, read_up_to,
+                                        reports_load)
 
 __all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "MAX_ANSWER_BYTES", "MetricsLoad",
            "Replica", "ReplicaSet", "default_name", "read_json", "read_up_to"]
@@ -157,19 +157,6 @@ def default_name(url: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def reports_load(health: object) -> bool:
-    """Whether a decoded /health answer carries a load (kvpool serve's does, vLLM's and
-    SGLang's empty body does not: NOTE(metrics-load))."""
-    return isinstance(health, dict) and ("num_running" in health or "num_waiting" in health)
-
-
-def load_of(health: object) -> int:
-    """num_running + num_waiting of a decoded /health answer (0 when it reports none, or
-    counts that are not whole: a string, a fraction, 1e999)."""
-    counts = whole_counts(health, ("num_running", "num_waiting"), default=0)
-    return sum(counts) if counts else 0
-
-
 async def read_json(resp: aiohttp.ClientResponse, limit: int = MAX_ANSWER_BYTES) -> object:
     """The JSON value of a replica's small answer (NOTE(small-answers)); None when it is not
     JSON or is longer than ``limit`` bytes (then not read further)."""
@@ -207,7 +194,7 @@ class ReplicaSet:
         self.silenced = 0  # requests ended because their replica went silent (monotonic)
         self.session: aiohttp.ClientSession | None = None  # set by run(): add() beats with it
         self.beats: dict[Replica, asyncio.Task] = {}  # one per replica still beaten
-        self.beat_bugs: set[str] = set()  # replicas whose beat raised (logged once each)
+        self.beat_bugs: set[str] = set()  # URLs whose beat raised (said once: _ended drops)
         self.scrapes = MetricsLoad(metrics_timeout)  # /metrics loads (NOTE(metrics-load))
         self.tls = tls
         self.shortage = Shortage("health beat(s)")  # connect_errors.py NOTE(local-exhaustion)
@@ -284,6 +271,8 @@ class ReplicaSet:
         if r is not None:
             self.replicas.remove(r)
             log.info("replica %s removed: draining %d in-flight requests", r.url, r.in_flight)
+            if r not in self.beats:  # not beaten (the router is not running): gone now
+                self._ended(r)
         return r
 
     def mark_down(self, replica: Replica, why: str = "refused a connection") -> None:
@@ -380,7 +369,15 @@ class ReplicaSet:
     def _start(self, r: Replica, first_wait: float) -> None:
         task = asyncio.create_task(self._beats(r, first_wait), name=f"router-health {r.url}")
         self.beats[r] = task
-        task.add_done_callback(lambda _t: self.beats.pop(r, None))
+        task.add_done_callback(lambda _t: self._ended(r))
+
+    def _ended(self, r: Replica) -> None:
+        """``r``'s beats ended: unless a member has its URL (again), what was said of it goes
+        (load_metrics.py NOTE(replica-churn))."""
+        self.beats.pop(r, None)
+        if self.find(r.url) is None:
+            self.beat_bugs.discard(r.url)
+            self.scrapes.forget(r)
 
     async def _beats(self, r: Replica, wait: float) -> None:
         # one beat in flight per replica: a silent one delays only its own beats; a removed
