@@ -10,6 +10,18 @@ no network, and that node's own health check probes it and closes its breaker on
 or no longer serves any slot (a replica promoted, its slots reassigned: the slot map names
 another node then). ``main`` stays the breaker of the calls no node can be named for (a slot
 map not read yet: the warm-up, a seed node's answer) and of the whole tier's checks (INFO).
+
+NOTE(node-prune): a node's breaker was kept for every node name the tier ever called, so a
+cluster whose masters come and go (failovers, resharding, nodes replaced on new addresses)
+grew it for as long as the process lived. Each topology refresh (redis-py's
+``NodesManager.initialize``: the warm-up, a node's trial, a CLUSTERDOWN's refresh, redis-py's
+own after MOVED or a connection error) puts a new ``slots_cache`` in place; the first use of
+the breakers after it drops the breakers of the nodes its ``nodes_cache`` no longer lists.
+A dropped breaker still names its node for the calls and the health check that hold it (an
+open one's trial ends at once: the node serves no slot) until a later refresh finds it
+closed; its openings stay counted (``opens``: a counter never goes back). ``HealthChecks``
+keeps a breaker's state while in use: a trial loop's entry goes when the loop ends, and the
+sets of calls in flight that are empty are swept whenever their number has doubled.
 """
 
 from __future__ import annotations
@@ -22,6 +34,8 @@ from redis.exceptions import RedisClusterException
 
 from kvpool.remote.breaker import PAUSE_KINDS, BreakerState, CircuitBreaker
 
+_MIN_SWEEP = 16  # breakers with calls in flight below which HealthChecks never sweeps
+
 
 class Breakers:
     """``main`` and, with a cluster ``client``, a breaker per node name (``host:port``), made
@@ -31,12 +45,17 @@ class Breakers:
         self.main = main
         self._client = client  # the RedisCluster, or None: ``main`` serves every call
         self._by_node: dict[str, CircuitBreaker] = {}
-        self._node_of: dict[int, str] = {}  # id(breaker) -> its node's name
+        # each node breaker -> its node's name: those of _by_node, and the ones dropped at the
+        # last refresh or still open then (NOTE(node-prune))
+        self._node_of: dict[CircuitBreaker, str] = {}
+        self._map: object = None  # the slot map (slots_cache) last pruned against
+        self._dropped_opens = 0  # openings of the breakers no longer held
 
     def of_key(self, key: str) -> CircuitBreaker:
         """The breaker of the node serving ``key``'s slot (``main`` without a slot map)."""
         if self._client is None:
             return self.main
+        self._prune()
         try:
             node = self._client.get_node_from_key(key)
         except (RedisClusterException, KeyError, IndexError, TypeError):
@@ -46,12 +65,26 @@ class Breakers:
         b = self._by_node.get(node.name)
         if b is None:
             b = self._by_node[node.name] = self.main.twin()
-            self._node_of[id(b)] = node.name
+            self._node_of[b] = node.name
         return b
+
+    def _prune(self) -> None:
+        """After a topology refresh, drop the breakers of the nodes the client no longer
+        lists (NOTE(node-prune))."""
+        if self._client is None or self._client.nodes_manager.slots_cache is self._map:
+            return
+        manager = self._client.nodes_manager
+        self._map = manager.slots_cache
+        held = set(self._by_node.values())
+        for b in [b for b in self._node_of if b not in held and b.state is BreakerState.CLOSED]:
+            self._dropped_opens += b.opens
+            del self._node_of[b]
+        for name in [n for n in self._by_node if n not in manager.nodes_cache]:
+            del self._by_node[name]  # its _node_of entry waits for the next refresh
 
     def node(self, breaker: CircuitBreaker) -> str | None:
         """The node name of a node's breaker; None for ``main``."""
-        return self._node_of.get(id(breaker))
+        return self._node_of.get(breaker)
 
     def group(self, items: Sequence[Any], key: Callable[[Any], str]
               ) -> list[tuple[CircuitBreaker, list[int]]]:
@@ -74,6 +107,8 @@ class Breakers:
         return any(owners and owners[0].name == name for owners in slots)
 
     def all(self) -> list[CircuitBreaker]:
+        """``main`` and the breakers of the nodes the client lists now."""
+        self._prune()
         return [self.main, *self._by_node.values()]
 
     def worst(self) -> BreakerState:
@@ -81,7 +116,9 @@ class Breakers:
         return max(b.state for b in self.all())
 
     def opens(self) -> int:
-        return sum(b.opens for b in self.all())
+        """Openings of every breaker ever made (``kvpool_remote_breaker_opens_total``)."""
+        self._prune()  # first: a breaker dropped now is counted once, by _dropped_opens
+        return self.main.opens + sum(b.opens for b in self._node_of) + self._dropped_opens
 
     def not_closed(self) -> int:
         """Breakers not closed now (``kvpool_remote_breakers_open``)."""
@@ -98,12 +135,20 @@ class HealthChecks:
         self._trial = trial
         self._closed = closed
         self._stats = stats
-        self._inflight: dict[int, set[asyncio.Timeout]] = {}  # id(breaker) -> calls' ends
-        self._tasks: dict[int, asyncio.Task] = {}  # id(breaker) -> its trial loop
+        self._inflight: dict[CircuitBreaker, set[asyncio.Timeout]] = {}  # calls' ends
+        self._sweep_at = _MIN_SWEEP  # len(_inflight) that drops its empty sets
+        self._tasks: dict[CircuitBreaker, asyncio.Task] = {}  # each trial loop running
 
     def inflight(self, breaker: CircuitBreaker) -> set[asyncio.Timeout]:
-        """The deadlines of ``breaker``'s calls in flight (a call adds and discards its own)."""
-        return self._inflight.setdefault(id(breaker), set())
+        """The deadlines of ``breaker``'s calls in flight (a call adds and discards its own,
+        with no await between this and its add)."""
+        calls = self._inflight.get(breaker)
+        if calls is None:
+            if len(self._inflight) >= self._sweep_at:  # NOTE(node-prune): amortised O(1)
+                self._inflight = {b: c for b, c in self._inflight.items() if c}
+                self._sweep_at = max(_MIN_SWEEP, 2 * len(self._inflight))
+            calls = self._inflight[breaker] = set()
+        return calls
 
     def opened(self, breaker: CircuitBreaker) -> None:
         """``breaker`` just opened: cut its calls still in flight (they would each wait out
@@ -115,12 +160,18 @@ class HealthChecks:
         for deadline in list(cut):
             if not deadline.expired():
                 deadline.reschedule(now)  # fires on the next loop turn: TimeoutError there
-        task = self._tasks.get(id(breaker))
+        task = self._tasks.get(breaker)
         if task is None or task.done():
-            self._tasks[id(breaker)] = loop.create_task(self._loop(breaker),
-                                                        name="redis-tier-health")
+            self._tasks[breaker] = loop.create_task(self._loop(breaker), name="redis-tier-health")
 
     async def _loop(self, breaker: CircuitBreaker) -> None:
+        try:
+            await self._trials(breaker)
+        finally:  # closed (or cancelled): no state kept for it (NOTE(node-prune))
+            if self._tasks.get(breaker) is asyncio.current_task():
+                del self._tasks[breaker]
+
+    async def _trials(self, breaker: CircuitBreaker) -> None:
         st = self._stats
         while (wait := breaker.trial_wait()) is not None:
             if wait > 0:
@@ -134,6 +185,11 @@ class HealthChecks:
             breaker.end_trial(ok)
             if ok:
                 await self._closed(breaker)
+
+    def __len__(self) -> int:
+        """Breakers whose state this holds (calls in flight, a trial loop, a set not yet
+        swept): bounded by the breakers in use, not by every one there was."""
+        return len(self._inflight.keys() | self._tasks.keys())
 
     async def aclose(self) -> None:
         tasks, self._tasks = list(self._tasks.values()), {}
