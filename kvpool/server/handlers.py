@@ -1,7 +1,8 @@
 """The routes: OpenAI completions and chat (JSON or SSE), vLLM's batch chat, SageMaker's
 /invocations (either body: route_bodies.py), models, tokenize/detokenize (vLLM's shapes),
-version, health and metrics. ``generate`` is the one engine-and-stream path; the Responses API
-(responses_api.py) runs through it with its own view of the answer.
+version, health and metrics, and vLLM's scale-out paths' 403 (scale_out_routes.py).
+``generate`` is the one engine-and-stream path; the Responses API (responses_api.py) runs
+through it with its own view of the answer.
 
 Life of a generation request::
 
@@ -78,6 +79,7 @@ from kvpool.server.request_gate import GatedStream, RequestGate, Ticket
 from kvpool.server.request_ids import shown_request_id
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.route_bodies import RouteBodies
+from kvpool.server.scale_out_routes import register_scale_out_refusals
 from kvpool.server.sse_answer import SSEAnswer
 from kvpool.server.tokenize_routes import TokenizeRoutes
 
@@ -131,6 +133,7 @@ class OpenAIRoutes:
         app.router.add_get("/version", self.version)
         TokenizeRoutes(self.parser, self.parse_pool).register(app)
         app.router.add_get("/metrics", self.metrics)
+        register_scale_out_refusals(app)  # vLLM's 403 without --enable-scale-out
 
     # ---- generation ---------------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:

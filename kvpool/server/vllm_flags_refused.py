@@ -92,6 +92,9 @@ REFUSED: tuple[tuple[tuple[str, ...], tuple[str, ...], str, Any], ...] = (
 NO_LORA = "kvpool serves no LoRA adapters: serve a checkpoint with the adapter merged"
 _EXTERNAL_LB = "one kvpool serve is one engine with its own API server: " + (
     "run replicas behind `kvpool router`, which balances them")
+_NO_SCALE_OUT = ("kvpool does not implement vLLM's scale-out endpoints (/v1/*/render, "
+                 "/v1/*/derender, /inference/v1/generate): they answer 403, as vLLM's do "
+                 "without --enable-scale-out")
 # vLLM's --x / --no-x whose --x asks what kvpool cannot do: dest -> why
 REFUSED_ON = {
     "enable_lora": NO_LORA,
@@ -106,5 +109,8 @@ REFUSED_ON = {
     "leave it out, and run replicas behind `kvpool router`",
     "data_parallel_hybrid_lb": _EXTERNAL_LB,
     "data_parallel_external_lb": _EXTERNAL_LB,
+    # NOTE(scale-out) in scale_out_routes.py: the paths are there, answering vLLM's 403
+    "enable_scale_out": _NO_SCALE_OUT + ": leave it out",
+    "tokens_only": _NO_SCALE_OUT + "; its OpenAI routes are always served: leave it out",
 }
 SHORT_ON = {"data_parallel_hybrid_lb": "-dph", "data_parallel_external_lb": "-dpe"}  # vLLM's
