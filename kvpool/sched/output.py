@@ -187,6 +187,14 @@ class SeqOutput:
         r = self.finish_reason
         return int(r.split()[-1]) if r is not None and r.startswith("stop_token ") else None
 
+    @property
+    def by_stop_id(self) -> bool:
+        """Its last token ended it as a stop id (the eos, another eos id, a stop_token_ids
+        id): vLLM's ``stop_terminated``, the token whose text the detokenizer leaves out. A
+        stop string or a completed grammar is a FINISHED_STOPPED too, but not this."""
+        r = self.finish_reason
+        return r == "eos" or (r is not None and r.startswith("stop_token "))
+
 
 @dataclass(frozen=True, slots=True)
 class FinishedRequest:

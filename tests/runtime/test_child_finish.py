@@ -145,3 +145,36 @@ def test_each_choice_ends_in_the_step_and_for_the_reason_the_scheduler_reports()
         assert core.check_invariants()
     finally:
         core.close()
+
+
+def test_a_stop_id_only_the_scheduler_knows_adds_no_text():
+    """NOTE(stop-token-text): whether the token that ended a choice shows its text follows the
+    scheduler's verdict, not the output processor's own list of stop ids: an id only the
+    scheduler knows (its config's other eos ids) adds no text, for n = 1 and n = 3, in the
+    deltas a stream sends (never shown, then taken back) and so in the whole answer; with
+    include_stop_str_in_output it keeps its text, as vLLM's detokenizer. Before, it showed."""
+    core, _ = engine()
+    try:
+        tok, prompt = core.tokenizer, core.tokenizer.encode(PROMPT)
+        runs = {n: dict(SAMPLED, n=n, ignore_eos=False) for n in (1, 3)}
+        picks = []
+        for n, p in runs.items():  # a new id with text among choice 0's first tokens
+            ids = merged(run(core, {"ref": SamplingParams(**p)})["ref"]).outputs[0].token_ids
+            picks.append(next(t for k, t in enumerate(ids) if 0 < k and t not in ids[:k]
+                              and tok.decode([t]).strip()))
+        assert not set(picks) & set(tok.eos_token_ids)
+        cfg = core.scheduler.config
+        core.scheduler.config = replace(cfg, other_eos_ids=cfg.other_eos_ids + tuple(picks))
+        for (n, p), keep in [(r, k) for r in runs.items() for k in (False, True)]:
+            ups = run(core, {"r": SamplingParams(**p, include_stop_str_in_output=keep)})["r"]
+            outs = merged(ups).outputs
+            assert len(outs) == n and any(c.stop_reason in picks for c in outs)
+            for c in outs:
+                by_id = c.stop_reason in picks
+                shown = c.token_ids[:-1] if by_id and not keep else c.token_ids
+                want = tok.detokenizer(True, prompt).push(list(shown))
+                streamed = "".join(o.text for u in ups for o in u.outputs if o.index == c.index)
+                assert streamed == c.text == want, (n, keep, c)
+        assert core.check_invariants()
+    finally:
+        core.close()

@@ -122,6 +122,7 @@ class SeqState:
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)  # beside pending_ids
     output_ids: list[int] = field(default_factory=list)  # every accepted token (penalties)
     num_generated: int = 0  # tokens accepted so far
+    tail: int = 0  # characters of text the last accepted token added (NOTE(stop-token-text))
     last_token_time: float | None = None  # for the inter-token latency
     finish_reason: str | None = None  # set once finished
     stop_reason: str | int | None = None  # matched stop string / token
@@ -139,10 +140,13 @@ class RequestState:
     seqs: dict[int, SeqState]  # seq_id -> state
     num_cached_tokens: int = 0
     hold: int = 0  # characters held back for stop strings
-    # NOTE(stop-token-text): the tokens that finish a sequence add no text (vLLM's rule:
-    # the eos or stop_token_ids token stays in token_ids, its text only with
-    # include_stop_str_in_output); empty when that flag is set
-    silent: frozenset[int] = frozenset()
+    # NOTE(stop-token-text): a token that ends its sequence as a stop id (the eos, another
+    # eos id, a stop_token_ids id) stays in token_ids, its text only with
+    # include_stop_str_in_output (vLLM's detokenizer, ``stop_terminated``). The scheduler's
+    # verdict decides it (on_judged drops the token's text, before anything is shown); these,
+    # the ids StopLimits gives from the same tokenizer, only keep stop strings out of such a
+    # token's text (vLLM judges stop ids first); empty with include_stop_str_in_output
+    unsearched: frozenset[int] = frozenset()
     stop_ids: frozenset[int] = frozenset()  # the eos and stop_token_ids in effect
     repeat: RepeatStop | None = None  # repetition_detection when on (NOTE(repeat))
     interval: int = 1  # new tokens per update, at least (NOTE(interval))
@@ -172,10 +176,10 @@ class OutputProcessor:
         seqs = {s: SeqState(i, tok.detokenizer(skip, prompt_ids)) for i, s in enumerate(seq_ids)}
         hold = max((len(s) for s in params.stop), default=1) - 1
         stop_ids = StopLimits.stop_tokens(params, tok.eos_token_id, tok.eos_token_ids[1:])[0]
-        silent = frozenset() if params.include_stop_str_in_output else stop_ids
+        unsearched = frozenset() if params.include_stop_str_in_output else stop_ids
         rep = params.repetition_detection
         self.requests[request_id] = RequestState(
-            request_id, params, prompt_ids, arrival, seqs, hold=hold, silent=silent,
+            request_id, params, prompt_ids, arrival, seqs, hold=hold, unsearched=unsearched,
             stop_ids=stop_ids, repeat=rep if rep is not None and rep.on else None,
             interval=max(self.stream_interval, params.stream_interval),
             prompt_lps=None if params.prompt_logprobs is None else [None] * len(prompt_ids))
@@ -231,7 +235,8 @@ class OutputProcessor:
         those tokens: ``ended`` is its report of the sequences it finished
         (``Scheduler.ended``; empty: none). Each of those, and each a stop string ended, gets
         its final output here, timed at its token (NOTE(child-finish)); a stop string's
-        finish stands. Returns the deltas per request, in the samples' order."""
+        finish stands. A token that ended its sequence as a stop id leaves its text out here,
+        before any of it is shown (NOTE(stop-token-text)). Returns the deltas per request."""
         ends = {so.seq_id: so for so in ended}
         deltas: dict[str, list[CompletionOutput]] = {}
         taken, self._taken = self._taken, []
@@ -240,6 +245,8 @@ class OutputProcessor:
                 so = ends.get(seq_id)
                 if so is not None:
                     s.finish_reason, s.stop_reason = _REASON[so.status], so.stop_token
+                    if so.by_stop_id and not r.params.include_stop_str_in_output:
+                        s.text = s.text[:len(s.text) - s.tail]  # NOTE(stop-token-text)
             if s.finish_reason is not None:
                 self._close(r, s, s.last_token_time)
             out = self._release(r, s, final=s.e2e is not None)
@@ -265,8 +272,11 @@ class OutputProcessor:
         s.output_ids.append(token)
         if r.params.logprobs is not None and sample.logprob is not None:
             s.pending_logprobs.append(sample.logprob)
-        piece = "" if token in r.silent else s.detok.push(token)  # NOTE(stop-token-text)
+        piece = s.detok.push(token)
         s.text += piece
+        s.tail = len(piece)
+        if token in r.unsearched:  # NOTE(stop-token-text): it ends the sequence as a stop id
+            return None
         hit = self._match_stop(r, s, len(piece))
         if hit is None and r.repeat is not None and self._repeats(r, s, token):
             hit = REPEATED
