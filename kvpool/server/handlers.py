@@ -69,6 +69,7 @@ from kvpool.server.body_fields import ignored_header
 from kvpool.server.chunk_view import ChunkView
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.engine_client import EngineClient
+from kvpool.server.json_answer import json_answer
 from kvpool.server.json_body import ParsePool
 from kvpool.server.load_counts import load_counts
 from kvpool.server.logprob_format import LogprobFormatter
@@ -114,6 +115,7 @@ class OpenAIRoutes:
         # positional DIR), whatever name it is served under; the built-in model's own name
         self.model_root = engine.config.model or TINY_MODEL_NAME
         self.parse_pool = ParsePool()  # every route that parses a client body shares it
+        self.encoding = 0  # JSON answers being written now (tests watch it)
         self.bodies = RouteBodies(parser)  # what the generation routes parse, on the pool
         self.request_metrics = request_metrics  # vLLM-meaning request series, or None
         self.formatter = LogprobFormatter(parser.tokenizer)
@@ -182,7 +184,12 @@ class OpenAIRoutes:
         builder, updates = self.open(req, shown_request_id(request, req.request_id))
         if not req.stream:
             await self.run(builder, updates)
-            return web.json_response(view(builder).body(), headers=ignored_header(req.ignored))
+            body = view(builder).body()
+            self.encoding += 1
+            try:  # a huge answer's JSON is written in slices, the loop free between them
+                return await json_answer(body, ignored_header(req.ignored))
+            finally:  # (NOTE(encode-slices) in json_answer.py)
+                self.encoding -= 1
         try:  # validation, QueueFullError and first updates surface as statuses there
             return await self.sse.stream(request, view(builder), updates)
         finally:
