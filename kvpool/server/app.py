@@ -61,7 +61,7 @@
     dev_routes               vLLM's development cache routes (POST /reset_prefix_cache, ...;
                              dev_routes.py); default: absent (404), as without vLLM's
                              VLLM_SERVER_DEV_MODE
-    reasoning_parser         reads chat output's thinking apart (reasoning.py's PARSERS:
+    reasoning_parser         reads chat output's thinking apart (reasoning.py's NAMES:
                              vLLM's --reasoning-parser names); None: all of it is content
 
 NOTE(shutdown): ``kvpool serve`` drives its own drain on one deadline first (request_gate.py), so

@@ -17,6 +17,8 @@ thinking (docs/architecture.md "Reasoning output"):
 | | | ``enable_thinking`` and neither true |
 | ``deepseek_v3`` | ``<think>`` ``</think>`` | only when told either true |
 | ``mistral`` | ``[THINK]`` ``[/THINK]`` | never: each ``[THINK]`` of the answer opens one |
+| ``granite`` | "Here is my thought process:" | where it starts with that text (told |
+| | "Here is my response:" (text) | ``thinking`` or not); reasoning_text.py |
 
 "Told" is the template's chat_template_kwargs (``reasoning_effort: none`` tells it
 ``enable_thinking`` false).
@@ -36,7 +38,8 @@ thinking (docs/architecture.md "Reasoning output"):
   kvpool/runtime/engine/row_sampler.py); under ``mistral`` the thinkings the answer opens
   share it; without ``--reasoning-parser`` it is a 400, as vLLM answers it.
 
-Both tags must be tokens of the model's vocabulary (a startup error otherwise, as in vLLM).
+Both tags must be tokens of the model's vocabulary (a startup error otherwise, as in vLLM);
+``granite``'s markers are text that reasoning_text.py reads.
 Where they are special tokens, a request that does not send ``skip_special_tokens`` keeps
 them in its text (vLLM sets it false for its parsers too), or the tags could not be read.
 """
@@ -49,9 +52,10 @@ from typing import Any, Callable
 
 from kvpool.errors import ConfigError, RequestError
 from kvpool.server.body_fields import opt
+from kvpool.server.reasoning_text import TEXT_PARSERS, MarkerCount, Markers, MarkerStream
 from kvpool.server.tools.stream import partial_marker
 
-__all__ = ["Family", "PARSERS", "ReasoningParser", "ReasoningRequest", "ThinkStream",
+__all__ = ["Family", "NAMES", "PARSERS", "ReasoningParser", "ReasoningRequest", "ThinkStream",
            "read_reasoning", "with_reasoning"]
 BUDGET = "thinking_token_budget"
 
@@ -94,19 +98,27 @@ PARSERS = {"deepseek_r1": Family(_always), "step5": Family(_always), "step3": Fa
            "glm45": Family(_unless_told_off), "kimi_k2": Family(_unless_told_off),
            "deepseek_v3": Family(_when_on),
            "mistral": Family(_never, "[THINK]", "[/THINK]", reopens=True)}
+NAMES = sorted({*PARSERS, *TEXT_PARSERS})  # --reasoning-parser's choices
 
 
 class ReasoningParser:
     """One served model's reasoning parser: its family and its tags' ids in the vocabulary."""
 
     def __init__(self, name: str, tokenizer: Any) -> None:
-        if name not in PARSERS:
-            raise ConfigError(f"--reasoning-parser {name}: use one of "
-                              f"{', '.join(sorted(PARSERS))}")
+        if name not in NAMES:
+            raise ConfigError(f"--reasoning-parser {name}: use one of {', '.join(NAMES)}")
         self.name = name
-        self.family = PARSERS[name]
+        self.family: Family | Markers = PARSERS.get(name) or TEXT_PARSERS[name]
         # whether an output opens inside the reasoning, given what the template was told
         self.opens_inside = self.family.opens
+        self.tokenizer = tokenizer  # a text-marker parser's count reads each token's text
+        self.start_id = self.end_id = None  # NOTE(granite-markers): text markers have none
+        self.keeps_special_tokens = False
+        if isinstance(self.family, Family):
+            self._tag_ids(tokenizer)
+
+    def _tag_ids(self, tokenizer: Any) -> None:
+        name = self.name
         tags = (self.family.start, self.family.end)
         ids = [tokenizer.token_to_id(t) for t in tags]
         if None in ids:
@@ -144,14 +156,21 @@ class ReasoningRequest:
         return self.parser.end_id if self.inside else None
 
     def gate(self, spec: Any) -> Any:
-        """``spec`` (a GrammarSpec or None) waiting for ``grammar_after``."""
+        """``spec`` (a GrammarSpec or None) waiting for ``grammar_after``; a 400 where the
+        thinking that opens ends at a text marker, not a token (NOTE(granite-markers))."""
         after = self.grammar_after
+        if spec is not None and self.inside and after is None:
+            raise RequestError(f"--reasoning-parser {self.parser.name}: a grammar "
+                               "(response_format, structured_outputs, a forced tool call) "
+                               "cannot wait for a thinking that a text marker ends, not one "
+                               "token; send chat_template_kwargs thinking false for a grammar "
+                               "over the whole answer")
         return spec if spec is None or after is None else dataclasses.replace(spec, after=after)
 
     def split(self, text: str) -> tuple[str | None, str | None]:
         """(reasoning, content) of a whole output, as its stream's parts join; reasoning None
         unless included and a thinking opened; where one did, content None where empty."""
-        if not self.inside and not self.reopens:
+        if not self.inside and not self.reopens and isinstance(self.parser.family, Family):
             return None, text
         s = self.stream()
         parts = s.feed(text) + s.finish()
@@ -161,13 +180,25 @@ class ReasoningRequest:
             return None, content
         return (reasoning if self.include else None), (content or None)
 
-    def stream(self) -> ThinkStream:
-        return ThinkStream(self.parser.family, self.inside)
+    def stream(self) -> ThinkStream | MarkerStream:
+        family = self.parser.family
+        return ThinkStream(family, self.inside) if isinstance(family, Family) else \
+            MarkerStream(family)
 
-    def count(self, ids: tuple[int, ...] | list[int], inside: bool) -> tuple[int, bool]:
-        """(reasoning tokens among ``ids``, whether the reasoning is open after them): ``ids``
-        are a choice's next tokens, ``inside`` whether its reasoning was open before them.
-        Tags are not counted."""
+    def counter(self) -> bool | MarkerCount:
+        """A choice's first state for ``count``: whether its reasoning is open (a tag family),
+        or the text reader of a text-marker family (each choice its own)."""
+        family = self.parser.family
+        return self.inside if isinstance(family, Family) else \
+            MarkerCount(family, self.parser.tokenizer)
+
+    def count(self, ids: tuple[int, ...] | list[int],
+              inside: bool | MarkerCount) -> tuple[int, bool | MarkerCount]:
+        """(reasoning tokens among ``ids``, the state after them): ``ids`` are a choice's next
+        tokens, ``inside`` its state before them (``counter``'s, then this method's: whether
+        its reasoning is open, or a text-marker reader). Tags are not counted."""
+        if isinstance(inside, MarkerCount):
+            return inside.count(ids)
         end, start, reopens = self.parser.end_id, self.parser.start_id, self.reopens
         n = 0
         for t in ids:
@@ -238,6 +269,9 @@ def read_reasoning(req: Any, body: dict[str, Any], parser: ReasoningParser | Non
             raise RequestError.field(BUDGET, "needs a reasoning model served with "
                                      "--reasoning-parser")
         return req
+    if budget is not None and parser.end_id is None:  # NOTE(granite-markers); vLLM: 400 too
+        raise RequestError.field(BUDGET, f"--reasoning-parser {parser.name} ends a thinking "
+                                 "at a text marker, not a token it could force")
     reasoning = parser.request(dict(template_kwargs), opt(body, "include_reasoning", bool, True))
     req = with_reasoning(req, reasoning, budget)
     if parser.keeps_special_tokens and "skip_special_tokens" not in body:  # vLLM's rule too

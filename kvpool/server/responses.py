@@ -92,8 +92,8 @@ class ResponseBuilder:
         self.e2e: list[float | None] = [None] * total  # each choice's, from its finish
         self.readers = [ChoiceReader(req) for _ in range(total)] \
             if reads_choices(req) and req.stream else None  # reasoning, tool calls per choice
-        self.thinking = [0] * total  # reasoning tokens per choice (reasoning.py)
-        self.thinks = [req.reasoning is not None and req.reasoning.inside] * total  # still open
+        self.thinking = [0] * total  # reasoning tokens per choice; thinks: reasoning.py's count
+        self.thinks = [req.reasoning and req.reasoning.counter() for _ in range(total)]
 
     @property
     def finished(self) -> bool:

@@ -28,7 +28,7 @@ from kvpool.server.cors import CorsPolicy, add_cors_args, cors_list
 from kvpool.server.dev_routes import DEV_MODE_ENV, DEV_ROUTES, dev_mode
 from kvpool.server.generation_config import check_override
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
-from kvpool.server.reasoning import PARSERS as REASONING
+from kvpool.server.reasoning import NAMES as REASONING
 from kvpool.server.response_store import (DEFAULT_MAX_STORED_RESPONSE_BYTES,
                                           DEFAULT_MAX_STORED_RESPONSES)
 from kvpool.server.salt_key import SALT_KEY_ENV, SALT_KEY_FLAG, SaltKey, resolve_salt_key

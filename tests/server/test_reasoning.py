@@ -130,8 +130,8 @@ def test_tool_calls_are_read_from_the_answer_only(tok):
 
 def test_the_parsers_refuse_what_they_cannot_read(tmp_path, tok):
     with pytest.raises(ConfigError, match="use one of deepseek_r1, deepseek_v3, glm45, "
-                       "kimi_k2, minimax_m2, mistral, qwen3, seed_oss, step3, step5"):
-        ReasoningParser("granite", tok)
+                       "granite, kimi_k2, minimax_m2, mistral, qwen3, seed_oss, step3, step5"):
+        ReasoningParser("hunyuan_a13b", tok)
     plain = load_tokenizer(think_dir(tmp_path, CHATML, tags=False))
     with pytest.raises(ConfigError, match="has no <think> / </think> tokens"):
         ReasoningParser("qwen3", plain)

@@ -273,10 +273,9 @@ def test_vllm_short_spellings_of_no_op_flags_log_the_long_flag(argv, flag, caplo
      "--kv-transfer-config: {\"kv_connector\":\"NixlConnector\"}: kvpool runs no vLLM KV "
      "connector"),
     (["--speculative-config", "{}"], "--speculative-config: {}: kvpool has no speculative"),
-    (["--reasoning-parser", "granite"], "--reasoning-parser: invalid choice: 'granite' "
-                                        "(choose from 'deepseek_r1', 'deepseek_v3', 'glm45', "
-                                        "'kimi_k2', 'minimax_m2', 'mistral', 'qwen3', "
-                                        "'seed_oss', 'step3', 'step5')"),
+    (["--reasoning-parser", "hunyuan_a13b"], "--reasoning-parser: invalid choice: "
+     "'hunyuan_a13b' (choose from 'deepseek_r1', 'deepseek_v3', 'glm45', 'granite', "
+     "'kimi_k2', 'minimax_m2', 'mistral', 'qwen3', 'seed_oss', 'step3', 'step5')"),
     (["--enable-lora"], "--enable-lora: kvpool serves no LoRA adapters"),
     (["--lora-modules", "sql=/lora/sql"], "--lora-modules: sql=/lora/sql: kvpool serves no "
                                           "LoRA"),
