@@ -29,11 +29,22 @@ ever read), never reset to 0, which would make it the least loaded replica for t
 guard. It is logged once when a replica's scrapes start failing, and once when they answer
 again; a replica failing again is logged again.
 
-NOTE(replica-churn): what was said of a replica (``logged``, ``failing``) is kept per URL so
-that it is said once, not once a beat; a router whose replicas come and go (autoscaling, pod
-IPs that change) kept an entry for every URL it ever had. ``forget`` drops a replica's
-entries (and ends its scrape in flight) once its beats have ended and no member has its URL
-(``ReplicaSet``); a URL that comes back is said again, as a new replica.
+NOTE(replica-churn): what was said of a replica (``logged``, ``failing``; its beats'
+``beat_bugs``) is kept per URL so that it is said once, not once a beat; a router whose
+replicas come and go (autoscaling, pod IPs that change) kept an entry for every URL it ever
+had. One URL, one voice (``ReplicaSet``):
+
+- ``forget`` drops a URL's entries and ends its scrapes in flight when the URL joins as a new
+  member, and when a removed replica's beats end while no member has its URL. A URL that
+  comes back is said again, as a new replica, also when it comes back before the replica
+  removed from it has drained (a pod replaced on the same IP): nothing said of the old
+  one is inherited.
+- A removed replica is beaten while requests it runs are in flight (they end if it goes
+  silent: replicas.py NOTE(liveness)), but while a member has its URL again it says nothing
+  of its health (no "unhealthy"/"healthy" line, no ``mark_down`` line) and is not scraped
+  (its load steers nothing): the member's beats speak for the URL, so one /health failure
+  is said once, not once per Replica of that URL. While no member has its URL, a draining
+  replica's beats say what they find, as a member's do.
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvpool.router.scoring import whole_counts
 
 if TYPE_CHECKING:
-    from kvpool.router.replicas import Replica
+    from kvpool.router.replica import Replica
 
 __all__ = ["ENGINE_GAUGES", "MAX_METRICS_BYTES", "METRICS_TIMEOUT", "MetricsLoad",
            "load_from_metrics", "load_of", "read_up_to", "reports_load"]
@@ -143,13 +154,14 @@ class MetricsLoad:
         self.scrapes[r] = task
         task.add_done_callback(lambda _t: self.scrapes.pop(r, None))
 
-    def forget(self, r: Replica) -> None:
-        """``r`` left (NOTE(replica-churn)): end its scrape in flight, drop what was said of
-        its URL."""
-        if (task := self.scrapes.get(r)) is not None:
-            task.cancel()  # before it could mark the URL failing again
-        self.logged.pop(r.url, None)
-        self.failing.discard(r.url)
+    def forget(self, url: str) -> None:
+        """Nothing said of ``url`` (NOTE(replica-churn)): end the scrapes in flight of every
+        replica at it, drop what was said of it."""
+        for r, task in list(self.scrapes.items()):
+            if r.url == url:
+                task.cancel()  # before it could mark the URL failing again
+        self.logged.pop(url, None)
+        self.failing.discard(url)
 
     async def close(self) -> None:
         tasks = list(self.scrapes.values())

@@ -59,19 +59,18 @@ Membership changes at runtime (membership.py: the admin API and the watched file
 ``add`` starts a replica *not healthy* and beats it at once, so it takes traffic after its
 first passing beat (well within 2 s); ``remove`` takes it out of ``healthy()`` at once, and its
 beats go on while requests it runs are in flight (a draining replica that goes silent still has
-them ended), then stop.
+them ended), then stop. A URL added back while the replica removed from it drains is a new
+member, said again from scratch; the draining one then says nothing of its health (its
+member's beats speak for the URL): load_metrics.py NOTE(replica-churn).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from collections.abc import Iterator, Mapping
 
 import aiohttp
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -79,6 +78,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from kvpool.router.connect_errors import Shortage, local_cause, why_down
 from kvpool.router.load_metrics import (METRICS_TIMEOUT, MetricsLoad, load_of, read_up_to,
                                         reports_load)
+from kvpool.router.replica import Replica, default_name
 
 __all__ = ["DEFAULT_DOWN_AFTER", "DEFAULT_INTERVAL", "MAX_ANSWER_BYTES", "MetricsLoad",
            "Replica", "ReplicaSet", "default_name", "read_json", "read_up_to"]
@@ -93,68 +93,6 @@ _CLIENT_ERRORS = (aiohttp.ClientError, OSError)
 # broken or hostile replica (or whatever else listens at its URL) answering without end costs
 # the router that bound per answer, not all it sends within the answer's timeout
 MAX_ANSWER_BYTES = 64 * 1024
-
-
-@dataclass(slots=True, eq=False)
-class Replica:
-    """One upstream ``kvpool serve``."""
-
-    url: str  # base URL, no trailing slash (the CLI normalises it)
-    name: str = ""  # its label on the router's /metrics (NOTE(replica-series)); "": HOST:PORT
-    healthy: bool = True  # written by its beat and by ReplicaSet.mark_down
-    in_flight: int = 0  # requests this router is proxying to it now (load when lookup is late)
-    replica_id: str | None = None  # from its lookup answers, for logs
-    load: int = 0  # running + waiting its last /health or /metrics reported (all clients')
-    heard: float = 0.0  # loop time it was last heard (NOTE(liveness))
-    down_why: str | None = None  # the reason its turn to unhealthy was logged with (NOTE(why-down))
-    leases: set[asyncio.Timeout] = field(default_factory=set)  # its in-flight work
-
-    def __post_init__(self) -> None:
-        self.name = self.name or default_name(self.url)
-
-    def hear(self) -> None:
-        """Something came from it now: an answer, or bytes of one (NOTE(liveness))."""
-        self.heard = asyncio.get_running_loop().time()
-
-    @contextlib.asynccontextmanager
-    async def lease(self, *, counted: bool = True) -> AsyncIterator[asyncio.Timeout]:
-        """Work in flight here (``counted``: a request, part of ``in_flight``; a lookup is
-        not); the block ends with TimeoutError when the replica goes silent
-        (``deadline.expired()`` then tells it from other timeouts)."""
-        async with asyncio.timeout(None) as deadline:
-            self.in_flight += counted
-            self.leases.add(deadline)
-            try:
-                yield deadline
-            finally:
-                self.in_flight -= counted
-                self.leases.discard(deadline)
-
-    def busy(self) -> int:
-        """Its load as the router sees it without asking: this router's own requests there
-        now, or what the replica reported at its last beat when that is more (traffic from
-        other routers, pickers or direct clients; NOTE(load))."""
-        return max(self.in_flight, self.load)
-
-    def end_leases(self) -> int:
-        """End every request in flight here (each lease's block raises TimeoutError)."""
-        now = asyncio.get_running_loop().time()
-        for deadline in self.leases:
-            deadline.reschedule(now)
-        return len(self.leases)
-
-
-def default_name(url: str) -> str:
-    """A replica's /metrics label when it was given none: its URL's HOST:PORT (the scheme's
-    port when the URL has none), nothing else of it (NOTE(replica-series))."""
-    parts = urlsplit(url)
-    host = parts.hostname or "unknown"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    port = port or (443 if parts.scheme == "https" else 80)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def read_json(resp: aiohttp.ClientResponse, limit: int = MAX_ANSWER_BYTES) -> object:
@@ -259,6 +197,8 @@ class ReplicaSet:
 
     def _join(self, url: str, name: str | None) -> Replica:
         r = Replica(url.rstrip("/"), name or "", healthy=False)
+        self.beat_bugs.discard(r.url)  # a new member: nothing said of its URL yet
+        self.scrapes.forget(r.url)  # (load_metrics.py NOTE(replica-churn))
         self.replicas.append(r)
         log.info("replica %s added: takes traffic after its first passing /health", r.url)
         if self.session is not None:
@@ -277,7 +217,9 @@ class ReplicaSet:
 
     def mark_down(self, replica: Replica, why: str = "refused a connection") -> None:
         """Out of new choices until a beat passes, as after a failed beat."""
-        if replica.down_why is None:  # healthy, or not yet said why not (NOTE(why-down))
+        # healthy or not yet said why not (NOTE(why-down)), and not a draining one whose URL
+        # a member has again (load_metrics.py NOTE(replica-churn))
+        if replica.down_why is None and self._speaks(replica):
             log.warning("replica %s %s: skipped until /health answers", replica.url, why)
             replica.down_why = why
         replica.healthy = False
@@ -300,7 +242,7 @@ class ReplicaSet:
             return
         if status == 200 and reports_load(health):
             r.load = load_of(health)
-        elif status == 200:
+        elif status == 200 and self._speaks(r):  # a draining one's load steers nothing
             self.scrapes.want(session, r)  # NOTE(metrics-load)
         self._judge(r, status == 200 and loop.time() - start < self.timeout, status, error)
         if status is not None:
@@ -314,9 +256,10 @@ class ReplicaSet:
     def _judge(self, r: Replica, ok: bool, status: int | None,
                error: BaseException | None) -> None:
         """``r`` healthy or not after a beat; a turn to unhealthy logged once, with why."""
-        if ok and not r.healthy:
+        said = self._speaks(r)
+        if ok and not r.healthy and said:
             log.info("replica %s is healthy", r.url)
-        elif not ok and r.down_why is None:  # connect_errors.py NOTE(why-down)
+        elif not ok and r.down_why is None and said:  # connect_errors.py NOTE(why-down)
             r.down_why = (why_down(error, r.url.startswith("https:")) if error is not None
                           else f"/health answered {status}" if status != 200
                           else f"/health took over {self.timeout:g} s")
@@ -342,7 +285,7 @@ class ReplicaSet:
 
     def _late(self, r: Replica) -> None:
         """A beat's answer is later than ``timeout``: no new requests meanwhile."""
-        if r.down_why is None:
+        if r.down_why is None and self._speaks(r):
             r.down_why = f"/health took over {self.timeout:g} s"
             log.info("replica %s is unhealthy: %s", r.url, r.down_why)
         r.healthy = False
@@ -371,13 +314,18 @@ class ReplicaSet:
         self.beats[r] = task
         task.add_done_callback(lambda _t: self._ended(r))
 
+    def _speaks(self, r: Replica) -> bool:
+        """Whether what ``r``'s beats find is said: a member's is, a removed one's only while
+        no member has its URL (load_metrics.py NOTE(replica-churn))."""
+        return r in self.replicas or self.find(r.url) is None
+
     def _ended(self, r: Replica) -> None:
-        """``r``'s beats ended: unless a member has its URL (again), what was said of it goes
-        (load_metrics.py NOTE(replica-churn))."""
+        """``r``'s beats ended: unless a member has its URL (again: ``_join`` forgot it for
+        the new one), what was said of it goes (load_metrics.py NOTE(replica-churn))."""
         self.beats.pop(r, None)
         if self.find(r.url) is None:
             self.beat_bugs.discard(r.url)
-            self.scrapes.forget(r)
+            self.scrapes.forget(r.url)
 
     async def _beats(self, r: Replica, wait: float) -> None:
         # one beat in flight per replica: a silent one delays only its own beats; a removed
