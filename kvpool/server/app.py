@@ -6,7 +6,7 @@
             -> error_middleware  (every failure -> OpenAI error JSON, see middleware.py)
             -> CORS preflight    (OPTIONS + Origin + Access-Control-Request-Method, any path:
                                   answered here, before the key is asked for; cors.py)
-            -> auth_middleware   (only with an API key; /v1/* only)
+            -> auth_middleware   (only with an API key; /v1, /v2, /inference, /cohere...)
             -> tenant_middleware (who sent it: middleware.py)
             -> count_load        (only with server_load_tracking: GET /load; server_load.py)
             -> OpenAIRoutes      (handlers.py) -> RequestGate.admit (request_gate.py)
@@ -18,8 +18,9 @@
 
 ``build_app``'s options::
 
-    api_key                  every /v1 route needs ``Authorization: Bearer <api_key>`` (one
-                             key, or a tuple of keys any of which will do)
+    api_key                  a path under /v1, /v2, /inference, /cohere or /invocations needs
+                             ``Authorization: Bearer <api_key>`` (one key, or a tuple of keys
+                             any of which will do; middleware.py NOTE(guarded-prefixes))
     max_body_bytes           larger bodies get 413
     metrics                  the registry /metrics renders (default: the engine's)
     manage_engine            start the engine with the app and shut it down (waiting

@@ -99,8 +99,8 @@ from aiohttp import web
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
 from kvpool.server.json_body import LAX_BOOL_STRINGS
 
-__all__ = ["NS_MARK", "STREAM_STARTED", "APIError", "CacheNamespace", "auth_middleware",
-           "bearer_token", "current_tenant", "error_body",
+__all__ = ["GUARDED_PREFIXES", "NS_MARK", "STREAM_STARTED", "APIError", "CacheNamespace",
+           "auth_middleware", "bearer_token", "current_tenant", "error_body",
            "error_middleware", "error_type", "http_error_code", "json_errors",
            "known_error", "query_bool", "tenant_middleware", "tenant_of_headers",
            "to_api_error"]
@@ -274,11 +274,15 @@ def bearer_token(headers: Mapping[str, str]) -> str:
 
 
 INVOCATIONS = "/invocations"  # SageMaker's generation route (NOTE(invocations-key))
+# vLLM 0.33's GUARDED_PREFIX (vllm/entrypoints/serve/middleware/authenticate.py), matched as it
+# matches them: any path that starts with one, served here or not (NOTE(guarded-prefixes))
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 
 
-def auth_middleware(api_keys: tuple[str, ...], protected_prefix: str = "/v1") -> Callable:
-    """Require ``Authorization: Bearer <key>``, one of ``api_keys``, on every route under
-    ``protected_prefix``, and on SageMaker's /invocations (NOTE(invocations-key)).
+def auth_middleware(api_keys: tuple[str, ...],
+                    guarded: tuple[str, ...] = GUARDED_PREFIXES) -> Callable:
+    """Require ``Authorization: Bearer <key>``, one of ``api_keys``, on every path that starts
+    with one of ``guarded``, and on SageMaker's /invocations (NOTE(invocations-key)).
 
     Each comparison runs in constant time (``hmac.compare_digest``) and every key is compared,
     so the time taken reveals neither how much of a guess was right nor which key it neared.
@@ -290,7 +294,10 @@ def auth_middleware(api_keys: tuple[str, ...], protected_prefix: str = "/v1") ->
     was a fresh tenant with its own quota and prefix cache. /invocations takes the key as /v1
     does; SageMaker itself authenticates its callers and sends no bearer, so a deployment
     behind it runs without --api-key (docs/architecture.md "SageMaker's /invocations").
-    """
+
+    NOTE(guarded-prefixes): vLLM checks the key before routing: an unkeyed request under its
+    prefixes is a 401, be it a scale-out 403 or a 404 with the key. kvpool guarded /v1 only and
+    told unkeyed clients what it serves (docs/architecture.md "vLLM's scale-out routes")."""
     expected = [key.encode() for key in api_keys]
 
     def known(token: str) -> bool:
@@ -302,7 +309,7 @@ def auth_middleware(api_keys: tuple[str, ...], protected_prefix: str = "/v1") ->
     @web.middleware
     async def check_key(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
-        if path in (protected_prefix, INVOCATIONS) or path.startswith(protected_prefix + "/"):
+        if path == INVOCATIONS or path.startswith(guarded):
             if not known(bearer_token(request.headers)):
                 raise APIError(401, "invalid or missing API key: send "
                                     "'Authorization: Bearer <key>'", code="invalid_api_key",
@@ -310,8 +317,6 @@ def auth_middleware(api_keys: tuple[str, ...], protected_prefix: str = "/v1") ->
         return await handler(request)
 
     return check_key
-
-
 
 
 MAX_TENANT_CHARS = 256  # a header value longer than this is refused (400)

@@ -123,10 +123,14 @@ async def test_prompt_that_can_never_fit_the_pool(make_server):
 
 
 async def test_api_key(make_server):
+    """Every path under vLLM's guarded prefixes asks for the key before routing
+    (middleware.py NOTE(guarded-prefixes)): a scale-out 403 and a 404 there are 401s unkeyed."""
     async with make_server(api_key="k3y") as srv:
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "k3y"},
                         {"Authorization": "Bearer k3y2"}, {"Authorization": "Basic k3y"}):
-            for path in ("/v1/models", "/v1/completions", "/v1/no-such-route"):
+            for path in ("/v1/models", "/v1/completions", "/v1/no-such-route",
+                         "/inference/v1/generate", "/inference/v1/unknown", "/v2/rerank",
+                         "/cohere/v2/chat"):
                 method = "GET" if path == "/v1/models" else "POST"
                 status, h, resp = await call(srv, method, path, headers=headers,
                                              json={"prompt": "hi"})
@@ -136,6 +140,11 @@ async def test_api_key(make_server):
         status, _, resp = await call(srv, "POST", "/v1/completions", headers=ok,
                                      json={"prompt": "hi", "max_tokens": 1})
         assert status == 200, resp
+        status, _, resp = await call(srv, "POST", "/inference/v1/generate", headers=ok,
+                                     json={"token_ids": [1]})
+        assert_error(status, resp, 403, None, "scale_out_disabled")
+        status, _, resp = await call(srv, "POST", "/inference/v1/unknown", headers=ok, json={})
+        assert_error(status, resp, 404, None, "not_found")
         status, _, resp = await call(srv, "GET", "/health")  # open without the key
         assert status == 200 and resp["status"] == "ok"
         async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
