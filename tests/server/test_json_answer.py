@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+import kvpool.server.json_answer as answer_module
 from kvpool.server.app import ROUTES_KEY
 from kvpool.server.json_answer import INLINE_WEIGHT, SLICE_WEIGHT, json_answer, weight
 
@@ -74,3 +75,24 @@ async def test_health_answers_while_a_huge_answer_is_encoded(make_server):
     assert raw == json.dumps(body).encode()  # json.dumps' own text, byte for byte
     assert content_type == "application/json; charset=utf-8"
     assert routes.encoding == 0
+
+
+
+def test_weighing_nested_lists_visits_about_cap_values(monkeypatch):
+    """NOTE(weigh-once): one-item lists 22 deep (each child weighed twice per level before:
+    2**22 calls) and pairs 22 deep (2**22 leaves) weigh in a bounded number of calls."""
+    one: list = [1]
+    pairs: list = [1, 1]
+    for _ in range(22):
+        one, pairs = [one], [pairs, pairs]
+    calls = 0
+
+    def counted(value, cap, depth=0):
+        nonlocal calls
+        calls += 1
+        return weight(value, cap, depth)
+
+    monkeypatch.setattr(answer_module, "weight", counted)  # the recursion's own name
+    assert counted(one, INLINE_WEIGHT) == 24  # 23 lists and the 1
+    assert counted(pairs, INLINE_WEIGHT) > INLINE_WEIGHT
+    assert calls < 4 * INLINE_WEIGHT
