@@ -98,6 +98,7 @@ from aiohttp import web
 
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
 from kvpool.server.json_body import LAX_BOOL_STRINGS
+from kvpool.server.options_key import keyless_options_answer
 
 __all__ = ["GUARDED_PREFIXES", "NS_MARK", "STREAM_STARTED", "APIError", "CacheNamespace",
            "auth_middleware", "bearer_token", "current_tenant", "error_body",
@@ -311,6 +312,8 @@ def auth_middleware(api_keys: tuple[str, ...],
         path = request.path
         if path == INVOCATIONS or path.startswith(guarded):
             if not known(bearer_token(request.headers)):
+                if (answer := keyless_options_answer(request)) is not None:
+                    raise answer  # vLLM's 405/404: no handler runs (NOTE(options-key))
                 raise APIError(401, "invalid or missing API key: send "
                                     "'Authorization: Bearer <key>'", code="invalid_api_key",
                                headers={"WWW-Authenticate": "Bearer"})

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
-from kvpool.server.middleware import tenant_of_headers
+from kvpool.server.cors import CorsPolicy
+from kvpool.server.middleware import auth_middleware, error_middleware, tenant_of_headers
 
 CHAT = [{"role": "user", "content": "hi"}]
 
@@ -149,6 +153,56 @@ async def test_api_key(make_server):
         assert status == 200 and resp["status"] == "ok"
         async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
             assert r.status == 200 and b"kvpool_free_blocks" in await r.read()
+
+
+async def test_keyless_options_is_answered_as_vllm_answers_it(make_server):
+    """vLLM's key check lets every OPTIONS through and none of its routes takes OPTIONS, so
+    under the guarded prefixes an unkeyed OPTIONS is its router's 405 (with Allow) or 404,
+    CORS configured or not; none reaches a handler (middleware.py NOTE(options-key))."""
+    for cors, acao in ((None, None), (CorsPolicy('["*"]'), "*")):
+        async with make_server(api_key="k3y", app_options={"cors": cors} if cors else {}) as srv:
+            for headers in ({}, {"Authorization": "Bearer nope"}, {"Origin": "https://a.b"},
+                            {"Access-Control-Request-Method": "POST"}):
+                for path, allow in (("/v1/completions", "POST"), ("/invocations", "POST"),
+                                    ("/inference/v1/generate", "POST"), ("/v1/models", "GET,HEAD")):
+                    status, h, resp = await call(srv, "OPTIONS", path, headers=headers)
+                    assert_error(status, resp, 405, None, "method_not_allowed")
+                    assert h["Allow"] == allow and "WWW-Authenticate" not in h, h
+                    assert h.get("Access-Control-Allow-Origin") == (
+                        acao if "Origin" in headers else None), h
+                for path in ("/v1/no-such-route", "/cohere/v2/chat"):
+                    status, _, resp = await call(srv, "OPTIONS", path, headers=headers)
+                    assert_error(status, resp, 404, None, "not_found")
+            # the key still opens nothing more on OPTIONS, and other methods still need it
+            status, h, resp = await call(srv, "OPTIONS", "/v1/completions",
+                                         headers={"Authorization": "Bearer k3y"})
+            assert_error(status, resp, 405, None, "method_not_allowed")
+            status, _, resp = await call(srv, "GET", "/v1/models")
+            assert_error(status, resp, 401, None, "invalid_api_key")
+
+
+async def test_keyless_options_never_runs_a_handler_that_takes_options():
+    """A route that takes any method, OPTIONS included, still asks for the key: letting every
+    OPTIONS through, as vLLM does, would run its handler for anyone (NOTE(options-key))."""
+    ran: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        ran.append(request.headers.get("Authorization", ""))
+        return web.json_response({"ok": True})
+
+    app = web.Application(middlewares=[error_middleware, auth_middleware(("k3y",))])
+    app.router.add_route("*", "/v1/anything", handler)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        srv = SimpleNamespace(url=f"http://127.0.0.1:{server.port}")
+        status, _, resp = await call(srv, "OPTIONS", "/v1/anything")
+        assert_error(status, resp, 401, None, "invalid_api_key")
+        status, _, resp = await call(srv, "OPTIONS", "/v1/anything",
+                                     headers={"Authorization": "Bearer k3y"})
+        assert (status, resp, ran) == (200, {"ok": True}, ["Bearer k3y"])
+    finally:
+        await server.close()
 
 
 async def test_several_api_keys_and_any_case_of_the_scheme(make_server):
