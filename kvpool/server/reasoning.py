@@ -91,6 +91,18 @@ class Family:
     end: str = "</think>"
     reopens: bool = False
 
+    @property
+    def may_open(self) -> bool:
+        """Whether an output that does not open in a thinking may still open one."""
+        return self.reopens
+
+    def stream(self, inside: bool) -> ThinkStream:
+        return ThinkStream(self, inside)
+
+    def counter(self, inside: bool, tokenizer: Any) -> bool:
+        """A choice's first state for ``ReasoningRequest.count``: whether it is inside."""
+        return inside
+
 
 PARSERS = {"deepseek_r1": Family(_always), "step5": Family(_always), "step3": Family(_always),
            "minimax_m2": Family(_always), "qwen3": Family(_unless_off),
@@ -170,7 +182,7 @@ class ReasoningRequest:
     def split(self, text: str) -> tuple[str | None, str | None]:
         """(reasoning, content) of a whole output, as its stream's parts join; reasoning None
         unless included and a thinking opened; where one did, content None where empty."""
-        if not self.inside and not self.reopens and isinstance(self.parser.family, Family):
+        if not self.inside and not self.parser.family.may_open:
             return None, text
         s = self.stream()
         parts = s.feed(text) + s.finish()
@@ -181,16 +193,12 @@ class ReasoningRequest:
         return (reasoning if self.include else None), (content or None)
 
     def stream(self) -> ThinkStream | MarkerStream:
-        family = self.parser.family
-        return ThinkStream(family, self.inside) if isinstance(family, Family) else \
-            MarkerStream(family)
+        return self.parser.family.stream(self.inside)
 
     def counter(self) -> bool | MarkerCount:
         """A choice's first state for ``count``: whether its reasoning is open (a tag family),
         or the text reader of a text-marker family (each choice its own)."""
-        family = self.parser.family
-        return self.inside if isinstance(family, Family) else \
-            MarkerCount(family, self.parser.tokenizer)
+        return self.parser.family.counter(self.inside, self.parser.tokenizer)
 
     def count(self, ids: tuple[int, ...] | list[int],
               inside: bool | MarkerCount) -> tuple[int, bool | MarkerCount]:

@@ -41,12 +41,20 @@ class Markers:
     starts: tuple[str, ...]
     ends: tuple[str, ...]
     reopens = False  # the answer never opens a thinking again
+    may_open = True  # a thinking opens where the text starts with a marker, told or not
 
     @staticmethod
     def opens(kw: dict[str, Any]) -> bool:
         """Whether the template told the model to think (Granite's kwarg ``thinking``): then
         its output opens with the start marker, and nothing can wait for the thinking's end."""
         return bool(kw.get("thinking"))
+
+    def stream(self, inside: bool) -> MarkerStream:
+        return MarkerStream(self)
+
+    def counter(self, inside: bool, tokenizer: Any) -> MarkerCount:
+        """A choice's first state for ``ReasoningRequest.count``: its own text reader."""
+        return MarkerCount(self, tokenizer)
 
 
 # NOTE(granite-markers) (docs/architecture.md "Reasoning output"): vLLM 0.33's granite parser
