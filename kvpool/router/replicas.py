@@ -197,8 +197,7 @@ class ReplicaSet:
 
     def _join(self, url: str, name: str | None) -> Replica:
         r = Replica(url.rstrip("/"), name or "", healthy=False)
-        self.beat_bugs.discard(r.url)  # a new member: nothing said of its URL yet
-        self.scrapes.forget(r.url)  # (load_metrics.py NOTE(replica-churn))
+        self._forget(r.url)  # a new member: nothing said of its URL yet
         self.replicas.append(r)
         log.info("replica %s added: takes traffic after its first passing /health", r.url)
         if self.session is not None:
@@ -324,8 +323,12 @@ class ReplicaSet:
         the new one), what was said of it goes (load_metrics.py NOTE(replica-churn))."""
         self.beats.pop(r, None)
         if self.find(r.url) is None:
-            self.beat_bugs.discard(r.url)
-            self.scrapes.forget(r.url)
+            self._forget(r.url)
+
+    def _forget(self, url: str) -> None:
+        """Nothing said of ``url`` any more (load_metrics.py NOTE(replica-churn))."""
+        self.beat_bugs.discard(url)
+        self.scrapes.forget(url)
 
     async def _beats(self, r: Replica, wait: float) -> None:
         # one beat in flight per replica: a silent one delays only its own beats; a removed
