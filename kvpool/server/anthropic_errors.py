@@ -17,6 +17,10 @@ from aiohttp import web
 __all__ = ["PREFIX", "anthropic_error", "anthropic_errors", "error_kind", "messages_path"]
 
 PREFIX = "/v1/messages"
+# NOTE(render-errors): vLLM answers its scale-out /v1/messages/render with its OpenAI-shaped
+# error, as its other scale-out paths (vllm/entrypoints/scale_out/factories.py); the caller is
+# vLLM's render client, not an Anthropic SDK (docs/architecture.md "vLLM's scale-out routes")
+RENDER = PREFIX + "/render"
 # vLLM's status -> Anthropic error type (its translate_error_type)
 _KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
@@ -32,8 +36,9 @@ def anthropic_error(status: int, message: str) -> dict[str, Any]:
 
 
 def messages_path(path: str) -> bool:
-    """Whether ``path`` (no query string) is a Messages path: ``/v1/messages`` and below."""
-    return path == PREFIX or path.startswith(PREFIX + "/")
+    """Whether ``path`` (no query string) is a Messages path: ``/v1/messages`` and below, but
+    for vLLM's scale-out ``/v1/messages/render`` (NOTE(render-errors))."""
+    return path == PREFIX or (path.startswith(PREFIX + "/") and path != RENDER)
 
 
 async def anthropic_errors(request: web.Request, response: web.StreamResponse) -> None:

@@ -10,7 +10,6 @@ import aiohttp
 import pytest
 
 from kvpool import cli
-from kvpool.server.anthropic_errors import messages_path
 from kvpool.server.scale_out_routes import SCALE_OUT_PATHS
 
 # a body each route would take in vLLM with the flag: the 403 never reads it
@@ -19,11 +18,9 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "prompt":
 
 
 def said_403(path: str, out: dict) -> str:
-    """The message of a 403: OpenAI's error JSON, or Anthropic's on a Messages path (where
-    kvpool rewrites every error: anthropic_errors.py NOTE(anthropic-errors))."""
-    if messages_path(path):
-        assert out["type"] == "error" and out["error"]["type"] == "permission_error", out
-        return out["error"]["message"]
+    """The message of a 403: OpenAI's error JSON on every path, /v1/messages/render too, as
+    vLLM answers there (anthropic_errors.py NOTE(render-errors))."""
+    assert "type" not in out, (path, out)
     assert out["error"]["type"] == "invalid_request_error", out
     assert (out["error"]["code"], out["error"]["param"]) == ("scale_out_disabled", None), out
     return out["error"]["message"]
