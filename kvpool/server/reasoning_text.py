@@ -63,6 +63,10 @@ class Markers:
 # the whole text as content. kvpool reads a whole output as its stream joins, as for every
 # parser. vLLM counts no reasoning tokens under granite, and its grammar never starts there
 # (no end token is ever seen): kvpool counts them, and refuses the grammar while thinking.
+# An empty thinking (the start marker, then at once the response marker) is reasoning "" in
+# the whole answer and no reasoning delta in the stream, as in vLLM: its whole reading keeps
+# the empty group, and it sends no delta with neither reasoning nor content. Its stream there
+# sends marker text as reasoning or content, as the text happens to be cut; kvpool's does not.
 TEXT_PARSERS = {"granite": Markers(("Here is my thought process:", "Here's my thought process:"),
                                    ("Here is my response:", "Here's my response:"))}
 

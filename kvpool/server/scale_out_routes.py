@@ -13,6 +13,16 @@ factories.py); kvpool used to answer 404, which a client reads as "not vLLM" or 
 rather than "not enabled here". kvpool does not implement them, so it takes no flag that turns
 them on: ``--enable-scale-out`` and ``--tokens-only`` are refused at start
 (vllm_flags_refused.py), and the 403 says both things.
+
+vLLM's body is its ErrorResponse, ``{"error": {"message", "type": "PermissionDeniedError",
+"param": null, "code": 403}}``, on all eight paths, ``/v1/messages/render`` too (the handler
+returns it as it is, with no Anthropic translation). kvpool's body has the same keys; its
+``type`` and ``code`` follow the one rule every kvpool error follows (middleware.py
+``error_type``: the type from the status, the code a string), not vLLM's values: vLLM names a
+type at each raise site (an exception's class name, or the HTTP phrase for a routing error),
+with no rule from the status to copy, and this one error in vLLM's values would be the only
+kvpool error a client could not read by kvpool's rule. On ``/v1/messages/render`` the body is
+this one too, not Anthropic's (anthropic_errors.py NOTE(render-errors)).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kvpool.runtime.model import load_tokenizer
 from kvpool.runtime.model.sampling import SamplingParams
-from kvpool.server.choice_reader import ChoiceReader
+from kvpool.server.choice_reader import ChoiceReader, chat_message
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.reasoning import ReasoningParser, read_reasoning
 from tests.runtime.model.helpers import save_hf_model
@@ -65,6 +65,24 @@ def test_the_stream_reads_the_markers_however_the_text_is_cut(tok, data, cuts, k
     assert "".join(d.get("reasoning", "") for d in deltas) == (thought or "" if include else "")
     assert "".join(d.get("content", "") for d in deltas) == (answer or "")
     assert all(v for d in deltas for v in d.values())  # no empty delta
+
+
+@pytest.mark.parametrize("marker", [END, "Here's my response:"])
+@pytest.mark.parametrize("cut", [None, 1, len(START), len(START) + 4])
+def test_an_empty_thinking_is_reasoning_empty_whole_and_no_reasoning_delta_streamed(
+        tok, marker, cut):
+    """NOTE(granite-markers): vLLM's whole answer keeps the empty thinking (reasoning "") and
+    its stream sends no delta without text; the streamed content is the whole one's, however
+    the text is cut (vLLM's stream sends marker text there instead)."""
+    text = START + marker + " X"
+    req = ReasoningParser("granite", tok).request({"thinking": True}, include=True)
+    assert chat_message(chat(req), text, "stop")[0] == {
+        "role": "assistant", "reasoning": "", "content": " X"}
+    reader = ChoiceReader(chat(req))
+    pieces = [text] if cut is None else [text[:cut], text[cut:]]
+    deltas = [d for k, p in enumerate(pieces) for d in reader.feed(p, k == len(pieces) - 1)]
+    assert deltas and all(list(d) == ["content"] for d in deltas), deltas
+    assert "".join(d["content"] for d in deltas) == " X"
 
 
 def wholly_inside(tok, ids: list[int]) -> int:
