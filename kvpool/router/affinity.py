@@ -13,7 +13,7 @@ NOTE(fair-lru): the least recently used id of the tenant holding the most goes);
 again (two replicas claim it, or one answers it again) belongs to the latest. The router knows
 tenants when told the replicas' identity rule (``tenant_header``, ``keyed``: ``kvpool router
 --tenant-header`` / ``--replica-api-key``, the replicas' middleware rule,
-kvpool/server/middleware.py); then each tenant's ids are its own
+kvpool/server/tenant.py); then each tenant's ids are its own
 and a follow-up looks only among its tenant's. Told nothing, every request is tenant "" and
 the map is one least-recently-used map, as before, and NOTE(contested) holds.
 
@@ -129,7 +129,8 @@ from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
 from kvpool.router.response_ids import SCAN_BYTES, response_id_in, usable_id
 from kvpool.router.upstream import RETRY_AFTER_SECONDS, SKIP_AUTO_HEADERS
 from kvpool.server.json_body import json_bool
-from kvpool.server.middleware import APIError, tenant_of_headers
+from kvpool.server.middleware import APIError
+from kvpool.server.tenant import tenant_of_headers
 
 __all__ = ["DEFAULT_MAX_RESPONSE_IDS", "HolderDown", "PREVIOUS", "RESPONSES_PATH",
            "ResponseAffinity"]

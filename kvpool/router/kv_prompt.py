@@ -10,9 +10,9 @@ tokenizer, so the router computes the very hashes the replica's events carry::
                                            built-in model's) and chat template
     "cache_salt"                           the chain's root salt, as the replica uses it;
                                            with ``tenant_namespaced`` the tenant folded in by
-                                           the replicas' own rule (middleware.py), the
+                                           the replicas' own rule (cache_namespace.py), the
                                            tenant from the forwarded headers by theirs
-                                           (middleware.py: ``tenant_header``, else the API key)
+                                           (tenant.py: ``tenant_header``, else the API key)
 
 NOTE(agreement): the text and chat paths use the replica's own parser class, tokenizer files
 and template, so the router's ids are the replica's. Where the router cannot build that
@@ -32,8 +32,10 @@ from typing import Any
 from multidict import CIMultiDict
 
 from kvpool.core.hashing import BlockHasher
-from kvpool.server.middleware import APIError, CacheNamespace, tenant_of_headers
+from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.logprob_fields import LOGPROB_FIELDS
+from kvpool.server.middleware import APIError
+from kvpool.server.tenant import tenant_of_headers
 
 __all__ = ["PromptKeys", "info_problem"]
 

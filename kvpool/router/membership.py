@@ -62,7 +62,8 @@ from aiohttp import web
 from kvpool.errors import RequestError
 from kvpool.router.relayed import BodyReader
 from kvpool.router.replicas import ReplicaSet, default_name
-from kvpool.server.middleware import APIError, bearer_token
+from kvpool.server.api_key import bearer_token
+from kvpool.server.middleware import APIError
 
 __all__ = ["ADMIN_PATH", "Membership", "bearer", "carries_token", "read_token", "replica_spec",
            "replica_url"]

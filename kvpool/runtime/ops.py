@@ -26,7 +26,7 @@ class AddRequest:
     cache_salt: str | None  # tenant isolation of the prefix cache
     priority: int  # smaller is served first under the priority policy
     arrival: float  # time.monotonic() at generate()
-    tenant: str | None = None  # fair-scheduling identity (server/middleware.py), None: anonymous
+    tenant: str | None = None  # fair-scheduling identity (server/tenant.py), None: anonymous
     remote: object | None = None  # remote_reader.FetchedPrefix: prefix fetched into host blocks
 
 

@@ -7,7 +7,7 @@
             -> CORS preflight    (OPTIONS + Origin + Access-Control-Request-Method, any path:
                                   answered here, before the key is asked for; cors.py)
             -> auth_middleware   (only with an API key; /v1, /v2, /inference, /cohere...)
-            -> tenant_middleware (who sent it: middleware.py)
+            -> tenant_middleware (who sent it: tenant.py)
             -> count_load        (only with server_load_tracking: GET /load; server_load.py)
             -> OpenAIRoutes      (handlers.py) -> RequestGate.admit (request_gate.py)
                                                -> engine.generate / metrics.render
@@ -20,7 +20,7 @@
 
     api_key                  a path under /v1, /v2, /inference, /cohere or /invocations needs
                              ``Authorization: Bearer <api_key>`` (one key, or a tuple of keys
-                             any of which will do; middleware.py NOTE(guarded-prefixes))
+                             any of which will do; api_key.py NOTE(guarded-prefixes))
     max_body_bytes           larger bodies get 413
     metrics                  the registry /metrics renders (default: the engine's)
     manage_engine            start the engine with the app and shut it down (waiting
@@ -28,11 +28,11 @@
                              stops; False when the caller owns the engine's lifetime
     tenant_block_quota       cap the KV blocks the in-flight requests of one tenant may hold
                              (quota.py); None = no cap
-    tenant_header            the trusted header naming the tenant (middleware.py); None = the API
+    tenant_header            the trusted header naming the tenant (tenant.py); None = the API
                              key, else anonymous
     shared_prefix_cache      one prefix cache for all tenants even where an API key or tenant
                              header tells them apart (default: one namespace per tenant,
-                             middleware.py)
+                             cache_namespace.py)
     chat_template            a Jinja file that overrides the model directory's own template
                              (chat_template.py); the built-in template only where neither exists
     stream_write_timeout     seconds one SSE write may wait for a client that does not read
@@ -86,6 +86,8 @@ from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.http_series import HttpSeries
 from kvpool.metrics.request_metrics import RequestMetrics
 from kvpool.server.anthropic_api import MessagesRoute
+from kvpool.server.api_key import auth_middleware
+from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.chat_template import load_chat_template
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.generation_config import load_generation_defaults
@@ -97,14 +99,14 @@ from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.http_counting import HttpCounting
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
 from kvpool.server.lookup import LookupRoute
-from kvpool.server.middleware import (CacheNamespace, auth_middleware, error_middleware,
-                                      json_errors, tenant_middleware)
+from kvpool.server.middleware import error_middleware, json_errors
 from kvpool.server.protocol import RequestParser
 from kvpool.server.quota import TenantBlockQuota
 from kvpool.server.request_gate import RequestGate
 from kvpool.server.request_ids import add_request_id
 from kvpool.server.responses_api import ResponsesRoute
 from kvpool.server.server_load import ServerLoad
+from kvpool.server.tenant import tenant_middleware
 from kvpool.server.reasoning import ReasoningParser
 from kvpool.server.tools.parsers import tool_parser
 

@@ -121,7 +121,7 @@ def with_defaults(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
 def salt_and_priority(body: dict[str, Any]) -> tuple[str | None, int]:
     """The client's cache salt (NUL-free, bounded) and its priority (32-bit)."""
     salt = opt(body, "cache_salt", str, None)
-    # NUL marks the server's own salts (middleware.py): no client salt spells one
+    # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
     if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
         raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters, none of "
                    "them NUL")

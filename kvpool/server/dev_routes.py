@@ -28,7 +28,7 @@ from aiohttp import web
 
 from kvpool.errors import ConfigError
 from kvpool.server.engine_client import EngineClient
-from kvpool.server.middleware import query_bool  # NOTE(query-bool)
+from kvpool.server.query_bool import query_bool  # NOTE(query-bool)
 
 __all__ = ["DEV_MODE_ENV", "DEV_ROUTES", "DevRoutes", "dev_mode"]
 

@@ -181,7 +181,7 @@ def json_float(value: Any) -> float | None:
 
 # NOTE(lax-bool): the strings pydantic's lax bool reads (vLLM's request models and FastAPI's
 # query parameters take a bool through it), compared lower-cased; json_bool and
-# middleware.query_bool share this one table
+# query_bool (query_bool.py) share this one table
 LAX_BOOL_STRINGS = {**dict.fromkeys(("1", "on", "t", "true", "y", "yes"), True),
                     **dict.fromkeys(("0", "off", "f", "false", "n", "no"), False)}
 

@@ -23,8 +23,8 @@ without a wildcard host: publisher.py NOTE(pub-connect)) has nothing to subscrib
 sees it change follows the stream from scratch, even on the same ports.
 Block hashes on the stream are ``BlockHasher(block_size, model_id, algo)`` chains with the
 request's salt: its ``cache_salt``, or with ``tenant_namespaced`` the tenant folded in
-(middleware.py), the tenant read from header ``tenant_header`` or, when that is null,
-from the request's API key (middleware.py). A chain's first BlockStored carries, in
+(cache_namespace.py), the tenant read from header ``tenant_header`` or, when that is null,
+from the request's API key (tenant.py). A chain's first BlockStored carries, in
 ``extra_keys``, the client's ``cache_salt``, or for a named tenant an opaque keyed digest
 (salt_key.py NOTE(tenant-salt)) under a key drawn at this start or the operator's shared one
 (salt_key.py NOTE(shared-salt-key)); ``tenant_salt_key_id`` names a shared key (replicas that

@@ -24,7 +24,7 @@ Reads only: the lock-free dict lookups of ``prompts.prefix_hits``, no pool lock,
 no LRU update, so a lookup never changes what it measures.
 
 NOTE(namespace): the hashes are made under the caller's own prefix-cache namespace, by the same
-rule (CacheNamespace.salt) and the same identity (middleware.py: the router forwards the client's
+rule (CacheNamespace.salt) and the same identity (tenant.py: the router forwards the client's
 Authorization and tenant header) as the caller's generation request: with one namespace per
 tenant, a lookup never reveals another tenant's prompts.
 
@@ -40,11 +40,12 @@ import socket
 
 from aiohttp import web
 
+from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.engine_client import EngineClient
 from kvpool.server.json_body import ParsePool
 from kvpool.server.load_counts import load_counts
-from kvpool.server.middleware import CacheNamespace, current_tenant
 from kvpool.server.protocol import RequestParser
+from kvpool.server.tenant import current_tenant
 
 __all__ = ["LOOKUP_PATH", "REPLICA_ID_KEY", "LookupRoute", "default_replica_id"]
 

@@ -1,5 +1,6 @@
-"""The server's edge: one error middleware (every failure -> OpenAI's error JSON), API-key auth
-and the tenant identity.
+"""The server's error edge: one error middleware (every failure -> OpenAI's error JSON) and the
+hook that gives the errors aiohttp answers ahead of it the same JSON. API-key auth: api_key.py;
+the tenant: tenant.py; its prefix-cache namespace: cache_namespace.py.
 
 Every response that is not a success carries OpenAI's error body with the status that fits::
 
@@ -32,79 +33,21 @@ its own late failures as an SSE error event) and lets client disconnects and can
 there is nobody left to answer.
 
 ``X-Request-Id``: request_ids.py.
-
-The tenant: who sent a request (the identity that fairness and quotas key on), and whose
-prefix cache it reads and fills (CacheNamespace).
-
-The identity must be one the client cannot mint at will (``cache_salt`` is client-chosen, so
-rotating it bypassed a quota keyed on it)::
-
-    --tenant-header NAME given  -> the value of header NAME (a trusted proxy sets it; a
-                                   request without it is the anonymous tenant "", one that
-                                   carries it twice a 400: NOTE(one-identity))
-    else, --api-key set         -> "key:" + the first 16 hex digits of SHA-256(bearer token)
-                                   (never the secret itself: tenants show up in errors/logs;
-                                   with several keys, each key is a tenant)
-    else                        -> the anonymous tenant ""
-
-NOTE(one-identity): a proxy that adds its header rather than replacing it (Envoy's
-``request_headers_to_add`` appends by default, HAProxy's ``add-header`` too) forwards a
-client's own copy first, and ``headers.get`` read the first one: a client that sent
-``X-Tenant-Id: a`` was tenant ``a`` (its cache hits, stored responses and quota) whatever the
-proxy said. Taking the last copy instead would trust the proxy's position in the list; the
-server cannot tell which copy is the proxy's, so a request carrying the header more than once
-is refused (400 naming it) and nobody's identity is guessed.
-
-The middleware puts the tenant in a ContextVar for the rest of the handler's task; the request
-gate (request_gate.py) and the lookup route read it. NOTE(contextvar): the route handlers never
-pass tenants around; aiohttp runs middleware and handler in one task, so the value cannot leak
-between requests.
-
-CacheNamespace: whose prefix cache a request reads and fills, one namespace per tenant or one
-for all.
-
-A prefix-cache hit is observable (``usage.prompt_tokens_details.cached_tokens``, the
-``/v1/kvpool/lookup`` counts, and the latency), so a cache shared across tenants is an oracle:
-tenant B learns whether tenant A sent a prompt by asking for it. So where the server knows who
-sends (``--api-key`` or ``--tenant-header``, above), each tenant gets its own namespace by
-default; ``--shared-prefix-cache`` opts back into one namespace for all::
-
-    no identity configured            salt = cache_salt                    (one namespace)
-    identity, --shared-prefix-cache   salt = cache_salt                    (one namespace)
-    identity (the default)            salt = NS_MARK + json([tenant, cache_salt])
-
-The salt is what ``BlockHasher.root`` mixes into every chain hash (kvpool/core/hashing.py), so
-the device and host pools and the Redis tier's keys (kvpool/remote/keys.py: a key is a chain
-hash) all follow from it. The encoding is injective in ``(tenant, cache_salt)``: two tenants
-that send the same ``cache_salt`` still get different roots, and a tenant's own salts stay
-apart. Client salts cannot contain NUL (protocol.py), so no client salt sent to a replica in
-one-namespace mode spells a tenant's salt either.
-
-Every use goes through ``salt``: the generation routes (request_gate.Ticket) and the lookup
-route, so a lookup predicts exactly what the same tenant's next request reports as cached.
 """
 
 from __future__ import annotations
 
-import contextvars
-import hashlib
-import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from kvpool.errors import EngineError, QueueFullError, RequestError, RequestRejected
-from kvpool.server.json_body import LAX_BOOL_STRINGS
-from kvpool.server.options_key import keyless_options_answer
 
-__all__ = ["GUARDED_PREFIXES", "NS_MARK", "STREAM_STARTED", "APIError", "CacheNamespace",
-           "auth_middleware", "bearer_token", "current_tenant", "error_body",
-           "error_middleware", "error_type", "http_error_code", "json_errors",
-           "known_error", "query_bool", "tenant_middleware", "tenant_of_headers",
-           "to_api_error"]
+__all__ = ["STREAM_STARTED", "APIError", "error_body", "error_middleware", "error_type",
+           "http_error_code", "json_errors", "known_error", "to_api_error"]
 
 log = logging.getLogger("kvpool.server")
 
@@ -156,24 +99,6 @@ def error_type(status: int) -> str:
 def error_body(message: str, type: str, param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
-
-
-# NOTE(query-bool): the strings vLLM's query parsing reads as booleans (FastAPI hands a bool
-# query parameter to pydantic's lax bool): json_body.py's NOTE(lax-bool) table, every route
-
-
-def query_bool(request: web.Request, name: str) -> bool:
-    """NOTE(query-bool): query parameter ``name`` as a boolean (False when absent; the last
-    one when given more than once, as FastAPI reads it); a value vLLM would refuse is a 400
-    naming it as vLLM's validation error does (``query.NAME``)."""
-    values = request.query.getall(name, [])
-    if not values:
-        return False
-    value = LAX_BOOL_STRINGS.get(values[-1].lower())
-    if value is None:
-        raise RequestError(f"{name}: Input should be a valid boolean, unable to interpret "
-                           "input (use true or false)", param=f"query.{name}")
-    return value
 
 
 def known_error(exc: BaseException) -> APIError | None:
@@ -266,135 +191,3 @@ async def json_errors(request: web.Request, response: web.StreamResponse) -> Non
     response.charset = "utf-8"
     response.headers["Content-Length"] = str(len(body))
 
-
-def bearer_token(headers: Mapping[str, str]) -> str:
-    """The token of ``Authorization: Bearer <token>``, "" when there is none. The scheme's
-    case does not matter (RFC 7235; vLLM reads it so too)."""
-    scheme, _, token = headers.get("Authorization", "").partition(" ")
-    return token if scheme.lower() == "bearer" else ""
-
-
-INVOCATIONS = "/invocations"  # SageMaker's generation route (NOTE(invocations-key))
-# vLLM 0.33's GUARDED_PREFIX (vllm/entrypoints/serve/middleware/authenticate.py), matched as it
-# matches them: any path that starts with one, served here or not (NOTE(guarded-prefixes))
-GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
-
-
-def auth_middleware(api_keys: tuple[str, ...],
-                    guarded: tuple[str, ...] = GUARDED_PREFIXES) -> Callable:
-    """Require ``Authorization: Bearer <key>``, one of ``api_keys``, on every path that starts
-    with one of ``guarded``, and on SageMaker's /invocations (NOTE(invocations-key)).
-
-    Each comparison runs in constant time (``hmac.compare_digest``) and every key is compared,
-    so the time taken reveals neither how much of a guess was right nor which key it neared.
-    /health and /metrics stay open.
-
-    NOTE(invocations-key): vLLM 0.33 guards /v1, /v2, /inference and /cohere only, so with
-    --api-key its /invocations generates for anyone. Here it generated for anyone too, and the
-    tenant of such a request was read from a bearer token no one had checked: any made-up token
-    was a fresh tenant with its own quota and prefix cache. /invocations takes the key as /v1
-    does; SageMaker itself authenticates its callers and sends no bearer, so a deployment
-    behind it runs without --api-key (docs/architecture.md "SageMaker's /invocations").
-
-    NOTE(guarded-prefixes): vLLM checks the key before routing: an unkeyed request under its
-    prefixes is a 401, be it a scale-out 403 or a 404 with the key. kvpool guarded /v1 only and
-    told unkeyed clients what it serves (docs/architecture.md "vLLM's scale-out routes")."""
-    expected = [key.encode() for key in api_keys]
-
-    def known(token: str) -> bool:
-        got, ok = token.encode("utf-8", "surrogateescape"), False
-        for key in expected:
-            ok |= hmac.compare_digest(got, key)
-        return ok and bool(token)
-
-    @web.middleware
-    async def check_key(request: web.Request, handler: Handler) -> web.StreamResponse:
-        path = request.path
-        if path == INVOCATIONS or path.startswith(guarded):
-            if not known(bearer_token(request.headers)):
-                if (answer := keyless_options_answer(request)) is not None:
-                    raise answer  # vLLM's 405/404: no handler runs (NOTE(options-key))
-                raise APIError(401, "invalid or missing API key: send "
-                                    "'Authorization: Bearer <key>'", code="invalid_api_key",
-                               headers={"WWW-Authenticate": "Bearer"})
-        return await handler(request)
-
-    return check_key
-
-
-MAX_TENANT_CHARS = 256  # a header value longer than this is refused (400)
-NS_MARK = "\x00tenant\x00"  # no client salt holds NUL: this prefix is the server's alone
-
-_TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("kvpool_tenant", default="")
-
-
-def current_tenant() -> str:
-    """The tenant of the request being handled ("" outside a request: anonymous)."""
-    return _TENANT.get()
-
-
-def tenant_of_headers(headers: Mapping[str, str], header: str | None, *, keyed: bool) -> str:
-    """The identity rule of the module docstring, from a request's headers alone (the
-    middleware's, and the router's --kv-events computing the replicas' salts). ``keyed``: an
-    API key is configured, so a bearer token is a checked identity; without one any client
-    could mint a fresh tenant (and a fresh quota) per request by changing its token."""
-    if header:
-        values = _all_values(headers, header)
-        if len(values) > 1:  # NOTE(one-identity)
-            raise APIError(400, f"header {header} is sent {len(values)} times: it names the "
-                                "tenant, so a request carries it once", param=header)
-        value = values[0] if values else ""
-        if len(value) > MAX_TENANT_CHARS:
-            raise APIError(400, f"header {header} is longer than {MAX_TENANT_CHARS} "
-                                "characters", param=header)
-        return value
-    token = bearer_token(headers) if keyed else ""
-    if token:
-        return "key:" + hashlib.sha256(token.encode()).hexdigest()[:16]
-    return ""
-
-
-def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
-    """Every value of header ``name`` (a plain mapping holds one at most)."""
-    getall = getattr(headers, "getall", None)
-    if getall is not None:
-        return list(getall(name, []))
-    value = headers.get(name)
-    return [] if value is None else [value]
-
-
-def tenant_middleware(header: str | None, *, keyed: bool) -> Callable:
-    """Set the request's tenant (see ``tenant_of_headers``) for the handler. Runs after auth, so an
-    API key seen here is a valid one (``keyed``: an API key is configured)."""
-
-    @web.middleware
-    async def middleware(request: web.Request,
-                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                         ) -> web.StreamResponse:
-        token = _TENANT.set(tenant_of_headers(request.headers, header, keyed=keyed))
-        try:
-            return await handler(request)
-        finally:
-            _TENANT.reset(token)
-
-    return middleware
-
-
-class CacheNamespace:
-    """The prefix-cache salt of a request, from its tenant and its client ``cache_salt``."""
-
-    def __init__(self, *, identity: bool, shared: bool = False) -> None:
-        """``identity``: the server tells tenants apart (an API key or a tenant header is
-        configured). ``shared``: the operator's ``--shared-prefix-cache``."""
-        if shared and not identity:
-            log.warning("--shared-prefix-cache has no effect: no tenant identity is "
-                        "configured (--api-key or --tenant-header), so every request already "
-                        "shares one prefix cache; drop the flag")
-        self.per_tenant = identity and not shared
-
-    def salt(self, tenant: str, cache_salt: str | None) -> str | None:
-        """The salt the request's prefix hashes are made under."""
-        if not self.per_tenant:
-            return cache_salt
-        # ASCII escapes: a header value may hold surrogate escapes that UTF-8 cannot encode
-        return NS_MARK + json.dumps([tenant, cache_salt])

@@ -7,7 +7,7 @@ FastAPI hands an ``int`` query parameter to pydantic's lax int, which takes a st
     them, optionally a decimal point and zeros ("5.0", "1_000.00"), optional whitespace
 
 and refuses anything else ("5.5", "1e3", "0x10", "5.", "", "1__0"): a 400 whose ``param`` is
-``query.NAME``, as vLLM's validation error names a query parameter (middleware.query_bool,
+``query.NAME``, as vLLM's validation error names a query parameter (query_bool.py,
 NOTE(query-bool), reads the booleans the same way). A parameter given more than once is read
 from its last value, as FastAPI reads it.
 

@@ -1,6 +1,6 @@
 """Per-tenant KV block quota at the server edge (``kvpool serve --tenant-block-quota N``).
 
-A tenant is the identity of ``middleware.py`` (a trusted header or the API key, never the
+A tenant is the identity of ``tenant.py`` (a trusted header or the API key, never the
 client-chosen ``cache_salt``: rotating salts must not buy a fresh quota). The quota caps
 the device blocks the *in-flight* requests of one tenant may hold at once, so one tenant cannot
 fill the pool: it cannot hold more than ``N`` blocks, nor push out (evict or preempt) more than

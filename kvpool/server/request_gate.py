@@ -6,7 +6,7 @@ reaches the engine; the ticket it gets opens the engine streams and gives everyt
     ticket = gate.admit(prompts, params, cache_salt)   # params: one per prompt
         draining                      -> 503 shutting_down + Retry-After
         (each refusal is counted by reason: kvpool/metrics/admission.py NOTE(refusals))
-        tenant                        the middleware's (middleware.py), never the client's salt
+        tenant                        the middleware's (tenant.py), never the client's salt
         cache salt                    CacheNamespace.salt(tenant, cache_salt)
         quota (--tenant-block-quota)  need = the pool's own block count (RequestChecker,
                                       ``blocks_held``), summed over the prompts
@@ -44,9 +44,11 @@ from typing import TYPE_CHECKING
 
 from kvpool.errors import QueueFullError, RequestError
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
+from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.engine_client import EngineClient, UpdateStream
-from kvpool.server.middleware import APIError, CacheNamespace, current_tenant
+from kvpool.server.middleware import APIError
 from kvpool.server.quota import QUOTA_CODE, TenantBlockQuota
+from kvpool.server.tenant import current_tenant
 
 if TYPE_CHECKING:
     from kvpool.runtime.model import SamplingParams

@@ -37,7 +37,8 @@ from kvpool.runtime.model import SamplingParams
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.chunk_view import SSE_HEADERS
 from kvpool.server.handlers import OpenAIRoutes, PromptStreams
-from kvpool.server.middleware import current_tenant, query_bool
+from kvpool.server.query_bool import query_bool
+from kvpool.server.tenant import current_tenant
 from kvpool.server.query_int import query_int
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.response_store import ResponseStore, StoredResponse

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from kvpool.errors import require
 from kvpool.remote.signer import MIN_SECRET, read_secret
-from kvpool.server.middleware import NS_MARK
+from kvpool.server.cache_namespace import NS_MARK
 
 __all__ = ["CLEAR_TOKENS", "MIN_KEY_BYTES", "SALT_KEY_ENV", "SALT_KEY_FLAG", "SaltKey", "published_salt",
            "resolve_salt_key"]

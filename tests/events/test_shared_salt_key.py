@@ -22,7 +22,7 @@ from kvpool.errors import ConfigError
 from kvpool.router.kv_prompt import PromptKeys
 from kvpool.server import serve
 from kvpool.server.kv_events_route import NO_CACHE, NOT_ENABLED, KVEventsRoute
-from kvpool.server.middleware import CacheNamespace
+from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.salt_key import CLEAR_TOKENS, SALT_KEY_ENV, SaltKey
 from stress.http.servers import ROOT, SpawnedServer
 from tests.events.helpers import (SERVED_EVENTS, Sub, TokenIndex, plain, publisher, replayed, stored_events,

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 
 from kvpool.runtime.engine.async_engine import AsyncEngine
 from kvpool.server.app import build_app
-from kvpool.server.middleware import CacheNamespace
+from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.remote_setup import build_link
 from tests.remote.engines import CONFIG, PROMPT, settle
 

@@ -190,7 +190,7 @@ async def test_tenant_namespaces_are_hashed_as_the_replica_does(tenant_replica):
     """--tenant-header replica: the router folds the tenant into the salt by the replica's
     rule, so tenant b gets no predicted hit on a's prompt, and every prediction equals what
     the replica then reports as cached, with no lookup."""
-    from kvpool.server.middleware import CacheNamespace
+    from kvpool.server.cache_namespace import CacheNamespace
     srv = tenant_replica
     r, events = event_router([srv.url])
     (feed,) = events.feeds.values()

@@ -1,4 +1,4 @@
-"""One prefix-cache namespace per tenant (middleware.py) on the real server: where the server
+"""One prefix-cache namespace per tenant (cache_namespace.py) on the real server: where the server
 tells tenants apart (``--tenant-header`` or ``--api-key``), tenant B's lookup and B's
 ``cached_tokens`` never show tenant A's prompt, even under the same ``cache_salt``; A's own
 repeats still hit, and the lookup predicts each tenant's own ``cached_tokens``. With

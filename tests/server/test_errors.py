@@ -9,8 +9,10 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from kvpool.server.api_key import auth_middleware
 from kvpool.server.cors import CorsPolicy
-from kvpool.server.middleware import auth_middleware, error_middleware, tenant_of_headers
+from kvpool.server.middleware import error_middleware
+from kvpool.server.tenant import tenant_of_headers
 
 CHAT = [{"role": "user", "content": "hi"}]
 
@@ -128,7 +130,7 @@ async def test_prompt_that_can_never_fit_the_pool(make_server):
 
 async def test_api_key(make_server):
     """Every path under vLLM's guarded prefixes asks for the key before routing
-    (middleware.py NOTE(guarded-prefixes)): a scale-out 403 and a 404 there are 401s unkeyed."""
+    (api_key.py NOTE(guarded-prefixes)): a scale-out 403 and a 404 there are 401s unkeyed."""
     async with make_server(api_key="k3y") as srv:
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "k3y"},
                         {"Authorization": "Bearer k3y2"}, {"Authorization": "Basic k3y"}):
@@ -158,7 +160,7 @@ async def test_api_key(make_server):
 async def test_keyless_options_is_answered_as_vllm_answers_it(make_server):
     """vLLM's key check lets every OPTIONS through and none of its routes takes OPTIONS, so
     under the guarded prefixes an unkeyed OPTIONS is its router's 405 (with Allow) or 404,
-    CORS configured or not; none reaches a handler (middleware.py NOTE(options-key))."""
+    CORS configured or not; none reaches a handler (options_key.py NOTE(options-key))."""
     for cors, acao in ((None, None), (CorsPolicy('["*"]'), "*")):
         async with make_server(api_key="k3y", app_options={"cors": cors} if cors else {}) as srv:
             for headers in ({}, {"Authorization": "Bearer nope"}, {"Origin": "https://a.b"},

@@ -65,7 +65,7 @@ async def test_what_the_routes_refuse_it_refuses_with_their_400(srv):
 
 
 async def test_with_an_api_key_it_takes_the_key_as_the_v1_routes_do(make_server):
-    """NOTE(invocations-key) in middleware.py: vLLM leaves /invocations open; here a made-up
+    """NOTE(invocations-key) in api_key.py: vLLM leaves /invocations open; here a made-up
     bearer token generated there and was read as a tenant of its own (its own quota and
     prefix cache). Now no key or a wrong one is the /v1 routes' 401."""
     async with make_server(api_key="right") as srv, aiohttp.ClientSession() as s:

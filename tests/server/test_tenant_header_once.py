@@ -1,4 +1,4 @@
-"""NOTE(one-identity) in kvpool/server/middleware.py, on the real server: a request that
+"""NOTE(one-identity) in kvpool/server/tenant.py, on the real server: a request that
 carries the tenant header twice (a client's own copy ahead of the one a proxy appends) is
 refused, so a client cannot be another tenant by naming it first: it reads no hit of the
 other tenant's prompt, no stored response of it, and draws on no quota of it."""
