@@ -69,7 +69,7 @@ from kvpool.server.body_fields import ignored_header
 from kvpool.server.chunk_view import ChunkView
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.engine_client import EngineClient
-from kvpool.server.json_answer import json_answer
+from kvpool.server.json_answer import bytes_answer, json_encoded
 from kvpool.server.json_body import ParsePool
 from kvpool.server.load_counts import load_counts
 from kvpool.server.logprob_format import LogprobFormatter
@@ -179,17 +179,20 @@ class OpenAIRoutes:
                                       priority=req.priority)
 
     async def answer(self, request: web.Request, req: ParsedRequest,
-                     view: Callable[[ResponseBuilder], Any]) -> web.StreamResponse:
-        """Run a prepared request and answer it: JSON, or SSE when it streams."""
+                     view: Callable[[ResponseBuilder], Any],
+                     written: Callable[[Any, bytes], None] | None = None) -> web.StreamResponse:
+        """Run a prepared request and answer it: JSON, or SSE when it streams. ``written``:
+        handed a JSON answer's body and its bytes before they are sent (json_encoded)."""
         builder, updates = self.open(req, shown_request_id(request, req.request_id))
         if not req.stream:
             await self.run(builder, updates)
             body = view(builder).body()
             self.encoding += 1
             try:  # a huge answer's JSON is written in slices, the loop free between them
-                return await json_answer(body, ignored_header(req.ignored))
+                raw = await json_encoded(body, written)
             finally:  # (NOTE(encode-slices) in json_answer.py)
                 self.encoding -= 1
+            return bytes_answer(raw, ignored_header(req.ignored))
         try:  # validation, QueueFullError and first updates surface as statuses there
             return await self.sse.stream(request, view(builder), updates)
         finally:
@@ -387,3 +390,4 @@ class PromptStreams:
             except Exception:  # noqa: BLE001 - never mask the handler's own outcome
                 log.exception("releasing request %s failed", self.ids[i])
         self.ticket.close()
+

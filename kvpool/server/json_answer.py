@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiohttp import web
 
-__all__ = ["INLINE_WEIGHT", "SLICE_WEIGHT", "json_answer", "json_bytes", "weight"]
+__all__ = ["INLINE_WEIGHT", "SLICE_WEIGHT", "bytes_answer", "json_answer", "json_bytes",
+           "json_encoded", "weight"]
 
 # NOTE(encode-slices): from bench/json_answer.py on this machine's CPUs, a weight unit encodes
 # in ~0.25 us (chat logprobs) to ~0.3 us (completions logprobs): 4,096 units is ~1 ms per
@@ -112,11 +113,38 @@ async def json_bytes(value: Any) -> bytes:
     return b"".join(parts)
 
 
+async def json_encoded(value: Any,
+                       written: Callable[[Any, bytes], None] | None = None) -> bytes:
+    """``json.dumps(value).encode()``: one call at or under INLINE_WEIGHT, in slices past it
+    (NOTE(encode-slices)); ``bytes_answer`` answers them. ``written``: handed ``value`` and
+    the bytes, the write and it in a task of their own that the caller's cancel does not stop,
+    so a client that leaves mid-write still has its response kept (responses_api.py
+    NOTE(store-slices))."""
+    if written is None:
+        return await _encoded(value)
+
+    async def write() -> bytes:
+        raw = await _encoded(value)
+        written(value, raw)
+        return raw
+    return await asyncio.shield(asyncio.ensure_future(write()))
+
+
+async def _encoded(value: Any) -> bytes:
+    if weight(value, INLINE_WEIGHT) <= INLINE_WEIGHT:
+        return json.dumps(value).encode("ascii")
+    return await json_bytes(value)
+
+
+def bytes_answer(raw: bytes, headers: dict[str, str] | None = None) -> web.Response:
+    """The JSON answer whose body is ``raw`` (``json_encoded``'s bytes), with
+    ``web.json_response``'s headers."""
+    return web.Response(body=raw, content_type="application/json", charset="utf-8",
+                        headers=headers)
+
+
 async def json_answer(body: Any, headers: dict[str, str] | None = None) -> web.Response:
-    """``web.json_response(body, headers=headers)``, its JSON written in slices when ``body``
-    weighs more than INLINE_WEIGHT (NOTE(encode-slices)); the same bytes and headers either
-    way (json_response's Content-Type is ``application/json; charset=utf-8``)."""
-    if weight(body, INLINE_WEIGHT) <= INLINE_WEIGHT:
-        return web.json_response(body, headers=headers)
-    return web.Response(body=await json_bytes(body), content_type="application/json",
-                        charset="utf-8", headers=headers)
+    """``web.json_response(body, headers=headers)``, its JSON written by ``json_encoded`` (in
+    slices past INLINE_WEIGHT: NOTE(encode-slices)); the same bytes and headers (json_response's
+    Content-Type is ``application/json; charset=utf-8``)."""
+    return bytes_answer(await json_encoded(body), headers)

@@ -74,18 +74,22 @@ class StoredResponse:
     """One finished response: its body, kept as the JSON GET answers (``raw``; NOTE(response-
     bytes)), and the conversation a continuation starts from (the chat messages of its input
     and output; not its instructions, which OpenAI does not carry over). ``nbytes`` is its
-    NOTE(response-bytes) size, computed once here."""
+    NOTE(response-bytes) size, computed once here. ``encoded``: ``json.dumps(body).encode()``
+    when the caller has written it already (in slices, and answered with the very bytes:
+    responses_api.py NOTE(store-slices)); else it is written here, whole."""
 
     body: InitVar[dict[str, Any]]
     messages: tuple[dict[str, Any], ...]
     events: bytes = b""  # a streamed background run's SSE events (GET replays)
+    encoded: InitVar[bytes | None] = None
     raw: bytes = field(init=False, compare=False)
     nbytes: int = field(init=False, compare=False)
 
-    def __post_init__(self, body: dict[str, Any]) -> None:
+    def __post_init__(self, body: dict[str, Any], encoded: bytes | None) -> None:
         # json.dumps' defaults, as aiohttp's json_response writes it: ASCII, a lone surrogate
         # escaped (no UTF-8 of it to fail on)
-        object.__setattr__(self, "raw", json.dumps(body).encode("ascii"))
+        raw = encoded if encoded is not None else json.dumps(body).encode("ascii")
+        object.__setattr__(self, "raw", raw)
         object.__setattr__(self, "nbytes",
                            len(self.raw) + len(self.events) + _held(self.messages))
 

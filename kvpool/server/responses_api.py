@@ -21,6 +21,21 @@ names a background run still going is refused with a 400, and GET, a continuatio
 all read the same thing: the run's queued object while it runs (even when the store has
 evicted it or a request started before the run has stored a response of that id since; the
 run's end replaces that), else the store's.
+
+NOTE(store-slices): a stored response is kept as its JSON bytes (response_store.py
+NOTE(response-bytes)), megabytes of it with many logprobs (a 3.6 MB answer, written whole
+there, held /health 70-79 ms). So an answer not streamed is written once, in slices past
+INLINE_WEIGHT (json_answer.py NOTE(encode-slices)), stored as those bytes and answered with
+them: handlers.py ``answer`` hands the body and its bytes to ``_keep`` (its ``written``), the
+same bytes as the one ``json.dumps`` before, the store's put before the answer goes out (a GET
+right after finds it), and a client that leaves mid-write still has its response stored (the
+write runs in a task of its own, shielded from the handler's cancel: json_answer.py
+``json_encoded``). A background
+run, not streamed, writes its finished object in slices in its own task; its engine request
+has ended, so a cancel or DELETE meanwhile waits for the store and then acts as on a finished
+response (responses_background.py ``storing``). A streamed response is stored whole at its
+end: its last event holds the whole response, one ``json.dumps`` on the loop anyway
+(handlers.py's stream writes it), and the client that read it must find it stored.
 """
 
 from __future__ import annotations
@@ -37,8 +52,8 @@ from kvpool.runtime.model import SamplingParams
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.chunk_view import SSE_HEADERS
 from kvpool.server.handlers import OpenAIRoutes, PromptStreams
+from kvpool.server.json_answer import json_encoded
 from kvpool.server.query_bool import query_bool
-from kvpool.server.tenant import current_tenant
 from kvpool.server.query_int import query_int
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.response_store import ResponseStore, StoredResponse
@@ -48,6 +63,7 @@ from kvpool.server.responses_input import ResponseNotFoundError, ResponsesInput,
 from kvpool.server.responses_items import item_messages
 from kvpool.server.responses_tools import chat_param, text_only_auto
 from kvpool.server.responses_view import ResponsesView, cache_block
+from kvpool.server.tenant import current_tenant
 
 __all__ = ["RESPONSES_KEY", "ResponsesRoute"]
 
@@ -126,10 +142,13 @@ class ResponsesRoute:
             return dataclasses.replace(req, ignored=inp.ignored + ignored,
                                        params=_grammar_named(req.params))
 
-        def view(builder: ResponseBuilder) -> ResponsesView:
+        def view(builder: ResponseBuilder) -> ResponsesView:  # stored as it ends, streamed
             return ResponsesView(builder, asked[0], functools.partial(self._keep, tenant,
                                                                       asked[0]),
                                  self.cache_block)
+
+        def whole(builder: ResponseBuilder) -> ResponsesView:  # stored by ``written``
+            return ResponsesView(builder, asked[0], _stored_apart, self.cache_block)
 
         req = await self.routes.prepare(request, parse)
         rid = asked[0].request_id
@@ -138,6 +157,9 @@ class ResponsesRoute:
                                "cancel it or name another", param="request_id")
         if asked[0].background:
             return await self._background(request, tenant, asked[0], req)
+        if not req.stream:  # NOTE(store-slices)
+            keep = functools.partial(self._keep, tenant, asked[0])
+            return await self.routes.answer(request, req, whole, keep)
         return await self.routes.answer(request, req, view)
 
     async def _background(self, request: web.Request, tenant: str, inp: ResponsesInput,
@@ -154,26 +176,30 @@ class ResponsesRoute:
             await updates.release()
             raise
         log = EventLog() if req.stream else None
-        keep = functools.partial(self._keep, tenant, inp, log=log)
+        keep = functools.partial(self._keep, tenant, inp, log=log)  # failed, cancelled
         finished: list[dict[str, Any]] = []  # a streamed run's body, kept with all its events
-        view = ResponsesView(builder, inp, keep if log is None else finished.append,
+        view = ResponsesView(builder, inp, _stored_apart if log is None else finished.append,
                              self.cache_block)
         body = view.response("queued", [], None)
         queued = StoredResponse(body, inp.conversation)  # output [], so no turns of its own
         self.store.put(tenant, view.id, queued)  # NOTE(background): a continuation may name it
-        run = functools.partial(self._run, view, updates, log, lambda: keep(finished[0]))
+        run = functools.partial(self._run, tenant, view, updates, log,
+                                lambda: keep(finished[0]))
         self.background.start((tenant, view.id), body, keep, run, log, queued)
         if log is None:
             return web.json_response(body, headers=ignored_header(req.ignored))
         return await self._follow(request, log, -1, req.ignored)
 
-    async def _run(self, view: ResponsesView, updates: PromptStreams, log: EventLog | None,
-                   keep_streamed: Callable[[], None]) -> None:
-        """One background run to its end; the finished object stored (``view``'s on_done, or
-        ``keep_streamed`` once a streamed run's last event is in its log)."""
+    async def _run(self, tenant: str, view: ResponsesView, updates: PromptStreams,
+                   log: EventLog | None, keep_streamed: Callable[[], None]) -> None:
+        """One background run to its end; the finished object stored (written in slices,
+        NOTE(store-slices); a streamed run's by ``keep_streamed`` once its last event is in
+        its log)."""
         if log is None:
             await self.routes.run(view.builder, updates)
-            view.body()
+            self.background.storing((tenant, view.id))
+            body = view.body()
+            self._keep(tenant, view.inp, body, await json_encoded(body))
             return
         log.add(view.head())
         try:
@@ -197,15 +223,16 @@ class ResponsesRoute:
         return resp
 
     def _keep(self, tenant: str, inp: ResponsesInput, body: dict[str, Any],
-              log: EventLog | None = None) -> None:
+              raw: bytes | None = None, log: EventLog | None = None) -> None:
         """Store the response with its conversation: the input's, then the output items as
         chat messages (its text, its function calls), as a client would send them back; a
-        streamed background run's with its events (GET replays them)."""
+        streamed background run's with its events (GET replays them). ``raw``: the body's
+        JSON, when written already (NOTE(store-slices))."""
         if inp.store:
             turns = tuple(item_messages(body["output"], "output"))
             events = b"".join(log.events) if log is not None else b""
             self.store.put(tenant, body["id"],
-                           StoredResponse(body, inp.conversation + turns, events))
+                           StoredResponse(body, inp.conversation + turns, events, raw))
 
     async def retrieve(self, request: web.Request) -> web.StreamResponse:
         """A background response still running (NOTE(background)), else a stored one; with
@@ -270,6 +297,10 @@ class ResponsesRoute:
     async def close(self, app: web.Application) -> None:
         """The app's shutdown: every background run still going is cancelled."""
         await self.background.close()
+
+
+def _stored_apart(body: dict[str, Any]) -> None:
+    """A view's on_done where the route stores the body itself (``_store``)."""
 
 
 def _stream_query(request: web.Request) -> int | None:

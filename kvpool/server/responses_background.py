@@ -15,7 +15,10 @@ on; with ``--max-stored-responses 0`` or ``--max-stored-response-bytes 0`` it is
                 that input, no output (vLLM reads its stored object as it is: output [])
     cancel      while it runs: the task is cancelled, the engine request aborted (its blocks
                 back to the pool), and the object stored and answered with status
-                "cancelled"; after the end, the 400 of a finished response
+                "cancelled"; after the end, the 400 of a finished response. The engine's end
+                is the end: a cancel (or DELETE) while the finished object's JSON is being
+                written waits for it to be stored, then acts as after the end (``storing``;
+                responses_api.py NOTE(store-slices))
 
 With ``stream`` too, the run writes the Responses events (responses_view.py) into its
 ``EventLog`` and the POST answers them as they come: a client that leaves stops reading, not
@@ -91,6 +94,7 @@ class _Run:
     keep: Callable[[dict[str, Any]], None]  # stores a final object (responses_api.py)
     log: EventLog | None  # a streamed run's events
     entry: StoredResponse | None  # ``body`` with its conversation (NOTE(one-id))
+    storing: bool = False  # the engine request ended; the finished object is being stored
 
 
 class BackgroundRuns:
@@ -127,6 +131,14 @@ class BackgroundRuns:
         task = asyncio.get_running_loop().create_task(self._run(key, run, log))
         self._runs[key] = _Run(task, body, keep, log, entry)
 
+    def storing(self, key: tuple[str, str]) -> None:
+        """The run's engine request has ended, its finished object is being written and
+        stored: a cancel from now waits for that and finds a finished response
+        (NOTE(background), cancel)."""
+        run = self._runs.get(key)
+        if run is not None:
+            run.storing = True
+
     def get(self, key: tuple[str, str]) -> dict[str, Any] | None:
         run = self._runs.get(key)
         return run.body if run is not None else None
@@ -158,10 +170,15 @@ class BackgroundRuns:
                 log.end()
 
     async def cancel(self, key: tuple[str, str]) -> dict[str, Any] | None:
-        """The cancelled object (stored first), or None when no run has this key."""
-        run = self._runs.pop(key, None)
+        """The cancelled object (stored first), or None when no run has this key or it has
+        ended (a run ``storing`` its finished object: once that is stored)."""
+        run = self._runs.get(key)
         if run is None:
             return None
+        if run.storing:
+            await asyncio.wait([run.task])  # stored, then popped (``_run``'s finally)
+            return None
+        del self._runs[key]
         body = {**run.body, "status": "cancelled"}
         run.keep(body)
         run.task.cancel()
