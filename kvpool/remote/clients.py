@@ -47,7 +47,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvpool.remote.connections import (READ_BUFFER, BufferedConnection,
-                                       BufferedTLSConnection, driver_info, pool_from_url)
+                                       BufferedTLSConnection, CheckedHandshake, driver_info,
+                                       pool_from_url)
 from kvpool.remote.url_forms import check_url, split_url
 
 _DEFAULT_PORT = {"cluster": 6379, "sentinel": 26379}
@@ -320,8 +321,9 @@ def _counting(base: type, redirects: Counter, refresh: SlotMapRefresh) -> type:
     return CountingConnection
 
 
-class BufferedSentinelConnection(SentinelManagedConnection):
-    """A sentinel-managed connection with the tier's large read buffer."""
+class BufferedSentinelConnection(CheckedHandshake, SentinelManagedConnection):
+    """A sentinel-managed connection with the tier's large read buffer (and the handshake's
+    check: NOTE(handshake-reply))."""
 
     def _connection_arguments(self):  # redis-py's hook for asyncio.open_connection's kwargs
         return {**super()._connection_arguments(), "limit": READ_BUFFER}

@@ -18,11 +18,31 @@ from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.driver_info import DriverInfo
+from redis.exceptions import InvalidResponse
 
 READ_BUFFER = 4 << 20  # StreamReader limit of a connection (bytes buffered before pausing)
 
 
-class BufferedConnection(Connection):
+class CheckedHandshake:
+    """A connection whose handshake fails with ``InvalidResponse`` when the server answers it
+    in RESP of the wrong shape.
+
+    NOTE(handshake-reply): redis-py reads HELLO's reply as a map (``.get``); a server that
+    answers every command ``+OK``, ``:7`` or an array (a port taken by another service, a
+    proxy) made it raise a bare AttributeError. That escaped the tier's calls: ``kvpool
+    serve`` exited at its warm-up, and the health check's task died with its breaker half
+    open, so the tier never came back once Redis did. Only the handshake's errors of a reply's
+    type are turned into "not Redis" (the ``protocol`` kind, as for bytes that are no RESP):
+    nothing else runs in it, and a TypeError or AttributeError anywhere else stays a bug."""
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        try:
+            await super().on_connect_check_health(check_health)
+        except (AttributeError, TypeError) as exc:  # redis-py disconnects it either way
+            raise InvalidResponse(f"the handshake's reply is no Redis reply ({exc})") from exc
+
+
+class BufferedConnection(CheckedHandshake, Connection):
     """A redis.asyncio connection whose StreamReader buffers up to ``READ_BUFFER`` bytes.
 
     NOTE(read-buffer): at asyncio's 64 KiB default a 1 MiB value pauses and resumes the

@@ -313,13 +313,17 @@ class FaultLog:
                  "serves no slot any more (a replica took over, or its slots moved): its "
                  "keys are looked up on the nodes serving them now")
 
+    def memory_read(self, info: Mapping[str, Any]) -> None:
+        """Keep the (maxmemory-policy, maxmemory) an ``INFO`` reply says: an OOM's fix."""
+        self.memory = (str(info.get("maxmemory_policy", "")),
+                       int(info.get("maxmemory", 0) or 0))
+
     def inspected(self, info: Mapping[str, Any], cluster: bool = False) -> str | None:
         """Log what one ``INFO`` reply says (a refusal as an error, each warning once, else
         that the tier is reachable); the refusal, or None when the server is usable.
         ``cluster``: the tier talks through the cluster client (a node is expected)."""
         refusal, warnings = check_info(info, cluster)
-        self.memory = (str(info.get("maxmemory_policy", "")),
-                       int(info.get("maxmemory", 0) or 0))
+        self.memory_read(info)
         if refusal is not None:
             log.error("remote tier %s refused: %s; serving without the tier (requests "
                       "recompute)", self.where, refusal)

@@ -27,12 +27,15 @@ sets of calls in flight that are empty are swept whenever their number has doubl
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis.exceptions import RedisClusterException
 
 from kvpool.remote.breaker import PAUSE_KINDS, BreakerState, CircuitBreaker
+
+log = logging.getLogger("kvpool.remote")
 
 _MIN_SWEEP = 16  # breakers with calls in flight below which HealthChecks never sweeps
 
@@ -138,6 +141,7 @@ class HealthChecks:
         self._inflight: dict[CircuitBreaker, set[asyncio.Timeout]] = {}  # calls' ends
         self._sweep_at = _MIN_SWEEP  # len(_inflight) that drops its empty sets
         self._tasks: dict[CircuitBreaker, asyncio.Task] = {}  # each trial loop running
+        self._raised_types: set[type] = set()  # what trials raised, logged (NOTE(trial-raised))
 
     def inflight(self, breaker: CircuitBreaker) -> set[asyncio.Timeout]:
         """The deadlines of ``breaker``'s calls in flight (a call adds and discards its own,
@@ -167,6 +171,8 @@ class HealthChecks:
     async def _loop(self, breaker: CircuitBreaker) -> None:
         try:
             await self._trials(breaker)
+        except Exception as exc:  # ``closed`` raised, the breaker closed: NOTE(trial-raised)
+            self._raised(exc)
         finally:  # closed (or cancelled): no state kept for it (NOTE(node-prune))
             if self._tasks.get(breaker) is asyncio.current_task():
                 del self._tasks[breaker]
@@ -180,11 +186,30 @@ class HealthChecks:
             if not breaker.start_trial():
                 continue
             st.health_checks += 1
-            ok = await self._trial(breaker)
+            try:
+                ok = await self._trial(breaker)
+            except Exception as exc:  # NOTE(trial-raised)
+                self._raised(exc)
+                ok = False
             st.health_failed += not ok
             breaker.end_trial(ok)
             if ok:
                 await self._closed(breaker)
+
+    def _raised(self, exc: Exception) -> None:
+        """A trial (or ``closed``) raised. NOTE(trial-raised): the tier's trial turns the
+        failures a server can cause into False (``RedisTier._ping``); anything else that
+        escaped it ended this task, unseen until the loop's shutdown, and the breaker stayed
+        half open with nothing to run its next trial, so the tier was off until a restart (a
+        wrong-typed handshake reply did so: NOTE(handshake-reply) in connections.py). The
+        catch is broad on purpose: whatever raised, a failed trial is the safe reading (the
+        next one is due ``reset_s`` later), and the one task that can close the breaker
+        must outlive it. Each type is logged once, with its traceback, so a bug is seen and
+        not repeated every ``reset_s``."""
+        if type(exc) not in self._raised_types:
+            self._raised_types.add(type(exc))
+            log.error("remote tier health check: %s raised by a trial (counted as failed: the "
+                      "checks go on) or by its close", type(exc).__name__, exc_info=exc)
 
     def __len__(self) -> int:
         """Breakers whose state this holds (calls in flight, a trial loop, a set not yet

@@ -27,7 +27,8 @@ node's breaker (NOTE(node-breaker)); a part's check overlaps later reads.
 
 Diagnosis (``diagnose.py``): each failure kind is logged once with its fix, an outage's once an
 episode (NOTE(episode)); ``warm_up`` says if the tier is reachable and reads ``INFO`` (a cluster
-node behind a plain URL refused, noeviction or no maxmemory warned); an OOM pauses puts."""
+node behind a plain URL refused, noeviction or no maxmemory warned); an OOM pauses puts and is
+said on the memory settings read again then (``oom.py``)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ from kvpool.remote.coverage import warn_fragile
 from kvpool.remote.diagnose import FaultLog, classify, error_kind
 from kvpool.remote.health import node_trial, opens, paused_raised, trial
 from kvpool.remote.node_breakers import Breakers, HealthChecks
+from kvpool.remote.oom import OomWatch
 from kvpool.remote.segments import (PROBE_LUA, all_at_once, leading_run, parts as split_parts,
                                     probe_plan)
 from kvpool.remote.tier import RemoteStats, fetch_checked
@@ -91,10 +93,6 @@ class RedisTier:
         self.kind = self._client.kind  # "server", "cluster" or "sentinel"
         self._by_slot = self.kind == "cluster"  # calls cut on hash-tag borders (segments.py)
         self.faults = FaultLog(where(url))  # each kind logged once (an outage's: an episode)
-        # NOTE(oom-pause): with noeviction every SET fails once Redis is full; after an OOM
-        # reply puts are not sent for oom_pause_s (dropped, counted), not refused one by one.
-        self.oom_pause_s = oom_pause_s
-        self._puts_paused_until = 0.0  # time.monotonic() before which put_many sends nothing
         self._refusal: str | None = None  # a server the tier must not use (INFO, warm-up's)
         self._redis = self._client.redis
         self._probe = self._redis.register_script(PROBE_LUA)
@@ -102,6 +100,8 @@ class RedisTier:
         self.breakers = Breakers(self.breaker, self._redis if self._by_slot else None)
         self.reads = BoundedReads(self._redis, codec.max_value_nbytes(), self.faults, self.breakers)
         self._checks = HealthChecks(self._ping, self._closed, self._stats)
+        self._oom = OomWatch(oom_pause_s, self.faults, self._stats, lambda: self._call(
+            "info", 0, lambda: self._redis.info("memory"), SETUP_S))  # NOTE(oom-reread)
 
     # -- the protocol ---------------------------------------------------------------------
     async def probe(self, keys: Sequence[str], refresh: Sequence[str] = (),
@@ -144,7 +144,7 @@ class RedisTier:
         if not items:
             return 0
         items, st = list(items), self._stats
-        if time.monotonic() < self._puts_paused_until:
+        if self._oom.paused():  # NOTE(oom-pause)
             st.puts_paused += len(items)
             st.puts_dropped += len(items)
             return 0
@@ -229,6 +229,7 @@ class RedisTier:
 
     async def aclose(self) -> None:
         await self._checks.aclose()
+        await self._oom.aclose()
         await self._client.aclose()
 
     # -- internals ------------------------------------------------------------------------
@@ -354,11 +355,10 @@ class RedisTier:
         """An error reply: counted by kind, logged once; an OOM pauses the puts."""
         fault = classify(exc)
         self._stats.count_error(error_kind(fault))
-        self.faults.note(fault, exc)
         if isinstance(exc, OutOfMemoryError):
-            if time.monotonic() >= self._puts_paused_until:
-                self._stats.oom_pauses += 1
-            self._puts_paused_until = time.monotonic() + self.oom_pause_s
+            self._oom.replied(exc)  # said there, on the settings the server has now
+        else:
+            self.faults.note(fault, exc)
 
     async def _inspect(self) -> bool:
         """Once Redis answers (at start, and when the breaker closes again): read INFO, refuse

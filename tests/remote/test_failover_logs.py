@@ -16,6 +16,7 @@ from bench.redis_servers import free_port
 from tests.remote.breakers import wait_closed
 from tests.remote.chains import chain_items, one_prefix_per_master
 from tests.remote.conftest import NS
+from tests.remote.test_diagnose import logged
 
 
 def _said(caplog, level: int, text: str) -> list[str]:
@@ -157,6 +158,25 @@ async def test_an_oom_under_allkeys_lru_asks_for_more_maxmemory(redis_server, ma
     assert await t.warm_up()
     assert await t.put_many(chain_items(t.codec, "oom", 4, 64 << 10)) == 0
     assert t.stats().oom_pauses == 1
+    await logged(caplog, "out of memory")  # said once INFO was read again: NOTE(oom-reread)
     said = _said(caplog, logging.WARNING, "out of memory")
     assert len(said) == 1 and "allkeys-lru" in said[0] and "raise maxmemory" in said[0], said
     assert "give it maxmemory-policy" not in said[0] and "maxmemory 1 MiB" in said[0]
+
+
+async def test_an_oom_after_the_policy_changed_names_the_fix_for_the_policy_now(redis_server,
+                                                                                make_tier,
+                                                                                caplog):
+    """The line quoted the settings read at the warm-up ("allkeys-lru, 256 MiB ... raise
+    maxmemory") after the operator set noeviction and a tiny maxmemory (NOTE(oom-reread))."""
+    t = make_tier(oom_pause_s=30.0)
+    assert await t.warm_up()  # the fixture's server: allkeys-lru, 256 MiB
+    admin = redis.Redis(port=redis_server.port)
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", "1mb")  # below what Redis holds with no key at all
+    admin.close()
+    assert await t.put_many(chain_items(t.codec, "oom-now", 4, 64 << 10)) == 0
+    said = await logged(caplog, "out of memory")
+    assert len(said) == 1 and "maxmemory-policy noeviction evicts nothing" in said[0], said
+    assert "raise maxmemory" not in said[0] and "256 MiB" not in said[0]
+    assert t.stats().oom_pauses == 1

@@ -1,0 +1,155 @@
+"""A server that answers well-formed RESP of the wrong shape (``+OK``, ``:7`` or an array to
+every command: a port taken by another service, a proxy) is "not Redis", as bytes that are no
+RESP are (NOTE(handshake-reply)): the warm-up fails with the one fix line and the replica
+serves without the tier, and the health check keeps running until a real Redis answers on
+that port (NOTE(trial-raised)). Real sockets on 127.0.0.1: a small asyncio server stopped by
+each test, and a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from bench.redis_servers import RedisServer, free_port
+from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
+from kvpool.remote.node_breakers import HealthChecks
+from kvpool.remote.tier import RemoteStats
+from tests.remote.breakers import wait_closed
+from tests.remote.conftest import NS
+from tests.remote.engines import PROMPT, engine, run, stop
+from tests.remote.test_diagnose import items, lines
+
+REPLIES = {"ok": b"+OK\r\n", "int": b":7\r\n", "array": b"*2\r\n:1\r\n+x\r\n"}
+NOT_REDIS = "does not speak Redis"
+
+
+@pytest.fixture
+async def wrong_resp():
+    """``start(mode, port=None)`` -> the port of a server answering each command it reads
+    with ``REPLIES[mode]``; ``stop()`` closes it and its connections (also at the end)."""
+    servers: list[asyncio.Server] = []
+    writers: list[asyncio.StreamWriter] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: bytes
+                     ) -> None:
+        writers.append(writer)
+        try:
+            while data := await reader.read(65536):
+                # one reply per command: each is a RESP array, "*N" at a line's start
+                writer.write(reply * max(1, data.count(b"\r\n*") + data.startswith(b"*")))
+        except ConnectionError:  # the client reset it: its end
+            pass
+        writer.close()
+
+    async def start(mode: str, port: int | None = None) -> int:
+        srv = await asyncio.start_server(lambda r, w: answer(r, w, REPLIES[mode]), "127.0.0.1",
+                                         port or 0)
+        servers.append(srv)
+        return srv.sockets[0].getsockname()[1]
+
+    async def stop_all() -> None:
+        for srv in servers:
+            srv.close()
+            await srv.wait_closed()
+        for w in writers:
+            w.close()
+        servers.clear()
+        writers.clear()
+
+    start.stop = stop_all
+    yield start
+    await stop_all()
+
+
+def tier_at(port: int, reset_s: float = 0.1) -> RedisTier:
+    return RedisTier(f"redis://127.0.0.1:{port}/0", ValueCodec(NS), connect_timeout=3.0,
+                     op_timeout=3.0, breaker=CircuitBreaker(threshold=1, reset_s=reset_s))
+
+
+@pytest.mark.parametrize("mode", sorted(REPLIES))
+async def test_a_wrong_typed_reply_at_warm_up_is_not_redis_said_once(wrong_resp, caplog, mode):
+    tier = tier_at(await wrong_resp(mode))
+    try:
+        assert not await tier.warm_up()  # it raised AttributeError: kvpool serve exited 1
+        keys = [k for k, _ in items(tier.codec, 2)]
+        assert await tier.probe(keys) == 0 and await tier.get_many(keys) == [None, None]
+        said = lines(caplog, NOT_REDIS)
+        assert len(said) == 1 and "check --remote-url's host and port" in said[0], caplog.text
+        assert len(lines(caplog, "cannot serve the tier (protocol")) == 1
+        assert tier.stats().errors.get("connection") == 1  # then its breaker refuses at once
+    finally:
+        await tier.aclose()
+
+
+async def test_an_engine_starts_and_serves_with_the_tier_at_a_wrong_resp_server(wrong_resp,
+                                                                                  caplog):
+    eng = await engine(f"redis://127.0.0.1:{await wrong_resp('ok')}/0")  # raised before
+    try:
+        out = await run(eng, PROMPT)
+        assert out.outputs[0].token_ids and len(lines(caplog, NOT_REDIS)) == 1, caplog.text
+    finally:
+        await stop(eng)
+
+
+async def test_the_health_check_outlives_a_wrong_resp_server_and_closes_on_redis(wrong_resp,
+                                                                                  caplog):
+    """The probe's swap: Redis gone, a server answering +OK on its port, then Redis again."""
+    caplog.set_level(logging.INFO, logger="kvpool.remote")
+    port = free_port()
+    await wrong_resp("ok", port)
+    tier = tier_at(port)
+    srv = RedisServer(port)
+    try:
+        assert not await tier.warm_up()
+        keys = [k for k, _ in items(tier.codec, 2)]
+        assert await tier.probe(keys) == 0  # open since the warm-up (threshold 1)
+        for _ in range(250):  # bounded: a trial every reset_s (0.1 s)
+            if tier.stats().health_failed >= 3:
+                break
+            await asyncio.sleep(0.02)
+        assert tier.stats().health_failed >= 3, tier.stats()  # each one a failed trial
+        assert tier.breaker.state is not BreakerState.CLOSED
+        await wrong_resp.stop()
+        srv.start()  # a real Redis on the same port
+        assert await wait_closed(tier, 5.0) is not None, tier.stats()
+        its = items(tier.codec, 2)
+        assert await tier.put_many(its) == 2 and await tier.probe([k for k, _ in its]) == 2
+        assert len(lines(caplog, NOT_REDIS)) == 1 and lines(caplog, "is reachable")
+        assert not lines(caplog, "health check:")  # no trial raised
+    finally:
+        await tier.aclose()
+        srv.stop()
+
+
+async def test_a_trial_that_raises_is_a_failed_one_said_once_and_the_checks_go_on(caplog):
+    """NOTE(trial-raised): whatever a trial raises, its loop goes on, and the breaker closes
+    once a trial succeeds; before, the task ended and the breaker stayed half open."""
+    raised = []
+
+    async def trial(_b: CircuitBreaker) -> bool:
+        if len(raised) < 3:
+            raised.append(1)
+            raise AttributeError("'bytes' object has no attribute 'get'")
+        return True
+
+    async def closed(_b: CircuitBreaker) -> None:
+        return None
+
+    stats = RemoteStats()
+    checks = HealthChecks(trial, closed, stats)
+    b = CircuitBreaker(threshold=1, reset_s=0.01)
+    assert b.record_failure(b.admit(), "refused")
+    checks.opened(b)
+    try:
+        for _ in range(250):  # bounded: a trial every reset_s
+            if b.state is BreakerState.CLOSED:
+                break
+            await asyncio.sleep(0.02)
+        assert b.state is BreakerState.CLOSED, (b.state, stats)
+        assert stats.health_checks == 4 and stats.health_failed == 3
+        said = [r for r in caplog.records if "health check: AttributeError" in r.getMessage()]
+        assert len(said) == 1 and said[0].exc_info is not None  # with its traceback, once
+    finally:
+        await checks.aclose()
