@@ -33,7 +33,7 @@ import dataclasses
 from typing import Any
 
 from kvpool.errors import RequestError
-from kvpool.runtime.model.grammar import GrammarSpec, map_subschemas
+from kvpool.runtime.model.grammar import MAX_GRAMMAR_CHARS, GrammarSpec, map_subschemas
 from kvpool.server.json_body import decode_json_text
 from kvpool.server.structural_tag import parse_structural_tag
 
@@ -44,7 +44,11 @@ __all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "close_objects", "format_over_guided"
 
 GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                            "structured_outputs"})
-MAX_CHOICES = 1024
+# NOTE(choice-cap): as vLLM, any strings ("" too) but not an empty list. The choice grammar
+# (``start: "a" | "b"``) has the 64 KiB grammar cap, at least 5 characters an entry: a longer
+# list is refused before its grammar is built. llguidance's Earley row (2,000 items, one an
+# entry) refuses 2,000 or more at compile, a 400 naming the field (README, Structured output).
+MAX_CHOICES = MAX_GRAMMAR_CHARS // len(' | ""')
 _OPTIONS = {"disable_fallback": bool, "disable_any_whitespace": bool,
             "disable_additional_properties": bool, "whitespace_pattern": str}
 _OUTPUT_KEYS = {"json": "guided_json", "regex": "guided_regex", "choice": "guided_choice",
@@ -175,8 +179,8 @@ def _spec(key: str, value: Any, param: str) -> GrammarSpec:
         return parse_structural_tag(value, param)
     if key in ("guided_choice", "choice"):
         if not isinstance(value, list) or not value or len(value) > MAX_CHOICES \
-                or not all(isinstance(c, str) and c for c in value):
-            raise _bad(param, f"must be a list of 1..{MAX_CHOICES} non-empty strings")
+                or not all(isinstance(c, str) for c in value):
+            raise _bad(param, f"must be a list of 1..{MAX_CHOICES} strings")
         return GrammarSpec.choice(value)
     if not isinstance(value, str) or not value:
         raise _bad(param, "must be a non-empty string")

@@ -23,6 +23,16 @@ alone let the nested arrays through: 16,001 of them). A body holds at most one v
     ^          ^ ^ ^  ^         ^  ^ inside a string: adds no value
     counted = 3 commas + 3 openings = 6;  values = 7 (the object, 2 lists, 3 ids, a string)
 
+NOTE(schema-values): a JSON schema is not prompt: a 619 KB ``response_format`` schema (90,000
+``examples``) was refused as ``context_length_exceeded``, though the schema cap is 1 MiB. So the
+bound of a body that holds a schema-carrying key (``_SCHEMA_KEYS``, one C scan each, made only
+past the prompt's bound) adds what a schema within that cap can hold (SCHEMA_VALUES: each
+counted byte, a comma or an opening, needs one more byte for its value or its closing, so at
+most 2 in 3 bytes, plus one nest of MAX_JSON_DEPTH); past that, the 400 names both limits. A
+body without one keeps the prompt's bound and its context-length 400. The GIL bound holds, as
+long as a 1 MiB schema's own parse: 700,000 values more, at worst 1 MiB of ``[],`` (65 ms
+here, where the 1.9M arrays above took 0.65 s); millions of values are still refused unread.
+
 The count must not itself hold the GIL long: three ``bytes.count`` C scans bound it from
 above, and a body under the limit is parsed with no further work; only past it are the ones
 inside strings subtracted (Python-level work, one ``bytes.find`` per quote: it yields the GIL).
@@ -71,8 +81,8 @@ from kvpool.server.query_int import json_lax_float, json_lax_int
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
            "LAX_BOOL_STRINGS", "MAX_JSON_BYTES_PER_CHAR", "MAX_JSON_DEPTH", "PARSE_THREADS",
-           "ParsePool", "bool_field", "decode_json_body", "decode_json_text", "json_bool",
-           "json_float", "json_int", "require_json", "structural_commas"]
+           "SCHEMA_VALUES", "ParsePool", "bool_field", "decode_json_body", "decode_json_text",
+           "json_bool", "json_float", "json_int", "require_json", "structural_commas"]
 
 # the server's and the router's default body bounds (the router passes bodies on unchanged)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # token-id prompts of a 128k context fit easily
@@ -90,6 +100,13 @@ _STRING_FIELDS = frozenset({"prompt", "messages", "stop", "user"})  # named in a
 # 12 bytes; raw UTF-8 is at most 4, a BMP escape 6
 MAX_JSON_BYTES_PER_CHAR = 12
 
+# NOTE(schema-values): values a JSON schema within its cap (grammar.py MAX_SCHEMA_CHARS, 1 MiB;
+# not imported: the router reads bodies here without the grammar compiler) may hold
+SCHEMA_VALUES = 2 * (1024 * 1024) // 3 + MAX_JSON_DEPTH
+# keys that carry a schema: response_format's and text.format's "schema", guided_json,
+# structured_outputs' "json", a tool's "parameters"
+_SCHEMA_KEYS = (b'"schema"', b'"guided_json"', b'"json"', b'"parameters"')
+
 UTF8_BOM = codecs.BOM_UTF8  # a body may open with it (ignored)
 INLINE_PARSE_BYTES = 8192  # smaller bodies tokenize in well under a ms: a thread hop costs more
 PARSE_THREADS = 2  # parses of large bodies running at once
@@ -102,6 +119,19 @@ def _bad(message: str, code: str) -> RequestError:
     return RequestError(message, param=None, code=code)
 
 
+def _bound_values(raw: bytes, counted: int, limit: int, max_model_len: int) -> None:
+    """NOTE(schema-values): a body ``counted`` past the prompt's ``limit`` is refused, naming
+    the context length, unless it holds a schema, whose share (SCHEMA_VALUES) it may use."""
+    said = (f"the request body holds up to {counted + 1} JSON values (each array and object "
+            "counted), more than a request that fits can hold")
+    if not any(key in raw for key in _SCHEMA_KEYS):
+        raise context_length_error(max_model_len, said)
+    if counted > limit + SCHEMA_VALUES:
+        raise _bad(f"{said}: a prompt within the model's maximum context length of "
+                   f"{max_model_len} tokens with a JSON schema within its 1 MiB cap hold at "
+                   f"most {limit + SCHEMA_VALUES + 1}", "too_many_values")
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -111,10 +141,8 @@ def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
     # vLLM's server (starlette) decodes with json.loads(bytes), which skips a UTF-8 BOM
     raw = raw[len(UTF8_BOM):] if raw.startswith(UTF8_BOM) else raw
     counted = structural_commas(raw, max_body_commas)  # NOTE(gil)
-    if counted > max_body_commas:
-        raise context_length_error(max_model_len, f"the request body holds up to {counted + 1} "
-                                   "JSON values (each array and object counted), more than a "
-                                   "request that fits can hold")
+    if counted > max_body_commas:  # exact once past it
+        _bound_values(raw, counted, max_body_commas, max_model_len)
     if max_string_bytes is not None:
         found = longest_string_over(raw, max_string_bytes)
         if found is not None:  # before decoding, too (NOTE(string-bound))

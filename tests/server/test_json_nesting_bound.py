@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from kvpool.errors import RequestError
 from kvpool.router.relayed import CHECKED_VALUES, check_body
+from kvpool.runtime.model.grammar import MAX_SCHEMA_CHARS
+from kvpool.server.json_body import SCHEMA_VALUES
 from kvpool.server.json_bound import structural_commas
 from tests.server.parsers import parser
 
@@ -112,3 +114,33 @@ def test_the_router_leaves_a_nested_body_to_the_replica():
     arrays = CHECKED_VALUES // 120 + 1
     assert check_body(_nested(arrays, 120)) is None
     assert check_body(_nested(2, 120))["x"] == [json.loads(b"[" * 120 + b"]" * 120)] * 2
+
+
+# ---- NOTE(schema-values): a schema within its cap is not refused for the prompt's bound ------
+
+def _examples_schema(n: int) -> dict[str, Any]:
+    """The outside probe's body: a schema whose ``examples`` (an annotation) hold ``n``
+    numbers, under a short prompt."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer",
+                                                     "examples": list(range(n))}}}
+    return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20,
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "x", "schema": schema}}}
+
+
+def test_a_schema_within_its_cap_parses_beside_a_short_context():
+    body = _examples_schema(90_000)  # 619 KB, under the 1 MiB cap; 90k values
+    raw = json.dumps(body).encode()
+    assert len(raw) < MAX_SCHEMA_CHARS < 3 * SCHEMA_VALUES // 2
+    assert parser(2048).decode_body(raw) == body
+
+
+def test_past_the_schemas_share_the_400_names_both_limits_not_the_context():
+    raw = json.dumps(_examples_schema(SCHEMA_VALUES + 50_000)).encode()
+    with pytest.raises(RequestError) as info:
+        parser(64).decode_body(raw)
+    assert info.value.code == "too_many_values" and "1 MiB cap" in str(info.value)
+    # no schema: the prompt's bound and its context-length 400, as before
+    with pytest.raises(RequestError) as info:
+        parser(64).decode_body(json.dumps({"prompt": [0] * 90_000}).encode())
+    assert info.value.code == "context_length_exceeded"

@@ -96,6 +96,10 @@ async def test_continuous_usage_stats_put_usage_in_every_chunk(srv):
      lambda t: re.fullmatch(r"\([1-9](\+[1-9])*\)", t)),
     ({"structured_outputs": {"regex": "ab+c"}}, lambda t: re.fullmatch("ab+c", t)),
     ({"structured_outputs": {"choice": ["left", "right"]}}, lambda t: t in ("left", "right")),
+    # NOTE(choice-cap): as vLLM, an empty string and past 1024 entries
+    ({"guided_choice": ["", "yes"]}, lambda t: t in ("", "yes")),
+    ({"structured_outputs": {"choice": [f"c{i}" for i in range(1999)]}},
+     lambda t: re.fullmatch("c[0-9]+", t) and int(t[1:]) < 1999),
 ])
 async def test_guided_spellings_constrain_the_output(srv, extra, check):
     async with client(srv) as c:
@@ -113,6 +117,8 @@ async def test_guided_spellings_constrain_the_output(srv, extra, check):
 @pytest.mark.parametrize("extra, param", [
     ({"guided_regex": "("}, "guided_regex"),
     ({"guided_choice": []}, "guided_choice"),
+    ({"guided_choice": [""] * 13108}, "guided_choice"),  # past the 64 KiB grammar cap
+    ({"guided_choice": [f"c{i}" for i in range(2000)]}, "guided_choice"),  # the Earley row
     ({"guided_grammar": "start: undefined_rule"}, "guided_grammar"),
     ({"guided_regex": "a", "guided_choice": ["b"]}, "guided_regex"),
     ({"guided_regex": "a", "response_format": {"type": "json_object"}}, "response_format"),
