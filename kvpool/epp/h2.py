@@ -25,14 +25,15 @@ stay counted (``Stream.held``, ``Connection.buffered``) until the call ends, sin
 keeps a request's body until it decides. Each stream's window (SETTINGS_INITIAL_WINDOW_SIZE) is
 the largest message plus its envelope and is never opened further; the connection's window is
 ``max_connection_bytes``, opened again only by what ended calls let go. A peer that keeps to its
-windows therefore waits rather than growing the picker; one that sends past a stream's window
-has that call ended RESOURCE_EXHAUSTED, past the connection's window the connection ends (GOAWAY
-ENHANCE_YOUR_CALM). A call that goes on into its answer lets go of each message once handled
-(``Stream.release``: both windows open again by it). What all connections hold together is
-bounded by the server (NOTE(held-budget) in listener.py). At most STREAMS calls are open per
-connection (SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with RST_STREAM REFUSED_STREAM),
-and at most the server's ``max_open_streams`` on all connections together (NOTE(stream-cap) in
-listener.py).
+windows therefore waits rather than growing the picker, and when the connection's window is
+nearly used up its oldest holders end so other calls get room (NOTE(window-room) in room.py);
+one that sends past a stream's window has that call ended RESOURCE_EXHAUSTED, past the
+connection's window the connection ends (GOAWAY ENHANCE_YOUR_CALM). A call that goes on into
+its answer lets go of each message once handled (``Stream.release``: both windows open again by
+it). What all connections hold together is bounded by the server (NOTE(held-budget) in
+listener.py). At most STREAMS calls are open per connection (SETTINGS_MAX_CONCURRENT_STREAMS;
+more are refused with RST_STREAM REFUSED_STREAM), and at most the server's ``max_open_streams``
+on all connections together (NOTE(stream-cap) in listener.py).
 
 NOTE(rapid-reset): a peer that opens calls and resets them at once (CVE-2023-44487) makes
 the picker start and cancel a call per pair of frames while never being over any cap. Each
@@ -235,6 +236,7 @@ class Connection(asyncio.Protocol):
                 return self.fail(PROTOCOL_ERROR)
             payload = payload[1:n - payload[0]]
         stream.feed(payload, bool(flags & END_STREAM))
+        self.server.room.keep(self)  # NOTE(window-room) in room.py
 
     def on_reset(self) -> None:
         """The peer reset an open call: one from its budget, or the connection closes
@@ -247,11 +249,11 @@ class Connection(asyncio.Protocol):
             self.server.cut_largest(self, f"resetting calls past {RESET_BURST} at once and "
                                     f"{RESET_RATE:g} a second")
 
-    def give_back(self, n: int) -> None:
+    def give_back(self, n: int, now: bool = False) -> None:
         """``n`` bytes let go: the peer's connection window opens again by them, in one
-        WINDOW_UPDATE per quarter of it."""
+        WINDOW_UPDATE per quarter of it, or at once ``now`` (NOTE(window-room) in room.py)."""
         self.owed += n
-        if self.owed >= self.server.max_connection_bytes // 4:
+        if self.owed and (now or self.owed >= self.server.max_connection_bytes // 4):
             self.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.owed)))
             self.owed = 0
 

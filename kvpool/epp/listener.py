@@ -6,8 +6,9 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
     max_message            the largest gRPC message (its 5-byte length read, never its body,
                            past it: RESOURCE_EXHAUSTED)
     max_connection_bytes   DATA bytes one connection's open calls may hold: its flow-control
-                           window (NOTE(buffer-cap) in h2.py); each stream's window is one
-                           largest message, so this is at least that
+                           window (NOTE(buffer-cap) in h2.py; its oldest holders end when it is
+                           nearly full, NOTE(window-room) in room.py); each stream's window is
+                           one largest message, so this is at least that
     max_connections        open connections; past it a new one gets SETTINGS and GOAWAY
                            ENHANCE_YOUR_CALM and is closed unread (NOTE(connection-cap))
     max_held_bytes         DATA bytes all connections' calls may hold together; past it the
@@ -105,6 +106,7 @@ from kvpool.epp.calls import (DEFAULT_WINDOW, ENHANCE_YOUR_CALM, ENVELOPE, MAX_W
                               STATUS_NAMES, Handler)
 from kvpool.epp.h2 import STREAMS, Connection
 from kvpool.epp.preface import ADVICE, PREFACE_REASONS
+from kvpool.epp.room import WindowRoom
 from kvpool.throttle import Throttle
 
 __all__ = ["CLOSE_TIMEOUT", "DEFAULT_CONNECTION_BYTES", "DEFAULT_HELD_BYTES",
@@ -154,8 +156,7 @@ class Server:
         self.failed: Counter[int] = Counter(dict.fromkeys(STATUS_NAMES, 0))
         self.buffered = 0  # DATA bytes all open calls hold, answer bytes too (NOTE(held-budget))
         self.kept = 0  # of those, answer bytes the calls hold back (NOTE(answer-budget))
-        self.cut = 0  # connections cut: budget, open-call cap, resets (monotonic)
-        self.uncounted = 0  # of those, since the last WARNING
+        self.cut = self.uncounted = 0  # connections cut (monotonic); of those, since the WARNING
         self.preface_timeout, self.close_timeout = preface_timeout, close_timeout
         self.idle_timeout, self.first_message_timeout = idle_timeout, first_message_timeout
         self.silent_unlogged = 0  # calls ended for want of a first message, since the WARNING
@@ -169,6 +170,7 @@ class Server:
         self.not_h2c: Counter[str] = Counter(dict.fromkeys(PREFACE_REASONS, 0))
         self.not_h2c_unlogged: Counter[str] = Counter()
         self.warnings = Throttle(WARN_INTERVAL, clock)
+        self.room = WindowRoom(max_connection_bytes, self.stream_window, self.warnings)
         self.clock = clock  # the connections' reset budgets' (NOTE(rapid-reset) in h2.py)
         self.server: asyncio.AbstractServer | None = None
 
@@ -297,15 +299,16 @@ class Server:
             log.warning("kvpool epp: closed %d connection(s) since the last report that sent "
                         "%s", self.not_h2c_unlogged.pop(reason), what)
 
-    def silenced(self, n: int) -> None:
-        """``n`` calls were ended for want of a first message: one WARNING per WARN_INTERVAL
-        at most, with the count (NOTE(first-message) in silence.py)."""
+    def silenced(self, n: int, conn: Connection) -> None:
+        """``n`` calls of ``conn`` were ended for want of a first message: one WARNING per
+        WARN_INTERVAL at most, with the count and, when ``conn``'s window was full, that too
+        (NOTE(first-message) in silence.py)."""
         self.silent_unlogged += n
         if self.warnings.due("silent"):
             log.warning("kvpool epp: ended %d call(s) since the last report that sent no "
                         "message within --first-message-timeout %gs (DEADLINE_EXCEEDED); Envoy "
-                        "sends its first at once, so a client is holding calls open",
-                        self.silent_unlogged, self.first_message_timeout)
+                        "sends its first at once, so a client is holding calls open%s",
+                        self.silent_unlogged, self.first_message_timeout, self.room.full(conn))
             self.silent_unlogged = 0
 
     def ended(self, status: int) -> None:

@@ -112,6 +112,10 @@ class TransportCollector:
         for status, n in sorted(server.failed.items()):
             failed.add_metric([STATUS_NAMES.get(status, str(status))], n)
         yield failed
+        yield count("kvpool_epp_calls_crowded_out",
+                    "Calls ended RESOURCE_EXHAUSTED as the oldest holding bytes when their "
+                    "connection's window was full (--max-connection-bytes), so others could "
+                    "send (also in kvpool_epp_calls_failed_total).", value=server.room.ended)
         errors = count("kvpool_epp_error_answers",
                        "The picker's own error answers to Envoy (ImmediateResponse), by HTTP "
                        "status: 400 not a JSON object, 413 body too large, 502 a pinned POST "

@@ -297,7 +297,7 @@ class EndpointPicker:
         if req.HasField("protocol_config"):
             stream.mode = req.protocol_config.request_body_mode
             stream.answer_mode = req.protocol_config.response_body_mode
-        if (hint := subset_hint(req)) is not None:
+        if stream.subset is None and (hint := subset_hint(req)) is not None:  # NOTE(hint-cap)
             stream.subset = hint
         if phase == "request_headers":
             stream.headers = [(h.key, h.raw_value.decode("utf-8", "replace") or h.value)

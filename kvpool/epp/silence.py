@@ -77,4 +77,4 @@ class SilentCalls:
                 stream.abort(DEADLINE_EXCEEDED, FIRST_MESSAGE_DETAIL)
                 ended += 1
         if ended:
-            self.conn.server.silenced(ended)
+            self.conn.server.silenced(ended, self.conn)

@@ -11,19 +11,35 @@ NOTE(subset-match): an entry names a replica when its host and port are the repl
 URL's (the port defaulting by scheme, as ``picker.endpoint_of`` writes it); an entry without a
 port names the host on every port. IP addresses compare as addresses (``::0001`` is ``::1``,
 ``[::1]:80`` an IPv6 entry with its port); an entry that cannot be read names nothing.
+
+NOTE(hint-cap): each entry is read on the event loop (``ipaddress.ip_address``, ~5 us), so a
+hint of 500,000 entries (an 8.5 MB message, under the message cap) stopped every other call for
+~2.8 s, once per message carrying it. A hint of more than MAX_ENTRIES entries (counted from its
+list's length and its commas, before any entry is read) names nothing, as an unreadable one
+does: the 503. 4096 is far above the endpoints of any InferencePool (pods of one model server
+each) and above what a header-to-metadata rule can carry (Envoy's 60 KiB header limit holds
+~3,500 ``ip:port``); reading that many takes ~20 ms. The service reads a call's hint once, from
+the first message that carries it (service.py ``EndpointPicker.step``).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 from urllib.parse import urlsplit
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-__all__ = ["SUBSET_KEY", "SUBSET_NAMESPACE", "Subset", "subset_hint"]
+from kvpool.throttle import Throttle
+
+__all__ = ["MAX_ENTRIES", "SUBSET_KEY", "SUBSET_NAMESPACE", "Subset", "subset_hint"]
+
+log = logging.getLogger("kvpool.epp")
 
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+MAX_ENTRIES = 4096  # NOTE(hint-cap)
+_too_long = Throttle(60.0)  # one WARNING a minute at most for hints past MAX_ENTRIES
 
 
 def _host(host: str) -> str:
@@ -72,14 +88,25 @@ class Subset:
         return (host, port) in self.pairs or (host, None) in self.pairs
 
 
+def _too_many(n: int) -> Subset:
+    """A hint of ``n`` entries, past MAX_ENTRIES: it names nothing (NOTE(hint-cap))."""
+    if _too_long.due():
+        log.warning("kvpool epp: a subset hint of %d entries names nothing (at most %d are "
+                    "read): have the gateway send fewer, or none", n, MAX_ENTRIES)
+    return Subset([])
+
+
 def subset_hint(req: pb.ProcessingRequest) -> Subset | None:
     """The hint ``req`` carries (None: it names no subset, so every replica is eligible). A
-    key whose value is neither a string nor a list names no endpoint: nothing is eligible."""
+    key whose value is neither a string nor a list names no endpoint: nothing is eligible; so
+    does one of more than MAX_ENTRIES entries, none of them read (NOTE(hint-cap))."""
     meta = req.metadata_context.filter_metadata
     if SUBSET_NAMESPACE not in meta or SUBSET_KEY not in meta[SUBSET_NAMESPACE].fields:
         return None
     value = meta[SUBSET_NAMESPACE].fields[SUBSET_KEY]
     kind = value.WhichOneof("kind")
+    if kind == "list_value" and len(value.list_value.values) > MAX_ENTRIES:
+        return _too_many(len(value.list_value.values))
     if kind == "string_value":
         items = [value.string_value]
     elif kind == "list_value":
@@ -87,4 +114,6 @@ def subset_hint(req: pb.ProcessingRequest) -> Subset | None:
                  if v.WhichOneof("kind") == "string_value"]
     else:
         items = []
+    if (n := sum(item.count(",") + 1 for item in items)) > MAX_ENTRIES:
+        return _too_many(n)
     return Subset([e.strip() for item in items for e in item.split(",") if e.strip()])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import struct
 
 from kvpool.epp.calls import (DATA, DEFAULT_FRAME, DEFAULT_WINDOW, END_HEADERS, END_STREAM,
@@ -85,14 +86,15 @@ def opening(sid: int) -> bytes:
 
 
 async def test_partial_messages_on_many_streams_hold_at_most_the_cap():
-    """The peer reads the windows, then on 40 streams announces a largest message and dribbles
-    its body in 4 KiB frames, round robin, exactly up to the connection's window: the server
+    """The peer reads the windows, then on 40 streams announces a message and dribbles its
+    body in 4 KiB frames, round robin, exactly up to the connection's window: the server
     holds CAP bytes (its own count), answers a PING (still open), and 1 byte more is GOAWAY
     ENHANCE_YOUR_CALM, the connection closed and nothing held. Before NOTE(buffer-cap) the
-    windows were 2**31-1: such peers were held without bound."""
-    async with peer() as (server, reader, writer):
+    windows were 2**31-1: such peers were held without bound. The window is at its least (one
+    largest call), where no room is kept by ending calls (NOTE(window-room): the next test)."""
+    async with peer(max_message=CAP - 5) as (server, reader, writer):
         seen = await windows(reader)
-        assert seen[str(INITIAL_WINDOW)] == MAX_MESSAGE + 5
+        assert seen[str(INITIAL_WINDOW)] == CAP
         assert seen["window"] == CAP
         assert seen[str(MAX_CONCURRENT)] == STREAMS
         left = CAP
@@ -117,6 +119,60 @@ async def test_partial_messages_on_many_streams_hold_at_most_the_cap():
         assert int.from_bytes(body[4:8], "big") == ENHANCE_YOUR_CALM
         assert await read_frame(reader) is None  # closed
         assert server.buffered == 0
+
+
+async def test_a_call_is_answered_while_older_calls_hold_partial_bodies_filling_the_window(
+        caplog):
+    """NOTE(window-room) in kvpool/epp/room.py: calls 1 to 15 each announce a largest message
+    and leave 128 KiB of it, filling the connection's window between them (slow clients'
+    uploads on Envoy's one connection); the peer keeps to its windows. Call 17 waits for
+    window and is answered: the oldest holder, call 1, was ended RESOURCE_EXHAUSTED
+    ("connection window full") and its bytes given back, counted, one WARNING; calls 3 to 15
+    stay open. Before, no window came back until a call ended: call 17's first message could
+    not be sent (here the read for the window timed out) and --first-message-timeout ended it."""
+    caplog.set_level(logging.WARNING, logger="kvpool.epp")
+    async with peer() as (server, reader, writer):
+        window, part = (await windows(reader))["window"], bytes(CAP // 8 - 5)
+        for sid in range(1, 17, 2):
+            writer.write(opening(sid) + b"".join(frame(DATA, 0, sid, part[i:i + DEFAULT_FRAME])
+                                                 for i in range(0, len(part), DEFAULT_FRAME)))
+        window, hi, ended = window - CAP, b"\x00\x00\x00\x00\x02hi", {}
+        while window < len(hi):
+            kind, flags, sid, body = await read_frame(reader)
+            window += int.from_bytes(body, "big") if (kind, sid) == (WINDOW_UPDATE, 0) else 0
+            if kind == HEADERS and flags & END_STREAM:
+                ended[sid] = body
+        assert list(ended) == [1] and b"grpc-status\x01" + str(RESOURCE_EXHAUSTED).encode() \
+            in ended[1] and b"connection%20window%20full" in ended[1], ended
+        writer.write(frame(HEADERS, END_HEADERS, 17, b"\x88") + frame(DATA, END_STREAM, 17, hi))
+        _, answer = await until(reader, DATA, 17)
+        assert answer == b"\x00\x00\x00\x00\x011"
+        conn = next(iter(server.connections))
+        assert sorted(conn.streams) == list(range(3, 17, 2)) and server.room.ended == 1
+        assert server.buffered == 7 * (CAP // 8)
+    warned = [r.getMessage() for r in caplog.records if "window was full" in r.getMessage()]
+    assert len(warned) == 1 and "ended 1 call(s)" in warned[0], warned
+
+
+async def test_a_silent_call_on_a_full_window_is_not_blamed_on_a_client_alone(caplog):
+    """At the least window (no room kept: NOTE(window-room)) call 1 holds all of it; call 3,
+    which could send nothing, ends at --first-message-timeout and the WARNING says the window
+    was full. Before, it said only that a client was holding calls open (Envoy's own call, in
+    the outside probe's run)."""
+    caplog.set_level(logging.WARNING, logger="kvpool.epp")
+    async with peer(max_message=CAP - 5, first_message_timeout=0.1) as (_, reader, writer):
+        await windows(reader)
+        part = bytes(CAP - 5)
+        writer.write(opening(1) + b"".join(frame(DATA, 0, 1, part[i:i + DEFAULT_FRAME])
+                                           for i in range(0, len(part), DEFAULT_FRAME)))
+        writer.write(frame(HEADERS, END_HEADERS, 3, b"\x88") + frame(PING, 0, 0, b"stillok!"))
+        await until(reader, PING)  # all of it read: call 1 was no silent call
+        flags, block = await until(reader, HEADERS, 3)
+        if not flags & END_STREAM:
+            flags, block = await until(reader, HEADERS, 3)
+        assert b"grpc-status\x014" in block, block  # DEADLINE_EXCEEDED
+    warned = [r.getMessage() for r in caplog.records if "first-message" in r.getMessage()]
+    assert len(warned) == 1 and "filled its connection's window (0 bytes left" in warned[0], warned
 
 
 async def test_one_call_past_its_window_ends_resource_exhausted_and_others_go_on():

@@ -14,6 +14,7 @@ client as Envoy drives it in full duplex.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 
 import grpc
@@ -27,7 +28,7 @@ from google.protobuf import struct_pb2
 from kvpool.epp.cli import picking
 from kvpool.epp.picker import Picker, endpoint_of
 from kvpool.epp.service import DESTINATION_HEADER, METADATA_NAMESPACE
-from kvpool.epp.subset import SUBSET_KEY, SUBSET_NAMESPACE, Subset
+from kvpool.epp.subset import MAX_ENTRIES, SUBSET_KEY, SUBSET_NAMESPACE, Subset, subset_hint
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from tests.router.helpers import LOOKUP_TIMEOUT
@@ -64,10 +65,11 @@ async def cold_and_hot(stack: contextlib.AsyncExitStack) -> tuple[str, str, int]
     return cold, hot, await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
 
 
-async def decision(hint: object, path: str = "/v1/completions"
+async def decision(hint: object, path: str = "/v1/completions", again: bool = False
                    ) -> tuple[pb.ProcessingResponse, dict[str, str]]:
     """The first answer to one request carrying ``hint`` (None: no hint), with cold and hot
-    replicas in that order; ``hint`` is a function of their endpoints."""
+    replicas in that order; ``hint`` is a function of their endpoints. With ``again`` the
+    body's message carries the hint too (Envoy forwards the namespace with every message)."""
     async with contextlib.AsyncExitStack() as stack:
         cold, hot, port = await cold_and_hot(stack)
         channel = await stack.enter_async_context(
@@ -78,6 +80,8 @@ async def decision(hint: object, path: str = "/v1/completions"
         if path == "/v1/completions":
             messages.append(pb.ProcessingRequest(
                 request_body=pb.HttpBody(body=BODY, end_of_stream=True)))
+            if again:
+                messages[-1].metadata_context.CopyFrom(messages[0].metadata_context)
         answers = [m async for m in pb_grpc.ExternalProcessorStub(channel).Process(
             iter(messages))]
         return answers[0], names
@@ -113,7 +117,8 @@ async def test_a_non_generation_request_keeps_to_the_hint_too():
 
 
 @pytest.mark.parametrize("hint", [[], "", ["10.0.0.9:80"], 7,
-                                  lambda n: [n["hot"].replace("127.0.0.1", "127.0.0.2")]])
+                                  lambda n: [n["hot"].replace("127.0.0.1", "127.0.0.2")],
+                                  lambda n: [n["cold"]] * (MAX_ENTRIES + 1)])  # hint-cap
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/models"])
 async def test_a_hint_naming_no_usable_replica_is_answered_503(hint, path):
     answer, _ = await decision(hint, path)
@@ -162,3 +167,35 @@ async def test_a_follow_ups_search_asks_only_the_replicas_the_hint_names(path, b
         finally:
             await picker.close()
     assert outside.gets == [] and named.gets == ["resp_1", "resp_1"], (outside, named)
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[str]:
+    """Every address the subset module reads (``ipaddress.ip_address``, once per entry)."""
+    seen, real = [], ipaddress.ip_address
+    monkeypatch.setattr(ipaddress, "ip_address", lambda a: seen.append(a) or real(a))
+    return seen
+
+
+def test_a_hint_past_the_cap_names_nothing_and_no_entry_of_it_is_read(reads):
+    """NOTE(hint-cap): more than MAX_ENTRIES entries, as a list, one string or commas inside
+    list entries, name nothing and none is read; MAX_ENTRIES are all read. Before, a hint of
+    500,000 entries was read entry by entry on the event loop: every other call waited ~2.8 s."""
+    entry = "10.0.0.1:80"
+    for hint in ([entry] * (MAX_ENTRIES + 1), ",".join([entry] * (MAX_ENTRIES + 1)),
+                 [f"{entry},{entry}"] * (MAX_ENTRIES // 2 + 1)):
+        got = subset_hint(request("/v1/completions", hint))
+        assert got is not None and not got.pairs
+    assert reads == []
+    at_cap = subset_hint(request("/v1/completions", [entry] * MAX_ENTRIES))
+    assert at_cap is not None and at_cap.pairs == {("10.0.0.1", 80)}
+    assert len(reads) == MAX_ENTRIES
+
+
+async def test_a_calls_hint_is_read_once_though_each_message_carries_it(reads):
+    """The headers' message and the body's carry the same hint: its entries are read once
+    (the first message's), and the pick keeps to it. Before, each message's hint was read
+    again (a call of many body chunks read it once a chunk)."""
+    answer, names = await decision(lambda n: [n["cold"], "10.9.9.9:80"], again=True)
+    assert destination(answer) == names["cold"]
+    assert reads.count("10.9.9.9") == 1, reads
