@@ -3,13 +3,14 @@ replayed offline on step records (a diagnostic, not a policy; docs/benchmarks.md
 miniatures, a start on a filter, other windows").
 
     python -m bench.grid_lab --records REC.jsonl ... [--grids 0,2,4,6,7,8,9,10 ...]
-                             [--starts 7 ...] [--json FILE]
+                             [--starts 7 ...] [--start-caps 16000 ...] [--json FILE]
 
 A record (bench.step_log, made by ``bench.rule_lab --cells ... --out REC.jsonl --classics``)
 holds every miniature's hits per step, and the miniatures do not depend on each other or on
 the choice, so a tuner that runs fewer of them reads the same hits of the ones it keeps. A
 grid is a set of the product's grid indices (it keeps LRU, index 0, and NOTE(cold)'s duel);
-a start is the index the tuner starts on instead of LRU. Each is scored as bench.rule_lab
+a start is the index the tuner starts on instead of LRU (with ``--start-caps``, only in the
+cells of those pool sizes; the others keep the product's start). Each is scored as bench.rule_lab
 scores a rule (its splice, penalty 0): cells lost against the target, the summed shortfall,
 cells below LRU, and the hindsight ``fixed`` ceiling of the grid.
 """
@@ -60,13 +61,16 @@ def replay_on(rec: dict, idx: tuple[int, ...], start: int | None = None) -> list
     return pool
 
 
-def score(recs: list[dict], idx: tuple[int, ...], start: int | None = None) -> dict:
-    """``lost``, ``shortfall``, ``below_lru`` and the grid's ``fixed_lost`` over ``recs``."""
+def score(recs: list[dict], idx: tuple[int, ...], start: int | None = None,
+          caps: tuple[int, ...] = ()) -> dict:
+    """``lost``, ``shortfall``, ``below_lru`` and the grid's ``fixed_lost`` over ``recs``;
+    ``start`` only in cells of pool sizes ``caps`` when given."""
     out = {"lost": 0, "shortfall": 0.0, "below_lru": 0, "fixed_lost": 0}
     for rec in recs:
         acc = max(len(rec["steps"]) * rec["period"], 1)
         ran = splice(rec, replay_on(rec, FULL), 0.0)
-        est = rec["rate"] + (splice(rec, replay_on(rec, idx, start), 0.0) - ran) / acc
+        began = start if not caps or rec["cap"] in caps else None
+        est = rec["rate"] + (splice(rec, replay_on(rec, idx, began), 0.0) - ran) / acc
         best = max(sum(h[i] for _, h, _ in rec["steps"]) for i in idx)
         bar = target(rec["classics"])
         out["lost"] += est < bar - 1e-12
@@ -82,6 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--records", nargs="+", required=True)
     ap.add_argument("--grids", nargs="+", default=[",".join(map(str, FULL))])
     ap.add_argument("--starts", nargs="+", type=int, default=[])
+    ap.add_argument("--start-caps", nargs="+", type=int, default=[])
     a = ap.parse_args(argv)
     recs = load(a.records)
     arms = [(tuple(int(i) for i in g.split(",")), None) for g in a.grids]
@@ -89,7 +94,9 @@ def main(argv: list[str] | None = None) -> dict:
     out: dict = {"machine": machine(), "cells": len(recs), "arms": {}}
     for idx, start in arms:
         key = f"{','.join(map(str, idx))}@{start if start is not None else 0}"
-        out["arms"][key] = row = score(recs, idx, start)
+        key += f"@{'/'.join(map(str, a.start_caps))}" if start is not None and a.start_caps \
+            else ""
+        out["arms"][key] = row = score(recs, idx, start, tuple(a.start_caps))
         print(f"{key:28s} " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
     write_json(a.json, out)
     return out
