@@ -15,6 +15,10 @@ histograms (NOTE(per-sequence)); only the n histogram counts it once:
     kvpool_request_decode_time_seconds{model_name}           first token -> finish
     kvpool_request_inference_time_seconds{model_name}        first schedule -> finish
 
+and, under vLLM's names only (NOTE(vllm-only), vllm_series.py), per sequence:
+vllm:request_time_per_output_token_seconds (NOTE(tpot)), vllm:request_num_preemptions and
+vllm:request_prefill_kv_computed_tokens.
+
 The engine's own counter of the prompt tokens it computed (prefix-cache hits excluded) is
 ``kvpool_prompt_tokens_computed_total``.
 
@@ -35,7 +39,8 @@ from collections.abc import Sequence
 
 from kvpool.metrics.collector import REQUEST_BUCKETS, KVPoolMetrics, LatencyHistogram
 from kvpool.metrics.snapshot import Family
-from kvpool.metrics.vllm_series import (VLLM_REQUEST_HISTOGRAMS, VLLM_REQUEST_METRIC_NAMES,
+from kvpool.metrics.vllm_series import (PREEMPTION_BUCKETS, TPOT_BUCKETS, VLLM_ONLY_HISTOGRAMS,
+                                        VLLM_REQUEST_HISTOGRAMS, VLLM_REQUEST_METRIC_NAMES,
                                         request_families, vllm_labels)
 
 __all__ = ["REQUEST_METRIC_NAMES", "RequestMetrics"]
@@ -86,6 +91,10 @@ class RequestMetrics:
                            REQUEST_BUCKETS)
         self.inference = hist("kvpool_request_inference_time_seconds", "First schedule to "
                               "finish.", REQUEST_BUCKETS)
+        self.tpot, self.preemptions, self.prefill_kv = (  # NOTE(vllm-only), vllm_series.py
+            self._vllm_only(metrics, key, buckets) for key, buckets in (
+                ("tpot", TPOT_BUCKETS), ("preemptions", PREEMPTION_BUCKETS),
+                ("prefill_kv", TOKEN_BUCKETS)))
         self._metrics = metrics  # its prompt_tokens: NOTE(prefill-count)
         self._lock = threading.Lock()
         self._success = dict.fromkeys(_REASONS, 0)
@@ -116,6 +125,31 @@ class RequestMetrics:
                 self.prefill.observe(max(0.0, ttft - queue))
                 self.decode.observe(max(0.0, e2e - ttft))
                 self.inference.observe(max(0.0, e2e - queue))
+                self._observe_vllm_only(prompt_tokens, tokens, times, max(0.0, e2e - ttft))
+
+    def _vllm_only(self, metrics: KVPoolMetrics, key: str,
+                   buckets: Sequence[float]) -> LatencyHistogram:
+        h = LatencyHistogram(*VLLM_ONLY_HISTOGRAMS[key], buckets,
+                             labels=vllm_labels(self.model_name))
+        metrics.add_histogram(h)
+        return h
+
+    def _observe_vllm_only(self, prompt_tokens: int, tokens: int, times: dict[str, float],
+                           decode: float) -> None:
+        """One finished sequence into vLLM's FinishedRequestStats series (loggers.py).
+        NOTE(tpot): vLLM's mean_time_per_output_token is the decode time over the tokens
+        after the first, and 0 for a sequence of one token or none, observed for every
+        finished request, the zeros too: so a quantile reads here as it does on vLLM. The
+        decode time is kvpool_request_decode_time_seconds' (first token to finish; vLLM's
+        ends at the last token, the same moment for a sequence a token ends). Prefill KV
+        computed: the prompt less its prefix-cache hits at first admission, as vLLM's
+        num_prompt_tokens - num_cached_tokens; an n > 1 request's sequences share one prompt
+        here and each reads it as the first of vLLM's children (its later children find the
+        first's full blocks and read less)."""
+        self.tpot.observe(decode / (tokens - 1) if tokens > 1 else 0.0)
+        self.preemptions.observe(times.get("preemptions", 0))
+        cached = min(prompt_tokens, int(times.get("cached", 0)))
+        self.prefill_kv.observe(prompt_tokens - cached)
 
     def families(self) -> list[Family]:
         with self._lock:

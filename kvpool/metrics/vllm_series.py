@@ -45,7 +45,8 @@ VLLM_METRIC_NAMES = (
     "vllm:num_preemptions_total", "vllm:generation_tokens_total",
     "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
     "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
-    "vllm:iteration_tokens_total",
+    "vllm:iteration_tokens_total", "vllm:num_requests_waiting_by_reason",
+    "vllm:engine_sleep_state",
 )
 # kvpool histogram -> (vLLM name, vLLM's help)
 VLLM_HISTOGRAMS = {
@@ -82,8 +83,31 @@ VLLM_REQUEST_HISTOGRAMS = {
                                               "Histogram of time spent in RUNNING phase for "
                                               "request."),
 }
+# NOTE(vllm-only): per-request histograms vLLM writes that have no kvpool twin, written under
+# vLLM's name and labels only, with vLLM's buckets where its family has fixed ones
+# (vllm/v1/metrics/buckets.py); its token counts take kvpool's 1-2-5 series, as the others
+VLLM_ONLY_HISTOGRAMS = {
+    "tpot": ("vllm:request_time_per_output_token_seconds",
+             "Histogram of time_per_output_token_seconds per request."),
+    "preemptions": ("vllm:request_num_preemptions",
+                    "Histogram of the number of times a request was preempted."),
+    "prefill_kv": ("vllm:request_prefill_kv_computed_tokens", "Histogram of new KV tokens "
+                   "computed during prefill (excluding cached tokens)."),
+}
+# vLLM's INTER_TOKEN_LATENCY_BUCKETS (its TPOT histogram's) and REQUEST_NUM_PREEMPTIONS_BUCKETS
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0)
+PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 VLLM_REQUEST_METRIC_NAMES = ("vllm:prompt_tokens_total", "vllm:request_success_total") + \
-    tuple(name for name, _ in VLLM_REQUEST_HISTOGRAMS.values())
+    tuple(name for name, _ in VLLM_REQUEST_HISTOGRAMS.values()) + \
+    tuple(name for name, _ in VLLM_ONLY_HISTOGRAMS.values())
+_WAITING_DOC = ("Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+                "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA "
+                "budget, KV transfer, blocked status). Sum of all reasons equals "
+                "vllm:num_requests_waiting.")
+_SLEEP_DOC = ("Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
+              "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
+              "sleep level 2.")
 
 
 def request_families(model_name: str, prompt_tokens: int,
@@ -107,9 +131,17 @@ def vllm_labels(model_name: str) -> tuple[tuple[str, str], ...]:
 def waiting(s: MetricsSnapshot) -> int:
     """vLLM's num_requests_waiting: the sequences admitted and not running (module docstring:
     NOTE(child-requests)); a request not yet in the scheduler counts one."""
+    return sum(waiting_by_reason(s))
+
+
+def waiting_by_reason(s: MetricsSnapshot) -> tuple[int, int]:
+    """(capacity, deferred), vLLM's reasons. NOTE(waiting-reasons): capacity is the
+    scheduler's waiting and swapped sequences, which wait for room; deferred is the requests
+    admitted but not yet in the scheduler: a remote-tier prefetch (vLLM defers a request
+    whose KV transfer is pending) or the step thread's inbox, till its next step."""
     queued = s.requests.get("waiting", 0) + s.requests.get("swapped", 0)
     outside = s.requests_in_flight - s.requests.get("running", 0) - queued
-    return s.sequences.get("waiting", 0) + s.sequences.get("swapped", 0) + max(0, outside)
+    return s.sequences.get("waiting", 0) + s.sequences.get("swapped", 0), max(0, outside)
 
 
 def engine_families(s: MetricsSnapshot, model_name: str,
@@ -121,11 +153,18 @@ def engine_families(s: MetricsSnapshot, model_name: str,
     info = tuple(sorted((*cache_info, ("engine", ENGINE),
                          ("num_gpu_blocks", str(m.device.num_blocks)),
                          ("num_cpu_blocks", str(m.host.num_blocks)))))
+    capacity, deferred = waiting_by_reason(s)
     return [
         ("vllm:num_requests_running", g, "Number of requests in model execution batches.",
          LABELS, [(lv, s.sequences.get("running", 0))]),  # NOTE(child-requests)
         ("vllm:num_requests_waiting", g, "Number of requests waiting to be processed.",
-         LABELS, [(lv, waiting(s))]),
+         LABELS, [(lv, capacity + deferred)]),
+        ("vllm:num_requests_waiting_by_reason", g, _WAITING_DOC, LABELS + ("reason",),
+         [((*lv, "capacity"), capacity), ((*lv, "deferred"), deferred)]),
+        # NOTE(sleep-state): kvpool has no sleep mode (no /sleep route), so its engine is
+        # always awake: what vLLM writes while awake, or without --enable-sleep-mode
+        ("vllm:engine_sleep_state", g, _SLEEP_DOC, LABELS + ("sleep_state",),
+         [((*lv, "awake"), 1), ((*lv, "weights_offloaded"), 0), ((*lv, "discard_all"), 0)]),
         ("vllm:kv_cache_usage_perc", g, "KV-cache usage. 1 means 100 percent usage.", LABELS,
          [(lv, m.device.usage)]),
         ("vllm:cache_config_info", g, "Information of the LLMEngine CacheConfig",

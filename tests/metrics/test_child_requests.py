@@ -6,7 +6,7 @@ prefetch) counts one, as before."""
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager
 from kvpool.metrics import MetricsSnapshot
-from kvpool.metrics.vllm_series import engine_families, waiting
+from kvpool.metrics.vllm_series import engine_families, waiting, waiting_by_reason
 
 MGR = BlockSpaceManager(CacheConfig(num_device_blocks=8, num_host_blocks=0, block_size=4))
 
@@ -41,3 +41,15 @@ def test_a_request_outside_the_scheduler_counts_one():
     # a request finished in the scheduler, its stream not yet closed: never below the queues
     s = snap({"running": 1, "waiting": 1}, {"running": 2, "waiting": 2}, 1)
     assert waiting(s) == 2
+
+
+def test_waiting_by_reason_sums_to_waiting():
+    """NOTE(waiting-reasons): the scheduler's queued sequences wait for capacity, the requests
+    not yet in the scheduler are deferred; the two sum to vllm:num_requests_waiting."""
+    s = snap({"running": 1, "waiting": 1, "swapped": 1},
+             {"running": 1, "waiting": 3, "swapped": 2}, 6)
+    assert waiting_by_reason(s) == (5, 3)
+    fams = {name: samples for name, _, _, _, samples in engine_families(s, "m", ())}
+    assert fams["vllm:num_requests_waiting_by_reason"] == [
+        (("0", "m", "capacity"), 5), (("0", "m", "deferred"), 3)]
+    assert fams["vllm:num_requests_waiting"] == [(("0", "m"), 8)]

@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import aiohttp
+import pytest
 from openai import AsyncOpenAI
 
 from kvpool.metrics.request_metrics import REQUEST_METRIC_NAMES
@@ -82,6 +83,19 @@ async def test_engine_series_carry_the_model_name_and_count_step_tokens(srv):
     assert got["kvpool_iteration_tokens_sum"][lab] == 37 + r.usage.completion_tokens - 1
     assert got["kvpool_iteration_tokens_count"][lab] == srv.engine.core.steps
     assert got["kvpool_iteration_tokens_bucket"][(("le", "1.0"),) + lab] == 5  # the decodes
+
+    # NOTE(tpot) in kvpool/metrics/request_metrics.py: a one-token request's TPOT is 0, and
+    # observed, as vLLM's; the six-token one's is its decode time over 5
+    vlab, tpot = (("engine", "0"),) + lab, "vllm:request_time_per_output_token_seconds"
+    assert got[f"{tpot}_sum"][vlab] * 5 == \
+        pytest.approx(got["vllm:request_decode_time_seconds_sum"][vlab], rel=1e-9)
+    async with AsyncOpenAI(base_url=srv.v1, api_key="x", max_retries=0, timeout=60) as c:
+        await c.completions.create(model=m, prompt=[7] * 37, max_tokens=1)
+    le = (vlab[0], ("le", "0.01"), vlab[1])  # labels in name order, as parse_metrics keys them
+    after = await scrape_when(srv, lambda g: g[f"{tpot}_count"][vlab] == 2)
+    assert after[f"{tpot}_sum"][vlab] == got[f"{tpot}_sum"][vlab]
+    assert after[f"{tpot}_bucket"][le] == \
+        got[f"{tpot}_bucket"][le] + 1
 
 
 async def test_a_prompt_counts_at_its_first_token_and_a_left_request_is_not_timed(srv):

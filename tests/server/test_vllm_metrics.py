@@ -9,6 +9,7 @@ import asyncio
 import time
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvpool.metrics.vllm_series import VLLM_HISTOGRAMS, VLLM_METRIC_NAMES
@@ -70,6 +71,12 @@ async def test_vllm_gauges_follow_the_load(make_server):
             tasks = [asyncio.create_task(one()) for _ in range(3)]
             got = await scrape_until(srv, lambda g: g["vllm:num_requests_waiting"][lab] == 2)
             assert got["vllm:num_requests_running"][lab] == 1
+            # NOTE(waiting-reasons): the two wait for room (capacity) once the scheduler has
+            # them; the reasons always sum to vllm:num_requests_waiting, as vLLM's
+            by_reason = "vllm:num_requests_waiting_by_reason"
+            got = await scrape_until(srv, lambda g: g[by_reason][(*lab, ("reason",
+                                                                         "capacity"))] == 2)
+            assert got[by_reason][(*lab, ("reason", "deferred"))] == 0
             assert got["vllm:kv_cache_usage_perc"][lab] > 0
             assert got["vllm:kv_cache_usage_perc"][lab] == \
                 got["kvpool_cache_usage_ratio"][(("tier", "device"),)]
@@ -83,6 +90,21 @@ async def test_vllm_gauges_follow_the_load(make_server):
         assert got["vllm:time_to_first_token_seconds_count"][lab] == 3
         assert got["vllm:iteration_tokens_total_sum"][lab] == \
             got["kvpool_iteration_tokens_sum"][lab[1:]]
+        check_vllm_only_series(got, lab)
+
+
+def check_vllm_only_series(got: dict, lab: tuple) -> None:
+    """After test_vllm_gauges_follow_the_load's three 20-token prompts, 120 tokens each."""
+    assert got["vllm:engine_sleep_state"] == {  # NOTE(sleep-state): never asleep
+        (*lab, ("sleep_state", s)): v
+        for s, v in (("awake", 1), ("weights_offloaded", 0), ("discard_all", 0))}
+    # NOTE(tpot) in request_metrics.py: each decode time over its 119 tokens after the first
+    assert got["vllm:request_time_per_output_token_seconds_count"][lab] == 3
+    assert got["vllm:request_time_per_output_token_seconds_sum"][lab] * 119 == \
+        pytest.approx(got["vllm:request_decode_time_seconds_sum"][lab], rel=1e-9)
+    # the prompts less their first-admission prefix-cache hits, as vLLM's
+    assert got["vllm:request_prefill_kv_computed_tokens_sum"][lab] == \
+        60 - got["vllm:prefix_cache_hits_total"][lab]
 
 
 async def test_vllm_request_series_count_each_request(srv):
@@ -111,3 +133,15 @@ async def test_vllm_request_series_count_each_request(srv):
         assert got[f"vllm:request_{phase}_time_seconds_count"][lab] == 3
     for series in ("e2e_request_latency", "time_to_first_token", "request_queue_time"):
         assert got[f"vllm:{series}_seconds_count"][lab] == 3, series
+    # vLLM's FinishedRequestStats series, one per sequence (NOTE(tpot) in request_metrics.py):
+    # 5 tokens each, so TPOT is the decode time over 4; no preemption on an idle server; the
+    # n=2 request's sequences each read its prompt less the 16 tokens (one block) it hit
+    tpot = "vllm:request_time_per_output_token_seconds"
+    assert got[f"{tpot}_count"][lab] == 3
+    assert got[f"{tpot}_sum"][lab] * 4 == \
+        pytest.approx(got["vllm:request_decode_time_seconds_sum"][lab], rel=1e-9)
+    assert got["vllm:request_num_preemptions_count"][lab] == 3
+    assert got["vllm:request_num_preemptions_sum"][lab] == 0
+    assert got["vllm:request_num_preemptions_bucket"][(lab[0], ("le", "1.0"), lab[1])] == 3
+    assert got["vllm:request_prefill_kv_computed_tokens_count"][lab] == 3
+    assert got["vllm:request_prefill_kv_computed_tokens_sum"][lab] == 30 + 2 * (30 - 16)

@@ -64,7 +64,9 @@ class RequestOutput:
     num_prompt_tokens: int
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     error: str | None = None  # set when the request failed (finish_reason "error")
-    metrics: dict[str, float] = field(default_factory=dict)  # ttft, queue time, e2e (seconds)
+    # ttft, queue time, e2e (seconds); the final update's preemptions and cached (prompt
+    # tokens hit at first admission) too, for the request metrics (vllm_series.py)
+    metrics: dict[str, float] = field(default_factory=dict)
     # prompt_logprobs requests: one entry per prompt token (None for the first, which nothing
     # predicts), sent once, in the first update after the prompt is computed; else None
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
@@ -376,7 +378,8 @@ class OutputProcessor:
                              fr.num_cached_tokens, error,
                              {"e2e": now - r.arrival,
                               "queue": (fr.first_scheduled_time or now) - r.arrival,
-                              "ttft": (fr.first_token_time or now) - r.arrival},
+                              "ttft": (fr.first_token_time or now) - r.arrival,
+                              "preemptions": fr.num_preemptions, "cached": fr.num_cached_tokens},
                              prompt_lps)
 
     def fail(self, request_id: str, error: str, now: float | None = None) -> RequestOutput | None:
