@@ -95,6 +95,31 @@ async def test_a_grammar_that_breaks_midway_is_an_error_never_a_stop(srv):
     assert srv.free() == free
 
 
+# 40 bytes that pass the probes, then cost more CPU with every token (NOTE(consume-budget))
+AMBIGUOUS = 'start: x\nx: x x | x x x | "a" | ""'
+
+
+async def test_an_ambiguous_grammar_fails_alone_on_its_cpu_budget(srv):
+    """Without the budget it ran to max_tokens (llguidance's row limit is ~400 tokens away),
+    holding the step thread and the GIL ever longer each token."""
+    free = srv.free()
+    plain = {"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0,
+             "ignore_eos": True}
+    hostile = {"prompt": "a", "max_tokens": 240, "min_tokens": 230, "temperature": 1.0,
+               "seed": 1, "guided_grammar": AMBIGUOUS}
+    async with aiohttp.ClientSession() as s:
+        (status, body), (plain_status, _) = await asyncio.gather(
+            post(s, srv.v1 + "/completions", hostile), post(s, srv.v1 + "/completions", plain))
+        assert plain_status == 200
+        assert status == 500 and body["error"]["code"] == "generation_error", body
+        message = body["error"]["message"]
+        assert "guided_grammar: the grammar failed at output token " in message, body
+        assert body["error"]["param"] == "guided_grammar"
+        assert "over its CPU budget" in message, body
+    await wait_free(srv, free)
+    assert srv.free() == free
+
+
 async def test_a_plain_request_beside_a_heavy_grammar_gets_its_own_tokens(srv):
     free = srv.free()
     plain = {"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0,

@@ -46,9 +46,11 @@ __all__ = ["LIMITS", "OPTIONS", "PARAM", "GrammarSpec", "TokenMask", "apply_toke
            "map_subschemas", "unpack_bitmask"]
 
 PARAM = "response_format"
-# NOTE(budget) in grammar_compile.py; llguidance's defaults: 1M, 200k, 50k, 250k
+# NOTE(budget) in grammar_compile.py; llguidance's defaults: 1M, 200k, 50k, 250k. The Earley
+# row stays at llguidance's 2,000 items: a choice of 1,999 entries needs it (NOTE(choice-cap)),
+# and a tighter row would not bound an ambiguous grammar's cost (NOTE(consume-budget))
 LIMITS = dict(initial_lexer_fuel=200_000, step_lexer_fuel=100_000, step_max_items=20_000,
-              max_lexer_states=50_000)
+              max_lexer_states=50_000, max_items_in_row=2_000)
 # NOTE(schema-cap): a JSON schema may be 1 MiB, a regex / grammar / choice 64 KiB: one request
 # may not hand the compiler an unbounded source. The forced schema of tool_choice "required" is
 # the union of every tool's (~830 characters a realistic tool): 64 KiB refused ~80 tools, where

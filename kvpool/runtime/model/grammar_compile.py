@@ -11,7 +11,8 @@ Life of a grammar::
                            referenced definition in it as a grammar of its own (at most
                            MAX_PROBES); an error -> 400 naming the field it came from
     step thread            GrammarMatchers.add: one deep copy of the probed matcher per
-                           sequence (cheap: the lexer is shared); masks under LIMITS
+                           sequence (its compiled grammar shared, its lexer state copied);
+                           masks under LIMITS
 
 NOTE(budget): llguidance counts work in fuel and fails a matcher whose step runs out (it never
 returns a partial mask). LIMITS (grammar.py) is tighter than llguidance's defaults, measured on
@@ -26,13 +27,30 @@ costed only once generation reaches it; probed alone, it is reached at once. A g
 slips past the probes and runs out of fuel later ends its request with an error
 (grammar_matchers.py, NOTE(grammar-error)); the fuel caps what one step of it costs its
 neighbours.
+
+NOTE(compile-cache): an agent loop resends the same tools (a ``required`` union, a schema) with
+every turn, and a heavy schema (64 distinct ``pattern``s) costs ~1 s of probes each time; vLLM's
+xgrammar backend caches its compiled grammars. So each compiler keeps its last
+CACHE_ENTRIES outcomes, least recently used first out, keyed by what decides them: the kind,
+the grammar JSON and the probes (the compiler is one vocabulary's, LIMITS and OPTIONS are
+constants). A hit hands out the same probed matcher, which nothing ever advances: each
+sequence still gets its own deep copy (GrammarMatchers.new_matcher), which copies llguidance's
+lexer state too, so a cached grammar's sequence starts exactly as a fresh compile's. A refusal
+is cached as its message (fuel is counted, not timed: the same grammar is refused the same
+way) and raised again naming the new request's field. llguidance does not say how much memory
+a matcher holds: measured, ~18 bytes a grammar character (a 1 MiB ``required`` union of 1,200
+tools held 17 MiB), so each entry counts CACHE_BYTES_PER_CHAR bytes a character of its grammar
+and the entries' sum stays under CACHE_BYTES.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import threading
-from typing import Sequence
+from collections import OrderedDict
+from typing import Sequence, Union
 
 import llguidance
 import torch
@@ -42,9 +60,14 @@ from kvpool.errors import RequestError
 from .grammar import LIMITS, OPTIONS, GrammarSpec, unpack_bitmask
 from .tokenizer import Tokenizer
 
-__all__ = ["PROBE_STEPS", "GrammarCompiler"]
+__all__ = ["CACHE_BYTES", "CACHE_BYTES_PER_CHAR", "CACHE_ENTRIES", "PROBE_STEPS",
+           "GrammarCompiler"]
 
 PROBE_STEPS = 3  # masks computed along the first allowed token, per probed grammar
+# NOTE(compile-cache): compiled grammars kept per compiler, and their estimated memory
+CACHE_ENTRIES = 64
+CACHE_BYTES = 128 * 1024 * 1024
+CACHE_BYTES_PER_CHAR = 20
 
 
 _WHAT = {"regex": "the regex", "grammar": "the grammar", "choice": "the choice"}
@@ -58,13 +81,14 @@ _NOTHING = {"regex": "no string matches it", "pattern": "no string matches it",
 class GrammarCompiler:
     """Builds probed matchers for one vocabulary; safe to call from any thread."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int,
-                 eos_token_ids: Sequence[int] = ()) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int, eos_token_ids: Sequence[int] = (),
+                 *, cache_entries: int = CACHE_ENTRIES, cache_bytes: int = CACHE_BYTES) -> None:
         self.tokenizer = tokenizer  # whose tokenizers JSON llguidance reads
         self.vocab_size = vocab_size  # the model's logits width (may exceed the tokenizer's)
         self.eos_token_ids = list(eos_token_ids) or list(tokenizer.eos_token_ids)
         self._lock = threading.Lock()  # builds the LLTokenizer once
         self._lltok: llguidance.LLTokenizer | None = None  # built on first use (~1 s at 150k)
+        self._cache = _CompileCache(cache_entries, cache_bytes)  # NOTE(compile-cache)
 
     @property
     def lltokenizer(self) -> llguidance.LLTokenizer:
@@ -84,28 +108,41 @@ class GrammarCompiler:
     def compile(self, spec: GrammarSpec) -> GrammarSpec:
         """``spec`` with its probed matcher (``spec.compiled``); RequestError (HTTP 400 naming
         ``spec.param``, the request's field) when the grammar is invalid here or exceeds its
-        budget. Blocking: call it on a worker thread."""
+        budget. Blocking: call it on a worker thread. NOTE(compile-cache): a grammar compiled
+        (or refused) before is not compiled again."""
         if spec.compiled is not None:
             return spec
-        param, whole = spec.param, _WHAT.get(spec.kind, "the schema")
+        key = _cache_key(spec)
+        outcome = self._cache.get(key)
+        if outcome is None:
+            try:
+                outcome = self._build(spec)
+            except _Refused as e:  # its message only: no traceback holding the matchers
+                outcome = str(e)
+            self._cache.put(key, outcome, len(spec.grammar) * CACHE_BYTES_PER_CHAR)
+        if isinstance(outcome, str):
+            raise RequestError.field(spec.param, outcome)
+        return dataclasses.replace(spec, compiled=outcome)
+
+    def _build(self, spec: GrammarSpec) -> llguidance.LLMatcher:
+        """The probed matcher of ``spec``; _Refused says why there is none."""
+        whole = _WHAT.get(spec.kind, "the schema")
         proto = self.matcher(spec.grammar)
-        self._probe(proto.deep_copy(), whole, param, _NOTHING.get(spec.kind))
+        self._probe(proto.deep_copy(), whole, _NOTHING.get(spec.kind))
         if proto.is_error():
-            raise RequestError.field(
-                param, f"{whole} cannot be used with this tokenizer: {_first_line(proto)}")
+            raise _Refused(f"{whole} cannot be used with this tokenizer: {_first_line(proto)}")
         for sub in spec.probes:
             what = f"the pattern {sub['pattern'][:60]!r}" if "pattern" in sub else \
                 f"the definition {sub['$ref'][:60]!r}"
             try:
                 g = llguidance.LLMatcher.grammar_from_json_schema(sub, defaults=OPTIONS)
             except ValueError as e:
-                raise RequestError.field(param, f"{what}: {e}") from None
-            self._probe(self.matcher(g), what, param, _NOTHING["pattern"] if "pattern" in sub
+                raise _Refused(f"{what}: {e}") from None
+            self._probe(self.matcher(g), what, _NOTHING["pattern"] if "pattern" in sub
                         else None)
-        return dataclasses.replace(spec, compiled=proto)
+        return proto
 
-    def _probe(self, m: llguidance.LLMatcher, what: str, param: str,
-               nothing: str | None) -> None:
+    def _probe(self, m: llguidance.LLMatcher, what: str, nothing: str | None) -> None:
         """PROBE_STEPS masks along the first allowed non-EOS token; raise on an error (one
         that allows nothing at all says why it may: ``nothing``, else a $ref cycle)."""
         eos = set(self.eos_token_ids)
@@ -121,11 +158,55 @@ class GrammarCompiler:
             err = _first_line(m)
             if err.startswith("NoExtension"):  # nothing can be generated at all
                 err = f"it allows no value at all ({nothing or 'a $ref cycle?'})"
-            raise RequestError.field(
-                param, f"{what} is too large or invalid for structured output: {err}")
+            raise _Refused(f"{what} is too large or invalid for structured output: {err}")
 
 
 def _first_line(m: llguidance.LLMatcher) -> str:
     """llguidance's error without its parser-state dump (its verbose tail)."""
     err = m.get_error().strip().splitlines()
     return err[0][:200] if err else "unknown error"
+
+
+class _Refused(Exception):
+    """Why a grammar cannot be compiled: a 400's message, less the request field it names."""
+
+
+def _cache_key(spec: GrammarSpec) -> bytes:
+    """NOTE(compile-cache): a digest of what decides a compile's outcome and message."""
+    h = hashlib.sha256(f"{spec.kind}\0{spec.grammar}\0".encode())
+    h.update(json.dumps(spec.probes, separators=(",", ":")).encode())
+    return h.digest()
+
+
+_Outcome = Union[llguidance.LLMatcher, str]  # a probed matcher, or why there is none (a 400)
+
+
+class _CompileCache:
+    """NOTE(compile-cache): the last compile outcomes (a probed matcher, or a refusal), least
+    recently used first out, within a count and an estimate of their memory; any thread."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self._max_entries, self._max_bytes = max_entries, max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[bytes, tuple[_Outcome, int]] = OrderedDict()  # (it, bytes)
+        self._bytes = 0  # the sum of the entries' estimates
+
+    def get(self, key: bytes) -> _Outcome | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: bytes, outcome: _Outcome, size: int) -> None:
+        """Keep ``outcome`` (of ``size`` estimated bytes; one over the whole bound is not kept),
+        dropping the least recently used past either bound."""
+        if size > self._max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            self._bytes += size - (old[1] if old else 0)
+            self._entries[key] = (outcome, size)
+            while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
+                self._bytes -= self._entries.popitem(last=False)[1][1]

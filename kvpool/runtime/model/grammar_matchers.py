@@ -9,6 +9,22 @@ client sent the grammar in, ``GrammarSpec.param``: guided_regex, structured_outp
 response_format...; over HTTP a 500 ``generation_error`` whose ``param`` names it, or an SSE
 error event after the chunks already sent). Each sequence's field is noted once, by ``add``.
 
+NOTE(consume-budget): llguidance's ``consume_token`` holds the GIL, on the step thread, in the
+process whose event loop serves HTTP; its cost is bounded by no fuel. An ambiguous grammar
+(``start: x``, ``x: x x | x x x | "a" | ""``, 40 bytes) passes the probes and then costs more
+with every token (its Earley row grows: 0.5 ms a token at ~300 items, 12 ms at ~1,000, 83 ms at
+~2,000, llguidance's row limit, reached ~400 tokens in: 23 s of stalls for one request). A
+tighter row limit cannot tell it from a legitimate wide row: a 1,900-entry choice or a
+1,200-tool ``required`` union needs a row of that size and reads a token in under 0.2 ms
+(README, Structured output). So each sequence's matcher has a CPU budget instead: the thread
+CPU time its ``consume_token`` calls take (unaffected by neighbours or a loaded box), at most
+CONSUME_ALLOWANCE_S plus CONSUME_PER_TOKEN_S for each token it read. Legitimate grammars
+measured at 0.002-0.02 ms a token (worst single token 0.2 ms; 5 ms once in a schema of 64
+``^x{9900}$`` patterns); the ambiguous grammar crosses the budget near token 125, at ~3.5 ms a
+token, and its request fails (NOTE(grammar-error)) after ~0.1 s of CPU instead of 23 s. The
+budget grows with the tokens read, so a long legitimate output never runs out of it, and the
+allowance absorbs a few expensive tokens (a lexer step up to its fuel, ~7 ms).
+
 NOTE(overlap): a step's masks depend only on the tokens sampled by the previous step, so the
 engine starts them (``prefetch_mask``) before the model's forward and picks them up when it
 samples: a heavy grammar's mask time runs beside the forward instead of after it (on a GPU the
@@ -31,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -46,9 +63,14 @@ from .grammar import PARAM, GrammarSpec, TokenMask
 from .grammar_compile import GrammarCompiler
 from .tokenizer import Tokenizer
 
-__all__ = ["GrammarMatchers", "LateMask"]
+__all__ = ["CONSUME_ALLOWANCE_S", "CONSUME_PER_TOKEN_S", "GrammarMatchers", "LateMask"]
 
 log = logging.getLogger(__name__)
+
+# NOTE(consume-budget): a sequence's matcher may spend this much thread CPU in consume_token,
+# plus this much for each token it read
+CONSUME_ALLOWANCE_S = 0.05
+CONSUME_PER_TOKEN_S = 0.0005
 
 _Pairs = list[tuple[int, int, llguidance.LLMatcher]]  # (row, seq id, its matcher)
 
@@ -63,6 +85,15 @@ class LateMask:
 
     def done(self) -> bool:
         return self.future.done()
+
+
+@dataclass(slots=True)
+class _Meter:
+    """One constrained sequence's count (NOTE(consume-budget))."""
+
+    tokens: int = 0  # output tokens advance was given (the position a failure names)
+    read: int = 0  # of those, the ones its matcher read (after its spec's ``after`` token)
+    cpu: float = 0.0  # thread CPU seconds consume_token took on them
 
 
 class GrammarMatchers:
@@ -90,6 +121,7 @@ class GrammarMatchers:
         self.failures: dict[int, str] = {}
         self._params: dict[int, str] = {}  # seq_id -> its spec's param (NOTE(grammar-error))
         self.waiting: dict[int, int] = {}  # seq_id -> the token it waits for (NOTE(think-grammar))
+        self._meters: dict[int, _Meter] = {}  # seq_id -> its count (NOTE(consume-budget))
         self._pool: ThreadPoolExecutor | None = None  # NOTE(overlap): one mask thread
         self._pending: tuple[list[int], _Pairs, Future] | None = None  # (seq ids, rows, bits)
         self._before_mask = before_mask
@@ -113,6 +145,7 @@ class GrammarMatchers:
         matchers = [self.new_matcher(spec) for _ in seq_ids]  # all or none
         self.matchers.update(zip(seq_ids, matchers))
         self._params.update(dict.fromkeys(seq_ids, spec.param))
+        self._meters.update((s, _Meter()) for s in seq_ids)
         if spec.after is not None:  # NOTE(think-grammar)
             self.waiting.update(dict.fromkeys(seq_ids, spec.after))
 
@@ -121,6 +154,7 @@ class GrammarMatchers:
         self._params.pop(seq_id, None)
         self.failures.pop(seq_id, None)
         self.waiting.pop(seq_id, None)
+        self._meters.pop(seq_id, None)
 
     def prefetch_mask(self, seq_ids: Sequence[int]) -> None:
         """Start ``token_mask(seq_ids)`` on the mask thread (NOTE(overlap)); the next
@@ -194,7 +228,8 @@ class GrammarMatchers:
         """The step thread: note the matchers this mask broke, then the mask itself."""
         for _, s, m in pairs:
             if m.is_error() and self.matchers.get(s) is m:  # NOTE(grammar-error)
-                self._fail(s, m, "its token mask")
+                self._fail(s, f"its token mask after output token {self._meters[s].tokens}",
+                           _error(m))
         return TokenMask(torch.tensor([j for j, _, _ in pairs], dtype=torch.long), bits)
 
     def advance(self, seq_ids: Sequence[int], tokens: Sequence[int]) -> list[int]:
@@ -208,15 +243,34 @@ class GrammarMatchers:
             m = self.matchers.get(s)
             if m is None or s in self.failures:
                 continue
+            self._meters[s].tokens += 1
             if s in self.waiting:  # NOTE(think-grammar): free until its token, then read
                 if t == self.waiting[s]:
                     del self.waiting[s]
                 continue
-            if not m.consume_token(t):
-                self._fail(s, m, f"token {t}")
-            elif m.is_stopped():
+            if self._read(s, m, t) and m.is_stopped():
                 done.append(s)
         return done
+
+    def _read(self, seq_id: int, m: llguidance.LLMatcher, token: int) -> bool:
+        """Feed ``token`` to ``seq_id``'s matcher, metered (NOTE(consume-budget)); False when
+        the matcher broke or went over its budget (the sequence is in ``failures``)."""
+        meter = self._meters[seq_id]
+        start = time.thread_time()
+        ok = m.consume_token(token)
+        meter.cpu += time.thread_time() - start
+        meter.read += 1
+        where = f"output token {meter.tokens} (id {token})"
+        if not ok:
+            self._fail(seq_id, where, _error(m))
+            return False
+        budget = CONSUME_ALLOWANCE_S + CONSUME_PER_TOKEN_S * meter.read
+        if meter.cpu <= budget:
+            return True
+        self._fail(seq_id, where, f"over its CPU budget: {meter.cpu * 1e3:.0f} ms in the "
+                   f"matcher for {meter.read} tokens, at most {CONSUME_ALLOWANCE_S * 1e3:.0f} "
+                   f"ms + {CONSUME_PER_TOKEN_S * 1e3:g} ms a token (an ambiguous grammar?)")
+        return False
 
     def failed_requests(self, samples: Sequence[Any]) -> dict[str, str]:
         """request id -> why, for the samples (``.seq_id``, ``.request_id``) whose grammar
@@ -225,14 +279,19 @@ class GrammarMatchers:
         return {} if not fails else {s.request_id: fails[s.seq_id] for s in samples
                                      if s.seq_id in fails}
 
-    def _fail(self, seq_id: int, m: llguidance.LLMatcher, where: str) -> None:
-        err = (m.get_error().strip().splitlines() or ["unknown error"])[0][:200]
+    def _fail(self, seq_id: int, where: str, err: str) -> None:
         log.warning("grammar of seq %d failed at %s: %s", seq_id, where, err)
         param = self._params.get(seq_id, PARAM)
         self.failures.setdefault(seq_id, f"{param}: the grammar failed at {where} "
                                          f"(structured output budget or error: {err})")
 
     def check_invariants(self, live_seq_ids: set[int]) -> None:
-        stray = (set(self.matchers) | set(self._params) | set(self.waiting)) - live_seq_ids
+        stray = (set(self.matchers) | set(self._params) | set(self.waiting)
+                 | set(self._meters)) - live_seq_ids
         if stray:
             raise AssertionError(f"grammar matchers for finished sequences: {sorted(stray)}")
+
+
+def _error(m: llguidance.LLMatcher) -> str:
+    """A broken matcher's error, its first line."""
+    return (m.get_error().strip().splitlines() or ["unknown error"])[0][:200]
