@@ -142,7 +142,10 @@ UNSUPPORTED_COMPLETION = {"suffix": ("",), "use_beam_search": (False,), "prompt_
 _UNSUPPORTED_WHY = {"prompt_embeds": "You must set `--enable-prompt-embeds` to input "
                     "`prompt_embeds` (vLLM's answer); this server has no such flag: prompt "
                     "embeddings are not supported"}
-UNSUPPORTED_CHAT = {"functions": ([],), "use_beam_search": (False,)}
+# NOTE(legacy-functions): chat's pre-tools ``functions`` / ``function_call`` are no fields of
+# vLLM 0.33's ChatCompletionRequest: it serves them unheeded (older LangChain agents send
+# them), so here they are unknown fields, ignored and listed, not refused
+UNSUPPORTED_CHAT = {"use_beam_search": (False,)}
 _COMMON = {"model", "n", "seed", "stop", "max_tokens", "temperature", "top_p", "top_k",
            "stream", "stream_options", "user", "cache_salt", "priority", "ignore_eos",
            "stop_token_ids", "logprobs", "prompt_logprobs", "logprob_token_ids"} \

@@ -8,9 +8,10 @@ Policy, in one place:
   ``X-Kvpool-Ignored-Fields`` response header), or with ``reject_unknown_fields`` rejected
   (400, code ``unknown_parameter``) as OpenAI's own API does: body_fields.py. Known OpenAI
   features this server does not implement are **rejected** with 400 naming the field when
-  set to anything but their default (``suffix``, ``functions``), so a client never gets a
-  silently different result. ``tools`` / ``tool_choice`` / ``parallel_tool_calls``: tools/. Sampling controls (penalties, ``logit_bias``, ``min_tokens``,
-  ``min_p``) and ``response_format``: sampling_fields.py;
+  set to anything but their default (``suffix``, ``use_beam_search``), so a client never gets
+  a silently different result. ``tools`` / ``tool_choice`` / ``parallel_tool_calls``: tools/.
+  Sampling controls (penalties, ``logit_bias``, ``min_tokens``, ``min_p``) and
+  ``response_format``: sampling_fields.py;
   ``logprobs``, ``top_logprobs``, ``echo``, ``prompt_logprobs``: logprob_fields.py. A body
   holding none of a family's fields takes its defaults without entering its module.
 - ``prompt``: a string, a list of token ids, or a list of several of either kind (at most
@@ -49,14 +50,13 @@ from kvpool.server.chat_messages import parse_messages
 from kvpool.server.context_budget import token_budgets
 from kvpool.server.forced_tool_fields import drop_for_forced_tool
 from kvpool.server.generation_config import CEILING_KEY
-from kvpool.server.guided_fields import unheeded
 from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, decode_json_body,
                                      json_bool, json_int)
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
                                          LogprobRequest, parse_logprob_fields)
 from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
 from kvpool.server.reasoning import read_reasoning
-from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls
+from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls, unheeded_keys
 from kvpool.server.template_cache import TemplateCache
 from kvpool.server.tools.request import ToolRequest, parse_tool_request, template_tools
 from kvpool.server.vllm_fields import (CHAT_EXTRAS, COMPLETION_EXTRAS, VllmExtras,
@@ -68,6 +68,7 @@ __all__ = ["ChatTemplate", "ModelNotFoundError", "ParsedRequest", "RequestParser
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MIN_STRING_BOUND = 1 << 20  # bytes: a JSON string this long is never refused unread
+MAX_BEST_OF = 16  # the old --max-n default: best_of past it stays unheeded (NOTE(max-n))
 
 
 def _truncate(ids: list[int], extras: VllmExtras) -> list[int]:
@@ -108,7 +109,7 @@ class RequestParser:
         self.tokenizer = tokenizer
         self.model_names = tuple(dict.fromkeys(n for n in model_names if n))
         self.max_model_len = max_model_len
-        self.max_n, self.max_stop = max_n, max_stop
+        self.max_n, self.max_stop, self.max_best_of = max_n, max_stop, min(max_n, MAX_BEST_OF)
         self.max_tokens_limit = max_tokens_limit
         self.max_json_depth = max_json_depth
         # NOTE(gil): a request that fits holds at most max_model_len prompt ids (or messages,
@@ -146,8 +147,7 @@ class RequestParser:
     def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:
         ignored = self.fields.check(body, KNOWN_COMPLETION)
         body = with_defaults(body, self.defaults)
-        if "structured_outputs" in body:  # guided_fields.py NOTE(so-unheeded)
-            body, ignored = unheeded(body, ignored, self.fields)
+        body, ignored = unheeded_keys(body, ignored, self.fields)  # NOTE(format-unheeded)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         extras = self._extras(body, chat=False)
@@ -165,8 +165,7 @@ class RequestParser:
         check_unsupported(body, UNSUPPORTED_CHAT)
         extras = self._extras(body, chat=True)
         tools = parse_tool_request(body, self.tool_parser)
-        if "structured_outputs" in body:  # guided_fields.py NOTE(so-unheeded)
-            body, ignored = unheeded(body, ignored, self.fields)
+        body, ignored = unheeded_keys(body, ignored, self.fields)  # NOTE(format-unheeded)
         if tools is not None and tools.grammar is not None:  # NOTE(tool-forced)
             body, ignored, tools = drop_for_forced_tool(body, ignored, tools)
         ids, messages, text = self._chat_ids(body, extras, tools.tools if tools else None)
@@ -241,7 +240,7 @@ class RequestParser:
         n = opt(body, "n", int, 1)
         if not 1 <= n <= self.max_n:
             raise _bad("n", f"must be between 1 and {self.max_n}, got {shown(n)}")
-        best_of, ignored = read_best_of(body, n, stream, self.max_n, ignored, kind == "chat")
+        best_of, ignored = read_best_of(body, n, stream, self.max_best_of, ignored, kind == "chat")
         salt, priority = salt_and_priority(body)
         lp, prompt_lps = self._logprobs(body, kind == "chat", stream)
         # best_of > n: best_of run, the n of highest cumulative logprob return (vLLM v0's

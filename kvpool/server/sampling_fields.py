@@ -19,19 +19,20 @@ biases are clamped here instead, as vLLM clamps them: NOTE(bias-clamp)).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.runtime.model.repetition import RepeatStop
-from kvpool.server.guided_fields import GUIDED_FIELDS, format_over_guided, parse_guided
+from kvpool.server.field_policy import FieldPolicy
+from kvpool.server.guided_fields import GUIDED_FIELDS, format_over_guided, parse_guided, unheeded
 from kvpool.server.json_body import bool_field, json_float, json_int
 from kvpool.server.structural_tag import parse_structural_tag
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
-__all__ = ["MAX_LOGIT_BIAS_ENTRIES", "SAMPLING_FIELDS", "parse_sampling_controls"]
+__all__ = ["MAX_LOGIT_BIAS_ENTRIES", "SAMPLING_FIELDS", "parse_sampling_controls",
+           "unheeded_keys"]
 
 MAX_LOGIT_BIAS_ENTRIES = 1024  # one request may not build an unbounded per-step index
 MAX_BAD_WORDS = 64
@@ -42,10 +43,11 @@ SAMPLING_FIELDS = frozenset(_NUMBERS + _FLAGS + ("min_tokens", "logit_bias", "re
                                                  "allowed_token_ids", "bad_words",
                                                  "repetition_detection", "stream_interval")) \
     | GUIDED_FIELDS
-_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
-_FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
-                "json_schema": {"type", "json_schema"},
-                "structural_tag": {"type", "structures", "triggers", "format"}}
+# vLLM's ResponseFormat and JsonSchemaResponseFormat fields (NOTE(format-unheeded))
+_FORMAT_KEYS = frozenset({"type", "json_schema"})
+_SCHEMA_KEYS = frozenset({"name", "description", "schema", "strict"})
+_TAG_KEYS = frozenset({"type", "structures", "triggers", "format"})
+_KINDS = ("text", "json_object", "json_schema", "structural_tag")
 
 
 def parse_sampling_controls(body: dict[str, Any], vocab_size: int,
@@ -83,8 +85,9 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
     """OpenAI's ``response_format``: ``{"type": "text"}`` (None), ``{"type": "json_object"}``
     or ``{"type": "json_schema", "json_schema": {"name", "description"?, "schema",
     "strict"?}}``, and vLLM's ``{"type": "structural_tag", ...}`` (structural_tag.py).
-    Anything else, or a schema the compiler rejects, is a 400 naming response_format.
-    ``strict`` is accepted either way: the grammar always enforces the schema.
+    Keys vLLM leaves unheeded are read past here and listed by :func:`unheeded_keys`
+    (NOTE(format-unheeded)); another shape, or a schema the compiler rejects, is a 400 naming
+    response_format. ``strict`` is accepted either way: the grammar always enforces the schema.
     """
     p = "response_format"
     if value is None:
@@ -92,33 +95,71 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
     if not isinstance(value, dict):
         raise _bad(p, "must be an object with a type (text, json_object or json_schema)")
     kind = value.get("type")
-    if not isinstance(kind, str) or kind not in _FORMAT_KEYS:  # a list or object: unhashable
+    if not isinstance(kind, str) or kind not in _KINDS:  # a list or object: unhashable
         raise _bad(p, f"type must be 'text', 'json_object', 'json_schema' or 'structural_tag', "
                    f"got {json.dumps(kind)[:50]}")
-    extra = set(value) - _FORMAT_KEYS[kind]
-    if extra:
-        raise _bad(p, f"unknown field {sorted(extra)[0]!r} for type {kind!r}")
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return GrammarSpec.json_object()
-    if kind == "structural_tag":  # vLLM's (structural_tag.py)
+    if kind == "structural_tag":  # vLLM's (structural_tag.py): it hands every key to the tag
+        extra = set(value) - _TAG_KEYS
+        if extra:
+            raise _bad(p, f"unknown field {sorted(extra)[0]!r} for type {kind!r}")
         return parse_structural_tag(value, p)
     js = value.get("json_schema")
+    if kind != "json_schema":  # a json_schema beside text / json_object: read, then unheeded
+        if js is not None:
+            _schema_object(js, p, required=False)
+        return None if kind == "text" else GrammarSpec.json_object()
+    _schema_object(js, p, required=True)
+    return GrammarSpec.json_schema(js["schema"], js["name"])
+
+
+def _schema_object(js: Any, p: str, *, required: bool) -> None:
+    """vLLM's JsonSchemaResponseFormat: a ``name`` of any string (NOTE(schema-name)), an
+    optional string ``description`` and bool ``strict``, and the ``schema`` (``required``:
+    vLLM's 400 "none [constraint] specified" without one; else an object or null)."""
     if not isinstance(js, dict):
         raise _bad(p, "json_schema must be an object with a name and a schema")
-    extra = set(js) - {"name", "description", "schema", "strict"}
-    if extra:
-        raise _bad(p, f"unknown field json_schema.{sorted(extra)[0]}")
-    name = js.get("name")
-    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
-        raise _bad(p, "json_schema.name must be 1-64 characters of a-z, A-Z, 0-9, _ or -")
+    # NOTE(schema-name): vLLM types name a plain str (no pattern, no length) and never reads
+    # it; OpenAI's ^[a-zA-Z0-9_-]{1,64}$ refused what vLLM serves (LangChain names the format
+    # after the schema's title, "Movie Review"). The body's string bound still holds
+    if not isinstance(js.get("name"), str):
+        raise _bad(p, "json_schema.name must be a string")
     if js.get("description") is not None and not isinstance(js["description"], str):
         raise _bad(p, "json_schema.description must be a string")
     bool_field(js, "strict", param=p)  # NOTE(lax-bool)
-    if js.get("schema") is None:  # vLLM: "none [constraint] specified", a 400
+    schema = js.get("schema")
+    if required and schema is None:  # vLLM: "none [constraint] specified", a 400
         raise _bad(p, "json_schema.schema is required: the JSON schema the output must follow")
-    return GrammarSpec.json_schema(js["schema"], name)
+    if not required and schema is not None and not isinstance(schema, dict):
+        raise _bad(p, "json_schema.schema must be a JSON object")
+
+
+def unheeded_keys(body: dict[str, Any], ignored: tuple[str, ...],
+                  fields: FieldPolicy) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``body`` and ``ignored`` with what vLLM 0.33 leaves unheeded inside
+    ``structured_outputs`` (guided_fields.py NOTE(so-unheeded)) and ``response_format``
+    added (the X-Kvpool-Ignored-Fields header).
+
+    NOTE(format-unheeded): vLLM's ResponseFormat and JsonSchemaResponseFormat are pydantic
+    models with extra="allow": a key they lack is logged and dropped, a 200. instructor's
+    JSON_SCHEMA mode sends ``{"type": "json_object", "schema": ...}`` and vLLM runs it as
+    json_object. So such a key is ``response_format.<key>`` (or
+    ``response_format.json_schema.<key>``), through ``fields`` (field_policy.FieldPolicy:
+    logged once, a 400 with --reject-unknown-fields). A ``json_schema`` beside text or
+    json_object is a field of vLLM's model that it reads (checked) and never uses: listed,
+    never a 400. structural_tag's keys all go to the tag, so it keeps its own 400."""
+    if "structured_outputs" in body:
+        body, ignored = unheeded(body, ignored, fields)
+    fmt = body.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind not in ("text", "json_object", "json_schema"):
+        return body, ignored
+    ignored += fields.check(fmt, _FORMAT_KEYS, prefix="response_format.")
+    js = fmt.get("json_schema")
+    if kind == "json_schema" and isinstance(js, dict):
+        ignored += fields.check(js, _SCHEMA_KEYS, prefix="response_format.json_schema.")
+    elif kind != "json_schema" and js is not None:
+        ignored += ("response_format.json_schema",)
+    return body, ignored
 
 
 def _vllm_controls(body: dict[str, Any], vocab_size: int, tokenizer: Any) -> dict[str, Any]:

@@ -89,11 +89,13 @@ async def test_bad_response_format_is_a_400_naming_it(srv):
 
 
 @pytest.mark.parametrize("value", [
-    "json", [], {"type": "json_object", "schema": {}}, {"type": "json_schema"},
-    {"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}},
+    "json", [], {"type": "json_schema"},
+    {"type": "json_schema", "json_schema": {"name": 5, "schema": {}}},  # vLLM's name: a str
     {"type": "json_schema", "json_schema": {"name": "a", "schema": [1]}},
     {"type": "json_schema", "json_schema": {"name": "a", "schema": {}, "strict": "maybe"}},
-    {"type": "json_schema", "json_schema": {"name": "a", "schema": {}, "extra": 1}},
+    {"type": "text", "json_schema": {"schema": {}}},  # read by vLLM (no name), then unheeded
+    {"type": "json_object", "json_schema": {"name": "a", "schema": [1]}},
+    {"type": "structural_tag", "structures": [], "triggers": [], "extra": 1},
     {"type": "json_schema", "json_schema": {"name": "a"}},  # no schema: vLLM's 400 too
     {"type": "json_schema", "json_schema": {"name": "a", "schema": None}},
     {"type": "json_schema", "json_schema": {"name": "a",

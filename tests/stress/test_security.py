@@ -211,7 +211,9 @@ def test_bounds_have_safe_defaults():
     cfg = EngineConfig()
     assert DEFAULT_MAX_BODY_BYTES <= 16 * 1024 * 1024
     # max_tokens_limit None: bounded by the context (prompt + max_tokens <= max_model_len)
-    assert cfg.max_n <= 64 and cfg.max_tokens_limit is None and cfg.max_stop <= 64
+    # n: vLLM's cap (16384), but no request runs more sequences than --max-num-seqs (a 400)
+    assert min(cfg.max_n, cfg.max_num_seqs) <= 64 and cfg.max_tokens_limit is None
+    assert cfg.max_stop <= 64
     assert cfg.max_queue <= 100_000
     dests = {a.dest for a in serve.add_serve_args(argparse.ArgumentParser())._actions}
     assert {"max_body_bytes", "max_n", "max_tokens_limit", "max_stop", "max_model_len",
