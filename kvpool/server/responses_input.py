@@ -10,8 +10,10 @@ as they came). Function calling (responses_tools.py): ``tools``, ``tool_choice``
 ``parallel_tool_calls`` become chat's; a ``function_call`` item is an assistant message's tool
 call (consecutive calls, and an assistant message right before them, make one message, as
 chat holds parallel calls) and a ``function_call_output`` item a ``tool`` message answering
-its ``call_id``; a ``reasoning`` item is an assistant's earlier thinking (responses_items.py
-has every item kind). ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields (vLLM's:
+its ``call_id``; ``custom`` and ``namespace`` tools and ``custom_tool_call`` items are shown as
+function tools and calls, as vLLM shows them (responses_custom.py); a ``reasoning`` item is an
+assistant's earlier thinking (responses_items.py has every item kind).
+``max_output_tokens`` is the chat ``max_tokens``; the sampling fields (vLLM's:
 penalties, ``min_p``, ``logit_bias``, ``stop_token_ids``, ...) and ``chat_template_kwargs`` pass
 through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``top_logprobs``
 alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``,

@@ -7,9 +7,13 @@ response's ``output`` when a later request continues it (``previous_response_id`
                                                an assistant's earlier thinking, joined with
                                                the assistant message next to it (vLLM's rule;
                                                no content: its first summary's text)
-    {"type": "function_call", "call_id", "name", "arguments"}
+    {"type": "function_call", "call_id", "name", "arguments", "namespace"?}
                                                a call of the assistant turn it follows
-    {"type": "function_call_output", "call_id", "output"}
+                                               (namespaced: ``NS__name``, as shown)
+    {"type": "custom_tool_call", "call_id", "name", "input"}
+                                               the same, a custom tool's: arguments
+                                               ``{"input": ...}`` (responses_custom.py)
+    {"type": "function_call_output" / "custom_tool_call_output", "call_id", "output"}
                                                the tool message answering it
 
 Anything else is a 400 naming ``input[i]`` (or ``output[i]``).
@@ -22,6 +26,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.server.builtin_template import ChatTemplate
+from kvpool.server.responses_custom import encode_input, flat_name
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -53,13 +58,13 @@ def item_messages(items: list[Any], name: str) -> list[dict[str, Any]]:
         if not isinstance(item, dict):
             raise _bad(where, "must be a message object with 'role' and 'content'")
         kind = item.get("type", "message")
-        if kind == "function_call":
+        if kind in ("function_call", "custom_tool_call"):
             call = _call(item, where)
             if out and out[-1]["role"] == "assistant":  # one assistant turn, its calls
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             out.append(_call_output(item, where))
         elif kind == "message":
             _add_message(out, _message(item, where))
@@ -67,8 +72,8 @@ def item_messages(items: list[Any], name: str) -> list[dict[str, Any]]:
             _add_message(out, {"role": "assistant", "content": "",
                                "reasoning": _thought(item, where)})
         else:
-            raise _bad(f"{where}.type", f"only message, reasoning, function_call and "
-                       f"function_call_output items are supported, got "
+            raise _bad(f"{where}.type", f"only message, reasoning, function_call, "
+                       f"custom_tool_call and their output items are supported, got "
                        f"{json.dumps(kind)[:40]}", "unsupported_parameter")
     return out
 
@@ -110,12 +115,23 @@ def _string(item: dict[str, Any], key: str, where: str) -> str:
 
 
 def _call(item: dict[str, Any], where: str) -> dict[str, Any]:
-    """A function_call item -> a chat tool call (its arguments JSON text)."""
-    args = item.get("arguments")
+    """A function_call (or custom_tool_call) item -> a chat tool call (its arguments JSON
+    text), named as the model is shown the tool (vLLM's responses/utils.py)."""
+    if item["type"] == "custom_tool_call":  # vLLM's: no input is ""
+        payload = item.get("input") or ""
+        if not isinstance(payload, str):
+            raise _bad(f"{where}.input", "must be a string")
+        args = encode_input(payload)
+    else:
+        args = item.get("arguments")
     if not isinstance(args, str):
         raise _bad(f"{where}.arguments", "is required: the call's arguments as JSON text")
+    name = _string(item, "name", where)
+    namespace = item.get("namespace") if item["type"] == "function_call" else None
+    if namespace:
+        name = flat_name(_string(item, "namespace", where), name)
     return {"id": _string(item, "call_id", where), "type": "function",
-            "function": {"name": _string(item, "name", where), "arguments": args}}
+            "function": {"name": name, "arguments": args}}
 
 
 def _call_output(item: dict[str, Any], where: str) -> dict[str, Any]:

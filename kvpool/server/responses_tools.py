@@ -13,9 +13,11 @@ they are, so chat's rules hold (``required`` and a named function are grammar-fo
 one: NOTE(auto-text) ``auto`` (also tools with no ``tool_choice``, OpenAI's default) on a
 server without ``--enable-auto-tool-choice`` answers text, as vLLM's Responses API does
 (chat's ``auto`` is a 400 there): the tools are in the prompt and nothing parses calls out
-of the output. An agent SDK sends tools without a tool_choice, and vLLM answers it. Hosted
-tool types (web_search, file_search, mcp, code_interpreter, ...) run nothing here: a 400
-naming ``tools[i].type``.
+of the output. An agent SDK sends tools without a tool_choice, and vLLM answers it.
+``custom`` and ``namespace`` tools are shown to the model as function tools, as vLLM shows
+them (responses_custom.py); a named ``tool_choice`` may be ``{"type": "custom", "name"}``.
+Hosted tool types (web_search, file_search, mcp, code_interpreter, ...) run nothing here: a
+400 naming ``tools[i].type``.
 A call the model makes is an output item ``{"type": "function_call", "id": "fc_...",
 "call_id": "call_...", "name", "arguments", "status"}``; the client answers it with an input
 item ``{"type": "function_call_output", "call_id", "output"}`` (responses_input.py).
@@ -30,6 +32,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.server.json_body import json_bool
+from kvpool.server.responses_custom import choice_name, decode_input, flat_name, shown_tools
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -48,16 +51,50 @@ class ResponsesTools:
     0.33's ResponsesRequest.check_tool_usage rewrites the request it echoes. Each tool is
     echoed as vLLM's pydantic FunctionTool (the openai package's) dumps it: its
     ``description``, ``parameters`` and ``strict`` null when not sent, other keys as sent.
-    Build after ``tool_fields`` has checked them (function tools only)."""
+    A custom tool is echoed as CustomTool dumps it (``description`` / ``format`` null when
+    not sent), a namespace with its tools echoed so; a named choice names its tool as
+    resolved (``choice_name``), as vLLM rewrites it. Build after ``tool_fields`` has checked
+    them."""
 
     def __init__(self, body: dict[str, Any]) -> None:
         tools = body.get("tools")
-        self.tools = [{**_TOOL_NULLS, **t, "strict": json_bool(t.get("strict"))}
-                      for t in tools] if isinstance(tools, list) else []  # NOTE(lax-bool)
+        tools = tools if isinstance(tools, list) else []
+        self.tools = [_echo(t) for t in tools]
         self.tool_choice = body.get("tool_choice") or "auto"
         if not self.tools and self.tool_choice in ("auto", "none"):
             self.tool_choice = "none"
+        if isinstance(self.tool_choice, dict):
+            self.tool_choice = {**self.tool_choice,
+                                "name": choice_name(self.tool_choice["name"], tools)}
         self.parallel = json_bool(body.get("parallel_tool_calls")) is not False
+        self.custom = frozenset(t["name"] for t in tools if t["type"] == "custom")
+        # a namespaced function's shown name -> (its namespace, its name there)
+        self.namespaced = {flat_name(t["name"], f["name"]): (t["name"], f["name"])
+                           for t in tools if t["type"] == "namespace" for f in t["tools"]
+                           if isinstance(f, dict) and f.get("type") == "function"}
+
+    def call_item(self, name: str, arguments: str, status: str) -> dict[str, Any]:
+        """The output item of a call the model made, as vLLM 0.33 makes it (its responses/
+        utils.py build_response_output_items): a custom tool's ``custom_tool_call`` (no
+        status), a namespaced function's ``function_call`` named as in its namespace, with
+        ``namespace``; else a ``function_call``."""
+        if name in self.custom:
+            return {"type": "custom_tool_call", "id": "ctc_" + uuid.uuid4().hex,
+                    "call_id": "call_" + uuid.uuid4().hex, "name": name,
+                    "input": decode_input(arguments)}
+        item = function_call_item(name, arguments, status)
+        if name in self.namespaced:
+            item["namespace"], item["name"] = self.namespaced[name]
+        return item
+
+
+def _echo(tool: dict[str, Any]) -> dict[str, Any]:
+    if tool["type"] == "custom":
+        return {"description": None, "format": None, **tool}
+    if tool["type"] == "namespace":
+        return {**tool, "tools": [_echo(t) if isinstance(t, dict) and t.get("type") in
+                                  ("function", "custom") else t for t in tool["tools"]]}
+    return {**_TOOL_NULLS, **tool, "strict": json_bool(tool.get("strict"))}  # NOTE(lax-bool)
 
 
 def tool_fields(body: dict[str, Any]) -> dict[str, Any]:
@@ -68,9 +105,10 @@ def tool_fields(body: dict[str, Any]) -> dict[str, Any]:
     if tools is not None:
         if not isinstance(tools, list):
             raise _bad("tools", "must be a list of function tools")
-        out["tools"] = [_function_tool(t, f"tools[{i}]") for i, t in enumerate(tools)]
+        out["tools"] = [{"type": "function", "function": {
+            k: t[k] for k in _FUNCTION_KEYS if t.get(k) is not None}} for t in _shown(tools)]
     if body.get("tool_choice") is not None:
-        out["tool_choice"] = _choice(body["tool_choice"])
+        out["tool_choice"] = _choice(body["tool_choice"], tools or [])
     if body.get("parallel_tool_calls") is not None:
         out["parallel_tool_calls"] = body["parallel_tool_calls"]
     return out
@@ -94,7 +132,7 @@ def forced_text_format(body: dict[str, Any]) -> dict[str, Any] | None:
     ``parallel_tool_calls: false``, every tool's ``$defs`` at the root). Beside a
     ``structured_outputs.structural_tag`` vLLM leaves the request's ``text`` as it is (None).
     Call after ``tool_fields`` has checked the tools."""
-    tools, choice = body.get("tools") or [], body.get("tool_choice")
+    tools, choice = _shown(body.get("tools") or []), body.get("tool_choice")
     so = body.get("structured_outputs")
     if isinstance(so, dict) and so.get("structural_tag") is not None:
         return None
@@ -106,7 +144,8 @@ def forced_text_format(body: dict[str, Any]) -> dict[str, Any] | None:
     if not all(isinstance(p, dict) for _, p in params):
         return None  # the chat parser's 400 names the tool
     if isinstance(choice, dict):
-        named = [p for name, p in params if name == choice["name"]]
+        want = choice_name(choice["name"], body["tools"])
+        named = [p for name, p in params if name == want]
         if not named:
             return None  # the chat parser's 400 names it
         schema: dict[str, Any] = named[0]
@@ -129,29 +168,36 @@ def _params_or_empty(params: Any) -> Any:
     return params if params else {"type": "object", "properties": {}}
 
 
-def _function_tool(tool: Any, where: str) -> dict[str, Any]:
-    if not isinstance(tool, dict):
-        raise _bad(where, "must be a tool object {'type': 'function', 'name': ...}")
-    kind = tool.get("type")
-    if kind != "function":
-        raise _bad(f"{where}.type", f"only function tools are supported, got "
-                   f"{json.dumps(kind)[:40]} (hosted tools such as web_search, file_search "
-                   "or mcp are not run by this server)", "unsupported_parameter")
-    return {"type": "function",
-            "function": {k: tool[k] for k in _FUNCTION_KEYS if tool.get(k) is not None}}
+def _shown(tools: list[Any]) -> list[dict[str, Any]]:
+    """The function tools the model is shown, in Responses' flat shape, in request order."""
+    out: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise _bad(f"tools[{i}]", "must be a tool object {'type': 'function', 'name': ...}")
+        kind = tool.get("type")
+        if kind == "function":
+            out.append(tool)
+        elif kind in ("custom", "namespace"):
+            out += shown_tools(tool, f"tools[{i}]")
+        else:
+            raise _bad(f"tools[{i}].type", f"only function, custom and namespace tools are "
+                       f"supported, got {json.dumps(kind)[:40]} (hosted tools such as "
+                       "web_search, file_search or mcp are not run by this server)",
+                       "unsupported_parameter")
+    return out
 
 
-def _choice(value: Any) -> Any:
+def _choice(value: Any, tools: list[Any]) -> Any:
     if isinstance(value, str):
         if value not in _CHOICES:
             raise _bad("tool_choice", f"must be one of {', '.join(_CHOICES)} or "
                        "{'type': 'function', 'name': NAME}")
         return value
     kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "function" and isinstance(value.get("name"), str):
-        return {"type": "function", "function": {"name": value["name"]}}
-    if isinstance(kind, str) and kind != "function":
-        raise _bad("tool_choice", f"only function tools are supported, got "
+    if kind in ("function", "custom") and isinstance(value.get("name"), str):
+        return {"type": "function", "function": {"name": choice_name(value["name"], tools)}}
+    if isinstance(kind, str) and kind not in ("function", "custom"):
+        raise _bad("tool_choice", f"only function and custom tools are supported, got "
                    f"{json.dumps(kind)[:40]}", "unsupported_parameter")
     raise _bad("tool_choice", "a named tool choice is {'type': 'function', 'name': NAME}")
 

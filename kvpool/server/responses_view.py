@@ -25,6 +25,10 @@ closing the item before it (none arriving: no item)::
     response.function_call_arguments.delta ...      one per piece of its arguments
     response.function_call_arguments.done, response.output_item.done
 
+A custom tool's call (responses_custom.py) is a custom_tool_call item, input "", then
+response.custom_tool_call_input.delta ... (each what the payload decoded so far adds),
+response.custom_tool_call_input.done and response.output_item.done, as vLLM 0.33 streams it.
+
 NOTE(think-items): under ``--reasoning-parser`` (reasoning.py) the thinking is an item of its
 own before the answer's, as vLLM 0.33's simple processor streams it: ``reasoning`` with a
 ``reasoning_text`` part (output_item.added, content_part.added, response.reasoning_text.delta
@@ -51,8 +55,8 @@ from typing import Any
 from kvpool.server.middleware import APIError
 from kvpool.server.chunk_view import sse_event
 from kvpool.server.responses import ResponseBuilder
+from kvpool.server.responses_custom import decode_input, decode_input_prefix
 from kvpool.server.responses_input import ResponsesInput
-from kvpool.server.responses_tools import function_call_item
 
 __all__ = ["ResponsesView", "cache_writes"]
 
@@ -212,8 +216,10 @@ class ResponsesView:
         own = self.builder.logprobs_before(0, start + len(got.content or ""))[skip:]
         items = [_message(self.item_id, "completed", [_part(got.content, own)])] \
             if got.content else []
-        items += [function_call_item(c.name, c.arguments, "completed") for c in got.calls]
-        items[-1]["status"] = status
+        items += [self.inp.tools.call_item(c.name, c.arguments, "completed")
+                  for c in got.calls]
+        if "status" in items[-1]:  # a custom_tool_call has none
+            items[-1]["status"] = status
         return items
 
     # ---- events -------------------------------------------------------------------------------
@@ -242,7 +248,8 @@ class ResponsesView:
         if k is None:
             return b""
         s = self.items[k]
-        s.item["status"] = status
+        if s.item["type"] != "custom_tool_call":  # which has no status
+            s.item["status"] = status
         if s.item["type"] == "message":
             part = _part(s.text, s.logprobs)
             s.item["content"] = [part]
@@ -253,6 +260,11 @@ class ResponsesView:
             s.item["content"] = [part := {"type": "reasoning_text", "text": s.text}]
             done = (self._event("response.reasoning_text.done", text=s.text, **self._at(k))
                     + self._event("response.content_part.done", part=part, **self._at(k)))
+        elif s.item["type"] == "custom_tool_call":
+            payload = decode_input(s.text)
+            done = self._input_delta(k, payload) + self._event(
+                "response.custom_tool_call_input.done", output_index=k, item_id=s.item["id"],
+                input=payload)
         else:
             s.item["arguments"] = s.text
             done = self._event("response.function_call_arguments.done", item_id=s.item["id"],
@@ -328,16 +340,29 @@ class ResponsesView:
         if call.get("id") is not None:
             self.pending = []  # the call's marker's (_text_delta)
             opened = self._close("completed") + self._open(
-                function_call_item(fn.get("name", ""), "", "in_progress"))
+                self.inp.tools.call_item(fn.get("name", ""), "", "in_progress"))
             self.calls[call["index"]] = self.current
         piece = fn.get("arguments")
         k = self.calls.get(call["index"])
         if not piece or k is None:
             return opened
         self.items[k].pieces.append(piece)
+        if self.items[k].item["type"] == "custom_tool_call":
+            return opened + self._input_delta(k, decode_input_prefix(self.items[k].text))
         return opened + self._event("response.function_call_arguments.delta",
                                     item_id=self.items[k].item["id"], output_index=k,
                                     delta=piece)
+
+    def _input_delta(self, k: int, payload: str) -> bytes:
+        """A custom call's input delta: what ``payload`` adds to the input streamed so far
+        (its item's ``input``); one that does not extend it is sent whole, as vLLM sends it."""
+        item = self.items[k].item
+        sent, item["input"] = item["input"], payload
+        if payload == sent:
+            return b""
+        return self._event("response.custom_tool_call_input.delta", output_index=k,
+                           item_id=item["id"],
+                           delta=payload[len(sent):] if payload.startswith(sent) else payload)
 
     def _flush(self) -> bytes:
         """The held logprobs at the end of a message no call followed: its own."""

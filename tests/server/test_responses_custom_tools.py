@@ -1,0 +1,155 @@
+"""Responses ``custom`` (free-form, Codex's apply_patch) and ``namespace`` tools through the
+openai client on a real in-process kvpool server (built-in tiny model, hermes tool parser):
+shown to the model as the function tools vLLM 0.33 shows (the prompt /tokenize counts for
+chat's messages with those tools), a named custom choice gives a ``custom_tool_call`` item
+(streamed as custom_tool_call_input deltas), a namespaced call a ``function_call`` with its
+``namespace``, and each sent back (inline or after previous_response_id) is chat's tool call
+and tool message; what vLLM refuses stays a 400."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from kvpool.server.responses_custom import PARAMETERS
+
+CUSTOM = {"type": "custom", "name": "apply_patch", "description": "Apply a patch"}
+FLAG = {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"],
+        "additionalProperties": False}
+FN = {"type": "function", "name": "set_flag", "parameters": FLAG, "strict": False}
+NS = {"type": "namespace", "name": "ns", "description": "Flags", "tools": [FN]}
+SHIM = {"type": "function", "function": {"name": "apply_patch", "description": "Apply a patch",
+                                         "parameters": PARAMETERS}}
+FLAT = {"type": "function", "function": {"name": "ns__set_flag", "parameters": FLAG,
+                                         "strict": False}}
+PICK = {"type": "custom", "name": "apply_patch"}
+ASK = "Patch it"
+
+
+@pytest.fixture
+async def hsrv(make_server):
+    """A 1,024-token context (the built-in template's tool list), the hermes parser."""
+    async with make_server(max_model_len=1024, num_device_blocks=96,
+                           app_options={"tool_call_parser": "hermes"}) as s:
+        yield s
+
+
+def client(srv) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
+
+
+async def chat_tokens(srv, messages: list[dict], tools: list[dict]) -> int:
+    async with aiohttp.ClientSession() as s:
+        async with s.post(srv.url + "/tokenize",
+                          json={"messages": messages, "tools": tools}) as r:
+            assert r.status == 200, await r.text()
+            return (await r.json())["count"]
+
+
+async def test_custom_and_namespace_tools_are_shown_as_vllms_function_tools(hsrv):
+    """The probe's requests: 200, the tools in the prompt as vLLM's shim and flat names, and
+    echoed as the openai package's CustomTool / NamespaceTool dump them."""
+    user = [{"role": "user", "content": ASK}]
+    async with client(hsrv) as c:
+        kw = dict(model=hsrv.engine.model_name, input=ASK, max_output_tokens=2)
+        both = await c.responses.create(tools=[CUSTOM, NS], tool_choice="none", **kw)
+        required = await c.responses.create(tools=[FN, CUSTOM], tool_choice="required", **kw)
+    assert both.usage.input_tokens == await chat_tokens(hsrv, user, [SHIM, FLAT])
+    assert required.status == "incomplete"
+    assert both.tools[0].model_dump(exclude_none=True) == CUSTOM
+    assert both.tools[0].format is None and both.tools[1].tools[0].name == "set_flag"
+
+
+async def test_a_custom_call_is_a_custom_tool_call_item_and_goes_back_as_chats(hsrv):
+    """vLLM's output item for a call of the shim: custom_tool_call, its input the decoded
+    payload; sent back with its output, the prompt is chat's call {"input": ...} and tool
+    message, inline and after previous_response_id."""
+    async with client(hsrv) as c:
+        kw = dict(model=hsrv.engine.model_name, input=ASK, tools=[CUSTOM], tool_choice=PICK,
+                  max_output_tokens=48, temperature=1.0, extra_body={"seed": 0})
+        first = await c.responses.create(**kw)
+        assert first.status == "completed" and first.tool_choice.type == "custom"
+        call = first.output[0]
+        assert (call.type, call.name, call.id[:4]) == ("custom_tool_call", "apply_patch", "ctc_")
+        assert call.input and not call.input.startswith("{")
+        result = {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "done"}
+        more = dict(model=kw["model"], tools=[CUSTOM], max_output_tokens=2)
+        inline = await c.responses.create(input=[{"role": "user", "content": ASK},
+                                                 call.model_dump(exclude_none=True), result],
+                                          **more)
+        continued = await c.responses.create(previous_response_id=first.id, input=[result],
+                                             **more)
+    turns = [{"role": "user", "content": ASK},
+             {"role": "assistant", "content": "", "tool_calls": [
+                 {"id": call.call_id, "type": "function", "function": {
+                     "name": "apply_patch",
+                     "arguments": json.dumps({"input": call.input}, ensure_ascii=False)}}]},
+             {"role": "tool", "tool_call_id": call.call_id, "content": "done"}]
+    want = await chat_tokens(hsrv, turns, [SHIM])
+    assert inline.usage.input_tokens == continued.usage.input_tokens == want
+    assert inline.output[0].type == "message"
+
+
+async def test_a_streamed_custom_call_is_vllms_input_events(hsrv):
+    async with client(hsrv) as c:
+        kw = dict(model=hsrv.engine.model_name, input=ASK, tools=[CUSTOM], tool_choice=PICK,
+                  max_output_tokens=48, temperature=1.0, extra_body={"seed": 34})
+        body = await c.responses.create(**kw)
+        events = [e async for e in await c.responses.create(stream=True, **kw)]
+    assert "\n" in body.output[0].input  # an escape the prefix decoder waited out
+    kinds = [e.type for e in events]
+    assert kinds[2] == "response.output_item.added" and events[2].item.input == ""
+    assert kinds[-3:] == ["response.custom_tool_call_input.done", "response.output_item.done",
+                          "response.completed"]
+    deltas = "".join(e.delta for e in events if e.type.endswith("call_input.delta"))
+    assert deltas == events[-3].input == events[-2].item.input == body.output[0].input
+    assert events[-1].response.output[0].id == events[2].item.id
+
+
+async def test_a_namespaced_call_names_its_namespace_and_goes_back_flat(hsrv):
+    """A choice by the local name resolves to ``ns__set_flag`` (echoed so, as vLLM rewrites
+    it); the call is a function_call named set_flag with namespace ns; sent back, it is the
+    flat name's call."""
+    async with client(hsrv) as c:
+        kw = dict(model=hsrv.engine.model_name, tools=[NS], max_output_tokens=24)
+        first = await c.responses.create(input=ASK, temperature=0, **kw, tool_choice={
+            "type": "function", "name": "set_flag"})
+        call = first.output[0]
+        assert (call.type, call.name, call.namespace) == ("function_call", "set_flag", "ns")
+        assert first.tool_choice.name == "ns__set_flag" and json.loads(call.arguments)
+        result = {"type": "function_call_output", "call_id": call.call_id, "output": "ok"}
+        back = await c.responses.create(input=[{"role": "user", "content": ASK},
+                                               call.model_dump(exclude_none=True), result], **kw)
+    turns = [{"role": "user", "content": ASK},
+             {"role": "assistant", "content": "", "tool_calls": [
+                 {"id": call.call_id, "type": "function", "function": {
+                     "name": "ns__set_flag", "arguments": call.arguments}}]},
+             {"role": "tool", "tool_call_id": call.call_id, "content": "ok"}]
+    assert back.usage.input_tokens == await chat_tokens(hsrv, turns, [FLAT])
+
+
+TWICE = [NS, {**NS, "name": "other"}]
+BAD = [
+    ({"tools": [{**CUSTOM, "format": {"type": "grammar", "syntax": "lark",
+                                      "definition": "start: /a/"}}]}, "tools"),
+    ({"tools": TWICE, "tool_choice": {"type": "function", "name": "set_flag"}},
+     "tool_choice"),
+    ({"tools": [CUSTOM], "tool_choice": {"type": "custom", "name": "nope"}}, "tool_choice"),
+    ({"tools": [{"type": "custom"}]}, "tools[0].name"),
+    ({"tools": [{"type": "namespace", "name": "ns", "description": "d"}]}, "tools[0].tools"),
+    ({"input": [{"type": "custom_tool_call", "name": "apply_patch", "input": "x"}]},
+     "input[0].call_id"),
+]
+
+
+@pytest.mark.parametrize("body, param", BAD)
+async def test_what_vllm_refuses_stays_a_400_naming_the_param(srv, body, param):
+    async with client(srv) as c:
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.post("/responses", body={"input": ASK, "max_output_tokens": 2,
+                                             "tool_choice": "none", **body}, cast_to=object)
+    assert info.value.body["param"] == param, info.value.body
