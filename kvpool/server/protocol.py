@@ -147,7 +147,8 @@ class RequestParser:
     def parse_completion(self, body: dict[str, Any]) -> ParsedRequest:
         ignored = self.fields.check(body, KNOWN_COMPLETION)
         body = with_defaults(body, self.defaults)
-        body, ignored = unheeded_keys(body, ignored, self.fields)  # NOTE(format-unheeded)
+        if "response_format" in body or "structured_outputs" in body:  # NOTE(format-unheeded)
+            body, ignored = unheeded_keys(body, ignored, self.fields)
         model = self._model(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         extras = self._extras(body, chat=False)
@@ -165,7 +166,8 @@ class RequestParser:
         check_unsupported(body, UNSUPPORTED_CHAT)
         extras = self._extras(body, chat=True)
         tools = parse_tool_request(body, self.tool_parser)
-        body, ignored = unheeded_keys(body, ignored, self.fields)  # NOTE(format-unheeded)
+        if "response_format" in body or "structured_outputs" in body:  # NOTE(format-unheeded)
+            body, ignored = unheeded_keys(body, ignored, self.fields)
         if tools is not None and tools.grammar is not None:  # NOTE(tool-forced)
             body, ignored, tools = drop_for_forced_tool(body, ignored, tools)
         ids, messages, text = self._chat_ids(body, extras, tools.tools if tools else None)
@@ -199,8 +201,7 @@ class RequestParser:
         return self.tokenizer.encode(prompt, add_special_tokens=True if add is None else add)
 
     def parse_detokenize(self, body: dict[str, Any]) -> str:
-        """vLLM's /detokenize body: ``tokens`` (ids inside the vocabulary); the route checks
-        unknown fields first."""
+        """vLLM's /detokenize body: ``tokens`` (in the vocabulary); unknown fields: the route."""
         self._model(body.get("model"))
         ids = token_ids(body.get("tokens"), "tokens", self.vocab_size)
         return self.tokenizer.decode(ids, skip_special_tokens=False)  # vLLM keeps them

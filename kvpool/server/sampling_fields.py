@@ -146,7 +146,9 @@ def unheeded_keys(body: dict[str, Any], ignored: tuple[str, ...],
     ``response_format.json_schema.<key>``), through ``fields`` (field_policy.FieldPolicy:
     logged once, a 400 with --reject-unknown-fields). A ``json_schema`` beside text or
     json_object is a field of vLLM's model that it reads (checked) and never uses: listed,
-    never a 400. structural_tag's keys all go to the tag, so it keeps its own 400."""
+    never a 400. structural_tag's keys all go to the tag, so it keeps its own 400. The parser
+    calls it only for a body with one of the two: a plain request runs nothing of this module
+    (tests/bench/test_request_path.py)."""
     if "structured_outputs" in body:
         body, ignored = unheeded(body, ignored, fields)
     fmt = body.get("response_format")
