@@ -51,6 +51,7 @@ from kvpool.errors import RequestError, shown
 from kvpool.runtime.model import SamplingParams
 from kvpool.server.body_fields import ignored_header
 from kvpool.server.chunk_view import SSE_HEADERS
+from kvpool.server.field_policy import FieldPolicy
 from kvpool.server.handlers import OpenAIRoutes, PromptStreams
 from kvpool.server.json_answer import json_encoded
 from kvpool.server.query_bool import query_bool
@@ -63,6 +64,7 @@ from kvpool.server.responses_input import ResponseNotFoundError, ResponsesInput,
 from kvpool.server.responses_items import item_messages
 from kvpool.server.responses_tools import chat_param, text_only_auto
 from kvpool.server.responses_view import ResponsesView, cache_block
+from kvpool.server.sampling_fields import unheeded_keys
 from kvpool.server.tenant import current_tenant
 
 __all__ = ["RESPONSES_KEY", "ResponsesRoute"]
@@ -77,6 +79,39 @@ _PARAM_NAMES = {"max_tokens": "max_output_tokens", "messages": "input",
                 "truncate_prompt_tokens": "truncation"}
 
 
+def _field(name: str) -> str:
+    """A chat field's name as the Responses client sent it: ``_PARAM_NAMES``'s, and a key
+    of ``response_format`` as ``text.format``'s (a json_schema format's keys are not nested
+    under ``json_schema``: responses_input.py ``response_format``)."""
+    if name.startswith("response_format."):
+        return "text.format." + name.removeprefix("response_format.").removeprefix(
+            "json_schema.")
+    return _PARAM_NAMES.get(name, name)
+
+
+def _unheeded_format(chat: dict[str, Any], fields: FieldPolicy) -> tuple[str, ...]:
+    """NOTE(format-names): the ``text.format`` keys vLLM leaves unheeded (sampling_fields.py
+    NOTE(format-unheeded)) under the names the client sent (``text.format.<key>``): found
+    as chat's ``response_format`` keys, logged once (a 400 with --reject-unknown-fields) and
+    listed under ``text.format``, and dropped from the chat body so its parser does not log
+    them again as ``response_format.<key>``. A ``json_schema`` beside json_object is read
+    (checked) by that parser, which lists it; ``_field`` renames it."""
+    fmt = chat.get("response_format")
+    if not isinstance(fmt, dict):
+        return ()
+    _, found = unheeded_keys({"response_format": fmt}, (), FieldPolicy(quiet=True))
+    found = tuple(n for n in found if n != "response_format.json_schema")
+    if not found:
+        return ()
+    nested = "response_format.json_schema."
+    inner = {n.removeprefix(nested) for n in found if n.startswith(nested)}
+    top = {n.removeprefix("response_format.") for n in found} - {"json_schema"}
+    fmt = chat["response_format"] = {k: v for k, v in fmt.items() if k not in top}
+    if inner:
+        fmt["json_schema"] = {k: v for k, v in fmt["json_schema"].items() if k not in inner}
+    return fields.check(dict.fromkeys(map(_field, found)), frozenset())
+
+
 def _renamed(exc: RequestError) -> RequestError:
     """A chat parser error, naming the Responses field (``max_output_tokens``, ``input``,
     ``text.format``, whose json_schema keys are not nested under ``json_schema``;
@@ -85,8 +120,8 @@ def _renamed(exc: RequestError) -> RequestError:
     if tool_param is not None:
         return RequestError(str(exc).replace(exc.param, tool_param, 1), param=tool_param,
                             code=exc.code)
-    name = _PARAM_NAMES.get(exc.param or "")
-    if name is None:
+    name = _field(exc.param or "")
+    if name == (exc.param or ""):
         return exc
     message = str(exc).replace(exc.param, name, 1).replace(" json_schema.", " ")
     return RequestError(message, param=name, code=exc.code)
@@ -135,10 +170,11 @@ class ResponsesRoute:
             if parser.tool_parser is None:  # NOTE(auto-text) in responses_tools.py
                 text_only_auto(inp.chat)
             try:
+                ignored = _unheeded_format(inp.chat, parser.fields)
                 req = parser.parse_chat(inp.chat)
             except RequestError as exc:
                 raise _renamed(exc) from None
-            ignored = tuple(_PARAM_NAMES.get(name, name) for name in req.ignored)
+            ignored += tuple(map(_field, req.ignored))
             return dataclasses.replace(req, ignored=inp.ignored + ignored,
                                        params=_grammar_named(req.params))
 

@@ -48,8 +48,7 @@ def shown_tools(tool: dict[str, Any], where: str) -> list[dict[str, Any]]:
     if not isinstance(name, str) or not name:
         raise _bad(f"{where}.name", "is required: a non-empty string")
     if tool["type"] == "custom":
-        fmt = tool.get("format")
-        if isinstance(fmt, dict) and fmt.get("type") == "grammar":  # vLLM's refusal, its words
+        if _format_kind(tool, where) == "grammar":  # vLLM's refusal, its words
             raise _bad("tools", "Custom tools with a grammar format are not supported; only "
                        "free-form text custom tools are accepted.", "unsupported_parameter")
         return [{"type": "function", "name": name, "description": tool.get("description"),
@@ -59,8 +58,37 @@ def shown_tools(tool: dict[str, Any], where: str) -> list[dict[str, Any]]:
         raise _bad(f"{where}.tools", "is required: a list of function or custom tools")
     if not isinstance(tool.get("description"), str):
         raise _bad(f"{where}.description", "is required: a string")
-    return [{**t, "name": flat_name(name, t["name"])} if isinstance(t.get("name"), str) else t
-            for t in inner if isinstance(t, dict) and t.get("type") == "function"]
+    return [{**t, "name": flat_name(name, t["name"])} for t in _inner(inner, f"{where}.tools")
+            if t["type"] == "function"]
+
+
+def _format_kind(tool: dict[str, Any], where: str) -> str:
+    """A custom tool's format: ``text`` (also none) or ``grammar``; any other is a 400, as
+    vLLM's pydantic request model (the openai package's CustomTool) refuses it."""
+    fmt = tool.get("format")
+    kind = "text" if fmt is None else fmt.get("type") if isinstance(fmt, dict) else None
+    if kind not in ("text", "grammar"):
+        raise _bad(f"{where}.format", "must be {'type': 'text'} or {'type': 'grammar', "
+                   "'syntax': ..., 'definition': ...}")
+    return kind
+
+
+def _inner(tools: list[Any], where: str) -> list[dict[str, Any]]:
+    """A namespace's ``tools``, each a function or custom tool with a string name (no
+    namespace in a namespace), as the openai package's NamespaceTool, which vLLM's request
+    model validates, holds them; a 400 names ``{where}[j]``'s field."""
+    for j, tool in enumerate(tools):
+        at = f"{where}[{j}]"
+        if not isinstance(tool, dict):
+            raise _bad(at, "must be a function or custom tool object")
+        if tool.get("type") not in ("function", "custom"):
+            raise _bad(f"{at}.type", f"must be function or custom, got "
+                       f"{json.dumps(tool.get('type'))[:40]}", "unsupported_parameter")
+        if not isinstance(tool.get("name"), str):
+            raise _bad(f"{at}.name", "is required: a string")
+        if tool["type"] == "custom":
+            _format_kind(tool, at)
+    return tools
 
 
 def encode_input(payload: str) -> str:
@@ -68,13 +96,23 @@ def encode_input(payload: str) -> str:
 
 
 def decode_input(arguments: str) -> str:
-    """A finished shim call's payload; arguments that hold none are the payload as they are."""
+    """A finished shim call's payload; arguments that hold none are the payload as they are.
+    NOTE(lone-input): a lone UTF-16 surrogate in it (the model wrote an unpaired ``\\ud83d``,
+    legal JSON) stays the JSON escape the model wrote, as text: an input holding the surrogate
+    itself is no text a body may carry (json_body.py refuses it), so the item sent back inline
+    was a 400 while previous_response_id took it."""
     try:
         parsed = json.loads(arguments)
     except ValueError:
-        return arguments
+        return _escaped(arguments)
     value = parsed.get(INPUT_KEY) if isinstance(parsed, dict) else None
-    return value if isinstance(value, str) else arguments
+    return _escaped(value if isinstance(value, str) else arguments)
+
+
+def _escaped(text: str) -> str:
+    """``text``, each lone surrogate in it written as its JSON escape (``\\ud83d``): the
+    only code points UTF-8 cannot encode, which backslashreplace writes so."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
 
 
 def decode_input_prefix(arguments: str) -> str:
@@ -94,7 +132,9 @@ def decode_input_prefix(arguments: str) -> str:
         payload = _LAX.decode('"' + body[:i] + '"')
     except ValueError:
         return ""
-    return payload[:-1] if payload and "\ud800" <= payload[-1] <= "\udbff" else payload
+    if payload and "\ud800" <= payload[-1] <= "\udbff":  # half a pair waits for the rest
+        payload = payload[:-1]
+    return _escaped(payload)  # NOTE(lone-input)
 
 
 def choice_name(name: str, tools: list[Any]) -> str:

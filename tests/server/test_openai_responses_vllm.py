@@ -4,6 +4,7 @@ in-process kvpool server: each is a 200 here too and does what vLLM does with it
 from __future__ import annotations
 
 import json
+import logging
 
 import aiohttp
 import openai
@@ -172,3 +173,28 @@ async def test_conversation_is_ignored_and_listed_as_vllm_ignores_it(srv):
                 assert r.headers["X-Kvpool-Ignored-Fields"] == "conversation"
             assert out["output"][0]["content"] == want[0]["content"] and \
                 "conversation" not in out, out
+
+
+async def test_unheeded_text_format_keys_are_named_as_sent(make_server, caplog):
+    """NOTE(format-names): instructor's json_object with a schema, and a json_schema format's
+    extra key, are listed (X-Kvpool-Ignored-Fields) and logged as ``text.format.<key>``, the
+    field the client sent, not as the chat ``response_format.<key>`` it became; with
+    --reject-unknown-fields the 400 names it so."""
+    base = {"input": "x", "max_output_tokens": 2}
+    cases = [({"type": "json_object", "schema": FLAG}, "text.format.schema"),
+             ({"type": "json_schema", "name": "f", "schema": FLAG, "x": 1}, "text.format.x")]
+    async with make_server() as srv, aiohttp.ClientSession() as s:
+        with caplog.at_level(logging.WARNING, logger="kvpool.server"):
+            for fmt, name in cases:
+                async with s.post(srv.v1 + "/responses",
+                                  json={**base, "text": {"format": fmt}}) as r:
+                    assert r.status == 200, await r.text()
+                    assert r.headers["X-Kvpool-Ignored-Fields"] == name
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "'text.format.schema'" in logged and "'text.format.x'" in logged
+    assert "response_format" not in logged
+    async with make_server(app_options={"reject_unknown_fields": True}) as srv:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(srv.v1 + "/responses",
+                              json={**base, "text": {"format": cases[0][0]}}) as r:
+                assert r.status == 400 and (await r.json())["error"]["param"] == cases[0][1]

@@ -132,6 +132,31 @@ async def test_a_namespaced_call_names_its_namespace_and_goes_back_flat(hsrv):
     assert back.usage.input_tokens == await chat_tokens(hsrv, turns, [FLAT])
 
 
+async def test_a_lone_surrogate_input_goes_back_inline_as_after_previous_response_id(hsrv):
+    """NOTE(lone-input): the model's payload ``x\\ud83dy`` (an unpaired escape) is no text:
+    the item's input is the escape as the model wrote it, streamed or not, and sent back
+    inline it is a 200, as after previous_response_id (it was the body's lone-surrogate 400)."""
+    said = r"x\ud83dy"
+    text = '<tool_call>\n{"name": "apply_patch", "arguments": {"input": "' + said + '"}}\n' \
+        '</tool_call>'
+    body = {"model": hsrv.engine.model_name, "input": ASK, "tools": [CUSTOM],
+            "max_output_tokens": 64, "structured_outputs": {"choice": [text]}}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(hsrv.v1 + "/responses", json=body) as r:
+            call = (await r.json())["output"][0]
+        async with s.post(hsrv.v1 + "/responses", json={**body, "stream": True}) as r:
+            events = [json.loads(line[6:]) for line in (await r.text()).splitlines()
+                      if line.startswith("data: ")]
+        result = {"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "ok"}
+        async with s.post(hsrv.v1 + "/responses", json={
+                "model": body["model"], "tools": [CUSTOM], "max_output_tokens": 2,
+                "input": [{"role": "user", "content": ASK}, call, result]}) as r:
+            assert r.status == 200, await r.text()
+    assert (call["type"], call["input"]) == ("custom_tool_call", said)
+    deltas = "".join(e["delta"] for e in events if e["type"].endswith("call_input.delta"))
+    assert deltas == events[-2]["item"]["input"] == said
+
+
 TWICE = [NS, {**NS, "name": "other"}]
 BAD = [
     ({"tools": [{**CUSTOM, "format": {"type": "grammar", "syntax": "lark",
@@ -143,6 +168,11 @@ BAD = [
     ({"tools": [{"type": "namespace", "name": "ns", "description": "d"}]}, "tools[0].tools"),
     ({"input": [{"type": "custom_tool_call", "name": "apply_patch", "input": "x"}]},
      "input[0].call_id"),
+    ({"tools": [{**NS, "tools": [{"type": "function", "parameters": FLAG}]}]},
+     "tools[0].tools[0].name"),  # was a 500 (KeyError)
+    ({"tools": [{**NS, "tools": [NS]}]}, "tools[0].tools[0].type"),  # these three: a 200,
+    ({"tools": [{**NS, "tools": [5]}]}, "tools[0].tools[0]"),  # the tool dropped unsaid
+    ({"tools": [{**CUSTOM, "format": "grammar"}]}, "tools[0].format"),
 ]
 
 
