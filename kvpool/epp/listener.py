@@ -382,6 +382,7 @@ class Server:
         await self.settle(self.close_timeout + 1, lambda: bool(self.connections))
         await self.server.wait_closed()
         self.server = None
+        self.room.flush()  # what it ended since its last WARNING (NOTE(window-room))
 
     @staticmethod
     async def settle(limit: float, busy: Callable[[], bool]) -> None:

@@ -24,11 +24,15 @@ each frame comes and bounding only the process's sum, would let one connection t
 budget). A peer that ignores the windows with frames under ``reserve`` now has its oldest calls
 ended as it goes rather than its connection cut (GOAWAY comes only past the window itself).
 The calls ended are counted (``ended``, kvpool_epp_calls_crowded_out_total) and logged as one
-WARNING per interval at most with the count since the last.
+WARNING per interval at most with the count since the last; what ended after a WARNING is said
+an interval later (a timer) or at the server's stop, whichever comes first, so the counts said
+add up to ``ended``. Before, the rest waited for a next crowding that might never come: a burst
+of 27 ended calls was logged as "ended 1 call(s)".
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -55,6 +59,7 @@ class WindowRoom:
         self.warnings = warnings
         self.ended = 0  # calls ended for room (monotonic)
         self.unlogged = 0  # of those, since the last WARNING
+        self.timer: asyncio.TimerHandle | None = None  # says ``unlogged`` (``flush``) when due
 
     def left(self, conn: Connection) -> int:
         """What ``conn``'s peer may still send on the connection, as this side counts it."""
@@ -86,9 +91,25 @@ class WindowRoom:
             self.ended += ended
             self.unlogged += ended
             if self.warnings.due("window"):
-                log.warning("kvpool epp: ended %d call(s) since the last report, the oldest "
-                            "holding bytes when their connection's window was full "
-                            "(--max-connection-bytes %d; RESOURCE_EXHAUSTED): a client holds "
-                            "unfinished bodies, or raise the flag for the bodies in flight",
-                            self.unlogged, self.window)
-                self.unlogged = 0
+                self.say()
+            elif self.timer is None:  # NOTE(window-room): the rest is said an interval later
+                self.timer = asyncio.get_running_loop().call_later(self.warnings.interval,
+                                                                   self.flush)
+
+    def flush(self) -> None:
+        """Say the calls ended since the last WARNING, if any: ``keep``'s timer, an interval
+        after the first of them, or the server's stop (NOTE(window-room))."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.unlogged:
+            self.warnings.due("window")  # for its mark alone: the next WARNING an interval away
+            self.say()
+
+    def say(self) -> None:
+        """The WARNING: the calls ended since the last one."""
+        log.warning("kvpool epp: ended %d call(s) since the last report, the oldest holding "
+                    "bytes when their connection's window was full (--max-connection-bytes %d; "
+                    "RESOURCE_EXHAUSTED): a client holds unfinished bodies, or raise the flag "
+                    "for the bodies in flight", self.unlogged, self.window)
+        self.unlogged = 0

@@ -17,7 +17,7 @@ from kvpool.epp.calls import (DATA, DEFAULT_FRAME, DEFAULT_WINDOW, END_HEADERS, 
                              PING, PREFACE, REFUSED_STREAM, RESOURCE_EXHAUSTED, RST_STREAM,
                              SETTINGS, WINDOW_UPDATE, frame)
 from kvpool.epp.h2 import RESET_BURST, STREAMS
-from kvpool.epp.listener import Server
+from kvpool.epp.listener import WARN_INTERVAL, Server
 
 MAX_MESSAGE = (256 << 10) - 5  # a stream's window: 256 KiB
 CAP = 1 << 20  # max_connection_bytes
@@ -152,6 +152,70 @@ async def test_a_call_is_answered_while_older_calls_hold_partial_bodies_filling_
         assert server.buffered == 7 * (CAP // 8)
     warned = [r.getMessage() for r in caplog.records if "window was full" in r.getMessage()]
     assert len(warned) == 1 and "ended 1 call(s)" in warned[0], warned
+
+
+async def granted(reader: asyncio.StreamReader) -> int | None:
+    """What the server's next frame gives the connection's window (None: a PING's answer)."""
+    kind, _, sid, body = await read_frame(reader)
+    return None if kind == PING else int.from_bytes(body, "big") if (
+        kind, sid) == (WINDOW_UPDATE, 0) else 0
+
+
+async def crowd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sids: range,
+                window: int) -> int:
+    """Calls ``sids`` each leave CAP // 8 of a largest message, each sent once the connection's
+    window has room (the oldest holders ended for it: NOTE(window-room)); then a PING is
+    answered, so every frame was read. The window left."""
+    part = bytes(CAP // 8 - 5)
+    for sid in sids:
+        while window < CAP // 8:
+            window += await granted(reader)
+        writer.write(opening(sid) + b"".join(frame(DATA, 0, sid, part[i:i + DEFAULT_FRAME])
+                                             for i in range(0, len(part), DEFAULT_FRAME)))
+        window -= CAP // 8
+    writer.write(frame(PING, 0, 0, b"crowded!"))
+    while (more := await granted(reader)) is not None:
+        window += more
+    return window
+
+
+async def test_calls_crowded_out_after_a_warning_are_said_at_the_stop(caplog):
+    """NOTE(window-room): 11 calls of CAP // 8 each end the oldest few, one frame at a time:
+    the WARNING says the first; past the interval (the server's clock, moved) 6 more calls end
+    more, the WARNING says the rest of the first burst and the first of these; the stop says
+    the rest. The counts said add up to those ended. Before, the last burst's rest was never
+    said (the outside probe: 27 calls ended, "ended 1 call(s)" logged)."""
+    caplog.set_level(logging.WARNING, logger="kvpool.epp")
+    now = [0.0]
+    async with peer(clock=lambda: now[0]) as (server, reader, writer):
+        window = await crowd(reader, writer, range(1, 23, 2), (await windows(reader))["window"])
+        first = server.room.ended
+        assert said(caplog) == [1] and first >= 2, (said(caplog), first)
+        now[0] += WARN_INTERVAL
+        await crowd(reader, writer, range(23, 35, 2), window)
+        assert said(caplog) == [1, first] and server.room.ended >= first + 2, said(caplog)
+    assert sum(said(caplog)) == server.room.ended and len(said(caplog)) == 3, said(caplog)
+
+
+async def test_calls_crowded_out_after_a_warning_are_said_an_interval_later(caplog):
+    """NOTE(window-room): with no later crowding and no stop, the calls ended after a WARNING
+    are said when its interval is over (here 0.2 s). Before, never."""
+    caplog.set_level(logging.WARNING, logger="kvpool.epp")
+    async with peer() as (server, reader, writer):
+        server.warnings.interval = 0.2
+        await crowd(reader, writer, range(1, 23, 2), (await windows(reader))["window"])
+        assert server.room.ended >= 2
+        for _ in range(500):  # 5 s at most
+            if sum(said(caplog)) == server.room.ended:
+                break
+            await asyncio.sleep(0.01)
+        assert sum(said(caplog)) == server.room.ended, (said(caplog), server.room.ended)
+
+
+def said(caplog) -> list[int]:
+    """The counts the crowded-out WARNINGs said (NOTE(window-room))."""
+    return [int(r.getMessage().split()[3]) for r in caplog.records
+            if "window was full" in r.getMessage()]
 
 
 async def test_a_silent_call_on_a_full_window_is_not_blamed_on_a_client_alone(caplog):

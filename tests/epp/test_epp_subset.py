@@ -28,7 +28,8 @@ from google.protobuf import struct_pb2
 from kvpool.epp.cli import picking
 from kvpool.epp.picker import Picker, endpoint_of
 from kvpool.epp.service import DESTINATION_HEADER, METADATA_NAMESPACE
-from kvpool.epp.subset import MAX_ENTRIES, SUBSET_KEY, SUBSET_NAMESPACE, Subset, subset_hint
+from kvpool.epp.subset import (MAX_ELEMENTS, MAX_ENTRIES, SUBSET_KEY, SUBSET_NAMESPACE, Subset,
+                               subset_hint)
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from tests.router.helpers import LOOKUP_TIMEOUT
@@ -190,6 +191,26 @@ def test_a_hint_past_the_cap_names_nothing_and_no_entry_of_it_is_read(reads):
     at_cap = subset_hint(request("/v1/completions", [entry] * MAX_ENTRIES))
     assert at_cap is not None and at_cap.pairs == {("10.0.0.1", 80)}
     assert len(reads) == MAX_ENTRIES
+
+
+def test_empty_entries_do_not_count_toward_the_cap(reads):
+    """NOTE(hint-cap): MAX_ENTRIES endpoints with a trailing comma, a ``,,`` or `` , `` between
+    two, in two strings each ending in a comma, or beside an empty list element: all of them
+    are read and named. Past the cap by one named entry, empty ones or not, or past
+    MAX_ELEMENTS list elements, nothing is read. Before, commas counted the empty entries:
+    each hint below named nothing (a 503 per request) and the WARNING said 4097 entries."""
+    named = [f"10.0.{i >> 8}.{i & 255}:80" for i in range(MAX_ENTRIES)]
+    half = MAX_ENTRIES // 2
+    for hint in (",".join(named) + ",", ",".join(named[:half]) + ",," + ",".join(named[half:]),
+                 " , ".join(named) + " , ", [",".join(named[:half]) + ",",
+                                             ",".join(named[half:]) + ","], [*named, ""]):
+        got = subset_hint(request("/v1/completions", hint))
+        assert got is not None and len(got.pairs) == MAX_ENTRIES, type(hint)
+    assert len(reads) == 5 * MAX_ENTRIES
+    for hint in (",".join([*named, "10.9.9.9:80"]) + ",,", [""] * (MAX_ELEMENTS + 1)):
+        got = subset_hint(request("/v1/completions", hint))
+        assert got is not None and not got.pairs
+    assert len(reads) == 5 * MAX_ENTRIES
 
 
 async def test_a_calls_hint_is_read_once_though_each_message_carries_it(reads):
