@@ -4,9 +4,10 @@
 
 The answer is a chat completion of the real builder's shape (LogprobFormatter.chat entries of
 the built-in tiny tokenizer, ``top_logprobs`` 20) with ``n`` choices of ``tokens`` tokens each;
-the default, 16 x 8,191, is the largest the tiny model's server allows (``--max-n`` 16, its
-8,192-token context). While it is encoded a ticker task asks the loop for a turn every
-millisecond; ``stall_ms`` is the longest the loop went without one. Three ways:
+the default, 16 x 8,191, was the largest the tiny model's server allowed while ``--max-n``
+defaulted to 16 (its 8,192-token context; n may now reach ``--max-num-seqs``, 64). While it
+is encoded a ticker task asks the loop for a turn every millisecond; ``stall_ms`` is the
+longest the loop went without one. Three ways:
 
     inline   web.json_response(body): one json.dumps on the loop (before NOTE(encode-slices))
     thread   the same json.dumps on run_in_executor: it holds the GIL all the same
@@ -118,7 +119,7 @@ async def run(args) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = bench_parser("json_answer", __doc__)
-    ap.add_argument("--n", type=int, default=16, help="choices (default 16: --max-n's default)")
+    ap.add_argument("--n", type=int, default=16, help="choices (default 16: --max-n's old default)")
     ap.add_argument("--tokens", type=int, default=8191,
                     help="tokens per choice (default 8191: the tiny model's context less one)")
     args = ap.parse_args(argv)
