@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvpool.runtime.engine.context_fit import LONG_CONTEXT_ENV
 from kvpool.server import serve
 from kvpool.server.app import ROUTES_KEY
+from openai import AsyncOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -194,3 +195,8 @@ def whole_vocab_names(top: dict[str, float], tokenizer) -> bool:
     whole = {t for t in texts if not t.endswith("\ufffd")}
     extra = set(top) - whole
     return whole <= set(top) and all(len(k) <= 1 and k != "\ufffd" for k in extra)
+
+
+def openai_client(srv: Running, timeout: float = 60) -> AsyncOpenAI:
+    """The openai SDK's async client on ``srv``, no retries (a failure shows at once)."""
+    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=timeout)

@@ -8,18 +8,13 @@ from __future__ import annotations
 import aiohttp
 import openai
 import pytest
-from openai import AsyncOpenAI
 
 from kvpool import __version__
 from tests.runtime.model.helpers import SENTENCES, hf_greedy, ref_logprobs
+from tests.server.helpers import openai_client as client
 
 transformers = pytest.importorskip("transformers")
 TOL = 1e-4
-
-
-
-def client(srv) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=30)
 
 
 async def post(srv, path: str, body: dict) -> tuple[int, dict]:

@@ -11,7 +11,8 @@ get_time{}"``, which the mistral parser reads as the text ``"Sure.`` and a get_t
 from __future__ import annotations
 
 import pytest
-from openai import AsyncOpenAI
+
+from tests.server.helpers import openai_client as client
 
 SAYS = "Sure.[TOOL_CALLS]get_time{}"
 TEXT = '"Sure.'  # the message: the output before the marker, its opening quote included
@@ -24,10 +25,6 @@ async def msrv(make_server):
     async with make_server(max_model_len=1024, num_device_blocks=96,
                            app_options={"tool_call_parser": "mistral"}) as s:
         yield s
-
-
-def client(srv) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
 
 
 def ask(srv) -> dict:

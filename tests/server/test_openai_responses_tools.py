@@ -13,9 +13,10 @@ import aiohttp
 import jsonschema
 import openai
 import pytest
-from openai import AsyncOpenAI
 
 from kvpool.server.tools.request import AUTO_NEEDS_FLAGS
+
+from tests.server.helpers import openai_client as client
 
 ZONE = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET", "PST"]},
                                          "dst": {"type": "boolean"}},
@@ -35,10 +36,6 @@ async def tsrv(make_server):
     """A 1,024-token context: the built-in template's tool list is about 500 tokens."""
     async with make_server(max_model_len=1024, num_device_blocks=96) as s:
         yield s
-
-
-def client(srv) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
 
 
 def chat_tools() -> list[dict]:

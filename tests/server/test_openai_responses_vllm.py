@@ -9,12 +9,9 @@ import logging
 import aiohttp
 import openai
 import pytest
-from openai import AsyncOpenAI
 from pydantic import BaseModel
 
-
-def client(srv) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
+from tests.server.helpers import openai_client as client
 
 
 async def prompt_tokens(srv, content: str) -> int:

@@ -9,15 +9,10 @@ import re
 import aiohttp
 import openai
 import pytest
-from openai import AsyncOpenAI
 
-from tests.server.helpers import parse_metrics
+from tests.server.helpers import openai_client as client, parse_metrics
 
 CHAT = [{"role": "user", "content": "Tell me a story"}]
-
-
-def client(srv) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
 
 
 async def tokenize(srv, body):

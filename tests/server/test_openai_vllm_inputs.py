@@ -10,13 +10,10 @@ import re
 import aiohttp
 import openai
 import pytest
-from openai import AsyncOpenAI
+
+from tests.server.helpers import openai_client as client
 
 USER = {"role": "user", "content": "Tell me a story"}
-
-
-def client(srv) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
 
 
 async def post(srv, path: str, body: dict | None = None) -> tuple[int, dict | str]:

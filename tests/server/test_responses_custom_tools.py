@@ -13,9 +13,10 @@ import json
 import aiohttp
 import openai
 import pytest
-from openai import AsyncOpenAI
 
 from kvpool.server.responses_custom import PARAMETERS
+
+from tests.server.helpers import openai_client as client
 
 CUSTOM = {"type": "custom", "name": "apply_patch", "description": "Apply a patch"}
 FLAG = {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"],
@@ -36,10 +37,6 @@ async def hsrv(make_server):
     async with make_server(max_model_len=1024, num_device_blocks=96,
                            app_options={"tool_call_parser": "hermes"}) as s:
         yield s
-
-
-def client(srv) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
 
 
 async def chat_tokens(srv, messages: list[dict], tools: list[dict]) -> int:

@@ -8,17 +8,13 @@ import json
 
 import aiohttp
 import pytest
-from openai import AsyncOpenAI
 
 from tests.runtime.text_reference import vllm_text
+from tests.server.helpers import openai_client as client
 
 PROMPT = "Tell me a story"
 CHAT = [{"role": "user", "content": PROMPT}]
 IDS = {"return_token_ids": True}
-
-
-def client(srv) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
 
 
 async def post(srv, path: str, body: dict) -> tuple[int, dict]:

@@ -9,10 +9,9 @@ import json
 import jsonschema
 import openai
 import pytest
-from openai import AsyncOpenAI
 
 from kvpool.errors import RequestError
-from tests.server.helpers import wait_free
+from tests.server.helpers import openai_client as client, wait_free
 from tests.server.parsers import P
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
@@ -21,10 +20,6 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 TAGS = {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"enum": ["x", "yy", "zzz"]}, "maxItems": 3},
     "score": {"type": "number"}}, "required": ["tags", "score"], "additionalProperties": False}
-
-
-def client(srv) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=60)
 
 
 def fmt(schema, name="out"):
