@@ -42,7 +42,8 @@ from redis.asyncio.sentinel import (MasterNotFoundError, Sentinel, SentinelManag
                                     SentinelManagedSSLConnection)
 from redis.backoff import NoBackoff
 from redis.exceptions import (AskError, AuthenticationError, ClusterDownError, MovedError,
-                              RedisClusterException, RedisError, ResponseError, TryAgainError)
+                              InvalidResponse, RedisClusterException, RedisError, ResponseError,
+                              TryAgainError)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -64,6 +65,20 @@ class TierClient:
     redirects: Counter = field(default_factory=Counter)  # kind -> MOVED/ASK replies followed
     connection_class: type = BufferedConnection
     refresh: Any = None  # a cluster's SlotMapRefresh
+
+    async def open(self, n: int, script: str) -> None:
+        """Open ``n`` pooled connections (a cluster: its slot map), load ``script``."""
+        if self.pool is None:
+            await self.redis.initialize()
+        else:
+            conns = []  # held until all are open, so each get opens a new one
+            try:
+                for _ in range(n):
+                    conns.append(await self.pool.get_connection())
+            finally:  # back to the pool, also on failure or a deadline
+                for c in conns:
+                    await self.pool.release(c)
+        await self.redis.script_load(script)  # on every master: the first EVALSHA hits
 
     async def aclose(self) -> None:
         if self.refresh is not None:
@@ -167,6 +182,9 @@ class _AskedSentinel(Redis):
         except (RedisConnectionError, RedisTimeoutError, OSError):
             self.owner.unreachable += 1
             raise
+        except (AttributeError, TypeError) as exc:  # NOTE(reply-shape): a plain Connection's
+            self.owner.wrong += 1  # handshake (HELLO's .get) or SENTINEL MASTERS' parser
+            raise RedisConnectionError(f"no Redis reply ({exc})") from exc  # the next one
 
 
 class _Sentinels(Sentinel):
@@ -179,6 +197,7 @@ class _Sentinels(Sentinel):
         self.sentinels = [_AskedSentinel(self, s.connection_pool) for s in self.sentinels]
         self.unreachable = 0  # sentinels not reached during the current discovery
         self.refused = 0  # sentinels that refused the credentials (NOTE(sentinel-auth))
+        self.wrong = 0  # sentinels that answered RESP of the wrong shape (not Redis)
         self.down = False  # a sentinel knew the service and said its master is down
 
     def check_master_state(self, state: dict, service_name: str) -> bool:
@@ -187,7 +206,7 @@ class _Sentinels(Sentinel):
         return ok
 
     async def discover_master(self, service_name: str):
-        self.unreachable, self.refused, self.down = 0, 0, False
+        self.unreachable, self.refused, self.down, self.wrong = 0, 0, False, 0
         try:
             return await super().discover_master(service_name)
         except MasterNotFoundError:
@@ -196,6 +215,8 @@ class _Sentinels(Sentinel):
             if self.down:
                 raise MasterDownError(f"the sentinels know {service_name!r} but report its "
                                       "master down") from None
+            if self.wrong and self.wrong + self.unreachable >= len(self.sentinels):
+                raise InvalidResponse(f"{self.wrong} sentinel(s) answered no Redis reply")
             if self.unreachable >= len(self.sentinels):
                 asked = ", ".join(f"{k.get('host')}:{k.get('port')}" for k in (
                     c.connection_pool.connection_kwargs for c in self.sentinels))

@@ -14,6 +14,7 @@ from redis.exceptions import ClusterDownError, RedisError
 from kvpool.remote.breaker import DOWN_KINDS, PAUSE_KINDS
 from kvpool.remote.diagnose import classify
 from kvpool.remote.keys import segment_of
+from kvpool.remote.replies import pong
 
 
 async def trial(redis: Any, cluster: bool, cause: str | None, script: Any, key: str) -> None:
@@ -26,7 +27,7 @@ async def trial(redis: Any, cluster: bool, cause: str | None, script: Any, key: 
     key is absent yet a replica refuses (READONLY) and an ACL checks (NOPERM), and TOUCH."""
     if cluster:
         await redis.initialize()
-    await redis.ping()
+    await pong(redis)  # NOTE(reply-shape)
     if cluster and cause in DOWN_KINDS:
         serving(await redis.cluster_info())
     if cause not in PAUSE_KINDS:

@@ -8,6 +8,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from redis.exceptions import RedisClusterException, RedisError
+
 from kvpool.remote.diagnose import FaultLog
 from kvpool.remote.tier import RemoteStats
 
@@ -15,7 +17,7 @@ from kvpool.remote.tier import RemoteStats
 class OomWatch:
     """The puts' pause after an OOM reply (NOTE(oom-pause)) and the OOM's line
     (NOTE(oom-reread)). ``read_memory`` reads ``INFO memory`` (a mapping; anything else: not
-    read), bounded by its caller. Use from one loop.
+    read), bounded here by ``read_s``. Use from one loop.
 
     NOTE(oom-pause): with noeviction every SET fails once Redis is full; after an OOM reply
     puts are not sent for ``pause_s`` (dropped, counted), not refused one by one.
@@ -28,14 +30,19 @@ class OomWatch:
     a task of its own (no put waits on it, as none waits on the warm-up's INFO), and the line
     is said once that answered (on the settings read before when it did not). INFO rather
     than CONFIG GET: it needs no CONFIG permission (the tier's ACL line grants ``+info``, and
-    managed Redis services refuse CONFIG), and it is the read the warm-up's fix came from."""
+    managed Redis services refuse CONFIG), and it is the read the warm-up's fix came from.
+    The read is a diagnostic: sent outside the tier's breaker and stats, its failure (a
+    NOPERM, a deadline) only keeps the settings read before. Sent through the breaker, a user
+    without ``+info`` had its NOPERM open it, and the pause's trial (SET XX) fails OOM while
+    Redis is full: the tier's reads stopped too, for as long as Redis stayed full."""
 
     def __init__(self, pause_s: float, faults: FaultLog, stats: RemoteStats,
-                 read_memory: Callable[[], Awaitable[Any]]) -> None:
+                 read_memory: Callable[[], Awaitable[Any]], read_s: float) -> None:
         self.pause_s = pause_s
         self._faults = faults
         self._stats = stats
         self._read_memory = read_memory
+        self._read_s = read_s
         self._until = 0.0  # time.monotonic() before which puts are not sent
         self._said: asyncio.Task | None = None  # the first OOM's read, then its line
 
@@ -56,10 +63,13 @@ class OomWatch:
 
     async def _say(self, exc: BaseException) -> None:
         try:
-            info = await self._read_memory()  # a failure is counted and logged by the tier
-            if isinstance(info, Mapping) and "maxmemory_policy" in info:
+            async with asyncio.timeout(self._read_s):
+                info = await self._read_memory()
+            if isinstance(info, Mapping):  # else refused (NOPERM): not read
                 self._faults.memory_read(info)
-        finally:  # said also when the read failed or raised: on the settings read before
+        except (TimeoutError, RedisError, RedisClusterException, OSError):
+            pass  # not read: said on the settings read before
+        finally:  # said also when the read raised anything else (a bug's traceback follows)
             self._faults.note("oom", exc)
 
     async def aclose(self) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -48,10 +48,11 @@ from kvpool.remote.codec import ValueCodec
 from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import where
 from kvpool.remote.coverage import warn_fragile
-from kvpool.remote.diagnose import FaultLog, classify, error_kind
+from kvpool.remote.diagnose import OUTAGES, FaultLog, classify, error_kind
 from kvpool.remote.health import node_trial, opens, paused_raised, trial
 from kvpool.remote.node_breakers import Breakers, HealthChecks
 from kvpool.remote.oom import OomWatch
+from kvpool.remote.replies import NO_INFO, info_of, runs_of
 from kvpool.remote.segments import (PROBE_LUA, all_at_once, leading_run, parts as split_parts,
                                     probe_plan)
 from kvpool.remote.tier import RemoteStats, fetch_checked
@@ -100,8 +101,8 @@ class RedisTier:
         self.breakers = Breakers(self.breaker, self._redis if self._by_slot else None)
         self.reads = BoundedReads(self._redis, codec.max_value_nbytes(), self.faults, self.breakers)
         self._checks = HealthChecks(self._ping, self._closed, self._stats)
-        self._oom = OomWatch(oom_pause_s, self.faults, self._stats, lambda: self._call(
-            "info", 0, lambda: self._redis.info("memory"), SETUP_S))  # NOTE(oom-reread)
+        self._oom = OomWatch(oom_pause_s, self.faults, self._stats,  # NOTE(oom-reread)
+                             lambda: info_of(self._redis, "memory"), SETUP_S)
 
     # -- the protocol ---------------------------------------------------------------------
     async def probe(self, keys: Sequence[str], refresh: Sequence[str] = (),
@@ -196,14 +197,14 @@ class RedisTier:
         replica pays this once; after a Redis restart they reconnect lazily."""
         n = max(1, min(self._max_connections, connections))
         self.faults.last = None
-        if await self._call("warm_up", 0, lambda: self._open(n), SETUP_S) is _FAILED:
-            ping = SETUP_S if self._client.pool is None else self.connect_timeout + self.op_timeout
-            self._refusal = self.faults.startup_failed(self.breaker, ping)
-            return False
-        ok = await self._inspect()
-        if ok and self.kind == "cluster":  # NOTE(full-coverage)
-            await warn_fragile(self._redis, self.faults, SETUP_S)
-        return ok
+        opened = self._call("warm_up", 0, lambda: self._client.open(n, PROBE_LUA), SETUP_S)
+        if await opened is not _FAILED and (ok := await self._inspect()) is not None:
+            if ok and self.kind == "cluster":  # NOTE(full-coverage)
+                await warn_fragile(self._redis, self.faults, SETUP_S)
+            return ok
+        ping = SETUP_S if self._client.pool is None else self.connect_timeout + self.op_timeout
+        self._refusal = self.faults.startup_failed(self.breaker, ping)
+        return False
 
     def stats(self) -> RemoteStats:
         s = self._stats.copy()
@@ -233,27 +234,12 @@ class RedisTier:
         await self._client.aclose()
 
     # -- internals ------------------------------------------------------------------------
-    async def _open(self, n: int) -> None:
-        """Open ``n`` pooled connections (a cluster: its slot map), load the probe script."""
-        pool = self._client.pool
-        if pool is None:
-            await self._redis.initialize()
-        else:
-            conns = []  # held until all are open, so each get opens a new one
-            try:
-                for _ in range(n):
-                    conns.append(await pool.get_connection())
-            finally:  # back to the pool, also on failure or a deadline
-                for c in conns:
-                    await pool.release(c)
-        await self._redis.script_load(PROBE_LUA)  # on every master: the first EVALSHA hits
-
     async def _probe_segments(self, plan: list[tuple[list[str], int]]) -> list[int]:
         """Each segment's run, all scripts at once; one failure fails the call."""
         most, probe = self.codec.max_value_nbytes() or 0, self._probe  # most: NOTE(probe)
         runs = await all_at_once([lambda s=seg, lead=lead: probe(keys=s, args=[lead, most])
                                   for seg, lead in plan])
-        return [int(r) for r in runs]
+        return runs_of(runs)  # NOTE(reply-shape)
 
     async def _fetch_parts(self, parts: list[list[str]]) -> list[tuple[list, list]]:
         """Read every part at once, each checked as it arrives (NOTE(get speed)); one failure
@@ -360,15 +346,25 @@ class RedisTier:
         else:
             self.faults.note(fault, exc)
 
-    async def _inspect(self) -> bool:
+    async def _inspect(self) -> bool | None:
         """Once Redis answers (at start, and when the breaker closes again): read INFO, refuse
         a server the tier must not use, warn (once) on settings that hurt, and say that the
-        tier is reachable. False when refused."""
-        info = await self._call("info", 0, self._redis.info)
-        if info is _FAILED:  # an ACL without INFO, or Redis went away again: unchecked
+        tier is reachable. False when refused, None when no Redis answered (gone, not Redis).
+
+        NOTE(info-advisory): INFO only words warnings and an OOM's fix, so a user without
+        ``+info`` is served, said once with the ACL fix; its NOPERM no longer opens the
+        breaker (which flapped every reset_s, the line said each time)."""
+        info = await self._call("info", 0, lambda: info_of(self._redis))
+        if info is _FAILED:  # an error reply (INFO renamed), or Redis gone or no Redis
+            if self.faults.last == "protocol" or self.faults.last in OUTAGES:
+                return None
             self.faults.once("no-info", "INFO not readable: the server's settings are "
                              "unchecked")
             return self.breaker.state is BreakerState.CLOSED
+        if not isinstance(info, Mapping):  # the ACL's NOPERM
+            self.faults.once("no-info", NO_INFO.format(detail=info))
+            log.info("remote tier %s is reachable (settings unchecked)", self.faults.where)
+            return True
         self._refusal = self.faults.inspected(info, cluster=self.kind == "cluster")
         return self._refusal is None
 

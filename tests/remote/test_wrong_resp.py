@@ -83,6 +83,36 @@ async def test_a_wrong_typed_reply_at_warm_up_is_not_redis_said_once(wrong_resp,
         await tier.aclose()
 
 
+# NOTE(reply-shape): no HELLO under ?protocol=2, so the wrong reply reaches INFO (it raised
+# AttributeError, or +OK was "reachable: Redis ?"); a sentinel's own connections are plain
+# redis-py ones (they raised AttributeError at their handshake)
+FORMS = ["redis://127.0.0.1:{}/0?protocol=2", "redis+sentinel://127.0.0.1:{}/mymaster"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("mode", sorted(REPLIES))
+async def test_a_wrong_typed_reply_past_the_handshake_is_not_redis(wrong_resp, caplog, mode,
+                                                                   form):
+    tier = RedisTier(form.format(await wrong_resp(mode)), ValueCodec(NS), connect_timeout=3.0,
+                     op_timeout=3.0, breaker=CircuitBreaker(threshold=1, reset_s=0.05))
+    try:
+        assert not await tier.warm_up()
+        its = items(tier.codec, 2)
+        assert await tier.put_many(its) == 0 and await tier.probe([k for k, _ in its]) == 0
+        said = lines(caplog, NOT_REDIS)
+        assert len(said) == 1 and "check --remote-url's host and port" in said[0], caplog.text
+        assert len(lines(caplog, "cannot serve the tier (protocol")) == 1
+        assert not lines(caplog, "is reachable")
+        for _ in range(250):  # bounded: the trial (PING's reply no PONG) fails every reset_s
+            if tier.stats().health_failed >= 2:
+                break
+            await asyncio.sleep(0.02)
+        assert tier.breaker.state is not BreakerState.CLOSED, tier.stats()
+        assert tier.stats().health_failed >= 2 and tier.stats().puts == 0
+    finally:
+        await tier.aclose()
+
+
 async def test_an_engine_starts_and_serves_with_the_tier_at_a_wrong_resp_server(wrong_resp,
                                                                                   caplog):
     eng = await engine(f"redis://127.0.0.1:{await wrong_resp('ok')}/0")  # raised before
