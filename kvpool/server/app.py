@@ -209,7 +209,7 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
         defaults["chat_template_kwargs"] = dict(template_kwargs)
     return RequestParser(engine.tokenizer, names, engine.max_model_len,
                          logits_size=engine.core.model.config.vocab_size,  # NOTE(logits-size)
-                         max_n=config.max_n,
+                         max_n=config.max_n, max_num_seqs=config.max_num_seqs,
                          max_tokens_limit=config.max_tokens_limit or engine.max_model_len,
                          max_stop=config.max_stop, max_json_depth=max_json_depth,
                          chat_template=load_chat_template(config.tokenizer or config.model,

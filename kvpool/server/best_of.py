@@ -7,9 +7,12 @@ cumulative logprob; responses.py ``returned``).
 
 NOTE(best-of): ``best_of`` is acted on only when it reads as an int (NOTE(lax-int)) with
 ``n < best_of <= max_n`` and the request does not stream (the best ones are known only at
-the end). Anything else (``best_of <= n``, past ``--max-n``, with ``stream``, not an int) runs
-``n`` sequences, as vLLM 0.33 does, and ``best_of`` is listed in ``X-Kvpool-Ignored-Fields``
-(none for ``best_of == n``, which asks for nothing more); it is never a 400.
+the end); ``max_n`` here is min(16, ``--max-n``, ``--max-num-seqs``) (protocol.py
+MAX_BEST_OF): the sequences run together, so past ``--max-num-seqs`` they would be the
+admission gate's 400 n_too_large_for_batch. Anything else (``best_of <= n``, past that
+bound, with ``stream``, not an int) runs ``n`` sequences, as vLLM 0.33 does, and ``best_of``
+is listed in ``X-Kvpool-Ignored-Fields`` (none for ``best_of == n``, which asks for nothing
+more); it is never a 400.
 """
 
 from __future__ import annotations

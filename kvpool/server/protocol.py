@@ -84,7 +84,7 @@ class RequestParser:
     """Validates OpenAI completion/chat bodies against the model and EngineConfig bounds."""
 
     def __init__(self, tokenizer: Any, model_names: Sequence[str], max_model_len: int, *,
-                 max_n: int, max_tokens_limit: int, max_stop: int,
+                 max_n: int, max_tokens_limit: int, max_stop: int, max_num_seqs: int | None = None,
                  max_json_depth: int = MAX_JSON_DEPTH, logits_size: int | None = None,
                  chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
                  max_prompts: int = 1024, reject_unknown_fields: bool = False,
@@ -109,8 +109,8 @@ class RequestParser:
         self.tokenizer = tokenizer
         self.model_names = tuple(dict.fromkeys(n for n in model_names if n))
         self.max_model_len = max_model_len
-        self.max_n, self.max_stop, self.max_best_of = max_n, max_stop, min(max_n, MAX_BEST_OF)
-        self.max_tokens_limit = max_tokens_limit
+        self.max_n, self.max_stop, self.max_tokens_limit = max_n, max_stop, max_tokens_limit
+        self.max_best_of = min(max_n, max_num_seqs or max_n, MAX_BEST_OF)  # NOTE(best-of)
         self.max_json_depth = max_json_depth
         # NOTE(gil): a request that fits holds at most max_model_len prompt ids (or messages,
         # each >= 1 token, a few fields each), <= 1024 logit_bias entries and max_stop stops;

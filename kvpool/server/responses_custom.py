@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from kvpool.errors import RequestError
+from kvpool.server.tools.calls import escaped_surrogates  # NOTE(lone-args)
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -104,15 +105,9 @@ def decode_input(arguments: str) -> str:
     try:
         parsed = json.loads(arguments)
     except ValueError:
-        return _escaped(arguments)
+        return escaped_surrogates(arguments)
     value = parsed.get(INPUT_KEY) if isinstance(parsed, dict) else None
-    return _escaped(value if isinstance(value, str) else arguments)
-
-
-def _escaped(text: str) -> str:
-    """``text``, each lone surrogate in it written as its JSON escape (``\\ud83d``): the
-    only code points UTF-8 cannot encode, which backslashreplace writes so."""
-    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
+    return escaped_surrogates(value if isinstance(value, str) else arguments)
 
 
 def decode_input_prefix(arguments: str) -> str:
@@ -134,7 +129,7 @@ def decode_input_prefix(arguments: str) -> str:
         return ""
     if payload and "\ud800" <= payload[-1] <= "\udbff":  # half a pair waits for the rest
         payload = payload[:-1]
-    return _escaped(payload)  # NOTE(lone-input)
+    return escaped_surrogates(payload)  # NOTE(lone-input)
 
 
 def choice_name(name: str, tools: list[Any]) -> str:

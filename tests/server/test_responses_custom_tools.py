@@ -22,6 +22,7 @@ CUSTOM = {"type": "custom", "name": "apply_patch", "description": "Apply a patch
 FLAG = {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"],
         "additionalProperties": False}
 FN = {"type": "function", "name": "set_flag", "parameters": FLAG, "strict": False}
+FN_CHAT = {"name": "set_flag", "parameters": FLAG}
 NS = {"type": "namespace", "name": "ns", "description": "Flags", "tools": [FN]}
 SHIM = {"type": "function", "function": {"name": "apply_patch", "description": "Apply a patch",
                                          "parameters": PARAMETERS}}
@@ -152,6 +153,36 @@ async def test_a_lone_surrogate_input_goes_back_inline_as_after_previous_respons
     assert (call["type"], call["input"]) == ("custom_tool_call", said)
     deltas = "".join(e["delta"] for e in events if e["type"].endswith("call_input.delta"))
     assert deltas == events[-2]["item"]["input"] == said
+
+
+async def test_a_lone_surrogate_in_function_arguments_goes_back_inline(hsrv):
+    """NOTE(lone-args): hermes' arguments ``{"on": "x\\ud83dy"}`` (an unpaired escape) keep the
+    escape in their JSON text, which reads back as the same value: the Responses item and
+    chat's tool call, sent back inline, are a 200 (they were the body's lone-surrogate 400)."""
+    text = '<tool_call>\n{"name": "set_flag", "arguments": {"on": "x\\ud83dy"}}\n</tool_call>'
+    forced = {"model": hsrv.engine.model_name, "structured_outputs": {"choice": [text]}}
+    chat = [{"role": "user", "content": ASK}]
+    async with aiohttp.ClientSession() as s:
+        async with s.post(hsrv.v1 + "/responses", json={
+                "input": ASK, "tools": [FN], "max_output_tokens": 64, **forced}) as r:
+            call = (await r.json())["output"][0]
+        async with s.post(hsrv.v1 + "/chat/completions", json={
+                "messages": chat, "tools": [{"type": "function", "function": FN_CHAT}],
+                "max_tokens": 64, **forced}) as r:
+            said = (await r.json())["choices"][0]["message"]
+        back = [{"role": "user", "content": ASK}, call,
+                {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}]
+        async with s.post(hsrv.v1 + "/responses", json={
+                "model": forced["model"], "tools": [FN], "max_output_tokens": 2,
+                "input": back}) as r:
+            assert r.status == 200, await r.text()
+        tool = {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "ok"}
+        async with s.post(hsrv.v1 + "/chat/completions", json={
+                "model": forced["model"], "max_tokens": 2,
+                "messages": [*chat, said, tool]}) as r:
+            assert r.status == 200, await r.text()
+    assert json.loads(call["arguments"]) == {"on": "x\ud83dy"}
+    assert said["tool_calls"][0]["function"]["arguments"] == call["arguments"]
 
 
 TWICE = [NS, {**NS, "name": "other"}]

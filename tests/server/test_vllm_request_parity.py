@@ -45,6 +45,17 @@ async def test_best_of_is_never_refused_as_vllm_033_has_no_such_field(srv):
     assert got[0]["usage"]["completion_tokens"] == 3  # the returned choice's own
 
 
+async def test_best_of_past_max_num_seqs_runs_n(make_server):
+    """NOTE(best-of): under --max-num-seqs 4, best_of 8 (<= 16 and --max-n) runs n and is
+    listed (it was the admission gate's 400 n_too_large_for_batch); best_of 4 is acted on."""
+    async with make_server(max_num_seqs=4, max_n=16) as srv:
+        for best_of, listed in ((8, ["best_of"]), (4, [])):
+            status, got, ignored = await answer(srv, "/v1/completions",
+                                                {**COMPLETION, "best_of": best_of})
+            assert status == 200 and len(got[0]["choices"]) == 1, got
+            assert ignored == listed, best_of
+
+
 async def test_logprob_counts_take_minus_one_and_vllms_zeros(make_server):
     """NOTE(whole-vocab): -1 is every token's logprob where --max-logprobs allows it (a 400
     naming the field where not); chat's top_logprobs 0 needs no logprobs: true, and

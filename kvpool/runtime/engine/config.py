@@ -63,8 +63,8 @@ class EngineConfig:
     # (16384). 16 was a first guess, never a measured bound: a request's n sequences run
     # together as forks, so --max-num-seqs and the pool bound them (400 n_too_large_for_batch /
     # _pool, admission_gate.py) and the answers they build (docs/architecture.md "Token ids in
-    # the answer"). best_of stays acted on up to 16 only (protocol.py MAX_BEST_OF): past
-    # --max-num-seqs it would be a 400 where vLLM 0.33 ignores best_of
+    # the answer"). best_of is acted on up to min(16, --max-n, --max-num-seqs) only (best_of.py
+    # NOTE(best-of)): past --max-num-seqs it would be a 400 where vLLM 0.33 ignores best_of
     max_n: int = 16384
     # --max-tokens-limit: max_tokens per request, at most; None: the context length (vLLM's
     # bound: a prompt plus its max_tokens fit max_model_len, so the context bounds the work)

@@ -18,7 +18,8 @@ from typing import Any
 from kvpool.server.tools.scan import json_values
 
 __all__ = ["TOOL_NAME", "Extracted", "ToolCall", "ToolParser", "arguments_delta",
-           "arguments_text", "call_from_json", "new_call_id", "tagged_reads"]
+           "arguments_text", "call_from_json", "escaped_surrogates", "new_call_id",
+           "tagged_reads"]
 
 # NOTE(tool-names): a tool's name, in a request and in a parser's reading of an output: 1-256
 # characters, none a control character. vLLM takes any string (its FunctionDefinition.name is a
@@ -33,8 +34,20 @@ def new_call_id() -> str:
 
 
 def arguments_text(value: Any) -> str:
-    """A parsed arguments value as the JSON text a response carries."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """A parsed arguments value as the JSON text a response carries.
+    NOTE(lone-args): a lone UTF-16 surrogate in it (the model wrote an unpaired ``\\ud83d``,
+    legal JSON) stays the escape the model wrote, which reads back as the same value: text
+    holding the surrogate itself is no text a body may carry (json_body.py refuses it), so a
+    call sent back inline (chat's tool_calls, a Responses function_call) was a 400. vLLM's
+    parsers dump with ensure_ascii=False too, and its JSONResponse (UTF-8) cannot encode that."""
+    return escaped_surrogates(value if isinstance(value, str)
+                              else json.dumps(value, ensure_ascii=False))
+
+
+def escaped_surrogates(text: str) -> str:
+    """``text``, each lone surrogate in it written as its JSON escape (``\\ud83d``): the
+    only code points UTF-8 cannot encode, which backslashreplace writes so."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
 
 
 @dataclass(frozen=True, slots=True)

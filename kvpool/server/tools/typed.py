@@ -23,7 +23,7 @@ import math
 import re
 from typing import Any
 
-from kvpool.server.tools.calls import ToolParser
+from kvpool.server.tools.calls import ToolParser, arguments_text
 
 __all__ = ["TypedParser", "coerce", "properties_of", "typed_arguments"]
 
@@ -74,7 +74,7 @@ def typed_arguments(raw: dict[str, str], properties: dict[str, dict[str, Any]] |
     (the tool's, or None)."""
     props = properties or {}
     args = {k: coerce(v, props[k]) if k in props else v for k, v in raw.items()}
-    return json.dumps(args, ensure_ascii=False)
+    return arguments_text(args)  # NOTE(lone-args)
 
 
 def schema_types(schema: Any) -> set[str]:
