@@ -50,6 +50,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from kvpool.remote.connections import (READ_BUFFER, BufferedConnection,
                                        BufferedTLSConnection, CheckedHandshake, driver_info,
                                        pool_from_url)
+from kvpool.remote.replies import slots_of
 from kvpool.remote.url_forms import check_url, split_url
 
 _DEFAULT_PORT = {"cluster": 6379, "sentinel": 26379}
@@ -122,6 +123,12 @@ def _cluster(nodes: list[tuple[str, int]], options: dict, max_connections: int
     client.connection_kwargs["connection_class"] = cls
     for node in client.startup_nodes:
         node.connection_class = cls
+    # NOTE(cluster-seed): every node shares this mapping; a seed that is no Redis fails
+    # initialize() with "cannot be connected" from InvalidResponse (CLUSTER SLOTS' shape
+    # here, HELLO's at the handshake): the protocol kind, a breaker failure (health.opens).
+    # It raised a TypeError under ?protocol=2, else was "Redis answered an error" with the
+    # breaker closed, every call trying the seed again and no health check.
+    client.set_response_callback("CLUSTER SLOTS", slots_of)
     refresh.client = client
     return TierClient(client, "cluster", None, redirects, cls, refresh)
 

@@ -45,8 +45,10 @@ def pauses(exc: BaseException) -> bool:
 
 
 def opens(exc: BaseException) -> bool:
-    """Does the error reply ``exc`` open the breaker (NOTE(pause), NOTE(clusterdown))?"""
-    return classify(exc) in PAUSE_KINDS | DOWN_KINDS
+    """Does the error reply ``exc`` open the breaker (NOTE(pause), NOTE(clusterdown))? So
+    does the cluster client's "cannot be connected" when a seed is no Redis (the protocol
+    kind, NOTE(cluster-seed)), as that failure does behind a plain URL."""
+    return classify(exc) in PAUSE_KINDS | DOWN_KINDS | {"protocol"}
 
 
 def serving(info: dict) -> None:
@@ -79,7 +81,7 @@ async def node_trial(redis: Any, name: str, cause: str | None, script: Any, key:
         if node is None:
             raise ClusterDownError(f"{name} is not in the slot map")
         async with asyncio.timeout(ping_s):
-            await node.execute_command("PING")
+            await pong(node)  # NOTE(reply-shape)
             if cause in DOWN_KINDS:
                 serving(await node.execute_command("CLUSTER INFO"))
     except (RedisError, OSError, TimeoutError):

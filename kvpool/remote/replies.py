@@ -6,8 +6,9 @@ NOTE(reply-shape): under ``?protocol=2`` redis-py sends no HELLO, so the handsha
 server succeeds and its reply reaches the first real command: INFO's parser raised a bare
 AttributeError (``kvpool serve`` exited 1 at warm-up), an ``+OK`` INFO parsed into a mapping
 of nothing ("reachable: Redis ?"), the probe's ``int(b'OK')`` raised ValueError and PING's
-``False`` passed the health check's trial. Each is checked here, at the call that parses it;
-an error of a reply's type raised anywhere else stays a bug."""
+``False`` passed the health check's trial (also a cluster node's), and a ``redis+cluster://``
+seed's CLUSTER SLOTS raised a TypeError in redis-py's slot map parser. Each is checked here,
+at the call that parses it; an error of a reply's type raised anywhere else stays a bug."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ async def info_of(redis: Any, *section: str) -> Mapping[str, Any] | NoPermission
 
 
 async def pong(redis: Any) -> None:
-    """PING, raising unless its reply is PONG (redis-py turns any other into False)."""
-    if await redis.ping() is not True:
+    """PING, raising unless its reply is PONG (redis-py turns any other into False);
+    ``redis`` a client or one cluster node (a ``ClusterNode``, which has no ``ping``)."""
+    if await redis.execute_command("PING") is not True:
         raise InvalidResponse("PING's reply is no PONG")
 
 
@@ -48,3 +50,14 @@ def runs_of(replies: Sequence[Any]) -> list[int]:
     if not all(type(r) is int for r in replies):
         raise InvalidResponse(f"the probe script's reply is no integer ({replies[:2]!r})")
     return list(replies)
+
+
+def slots_of(reply: Any, **_: Any) -> Any:
+    """CLUSTER SLOTS' reply as redis-py's slot map parser reads it, raising unless it is one:
+    a list of ``[first, last, node, ...]``, each node a ``[host, port, ...]`` (the cluster
+    client's response callback of CLUSTER SLOTS, so its InvalidResponse is a seed's error)."""
+    if not isinstance(reply, list) or not all(
+            isinstance(r, list) and len(r) >= 3 and all(type(v) is int for v in r[:2])
+            and all(isinstance(n, list) and len(n) >= 2 for n in r[2:]) for r in reply):
+        raise InvalidResponse(f"CLUSTER SLOTS' reply is no slot map ({str(reply)[:60]})")
+    return reply

@@ -137,5 +137,10 @@ async def all_at_once(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
         async with asyncio.TaskGroup() as tg:
             tasks = [tg.create_task(c()) for c in calls]
     except BaseExceptionGroup as eg:
-        raise eg.exceptions[0] from None
-    return [t.result() for t in tasks]
+        first = eg.exceptions[0]
+    else:
+        return [t.result() for t in tasks]
+    # raised outside the except: "from None" there erased its __cause__, the chain classify
+    # reads (the cluster client's "cannot be connected" from a seed's InvalidResponse was
+    # "Redis answered an error", NOTE(cluster-seed))
+    raise first

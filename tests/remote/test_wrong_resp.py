@@ -13,7 +13,11 @@ import logging
 import pytest
 
 from bench.redis_servers import RedisServer, free_port
+from redis.exceptions import RedisClusterException, RedisError
+
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
+from kvpool.remote.clients import client_from_url
+from kvpool.remote.health import node_trial
 from kvpool.remote.node_breakers import HealthChecks
 from kvpool.remote.tier import RemoteStats
 from tests.remote.breakers import wait_closed
@@ -85,8 +89,11 @@ async def test_a_wrong_typed_reply_at_warm_up_is_not_redis_said_once(wrong_resp,
 
 # NOTE(reply-shape): no HELLO under ?protocol=2, so the wrong reply reaches INFO (it raised
 # AttributeError, or +OK was "reachable: Redis ?"); a sentinel's own connections are plain
-# redis-py ones (they raised AttributeError at their handshake)
-FORMS = ["redis://127.0.0.1:{}/0?protocol=2", "redis+sentinel://127.0.0.1:{}/mymaster"]
+# redis-py ones (they raised AttributeError at their handshake); NOTE(cluster-seed): a cluster
+# seed's "cannot be connected" was "Redis answered an error", its breaker closed (CLUSTER
+# SLOTS' parser raised TypeError under ?protocol=2)
+FORMS = ["redis://127.0.0.1:{}/0?protocol=2", "redis+sentinel://127.0.0.1:{}/mymaster",
+         "redis+cluster://127.0.0.1:{}", "redis+cluster://127.0.0.1:{}?protocol=2"]
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -102,7 +109,7 @@ async def test_a_wrong_typed_reply_past_the_handshake_is_not_redis(wrong_resp, c
         said = lines(caplog, NOT_REDIS)
         assert len(said) == 1 and "check --remote-url's host and port" in said[0], caplog.text
         assert len(lines(caplog, "cannot serve the tier (protocol")) == 1
-        assert not lines(caplog, "is reachable")
+        assert not lines(caplog, "is reachable") and not lines(caplog, "answered an error")
         for _ in range(250):  # bounded: the trial (PING's reply no PONG) fails every reset_s
             if tier.stats().health_failed >= 2:
                 break
@@ -111,6 +118,41 @@ async def test_a_wrong_typed_reply_past_the_handshake_is_not_redis(wrong_resp, c
         assert tier.stats().health_failed >= 2 and tier.stats().puts == 0
     finally:
         await tier.aclose()
+
+
+async def test_a_cluster_seed_not_redis_fails_each_call_as_one_until_its_breaker_opens(
+        wrong_resp, caplog):
+    """The probe's segments run at once (segments.all_at_once), which raised the seed's
+    failure with its cause erased: "Redis answered an error", each call a success to the
+    breaker (NOTE(cluster-seed))."""
+    tier = RedisTier(f"redis+cluster://127.0.0.1:{await wrong_resp('ok')}", ValueCodec(NS),
+                     connect_timeout=3.0, op_timeout=3.0,
+                     breaker=CircuitBreaker(threshold=3, reset_s=30.0))
+    try:
+        assert not await tier.warm_up()
+        keys = [k for k, _ in items(tier.codec, 2)]  # two segments
+        assert await tier.probe(keys) == 0 and await tier.probe(keys) == 0
+        assert tier.breaker.state is BreakerState.OPEN, tier.stats()
+        assert tier.stats().errors == {"connection": 3}, tier.stats()
+        assert len(lines(caplog, NOT_REDIS)) == 1 and not lines(caplog, "answered an error")
+    finally:
+        await tier.aclose()
+
+
+@pytest.mark.parametrize("mode", sorted(REPLIES))
+async def test_a_cluster_nodes_trial_fails_on_a_ping_answered_but_not_pong(wrong_resp, mode):
+    """node_trial's PING went through the node's execute_command, whose False (no PONG)
+    passed: a node's breaker closed on a server that is no Redis (?protocol=2: no HELLO)."""
+    client = client_from_url(f"redis+cluster://127.0.0.1:{await wrong_resp(mode)}?protocol=2",
+                             max_connections=2, connect_timeout=3.0)
+    manager = client.redis.nodes_manager
+    manager.nodes_cache.update(manager.startup_nodes)  # the node of a slot map read before
+    try:
+        with pytest.raises((RedisError, RedisClusterException)):  # then the seed's refresh
+            await node_trial(client.redis, next(iter(manager.startup_nodes)), None, None,
+                             "kvp:{x}", 3.0)
+    finally:
+        await client.aclose()
 
 
 async def test_an_engine_starts_and_serves_with_the_tier_at_a_wrong_resp_server(wrong_resp,
