@@ -24,12 +24,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 
 from kvpool.errors import EngineError, QueueFullError, RequestError, context_length_error
 from kvpool.metrics import KVPoolMetrics, MetricsSnapshot
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.core import EngineCore
+from kvpool.runtime.engine.grammar_pool import GrammarPool
 from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.runtime.engine.workers import prestart_default_executor
 from kvpool.runtime.faults import FaultPlan
@@ -120,9 +120,8 @@ class AsyncEngine:
         self.writer: RemoteWriter | None = None
         self.imports = RemoteImports(self.core.manager, self.core.copies, self._wake.set)
         self._prefetches: set[asyncio.Task] = set()
-        # grammar compiles (grammar_compile.py): never on the loop or the step thread
-        self._compile_pool = ThreadPoolExecutor(GRAMMAR_THREADS,
-                                                thread_name_prefix="kvpool-grammar")
+        # grammar compiles (grammar_compile.py) on threads of their own; NOTE(compile-share)
+        self._grammar_pool = GrammarPool(self.core.grammars.compiler, GRAMMAR_THREADS)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -172,7 +171,7 @@ class AsyncEngine:
             self.core.block_sink = None
             await self.writer.aclose()
         await loop.run_in_executor(None, self.core.close)  # joins the copy worker
-        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+        self._grammar_pool.shutdown()
         if self.remote_link is not None:  # the engine warmed its tier at start; it closes it
             await self.remote_link.tier.aclose()
 
@@ -220,14 +219,13 @@ class AsyncEngine:
 
     async def compile_grammar(self, params: SamplingParams) -> SamplingParams:
         """``params`` with its response_format compiled and probed on a worker thread
-        (grammar_compile.py); RequestError (HTTP 400 naming response_format) when it is
-        invalid or over its budget. ``generate`` takes only compiled grammars."""
+        (grammar_compile.py; a cached or in-flight grammar not again: NOTE(compile-share));
+        RequestError (HTTP 400 naming response_format) when it is invalid or over its budget.
+        ``generate`` takes only compiled grammars."""
         spec = params.response_format
         if spec is None or spec.compiled is not None:
             return params
-        compiler = self.core.grammars.compiler
-        loop = asyncio.get_running_loop()
-        spec = await loop.run_in_executor(self._compile_pool, compiler.compile, spec)
+        spec = await self._grammar_pool.compile(spec)  # NOTE(compile-share)
         return dataclasses.replace(params, response_format=spec)
 
     def generate(self, request_id: str | None, prompt: str | list[int], params: SamplingParams,

@@ -2,15 +2,20 @@
 NOTE(consume-budget) fails a grammar whose matcher costs more with every token (the engine
 fails its request) and leaves a long legitimate output alone; a failure names the output token
 where it happened and the token's id; NOTE(compile-cache) compiles a resent grammar once, hands
-each sequence a fresh matcher, and refuses a cached refusal again naming the new field."""
+each sequence a fresh matcher, and refuses a cached refusal again naming the new field;
+NOTE(compile-share) answers a cached grammar without queueing it behind a busy compile pool and
+compiles identical grammars in flight once, whichever of their requests goes away."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 
 import pytest
 
 from kvpool.errors import RequestError
+from kvpool.runtime.engine.grammar_pool import GrammarPool
 from kvpool.runtime.model import build_byte_tokenizer
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.runtime.model.grammar_compile import CACHE_BYTES_PER_CHAR, GrammarCompiler
@@ -36,6 +41,24 @@ class CountingCompiler(GrammarCompiler):
     def matcher(self, grammar: str):
         self.built += 1
         return super().matcher(grammar)
+
+
+class GatedCompiler(GrammarCompiler):
+    """The real compiler, listing its compiles; one of a grammar in ``held`` starts, says so,
+    and waits for ``gate`` (at most 5 s: a pool that never frees it fails the test, not hangs)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.compiles: list[str] = []
+        self.held: set[str] = set()
+        self.started, self.gate = threading.Event(), threading.Event()
+
+    def build(self, spec, key):
+        self.compiles.append(spec.grammar)
+        if spec.grammar in self.held:
+            self.started.set()
+            self.gate.wait(5)
+        return super().build(spec, key)
 
 
 def test_an_ambiguous_grammar_fails_on_its_budget_long_before_the_row_limit():
@@ -129,3 +152,75 @@ def test_the_cache_keeps_the_most_recently_used_within_its_bounds():
         assert compiler.built == built + 1
         compiler.compile(regex[0])  # long gone
         assert compiler.built == built + 2
+
+
+LOOP = GrammarSpec.json_schema({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}})
+
+
+async def test_identical_grammars_in_flight_compile_once():
+    compiler = GatedCompiler(TOK, VOCAB)
+    pool = GrammarPool(compiler, 2)
+    spec = GrammarSpec.regex("[a-z]{5}")
+    compiler.held.add(spec.grammar)
+    params = [f"p{i}" for i in range(6)]
+    asks = [dataclasses.replace(s, param=p) for s in (spec, LOOP) for p in params]
+    tasks = [asyncio.create_task(pool.compile(a)) for a in asks]
+    try:
+        await asyncio.to_thread(compiler.started.wait, 5)  # a compile holds one thread
+        compiler.gate.set()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        compiler.gate.set()
+        pool.shutdown()
+    assert sorted(compiler.compiles) == sorted([spec.grammar, LOOP.grammar])  # not 6 each
+    assert [d.param for d in done] == [a.param for a in asks]  # each names its own field
+    assert len({id(d.compiled) for d in done[:6]}) == 1 and done[0].compiled is not None
+    assert all(isinstance(e, RequestError) for e in done[6:])
+
+
+async def test_a_cached_grammar_is_answered_while_the_pool_is_busy():
+    compiler = GatedCompiler(TOK, VOCAB)
+    pool = GrammarPool(compiler, 1)
+    kept, slow = GrammarSpec.regex("[a-z]{2}"), GrammarSpec.regex("[a-z]{9}")
+    first = await pool.compile(kept)
+    compiler.held.add(slow.grammar)
+    order = []
+    busy = asyncio.create_task(pool.compile(slow))
+    busy.add_done_callback(lambda _: order.append("slow"))
+    try:
+        await asyncio.to_thread(compiler.started.wait, 5)  # the pool's one thread is held
+        hit = await pool.compile(dataclasses.replace(kept, param="tools"))
+        order.append("hit")
+        compiler.gate.set()
+        await busy
+    finally:
+        compiler.gate.set()
+        pool.shutdown()
+    assert order == ["hit", "slow"]  # not queued behind the held compile
+    assert hit.compiled is first.compiled and hit.param == "tools"
+    assert compiler.compiles == [kept.grammar, slow.grammar]
+
+
+async def test_a_request_gone_leaves_its_shared_compile_to_the_others():
+    compiler = GatedCompiler(TOK, VOCAB)
+    pool = GrammarPool(compiler, 1)
+    slow, queued = GrammarSpec.regex("[a-z]{9}"), GrammarSpec.regex("[a-z]{7}")
+    compiler.held.add(slow.grammar)
+    first = asyncio.create_task(pool.compile(slow))
+    other = asyncio.create_task(pool.compile(dataclasses.replace(slow, param="tools")))
+    gone = asyncio.create_task(pool.compile(queued))  # queued behind it, then no one waits
+    try:
+        await asyncio.to_thread(compiler.started.wait, 5)
+        first.cancel()
+        gone.cancel()
+        await asyncio.gather(first, gone, return_exceptions=True)
+        compiler.gate.set()
+        got = await other  # the first request's cancellation was not its compile's
+        assert first.cancelled() and got.param == "tools" and got.compiled is not None
+        again = await pool.compile(queued)  # compiled now: no cancellation was kept
+        assert (await pool.compile(slow)).compiled is got.compiled  # kept by the cache
+    finally:
+        compiler.gate.set()
+        pool.shutdown()
+    assert compiler.compiles == [slow.grammar, queued.grammar]  # the abandoned one never ran
+    assert again.compiled is not None
