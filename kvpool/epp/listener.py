@@ -28,8 +28,10 @@ Limits, each a constructor parameter (``kvpool epp`` flags in cli.py)::
 
 NOTE(connection-cap): every open connection costs a descriptor and up to its buffer cap, so
 their number is bounded too; the refusals are counted (``refused``) and logged as one WARNING
-per WARN_INTERVAL at most, with the count since the last one (kvpool.throttle), since a client
-can retry at will. Before refusing, a connection without a call makes room (NOTE(make-room)).
+per WARN_INTERVAL at most, with the count since the last one, since a client can retry at will;
+what came after a WARNING is said an interval later or at the stop, as for each WARNING here
+(NOTE(said-counts) in kvpool/throttle.py). Before refusing, a connection without a call makes
+room (NOTE(make-room)).
 
 NOTE(held-budget): the windows bound each connection, not their sum (max_connections x
 max_connection_bytes: 64 GiB with the defaults), so the server also counts what all calls hold
@@ -128,6 +130,20 @@ DEFAULT_MAX_OPEN_STREAMS = 8192  # NOTE(stream-cap): eight connections at their 
 # its connection going away (a GOAWAY received, or sent: a stop, NOTE(idle-timeout) in h2.py)
 REFUSALS = ("max_open_streams", "max_concurrent_streams", "going_away")
 WARN_INTERVAL = 10.0  # seconds between two WARNINGs of one kind (cap reached, budget passed)
+# the WARNINGs (NOTE(said-counts) in kvpool/throttle.py): %(n)d, the count since the last one
+REFUSED = ("kvpool epp: connection cap reached: %(open)d open (--max-connections %(cap)d); closed "
+           "%(n)d new connection(s) since the last report")
+STREAMS_REFUSED = ("kvpool epp: open stream cap reached: %(calls)d calls open on %(conns)d "
+                   "connection(s) (--max-open-streams %(cap)d); refused %(n)d new stream(s) "
+                   "since the last report")
+NO_H2C = "kvpool epp: closed %(n)d connection(s) since the last report that sent %(what)s"
+SILENCED = ("kvpool epp: ended %(n)d call(s) since the last report that sent no message within "
+            "--first-message-timeout %(timeout)gs (DEADLINE_EXCEEDED); Envoy sends its first at "
+            "once, so a client is holding calls open%(full)s")
+CUT = ("kvpool epp: closed %(n)d connection(s) since the last report, the latest for %(why)s (it "
+       "held %(bytes)d bytes and %(calls)d calls); %(held)d bytes held of the process-wide "
+       "budget --max-held-bytes %(budget)d, %(open)d calls open of --max-open-streams %(cap)d, "
+       "on %(conns)d connection(s)")
 
 
 class Server:
@@ -151,25 +167,25 @@ class Server:
         self.open_streams = 0  # calls open on all connections (NOTE(stream-cap))
         # new streams refused, by REFUSALS' cause (monotonic)
         self.streams_refused: Counter[str] = Counter(dict.fromkeys(REFUSALS, 0))
-        self.streams_unlogged = 0  # of those at the open call cap, since the last WARNING
         # calls ended with each gRPC status but OK (monotonic; kvpool_epp_calls_failed_total)
         self.failed: Counter[int] = Counter(dict.fromkeys(STATUS_NAMES, 0))
         self.buffered = 0  # DATA bytes all open calls hold, answer bytes too (NOTE(held-budget))
         self.kept = 0  # of those, answer bytes the calls hold back (NOTE(answer-budget))
-        self.cut = self.uncounted = 0  # connections cut (monotonic); of those, since the WARNING
+        self.cut = 0  # connections cut (monotonic)
         self.preface_timeout, self.close_timeout = preface_timeout, close_timeout
         self.idle_timeout, self.first_message_timeout = idle_timeout, first_message_timeout
-        self.silent_unlogged = 0  # calls ended for want of a first message, since the WARNING
         self.idle_closed = 0  # connections closed for want of a call (monotonic)
         self.connections: set[Connection] = set()
         self.retiring: set[Connection] = set()  # closing for want of a call (NOTE(make-room))
         self.refused = 0  # connections closed at once over the cap (monotonic)
-        self.unlogged = 0  # of those, since the last WARNING
-        # connections closed for want of the HTTP/2 preface, by preface.py's reason (monotonic),
-        # and of those, since each reason's last WARNING (NOTE(plaintext-h2c) in preface.py)
+        # connections closed for want of the HTTP/2 preface, by preface.py's reason (monotonic)
         self.not_h2c: Counter[str] = Counter(dict.fromkeys(PREFACE_REASONS, 0))
-        self.not_h2c_unlogged: Counter[str] = Counter()
-        self.warnings = Throttle(WARN_INTERVAL, clock)
+        self.warnings = warnings = Throttle(WARN_INTERVAL, clock)  # NOTE(said-counts) in it
+        self.said_refused = warnings.tally("", log, REFUSED)
+        self.said_cut = warnings.tally("budget", log, CUT)
+        self.said_streams = warnings.tally("streams", log, STREAMS_REFUSED)
+        self.said_silent = warnings.tally("silent", log, SILENCED)
+        self.said_h2c = {r: warnings.tally("preface " + r, log, NO_H2C) for r in PREFACE_REASONS}
         self.room = WindowRoom(max_connection_bytes, self.stream_window, self.warnings)
         self.clock = clock  # the connections' reset budgets' (NOTE(rapid-reset) in h2.py)
         self.server: asyncio.AbstractServer | None = None
@@ -216,12 +232,7 @@ class Server:
             self.connections.add(conn)
             return True
         self.refused += 1
-        self.unlogged += 1
-        if self.warnings.due():
-            log.warning("kvpool epp: connection cap reached: %d open (--max-connections %d); "
-                        "closed %d new connection(s) since the last report",
-                        len(self.connections), self.max_connections, self.unlogged)
-            self.unlogged = 0
+        self.said_refused.add(open=len(self.connections), cap=self.max_connections)
         return False
 
     def release(self, conn: Connection) -> None:
@@ -265,13 +276,8 @@ class Server:
             self.open_streams += 1
             return True
         self.streams_refused["max_open_streams"] += 1
-        self.streams_unlogged += 1
-        if self.warnings.due("streams"):
-            log.warning("kvpool epp: open stream cap reached: %d calls open on %d "
-                        "connection(s) (--max-open-streams %d); refused %d new stream(s) "
-                        "since the last report", self.open_streams, len(self.connections),
-                        self.max_open_streams, self.streams_unlogged)
-            self.streams_unlogged = 0
+        self.said_streams.add(calls=self.open_streams, conns=len(self.connections),
+                              cap=self.max_open_streams)
         return False
 
     def cut_for(self, conn: Connection) -> None:
@@ -293,23 +299,14 @@ class Server:
         counted, and one WARNING per reason per WARN_INTERVAL at most, with the count and
         the fix (NOTE(plaintext-h2c) in preface.py)."""
         self.not_h2c[reason] += 1
-        self.not_h2c_unlogged[reason] += 1
-        if self.warnings.due("preface " + reason):
-            what = ADVICE.get(reason, f"no HTTP/2 preface within {self.preface_timeout:g}s")
-            log.warning("kvpool epp: closed %d connection(s) since the last report that sent "
-                        "%s", self.not_h2c_unlogged.pop(reason), what)
+        self.said_h2c[reason].add(what=ADVICE.get(
+            reason, f"no HTTP/2 preface within {self.preface_timeout:g}s"))
 
     def silenced(self, n: int, conn: Connection) -> None:
         """``n`` calls of ``conn`` were ended for want of a first message: one WARNING per
         WARN_INTERVAL at most, with the count and, when ``conn``'s window was full, that too
         (NOTE(first-message) in silence.py)."""
-        self.silent_unlogged += n
-        if self.warnings.due("silent"):
-            log.warning("kvpool epp: ended %d call(s) since the last report that sent no "
-                        "message within --first-message-timeout %gs (DEADLINE_EXCEEDED); Envoy "
-                        "sends its first at once, so a client is holding calls open%s",
-                        self.silent_unlogged, self.first_message_timeout, self.room.full(conn))
-            self.silent_unlogged = 0
+        self.said_silent.add(n, timeout=self.first_message_timeout, full=self.room.full(conn))
 
     def ended(self, status: int) -> None:
         """A call's trailers say ``status``: counted unless OK (NOTE(scrape-time) in
@@ -356,15 +353,9 @@ class Server:
         budget or the open-call cap, or a peer resetting calls too fast (``why``, for the log):
         counted, logged (throttled)."""
         self.cut += 1
-        self.uncounted += 1
-        if self.warnings.due("budget"):
-            log.warning("kvpool epp: closed %d connection(s) since the last report, the latest "
-                        "for %s (it held %d bytes and %d calls); %d bytes held of the "
-                        "process-wide budget --max-held-bytes %d, %d calls open of "
-                        "--max-open-streams %d, on %d connection(s)", self.uncounted, why,
-                        conn.buffered, len(conn.streams), self.buffered, self.max_held_bytes,
-                        self.open_streams, self.max_open_streams, len(self.connections))
-            self.uncounted = 0
+        self.said_cut.add(why=why, bytes=conn.buffered, calls=len(conn.streams),
+                          held=self.buffered, budget=self.max_held_bytes, open=self.open_streams,
+                          cap=self.max_open_streams, conns=len(self.connections))
         conn.fail(ENHANCE_YOUR_CALM)
 
     async def stop(self, grace: float) -> None:
@@ -382,7 +373,7 @@ class Server:
         await self.settle(self.close_timeout + 1, lambda: bool(self.connections))
         await self.server.wait_closed()
         self.server = None
-        self.room.flush()  # what it ended since its last WARNING (NOTE(window-room))
+        self.warnings.flush()  # each WARNING's count since its last (NOTE(said-counts))
 
     @staticmethod
     async def settle(limit: float, busy: Callable[[], bool]) -> None:

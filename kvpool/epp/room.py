@@ -25,14 +25,13 @@ budget). A peer that ignores the windows with frames under ``reserve`` now has i
 ended as it goes rather than its connection cut (GOAWAY comes only past the window itself).
 The calls ended are counted (``ended``, kvpool_epp_calls_crowded_out_total) and logged as one
 WARNING per interval at most with the count since the last; what ended after a WARNING is said
-an interval later (a timer) or at the server's stop, whichever comes first, so the counts said
-add up to ``ended``. Before, the rest waited for a next crowding that might never come: a burst
-of 27 ended calls was logged as "ended 1 call(s)".
+an interval later or at the server's stop (NOTE(said-counts) in kvpool/throttle.py), so the
+counts said add up to ``ended``. Before, a burst of 27 ended calls was logged as "ended 1
+call(s)".
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -47,6 +46,10 @@ __all__ = ["WINDOW_FULL", "WindowRoom"]
 log = logging.getLogger("kvpool.epp")
 
 WINDOW_FULL = "connection window full"  # the ended call's grpc-message
+WARNING = ("kvpool epp: ended %(n)d call(s) since the last report, the oldest holding bytes when "
+           "their connection's window was full (--max-connection-bytes %(window)d; "
+           "RESOURCE_EXHAUSTED): a client holds unfinished bodies, or raise the flag for the "
+           "bodies in flight")
 
 
 class WindowRoom:
@@ -56,10 +59,8 @@ class WindowRoom:
     def __init__(self, window: int, stream_window: int, warnings: Throttle) -> None:
         self.window = window  # each connection's (--max-connection-bytes)
         self.reserve = min(DEFAULT_WINDOW, window - stream_window)
-        self.warnings = warnings
         self.ended = 0  # calls ended for room (monotonic)
-        self.unlogged = 0  # of those, since the last WARNING
-        self.timer: asyncio.TimerHandle | None = None  # says ``unlogged`` (``flush``) when due
+        self.said = warnings.tally("window", log, WARNING)  # NOTE(window-room)
 
     def left(self, conn: Connection) -> int:
         """What ``conn``'s peer may still send on the connection, as this side counts it."""
@@ -89,27 +90,4 @@ class WindowRoom:
         conn.give_back(0, now=True)
         if ended:
             self.ended += ended
-            self.unlogged += ended
-            if self.warnings.due("window"):
-                self.say()
-            elif self.timer is None:  # NOTE(window-room): the rest is said an interval later
-                self.timer = asyncio.get_running_loop().call_later(self.warnings.interval,
-                                                                   self.flush)
-
-    def flush(self) -> None:
-        """Say the calls ended since the last WARNING, if any: ``keep``'s timer, an interval
-        after the first of them, or the server's stop (NOTE(window-room))."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        if self.unlogged:
-            self.warnings.due("window")  # for its mark alone: the next WARNING an interval away
-            self.say()
-
-    def say(self) -> None:
-        """The WARNING: the calls ended since the last one."""
-        log.warning("kvpool epp: ended %d call(s) since the last report, the oldest holding "
-                    "bytes when their connection's window was full (--max-connection-bytes %d; "
-                    "RESOURCE_EXHAUSTED): a client holds unfinished bodies, or raise the flag "
-                    "for the bodies in flight", self.unlogged, self.window)
-        self.unlogged = 0
+            self.said.add(ended, window=self.window)

@@ -9,7 +9,8 @@ a connection with a call open, which make-room never touched, and at --max-open-
 connection asking lost every tie). A call whose first message has not come within the server's
 ``first_message_timeout`` seconds (--first-message-timeout) is ended DEADLINE_EXCEEDED (its
 trailers; its late frames dropped), counted in kvpool_epp_calls_failed_total{code} and logged
-as one WARNING every 10 s at most with the count. The count of such calls per connection also
+as one WARNING every 10 s at most with the count, the rest said within 10 s or at the stop
+(NOTE(said-counts) in kvpool/throttle.py). The count of such calls per connection also
 lets the caps take them first (NOTE(make-room) and NOTE(stream-cap) in listener.py). One timer
 per connection, armed once per period: calls are kept in the order they opened, which is
 their deadlines' order, so each firing ends the expired ones at the front and is armed again

@@ -15,7 +15,7 @@ from kvpool.epp.calls import (CANCEL, DATA, END_HEADERS, END_STREAM, ENHANCE_YOU
                              HEADERS, PING, PREFACE, REFUSED_STREAM, RST_STREAM, SETTINGS, frame)
 from kvpool.epp.h2 import RESET_BURST, RESET_RATE
 from kvpool.epp.listener import DEFAULT_MAX_OPEN_STREAMS, Server
-from tests.epp.test_epp_buffers import until
+from tests.epp.test_epp_buffers import said, until
 from tests.epp.test_epp_limits import pick, served
 from tests.epp.test_epp_modes import MODE, headers
 
@@ -51,12 +51,14 @@ async def refusal(reader: asyncio.StreamReader, sid: int) -> int:
 
 async def test_streams_past_the_process_cap_are_refused_and_the_rest_go_on(caplog):
     """Cap 4: A opens 2 calls and B 2, each within its connection's own cap (1024). B's third
-    and A's third are refused with RST_STREAM REFUSED_STREAM (counted 2, one WARNING); both
-    connections still answer a PING; once A's call 1 ends (answered), a pick on a new
-    connection is answered. Without NOTE(stream-cap) the third calls were opened: each
-    connection was bounded, the sum was not (no RST_STREAM came)."""
+    and A's third are refused with RST_STREAM REFUSED_STREAM (counted 2, one WARNING, the
+    second said at the stop: NOTE(said-counts) in kvpool/throttle.py; the server's clock stands
+    still); both connections still answer a PING; once A's call 1 ends (answered), a pick on a
+    new connection is answered. Without NOTE(stream-cap) the third calls were opened: each
+    connection was bounded, the sum was not (no RST_STREAM came). Before the stop said the
+    rest, the second refusal was never said."""
     caplog.set_level(logging.WARNING, logger="kvpool.epp")
-    async with served(max_open_streams=4) as (server, port):
+    async with served(max_open_streams=4, clock=lambda: 0.0) as (server, port):
         a = await opened(port, 1, 3)
         await open_calls(server, 2)
         b = await opened(port, 1, 3)
@@ -67,6 +69,7 @@ async def test_streams_past_the_process_cap_are_refused_and_the_rest_go_on(caplo
             a[1].write(frame(HEADERS, END_HEADERS, 5, b"\x88"))
             assert await refusal(a[0], 5) == REFUSED_STREAM
             assert server.streams_refused["max_open_streams"] == 2 and server.open_streams == 4
+            assert said(caplog, "open stream cap") == [1]
             for reader, writer in (a, b):
                 writer.write(frame(PING, 0, 0, b"stillok!"))
                 assert (await until(reader, PING))[1] == b"stillok!"
@@ -82,7 +85,8 @@ async def test_streams_past_the_process_cap_are_refused_and_the_rest_go_on(caplo
                 writer.close()
     assert server.open_streams == 0
     warned = [r.getMessage() for r in caplog.records if "open stream cap" in r.getMessage()]
-    assert len(warned) == 1 and "--max-open-streams 4" in warned[0], warned
+    assert said(caplog, "open stream cap") == [1, 1], warned
+    assert all("--max-open-streams 4" in m and "4 calls open" in m for m in warned), warned
 
 
 async def test_a_dropped_connection_gives_its_calls_back():
@@ -139,27 +143,32 @@ def opened_and_reset(sids) -> bytes:
                     + frame(RST_STREAM, 0, sid, CANCEL.to_bytes(4, "big")) for sid in sids)
 
 
-async def test_a_peer_resetting_calls_past_its_budget_is_closed_and_others_go_on():
+async def test_a_peer_resetting_calls_past_its_budget_is_closed_and_others_go_on(caplog):
     """NOTE(rapid-reset) in kvpool/epp/h2.py: RESET_BURST + 50 calls opened and reset at once
-    close their connection with GOAWAY ENHANCE_YOUR_CALM; a connection that resets 50 goes on,
-    and a pick on a third connection is answered. Without the budget every pair started and
-    cancelled a call and the connection was never closed. The server's clock stands still: on
-    a loaded box the flood's 1050 resets took over half a second to read, the budget refilled
-    past 50 at RESET_RATE and the connection rightly went on (a CI failure)."""
+    close their connection with GOAWAY ENHANCE_YOUR_CALM, on each of two connections; a
+    connection that resets 50 goes on, and a pick on a fourth connection is answered. Without
+    the budget every pair started and cancelled a call and the connection was never closed.
+    The server's clock stands still: on a loaded box the flood's 1050 resets took over half a
+    second to read, the budget refilled past 50 at RESET_RATE and the connection rightly went
+    on (a CI failure). One WARNING says the first cut, the stop the second (NOTE(said-counts)
+    in kvpool/throttle.py); before, the second was never said."""
+    caplog.set_level(logging.WARNING, logger="kvpool.epp")
     async with served(clock=lambda: 0.0) as (server, port):
-        calm, flood = await opened(port), await opened(port)
+        calm, floods = await opened(port), [await opened(port), await opened(port)]
         try:
             calm[1].write(opened_and_reset(range(1, 101, 2)))
-            flood[1].write(opened_and_reset(range(1, 2 * (RESET_BURST + 50), 2)))
-            _, payload = await until(flood[0], GOAWAY)
-            assert int.from_bytes(payload[4:8], "big") == ENHANCE_YOUR_CALM
+            for reader, writer in floods:
+                writer.write(opened_and_reset(range(1, 2 * (RESET_BURST + 50), 2)))
+                _, payload = await until(reader, GOAWAY)
+                assert int.from_bytes(payload[4:8], "big") == ENHANCE_YOUR_CALM
             calm[1].write(frame(PING, 0, 0, b"stillok!"))
             assert (await until(calm[0], PING))[1] == b"stillok!"
             assert await asyncio.wait_for(pick(port), 10) == 503  # no healthy replica
-            assert server.cut == 1
+            assert server.cut == 2 and said(caplog, "resetting calls") == [1]
         finally:
-            for _, writer in (calm, flood):
+            for _, writer in (calm, *floods):
                 writer.close()
+    assert said(caplog, "resetting calls") == [1, 1]
 
 
 async def test_the_reset_budget_refills_at_its_rate_and_no_faster():
