@@ -11,10 +11,10 @@ longest the loop went without one. Three ways:
 
     inline   web.json_response(body): one json.dumps on the loop (before NOTE(encode-slices))
     thread   the same json.dumps on run_in_executor: it holds the GIL all the same
-    sliced   json_answer.json_answer(body) (after)
+    sliced   json_answer.json_encoded(body), answered by bytes_answer (after)
 
 ``small_us.*``: one small answer (a chat body of a few tokens) through json_response and
-through json_answer, microseconds per call (what staying inline saves). Never pass/fail.
+the sliced way, microseconds per call (what staying inline saves). Never pass/fail.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from aiohttp import web
 from bench.common import Stat, bench_parser, machine, put, timing_from_args, write_json
 from kvpool.runtime.model import TokenLogprob
 from kvpool.runtime.model.tiny import build_tiny_model
-from kvpool.server.json_answer import json_answer
+from kvpool.server.json_answer import bytes_answer, json_encoded
 from kvpool.server.logprob_format import LogprobFormatter
 
 TOP = 20
@@ -67,7 +67,7 @@ async def _encode(how: str, body: dict[str, Any]) -> web.Response:
     if how == "thread":
         loop = asyncio.get_running_loop()
         return web.json_response(text=await loop.run_in_executor(None, json.dumps, body))
-    return await json_answer(body)
+    return bytes_answer(await json_encoded(body))
 
 
 async def one_run(how: str, body: dict[str, Any]) -> dict[str, float]:
@@ -86,7 +86,7 @@ async def one_run(how: str, body: dict[str, Any]) -> dict[str, float]:
 
 
 async def small_us(calls: int) -> dict[str, float]:
-    """Microseconds per small answer: json_response against json_answer, alternating."""
+    """Microseconds per small answer: json_response against the sliced way, alternating."""
     body = chat_body(1, 8, 0)
     body["choices"][0]["logprobs"] = None
     out = {"inline": 0.0, "sliced": 0.0}

@@ -30,8 +30,8 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["INLINE_WEIGHT", "SLICE_WEIGHT", "bytes_answer", "json_answer", "json_bytes",
-           "json_encoded", "weight"]
+__all__ = ["INLINE_WEIGHT", "SLICE_WEIGHT", "bytes_answer", "json_bytes", "json_encoded",
+           "weight"]
 
 # NOTE(encode-slices): from bench/json_answer.py on this machine's CPUs, a weight unit encodes
 # in ~0.25 us (chat logprobs) to ~0.3 us (completions logprobs): 4,096 units is ~1 ms per
@@ -141,10 +141,3 @@ def bytes_answer(raw: bytes, headers: dict[str, str] | None = None) -> web.Respo
     ``web.json_response``'s headers."""
     return web.Response(body=raw, content_type="application/json", charset="utf-8",
                         headers=headers)
-
-
-async def json_answer(body: Any, headers: dict[str, str] | None = None) -> web.Response:
-    """``web.json_response(body, headers=headers)``, its JSON written by ``json_encoded`` (in
-    slices past INLINE_WEIGHT: NOTE(encode-slices)); the same bytes and headers (json_response's
-    Content-Type is ``application/json; charset=utf-8``)."""
-    return bytes_answer(await json_encoded(body), headers)

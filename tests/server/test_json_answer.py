@@ -16,8 +16,8 @@ from aiohttp import web
 
 import kvpool.server.json_answer as answer_module
 from kvpool.server.app import ROUTES_KEY
-from kvpool.server.json_answer import (INLINE_WEIGHT, SLICE_WEIGHT, bytes_answer, json_answer,
-                                       json_encoded, weight)
+from kvpool.server.json_answer import (INLINE_WEIGHT, SLICE_WEIGHT, bytes_answer, json_encoded,
+                                       weight)
 from kvpool.server.responses_api import RESPONSES_KEY
 from tests.server.helpers import wait_until
 
@@ -41,7 +41,8 @@ def _odd_bodies() -> list:
 async def test_sliced_answer_has_json_responses_bytes_and_headers(body):
     assert weight(body, INLINE_WEIGHT) > INLINE_WEIGHT  # the sliced way runs
     headers = {"X-Test": "1"}
-    got, want = await json_answer(body, headers), web.json_response(body, headers=headers)
+    got = bytes_answer(await json_encoded(body), headers)
+    want = web.json_response(body, headers=headers)
     assert got.body == want.body == json.dumps(body).encode()
     assert got.headers == want.headers
 
@@ -49,7 +50,7 @@ async def test_sliced_answer_has_json_responses_bytes_and_headers(body):
 async def test_small_answer_is_json_response():
     body = {"choices": [{"index": 0, "text": "hi", "logprobs": None}]}
     assert weight(body, INLINE_WEIGHT) <= INLINE_WEIGHT
-    assert (await json_answer(body)).body == web.json_response(body).body
+    assert bytes_answer(await json_encoded(body)).body == web.json_response(body).body
 
 
 @pytest.mark.parametrize("body", [{"a": "\u00e9", "b": [1.5, None]}, _odd_bodies()[0]],
