@@ -55,6 +55,7 @@ from aiohttp import web
 
 from kvpool.server.json_body import (DEFAULT_BODY_TIMEOUT, MAX_JSON_DEPTH, ParsePool,
                                      decode_json_body, structural_commas)
+from kvpool.server.tenant import header_values
 
 __all__ = ["CHECKED_VALUES", "INLINE_BYTES", "BodyReader", "asking_identity", "own_session",
            "request_headers", "response_headers"]
@@ -72,17 +73,9 @@ _REQUEST_DECODED = frozenset({"content-encoding"})
 def _named_by_connection(headers: Mapping[str, str]) -> set[str]:
     """Headers the sender marked hop-by-hop by listing them in Connection."""
     names: set[str] = set()
-    for value in _all(headers, "Connection"):
+    for value in header_values(headers, "Connection"):
         names.update(n.strip().lower() for n in value.split(",") if n.strip())
     return names
-
-
-def _all(headers: Mapping[str, str], name: str) -> list[str]:
-    getall = getattr(headers, "getall", None)
-    if getall is not None:
-        return list(getall(name, []))
-    value = headers.get(name)
-    return [] if value is None else [value]
 
 
 def _end_to_end(headers: Mapping[str, str], also_drop: frozenset[str]) -> list[tuple[str, str]]:

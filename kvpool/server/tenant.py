@@ -37,7 +37,7 @@ from aiohttp import web
 from kvpool.server.api_key import bearer_token
 from kvpool.server.middleware import APIError
 
-__all__ = ["current_tenant", "tenant_middleware", "tenant_of_headers"]
+__all__ = ["current_tenant", "header_values", "tenant_middleware", "tenant_of_headers"]
 
 MAX_TENANT_CHARS = 256  # a header value longer than this is refused (400)
 
@@ -55,7 +55,7 @@ def tenant_of_headers(headers: Mapping[str, str], header: str | None, *, keyed: 
     API key is configured, so a bearer token is a checked identity; without one any client
     could mint a fresh tenant (and a fresh quota) per request by changing its token."""
     if header:
-        values = _all_values(headers, header)
+        values = header_values(headers, header)
         if len(values) > 1:  # NOTE(one-identity)
             raise APIError(400, f"header {header} is sent {len(values)} times: it names the "
                                 "tenant, so a request carries it once", param=header)
@@ -70,7 +70,7 @@ def tenant_of_headers(headers: Mapping[str, str], header: str | None, *, keyed: 
     return ""
 
 
-def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
+def header_values(headers: Mapping[str, str], name: str) -> list[str]:
     """Every value of header ``name`` (a plain mapping holds one at most)."""
     getall = getattr(headers, "getall", None)
     if getall is not None:
