@@ -63,7 +63,7 @@ from .grammar import LIMITS, OPTIONS, GrammarSpec, unpack_bitmask
 from .tokenizer import Tokenizer
 
 __all__ = ["CACHE_BYTES", "CACHE_BYTES_PER_CHAR", "CACHE_ENTRIES", "PROBE_STEPS",
-           "GrammarCompiler", "Outcome", "cache_key"]
+           "GrammarCompiler", "Outcome", "cache_key", "first_error_line"]
 
 PROBE_STEPS = 3  # masks computed along the first allowed token, per probed grammar
 # NOTE(compile-cache): compiled grammars kept per compiler, and their estimated memory
@@ -151,7 +151,7 @@ class GrammarCompiler:
         proto = self.matcher(spec.grammar)
         self._probe(proto.deep_copy(), whole, _NOTHING.get(spec.kind))
         if proto.is_error():
-            raise _Refused(f"{whole} cannot be used with this tokenizer: {_first_line(proto)}")
+            raise _Refused(f"{whole} cannot be used with this tokenizer: {first_error_line(proto)}")
         for sub in spec.probes:
             what = f"the pattern {sub['pattern'][:60]!r}" if "pattern" in sub else \
                 f"the definition {sub['$ref'][:60]!r}"
@@ -176,13 +176,13 @@ class GrammarCompiler:
             if nxt is None or not m.consume_token(nxt):
                 break
         if m.is_error():
-            err = _first_line(m)
+            err = first_error_line(m)
             if err.startswith("NoExtension"):  # nothing can be generated at all
                 err = f"it allows no value at all ({nothing or 'a $ref cycle?'})"
             raise _Refused(f"{what} is too large or invalid for structured output: {err}")
 
 
-def _first_line(m: llguidance.LLMatcher) -> str:
+def first_error_line(m: llguidance.LLMatcher) -> str:
     """llguidance's error without its parser-state dump (its verbose tail)."""
     err = m.get_error().strip().splitlines()
     return err[0][:200] if err else "unknown error"

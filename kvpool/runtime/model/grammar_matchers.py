@@ -60,7 +60,7 @@ import torch
 from kvpool.errors import RequestError
 
 from .grammar import PARAM, GrammarSpec, TokenMask
-from .grammar_compile import GrammarCompiler
+from .grammar_compile import GrammarCompiler, first_error_line
 from .tokenizer import Tokenizer
 
 __all__ = ["CONSUME_ALLOWANCE_S", "CONSUME_PER_TOKEN_S", "GrammarMatchers", "LateMask"]
@@ -229,7 +229,7 @@ class GrammarMatchers:
         for _, s, m in pairs:
             if m.is_error() and self.matchers.get(s) is m:  # NOTE(grammar-error)
                 self._fail(s, f"its token mask after output token {self._meters[s].tokens}",
-                           _error(m))
+                           first_error_line(m))
         return TokenMask(torch.tensor([j for j, _, _ in pairs], dtype=torch.long), bits)
 
     def advance(self, seq_ids: Sequence[int], tokens: Sequence[int]) -> list[int]:
@@ -260,16 +260,15 @@ class GrammarMatchers:
         ok = m.consume_token(token)
         meter.cpu += time.thread_time() - start
         meter.read += 1
-        where = f"output token {meter.tokens} (id {token})"
         if not ok:
-            self._fail(seq_id, where, _error(m))
+            self._fail(seq_id, _at(meter, token), first_error_line(m))
             return False
-        budget = CONSUME_ALLOWANCE_S + CONSUME_PER_TOKEN_S * meter.read
-        if meter.cpu <= budget:
+        if meter.cpu <= CONSUME_ALLOWANCE_S + CONSUME_PER_TOKEN_S * meter.read:
             return True
-        self._fail(seq_id, where, f"over its CPU budget: {meter.cpu * 1e3:.0f} ms in the "
-                   f"matcher for {meter.read} tokens, at most {CONSUME_ALLOWANCE_S * 1e3:.0f} "
-                   f"ms + {CONSUME_PER_TOKEN_S * 1e3:g} ms a token (an ambiguous grammar?)")
+        self._fail(seq_id, _at(meter, token), f"over its CPU budget: {meter.cpu * 1e3:.0f} ms "
+                   f"in the matcher for {meter.read} tokens, at most "
+                   f"{CONSUME_ALLOWANCE_S * 1e3:.0f} ms + {CONSUME_PER_TOKEN_S * 1e3:g} ms a "
+                   "token (an ambiguous grammar?)")
         return False
 
     def failed_requests(self, samples: Sequence[Any]) -> dict[str, str]:
@@ -292,6 +291,6 @@ class GrammarMatchers:
             raise AssertionError(f"grammar matchers for finished sequences: {sorted(stray)}")
 
 
-def _error(m: llguidance.LLMatcher) -> str:
-    """A broken matcher's error, its first line."""
-    return (m.get_error().strip().splitlines() or ["unknown error"])[0][:200]
+def _at(meter: _Meter, token: int) -> str:
+    """Where a sequence's grammar failed, for its error: the output token's position and id."""
+    return f"output token {meter.tokens} (id {token})"
