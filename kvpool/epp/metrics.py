@@ -158,6 +158,7 @@ class MetricsPort:
         app = web.Application(middlewares=[error_middleware])
         app.router.add_get("/metrics", router.render_metrics)
         app.router.add_get("/health", router.health)
+        self.limiter.flush_at_cleanup(app)
         self.runner = web.AppRunner(app, handler_cancellation=True,
                                     shutdown_timeout=SHUTDOWN_TIMEOUT)
         await self.runner.setup()

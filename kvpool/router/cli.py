@@ -213,6 +213,7 @@ async def listen(router: Router, host: str, port: int, drain: Drain | None = Non
     ``max_connections``: the cap on client connections (None: NOTE(router-cap))."""
     limiter = ConnectionLimiter(max_connections or default_router_connections())
     app = router.app() if drain is None else drain.install(router.app())
+    limiter.flush_at_cleanup(app)
     runner = web.AppRunner(app, handler_cancellation=True,
                            shutdown_timeout=10 if drain is None else SHUTDOWN_GRACE)
     await runner.setup()

@@ -56,6 +56,9 @@ DEFAULT_KEEP_ALIVE_TIMEOUT = 15.0  # seconds an idle keep-alive connection stays
 DEFAULT_STREAM_WRITE_TIMEOUT = 30.0
 FD_RESERVE = 64  # fds kept free for model files, logs, the listener, redis, the copy worker
 WARN_INTERVAL = 10.0  # seconds between two "connection cap reached" WARNING lines
+CAP_REACHED = ("connection cap reached: %(open)d open (--max-connections %(cap)d); refused "
+               "%(n)d new connection(s) (503; over HTTPS closed before the handshake) since "
+               "the last report")
 HEAD_END = b"\r\n\r\n"
 MIN_SEND_BUFFER = 4096  # bytes: below a page Linux rounds up anyway (SOCK_MIN_SNDBUF)
 REJECT_LINGER = 0.5  # seconds a refused connection stays half-closed (bounded fd cost)
@@ -114,7 +117,9 @@ class ConnectionLimiter:
         self.open = 0  # owned by the event loop thread
         self.rejected: dict[str, int] = {"max_connections": 0, "header_timeout": 0}
         self._warn = Throttle(warn_interval, clock)
-        self._unlogged = 0  # rejections since the last WARNING line
+        # NOTE(said-counts) in kvpool/throttle.py: the refusals after the last WARNING are said
+        # an interval later or at the app's cleanup (``flush_at_cleanup``), never left unsaid
+        self._said = self._warn.tally("", log, CAP_REACHED)
 
     def admit(self) -> bool:
         """Count a new connection in, or count it rejected (False) when the cap is reached."""
@@ -133,13 +138,13 @@ class ConnectionLimiter:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
         if reason != "max_connections":
             return  # slow clients are counted, not logged: an attacker must not fill the log
-        self._unlogged += 1
-        if self._warn.due():
-            log.warning("connection cap reached: %d open (--max-connections %d); refused %d "
-                        "new connection(s) (503; over HTTPS closed before the handshake) "
-                        "since the last report", self.open,
-                        self.max_connections, self._unlogged)
-            self._unlogged = 0
+        self._said.add(open=self.open, cap=self.max_connections)
+
+    def flush_at_cleanup(self, app: web.Application) -> None:
+        """Say the refusals not yet said when ``app`` (not yet set up) is cleaned up."""
+        async def say(_: web.Application) -> None:
+            self._said.flush()
+        app.on_cleanup.append(say)
 
     def check_invariants(self) -> None:
         assert 0 <= self.open <= self.max_connections, (self.open, self.max_connections)

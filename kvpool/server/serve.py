@@ -300,6 +300,7 @@ def _set_server_options(app: web.Application, o: ServeOptions,
     app[RESPONSES_KEY].store.set_bounds(o.max_stored_responses, o.max_stored_response_bytes)
     app[ROUTES_KEY].parse_pool.body_timeout = o.body_timeout  # every route's bodies
     app[METRICS_KEY].add_source(limiter.families)
+    limiter.flush_at_cleanup(app)
 
 
 async def _listen(runner: web.AppRunner, o: ServeOptions, limiter: ConnectionLimiter,

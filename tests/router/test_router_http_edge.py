@@ -21,11 +21,14 @@ import asyncio
 import contextlib
 import gzip
 import json
+import logging
+import re
 import socket
 
 import pytest
 from aiohttp import web
 
+from kvpool.router.cli import listen
 from kvpool.router.membership import ADMIN_PATH, Membership
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
@@ -145,3 +148,27 @@ async def test_a_declared_length_past_the_bound_is_a_413_before_the_body():
             assert statuses == [413], (path, statuses, body)
             assert_error(413, json.loads(body), 413, None, "request_too_large")
     assert got == [], got
+
+
+async def test_refusals_past_the_cap_are_all_said_by_the_cleanup(caplog):
+    """Past --max-connections the router refuses with a 503 and one WARNING at once; the
+    refusals after it are said when the router stops, not dropped (NOTE(said-counts))."""
+    caplog.set_level(logging.WARNING, logger="kvpool.server")
+    replicas = ReplicaSet(["http://127.0.0.1:9"], interval=3600)
+    runner, server = await listen(Router(replicas), "127.0.0.1", 0, max_connections=2)
+    port = server.sockets[0].getsockname()[1]
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+    try:
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            head = await asyncio.wait_for(reader.read(), 5)
+            assert head.startswith(b"HTTP/1.1 503"), head
+            writer.close()
+    finally:
+        for _, writer in held:
+            writer.close()
+        server.close()
+        await runner.cleanup()
+    said = [int(re.search(r"refused (\d+) new", r.getMessage()).group(1))
+            for r in caplog.records if "connection cap reached" in r.getMessage()]
+    assert said == [1, 2], said
