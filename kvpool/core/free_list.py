@@ -23,6 +23,13 @@ it for a check run on a quiet pool (tests, debugging), so the check needs quiesc
 so when it can see the race: with the lock held only allocate() moves the magazine or a ref
 count, so ``watch`` notes both as a check starts and, on its error path, ``moved`` tells
 whether either changed (waiting a little for a store in flight).
+
+NOTE(drained): a writer that counts the free blocks and then takes them must drain the
+magazine before it counts (``BlockPool.takeable``). Counted with the magazine in, a lock-free
+allocate() could pop a counted id between the count and the take, and the take came up short
+where its caller had checked it would not: ``append_decodes`` raised with a table's token count
+already moved past its blocks. Drained, the magazine is empty until the writer leaves (only a
+lock holder refills it), so a lock-free caller waits on the lock's slow path instead.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ Admission (vLLM v0's table; ``W`` = watermark blocks, ``R`` = blocks the prompt 
     otherwise              -> LATER
 
 Locking: every public mutator runs inside the device pool's writer section (and the host
-pool's, for swaps, always device first) for its whole body, so ``stats()`` from another thread
-sees either all of a call or none of it.
+pool's, for swaps and while a sequence is swapped out, always device first) for its whole
+body, so ``stats()`` from another thread sees either all of a call or none of it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from kvpool.config import CacheConfig
 from kvpool.core.block import Admission, AllocStatus, Device, PoolObserver
@@ -204,7 +204,7 @@ class BlockSpaceManager:
             with self._writing:  # one id: the O(1) test above (NOTE(token-range))
                 if caching and (len(token_ids) != 1 or not 0 <= token_ids[0] <= 1073741823):
                     check_token_ids(token_ids)
-                if self.slots.need(t, len(token_ids)) > self.device_pool.num_free_blocks:
+                if self.slots.need(t, len(token_ids)) > self.device_pool.takeable():
                     return None
                 return self.slots.append_locked(t, token_ids)
 
@@ -212,7 +212,7 @@ class BlockSpaceManager:
     def fork(self, parent_seq_id: int, child_seq_id: int) -> None:
         """The child shares every block of the parent (ref counts +1); the shared partial last
         block is copied on the first write of either (copy-on-write)."""
-        with self.device_pool.writing():
+        with self.device_pool.writing(), self._host_too():
             p = self._tables[parent_seq_id]
             if child_seq_id in self._tables:
                 raise DuplicateSequenceError(f"sequence {child_seq_id} already exists")
@@ -233,13 +233,20 @@ class BlockSpaceManager:
         """Release the sequences' blocks under one lock, each table tail first (so a prompt's
         head stays cached longest). Unknown or repeated ids raise before anything changes."""
         now = time.monotonic()
-        with self.device_pool.writing():
+        with self.device_pool.writing(), self._host_too():
             tables = [self._tables[s] for s in seq_ids]
             if len(set(seq_ids)) != len(seq_ids):
                 raise UnknownSequenceError("a sequence is listed twice in free")
             for t in tables:
                 del self._tables[t.seq_id]
                 self._release_table(t, now)
+
+    def _host_too(self) -> AbstractContextManager:
+        """The host pool's writer section while a sequence is swapped out, else nothing (inside
+        the device's). NOTE(host-lock): fork and free change the host pool for a swapped
+        sequence, and the lender's host calls change it holding that lock alone: under the
+        device lock only, a free ran inside a lend and left a lent block on the free list."""
+        return self.host_pool.writing() if self.counters.num_swapped_seqs else nullcontext()
 
     def _release_table(self, t: BlockTable, now: float) -> None:
         c = self.counters

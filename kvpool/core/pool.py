@@ -96,17 +96,20 @@ class BlockPool:
         the block (nestable); the writer-section primitives must be called inside one."""
         return self._writer
 
-    @property
-    def version(self) -> int:
-        """The seqlock version: odd while a writer is inside, +2 per completed write."""
-        return self._writer.version
-
     # ---------------------------------------------------------------- capacity
     @property
     def num_free_blocks(self) -> int:
         """Blocks an allocation can take now (free list, plus evictable when caching)."""
         idx = self.index
         n = len(self._free) + len(self._fast)
+        return n if idx is None else n + len(idx.policy)
+
+    def takeable(self) -> int:
+        """What ``take`` can give now; inside a writer section (free_list.py NOTE(drained))."""
+        if self._fast:
+            self.free_list.drain()
+        idx = self.index  # NOTE(speed): num_free_blocks' body, one call less on decode's path
+        n = len(self._free)
         return n if idx is None else n + len(idx.policy)
 
     def _take(self, n: int) -> list[int] | None:

@@ -194,7 +194,7 @@ class PromptAllocator:
         reused, num_hits = self._reused(r, hits)
         need = -(-n // bs) - len(reused)
         revive = len(reused) - count_used(pool, reused)
-        if need > pool.num_free_blocks - revive:
+        if need > pool.takeable() - revive:
             return None
         if reused is hits:
             if hits:

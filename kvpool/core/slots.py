@@ -107,7 +107,7 @@ class SlotWriter:
                 if t.device is not Device.DEVICE:
                     raise InvalidBlockError(f"sequence {t.seq_id} is swapped out")
                 need += self.need(t, len(toks))
-            if need > pool.num_free_blocks:
+            if need > pool.takeable():
                 return None
             return [self.append_locked(t, toks) for t, (_, toks) in zip(tables, items)]
 
@@ -229,7 +229,7 @@ class SlotWriter:
             for t in tables:
                 if t.device is not _DEVICE:
                     raise InvalidBlockError(f"sequence {t.seq_id} is swapped out")
-        free = self.device_pool.num_free_blocks
+        free = self.device_pool.takeable()
         if len(tables) <= free:
             return len(ends)  # NOTE(speed): at most one block per table
         bs, ref = self.block_size, self.ref_count

@@ -118,8 +118,9 @@ class StatsReader:
         """``manager.stats()``: counters of both pools and the manager, consistent with each
         other, lock-free (seqlock read)."""
         d, h, c = self.device, self.host, self.counters
+        sd, sh = d.writing(), h.writing()  # the pools' seqlocks
         while True:
-            vd, vh = d.version, h.version
+            vd, vh = sd.version, sh.version
             if (vd | vh) & 1 and not self._own_sections(vd, vh):
                 time.sleep(0)
                 continue
@@ -128,7 +129,7 @@ class StatsReader:
                     c.cow_copies, c.swap_out_blocks, c.swap_in_blocks,
                     c.swap_in_reused_blocks, c.defrag_moves, c.defrag_retries, d.num_reserved)
             ds, hs = d.stats(), h.stats()
-            if d.version == vd and h.version == vh and ds.version == vd and hs.version == vh:
+            if sd.version == vd and sh.version == vh and ds.version == vd and hs.version == vh:
                 break
         (nseq, nswap, used_slots, pq, ph, ppq, pph, cow, so, si, sir, dm, dr, reserved) = snap
         internal, _ = self._internal(ds.num_used - reserved, used_slots)
@@ -147,26 +148,26 @@ class StatsReader:
         (NOTE(pop-version)); takes no lock. Inside a writer section of this thread it reads
         directly and memoises nothing (NOTE(own-reader))."""
         d = self.device
-        mag = d.free_list.magazine
+        mag, seq = d.free_list.magazine, d.writing()
         while True:
             # NOTE(pop-version): pool.allocate()'s lock-free magazine pop moves no version (a
             # bump there would be a read-modify-write racing the writers' own, without the
             # lock). Between two versions the magazine only shrinks, one id per pop, so the
             # version and its length together name the state; equal before and after a read,
             # no pop came in between.
-            v = d.version
+            v = seq.version
             key = (v, len(mag))
             cached = self._frag_cache
-            if cached is not None and cached[0] == key and not v & 1 and d.version == v:
+            if cached is not None and cached[0] == key and not v & 1 and seq.version == v:
                 return cached[1]
-            if v & 1 and not d.writing().held_here():
+            if v & 1 and not seq.held_here():
                 time.sleep(0)
                 continue
             raw = d.free_list.id_bytes()
             ds = d.stats()
             used_blocks = ds.num_used - ds.num_reserved
             used_slots = self.counters.used_slots
-            if d.version == v and len(mag) == key[1]:
+            if seq.version == v and len(mag) == key[1]:
                 break
         out = self._measure(raw, used_blocks, used_slots)
         if not v & 1:

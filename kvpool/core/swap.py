@@ -154,7 +154,7 @@ class SwapPlanner:
             reuse = self._reusable(tables)
             fresh = [hb for hb in refs if hb not in reuse]
             revive = sum(1 for db in set(reuse.values()) if d.ref_count(db) == 0)
-            if len(fresh) > d.num_free_blocks - revive:
+            if len(fresh) > d.takeable() - revive:
                 return None
             mapping: dict[int, int] = {}
             for hb, db in reuse.items():  # NOTE(order): pin the hits before allocating, or

@@ -175,11 +175,11 @@ def unversioned_change(pool: BlockPool) -> str | None:
     if pool.index is None:
         return None
     free, mag = pool.free_list, pool.free_list.magazine
-    v, m = pool.version, len(mag)
+    v, m = pool.writing().version, len(mag)
     before = len(free)
     time.sleep(0)
     after, m2 = len(free), len(mag)
-    if v & 1 or pool.version != v:
+    if v & 1 or pool.writing().version != v:
         return None
     where = f"{pool.device.value} pool at version {v}"
     if m2 > m:

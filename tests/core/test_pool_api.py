@@ -157,7 +157,7 @@ class PoolAPI(RuleBasedStateMachine):
         refs.update(self.reserved)
         self.pool.check_invariants(refs)
         assert self.pool.num_reserved == len(self.reserved)
-        assert self.pool.version % 2 == 0
+        assert self.pool.writing().version % 2 == 0
 
 
 TestPoolAPI = PoolAPI.TestCase

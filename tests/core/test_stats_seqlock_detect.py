@@ -81,9 +81,9 @@ def test_every_write_moves_the_version_and_fragmentation_follows(caching):
     pool = mgr.device_pool
     for name, write in writes(mgr):
         mgr.stats.fragmentation()  # memoised at this version
-        v0 = pool.version
+        v0 = pool.writing().version
         assert write() is not None or name not in ("allocate", "append_slots a new block")
-        v = pool.version
+        v = pool.writing().version
         assert v > v0 and not v & 1, f"{name}: version {v0} -> {v}"
         f, st = mgr.stats.fragmentation(), mgr.stats()
         assert (f.used_slots, f.num_free) == (st.used_slots, st.device.num_free), name
@@ -101,7 +101,7 @@ class StrikingCounters:
         self._real, self._pool, self._strikes = real, pool, strikes
         self.value = real.used_slots
         self.reads = 0
-        self.at_version = {pool.version: self.value}
+        self.at_version = {pool.writing().version: self.value}
 
     def __getattr__(self, name: str):
         return getattr(self._real, name)
@@ -112,7 +112,7 @@ class StrikingCounters:
         if self.reads in self._strikes:
             with self._pool.writing():
                 self.value += 1
-            self.at_version[self._pool.version] = self.value
+            self.at_version[self._pool.writing().version] = self.value
         return self.value
 
 
@@ -126,6 +126,6 @@ def test_used_slots_is_the_value_at_the_version_read(reader, monkeypatch):
         st = mgr.stats()
         used, version = st.used_slots, st.device.version
     else:
-        used, version = mgr.stats.fragmentation().used_slots, mgr.device_pool.version
+        used, version = mgr.stats.fragmentation().used_slots, mgr.device_pool.writing().version
     assert spy.reads >= 2, "the first read was changed under it: it must read again"
     assert used == spy.at_version[version], (used, version, spy.at_version)

@@ -45,7 +45,7 @@ async def test_calls_of_one_iteration_share_one_flush_under_contention():
     mgr = manager()
     front = PoolFront(mgr)
     lock = HeldLock(mgr)
-    version_before = mgr.device_pool.version
+    version_before = mgr.device_pool.writing().version
     futs = [asyncio.ensure_future(front.allocate([i], list(range(i, i + 9))))
             for i in range(50)]
     await asyncio.sleep(0.01)  # the flush finds the lock busy: one worker hop for all 50
@@ -55,7 +55,7 @@ async def test_calls_of_one_iteration_share_one_flush_under_contention():
     assert res == [0] * 50
     assert front.flushes == 1 and front.ops == 50 and front.inline == 0
     # read while the holder was inside (odd); its section closes (+1), one batch section (+2)
-    assert mgr.device_pool.version == version_before + 3
+    assert mgr.device_pool.writing().version == version_before + 3
     assert sorted(mgr.seq_ids()) == list(range(50))
     await asyncio.gather(*(front.free(i) for i in range(50)))
     mgr.check_invariants()
