@@ -29,8 +29,8 @@ def three_eos(tmp_path_factory):
     cfg["eos_token"] = tok.decode([ids[0]]).strip()
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     core = EngineCore(engine_config("small", model=str(d), max_num_seqs=4))
-    eos = core.tokenizer.eos_token_ids  # the tokenizer's first, then generation_config's,
-    assert eos[:3] == tuple(ids) and len(eos) == 4  # then config.json's
+    eos = core.tokenizer.eos_token_ids  # the tokenizer's first, then generation_config's;
+    assert eos == tuple(ids)  # not config.json's, with that file there (loader NOTE(gen-eos))
     yield core, eos
 
 
@@ -44,7 +44,7 @@ def run_one(core: EngineCore, params: SamplingParams):
     return merged(outs).outputs[0]
 
 
-@pytest.mark.parametrize("which", [0, 1, 2, 3])
+@pytest.mark.parametrize("which", [0, 1, 2])
 def test_each_eos_id_ends_the_sequence(three_eos, which):
     core, eos = three_eos
     forced = SamplingParams(max_tokens=8, temperature=0.0, logit_bias=((eos[which], 100.0),))

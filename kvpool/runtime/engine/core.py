@@ -62,7 +62,7 @@ def build_model(config: EngineConfig):
         name = TINY_MODEL_NAME
     else:
         model = load_model(config.model, dtype, config.device)
-        tok = load_tokenizer(config.tokenizer or config.model)
+        tok = load_tokenizer(config.tokenizer or config.model, model_dir=config.model)
         name = Path(config.model).name
     return model, tok, config.served_model_name or name
 

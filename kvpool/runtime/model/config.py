@@ -168,25 +168,22 @@ class ModelConfig:
                 "that contains config.json (hub downloads are not supported)")
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ModelConfigError("config.json", f"{file} is not valid JSON: {exc}") from exc
+        except json.JSONDecodeError as exc:  # a load error: ModelConfigError names a key
+            raise ModelLoadError(f"{file} is not valid JSON: {exc}") from exc
         return cls.from_hf_dict(data)
 
     @classmethod
     def from_hf_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
         """Parse a config.json dict as written by transformers 4.x or 5.x."""
         if not isinstance(d, Mapping):
-            raise ModelConfigError("config.json", "top level must be a JSON object")
+            raise ModelConfigError("top level", f"must be a JSON object, got {type(d).__name__}")
         model_type = _parse_model_type(d)
         hidden_act = d.get("hidden_act", "silu")
         if hidden_act != "silu":
             raise ModelConfigError("hidden_act", f"only 'silu' is supported, got {hidden_act!r}")
         hidden, heads = _required(d, "hidden_size"), _required(d, "num_attention_heads")
         head_dim = _parse_head_dim(d, hidden, heads)
-        partial = d.get("partial_rotary_factor", 1.0)
-        if partial not in (None, 1, 1.0):
-            raise ModelConfigError("partial_rotary_factor",
-                                   f"only 1.0 is supported, got {partial!r}")
+        _check_full_rotary(d.get("partial_rotary_factor"), "partial_rotary_factor")
         theta, scaling = _parse_rope(d)
         family = _parse_family(d, model_type)
         eos = d.get("eos_token_id")
@@ -255,16 +252,30 @@ def _required(d: Mapping[str, Any], key: str) -> Any:
 
 
 def _parse_model_type(d: Mapping[str, Any]) -> str:
-    """``model_type``, else the one a listed architecture names."""
-    model_type = d.get("model_type")
+    """``model_type``, else the family a listed architecture names; checked before any other
+    key.
+
+    NOTE(architectures-first): vLLM picks the model class from ``architectures``, so that list
+    is read first: a config naming no supported class (Gemma, GPT-2, a Llama with a
+    ``...ForSequenceClassification`` head) is refused by its class names, not by whichever
+    size or activation key of that family happens to differ from Llama's.
+    """
+    archs = d.get("architectures") or []
+    if isinstance(archs, str) or not isinstance(archs, (list, tuple)):
+        raise ModelConfigError("architectures", f"must be a list of class names, got {archs!r}")
+    by_arch = {v: k for k, v in _ARCHITECTURES.items()}
+    families = [by_arch[a] for a in archs if a in by_arch]
+    if archs and not families:
+        raise ModelConfigError(
+            "architectures", f"unsupported {list(archs)!r}; kvpool serves these causal-LM "
+            f"classes only: {sorted(by_arch)}")
+    model_type = d.get("model_type") or (families[0] if families else None)
     if model_type is None:
-        archs = d.get("architectures") or []
-        by_arch = {v: k for k, v in _ARCHITECTURES.items()}
-        model_type = next((by_arch[a] for a in archs if a in by_arch), None)
-        if model_type is None:
-            raise ModelConfigError(
-                "model_type", f"missing and architectures={archs!r} names no supported class; "
-                f"set model_type to one of {sorted(_ARCHITECTURES)}")
+        raise ModelConfigError("model_type", "missing, and no architectures; set model_type to "
+                                             f"one of {sorted(_ARCHITECTURES)}")
+    if model_type not in _ARCHITECTURES:
+        raise ModelConfigError(
+            "model_type", f"unsupported {model_type!r}; supported: {sorted(_ARCHITECTURES)}")
     return model_type
 
 
@@ -317,6 +328,8 @@ def _parse_rope(d: Mapping[str, Any]) -> tuple[float, RopeScaling]:
     if params and all(isinstance(v, Mapping) for v in params.values()):
         raise ModelConfigError(key, "per-layer-type RoPE parameters are not supported by "
                                     "Llama/Qwen/Mistral; use one flat object")
+    # transformers 5 keeps partial_rotary_factor here (vLLM reads it from here too)
+    _check_full_rotary(params.get("partial_rotary_factor"), f"{key}.partial_rotary_factor")
     theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
     rope_type = params.get("rope_type", params.get("type", "default")) or "default"
     if rope_type not in _SUPPORTED_ROPE_TYPES:
@@ -330,6 +343,12 @@ def _parse_rope(d: Mapping[str, Any]) -> tuple[float, RopeScaling]:
     if rope_type == "yarn":
         return theta, _yarn(params, key, d.get("max_position_embeddings", 2048))
     return theta, _llama3(params, key)
+
+
+def _check_full_rotary(partial: Any, where: str) -> None:
+    """RoPE rotates every head dimension here (attention.py): refuse a partial rotary."""
+    if partial not in (None, 1, 1.0):
+        raise ModelConfigError(where, f"only 1.0 is supported, got {partial!r}")
 
 
 def _positive(value: Any, where: str, rope_type: str = "this") -> float:

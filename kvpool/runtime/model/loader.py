@@ -7,8 +7,9 @@
     <dir>/model.safetensors.index.json       {"weight_map": {tensor: shard}} + the shards, or
     <dir>/*.safetensors                      any other set of safetensors files
     <dir>/tokenizer.json                     for load_tokenizer
-    <dir>/generation_config.json             optional: eos/bos ids (win over config.json)
+    <dir>/generation_config.json             optional: eos/bos ids (config.json's when absent)
     <dir>/tokenizer_config.json              optional: eos_token/bos_token strings
+    <dir>/special_tokens_map.json            optional: the older layout's eos_token/bos_token
 
 Only local paths: a hub id is read from the local Hugging Face cache's snapshot when the cache
 holds it (hf_cache.py, resolved by ``kvpool serve``), else rejected with a clear message;
@@ -153,34 +154,57 @@ def _special_token_id(tok: Tokenizer, value: Any) -> list[int]:
     return [] if tid is None else [tid]
 
 
-def load_tokenizer(path: str | Path, split_special_tokens: bool = False) -> Tokenizer:
+def _generation_config(model_dir: Path) -> dict[str, Any]:
+    """The model's generation config: generation_config.json, or config.json only when that
+    file is absent.
+
+    NOTE(gen-eos): as vLLM's ``try_get_generation_config`` (``GenerationConfig.from_pretrained``,
+    falling back to ``from_model_config``) and transformers' ``generate``: an EOS id that
+    config.json lists but generation_config.json leaves out does not stop generation.
+    """
+    gen_file = model_dir / "generation_config.json"
+    return _read_json(gen_file if gen_file.is_file() else model_dir / "config.json")
+
+
+def _declared_specials(directory: Path) -> dict[str, Any]:
+    """``bos_token``/``eos_token`` of tokenizer_config.json, else of special_tokens_map.json,
+    where the older layout (many Llama/Mistral fine-tunes) declares them and transformers
+    still reads them."""
+    tcfg = _read_json(directory / "tokenizer_config.json")
+    smap = _read_json(directory / "special_tokens_map.json")
+    return {key: tcfg.get(key) if tcfg.get(key) is not None else smap.get(key)
+            for key in ("bos_token", "eos_token")}
+
+
+def load_tokenizer(path: str | Path, split_special_tokens: bool = False,
+                   model_dir: str | Path | None = None) -> Tokenizer:
     """Load ``<path>/tokenizer.json`` with its EOS/BOS ids.
 
-    EOS ids are the union, in this order, of tokenizer_config.json ``eos_token`` (the primary,
-    as vLLM takes its tokenizer's), generation_config.json ``eos_token_id`` (what transformers'
-    ``generate`` stops on; vLLM stops on each too) and config.json ``eos_token_id``. Every one
-    ends a sequence (sched/sequence.py NOTE(eos-ids)). BOS comes from the first of
-    generation_config, config and tokenizer_config that names one.
+    EOS ids are the union, in this order, of the tokenizer's ``eos_token`` (tokenizer_config.json,
+    else special_tokens_map.json: the primary, as vLLM takes its tokenizer's) and the model's
+    generation config ``eos_token_id`` (NOTE(gen-eos): what transformers' ``generate`` stops
+    on; vLLM stops on each too). Every one ends a sequence (sched/sequence.py NOTE(eos-ids)).
+    BOS is the generation config's, else the tokenizer's. The generation config is read from
+    ``model_dir`` (default ``path``): a tokenizer served from its own directory (``--tokenizer``)
+    keeps the model's EOS ids, as vLLM reads it from the model.
     """
     directory = _model_dir(path)
+    model = directory if model_dir is None else _model_dir(model_dir)
     file = directory / "tokenizer.json"
     if not file.is_file():
         hint = (" (found tokenizer.model: convert it to tokenizer.json with transformers' "
                 "AutoTokenizer.from_pretrained(dir).save_pretrained(dir))"
                 if (directory / "tokenizer.model").exists() else "")
         raise ModelLoadError(f"{file} not found: kvpool needs a `tokenizers` tokenizer.json{hint}")
-    gen = _read_json(directory / "generation_config.json")
-    cfg = _read_json(directory / "config.json")
-    tcfg = _read_json(directory / "tokenizer_config.json")
+    gen = _generation_config(model)
+    specials = _declared_specials(directory)
     try:
         tok = Tokenizer.from_file(file, name=directory.name,
                                   split_special_tokens=split_special_tokens)
     except Exception as exc:  # tokenizers raises a bare Exception for malformed JSON
         raise ModelLoadError(f"{file}: not a valid tokenizer.json ({exc})") from exc
-    eos = (_special_token_id(tok, tcfg.get("eos_token")) + _ids(gen.get("eos_token_id"))
-           + _ids(cfg.get("eos_token_id")))
-    bos = (_ids(gen.get("bos_token_id")) or _ids(cfg.get("bos_token_id"))
-           or _special_token_id(tok, tcfg.get("bos_token")))
+    eos = _special_token_id(tok, specials["eos_token"]) + _ids(gen.get("eos_token_id"))
+    bos = _ids(gen.get("bos_token_id")) or _special_token_id(tok, specials["bos_token"])
     tok.eos_token_ids = tuple(dict.fromkeys(eos))
     tok.bos_token_id = bos[0] if bos else None
     return tok

@@ -105,7 +105,15 @@ def test_families():
 
 @pytest.mark.parametrize("over,key", [
     ({"model_type": "gpt2"}, "model_type"),
-    ({"model_type": ..., "architectures": ["GPT2LMHeadModel"]}, "model_type"),
+    ({"model_type": ..., "architectures": ["GPT2LMHeadModel"]}, "architectures"),
+    # NOTE(architectures-first): the class is refused before the family's other keys are read
+    ({"model_type": "gemma", "architectures": ["GemmaForCausalLM"],
+      "hidden_act": "gelu_pytorch_tanh"}, "architectures"),
+    ({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "hidden_size": ...},
+     "architectures"),
+    ({"architectures": ["LlamaForSequenceClassification"]}, "architectures"),
+    ({"architectures": "LlamaForCausalLM"}, "architectures"),
+    ({"model_type": "gemma", "hidden_act": "gelu_pytorch_tanh"}, "model_type"),
     ({"hidden_size": ...}, "hidden_size"),
     ({"vocab_size": 0}, "vocab_size"),
     ({"num_key_value_heads": 3}, "num_key_value_heads"),
@@ -122,6 +130,9 @@ def test_families():
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4}}, "rope_parameters.factor"),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": -1.0}}, "rope_theta"),
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ({"model_type": "phi3", "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                "partial_rotary_factor": 0.5}},
+     "rope_parameters.partial_rotary_factor"),
     ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "qwen3", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "granite", "logits_scaling": 0}, "logits_scaling"),
@@ -141,10 +152,28 @@ def test_from_pretrained_errors(tmp_path):
     with pytest.raises(ModelLoadError, match="config.json"):
         ModelConfig.from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ModelConfigError, match="not valid JSON"):
+    with pytest.raises(ModelLoadError, match="not valid JSON") as err:
         ModelConfig.from_pretrained(tmp_path)
+    assert "config.json: config.json" not in str(err.value)
+    with pytest.raises(ModelConfigError, match="^config.json: top level: must be a JSON"):
+        ModelConfig.from_hf_dict([1])
     (tmp_path / "config.json").write_text(json.dumps(cfg()))
     assert ModelConfig.from_pretrained(tmp_path).hidden_size == 64
+
+
+def test_unsupported_architecture_is_one_line_listing_the_supported():
+    with pytest.raises(ModelConfigError) as err:
+        ModelConfig.from_hf_dict(cfg(model_type="gemma", architectures=["GemmaForCausalLM"],
+                                     hidden_act="gelu_pytorch_tanh"))
+    message = str(err.value)
+    assert "\n" not in message and "GemmaForCausalLM" in message
+    assert "LlamaForCausalLM" in message and "Qwen3ForCausalLM" in message
+    # a supported class among others is served as that class; v5's full rotary is accepted
+    c = ModelConfig.from_hf_dict(cfg(model_type=..., architectures=["X", "MistralForCausalLM"],
+                                     rope_parameters={"rope_type": "default",
+                                                      "rope_theta": 1e4,
+                                                      "partial_rotary_factor": 1.0}))
+    assert c.model_type == "mistral"
 
 
 def test_frozen():

@@ -9,6 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from kvpool.runtime.engine.config import EngineConfig
+from kvpool.runtime.engine.core import build_model
 from kvpool.runtime.model import (ModelLoadError, PagedBatch, SeqChunk, WeightLoadError,
                                   allocate_kv_cache, load_model, load_tokenizer, resolve_dtype)
 
@@ -136,6 +138,46 @@ def test_tokenizer_eos_sources(llama_copy):
     # the tokenizer's eos is the primary, as vLLM's; every one of them stops (NOTE(eos-ids))
     assert tok.eos_token_ids == (tok.token_to_id("<unk>"), 7, 1)
     assert tok.eos_token_id == tok.token_to_id("<unk>")
+
+
+def test_config_eos_ids_only_without_generation_config(llama_copy):
+    """NOTE(gen-eos): config.json's EOS list counts only when generation_config.json is absent,
+    as transformers' GenerationConfig (and so vLLM and ``generate``) reads them."""
+    transformers = pytest.importorskip("transformers")
+    config = json.loads((llama_copy / "config.json").read_text())
+    (llama_copy / "config.json").write_text(json.dumps({**config, "eos_token_id": [1, 7]}))
+    (llama_copy / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
+    assert transformers.GenerationConfig.from_pretrained(llama_copy).eos_token_id == 1
+    assert load_tokenizer(llama_copy).eos_token_ids == (1,)
+    (llama_copy / "generation_config.json").unlink()
+    assert load_tokenizer(llama_copy).eos_token_ids == (1, 7)
+
+
+def test_specials_from_special_tokens_map(llama_copy):
+    """The older layout declares bos/eos in special_tokens_map.json only; transformers reads it,
+    and its eos is the primary EOS, as tokenizer_config.json's is."""
+    transformers = pytest.importorskip("transformers")
+    (llama_copy / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": {"content": "<unk>", "lstrip": False}}))
+    (llama_copy / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
+    expected = transformers.AutoTokenizer.from_pretrained(llama_copy).eos_token_id
+    tok = load_tokenizer(llama_copy)
+    assert tok.eos_token_id == expected == tok.token_to_id("<unk>")
+    assert tok.eos_token_ids == (expected, 1)
+
+
+def test_generation_config_from_the_model_not_the_tokenizer_dir(llama_copy, tmp_path):
+    """``--tokenizer DIR2``: the tokenizer is DIR2's, the EOS ids of generation_config.json the
+    model directory's (vLLM reads it from the model)."""
+    (llama_copy / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 7]}))
+    tok_dir = tmp_path / "tok"
+    tok_dir.mkdir()
+    shutil.copy(llama_copy / "tokenizer.json", tok_dir)
+    (tok_dir / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    assert load_tokenizer(tok_dir, model_dir=llama_copy).eos_token_ids == (1, 7)
+    config = EngineConfig(model=str(llama_copy), tokenizer=str(tok_dir), device="cpu")
+    _, tok, _ = build_model(config)
+    assert tok.eos_token_ids == (1, 7)
 
 
 def test_tokenizer_errors(llama_copy):
