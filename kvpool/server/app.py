@@ -33,8 +33,9 @@
     shared_prefix_cache      one prefix cache for all tenants even where an API key or tenant
                              header tells them apart (default: one namespace per tenant,
                              cache_namespace.py)
-    chat_template            a Jinja file that overrides the model directory's own template
-                             (chat_template.py); the built-in template only where neither exists
+    chat_template            a Jinja file, template or template name that overrides the model
+                             directory's own (chat_template.py); the built-in template for the
+                             built-in model only (NOTE(no-template))
     stream_write_timeout     seconds one SSE write may wait for a client that does not read
                              before its connection is closed (handlers.py, NOTE(slow-reader))
     sse_keep_alive           seconds of an idle stream before a keep-alive comment (0: none;

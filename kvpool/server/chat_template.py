@@ -2,19 +2,24 @@
 
 Where the template comes from, first match wins::
 
-    --chat-template FILE                       an override (any model)
-    <dir>/chat_template.jinja                  transformers' newer layout
+    --chat-template VALUE                      an override (any model): a file, else the
+                                               template inline, else a template's name
+    <dir>/chat_template.jinja and              transformers 5's files: "default" and
+      <dir>/additional_chat_templates/*.jinja  the named ones (NAME.jinja)
     <dir>/tokenizer_config.json "chat_template"  a string, or a list of {"name", "template"}
-                                               (the one named "default" is used)
-    none of those                              None: the caller falls back to the built-in one
+    none of those                              MissingChatTemplate: chat is a 400, as in vLLM
+    no directory (the built-in model)          None: the caller uses the built-in template
+
+Of named templates, "default" renders a request, and "tool_use" one that brings ``tools``,
+as transformers' ``get_chat_template(tools=...)`` chooses (and so vLLM).
 
 The environment mirrors transformers' ``apply_chat_template`` (a model's template was written
 for it): ``ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`` with the
 ``loopcontrols`` extension, a ``tojson`` filter that does not HTML-escape, ``raise_exception``
 and ``strftime_now``; the variables are ``messages``, ``add_generation_prompt``, ``tools``
 (the request's, else None), ``documents`` (the request's, else None: vllm_fields.py), the
-tokenizer's special-token strings (``bos_token``, ``eos_token``, ...) and the request's
-``chat_template_kwargs``.
+tokenizer's special-token strings (``bos_token``, ``eos_token``, ...:
+NOTE(special-tokens-map)) and the request's ``chat_template_kwargs``.
 A rendered template already holds its BOS, so it is encoded without adding special tokens,
 as transformers does with ``tokenize=True``.
 """
@@ -22,6 +27,7 @@ as transformers does with ``tokenize=True``.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,9 +37,20 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from kvpool.errors import RequestError
+from kvpool.runtime.model.loader import special_token_strings
 from kvpool.server.chat_messages import message_dict
 
-__all__ = ["ChatTemplateError", "ModelChatTemplate", "load_chat_template"]
+__all__ = ["NO_TEMPLATE", "ChatTemplateError", "MissingChatTemplate", "ModelChatTemplate",
+           "load_chat_template"]
+
+log = logging.getLogger("kvpool.server")
+
+# vLLM 0.33's words (vllm/renderers/hf.py), then this server's fix
+NO_TEMPLATE = ("As of transformers v4.44, default chat template is no longer allowed, so you "
+               "must provide a chat template if the tokenizer does not define one. (This "
+               "server: start it with --chat-template.)")
+_TEMPLATE_DIR = "additional_chat_templates"  # transformers 5's named templates, NAME.jinja
+_Named = dict[str, tuple[str, str]]  # a template's name -> (its source, where it came from)
 
 _SPECIALS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
              "mask_token")
@@ -69,26 +86,28 @@ def _environment() -> ImmutableSandboxedEnvironment:
     return env
 
 
-def _token_string(value: Any) -> str | None:
-    """tokenizer_config.json writes a special token as a string or as {"content": ...}."""
-    content = value.get("content") if isinstance(value, dict) else value
-    return content if isinstance(content, str) else None
+def _compile(source: str, origin: str) -> jinja2.Template:
+    try:
+        return _environment().from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ChatTemplateError(f"{origin}: the chat template does not compile: "
+                                f"{exc.message} (line {exc.lineno})") from exc
 
 
 class ModelChatTemplate:
-    """One compiled template plus the special-token strings it is rendered with."""
+    """One compiled template (with the tokenizer's "tool_use" one, if any) plus the
+    special-token strings it is rendered with."""
 
     add_special_tokens = False  # the rendered text carries its own BOS
 
     def __init__(self, source: str, special_tokens: dict[str, str] | None = None,
-                 origin: str = "<string>") -> None:
+                 origin: str = "<string>", *, tool_use: tuple[str, str] | None = None) -> None:
+        """``tool_use``: the (source, origin) of the template a request with ``tools``
+        renders with."""
         self.source = source
         self.origin = origin  # where it came from, for messages
-        try:
-            self._template = _environment().from_string(source)
-        except jinja2.TemplateSyntaxError as exc:
-            raise ChatTemplateError(f"{origin}: the chat template does not compile: "
-                                    f"{exc.message} (line {exc.lineno})") from exc
+        self._template = _compile(source, origin)
+        self._tool_template = None if tool_use is None else _compile(*tool_use)
         self.special_tokens = dict(special_tokens or {})
 
     def render(self, messages: Sequence[tuple], *, add_generation_prompt: bool = True,
@@ -104,11 +123,12 @@ class ModelChatTemplate:
         if continue_final_message:  # whoever's it is: vLLM checks the role for Mistral's
             final = chat[-1]["content"]  # tokenizers only, transformers continues any
             chat[-1]["content"] = final + _CONTINUE_TAG
+        template = self._tool_template if tools and self._tool_template else self._template
         try:
-            text = self._template.render(messages=chat, add_generation_prompt=add_generation_prompt,
-                                         tools=list(tools) if tools else None,
-                                         documents=kw.pop("documents", None),
-                                         **self.special_tokens, **kw)
+            text = template.render(messages=chat, add_generation_prompt=add_generation_prompt,
+                                   tools=list(tools) if tools else None,
+                                   documents=kw.pop("documents", None),
+                                   **self.special_tokens, **kw)
         except jinja2.TemplateError as exc:
             raise RequestError(f"messages: the model's chat template rejected the conversation: "
                                f"{exc}", "messages", "chat_template_error") from None
@@ -127,6 +147,23 @@ class ModelChatTemplate:
         return text
 
 
+class MissingChatTemplate:
+    """A model directory whose tokenizer has no chat template.
+
+    NOTE(no-template): kvpool's built-in template is for the built-in model only. On a model
+    that never saw it, its markers may even encode as the model's own control tokens, so, as
+    vLLM 0.33 does, every chat render is a 400 (the server logs the fix once at start:
+    docs/architecture.md "A request's path"). A request's own ``chat_template`` (with
+    ``--trust-request-chat-template``) still renders, with these special tokens."""
+
+    def __init__(self, special_tokens: dict[str, str]) -> None:
+        self.special_tokens = dict(special_tokens)
+
+    def render(self, messages: Sequence[tuple], **options: Any) -> str:
+        """ModelChatTemplate.render's arguments; there is nothing to render them with."""
+        raise RequestError(NO_TEMPLATE)
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
@@ -137,41 +174,84 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _pick(value: Any, origin: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, list):  # [{"name": "default", "template": ...}, {"name": "tool_use"...}]
-        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
-        chosen = named.get("default")
-        if isinstance(chosen, str):
-            return chosen
-        raise ChatTemplateError(f"{origin}: chat_template is a list without a 'default' "
-                                f"template (names: {sorted(map(str, named))})")
+def _read_template(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ChatTemplateError(f"{path}: cannot read it ({exc})") from exc
+
+
+def _config_templates(value: Any, origin: str) -> _Named:
+    """tokenizer_config.json's "chat_template": a string (the "default" one) or a list of
+    ``{"name", "template"}`` objects."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return {"default": (value, origin)}
+    if isinstance(value, list):
+        return {t["name"]: (t["template"], origin) for t in value if isinstance(t, dict)
+                and isinstance(t.get("name"), str) and isinstance(t.get("template"), str)}
     raise ChatTemplateError(f"{origin}: chat_template must be a string or a list of named "
                             "templates")
 
 
-def load_chat_template(model_dir: str | Path | None,
-                       override: str | Path | None = None) -> ModelChatTemplate | None:
-    """The template for a model directory (``None`` model: the built-in model, no template)."""
-    tcfg = _read_json(Path(model_dir) / "tokenizer_config.json") if model_dir else {}
-    specials = {k: s for k in _SPECIALS if (s := _token_string(tcfg.get(k))) is not None}
+def _named_templates(model_dir: Path, tcfg: dict[str, Any]) -> _Named:
+    """The tokenizer's templates by name, as transformers loads them: its files when there are
+    any (chat_template.jinja is "default", additional_chat_templates/NAME.jinja is NAME, and
+    then tokenizer_config.json's are not read), else tokenizer_config.json's."""
+    named: _Named = {}
+    single = model_dir / "chat_template.jinja"
+    if single.is_file():
+        named["default"] = (_read_template(single), str(single))
+    extra = model_dir / _TEMPLATE_DIR
+    for path in sorted(extra.glob("*.jinja")) if extra.is_dir() else ():
+        named[path.name.removesuffix(".jinja")] = (_read_template(path), str(path))
+    return named or _config_templates(tcfg.get("chat_template"),
+                                      str(model_dir / "tokenizer_config.json"))
+
+
+def _override(value: str | Path, model_dir: Path | None, tcfg: dict[str, Any],
+              specials: dict[str, str]) -> ModelChatTemplate:
+    """--chat-template: a file; else, with a brace or a newline, the template itself (vLLM's
+    rule: a Helm value or compose file inlines it so); else one of the tokenizer's names."""
+    path = Path(value)
+    try:
+        return ModelChatTemplate(path.read_text(encoding="utf-8"), specials, str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        if isinstance(value, str) and any(c in value for c in "{}\n"):
+            return ModelChatTemplate(value, specials, "--chat-template (inline)")
+        named = _named_templates(model_dir, tcfg) if model_dir is not None else {}
+        if isinstance(value, str) and value in named:
+            # NOTE(template-name): transformers' get_chat_template takes a template's name
+            # where it takes a template ("tool_use"); vLLM 0.33 resolves one only in a
+            # request's chat_template, its --chat-template refuses it as a missing file
+            source, origin = named[value]
+            return ModelChatTemplate(source, specials, origin)
+        names = f", nor a template name of the tokenizer ({sorted(named)})" if named else ""
+        raise ChatTemplateError(f"--chat-template {path}: cannot read it ({exc}){names}") \
+            from exc
+
+
+def load_chat_template(model_dir: str | Path | None, override: str | Path | None = None
+                       ) -> ModelChatTemplate | MissingChatTemplate | None:
+    """The template for a model directory (``None`` model: the built-in model, no template;
+    a directory without one: :class:`MissingChatTemplate`, logged once)."""
+    model_dir = None if model_dir is None else Path(model_dir)
+    tcfg = _read_json(model_dir / "tokenizer_config.json") if model_dir else {}
+    specials = {} if model_dir is None else special_token_strings(model_dir, _SPECIALS)
     if override is not None:
-        path = Path(override)
-        try:
-            return ModelChatTemplate(path.read_text(encoding="utf-8"), specials, str(path))
-        except (OSError, UnicodeDecodeError) as exc:
-            if isinstance(override, str) and any(c in override for c in "{}\n"):
-                # vLLM's rule: a value no file holds, with a brace or a newline, is the
-                # template itself (a Helm value or compose file inlines it so)
-                return ModelChatTemplate(override, specials, "--chat-template (inline)")
-            raise ChatTemplateError(f"--chat-template {path}: cannot read it ({exc})") from exc
+        return _override(override, model_dir, tcfg, specials)
     if model_dir is None:
         return None
-    jinja_file = Path(model_dir) / "chat_template.jinja"
-    if jinja_file.is_file():
-        return ModelChatTemplate(jinja_file.read_text(encoding="utf-8"), specials,
-                                 str(jinja_file))
-    origin = str(Path(model_dir) / "tokenizer_config.json")
-    source = _pick(tcfg.get("chat_template"), origin)
-    return None if source is None else ModelChatTemplate(source, specials, origin)
+    named = _named_templates(model_dir, tcfg)
+    if not named:
+        log.warning("%s: the tokenizer has no chat template (no chat_template.jinja, no "
+                    "chat_template in tokenizer_config.json): chat requests are refused (400), "
+                    "as vLLM refuses them; to serve chat, start with --chat-template FILE",
+                    model_dir)
+        return MissingChatTemplate(specials)
+    if "default" not in named:
+        raise ChatTemplateError(f"{model_dir}: the tokenizer's chat templates have no 'default' "
+                                f"(names: {sorted(named)}); name one with --chat-template NAME")
+    source, origin = named["default"]
+    return ModelChatTemplate(source, specials, origin, tool_use=named.get("tool_use"))

@@ -71,7 +71,7 @@ class ServeOptions:
     socket_send_buffer: int | None = None  # SO_SNDBUF of accepted sockets (None: the OS's)
     stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT  # one SSE write, at most
     sse_keep_alive_interval: int = 0  # a keep-alive comment per idle interval (0: none)
-    chat_template: str | None = None  # Jinja file overriding the model directory's template
+    chat_template: str | None = None  # a file, template or name overriding the model's own
     trust_request_chat_template: bool = False  # run a request's own chat_template (else 400)
     replica_id: str | None = None  # name in /v1/kvpool/lookup answers (None: HOSTNAME-PID)
     remote_url: str | None = None  # redis://HOST:PORT of the shared prefix tier (None: off)
@@ -310,9 +310,11 @@ def _add_request_args(srv: _ArgGroup) -> None:
     srv.add_argument("--invariant-check-interval", type=int, default=0, metavar="STEPS",
                      help="run the full pool/scheduler invariant check every STEPS engine "
                           "steps; failures count in kvpool_invariant_violations_total (0: off)")
-    srv.add_argument("--chat-template", default=None, metavar="FILE",
-                     help="a Jinja chat template overriding the model directory's own "
-                          "(default: the model's, else the built-in one)")
+    srv.add_argument("--chat-template", default=None, metavar="FILE|TEMPLATE|NAME",
+                     help="a Jinja chat template overriding the model directory's own: a "
+                          "file, the template itself, or one of the tokenizer's template "
+                          "names (default: the model's; a model without one refuses chat, "
+                          "as vLLM does; the built-in model has its own)")
     srv.add_argument("--trust-request-chat-template", action=VllmSwitch, default=False,
                      help="run the chat_template a request sends, as vLLM's flag of this name "
                      "does: a template is code, and a hostile one can hold the server's CPU "

@@ -9,6 +9,7 @@ the pool (no leak survives a test unnoticed).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,8 @@ from tests.configs import SERVE_LIMITS, engine_config
 from tests.server.helpers import Running, wait_free
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 
+PLAIN_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}\n{% endfor %}"
+                  "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 SHUTDOWN_TIMEOUT = 5.0  # a test that wedges a handler fails in seconds, not aiohttp's 60
 
 
@@ -77,5 +80,7 @@ def hf_dir(tmp_path_factory):
     from tests.runtime.model.helpers import save_hf_model
 
     d = save_hf_model(tmp_path_factory.mktemp("hf_llama"), "llama")
+    # a tokenizer without a chat template serves no chat (NOTE(no-template)): give it one
+    (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": PLAIN_TEMPLATE}))
     hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     return d, hf

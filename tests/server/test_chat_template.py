@@ -4,13 +4,18 @@ templates, on a tokenizer trained in the test; overrides, errors and the request
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model import load_tokenizer
-from kvpool.server.chat_template import ChatTemplateError, load_chat_template
+from kvpool.server.chat_template import (NO_TEMPLATE, ChatTemplateError, MissingChatTemplate,
+                                         load_chat_template)
 from kvpool.server.protocol import RequestParser
-from tests.server.chat_templates import CHATML, CONVERSATION, hf_ids, model_dir, parser_for
+from tests.runtime.model.helpers import train_tokenizer
+from tests.server.chat_templates import (CHATML, CONVERSATION, hf_ids, model_dir, parser_for,
+                                         transformers)
 
 LLAMA3 = ("{{ bos_token }}{% for message in messages %}"
           "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
@@ -97,7 +102,7 @@ def test_override_file_and_fallbacks(tmp_path):
     assert load_chat_template(None) is None  # the built-in model: built-in template
     bare = tmp_path / "bare"
     bare.mkdir()
-    assert load_chat_template(bare) is None
+    assert isinstance(load_chat_template(bare), MissingChatTemplate)  # test_no_template_...
     with pytest.raises(ChatTemplateError, match="does not compile"):
         load_chat_template(model_dir(tmp_path / "bad", "{% for %}", "<s>", "</s>"))
     with pytest.raises(ChatTemplateError, match="default"):
@@ -131,3 +136,78 @@ def test_an_inline_chat_template_is_the_template_itself(tmp_path):
     assert tok.decode(p.parse_chat(ask).prompt_ids).endswith("<user>hi")
     with pytest.raises(ChatTemplateError, match="cannot read it"):
         load_chat_template(tmp_path, str(tmp_path / "missing.jinja"))
+
+
+SPECIALS_SEEN = "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}"
+
+
+@pytest.mark.parametrize("config_tokens, decoder", [
+    ({}, False),  # the older layout: special_tokens_map.json only
+    ({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}, False),  # both: the map wins
+    ({}, True),  # with added_tokens_decoder transformers does not read the map at all
+])
+def test_special_tokens_map_is_read_as_transformers_reads_it(tmp_path, config_tokens, decoder):
+    d = model_dir(tmp_path, SPECIALS_SEEN, "x", "x")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if k not in ("bos_token", "eos_token")} | config_tokens
+    if decoder:
+        cfg["added_tokens_decoder"] = {"0": {"content": "<s>", "special": True}}
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (d / "special_tokens_map.json").write_text(json.dumps({"bos_token": {"content": "<s>"},
+                                                           "eos_token": "</s>"}))
+    ids = parser_for(d).parse_chat({"messages": CONVERSATION[1:2]}).prompt_ids
+    assert ids == hf_ids(d, CONVERSATION[1:2])
+    if not decoder:
+        assert load_tokenizer(d).decode(ids[:1], skip_special_tokens=False) == "<s>"
+
+
+def test_no_template_refuses_chat_as_vllm_does(tmp_path, caplog):
+    """A tokenizer without a template: chat and /tokenize messages are vLLM's 400, the fix is
+    logged once at load; a request's own template still renders (with the tokenizer's
+    special tokens), and the built-in model keeps its built-in template."""
+    train_tokenizer(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>"}))
+    with caplog.at_level("WARNING", logger="kvpool.server"):
+        template = load_chat_template(tmp_path)
+    said = [r for r in caplog.records if "no chat template" in r.getMessage()]
+    assert len(said) == 1 and "--chat-template" in said[0].getMessage()
+    p = RequestParser(load_tokenizer(tmp_path), ["m"], 4096, max_n=1, max_tokens_limit=16,
+                      max_stop=4, chat_template=template, trust_request_chat_template=True)
+    for parse in (p.parse_chat, p.parse_tokenize):
+        with pytest.raises(RequestError) as err:
+            parse({"messages": CONVERSATION[1:2]})
+        assert str(err.value) == NO_TEMPLATE and err.value.param is None
+    own = p.parse_chat({"messages": CONVERSATION[1:2], "chat_template": SPECIALS_SEEN})
+    assert p.tokenizer.decode(own.prompt_ids, skip_special_tokens=False).startswith("<s>Hello")
+    assert load_chat_template(None) is None  # the built-in model: the built-in template
+
+
+TOOL_USE = "TOOLS:{{ tools[0].function.name if tools }}\n" + CHATML
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+@pytest.mark.parametrize("layout", ["tokenizer_config list", "additional_chat_templates"])
+def test_tool_use_template_renders_requests_with_tools(tmp_path, layout):
+    """transformers' get_chat_template(tools=...): "tool_use" when tools are given, else
+    "default"; --chat-template NAME picks one by name (a file of that name would win)."""
+    if layout == "tokenizer_config list":
+        d = model_dir(tmp_path, [{"name": "default", "template": CHATML},
+                                 {"name": "tool_use", "template": TOOL_USE}], "<s>", "</s>")
+    else:
+        d = model_dir(tmp_path, CHATML, "<s>", "</s>", as_file=True)
+        (d / "additional_chat_templates").mkdir()
+        (d / "additional_chat_templates" / "tool_use.jinja").write_text(TOOL_USE)
+    hf = transformers.AutoTokenizer.from_pretrained(str(d))
+    ask = CONVERSATION[1:2]
+    want_tools = hf.apply_chat_template(ask, tools=TOOLS, add_generation_prompt=True,
+                                        tokenize=False)
+    assert want_tools.startswith("TOOLS:get_weather\n")
+    p = parser_for(d)
+    got = p.parse_tokenize({"messages": ask, "tools": TOOLS})
+    assert p.tokenizer.decode(got, skip_special_tokens=False) == want_tools
+    assert p.parse_tokenize({"messages": ask}) == hf_ids(d, ask, add_generation_prompt=True)
+    named = parser_for(d, "tool_use").parse_tokenize({"messages": ask})  # no tools: by name
+    assert p.tokenizer.decode(named, skip_special_tokens=False).startswith("TOOLS:")
+    with pytest.raises(ChatTemplateError, match="tool_use"):
+        load_chat_template(d, "tool_usage")  # neither a file nor a name: the names are listed

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -145,13 +145,30 @@ def _ids(value: Any) -> list[int]:
     return [int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
-def _special_token_id(tok: Tokenizer, value: Any) -> list[int]:
-    """tokenizer_config.json writes specials as a string or {"content": ...}."""
-    content = value.get("content") if isinstance(value, dict) else value
-    if not isinstance(content, str):
-        return []
-    tid = tok.token_to_id(content)
+def _special_token_id(tok: Tokenizer, content: str | None) -> list[int]:
+    tid = None if content is None else tok.token_to_id(content)
     return [] if tid is None else [tid]
+
+
+def _token_string(value: Any) -> str | None:
+    """tokenizer_config.json writes a special token as a string or as {"content": ...}."""
+    content = value.get("content") if isinstance(value, dict) else value
+    return content if isinstance(content, str) else None
+
+
+def special_token_strings(directory: Path, keys: Sequence[str]) -> dict[str, str]:
+    """The tokenizer's special-token strings named ``keys`` (``bos_token``, ``eos_token`` ...),
+    read as transformers reads them; the chat template sees the same ones.
+
+    NOTE(special-tokens-map): the older layout (many Llama/Mistral fine-tunes) keeps them in
+    special_tokens_map.json. transformers (5.x, vLLM 0.33's) reads that file only when
+    tokenizer_config.json has no ``added_tokens_decoder``, and then its values win."""
+    tcfg = _read_json(directory / "tokenizer_config.json")
+    found = {k: s for k in keys if (s := _token_string(tcfg.get(k))) is not None}
+    if "added_tokens_decoder" not in tcfg:
+        legacy = _read_json(directory / "special_tokens_map.json")
+        found.update((k, s) for k in keys if (s := _token_string(legacy.get(k))) is not None)
+    return found
 
 
 def _generation_config(model_dir: Path) -> dict[str, Any]:
@@ -166,22 +183,12 @@ def _generation_config(model_dir: Path) -> dict[str, Any]:
     return _read_json(gen_file if gen_file.is_file() else model_dir / "config.json")
 
 
-def _declared_specials(directory: Path) -> dict[str, Any]:
-    """``bos_token``/``eos_token`` of tokenizer_config.json, else of special_tokens_map.json,
-    where the older layout (many Llama/Mistral fine-tunes) declares them and transformers
-    still reads them."""
-    tcfg = _read_json(directory / "tokenizer_config.json")
-    smap = _read_json(directory / "special_tokens_map.json")
-    return {key: tcfg.get(key) if tcfg.get(key) is not None else smap.get(key)
-            for key in ("bos_token", "eos_token")}
-
-
 def load_tokenizer(path: str | Path, split_special_tokens: bool = False,
                    model_dir: str | Path | None = None) -> Tokenizer:
     """Load ``<path>/tokenizer.json`` with its EOS/BOS ids.
 
-    EOS ids are the union, in this order, of the tokenizer's ``eos_token`` (tokenizer_config.json,
-    else special_tokens_map.json: the primary, as vLLM takes its tokenizer's) and the model's
+    EOS ids are the union, in this order, of the tokenizer's ``eos_token``
+    (NOTE(special-tokens-map): the primary, as vLLM takes its tokenizer's) and the model's
     generation config ``eos_token_id`` (NOTE(gen-eos): what transformers' ``generate`` stops
     on; vLLM stops on each too). Every one ends a sequence (sched/sequence.py NOTE(eos-ids)).
     BOS is the generation config's, else the tokenizer's. The generation config is read from
@@ -197,14 +204,14 @@ def load_tokenizer(path: str | Path, split_special_tokens: bool = False,
                 if (directory / "tokenizer.model").exists() else "")
         raise ModelLoadError(f"{file} not found: kvpool needs a `tokenizers` tokenizer.json{hint}")
     gen = _generation_config(model)
-    specials = _declared_specials(directory)
+    specials = special_token_strings(directory, ("bos_token", "eos_token"))
     try:
         tok = Tokenizer.from_file(file, name=directory.name,
                                   split_special_tokens=split_special_tokens)
     except Exception as exc:  # tokenizers raises a bare Exception for malformed JSON
         raise ModelLoadError(f"{file}: not a valid tokenizer.json ({exc})") from exc
-    eos = _special_token_id(tok, specials["eos_token"]) + _ids(gen.get("eos_token_id"))
-    bos = _ids(gen.get("bos_token_id")) or _special_token_id(tok, specials["bos_token"])
+    eos = _special_token_id(tok, specials.get("eos_token")) + _ids(gen.get("eos_token_id"))
+    bos = _ids(gen.get("bos_token_id")) or _special_token_id(tok, specials.get("bos_token"))
     tok.eos_token_ids = tuple(dict.fromkeys(eos))
     tok.bos_token_id = bos[0] if bos else None
     return tok
