@@ -2,7 +2,7 @@
 
     step thread (pool lock held)          publisher thread
     submit(event): queue.put_nowait  -->  get, then drain what else waits (one batch)
-      queue full -> dropped += 1            batch -> msgpack -> PUB [topic, seq, payload]
+      queue full -> dropped += 1            batch -> msgpack -> XPUB [topic, seq, payload]
                                             keep (seq, payload) in a ring of buffer_steps
                                             between batches: a bounded slice of replays
                                               (ROUTER; replay.py NOTE(replay-budget))
@@ -21,8 +21,18 @@ it is void, and what a subscriber rebuilds from the events after it is never mor
 cached. ``_lost`` is lowered before the marker is queued, so a drop that races it raises it
 again (a spare marker costs hits, never a wrong route).
 
-The first batch (seq 0) is one AllBlocksCleared: this publisher knows nothing cached yet, so a
-subscriber that sees seq 0 again knows the replica restarted and drops what it knew.
+NOTE(start-marker): the first batch (seq 0) is one AllBlocksCleared: this publisher knows
+nothing cached yet, so a subscriber that sees seq 0 again knows the replica restarted and drops
+what it knew. Sent once at start it reached no one: it goes out within milliseconds of the bind
+or connect, and a PUB sends only to peers whose subscription it has read (a SUB redials every
+100 ms at best; llm-d's indexer, which binds, waits for the replica's PUB to dial it). So the
+socket is an XPUB with XPUB_VERBOSE (every peer's subscription comes up, a repeated one too):
+while nothing followed seq 0, a subscription that wants the topic gets seq 0 again, the same
+bytes, sent before any later batch (one resend per publisher turn, however many joined in it;
+it reaches every subscriber, and seq 0 again before seq 1 costs one that has it nothing: it
+knows nothing from this publisher yet). Once a later batch went out, a subscriber that joins
+sees a gap and replays from 0 (docs/kv_events.md, "What is published"). The subscriptions are
+read every turn, whether or not they are wanted: XPUB keeps every one it passes up until read.
 
 NOTE(subscriptions): a plain PUB kept any subscription a peer sent in libzmq's trie, a node
 per byte: one 8 MiB subscription grew the engine by ~400 MiB, and more after the peer left
@@ -69,6 +79,7 @@ MAX_BATCH = 4096  # events per batch at most (a prefill that evicts thousands sp
 _WAIT = 0.02  # seconds the publisher thread waits for an event before polling the replay socket
 SUBSCRIPTION_SLACK = 1024  # bytes a subscription message may carry beyond the topic
 MAX_REQUEST = 1024  # bytes of one replay-request frame at most (a request is ["", 8 bytes])
+SUBS_PER_TURN = 1024  # subscriptions read per publisher turn at most (NOTE(start-marker))
 
 
 def binds(endpoint: str) -> bool:
@@ -91,7 +102,8 @@ def _connect(sock: zmq.Socket, endpoint: str) -> str:
 def _pub_socket(ctx: zmq.Context, config: KVEventsConfig) -> tuple[zmq.Socket, str, str]:
     """The PUB socket bound or connected (NOTE(pub-connect)), its mode and endpoint;
     subscriptions bounded (NOTE(subscriptions))."""
-    sock = ctx.socket(zmq.PUB)
+    sock = ctx.socket(zmq.XPUB)
+    sock.setsockopt(zmq.XPUB_VERBOSE, 1)  # NOTE(start-marker): every subscription comes up
     sock.setsockopt(zmq.SNDHWM, config.hwm)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, len(config.topic.encode()) + SUBSCRIPTION_SLACK)
@@ -111,7 +123,7 @@ def _bind(sock: zmq.Socket, endpoint: str, what: str) -> str:
 
 
 class EventPublisher:
-    """PUB + optional ROUTER replay over a bounded queue, one publisher thread."""
+    """XPUB (NOTE(start-marker)) + optional ROUTER replay over a bounded queue, one thread."""
 
     def __init__(self, config: KVEventsConfig, data_parallel_rank: int = 0) -> None:
         self.config = config
@@ -124,6 +136,7 @@ class EventPublisher:
         self.loss_marks = 0  # AllBlocksCleared queued after drops (NOTE(lost-events))
         self._lost = False  # a drop happened that no AllBlocksCleared follows yet
         self.next_seq = 0
+        self._marker: bytes | None = None  # seq 0's payload while nothing followed it
         # this publisher's stream, told apart from a restarted one's (its seqs start over)
         self.instance = secrets.token_hex(8)
         self._ctx = zmq.Context()
@@ -150,7 +163,6 @@ class EventPublisher:
                 raise
             self._replayer = ReplayServer(self._replay, self._ring, self.topic)
         self._stop = threading.Event()
-        self.submit(AllBlocksCleared())
         self._thread = threading.Thread(target=self._run, name="kvpool-kv-events", daemon=True)
         self._thread.start()
 
@@ -196,10 +208,12 @@ class EventPublisher:
              [((), float(self.dropped))]),
             ("kvpool_kv_events_replay_requests_ignored_total", "counter",
              "Replay requests ignored: malformed, waiting behind the same client's replay "
-             "and replaced by its next (busy), or while the most replays were open (full).",
+             "and replaced by its next (busy), waiting when their client left (gone), or "
+             "while the most replays were open (full).",
              ("reason",),
              [(("malformed",), float(rp.bad_requests if rp else 0)),
               (("busy",), float(rp.ignored if rp else 0)),
+              (("gone",), float(rp.orphaned if rp else 0)),
               (("full",), float(rp.refused if rp else 0))]),
             ("kvpool_kv_events_replays_cut_total", "counter",
              "Replays stopped before their end marker: the client read nothing for a while, "
@@ -219,11 +233,14 @@ class EventPublisher:
     # ---------------------------------------------------------------- publisher thread
     def _run(self) -> None:
         encoder = new_encoder()
+        self._send(encoder, [AllBlocksCleared()])  # seq 0, alone (NOTE(start-marker))
+        subs_wait = False
         while True:
-            wait = _WAIT
+            wait = 0.0 if subs_wait else _WAIT
             if self._replayer is not None:
-                wait = min(max(self._replayer.serve(self.next_seq), 0.0), _WAIT)
+                wait = min(max(self._replayer.serve(self.next_seq), 0.0), wait)
             events = self._take_batch(wait)
+            subs_wait = self._greet()  # first: who subscribed by now gets seq 0 before the batch
             if events:
                 self._send(encoder, events)
             elif self._lost:  # nothing came after a drop: mark it now (NOTE(lost-events))
@@ -252,5 +269,25 @@ class EventPublisher:
         except zmq.Again:
             pass  # PUB does not block; kept for replay below either way
         self._ring.append((seq, payload))
+        self._marker = payload if seq == 0 else None  # NOTE(start-marker)
         self.next_seq = seq + 1
         self.published += len(events)
+
+    def _greet(self) -> bool:
+        """Read the subscriptions the XPUB passed up; seq 0 again, once, when one wants the
+        topic and nothing followed seq 0 yet (NOTE(start-marker)). True when more may wait."""
+        wanted, more = False, True
+        for _ in range(SUBS_PER_TURN):
+            try:
+                msg = self._pub.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                more = False
+                break
+            # b"\x01" + prefix subscribes (b"\x00" unsubscribes); a prefix of the topic matches
+            wanted = wanted or (msg[:1] == b"\x01" and self.topic.startswith(msg[1:]))
+        if wanted and self._marker is not None:
+            try:
+                self._pub.send_multipart((self.topic, encode_seq(0), self._marker), zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # as _send: XPUB drops for a peer past hwm, it never blocks
+        return more

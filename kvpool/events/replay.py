@@ -22,7 +22,10 @@ bounds a replay's cost (NOTE(replay-budget)):
 NOTE(pending): vLLM's replay socket answers every request in turn, so a consumer may ask
 for a second gap while its first replay runs and wait for its end marker. Dropped (as it was
 here: "busy"), that wait ran out. A start seq of fewer than 8 bytes is read as vLLM reads it
-(``int.from_bytes``, big-endian), and was ignored as malformed.
+(``int.from_bytes``, big-endian), and was ignored as malformed. The waiting request starts
+when the replay before it ends or is cut (the ring moved past it, the client stalled): it was
+dropped with a cut one, unanswered and uncounted. Only a client that left loses it (there is
+no one to answer), counted ignored (reason "gone").
 
 NOTE(replay-sndbuf): a sender sees a client stop reading only when the client's queue is full,
 so what a non-reader can absorb is what it takes from the others' share of SEND_BUDGET before it
@@ -71,6 +74,7 @@ class _Replay:
     progress_at: float  # monotonic time of the last message the client took
     retry_at: float = 0.0  # monotonic time before which its full queue is not tried again
     backoff: float = 0.0
+    gone: bool = False  # cut because its client left (its waiting request goes too)
 
 
 class ReplayServer:
@@ -83,6 +87,7 @@ class ReplayServer:
         sock.copy_threshold = 0  # NOTE(zero-copy): every frame sent is referenced, not copied
         self.bad_requests = 0  # malformed requests ignored
         self.ignored = 0  # waiting requests another from their client replaced (NOTE(pending))
+        self.orphaned = 0  # waiting requests whose client left (NOTE(pending))
         self.refused = 0  # requests ignored while MAX_OPEN replays were open
         self.cut = 0  # replays stopped before their end marker
         self._open: dict[bytes, _Replay] = {}  # insertion order is the round robin's
@@ -137,8 +142,10 @@ class ReplayServer:
                     self._open[client] = replay  # back of the queue
                     if waiting is not None:
                         self._pending[client] = waiting
-                elif waiting is not None and replay.cursor >= replay.stop:  # ended, not cut
-                    self._start(client, *waiting)
+                elif waiting is not None:  # ended or cut: the next is served (NOTE(pending))
+                    self.orphaned += replay.gone
+                    if not replay.gone:
+                        self._start(client, *waiting)
                 sent_total += sent
                 budget -= max(sent, 1)
                 if budget <= 0:
@@ -168,6 +175,7 @@ class ReplayServer:
                                                           MAX_BACKOFF)
             replay.retry_at = now + replay.backoff
         except zmq.ZMQError:  # EHOSTUNREACH (ROUTER_MANDATORY): the client left
+            replay.gone = True
             return sent, self._cut("a client disconnected")
         if sent:
             replay.progress_at = now

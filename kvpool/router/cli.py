@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
+from kvpool.errors import ConfigError
 from kvpool.router.affinity import ResponseAffinity
 from kvpool.router.drain import (DEFAULT_SHUTDOWN_TIMEOUT, SHUTDOWN_GRACE, Drain,
                                  install_signals)
@@ -42,6 +43,7 @@ from kvpool.router.scoring import LoadGuard
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.cors import CorsPolicy, add_cors_args
 from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
+from kvpool.server.listen_errors import listening
 
 __all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments",
            "add_shutdown_argument", "default_router_connections", "event_loop_factory",
@@ -218,7 +220,8 @@ async def listen(router: Router, host: str, port: int, drain: Drain | None = Non
                            shutdown_timeout=10 if drain is None else SHUTDOWN_GRACE)
     await runner.setup()
     try:
-        server = await start_listener(runner, host, port, limiter=limiter)
+        with listening(host, port):  # a port in use: one line naming it (main: exit 2)
+            server = await start_listener(runner, host, port, limiter=limiter)
     except BaseException:
         await runner.cleanup()
         raise
@@ -262,11 +265,15 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"kvpool router: {exc}", file=sys.stderr)
         return 2
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        runner.run(serve(router, args.host, args.port,
-                         shutdown_timeout=getattr(args, "shutdown_timeout",
-                                                  DEFAULT_SHUTDOWN_TIMEOUT),
-                         max_connections=getattr(args, "max_connections", None)))
+    try:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(serve(router, args.host, args.port,
+                             shutdown_timeout=getattr(args, "shutdown_timeout",
+                                                      DEFAULT_SHUTDOWN_TIMEOUT),
+                             max_connections=getattr(args, "max_connections", None)))
+    except ConfigError as exc:  # the listener's port (listen_errors.py)
+        print(f"kvpool router: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from kvpool.errors import ConfigError
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import require_context_fits, require_within_model
 from kvpool.runtime.model.hf_cache import cached_snapshot
 from kvpool.server.app import GATE_KEY, METRICS_KEY, ROUTES_KEY, build_app, start_draining
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.kv_events_route import KVEventsRoute
+from kvpool.server.listen_errors import listening, require_own_port
 from kvpool.server.lookup import REPLICA_ID_KEY, default_replica_id
 from kvpool.server.process_tuning import loop_factory, tune_process
 from kvpool.server.remote_setup import add_remote_args, build_link, require_tier_runs
@@ -261,6 +261,7 @@ def _build(config: EngineConfig, o: ServeOptions,
     """The engine (its remote link and KV events wired) and the app over it."""
     events = KVEventsRoute.start(o.kv_events_config, config.block_size, o.kv_events_salt_key,
                                  config.enable_prefix_caching)
+    require_own_port(o.port, events.publisher)  # before the model loads, not after
     engine = _engine(config, events)
     _require_context(engine, config.block_size)
     engine.invariant_check_interval = o.invariant_check_interval
@@ -307,11 +308,12 @@ async def _listen(runner: web.AppRunner, o: ServeOptions, limiter: ConnectionLim
                   model_name: str, on_ready: Callable[[str, int], None] | None,
                   tls: ServerTLS) -> asyncio.AbstractServer:
     """The guarded listener (HTTPS with ``tls.context``), and the READY line once bound."""
-    listener = await start_listener(
-        runner, o.host, o.port, limiter=limiter, header_timeout=o.header_timeout,
-        keep_alive_timeout=o.keep_alive_timeout, send_buffer=o.socket_send_buffer,
-        access_log=o.access_log(log),  # at debug, unless --disable-uvicorn-access-log
-        ssl=tls.context)
+    with listening(o.host, o.port):  # a port in use: one line naming it, exit 2
+        listener = await start_listener(
+            runner, o.host, o.port, limiter=limiter, header_timeout=o.header_timeout,
+            keep_alive_timeout=o.keep_alive_timeout, send_buffer=o.socket_send_buffer,
+            access_log=o.access_log(log),  # at debug, unless --disable-uvicorn-access-log
+            ssl=tls.context)
     bound = listener.sockets[0].getsockname()[1] if listener.sockets else o.port
     loop_kind = type(asyncio.get_running_loop()).__module__.split(".")[0]  # uvloop | asyncio
     ready = READY_PREFIX if tls.context is None else READY_TLS_PREFIX
