@@ -42,6 +42,10 @@ Rotary position embedding (``RotaryEmbedding``, RoPE) with the Hugging Face Llam
 
 Positions are absolute token indices within the sequence, so a chunk that starts at position
 ``start`` (a cached prefix or an earlier prefill chunk) rotates exactly as a one-shot prefill would.
+
+With a partial rotary factor (Phi-3's ``partial_rotary_factor``) ``d`` above is
+``ModelConfig.rotary_dim``: only a head's first ``rotary_dim`` dimensions are rotated, by
+frequencies over ``rotary_dim``, and the rest pass through (``RotaryEmbedding.apply_partial``).
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ import torch
 import torch.nn.functional as F
 
 from .batch import DecodeGroup, PreparedBatch, PrefillSpan
-from .config import ModelConfig, RopeScaling
+from .config import ModelConfig
+from .rope_config import RopeScaling
 
 __all__ = ["KVCacheLayout", "PagedAttention", "RotaryEmbedding", "allocate_kv_cache",
            "kv_bytes_per_block", "rope_inv_freq"]
@@ -218,7 +223,8 @@ def kv_bytes_per_block(model_config: ModelConfig, block_size: int,
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
-    """float32 inverse frequencies ``[head_dim // 2]``, scaled as configured.
+    """float32 inverse frequencies ``[head_dim // 2]``, scaled as configured; ``head_dim`` is
+    the rotated width (``ModelConfig.rotary_dim``), as transformers' rope functions take it.
 
     NOTE(oracle): computed in float32 from an int64 arange, as transformers does, so the cos/sin
     tables match the reference bit for bit.
@@ -277,15 +283,18 @@ class RotaryEmbedding:
     checkpoint, so it survives ``to_empty``/meta-device construction unchanged.
     """
 
-    def __init__(self, head_dim: int, theta: float, scaling: RopeScaling) -> None:
+    def __init__(self, head_dim: int, theta: float, scaling: RopeScaling,
+                 rotary_dim: int | None = None) -> None:
         self.head_dim = head_dim
-        self._inv_freq = rope_inv_freq(head_dim, theta, scaling)  # float32, CPU master copy
+        self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        # float32, CPU master copy; over the rotated dimensions only (transformers' Phi-3)
+        self._inv_freq = rope_inv_freq(self.rotary_dim, theta, scaling)
         self._factor = scaling.attention_factor if scaling.rope_type == "yarn" else 1.0
         self._inv_freq_by_device: dict[torch.device, torch.Tensor] = {}
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> "RotaryEmbedding":
-        return cls(config.head_dim, config.rope_theta, config.rope_scaling)
+        return cls(config.head_dim, config.rope_theta, config.rope_scaling, config.rotary_dim)
 
     def _inv_freq_on(self, device: torch.device) -> torch.Tensor:
         cached = self._inv_freq_by_device.get(device)
@@ -296,7 +305,7 @@ class RotaryEmbedding:
 
     def cos_sin(self, positions: torch.Tensor,
                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos, sin`` of shape ``[tokens, 1, head_dim]`` (broadcast over heads) in ``dtype``.
+        """``cos, sin`` of shape ``[tokens, 1, rotary_dim]`` (broadcast over heads) in ``dtype``.
 
         Computed once per forward and shared by every layer.
         """
@@ -313,3 +322,10 @@ class RotaryEmbedding:
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
+
+    @staticmethod
+    def apply_partial(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """:meth:`apply` on the first ``cos.shape[-1]`` dimensions of each head of ``x``; the
+        rest are passed through as they are."""
+        dim = cos.shape[-1]
+        return torch.cat((RotaryEmbedding.apply(x[..., :dim], cos, sin), x[..., dim:]), dim=-1)

@@ -5,12 +5,8 @@ Qwen3 (``Qwen3ForCausalLM``: an RMSNorm on each query and key head before RoPE, 
 ``attention_bias``), Granite 3 (``GraniteForCausalLM``: Llama scaled by four multipliers, of the
 embeddings, of each residual branch, of the attention scores and of the logits), Phi-3 and
 Phi-4 (``Phi3ForCausalLM``: q/k/v and gate/up stored fused, optional sliding window) and Mistral
-(``MistralForCausalLM``, optional sliding window). RoPE parameters are read from either layout
-transformers has used:
-
-* 4.x: top-level ``rope_theta`` plus an optional ``rope_scaling`` dict (``type`` or ``rope_type``:
-  ``linear``, ``llama3`` or ``yarn``);
-* 5.x: ``rope_parameters = {"rope_type": "default", "rope_theta": ...}``.
+(``MistralForCausalLM``, optional sliding window). RoPE parameters, a partial rotary factor
+(Phi-3's) among them, are read from either layout transformers has used (rope_config.py).
 
 Every error is a :class:`ModelConfigError` that names the offending key and the fix.
 """
@@ -24,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ModelConfigError, ModelLoadError
+from .rope_config import RopeScaling, check_partial_rotary, parse_rope
 
 __all__ = ["ModelConfig", "ModelConfigError", "RopeScaling"]
 
@@ -36,26 +33,8 @@ _ARCHITECTURES = {
     "phi3": "Phi3ForCausalLM",
     "mistral": "MistralForCausalLM",
 }
-_SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn")
 _MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "attention_multiplier",
                 "logits_scaling")  # Granite's
-
-
-@dataclass(frozen=True, slots=True)
-class RopeScaling:
-    """RoPE frequency scaling. ``rope_type == "default"`` means none (other fields unused);
-    ``linear`` divides every frequency by ``factor``; ``llama3`` and ``yarn`` blend scaled and
-    unscaled frequencies by wavelength (kvpool/runtime/model/attention.py ``rope_inv_freq``)."""
-
-    rope_type: str = "default"  # "default" | "llama3" | "linear" | "yarn"
-    factor: float = 1.0  # the divisor of the scaled frequencies
-    low_freq_factor: float = 1.0  # llama3: wavelengths above orig_ctx / low_freq_factor are scaled
-    high_freq_factor: float = 4.0  # llama3: wavelengths below orig_ctx / high_freq_factor are kept
-    original_max_position_embeddings: int = 8192  # llama3, yarn: the pretraining context length
-    beta_fast: float = 32.0  # yarn: rotations above which a frequency is kept
-    beta_slow: float = 1.0  # yarn: rotations below which a frequency is scaled
-    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it
-    truncate: bool = True  # yarn: the ramp's ends rounded to whole dimensions
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +42,8 @@ class ModelConfig:
     """Shape and numerics of a Llama-family decoder.
 
     Invariant (checked in ``__post_init__``): ``num_attention_heads % num_key_value_heads == 0``,
-    ``head_dim`` is even, every size is a positive int, ``rms_norm_eps > 0``, ``rope_theta > 0``.
+    ``head_dim`` is even, every size is a positive int, ``rms_norm_eps > 0``, ``rope_theta > 0``,
+    ``rotary_dim`` is even and positive (a factor below 1 only for a family that honours it).
     """
 
     model_type: str  # "llama" | "qwen2" | "qwen3" | "granite" | "phi3" | "mistral"
@@ -79,6 +59,7 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling = RopeScaling()
+    partial_rotary_factor: float = 1.0  # Phi-3: RoPE on the first rotary_dim dims of each head
     qkv_bias: bool = False  # Qwen2 always; Llama when attention_bias
     o_bias: bool = False  # Llama when attention_bias
     mlp_bias: bool = False  # Llama when mlp_bias
@@ -118,6 +99,7 @@ class ModelConfig:
                 and self.rope_theta > 0):
             raise ModelConfigError("rope_theta",
                                    f"must be a positive number, got {self.rope_theta!r}")
+        check_partial_rotary(self.model_type, self.partial_rotary_factor, head_dim=self.head_dim)
         if self.sliding_window is not None and (
                 isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int)
                 or self.sliding_window <= 0):
@@ -147,6 +129,12 @@ class ModelConfig:
         if self.rope_scaling.rope_type == "linear":
             return int(self.max_position_embeddings * self.rope_scaling.factor)
         return self.max_position_embeddings
+
+    @property
+    def rotary_dim(self) -> int:
+        """The leading dimensions of each head that RoPE rotates, truncated as transformers
+        and vLLM truncate them; the rest pass through unrotated."""
+        return int(self.head_dim * self.partial_rotary_factor)
 
     @property
     def q_size(self) -> int:
@@ -183,8 +171,7 @@ class ModelConfig:
             raise ModelConfigError("hidden_act", f"only 'silu' is supported, got {hidden_act!r}")
         hidden, heads = _required(d, "hidden_size"), _required(d, "num_attention_heads")
         head_dim = _parse_head_dim(d, hidden, heads)
-        _check_full_rotary(d.get("partial_rotary_factor"), "partial_rotary_factor")
-        theta, scaling = _parse_rope(d)
+        theta, scaling, partial = parse_rope(d, model_type)
         family = _parse_family(d, model_type)
         eos = d.get("eos_token_id")
         eos_ids = () if eos is None else (tuple(eos) if isinstance(eos, (list, tuple)) else (eos,))
@@ -202,6 +189,7 @@ class ModelConfig:
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             rope_theta=theta,
             rope_scaling=scaling,
+            partial_rotary_factor=partial,
             bos_token_id=d.get("bos_token_id"),
             eos_token_ids=eos_ids,
             **family,
@@ -213,6 +201,8 @@ class ModelConfig:
                                 "rope_theta": self.rope_theta}
         if self.rope_scaling.rope_type != "default":
             rope.update({k: v for k, v in asdict(self.rope_scaling).items() if k != "rope_type"})
+        if self.partial_rotary_factor != 1.0:
+            rope["partial_rotary_factor"] = self.partial_rotary_factor
         out: dict[str, Any] = {
             "architectures": [self.architecture],
             "model_type": self.model_type,
@@ -313,83 +303,3 @@ def _parse_family(d: Mapping[str, Any], model_type: str) -> dict[str, Any]:
             "use_sliding_window", "Qwen sliding-window layers are not supported; set it to "
             "false (the released Qwen2, Qwen2.5 and Qwen3 checkpoints do)")
     return family
-
-
-def _parse_rope(d: Mapping[str, Any]) -> tuple[float, RopeScaling]:
-    """(theta, scaling) from ``rope_parameters`` (5.x) or ``rope_theta``/``rope_scaling`` (4.x)."""
-    params = d.get("rope_parameters")
-    key = "rope_parameters"
-    if params is None:
-        params = dict(d.get("rope_scaling") or {})
-        key = "rope_scaling"
-        params.setdefault("rope_theta", d.get("rope_theta", 10000.0))
-    if not isinstance(params, Mapping):
-        raise ModelConfigError(key, f"must be an object, got {type(params).__name__}")
-    if params and all(isinstance(v, Mapping) for v in params.values()):
-        raise ModelConfigError(key, "per-layer-type RoPE parameters are not supported by "
-                                    "Llama/Qwen/Mistral; use one flat object")
-    # transformers 5 keeps partial_rotary_factor here (vLLM reads it from here too)
-    _check_full_rotary(params.get("partial_rotary_factor"), f"{key}.partial_rotary_factor")
-    theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
-    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
-    if rope_type not in _SUPPORTED_ROPE_TYPES:
-        raise ModelConfigError(
-            f"{key}.rope_type", f"unsupported RoPE type {rope_type!r}; supported: "
-            f"{list(_SUPPORTED_ROPE_TYPES)}")
-    if rope_type == "default":
-        return theta, RopeScaling()
-    if rope_type == "linear":
-        return theta, RopeScaling("linear", _positive(params.get("factor"), f"{key}.factor"))
-    if rope_type == "yarn":
-        return theta, _yarn(params, key, d.get("max_position_embeddings", 2048))
-    return theta, _llama3(params, key)
-
-
-def _check_full_rotary(partial: Any, where: str) -> None:
-    """RoPE rotates every head dimension here (attention.py): refuse a partial rotary."""
-    if partial not in (None, 1, 1.0):
-        raise ModelConfigError(where, f"only 1.0 is supported, got {partial!r}")
-
-
-def _positive(value: Any, where: str, rope_type: str = "this") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            math.isfinite(value) and value > 0):
-        raise ModelConfigError(where, f"{rope_type} RoPE needs a positive number, got {value!r}")
-    return value
-
-
-def _llama3(params: Mapping[str, Any], key: str) -> RopeScaling:
-    values = {name: _positive(params.get(name), f"{key}.{name}", "llama3") for name in (
-        "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
-    if values["high_freq_factor"] <= values["low_freq_factor"]:
-        raise ModelConfigError(f"{key}.high_freq_factor",
-                               "must be greater than low_freq_factor for llama3 RoPE")
-    values["original_max_position_embeddings"] = int(values["original_max_position_embeddings"])
-    return RopeScaling(rope_type="llama3", **values)
-
-
-def _yarn(params: Mapping[str, Any], key: str, max_pos: int) -> RopeScaling:
-    """YaRN as transformers computes it: the pretraining length defaults to
-    ``max_position_embeddings`` (``max_pos``) and ``factor`` to their ratio; the attention
-    factor, when not given, is ``0.1 ln(factor) + 1``, or DeepSeek's ratio of two such terms
-    with ``mscale`` and ``mscale_all_dim``; the betas default to 32 and 1."""
-    orig = params.get("original_max_position_embeddings") or max_pos
-    orig = int(_positive(orig, f"{key}.original_max_position_embeddings", "yarn"))
-    factor = params.get("factor")
-    factor = _positive(max_pos / orig if factor is None else factor, f"{key}.factor", "yarn")
-    attention = params.get("attention_factor")
-    if attention is None:
-        mscale, mscale_all = params.get("mscale"), params.get("mscale_all_dim")
-        attention = (_mscale(factor, mscale) / _mscale(factor, mscale_all)
-                     if mscale and mscale_all else _mscale(factor, 1.0))
-    return RopeScaling(
-        "yarn", factor, original_max_position_embeddings=orig,
-        beta_fast=_positive(params.get("beta_fast") or 32, f"{key}.beta_fast", "yarn"),
-        beta_slow=_positive(params.get("beta_slow") or 1, f"{key}.beta_slow", "yarn"),
-        attention_factor=_positive(attention, f"{key}.attention_factor", "yarn"),
-        truncate=bool(params.get("truncate", True)))
-
-
-def _mscale(factor: float, mscale: float) -> float:
-    """YaRN's attention temperature term (its paper's equation 21)."""
-    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0

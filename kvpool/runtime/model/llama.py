@@ -71,6 +71,9 @@ class _Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, dtype)
         self.qk_norm = cfg.qk_norm
         self.kernel = kernel
+        # chosen once here, so a full-rotary model's step pays no per-layer test or slicing
+        self.rotate = (RotaryEmbedding.apply if cfg.rotary_dim == cfg.head_dim
+                       else RotaryEmbedding.apply_partial)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
                 layer: int, prep: PreparedBatch) -> torch.Tensor:
@@ -80,7 +83,7 @@ class _Attention(nn.Module):
         if self.qk_norm:
             qk = torch.cat([self.q_norm(qk[:, :self.heads]), self.k_norm(qk[:, self.heads:])], 1)
         # RoPE on q and k heads together (same positions, same tables): one pass, not two.
-        qk = RotaryEmbedding.apply(qk, cos, sin)
+        qk = self.rotate(qk, cos, sin)
         q, k = qk[:, :self.heads], qk[:, self.heads:]
         v = qkv[:, self.q_size + self.kv_size:].view(t, self.kv_heads, self.head_dim)
         # NOTE(order): write before attend; the chunk's own keys are part of its context.

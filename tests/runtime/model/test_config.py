@@ -130,9 +130,13 @@ def test_families():
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4}}, "rope_parameters.factor"),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": -1.0}}, "rope_theta"),
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
-    ({"model_type": "phi3", "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
-                                                "partial_rotary_factor": 0.5}},
+    ({"model_type": "mistral", "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                   "partial_rotary_factor": 0.5}},
      "rope_parameters.partial_rotary_factor"),
+    ({"model_type": "phi3", "rope_scaling": {"type": "yarn", "factor": 4.0}},  # longrope
+     "rope_scaling.rope_type"),  # to transformers' Phi3Config: NOTE(phi3-yarn)
+    ({"model_type": "phi3", "rope_parameters": {"rope_type": "su", "rope_theta": 1e4}},
+     "rope_parameters.rope_type"),
     ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "qwen3", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "granite", "logits_scaling": 0}, "logits_scaling"),
@@ -211,3 +215,56 @@ def test_kv_cache_rejects_bad_geometry(bad):
     args.update(bad)
     with pytest.raises(ValueError):
         allocate_kv_cache(args["num_blocks"], c, args["block_size"], args["dtype"], "cpu")
+
+
+PHI3 = {"model_type": "phi3"}
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "granite", "mistral"])
+@pytest.mark.parametrize("over,key", [
+    ({"partial_rotary_factor": 0.75}, "partial_rotary_factor"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0, "partial_rotary_factor": 0.75}},
+     "rope_scaling.partial_rotary_factor"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                          "partial_rotary_factor": 0.75}}, "rope_parameters.partial_rotary_factor"),
+])
+def test_partial_rotary_refused_where_transformers_ignores_it(family, over, key):
+    """transformers' modeling code of these families rotates the whole head (vLLM would not):
+    refused in every layout, with the key and the fix named."""
+    with pytest.raises(ModelConfigError) as err:
+        ModelConfig.from_hf_dict(cfg(model_type=family, **over))
+    assert err.value.key == key and "set it to 1.0" in str(err.value)
+    with pytest.raises(ModelConfigError, match="partial_rotary_factor"):  # built directly too
+        ModelConfig(model_type=family, hidden_size=64, intermediate_size=128,
+                    num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+                    head_dim=16, vocab_size=300, partial_rotary_factor=0.75)
+
+
+@pytest.mark.parametrize("over,key", [
+    ({"partial_rotary_factor": 0}, "partial_rotary_factor"),
+    ({"partial_rotary_factor": 1.5}, "partial_rotary_factor"),
+    ({"partial_rotary_factor": True}, "partial_rotary_factor"),
+    ({"rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": "0.5"}},
+     "rope_parameters.partial_rotary_factor"),
+    ({"partial_rotary_factor": 0.3125}, "partial_rotary_factor"),  # int(16 * 0.3125) = 5: odd
+    ({"partial_rotary_factor": 0.05}, "partial_rotary_factor"),  # int(16 * 0.05) = 0
+])
+def test_partial_rotary_bad_values(over, key):
+    with pytest.raises(ModelConfigError) as err:
+        ModelConfig.from_hf_dict(cfg(**PHI3, **over))
+    assert err.value.key == key
+
+
+def test_partial_rotary_read_from_every_layout():
+    """Phi-3 (Phi-4-mini's family): the factor top-level (4.x), inside rope_scaling or inside
+    rope_parameters (5.x); the rope object's value wins, as transformers merges them."""
+    top = ModelConfig.from_hf_dict(cfg(**PHI3, partial_rotary_factor=0.75, hidden_size=88))
+    assert (top.head_dim, top.rotary_dim, top.partial_rotary_factor) == (22, 16, 0.75)
+    v5 = ModelConfig.from_hf_dict(cfg(**PHI3, hidden_size=88, partial_rotary_factor=0.25,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                                       "partial_rotary_factor": 0.75}))
+    assert v5 == top and ModelConfig.from_hf_dict(v5.to_hf_dict()) == v5
+    v4 = ModelConfig.from_hf_dict(cfg(**PHI3, rope_scaling={"rope_type": "default",
+                                                            "partial_rotary_factor": 0.5}))
+    assert v4.rotary_dim == 8 and v4.rope_scaling.rope_type == "default"
+    assert ModelConfig.from_hf_dict(cfg(**PHI3)).rotary_dim == 16  # absent: the whole head

@@ -1,0 +1,161 @@
+"""The RoPE part of a Hugging Face ``config.json``: theta, frequency scaling and the share of
+each head that is rotated (``partial_rotary_factor``), from either layout transformers has used:
+
+* 4.x: top-level ``rope_theta`` and ``partial_rotary_factor`` plus an optional ``rope_scaling``
+  dict (``type`` or ``rope_type``: ``linear``, ``llama3`` or ``yarn``);
+* 5.x: ``rope_parameters = {"rope_type": "default", "rope_theta": ...,
+  "partial_rotary_factor": ...}``.
+
+Every error is a :class:`ModelConfigError` that names the offending key and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .errors import ModelConfigError
+
+__all__ = ["PARTIAL_ROTARY_FAMILIES", "RopeScaling", "check_partial_rotary", "parse_rope"]
+
+_SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn")
+# NOTE(partial-rotary): the families whose transformers modeling code rotates only the first
+# int(head_dim * partial_rotary_factor) dimensions (Phi-3's apply_rotary_pos_emb slices them).
+# Llama, Qwen2/3, Granite and Mistral rotate the whole head whatever the key says while vLLM's
+# get_rope honours it for every family, so for those a factor < 1 has no single meaning: it
+# is refused rather than served one way or the other (docs/architecture.md, "The model").
+PARTIAL_ROTARY_FAMILIES = ("phi3",)
+
+
+@dataclass(frozen=True, slots=True)
+class RopeScaling:
+    """RoPE frequency scaling. ``rope_type == "default"`` means none (other fields unused);
+    ``linear`` divides every frequency by ``factor``; ``llama3`` and ``yarn`` blend scaled and
+    unscaled frequencies by wavelength (kvpool/runtime/model/attention.py ``rope_inv_freq``)."""
+
+    rope_type: str = "default"  # "default" | "llama3" | "linear" | "yarn"
+    factor: float = 1.0  # the divisor of the scaled frequencies
+    low_freq_factor: float = 1.0  # llama3: wavelengths above orig_ctx / low_freq_factor are scaled
+    high_freq_factor: float = 4.0  # llama3: wavelengths below orig_ctx / high_freq_factor are kept
+    original_max_position_embeddings: int = 8192  # llama3, yarn: the pretraining context length
+    beta_fast: float = 32.0  # yarn: rotations above which a frequency is kept
+    beta_slow: float = 1.0  # yarn: rotations below which a frequency is scaled
+    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it
+    truncate: bool = True  # yarn: the ramp's ends rounded to whole dimensions
+
+
+def parse_rope(d: Mapping[str, Any], model_type: str) -> tuple[float, RopeScaling, float]:
+    """(theta, scaling, partial_rotary_factor) from ``rope_parameters`` (5.x) or
+    ``rope_theta``/``rope_scaling``/``partial_rotary_factor`` (4.x).
+
+    NOTE(phi3-yarn): transformers' Phi3Config renames an old config's "yarn" (or "su") to
+    "longrope", so a Phi-3 checkpoint saying "yarn" was trained with LongRoPE; served as
+    YaRN its output would differ from transformers' without a word, so it is refused."""
+    params = d.get("rope_parameters")
+    key = "rope_parameters"
+    if params is None:
+        params = dict(d.get("rope_scaling") or {})
+        key = "rope_scaling"
+        params.setdefault("rope_theta", d.get("rope_theta", 10000.0))
+    if not isinstance(params, Mapping):
+        raise ModelConfigError(key, f"must be an object, got {type(params).__name__}")
+    if params and all(isinstance(v, Mapping) for v in params.values()):
+        raise ModelConfigError(key, "per-layer-type RoPE parameters are not supported by "
+                                    "Llama/Qwen/Mistral; use one flat object")
+    partial = _parse_partial(d, params, key, model_type)
+    theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
+    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+    if model_type == "phi3" and rope_type in ("yarn", "su"):  # NOTE(phi3-yarn)
+        raise ModelConfigError(f"{key}.rope_type", f"Phi-3 reads {rope_type!r} as 'longrope' "
+                               "(transformers' Phi3Config), which kvpool does not support")
+    if rope_type not in _SUPPORTED_ROPE_TYPES:
+        raise ModelConfigError(
+            f"{key}.rope_type", f"unsupported RoPE type {rope_type!r}; supported: "
+            f"{list(_SUPPORTED_ROPE_TYPES)}")
+    if rope_type == "default":
+        scaling = RopeScaling()
+    elif rope_type == "linear":
+        scaling = RopeScaling("linear", _positive(params.get("factor"), f"{key}.factor"))
+    elif rope_type == "yarn":
+        scaling = _yarn(params, key, d.get("max_position_embeddings", 2048))
+    else:
+        scaling = _llama3(params, key)
+    return theta, scaling, partial
+
+
+def _parse_partial(d: Mapping[str, Any], params: Mapping[str, Any], key: str,
+                   model_type: str) -> float:
+    """The rope object's ``partial_rotary_factor``, else the top-level one, else 1.0: the
+    object's wins, as transformers 5 merges a 4.x config (``setdefault``), and vLLM too."""
+    if params.get("partial_rotary_factor") is not None:
+        partial, where = params["partial_rotary_factor"], f"{key}.partial_rotary_factor"
+    else:
+        partial, where = d.get("partial_rotary_factor"), "partial_rotary_factor"
+    if partial is None:
+        return 1.0
+    check_partial_rotary(model_type, partial, where=where)
+    return float(partial)
+
+
+def check_partial_rotary(model_type: str, partial: Any, where: str = "partial_rotary_factor",
+                         head_dim: int | None = None) -> None:
+    """A factor in (0, 1], below 1 only for the families of NOTE(partial-rotary), and (given
+    ``head_dim``) rotating a positive even number of dimensions."""
+    if isinstance(partial, bool) or not isinstance(partial, (int, float)) or not (
+            math.isfinite(partial) and 0 < partial <= 1):
+        raise ModelConfigError(where, f"must be a number in (0, 1], got {partial!r}")
+    if partial != 1 and model_type not in PARTIAL_ROTARY_FAMILIES:
+        raise ModelConfigError(
+            where, f"{partial!r} is not supported for model_type {model_type!r}: transformers "
+            "rotates the whole head for this family (its modeling code ignores the key) while "
+            "vLLM rotates only part of it, so the checkpoint's meaning is ambiguous; remove "
+            f"the key or set it to 1.0 (partial rotary is served for {PARTIAL_ROTARY_FAMILIES})")
+    rotary_dim = None if head_dim is None else int(head_dim * partial)  # ModelConfig.rotary_dim
+    if rotary_dim is not None and (rotary_dim <= 0 or rotary_dim % 2):
+        raise ModelConfigError(where, f"int(head_dim * {partial!r}) = {rotary_dim} must be a "
+                                      "positive even number of rotated dimensions")
+
+
+def _positive(value: Any, where: str, rope_type: str = "this") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value > 0):
+        raise ModelConfigError(where, f"{rope_type} RoPE needs a positive number, got {value!r}")
+    return value
+
+
+def _llama3(params: Mapping[str, Any], key: str) -> RopeScaling:
+    values = {name: _positive(params.get(name), f"{key}.{name}", "llama3") for name in (
+        "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+    if values["high_freq_factor"] <= values["low_freq_factor"]:
+        raise ModelConfigError(f"{key}.high_freq_factor",
+                               "must be greater than low_freq_factor for llama3 RoPE")
+    values["original_max_position_embeddings"] = int(values["original_max_position_embeddings"])
+    return RopeScaling(rope_type="llama3", **values)
+
+
+def _yarn(params: Mapping[str, Any], key: str, max_pos: int) -> RopeScaling:
+    """YaRN as transformers computes it: the pretraining length defaults to
+    ``max_position_embeddings`` (``max_pos``) and ``factor`` to their ratio; the attention
+    factor, when not given, is ``0.1 ln(factor) + 1``, or DeepSeek's ratio of two such terms
+    with ``mscale`` and ``mscale_all_dim``; the betas default to 32 and 1."""
+    orig = params.get("original_max_position_embeddings") or max_pos
+    orig = int(_positive(orig, f"{key}.original_max_position_embeddings", "yarn"))
+    factor = params.get("factor")
+    factor = _positive(max_pos / orig if factor is None else factor, f"{key}.factor", "yarn")
+    attention = params.get("attention_factor")
+    if attention is None:
+        mscale, mscale_all = params.get("mscale"), params.get("mscale_all_dim")
+        attention = (_mscale(factor, mscale) / _mscale(factor, mscale_all)
+                     if mscale and mscale_all else _mscale(factor, 1.0))
+    return RopeScaling(
+        "yarn", factor, original_max_position_embeddings=orig,
+        beta_fast=_positive(params.get("beta_fast") or 32, f"{key}.beta_fast", "yarn"),
+        beta_slow=_positive(params.get("beta_slow") or 1, f"{key}.beta_slow", "yarn"),
+        attention_factor=_positive(attention, f"{key}.attention_factor", "yarn"),
+        truncate=bool(params.get("truncate", True)))
+
+
+def _mscale(factor: float, mscale: float) -> float:
+    """YaRN's attention temperature term (its paper's equation 21)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
