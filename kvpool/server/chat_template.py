@@ -10,16 +10,17 @@ Where the template comes from, first match wins::
     none of those                              MissingChatTemplate: chat is a 400, as in vLLM
     no directory (the built-in model)          None: the caller uses the built-in template
 
-Of named templates, "default" renders a request, and "tool_use" one that brings ``tools``,
-as transformers' ``get_chat_template(tools=...)`` chooses (and so vLLM).
+Of named templates, "default" renders a request, and "tool_use" one that brings ``tools``
+(``[]`` too: it is not None), as transformers' ``get_chat_template(tools=...)`` chooses (and so
+vLLM). A request's own ``chat_template`` may name one of them instead (template_cache.py).
 
 The environment mirrors transformers' ``apply_chat_template`` (a model's template was written
 for it): ``ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`` with the
 ``loopcontrols`` extension, a ``tojson`` filter that does not HTML-escape, ``raise_exception``
 and ``strftime_now``; the variables are ``messages``, ``add_generation_prompt``, ``tools``
-(the request's, else None), ``documents`` (the request's, else None: vllm_fields.py), the
-tokenizer's special-token strings (``bos_token``, ``eos_token``, ...:
-NOTE(special-tokens-map)) and the request's ``chat_template_kwargs``.
+(the request's as sent, ``[]`` included; None without any), ``documents`` (the request's,
+else None: vllm_fields.py), the tokenizer's special-token strings (``bos_token``,
+``eos_token``, ...: NOTE(special-tokens-map)) and the request's ``chat_template_kwargs``.
 A rendered template already holds its BOS, so it is encoded without adding special tokens,
 as transformers does with ``tokenize=True``.
 """
@@ -101,14 +102,17 @@ class ModelChatTemplate:
     add_special_tokens = False  # the rendered text carries its own BOS
 
     def __init__(self, source: str, special_tokens: dict[str, str] | None = None,
-                 origin: str = "<string>", *, tool_use: tuple[str, str] | None = None) -> None:
+                 origin: str = "<string>", *, tool_use: tuple[str, str] | None = None,
+                 named: _Named | None = None) -> None:
         """``tool_use``: the (source, origin) of the template a request with ``tools``
-        renders with."""
+        renders with; ``named``: the tokenizer's templates a request's ``chat_template`` may
+        name (NOTE(request-template-name)), compiled only when one is named."""
         self.source = source
         self.origin = origin  # where it came from, for messages
         self._template = _compile(source, origin)
         self._tool_template = None if tool_use is None else _compile(*tool_use)
         self.special_tokens = dict(special_tokens or {})
+        self.named = dict(named or {})
 
     def render(self, messages: Sequence[tuple], *, add_generation_prompt: bool = True,
                continue_final_message: bool = False,
@@ -123,10 +127,13 @@ class ModelChatTemplate:
         if continue_final_message:  # whoever's it is: vLLM checks the role for Mistral's
             final = chat[-1]["content"]  # tokenizers only, transformers continues any
             chat[-1]["content"] = final + _CONTINUE_TAG
-        template = self._tool_template if tools and self._tool_template else self._template
+        # NOTE(empty-tools): ``tools=[]`` is tools, as transformers' get_chat_template reads
+        # ``tools is not None`` (vLLM's /tokenize hands its template the [] a client sent)
+        tool_use = tools is not None and self._tool_template is not None
+        template = self._tool_template if tool_use else self._template
         try:
             text = template.render(messages=chat, add_generation_prompt=add_generation_prompt,
-                                   tools=list(tools) if tools else None,
+                                   tools=None if tools is None else list(tools),
                                    documents=kw.pop("documents", None),
                                    **self.special_tokens, **kw)
         except jinja2.TemplateError as exc:
@@ -210,25 +217,40 @@ def _named_templates(model_dir: Path, tcfg: dict[str, Any]) -> _Named:
                                       str(model_dir / "tokenizer_config.json"))
 
 
-def _override(value: str | Path, model_dir: Path | None, tcfg: dict[str, Any],
-              specials: dict[str, str]) -> ModelChatTemplate:
+def _request_names(model_dir: Path, tcfg: dict[str, Any], named: _Named) -> _Named:
+    """The templates a request's ``chat_template`` may name.
+
+    NOTE(request-template-name): vLLM 0.33 hands a request's chat_template to transformers'
+    get_chat_template, which maps a name to its template only when the tokenizer holds a dict
+    of them: a tokenizer_config.json list, or template files other than chat_template.jinja
+    alone. A lone template is a string there, so a request's "default" is rendered as that
+    text; so it is here. The names are the tokenizer's, whatever --chat-template says."""
+    single = set(named) == {"default"} and (
+        (model_dir / "chat_template.jinja").is_file()
+        or not isinstance(tcfg.get("chat_template"), list))
+    return {} if single else named
+
+
+def _override(value: str | Path, named: _Named, specials: dict[str, str],
+              names: _Named) -> ModelChatTemplate:
     """--chat-template: a file; else, with a brace or a newline, the template itself (vLLM's
-    rule: a Helm value or compose file inlines it so); else one of the tokenizer's names."""
+    rule: a Helm value or compose file inlines it so); else one of the tokenizer's names.
+    ``names``: what a request's chat_template may name (_request_names)."""
     path = Path(value)
     try:
-        return ModelChatTemplate(path.read_text(encoding="utf-8"), specials, str(path))
+        return ModelChatTemplate(path.read_text(encoding="utf-8"), specials, str(path),
+                                 named=names)
     except (OSError, UnicodeDecodeError) as exc:
         if isinstance(value, str) and any(c in value for c in "{}\n"):
-            return ModelChatTemplate(value, specials, "--chat-template (inline)")
-        named = _named_templates(model_dir, tcfg) if model_dir is not None else {}
+            return ModelChatTemplate(value, specials, "--chat-template (inline)", named=names)
         if isinstance(value, str) and value in named:
             # NOTE(template-name): transformers' get_chat_template takes a template's name
             # where it takes a template ("tool_use"); vLLM 0.33 resolves one only in a
             # request's chat_template, its --chat-template refuses it as a missing file
             source, origin = named[value]
-            return ModelChatTemplate(source, specials, origin)
-        names = f", nor a template name of the tokenizer ({sorted(named)})" if named else ""
-        raise ChatTemplateError(f"--chat-template {path}: cannot read it ({exc}){names}") \
+            return ModelChatTemplate(source, specials, origin, named=names)
+        listed = f", nor a template name of the tokenizer ({sorted(named)})" if named else ""
+        raise ChatTemplateError(f"--chat-template {path}: cannot read it ({exc}){listed}") \
             from exc
 
 
@@ -239,11 +261,12 @@ def load_chat_template(model_dir: str | Path | None, override: str | Path | None
     model_dir = None if model_dir is None else Path(model_dir)
     tcfg = _read_json(model_dir / "tokenizer_config.json") if model_dir else {}
     specials = {} if model_dir is None else special_token_strings(model_dir, _SPECIALS)
+    named = {} if model_dir is None else _named_templates(model_dir, tcfg)
+    names = {} if model_dir is None else _request_names(model_dir, tcfg, named)
     if override is not None:
-        return _override(override, model_dir, tcfg, specials)
+        return _override(override, named, specials, names)
     if model_dir is None:
         return None
-    named = _named_templates(model_dir, tcfg)
     if not named:
         log.warning("%s: the tokenizer has no chat template (no chat_template.jinja, no "
                     "chat_template in tokenizer_config.json): chat requests are refused (400), "
@@ -254,4 +277,5 @@ def load_chat_template(model_dir: str | Path | None, override: str | Path | None
         raise ChatTemplateError(f"{model_dir}: the tokenizer's chat templates have no 'default' "
                                 f"(names: {sorted(named)}); name one with --chat-template NAME")
     source, origin = named["default"]
-    return ModelChatTemplate(source, specials, origin, tool_use=named.get("tool_use"))
+    return ModelChatTemplate(source, specials, origin, tool_use=named.get("tool_use"),
+                             named=names)

@@ -10,7 +10,13 @@ NOTE(untrusted-template): a template is code the server runs. Jinja's sandbox ke
 the host, not from the CPU or memory: nested loops or a repeated string can hold the event
 loop for seconds or take gigabytes. So, as vLLM does, a request's template is refused (400)
 unless the server was started with ``--trust-request-chat-template``, for deployments whose
-clients are trusted like the operator (docs/architecture.md "A request's path").
+clients are trusted like the operator (docs/architecture.md "A request's path"). A request
+naming one of the tokenizer's templates ("tool_use") is refused so too, as vLLM refuses it:
+vLLM checks the field before it resolves a name.
+
+A name is resolved as vLLM 0.33 resolves it (transformers' get_chat_template): where the
+tokenizer holds named templates, the one of that name renders the request, with or without
+``tools`` (NOTE(request-template-name) in chat_template.py); any other string is a template.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ class TemplateCache:
         self._compiled: OrderedDict[str, ModelChatTemplate] = OrderedDict()
 
     def pick(self, source: str | None) -> Any:
-        """The template a request renders with: its own ``source``, else the default."""
+        """The template a request renders with: its own ``source`` (a template, or the name
+        of one of the tokenizer's), else the default."""
         if source is None:
             return self.default
         if not self.trusted:
@@ -48,8 +55,10 @@ class TemplateCache:
             self._compiled.move_to_end(source)
             return hit
         special = getattr(self.default, "special_tokens", None)
+        named = getattr(self.default, "named", {})  # the built-in and a missing one: none
+        text, origin = named.get(source, (source, "the request's chat_template"))
         try:
-            tpl = ModelChatTemplate(source, special, origin="the request's chat_template")
+            tpl = ModelChatTemplate(text, special, origin=origin)
         except ChatTemplateError as exc:
             raise RequestError(f"chat_template: {exc}", param="chat_template") from None
         self._compiled[source] = tpl

@@ -187,17 +187,22 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     "type": "object", "properties": {"city": {"type": "string"}}}}}]
 
 
+def _named_dir(d, layout):
+    """A tokenizer whose "default" is CHATML and "tool_use" TOOL_USE, in either layout."""
+    if layout == "tokenizer_config list":
+        return model_dir(d, [{"name": "default", "template": CHATML},
+                             {"name": "tool_use", "template": TOOL_USE}], "<s>", "</s>")
+    model_dir(d, CHATML, "<s>", "</s>", as_file=True)
+    (d / "additional_chat_templates").mkdir()
+    (d / "additional_chat_templates" / "tool_use.jinja").write_text(TOOL_USE)
+    return d
+
+
 @pytest.mark.parametrize("layout", ["tokenizer_config list", "additional_chat_templates"])
 def test_tool_use_template_renders_requests_with_tools(tmp_path, layout):
     """transformers' get_chat_template(tools=...): "tool_use" when tools are given, else
     "default"; --chat-template NAME picks one by name (a file of that name would win)."""
-    if layout == "tokenizer_config list":
-        d = model_dir(tmp_path, [{"name": "default", "template": CHATML},
-                                 {"name": "tool_use", "template": TOOL_USE}], "<s>", "</s>")
-    else:
-        d = model_dir(tmp_path, CHATML, "<s>", "</s>", as_file=True)
-        (d / "additional_chat_templates").mkdir()
-        (d / "additional_chat_templates" / "tool_use.jinja").write_text(TOOL_USE)
+    d = _named_dir(tmp_path, layout)
     hf = transformers.AutoTokenizer.from_pretrained(str(d))
     ask = CONVERSATION[1:2]
     want_tools = hf.apply_chat_template(ask, tools=TOOLS, add_generation_prompt=True,
@@ -211,3 +216,58 @@ def test_tool_use_template_renders_requests_with_tools(tmp_path, layout):
     assert p.tokenizer.decode(named, skip_special_tokens=False).startswith("TOOLS:")
     with pytest.raises(ChatTemplateError, match="tool_use"):
         load_chat_template(d, "tool_usage")  # neither a file nor a name: the names are listed
+
+
+def _trusting(d, override=None) -> RequestParser:
+    return RequestParser(load_tokenizer(d), ["m"], 4096, max_n=1, max_tokens_limit=16,
+                         max_stop=4, chat_template=load_chat_template(d, override),
+                         trust_request_chat_template=True)
+
+
+@pytest.mark.parametrize("layout", ["tokenizer_config list", "additional_chat_templates"])
+def test_a_requests_chat_template_may_name_a_template(tmp_path, layout):
+    """NOTE(request-template-name): vLLM hands a request's chat_template to transformers'
+    get_chat_template, which reads one of the tokenizer's names as that template (and then
+    does not switch on tools); still refused without --trust-request-chat-template."""
+    d, ask = _named_dir(tmp_path, layout), CONVERSATION[1:2]
+    for override in (None, "default"):  # --chat-template does not change the tokenizer's names
+        p = _trusting(d, override)
+        for name, tools in (("tool_use", None), ("default", TOOLS), ("tool_use", TOOLS)):
+            got = p.parse_tokenize({"messages": ask, "chat_template": name, "tools": tools})
+            assert got == hf_ids(d, ask, chat_template=name, tools=tools,
+                                 add_generation_prompt=True), (override, name, tools)
+        text = p.tokenizer.decode(p.parse_chat({"messages": ask, "chat_template": "tool_use"})
+                                  .prompt_ids, skip_special_tokens=False)
+        assert text.startswith("TOOLS:\n<|im_start|>user")
+    with pytest.raises(RequestError) as err:
+        parser_for(d).parse_chat({"messages": ask, "chat_template": "tool_use"})
+    assert err.value.code == "untrusted_chat_template"
+
+
+def test_a_lone_template_reads_a_name_as_text(tmp_path):
+    """NOTE(request-template-name): a tokenizer with one template (a string in transformers)
+    resolves no name: "default" is the template's whole text, as vLLM renders it."""
+    d, ask = model_dir(tmp_path, CHATML, "<s>", "</s>", as_file=True), CONVERSATION[1:2]
+    got = _trusting(d).parse_tokenize({"messages": ask, "chat_template": "default"})
+    assert got == hf_ids(d, ask, chat_template="default")
+    assert load_tokenizer(d).decode(got, skip_special_tokens=False) == "default"
+
+
+EMPTY_TOOLS = [{"name": "default", "template": "DEFAULT"},
+               {"name": "tool_use", "template": "TOOLS:{{ tools | length }}"}]
+
+
+def test_empty_tools_are_tools_to_the_template(tmp_path):
+    """NOTE(empty-tools): transformers' get_chat_template picks "tool_use" for ``tools=[]``
+    and hands the template [] (``tools | length`` fails on None); no tools: "default"."""
+    d = model_dir(tmp_path, EMPTY_TOOLS, "<s>", "</s>")
+    hf = transformers.AutoTokenizer.from_pretrained(str(d))
+    tpl, ask = load_chat_template(d), CONVERSATION[1:2]
+    for tools in ([], TOOLS, None):
+        want = hf.apply_chat_template(ask, tools=tools, tokenize=False)
+        assert tpl.render([("user", ask[0]["content"])], tools=tools) == want
+    assert tpl.render([("user", "hi")], tools=[]) == "TOOLS:0"
+    p = parser_for(d)  # /tokenize hands the template the [] a client sent, as vLLM does
+    got = p.parse_tokenize({"messages": ask, "tools": []})
+    assert p.tokenizer.decode(got, skip_special_tokens=False) == hf.apply_chat_template(
+        ask, tools=[], tokenize=False, add_generation_prompt=True)

@@ -121,8 +121,10 @@ def check_chat_tools(body: dict[str, Any]) -> None:
 
 
 def template_tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...] | None:
-    """vLLM's /tokenize ``tools``: validated, for the template only (nothing is generated)."""
-    return tuple(_tools(body.get("tools"))) or None
+    """vLLM's /tokenize ``tools``: validated, for the template only (nothing is generated);
+    ``[]`` stays tools, as vLLM hands it over (chat_template.py NOTE(empty-tools))."""
+    tools = body.get("tools")
+    return None if tools is None else tuple(_tools(tools))
 
 
 def _tools(value: Any) -> list[dict[str, Any]]:
