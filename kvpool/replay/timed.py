@@ -34,7 +34,7 @@ from kvpool.sched.admission_gate import exceeds_context
 from kvpool.sched.config import SchedulerConfig
 from kvpool.sched.output import FinishedRequest, SchedulerOutput
 from kvpool.sched.scheduler import Scheduler
-from kvpool.sched.sequence import RequestParams
+from kvpool.sched.sequence import RequestParams, SeqStatus
 
 DEFAULT_NUM_BLOCKS = 32768  # device pool blocks of 16 tokens: 512k tokens, 64 GiB of KV (8B)
 
@@ -221,8 +221,10 @@ class TimedReplay:
         return used
 
     def _report(self, reqs, finished, steps, peak_used, tokens_sched, tl) -> dict:
-        done = [f for f in finished if f.first_token_time is not None]
-        ignored = [f for f in finished if f.first_token_time is None]
+        # by status: a request ignored after it generated tokens (prompt + output outgrew the
+        # whole pool) has a first token, yet it was not served (its output is not counted)
+        done = [f for f in finished if f.status is not SeqStatus.FINISHED_IGNORED]
+        ignored = [f for f in finished if f.status is SeqStatus.FINISHED_IGNORED]
         ttft = [f.first_token_time - f.arrival_time for f in done]
         queue = [f.first_scheduled_time - f.arrival_time for f in done]
         e2e = [f.finished_time - f.arrival_time for f in done]

@@ -210,14 +210,21 @@ class StepCompletion:
     def on_step_failed(self, output: SchedulerOutput, reason: str = "step failed",
                        now: float | None = None) -> list[FinishedRequest]:
         """The step could not run: abort every request in it (their tables reserved slots
-        that were never written) and the defrag plan. Returns the aborted requests."""
+        that were never written), those its copies were for, and the defrag plan. Returns
+        the aborted requests.
+
+        A request the step swapped out is SWAPPED over host blocks its copy never wrote: it
+        is aborted too, as the engine aborts one whose swap-out copy failed (a copy batch
+        fails its request alone, CopyBatch); it is never confirmed (NOTE(swap-out-confirm)),
+        so aborting it frees those host blocks unpublished."""
         st = self.state
         if output is not st.inflight:
             raise SchedulerError(f"step {output.step_id} is not the step in flight")
         st.inflight = None
         self.defrag.settle(output, False)
         rids = dict.fromkeys([p.request_id for p in output.prefills]
-                             + output.decodes.request_ids)
+                             + output.decodes.request_ids
+                             + [c.request_id for c in output.copies])
         out = []
         for rid in rids:
             r = self.finish(rid, None, SeqStatus.FINISHED_ABORTED, reason, now=now)

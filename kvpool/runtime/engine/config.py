@@ -3,13 +3,20 @@ build an AsyncEngine. Flag names follow vLLM's spelling where one exists."""
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
 from kvpool.errors import require
 
+log = logging.getLogger(__name__)
+
 PREEMPTION_MODES = (None, "swap", "recompute")
 AUTO_DEVICE = "auto"
+DEFAULT_MAX_NUM_SEQS = 64  # --max-num-seqs when neither batch limit is given
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API server's on CPUs and smaller GPUs
+# the int limits that may be None (unset): derived at construction, or no cap
+UNSET_DERIVED = ("max_tokens_limit", "max_num_seqs", "max_num_batched_tokens")
 
 
 def resolve_device(requested: str) -> tuple[str, str]:
@@ -48,9 +55,11 @@ class EngineConfig:
     num_host_blocks: int | None = None  # --num-host-blocks: override --swap-space (tests)
     enable_prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching
     eviction_policy: str = "lru"  # --eviction-policy
-    max_num_seqs: int = 64  # --max-num-seqs
+    # --max-num-seqs and --max-num-batched-tokens; None: derived from the other one
+    # (NOTE(batch-limits) in _derive_batch_limits), an int once constructed
+    max_num_seqs: int | None = None
     tenant_max_running_seqs: int | None = None  # --tenant-max-running-seqs (None: no cap)
-    max_num_batched_tokens: int = 2048  # --max-num-batched-tokens
+    max_num_batched_tokens: int | None = None
     max_model_len: int | None = None  # --max-model-len (default: the model's context)
     preemption_mode: str | None = None  # --preemption-mode swap|recompute (default: by cost)
     # vLLM's --scheduling-policy: fcfs (arrival order) | priority (the request's priority field,
@@ -85,10 +94,11 @@ class EngineConfig:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_queue",
                      "max_n", "max_tokens_limit", "max_stop", "stream_interval"):
             v = getattr(self, name)
-            if v is None and name == "max_tokens_limit":
+            if v is None and name in UNSET_DERIVED:
                 continue
             require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
                      f"--{name.replace('_', '-')}={v!r} is invalid: use an int >= 1")
+        self._derive_batch_limits()
         require(self.dtype in ("auto", "float32", "bfloat16", "float16"),
                 f"--dtype={self.dtype!r} is invalid: use auto, float32, bfloat16 or float16")
         require(self.num_threads is None or (isinstance(self.num_threads, int)
@@ -119,6 +129,39 @@ class EngineConfig:
                      f"--{name.replace('_', '-')} must be an int >= 0")
         require(self.num_device_blocks is None or self.num_device_blocks >= 1,
                  "--num-device-blocks must be >= 1")
+
+    def _derive_batch_limits(self) -> None:
+        """Each step decodes every running sequence, one token each, so the token budget must
+        cover --max-num-seqs.
+
+        NOTE(batch-limits): vLLM 0.33 refuses a budget below max_num_seqs at startup (its
+        SchedulerConfig.verify_max_model_len), and so does this: raising the budget instead
+        would let a step compute more tokens (and activation memory) than the operator set.
+        A limit left unset is derived, as vLLM's EngineArgs does: max_num_seqs from a given
+        budget is min(default, budget). The budget from a given max_num_seqs is
+        max(default, max_num_seqs), where vLLM keeps its platform's default (2048 on CPU,
+        8192 on an H100) and refuses past it: a --max-num-seqs that vLLM serves on a GPU is
+        not refused for kvpool's single, lower default (docs/architecture.md "vLLM's serve
+        flags")."""
+        seqs, budget = self.max_num_seqs, self.max_num_batched_tokens
+        if seqs is not None and budget is not None:
+            require(budget >= seqs,
+                    f"--max-num-batched-tokens {budget} is below --max-num-seqs {seqs}: every "
+                    "running sequence needs one token of the step's budget to decode; raise "
+                    f"--max-num-batched-tokens to at least {seqs} or lower --max-num-seqs")
+            return
+        if seqs is None:
+            seqs = min(DEFAULT_MAX_NUM_SEQS, budget or DEFAULT_MAX_NUM_BATCHED_TOKENS)
+            if seqs != DEFAULT_MAX_NUM_SEQS:
+                log.info("--max-num-seqs %d: the default lowered to --max-num-batched-tokens",
+                         seqs)
+        if budget is None:
+            budget = max(DEFAULT_MAX_NUM_BATCHED_TOKENS, seqs)
+            if budget != DEFAULT_MAX_NUM_BATCHED_TOKENS:
+                log.info("--max-num-batched-tokens %d: the default raised to --max-num-seqs",
+                         budget)
+        object.__setattr__(self, "max_num_seqs", seqs)
+        object.__setattr__(self, "max_num_batched_tokens", budget)
 
     def _check_device(self) -> None:
         """--device auto resolved once, here (NOTE(auto-device)); then cpu or cuda[:N]."""

@@ -112,7 +112,7 @@ class EngineCore:
             observer=pool_observer)
         self.scheduler = Scheduler(self.manager, SchedulerConfig(
             max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=max(config.max_num_batched_tokens, config.max_num_seqs),
+            max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=self.max_model_len, preemption_mode=config.preemption_mode,
             policy=config.scheduling_policy,
             eos_token_id=self.tokenizer.eos_token_id,
