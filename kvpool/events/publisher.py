@@ -28,9 +28,14 @@ or connect, and a PUB sends only to peers whose subscription it has read (a SUB 
 100 ms at best; llm-d's indexer, which binds, waits for the replica's PUB to dial it). So the
 socket is an XPUB with XPUB_VERBOSE (every peer's subscription comes up, a repeated one too):
 while nothing followed seq 0, a subscription that wants the topic gets seq 0 again, the same
-bytes, sent before any later batch (one resend per publisher turn, however many joined in it;
-it reaches every subscriber, and seq 0 again before seq 1 costs one that has it nothing: it
-knows nothing from this publisher yet). Once a later batch went out, a subscriber that joins
+bytes, sent before any later batch. A resend reaches every subscriber (seq 0 again before seq 1
+costs one that has it nothing: it knows nothing from this publisher yet), and XPUB cannot tell
+a new peer from one that sends its subscription again, so one peer repeating it made every
+subscriber see "restarted" on every turn, hundreds of times a second. So seq 0 goes out again
+at most once per MARKER_INTERVAL (100 ms, ZMQ's reconnect interval: a SUB that drops and
+redials comes back no sooner), however many subscriptions came; one that came within it is
+owed the next, sent when the interval is up, or at once when a real batch is about to go (seq
+0 first, so it is never behind seq 1). Once a later batch went out, a subscriber that joins
 sees a gap and replays from 0 (docs/kv_events.md, "What is published"). The subscriptions are
 read every turn, whether or not they are wanted: XPUB keeps every one it passes up until read.
 
@@ -42,6 +47,15 @@ read), and the replay ROUTER takes frames of at most MAX_REQUEST bytes, so a pee
 a large partial frame there either. Many distinct small subscriptions still cost the trie
 their bytes (libzmq keeps them even in XPUB's manual mode), so the endpoints belong on a
 network tenants cannot reach (docs/kv_events.md).
+XPUB also queues what it passes up (its pending list: no high-water mark covers it), and it
+moves a peer's whole pipe there at a time: a peer resending one subscription as fast as it could
+outran the thread that reads them and grew the process by ~100 MB, kept after it left. With
+RCVHWM at SUBSCRIPTION_HWM (1 message per peer's pipe), XPUB takes at most one from each peer
+each time libzmq processes commands, which it does inside the publisher thread's own socket
+calls, so a peer adds about one message per call that thread makes, and it reads one per call;
+the rest waits in the peer's own buffers (TCP pushes back). Two peers sending ~1 M/s left the
+process flat (tests/events/test_subscription_flood.py). Only whether a peer subscribed matters
+here, never how often.
 
 The sockets belong to the publisher thread once it runs (bound here first, so a port in use
 fails ``kvpool serve`` at start with the endpoint named).
@@ -80,6 +94,8 @@ _WAIT = 0.02  # seconds the publisher thread waits for an event before polling t
 SUBSCRIPTION_SLACK = 1024  # bytes a subscription message may carry beyond the topic
 MAX_REQUEST = 1024  # bytes of one replay-request frame at most (a request is ["", 8 bytes])
 SUBS_PER_TURN = 1024  # subscriptions read per publisher turn at most (NOTE(start-marker))
+SUBSCRIPTION_HWM = 1  # messages queued per peer's pipe to the XPUB (NOTE(subscriptions))
+MARKER_INTERVAL = 0.1  # seconds between two sends of seq 0 at least (NOTE(start-marker))
 
 
 def binds(endpoint: str) -> bool:
@@ -107,6 +123,7 @@ def _pub_socket(ctx: zmq.Context, config: KVEventsConfig) -> tuple[zmq.Socket, s
     sock.setsockopt(zmq.SNDHWM, config.hwm)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, len(config.topic.encode()) + SUBSCRIPTION_SLACK)
+    sock.setsockopt(zmq.RCVHWM, SUBSCRIPTION_HWM)  # before bind/connect: their pipes take it
     if binds(config.endpoint):
         return sock, "bind", _bind(sock, config.endpoint, "endpoint")
     return sock, "connect", _connect(sock, config.endpoint)
@@ -120,6 +137,19 @@ def _bind(sock: zmq.Socket, endpoint: str, what: str) -> str:
         raise ConfigError(f"--kv-events-config: cannot bind {what} {endpoint!r} ({exc}); pick "
                           "a free port, or port 0 for any") from exc
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def _replay_socket(ctx: zmq.Context, endpoint: str) -> tuple[zmq.Socket, str]:
+    """The replay ROUTER, bound, and its endpoint."""
+    sock = ctx.socket(zmq.ROUTER)
+    # a client that does not read is held at REPLAY_HWM (and a small kernel buffer), never
+    # buffered beyond, and a send to one that left fails (replay.py NOTE(replay-budget))
+    sock.setsockopt(zmq.SNDHWM, REPLAY_HWM)
+    sock.setsockopt(zmq.SNDBUF, REPLAY_SNDBUF)  # NOTE(replay-sndbuf): pre-bind
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST)  # NOTE(subscriptions)
+    return sock, _bind(sock, endpoint, "replay_endpoint")
 
 
 class EventPublisher:
@@ -137,6 +167,8 @@ class EventPublisher:
         self._lost = False  # a drop happened that no AllBlocksCleared follows yet
         self.next_seq = 0
         self._marker: bytes | None = None  # seq 0's payload while nothing followed it
+        self._marker_at = 0.0  # when seq 0 last went out (monotonic; NOTE(start-marker))
+        self._marker_owed = False  # a subscription came that no send of seq 0 followed yet
         # this publisher's stream, told apart from a restarted one's (its seqs start over)
         self.instance = secrets.token_hex(8)
         self._ctx = zmq.Context()
@@ -147,17 +179,9 @@ class EventPublisher:
         self._replayer: ReplayServer | None = None
         self.replay_endpoint: str | None = None
         if config.replay_endpoint:
-            self._replay = self._ctx.socket(zmq.ROUTER)
-            # a client that does not read is held at REPLAY_HWM (and a small kernel buffer), never
-            # buffered beyond, and a send to one that left fails (replay.py NOTE(replay-budget))
-            self._replay.setsockopt(zmq.SNDHWM, REPLAY_HWM)
-            self._replay.setsockopt(zmq.SNDBUF, REPLAY_SNDBUF)  # NOTE(replay-sndbuf): pre-bind
-            self._replay.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            self._replay.setsockopt(zmq.LINGER, 0)
-            self._replay.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST)  # NOTE(subscriptions)
             try:
-                self.replay_endpoint = _bind(self._replay, config.replay_endpoint,
-                                             "replay_endpoint")
+                self._replay, self.replay_endpoint = _replay_socket(self._ctx,
+                                                                    config.replay_endpoint)
             except ConfigError:
                 self._pub.close(linger=0)
                 raise
@@ -240,7 +264,7 @@ class EventPublisher:
             if self._replayer is not None:
                 wait = min(max(self._replayer.serve(self.next_seq), 0.0), wait)
             events = self._take_batch(wait)
-            subs_wait = self._greet()  # first: who subscribed by now gets seq 0 before the batch
+            subs_wait = self._greet(bool(events))  # first: seq 0 goes before the batch
             if events:
                 self._send(encoder, events)
             elif self._lost:  # nothing came after a drop: mark it now (NOTE(lost-events))
@@ -270,12 +294,14 @@ class EventPublisher:
             pass  # PUB does not block; kept for replay below either way
         self._ring.append((seq, payload))
         self._marker = payload if seq == 0 else None  # NOTE(start-marker)
+        self._marker_at = time.monotonic()  # read only while _marker is seq 0's
         self.next_seq = seq + 1
         self.published += len(events)
 
-    def _greet(self) -> bool:
-        """Read the subscriptions the XPUB passed up; seq 0 again, once, when one wants the
-        topic and nothing followed seq 0 yet (NOTE(start-marker)). True when more may wait."""
+    def _greet(self, batch_next: bool) -> bool:
+        """Read the subscriptions the XPUB passed up; seq 0 again when one wants the topic and
+        nothing followed seq 0 yet, at most once per MARKER_INTERVAL unless ``batch_next``
+        (NOTE(start-marker)). True when more may wait."""
         wanted, more = False, True
         for _ in range(SUBS_PER_TURN):
             try:
@@ -285,7 +311,10 @@ class EventPublisher:
                 break
             # b"\x01" + prefix subscribes (b"\x00" unsubscribes); a prefix of the topic matches
             wanted = wanted or (msg[:1] == b"\x01" and self.topic.startswith(msg[1:]))
-        if wanted and self._marker is not None:
+        self._marker_owed = self._marker is not None and (self._marker_owed or wanted)
+        now = time.monotonic()
+        if self._marker_owed and (batch_next or now - self._marker_at >= MARKER_INTERVAL):
+            self._marker_owed, self._marker_at = False, now
             try:
                 self._pub.send_multipart((self.topic, encode_seq(0), self._marker), zmq.NOBLOCK)
             except zmq.Again:

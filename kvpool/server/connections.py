@@ -32,13 +32,14 @@ import logging
 import resource
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from ssl import SSLContext
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from kvpool.server.bind_first import Listeners
 from kvpool.server.middleware import error_body, error_type, http_error_code
 from kvpool.server.tls_gate import TLSGate
 from kvpool.throttle import Throttle
@@ -291,10 +292,11 @@ async def start_listener(runner: web.AppRunner, host: str, port: int, *,
                          header_timeout: float = DEFAULT_HEADER_TIMEOUT,
                          keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT,
                          access_log: logging.Logger | None = None,
-                         backlog: int = 1024,
-                         send_buffer: int | None = None,
-                         ssl: SSLContext | None = None) -> asyncio.AbstractServer:
-    """Listen on ``host:port`` with guarded handlers for ``runner``'s app (after setup).
+                         backlog: int = 1024, send_buffer: int | None = None,
+                         ssl: SSLContext | None = None,
+                         socks: Sequence[socket.socket] = ()) -> asyncio.AbstractServer:
+    """Listen on ``host:port`` with guarded handlers for ``runner``'s app (after setup), or on
+    ``socks`` when given (bound before the model loaded: bind_first.py NOTE(bind-first)).
 
     Replaces ``web.TCPSite``: the caller closes the returned server before
     ``runner.cleanup()``. ``keep_alive_timeout`` <= 0 keeps aiohttp's idle timer off.
@@ -316,11 +318,12 @@ async def start_listener(runner: web.AppRunner, host: str, port: int, *,
         return GuardedRequestHandler(server, limiter=limiter, header_timeout=header_timeout,
                                      send_buffer=send_buffer, **kwargs)
 
-    if ssl is None:
-        return await loop.create_server(factory, host, port, backlog=backlog)
-
     def gate() -> TLSGate:  # NOTE(tls-cap): the slot is taken at accept, before the handshake
         return TLSGate(factory, limiter=limiter, context=ssl,
                        handshake_timeout=header_timeout if header_timeout > 0 else None)
 
-    return await loop.create_server(gate, host, port, backlog=backlog)
+    protocol = factory if ssl is None else gate
+    if not socks:
+        return await loop.create_server(protocol, host, port, backlog=backlog)
+    servers = [await loop.create_server(protocol, sock=s, backlog=backlog) for s in socks]
+    return servers[0] if len(servers) == 1 else Listeners(servers)

@@ -38,6 +38,7 @@ from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import require_context_fits, require_within_model
 from kvpool.runtime.model.hf_cache import cached_snapshot
 from kvpool.server.app import GATE_KEY, METRICS_KEY, ROUTES_KEY, build_app, start_draining
+from kvpool.server.bind_first import Bound, build_on, stop_listening
 from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
 from kvpool.server.kv_events_route import KVEventsRoute
 from kvpool.server.listen_errors import listening, require_own_port
@@ -105,10 +106,11 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "num_host_blocks": (int, "N", "host swap blocks (overrides --swap-space)"),
     "enable_prefix_caching": ("bool", None, "share full prompt blocks by content hash"),
     "eviction_policy": (str, "POLICY", "which evictable cached block goes first (lru, ...)"),
-    "max_num_seqs": (int, "N", "sequences running at once"),
+    "max_num_seqs": (int, "N", "sequences running at once (default: 64, or the budget below)"),
     "tenant_max_running_seqs": (int, "N", "sequences one tenant (--tenant-header, else the API "
                                           "key) may run at once"),
-    "max_num_batched_tokens": (human_int, "N", "tokens per engine step (8k, 8K: vLLM's)"),
+    "max_num_batched_tokens": (human_int, "N", "tokens per engine step, at least --max-num-seqs "
+                               "(8k, 8K: vLLM's; default: 2048, or --max-num-seqs above)"),
     "max_model_len": (human_int_or_auto, "TOKENS", "context length (default, auto or -1: the "
                                                    "model's; 32k, 32K: vLLM's)"),
     "preemption_mode": (str, ("swap", "recompute"), "how to preempt (default: by cost); swap "
@@ -139,7 +141,7 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     eng = parser.add_argument_group("engine")
     for name, (kind, meta, text) in _ENGINE_FLAGS.items():
         flag = "--" + name.replace("_", "-")
-        help_text = f"{text} (default: {defaults.get(name)})"
+        help_text = text if "default" in text else f"{text} (default: {defaults.get(name)})"
         if kind == "bool":
             eng.add_argument(flag, dest=name, action=VllmSwitch,  # vLLM's --disable- too
                              default=argparse.SUPPRESS, help=help_text)
@@ -210,7 +212,7 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
         o = dataclasses.replace(o, host=loopback_said())
     tls = ServerTLS(o)  # HTTPS with --ssl-certfile (tls.py), before the model loads
     limiter = ConnectionLimiter(o.max_connections or default_max_connections())
-    engine, app = _build(config, o, limiter)
+    socks, (engine, app) = build_on(o.host, o.port, lambda: _build(config, o, limiter))
     freeze_startup_heap()
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE)
     stop = stop or asyncio.Event()
@@ -219,7 +221,7 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
     await runner.setup()
     listener: asyncio.AbstractServer | None = None
     try:
-        listener = await _listen(runner, o, limiter, engine.model_name, on_ready, tls)
+        listener = await _listen(runner, o, socks, tls, limiter, engine.model_name, on_ready)
         tls.start()  # --enable-ssl-refresh's watch (NOTE(ssl-refresh))
         await stop.wait()
         log.info("shutting down: in-flight requests get %.1fs", o.shutdown_timeout)
@@ -227,8 +229,7 @@ async def serve(config: EngineConfig, options: ServeOptions | None = None, *,
         await _drain(app, o.shutdown_timeout)
     finally:
         await tls.close()
-        if listener is not None:
-            listener.close()
+        stop_listening(listener, socks)
         await runner.cleanup()  # close what is left, engine.shutdown (blocks back, tier closed)
         for sig in installed:
             loop.remove_signal_handler(sig)
@@ -304,16 +305,16 @@ def _set_server_options(app: web.Application, o: ServeOptions,
     limiter.flush_at_cleanup(app)
 
 
-async def _listen(runner: web.AppRunner, o: ServeOptions, limiter: ConnectionLimiter,
-                  model_name: str, on_ready: Callable[[str, int], None] | None,
-                  tls: ServerTLS) -> asyncio.AbstractServer:
-    """The guarded listener (HTTPS with ``tls.context``), and the READY line once bound."""
-    with listening(o.host, o.port):  # a port in use: one line naming it, exit 2
+async def _listen(runner: web.AppRunner, o: ServeOptions, socks: Bound, tls: ServerTLS,
+                  limiter: ConnectionLimiter, model_name: str,
+                  on_ready: Callable[[str, int], None] | None) -> asyncio.AbstractServer:
+    """The guarded listener on ``socks`` (HTTPS with ``tls.context``), and the READY line."""
+    with listening(o.host, o.port):  # listen() on a port another start bound meanwhile
         listener = await start_listener(
             runner, o.host, o.port, limiter=limiter, header_timeout=o.header_timeout,
             keep_alive_timeout=o.keep_alive_timeout, send_buffer=o.socket_send_buffer,
             access_log=o.access_log(log),  # at debug, unless --disable-uvicorn-access-log
-            ssl=tls.context)
+            ssl=tls.context, socks=socks)
     bound = listener.sockets[0].getsockname()[1] if listener.sockets else o.port
     loop_kind = type(asyncio.get_running_loop()).__module__.split(".")[0]  # uvloop | asyncio
     ready = READY_PREFIX if tls.context is None else READY_TLS_PREFIX
