@@ -31,6 +31,7 @@ from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.core import EngineCore
 from kvpool.runtime.engine.grammar_pool import GrammarPool
 from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
+from kvpool.runtime.engine.step_failure import abandon
 from kvpool.runtime.engine.workers import prestart_default_executor
 from kvpool.runtime.faults import FaultPlan
 from kvpool.runtime.model import SamplingParams
@@ -148,15 +149,14 @@ class AsyncEngine:
 
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Stop admitting; let in-flight requests finish, abort what is left after
-        ``timeout``; stop the step thread. Every block is back in the pool afterwards."""
+        ``timeout``; stop the step thread. Every block is back in the pool (NOTE(abandon))."""
         self._draining = True
         deadline = time.monotonic() + timeout
-        while self._streams and time.monotonic() < deadline and self._thread is not None:
+        while self._streams and time.monotonic() < deadline and self._stepping():
             await asyncio.sleep(0.02)
         for rid in list(self._streams):
             self.abort_nowait(rid)
-        while self._thread is not None and self.core.has_work() and \
-                time.monotonic() < deadline + 5:
+        while self._stepping() and self.core.has_work() and time.monotonic() < deadline + 5:
             await asyncio.sleep(0.02)
         for t in list(self._prefetches):
             t.cancel()
@@ -174,6 +174,10 @@ class AsyncEngine:
         self._grammar_pool.shutdown()
         if self.remote_link is not None:  # the engine warmed its tier at start; it closes it
             await self.remote_link.tier.aclose()
+
+    def _stepping(self) -> bool:
+        """The step thread runs (not before start(), after shutdown or once it died)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def is_healthy(self) -> bool:
         return self._error is None and (self._thread is None or self._thread.is_alive())
@@ -335,6 +339,7 @@ class AsyncEngine:
         except BaseException as e:  # noqa: BLE001 - surfaced to every waiting stream
             log.exception("engine step loop failed")
             self._error = e
+            abandon(core, f"the engine failed: {e!r}")  # NOTE(abandon): the blocks come back
             self._loop.call_soon_threadsafe(self._fail_all, repr(e))
 
     def _take_inbox(self) -> list[RequestOutput]:

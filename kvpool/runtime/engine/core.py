@@ -6,7 +6,8 @@ may drive it directly). One ``step()``::
     out = scheduler.schedule()      entries carry their block ids; copies name their request
     _copy     swap-out, swap-in, copy-on-write: one CopyEngine batch per (kind, request), so a
               failed copy fails only its request; wait only for the copies touching blocks the
-              forward reads or writes (the rest of the FIFO keeps running behind the compute)
+              forward reads or writes (the rest of the FIFO keeps running behind the compute;
+              the swap-ins and cows are settled before on_step_done: NOTE(copy-settle))
     _forward  prefill chunks + decodes as one PagedBatch over the device KV pool, then one
               token per sequence whose prompt is complete (n sequences share a prompt row);
               grammar rows whose mask is late are deferred (row_sampler.py NOTE(late-mask))
@@ -38,6 +39,7 @@ from kvpool.runtime.engine.failed_copies import FailedCopies, SwapOutWatch
 from kvpool.runtime.engine.output_processor import OutputProcessor, RequestOutput, Sample
 from kvpool.runtime.engine.prompt_logprobs import PromptLogprobs
 from kvpool.runtime.engine.row_sampler import Drawn, RowSampler
+from kvpool.runtime.engine.step_copies import StepCopies
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 from kvpool.runtime.kv.copy_engine import CopyEngine
 from kvpool.runtime.kv.storage import KVStorage
@@ -98,8 +100,9 @@ class EngineCore:
         self.cost = CostMeter(self.copies, self.scheduler)  # the preemption cost model's rates
         self._build_sampling(config, metrics)
         self.metrics = metrics
-        self.failed_copies = FailedCopies()  # background copies that failed, by request
+        self.failed_copies = FailedCopies()  # copies that failed, by request
         self.swap_outs = SwapOutWatch()  # swap-outs not yet confirmed (NOTE(swap-out-confirm))
+        self.step_copies = StepCopies(self.copies, self.failed_copies, self.swap_outs)
         self.invariant_violations = 0
         self.block_sink = None  # remote write path: .on_prefills(prefills) after each step
         self.steps = 0
@@ -211,7 +214,7 @@ class EngineCore:
         """Run one engine step; returns the updates to deliver (deltas and final outputs)."""
         t0 = time.monotonic()
         results: list[RequestOutput] = []
-        if self.failed_copies:  # background copies (swap-out) that failed since the last step
+        if self.failed_copies:  # copies (swap-outs in the background) failed since the last step
             results += self._fail_requests(self.failed_copies.drain(), "KV copy failed")
         if self.swap_outs.handles:  # a plain step runs no code of failed_copies.py
             self._confirm_swap_outs()
@@ -232,27 +235,15 @@ class EngineCore:
         return results
 
     def _copy(self, out: SchedulerOutput, results: list) -> set[str]:
-        """Stage 1: submit the step's copies (one batch per request and kind, so a failed copy
-        fails only its request) and wait for those the forward's blocks need. Returns the
-        requests that failed (already aborted, their error outputs added to ``results``)."""
-        jobs = []
-        for c in out.copies_in_order():
-            h = self.copies.submit(c.kind, c.pairs, tag=c.request_id)
-            if c.kind == "swap_out":  # not waited for by this step: watch it
-                h.add_done_callback(self.failed_copies.on_copy_done)
-                self.swap_outs.watch(h, out.step_id)
-            else:
-                jobs.append(h)
-        # nothing in flight, nothing to wait for (copy_engine.py NOTE(speed)); a dead copy
-        # worker raises EngineError there (NOTE(worker-death)): the engine fails at once
-        if self.copies.pending or self.copies.worker_error is not None:
-            self.copies.wait_for_blocks(b for e in out.entries for b in e.block_ids)
-        dead = {h.tag for h in jobs if h.done() and h.exception() is not None}
-        # NOTE(late-swap-out): a swap-out that failed after the drain in step() may belong to
-        # a request swapped back in by this very step (its host bytes are garbage). The copies
-        # are FIFO, so having waited for this step's swap-ins, that failure is recorded now.
-        if self.failed_copies:
-            dead.update(self.failed_copies.drain())
+        """Stage 1: submit the step's copies (step_copies.py) and wait for those the forward's
+        blocks need. Returns the requests that failed (already aborted, their error outputs
+        added to ``results``)."""
+        self.step_copies.submit(out)
+        # every failure recorded so far fails its request now: the copies the forward waited
+        # for, and NOTE(late-swap-out): a swap-out that failed after the drain in step() may
+        # belong to a request swapped back in by this very step (its host bytes are garbage);
+        # the copies are FIFO, so having waited for this step's swap-ins, it is recorded now
+        dead = set(self.failed_copies.drain()) if self.failed_copies else set()
         if dead:
             results += self._fail_requests(dead, "KV copy failed")
         return dead
@@ -306,6 +297,10 @@ class EngineCore:
             defrag_ok = h.exception(timeout=60) is None
         self.prompt_tokens += sum(p.num_new_tokens for p in out.prefills)
         broken, samples = self._drop_broken(drawn.samples)
+        gone = self.step_copies.settle()  # NOTE(copy-settle): before any block is confirmed
+        if gone:
+            broken += self._fail_requests(gone, "KV copy failed")
+            samples = [s for s in samples if s.request_id not in gone]
         stops = self._stops(self.outputs.on_tokens(samples, time.monotonic()), drawn.done)
         finished = self.scheduler.on_step_done(
             out, {s.seq_id: s.token_id for s in samples}, defrag_ok=defrag_ok, stops=stops,

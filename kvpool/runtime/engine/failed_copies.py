@@ -1,9 +1,9 @@
-"""FailedCopies: background KV copies (swap-outs) that failed, handed from the copy worker to
-the step thread.
+"""FailedCopies: KV copy batches that failed (every kind: step_copies.py NOTE(copy-settle)),
+handed from the copy worker to the step thread.
 
 The copy worker records a failure from its done callback; the step thread drains the record
-at its next step and fails those requests (the engine core stays single-threaded: the worker
-never touches the scheduler).
+(at its next step, or within the step once it waited: step_copies.py) and fails those
+requests (the engine core stays single-threaded: the worker never touches the scheduler).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ __all__ = ["FailedCopies", "SwapOutWatch"]
 
 
 class FailedCopies(deque):
-    """Request ids whose background copy failed, appended by any thread, drained by one.
+    """Request ids whose copy failed, appended by any thread, drained by one.
 
     A deque itself, so the step thread's ``if failed_copies:`` is the deque's own C-level
     truth test and runs no code of this module while nothing failed.

@@ -32,7 +32,6 @@ device->device. Pairs are ``(src, dst)`` block ids, as the block manager returns
 from __future__ import annotations
 
 import logging
-import operator
 import os
 import threading
 import time
@@ -42,11 +41,11 @@ from typing import Any, Iterable
 
 import torch
 
-from kvpool.errors import CopyError, EngineError, InvalidBlockError
+from kvpool.errors import CopyError, EngineError
 from kvpool.runtime.ema import ema
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
-from kvpool.runtime.kv.copy_backends import (
-    COPY_KINDS, CopyBackend, TorchCopyBackend, check_destinations)
+from kvpool.runtime.kv.copy_backends import COPY_KINDS, CopyBackend, TorchCopyBackend
+from kvpool.runtime.kv.copy_checks import check_pools, checked_pairs
 from kvpool.runtime.kv.copy_handle import CopyCancelledError, CopyHandle
 
 __all__ = ["COPY_KINDS", "CopyCancelledError", "CopyEngine", "CopyHandle", "CopyStats"]
@@ -87,7 +86,7 @@ class CopyEngine:
                  faults: FaultPlan | None = None,
                  bandwidth_alpha: float = 0.2, worker_nice: int = 0,
                  name: str = "kvpool-copy") -> None:
-        _check_pools(device_kv, host_kv)
+        check_pools(device_kv, host_kv)
         if not 0.0 < bandwidth_alpha <= 1.0:
             raise ValueError("bandwidth_alpha must lie in (0, 1]")
         self._pools = {"device": device_kv}
@@ -132,33 +131,21 @@ class CopyEngine:
         """Queue one batch of ``(src, dst)`` block pairs of ``kind`` and return its handle.
 
         Validates at once (raises, queues nothing): ``kind`` in :data:`COPY_KINDS`
-        (``ValueError``), ids are ints (``TypeError``) inside their pools
-        (:class:`InvalidBlockError`), no destination twice (``ValueError``). An empty batch
-        returns an already-done handle. Raises :class:`EngineError` after :meth:`close` or once
-        the worker died.
+        (``ValueError``), pairs not a mapping (``TypeError``: NOTE(pairs-mapping)), ids are
+        ints (``TypeError``) inside their pools (:class:`InvalidBlockError`), no destination
+        twice (``ValueError``): copy_checks.py. A pair ``(b, b)`` of one pool is not counted
+        as copied (NOTE(no-op-pairs)); an empty batch returns an already-done handle. Raises
+        :class:`EngineError` after :meth:`close` or once the worker died.
         """
         if kind not in COPY_KINDS:
             raise ValueError(f"unknown copy kind {kind!r}: use one of {', '.join(COPY_KINDS)}")
-        src_pool, dst_pool = COPY_KINDS[kind]
-        pairs = list(pairs)
-        if any(len(p) != 2 for p in pairs):
-            raise ValueError(f"{kind}: pairs must be (src, dst) block id pairs")
-        srcs = _block_ids(kind, [p[0] for p in pairs])
-        dsts = _block_ids(kind, [p[1] for p in pairs])
-        for pool, ids in ((src_pool, srcs), (dst_pool, dsts)):
-            n = self._pools[pool].shape[0] if pool in self._pools else 0
-            if ids and (min(ids) < 0 or max(ids) >= n):
-                bad = [b for b in ids if not 0 <= b < n]
-                raise InvalidBlockError(f"{kind}: block ids {bad[:5]} lie outside the {pool} pool "
-                                        f"of {n} blocks")
-        pairs_t = tuple(zip(srcs, dsts))
-        check_destinations(pairs_t)
+        pairs_t, moved = checked_pairs(kind, pairs, self._pools)
         with self._cond:
             self.check_worker()
             if self._closing:
                 raise EngineError("the copy engine is closed; no more copies can be submitted")
             self._seq += 1
-            handle = CopyHandle(self._seq, kind, pairs_t, self.bytes_per_block, tag)
+            handle = CopyHandle(self._seq, kind, pairs_t, self.bytes_per_block, tag, moved)
             if not pairs_t:
                 handle.finish(None, 0.0)
                 return handle
@@ -295,7 +282,7 @@ class CopyEngine:
                 self._bytes[kind] += handle.bytes
                 self._batches[kind] += 1
                 self._seconds[kind] += seconds or 0.0
-                if seconds and seconds > 0:
+                if seconds and seconds > 0 and handle.bytes:  # NOTE(no-op-pairs)
                     rate = handle.bytes / seconds
                     self._bw[kind] = ema(self._bw[kind], rate, self._alpha)
                     self._bw_all = ema(self._bw_all, rate, self._alpha)
@@ -342,42 +329,3 @@ class CopyEngine:
         return (f"CopyEngine(backend={self.backend.name}, pending={len(self.pending)}, "
                 f"closed={self._closing})")
 
-
-def _check_pools(device_kv: torch.Tensor, host_kv: torch.Tensor | None) -> None:
-    """The host pool's blocks match the device pool's, and a copy can move bytes between them.
-    NOTE(pool-device): a pool on the meta device has no storage: a swap-out into it
-    "succeeded" and kept nothing, so the sequence's KV was lost. Two pools on different kinds
-    of accelerator (neither on the CPU) are refused too: torch copies between those only
-    through the host."""
-    for name, kv in (("device", device_kv), ("host", host_kv)):
-        if kv is not None and kv.device.type == "meta":
-            raise ValueError(f"the {name} pool is on the meta device, which holds no bytes: "
-                             "put it on a real device (the host pool on the CPU)")
-    if host_kv is None:
-        return
-    if tuple(host_kv.shape[1:]) != tuple(device_kv.shape[1:]):
-        raise ValueError(f"host pool block shape {tuple(host_kv.shape[1:])} differs from the "
-                         f"device pool's {tuple(device_kv.shape[1:])}")
-    if host_kv.dtype != device_kv.dtype:
-        raise ValueError(f"host pool dtype {host_kv.dtype} != device pool {device_kv.dtype}")
-    kinds = {device_kv.device.type, host_kv.device.type}
-    if len(kinds) > 1 and "cpu" not in kinds:
-        raise ValueError(f"cannot copy between a {device_kv.device} device pool and a "
-                         f"{host_kv.device} host pool: put the host pool on the CPU")
-
-
-def _block_ids(kind: str, ids: list[Any]) -> list[int]:
-    """``ids`` as ints; ``TypeError`` for an id that is not an integer (a bool is not one).
-    NOTE(int-ids): ids went through ``int()``, so 1.7 and True copied block 1 and "2" block
-    2 in silence: a wrong block's KV. Integer types (numpy, 0-d tensors) still pass."""
-    if set(map(type, ids)) <= {int}:  # the engine's own ids: one C-level pass
-        return ids
-    out = []
-    for b in ids:
-        try:
-            if isinstance(b, bool) or isinstance(b, torch.Tensor) and b.dtype == torch.bool:
-                raise TypeError("a bool")
-            out.append(operator.index(b))
-        except TypeError:
-            raise TypeError(f"{kind}: block ids must be ints, got {b!r}") from None
-    return out

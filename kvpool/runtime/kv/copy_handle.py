@@ -40,12 +40,13 @@ class CopyHandle:
                  "_lock", "_blocks")
 
     def __init__(self, seq: int, kind: str, pairs: tuple[tuple[int, int], ...],
-                 bytes_per_block: int, tag: Any) -> None:
+                 bytes_per_block: int, tag: Any, num_blocks: int | None = None) -> None:
         self.seq = seq  # submission number, increasing (FIFO order)
         self.kind = kind  # one of COPY_KINDS
         self.pairs = pairs  # ((src, dst), ...) as submitted
-        self.num_blocks = len(pairs)
-        self.bytes = len(pairs) * bytes_per_block  # bytes this batch moves
+        # the pairs that move bytes: a (b, b) pair of one pool does not (NOTE(no-op-pairs))
+        self.num_blocks = len(pairs) if num_blocks is None else num_blocks
+        self.bytes = self.num_blocks * bytes_per_block  # bytes this batch moves
         self.tag = tag  # caller's metadata (e.g. request ids), never read by the engine
         self.submitted_at = time.monotonic()
         self.started_at: float | None = None
