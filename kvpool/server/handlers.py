@@ -69,6 +69,7 @@ from kvpool.server.body_fields import ignored_header
 from kvpool.server.chunk_view import ChunkView
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.engine_client import EngineClient
+from kvpool.server.first_updates import FirstUpdates
 from kvpool.server.json_answer import bytes_answer, json_encoded
 from kvpool.server.json_body import ParsePool
 from kvpool.server.load_counts import load_counts
@@ -106,7 +107,8 @@ class OpenAIRoutes:
         self.engine = engine
         self.gate = gate  # tenant, quota and drain: asked once per generation request
         # how streams are written: each write bounded, keep-alive comments (sse_answer.py)
-        self.sse = SSEAnswer(float(stream_write_timeout), float(sse_keep_alive))
+        self.firsts = FirstUpdates()  # NOTE(format-off-loop): prompt logprobs, off the loop
+        self.sse = SSEAnswer(float(stream_write_timeout), float(sse_keep_alive), self.firsts)
         self.parser = parser
         self.render_metrics = render_metrics
         self.model_names = tuple(model_names)
@@ -206,9 +208,7 @@ class OpenAIRoutes:
         (NOTE(abort))."""
         try:
             await updates.start()
-            chunks = []
-            for i, first in updates.firsts():
-                chunks += builder.update(first, i)
+            chunks = await self.firsts.fold(builder, updates)
             if each is not None:
                 each(chunks)
             async for i, out in updates:
@@ -240,8 +240,9 @@ class OpenAIRoutes:
                        timings=builder.timings.get(p, [{}] * n))
 
     def close(self) -> None:
-        """Stop the parse pool (the app's cleanup); a parse still running finishes first."""
+        """Stop the parse and format pools (the app's cleanup); what runs there finishes."""
         self.parse_pool.close()
+        self.firsts.close()
 
     # ---- the rest -----------------------------------------------------------------------------
     def _model_card(self, name: str) -> dict[str, Any]:

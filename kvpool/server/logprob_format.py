@@ -23,19 +23,33 @@ from typing import Any
 
 from kvpool.runtime.model import TokenLogprob
 
-__all__ = ["CONTEXT", "LogprobFormatter", "joined_logprobs"]
+__all__ = ["CONTEXT", "JoinedList", "LogprobFormatter", "joined_logprobs"]
 
 _CACHE_MAX = 65536
 _REPLACEMENT = "\ufffd"
 CONTEXT = 4  # sampled ids a name may read back: enough for any UTF-8 character (vLLM's)
 
 
+class JoinedList(list):
+    """``head``'s items, then more: a list whose ``head`` other lists share, so that its JSON
+    is made once for them all (first_events.py NOTE(echo-events)); ``json.dumps`` writes it
+    as the list it is."""
+
+    __slots__ = ("head",)
+
+    def __init__(self, head: list, tail: list) -> None:
+        super().__init__(head)
+        self.extend(tail)
+        self.head = head
+
+
 def joined_logprobs(first: dict[str, list] | None,
                     then: dict[str, list] | None) -> dict[str, list] | None:
-    """Two completions ``logprobs`` objects of consecutive tokens as one (either may be None)."""
+    """Two completions ``logprobs`` objects of consecutive tokens as one (either may be None),
+    each list ``first``'s as its head (JoinedList)."""
     if first is None or then is None:
         return then if first is None else first
-    return {k: first[k] + then[k] for k in first}
+    return {k: JoinedList(first[k], then[k]) for k in first}
 
 
 class LogprobFormatter:
@@ -49,6 +63,12 @@ class LogprobFormatter:
     ``bytes`` and 20 alternatives of an entry (top_logprobs 20) leave its lists: 2 tracked
     containers a token (the entry and its ``top_logprobs`` list) instead of 43. ``json.dumps``
     writes a tuple as a list: the answer's bytes are the same.
+
+    NOTE(name-once): with ``echo`` and ``logprobs`` the prompt's tokens are shown twice, in
+    ``prompt_logprobs`` and in the echo's ``logprobs``, under the same names (the same ids after
+    the same context: a position without an entry reads no context in either): ``echoed`` names
+    them once for both. Naming them per shape doubled the split-character re-decodes, which
+    are not cached (an outside probe: 30k positions, seconds of event loop).
 
     NOTE(logprob-names): vLLM 0.33's names (v1/engine/logprobs.py ``_verify_tokens``): a name
     that ends in U+FFFD (a byte of a character split across tokens) is decoded again after
@@ -143,9 +163,23 @@ class LogprobFormatter:
                    offset: int, context: Sequence[int] = ()) -> tuple[dict[str, list], int]:
         """One completions ``logprobs`` object for ``ids`` (after ``context``, as
         ``_names``) and the offset after them."""
+        return self._completion(ids, lps, self._names(ids, lps, context), offset)
+
+    def echoed(self, ids: Sequence[int], lps: Sequence[TokenLogprob | None]
+               ) -> tuple[list[dict[str, Any] | None], dict[str, list], int]:
+        """An echoed prompt's logprobs both ways, each token named once (NOTE(name-once)):
+        vLLM's ``prompt_logprobs`` list, the echo's completions object from offset 0 and the
+        offset after it. ``ids``: the prompt's; ``lps``: its prompt logprobs (the first None)."""
+        named = self._names(ids, lps)
+        echo, end = self._completion(ids, lps, named, 0)
+        return self._prompt(lps, named), echo, end
+
+    def _completion(self, ids: Sequence[int], lps: Sequence[TokenLogprob | None],
+                    named: list[tuple[str, dict[int, str]]], offset: int
+                    ) -> tuple[dict[str, list], int]:
         out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [],
                                 "text_offset": []}
-        for tid, lp, (name, tops) in zip(ids, lps, self._names(ids, lps, context)):
+        for tid, lp, (name, tops) in zip(ids, lps, named):
             t = self._shown(tid, name)
             out["tokens"].append(t)
             out["text_offset"].append(offset)
@@ -180,8 +214,12 @@ class LogprobFormatter:
     def prompt(self, lps: Sequence[TokenLogprob | None]) -> list[dict[str, Any] | None]:
         """vLLM's ``prompt_logprobs`` list."""
         ids = [0 if lp is None else lp.token_id for lp in lps]
+        return self._prompt(lps, self._names(ids, lps))
+
+    def _prompt(self, lps: Sequence[TokenLogprob | None],
+                named: list[tuple[str, dict[int, str]]]) -> list[dict[str, Any] | None]:
         out: list[dict[str, Any] | None] = []
-        for lp, (name, tops) in zip(lps, self._names(ids, lps)):
+        for lp, (name, tops) in zip(lps, named):
             if lp is None:
                 out.append(None)
                 continue

@@ -38,6 +38,7 @@ from typing import Any
 
 from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.server.choice_reader import ChoiceReader, chat_message, reads_choices
+from kvpool.server.first_updates import FirstLogprobs, first_logprobs
 from kvpool.server.logprob_format import CONTEXT, LogprobFormatter, joined_logprobs
 from kvpool.server.middleware import APIError, error_body
 from kvpool.server.parsed_request import ParsedRequest
@@ -100,9 +101,11 @@ class ResponseBuilder:
         return all(self.prompt_finished)
 
     # ---- accumulation -------------------------------------------------------------------------
-    def update(self, out: RequestOutput, prompt: int = 0) -> list[dict[str, Any]]:
+    def update(self, out: RequestOutput, prompt: int = 0,
+               first: FirstLogprobs | None = None) -> list[dict[str, Any]]:
         """Fold one engine update of prompt ``prompt`` in; return its stream chunks (one per
-        choice with news)."""
+        choice with news). ``first``: the prompt's first update's logprobs, formatted
+        (first_updates.py NOTE(format-off-loop)); else they are formatted here."""
         self.prompt_tokens[prompt] = out.num_prompt_tokens or self.prompt_tokens[prompt]
         self.cached_tokens[prompt] = out.num_cached_tokens
         self.prompt_finished[prompt] = self.prompt_finished[prompt] or out.finished
@@ -110,7 +113,7 @@ class ResponseBuilder:
         chunks = []
         if not self.started[prompt]:
             self.started[prompt] = True
-            self._start(prompt, out)
+            self._start(prompt, out, first)
         for c in out.outputs:
             if not 0 <= c.index < self.n:
                 continue  # NOTE(index): never trust an index past n; drop rather than crash
@@ -162,34 +165,31 @@ class ResponseBuilder:
         return [self._chunk(i, "", reason if k == last else None, lp if k == last else None,
                             delta, ids if k == last else ()) for k, delta in enumerate(deltas)]
 
-    def _start(self, prompt: int, out: RequestOutput) -> None:
-        """The prompt's first update: its prompt logprobs (asked for, or computed for echo with
-        logprobs, which vLLM shows too), and the echo (completions), held for each choice's
-        first chunk (NOTE(echo-chunk)). NOTE(echo-once): the echo's logprobs are formatted
-        once for the n choices, on the event loop: per choice, n=16 with logprobs=20 over a
-        7000-token prompt held the loop for seconds (an outside probe)."""
-        if out.prompt_logprobs is not None and self.lp.engine_prompt_logprobs is not None:
-            self.prompt_lps[prompt] = self.fmt.prompt(out.prompt_logprobs)
+    def _start(self, prompt: int, out: RequestOutput, first: FirstLogprobs | None) -> None:
+        """The prompt's first update: its prompt logprobs (first_updates.py
+        ``first_logprobs``), and the echo (completions), held for each choice's first chunk
+        (NOTE(echo-chunk)). NOTE(echo-once): the echo's logprobs are formatted once for the n
+        choices: per choice, n=16 with logprobs=20 over a 7000-token prompt held the loop for
+        seconds (an outside probe)."""
+        ids = self.req.prompts[prompt]
+        if first is None:
+            first = first_logprobs(self.fmt, self.lp, ids, out)
+        self.prompt_lps[prompt] = first.prompt
         if not self.lp.echo:
             return
-        ids = self.req.prompts[prompt]
         text = (self.req.prompt_texts[prompt] if prompt < len(self.req.prompt_texts) else None)
         if text is None:
             text = self.fmt.tokenizer.decode(ids, skip_special_tokens=False) if self.fmt \
                 else ""  # vLLM's echo of token ids keeps their special tokens
         if self.rids.on:  # returned_ids.py: the ids stand for the echoed text
             text = ""
-        lp = end = None  # NOTE(echo-once); every choice starts at offset 0
-        for j in range(self.n):
+        for j in range(self.n):  # NOTE(echo-once); every choice starts at offset 0
             i = prompt * self.n + j
             self.texts[i].append(text)
-            if self.lp.logprobs is not None:
-                if lp is None:
-                    lp, end = self.fmt.completion(ids, out.prompt_logprobs or (None,) * len(ids),
-                                                  self.offsets[i])
-                self.offsets[i] = end
-                self._merge(i, lp)  # a copy: the shared object is never changed
-            self.echo_heads[i] = (text, lp)
+            if first.echo is not None:
+                self.offsets[i] = first.end
+                self._merge(i, first.echo)  # a copy: the shared object is never changed
+            self.echo_heads[i] = (text, first.echo)
 
     def _echo_only_finish(self, i: int, c: CompletionOutput) -> list[dict[str, Any]]:
         """NOTE(echo-only) in parsed_request.py: the engine's one token is not shown; the

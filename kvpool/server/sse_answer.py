@@ -26,8 +26,10 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from kvpool.server.body_fields import ignored_header
-from kvpool.server.chunk_view import SSE_HEADERS
+from kvpool.server.chunk_view import SSE_HEADERS, ChunkView
 from kvpool.server.connections import bounded_write
+from kvpool.server.first_events import EventEncoder
+from kvpool.server.first_updates import FirstUpdates
 from kvpool.server.middleware import STREAM_STARTED, APIError, known_error
 
 __all__ = ["IDLE", "KEEP_ALIVE", "SSEAnswer", "idle_marked"]
@@ -63,14 +65,17 @@ async def idle_marked(source: AsyncIterator[T], interval: float) -> AsyncIterato
 
 class SSEAnswer:
     """How the server streams: each write bounded by ``write_timeout`` seconds; a keep-alive
-    comment after ``keep_alive`` idle seconds (0: none). Shared by every request."""
+    comment after ``keep_alive`` idle seconds (0: none); first updates folded by ``firsts``.
+    Shared by every request."""
 
-    def __init__(self, write_timeout: float, keep_alive: float = 0.0) -> None:
+    def __init__(self, write_timeout: float, keep_alive: float, firsts: FirstUpdates) -> None:
         if not keep_alive >= 0:
             raise ValueError(f"sse keep-alive interval {keep_alive!r}: use seconds >= 0 "
                              "(0 sends no keep-alive comments)")
         self.write_timeout = write_timeout
         self.keep_alive = keep_alive
+        self.firsts = firsts  # the server's: NOTE(format-off-loop) in first_updates.py
+        self.first_events = EventEncoder()  # NOTE(echo-events) in first_events.py
 
     async def stream(self, request: web.Request, view: Any, updates: Any) -> web.StreamResponse:
         """Start ``updates`` (handlers.py PromptStreams) and stream ``view``'s events."""
@@ -124,10 +129,12 @@ class SSEAnswer:
         """The head, the first updates and every later one as events; the failure, if any."""
         builder = view.builder
         head = view.head()  # before the first updates: its usage (if shown) counts none
-        chunks = []
-        for i, first in updates.firsts():
-            chunks += builder.update(first, i)
-        await self.write(request, resp, head + view.events(chunks))
+        chunks = await self.firsts.fold(builder, updates)
+        # completions' (ChunkView's) first chunks may carry a long echo's logprobs n times:
+        # encoded in slices, once (NOTE(echo-events)); the other views' events are their own
+        events = await self.first_events.events(chunks) if type(view) is ChunkView \
+            else view.events(chunks)
+        await self.write(request, resp, head + events)
         source = idle_marked(updates, self.keep_alive) if self.keep_alive else updates
         try:
             async for item in source:

@@ -279,17 +279,18 @@ async def test_split_character_tokens_are_named_as_vllm_names_them(srv):
 
 async def test_n_choices_share_one_formatting_of_the_echo(srv, monkeypatch):
     """NOTE(echo-once): the echoed prompt's logprobs are formatted once for the n choices (on
-    the event loop, per choice they held it for seconds on long prompts), and every choice
-    still shows them whole, followed by its own tokens' entries."""
+    the event loop, per choice they held it for seconds on long prompts), its tokens named once
+    for the echo and prompt_logprobs both (NOTE(name-once)), and every choice still shows them
+    whole, followed by its own tokens' entries."""
     from kvpool.server.logprob_format import LogprobFormatter
     lengths = []
-    completion = LogprobFormatter.completion
+    names = LogprobFormatter._names
 
-    def counted(self, ids, lps, offset, context=()):
+    def counted(self, ids, lps, context=()):
         lengths.append(len(ids))
-        return completion(self, ids, lps, offset, context)
+        return names(self, ids, lps, context)
 
-    monkeypatch.setattr(LogprobFormatter, "completion", counted)
+    monkeypatch.setattr(LogprobFormatter, "_names", counted)
     prompt = "Once upon a time there was a block pool"
     status, out = await post(srv, "/v1/completions", {
         "model": srv.engine.model_name, "prompt": prompt, "max_tokens": 3, "n": 4,

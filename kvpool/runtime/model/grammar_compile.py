@@ -9,7 +9,9 @@ Life of a grammar::
                            lazily, on the first masks), probed: PROBE_STEPS masks along the
                            first allowed token, for the schema and for each ``pattern`` and
                            referenced definition in it as a grammar of its own (at most
-                           MAX_PROBES); an error -> 400 naming the field it came from
+                           MAX_PROBES), and the whole grammar MIDDLE_STEPS masks along the
+                           middle allowed token (NOTE(middle-walk)); an error -> 400 naming
+                           the field it came from
     step thread            GrammarMatchers.add: one deep copy of the probed matcher per
                            sequence (its compiled grammar shared, its lexer state copied);
                            masks under LIMITS
@@ -27,6 +29,14 @@ costed only once generation reaches it; probed alone, it is reached at once. A g
 slips past the probes and runs out of fuel later ends its request with an error
 (grammar_matchers.py, NOTE(grammar-error)); the fuel caps what one step of it costs its
 neighbours.
+
+NOTE(middle-walk): the first allowed token tends to take a grammar's shortest way (``"w0"`` of
+``item: "w0" | ... | "w1899"``), where its state stays small; the request's tokens may take
+another, where a lexeme ends while it could still go on (``"w57"``, then ``"w570"``...) and the
+mask weighs every alternative again: llguidance's step item limit, so that the grammar passed
+its probes and its request failed 3 tokens in (an outside probe). The whole grammar is walked
+a second time, MIDDLE_STEPS masks along the middle allowed token, which reaches such a state
+on this grammar; what neither walk reaches still fails its request midway (NOTE(grammar-error)).
 
 NOTE(compile-cache): an agent loop resends the same tools (a ``required`` union, a schema) with
 every turn, and a heavy schema (64 distinct ``pattern``s) costs ~1 s of probes each time; vLLM's
@@ -62,10 +72,12 @@ from kvpool.errors import RequestError
 from .grammar import LIMITS, OPTIONS, GrammarSpec, unpack_bitmask
 from .tokenizer import Tokenizer
 
-__all__ = ["CACHE_BYTES", "CACHE_BYTES_PER_CHAR", "CACHE_ENTRIES", "PROBE_STEPS",
+__all__ = ["CACHE_BYTES", "CACHE_BYTES_PER_CHAR", "CACHE_ENTRIES", "MIDDLE_STEPS", "PROBE_STEPS",
            "GrammarCompiler", "Outcome", "cache_key", "first_error_line"]
 
 PROBE_STEPS = 3  # masks computed along the first allowed token, per probed grammar
+# NOTE(middle-walk): masks computed along the middle allowed token, the whole grammar only
+MIDDLE_STEPS = 4
 # NOTE(compile-cache): compiled grammars kept per compiler, and their estimated memory
 CACHE_ENTRIES = 64
 CACHE_BYTES = 128 * 1024 * 1024
@@ -150,6 +162,7 @@ class GrammarCompiler:
         whole = _WHAT.get(spec.kind, "the schema")
         proto = self.matcher(spec.grammar)
         self._probe(proto.deep_copy(), whole, _NOTHING.get(spec.kind))
+        self._probe(proto.deep_copy(), whole, None, MIDDLE_STEPS, middle=True)
         if proto.is_error():
             raise _Refused(f"{whole} cannot be used with this tokenizer: {first_error_line(proto)}")
         for sub in spec.probes:
@@ -163,16 +176,19 @@ class GrammarCompiler:
                         else None)
         return proto
 
-    def _probe(self, m: llguidance.LLMatcher, what: str, nothing: str | None) -> None:
-        """PROBE_STEPS masks along the first allowed non-EOS token; raise on an error (one
-        that allows nothing at all says why it may: ``nothing``, else a $ref cycle)."""
+    def _probe(self, m: llguidance.LLMatcher, what: str, nothing: str | None,
+                steps: int = PROBE_STEPS, *, middle: bool = False) -> None:
+        """``steps`` masks along the first allowed non-EOS token (``middle``: the middle one,
+        NOTE(middle-walk)); raise on an error (one that allows nothing at all says why it
+        may: ``nothing``, else a $ref cycle)."""
         eos = set(self.eos_token_ids)
-        for _ in range(PROBE_STEPS):
+        for _ in range(steps):
             bits = torch.frombuffer(bytearray(m.compute_bitmask()), dtype=torch.int32)
             if m.is_error():
                 break
             allowed = unpack_bitmask(bits[None], self.vocab_size)[0].nonzero().flatten()
-            nxt = next((t for t in allowed.tolist() if t not in eos), None)
+            ids = [t for t in allowed.tolist() if t not in eos]
+            nxt = (ids[len(ids) // 2] if middle else ids[0]) if ids else None
             if nxt is None or not m.consume_token(nxt):
                 break
         if m.is_error():
