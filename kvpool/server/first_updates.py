@@ -48,8 +48,13 @@ class FirstLogprobs:
     end: int = 0  # the echo's text_offset after its last token
 
 
+NO_FIRST = FirstLogprobs()  # a first update with nothing to format
+
+
 def first_names(lp: LogprobRequest, ids: Sequence[int], out: RequestOutput) -> int:
     """About how many token names ``first_logprobs`` makes (the chosen and the top k each)."""
+    if out.prompt_logprobs is None and not lp.echo:  # NOTE(plain-first): nothing to name
+        return 0
     names = len(out.prompt_logprobs or ()) * (1 + (lp.engine_prompt_logprobs or 0))
     if lp.echo and lp.logprobs is not None and out.prompt_logprobs is None:
         names += len(ids)  # the echo's tokens, named plainly
@@ -62,8 +67,11 @@ def first_logprobs(fmt: LogprobFormatter | None, lp: LogprobRequest, ids: Sequen
     ``prompt_logprobs`` list (asked for, or computed for echo with logprobs, which vLLM shows
     too), and the echo's logprobs from offset 0 (NOTE(name-once) in logprob_format.py)."""
     lps = out.prompt_logprobs
-    if fmt is None or lp.engine_prompt_logprobs is None:
-        return FirstLogprobs()
+    # NOTE(plain-first): a plain request (no prompt logprobs, no echo) reads no logprob field
+    # past the two here: its path runs no code of logprob_fields.py (tests/bench/
+    # test_request_path.py)
+    if fmt is None or lps is None and not lp.echo or lp.engine_prompt_logprobs is None:
+        return NO_FIRST
     if not (lp.echo and lp.logprobs is not None):
         return FirstLogprobs(None if lps is None else fmt.prompt(lps))
     if lps is None:
