@@ -209,3 +209,23 @@ def vllm_events(monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def publish_each(pub: EventPublisher, events) -> None:
+    """Each of ``events`` published as a batch of its own: the next is submitted once the
+    publisher has sent the last (within DEADLINE)."""
+    end = time.monotonic() + DEADLINE
+    for event in events:
+        want = pub.next_seq + 1
+        pub.submit(event)
+        while pub.next_seq < want:
+            assert time.monotonic() < end, f"only {pub.next_seq} batches published"
+            time.sleep(0.0005)
+
+
+def stored(n: int, tokens: int):
+    """``n`` BlockStored events of ``tokens`` token ids each (ids above 2**16: 5 bytes each in
+    msgpack), one hash each."""
+    from kvpool.events.wire import BlockStored
+    return (BlockStored([i.to_bytes(32, "big")], None, list(range(2**17, 2**17 + tokens)), 16,
+                        None, "GPU", None) for i in range(n))

@@ -9,24 +9,14 @@ import time
 import zmq
 
 from kvpool.events.wire import AllBlocksCleared, BlockStored
-from tests.events.helpers import DEADLINE, Sub, close_all, plain, publisher, wait_subscribed
+from tests.events.helpers import (DEADLINE, Sub, close_all, plain, publish_each, publisher,
+                                 wait_subscribed)
 
 RING = 2000  # batches kept, and published before the flood
 FLOODERS, REQUESTS = 40, 50  # DEALERs x replay(0) requests each, none of them ever read
 LIVE_BOUND = 5.0  # seconds the live batch may take during the flood (liveness, not speed)
 MARK = b"\x07" * 32
 END = (-1).to_bytes(8, "big", signed=True)
-
-
-def _fill(pub, n: int) -> None:
-    """``n`` batches of one event each (the publisher takes what waits as one batch)."""
-    end = time.monotonic() + DEADLINE
-    for _ in range(n):
-        want = pub.next_seq + 1
-        pub.submit(AllBlocksCleared())
-        while pub.next_seq < want:
-            assert time.monotonic() < end, f"only {pub.next_seq} batches published"
-            time.sleep(0.0005)
 
 
 def _flood(ctx: zmq.Context, endpoint: str) -> list[zmq.Socket]:
@@ -50,7 +40,7 @@ def test_a_replay_flood_neither_delays_live_batches_nor_spoils_a_replay():
     flooders: list[zmq.Socket] = []
     try:
         wait_subscribed(pub, sub)
-        _fill(pub, RING)
+        publish_each(pub, (AllBlocksCleared() for _ in range(RING)))
         while sub.recv(0.3) is not None:
             pass  # the fill's batches: only the live one is waited for below
         flooders = _flood(ctx, pub.replay_endpoint)

@@ -9,8 +9,8 @@ import time
 import zmq
 
 from kvpool.events.replay import MAX_OPEN, REPLAY_HWM
-from kvpool.events.wire import BlockStored
-from tests.events.helpers import DEADLINE, Sub, close_all, publisher, wait_subscribed
+from tests.events.helpers import (DEADLINE, Sub, close_all, publish_each, publisher, stored,
+                                 wait_subscribed)
 
 BATCHES = REPLAY_HWM + 44  # more than a non-reader's queue holds
 TOKENS = 50_000  # ~250 KB a batch: every token id above 2**16 takes 5 bytes in msgpack
@@ -21,17 +21,6 @@ BOUND_MB = 64  # what the non-readers may add to the process's resident memory
 def _rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096 / 2**20
-
-
-def _fill_big(pub) -> None:
-    end = time.monotonic() + DEADLINE
-    for i in range(BATCHES):
-        want = pub.next_seq + 1
-        pub.submit(BlockStored([i.to_bytes(32, "big")], None,
-                               list(range(2**17, 2**17 + TOKENS)), 16, None, "GPU", None))
-        while pub.next_seq < want:
-            assert time.monotonic() < end, f"only {pub.next_seq} batches published"
-            time.sleep(0.0005)
 
 
 def _non_reader(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
@@ -54,7 +43,7 @@ def test_replays_to_clients_that_never_read_hold_no_copies_of_the_ring():
     ctx = zmq.Context()
     socks: list[zmq.Socket] = []
     try:
-        _fill_big(pub)
+        publish_each(pub, stored(BATCHES, TOKENS))
         time.sleep(0.5)
         before = _rss_mb()
         socks = [_non_reader(ctx, pub.replay_endpoint) for _ in range(READERS)]
@@ -76,7 +65,7 @@ def test_requests_past_the_open_replay_cap_are_ignored_and_counted():
     socks: list[zmq.Socket] = []
     try:
         wait_subscribed(pub, sub)
-        _fill_big(pub)
+        publish_each(pub, stored(BATCHES, TOKENS))
         socks = [_non_reader(ctx, pub.replay_endpoint) for _ in range(MAX_OPEN + 5)]
         end = time.monotonic() + DEADLINE
         while _ignored(pub, "full") < 5:

@@ -9,25 +9,12 @@ import time
 import zmq
 
 from kvpool.events.replay import REPLAY_HWM
-from kvpool.events.wire import BlockStored
-from tests.events.helpers import DEADLINE, close_all, publisher
+from tests.events.helpers import DEADLINE, close_all, publish_each, publisher, stored
 
 RING = REPLAY_HWM + 44  # batches kept: more than a client that stops reading is sent
 TOKENS = 1000  # ~5 KB a batch (ids above 2**16): the kernel's buffers hold only a few
 END = (-1).to_bytes(8, "big", signed=True)
 PAST = (10**6).to_bytes(8, "big")  # a start past the end: the answer is the end marker alone
-
-
-def _fill(pub, n: int) -> None:
-    """``n`` batches of one BlockStored each."""
-    end = time.monotonic() + DEADLINE
-    for i in range(n):
-        want = pub.next_seq + 1
-        pub.submit(BlockStored([i.to_bytes(32, "big")], None,
-                               list(range(2**17, 2**17 + TOKENS)), 16, None, "GPU", None))
-        while pub.next_seq < want:
-            assert time.monotonic() < end, f"only {pub.next_seq} batches published"
-            time.sleep(0.0005)
 
 
 def _stalled_client(ctx: zmq.Context, pub) -> zmq.Socket:
@@ -51,10 +38,11 @@ def test_a_request_waiting_behind_a_cut_replay_is_answered_next():
     ctx = zmq.Context()
     socks: list[zmq.Socket] = []
     try:
-        _fill(pub, RING)
+        publish_each(pub, stored(RING, TOKENS))
         socks.append(client := _stalled_client(ctx, pub))
         assert client.poll(int(DEADLINE * 1000))  # the first replay runs (and then waits)
-        _fill(pub, RING)  # the ring moves past what the first replay still had to send
+        # the ring moves past what the first replay still had to send
+        publish_each(pub, stored(RING, TOKENS))
         seqs, end = [], time.monotonic() + DEADLINE
         while time.monotonic() < end and client.poll(int(1000 * (end - time.monotonic()))):
             msg = client.recv_multipart()
@@ -75,7 +63,7 @@ def test_a_waiting_request_whose_client_left_is_counted():
     pub = publisher(buffer_steps=RING)
     ctx = zmq.Context()
     try:
-        _fill(pub, RING)
+        publish_each(pub, stored(RING, TOKENS))
         client = _stalled_client(ctx, pub)
         assert client.poll(int(DEADLINE * 1000))  # both requests read: the replay runs
         client.close(linger=0)  # its replay is cut at the next send; nobody to answer next

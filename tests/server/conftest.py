@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +25,15 @@ from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse)
 PLAIN_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}\n{% endfor %}"
                   "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 SHUTDOWN_TIMEOUT = 5.0  # a test that wedges a handler fails in seconds, not aiohttp's 60
+
+
+@pytest.fixture
+def busy_port():
+    """A port another socket listens on (127.0.0.1)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from kvpool.server import serve
 from kvpool.server.bind_first import Listeners, bind_first, stop_listening
 from kvpool.server.connections import ConnectionLimiter, start_listener
 
-SMALL = ["--host", "127.0.0.1", "--num-device-blocks", "16", "--max-model-len", "64"]
+from tests.server.test_port_in_use import SMALL
 
 
 @pytest.fixture
@@ -23,14 +23,6 @@ def broken_model(tmp_path):
     """A model directory the loader refuses (config.json is not JSON)."""
     (tmp_path / "config.json").write_text("{")
     return str(tmp_path)
-
-
-@pytest.fixture
-def busy_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 def test_a_port_in_use_is_said_before_the_model_is_read(busy_port, broken_model, capsys):

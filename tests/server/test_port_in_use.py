@@ -8,20 +8,9 @@ from __future__ import annotations
 import json
 import socket
 
-import pytest
-
 from kvpool.server import serve
 
 SMALL = ["--host", "127.0.0.1", "--num-device-blocks", "16", "--max-model-len", "64"]
-
-
-@pytest.fixture
-def busy_port():
-    """A port another socket listens on (127.0.0.1)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 def _free_port() -> int:
