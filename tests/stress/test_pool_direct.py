@@ -34,6 +34,9 @@ def test_direct_calls_keep_the_shadow_whole():
     assert rt.violations == 0 and mgr.stats().device.num_used == 0, rt.messages
 
 
+RUNS = 5  # one-second runs at most: 2 of 12 runs caught nothing, so 5 miss ~1 in 8000
+
+
 @pytest.fixture
 def free_without_its_lock(monkeypatch):
     """The probe's i2: ``BlockSpaceManager.free`` without its own writer section (the first
@@ -60,11 +63,15 @@ def free_without_its_lock(monkeypatch):
 
 
 def test_a_free_without_its_writer_section_is_caught(free_without_its_lock):
-    """Every thread operation direct, frequent full checks: caught in each of 12 one-second
-    runs tried (9 to 22 violations each); the default 0.3 share caught it in 3 of 3 4-second
-    runs of the default command."""
-    rep = PoolStress(PoolConfig(threads=4, coroutines=20, duration=1.0, blocks=1024,
-                                direct=1.0, check_interval=0.05, progress=False)).run()
-    f = rep.figures
-    assert f["direct_ops"] > 0 and f["raw_blocks_taken"] > 0
+    """Every thread operation direct, frequent full checks: caught within RUNS one-second
+    runs. A race shows only when threads interleave inside the unlocked free: before
+    NOTE(drained) (kvpool/core/free_list.py) each of 12 one-second runs caught it; since,
+    2 of 12 saw none."""
+    for _ in range(RUNS):
+        rep = PoolStress(PoolConfig(threads=4, coroutines=20, duration=1.0, blocks=1024,
+                                    direct=1.0, check_interval=0.05, progress=False)).run()
+        f = rep.figures
+        assert f["direct_ops"] > 0 and f["raw_blocks_taken"] > 0
+        if f["violations"] + f["errors"] > 0:
+            break
     assert f["violations"] + f["errors"] > 0 and not rep.ok
