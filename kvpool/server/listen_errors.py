@@ -36,11 +36,19 @@ def listening(host: str, port: int) -> Iterator[None]:
                           ) from exc
 
 
-def require_own_port(port: int, publisher: EventPublisher | None) -> None:
-    """A KV events socket bound to the HTTP ``port`` (bound first, the HTTP listener would
-    fail after the model loaded) stops the start here, the publisher closed."""
+def require_own_port(host: str, port: int, publisher: EventPublisher | None) -> None:
+    """A KV events socket bound to the HTTP ``port`` (the HTTP listener could not have it),
+    or a publisher dialing this server's own HTTP listener (``host:port``, or a loopback
+    address there: it would greet the HTTP server with ZMTP bytes, a "bad request" logged
+    five times a second, forever) stops the start here, the publisher closed."""
     if publisher is None or port == 0:
         return
+    own = {f"tcp://{h}:{port}" for h in (host, "127.0.0.1", "localhost", "[::1]")}
+    if publisher.mode != "bind" and publisher.endpoint in own:
+        publisher.close()
+        raise ConfigError(f"--kv-events-config: {publisher.endpoint} is this server's own HTTP "
+                          "port; give the endpoint the subscriber's address (or tcp://*:PORT "
+                          "to bind one)")
     for endpoint in (publisher.endpoint if publisher.mode == "bind" else None,
                      publisher.replay_endpoint):
         if endpoint and endpoint.startswith("tcp://") and endpoint.endswith(f":{port}"):

@@ -262,7 +262,7 @@ def _build(config: EngineConfig, o: ServeOptions,
     """The engine (its remote link and KV events wired) and the app over it."""
     events = KVEventsRoute.start(o.kv_events_config, config.block_size, o.kv_events_salt_key,
                                  config.enable_prefix_caching)
-    require_own_port(o.port, events.publisher)  # before the model loads, not after
+    require_own_port(o.host, o.port, events.publisher)  # before the model loads, not after
     engine = _engine(config, events)
     _require_context(engine, config.block_size)
     engine.invariant_check_interval = o.invariant_check_interval

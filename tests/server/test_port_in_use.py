@@ -29,12 +29,25 @@ def test_a_port_in_use_is_one_line_naming_it(busy_port, capsys):
 
 
 def test_an_events_endpoint_on_the_http_port_is_refused_before_the_model(capsys):
-    port = _free_port()
-    cfg = json.dumps({"enable_kv_cache_events": True, "endpoint": f"tcp://*:{port}"})
+    """The replay socket binds its endpoint (a loopback one here; tests bind no other)."""
+    port, other = _free_port(), _free_port()
+    cfg = json.dumps({"enable_kv_cache_events": True, "endpoint": f"tcp://127.0.0.1:{other}",
+                      "replay_endpoint": f"tcp://127.0.0.1:{port}"})
     assert serve.main([*SMALL, "--port", str(port), "--kv-events-config", cfg]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert err[0] == (f"kvpool serve: --kv-events-config: tcp://0.0.0.0:{port} takes the HTTP "
-                      f"port {port}; give --port or that endpoint another port")
+    assert err[0] == (f"kvpool serve: --kv-events-config: tcp://127.0.0.1:{port} takes the "
+                      f"HTTP port {port}; give --port or that endpoint another port")
     with socket.socket() as s:  # the publisher let the port go
-        s.bind(("0.0.0.0", port))
+        s.bind(("127.0.0.1", port))
+
+
+def test_a_publisher_dialing_its_own_http_port_is_refused(capsys):
+    """A host in the endpoint means connect (the subscriber binds): pointed at this server's
+    own port, the publisher greeted the HTTP listener with ZMTP, a 400 logged 5 times a
+    second for as long as it ran."""
+    port = _free_port()
+    cfg = json.dumps({"enable_kv_cache_events": True, "endpoint": f"tcp://127.0.0.1:{port}"})
+    assert serve.main([*SMALL, "--port", str(port), "--kv-events-config", cfg]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is this server's own HTTP port" in err[0], err
