@@ -297,8 +297,10 @@ class ReplicaFeed:
             await self._catch_up(0)
 
     async def _apply(self, seq: int, payload: bytes) -> None:
-        """Batch ``seq`` into the index, in slices (NOTE(slices))."""
+        """Batch ``seq`` into the index in slices (NOTE(slices)); seq 0 kept as if replayed."""
         self.expected = seq + 1
+        if seq == 0:  # its resends are duplicates (events/publisher.py NOTE(start-marker))
+            self._replayed[0] = hash(payload)
         try:
             batch: KVEventBatch = decode_batch(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:

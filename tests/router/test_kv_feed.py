@@ -236,3 +236,19 @@ async def test_a_reader_that_stops_on_an_error_closes_its_feed(pub_feed, caplog)
     feed.connect(info_of(pub))
     feed.index.stored = broken
     await until(lambda: feed.live and b"b" in feed.index, "the reconnect")
+
+
+async def test_a_resent_start_marker_is_a_duplicate_not_a_restart(pub_feed):
+    """A publisher resends seq 0, the same bytes, to a subscriber that joins before any later
+    batch (kvpool/events/publisher.py NOTE(start-marker)); without a replay in between, the
+    feed counted each resend a restart (clearing the index, its expected blocks with it)."""
+    pub, feed = pub_feed
+    feed.connect(info_of(pub), read=False)
+    start = frames(0, AllBlocksCleared())
+    await feed.on_message(start)
+    await feed.on_message(start)  # the resend
+    assert feed.counts["restarts"] == 0 and feed.counts["duplicates"] == 1
+    await feed.on_message(frames(1, stored(b"x")))
+    assert b"x" in feed.index and feed.expected == 2
+    await feed.on_message(frames(0, AllBlocksCleared()))  # a new publisher's seq 0: new bytes
+    assert feed.counts["restarts"] == 1 and b"x" not in feed.index
