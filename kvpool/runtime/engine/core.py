@@ -89,6 +89,7 @@ class EngineCore:
             config.max_model_len, self.model.config.context_length,
             self.num_device_blocks, config.block_size)
         log.info("%s", self.storage.capacity_line(self.max_model_len))
+        self.model.rope.fit_context(self.max_model_len)  # NOTE(longrope-regime), attention.py
         if config.preemption_mode == "swap" and not self.storage.num_host_blocks:
             log.warning("--preemption-mode swap, but there is no host swap space "
                         "(--swap-space 0 or --num-host-blocks 0): every preemption will "

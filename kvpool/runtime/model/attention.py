@@ -46,10 +46,23 @@ Positions are absolute token indices within the sequence, so a chunk that starts
 With a partial rotary factor (Phi-3's ``partial_rotary_factor``) ``d`` above is
 ``ModelConfig.rotary_dim``: only a head's first ``rotary_dim`` dimensions are rotated, by
 frequencies over ``rotary_dim``, and the rest pass through (``RotaryEmbedding.apply_partial``).
+
+NOTE(longrope-regime): LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini) divides ``inv_freq`` by a
+short or a long factor list. kvpool picks one list per model, as vLLM does: the long one when
+the served context (max_model_len) is longer than ``original_max_position_embeddings``, else
+the short one (``RotaryEmbedding.fit_context``; ``--max-model-len`` at most the original length
+selects it). A key is then rotated the same whatever the step that wrote it: chunked prefill, a
+cached prefix and a sequence crossing the length all agree, and the KV stored in a shared tier
+names its set (``RotaryEmbedding.table``, in kvpool/runtime/model/fingerprint.py).
+transformers instead judges each forward call by its largest position: it agrees with kvpool on
+prompts longer than the original length (long) and, with the short set, on sequences that stay
+below it; a short prompt served with the long set (the default for a long-context checkpoint)
+reads as vLLM's, not as transformers' ``generate``.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -63,6 +76,7 @@ from .rope_config import RopeScaling
 __all__ = ["KVCacheLayout", "PagedAttention", "RotaryEmbedding", "allocate_kv_cache",
            "kv_bytes_per_block", "rope_inv_freq"]
 
+log = logging.getLogger(__name__)
 _UPCAST = (torch.bfloat16, torch.float16)
 
 
@@ -223,8 +237,9 @@ def kv_bytes_per_block(model_config: ModelConfig, block_size: int,
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
-    """float32 inverse frequencies ``[head_dim // 2]``, scaled as configured; ``head_dim`` is
-    the rotated width (``ModelConfig.rotary_dim``), as transformers' rope functions take it.
+    """float32 inverse frequencies ``[head_dim // 2]`` (longrope: ``[2, head_dim // 2]``, the
+    short then the long set), scaled as configured; ``head_dim`` is the rotated width
+    (``ModelConfig.rotary_dim``), as transformers' rope functions take it.
 
     NOTE(oracle): computed in float32 from an int64 arange, as transformers does, so the cos/sin
     tables match the reference bit for bit.
@@ -238,6 +253,11 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Te
         return inv_freq / scaling.factor
     if scaling.rope_type == "yarn":
         return _yarn_inv_freq(inv_freq, head_dim, theta, scaling)
+    if scaling.rope_type == "longrope":  # [2, head_dim // 2]: short, long (NOTE(longrope-regime))
+        # NOTE(oracle): transformers' operations in its order, so the table matches bit for bit
+        return torch.stack([1.0 / (torch.tensor(factors, dtype=torch.float32, device="cpu")
+                                   * theta ** exponents)
+                            for factors in (scaling.short_factor, scaling.long_factor)])
     if scaling.rope_type != "llama3":  # ModelConfig already rejects this; keep the guard local
         raise ValueError(f"unsupported rope_type {scaling.rope_type!r}")
     # Llama 3.1: keep high frequencies, divide low ones by `factor`, blend linearly in between
@@ -284,17 +304,27 @@ class RotaryEmbedding:
     """
 
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling,
-                 rotary_dim: int | None = None) -> None:
+                 rotary_dim: int | None = None, context_length: int = 0) -> None:
+        """``context_length``: the served context LongRoPE's set is first picked for (the
+        model's; the engine refits it to its max_model_len: ``fit_context``)."""
         self.head_dim = head_dim
         self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
         # float32, CPU master copy; over the rotated dimensions only (transformers' Phi-3)
         self._inv_freq = rope_inv_freq(self.rotary_dim, theta, scaling)
-        self._factor = scaling.attention_factor if scaling.rope_type == "yarn" else 1.0
+        self._factor = (scaling.attention_factor if scaling.rope_type in ("yarn", "longrope")
+                        else 1.0)
+        # longrope: [short, long]; fit_context picks the row (NOTE(longrope-regime))
+        self._sets = self._inv_freq if scaling.rope_type == "longrope" else None
+        self._original = scaling.original_max_position_embeddings
         self._inv_freq_by_device: dict[torch.device, torch.Tensor] = {}
+        self.long_context = False
+        if self._sets is not None:
+            self._pick(context_length)
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> "RotaryEmbedding":
-        return cls(config.head_dim, config.rope_theta, config.rope_scaling, config.rotary_dim)
+        return cls(config.head_dim, config.rope_theta, config.rope_scaling, config.rotary_dim,
+                   config.context_length)
 
     def _inv_freq_on(self, device: torch.device) -> torch.Tensor:
         cached = self._inv_freq_by_device.get(device)
@@ -302,6 +332,29 @@ class RotaryEmbedding:
             cached = self._inv_freq.to(device)
             self._inv_freq_by_device[device] = cached
         return cached
+
+    def fit_context(self, max_model_len: int) -> None:
+        """Pick LongRoPE's set for a served context of ``max_model_len`` tokens: the long one
+        past the original length (NOTE(longrope-regime)), said in the log with how to get the
+        short one; other RoPE types have one table."""
+        if self._sets is None:
+            return
+        self._pick(max_model_len)
+        if self.long_context:
+            log.info("LongRoPE: the long factors serve every sequence (max_model_len %d is past "
+                     "the model's original %d tokens); --max-model-len %d or less serves "
+                     "short prompts with the short factors", max_model_len, self._original,
+                     self._original)
+
+    def _pick(self, max_model_len: int) -> None:
+        self.long_context = max_model_len > self._original
+        self._inv_freq = self._sets[int(self.long_context)]
+        self._inv_freq_by_device.clear()
+
+    @property
+    def table(self) -> torch.Tensor:
+        """The inverse frequencies in use, ``[rotary_dim // 2]`` float32 on the CPU."""
+        return self._inv_freq
 
     def cos_sin(self, positions: torch.Tensor,
                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -312,7 +365,7 @@ class RotaryEmbedding:
         freqs = positions.to(torch.float32)[:, None] * self._inv_freq_on(positions.device)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()
-        if self._factor != 1.0:  # yarn's attention factor, on both (transformers' order)
+        if self._factor != 1.0:  # yarn's and longrope's attention factor (transformers' order)
             cos, sin = cos * self._factor, sin * self._factor
         return cos.to(dtype)[:, None, :], sin.to(dtype)[:, None, :]
 

@@ -171,7 +171,7 @@ class ModelConfig:
             raise ModelConfigError("hidden_act", f"only 'silu' is supported, got {hidden_act!r}")
         hidden, heads = _required(d, "hidden_size"), _required(d, "num_attention_heads")
         head_dim = _parse_head_dim(d, hidden, heads)
-        theta, scaling, partial = parse_rope(d, model_type)
+        theta, scaling, partial = parse_rope(d, model_type, head_dim)
         family = _parse_family(d, model_type)
         eos = d.get("eos_token_id")
         eos_ids = () if eos is None else (tuple(eos) if isinstance(eos, (list, tuple)) else (eos,))
@@ -200,7 +200,7 @@ class ModelConfig:
         rope: dict[str, Any] = {"rope_type": self.rope_scaling.rope_type,
                                 "rope_theta": self.rope_theta}
         if self.rope_scaling.rope_type != "default":
-            rope.update({k: v for k, v in asdict(self.rope_scaling).items() if k != "rope_type"})
+            rope.update({k: v for k, v in asdict(self.rope_scaling).items() if v != ()})
         if self.partial_rotary_factor != 1.0:
             rope["partial_rotary_factor"] = self.partial_rotary_factor
         out: dict[str, Any] = {
@@ -224,6 +224,8 @@ class ModelConfig:
                              else (self.eos_token_ids[0] if self.eos_token_ids else None)),
             "torch_dtype": "float32",
         }
+        if self.rope_scaling.rope_type == "longrope":  # read before rope's: NOTE(longrope-original)
+            out["original_max_position_embeddings"] = rope["original_max_position_embeddings"]
         if self.model_type in ("llama", "qwen3", "granite"):
             out["attention_bias"] = self.o_bias
         if self.model_type in ("llama", "granite"):

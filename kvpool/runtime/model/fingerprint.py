@@ -9,7 +9,9 @@ The fingerprint is a digest of each parameter's name, shape, dtype and ``SAMPLES
 values at fixed, evenly spaced positions: any fine-tune moves nearly every value, so samples
 from every tensor tell two checkpoints apart, while two replicas loading the same files (from
 any path, copied or downloaded apart) get the same fingerprint and share the tier. It reads a
-few thousand values, not the weights: milliseconds for any model.
+few thousand values, not the weights: milliseconds for any model. The RoPE table in use joins
+them: a LongRoPE model's keys differ with the factor set its served context picked
+(attention.py NOTE(longrope-regime)), so replicas serving different contexts never share KV.
 """
 
 from __future__ import annotations
@@ -33,4 +35,7 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
         if n:
             at = torch.linspace(0, n - 1, steps=min(n, SAMPLES), device=flat.device).long()
             h.update(flat[at].to(torch.float32).cpu().numpy().tobytes())
+    rope = getattr(model, "rope", None)
+    if rope is not None:
+        h.update(b"rope;" + rope.table.numpy().tobytes())
     return h.hexdigest()

@@ -2,7 +2,7 @@
 each head that is rotated (``partial_rotary_factor``), from either layout transformers has used:
 
 * 4.x: top-level ``rope_theta`` and ``partial_rotary_factor`` plus an optional ``rope_scaling``
-  dict (``type`` or ``rope_type``: ``linear``, ``llama3`` or ``yarn``);
+  dict (``type`` or ``rope_type``: ``linear``, ``llama3``, ``yarn`` or ``longrope``);
 * 5.x: ``rope_parameters = {"rope_type": "default", "rope_theta": ...,
   "partial_rotary_factor": ...}``.
 
@@ -19,7 +19,7 @@ from .errors import ModelConfigError
 
 __all__ = ["PARTIAL_ROTARY_FAMILIES", "RopeScaling", "check_partial_rotary", "parse_rope"]
 
-_SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn")
+_SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn", "longrope")
 # NOTE(partial-rotary): the families whose transformers modeling code rotates only the first
 # int(head_dim * partial_rotary_factor) dimensions (Phi-3's apply_rotary_pos_emb slices them).
 # Llama, Qwen2/3, Granite and Mistral rotate the whole head whatever the key says while vLLM's
@@ -32,26 +32,31 @@ PARTIAL_ROTARY_FAMILIES = ("phi3",)
 class RopeScaling:
     """RoPE frequency scaling. ``rope_type == "default"`` means none (other fields unused);
     ``linear`` divides every frequency by ``factor``; ``llama3`` and ``yarn`` blend scaled and
-    unscaled frequencies by wavelength (kvpool/runtime/model/attention.py ``rope_inv_freq``)."""
+    unscaled frequencies by wavelength (kvpool/runtime/model/attention.py ``rope_inv_freq``);
+    ``longrope`` divides them by ``short_factor`` or ``long_factor`` (NOTE(longrope-regime))."""
 
-    rope_type: str = "default"  # "default" | "llama3" | "linear" | "yarn"
-    factor: float = 1.0  # the divisor of the scaled frequencies
+    rope_type: str = "default"  # "default" | "llama3" | "linear" | "yarn" | "longrope"
+    factor: float = 1.0  # the divisor of the scaled frequencies (longrope: context growth)
     low_freq_factor: float = 1.0  # llama3: wavelengths above orig_ctx / low_freq_factor are scaled
     high_freq_factor: float = 4.0  # llama3: wavelengths below orig_ctx / high_freq_factor are kept
-    original_max_position_embeddings: int = 8192  # llama3, yarn: the pretraining context length
+    original_max_position_embeddings: int = 8192  # llama3, yarn, longrope: pretraining length
     beta_fast: float = 32.0  # yarn: rotations above which a frequency is kept
     beta_slow: float = 1.0  # yarn: rotations below which a frequency is scaled
-    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it
+    attention_factor: float = 1.0  # yarn, longrope: cos and sin are multiplied by it
     truncate: bool = True  # yarn: the ramp's ends rounded to whole dimensions
+    short_factor: tuple[float, ...] = ()  # longrope: per-frequency divisors, rotary_dim / 2
+    long_factor: tuple[float, ...] = ()  # longrope: the same past the pretraining length
 
 
-def parse_rope(d: Mapping[str, Any], model_type: str) -> tuple[float, RopeScaling, float]:
+def parse_rope(d: Mapping[str, Any], model_type: str,
+               head_dim: int) -> tuple[float, RopeScaling, float]:
     """(theta, scaling, partial_rotary_factor) from ``rope_parameters`` (5.x) or
-    ``rope_theta``/``rope_scaling``/``partial_rotary_factor`` (4.x).
+    ``rope_theta``/``rope_scaling``/``partial_rotary_factor`` (4.x); ``head_dim`` sizes the
+    longrope factor lists.
 
     NOTE(phi3-yarn): transformers' Phi3Config renames an old config's "yarn" (or "su") to
-    "longrope", so a Phi-3 checkpoint saying "yarn" was trained with LongRoPE; served as
-    YaRN its output would differ from transformers' without a word, so it is refused."""
+    "longrope", so a Phi-3 checkpoint saying "yarn" was trained with LongRoPE and is read
+    as such (served as YaRN its output would differ from transformers' without a word)."""
     params = d.get("rope_parameters")
     key = "rope_parameters"
     if params is None:
@@ -67,8 +72,7 @@ def parse_rope(d: Mapping[str, Any], model_type: str) -> tuple[float, RopeScalin
     theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
     rope_type = params.get("rope_type", params.get("type", "default")) or "default"
     if model_type == "phi3" and rope_type in ("yarn", "su"):  # NOTE(phi3-yarn)
-        raise ModelConfigError(f"{key}.rope_type", f"Phi-3 reads {rope_type!r} as 'longrope' "
-                               "(transformers' Phi3Config), which kvpool does not support")
+        rope_type = "longrope"
     if rope_type not in _SUPPORTED_ROPE_TYPES:
         raise ModelConfigError(
             f"{key}.rope_type", f"unsupported RoPE type {rope_type!r}; supported: "
@@ -79,6 +83,8 @@ def parse_rope(d: Mapping[str, Any], model_type: str) -> tuple[float, RopeScalin
         scaling = RopeScaling("linear", _positive(params.get("factor"), f"{key}.factor"))
     elif rope_type == "yarn":
         scaling = _yarn(params, key, d.get("max_position_embeddings", 2048))
+    elif rope_type == "longrope":
+        scaling = _longrope(params, key, d, model_type, int(head_dim * partial))
     else:
         scaling = _llama3(params, key)
     return theta, scaling, partial
@@ -159,3 +165,55 @@ def _yarn(params: Mapping[str, Any], key: str, max_pos: int) -> RopeScaling:
 def _mscale(factor: float, mscale: float) -> float:
     """YaRN's attention temperature term (its paper's equation 21)."""
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def _longrope(params: Mapping[str, Any], key: str, d: Mapping[str, Any], model_type: str,
+              rotary_dim: int) -> RopeScaling:
+    """LongRoPE as transformers computes it: ``factor`` defaults to ``max_position_embeddings``
+    over the pretraining length, and the attention factor to ``sqrt(1 + ln(factor) /
+    ln(original))`` (1 when the factor is at most 1); each factor list holds one positive
+    divisor per rotated frequency."""
+    orig = _longrope_original(params, key, d, model_type)
+    max_pos = d.get("max_position_embeddings", 2048)
+    factor = params.get("factor")
+    factor = _positive(max_pos / orig if factor is None else factor, f"{key}.factor", "longrope")
+    attention = params.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    short, long = (_factor_list(params.get(name), f"{key}.{name}", rotary_dim)
+                   for name in ("short_factor", "long_factor"))
+    return RopeScaling("longrope", factor, original_max_position_embeddings=orig,
+                       attention_factor=_positive(attention, f"{key}.attention_factor",
+                                                  "longrope"),
+                       short_factor=short, long_factor=long)
+
+
+def _longrope_original(params: Mapping[str, Any], key: str, d: Mapping[str, Any],
+                       model_type: str) -> int:
+    """The pretraining length. NOTE(longrope-original): transformers' standardize_rope_params
+    gives the top-level key priority over the rope object's, and Phi3Config defaults it to
+    4096 even where only the rope object has one; a rope object that disagrees with the
+    length transformers would use is refused rather than silently overridden."""
+    inner = params.get("original_max_position_embeddings")
+    top = d.get("original_max_position_embeddings")
+    if top is None:
+        top = 4096 if model_type == "phi3" else inner or d.get("max_position_embeddings", 2048)
+    orig = int(_positive(top, "original_max_position_embeddings", "longrope"))
+    if inner is not None and inner != orig:
+        raise ModelConfigError(
+            f"{key}.original_max_position_embeddings", f"{inner!r} disagrees with the "
+            f"{orig} transformers reads from the top-level original_max_position_embeddings"
+            f"{' (Phi3Config default)' if 'original_max_position_embeddings' not in d else ''}"
+            "; set both to the pretraining context length")
+    return orig
+
+
+def _factor_list(value: Any, where: str, rotary_dim: int) -> tuple[float, ...]:
+    """A list of ``rotary_dim / 2`` positive finite numbers (one per rotated frequency)."""
+    if not isinstance(value, (list, tuple)) or len(value) != rotary_dim // 2:
+        got = f"{len(value)} entries" if isinstance(value, (list, tuple)) else repr(value)
+        raise ModelConfigError(where, f"longrope needs a list of rotary_dim / 2 = "
+                                      f"{rotary_dim // 2} numbers, got {got}")
+    for x in value:
+        _positive(x, where, "longrope")
+    return tuple(float(x) for x in value)

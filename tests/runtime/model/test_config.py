@@ -121,7 +121,8 @@ def test_families():
     ({"head_dim": 15}, "head_dim"),
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rms_norm_eps": 0}, "rms_norm_eps"),
-    ({"rope_parameters": {"rope_type": "longrope", "factor": 4.0}}, "rope_parameters.rope_type"),
+    ({"rope_parameters": {"rope_type": "longrope", "factor": 4.0}},
+     "rope_parameters.short_factor"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": -4.0}}, "rope_parameters.factor"),
     ({"rope_scaling": {"type": "linear"}}, "rope_scaling.factor"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "attention_factor": 0}},
@@ -134,9 +135,9 @@ def test_families():
                                                    "partial_rotary_factor": 0.5}},
      "rope_parameters.partial_rotary_factor"),
     ({"model_type": "phi3", "rope_scaling": {"type": "yarn", "factor": 4.0}},  # longrope
-     "rope_scaling.rope_type"),  # to transformers' Phi3Config: NOTE(phi3-yarn)
+     "rope_scaling.short_factor"),  # to transformers' Phi3Config: NOTE(phi3-yarn)
     ({"model_type": "phi3", "rope_parameters": {"rope_type": "su", "rope_theta": 1e4}},
-     "rope_parameters.rope_type"),
+     "rope_parameters.short_factor"),
     ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "qwen3", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "granite", "logits_scaling": 0}, "logits_scaling"),
