@@ -86,6 +86,7 @@ from aiohttp import web
 from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.http_series import HttpSeries
 from kvpool.metrics.request_metrics import RequestMetrics
+from kvpool.runtime.engine.model_name import name_aliases
 from kvpool.server.anthropic_api import MessagesRoute
 from kvpool.server.api_key import auth_middleware
 from kvpool.server.cache_namespace import CacheNamespace
@@ -220,6 +221,7 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
                          defaults=defaults,
                          tool_parser=tool_call_parser and tool_parser(tool_call_parser),
                          trust_request_chat_template=trust_request_template,
+                         model_aliases=name_aliases(config),  # NOTE(served-name)
                          reasoning_parser=reasoning and ReasoningParser(reasoning,
                                                                         engine.tokenizer))
 

@@ -71,6 +71,7 @@ def chat_message(req: ParsedRequest, text: str, reason: str,
     got = tools.extract(content)
     forced = tools.forced  # NOTE(forced-content) in tools/forced.py
     message["content"] = got.content or "" if forced else got.content
-    message["tool_calls"] = [c.as_dict() for c in got.calls]
+    if got.calls:  # none read: no key, as vLLM 0.33's ChatMessage drops an empty list
+        message["tool_calls"] = [c.as_dict() for c in got.calls]
     called = got.calls and reason == "stop" and tools.call_finish
     return message, "tool_calls" if called else reason

@@ -264,6 +264,7 @@ class OpenAIRoutes:
 
     async def get_model(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
+        name = self.parser.models.aliases.get(name, name)  # NOTE(served-name): an old name
         if name not in self.model_names:
             raise APIError(404, f"the model '{name}' does not exist", param="model",
                            code="model_not_found")

@@ -1,8 +1,11 @@
-"""The result of parsing one generation request, and the 404 for an unknown model."""
+"""The result of parsing one generation request; the served name a request's ``model`` asks
+for, and the 404 for an unknown one."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,16 +17,53 @@ from kvpool.server.vllm_fields import VllmExtras
 if TYPE_CHECKING:
     from kvpool.sched.admission_gate import RequestChecker
 
-__all__ = ["ModelNotFoundError", "ParsedRequest"]
+__all__ = ["ModelNotFoundError", "ParsedRequest", "ServedNames"]
+
+log = logging.getLogger(__name__)
 
 
 class ModelNotFoundError(RequestError):
-    """An unknown ``model``: 404 ``model_not_found``, as OpenAI and vLLM answer it."""
+    """An unknown ``model``: 404 in OpenAI's error shape (``invalid_request_error``, code
+    ``model_not_found``), as every kvpool error is; vLLM 0.33 answers the same 404 with type
+    ``NotFoundError`` and code 404 (README "vLLM compatibility")."""
 
     http_status = 404
 
     def __init__(self, message: str) -> None:
         super().__init__(message, param="model", code="model_not_found")
+
+
+class ServedNames:
+    """The names a request's ``model`` may give: the served ones (the first is the default)
+    and aliases, each answered as the served name it stands for (NOTE(served-name) in
+    kvpool/runtime/engine/model_name.py)."""
+
+    __slots__ = ("names", "aliases", "said")
+
+    def __init__(self, names: Sequence[str], aliases: Mapping[str, str] | None = None) -> None:
+        self.names = tuple(dict.fromkeys(n for n in names if n))
+        # an alias that is itself served, or stands for a name not served, is no alias
+        self.aliases = {a: n for a, n in (aliases or {}).items()
+                        if n in self.names and a not in self.names}
+        self.said: set[str] = set()  # the aliases whose use was logged (once each)
+
+    def resolve(self, model: Any) -> str:
+        """The served name ``model`` asks for; none or "" (vLLM's rule) is the first."""
+        if model is None or model == "":
+            return self.names[0]
+        if not isinstance(model, str):
+            raise RequestError.field("model", f"must be a string, got {type(model).__name__}")
+        if model in self.names:
+            return model
+        if model in self.aliases:
+            if model not in self.said:
+                self.said.add(model)
+                log.warning("a request asked for model %r, kvpool's old name for %r: send %r "
+                            "(vLLM's name), or serve it with --served-model-name %s",
+                            model, self.aliases[model], self.aliases[model], model)
+            return self.aliases[model]
+        raise ModelNotFoundError(f"The model `{model}` does not exist; this server "
+                                 f"serves {', '.join(repr(m) for m in self.names)}")
 
 
 @dataclass(frozen=True, slots=True)

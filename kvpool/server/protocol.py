@@ -17,7 +17,8 @@ Policy, in one place:
 - ``prompt``: a string, a list of token ids, or a list of several of either kind (at most
   ``max_prompts``; every prompt is checked before any starts: one bad prompt is a 400 for the
   whole request, naming ``prompt`` and its index).
-- An unknown ``model`` is a 404 with code ``model_not_found`` (OpenAI and vLLM do that).
+- An unknown ``model`` is a 404 with code ``model_not_found`` (OpenAI's shape; vLLM's: README);
+  an alias (``model_aliases``, NOTE(served-name)) is answered as the name it stands for.
 - ``null`` means "not given" for every optional field.
 - Bounds come from EngineConfig: ``n <= max_n``, ``max_tokens <= max_tokens_limit``,
   ``len(stop) <= max_stop``; ``prompt < max_model_len`` (code ``context_length_exceeded``),
@@ -33,7 +34,7 @@ Policy, in one place:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvpool.errors import RequestError, context_length_error, shown
@@ -54,7 +55,7 @@ from kvpool.server.json_body import (MAX_JSON_BYTES_PER_CHAR, MAX_JSON_DEPTH, de
                                      json_bool, json_int)
 from kvpool.server.logprob_fields import (DEFAULT_MAX_LOGPROBS, LOGPROB_FIELDS, NO_LOGPROBS,
                                          LogprobRequest, parse_logprob_fields)
-from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest
+from kvpool.server.parsed_request import ModelNotFoundError, ParsedRequest, ServedNames
 from kvpool.server.reasoning import read_reasoning
 from kvpool.server.sampling_fields import SAMPLING_FIELDS, parse_sampling_controls, unheeded_keys
 from kvpool.server.template_cache import TemplateCache
@@ -89,7 +90,8 @@ class RequestParser:
                  chat_template: Any = None, max_logprobs: int = DEFAULT_MAX_LOGPROBS,
                  max_prompts: int = 1024, reject_unknown_fields: bool = False,
                  defaults: dict[str, Any] | None = None, tool_parser: Any = None,
-                 trust_request_chat_template: bool = False, reasoning_parser: Any = None) -> None:
+                 trust_request_chat_template: bool = False, reasoning_parser: Any = None,
+                 model_aliases: Mapping[str, str] | None = None) -> None:
         """``chat_template``: the model's (chat_template.ModelChatTemplate) or None for the
         built-in :class:`ChatTemplate`. ``reject_unknown_fields``: 400 for a field this
         server does not know (default: ignored, as vLLM does). ``defaults``: request-field
@@ -98,16 +100,16 @@ class RequestParser:
         ``trust_request_chat_template``: run a request's own chat_template (template_cache.py
         NOTE(untrusted-template); default: 400). ``reasoning_parser``: reads chat output's
         thinking apart (reasoning.py), or None. ``logits_size``: the model's vocabulary
-        (config vocab_size, NOTE(logits-size) in sampling_fields.py; None: the tokenizer's)."""
+        (config vocab_size, NOTE(logits-size) in sampling_fields.py; None: the tokenizer's).
+        ``model_aliases``: {name: the served name it stands for} (parsed_request.ServedNames)."""
         self.fields = FieldPolicy(reject_unknown_fields)
-        self.tool_parser = tool_parser
-        self.reasoning_parser = reasoning_parser
+        self.tool_parser, self.reasoning_parser = tool_parser, reasoning_parser
         defaults = dict(defaults or {})
         self.default_max_tokens: int | None = defaults.pop("max_tokens", None)
         self.max_tokens_ceiling: int | None = defaults.pop(CEILING_KEY, None)
         self.defaults = defaults  # sampling fields a request leaves out take these
         self.tokenizer = tokenizer
-        self.model_names = tuple(dict.fromkeys(n for n in model_names if n))
+        self.models = ServedNames(model_names, model_aliases)
         self.max_model_len = max_model_len
         self.max_n, self.max_stop, self.max_tokens_limit = max_n, max_stop, max_tokens_limit
         self.max_best_of = min(max_n, max_num_seqs or max_n, MAX_BEST_OF)  # NOTE(best-of)
@@ -149,7 +151,7 @@ class RequestParser:
         body = with_defaults(body, self.defaults)
         if "response_format" in body or "structured_outputs" in body:  # NOTE(format-unheeded)
             body, ignored = unheeded_keys(body, ignored, self.fields)
-        model = self._model(body.get("model"))
+        model = self.models.resolve(body.get("model"))
         check_unsupported(body, UNSUPPORTED_COMPLETION)
         extras = self._extras(body, chat=False)
         prompts = self._prompts(body.get("prompt"), extras)
@@ -162,7 +164,7 @@ class RequestParser:
     def parse_chat(self, body: dict[str, Any]) -> ParsedRequest:
         ignored = self.fields.check(body, KNOWN_CHAT)
         body = with_defaults(body, self.defaults)
-        model = self._model(body.get("model"))
+        model = self.models.resolve(body.get("model"))
         check_unsupported(body, UNSUPPORTED_CHAT)
         extras = self._extras(body, chat=True)
         tools = parse_tool_request(body, self.tool_parser)
@@ -187,7 +189,7 @@ class RequestParser:
         Never truncated, as vLLM's: chat-only fields (truncate_prompt_tokens, echo...) are
         unknown here and unread. The route checks unknown fields first (tokenize_routes.py)."""
         body = {k: v for k, v in body.items() if k in KNOWN_TOKENIZE}
-        self._model(body.get("model"))
+        self.models.resolve(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
         if (prompt is None) == (messages is None):
             raise _bad("prompt", "give exactly one of prompt or messages")
@@ -202,7 +204,7 @@ class RequestParser:
 
     def parse_detokenize(self, body: dict[str, Any]) -> str:
         """vLLM's /detokenize body: ``tokens`` (in the vocabulary); unknown fields: the route."""
-        self._model(body.get("model"))
+        self.models.resolve(body.get("model"))
         ids = token_ids(body.get("tokens"), "tokens", self.vocab_size)
         return self.tokenizer.decode(ids, skip_special_tokens=False)  # vLLM keeps them
 
@@ -309,17 +311,6 @@ class RequestParser:
         if tools is not None and tools.grammar is not None:  # its constraint fields: dropped
             out["response_format"] = tools.grammar  # (forced_tool_fields.py NOTE(tool-forced))
         return out
-
-    def _model(self, model: Any) -> str:
-        """The served name ``model`` asks for; none or "" (vLLM's rule) is the first."""
-        if model is None or model == "":
-            return self.model_names[0]
-        if not isinstance(model, str):
-            raise _bad("model", f"must be a string, got {type(model).__name__}")
-        if model not in self.model_names:
-            raise ModelNotFoundError(f"The model `{model}` does not exist; this server "
-                                     f"serves {', '.join(repr(m) for m in self.model_names)}")
-        return model
 
     def _top_k(self, body: dict[str, Any]) -> int:
         # NOTE(bounds): an unbounded top_k overflowed a tensor inside the engine step and took

@@ -91,7 +91,7 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
                           "model); never downloads"),
     "served_model_name": (str, "NAME", "the model name(s) clients send, vLLM's spelling: "
                           "several are all accepted and /v1/models lists them (put the model "
-                          "dir first); the first is the engine's (default: the model dir name)"),
+                          "dir first); the first is the engine's (default: --model as given)"),
     "tokenizer": (str, "DIR", "local directory with tokenizer.json (and the chat template) "
                               "when it is not the model's"),
     "dtype": (lambda t: DTYPE_ALIASES.get(t, t), ("auto", "float32", "bfloat16", "float16"),

@@ -202,6 +202,33 @@ async def test_model_card_root_is_the_model_as_given_not_the_served_name(make_se
         assert card["root"] == d and card["parent"] is None
 
 
+async def test_a_model_dir_is_served_under_model_as_given_its_basename_an_alias(make_server,
+                                                                                 tmp_path,
+                                                                                 caplog):
+    """NOTE(served-name): vLLM serves --model DIR under DIR as given (kvpool served it under
+    the basename: a vLLM client's model=DIR was a 404). The basename, kvpool's old name, is
+    still served, answered as DIR: never listed, never in an answer or the metrics; its use
+    is logged once, with the fix."""
+    from kvpool.runtime.model import save_tiny_model
+
+    d = str(save_tiny_model(tmp_path / "tiny")) + "/"  # as given: the trailing slash kept
+    async with make_server(model=d) as srv, client(srv) as c:
+        assert [m.id for m in (await c.models.list()).data] == [d]
+        for asked in (d, "tiny"):
+            r = await c.completions.create(model=asked, prompt="hi", max_tokens=1)
+            assert r.model == d
+            assert (await c.models.retrieve(asked)).id == d
+        status, toks = await post(srv, "/tokenize", {"model": "tiny", "prompt": "hi"})
+        assert status == 200 and toks["count"] > 0, toks
+        with pytest.raises(openai.NotFoundError):
+            await c.completions.create(model="tmp", prompt="hi", max_tokens=1)
+        async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
+            labels = set(re.findall(r'model_name="([^"]*)"', await r.text()))
+    assert srv.engine.model_name == d and labels == {d}
+    said = [r.getMessage() for r in caplog.records if "kvpool's old name" in r.getMessage()]
+    assert len(said) == 1 and "--served-model-name tiny" in said[0], said
+
+
 @pytest.mark.parametrize("shape", ["prompt", "messages"])
 async def test_tokenize_never_truncates_as_vllms_tokenize_request_has_no_such_field(srv, shape):
     """vLLM's TokenizeCompletionRequest / TokenizeChatRequest have no truncate_prompt_tokens

@@ -43,7 +43,7 @@ class EngineConfig:
     """Validated engine settings (errors name the flag and the fix)."""
 
     model: str | None = None  # --model: local HF directory; None = the built-in tiny model
-    served_model_name: str | None = None  # --served-model-name (default: model dir name)
+    served_model_name: str | None = None  # --served-model-name (default: --model as given)
     tokenizer: str | None = None  # --tokenizer: a local directory (default: the model's)
     dtype: str = "auto"  # --dtype: auto (checkpoint dtype, float32 where bf16 is slow) | ...
     device: str = AUTO_DEVICE  # --device: auto | cpu | cuda[:N]; auto resolved at construction

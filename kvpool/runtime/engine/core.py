@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import torch
 
@@ -36,6 +35,7 @@ from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import fit_max_model_len
 from kvpool.runtime.engine.cost_meter import MIN_PREFILL_TOKENS, UPDATE_EVERY, CostMeter
 from kvpool.runtime.engine.failed_copies import FailedCopies, SwapOutWatch
+from kvpool.runtime.engine.model_name import build_model
 from kvpool.runtime.engine.output_processor import OutputProcessor, RequestOutput, Sample
 from kvpool.runtime.engine.prompt_logprobs import PromptLogprobs
 from kvpool.runtime.engine.row_sampler import Drawn, RowSampler
@@ -43,30 +43,12 @@ from kvpool.runtime.engine.step_copies import StepCopies
 from kvpool.runtime.faults import NO_FAULTS, FaultPlan
 from kvpool.runtime.kv.copy_engine import CopyEngine
 from kvpool.runtime.kv.storage import KVStorage
-from kvpool.runtime.model import (TINY_MODEL_NAME, PagedBatch, Sampler, SamplingParams,
-                                  build_tiny_model, load_model, load_tokenizer, resolve_dtype)
-from kvpool.runtime.model.dtype_policy import checkpoint_dtype, choose_dtype
+from kvpool.runtime.model import PagedBatch, Sampler, SamplingParams
 from kvpool.runtime.model.grammar_matchers import GrammarMatchers
 from kvpool.sched import (FinishedRequest, RequestChecker, Scheduler, SchedulerConfig,
                           SchedulerOutput, SeqStatus)
 
 log = logging.getLogger(__name__)
-
-
-def build_model(config: EngineConfig):
-    """(model, tokenizer, served name) for the config: a local HF directory or the tiny model."""
-    name, why, slow = choose_dtype(config.dtype, config.device, checkpoint_dtype(config.model))
-    (log.warning if slow else log.info)("dtype %s: %s%s", name, why,
-                                        " (slow here: consider --dtype auto)" if slow else "")
-    dtype = resolve_dtype(name)
-    if config.model is None:
-        _, model, tok = build_tiny_model(config.seed, dtype, config.device)
-        name = TINY_MODEL_NAME
-    else:
-        model = load_model(config.model, dtype, config.device)
-        tok = load_tokenizer(config.tokenizer or config.model, model_dir=config.model)
-        name = Path(config.model).name
-    return model, tok, config.served_model_name or name
 
 
 class EngineCore:

@@ -11,7 +11,7 @@ whitespace), so the streamed pieces and the non-streamed body carry the same str
 
 NOTE(cut-required): a required output cut short (``max_tokens``, a stop string) is not a
 whole array: as vLLM reads it, the non-streamed body has no call and no text (chat:
-``tool_calls`` [], ``content`` "" (NOTE(forced-content)), finish ``length``; Responses: no
+no ``tool_calls`` key, ``content`` "" (NOTE(forced-content)), finish ``length``; Responses: no
 output item), and a stream sends the
 calls whose name was read, as far as they went, else nothing. The body kept those calls,
 and a cut before any name gave the JSON text as the message's content.
