@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from kvpool.errors import ConfigError
-from kvpool.outfile import write_text
+from kvpool.outfile import check_writable, write_text
 from kvpool.progress import Progress, add_progress_args
 
 from kvpool.replay.report import import_pyplot, plot
@@ -40,6 +42,19 @@ from kvpool.replay.trace import read_trace, trace_summary
 
 class BadOption(Exception):
     """An option value the replay cannot run with (exit status 2)."""
+
+
+# NOTE(mode-flags): the flags only the timed replay reads (their argparse default is None, so
+# "given" is "not None", and TimedOptions / StepCost hold the defaults); --instant names the
+# ones given in one warning instead of ignoring them silently (docs/benchmarks.md "Trace replay")
+_TIMED_OPTIONS = ("block_size", "num_host_blocks", "max_num_seqs", "max_num_batched_tokens",
+                  "max_model_len", "preemption_mode", "defrag_threshold", "arrival_scale")
+_TIMED_ONLY = ("num_blocks", *_TIMED_OPTIONS, "prefill_tokens_per_s", "decode_s_per_seq",
+               "step_overhead_s", "copy_gbps", "kv_bytes_per_token")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
 HELP = "replay a request trace through the scheduler (or --instant: cache policy only)"
@@ -63,27 +78,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_trace_args(p)
     p.add_argument("--instant", action="store_true",
                    help="pure cache-policy replay: hit rate per policy and capacity")
-    p.add_argument("--policy", default="lru", help="eviction policy (kvpool.core.eviction)")
+    from kvpool.core.eviction import POLICIES
+
+    p.add_argument("--policy", default="lru",
+                   help=f"eviction policy: {', '.join(sorted(POLICIES))} (default lru)")
     p.add_argument("--capacity-blocks", type=int, default=None,
                    help="instant: cache capacity in trace blocks (one per hash id, of the "
                         "format's --trace-block-size tokens: 512 mooncake, 16 bailian); timed: "
                         "--num-blocks given in trace blocks")
     p.add_argument("--num-blocks", type=int, default=None,
-                   help="timed: device pool blocks of --block-size tokens (default 32768)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per pool block")
-    p.add_argument("--num-host-blocks", type=int, default=8192,
-                   help="timed: host swap blocks (0 disables swap)")
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    p.add_argument("--max-model-len", type=int, default=131072)
-    p.add_argument("--preemption-mode", choices=("swap", "recompute", "auto"), default="auto",
-                   help="force a preemption mode (auto: cheaper by the cost model)")
+                   help="timed: device pool blocks of --block-size tokens (default 32768; "
+                        "not with --capacity-blocks)")
+    p.add_argument("--block-size", type=int, default=None,
+                   help="timed: tokens per pool block (default 16)")
+    p.add_argument("--num-host-blocks", type=int, default=None,
+                   help="timed: host swap blocks (default 8192; 0 disables swap)")
+    p.add_argument("--max-num-seqs", type=int, default=None, help="timed: default 256")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="timed: default 8192")
+    p.add_argument("--max-model-len", type=int, default=None, help="timed: default 131072")
+    p.add_argument("--preemption-mode", choices=("swap", "recompute", "auto"), default=None,
+                   help="timed: force a preemption mode (default auto: cheaper by the cost "
+                        "model)")
     p.add_argument("--defrag-threshold", type=float, default=None,
                    help="timed: defragment when external fragmentation exceeds this")
     p.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
     p.add_argument("--seed", type=int, default=0, help="token synthesis and sampling seed")
     p.add_argument("--json", dest="json_path", default=None, help="write the report here")
     p.add_argument("--plot", default=None, help="write a PNG plot here")
+    _add_cost_args(p)
+    add_progress_args(p)  # --progress / --quiet: done/total, rate, eta on stderr
+
+
+def _add_cost_args(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("timed replay cost model (defaults: an 8B Llama on one H200-class "
                              "GPU) and load")
     c.add_argument("--prefill-tokens-per-s", type=float, default=None,
@@ -96,9 +122,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="swap / copy bandwidth in GB/s (default 25)")
     c.add_argument("--kv-bytes-per-token", type=int, default=None,
                    help="KV bytes of one token over all layers (default 131072)")
-    c.add_argument("--arrival-scale", type=float, default=1.0,
-                   help="multiply the trace's arrival times (2: half the request rate)")
-    add_progress_args(p)  # --progress / --quiet: done/total, rate, eta on stderr
+    c.add_argument("--arrival-scale", type=float, default=None,
+                   help="multiply the trace's arrival times (default 1; 2: half the request "
+                        "rate)")
 
 
 def _instant(args, reqs, bar) -> dict:
@@ -106,6 +132,10 @@ def _instant(args, reqs, bar) -> dict:
 
     if args.capacity_blocks is None:
         raise BadOption("--instant needs --capacity-blocks C")
+    ignored = [_flag(d) for d in _TIMED_ONLY if getattr(args, d) is not None]
+    if ignored:  # NOTE(mode-flags)
+        print(f"kvpool replay: --instant ignores {', '.join(ignored)} (timed replay flags; "
+              "drop them or drop --instant)", file=sys.stderr)
     try:  # NOTE(clean-options): --capacity-blocks 0, --policy nosuch printed a traceback
         replay = InstantReplay(args.capacity_blocks, args.policy)
     except ValueError as e:  # ConfigError (an unknown policy) is one
@@ -113,40 +143,50 @@ def _instant(args, reqs, bar) -> dict:
     return replay.run(reqs, progress=bar.update)
 
 
-def _cost(args):
+def _cost(args, block_size: int):
     """The StepCost the flags ask for (unset flags keep StepCost's defaults)."""
-    from dataclasses import replace
-
     from kvpool.replay.timed import StepCost
 
     base = StepCost()
     per_token = (base.kv_bytes_per_block // 16 if args.kv_bytes_per_token is None
                  else args.kv_bytes_per_token)
+    if per_token < 1:  # before it is folded into kv_bytes_per_block, whose name is no flag
+        raise ValueError(f"--kv-bytes-per-token must be >= 1, got {per_token}")
     given = {"step_overhead_s": args.step_overhead_s,
              "prefill_tokens_per_s": args.prefill_tokens_per_s,
              "decode_s_per_seq": args.decode_s_per_seq,
              "copy_bytes_per_s": None if args.copy_gbps is None else args.copy_gbps * 1e9}
-    return replace(base, kv_bytes_per_block=per_token * args.block_size,
+    return replace(base, kv_bytes_per_block=per_token * block_size,
                    **{k: v for k, v in given.items() if v is not None})
 
 
-def _timed(args, trace, bar) -> dict:
-    from kvpool.replay.timed import DEFAULT_NUM_BLOCKS, TimedOptions, TimedReplay
+def _options(args, trace):
+    """The TimedOptions the flags ask for (unset flags keep TimedOptions' defaults)."""
+    from kvpool.replay.timed import TimedOptions
 
-    num_blocks = args.num_blocks
-    if num_blocks is None:  # --capacity-blocks: trace blocks, rounded up to pool blocks
-        num_blocks = (-(-args.capacity_blocks * trace.block // args.block_size)
-                      if args.capacity_blocks is not None else DEFAULT_NUM_BLOCKS)
-    opts = TimedOptions(
-        block_size=args.block_size, num_blocks=num_blocks,
-        num_host_blocks=args.num_host_blocks, max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
-        policy=args.policy,
-        preemption_mode=None if args.preemption_mode == "auto" else args.preemption_mode,
-        seed=args.seed, defrag_threshold=args.defrag_threshold, arrival_scale=args.arrival_scale,
-        trace_block=trace.block)
+    given = {d: getattr(args, d) for d in _TIMED_OPTIONS if getattr(args, d) is not None}
+    if given.get("preemption_mode") == "auto":
+        del given["preemption_mode"]  # None: by cost
+    opts = TimedOptions(policy=args.policy, seed=args.seed, trace_block=trace.block, **given)
+    if opts.block_size < 1:  # checked here too: --capacity-blocks divides by it
+        raise ValueError(f"--block-size must be >= 1, got {opts.block_size}")
+    if args.num_blocks is not None and args.capacity_blocks is not None:
+        raise ValueError("--num-blocks and --capacity-blocks both size the device pool "
+                         "(in pool blocks / in trace blocks): give one of them")
+    if args.capacity_blocks is not None:  # trace blocks, rounded up to pool blocks
+        if args.capacity_blocks < 1:
+            raise ValueError(f"--capacity-blocks must be >= 1, got {args.capacity_blocks}")
+        return replace(opts, num_blocks=-(-args.capacity_blocks * trace.block
+                                           // opts.block_size))
+    return opts if args.num_blocks is None else replace(opts, num_blocks=args.num_blocks)
+
+
+def _timed(args, trace, bar) -> dict:
+    from kvpool.replay.timed import TimedReplay
+
     try:
-        replay = TimedReplay(opts, _cost(args))
+        opts = _options(args, trace)
+        replay = TimedReplay(opts, _cost(args, opts.block_size))
         replay.arrivals(trace.requests)  # finite under --arrival-scale (NOTE(finite-clock))
     except ValueError as e:  # a bad option value: name it, no traceback
         raise BadOption(str(e)) from None
@@ -177,12 +217,24 @@ def _load(args):
     except ValueError as e:  # unknown format, a malformed record: file and line named
         print(f"kvpool replay: {e}", file=sys.stderr)
         return None
+    except OSError as e:  # unreadable, a directory, an I/O error
+        print(f"kvpool replay: cannot read {args.trace}: {e.strerror or e}", file=sys.stderr)
+        return None
     if not trace.requests:
-        print(f"kvpool replay: {args.trace} holds no request", file=sys.stderr)
+        why = ("0 prompt tokens, or 0 response tokens: a failed request" if trace.format
+               == "burstgpt" else "0 prompt tokens: the scheduler refuses an empty prompt")
+        print(f"kvpool replay: {args.trace} holds no request" + (
+            f": all {trace.dropped} record(s) were dropped ({why})" if trace.dropped else ""),
+            file=sys.stderr)
         return None
     if trace.reordered:  # NOTE(time-order) in trace.py: replayed sorted, and said so
         print(f"kvpool replay: {args.trace}:{trace.first_back}: {trace.reordered} record(s) "
               "arrive before a record above them; replaying in arrival order", file=sys.stderr)
+    if trace.trimmed:  # NOTE(excess-ids) in trace.py: both modes replay the same blocks
+        print(f"kvpool replay: {args.trace}:{trace.first_trimmed}: {trace.trimmed} record(s) "
+              f"list more hash_ids than input_length needs in blocks of {trace.block} tokens; "
+              "the extra ids are ignored (ids of smaller blocks? pass --trace-block-size)",
+              file=sys.stderr)
     return trace
 
 
@@ -190,22 +242,57 @@ def _trace_report(args, trace) -> dict:
     """The report's ``trace`` section: the file, how it was read, and what it holds."""
     return {"file": Path(args.trace).name, "format": trace.format, "block_tokens": trace.block,
             "prefix_info": trace.prefix_info, "dropped": trace.dropped,
-            "reordered": trace.reordered, **trace_summary(trace.requests)}
+            "reordered": trace.reordered, "trimmed": trace.trimmed,
+            **trace_summary(trace.requests)}
+
+
+def _finite(v):
+    """``v`` with every non-finite float made None: the report is strict JSON (RFC 8259 has
+    no NaN / Infinity), even where finite flags overflow (``--step-overhead-s 1e308``)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _check(args) -> str | None:
+    """Why the flags cannot run, checked before a long replay (not after it); None if they can."""
+    if not Path(args.trace).exists():
+        return f"no such trace file: {args.trace}"
+    if args.limit is not None and args.limit < 1:
+        return "--limit must be >= 1"
+    try:
+        if args.json_path:  # NOTE(check-before-run) in kvpool/outfile.py
+            check_writable(args.json_path, "--json")
+        if args.plot:
+            check_writable(args.plot, "--plot")
+            import_pyplot()
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def _write(args, report: dict) -> None:
+    """The --json and --plot files (OSError: written elsewhere meanwhile, a full disk)."""
+    if args.json_path:
+        text = json.dumps(_finite(report), indent=1, sort_keys=True, allow_nan=False)
+        write_text(args.json_path, text + "\n")
+        print(f"wrote {args.json_path}")
+    if args.plot:
+        title = (f"{report['trace']['file']}: {report['mode']} replay, policy {args.policy}")
+        plot(report["timeline"], args.plot, title,
+             "requests replayed" if args.instant else "simulated seconds")
+        print(f"wrote {args.plot}")
 
 
 def run(args: argparse.Namespace) -> int:
-    if not Path(args.trace).is_file():
-        print(f"kvpool replay: no such trace file: {args.trace}", file=sys.stderr)
+    why = _check(args)
+    if why is not None:
+        print(f"kvpool replay: {why}", file=sys.stderr)
         return 2
-    if args.limit is not None and args.limit < 1:
-        print("kvpool replay: --limit must be >= 1", file=sys.stderr)
-        return 2
-    if args.plot:  # before a long replay, not after it
-        try:
-            import_pyplot()
-        except ConfigError as e:
-            print(f"kvpool replay: {e}", file=sys.stderr)
-            return 2
     t0 = time.perf_counter()
     trace = _load(args)
     if trace is None:
@@ -220,14 +307,10 @@ def run(args: argparse.Namespace) -> int:
     bar.close()
     report["trace"] = _trace_report(args, trace)
     report["seed"] = args.seed
-    wall = time.perf_counter() - t0
-    _print_summary(report, wall)
-    if args.json_path:
-        write_text(args.json_path, json.dumps(report, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {args.json_path}")
-    if args.plot:
-        title = (f"{report['trace']['file']}: {report['mode']} replay, policy {args.policy}")
-        plot(report["timeline"], args.plot, title,
-             "requests replayed" if args.instant else "simulated seconds")
-        print(f"wrote {args.plot}")
+    _print_summary(report, time.perf_counter() - t0)
+    try:
+        _write(args, report)
+    except OSError as e:
+        print(f"kvpool replay: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
+        return 2
     return 0

@@ -25,6 +25,11 @@ past any model's context: 1e12 prompt tokens made the reader expand a block id p
 until the OOM killer came. Hash ids are a JSON list of integers in [0, ``ID_LIMIT``): the string
 ``"12"`` was read as the ids [1, 2] and 1.5 as 1, and ids from 2**40 up are the replayer's own
 (trace.py ``_UNIQUE`` / ``_FRESH``), so a trace id there was taken for a fresh block.
+
+NOTE(reader-errors): what the parsers raise besides ValueError is a malformed record too, named
+by ``file:line``: csv's ``_csv.Error`` for a field past its 128 KiB limit (also in the line
+``detect`` reads) and json's RecursionError for deeply nested values; both were tracebacks.
+A line's length and encoding are checked before it gets here (NOTE(bounded-lines), lines.py).
 """
 
 from __future__ import annotations
@@ -69,12 +74,15 @@ def detect(first_line: str) -> str:
     if line.startswith("{"):
         try:
             keys = set(json.loads(line))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):  # NOTE(reader-errors)
             keys = set()
         if set(_JSON_KEYS) <= keys:
             return "bailian" if set(_BAILIAN_ONLY) & keys else "mooncake"
     else:
-        cols = {c.strip() for c in next(csv.reader([line]), [])}
+        try:
+            cols = {c.strip() for c in next(csv.reader([line]), [])}
+        except csv.Error:  # a field past csv's limit: no header of ours
+            cols = set()
         if set(_AZURE_COLS) <= cols:
             return "azure"
         if set(_BURST_COLS) <= cols:
@@ -147,7 +155,7 @@ def _jsonl(f: TextIO, fmt: str) -> Iterator[Row]:
             row = Row(lineno, _number(d["timestamp"], "timestamp") / scale,
                       _count(d["input_length"], "input_length"),
                       _count(d["output_length"], "output_length"), _hash_ids(d["hash_ids"]))
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, RecursionError) as e:  # NOTE(reader-errors)
             raise _bad(f, lineno, fmt, e) from None
         yield row
 
@@ -155,13 +163,24 @@ def _jsonl(f: TextIO, fmt: str) -> Iterator[Row]:
 def _csv(f: TextIO, fmt: str) -> Iterator[Row]:
     t, inp, out = _AZURE_COLS if fmt == "azure" else _BURST_COLS
     reader = csv.DictReader(f, skipinitialspace=True)
-    missing = [c for c in (t, inp, out) if c not in (reader.fieldnames or ())]
+    try:
+        header = reader.fieldnames or ()
+    except csv.Error as e:  # NOTE(reader-errors)
+        raise _bad(f, reader.reader.line_num, fmt, e) from None
+    missing = [c for c in (t, inp, out) if c not in header]
     if missing:
         raise _bad(f, 1, fmt, f"header lacks {', '.join(missing)}")
-    for d in reader:
+    while True:
+        try:  # a line's own errors (lines.py) pass: they name their line already
+            d = next(reader, None)
+        except csv.Error as e:  # a field past csv's limit comes from reading
+            # the csv reader's line: DictReader's own line_num moves only after a good row
+            raise _bad(f, reader.reader.line_num, fmt, e) from None
+        if d is None:
+            return
         try:
             if None in d.values() or None in d:  # too few or too many fields
-                raise ValueError(f"{len(reader.fieldnames)} fields expected")
+                raise ValueError(f"{len(header)} fields expected")
             arrival = parse_datetime(d[t]) if fmt == "azure" else _number(d[t], t)
             row = Row(reader.line_num, arrival, _count(d[inp], inp), _count(d[out], out), None)
         except (ValueError, TypeError) as e:

@@ -47,6 +47,14 @@ def all_admissions_hit_rate(st: ManagerStats) -> float:
     return (st.prefix_hit_tokens + st.preempted_hit_tokens) / queried if queried else 0.0
 
 
+# the replay flag that sets each StepCost field (kv_bytes_per_block: per token x block size)
+_COST_FLAGS = {"step_overhead_s": "--step-overhead-s",
+               "prefill_tokens_per_s": "--prefill-tokens-per-s",
+               "decode_s_per_seq": "--decode-s-per-seq", "copy_bytes_per_s": "--copy-gbps",
+               "kv_bytes_per_block": "--kv-bytes-per-token x --block-size"}
+_POSITIVE = ("prefill_tokens_per_s", "copy_bytes_per_s", "kv_bytes_per_block")
+
+
 @dataclass(frozen=True, slots=True)
 class StepCost:
     """The simulated engine. Defaults: roughly an 8B Llama on one H200-class GPU."""
@@ -58,12 +66,13 @@ class StepCost:
     copy_bytes_per_s: float = 25e9  # host<->device and device copy bandwidth
 
     def __post_init__(self) -> None:
-        for name in ("prefill_tokens_per_s", "copy_bytes_per_s", "kv_bytes_per_block"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"cost model: {name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("step_overhead_s", "decode_s_per_seq"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"cost model: {name} must be >= 0, got {getattr(self, name)!r}")
+        # NOTE(finite-clock): inf passed ">= 0" too: makespan inf, TTFT nan, a report of NaNs
+        for name, flag in _COST_FLAGS.items():
+            v = getattr(self, name)
+            low = v > 0 if name in _POSITIVE else v >= 0
+            if not (low and math.isfinite(v)):
+                raise ValueError(f"{flag} must be {'> 0' if name in _POSITIVE else '>= 0'} and "
+                                 f"finite, got cost model {name}={v!r}")
 
     def seconds(self, out: SchedulerOutput) -> float:
         prefill = sum(p.end - p.start for p in out.prefills)
@@ -98,8 +107,11 @@ class TimedReplay:
     sequence and passes ``check_invariants``."""
 
     def __init__(self, opts: TimedOptions, cost: StepCost | None = None) -> None:
-        if opts.block_size < 1:
-            raise ValueError(f"--block-size must be >= 1, got {opts.block_size}")
+        for flag, v, low in (("--block-size", opts.block_size, 1),
+                             ("--num-blocks", opts.num_blocks, 1),
+                             ("--num-host-blocks", opts.num_host_blocks, 0)):
+            if v < low:  # CacheConfig's own message names serve's flags
+                raise ValueError(f"{flag} must be >= {low}, got {v}")
         if not (opts.arrival_scale > 0 and math.isfinite(opts.arrival_scale)):
             # NOTE(finite-clock): inf passed "> 0", and 0 x inf made every arrival NaN
             raise ValueError(f"--arrival-scale must be > 0 and finite, got "

@@ -7,6 +7,12 @@ so equal ids at equal positions mean an equal prefix. Formats without prefix inf
 (Azure, BurstGPT) get ids unique to each request; so do the blocks a record's hash_ids leave
 uncovered (``input_length > len(hash_ids) * block``).
 
+NOTE(excess-ids): a record's ids past ``ceil(input_length / block)`` name tokens the prompt
+does not have; they are ignored (both replays see the same blocks: the instant one counted
+them, the timed one never synthesised them), and ``Trace.trimmed`` / ``Trace.first_trimmed``
+say how many records had them and where the first is, for a warning (many extra ids mean ids
+of smaller blocks than the format's: ``--trace-block-size``; docs/benchmarks.md "Trace formats").
+
 NOTE(empty-prompt): a record with 0 prompt tokens is dropped (counted in ``Trace.dropped``): the
 scheduler, like any engine, refuses an empty prompt, so the timed replay stopped on it.
 
@@ -37,6 +43,7 @@ import numpy as np
 
 from kvpool.replay.formats import (DEFAULT_BLOCK, FORMATS, HAS_PREFIX, ID_LIMIT, Row, detect,
                                    read_rows)
+from kvpool.replay.lines import MAX_LINE, TraceLines
 
 TRACE_BLOCK = 512  # tokens per Mooncake hash id (the default block)
 _UNIQUE = ID_LIMIT  # offset of the per-request ids used for partial tail blocks (2**40)
@@ -48,7 +55,8 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
-    """One trace record. Invariant: ``input_length <= len(hash_ids) * block`` (the trace's)."""
+    """One trace record. Invariant: ``len(hash_ids) == ceil(input_length / block)`` (the
+    trace's block: NOTE(excess-ids))."""
 
     index: int  # request number (0-based, records kept): its identity in the replay
     arrival_s: float  # arrival in seconds
@@ -68,38 +76,43 @@ class Trace:
     prefix_info: bool = True  # False: the format has none, every prompt unique
     reordered: int = 0  # records arriving before one above them in the file: NOTE(time-order)
     first_back: int | None = None  # the line of the first of them (None: the file is in order)
+    trimmed: int = 0  # records with hash ids past their input_length: NOTE(excess-ids)
+    first_trimmed: int | None = None  # the line of the first of them
 
 
-def _open_format(f, fmt: str) -> str:
-    """``fmt``, or for ``auto`` the format of the file's first non-blank line (f rewound)."""
+def _open_format(lines: TraceLines, fmt: str) -> str:
+    """``fmt``, or for ``auto`` the format of the file's first non-blank line (rewound)."""
     if fmt == "auto":
-        first = next((line for line in f if line.strip()), "")
-        f.seek(0)
+        first = next((line for line in lines if line.strip()), "")
+        lineno = lines.lineno
+        lines.rewind()
         if not first:
             return "mooncake"  # empty: nothing to misread
         try:
             return detect(first)
         except ValueError as e:
-            raise ValueError(f"{f.name}: {e}; or pass --trace-format") from None
+            raise ValueError(f"{lines.name}:{lineno}: {e}; or pass --trace-format") from None
     if fmt not in FORMATS:
         raise ValueError(f"unknown trace format {fmt!r}: one of auto, {', '.join(FORMATS)}")
     return fmt
 
 
 def read_trace(path: str | Path, limit: int | None = None, fmt: str = "auto",
-               block_size: int | None = None) -> Trace:
+               block_size: int | None = None, max_line: int = MAX_LINE) -> Trace:
     """Read a trace file (the first ``limit`` requests when given); ``fmt`` is ``auto`` or
     one of formats.FORMATS, ``block_size`` the tokens per hash id (default: the format's).
-    The requests come in arrival order (NOTE(time-order))."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        fmt = _open_format(f, fmt)
+    The requests come in arrival order (NOTE(time-order)). ValueError names ``file:line`` of
+    a record it cannot read (NOTE(bounded-lines) in lines.py); OSError if the file cannot be
+    opened or read."""
+    with TraceLines.open(path, max_line) as lines:
+        fmt = _open_format(lines, fmt)
         block = DEFAULT_BLOCK[fmt] if block_size is None else block_size
         if block < 1:
             raise ValueError(f"trace block size must be >= 1, got {block}")
         trace = Trace([], fmt, block, prefix_info=HAS_PREFIX[fmt])
-        rows = read_rows(f, fmt) if limit is None or limit > 0 else iter(())
+        rows = read_rows(lines, fmt) if limit is None or limit > 0 else iter(())
         kept = _kept(rows, trace, limit)
-    trace.requests = _requests(_time_order(kept, trace), block)
+    trace.requests = _requests(_time_order(kept, trace), trace)
     return trace
 
 
@@ -128,14 +141,20 @@ def _time_order(rows: list[Row], trace: Trace) -> list[Row]:
     return sorted(rows, key=lambda r: r.arrival_s) if trace.reordered else rows
 
 
-def _requests(rows: list[Row], block: int) -> list[TraceRequest]:
-    """The requests of ``rows``, ids padded with fresh ones where they leave blocks uncovered."""
+def _requests(rows: list[Row], trace: Trace) -> list[TraceRequest]:
+    """The requests of ``rows``: ids padded with fresh ones where they leave blocks uncovered,
+    cut where they run past the prompt (NOTE(excess-ids), counted in ``trace``)."""
     out: list[TraceRequest] = []
     fresh = 0
     for row in rows:
-        need = -(-row.input_length // block)
+        need = -(-row.input_length // trace.block)
         ids: Sequence[int] = row.hash_ids or ()
-        if len(ids) < need:  # uncovered blocks: content unique to this request
+        if len(ids) > need:
+            ids = ids[:need]
+            trace.trimmed += 1
+            if trace.first_trimmed is None or row.lineno < trace.first_trimmed:
+                trace.first_trimmed = row.lineno
+        elif len(ids) < need:  # uncovered blocks: content unique to this request
             extra = range(_FRESH + fresh, _FRESH + fresh + need - len(ids))
             fresh += len(extra)
             ids = tuple(ids) + tuple(extra) if ids else extra
