@@ -1,7 +1,7 @@
 """One Redis value = a fixed header + the raw bytes of ``blocks_per_object`` blocks.
 
 Invariant: a value :meth:`ValueCodec.decode` accepts was written by :meth:`ValueCodec.encode`
-of the same namespace, under the key of the same chain hash, and its payload bytes are exactly
+of the same namespace, under the key of the same hash part, and its payload bytes are exactly
 those encoded (CRC-32 checked). No lossy codec: the payload is the KV bytes as they are.
 
 Header (little-endian, 68 bytes)::
@@ -18,7 +18,8 @@ Header (little-endian, 68 bytes)::
      22    2 flags: bit 0 = signed (a signer.TRAILER-byte tag follows the payload)
      24    8 payload length in bytes
      32    4 CRC-32 of the payload
-     36   32 chain hash of the last block  (the key's hash; a 16-byte hash is zero-padded)
+     36   32 the key's hash part           (Namespace.part of the last block's chain hash:
+                                            keyed with a secret; a 16-byte one zero-padded)
      68    - payload: block 0 bytes || block 1 bytes || ...   (equal sizes)
       -   28 signed values only: nonce and tag (``signer.py``) over key, header, payload
 
@@ -92,7 +93,7 @@ class DecodedValue:
     """A checked value: ``blocks`` are zero-copy views into the value's bytes."""
 
     tokens: int  # tokens the value covers
-    chain_hash: bytes  # last block's chain hash, as given to encode
+    chain_hash: bytes  # the key's hash part (Namespace.part of the last block's chain hash)
     blocks: list[memoryview]  # one view per block, in chain order
 
 
@@ -115,7 +116,9 @@ class ValueCodec:
 
     def encode(self, chain_hash: bytes, blocks: Sequence[bytes | bytearray | memoryview]
                ) -> bytes:
-        """Header + the blocks' bytes; ``blocks`` holds exactly ``blocks_per_object`` blocks."""
+        """Header + the blocks' bytes; ``blocks`` holds exactly ``blocks_per_object`` blocks.
+        The header and the MAC name the key's hash part of ``chain_hash`` (NOTE(keyed-names)
+        in keys.py), never the chain hash itself when a secret keys the names."""
         if len(blocks) != self._g:
             raise ValueError(f"a value holds blocks_per_object={self._g} blocks, "
                              f"got {len(blocks)}")
@@ -131,14 +134,15 @@ class ValueCodec:
         for v in views:
             crc = zlib.crc32(v, crc)
         ns, signer = self.namespace, self.signer
+        part = ns.part(chain_hash)
         header = _HEADER.pack(MAGIC, CODEC_VERSION, ns.hash_spec, ns.layout, self._dtype,
                               self._ns, self._g * ns.block_size, self._g,
                               0 if signer is None else FLAG_SIGNED, size * self._g, crc,
-                              bytes(chain_hash).ljust(32, b"\0"))
+                              part.ljust(32, b"\0"))
         if signer is None:
             return b"".join([header, *views])
         payload = views[0] if len(views) == 1 else b"".join(views)  # the MAC reads one buffer
-        trailer = signer.trailer(ns.name(bytes(chain_hash)).encode(), header, payload)
+        trailer = signer.trailer(ns.name(part).encode(), header, payload)
         return b"".join([header, payload, trailer])
 
     def max_value_nbytes(self) -> int | None:
@@ -149,7 +153,9 @@ class ValueCodec:
         return HEADER_SIZE + self._g * self.block_nbytes + TRAILER
 
     def decode(self, value: bytes | memoryview, chain_hash: bytes) -> DecodedValue:
-        """Check ``value`` (read under ``key(chain_hash)``) and split it into block views."""
+        """Check ``value`` (read under a key whose hash part, ``hash_of_key``, is
+        ``chain_hash``: the chain hash itself unless a secret keys the names) and split it
+        into block views."""
         mv = memoryview(value).cast("B")
         nblocks, plen, crc, flags = self._header(mv, chain_hash)
         have = mv.nbytes - HEADER_SIZE - (TRAILER if flags & FLAG_SIGNED else 0)

@@ -25,6 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from kvpool.remote.breaker import DOWN_KINDS, PAUSE_KINDS, BreakerState, CircuitBreaker
 from kvpool.remote.clients import (MasterDownError, SentinelAuthError, SentinelsDownError,
                                    SlotDownError, SlotMigratingError)
+from kvpool.remote.oom_fix import oom_fix
 
 log = logging.getLogger("kvpool.remote")
 
@@ -32,12 +33,14 @@ CLUSTER_FIX = ("this server is a cluster node: list the cluster's nodes as "
                "--remote-url redis+cluster://HOST:PORT[,HOST:PORT...]")
 REPLICA_WARNING = "this server is a replica of"
 _SIGNING = {
-    "forged": "values under this tier's keys fail the MAC of --remote-secret-file: another "
-              "replica writes with a different secret (or someone forges them); give every "
-              "replica the same secret file (each such value is a miss, deleted)",
+    "forged": "values under this tier's keys fail the MAC of --remote-secret-file: someone "
+              "writes them (copied from other keys, or with another secret); give every "
+              "replica the same secret file, and limit who may write to Redis (ACLs) (each "
+              "such value is a miss, deleted)",
     "unsigned": "values under this tier's keys carry no MAC, and this replica signs "
-                "(--remote-secret-file): another replica runs without the flag; give every "
-                "replica the same secret file (each such value is a miss, deleted)"}
+                "(--remote-secret-file): someone wrote them without it; give every replica "
+                "the same secret file, and limit who may write to Redis (ACLs) (each such "
+                "value is a miss, deleted)"}
 # NOTE(refused-at-start): error replies that say no call of the tier will ever work there;
 # met at startup, the tier refuses the server (every call a miss, none sent), as it refuses a
 # cluster node behind a plain URL. A redis:// URL at a Sentinel's port (SCRIPT is unknown
@@ -53,6 +56,16 @@ _FIXES = {
                 "Redis, use redis://host:port (a TLS port is tls-port in redis.conf); else is "
                 "Redis hung or far away?",
     "refused": "nothing accepts connections there ({detail}): start Redis or fix --remote-url",
+    # NOTE(sentinel-refused): the refused kind's text under a sentinel URL, which names only
+    # sentinels: the master they named last refused (killed, or failing over), and "fix
+    # --remote-url" sent the operator of a failover that the tier rides out to the wrong place
+    "sentinelrefused": "the master the sentinels name refuses connections ({detail}): down "
+                       "or failing over; --remote-url needs no fix: each connection asks the "
+                       "sentinels for the master, so the tier follows the replica they promote "
+                       "(down-after-milliseconds, quorum; with no replica, restart the "
+                       "master). Should it last, the address they name (SENTINEL "
+                       "GET-MASTER-ADDR-BY-NAME SERVICE) is not reachable from here "
+                       "(replica-announce-ip). The tier retries",
     "closed": "the server dropped the connection ({detail}): if that port speaks TLS, use "
               "rediss://host:port",
     "connection": "cannot talk to Redis ({detail}): check --remote-url and the network",
@@ -107,10 +120,14 @@ _FIXES = {
            "OOM",
     "readonly": "the server is a read-only replica ({detail}): point --remote-url at the "
                 "master, or use redis+sentinel://HOST:PORT/SERVICE to follow failovers",
+    # NOTE(acl-line): pasted as given the line must work on the user it diagnosed; without
+    # resetkeys Redis 7 refuses ~kvp:* on a user holding ~* (allkeys) with "Try 'resetkeys'"
     "noperm": "the Redis user lacks a permission ({detail}): give it the tier's commands "
               "(TYPE, STRLEN and TOUCH run inside the probe script): ACL SETUSER USER "
-              "~kvp:* +getrange +mget +set +del +touch +type +strlen +evalsha +script|load "
-              "+ping +info",
+              "resetkeys ~kvp:* +getrange +mget +set +del +touch +type +strlen +evalsha "
+              "+script|load +ping +info (resetkeys drops its other key patterns, ~* among "
+              "them, which Redis allows no pattern beside; add back any it needs: ACL GETUSER "
+              "USER lists them)",
     "response": "Redis answered an error ({detail})",
 }
 # NOTE(startup-line): the fault kinds of an outage (Redis down or out of reach). A warm-up
@@ -249,7 +266,8 @@ class FaultLog:
         if kind == "sentinel":  # "No master found for 'x' : <the sentinels' client repr>"
             detail = detail.partition(" : ")[0]
         self.last = kind
-        fix = _FIXES.get(kind, _FIXES["response"]).format(detail=detail[:200],
+        said = "sentinelrefused" if kind == "refused" and "+sentinel://" in self.where else kind
+        fix = _FIXES.get(said, _FIXES["response"]).format(detail=detail[:200],
                                                           oomfix=oom_fix(self.memory))
         then = ("the tier pauses its calls (misses: requests recompute) and tries its "
                 "commands again periodically, resuming once they work"
@@ -259,10 +277,11 @@ class FaultLog:
 
     def values_failed(self, bad: Sequence[tuple[str, str]]) -> list[str]:
         """The kinds of the (key, kind) values a read found unusable. NOTE(secret-mismatch):
-        a value failing the signature check is most often no attack but replicas given
-        different --remote-secret-file secrets (a rotation rolled out halfway, one replica
-        without the flag): they share nothing and delete each other's values, and only a
-        counter moved. Said once per kind, with the fix."""
+        a value failing the signature check was most often replicas given different
+        --remote-secret-file secrets, deleting each other's values while only a counter
+        moved. With keyed names (keys.py NOTE(keyed-names)) those share no key, so such a
+        value was written under this secret's key by someone (a value copied from another
+        key, a hand-made writer). Said once per kind, with the fix."""
         kinds = [kind for _, kind in bad]
         for kind in _SIGNING.keys() & set(kinds):
             self.once(kind, _SIGNING[kind])
@@ -332,27 +351,6 @@ class FaultLog:
             self.once("readonly" if w.startswith(REPLICA_WARNING) else w, w)
         log.info("remote tier %s is reachable: %s", self.where, describe(info))
         return None
-
-
-def oom_fix(memory: tuple[str, int] | None) -> str:
-    """The fix of an OOM reply under ``memory``, the (maxmemory-policy, maxmemory) the last
-    ``INFO`` said (None: not read). NOTE(oom-fix): the warning said "give it maxmemory-policy
-    allkeys-lru" whatever the policy, also to a server running allkeys-lru. Under an allkeys-*
-    policy an OOM means Redis found nothing more to evict below maxmemory (what it holds
-    besides the keys, client buffers and the like, fills it): the fix is a larger maxmemory."""
-    policy, most = memory or ("", 0)
-    if policy.startswith("allkeys-"):
-        bound = f"maxmemory {most / 2**20:.0f} MiB" if most else "its maxmemory"
-        return (f"it already evicts (maxmemory-policy {policy}), yet {bound} is too small "
-                "for the tier's values besides what Redis itself holds (INFO memory: "
-                "used_memory against maxmemory); raise maxmemory")
-    if policy.startswith("volatile-"):
-        return (f"maxmemory-policy {policy} evicts only keys with a TTL and kvpool's have "
-                "none: set maxmemory-policy allkeys-lru so it evicts old blocks")
-    return ("give it maxmemory-policy allkeys-lru so it evicts old blocks (under an allkeys-* "
-            "policy already, raise maxmemory)" if policy != "noeviction" else
-            "maxmemory-policy noeviction evicts nothing: give it maxmemory-policy allkeys-lru "
-            "so it evicts old blocks")
 
 
 def check_info(info: Mapping[str, Any], cluster: bool = False

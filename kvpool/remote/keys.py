@@ -2,9 +2,10 @@
 
 A key names one value: ``blocks_per_object`` consecutive full blocks of a prefix chain::
 
-    key(chain_hash, root, index) = "kvp:2:" || ns || ":{" || tag || "}:" || hex(chain_hash)
-    tag             = hex(root)[:16] || ":" || decimal(index // SEGMENT_BLOCKS)
-    name(chain_hash)= "kvp:2:" || ns || ":" || hex(chain_hash)     (the MAC's key, codec.py)
+    key(chain_hash, root, index) = "kvp:2:" || ns || ":{" || tag || "}:" || hex(part(chain_hash))
+    tag             = hex(part(root))[:16] || ":" || decimal(index // SEGMENT_BLOCKS)
+    name(part)      = "kvp:2:" || ns || ":" || hex(part)   (the MAC's key, codec.py)
+    part(h)         = h                                    (no secret; keyed: see below)
     ns              = hex(SHA-256(canonical_json(namespace fields)))[:16]
     canonical_json  = json.dumps(fields, sort_keys=True, separators=(",", ":"),
                                  ensure_ascii=True)
@@ -41,6 +42,26 @@ block_size=16, layers=2, kv_heads=2, head_dim=16)`` has ``ns == "29a6de07f8a04e4
 digits), and ``name(h)`` is ``"kvp:2:29a6de07f8a04e4a:000102...1f"``. ``key(h)`` alone is the
 key of a one-block chain (``root = h``, index 0).
 
+NOTE(keyed-names): with a shared secret (``--remote-secret-file``, ``Namespace.keyed``) the
+names are keyed too. The plain chain hash let anyone who reads Redis (SCAN, or a value's
+header) test a guessed prompt: ``BlockHasher(...).hash_blocks(prompt)[-1]`` is its key's hash.
+A keyed name needs the secret to compute::
+
+    part(h)  = HMAC-SHA-256(name_key, h)[:len(h)]
+    name_key = SHA-256("kvpool remote key name v1" || secret)
+
+``part`` replaces the hash in the key, in the hash tag (``part(root)``), in ``name`` (the MAC's
+key) and in a value's header (codec.py), so nothing in Redis carries a chain hash. The values
+stay unencrypted KV: a reader of Redis who holds the weights can still read what a value says
+(give Redis ACLs and TLS). ``ns`` does not change with the secret. Replicas with different
+secrets (or one without) share no key, so each one's lookups miss the others' values rather
+than reading and deleting them. Test vector: the namespace above keyed with the secret
+``b"0123456789abcdef"`` keeps ``ns``; ``h``, ``root`` and index 100 above key as
+``"kvp:2:29a6de07f8a04e4a:{a44514dc21f2ea27:1}:82c8923e...bda50a2a"`` (``part(h)`` is
+``82c8923e43f28fcf3375ee16e39d90cd0ff5080f7b350d8828bd6d49bda50a2a``; openssl agrees). Signed
+values written before keyed names sit under plain keys no replica reads: they age out of the
+LRU.
+
 Version 1 keys (``kvp:1:ns:hash``, no tag) are never read by this version: they age out of the
 LRU.
 
@@ -50,9 +71,10 @@ Nothing here uses Python's ``hash()`` or any process state.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 from kvpool.core.hashing import HASH_VERSION
 from kvpool.errors import ConfigError
@@ -62,6 +84,7 @@ KEY_SPEC_VERSION = 2
 SEGMENT_BLOCKS = 64
 LAYOUT_VERSION = 1  # kvpool.runtime's per-block byte layout; bump when it changes
 KEY_PREFIX = f"kvp:{KEY_SPEC_VERSION}:"
+_NAME_KEY_LABEL = b"kvpool remote key name v1"  # NOTE(keyed-names)
 DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8")
 
 
@@ -81,6 +104,9 @@ class Namespace:
     tp_rank: int = 0
     blocks_per_object: int = 1  # blocks grouped into one value
     hash_spec: int = HASH_VERSION  # prefix hash spec version of the chain hashes
+    # the HMAC key of keyed names (NOTE(keyed-names)); None: keys name the chain hashes.
+    # Not one of ns's fields: set it with keyed()
+    name_key: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -95,8 +121,14 @@ class Namespace:
         if self.blocks_per_object > 0xFFFF:
             raise ConfigError("Namespace.blocks_per_object must be <= 65535")
 
+    def keyed(self, secret: bytes) -> Namespace:
+        """This namespace with names keyed by ``secret`` (NOTE(keyed-names))."""
+        return replace(self, name_key=hashlib.sha256(_NAME_KEY_LABEL + bytes(secret)).digest())
+
     def canonical_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        fields = asdict(self)
+        del fields["name_key"]  # keyed names change every key, not ns (NOTE(keyed-names))
+        return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
     def digest(self) -> bytes:
         """The 8 bytes whose hex is ``ns`` (also written into every value header)."""
@@ -106,26 +138,34 @@ class Namespace:
     def ns(self) -> str:
         return self.digest().hex()
 
+    def part(self, chain_hash: bytes) -> bytes:
+        """What a key names of ``chain_hash``: the hash itself, or its keyed hash when a
+        secret is set (NOTE(keyed-names)); ``hash_of_key`` reads it back from a key."""
+        if self.name_key is None:
+            return bytes(chain_hash)
+        return hmac.digest(self.name_key, bytes(chain_hash), "sha256")[:len(chain_hash)]
+
     def key(self, chain_hash: bytes, root: bytes | None = None, index: int = 0) -> str:
         """The key of the value ending at block ``index`` of the chain whose first block's
         hash is ``root`` (default: ``chain_hash`` itself, a one-block chain)."""
         if not isinstance(chain_hash, (bytes, bytearray)) or not chain_hash:
             raise TypeError("chain_hash must be non-empty bytes")
         root = chain_hash if root is None else root
-        return (f"{KEY_PREFIX}{self.ns}:{{{bytes(root[:8]).hex()}:{index // SEGMENT_BLOCKS}}}:"
-                f"{bytes(chain_hash).hex()}")
+        return (f"{KEY_PREFIX}{self.ns}:{{{self.part(root)[:8].hex()}:"
+                f"{index // SEGMENT_BLOCKS}}}:{self.part(chain_hash).hex()}")
 
-    def name(self, chain_hash: bytes) -> str:
-        """The value's identity without its slot tag (what a signed value's MAC covers)."""
-        return f"{KEY_PREFIX}{self.ns}:{bytes(chain_hash).hex()}"
+    def name(self, part: bytes) -> str:
+        """The value's identity without its slot tag (what a signed value's MAC covers), from
+        its key's hash part (``part``, ``hash_of_key``)."""
+        return f"{KEY_PREFIX}{self.ns}:{bytes(part).hex()}"
 
     def group_keys(self, chain_hashes: Sequence[bytes]) -> list[str]:
         """Keys of every complete group of ``chain_hashes`` (a prefix's block hashes, in order)."""
         g = self.blocks_per_object
         if len(chain_hashes) < g:
             return []
-        ns = f"{KEY_PREFIX}{self.ns}:{{{bytes(chain_hashes[0][:8]).hex()}:"
-        return [f"{ns}{(i - 1) // SEGMENT_BLOCKS}}}:{bytes(chain_hashes[i - 1]).hex()}"
+        ns = f"{KEY_PREFIX}{self.ns}:{{{self.part(chain_hashes[0])[:8].hex()}:"
+        return [f"{ns}{(i - 1) // SEGMENT_BLOCKS}}}:{self.part(chain_hashes[i - 1]).hex()}"
                 for i in range(g, len(chain_hashes) + 1, g)]
 
 
@@ -138,7 +178,8 @@ def segment_of(key: str) -> str:
 
 
 def hash_of_key(key: str) -> bytes:
-    """The chain hash a key names (raises ValueError on a key not of this spec)."""
+    """The hash part a key names: its chain hash, or with a secret the keyed hash
+    (``Namespace.part``); raises ValueError on a key not of this spec."""
     if not key.startswith(KEY_PREFIX):
         raise ValueError(f"not a kvpool key: {key!r}")
     parts = key.split(":")

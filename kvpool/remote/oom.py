@@ -22,7 +22,7 @@ class OomWatch:
     NOTE(oom-pause): with noeviction every SET fails once Redis is full; after an OOM reply
     puts are not sent for ``pause_s`` (dropped, counted), not refused one by one.
 
-    NOTE(oom-reread): the line's fix (``diagnose.oom_fix``) was worded on the maxmemory-policy
+    NOTE(oom-reread): the line's fix (``oom_fix.oom_fix``) was worded on the maxmemory-policy
     and maxmemory that INFO said at the warm-up or at the breaker's last close. An operator who
     changed them since (CONFIG SET maxmemory-policy noeviction and a tiny maxmemory) was told
     "it already evicts (allkeys-lru), ... raise maxmemory", and an OOM is said once per

@@ -14,6 +14,7 @@ from kvpool.errors import require
 from kvpool.metrics import KVPoolMetrics
 from kvpool.metrics.remote import RemoteMetrics
 from kvpool.remote import Namespace, ValueCodec, ValueSigner
+from kvpool.remote.signer import read_secret
 from kvpool.runtime.model.fingerprint import weights_fingerprint
 from kvpool.runtime.remote.link import DEFAULT_WRITE_POLICY, WRITE_POLICIES, RemoteLink
 from kvpool.server.engine_client import EngineClient
@@ -38,7 +39,10 @@ def add_remote_args(parser: argparse.ArgumentParser) -> None:
                    help="blocks per Redis value (aim for 0.5-4 MiB values)")
     g.add_argument("--remote-secret-file", default=None, metavar="PATH",
                    help="a secret shared by the replicas (>= 16 bytes): values are signed "
-                        "with it, and unsigned or forged ones are misses (deleted, counted)")
+                        "with it, and unsigned or forged ones are misses (deleted, counted); "
+                        "key names are keyed with it, so a reader of Redis cannot test a "
+                        "guessed prompt. Values stay unencrypted KV: protect Redis with ACLs "
+                        "and TLS")
 
 
 def require_tier_runs(engine: EngineClient) -> None:
@@ -56,6 +60,23 @@ def require_tier_runs(engine: EngineClient) -> None:
             "chunk's worth (--max-num-batched-tokens tokens)")
 
 
+def namespace(engine: EngineClient, blocks_per_object: int = 1,
+              secret_file: str | None = None) -> tuple[Namespace, ValueSigner | None]:
+    """``engine``'s namespace in the tier and the signer of its values: with a secret, the
+    names are keyed by it too (keys.py NOTE(keyed-names))."""
+    core = engine.core
+    layout = core.storage.layout
+    ns = Namespace(model_id=core.model_name, weights=weights_fingerprint(core.model),
+                   dtype=str(layout.dtype).removeprefix("torch."),
+                   block_size=layout.block_size, layers=layout.num_layers,
+                   kv_heads=layout.num_kv_heads, head_dim=layout.head_dim,
+                   blocks_per_object=blocks_per_object)
+    if secret_file is None:
+        return ns, None
+    secret = read_secret("--remote-secret-file", secret_file)
+    return ns.keyed(secret), ValueSigner(secret)
+
+
 def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WRITE_POLICY,
                prefetch_timeout_ms: float = 500.0, op_timeout_ms: float = 250.0,
                connect_timeout_ms: float = 200.0, blocks_per_object: int = 1,
@@ -70,16 +91,10 @@ def build_link(engine: EngineClient, url: str, *, write_policy: str = DEFAULT_WR
     ``fetch_bias``: ``RemoteLink.fetch_bias`` (bench.remote's forced-fetch arm sets 0).
     ``op_timeout_ms``: the tier's deadline of one round trip (``--remote-op-timeout-ms``);
     ``connect_timeout_ms``: of opening one connection (the tier's default, 0.2 s).
-    ``secret_file``: sign values with the secret it holds (``--remote-secret-file``)."""
-    core = engine.core
-    layout = core.storage.layout
-    ns = Namespace(model_id=core.model_name, weights=weights_fingerprint(core.model),
-                   dtype=str(layout.dtype).removeprefix("torch."),
-                   block_size=layout.block_size, layers=layout.num_layers,
-                   kv_heads=layout.num_kv_heads, head_dim=layout.head_dim,
-                   blocks_per_object=blocks_per_object)
-    signer = None if secret_file is None else ValueSigner.from_file(secret_file)
-    codec = ValueCodec(ns, core.storage.bytes_per_block, signer)
+    ``secret_file``: sign values with the secret it holds and key the names with it
+    (``--remote-secret-file``, keys.py NOTE(keyed-names))."""
+    ns, signer = namespace(engine, blocks_per_object, secret_file)
+    codec = ValueCodec(ns, engine.core.storage.bytes_per_block, signer)
     remote_metrics = None
     if metrics is not None:
         remote_metrics = RemoteMetrics(lambda: tier.stats())  # late-bound: tier is next

@@ -40,6 +40,25 @@ def test_vector():
     assert hash_of_key(NS.key(b"\x07" * 32)) == b"\x07" * 32
 
 
+def test_keyed_vector():
+    """keys.py NOTE(keyed-names): with a secret the hash part, the tag and the MAC's name are
+    an HMAC of the chain hash (openssl agrees with the vector); ns and unkeyed keys stay."""
+    keyed = NS.keyed(b"0123456789abcdef")
+    h, root = bytes(range(32)), bytes(range(32, 64))
+    part = "82c8923e43f28fcf3375ee16e39d90cd0ff5080f7b350d8828bd6d49bda50a2a"
+    assert keyed.ns == VECTOR_NS and keyed.canonical_json() == NS.canonical_json()
+    assert keyed.key(h, root, 100) == f"kvp:2:{VECTOR_NS}:{{a44514dc21f2ea27:1}}:{part}"
+    assert keyed.part(h).hex() == part and keyed.name(keyed.part(h)) == f"kvp:2:{VECTOR_NS}:{part}"
+    assert hash_of_key(keyed.key(h, root, 100)).hex() == part
+    assert "0123456789abcdef" not in repr(keyed) and NS.part(h) == h
+    hashes = BlockHasher(16, "tiny").hash_blocks(list(range(16 * 70)))
+    keys = keyed.group_keys(hashes)
+    assert keys == [keyed.key(x, hashes[0], i) for i, x in enumerate(hashes)]
+    assert not any(x.hex()[:16] in k for x in hashes for k in keys)
+    assert not set(keys) & set(NS.group_keys(hashes))
+    assert not set(keys) & set(NS.keyed(b"another secret, 16 bytes").group_keys(hashes))
+
+
 def test_same_keys_across_processes_with_different_hash_seeds():
     outs = []
     for seed in ("0", "1", "12345", "random"):

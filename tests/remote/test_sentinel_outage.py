@@ -1,7 +1,8 @@
 """A redis+sentinel:// tier that finds no master says why, once, with the fix (real
 sentinels on loopback, NOTE(sentinel-why)): no sentinel answers (an outage: start them or fix
 the URL's list, the tier retries), the sentinels know the service but its master is down (a
-failover pending), the sentinels name no master for that name (the name's fix)."""
+failover pending), the sentinels name no master for that name (the name's fix), the master
+they name refuses (a failover under way: no URL fix)."""
 
 from __future__ import annotations
 
@@ -42,17 +43,22 @@ async def test_no_sentinel_answering_is_an_outage_not_a_wrong_name(tiers, caplog
     assert tier.stats().breaker_state != int(BreakerState.CLOSED)
 
 
-@pytest.fixture
-def sentinel_of_a_dead_master(tmp_path):
-    """A sentinel monitoring service kvp whose master (a port nothing listens on) it has
-    judged down; its port. Stopped by pid."""
+def _sentinel(tmp_path, down_after_ms: int):
+    """A sentinel monitoring service kvp whose master is a port nothing listens on, judging
+    it down after ``down_after_ms``; (its port, its process)."""
     port, dead = free_port(), free_port()
     conf = tmp_path / "sentinel.conf"
     conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
                     f"sentinel monitor kvp 127.0.0.1 {dead} 1\n"
-                    "sentinel down-after-milliseconds kvp 100\n")
-    proc = subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    f"sentinel down-after-milliseconds kvp {down_after_ms}\n")
+    return port, subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def sentinel_of_a_dead_master(tmp_path):
+    """A sentinel that has judged its master down; its port. Stopped by pid."""
+    port, proc = _sentinel(tmp_path, 100)
     import redis
     try:
         for _ in range(500):  # bounded: down-after is 0.1 s
@@ -68,6 +74,27 @@ def sentinel_of_a_dead_master(tmp_path):
         yield port
     finally:
         terminate(proc)
+
+
+async def test_a_master_refusing_before_the_sentinels_judge_it_is_no_url_fix(tmp_path, tiers,
+                                                                           caplog):
+    """diagnose.py NOTE(sentinel-refused): a failover's first moments (the master killed, not
+    yet judged down) said "start Redis or fix --remote-url" where the URL was right."""
+    port, proc = _sentinel(tmp_path, 60_000)
+    try:
+        for _ in range(500):  # bounded
+            if ping(port):
+                break
+            time.sleep(0.02)
+        tier = tiers(f"redis+sentinel://127.0.0.1:{port}/kvp")
+        assert not await tier.warm_up()
+        await _misses(tier)
+    finally:
+        terminate(proc)
+    line = _said_once(caplog, "refuses connections")
+    assert "failing over" in line and "needs no fix" in line, line
+    assert not lines(caplog, "fix --remote-url")
+    assert "not reachable at startup (refused)" in _said_once(caplog, "at startup")
 
 
 async def test_a_master_the_sentinels_report_down_is_said_as_such(sentinel_of_a_dead_master,

@@ -138,3 +138,31 @@ async def test_a_forged_prefix_is_not_served_as_another_prompts_cache(redis_serv
     await settle(e2)
     await stop(e2)
     r.close()
+
+
+async def test_with_a_secret_redis_names_no_prompt(redis_server, tmp_path):
+    """keys.py NOTE(keyed-names): anyone who could read Redis computed a guessed prompt's
+    chain hashes (BlockHasher) and found its keys, or its values' headers: which prompts were
+    sent, secret or not. With one, no key or value carries a chain hash, and a replica with
+    the same secret still reads the blocks."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    e1 = await engine(redis_server.url, secret_file=str(secret))
+    want = tokens(await run(e1, PROMPT))
+    await settle(e1)
+    hashes = e1.core.manager.hasher.hash_blocks(PROMPT)
+    await stop(e1)
+    r = redis.Redis.from_url(redis_server.url)
+    try:
+        keys = list(r.scan_iter("kvp:*"))
+        values = r.mget(keys)
+        assert len(keys) >= 20
+        assert not [h for h in hashes for k in keys if h.hex()[:16].encode() in k]
+        assert not [h for h in hashes for v in values if h in v]
+    finally:
+        r.close()
+    e2 = await engine(redis_server.url, secret_file=str(secret))
+    assert tokens(await run(e2, PROMPT)) == want
+    assert e2.reader.stats.fetched_blocks >= 20
+    await settle(e2)
+    await stop(e2)

@@ -5,6 +5,7 @@ place) read the old weights' blocks from Redis and answered wrong tokens, hits c
 
 from __future__ import annotations
 
+import json
 import shutil
 
 from kvpool.runtime.engine.async_engine import AsyncEngine
@@ -36,3 +37,29 @@ def test_new_weights_at_the_same_path_get_other_keys(tmp_path):
         keys.append(build_link(eng, UNUSED).key_at(b"\x01" * 32))
         eng.core.close()
     assert keys[0] != keys[1] and keys[0] == keys[2], keys
+
+
+def _edited(src, dst, **fields):
+    """A copy of the model directory ``src`` whose config.json sets ``fields``."""
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps({**cfg, **fields}))
+    return dst
+
+
+def test_the_same_weights_under_another_config_get_another_print(tmp_path):
+    """NOTE(weights-print): config.json edited beside the same weights (rope_theta, which
+    the RoPE table showed, and rms_norm_eps, which nothing did) must not share the tier's
+    KV; the served name stays, so only the print tells them apart."""
+    a = save_hf_model(tmp_path / "a", "llama", seed=0)
+    theta = _edited(a, tmp_path / "theta", rope_parameters={"rope_theta": 1e6,
+                                                            "rope_type": "default"})
+    eps = _edited(a, tmp_path / "eps", rms_norm_eps=1e-5)
+    prints = [weights_fingerprint(load_model(d)) for d in (a, theta, eps, a)]
+    assert len(set(prints[:3])) == 3 and prints[0] == prints[3], prints
+    keys = []
+    for d in (a, eps):  # through the server's namespace, as kvpool serve builds it
+        eng = AsyncEngine(engine_config("remote", model=str(d), max_model_len=512))
+        keys.append(build_link(eng, UNUSED).key_at(b"\x01" * 32))
+        eng.core.close()
+    assert keys[0] != keys[1]
