@@ -53,7 +53,7 @@ _PASSED = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
 _UNSIZED = pb.ProcessingResponse(response_headers=pb.HeadersResponse(response=pb.CommonResponse(
     header_mutation=pb.HeaderMutation(remove_headers=["content-length"]))))
 # the picker's own error answer (service.py EndpointPicker.refuse): status, message, code, param
-Refuse = Callable[[int, str, str, "str | None"], pb.ProcessingResponse]
+Refuse = Callable[[int, str, str, "str | None"], Awaitable[pb.ProcessingResponse]]
 
 
 class Wanted(NamedTuple):
@@ -118,7 +118,7 @@ class Answer:
         """The answers to one response-phase message, and whether the call is done."""
         phase = req.WhichOneof("request")
         if phase == "response_headers":
-            return self.headers(req)
+            return await self.headers(req)
         if phase == "response_body":
             return await self.body(req.response_body.body, req.response_body.end_of_stream)
         out = [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
@@ -126,7 +126,8 @@ class Answer:
             out.insert(0, self.duplex(await self.feed(b"", True), False))
         return out, True
 
-    def headers(self, req: pb.ProcessingRequest) -> tuple[list[pb.ProcessingResponse], bool]:
+    async def headers(self, req: pb.ProcessingRequest
+                      ) -> tuple[list[pb.ProcessingResponse], bool]:
         head = req.response_headers
         fields = {h.key: h.raw_value.decode("latin-1") or h.value for h in head.headers.headers}
         details = _details(req)
@@ -136,7 +137,7 @@ class Answer:
         silent = timed_out(fields.get(":status"), details)
         if w.pinned is not None and (silent or envoys_failure(details)):
             down = self.holder_down(w.pinned, details, silent)
-            return [self.refuse(down.status, down.message, down.code, down.param)], True
+            return [await self.refuse(down.status, down.message, down.code, down.param)], True
         if w.learn is not None and fields.get(":status") == "200" and not head.end_of_stream:
             self.attempts = fields.get("x-envoy-attempt-count")
             self.ids = None if (seen := kind_of(fields)) is None else AnswerIds(seen)

@@ -3,12 +3,13 @@
 A gRPC server (kvpool.epp.h2: HTTP/2 on the same event loop as the router's health beats and
 lookups) serving Envoy's ExternalProcessor service (service.py) until SIGTERM/SIGINT. It takes the
 router's replica and decision flags (kvpool.router.cli) and builds the same Router, so
-``--replicas-file`` works here too; the default port is the Inference Extension's 9002. Its own
-flags bound the transport (listener.py, docs/epp.md): ``--max-connections``,
-``--max-connection-bytes``, ``--max-held-bytes``, ``--max-open-streams``, ``--idle-timeout``
-and ``--first-message-timeout``; ``--model-rewrites`` rewrites a request's model before the pick
-(rewrite.py); ``--fallbacks`` lists more replicas after the chosen one (picker.py
-NOTE(fallbacks)); ``--metrics-port``
+``--replicas-file`` works here too, and its CORS flags (--allowed-origins, ...) give the
+picker's own error answers their CORS headers (refusals.py NOTE(epp-cors)); the default port
+is the Inference Extension's 9002. Its own flags bound the transport (listener.py,
+docs/epp.md): ``--max-connections``, ``--max-connection-bytes``, ``--max-held-bytes``,
+``--max-open-streams``, ``--idle-timeout`` and ``--first-message-timeout``;
+``--model-rewrites`` rewrites a request's model before the pick (rewrite.py); ``--fallbacks``
+lists more replicas after the chosen one (picker.py NOTE(fallbacks)); ``--metrics-port``
 and ``--metrics-host`` place its Prometheus port (metrics.py), ``--grpc-health-port`` its gRPC
 health port (health.py).
 """
@@ -190,6 +191,7 @@ async def picking(picker: Picker, host: str, port: int,
         if metrics is not None:
             await metrics.stop()
         service.let_answers_go()  # answers in flight go on unprocessed (NOTE(answer-phase))
+        service.no_endpoint.warnings.flush()  # NOTE(said-counts) in kvpool/throttle.py
         await server.stop(grace=5)  # streams in flight get 5 s to finish their decision
         await picker.close()
 

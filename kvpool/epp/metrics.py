@@ -90,8 +90,8 @@ class TransportCollector:
         yield from self.calls()
 
     def calls(self) -> Iterator[Metric]:
-        """The calls' figures: open, refused at the cap, ended in error; the error answers."""
-        picker, server = self.picker, self.server
+        """The calls' figures: open, refused at the cap, ended in error; the answers'."""
+        server = self.server
         count, level = CounterMetricFamily, GaugeMetricFamily
         yield level("kvpool_epp_open_streams", "gRPC calls open on all connections.",
                     value=server.open_streams)
@@ -116,6 +116,11 @@ class TransportCollector:
                     "Calls ended RESOURCE_EXHAUSTED as the oldest holding bytes when their "
                     "connection's window was full (--max-connection-bytes), so others could "
                     "send (also in kvpool_epp_calls_failed_total).", value=server.room.ended)
+        yield from self.answers()
+
+    def answers(self) -> Iterator[Metric]:
+        """The picker's own error answers, why no endpoint was found, Envoy's failovers."""
+        picker, count = self.picker, CounterMetricFamily
         errors = count("kvpool_epp_error_answers",
                        "The picker's own error answers to Envoy (ImmediateResponse), by HTTP "
                        "status: 400 not a JSON object, 413 body too large, 502 a pinned POST "
@@ -125,6 +130,21 @@ class TransportCollector:
         for status, n in sorted(picker.errors.items()):
             errors.add_metric([str(status)], n)
         yield errors
+        unrouted = count("kvpool_epp_no_endpoint_answers",
+                         "Of the 503 error answers, those for a request that found no "
+                         "endpoint, by reason: no_replica (no healthy replica), subset_down "
+                         "(the subset hint names known replicas, none healthy), "
+                         "subset_unknown (the hint names no replica the picker knows: its "
+                         "replica addresses are not the pod addresses Envoy sends).",
+                         labels=["reason"])
+        for reason, n in picker.no_endpoint.items():
+            unrouted.add_metric([reason], n)
+        yield unrouted
+        yield count("kvpool_epp_failovers",
+                    "Answers Envoy served after more than one attempt (x-envoy-attempt-count "
+                    "above 1: the chosen replica failed before taking the request and Envoy "
+                    "went down the --fallbacks list); 0 without --fallbacks.",
+                    value=0 if picker.retries is None else picker.retries.failovers)
 
     def describe(self) -> list[Metric]:
         """The families' names, so registering twice is refused as a duplicate."""

@@ -67,11 +67,21 @@ is read (or given up); Envoy sends the rest on by itself. A rewritten creation's
 with its id, for its reads (stored_names.py NOTE(stored-names)). Not in full-duplex answer
 mode (every byte would pass through the picker); other picks still end at the decision.
 
+NOTE(methods): only a POST to a generation path (GENERATE_PATHS) is checked and scored; any
+other method there (GET, PUT, DELETE, an OPTIONS preflight) goes to a replica by load, as
+every other route does, as ``kvpool router`` sends it (its generation routes take POST alone,
+the rest falls to its ``passthrough``). The replica answers it as vLLM's server does: 405 with
+``Allow: POST``, a preflight its CORS answer. Before, the picker read such a request's body
+(none) as a generation's: 400 ``invalid_json``, counted as a malformed body, and no browser
+page could call through the gateway, its preflight refused.
+
 NOTE(decisions): the router counts each generation request's choice on its registry
 (kvpool_router_decisions_total by reason, kvpool_router_predicted_hit_tokens_total: the chosen
 replica's reported hit) as it relays the request; the picker relays nothing, so ``pick_body`` counts
 the same two at the pick, on the same counters, whatever the replica then answers (Envoy sends
-the request and the picker never learns the outcome, so there is no "retry" here).
+the request and the picker never learns the outcome, so there is no "retry" here; Envoy's own
+retries down a --fallbacks list are counted apart, kvpool_epp_failovers_total: retries.py
+NOTE(failovers)).
 """
 
 from __future__ import annotations
@@ -89,6 +99,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from kvpool.epp.encoded import coding_of, decoded, encoded
+from kvpool.epp.retries import RetryCheck
 from kvpool.epp.rewrite import ModelRewrites, request_seed
 from kvpool.epp.stored_names import StoredNames
 from kvpool.epp.subset import Subset, host_port
@@ -98,9 +109,11 @@ from kvpool.router.scored_body import GENERATE_PATHS, scored_body
 from kvpool.router.relayed import request_headers
 from kvpool.router.replicas import Replica
 
-__all__ = ["ERROR_STATUSES", "Pick", "Picker", "endpoint_of", "path_id", "routed_path"]
+__all__ = ["ERROR_STATUSES", "NO_ENDPOINT", "Pick", "Picker", "endpoint_of", "path_id",
+           "routed_path"]
 
 ERROR_STATUSES = (400, 413, 502, 503, 504)  # the statuses the picker answers Envoy with itself
+NO_ENDPOINT = ("no_replica", "subset_down", "subset_unknown")  # refusals.py NOTE(no-endpoint)
 
 
 class Pick(NamedTuple):
@@ -175,6 +188,10 @@ class Picker:
         self.full_duplex = 0  # bodies Envoy streamed in full duplex (service.py; monotonic)
         # the picker's own error answers (ImmediateResponse) by HTTP status (service.py)
         self.errors: Counter[int] = Counter(dict.fromkeys(ERROR_STATUSES, 0))
+        # of the 503s, those that found no endpoint, by why (refusals.py NOTE(no-endpoint))
+        self.no_endpoint: Counter[str] = Counter(dict.fromkeys(NO_ENDPOINT, 0))
+        # Envoy's retries held against ``fallbacks``, failovers counted (NOTE(retry-check))
+        self.retries = RetryCheck(fallbacks) if fallbacks else None
 
     async def start(self) -> None:
         self.runner = web.AppRunner(self.router.app())
@@ -199,11 +216,12 @@ class Picker:
         plain = request_headers(CIMultiDict(headers))
         among = None if subset is None else (lambda r: subset.allows(r.url))
         new_response = route == RESPONSES_PATH and method == "POST"
+        generation = route in GENERATE_PATHS and method == "POST"  # NOTE(methods)
         body, renamed, text = None, None, raw
-        if route in GENERATE_PATHS or new_response:
+        if generation or new_response:
             raw, text, body, renamed = await self.generation_body(raw, CIMultiDict(headers),
                                                                   plain)
-        if route in GENERATE_PATHS:  # NOTE(messages-scored)
+        if generation:  # NOTE(messages-scored)
             order, pinned = await self.planned(*scored_body(route, text, body), plain,
                                                among), None
         elif new_response:

@@ -21,6 +21,14 @@ attribute, the ext_proc filter's ``response_attributes``)::
 Each mismatch is logged once (a WARNING naming the fix), as is a config whose answers say
 neither (the check cannot run), never per request. A config that matches is never logged: its
 answers hold nothing to say about it until a replica fails.
+
+NOTE(failovers): each answer whose ``x-envoy-attempt-count`` is above 1 is counted
+(``failovers``, kvpool_epp_failovers_total): Envoy's first attempt, at the picker's chosen
+replica, failed before that replica took the request (a replica dead since its last health
+beat: the window --fallbacks is for), and a later one on the list answered, or Envoy itself
+after the last. So the check runs, and the answers' headers are read, for as long as they
+carry the count, mismatches said or not (``wanted``). Before, a dead pick showed nowhere in the
+picker's metrics: Envoy's retries never reach it and the router's ``reason="retry"`` stays 0.
 """
 
 from __future__ import annotations
@@ -69,33 +77,43 @@ def _retried_for(details: str) -> bool:
                                         or "refused_stream" in details)
 
 
+def _attempts(value: str | None) -> int | None:
+    """The attempt count ``x-envoy-attempt-count`` says (None: absent or not a count)."""
+    ok = value is not None and value.isascii() and value.isdigit() and len(value) <= 9
+    return int(value) if ok else None  # type: ignore[arg-type]
+
+
 class RetryCheck:
     """NOTE(retry-check) for one picker's ``fallbacks``."""
 
     def __init__(self, fallbacks: int) -> None:
         self.fallbacks = fallbacks
         self.said: set[str] = set()  # the mismatches logged (each once)
+        self.failovers = 0  # answers after more than one attempt (NOTE(failovers); monotonic)
 
     @property
     def wanted(self) -> bool:
-        """Whether an answer can still tell something not yet said."""
-        return "blind" not in self.said and not {"over", "under"} <= self.said
+        """Whether the answers can still be counted (NOTE(failovers)): they carry Envoy's
+        attempt count, as far as seen."""
+        return "blind" not in self.said
 
     def answer(self, attempts: str | None, details: str | None) -> None:
         """One answer's headers: Envoy's ``attempts`` and the ``details`` of its own answer
         (None: the header or attribute is not sent), for a pick that listed ``fallbacks`` + 1
         endpoints (picker.py NOTE(padded))."""
-        if attempts is None or details is None:
-            return self.once("blind", "kvpool epp: --fallbacks %d cannot be checked against "
+        made = _attempts(attempts)
+        if made is not None and made > 1:
+            self.failovers += 1
+        if attempts is None or details is None:  # no count ("blind"): ``wanted`` reads no more
+            return self.once("blind" if attempts is None else "no_details",
+                             "kvpool epp: --fallbacks %d cannot be checked against "
                              "Envoy's retry_policy num_retries: its answers carry no %s; set %s "
                              "(%s)", self.fallbacks, "x-envoy-attempt-count" if attempts is
                              None else "response.code_details", "include_attempt_count_in_"
                              "response: true on the route's virtual host" if attempts is None
                              else 'response_attributes: ["response.code_details"] on the '
                              "ext_proc filter", DOC)
-        try:
-            made = int(attempts)
-        except ValueError:
+        if made is None:
             return None
         listed = self.fallbacks + 1
         if made > self.fallbacks + 1:

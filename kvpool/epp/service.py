@@ -25,7 +25,12 @@ body mode (the first message's ``protocol_config``) sets how the picker answers:
                                  Anthropic's on a Messages path, as every answer here)
         no healthy replica    -> ImmediateResponse 503 + Retry-After, OpenAI error JSON
         (a subset hint in metadata_context, envoy.lb.subset_hint: chosen only among the
-        healthy replicas it names, none of them -> the same 503; kvpool/epp/subset.py)
+        healthy replicas it names, none of them -> the same 503; kvpool/epp/subset.py; one
+        naming no replica the picker knows: code subset_unknown, refusals.py
+        NOTE(no-endpoint))
+        (each of these answers: the CORS headers of --allowed-origins, refusals.py
+        NOTE(epp-cors); a generation path asked with another method than POST is no
+        generation: picker.py NOTE(methods))
         (--model-rewrites: a body whose model a rule rewrites goes on with the new body and
         its content-length; rewrite.py NOTE(model-rewrite))
     after the decision, when the pick wants its answer (NOTE(answer-phase)) -> answers.py;
@@ -78,26 +83,21 @@ says (such a request then has no destination: Envoy fails it). The dynamic metad
 from __future__ import annotations
 
 import functools
-import json
 import logging
 
-from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 
 from kvpool.epp.answers import Answer, Wanted
 from kvpool.epp.calls import ENVELOPE, INVALID_ARGUMENT, Stream
 from kvpool.epp.picker import Pick, Picker
-from kvpool.epp.retries import RetryCheck
+from kvpool.epp.refusals import NoEndpoint, cors_headers, header, refused
 from kvpool.epp.subset import Subset, subset_hint
 from kvpool.errors import RequestError
 from kvpool.router.affinity import HolderDown
-from kvpool.router.upstream import RETRY_AFTER_SECONDS, SAFE_METHODS
-from kvpool.server.anthropic_errors import anthropic_error, messages_path
-from kvpool.server.middleware import error_body, error_type
+from kvpool.router.upstream import SAFE_METHODS
 from kvpool.throttle import Throttle
 
 __all__ = ["DESTINATION_HEADER", "METADATA_NAMESPACE", "EndpointPicker"]
@@ -105,16 +105,10 @@ __all__ = ["DESTINATION_HEADER", "METADATA_NAMESPACE", "EndpointPicker"]
 log = logging.getLogger("kvpool.epp")
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 METADATA_NAMESPACE = "envoy.lb"
-_OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
 NO_BODY_MODE = processing_mode_pb2.ProcessingMode.NONE  # no protocol_config (yet)
 GARBAGE_LOG_INTERVAL = 60.0  # seconds between two warnings of undecodable messages
-
-
-def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
-    return base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=key, raw_value=value.encode()), append_action=_OVERWRITE)
 
 
 # NOTE(shared): the answers that depend only on their arguments are built once and shared by
@@ -125,9 +119,9 @@ def routed(endpoint: str, phase: str, plain: bool = False) -> pb.ProcessingRespo
     ``plain``: asking for the answer uncompressed (``accept-encoding: identity``), as a
     Responses creation whose id the picker reads is (picker.py NOTE(learn-answer)), and a
     stored response whose model it puts back (stored_names.py NOTE(stored-names))."""
-    headers = [_header(DESTINATION_HEADER, endpoint)]
+    headers = [header(DESTINATION_HEADER, endpoint)]
     if plain:
-        headers.append(_header("accept-encoding", "identity"))
+        headers.append(header("accept-encoding", "identity"))
     common = pb.CommonResponse(header_mutation=pb.HeaderMutation(set_headers=headers))
     meta = struct_pb2.Struct()
     meta.update({METADATA_NAMESPACE: {DESTINATION_HEADER: endpoint}})
@@ -146,28 +140,10 @@ def rewritten(endpoint: str, phase: str, body: bytes) -> pb.ProcessingResponse:
     out = pb.ProcessingResponse()
     out.CopyFrom(routed(endpoint, phase, True))
     common = getattr(out, phase).response
-    common.header_mutation.set_headers.append(_header("content-length", str(len(body))))
+    common.header_mutation.set_headers.append(header("content-length", str(len(body))))
     if phase == "request_body":
         common.body_mutation.body = body
     return out
-
-
-def refused(status: int, message: str, code: str, param: str | None = None,
-            path: str = "/") -> pb.ProcessingResponse:
-    """An ImmediateResponse with OpenAI error JSON, Anthropic's on a Messages ``path`` (the
-    request's ``:path``; NOTE(anthropic-errors)): Envoy answers the client, no upstream."""
-    headers = [_header("content-type", "application/json")]
-    if status == 503:
-        headers.append(_header("retry-after", RETRY_AFTER_SECONDS))
-    said = anthropic_error(status, message) if messages_path(path.partition("?")[0]) else \
-        error_body(message, error_type(status), param, code)
-    body = json.dumps(said).encode()
-    return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
-        status=http_status_pb2.HttpStatus(code=status),
-        headers=pb.HeaderMutation(set_headers=headers), body=body,
-        # the kvpool_epp_ prefix keeps Envoy's local_reply_config mappers off this answer
-        # (docs/epp.md, "Envoy's own answers")
-        details=f"kvpool_epp_{code}"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -221,7 +197,7 @@ class EndpointPicker:
         self.max_body_bytes = picker.router.max_body_bytes  # full duplex: the picker buffers
         self.garbage = 0  # undecodable messages since the last warning (NOTE(garbage))
         self._garbage_log = Throttle(GARBAGE_LOG_INTERVAL)
-        self.retries = RetryCheck(picker.fallbacks) if picker.fallbacks else None
+        self.no_endpoint = NoEndpoint(picker)  # refusals.py NOTE(no-endpoint)
         self.answering: dict[Stream, Answer] = {}  # calls past their decision (NOTE(answer-phase))
         self.unseen: set[str] = set()  # what answers skipped by Envoy's config hid (said once)
 
@@ -309,8 +285,8 @@ class EndpointPicker:
             stream.chunks.append(req.request_body.body)
             stream.size += len(req.request_body.body)
             if stream.size > self.max_body_bytes:
-                return [self.refuse(413, f"request body over {self.max_body_bytes} bytes",
-                                    "request_too_large", path=stream.path)], True
+                return [await self.refuse(413, f"request body over {self.max_body_bytes} bytes",
+                                          "request_too_large", stream=stream)], True
             # BUFFERED: one message is the whole body (end_of_stream false when trailers follow)
             if req.request_body.end_of_stream or stream.mode == BUFFERED:
                 return await self.answer(stream, True), True
@@ -339,13 +315,13 @@ class EndpointPicker:
         try:
             pick = await self.picker.pick_body(path, raw, plain, method, stream.subset)
         except RequestError as exc:
-            return self.refuse(400, str(exc), exc.code or "invalid_json", exc.param, path), raw
+            return await self.refuse(400, str(exc), exc.code or "invalid_json", exc.param,
+                                     stream), raw
         except HolderDown as exc:  # kvpool/router/affinity.py NOTE(holder-down)
-            return self.refuse(exc.status, exc.message, exc.code, exc.param, path), raw
-        if pick.endpoint is None:  # the protocol's 503 for both (docs/epp.md, "The subset hint")
-            return self.refuse(503, "no healthy replica" if stream.subset is None else
-                               "no healthy replica among the proxy's subset hint",
-                               "no_replica", path=path), raw
+            return await self.refuse(exc.status, exc.message, exc.code, exc.param, stream), raw
+        if pick.endpoint is None:  # the protocol's 503, by why (refusals.py NOTE(no-endpoint))
+            code, message = self.no_endpoint.why(stream.subset)
+            return await self.refuse(503, message, code, stream=stream), raw
         stream.answer = answer = self.follow(stream, pick, method)
         if pick.body is raw:  # an answer read for its id or its model is asked uncompressed
             return routed(pick.endpoint, phase, answer is not None and (
@@ -356,7 +332,8 @@ class EndpointPicker:
         """The answer phase ``pick`` wants, None when it wants none or Envoy's config sends
         no answers (said once: NOTE(answer-phase))."""
         renamed = pick.renamed
-        check = self.retries if self.retries is not None and self.retries.wanted else None
+        retries = self.picker.retries
+        check = retries if retries is not None and retries.wanted else None
         if stream.answer_mode == FULL_DUPLEX:  # every byte of it through the picker: not for
             check = None  # a check alone (docs/epp.md, "Answers the picker reads")
         # a creation's id is read in STREAMED answers only (picker.py NOTE(learn-answer))
@@ -368,7 +345,7 @@ class EndpointPicker:
             return None
         wanted = Wanted(renamed, pick.pinned, pick.param, learn, method in SAFE_METHODS)
         return Answer(wanted, stream.answer_mode, check, self.max_body_bytes,
-                      functools.partial(self.refuse, path=stream.path))
+                      functools.partial(self.refuse, stream=stream))
 
     def unseen_once(self, renamed: bool, checked: bool) -> None:
         """Say once what answers Envoy does not send the picker cost (NOTE(answer-phase))."""
@@ -382,9 +359,12 @@ class EndpointPicker:
                             "typed_per_filter_config of deploy/envoy/envoy.yaml; docs/epp.md, "
                             '"Answers the picker reads")', why)
 
-    def refuse(self, status: int, message: str, code: str, param: str | None = None,
-               path: str = "/") -> pb.ProcessingResponse:
-        """The picker's own error answer to a request for ``path``, counted by ``status``
+    async def refuse(self, status: int, message: str, code: str, param: str | None = None,
+                     stream: _Stream | None = None) -> pb.ProcessingResponse:
+        """The picker's own error answer to ``stream``'s request, with the CORS headers its
+        router's policy gives it (refusals.py NOTE(epp-cors)), counted by ``status``
         (Picker.errors)."""
         self.picker.errors[status] += 1
-        return refused(status, message, code, param, path)
+        headers = [] if stream is None else stream.headers
+        return refused(status, message, code, param, "/" if stream is None else stream.path,
+                       await cors_headers(self.picker.router.cors, headers))

@@ -40,13 +40,14 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from kvpool.throttle import Throttle
 
-__all__ = ["MAX_ENTRIES", "SUBSET_KEY", "SUBSET_NAMESPACE", "Subset", "subset_hint"]
+__all__ = ["MAX_ENTRIES", "SHOWN", "SUBSET_KEY", "SUBSET_NAMESPACE", "Subset", "subset_hint"]
 
 log = logging.getLogger("kvpool.epp")
 
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 MAX_ENTRIES = 4096  # NOTE(hint-cap)
+SHOWN = 8  # the entries a WARNING names at most (refusals.py NOTE(no-endpoint))
 MAX_ELEMENTS = 2 * MAX_ENTRIES  # a list's elements, empty ones included (NOTE(hint-cap))
 # what lies between two entries: commas and what ``str.strip`` strips (both Py_UNICODE_ISSPACE)
 _SEPARATORS = re.compile(r"[\s,]*")
@@ -85,12 +86,16 @@ def _entry(text: str) -> tuple[str, int | None] | None:
 
 
 class Subset:
-    """The endpoints a hint names (NOTE(subset-match))."""
+    """The endpoints a hint names (NOTE(subset-match)); ``entries`` counts its entries and
+    ``shown`` keeps the first few as given, for the WARNING of a hint naming no replica the
+    picker knows (refusals.py NOTE(no-endpoint))."""
 
-    __slots__ = ("pairs",)
+    __slots__ = ("pairs", "entries", "shown")
 
     def __init__(self, entries: list[str]) -> None:
         self.pairs = {p for p in map(_entry, entries) if p is not None}
+        self.entries = len(entries)
+        self.shown = entries[:SHOWN]
 
     def allows(self, url: str) -> bool:
         """Whether the hint names the replica at base URL ``url``."""

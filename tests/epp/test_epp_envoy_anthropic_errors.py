@@ -66,7 +66,7 @@ async def refusals(s: aiohttp.ClientSession, url: str) -> None:
     for data, headers, status, code in (
             (b"[1]", {}, 400, "invalid_json"),
             (json.dumps({**BODY, "system": "x" * 3000}).encode(), {}, 413, "request_too_large"),
-            (json.dumps(BODY).encode(), {"x-subset": "10.0.0.9:80"}, 503, "no_replica")):
+            (json.dumps(BODY).encode(), {"x-subset": "10.0.0.9:80"}, 503, "subset_unknown")):
         headers = {**headers, "content-type": "application/json"}
         for path in MESSAGES[:2] if status == 400 else MESSAGES:
             async with s.post(url + path, data=data, headers=headers) as r:

@@ -58,7 +58,7 @@ async def picker_answers(s: aiohttp.ClientSession, url: str) -> None:
             (b"[1]", {}, 400, "invalid_json"),
             (json.dumps({**BODY, "prompt": "x" * 3000}).encode(), {}, 413,
              "request_too_large"),
-            (json.dumps(BODY).encode(), {"x-subset": "10.0.0.9:80"}, 503, "no_replica")):
+            (json.dumps(BODY).encode(), {"x-subset": "10.0.0.9:80"}, 503, "subset_unknown")):
         async with s.post(url + "/v1/completions", data=data, headers=headers) as r:
             err = await error_of(r, status)
             assert err["code"] == code, err  # the picker's, not a mapper's

@@ -72,7 +72,7 @@ async def test_envoys_subset_hint_keeps_the_pick_to_it(tmp_path):
             status, out = await served_by(**{"x-subset": hint})
             assert status == 200 and out["served_by"] == "cold", (hint, out)
         status, out = await served_by(**{"x-subset": "10.0.0.9:80"})
-        assert status == 503 and out["error"]["code"] == "no_replica", out
+        assert status == 503 and out["error"]["code"] == "subset_unknown", out
 
 
 @pytest.mark.parametrize("stream", [False, True])

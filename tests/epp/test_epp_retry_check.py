@@ -20,11 +20,14 @@ import pytest
 
 from bench.envoy_proc import Envoy
 from kvpool.epp.cli import picking
+from kvpool.epp.metrics import MetricsPort
 from kvpool.epp.picker import Picker
+from kvpool.epp.retries import RetryCheck
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from tests.epp.test_epp_envoy_fallback import CONFIG, cluster, post, replica
 from tests.router.helpers import LOOKUP_TIMEOUT, apps_served
+from tests.server.helpers import parse_metrics
 
 COUNTED = "              include_attempt_count_in_response: true\n"
 
@@ -34,9 +37,10 @@ def retries(n: int) -> tuple[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def gateway(workdir, fallbacks: int, dead: int, edits=()):
-    """``dead`` replicas then one live one behind the picker and Envoy; yields Envoy's URL
-    and the completions the live one served."""
+async def gateway(workdir, fallbacks: int, dead: int, edits=(), metrics=None, into=None):
+    """``dead`` replicas then one live one behind the picker (its metrics on ``metrics``, it
+    appended to ``into``) and Envoy; yields Envoy's URL and the completions the live one
+    served."""
     served: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
         (live,) = await stack.enter_async_context(apps_served(replica("live", 20, served)))
@@ -45,7 +49,10 @@ async def gateway(workdir, fallbacks: int, dead: int, edits=()):
             *(replica(f"dead{i}", 0, served) for i in range(dead)))), live]
         picker = Picker(Router(ReplicaSet(urls, interval=3600), lookup_timeout=LOOKUP_TIMEOUT),
                         fallbacks=fallbacks)
-        port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0))
+        port = await stack.enter_async_context(picking(picker, "127.0.0.1", 0,
+                                                       metrics=metrics))
+        if into is not None:
+            into.append(picker)
         await doomed.aclose()  # their ports refuse now; the picker still holds them healthy
         envoy = Envoy(port, workdir, (cluster(urls), *edits), config=CONFIG)
         await asyncio.to_thread(envoy.start)
@@ -92,3 +99,34 @@ async def test_answers_without_an_attempt_count_are_said_once(tmp_path, caplog):
             assert (await post(s, url)).status == 200
     lines = said(caplog, "cannot be checked")
     assert len(lines) == 1 and "include_attempt_count_in_response: true" in lines[0], lines
+
+
+async def test_failovers_are_counted(tmp_path):
+    """retries.py NOTE(failovers): every answer Envoy served after more than one attempt is
+    counted on /metrics (kvpool_epp_failovers_total): a dead pick failed over to the live
+    replica on each of 4 requests. Before, no metric moved."""
+    metrics, pickers = MetricsPort("127.0.0.1", 0), []
+    async with gateway(tmp_path, 2, 1, (), metrics, pickers) as (url, served), \
+            aiohttp.ClientSession() as s:
+        for _ in range(4):
+            assert (await post(s, url)).status == 200
+        async with s.get(metrics.url + "/metrics") as r:
+            samples = parse_metrics(await r.text())
+    assert served == ["live"] * 4 and samples["kvpool_epp_failovers_total"][()] == 4
+    assert pickers[0].retries.failovers == 4
+
+
+def test_failovers_are_counted_after_every_mismatch_was_said(caplog):
+    """NOTE(failovers): the answers are read (``wanted``) and counted for as long as they
+    carry the attempt count: after both mismatches were said, and without
+    response.code_details. Before, the check stopped once both were said."""
+    caplog.set_level(logging.WARNING, "kvpool.epp")
+    check = RetryCheck(1)
+    check.answer("3", "via_upstream")  # above the list: said
+    check.answer("1", "upstream_reset_before_response_started{connection_failure}")  # below
+    assert check.said == {"over", "under"} and check.wanted
+    check.answer("2", None)  # no details: said, still counted
+    check.answer("2", "via_upstream")
+    assert check.wanted and check.failovers == 3
+    check.answer(None, "via_upstream")  # no count: nothing more to read
+    assert not check.wanted and check.failovers == 3
