@@ -55,8 +55,12 @@ key) and in a value's header (codec.py), so nothing in Redis carries a chain has
 stay unencrypted KV: a reader of Redis who holds the weights can still read what a value says
 (give Redis ACLs and TLS). ``ns`` does not change with the secret. Replicas with different
 secrets (or one without) share no key, so each one's lookups miss the others' values rather
-than reading and deleting them. Test vector: the namespace above keyed with the secret
-``b"0123456789abcdef"`` keeps ``ns``; ``h``, ``root`` and index 100 above key as
+than reading and deleting them. So that they can tell, one key is never keyed, the marker
+``"kvp:2:" || ns || ":secret"``; its value says how names are keyed, ``b"plain"`` or
+``b"keyed:" || hex(HMAC-SHA-256(name_key, b"kvpool secret check")[:8])`` (the secret below
+gives ``b"keyed:e9b492aab0ac91b9"``), and a replica finding another's there says it once
+(NOTE(secret-marker) in secret_marker.py). Test vector: the namespace above keyed with the
+secret ``b"0123456789abcdef"`` keeps ``ns``; ``h``, ``root`` and index 100 above key as
 ``"kvp:2:29a6de07f8a04e4a:{a44514dc21f2ea27:1}:82c8923e...bda50a2a"`` (``part(h)`` is
 ``82c8923e43f28fcf3375ee16e39d90cd0ff5080f7b350d8828bd6d49bda50a2a``; openssl agrees). Signed
 values written before keyed names sit under plain keys no replica reads: they age out of the

@@ -26,9 +26,9 @@ buffer ``READ_BUFFER``. Each script and part stays in one slot, each call runs u
 node's breaker (NOTE(node-breaker)); a part's check overlaps later reads.
 
 Diagnosis (``diagnose.py``): each failure kind is logged once with its fix, an outage's once an
-episode (NOTE(episode)); ``warm_up`` says if the tier is reachable and reads ``INFO`` (a cluster
-node behind a plain URL refused, noeviction or no maxmemory warned); an OOM pauses puts and is
-said on the memory settings read again then (``oom.py``)."""
+episode (NOTE(episode)); ``warm_up`` says if the tier is reachable, reads ``INFO`` (a cluster
+node behind a plain URL refused, noeviction or no maxmemory warned) and says replicas of another
+secret (``secret_marker.py``); an OOM pauses puts, said on the memory settings then (``oom.py``)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ from kvpool.remote.health import node_trial, opens, paused_raised, trial
 from kvpool.remote.node_breakers import Breakers, HealthChecks
 from kvpool.remote.oom import OomWatch
 from kvpool.remote.replies import NO_INFO, info_of, runs_of
+from kvpool.remote.secret_marker import check_secret
 from kvpool.remote.segments import (PROBE_LUA, all_at_once, leading_run, parts as split_parts,
                                     probe_plan)
 from kvpool.remote.tier import RemoteStats, fetch_checked
@@ -360,13 +361,18 @@ class RedisTier:
                 return None
             self.faults.once("no-info", "INFO not readable: the server's settings are "
                              "unchecked")
-            return self.breaker.state is BreakerState.CLOSED
-        if not isinstance(info, Mapping):  # the ACL's NOPERM
+            usable = self.breaker.state is BreakerState.CLOSED
+        elif not isinstance(info, Mapping):  # the ACL's NOPERM
             self.faults.once("no-info", NO_INFO.format(detail=info))
             log.info("remote tier %s is reachable (settings unchecked)", self.faults.where)
-            return True
-        self._refusal = self.faults.inspected(info, cluster=self.kind == "cluster")
-        return self._refusal is None
+            usable = True
+        else:
+            self._refusal = self.faults.inspected(info, cluster=self.kind == "cluster")
+            usable = self._refusal is None
+        if usable:  # NOTE(secret-marker)
+            await check_secret(self._redis, self.codec.namespace, self.faults, self._stats,
+                               SETUP_S)
+        return usable
 
     async def _closed(self, breaker: CircuitBreaker) -> None:
         """A health check closed ``breaker``: its episode ends (NOTE(episode))."""

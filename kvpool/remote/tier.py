@@ -26,7 +26,8 @@ Read = tuple[list[bytes | None], list[tuple[str, str]]]  # values, [(key, error 
 # "auth", "tls": connection-level failures named apart (their fix differs); "oom",
 # "cluster", "noperm", "readonly": error replies named apart; "refused_server": a call not
 # sent because INFO showed a server the tier must not use; "unsigned", "forged": values
-# without a valid MAC while a secret is set.
+# without a valid MAC while a secret is set, or (once) the marker of a replica writing the
+# namespace without the secret or with another one (NOTE(secret-marker)).
 ERROR_KINDS = ("timeout", "connection", "response", "breaker_open", "corrupt", "short",
                "foreign", "joined", "auth", "tls", "oom", "cluster", "noperm",
                "refused_server", "unsigned", "forged", "readonly")

@@ -41,8 +41,9 @@ async def test_sigstop_with_8_callers_is_one_timeout_then_no_io_then_ping_closes
     assert st.health_checks - st.health_failed == 1 and st.breaker_opens == 1
     after = commandstats(redis_server.port)
     sent = sum(after.get(c, 0) - before.get(c, 0) for c in USER_COMMANDS)
-    # only the 8 calls that were in flight when it opened can have reached Redis
-    assert sent <= 8, str(sorted((c, before.get(c), after.get(c)) for c in after))
+    # only the 8 calls that were in flight when it opened can have reached Redis, and the
+    # secret marker's SET once the check closed it (kvpool/remote/secret_marker.py)
+    assert sent <= 8 + 1, str(sorted((c, before.get(c), after.get(c)) for c in after))
     assert after.get("mget", 0) == before.get("mget", 0)  # no get_many ever reached it
     assert after.get("ping", 0) - before.get("ping", 0) >= 1
     assert await tier.probe(keys) == 4

@@ -11,9 +11,11 @@ import subprocess
 import time
 
 import pytest
+import redis
 
 from bench.redis_servers import REDIS_SERVER, RedisServer, free_port, terminate
 from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
+from kvpool.remote.secret_marker import PLAIN, marker_key
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
 from tests.remote.tls_certs import make_tls_files
@@ -61,6 +63,11 @@ async def test_a_hardened_sentinel_is_used_with_its_password_and_tls(tmp_path, r
         assert await _round_trip(f"{base}?sentinel_password=spw{ssl}")
         if tls:
             return
+        master = redis.Redis.from_url(redis_server.url)  # the secret marker went through the
+        try:  # sentinels to the master (kvpool/remote/secret_marker.py)
+            assert master.get(marker_key(NS)) == PLAIN
+        finally:
+            master.close()
         caplog.clear()
         caplog.set_level(logging.WARNING, "kvpool.remote")
         tier = RedisTier(f"{base}?sentinel_password=wrong", ValueCodec(NS), op_timeout=3.0,
