@@ -150,6 +150,8 @@ async def noop_picker(endpoint: str) -> None:
         router = Namespace(max_body_bytes=1 << 22, replicas=Namespace(replicas=[]))
         picks = full_duplex = fallbacks = 0
         errors: Counter[int] = Counter()
+        no_endpoint: Counter[str] = Counter()
+        retries = None  # no --fallbacks: Envoy's retries unchecked
 
         async def start(self): ...
 

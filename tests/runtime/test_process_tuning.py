@@ -16,7 +16,7 @@ def test_engine_core_leaves_torch_threads_alone(caplog):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        with caplog.at_level(logging.INFO, logger="kvpool.runtime.engine.core"):
+        with caplog.at_level(logging.INFO, logger="kvpool.runtime.engine"):
             core = EngineCore(engine_config("small", num_device_blocks=64, num_host_blocks=8,
                                             num_threads=1))
         core.close()
