@@ -33,14 +33,10 @@ before our SUB reconnected looks like a gap instead, and a replay from ``expecte
 its batches over the dead process's blocks; the replica's info names its publisher
 (``instance``, new at every start), and ``refresh`` follows a new one from scratch.
 
-NOTE(max-message): a real batch is one engine step's events (a prefill budget's blocks stored,
-as many evicted: kilobytes; a reset that removes the blocks still in use: 34 bytes a block, so
-16 MiB is ~490k blocks, past any real device pool and half the index's own bound). A bigger
-frame is refused by ZMQ (ZMQ_MAXMSGSIZE) before it is read into memory or decoded on the event
-loop. ZMQ then drops the connection and, for that error, never dials again: the SUB's monitor
-reports the disconnect and the reader dials again itself (a DEALER is replaced after its replay
-timed out). What was missed meanwhile is a gap, and a replay that holds the oversized batch gets
-no answer in time, so the index is cleared.
+NOTE(max-message), NOTE(rcvhwm): what one frame and the queue in front of the reader may
+hold is bounded where the sockets are made (kv_endpoints.py ``dial``); a frame ZMQ refused or
+dropped is a gap like any other (below: replayed, or the index cleared), counted as ``gaps``,
+said once.
 
 NOTE(slices): a batch is applied in slices of APPLY_SLICE hashes with the event loop let go
 between them: one 15 MiB batch (450k hashes) took 110-120 ms to apply (plus ~47 ms to decode)
@@ -66,7 +62,7 @@ import zmq.asyncio
 
 from kvpool.events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockStored,
                                 KVEventBatch, decode_batch, decode_seq, encode_seq)
-from kvpool.router.kv_endpoints import foreign_endpoint, reachable
+from kvpool.router.kv_endpoints import MAX_MESSAGE, RECV_QUEUE, dial, foreign_endpoint, reachable
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS, BlockIndex
 from kvpool.router.kv_prompt import info_problem
 from kvpool.router.replicas import Replica, read_json
@@ -77,7 +73,6 @@ log = logging.getLogger("kvpool.router")
 KV_EVENTS_PATH = "/v1/kvpool/kv_events"
 KV_INFO_BYTES = 1 << 20  # of the kv_events info read (replicas.py NOTE(small-answers))
 REPLAY_TIMEOUT = 2.0  # seconds a replay may take before the index is cleared instead
-MAX_MESSAGE = 16 << 20  # bytes per frame the SUB and DEALER accept (NOTE(max-message))
 MAX_REPLAY_BYTES = 256 << 20  # payload bytes one replay may hold (NOTE(slices))
 APPLY_SLICE = 8192  # hashes applied between yields to the event loop (NOTE(slices))
 # what names one stream: when one changes, it is followed from scratch (NOTE(restart))
@@ -203,10 +198,11 @@ class ReplicaFeed:
         self.close()
         self.info = info
         self._topic = str(info.get("topic") or "").encode()
-        self._sub = self._socket(zmq.SUB, info["endpoint"])
+        self._sub = dial(self.ctx, zmq.SUB, reachable(info["endpoint"], self.replica.url),
+                         self._topic)
         self._monitor = self._sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         if info.get("replay_endpoint"):
-            self._dealer = self._socket(zmq.DEALER, info["replay_endpoint"])
+            self._dealer = self._dealer_for(info["replay_endpoint"])
         self.index.clear()
         self.expected = None
         if read:
@@ -281,11 +277,19 @@ class ReplicaFeed:
                 return None
             await self._restart(seq)
         elif seq > expected:
-            self.counts["gaps"] += 1
+            self._gap(expected, seq)
             await self._catch_up(expected)
         if self.expected is None or seq >= self.expected:
             await self._apply(seq, frames[2])
         return None
+
+    def _gap(self, expected: int, seq: int) -> None:
+        """Batches ``expected`` .. ``seq - 1`` missed (a reconnect, or dropped past the
+        receive queue's bound: NOTE(rcvhwm)): counted, said once; a replay follows."""
+        self.counts["gaps"] += 1
+        self._warn_once("gap", "replica %s: KV event batches %d.. were missed (a reconnect, or "
+                        "more than %d arrived faster than the router applies them): they are "
+                        "replayed, else its index is cleared", expected, RECV_QUEUE)
 
     async def _restart(self, seq: int) -> None:
         """A new publisher sent ``seq`` (NOTE(restart)): start over from its seq 0."""
@@ -380,18 +384,10 @@ class ReplicaFeed:
         """A fresh DEALER: a late answer to an abandoned replay must not look like a new one."""
         if self._dealer is not None and self.info.get("replay_endpoint"):
             self._dealer.close(linger=0)
-            self._dealer = self._socket(zmq.DEALER, self.info["replay_endpoint"])
+            self._dealer = self._dealer_for(self.info["replay_endpoint"])
 
-    def _socket(self, kind: int, endpoint: str) -> zmq.asyncio.Socket:
-        """A SUB (subscribed to the topic) or DEALER on ``endpoint``, frames bounded
-        (NOTE(max-message))."""
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-        if kind == zmq.SUB:
-            sock.setsockopt(zmq.SUBSCRIBE, self._topic)
-        sock.connect(reachable(endpoint, self.replica.url))
-        return sock
+    def _dealer_for(self, endpoint: str) -> zmq.asyncio.Socket:
+        return dial(self.ctx, zmq.DEALER, reachable(endpoint, self.replica.url), b"")
 
     def _warn_once(self, key: str, msg: str, *args: Any) -> None:
         if key not in self._warned:

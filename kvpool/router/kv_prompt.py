@@ -100,7 +100,15 @@ class PromptKeys:
         # longer has takes its state with it
         self.loading = False
         self.failure_said = False
+        # kv_render.py NOTE(render-budget): a render of this spec's template ran past its
+        # budget; its chats are scored without its keys from then on
+        self.overran = False
         self.info = info
+
+    def renders(self, body: Any) -> bool:
+        """Whether ``keys(body)`` runs the replicas' chat template (kv_render.py
+        NOTE(render-budget)): a chat body, once the parser is loaded."""
+        return self.parser is not None and isinstance(body, dict) and "messages" in body
 
     def load_parser(self) -> None:
         """The replica's RequestParser, rebuilt here for text and chat prompts (blocking:

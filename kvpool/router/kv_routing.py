@@ -31,12 +31,14 @@ a replica restarted on new ports is followed (its index starts over); one on the
 is caught by its sequence numbers starting again at 0.
 
 NOTE(hash-off-loop): the keys of a body larger than HASH_INLINE_BYTES are computed on one
-worker thread, as a large body is decoded (relayed.py NOTE(gil)): a text prompt's tokenization
-or a chat's template rendering grows with the prompt (~0.2 s for 600k characters, ~0.4 s for
-20k messages on this 2-core box), and on the event loop that was a stall of every stream and
-/health the router served. On the thread the loop's longest wait was 7-8 ms for the same two
-(the GIL changes hands between them). The bound is lower than the decoding's (64 KiB): 64 KiB
-of text took 26 ms to tokenize, of messages 62 ms to render; 8 KiB is a few ms, kept inline.
+worker thread, as a large body is decoded (relayed.py NOTE(gil)), and a chat's always are, on
+the render worker within a time budget (kv_render.py NOTE(render-budget): the template is the
+replica's program): a text prompt's tokenization or a chat's template rendering grows with the
+prompt (~0.2 s for 600k characters, ~0.4 s for 20k messages on this 2-core box), and on the
+event loop that was a stall of every stream and /health the router served. On the thread the
+loop's longest wait was 7-8 ms for the same two (the GIL changes hands between them). The
+bound is lower than the decoding's (64 KiB): 64 KiB of text took 26 ms to tokenize, of
+messages 62 ms to render; 8 KiB is a few ms, kept inline.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from kvpool.router.kv_feed import FEED_COUNTS, ReplicaFeed
 from kvpool.router.kv_index import DEFAULT_MAX_BLOCKS
 from kvpool.router.kv_prompt import PromptKeys
+from kvpool.router.kv_render import RENDER_BUDGET, SKIPPED, RenderGuard
 from kvpool.router.replicas import Replica, ReplicaSet
 
 __all__ = ["EventRouting"]
@@ -82,10 +85,11 @@ class EventRouting:
 
     def __init__(self, replicas: ReplicaSet, *, max_blocks: int = DEFAULT_MAX_BLOCKS,
                  refresh_interval: float = DEFAULT_REFRESH, api_key: str | None = None,
-                 any_host: bool = False) -> None:
+                 any_host: bool = False, render_budget: float = RENDER_BUDGET) -> None:
         """``api_key``: the replicas' --api-key, sent when asking where their events are;
         ``any_host``: follow event endpoints off a replica's own host (kv_endpoints.py
-        NOTE(own-host))."""
+        NOTE(own-host)); ``render_budget``: seconds a chat render may take (kv_render.py
+        NOTE(render-budget))."""
         self.any_host = any_host
         self.ctx = zmq.asyncio.Context()
         self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
@@ -103,6 +107,7 @@ class EventRouting:
         self._spec_at: dict[str, str] = {}  # replica URL -> spec_of its info, at the refresh
         self.off_loop = 0  # prompts hashed on the worker thread (NOTE(hash-off-loop))
         self._hashing = ThreadPoolExecutor(1, thread_name_prefix="router-hash")
+        self.renders = RenderGuard(render_budget)  # chats' keys (NOTE(render-budget))
 
     async def start(self, session: aiohttp.ClientSession) -> None:
         """Follow every replica that publishes; wait (bounded) until their feeds caught up,
@@ -172,7 +177,9 @@ class EventRouting:
         got: dict[str, tuple[list[bytes], int]] = {}
         for spec in dict.fromkeys(s for s in specs if s is not None):
             keys = self.specs.get(spec)
-            hashed = await self._keys(keys, body, headers, size) if keys else None
+            hashed = await self._keys(keys, spec, body, headers, size) if keys else None
+            if hashed is SKIPPED:  # NOTE(render-budget): its replicas score 0 hits
+                continue
             if hashed is None:
                 self.fallbacks += 1
                 if keys is not None:
@@ -217,10 +224,14 @@ class EventRouting:
         if keys.parser is None:  # failed, or not readable here (load_parser said so): again later
             asyncio.get_running_loop().call_later(RELOAD_AFTER, _reload, keys)
 
-    async def _keys(self, keys: PromptKeys, body: dict | None,
+    async def _keys(self, keys: PromptKeys, spec: str, body: dict | None,
                     headers: list[tuple[str, str]], size: int) -> Any:
-        """``keys.keys(body, headers)``, on the worker thread for a large body
-        (NOTE(hash-off-loop))."""
+        """``keys.keys(body, headers)``: a chat's on the render worker, within its budget
+        (kv_render.py NOTE(render-budget): SKIPPED past it), another large body's on the
+        hashing thread (NOTE(hash-off-loop))."""
+        if keys.renders(body):
+            urls = [url for url, s in self._spec_at.items() if s == spec]
+            return await self.renders.keys(keys, body, headers, size, urls)  # type: ignore
         if size <= HASH_INLINE_BYTES:
             return keys.keys(body, headers)
         self.off_loop += 1
@@ -266,6 +277,7 @@ class EventRouting:
             f.close()
         self.ctx.destroy(linger=0)
         self._hashing.shutdown(wait=False, cancel_futures=True)
+        self.renders.close()
 
 
 def _reload(keys: PromptKeys) -> None:

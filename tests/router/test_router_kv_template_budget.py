@@ -1,0 +1,84 @@
+"""A replica's chat template never runs on the router's event loop unbounded (kvpool/router/
+kv_render.py NOTE(render-budget)). Before, the router rendered the template a replica names in
+its kv_events info inline for every chat it scored: a template with nested ``range()`` loops
+froze every stream and /health the router served, for good.
+
+A real EventPublisher behind a real aiohttp server playing a replica whose info carries an
+endless template, and a real router in this process (its tokenizer is the built-in one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from kvpool.router.kv_routing import EventRouting
+from kvpool.router.proxy import Router
+from kvpool.router.replicas import ReplicaSet
+from tests.events.helpers import publisher
+from tests.router.helpers import LOOKUP_TIMEOUT, apps_served, served
+from tests.router.kv_events import until
+
+ENDLESS = ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+           "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+BUDGET = 0.5  # seconds: /health is asked well within it while the render is stuck
+CHAT = {"messages": [{"role": "user", "content": "hello " * 20}], "max_tokens": 1}
+
+
+def replica(info: dict) -> web.Application:
+    async def health(_):
+        return web.json_response({"status": "ok", "num_running": 0, "num_waiting": 0})
+
+    async def kv_events(_):
+        return web.json_response(info)
+
+    async def chat(_):
+        return web.json_response({"id": "x", "choices": []})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/kvpool/kv_events", kv_events)
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def _post(s: aiohttp.ClientSession, url: str) -> int:
+    async with s.post(url + "/v1/chat/completions", json=CHAT) as r:
+        return r.status
+
+
+@pytest.mark.timeout(90)  # before the fix the loop froze for good: this ended the test
+async def test_an_endless_template_neither_freezes_the_router_nor_runs_twice(caplog):
+    pub = publisher()
+    info = {"enabled": True, "instance": "one", "endpoint": pub.endpoint,
+            "replay_endpoint": pub.replay_endpoint, "topic": "kv", "block_size": 16,
+            "hash": {"algo": "sha256", "model_id": "m"}, "max_model_len": 4096,
+            "model_names": ["m"], "chat_template": ENDLESS}
+    caplog.set_level(logging.WARNING, "kvpool.router")
+    try:
+        async with apps_served(replica(info)) as (rep,):
+            rs = ReplicaSet([rep], interval=0.2)
+            events = EventRouting(rs, refresh_interval=0.1, render_budget=BUDGET)
+            async with served(Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events)
+                              ) as url, aiohttp.ClientSession() as s:
+                assert await _post(s, url) == 200  # by lookup: it starts the parser's load
+                await until(lambda: events.keys is not None and events.keys.parser is not None,
+                            "the router's parser")
+                chat = asyncio.create_task(_post(s, url))
+                await until(lambda: events.renders.started == 1, "the render to start")
+                async with s.get(url + "/health") as h:
+                    assert h.status == 200
+                assert not chat.done()  # the loop answered /health while the render ran
+                assert await chat == 200  # placed without the template's keys, by load
+                assert events.renders.overruns == 1 and events.keys.overran
+                await until(lambda: events.renders.stuck == 0, "the render to be stopped")
+                assert await _post(s, url) == 200  # never rendered again: no second start
+                assert events.renders.started == 1 and events.renders.skipped == 2
+        said = [m for m in caplog.messages if "chat template" in m and rep in m]
+        assert len(said) == 1, caplog.messages
+    finally:
+        pub.close()
