@@ -5,7 +5,9 @@ cancels its handler, which closes the upstream connection) until SIGTERM/SIGINT,
 replica's guarded listener (kvpool.server.connections: a connection cap, a header-read timeout,
 OpenAI error JSON for aiohttp's own parser errors such as a header too large). On the signal it
 drains for up to ``--shutdown-timeout`` seconds (drain.py NOTE(router-drain)); a second signal
-exits at once.
+exits at once. ``--header-timeout`` and ``--body-timeout`` are the replica's (``kvpool serve``'s
+flags: a request head, a request body), ``--request-timeout`` and ``--first-byte-timeout`` the
+router's own, off by default (request_limits.py NOTE(request-timeout)).
 
 NOTE(router-cap): a replica's cap on connections is its open-file limit less a reserve
 (kvpool.server.connections.default_max_connections): past the limit accept() fails and every
@@ -39,10 +41,12 @@ from kvpool.router.proxy import DEFAULT_MAX_RETRIES, POLICIES, UPSTREAM_KEEPALIV
 from kvpool.router.replica_tls import replica_context
 from kvpool.router.replicas import (DEFAULT_DOWN_AFTER, DEFAULT_HEALTH_TIMEOUT, DEFAULT_INTERVAL,
                                      ReplicaSet)
+from kvpool.router.request_limits import RequestLimits, check_seconds
 from kvpool.router.scoring import LoadGuard
-from kvpool.server.connections import ConnectionLimiter, default_max_connections, start_listener
+from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, ConnectionLimiter,
+                                       default_max_connections, start_listener)
 from kvpool.server.cors import CorsPolicy, add_cors_args
-from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
+from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES
 from kvpool.server.listen_errors import listening
 
 __all__ = ["READY_PREFIX", "add_arguments", "add_kv_event_arguments",
@@ -68,6 +72,7 @@ def add_arguments(p: argparse.ArgumentParser,
                             "get 503 and close (default: half of the open-file limit less 64, "
                             "as each one proxied holds a socket to a replica too)")
         add_shutdown_argument(p)
+        _add_timeout_arguments(p)
     return p
 
 
@@ -165,6 +170,42 @@ def add_kv_event_arguments(p: argparse.ArgumentParser) -> None:
                         "stored forgotten first)")
 
 
+def _add_timeout_arguments(p: argparse.ArgumentParser) -> None:
+    """How long a client's request may take, in parts (``kvpool router``'s alone)."""
+    p.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
+                   metavar="SECONDS", help="close a new connection that has not sent a "
+                   "complete request head within SECONDS (0: off; as kvpool serve's)")
+    p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
+                   metavar="SECONDS", help="answer 408 and close a connection whose request "
+                   "body has not fully arrived within SECONDS (0: off; as kvpool serve's; "
+                   "raise it for large bodies over slow links)")
+    p.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                   help="end a request whose answer has not finished SECONDS after its "
+                   "replica was chosen: 504 replica_unresponsive, or a stream's error event "
+                   "(default: none; 0: none; a longer generation is ended too, so set it "
+                   "above the longest one expected)")
+    p.add_argument("--first-byte-timeout", type=float, default=None, metavar="SECONDS",
+                   help="end a request whose replica has not started its answer within "
+                   "SECONDS of an attempt (a stuck replica that still answers /health): 504 "
+                   "replica_unresponsive (default: none; a non-streamed answer starts when it "
+                   "is done, so this bounds the whole generation there)")
+
+
+def request_limits(args: argparse.Namespace) -> RequestLimits:
+    """The bounds of ``args``' timeout flags (ValueError: one out of range; ``build_router``
+    sets the body's on the router). A first-byte bound the request bound makes moot is said once,
+    with the fix."""
+    for flag in ("header_timeout", "body_timeout"):
+        check_seconds("--" + flag.replace("_", "-"), getattr(args, flag))
+    limits = RequestLimits(args.request_timeout, args.first_byte_timeout)
+    if limits.total is not None and limits.first_byte is not None and \
+            limits.first_byte >= limits.total:
+        log.warning("--first-byte-timeout %g is not below --request-timeout %g: only the "
+                    "latter applies; set the first below it, or drop it", limits.first_byte,
+                    limits.total)
+    return limits
+
+
 def add_shutdown_argument(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """``kvpool router``'s own drain flag (drain.py NOTE(router-drain)); kvpool epp has none."""
     p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT,
@@ -195,12 +236,15 @@ def build_router(args: argparse.Namespace) -> Router:
               if args.kv_events and args.policy == "prefix" else None)
     cors = CorsPolicy(args.allowed_origins, credentials=args.allow_credentials,
                       methods=args.allowed_methods, headers=args.allowed_headers)
-    return Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
+    router = Router(replicas, guard=guard, lookup_timeout=args.lookup_timeout_ms / 1000,
                   policy=args.policy, max_body_bytes=args.max_body_bytes,
                   membership=membership, kv_events=events, cors=cors,
                   affinity=ResponseAffinity(tenant_header=args.tenant_header, keyed=bool(key)),
                   health_tokens=[t for t in (token, key) if t],  # proxy.py NOTE(health-view)
                   max_retries=args.max_retries, upstream_keepalive=args.upstream_keepalive)
+    # the replica's flag, every route's body (NOTE(slow-body)); kvpool epp has none
+    router.bodies.body_timeout = getattr(args, "body_timeout", DEFAULT_BODY_TIMEOUT)
+    return router
 
 
 def default_router_connections() -> int:
@@ -209,19 +253,25 @@ def default_router_connections() -> int:
 
 
 async def listen(router: Router, host: str, port: int, drain: Drain | None = None,
-                 max_connections: int | None = None) -> tuple[web.AppRunner, asyncio.Server]:
+                 max_connections: int | None = None, limits: RequestLimits | None = None,
+                 header_timeout: float = DEFAULT_HEADER_TIMEOUT
+                 ) -> tuple[web.AppRunner, asyncio.Server]:
     """The router's app set up and listening (the caller closes the server, then cleans up
     the runner); with ``drain``, its requests tracked and the runner's own wait short;
-    ``max_connections``: the cap on client connections (None: NOTE(router-cap))."""
+    ``max_connections``: the cap on client connections (None: NOTE(router-cap));
+    ``limits``: the requests' time bounds (None: none; NOTE(request-timeout))."""
     limiter = ConnectionLimiter(max_connections or default_router_connections())
     app = router.app() if drain is None else drain.install(router.app())
+    if limits is not None:
+        limits.install(app, router.metrics.registry)
     limiter.flush_at_cleanup(app)
     runner = web.AppRunner(app, handler_cancellation=True,
                            shutdown_timeout=10 if drain is None else SHUTDOWN_GRACE)
     await runner.setup()
     try:
         with listening(host, port):  # a port in use: one line naming it (main: exit 2)
-            server = await start_listener(runner, host, port, limiter=limiter)
+            server = await start_listener(runner, host, port, limiter=limiter,
+                                          header_timeout=header_timeout)
     except BaseException:
         await runner.cleanup()
         raise
@@ -230,14 +280,16 @@ async def listen(router: Router, host: str, port: int, drain: Drain | None = Non
 
 async def serve(router: Router, host: str, port: int, stop: asyncio.Event | None = None,
                 shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
-                max_connections: int | None = None) -> None:
+                max_connections: int | None = None, limits: RequestLimits | None = None,
+                header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop``), then drain (drain.py NOTE(router-drain));
-    ``max_connections``: listen's."""
+    ``max_connections``, ``limits``, ``header_timeout``: listen's."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = install_signals(loop, stop)
     drain = Drain()
-    runner, server = await listen(router, host, port, drain, max_connections)
+    runner, server = await listen(router, host, port, drain, max_connections, limits,
+                                  header_timeout)
     try:
         bound = server.sockets[0].getsockname()[1] if server.sockets else port
         print(f"{READY_PREFIX}{host}:{bound} ({len(router.replicas.replicas)} replicas)",
@@ -261,6 +313,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     try:
         if getattr(args, "max_connections", None) is not None and args.max_connections < 1:
             raise ValueError(f"--max-connections {args.max_connections}: use a positive count")
+        limits = request_limits(args) if hasattr(args, "request_timeout") else None
         router = build_router(args)
     except (ValueError, OSError) as exc:
         print(f"kvpool router: {exc}", file=sys.stderr)
@@ -270,7 +323,9 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
             runner.run(serve(router, args.host, args.port,
                              shutdown_timeout=getattr(args, "shutdown_timeout",
                                                       DEFAULT_SHUTDOWN_TIMEOUT),
-                             max_connections=getattr(args, "max_connections", None)))
+                             max_connections=getattr(args, "max_connections", None),
+                             limits=limits, header_timeout=getattr(
+                                 args, "header_timeout", DEFAULT_HEADER_TIMEOUT)))
     except ConfigError as exc:  # the listener's port (listen_errors.py)
         print(f"kvpool router: {exc}", file=sys.stderr)
         return 2

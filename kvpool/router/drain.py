@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from kvpool.router.upstream import SSE_TYPE, sse_error
+from kvpool.router.stream_end import ENDING, StreamEnd
+from kvpool.router.upstream import SSE_TYPE
 from kvpool.server.middleware import error_body
 from kvpool.signals import install_stop_signals
 
@@ -126,8 +127,9 @@ async def _ended(request: web.Request) -> web.StreamResponse:
                       " retry later", "request_aborted")
     if resp.headers.get("Content-Type", "").startswith(SSE_TYPE):
         with contextlib.suppress(ConnectionError):  # the client may be gone
-            await resp.write(sse_error("the router shut down before the stream ended",
-                                       "request_aborted"))
+            ending = request.get(ENDING) or StreamEnd(request.path)  # the route's protocol
+            await resp.write(ending.error(503, "the router shut down before the stream ended",
+                                          "request_aborted"))
             await resp.write_eof()
         return resp
     if request.transport is not None:  # half a JSON body sent: nothing more can be told

@@ -6,7 +6,8 @@ Per POST to a generation route (scored_body.py GENERATE_PATHS: completions, chat
     body = read once within --max-body-bytes, checked to be a JSON object (relayed.py; else
         400 / 413 OpenAI error JSON)
     headers = the client's end-to-end headers (relayed.py), for the lookups and the request
-    fan out POST /v1/kvpool/lookup with the same body to every healthy replica, in parallel,
+    fan out POST /v1/kvpool/lookup with the same body to every healthy replica not ejected
+        (outliers.py NOTE(outlier)), in parallel, hits capped (scoring.py NOTE(hit-cap)),
         each bounded by lookup_timeout (a late, failed or silent replica scores hit 0, and its
         load is what its last /health reported or this router's requests there, the more;
         NOTE(own-load): an answering one's is its lookup's figure or this router's requests
@@ -16,7 +17,8 @@ Per POST to a generation route (scored_body.py GENERATE_PATHS: completions, chat
         NOTE(retry)) -> next replica (reason retry), at most ``max_retries`` times; one it
         took (lost before or while answering; silent, but for a GET) is not retried; a
         replica's 5xx is the answer; after an SSE answer started a broken or silent replica
-        ends it with an SSE error event
+        ends it with an SSE error event; a run of 5xx or lost connections takes the replica
+        out of the picks for a while (outliers.py NOTE(outlier))
     no replica could take it -> every one tried full or down: 503 + Retry-After (a full
         replica's own answer when there was one); a POST its replica went silent on: 504
         replica_unresponsive; otherwise 502. OpenAI error JSON either way
@@ -41,7 +43,8 @@ but one naming a ``previous_response_id``, and ``/v1/responses/{id}...``, go to 
 holding that response alone, found down: 503 response_unavailable (affinity.py
 NOTE(holder-down)); one no replica is known to hold is placed as before, and its 404 is the
 server's own (NOTE(tenant)). Neither kind is counted in ``kvpool_router_decisions_total`` (it
-counts prefix routing). Every other route (/v1/models, ...) is placed by load (``passthrough``).
+counts prefix routing). Every other route (/v1/models, ...) is placed by load (``passthrough``),
+but for the replicas' operator routes (operator_routes.py NOTE(operator-routes)).
 
 NOTE(own-load): what a lookup answer claims is not checked against anything but the router's
 own count: its hit tokens cannot be (only the replica holds its cache), but its load can. A
@@ -76,18 +79,21 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import generate_latest
 
 from kvpool.router.affinity import PREVIOUS, RESPONSES_PATH, HolderDown, ResponseAffinity
 from kvpool.router.kv_routing import EventRouting
+from kvpool.router.lookups import LOOKUP_PATH, ask_lookup
 from kvpool.router.membership import Membership, bearer, carries_token
+from kvpool.router.operator_routes import is_operator_route
+from kvpool.router.outliers import OutlierDetection
 from kvpool.router.relayed import BodyReader, asking_identity, own_session, request_headers
-from kvpool.router.replicas import Replica, ReplicaSet, read_json
+from kvpool.router.replicas import Replica, ReplicaSet
+from kvpool.router.router_metrics import RouterMetrics
 from kvpool.router.scored_body import GENERATE_PATHS, scored_body
-from kvpool.router.scoring import DEFAULT_GUARD, REASONS, LoadGuard, choose, lookup_counts
+from kvpool.router.scoring import DEFAULT_GUARD, LoadGuard, choose, prompt_bound
 from kvpool.router.response_ids import usable_id
-from kvpool.router.upstream import (RELAYED, SAFE_METHODS, SKIP_AUTO_HEADERS, Failure, Relay,
-                                    give_up)
+from kvpool.router.upstream import RELAYED, SAFE_METHODS, Failure, Relay, give_up
 from kvpool.router.wire import CONNECT_TIMEOUT, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
@@ -96,10 +102,11 @@ from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.anthropic_errors import anthropic_errors
 from kvpool.server.middleware import error_middleware, json_errors
 
-__all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE", "Router"]
+# LOOKUP_PATH: lookups.py's, named here as it was before it moved there (its users import it)
+__all__ = ["DEFAULT_MAX_RETRIES", "LOOKUP_PATH", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE",
+           "Router"]
 
 log = logging.getLogger("kvpool.router")
-LOOKUP_PATH = "/v1/kvpool/lookup"
 # NOTE(retry) (upstream.py): retries of a request the replica cannot have started. Two ride
 # out one replica found down and one full within a health beat (a rolling restart) while
 # an overload reaching every replica costs at most three tries per request
@@ -132,25 +139,6 @@ def _check(policy: str, max_body_bytes: int, max_retries: int, upstream_keepaliv
                          "seconds > 0")
 
 
-class _Metrics:
-    """The router's /metrics, on a private registry."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.decisions = Counter("kvpool_router_decisions", "Routing decisions by reason.",
-                                 ["reason"], registry=self.registry)
-        # NOTE(hot-path): each reason's child resolved once (labels() locks and looks up)
-        self.by_reason = {r: self.decisions.labels(r) for r in REASONS}
-        self.predicted = Counter("kvpool_router_predicted_hit_tokens",
-                                 "Prefix hit tokens the chosen replica's lookup reported.",
-                                 registry=self.registry)
-        self.actual = Counter("kvpool_router_cached_tokens",
-                              "usage.prompt_tokens_details.cached_tokens of proxied answers.",
-                              registry=self.registry)
-        self.healthy = Gauge("kvpool_router_healthy_replicas", "Replicas passing /health.",
-                             registry=self.registry)
-
-
 class Router:
     """Routes generation requests over a ReplicaSet; ``app()`` builds the aiohttp app."""
 
@@ -160,24 +148,25 @@ class Router:
                  membership: Membership | None = None, kv_events: EventRouting | None = None,
                  affinity: ResponseAffinity | None = None, cors: CorsPolicy | None = None,
                  health_tokens: Sequence[str] = (), max_retries: int = DEFAULT_MAX_RETRIES,
-                 upstream_keepalive: float = UPSTREAM_KEEPALIVE) -> None:
+                 upstream_keepalive: float = UPSTREAM_KEEPALIVE,
+                 outliers: OutlierDetection | None = None) -> None:
         """``kv_events``: score prefix hits from the replicas' KV events (kv_routing.py),
         lookups only for requests it cannot score; ``affinity``: the Responses API's map
         (affinity.py; default: ``ResponseAffinity()``, 100k ids); ``cors``: the CORS policy
         of the router's own answers (NOTE(cors-own); default: vLLM's, no origin);
         ``health_tokens``: whose bearers see the replica URLs on /health (NOTE(health-view));
         ``max_retries``: upstream.py NOTE(retry); ``upstream_keepalive``: seconds an idle
-        connection to a replica may be reused (wire.py NOTE(idle))."""
+        connection to a replica may be reused (wire.py NOTE(idle)); ``outliers``: the ejection
+        of failing replicas (outliers.py NOTE(outlier); default: Envoy's values)."""
         _check(policy, max_body_bytes, max_retries, upstream_keepalive)
-        self.max_retries = max_retries
-        self.upstream_keepalive = upstream_keepalive
+        self.max_retries, self.upstream_keepalive = max_retries, upstream_keepalive
         self.replicas = replicas
         self.policy = policy
         self.guard = guard
         self.lookup_timeout = lookup_timeout  # seconds a lookup answer may take
         self.connect_timeout = connect_timeout
         self.max_body_bytes = max_body_bytes  # larger bodies get 413
-        self.metrics = _Metrics()
+        self.metrics = RouterMetrics()
         self.rr = 0  # round-robin counter for requests no replica has a hit for
         self.bodies = BodyReader()
         self.stream_write_timeout = DEFAULT_STREAM_WRITE_TIMEOUT  # the replica's default
@@ -188,6 +177,7 @@ class Router:
         self.affinity = affinity if affinity is not None else ResponseAffinity()
         self.cors = cors if cors is not None else CorsPolicy()
         self.health_auth = [bearer(t) for t in health_tokens]  # NOTE(health-view)
+        self.outliers = outliers if outliers is not None else OutlierDetection()
         self.metrics.registry.register(self.affinity)
         self.metrics.registry.register(replicas)  # replicas.py NOTE(replica-series)
         if kv_events is not None:
@@ -240,30 +230,13 @@ class Router:
             self.bodies.close()
 
     # ---------------------------------------------------------------- decision
-    async def _lookup(self, r: Replica, raw: bytes, headers: list) -> tuple[int, int] | None:
-        """(hit tokens, load) from ``r``'s lookup answer (scoring.lookup_counts), or None."""
-        assert self.session is not None
-        try:
-            async with r.lease(counted=False), self.session.post(
-                    r.url + LOOKUP_PATH, data=raw, headers=asking_identity(headers),
-                    skip_auto_headers=SKIP_AUTO_HEADERS,
-                    timeout=aiohttp.ClientTimeout(total=self.lookup_timeout)) as resp:
-                r.hear()  # replicas.py NOTE(liveness), and NOTE(small-answers):
-                out = await read_json(resp) if resp.status == 200 else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
-            return None  # late, down, silent or confused: scores hit 0, the choice goes on
-        counts = lookup_counts(out)
-        if counts is not None and isinstance(out.get("replica_id"), str):
-            r.replica_id = out["replica_id"][:200]  # a name for logs, not a payload
-        return counts
-
     async def plan(self, raw: bytes, body: dict | None, headers: list,
                    among: Callable[[Replica], bool] | None = None
                    ) -> tuple[list[Replica], int, str]:
         """(replicas in the order to try, predicted hit tokens of the first, reason);
         ``body``: ``raw`` decoded (relayed.BodyReader; None when too large to decode here);
         ``among``: only the healthy replicas it takes (the picker's subset hint)."""
-        cands = [r for r in self.replicas.healthy() if among is None or among(r)]
+        cands = [r for r in self.picks() if among is None or among(r)]
         if not cands:
             return [], 0, "only"
         if self.policy == "round_robin":
@@ -276,7 +249,9 @@ class Router:
             hits = scored[0]
             loads = [r.busy() for r in cands]
         else:
-            answers = await asyncio.gather(*(self._lookup(r, raw, headers) for r in cands))
+            most = prompt_bound(len(raw))  # scoring.py NOTE(hit-cap)
+            answers = await asyncio.gather(*(ask_lookup(
+                self.session, r, raw, headers, self.lookup_timeout, most) for r in cands))
             hits = [a[0] if a else 0 for a in answers]
             # NOTE(own-load): a replica's word on its load, never below what this router sends
             loads = [max(a[1], r.in_flight) if a else r.busy() for a, r in zip(answers, cands)]
@@ -284,6 +259,10 @@ class Router:
         if scored is not None:
             self.kv_events.routed(order[0], scored[1])  # type: ignore[union-attr]
         return order, hits[idx], reason
+
+    def picks(self) -> list[Replica]:
+        """The healthy replicas new requests may go to (none ejected: NOTE(outlier))."""
+        return self.outliers.picks(self.replicas.healthy())
 
     def _ranked(self, cands: list[Replica], hits: Sequence[int], loads: Sequence[int]
                 ) -> tuple[list[Replica], int, str]:
@@ -315,7 +294,7 @@ class Router:
                                           PREVIOUS if new else None)
         if owner is not None:
             return [owner], usable_id(named)
-        order = [r for r in self.replicas.healthy() if among is None or among(r)]
+        order = [r for r in self.picks() if among is None or among(r)]
         return (self.by_load(order) if new else order), None
 
     # ---------------------------------------------------------------- routes
@@ -354,8 +333,11 @@ class Router:
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """Every other route (/v1/models, /tokenize, ...): ``by_load`` over the healthy
         replicas, the others following as retries."""
+        if self.health_auth and is_operator_route(request.path) \
+                and not carries_token(request, self.health_auth):
+            raise web.HTTPNotFound()  # operator_routes.py NOTE(operator-routes)
         raw = await self.bodies.raw(request)  # NOTE(slow-body): 408 like the generation routes
-        order = self.by_load(self.replicas.healthy())
+        order = self.by_load(self.picks())
         return await self._relay(request, raw, request_headers(request.headers), order, None, 0)
 
     async def _relay(self, request: web.Request, raw: bytes, headers: list,
@@ -371,6 +353,7 @@ class Router:
             if reason is not None:
                 self.metrics.by_reason[reason if attempt == 0 else "retry"].inc()
             out = await relay.attempt(replica)
+            self.outliers.observe(replica, out, self.replicas.healthy)  # NOTE(outlier)
             if not isinstance(out, Failure):
                 if attempt == 0 and reason is not None:
                     self.metrics.predicted.inc(predicted)

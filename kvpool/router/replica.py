@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from kvpool.router.outliers import Outlier
+
 __all__ = ["Replica", "default_name"]
 
 
@@ -27,6 +29,7 @@ class Replica:
     # the reason its turn to unhealthy was logged with (connect_errors.py NOTE(why-down))
     down_why: str | None = None
     leases: set[asyncio.Timeout] = field(default_factory=set)  # its in-flight work
+    outlier: Outlier = field(default_factory=Outlier)  # outliers.py NOTE(outlier)
 
     def __post_init__(self) -> None:
         self.name = self.name or default_name(self.url)

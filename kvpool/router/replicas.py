@@ -51,7 +51,8 @@ answers whoever reaches the router, while /health names the URLs only to its cre
 per replica); a clash is refused (ValueError) where the replica comes in. Gauges:
 ``kvpool_router_replica_load`` (running + waiting its last /health or /metrics reported),
 ``kvpool_router_replica_healthy`` (1 while new requests may go there, else 0) and
-``kvpool_router_replica_in_flight`` (this router's requests there now). Read at each scrape
+``kvpool_router_replica_in_flight`` (this router's requests there now); a counter,
+``kvpool_router_replica_ejections_total`` (outliers.py NOTE(outlier)). Read at each scrape
 from the member list, so the label set is the membership: a removed replica's series go
 with it (its draining requests are not shown).
 
@@ -73,7 +74,7 @@ import ssl
 from collections.abc import Iterator, Mapping
 
 import aiohttp
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kvpool.router.connect_errors import Shortage, local_cause, why_down
 from kvpool.router.load_metrics import (METRICS_TIMEOUT, MetricsLoad, load_of, read_up_to,
@@ -152,11 +153,16 @@ class ReplicaSet:
         in_flight = GaugeMetricFamily("kvpool_router_replica_in_flight", "Requests this "
                                       "router is proxying to the replica now.",
                                       labels=["replica"])
+        ejections = CounterMetricFamily("kvpool_router_replica_ejections", "Times the "
+                                        "replica was taken out of the picks for failing "
+                                        "request after request (outliers.py).",
+                                        labels=["replica"])
         for r in list(self.replicas):
             load.add_metric([r.name], r.load)
             healthy.add_metric([r.name], 1 if r.healthy else 0)
             in_flight.add_metric([r.name], r.in_flight)
-        yield from (load, healthy, in_flight)
+            ejections.add_metric([r.name], r.outlier.total)
+        yield from (load, healthy, in_flight, ejections)
 
     def find(self, url: str) -> Replica | None:
         url = url.rstrip("/")

@@ -19,11 +19,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_GUARD", "LoadGuard", "REASONS", "choose", "lookup_counts", "whole_counts"]
+__all__ = ["DEFAULT_GUARD", "TEMPLATE_TOKENS", "LoadGuard", "REASONS", "choose", "lookup_counts",
+           "prompt_bound", "whole_counts"]
 
 REASONS = ("prefix", "load", "round_robin", "only", "retry")
 _COUNTS = ("device_hit_tokens", "host_hit_tokens", "num_running", "num_waiting")
 _MAX_COUNT = 1 << 53  # past what a JSON double holds exactly: no replica counts that far
+# NOTE(hit-cap): a lookup's hit is the replica's word, but it cannot exceed the prompt, and the
+# router knows the body: a text's tokens are at most its UTF-8 bytes (a BPE or byte-fallback
+# token holds one byte or more), ids take two bytes or more each ("1,"), and the JSON around
+# them only adds bytes; a chat template adds its own text (a default system prompt, special
+# tokens) and the tokenizer a BOS: TEMPLATE_TOKENS more. A replica claiming 10**9 hit tokens
+# for a 3-token prompt drew the request and added 10**9 to the predicted-hit counter; a claim
+# is now counted and compared at most at this bound (with --kv-events the router's own index
+# is bounded by the prompt's blocks already: kv_routing.py)
+TEMPLATE_TOKENS = 1024
 
 
 def whole_counts(answer: object, keys: Sequence[str], default: int | None = None
@@ -36,12 +46,18 @@ def whole_counts(answer: object, keys: Sequence[str], default: int | None = None
     return vals if all(type(v) is int and 0 <= v <= _MAX_COUNT for v in vals) else None
 
 
-def lookup_counts(answer: object) -> tuple[int, int] | None:
-    """(hit tokens, load) of a replica's /v1/kvpool/lookup answer; None unless its four counts
-    are whole (``whole_counts``): a confused or hostile replica's answer scores like a silent
-    one's (no hit, its own load), and the choice goes on for the others."""
+def prompt_bound(size: int) -> int:
+    """The most tokens the prompt of a request body of ``size`` bytes can have (NOTE(hit-cap))."""
+    return size + TEMPLATE_TOKENS
+
+
+def lookup_counts(answer: object, most: int = _MAX_COUNT) -> tuple[int, int] | None:
+    """(hit tokens, at most ``most``: NOTE(hit-cap); load) of a replica's /v1/kvpool/lookup
+    answer; None unless its four counts are whole (``whole_counts``): a confused or hostile
+    replica's answer scores like a silent one's (no hit, its own load), and the choice goes on
+    for the others."""
     vals = whole_counts(answer, _COUNTS)
-    return None if vals is None else (vals[0] + vals[1], vals[2] + vals[3])
+    return None if vals is None else (min(vals[0] + vals[1], most), vals[2] + vals[3])
 
 
 @dataclass(frozen=True, slots=True)

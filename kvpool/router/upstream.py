@@ -18,8 +18,12 @@ What an attempt ends in::
                                                 lost midway or silent -> the client's
                                                 connection cut (its body ends short)
     an SSE answer                            -> relayed event by event as it comes; lost
-                                                midway (killed, reset) or silent -> an SSE
-                                                error event, ``data: [DONE]``, the end
+                                                midway (killed, reset) or silent -> its
+                                                route's error event, the end (stream_end.py
+                                                NOTE(stream-end))
+    --request-timeout / --first-byte-timeout -> 504 replica_unresponsive, or a stream's error
+      ran out                                   event (request_limits.py
+                                                NOTE(request-timeout))
 
 Every Failure leaves the client untouched; only a ``retryable`` one (NOTE(retry)) lets the
 caller try the next replica. After any byte of an answer went to the client there is no retry.
@@ -45,10 +49,10 @@ NOTE(event-boundary): SSE bytes are passed on up to the last complete event (a b
 ``\\n\\n``, or ``\\r\\n\\r\\n`` from a server ending its lines with CRLF, as the SSE spec
 allows), so a replica lost in the middle of an event never leaves half a JSON line ahead of the
 error event; the replica writes whole events, so nothing waits in the buffer in practice. An
-event still open past MAX_PENDING bytes is passed on as it is: one replica's endless event
-(no blank line ever) costs the router that much memory, not all it sends, and its client gets
-the bytes as they come. Before, a CRLF stream reached the client only at its end, all of it
-held in the router until then.
+event still open past MAX_PENDING bytes (stream_end.py EventCuts) is passed on as it is: one
+replica's endless event (no blank line ever) costs the router that much memory, not all it
+sends, and its client gets the bytes as they come. Before, a CRLF stream reached the client
+only at its end, all of it held in the router until then.
 
 NOTE(large-answer): a JSON answer is held whole so that a replica lost in its middle can be
 retried elsewhere; past MAX_BUFFERED bytes it is passed on as it comes instead, each write
@@ -72,7 +76,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -85,10 +88,12 @@ from kvpool.router.connect_errors import OutOfConnections, UpstreamDown, out_of_
 from kvpool.router.refusals import never_started
 from kvpool.router.relayed import response_headers
 from kvpool.router.replicas import Replica, ReplicaSet, read_up_to
-from kvpool.router.response_ids import StreamIds, events_end, response_id_in
+from kvpool.router.request_limits import REQUEST_LIMITS, RequestClock
+from kvpool.router.response_ids import StreamIds, response_id_in
+from kvpool.router.stream_end import ENDING, EventCuts, StreamEnd
 from kvpool.router.wire import Upstream, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT, bounded_write
-from kvpool.server.middleware import STREAM_STARTED, APIError, error_body
+from kvpool.server.middleware import STREAM_STARTED, APIError
 
 if TYPE_CHECKING:
     from kvpool.router.affinity import HolderDown
@@ -98,10 +103,7 @@ __all__ = ["RELAYED", "RETRY_AFTER_SECONDS", "SAFE_METHODS", "Failure", "Relay",
 
 log = logging.getLogger("kvpool.router")
 SSE_TYPE = "text/event-stream"
-_EVENT_END = b"\n\n"
-_DONE = b"data: [DONE]\n\n"
-_DONES = (_DONE, b"data: [DONE]\r\n\r\n")
-MAX_PENDING = 1 << 20  # bytes of one open SSE event held back (NOTE(event-boundary))
+_DONES = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
 MAX_BUFFERED = 8 << 20  # bytes of a JSON answer held before it is passed on as it comes
 MAX_REFUSAL = 64 * 1024  # bytes of a 5xx answer read (NOTE(large-answer))
 _CACHED_KEY = b'"cached_tokens":'
@@ -168,14 +170,6 @@ def replica_unresponsive(response_id: str | None = None) -> APIError:
                     "there (not retried)", code="replica_unresponsive")
 
 
-def sse_error(message: str, code: str) -> bytes:
-    """The error event a broken stream ends with (as the replica ends its own failures).
-    NOTE(no-topology): what the client reads names no replica: the URLs are internal topology
-    (proxy.py NOTE(health-view)); the router's log names it."""
-    event = json.dumps(error_body(message, "server_error", None, code), separators=(",", ":"))
-    return b"data: " + event.encode() + _EVENT_END + _DONE
-
-
 class Relay:
     """Proxies ``request`` (body ``raw``, forwarded ``headers``) to one replica per attempt."""
 
@@ -196,13 +190,18 @@ class Relay:
         self.learn = learn  # NOTE(learn)
         self.ids = StreamIds() if learn is not None else None  # one SSE answer per Relay
         self.sent = False  # this attempt's request was handed to a socket (NOTE(retry))
+        self.ending = StreamEnd(request.path)  # NOTE(stream-end)
+        request[ENDING] = self.ending  # a drain's ending numbers on from it (drain.py)
+        self.clock = RequestClock(request.app.get(REQUEST_LIMITS))  # NOTE(request-timeout)
 
     async def attempt(self, replica: Replica) -> web.StreamResponse | Failure:
         deadline, self.sent = None, False
         try:
-            async with replica.lease() as deadline:
+            async with self.clock.bound(), replica.lease() as deadline:
                 return await self._exchange(replica)
         except TimeoutError:
+            if (bound := self.clock.ran_out()) is not None:
+                return await self._timed_out(replica, self.clock.said(bound))
             if deadline is None or not deadline.expired():
                 raise
             if self.passing:
@@ -211,9 +210,20 @@ class Relay:
                 return Failure("silent" if self.sent else "down")
             log.warning("replica %s went silent mid-stream: ended it with an error event",
                         replica.url)
-            await self._end(sse_error("the replica stopped answering mid-stream",
-                                      "replica_unresponsive"))
+            await self._end(self.ending.error(504, "the replica stopped answering mid-stream",
+                                              "replica_unresponsive"))
             return self.resp
+
+    async def _timed_out(self, replica: Replica, said: str) -> web.StreamResponse:
+        """NOTE(request-timeout): a 504 before the answer started, else its end."""
+        log.warning("replica %s: %s; ended it", replica.url, said)
+        if self.passing:
+            self._cut(replica, "ran out of time")
+        if self.resp is None:
+            raise APIError(504, f"{said}; the request may have run there (not retried)",
+                           code="replica_unresponsive")
+        await self._end(self.ending.error(504, said, "replica_unresponsive"))
+        return self.resp
 
     async def _exchange(self, replica: Replica) -> web.StreamResponse | Failure:
         try:
@@ -230,6 +240,7 @@ class Relay:
             log.warning("replica %s lost a request before answering: %s (not retried: "
                         "it took the request)", replica.url, exc)
             return Failure("failed")
+        self.clock.started()  # its status line came (NOTE(request-timeout))
         async with upstream:
             if upstream.status == 503 and "Retry-After" in upstream.headers:
                 return await self._refused(replica, upstream)
@@ -270,7 +281,7 @@ class Relay:
         resp = await self._start(upstream)
         self.resp = resp
         cached = None
-        events = _Events()
+        events = EventCuts()
         done = False  # the last event passed on was [DONE]
         while True:
             try:
@@ -279,8 +290,8 @@ class Relay:
                 if done:  # the answer was whole; only the connection's close went wrong
                     break
                 log.warning("replica %s broke off a stream: %s", replica.url, exc)
-                await self._end(sse_error(f"the replica broke off the stream "
-                                          f"({type(exc).__name__})", "replica_failed"))
+                await self._end(self.ending.error(502, f"the replica broke off the stream "
+                                                  f"({type(exc).__name__})", "replica_failed"))
                 return resp
             if not chunk:
                 break
@@ -288,6 +299,7 @@ class Relay:
                 if _CACHED_KEY in out:  # the usage event (the last one but [DONE])
                     cached = cached_tokens_in(out)
                 self._learn_from(replica, out)
+                self.ending.passed(out)
                 done = out.endswith(_DONES)
                 # bounded like the replica's own: leaving the upstream's block then closes
                 # the replica's connection, which aborts the request there
@@ -358,29 +370,6 @@ class Relay:
             return
         if _plain(resp.headers) and (rid := ids.feed(events)) is not None:
             learn(rid, replica)
-
-
-class _Events:
-    """A stream's bytes, handed on up to its last whole event (NOTE(event-boundary))."""
-
-    def __init__(self) -> None:
-        self.pending = bytearray()  # grown in place, not copied per chunk
-
-    def cut(self, chunk: bytes) -> bytes:
-        """What of the bytes so far may go to the client now (b"": nothing yet)."""
-        pending = self.pending
-        start = max(0, len(pending) - 3)  # pending holds no event end: search the new bytes
-        pending += chunk
-        end = events_end(pending, start)
-        if not end and len(pending) <= MAX_PENDING:
-            return b""
-        end = end or len(pending)
-        out = bytes(pending[:end])
-        del pending[:end]
-        return out
-
-    def rest(self) -> bytes:
-        return bytes(self.pending)
 
 
 def _plain(headers: Mapping[str, str]) -> bool:

@@ -14,7 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["PREFIX", "anthropic_error", "anthropic_errors", "error_kind", "messages_path"]
+__all__ = ["PREFIX", "anthropic_error", "anthropic_error_event", "anthropic_errors", "error_kind",
+           "messages_path"]
 
 PREFIX = "/v1/messages"
 # NOTE(render-errors): vLLM answers its scale-out /v1/messages/render with its OpenAI-shaped
@@ -33,6 +34,14 @@ def error_kind(status: int) -> str:
 
 def anthropic_error(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_kind(status), "message": message}}
+
+
+def anthropic_error_event(status: int, message: str) -> bytes:
+    """The ``event: error`` a Messages stream that fails midway ends with, as the Anthropic
+    API ends one (the bytes anthropic_view.py's ``tail`` writes for a failure), for
+    ``kvpool router``'s streams cut off by a replica (router/stream_end.py)."""
+    data = json.dumps(anthropic_error(status, message), separators=(",", ":"))
+    return f"event: error\ndata: {data}\n\n".encode()
 
 
 def messages_path(path: str) -> bool:

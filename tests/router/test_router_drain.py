@@ -52,6 +52,7 @@ def endless_replica(got: list[str]) -> web.Application:
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_post("/v1/completions", complete)
+    app.router.add_post("/v1/messages", complete)  # streams chunks as endlessly
     return app
 
 
@@ -166,6 +167,7 @@ def refusing_replica(name: str, code: str | None, hits: list[str]) -> web.Applic
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_post("/v1/completions", complete)
+    app.router.add_post("/v1/messages", complete)  # streams chunks as endlessly
     return app
 
 
@@ -190,3 +192,23 @@ async def test_only_a_refusal_before_any_work_is_resent(code, resent, caplog):
         _, after, body = next(a for a in answers if a[0] == 503)
         assert (after, body["error"]["code"]) == ("1", "request_aborted")
         assert "may have run there" in caplog.text
+
+
+async def test_a_drained_messages_stream_ends_as_anthropic_streams_end():
+    """A /v1/messages stream the drain ends gets Anthropic's ``event: error``, no [DONE]
+    (kvpool/router/stream_end.py NOTE(stream-end)); it got OpenAI's chunk and [DONE]."""
+    got: list[str] = []
+    async with replica_served(endless_replica(got)) as rep, \
+            router_process(rep, 0.3) as (proc, url), aiohttp.ClientSession() as s:
+        await until_routed(s, url)
+        body = {"model": "m", "max_tokens": 8000, "stream": True,
+                "messages": [{"role": "user", "content": "x"}]}
+        async with s.post(url + "/v1/messages", json=body) as r:
+            while not got:
+                await asyncio.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            text = (await asyncio.wait_for(r.read(), 10)).decode()
+        await asyncio.to_thread(proc.wait, 5)
+    tail = text.rstrip().rsplit("\n\n", 1)[-1]
+    assert tail.startswith("event: error\n"), text[-300:]
+    assert '"type":"error"' in tail.replace(" ", "") and "[DONE]" not in text

@@ -1,0 +1,130 @@
+"""Passive outlier ejection (kvpool/router/outliers.py NOTE(outlier)) and the cap on a lookup's
+hit claim (kvpool/router/scoring.py NOTE(hit-cap)).
+
+A replica whose /health is fine, whose lookup claims 10**9 hit tokens for every prompt and whose
+generation answers a 500 at once drew every request and failed each (the outside probe's
+``lookup_liar.sh liar500``). Now a run of failures ejects it for a while, its claim counts at
+most the prompt's bound, and after its ejection it is back on trial: one more failure ejects
+it again. The replicas are real aiohttp servers on 127.0.0.1; the trial's timing is the
+detector's alone (a bounded wait, no router)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import aiohttp
+from aiohttp import web
+
+from kvpool.router.outliers import OutlierDetection, failure_of
+from kvpool.router.proxy import Router
+from kvpool.router.replica import Replica
+from kvpool.router.replicas import ReplicaSet
+from kvpool.router.scoring import prompt_bound
+from kvpool.router.upstream import Failure
+from tests.router.helpers import LOOKUP_TIMEOUT, apps_served, metrics, served
+
+HEALTH = b'{"status": "ok", "num_running": 0, "num_waiting": 0}'
+BODY = json.dumps({"prompt": "hi", "max_tokens": 1}).encode()
+RUN = 3  # failures in a row that eject
+
+
+def replica(name: str, hits: int, status: int, got: list[str]) -> web.Application:
+    """/health fine; its lookup claims ``hits``; /v1/completions answers ``status`` at once,
+    recording ``name`` in ``got``."""
+    async def health(_):
+        return web.Response(body=HEALTH, content_type="application/json")
+
+    async def lookup(_):
+        return web.json_response({"replica_id": name, "block_size": 16, "device_hit_tokens":
+                                  hits, "host_hit_tokens": 0, "num_running": 0,
+                                  "num_waiting": 0, "free_device_blocks": 10})
+
+    async def complete(_):
+        got.append(name)
+        return web.json_response({"error": {"message": "engine broken"}} if status >= 500
+                                 else {"id": "x", "choices": []}, status=status)
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/kvpool/lookup", lookup)
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
+async def post(s, url) -> int:
+    async with s.post(url + "/v1/completions", data=BODY,
+                      headers={"Content-Type": "application/json"}) as r:
+        await r.read()
+        return r.status
+
+
+def ejections(m, name: str) -> float:
+    return m["kvpool_router_replica_ejections_total"][(("replica", name),)]
+
+
+async def test_a_replica_failing_fast_is_ejected(caplog):
+    caplog.set_level(logging.INFO, "kvpool.router")
+    got: list[str] = []
+    apps = replica("liar", 10 ** 9, 500, got), replica("good", 0, 200, got)
+    async with apps_served(*apps) as urls:
+        r = Router(ReplicaSet(urls, names=dict(zip(urls, ("liar", "good")))),
+                   lookup_timeout=LOOKUP_TIMEOUT,
+                   outliers=OutlierDetection(consecutive=RUN, base=60.0, longest=600.0))
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            assert [await post(s, url) for _ in range(RUN)] == [500] * RUN
+            assert [await post(s, url) for _ in range(5)] == [200] * 5  # ejected
+            m = await metrics(s, url)
+            assert ejections(m, "liar") == 1 and ejections(m, "good") == 0
+            # NOTE(hit-cap): counted at most at the body's bound, never 10**9
+            assert m["kvpool_router_predicted_hit_tokens_total"][()] == \
+                RUN * prompt_bound(len(BODY))
+    assert got == ["liar"] * RUN + ["good"] * 5
+    assert sum(1 for rec in caplog.records if "ejected for 60 s" in rec.message
+               and urls[0] in rec.message and "the last 500" in rec.message) == 1
+
+
+async def test_an_ejected_replica_is_back_on_trial_and_out_again_for_longer():
+    a, b = Replica("http://a:1"), Replica("http://b:1")
+    det = OutlierDetection(consecutive=2, base=0.05, longest=1.0)
+    for _ in range(2):
+        det.observe(a, web.Response(status=502), lambda: [a, b])
+    assert det.picks([a, b]) == [b] and a.outlier.total == 1
+    for _ in range(400):  # bounded: the 0.05 s ejection ends
+        if a in det.picks([a, b]):
+            break
+        await asyncio.sleep(0.01)
+    assert det.picks([a, b]) == [a, b]
+    det.observe(a, Failure("failed"), lambda: [a, b])  # one failure on trial: out again
+    assert det.picks([a, b]) == [b] and (a.outlier.total, a.outlier.count) == (2, 2)
+    det.observe(b, web.Response(status=200), lambda: [a, b])
+    assert b.outlier.failures == 0
+
+
+async def test_the_last_healthy_replica_is_never_ejected():
+    got: list[str] = []
+    async with apps_served(replica("only", 0, 500, got)) as urls:
+        r = Router(ReplicaSet(urls, names={urls[0]: "only"}), lookup_timeout=LOOKUP_TIMEOUT,
+                   outliers=OutlierDetection(consecutive=1))
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            assert [await post(s, url) for _ in range(3)] == [500] * 3
+            assert ejections(await metrics(s, url), "only") == 0
+    assert got == ["only"] * 3
+
+
+def test_what_counts_as_a_failure():
+    assert [failure_of(web.Response(status=c)) for c in (200, 404, 500, 503)] == \
+        [None, None, "500", "503"]
+    assert [failure_of(Failure(k)) for k in ("down", "failed", "silent", "full")] == \
+        ["no connection", "connection lost", "went silent", ""]
+
+
+def test_picks_keep_ejected_replicas_when_no_other_is_left():
+    a, b = Replica("http://a:1"), Replica("http://b:1")
+    det = OutlierDetection(consecutive=1, base=60.0, longest=60.0)
+    det.observe(a, web.Response(status=500), lambda: [a, b])
+    assert det.picks([a, b]) == [b]  # a ejected
+    assert det.picks([a]) == [a]  # b went unhealthy since: a is picked rather than none
+    det.observe(b, web.Response(status=500), lambda: [a, b])
+    assert det.picks([a, b]) == [b]  # never both: b stays in
