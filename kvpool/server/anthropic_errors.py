@@ -38,7 +38,7 @@ def anthropic_error(status: int, message: str) -> dict[str, Any]:
 
 def anthropic_error_event(status: int, message: str) -> bytes:
     """The ``event: error`` a Messages stream that fails midway ends with, as the Anthropic
-    API ends one (the bytes anthropic_view.py's ``tail`` writes for a failure), for
+    API ends one (anthropic_view.py's ``tail`` writes it for a failure), and
     ``kvpool router``'s streams cut off by a replica (router/stream_end.py)."""
     data = json.dumps(anthropic_error(status, message), separators=(",", ":"))
     return f"event: error\ndata: {data}\n\n".encode()

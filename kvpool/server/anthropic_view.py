@@ -36,7 +36,7 @@ import json
 import uuid
 from typing import Any
 
-from kvpool.server.anthropic_errors import anthropic_error
+from kvpool.server.anthropic_errors import anthropic_error_event
 from kvpool.server.middleware import APIError
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_view import cache_writes
@@ -218,8 +218,7 @@ class MessagesView:
 
     def tail(self, failure: APIError | None) -> bytes:
         if failure is not None:
-            err = anthropic_error(failure.status, failure.message)["error"]
-            return self._stop() + self._event("error", error=err)
+            return self._stop() + anthropic_error_event(failure.status, failure.message)
         out = self._stop_and_flush()
         complete = self.called and _is_json("".join(self.args))
         reason, sequence = stop_reason(self.finish or "stop", self.stop, self.called, complete)
