@@ -3,8 +3,8 @@ one conversation-shaped replay sent through the router per mode (issue 16, "Then
 figures live").
 
     python -m bench.route_live [--replicas 3] [--conversations 200] [--repeats 3] [--quick]
-                               [--no-kv-events] [--overhead ROUNDS] [--epp ROUNDS]
-                               [--baseline DIR] [--json out/route_live.json]
+                               [--no-kv-events] [--overhead ROUNDS] [--overhead-chat]
+                               [--epp ROUNDS] [--baseline DIR] [--json out/route_live.json]
 
 Workload (derived from the Mooncake conversation trace, scaled down):
 
@@ -273,7 +273,8 @@ def overhead(urls: list[str], args) -> dict:
     try:
         started = start_all(routers)
         ids = [t for h in range(8) for t in block_tokens(h, "overhead", args.block_size)] + [11]
-        return measure_overhead(urls[0], started, ids, args.overhead)
+        chat = " ".join(f"w{i}" for i in range(100)) if args.overhead_chat else None
+        return measure_overhead(urls[0], started, ids, args.overhead, chat)
     finally:
         for r in routers.values():
             r.stop()
@@ -340,6 +341,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overhead", type=int, default=0, metavar="ROUNDS",
                    help="then measure each router's added latency over a direct request, "
                         "ROUNDS interleaved rounds (bench/route_overhead.py)")
+    p.add_argument("--overhead-chat", action="store_true",
+                   help="the overhead rounds send one chat message (100 short words) to "
+                        "/v1/chat/completions: the kv_events router renders the template")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="another checkout: its router/picker as <arm>@base in the same rounds")
     p.add_argument("--seed", type=int, default=0)

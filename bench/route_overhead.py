@@ -4,7 +4,8 @@ One loop, ``n`` rounds; each round sends the same small request once directly to
 once through each router (``round_robin``, ``prefix`` with lookups, ``kv_events``), in a
 rotating order so drift on the shared box lands on every arm alike. The prompt is fully cached
 after the first round (its blocks stay on the replica the prefix arms choose), ``max_tokens``
-1, no stream: what differs between arms is the router's own work and hop. Reported per arm:
+1, no stream: what differs between arms is the router's own work and hop (``--overhead-chat``:
+a chat message instead, so a router on KV events renders its replicas' chat template). Reported per arm:
 latency p50/p99 and the added p50/p99 (arm's percentile minus direct's), and the arm minus
 direct within each round as median [min-max] (``added_per_round_ms``), in ms.
 """
@@ -24,7 +25,8 @@ __all__ = ["interleaved_rounds", "measure_overhead"]
 
 async def _one(session: aiohttp.ClientSession, url: str, body: dict) -> float:
     t0 = time.perf_counter()
-    async with session.post(url + "/v1/completions", json=body) as resp:
+    path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+    async with session.post(url + path, json=body) as resp:
         await resp.read()
         if resp.status != 200:
             raise RuntimeError(f"{url}: {resp.status}")
@@ -47,9 +49,15 @@ async def interleaved_rounds(targets: dict[str, str], body: dict, n: int
     return out
 
 
-def measure_overhead(direct: str, routers: dict[str, str], prompt: list[int], n: int) -> dict:
-    """``routers``: arm name -> router URL; ``direct``: the replica a cached prompt goes to."""
+def measure_overhead(direct: str, routers: dict[str, str], prompt: list[int], n: int,
+                     chat: str | None = None) -> dict:
+    """``routers``: arm name -> router URL; ``direct``: the replica a cached prompt goes to;
+    ``chat``: send this text as one user message to /v1/chat/completions instead (a router on
+    KV events renders the replicas' chat template to hash it)."""
     body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
+    if chat is not None:
+        body = {"messages": [{"role": "user", "content": chat}], "max_tokens": 1,
+                "temperature": 0}
     lat = asyncio.run(interleaved_rounds({"direct": direct, **routers}, body, n))
     ms = {k: sorted(1000 * x for x in v) for k, v in lat.items()}
     d50, d99 = percentile(ms["direct"], 50), percentile(ms["direct"], 99)
