@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
@@ -100,9 +101,11 @@ class KVEventsRoute:
 
     def register(self, app: web.Application, engine: EngineClient, *, replica_id: str,
                  chat_template: str | None, tenant_header: str | None = None,
-                 tenants: bool = False) -> None:
+                 tenants: bool = False, model_names: Sequence[str] = ()) -> None:
         """Serve the info route; close the publisher after the app (the engine stopped).
-        ``tenants``: requests are told apart by tenant (an API key or a tenant header)."""
+        ``tenants``: requests are told apart by tenant (an API key or a tenant header);
+        ``model_names``: every served name (--served-model-name's), listed after the
+        engine's."""
         self.salt_key.announce(publishing=self.publisher is not None,
                                per_tenant=app[NAMESPACE_KEY].per_tenant, tenants=tenants)
         if self.publisher is not None:
@@ -119,7 +122,7 @@ class KVEventsRoute:
                 "tenant_namespaced": app[NAMESPACE_KEY].per_tenant,
                 "tenant_header": tenant_header,
                 "model_names": list(dict.fromkeys(
-                    n for n in (engine.model_name, cfg.served_model_name) if n)),
+                    n for n in (engine.model_name, *model_names) if n)),
                 "tenant_salt_key_id": self.salt_key.key_id}
             self.sources = {"0": self._source()}
             app.on_cleanup.append(self._close)

@@ -66,7 +66,9 @@ def namespace(engine: EngineClient, blocks_per_object: int = 1,
     names are keyed by it too (keys.py NOTE(keyed-names))."""
     core = engine.core
     layout = core.storage.layout
-    ns = Namespace(model_id=core.model_name, weights=weights_fingerprint(core.model),
+    # the prefix hashes' model id, not the served path (model_name.py NOTE(served-name))
+    ns = Namespace(model_id=core.manager.hasher.model_id,
+                   weights=weights_fingerprint(core.model),
                    dtype=str(layout.dtype).removeprefix("torch."),
                    block_size=layout.block_size, layers=layout.num_layers,
                    kv_heads=layout.num_kv_heads, head_dim=layout.head_dim,

@@ -287,9 +287,9 @@ def _build(config: EngineConfig, o: ServeOptions,
                     served_model_names=o.served_model_name, cors=o.cors,
                     server_load_tracking=o.enable_server_load_tracking, dev_routes=o.dev_routes)
     _set_server_options(app, o, limiter)
-    events.register(app, engine, replica_id=app[REPLICA_ID_KEY],
-                    chat_template=o.chat_template, tenant_header=o.tenant_header,
-                    tenants=bool(o.api_key or o.tenant_header))
+    events.register(app, engine, replica_id=app[REPLICA_ID_KEY], chat_template=o.chat_template,
+                    tenant_header=o.tenant_header, tenants=bool(o.api_key or o.tenant_header),
+                    model_names=o.served_model_name or ())
     if events.publisher is not None:
         app[METRICS_KEY].add_source(events.publisher.families)
     return engine, app

@@ -35,15 +35,20 @@ def test_a_bad_events_config_exits_2_naming_it(text, named, capsys):
     assert "--kv-events-config" in err and named in err, err
 
 
+NAMED_EVENTS = ["--kv-events-config", EVENTS, "--served-model-name", "a", "b"]
+# the info route's fields: every served name (it listed the first alone)
+WANT = {"enabled": True, "topic": "r1", "block_size": 16, "endpoint_mode": "bind",
+        "model_names": ["a", "b"]}
+
+
 async def test_a_served_prompt_is_published_with_the_replicas_hashes():
-    srv = SpawnedServer([*ARGS, "--kv-events-config", EVENTS], startup_timeout=120)
+    srv = SpawnedServer([*ARGS, *NAMED_EVENTS], startup_timeout=120)
     url = srv.start()
     try:
         async with aiohttp.ClientSession() as s:
             async with s.get(url + "/v1/kvpool/kv_events") as r:
                 info = await r.json()
-            assert info["enabled"] and info["topic"] == "r1" and info["block_size"] == 16
-            assert info["endpoint_mode"] == "bind" and "connects_to" not in info
+            assert {k: info[k] for k in WANT} == WANT and "connects_to" not in info
             assert isinstance(info["instance"], str) and len(info["instance"]) == 16
             async with s.get(url + "/kv_event_sources") as r:  # vLLM's route
                 assert r.status == 200

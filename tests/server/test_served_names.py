@@ -34,3 +34,29 @@ def test_an_alias_is_answered_as_its_name_and_never_shadows_or_invents_one():
     for unknown in ("ghost", "m", "LLAMA"):
         with pytest.raises(ModelNotFoundError):
             names.resolve(unknown)
+
+
+def test_one_checkpoint_at_two_paths_hashes_alike_and_shares_the_tier(tmp_path):
+    """NOTE(served-name): the prefix hashes' and the tier's model id is a directory's basename
+    (or the name given), never the path the name now is: /a/tiny and /b/tiny/ share the tier
+    (they did not: a path as model id split them), a name given is the id."""
+    import shutil
+    import types
+
+    from kvpool.runtime.engine.core import EngineCore
+    from kvpool.runtime.model import save_tiny_model
+    from kvpool.server.remote_setup import namespace
+    from tests.configs import engine_config
+
+    a = save_tiny_model(tmp_path / "a" / "tiny")
+    b = shutil.copytree(a, tmp_path / "b" / "tiny")
+    cores = [EngineCore(engine_config("small", model=m)) for m in (str(a), f"{b}/")]
+    cores.append(EngineCore(engine_config("small", model=str(a), served_model_name="x")))
+    try:
+        ids = [c.manager.hasher.model_id for c in cores]
+        spaces = [namespace(types.SimpleNamespace(core=c))[0].ns for c in cores]
+    finally:
+        for c in cores:
+            c.close()
+    assert ids == ["tiny", "tiny", "x"]
+    assert spaces[0] == spaces[1] != spaces[2]

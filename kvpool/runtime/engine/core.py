@@ -35,7 +35,7 @@ from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.context_fit import fit_max_model_len
 from kvpool.runtime.engine.cost_meter import MIN_PREFILL_TOKENS, UPDATE_EVERY, CostMeter
 from kvpool.runtime.engine.failed_copies import FailedCopies, SwapOutWatch
-from kvpool.runtime.engine.model_name import build_model
+from kvpool.runtime.engine.model_name import build_model, cache_model_id
 from kvpool.runtime.engine.output_processor import OutputProcessor, RequestOutput, Sample
 from kvpool.runtime.engine.prompt_logprobs import PromptLogprobs
 from kvpool.runtime.engine.row_sampler import Drawn, RowSampler
@@ -94,7 +94,7 @@ class EngineCore:
     def _build_scheduler(self, config: EngineConfig, pool_observer) -> None:
         self.manager = BlockSpaceManager(self.storage.cache_config(
             enable_prefix_caching=config.enable_prefix_caching,
-            eviction_policy=config.eviction_policy, model_id=self.model_name),
+            eviction_policy=config.eviction_policy, model_id=cache_model_id(config)),
             observer=pool_observer)
         self.scheduler = Scheduler(self.manager, SchedulerConfig(
             max_num_seqs=config.max_num_seqs,

@@ -3,8 +3,10 @@
 NOTE(served-name): with no ``--served-model-name`` the model is served under ``--model``
 exactly as given (``/models/llama``, ``./llama/``), vLLM's default
 (vllm/config/model.py get_served_model_name): the name vLLM clients, lm-eval ``model_args``,
-benchmarks and gateways hold. The same name labels the metrics (``model_name``), the KV
-events' ``model_names`` and the prefix hashes' / remote tier's ``model_id``. The built-in
+benchmarks and gateways hold. The same name labels the metrics (``model_name``) and the KV
+events' ``model_names``. The prefix hashes' and the remote tier's ``model_id`` is not a path:
+a directory's basename unless a name was given (:func:`cache_model_id`), so replicas loading one
+checkpoint from different paths still share the tier and the router's index. The built-in
 model is served as ``kvpool-tiny``; a hub id read from the local cache keeps the hub id
 (serve.py sets it as the served name, NOTE(hf-cache)).
 
@@ -30,6 +32,16 @@ log = logging.getLogger(__name__)
 def served_name(config: EngineConfig) -> str:
     """The engine's name: --served-model-name, else --model as given, else the tiny model's."""
     return config.served_model_name or config.model or TINY_MODEL_NAME
+
+
+def cache_model_id(config: EngineConfig) -> str:
+    """The model's name in the prefix hashes and the shared tier's namespace: the served name
+    when one was given, else a directory's basename (NOTE(served-name)): replicas loading one
+    checkpoint from different paths (``/a/llama``, ``/b/llama/``) hash alike and share the
+    tier, which the weights' fingerprint then keeps to the same weights and config."""
+    if config.served_model_name or not config.model:
+        return served_name(config)
+    return Path(config.model).name or config.model
 
 
 def name_aliases(config: EngineConfig) -> dict[str, str]:
