@@ -109,6 +109,11 @@ FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
 NO_BODY_MODE = processing_mode_pb2.ProcessingMode.NONE  # no protocol_config (yet)
 GARBAGE_LOG_INTERVAL = 60.0  # seconds between two warnings of undecodable messages
+DUPLEX_UNCHECKED = (
+    "kvpool epp: --fallbacks: this route sends the answers FULL_DUPLEX_STREAMED, which the "
+    "picker does not take through itself for the check alone, so Envoy's retries are not "
+    "checked against the list and kvpool_epp_failovers_total stays 0; set "
+    "response_body_mode: STREAMED on the route (docs/epp.md, \"Fallback endpoints\")")
 
 
 # NOTE(shared): the answers that depend only on their arguments are built once and shared by
@@ -335,7 +340,9 @@ class EndpointPicker:
         retries = self.picker.retries
         check = retries if retries is not None and retries.wanted else None
         if stream.answer_mode == FULL_DUPLEX:  # every byte of it through the picker: not for
-            check = None  # a check alone (docs/epp.md, "Answers the picker reads")
+            if check is not None:  # a check alone (docs/epp.md, "Answers the picker reads")
+                self.duplex_once()
+            check = None
         # a creation's id is read in STREAMED answers only (picker.py NOTE(learn-answer))
         learn = pick.learn if stream.answer_mode not in (FULL_DUPLEX, NO_BODY_MODE) else None
         if renamed is None and check is None and pick.pinned is None and learn is None:
@@ -346,6 +353,13 @@ class EndpointPicker:
         wanted = Wanted(renamed, pick.pinned, pick.param, learn, method in SAFE_METHODS)
         return Answer(wanted, stream.answer_mode, check, self.max_body_bytes,
                       functools.partial(self.refuse, stream=stream))
+
+    def duplex_once(self) -> None:
+        """Say once that --fallbacks is neither checked nor its failovers counted on a route
+        sending answers in full duplex (retries.py NOTE(failovers))."""
+        if DUPLEX_UNCHECKED not in self.unseen:
+            self.unseen.add(DUPLEX_UNCHECKED)
+            log.warning(DUPLEX_UNCHECKED)
 
     def unseen_once(self, renamed: bool, checked: bool) -> None:
         """Say once what answers Envoy does not send the picker cost (NOTE(answer-phase))."""

@@ -17,8 +17,9 @@ a cluster, so at its own rate one such GPU queues: ``--arrival-scale`` stretches
 and the cost flags describe another engine.
 
 The JSON report is deterministic (same trace, options and seed give identical bytes); wall
-time goes to stdout, progress with an estimate of the time left to stderr (kvpool/progress.py:
-on when stderr is a terminal, ``--progress`` forces it, ``--quiet`` silences it).
+time goes to stdout (stderr under ``--json -``: NOTE(json-stdout)), progress with an estimate
+of the time left to stderr (kvpool/progress.py: on when stderr is a terminal, ``--progress``
+forces it, ``--quiet`` silences it).
 """
 
 from __future__ import annotations
@@ -51,6 +52,20 @@ _TIMED_OPTIONS = ("block_size", "num_host_blocks", "max_num_seqs", "max_num_batc
                   "max_model_len", "preemption_mode", "defrag_threshold", "arrival_scale")
 _TIMED_ONLY = ("num_blocks", *_TIMED_OPTIONS, "prefill_tokens_per_s", "decode_s_per_seq",
                "step_overhead_s", "copy_gbps", "kv_bytes_per_token")
+
+
+# NOTE(flag-bounds): the integer flags' upper bounds, far past any real run (2**31 blocks of 16
+# tokens are 32 Gi tokens of KV; a 400B model's token is under 1 MiB of it), checked before the
+# run: 10**12 blocks was a MemoryError traceback allocating the pool, a 400-digit
+# --kv-bytes-per-token an OverflowError in the float cost model (docs/benchmarks.md)
+MAX_BLOCKS = 1 << 31
+_BOUNDS = {"capacity_blocks": MAX_BLOCKS, "num_blocks": MAX_BLOCKS,
+           "num_host_blocks": MAX_BLOCKS, "kv_bytes_per_token": 1 << 30,
+           "block_size": 1 << 24, "trace_block_size": 1 << 24, "max_num_seqs": MAX_BLOCKS,
+           "max_num_batched_tokens": MAX_BLOCKS, "max_model_len": MAX_BLOCKS}
+# NOTE(json-stdout): --json - (or /dev/stdout) writes the report to stdout and the summary
+# lines to stderr, so `kvpool replay T --json - | jq` reads JSON alone (docs/benchmarks.md)
+_STDOUT = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 
 def _flag(dest: str) -> str:
@@ -103,8 +118,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="timed: defragment when external fragmentation exceeds this")
     p.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
     p.add_argument("--seed", type=int, default=0, help="token synthesis and sampling seed")
-    p.add_argument("--json", dest="json_path", default=None, help="write the report here")
-    p.add_argument("--plot", default=None, help="write a PNG plot here")
+    p.add_argument("--json", dest="json_path", default=None,
+                   help="write the report here (-: to stdout, the summary then to stderr)")
+    p.add_argument("--plot", default=None, help="write a PNG plot here (a file)")
     _add_cost_args(p)
     add_progress_args(p)  # --progress / --quiet: done/total, rate, eta on stderr
 
@@ -140,6 +156,9 @@ def _instant(args, reqs, bar) -> dict:
         replay = InstantReplay(args.capacity_blocks, args.policy)
     except ValueError as e:  # ConfigError (an unknown policy) is one
         raise BadOption(str(e)) from None
+    except MemoryError:  # under NOTE(flag-bounds) yet more than this machine holds
+        raise BadOption(f"--capacity-blocks {args.capacity_blocks}: not enough memory for "
+                        "the pool; give fewer blocks") from None
     return replay.run(reqs, progress=bar.update)
 
 
@@ -176,8 +195,11 @@ def _options(args, trace):
     if args.capacity_blocks is not None:  # trace blocks, rounded up to pool blocks
         if args.capacity_blocks < 1:
             raise ValueError(f"--capacity-blocks must be >= 1, got {args.capacity_blocks}")
-        return replace(opts, num_blocks=-(-args.capacity_blocks * trace.block
-                                           // opts.block_size))
+        blocks = -(-args.capacity_blocks * trace.block // opts.block_size)
+        if blocks > MAX_BLOCKS:  # NOTE(flag-bounds), in pool blocks
+            raise ValueError(f"--capacity-blocks {args.capacity_blocks} is {blocks} pool "
+                             f"blocks of --block-size {opts.block_size}: at most {MAX_BLOCKS}")
+        return replace(opts, num_blocks=blocks)
     return opts if args.num_blocks is None else replace(opts, num_blocks=args.num_blocks)
 
 
@@ -190,24 +212,27 @@ def _timed(args, trace, bar) -> dict:
         replay.arrivals(trace.requests)  # finite under --arrival-scale (NOTE(finite-clock))
     except ValueError as e:  # a bad option value: name it, no traceback
         raise BadOption(str(e)) from None
+    except MemoryError:  # under NOTE(flag-bounds) yet more than this machine holds
+        raise BadOption("not enough memory for the pool: give fewer --num-blocks / "
+                        "--capacity-blocks / --num-host-blocks") from None
     return replay.run(trace.requests, progress=bar.update)
 
 
-def _print_summary(report: dict, wall: float) -> None:
+def _print_summary(report: dict, wall: float, out) -> None:
     if report["mode"] == "instant":
         print(f"policy={report['policy']} capacity={report['capacity_blocks']} "
               f"requests={report['requests']} hit_rate={report['hit_rate']:.4f} "
-              f"({wall:.1f}s wall)")
+              f"({wall:.1f}s wall)", file=out)
         return
     r = report
     print(f"requests={r['requests']} completed={r['completed']} ignored={r['ignored']} "
-          f"steps={r['steps']} makespan={r['makespan_s']:.1f}s ({wall:.1f}s wall)")
+          f"steps={r['steps']} makespan={r['makespan_s']:.1f}s ({wall:.1f}s wall)", file=out)
     print(f"TTFT p50={r['ttft_s']['p50']}s p99={r['ttft_s']['p99']}s  "
-          f"queueing p50={r['queueing_s']['p50']}s p99={r['queueing_s']['p99']}s")
+          f"queueing p50={r['queueing_s']['p50']}s p99={r['queueing_s']['p99']}s", file=out)
     print(f"throughput {r['throughput']['output_tokens_per_s']} out tok/s  "
           f"prefix hit rate {r['prefix_hit_rate']:.4f}  preemptions {r['preemptions']}  "
           f"swap out/in blocks {r['swap_out_blocks']}/{r['swap_in_blocks']}  "
-          f"peak usage {r['peak_usage']:.3f}")
+          f"peak usage {r['peak_usage']:.3f}", file=out)
 
 
 def _load(args):
@@ -264,28 +289,38 @@ def _check(args) -> str | None:
         return f"no such trace file: {args.trace}"
     if args.limit is not None and args.limit < 1:
         return "--limit must be >= 1"
+    for dest, bound in _BOUNDS.items():  # NOTE(flag-bounds)
+        if (getattr(args, dest) or 0) > bound:
+            return f"{_flag(dest)} must be <= {bound} (2**{bound.bit_length() - 1})"
+    if args.plot in _STDOUT:
+        return f"--plot {args.plot}: a PNG is not written to stdout; name a file"
     try:
-        if args.json_path:  # NOTE(check-before-run) in kvpool/outfile.py
-            check_writable(args.json_path, "--json")
+        if args.json_path and args.json_path not in _STDOUT:  # NOTE(check-before-run) in
+            check_writable(args.json_path, "--json", (args.trace,))  # kvpool/outfile.py
         if args.plot:
-            check_writable(args.plot, "--plot")
+            check_writable(args.plot, "--plot", (args.trace,))
             import_pyplot()
     except ConfigError as e:
         return str(e)
     return None
 
 
-def _write(args, report: dict) -> None:
-    """The --json and --plot files (OSError: written elsewhere meanwhile, a full disk)."""
+def _write(args, report: dict, out) -> None:
+    """The --json and --plot files (OSError: written elsewhere meanwhile, a full disk), each
+    said on ``out`` (stderr when the report goes to stdout: NOTE(json-stdout))."""
     if args.json_path:
-        text = json.dumps(_finite(report), indent=1, sort_keys=True, allow_nan=False)
-        write_text(args.json_path, text + "\n")
-        print(f"wrote {args.json_path}")
+        text = json.dumps(_finite(report), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        if args.json_path in _STDOUT:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            write_text(args.json_path, text)
+            print(f"wrote {args.json_path}", file=out)
     if args.plot:
         title = (f"{report['trace']['file']}: {report['mode']} replay, policy {args.policy}")
         plot(report["timeline"], args.plot, title,
              "requests replayed" if args.instant else "simulated seconds")
-        print(f"wrote {args.plot}")
+        print(f"wrote {args.plot}", file=out)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -307,9 +342,10 @@ def run(args: argparse.Namespace) -> int:
     bar.close()
     report["trace"] = _trace_report(args, trace)
     report["seed"] = args.seed
-    _print_summary(report, time.perf_counter() - t0)
+    out = sys.stderr if args.json_path in _STDOUT else sys.stdout  # NOTE(json-stdout)
+    _print_summary(report, time.perf_counter() - t0, out)
     try:
-        _write(args, report)
+        _write(args, report, out)
     except OSError as e:
         print(f"kvpool replay: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -81,17 +81,16 @@ class Trace:
 
 
 def _open_format(lines: TraceLines, fmt: str) -> str:
-    """``fmt``, or for ``auto`` the format of the file's first non-blank line (rewound)."""
+    """``fmt``, or for ``auto`` the format of the file's first non-blank line (peeked, not
+    read: a pipe cannot rewind, NOTE(peek) in lines.py)."""
     if fmt == "auto":
-        first = next((line for line in lines if line.strip()), "")
-        lineno = lines.lineno
-        lines.rewind()
-        if not first:
+        first = lines.peek()
+        if first is None:
             return "mooncake"  # empty: nothing to misread
         try:
-            return detect(first)
+            return detect(first[0])
         except ValueError as e:
-            raise ValueError(f"{lines.name}:{lineno}: {e}; or pass --trace-format") from None
+            raise ValueError(f"{lines.name}:{first[1]}: {e}; or pass --trace-format") from None
     if fmt not in FORMATS:
         raise ValueError(f"unknown trace format {fmt!r}: one of auto, {', '.join(FORMATS)}")
     return fmt

@@ -130,3 +130,18 @@ def test_failovers_are_counted_after_every_mismatch_was_said(caplog):
     assert check.wanted and check.failovers == 3
     check.answer(None, "via_upstream")  # no count: nothing more to read
     assert not check.wanted and check.failovers == 3
+
+
+async def test_a_full_duplex_answer_route_is_said_once_uncounted(tmp_path, caplog):
+    """NOTE(failovers): answers sent FULL_DUPLEX_STREAMED are not read for the check alone, so
+    failovers go uncounted there; that is said once with the fix. Before, nothing was said
+    and kvpool_epp_failovers_total stayed 0 through real failovers."""
+    caplog.set_level(logging.WARNING, "kvpool.epp")
+    duplex = ("response_body_mode: STREAMED", "response_body_mode: FULL_DUPLEX_STREAMED")
+    async with gateway(tmp_path, 2, 1, (duplex,), None, pickers := []) as (url, served), \
+            aiohttp.ClientSession() as s:
+        for _ in range(3):
+            assert (await post(s, url)).status == 200
+    lines = said(caplog, "FULL_DUPLEX_STREAMED")
+    assert len(lines) == 1 and "response_body_mode: STREAMED" in lines[0], lines
+    assert served == ["live"] * 3 and pickers[0].retries.failovers == 0
