@@ -35,6 +35,7 @@ from kvpool.core.hashing import BlockHasher
 from kvpool.server.cache_namespace import CacheNamespace
 from kvpool.server.logprob_fields import LOGPROB_FIELDS
 from kvpool.server.middleware import APIError
+from kvpool.server.template_sandbox import TemplateRefused
 from kvpool.server.tenant import tenant_of_headers
 
 __all__ = ["PromptKeys", "info_problem"]
@@ -103,6 +104,7 @@ class PromptKeys:
         # kv_render.py NOTE(render-budget): a render of this spec's template ran past its
         # budget; its chats are scored without its keys from then on
         self.overran = False
+        self.refusal_said = False  # and one stopped by the sandbox (TemplateRefused) was said
         self.info = info
 
     def renders(self, body: Any) -> bool:
@@ -145,6 +147,8 @@ class PromptKeys:
         try:
             req = (self.parser.parse_chat(body) if "messages" in body
                    else self.parser.parse_completion(body))
+        except TemplateRefused:  # the template's fault: kv_render.py says it, once
+            raise
         except Exception:  # noqa: BLE001 - the replica will refuse it with the right error
             return None
         if req.params.prompt_logprobs is not None:  # it reads no cache: no hit on any replica

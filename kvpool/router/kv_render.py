@@ -22,7 +22,11 @@ is far above a real render and a loaded box does not trip it. Past the budget:
   replica's template, never a pile of stuck threads.
 
 A render that raises (a bug: a body the parser refuses is not one, it asks the lookups as
-before) is scored without its keys too, for that request only.
+before) is scored without its keys too, for that request only. So is one the template sandbox
+stops (kvpool/server/template_sandbox.py NOTE(template-cost)): an operation that would build a
+huge integer or text (``x ** 10000000``, ``'x' * 10**9``) runs in one C call that holds the
+GIL, so neither this budget's timer nor RenderOverran could stop it; the sandbox refuses it
+before it runs, said once per spec with the fix.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from kvpool.router.kv_prompt import PromptKeys
+from kvpool.server.template_sandbox import TemplateRefused
 
 __all__ = ["RENDER_BUDGET", "RENDER_PER_MIB", "SKIPPED", "RenderGuard", "RenderOverran"]
 
@@ -126,12 +131,25 @@ class RenderGuard:
         if r.answer.done() or r.work is None:
             return
         exc = None if r.work.cancelled() else r.work.exception()
-        if exc is not None and not isinstance(exc, RenderOverran) and not self._failure_said:
+        if isinstance(exc, TemplateRefused):
+            self._refused(r, exc)
+        elif exc is not None and not isinstance(exc, RenderOverran) and not self._failure_said:
             self._failure_said = True  # a bug: said once, not per chat
             log.warning("router: computing a chat prompt's KV keys failed (%r): such chats are "
                         "placed without them", exc)
         ok = not r.work.cancelled() and exc is None
         r.answer.set_result(r.work.result() if ok else SKIPPED)
+
+    def _refused(self, r: _Render, exc: TemplateRefused) -> None:
+        """NOTE(render-budget): the sandbox stopped the template (template_sandbox.py
+        NOTE(template-cost)): that chat is placed without its keys, said once per spec; the
+        template still renders the chats it does not stop."""
+        if not r.keys.refusal_said:
+            r.keys.refusal_said = True
+            log.warning("router: the chat template of replica(s) %s was stopped rendering a "
+                        "prompt here (%s), so such chats are placed without it (by load and "
+                        "the other replicas' hits); fix the template they serve "
+                        "(--chat-template or the model directory's)", ", ".join(r.urls), exc)
 
     def _overdue(self, r: _Render) -> None:
         """NOTE(render-budget): ``r`` ran past its budget: stop it, never run its template

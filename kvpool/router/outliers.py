@@ -13,8 +13,13 @@ requests meet is the signal::
     count, at most MAX_EJECTION (300 s); logged once (WARNING) with the replica and its last
     failure; counted in kvpool_router_replica_ejections_total{replica}
     any other answer -> the run starts again
-    the time is up -> back in the picks on trial: its next failure ejects it again (for
-    longer) unless an answer that is not a failure came first
+    the time is up -> back in the picks, its run at 0 (as Envoy's checkHostForUneject resets
+    its consecutive counters): CONSECUTIVE_FAILURES new failures in a row eject it again,
+    for longer while its ejection count has not decayed
+
+Before, a readmitted replica was on trial (its run preset to CONSECUTIVE_FAILURES - 1), so
+one failure ejected it again: a client sending one request the replicas fail (a 500 it causes)
+per ejection kept a healthy replica out for good, for longer each time.
 
 The ejection count falls by one for each BASE_EJECTION spent in the picks since the last
 readmission (Envoy decrements it per interval a host stays healthy), so a replica that failed
@@ -102,8 +107,8 @@ class OutlierDetection:
             return True
         if now < o.until:
             return False
-        o.until, o.back, o.failures = 0.0, now, self.consecutive - 1  # on trial
-        log.info("replica %s is back in the picks on trial after its ejection", r.url)
+        o.until, o.back, o.failures = 0.0, now, 0  # NOTE(outlier): a new run, as Envoy's
+        log.info("replica %s is back in the picks after its ejection", r.url)
         return True
 
     def observe(self, r: Replica, out: web.StreamResponse | Failure,
@@ -133,7 +138,7 @@ class OutlierDetection:
             o.count = max(0, o.count - int((now - o.back) // self.base))
         o.count = min(o.count + 1, steps)
         seconds = min(self.base * o.count, self.longest)
-        o.until, o.total, o.failures = now + seconds, o.total + 1, 0
         log.warning("replica %s ejected for %g s: %d failed requests in a row, the last %s "
                     "(NOTE(outlier) in kvpool/router/outliers.py)", r.url, seconds,
-                    self.consecutive, what)
+                    o.failures, what)
+        o.until, o.total, o.failures = now + seconds, o.total + 1, 0

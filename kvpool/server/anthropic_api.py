@@ -26,10 +26,7 @@ import functools
 import logging
 from typing import Any
 
-import jinja2
-import jinja2.ext
 from aiohttp import web
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from kvpool.errors import RequestError
 from kvpool.server.anthropic_errors import PREFIX, anthropic_errors
@@ -39,6 +36,7 @@ from kvpool.server.body_fields import ignored_header
 from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.responses_view import cache_block
+from kvpool.server.template_sandbox import BoundedSandbox
 from kvpool.server.tools.request import parse_tool_request
 
 __all__ = ["MessagesRoute", "merges_inline_system"]
@@ -72,8 +70,7 @@ def merges_inline_system(template: Any) -> bool:
     source = getattr(template, "source", None)  # the built-in template has none
     if source is None:
         return False
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)  # NOTE(template-cost)
     try:
         env.from_string(source).render(messages=_PROBE, add_generation_prompt=False)
     except Exception:  # noqa: BLE001 - a template is untrusted code: any failure refuses it

@@ -17,8 +17,9 @@ vLLM). A request's own ``chat_template`` may name one of them instead (template_
 The environment mirrors transformers' ``apply_chat_template`` (a model's template was written
 for it): ``ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`` with the
 ``loopcontrols`` extension, a ``tojson`` filter that does not HTML-escape, ``raise_exception``
-and ``strftime_now``; the variables are ``messages``, ``add_generation_prompt``, ``tools``
-(the request's as sent, ``[]`` included; None without any), ``documents`` (the request's,
+and ``strftime_now``, plus a bound on what one operation builds (template_sandbox.py
+NOTE(template-cost): a refusal is a 400 ``chat_template_error``); the variables are
+``messages``, ``add_generation_prompt``, ``tools`` (the request's as sent, ``[]`` included; None without any), ``documents`` (the request's,
 else None: vllm_fields.py), the tokenizer's special-token strings (``bos_token``,
 ``eos_token``, ...: NOTE(special-tokens-map)) and the request's ``chat_template_kwargs``.
 A rendered template already holds its BOS, so it is encoded without adding special tokens,
@@ -34,12 +35,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.loader import special_token_strings
 from kvpool.server.chat_messages import message_dict
+from kvpool.server.template_sandbox import BoundedSandbox, TemplateRefused
 
 __all__ = ["NO_TEMPLATE", "ChatTemplateError", "MissingChatTemplate", "ModelChatTemplate",
            "load_chat_template"]
@@ -78,9 +78,8 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+def _environment() -> BoundedSandbox:
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -136,9 +135,11 @@ class ModelChatTemplate:
                                    tools=None if tools is None else list(tools),
                                    documents=kw.pop("documents", None),
                                    **self.special_tokens, **kw)
-        except jinja2.TemplateError as exc:
-            raise RequestError(f"messages: the model's chat template rejected the conversation: "
-                               f"{exc}", "messages", "chat_template_error") from None
+        except jinja2.TemplateError as exc:  # the sandbox's refusals: NOTE(template-cost)
+            sandbox = isinstance(exc, jinja2.exceptions.SecurityError)
+            raise (TemplateRefused if sandbox else RequestError)(
+                f"messages: the model's chat template rejected the conversation: {exc}",
+                "messages", "chat_template_error") from None
         except Exception as exc:  # noqa: BLE001 - a template is untrusted code: any failure is its
             raise RequestError(f"messages: the model's chat template failed: "
                                f"{type(exc).__name__}: {exc}", "messages",

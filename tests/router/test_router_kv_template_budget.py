@@ -82,3 +82,36 @@ async def test_an_endless_template_neither_freezes_the_router_nor_runs_twice(cap
         assert len(said) == 1, caplog.messages
     finally:
         pub.close()
+
+
+# one C call that held the GIL for ~10 s: the budget's timer could not fire nor RenderOverran
+# land; the template sandbox refuses it (kvpool/server/template_sandbox.py NOTE(template-cost))
+IN_C = ("{% if (messages|length + 9) ** 10000000 > 0 %}{% endif %}"
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+
+
+@pytest.mark.timeout(90)
+async def test_a_template_stuck_in_one_c_call_is_refused_said_once(caplog):
+    pub = publisher()
+    info = {"enabled": True, "instance": "one", "endpoint": pub.endpoint,
+            "replay_endpoint": pub.replay_endpoint, "topic": "kv", "block_size": 16,
+            "hash": {"algo": "sha256", "model_id": "m"}, "max_model_len": 4096,
+            "model_names": ["m"], "chat_template": IN_C}
+    caplog.set_level(logging.WARNING, "kvpool.router")
+    try:
+        async with apps_served(replica(info)) as (rep,):
+            rs = ReplicaSet([rep], interval=0.2)
+            events = EventRouting(rs, refresh_interval=0.1, render_budget=5.0)
+            async with served(Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events)
+                              ) as url, aiohttp.ClientSession() as s:
+                assert await _post(s, url) == 200  # by lookup: it starts the parser's load
+                await until(lambda: events.keys is not None and events.keys.parser is not None,
+                            "the router's parser")
+                assert await _post(s, url) == 200 and await _post(s, url) == 200
+                # both rendered, both stopped by the sandbox at once: placed without keys
+                assert events.renders.started == 2 and events.renders.skipped == 2
+                assert events.renders.overruns == 0 and not events.keys.overran
+        said = [m for m in caplog.messages if "was stopped" in m and rep in m]
+        assert len(said) == 1 and "NOTE(template-cost)" in said[0], caplog.messages
+    finally:
+        pub.close()

@@ -4,9 +4,10 @@ hit claim (kvpool/router/scoring.py NOTE(hit-cap)).
 A replica whose /health is fine, whose lookup claims 10**9 hit tokens for every prompt and whose
 generation answers a 500 at once drew every request and failed each (the outside probe's
 ``lookup_liar.sh liar500``). Now a run of failures ejects it for a while, its claim counts at
-most the prompt's bound, and after its ejection it is back on trial: one more failure ejects
-it again. The replicas are real aiohttp servers on 127.0.0.1; the trial's timing is the
-detector's alone (a bounded wait, no router)."""
+most the prompt's bound, and after its ejection it is back with its run reset, as Envoy resets
+it (before, one failure ejected it again: one failing client request per ejection kept a healthy
+replica out). The replicas are real aiohttp servers on 127.0.0.1; the readmission's timing is
+the detector's alone (a bounded wait, no router)."""
 
 from __future__ import annotations
 
@@ -85,21 +86,36 @@ async def test_a_replica_failing_fast_is_ejected(caplog):
                and urls[0] in rec.message and "the last 500" in rec.message) == 1
 
 
-async def test_an_ejected_replica_is_back_on_trial_and_out_again_for_longer():
+async def _readmitted(det: OutlierDetection, a: Replica, b: Replica) -> None:
+    for _ in range(400):  # bounded: the 0.05 s ejection ends
+        if a in det.picks([a, b]):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never readmitted")
+
+
+async def test_a_readmitted_replica_needs_a_new_run_and_is_out_again_for_longer(caplog):
+    caplog.set_level(logging.WARNING, "kvpool.router")
     a, b = Replica("http://a:1"), Replica("http://b:1")
     det = OutlierDetection(consecutive=2, base=0.05, longest=1.0)
     for _ in range(2):
         det.observe(a, web.Response(status=502), lambda: [a, b])
     assert det.picks([a, b]) == [b] and a.outlier.total == 1
-    for _ in range(400):  # bounded: the 0.05 s ejection ends
-        if a in det.picks([a, b]):
-            break
-        await asyncio.sleep(0.01)
-    assert det.picks([a, b]) == [a, b]
-    det.observe(a, Failure("failed"), lambda: [a, b])  # one failure on trial: out again
+    for _ in range(3):  # b's run passes the bound while a is out: at most half, not ejected
+        det.observe(b, web.Response(status=500), lambda: [a, b])
+    await _readmitted(det, a, b)
+    assert det.picks([a, b]) == [a, b] and a.outlier.failures == 0  # Envoy's reset
+    det.observe(a, Failure("failed"), lambda: [a, b])  # one failure: still in the picks
+    assert det.picks([a, b]) == [a, b] and a.outlier.total == 1
+    det.observe(a, Failure("failed"), lambda: [a, b])  # a new run of 2: out, for longer
     assert det.picks([a, b]) == [b] and (a.outlier.total, a.outlier.count) == (2, 2)
-    det.observe(b, web.Response(status=200), lambda: [a, b])
-    assert b.outlier.failures == 0
+    await _readmitted(det, a, b)
+    det.observe(b, web.Response(status=503), lambda: [a, b])  # b's 4th in a row ejects it
+    assert det.picks([a, b]) == [a]
+    said = [m.split(": ", 1)[1].split(",")[0] for m in caplog.messages if "ejected for" in m]
+    assert said == ["2 failed requests in a row"] * 2 + ["4 failed requests in a row"], said
+    det.observe(a, web.Response(status=200), lambda: [a, b])
+    assert a.outlier.failures == 0
 
 
 async def test_the_last_healthy_replica_is_never_ejected():
