@@ -44,7 +44,8 @@ from kvpool.router.replicas import (DEFAULT_DOWN_AFTER, DEFAULT_HEALTH_TIMEOUT, 
 from kvpool.router.request_limits import RequestLimits, check_seconds
 from kvpool.router.scoring import LoadGuard
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, ConnectionLimiter,
-                                       default_max_connections, start_listener)
+                                       add_client_timeout_args, default_max_connections,
+                                       start_listener)
 from kvpool.server.cors import CorsPolicy, add_cors_args
 from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES
 from kvpool.server.listen_errors import listening
@@ -172,13 +173,7 @@ def add_kv_event_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_timeout_arguments(p: argparse.ArgumentParser) -> None:
     """How long a client's request may take, in parts (``kvpool router``'s alone)."""
-    p.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
-                   metavar="SECONDS", help="close a new connection that has not sent a "
-                   "complete request head within SECONDS (0: off; as kvpool serve's)")
-    p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
-                   metavar="SECONDS", help="answer 408 and close a connection whose request "
-                   "body has not fully arrived within SECONDS (0: off; as kvpool serve's; "
-                   "raise it for large bodies over slow links)")
+    add_client_timeout_args(p)  # kvpool serve's own flags, as the 408 names them
     p.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
                    help="end a request whose answer has not finished SECONDS after its "
                    "replica was chosen: 504 replica_unresponsive, or a stream's error event "

@@ -40,13 +40,15 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from kvpool.server.bind_first import Listeners
+from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT
 from kvpool.server.middleware import error_body, error_type, http_error_code
 from kvpool.server.tls_gate import TLSGate
 from kvpool.throttle import Throttle
 
 __all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT",
            "DEFAULT_STREAM_WRITE_TIMEOUT", "MIN_SEND_BUFFER", "bounded_write",
-           "ConnectionLimiter", "GuardedRequestHandler", "default_max_connections",
+           "ConnectionLimiter", "GuardedRequestHandler", "add_client_timeout_args",
+           "default_max_connections",
            "set_send_buffer", "start_listener"]
 
 log = logging.getLogger("kvpool.server")
@@ -327,3 +329,16 @@ async def start_listener(runner: web.AppRunner, host: str, port: int, *,
         return await loop.create_server(protocol, host, port, backlog=backlog)
     servers = [await loop.create_server(protocol, sock=s, backlog=backlog) for s in socks]
     return servers[0] if len(servers) == 1 else Listeners(servers)
+
+
+def add_client_timeout_args(p: Any) -> None:
+    """``--header-timeout`` and ``--body-timeout`` on ``p`` (an argparse parser or group):
+    kvpool serve's and kvpool router's, one definition."""
+    p.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
+                   metavar="SECONDS", help="close a new connection that has not sent a "
+                   "complete request head within SECONDS (0: off)")
+    p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
+                   metavar="SECONDS", help="answer 408 and close a connection whose request "
+                   "body has not fully arrived within SECONDS of its handler's start (a "
+                   "client trickling it holds nothing longer; raise it for large bodies over "
+                   "slow links; 0: off)")

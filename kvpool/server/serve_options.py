@@ -23,7 +23,8 @@ from kvpool.remote import check_url
 from kvpool.runtime.remote.link import DEFAULT_WRITE_POLICY
 from kvpool.server.app import DEFAULT_MAX_BODY_BYTES
 from kvpool.server.connections import (DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE_TIMEOUT,
-                                       DEFAULT_STREAM_WRITE_TIMEOUT, MIN_SEND_BUFFER)
+                                       DEFAULT_STREAM_WRITE_TIMEOUT, MIN_SEND_BUFFER,
+                                       add_client_timeout_args)
 from kvpool.server.cors import CorsPolicy, add_cors_args, cors_list
 from kvpool.server.dev_routes import DEV_MODE_ENV, DEV_ROUTES, dev_mode
 from kvpool.server.generation_config import check_override
@@ -261,13 +262,7 @@ def _add_connection_args(srv: _ArgGroup) -> None:
     srv.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT,
                      help="seconds in-flight requests get to finish on SIGTERM/SIGINT before "
                           "they are aborted")
-    srv.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
-                     metavar="SECONDS", help="close a new connection that has not sent a "
-                     "complete request head within SECONDS (0: off)")
-    srv.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
-                     metavar="SECONDS", help="answer 408 and close a connection whose request "
-                     "body has not fully arrived within SECONDS of its handler's start "
-                     "(a client trickling it holds nothing longer; 0: off)")
+    add_client_timeout_args(srv)
     srv.add_argument("--keep-alive-timeout", type=float, default=DEFAULT_KEEP_ALIVE_TIMEOUT,
                      metavar="SECONDS", help="close a keep-alive connection idle (or sending "
                      "its next request head) for SECONDS (0: never)")
