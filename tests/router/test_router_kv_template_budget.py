@@ -51,13 +51,18 @@ async def _post(s: aiohttp.ClientSession, url: str) -> int:
         return r.status
 
 
+def replica_info(pub, template: str) -> dict:
+    """A replica's /v1/kvpool/kv_events info naming ``pub`` and serving ``template``."""
+    return {"enabled": True, "instance": "one", "endpoint": pub.endpoint,
+            "replay_endpoint": pub.replay_endpoint, "topic": "kv", "block_size": 16,
+            "hash": {"algo": "sha256", "model_id": "m"}, "max_model_len": 4096,
+            "model_names": ["m"], "chat_template": template}
+
+
 @pytest.mark.timeout(90)  # before the fix the loop froze for good: this ended the test
 async def test_an_endless_template_neither_freezes_the_router_nor_runs_twice(caplog):
     pub = publisher()
-    info = {"enabled": True, "instance": "one", "endpoint": pub.endpoint,
-            "replay_endpoint": pub.replay_endpoint, "topic": "kv", "block_size": 16,
-            "hash": {"algo": "sha256", "model_id": "m"}, "max_model_len": 4096,
-            "model_names": ["m"], "chat_template": ENDLESS}
+    info = replica_info(pub, ENDLESS)
     caplog.set_level(logging.WARNING, "kvpool.router")
     try:
         async with apps_served(replica(info)) as (rep,):
@@ -93,10 +98,7 @@ IN_C = ("{% if (messages|length + 9) ** 10000000 > 0 %}{% endif %}"
 @pytest.mark.timeout(90)
 async def test_a_template_stuck_in_one_c_call_is_refused_said_once(caplog):
     pub = publisher()
-    info = {"enabled": True, "instance": "one", "endpoint": pub.endpoint,
-            "replay_endpoint": pub.replay_endpoint, "topic": "kv", "block_size": 16,
-            "hash": {"algo": "sha256", "model_id": "m"}, "max_model_len": 4096,
-            "model_names": ["m"], "chat_template": IN_C}
+    info = replica_info(pub, IN_C)
     caplog.set_level(logging.WARNING, "kvpool.router")
     try:
         async with apps_served(replica(info)) as (rep,):

@@ -153,3 +153,14 @@ def ref_logprobs(hf, ids: list[int]) -> torch.Tensor:
     """transformers' float32 log_softmax at every position of ``ids`` (the logprob oracle)."""
     with torch.no_grad():
         return torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
+
+
+def assert_prompt_logprobs_match(model: LlamaModel, hf, ids: list[int]) -> None:
+    """``model``'s prompt logprobs over ``ids`` (one prefill into a fresh pool of 8-token
+    blocks) equal transformers' (``ref_logprobs``) within float32's noise."""
+    kv = allocate_kv_cache(16, model.config, 8, torch.float32, "cpu")
+    blocks = list(range(-(-len(ids) // 8)))
+    _, (rows,) = model.forward_with_prompt_logits(PagedBatch([SeqChunk(ids, 0, blocks)]), kv,
+                                                  [0])
+    torch.testing.assert_close(torch.log_softmax(rows.float(), dim=-1), ref_logprobs(hf, ids),
+                               atol=1e-4, rtol=1e-4)

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from kvpool.runtime.engine.core import EngineCore
-from kvpool.runtime.model import (ModelConfig, ModelConfigError, PagedBatch, SeqChunk,
-                                  allocate_kv_cache, load_model, load_tokenizer)
+from kvpool.runtime.model import ModelConfig, ModelConfigError, load_model, load_tokenizer
 from kvpool.runtime.model.fingerprint import weights_fingerprint
 from tests.configs import engine_config
-from tests.runtime.model.helpers import (SENTENCES, PagedGreedyRunner, hf_greedy, ref_logprobs,
+from tests.runtime.model.helpers import (SENTENCES, PagedGreedyRunner,
+                                         assert_prompt_logprobs_match, hf_greedy, ref_logprobs,
                                          save_hf_model)
 
 ORIGINAL, MAX_POS, NEW_TOKENS = 32, 128, 8
@@ -87,12 +87,7 @@ def test_prompt_logprobs_match_transformers(checkpoints, partial, which, context
     d, hf, prompts, ref = checkpoints[partial]
     model = _model(d, context)
     ids = list(prompts[which]) + ref[which]
-    kv = allocate_kv_cache(16, model.config, 8, torch.float32, "cpu")
-    blocks = list(range(-(-len(ids) // 8)))
-    _, (rows,) = model.forward_with_prompt_logits(PagedBatch([SeqChunk(ids, 0, blocks)]), kv,
-                                                  [0])
-    torch.testing.assert_close(torch.log_softmax(rows.float(), dim=-1), ref_logprobs(hf, ids),
-                               atol=1e-4, rtol=1e-4)
+    assert_prompt_logprobs_match(model, hf, ids)
 
 
 @pytest.mark.parametrize("partial", sorted(FREQS))

@@ -11,10 +11,9 @@ import shutil
 import pytest
 import torch
 
-from kvpool.runtime.model import (PagedBatch, SeqChunk, allocate_kv_cache, load_model,
-                                  load_tokenizer)
-from tests.runtime.model.helpers import (SENTENCES, PagedGreedyRunner, hf_greedy, ref_logprobs,
-                                         save_hf_model)
+from kvpool.runtime.model import load_model, load_tokenizer
+from tests.runtime.model.helpers import (SENTENCES, PagedGreedyRunner,
+                                         assert_prompt_logprobs_match, hf_greedy, save_hf_model)
 
 NEW_TOKENS = 6
 # factor -> (config overrides, the rotary_dim transformers derives): 0.5 of head_dim 16, and
@@ -76,12 +75,7 @@ def test_prompt_logprobs_match_transformers(checkpoints, factor, layout):
     d, hf, prompts, ref = checkpoints[factor, layout]
     model = load_model(d)
     ids = list(prompts[-1]) + ref[-1]
-    kv = allocate_kv_cache(16, model.config, 8, torch.float32, "cpu")
-    blocks = list(range(-(-len(ids) // 8)))
-    _, (rows,) = model.forward_with_prompt_logits(PagedBatch([SeqChunk(ids, 0, blocks)]), kv,
-                                                  [0])
-    torch.testing.assert_close(torch.log_softmax(rows.float(), dim=-1), ref_logprobs(hf, ids),
-                               atol=1e-4, rtol=1e-4)
+    assert_prompt_logprobs_match(model, hf, ids)
 
 
 def test_full_rotary_keeps_the_unsliced_rope(checkpoints):
