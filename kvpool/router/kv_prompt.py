@@ -149,7 +149,9 @@ class PromptKeys:
                    else self.parser.parse_completion(body))
         except TemplateRefused:  # the template's fault: kv_render.py says it, once
             raise
-        except Exception:  # noqa: BLE001 - the replica will refuse it with the right error
+        except Exception as exc:  # noqa: BLE001 - the replica will refuse it with the right error
+            if isinstance(exc.__context__ or exc, MemoryError):  # the template's fault too,
+                raise MemoryError(str(exc)) from exc  # at NOTE(render-process)'s limit
             return None
         if req.params.prompt_logprobs is not None:  # it reads no cache: no hit on any replica
             return [], req.cache_salt  # (NOTE(prompt-logprobs) in kvpool/runtime/engine)

@@ -1,49 +1,45 @@
-"""RenderGuard: a chat prompt's keys computed off the event loop, within a time budget.
+"""RenderGuard: a chat prompt's keys computed in a child process, within a time budget.
 
 NOTE(render-budget): to hash a chat prompt the router renders the chat template its replicas
 name in their kv_events info (or their model directory's: kv_prompt.py NOTE(agreement)), a
 program a replica supplies. Rendered on the event loop, one costly template froze every stream
 and /health the router served for as long as it ran (nested ``range()`` loops: 10.5 s, or for
-good). So a chat prompt's keys (template, tokenizer, hashing) are computed on one worker thread,
-each within RENDER_BUDGET seconds plus RENDER_PER_MIB per MiB of body; a template renders a
-short chat in about a millisecond, 64 KiB of messages in ~62 ms on a 2-core box, so the budget
-is far above a real render and a loaded box does not trip it. Past the budget:
+good); on a thread, one spending its time in a single C call (``list.count`` over large lists,
+``|sum`` over big integers) still held the GIL for 6-23 s past a 0.5 s budget. So a chat
+prompt's keys (template, tokenizer, hashing) are computed in one worker process
+(render_worker.py NOTE(render-process)), one render at a time, each within RENDER_BUDGET
+seconds plus RENDER_PER_MIB per MiB of body; a template renders a short chat in about a
+millisecond, 64 KiB of messages in ~62 ms on a 2-core box, so the budget is far above a real
+render and a loaded box does not trip it. The hop to the process adds about half a
+millisecond per chat (docs/kv_events.md). Past the budget:
 
 - that request is scored without that spec's keys: its replicas score 0 hits, so it is placed
   by load and the other replicas' hits, as a replica whose template is unknown (kv_routing.py);
 - the spec is marked ``overran``: its chats are not rendered again until the replicas' info
   changes (a new spec), which is said once, naming the replicas and the fix;
-- the render is stopped: RenderOverran is raised in its thread (CPython's
-  ``PyThreadState_SetAsyncExc``, delivered at the next bytecode: a Jinja render is Python) and
-  the worker is replaced, so the renders queued behind it do not wait (they are scored without
-  their keys, once);
-- until that thread has ended (one stuck in C code does not see the exception) no chat of its
-  replicas is rendered, whatever spec they publish next: at most one render in flight per
-  replica's template, never a pile of stuck threads.
+- the process is killed (SIGKILL by pid: C code stops too) and the renders queued behind it
+  are scored without their keys, once; the next chat starts a fresh process.
 
-A render that raises (a bug: a body the parser refuses is not one, it asks the lookups as
-before) is scored without its keys too, for that request only. So is one the template sandbox
-stops (kvpool/server/template_sandbox.py NOTE(template-cost)): an operation that would build a
-huge integer or text (``x ** 10000000``, ``'x' * 10**9``) runs in one C call that holds the
-GIL, so neither this budget's timer nor RenderOverran could stop it; the sandbox refuses it
-before it runs, said once per spec with the fix.
+A render that fails (a bug, or MemoryError at the process's address-space limit, RENDER_MEMORY:
+a template building GBs) is scored without its keys, for that request only; so is one the
+template sandbox stops (kvpool/server/template_sandbox.py NOTE(template-cost)), said once per
+spec with the fix. A body the parser refuses is not a failure: it asks the lookups as before.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
+import collections
+import itertools
 import logging
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from kvpool.router.kv_prompt import PromptKeys
-from kvpool.server.template_sandbox import TemplateRefused
+from kvpool.router.render_worker import BEGAN, DONE, REFUSED, RENDER_MEMORY, RenderWorker
 
-__all__ = ["RENDER_BUDGET", "RENDER_PER_MIB", "SKIPPED", "RenderGuard", "RenderOverran"]
+__all__ = ["RENDER_BUDGET", "RENDER_MEMORY", "RENDER_PER_MIB", "SKIPPED", "RenderGuard"]
 
 log = logging.getLogger("kvpool.router")
 RENDER_BUDGET = 0.2  # seconds one chat render may take here (NOTE(render-budget)) ...
@@ -51,96 +47,147 @@ RENDER_PER_MIB = 2.0  # ... plus these per MiB of request body (a long chat rend
 SKIPPED = "skipped"  # what ``RenderGuard.keys`` answers for a chat scored without its keys
 
 
-class RenderOverran(BaseException):
-    """Raised in a render's thread to stop it (NOTE(render-budget)); a BaseException, so the
-    parser's ``except Exception`` does not swallow it."""
-
-
 class _Render:
-    """One chat render: what the loop needs to answer it, time it and stop it."""
+    """One chat render: what the loop needs to send it, answer it and time it."""
 
-    def __init__(self, keys: PromptKeys, urls: Sequence[str], budget: float,
+    def __init__(self, rid: int, keys: PromptKeys, body: dict,
+                 headers: Sequence[tuple[str, str]], urls: Sequence[str], budget: float,
                  answer: asyncio.Future) -> None:
-        self.keys, self.urls, self.budget, self.answer = keys, tuple(urls), budget, answer
-        self.work: Future | None = None
-        self.thread: int | None = None  # the worker's ident, once it started
+        self.rid, self.keys, self.body, self.headers = rid, keys, body, headers
+        self.urls, self.budget, self.answer = tuple(urls), budget, answer
         self.timer: asyncio.TimerHandle | None = None
 
 
 class RenderGuard:
-    """The chat renders of EventRouting: one worker thread, a budget each."""
+    """The chat renders of EventRouting: one worker process, a budget each."""
 
-    def __init__(self, budget: float = RENDER_BUDGET) -> None:
-        """``budget``: seconds a render of a small body may take (RENDER_BUDGET)."""
-        self.budget = budget
-        self.started = 0  # renders begun on the worker (monotonic)
+    def __init__(self, budget: float = RENDER_BUDGET, memory: int = RENDER_MEMORY) -> None:
+        """``budget``: seconds a render of a small body may take (RENDER_BUDGET); ``memory``:
+        bytes of address space a render may add in the process (RENDER_MEMORY)."""
+        self.budget, self.memory = budget, memory
+        self.started = 0  # renders begun in the worker (monotonic)
         self.overruns = 0  # renders stopped past their budget (monotonic)
         self.skipped = 0  # chats scored without a spec's keys (monotonic)
-        self._pool = _worker()
-        self._stuck: dict[str, Future] = {}  # replica URL -> its overran render, until it ends
+        self._worker: RenderWorker | None = None
+        self._starting: asyncio.Task | None = None
+        self._killed: list[RenderWorker] = []  # until their process is gone
+        self._queue: collections.deque[_Render] = collections.deque()
+        self._current: _Render | None = None  # the one in the worker
+        self._ids = itertools.count()
+        self._spec_ids: weakref.WeakKeyDictionary[PromptKeys, int] = weakref.WeakKeyDictionary()
         self._failure_said = False
+        self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's pid, None while none runs."""
+        return None if self._worker is None else self._worker.proc.pid
 
     @property
     def stuck(self) -> int:
-        """Overran renders whose thread has not ended yet."""
-        return len({id(f) for f in self._stuck.values() if not f.done()})
-
-    def _blocked(self, keys: PromptKeys, urls: Sequence[str]) -> bool:
-        return keys.overran or any((f := self._stuck.get(u)) is not None and not f.done()
-                                   for u in urls)
+        """Killed worker processes not gone yet."""
+        self._killed = [w for w in self._killed if w.alive()]
+        return len(self._killed)
 
     async def keys(self, keys: PromptKeys, body: dict, headers: Sequence[tuple[str, str]],
                    size: int, urls: Sequence[str]) -> Any:
-        """``keys.keys(body, headers)`` computed on the worker, or SKIPPED: past the budget,
-        failed, or not tried (``urls``, the replicas of ``keys``' spec, have a render stuck;
-        the spec overran before). ``size``: the body's bytes."""
-        if self._blocked(keys, urls):
+        """``keys.keys(body, headers)`` computed in the worker, or SKIPPED: past the budget,
+        failed, or not tried (``keys``' spec overran before). ``size``: the body's bytes;
+        ``urls``: the replicas of ``keys``' spec (named in the warnings)."""
+        if keys.overran:
             self.skipped += 1
             return SKIPPED
-        loop = asyncio.get_running_loop()
-        r = _Render(keys, urls, self.budget + RENDER_PER_MIB * size / (1 << 20),
-                    loop.create_future())
-        r.work = self._pool.submit(self._run, loop, r, body, headers)
-        r.work.add_done_callback(lambda _: _soon(loop, self._ended, r))
+        r = _Render(next(self._ids), keys, body, headers, urls,
+                    self.budget + RENDER_PER_MIB * size / (1 << 20),
+                    asyncio.get_running_loop().create_future())
+        self._queue.append(r)
+        self._next()
         got = await r.answer
         if got is SKIPPED:
             self.skipped += 1
         return got
 
-    def _run(self, loop: asyncio.AbstractEventLoop, r: _Render, body: dict,
-             headers: Sequence[tuple[str, str]]) -> Any:
-        """On the worker: the render, its start told to the loop (its budget starts then, so
-        a render queued behind another is not charged for the wait)."""
-        r.thread = threading.get_ident()
-        _soon(loop, self._began, r)
-        return r.keys.keys(body, headers)
+    def _next(self) -> None:
+        """Send the next queued render, once the worker is free (started lazily, off the loop:
+        the forkserver's first start imports torch)."""
+        while self._current is None and self._queue:
+            if self._worker is None:
+                if self._starting is None:
+                    self._starting = asyncio.create_task(self._start(), name="router-render")
+                return
+            r = self._queue.popleft()
+            if r.answer.done():  # its request went away while queued
+                continue
+            sid = self._spec_ids.setdefault(r.keys, next(self._ids))
+            try:
+                began = self._worker.send(r.rid, sid, r.keys, r.body, r.headers)
+            except (OSError, ValueError) as exc:  # the process died: a fresh one next
+                self._stop_worker()
+                self._failed(r, exc)
+                continue
+            self._current = r
+            if began:
+                self._began(r)
+
+    async def _start(self) -> None:
+        try:
+            worker = await asyncio.to_thread(RenderWorker, self.memory)
+        except Exception as exc:  # noqa: BLE001 - no process: every chat placed without keys
+            for r in self._drain():
+                self._failed(r, exc)
+        else:
+            if self._closed:  # the router closed while it started
+                worker.kill()
+                return
+            self._worker = worker
+            worker.listen(self._answered)
+        finally:
+            self._starting = None
+        self._next()
 
     def _began(self, r: _Render) -> None:
         self.started += 1
-        if r.work is not None and not r.work.done():
-            r.timer = asyncio.get_running_loop().call_later(r.budget, self._overdue, r)
+        r.timer = asyncio.get_running_loop().call_later(r.budget, self._overdue, r)
 
-    def _ended(self, r: _Render) -> None:
-        """The render's thread let go of it: answer the request (unless the budget did) and
-        free its replicas."""
+    def _answered(self, got: Any) -> None:
+        """The worker's answer ``(rid, kind, value)``, or None: it is gone (died, not
+        killed by us: the render in it fails)."""
+        r = self._current
+        if got is None:
+            self._stop_worker()
+            if r is not None:
+                self._failed(r, RuntimeError("the render process ended"))
+            self._next()
+            return
+        rid, kind, value = got
+        if r is None or rid != r.rid:
+            return
+        if kind == BEGAN:
+            self._began(r)
+            return
+        self._current = None
+        if kind == DONE:
+            self._finish(r, value)
+        elif kind == REFUSED:
+            self._refused(r, value)
+        else:
+            self._failed(r, value)
+        self._next()
+
+    def _finish(self, r: _Render, got: Any) -> None:
         if r.timer is not None:
             r.timer.cancel()
-        for url in r.urls:
-            if self._stuck.get(url) is r.work:
-                del self._stuck[url]
-        if r.answer.done() or r.work is None:
-            return
-        exc = None if r.work.cancelled() else r.work.exception()
-        if isinstance(exc, TemplateRefused):
-            self._refused(r, exc)
-        elif exc is not None and not isinstance(exc, RenderOverran) and not self._failure_said:
-            self._failure_said = True  # a bug: said once, not per chat
-            log.warning("router: computing a chat prompt's KV keys failed (%r): such chats are "
-                        "placed without them", exc)
-        ok = not r.work.cancelled() and exc is None
-        r.answer.set_result(r.work.result() if ok else SKIPPED)
+        if not r.answer.done():
+            r.answer.set_result(got)
 
-    def _refused(self, r: _Render, exc: TemplateRefused) -> None:
+    def _failed(self, r: _Render, exc: Any) -> None:
+        if not self._failure_said:
+            self._failure_said = True  # a bug or a memory bomb: said once, not per chat
+            log.warning("router: computing a chat prompt's KV keys failed (%s): such chats are "
+                        "placed without them", exc)
+        self._finish(r, SKIPPED)
+
+    def _refused(self, r: _Render, why: str) -> None:
         """NOTE(render-budget): the sandbox stopped the template (template_sandbox.py
         NOTE(template-cost)): that chat is placed without its keys, said once per spec; the
         template still renders the chats it does not stop."""
@@ -149,16 +196,15 @@ class RenderGuard:
             log.warning("router: the chat template of replica(s) %s was stopped rendering a "
                         "prompt here (%s), so such chats are placed without it (by load and "
                         "the other replicas' hits); fix the template they serve "
-                        "(--chat-template or the model directory's)", ", ".join(r.urls), exc)
+                        "(--chat-template or the model directory's)", ", ".join(r.urls), why)
+        self._finish(r, SKIPPED)
 
     def _overdue(self, r: _Render) -> None:
-        """NOTE(render-budget): ``r`` ran past its budget: stop it, never run its template
-        again for these replicas, answer its request without its keys."""
-        if r.work is None or r.work.done():
-            return  # it ended meanwhile: ``_ended`` answers
-        old, self._pool = self._pool, _worker()
-        old.shutdown(wait=False, cancel_futures=True)  # those queued: without their keys
-        _stop(r.thread)  # after: what it lands in, if not ``r``'s render, is abandoned too
+        """NOTE(render-budget): ``r`` ran past its budget: kill the process, never run its
+        template again for these replicas, answer it and those queued without their keys."""
+        if r is not self._current:
+            return  # it ended meanwhile
+        self._stop_worker()
         self.overruns += 1
         if not r.keys.overran:
             r.keys.overran = True
@@ -168,28 +214,23 @@ class RenderGuard:
                         "changes; fix the template they serve (--chat-template or the model "
                         "directory's): it loops too long for a chat", ", ".join(r.urls),
                         r.budget)
-        for url in r.urls:
-            self._stuck[url] = r.work
-        if not r.answer.done():
-            r.answer.set_result(SKIPPED)
+        for q in [r, *self._drain()]:
+            self._finish(q, SKIPPED)
+
+    def _drain(self) -> list[_Render]:
+        out = list(self._queue)
+        self._queue.clear()
+        return out
+
+    def _stop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+            self._killed.append(self._worker)
+        self._worker, self._current = None, None
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _worker() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(1, thread_name_prefix="router-render")
-
-
-def _soon(loop: asyncio.AbstractEventLoop, fn: Callable[[_Render], None], r: _Render) -> None:
-    """``fn(r)`` on ``loop``, from any thread; nothing once the loop closed (the router's
-    shutdown)."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(fn, r)
-
-
-def _stop(thread: int | None) -> None:
-    """NOTE(render-budget): RenderOverran in ``thread`` at its next bytecode."""
-    if thread is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
-                                                   ctypes.py_object(RenderOverran))
+        """The router closes: the process stopped by pid, what waits answered without keys."""
+        current, self._closed = self._current, True
+        self._stop_worker()
+        for r in [*([current] if current else []), *self._drain()]:
+            self._finish(r, SKIPPED)

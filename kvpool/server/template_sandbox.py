@@ -23,6 +23,15 @@ A refusal is Jinja's SecurityError, which chat_template.py raises as TemplateRef
 other sandbox refusal too): the server answers it as any template error (a 400
 ``chat_template_error``); the router places that chat without the template's keys and says so
 once (kvpool/router/kv_render.py).
+
+What this does not do: bound every C call. A template written to hurt still finds operations
+whose cost is not in their arguments (``''.replace('', s)``, ``|join``, ``|tojson(indent=n)``,
+``list.count`` over two large lists, ``|sum`` over large values): seconds of CPU or a GB, in
+one call. The sandbox is a guard against a costly template by mistake, not a boundary against
+its author: only templates the operator trusts belong in a server (the model directory's,
+``--chat-template``; a request's own only with ``--trust-request-chat-template``, whose help
+says the server runs it, as vLLM's does), and the router renders its replicas' templates in a
+process it can kill (kv_render.py NOTE(render-budget)).
 """
 
 from __future__ import annotations

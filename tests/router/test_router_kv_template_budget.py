@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from kvpool.router.kv_prompt import PromptKeys
 from kvpool.router.kv_routing import EventRouting
 from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
@@ -115,5 +117,69 @@ async def test_a_template_stuck_in_one_c_call_is_refused_said_once(caplog):
                 assert events.renders.overruns == 0 and not events.keys.overran
         said = [m for m in caplog.messages if "was stopped" in m and rep in m]
         assert len(said) == 1 and "NOTE(template-cost)" in said[0], caplog.messages
+    finally:
+        pub.close()
+
+
+# 10^11 element compares inside one list.count call (a minute here; the probe's ×10000 froze
+# the router 6.4 s): it holds the GIL, so a render thread could neither be timed nor stopped;
+# the render process is killed by pid (kv_render.py NOTE(render-budget))
+ONE_C_CALL = ("{% set a = [0] * 1000000 %}{% set b = [0] * 999999 + [1] %}"
+              "{{ ([a] * 100000).count(b) }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+# a Python-level loop holding 8 MB lists: 800 MB, past the process's address-space limit
+MEMORY_BOMB = ("{% set ns = namespace(l=[]) %}{% for i in range(100) %}"
+               "{% set ns.l = ns.l + [[i] * 1000000] %}{% endfor %}"
+               "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+
+
+@pytest.mark.timeout(90)
+async def test_a_template_in_one_c_call_is_killed_with_its_process(caplog):
+    pub = publisher()
+    caplog.set_level(logging.WARNING, "kvpool.router")
+    try:
+        async with apps_served(replica(replica_info(pub, ONE_C_CALL))) as (rep,):
+            rs = ReplicaSet([rep], interval=0.2)
+            events = EventRouting(rs, refresh_interval=0.1, render_budget=0.2)
+            async with served(Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events)
+                              ) as url, aiohttp.ClientSession() as s:
+                assert await _post(s, url) == 200  # by lookup: it starts the parser's load
+                await until(lambda: events.keys is not None and events.keys.parser is not None,
+                            "the router's parser")
+                chat = asyncio.create_task(_post(s, url))
+                await until(lambda: events.renders.started == 1, "the render to start")
+                # the loop answers while the C call runs (bounded: no hang if it does not)
+                async with asyncio.timeout(10), s.get(url + "/health") as h:
+                    assert h.status == 200
+                pid = events.renders.pid
+                assert await chat == 200  # placed without the template's keys, by load
+                assert events.renders.overruns == 1 and events.keys.overran
+                await until(lambda: events.renders.stuck == 0, "the process to be killed")
+                with pytest.raises(ProcessLookupError):
+                    os.kill(pid, 0)
+                fresh = PromptKeys(replica_info(pub, "{{ messages[0]['content'] }}"))
+                got = await events.renders.keys(fresh, CHAT, [], 0, [rep])  # a new process
+                assert isinstance(got, tuple) and events.renders.pid not in (None, pid)
+    finally:
+        pub.close()
+
+
+@pytest.mark.timeout(90)
+async def test_a_template_building_too_much_fails_at_the_memory_limit(caplog):
+    pub = publisher()
+    caplog.set_level(logging.WARNING, "kvpool.router")
+    try:
+        async with apps_served(replica(replica_info(pub, MEMORY_BOMB))) as (rep,):
+            rs = ReplicaSet([rep], interval=0.2)
+            events = EventRouting(rs, refresh_interval=0.1, render_budget=10.0)
+            events.renders.memory = 256 << 20  # RLIMIT_AS: 256 MiB above the process's own
+            async with served(Router(rs, lookup_timeout=LOOKUP_TIMEOUT, kv_events=events)
+                              ) as url, aiohttp.ClientSession() as s:
+                assert await _post(s, url) == 200  # by lookup: it starts the parser's load
+                await until(lambda: events.keys is not None and events.keys.parser is not None,
+                            "the router's parser")
+                assert await _post(s, url) == 200  # placed without the template's keys
+                assert events.renders.skipped == 1 and events.renders.overruns == 0
+        said = [m for m in caplog.messages if "failed" in m]
+        assert len(said) == 1 and "MemoryError" in said[0], caplog.messages
     finally:
         pub.close()
