@@ -89,6 +89,12 @@ class RenderGuard:
         self._killed = [w for w in self._killed if w.alive()]
         return len(self._killed)
 
+    def warm(self) -> None:
+        """Start the worker ahead of the first chat (the forkserver's first start imports the
+        tokenizer's modules: ~1.5 s a chat would otherwise wait); once running, nothing."""
+        if self._worker is None and self._starting is None and not self._closed:
+            self._starting = asyncio.create_task(self._start(), name="router-render")
+
     async def keys(self, keys: PromptKeys, body: dict, headers: Sequence[tuple[str, str]],
                    size: int, urls: Sequence[str]) -> Any:
         """``keys.keys(body, headers)`` computed in the worker, or SKIPPED: past the budget,
@@ -112,8 +118,7 @@ class RenderGuard:
         the forkserver's first start imports torch)."""
         while self._current is None and self._queue:
             if self._worker is None:
-                if self._starting is None:
-                    self._starting = asyncio.create_task(self._start(), name="router-render")
+                self.warm()
                 return
             r = self._queue.popleft()
             if r.answer.done():  # its request went away while queued

@@ -223,6 +223,8 @@ class EventRouting:
                             "router runs (tried again every %.0f s)", exc, RELOAD_AFTER)
         if keys.parser is None:  # failed, or not readable here (load_parser said so): again later
             asyncio.get_running_loop().call_later(RELOAD_AFTER, _reload, keys)
+        else:  # chats may come now: their render process ready before the first waits on it
+            self.renders.warm()
 
     async def _keys(self, keys: PromptKeys, spec: str, body: dict | None,
                     headers: list[tuple[str, str]], size: int) -> Any:

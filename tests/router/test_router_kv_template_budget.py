@@ -75,6 +75,8 @@ async def test_an_endless_template_neither_freezes_the_router_nor_runs_twice(cap
                 assert await _post(s, url) == 200  # by lookup: it starts the parser's load
                 await until(lambda: events.keys is not None and events.keys.parser is not None,
                             "the router's parser")
+                # warmed with the parser, before any chat waits on it (it did at the first)
+                await until(lambda: events.renders.pid is not None, "the render process")
                 chat = asyncio.create_task(_post(s, url))
                 await until(lambda: events.renders.started == 1, "the render to start")
                 async with s.get(url + "/health") as h:
@@ -145,6 +147,8 @@ async def test_a_template_in_one_c_call_is_killed_with_its_process(caplog):
                 assert await _post(s, url) == 200  # by lookup: it starts the parser's load
                 await until(lambda: events.keys is not None and events.keys.parser is not None,
                             "the router's parser")
+                # warmed with the parser, before any chat waits on it (it did at the first)
+                await until(lambda: events.renders.pid is not None, "the render process")
                 chat = asyncio.create_task(_post(s, url))
                 await until(lambda: events.renders.started == 1, "the render to start")
                 # the loop answers while the C call runs (bounded: no hang if it does not)
