@@ -27,7 +27,7 @@ from kvpool.runtime.engine.async_engine import AsyncEngine
 from kvpool.runtime.engine.config import EngineConfig
 from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput
 from kvpool.server.app import ROUTES_KEY, build_app
-from kvpool.server.chunk_view import sse_event
+from kvpool.server.sse import sse_event
 from kvpool.server.responses import ResponseBuilder
 
 WORDS = ("The", " weather", " in", " Paris", " is", " <", "mild", " today", ".")

@@ -23,19 +23,18 @@ NOTE(no-topology): what the client reads names no replica: the URLs are internal
 
 from __future__ import annotations
 
-import json
 import re
 
 from kvpool.router.response_ids import events_end
 from kvpool.server.anthropic_errors import anthropic_error_event, messages_path
 from kvpool.server.middleware import error_body
+from kvpool.server.sse import SSE_DONE, sse_event
 
 __all__ = ["ENDING", "MAX_PENDING", "EventCuts", "StreamEnd", "sse_error"]
 
 ENDING = "kvpool_router_stream_end"  # request key: the relay's StreamEnd (drain.py reads it)
 
 MAX_PENDING = 1 << 20  # bytes of one open SSE event held back (NOTE(event-boundary))
-_DONE = b"data: [DONE]\n\n"
 # affinity.RESPONSES_PATH, not imported: affinity.py imports upstream.py, which imports this
 _RESPONSES = "/v1/responses"
 _SEQUENCE_KEY = b'"sequence_number":'
@@ -44,8 +43,7 @@ _INT = re.compile(rb"\s*(\d+)")
 
 def sse_error(message: str, code: str) -> bytes:
     """The OpenAI error chunk and ``[DONE]`` a chat or completions stream ends with."""
-    event = json.dumps(error_body(message, "server_error", None, code), separators=(",", ":"))
-    return b"data: " + event.encode() + b"\n\n" + _DONE
+    return sse_event(error_body(message, "server_error", None, code)) + SSE_DONE
 
 
 class StreamEnd:
@@ -73,10 +71,8 @@ class StreamEnd:
         if self.kind == "messages":
             return anthropic_error_event(status, message)
         if self.kind == "responses":
-            payload = {"type": "error", "code": code, "message": message, "param": None,
-                       "sequence_number": self.sequence + 1}
-            return b"event: error\ndata: " + json.dumps(
-                payload, separators=(",", ":")).encode() + b"\n\n"
+            return sse_event({"type": "error", "code": code, "message": message,
+                              "param": None, "sequence_number": self.sequence + 1}, "error")
         return sse_error(message, code)
 
 

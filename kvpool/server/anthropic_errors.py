@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from kvpool.server.sse import sse_event
+
 __all__ = ["PREFIX", "anthropic_error", "anthropic_error_event", "anthropic_errors", "error_kind",
            "messages_path"]
 
@@ -40,8 +42,7 @@ def anthropic_error_event(status: int, message: str) -> bytes:
     """The ``event: error`` a Messages stream that fails midway ends with, as the Anthropic
     API ends one (anthropic_view.py's ``tail`` writes it for a failure), and
     ``kvpool router``'s streams cut off by a replica (router/stream_end.py)."""
-    data = json.dumps(anthropic_error(status, message), separators=(",", ":"))
-    return f"event: error\ndata: {data}\n\n".encode()
+    return sse_event(anthropic_error(status, message), "error")
 
 
 def messages_path(path: str) -> bool:

@@ -40,6 +40,7 @@ from kvpool.server.anthropic_errors import anthropic_error_event
 from kvpool.server.middleware import APIError
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_view import cache_writes
+from kvpool.server.sse import sse_event
 
 __all__ = ["MessagesView", "stop_reason"]
 
@@ -130,8 +131,7 @@ class MessagesView:
     # ---- events -------------------------------------------------------------------------------
     @staticmethod
     def _event(kind: str, **fields: Any) -> bytes:
-        data = json.dumps({"type": kind, **fields}, separators=(",", ":"))
-        return f"event: {kind}\ndata: {data}\n\n".encode()
+        return sse_event({"type": kind, **fields}, kind)
 
     def head(self) -> bytes:
         b = self.builder

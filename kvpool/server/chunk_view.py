@@ -4,22 +4,16 @@ chunk, ``[DONE]`` at the end, and :class:`ChunkView`, the answer a ResponseBuild
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kvpool.server.middleware import APIError
 from kvpool.server.responses import ResponseBuilder
+from kvpool.server.sse import SSE_DONE, sse_event
 
-__all__ = ["SSE_DONE", "SSE_HEADERS", "ChunkView", "sse_event"]
+__all__ = ["SSE_HEADERS", "ChunkView"]
 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
-SSE_DONE = b"data: [DONE]\n\n"
-
-
-def sse_event(payload: dict[str, Any]) -> bytes:
-    """One server-sent event carrying a JSON object."""
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 class ChunkView:

@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kvpool.server.chunk_view import sse_event
+from kvpool.server.sse import sse_event
 from kvpool.server.json_answer import INLINE_WEIGHT, SLICE_WEIGHT, weight
 from kvpool.server.logprob_format import JoinedList
 

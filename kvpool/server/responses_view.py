@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvpool.server.middleware import APIError
-from kvpool.server.chunk_view import sse_event
+from kvpool.server.sse import sse_event
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_custom import decode_input, decode_input_prefix
 from kvpool.server.responses_input import ResponsesInput
@@ -226,7 +226,7 @@ class ResponsesView:
     def _event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, **fields, "sequence_number": self.sequence}
         self.sequence += 1
-        return f"event: {kind}\n".encode() + sse_event(payload)
+        return sse_event(payload, kind)
 
     def _at(self, k: int) -> dict[str, Any]:
         return {"item_id": self.items[k].item["id"], "output_index": k, "content_index": 0}

@@ -16,7 +16,7 @@ import aiohttp
 from kvpool.runtime.model import TokenLogprob
 from kvpool.runtime.model.tiny import build_tiny_model
 from kvpool.server.app import ROUTES_KEY
-from kvpool.server.chunk_view import sse_event
+from kvpool.server.sse import sse_event
 from kvpool.server.first_events import EventEncoder
 from kvpool.server.logprob_format import LogprobFormatter, joined_logprobs
 
