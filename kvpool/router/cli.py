@@ -236,9 +236,9 @@ def build_router(args: argparse.Namespace) -> Router:
                   membership=membership, kv_events=events, cors=cors,
                   affinity=ResponseAffinity(tenant_header=args.tenant_header, keyed=bool(key)),
                   health_tokens=[t for t in (token, key) if t],  # proxy.py NOTE(health-view)
-                  max_retries=args.max_retries, upstream_keepalive=args.upstream_keepalive)
-    # the replica's flag, every route's body (NOTE(slow-body)); kvpool epp has none
-    router.bodies.body_timeout = getattr(args, "body_timeout", DEFAULT_BODY_TIMEOUT)
+                  max_retries=args.max_retries, upstream_keepalive=args.upstream_keepalive,
+                  # the replica's flag, every route's body (NOTE(slow-body)); kvpool epp has none
+                  body_timeout=getattr(args, "body_timeout", DEFAULT_BODY_TIMEOUT))
     return router
 
 

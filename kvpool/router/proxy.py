@@ -83,7 +83,7 @@ from prometheus_client import generate_latest
 
 from kvpool.router.affinity import PREVIOUS, RESPONSES_PATH, HolderDown, ResponseAffinity
 from kvpool.router.kv_routing import EventRouting
-from kvpool.router.lookups import LOOKUP_PATH, ask_lookup
+from kvpool.router.lookups import ask_lookup
 from kvpool.router.membership import Membership, bearer, carries_token
 from kvpool.router.operator_routes import is_operator_route
 from kvpool.router.outliers import OutlierDetection
@@ -98,13 +98,11 @@ from kvpool.router.wire import CONNECT_TIMEOUT, UpstreamPool
 from kvpool.server.connections import DEFAULT_STREAM_WRITE_TIMEOUT
 from kvpool.server.cors import CorsPolicy
 from kvpool.server.expect import readable_expectations
-from kvpool.server.json_body import DEFAULT_MAX_BODY_BYTES
+from kvpool.server.json_body import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES
 from kvpool.server.anthropic_errors import anthropic_errors
 from kvpool.server.middleware import error_middleware, json_errors
 
-# LOOKUP_PATH: lookups.py's, named here as it was before it moved there (its users import it)
-__all__ = ["DEFAULT_MAX_RETRIES", "LOOKUP_PATH", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE",
-           "Router"]
+__all__ = ["DEFAULT_MAX_RETRIES", "POLICIES", "ROUTER_KEY", "UPSTREAM_KEEPALIVE", "Router"]
 
 log = logging.getLogger("kvpool.router")
 # NOTE(retry) (upstream.py): retries of a request the replica cannot have started. Two ride
@@ -149,7 +147,8 @@ class Router:
                  affinity: ResponseAffinity | None = None, cors: CorsPolicy | None = None,
                  health_tokens: Sequence[str] = (), max_retries: int = DEFAULT_MAX_RETRIES,
                  upstream_keepalive: float = UPSTREAM_KEEPALIVE,
-                 outliers: OutlierDetection | None = None) -> None:
+                 outliers: OutlierDetection | None = None,
+                 body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
         """``kv_events``: score prefix hits from the replicas' KV events (kv_routing.py),
         lookups only for requests it cannot score; ``affinity``: the Responses API's map
         (affinity.py; default: ``ResponseAffinity()``, 100k ids); ``cors``: the CORS policy
@@ -157,18 +156,17 @@ class Router:
         ``health_tokens``: whose bearers see the replica URLs on /health (NOTE(health-view));
         ``max_retries``: upstream.py NOTE(retry); ``upstream_keepalive``: seconds an idle
         connection to a replica may be reused (wire.py NOTE(idle)); ``outliers``: the ejection
-        of failing replicas (outliers.py NOTE(outlier); default: Envoy's values)."""
+        of failing replicas (outliers.py NOTE(outlier); default: Envoy's values);
+        ``body_timeout``: seconds every route's body may take (--body-timeout, NOTE(slow-body))."""
         _check(policy, max_body_bytes, max_retries, upstream_keepalive)
         self.max_retries, self.upstream_keepalive = max_retries, upstream_keepalive
-        self.replicas = replicas
-        self.policy = policy
-        self.guard = guard
+        self.replicas, self.policy, self.guard = replicas, policy, guard
         self.lookup_timeout = lookup_timeout  # seconds a lookup answer may take
         self.connect_timeout = connect_timeout
         self.max_body_bytes = max_body_bytes  # larger bodies get 413
         self.metrics = RouterMetrics()
         self.rr = 0  # round-robin counter for requests no replica has a hit for
-        self.bodies = BodyReader()
+        self.bodies = BodyReader(body_timeout)
         self.stream_write_timeout = DEFAULT_STREAM_WRITE_TIMEOUT  # the replica's default
         self.session: aiohttp.ClientSession | None = None  # opened with the app
         self.pool: UpstreamPool | None = None  # the proxied requests' client (wire.py)

@@ -141,15 +141,6 @@ class BodyReader:
         self._pool.body_timeout = body_timeout  # NOTE(slow-body), every route's body
 
     @property
-    def body_timeout(self) -> float:
-        """Seconds a whole request body may take to arrive (``--body-timeout``; 0: off)."""
-        return self._pool.body_timeout
-
-    @body_timeout.setter
-    def body_timeout(self, seconds: float) -> None:
-        self._pool.body_timeout = seconds
-
-    @property
     def off_loop(self) -> int:
         """Bodies checked on the worker thread so far (tests read it)."""
         return self._pool.offloaded

@@ -28,7 +28,8 @@ from kvpool.epp.listener import Server
 from kvpool.epp.metrics import MetricsPort
 from kvpool.epp.picker import Picker, endpoint_of
 from kvpool.epp.service import DESTINATION_HEADER, METADATA_NAMESPACE, EndpointPicker
-from kvpool.router.proxy import LOOKUP_PATH, Router
+from kvpool.router.lookups import LOOKUP_PATH
+from kvpool.router.proxy import Router
 from kvpool.router.replicas import ReplicaSet
 from stress.http.servers import ROOT
 from tests.epp.test_epp_buffers import until
