@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+from pathlib import Path
 
 import zmq
 import zmq.asyncio
@@ -14,46 +16,35 @@ import zmq.asyncio
 from kvpool.router.kv_endpoints import RECV_QUEUE
 from kvpool.router.kv_feed import ReplicaFeed
 from kvpool.router.replicas import Replica
+from tests.router.flood_publisher import BATCHES
 from tests.router.test_kv_feed import TOPIC, frames, info_of, pub_feed, stored  # noqa: F401
 
-BATCHES = 300  # of BATCH_BYTES each: what a flooding replica offers (75 MiB)
-BATCH_BYTES = 256 << 10
-STALLED = 0.3  # seconds a send may wait before the router counts as taking no more
+FLOOD = 20  # seconds the flooding replica may take to bind, be subscribed to and stall
 
 
-async def _sent(pub: zmq.Socket, msg: list[bytes]) -> bool:
-    """``msg`` sent within STALLED seconds (False: the subscriber took no more)."""
-    end = asyncio.get_running_loop().time() + STALLED
-    while True:
-        try:
-            pub.send_multipart(msg, zmq.NOBLOCK)
-            return True
-        except zmq.Again:
-            if asyncio.get_running_loop().time() > end:
-                return False
-            await asyncio.sleep(0.01)
+async def _line(proc: asyncio.subprocess.Process) -> int:
+    line = await asyncio.wait_for(proc.stdout.readline(), FLOOD)
+    assert line, "the flooding replica exited"
+    return int(line)
 
 
 async def test_a_replica_flooding_batches_is_held_back_not_queued_in_the_router():
-    ctx, pub_ctx = zmq.asyncio.Context(), zmq.Context()
-    pub = pub_ctx.socket(zmq.XPUB)  # NODROP: a send fails while the subscriber takes no more
-    pub.setsockopt(zmq.XPUB_NODROP, 1)
-    pub.setsockopt(zmq.SNDHWM, 1)
+    ctx = zmq.asyncio.Context()
     feed = ReplicaFeed(Replica("http://127.0.0.1:1"), ctx)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.router.flood_publisher", TOPIC.decode(),
+        stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).parents[2])
     try:
-        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        port = await _line(proc)
         feed.connect({"enabled": True, "topic": TOPIC.decode(),
                       "endpoint": f"tcp://127.0.0.1:{port}"}, read=False)  # nobody reads
-        assert pub.poll(10_000) and pub.recv() == b"\x01" + TOPIC  # subscribed
-        msg, sent = [TOPIC, b"s" * 8, b"x" * BATCH_BYTES], 0
-        while sent < BATCHES and await _sent(pub, msg):
-            sent += 1
+        sent = await _line(proc)
         # RECV_QUEUE in the router's queue, the rest in the kernel's socket buffers (a few MiB)
         assert RECV_QUEUE < sent < BATCHES
     finally:
+        proc.kill()
+        await proc.wait()
         feed.close()
-        pub.close(linger=0)
-        pub_ctx.destroy(linger=0)
         ctx.destroy(linger=0)
 
 
