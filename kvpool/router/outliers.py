@@ -8,8 +8,9 @@ prefix (or claiming to), all of that prefix's traffic, failing each request. Wha
 requests meet is the signal::
 
     CONSECUTIVE_FAILURES (5) answers in a row that are 5xx, or attempts that found no
-    connection or lost it (a 503 refusal of a full replica is back-pressure: neither a failure
-    nor a success) -> ejected: out of new picks for BASE_EJECTION (30 s) times its ejection
+    connection or lost it, an answer that broke off or went silent after its 200 among them
+    (a 503 refusal of a full replica is back-pressure: neither a failure nor a success)
+    -> ejected: out of new picks for BASE_EJECTION (30 s) times its ejection
     count, at most MAX_EJECTION (300 s); logged once (WARNING) with the replica and its last
     failure; counted in kvpool_router_replica_ejections_total{replica}
     any other answer -> the run starts again

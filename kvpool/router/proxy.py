@@ -350,8 +350,7 @@ class Router:
         for attempt, replica in enumerate(order):
             if reason is not None:
                 self.metrics.by_reason[reason if attempt == 0 else "retry"].inc()
-            out = await relay.attempt(replica)
-            self.outliers.observe(replica, out, self.replicas.healthy)  # NOTE(outlier)
+            out = await self._attempt(relay, replica)
             if not isinstance(out, Failure):
                 if attempt == 0 and reason is not None:
                     self.metrics.predicted.inc(predicted)
@@ -360,6 +359,18 @@ class Router:
             if not out.retryable(safe) or attempt >= self.max_retries:  # NOTE(retry)
                 break
         return give_up(failures, unreachable, safe)
+
+    async def _attempt(self, relay: Relay, replica: Replica) -> web.StreamResponse | Failure:
+        """One attempt, counted (NOTE(outlier)): an answer that started and then broke off
+        or went silent counts as that failure, as Envoy counts an upstream reset."""
+        try:
+            out = await relay.attempt(replica)
+        except asyncio.CancelledError:  # a large answer cut midway, or the client gone
+            if relay.broken is not None:
+                self.outliers.observe(replica, relay.broken, self.replicas.healthy)
+            raise
+        self.outliers.observe(replica, relay.broken or out, self.replicas.healthy)
+        return out
 
     async def health(self, request: web.Request) -> web.Response:
         """200 while a replica is healthy, else 503, whoever asks; the replica URLs only to

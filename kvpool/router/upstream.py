@@ -190,12 +190,13 @@ class Relay:
         self.learn = learn  # NOTE(learn)
         self.ids = StreamIds() if learn is not None else None  # one SSE answer per Relay
         self.sent = False  # this attempt's request was handed to a socket (NOTE(retry))
+        self.broken: Failure | None = None  # its answer started, then broke (NOTE(outlier))
         self.ending = StreamEnd(request.path)  # NOTE(stream-end)
         request[ENDING] = self.ending  # a drain's ending numbers on from it (drain.py)
         self.clock = RequestClock(request.app.get(REQUEST_LIMITS))  # NOTE(request-timeout)
 
     async def attempt(self, replica: Replica) -> web.StreamResponse | Failure:
-        deadline, self.sent = None, False
+        deadline, self.sent, self.broken = None, False, None
         try:
             async with self.clock.bound(), replica.lease() as deadline:
                 return await self._exchange(replica)
@@ -204,6 +205,7 @@ class Relay:
                 return await self._timed_out(replica, self.clock.said(bound))
             if deadline is None or not deadline.expired():
                 raise
+            self.broken = Failure("silent") if self.sent else None
             if self.passing:
                 self._cut(replica, "went silent")
             if self.resp is None:
@@ -290,6 +292,7 @@ class Relay:
                 if done:  # the answer was whole; only the connection's close went wrong
                     break
                 log.warning("replica %s broke off a stream: %s", replica.url, exc)
+                self.broken = Failure("failed")
                 await self._end(self.ending.error(502, f"the replica broke off the stream "
                                                   f"({type(exc).__name__})", "replica_failed"))
                 return resp
@@ -323,6 +326,7 @@ class Relay:
             try:
                 chunk = await upstream.readany()
             except OSError as exc:
+                self.broken = Failure("failed")
                 self._cut(replica, f"broke off ({exc})")
         with contextlib.suppress(ConnectionError):  # the client may be gone: nothing to tell
             await resp.write_eof()

@@ -12,10 +12,12 @@ the detector's alone (a bounded wait, no router)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from kvpool.router.outliers import OutlierDetection, failure_of
@@ -31,9 +33,10 @@ BODY = json.dumps({"prompt": "hi", "max_tokens": 1}).encode()
 RUN = 3  # failures in a row that eject
 
 
-def replica(name: str, hits: int, status: int, got: list[str]) -> web.Application:
+def replica(name: str, hits: int, status: int, got: list[str],
+            answer=None) -> web.Application:
     """/health fine; its lookup claims ``hits``; /v1/completions answers ``status`` at once,
-    recording ``name`` in ``got``."""
+    recording ``name`` in ``got`` (or ``answer`` answers it)."""
     async def health(_):
         return web.Response(body=HEALTH, content_type="application/json")
 
@@ -50,7 +53,7 @@ def replica(name: str, hits: int, status: int, got: list[str]) -> web.Applicatio
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_post("/v1/kvpool/lookup", lookup)
-    app.router.add_post("/v1/completions", complete)
+    app.router.add_post("/v1/completions", answer or complete)
     return app
 
 
@@ -84,6 +87,40 @@ async def test_a_replica_failing_fast_is_ejected(caplog):
     assert got == ["liar"] * RUN + ["good"] * 5
     assert sum(1 for rec in caplog.records if "ejected for 60 s" in rec.message
                and urls[0] in rec.message and "the last 500" in rec.message) == 1
+
+
+def breaker(got: list[str], large: bool) -> web.Application:
+    """The liar's lookup; /v1/completions starts a 200 (an SSE event, or the first 9 MiB of a
+    JSON answer: passed on as it comes) and then breaks its connection."""
+    async def complete(request):
+        got.append("breaker")
+        resp = web.StreamResponse(headers={"Content-Type": "application/json" if large
+                                           else "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'{"x": "' + b"y" * (9 << 20) if large else b'data: {"id": "c"}\n\n')
+        request.transport.abort()
+        return resp
+
+    return replica("breaker", 10 ** 9, 500, got, complete)
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["stream", "large-answer"])
+async def test_answers_broken_after_their_200_eject_the_replica(large):
+    """Before, an answer that broke off after its status line counted as a success: a replica
+    that started every answer and broke it kept drawing the traffic its lookup claimed."""
+    got: list[str] = []
+    apps = breaker(got, large), replica("good", 0, 200, got)
+    async with apps_served(*apps) as urls:
+        r = Router(ReplicaSet(urls, names=dict(zip(urls, ("breaker", "good")))),
+                   lookup_timeout=LOOKUP_TIMEOUT,
+                   outliers=OutlierDetection(consecutive=RUN, base=60.0, longest=600.0))
+        async with served(r) as url, aiohttp.ClientSession() as s:
+            for _ in range(RUN):
+                with contextlib.suppress(aiohttp.ClientPayloadError):
+                    await post(s, url)
+            assert [await post(s, url) for _ in range(2)] == [200] * 2
+            assert ejections(await metrics(s, url), "breaker") == 1
+    assert got == ["breaker"] * RUN + ["good"] * 2
 
 
 async def _readmitted(det: OutlierDetection, a: Replica, b: Replica) -> None:
