@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import re
 
+from aiohttp import web
+
 from kvpool.router.response_ids import events_end
 from kvpool.server.anthropic_errors import anthropic_error_event, messages_path
 from kvpool.server.middleware import error_body
@@ -32,7 +34,6 @@ from kvpool.server.sse import SSE_DONE, sse_event
 
 __all__ = ["ENDING", "MAX_PENDING", "EventCuts", "StreamEnd", "sse_error"]
 
-ENDING = "kvpool_router_stream_end"  # request key: the relay's StreamEnd (drain.py reads it)
 
 MAX_PENDING = 1 << 20  # bytes of one open SSE event held back (NOTE(event-boundary))
 # affinity.RESPONSES_PATH, not imported: affinity.py imports upstream.py, which imports this
@@ -74,6 +75,10 @@ class StreamEnd:
             return sse_event({"type": "error", "code": code, "message": message,
                               "param": None, "sequence_number": self.sequence + 1}, "error")
         return sse_error(message, code)
+
+
+# request key: the relay's StreamEnd (drain.py reads it)
+ENDING = web.RequestKey("kvpool_router_stream_end", StreamEnd)
 
 
 class EventCuts:
