@@ -19,7 +19,8 @@ An embedded engine (tests, benches) may still ask for more than its pool on purp
 server refuses; the engine's per-request check refuses each too-large request instead.
 
 NOTE(long-context): a --max-model-len above the model's own context (max_position_embeddings,
-stretched by a linear or dynamic RoPE factor: ModelConfig.context_length) is refused at start,
+stretched by a linear or dynamic RoPE factor; llama3, yarn and longrope configs write the scaled
+length there: ModelConfig.context_length, NOTE(rope-context)) is refused at start,
 as vLLM refuses it, unless ``$VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is 1 or true (vLLM's variable;
 then one WARNING). Positions past the trained context give a RoPE model garbage, silently;
 it was accepted without a word.
@@ -80,7 +81,8 @@ def require_within_model(max_model_len: int, context: int, environ: Mapping[str,
         return
     raise ConfigError(
         f"--max-model-len {max_model_len} is more than the model's context ({context} tokens: "
-        "max_position_embeddings in its config.json, times a linear or dynamic RoPE factor); "
+        "max_position_embeddings in its config.json, times a linear or dynamic RoPE factor; "
+        "llama3, yarn and longrope configs write the scaled length there, as vLLM reads them); "
         "positions past it were never trained, and a RoPE model gives garbage there: lower "
         f"--max-model-len to {context} or less, or set {LONG_CONTEXT_ENV}=1 to allow it, as "
         "vLLM does")

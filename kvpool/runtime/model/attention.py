@@ -251,6 +251,11 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Te
         return inv_freq
     if scaling.rope_type == "linear":
         return inv_freq / scaling.factor
+    if scaling.rope_type == "dynamic":  # one table, vLLM's: rope_config.py NOTE(dynamic-ntk)
+        length = scaling.original_max_position_embeddings
+        ratio = scaling.factor * length / (scaling.max_trained_positions or length)
+        base = theta * (ratio - (scaling.factor - 1)) ** (head_dim / (head_dim - 2))
+        return 1.0 / (base ** exponents)
     if scaling.rope_type == "yarn":
         return _yarn_inv_freq(inv_freq, head_dim, theta, scaling)
     if scaling.rope_type == "longrope":  # [2, head_dim // 2]: short, long (NOTE(longrope-regime))

@@ -123,10 +123,17 @@ class ModelConfig:
 
     @property
     def context_length(self) -> int:
-        """The longest sequence the model takes, as vLLM derives it: linear RoPE scaling
-        stretches ``max_position_embeddings`` by its factor; the others (llama3, yarn) leave
-        it as written, already the scaled length."""
-        if self.rope_scaling.rope_type == "linear":
+        """The longest sequence the model takes, as vLLM 0.33 derives it.
+
+        NOTE(rope-context): linear and dynamic RoPE stretch ``max_position_embeddings`` by
+        their factor; llama3, yarn and longrope leave it as written, already the scaled length
+        (vLLM 0.33's ``_get_and_verify_max_len`` skips their factor, as transformers'
+        ``_compute_yarn_parameters`` reads max_position_embeddings). A yarn config whose
+        max_position_embeddings is the unscaled length (Qwen2.5's recipe adds rope_scaling
+        alone) is therefore served at that length, as vLLM 0.33 serves it: raise
+        max_position_embeddings to ``original * factor``, or allow a longer --max-model-len
+        (engine/context_fit.py NOTE(long-context))."""
+        if self.rope_scaling.rope_type in ("linear", "dynamic"):
             return int(self.max_position_embeddings * self.rope_scaling.factor)
         return self.max_position_embeddings
 
@@ -200,7 +207,7 @@ class ModelConfig:
         rope: dict[str, Any] = {"rope_type": self.rope_scaling.rope_type,
                                 "rope_theta": self.rope_theta}
         if self.rope_scaling.rope_type != "default":
-            rope.update({k: v for k, v in asdict(self.rope_scaling).items() if v != ()})
+            rope.update({k: v for k, v in asdict(self.rope_scaling).items() if v not in ((), None)})
         if self.partial_rotary_factor != 1.0:
             rope["partial_rotary_factor"] = self.partial_rotary_factor
         out: dict[str, Any] = {

@@ -2,7 +2,8 @@
 each head that is rotated (``partial_rotary_factor``), from either layout transformers has used:
 
 * 4.x: top-level ``rope_theta`` and ``partial_rotary_factor`` plus an optional ``rope_scaling``
-  dict (``type`` or ``rope_type``: ``linear``, ``llama3``, ``yarn`` or ``longrope``);
+  dict (``type`` or ``rope_type``: ``linear``, ``dynamic``, ``llama3``, ``yarn`` or
+  ``longrope``);
 * 5.x: ``rope_parameters = {"rope_type": "default", "rope_theta": ...,
   "partial_rotary_factor": ...}``.
 
@@ -19,7 +20,7 @@ from .errors import ModelConfigError
 
 __all__ = ["PARTIAL_ROTARY_FAMILIES", "RopeScaling", "check_partial_rotary", "parse_rope"]
 
-_SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn", "longrope")
+_SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "dynamic", "yarn", "longrope")
 # NOTE(partial-rotary): the families whose transformers modeling code rotates only the first
 # int(head_dim * partial_rotary_factor) dimensions (Phi-3's apply_rotary_pos_emb slices them).
 # Llama, Qwen2/3, Granite and Mistral rotate the whole head whatever the key says while vLLM's
@@ -31,15 +32,19 @@ PARTIAL_ROTARY_FAMILIES = ("phi3",)
 @dataclass(frozen=True, slots=True)
 class RopeScaling:
     """RoPE frequency scaling. ``rope_type == "default"`` means none (other fields unused);
-    ``linear`` divides every frequency by ``factor``; ``llama3`` and ``yarn`` blend scaled and
-    unscaled frequencies by wavelength (kvpool/runtime/model/attention.py ``rope_inv_freq``);
-    ``longrope`` divides them by ``short_factor`` or ``long_factor`` (NOTE(longrope-regime))."""
+    ``linear`` divides every frequency by ``factor``; ``dynamic`` raises theta once
+    (NOTE(dynamic-ntk)); ``llama3`` and ``yarn`` blend scaled and unscaled frequencies by
+    wavelength (kvpool/runtime/model/attention.py ``rope_inv_freq``); ``longrope`` divides them
+    by ``short_factor`` or ``long_factor`` (NOTE(longrope-regime))."""
 
-    rope_type: str = "default"  # "default" | "llama3" | "linear" | "yarn" | "longrope"
+    rope_type: str = "default"  # "default" | "llama3" | "linear" | "dynamic" | "yarn" | "longrope"
     factor: float = 1.0  # the divisor of the scaled frequencies (longrope: context growth)
     low_freq_factor: float = 1.0  # llama3: wavelengths above orig_ctx / low_freq_factor are scaled
     high_freq_factor: float = 4.0  # llama3: wavelengths below orig_ctx / high_freq_factor are kept
-    original_max_position_embeddings: int = 8192  # llama3, yarn, longrope: pretraining length
+    # llama3, yarn, longrope: pretraining length; dynamic: max_position_embeddings, which
+    # ``factor`` stretches (vLLM's table length)
+    original_max_position_embeddings: int = 8192
+    max_trained_positions: int | None = None  # dynamic, as written (None: max_position_embeddings)
     beta_fast: float = 32.0  # yarn: rotations above which a frequency is kept
     beta_slow: float = 1.0  # yarn: rotations below which a frequency is scaled
     attention_factor: float = 1.0  # yarn, longrope: cos and sin are multiplied by it
@@ -70,24 +75,32 @@ def parse_rope(d: Mapping[str, Any], model_type: str,
                                     "Llama/Qwen/Mistral; use one flat object")
     partial = _parse_partial(d, params, key, model_type)
     theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
-    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+    type_key = "rope_type" if "rope_type" in params else "type"  # the spelling the file used
+    rope_type = params.get(type_key, "default") or "default"
     if model_type == "phi3" and rope_type in ("yarn", "su"):  # NOTE(phi3-yarn)
         rope_type = "longrope"
     if rope_type not in _SUPPORTED_ROPE_TYPES:
         raise ModelConfigError(
-            f"{key}.rope_type", f"unsupported RoPE type {rope_type!r}; supported: "
+            f"{key}.{type_key}", f"unsupported RoPE type {rope_type!r}; supported: "
             f"{list(_SUPPORTED_ROPE_TYPES)}")
+    return theta, _scaling(rope_type, params, key, d, model_type, int(head_dim * partial)), partial
+
+
+def _scaling(rope_type: str, params: Mapping[str, Any], key: str, d: Mapping[str, Any],
+             model_type: str, rotary_dim: int) -> RopeScaling:
+    """The :class:`RopeScaling` of a supported ``rope_type``, read from ``params``."""
+    max_pos = d.get("max_position_embeddings", 2048)
     if rope_type == "default":
-        scaling = RopeScaling()
-    elif rope_type == "linear":
-        scaling = RopeScaling("linear", _positive(params.get("factor"), f"{key}.factor"))
-    elif rope_type == "yarn":
-        scaling = _yarn(params, key, d.get("max_position_embeddings", 2048))
-    elif rope_type == "longrope":
-        scaling = _longrope(params, key, d, model_type, int(head_dim * partial))
-    else:
-        scaling = _llama3(params, key)
-    return theta, scaling, partial
+        return RopeScaling()
+    if rope_type == "linear":
+        return RopeScaling("linear", _positive(params.get("factor"), f"{key}.factor"))
+    if rope_type == "dynamic":
+        return _dynamic(params, key, max_pos, rotary_dim)
+    if rope_type == "yarn":
+        return _yarn(params, key, max_pos)
+    if rope_type == "longrope":
+        return _longrope(params, key, d, model_type, rotary_dim)
+    return _llama3(params, key)
 
 
 def _parse_partial(d: Mapping[str, Any], params: Mapping[str, Any], key: str,
@@ -138,6 +151,38 @@ def _llama3(params: Mapping[str, Any], key: str) -> RopeScaling:
                                "must be greater than low_freq_factor for llama3 RoPE")
     values["original_max_position_embeddings"] = int(values["original_max_position_embeddings"])
     return RopeScaling(rope_type="llama3", **values)
+
+
+def _dynamic(params: Mapping[str, Any], key: str, max_pos: Any,
+             rotary_dim: int) -> RopeScaling:
+    """Dynamic NTK RoPE as vLLM serves it (``DynamicNTKScalingRotaryEmbedding``).
+
+    NOTE(dynamic-ntk): vLLM computes one table per model, ``theta * (factor * max_pos /
+    max_trained - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))`` with ``max_pos`` the
+    checkpoint's max_position_embeddings and ``max_trained`` the rope object's
+    ``max_trained_positions`` (default max_pos: theta then stays as written), and derives a
+    context of ``max_pos * factor``. transformers instead recomputes theta from each forward
+    call's length past max_pos. So up to max_position_embeddings tokens kvpool, vLLM and
+    transformers agree (a ``max_trained_positions`` changes theta for vLLM and kvpool only);
+    past it transformers raises theta with the length, vLLM's table (max_pos rows) runs out,
+    and kvpool keeps rotating by its one table: a KV cache holds keys rotated once
+    (docs/architecture.md, "The model")."""
+    if params.get("alpha") is not None:
+        raise ModelConfigError(f"{key}.alpha", "dynamic RoPE by alpha is not supported; give "
+                                              "a factor instead")
+    factor = _positive(params.get("factor"), f"{key}.factor", "dynamic")
+    max_pos = int(_positive(max_pos, "max_position_embeddings", "dynamic"))
+    trained = params.get("max_trained_positions")
+    if trained is not None:
+        trained = int(_positive(trained, f"{key}.max_trained_positions", "dynamic"))
+    if factor * max_pos / (trained or max_pos) - (factor - 1) <= 0:
+        raise ModelConfigError(f"{key}.max_trained_positions",
+                               f"{trained} makes the NTK base negative for factor {factor}")
+    if rotary_dim <= 2:
+        raise ModelConfigError("head_dim", f"dynamic RoPE needs more than 2 rotated dimensions, "
+                                           f"got {rotary_dim}")
+    return RopeScaling("dynamic", factor, original_max_position_embeddings=max_pos,
+                       max_trained_positions=trained)
 
 
 def _yarn(params: Mapping[str, Any], key: str, max_pos: int) -> RopeScaling:

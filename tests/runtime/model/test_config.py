@@ -83,6 +83,22 @@ def test_linear_and_yarn_rope_read_as_transformers_reads_them():
                                         max_position_embeddings=512)).context_length == 512
 
 
+@pytest.mark.parametrize("model_type,max_pos", [("qwen3", 40), ("qwen2", 32)])
+def test_yarn_context_is_max_position_embeddings_as_vllm_033_reads_it(model_type, max_pos):
+    """NOTE(rope-context): Qwen3's layout (max_position_embeddings 40 past an original 32) and
+    Qwen2.5's recipe (both 32, rope_scaling added) keep max_position_embeddings, factor 4 or
+    not; linear and dynamic multiply it."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    c = ModelConfig.from_hf_dict(cfg(model_type=model_type, max_position_embeddings=max_pos,
+                                     rope_scaling=yarn))
+    assert (c.context_length, c.rope_scaling.original_max_position_embeddings) == (max_pos, 32)
+    for spelling in ("type", "rope_type"):
+        dyn = ModelConfig.from_hf_dict(cfg(model_type=model_type, max_position_embeddings=max_pos,
+                                           rope_scaling={spelling: "dynamic", "factor": 4.0}))
+        assert dyn.rope_scaling.rope_type == "dynamic" and dyn.context_length == 4 * max_pos
+        assert ModelConfig.from_hf_dict(dyn.to_hf_dict()) == dyn
+
+
 def test_families():
     q = ModelConfig.from_hf_dict(cfg(model_type="qwen2"))
     assert q.qkv_bias and not q.o_bias
@@ -127,7 +143,14 @@ def test_families():
     ({"rope_scaling": {"type": "linear"}}, "rope_scaling.factor"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "attention_factor": 0}},
      "rope_parameters.attention_factor"),
-    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_scaling.rope_type"),
+    # the unsupported type is named by the spelling the file used
+    ({"rope_scaling": {"type": "mrope", "factor": 2.0}}, "rope_scaling.type"),
+    ({"rope_scaling": {"rope_type": "ntk-made-up", "factor": 2.0}}, "rope_scaling.rope_type"),
+    ({"rope_parameters": {"type": "mrope", "rope_theta": 1e4}}, "rope_parameters.type"),
+    ({"rope_scaling": {"type": "dynamic"}}, "rope_scaling.factor"),
+    ({"rope_scaling": {"type": "dynamic", "alpha": 1000.0}}, "rope_scaling.alpha"),
+    ({"rope_scaling": {"type": "dynamic", "factor": 4.0, "max_trained_positions": 4096}},
+     "rope_scaling.max_trained_positions"),  # 4 * 2048 / 4096 - 3 < 0: a negative base
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4}}, "rope_parameters.factor"),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": -1.0}}, "rope_theta"),
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
