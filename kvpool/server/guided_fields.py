@@ -14,9 +14,8 @@ vLLM's option keys of ``structured_outputs`` are taken beside the constraint:
 ``disable_fallback`` (one backend here: nothing to fall back to), ``disable_any_whitespace``
 (JSON comes out compact either way: grammar.py NOTE(whitespace)), ``whitespace_pattern``
 (unheeded, as every vLLM 0.33 backend leaves it: listed as ignored, NOTE(so-unheeded)),
-and ``disable_additional_properties``: every schema object with ``properties`` or
-``patternProperties`` and no ``additionalProperties`` of its own is closed (false), as vLLM's
-guidance backend closes it.
+and ``disable_additional_properties`` (a bool; what it asks is the default here: every JSON
+schema, whichever field it came in, has its open objects closed, NOTE(strict-schemas)).
 
 One constraint per request: two of these is a 400, and so is a ``structured_outputs`` that
 gives none (``{}``, option keys alone, ``json_object: false``), as vLLM's
@@ -103,9 +102,9 @@ def _constraints(so: Any) -> list[tuple[str, Any]]:
     """The constraint keys ``structured_outputs`` gives, as (param, value); at least one."""
     if not isinstance(so, dict):
         raise _bad("structured_outputs", f"must be an object with one of {_KINDS}")
-    closed = _options(so)
-    given = [(f"structured_outputs.{k}", _close_text(v) if closed and k == "json" else v)
-             for k, v in so.items() if k in _OUTPUT_KEYS and v is not None]
+    _options(so)
+    given = [(f"structured_outputs.{k}", v) for k, v in so.items()
+             if k in _OUTPUT_KEYS and v is not None]
     if not given:  # vLLM: "You must use one kind of structured outputs constraint"
         raise _bad("structured_outputs", f"must give one constraint: one of {_KINDS} (the "
                    "option keys alone constrain nothing)")
@@ -116,7 +115,7 @@ def format_over_guided(body: dict[str, Any], spec: GrammarSpec) -> GrammarSpec:
     """NOTE(format-over): a ``response_format`` other than text (``spec``) beside
     ``structured_outputs`` is merged as vLLM merges them: the format takes the place of the
     constraint of its own kind (json_schema: ``json``, json_object, structural_tag) and the
-    option keys stay (``disable_additional_properties`` closes the format's schema); a
+    option keys stay (the format's schema is closed either way: NOTE(strict-schemas)); a
     constraint of another kind beside it is a 400, as vLLM's "only one kind" is. Beside a
     guided_* field (vLLM 0.33 drops those: its output is unconstrained by them) a 400 too:
     either way one constraint the client sent would go unheeded."""
@@ -128,49 +127,76 @@ def format_over_guided(body: dict[str, Any], spec: GrammarSpec) -> GrammarSpec:
         sent = legacy[0] if legacy else f"structured_outputs.{kinds[0]}"
         raise _bad("response_format", f"give one structured-output constraint: the "
                    f"{fmt['type']} response_format or {sent}, not both")
-    if kinds == ["json"] and so.get("disable_additional_properties") is True:
-        return GrammarSpec.json_schema(close_objects(fmt["json_schema"]["schema"]), spec.name)
     return spec
 
 
-def _options(so: dict[str, Any]) -> bool:
-    """Checks the option keys' types; whether objects are closed."""
+def _options(so: dict[str, Any]) -> None:
+    """Checks the option keys' types."""
     for key, kind in _OPTIONS.items():
         if so.get(key) is not None and not isinstance(so[key], kind):
             raise _bad(f"structured_outputs.{key}", f"must be a {kind.__name__}")
-    return so.get("disable_additional_properties") is True
-
-
-def _close_text(schema: Any) -> Any:
-    """``schema`` (or its JSON text) with its open objects closed."""
-    if isinstance(schema, str):
-        schema = decode_json_text(schema, "structured_outputs.json",
-                                  "a JSON schema (an object or its JSON text)")
-    return close_objects(schema)
 
 
 def close_objects(schema: Any) -> Any:
-    """A copy of ``schema`` whose open objects are closed: every object with ``properties`` or
-    ``patternProperties`` and no ``additionalProperties`` (vLLM's guidance backend closes
-    them so; forced tool calls too: tools/request.py NOTE(closed-tools)). NOTE(closed-values):
-    only schema positions (grammar.py's map_subschemas): an object in a ``const`` or ``enum``
-    stays as sent (vLLM's walk closed it there too, changing the value the client asked for),
-    and a property named ``default`` is still closed."""
+    """NOTE(strict-schemas): a copy of ``schema`` generated as vLLM 0.33's default backend
+    generates it. For a JSON schema its "auto" picks xgrammar, which compiles with
+    ``strict_mode`` on (its default): measured with xgrammar 0.2.8, an object with
+    ``properties`` (``{}`` too) or ``patternProperties`` and no ``additionalProperties`` /
+    ``unevaluatedProperties`` takes no other key, and an array with ``prefixItems`` and no
+    ``items`` / ``unevaluatedItems`` no item past them, nested (items, anyOf, $defs,
+    additionalProperties) as at the root; ``additionalProperties: true`` or a schema keeps its
+    extra keys, and a bare ``{"type": "object"}`` (json_object too) stays any object.
+    llguidance leaves all of these open, and the model invented keys until max_tokens. So
+    they are closed here, for response_format's json_schema, ``guided_json`` and
+    ``structured_outputs.json`` (``disable_additional_properties`` asks nothing more) and for
+    forced tool calls (tools/request.py NOTE(closed-tools)). Not followed where xgrammar
+    would refuse or drop what the schema says, which vLLM serves open (its guidance
+    fallback) or xgrammar serves unsoundly: a ``required`` name that ``properties`` lacks
+    (xgrammar drops the requirement), ``minItems`` past the ``prefixItems``, a schema
+    holding an ``allOf`` of two or more branches (closed branches refuse each other's keys),
+    and objects declaring only ``required`` / ``maxProperties`` (xgrammar takes no key then).
+    NOTE(closed-values): only schema positions (grammar.py's map_subschemas): an object in a
+    ``const`` or ``enum`` stays as sent, and a property named ``default`` is still closed."""
+    if _joins_branches(schema):
+        return schema
     return map_subschemas(schema, _closed)
 
 
 def _closed(schema: dict) -> dict:
-    if "additionalProperties" in schema or not ("properties" in schema
-                                                or "patternProperties" in schema):
+    """``schema`` closed as NOTE(strict-schemas) says, its exceptions kept as sent."""
+    prefix, least = schema.get("prefixItems"), schema.get("minItems", 0)
+    if isinstance(prefix, list) and not {"items", "unevaluatedItems"} & schema.keys() \
+            and isinstance(least, int) and least <= len(prefix):
+        schema = {**schema, "items": False}
+    if {"additionalProperties", "unevaluatedProperties"} & schema.keys() \
+            or not ("properties" in schema or "patternProperties" in schema):
+        return schema
+    declared, required = schema.get("properties"), schema.get("required")
+    if "patternProperties" not in schema and isinstance(declared, dict) \
+            and isinstance(required, list) \
+            and not all(isinstance(r, str) and r in declared for r in required):
         return schema
     return {**schema, "additionalProperties": False}
+
+
+def _joins_branches(schema: Any) -> bool:
+    """Whether ``schema`` holds an ``allOf`` of two or more schemas anywhere."""
+    found: list[dict] = []
+
+    def note(node: dict) -> dict:
+        if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
+            found.append(node)
+        return node
+
+    map_subschemas(schema, note)
+    return bool(found)
 
 
 def _spec(key: str, value: Any, param: str) -> GrammarSpec:
     if key in ("guided_json", "json"):
         if isinstance(value, str):
             value = decode_json_text(value, param, "a JSON schema (an object or its JSON text)")
-        return GrammarSpec.json_schema(value)
+        return GrammarSpec.json_schema(close_objects(value))  # NOTE(strict-schemas)
     if key == "json_object":
         if value is not True:
             raise _bad(param, "must be true")

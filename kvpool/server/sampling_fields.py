@@ -25,7 +25,8 @@ from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
 from kvpool.runtime.model.repetition import RepeatStop
 from kvpool.server.field_policy import FieldPolicy
-from kvpool.server.guided_fields import GUIDED_FIELDS, format_over_guided, parse_guided, unheeded
+from kvpool.server.guided_fields import (GUIDED_FIELDS, close_objects, format_over_guided,
+                                         parse_guided, unheeded)
 from kvpool.server.json_body import bool_field, json_float, json_int
 from kvpool.server.structural_tag import parse_structural_tag
 
@@ -87,7 +88,9 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
     "strict"?}}``, and vLLM's ``{"type": "structural_tag", ...}`` (structural_tag.py).
     Keys vLLM leaves unheeded are read past here and listed by :func:`unheeded_keys`
     (NOTE(format-unheeded)); another shape, or a schema the compiler rejects, is a 400 naming
-    response_format. ``strict`` is accepted either way: the grammar always enforces the schema.
+    response_format. ``strict`` is accepted either way: the grammar always enforces the schema,
+    its open objects closed as vLLM's default backend closes them (guided_fields.py
+    NOTE(strict-schemas)).
     """
     p = "response_format"
     if value is None:
@@ -109,7 +112,7 @@ def parse_response_format(value: Any) -> GrammarSpec | None:
             _schema_object(js, p, required=False)
         return None if kind == "text" else GrammarSpec.json_object()
     _schema_object(js, p, required=True)
-    return GrammarSpec.json_schema(js["schema"], js["name"])
+    return GrammarSpec.json_schema(close_objects(js["schema"]), js["name"])
 
 
 def _schema_object(js: Any, p: str, *, required: bool) -> None:

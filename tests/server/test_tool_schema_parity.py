@@ -17,6 +17,7 @@ from kvpool.runtime.model import build_byte_tokenizer
 from kvpool.runtime.model.grammar import MAX_SCHEMA_CHARS, GrammarSpec
 from kvpool.runtime.model.grammar_matchers import GrammarMatchers
 from kvpool.server.guided_fields import parse_guided
+from kvpool.server.sampling_fields import parse_response_format
 from kvpool.server.tools.request import parse_tool_request
 
 TOK = build_byte_tokenizer()
@@ -42,6 +43,10 @@ def forced(parameters, choice="named", parallel=True, name="t") -> GrammarSpec:
     return parse_tool_request({"tools": [{"type": "function", "function": fn}],
                                "tool_choice": tool_choice, "parallel_tool_calls": parallel},
                               None).grammar
+
+
+def as_format(schema) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
 
 
 def one_string(fmt: str) -> dict:
@@ -157,8 +162,11 @@ def test_a_forced_call_declares_no_key_its_schema_does_not(choice):
         "meta": {"type": "object"}}}, choice)
     assert accepts(nested, call({"opts": {"deep": True}, "env": {"A": "1"}, "meta": {"k": 1}}))
     assert not accepts(nested, call({"opts": {"deep": True, "x": 1}}))
-    # response_format stays as sent: an open object takes any key
+    # response_format used to stay as sent (open) here; it closes as forced calls do now, as
+    # vLLM's xgrammar closes both (guided_fields.py NOTE(strict-schemas)): the compiler alone
+    # (llguidance) still takes any key, so the closing is the server's
     assert accepts(GrammarSpec.json_schema(READ_FILE), {"path": "a", "mode": 1})
+    assert not accepts(parse_response_format(as_format(READ_FILE)), {"path": "a", "mode": 1})
 
 
 @pytest.mark.parametrize("parameters", [
@@ -180,3 +188,55 @@ def test_closing_reads_only_schema_positions():
         "required": ["c", "default"]})
     assert accepts(spec, {"c": {"properties": {"a": 1}}, "default": {"a": 1}})
     assert not accepts(spec, {"c": {"properties": {"a": 1}}, "default": {"a": 1, "b": 2}})
+
+
+def strict_specs(schema) -> list[GrammarSpec]:
+    """``schema`` as response_format, structured_outputs.json (object and text), guided_json."""
+    return [parse_response_format(as_format(schema)),
+            parse_guided({"structured_outputs": {"json": schema}}),
+            parse_guided({"structured_outputs": {"json": json.dumps(schema)}}),
+            parse_guided({"guided_json": schema})]
+
+
+USER = {"type": "object", "title": "User", "required": ["name", "age"], "properties": {
+    "name": {"type": "string", "maxLength": 6}, "age": {"type": "integer", "maximum": 99},
+    "tags": {"type": "array", "items": {"$ref": "#/$defs/Tag"}},
+    "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]},
+    "extra": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "meta": {"type": "object"}, "any": {"anyOf": [{"properties": {"k": {}}}, {"type": "null"}]}},
+    "$defs": {"Tag": {"type": "object", "properties": {"t": {"type": "string"}}}}}
+
+
+@pytest.mark.parametrize("field", ["response_format", "so.json", "so.json text", "guided_json"])
+def test_a_schema_without_additional_properties_takes_no_undeclared_key(field):
+    """NOTE(strict-schemas): what xgrammar's strict mode (vLLM's default) takes: an object
+    with properties and no additionalProperties closed (root, $defs, anyOf), prefixItems
+    closed, additionalProperties a schema or a bare object kept open; instructor's pydantic
+    schema (repro: a third key until max_tokens) can no longer grow a key."""
+    spec = strict_specs(USER)[("response_format", "so.json", "so.json text",
+                               "guided_json").index(field)]
+    ok = {"name": "ab", "age": 2, "tags": [{"t": "x"}], "pair": [1, "s"], "extra": {"n": 1},
+          "meta": {"k": [1]}, "any": {"k": 1}}
+    assert accepts(spec, ok)
+    for bad in ({"x": "y"}, {"tags": [{"t": "x", "u": 1}]}, {"pair": [1, "s", 3]},
+                {"any": {"k": 1, "j": 2}}, {"extra": {"n": "s"}}):
+        assert not accepts(spec, {"name": "ab", "age": 2, **bad}), bad
+
+
+def test_what_xgrammar_would_refuse_or_drop_stays_as_sent():
+    """NOTE(strict-schemas): a required name properties lack, minItems past prefixItems and a
+    two-branch allOf are served open, never turned into a 400 (closed, each is unsatisfiable
+    or refuses the other branch's keys); disable_additional_properties stays accepted."""
+    undeclared = {"type": "object", "properties": {"a": {"type": "integer"}},
+                  "required": ["a", "b"]}
+    both = {"type": "object", "allOf": [{"properties": {"a": {"type": "integer"}}},
+                                        {"properties": {"b": {"type": "integer"}}}]}
+    for spec in strict_specs(undeclared):
+        assert accepts(spec, {"a": 1, "b": 2})
+    for spec in strict_specs({"type": "array", "prefixItems": [{}], "minItems": 2}):
+        assert accepts(spec, [1, 2])
+    for spec in strict_specs(both):
+        assert accepts(spec, {"a": 1, "b": 2})
+    closed = parse_guided({"structured_outputs": {"json": READ_FILE,
+                                                  "disable_additional_properties": False}})
+    assert not accepts(closed, {"path": "a", "mode": 1})

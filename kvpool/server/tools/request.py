@@ -204,7 +204,8 @@ def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
     additionalProperties is closed here (guided_fields.py's close_objects; a free-form
     ``{"type": "object"}`` argument stays free), and parameters that declare nothing about their
     members (``{"type": "object"}``, a description at most) are vLLM's empty object too, as
-    xgrammar's strict mode makes of them. Forced calls only: response_format stays as sent."""
+    xgrammar's strict mode makes of them. response_format's schemas are closed the same way
+    (guided_fields.py NOTE(strict-schemas))."""
     params = tool["function"].get("parameters") or _EMPTY
     if params.keys() <= _ANNOTATIONS and not params.get("properties") \
             and not params.get("required") and params.get("type", "object") == "object":
