@@ -289,7 +289,9 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
     schema = tool.get("input_schema")
     if not isinstance(schema, dict):
         raise _bad(f"{where}.input_schema", "is required: a JSON schema object")
-    fn = {"name": tool.get("name"), "parameters": {"type": "object", **schema}}
+    # an empty input_schema stays empty: a forced call of it is {} (tools/request.py
+    # NOTE(closed-tools)), as vLLM passes it on; any other is an object schema
+    fn = {"name": tool.get("name"), "parameters": {"type": "object", **schema} if schema else {}}
     for key in ("description", "strict"):
         if tool.get(key) is not None:
             fn[key] = tool[key]

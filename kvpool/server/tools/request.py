@@ -44,8 +44,6 @@ _CHOICES = ("none", "auto", "required")
 _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _DEFS = ("$defs", "definitions")  # NOTE(tool-defs)
 _EMPTY = {"type": "object", "properties": {}}  # NOTE(closed-tools)
-_ANNOTATIONS = frozenset({"type", "title", "description", "$schema", "$id", "$comment",
-                          "properties", "required"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,19 +196,14 @@ def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
     """NOTE(closed-tools): the schema a forced call of ``tool`` is generated under. vLLM
     substitutes ``{"type": "object", "properties": {}}`` for parameters left out, null or
     ``{}`` (its own comment: such a call's arguments are always ``{}``), and its default
-    backend (xgrammar, strict mode) closes every object schema without additionalProperties;
-    llguidance leaves them open, so forced calls invented keys and a zero-argument tool got an
-    open object (or ran to max_tokens). So every object with properties and no
-    additionalProperties is closed here (guided_fields.py's close_objects; a free-form
-    ``{"type": "object"}`` argument stays free), and parameters that declare nothing about their
-    members (``{"type": "object"}``, a description at most) are vLLM's empty object too, as
-    xgrammar's strict mode makes of them. response_format's schemas are closed the same way
-    (guided_fields.py NOTE(strict-schemas))."""
-    params = tool["function"].get("parameters") or _EMPTY
-    if params.keys() <= _ANNOTATIONS and not params.get("properties") \
-            and not params.get("required") and params.get("type", "object") == "object":
-        params = {**params, **_EMPTY}
-    return close_objects(params)
+    backend (xgrammar, strict mode) closes every object schema with properties and without
+    additionalProperties; llguidance leaves them open, so forced calls invented keys and a
+    zero-argument tool got an open object (or ran to max_tokens). So those are closed here
+    (guided_fields.py NOTE(strict-schemas), as response_format's schemas are). Parameters
+    that declare no member (``{"type": "object"}``, a description at most) stay any object,
+    as xgrammar 0.2.8's strict mode leaves them (measured): before, they were forced to
+    ``{}``, and a free-form tool could never be called with an argument."""
+    return close_objects(tool["function"].get("parameters") or _EMPTY)
 
 
 def forced_schema(tools: list[dict[str, Any]], name: str | None, parallel: bool) -> Any:
