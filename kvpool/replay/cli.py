@@ -38,6 +38,7 @@ from kvpool.progress import Progress, add_progress_args
 
 from kvpool.replay.report import import_pyplot, plot
 from kvpool.replay.formats import FORMATS
+from kvpool.replay.notices import trace_notices
 from kvpool.replay.trace import read_trace, trace_summary
 
 
@@ -218,6 +219,11 @@ def _timed(args, trace, bar) -> dict:
     return replay.run(trace.requests, progress=bar.update)
 
 
+def _secs(v: float | None) -> str:
+    """A percentile for the summary: ``n/a`` when no request was served (None), not "Nones"."""
+    return "n/a" if v is None else f"{v}s"
+
+
 def _print_summary(report: dict, wall: float, out) -> None:
     if report["mode"] == "instant":
         print(f"policy={report['policy']} capacity={report['capacity_blocks']} "
@@ -227,8 +233,9 @@ def _print_summary(report: dict, wall: float, out) -> None:
     r = report
     print(f"requests={r['requests']} completed={r['completed']} ignored={r['ignored']} "
           f"steps={r['steps']} makespan={r['makespan_s']:.1f}s ({wall:.1f}s wall)", file=out)
-    print(f"TTFT p50={r['ttft_s']['p50']}s p99={r['ttft_s']['p99']}s  "
-          f"queueing p50={r['queueing_s']['p50']}s p99={r['queueing_s']['p99']}s", file=out)
+    ttft, queue = r["ttft_s"], r["queueing_s"]
+    print(f"TTFT p50={_secs(ttft['p50'])} p99={_secs(ttft['p99'])}  "
+          f"queueing p50={_secs(queue['p50'])} p99={_secs(queue['p99'])}", file=out)
     print(f"throughput {r['throughput']['output_tokens_per_s']} out tok/s  "
           f"prefix hit rate {r['prefix_hit_rate']:.4f}  preemptions {r['preemptions']}  "
           f"swap out/in blocks {r['swap_out_blocks']}/{r['swap_in_blocks']}  "
@@ -252,14 +259,8 @@ def _load(args):
             f": all {trace.dropped} record(s) were dropped ({why})" if trace.dropped else ""),
             file=sys.stderr)
         return None
-    if trace.reordered:  # NOTE(time-order) in trace.py: replayed sorted, and said so
-        print(f"kvpool replay: {args.trace}:{trace.first_back}: {trace.reordered} record(s) "
-              "arrive before a record above them; replaying in arrival order", file=sys.stderr)
-    if trace.trimmed:  # NOTE(excess-ids) in trace.py: both modes replay the same blocks
-        print(f"kvpool replay: {args.trace}:{trace.first_trimmed}: {trace.trimmed} record(s) "
-              f"list more hash_ids than input_length needs in blocks of {trace.block} tokens; "
-              "the extra ids are ignored (ids of smaller blocks? pass --trace-block-size)",
-              file=sys.stderr)
+    for line in trace_notices(args.trace, trace):  # NOTE(format-hints) in notices.py
+        print(f"kvpool replay: {line}", file=sys.stderr)
     return trace
 
 
@@ -267,7 +268,9 @@ def _trace_report(args, trace) -> dict:
     """The report's ``trace`` section: the file, how it was read, and what it holds."""
     return {"file": Path(args.trace).name, "format": trace.format, "block_tokens": trace.block,
             "prefix_info": trace.prefix_info, "dropped": trace.dropped,
-            "reordered": trace.reordered, "trimmed": trace.trimmed,
+            "reordered": trace.reordered, "trimmed": trace.trimmed, "padded": trace.padded,
+            "lacking_bailian_keys": trace.clues.unkeyed,
+            "fractional_ms_timestamps": trace.clues.fractional_ms,
             **trace_summary(trace.requests)}
 
 

@@ -30,6 +30,17 @@ NOTE(reader-errors): what the parsers raise besides ValueError is a malformed re
 by ``file:line``: csv's ``_csv.Error`` for a field past its 128 KiB limit (also in the line
 ``detect`` reads) and json's RecursionError for deeply nested values; both were tracebacks.
 A line's length and encoding are checked before it gets here (NOTE(bounded-lines), lines.py).
+
+NOTE(format-clues): a forced or mistaken format still reads (a Mooncake record has the keys a
+Bailian one needs; only the units differ), so the reader counts what points at another format,
+for the replay to say once (cli.py): Bailian records lacking chat_id / parent_chat_id / turn,
+and Mooncake timestamps with a fraction of a millisecond (Mooncake's are whole ms; Bailian's
+seconds, 0.5 or 2.25, read as ms, made a 2.25 s trace last 0.00225 s).
+
+NOTE(csv-header): the CSV reader reads the header ``detect`` accepted: the first non-blank line,
+column names stripped (``TIMESTAMP, ContextTokens ,GeneratedTokens ``); a whitespace-only line
+is skipped as in JSONL. csv.DictReader took the first physical line (a blank one: "header
+lacks TIMESTAMP" under the very header it lacked) and kept the names' trailing spaces.
 """
 
 from __future__ import annotations
@@ -38,9 +49,10 @@ import csv
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import NamedTuple, TextIO
+from typing import NamedTuple
 
 FORMATS = ("mooncake", "bailian", "azure", "burstgpt")
 DEFAULT_BLOCK = {"mooncake": 512, "bailian": 16, "azure": 16, "burstgpt": 16}
@@ -65,6 +77,25 @@ class Row(NamedTuple):
     input_length: int
     output_length: int
     hash_ids: tuple[int, ...] | None  # None: no prefix information in the format
+
+
+@dataclass(slots=True)
+class FormatClues:
+    """Records that look like another format's, counted while reading (NOTE(format-clues))."""
+
+    unkeyed: int = 0  # bailian records lacking one of chat_id, parent_chat_id, turn
+    first_unkeyed: int | None = None  # the line of the first of them
+    fractional_ms: int = 0  # mooncake timestamps with a fraction of a millisecond
+    first_fractional_ms: int | None = None  # the line of the first of them
+
+    def record(self, fmt: str, lineno: int, d: dict, timestamp: float) -> None:
+        """Count what record ``d`` (line ``lineno``, read as ``fmt``) says of its format."""
+        if fmt == "bailian" and not all(k in d for k in _BAILIAN_ONLY):
+            self.unkeyed += 1
+            self.first_unkeyed = self.first_unkeyed or lineno
+        elif fmt == "mooncake" and timestamp != int(timestamp):
+            self.fractional_ms += 1
+            self.first_fractional_ms = self.first_fractional_ms or lineno
 
 
 def detect(first_line: str) -> str:
@@ -115,6 +146,8 @@ def _number(v, name: str) -> float:
         f = float(v)
     except OverflowError:  # an int past the floats: not finite either
         f = math.inf
+    except ValueError:  # text: float's own message named neither the field nor the column
+        raise ValueError(f"{name} must be a number, got {v!r:.60}") from None
     if not math.isfinite(f):
         raise ValueError(f"{name} must be a finite number, got {v!r}")
     return f
@@ -145,55 +178,70 @@ def _hash_ids(v) -> tuple[int, ...]:
     return ids
 
 
-def _jsonl(f: TextIO, fmt: str) -> Iterator[Row]:
+def _jsonl(f: Iterable[str], fmt: str, clues: FormatClues) -> Iterator[Row]:
     scale = 1000.0 if fmt == "mooncake" else 1.0  # Mooncake: ms; Bailian: s
     for lineno, line in enumerate(f, 1):
         if not line.strip():
             continue
         try:
             d = json.loads(line)
-            row = Row(lineno, _number(d["timestamp"], "timestamp") / scale,
-                      _count(d["input_length"], "input_length"),
+            ts = _number(d["timestamp"], "timestamp")
+            row = Row(lineno, ts / scale, _count(d["input_length"], "input_length"),
                       _count(d["output_length"], "output_length"), _hash_ids(d["hash_ids"]))
         except (ValueError, KeyError, TypeError, RecursionError) as e:  # NOTE(reader-errors)
             raise _bad(f, lineno, fmt, e) from None
+        clues.record(fmt, lineno, d, ts)
         yield row
 
 
-def _csv(f: TextIO, fmt: str) -> Iterator[Row]:
-    t, inp, out = _AZURE_COLS if fmt == "azure" else _BURST_COLS
-    reader = csv.DictReader(f, skipinitialspace=True)
+def _csv(f: Iterable[str], fmt: str) -> Iterator[Row]:
+    """NOTE(csv-header): one csv.reader over the non-blank lines, ``at[0]`` the file's line
+    number of the last line it took (a quoted field may span lines)."""
+    at = [0]
+
+    def nonblank() -> Iterator[str]:
+        for at[0], line in enumerate(f, 1):
+            if line.strip():
+                yield line
+
+    reader = csv.reader(nonblank(), skipinitialspace=True)
     try:
-        header = reader.fieldnames or ()
+        header = [c.strip() for c in next(reader, [])]
     except csv.Error as e:  # NOTE(reader-errors)
-        raise _bad(f, reader.reader.line_num, fmt, e) from None
-    missing = [c for c in (t, inp, out) if c not in header]
+        raise _bad(f, at[0], fmt, e) from None
+    cols = _AZURE_COLS if fmt == "azure" else _BURST_COLS
+    missing = [c for c in cols if c not in header]
     if missing:
-        raise _bad(f, 1, fmt, f"header lacks {', '.join(missing)}")
+        raise _bad(f, at[0] or 1, fmt, f"header lacks {', '.join(missing)}")
+    t, inp, out = (header.index(c) for c in cols)
     while True:
         try:  # a line's own errors (lines.py) pass: they name their line already
-            d = next(reader, None)
+            v = next(reader, None)
         except csv.Error as e:  # a field past csv's limit comes from reading
-            # the csv reader's line: DictReader's own line_num moves only after a good row
-            raise _bad(f, reader.reader.line_num, fmt, e) from None
-        if d is None:
+            raise _bad(f, at[0], fmt, e) from None
+        if v is None:
             return
         try:
-            if None in d.values() or None in d:  # too few or too many fields
-                raise ValueError(f"{len(header)} fields expected")
-            arrival = parse_datetime(d[t]) if fmt == "azure" else _number(d[t], t)
-            row = Row(reader.line_num, arrival, _count(d[inp], inp), _count(d[out], out), None)
+            if len(v) != len(header):
+                raise ValueError(f"{len(header)} fields expected, got {len(v)}")
+            arrival = parse_datetime(v[t]) if fmt == "azure" else _number(v[t], cols[0])
+            row = Row(at[0], arrival, _count(v[inp], cols[1]), _count(v[out], cols[2]), None)
         except (ValueError, TypeError) as e:
-            raise _bad(f, reader.line_num, fmt, e) from None
+            raise _bad(f, at[0], fmt, e) from None
         yield row
 
 
-def _bad(f: TextIO, lineno: int, fmt: str, why) -> ValueError:
-    return ValueError(f"{getattr(f, 'name', '?')}:{lineno}: not a {fmt} trace record: {why}")
+def _bad(f, lineno: int, fmt: str, why) -> ValueError:
+    article = "an" if fmt[0] in "aeiou" else "a"  # "an azure"
+    return ValueError(f"{getattr(f, 'name', '?')}:{lineno}: not {article} {fmt} trace record: "
+                      f"{why}")
 
 
-def read_rows(f: TextIO, fmt: str) -> Iterator[Row]:
-    """The records of an open trace file in format ``fmt`` (one of FORMATS)."""
+def read_rows(f: Iterable[str], fmt: str, clues: FormatClues | None = None) -> Iterator[Row]:
+    """The records of an open trace file (its lines) in format ``fmt`` (one of FORMATS);
+    ``clues`` counts records that look like another format's (NOTE(format-clues))."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown trace format {fmt!r}; expected one of {EXPECTED}")
-    return _jsonl(f, fmt) if fmt in ("mooncake", "bailian") else _csv(f, fmt)
+    if fmt in ("mooncake", "bailian"):
+        return _jsonl(f, fmt, FormatClues() if clues is None else clues)
+    return _csv(f, fmt)

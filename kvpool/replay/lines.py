@@ -6,8 +6,8 @@ included; docs/benchmarks.md "Trace formats"), and one past it is an error namin
 describe (2**24 prompt tokens, NOTE(bounded-values) in formats.py) is under 1 MiB of ids;
 without the bound a file with no newline (1 GiB of NULs, a sparse file) was read whole as one
 line: 2 GB of memory, then a traceback. Decoding line by line puts an undecodable byte on its
-own line (a text file decodes ahead in 8 KiB chunks, so the error named no line), and a gzip'd
-trace is recognised by its magic bytes before anything is read.
+own line (a text file decodes ahead in 8 KiB chunks, so the error named no line), and a
+compressed trace is recognised by its magic bytes before anything is read (NOTE(compressed)).
 
 NOTE(line-ends): a line ends at ``\r\n``, ``\n`` or a lone ``\r``, as text mode's universal
 newlines split it (classic Mac files, Excel's "CSV (Macintosh)"; Python's csv docs ask for
@@ -28,7 +28,17 @@ from typing import BinaryIO
 
 MAX_LINE = 8 << 20  # bytes per line (a record), newline included: NOTE(bounded-lines)
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, skipped at the start of the file
-_GZIP = b"\x1f\x8b"  # the first bytes of a gzip file (RFC 1952)
+# NOTE(compressed): a compressed trace is recognised by its first bytes (each format's magic
+# number) and refused with the command that decompresses it, or streams it into a pipe: read as
+# text, a .zip / .xz / .bz2 / .zst was "not UTF-8 text", which points at an encoding problem
+_COMPRESSED = (  # (magic, what it is, decompress keeping the file, decompress to stdout)
+    (b"\x1f\x8b", "gzip-compressed", "gunzip -k", "gunzip -c"),  # RFC 1952
+    (b"PK\x03\x04", "a zip archive", "unzip", "unzip -p"),  # a local file header
+    (b"PK\x05\x06", "a zip archive", "unzip", "unzip -p"),  # an empty archive
+    (b"\xfd7zXZ\x00", "xz-compressed", "unxz -k", "xz -dc"),
+    (b"BZh", "bzip2-compressed", "bunzip2 -k", "bzip2 -dc"),  # then the block size, 1-9
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd", "zstd -dc"),  # RFC 8878
+)
 _EOL = re.compile(rb"\r\n|\r|\n")  # NOTE(line-ends)
 _CHUNK = 1 << 16  # bytes per read
 
@@ -52,12 +62,15 @@ class TraceLines:
 
     @classmethod
     def open(cls, path: str | Path, max_line: int = MAX_LINE) -> TraceLines:
-        """``path``'s lines; OSError if it cannot be opened, ValueError for a gzip'd file."""
+        """``path``'s lines; OSError if it cannot be opened, ValueError for a compressed file
+        (NOTE(compressed))."""
         f = open(path, "rb")  # closed by close() (the caller's with-block)
-        if f.peek(2)[:2] == _GZIP:
-            f.close()
-            raise ValueError(f"{path}: gzip-compressed (starts with 1f 8b): decompress it "
-                             f"first (gunzip -k {path}, or pass <(gunzip -c {path}))")
+        head = f.peek(8)[:8]
+        for magic, what, keep, pipe in _COMPRESSED:  # NOTE(compressed)
+            if head.startswith(magic) and (magic != b"BZh" or head[3:4].isdigit()):
+                f.close()
+                raise ValueError(f"{path}: {what} (starts with {magic.hex(' ')}): decompress "
+                                 f"it first ({keep} {path}, or pass <({pipe} {path}))")
         return cls(f, str(path), max_line)
 
     def __iter__(self) -> TraceLines:

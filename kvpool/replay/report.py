@@ -32,9 +32,22 @@ def dist(values: list[float]) -> dict:
             "mean": round(sum(values) / len(values), 6), "max": round(max(values), 6)}
 
 
+# NOTE(bounded-timeline): the timeline keeps every ``every``-th point added, at most ``cap`` of
+# them: when full, every other point is dropped and ``every`` doubles, so what stays is still
+# evenly spaced, and the latest point is kept apart (a report ends on the last step). The timed
+# replay adds a point per simulated step: kept whole, a week of simulated time (~150 M steps)
+# was ~20 GB of timeline for a report of 500 points. Likewise it keeps of a finished request
+# only what the report counts (timed.py Outcomes), not its output token ids.
+TIMELINE_CAP = 8192  # points kept while running: 16x the report's 500, so it still gets 450-500
+
+
 @dataclass(slots=True)
 class Timeline:
-    """Per-sample series for the plot. Invariant: every list has the same length."""
+    """Per-sample series for the plot, downsampled as they come (NOTE(bounded-timeline)).
+
+    Invariant: every list has the same length, at most ``cap``, and holds the points added
+    at indices 0, every, 2 every, ... (in order); ``last`` is the latest point added.
+    """
 
     x: list[float] = field(default_factory=list)  # simulated seconds (or request index)
     hit_rate: list[float] = field(default_factory=list)  # cumulative prefix hit rate
@@ -42,28 +55,38 @@ class Timeline:
     waiting: list[int] = field(default_factory=list)  # requests waiting
     running: list[int] = field(default_factory=list)  # requests running
     swapped: list[int] = field(default_factory=list)  # requests swapped
+    cap: int = TIMELINE_CAP  # the most points stored (even, >= 2)
+    every: int = 1  # points added per point stored
+    added: int = 0  # points added so far
+    last: tuple | None = None  # the latest point added (x, hit_rate, usage, queues...)
 
     def add(self, x: float, hit_rate: float, usage: float, waiting: int = 0, running: int = 0,
             swapped: int = 0) -> None:
-        self.x.append(x)
-        self.hit_rate.append(hit_rate)
-        self.usage.append(usage)
-        self.waiting.append(waiting)
-        self.running.append(running)
-        self.swapped.append(swapped)
+        self.last = (x, hit_rate, usage, waiting, running, swapped)
+        self.added += 1
+        if (self.added - 1) % self.every:
+            return
+        for series, v in zip(self._series(), self.last):
+            series.append(v)
+        if len(self.x) >= self.cap:  # keep points 0, 2, 4...: those at multiples of 2 every
+            for series in self._series():
+                del series[1::2]
+            self.every *= 2
+
+    def _series(self) -> tuple[list, ...]:
+        return (self.x, self.hit_rate, self.usage, self.waiting, self.running, self.swapped)
 
     def downsample(self, max_points: int = 500) -> dict:
-        """Evenly spaced samples (always keeping the last) as a JSON-able dict."""
+        """Evenly spaced samples (always keeping the last point added) as a JSON-able dict."""
         n = len(self.x)
         step = max(1, math.ceil(n / max_points))
-        idx = list(range(0, n, step))
-        if n and idx[-1] != n - 1:
-            idx.append(n - 1)
-        r = lambda xs, nd=6: [round(xs[i], nd) for i in idx]  # noqa: E731
-        return {"x": r(self.x), "hit_rate": r(self.hit_rate), "usage": r(self.usage),
-                "waiting": [self.waiting[i] for i in idx],
-                "running": [self.running[i] for i in idx],
-                "swapped": [self.swapped[i] for i in idx]}
+        points = [p for i, p in enumerate(zip(*self._series())) if i % step == 0]
+        if self.added and (len(points) - 1) * step * self.every != self.added - 1:
+            points.append(self.last)  # the latest point was not sampled (or was dropped)
+        cols = list(zip(*points)) or [()] * 6
+        r = lambda xs: [round(v, 6) for v in xs]  # noqa: E731
+        return {"x": r(cols[0]), "hit_rate": r(cols[1]), "usage": r(cols[2]),
+                "waiting": list(cols[3]), "running": list(cols[4]), "swapped": list(cols[5])}
 
 
 def import_pyplot():

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from kvpool.config import CacheConfig
 from kvpool.core import BlockSpaceManager, ManagerStats
@@ -102,6 +102,43 @@ class TimedOptions:
     trace_block: int = 512  # tokens per trace hash id (the trace format's, trace.read_trace)
 
 
+@dataclass(slots=True)
+class Outcomes:
+    """What the report counts of the requests that left the scheduler, and nothing more: a
+    FinishedRequest holds its output token ids (36 bytes a generated token, kept only to be
+    counted; NOTE(bounded-timeline) in report.py). Invariant: ``ttft``, ``queue`` and
+    ``e2e`` have one value per served request."""
+
+    ttft: list[float] = field(default_factory=list)  # served requests: first token - arrival
+    queue: list[float] = field(default_factory=list)  # first scheduled - arrival
+    e2e: list[float] = field(default_factory=list)  # finished - arrival
+    ignored: int = 0  # requests ignored (never served)
+    reasons: set = field(default_factory=set)  # why they were ignored
+    output_tokens: int = 0  # tokens the served requests generated
+    prompt_tokens: int = 0  # their prompt tokens
+    cached_tokens: int = 0  # of which the prefix cache served at first admission
+
+    @property
+    def count(self) -> int:
+        """Requests that left the scheduler so far."""
+        return len(self.ttft) + self.ignored
+
+    def add(self, finished: list[FinishedRequest]) -> None:
+        for f in finished:
+            # by status: a request ignored after it generated tokens (prompt + output outgrew
+            # the whole pool) has a first token, yet it was not served (its output not counted)
+            if f.status is SeqStatus.FINISHED_IGNORED:
+                self.ignored += 1
+                self.reasons.add(f.reason)
+                continue
+            self.ttft.append(f.first_token_time - f.arrival_time)
+            self.queue.append(f.first_scheduled_time - f.arrival_time)
+            self.e2e.append(f.finished_time - f.arrival_time)
+            self.output_tokens += sum(len(s.output_token_ids) for s in f.seqs)
+            self.prompt_tokens += f.num_prompt_tokens
+            self.cached_tokens += f.num_cached_tokens
+
+
 class TimedReplay:
     """One timed replay. Invariant: ``t`` never decreases; after ``run`` the manager holds no
     sequence and passes ``check_invariants``."""
@@ -133,13 +170,14 @@ class TimedReplay:
         self.synth = TokenSynth(seed=opts.seed, block=opts.trace_block)  # prompt token ids
         self.rng = random.Random(opts.seed)  # sampled token ids
         self.t = 0.0  # simulated seconds since the first arrival
+        self.timeline = Timeline()  # a point per step, bounded: NOTE(bounded-timeline)
+        self.outcomes = Outcomes()  # what the report counts of the requests that left
 
     def run(self, reqs: list[TraceRequest],
             progress: Callable[[int, str], None] | None = None) -> dict:
         sched, mgr = self.scheduler, self.manager
         arrive = self.arrivals(reqs)  # simulated arrival offsets
-        finished: list[FinishedRequest] = []
-        tl = Timeline()
+        left = self.outcomes
         steps = peak_used = tokens_sched = 0
         i, n = 0, len(reqs)
         while i < n or sched.has_unfinished():
@@ -148,21 +186,21 @@ class TimedReplay:
                 self.t = arrive[i]
                 continue
             out = sched.schedule(now=self.t)
-            finished += out.ignored
+            left.add(out.ignored)
             if not out.has_work:
                 self._idle(out, arrive, i)
                 continue
             self.t += self.cost.seconds(out)
-            finished += sched.on_step_done(out, self._sampled(out), now=self.t)
+            left.add(sched.on_step_done(out, self._sampled(out), now=self.t))
             steps += 1
             tokens_sched += out.num_batched_tokens
-            peak_used = max(peak_used, self._record(tl))
+            peak_used = max(peak_used, self._record())
             if progress is not None:
-                progress(len(finished), f"t={self.t:8.1f}s")
+                progress(left.count, f"t={self.t:8.1f}s")
         mgr.check_invariants()
         if mgr.seq_ids():
             raise RuntimeError("replay leaked block tables")
-        return self._report(reqs, finished, steps, peak_used, tokens_sched, tl)
+        return self._report(reqs, left, steps, peak_used, tokens_sched)
 
     def arrivals(self, reqs: list[TraceRequest]) -> list[float]:
         """The simulated arrival offsets of ``reqs`` (seconds from the first, times
@@ -222,41 +260,32 @@ class TimedReplay:
                     sampled[s] = rand(vocab)
         return sampled
 
-    def _record(self, tl: Timeline) -> int:
+    def _record(self) -> int:
         """The step's point on the timeline; returns the device blocks in use."""
         mgr = self.manager
         used = mgr.device_pool.stats().num_used
         st = mgr.stats()
         q = self.scheduler.num_requests()
-        tl.add(self.t, all_admissions_hit_rate(st), used / mgr.device_pool.num_blocks,
+        self.timeline.add(self.t, all_admissions_hit_rate(st), used / mgr.device_pool.num_blocks,
                q["waiting"], q["running"], q["swapped"])
         return used
 
-    def _report(self, reqs, finished, steps, peak_used, tokens_sched, tl) -> dict:
-        # by status: a request ignored after it generated tokens (prompt + output outgrew the
-        # whole pool) has a first token, yet it was not served (its output is not counted)
-        done = [f for f in finished if f.status is not SeqStatus.FINISHED_IGNORED]
-        ignored = [f for f in finished if f.status is SeqStatus.FINISHED_IGNORED]
-        ttft = [f.first_token_time - f.arrival_time for f in done]
-        queue = [f.first_scheduled_time - f.arrival_time for f in done]
-        e2e = [f.finished_time - f.arrival_time for f in done]
-        out_tokens = sum(len(s.output_token_ids) for f in done for s in f.seqs)
-        prompt = sum(f.num_prompt_tokens for f in done)
-        cached = sum(f.num_cached_tokens for f in done)
+    def _report(self, reqs, left: Outcomes, steps, peak_used, tokens_sched) -> dict:
         ss, ms = self.scheduler.stats(), self.manager.stats()
-        makespan = self.t
+        makespan, out_tokens, prompt = self.t, left.output_tokens, left.prompt_tokens
+        done = len(left.ttft)
         return {
             "mode": "timed", "options": asdict(self.opts), "cost_model": asdict(self.cost),
-            "requests": len(reqs), "completed": len(done), "ignored": len(ignored),
-            "ignored_reasons": sorted({f.reason for f in ignored}),
+            "requests": len(reqs), "completed": done, "ignored": left.ignored,
+            "ignored_reasons": sorted(left.reasons),
             "steps": steps, "makespan_s": round(makespan, 6),
-            "ttft_s": dist(ttft), "queueing_s": dist(queue), "e2e_s": dist(e2e),
+            "ttft_s": dist(left.ttft), "queueing_s": dist(left.queue), "e2e_s": dist(left.e2e),
             "throughput": {
                 "output_tokens_per_s": round(out_tokens / makespan, 3) if makespan else None,
                 "prompt_tokens_per_s": round(prompt / makespan, 3) if makespan else None,
-                "requests_per_s": round(len(done) / makespan, 6) if makespan else None,
+                "requests_per_s": round(done / makespan, 6) if makespan else None,
                 "batched_tokens_per_step": round(tokens_sched / steps, 3) if steps else None},
-            "prefix_hit_rate": round(cached / prompt, 6) if prompt else 0.0,
+            "prefix_hit_rate": round(left.cached_tokens / prompt, 6) if prompt else 0.0,
             "prefix_hit_rate_all_admissions": round(all_admissions_hit_rate(ms), 6),
             "preemptions": ss.preemptions,
             "swap_out_blocks": ss.swap_out_blocks, "swap_in_blocks": ss.swap_in_blocks,
@@ -266,5 +295,5 @@ class TimedReplay:
             "peak_used_blocks": peak_used,
             "defrag": {"plans": ss.defrag_plans, "moves": ss.defrag_moves,
                        "retried": ss.defrag_retried},
-            "timeline": tl.downsample(),
+            "timeline": self.timeline.downsample(),
         }

@@ -143,7 +143,7 @@ def test_an_unknown_format_is_an_error_naming_the_formats(tmp_path, capsys, text
 def test_a_malformed_record_names_its_line(tmp_path, capsys, name, text, line):
     p = tmp_path / name
     p.write_text(text)
-    with pytest.raises(ValueError, match=f"{name}:{line}: not a "):
+    with pytest.raises(ValueError, match=f"{name}:{line}: not an? "):
         load_trace(p)
     assert main(["replay", str(p), "--instant", "--capacity-blocks", "4"]) == 2
     assert f"{name}:{line}:" in capsys.readouterr().err
@@ -154,7 +154,7 @@ def test_a_forced_format_that_does_not_fit_is_an_error(tmp_path, capsys):
     _two_sharing_three(p)
     assert main(["replay", str(p), "--instant", "--capacity-blocks", "4",
                  "--trace-format", "azure"]) == 2
-    assert "b.jsonl:1: not a azure trace record: header lacks" in capsys.readouterr().err
+    assert "b.jsonl:1: not an azure trace record: header lacks" in capsys.readouterr().err
 
 
 def test_records_with_empty_prompts_are_dropped_not_fatal(tmp_path, capsys):
@@ -169,3 +169,29 @@ def test_records_with_empty_prompts_are_dropped_not_fatal(tmp_path, capsys):
     m.write_text('{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}\n'
                  '{"timestamp": 9, "input_length": 3, "output_length": 1, "hash_ids": [4]}\n')
     assert [r.arrival_s for r in load_trace(m)] == [0.009]
+
+
+AZ = "TIMESTAMP,ContextTokens,GeneratedTokens"
+
+
+@pytest.mark.parametrize("text", [
+    f"\n  \n{AZ}\n2023-11-16 18:15:46.6805900,374,44\n",  # blank lines before the header
+    "TIMESTAMP, ContextTokens ,GeneratedTokens \n2023-11-16 18:15:46.6805900,374,44\n",
+    f"{AZ}\n2023-11-16 18:15:46.6805900,374,44\n \n\t\n",  # whitespace-only lines, as JSONL
+], ids=["leading-blank", "spaced-names", "whitespace-line"])
+def test_the_csv_reader_reads_the_header_detection_accepted(tmp_path, text):
+    """Detection skipped blank lines and stripped names; the reader then said the header it
+    had just accepted lacked TIMESTAMP (and a line holding one space had too few fields)."""
+    p = tmp_path / "az.csv"
+    p.write_text(text)
+    (r,) = read_trace(p).requests
+    assert (r.input_length, r.output_length) == (374, 44)
+
+
+def test_a_csv_value_error_names_its_column_and_line(tmp_path):
+    p = tmp_path / "b.csv"
+    p.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n\n"
+                 "5,ChatGPT,472,18,490,Conversation log\n6,ChatGPT,,18,490,Conversation log\n")
+    with pytest.raises(ValueError, match="b.csv:4: not a burstgpt trace record: Request "
+                                         "tokens must be a number, got ''"):
+        read_trace(p)

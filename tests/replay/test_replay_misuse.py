@@ -6,8 +6,12 @@ NOTE(check-before-run), timed.py NOTE(finite-clock))."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import io
 import json
+import lzma
+import zipfile
 
 import pytest
 
@@ -125,11 +129,30 @@ def test_extra_hash_ids_are_ignored_in_both_modes_and_said_once(tmp_path, capsys
     assert (reps[0]["blocks"], reps[0]["hits"]) == (5, 2)  # the prompts' 5 blocks, 2 shared
 
 
-def test_gzip_and_non_utf8_traces_name_the_file_and_line(tmp_path, capsys):
-    gz = tmp_path / "t.jsonl.gz"
-    gz.write_bytes(gzip.compress(OK.encode()))
-    err = _fails(capsys, str(gz), *INSTANT)
-    assert f"{gz}: gzip-compressed" in err and "gunzip" in err
+def _zip(text: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("t.jsonl", text)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("suffix,pack,said", [
+    ("gz", gzip.compress, "gzip-compressed (starts with 1f 8b): decompress it first (gunzip"),
+    ("zip", _zip, "a zip archive (starts with 50 4b 03 04): decompress it first (unzip"),
+    ("xz", lzma.compress, "xz-compressed (starts with fd 37 7a 58 5a 00): decompress it"),
+    ("bz2", bz2.compress, "bzip2-compressed (starts with 42 5a 68): decompress it first"),
+    ("zst", lambda b: b"\x28\xb5\x2f\xfd\x20" + b, "zstd-compressed (starts with 28 b5"),
+])
+def test_a_compressed_trace_is_told_to_be_decompressed(tmp_path, capsys, suffix, pack, said):
+    """Only gzip had the hint: .zip / .xz / .bz2 / .zst were 'not UTF-8 text (byte 0x87...)',
+    pointing at an encoding problem."""
+    p = tmp_path / f"t.jsonl.{suffix}"
+    p.write_bytes(pack(OK.encode()))
+    err = _fails(capsys, str(p), *INSTANT)
+    assert f"{p}: {said}" in err and "UTF-8" not in err
+
+
+def test_non_utf8_traces_name_the_file_and_line(tmp_path, capsys):
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes(OK.encode() + OK.replace("[1, 2]", "[1]} \xff").encode("latin-1"))
     assert f"{latin}:2: not UTF-8 text (byte 0xff" in _fails(capsys, str(latin), *INSTANT)
