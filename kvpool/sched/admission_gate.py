@@ -298,16 +298,16 @@ class RequestChecker:
         if adm.status is AllocStatus.NEVER:
             raise RequestError(f"the prompt (+1 token) {adm.reason}: shorten it or raise "
                                "--kv-cache-memory", "prompt", "prompt_too_long_for_pool")
-        m = params.max_tokens
-        if not m:
+        if (asked := self._asked(p, params)) is None:
             return
+        m, said = asked
         # NOTE(alone): an admitted request is never dropped for capacity; alone it may
         # take every block, but no more: refuse what outgrows the whole pool now (its
         # table holds prompt + max_tokens - 1 tokens at most: the last is never stored)
         total, bs = mgr.device_pool.num_blocks, mgr.block_size
         if self._group_need(p, m, 1).status is AllocStatus.NEVER:
             raise RequestError(
-                f"the request has {p} prompt tokens and max_tokens={m}: more than the KV "
+                f"the request has {p} prompt tokens and {said}: more than the KV "
                 f"cache's {total} blocks of {bs} tokens can hold; use max_tokens <= "
                 f"{total * bs - p + 1} or raise --kv-cache-memory",
                 "max_tokens", CONTEXT_LENGTH_CODE)
@@ -316,11 +316,28 @@ class RequestChecker:
         if need.status is AllocStatus.NEVER:
             fit = next(k for k in range(seqs - 1, 0, -1)
                        if self._group_need(p, m, k).status is not AllocStatus.NEVER)
+            room = self.room(p, m, seqs)
+            lower = f"max_tokens <= {room}" if room and room < m else "a lower max_tokens"
             raise RequestError(
-                f"n={seqs} sequences of {p} prompt tokens (held once) + max_tokens={m} need "
+                f"n={seqs} sequences of {p} prompt tokens (held once) + {said} need "
                 f"{need.capacity} blocks, more than the KV cache's {total} blocks of {bs} "
-                f"tokens; use n <= {fit}, lower max_tokens, or raise --kv-cache-memory",
+                f"tokens; use n <= {fit}, {lower}, or raise --kv-cache-memory",
                 "n", "n_too_large_for_pool")
+
+    def _asked(self, p: int, params: StopParams) -> tuple[int, str] | None:
+        """The tokens each sequence may grow by and how the request asked for them; None
+        when it is not bounded here (one sequence, no max_tokens: it stops at the context).
+
+        NOTE(open-n): n > 1 sequences with no max_tokens grow to the context's room together,
+        so they are checked at that length: a group the pool can never hold there was
+        accepted and failed part-way (finish_reason "error" after 124 tokens each)."""
+        if params.max_tokens is not None:  # 0: nothing to grow (echo)
+            return (params.max_tokens, f"max_tokens={params.max_tokens}") \
+                if params.max_tokens else None
+        if params.n == 1:
+            return None
+        m = self.max_model_len - p
+        return m, f"no max_tokens (up to {m} tokens each, the context's room)"
 
     def room(self, p: int, max_tokens: int | None, seqs: int) -> int | None:
         """NOTE(fit-default): the largest max_tokens, up to ``max_tokens``, that ``seqs``

@@ -164,3 +164,25 @@ def test_every_request_the_up_front_check_accepts_finishes(sc):
         assert f.status is SeqStatus.FINISHED_LENGTH, (rid, f.status, f.reason)
         assert [len(o.output_token_ids) for o in f.seqs] == [m] * n, rid
     assert_empty(s)
+
+
+def test_n_sequences_without_max_tokens_are_checked_at_the_context():
+    """NOTE(open-n) in sched/admission_gate.py: n=2 with no max_tokens on a pool that holds one
+    context but not two was accepted and failed part-way ("can never fit", finish_reason
+    error); now refused up front, naming what fits, and where both fit it runs to the context."""
+    small = make(blocks=16, host=0, watermark=0.0, caching=False, bs=16, max_model_len=MAX_LEN)
+    checker, p = _checker(small), prompt(30)
+    checker.check(p, SamplingParams(n=1, max_tokens=None))  # one context fits
+    try:
+        checker.check(p, SamplingParams(n=2, max_tokens=None))
+        raise AssertionError("n=2 with no max_tokens was accepted on a pool too small for it")
+    except ValueError as exc:
+        assert "no max_tokens" in str(exc) and "use n <= 1, max_tokens <= " in str(exc), exc
+    s = make(blocks=40, host=0, watermark=0.0, caching=False, bs=16, max_model_len=MAX_LEN)
+    _checker(s).check(p, SamplingParams(n=2, max_tokens=None))
+    rt = FakeRuntime(s, sample_fn=_diverging)
+    s.add_request("r", p, SamplingParams(n=2, max_tokens=None, ignore_eos=True))
+    rt.drain()
+    (f,) = rt.finished
+    assert [len(o.output_token_ids) for o in f.seqs] == [MAX_LEN - 30] * 2, f.status
+    assert_empty(s)
