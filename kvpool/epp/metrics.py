@@ -176,7 +176,8 @@ class MetricsPort:
         self.registry = router.metrics.registry
         self.registry.register(self.collector)
         app = web.Application(middlewares=[error_middleware])
-        app.router.add_get("/metrics", router.render_metrics)
+        # NOTE(metrics-path) in kvpool/server/handlers.py: vLLM's /metrics<anything>
+        app.router.add_get("/metrics{path:.*}", router.render_metrics)
         app.router.add_get("/health", router.health)
         self.limiter.flush_at_cleanup(app)
         self.runner = web.AppRunner(app, handler_cancellation=True,

@@ -6,9 +6,9 @@ engine as requests progress. Names: docs/architecture.md#metrics; the README map
 
 RequestMetrics (request_metrics.py): the request-level series with vLLM's meaning.
 
-NOTE(long-latency): the request latency histograms go on to 7680 s, as vLLM's do (TTFT's
-too): ending at 80 s, a p99 query answered 80 however long requests took, and an SLO alert
-above it could never fire.
+NOTE(long-latency): the request latency histograms go on to 7680 s, as vLLM's do (TTFT's to
+2560 s): ending at 80 s, a p99 query answered 80 however long requests took, and an SLO alert
+above it could never fire. Their bounds are vLLM's own (NOTE(vllm-buckets) in vllm_series.py).
 """
 
 from __future__ import annotations
@@ -28,19 +28,15 @@ from prometheus_client.utils import floatToGoString
 
 from kvpool.metrics.admission import ADMISSION_METRIC_NAMES, AdmissionRejections
 from kvpool.metrics.snapshot import Family, MetricsSnapshot, snapshot_families
-from kvpool.metrics.vllm_series import (VLLM_HISTOGRAMS, VLLM_METRIC_NAMES, engine_families,
-                                        vllm_labels)
+from kvpool.metrics.vllm_series import (ITERATION_TOKEN_BUCKETS, ITL_BUCKETS,
+                                        REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, VLLM_HISTOGRAMS,
+                                        VLLM_ITERATION_TOKENS, VLLM_METRIC_NAMES,
+                                        engine_families, vllm_labels)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# NOTE(scrape): every bucket is a line rendered per scrape; 14 keep quantiles usable and the
-# render of all five histograms well under a millisecond (20 where NOTE(long-latency) needs them).
-LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                   80.0)
-# NOTE(long-latency): what a whole request, its queue or its first token may take
-REQUEST_BUCKETS = LATENCY_BUCKETS + (120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+# NOTE(scrape): every bucket is a line rendered per scrape; the latency histograms take vLLM's
+# 19 to 22 (NOTE(vllm-buckets)) and the render of all of them stays well under a millisecond.
 STEP_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-# vLLM's iteration_tokens_total buckets (its defaults without CUDA-graph capture sizes)
-ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 # Every metric family this module exports (the Grafana dashboard test checks against it).
 METRIC_NAMES = (
@@ -145,6 +141,11 @@ class LatencyHistogram(Collector):
             self._counts[i] += 1
             self._sum += amount
 
+    def count(self) -> int:
+        """Observations so far."""
+        with self._lock:
+            return sum(self._counts)
+
     def values(self) -> tuple[list[int], float]:
         """(cumulative bucket counts, sum), one consistent read."""
         with self._lock:
@@ -172,6 +173,33 @@ class LatencyHistogram(Collector):
             out.append(f"{v.name}_count{v.tail} {count!r}\n{v.name}_sum{v.tail} {sum_}\n")
 
 
+class VllmIterations:
+    """vllm:iteration_tokens_total, observed from kvpool's steps.
+
+    NOTE(iteration-tokens): vLLM observes, per iteration that sampled, the prompt tokens
+    computed for the requests that got their first token plus the tokens sampled (loggers.py
+    record()). A step fed its prefill chunks (prefix-cache hits excluded) and one token per
+    decode, and each decode samples one token: so the step's fed tokens plus its first tokens
+    are vLLM's figure. A step that sampled nothing (a prompt's earlier chunk) carries its
+    tokens on, as vLLM counts a prompt at its first token. Unlike vLLM's, a recompute after a
+    preemption counts its prefill again, and an n > 1 request's shared prompt counts once."""
+
+    def __init__(self, model_name: str) -> None:
+        self.hist = LatencyHistogram(*VLLM_ITERATION_TOKENS, ITERATION_TOKEN_BUCKETS,
+                                     vllm_labels(model_name))
+        self._unsampled = 0  # tokens fed since the last step that sampled
+        self._sampled = (0, 0)  # (first, later) tokens sampled so far, at the last step
+
+    def step(self, tokens: int, first_tokens: int, later_tokens: int) -> None:
+        """A step that fed ``tokens``; ``first_tokens`` / ``later_tokens``: sampled so far."""
+        first = first_tokens - self._sampled[0]
+        self._unsampled += tokens
+        if first or later_tokens != self._sampled[1]:
+            self._sampled = (first_tokens, later_tokens)
+            self.hist.observe(self._unsampled + first)
+            self._unsampled = 0
+
+
 class _View(NamedTuple):
     """One name a LatencyHistogram's counts are written under."""
 
@@ -184,15 +212,14 @@ class _View(NamedTuple):
 
 
 class KVPoolMetrics:
-    """The server's metrics: one private registry, a snapshot collector, six histograms."""
+    """The server's metrics: one private registry, a snapshot collector, seven histograms."""
 
     def __init__(self, snapshot_fn: Callable[[], MetricsSnapshot],
                  registry: CollectorRegistry | None = None, *,
                  model_name: str | None = None,
                  cache_info: Sequence[tuple[str, str]] = ()) -> None:
-        """``model_name``: the label every histogram carries, as vLLM labels its series
-        (None: no label on kvpool's, "" on vLLM's); ``cache_info``: static labels of
-        vllm:cache_config_info (block_size, enable_prefix_caching)."""
+        """``model_name``: every histogram's label, as vLLM's (None: none on kvpool's, "" on
+        vLLM's); ``cache_info``: vllm:cache_config_info's static labels (block_size, ...)."""
         self.registry = registry if registry is not None else CollectorRegistry()
         self._snapshot = _SnapshotCollector(snapshot_fn, model_name or "", cache_info)
         self.registry.register(self._snapshot)
@@ -202,30 +229,34 @@ class KVPoolMetrics:
         self.add_source(self.admission.families)
         self._prefixes: dict[tuple, str] = {}  # (name, labelnames, values) -> 'name{...} '
         self._heads: dict[tuple, str] = {}
-        label = (("model_name", model_name),) if model_name else ()
+        self._histograms(model_name)
 
-        def hist(name: str, doc: str, buckets: Sequence[float] = LATENCY_BUCKETS
-                 ) -> LatencyHistogram:
-            h = LatencyHistogram(name, doc, buckets, labels=label)
+    def _histograms(self, model_name: str | None) -> None:
+        """The seven histograms, registered (their vLLM names aliased: NOTE(vllm-names))."""
+        def hist(name: str, doc: str, buckets: Sequence[float]) -> LatencyHistogram:
+            h = LatencyHistogram(name, doc, buckets,
+                                 labels=(("model_name", model_name),) if model_name else ())
             if name in VLLM_HISTOGRAMS:  # NOTE(vllm-names)
                 h.alias(*VLLM_HISTOGRAMS[name], vllm_labels(model_name or ""))
             self.registry.register(h)
             return h
 
         self.ttft = hist("kvpool_time_to_first_token_seconds", "Time to first token.",
-                         REQUEST_BUCKETS)
-        self.itl = hist("kvpool_inter_token_latency_seconds", "Time between output tokens.")
+                         TTFT_BUCKETS)
+        self.itl = hist("kvpool_inter_token_latency_seconds", "Time between output tokens.",
+                        ITL_BUCKETS)
         self.e2e = hist("kvpool_e2e_request_latency_seconds", "Request latency, arrival to "
-                        "finish.", REQUEST_BUCKETS)
+                        "finish.", REQUEST_LATENCY_BUCKETS)
         self.queue = hist("kvpool_request_queue_time_seconds", "Time waiting before the first "
-                          "schedule.", REQUEST_BUCKETS)
+                          "schedule.", REQUEST_LATENCY_BUCKETS)
         self.prompt_tokens = 0  # request_metrics.py NOTE(prefill-count)
         self.step = hist("kvpool_step_seconds", "Engine step time (schedule, copies, forward, "
                          "sample).", STEP_BUCKETS)
         self.iteration_tokens = hist("kvpool_iteration_tokens", "Tokens computed per engine "
                                      "step (prefill chunks + decodes).", ITERATION_TOKEN_BUCKETS)
-        self._hists = [self.ttft, self.itl, self.e2e, self.queue, self.step,
-                       self.iteration_tokens]
+        self._hists = [self.ttft, self.itl, self.e2e, self.queue, self.step, self.iteration_tokens]
+        self.vllm_iterations = VllmIterations(model_name or "")  # NOTE(iteration-tokens)
+        self.add_histogram(self.vllm_iterations.hist)
 
     def observe_step(self, seconds: float, tokens: int) -> None:
         """One engine step: its time, and the tokens it computed (a step of copies alone
@@ -233,6 +264,8 @@ class KVPoolMetrics:
         self.step.observe(seconds)
         if tokens:
             self.iteration_tokens.observe(tokens)
+        # every sampled token is a TTFT or an ITL observation (output_processor.py _accept)
+        self.vllm_iterations.step(tokens, self.ttft.count(), self.itl.count())
 
     def add_source(self, families_fn: Callable[[], list[Family]]) -> None:
         """Render ``families_fn()`` (``(name, type, doc, labelnames, [(values, v)])`` tuples)

@@ -37,17 +37,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from kvpool.metrics.collector import REQUEST_BUCKETS, KVPoolMetrics, LatencyHistogram
+from kvpool.metrics.collector import KVPoolMetrics, LatencyHistogram
 from kvpool.metrics.snapshot import Family
-from kvpool.metrics.vllm_series import (PREEMPTION_BUCKETS, TPOT_BUCKETS, VLLM_ONLY_HISTOGRAMS,
+from kvpool.metrics.vllm_series import (ITL_BUCKETS, N_BUCKETS, PREEMPTION_BUCKETS,
+                                        REQUEST_LATENCY_BUCKETS, VLLM_ONLY_HISTOGRAMS,
                                         VLLM_REQUEST_HISTOGRAMS, VLLM_REQUEST_METRIC_NAMES,
-                                        request_families, vllm_labels)
+                                        request_families, request_token_buckets, vllm_labels)
 
 __all__ = ["REQUEST_METRIC_NAMES", "RequestMetrics"]
 
-TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000,
-                 100000)  # vLLM's 1-2-5 series, up to a long context
-N_BUCKETS = (1, 2, 5, 10, 20)
+# the token histograms' cap where the server's context length is not given
+UNKNOWN_CONTEXT = 100000
 REQUEST_METRIC_NAMES = (
     "kvpool_prompt_tokens_total", "kvpool_request_success_total",
     "kvpool_request_prompt_tokens", "kvpool_request_generation_tokens",
@@ -63,9 +63,13 @@ _REASONS = ("stop", "length", "abort", "error", "repetition")
 class RequestMetrics:
     """The series above for one served model, registered on a KVPoolMetrics."""
 
-    def __init__(self, metrics: KVPoolMetrics, model_name: str) -> None:
+    def __init__(self, metrics: KVPoolMetrics, model_name: str,
+                 max_model_len: int = UNKNOWN_CONTEXT) -> None:
+        """``max_model_len`` caps the token histograms' buckets, as vLLM's
+        (NOTE(vllm-buckets) in vllm_series.py)."""
         self.model_name = model_name
         label = (("model_name", model_name),)
+        tokens = request_token_buckets(max_model_len)
 
         def hist(name: str, doc: str, buckets: Sequence[float]) -> LatencyHistogram:
             h = LatencyHistogram(name, doc, buckets, labels=label)
@@ -74,27 +78,27 @@ class RequestMetrics:
             return h
 
         self.prompt_hist = hist("kvpool_request_prompt_tokens", "Prompt tokens per request.",
-                                TOKEN_BUCKETS)
+                                tokens)
         self.generation_hist = hist("kvpool_request_generation_tokens",
-                                    "Generated tokens per request.", TOKEN_BUCKETS)
+                                    "Generated tokens per request.", tokens)
         # NOTE(max-generation): vLLM observes it where it observes n, once per parent request
         # when its last child finishes (parallel_sampling.py observe_finished_request)
         self.max_generation_hist = hist("kvpool_request_max_generation_tokens", "The most "
                                         "tokens any sequence of a request generated.",
-                                        TOKEN_BUCKETS)
+                                        tokens)
         self.n_hist = hist("kvpool_request_params_n", "The n requests ask for.", N_BUCKETS)
         self.max_tokens_hist = hist("kvpool_request_params_max_tokens",
-                                    "The max_tokens requests run with.", TOKEN_BUCKETS)
+                                    "The max_tokens requests run with.", tokens)
         self.prefill = hist("kvpool_request_prefill_time_seconds", "First schedule to first "
-                            "token.", REQUEST_BUCKETS)
+                            "token.", REQUEST_LATENCY_BUCKETS)
         self.decode = hist("kvpool_request_decode_time_seconds", "First token to finish.",
-                           REQUEST_BUCKETS)
+                           REQUEST_LATENCY_BUCKETS)
         self.inference = hist("kvpool_request_inference_time_seconds", "First schedule to "
-                              "finish.", REQUEST_BUCKETS)
+                              "finish.", REQUEST_LATENCY_BUCKETS)
         self.tpot, self.preemptions, self.prefill_kv = (  # NOTE(vllm-only), vllm_series.py
             self._vllm_only(metrics, key, buckets) for key, buckets in (
-                ("tpot", TPOT_BUCKETS), ("preemptions", PREEMPTION_BUCKETS),
-                ("prefill_kv", TOKEN_BUCKETS)))
+                ("tpot", ITL_BUCKETS), ("preemptions", PREEMPTION_BUCKETS),
+                ("prefill_kv", tokens)))
         self._metrics = metrics  # its prompt_tokens: NOTE(prefill-count)
         self._lock = threading.Lock()
         self._success = dict.fromkeys(_REASONS, 0)

@@ -32,6 +32,9 @@ class MetricsSnapshot:
     # state -> live sequences (an n > 1 request's n): vLLM's request gauges count these
     # (NOTE(child-requests) in kvpool/metrics/vllm_series.py)
     sequences: Mapping[str, int] = field(default_factory=dict)
+    # the sequences those preemptions held (vllm:num_preemptions_total: NOTE(preempted-seqs)
+    # in kvpool/metrics/vllm_series.py); None: not counted, the preempted requests stand in
+    preempted_seqs: int | None = None
 
 
 # (name, type, help, label names, [(label values, value)]); counter names end in _total

@@ -7,8 +7,10 @@ KEDA / HPA rules on the queue, and Grafana dashboards made for vLLM. A kvpool se
 same meaning under another name is invisible to them, so /metrics writes each of those again
 under vLLM's name, type (a counter's samples end in ``_total``), unit (seconds; usage a 0..1
 fraction) and labels (``model_name`` and ``engine``, "0" for kvpool's one engine), from the
-same numbers, read once per scrape. The histograms keep kvpool's buckets: a quantile reads the
-same, the bucket bounds differ from vLLM's.
+same numbers, read once per scrape. NOTE(vllm-buckets): every vllm:* histogram has vLLM 0.33's
+bounds (vllm/v1/metrics/buckets.py), and so has its kvpool twin, which shares its counts: an
+alert on a bound picked from vLLM's list (``le="20"``) finds its series; the request token
+histograms take vLLM's 1-2-5 series capped at max_model_len (``request_token_buckets``).
 
 NOTE(child-requests): vLLM runs an n > 1 request as n child requests (AsyncLLM fans it out),
 and its scheduler's gauges count those children: running and waiting here count sequences,
@@ -59,9 +61,12 @@ VLLM_HISTOGRAMS = {
     "kvpool_request_queue_time_seconds": ("vllm:request_queue_time_seconds",
                                           "Histogram of time spent in WAITING phase for "
                                           "request."),
-    "kvpool_iteration_tokens": ("vllm:iteration_tokens_total",
-                                "Histogram of number of tokens per engine_step."),
 }
+# NOTE(iteration-tokens): vLLM's own observation, not kvpool_iteration_tokens' (the tokens a
+# step fed the model): per iteration that sampled, the prompt tokens computed for requests that
+# got their first token plus the tokens generated (loggers.py record()); KVPoolMetrics.observe_step
+VLLM_ITERATION_TOKENS = ("vllm:iteration_tokens_total",
+                         "Histogram of number of tokens per engine_step.")
 # RequestMetrics' series (kvpool/metrics/request_metrics.py), the same way
 VLLM_REQUEST_HISTOGRAMS = {
     "kvpool_request_prompt_tokens": ("vllm:request_prompt_tokens",
@@ -84,8 +89,7 @@ VLLM_REQUEST_HISTOGRAMS = {
                                               "request."),
 }
 # NOTE(vllm-only): per-request histograms vLLM writes that have no kvpool twin, written under
-# vLLM's name and labels only, with vLLM's buckets where its family has fixed ones
-# (vllm/v1/metrics/buckets.py); its token counts take kvpool's 1-2-5 series, as the others
+# vLLM's name and labels only, with vLLM's buckets (NOTE(vllm-buckets))
 VLLM_ONLY_HISTOGRAMS = {
     "tpot": ("vllm:request_time_per_output_token_seconds",
              "Histogram of time_per_output_token_seconds per request."),
@@ -94,9 +98,16 @@ VLLM_ONLY_HISTOGRAMS = {
     "prefill_kv": ("vllm:request_prefill_kv_computed_tokens", "Histogram of new KV tokens "
                    "computed during prefill (excluding cached tokens)."),
 }
-# vLLM's INTER_TOKEN_LATENCY_BUCKETS (its TPOT histogram's) and REQUEST_NUM_PREEMPTIONS_BUCKETS
-TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0)
+# NOTE(vllm-buckets): vLLM 0.33's bucket families (vllm/v1/metrics/buckets.py), by its names
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0)  # inter-token latency and TPOT
+# e2e, queue, prefill, decode and inference time (NOTE(long-latency) in collector.py)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                           40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+N_BUCKETS = (1, 2, 5, 10, 20)
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 VLLM_REQUEST_METRIC_NAMES = ("vllm:prompt_tokens_total", "vllm:request_success_total") + \
     tuple(name for name, _ in VLLM_REQUEST_HISTOGRAMS.values()) + \
@@ -108,6 +119,18 @@ _WAITING_DOC = ("Number of waiting requests by reason. Reason labels: 'capacity'
 _SLEEP_DOC = ("Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
               "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
               "sleep level 2.")
+
+
+def request_token_buckets(max_model_len: int) -> tuple[int, ...]:
+    """vLLM's request token buckets: 1, 2, 5, 10, 20, 50, ... up to ``max_model_len``."""
+    bounds: list[int] = []
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > max_model_len:
+                return tuple(bounds) or (1,)
+            bounds.append(m * scale)
+        scale *= 10
 
 
 def request_families(model_name: str, prompt_tokens: int,
@@ -144,6 +167,12 @@ def waiting_by_reason(s: MetricsSnapshot) -> tuple[int, int]:
     return s.sequences.get("waiting", 0) + s.sequences.get("swapped", 0), max(0, outside)
 
 
+def preempted_seqs(s: MetricsSnapshot) -> int:
+    """The sequences preempted so far; the preempted requests where the engine did not count
+    them (NOTE(preempted-seqs))."""
+    return sum(s.preemptions.values()) if s.preempted_seqs is None else s.preempted_seqs
+
+
 def engine_families(s: MetricsSnapshot, model_name: str,
                     cache_info: Sequence[tuple[str, str]]) -> list[Family]:
     """The snapshot's vLLM series; ``cache_info``: static cache_config_info labels."""
@@ -174,8 +203,10 @@ def engine_families(s: MetricsSnapshot, model_name: str,
          "queried tokens.", LABELS, [(lv, m.prefix_query_tokens)]),
         ("vllm:prefix_cache_hits_total", c, "Prefix cache hits, in terms of number of cached "
          "tokens.", LABELS, [(lv, m.prefix_hit_tokens)]),
+        # NOTE(preempted-seqs): vLLM preempts each child request of an n > 1 request on its
+        # own, so its counter counts sequences, as vllm:request_num_preemptions' sum does
         ("vllm:num_preemptions_total", c, "Cumulative number of preemption from the engine.",
-         LABELS, [(lv, sum(s.preemptions.values()))]),
+         LABELS, [(lv, preempted_seqs(s))]),
         ("vllm:generation_tokens_total", c, "Number of generation tokens processed.", LABELS,
          [(lv, s.generation_tokens)]),
     ]

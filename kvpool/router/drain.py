@@ -48,7 +48,9 @@ FORCED_EXIT_STATUS = 1
 # after the deadline, ended handlers get this long to write their tail (as serve.py's
 # NOTE(grace)); aiohttp's runner gets it again for what is left
 SHUTDOWN_GRACE = 0.2
-STILL_ANSWERED = frozenset({"/metrics"})  # the router's own counters, read to the end
+# the router's own counters, read to the end: every path they answer on (/metrics/ too,
+# kvpool/server/handlers.py NOTE(metrics-path))
+STILL_ANSWERED = "/metrics"
 _RESPONSE = "kvpool_router_drain_response"  # the request's prepared response, if any
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -77,7 +79,7 @@ class Drain:
         return len(self._live)
 
     async def _handle(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.draining and request.path not in STILL_ANSWERED:
+        if self.draining and not request.path.startswith(STILL_ANSWERED):
             return _error("the router is shutting down; retry on another router or later",
                           "shutting_down")
         task = asyncio.current_task()

@@ -190,7 +190,8 @@ class Router:
         app.router.add_post(RESPONSES_PATH, self.create_response)
         app.router.add_route("*", RESPONSES_PATH + "/{response_id}{tail:.*}", self.by_response)
         app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", self.render_metrics)
+        # NOTE(metrics-path) in kvpool/server/handlers.py: vLLM's /metrics<anything>
+        app.router.add_get("/metrics{path:.*}", self.render_metrics)
         if self.membership is not None:
             self.membership.install(app)
         app.router.add_route("*", "/{tail:.*}", self.passthrough)

@@ -309,6 +309,7 @@ class SchedulerStats:
     defrag_moves: int  # defrag moves committed
     defrag_retried: int  # planned moves dropped at commit (a table changed)
     defrag_aborted: int  # plans aborted (copies failed)
+    preempted_seqs: int  # live sequences of the preempted requests (NOTE(preempted-seqs))
 
     @property
     def seqs_by_state(self) -> dict[str, int]:

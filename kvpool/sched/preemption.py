@@ -110,6 +110,7 @@ class Preemptor:
             self.requeue_for_recompute(g)
         g.num_preemptions += 1
         st.counters.preemptions[mode.value] += 1
+        st.counters.preempted_seqs += len(live)  # NOTE(preempted-seqs), vllm_series.py
         p = PreemptedRequest(g.request_id, mode, tuple(ids), len(refs), cause)
         out.preempted.append(p)
         return p
@@ -138,11 +139,13 @@ class Preemptor:
         for queue in (st.running, st.swapped):
             while queue:
                 g = queue.pop()
+                live = len(g.live_seqs)
                 if queue is st.running:
-                    st.num_running_seqs -= len(g.live_seqs)
+                    st.num_running_seqs -= live
                 self.requeue_for_recompute(g)
                 g.num_preemptions += 1
                 st.counters.preemptions[PreemptionMode.RECOMPUTE.value] += 1
+                st.counters.preempted_seqs += live
                 n += 1
         return n
 

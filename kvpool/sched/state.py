@@ -128,6 +128,9 @@ class SchedulerCounters:
     """Monotonic counters (metrics read them through ``SchedulerState.stats``)."""
 
     preemptions: dict[str, int] = field(default_factory=lambda: {"swap": 0, "recompute": 0})
+    # the live sequences of those preempted requests (an n > 1 request's n), as vLLM counts
+    # its preempted child requests (NOTE(preempted-seqs) in kvpool/metrics/vllm_series.py)
+    preempted_seqs: int = 0
     swap_out_blocks: int = 0  # blocks scheduled device -> host
     swap_in_blocks: int = 0  # blocks scheduled host -> device
     cow_blocks: int = 0  # copy-on-write copies scheduled
@@ -192,7 +195,7 @@ class SchedulerState:
             dict(c.preemptions), c.swap_out_blocks, c.swap_in_blocks,
             c.cow_blocks, c.prefix_hit_tokens, c.prompt_tokens, c.generation_tokens,
             c.num_finished, c.num_aborted, c.num_ignored, c.defrag_plans, c.defrag_moves,
-            c.defrag_retried, c.defrag_aborted)
+            c.defrag_retried, c.defrag_aborted, c.preempted_seqs)
 
 
 class DefragDriver:

@@ -162,7 +162,7 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
                        TenantBlockQuota(tenant_block_quota) if tenant_block_quota else None)
     routes = OpenAIRoutes(engine, gate, parser, metrics.render, names,
                           stream_write_timeout=stream_write_timeout, sse_keep_alive=sse_keep_alive,
-                          request_metrics=RequestMetrics(metrics, names[0]))
+                          request_metrics=RequestMetrics(metrics, names[0], engine.max_model_len))
     routes.register(app)
     ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}, cancel
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts

@@ -136,7 +136,10 @@ class OpenAIRoutes:
         app.router.add_post("/ping", self.health)
         app.router.add_get("/version", self.version)
         TokenizeRoutes(self.parser, self.parse_pool).register(app)
-        app.router.add_get("/metrics", self.metrics)
+        # NOTE(metrics-path): vLLM mounts its registry on ^/metrics(?P<path>.*)$, so
+        # /metrics/ and /metrics<anything> answer it too (a scrape config's metrics_path:
+        # /metrics/ works); the template still holds /metrics: HTTP series leave it out
+        app.router.add_get("/metrics{path:.*}", self.metrics)
         register_scale_out_refusals(app)  # vLLM's 403 without --enable-scale-out
 
     # ---- generation ---------------------------------------------------------------------------

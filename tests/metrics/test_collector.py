@@ -102,7 +102,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from prometheus_client import CollectorRegistry, Histogram, generate_latest  # noqa: E402
 
-from kvpool.metrics.collector import LATENCY_BUCKETS, LatencyHistogram  # noqa: E402
+from kvpool.metrics.collector import LatencyHistogram  # noqa: E402
+from kvpool.metrics.vllm_series import TTFT_BUCKETS as LATENCY_BUCKETS  # noqa: E402
 
 amounts = st.floats(min_value=0, max_value=1e7, allow_nan=False) | st.sampled_from(
     [0.0, *LATENCY_BUCKETS])  # exact bounds: `le` is inclusive

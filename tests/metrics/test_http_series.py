@@ -119,7 +119,7 @@ async def test_random_paths_add_no_series(srv):
 @MODULE_LOOP
 async def test_health_metrics_and_friends_are_not_counted(srv):
     before = await scrape(srv)
-    for path in ("/metrics", "/health", "/ping", "/version", "/metrics/nothing-here"):
+    for path in ("/metrics", "/health", "/ping", "/version", "/metrics/", "/metrics/x/y"):
         await call(srv, "GET", path)
     assert (await call(srv, "GET", "/v1/models"))[0] == 200  # the one answer counted
     after = await scrape(srv)
@@ -194,3 +194,14 @@ def test_every_http_series_is_on_the_dashboard():
         pattern = re.compile(rf"\b{name}(_bucket|_sum|_count)?\b")
         assert any(pattern.search(e) for e in exprs), f"{name} is on no dashboard panel"
     assert any('status=~"5xx"' in e or 'status="5xx"' in e for e in exprs)
+
+
+@MODULE_LOOP
+async def test_metrics_answers_under_vllms_path_regex(srv):
+    """NOTE(metrics-path) in kvpool/server/handlers.py: vLLM serves its registry on
+    ^/metrics(?P<path>.*)$, so a scrape config's metrics_path /metrics/ works (before: 404)."""
+    for path in ("/metrics/", "/metrics/anything", "/metricsz"):
+        async with aiohttp.ClientSession() as s, s.get(srv.url + path) as r:
+            assert r.status == 200, path
+            assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4"), path
+            assert "vllm:num_requests_running" in await r.text(), path

@@ -119,6 +119,8 @@ async def test_sigterm_drains_then_ends_streams_with_done_and_others_with_503():
         async with kept.post(url + "/v1/completions", json={"prompt": "x"}) as r:
             assert (r.status, r.headers.get("Retry-After"), (await r.json())["error"]["code"]) \
                 == (503, "1", "shutting_down")
+        async with kept.get(url + "/metrics/") as r:  # a scrape path of vLLM's, to the end
+            assert r.status == 200 and b"kvpool_router" in await r.read()
         (status, events), (pstatus, pbody) = await asyncio.wait_for(
             asyncio.gather(stream, plain), 6)
         took = time.monotonic() - t0

@@ -213,3 +213,21 @@ def test_a_lone_request_that_outgrows_the_pool_is_ignored_with_its_output():
     assert f.status is SeqStatus.FINISHED_IGNORED and "never fit" in f.reason
     assert len(f.output_token_ids) >= BS  # it ran until it filled the pool
     assert_empty(s)
+
+
+def test_preempted_sequences_are_counted_per_sequence_as_vllms_children():
+    """NOTE(preempted-seqs) in kvpool/metrics/vllm_series.py: vLLM preempts each child of an
+    n > 1 request and counts each, and each finished child observes its own count; so the
+    scheduler counts the live sequences of each preempted request, and once every request has
+    finished the per-sequence counts sum to it (before: one per request)."""
+    s = make(blocks=8)
+    rt = FakeRuntime(s)
+    for i, n in enumerate((2, 2, 1)):
+        s.add_request(f"r{i}", prompt(2 * BS, 100 * (i + 1)), params(max_tokens=3 * BS, n=n))
+    rt.drain()
+    st = s.stats()
+    requests = sum(st.preemptions.values())
+    assert requests > 0, "the test needs preemptions to happen"
+    per_sequence = sum(f.num_preemptions * len(f.seqs) for f in rt.finished)
+    assert st.preempted_seqs == per_sequence
+    assert st.preempted_seqs > requests  # an n=2 request was preempted

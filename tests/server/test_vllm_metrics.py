@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvpool.metrics.vllm_series import VLLM_HISTOGRAMS, VLLM_METRIC_NAMES
+from kvpool.metrics.vllm_series import VLLM_HISTOGRAMS, VLLM_ITERATION_TOKENS, VLLM_METRIC_NAMES
 from tests.server.helpers import parse_metrics
 
 SETTLE = 20.0  # seconds: a bound for the load to show, never a speed assertion
@@ -39,7 +39,7 @@ async def scrape_until(srv, check) -> dict:
 async def test_vllm_series_have_vllm_names_types_and_labels(srv):
     fams = await families(srv)
     labels = {"model_name": srv.engine.model_name, "engine": "0"}
-    histograms = {name for name, _ in VLLM_HISTOGRAMS.values()}
+    histograms = {name for name, _ in VLLM_HISTOGRAMS.values()} | {VLLM_ITERATION_TOKENS[0]}
     for name in VLLM_METRIC_NAMES:
         kind = ("histogram" if name in histograms else
                 "counter" if name.endswith("_total") else "gauge")
@@ -88,8 +88,9 @@ async def test_vllm_gauges_follow_the_load(make_server):
         assert got["vllm:prefix_cache_queries_total"][lab] >= 60
         assert got["vllm:prefix_cache_hits_total"][lab] >= 16  # the same prompt, twice more
         assert got["vllm:time_to_first_token_seconds_count"][lab] == 3
+        # NOTE(iteration-tokens): vLLM's counts every generated token, the first ones too
         assert got["vllm:iteration_tokens_total_sum"][lab] == \
-            got["kvpool_iteration_tokens_sum"][lab[1:]]
+            got["kvpool_iteration_tokens_sum"][lab[1:]] + 3
         check_vllm_only_series(got, lab)
 
 
@@ -145,3 +146,26 @@ async def test_vllm_request_series_count_each_request(srv):
     assert got["vllm:request_num_preemptions_bucket"][(lab[0], ("le", "1.0"), lab[1])] == 3
     assert got["vllm:request_prefill_kv_computed_tokens_count"][lab] == 3
     assert got["vllm:request_prefill_kv_computed_tokens_sum"][lab] == 30 + 2 * (30 - 16)
+
+
+async def test_preemptions_count_sequences_as_vllms_children(make_server):
+    """NOTE(preempted-seqs) in kvpool/metrics/vllm_series.py: vLLM preempts each child of an
+    n > 1 request, counts each in vllm:num_preemptions_total and observes each finished
+    child's count; so once every request finished, the histogram's sum equals the counter
+    (before: the counter counted requests, short for n > 1)."""
+    async with make_server(num_device_blocks=12, num_host_blocks=0) as srv:
+        lab = (("engine", "0"), ("model_name", srv.engine.model_name))
+        async with aiohttp.ClientSession() as s:
+            async def one(i: int, n: int) -> None:
+                async with s.post(srv.url + "/v1/completions", json={
+                        "prompt": [20 + i] * 40, "max_tokens": 60, "n": n,
+                        "ignore_eos": True, "temperature": 0}) as r:
+                    assert r.status == 200, await r.text()
+
+            await asyncio.gather(*(one(i, n) for i, n in enumerate((2, 2, 1))))
+        got = await scrape_until(
+            srv, lambda g: g["vllm:request_num_preemptions_count"].get(lab) == 5)
+        groups = sum(got["kvpool_preemptions_total"].values())
+        assert groups > 0, "the test needs preemptions to happen"
+        assert got["vllm:num_preemptions_total"][lab] == \
+            got["vllm:request_num_preemptions_sum"][lab]

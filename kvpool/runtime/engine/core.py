@@ -370,7 +370,7 @@ class EngineCore:
             {"out": ms.swap_out_blocks * bpb, "in": ms.swap_in_blocks * bpb},
             {"cow": copy.blocks.get("cow", 0), "defrag": copy.blocks.get("defrag", 0)},
             self.prompt_tokens, self.outputs.generation_tokens, self.invariant_violations,
-            sequences=st.seqs_by_state)
+            sequences=st.seqs_by_state, preempted_seqs=st.preempted_seqs)
 
     def close(self) -> None:
         self.copies.close(cancel=True)
