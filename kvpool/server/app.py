@@ -63,6 +63,8 @@
     dev_routes               vLLM's development cache routes (POST /reset_prefix_cache, ...;
                              dev_routes.py); default: absent (404), as without vLLM's
                              VLLM_SERVER_DEV_MODE
+    per_request_metrics      completions and chat answers carry vLLM's timing ``metrics``
+                             (--enable-per-request-metrics; request_timing.py)
     reasoning_parser         reads chat output's thinking apart (reasoning.py's NAMES:
                              vLLM's --reasoning-parser names); None: all of it is content
 
@@ -134,14 +136,14 @@ _MANAGE_ENGINE_KEY = web.AppKey("kvpool_manage_engine", bool)
 def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: KVPoolMetrics | None = None,
               served_model_names: tuple[str, ...] | None = None, manage_engine: bool = True,
-              max_json_depth: int = MAX_JSON_DEPTH, dev_routes: bool = False,
+              max_json_depth: int = MAX_JSON_DEPTH, per_request_metrics: bool = False,
               engine_shutdown_timeout: float = DEFAULT_ENGINE_SHUTDOWN_TIMEOUT,
               tenant_block_quota: int | None = None, chat_template: str | Path | None = None,
               tenant_header: str | None = None, shared_prefix_cache: bool = False,
               stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT, sse_keep_alive: float = 0,
               reject_unknown_fields: bool = False, return_tokens_as_token_ids: bool = False,
               generation_config: str | None = "auto", reasoning_parser: str | None = None,
-              override_generation_config: Mapping[str, Any] | None = None,
+              override_generation_config: Mapping[str, Any] | None = None, dev_routes: bool = False,
               tool_call_parser: str | None = None, cors: CorsPolicy = DEFAULT_CORS,
               trust_request_chat_template: bool = False, server_load_tracking: bool = False,
               default_chat_template_kwargs: Mapping[str, Any] | None = None) -> web.Application:
@@ -156,13 +158,13 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
                      override_generation_config, return_tokens_as_token_ids, reasoning_parser,
                      default_chat_template_kwargs)
     metrics = metrics if metrics is not None else engine.metrics
-    namespace = CacheNamespace(identity=bool(api_key or tenant_header),
-                               shared=shared_prefix_cache)
+    namespace = CacheNamespace(identity=bool(api_key or tenant_header), shared=shared_prefix_cache)
     gate = RequestGate(engine, namespace,
                        TenantBlockQuota(tenant_block_quota) if tenant_block_quota else None)
     routes = OpenAIRoutes(engine, gate, parser, metrics.render, names,
                           stream_write_timeout=stream_write_timeout, sse_keep_alive=sse_keep_alive,
-                          request_metrics=RequestMetrics(metrics, names[0], engine.max_model_len))
+                          request_metrics=RequestMetrics(metrics, names[0], engine.max_model_len),
+                          per_request_metrics=per_request_metrics)
     routes.register(app)
     ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}, cancel
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
@@ -209,6 +211,9 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
         defaults["return_tokens_as_token_ids"] = True
     if template_kwargs:
         defaults["chat_template_kwargs"] = dict(template_kwargs)
+    # a request's prompts fit the queue bound (each is a request in flight); with no bound,
+    # RequestParser's own cap on prompts per request
+    queue_bound = {"max_prompts": config.max_queue} if config.max_queue else {}
     return RequestParser(engine.tokenizer, names, engine.max_model_len,
                          logits_size=engine.core.model.config.vocab_size,  # NOTE(logits-size)
                          max_n=config.max_n, max_num_seqs=config.max_num_seqs,
@@ -216,7 +221,8 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
                          max_stop=config.max_stop, max_json_depth=max_json_depth,
                          chat_template=load_chat_template(config.tokenizer or config.model,
                                                           chat_template),
-                         max_logprobs=config.max_logprobs, max_prompts=config.max_queue,
+                         max_logprobs=config.max_logprobs,
+                         **queue_bound,
                          reject_unknown_fields=reject_unknown_fields,
                          defaults=defaults,
                          tool_parser=tool_call_parser and tool_parser(tool_call_parser),

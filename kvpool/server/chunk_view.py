@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvpool.server.middleware import APIError
+from kvpool.server.request_timing import builder_metrics
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.sse import SSE_DONE, sse_event
 
@@ -35,9 +36,14 @@ class ChunkView:
         b = self.builder
         if failure is not None:
             return sse_event(b.error_event(failure)) + SSE_DONE
-        if b.req.include_usage:
-            return sse_event(b.usage_chunk()) + SSE_DONE
+        if b.req.include_usage:  # the metrics ride on it (NOTE(per-request-metrics))
+            chunk, metrics = b.usage_chunk(), builder_metrics(b, stream=True)
+            if metrics is not None:
+                chunk["metrics"] = metrics
+            return sse_event(chunk) + SSE_DONE
         return SSE_DONE
 
     def body(self) -> dict[str, Any]:
-        return self.builder.body()
+        body = self.builder.body()
+        body["metrics"] = builder_metrics(self.builder, stream=False)  # null without them
+        return body

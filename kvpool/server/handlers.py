@@ -101,7 +101,8 @@ class OpenAIRoutes:
                  render_metrics: Callable[[], bytes], model_names: Sequence[str], *,
                  stream_write_timeout: float = DEFAULT_STREAM_WRITE_TIMEOUT,
                  sse_keep_alive: float = 0.0,
-                 request_metrics: RequestMetrics | None = None) -> None:
+                 request_metrics: RequestMetrics | None = None,
+                 per_request_metrics: bool = False) -> None:
         if not stream_write_timeout > 0:
             raise ValueError(f"stream_write_timeout={stream_write_timeout!r}: use seconds > 0")
         self.engine = engine
@@ -120,6 +121,7 @@ class OpenAIRoutes:
         self.encoding = 0  # JSON answers being written now (tests watch it)
         self.bodies = RouteBodies(parser)  # what the generation routes parse, on the pool
         self.request_metrics = request_metrics  # vLLM-meaning request series, or None
+        self.per_request_metrics = per_request_metrics  # request_timing.py's, on answers
         self.formatter = LogprobFormatter(parser.tokenizer)
         self.id_formatter = LogprobFormatter(parser.tokenizer, as_token_ids=True)
 
@@ -177,7 +179,7 @@ class OpenAIRoutes:
         the caller runs them (``run``, ``answer``), whose end releases them."""
         builder = ResponseBuilder(req, formatter=self.id_formatter
                                   if req.extras.tokens_as_ids else self.formatter,
-                                  shown_id=shown_id)
+                                  shown_id=shown_id, metrics=self.per_request_metrics)
         params = [req.params_at(i, self.engine.core.checker) for i in range(len(req.prompts))]
         ticket = self.gate.admit(req.prompts, params, req.cache_salt)
         return builder, PromptStreams(self.engine, ticket, builder.engine_id, req.prompts, params,

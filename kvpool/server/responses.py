@@ -56,16 +56,15 @@ class ResponseBuilder:
     """Accumulates one request's updates (all its prompts); renders chunks and the final body."""
 
     def __init__(self, req: ParsedRequest, *, created: int | None = None,
-                 formatter: LogprobFormatter | None = None, shown_id: str | None = None) -> None:
-        self.req = req
-        self.chat = req.kind == "chat"
+                 formatter: LogprobFormatter | None = None, shown_id: str | None = None,
+                 metrics: bool = False) -> None:
+        self.req, self.chat = req, req.kind == "chat"
         prefix = "chatcmpl-" if self.chat else "cmpl-"
         own = uuid.uuid4().hex
         self.engine_id = prefix + own  # NOTE(own-engine-id) in request_ids.py: never shown
         self.id = prefix + (own if shown_id is None else shown_id)  # the client's id
         self.created = int(time.time()) if created is None else created
-        self.fmt = formatter
-        self.lp = req.logprob
+        self.fmt, self.lp = formatter, req.logprob
         if (self.lp.logprobs is not None or self.lp.prompt_logprobs is not None) \
                 and formatter is None:
             raise ValueError("a request with logprobs needs a LogprobFormatter")
@@ -89,6 +88,7 @@ class ResponseBuilder:
         self.prompt_lps: list[Any] = [None] * len(req.prompts)  # vLLM prompt_logprobs per prompt
         self.rids = ReturnedIds(req.prompts, self.n, chat=self.chat, on=req.extras.token_ids)
         self.error: str | None = None
+        self.per_request_metrics = metrics  # NOTE(per-request-metrics) in request_timing.py
         self.timings: dict[int, list[dict[str, float]]] = {}  # per prompt, per choice
         self.e2e: list[float | None] = [None] * total  # each choice's, from its finish
         self.readers = [ChoiceReader(req) for _ in range(total)] \

@@ -119,7 +119,7 @@ _ENGINE_FLAGS: dict[str, tuple[Any, Any, str]] = {
     "defrag_threshold": (float, "FRACTION", "defragment above this external fragmentation"),
     "seed": (int, "N", "tiny-model weights and the shared sampling RNG"),
     "max_queue": (int, "N", "requests in flight (running and waiting) before 503 + "
-                          "Retry-After"),
+                          "Retry-After (default 1024; vLLM's has no bound)"),
     "max_n": (int, "N", "completions per request (n), at most"),
     "max_tokens_limit": (int, "N", "max_tokens per request, at most"),
     "max_stop": (int, "N", "stop strings per request, at most"),

@@ -103,6 +103,7 @@ class ServeOptions:
     tool_call_parser: str | None = None  # tools/parsers.py name (hermes, llama3_json, ...)
     reasoning_parser: str | None = None  # reasoning.py name (deepseek_r1, qwen3, ...), or None
     enable_server_load_tracking: bool = False  # GET /load counts generation requests (vLLM's)
+    enable_per_request_metrics: bool = False  # answers carry timing metrics (vLLM's)
     dev_routes: bool = False  # vLLM's cache reset routes (from_args: or $VLLM_SERVER_DEV_MODE)
     # CORS (cors.py), vLLM's flags: JSON lists as given on the command line, or sequences
     allowed_origins: tuple[str, ...] | str = ()  # none (cors.py NOTE(no-origin-default))
@@ -177,11 +178,13 @@ class ServeOptions:
 
     @property
     def request_defaults(self) -> dict[str, Any]:
-        """build_app's keywords for what a request gets where it leaves a field out."""
+        """build_app's keywords for what a request gets where it leaves a field out, and
+        what every answer carries (vLLM's timing metrics)."""
         return {"generation_config": self.generation_config,
                 "override_generation_config": self.override_generation_config,
                 "return_tokens_as_token_ids": self.return_tokens_as_token_ids,
-                "default_chat_template_kwargs": self.default_chat_template_kwargs}
+                "default_chat_template_kwargs": self.default_chat_template_kwargs,
+                "per_request_metrics": self.enable_per_request_metrics}
 
     def access_log(self, logger: logging.Logger) -> logging.Logger | None:
         """The logger of the per-request access line: ``logger`` where it logs debug (the
@@ -376,6 +379,10 @@ def _add_api_args(srv: _ArgGroup) -> None:
                      help="GET /load answers {\"server_load\": N}, N the requests in "
                      "/v1/completions, /v1/chat/completions and /v1/responses now, as vLLM's "
                      "flag of this name (default: off, /load says 0)")
+    srv.add_argument("--enable-per-request-metrics", action=VllmSwitch, default=False,
+                     help="completions and chat answers carry vLLM's \"metrics\" object "
+                     "(queue_time_ms, time_to_first_token_ms, ...; one prompt, n 1): in the "
+                     "body, and a stream's usage chunk (default: off)")
     srv.add_argument("--dev-routes", action="store_true", default=False,
                      help=f"serve vLLM's development routes {', '.join(DEV_ROUTES)} (POST), "
                      "as vLLM does with " + DEV_MODE_ENV + "=1 (also read here); they need no "

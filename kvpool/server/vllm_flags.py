@@ -220,7 +220,7 @@ def _add_honored(group: Any) -> None:
     group.add_argument("--max-num-queued-reqs", dest="max_queue", type=int, metavar="N",
                        default=argparse.SUPPRESS, help="the same as --max-queue: requests in "
                        "flight (running and waiting) before 503 (a request with n > 1 counts "
-                       "once; the later flag wins)")
+                       "once; the later flag wins; default 1024, where vLLM's has no bound)")
     group.add_argument("--scheduling-policy", dest="scheduling_policy", choices=POLICIES,
                        default=argparse.SUPPRESS,
                        help="the order waiting requests are served in: fcfs (arrival, the "
@@ -304,12 +304,17 @@ def _add_refused(group: Any) -> None:
 
 def apply_vllm_flags(args: argparse.Namespace) -> list[str]:
     """What needs every flag parsed: --kv-cache-dtype float16/bfloat16 is kvpool's only with
-    the same --dtype (else ConfigError, exit 2); then one info line per no-op flag given, and
-    per ALWAYS flag turned off. Returns those lines."""
+    the same --dtype (else ConfigError, exit 2), and --enable-per-request-metrics not with
+    --disable-log-stats (vLLM's refusal); then one info line per no-op flag given, and per
+    ALWAYS flag turned off. Returns those lines."""
     kv, dtype = getattr(args, "kv_cache_dtype", None), getattr(args, "dtype", None)
     require(kv in (None, "auto", dtype),
             f"--kv-cache-dtype {kv}: kvpool keeps the KV cache in the model's dtype, so it "
             f"needs --dtype {kv} too (--dtype is {dtype or 'auto'}); or --kv-cache-dtype auto")
+    require(not (getattr(args, "enable_per_request_metrics", False)  # vLLM's refusal, words
+                 and getattr(args, "disable_log_stats", None)),
+            "--enable-per-request-metrics requires engine statistics logging; remove "
+            "--disable-log-stats to enable per-request metrics.")
     lines = [f"vLLM's --no-{dest.replace('_', '-')}: accepted, no effect: kvpool always does "
              f"this ({why})" for dest, why in ALWAYS.items() if getattr(args, dest, None) is False]
     for dest, (_kind, why) in NO_OPS.items():

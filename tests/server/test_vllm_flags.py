@@ -72,7 +72,8 @@ def test_honored_server_flags_land_in_the_serve_options(caplog):
     assert o.request_defaults == {"generation_config": "auto", "return_tokens_as_token_ids": True,
                                   "override_generation_config": {"temperature": 0.5,
                                                                  "max_new_tokens": 9},
-                                  "default_chat_template_kwargs": {"enable_thinking": False}}
+                                  "default_chat_template_kwargs": {"enable_thinking": False},
+                                  "per_request_metrics": False}
     server = logging.getLogger("kvpool.server")
     with caplog.at_level(logging.DEBUG, logger="kvpool.server"):
         assert o.access_log(server) is None  # no access line, not even at debug
@@ -83,7 +84,8 @@ def test_honored_server_flags_land_in_the_serve_options(caplog):
     assert (off.return_tokens_as_token_ids, off.disable_uvicorn_access_log) == (False, False)
     assert ServeOptions.from_args(parse()).request_defaults == {
         "generation_config": "auto", "return_tokens_as_token_ids": False,
-        "override_generation_config": None, "default_chat_template_kwargs": None}
+        "override_generation_config": None, "default_chat_template_kwargs": None,
+        "per_request_metrics": False}
 
 
 def test_override_generation_config_merges_over_the_file(tmp_path):

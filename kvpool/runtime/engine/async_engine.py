@@ -243,7 +243,7 @@ class AsyncEngine:
             raise EngineError(f"the engine failed: {self._error}")
         if self._draining:
             raise QueueFullError("the server is shutting down")
-        if self.requests_in_flight() >= self.config.max_queue:
+        if self.requests_in_flight() >= (self.config.max_queue or float("inf")):
             raise QueueFullError(f"{len(self._streams)} requests in flight (--max-queue "
                                  f"{self.config.max_queue}); retry later")
         ids = list(prompt) if checked else self.encode_prompt(prompt)

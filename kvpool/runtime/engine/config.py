@@ -67,7 +67,11 @@ class EngineConfig:
     scheduling_policy: str = "fcfs"
     defrag_threshold: float | None = None  # --defrag-threshold (external fragmentation)
     seed: int = 0  # --seed: the tiny model's weights and the shared sampling RNG
-    max_queue: int = 1024  # --max-queue: requests in flight (running + waiting) before 503
+    # --max-queue (vLLM's --max-num-queued-reqs): requests in flight (running + waiting) before
+    # 503. NOTE(queue-bound): vLLM's default is no bound; kvpool's stays bounded, so a flood is
+    # answered 503 + Retry-After instead of growing the server until it fails every request
+    # (tests/stress/test_security.py); None (embedders only): no bound
+    max_queue: int | None = 1024
     # --max-n: completions per request, at most. NOTE(max-n): vLLM's VLLM_MAX_N_SEQUENCES
     # (16384). 16 was a first guess, never a measured bound: a request's n sequences run
     # together as forks, so --max-num-seqs and the pool bound them (400 n_too_large_for_batch /
@@ -94,7 +98,7 @@ class EngineConfig:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_queue",
                      "max_n", "max_tokens_limit", "max_stop", "stream_interval"):
             v = getattr(self, name)
-            if v is None and name in UNSET_DERIVED:
+            if v is None and (name in UNSET_DERIVED or name == "max_queue"):
                 continue
             require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
                      f"--{name.replace('_', '-')}={v!r} is invalid: use an int >= 1")
