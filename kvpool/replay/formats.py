@@ -79,6 +79,11 @@ class Row(NamedTuple):
     hash_ids: tuple[int, ...] | None  # None: no prefix information in the format
 
 
+# a millisecond fraction worth a clue: a converter's seconds * 1000 leaves float noise
+# (1000.9999999999999), Bailian's seconds read as ms leave 0.5, 0.25, ...
+_FRACTION = 1e-6
+
+
 @dataclass(slots=True)
 class FormatClues:
     """Records that look like another format's, counted while reading (NOTE(format-clues))."""
@@ -93,7 +98,7 @@ class FormatClues:
         if fmt == "bailian" and not all(k in d for k in _BAILIAN_ONLY):
             self.unkeyed += 1
             self.first_unkeyed = self.first_unkeyed or lineno
-        elif fmt == "mooncake" and timestamp != int(timestamp):
+        elif fmt == "mooncake" and abs(timestamp - round(timestamp)) > _FRACTION:
             self.fractional_ms += 1
             self.first_fractional_ms = self.first_fractional_ms or lineno
 

@@ -309,7 +309,7 @@ class RequestChecker:
             raise RequestError(
                 f"the request has {p} prompt tokens and {said}: more than the KV "
                 f"cache's {total} blocks of {bs} tokens can hold; use max_tokens <= "
-                f"{total * bs - p + 1} or raise --kv-cache-memory",
+                f"{self._fitting(p, m, params.n)} or raise --kv-cache-memory",
                 "max_tokens", CONTEXT_LENGTH_CODE)
         seqs = params.n
         need = self._group_need(p, m, seqs)
@@ -323,6 +323,15 @@ class RequestChecker:
                 f"{need.capacity} blocks, more than the KV cache's {total} blocks of {bs} "
                 f"tokens; use n <= {fit}, {lower}, or raise --kv-cache-memory",
                 "n", "n_too_large_for_pool")
+
+    def _fitting(self, p: int, max_tokens: int, seqs: int) -> int:
+        """The max_tokens to suggest when one sequence of a ``p``-token prompt cannot grow by
+        ``max_tokens``: what all ``seqs`` can grow to together (one sequence's bound, which
+        n > 1 would be refused again at, where that is none)."""
+        mgr = self.manager
+        alone = mgr.device_pool.num_blocks * mgr.block_size - p + 1
+        room = self.room(p, max_tokens, seqs) if seqs > 1 else None
+        return room if room and room < max_tokens else alone
 
     def _asked(self, p: int, params: StopParams) -> tuple[int, str] | None:
         """The tokens each sequence may grow by and how the request asked for them; None

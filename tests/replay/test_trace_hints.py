@@ -99,3 +99,16 @@ def test_the_timed_summary_says_n_a_when_no_request_was_served(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "completed=0 ignored=2" in out
     assert "TTFT p50=n/a p99=n/a  queueing p50=n/a p99=n/a" in out and "None" not in out
+
+
+def test_float_noise_in_millisecond_timestamps_is_no_clue(tmp_path, capsys):
+    """A converter's seconds * 1000 leaves 1000.9999999999999: that pointed at Bailian before
+    (whose advice, followed, replays the trace 1000x slower); a real half millisecond still does."""
+    p = tmp_path / "m.jsonl"
+    _jsonl(p, [{"timestamp": t, "input_length": 30, "output_length": 1, "hash_ids": [i]}
+               for i, t in enumerate((0.0, 1000.9999999999999, 2000.0000000000002))])
+    err, rep = _run(capsys, p)
+    assert rep["fractional_ms_timestamps"] == 0 and "bailian" not in err, err
+    _jsonl(p, [{"timestamp": t, "input_length": 30, "output_length": 1, "hash_ids": [i]}
+               for i, t in enumerate((0.0, 1000.5))])
+    assert _run(capsys, p)[1]["fractional_ms_timestamps"] == 1

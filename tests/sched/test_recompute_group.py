@@ -186,3 +186,17 @@ def test_n_sequences_without_max_tokens_are_checked_at_the_context():
     (f,) = rt.finished
     assert [len(o.output_token_ids) for o in f.seqs] == [MAX_LEN - 30] * 2, f.status
     assert_empty(s)
+
+
+def test_a_pool_short_of_one_context_suggests_what_n_sequences_fit():
+    """The one-sequence refusal of an n > 1 request suggested one sequence's max_tokens (32 on
+    4 blocks of 8), which the group check then refused again (16); every fix it names works."""
+    s = make(blocks=4, host=0, watermark=0.0, caching=False, bs=8, max_model_len=96)
+    checker, p = RequestChecker(10_000, 96, s.manager), prompt(1)
+    for max_tokens in (None, 64):
+        try:
+            checker.check(p, SamplingParams(n=2, max_tokens=max_tokens))
+            raise AssertionError("accepted on a pool too small for it")
+        except ValueError as exc:
+            suggested = int(str(exc).split("max_tokens <= ")[1].split()[0])
+        checker.check(p, SamplingParams(n=2, max_tokens=suggested))

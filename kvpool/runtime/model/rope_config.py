@@ -75,7 +75,7 @@ def parse_rope(d: Mapping[str, Any], model_type: str,
                                     "Llama/Qwen/Mistral; use one flat object")
     partial = _parse_partial(d, params, key, model_type)
     theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
-    type_key = "rope_type" if "rope_type" in params else "type"  # the spelling the file used
+    type_key = _type_key(params, key)
     rope_type = params.get(type_key, "default") or "default"
     if model_type == "phi3" and rope_type in ("yarn", "su"):  # NOTE(phi3-yarn)
         rope_type = "longrope"
@@ -84,6 +84,16 @@ def parse_rope(d: Mapping[str, Any], model_type: str,
             f"{key}.{type_key}", f"unsupported RoPE type {rope_type!r}; supported: "
             f"{list(_SUPPORTED_ROPE_TYPES)}")
     return theta, _scaling(rope_type, params, key, d, model_type, int(head_dim * partial)), partial
+
+
+def _type_key(params: Mapping[str, Any], key: str) -> str:
+    """The spelling of the RoPE type the file used, ``rope_type`` or the legacy ``type``.
+    Both, disagreeing, is refused as vLLM refuses it (``rope_type: null`` beside ``type:
+    dynamic`` was served as plain RoPE with half the context, without a word)."""
+    if "rope_type" in params and "type" in params and params["rope_type"] != params["type"]:
+        raise ModelConfigError(f"{key}.rope_type", f"{params['rope_type']!r} disagrees with "
+                               f"{key}.type {params['type']!r}: keep one of the two keys")
+    return "rope_type" if "rope_type" in params else "type"
 
 
 def _scaling(rope_type: str, params: Mapping[str, Any], key: str, d: Mapping[str, Any],

@@ -167,6 +167,11 @@ def test_families():
     ({"model_type": "granite", "residual_multiplier": float("nan")}, "residual_multiplier"),
     ({"model_type": "mistral", "sliding_window": 0}, "sliding_window"),
     ({"eos_token_id": -1}, "eos_token_id"),
+    # both spellings, disagreeing: was served as plain RoPE (rope_type null won), vLLM refuses
+    ({"rope_scaling": {"rope_type": None, "type": "dynamic", "factor": 2.0}},
+     "rope_scaling.rope_type"),
+    ({"rope_scaling": {"rope_type": "linear", "type": "dynamic", "factor": 2.0}},
+     "rope_scaling.rope_type"),
 ])
 def test_errors_name_the_key(over, key):
     with pytest.raises(ModelConfigError) as err:
