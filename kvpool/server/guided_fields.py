@@ -35,6 +35,7 @@ from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import MAX_GRAMMAR_CHARS, GrammarSpec, map_subschemas
 from kvpool.server.json_body import decode_json_text
 from kvpool.server.structural_tag import parse_structural_tag
+from kvpool.server.xgrammar_reach import goes_to_xgrammar
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -152,12 +153,14 @@ def close_objects(schema: Any) -> Any:
     forced tool calls (tools/request.py NOTE(closed-tools)). Not followed where xgrammar
     would refuse or drop what the schema says, which vLLM serves open (its guidance
     fallback) or xgrammar serves unsoundly: a ``required`` name that ``properties`` lacks
-    (xgrammar drops the requirement), ``minItems`` past the ``prefixItems``, a schema
-    holding an ``allOf`` of two or more branches (closed branches refuse each other's keys),
-    and objects declaring only ``required`` / ``maxProperties`` (xgrammar takes no key then).
+    (xgrammar drops the requirement), ``minItems`` past the ``prefixItems``, a schema vLLM
+    gives to guidance instead (xgrammar_reach.py NOTE(xgrammar-reach): ``multipleOf``, a
+    bounded ``pattern``, ``patternProperties`` beside ``properties``, an ``allOf`` of two or
+    more branches, ...), and objects declaring only ``required`` / ``maxProperties``
+    (xgrammar takes no key then).
     NOTE(closed-values): only schema positions (grammar.py's map_subschemas): an object in a
     ``const`` or ``enum`` stays as sent, and a property named ``default`` is still closed."""
-    if _joins_branches(schema):
+    if not goes_to_xgrammar(schema):  # vLLM's guidance leaves it open: NOTE(xgrammar-reach)
         return schema
     return map_subschemas(schema, _closed)
 
@@ -177,19 +180,6 @@ def _closed(schema: dict) -> dict:
             and not all(isinstance(r, str) and r in declared for r in required):
         return schema
     return {**schema, "additionalProperties": False}
-
-
-def _joins_branches(schema: Any) -> bool:
-    """Whether ``schema`` holds an ``allOf`` of two or more schemas anywhere."""
-    found: list[dict] = []
-
-    def note(node: dict) -> dict:
-        if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
-            found.append(node)
-        return node
-
-    map_subschemas(schema, note)
-    return bool(found)
 
 
 def _spec(key: str, value: Any, param: str) -> GrammarSpec:

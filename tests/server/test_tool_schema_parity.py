@@ -16,6 +16,7 @@ from kvpool.errors import RequestError
 from kvpool.runtime.model import build_byte_tokenizer
 from kvpool.runtime.model.grammar import MAX_SCHEMA_CHARS, GrammarSpec
 from kvpool.runtime.model.grammar_matchers import GrammarMatchers
+from kvpool.server.xgrammar_reach import goes_to_xgrammar
 from kvpool.server.guided_fields import parse_guided
 from kvpool.server.sampling_fields import parse_response_format
 from kvpool.server.tools.request import parse_tool_request
@@ -250,3 +251,44 @@ def test_what_xgrammar_would_refuse_or_drop_stays_as_sent():
     closed = parse_guided({"structured_outputs": {"json": READ_FILE,
                                                   "disable_additional_properties": False}})
     assert not accepts(closed, {"path": "a", "mode": 1})
+
+
+_OBJ = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+@pytest.mark.parametrize("schema, value", [
+    ({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}, "o": _OBJ},
+      "required": ["n", "o"]}, {"n": 5, "o": {"a": 1, "x": 1}}),
+    ({"type": "object", "properties": {"s": {"type": "string", "pattern": "^[a-z]+$",
+                                             "maxLength": 5}}, "required": ["s"]},
+     {"s": "abc", "x": 1}),
+    ({"type": "object", "properties": {"a": {"type": "integer"}},
+      "patternProperties": {"^x_": {"type": "integer"}}, "required": ["a"]}, {"a": 1, "b": 2}),
+    ({"type": "object", "patternProperties": {"^x_": {"type": "integer"}, "^y_": {}}},
+     {"other": 1}),
+], ids=["multipleOf", "bounded-pattern", "pattern-and-properties", "two-patterns"])
+def test_schemas_vllm_gives_to_guidance_stay_open(schema, value):
+    """NOTE(xgrammar-reach): vLLM 0.33 compiles these with guidance, objects open; closing them
+    (a9395f3) made a value vLLM generates impossible here, in every field and forced calls."""
+    assert all(accepts(spec, value) for spec in strict_specs(schema))
+    assert accepts(forced(schema), value)
+
+
+@pytest.mark.parametrize("schema, xgrammar", [
+    ({"type": "object", "properties": {"a": {"type": "integer"}}}, True),
+    ({"type": ["integer", "null"], "multipleOf": 2}, False),
+    ({"type": "array", "contains": {"type": "integer"}}, False),
+    ({"type": "string", "format": "email"}, True),
+    ({"type": "string", "format": "credit-card"}, False),
+    ({"type": "string", "pattern": "a", "minLength": 1}, False),
+    ({"type": "object", "propertyNames": {"pattern": "^a"}}, True),
+    ({"type": "object", "propertyNames": {"pattern": "^a", "maxLength": 3}}, False),
+    ({"type": "object", "propertyNames": {}, "properties": {}}, False),
+    ({"type": "object", "propertyNames": {}, "unevaluatedProperties": False}, False),
+    ({"anyOf": [{"allOf": [{"type": "string"}, {"enum": ["y"]}]}]}, False),
+    ({"allOf": [{"type": "string"}]}, True),
+    ({"$defs": {"d": {"type": "number", "multipleOf": 1}}, "type": "object"}, False),
+])
+def test_which_schemas_vllm_compiles_with_xgrammar(schema, xgrammar):
+    """vLLM 0.33's has_xgrammar_unsupported_json_features, rule by rule (NOTE(xgrammar-reach))."""
+    assert goes_to_xgrammar(schema) is xgrammar
