@@ -57,6 +57,11 @@ from kvpool.server.sse import sse_event
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_custom import decode_input, decode_input_prefix
 from kvpool.server.responses_input import ResponsesInput
+from kvpool.server.request_timing import builder_metrics
+
+# the statuses whose response object carries vLLM's timing metrics (request_timing.py,
+# --enable-per-request-metrics)
+_ENDED = ("completed", "incomplete")
 
 __all__ = ["ResponsesView", "cache_writes"]
 
@@ -145,7 +150,7 @@ class ResponsesView:
         tokens it may generate, NOTE(clamp) in context_budget.py), the rest null."""
         b, inp = self.builder, self.inp
         params = b.req.params
-        return {"id": self.id, "object": "response", "created_at": b.created, "status": status,
+        out = {"id": self.id, "object": "response", "created_at": b.created, "status": status,
                 "incomplete_details": {"reason": "max_output_tokens"}
                 if status == "incomplete" else None, "instructions": inp.instructions,
                 "metadata": inp.metadata, "model": b.req.model, "output": output,
@@ -157,6 +162,9 @@ class ResponsesView:
                 "truncation": inp.truncation, "usage": usage, "user": b.req.user,
                 "presence_penalty": params.presence_penalty,
                 "frequency_penalty": params.frequency_penalty, **inp.echoed}
+        if status in _ENDED and (timing := builder_metrics(b, stream=False)) is not None:
+            out["metrics"] = timing  # left out otherwise, as vLLM's exclude_if drops None
+        return out
 
     def usage(self) -> dict[str, Any]:
         """vLLM 0.33's ResponseUsage as its SimpleContext fills it: no per-turn counts, no

@@ -70,3 +70,17 @@ def test_the_flag_is_vllms_and_off_by_default():
     with pytest.raises(ConfigError, match="--disable-log-stats"):
         ServeOptions.from_args(parser.parse_args(["--enable-per-request-metrics",
                                                   "--disable-log-stats"]))
+
+
+async def test_a_responses_object_carries_them_when_it_ends(make_server):
+    """vLLM 0.33 writes ``metrics`` into the Responses object too (left out without the flag)."""
+    body = {"input": "hi", "max_output_tokens": TOKENS, "temperature": 0}
+    async with make_server(app_options={"per_request_metrics": True}) as srv:
+        t0 = time.perf_counter()
+        done = await post_ok(srv.url + "/v1/responses", body)
+        assert done["status"] in ("completed", "incomplete"), done["status"]
+        m = done["metrics"]
+        assert KEYS <= set(m) and m["queue_time_ms"] + m["time_to_first_token_ms"] + \
+            m["generation_time_ms"] <= (time.perf_counter() - t0) * 1000, m
+    async with make_server() as srv:
+        assert "metrics" not in await post_ok(srv.url + "/v1/responses", body)
