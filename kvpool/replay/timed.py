@@ -267,7 +267,7 @@ class TimedReplay:
         st = mgr.stats()
         q = self.scheduler.num_requests()
         self.timeline.add(self.t, all_admissions_hit_rate(st), used / mgr.device_pool.num_blocks,
-               q["waiting"], q["running"], q["swapped"])
+                          q["waiting"], q["running"], q["swapped"])
         return used
 
     def _report(self, reqs, left: Outcomes, steps, peak_used, tokens_sched) -> dict:

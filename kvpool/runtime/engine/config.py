@@ -16,7 +16,8 @@ AUTO_DEVICE = "auto"
 DEFAULT_MAX_NUM_SEQS = 64  # --max-num-seqs when neither batch limit is given
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API server's on CPUs and smaller GPUs
 # the int limits that may be None (unset): derived at construction, or no cap
-UNSET_DERIVED = ("max_tokens_limit", "max_num_seqs", "max_num_batched_tokens")
+UNSET_DERIVED = ("max_tokens_limit", "max_num_seqs", "max_num_batched_tokens",
+                 "max_queue")
 
 
 def resolve_device(requested: str) -> tuple[str, str]:
@@ -98,7 +99,7 @@ class EngineConfig:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_queue",
                      "max_n", "max_tokens_limit", "max_stop", "stream_interval"):
             v = getattr(self, name)
-            if v is None and (name in UNSET_DERIVED or name == "max_queue"):
+            if v is None and name in UNSET_DERIVED:
                 continue
             require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
                      f"--{name.replace('_', '-')}={v!r} is invalid: use an int >= 1")
