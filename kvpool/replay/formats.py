@@ -116,7 +116,8 @@ def detect(first_line: str) -> str:
             return "bailian" if set(_BAILIAN_ONLY) & keys else "mooncake"
     else:
         try:
-            cols = {c.strip() for c in next(csv.reader([line]), [])}
+            # the reader's dialect (NOTE(csv-header)): a quoted name after ", " unquoted
+            cols = {c.strip() for c in next(csv.reader([line], skipinitialspace=True), [])}
         except csv.Error:  # a field past csv's limit: no header of ours
             cols = set()
         if set(_AZURE_COLS) <= cols:
