@@ -181,8 +181,11 @@ class VllmIterations:
     record()). A step fed its prefill chunks (prefix-cache hits excluded) and one token per
     decode, and each decode samples one token: so the step's fed tokens plus its first tokens
     are vLLM's figure. A step that sampled nothing (a prompt's earlier chunk) carries its
-    tokens on, as vLLM counts a prompt at its first token. Unlike vLLM's, a recompute after a
-    preemption counts its prefill again, and an n > 1 request's shared prompt counts once."""
+    tokens on, as vLLM counts a prompt at its first token. A recompute after a preemption is
+    not counted again (vLLM's stats count a prompt at the first token only), but the token it
+    samples is (SchedulerOutput.stats_tokens). An n > 1 request's forks compute their shared
+    prompt once and it counts once; vLLM's children each count the part of the prompt their
+    prefix-cache lookup missed (the last partial block, for all but the first)."""
 
     def __init__(self, model_name: str) -> None:
         self.hist = LatencyHistogram(*VLLM_ITERATION_TOKENS, ITERATION_TOKEN_BUCKETS,
@@ -258,14 +261,16 @@ class KVPoolMetrics:
         self.vllm_iterations = VllmIterations(model_name or "")  # NOTE(iteration-tokens)
         self.add_histogram(self.vllm_iterations.hist)
 
-    def observe_step(self, seconds: float, tokens: int) -> None:
+    def observe_step(self, seconds: float, tokens: int, stats_tokens: int | None = None) -> None:
         """One engine step: its time, and the tokens it computed (a step of copies alone
-        computed none, and is no iteration of vLLM's)."""
+        computed none, and is no iteration of vLLM's); ``stats_tokens``: those of them vLLM's
+        stats count (SchedulerOutput.stats_tokens; None: all)."""
         self.step.observe(seconds)
         if tokens:
             self.iteration_tokens.observe(tokens)
         # every sampled token is a TTFT or an ITL observation (output_processor.py _accept)
-        self.vllm_iterations.step(tokens, self.ttft.count(), self.itl.count())
+        self.vllm_iterations.step(tokens if stats_tokens is None else stats_tokens,
+                                  self.ttft.count(), self.itl.count())
 
     def add_source(self, families_fn: Callable[[], list[Family]]) -> None:
         """Render ``families_fn()`` (``(name, type, doc, labelnames, [(values, v)])`` tuples)

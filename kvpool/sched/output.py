@@ -42,6 +42,9 @@ class ScheduledPrefill:
     num_cached_tokens: int  # prefix-cache tokens skipped this step (first chunk only, else 0)
     token_ids: list[int]  # the tokens [start, end)
     block_ids: list[int]  # the blocks the forward reads and writes (table of seq_ids[0])
+    # the request had its first token: this is a recompute after a preemption, which vLLM's
+    # iteration stats do not count again (NOTE(iteration-tokens), SchedulerOutput.stats_tokens)
+    recompute: bool = False
 
     @property
     def is_last(self) -> bool:
@@ -235,6 +238,17 @@ class SchedulerOutput:
     num_batched_tokens: int = 0  # prefill chunk tokens + decodes
     # sequences swapped in this step: on_step_done confirms their copies (prefix hashes then)
     swapped_in: list[int] = field(default_factory=list)
+
+    @property
+    def stats_tokens(self) -> int:
+        """NOTE(iteration-tokens): the tokens vLLM's iteration stats count for this step: the
+        batched tokens less those recomputing a preempted request's prompt (vLLM counts a
+        prompt once, at its first token), plus the token each recomputed sequence samples."""
+        n = self.num_batched_tokens
+        for p in self.prefills:
+            if p.recompute:
+                n += len(p.sample_seq_ids) - p.num_new_tokens
+        return n
 
     def add_copies(self, kind: str, request_id: str, pairs: list[tuple[int, int]]) -> None:
         """Record copies of ``request_id``; consecutive calls for one request share a batch."""

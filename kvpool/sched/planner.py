@@ -167,7 +167,8 @@ class StepPlanner:
         out.prefills.append(ScheduledPrefill(g.request_id, ids, start, start + n,
                                              u.num_tokens, cached,
                                              u.token_ids(start, start + n),
-                                             self.manager.get_block_table(ids[0])))
+                                             self.manager.get_block_table(ids[0]),
+                                             g.first_token_time is not None))
         st.tokens_left = left - n
         st.counters.prompt_tokens += n
 

@@ -94,6 +94,29 @@ async def test_vllm_gauges_follow_the_load(make_server):
         check_vllm_only_series(got, lab)
 
 
+async def test_a_recompute_is_not_counted_again_in_iteration_tokens(make_server):
+    """NOTE(iteration-tokens): vLLM's stats count a prompt at its first token only, so a
+    request recomputed after a preemption adds only the tokens it generates; kvpool counted
+    the recomputed prefill again. Four requests of 60 tokens on a 128-slot pool preempt."""
+    async with make_server(num_device_blocks=8, num_host_blocks=0,
+                           preemption_mode="recompute") as srv:
+        lab = (("engine", "0"), ("model_name", srv.engine.model_name))
+        async with aiohttp.ClientSession() as s:
+            async def one(i: int) -> dict:
+                body = {"prompt": [70 + i] * 20, "max_tokens": 40, "ignore_eos": True,
+                        "temperature": 0}
+                async with s.post(srv.url + "/v1/completions", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    return await r.json()
+
+            answers = await asyncio.gather(*(one(i) for i in range(4)))
+        got = await scrape_until(
+            srv, lambda g: g["vllm:e2e_request_latency_seconds_count"][lab] == 4)
+        assert got["vllm:num_preemptions_total"][lab] > 0
+        assert got["vllm:iteration_tokens_total_sum"][lab] == \
+            sum(a["usage"]["prompt_tokens"] + a["usage"]["completion_tokens"] for a in answers)
+
+
 def check_vllm_only_series(got: dict, lab: tuple) -> None:
     """After test_vllm_gauges_follow_the_load's three 20-token prompts, 120 tokens each."""
     assert got["vllm:engine_sleep_state"] == {  # NOTE(sleep-state): never asleep

@@ -214,7 +214,8 @@ class EngineCore:
         entries = self._forward_entries(out, dead, results)
         results += self._deliver(out, self._forward(entries))
         if self.metrics is not None:
-            self.metrics.observe_step(time.monotonic() - t0, out.num_batched_tokens)
+            self.metrics.observe_step(time.monotonic() - t0, out.num_batched_tokens,
+                                      out.stats_tokens)
         return results
 
     def _copy(self, out: SchedulerOutput, results: list) -> set[str]:
