@@ -12,7 +12,8 @@ aiohttp or torch). The runtime drives it::
             ...
 """
 
-from kvpool.sched.admission_gate import RequestChecker, exceeds_context
+from kvpool.sched.admission_gate import exceeds_context
+from kvpool.sched.request_checker import RequestChecker
 from kvpool.sched.config import CostModel, PreemptionMode, SchedulerConfig
 from kvpool.sched.output import (DecodeBatch, FinishedRequest, PreemptedRequest,
                                  ScheduledDecode, ScheduledPrefill, SchedulerOutput,

@@ -8,8 +8,9 @@ cumulative logprob; responses.py ``returned``).
 NOTE(best-of): ``best_of`` is acted on only when it reads as an int (NOTE(lax-int)) with
 ``n < best_of <= max_n`` and the request does not stream (the best ones are known only at
 the end); ``max_n`` here is min(16, ``--max-n``, ``--max-num-seqs``) (protocol.py
-MAX_BEST_OF): the sequences run together, so past ``--max-num-seqs`` they would be the
-admission gate's 400 n_too_large_for_batch. Anything else (``best_of <= n``, past that
+MAX_BEST_OF), the bound it had when a request's sequences could only run together (they now
+run as child requests past ``--max-num-seqs``: NOTE(apart) in request_checker.py; the bound is
+kept, as nothing vLLM serves needs more). Anything else (``best_of <= n``, past that
 bound, with ``stream``, not an int) runs ``n`` sequences, as vLLM 0.33 does, and ``best_of``
 is listed in ``X-Kvpool-Ignored-Fields`` (none for ``best_of == n``, which asks for nothing
 more); it is never a 400.

@@ -23,9 +23,9 @@ A request that hits the clamp ends with ``finish_reason: "length"``; ``max_token
 rule. Each prompt of a several-prompt completions request gets its own budget (vLLM computes
 one per prompt); each of its ``n`` / ``best_of`` sequences gets that budget. ``kvpool serve``
 caps max_model_len to what the KV cache holds (context_fit.py), so the clamp is the
-effective context; where n sequences cannot all grow to it, an unset max_tokens is lowered
-to what they can (kvpool/sched/admission_gate.py NOTE(fit-default)), and a max_tokens the
-client sent stays the pool's 400 (``check_pool``).
+effective context; where n sequences cannot all grow to it together, they run as n child
+requests, each with the whole budget (NOTE(apart) in kvpool/sched/request_checker.py), as
+vLLM runs them; what one sequence cannot hold stays the pool's 400 (``check_pool``).
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ NOTE(contract): the edge judges a prompt's input rules once (protocol.py: empty,
 context length), asks ``check_pool`` for every prompt of a request before it starts any, then
 calls ``generate(..., checked=True)`` with the token ids, the tenant and the namespaced cache
 salt (request_gate.py): the engine trusts that and judges none of it again. ``generate`` still
-raises QueueFullError (503) when the engine is full.
+raises QueueFullError (503) when the engine is full. ``check_pool`` judges n sequences that
+cannot run as forks as one (NOTE(apart) in kvpool/sched/request_checker.py): the gate then
+opens them as n child requests of one sequence each (child_requests.py), never as forks.
 """
 
 from __future__ import annotations

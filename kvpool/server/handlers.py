@@ -180,7 +180,7 @@ class OpenAIRoutes:
         builder = ResponseBuilder(req, formatter=self.id_formatter
                                   if req.extras.tokens_as_ids else self.formatter,
                                   shown_id=shown_id, metrics=self.per_request_metrics)
-        params = [req.params_at(i, self.engine.core.checker) for i in range(len(req.prompts))]
+        params = [req.params_at(i) for i in range(len(req.prompts))]
         ticket = self.gate.admit(req.prompts, params, req.cache_salt)
         return builder, PromptStreams(self.engine, ticket, builder.engine_id, req.prompts, params,
                                       priority=req.priority)
@@ -236,7 +236,7 @@ class OpenAIRoutes:
         for p, done in enumerate(builder.prompt_finished):
             if not done:
                 continue
-            params = req.params_at(p, self.engine.core.checker)
+            params = req.params_at(p)
             choices = range(p * n, (p + 1) * n)
             rm.observe(prompt_tokens=builder.prompt_tokens[p],
                        generated=[builder.num_generated[i] for i in choices],

@@ -7,15 +7,12 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.sampling import SamplingParams
 from kvpool.server.logprob_fields import LogprobRequest
 from kvpool.server.vllm_fields import VllmExtras
-
-if TYPE_CHECKING:
-    from kvpool.sched.admission_gate import RequestChecker
 
 __all__ = ["ModelNotFoundError", "ParsedRequest", "ServedNames"]
 
@@ -99,9 +96,6 @@ class ParsedRequest:
     # each prompt's max_tokens where they differ (NOTE(clamp) in context_budget.py: each is
     # clamped to the room its prompt leaves); () when params.max_tokens holds for every prompt
     budgets: tuple[int, ...] = ()
-    # NOTE(fit-default) in kvpool/sched/admission_gate.py: the client sent no max_tokens, so
-    # the default may be lowered to what n sequences can hold in the pool
-    fit: bool = False
     request_id: str | None = None  # the body's request_id (request_ids.py): the shown id
     prompt_text: str | None = None  # chat return_prompt_text: the template's text (vllm_fields)
 
@@ -109,12 +103,10 @@ class ParsedRequest:
         """Prompt ``p``'s chat echo (``echo_texts``, else the one ``echo_text``)."""
         return self.echo_texts[p] if self.echo_texts else self.echo_text
 
-    def params_at(self, i: int, pool: RequestChecker | None = None) -> SamplingParams:
-        """Prompt ``i``'s SamplingParams: ``params`` with its own max_tokens (NOTE(clamp)),
-        a default one lowered to the room its n sequences have in ``pool``'s
-        (NOTE(fit-default); None: as it is)."""
+    def params_at(self, i: int) -> SamplingParams:
+        """Prompt ``i``'s SamplingParams: ``params`` with its own max_tokens (NOTE(clamp));
+        a default one is kept whole, n sequences that cannot hold it together running as
+        child requests (NOTE(apart) in kvpool/sched/request_checker.py)."""
         m = self.params.max_tokens if not self.budgets else self.budgets[i]
-        if self.fit and pool is not None:
-            m = pool.room(len(self.prompts[i]), m, self.params.n)
         return self.params if m == self.params.max_tokens else \
             dataclasses.replace(self.params, max_tokens=m)

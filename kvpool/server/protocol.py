@@ -268,7 +268,7 @@ class RequestParser:
                              prompt_texts=tuple(t for _, t in prompts), logprob=lp,
                              echo_only=echo_only, ignored=ignored, extras=extras,
                              continuous_usage=continuous, echo_text=echo_text,
-                             return_n=n if best_of > n else None, fit=max_tokens is None,
+                             return_n=n if best_of > n else None,
                              budgets=budgets if len(set(budgets)) > 1 else (),
                              tools=tools if tools is not None and tools.extracts else None)
 

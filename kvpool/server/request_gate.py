@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 from kvpool.errors import QueueFullError, RequestError
 from kvpool.runtime.engine.output_processor import RequestOutput, aclose_updates
 from kvpool.server.cache_namespace import CacheNamespace
+from kvpool.server.child_requests import ChildRequests
 from kvpool.server.engine_client import EngineClient, UpdateStream
 from kvpool.server.middleware import APIError
 from kvpool.server.quota import QUOTA_CODE, TenantBlockQuota
@@ -150,16 +151,14 @@ class RequestGate:
         shed = [s for s in self._live.values() if not s.started and not s.shed]
         for s in shed:
             s.shed = True
-            if s.request_id is not None:
-                await self.engine.abort(s.request_id)
+            await s.abort()
         return len(shed)
 
     async def abort_all(self) -> int:
         """Abort every live request: streams end with an error event and [DONE]."""
         live = list(self._live.values())
         for s in live:
-            if s.request_id is not None:
-                await self.engine.abort(s.request_id)
+            await s.abort()
         return len(live)
 
 
@@ -175,11 +174,18 @@ class Ticket:
 
     def open(self, index: int, request_id: str, ids: list[int], params: SamplingParams, *,
              priority: int = 0, checked: bool = False) -> GatedStream:
-        """Prompt ``index``'s engine stream (``checked``: the pool rules were asked)."""
+        """Prompt ``index``'s engine stream (``checked``: the pool rules were asked): its n
+        sequences as forks, or as n child requests where forks cannot run (NOTE(apart) in
+        kvpool/sched/request_checker.py; child_requests.py)."""
+        engine = self.gate.engine
+        inner: UpdateStream
         try:
-            inner = self.gate.engine.generate(request_id, ids, params, cache_salt=self.salt,
-                                              priority=priority, tenant=self.tenant,
-                                              checked=checked)
+            if engine.core.checker.forks_fit(len(ids), params):
+                inner = engine.generate(request_id, ids, params, cache_salt=self.salt,
+                                        priority=priority, tenant=self.tenant, checked=checked)
+            else:
+                inner = ChildRequests(engine, request_id, ids, params, cache_salt=self.salt,
+                                      priority=priority, tenant=self.tenant, checked=checked)
         except QueueFullError:  # --max-queue, or the engine stopping (drain)
             self.gate.refused("shutting_down" if self.gate.draining else "queue_full")
             raise
@@ -240,6 +246,13 @@ class GatedStream:
         if out.finished:
             self._end()
         return out
+
+    async def abort(self) -> None:
+        """Abort the request in the engine: its children (child_requests.py), or its id."""
+        if isinstance(self._inner, ChildRequests):
+            await self._inner.abort()
+        elif self.request_id is not None:
+            await self._gate.engine.abort(self.request_id)
 
     async def aclose(self) -> None:
         try:

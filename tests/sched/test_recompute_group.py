@@ -2,7 +2,7 @@
 reuse the first unit's prompt blocks, the admission counts them once, and so a request that
 fit when it was admitted fits again and finishes (it used to be counted with a prompt copy
 per sequence and dropped FINISHED_IGNORED). Every request the engine's up-front check
-(RequestChecker, sched/admission_gate.py) accepts finishes, with no host pool to swap to."""
+(RequestChecker, sched/request_checker.py) accepts finishes, with no host pool to swap to."""
 
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def test_every_request_the_up_front_check_accepts_finishes(sc):
 
 
 def test_n_sequences_without_max_tokens_are_checked_at_the_context():
-    """NOTE(open-n) in sched/admission_gate.py: n=2 with no max_tokens on a pool that holds one
+    """NOTE(open-n) in sched/request_checker.py: n=2 with no max_tokens on a pool that holds one
     context but not two was accepted and failed part-way ("can never fit", finish_reason
     error); now refused up front, naming what fits, and where both fit it runs to the context."""
     small = make(blocks=16, host=0, watermark=0.0, caching=False, bs=16, max_model_len=MAX_LEN)

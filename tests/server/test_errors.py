@@ -295,60 +295,6 @@ async def test_request_that_would_outgrow_the_pool_is_refused_up_front(make_serv
         assert resp["usage"]["completion_tokens"] == 89
 
 
-async def test_n_sequences_that_can_never_fit_the_pool_are_refused_naming_n(make_server):
-    # one sequence of 32 prompt + 40 new tokens holds 5 blocks of 16; n of them hold the
-    # prompt's 2 full blocks once and 3 of their own each: n=4 needs 14 of the 8 blocks
-    # (it used to be admitted and dropped, or never admitted); n=2 (8 blocks) runs
-    async with make_server(num_device_blocks=8, num_host_blocks=0,
-                           preemption_mode="recompute") as small:
-        body = {"prompt": [65] * 32, "max_tokens": 40, "ignore_eos": True, "temperature": 0}
-        for n, stream in ((4, False), (3, True)):
-            status, _, resp = await call(small, "POST", "/v1/completions",
-                                         json={**body, "n": n, "stream": stream})
-            err = assert_error(status, resp, 400, "n", "n_too_large_for_pool")
-            assert f"n={n}" in err["message"] and "use n <= 2" in err["message"], err
-        status, _, resp = await call(small, "POST", "/v1/completions", json={**body, "n": 2})
-        assert status == 200, resp
-        assert [c["finish_reason"] for c in resp["choices"]] == ["length", "length"]
-        assert resp["usage"]["completion_tokens"] == 80
-
-
-async def test_n_sequences_without_max_tokens_get_the_room_the_pool_leaves(make_server):
-    """kvpool/sched/admission_gate.py NOTE(fit-default): chat with n=2 and no max_tokens on a
-    pool of 8 blocks (128 tokens, so the context is capped near it): the default (the room
-    the context leaves) is lowered to what both sequences can hold, as vLLM's children
-    scheduled apart would run. Before: 400 n_too_large_for_pool naming a max_tokens the
-    client never sent. A max_tokens the client sent too large is still refused."""
-    async with make_server(num_device_blocks=8, num_host_blocks=0,
-                           preemption_mode="recompute") as small:
-        chat = {"messages": [{"role": "user", "content": "hi"}], "n": 2,
-                "ignore_eos": True, "temperature": 0}
-        status, _, resp = await call(small, "POST", "/v1/chat/completions", json=chat)
-        assert status == 200, resp
-        assert [c["finish_reason"] for c in resp["choices"]] == ["length", "length"]
-        p, each = resp["usage"]["prompt_tokens"], resp["usage"]["completion_tokens"] // 2
-        checker = small.engine.core.checker
-        assert checker.blocks_held(p, each, 2) <= 8 < checker.blocks_held(p, each + 1, 2)
-        status, _, resp = await call(small, "POST", "/v1/chat/completions",
-                                     json={**chat, "max_tokens": each + 1})
-        assert_error(status, resp, 400, "n", "n_too_large_for_pool")
-
-
-async def test_more_sequences_than_run_at_once_are_refused_naming_n(make_server):
-    """A request's n sequences run together: past --max-num-seqs they never can. It was
-    queued and failed as a 500 (a 200 stream ending in an error). A best_of past it is not
-    acted on (best_of.py NOTE(best-of)): n runs, as vLLM 0.33 runs n whatever best_of holds."""
-    async with make_server(max_num_seqs=2) as srv:
-        body = {"prompt": "hi", "max_tokens": 2}
-        for extra in ({"n": 3}, {"n": 3, "stream": True}):
-            status, _, resp = await call(srv, "POST", "/v1/completions", json={**body, **extra})
-            err = assert_error(status, resp, 400, "n", "n_too_large_for_batch")
-            assert "use n <= 2" in err["message"], err
-        for extra, choices in (({"n": 2}, 2), ({"n": 1, "best_of": 3}, 1)):
-            status, _, resp = await call(srv, "POST", "/v1/completions", json={**body, **extra})
-            assert status == 200 and len(resp["choices"]) == choices, resp
-
-
 async def test_unknown_model_is_404_on_every_route(srv):
     for path, body in (("/v1/completions", {"prompt": "hi", "model": "gpt-4o"}),
                        ("/v1/chat/completions", {"messages": CHAT, "model": "gpt-4o"}),

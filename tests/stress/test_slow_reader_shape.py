@@ -9,7 +9,7 @@ import pytest
 from kvpool.config import CacheConfig
 from kvpool.core.manager import BlockSpaceManager
 from kvpool.errors import RequestError
-from kvpool.sched.admission_gate import RequestChecker
+from kvpool.sched.request_checker import RequestChecker
 from kvpool.sched.sequence import RequestParams
 from stress.http.slow_reader import stream_shape
 

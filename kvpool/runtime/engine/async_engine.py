@@ -216,10 +216,10 @@ class AsyncEngine:
         raise RequestError("prompt must be a string or a list of token ids", "prompt")
 
     def check_pool(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Raise the RequestError ``generate`` would for a prompt too big for the pool,
-        queueing nothing; for a caller that judged the input rules itself (the server's edge,
-        which checks every prompt of a request before it starts any)."""
-        self.core.checker.check_pool(len(prompt_ids), params)
+        """The RequestError for a prompt too big for the pool, queueing nothing; for the edge,
+        which judged the input rules, checks every prompt before it starts any, and runs as
+        child requests n sequences that cannot run as forks (NOTE(apart), request_checker.py)."""
+        self.core.checker.check_pool(len(prompt_ids), params, apart=True)
 
     async def compile_grammar(self, params: SamplingParams) -> SamplingParams:
         """``params`` with its response_format compiled and probed on a worker thread

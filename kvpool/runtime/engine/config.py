@@ -74,9 +74,9 @@ class EngineConfig:
     # (tests/stress/test_security.py); None (embedders only): no bound
     max_queue: int | None = 1024
     # --max-n: completions per request, at most. NOTE(max-n): vLLM's VLLM_MAX_N_SEQUENCES
-    # (16384). 16 was a first guess, never a measured bound: a request's n sequences run
-    # together as forks, so --max-num-seqs and the pool bound them (400 n_too_large_for_batch /
-    # _pool, admission_gate.py) and the answers they build (docs/architecture.md "Token ids in
+    # (16384). 16 was a first guess, never a measured bound: a request's n sequences run as
+    # forks, or as child requests in turns where forks do not fit (NOTE(apart) in
+    # request_checker.py); the answers they build bound them (docs/architecture.md "Token ids in
     # the answer"). best_of is acted on up to min(16, --max-n, --max-num-seqs) only (best_of.py
     # NOTE(best-of)): past --max-num-seqs it would be a 400 where vLLM 0.33 ignores best_of
     max_n: int = 16384

@@ -107,9 +107,10 @@ class EngineCore:
             defrag_threshold=config.defrag_threshold,
             tenant_max_running_seqs=config.tenant_max_running_seqs))
         cap = config.tenant_max_running_seqs
-        self.checker = RequestChecker(  # validate(): sched/admission_gate.py
+        self.checker = RequestChecker(  # validate(): sched/request_checker.py
             self.model.config.vocab_size, self.max_model_len, self.manager,
-            max_seqs=min(config.max_num_seqs, cap) if cap is not None else config.max_num_seqs)
+            max_seqs=min(config.max_num_seqs, cap) if cap is not None else config.max_num_seqs,
+            max_requests=config.max_queue)
 
     def _build_sampling(self, config: EngineConfig, metrics) -> None:
         self.outputs = OutputProcessor(self.tokenizer, metrics, config.stream_interval)
