@@ -35,7 +35,7 @@ from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import MAX_GRAMMAR_CHARS, GrammarSpec, map_subschemas
 from kvpool.server.json_body import decode_json_text
 from kvpool.server.structural_tag import parse_structural_tag
-from kvpool.server.xgrammar_reach import goes_to_xgrammar
+from kvpool.server.xgrammar_reach import as_xgrammar_reads, goes_to_xgrammar
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -162,7 +162,8 @@ def close_objects(schema: Any) -> Any:
     ``const`` or ``enum`` stays as sent, and a property named ``default`` is still closed."""
     if not goes_to_xgrammar(schema):  # vLLM's guidance leaves it open: NOTE(xgrammar-reach)
         return schema
-    return map_subschemas(schema, _closed)
+    # read as xgrammar reads it first (xgrammar_reach.py NOTE(xgrammar-ignores))
+    return map_subschemas(schema, lambda node: _closed(as_xgrammar_reads(node)))
 
 
 def _closed(schema: dict) -> dict:

@@ -15,22 +15,47 @@ nested object and list, as vLLM walks it),
         patternProperties, properties or an unevaluatedProperties other than true
     object with patternProperties beside properties, or with more than one pattern
     allOf of two or more branches
+
+NOTE(xgrammar-ignores): what xgrammar 0.2.8 compiles and does not enforce, llguidance refuses
+("Unimplemented keys"), so a schema vLLM serves was a 400 here. In a schema that goes to
+xgrammar (measured through vLLM 0.33's own validation, backend "auto"): ``dependentRequired``,
+``dependentSchemas``, ``dependencies``, ``if`` / ``then`` / ``else`` and ``uniqueItems`` (on
+a node not typed array: one typed array sends the schema to guidance) are ignored, so they
+are dropped; ``unevaluatedProperties`` is read as ``additionalProperties`` where that is
+absent (``false``: no undeclared key, even with no ``properties``; a schema: the extra keys'
+schema; ``true``: open) and dropped where it is given. In a schema vLLM gives to guidance,
+each stays llguidance's 400, as vLLM's guidance answers it (``uniqueItems`` on an array, so
+pydantic's ``set[str]``, is always one).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["goes_to_xgrammar"]
+__all__ = ["as_xgrammar_reads", "goes_to_xgrammar"]
 
 _FORMATS = frozenset({"email", "date", "time", "date-time", "duration", "ipv4", "ipv6",
                       "hostname", "uuid", "uri", "uri-reference", "uri-template", "json-pointer",
                       "relative-json-pointer"})  # the string formats xgrammar compiles
+_IGNORED = frozenset({"dependentRequired", "dependentSchemas", "dependencies", "if", "then",
+                      "else", "uniqueItems"})  # NOTE(xgrammar-ignores)
+_UNEVALUATED = "unevaluatedProperties"
 
 
 def goes_to_xgrammar(schema: Any) -> bool:
     """Whether vLLM 0.33 compiles ``schema`` with xgrammar (NOTE(xgrammar-reach))."""
     return not _unsupported(schema)
+
+
+def as_xgrammar_reads(node: dict) -> dict:
+    """NOTE(xgrammar-ignores): one schema object of a schema that goes to xgrammar, as xgrammar
+    reads it: what it ignores dropped, ``unevaluatedProperties`` as ``additionalProperties``."""
+    if not (_IGNORED & node.keys() or _UNEVALUATED in node):
+        return node
+    out = {k: v for k, v in node.items() if k not in _IGNORED and k != _UNEVALUATED}
+    if _UNEVALUATED in node and "additionalProperties" not in node:
+        out["additionalProperties"] = node[_UNEVALUATED]
+    return out
 
 
 def _unsupported(node: Any) -> bool:

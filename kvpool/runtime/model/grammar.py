@@ -65,7 +65,9 @@ MAX_PROBES = 64  # sub-schemas probed per request; past that the per-step budget
 # accepts compact JSON just the same. NOTE(one-of): ``oneOf`` is compiled as ``anyOf``, as vLLM's
 # default backend (xgrammar) compiles it: llguidance refuses a oneOf whose branches it cannot
 # prove disjoint (two object shapes, {path} | {url}) unless told to approximate. Every other
-# keyword llguidance lacks stays a 400 (``uniqueItems``: its ``lenient`` option stays off).
+# keyword llguidance lacks stays a 400 (its ``lenient`` option stays off) unless the server
+# drops it first, as vLLM's xgrammar ignores it (server/xgrammar_reach.py
+# NOTE(xgrammar-ignores): ``uniqueItems`` on an array stays one, as in vLLM).
 OPTIONS = {"whitespace_flexible": False, "coerce_one_of": True}
 
 

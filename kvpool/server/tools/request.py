@@ -26,6 +26,7 @@ from kvpool.server.json_body import bool_field
 from kvpool.server.tools.calls import TOOL_NAME, Extracted
 from kvpool.server.tools.forced import CallArrayStream, NamedStream
 from kvpool.server.tools.stream import ParserStream
+from kvpool.server.xgrammar_reach import goes_to_xgrammar
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -192,7 +193,7 @@ def _choice(value: Any, tools: list[dict[str, Any]]) -> tuple[str, str | None]:
     return "named", name
 
 
-def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
+def _parameters(tool: dict[str, Any], reach: bool = True) -> dict[str, Any]:
     """NOTE(closed-tools): the schema a forced call of ``tool`` is generated under. vLLM
     substitutes ``{"type": "object", "properties": {}}`` for parameters left out, null or
     ``{}`` (its own comment: such a call's arguments are always ``{}``), and its default
@@ -202,8 +203,22 @@ def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
     (guided_fields.py NOTE(strict-schemas), as response_format's schemas are). Parameters
     that declare no member (``{"type": "object"}``, a description at most) stay any object,
     as xgrammar 0.2.8's strict mode leaves them (measured): before, they were forced to
-    ``{}``, and a free-form tool could never be called with an argument."""
-    return close_objects(tool["function"].get("parameters") or _EMPTY)
+    ``{}``, and a free-form tool could never be called with an argument. ``reach``: whether
+    the schema it is part of goes to xgrammar (NOTE(union-reach)); if not, it stays as sent."""
+    params = tool["function"].get("parameters") or _EMPTY
+    return close_objects(params) if reach else params
+
+
+def _union_reach(tools: list[dict[str, Any]]) -> bool:
+    """NOTE(union-reach): for tool_choice required vLLM 0.33 builds one schema, an array of
+    every tool's call, and picks its backend for that whole schema (xgrammar_reach.py
+    NOTE(xgrammar-reach)): one tool with a feature xgrammar gets wrong (``multipleOf``, ...)
+    sends every tool to guidance, where no object is closed and no keyword xgrammar ignores
+    is dropped (NOTE(xgrammar-ignores): llguidance's 400, as guidance's). So each tool's
+    parameters are closed only when every tool's go to xgrammar, not each tool apart. The
+    call envelope ({name, parameters}) stays closed either way: a key beside them is never
+    read into the call."""
+    return all(goes_to_xgrammar(t["function"].get("parameters") or _EMPTY) for t in tools)
 
 
 def forced_schema(tools: list[dict[str, Any]], name: str | None, parallel: bool) -> Any:
@@ -211,7 +226,8 @@ def forced_schema(tools: list[dict[str, Any]], name: str | None, parallel: bool)
     shape per tool (name first, so a stream reads the name before its arguments)."""
     if name is not None:
         return next(_parameters(t) for t in tools if t["function"]["name"] == name)
-    params = [_parameters(t) for t in tools]
+    reach = _union_reach(tools)
+    params = [_parameters(t, reach) for t in tools]
     defs = _hoisted_defs(params)
     items = [{"type": "object", "properties": {
         "name": {"const": t["function"]["name"]},
@@ -247,10 +263,11 @@ def _compile(schema: Any, tools: list[dict[str, Any]], name: str | None) -> Gram
         return replace(GrammarSpec.json_schema(schema, name or "tool_calls"), param="tools")
     except RequestError as exc:
         why = str(exc).removeprefix("response_format: ")
+    reach = name is not None or _union_reach(tools)
     for i, tool in enumerate(tools):  # which tool's schema the compiler refused
         if name is None or tool["function"]["name"] == name:
             try:
-                GrammarSpec.json_schema(_parameters(tool))
+                GrammarSpec.json_schema(_parameters(tool, reach))
             except RequestError as exc:
                 raise _bad(f"tools[{i}].function.parameters",
                            str(exc).removeprefix("response_format: ")) from None
