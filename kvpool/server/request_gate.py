@@ -10,6 +10,7 @@ reaches the engine; the ticket it gets opens the engine streams and gives everyt
         cache salt                    CacheNamespace.salt(tenant, cache_salt)
         quota (--tenant-block-quota)  need = the pool's own block count (RequestChecker,
                                       ``blocks_held``), summed over the prompts
+                                      (``_need``: child requests apart)
                                       need > N              -> 400 tenant_quota_exceeded
                                       reserved + need > N   -> 429 tenant_quota_exceeded
     ticket.open(i, ...)               engine.generate with the tenant and salt; the stream is
@@ -105,8 +106,14 @@ class RequestGate:
                         "--max-model-len", limit, whole, self.engine.max_model_len, whole)
 
     def _need(self, prompt_len: int, params: SamplingParams) -> int:
+        """The pool's count for the request's sequences: as forks, or, where they run as
+        child requests (NOTE(apart) in kvpool/sched/request_checker.py), n times one child's
+        (children admitted together each compute the prompt: no block is surely shared)."""
+        checker = self.engine.core.checker
         max_tokens = params.max_tokens or self.engine.max_model_len
-        return self.engine.core.checker.blocks_held(prompt_len, max_tokens, params.n)
+        if checker.forks_fit(prompt_len, params):
+            return checker.blocks_held(prompt_len, max_tokens, params.n)
+        return params.n * checker.blocks_held(prompt_len, max_tokens, 1)
 
     def _reserve(self, tenant: str, shares: list[int], params: SamplingParams) -> None:
         quota = self.quota

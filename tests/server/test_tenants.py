@@ -25,10 +25,11 @@ def body(max_tokens: int, salt: str | None = None, stream: bool = False) -> dict
     return b
 
 
-async def _start(**options) -> tuple[TestServer, object]:
+async def _start(engine_options: dict | None = None, **options) -> tuple[TestServer, object]:
     from kvpool.runtime.engine.async_engine import AsyncEngine
 
-    engine = AsyncEngine(engine_config("serve", **SERVE_LIMITS, max_tokens_limit=512))
+    engine = AsyncEngine(engine_config("serve", **{**SERVE_LIMITS, "max_tokens_limit": 512,
+                                                   **(engine_options or {})}))
     app = build_app(engine, engine_shutdown_timeout=SHUTDOWN_TIMEOUT,
                     tenant_block_quota=QUOTA, **options)
     server = TestServer(app, host="127.0.0.1", port=0)
@@ -103,5 +104,26 @@ async def test_a_bearer_token_is_no_identity_without_an_api_key():
             hold.close()
         await wait_free(_Srv(engine), baseline)
         assert engine.num_free_blocks() == baseline
+    finally:
+        await server.close()
+
+
+@pytest.mark.asyncio
+async def test_child_requests_reserve_what_each_child_may_hold():
+    """NOTE(apart): n past --max-num-seqs runs as n child requests, which share no block for
+    sure (children admitted together each compute the prompt). The quota charged them the
+    forks' count, the prompt's full blocks once: n=3 of a 32-token prompt + 8 tokens was 5
+    blocks and admitted under a quota of 8, though its children may hold 3 x 3 = 9."""
+    server, engine = await _start({"max_num_seqs": 2}, tenant_header="X-Tenant-Id")
+    url = f"http://127.0.0.1:{server.port}/v1/completions"
+    req = {**body(8), "model": engine.model_name, "prompt": list(range(5, 37))}
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, json={**req, "n": 3}, headers={"X-Tenant-Id": "a"}) as r:
+                err = (await r.json())["error"]
+                assert (r.status, err["code"]) == (400, "tenant_quota_exceeded"), err
+                assert "may need 9 KV blocks" in err["message"], err
+            async with http.post(url, json={**req, "n": 2}, headers={"X-Tenant-Id": "a"}) as r:
+                assert r.status == 200, await r.text()  # forks: 2 + 2 x 1 blocks
     finally:
         await server.close()
