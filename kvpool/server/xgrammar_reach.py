@@ -18,14 +18,30 @@ nested object and list, as vLLM walks it),
 
 NOTE(xgrammar-ignores): what xgrammar 0.2.8 compiles and does not enforce, llguidance refuses
 ("Unimplemented keys"), so a schema vLLM serves was a 400 here. In a schema that goes to
-xgrammar (measured through vLLM 0.33's own validation, backend "auto"): ``dependentRequired``,
-``dependentSchemas``, ``dependencies``, ``if`` / ``then`` / ``else`` and ``uniqueItems`` (on
-a node not typed array: one typed array sends the schema to guidance) are ignored, so they
-are dropped; ``unevaluatedProperties`` is read as ``additionalProperties`` where that is
-absent (``false``: no undeclared key, even with no ``properties``; a schema: the extra keys'
-schema; ``true``: open) and dropped where it is given. In a schema vLLM gives to guidance,
-each stays llguidance's 400, as vLLM's guidance answers it (``uniqueItems`` on an array, so
-pydantic's ``set[str]``, is always one).
+xgrammar (measured through vLLM 0.33's own validation, backend "auto"), each schema object is
+read as xgrammar reads it:
+- one with ``$ref``, ``const``, ``enum``, ``anyOf``, ``oneOf`` or ``allOf`` is that keyword
+  alone, the first of them in that order (``$defs`` / ``definitions`` kept): xgrammar drops
+  every sibling, so ``{"allOf": [Base], "properties": {...}}`` is ``Base`` (closed: a sibling
+  property is refused), not llguidance's "Unsatisfiable" intersection, and ``enum`` beside a
+  ``type`` takes every listed value;
+- ``dependentRequired``, ``dependentSchemas``, ``dependencies``, ``if`` / ``then`` /
+  ``else``, ``not``, ``contains``, ``maxContains`` and ``uniqueItems`` are dropped (a node
+  typed array with the last three sends the schema to guidance);
+- ``unevaluatedProperties`` / ``unevaluatedItems`` are read as ``additionalProperties`` /
+  ``items`` where those are absent (``false``: none past the declared ones; a schema: theirs)
+  and dropped where given; ``minContains`` on an untyped node read as an array (``items``,
+  ``prefixItems`` or ``unevaluatedItems``, no object keyword) raises ``minItems`` to it,
+  elsewhere it is dropped;
+- a node typed object or array that loses a keyword this way is no longer xgrammar's bare
+  ``{"type": "object"}`` (any object) but a strict one: with no member keyword it takes only
+  ``{}`` / ``[]``. Where that cannot hold (``minProperties`` / ``minItems`` above 0, a
+  ``minContains`` past ``maxItems`` or a closed ``prefixItems``), xgrammar refuses the schema
+  and vLLM gives it to guidance, which refuses the keyword: the node stays as sent, the same
+  400 (an object declaring only ``required`` stays open, guided_fields.py
+  NOTE(strict-schemas)).
+In a schema vLLM gives to guidance, each stays llguidance's 400, as vLLM's guidance answers it
+(``uniqueItems`` on an array, so pydantic's ``set[str]``, is always one).
 """
 
 from __future__ import annotations
@@ -38,8 +54,13 @@ _FORMATS = frozenset({"email", "date", "time", "date-time", "duration", "ipv4", 
                       "hostname", "uuid", "uri", "uri-reference", "uri-template", "json-pointer",
                       "relative-json-pointer"})  # the string formats xgrammar compiles
 _IGNORED = frozenset({"dependentRequired", "dependentSchemas", "dependencies", "if", "then",
-                      "else", "uniqueItems"})  # NOTE(xgrammar-ignores)
-_UNEVALUATED = "unevaluatedProperties"
+                      "else", "not", "contains", "maxContains", "minContains",
+                      "uniqueItems"})  # NOTE(xgrammar-ignores)
+_READ_AS = {"unevaluatedProperties": "additionalProperties", "unevaluatedItems": "items"}
+_ONLY = ("$ref", "const", "enum", "anyOf", "oneOf", "allOf")  # xgrammar's order
+_DEFS = frozenset({"$defs", "definitions"})
+_OBJECT_READ = frozenset({"properties", "additionalProperties", "unevaluatedProperties"})
+_ARRAY_READ = frozenset({"items", "prefixItems", "unevaluatedItems"})
 
 
 def goes_to_xgrammar(schema: Any) -> bool:
@@ -49,13 +70,45 @@ def goes_to_xgrammar(schema: Any) -> bool:
 
 def as_xgrammar_reads(node: dict) -> dict:
     """NOTE(xgrammar-ignores): one schema object of a schema that goes to xgrammar, as xgrammar
-    reads it: what it ignores dropped, ``unevaluatedProperties`` as ``additionalProperties``."""
-    if not (_IGNORED & node.keys() or _UNEVALUATED in node):
+    reads it (``node`` itself where xgrammar refuses that reading)."""
+    only = next((k for k in _ONLY if k in node), None)
+    if only is not None:
+        kept = {k: v for k, v in node.items() if k == only or k in _DEFS}
+        return node if len(kept) == len(node) else kept
+    if not (_IGNORED | _READ_AS.keys()) & node.keys():
         return node
-    out = {k: v for k, v in node.items() if k not in _IGNORED and k != _UNEVALUATED}
-    if _UNEVALUATED in node and "additionalProperties" not in node:
-        out["additionalProperties"] = node[_UNEVALUATED]
-    return out
+    out = {k: v for k, v in node.items() if k not in _IGNORED and k not in _READ_AS}
+    for key, read_as in _READ_AS.items():
+        if key in node and read_as not in node:
+            out[read_as] = node[key]
+    if "minContains" in node and "type" not in node and _ARRAY_READ & node.keys() \
+            and not _OBJECT_READ & node.keys():
+        out["minItems"] = max(_count(node, "minItems"), _count(node, "minContains"))
+    return out if _strict(out) else node
+
+
+def _strict(out: dict) -> bool:
+    """Closes a typed object / array left with no member keyword as xgrammar's strict mode
+    does (NOTE(xgrammar-ignores)); False where xgrammar refuses the node instead."""
+    types = _types(out)
+    if "object" in types and not {*_OBJECT_READ, "patternProperties", "propertyNames"} \
+            & out.keys() and "required" not in out:
+        if _count(out, "minProperties") > 0:
+            return False
+        out["additionalProperties"] = False
+    if "array" in types and not _ARRAY_READ & out.keys():
+        if _count(out, "minItems") > 0:
+            return False
+        out["items"] = False
+    prefix, least, most = out.get("prefixItems"), _count(out, "minItems"), out.get("maxItems")
+    if isinstance(prefix, list) and "items" not in out and least > len(prefix):
+        return False
+    return not (isinstance(most, int) and least > most)
+
+
+def _count(node: dict, key: str) -> int:
+    value = node.get(key, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _unsupported(node: Any) -> bool:

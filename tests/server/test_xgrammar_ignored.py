@@ -1,10 +1,11 @@
 """JSON-schema keywords llguidance refuses and vLLM 0.33 serves, because its default backend
 (xgrammar) takes the schema and ignores them or reads them as another keyword
-(kvpool/server/xgrammar_reach.py NOTE(xgrammar-ignores)): each was a 400 here and is served,
-every field and forced calls alike, taking what xgrammar takes (measured with xgrammar 0.2.8
-through vLLM's own validation). Where vLLM gives the schema to guidance, which refuses them
-too, they stay a 400; for tool_choice required that is decided over the union of every tool
-(tools/request.py NOTE(union-reach)). Grammars are read with the built-in byte tokenizer; one
+(kvpool/server/xgrammar_reach.py NOTE(xgrammar-ignores)): each was a 400 here (or, beside an
+``enum``, narrower) and is served, every field and forced calls alike, taking what xgrammar
+takes (measured with xgrammar 0.2.8 through vLLM's own validation). Where vLLM gives the
+schema to guidance, which refuses them too, or xgrammar refuses it, they stay a 400; for
+tool_choice required that is decided over the union of every tool (tools/request.py
+NOTE(union-reach)). Grammars are read with the built-in byte tokenizer; one
 request of each kind goes through a real server on 127.0.0.1 (the built-in tiny model)."""
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from tests.server.test_tool_schema_parity import accepts, as_format, forced
 AB = {"a": {"type": "integer"}, "b": {"type": "string"}}
 OBJ = {"type": "object", "properties": AB}
 EVEN = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}
+INT = {"type": "integer"}
+
+
+def at(schema: dict) -> dict:
+    """``schema`` as the property ``t`` of an object (a tool's parameters are one)."""
+    return {"type": "object", "properties": {"t": schema}}
+
 
 # (sent, values xgrammar takes, values it refuses): the ignored keyword never refuses a value
 KINDS = {
@@ -45,6 +53,22 @@ KINDS = {
     "uniqueItems-untyped": ({"type": "object", "properties": {"t": {
         "items": {"type": "string"}, "uniqueItems": True}}},
         [{"t": ["a", "a"]}], [{"t": [1]}, {"t": [], "x": 1}]),
+    "not": ({**OBJ, "not": {"required": ["a"]}}, [{"a": 1}, {}], [{"a": 1, "x": 2}]),
+    "contains-untyped": (at({"items": INT, "contains": {"const": 1}, "maxContains": 1}),
+                         [{"t": [2]}, {"t": [1, 1]}], [{"t": ["s"]}, {"t": [], "x": 1}]),
+    "minContains-untyped": (at({"items": INT, "minContains": 2}), [{"t": [2, 3]}],
+                            [{"t": [2]}]),
+    "unevaluatedItems": (at({"prefixItems": [INT], "unevaluatedItems": {"type": "string"}}),
+                         [{"t": [1, "s"]}, {"t": [1]}], [{"t": [1, 2]}]),
+    "allOf-one-branch-drops-siblings": ({**OBJ, "allOf": [{**OBJ, "required": ["a"]}],
+                                         "properties": {"n": INT}, "required": ["n"]},
+                                        [{"a": 1}, {"a": 1, "b": "s"}], [{"a": 1, "n": 2}, {}]),
+    "enum-beside-type": (at({"type": "string", "enum": ["a", 1]}), [{"t": 1}, {"t": "a"}],
+                         [{"t": "b"}]),
+    "typed-object-array-left-bare": ({"type": "object", "properties": {
+        "o": {"type": "object", "dependentRequired": {"a": ["b"]}},
+        "l": {"type": "array", "not": {"maxItems": 0}}}},
+        [{"o": {}, "l": []}], [{"o": {"a": 1}}, {"l": [1]}]),
 }
 
 
@@ -89,7 +113,13 @@ SET_OF_STR = {"type": "object", "title": "M", "required": ["tags"], "properties"
     ({**EVEN, "unevaluatedProperties": False}, '["unevaluatedProperties"]'),
     ({**EVEN, "dependentRequired": {"n": ["m"]}}, '["dependentRequired"]'),
     ({**EVEN, "if": {"required": ["n"]}, "then": {}}, '["if", "then"]'),
-], ids=["set-of-str", "unevaluated", "dependent", "if-then"])
+    ({**EVEN, "not": {}}, '["not"]'),
+    # xgrammar refuses these (a strict node that cannot hold), so vLLM gives them to guidance
+    ({"type": "object", "minProperties": 1, "dependentRequired": {}}, '["dependentRequired"]'),
+    (at({"prefixItems": [INT], "minContains": 2}), '["minContains"]'),
+    (at({"items": INT, "minContains": 3, "maxItems": 2}), '["minContains"]'),
+], ids=["set-of-str", "unevaluated", "dependent", "if-then", "not", "min-properties",
+        "min-contains-past-prefix", "min-contains-past-max"])
 def test_where_vllm_gives_the_schema_to_guidance_they_stay_a_400(schema, keys):
     """vLLM's guidance answers "Grammar error: Unimplemented keys: [...]" for each."""
     with pytest.raises(RequestError, match=re.escape(f"Unimplemented keys: {keys}")) as err:
@@ -128,7 +158,7 @@ ENFORCED = {"type": "object", "required": ["k", "n"], "unevaluatedProperties": F
 FLAG = {"type": "object", "properties": {"on": {"type": "boolean"}}}
 SENT = {**ENFORCED, "properties": {**ENFORCED["properties"], "t": {**LIST, "uniqueItems": True}},
         "dependentRequired": {"t": ["n"]}, "if": {"properties": {"k": {"const": "x"}}},
-        "then": {"required": ["t"]}}
+        "then": {"required": ["t"]}, "not": {"required": ["zz"]}}
 
 
 async def test_a_schema_that_was_a_400_is_served_and_its_output_obeys_it(make_server):
