@@ -18,9 +18,9 @@ with HTTP 400) and, where a fix exists, the fix. Checked in order:
 
 NOTE(apart): the ``n`` rules are the forks' (``forks_fit``). The server runs sequences that
 cannot run as forks as ``n`` child requests of one each, as vLLM does (child_requests.py in
-kvpool/server), and asks ``check_pool(..., apart=True)``: one child's 400s, as n=1 gets,
-and n_too_large_for_queue for more children than --max-queue lets in flight (vLLM has no such
-bound by default). The engine's own ``generate`` runs forks only, and refuses them.
+kvpool/server), and asks ``check_pool(..., apart=True)``: one child's 400s, as n=1 gets
+(the request gate refuses more requests than --max-queue lets in flight, children counted:
+n_too_large_for_queue). The engine's own ``generate`` runs forks only, and refuses them.
 
 The pool check asks the manager's one admission rule, the scheduler's own, so a request
 accepted there is never ignored later for its size. ``blocks_held`` is the same rule's count of
@@ -47,16 +47,13 @@ class RequestChecker:
     this (caller's) thread: EngineCore.compile_grammar."""
 
     def __init__(self, vocab_size: int, max_model_len: int, manager: BlockSpaceManager,
-                 max_seqs: int | None = None, max_requests: int | None = None) -> None:
+                 max_seqs: int | None = None) -> None:
         """``max_seqs``: the most sequences one request may run at once (max_num_seqs, or
-        the tenant cap when lower: never_reason's rules); None: not checked here.
-        ``max_requests``: the most requests in flight (--max-queue; None: no bound), which
-        NOTE(apart)'s child requests can never pass."""
+        the tenant cap when lower: never_reason's rules); None: not checked here."""
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.manager = manager
         self.max_seqs = max_seqs
-        self.max_requests = max_requests
 
     def check(self, prompt_ids: list[int], params: StopParams) -> None:
         """Raise RequestError for what can never be served (see the module docstring)."""
@@ -80,15 +77,6 @@ class RequestChecker:
                 limit, f"the request has {n} prompt tokens and asks for {params.max_tokens} "
                 "more", "prompt" if alone else "max_tokens")
 
-    def _check_children(self, n: int) -> None:
-        """NOTE(apart): ``n`` child requests past --max-queue could never all be queued, so
-        every try would be the retryable 503 queue_full: a 400 naming n instead."""
-        if self.max_requests is not None and n > self.max_requests:
-            raise RequestError(
-                f"n={n} sequences run here as {n} requests (more than run together as forks), "
-                f"more than --max-queue={self.max_requests} requests in flight: use "
-                f"n <= {self.max_requests}", "n", "n_too_large_for_queue")
-
     def forks_fit(self, p: int, params: StopParams) -> bool:
         """Whether ``params.n`` sequences of a ``p``-token prompt can run together as forks:
         no more than run at once, and held by the whole pool at the length asked (one
@@ -104,7 +92,6 @@ class RequestChecker:
         """The pool checks for a prompt of ``p`` tokens: whether ``n`` sequences can ever run
         at once, the prompt, one sequence, all ``n`` (``apart``: NOTE(apart), as one)."""
         if apart and not self.forks_fit(p, params):
-            self._check_children(params.n)
             params = dataclasses.replace(params, n=1)  # one child's rules
         if self.max_seqs is not None and params.n > self.max_seqs:
             raise RequestError(

@@ -86,12 +86,29 @@ class RequestGate:
         if self.draining:
             self.refused("shutting_down")
             raise shutting_down_error()
+        self._check_in_flight(prompts, params)
         tenant = current_tenant()
         shares = [self._need(len(ids), p) for ids, p in zip(prompts, params)] \
             if self.quota else []
         if shares:
             self._reserve(tenant, shares, params[0])
         return Ticket(self, tenant, self.namespace.salt(tenant, cache_salt), shares)
+
+    def _check_in_flight(self, prompts: Sequence[list[int]],
+                         params: Sequence[SamplingParams]) -> None:
+        """NOTE(apart) in kvpool/sched/request_checker.py: the engine requests a request runs
+        as (one per prompt; n where its sequences run as child requests) can never all be in
+        flight past --max-queue: every try would be the retryable 503 queue_full (vLLM has no
+        bound by default), so it is a 400 naming n. Several prompts count together."""
+        bound = self.engine.config.max_queue
+        checker = self.engine.core.checker
+        runs = sum(1 if checker.forks_fit(len(ids), p) else p.n for ids, p in zip(prompts, params))
+        if bound is not None and runs > bound:
+            raise RequestError(
+                f"n={params[0].n} sequences of {len(prompts)} prompt(s) run here as {runs} "
+                f"requests (sequences that cannot run together as forks run one request each), "
+                f"more than --max-queue={bound} requests in flight: use "
+                f"n <= {max(1, bound // len(prompts))}", "n", "n_too_large_for_queue")
 
     def _say_quota(self, limit: int) -> None:
         """NOTE(short-quota): a quota below what one request of the whole context may hold
@@ -107,13 +124,16 @@ class RequestGate:
 
     def _need(self, prompt_len: int, params: SamplingParams) -> int:
         """The pool's count for the request's sequences: as forks, or, where they run as
-        child requests (NOTE(apart) in kvpool/sched/request_checker.py), n times one child's
-        (children admitted together each compute the prompt: no block is surely shared)."""
+        child requests (NOTE(apart) in kvpool/sched/request_checker.py), one child's for each
+        that can run at once (children admitted together each compute the prompt: no block
+        is surely shared; a waiting child holds none), and never more than the pool."""
         checker = self.engine.core.checker
         max_tokens = params.max_tokens or self.engine.max_model_len
         if checker.forks_fit(prompt_len, params):
             return checker.blocks_held(prompt_len, max_tokens, params.n)
-        return params.n * checker.blocks_held(prompt_len, max_tokens, 1)
+        at_once = min(params.n, checker.max_seqs or params.n)
+        return min(at_once * checker.blocks_held(prompt_len, max_tokens, 1),
+                   self.engine.core.manager.device_pool.num_blocks)
 
     def _reserve(self, tenant: str, shares: list[int], params: SamplingParams) -> None:
         quota = self.quota

@@ -90,7 +90,7 @@ class ResponseBuilder:
         self.error: str | None = None
         self.per_request_metrics = metrics  # NOTE(per-request-metrics) in request_timing.py
         self.timings: dict[int, list[dict[str, float]]] = {}  # per prompt, per choice
-        self.e2e: list[float | None] = [None] * total  # each choice's, from its finish
+        self.own: list[dict[str, float]] = [{} for _ in range(total)]  # NOTE(child-metrics)
         self.readers = [ChoiceReader(req) for _ in range(total)] \
             if reads_choices(req) and req.stream else None  # reasoning, tool calls per choice
         self.thinking = [0] * total  # reasoning tokens per choice; thinks: reasoning.py's count
@@ -121,7 +121,7 @@ class ResponseBuilder:
             if self.req.echo_only:
                 chunks += self._echo_only_finish(i, c)
                 continue
-            self._fold(i, c)
+            self._fold(i, c, out.metrics)
             lp = self._fold_logprobs(i, c)
             ids = c.token_ids if self.rids.on else ()  # returned_ids.py: in their chunk
             if c.text or c.token_ids or c.finish_reason or self.echo_heads[i]:  # NOTE(echo-chunk)
@@ -131,13 +131,14 @@ class ResponseBuilder:
                 else:
                     chunks += self._read_chunks(i, c.text, reason, lp,
                                                 c.finish_reason is not None, ids)
-        if out.finished:  # the request's metrics, each choice's own e2e (NOTE(child-finish))
-            self.timings[prompt] = [out.metrics if e is None else {**out.metrics, "e2e": e}
-                                    for e in self.e2e[prompt * self.n:(prompt + 1) * self.n]]
+        if out.finished:  # the request's metrics under each choice's own (NOTE(child-finish))
+            b = prompt * self.n
+            self.timings[prompt] = [{**out.metrics, **own} for own in self.own[b:b + self.n]]
         return chunks
 
-    def _fold(self, i: int, c: CompletionOutput) -> None:
-        """Choice i's counts, ids, text and finish; its reasoning tokens (reasoning.py)."""
+    def _fold(self, i: int, c: CompletionOutput, metrics: dict[str, float]) -> None:
+        """Choice i's counts, ids, text and finish (with ``metrics``, its update's: a child
+        request's own, NOTE(child-metrics)); its reasoning tokens (reasoning.py)."""
         self.num_generated[i] = max(self.num_generated[i], c.num_generated)
         self.rids.add(i, c.token_ids)
         think = self.req.reasoning  # a choice whose thinking ended, never to reopen, counts no more
@@ -147,7 +148,8 @@ class ResponseBuilder:
         if c.text:
             self.texts[i].append(c.text)
         if c.finish_reason is not None:
-            self.finish[i], self.stop_reason[i], self.e2e[i] = c.finish_reason, c.stop_reason, c.e2e
+            self.finish[i], self.stop_reason[i] = c.finish_reason, c.stop_reason
+            self.own[i] = {**metrics, **({} if c.e2e is None else {"e2e": c.e2e})}
         if c.logprobs:
             self.cum_logprob[i] += sum(x.logprob for x in c.logprobs)
 

@@ -110,7 +110,8 @@ async def test_a_child_refused_fails_the_request_and_frees_the_rest(make_server)
     """--max-queue 4 with one request in flight: the fourth child is refused (503
     queue_full, as the forks' request would be with the queue full); the three queued are
     aborted, and the server serves on. More children than --max-queue could never all be
-    queued: a 400 naming n, not a 503 a client would retry for ever."""
+    queued: a 400 naming n, not a 503 a client would retry for ever; several prompts' children
+    count together."""
     async with make_server(max_num_seqs=2, max_queue=4, max_n=8) as srv, \
             aiohttp.ClientSession() as s:
         baseline = srv.free()
@@ -125,3 +126,28 @@ async def test_a_child_refused_fails_the_request_and_frees_the_rest(make_server)
             err = (await r.json())["error"]
             assert (r.status, err["param"], err["code"]) == (400, "n", "n_too_large_for_queue"), err
             assert "use n <= 4" in err["message"], err
+        async with s.post(srv.url + COMPLETIONS,  # 2 prompts x 3 children: 6 past 4
+                          json={**SEEDED, "prompt": ["hi", "yo"], "n": 3}) as r:
+            err = (await r.json())["error"]
+            assert (r.status, err["code"]) == (400, "n_too_large_for_queue"), err
+            assert "use n <= 2" in err["message"], err
+
+
+def _total(got: dict, name: str) -> float:
+    return sum(got.get(name, {}).values())
+
+
+async def test_each_child_is_observed_with_its_own_prefill(make_server):
+    """NOTE(child-metrics): every choice's per-request series took the last child's timings:
+    children 0 and 1 computed the 40-token prompt, 2 and 3 only past its 32 cached tokens
+    (96 in all), and the prefill KV histogram read 4 x 8 = 32."""
+    async with make_server(max_num_seqs=2) as srv:
+        before = await scrape(srv)
+        body = {"prompt": list(range(100, 140)), "n": 4, "max_tokens": 3, "ignore_eos": True,
+                "temperature": 0}
+        assert len(texts(await post_ok(srv.url + COMPLETIONS, body))) == 4
+        after = await scrape(srv)
+    computed = _total(after, "kvpool_prompt_tokens_computed_total") - \
+        _total(before, "kvpool_prompt_tokens_computed_total")
+    kv = "vllm:request_prefill_kv_computed_tokens_sum"
+    assert _total(after, kv) - _total(before, kv) == computed == 96

@@ -112,18 +112,37 @@ async def test_a_bearer_token_is_no_identity_without_an_api_key():
 async def test_child_requests_reserve_what_each_child_may_hold():
     """NOTE(apart): n past --max-num-seqs runs as n child requests, which share no block for
     sure (children admitted together each compute the prompt). The quota charged them the
-    forks' count, the prompt's full blocks once: n=3 of a 32-token prompt + 8 tokens was 5
-    blocks and admitted under a quota of 8, though its children may hold 3 x 3 = 9."""
+    forks' count, the prompt's full blocks once: n=3 of a 64-token prompt + 8 tokens was 7
+    blocks and admitted under a quota of 8, though the two children that run at once may
+    hold 2 x 5 = 10. A waiting child holds nothing: the third is not charged."""
     server, engine = await _start({"max_num_seqs": 2}, tenant_header="X-Tenant-Id")
     url = f"http://127.0.0.1:{server.port}/v1/completions"
-    req = {**body(8), "model": engine.model_name, "prompt": list(range(5, 37))}
+    req = {**body(8), "model": engine.model_name, "prompt": list(range(5, 69))}
     try:
         async with aiohttp.ClientSession() as http:
             async with http.post(url, json={**req, "n": 3}, headers={"X-Tenant-Id": "a"}) as r:
                 err = (await r.json())["error"]
                 assert (r.status, err["code"]) == (400, "tenant_quota_exceeded"), err
-                assert "may need 9 KV blocks" in err["message"], err
+                assert "may need 10 KV blocks" in err["message"], err
             async with http.post(url, json={**req, "n": 2}, headers={"X-Tenant-Id": "a"}) as r:
-                assert r.status == 200, await r.text()  # forks: 2 + 2 x 1 blocks
+                assert r.status == 200, await r.text()  # forks: 4 + 2 x 1 blocks
+    finally:
+        await server.close()
+
+
+@pytest.mark.asyncio
+async def test_child_requests_reserve_at_most_the_pool():
+    """A quota as large as the pool: n=2 of 4 + 100 tokens cannot run as forks (2 x 7
+    blocks of 8) and runs as children, which together can never hold more than the pool;
+    charged 14 blocks, it was refused though its tenant may hold the whole pool."""
+    server, engine = await _start({"num_device_blocks": QUOTA, "num_host_blocks": 0},
+                                  tenant_header="X-Tenant-Id")
+    url = f"http://127.0.0.1:{server.port}/v1/completions"
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, json={**body(100), "model": engine.model_name, "n": 2},
+                                 headers={"X-Tenant-Id": "a"}) as r:
+                assert r.status == 200, await r.text()
+                assert len((await r.json())["choices"]) == 2
     finally:
         await server.close()

@@ -109,8 +109,7 @@ class EngineCore:
         cap = config.tenant_max_running_seqs
         self.checker = RequestChecker(  # validate(): sched/request_checker.py
             self.model.config.vocab_size, self.max_model_len, self.manager,
-            max_seqs=min(config.max_num_seqs, cap) if cap is not None else config.max_num_seqs,
-            max_requests=config.max_queue)
+            max_seqs=min(config.max_num_seqs, cap) if cap is not None else config.max_num_seqs)
 
     def _build_sampling(self, config: EngineConfig, metrics) -> None:
         self.outputs = OutputProcessor(self.tokenizer, metrics, config.stream_interval)
