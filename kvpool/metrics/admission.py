@@ -10,6 +10,8 @@ bounded)::
     shutting_down     503  the server is draining
     tenant_quota      429  the tenant's requests hold its --tenant-block-quota already
     over_tenant_quota 400  one request may need more than --tenant-block-quota
+    over_queue        400  one request runs as more requests than --max-queue lets in flight
+                           (child requests: NOTE(apart); vllm: max_num_queued_reqs, a 503)
 
 ``kvpool_admission_rejections_total{reason}``, and the queue limit again under vLLM's name and
 labels, ``vllm:admission_rejections_total{model_name,reason="max_num_queued_reqs"}`` (vLLM's
@@ -25,9 +27,9 @@ import threading
 
 from kvpool.metrics.snapshot import Family
 
-REASONS = ("queue_full", "shutting_down", "tenant_quota", "over_tenant_quota")
-# kvpool reason -> vLLM's reason label (only the limits vLLM has)
-VLLM_REASONS = {"queue_full": "max_num_queued_reqs"}
+REASONS = ("queue_full", "shutting_down", "tenant_quota", "over_tenant_quota", "over_queue")
+# kvpool reason -> vLLM's reason label (only the limits vLLM has; several may share one)
+VLLM_REASONS = {"queue_full": "max_num_queued_reqs", "over_queue": "max_num_queued_reqs"}
 ADMISSION_METRIC_NAMES = ("kvpool_admission_rejections_total",
                           "vllm:admission_rejections_total")
 
@@ -49,7 +51,10 @@ class AdmissionRejections:
     def families(self) -> list[Family]:
         with self._lock:
             counts = dict(self._counts)
-        vllm = [((self.model_name, theirs), counts[ours]) for ours, theirs in VLLM_REASONS.items()]
+        theirs = dict.fromkeys(VLLM_REASONS.values(), 0)
+        for ours, label in VLLM_REASONS.items():
+            theirs[label] += counts[ours]
+        vllm = [((self.model_name, label), v) for label, v in theirs.items()]
         return [
             ("kvpool_admission_rejections_total", "counter", "Requests refused before they "
              "reached the engine, by reason.", ("reason",), [((r,), v) for r, v in counts.items()]),

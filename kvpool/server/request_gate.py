@@ -104,6 +104,7 @@ class RequestGate:
         checker = self.engine.core.checker
         runs = sum(1 if checker.forks_fit(len(ids), p) else p.n for ids, p in zip(prompts, params))
         if bound is not None and runs > bound:
+            self.refused("over_queue")
             raise RequestError(
                 f"n={params[0].n} sequences of {len(prompts)} prompt(s) run here as {runs} "
                 f"requests (sequences that cannot run together as forks run one request each), "
@@ -142,10 +143,12 @@ class RequestGate:
         if need > quota.limit:
             self.refused("over_tenant_quota")
             prompts = "" if len(shares) == 1 else f"{len(shares)} prompts, "
+            seqs = self.engine.core.checker.max_seqs  # NOTE(apart): forks share the prompt
+            forks = f", or n <= {seqs}" if seqs is not None and params.n > seqs else ""
             raise RequestError(
                 f"this request may need {need} KV blocks ({prompts}n={params.n}, "
                 f"max_tokens={params.max_tokens}) but a tenant may hold at most {quota.limit}: "
-                "lower max_tokens or n", "max_tokens", QUOTA_CODE)
+                f"lower max_tokens or n{forks}", "max_tokens", QUOTA_CODE)
         if not quota.try_reserve(tenant, need):
             self.refused("tenant_quota")
             raise APIError(429, f"this tenant's requests already hold up to "

@@ -124,6 +124,7 @@ async def test_child_requests_reserve_what_each_child_may_hold():
                 err = (await r.json())["error"]
                 assert (r.status, err["code"]) == (400, "tenant_quota_exceeded"), err
                 assert "may need 10 KV blocks" in err["message"], err
+                assert err["message"].endswith("lower max_tokens or n, or n <= 2"), err
             async with http.post(url, json={**req, "n": 2}, headers={"X-Tenant-Id": "a"}) as r:
                 assert r.status == 200, await r.text()  # forks: 4 + 2 x 1 blocks
     finally:
