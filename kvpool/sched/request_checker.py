@@ -17,8 +17,9 @@ with HTTP 400) and, where a fix exists, the fix. Checked in order:
                                              generated blocks apart)
 
 NOTE(apart): the ``n`` rules are the forks' (``forks_fit``). The server runs sequences that
-cannot run as forks as ``n`` child requests of one each, as vLLM does (child_requests.py in
-kvpool/server), and asks ``check_pool(..., apart=True)``: one child's 400s, as n=1 gets
+cannot run as forks as child requests, as vLLM does (child_requests.py in
+kvpool/server), each a group of ``fork_group`` forks, and asks ``check_pool(...,
+apart=True)``: one sequence's 400s, as n=1 gets
 (the request gate refuses more requests than --max-queue lets in flight, children counted:
 n_too_large_for_queue). The engine's own ``generate`` runs forks only, and refuses them.
 
@@ -87,6 +88,18 @@ class RequestChecker:
             return False
         asked = self._asked(p, params)
         return asked is None or self._fits(p, asked[0], params.n)
+
+    def fork_group(self, p: int, params: StopParams) -> int:
+        """NOTE(apart): the most of ``params.n`` sequences that can run together as forks,
+        one at least (``params.n`` where they all can): the size of each child request."""
+        lo, hi = 1, min(params.n, self.max_seqs or params.n)
+        while lo < hi:  # forks_fit(lo), and none past hi
+            mid = (lo + hi + 1) // 2
+            if self.forks_fit(p, dataclasses.replace(params, n=mid)):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def check_pool(self, p: int, params: StopParams, *, apart: bool = False) -> None:
         """The pool checks for a prompt of ``p`` tokens: whether ``n`` sequences can ever run

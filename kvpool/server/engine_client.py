@@ -23,7 +23,7 @@ calls ``generate(..., checked=True)`` with the token ids, the tenant and the nam
 salt (request_gate.py): the engine trusts that and judges none of it again. ``generate`` still
 raises QueueFullError (503) when the engine is full. ``check_pool`` judges n sequences that
 cannot run as forks as one (NOTE(apart) in kvpool/sched/request_checker.py): the gate then
-opens them as n child requests of one sequence each (child_requests.py), never as forks.
+opens them as child requests, each a group of as many forks as fit (child_requests.py).
 """
 
 from __future__ import annotations

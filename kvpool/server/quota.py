@@ -13,8 +13,8 @@ closed)::
     need(request) = sum over its prompts of the pool's own count (RequestChecker,
                     ``blocks_held``: the prompt's full blocks once, each of the ``n``
                     sequences' other blocks apart, the last token never stored; where
-                    they run as child requests, which surely share nothing, one
-                    sequence's count for each child that can run at once, at most the
+                    they run as child requests (groups of forks), which surely share
+                    nothing, one group's count for each that can run at once, at most the
                     pool: NOTE(apart) in kvpool/sched/request_checker.py)
 
     tenant reserved + need <= N   -> admitted (reserved += need)

@@ -97,12 +97,13 @@ class RequestGate:
     def _check_in_flight(self, prompts: Sequence[list[int]],
                          params: Sequence[SamplingParams]) -> None:
         """NOTE(apart) in kvpool/sched/request_checker.py: the engine requests a request runs
-        as (one per prompt; n where its sequences run as child requests) can never all be in
-        flight past --max-queue: every try would be the retryable 503 queue_full (vLLM has no
-        bound by default), so it is a 400 naming n. Several prompts count together."""
+        as (one per prompt, or per group of forks where its sequences run as child requests)
+        can never all be in flight past --max-queue: every try would be the retryable 503
+        queue_full (vLLM has no bound by default), so it is a 400 naming n. Several prompts
+        count together."""
         bound = self.engine.config.max_queue
         checker = self.engine.core.checker
-        runs = sum(1 if checker.forks_fit(len(ids), p) else p.n for ids, p in zip(prompts, params))
+        runs = sum(-(-p.n // checker.fork_group(len(ids), p)) for ids, p in zip(prompts, params))
         if bound is not None and runs > bound:
             self.refused("over_queue")
             raise RequestError(
@@ -124,17 +125,18 @@ class RequestGate:
                         "--max-model-len", limit, whole, self.engine.max_model_len, whole)
 
     def _need(self, prompt_len: int, params: SamplingParams) -> int:
-        """The pool's count for the request's sequences: as forks, or, where they run as
-        child requests (NOTE(apart) in kvpool/sched/request_checker.py), one child's for each
-        that can run at once (children admitted together each compute the prompt: no block
-        is surely shared; a waiting child holds none), and never more than the pool."""
+        """The pool's count for the request's sequences as forks, or, where they run as child
+        requests of ``group`` forks (NOTE(apart) in kvpool/sched/request_checker.py), one
+        child's for each that can run at once (children admitted together each compute the
+        prompt: no block is surely shared; a waiting child holds none), never past the pool."""
         checker = self.engine.core.checker
         max_tokens = params.max_tokens or self.engine.max_model_len
-        if checker.forks_fit(prompt_len, params):
-            return checker.blocks_held(prompt_len, max_tokens, params.n)
-        at_once = min(params.n, checker.max_seqs or params.n)
-        return min(at_once * checker.blocks_held(prompt_len, max_tokens, 1),
-                   self.engine.core.manager.device_pool.num_blocks)
+        group = checker.fork_group(prompt_len, params)
+        held = checker.blocks_held(prompt_len, max_tokens, group)
+        if group >= params.n:
+            return held
+        at_once = min(-(-params.n // group), -(-(checker.max_seqs or params.n) // group))
+        return min(at_once * held, self.engine.core.manager.device_pool.num_blocks)
 
     def _reserve(self, tenant: str, shares: list[int], params: SamplingParams) -> None:
         quota = self.quota
@@ -143,12 +145,10 @@ class RequestGate:
         if need > quota.limit:
             self.refused("over_tenant_quota")
             prompts = "" if len(shares) == 1 else f"{len(shares)} prompts, "
-            seqs = self.engine.core.checker.max_seqs  # NOTE(apart): forks share the prompt
-            forks = f", or n <= {seqs}" if seqs is not None and params.n > seqs else ""
             raise RequestError(
                 f"this request may need {need} KV blocks ({prompts}n={params.n}, "
                 f"max_tokens={params.max_tokens}) but a tenant may hold at most {quota.limit}: "
-                f"lower max_tokens or n{forks}", "max_tokens", QUOTA_CODE)
+                "lower max_tokens or n", "max_tokens", QUOTA_CODE)
         if not quota.try_reserve(tenant, need):
             self.refused("tenant_quota")
             raise APIError(429, f"this tenant's requests already hold up to "
@@ -210,12 +210,14 @@ class Ticket:
         engine = self.gate.engine
         inner: UpdateStream
         try:
-            if engine.core.checker.forks_fit(len(ids), params):
+            group = engine.core.checker.fork_group(len(ids), params)
+            if group >= params.n:
                 inner = engine.generate(request_id, ids, params, cache_salt=self.salt,
                                         priority=priority, tenant=self.tenant, checked=checked)
             else:
-                inner = ChildRequests(engine, request_id, ids, params, cache_salt=self.salt,
-                                      priority=priority, tenant=self.tenant, checked=checked)
+                inner = ChildRequests(engine, request_id, ids, params, group=group,
+                                      cache_salt=self.salt, priority=priority,
+                                      tenant=self.tenant, checked=checked)
         except QueueFullError:  # --max-queue, or the engine stopping (drain)
             self.gate.refused("shutting_down" if self.gate.draining else "queue_full")
             raise

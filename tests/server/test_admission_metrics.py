@@ -45,9 +45,9 @@ async def test_queue_full_refusals_are_counted_by_reason(make_server):
 async def test_more_children_than_the_queue_are_counted_as_vllm_counts_them(make_server):
     """n past --max-queue as child requests (NOTE(apart)) is a 400 here, vLLM's
     max_num_queued_reqs refusal (a 503 there): counted under both names; it moved none."""
-    async with make_server(max_num_seqs=2, max_queue=3) as srv:
-        status, out = await _post(srv.v1 + "/completions", {"prompt": "hi", "n": 4,
-                                                             "max_tokens": 2})
+    async with make_server(max_num_seqs=2, max_queue=3, max_n=8) as srv:
+        status, out = await _post(srv.v1 + "/completions", {"prompt": "hi", "n": 8,
+                                                             "max_tokens": 2})  # 4 children
         assert (status, out["error"]["code"]) == (400, "n_too_large_for_queue"), out
         after = await scrape(srv)
         assert _refused(after, "over_queue") == 1 and _refused(after, "queue_full") == 0

@@ -107,27 +107,28 @@ async def test_leaving_mid_stream_or_a_shutdown_aborts_every_child(make_server):
 
 
 async def test_a_child_refused_fails_the_request_and_frees_the_rest(make_server):
-    """--max-queue 4 with one request in flight: the fourth child is refused (503
-    queue_full, as the forks' request would be with the queue full); the three queued are
-    aborted, and the server serves on. More children than --max-queue could never all be
-    queued: a 400 naming n, not a 503 a client would retry for ever; several prompts' children
-    count together."""
-    async with make_server(max_num_seqs=2, max_queue=4, max_n=8) as srv, \
+    """--max-queue 4 with one request in flight: n=8 as four children of two forks, the
+    fourth is refused (503 queue_full, as the forks' request would be with the queue full);
+    the three queued are aborted, and the server serves on. More children than --max-queue
+    could never all be queued: a 400 naming n, not a 503 a client would retry for ever;
+    several prompts' children count together."""
+    async with make_server(max_num_seqs=2, max_queue=4, max_n=16) as srv, \
             aiohttp.ClientSession() as s:
         baseline = srv.free()
         async with s.post(srv.url + COMPLETIONS, json={**LONG, "n": 1}) as held:
             assert (await held.content.readline()).startswith(b"data: {")
-            async with s.post(srv.url + COMPLETIONS, json={**SEEDED, "max_tokens": 200}) as r:
+            async with s.post(srv.url + COMPLETIONS,
+                              json={**SEEDED, "n": 8, "max_tokens": 200}) as r:
                 assert r.status == 503 and (await r.json())["error"]["code"] == "queue_full"
             held.close()
         await idle(srv, baseline)
         assert len(texts(await post_ok(srv.url + COMPLETIONS, SEEDED))) == 4
-        async with s.post(srv.url + COMPLETIONS, json={**SEEDED, "n": 5}) as r:
+        async with s.post(srv.url + COMPLETIONS, json={**SEEDED, "n": 9}) as r:  # 5 children
             err = (await r.json())["error"]
             assert (r.status, err["param"], err["code"]) == (400, "n", "n_too_large_for_queue"), err
             assert "use n <= 4" in err["message"], err
         async with s.post(srv.url + COMPLETIONS,  # 2 prompts x 3 children: 6 past 4
-                          json={**SEEDED, "prompt": ["hi", "yo"], "n": 3}) as r:
+                          json={**SEEDED, "prompt": ["hi", "yo"], "n": 5}) as r:
             err = (await r.json())["error"]
             assert (r.status, err["code"]) == (400, "n_too_large_for_queue"), err
             assert "use n <= 2" in err["message"], err
@@ -137,10 +138,13 @@ def _total(got: dict, name: str) -> float:
     return sum(got.get(name, {}).values())
 
 
-async def test_each_child_is_observed_with_its_own_prefill(make_server):
-    """NOTE(child-metrics): every choice's per-request series took the last child's timings:
-    children 0 and 1 computed the 40-token prompt, 2 and 3 only past its 32 cached tokens
-    (96 in all), and the prefill KV histogram read 4 x 8 = 32."""
+async def test_children_share_the_prompt_and_are_observed_apart(make_server):
+    """n=4 past --max-num-seqs 2 runs as two children of two forks (NOTE(fork-groups)): the
+    first computes the 40-token prompt once, the second, admitted when the batch has room,
+    only past its 32 cached tokens (48 in all; children of one sequence each computed 96).
+    NOTE(child-metrics): every choice's per-request series took the last child's timings,
+    and the prefill KV histogram read 4 x 8 = 32 where each choice's own sum to 2 x 40 + 2 x 8
+    (forks count the prompt per sequence, as vLLM's children each count their own)."""
     async with make_server(max_num_seqs=2) as srv:
         before = await scrape(srv)
         body = {"prompt": list(range(100, 140)), "n": 4, "max_tokens": 3, "ignore_eos": True,
@@ -150,4 +154,5 @@ async def test_each_child_is_observed_with_its_own_prefill(make_server):
     computed = _total(after, "kvpool_prompt_tokens_computed_total") - \
         _total(before, "kvpool_prompt_tokens_computed_total")
     kv = "vllm:request_prefill_kv_computed_tokens_sum"
-    assert _total(after, kv) - _total(before, kv) == computed == 96
+    assert computed == 48
+    assert _total(after, kv) - _total(before, kv) == 96

@@ -109,24 +109,24 @@ async def test_a_bearer_token_is_no_identity_without_an_api_key():
 
 
 @pytest.mark.asyncio
-async def test_child_requests_reserve_what_each_child_may_hold():
-    """NOTE(apart): n past --max-num-seqs runs as n child requests, which share no block for
-    sure (children admitted together each compute the prompt). The quota charged them the
-    forks' count, the prompt's full blocks once: n=3 of a 64-token prompt + 8 tokens was 7
-    blocks and admitted under a quota of 8, though the two children that run at once may
-    hold 2 x 5 = 10. A waiting child holds nothing: the third is not charged."""
+async def test_child_requests_reserve_what_their_groups_hold_at_once():
+    """NOTE(apart): n=3 past --max-num-seqs 2 runs as two children (2 forks, then 1), one at
+    a time: 4 + 2 x 1 blocks of a 64-token prompt + 8 tokens at most, under a quota of 8.
+    Charged n x one sequence's (3 x 5 = 15), it was refused; what exceeds the quota as forks
+    (max_tokens 40: 4 + 2 x 3 = 10) is refused as children too."""
     server, engine = await _start({"max_num_seqs": 2}, tenant_header="X-Tenant-Id")
     url = f"http://127.0.0.1:{server.port}/v1/completions"
     req = {**body(8), "model": engine.model_name, "prompt": list(range(5, 69))}
     try:
         async with aiohttp.ClientSession() as http:
             async with http.post(url, json={**req, "n": 3}, headers={"X-Tenant-Id": "a"}) as r:
+                assert r.status == 200, await r.text()
+                assert len((await r.json())["choices"]) == 3
+            async with http.post(url, json={**req, "n": 3, "max_tokens": 40},
+                                 headers={"X-Tenant-Id": "a"}) as r:
                 err = (await r.json())["error"]
                 assert (r.status, err["code"]) == (400, "tenant_quota_exceeded"), err
                 assert "may need 10 KV blocks" in err["message"], err
-                assert err["message"].endswith("lower max_tokens or n, or n <= 2"), err
-            async with http.post(url, json={**req, "n": 2}, headers={"X-Tenant-Id": "a"}) as r:
-                assert r.status == 200, await r.text()  # forks: 4 + 2 x 1 blocks
     finally:
         await server.close()
 
