@@ -156,8 +156,10 @@ def close_objects(schema: Any) -> Any:
     (xgrammar drops the requirement), ``minItems`` past the ``prefixItems``, a schema vLLM
     gives to guidance instead (xgrammar_reach.py NOTE(xgrammar-reach): ``multipleOf``, a
     bounded ``pattern``, ``patternProperties`` beside ``properties``, an ``allOf`` of two or
-    more branches, ...), and objects declaring only ``required`` / ``maxProperties``
-    (xgrammar takes no key then).
+    more branches, ...) or xgrammar refuses (``minProperties`` past a closed object's keys),
+    and an object with no member keyword that ``required``s a key (xgrammar takes only
+    ``{}`` then, against it; measured). One with another keyword (``maxProperties``, ...) and
+    no member is ``{}`` only, as in xgrammar (xgrammar_reach.py NOTE(xgrammar-ignores)).
     NOTE(closed-values): only schema positions (grammar.py's map_subschemas): an object in a
     ``const`` or ``enum`` stays as sent, and a property named ``default`` is still closed."""
     if not goes_to_xgrammar(schema):  # vLLM's guidance leaves it open: NOTE(xgrammar-reach)

@@ -16,6 +16,8 @@ nested object and list, as vLLM walks it),
     object with patternProperties beside properties, or with more than one pattern
     allOf of two or more branches
 
+and past it, a schema xgrammar itself refuses as it reads it (NOTE(xgrammar-ignores)).
+
 NOTE(xgrammar-ignores): what xgrammar 0.2.8 compiles and does not enforce, llguidance refuses
 ("Unimplemented keys"), so a schema vLLM serves was a 400 here. In a schema that goes to
 xgrammar (measured through vLLM 0.33's own validation, backend "auto"), each schema object is
@@ -33,13 +35,20 @@ read as xgrammar reads it:
   and dropped where given; ``minContains`` on an untyped node read as an array (``items``,
   ``prefixItems`` or ``unevaluatedItems``, no object keyword) raises ``minItems`` to it,
   elsewhere it is dropped;
-- a node typed object or array that loses a keyword this way is no longer xgrammar's bare
-  ``{"type": "object"}`` (any object) but a strict one: with no member keyword it takes only
-  ``{}`` / ``[]``. Where that cannot hold (``minProperties`` / ``minItems`` above 0, a
-  ``minContains`` past ``maxItems`` or a closed ``prefixItems``), xgrammar refuses the schema
-  and vLLM gives it to guidance, which refuses the keyword: the node stays as sent, the same
-  400 (an object declaring only ``required`` stays open, guided_fields.py
-  NOTE(strict-schemas)).
+- one with no ``type`` is typed as xgrammar infers it (NOTE(xgrammar-infers)): an object, an
+  array, or any value with its keywords dropped;
+- a node typed object or array with a keyword past xgrammar's bare ``{"type": "object"}``
+  (annotations at most, ``_BARE``: any object / array) is a strict one: with no member
+  keyword it takes only ``{}`` / ``[]`` (``maxProperties``, ``maxItems``, ``$defs``, an
+  unknown keyword or one dropped above: measured). An object that ``required``s a key stays
+  open, where xgrammar would take ``{}`` against it (guided_fields.py NOTE(strict-schemas)).
+Where a node xgrammar reads cannot hold so (``minProperties`` past the ``properties`` of a
+closed object, ``minItems`` past a closed ``prefixItems`` or none, ``minItems`` or
+``minContains`` past ``maxItems``), xgrammar refuses the schema and vLLM gives the whole of it
+to guidance, which reads it as sent, every object open (``goes_to_xgrammar`` is False, so
+nothing is read or closed here either, and a keyword llguidance lacks is its 400). A node
+xgrammar drops (under ``not``, a ``$ref``'s sibling) is not read and refuses nothing; every
+``$defs`` entry is read, referenced or not.
 In a schema vLLM gives to guidance, each stays llguidance's 400, as vLLM's guidance answers it
 (``uniqueItems`` on an array, so pydantic's ``set[str]``, is always one).
 """
@@ -61,49 +70,107 @@ _ONLY = ("$ref", "const", "enum", "anyOf", "oneOf", "allOf")  # xgrammar's order
 _DEFS = frozenset({"$defs", "definitions"})
 _OBJECT_READ = frozenset({"properties", "additionalProperties", "unevaluatedProperties"})
 _ARRAY_READ = frozenset({"items", "prefixItems", "unevaluatedItems"})
+_DROPPED = _IGNORED | _READ_AS.keys()
+_MEMBERED = frozenset({"object", "array"})
+_OBJECT_MEMBERS = _OBJECT_READ | {"patternProperties", "propertyNames"}
+# a node of only these is xgrammar's bare one (its cache key skips annotations): any object
+_BARE = frozenset({"type", "title", "description", "default", "examples", "deprecated",
+                   "readOnly", "writeOnly", "$comment", "$schema"})
 
 
 def goes_to_xgrammar(schema: Any) -> bool:
-    """Whether vLLM 0.33 compiles ``schema`` with xgrammar (NOTE(xgrammar-reach))."""
-    return not _unsupported(schema)
+    """Whether vLLM 0.33 compiles ``schema`` with xgrammar (NOTE(xgrammar-reach)): vLLM's own
+    test, then xgrammar's, which refuses a schema object it cannot read (NOTE(xgrammar-ignores))."""
+    return not _unsupported(schema) and not (isinstance(schema, dict) and _refused(schema))
 
 
 def as_xgrammar_reads(node: dict) -> dict:
     """NOTE(xgrammar-ignores): one schema object of a schema that goes to xgrammar, as xgrammar
     reads it (``node`` itself where xgrammar refuses that reading)."""
+    read = _reading(node)
+    return node if read is None else read
+
+
+def _refused(node: dict) -> bool:
+    """Whether xgrammar refuses ``node`` or a schema object it reads below it (its own reading's
+    members, as it parses them: not what it drops)."""
+    read = _reading(node)
+    if read is None:
+        return True
+    subs = [read.get(k) for k in ("items", "additionalProperties", "propertyNames")]
+    for key in ("prefixItems", "anyOf", "oneOf", "allOf"):
+        subs += read[key] if isinstance(read.get(key), list) else ()
+    for key in ("properties", "patternProperties", *_DEFS):
+        subs += read[key].values() if isinstance(read.get(key), dict) else ()
+    return any(_refused(sub) for sub in subs if isinstance(sub, dict))
+
+
+def _reading(node: dict) -> dict | None:
+    """``node`` as xgrammar reads it; None where it refuses it."""
     only = next((k for k in _ONLY if k in node), None)
     if only is not None:
         kept = {k: v for k, v in node.items() if k == only or k in _DEFS}
         return node if len(kept) == len(node) else kept
-    if not (_IGNORED | _READ_AS.keys()) & node.keys():
-        return node
-    out = {k: v for k, v in node.items() if k not in _IGNORED and k not in _READ_AS}
+    if "type" in node and not _DROPPED & node.keys() and not _MEMBERED & _types(node):
+        return node  # a scalar's node, as sent (the common leaf: no copy)
+    typed = node if "type" in node else _inferred(node)
+    if typed is None:  # untyped, no object / array keyword: any value (NOTE(xgrammar-infers))
+        return {k: v for k, v in node.items() if k in _DEFS}
+    out = {k: v for k, v in typed.items() if k not in _IGNORED and k not in _READ_AS}
     for key, read_as in _READ_AS.items():
         if key in node and read_as not in node:
             out[read_as] = node[key]
-    if "minContains" in node and "type" not in node and _ARRAY_READ & node.keys() \
-            and not _OBJECT_READ & node.keys():
+    if "minContains" in node and typed is not node and typed["type"] == "array":
         out["minItems"] = max(_count(node, "minItems"), _count(node, "minContains"))
-    return out if _strict(out) else node
+    return out if node.keys() <= _BARE or _strict(out) else None
+
+
+def _inferred(node: dict) -> dict | None:
+    """NOTE(xgrammar-infers): xgrammar 0.2.8 reads an untyped node with ``properties``,
+    ``additionalProperties`` or ``unevaluatedProperties`` as an object (those first), one with
+    ``items``, ``prefixItems`` or ``unevaluatedItems`` as an array, and any other (``required``,
+    ``minLength``, ``pattern``, ``minimum``, ``maxItems``, ``patternProperties``, ...) as any
+    value, its keywords unenforced. llguidance applies each keyword to the type it concerns
+    and lets every other type through: ``{"properties": ...}`` took ``5``, so a forced call of
+    a tool whose parameters lack ``"type": "object"`` could come out as a number, and
+    ``{"required": ["a"]}`` refused ``{}``, which vLLM generates. None: any value."""
+    if _OBJECT_READ & node.keys():
+        return {**node, "type": "object"}
+    if _ARRAY_READ & node.keys():
+        return {**node, "type": "array"}
+    return None
 
 
 def _strict(out: dict) -> bool:
-    """Closes a typed object / array left with no member keyword as xgrammar's strict mode
-    does (NOTE(xgrammar-ignores)); False where xgrammar refuses the node instead."""
+    """Closes a typed object / array with no member keyword as xgrammar's strict mode does
+    (NOTE(xgrammar-ignores)), unless it requires a key (guided_fields.py
+    NOTE(strict-schemas)); False where xgrammar refuses the node instead."""
     types = _types(out)
-    if "object" in types and not {*_OBJECT_READ, "patternProperties", "propertyNames"} \
-            & out.keys() and "required" not in out:
-        if _count(out, "minProperties") > 0:
-            return False
+    if "object" in types and _too_few_keys(out):
+        return False
+    if "object" in types and not _OBJECT_MEMBERS & out.keys() and not out.get("required"):
         out["additionalProperties"] = False
     if "array" in types and not _ARRAY_READ & out.keys():
         if _count(out, "minItems") > 0:
             return False
         out["items"] = False
+    if "array" not in types:
+        return True
     prefix, least, most = out.get("prefixItems"), _count(out, "minItems"), out.get("maxItems")
     if isinstance(prefix, list) and "items" not in out and least > len(prefix):
         return False
     return not (isinstance(most, int) and least > most)
+
+
+def _too_few_keys(node: dict) -> bool:
+    """Whether xgrammar refuses an object node: strict, it takes no key past ``properties``
+    (none where absent) unless ``additionalProperties`` (or a pattern) says otherwise, and
+    ``minProperties`` asks more (NOTE(xgrammar-ignores))."""
+    if {"additionalProperties", "unevaluatedProperties", "patternProperties",
+            "propertyNames"} & node.keys():
+        return False
+    declared = node.get("properties")
+    return _count(node, "minProperties") > (len(declared) if isinstance(declared, dict) else 0)
 
 
 def _count(node: dict, key: str) -> int:

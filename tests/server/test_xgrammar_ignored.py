@@ -6,7 +6,10 @@ takes (measured with xgrammar 0.2.8 through vLLM's own validation). Where vLLM g
 schema to guidance, which refuses them too, or xgrammar refuses it, they stay a 400; for
 tool_choice required that is decided over the union of every tool (tools/request.py
 NOTE(union-reach)). Grammars are read with the built-in byte tokenizer; one
-request of each kind goes through a real server on 127.0.0.1 (the built-in tiny model)."""
+request of each kind goes through a real server on 127.0.0.1 (the built-in tiny model).
+An untyped node is typed as xgrammar infers it (NOTE(xgrammar-infers)), a typed object / array
+with no member keyword past annotations is {} / [] only, and a schema xgrammar refuses is
+guidance's, whole."""
 
 from __future__ import annotations
 
@@ -69,6 +72,23 @@ KINDS = {
         "o": {"type": "object", "dependentRequired": {"a": ["b"]}},
         "l": {"type": "array", "not": {"maxItems": 0}}}},
         [{"o": {}, "l": []}], [{"o": {"a": 1}}, {"l": [1]}]),
+    # NOTE(xgrammar-infers): untyped, an object / array keyword makes the type, else any value
+    "untyped-properties-is-an-object": ({"properties": AB, "required": ["a"]},
+                                        [{"a": 1}], [5, "s", [1], None, {"a": 1, "x": 2}]),
+    "untyped-items-is-an-array": (at({"items": INT, "minLength": 2}), [{"t": [1]}, {"t": []}],
+                                  [{"t": 5}, {"t": "s"}, {"t": {}}]),
+    "untyped-else-is-any-value": (at({"required": ["a"], "minLength": 3, "pattern": "^a$",
+                                      "minimum": 5, "maxItems": 1, "propertyNames": {
+                                          "maxLength": 1}, "patternProperties": {"^x": INT}}),
+                                  [{"t": {}}, {"t": "b"}, {"t": 1}, {"t": [1, 2]},
+                                   {"t": {"xy": "s"}}], [{"t": 1, "x": 1}]),
+    # strict: a typed node with any keyword past xgrammar's annotations has no member left
+    "typed-with-an-ordinary-keyword": ({"type": "object", "properties": {
+        "o": {"type": "object", "maxProperties": 2}, "l": {"type": "array", "maxItems": 2},
+        "n": {"type": ["object", "null"], "x-kind": "k"}, "b": {"type": "object", "title": "t"},
+        "r": {"type": "object", "required": ["a"]}}},  # required: NOTE(strict-schemas)
+        [{"o": {}, "l": [], "n": None}, {"n": {}, "b": {"a": 1}, "r": {"a": 1, "z": 2}}],
+        [{"o": {"a": 1}}, {"l": [1]}, {"n": {"a": 1}}, {"r": {}}]),
 }
 
 
@@ -130,6 +150,20 @@ def test_where_vllm_gives_the_schema_to_guidance_they_stay_a_400(schema, keys):
     assert err.value.param == "tools[0].function.parameters"
 
 
+MCP_TOOL = {"properties": {"path": {"type": "string"}, "opts": {"properties": {
+    "depth": INT}}}, "required": ["path"]}  # no "type": "object", as many MCP servers send
+
+
+def test_a_forced_call_of_a_tool_without_type_object_is_an_object():
+    """NOTE(xgrammar-infers): vLLM's xgrammar reads the parameters as an object (closed), so
+    a forced call's arguments are one; llguidance alone took ``5`` or ``"s"``."""
+    for spec, wrap in ((forced(MCP_TOOL), lambda v: v),
+                       (forced(MCP_TOOL, "required"), lambda v: [{"name": "t", "parameters": v}])):
+        assert accepts(spec, wrap({"path": "p", "opts": {"depth": 1}}))
+        for bad in (5, "s", [], None, {"path": "p", "x": 1}, {"path": "p", "opts": 3}):
+            assert not accepts(spec, wrap(bad)), (spec.param, bad)
+
+
 def required(*parameters) -> object:
     tools = [{"type": "function", "function": {"name": f"t{i}", "parameters": p}}
              for i, p in enumerate(parameters)]
@@ -148,6 +182,23 @@ def test_required_picks_the_backend_for_the_union_of_every_tool():
     assert err.value.param == "tools[1].function.parameters"
     spec = required({"type": "object"}, KINDS["unevaluatedProperties"][0])
     assert not accepts(spec, extra) and accepts(spec, [{"name": "t1", "parameters": {}}])
+
+
+def test_a_schema_xgrammar_refuses_is_read_as_guidance_reads_it():
+    """xgrammar refuses a node it reads strict that cannot hold (an array with ``minItems`` and
+    no ``items``; closed, ``{"properties": {}, "minProperties": 1}``), so vLLM gives the whole
+    schema to guidance: every object open, an untyped node any type, and for tool_choice
+    required every tool (NOTE(union-reach)). Closed here, the outer object refused an
+    undeclared key and the second node held no object. A node xgrammar drops (``not``)
+    refuses nothing."""
+    sent = {"type": "object", "properties": {"l": {"type": "array", "minItems": 1},
+                                             "o": {"properties": {}, "minProperties": 1}}}
+    spec = parse_guided({"structured_outputs": {"json": sent}})
+    assert accepts(spec, {"l": [1], "o": {"a": 1}, "x": 1}) and accepts(spec, {"o": 1})
+    assert not accepts(spec, {"l": []}) and not accepts(spec, {"o": {}})
+    assert accepts(required(sent, OBJ), [{"name": "t1", "parameters": {"a": 1, "x": 2}}])
+    dropped = parse_guided({"guided_json": {**OBJ, "not": {"type": "array", "minItems": 1}}})
+    assert not accepts(dropped, {"x": 1})
 
 
 LIST = {"anyOf": [{"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
