@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 
 from kvpool.runtime.engine.output_processor import CompletionOutput, RequestOutput, \
     aclose_updates
+from kvpool.server.merged_updates import MergedUpdates
 
 if TYPE_CHECKING:
     from kvpool.runtime.model import SamplingParams
@@ -60,7 +61,6 @@ __all__ = ["ChildRequests", "child_params"]
 
 log = logging.getLogger("kvpool.server")
 
-_END = object()  # a pump's last item: its child's stream ended
 _FAILED = ("abort", "error")  # finish reasons that end the whole request
 _closing: set[asyncio.Task] = set()  # NOTE(drop-opened): closings under way
 
@@ -91,8 +91,6 @@ class ChildRequests:
         self.held: list[CompletionOutput] = []  # failing: the children's last outputs
         self.error: str | None = None
         self.cached: int | None = None  # the first update's prefix hits (NOTE(cached-once))
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._pumps: list[asyncio.Task] = []
         try:
             for rid, start in zip(self.ids, self.starts):
                 size = min(group, params.n - start)
@@ -108,6 +106,7 @@ class ChildRequests:
             _closing.add(task)
             task.add_done_callback(_closing.discard)
             raise
+        self._merged = MergedUpdates(self.children)
 
     @staticmethod
     async def _close(children: list[UpdateStream]) -> None:
@@ -118,16 +117,14 @@ class ChildRequests:
         return self
 
     async def __anext__(self) -> RequestOutput:
-        if not self._pumps:
-            self._pumps = [asyncio.create_task(self._pump(i)) for i in range(len(self.ids))]
         while not all(self.done):
-            i, item = await self._queue.get()
+            i, item = await self._merged.get()
             if isinstance(item, BaseException):
                 self.done[i] = True
                 await self.abort()
                 raise item
-            out = None if item is _END else self._renumbered(i, item)
-            self.done[i] = self.done[i] or item is _END
+            out = None if item is None else self._renumbered(i, item)
+            self.done[i] = self.done[i] or item is None
             if self.failed and not self.aborted:
                 self.aborted = True
                 await self.abort()
@@ -165,18 +162,6 @@ class ChildRequests:
                              num_cached_tokens=self.cached or 0,
                              error=self.error or None)
 
-    async def _pump(self, i: int) -> None:
-        queue = self._queue
-        try:
-            async for out in self.children[i]:
-                queue.put_nowait((i, out))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
-            queue.put_nowait((i, exc))
-            return
-        queue.put_nowait((i, _END))
-
     async def abort(self) -> None:
         """Abort every unfinished child; their last updates end the stream (the drain)."""
         for rid, done in zip(self.ids, self.done):
@@ -185,10 +170,7 @@ class ChildRequests:
 
     async def aclose(self) -> None:
         """Stop reading; close (abort) every child not yet ended."""
-        for t in self._pumps:
-            t.cancel()
-        if self._pumps:
-            await asyncio.gather(*self._pumps, return_exceptions=True)
+        await self._merged.stop()
         for i, child in enumerate(self.children):
             if not self.done[i]:
                 self.done[i] = True

@@ -50,7 +50,6 @@ task each into a queue, so a slow prompt never holds back another's chunks.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
@@ -73,6 +72,7 @@ from kvpool.server.first_updates import FirstUpdates
 from kvpool.server.json_answer import bytes_answer, json_encoded
 from kvpool.server.json_body import ParsePool
 from kvpool.server.load_counts import load_counts
+from kvpool.server.merged_updates import MergedUpdates
 from kvpool.server.logprob_format import LogprobFormatter
 from kvpool.server.middleware import APIError
 from kvpool.server.parsed_request import ParsedRequest
@@ -290,9 +290,6 @@ class OpenAIRoutes:
         return web.Response(body=self.render_metrics(), headers={"Content-Type": CONTENT_TYPE})
 
 
-_END = object()  # a pump's last item: its stream ended
-
-
 class PromptStreams:
     """Owned by one handler; not shared."""
 
@@ -309,9 +306,7 @@ class PromptStreams:
         self.streams: list[GatedStream] = []
         self.done = [False] * len(self.prompts)  # saw the prompt's finished update
         self._firsts: list[RequestOutput] = []
-        self._queue: asyncio.Queue | None = None
-        self._tasks: list[asyncio.Task] = []
-        self._ended = 0
+        self._merged: MergedUpdates | None = None  # several prompts' streams, read as one
 
     def check(self) -> None:
         """Every prompt's pool rules (NOTE(all-or-nothing)): their 400 before any is queued."""
@@ -344,20 +339,15 @@ class PromptStreams:
     async def __anext__(self) -> tuple[int, RequestOutput]:
         if len(self.streams) == 1:
             return 0, await self._read(0)
-        if self._queue is None:
-            self._queue = asyncio.Queue()
-            self._ended = sum(self.done)
-            self._tasks = [asyncio.create_task(self._pump(i))
-                           for i in range(len(self.streams)) if not self.done[i]]
-        while self._ended < len(self.streams):
-            i, item = await self._queue.get()
-            if item is _END:
-                self._ended += 1
-                continue
+        if self._merged is None:
+            self._merged = MergedUpdates(self.streams, self.done)
+        while True:
+            i, item = await self._merged.get()
             if isinstance(item, BaseException):
                 raise item
-            return i, item
-        raise StopAsyncIteration
+            self.done[i] = True if item is None else item.finished
+            if item is not None:  # None: ended without finished=True (failure: an abort)
+                return i, item
 
     async def _read(self, i: int) -> RequestOutput:
         if self.done[i]:
@@ -370,25 +360,10 @@ class PromptStreams:
         self.done[i] = out.finished
         return out
 
-    async def _pump(self, i: int) -> None:
-        queue = self._queue
-        try:
-            while True:
-                queue.put_nowait((i, await self._read(i)))
-        except StopAsyncIteration:
-            pass
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
-            queue.put_nowait((i, exc))
-        queue.put_nowait((i, _END))
-
     async def release(self) -> None:
         """Stop the pumps, close the streams, abort every unfinished prompt."""
-        for t in self._tasks:
-            t.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._merged is not None:
+            await self._merged.stop()
         for i, s in enumerate(self.streams):
             try:
                 await aclose_updates(s)
