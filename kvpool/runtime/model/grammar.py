@@ -58,6 +58,11 @@ LIMITS = dict(initial_lexer_fuel=200_000, step_lexer_fuel=100_000, step_max_item
 # validates in ~0.4 s on the parse pool, then compiles and probes in ~0.5 s on the compile
 # worker; 256 KB in ~0.1 + ~0.15 s, 80 KB in ~30 + ~30 ms. Never on the event loop.
 MAX_SCHEMA_CHARS = 1024 * 1024
+# NOTE(schema-nesting): vLLM 0.33 refuses a JSON schema whose objects and arrays nest past 64
+# levels (its MAX_STRUCTURED_OUTPUT_JSON_NESTING, checked on the schema it compiles: a forced
+# call's array of calls too), as OpenAI allows 10; served here (up to the body's depth bound),
+# where a vLLM client got a 400
+MAX_SCHEMA_NESTING = 64
 MAX_GRAMMAR_CHARS = 64 * 1024
 MAX_PROBES = 64  # sub-schemas probed per request; past that the per-step budget still holds
 # NOTE(whitespace): compact JSON (no whitespace between tokens). With flexible whitespace a
@@ -136,6 +141,9 @@ class GrammarSpec:
         response_format (HTTP 400)."""
         if not isinstance(schema, (dict, bool)):
             raise _bad("json_schema.schema must be a JSON object")
+        if _nests_past(schema, MAX_SCHEMA_NESTING):  # NOTE(schema-nesting)
+            raise _bad(f"the JSON schema is nested too deeply: objects and arrays may nest at "
+                       f"most {MAX_SCHEMA_NESTING} levels")
         # not sort_keys: an object's properties are generated in the order the schema lists
         # them, as vLLM's backends generate them (a "reasoning" field before its "answer")
         for pattern in _patterns(schema):
@@ -310,6 +318,19 @@ def _nodes(schema: Any) -> Iterator[dict]:
 
 def _refs(schema: Any) -> Iterator[str]:
     return (n["$ref"] for n in _nodes(schema) if isinstance(n.get("$ref"), str))
+
+
+def _nests_past(value: Any, levels: int) -> bool:
+    """Whether objects and arrays nest in ``value`` more than ``levels`` deep below it
+    (NOTE(schema-nesting)): one level of containers at a time, no recursion."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    for _ in range(levels):
+        level = [child for node in level
+                 for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, (dict, list))]
+        if not level:
+            return False
+    return True
 
 
 def _patterns(schema: Any) -> Iterator[str]:
