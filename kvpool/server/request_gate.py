@@ -39,6 +39,7 @@ tenant's reservation is the sum of the shares of its tickets' streams that have 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -99,18 +100,30 @@ class RequestGate:
         """NOTE(apart) in kvpool/sched/request_checker.py: the engine requests a request runs
         as (one per prompt, or per group of forks where its sequences run as child requests)
         can never all be in flight past --max-queue: every try would be the retryable 503
-        queue_full (vLLM has no bound by default), so it is a 400 naming n. Several prompts
-        count together."""
-        bound = self.engine.config.max_queue
+        queue_full (vLLM has no bound by default), so it is a 400 naming n, and the largest n
+        that runs. Several prompts count together."""
+        bound, n = self.engine.config.max_queue, params[0].n
+        if bound is None or (runs := self._runs(prompts, params, n)) <= bound:
+            return
+        lo, hi = 1, n - 1  # runs(lo) <= bound: one request per prompt, at most --max-queue
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self._runs(prompts, params, mid) <= bound else (lo, mid - 1)
+        self.refused("over_queue")
+        raise RequestError(
+            f"n={n} sequences of {len(prompts)} prompt(s) run here as {runs} requests (one per "
+            f"group of forks that fit together), more than --max-queue={bound} requests in "
+            f"flight: use n <= {lo}", "n", "n_too_large_for_queue")
+
+    def _runs(self, prompts: Sequence[list[int]], params: Sequence[SamplingParams],
+              n: int) -> int:
+        """The engine requests the prompts run as with ``n`` sequences each."""
         checker = self.engine.core.checker
-        runs = sum(-(-p.n // checker.fork_group(len(ids), p)) for ids, p in zip(prompts, params))
-        if bound is not None and runs > bound:
-            self.refused("over_queue")
-            raise RequestError(
-                f"n={params[0].n} sequences of {len(prompts)} prompt(s) run here as {runs} "
-                f"requests (sequences that cannot run together as forks run one request each), "
-                f"more than --max-queue={bound} requests in flight: use "
-                f"n <= {max(1, bound // len(prompts))}", "n", "n_too_large_for_queue")
+        total = 0
+        for ids, p in zip(prompts, params):
+            p = dataclasses.replace(p, n=n)
+            total += -(-n // checker.fork_group(len(ids), p))
+        return total
 
     def _say_quota(self, limit: int) -> None:
         """NOTE(short-quota): a quota below what one request of the whole context may hold
