@@ -88,7 +88,25 @@ def as_xgrammar_reads(node: dict) -> dict:
     """NOTE(xgrammar-ignores): one schema object of a schema that goes to xgrammar, as xgrammar
     reads it (``node`` itself where xgrammar refuses that reading)."""
     read = _reading(node)
-    return node if read is None else read
+    return node if read is None else _whole_patterns(read)
+
+
+def _whole_patterns(node: dict) -> dict:
+    """NOTE(whole-pattern): xgrammar 0.2.8 matches a string's ``pattern``, and a
+    ``patternProperties`` key, against the whole string; llguidance, as JSON Schema says,
+    anywhere in it: ``"abc"`` took ``"xabcx"``, ``"^[a-z]+"`` took ``"abc1"`` and ``"^x-"`` the
+    key ``"x-a"``, none of which vLLM generates (third probe, P3). Each is anchored at both
+    ends here, ``^(?:...)$``, which llguidance reads as xgrammar reads the pattern."""
+    pattern, keyed = node.get("pattern"), node.get("patternProperties")
+    strings = isinstance(pattern, str) and "string" in _types(node)
+    if not strings and not isinstance(keyed, dict):
+        return node
+    out = dict(node)
+    if strings:
+        out["pattern"] = f"^(?:{pattern})$"
+    if isinstance(keyed, dict):
+        out["patternProperties"] = {f"^(?:{k})$": v for k, v in keyed.items()}
+    return out
 
 
 def _refused(node: dict) -> bool:

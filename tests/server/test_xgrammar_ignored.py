@@ -82,6 +82,12 @@ KINDS = {
                                           "maxLength": 1}, "patternProperties": {"^x": INT}}),
                                   [{"t": {}}, {"t": "b"}, {"t": 1}, {"t": [1, 2]},
                                    {"t": {"xy": "s"}}], [{"t": 1, "x": 1}]),
+    # NOTE(whole-pattern): xgrammar matches a pattern against the whole string
+    "pattern-is-the-whole-string": ({"type": "object", "properties": {
+        "s": {"type": "string", "pattern": "abc"}, "w": {"type": "string", "pattern": "^[a-z]+"},
+        "o": {"type": "object", "patternProperties": {"^x-": INT}}}},
+        [{"s": "abc"}, {"w": "ab"}, {"o": {"x-": 1}}, {"o": {}}],
+        [{"s": "xabcx"}, {"w": "ab1"}, {"o": {"x-a": 1}}]),
     # strict: a typed node with any keyword past xgrammar's annotations has no member left
     "typed-with-an-ordinary-keyword": ({"type": "object", "properties": {
         "o": {"type": "object", "maxProperties": 2}, "l": {"type": "array", "maxItems": 2},
