@@ -92,6 +92,8 @@ class RequestChecker:
     def fork_group(self, p: int, params: StopParams) -> int:
         """NOTE(apart): the most of ``params.n`` sequences that can run together as forks,
         one at least (``params.n`` where they all can): the size of each child request."""
+        if self.forks_fit(p, params):  # the common case: one check
+            return params.n
         lo, hi = 1, min(params.n, self.max_seqs or params.n)
         while lo < hi:  # forks_fit(lo), and none past hi
             mid = (lo + hi + 1) // 2

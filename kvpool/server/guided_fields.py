@@ -40,7 +40,7 @@ from kvpool.server.xgrammar_reach import as_xgrammar_reads, goes_to_xgrammar
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
 __all__ = ["GUIDED_FIELDS", "MAX_CHOICES", "close_objects", "format_over_guided", "parse_guided",
-           "unheeded"]
+           "unheeded", "xgrammar_closed"]
 
 GUIDED_FIELDS = frozenset({"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                            "structured_outputs"})
@@ -164,7 +164,13 @@ def close_objects(schema: Any) -> Any:
     ``const`` or ``enum`` stays as sent, and a property named ``default`` is still closed."""
     if not goes_to_xgrammar(schema):  # vLLM's guidance leaves it open: NOTE(xgrammar-reach)
         return schema
-    # read as xgrammar reads it first (xgrammar_reach.py NOTE(xgrammar-ignores))
+    return xgrammar_closed(schema)
+
+
+def xgrammar_closed(schema: Any) -> Any:
+    """``close_objects``' copy of a schema already known to go to xgrammar (a forced call's
+    union asks that of every tool once: tools/request.py NOTE(union-reach)): each schema
+    object read as xgrammar reads it (xgrammar_reach.py NOTE(xgrammar-ignores)), then closed."""
     return map_subschemas(schema, lambda node: _closed(as_xgrammar_reads(node)))
 
 

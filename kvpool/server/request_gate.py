@@ -87,23 +87,26 @@ class RequestGate:
         if self.draining:
             self.refused("shutting_down")
             raise shutting_down_error()
-        self._check_in_flight(prompts, params)
+        checker = self.engine.core.checker  # each prompt's group of forks (NOTE(apart)), once
+        groups = [checker.fork_group(len(ids), p) for ids, p in zip(prompts, params)]
+        self._check_in_flight(prompts, params, groups)
         tenant = current_tenant()
-        shares = [self._need(len(ids), p) for ids, p in zip(prompts, params)] \
+        shares = [self._need(len(ids), p, g) for ids, p, g in zip(prompts, params, groups)] \
             if self.quota else []
         if shares:
             self._reserve(tenant, shares, params[0])
-        return Ticket(self, tenant, self.namespace.salt(tenant, cache_salt), shares)
+        return Ticket(self, tenant, self.namespace.salt(tenant, cache_salt), shares, groups)
 
-    def _check_in_flight(self, prompts: Sequence[list[int]],
-                         params: Sequence[SamplingParams]) -> None:
+    def _check_in_flight(self, prompts: Sequence[list[int]], params: Sequence[SamplingParams],
+                         groups: list[int]) -> None:
         """NOTE(apart) in kvpool/sched/request_checker.py: the engine requests a request runs
         as (one per prompt, or per group of forks where its sequences run as child requests)
         can never all be in flight past --max-queue: every try would be the retryable 503
         queue_full (vLLM has no bound by default), so it is a 400 naming n, and the largest n
         that runs. Several prompts count together."""
         bound, n = self.engine.config.max_queue, params[0].n
-        if bound is None or (runs := self._runs(prompts, params, n)) <= bound:
+        runs = sum(-(-p.n // g) for p, g in zip(params, groups))
+        if bound is None or runs <= bound:
             return
         lo, hi = 1, n - 1  # runs(lo) <= bound: one request per prompt, at most --max-queue
         while lo < hi:
@@ -117,7 +120,7 @@ class RequestGate:
 
     def _runs(self, prompts: Sequence[list[int]], params: Sequence[SamplingParams],
               n: int) -> int:
-        """The engine requests the prompts run as with ``n`` sequences each."""
+        """The engine requests the prompts run as with ``n`` sequences each (the advice)."""
         checker = self.engine.core.checker
         total = 0
         for ids, p in zip(prompts, params):
@@ -137,14 +140,13 @@ class RequestGate:
                         "tenant_quota_exceeded; raise the quota to %d or more, or lower "
                         "--max-model-len", limit, whole, self.engine.max_model_len, whole)
 
-    def _need(self, prompt_len: int, params: SamplingParams) -> int:
+    def _need(self, prompt_len: int, params: SamplingParams, group: int) -> int:
         """The pool's count for the request's sequences as forks, or, where they run as child
         requests of ``group`` forks (NOTE(apart) in kvpool/sched/request_checker.py), one
         child's for each that can run at once (children admitted together each compute the
         prompt: no block is surely shared; a waiting child holds none), never past the pool."""
         checker = self.engine.core.checker
         max_tokens = params.max_tokens or self.engine.max_model_len
-        group = checker.fork_group(prompt_len, params)
         held = checker.blocks_held(prompt_len, max_tokens, group)
         if group >= params.n:
             return held
@@ -206,14 +208,16 @@ class RequestGate:
 
 
 class Ticket:
-    """One admitted request: its tenant, its namespaced salt and its quota shares."""
+    """One admitted request: its tenant, its namespaced salt, its quota shares and each
+    prompt's group of forks."""
 
     def __init__(self, gate: RequestGate, tenant: str, salt: str | None,
-                 shares: list[int]) -> None:
+                 shares: list[int], groups: list[int]) -> None:
         self.gate = gate
         self.tenant = tenant
         self.salt = salt
         self.shares = shares  # blocks still reserved per prompt ([] without a quota)
+        self.groups = groups  # per prompt: RequestChecker.fork_group, asked once by admit
 
     def open(self, index: int, request_id: str, ids: list[int], params: SamplingParams, *,
              priority: int = 0, checked: bool = False) -> GatedStream:
@@ -223,7 +227,7 @@ class Ticket:
         engine = self.gate.engine
         inner: UpdateStream
         try:
-            group = engine.core.checker.fork_group(len(ids), params)
+            group = self.groups[index]
             if group >= params.n:
                 inner = engine.generate(request_id, ids, params, cache_salt=self.salt,
                                         priority=priority, tenant=self.tenant, checked=checked)

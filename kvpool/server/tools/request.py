@@ -21,7 +21,7 @@ from typing import Any
 
 from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import GrammarSpec
-from kvpool.server.guided_fields import close_objects
+from kvpool.server.guided_fields import close_objects, xgrammar_closed
 from kvpool.server.json_body import bool_field
 from kvpool.server.tools.calls import TOOL_NAME, Extracted
 from kvpool.server.tools.forced import CallArrayStream, NamedStream
@@ -193,7 +193,7 @@ def _choice(value: Any, tools: list[dict[str, Any]]) -> tuple[str, str | None]:
     return "named", name
 
 
-def _parameters(tool: dict[str, Any], reach: bool = True) -> dict[str, Any]:
+def _parameters(tool: dict[str, Any], reach: bool | None = None) -> dict[str, Any]:
     """NOTE(closed-tools): the schema a forced call of ``tool`` is generated under. vLLM
     substitutes ``{"type": "object", "properties": {}}`` for parameters left out, null or
     ``{}`` (its own comment: such a call's arguments are always ``{}``), and its default
@@ -204,9 +204,12 @@ def _parameters(tool: dict[str, Any], reach: bool = True) -> dict[str, Any]:
     that declare no member (``{"type": "object"}``, a description at most) stay any object,
     as xgrammar 0.2.8's strict mode leaves them (measured): before, they were forced to
     ``{}``, and a free-form tool could never be called with an argument. ``reach``: whether
-    the schema it is part of goes to xgrammar (NOTE(union-reach)); if not, it stays as sent."""
+    the schema it is part of goes to xgrammar (NOTE(union-reach)); if not, it stays as sent;
+    None (a named call): asked of the tool's own."""
     params = tool["function"].get("parameters") or _EMPTY
-    return close_objects(params) if reach else params
+    if reach is None:
+        return close_objects(params)
+    return xgrammar_closed(params) if reach else params
 
 
 def _union_reach(tools: list[dict[str, Any]]) -> bool:
@@ -263,7 +266,7 @@ def _compile(schema: Any, tools: list[dict[str, Any]], name: str | None) -> Gram
         return replace(GrammarSpec.json_schema(schema, name or "tool_calls"), param="tools")
     except RequestError as exc:
         why = str(exc).removeprefix("response_format: ")
-    reach = name is not None or _union_reach(tools)
+    reach = None if name is not None else _union_reach(tools)
     for i, tool in enumerate(tools):  # which tool's schema the compiler refused
         if name is None or tool["function"]["name"] == name:
             try:
