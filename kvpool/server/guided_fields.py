@@ -35,7 +35,8 @@ from kvpool.errors import RequestError
 from kvpool.runtime.model.grammar import MAX_GRAMMAR_CHARS, GrammarSpec, map_subschemas
 from kvpool.server.json_body import decode_json_text
 from kvpool.server.structural_tag import parse_structural_tag
-from kvpool.server.xgrammar_reach import as_xgrammar_reads, goes_to_xgrammar
+from kvpool.server.xgrammar_reach import (as_xgrammar_reads, goes_to_xgrammar,
+                                          read_property_names)
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -170,8 +171,10 @@ def close_objects(schema: Any) -> Any:
 def xgrammar_closed(schema: Any) -> Any:
     """``close_objects``' copy of a schema already known to go to xgrammar (a forced call's
     union asks that of every tool once: tools/request.py NOTE(union-reach)): each schema
-    object read as xgrammar reads it (xgrammar_reach.py NOTE(xgrammar-ignores)), then closed."""
-    return map_subschemas(schema, lambda node: _closed(as_xgrammar_reads(node)))
+    object read as xgrammar reads it (xgrammar_reach.py NOTE(xgrammar-ignores); its
+    ``propertyNames`` first, NOTE(property-names)), then closed."""
+    return map_subschemas(read_property_names(schema),
+                          lambda node: _closed(as_xgrammar_reads(node)))
 
 
 def _closed(schema: dict) -> dict:

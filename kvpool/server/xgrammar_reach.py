@@ -51,13 +51,32 @@ xgrammar drops (under ``not``, a ``$ref``'s sibling) is not read and refuses not
 ``$defs`` entry is read, referenced or not.
 In a schema vLLM gives to guidance, each stays llguidance's 400, as vLLM's guidance answers it
 (``uniqueItems`` on an array, so pydantic's ``set[str]``, is always one).
+
+NOTE(property-names): llguidance refuses ``propertyNames`` ("Unimplemented keys"), where vLLM
+gives xgrammar an object with it and no ``properties`` / ``patternProperties`` (pydantic's
+``dict[Literal["x", "y"], int]``, ``dict[SomeEnum, int]``, a ``max_length`` key). Measured
+with xgrammar 0.2.8: a key is generated from ``propertyNames`` read as a string's schema (its
+``type`` defaults to string; a ``$ref`` target read as any schema: untyped, any string), its
+pattern matched against the whole key; each value from ``additionalProperties`` where that is
+a schema, else any value (``false`` too: the names allow them); ``minProperties`` /
+``maxProperties`` hold and ``required`` does not (``{}`` and ``{"b": 1}`` pass ``required:
+["a"]``). So each such object is read as ``patternProperties`` of one key regex (a
+``pattern``, the ``enum`` / ``const`` strings, or any ``minLength`` to ``maxLength``
+characters) and no other key, before its nodes are read (``{"pattern": ...}`` alone is an
+untyped node: any value). xgrammar refuses ``propertyNames`` that is not an object or is
+typed other than string. Left as sent (llguidance's 400): a key schema with ``format``,
+``anyOf`` / ``oneOf`` / ``allOf``, no string value, or a ``$ref`` outside ``$defs`` /
+``definitions``; an object with ``properties`` or ``patternProperties`` beside it (untyped
+only: typed, vLLM gives it to guidance).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["as_xgrammar_reads", "goes_to_xgrammar"]
+from kvpool.runtime.model.grammar import map_subschemas
+
+__all__ = ["as_xgrammar_reads", "goes_to_xgrammar", "read_property_names"]
 
 _FORMATS = frozenset({"email", "date", "time", "date-time", "duration", "ipv4", "ipv6",
                       "hostname", "uuid", "uri", "uri-reference", "uri-template", "json-pointer",
@@ -76,6 +95,8 @@ _OBJECT_MEMBERS = _OBJECT_READ | {"patternProperties", "propertyNames"}
 # a node of only these is xgrammar's bare one (its cache key skips annotations): any object
 _BARE = frozenset({"type", "title", "description", "default", "examples", "deprecated",
                    "readOnly", "writeOnly", "$comment", "$schema"})
+_REGEX_META = frozenset("\\.+*?()|[]{}^$#&-~")  # escaped in a key regex: NOTE(property-names)
+_REF_HOPS = 8  # $ref to $ref followed from a propertyNames, at most
 
 
 def goes_to_xgrammar(schema: Any) -> bool:
@@ -107,6 +128,81 @@ def _whole_patterns(node: dict) -> dict:
     if isinstance(keyed, dict):
         out["patternProperties"] = {f"^(?:{k})$": v for k, v in keyed.items()}
     return out
+
+
+def read_property_names(schema: Any) -> Any:
+    """NOTE(property-names): ``schema`` (one that goes to xgrammar) with each object xgrammar
+    reads with ``propertyNames`` as the ``patternProperties`` it means (``schema`` itself
+    where none has one); read before its nodes are, each alone (``as_xgrammar_reads``)."""
+    if not isinstance(schema, dict) or not _names_anywhere(schema):
+        return schema
+    defs = {k: schema[k] for k in _DEFS if isinstance(schema.get(k), dict)}
+    return map_subschemas(schema, lambda node: _keyed(node, defs))
+
+
+def _names_anywhere(schema: dict) -> bool:
+    """Whether a dict in ``schema`` has a ``propertyNames`` key (a walk, no copy)."""
+    stack: list[Any] = [schema]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if "propertyNames" in value:
+                return True
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
+def _keyed(node: dict, defs: dict) -> dict:
+    """``node`` as NOTE(property-names) reads it, where xgrammar reads it as an object with
+    ``propertyNames`` and a key regex is written here; else as sent."""
+    read = _reading(node) if "propertyNames" in node else None
+    if read is None or "propertyNames" not in read or "object" not in _types(read) \
+            or {"properties", "patternProperties"} & read.keys():
+        return node
+    regex = _key_regex(read["propertyNames"], defs, True, _REF_HOPS)
+    if regex is None:
+        return node
+    value = read.get("additionalProperties")
+    out = {k: v for k, v in read.items()
+           if k not in ("propertyNames", "additionalProperties", "required")}
+    return {**out, "patternProperties": {regex: value if isinstance(value, dict) else {}},
+            "additionalProperties": False}
+
+
+def _key_regex(key: Any, defs: dict, typed: bool, hops: int) -> str | None:
+    """The regex (matched whole: NOTE(whole-pattern)) of the keys ``key`` takes as xgrammar
+    reads it, a string's schema where ``typed`` (else any schema: a ``$ref`` target); None
+    where that is not written here (NOTE(property-names))."""
+    if not isinstance(key, dict):
+        return None
+    if "$ref" in key:
+        target = _target(key["$ref"], defs)
+        return None if target is None or not hops else _key_regex(target, defs, False, hops - 1)
+    values = [key["const"]] if "const" in key else key.get("enum")
+    if values is not None:
+        texts = [v for v in values if isinstance(v, str)] if isinstance(values, list) else ()
+        return "|".join("".join("\\" + c if c in _REGEX_META else c for c in text)
+                        for text in texts) if texts else None
+    types = _types(key)
+    if {"anyOf", "oneOf", "allOf", "format"} & key.keys() or types and "string" not in types:
+        return None
+    if not types and not typed:
+        return "(?s:.)*"  # an untyped target: any value, so any key
+    if isinstance(key.get("pattern"), str):
+        return key["pattern"]
+    least, most = _count(key, "minLength"), key.get("maxLength")
+    return f"(?s:.){{{least},{most if isinstance(most, int) else ''}}}"
+
+
+def _target(ref: Any, defs: dict) -> Any:
+    """The local definition ``ref`` names (``#/$defs/x``, ``#/definitions/x``), else None."""
+    if not isinstance(ref, str) or not ref.startswith("#/"):
+        return None
+    where, _, name = ref[2:].partition("/")
+    found = defs.get(where, {}).get(name.replace("~1", "/").replace("~0", "~"))
+    return found if isinstance(found, dict) else None
 
 
 def _refused(node: dict) -> bool:
@@ -164,7 +260,7 @@ def _strict(out: dict) -> bool:
     (NOTE(xgrammar-ignores)), unless it requires a key (guided_fields.py
     NOTE(strict-schemas)); False where xgrammar refuses the node instead."""
     types = _types(out)
-    if "object" in types and _too_few_keys(out):
+    if "object" in types and (_too_few_keys(out) or _names_refused(out)):
         return False
     if "object" in types and not _OBJECT_MEMBERS & out.keys() and not out.get("required"):
         out["additionalProperties"] = False
@@ -189,6 +285,16 @@ def _too_few_keys(node: dict) -> bool:
         return False
     declared = node.get("properties")
     return _count(node, "minProperties") > (len(declared) if isinstance(declared, dict) else 0)
+
+
+def _names_refused(node: dict) -> bool:
+    """NOTE(property-names): xgrammar refuses ``propertyNames`` that is not a schema object or
+    is typed other than string (a type list it reads, ``["integer"]``: no key then)."""
+    if "propertyNames" not in node:
+        return False
+    names = node["propertyNames"]
+    kind = names.get("type", "string") if isinstance(names, dict) else None
+    return kind != "string" and not isinstance(kind, list)
 
 
 def _count(node: dict, key: str) -> int:

@@ -285,6 +285,8 @@ def test_schemas_vllm_gives_to_guidance_stay_open(schema, value):
     ({"type": "object", "propertyNames": {"pattern": "^a", "maxLength": 3}}, False),
     ({"type": "object", "propertyNames": {}, "properties": {}}, False),
     ({"type": "object", "propertyNames": {}, "unevaluatedProperties": False}, False),
+    ({"type": "object", "propertyNames": {"type": "integer"}}, False),  # xgrammar's refusal
+    ({"type": ["object", "null"], "propertyNames": True}, False),
     ({"anyOf": [{"allOf": [{"type": "string"}, {"enum": ["y"]}]}]}, False),
     ({"allOf": [{"type": "string"}]}, True),
     ({"$defs": {"d": {"type": "number", "multipleOf": 1}}, "type": "object"}, False),

@@ -88,6 +88,20 @@ KINDS = {
         "o": {"type": "object", "patternProperties": {"^x-": INT}}}},
         [{"s": "abc"}, {"w": "ab"}, {"o": {"x-": 1}}, {"o": {}}],
         [{"s": "xabcx"}, {"w": "ab1"}, {"o": {"x-a": 1}}]),
+    # NOTE(property-names): each key as propertyNames says (pydantic's dict[Literal, int],
+    # dict[Enum, int], dict[constr(max_length=2), ...]), each value additionalProperties' or any
+    "propertyNames": ({"type": "object", "$defs": {"C": {"type": "string", "enum": ["r", "b"]}},
+                       "properties": {
+                           "p": {"type": "object", "propertyNames": {"pattern": "[a-z]+"}},
+                           "e": {"type": "object", "propertyNames": {"enum": ["x", "y.z"]},
+                                 "additionalProperties": INT},
+                           "r": {"type": "object", "propertyNames": {"$ref": "#/$defs/C"}},
+                           "m": {"type": "object", "propertyNames": {"maxLength": 2},
+                                 "required": ["a"]}}},
+                      [{"p": {"ab": [1]}, "e": {"y.z": 1}, "r": {"b": 2}, "m": {"ab": "s"}},
+                       {"e": {}, "m": {}}],
+                      [{"p": {"A": 1}}, {"p": {"a1": 1}}, {"e": {"yaz": 1}}, {"e": {"x": "s"}},
+                       {"r": {"g": 1}}, {"m": {"abc": 1}}]),
     # strict: a typed node with any keyword past xgrammar's annotations has no member left
     "typed-with-an-ordinary-keyword": ({"type": "object", "properties": {
         "o": {"type": "object", "maxProperties": 2}, "l": {"type": "array", "maxItems": 2},
@@ -144,8 +158,12 @@ SET_OF_STR = {"type": "object", "title": "M", "required": ["tags"], "properties"
     ({"type": "object", "minProperties": 1, "dependentRequired": {}}, '["dependentRequired"]'),
     (at({"prefixItems": [INT], "minContains": 2}), '["minContains"]'),
     (at({"items": INT, "minContains": 3, "maxItems": 2}), '["minContains"]'),
+    # NOTE(property-names): vLLM's own check, and xgrammar's refusal of a key typed integer
+    ({"type": "object", "properties": {}, "propertyNames": {"enum": ["a"]}}, '["propertyNames"]'),
+    ({"type": "object", "propertyNames": {"type": "integer"}}, '["propertyNames"]'),
 ], ids=["set-of-str", "unevaluated", "dependent", "if-then", "not", "min-properties",
-        "min-contains-past-prefix", "min-contains-past-max"])
+        "min-contains-past-prefix", "min-contains-past-max", "names-beside-properties",
+        "names-not-strings"])
 def test_where_vllm_gives_the_schema_to_guidance_they_stay_a_400(schema, keys):
     """vLLM's guidance answers "Grammar error: Unimplemented keys: [...]" for each."""
     with pytest.raises(RequestError, match=re.escape(f"Unimplemented keys: {keys}")) as err:
