@@ -40,13 +40,15 @@ from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from kvpool.errors import RequestError
 
+from .grammar_fuel import ENUM_FUEL_PER_CHAR, FUEL_REFUSAL, value_chars, without_values
 from .grammar_relax import WIDE_BOUND, bounded, drop_wide_bounds, relax_lookaround
 
 __all__ = ["LIMITS", "OPTIONS", "PARAM", "GrammarSpec", "TokenMask", "apply_token_mask",
            "map_subschemas", "unpack_bitmask"]
 
 PARAM = "response_format"
-# NOTE(budget) in grammar_compile.py; llguidance's defaults: 1M, 200k, 50k, 250k. The Earley
+# NOTE(budget) in grammar_compile.py (a schema's enums may get more initial lexer fuel:
+# grammar_fuel.py NOTE(enum-fuel)); llguidance's defaults: 1M, 200k, 50k, 250k. The Earley
 # row stays at llguidance's 2,000 items: a choice of 1,999 entries needs it (NOTE(choice-cap)),
 # and a tighter row would not bound an ambiguous grammar's cost (NOTE(consume-budget))
 LIMITS = dict(initial_lexer_fuel=200_000, step_lexer_fuel=100_000, step_max_items=20_000,
@@ -129,6 +131,10 @@ class GrammarSpec:
     # NOTE(think-grammar): a token the grammar waits for (a reasoning model's end of thinking,
     # server/reasoning.py): the tokens up to it are free, the matcher reads those after it
     after: int | None = field(default=None, compare=False)
+    # NOTE(enum-fuel): the initial lexer fuel the grammar is built under (LIMITS' unless its
+    # enums were granted more), and then the schema without its enum values, probed alone
+    lexer_fuel: int = field(default=LIMITS["initial_lexer_fuel"], compare=False)
+    rest: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def json_object(cls) -> "GrammarSpec":
@@ -153,7 +159,7 @@ class GrammarSpec:
         build = functools.partial(_json_grammar, text if compiled is schema
                                   else json.dumps(compiled, separators=(",", ":")))
         return cls._checked(kind, text, build, what="JSON schema", name=name,
-                            probes=_probes(compiled), limit=MAX_SCHEMA_CHARS)
+                            probes=_probes(compiled), limit=MAX_SCHEMA_CHARS, values=compiled)
 
     @classmethod
     def regex(cls, pattern: str) -> "GrammarSpec":
@@ -184,8 +190,9 @@ class GrammarSpec:
     @classmethod
     def _checked(cls, kind: str, source: str, build: Any, *, what: str | None = None,
                  name: str | None = None, probes: tuple[Any, ...] = (),
-                 limit: int = MAX_GRAMMAR_CHARS) -> "GrammarSpec":
-        """Bound, build and validate ``source`` under LIMITS (400s naming response_format)."""
+                 limit: int = MAX_GRAMMAR_CHARS, values: Any = None) -> "GrammarSpec":
+        """Bound, build and validate ``source`` under LIMITS (400s naming response_format);
+        ``values``: the JSON schema whose enum values may be granted fuel (NOTE(enum-fuel))."""
         what = what or kind
         if len(source) > limit:
             raise _bad(f"the {what} is {len(source)} characters; at most {limit}")
@@ -193,11 +200,20 @@ class GrammarSpec:
             grammar = build(source)
         except ValueError as e:
             raise _bad(f"invalid {what}: {_explained(str(e))}") from None
-        err = llguidance.LLMatcher.validate_grammar(
-            grammar, limits=llguidance.LLParserLimits(**LIMITS))
+        fuel, rest = LIMITS["initial_lexer_fuel"], None
+        err = _validate(grammar, fuel)
+        if err and FUEL_REFUSAL in err and values is not None and len(probes) < MAX_PROBES:
+            fuel += ENUM_FUEL_PER_CHAR * value_chars(values)  # NOTE(enum-fuel)
+            err, rest = _validate(grammar, fuel), map_subschemas(values, without_values)
         if err:
             raise _bad(f"invalid {what}: {_explained(err)}")
-        return cls(kind, source, name, grammar, probes)
+        return cls(kind, source, name, grammar, probes, lexer_fuel=fuel, rest=rest)
+
+
+def _validate(grammar: str, fuel: int) -> str:
+    """llguidance's objection to ``grammar`` under LIMITS with ``fuel`` (empty: none)."""
+    return llguidance.LLMatcher.validate_grammar(grammar, limits=llguidance.LLParserLimits(
+        **{**LIMITS, "initial_lexer_fuel": fuel}))
 
 
 def _explained(err: str) -> str:

@@ -22,8 +22,10 @@ the tiny vocabulary and a synthetic 150k byte-level one (bench/structured.py): e
 tests and benchmarks use passes on both, while ``^(abc){1000000000}$``, ``^x{100000}$`` and
 ``((a{100}){100}){100}`` exhaust the fuel within the probe (with the defaults ``^x{100000}$``
 was accepted and cost ~50 ms per mask on a 512-token vocabulary, every step, for every
-sequence). A ``$ref`` loop allows nothing at all: its first mask is an error. Why each
-pattern and referenced definition is probed alone: llguidance builds a regex's derivatives
+sequence). A JSON schema's enum values may get more initial lexer fuel (grammar_fuel.py
+NOTE(enum-fuel)); the schema is then probed without them too, under LIMITS alone. A ``$ref``
+loop allows nothing at all: its first mask is an error. Why each pattern and referenced
+definition is probed alone: llguidance builds a regex's derivatives
 only when the lexer enters it, so a pattern (or a looping definition) deep inside an object is
 costed only once generation reaches it; probed alone, it is reached at once. A grammar that
 slips past the probes and runs out of fuel later ends its request with an error
@@ -117,10 +119,12 @@ class GrammarCompiler:
                     eos_token=(eos[0] if len(eos) == 1 else eos) or None)
             return self._lltok
 
-    def matcher(self, grammar: str) -> llguidance.LLMatcher:
-        """A fresh matcher under LIMITS (the caller checks ``is_error``)."""
+    def matcher(self, grammar: str, fuel: int | None = None) -> llguidance.LLMatcher:
+        """A fresh matcher under LIMITS, with ``fuel`` as its initial lexer fuel where given
+        (NOTE(enum-fuel)); the caller checks ``is_error``."""
+        limits = LIMITS if fuel is None else {**LIMITS, "initial_lexer_fuel": fuel}
         return llguidance.LLMatcher(self.lltokenizer, grammar, log_level=0,
-                                    limits=llguidance.LLParserLimits(**LIMITS))
+                                    limits=llguidance.LLParserLimits(**limits))
 
     def compile(self, spec: GrammarSpec) -> GrammarSpec:
         """``spec`` with its probed matcher (``spec.compiled``); RequestError (HTTP 400 naming
@@ -160,7 +164,7 @@ class GrammarCompiler:
     def _build(self, spec: GrammarSpec) -> llguidance.LLMatcher:
         """The probed matcher of ``spec``; _Refused says why there is none."""
         whole = _WHAT.get(spec.kind, "the schema")
-        proto = self.matcher(spec.grammar)
+        proto = self.matcher(spec.grammar, spec.lexer_fuel)
         self._probe(proto.deep_copy(), whole, _NOTHING.get(spec.kind))
         self._probe(proto.deep_copy(), whole, None, MIDDLE_STEPS, middle=True)
         if proto.is_error():
@@ -174,6 +178,9 @@ class GrammarCompiler:
                 raise _Refused(f"{what}: {e}") from None
             self._probe(self.matcher(g), what, _NOTHING["pattern"] if "pattern" in sub
                         else None)
+        if spec.rest is not None:  # NOTE(enum-fuel): all but the enums, under LIMITS alone
+            g = llguidance.LLMatcher.grammar_from_json_schema(spec.rest, defaults=OPTIONS)
+            self._probe(self.matcher(g), "the schema without its enum values", None)
         return proto
 
     def _probe(self, m: llguidance.LLMatcher, what: str, nothing: str | None,

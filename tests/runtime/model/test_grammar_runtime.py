@@ -38,9 +38,9 @@ class CountingCompiler(GrammarCompiler):
 
     built = 0
 
-    def matcher(self, grammar: str):
+    def matcher(self, grammar: str, fuel: int | None = None):
         self.built += 1
-        return super().matcher(grammar)
+        return super().matcher(grammar, fuel)
 
 
 class GatedCompiler(GrammarCompiler):
