@@ -268,6 +268,9 @@ product):
               summaries, drafts over attachments in versions, a nightly digest (87af25f)
     lab_notebook  a biotech lab's notebook assistant: SOP-backed chats, run logs behind
               instrument guides, a nightly QC walk, an inventory table in versions (87af25f)
+    swe_agent  coding agents over an org's working day: best-of-k trajectories re-sending their
+              growing context behind the repo map at a commit, compactions, CI bursts, chats
+              that send a run back to work (written blind at 5cfc54c)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates

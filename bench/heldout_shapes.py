@@ -46,6 +46,7 @@ from bench.heldout_lab_notebook import lab_notebook
 from bench.heldout_soc_copilot import soc_copilot
 from bench.heldout_travel_agent import travel_agent
 from bench.heldout_support import support_desk
+from bench.heldout_swe_agent import swe_agent
 from bench.heldout_telecom_noc import telecom_noc
 from bench.heldout_pv_intake import pv_intake
 from bench.heldout_lit_screen import lit_screen
@@ -78,4 +79,5 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "home_assist": home_assist, "news_desk": news_desk, "patent_search": patent_search,
           "manufacturing_qc": manufacturing_qc, "sales_crm": sales_crm,
           "property_mgmt": property_mgmt, "airline_ops": airline_ops, "tax_prep": tax_prep,
-          "city_311": city_311, "email_triage": email_triage, "lab_notebook": lab_notebook}
+          "city_311": city_311, "email_triage": email_triage, "lab_notebook": lab_notebook,
+          "swe_agent": swe_agent}
