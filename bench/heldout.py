@@ -271,6 +271,8 @@ product):
     swe_agent  coding agents over an org's working day: best-of-k trajectories re-sending their
               growing context behind the repo map at a commit, compactions, CI bursts, chats
               that send a run back to work (written blind at 5cfc54c)
+    companion_chat  a character-chat platform: role-play chats re-sent whole behind Zipf cards,
+              context drops and memory folds, swipes, group chats, evening peaks (blind, 5cfc54c)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates

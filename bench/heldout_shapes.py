@@ -12,6 +12,7 @@ from bench.heldout_ci_triage import ci_triage
 from bench.heldout_claims import insurance_claims
 from bench.heldout_clinical_scribe import clinical_scribe
 from bench.heldout_compaction_chat import compaction_chat
+from bench.heldout_companion_chat import companion_chat
 from bench.heldout_course_grading import course_grading
 from bench.heldout_ediscovery_review import ediscovery_review
 from bench.heldout_early import (agent, code_edit, drift, loop, mooncake, rag_bursty,
@@ -80,4 +81,4 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "manufacturing_qc": manufacturing_qc, "sales_crm": sales_crm,
           "property_mgmt": property_mgmt, "airline_ops": airline_ops, "tax_prep": tax_prep,
           "city_311": city_311, "email_triage": email_triage, "lab_notebook": lab_notebook,
-          "swe_agent": swe_agent}
+          "swe_agent": swe_agent, "companion_chat": companion_chat}
