@@ -213,6 +213,41 @@ def test_a_loop_longer_than_the_pool_keeps_hitting_after_a_cold_fill():
     p.check_invariants()
 
 
+def _agent_steps(cap: int, steps: int) -> list[list[int]]:
+    """An agent's trajectory: each request re-sends the last one's blocks and adds some, every
+    one longer than a pool of ``cap`` blocks."""
+    return [list(range(1, cap + 40 + 8 * k)) for k in range(steps)]
+
+
+def test_requests_longer_than_the_pool_keep_it_on_lru():
+    """NOTE(cold-long): the first request alone fills the pool without a hit, so NOTE(cold)
+    used to take the duel and hold it: every revival of a request longer than the pool is
+    deep, and the duel kept the first request's tail, which no lookup reaches. The pool
+    stays on LRU and hits each request's head as LRU does (the duel hit 1 a request)."""
+    cap = 64
+    reqs = _agent_steps(cap, 12)
+    p = AdaptivePolicy(cap)
+    hits = simulate(reqs, p, cap)[0]
+    assert p.cfg == LRU
+    assert hits == simulate(reqs, LRUPolicy(cap), cap)[0] == 11 * cap
+    p.check_invariants()
+
+
+def test_a_request_longer_than_the_pool_ends_the_cold_rule():
+    """NOTE(cold-long): after a cold fill (a scan of two pools, the duel on), a request
+    longer than the pool returns the pool to LRU: the next one hits its head."""
+    cap = 64
+    p = AdaptivePolicy(cap)
+    c = PolicyCache(p, cap)
+    replay([[10_000 + i] for i in range(2 * cap)], c)
+    assert p.cfg == AdaptivePolicy.COLD
+    first, second = _agent_steps(cap, 2)
+    replay([first], c)
+    assert p.cfg == LRU
+    assert replay([second], c)[0] == cap
+    p.check_invariants()
+
+
 class EagerTuner(AdmitTuner):
     """Moves to the 20 % duel at every step, whatever its miniatures saw."""
 

@@ -104,6 +104,17 @@ class AdaptivePolicy(StampedQueuesPolicy):
     # follows the tuner while the rule is on (HOLD), the research steps in bench/ before them
     SHALLOW: bool = True
     HOLD: bool = True
+    # NOTE(cold-long): a block released at a depth of the pool's capacity or more (its chain is
+    # longer than the pool) ends NOTE(cold), or keeps it from starting. Such a request
+    # releases more than a pool of its own blocks between its lookup and its head's release,
+    # so none of its revivals is shallow, and under the duel its head (released last, new or
+    # tied with the incumbents) never reaches main, while its next turn needs the head
+    # first: the pool kept the oldest tails and nothing a lookup reaches. A fill by one such
+    # request says nothing of reuse across requests. On swe_agent@1@1000 (written blind after
+    # d7675f4; 99.6 % of its requests longer than the pool) the rule held the duel to the
+    # end: 0.1063 against LRU's 0.4057 (docs/benchmarks.md "`swe_agent` and
+    # `companion_chat`"). False: the research steps in bench/, which came before it.
+    LONG_CHAIN: bool = True
     # NOTE(arc) in admit_tuner.py: the ghost filter moves its share as ARC moves its target
     # (``_p`` blocks while it runs); False: the research steps in bench/, which came before.
     MOVE_SPLIT: bool = True
@@ -176,6 +187,8 @@ class AdaptivePolicy(StampedQueuesPolicy):
         self._stamp_at_tail(block_id, block_hash, q)
         if q == WIN and self.duel and self._nw > self.share * self._len + 1:
             self._win_to_main()  # NOTE(admit)
+        if self._cold and depth >= self._scale and self.LONG_CHAIN:  # NOTE(cold-long)
+            self._long_chain()
         runs = self._runs
         if runs.run or (c >> 12) < self._sample:
             self._sampled(c, k, depth, n)
@@ -244,6 +257,13 @@ class AdaptivePolicy(StampedQueuesPolicy):
         was released within the last ``len(self)`` releases."""
         return (0 <= block_id < len(self._where) and self._where[block_id] < self.K
                 and self._clock - self._stamp[block_id] <= self._len)
+
+    def _long_chain(self) -> None:
+        """NOTE(cold-long): a release deeper than the pool: NOTE(cold) never starts, or ends."""
+        if self._cold == COLD_ARMED:
+            self._cold = COLD_OFF
+        else:
+            self._warm()
 
     def _warm(self) -> None:
         """NOTE(cold): the rule ends; the pool takes the tuner's choice, LRU where the
