@@ -40,6 +40,7 @@ from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from kvpool.errors import RequestError
 
+from .grammar_forcing import long_literal
 from .grammar_fuel import ENUM_FUEL_PER_CHAR, FUEL_REFUSAL, value_chars, without_values
 from .grammar_relax import WIDE_BOUND, bounded, drop_wide_bounds, relax_lookaround
 
@@ -155,6 +156,8 @@ class GrammarSpec:
         for pattern in _patterns(schema):
             _check_escapes(pattern, "JSON schema")
         text = json.dumps(schema, separators=(",", ":"))
+        if (literal := long_literal(schema, text)) is not None:  # NOTE(literal-bound)
+            raise _bad(literal)
         compiled = _rewritten(schema, text)
         build = functools.partial(_json_grammar, text if compiled is schema
                                   else json.dumps(compiled, separators=(",", ":")))

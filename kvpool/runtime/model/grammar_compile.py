@@ -11,7 +11,8 @@ Life of a grammar::
                            referenced definition in it as a grammar of its own (at most
                            MAX_PROBES), and the whole grammar MIDDLE_STEPS masks along the
                            middle allowed token (NOTE(middle-walk)); an error -> 400 naming
-                           the field it came from
+                           the field it came from. Matchers are built without forcing
+                           (grammar_forcing.py NOTE(no-forcing))
     step thread            GrammarMatchers.add: one deep copy of the probed matcher per
                            sequence (its compiled grammar shared, its lexer state copied);
                            masks under LIMITS
@@ -22,10 +23,12 @@ the tiny vocabulary and a synthetic 150k byte-level one (bench/structured.py): e
 tests and benchmarks use passes on both, while ``^(abc){1000000000}$``, ``^x{100000}$`` and
 ``((a{100}){100}){100}`` exhaust the fuel within the probe (with the defaults ``^x{100000}$``
 was accepted and cost ~50 ms per mask on a 512-token vocabulary, every step, for every
-sequence). A JSON schema's enum values may get more initial lexer fuel (grammar_fuel.py
-NOTE(enum-fuel)); the schema is then probed without them too, under LIMITS alone. A ``$ref``
-loop allows nothing at all: its first mask is an error. Why each pattern and referenced
-definition is probed alone: llguidance builds a regex's derivatives
+sequence). Those costs were llguidance forcing a run of bytes, which the matchers no longer do
+and the probes still read (NOTE(no-forcing)): it re-read and re-tokenized a long run each mask,
+under no fuel. A JSON schema's enum values may get more initial lexer fuel
+(grammar_fuel.py NOTE(enum-fuel)); the schema is then probed without them too, under LIMITS
+alone. A ``$ref`` loop allows nothing at all: its first mask is an error. Why each pattern and
+referenced definition is probed alone: llguidance builds a regex's derivatives
 only when the lexer enters it, so a pattern (or a looping definition) deep inside an object is
 costed only once generation reaches it; probed alone, it is reached at once. A grammar that
 slips past the probes and runs out of fuel later ends its request with an error
@@ -72,6 +75,7 @@ import torch
 from kvpool.errors import RequestError
 
 from .grammar import LIMITS, OPTIONS, GrammarSpec, unpack_bitmask
+from .grammar_forcing import unforced
 from .tokenizer import Tokenizer
 
 __all__ = ["CACHE_BYTES", "CACHE_BYTES_PER_CHAR", "CACHE_ENTRIES", "MIDDLE_STEPS", "PROBE_STEPS",
@@ -120,10 +124,11 @@ class GrammarCompiler:
             return self._lltok
 
     def matcher(self, grammar: str, fuel: int | None = None) -> llguidance.LLMatcher:
-        """A fresh matcher under LIMITS, with ``fuel`` as its initial lexer fuel where given
-        (NOTE(enum-fuel)); the caller checks ``is_error``."""
+        """A fresh matcher of ``grammar`` without forcing (NOTE(no-forcing)), under LIMITS with
+        ``fuel`` as its initial lexer fuel where given (NOTE(enum-fuel)); the caller checks
+        ``is_error``."""
         limits = LIMITS if fuel is None else {**LIMITS, "initial_lexer_fuel": fuel}
-        return llguidance.LLMatcher(self.lltokenizer, grammar, log_level=0,
+        return llguidance.LLMatcher(self.lltokenizer, unforced(grammar), log_level=0,
                                     limits=llguidance.LLParserLimits(**limits))
 
     def compile(self, spec: GrammarSpec) -> GrammarSpec:
@@ -162,7 +167,8 @@ class GrammarCompiler:
         return dataclasses.replace(spec, compiled=outcome)
 
     def _build(self, spec: GrammarSpec) -> llguidance.LLMatcher:
-        """The probed matcher of ``spec``; _Refused says why there is none."""
+        """The probed matcher of ``spec``, built without forcing (NOTE(no-forcing));
+        _Refused says why there is none."""
         whole = _WHAT.get(spec.kind, "the schema")
         proto = self.matcher(spec.grammar, spec.lexer_fuel)
         self._probe(proto.deep_copy(), whole, _NOTHING.get(spec.kind))
@@ -186,10 +192,13 @@ class GrammarCompiler:
     def _probe(self, m: llguidance.LLMatcher, what: str, nothing: str | None,
                 steps: int = PROBE_STEPS, *, middle: bool = False) -> None:
         """``steps`` masks along the first allowed non-EOS token (``middle``: the middle one,
-        NOTE(middle-walk)); raise on an error (one that allows nothing at all says why it
-        may: ``nothing``, else a $ref cycle)."""
+        NOTE(middle-walk)), the first walk reading the forced run before each
+        (NOTE(no-forcing)); raise on an error (one that allows nothing at all says why it may:
+        ``nothing``, else a $ref cycle)."""
         eos = set(self.eos_token_ids)
         for _ in range(steps):
+            if not middle:  # NOTE(no-forcing): the forced run from here, as forcing read it
+                m.compute_ff_bytes()
             bits = torch.frombuffer(bytearray(m.compute_bitmask()), dtype=torch.int32)
             if m.is_error():
                 break

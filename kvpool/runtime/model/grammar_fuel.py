@@ -6,10 +6,11 @@ construction costs ~11 fuel an entry (~0.1 a character of long strings, up to ~1
 of escaped ones: measured, llguidance 1.9.1), so LIMITS' 200,000 refused an enum of ~18,000
 strings ("initial lexer configuration (grammar) too big"): 20,000 time zones (603 KiB) or 500
 objects of four 10-value enums (280 KiB), which vLLM 0.33 serves on xgrammar (third probe,
-P3). LIMITS' fuel is not raised for every grammar: it is what bounds a counted repeat's cost a
-mask (NOTE(budget)). Measured on the tiny vocabulary, ``^x{N}$`` is admitted up to N ~33,000
-at 200,000 fuel (~5 ms a mask), ~49,000 at 300,000 (~7.6 ms), ~66,000 at 400,000 (~11 ms),
-and ``^x{100000}$`` itself at 600,000. An enum's lexeme costs little a mask: 20,000 strings
+P3). LIMITS' fuel is not raised for every grammar: it is what bounds a counted repeat
+(NOTE(budget)). Measured on the tiny vocabulary, ``^x{N}$`` is admitted up to N ~33,000 at
+200,000 fuel, ~49,000 at 300,000, ~66,000 at 400,000, and ``^x{100000}$`` itself at 600,000
+(~5, ~7.6 and ~11 ms a mask while masks forced its run; ~0.01 ms since, NOTE(no-forcing),
+grammar_forcing.py). An enum's lexeme costs little a mask: 20,000 strings
 ~0.01 ms (median; 0.13 ms at most) on the tiny vocabulary and ~0.04 ms (p90 0.2 ms) on
 bench/structured.py's 150k one, as a small schema does. So a schema refused for its initial
 lexer is tried again with ENUM_FUEL_PER_CHAR fuel for each character of its enum and const
